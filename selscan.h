@@ -847,7 +847,9 @@ typedef struct selscan__stp {
     selscan__ten state, x, dt_, A, B, C, D, z, bias, y;
 } selscan__stp;
 
-static selscan_status selscan__validate_step(const selscan_step_problem *s, selscan__stp *q) {
+/* idx_on_host: state_index is host memory and is checked here (CPU); 0 for a device pointer
+   (CUDA), which is never dereferenced (rows outside [0, n_cache) are padding there). */
+static selscan_status selscan__validate_step_ex(const selscan_step_problem *s, selscan__stp *q, int idx_on_host) {
     int64_t G, i, j;
     selscan_status st;
     if (!s) return SELSCAN_ERR_NULL;
@@ -869,7 +871,7 @@ static selscan_status selscan__validate_step(const selscan_step_problem *s, sels
     if (!selscan__count_ok(q->ncache, q->dim, q->N, 1) || !selscan__count_ok(q->batch, q->dim, 1, 1) ||
         !selscan__count_ok(q->batch, q->G, q->N, 1))
         return SELSCAN_ERR_SHAPE;
-    if (q->idx) {
+    if (q->idx && idx_on_host) {
         for (i = 0; i < q->batch; i++)
             if (q->idx[i] >= q->ncache) return SELSCAN_ERR_SHAPE;
         for (i = 0; i < q->batch; i++)
@@ -897,6 +899,10 @@ static selscan_status selscan__validate_step(const selscan_step_problem *s, sels
             if ((st = selscan__check_strides(outs[i], 1)) != SELSCAN_OK) return st;
         return selscan__check_alias(outs, 2, ins, 8, q->idx, q->idx ? q->batch * 4 : 0, NULL, 0);
     }
+}
+
+static selscan_status selscan__validate_step(const selscan_step_problem *s, selscan__stp *q) {
+    return selscan__validate_step_ex(s, q, 1);
 }
 
 SELSCAN_DEF selscan_status selscan_validate_step(const selscan_step_problem *s) {
