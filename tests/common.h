@@ -453,7 +453,7 @@ typedef struct tc_cfg {
     int nseq;                  /* > 0: packed sequences, batch 1 */
     int layout;                /* TC_LAYOUT_* for every tensor, or -1: random per tensor */
     int bcast;                 /* random layouts may broadcast inputs (forward only) */
-    int big_delta;             /* with softplus: some delta + bias > 20 (threshold branch) */
+    int big_delta;             /* with softplus: 1: some delta + bias > 20 (threshold branch), 2: all */
 } tc_cfg;
 
 typedef struct tc_prob {
@@ -531,7 +531,7 @@ static inline void tc_prob_make(tc_prob *P, const tc_cfg *c) {
     if (sp) {
         /* around softplus' knee, both signs; some above the threshold (>= 20.5 with the bias) */
         for (i = 0; i < P->delta.count; i++)
-            P->delta.v[i] = tc_round(T, (C->big_delta && tc_coin(0.08)) ? tc_uniform(21.5, 24) : tc_uniform(-4, 3));
+            P->delta.v[i] = tc_round(T, (C->big_delta == 2 || (C->big_delta && tc_coin(0.08))) ? tc_uniform(21.5, 24) : tc_uniform(-4, 3));
         tc_store(&P->delta);
         tc_load(&P->delta);
         tc_fill(&P->bias, -1, 1);
