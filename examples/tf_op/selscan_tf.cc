@@ -1,0 +1,483 @@
+// selscan_tf.cc - TensorFlow custom op around selscan (the selective scan of Mamba, S6).
+//
+// Ops:
+//   SelscanForward  (u, delta, a, b, c, d, z, delta_bias, h0) -> (y, h_last)
+//   SelscanBackward (u, delta, a, b, c, d, z, delta_bias, h0, dy, dh_last)
+//                   -> (du, ddelta, da, db, dc, dd, dz, ddelta_bias, dh0)
+// Optional operands are always wired (an empty tensor when absent); the has_* attrs say which are
+// present. Layouts and shapes: see selscan_tf_common.h and README.md.
+//
+// This translation unit holds selscan's implementation (SELSCAN_STATIC: private to this library),
+// the op registrations with their shape functions, and the CPU kernels, which split a call into
+// independent sub-problems (pointer offsets into the same tensors, same strides) and run them on
+// TensorFlow's CPU thread pool. The split never depends on the thread count, so results are
+// bitwise reproducible on any machine size.
+#include <algorithm>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "tensorflow/core/framework/op.h"
+#include "tensorflow/core/framework/op_kernel.h"
+#include "tensorflow/core/framework/shape_inference.h"
+#include "tensorflow/core/platform/threadpool.h"
+
+// selscan's implementation, private to this library (the step API is not used by the op).
+#define SELSCAN_STATIC
+#define SELSCAN_IMPLEMENTATION
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wunused-function"
+#include "selscan.h"
+#pragma GCC diagnostic pop
+#include "selscan_tf_common.h"
+
+namespace selscan_tf {
+
+namespace {
+
+const char* StatusName(selscan_status st) {
+  switch (st) {
+    case SELSCAN_OK: return "SELSCAN_OK";
+    case SELSCAN_ERR_NULL: return "SELSCAN_ERR_NULL";
+    case SELSCAN_ERR_SHAPE: return "SELSCAN_ERR_SHAPE";
+    case SELSCAN_ERR_STRIDE: return "SELSCAN_ERR_STRIDE";
+    case SELSCAN_ERR_DTYPE: return "SELSCAN_ERR_DTYPE";
+    case SELSCAN_ERR_ALIAS: return "SELSCAN_ERR_ALIAS";
+    case SELSCAN_ERR_WORKSPACE: return "SELSCAN_ERR_WORKSPACE";
+    case SELSCAN_ERR_UNSUPPORTED: return "SELSCAN_ERR_UNSUPPORTED";
+    case SELSCAN_ERR_CUDA: return "SELSCAN_ERR_CUDA";
+    default: return "unknown selscan status";
+  }
+}
+
+}  // namespace
+
+absl::Status FromSelscan(selscan_status st, const char* where, const Sizes& s) {
+  if (st == SELSCAN_OK) return absl::OkStatus();
+  const std::string msg =
+      absl::StrCat(where, ": ", selscan_status_string(st), " [", StatusName(st), "] (", s.ToString(), ")");
+  if (st == SELSCAN_ERR_CUDA) return absl::InternalError(msg);
+  return absl::InvalidArgumentError(msg);
+}
+
+namespace {
+
+using tensorflow::OpKernel;
+using tensorflow::shape_inference::DimensionHandle;
+using tensorflow::shape_inference::InferenceContext;
+using tensorflow::shape_inference::ShapeHandle;
+
+// ------------------------------------------------------------------------------------------------
+// Shape inference (unknown ranks and dimensions are fine: Merge keeps what is known).
+
+struct InferredDims {
+  DimensionHandle batch, dim, L, N, G;
+  ShapeHandle seq, bc;  // shapes of u-like and B-like tensors
+  bool bld = true, has_d = false, has_z = false, has_bias = false, has_h0 = false;
+};
+
+absl::Status InferDims(InferenceContext* c, bool backward, InferredDims* d) {
+  std::string layout;
+  bool has_dh_last = false;
+  TF_RETURN_IF_ERROR(c->GetAttr("layout", &layout));
+  TF_RETURN_IF_ERROR(c->GetAttr("has_d", &d->has_d));
+  TF_RETURN_IF_ERROR(c->GetAttr("has_z", &d->has_z));
+  TF_RETURN_IF_ERROR(c->GetAttr("has_delta_bias", &d->has_bias));
+  TF_RETURN_IF_ERROR(c->GetAttr("has_h0", &d->has_h0));
+  if (backward) TF_RETURN_IF_ERROR(c->GetAttr("has_dh_last", &has_dh_last));
+  d->bld = layout != "BDL";
+  const int ld = d->bld ? 1 : 2, dd = d->bld ? 2 : 1;
+
+  ShapeHandle u, t;
+  TF_RETURN_IF_ERROR(c->WithRank(c->input(kU), 3, &u));
+  TF_RETURN_IF_ERROR(c->WithRank(c->input(kDelta), 3, &t));
+  TF_RETURN_IF_ERROR(c->Merge(u, t, &u));
+  if (d->has_z) {
+    TF_RETURN_IF_ERROR(c->WithRank(c->input(kZ), 3, &t));
+    TF_RETURN_IF_ERROR(c->Merge(u, t, &u));
+  }
+  if (backward) {
+    TF_RETURN_IF_ERROR(c->WithRank(c->input(kDy), 3, &t));
+    TF_RETURN_IF_ERROR(c->Merge(u, t, &u));
+  }
+  d->batch = c->Dim(u, 0);
+  d->L = c->Dim(u, ld);
+  d->dim = c->Dim(u, dd);
+
+  ShapeHandle a;
+  TF_RETURN_IF_ERROR(c->WithRank(c->input(kA), 2, &a));
+  TF_RETURN_IF_ERROR(c->Merge(c->Dim(a, 0), d->dim, &d->dim));
+  d->N = c->Dim(a, 1);
+
+  ShapeHandle b, cc;
+  TF_RETURN_IF_ERROR(c->WithRank(c->input(kB), 4, &b));
+  TF_RETURN_IF_ERROR(c->WithRank(c->input(kC), 4, &cc));
+  TF_RETURN_IF_ERROR(c->Merge(b, cc, &b));
+  TF_RETURN_IF_ERROR(c->Merge(c->Dim(b, 0), d->batch, &d->batch));
+  if (d->bld) {  // (batch, L, G, N)
+    TF_RETURN_IF_ERROR(c->Merge(c->Dim(b, 1), d->L, &d->L));
+    d->G = c->Dim(b, 2);
+    TF_RETURN_IF_ERROR(c->Merge(c->Dim(b, 3), d->N, &d->N));
+  } else {  // (batch, G, N, L)
+    d->G = c->Dim(b, 1);
+    TF_RETURN_IF_ERROR(c->Merge(c->Dim(b, 2), d->N, &d->N));
+    TF_RETURN_IF_ERROR(c->Merge(c->Dim(b, 3), d->L, &d->L));
+  }
+  if (d->has_d) {
+    TF_RETURN_IF_ERROR(c->WithRank(c->input(kD), 1, &t));
+    TF_RETURN_IF_ERROR(c->Merge(c->Dim(t, 0), d->dim, &d->dim));
+  }
+  if (d->has_bias) {
+    TF_RETURN_IF_ERROR(c->WithRank(c->input(kDeltaBias), 1, &t));
+    TF_RETURN_IF_ERROR(c->Merge(c->Dim(t, 0), d->dim, &d->dim));
+  }
+  auto state = [&](int i) -> absl::Status {
+    ShapeHandle h;
+    TF_RETURN_IF_ERROR(c->WithRank(c->input(i), 3, &h));
+    TF_RETURN_IF_ERROR(c->Merge(c->Dim(h, 0), d->batch, &d->batch));
+    TF_RETURN_IF_ERROR(c->Merge(c->Dim(h, 1), d->dim, &d->dim));
+    TF_RETURN_IF_ERROR(c->Merge(c->Dim(h, 2), d->N, &d->N));
+    return absl::OkStatus();
+  };
+  if (d->has_h0) TF_RETURN_IF_ERROR(state(kH0));
+  if (has_dh_last) TF_RETURN_IF_ERROR(state(kDhLast));
+  if (c->ValueKnown(d->dim) && c->ValueKnown(d->G) && c->Value(d->dim) > 0 &&
+      (c->Value(d->G) == 0 || c->Value(d->dim) % c->Value(d->G) != 0))
+    return Invalid("selscan: ", selscan_status_string(SELSCAN_ERR_SHAPE), " [",
+                                               StatusName(SELSCAN_ERR_SHAPE), "]: dim ", c->Value(d->dim),
+                                               " is not a multiple of n_groups ", c->Value(d->G));
+  d->seq = d->bld ? c->MakeShape({d->batch, d->L, d->dim}) : c->MakeShape({d->batch, d->dim, d->L});
+  d->bc = d->bld ? c->MakeShape({d->batch, d->L, d->G, d->N}) : c->MakeShape({d->batch, d->G, d->N, d->L});
+  return absl::OkStatus();
+}
+
+absl::Status ForwardShape(InferenceContext* c) {
+  InferredDims d;
+  bool ret = false;
+  TF_RETURN_IF_ERROR(InferDims(c, false, &d));
+  TF_RETURN_IF_ERROR(c->GetAttr("return_last_state", &ret));
+  c->set_output(0, d.seq);
+  c->set_output(1, ret ? c->MakeShape({d.batch, d.dim, d.N}) : c->Vector(0));
+  return absl::OkStatus();
+}
+
+absl::Status BackwardShape(InferenceContext* c) {
+  InferredDims d;
+  TF_RETURN_IF_ERROR(InferDims(c, true, &d));
+  c->set_output(kDu, d.seq);
+  c->set_output(kDdelta, d.seq);
+  c->set_output(kDa, c->MakeShape({d.dim, d.N}));
+  c->set_output(kDb, d.bc);
+  c->set_output(kDc, d.bc);
+  c->set_output(kDd, d.has_d ? c->Vector(d.dim) : c->Vector(0));
+  c->set_output(kDz, d.has_z ? d.seq : c->Vector(0));
+  c->set_output(kDdeltaBias, d.has_bias ? c->Vector(d.dim) : c->Vector(0));
+  c->set_output(kDh0, d.has_h0 ? c->MakeShape({d.batch, d.dim, d.N}) : c->Vector(0));
+  return absl::OkStatus();
+}
+
+}  // namespace
+}  // namespace selscan_tf
+
+REGISTER_OP("SelscanForward")
+    .Input("u: T")
+    .Input("delta: T")
+    .Input("a: float")
+    .Input("b: T")
+    .Input("c: T")
+    .Input("d: float")
+    .Input("z: T")
+    .Input("delta_bias: float")
+    .Input("h0: float")
+    .Output("y: T")
+    .Output("h_last: float")
+    .Attr("T: {float, half, bfloat16}")
+    .Attr("delta_softplus: bool = false")
+    .Attr("has_d: bool = false")
+    .Attr("has_z: bool = false")
+    .Attr("has_delta_bias: bool = false")
+    .Attr("has_h0: bool = false")
+    .Attr("return_last_state: bool = false")
+    .Attr("layout: {'BLD', 'BDL'} = 'BLD'")
+    .SetShapeFn(selscan_tf::ForwardShape);
+
+REGISTER_OP("SelscanBackward")
+    .Input("u: T")
+    .Input("delta: T")
+    .Input("a: float")
+    .Input("b: T")
+    .Input("c: T")
+    .Input("d: float")
+    .Input("z: T")
+    .Input("delta_bias: float")
+    .Input("h0: float")
+    .Input("dy: T")
+    .Input("dh_last: float")
+    .Output("du: T")
+    .Output("ddelta: T")
+    .Output("da: float")
+    .Output("db: T")
+    .Output("dc: T")
+    .Output("dd: float")
+    .Output("dz: T")
+    .Output("ddelta_bias: float")
+    .Output("dh0: float")
+    .Attr("T: {float, half, bfloat16}")
+    .Attr("delta_softplus: bool = false")
+    .Attr("has_d: bool = false")
+    .Attr("has_z: bool = false")
+    .Attr("has_delta_bias: bool = false")
+    .Attr("has_h0: bool = false")
+    .Attr("has_dh_last: bool = false")
+    .Attr("layout: {'BLD', 'BDL'} = 'BLD'")
+    .SetShapeFn(selscan_tf::BackwardShape);
+
+namespace selscan_tf {
+namespace {
+
+using tensorflow::DEVICE_CPU;
+
+// Channels per forward work unit: fixed (never derived from the thread count) so that the split,
+// and with it every result bit, is the same on every machine.
+constexpr int64_t kChannelBlock = 64;
+
+inline void* Off(void* p, int64_t elems, size_t esz) {
+  return p ? static_cast<void*>(static_cast<char*>(p) + elems * static_cast<int64_t>(esz)) : nullptr;
+}
+inline void OffSeq(selscan_tensor* t, int64_t b, int64_t d0, size_t esz) {
+  t->data = Off(t->data, b * t->stride[0] + d0 * t->stride[1], esz);
+}
+inline void OffBc(selscan_tensor* t, int64_t b, int64_t g, size_t esz) {
+  t->data = Off(t->data, b * t->stride[0] + g * t->stride[1], esz);
+}
+inline void OffChan(selscan_tensor* t, int64_t d0) { t->data = Off(t->data, d0 * t->stride[0], 4); }
+inline void OffState(selscan_tensor* t, int64_t b, int64_t d0) {
+  t->data = Off(t->data, b * t->stride[0] + d0 * t->stride[1], 4);
+}
+
+// Channels [d0, d0 + nd) of batch row b, all inside group g: a problem of its own with batch 1
+// and one group, reading and writing the same memory through the same strides.
+selscan_problem SubProblem(const selscan_problem& p, int64_t b, int64_t g, int64_t d0, int64_t nd) {
+  const size_t tsz = p.dtype == SELSCAN_F32 ? 4 : 2;
+  selscan_problem q = p;
+  q.batch = 1;
+  q.dim = nd;
+  q.n_groups = 1;
+  OffSeq(&q.u, b, d0, tsz);
+  OffSeq(&q.delta, b, d0, tsz);
+  OffSeq(&q.z, b, d0, tsz);
+  OffSeq(&q.y, b, d0, tsz);
+  OffChan(&q.A, d0);
+  OffBc(&q.B, b, g, tsz);
+  OffBc(&q.C, b, g, tsz);
+  OffChan(&q.D, d0);
+  OffChan(&q.delta_bias, d0);
+  OffState(&q.h0, b, d0);
+  OffState(&q.h_last, b, d0);
+  return q;
+}
+
+// Runs fn(unit, slot) for unit in [0, n_units) on TF's CPU pool: at most one shard per pool
+// thread, each shard a contiguous range of units using its own workspace slot.
+template <typename Fn>
+void RunUnits(OpKernelContext* ctx, int64_t n_units, int64_t n_shards, const Fn& fn) {
+  auto* workers = ctx->device()->tensorflow_cpu_worker_threads()->workers;
+  if (n_shards <= 1) {
+    for (int64_t i = 0; i < n_units; i++) fn(i, 0);
+    return;
+  }
+  workers->ParallelFor(n_shards, tsl::thread::ThreadPool::SchedulingParams::Fixed(1),
+                       [&](int64_t s0, int64_t s1) {
+                         for (int64_t s = s0; s < s1; s++)
+                           for (int64_t i = s * n_units / n_shards; i < (s + 1) * n_units / n_shards; i++) fn(i, s);
+                       });
+}
+
+int64_t NumShards(OpKernelContext* ctx, int64_t n_units) {
+  const int64_t threads = std::max(1, ctx->device()->tensorflow_cpu_worker_threads()->num_threads);
+  return std::max<int64_t>(1, std::min(n_units, threads));
+}
+
+// A workspace of n_slots aligned slots of slot_bytes each, from allocate_temp.
+absl::Status AllocateSlots(OpKernelContext* ctx, size_t slot_bytes, int64_t n_slots, Tensor* tmp, char** base,
+                           size_t* stride) {
+  *stride = (slot_bytes + SELSCAN_WORKSPACE_ALIGN - 1) / SELSCAN_WORKSPACE_ALIGN * SELSCAN_WORKSPACE_ALIGN;
+  *base = nullptr;
+  if (*stride == 0) return absl::OkStatus();
+  const size_t total = *stride * static_cast<size_t>(n_slots);
+  TF_RETURN_IF_ERROR(
+      ctx->allocate_temp(tensorflow::DT_INT8, TensorShape({PaddedWorkspaceBytes(total)}), tmp));
+  *base = static_cast<char*>(AlignWorkspace(tmp->data()));
+  return absl::OkStatus();
+}
+
+absl::Status FirstError(const std::vector<selscan_status>& sts, const char* where, const Sizes& s) {
+  for (selscan_status st : sts)
+    if (st != SELSCAN_OK) return FromSelscan(st, where, s);
+  return absl::OkStatus();
+}
+
+template <typename T>
+class SelscanForwardCpu : public OpKernel {
+ public:
+  explicit SelscanForwardCpu(OpKernelConstruction* c) : OpKernel(c) { OP_REQUIRES_OK(c, ReadOptions(c, false, &o_)); }
+
+  void Compute(OpKernelContext* ctx) override {
+    Sizes s;
+    OP_REQUIRES_OK(ctx, CheckInputs(ctx, o_, false, &s));
+    Tensor *y = nullptr, *h_last = nullptr;
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(0, SeqShape(s, o_.bld), &y));
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(1, o_.return_last_state ? StateShape(s) : TensorShape({0}), &h_last));
+    if (s.Empty()) {  // nothing to scan: y is empty, h_last is h0 (or 0)
+      if (o_.return_last_state && h_last->TotalBytes() > 0) {
+        if (o_.has_h0) std::memcpy(h_last->data(), ctx->input(kH0).data(), h_last->TotalBytes());
+        else std::memset(h_last->data(), 0, h_last->TotalBytes());
+      }
+      return;
+    }
+    const selscan_problem p =
+        BuildProblem(ctx, o_, s, DtypeOf<T>::value, y, o_.return_last_state ? h_last : nullptr);
+    size_t bytes = 0;
+    OP_REQUIRES_OK(ctx, FromSelscan(selscan_workspace_size(&p, nullptr, &bytes), "selscan_forward_cpu", s));
+
+    // Units: (batch row, group, block of kChannelBlock channels inside the group).
+    const int64_t dpg = s.dim / s.G, cb = std::min(kChannelBlock, dpg), nbg = (dpg + cb - 1) / cb;
+    const int64_t n_units = s.batch * s.G * nbg;
+    auto unit = [&](int64_t i) {
+      const int64_t b = i / (s.G * nbg), g = (i / nbg) % s.G, k = i % nbg;
+      return SubProblem(p, b, g, g * dpg + k * cb, std::min(cb, dpg - k * cb));
+    };
+    size_t ws = 0;
+    for (int64_t i : {int64_t{0}, nbg - 1}) {  // the two unit shapes: full block and tail block
+      const selscan_problem q = unit(i);
+      OP_REQUIRES_OK(ctx, FromSelscan(selscan_workspace_size(&q, nullptr, &bytes), "selscan_forward_cpu", s));
+      ws = std::max(ws, bytes);
+    }
+    const int64_t n_shards = NumShards(ctx, n_units);
+    Tensor tmp;
+    char* base = nullptr;
+    size_t stride = 0;
+    OP_REQUIRES_OK(ctx, AllocateSlots(ctx, ws, n_shards, &tmp, &base, &stride));
+    std::vector<selscan_status> sts(static_cast<size_t>(n_units), SELSCAN_OK);
+    RunUnits(ctx, n_units, n_shards, [&](int64_t i, int64_t slot) {
+      const selscan_problem q = unit(i);
+      sts[static_cast<size_t>(i)] = selscan_forward_cpu(&q, base ? base + slot * stride : nullptr, ws);
+    });
+    OP_REQUIRES_OK(ctx, FirstError(sts, "selscan_forward_cpu", s));
+  }
+
+ private:
+  Options o_;
+};
+
+template <typename T>
+class SelscanBackwardCpu : public OpKernel {
+ public:
+  explicit SelscanBackwardCpu(OpKernelConstruction* c) : OpKernel(c) { OP_REQUIRES_OK(c, ReadOptions(c, true, &o_)); }
+
+  void Compute(OpKernelContext* ctx) override {
+    Sizes s;
+    OP_REQUIRES_OK(ctx, CheckInputs(ctx, o_, true, &s));
+    Tensor* outs[kNumGradOutputs] = {};
+    OP_REQUIRES_OK(ctx, AllocateGradOutputs(ctx, o_, outs));
+    if (s.Empty()) {  // all gradients 0, except dh0 = dh_last (the state passes through)
+      for (Tensor* t : outs)
+        if (t->TotalBytes() > 0) std::memset(t->data(), 0, t->TotalBytes());
+      if (o_.has_h0 && o_.has_dh_last && outs[kDh0]->TotalBytes() > 0)
+        std::memcpy(outs[kDh0]->data(), ctx->input(kDhLast).data(), outs[kDh0]->TotalBytes());
+      return;
+    }
+    const selscan_problem p = BuildProblem(ctx, o_, s, DtypeOf<T>::value, nullptr, nullptr);
+    const selscan_grads g = BuildGrads(ctx, o_, s, outs);
+    size_t bytes = 0;
+    OP_REQUIRES_OK(ctx, FromSelscan(selscan_workspace_size(&p, &g, &bytes), "selscan_backward_cpu", s));
+
+    // Units: (batch row, group). dA, dD and ddelta_bias are sums over the batch: with more than
+    // one row each row writes its own f32 partial sums, added up afterwards in row order.
+    const int64_t dpg = s.dim / s.G, n_units = s.batch * s.G;
+    const bool partial = s.batch > 1;
+    Tensor scratch;
+    float *sA = nullptr, *sD = nullptr, *sBias = nullptr;
+    if (partial) {
+      const int64_t per_row = s.dim * s.N + (o_.has_d ? s.dim : 0) + (o_.has_bias ? s.dim : 0);
+      OP_REQUIRES_OK(ctx, ctx->allocate_temp(tensorflow::DT_FLOAT, TensorShape({s.batch * per_row}), &scratch));
+      sA = scratch.flat<float>().data();
+      sD = o_.has_d ? sA + s.batch * s.dim * s.N : nullptr;
+      sBias = o_.has_bias ? sA + s.batch * s.dim * (s.N + (o_.has_d ? 1 : 0)) : nullptr;
+    }
+    const size_t tsz = sizeof(T);
+    auto unit = [&](int64_t i, selscan_problem* q, selscan_grads* r) {
+      const int64_t b = i / s.G, gi = i % s.G, d0 = gi * dpg;
+      *q = SubProblem(p, b, gi, d0, dpg);
+      *r = g;
+      OffSeq(&r->dy, b, d0, tsz);
+      OffSeq(&r->du, b, d0, tsz);
+      OffSeq(&r->ddelta, b, d0, tsz);
+      OffSeq(&r->dz, b, d0, tsz);
+      OffBc(&r->dB, b, gi, tsz);
+      OffBc(&r->dC, b, gi, tsz);
+      OffState(&r->dh_last, b, d0);
+      OffState(&r->dh0, b, d0);
+      if (partial) {
+        r->dA = MatTensor(sA + (b * s.dim + d0) * s.N, s);
+        r->dD = VecTensor(sD ? sD + b * s.dim + d0 : nullptr);
+        r->ddelta_bias = VecTensor(sBias ? sBias + b * s.dim + d0 : nullptr);
+      } else {
+        OffChan(&r->dA, d0);  // dA is (dim, N): rows from d0
+        OffChan(&r->dD, d0);
+        OffChan(&r->ddelta_bias, d0);
+      }
+    };
+    selscan_problem q0;
+    selscan_grads r0;
+    unit(0, &q0, &r0);
+    size_t ws = 0;
+    OP_REQUIRES_OK(ctx, FromSelscan(selscan_workspace_size(&q0, &r0, &ws), "selscan_backward_cpu", s));
+    const int64_t n_shards = NumShards(ctx, n_units);
+    Tensor tmp;
+    char* base = nullptr;
+    size_t stride = 0;
+    OP_REQUIRES_OK(ctx, AllocateSlots(ctx, ws, n_shards, &tmp, &base, &stride));
+    std::vector<selscan_status> sts(static_cast<size_t>(n_units), SELSCAN_OK);
+    RunUnits(ctx, n_units, n_shards, [&](int64_t i, int64_t slot) {
+      selscan_problem q;
+      selscan_grads r;
+      unit(i, &q, &r);
+      sts[static_cast<size_t>(i)] = selscan_backward_cpu(&q, &r, base ? base + slot * stride : nullptr, ws);
+    });
+    OP_REQUIRES_OK(ctx, FirstError(sts, "selscan_backward_cpu", s));
+    if (partial) {  // fixed order: row 0, 1, 2, ... whatever thread ran which row
+      auto reduce = [&](float* out, const float* part, int64_t n) {
+        auto* workers = ctx->device()->tensorflow_cpu_worker_threads()->workers;
+        workers->ParallelFor(n, tsl::thread::ThreadPool::SchedulingParams::Adaptive(2 * s.batch + 1),
+                             [&](int64_t i0, int64_t i1) {
+                               for (int64_t i = i0; i < i1; i++) {
+                                 float acc = 0.0f;
+                                 for (int64_t b = 0; b < s.batch; b++) acc += part[b * n + i];
+                                 out[i] = acc;
+                               }
+                             });
+      };
+      reduce(outs[kDa]->flat<float>().data(), sA, s.dim * s.N);
+      if (sD) reduce(outs[kDd]->flat<float>().data(), sD, s.dim);
+      if (sBias) reduce(outs[kDdeltaBias]->flat<float>().data(), sBias, s.dim);
+    }
+  }
+
+ private:
+  Options o_;
+};
+
+#define SELSCAN_TF_REGISTER_CPU(T)                                                                     \
+  REGISTER_KERNEL_BUILDER(Name("SelscanForward").Device(DEVICE_CPU).TypeConstraint<T>("T"),          \
+                          SelscanForwardCpu<T>);                                                       \
+  REGISTER_KERNEL_BUILDER(Name("SelscanBackward").Device(DEVICE_CPU).TypeConstraint<T>("T"),         \
+                          SelscanBackwardCpu<T>);
+SELSCAN_TF_REGISTER_CPU(float)
+SELSCAN_TF_REGISTER_CPU(Eigen::half)
+SELSCAN_TF_REGISTER_CPU(tensorflow::bfloat16)
+#undef SELSCAN_TF_REGISTER_CPU
+
+}  // namespace
+}  // namespace selscan_tf

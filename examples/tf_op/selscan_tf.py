@@ -1,0 +1,244 @@
+"""selscan_tf: Mamba's selective scan (S6) as a TensorFlow op, backed by selscan.
+
+    from selscan_tf import selective_scan, SelectiveScan
+
+    y = selective_scan(u, delta, A, B, C, D=D, z=z, delta_bias=bias, delta_softplus=True)
+
+Shapes, layout "BLD" (channels-last, the default; what Dense/Conv1D layers produce):
+    u, delta, z, y   (batch, L, dim)
+    B, C             (batch, L, n_groups, N), or (batch, L, N) for one group
+Layout "BDL" (state-spaces/mamba's layout):
+    u, delta, z, y   (batch, dim, L)
+    B, C             (batch, n_groups, N, L), or (batch, N, L) for one group
+Both layouts:
+    A                (dim, N)        float32 (Mamba: A = -exp(A_log))
+    D, delta_bias    (dim,)          float32, optional
+    h0, h_last       (batch, dim, N) float32, optional initial / returned final state
+
+u, delta, z, B, C share one dtype T in {float32, float16, bfloat16}; y has dtype T. The op reads
+both layouts in place through strides (no transposes). Gradients flow to every input and from
+h_last. The compiled library (_selscan_tf_ops.so) is looked up next to this file, then in
+../../build/tf_op/ (where `make tf-op` puts it), or at $SELSCAN_TF_OPS.
+"""
+
+import os
+
+import tensorflow as tf
+
+__all__ = ["selective_scan", "SelectiveScan", "load_ops"]
+
+_LIB_NAME = "_selscan_tf_ops.so"
+_HERE = os.path.dirname(os.path.abspath(__file__))
+_ops = None
+
+
+def load_ops():
+    """Loads (once) and returns the op module of _selscan_tf_ops.so."""
+    global _ops
+    if _ops is not None:
+        return _ops
+    candidates = []
+    if os.environ.get("SELSCAN_TF_OPS"):
+        candidates.append(os.environ["SELSCAN_TF_OPS"])
+    candidates += [
+        os.path.join(_HERE, _LIB_NAME),
+        os.path.join(_HERE, os.pardir, os.pardir, "build", "tf_op", _LIB_NAME),
+    ]
+    for path in candidates:
+        if os.path.isfile(path):
+            _ops = tf.load_op_library(os.path.normpath(path))
+            return _ops
+    raise ImportError(
+        "selscan_tf: %s not found (looked at %s); build it with `make tf-op`"
+        % (_LIB_NAME, ", ".join(os.path.normpath(p) for p in candidates))
+    )
+
+
+_FLOAT_TYPES = (tf.float32, tf.float16, tf.bfloat16)
+
+
+def _as_f32(x, name):
+    x = tf.convert_to_tensor(x, dtype_hint=tf.float32, name=name)
+    if not x.dtype.is_floating:
+        raise TypeError("selective_scan: %s must be floating point, got %s" % (name, x.dtype.name))
+    return x if x.dtype == tf.float32 else tf.cast(x, tf.float32)
+
+
+def _as_t(x, dtype, name):
+    x = tf.convert_to_tensor(x, dtype_hint=dtype, name=name)
+    if x.dtype != dtype:
+        raise TypeError(
+            "selective_scan: %s has dtype %s but u has dtype %s (u, delta, z, B and C share one dtype)"
+            % (name, x.dtype.name, dtype.name)
+        )
+    return x
+
+
+def _bc(x, dtype, name, layout):
+    x = _as_t(x, dtype, name)
+    if x.shape.rank == 3:  # one group: insert the group axis (a reshape, no data movement)
+        x = tf.expand_dims(x, axis=2 if layout == "BLD" else 1)
+    return x
+
+
+def selective_scan(
+    u,
+    delta,
+    A,
+    B,
+    C,
+    D=None,
+    z=None,
+    delta_bias=None,
+    delta_softplus=False,
+    h0=None,
+    return_last_state=False,
+    layout="BLD",
+    name=None,
+):
+    """The selective scan of Mamba (S6); see the module docstring for shapes.
+
+    For each batch row b, channel d and step t, with h starting at h0 (or 0):
+        dt = delta + delta_bias;  dt = softplus(dt) if delta_softplus
+        h  = exp(dt * A[d]) * h + dt * B[t] * u
+        y  = sum_n C[t] * h + D * u;  y = y * silu(z) if z is given
+    Returns y, or (y, h_last) with return_last_state=True.
+    """
+    if layout not in ("BLD", "BDL"):
+        raise ValueError('selective_scan: layout must be "BLD" or "BDL", got %r' % (layout,))
+    ops = load_ops()
+    with tf.name_scope(name or "selective_scan"):
+        u = tf.convert_to_tensor(u, name="u")
+        T = u.dtype
+        if T not in _FLOAT_TYPES:
+            raise TypeError("selective_scan: u must be float32, float16 or bfloat16, got %s" % T.name)
+        delta = _as_t(delta, T, "delta")
+        A = _as_f32(A, "A")
+        B = _bc(B, T, "B", layout)
+        C = _bc(C, T, "C", layout)
+        empty_f32 = tf.zeros([0], tf.float32)
+        D_ = _as_f32(D, "D") if D is not None else empty_f32
+        z_ = _as_t(z, T, "z") if z is not None else tf.zeros([0], T)
+        bias_ = _as_f32(delta_bias, "delta_bias") if delta_bias is not None else empty_f32
+        h0_ = _as_f32(h0, "h0") if h0 is not None else empty_f32
+        y, h_last = ops.selscan_forward(
+            u,
+            delta,
+            A,
+            B,
+            C,
+            D_,
+            z_,
+            bias_,
+            h0_,
+            delta_softplus=bool(delta_softplus),
+            has_d=D is not None,
+            has_z=z is not None,
+            has_delta_bias=delta_bias is not None,
+            has_h0=h0 is not None,
+            return_last_state=bool(return_last_state),
+            layout=layout,
+        )
+        return (y, h_last) if return_last_state else y
+
+
+@tf.RegisterGradient("SelscanForward")
+def _selscan_forward_grad(op, dy, dh_last):
+    attr = op.get_attr
+    has = {k: attr(k) for k in ("has_d", "has_z", "has_delta_bias", "has_h0")}
+    if dy is None:
+        dy = tf.zeros_like(op.outputs[0])
+    has_dh_last = bool(attr("return_last_state")) and dh_last is not None
+    if not has_dh_last:
+        dh_last = tf.zeros([0], tf.float32)
+    grads = load_ops().selscan_backward(
+        *op.inputs[:9],
+        dy,
+        dh_last,
+        delta_softplus=attr("delta_softplus"),
+        has_dh_last=has_dh_last,
+        layout=attr("layout"),
+        **has,
+    )
+    du, ddelta, dA, dB, dC, dD, dz, dbias, dh0 = grads
+    return [
+        du,
+        ddelta,
+        dA,
+        dB,
+        dC,
+        dD if has["has_d"] else None,
+        dz if has["has_z"] else None,
+        dbias if has["has_delta_bias"] else None,
+        dh0 if has["has_h0"] else None,
+    ]
+
+
+class SelectiveScan(tf.keras.layers.Layer):
+    """The S6 core of a Mamba block, holding its own A_log (dim, N), D (dim) and delta_bias (dim).
+
+    call(u, delta, B, C, z=None, h0=None) with the shapes of selective_scan (layout given at
+    construction). A = -exp(A_log) (Mamba's S4D-real initialization A_log[d, n] = log(n + 1)),
+    D = 1, delta_bias = softplus^-1 of dt drawn log-uniformly from [dt_min, dt_max], softplus
+    applied to delta + delta_bias. The op has no XLA kernel, so supports_jit is False (Keras then
+    does not jit-compile a model containing this layer).
+    """
+
+    def __init__(self, dim, d_state=16, layout="BLD", dt_min=1e-3, dt_max=1e-1, delta_softplus=True, **kwargs):
+        super().__init__(**kwargs)
+        if layout not in ("BLD", "BDL"):
+            raise ValueError('SelectiveScan: layout must be "BLD" or "BDL", got %r' % (layout,))
+        self.dim, self.d_state, self.layout = int(dim), int(d_state), layout
+        self.dt_min, self.dt_max, self.delta_softplus = float(dt_min), float(dt_max), bool(delta_softplus)
+        self.supports_jit = False
+        dim, n = self.dim, self.d_state
+        self.A_log = self.add_weight(
+            name="A_log",
+            shape=(dim, n),
+            dtype="float32",
+            initializer=lambda shape, dtype=None: tf.math.log(
+                tf.tile(tf.range(1, n + 1, dtype=tf.float32)[None, :], [dim, 1])
+            ),
+        )
+        self.D = self.add_weight(name="D", shape=(dim,), dtype="float32", initializer="ones")
+        lo, hi = self.dt_min, self.dt_max
+
+        def dt_bias_init(shape, dtype=None):
+            import math
+
+            dt = tf.exp(tf.random.uniform(shape, math.log(lo), math.log(hi)))
+            return dt + tf.math.log(-tf.math.expm1(-dt))  # inverse of softplus
+
+        self.delta_bias = self.add_weight(name="delta_bias", shape=(dim,), dtype="float32", initializer=dt_bias_init)
+        self.built = True
+
+    def call(self, u, delta, B, C, z=None, h0=None):
+        A = -tf.exp(tf.cast(self.A_log, tf.float32))
+        return selective_scan(
+            u,
+            delta,
+            A,
+            B,
+            C,
+            D=tf.cast(self.D, tf.float32),
+            z=z,
+            delta_bias=tf.cast(self.delta_bias, tf.float32),
+            delta_softplus=self.delta_softplus,
+            h0=h0,
+            layout=self.layout,
+        )
+
+    def compute_output_shape(self, u_shape, *args, **kwargs):
+        return u_shape
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(
+            dim=self.dim,
+            d_state=self.d_state,
+            layout=self.layout,
+            dt_min=self.dt_min,
+            dt_max=self.dt_max,
+            delta_softplus=self.delta_softplus,
+        )
+        return config

@@ -1,0 +1,275 @@
+// selscan_tf_common.h - shared by the CPU (selscan_tf.cc) and GPU (selscan_tf_gpu.cc) kernels of the
+// TensorFlow op: attrs, input checks, and the mapping of TensorFlow tensors onto a selscan_problem
+// through element strides (no transposes, no copies).
+//
+// Memory layouts (TensorFlow tensors are dense row-major):
+//
+//   layout "BLD" (channels-last, the natural TF/Keras layout)     layout "BDL"
+//     u, delta, z, y, dy, du, ...  (batch, L, dim)                  (batch, dim, L)
+//     B, C, dB, dC                 (batch, L, G, N)                 (batch, G, N, L)
+//   both layouts
+//     A, dA                        (dim, N)            float32
+//     D, delta_bias, dD, ...       (dim)               float32
+//     h0, h_last, dh0, dh_last     (batch, dim, N)     float32
+//
+// selscan's logical shapes are u (batch, dim, L) and B (batch, G, N, L); the strides below say
+// where each logical element lives in the TF tensor.
+#ifndef SELSCAN_TF_COMMON_H_
+#define SELSCAN_TF_COMMON_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "tensorflow/core/framework/op_kernel.h"
+#include "tensorflow/core/framework/tensor.h"
+#include "tensorflow/core/framework/types.h"
+#include "selscan.h"
+
+namespace selscan_tf {
+
+using tensorflow::OpKernelConstruction;
+using tensorflow::OpKernelContext;
+using tensorflow::Tensor;
+using tensorflow::TensorShape;
+
+// InvalidArgument status with a message built from pieces.
+template <typename... Args>
+absl::Status Invalid(const Args&... args) {
+  return absl::InvalidArgumentError(absl::StrCat(args...));
+}
+
+// Input positions of both ops (the backward op appends dy and dh_last).
+enum Input { kU = 0, kDelta, kA, kB, kC, kD, kZ, kDeltaBias, kH0, kDy, kDhLast, kNumForwardInputs = 9 };
+// Output positions of the backward op.
+enum GradOutput { kDu = 0, kDdelta, kDa, kDb, kDc, kDd, kDz, kDdeltaBias, kDh0, kNumGradOutputs };
+
+struct Options {
+  bool softplus = false, has_d = false, has_z = false, has_bias = false, has_h0 = false;
+  bool return_last_state = false, has_dh_last = false;
+  bool bld = true;  // layout "BLD"; false: "BDL"
+};
+
+inline absl::Status ReadOptions(OpKernelConstruction* c, bool backward, Options* o) {
+  std::string layout;
+  TF_RETURN_IF_ERROR(c->GetAttr("delta_softplus", &o->softplus));
+  TF_RETURN_IF_ERROR(c->GetAttr("has_d", &o->has_d));
+  TF_RETURN_IF_ERROR(c->GetAttr("has_z", &o->has_z));
+  TF_RETURN_IF_ERROR(c->GetAttr("has_delta_bias", &o->has_bias));
+  TF_RETURN_IF_ERROR(c->GetAttr("has_h0", &o->has_h0));
+  TF_RETURN_IF_ERROR(c->GetAttr("layout", &layout));
+  if (backward) {
+    TF_RETURN_IF_ERROR(c->GetAttr("has_dh_last", &o->has_dh_last));
+  } else {
+    TF_RETURN_IF_ERROR(c->GetAttr("return_last_state", &o->return_last_state));
+  }
+  if (layout != "BLD" && layout != "BDL")
+    return Invalid("selscan: layout must be \"BLD\" or \"BDL\", got \"", layout, "\"");
+  o->bld = layout == "BLD";
+  return absl::OkStatus();
+}
+
+// Logical sizes of one call.
+struct Sizes {
+  int64_t batch = 0, dim = 0, L = 0, N = 0, G = 0;
+  bool Empty() const { return batch == 0 || dim == 0 || L == 0; }
+  std::string ToString() const {
+    return "batch=" + std::to_string(batch) + ", dim=" + std::to_string(dim) + ", seqlen=" + std::to_string(L) +
+           ", dstate=" + std::to_string(N) + ", n_groups=" + std::to_string(G);
+  }
+};
+
+// Checks ranks and that all operands agree before anything is handed to selscan, so a bad shape
+// is an InvalidArgument error and never an out-of-bounds read. Group divisibility and N == 0 are
+// left to selscan, whose message then reaches the user.
+inline absl::Status CheckInputs(OpKernelContext* ctx, const Options& o, bool backward, Sizes* s) {
+  const char* lay = o.bld ? "(batch, L, dim) for layout BLD" : "(batch, dim, L) for layout BDL";
+  const char* blay = o.bld ? "(batch, L, n_groups, N) for layout BLD" : "(batch, n_groups, N, L) for layout BDL";
+  const Tensor& u = ctx->input(kU);
+  if (u.dims() != 3)
+    return Invalid("selscan: u must have rank 3 ", lay, ", got shape ", u.shape().DebugString());
+  s->batch = u.dim_size(0);
+  s->dim = u.dim_size(o.bld ? 2 : 1);
+  s->L = u.dim_size(o.bld ? 1 : 2);
+  auto same_as_u = [&](int i, const char* name) -> absl::Status {
+    const Tensor& t = ctx->input(i);
+    if (t.shape() != u.shape())
+      return Invalid("selscan: ", name, " must have u's shape ", u.shape().DebugString(), ", got ",
+                             t.shape().DebugString());
+    return absl::OkStatus();
+  };
+  TF_RETURN_IF_ERROR(same_as_u(kDelta, "delta"));
+  if (o.has_z) TF_RETURN_IF_ERROR(same_as_u(kZ, "z"));
+  if (backward) TF_RETURN_IF_ERROR(same_as_u(kDy, "dy"));
+
+  const Tensor& A = ctx->input(kA);
+  if (A.dims() != 2 || A.dim_size(0) != s->dim)
+    return Invalid("selscan: A must have shape (dim, N) with dim=", s->dim, ", got ", A.shape().DebugString());
+  s->N = A.dim_size(1);
+
+  const Tensor& B = ctx->input(kB);
+  const Tensor& C = ctx->input(kC);
+  if (B.dims() != 4)
+    return Invalid("selscan: B must have rank 4 ", blay, ", got shape ", B.shape().DebugString());
+  s->G = B.dim_size(o.bld ? 2 : 1);
+  {
+    const TensorShape want = o.bld ? TensorShape({s->batch, s->L, s->G, s->N}) : TensorShape({s->batch, s->G, s->N, s->L});
+    if (B.shape() != want)
+      return Invalid("selscan: B must have shape ", blay, " = ", want.DebugString(), ", got ",
+                             B.shape().DebugString());
+    if (C.shape() != want)
+      return Invalid("selscan: C must have B's shape ", want.DebugString(), ", got ", C.shape().DebugString());
+  }
+  auto vec_dim = [&](bool present, int i, const char* name) -> absl::Status {
+    if (!present) return absl::OkStatus();
+    const Tensor& t = ctx->input(i);
+    if (t.dims() != 1 || t.dim_size(0) != s->dim)
+      return Invalid("selscan: ", name, " must have shape (dim,) = (", s->dim, "), got ", t.shape().DebugString());
+    return absl::OkStatus();
+  };
+  TF_RETURN_IF_ERROR(vec_dim(o.has_d, kD, "D"));
+  TF_RETURN_IF_ERROR(vec_dim(o.has_bias, kDeltaBias, "delta_bias"));
+  auto state = [&](bool present, int i, const char* name) -> absl::Status {
+    if (!present) return absl::OkStatus();
+    const Tensor& t = ctx->input(i);
+    if (t.shape() != TensorShape({s->batch, s->dim, s->N}))
+      return Invalid("selscan: ", name, " must have shape (batch, dim, N) = (", s->batch, ", ", s->dim, ", ",
+                             s->N, "), got ", t.shape().DebugString());
+    return absl::OkStatus();
+  };
+  TF_RETURN_IF_ERROR(state(o.has_h0, kH0, "h0"));
+  if (backward) TF_RETURN_IF_ERROR(state(o.has_dh_last, kDhLast, "dh_last"));
+  if (!s->Empty() && s->G == 0)
+    return Invalid("selscan: B and C have 0 groups (", s->ToString(), ")");
+  return absl::OkStatus();
+}
+
+template <typename T>
+struct DtypeOf;
+template <>
+struct DtypeOf<float> {
+  static constexpr selscan_dtype value = SELSCAN_F32;
+};
+template <>
+struct DtypeOf<Eigen::half> {
+  static constexpr selscan_dtype value = SELSCAN_F16;
+};
+template <>
+struct DtypeOf<tensorflow::bfloat16> {
+  static constexpr selscan_dtype value = SELSCAN_BF16;
+};
+
+inline void* DataOf(const Tensor& t) { return t.data(); }
+
+// Element strides of each kind of operand, for its logical selscan shape.
+inline selscan_tensor SeqTensor(void* data, const Sizes& s, bool bld) {  // (batch, dim, L)
+  selscan_tensor t = {};
+  t.data = data;
+  if (bld) { t.stride[0] = s.L * s.dim; t.stride[1] = 1; t.stride[2] = s.dim; }
+  else { t.stride[0] = s.dim * s.L; t.stride[1] = s.L; t.stride[2] = 1; }
+  return t;
+}
+inline selscan_tensor BcTensor(void* data, const Sizes& s, bool bld) {  // (batch, G, N, L)
+  selscan_tensor t = {};
+  t.data = data;
+  if (bld) { t.stride[0] = s.L * s.G * s.N; t.stride[1] = s.N; t.stride[2] = 1; t.stride[3] = s.G * s.N; }
+  else { t.stride[0] = s.G * s.N * s.L; t.stride[1] = s.N * s.L; t.stride[2] = s.L; t.stride[3] = 1; }
+  return t;
+}
+inline selscan_tensor MatTensor(void* data, const Sizes& s) {  // (dim, N)
+  selscan_tensor t = {};
+  t.data = data;
+  t.stride[0] = s.N; t.stride[1] = 1;
+  return t;
+}
+inline selscan_tensor VecTensor(void* data) {  // (dim)
+  selscan_tensor t = {};
+  t.data = data;
+  t.stride[0] = 1;
+  return t;
+}
+inline selscan_tensor StateTensor(void* data, const Sizes& s) {  // (batch, dim, N)
+  selscan_tensor t = {};
+  t.data = data;
+  t.stride[0] = s.dim * s.N; t.stride[1] = s.N; t.stride[2] = 1;
+  return t;
+}
+
+// The problem of one call: inputs from the context, outputs y / h_last (h_last may be NULL).
+inline selscan_problem BuildProblem(OpKernelContext* ctx, const Options& o, const Sizes& s, selscan_dtype dtype,
+                                    Tensor* y, Tensor* h_last) {
+  selscan_problem p = {};
+  p.batch = s.batch; p.dim = s.dim; p.seqlen = s.L; p.dstate = s.N; p.n_groups = s.G;
+  p.dtype = dtype;
+  p.flags = o.softplus ? SELSCAN_DELTA_SOFTPLUS : 0u;
+  p.u = SeqTensor(DataOf(ctx->input(kU)), s, o.bld);
+  p.delta = SeqTensor(DataOf(ctx->input(kDelta)), s, o.bld);
+  p.A = MatTensor(DataOf(ctx->input(kA)), s);
+  p.B = BcTensor(DataOf(ctx->input(kB)), s, o.bld);
+  p.C = BcTensor(DataOf(ctx->input(kC)), s, o.bld);
+  p.D = VecTensor(o.has_d ? DataOf(ctx->input(kD)) : nullptr);
+  p.z = SeqTensor(o.has_z ? DataOf(ctx->input(kZ)) : nullptr, s, o.bld);
+  p.delta_bias = VecTensor(o.has_bias ? DataOf(ctx->input(kDeltaBias)) : nullptr);
+  p.h0 = StateTensor(o.has_h0 ? DataOf(ctx->input(kH0)) : nullptr, s);
+  p.y = SeqTensor(y ? DataOf(*y) : nullptr, s, o.bld);
+  p.h_last = StateTensor(h_last ? DataOf(*h_last) : nullptr, s);
+  return p;
+}
+
+// The gradients of one call; outs[kNumGradOutputs] are the backward op's outputs (an output of
+// an absent optional operand is not computed).
+inline selscan_grads BuildGrads(OpKernelContext* ctx, const Options& o, const Sizes& s, Tensor* const* outs) {
+  selscan_grads g = {};
+  g.dy = SeqTensor(DataOf(ctx->input(kDy)), s, o.bld);
+  g.dh_last = StateTensor(o.has_dh_last ? DataOf(ctx->input(kDhLast)) : nullptr, s);
+  g.du = SeqTensor(DataOf(*outs[kDu]), s, o.bld);
+  g.ddelta = SeqTensor(DataOf(*outs[kDdelta]), s, o.bld);
+  g.dA = MatTensor(DataOf(*outs[kDa]), s);
+  g.dB = BcTensor(DataOf(*outs[kDb]), s, o.bld);
+  g.dC = BcTensor(DataOf(*outs[kDc]), s, o.bld);
+  g.dD = VecTensor(o.has_d ? DataOf(*outs[kDd]) : nullptr);
+  g.dz = SeqTensor(o.has_z ? DataOf(*outs[kDz]) : nullptr, s, o.bld);
+  g.ddelta_bias = VecTensor(o.has_bias ? DataOf(*outs[kDdeltaBias]) : nullptr);
+  g.dh0 = StateTensor(o.has_h0 ? DataOf(*outs[kDh0]) : nullptr, s);
+  return g;
+}
+
+// Output shapes.
+inline TensorShape SeqShape(const Sizes& s, bool bld) {
+  return bld ? TensorShape({s.batch, s.L, s.dim}) : TensorShape({s.batch, s.dim, s.L});
+}
+inline TensorShape StateShape(const Sizes& s) { return TensorShape({s.batch, s.dim, s.N}); }
+
+// Allocates the backward op's outputs (absent optional operands get an empty (0,) gradient).
+inline absl::Status AllocateGradOutputs(OpKernelContext* ctx, const Options& o, Tensor** outs) {
+  const int src[kNumGradOutputs] = {kU, kDelta, kA, kB, kC, kD, kZ, kDeltaBias, kH0};
+  const bool present[kNumGradOutputs] = {true, true, true, true, true, o.has_d, o.has_z, o.has_bias, o.has_h0};
+  for (int i = 0; i < kNumGradOutputs; i++) {
+    const TensorShape shape = present[i] ? ctx->input(src[i]).shape() : TensorShape({0});
+    TF_RETURN_IF_ERROR(ctx->allocate_output(i, shape, &outs[i]));
+  }
+  return absl::OkStatus();
+}
+
+// selscan status -> TensorFlow status: InvalidArgument for validation failures, Internal for
+// CUDA failures, with selscan's own message. Defined in selscan_tf.cc (the TU that holds
+// selscan's implementation).
+absl::Status FromSelscan(selscan_status st, const char* where, const Sizes& s);
+
+// Rounds a pointer up to SELSCAN_WORKSPACE_ALIGN.
+inline void* AlignWorkspace(void* p) {
+  const uintptr_t a = reinterpret_cast<uintptr_t>(p);
+  const uintptr_t r = (a + SELSCAN_WORKSPACE_ALIGN - 1) / SELSCAN_WORKSPACE_ALIGN * SELSCAN_WORKSPACE_ALIGN;
+  return reinterpret_cast<void*>(r);
+}
+
+// Bytes of a temp buffer that holds `bytes` aligned bytes whatever TF's allocator returns.
+inline int64_t PaddedWorkspaceBytes(size_t bytes) {
+  return bytes == 0 ? 0 : static_cast<int64_t>(bytes) + SELSCAN_WORKSPACE_ALIGN;
+}
+
+}  // namespace selscan_tf
+
+#endif  // SELSCAN_TF_COMMON_H_
