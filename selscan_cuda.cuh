@@ -1,0 +1,1215 @@
+/* selscan_cuda.cuh - CUDA forward, backward and step kernels of selscan (Mamba's S6 scan).
+ *
+ * Declarations (includable from C and C++; needs cuda_runtime_api.h for cudaStream_t):
+ *     #include "selscan_cuda.cuh"
+ * Implementation, in exactly one .cu file compiled by nvcc (sm_70 or newer; tuned for sm_90):
+ *     #define SELSCAN_IMPLEMENTATION        (the CPU side's validation helpers are reused)
+ *     #define SELSCAN_CUDA_IMPLEMENTATION
+ *     #include "selscan_cuda.cuh"
+ * A project that implements the CPU side (SELSCAN_IMPLEMENTATION) in another translation unit
+ * also defines SELSCAN_STATIC in the CUDA one: that TU then gets a private copy of the CPU code
+ * and of the launchers (internal linkage, no duplicate symbols); call the launchers from there.
+ * Kernels always have internal linkage (anonymous namespace); only the launchers are exported.
+ *
+ * CONTRACT (the CPU side's, plus):
+ * - Every pointer in selscan_problem / selscan_grads / selscan_step_problem is DEVICE memory,
+ *   except selscan_problem.cu_seqlens, which stays a HOST array (validated on the host exactly as
+ *   on the CPU); its device copy (same n_seqs + 1 int64 values) goes in
+ *   selscan_cuda_ext.cu_seqlens_device. Packed sequences without it: SELSCAN_ERR_NULL.
+ * - selscan_step_problem.state_index is a device pointer, never read by the host: a row whose
+ *   index is negative or >= n_cache is padding (y = 0, no state touched). Duplicate indices are
+ *   the caller's responsibility (undefined which write wins).
+ * - Launchers validate everything they can on the host (same rules and statuses as the CPU
+ *   entries), never allocate, never synchronize, run on the caller's stream only (stream 0 only if
+ *   the caller passes 0), and return SELSCAN_ERR_CUDA when a launch fails. The failing
+ *   cudaError_t is taken with cudaGetLastError() (which clears it) and stored into
+ *   *ext->cuda_error when the caller gives one. On a validation error nothing is launched.
+ * - Workspace: selscan_workspace_size_cuda() (device memory, SELSCAN_WORKSPACE_ALIGN aligned;
+ *   cudaMalloc's alignment is enough). It depends on the shapes and on whether the backward gets a
+ *   checkpoint, not on the device.
+ * - Checkpoint: the forward can save the state entering every SELSCAN_CUDA_CHECKPOINT_INTERVAL
+ *   steps (f32, (rows = batch, dim, ceil(L / interval), N), selscan_checkpoint_size_cuda()) in
+ *   ext->checkpoint, e.g. as an extra output of a framework op; the backward given the same
+ *   checkpoint skips recomputing it. Without one the backward recomputes it in its workspace.
+ * - Deterministic: no floating-point atomics; every sum has a fixed order (per-block partial
+ *   sums into the workspace, then a fixed-order reduction kernel). Repeated calls give bitwise
+ *   identical results.
+ * - Limits: N up to 2048 (forward), 512 (backward); larger N: SELSCAN_ERR_UNSUPPORTED.
+ *   All indexing is 64-bit; dim, batch and L have no limit beyond a 2^31 - 1 block grid.
+ * - exp() runs on the ex2.approx unit (relative error ~2^-22): results match the CPU reference
+ *   to f32 rounding, not bitwise.
+ */
+#ifndef SELSCAN_CUDA_CUH
+#define SELSCAN_CUDA_CUH
+
+#include "selscan.h"
+#include <cuda_runtime_api.h>
+
+/* The forward's checkpoint holds the state entering every this many steps. */
+#define SELSCAN_CUDA_CHECKPOINT_INTERVAL 64
+
+/* Optional extra arguments of the CUDA entries (NULL or zero-initialized: none). */
+typedef struct selscan_cuda_ext {
+    const int64_t *cu_seqlens_device; /* device copy of problem.cu_seqlens (packed sequences) */
+    float *checkpoint;                /* forward: written when non-NULL; backward: read when non-NULL */
+    size_t checkpoint_bytes;          /* at least selscan_checkpoint_size_cuda() */
+    cudaError_t *cuda_error;          /* out: the failing CUDA error when SELSCAN_ERR_CUDA is returned */
+} selscan_cuda_ext;
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Bytes of the checkpoint of a problem: rows * dim * ceil(L / 64) * N * 4. */
+SELSCAN_DEF selscan_status selscan_checkpoint_size_cuda(const selscan_problem *p, size_t *bytes);
+/* Workspace bytes of the CUDA forward (g NULL) or backward; x may be NULL (no checkpoint). */
+SELSCAN_DEF selscan_status selscan_workspace_size_cuda(const selscan_problem *p, const selscan_grads *g,
+                                                       const selscan_cuda_ext *x, size_t *bytes);
+SELSCAN_DEF selscan_status selscan_forward_cuda(const selscan_problem *p, void *workspace, size_t bytes,
+                                                cudaStream_t stream);
+SELSCAN_DEF selscan_status selscan_backward_cuda(const selscan_problem *p, const selscan_grads *g, void *workspace,
+                                                 size_t bytes, cudaStream_t stream);
+SELSCAN_DEF selscan_status selscan_step_cuda(const selscan_step_problem *s, cudaStream_t stream);
+SELSCAN_DEF selscan_status selscan_forward_cuda_ex(const selscan_problem *p, const selscan_cuda_ext *x,
+                                                   void *workspace, size_t bytes, cudaStream_t stream);
+SELSCAN_DEF selscan_status selscan_backward_cuda_ex(const selscan_problem *p, const selscan_grads *g,
+                                                    const selscan_cuda_ext *x, void *workspace, size_t bytes,
+                                                    cudaStream_t stream);
+SELSCAN_DEF selscan_status selscan_step_cuda_ex(const selscan_step_problem *s, cudaError_t *cuda_error,
+                                                cudaStream_t stream);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* SELSCAN_CUDA_CUH */
+
+/* ============================================================================================= */
+/*                                     IMPLEMENTATION                                            */
+/* ============================================================================================= */
+#ifdef SELSCAN_CUDA_IMPLEMENTATION
+#ifndef SELSCAN__CUDA_IMPLEMENTED
+#define SELSCAN__CUDA_IMPLEMENTED
+
+#ifndef SELSCAN__IMPLEMENTED
+#error "selscan_cuda.cuh: define SELSCAN_IMPLEMENTATION too (and SELSCAN_STATIC if the CPU side lives in another TU)"
+#endif
+#ifndef __CUDACC__
+#error "selscan_cuda.cuh: the implementation must be compiled by nvcc"
+#endif
+
+#include <cuda_runtime.h>
+#include <cuda_fp16.h>
+#include <cuda_bf16.h>
+
+namespace {
+
+/* ---------------------------------------------------------------------------------------------- */
+/*                                     kernel parameters                                          */
+/* ---------------------------------------------------------------------------------------------- */
+
+const int kThreads = 128;               /* every kernel's block */
+const int kTL = 32;                     /* forward time tile */
+const int kCK = SELSCAN_CUDA_CHECKPOINT_INTERVAL;
+const int kSub = 16;                    /* backward sub-tile (states kept in registers) */
+const int kBwdNPT = 4;                  /* backward: states per thread */
+const int64_t kTargetThreads = 65536;   /* enough threads to fill an H100/H200 */
+
+struct ct { /* a tensor on the device: data + element strides */
+    void *p;
+    int64_t s[4];
+};
+
+struct kparams {
+    int64_t batch, dim, L, N, G, dpg, nseq, ncache;
+    int softplus, fixB, fixC;
+    int NT, CH;     /* threads per channel, channels per block */
+    int64_t ncb;    /* blocks per (batch row, group) */
+    int64_t lchunk, nlch; /* forward L chunking */
+    const int64_t *cu;
+    const int32_t *idx;
+    ct u, delta, A, B, C, D, z, bias, h0, y, hlast;
+    ct dy, dhlast, du, ddelta, dz, dh0;
+    float *ck;
+    int64_t nck;
+    float *S, *P, *Hin;
+    float *wdA, *wdD, *wdbias, *wdBf, *wdCf, *wdB, *wdC;
+};
+
+ct mk(const selscan__ten &t) {
+    ct r;
+    r.p = t.data;
+    for (int i = 0; i < 4; i++) r.s[i] = t.s[i];
+    return r;
+}
+
+/* ---------------------------------------------------------------------------------------------- */
+/*                                     device helpers                                             */
+/* ---------------------------------------------------------------------------------------------- */
+
+template <typename T> __device__ __forceinline__ float ld(const void *p, int64_t i);
+template <> __device__ __forceinline__ float ld<float>(const void *p, int64_t i) { return static_cast<const float *>(p)[i]; }
+template <> __device__ __forceinline__ float ld<__half>(const void *p, int64_t i) { return __half2float(static_cast<const __half *>(p)[i]); }
+template <> __device__ __forceinline__ float ld<__nv_bfloat16>(const void *p, int64_t i) { return __bfloat162float(static_cast<const __nv_bfloat16 *>(p)[i]); }
+template <typename T> __device__ __forceinline__ void st(void *p, int64_t i, float v);
+template <> __device__ __forceinline__ void st<float>(void *p, int64_t i, float v) { static_cast<float *>(p)[i] = v; }
+template <> __device__ __forceinline__ void st<__half>(void *p, int64_t i, float v) { static_cast<__half *>(p)[i] = __float2half_rn(v); }
+template <> __device__ __forceinline__ void st<__nv_bfloat16>(void *p, int64_t i, float v) { static_cast<__nv_bfloat16 *>(p)[i] = __float2bfloat16_rn(v); }
+
+__device__ __forceinline__ float ldf(const ct &t, int64_t i) { return static_cast<const float *>(t.p)[i]; }
+__device__ __forceinline__ float ex2(float x) {
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+    return y;
+}
+__device__ __forceinline__ float sigm(float x) { return 1.0f / (1.0f + expf(-x)); }
+__device__ __forceinline__ float softplus(float x) { return x > 20.0f ? x : log1pf(expf(x)); }
+const float kLog2e = 1.4426950408889634f;
+
+/* Segment of position t: writes the state row starting at t (or -1) and ending at t (or -1). */
+__device__ void seg_flags(const kparams &P, int64_t b, int64_t t, int *start, int *end) {
+    if (!P.cu) {
+        *start = t == 0 ? static_cast<int>(b) : -1;
+        *end = t == P.L - 1 ? static_cast<int>(b) : -1;
+        return;
+    }
+    int64_t lo = 0, hi = P.nseq - 1; /* largest k with cu[k] <= t */
+    while (lo < hi) {
+        int64_t mid = (lo + hi + 1) / 2;
+        if (P.cu[mid] <= t) lo = mid;
+        else hi = mid - 1;
+    }
+    *start = P.cu[lo] == t ? static_cast<int>(lo) : -1;
+    *end = P.cu[lo + 1] - 1 == t ? static_cast<int>(lo) : -1;
+}
+
+/* ---------------------------------------------------------------------------------------------- */
+/*                                        forward                                                 */
+/* ---------------------------------------------------------------------------------------------- */
+/* Block: CH channels of one (batch row, group) x one L chunk; thread (channel, j) holds states
+   n = j*NPT .. j*NPT+NPT-1 in registers. Per time tile of kTL steps: stage dt, dt*u, u and the
+   B/C tile in shared memory (coalesced whichever of L or dim is contiguous), scan, then write y.
+   LOCAL (pass 1 of the L-parallel forward): scan the chunk from a zero state and write its end
+   state S and decay product P (0 if a sequence starts inside) instead of y. */
+
+size_t fwd_smem(int NT, int NPT, int CH) {
+    const int NPAD = NT * NPT, TP = kTL + 1;
+    return (static_cast<size_t>(2 * kTL * NPAD + 3 * CH * TP + kThreads * TP) + 2 * kTL) * 4;
+}
+
+template <typename T, int NPT, bool LOCAL>
+__global__ void __launch_bounds__(kThreads) fwd_kernel(const kparams P) {
+    extern __shared__ float4 smem4[];
+    const int TP = kTL + 1, NT = P.NT, CH = P.CH, NPAD = NT * NPT;
+    float *s_B = reinterpret_cast<float *>(smem4);
+    float *s_C = s_B + kTL * NPAD;
+    float *s_dt = s_C + kTL * NPAD;
+    float *s_dtu = s_dt + CH * TP;
+    float *s_u = s_dtu + CH * TP;
+    float *s_y = s_u + CH * TP;
+    int *s_seg = reinterpret_cast<int *>(s_y + kThreads * TP);
+    int *s_end = s_seg + kTL;
+
+    int64_t bid = blockIdx.x;
+    const int64_t lc = bid % P.nlch; bid /= P.nlch;
+    const int64_t cb = bid % P.ncb; bid /= P.ncb;
+    const int64_t g = bid % P.G, b = bid / P.G;
+    const int tid = threadIdx.x, chl = tid / NT, j = tid % NT;
+    const int64_t c0 = g * P.dpg + cb * CH; /* first channel of the block */
+    const int nchb = static_cast<int>(min(static_cast<int64_t>(CH), P.dpg - cb * CH));
+    const bool active = chl < nchb;
+    const int64_t d = c0 + (active ? chl : 0);
+    const int64_t t0 = lc * P.lchunk, t1 = min(P.L, t0 + P.lchunk);
+    const int64_t bd = b * P.dim + d;
+
+    float A2[NPT], h[NPT], pr[NPT], Bf[NPT], Cf[NPT];
+#pragma unroll
+    for (int k = 0; k < NPT; k++) {
+        const int64_t n = j * NPT + k;
+        const bool nv = active && n < P.N;
+        A2[k] = nv ? ldf(P.A, d * P.A.s[0] + n * P.A.s[1]) * kLog2e : 0.0f;
+        Bf[k] = nv && P.fixB ? ldf(P.B, d * P.B.s[0] + n * P.B.s[1]) : 0.0f;
+        Cf[k] = nv && P.fixC ? ldf(P.C, d * P.C.s[0] + n * P.C.s[1]) : 0.0f;
+        h[k] = nv && !LOCAL && P.nlch > 1 ? P.Hin[(bd * P.nlch + lc) * P.N + n] : 0.0f;
+        pr[k] = 1.0f;
+    }
+    const bool tfast_u = P.u.s[2] == 1 || P.u.s[1] != 1;
+    const bool tfast_y = P.y.s[2] == 1 || P.y.s[1] != 1;
+    const bool tfast_B = P.B.s[3] == 1 || P.B.s[2] != 1;
+    const bool tfast_C = P.C.s[3] == 1 || P.C.s[2] != 1;
+
+    for (int64_t tb = t0; tb < t1; tb += kTL) {
+        const int tn = static_cast<int>(min(static_cast<int64_t>(kTL), t1 - tb));
+        __syncthreads();
+        for (int i = tid; i < CH * kTL; i += kThreads) {
+            int c, tt;
+            if (tfast_u) { c = i / kTL; tt = i % kTL; }
+            else { c = i % CH; tt = i / CH; }
+            float dt = 0.0f, uu = 0.0f;
+            if (c < nchb && tt < tn) {
+                const int64_t dd = c0 + c, t = tb + tt;
+                float x = ld<T>(P.delta.p, b * P.delta.s[0] + dd * P.delta.s[1] + t * P.delta.s[2]);
+                if (P.bias.p) x += ldf(P.bias, dd * P.bias.s[0]);
+                dt = P.softplus ? softplus(x) : x;
+                uu = ld<T>(P.u.p, b * P.u.s[0] + dd * P.u.s[1] + t * P.u.s[2]);
+            }
+            s_dt[c * TP + tt] = dt;
+            s_dtu[c * TP + tt] = dt * uu;
+            s_u[c * TP + tt] = uu;
+        }
+        if (!P.fixB)
+            for (int i = tid; i < kTL * NPAD; i += kThreads) {
+                int n, tt;
+                if (tfast_B) { n = i / kTL; tt = i % kTL; }
+                else { n = i % NPAD; tt = i / NPAD; }
+                s_B[tt * NPAD + n] = n < P.N && tt < tn ? ld<T>(P.B.p, b * P.B.s[0] + g * P.B.s[1] + n * P.B.s[2] + (tb + tt) * P.B.s[3]) : 0.0f;
+            }
+        if (!LOCAL && !P.fixC)
+            for (int i = tid; i < kTL * NPAD; i += kThreads) {
+                int n, tt;
+                if (tfast_C) { n = i / kTL; tt = i % kTL; }
+                else { n = i % NPAD; tt = i / NPAD; }
+                s_C[tt * NPAD + n] = n < P.N && tt < tn ? ld<T>(P.C.p, b * P.C.s[0] + g * P.C.s[1] + n * P.C.s[2] + (tb + tt) * P.C.s[3]) : 0.0f;
+            }
+        if (tid < kTL) {
+            int s0 = -1, e0 = -1;
+            if (tid < tn) seg_flags(P, b, tb + tid, &s0, &e0);
+            s_seg[tid] = s0;
+            s_end[tid] = e0;
+        }
+        __syncthreads();
+        if (active) {
+            for (int tt = 0; tt < tn; tt++) {
+                const int64_t t = tb + tt;
+                if (!LOCAL && P.ck && (t % kCK) == 0) {
+#pragma unroll
+                    for (int k = 0; k < NPT; k++) {
+                        const int64_t n = j * NPT + k;
+                        if (n < P.N) P.ck[(bd * P.nck + t / kCK) * P.N + n] = h[k];
+                    }
+                }
+                const int sg = s_seg[tt];
+                if (sg >= 0) {
+#pragma unroll
+                    for (int k = 0; k < NPT; k++) {
+                        const int64_t n = j * NPT + k;
+                        h[k] = P.h0.p && n < P.N ? ldf(P.h0, sg * P.h0.s[0] + d * P.h0.s[1] + n * P.h0.s[2]) : 0.0f;
+                        pr[k] = 0.0f;
+                    }
+                }
+                const float dt = s_dt[chl * TP + tt], dtu = s_dtu[chl * TP + tt];
+                float Bv[NPT], Cv[NPT];
+                if (P.fixB) {
+#pragma unroll
+                    for (int k = 0; k < NPT; k++) Bv[k] = Bf[k];
+                } else {
+                    const float4 *bp = reinterpret_cast<const float4 *>(s_B + tt * NPAD + j * NPT);
+#pragma unroll
+                    for (int q = 0; q < NPT / 4; q++) {
+                        const float4 v = bp[q];
+                        Bv[4 * q] = v.x; Bv[4 * q + 1] = v.y; Bv[4 * q + 2] = v.z; Bv[4 * q + 3] = v.w;
+                    }
+                }
+                if (!LOCAL) {
+                    if (P.fixC) {
+#pragma unroll
+                        for (int k = 0; k < NPT; k++) Cv[k] = Cf[k];
+                    } else {
+                        const float4 *cp = reinterpret_cast<const float4 *>(s_C + tt * NPAD + j * NPT);
+#pragma unroll
+                        for (int q = 0; q < NPT / 4; q++) {
+                            const float4 v = cp[q];
+                            Cv[4 * q] = v.x; Cv[4 * q + 1] = v.y; Cv[4 * q + 2] = v.z; Cv[4 * q + 3] = v.w;
+                        }
+                    }
+                }
+                float yp = 0.0f;
+#pragma unroll
+                for (int k = 0; k < NPT; k++) {
+                    const float a = ex2(dt * A2[k]);
+                    h[k] = fmaf(a, h[k], Bv[k] * dtu);
+                    if (LOCAL) pr[k] *= a;
+                    else yp = fmaf(Cv[k], h[k], yp);
+                }
+                if (!LOCAL) {
+                    s_y[tid * TP + tt] = yp;
+                    const int en = s_end[tt];
+                    if (en >= 0 && P.hlast.p) {
+#pragma unroll
+                        for (int k = 0; k < NPT; k++) {
+                            const int64_t n = j * NPT + k;
+                            if (n < P.N) static_cast<float *>(P.hlast.p)[en * P.hlast.s[0] + d * P.hlast.s[1] + n * P.hlast.s[2]] = h[k];
+                        }
+                    }
+                }
+            }
+        }
+        if (!LOCAL && P.y.p) {
+            __syncthreads();
+            for (int i = tid; i < CH * kTL; i += kThreads) {
+                int c, tt;
+                if (tfast_y) { c = i / kTL; tt = i % kTL; }
+                else { c = i % CH; tt = i / CH; }
+                if (c >= nchb || tt >= tn) continue;
+                const int64_t dd = c0 + c, t = tb + tt;
+                float y = 0.0f;
+                for (int jj = 0; jj < NT; jj++) y += s_y[(c * NT + jj) * TP + tt];
+                if (P.D.p) y = fmaf(ldf(P.D, dd * P.D.s[0]), s_u[c * TP + tt], y);
+                if (P.z.p) {
+                    const float zz = ld<T>(P.z.p, b * P.z.s[0] + dd * P.z.s[1] + t * P.z.s[2]);
+                    y *= zz * sigm(zz);
+                }
+                st<T>(P.y.p, b * P.y.s[0] + dd * P.y.s[1] + t * P.y.s[2], y);
+            }
+        }
+    }
+    if (LOCAL && active) {
+#pragma unroll
+        for (int k = 0; k < NPT; k++) {
+            const int64_t n = j * NPT + k;
+            if (n < P.N) {
+                P.S[(bd * P.nlch + lc) * P.N + n] = h[k];
+                P.P[(bd * P.nlch + lc) * P.N + n] = pr[k];
+            }
+        }
+    }
+}
+
+/* Pass 2 of the L-parallel forward: the state entering each chunk, in chunk order. */
+__global__ void carry_kernel(const float *S, const float *Pr, float *Hin, int64_t rows, int64_t nlch, int64_t N) {
+    const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; /* (b*dim + d)*N + n */
+    if (i >= rows * N) return;
+    const int64_t bd = i / N, n = i % N;
+    float h = 0.0f;
+    for (int64_t c = 0; c < nlch; c++) {
+        const int64_t o = (bd * nlch + c) * N + n;
+        Hin[o] = h;
+        h = fmaf(Pr[o], h, S[o]);
+    }
+}
+
+/* h_last of empty sequences (their h_last is their h0), and dh0 of empty sequences (= dh_last). */
+__global__ void empty_seq_kernel(const int64_t *cu, int64_t nseq, int64_t dim, int64_t N, ct src, ct dst) {
+    const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+    if (i >= nseq * dim * N) return;
+    const int64_t s = i / (dim * N), d = (i / N) % dim, n = i % N;
+    if (cu[s] != cu[s + 1]) return;
+    static_cast<float *>(dst.p)[s * dst.s[0] + d * dst.s[1] + n * dst.s[2]] =
+        src.p ? ldf(src, s * src.s[0] + d * src.s[1] + n * src.s[2]) : 0.0f;
+}
+
+/* ---------------------------------------------------------------------------------------------- */
+/*                                        backward                                                */
+/* ---------------------------------------------------------------------------------------------- */
+/* Block: CH channels of one (batch row, group), thread (channel, j) with 4 states. Walks the
+   checkpoint chunks from last to first; in each: phase A runs the recurrence from the chunk's
+   checkpoint and keeps the state entering each sub-tile of kSub steps (shared memory); phase B
+   takes the sub-tiles last to first, recomputes their states and decays into registers and walks
+   them backward. Sums over channels (dB, dC) are reduced in the warp (shuffles), then across the
+   block's warps (shared memory, fixed order), and written per block into the workspace; sums over
+   time (dA, dD, ddelta_bias, fixed dB / dC) stay in registers and are written per batch row. */
+
+struct bwd_layout {
+    int NPAD, ngrp, SP;
+    size_t off_B, off_C, off_dBw, off_dCw, off_dt, off_dtu, off_u, off_dy0, off_dsp, off_fz, off_p0, off_p1, off_p2,
+        off_hs, off_cD, off_cb, off_seg, off_end, total;
+};
+
+__host__ __device__ inline bwd_layout bwd_smem(int NT, int CH) {
+    bwd_layout l;
+    l.NPAD = NT * kBwdNPT;
+    l.ngrp = kThreads / (NT > 32 ? NT : 32);
+    l.SP = kSub + 1;
+    size_t o = 0;
+    l.off_B = o; o += kSub * l.NPAD;
+    l.off_C = o; o += kSub * l.NPAD;
+    l.off_dBw = o; o += kSub * l.ngrp * l.NPAD;
+    l.off_dCw = o; o += kSub * l.ngrp * l.NPAD;
+    l.off_dt = o; o += CH * l.SP;
+    l.off_dtu = o; o += CH * l.SP;
+    l.off_u = o; o += CH * l.SP;
+    l.off_dy0 = o; o += CH * l.SP;
+    l.off_dsp = o; o += CH * l.SP;
+    l.off_fz = o; o += CH * l.SP;
+    l.off_p0 = o; o += kThreads * l.SP;
+    l.off_p1 = o; o += kThreads * l.SP;
+    l.off_p2 = o; o += kThreads * l.SP;
+    l.off_hs = o; o += (kCK / kSub) * kBwdNPT * kThreads;
+    l.off_cD = o; o += CH * l.SP;
+    l.off_cb = o; o += CH * l.SP;
+    l.off_seg = o; o += kSub;
+    l.off_end = o; o += kSub;
+    l.total = o * 4;
+    return l;
+}
+
+/* Reduce v[4] (this lane's channel, states j*4..j*4+3) over the other channels of the warp and
+   store the warp's sums into row[grp*NPAD + n]. Every lane of the warp must call it. */
+__device__ __forceinline__ void warp_scatter(const float v[4], int NT, int tid, int NPAD, float *row) {
+    const unsigned full = 0xffffffffu;
+    const int lane = tid & 31;
+    if (NT >= 32) {
+        const int grp = tid / NT, j = tid % NT;
+#pragma unroll
+        for (int k = 0; k < 4; k++) row[grp * NPAD + j * 4 + k] = v[k];
+        return;
+    }
+    const int grp = tid >> 5, j = lane & (NT - 1);
+    const bool hi = (lane & 16) != 0;
+    const float r0 = __shfl_xor_sync(full, hi ? v[0] : v[2], 16);
+    const float r1 = __shfl_xor_sync(full, hi ? v[1] : v[3], 16);
+    const float w0 = (hi ? v[2] : v[0]) + r0, w1 = (hi ? v[3] : v[1]) + r1;
+    const int kb = hi ? 2 : 0;
+    if (NT == 16) {
+        row[grp * NPAD + j * 4 + kb] = w0;
+        row[grp * NPAD + j * 4 + kb + 1] = w1;
+        return;
+    }
+    const bool m8 = (lane & 8) != 0;
+    const float r = __shfl_xor_sync(full, m8 ? w0 : w1, 8);
+    float x = (m8 ? w1 : w0) + r;
+    for (int m = 4; m >= NT; m >>= 1) x += __shfl_xor_sync(full, x, m);
+    if ((lane & 7 & ~(NT - 1)) == 0) row[grp * NPAD + j * 4 + kb + (m8 ? 1 : 0)] = x;
+}
+
+template <typename T>
+__global__ void __launch_bounds__(kThreads) bwd_kernel(const kparams P) {
+    extern __shared__ float4 smem4[];
+    float *sm = reinterpret_cast<float *>(smem4);
+    const int NT = P.NT, CH = P.CH;
+    const bwd_layout l = bwd_smem(NT, CH);
+    const int NPAD = l.NPAD, SP = l.SP, ngrp = l.ngrp;
+    float *s_B = sm + l.off_B, *s_C = sm + l.off_C, *s_dBw = sm + l.off_dBw, *s_dCw = sm + l.off_dCw;
+    float *s_dt = sm + l.off_dt, *s_dtu = sm + l.off_dtu, *s_u = sm + l.off_u, *s_dy0 = sm + l.off_dy0;
+    float *s_dsp = sm + l.off_dsp, *s_fz = sm + l.off_fz;
+    float *s_p0 = sm + l.off_p0, *s_p1 = sm + l.off_p1, *s_p2 = sm + l.off_p2, *s_hs = sm + l.off_hs;
+    float *s_cD = sm + l.off_cD, *s_cb = sm + l.off_cb;
+    int *s_seg = reinterpret_cast<int *>(sm + l.off_seg), *s_end = reinterpret_cast<int *>(sm + l.off_end);
+    const int NPT = kBwdNPT;
+
+    int64_t bid = blockIdx.x;
+    const int64_t cb = bid % P.ncb; bid /= P.ncb;
+    const int64_t g = bid % P.G, b = bid / P.G;
+    const int tid = threadIdx.x, chl = tid / NT, j = tid % NT;
+    const int64_t c0 = g * P.dpg + cb * CH;
+    const int nchb = static_cast<int>(min(static_cast<int64_t>(CH), P.dpg - cb * CH));
+    const bool active = chl < nchb;
+    const int64_t d = c0 + (active ? chl : 0), bd = b * P.dim + d;
+    const bool tfast_u = P.u.s[2] == 1 || P.u.s[1] != 1;
+    const bool tfast_B = P.B.s[3] == 1 || P.B.s[2] != 1;
+    const bool tfast_C = P.C.s[3] == 1 || P.C.s[2] != 1;
+
+    float An[NPT], A2[NPT], dh[NPT], dA[NPT], Bf[NPT], Cf[NPT], dBf[NPT], dCf[NPT], h[NPT];
+    bool nv[NPT];
+#pragma unroll
+    for (int k = 0; k < NPT; k++) {
+        const int64_t n = j * NPT + k;
+        nv[k] = active && n < P.N;
+        An[k] = nv[k] ? ldf(P.A, d * P.A.s[0] + n * P.A.s[1]) : 0.0f;
+        A2[k] = An[k] * kLog2e;
+        Bf[k] = nv[k] && P.fixB ? ldf(P.B, d * P.B.s[0] + n * P.B.s[1]) : 0.0f;
+        Cf[k] = nv[k] && P.fixC ? ldf(P.C, d * P.C.s[0] + n * P.C.s[1]) : 0.0f;
+        dh[k] = dA[k] = dBf[k] = dCf[k] = 0.0f;
+    }
+    float accD = 0.0f, accBias = 0.0f;
+
+    /* Loads one sub-tile [ts, ts + tn) into shared memory; full: everything phase B needs. */
+    auto load_tile = [&](int64_t ts, int tn, bool full) {
+        for (int i = tid; i < CH * kSub; i += kThreads) {
+            int c, tt;
+            if (tfast_u) { c = i / kSub; tt = i % kSub; }
+            else { c = i % CH; tt = i / CH; }
+            float dt = 0.0f, uu = 0.0f, dy0 = 0.0f, dsp = 1.0f, fz = 0.0f;
+            if (c < nchb && tt < tn) {
+                const int64_t dd = c0 + c, t = ts + tt;
+                float x = ld<T>(P.delta.p, b * P.delta.s[0] + dd * P.delta.s[1] + t * P.delta.s[2]);
+                if (P.bias.p) x += ldf(P.bias, dd * P.bias.s[0]);
+                dt = P.softplus ? softplus(x) : x;
+                uu = ld<T>(P.u.p, b * P.u.s[0] + dd * P.u.s[1] + t * P.u.s[2]);
+                if (full) {
+                    if (P.softplus && x <= 20.0f) dsp = sigm(x);
+                    const float dy = ld<T>(P.dy.p, b * P.dy.s[0] + dd * P.dy.s[1] + t * P.dy.s[2]);
+                    if (P.z.p) {
+                        const float zz = ld<T>(P.z.p, b * P.z.s[0] + dd * P.z.s[1] + t * P.z.s[2]);
+                        const float sg = sigm(zz);
+                        dy0 = dy * zz * sg;
+                        fz = dy * sg * (1.0f + zz * (1.0f - sg));
+                    } else {
+                        dy0 = dy;
+                    }
+                }
+            }
+            s_dt[c * SP + tt] = dt;
+            s_dtu[c * SP + tt] = dt * uu;
+            if (full) {
+                s_u[c * SP + tt] = uu;
+                s_dy0[c * SP + tt] = dy0;
+                s_dsp[c * SP + tt] = dsp;
+                s_fz[c * SP + tt] = fz;
+            }
+        }
+        if (!P.fixB)
+            for (int i = tid; i < kSub * NPAD; i += kThreads) {
+                int n, tt;
+                if (tfast_B) { n = i / kSub; tt = i % kSub; }
+                else { n = i % NPAD; tt = i / NPAD; }
+                s_B[tt * NPAD + n] = n < P.N && tt < tn ? ld<T>(P.B.p, b * P.B.s[0] + g * P.B.s[1] + n * P.B.s[2] + (ts + tt) * P.B.s[3]) : 0.0f;
+            }
+        if (full && !P.fixC)
+            for (int i = tid; i < kSub * NPAD; i += kThreads) {
+                int n, tt;
+                if (tfast_C) { n = i / kSub; tt = i % kSub; }
+                else { n = i % NPAD; tt = i / NPAD; }
+                s_C[tt * NPAD + n] = n < P.N && tt < tn ? ld<T>(P.C.p, b * P.C.s[0] + g * P.C.s[1] + n * P.C.s[2] + (ts + tt) * P.C.s[3]) : 0.0f;
+            }
+        if (tid < kSub) {
+            int s0 = -1, e0 = -1;
+            if (tid < tn) seg_flags(P, b, ts + tid, &s0, &e0);
+            s_seg[tid] = s0;
+            s_end[tid] = e0;
+        }
+    };
+    auto getB = [&](int tt, float *Bv) {
+        if (P.fixB) {
+#pragma unroll
+            for (int k = 0; k < NPT; k++) Bv[k] = Bf[k];
+        } else {
+            const float4 v = *reinterpret_cast<const float4 *>(s_B + tt * NPAD + j * NPT);
+            Bv[0] = v.x; Bv[1] = v.y; Bv[2] = v.z; Bv[3] = v.w;
+        }
+    };
+    auto reset = [&](int sg) {
+#pragma unroll
+        for (int k = 0; k < NPT; k++)
+            h[k] = P.h0.p && nv[k] ? ldf(P.h0, sg * P.h0.s[0] + d * P.h0.s[1] + (j * NPT + k) * P.h0.s[2]) : 0.0f;
+    };
+
+    for (int64_t c = P.nck - 1; c >= 0; c--) {
+        const int64_t cs = c * kCK, ce = min(P.L, cs + kCK);
+        const int nsub = static_cast<int>((ce - cs + kSub - 1) / kSub);
+        /* phase A */
+#pragma unroll
+        for (int k = 0; k < NPT; k++) h[k] = nv[k] ? P.ck[(bd * P.nck + c) * P.N + j * NPT + k] : 0.0f;
+        for (int s = 0; s < nsub; s++) {
+#pragma unroll
+            for (int k = 0; k < NPT; k++) s_hs[(s * NPT + k) * kThreads + tid] = h[k];
+            if (s == nsub - 1) break;
+            const int64_t ts = cs + s * kSub;
+            __syncthreads();
+            load_tile(ts, kSub, false);
+            __syncthreads();
+            for (int tt = 0; tt < kSub; tt++) {
+                const int sg = s_seg[tt];
+                if (sg >= 0) reset(sg);
+                const float dt = s_dt[chl * SP + tt], dtu = s_dtu[chl * SP + tt];
+                float Bv[NPT];
+                getB(tt, Bv);
+#pragma unroll
+                for (int k = 0; k < NPT; k++) h[k] = fmaf(ex2(dt * A2[k]), h[k], Bv[k] * dtu);
+            }
+        }
+        /* phase B */
+        for (int s = nsub - 1; s >= 0; s--) {
+            const int64_t ts = cs + s * kSub;
+            const int tn = static_cast<int>(min(static_cast<int64_t>(kSub), ce - ts));
+            __syncthreads();
+            load_tile(ts, tn, true);
+            __syncthreads();
+            float hh[kSub][NPT], aa[kSub][NPT];
+#pragma unroll
+            for (int k = 0; k < NPT; k++) h[k] = s_hs[(s * NPT + k) * kThreads + tid];
+#pragma unroll
+            for (int tt = 0; tt < kSub; tt++) {
+                if (tt < tn) {
+                    const int sg = s_seg[tt];
+                    if (sg >= 0) reset(sg);
+                    const float dt = s_dt[chl * SP + tt], dtu = s_dtu[chl * SP + tt];
+                    float Bv[NPT];
+                    getB(tt, Bv);
+#pragma unroll
+                    for (int k = 0; k < NPT; k++) {
+                        aa[tt][k] = ex2(dt * A2[k]);
+                        h[k] = fmaf(aa[tt][k], h[k], Bv[k] * dtu);
+                        hh[tt][k] = h[k];
+                    }
+                }
+            }
+#pragma unroll
+            for (int tt = kSub - 1; tt >= 0; tt--) {
+                if (tt < tn) {
+                    const int en = s_end[tt];
+                    if (en >= 0) {
+#pragma unroll
+                        for (int k = 0; k < NPT; k++)
+                            dh[k] = P.dhlast.p && nv[k] ? ldf(P.dhlast, en * P.dhlast.s[0] + d * P.dhlast.s[1] + (j * NPT + k) * P.dhlast.s[2]) : 0.0f;
+                    }
+                    const float dt = s_dt[chl * SP + tt], dtu = s_dtu[chl * SP + tt], dy0 = s_dy0[chl * SP + tt];
+                    float Bv[NPT], Cv[NPT];
+                    getB(tt, Bv);
+                    if (P.fixC) {
+#pragma unroll
+                        for (int k = 0; k < NPT; k++) Cv[k] = Cf[k];
+                    } else {
+                        const float4 v = *reinterpret_cast<const float4 *>(s_C + tt * NPAD + j * NPT);
+                        Cv[0] = v.x; Cv[1] = v.y; Cv[2] = v.z; Cv[3] = v.w;
+                    }
+                    float ddt = 0.0f, sBu = 0.0f, y0 = 0.0f, vB[NPT], vC[NPT];
+#pragma unroll
+                    for (int k = 0; k < NPT; k++) {
+                        const float dhn = fmaf(dy0, Cv[k], dh[k]);
+                        y0 = fmaf(Cv[k], hh[tt][k], y0);
+                        vC[k] = dy0 * hh[tt][k];
+                        vB[k] = dhn * dtu;
+                        const float q = dhn * fmaf(-Bv[k], dtu, hh[tt][k]); /* dhn * a * h_prev */
+                        ddt = fmaf(q, An[k], ddt);
+                        dA[k] = fmaf(q, dt, dA[k]);
+                        sBu = fmaf(dhn, Bv[k], sBu);
+                        dh[k] = dhn * aa[tt][k];
+                    }
+                    if (s_seg[tt] >= 0 && P.dh0.p) {
+                        const int sg = s_seg[tt];
+#pragma unroll
+                        for (int k = 0; k < NPT; k++)
+                            if (nv[k]) static_cast<float *>(P.dh0.p)[sg * P.dh0.s[0] + d * P.dh0.s[1] + (j * NPT + k) * P.dh0.s[2]] = dh[k];
+                    }
+                    s_p0[tid * SP + tt] = ddt;
+                    s_p1[tid * SP + tt] = sBu;
+                    s_p2[tid * SP + tt] = y0;
+                    if (P.fixB) {
+#pragma unroll
+                        for (int k = 0; k < NPT; k++) dBf[k] += vB[k];
+                    } else if (P.wdB) {
+                        warp_scatter(vB, NT, tid, NPAD, s_dBw + tt * ngrp * NPAD);
+                    }
+                    if (P.fixC) {
+#pragma unroll
+                        for (int k = 0; k < NPT; k++) dCf[k] += vC[k];
+                    } else if (P.wdC) {
+                        warp_scatter(vC, NT, tid, NPAD, s_dCw + tt * ngrp * NPAD);
+                    }
+                }
+            }
+            __syncthreads();
+            /* per (channel, step) outputs */
+            for (int i = tid; i < CH * kSub; i += kThreads) {
+                int cc, tt;
+                if (tfast_u) { cc = i / kSub; tt = i % kSub; }
+                else { cc = i % CH; tt = i / CH; }
+                float cD = 0.0f, cB = 0.0f;
+                if (cc < nchb && tt < tn) {
+                    const int64_t dd = c0 + cc, t = ts + tt;
+                    float ddt = 0.0f, sBu = 0.0f, y0 = 0.0f;
+                    for (int jj = 0; jj < NT; jj++) {
+                        const int o = (cc * NT + jj) * SP + tt;
+                        ddt += s_p0[o]; sBu += s_p1[o]; y0 += s_p2[o];
+                    }
+                    const float uu = s_u[cc * SP + tt], dt = s_dt[cc * SP + tt], dy0 = s_dy0[cc * SP + tt];
+                    const float Dd = P.D.p ? ldf(P.D, dd * P.D.s[0]) : 0.0f;
+                    ddt = fmaf(sBu, uu, ddt) * s_dsp[cc * SP + tt];
+                    if (P.du.p) st<T>(P.du.p, b * P.du.s[0] + dd * P.du.s[1] + t * P.du.s[2], fmaf(sBu, dt, Dd * dy0));
+                    if (P.ddelta.p) st<T>(P.ddelta.p, b * P.ddelta.s[0] + dd * P.ddelta.s[1] + t * P.ddelta.s[2], ddt);
+                    if (P.dz.p) st<T>(P.dz.p, b * P.dz.s[0] + dd * P.dz.s[1] + t * P.dz.s[2], s_fz[cc * SP + tt] * fmaf(Dd, uu, y0));
+                    cD = dy0 * uu;
+                    cB = ddt;
+                }
+                s_cD[cc * SP + tt] = cD;
+                s_cb[cc * SP + tt] = cB;
+            }
+            /* block partial sums of variable dB / dC */
+            if ((!P.fixB && P.wdB) || (!P.fixC && P.wdC)) {
+                for (int i = tid; i < kSub * NPAD; i += kThreads) {
+                    const int n = i / kSub, tt = i % kSub;
+                    if (n >= P.N || tt >= tn) continue;
+                    const int64_t o = (((cb * P.batch + b) * P.G + g) * P.N + n) * P.L + ts + tt;
+                    if (!P.fixB && P.wdB) {
+                        float acc = 0.0f;
+                        for (int q = 0; q < ngrp; q++) acc += s_dBw[(tt * ngrp + q) * NPAD + n];
+                        P.wdB[o] = acc;
+                    }
+                    if (!P.fixC && P.wdC) {
+                        float acc = 0.0f;
+                        for (int q = 0; q < ngrp; q++) acc += s_dCw[(tt * ngrp + q) * NPAD + n];
+                        P.wdC[o] = acc;
+                    }
+                }
+            }
+            __syncthreads();
+            if (tid < nchb)
+                for (int tt = 0; tt < tn; tt++) {
+                    accD += s_cD[tid * SP + tt];
+                    accBias += s_cb[tid * SP + tt];
+                }
+        }
+    }
+    /* per batch row partial sums */
+#pragma unroll
+    for (int k = 0; k < NPT; k++) {
+        if (!nv[k]) continue;
+        const int64_t o = bd * P.N + j * NPT + k;
+        if (P.wdA) P.wdA[o] = dA[k];
+        if (P.fixB && P.wdBf) P.wdBf[o] = dBf[k];
+        if (P.fixC && P.wdCf) P.wdCf[o] = dCf[k];
+    }
+    if (tid < nchb) {
+        const int64_t o = b * P.dim + c0 + tid;
+        if (P.wdD) P.wdD[o] = accD;
+        if (P.wdbias) P.wdbias[o] = accBias;
+    }
+}
+
+/* out[d, n] = sum over r < rows of w[(r * dim + d) * inner + n] (f32). */
+__global__ void reduce_rows_kernel(const float *w, int64_t rows, int64_t dim, int64_t inner, ct out) {
+    const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+    if (i >= dim * inner) return;
+    float acc = 0.0f;
+    for (int64_t r = 0; r < rows; r++) acc += w[r * dim * inner + i];
+    const int64_t d = i / inner, n = i % inner;
+    static_cast<float *>(out.p)[d * out.s[0] + (inner > 1 ? n * out.s[1] : 0)] = acc;
+}
+
+/* out[b, g, n, t] = sum over block k < ncb of w[k][b][g][n][t], stored as T. */
+template <typename T>
+__global__ void reduce_bc_kernel(const float *w, int64_t ncb, int64_t batch, int64_t G, int64_t N, int64_t L, ct out) {
+    const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+    const int64_t tot = batch * G * N * L;
+    if (i >= tot) return;
+    float acc = 0.0f;
+    for (int64_t k = 0; k < ncb; k++) acc += w[k * tot + i];
+    const int64_t t = i % L, n = (i / L) % N, g = (i / (L * N)) % G, b = i / (L * N * G);
+    st<T>(out.p, b * out.s[0] + g * out.s[1] + n * out.s[2] + t * out.s[3], acc);
+}
+
+/* ---------------------------------------------------------------------------------------------- */
+/*                                          step                                                  */
+/* ---------------------------------------------------------------------------------------------- */
+
+template <typename T>
+__global__ void __launch_bounds__(kThreads) step_kernel(const kparams P) {
+    const int NT = P.NT, CPB = kThreads / NT;
+    const int64_t nblk = (P.dim + CPB - 1) / CPB;
+    const int64_t b = blockIdx.x / nblk, d = (blockIdx.x % nblk) * CPB + threadIdx.x / NT;
+    const int j = threadIdx.x % NT;
+    const bool valid = d < P.dim;
+    int64_t row = P.idx ? static_cast<int64_t>(P.idx[b]) : b;
+    const bool pad = row < 0 || row >= P.ncache;
+    float yp = 0.0f, x = 0.0f;
+    if (valid && !pad) {
+        const int64_t g = d / P.dpg;
+        x = ld<T>(P.u.p, b * P.u.s[0] + d * P.u.s[1]);
+        float dt = ld<T>(P.delta.p, b * P.delta.s[0] + d * P.delta.s[1]);
+        if (P.bias.p) dt += ldf(P.bias, d * P.bias.s[0]);
+        if (P.softplus) dt = softplus(dt);
+        float *state = static_cast<float *>(P.h0.p);
+        for (int64_t n = j; n < P.N; n += NT) {
+            const float Bv = P.fixB ? ldf(P.B, d * P.B.s[0] + n * P.B.s[1]) : ld<T>(P.B.p, b * P.B.s[0] + g * P.B.s[1] + n * P.B.s[2]);
+            const float Cv = P.fixC ? ldf(P.C, d * P.C.s[0] + n * P.C.s[1]) : ld<T>(P.C.p, b * P.C.s[0] + g * P.C.s[1] + n * P.C.s[2]);
+            const int64_t o = row * P.h0.s[0] + d * P.h0.s[1] + n * P.h0.s[2];
+            const float a = ex2(dt * ldf(P.A, d * P.A.s[0] + n * P.A.s[1]) * kLog2e);
+            const float hn = fmaf(a, state[o], dt * Bv * x);
+            state[o] = hn;
+            yp = fmaf(Cv, hn, yp);
+        }
+    }
+    for (int m = NT / 2; m >= 1; m >>= 1) yp += __shfl_xor_sync(0xffffffffu, yp, m);
+    if (valid && j == 0) {
+        float y = 0.0f;
+        if (!pad) {
+            y = yp;
+            if (P.D.p) y = fmaf(ldf(P.D, d * P.D.s[0]), x, y);
+            if (P.z.p) {
+                const float zz = ld<T>(P.z.p, b * P.z.s[0] + d * P.z.s[1]);
+                y *= zz * sigm(zz);
+            }
+        }
+        st<T>(P.y.p, b * P.y.s[0] + d * P.y.s[1], y);
+    }
+}
+
+/* ---------------------------------------------------------------------------------------------- */
+/*                                      host side: plans                                          */
+/* ---------------------------------------------------------------------------------------------- */
+
+int64_t cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+int pow2ceil(int64_t x) {
+    int p = 1;
+    while (p < x) p <<= 1;
+    return p;
+}
+size_t al(size_t x) { return (x + 255) / 256 * 256; }
+
+struct fwd_plan {
+    int NPT, NT, CH;
+    int64_t ncb, nlch, lchunk;
+    size_t ws;
+};
+
+/* npt_force / nlch_force (0: automatic) exist for the benchmark's tuning. */
+bool plan_forward(const selscan__prob &q, fwd_plan *pl, int npt_force, int64_t nlch_force) {
+    int npt = q.N > 8 ? 16 : q.N > 4 ? 8 : 4;
+    if (npt_force) npt = npt_force;
+    int NT = pow2ceil(cdiv(q.N, npt));
+    while (!npt_force && npt > 4 && q.batch * q.dim * NT < kTargetThreads) {
+        npt /= 2;
+        NT = pow2ceil(cdiv(q.N, npt));
+        if (NT > kThreads) { npt *= 2; NT = pow2ceil(cdiv(q.N, npt)); break; }
+    }
+    if (NT > kThreads) return false;
+    pl->NPT = npt;
+    pl->NT = NT;
+    pl->CH = kThreads / NT;
+    pl->ncb = cdiv(q.dpg, pl->CH);
+    const int64_t nck = cdiv(q.L, kCK);
+    const int64_t thr = q.batch * q.G * pl->ncb * kThreads;
+    int64_t nl = nlch_force ? nlch_force : (thr >= kTargetThreads ? 1 : cdiv(kTargetThreads, thr));
+    if (nl > nck) nl = nck;
+    if (nl < 1) nl = 1;
+    pl->lchunk = cdiv(nck, nl) * kCK;
+    pl->nlch = cdiv(q.L, pl->lchunk);
+    const int64_t rows = q.batch * q.dim;
+    pl->ws = pl->nlch > 1 ? 3 * al(static_cast<size_t>(rows * pl->nlch * q.N) * 4) : 0;
+    return q.batch * q.G * pl->ncb * pl->nlch <= 0x7fffffff;
+}
+
+struct bwd_plan {
+    int NT, CH;
+    int64_t ncb, nck;
+    size_t ck_bytes, ws, off_S, off_P, off_dA, off_dD, off_dbias, off_dBf, off_dCf, off_dB, off_dC;
+    fwd_plan fp; /* for recomputing the checkpoint */
+};
+
+bool plan_backward(const selscan__prob &q, const selscan__grd &r, bool have_ck, bwd_plan *pl) {
+    const int NT = pow2ceil(cdiv(q.N, kBwdNPT));
+    if (NT > kThreads) return false;
+    pl->NT = NT;
+    pl->CH = kThreads / NT;
+    pl->ncb = cdiv(q.dpg, pl->CH);
+    pl->nck = cdiv(q.L, kCK);
+    const int64_t rows = q.batch * q.dim;
+    pl->ck_bytes = static_cast<size_t>(rows * pl->nck * q.N) * 4;
+    size_t o = 0;
+    if (!have_ck) {
+        /* checkpoint, S, P of a pass-1 forward with 64-step chunks */
+        pl->off_S = al(pl->ck_bytes);
+        pl->off_P = pl->off_S + al(pl->ck_bytes);
+        o = pl->off_P + al(pl->ck_bytes);
+    }
+    pl->off_dA = o; o += r.dA.data ? al(static_cast<size_t>(rows * q.N) * 4) : 0;
+    pl->off_dD = o; o += r.dD.data ? al(static_cast<size_t>(rows) * 4) : 0;
+    pl->off_dbias = o; o += r.dbias.data ? al(static_cast<size_t>(rows) * 4) : 0;
+    pl->off_dBf = o; o += r.dB.data && q.fixB ? al(static_cast<size_t>(rows * q.N) * 4) : 0;
+    pl->off_dCf = o; o += r.dC.data && q.fixC ? al(static_cast<size_t>(rows * q.N) * 4) : 0;
+    const size_t bc = static_cast<size_t>(pl->ncb * q.batch * q.G * q.N * q.L) * 4;
+    pl->off_dB = o; o += r.dB.data && !q.fixB ? al(bc) : 0;
+    pl->off_dC = o; o += r.dC.data && !q.fixC ? al(bc) : 0;
+    pl->ws = o;
+    /* the checkpoint pass: 64-step chunks */
+    if (!plan_forward(q, &pl->fp, 0, pl->nck)) return false;
+    pl->fp.lchunk = kCK;
+    pl->fp.nlch = pl->nck;
+    return q.batch * q.G * pl->ncb <= 0x7fffffff;
+}
+
+/* ---------------------------------------------------------------------------------------------- */
+/*                                    host side: launches                                         */
+/* ---------------------------------------------------------------------------------------------- */
+
+selscan_status cuda_fail(cudaError_t e, cudaError_t *out) {
+    if (out) *out = e;
+    return SELSCAN_ERR_CUDA;
+}
+#define SELSCAN__CU(call)                                                                          \
+    do {                                                                                           \
+        cudaError_t e_ = (call);                                                                   \
+        if (e_ != cudaSuccess) return cuda_fail(e_, err);                                          \
+    } while (0)
+#define SELSCAN__LAUNCHED() SELSCAN__CU(cudaGetLastError())
+
+unsigned nblocks(int64_t n, int t) { return static_cast<unsigned>(cdiv(n, t)); }
+
+void fill_problem(kparams &P, const selscan__prob &q, const int64_t *dcu) {
+    memset(&P, 0, sizeof P);
+    P.batch = q.batch; P.dim = q.dim; P.L = q.L; P.N = q.N; P.G = q.G; P.dpg = q.dpg; P.nseq = q.nseq;
+    P.softplus = q.softplus; P.fixB = q.fixB; P.fixC = q.fixC;
+    P.cu = q.cu ? dcu : NULL;
+    P.u = mk(q.u); P.delta = mk(q.delta); P.A = mk(q.A); P.B = mk(q.B); P.C = mk(q.C); P.D = mk(q.D);
+    P.z = mk(q.z); P.bias = mk(q.bias); P.h0 = mk(q.h0); P.y = mk(q.y); P.hlast = mk(q.hlast);
+    P.nck = cdiv(q.L, kCK);
+}
+
+template <typename T, int NPT, bool LOCAL>
+selscan_status launch_fwd_t(const kparams &P, unsigned grid, cudaStream_t stream, cudaError_t *err) {
+    const size_t smem = fwd_smem(P.NT, NPT, P.CH);
+    if (smem > 48 * 1024)
+        SELSCAN__CU(cudaFuncSetAttribute(fwd_kernel<T, NPT, LOCAL>, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
+    fwd_kernel<T, NPT, LOCAL><<<grid, kThreads, smem, stream>>>(P);
+    SELSCAN__LAUNCHED();
+    return SELSCAN_OK;
+}
+
+template <typename T, bool LOCAL>
+selscan_status launch_fwd_npt(int npt, const kparams &P, unsigned grid, cudaStream_t s, cudaError_t *err) {
+    if (npt == 16) return launch_fwd_t<T, 16, LOCAL>(P, grid, s, err);
+    if (npt == 8) return launch_fwd_t<T, 8, LOCAL>(P, grid, s, err);
+    return launch_fwd_t<T, 4, LOCAL>(P, grid, s, err);
+}
+
+template <bool LOCAL>
+selscan_status launch_fwd(selscan_dtype dt, int npt, const kparams &P, unsigned grid, cudaStream_t s, cudaError_t *err) {
+    if (dt == SELSCAN_F32) return launch_fwd_npt<float, LOCAL>(npt, P, grid, s, err);
+    if (dt == SELSCAN_F16) return launch_fwd_npt<__half, LOCAL>(npt, P, grid, s, err);
+    return launch_fwd_npt<__nv_bfloat16, LOCAL>(npt, P, grid, s, err);
+}
+
+/* The forward pipeline: [pass 1, carry,] pass 3. y NULL in P with ck set and fp.lchunk == 64:
+   checkpoint only (pass 1 + carry into ck). */
+selscan_status run_forward(const selscan__prob &q, kparams P, const fwd_plan &fp, char *ws, bool ck_only,
+                           cudaStream_t stream, cudaError_t *err) {
+    selscan_status st;
+    P.NT = fp.NT; P.CH = fp.CH; P.ncb = fp.ncb; P.lchunk = fp.lchunk; P.nlch = fp.nlch;
+    const unsigned grid = static_cast<unsigned>(q.batch * q.G * fp.ncb * fp.nlch);
+    const int64_t rows = q.batch * q.dim;
+    if (ck_only || fp.nlch > 1) {
+        const size_t part = al(static_cast<size_t>(rows * fp.nlch * q.N) * 4);
+        if (ck_only) {
+            P.S = reinterpret_cast<float *>(ws);
+            P.P = reinterpret_cast<float *>(ws + part);
+            P.Hin = P.ck;
+        } else {
+            P.S = reinterpret_cast<float *>(ws);
+            P.P = reinterpret_cast<float *>(ws + part);
+            P.Hin = reinterpret_cast<float *>(ws + 2 * part);
+        }
+        if ((st = launch_fwd<true>(q.dt, fp.NPT, P, grid, stream, err)) != SELSCAN_OK) return st;
+        carry_kernel<<<nblocks(rows * q.N, 256), 256, 0, stream>>>(P.S, P.P, P.Hin, rows, fp.nlch, q.N);
+        SELSCAN__LAUNCHED();
+        if (ck_only) return SELSCAN_OK;
+    }
+    if ((st = launch_fwd<false>(q.dt, fp.NPT, P, grid, stream, err)) != SELSCAN_OK) return st;
+    if (q.cu && q.hlast.data) {
+        bool empty = false;
+        for (int64_t s = 0; s < q.nseq; s++) empty = empty || q.cu[s] == q.cu[s + 1];
+        if (empty) {
+            empty_seq_kernel<<<nblocks(q.nseq * q.dim * q.N, 256), 256, 0, stream>>>(P.cu, q.nseq, q.dim, q.N, P.h0, P.hlast);
+            SELSCAN__LAUNCHED();
+        }
+    }
+    return SELSCAN_OK;
+}
+
+/* A flat f32 "tensor" of count elements (or int64 of count/2) for the alias checks. */
+selscan__ten flat(const void *p, int64_t bytes) {
+    selscan__ten t;
+    memset(&t, 0, sizeof t);
+    t.data = const_cast<void *>(p);
+    t.nd = 1;
+    t.n[0] = bytes / 4 > 0 ? bytes / 4 : 1;
+    t.n[1] = t.n[2] = t.n[3] = 1;
+    t.s[0] = 1;
+    t.dt = SELSCAN_F32;
+    return t;
+}
+
+selscan_status check_ext_cu(const selscan__prob &q, const selscan_cuda_ext *x) {
+    if (q.cu && (!x || !x->cu_seqlens_device)) return SELSCAN_ERR_NULL;
+    return SELSCAN_OK;
+}
+
+} /* namespace */
+
+/* ---------------------------------------------------------------------------------------------- */
+/*                                      public entries                                            */
+/* ---------------------------------------------------------------------------------------------- */
+
+extern "C" {
+
+SELSCAN_DEF selscan_status selscan_checkpoint_size_cuda(const selscan_problem *p, size_t *bytes) {
+    selscan__prob q;
+    selscan_status st;
+    if (!bytes) return SELSCAN_ERR_NULL;
+    if ((st = selscan__check_problem(p, &q, 0)) != SELSCAN_OK) return st;
+    *bytes = static_cast<size_t>(q.batch * q.dim * cdiv(q.L, kCK) * q.N) * 4;
+    return SELSCAN_OK;
+}
+
+SELSCAN_DEF selscan_status selscan_workspace_size_cuda(const selscan_problem *p, const selscan_grads *g,
+                                                       const selscan_cuda_ext *x, size_t *bytes) {
+    selscan__prob q;
+    selscan__grd r;
+    selscan_status st;
+    if (!bytes) return SELSCAN_ERR_NULL;
+    if (g) {
+        bwd_plan bp;
+        if ((st = selscan__validate_backward(p, g, &q, &r, NULL, 0, 0)) != SELSCAN_OK) return st;
+        if (!plan_backward(q, r, x && x->checkpoint, &bp)) return SELSCAN_ERR_UNSUPPORTED;
+        *bytes = bp.ws;
+    } else {
+        fwd_plan fp;
+        if ((st = selscan__validate_forward(p, &q, NULL, 0, -1)) != SELSCAN_OK) return st;
+        if (!plan_forward(q, &fp, 0, 0)) return SELSCAN_ERR_UNSUPPORTED;
+        *bytes = fp.ws;
+    }
+    return SELSCAN_OK;
+}
+
+SELSCAN_DEF selscan_status selscan_forward_cuda_ex(const selscan_problem *p, const selscan_cuda_ext *x,
+                                                   void *workspace, size_t bytes, cudaStream_t stream) {
+    selscan__prob q;
+    fwd_plan fp;
+    kparams P;
+    selscan_status st;
+    cudaError_t *err = x ? x->cuda_error : NULL;
+    if ((st = selscan__check_problem(p, &q, 1)) != SELSCAN_OK) return st;
+    if ((st = check_ext_cu(q, x)) != SELSCAN_OK) return st;
+    if (!plan_forward(q, &fp, 0, 0)) return SELSCAN_ERR_UNSUPPORTED;
+    if ((st = selscan__validate_forward(p, &q, workspace, bytes, static_cast<int64_t>(fp.ws))) != SELSCAN_OK) return st;
+    if (x && x->checkpoint) {
+        const int64_t need = q.batch * q.dim * cdiv(q.L, kCK) * q.N * 4;
+        if (x->checkpoint_bytes < static_cast<size_t>(need)) return SELSCAN_ERR_WORKSPACE;
+        selscan__ten ck = flat(x->checkpoint, need);
+        const selscan__ten *outs[] = {&ck};
+        const selscan__ten *ins[] = {&q.u, &q.delta, &q.A, &q.B, &q.C, &q.D, &q.z, &q.bias, &q.h0, &q.y, &q.hlast};
+        if ((st = selscan__check_alias(outs, 1, ins, 11, q.cu ? x->cu_seqlens_device : NULL, (q.nseq + 1) * 8,
+                                       fp.ws ? workspace : NULL, static_cast<int64_t>(fp.ws))) != SELSCAN_OK)
+            return st;
+    }
+    if (q.cu) {
+        const selscan__ten *outs[] = {&q.y, &q.hlast};
+        selscan__ten cu = flat(x->cu_seqlens_device, (q.nseq + 1) * 8);
+        const selscan__ten *ins[] = {&cu};
+        if ((st = selscan__check_alias(outs, 2, ins, 1, NULL, 0, fp.ws ? workspace : NULL, static_cast<int64_t>(fp.ws))) != SELSCAN_OK)
+            return st;
+    }
+    fill_problem(P, q, x ? x->cu_seqlens_device : NULL);
+    P.ck = x ? x->checkpoint : NULL;
+    return run_forward(q, P, fp, static_cast<char *>(workspace), false, stream, err);
+}
+
+SELSCAN_DEF selscan_status selscan_forward_cuda(const selscan_problem *p, void *workspace, size_t bytes,
+                                                cudaStream_t stream) {
+    return selscan_forward_cuda_ex(p, NULL, workspace, bytes, stream);
+}
+
+SELSCAN_DEF selscan_status selscan_backward_cuda_ex(const selscan_problem *p, const selscan_grads *g,
+                                                    const selscan_cuda_ext *x, void *workspace, size_t bytes,
+                                                    cudaStream_t stream) {
+    selscan__prob q;
+    selscan__grd r;
+    bwd_plan bp;
+    kparams P;
+    selscan_status st;
+    cudaError_t *err = x ? x->cuda_error : NULL;
+    const bool have_ck = x && x->checkpoint;
+    char *ws = static_cast<char *>(workspace);
+    if ((st = selscan__validate_backward(p, g, &q, &r, NULL, 0, 0)) != SELSCAN_OK) return st;
+    if ((st = check_ext_cu(q, x)) != SELSCAN_OK) return st;
+    if (!plan_backward(q, r, have_ck, &bp)) return SELSCAN_ERR_UNSUPPORTED;
+    if ((st = selscan__check_ws(workspace, bytes, static_cast<int64_t>(bp.ws))) != SELSCAN_OK) return st;
+    if (have_ck && x->checkpoint_bytes < bp.ck_bytes) return SELSCAN_ERR_WORKSPACE;
+    {
+        const selscan__ten *outs[] = {&r.du, &r.ddelta, &r.dA, &r.dB, &r.dC, &r.dD, &r.dz, &r.dbias, &r.dh0};
+        selscan__ten ck = flat(have_ck ? x->checkpoint : NULL, static_cast<int64_t>(bp.ck_bytes));
+        selscan__ten cu = flat(q.cu ? x->cu_seqlens_device : NULL, (q.nseq + 1) * 8);
+        const selscan__ten *ins[] = {&q.u, &q.delta, &q.A, &q.B, &q.C, &q.D, &q.z, &q.bias, &q.h0, &r.dy, &r.dhlast, &ck, &cu};
+        if ((st = selscan__check_alias(outs, 9, ins, 13, NULL, 0, bp.ws ? workspace : NULL, static_cast<int64_t>(bp.ws))) != SELSCAN_OK)
+            return st;
+    }
+    fill_problem(P, q, x ? x->cu_seqlens_device : NULL);
+    P.dy = mk(r.dy); P.dhlast = mk(r.dhlast); P.du = mk(r.du); P.ddelta = mk(r.ddelta); P.dz = mk(r.dz);
+    P.dh0 = mk(r.dh0);
+    /* checkpoint */
+    if (have_ck) {
+        P.ck = x->checkpoint;
+    } else {
+        kparams F = P;
+        F.y.p = NULL;
+        F.ck = reinterpret_cast<float *>(ws);
+        if ((st = run_forward(q, F, bp.fp, ws + bp.off_S, true, stream, err)) != SELSCAN_OK) return st;
+        P.ck = F.ck;
+    }
+    P.NT = bp.NT; P.CH = bp.CH; P.ncb = bp.ncb; P.nlch = 1; P.lchunk = q.L;
+    P.wdA = r.dA.data ? reinterpret_cast<float *>(ws + bp.off_dA) : NULL;
+    P.wdD = r.dD.data ? reinterpret_cast<float *>(ws + bp.off_dD) : NULL;
+    P.wdbias = r.dbias.data ? reinterpret_cast<float *>(ws + bp.off_dbias) : NULL;
+    P.wdBf = r.dB.data && q.fixB ? reinterpret_cast<float *>(ws + bp.off_dBf) : NULL;
+    P.wdCf = r.dC.data && q.fixC ? reinterpret_cast<float *>(ws + bp.off_dCf) : NULL;
+    P.wdB = r.dB.data && !q.fixB ? reinterpret_cast<float *>(ws + bp.off_dB) : NULL;
+    P.wdC = r.dC.data && !q.fixC ? reinterpret_cast<float *>(ws + bp.off_dC) : NULL;
+    {
+        const bwd_layout l = bwd_smem(bp.NT, bp.CH);
+        const unsigned grid = static_cast<unsigned>(q.batch * q.G * bp.ncb);
+        const int smem = static_cast<int>(l.total);
+        if (q.dt == SELSCAN_F32) {
+            if (smem > 48 * 1024) SELSCAN__CU(cudaFuncSetAttribute(bwd_kernel<float>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+            bwd_kernel<float><<<grid, kThreads, smem, stream>>>(P);
+        } else if (q.dt == SELSCAN_F16) {
+            if (smem > 48 * 1024) SELSCAN__CU(cudaFuncSetAttribute(bwd_kernel<__half>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+            bwd_kernel<__half><<<grid, kThreads, smem, stream>>>(P);
+        } else {
+            if (smem > 48 * 1024) SELSCAN__CU(cudaFuncSetAttribute(bwd_kernel<__nv_bfloat16>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+            bwd_kernel<__nv_bfloat16><<<grid, kThreads, smem, stream>>>(P);
+        }
+        SELSCAN__LAUNCHED();
+    }
+    const int64_t rows = q.batch * q.dim; /* batch is 1 with packed sequences */
+    if (r.dA.data) { reduce_rows_kernel<<<nblocks(q.dim * q.N, 256), 256, 0, stream>>>(P.wdA, q.batch, q.dim, q.N, mk(r.dA)); SELSCAN__LAUNCHED(); }
+    if (r.dD.data) { reduce_rows_kernel<<<nblocks(q.dim, 256), 256, 0, stream>>>(P.wdD, q.batch, q.dim, 1, mk(r.dD)); SELSCAN__LAUNCHED(); }
+    if (r.dbias.data) { reduce_rows_kernel<<<nblocks(q.dim, 256), 256, 0, stream>>>(P.wdbias, q.batch, q.dim, 1, mk(r.dbias)); SELSCAN__LAUNCHED(); }
+    if (P.wdBf) { reduce_rows_kernel<<<nblocks(q.dim * q.N, 256), 256, 0, stream>>>(P.wdBf, q.batch, q.dim, q.N, mk(r.dB)); SELSCAN__LAUNCHED(); }
+    if (P.wdCf) { reduce_rows_kernel<<<nblocks(q.dim * q.N, 256), 256, 0, stream>>>(P.wdCf, q.batch, q.dim, q.N, mk(r.dC)); SELSCAN__LAUNCHED(); }
+    for (int w = 0; w < 2; w++) {
+        const float *src = w ? P.wdC : P.wdB;
+        if (!src) continue;
+        const ct out = mk(w ? r.dC : r.dB);
+        const int64_t tot = q.batch * q.G * q.N * q.L;
+        const unsigned gr = nblocks(tot, 256);
+        if (q.dt == SELSCAN_F32) reduce_bc_kernel<float><<<gr, 256, 0, stream>>>(src, bp.ncb, q.batch, q.G, q.N, q.L, out);
+        else if (q.dt == SELSCAN_F16) reduce_bc_kernel<__half><<<gr, 256, 0, stream>>>(src, bp.ncb, q.batch, q.G, q.N, q.L, out);
+        else reduce_bc_kernel<__nv_bfloat16><<<gr, 256, 0, stream>>>(src, bp.ncb, q.batch, q.G, q.N, q.L, out);
+        SELSCAN__LAUNCHED();
+    }
+    if (q.cu && r.dh0.data) {
+        bool empty = false;
+        for (int64_t s = 0; s < q.nseq; s++) empty = empty || q.cu[s] == q.cu[s + 1];
+        if (empty) {
+            empty_seq_kernel<<<nblocks(q.nseq * q.dim * q.N, 256), 256, 0, stream>>>(P.cu, q.nseq, q.dim, q.N, P.dhlast, P.dh0);
+            SELSCAN__LAUNCHED();
+        }
+    }
+    (void)rows;
+    return SELSCAN_OK;
+}
+
+SELSCAN_DEF selscan_status selscan_backward_cuda(const selscan_problem *p, const selscan_grads *g, void *workspace,
+                                                 size_t bytes, cudaStream_t stream) {
+    return selscan_backward_cuda_ex(p, g, NULL, workspace, bytes, stream);
+}
+
+SELSCAN_DEF selscan_status selscan_step_cuda_ex(const selscan_step_problem *s, cudaError_t *err, cudaStream_t stream) {
+    selscan__stp q;
+    kparams P;
+    selscan_status st = selscan__validate_step_ex(s, &q, 0);
+    if (st != SELSCAN_OK) return st;
+    memset(&P, 0, sizeof P);
+    P.batch = q.batch; P.dim = q.dim; P.N = q.N; P.G = q.G; P.dpg = q.dpg; P.ncache = q.ncache;
+    P.softplus = q.softplus; P.fixB = q.fixB; P.fixC = q.fixC; P.idx = q.idx;
+    P.u = mk(q.x); P.delta = mk(q.dt_); P.A = mk(q.A); P.B = mk(q.B); P.C = mk(q.C); P.D = mk(q.D);
+    P.z = mk(q.z); P.bias = mk(q.bias); P.h0 = mk(q.state); P.y = mk(q.y);
+    P.NT = q.N >= 32 ? 32 : pow2ceil(q.N);
+    const int64_t cpb = kThreads / P.NT, grid = q.batch * cdiv(q.dim, cpb);
+    if (grid > 0x7fffffff) return SELSCAN_ERR_UNSUPPORTED;
+    if (q.dt == SELSCAN_F32) step_kernel<float><<<static_cast<unsigned>(grid), kThreads, 0, stream>>>(P);
+    else if (q.dt == SELSCAN_F16) step_kernel<__half><<<static_cast<unsigned>(grid), kThreads, 0, stream>>>(P);
+    else step_kernel<__nv_bfloat16><<<static_cast<unsigned>(grid), kThreads, 0, stream>>>(P);
+    SELSCAN__LAUNCHED();
+    return SELSCAN_OK;
+}
+
+SELSCAN_DEF selscan_status selscan_step_cuda(const selscan_step_problem *s, cudaStream_t stream) {
+    return selscan_step_cuda_ex(s, NULL, stream);
+}
+
+} /* extern "C" */
+
+#undef SELSCAN__CU
+#undef SELSCAN__LAUNCHED
+#endif /* SELSCAN__CUDA_IMPLEMENTED */
+#endif /* SELSCAN_CUDA_IMPLEMENTATION */

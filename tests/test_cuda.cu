@@ -1,0 +1,580 @@
+/* tests/test_cuda.cu - the CUDA backend (selscan_cuda.cuh) against the CPU reference.
+ *
+ * A matrix of random problems (dtypes, every option, odd L, L = 1, L far past any chunk,
+ * N in {1, 2, 8, 16, 64, 256}, groups, strided layouts including (B, L, D), packed sequences with
+ * empty ones, checkpoints), backward repeated and compared bitwise, step with padded and
+ * out-of-range state indices, and validation errors (status and no output written).
+ * Outputs are poisoned (0xFF bytes: NaN) before every call, so unwritten elements fail.
+ * Exits 0 with "skipped: no GPU" when there is no device. Last line: "N passed, N failed".
+ * SELSCAN_TEST_QUICK=1: a smaller matrix (for compute-sanitizer).
+ */
+#define SELSCAN_IMPLEMENTATION
+#define SELSCAN_CUDA_IMPLEMENTATION
+#include "selscan_cuda.cuh"
+
+#include <cuda_runtime.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <vector>
+#include <algorithm>
+
+static int g_pass = 0, g_fail = 0;
+#define CHECK(cond, ...)                                                                           \
+    do {                                                                                           \
+        if (cond) g_pass++;                                                                        \
+        else {                                                                                     \
+            g_fail++;                                                                              \
+            printf("FAIL %s:%d: ", __FILE__, __LINE__);                                            \
+            printf(__VA_ARGS__);                                                                   \
+            printf("\n");                                                                          \
+        }                                                                                          \
+    } while (0)
+#define CU(call)                                                                                   \
+    do {                                                                                           \
+        cudaError_t e_ = (call);                                                                   \
+        if (e_ != cudaSuccess) {                                                                   \
+            printf("CUDA error %s at %s:%d\n", cudaGetErrorString(e_), __FILE__, __LINE__);        \
+            exit(1);                                                                               \
+        }                                                                                          \
+    } while (0)
+
+/* Tolerances: relative error ||gpu - cpu|| / ||cpu|| per dtype (the GPU's exp is ex2.approx and
+   its sums run in another order; T outputs are rounded to T by both sides). */
+static double tol_of(selscan_dtype dt, int grad) {
+    if (dt == SELSCAN_F32) return grad ? 2e-4 : 5e-5;
+    if (dt == SELSCAN_F16) return grad ? 4e-3 : 2e-3;
+    return grad ? 2e-2 : 1e-2;
+}
+
+static uint64_t g_rng = 0x5e15ca4ull;
+static double urand(double lo, double hi) {
+    g_rng += 0x9e3779b97f4a7c15ull;
+    uint64_t z = g_rng;
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    z ^= z >> 31;
+    return lo + (hi - lo) * (double)(z >> 11) / 9007199254740992.0;
+}
+static int irand(int lo, int hi) { return lo + (int)(urand(0, 1) * (hi - lo + 1)) % (hi - lo + 1); }
+
+/* A tensor living on host and device with the same strides. */
+struct Ten {
+    int nd = 0;
+    int64_t n[4] = {1, 1, 1, 1}, s[4] = {0, 0, 0, 0};
+    selscan_dtype dt = SELSCAN_F32;
+    size_t bytes = 0;
+    void *h = NULL, *d = NULL;
+    bool zero_strides = false;
+    int64_t count() const { return n[0] * n[1] * n[2] * n[3]; }
+    int64_t off(int64_t i) const { /* logical row-major index -> element offset */
+        int64_t o = 0;
+        for (int k = nd - 1; k >= 0; k--) { o += (i % n[k]) * s[k]; i /= n[k]; }
+        return o;
+    }
+    size_t esz() const { return dt == SELSCAN_F32 ? 4 : 2; }
+    float get(const void *base, int64_t i) const {
+        const int64_t o = off(i);
+        if (dt == SELSCAN_F32) return ((const float *)base)[o];
+        uint16_t b = ((const uint16_t *)base)[o];
+        return dt == SELSCAN_F16 ? selscan_f16_to_f32(b) : selscan_bf16_to_f32(b);
+    }
+    void set(int64_t i, float v) {
+        const int64_t o = off(i);
+        if (dt == SELSCAN_F32) ((float *)h)[o] = v;
+        else ((uint16_t *)h)[o] = dt == SELSCAN_F16 ? selscan_f32_to_f16(v) : selscan_f32_to_bf16(v);
+    }
+    selscan_tensor api(bool dev) const {
+        selscan_tensor t;
+        t.data = dev ? d : h;
+        for (int k = 0; k < 4; k++) t.stride[k] = zero_strides ? 0 : s[k];
+        return t;
+    }
+};
+
+/* layout: 0 contiguous (zero strides), 1 contiguous explicit, 2 last dim moved to position 1
+   (channels-last), 3 padded (gaps between rows). */
+static void make(Ten &t, selscan_dtype dt, int nd, int64_t n0, int64_t n1, int64_t n2, int64_t n3, int layout) {
+    t.nd = nd; t.dt = dt;
+    int64_t n[4] = {n0, n1, n2, n3};
+    for (int k = 0; k < 4; k++) t.n[k] = k < nd ? n[k] : 1;
+    int order[4] = {0, 1, 2, 3}; /* memory order, outermost first */
+    if (layout == 2 && nd >= 3) { /* move last logical dim right after the first */
+        int o = 0;
+        order[o++] = 0;
+        order[o++] = nd - 1;
+        for (int k = 1; k < nd - 1; k++) order[o++] = k;
+    } else if (layout == 2 && nd == 2) {
+        order[0] = 1; order[1] = 0;
+    }
+    int64_t acc = 1;
+    for (int k = nd - 1; k >= 0; k--) {
+        t.s[order[k]] = acc;
+        acc *= t.n[order[k]] + (layout == 3 ? 1 : 0);
+    }
+    for (int k = nd; k < 4; k++) t.s[k] = 0;
+    t.zero_strides = layout == 0;
+    int64_t span = 1;
+    for (int k = 0; k < nd; k++) span += (t.n[k] - 1) * t.s[k];
+    t.bytes = (size_t)span * t.esz();
+    t.h = malloc(t.bytes);
+    memset(t.h, 0xff, t.bytes);
+    CU(cudaMalloc(&t.d, t.bytes));
+}
+static void fill(Ten &t, double lo, double hi) {
+    for (int64_t i = 0; i < t.count(); i++) t.set(i, (float)urand(lo, hi));
+    CU(cudaMemcpy(t.d, t.h, t.bytes, cudaMemcpyHostToDevice));
+}
+static void poison(Ten &t) {
+    if (!t.h) return;
+    memset(t.h, 0xff, t.bytes);
+    CU(cudaMemset(t.d, 0xff, t.bytes));
+}
+static void release(Ten &t) {
+    free(t.h);
+    if (t.d) cudaFree(t.d);
+    t.h = t.d = NULL;
+}
+static std::vector<unsigned char> fetch(const Ten &t) {
+    std::vector<unsigned char> v(t.bytes);
+    CU(cudaMemcpy(v.data(), t.d, t.bytes, cudaMemcpyDeviceToHost));
+    return v;
+}
+/* relative error of the device copy (dev bytes) against the host reference values */
+static double rel_err(const Ten &t, const std::vector<unsigned char> &dev) {
+    double num = 0, den = 0;
+    for (int64_t i = 0; i < t.count(); i++) {
+        const double a = t.get(dev.data(), i), r = t.get(t.h, i);
+        if (!(a == a) || !(r == r) || isinf(a)) return INFINITY;
+        num += (a - r) * (a - r);
+        den += r * r;
+    }
+    return den > 0 ? sqrt(num / den) : sqrt(num);
+}
+
+struct Cfg {
+    const char *name;
+    selscan_dtype dt;
+    int64_t batch, dim, L, N, G;
+    unsigned flags;
+    bool D, z, bias, h0, hlast, dhlast;
+    int layout;        /* layout of (batch, dim, L) tensors and of B/C */
+    int nseq;          /* packed sequences (batch 1) with this many, some empty; 0: none */
+    bool ck;           /* forward checkpoint given to the backward */
+    bool grads_subset; /* only some gradients */
+};
+
+enum { U, DELTA, A_, B_, C_, D_, Z, BIAS, H0, Y, HLAST, DY, DHLAST, DU, DDELTA, DA, DB, DC, DD, DZ, DBIAS, DH0, NTEN };
+static const char *tname[NTEN] = {"u", "delta", "A", "B", "C", "D", "z", "delta_bias", "h0", "y", "h_last", "dy", "dh_last", "du", "ddelta", "dA", "dB", "dC", "dD", "dz", "ddelta_bias", "dh0"};
+
+static void run_case(const Cfg &c) {
+    Ten t[NTEN];
+    const selscan_dtype T = c.dt, F = SELSCAN_F32;
+    const int lay = c.layout;
+    const int64_t rows = c.nseq ? c.nseq : c.batch;
+    std::vector<int64_t> cu;
+    if (c.nseq) { /* random offsets, some equal (empty sequences) */
+        cu.push_back(0);
+        for (int s = 1; s < c.nseq; s++) cu.push_back(irand(0, (int)c.L));
+        cu.push_back(c.L);
+        std::sort(cu.begin(), cu.end());
+    }
+    make(t[U], T, 3, c.batch, c.dim, c.L, 1, lay); fill(t[U], -1, 1);
+    make(t[DELTA], T, 3, c.batch, c.dim, c.L, 1, lay);
+    if (c.flags & SELSCAN_DELTA_SOFTPLUS) fill(t[DELTA], -3, 1.5); else fill(t[DELTA], 0.01, 0.6);
+    make(t[A_], F, 2, c.dim, c.N, 1, 1, lay == 3 ? 3 : 0); fill(t[A_], -4, -0.1);
+    if (c.flags & SELSCAN_FIXED_B) make(t[B_], F, 2, c.dim, c.N, 1, 1, lay); else make(t[B_], T, 4, c.batch, c.G, c.N, c.L, lay);
+    fill(t[B_], -1, 1);
+    if (c.flags & SELSCAN_FIXED_C) make(t[C_], F, 2, c.dim, c.N, 1, 1, lay); else make(t[C_], T, 4, c.batch, c.G, c.N, c.L, lay);
+    fill(t[C_], -1, 1);
+    if (c.D) { make(t[D_], F, 1, c.dim, 1, 1, 1, 0); fill(t[D_], -1, 1); }
+    if (c.z) { make(t[Z], T, 3, c.batch, c.dim, c.L, 1, lay); fill(t[Z], -2, 2); }
+    if (c.bias) { make(t[BIAS], F, 1, c.dim, 1, 1, 1, 0); fill(t[BIAS], -0.5, 0.5); }
+    if (c.h0) { make(t[H0], F, 3, rows, c.dim, c.N, 1, lay); fill(t[H0], -1, 1); }
+    make(t[Y], T, 3, c.batch, c.dim, c.L, 1, lay);
+    if (c.hlast) make(t[HLAST], F, 3, rows, c.dim, c.N, 1, lay);
+    make(t[DY], T, 3, c.batch, c.dim, c.L, 1, lay); fill(t[DY], -1, 1);
+    if (c.dhlast) { make(t[DHLAST], F, 3, rows, c.dim, c.N, 1, lay); fill(t[DHLAST], -1, 1); }
+    const bool all = !c.grads_subset;
+    make(t[DU], T, 3, c.batch, c.dim, c.L, 1, lay);
+    if (all) make(t[DDELTA], T, 3, c.batch, c.dim, c.L, 1, lay);
+    make(t[DA], F, 2, c.dim, c.N, 1, 1, 0);
+    if (all) { if (c.flags & SELSCAN_FIXED_B) make(t[DB], F, 2, c.dim, c.N, 1, 1, 0); else make(t[DB], T, 4, c.batch, c.G, c.N, c.L, lay); }
+    if (c.flags & SELSCAN_FIXED_C) make(t[DC], F, 2, c.dim, c.N, 1, 1, 0); else make(t[DC], T, 4, c.batch, c.G, c.N, c.L, lay);
+    if (all) make(t[DD], F, 1, c.dim, 1, 1, 1, 0);
+    if (c.z && all) make(t[DZ], T, 3, c.batch, c.dim, c.L, 1, lay);
+    make(t[DBIAS], F, 1, c.dim, 1, 1, 1, 0);
+    if (all) make(t[DH0], F, 3, rows, c.dim, c.N, 1, lay);
+
+    int64_t *dcu = NULL;
+    if (c.nseq) {
+        CU(cudaMalloc(&dcu, cu.size() * 8));
+        CU(cudaMemcpy(dcu, cu.data(), cu.size() * 8, cudaMemcpyHostToDevice));
+    }
+    selscan_problem p[2];
+    selscan_grads g[2];
+    for (int dev = 0; dev < 2; dev++) {
+        selscan_problem &q = p[dev];
+        memset(&q, 0, sizeof q);
+        q.batch = c.batch; q.dim = c.dim; q.seqlen = c.L; q.dstate = c.N; q.n_groups = c.G; q.dtype = T; q.flags = c.flags;
+        if (c.nseq) { q.cu_seqlens = cu.data(); q.n_seqs = c.nseq; }
+        selscan_tensor *dst[] = {&q.u, &q.delta, &q.A, &q.B, &q.C, &q.D, &q.z, &q.delta_bias, &q.h0, &q.y, &q.h_last};
+        for (int k = 0; k <= HLAST; k++) if (t[k].h) *dst[k] = t[k].api(dev);
+        selscan_grads &r = g[dev];
+        memset(&r, 0, sizeof r);
+        selscan_tensor *gd[] = {&r.dy, &r.dh_last, &r.du, &r.ddelta, &r.dA, &r.dB, &r.dC, &r.dD, &r.dz, &r.ddelta_bias, &r.dh0};
+        for (int k = DY; k < NTEN; k++) if (t[k].h) *gd[k - DY] = t[k].api(dev);
+    }
+    /* CPU reference */
+    size_t wsb = 0;
+    selscan_status st = selscan_workspace_size(&p[0], NULL, &wsb);
+    CHECK(st == SELSCAN_OK, "%s: cpu ws fwd %s", c.name, selscan_status_string(st));
+    void *ws = NULL;
+    if (posix_memalign(&ws, 64, wsb ? wsb : 64)) exit(1);
+    st = selscan_forward_ref(&p[0], ws, wsb);
+    CHECK(st == SELSCAN_OK, "%s: cpu fwd %s", c.name, selscan_status_string(st));
+    free(ws);
+    st = selscan_workspace_size(&p[0], &g[0], &wsb);
+    if (posix_memalign(&ws, 64, wsb ? wsb : 64)) exit(1);
+    st = selscan_backward_ref(&p[0], &g[0], ws, wsb);
+    CHECK(st == SELSCAN_OK, "%s: cpu bwd %s", c.name, selscan_status_string(st));
+    free(ws);
+
+    /* GPU forward */
+    cudaStream_t stream;
+    CU(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+    selscan_cuda_ext x;
+    memset(&x, 0, sizeof x);
+    x.cu_seqlens_device = dcu;
+    cudaError_t cerr = cudaSuccess;
+    x.cuda_error = &cerr;
+    size_t ckb = 0;
+    float *ck = NULL;
+    if (c.ck) {
+        CHECK(selscan_checkpoint_size_cuda(&p[1], &ckb) == SELSCAN_OK, "%s: ck size", c.name);
+        CU(cudaMalloc(&ck, ckb));
+        x.checkpoint = ck;
+        x.checkpoint_bytes = ckb;
+    }
+    size_t gwb = 0;
+    st = selscan_workspace_size_cuda(&p[1], NULL, &x, &gwb);
+    CHECK(st == SELSCAN_OK, "%s: gpu ws fwd %s", c.name, selscan_status_string(st));
+    void *gws = NULL;
+    if (gwb) CU(cudaMalloc(&gws, gwb));
+    poison(t[Y]);
+    if (t[HLAST].h) poison(t[HLAST]);
+    st = selscan_forward_cuda_ex(&p[1], &x, gws, gwb, stream);
+    CHECK(st == SELSCAN_OK, "%s: gpu fwd %s (%s)", c.name, selscan_status_string(st), cudaGetErrorString(cerr));
+    CU(cudaStreamSynchronize(stream));
+    CU(cudaGetLastError());
+    /* re-run the CPU forward for y/h_last reference (poison wiped the host copies) */
+    {
+        size_t b2 = 0;
+        selscan_workspace_size(&p[0], NULL, &b2);
+        void *w2 = NULL;
+        if (posix_memalign(&w2, 64, b2 ? b2 : 64)) exit(1);
+        selscan_forward_ref(&p[0], w2, b2);
+        free(w2);
+    }
+    const double tf = tol_of(T, 0), tg = tol_of(T, 1);
+    {
+        double e = rel_err(t[Y], fetch(t[Y]));
+        CHECK(e <= tf, "%s: y rel err %.3g > %.3g", c.name, e, tf);
+        if (t[HLAST].h) {
+            e = rel_err(t[HLAST], fetch(t[HLAST]));
+            CHECK(e <= 1e-4, "%s: h_last rel err %.3g", c.name, e);
+        }
+    }
+    if (gws) cudaFree(gws);
+    /* GPU backward, twice, bitwise equal */
+    if (!c.ck) { x.checkpoint = NULL; x.checkpoint_bytes = 0; }
+    st = selscan_workspace_size_cuda(&p[1], &g[1], &x, &gwb);
+    CHECK(st == SELSCAN_OK, "%s: gpu ws bwd %s", c.name, selscan_status_string(st));
+    gws = NULL;
+    if (gwb) CU(cudaMalloc(&gws, gwb));
+    std::vector<std::vector<unsigned char>> first(NTEN);
+    for (int rep = 0; rep < 2; rep++) {
+        for (int k = DU; k < NTEN; k++) if (t[k].d) CU(cudaMemset(t[k].d, 0xff, t[k].bytes));
+        if (gws) CU(cudaMemset(gws, rep ? 0x55 : 0xff, gwb));
+        st = selscan_backward_cuda_ex(&p[1], &g[1], &x, gws, gwb, stream);
+        CHECK(st == SELSCAN_OK, "%s: gpu bwd %s (%s)", c.name, selscan_status_string(st), cudaGetErrorString(cerr));
+        CU(cudaStreamSynchronize(stream));
+        CU(cudaGetLastError());
+        for (int k = DU; k < NTEN; k++) {
+            if (!t[k].d) continue;
+            std::vector<unsigned char> v = fetch(t[k]);
+            if (rep == 0) {
+                first[k] = v;
+                const double e = rel_err(t[k], v);
+                const double tol = t[k].dt == SELSCAN_F32 && T != SELSCAN_F32 ? tg * 0.5 : tg;
+                CHECK(e <= tol, "%s: %s rel err %.3g > %.3g", c.name, tname[k], e, tol);
+            } else {
+                CHECK(v == first[k], "%s: %s differs between two backward calls", c.name, tname[k]);
+            }
+        }
+    }
+    if (gws) cudaFree(gws);
+    if (ck) cudaFree(ck);
+    if (dcu) cudaFree(dcu);
+    cudaStreamDestroy(stream);
+    for (int k = 0; k < NTEN; k++) release(t[k]);
+}
+
+/* ---------------------------------------------------------------------------------------------- */
+
+static void run_step_case(selscan_dtype T, int64_t batch, int64_t dim, int64_t N, int64_t G, unsigned flags, bool D,
+                          bool z, bool bias, bool index, int layout) {
+    const selscan_dtype F = SELSCAN_F32;
+    const int64_t ncache = index ? batch + 3 : batch;
+    Ten st, x, dt, A, B, C, Dt, zt, bt, y;
+    make(st, F, 3, ncache, dim, N, 1, layout); fill(st, -1, 1);
+    make(x, T, 2, batch, dim, 1, 1, layout); fill(x, -1, 1);
+    make(dt, T, 2, batch, dim, 1, 1, layout); fill(dt, -2, 1);
+    make(A, F, 2, dim, N, 1, 1, 0); fill(A, -4, -0.1);
+    if (flags & SELSCAN_FIXED_B) make(B, F, 2, dim, N, 1, 1, 0); else make(B, T, 3, batch, G, N, 1, layout);
+    fill(B, -1, 1);
+    if (flags & SELSCAN_FIXED_C) make(C, F, 2, dim, N, 1, 1, 0); else make(C, T, 3, batch, G, N, 1, layout);
+    fill(C, -1, 1);
+    if (D) { make(Dt, F, 1, dim, 1, 1, 1, 0); fill(Dt, -1, 1); }
+    if (z) { make(zt, T, 2, batch, dim, 1, 1, layout); fill(zt, -2, 2); }
+    if (bias) { make(bt, F, 1, dim, 1, 1, 1, 0); fill(bt, -0.5, 0.5); }
+    make(y, T, 2, batch, dim, 1, 1, layout);
+    std::vector<int32_t> idx(batch), idx_cpu(batch);
+    int32_t *didx = NULL;
+    if (index) { /* a permutation of cache rows with padding: -1 and rows >= ncache */
+        std::vector<int32_t> perm(ncache);
+        for (int64_t i = 0; i < ncache; i++) perm[i] = (int32_t)i;
+        for (int64_t i = ncache - 1; i > 0; i--) std::swap(perm[i], perm[irand(0, (int)i)]);
+        for (int64_t i = 0; i < batch; i++) {
+            idx[i] = perm[i];
+            if (i % 3 == 1) idx[i] = -1;
+            if (i % 5 == 2) idx[i] = (int32_t)(ncache + 7);
+            idx_cpu[i] = idx[i] >= ncache ? -1 : idx[i];
+        }
+        CU(cudaMalloc(&didx, batch * 4));
+        CU(cudaMemcpy(didx, idx.data(), batch * 4, cudaMemcpyHostToDevice));
+    }
+    selscan_step_problem s[2];
+    for (int dev = 0; dev < 2; dev++) {
+        selscan_step_problem &q = s[dev];
+        memset(&q, 0, sizeof q);
+        q.batch = batch; q.dim = dim; q.dstate = N; q.n_groups = G; q.n_cache = ncache; q.dtype = T; q.flags = flags;
+        q.state_index = index ? (dev ? didx : idx_cpu.data()) : NULL;
+        q.state = st.api(dev); q.x = x.api(dev); q.dt = dt.api(dev); q.A = A.api(dev); q.B = B.api(dev); q.C = C.api(dev);
+        if (D) q.D = Dt.api(dev);
+        if (z) q.z = zt.api(dev);
+        if (bias) q.delta_bias = bt.api(dev);
+        q.y = y.api(dev);
+    }
+    poison(y);
+    cudaError_t cerr = cudaSuccess;
+    selscan_status r = selscan_step_cuda_ex(&s[1], &cerr, 0);
+    CHECK(r == SELSCAN_OK, "step: gpu %s", selscan_status_string(r));
+    CU(cudaDeviceSynchronize());
+    r = selscan_step_ref(&s[0]);
+    CHECK(r == SELSCAN_OK, "step: cpu %s", selscan_status_string(r));
+    const double ey = rel_err(y, fetch(y)), es = rel_err(st, fetch(st));
+    CHECK(ey <= tol_of(T, 0) && es <= 1e-5, "step N=%lld dt=%d index=%d: y err %.3g, state err %.3g", (long long)N, (int)T,
+          (int)index, ey, es);
+    if (didx) cudaFree(didx);
+    Ten *all[] = {&st, &x, &dt, &A, &B, &C, &Dt, &zt, &bt, &y};
+    for (Ten *p : all) release(*p);
+}
+
+/* ---------------------------------------------------------------------------------------------- */
+
+static void validation_tests() {
+    const int64_t b = 2, dim = 8, L = 40, N = 4;
+    Ten u, dl, A, B, C, y, dy, du;
+    make(u, SELSCAN_F32, 3, b, dim, L, 1, 0); fill(u, -1, 1);
+    make(dl, SELSCAN_F32, 3, b, dim, L, 1, 0); fill(dl, 0, 1);
+    make(A, SELSCAN_F32, 2, dim, N, 1, 1, 0); fill(A, -1, -0.1);
+    make(B, SELSCAN_F32, 4, b, 1, N, L, 0); fill(B, -1, 1);
+    make(C, SELSCAN_F32, 4, b, 1, N, L, 0); fill(C, -1, 1);
+    make(y, SELSCAN_F32, 3, b, dim, L, 1, 0);
+    make(dy, SELSCAN_F32, 3, b, dim, L, 1, 0); fill(dy, -1, 1);
+    make(du, SELSCAN_F32, 3, b, dim, L, 1, 0);
+    selscan_problem p;
+    memset(&p, 0, sizeof p);
+    p.batch = b; p.dim = dim; p.seqlen = L; p.dstate = N; p.dtype = SELSCAN_F32;
+    p.u = u.api(1); p.delta = dl.api(1); p.A = A.api(1); p.B = B.api(1); p.C = C.api(1); p.y = y.api(1);
+    selscan_grads g;
+    memset(&g, 0, sizeof g);
+    g.dy = dy.api(1); g.du = du.api(1);
+    auto y_untouched = [&]() {
+        std::vector<unsigned char> v = fetch(y);
+        for (unsigned char ch : v) if (ch != 0xff) return false;
+        return true;
+    };
+    auto expect = [&](selscan_problem q, const char *what, selscan_status want, void *ws = NULL, size_t wsb = 0) {
+        poison(y);
+        selscan_status s = selscan_forward_cuda(&q, ws, wsb, 0);
+        CU(cudaDeviceSynchronize());
+        CHECK(s == want && y_untouched(), "validation %s: got %s, want %s", what, selscan_status_string(s), selscan_status_string(want));
+    };
+    { selscan_problem q = p; q.u.data = NULL; expect(q, "null u", SELSCAN_ERR_NULL); }
+    { selscan_problem q = p; q.n_groups = 3; expect(q, "groups", SELSCAN_ERR_SHAPE); }
+    { selscan_problem q = p; q.dtype = (selscan_dtype)7; expect(q, "dtype", SELSCAN_ERR_DTYPE); }
+    { selscan_problem q = p; q.flags = 1u << 10; expect(q, "flags", SELSCAN_ERR_UNSUPPORTED); }
+    { selscan_problem q = p; q.y.data = u.d; expect(q, "y aliases u", SELSCAN_ERR_ALIAS); }
+    { selscan_problem q = p; q.y.stride[0] = dim * L; q.y.stride[1] = 0; q.y.stride[2] = 1; expect(q, "y overlapping strides", SELSCAN_ERR_STRIDE); }
+    { selscan_problem q = p; q.seqlen = 0; expect(q, "L 0", SELSCAN_ERR_SHAPE); }
+    {
+        int64_t cu[3] = {0, 10, L};
+        selscan_problem q = p; q.batch = 1; q.cu_seqlens = cu; q.n_seqs = 2;
+        q.u.stride[0] = dim * L; q.u.stride[1] = L; q.u.stride[2] = 1; /* batch-1 views */
+        expect(q, "packed without device offsets", SELSCAN_ERR_NULL);
+        int64_t bad[3] = {0, 30, 10};
+        q.cu_seqlens = bad;
+        expect(q, "decreasing offsets", SELSCAN_ERR_SHAPE);
+    }
+    {
+        selscan_problem q = p; q.dstate = 4096; q.A.data = NULL; /* null first */
+        expect(q, "null A", SELSCAN_ERR_NULL);
+    }
+    {   /* workspace: a problem that needs one (small batch*dim: L chunks) */
+        selscan_problem q = p;
+        size_t need = 0;
+        CHECK(selscan_workspace_size_cuda(&q, NULL, NULL, &need) == SELSCAN_OK, "ws size");
+        if (need) expect(q, "missing workspace", SELSCAN_ERR_WORKSPACE);
+        size_t needb = 0;
+        CHECK(selscan_workspace_size_cuda(&q, &g, NULL, &needb) == SELSCAN_OK && needb > 0, "bwd ws size %zu", needb);
+        void *w = NULL;
+        CU(cudaMalloc(&w, needb));
+        CU(cudaMemset(du.d, 0xff, du.bytes));
+        selscan_status s = selscan_backward_cuda(&q, &g, w, needb - 64, 0);
+        CHECK(s == SELSCAN_ERR_WORKSPACE, "bwd small workspace: %s", selscan_status_string(s));
+        s = selscan_backward_cuda(&q, &g, (char *)w + 4, needb, 0);
+        CHECK(s == SELSCAN_ERR_WORKSPACE, "bwd misaligned workspace: %s", selscan_status_string(s));
+        selscan_grads g2 = g; g2.du.data = w;
+        s = selscan_backward_cuda(&q, &g2, w, needb, 0);
+        CHECK(s == SELSCAN_ERR_ALIAS, "bwd du aliases workspace: %s", selscan_status_string(s));
+        selscan_grads g3 = g; g3.dy.data = NULL;
+        s = selscan_backward_cuda(&q, &g3, w, needb, 0);
+        CHECK(s == SELSCAN_ERR_NULL, "bwd null dy: %s", selscan_status_string(s));
+        selscan_grads g4 = g; g4.dz = dy.api(1);
+        s = selscan_backward_cuda(&q, &g4, w, needb, 0);
+        CHECK(s == SELSCAN_ERR_NULL, "bwd dz without z: %s", selscan_status_string(s));
+        std::vector<unsigned char> v = fetch(du);
+        bool untouched = true;
+        for (unsigned char ch : v) untouched = untouched && ch == 0xff;
+        CHECK(untouched, "bwd errors wrote du");
+        selscan_problem q2 = q; q2.dstate = 1024; /* backward limit 512 */
+        Ten A2; make(A2, SELSCAN_F32, 2, dim, 1024, 1, 1, 0); fill(A2, -1, -0.1);
+        Ten B2; make(B2, SELSCAN_F32, 4, b, 1, 1024, L, 0); fill(B2, -1, 1);
+        q2.A = A2.api(1); q2.B = B2.api(1); q2.C = B2.api(1);
+        size_t n2 = 0;
+        s = selscan_workspace_size_cuda(&q2, &g, NULL, &n2);
+        CHECK(s == SELSCAN_ERR_UNSUPPORTED, "bwd N=1024: %s", selscan_status_string(s));
+        release(A2); release(B2);
+        cudaFree(w);
+    }
+    {   /* step: bad sizes, aliasing */
+        selscan_step_problem s;
+        memset(&s, 0, sizeof s);
+        s.batch = 2; s.dim = dim; s.dstate = N; s.dtype = SELSCAN_F32;
+        s.state = u.api(1); s.x = dl.api(1); s.dt = dl.api(1); s.A = A.api(1); s.B = B.api(1); s.C = C.api(1); s.y = y.api(1);
+        s.n_cache = 5; /* without an index n_cache must equal batch */
+        CHECK(selscan_step_cuda(&s, 0) == SELSCAN_ERR_SHAPE, "step n_cache without index");
+        s.n_cache = 0; s.y.data = u.d;
+        CHECK(selscan_step_cuda(&s, 0) == SELSCAN_ERR_ALIAS, "step y aliases state");
+    }
+    Ten *all[] = {&u, &dl, &A, &B, &C, &y, &dy, &du};
+    for (Ten *t : all) release(*t);
+}
+
+int main() {
+    int ndev = 0;
+    if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev == 0) {
+        printf("test_cuda: skipped: no GPU\n0 passed, 0 failed\n");
+        return 0;
+    }
+    cudaDeviceProp prop;
+    CU(cudaGetDeviceProperties(&prop, 0));
+    const char *qe = getenv("SELSCAN_TEST_QUICK");
+    const bool quick = qe && strcmp(qe, "0") != 0;
+    printf("test_cuda on %s%s\n", prop.name, quick ? " (quick)" : "");
+    const unsigned SP = SELSCAN_DELTA_SOFTPLUS, FB = SELSCAN_FIXED_B, FC = SELSCAN_FIXED_C;
+    const selscan_dtype F32 = SELSCAN_F32, F16 = SELSCAN_F16, BF = SELSCAN_BF16;
+    std::vector<Cfg> cases = {
+        /* name, dt, batch, dim, L, N, G, flags, D, z, bias, h0, hlast, dhlast, layout, nseq, ck, subset */
+        {"basic f32", F32, 2, 16, 100, 16, 1, SP, true, true, true, true, true, true, 0, 0, false, false},
+        {"basic f16", F16, 2, 16, 100, 16, 1, SP, true, true, true, true, true, true, 0, 0, false, false},
+        {"basic bf16", BF, 2, 16, 100, 16, 1, SP, true, true, true, true, true, true, 0, 0, false, false},
+        {"L=1", F32, 3, 8, 1, 8, 1, SP, true, true, true, true, true, true, 0, 0, false, false},
+        {"odd L 67", F32, 1, 12, 67, 4, 1, 0, false, false, false, false, true, false, 1, 0, false, false},
+        {"N=1", F32, 2, 8, 37, 1, 1, SP, true, false, true, true, true, true, 0, 0, false, false},
+        {"N=2 bf16", BF, 2, 8, 50, 2, 1, SP, true, true, false, false, false, false, 0, 0, false, false},
+        {"N=8 groups 4", F32, 2, 32, 90, 8, 4, SP, true, true, true, true, true, true, 0, 0, false, false},
+        {"N=64", F32, 1, 6, 70, 64, 1, SP, true, true, true, true, true, true, 0, 0, false, false},
+        {"N=256", F32, 1, 3, 40, 256, 1, SP, true, false, true, true, true, true, 0, 0, false, false},
+        {"N=256 bf16 groups", BF, 1, 4, 33, 256, 2, SP, true, true, true, false, true, false, 0, 0, false, false},
+        {"N=12 (padded states)", F32, 2, 10, 45, 12, 1, SP, true, true, true, true, true, true, 0, 0, false, false},
+        {"long L 2000", F32, 1, 4, 2000, 16, 1, SP, true, true, true, true, true, true, 0, 0, false, false},
+        {"long L 5000 bf16", BF, 1, 8, 5000, 16, 1, SP, true, true, true, false, true, false, 0, 0, false, false},
+        {"(B,L,D) layout", F32, 2, 24, 80, 16, 1, SP, true, true, true, true, true, true, 2, 0, false, false},
+        {"(B,L,D) layout f16", F16, 2, 24, 80, 8, 2, SP, true, true, true, true, true, true, 2, 0, false, false},
+        {"padded strides", F32, 2, 9, 55, 16, 3, SP, true, true, true, true, true, true, 3, 0, false, false},
+        {"explicit strides bf16", BF, 2, 16, 64, 16, 1, SP, true, true, true, true, true, true, 1, 0, false, false},
+        {"fixed B", F32, 2, 8, 60, 16, 1, SP | FB, true, true, true, true, true, true, 0, 0, false, false},
+        {"fixed C", F32, 2, 8, 60, 16, 1, SP | FC, true, true, true, true, true, true, 0, 0, false, false},
+        {"fixed B and C bf16", BF, 2, 8, 60, 8, 1, FB | FC, true, false, true, true, true, true, 0, 0, false, false},
+        {"no softplus", F32, 2, 8, 60, 16, 1, 0, true, true, true, true, true, true, 0, 0, false, false},
+        {"packed 5 seqs", F32, 1, 8, 200, 16, 1, SP, true, true, true, true, true, true, 0, 5, false, false},
+        {"packed 9 seqs bf16", BF, 1, 8, 300, 16, 1, SP, true, true, true, true, true, true, 0, 9, false, false},
+        {"packed no h0", F32, 1, 8, 150, 8, 1, SP, true, true, true, false, true, false, 0, 4, false, false},
+        {"checkpoint", F32, 2, 16, 300, 16, 1, SP, true, true, true, true, true, true, 0, 0, true, false},
+        {"checkpoint packed", F32, 1, 16, 300, 16, 1, SP, true, true, true, true, true, true, 0, 6, true, false},
+        {"grad subset", F32, 2, 16, 100, 16, 1, SP, true, true, true, true, false, false, 0, 0, false, true},
+        {"many channels", F32, 2, 600, 70, 16, 1, SP, true, true, true, true, true, true, 0, 0, false, false},
+        {"many channels bf16 chunked L", BF, 1, 300, 700, 16, 1, SP, true, true, true, true, true, true, 0, 0, false, false},
+        {"dim 70000", F32, 1, 70000, 3, 2, 1, SP, true, true, true, false, true, false, 0, 0, false, false},
+    };
+    if (!quick) {
+        for (int i = 0; i < 24; i++) { /* random configurations */
+            static char names[24][32];
+            Cfg c;
+            snprintf(names[i], sizeof names[i], "random %d", i);
+            c.name = names[i];
+            const selscan_dtype dts[3] = {F32, F16, BF};
+            c.dt = dts[irand(0, 2)];
+            const int Ns[6] = {1, 2, 8, 16, 64, 256};
+            c.N = Ns[irand(0, 5)];
+            c.G = irand(1, 3);
+            c.dim = c.G * irand(1, 12);
+            c.L = irand(1, 3) == 1 ? irand(1, 9) : irand(10, 400);
+            c.nseq = irand(0, 3) == 0 ? irand(1, 6) : 0;
+            c.batch = c.nseq ? 1 : irand(1, 3);
+            c.flags = (irand(0, 1) ? SP : 0) | (irand(0, 4) == 0 ? FB : 0) | (irand(0, 4) == 0 ? FC : 0);
+            c.D = irand(0, 1); c.z = irand(0, 1); c.bias = irand(0, 1); c.h0 = irand(0, 1); c.hlast = irand(0, 1); c.dhlast = irand(0, 1);
+            c.layout = irand(0, 3);
+            c.ck = irand(0, 1);
+            c.grads_subset = irand(0, 3) == 0;
+            cases.push_back(c);
+        }
+    } else {
+        cases.resize(12);
+    }
+    for (const Cfg &c : cases) {
+        const int before = g_fail;
+        run_case(c);
+        printf("%-32s %s\n", c.name, g_fail == before ? "ok" : "FAILED");
+        fflush(stdout);
+    }
+    /* step */
+    const int before = g_fail;
+    for (int T = 0; T < 3; T++) {
+        run_step_case((selscan_dtype)T, 5, 40, 16, 1, SP, true, true, true, false, 0);
+        run_step_case((selscan_dtype)T, 7, 24, 8, 2, SP, true, true, true, true, 2);
+    }
+    run_step_case(F32, 4, 16, 1, 1, 0, false, false, false, true, 0);
+    run_step_case(F32, 3, 8, 256, 1, SP | FB | FC, true, true, true, true, 3);
+    run_step_case(BF, 6, 12, 64, 3, SP | FC, true, false, true, true, 1);
+    printf("%-32s %s\n", "step", g_fail == before ? "ok" : "FAILED");
+    const int b2 = g_fail;
+    validation_tests();
+    printf("%-32s %s\n", "validation", g_fail == b2 ? "ok" : "FAILED");
+    printf("%d passed, %d failed\n", g_pass, g_fail);
+    return g_fail ? 1 : 0;
+}
