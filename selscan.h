@@ -453,7 +453,9 @@ static selscan_status selscan__check_problem(const selscan_problem *p, selscan__
     if (!p->u.data || !p->delta.data || !p->A.data || !p->B.data || !p->C.data || (need_y && !p->y.data))
         return SELSCAN_ERR_NULL;
     if (p->cu_seqlens) {
-        if (p->batch != 1 || p->n_seqs <= 0 || p->cu_seqlens[0] != 0 || p->cu_seqlens[p->n_seqs] != p->seqlen)
+        /* the row count is checked before cu_seqlens[n_seqs] is read (its index must exist) */
+        if (p->batch != 1 || p->n_seqs <= 0 || !selscan__count_ok(p->n_seqs, p->dim, p->dstate, 1) ||
+            p->cu_seqlens[0] != 0 || p->cu_seqlens[p->n_seqs] != p->seqlen)
             return SELSCAN_ERR_SHAPE;
         for (i = 0; i < p->n_seqs; i++)
             if (p->cu_seqlens[i + 1] < p->cu_seqlens[i]) return SELSCAN_ERR_SHAPE;
