@@ -22,14 +22,90 @@ $(BUILD)/quickstart: examples/quickstart.c selscan.h | $(BUILD)
 
 run: $(BUILD)/quickstart
 	./$(BUILD)/quickstart
+	@if [ -n "$(HAVE_NVCC)" ] && nvidia-smi -L >/dev/null 2>&1; then $(MAKE) --no-print-directory $(BUILD)/cuda_quickstart && ./$(BUILD)/cuda_quickstart; fi
 
 # ---- tests (section owned by tests/) ----------------------------------------------------------
 
 # ---- CPU benchmark ----------------------------------------------------------------------------
 
 # ---- CUDA -------------------------------------------------------------------------------------
+# cuda-build compiles every CUDA binary without running one (for CI machines with nvcc, no GPU).
+# test-cuda runs the GPU suite (prints "skipped: no GPU" and exits 0 without a device).
+CUDA_BINS := $(BUILD)/test_cuda $(BUILD)/bench_cuda $(BUILD)/cuda_quickstart
+.PHONY: cuda-build
+cuda-build: $(CUDA_BINS)
+
+$(BUILD)/test_cuda: tests/test_cuda.cu selscan_cuda.cuh selscan.h | $(BUILD)
+	$(NVCC) $(NVFLAGS) -I. $< -o $@
+
+$(BUILD)/bench_cuda: bench/bench_cuda.cu selscan_cuda.cuh selscan.h | $(BUILD)
+	$(NVCC) $(NVFLAGS) -I. $< -o $@
+
+$(BUILD)/cuda_quickstart: examples/cuda_quickstart.cu selscan_cuda.cuh selscan.h | $(BUILD)
+	$(NVCC) $(NVFLAGS) -I. $< -o $@
+
+test-cuda: $(BUILD)/test_cuda
+	./$(BUILD)/test_cuda
+
+bench-cuda: $(BUILD)/bench_cuda
+	./$(BUILD)/bench_cuda
+
 
 # ---- TensorFlow op ----------------------------------------------------------------------------
+# tf-op: builds $(BUILD)/tf_op/_selscan_tf_ops.so with the flags of tf.sysconfig, from a Python
+# that imports tensorflow (TF_PY=..., else python3, else $(TF_VENV)). With nvcc (and
+# selscan_cuda.cuh) it adds the GPU kernels: selscan_tf_gpu.cc (host compiler, GOOGLE_CUDA=1) and
+# selscan_tf_kernels.cu (nvcc, no TensorFlow headers). Without nvcc: CPU kernels only.
+# test-tf: installs a CPU TensorFlow into $(TF_VENV) when none is importable, builds, runs the tests.
+TF_DIR      := examples/tf_op
+TF_VENV     ?= $(BUILD)/tf-venv
+TF_OUT      := $(BUILD)/tf_op
+TF_SO       := $(TF_OUT)/_selscan_tf_ops.so
+TF_CXXFLAGS ?= -O2
+TF_WARN     := -Wall -Wextra -Wno-maybe-uninitialized
+TF_NVFLAGS  ?= -O3 -std=c++17 -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=[sm_90,compute_90]
+TF_GPU      := $(if $(HAVE_NVCC),$(if $(wildcard selscan_cuda.cuh),1))
+CUDA_HOME   ?= $(patsubst %/bin/,%,$(dir $(shell command -v $(NVCC) 2>/dev/null)))
+ifdef TF_PY
+TF_CFLAGS   := $(shell $(TF_PY) -c 'import tensorflow as tf; print(" ".join(tf.sysconfig.get_compile_flags()))' 2>/dev/null)
+TF_LFLAGS   := $(shell $(TF_PY) -c 'import tensorflow as tf; print(" ".join(tf.sysconfig.get_link_flags()))' 2>/dev/null)
+endif
+TF_INC      = $(patsubst -I%,-isystem %,$(TF_CFLAGS)) -I. -I$(TF_DIR)
+TF_OBJS     := $(TF_OUT)/selscan_tf.o $(if $(TF_GPU),$(TF_OUT)/selscan_tf_gpu.o $(TF_OUT)/selscan_tf_kernels.o)
+TF_HDRS     := $(TF_DIR)/selscan_tf_common.h selscan.h $(TF_OUT)/tf_flags.txt
+.PHONY: tf-flags-check
+
+tf-op:
+	@py="$$($(TF_DIR)/tf_python.sh --find $(TF_VENV))" && \
+	$(MAKE) --no-print-directory $(TF_SO) TF_PY="$$py"
+
+test-tf:
+	@py="$$($(TF_DIR)/tf_python.sh --install $(TF_VENV))" && \
+	$(MAKE) --no-print-directory $(TF_SO) TF_PY="$$py" && \
+	"$$py" $(TF_DIR)/test_selscan_tf.py
+
+$(TF_OUT):
+	mkdir -p $(TF_OUT)
+
+# Rebuilds when the TensorFlow (its flags) or the GPU choice changes.
+$(TF_OUT)/tf_flags.txt: tf-flags-check | $(TF_OUT)
+	@test -n "$(TF_CFLAGS)" || { echo "tf-op: no TensorFlow compile flags (run make tf-op / make test-tf)"; exit 1; }
+	@echo '$(TF_CFLAGS) | $(TF_LFLAGS) | gpu=$(TF_GPU) $(CUDA_HOME)' | cmp -s - $@ || \
+	echo '$(TF_CFLAGS) | $(TF_LFLAGS) | gpu=$(TF_GPU) $(CUDA_HOME)' > $@
+
+$(TF_OUT)/selscan_tf.o: $(TF_DIR)/selscan_tf.cc $(TF_HDRS) | $(TF_OUT)
+	$(CXX) $(TF_CXXFLAGS) $(TF_WARN) -fPIC -fvisibility=hidden $(TF_INC) -c $< -o $@
+
+$(TF_OUT)/selscan_tf_gpu.o: $(TF_DIR)/selscan_tf_gpu.cc $(TF_DIR)/selscan_tf_cuda.h $(TF_HDRS) | $(TF_OUT)
+	$(CXX) $(TF_CXXFLAGS) $(TF_WARN) -fPIC -fvisibility=hidden -DGOOGLE_CUDA=1 $(TF_INC) -isystem $(CUDA_HOME)/include -c $< -o $@
+
+$(TF_OUT)/selscan_tf_kernels.o: $(TF_DIR)/selscan_tf_kernels.cu $(TF_DIR)/selscan_tf_cuda.h selscan_cuda.cuh selscan.h | $(TF_OUT)
+	$(NVCC) $(TF_NVFLAGS) -Xcompiler -fPIC -Xcompiler -fvisibility=hidden -I. -I$(TF_DIR) -c $< -o $@
+
+$(TF_SO): $(TF_OBJS)
+	$(CXX) -shared $(TF_OBJS) -o $@ $(TF_LFLAGS) $(if $(TF_GPU),-L$(CUDA_HOME)/lib64 -lcudart_static -ldl -lrt -lpthread)
+	@echo "tf-op: built $@ ($(if $(TF_GPU),CPU + GPU kernels,CPU kernels only: no nvcc or no selscan_cuda.cuh))"
+
 
 clean:
 	rm -rf $(BUILD)
