@@ -199,6 +199,28 @@ SELSCAN_DEF selscan_status selscan_forward_cpu(const selscan_problem *p, void *w
 SELSCAN_DEF selscan_status selscan_backward_cpu(const selscan_problem *p, const selscan_grads *g, void *workspace, size_t workspace_bytes);
 SELSCAN_DEF selscan_status selscan_step_cpu(const selscan_step_problem *s);
 
+/* Partitioned CPU entry points: the work split into n_parts parts that any thread pool runs
+   concurrently (part = 0 .. n_parts - 1, each exactly once, on one shared workspace of
+   selscan_workspace_size_parts(p, g, n_parts) bytes). Results are bitwise the same for every
+   n_parts (and equal to the plain entry points, which are the n_parts = 1 case).
+     forward:  run selscan_forward_cpu_part for every part; done.
+     backward: run selscan_backward_cpu_part for every part; when all have returned, run
+               selscan_backward_cpu_reduce for every part (its own split: any n_parts, the same
+               workspace); it writes dA, dD, ddelta_bias and dB, dC.
+     step:     selscan_step_cpu_part for every part (no workspace).
+   Each call validates everything, like the plain entry points. Example with OpenMP:
+       selscan_workspace_size_parts(&p, NULL, n, &bytes);   ws = aligned_alloc(64, bytes)
+       #pragma omp parallel for
+       for (i = 0; i < n; i++) st[i] = selscan_forward_cpu_part(&p, i, n, ws, bytes); */
+SELSCAN_DEF selscan_status selscan_workspace_size_parts(const selscan_problem *p, const selscan_grads *g, int64_t n_parts, size_t *bytes);
+SELSCAN_DEF selscan_status selscan_forward_cpu_part(const selscan_problem *p, int64_t part, int64_t n_parts, void *workspace, size_t workspace_bytes);
+SELSCAN_DEF selscan_status selscan_backward_cpu_part(const selscan_problem *p, const selscan_grads *g, int64_t part, int64_t n_parts, void *workspace, size_t workspace_bytes);
+SELSCAN_DEF selscan_status selscan_backward_cpu_reduce(const selscan_problem *p, const selscan_grads *g, int64_t part, int64_t n_parts, void *workspace, size_t workspace_bytes);
+SELSCAN_DEF selscan_status selscan_step_cpu_part(const selscan_step_problem *s, int64_t part, int64_t n_parts);
+/* The vector path the CPU entry points use on this machine: "avx512f", "avx2+fma", "neon" or
+   "portable" (SELSCAN_NO_SIMD, or no supported extension). */
+SELSCAN_DEF const char *selscan_cpu_backend(void);
+
 /* The scalar reference: the exact, simple implementation every fast path is checked against.
    Same contract and workspace as the entry points above. */
 SELSCAN_DEF selscan_status selscan_forward_ref(const selscan_problem *p, void *workspace, size_t workspace_bytes);
@@ -592,18 +614,25 @@ SELSCAN_DEF selscan_status selscan_validate_grads(const selscan_problem *p, cons
     return selscan__validate_backward(p, g, &q, &r, NULL, 0, 0);
 }
 
+/* The fast CPU path's workspace for n_parts parts (defined in the fast CPU path section). */
+static int64_t selscan__ws_fast(const selscan__prob *q, const selscan__grd *r, int64_t nparts);
+
 SELSCAN_DEF selscan_status selscan_workspace_size(const selscan_problem *p, const selscan_grads *g, size_t *bytes) {
     selscan__prob q;
     selscan__grd r;
     selscan_status st;
+    int64_t ref, fast;
     if (!bytes) return SELSCAN_ERR_NULL;
     if (g) {
         if ((st = selscan__validate_backward(p, g, &q, &r, NULL, 0, 0)) != SELSCAN_OK) return st;
-        *bytes = SELSCAN__CAST(size_t, selscan__ws_backward_ref(&q, &r));
+        ref = selscan__ws_backward_ref(&q, &r);
+        fast = selscan__ws_fast(&q, &r, 1);
     } else {
         if ((st = selscan__validate_forward(p, &q, NULL, 0, -1)) != SELSCAN_OK) return st;
-        *bytes = SELSCAN__CAST(size_t, selscan__ws_forward_ref(&q));
+        ref = selscan__ws_forward_ref(&q);
+        fast = selscan__ws_fast(&q, NULL, 1);
     }
+    *bytes = SELSCAN__CAST(size_t, ref > fast ? ref : fast); /* enough for the reference and the fast path */
     return SELSCAN_OK;
 }
 
@@ -954,19 +983,1238 @@ SELSCAN_DEF selscan_status selscan_step_ref(const selscan_step_problem *s) {
 }
 
 /* --------------------------------------------------------------------------------------------- */
+/*                                     fast CPU path                                             */
+/* --------------------------------------------------------------------------------------------- */
+
+/* Layout of the work. A tile is W channels of one group (W = 16 with AVX-512, 8 with AVX2+FMA, 4
+   with NEON, 1 portable); the state for each n is one vector over the tile's channels, so B and C
+   (shared by a group) are broadcast scalars per step. Inputs are loaded chunk by chunk (up to
+   SELSCAN__FT steps x W channels), widened to f32 and transposed into the part's scratch; outputs
+   are transposed back. The exponentials use a polynomial (selscan__vexp_*: |rel err| ~ 2 ulp,
+   0 below -88, +inf above 88.38, NaN stays NaN).
+   Forward: a work item is one tile of one batch row; items are split into n_parts contiguous
+   ranges, each item is independent, so the result does not depend on n_parts.
+   Backward: a work item is a block of SELSCAN__CB channels of one group and batch row. It runs
+   the forward keeping the state every T steps (checkpoints), then walks the chunks backward,
+   recomputing the states and exponentials of one chunk at a time. Sums over channels (variable
+   dB, dC) are accumulated lane-wise over the block's tiles, reduced over lanes in a fixed order,
+   and written as per-block partials to the shared workspace; sums over batch rows (dA, dD,
+   ddelta_bias, fixed dB/dC) are written per batch row. selscan_backward_cpu_reduce() sums the
+   partials in a fixed order. So every gradient is bitwise the same for every n_parts. */
+
+#define SELSCAN__FT 64   /* forward chunk (steps) */
+#define SELSCAN__WMAX 16 /* widest vector (floats); scratch is sized for it */
+#define SELSCAN__CB 64   /* channels per backward work item */
+#define SELSCAN__SNB 256 /* step: channels and states per block (stack buffers) */
+
+enum { SELSCAN__ISA_PORTABLE = 0, SELSCAN__ISA_NEON = 1, SELSCAN__ISA_AVX2 = 2, SELSCAN__ISA_AVX512 = 3 };
+
+#if defined(__GNUC__) || defined(__clang__)
+#define SELSCAN__INLINE __inline__ __attribute__((always_inline))
+#elif defined(_MSC_VER)
+#define SELSCAN__INLINE __forceinline
+#else
+#define SELSCAN__INLINE
+#endif
+
+#if !defined(SELSCAN_NO_SIMD) && (defined(__x86_64__) || defined(_M_X64)) &&                                  \
+    (defined(__GNUC__) || defined(__clang__) || defined(_MSC_VER))
+#define SELSCAN__HAVE_X86 1
+#include <immintrin.h>
+#if defined(__GNUC__) || defined(__clang__)
+#include <cpuid.h>
+#define SELSCAN__T_AVX2 __attribute__((target("avx2,fma,f16c")))
+#define SELSCAN__T_AVX512 __attribute__((target("avx512f,avx2,fma,f16c")))
+#else
+#include <intrin.h>
+#define SELSCAN__T_AVX2
+#define SELSCAN__T_AVX512
+#endif
+#endif
+
+#if !defined(SELSCAN_NO_SIMD) && (defined(__aarch64__) || defined(_M_ARM64))
+#define SELSCAN__HAVE_NEON 1
+#include <arm_neon.h>
+#endif
+
+/* The best path this CPU runs (queried on every call: no cached global state). */
+static int selscan__cpu_isa(void) {
+#if defined(SELSCAN__HAVE_X86)
+    unsigned c1 = 0, b7 = 0, xcr0 = 0;
+    int isa = SELSCAN__ISA_PORTABLE;
+#if defined(__GNUC__) || defined(__clang__)
+    unsigned a, b, c, d;
+    if (!__get_cpuid(1, &a, &b, &c, &d)) return isa;
+    c1 = c;
+    if (!(c1 & (1u << 27))) return isa; /* OSXSAVE */
+    __asm__ __volatile__("xgetbv" : "=a"(a), "=d"(d) : "c"(0));
+    xcr0 = a;
+    if (__get_cpuid_max(0, NULL) < 7) return isa;
+    __cpuid_count(7, 0, a, b, c, d);
+    b7 = b;
+#else
+    int r[4];
+    __cpuid(r, 0);
+    if (r[0] < 7) return isa;
+    __cpuid(r, 1);
+    c1 = SELSCAN__CAST(unsigned, r[2]);
+    if (!(c1 & (1u << 27))) return isa;
+    xcr0 = SELSCAN__CAST(unsigned, _xgetbv(0));
+    __cpuidex(r, 7, 0);
+    b7 = SELSCAN__CAST(unsigned, r[1]);
+#endif
+    /* AVX2 + FMA + F16C + AVX, and the OS saves the YMM state */
+    if ((b7 & (1u << 5)) && (c1 & (1u << 12)) && (c1 & (1u << 29)) && (c1 & (1u << 28)) && (xcr0 & 6u) == 6u) {
+        isa = SELSCAN__ISA_AVX2;
+        if ((b7 & (1u << 16)) && (xcr0 & 0xe6u) == 0xe6u) isa = SELSCAN__ISA_AVX512;
+    }
+    return isa;
+#elif defined(SELSCAN__HAVE_NEON)
+    return SELSCAN__ISA_NEON;
+#else
+    return SELSCAN__ISA_PORTABLE;
+#endif
+}
+
+static int selscan__isa_width(int isa) {
+    return isa == SELSCAN__ISA_AVX512 ? 16 : isa == SELSCAN__ISA_AVX2 ? 8 : isa == SELSCAN__ISA_NEON ? 4 : 1;
+}
+
+/* isa clamped to what this build and CPU can run. */
+static int selscan__use_isa(int want) {
+    int have = selscan__cpu_isa();
+    if (want > have) want = have;
+    if (want == SELSCAN__ISA_NEON && have != SELSCAN__ISA_NEON) want = SELSCAN__ISA_PORTABLE;
+    if (want < 0) want = SELSCAN__ISA_PORTABLE;
+    return want;
+}
+
+SELSCAN_DEF const char *selscan_cpu_backend(void) {
+    static const char *const names[] = {"portable", "neon", "avx2+fma", "avx512f"};
+    return names[selscan__cpu_isa()];
+}
+
+static int64_t selscan__r16(int64_t n) { return (n + 15) / 16 * 16; } /* floats, keeps 64-byte alignment */
+static int64_t selscan__min64(int64_t a, int64_t b) { return a < b ? a : b; }
+
+/* Split [0, n) into parts: [*i0, *i1) of part. */
+static void selscan__split(int64_t n, int64_t part, int64_t nparts, int64_t *i0, int64_t *i1) {
+    const int64_t q = n / nparts, r = n % nparts;
+    *i0 = part * q + selscan__min64(part, r);
+    *i1 = *i0 + q + (part < r ? 1 : 0);
+}
+
+/* ---- tile loads and stores (any strides, any dtype) ---- */
+
+static void selscan__cvt_row(float *dst, const void *base, int64_t off, int64_t stride, int64_t n, selscan_dtype t) {
+    int64_t i;
+    if (t == SELSCAN_F32) {
+        const float *p = SELSCAN__CAST(const float *, base) + off;
+        if (stride == 1) memcpy(dst, p, SELSCAN__CAST(size_t, n) * 4);
+        else for (i = 0; i < n; i++) dst[i] = p[i * stride];
+    } else if (t == SELSCAN_BF16) {
+        const uint16_t *p = SELSCAN__CAST(const uint16_t *, base) + off;
+        for (i = 0; i < n; i++) dst[i] = selscan_bf16_to_f32(p[i * stride]);
+    } else {
+        const uint16_t *p = SELSCAN__CAST(const uint16_t *, base) + off;
+        for (i = 0; i < n; i++) dst[i] = selscan_f16_to_f32(p[i * stride]);
+    }
+}
+
+/* dst[t * W + l] = x[b, d0 + l, t0 + t] for l < nl, t < nt; lanes nl..W-1 are 0. */
+static void selscan__load_tile(float *dst, const selscan__ten *x, int64_t b, int64_t d0, int nl, int W, int64_t t0,
+                               int nt, float *tmp) {
+    const int64_t off = b * x->s[0] + d0 * x->s[1] + t0 * x->s[2];
+    int l, t;
+    if (W == 1) {
+        selscan__cvt_row(dst, x->data, off, x->s[2], nt, x->dt);
+        return;
+    }
+    if (x->s[1] == 1 || x->s[2] != 1) { /* channels contiguous (or nothing is): row per step */
+        for (t = 0; t < nt; t++) {
+            selscan__cvt_row(dst + t * W, x->data, off + t * x->s[2], x->s[1], nl, x->dt);
+            for (l = nl; l < W; l++) dst[t * W + l] = 0.0f;
+        }
+        return;
+    }
+    /* steps contiguous: rows per channel into tmp, then transpose */
+    for (l = 0; l < nl; l++) selscan__cvt_row(tmp + l * SELSCAN__FT, x->data, off + l * x->s[1], 1, nt, x->dt);
+    for (t = 0; t < nt; t++) {
+        for (l = 0; l < nl; l++) dst[t * W + l] = tmp[l * SELSCAN__FT + t];
+        for (l = nl; l < W; l++) dst[t * W + l] = 0.0f;
+    }
+}
+
+static void selscan__store_row(void *base, int64_t off, int64_t stride, const float *src, int64_t n, selscan_dtype t) {
+    int64_t i;
+    if (t == SELSCAN_F32) {
+        float *p = SELSCAN__CAST(float *, base) + off;
+        if (stride == 1) memcpy(p, src, SELSCAN__CAST(size_t, n) * 4);
+        else for (i = 0; i < n; i++) p[i * stride] = src[i];
+    } else if (t == SELSCAN_BF16) {
+        uint16_t *p = SELSCAN__CAST(uint16_t *, base) + off;
+        for (i = 0; i < n; i++) p[i * stride] = selscan_f32_to_bf16(src[i]);
+    } else {
+        uint16_t *p = SELSCAN__CAST(uint16_t *, base) + off;
+        for (i = 0; i < n; i++) p[i * stride] = selscan_f32_to_f16(src[i]);
+    }
+}
+
+/* x[b, d0 + l, t0 + t] = src[t * W + l] for l < nl, t < nt. */
+static void selscan__store_tile(const float *src, const selscan__ten *x, int64_t b, int64_t d0, int nl, int W,
+                                int64_t t0, int nt, float *tmp) {
+    const int64_t off = b * x->s[0] + d0 * x->s[1] + t0 * x->s[2];
+    int l, t;
+    if (W == 1) {
+        selscan__store_row(x->data, off, x->s[2], src, nt, x->dt);
+        return;
+    }
+    if (x->s[1] == 1 || x->s[2] != 1) {
+        for (t = 0; t < nt; t++) selscan__store_row(x->data, off + t * x->s[2], x->s[1], src + t * W, nl, x->dt);
+        return;
+    }
+    for (l = 0; l < nl; l++) {
+        for (t = 0; t < nt; t++) tmp[t] = src[t * W + l];
+        selscan__store_row(x->data, off + l * x->s[1], 1, tmp, nt, x->dt);
+    }
+}
+
+/* Per-tile parameters: A, fixed B / C as [N][W]; D and delta_bias as [W] (0 where absent). */
+static void selscan__tile_params(const selscan__prob *q, int64_t d0, int nl, int W, float *A, float *Bf, float *Cf,
+                                 float *Dv, float *bv) {
+    const int64_t N = q->N;
+    int64_t n;
+    int l;
+    for (n = 0; n < N; n++)
+        for (l = 0; l < W; l++) {
+            const int in = l < nl;
+            A[n * W + l] = in ? SELSCAN__CAST(const float *, q->A.data)[SELSCAN__AT2(q->A, d0 + l, n)] : 0.0f;
+            if (q->fixB) Bf[n * W + l] = in ? SELSCAN__CAST(const float *, q->B.data)[SELSCAN__AT2(q->B, d0 + l, n)] : 0.0f;
+            if (q->fixC) Cf[n * W + l] = in ? SELSCAN__CAST(const float *, q->C.data)[SELSCAN__AT2(q->C, d0 + l, n)] : 0.0f;
+        }
+    for (l = 0; l < W; l++) {
+        const int in = l < nl;
+        Dv[l] = in && q->D.data ? SELSCAN__CAST(const float *, q->D.data)[SELSCAN__AT1(q->D, d0 + l)] : 0.0f;
+        bv[l] = in && q->bias.data ? SELSCAN__CAST(const float *, q->bias.data)[SELSCAN__AT1(q->bias, d0 + l)] : 0.0f;
+    }
+}
+
+/* A (rows, dim, N) f32 state tensor <-> [N][W] (absent: zeros). */
+static void selscan__state_in(const selscan__ten *x, int64_t row, int64_t d0, int nl, int W, int64_t N, float *h) {
+    int64_t n;
+    int l;
+    for (n = 0; n < N; n++)
+        for (l = 0; l < W; l++)
+            h[n * W + l] = x->data && l < nl ? SELSCAN__CAST(const float *, x->data)[SELSCAN__AT3(*x, row, d0 + l, n)] : 0.0f;
+}
+
+static void selscan__state_out(const selscan__ten *x, int64_t row, int64_t d0, int nl, int W, int64_t N, const float *h) {
+    int64_t n;
+    int l;
+    for (l = 0; l < nl; l++)
+        for (n = 0; n < N; n++) SELSCAN__CAST(float *, x->data)[SELSCAN__AT3(*x, row, d0 + l, n)] = h[n * W + l];
+}
+
+/* Variable B or C of (b, g) for steps [c0, c0 + nt): a pointer p with p[n * sn + t * st].
+   f32: the tensor itself; f16 / bf16: converted into buf ([N][SELSCAN__FT]). Fixed: the tile's
+   [N][W] copy (the caller loads vectors). */
+static const float *selscan__bc_chunk(const selscan__ten *x, int fixed, const float *tilecopy, int W, int64_t b,
+                                      int64_t g, int64_t N, int64_t c0, int nt, float *buf, int64_t *sn, int64_t *st) {
+    int64_t n;
+    if (fixed) { *sn = W; *st = 0; return tilecopy; }
+    if (x->dt == SELSCAN_F32) {
+        *sn = x->s[2]; *st = x->s[3];
+        return SELSCAN__CAST(const float *, x->data) + b * x->s[0] + g * x->s[1] + c0 * x->s[3];
+    }
+    for (n = 0; n < N; n++)
+        selscan__cvt_row(buf + n * SELSCAN__FT, x->data, b * x->s[0] + g * x->s[1] + n * x->s[2] + c0 * x->s[3], x->s[3],
+                         nt, x->dt);
+    *sn = SELSCAN__FT; *st = 1;
+    return buf;
+}
+
+/* ---- scratch layouts (floats; every region a multiple of 16 floats) ---- */
+
+typedef struct selscan__fscr {
+    float *h, *A, *Bf, *Cf, *Bb, *Cb, *dt, *dtu, *u, *z, *y, *Dv, *bv, *tmp;
+} selscan__fscr;
+
+/* Assign the next region of n floats (p NULL: only count). */
+#define SELSCAN__TAKE(field, n) (s->field = p ? p + o : NULL, o += (n))
+
+static int64_t selscan__fscr_map(selscan__fscr *s, float *p, int64_t N) {
+    const int64_t NW = selscan__r16(N * SELSCAN__WMAX), NT = selscan__r16(N * SELSCAN__FT),
+                  TW = SELSCAN__FT * SELSCAN__WMAX;
+    int64_t o = 0;
+    SELSCAN__TAKE(h, NW); SELSCAN__TAKE(A, NW); SELSCAN__TAKE(Bf, NW); SELSCAN__TAKE(Cf, NW);
+    SELSCAN__TAKE(Bb, NT); SELSCAN__TAKE(Cb, NT);
+    SELSCAN__TAKE(dt, TW); SELSCAN__TAKE(dtu, TW); SELSCAN__TAKE(u, TW); SELSCAN__TAKE(z, TW); SELSCAN__TAKE(y, TW);
+    SELSCAN__TAKE(tmp, TW); SELSCAN__TAKE(Dv, SELSCAN__WMAX); SELSCAN__TAKE(bv, SELSCAN__WMAX);
+    return o;
+}
+
+/* Backward chunk length: shorter for large N so one chunk's states stay in cache. */
+static int64_t selscan__bwd_T(int64_t N) {
+    int64_t T = 4096 / N;
+    return T > 64 ? 64 : T < 8 ? 8 : T;
+}
+
+typedef struct selscan__bscr {
+    float *ck, *hs, *ab, *accB, *accC, *dh, *A, *Bf, *Cf, *dA, *dBf, *dCf, *Dv, *bv, *dD, *db;
+    float *dt, *sp, *u, *dtu, *dy, *dy0, *z, *sg, *yc, *S, *sA, *du, *ddt, *dz, *Bb, *Cb, *tmp;
+    int64_t T, ckstride; /* ckstride: floats of checkpoints per tile */
+} selscan__bscr;
+
+static int64_t selscan__bscr_map(selscan__bscr *s, float *p, int64_t N, int64_t L, int W) {
+    const int64_t T = selscan__bwd_T(N), nck = (L + T - 1) / T, CN = selscan__r16(SELSCAN__CB * N);
+    const int64_t TNW = selscan__r16(T * N * SELSCAN__WMAX), TW = selscan__r16(T * SELSCAN__WMAX);
+    const int64_t NT = selscan__r16(N * SELSCAN__FT), FW = SELSCAN__FT * SELSCAN__WMAX;
+    int64_t o = 0;
+    s->T = T;
+    s->ckstride = selscan__r16((nck + 1) * N * W);
+    SELSCAN__TAKE(ck, s->ckstride * (SELSCAN__CB / W));
+    SELSCAN__TAKE(hs, selscan__r16((T + 1) * N * SELSCAN__WMAX));
+    SELSCAN__TAKE(ab, TNW); SELSCAN__TAKE(accB, TNW); SELSCAN__TAKE(accC, TNW);
+    SELSCAN__TAKE(dh, CN); SELSCAN__TAKE(A, CN); SELSCAN__TAKE(Bf, CN); SELSCAN__TAKE(Cf, CN);
+    SELSCAN__TAKE(dA, CN); SELSCAN__TAKE(dBf, CN); SELSCAN__TAKE(dCf, CN);
+    SELSCAN__TAKE(Dv, SELSCAN__CB); SELSCAN__TAKE(bv, SELSCAN__CB); SELSCAN__TAKE(dD, SELSCAN__CB);
+    SELSCAN__TAKE(db, SELSCAN__CB);
+    SELSCAN__TAKE(dt, TW); SELSCAN__TAKE(sp, TW); SELSCAN__TAKE(u, TW); SELSCAN__TAKE(dtu, TW);
+    SELSCAN__TAKE(dy, TW); SELSCAN__TAKE(dy0, TW); SELSCAN__TAKE(z, TW); SELSCAN__TAKE(sg, TW);
+    SELSCAN__TAKE(yc, TW); SELSCAN__TAKE(S, TW); SELSCAN__TAKE(sA, TW); SELSCAN__TAKE(du, TW);
+    SELSCAN__TAKE(ddt, TW); SELSCAN__TAKE(dz, TW); SELSCAN__TAKE(tmp, FW);
+    SELSCAN__TAKE(Bb, NT); SELSCAN__TAKE(Cb, NT);
+    return o;
+}
+
+/* Scratch floats of one backward part: the largest over the vector widths. */
+static int64_t selscan__bscr_floats(int64_t N, int64_t L) {
+    selscan__bscr s;
+    int64_t m = 0, x;
+    int w;
+    for (w = 1; w <= SELSCAN__WMAX; w *= 2)
+        if ((x = selscan__bscr_map(&s, NULL, N, L, w)) > m) m = x;
+    return m;
+}
+
+/* Shared backward partials (floats): offsets, -1 where not needed. */
+typedef struct selscan__bsh {
+    int64_t A, Bf, Cf, D, bias, B, C, end, nbg;
+} selscan__bsh;
+
+static void selscan__bsh_map(selscan__bsh *h, const selscan__prob *q, const selscan__grd *r) {
+    const int64_t bdn = selscan__r16(q->batch * q->dim * q->N), bd = selscan__r16(q->batch * q->dim);
+    int64_t o = 0;
+    h->nbg = (q->dpg + SELSCAN__CB - 1) / SELSCAN__CB;
+    h->A = r->dA.data ? (o += bdn) - bdn : -1;
+    h->Bf = r->dB.data && q->fixB ? (o += bdn) - bdn : -1;
+    h->Cf = r->dC.data && q->fixC ? (o += bdn) - bdn : -1;
+    h->D = r->dD.data ? (o += bd) - bd : -1;
+    h->bias = r->dbias.data ? (o += bd) - bd : -1;
+    {
+        const int64_t nb = selscan__r16(q->batch * q->G * h->nbg * q->N * q->L);
+        h->B = r->dB.data && !q->fixB ? (o += nb) - nb : -1;
+        h->C = r->dC.data && !q->fixC ? (o += nb) - nb : -1;
+    }
+    h->end = o;
+}
+
+/* The kernels, written once over the vector primitives SELSCAN__V* and instantiated per
+   instruction set below: SFX names them, ATTR is their target attribute. */
+#define SELSCAN__NOATTR
+#define SELSCAN__KERNELS(SFX, ATTR)\
+static ATTR SELSCAN__INLINE SELSCAN__VF selscan__vexp_##SFX(SELSCAN__VF x) {                                                                              \
+    SELSCAN__VF t, k, r, p;                                                                                                                               \
+    x = SELSCAN__VMAX(SELSCAN__VSET1(-88.0f), SELSCAN__VMIN(SELSCAN__VSET1(88.8f), x)); /* NaN stays */                                                   \
+    t = SELSCAN__VFMA(x, SELSCAN__VSET1(1.44269504088896341f), SELSCAN__VSET1(12582912.0f));                                                              \
+    k = SELSCAN__VSUB(t, SELSCAN__VSET1(12582912.0f)); /* round(x / ln 2) */                                                                              \
+    r = SELSCAN__VFMA(k, SELSCAN__VSET1(-0.693359375f), x);                                                                                               \
+    r = SELSCAN__VFMA(k, SELSCAN__VSET1(2.12194440e-4f), r);                                                                                              \
+    p = SELSCAN__VSET1(1.9875691500e-4f);                                                                                                                 \
+    p = SELSCAN__VFMA(p, r, SELSCAN__VSET1(1.3981999507e-3f));                                                                                            \
+    p = SELSCAN__VFMA(p, r, SELSCAN__VSET1(8.3334519073e-3f));                                                                                            \
+    p = SELSCAN__VFMA(p, r, SELSCAN__VSET1(4.1665795894e-2f));                                                                                            \
+    p = SELSCAN__VFMA(p, r, SELSCAN__VSET1(1.6666665459e-1f));                                                                                            \
+    p = SELSCAN__VFMA(p, r, SELSCAN__VSET1(5.0000001201e-1f));                                                                                            \
+    p = SELSCAN__VFMA(p, r, SELSCAN__VSET1(1.0f));                                                                                                        \
+    p = SELSCAN__VFMA(p, r, SELSCAN__VSET1(1.0f));                                                                                                        \
+    return SELSCAN__VMUL(p, SELSCAN__VPOW2I(t)); /* k = -127: 0; k = 128: inf */                                                                          \
+}                                                                                                                                                         \
+                                                                                                                                                          \
+/* log1p(e) for e in [0, 1] */                                                                                                                            \
+static ATTR SELSCAN__INLINE SELSCAN__VF selscan__vlog1p01_##SFX(SELSCAN__VF e) {                                                                          \
+    const SELSCAN__VF one = SELSCAN__VSET1(1.0f), sq2 = SELSCAN__VSET1(1.41421356f);                                                                      \
+    SELSCAN__VF u = SELSCAN__VADD(one, e), m, kf, f, c, z, y;                                                                                             \
+    m = SELSCAN__VGTSEL(u, sq2, SELSCAN__VMUL(u, SELSCAN__VSET1(0.5f)), u);                                                                               \
+    kf = SELSCAN__VGTSEL(u, sq2, one, SELSCAN__VSET1(0.0f));                                                                                              \
+    f = SELSCAN__VSUB(m, one);                                                                                                                            \
+    c = SELSCAN__VDIV(SELSCAN__VSUB(e, SELSCAN__VSUB(u, one)), u); /* rounding error of 1 + e */                                                          \
+    z = SELSCAN__VMUL(f, f);                                                                                                                              \
+    y = SELSCAN__VSET1(7.0376836292e-2f);                                                                                                                 \
+    y = SELSCAN__VFMA(y, f, SELSCAN__VSET1(-1.1514610310e-1f));                                                                                           \
+    y = SELSCAN__VFMA(y, f, SELSCAN__VSET1(1.1676998740e-1f));                                                                                            \
+    y = SELSCAN__VFMA(y, f, SELSCAN__VSET1(-1.2420140846e-1f));                                                                                           \
+    y = SELSCAN__VFMA(y, f, SELSCAN__VSET1(1.4249322787e-1f));                                                                                            \
+    y = SELSCAN__VFMA(y, f, SELSCAN__VSET1(-1.6668057665e-1f));                                                                                           \
+    y = SELSCAN__VFMA(y, f, SELSCAN__VSET1(2.0000714765e-1f));                                                                                            \
+    y = SELSCAN__VFMA(y, f, SELSCAN__VSET1(-2.4999993993e-1f));                                                                                           \
+    y = SELSCAN__VFMA(y, f, SELSCAN__VSET1(3.3333331174e-1f));                                                                                            \
+    y = SELSCAN__VMUL(SELSCAN__VMUL(y, f), z);                                                                                                            \
+    y = SELSCAN__VFMA(kf, SELSCAN__VSET1(-2.12194440e-4f), y);                                                                                            \
+    y = SELSCAN__VFMA(z, SELSCAN__VSET1(-0.5f), y);                                                                                                       \
+    y = SELSCAN__VADD(f, y);                                                                                                                              \
+    y = SELSCAN__VFMA(kf, SELSCAN__VSET1(0.693359375f), y);                                                                                               \
+    return SELSCAN__VADD(y, c);                                                                                                                           \
+}                                                                                                                                                         \
+                                                                                                                                                          \
+/* x > 20 ? x : log1p(exp(x)), as max(x, 0) + log1p(exp(-|x|)) */                                                                                         \
+static ATTR SELSCAN__INLINE SELSCAN__VF selscan__vsoftplus_##SFX(SELSCAN__VF x) {                                                                         \
+    const SELSCAN__VF zero = SELSCAN__VSET1(0.0f);                                                                                                        \
+    SELSCAN__VF ax = SELSCAN__VMAX(x, SELSCAN__VSUB(zero, x));                                                                                            \
+    SELSCAN__VF r = SELSCAN__VADD(SELSCAN__VMAX(zero, x),                                                                                                 \
+                                  selscan__vlog1p01_##SFX(selscan__vexp_##SFX(SELSCAN__VSUB(zero, ax))));                                                 \
+    return SELSCAN__VGTSEL(x, SELSCAN__VSET1(SELSCAN__SOFTPLUS_THRESHOLD), x, r);                                                                         \
+}                                                                                                                                                         \
+                                                                                                                                                          \
+static ATTR SELSCAN__INLINE SELSCAN__VF selscan__vsigmoid_##SFX(SELSCAN__VF x) {                                                                          \
+    const SELSCAN__VF one = SELSCAN__VSET1(1.0f);                                                                                                         \
+    return SELSCAN__VDIV(one, SELSCAN__VADD(one, selscan__vexp_##SFX(SELSCAN__VSUB(SELSCAN__VSET1(0.0f), x))));                                           \
+}                                                                                                                                                         \
+                                                                                                                                                          \
+/* Load one chunk of a tile: dt (bias, softplus), dt*u, u; z as silu gate (sg NULL) or raw z with                                                         \
+   its sigmoid in sg; sp (optional): softplus' derivative factor; dy (optional). */                                                                       \
+static ATTR void selscan__prep_##SFX(const selscan__prob *q, int64_t b, int64_t d0, int nl, int64_t c0, int nt,                                           \
+                                     const float *bv, float *dt, float *dtu, float *u, float *z, float *sg, float *sp,                                    \
+                                     float *tmp) {                                                                                                        \
+    const int W = SELSCAN__VW;                                                                                                                            \
+    const SELSCAN__VF bias = SELSCAN__VLOAD(bv), one = SELSCAN__VSET1(1.0f);                                                                              \
+    int t;                                                                                                                                                \
+    selscan__load_tile(dt, &q->delta, b, d0, nl, W, c0, nt, tmp);                                                                                         \
+    selscan__load_tile(u, &q->u, b, d0, nl, W, c0, nt, tmp);                                                                                              \
+    if (q->z.data && z) selscan__load_tile(z, &q->z, b, d0, nl, W, c0, nt, tmp);                                                                          \
+    for (t = 0; t < nt; t++) {                                                                                                                            \
+        SELSCAN__VF x = SELSCAN__VADD(SELSCAN__VLOAD(dt + t * W), bias);                                                                                  \
+        if (q->softplus) {                                                                                                                                \
+            if (sp)                                                                                                                                       \
+                SELSCAN__VSTORE(sp + t * W, SELSCAN__VGTSEL(x, SELSCAN__VSET1(SELSCAN__SOFTPLUS_THRESHOLD), one,                                          \
+                                                            selscan__vsigmoid_##SFX(x)));                                                                 \
+            x = selscan__vsoftplus_##SFX(x);                                                                                                              \
+        } else if (sp) {                                                                                                                                  \
+            SELSCAN__VSTORE(sp + t * W, one);                                                                                                             \
+        }                                                                                                                                                 \
+        SELSCAN__VSTORE(dt + t * W, x);                                                                                                                   \
+        SELSCAN__VSTORE(dtu + t * W, SELSCAN__VMUL(x, SELSCAN__VLOAD(u + t * W)));                                                                        \
+        if (q->z.data && z) {                                                                                                                             \
+            const SELSCAN__VF zv = SELSCAN__VLOAD(z + t * W), s = selscan__vsigmoid_##SFX(zv);                                                            \
+            if (sg) SELSCAN__VSTORE(sg + t * W, s);                                                                                                       \
+            else SELSCAN__VSTORE(z + t * W, SELSCAN__VMUL(zv, s));                                                                                        \
+        }                                                                                                                                                 \
+    }                                                                                                                                                     \
+}                                                                                                                                                         \
+                                                                                                                                                          \
+/* Forward over one chunk: h ([N][W]) advanced nt steps; y[t] = sum_n C h (when wanty). */                                                                \
+static ATTR SELSCAN__INLINE void selscan__fwd_inner_##SFX(int64_t N, int nt, float *h, const float *A,                                                    \
+                                                          const float *dt, const float *dtu, float *y,                                                    \
+                                                          const float *Bp, int64_t bsn, int64_t bst,                                                      \
+                                                          const float *Cp, int64_t csn, int64_t cst,                                                      \
+                                                          const int fixB, const int fixC, const int wanty) {                                              \
+    const int W = SELSCAN__VW;                                                                                                                            \
+    int t;                                                                                                                                                \
+    int64_t n;                                                                                                                                            \
+    for (t = 0; t < nt; t++) {                                                                                                                            \
+        const SELSCAN__VF vdt = SELSCAN__VLOAD(dt + t * W), vdtu = SELSCAN__VLOAD(dtu + t * W);                                                           \
+        SELSCAN__VF y0 = SELSCAN__VSET1(0.0f), y1 = SELSCAN__VSET1(0.0f);                                                                                 \
+        const float *Bt = Bp + t * bst, *Ct = Cp + t * cst;                                                                                               \
+        for (n = 0; n + 1 < N; n += 2) {                                                                                                                  \
+            const SELSCAN__VF a0 = selscan__vexp_##SFX(SELSCAN__VMUL(vdt, SELSCAN__VLOAD(A + n * W)));                                                    \
+            const SELSCAN__VF a1 = selscan__vexp_##SFX(SELSCAN__VMUL(vdt, SELSCAN__VLOAD(A + (n + 1) * W)));                                              \
+            const SELSCAN__VF b0 = fixB ? SELSCAN__VLOAD(Bp + n * W) : SELSCAN__VSET1(Bt[n * bsn]);                                                       \
+            const SELSCAN__VF b1 = fixB ? SELSCAN__VLOAD(Bp + (n + 1) * W) : SELSCAN__VSET1(Bt[(n + 1) * bsn]);                                           \
+            const SELSCAN__VF h0 = SELSCAN__VFMA(a0, SELSCAN__VLOAD(h + n * W), SELSCAN__VMUL(vdtu, b0));                                                 \
+            const SELSCAN__VF h1 = SELSCAN__VFMA(a1, SELSCAN__VLOAD(h + (n + 1) * W), SELSCAN__VMUL(vdtu, b1));                                           \
+            SELSCAN__VSTORE(h + n * W, h0);                                                                                                               \
+            SELSCAN__VSTORE(h + (n + 1) * W, h1);                                                                                                         \
+            if (wanty) {                                                                                                                                  \
+                y0 = SELSCAN__VFMA(fixC ? SELSCAN__VLOAD(Cp + n * W) : SELSCAN__VSET1(Ct[n * csn]), h0, y0);                                              \
+                y1 = SELSCAN__VFMA(fixC ? SELSCAN__VLOAD(Cp + (n + 1) * W) : SELSCAN__VSET1(Ct[(n + 1) * csn]), h1, y1);                                  \
+            }                                                                                                                                             \
+        }                                                                                                                                                 \
+        if (n < N) {                                                                                                                                      \
+            const SELSCAN__VF a0 = selscan__vexp_##SFX(SELSCAN__VMUL(vdt, SELSCAN__VLOAD(A + n * W)));                                                    \
+            const SELSCAN__VF b0 = fixB ? SELSCAN__VLOAD(Bp + n * W) : SELSCAN__VSET1(Bt[n * bsn]);                                                       \
+            const SELSCAN__VF h0 = SELSCAN__VFMA(a0, SELSCAN__VLOAD(h + n * W), SELSCAN__VMUL(vdtu, b0));                                                 \
+            SELSCAN__VSTORE(h + n * W, h0);                                                                                                               \
+            if (wanty) y0 = SELSCAN__VFMA(fixC ? SELSCAN__VLOAD(Cp + n * W) : SELSCAN__VSET1(Ct[n * csn]), h0, y0);                                       \
+        }                                                                                                                                                 \
+        if (wanty) SELSCAN__VSTORE(y + t * W, SELSCAN__VADD(y0, y1));                                                                                     \
+    }                                                                                                                                                     \
+}                                                                                                                                                         \
+                                                                                                                                                          \
+static ATTR void selscan__fwd_chunk_##SFX(int64_t N, int nt, float *h, const float *A, const float *dt,                                                   \
+                                          const float *dtu, float *y, const float *Bp, int64_t bsn, int64_t bst,                                          \
+                                          const float *Cp, int64_t csn, int64_t cst, int fixB, int fixC, int wanty) {                                     \
+    if (!wanty) {                                                                                                                                         \
+        if (fixB) selscan__fwd_inner_##SFX(N, nt, h, A, dt, dtu, y, Bp, bsn, bst, Cp, csn, cst, 1, 0, 0);                                                 \
+        else selscan__fwd_inner_##SFX(N, nt, h, A, dt, dtu, y, Bp, bsn, bst, Cp, csn, cst, 0, 0, 0);                                                      \
+    } else if (fixB) {                                                                                                                                    \
+        if (fixC) selscan__fwd_inner_##SFX(N, nt, h, A, dt, dtu, y, Bp, bsn, bst, Cp, csn, cst, 1, 1, 1);                                                 \
+        else selscan__fwd_inner_##SFX(N, nt, h, A, dt, dtu, y, Bp, bsn, bst, Cp, csn, cst, 1, 0, 1);                                                      \
+    } else {                                                                                                                                              \
+        if (fixC) selscan__fwd_inner_##SFX(N, nt, h, A, dt, dtu, y, Bp, bsn, bst, Cp, csn, cst, 0, 1, 1);                                                 \
+        else selscan__fwd_inner_##SFX(N, nt, h, A, dt, dtu, y, Bp, bsn, bst, Cp, csn, cst, 0, 0, 1);                                                      \
+    }                                                                                                                                                     \
+}                                                                                                                                                         \
+                                                                                                                                                          \
+/* Forward of one tile: channels d0 .. d0 + nl - 1 of group g, batch row b. */                                                                            \
+static ATTR void selscan__fwd_tile_##SFX(const selscan__prob *q, int64_t b, int64_t g, int64_t d0, int nl,                                                \
+                                         const selscan__fscr *s) {                                                                                        \
+    const int W = SELSCAN__VW;                                                                                                                            \
+    const int64_t N = q->N;                                                                                                                               \
+    int64_t k, c0;                                                                                                                                        \
+    int t;                                                                                                                                                \
+    selscan__tile_params(q, d0, nl, W, s->A, s->Bf, s->Cf, s->Dv, s->bv);                                                                                 \
+    for (k = 0; k < selscan__nseg(q); k++) {                                                                                                              \
+        int64_t t0, t1, row;                                                                                                                              \
+        selscan__seg(q, b, k, &t0, &t1, &row);                                                                                                            \
+        selscan__state_in(&q->h0, row, d0, nl, W, N, s->h);                                                                                               \
+        for (c0 = t0; c0 < t1; c0 += SELSCAN__FT) {                                                                                                       \
+            const int nt = SELSCAN__CAST(int, selscan__min64(SELSCAN__FT, t1 - c0));                                                                      \
+            int64_t bsn, bst, csn, cst;                                                                                                                   \
+            const float *Bp = selscan__bc_chunk(&q->B, q->fixB, s->Bf, W, b, g, N, c0, nt, s->Bb, &bsn, &bst);                                            \
+            const float *Cp = selscan__bc_chunk(&q->C, q->fixC, s->Cf, W, b, g, N, c0, nt, s->Cb, &csn, &cst);                                            \
+            const SELSCAN__VF Dv = SELSCAN__VLOAD(s->Dv);                                                                                                 \
+            selscan__prep_##SFX(q, b, d0, nl, c0, nt, s->bv, s->dt, s->dtu, s->u, s->z, NULL, NULL, s->tmp);                                              \
+            selscan__fwd_chunk_##SFX(N, nt, s->h, s->A, s->dt, s->dtu, s->y, Bp, bsn, bst, Cp, csn, cst, q->fixB,                                         \
+                                     q->fixC, 1);                                                                                                         \
+            for (t = 0; t < nt; t++) {                                                                                                                    \
+                SELSCAN__VF y = SELSCAN__VFMA(Dv, SELSCAN__VLOAD(s->u + t * W), SELSCAN__VLOAD(s->y + t * W));                                            \
+                if (q->z.data) y = SELSCAN__VMUL(y, SELSCAN__VLOAD(s->z + t * W));                                                                        \
+                SELSCAN__VSTORE(s->y + t * W, y);                                                                                                         \
+            }                                                                                                                                             \
+            selscan__store_tile(s->y, &q->y, b, d0, nl, W, c0, nt, s->tmp);                                                                               \
+        }                                                                                                                                                 \
+        if (q->hlast.data) selscan__state_out(&q->hlast, row, d0, nl, W, N, s->h);                                                                        \
+    }                                                                                                                                                     \
+}                                                                                                                                                         \
+                                                                                                                                                          \
+/* Recompute one chunk from hs[0]: hs[t + 1] = state after step t, ab[t] = exp(dt A). */                                                                  \
+static ATTR SELSCAN__INLINE void selscan__rec_inner_##SFX(int64_t N, int nt, float *hs, float *ab, const float *A,                                        \
+                                                          const float *dt, const float *dtu, const float *Bp,                                             \
+                                                          int64_t bsn, int64_t bst, const int fixB) {                                                     \
+    const int W = SELSCAN__VW;                                                                                                                            \
+    const int64_t NW = N * W;                                                                                                                             \
+    int t;                                                                                                                                                \
+    int64_t n;                                                                                                                                            \
+    for (t = 0; t < nt; t++) {                                                                                                                            \
+        const SELSCAN__VF vdt = SELSCAN__VLOAD(dt + t * W), vdtu = SELSCAN__VLOAD(dtu + t * W);                                                           \
+        const float *Bt = Bp + t * bst, *hp = hs + t * NW;                                                                                                \
+        float *hn = hs + (t + 1) * NW, *at = ab + t * NW;                                                                                                 \
+        for (n = 0; n < N; n++) {                                                                                                                         \
+            const SELSCAN__VF a = selscan__vexp_##SFX(SELSCAN__VMUL(vdt, SELSCAN__VLOAD(A + n * W)));                                                     \
+            const SELSCAN__VF bb = fixB ? SELSCAN__VLOAD(Bp + n * W) : SELSCAN__VSET1(Bt[n * bsn]);                                                       \
+            SELSCAN__VSTORE(at + n * W, a);                                                                                                               \
+            SELSCAN__VSTORE(hn + n * W, SELSCAN__VFMA(a, SELSCAN__VLOAD(hp + n * W), SELSCAN__VMUL(vdtu, bb)));                                           \
+        }                                                                                                                                                 \
+    }                                                                                                                                                     \
+}                                                                                                                                                         \
+                                                                                                                                                          \
+/* Backward over one chunk, steps nt - 1 .. 0. dh: gradient of the state after the chunk (in),                                                            \
+   before it (out). Per step: yc = sum_n C h, S = sum_n dh_n B_n, sA = sum_n dh_n h_prev a A.                                                             \
+   accB / accC: per-step lane-wise dB / dC (variable; the fixed ones accumulate in dBf / dCf). */                                                         \
+static ATTR SELSCAN__INLINE void selscan__bwd_inner_##SFX(int64_t N, int nt, const float *hs, const float *ab,                                            \
+                                                          float *dh, const float *A, const float *dt,                                                     \
+                                                          const float *dtu, const float *dy0, float *yc, float *Sv,                                       \
+                                                          float *sAv, float *accB, float *accC, float *dA,                                                \
+                                                          float *dBf, float *dCf, const float *Bp, int64_t bsn,                                           \
+                                                          int64_t bst, const float *Cp, int64_t csn, int64_t cst,                                         \
+                                                          const int fixB, const int fixC) {                                                               \
+    const int W = SELSCAN__VW;                                                                                                                            \
+    const int64_t NW = N * W;                                                                                                                             \
+    int t;                                                                                                                                                \
+    int64_t n;                                                                                                                                            \
+    for (t = nt - 1; t >= 0; t--) {                                                                                                                       \
+        const float *h1 = hs + (t + 1) * NW, *h0 = hs + t * NW, *at = ab + t * NW;                                                                        \
+        const float *Bt = Bp + t * bst, *Ct = Cp + t * cst;                                                                                               \
+        float *aB = fixB ? dBf : accB + t * NW, *aC = fixC ? dCf : accC + t * NW;                                                                         \
+        const SELSCAN__VF vdy0 = SELSCAN__VLOAD(dy0 + t * W), vdt = SELSCAN__VLOAD(dt + t * W),                                                           \
+                          vdtu = SELSCAN__VLOAD(dtu + t * W);                                                                                             \
+        SELSCAN__VF S0 = SELSCAN__VSET1(0.0f), S1 = S0, sA0 = S0, sA1 = S0, y0 = S0, y1 = S0;                                                             \
+        for (n = 0; n + 1 < N; n += 2) {                                                                                                                  \
+            const int64_t i = n * W, j = (n + 1) * W;                                                                                                     \
+            const SELSCAN__VF hn0 = SELSCAN__VLOAD(h1 + i), hn1 = SELSCAN__VLOAD(h1 + j);                                                                 \
+            const SELSCAN__VF a0 = SELSCAN__VLOAD(at + i), a1 = SELSCAN__VLOAD(at + j);                                                                   \
+            const SELSCAN__VF c0 = fixC ? SELSCAN__VLOAD(Cp + i) : SELSCAN__VSET1(Ct[n * csn]);                                                           \
+            const SELSCAN__VF c1 = fixC ? SELSCAN__VLOAD(Cp + j) : SELSCAN__VSET1(Ct[(n + 1) * csn]);                                                     \
+            const SELSCAN__VF b0 = fixB ? SELSCAN__VLOAD(Bp + i) : SELSCAN__VSET1(Bt[n * bsn]);                                                           \
+            const SELSCAN__VF b1 = fixB ? SELSCAN__VLOAD(Bp + j) : SELSCAN__VSET1(Bt[(n + 1) * bsn]);                                                     \
+            const SELSCAN__VF dh0 = SELSCAN__VFMA(vdy0, c0, SELSCAN__VLOAD(dh + i));                                                                      \
+            const SELSCAN__VF dh1 = SELSCAN__VFMA(vdy0, c1, SELSCAN__VLOAD(dh + j));                                                                      \
+            const SELSCAN__VF da0 = SELSCAN__VMUL(SELSCAN__VMUL(dh0, SELSCAN__VLOAD(h0 + i)), a0);                                                        \
+            const SELSCAN__VF da1 = SELSCAN__VMUL(SELSCAN__VMUL(dh1, SELSCAN__VLOAD(h0 + j)), a1);                                                        \
+            y0 = SELSCAN__VFMA(c0, hn0, y0);                                                                                                              \
+            y1 = SELSCAN__VFMA(c1, hn1, y1);                                                                                                              \
+            SELSCAN__VSTORE(aC + i, SELSCAN__VFMA(vdy0, hn0, SELSCAN__VLOAD(aC + i)));                                                                    \
+            SELSCAN__VSTORE(aC + j, SELSCAN__VFMA(vdy0, hn1, SELSCAN__VLOAD(aC + j)));                                                                    \
+            sA0 = SELSCAN__VFMA(da0, SELSCAN__VLOAD(A + i), sA0);                                                                                         \
+            sA1 = SELSCAN__VFMA(da1, SELSCAN__VLOAD(A + j), sA1);                                                                                         \
+            S0 = SELSCAN__VFMA(dh0, b0, S0);                                                                                                              \
+            S1 = SELSCAN__VFMA(dh1, b1, S1);                                                                                                              \
+            SELSCAN__VSTORE(dA + i, SELSCAN__VFMA(da0, vdt, SELSCAN__VLOAD(dA + i)));                                                                     \
+            SELSCAN__VSTORE(dA + j, SELSCAN__VFMA(da1, vdt, SELSCAN__VLOAD(dA + j)));                                                                     \
+            SELSCAN__VSTORE(aB + i, SELSCAN__VFMA(dh0, vdtu, SELSCAN__VLOAD(aB + i)));                                                                    \
+            SELSCAN__VSTORE(aB + j, SELSCAN__VFMA(dh1, vdtu, SELSCAN__VLOAD(aB + j)));                                                                    \
+            SELSCAN__VSTORE(dh + i, SELSCAN__VMUL(dh0, a0));                                                                                              \
+            SELSCAN__VSTORE(dh + j, SELSCAN__VMUL(dh1, a1));                                                                                              \
+        }                                                                                                                                                 \
+        if (n < N) {                                                                                                                                      \
+            const int64_t i = n * W;                                                                                                                      \
+            const SELSCAN__VF hn0 = SELSCAN__VLOAD(h1 + i), a0 = SELSCAN__VLOAD(at + i);                                                                  \
+            const SELSCAN__VF c0 = fixC ? SELSCAN__VLOAD(Cp + i) : SELSCAN__VSET1(Ct[n * csn]);                                                           \
+            const SELSCAN__VF b0 = fixB ? SELSCAN__VLOAD(Bp + i) : SELSCAN__VSET1(Bt[n * bsn]);                                                           \
+            const SELSCAN__VF dh0 = SELSCAN__VFMA(vdy0, c0, SELSCAN__VLOAD(dh + i));                                                                      \
+            const SELSCAN__VF da0 = SELSCAN__VMUL(SELSCAN__VMUL(dh0, SELSCAN__VLOAD(h0 + i)), a0);                                                        \
+            y0 = SELSCAN__VFMA(c0, hn0, y0);                                                                                                              \
+            SELSCAN__VSTORE(aC + i, SELSCAN__VFMA(vdy0, hn0, SELSCAN__VLOAD(aC + i)));                                                                    \
+            sA0 = SELSCAN__VFMA(da0, SELSCAN__VLOAD(A + i), sA0);                                                                                         \
+            S0 = SELSCAN__VFMA(dh0, b0, S0);                                                                                                              \
+            SELSCAN__VSTORE(dA + i, SELSCAN__VFMA(da0, vdt, SELSCAN__VLOAD(dA + i)));                                                                     \
+            SELSCAN__VSTORE(aB + i, SELSCAN__VFMA(dh0, vdtu, SELSCAN__VLOAD(aB + i)));                                                                    \
+            SELSCAN__VSTORE(dh + i, SELSCAN__VMUL(dh0, a0));                                                                                              \
+        }                                                                                                                                                 \
+        SELSCAN__VSTORE(yc + t * W, SELSCAN__VADD(y0, y1));                                                                                               \
+        SELSCAN__VSTORE(Sv + t * W, SELSCAN__VADD(S0, S1));                                                                                               \
+        SELSCAN__VSTORE(sAv + t * W, SELSCAN__VADD(sA0, sA1));                                                                                            \
+    }                                                                                                                                                     \
+}                                                                                                                                                         \
+                                                                                                                                                          \
+static ATTR void selscan__bwd_chunk_##SFX(int64_t N, int nt, float *hs, float *ab, float *dh, const float *A,                                             \
+                                          const float *dt, const float *dtu, const float *dy0, float *yc, float *Sv,                                      \
+                                          float *sAv, float *accB, float *accC, float *dA, float *dBf, float *dCf,                                        \
+                                          const float *Bp, int64_t bsn, int64_t bst, const float *Cp, int64_t csn,                                        \
+                                          int64_t cst, int fixB, int fixC) {                                                                              \
+    if (fixB) selscan__rec_inner_##SFX(N, nt, hs, ab, A, dt, dtu, Bp, bsn, bst, 1);                                                                       \
+    else selscan__rec_inner_##SFX(N, nt, hs, ab, A, dt, dtu, Bp, bsn, bst, 0);                                                                            \
+    if (fixB) {                                                                                                                                           \
+        if (fixC) selscan__bwd_inner_##SFX(N, nt, hs, ab, dh, A, dt, dtu, dy0, yc, Sv, sAv, accB, accC, dA, dBf, dCf, Bp, bsn, bst, Cp, csn, cst, 1, 1);  \
+        else selscan__bwd_inner_##SFX(N, nt, hs, ab, dh, A, dt, dtu, dy0, yc, Sv, sAv, accB, accC, dA, dBf, dCf, Bp, bsn, bst, Cp, csn, cst, 1, 0);       \
+    } else {                                                                                                                                              \
+        if (fixC) selscan__bwd_inner_##SFX(N, nt, hs, ab, dh, A, dt, dtu, dy0, yc, Sv, sAv, accB, accC, dA, dBf, dCf, Bp, bsn, bst, Cp, csn, cst, 0, 1);  \
+        else selscan__bwd_inner_##SFX(N, nt, hs, ab, dh, A, dt, dtu, dy0, yc, Sv, sAv, accB, accC, dA, dBf, dCf, Bp, bsn, bst, Cp, csn, cst, 0, 0);       \
+    }                                                                                                                                                     \
+}                                                                                                                                                         \
+                                                                                                                                                          \
+/* Backward of one block: channels c0 .. c0 + nch - 1 of group g, batch row b. pB / pC: this                                                              \
+   block's [N][L] partials of variable dB / dC (NULL: not asked). */                                                                                      \
+static ATTR void selscan__bwd_block_##SFX(const selscan__prob *q, const selscan__grd *r, int64_t b, int64_t g,                                            \
+                                          int64_t c0, int nch, const selscan__bscr *s, float *pB, float *pC) {                                            \
+    const int W = SELSCAN__VW, nbt = (nch + SELSCAN__VW - 1) / SELSCAN__VW;                                                                               \
+    const int64_t N = q->N, NW = N * W, T = s->T, L = q->L;                                                                                               \
+    int64_t k, c, n;                                                                                                                                      \
+    int j, t;                                                                                                                                             \
+    memset(s->dA, 0, SELSCAN__CAST(size_t, nbt * NW) * 4);                                                                                                \
+    memset(s->dBf, 0, SELSCAN__CAST(size_t, nbt * NW) * 4);                                                                                               \
+    memset(s->dCf, 0, SELSCAN__CAST(size_t, nbt * NW) * 4);                                                                                               \
+    memset(s->dD, 0, SELSCAN__CAST(size_t, nbt * W) * 4);                                                                                                 \
+    memset(s->db, 0, SELSCAN__CAST(size_t, nbt * W) * 4);                                                                                                 \
+    for (j = 0; j < nbt; j++) {                                                                                                                           \
+        const int nl = nch - j * W < W ? nch - j * W : W;                                                                                                 \
+        selscan__tile_params(q, c0 + j * W, nl, W, s->A + j * NW, s->Bf + j * NW, s->Cf + j * NW, s->Dv + j * W,                                          \
+                             s->bv + j * W);                                                                                                              \
+    }                                                                                                                                                     \
+    for (k = 0; k < selscan__nseg(q); k++) {                                                                                                              \
+        int64_t t0, t1, row, nck;                                                                                                                         \
+        selscan__seg(q, b, k, &t0, &t1, &row);                                                                                                            \
+        nck = (t1 - t0 + T - 1) / T;                                                                                                                      \
+        /* checkpoints: ck[c] = state entering chunk c */                                                                                                 \
+        for (j = 0; j < nbt; j++) {                                                                                                                       \
+            const int nl = nch - j * W < W ? nch - j * W : W;                                                                                             \
+            const int64_t d0 = c0 + j * W;                                                                                                                \
+            float *ck = s->ck + j * s->ckstride;                                                                                                          \
+            selscan__state_in(&q->h0, row, d0, nl, W, N, ck);                                                                                             \
+            for (c = 0; c + 1 < nck; c++) {                                                                                                               \
+                const int64_t cs = t0 + c * T;                                                                                                            \
+                const int nt = SELSCAN__CAST(int, T);                                                                                                     \
+                int64_t bsn, bst;                                                                                                                         \
+                const float *Bp = selscan__bc_chunk(&q->B, q->fixB, s->Bf + j * NW, W, b, g, N, cs, nt, s->Bb, &bsn, &bst);                               \
+                memcpy(ck + (c + 1) * NW, ck + c * NW, SELSCAN__CAST(size_t, NW) * 4);                                                                    \
+                selscan__prep_##SFX(q, b, d0, nl, cs, nt, s->bv + j * W, s->dt, s->dtu, s->u, NULL, NULL, NULL, s->tmp);                                  \
+                selscan__fwd_chunk_##SFX(N, nt, ck + (c + 1) * NW, s->A + j * NW, s->dt, s->dtu, s->yc, Bp, bsn, bst,                                     \
+                                         Bp, bsn, bst, q->fixB, 0, 0);                                                                                    \
+            }                                                                                                                                             \
+            selscan__state_in(&r->dhlast, row, d0, nl, W, N, s->dh + j * NW);                                                                             \
+        }                                                                                                                                                 \
+        for (c = nck - 1; c >= 0; c--) {                                                                                                                  \
+            const int64_t cs = t0 + c * T;                                                                                                                \
+            const int nt = SELSCAN__CAST(int, selscan__min64(T, t1 - cs));                                                                                \
+            memset(s->accB, 0, SELSCAN__CAST(size_t, nt * NW) * 4);                                                                                       \
+            memset(s->accC, 0, SELSCAN__CAST(size_t, nt * NW) * 4);                                                                                       \
+            for (j = 0; j < nbt; j++) {                                                                                                                   \
+                const int nl = nch - j * W < W ? nch - j * W : W;                                                                                         \
+                const int64_t d0 = c0 + j * W;                                                                                                            \
+                int64_t bsn, bst, csn, cst;                                                                                                               \
+                const float *Bp = selscan__bc_chunk(&q->B, q->fixB, s->Bf + j * NW, W, b, g, N, cs, nt, s->Bb, &bsn, &bst);                               \
+                const float *Cp = selscan__bc_chunk(&q->C, q->fixC, s->Cf + j * NW, W, b, g, N, cs, nt, s->Cb, &csn, &cst);                               \
+                const SELSCAN__VF Dv = SELSCAN__VLOAD(s->Dv + j * W);                                                                                     \
+                SELSCAN__VF dD = SELSCAN__VLOAD(s->dD + j * W), db = SELSCAN__VLOAD(s->db + j * W);                                                       \
+                selscan__prep_##SFX(q, b, d0, nl, cs, nt, s->bv + j * W, s->dt, s->dtu, s->u, s->z, s->sg, s->sp, s->tmp);                                \
+                selscan__load_tile(s->dy, &r->dy, b, d0, nl, W, cs, nt, s->tmp);                                                                          \
+                for (t = 0; t < nt; t++) {                                                                                                                \
+                    SELSCAN__VF dy0 = SELSCAN__VLOAD(s->dy + t * W);                                                                                      \
+                    if (q->z.data)                                                                                                                        \
+                        dy0 = SELSCAN__VMUL(dy0, SELSCAN__VMUL(SELSCAN__VLOAD(s->z + t * W), SELSCAN__VLOAD(s->sg + t * W)));                             \
+                    SELSCAN__VSTORE(s->dy0 + t * W, dy0);                                                                                                 \
+                }                                                                                                                                         \
+                memcpy(s->hs, s->ck + j * s->ckstride + c * NW, SELSCAN__CAST(size_t, NW) * 4);                                                           \
+                selscan__bwd_chunk_##SFX(N, nt, s->hs, s->ab, s->dh + j * NW, s->A + j * NW, s->dt, s->dtu, s->dy0,                                       \
+                                         s->yc, s->S, s->sA, s->accB, s->accC, s->dA + j * NW, s->dBf + j * NW,                                           \
+                                         s->dCf + j * NW, Bp, bsn, bst, Cp, csn, cst, q->fixB, q->fixC);                                                  \
+                for (t = nt - 1; t >= 0; t--) {                                                                                                           \
+                    const SELSCAN__VF u = SELSCAN__VLOAD(s->u + t * W), dy0 = SELSCAN__VLOAD(s->dy0 + t * W);                                             \
+                    const SELSCAN__VF S = SELSCAN__VLOAD(s->S + t * W);                                                                                   \
+                    const SELSCAN__VF ddt = SELSCAN__VMUL(SELSCAN__VFMA(u, S, SELSCAN__VLOAD(s->sA + t * W)),                                             \
+                                                         SELSCAN__VLOAD(s->sp + t * W));                                                                  \
+                    SELSCAN__VSTORE(s->du + t * W, SELSCAN__VFMA(SELSCAN__VLOAD(s->dt + t * W), S, SELSCAN__VMUL(dy0, Dv)));                              \
+                    SELSCAN__VSTORE(s->ddt + t * W, ddt);                                                                                                 \
+                    dD = SELSCAN__VFMA(dy0, u, dD);                                                                                                       \
+                    db = SELSCAN__VADD(db, ddt);                                                                                                          \
+                    if (q->z.data) {                                                                                                                      \
+                        const SELSCAN__VF z = SELSCAN__VLOAD(s->z + t * W), sg = SELSCAN__VLOAD(s->sg + t * W);                                           \
+                        const SELSCAN__VF one = SELSCAN__VSET1(1.0f);                                                                                     \
+                        const SELSCAN__VF y0 = SELSCAN__VFMA(Dv, u, SELSCAN__VLOAD(s->yc + t * W));                                                       \
+                        const SELSCAN__VF gz = SELSCAN__VMUL(sg, SELSCAN__VFMA(z, SELSCAN__VSUB(one, sg), one));                                          \
+                        SELSCAN__VSTORE(s->dz + t * W, SELSCAN__VMUL(SELSCAN__VMUL(SELSCAN__VLOAD(s->dy + t * W), y0), gz));                              \
+                    }                                                                                                                                     \
+                }                                                                                                                                         \
+                SELSCAN__VSTORE(s->dD + j * W, dD);                                                                                                       \
+                SELSCAN__VSTORE(s->db + j * W, db);                                                                                                       \
+                if (r->du.data) selscan__store_tile(s->du, &r->du, b, d0, nl, W, cs, nt, s->tmp);                                                         \
+                if (r->ddelta.data) selscan__store_tile(s->ddt, &r->ddelta, b, d0, nl, W, cs, nt, s->tmp);                                                \
+                if (r->dz.data) selscan__store_tile(s->dz, &r->dz, b, d0, nl, W, cs, nt, s->tmp);                                                         \
+            }                                                                                                                                             \
+            for (n = 0; n < N; n++)                                                                                                                       \
+                for (t = 0; t < nt; t++) {                                                                                                                \
+                    if (pB) pB[n * L + cs + t] = SELSCAN__VHSUM(SELSCAN__VLOAD(s->accB + t * NW + n * W));                                                \
+                    if (pC) pC[n * L + cs + t] = SELSCAN__VHSUM(SELSCAN__VLOAD(s->accC + t * NW + n * W));                                                \
+                }                                                                                                                                         \
+        }                                                                                                                                                 \
+        if (r->dh0.data)                                                                                                                                  \
+            for (j = 0; j < nbt; j++) {                                                                                                                   \
+                const int nl = nch - j * W < W ? nch - j * W : W;                                                                                         \
+                selscan__state_out(&r->dh0, row, c0 + j * W, nl, W, N, s->dh + j * NW);                                                                   \
+            }                                                                                                                                             \
+    }                                                                                                                                                     \
+}                                                                                                                                                         \
+                                                                                                                                                          \
+/* Step of channels [dlo, dhi) of batch row b (all in cache row `row`, >= 0). */                                                                          \
+static ATTR void selscan__step_block_##SFX(const selscan__stp *q, int64_t b, int64_t row, int64_t dlo, int64_t dhi) {                                     \
+    const int W = SELSCAN__VW;                                                                                                                            \
+    float xb[SELSCAN__SNB], dtb[SELSCAN__SNB], zb[SELSCAN__SNB], yb[SELSCAN__SNB];                                                                        \
+    float hb[SELSCAN__SNB], Ab[SELSCAN__SNB], Bb[SELSCAN__SNB], Cb[SELSCAN__SNB];                                                                         \
+    float th[SELSCAN__WMAX], tA[SELSCAN__WMAX], tB[SELSCAN__WMAX], tC[SELSCAN__WMAX];                                                                     \
+    const int64_t nd = dhi - dlo, N = q->N;                                                                                                               \
+    int64_t i, d, nb, n;                                                                                                                                  \
+    selscan__cvt_row(xb, q->x.data, b * q->x.s[0] + dlo * q->x.s[1], q->x.s[1], nd, q->dt);                                                               \
+    selscan__cvt_row(dtb, q->dt_.data, b * q->dt_.s[0] + dlo * q->dt_.s[1], q->dt_.s[1], nd, q->dt);                                                      \
+    if (q->z.data) selscan__cvt_row(zb, q->z.data, b * q->z.s[0] + dlo * q->z.s[1], q->z.s[1], nd, q->dt);                                                \
+    for (i = nd; i < SELSCAN__SNB; i++) xb[i] = dtb[i] = zb[i] = 0.0f;                                                                                    \
+    if (q->bias.data)                                                                                                                                     \
+        for (i = 0; i < nd; i++) dtb[i] += SELSCAN__CAST(const float *, q->bias.data)[SELSCAN__AT1(q->bias, dlo + i)];                                    \
+    for (i = 0; i < SELSCAN__SNB; i += W) {                                                                                                               \
+        SELSCAN__VF x = SELSCAN__VLOAD(dtb + i);                                                                                                          \
+        if (q->softplus) x = selscan__vsoftplus_##SFX(x);                                                                                                 \
+        SELSCAN__VSTORE(dtb + i, x);                                                                                                                      \
+        if (q->z.data) {                                                                                                                                  \
+            const SELSCAN__VF z = SELSCAN__VLOAD(zb + i);                                                                                                 \
+            SELSCAN__VSTORE(zb + i, SELSCAN__VMUL(z, selscan__vsigmoid_##SFX(z)));                                                                        \
+        }                                                                                                                                                 \
+    }                                                                                                                                                     \
+    for (d = dlo; d < dhi; d++) {                                                                                                                         \
+        const int64_t g = d / q->dpg;                                                                                                                     \
+        const SELSCAN__VF vdt = SELSCAN__VSET1(dtb[d - dlo]), vdx = SELSCAN__VSET1(dtb[d - dlo] * xb[d - dlo]);                                           \
+        SELSCAN__VF yv = SELSCAN__VSET1(0.0f);                                                                                                            \
+        float *hrow = SELSCAN__CAST(float *, q->state.data) + row * q->state.s[0] + d * q->state.s[1];                                                    \
+        float y = 0.0f;                                                                                                                                   \
+        for (nb = 0; nb < N; nb += SELSCAN__SNB) {                                                                                                        \
+            const int64_t nn = selscan__min64(SELSCAN__SNB, N - nb), nv = nn / W * W;                                                                     \
+            float *hp = hrow + nb * q->state.s[2];                                                                                                        \
+            const float *Ap = SELSCAN__CAST(const float *, q->A.data) + d * q->A.s[0] + nb * q->A.s[1];                                                   \
+            const float *Bp, *Cp;                                                                                                                         \
+            const int hdirect = q->state.s[2] == 1;                                                                                                       \
+            if (!hdirect) { for (n = 0; n < nn; n++) hb[n] = hp[n * q->state.s[2]]; hp = hb; }                                                            \
+            if (q->A.s[1] != 1) { for (n = 0; n < nn; n++) Ab[n] = Ap[n * q->A.s[1]]; Ap = Ab; }                                                          \
+            if (q->fixB) {                                                                                                                                \
+                Bp = SELSCAN__CAST(const float *, q->B.data) + d * q->B.s[0] + nb * q->B.s[1];                                                            \
+                if (q->B.s[1] != 1) { for (n = 0; n < nn; n++) Bb[n] = Bp[n * q->B.s[1]]; Bp = Bb; }                                                      \
+            } else if (q->dt == SELSCAN_F32 && q->B.s[2] == 1) {                                                                                          \
+                Bp = SELSCAN__CAST(const float *, q->B.data) + b * q->B.s[0] + g * q->B.s[1] + nb;                                                        \
+            } else {                                                                                                                                      \
+                selscan__cvt_row(Bb, q->B.data, b * q->B.s[0] + g * q->B.s[1] + nb * q->B.s[2], q->B.s[2], nn, q->dt);                                    \
+                Bp = Bb;                                                                                                                                  \
+            }                                                                                                                                             \
+            if (q->fixC) {                                                                                                                                \
+                Cp = SELSCAN__CAST(const float *, q->C.data) + d * q->C.s[0] + nb * q->C.s[1];                                                            \
+                if (q->C.s[1] != 1) { for (n = 0; n < nn; n++) Cb[n] = Cp[n * q->C.s[1]]; Cp = Cb; }                                                      \
+            } else if (q->dt == SELSCAN_F32 && q->C.s[2] == 1) {                                                                                          \
+                Cp = SELSCAN__CAST(const float *, q->C.data) + b * q->C.s[0] + g * q->C.s[1] + nb;                                                        \
+            } else {                                                                                                                                      \
+                selscan__cvt_row(Cb, q->C.data, b * q->C.s[0] + g * q->C.s[1] + nb * q->C.s[2], q->C.s[2], nn, q->dt);                                    \
+                Cp = Cb;                                                                                                                                  \
+            }                                                                                                                                             \
+            for (n = 0; n < nv; n += W) {                                                                                                                 \
+                const SELSCAN__VF a = selscan__vexp_##SFX(SELSCAN__VMUL(vdt, SELSCAN__VLOAD(Ap + n)));                                                    \
+                const SELSCAN__VF h = SELSCAN__VFMA(a, SELSCAN__VLOAD(hp + n), SELSCAN__VMUL(vdx, SELSCAN__VLOAD(Bp + n)));                               \
+                SELSCAN__VSTORE(hp + n, h);                                                                                                               \
+                yv = SELSCAN__VFMA(SELSCAN__VLOAD(Cp + n), h, yv);                                                                                        \
+            }                                                                                                                                             \
+            if (nv < nn) { /* tail through zero-padded vectors */                                                                                         \
+                for (i = 0; i < W; i++) {                                                                                                                 \
+                    const int in = nv + i < nn;                                                                                                           \
+                    th[i] = in ? hp[nv + i] : 0.0f; tA[i] = in ? Ap[nv + i] : 0.0f;                                                                       \
+                    tB[i] = in ? Bp[nv + i] : 0.0f; tC[i] = in ? Cp[nv + i] : 0.0f;                                                                       \
+                }                                                                                                                                         \
+                {                                                                                                                                         \
+                    const SELSCAN__VF a = selscan__vexp_##SFX(SELSCAN__VMUL(vdt, SELSCAN__VLOAD(tA)));                                                    \
+                    const SELSCAN__VF h = SELSCAN__VFMA(a, SELSCAN__VLOAD(th), SELSCAN__VMUL(vdx, SELSCAN__VLOAD(tB)));                                   \
+                    SELSCAN__VSTORE(th, h);                                                                                                               \
+                    yv = SELSCAN__VFMA(SELSCAN__VLOAD(tC), h, yv);                                                                                        \
+                }                                                                                                                                         \
+                for (i = 0; nv + i < nn; i++) hp[nv + i] = th[i];                                                                                         \
+            }                                                                                                                                             \
+            if (!hdirect)                                                                                                                                 \
+                for (n = 0; n < nn; n++) hrow[(nb + n) * q->state.s[2]] = hb[n];                                                                          \
+        }                                                                                                                                                 \
+        y = SELSCAN__VHSUM(yv);                                                                                                                           \
+        if (q->D.data) y += SELSCAN__CAST(const float *, q->D.data)[SELSCAN__AT1(q->D, d)] * xb[d - dlo];                                                 \
+        if (q->z.data) y *= zb[d - dlo];                                                                                                                  \
+        yb[d - dlo] = y;                                                                                                                                  \
+    }                                                                                                                                                     \
+    selscan__store_row(q->y.data, b * q->y.s[0] + dlo * q->y.s[1], q->y.s[1], yb, nd, q->dt);                                                             \
+}                                                                                                                                                         \
+                                                                                                                                                          
+
+/* ---- instantiations ---- */
+
+/* portable: W = 1, plain floats */
+static float selscan__pow2i_s(float t) { /* t = round(x) + 1.5 * 2^23: 2^round(x) */
+    uint32_t u = selscan__f32_bits(t);
+    return selscan__bits_f32((u << 23) + (127u << 23));
+}
+#define SELSCAN__VF float
+#define SELSCAN__VW 1
+#define SELSCAN__VLOAD(p) (*(p))
+#define SELSCAN__VSTORE(p, v) (*(p) = (v))
+#define SELSCAN__VSET1(x) (x)
+#define SELSCAN__VADD(a, b) ((a) + (b))
+#define SELSCAN__VSUB(a, b) ((a) - (b))
+#define SELSCAN__VMUL(a, b) ((a) * (b))
+#define SELSCAN__VDIV(a, b) ((a) / (b))
+#define SELSCAN__VFMA(a, b, c) ((a) * (b) + (c))
+#define SELSCAN__VMAX(a, x) ((x) < (a) ? (a) : (x)) /* NaN x stays */
+#define SELSCAN__VMIN(a, x) ((x) > (a) ? (a) : (x))
+#define SELSCAN__VGTSEL(a, b, x, y) ((a) > (b) ? (x) : (y))
+#define SELSCAN__VPOW2I(t) selscan__pow2i_s(t)
+#define SELSCAN__VHSUM(v) (v)
+SELSCAN__KERNELS(port, SELSCAN__NOATTR)
+#undef SELSCAN__VF
+#undef SELSCAN__VW
+#undef SELSCAN__VLOAD
+#undef SELSCAN__VSTORE
+#undef SELSCAN__VSET1
+#undef SELSCAN__VADD
+#undef SELSCAN__VSUB
+#undef SELSCAN__VMUL
+#undef SELSCAN__VDIV
+#undef SELSCAN__VFMA
+#undef SELSCAN__VMAX
+#undef SELSCAN__VMIN
+#undef SELSCAN__VGTSEL
+#undef SELSCAN__VPOW2I
+#undef SELSCAN__VHSUM
+
+#if defined(SELSCAN__HAVE_X86)
+static SELSCAN__T_AVX2 SELSCAN__INLINE float selscan__hsum_avx2(__m256 v) {
+    __m128 x = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    x = _mm_add_ps(x, _mm_movehl_ps(x, x));
+    x = _mm_add_ss(x, _mm_shuffle_ps(x, x, 1));
+    return _mm_cvtss_f32(x);
+}
+#define SELSCAN__VF __m256
+#define SELSCAN__VW 8
+#define SELSCAN__VLOAD(p) _mm256_loadu_ps(p)
+#define SELSCAN__VSTORE(p, v) _mm256_storeu_ps(p, v)
+#define SELSCAN__VSET1(x) _mm256_set1_ps(x)
+#define SELSCAN__VADD(a, b) _mm256_add_ps(a, b)
+#define SELSCAN__VSUB(a, b) _mm256_sub_ps(a, b)
+#define SELSCAN__VMUL(a, b) _mm256_mul_ps(a, b)
+#define SELSCAN__VDIV(a, b) _mm256_div_ps(a, b)
+#define SELSCAN__VFMA(a, b, c) _mm256_fmadd_ps(a, b, c)
+#define SELSCAN__VMAX(a, x) _mm256_max_ps(a, x) /* NaN in the second operand stays */
+#define SELSCAN__VMIN(a, x) _mm256_min_ps(a, x)
+#define SELSCAN__VGTSEL(a, b, x, y) _mm256_blendv_ps(y, x, _mm256_cmp_ps(a, b, _CMP_GT_OQ))
+#define SELSCAN__VPOW2I(t)                                                                                     \
+    _mm256_castsi256_ps(_mm256_add_epi32(_mm256_slli_epi32(_mm256_castps_si256(t), 23), _mm256_set1_epi32(127 << 23)))
+#define SELSCAN__VHSUM(v) selscan__hsum_avx2(v)
+SELSCAN__KERNELS(avx2, SELSCAN__T_AVX2)
+#undef SELSCAN__VF
+#undef SELSCAN__VW
+#undef SELSCAN__VLOAD
+#undef SELSCAN__VSTORE
+#undef SELSCAN__VSET1
+#undef SELSCAN__VADD
+#undef SELSCAN__VSUB
+#undef SELSCAN__VMUL
+#undef SELSCAN__VDIV
+#undef SELSCAN__VFMA
+#undef SELSCAN__VMAX
+#undef SELSCAN__VMIN
+#undef SELSCAN__VGTSEL
+#undef SELSCAN__VPOW2I
+#undef SELSCAN__VHSUM
+
+static SELSCAN__T_AVX512 SELSCAN__INLINE float selscan__hsum_avx512(__m512 v) {
+    float x[16]; /* through memory: g++ 12 warns inside the 512 -> 256 extract intrinsics */
+    _mm512_storeu_ps(x, v);
+    return selscan__hsum_avx2(_mm256_add_ps(_mm256_loadu_ps(x), _mm256_loadu_ps(x + 8)));
+}
+#define SELSCAN__VF __m512
+#define SELSCAN__VW 16
+#define SELSCAN__VLOAD(p) _mm512_loadu_ps(p)
+#define SELSCAN__VSTORE(p, v) _mm512_storeu_ps(p, v)
+#define SELSCAN__VSET1(x) _mm512_set1_ps(x)
+#define SELSCAN__VADD(a, b) _mm512_add_ps(a, b)
+#define SELSCAN__VSUB(a, b) _mm512_sub_ps(a, b)
+#define SELSCAN__VMUL(a, b) _mm512_mul_ps(a, b)
+#define SELSCAN__VDIV(a, b) _mm512_div_ps(a, b)
+#define SELSCAN__VFMA(a, b, c) _mm512_fmadd_ps(a, b, c)
+/* the maskz forms: g++ 12 warns about the undefined source of the plain ones */
+#define SELSCAN__VMAX(a, x) _mm512_maskz_max_ps(0xffff, a, x)
+#define SELSCAN__VMIN(a, x) _mm512_maskz_min_ps(0xffff, a, x)
+#define SELSCAN__VGTSEL(a, b, x, y) _mm512_mask_blend_ps(_mm512_cmp_ps_mask(a, b, _CMP_GT_OQ), y, x)
+#define SELSCAN__VPOW2I(t)                                                                                     \
+    _mm512_castsi512_ps(_mm512_add_epi32(_mm512_maskz_slli_epi32(0xffff, _mm512_castps_si512(t), 23), _mm512_set1_epi32(127 << 23)))
+#define SELSCAN__VHSUM(v) selscan__hsum_avx512(v)
+SELSCAN__KERNELS(avx512, SELSCAN__T_AVX512)
+#undef SELSCAN__VF
+#undef SELSCAN__VW
+#undef SELSCAN__VLOAD
+#undef SELSCAN__VSTORE
+#undef SELSCAN__VSET1
+#undef SELSCAN__VADD
+#undef SELSCAN__VSUB
+#undef SELSCAN__VMUL
+#undef SELSCAN__VDIV
+#undef SELSCAN__VFMA
+#undef SELSCAN__VMAX
+#undef SELSCAN__VMIN
+#undef SELSCAN__VGTSEL
+#undef SELSCAN__VPOW2I
+#undef SELSCAN__VHSUM
+#endif /* SELSCAN__HAVE_X86 */
+
+#if defined(SELSCAN__HAVE_NEON)
+#define SELSCAN__VF float32x4_t
+#define SELSCAN__VW 4
+#define SELSCAN__VLOAD(p) vld1q_f32(p)
+#define SELSCAN__VSTORE(p, v) vst1q_f32(p, v)
+#define SELSCAN__VSET1(x) vdupq_n_f32(x)
+#define SELSCAN__VADD(a, b) vaddq_f32(a, b)
+#define SELSCAN__VSUB(a, b) vsubq_f32(a, b)
+#define SELSCAN__VMUL(a, b) vmulq_f32(a, b)
+#define SELSCAN__VDIV(a, b) vdivq_f32(a, b)
+#define SELSCAN__VFMA(a, b, c) vfmaq_f32(c, a, b)
+#define SELSCAN__VMAX(a, x) vmaxq_f32(a, x) /* NaN propagates */
+#define SELSCAN__VMIN(a, x) vminq_f32(a, x)
+#define SELSCAN__VGTSEL(a, b, x, y) vbslq_f32(vcgtq_f32(a, b), x, y)
+#define SELSCAN__VPOW2I(t)                                                                                     \
+    vreinterpretq_f32_s32(vaddq_s32(vshlq_n_s32(vreinterpretq_s32_f32(t), 23), vdupq_n_s32(127 << 23)))
+#define SELSCAN__VHSUM(v) vaddvq_f32(v)
+SELSCAN__KERNELS(neon, SELSCAN__NOATTR)
+#undef SELSCAN__VF
+#undef SELSCAN__VW
+#undef SELSCAN__VLOAD
+#undef SELSCAN__VSTORE
+#undef SELSCAN__VSET1
+#undef SELSCAN__VADD
+#undef SELSCAN__VSUB
+#undef SELSCAN__VMUL
+#undef SELSCAN__VDIV
+#undef SELSCAN__VFMA
+#undef SELSCAN__VMAX
+#undef SELSCAN__VMIN
+#undef SELSCAN__VGTSEL
+#undef SELSCAN__VPOW2I
+#undef SELSCAN__VHSUM
+#endif /* SELSCAN__HAVE_NEON */
+
+/* ---- drivers ---- */
+
+static int64_t selscan__ws_fast_fwd(const selscan__prob *q, int64_t nparts) {
+    selscan__fscr s;
+    return selscan__align_up(selscan__fscr_map(&s, NULL, q->N) * 4) * nparts;
+}
+
+/* Shared partials, then one scratch per part. */
+static int64_t selscan__ws_fast_bwd(const selscan__prob *q, const selscan__grd *r, int64_t nparts) {
+    selscan__bsh h;
+    selscan__bsh_map(&h, q, r);
+    return selscan__align_up(h.end * 4) + selscan__align_up(selscan__bscr_floats(q->N, q->L) * 4) * nparts;
+}
+
+static int64_t selscan__ws_fast(const selscan__prob *q, const selscan__grd *r, int64_t nparts) {
+    return r ? selscan__ws_fast_bwd(q, r, nparts) : selscan__ws_fast_fwd(q, nparts);
+}
+
+static selscan_status selscan__check_part(int64_t part, int64_t nparts) {
+    return nparts < 1 || part < 0 || part >= nparts ? SELSCAN_ERR_SHAPE : SELSCAN_OK;
+}
+
+static selscan_status selscan__forward_fast(const selscan_problem *p, int64_t part, int64_t nparts, void *workspace,
+                                            size_t bytes, int isa) {
+    selscan__prob q;
+    selscan__fscr s;
+    selscan_status st;
+    int64_t W, ntg, i0, i1, i, per;
+    if ((st = selscan__check_part(part, nparts)) != SELSCAN_OK) return st;
+    if ((st = selscan__check_problem(p, &q, 1)) != SELSCAN_OK) return st;
+    st = selscan__validate_forward(p, &q, workspace, bytes, selscan__ws_fast_fwd(&q, nparts));
+    if (st != SELSCAN_OK) return st;
+    isa = selscan__use_isa(isa);
+    W = selscan__isa_width(isa);
+    ntg = (q.dpg + W - 1) / W;
+    per = selscan__align_up(selscan__fscr_map(&s, NULL, q.N) * 4);
+    selscan__fscr_map(&s, SELSCAN__RCAST(float *, SELSCAN__CAST(char *, workspace) + part * per), q.N);
+    selscan__split(q.batch * q.G * ntg, part, nparts, &i0, &i1);
+    for (i = i0; i < i1; i++) {
+        const int64_t b = i / (q.G * ntg), g = i / ntg % q.G, k = i % ntg, d0 = g * q.dpg + k * W;
+        const int nl = SELSCAN__CAST(int, selscan__min64(W, q.dpg - k * W));
+        switch (isa) {
+#if defined(SELSCAN__HAVE_X86)
+        case SELSCAN__ISA_AVX512: selscan__fwd_tile_avx512(&q, b, g, d0, nl, &s); break;
+        case SELSCAN__ISA_AVX2: selscan__fwd_tile_avx2(&q, b, g, d0, nl, &s); break;
+#endif
+#if defined(SELSCAN__HAVE_NEON)
+        case SELSCAN__ISA_NEON: selscan__fwd_tile_neon(&q, b, g, d0, nl, &s); break;
+#endif
+        default: selscan__fwd_tile_port(&q, b, g, d0, nl, &s); break;
+        }
+    }
+    return SELSCAN_OK;
+}
+
+/* Backward validation plus the fast path's workspace (need: bytes required, -1: shared part only). */
+static selscan_status selscan__validate_bwd_fast(const selscan_problem *p, const selscan_grads *g, selscan__prob *q,
+                                                 selscan__grd *r, const void *ws, size_t bytes, int64_t nparts,
+                                                 int shared_only) {
+    selscan_status st = selscan__validate_backward(p, g, q, r, NULL, 0, 0);
+    int64_t need;
+    selscan__bsh h;
+    if (st != SELSCAN_OK) return st;
+    selscan__bsh_map(&h, q, r);
+    need = shared_only ? selscan__align_up(h.end * 4) : selscan__ws_fast_bwd(q, r, nparts);
+    if ((st = selscan__check_ws(ws, bytes, need)) != SELSCAN_OK) return st;
+    if (need > 0) {
+        const selscan__ten *outs[] = {&r->du, &r->ddelta, &r->dA, &r->dB, &r->dC, &r->dD, &r->dz, &r->dbias, &r->dh0};
+        const selscan__ten *ins[] = {&q->u, &q->delta, &q->A, &q->B, &q->C, &q->D, &q->z, &q->bias, &q->h0, &r->dy, &r->dhlast};
+        int i;
+        for (i = 0; i < 9; i++)
+            if (selscan__overlap(outs[i]->data, selscan__bytes(outs[i]), ws, SELSCAN__CAST(int64_t, bytes))) return SELSCAN_ERR_ALIAS;
+        for (i = 0; i < 11; i++)
+            if (selscan__overlap(ins[i]->data, selscan__bytes(ins[i]), ws, SELSCAN__CAST(int64_t, bytes))) return SELSCAN_ERR_ALIAS;
+        if (q->cu && selscan__overlap(q->cu, (q->nseq + 1) * 8, ws, SELSCAN__CAST(int64_t, bytes))) return SELSCAN_ERR_ALIAS;
+    }
+    return SELSCAN_OK;
+}
+
+static selscan_status selscan__backward_fast(const selscan_problem *p, const selscan_grads *g, int64_t part,
+                                             int64_t nparts, void *workspace, size_t bytes, int isa) {
+    selscan__prob q;
+    selscan__grd r;
+    selscan__bscr s;
+    selscan__bsh h;
+    selscan_status st;
+    int64_t i0, i1, i, per, sh, d, n;
+    float *ws = SELSCAN__CAST(float *, workspace);
+    if ((st = selscan__check_part(part, nparts)) != SELSCAN_OK) return st;
+    if ((st = selscan__validate_bwd_fast(p, g, &q, &r, workspace, bytes, nparts, 0)) != SELSCAN_OK) return st;
+    isa = selscan__use_isa(isa);
+    selscan__bsh_map(&h, &q, &r);
+    sh = selscan__align_up(h.end * 4);
+    per = selscan__align_up(selscan__bscr_floats(q.N, q.L) * 4);
+    selscan__bscr_map(&s, SELSCAN__RCAST(float *, SELSCAN__CAST(char *, workspace) + sh + part * per), q.N, q.L,
+                      selscan__isa_width(isa));
+    selscan__split(q.batch * q.G * h.nbg, part, nparts, &i0, &i1);
+    for (i = i0; i < i1; i++) {
+        const int64_t b = i / (q.G * h.nbg), gg = i / h.nbg % q.G, k = i % h.nbg, c0 = gg * q.dpg + k * SELSCAN__CB;
+        const int nch = SELSCAN__CAST(int, selscan__min64(SELSCAN__CB, q.dpg - k * SELSCAN__CB));
+        const int W = selscan__isa_width(isa), nbt = (nch + W - 1) / W;
+        float *pB = h.B >= 0 ? ws + h.B + i * q.N * q.L : NULL, *pC = h.C >= 0 ? ws + h.C + i * q.N * q.L : NULL;
+        int j, l;
+        switch (isa) {
+#if defined(SELSCAN__HAVE_X86)
+        case SELSCAN__ISA_AVX512: selscan__bwd_block_avx512(&q, &r, b, gg, c0, nch, &s, pB, pC); break;
+        case SELSCAN__ISA_AVX2: selscan__bwd_block_avx2(&q, &r, b, gg, c0, nch, &s, pB, pC); break;
+#endif
+#if defined(SELSCAN__HAVE_NEON)
+        case SELSCAN__ISA_NEON: selscan__bwd_block_neon(&q, &r, b, gg, c0, nch, &s, pB, pC); break;
+#endif
+        default: selscan__bwd_block_port(&q, &r, b, gg, c0, nch, &s, pB, pC); break;
+        }
+        /* per batch row partials of the sums over batch */
+        for (j = 0; j < nbt; j++)
+            for (l = 0; l < W && j * W + l < nch; l++) {
+                d = c0 + j * W + l;
+                for (n = 0; n < q.N; n++) {
+                    const int64_t o = (b * q.dim + d) * q.N + n, x = (j * q.N + n) * W + l;
+                    if (h.A >= 0) ws[h.A + o] = s.dA[x];
+                    if (h.Bf >= 0) ws[h.Bf + o] = s.dBf[x];
+                    if (h.Cf >= 0) ws[h.Cf + o] = s.dCf[x];
+                }
+                if (h.D >= 0) ws[h.D + b * q.dim + d] = s.dD[j * W + l];
+                if (h.bias >= 0) ws[h.bias + b * q.dim + d] = s.db[j * W + l];
+            }
+    }
+    return SELSCAN_OK;
+}
+
+static selscan_status selscan__backward_reduce(const selscan_problem *p, const selscan_grads *g, int64_t part,
+                                               int64_t nparts, void *workspace, size_t bytes) {
+    selscan__prob q;
+    selscan__grd r;
+    selscan__bsh h;
+    selscan_status st;
+    const float *ws = SELSCAN__CAST(const float *, workspace);
+    int64_t i0, i1, i, b, n, t, k;
+    if ((st = selscan__check_part(part, nparts)) != SELSCAN_OK) return st;
+    if ((st = selscan__validate_bwd_fast(p, g, &q, &r, workspace, bytes, 1, 1)) != SELSCAN_OK) return st;
+    selscan__bsh_map(&h, &q, &r);
+    selscan__split(q.dim, part, nparts, &i0, &i1);
+    for (i = i0; i < i1; i++) {
+        float sD = 0.0f, sb = 0.0f;
+        for (b = 0; b < q.batch; b++) {
+            if (h.D >= 0) sD += ws[h.D + b * q.dim + i];
+            if (h.bias >= 0) sb += ws[h.bias + b * q.dim + i];
+        }
+        if (h.D >= 0) SELSCAN__CAST(float *, r.dD.data)[SELSCAN__AT1(r.dD, i)] = sD;
+        if (h.bias >= 0) SELSCAN__CAST(float *, r.dbias.data)[SELSCAN__AT1(r.dbias, i)] = sb;
+        for (n = 0; n < q.N; n++) {
+            float sA = 0.0f, sBf = 0.0f, sCf = 0.0f;
+            for (b = 0; b < q.batch; b++) {
+                const int64_t o = (b * q.dim + i) * q.N + n;
+                if (h.A >= 0) sA += ws[h.A + o];
+                if (h.Bf >= 0) sBf += ws[h.Bf + o];
+                if (h.Cf >= 0) sCf += ws[h.Cf + o];
+            }
+            if (h.A >= 0) SELSCAN__CAST(float *, r.dA.data)[SELSCAN__AT2(r.dA, i, n)] = sA;
+            if (h.Bf >= 0) SELSCAN__CAST(float *, r.dB.data)[SELSCAN__AT2(r.dB, i, n)] = sBf;
+            if (h.Cf >= 0) SELSCAN__CAST(float *, r.dC.data)[SELSCAN__AT2(r.dC, i, n)] = sCf;
+        }
+    }
+    if (h.B >= 0 || h.C >= 0) {
+        float *acc = NULL;
+        selscan__split(q.batch * q.G * q.N, part, nparts, &i0, &i1);
+        for (i = i0; i < i1; i++) { /* row (b, g, n) */
+            const int64_t bg = i / q.N, nn = i % q.N, bb = bg / q.G, gg = bg % q.G;
+            int which;
+            for (which = 0; which < 2; which++) {
+                const int64_t off = which ? h.C : h.B;
+                const selscan__ten *dst = which ? &r.dC : &r.dB;
+                if (off < 0) continue;
+                for (t = 0; t < q.L; t++) {
+                    float sum = 0.0f;
+                    for (k = 0; k < h.nbg; k++) sum += ws[off + ((bg * h.nbg + k) * q.N + nn) * q.L + t];
+                    selscan__store(dst->data, SELSCAN__AT4(*dst, bb, gg, nn, t), q.dt, sum);
+                }
+            }
+        }
+        (void)acc;
+    }
+    return SELSCAN_OK;
+}
+
+static selscan_status selscan__step_fast(const selscan_step_problem *sp, int64_t part, int64_t nparts, int isa) {
+    selscan__stp q;
+    selscan_status st;
+    int64_t nblk, i0, i1, i;
+    if ((st = selscan__check_part(part, nparts)) != SELSCAN_OK) return st;
+    if ((st = selscan__validate_step(sp, &q)) != SELSCAN_OK) return st;
+    isa = selscan__use_isa(isa);
+    nblk = (q.dim + SELSCAN__SNB - 1) / SELSCAN__SNB;
+    selscan__split(q.batch * nblk, part, nparts, &i0, &i1);
+    for (i = i0; i < i1; i++) {
+        const int64_t b = i / nblk, dlo = i % nblk * SELSCAN__SNB, dhi = selscan__min64(dlo + SELSCAN__SNB, q.dim);
+        const int64_t row = q.idx ? q.idx[b] : b;
+        if (row < 0) {
+            int64_t d;
+            for (d = dlo; d < dhi; d++) selscan__store(q.y.data, SELSCAN__AT2(q.y, b, d), q.dt, 0.0f);
+            continue;
+        }
+        switch (isa) {
+#if defined(SELSCAN__HAVE_X86)
+        case SELSCAN__ISA_AVX512: selscan__step_block_avx512(&q, b, row, dlo, dhi); break;
+        case SELSCAN__ISA_AVX2: selscan__step_block_avx2(&q, b, row, dlo, dhi); break;
+#endif
+#if defined(SELSCAN__HAVE_NEON)
+        case SELSCAN__ISA_NEON: selscan__step_block_neon(&q, b, row, dlo, dhi); break;
+#endif
+        default: selscan__step_block_port(&q, b, row, dlo, dhi); break;
+        }
+    }
+    return SELSCAN_OK;
+}
+
+SELSCAN_DEF selscan_status selscan_workspace_size_parts(const selscan_problem *p, const selscan_grads *g,
+                                                        int64_t n_parts, size_t *bytes) {
+    selscan__prob q;
+    selscan__grd r;
+    selscan_status st;
+    if (!bytes) return SELSCAN_ERR_NULL;
+    if ((st = selscan__check_part(0, n_parts)) != SELSCAN_OK) return st;
+    if (g) {
+        if ((st = selscan__validate_backward(p, g, &q, &r, NULL, 0, 0)) != SELSCAN_OK) return st;
+        *bytes = SELSCAN__CAST(size_t, selscan__ws_fast_bwd(&q, &r, n_parts));
+    } else {
+        if ((st = selscan__validate_forward(p, &q, NULL, 0, -1)) != SELSCAN_OK) return st;
+        *bytes = SELSCAN__CAST(size_t, selscan__ws_fast_fwd(&q, n_parts));
+    }
+    return SELSCAN_OK;
+}
+
+SELSCAN_DEF selscan_status selscan_forward_cpu_part(const selscan_problem *p, int64_t part, int64_t n_parts,
+                                                    void *workspace, size_t workspace_bytes) {
+    return selscan__forward_fast(p, part, n_parts, workspace, workspace_bytes, SELSCAN__ISA_AVX512);
+}
+
+SELSCAN_DEF selscan_status selscan_backward_cpu_part(const selscan_problem *p, const selscan_grads *g, int64_t part,
+                                                     int64_t n_parts, void *workspace, size_t workspace_bytes) {
+    return selscan__backward_fast(p, g, part, n_parts, workspace, workspace_bytes, SELSCAN__ISA_AVX512);
+}
+
+SELSCAN_DEF selscan_status selscan_backward_cpu_reduce(const selscan_problem *p, const selscan_grads *g, int64_t part,
+                                                       int64_t n_parts, void *workspace, size_t workspace_bytes) {
+    return selscan__backward_reduce(p, g, part, n_parts, workspace, workspace_bytes);
+}
+
+SELSCAN_DEF selscan_status selscan_step_cpu_part(const selscan_step_problem *s, int64_t part, int64_t n_parts) {
+    return selscan__step_fast(s, part, n_parts, SELSCAN__ISA_AVX512);
+}
+
+
+/* --------------------------------------------------------------------------------------------- */
 /*                                  public CPU entry points                                      */
 /* --------------------------------------------------------------------------------------------- */
 
 SELSCAN_DEF selscan_status selscan_forward_cpu(const selscan_problem *p, void *workspace, size_t workspace_bytes) {
-    return selscan_forward_ref(p, workspace, workspace_bytes);
+    return selscan_forward_cpu_part(p, 0, 1, workspace, workspace_bytes);
 }
 
 SELSCAN_DEF selscan_status selscan_backward_cpu(const selscan_problem *p, const selscan_grads *g, void *workspace,
                                                 size_t workspace_bytes) {
-    return selscan_backward_ref(p, g, workspace, workspace_bytes);
+    selscan_status st = selscan_backward_cpu_part(p, g, 0, 1, workspace, workspace_bytes);
+    if (st != SELSCAN_OK) return st;
+    return selscan_backward_cpu_reduce(p, g, 0, 1, workspace, workspace_bytes);
 }
 
-SELSCAN_DEF selscan_status selscan_step_cpu(const selscan_step_problem *s) { return selscan_step_ref(s); }
+SELSCAN_DEF selscan_status selscan_step_cpu(const selscan_step_problem *s) { return selscan_step_cpu_part(s, 0, 1); }
 
 #endif /* SELSCAN__IMPLEMENTED */
 #endif /* SELSCAN_IMPLEMENTATION */
