@@ -8,10 +8,10 @@
 // present. Layouts and shapes: see selscan_tf_common.h and README.md.
 //
 // This translation unit holds selscan's implementation (SELSCAN_STATIC: private to this library),
-// the op registrations with their shape functions, and the CPU kernels, which split a call into
-// independent sub-problems (pointer offsets into the same tensors, same strides) and run them on
-// TensorFlow's CPU thread pool. The split never depends on the thread count, so results are
-// bitwise reproducible on any machine size.
+// the op registrations with their shape functions, and the CPU kernels, which run selscan's
+// partitioned CPU entry points (one part per thread) on TensorFlow's CPU thread pool. selscan
+// gives bitwise the same result for any number of parts, so results do not depend on the
+// machine's thread count.
 #include <algorithm>
 #include <cstring>
 #include <string>
@@ -238,79 +238,25 @@ namespace {
 
 using tensorflow::DEVICE_CPU;
 
-// Channels per forward work unit: fixed (never derived from the thread count) so that the split,
-// and with it every result bit, is the same on every machine.
-constexpr int64_t kChannelBlock = 64;
-
-inline void* Off(void* p, int64_t elems, size_t esz) {
-  return p ? static_cast<void*>(static_cast<char*>(p) + elems * static_cast<int64_t>(esz)) : nullptr;
-}
-inline void OffSeq(selscan_tensor* t, int64_t b, int64_t d0, size_t esz) {
-  t->data = Off(t->data, b * t->stride[0] + d0 * t->stride[1], esz);
-}
-inline void OffBc(selscan_tensor* t, int64_t b, int64_t g, size_t esz) {
-  t->data = Off(t->data, b * t->stride[0] + g * t->stride[1], esz);
-}
-inline void OffChan(selscan_tensor* t, int64_t d0) { t->data = Off(t->data, d0 * t->stride[0], 4); }
-inline void OffState(selscan_tensor* t, int64_t b, int64_t d0) {
-  t->data = Off(t->data, b * t->stride[0] + d0 * t->stride[1], 4);
+// Number of parts a call is split into: one per thread of TF's CPU pool. selscan's partitioned
+// entry points give bitwise the same result for every part count, so this never changes a bit.
+int64_t NumParts(OpKernelContext* ctx) {
+  return std::max(1, ctx->device()->tensorflow_cpu_worker_threads()->num_threads);
 }
 
-// Channels [d0, d0 + nd) of batch row b, all inside group g: a problem of its own with batch 1
-// and one group, reading and writing the same memory through the same strides.
-selscan_problem SubProblem(const selscan_problem& p, int64_t b, int64_t g, int64_t d0, int64_t nd) {
-  const size_t tsz = p.dtype == SELSCAN_F32 ? 4 : 2;
-  selscan_problem q = p;
-  q.batch = 1;
-  q.dim = nd;
-  q.n_groups = 1;
-  OffSeq(&q.u, b, d0, tsz);
-  OffSeq(&q.delta, b, d0, tsz);
-  OffSeq(&q.z, b, d0, tsz);
-  OffSeq(&q.y, b, d0, tsz);
-  OffChan(&q.A, d0);
-  OffBc(&q.B, b, g, tsz);
-  OffBc(&q.C, b, g, tsz);
-  OffChan(&q.D, d0);
-  OffChan(&q.delta_bias, d0);
-  OffState(&q.h0, b, d0);
-  OffState(&q.h_last, b, d0);
-  return q;
-}
-
-// Runs fn(unit, slot) for unit in [0, n_units) on TF's CPU pool: at most one shard per pool
-// thread, each shard a contiguous range of units using its own workspace slot.
+// Runs fn(part) for part in [0, n_parts) on TF's CPU thread pool (inline when n_parts is 1).
 template <typename Fn>
-void RunUnits(OpKernelContext* ctx, int64_t n_units, int64_t n_shards, const Fn& fn) {
-  auto* workers = ctx->device()->tensorflow_cpu_worker_threads()->workers;
-  if (n_shards <= 1) {
-    for (int64_t i = 0; i < n_units; i++) fn(i, 0);
+void ForEachPart(OpKernelContext* ctx, int64_t n_parts, const Fn& fn) {
+  if (n_parts <= 1) {
+    fn(0);
     return;
   }
-  workers->ParallelFor(n_shards, tsl::thread::ThreadPool::SchedulingParams::Fixed(1),
-                       [&](int64_t s0, int64_t s1) {
-                         for (int64_t s = s0; s < s1; s++)
-                           for (int64_t i = s * n_units / n_shards; i < (s + 1) * n_units / n_shards; i++) fn(i, s);
-                       });
+  auto* workers = ctx->device()->tensorflow_cpu_worker_threads()->workers;
+  workers->ParallelFor(n_parts, tsl::thread::ThreadPool::SchedulingParams::Fixed(1), [&](int64_t p0, int64_t p1) {
+    for (int64_t part = p0; part < p1; part++) fn(part);
+  });
 }
 
-int64_t NumShards(OpKernelContext* ctx, int64_t n_units) {
-  const int64_t threads = std::max(1, ctx->device()->tensorflow_cpu_worker_threads()->num_threads);
-  return std::max<int64_t>(1, std::min(n_units, threads));
-}
-
-// A workspace of n_slots aligned slots of slot_bytes each, from allocate_temp.
-absl::Status AllocateSlots(OpKernelContext* ctx, size_t slot_bytes, int64_t n_slots, Tensor* tmp, char** base,
-                           size_t* stride) {
-  *stride = (slot_bytes + SELSCAN_WORKSPACE_ALIGN - 1) / SELSCAN_WORKSPACE_ALIGN * SELSCAN_WORKSPACE_ALIGN;
-  *base = nullptr;
-  if (*stride == 0) return absl::OkStatus();
-  const size_t total = *stride * static_cast<size_t>(n_slots);
-  TF_RETURN_IF_ERROR(
-      ctx->allocate_temp(tensorflow::DT_INT8, TensorShape({PaddedWorkspaceBytes(total)}), tmp));
-  *base = static_cast<char*>(AlignWorkspace(tmp->data()));
-  return absl::OkStatus();
-}
 
 absl::Status FirstError(const std::vector<selscan_status>& sts, const char* where, const Sizes& s) {
   for (selscan_status st : sts)
@@ -338,31 +284,16 @@ class SelscanForwardCpu : public OpKernel {
     }
     const selscan_problem p =
         BuildProblem(ctx, o_, s, DtypeOf<T>::value, y, o_.return_last_state ? h_last : nullptr);
+    const int64_t n_parts = NumParts(ctx);
     size_t bytes = 0;
-    OP_REQUIRES_OK(ctx, FromSelscan(selscan_workspace_size(&p, nullptr, &bytes), "selscan_forward_cpu", s));
-
-    // Units: (batch row, group, block of kChannelBlock channels inside the group).
-    const int64_t dpg = s.dim / s.G, cb = std::min(kChannelBlock, dpg), nbg = (dpg + cb - 1) / cb;
-    const int64_t n_units = s.batch * s.G * nbg;
-    auto unit = [&](int64_t i) {
-      const int64_t b = i / (s.G * nbg), g = (i / nbg) % s.G, k = i % nbg;
-      return SubProblem(p, b, g, g * dpg + k * cb, std::min(cb, dpg - k * cb));
-    };
-    size_t ws = 0;
-    for (int64_t i : {int64_t{0}, nbg - 1}) {  // the two unit shapes: full block and tail block
-      const selscan_problem q = unit(i);
-      OP_REQUIRES_OK(ctx, FromSelscan(selscan_workspace_size(&q, nullptr, &bytes), "selscan_forward_cpu", s));
-      ws = std::max(ws, bytes);
-    }
-    const int64_t n_shards = NumShards(ctx, n_units);
+    OP_REQUIRES_OK(ctx, FromSelscan(selscan_workspace_size_parts(&p, nullptr, n_parts, &bytes),
+                                    "selscan_forward_cpu", s));
     Tensor tmp;
-    char* base = nullptr;
-    size_t stride = 0;
-    OP_REQUIRES_OK(ctx, AllocateSlots(ctx, ws, n_shards, &tmp, &base, &stride));
-    std::vector<selscan_status> sts(static_cast<size_t>(n_units), SELSCAN_OK);
-    RunUnits(ctx, n_units, n_shards, [&](int64_t i, int64_t slot) {
-      const selscan_problem q = unit(i);
-      sts[static_cast<size_t>(i)] = selscan_forward_cpu(&q, base ? base + slot * stride : nullptr, ws);
+    void* ws = nullptr;
+    OP_REQUIRES_OK(ctx, AllocateWorkspace(ctx, bytes, &tmp, &ws));
+    std::vector<selscan_status> sts(static_cast<size_t>(n_parts), SELSCAN_OK);
+    ForEachPart(ctx, n_parts, [&](int64_t part) {
+      sts[static_cast<size_t>(part)] = selscan_forward_cpu_part(&p, part, n_parts, ws, bytes);
     });
     OP_REQUIRES_OK(ctx, FirstError(sts, "selscan_forward_cpu", s));
   }
@@ -390,79 +321,24 @@ class SelscanBackwardCpu : public OpKernel {
     }
     const selscan_problem p = BuildProblem(ctx, o_, s, DtypeOf<T>::value, nullptr, nullptr);
     const selscan_grads g = BuildGrads(ctx, o_, s, outs);
+    const int64_t n_parts = NumParts(ctx);
     size_t bytes = 0;
-    OP_REQUIRES_OK(ctx, FromSelscan(selscan_workspace_size(&p, &g, &bytes), "selscan_backward_cpu", s));
-
-    // Units: (batch row, group). dA, dD and ddelta_bias are sums over the batch: with more than
-    // one row each row writes its own f32 partial sums, added up afterwards in row order.
-    const int64_t dpg = s.dim / s.G, n_units = s.batch * s.G;
-    const bool partial = s.batch > 1;
-    Tensor scratch;
-    float *sA = nullptr, *sD = nullptr, *sBias = nullptr;
-    if (partial) {
-      const int64_t per_row = s.dim * s.N + (o_.has_d ? s.dim : 0) + (o_.has_bias ? s.dim : 0);
-      OP_REQUIRES_OK(ctx, ctx->allocate_temp(tensorflow::DT_FLOAT, TensorShape({s.batch * per_row}), &scratch));
-      sA = scratch.flat<float>().data();
-      sD = o_.has_d ? sA + s.batch * s.dim * s.N : nullptr;
-      sBias = o_.has_bias ? sA + s.batch * s.dim * (s.N + (o_.has_d ? 1 : 0)) : nullptr;
-    }
-    const size_t tsz = sizeof(T);
-    auto unit = [&](int64_t i, selscan_problem* q, selscan_grads* r) {
-      const int64_t b = i / s.G, gi = i % s.G, d0 = gi * dpg;
-      *q = SubProblem(p, b, gi, d0, dpg);
-      *r = g;
-      OffSeq(&r->dy, b, d0, tsz);
-      OffSeq(&r->du, b, d0, tsz);
-      OffSeq(&r->ddelta, b, d0, tsz);
-      OffSeq(&r->dz, b, d0, tsz);
-      OffBc(&r->dB, b, gi, tsz);
-      OffBc(&r->dC, b, gi, tsz);
-      OffState(&r->dh_last, b, d0);
-      OffState(&r->dh0, b, d0);
-      if (partial) {
-        r->dA = MatTensor(sA + (b * s.dim + d0) * s.N, s);
-        r->dD = VecTensor(sD ? sD + b * s.dim + d0 : nullptr);
-        r->ddelta_bias = VecTensor(sBias ? sBias + b * s.dim + d0 : nullptr);
-      } else {
-        OffChan(&r->dA, d0);  // dA is (dim, N): rows from d0
-        OffChan(&r->dD, d0);
-        OffChan(&r->ddelta_bias, d0);
-      }
-    };
-    selscan_problem q0;
-    selscan_grads r0;
-    unit(0, &q0, &r0);
-    size_t ws = 0;
-    OP_REQUIRES_OK(ctx, FromSelscan(selscan_workspace_size(&q0, &r0, &ws), "selscan_backward_cpu", s));
-    const int64_t n_shards = NumShards(ctx, n_units);
+    OP_REQUIRES_OK(ctx, FromSelscan(selscan_workspace_size_parts(&p, &g, n_parts, &bytes),
+                                    "selscan_backward_cpu", s));
     Tensor tmp;
-    char* base = nullptr;
-    size_t stride = 0;
-    OP_REQUIRES_OK(ctx, AllocateSlots(ctx, ws, n_shards, &tmp, &base, &stride));
-    std::vector<selscan_status> sts(static_cast<size_t>(n_units), SELSCAN_OK);
-    RunUnits(ctx, n_units, n_shards, [&](int64_t i, int64_t slot) {
-      selscan_problem q;
-      selscan_grads r;
-      unit(i, &q, &r);
-      sts[static_cast<size_t>(i)] = selscan_backward_cpu(&q, &r, base ? base + slot * stride : nullptr, ws);
+    void* ws = nullptr;
+    OP_REQUIRES_OK(ctx, AllocateWorkspace(ctx, bytes, &tmp, &ws));
+    std::vector<selscan_status> sts(static_cast<size_t>(n_parts), SELSCAN_OK);
+    // Phase 1: the scans (per-part partial sums into the shared workspace) ...
+    ForEachPart(ctx, n_parts, [&](int64_t part) {
+      sts[static_cast<size_t>(part)] = selscan_backward_cpu_part(&p, &g, part, n_parts, ws, bytes);
     });
     OP_REQUIRES_OK(ctx, FirstError(sts, "selscan_backward_cpu", s));
-    if (partial) {  // fixed order: row 0, 1, 2, ... whatever thread ran which row
-      auto reduce = [&](float* out, const float* part, int64_t n) {
-        auto* workers = ctx->device()->tensorflow_cpu_worker_threads()->workers;
-        workers->ParallelFor(n, tsl::thread::ThreadPool::SchedulingParams::Adaptive(2 * s.batch + 1),
-                             [&](int64_t i0, int64_t i1) {
-                               for (int64_t i = i0; i < i1; i++) {
-                                 float acc = 0.0f;
-                                 for (int64_t b = 0; b < s.batch; b++) acc += part[b * n + i];
-                                 out[i] = acc;
-                               }
-                             });
-      };
-      reduce(outs[kDa]->flat<float>().data(), sA, s.dim * s.N);
-      if (sD) reduce(outs[kDd]->flat<float>().data(), sD, s.dim);
-      if (sBias) reduce(outs[kDdeltaBias]->flat<float>().data(), sBias, s.dim);
-    }
+    // ... phase 2, once all parts are done: the fixed-order reductions (dA, dD, ddelta_bias, dB, dC).
+    ForEachPart(ctx, n_parts, [&](int64_t part) {
+      sts[static_cast<size_t>(part)] = selscan_backward_cpu_reduce(&p, &g, part, n_parts, ws, bytes);
+    });
+    OP_REQUIRES_OK(ctx, FirstError(sts, "selscan_backward_cpu", s));
   }
 
  private:

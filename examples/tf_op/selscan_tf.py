@@ -228,9 +228,6 @@ class SelectiveScan(tf.keras.layers.Layer):
             layout=self.layout,
         )
 
-    def compute_output_shape(self, u_shape, *args, **kwargs):
-        return u_shape
-
     def get_config(self):
         config = super().get_config()
         config.update(

@@ -270,6 +270,17 @@ inline int64_t PaddedWorkspaceBytes(size_t bytes) {
   return bytes == 0 ? 0 : static_cast<int64_t>(bytes) + SELSCAN_WORKSPACE_ALIGN;
 }
 
+// A workspace of `bytes` bytes aligned to SELSCAN_WORKSPACE_ALIGN, from allocate_temp on the
+// op's device (host memory for CPU kernels, device memory for GPU kernels): padded and aligned up
+// in case the allocator returns a less aligned block. NULL when bytes is 0. *tmp keeps it alive.
+inline absl::Status AllocateWorkspace(OpKernelContext* ctx, size_t bytes, Tensor* tmp, void** ptr) {
+  *ptr = nullptr;
+  if (bytes == 0) return absl::OkStatus();
+  TF_RETURN_IF_ERROR(ctx->allocate_temp(tensorflow::DT_INT8, TensorShape({PaddedWorkspaceBytes(bytes)}), tmp));
+  *ptr = AlignWorkspace(tmp->data());
+  return absl::OkStatus();
+}
+
 }  // namespace selscan_tf
 
 #endif  // SELSCAN_TF_COMMON_H_
