@@ -72,8 +72,8 @@ TF_LFLAGS   := $(shell $(TF_PY) -c 'import tensorflow as tf; print(" ".join(tf.s
 endif
 TF_INC      = $(patsubst -I%,-isystem %,$(TF_CFLAGS)) -I. -I$(TF_DIR)
 TF_OBJS     := $(TF_OUT)/selscan_tf.o $(if $(TF_GPU),$(TF_OUT)/selscan_tf_gpu.o $(TF_OUT)/selscan_tf_kernels.o)
-TF_HDRS     := $(TF_DIR)/selscan_tf_common.h selscan.h $(TF_OUT)/tf_flags.txt
-.PHONY: tf-flags-check
+TF_HDRS     := $(TF_DIR)/selscan_tf_common.h $(TF_DIR)/selscan_tf_layout.h selscan.h $(TF_OUT)/tf_flags.txt
+.PHONY: tf-flags-check tf-gpu-check
 
 tf-op:
 	@py="$$($(TF_DIR)/tf_python.sh --find $(TF_VENV))" && \
@@ -101,6 +101,13 @@ $(TF_OUT)/selscan_tf_gpu.o: $(TF_DIR)/selscan_tf_gpu.cc $(TF_DIR)/selscan_tf_cud
 
 $(TF_OUT)/selscan_tf_kernels.o: $(TF_DIR)/selscan_tf_kernels.cu $(TF_DIR)/selscan_tf_cuda.h selscan_cuda.cuh selscan.h | $(TF_OUT)
 	$(NVCC) $(TF_NVFLAGS) -Xcompiler -fPIC -Xcompiler -fvisibility=hidden -I. -I$(TF_DIR) -c $< -o $@
+
+# tf-gpu-check: runs the op's CUDA TU and stride mapping on a GPU against the CPU path (no TF needed).
+$(TF_OUT)/gpu_check: $(TF_DIR)/gpu_check.cu $(TF_OUT)/selscan_tf_kernels.o $(TF_DIR)/selscan_tf_layout.h $(TF_DIR)/selscan_tf_cuda.h selscan.h | $(TF_OUT)
+	$(NVCC) $(TF_NVFLAGS) -I. -I$(TF_DIR) $< $(TF_OUT)/selscan_tf_kernels.o -o $@
+
+tf-gpu-check: $(TF_OUT)/gpu_check
+	./$(TF_OUT)/gpu_check
 
 $(TF_SO): $(TF_OBJS)
 	$(CXX) -shared $(TF_OBJS) -o $@ $(TF_LFLAGS) $(if $(TF_GPU),-L$(CUDA_HOME)/lib64 -lcudart_static -ldl -lrt -lpthread)

@@ -2,18 +2,7 @@
 // TensorFlow op: attrs, input checks, and the mapping of TensorFlow tensors onto a selscan_problem
 // through element strides (no transposes, no copies).
 //
-// Memory layouts (TensorFlow tensors are dense row-major):
-//
-//   layout "BLD" (channels-last, the natural TF/Keras layout)     layout "BDL"
-//     u, delta, z, y, dy, du, ...  (batch, L, dim)                  (batch, dim, L)
-//     B, C, dB, dC                 (batch, L, G, N)                 (batch, G, N, L)
-//   both layouts
-//     A, dA                        (dim, N)            float32
-//     D, delta_bias, dD, ...       (dim)               float32
-//     h0, h_last, dh0, dh_last     (batch, dim, N)     float32
-//
-// selscan's logical shapes are u (batch, dim, L) and B (batch, G, N, L); the strides below say
-// where each logical element lives in the TF tensor.
+// Memory layouts and strides: selscan_tf_layout.h.
 #ifndef SELSCAN_TF_COMMON_H_
 #define SELSCAN_TF_COMMON_H_
 
@@ -27,6 +16,7 @@
 #include "tensorflow/core/framework/tensor.h"
 #include "tensorflow/core/framework/types.h"
 #include "selscan.h"
+#include "selscan_tf_layout.h"
 
 namespace selscan_tf {
 
@@ -70,16 +60,6 @@ inline absl::Status ReadOptions(OpKernelConstruction* c, bool backward, Options*
   o->bld = layout == "BLD";
   return absl::OkStatus();
 }
-
-// Logical sizes of one call.
-struct Sizes {
-  int64_t batch = 0, dim = 0, L = 0, N = 0, G = 0;
-  bool Empty() const { return batch == 0 || dim == 0 || L == 0; }
-  std::string ToString() const {
-    return "batch=" + std::to_string(batch) + ", dim=" + std::to_string(dim) + ", seqlen=" + std::to_string(L) +
-           ", dstate=" + std::to_string(N) + ", n_groups=" + std::to_string(G);
-  }
-};
 
 // Checks ranks and that all operands agree before anything is handed to selscan, so a bad shape
 // is an InvalidArgument error and never an out-of-bounds read. Group divisibility and N == 0 are
@@ -162,40 +142,6 @@ struct DtypeOf<tensorflow::bfloat16> {
 };
 
 inline void* DataOf(const Tensor& t) { return t.data(); }
-
-// Element strides of each kind of operand, for its logical selscan shape.
-inline selscan_tensor SeqTensor(void* data, const Sizes& s, bool bld) {  // (batch, dim, L)
-  selscan_tensor t = {};
-  t.data = data;
-  if (bld) { t.stride[0] = s.L * s.dim; t.stride[1] = 1; t.stride[2] = s.dim; }
-  else { t.stride[0] = s.dim * s.L; t.stride[1] = s.L; t.stride[2] = 1; }
-  return t;
-}
-inline selscan_tensor BcTensor(void* data, const Sizes& s, bool bld) {  // (batch, G, N, L)
-  selscan_tensor t = {};
-  t.data = data;
-  if (bld) { t.stride[0] = s.L * s.G * s.N; t.stride[1] = s.N; t.stride[2] = 1; t.stride[3] = s.G * s.N; }
-  else { t.stride[0] = s.G * s.N * s.L; t.stride[1] = s.N * s.L; t.stride[2] = s.L; t.stride[3] = 1; }
-  return t;
-}
-inline selscan_tensor MatTensor(void* data, const Sizes& s) {  // (dim, N)
-  selscan_tensor t = {};
-  t.data = data;
-  t.stride[0] = s.N; t.stride[1] = 1;
-  return t;
-}
-inline selscan_tensor VecTensor(void* data) {  // (dim)
-  selscan_tensor t = {};
-  t.data = data;
-  t.stride[0] = 1;
-  return t;
-}
-inline selscan_tensor StateTensor(void* data, const Sizes& s) {  // (batch, dim, N)
-  selscan_tensor t = {};
-  t.data = data;
-  t.stride[0] = s.dim * s.N; t.stride[1] = s.N; t.stride[2] = 1;
-  return t;
-}
 
 // The problem of one call: inputs from the context, outputs y / h_last (h_last may be NULL).
 inline selscan_problem BuildProblem(OpKernelContext* ctx, const Options& o, const Sizes& s, selscan_dtype dtype,

@@ -1,0 +1,73 @@
+// selscan_tf_layout.h - how the TensorFlow op's tensors map onto selscan's logical operands,
+// through element strides (no transposes, no copies). Free of TensorFlow and CUDA headers, so
+// the GPU check (gpu_check.cu) uses exactly the op's mapping.
+//
+// Memory layouts (TensorFlow tensors are dense row-major):
+//
+//   layout "BLD" (channels-last, the natural TF/Keras layout)     layout "BDL"
+//     u, delta, z, y, dy, du, ...  (batch, L, dim)                  (batch, dim, L)
+//     B, C, dB, dC                 (batch, L, G, N)                 (batch, G, N, L)
+//   both layouts
+//     A, dA                        (dim, N)            float32
+//     D, delta_bias, dD, ...       (dim)               float32
+//     h0, h_last, dh0, dh_last     (batch, dim, N)     float32
+//
+// selscan's logical shapes are u (batch, dim, L) and B (batch, G, N, L); the strides below say
+// where each logical element lives in the TF tensor.
+#ifndef SELSCAN_TF_LAYOUT_H_
+#define SELSCAN_TF_LAYOUT_H_
+
+#include <cstdint>
+#include <string>
+
+#include "selscan.h"
+
+namespace selscan_tf {
+
+// Logical sizes of one call.
+struct Sizes {
+  int64_t batch = 0, dim = 0, L = 0, N = 0, G = 0;
+  bool Empty() const { return batch == 0 || dim == 0 || L == 0; }
+  std::string ToString() const {
+    return "batch=" + std::to_string(batch) + ", dim=" + std::to_string(dim) + ", seqlen=" + std::to_string(L) +
+           ", dstate=" + std::to_string(N) + ", n_groups=" + std::to_string(G);
+  }
+};
+
+// Element strides of each kind of operand, for its logical selscan shape.
+inline selscan_tensor SeqTensor(void* data, const Sizes& s, bool bld) {  // (batch, dim, L)
+  selscan_tensor t = {};
+  t.data = data;
+  if (bld) { t.stride[0] = s.L * s.dim; t.stride[1] = 1; t.stride[2] = s.dim; }
+  else { t.stride[0] = s.dim * s.L; t.stride[1] = s.L; t.stride[2] = 1; }
+  return t;
+}
+inline selscan_tensor BcTensor(void* data, const Sizes& s, bool bld) {  // (batch, G, N, L)
+  selscan_tensor t = {};
+  t.data = data;
+  if (bld) { t.stride[0] = s.L * s.G * s.N; t.stride[1] = s.N; t.stride[2] = 1; t.stride[3] = s.G * s.N; }
+  else { t.stride[0] = s.G * s.N * s.L; t.stride[1] = s.N * s.L; t.stride[2] = s.L; t.stride[3] = 1; }
+  return t;
+}
+inline selscan_tensor MatTensor(void* data, const Sizes& s) {  // (dim, N)
+  selscan_tensor t = {};
+  t.data = data;
+  t.stride[0] = s.N; t.stride[1] = 1;
+  return t;
+}
+inline selscan_tensor VecTensor(void* data) {  // (dim)
+  selscan_tensor t = {};
+  t.data = data;
+  t.stride[0] = 1;
+  return t;
+}
+inline selscan_tensor StateTensor(void* data, const Sizes& s) {  // (batch, dim, N)
+  selscan_tensor t = {};
+  t.data = data;
+  t.stride[0] = s.dim * s.N; t.stride[1] = s.N; t.stride[2] = 1;
+  return t;
+}
+
+}  // namespace selscan_tf
+
+#endif  // SELSCAN_TF_LAYOUT_H_
