@@ -105,7 +105,11 @@
 
 #ifndef SELSCAN_DEF
 #ifdef SELSCAN_STATIC
+#if defined(__GNUC__) || defined(__clang__)
+#define SELSCAN_DEF static __attribute__((unused)) /* a TU need not call every function */
+#else
 #define SELSCAN_DEF static
+#endif
 #else
 #define SELSCAN_DEF extern
 #endif
