@@ -1183,16 +1183,19 @@ static void selscan__store_tile(const float *src, const selscan__ten *x, int64_t
     }
 }
 
-/* Per-tile parameters: A, fixed B / C as [N][W]; D and delta_bias as [W] (0 where absent). */
-static void selscan__tile_params(const selscan__prob *q, int64_t d0, int nl, int W, float *A, float *Bf, float *Cf,
+/* Per-tile parameters: A, fixed B / C as [N][W]; D and delta_bias as [W] (0 where absent).
+   Returns max |A| over the tile (NaN if some A is NaN). */
+static float selscan__tile_params(const selscan__prob *q, int64_t d0, int nl, int W, float *A, float *Bf, float *Cf,
                                  float *Dv, float *bv) {
     const int64_t N = q->N;
+    float amax = 0.0f;
     int64_t n;
     int l;
     for (n = 0; n < N; n++)
         for (l = 0; l < W; l++) {
             const int in = l < nl;
             A[n * W + l] = in ? SELSCAN__CAST(const float *, q->A.data)[SELSCAN__AT2(q->A, d0 + l, n)] : 0.0f;
+            if (amax == amax && !(fabsf(A[n * W + l]) <= amax)) amax = fabsf(A[n * W + l]);
             if (q->fixB) Bf[n * W + l] = in ? SELSCAN__CAST(const float *, q->B.data)[SELSCAN__AT2(q->B, d0 + l, n)] : 0.0f;
             if (q->fixC) Cf[n * W + l] = in ? SELSCAN__CAST(const float *, q->C.data)[SELSCAN__AT2(q->C, d0 + l, n)] : 0.0f;
         }
@@ -1201,6 +1204,7 @@ static void selscan__tile_params(const selscan__prob *q, int64_t d0, int nl, int
         Dv[l] = in && q->D.data ? SELSCAN__CAST(const float *, q->D.data)[SELSCAN__AT1(q->D, d0 + l)] : 0.0f;
         bv[l] = in && q->bias.data ? SELSCAN__CAST(const float *, q->bias.data)[SELSCAN__AT1(q->bias, d0 + l)] : 0.0f;
     }
+    return amax;
 }
 
 /* A (rows, dim, N) f32 state tensor <-> [N][W] (absent: zeros). */
@@ -1328,21 +1332,36 @@ static void selscan__bsh_map(selscan__bsh *h, const selscan__prob *q, const sels
 #define SELSCAN__NOATTR
 #define SELSCAN__KERNELS(SFX, ATTR)\
 static ATTR SELSCAN__INLINE SELSCAN__VF selscan__vexp_##SFX(SELSCAN__VF x) {                                                                              \
-    SELSCAN__VF t, k, r, p;                                                                                                                               \
+    SELSCAN__VF t, k, r, r2, p, q;                                                                                                                        \
     x = SELSCAN__VMAX(SELSCAN__VSET1(-88.0f), SELSCAN__VMIN(SELSCAN__VSET1(88.8f), x)); /* NaN stays */                                                   \
     t = SELSCAN__VFMA(x, SELSCAN__VSET1(1.44269504088896341f), SELSCAN__VSET1(12582912.0f));                                                              \
     k = SELSCAN__VSUB(t, SELSCAN__VSET1(12582912.0f)); /* round(x / ln 2) */                                                                              \
     r = SELSCAN__VFMA(k, SELSCAN__VSET1(-0.693359375f), x);                                                                                               \
     r = SELSCAN__VFMA(k, SELSCAN__VSET1(2.12194440e-4f), r);                                                                                              \
-    p = SELSCAN__VSET1(1.9875691500e-4f);                                                                                                                 \
-    p = SELSCAN__VFMA(p, r, SELSCAN__VSET1(1.3981999507e-3f));                                                                                            \
-    p = SELSCAN__VFMA(p, r, SELSCAN__VSET1(8.3334519073e-3f));                                                                                            \
-    p = SELSCAN__VFMA(p, r, SELSCAN__VSET1(4.1665795894e-2f));                                                                                            \
-    p = SELSCAN__VFMA(p, r, SELSCAN__VSET1(1.6666665459e-1f));                                                                                            \
-    p = SELSCAN__VFMA(p, r, SELSCAN__VSET1(5.0000001201e-1f));                                                                                            \
-    p = SELSCAN__VFMA(p, r, SELSCAN__VSET1(1.0f));                                                                                                        \
-    p = SELSCAN__VFMA(p, r, SELSCAN__VSET1(1.0f));                                                                                                        \
+    /* e^r on |r| <= ln2/2: minimax degree 6 (|rel err| 3e-9), Estrin's scheme (short chains) */                                                          \
+    r2 = SELSCAN__VMUL(r, r);                                                                                                                             \
+    p = SELSCAN__VFMA(SELSCAN__VSET1(1.3814467e-3f), r, SELSCAN__VSET1(8.3687805e-3f));                                                                   \
+    p = SELSCAN__VFMA(p, r, SELSCAN__VSET1(4.1668394e-2f));                                                                                               \
+    q = SELSCAN__VFMA(SELSCAN__VSET1(1.6666520e-1f), r, SELSCAN__VSET1(0.49999993f));                                                                     \
+    p = SELSCAN__VFMA(p, r2, q);                                                                                                                          \
+    p = SELSCAN__VFMA(p, r2, SELSCAN__VADD(r, SELSCAN__VSET1(1.0f)));                                                                                     \
     return SELSCAN__VMUL(p, SELSCAN__VPOW2I(t)); /* k = -127: 0; k = 128: inf */                                                                          \
+}                                                                                                                                                         \
+                                                                                                                                                          \
+/* exp for |x| <= 86 only (the caller checks its arguments): no clamps; 2^k by an integer add */                                                          \
+static ATTR SELSCAN__INLINE SELSCAN__VF selscan__vexpnc_##SFX(SELSCAN__VF x) {                                                                            \
+    SELSCAN__VF t, k, r, r2, p, q;                                                                                                                        \
+    t = SELSCAN__VFMA(x, SELSCAN__VSET1(1.44269504088896341f), SELSCAN__VSET1(12582912.0f));                                                              \
+    k = SELSCAN__VSUB(t, SELSCAN__VSET1(12582912.0f));                                                                                                    \
+    r = SELSCAN__VFMA(k, SELSCAN__VSET1(-0.693359375f), x);                                                                                               \
+    r = SELSCAN__VFMA(k, SELSCAN__VSET1(2.12194440e-4f), r);                                                                                              \
+    r2 = SELSCAN__VMUL(r, r);                                                                                                                             \
+    p = SELSCAN__VFMA(SELSCAN__VSET1(1.3814467e-3f), r, SELSCAN__VSET1(8.3687805e-3f));                                                                   \
+    p = SELSCAN__VFMA(p, r, SELSCAN__VSET1(4.1668394e-2f));                                                                                               \
+    q = SELSCAN__VFMA(SELSCAN__VSET1(1.6666520e-1f), r, SELSCAN__VSET1(0.49999993f));                                                                     \
+    p = SELSCAN__VFMA(p, r2, q);                                                                                                                          \
+    p = SELSCAN__VFMA(p, r2, SELSCAN__VADD(r, SELSCAN__VSET1(1.0f)));                                                                                     \
+    return SELSCAN__VADDEXP(p, t);                                                                                                                        \
 }                                                                                                                                                         \
                                                                                                                                                           \
 /* log1p(e) for e in [0, 1] */                                                                                                                            \
@@ -1387,15 +1406,17 @@ static ATTR SELSCAN__INLINE SELSCAN__VF selscan__vsigmoid_##SFX(SELSCAN__VF x) {
                                                                                                                                                           \
 /* Load one chunk of a tile: dt (bias, softplus), dt*u, u; z as silu gate (sg NULL) or raw z with                                                         \
    its sigmoid in sg; sp (optional): softplus' derivative factor; dy (optional). */                                                                       \
-static ATTR void selscan__prep_##SFX(const selscan__prob *q, int64_t b, int64_t d0, int nl, int64_t c0, int nt,                                           \
-                                     const float *bv, float *dt, float *dtu, float *u, float *z, float *sg, float *sp,                                    \
-                                     float *tmp) {                                                                                                        \
+static ATTR int selscan__prep_##SFX(const selscan__prob *q, int64_t b, int64_t d0, int nl, int64_t c0, int nt,                                            \
+                                    const float *bv, float *dt, float *dtu, float *u, float *z, float *sg, float *sp,                                     \
+                                    float *tmp, float lim) {                                                                                              \
     const int W = SELSCAN__VW;                                                                                                                            \
-    const SELSCAN__VF bias = SELSCAN__VLOAD(bv), one = SELSCAN__VSET1(1.0f);                                                                              \
-    int t;                                                                                                                                                \
-    selscan__load_tile(dt, &q->delta, b, d0, nl, W, c0, nt, tmp);                                                                                         \
-    selscan__load_tile(u, &q->u, b, d0, nl, W, c0, nt, tmp);                                                                                              \
-    if (q->z.data && z) selscan__load_tile(z, &q->z, b, d0, nl, W, c0, nt, tmp);                                                                          \
+    const SELSCAN__VF bias = SELSCAN__VLOAD(bv), one = SELSCAN__VSET1(1.0f), zero = SELSCAN__VSET1(0.0f);                                                 \
+    SELSCAN__VF vm = zero, vs = zero;                                                                                                                     \
+    float fm[SELSCAN__WMAX], fs[SELSCAN__WMAX];                                                                                                           \
+    int t, l, ok = 1;                                                                                                                                     \
+    SELSCAN__LOADTILE(dt, &q->delta, b, d0, nl, W, c0, nt, tmp);                                                                                          \
+    SELSCAN__LOADTILE(u, &q->u, b, d0, nl, W, c0, nt, tmp);                                                                                               \
+    if (q->z.data && z) SELSCAN__LOADTILE(z, &q->z, b, d0, nl, W, c0, nt, tmp);                                                                           \
     for (t = 0; t < nt; t++) {                                                                                                                            \
         SELSCAN__VF x = SELSCAN__VADD(SELSCAN__VLOAD(dt + t * W), bias);                                                                                  \
         if (q->softplus) {                                                                                                                                \
@@ -1408,12 +1429,20 @@ static ATTR void selscan__prep_##SFX(const selscan__prob *q, int64_t b, int64_t 
         }                                                                                                                                                 \
         SELSCAN__VSTORE(dt + t * W, x);                                                                                                                   \
         SELSCAN__VSTORE(dtu + t * W, SELSCAN__VMUL(x, SELSCAN__VLOAD(u + t * W)));                                                                        \
+        vm = SELSCAN__VMAX(vm, SELSCAN__VMAX(x, SELSCAN__VSUB(zero, x))); /* max |dt| */                                                                  \
+        vs = SELSCAN__VFMA(x, zero, vs);                                /* NaN if some dt is NaN or inf */                                                \
         if (q->z.data && z) {                                                                                                                             \
             const SELSCAN__VF zv = SELSCAN__VLOAD(z + t * W), s = selscan__vsigmoid_##SFX(zv);                                                            \
             if (sg) SELSCAN__VSTORE(sg + t * W, s);                                                                                                       \
             else SELSCAN__VSTORE(z + t * W, SELSCAN__VMUL(zv, s));                                                                                        \
         }                                                                                                                                                 \
     }                                                                                                                                                     \
+    /* ok: every |dt * A| <= 86, so the chunk may use selscan__vexpnc */                                                                                  \
+    SELSCAN__VSTORE(fm, vm);                                                                                                                              \
+    SELSCAN__VSTORE(fs, vs);                                                                                                                              \
+    for (l = 0; l < W; l++)                                                                                                                               \
+        if (!(fm[l] < lim) || fs[l] != 0.0f) ok = 0;                                                                                                      \
+    return ok;                                                                                                                                            \
 }                                                                                                                                                         \
                                                                                                                                                           \
 /* Forward over one chunk: h ([N][W]) advanced nt steps; y[t] = sum_n C h (when wanty). */                                                                \
@@ -1421,7 +1450,8 @@ static ATTR SELSCAN__INLINE void selscan__fwd_inner_##SFX(int64_t N, int nt, flo
                                                           const float *dt, const float *dtu, float *y,                                                    \
                                                           const float *Bp, int64_t bsn, int64_t bst,                                                      \
                                                           const float *Cp, int64_t csn, int64_t cst,                                                      \
-                                                          const int fixB, const int fixC, const int wanty) {                                              \
+                                                          const int fixB, const int fixC, const int wanty,                                                \
+                                                          const int fast) {                                                                               \
     const int W = SELSCAN__VW;                                                                                                                            \
     int t;                                                                                                                                                \
     int64_t n;                                                                                                                                            \
@@ -1430,8 +1460,10 @@ static ATTR SELSCAN__INLINE void selscan__fwd_inner_##SFX(int64_t N, int nt, flo
         SELSCAN__VF y0 = SELSCAN__VSET1(0.0f), y1 = SELSCAN__VSET1(0.0f);                                                                                 \
         const float *Bt = Bp + t * bst, *Ct = Cp + t * cst;                                                                                               \
         for (n = 0; n + 1 < N; n += 2) {                                                                                                                  \
-            const SELSCAN__VF a0 = selscan__vexp_##SFX(SELSCAN__VMUL(vdt, SELSCAN__VLOAD(A + n * W)));                                                    \
-            const SELSCAN__VF a1 = selscan__vexp_##SFX(SELSCAN__VMUL(vdt, SELSCAN__VLOAD(A + (n + 1) * W)));                                              \
+            const SELSCAN__VF x0 = SELSCAN__VMUL(vdt, SELSCAN__VLOAD(A + n * W));                                                                         \
+            const SELSCAN__VF x1 = SELSCAN__VMUL(vdt, SELSCAN__VLOAD(A + (n + 1) * W));                                                                   \
+            const SELSCAN__VF a0 = fast ? selscan__vexpnc_##SFX(x0) : selscan__vexp_##SFX(x0);                                                            \
+            const SELSCAN__VF a1 = fast ? selscan__vexpnc_##SFX(x1) : selscan__vexp_##SFX(x1);                                                            \
             const SELSCAN__VF b0 = fixB ? SELSCAN__VLOAD(Bp + n * W) : SELSCAN__VSET1(Bt[n * bsn]);                                                       \
             const SELSCAN__VF b1 = fixB ? SELSCAN__VLOAD(Bp + (n + 1) * W) : SELSCAN__VSET1(Bt[(n + 1) * bsn]);                                           \
             const SELSCAN__VF h0 = SELSCAN__VFMA(a0, SELSCAN__VLOAD(h + n * W), SELSCAN__VMUL(vdtu, b0));                                                 \
@@ -1444,7 +1476,8 @@ static ATTR SELSCAN__INLINE void selscan__fwd_inner_##SFX(int64_t N, int nt, flo
             }                                                                                                                                             \
         }                                                                                                                                                 \
         if (n < N) {                                                                                                                                      \
-            const SELSCAN__VF a0 = selscan__vexp_##SFX(SELSCAN__VMUL(vdt, SELSCAN__VLOAD(A + n * W)));                                                    \
+            const SELSCAN__VF x0 = SELSCAN__VMUL(vdt, SELSCAN__VLOAD(A + n * W));                                                                         \
+            const SELSCAN__VF a0 = fast ? selscan__vexpnc_##SFX(x0) : selscan__vexp_##SFX(x0);                                                            \
             const SELSCAN__VF b0 = fixB ? SELSCAN__VLOAD(Bp + n * W) : SELSCAN__VSET1(Bt[n * bsn]);                                                       \
             const SELSCAN__VF h0 = SELSCAN__VFMA(a0, SELSCAN__VLOAD(h + n * W), SELSCAN__VMUL(vdtu, b0));                                                 \
             SELSCAN__VSTORE(h + n * W, h0);                                                                                                               \
@@ -1456,16 +1489,30 @@ static ATTR SELSCAN__INLINE void selscan__fwd_inner_##SFX(int64_t N, int nt, flo
                                                                                                                                                           \
 static ATTR void selscan__fwd_chunk_##SFX(int64_t N, int nt, float *h, const float *A, const float *dt,                                                   \
                                           const float *dtu, float *y, const float *Bp, int64_t bsn, int64_t bst,                                          \
-                                          const float *Cp, int64_t csn, int64_t cst, int fixB, int fixC, int wanty) {                                     \
-    if (!wanty) {                                                                                                                                         \
-        if (fixB) selscan__fwd_inner_##SFX(N, nt, h, A, dt, dtu, y, Bp, bsn, bst, Cp, csn, cst, 1, 0, 0);                                                 \
-        else selscan__fwd_inner_##SFX(N, nt, h, A, dt, dtu, y, Bp, bsn, bst, Cp, csn, cst, 0, 0, 0);                                                      \
-    } else if (fixB) {                                                                                                                                    \
-        if (fixC) selscan__fwd_inner_##SFX(N, nt, h, A, dt, dtu, y, Bp, bsn, bst, Cp, csn, cst, 1, 1, 1);                                                 \
-        else selscan__fwd_inner_##SFX(N, nt, h, A, dt, dtu, y, Bp, bsn, bst, Cp, csn, cst, 1, 0, 1);                                                      \
+                                          const float *Cp, int64_t csn, int64_t cst, int fixB, int fixC, int wanty,                                       \
+                                          int fast) {                                                                                                     \
+    if (fast) {                                                                                                                                           \
+        if (!wanty) {                                                                                                                                     \
+            if (fixB) selscan__fwd_inner_##SFX(N, nt, h, A, dt, dtu, y, Bp, bsn, bst, Cp, csn, cst, 1, 0, 0, 1);                                          \
+            else selscan__fwd_inner_##SFX(N, nt, h, A, dt, dtu, y, Bp, bsn, bst, Cp, csn, cst, 0, 0, 0, 1);                                               \
+        } else if (fixB) {                                                                                                                                \
+            if (fixC) selscan__fwd_inner_##SFX(N, nt, h, A, dt, dtu, y, Bp, bsn, bst, Cp, csn, cst, 1, 1, 1, 1);                                          \
+            else selscan__fwd_inner_##SFX(N, nt, h, A, dt, dtu, y, Bp, bsn, bst, Cp, csn, cst, 1, 0, 1, 1);                                               \
+        } else {                                                                                                                                          \
+            if (fixC) selscan__fwd_inner_##SFX(N, nt, h, A, dt, dtu, y, Bp, bsn, bst, Cp, csn, cst, 0, 1, 1, 1);                                          \
+            else selscan__fwd_inner_##SFX(N, nt, h, A, dt, dtu, y, Bp, bsn, bst, Cp, csn, cst, 0, 0, 1, 1);                                               \
+        }                                                                                                                                                 \
     } else {                                                                                                                                              \
-        if (fixC) selscan__fwd_inner_##SFX(N, nt, h, A, dt, dtu, y, Bp, bsn, bst, Cp, csn, cst, 0, 1, 1);                                                 \
-        else selscan__fwd_inner_##SFX(N, nt, h, A, dt, dtu, y, Bp, bsn, bst, Cp, csn, cst, 0, 0, 1);                                                      \
+        if (!wanty) {                                                                                                                                     \
+            if (fixB) selscan__fwd_inner_##SFX(N, nt, h, A, dt, dtu, y, Bp, bsn, bst, Cp, csn, cst, 1, 0, 0, 0);                                          \
+            else selscan__fwd_inner_##SFX(N, nt, h, A, dt, dtu, y, Bp, bsn, bst, Cp, csn, cst, 0, 0, 0, 0);                                               \
+        } else if (fixB) {                                                                                                                                \
+            if (fixC) selscan__fwd_inner_##SFX(N, nt, h, A, dt, dtu, y, Bp, bsn, bst, Cp, csn, cst, 1, 1, 1, 0);                                          \
+            else selscan__fwd_inner_##SFX(N, nt, h, A, dt, dtu, y, Bp, bsn, bst, Cp, csn, cst, 1, 0, 1, 0);                                               \
+        } else {                                                                                                                                          \
+            if (fixC) selscan__fwd_inner_##SFX(N, nt, h, A, dt, dtu, y, Bp, bsn, bst, Cp, csn, cst, 0, 1, 1, 0);                                          \
+            else selscan__fwd_inner_##SFX(N, nt, h, A, dt, dtu, y, Bp, bsn, bst, Cp, csn, cst, 0, 0, 1, 0);                                               \
+        }                                                                                                                                                 \
     }                                                                                                                                                     \
 }                                                                                                                                                         \
                                                                                                                                                           \
@@ -1476,7 +1523,7 @@ static ATTR void selscan__fwd_tile_##SFX(const selscan__prob *q, int64_t b, int6
     const int64_t N = q->N;                                                                                                                               \
     int64_t k, c0;                                                                                                                                        \
     int t;                                                                                                                                                \
-    selscan__tile_params(q, d0, nl, W, s->A, s->Bf, s->Cf, s->Dv, s->bv);                                                                                 \
+    const float lim = 86.0f / selscan__tile_params(q, d0, nl, W, s->A, s->Bf, s->Cf, s->Dv, s->bv);                                                       \
     for (k = 0; k < selscan__nseg(q); k++) {                                                                                                              \
         int64_t t0, t1, row;                                                                                                                              \
         selscan__seg(q, b, k, &t0, &t1, &row);                                                                                                            \
@@ -1487,15 +1534,16 @@ static ATTR void selscan__fwd_tile_##SFX(const selscan__prob *q, int64_t b, int6
             const float *Bp = selscan__bc_chunk(&q->B, q->fixB, s->Bf, W, b, g, N, c0, nt, s->Bb, &bsn, &bst);                                            \
             const float *Cp = selscan__bc_chunk(&q->C, q->fixC, s->Cf, W, b, g, N, c0, nt, s->Cb, &csn, &cst);                                            \
             const SELSCAN__VF Dv = SELSCAN__VLOAD(s->Dv);                                                                                                 \
-            selscan__prep_##SFX(q, b, d0, nl, c0, nt, s->bv, s->dt, s->dtu, s->u, s->z, NULL, NULL, s->tmp);                                              \
+            const int fast = selscan__prep_##SFX(q, b, d0, nl, c0, nt, s->bv, s->dt, s->dtu, s->u, s->z, NULL, NULL,                                      \
+                                                 s->tmp, lim);                                                                                            \
             selscan__fwd_chunk_##SFX(N, nt, s->h, s->A, s->dt, s->dtu, s->y, Bp, bsn, bst, Cp, csn, cst, q->fixB,                                         \
-                                     q->fixC, 1);                                                                                                         \
+                                     q->fixC, 1, fast);                                                                                                   \
             for (t = 0; t < nt; t++) {                                                                                                                    \
                 SELSCAN__VF y = SELSCAN__VFMA(Dv, SELSCAN__VLOAD(s->u + t * W), SELSCAN__VLOAD(s->y + t * W));                                            \
                 if (q->z.data) y = SELSCAN__VMUL(y, SELSCAN__VLOAD(s->z + t * W));                                                                        \
                 SELSCAN__VSTORE(s->y + t * W, y);                                                                                                         \
             }                                                                                                                                             \
-            selscan__store_tile(s->y, &q->y, b, d0, nl, W, c0, nt, s->tmp);                                                                               \
+            SELSCAN__STORETILE(s->y, &q->y, b, d0, nl, W, c0, nt, s->tmp);                                                                                \
         }                                                                                                                                                 \
         if (q->hlast.data) selscan__state_out(&q->hlast, row, d0, nl, W, N, s->h);                                                                        \
     }                                                                                                                                                     \
@@ -1504,7 +1552,8 @@ static ATTR void selscan__fwd_tile_##SFX(const selscan__prob *q, int64_t b, int6
 /* Recompute one chunk from hs[0]: hs[t + 1] = state after step t, ab[t] = exp(dt A). */                                                                  \
 static ATTR SELSCAN__INLINE void selscan__rec_inner_##SFX(int64_t N, int nt, float *hs, float *ab, const float *A,                                        \
                                                           const float *dt, const float *dtu, const float *Bp,                                             \
-                                                          int64_t bsn, int64_t bst, const int fixB) {                                                     \
+                                                          int64_t bsn, int64_t bst, const int fixB,                                                       \
+                                                          const int fast) {                                                                               \
     const int W = SELSCAN__VW;                                                                                                                            \
     const int64_t NW = N * W;                                                                                                                             \
     int t;                                                                                                                                                \
@@ -1514,7 +1563,8 @@ static ATTR SELSCAN__INLINE void selscan__rec_inner_##SFX(int64_t N, int nt, flo
         const float *Bt = Bp + t * bst, *hp = hs + t * NW;                                                                                                \
         float *hn = hs + (t + 1) * NW, *at = ab + t * NW;                                                                                                 \
         for (n = 0; n < N; n++) {                                                                                                                         \
-            const SELSCAN__VF a = selscan__vexp_##SFX(SELSCAN__VMUL(vdt, SELSCAN__VLOAD(A + n * W)));                                                     \
+            const SELSCAN__VF x = SELSCAN__VMUL(vdt, SELSCAN__VLOAD(A + n * W));                                                                          \
+            const SELSCAN__VF a = fast ? selscan__vexpnc_##SFX(x) : selscan__vexp_##SFX(x);                                                               \
             const SELSCAN__VF bb = fixB ? SELSCAN__VLOAD(Bp + n * W) : SELSCAN__VSET1(Bt[n * bsn]);                                                       \
             SELSCAN__VSTORE(at + n * W, a);                                                                                                               \
             SELSCAN__VSTORE(hn + n * W, SELSCAN__VFMA(a, SELSCAN__VLOAD(hp + n * W), SELSCAN__VMUL(vdtu, bb)));                                           \
@@ -1595,9 +1645,14 @@ static ATTR void selscan__bwd_chunk_##SFX(int64_t N, int nt, float *hs, float *a
                                           const float *dt, const float *dtu, const float *dy0, float *yc, float *Sv,                                      \
                                           float *sAv, float *accB, float *accC, float *dA, float *dBf, float *dCf,                                        \
                                           const float *Bp, int64_t bsn, int64_t bst, const float *Cp, int64_t csn,                                        \
-                                          int64_t cst, int fixB, int fixC) {                                                                              \
-    if (fixB) selscan__rec_inner_##SFX(N, nt, hs, ab, A, dt, dtu, Bp, bsn, bst, 1);                                                                       \
-    else selscan__rec_inner_##SFX(N, nt, hs, ab, A, dt, dtu, Bp, bsn, bst, 0);                                                                            \
+                                          int64_t cst, int fixB, int fixC, int fast) {                                                                    \
+    if (fast) {                                                                                                                                           \
+        if (fixB) selscan__rec_inner_##SFX(N, nt, hs, ab, A, dt, dtu, Bp, bsn, bst, 1, 1);                                                                \
+        else selscan__rec_inner_##SFX(N, nt, hs, ab, A, dt, dtu, Bp, bsn, bst, 0, 1);                                                                     \
+    } else {                                                                                                                                              \
+        if (fixB) selscan__rec_inner_##SFX(N, nt, hs, ab, A, dt, dtu, Bp, bsn, bst, 1, 0);                                                                \
+        else selscan__rec_inner_##SFX(N, nt, hs, ab, A, dt, dtu, Bp, bsn, bst, 0, 0);                                                                     \
+    }                                                                                                                                                     \
     if (fixB) {                                                                                                                                           \
         if (fixC) selscan__bwd_inner_##SFX(N, nt, hs, ab, dh, A, dt, dtu, dy0, yc, Sv, sAv, accB, accC, dA, dBf, dCf, Bp, bsn, bst, Cp, csn, cst, 1, 1);  \
         else selscan__bwd_inner_##SFX(N, nt, hs, ab, dh, A, dt, dtu, dy0, yc, Sv, sAv, accB, accC, dA, dBf, dCf, Bp, bsn, bst, Cp, csn, cst, 1, 0);       \
@@ -1613,6 +1668,7 @@ static ATTR void selscan__bwd_block_##SFX(const selscan__prob *q, const selscan_
                                           int64_t c0, int nch, const selscan__bscr *s, float *pB, float *pC) {                                            \
     const int W = SELSCAN__VW, nbt = (nch + SELSCAN__VW - 1) / SELSCAN__VW;                                                                               \
     const int64_t N = q->N, NW = N * W, T = s->T, L = q->L;                                                                                               \
+    float lim[SELSCAN__CB];                                                                                                                               \
     int64_t k, c, n;                                                                                                                                      \
     int j, t;                                                                                                                                             \
     memset(s->dA, 0, SELSCAN__CAST(size_t, nbt * NW) * 4);                                                                                                \
@@ -1622,8 +1678,8 @@ static ATTR void selscan__bwd_block_##SFX(const selscan__prob *q, const selscan_
     memset(s->db, 0, SELSCAN__CAST(size_t, nbt * W) * 4);                                                                                                 \
     for (j = 0; j < nbt; j++) {                                                                                                                           \
         const int nl = nch - j * W < W ? nch - j * W : W;                                                                                                 \
-        selscan__tile_params(q, c0 + j * W, nl, W, s->A + j * NW, s->Bf + j * NW, s->Cf + j * NW, s->Dv + j * W,                                          \
-                             s->bv + j * W);                                                                                                              \
+        lim[j] = 86.0f / selscan__tile_params(q, c0 + j * W, nl, W, s->A + j * NW, s->Bf + j * NW, s->Cf + j * NW,                                        \
+                                              s->Dv + j * W, s->bv + j * W);                                                                              \
     }                                                                                                                                                     \
     for (k = 0; k < selscan__nseg(q); k++) {                                                                                                              \
         int64_t t0, t1, row, nck;                                                                                                                         \
@@ -1640,10 +1696,12 @@ static ATTR void selscan__bwd_block_##SFX(const selscan__prob *q, const selscan_
                 const int nt = SELSCAN__CAST(int, T);                                                                                                     \
                 int64_t bsn, bst;                                                                                                                         \
                 const float *Bp = selscan__bc_chunk(&q->B, q->fixB, s->Bf + j * NW, W, b, g, N, cs, nt, s->Bb, &bsn, &bst);                               \
+                int fast;                                                                                                                                 \
                 memcpy(ck + (c + 1) * NW, ck + c * NW, SELSCAN__CAST(size_t, NW) * 4);                                                                    \
-                selscan__prep_##SFX(q, b, d0, nl, cs, nt, s->bv + j * W, s->dt, s->dtu, s->u, NULL, NULL, NULL, s->tmp);                                  \
+                fast = selscan__prep_##SFX(q, b, d0, nl, cs, nt, s->bv + j * W, s->dt, s->dtu, s->u, NULL, NULL, NULL,                                    \
+                                           s->tmp, lim[j]);                                                                                               \
                 selscan__fwd_chunk_##SFX(N, nt, ck + (c + 1) * NW, s->A + j * NW, s->dt, s->dtu, s->yc, Bp, bsn, bst,                                     \
-                                         Bp, bsn, bst, q->fixB, 0, 0);                                                                                    \
+                                         Bp, bsn, bst, q->fixB, 0, 0, fast);                                                                              \
             }                                                                                                                                             \
             selscan__state_in(&r->dhlast, row, d0, nl, W, N, s->dh + j * NW);                                                                             \
         }                                                                                                                                                 \
@@ -1660,8 +1718,9 @@ static ATTR void selscan__bwd_block_##SFX(const selscan__prob *q, const selscan_
                 const float *Cp = selscan__bc_chunk(&q->C, q->fixC, s->Cf + j * NW, W, b, g, N, cs, nt, s->Cb, &csn, &cst);                               \
                 const SELSCAN__VF Dv = SELSCAN__VLOAD(s->Dv + j * W);                                                                                     \
                 SELSCAN__VF dD = SELSCAN__VLOAD(s->dD + j * W), db = SELSCAN__VLOAD(s->db + j * W);                                                       \
-                selscan__prep_##SFX(q, b, d0, nl, cs, nt, s->bv + j * W, s->dt, s->dtu, s->u, s->z, s->sg, s->sp, s->tmp);                                \
-                selscan__load_tile(s->dy, &r->dy, b, d0, nl, W, cs, nt, s->tmp);                                                                          \
+                const int fast = selscan__prep_##SFX(q, b, d0, nl, cs, nt, s->bv + j * W, s->dt, s->dtu, s->u, s->z,                                      \
+                                                     s->sg, s->sp, s->tmp, lim[j]);                                                                       \
+                SELSCAN__LOADTILE(s->dy, &r->dy, b, d0, nl, W, cs, nt, s->tmp);                                                                           \
                 for (t = 0; t < nt; t++) {                                                                                                                \
                     SELSCAN__VF dy0 = SELSCAN__VLOAD(s->dy + t * W);                                                                                      \
                     if (q->z.data)                                                                                                                        \
@@ -1671,7 +1730,7 @@ static ATTR void selscan__bwd_block_##SFX(const selscan__prob *q, const selscan_
                 memcpy(s->hs, s->ck + j * s->ckstride + c * NW, SELSCAN__CAST(size_t, NW) * 4);                                                           \
                 selscan__bwd_chunk_##SFX(N, nt, s->hs, s->ab, s->dh + j * NW, s->A + j * NW, s->dt, s->dtu, s->dy0,                                       \
                                          s->yc, s->S, s->sA, s->accB, s->accC, s->dA + j * NW, s->dBf + j * NW,                                           \
-                                         s->dCf + j * NW, Bp, bsn, bst, Cp, csn, cst, q->fixB, q->fixC);                                                  \
+                                         s->dCf + j * NW, Bp, bsn, bst, Cp, csn, cst, q->fixB, q->fixC, fast);                                            \
                 for (t = nt - 1; t >= 0; t--) {                                                                                                           \
                     const SELSCAN__VF u = SELSCAN__VLOAD(s->u + t * W), dy0 = SELSCAN__VLOAD(s->dy0 + t * W);                                             \
                     const SELSCAN__VF S = SELSCAN__VLOAD(s->S + t * W);                                                                                   \
@@ -1691,9 +1750,9 @@ static ATTR void selscan__bwd_block_##SFX(const selscan__prob *q, const selscan_
                 }                                                                                                                                         \
                 SELSCAN__VSTORE(s->dD + j * W, dD);                                                                                                       \
                 SELSCAN__VSTORE(s->db + j * W, db);                                                                                                       \
-                if (r->du.data) selscan__store_tile(s->du, &r->du, b, d0, nl, W, cs, nt, s->tmp);                                                         \
-                if (r->ddelta.data) selscan__store_tile(s->ddt, &r->ddelta, b, d0, nl, W, cs, nt, s->tmp);                                                \
-                if (r->dz.data) selscan__store_tile(s->dz, &r->dz, b, d0, nl, W, cs, nt, s->tmp);                                                         \
+                if (r->du.data) SELSCAN__STORETILE(s->du, &r->du, b, d0, nl, W, cs, nt, s->tmp);                                                          \
+                if (r->ddelta.data) SELSCAN__STORETILE(s->ddt, &r->ddelta, b, d0, nl, W, cs, nt, s->tmp);                                                 \
+                if (r->dz.data) SELSCAN__STORETILE(s->dz, &r->dz, b, d0, nl, W, cs, nt, s->tmp);                                                          \
             }                                                                                                                                             \
             for (n = 0; n < N; n++)                                                                                                                       \
                 for (t = 0; t < nt; t++) {                                                                                                                \
@@ -1803,6 +1862,9 @@ static float selscan__pow2i_s(float t) { /* t = round(x) + 1.5 * 2^23: 2^round(x
     uint32_t u = selscan__f32_bits(t);
     return selscan__bits_f32((u << 23) + (127u << 23));
 }
+static float selscan__addexp_s(float p, float t) { /* p * 2^k, t = k + 1.5 * 2^23, as an integer add */
+    return selscan__bits_f32(selscan__f32_bits(p) + (selscan__f32_bits(t) << 23));
+}
 #define SELSCAN__VF float
 #define SELSCAN__VW 1
 #define SELSCAN__VLOAD(p) (*(p))
@@ -1818,6 +1880,9 @@ static float selscan__pow2i_s(float t) { /* t = round(x) + 1.5 * 2^23: 2^round(x
 #define SELSCAN__VGTSEL(a, b, x, y) ((a) > (b) ? (x) : (y))
 #define SELSCAN__VPOW2I(t) selscan__pow2i_s(t)
 #define SELSCAN__VHSUM(v) (v)
+#define SELSCAN__VADDEXP(p, t) selscan__addexp_s(p, t)
+#define SELSCAN__LOADTILE selscan__load_tile
+#define SELSCAN__STORETILE selscan__store_tile
 SELSCAN__KERNELS(port, SELSCAN__NOATTR)
 #undef SELSCAN__VF
 #undef SELSCAN__VW
@@ -1834,6 +1899,9 @@ SELSCAN__KERNELS(port, SELSCAN__NOATTR)
 #undef SELSCAN__VGTSEL
 #undef SELSCAN__VPOW2I
 #undef SELSCAN__VHSUM
+#undef SELSCAN__VADDEXP
+#undef SELSCAN__LOADTILE
+#undef SELSCAN__STORETILE
 
 #if defined(SELSCAN__HAVE_X86)
 static SELSCAN__T_AVX2 SELSCAN__INLINE float selscan__hsum_avx2(__m256 v) {
@@ -1842,6 +1910,87 @@ static SELSCAN__T_AVX2 SELSCAN__INLINE float selscan__hsum_avx2(__m256 v) {
     x = _mm_add_ss(x, _mm_shuffle_ps(x, x, 1));
     return _mm_cvtss_f32(x);
 }
+/* Tile loads and stores of 8 channels: 8 x 8 transposes when steps are contiguous, vector
+   loads when channels are; the generic routines otherwise. */
+static SELSCAN__T_AVX2 SELSCAN__INLINE __m256 selscan__ld8_avx2(const void *base, int64_t off, selscan_dtype t) {
+    if (t == SELSCAN_F32) return _mm256_loadu_ps(SELSCAN__CAST(const float *, base) + off);
+    {
+        const __m128i h = _mm_loadu_si128(SELSCAN__RCAST(const __m128i *, SELSCAN__CAST(const uint16_t *, base) + off));
+        if (t == SELSCAN_F16) return _mm256_cvtph_ps(h);
+        return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+    }
+}
+
+static SELSCAN__T_AVX2 SELSCAN__INLINE void selscan__st8_avx2(void *base, int64_t off, selscan_dtype t, __m256 v) {
+    if (t == SELSCAN_F32) {
+        _mm256_storeu_ps(SELSCAN__CAST(float *, base) + off, v);
+    } else if (t == SELSCAN_F16) {
+        _mm_storeu_si128(SELSCAN__RCAST(__m128i *, SELSCAN__CAST(uint16_t *, base) + off),
+                         _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+    } else { /* bf16: round to nearest even; NaN stays a (quiet) NaN */
+        const __m256i x = _mm256_castps_si256(v);
+        const __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(x, 16), _mm256_set1_epi32(1));
+        __m256i r = _mm256_srli_epi32(_mm256_add_epi32(x, _mm256_add_epi32(lsb, _mm256_set1_epi32(0x7fff))), 16);
+        const __m256i qn = _mm256_or_si256(_mm256_srli_epi32(x, 16), _mm256_set1_epi32(0x40));
+        r = _mm256_blendv_epi8(r, qn, _mm256_castps_si256(_mm256_cmp_ps(v, v, _CMP_UNORD_Q)));
+        r = _mm256_permute4x64_epi64(_mm256_packus_epi32(r, r), 0x08);
+        _mm_storeu_si128(SELSCAN__RCAST(__m128i *, SELSCAN__CAST(uint16_t *, base) + off), _mm256_castsi256_si128(r));
+    }
+}
+
+static SELSCAN__T_AVX2 SELSCAN__INLINE void selscan__tr8_avx2(__m256 *r) {
+    const __m256 t0 = _mm256_unpacklo_ps(r[0], r[1]), t1 = _mm256_unpackhi_ps(r[0], r[1]);
+    const __m256 t2 = _mm256_unpacklo_ps(r[2], r[3]), t3 = _mm256_unpackhi_ps(r[2], r[3]);
+    const __m256 t4 = _mm256_unpacklo_ps(r[4], r[5]), t5 = _mm256_unpackhi_ps(r[4], r[5]);
+    const __m256 t6 = _mm256_unpacklo_ps(r[6], r[7]), t7 = _mm256_unpackhi_ps(r[6], r[7]);
+    const __m256 s0 = _mm256_shuffle_ps(t0, t2, 0x44), s1 = _mm256_shuffle_ps(t0, t2, 0xee);
+    const __m256 s2 = _mm256_shuffle_ps(t1, t3, 0x44), s3 = _mm256_shuffle_ps(t1, t3, 0xee);
+    const __m256 s4 = _mm256_shuffle_ps(t4, t6, 0x44), s5 = _mm256_shuffle_ps(t4, t6, 0xee);
+    const __m256 s6 = _mm256_shuffle_ps(t5, t7, 0x44), s7 = _mm256_shuffle_ps(t5, t7, 0xee);
+    r[0] = _mm256_permute2f128_ps(s0, s4, 0x20); r[1] = _mm256_permute2f128_ps(s1, s5, 0x20);
+    r[2] = _mm256_permute2f128_ps(s2, s6, 0x20); r[3] = _mm256_permute2f128_ps(s3, s7, 0x20);
+    r[4] = _mm256_permute2f128_ps(s0, s4, 0x31); r[5] = _mm256_permute2f128_ps(s1, s5, 0x31);
+    r[6] = _mm256_permute2f128_ps(s2, s6, 0x31); r[7] = _mm256_permute2f128_ps(s3, s7, 0x31);
+}
+
+static SELSCAN__T_AVX2 void selscan__load_tile_avx2(float *dst, const selscan__ten *x, int64_t b, int64_t d0, int nl,
+                                                   int W, int64_t t0, int nt, float *tmp) {
+    const int64_t off = b * x->s[0] + d0 * x->s[1] + t0 * x->s[2];
+    int t = 0, l;
+    if (nl == 8 && x->s[1] == 1) {
+        for (; t < nt; t++) _mm256_storeu_ps(dst + t * 8, selscan__ld8_avx2(x->data, off + t * x->s[2], x->dt));
+        return;
+    }
+    if (nl == 8 && x->s[2] == 1) {
+        __m256 r[8];
+        for (; t + 8 <= nt; t += 8) {
+            for (l = 0; l < 8; l++) r[l] = selscan__ld8_avx2(x->data, off + l * x->s[1] + t, x->dt);
+            selscan__tr8_avx2(r);
+            for (l = 0; l < 8; l++) _mm256_storeu_ps(dst + (t + l) * 8, r[l]);
+        }
+    }
+    if (t < nt) selscan__load_tile(dst + t * W, x, b, d0, nl, W, t0 + t, nt - t, tmp);
+}
+
+static SELSCAN__T_AVX2 void selscan__store_tile_avx2(const float *src, const selscan__ten *x, int64_t b, int64_t d0,
+                                                    int nl, int W, int64_t t0, int nt, float *tmp) {
+    const int64_t off = b * x->s[0] + d0 * x->s[1] + t0 * x->s[2];
+    int t = 0, l;
+    if (nl == 8 && x->s[1] == 1) {
+        for (; t < nt; t++) selscan__st8_avx2(x->data, off + t * x->s[2], x->dt, _mm256_loadu_ps(src + t * 8));
+        return;
+    }
+    if (nl == 8 && x->s[2] == 1) {
+        __m256 r[8];
+        for (; t + 8 <= nt; t += 8) {
+            for (l = 0; l < 8; l++) r[l] = _mm256_loadu_ps(src + (t + l) * 8);
+            selscan__tr8_avx2(r);
+            for (l = 0; l < 8; l++) selscan__st8_avx2(x->data, off + l * x->s[1] + t, x->dt, r[l]);
+        }
+    }
+    if (t < nt) selscan__store_tile(src + t * W, x, b, d0, nl, W, t0 + t, nt - t, tmp);
+}
+
 #define SELSCAN__VF __m256
 #define SELSCAN__VW 8
 #define SELSCAN__VLOAD(p) _mm256_loadu_ps(p)
@@ -1858,6 +2007,9 @@ static SELSCAN__T_AVX2 SELSCAN__INLINE float selscan__hsum_avx2(__m256 v) {
 #define SELSCAN__VPOW2I(t)                                                                                     \
     _mm256_castsi256_ps(_mm256_add_epi32(_mm256_slli_epi32(_mm256_castps_si256(t), 23), _mm256_set1_epi32(127 << 23)))
 #define SELSCAN__VHSUM(v) selscan__hsum_avx2(v)
+#define SELSCAN__LOADTILE selscan__load_tile_avx2
+#define SELSCAN__STORETILE selscan__store_tile_avx2
+#define SELSCAN__VADDEXP(p, t) _mm256_castsi256_ps(_mm256_add_epi32(_mm256_castps_si256(p), _mm256_slli_epi32(_mm256_castps_si256(t), 23)))
 SELSCAN__KERNELS(avx2, SELSCAN__T_AVX2)
 #undef SELSCAN__VF
 #undef SELSCAN__VW
@@ -1874,6 +2026,9 @@ SELSCAN__KERNELS(avx2, SELSCAN__T_AVX2)
 #undef SELSCAN__VGTSEL
 #undef SELSCAN__VPOW2I
 #undef SELSCAN__VHSUM
+#undef SELSCAN__VADDEXP
+#undef SELSCAN__LOADTILE
+#undef SELSCAN__STORETILE
 
 static SELSCAN__T_AVX512 SELSCAN__INLINE float selscan__hsum_avx512(__m512 v) {
     float x[16]; /* through memory: g++ 12 warns inside the 512 -> 256 extract intrinsics */
@@ -1897,6 +2052,9 @@ static SELSCAN__T_AVX512 SELSCAN__INLINE float selscan__hsum_avx512(__m512 v) {
 #define SELSCAN__VPOW2I(t)                                                                                     \
     _mm512_castsi512_ps(_mm512_add_epi32(_mm512_maskz_slli_epi32(0xffff, _mm512_castps_si512(t), 23), _mm512_set1_epi32(127 << 23)))
 #define SELSCAN__VHSUM(v) selscan__hsum_avx512(v)
+#define SELSCAN__LOADTILE selscan__load_tile
+#define SELSCAN__STORETILE selscan__store_tile
+#define SELSCAN__VADDEXP(p, t) _mm512_castsi512_ps(_mm512_add_epi32(_mm512_castps_si512(p), _mm512_maskz_slli_epi32(0xffff, _mm512_castps_si512(t), 23)))
 SELSCAN__KERNELS(avx512, SELSCAN__T_AVX512)
 #undef SELSCAN__VF
 #undef SELSCAN__VW
@@ -1913,6 +2071,9 @@ SELSCAN__KERNELS(avx512, SELSCAN__T_AVX512)
 #undef SELSCAN__VGTSEL
 #undef SELSCAN__VPOW2I
 #undef SELSCAN__VHSUM
+#undef SELSCAN__VADDEXP
+#undef SELSCAN__LOADTILE
+#undef SELSCAN__STORETILE
 #endif /* SELSCAN__HAVE_X86 */
 
 #if defined(SELSCAN__HAVE_NEON)
@@ -1932,6 +2093,9 @@ SELSCAN__KERNELS(avx512, SELSCAN__T_AVX512)
 #define SELSCAN__VPOW2I(t)                                                                                     \
     vreinterpretq_f32_s32(vaddq_s32(vshlq_n_s32(vreinterpretq_s32_f32(t), 23), vdupq_n_s32(127 << 23)))
 #define SELSCAN__VHSUM(v) vaddvq_f32(v)
+#define SELSCAN__LOADTILE selscan__load_tile
+#define SELSCAN__STORETILE selscan__store_tile
+#define SELSCAN__VADDEXP(p, t) vreinterpretq_f32_s32(vaddq_s32(vreinterpretq_s32_f32(p), vshlq_n_s32(vreinterpretq_s32_f32(t), 23)))
 SELSCAN__KERNELS(neon, SELSCAN__NOATTR)
 #undef SELSCAN__VF
 #undef SELSCAN__VW
@@ -1948,6 +2112,9 @@ SELSCAN__KERNELS(neon, SELSCAN__NOATTR)
 #undef SELSCAN__VGTSEL
 #undef SELSCAN__VPOW2I
 #undef SELSCAN__VHSUM
+#undef SELSCAN__VADDEXP
+#undef SELSCAN__LOADTILE
+#undef SELSCAN__STORETILE
 #endif /* SELSCAN__HAVE_NEON */
 
 /* ---- drivers ---- */
