@@ -130,7 +130,8 @@ struct kparams {
     ct u, delta, A, B, C, D, z, bias, h0, y, hlast;
     ct dy, dhlast, du, ddelta, dz, dh0;
     float *ck;
-    int64_t nck;
+    int64_t nck, ckmask; /* checkpoint: entries per row, interval - 1 */
+    int ckshift;         /* log2 of the interval */
     float *S, *P, *Hin;
     float *wdA, *wdD, *wdbias, *wdBf, *wdCf, *wdB, *wdC;
 };
@@ -161,8 +162,15 @@ __device__ __forceinline__ float ex2(float x) {
     asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
     return y;
 }
-__device__ __forceinline__ float sigm(float x) { return 1.0f / (1.0f + expf(-x)); }
-__device__ __forceinline__ float softplus(float x) { return x > 20.0f ? x : log1pf(expf(x)); }
+/* sigmoid and softplus on the fast units; softplus(x) = max(x, 0) + log1p(exp(-|x|)), the log1p by
+   its series where exp(-|x|) < 0.05 (relative error ~1e-7) and by lg2.approx above (~1e-5). */
+__device__ __forceinline__ float sigm(float x) { return __frcp_rn(1.0f + __expf(-x)); }
+__device__ __forceinline__ float softplus(float x) {
+    if (x > 20.0f) return x;
+    const float e = __expf(-fabsf(x));
+    const float l = e < 0.05f ? e * (1.0f - e * (0.5f - e * (0.33333333f - 0.25f * e))) : __logf(1.0f + e);
+    return fmaxf(x, 0.0f) + l;
+}
 const float kLog2e = 1.4426950408889634f;
 
 /* Segment of position t: writes the state row starting at t (or -1) and ending at t (or -1). */
@@ -234,6 +242,7 @@ __global__ void __launch_bounds__(kThreads) fwd_kernel(const kparams P) {
     }
     const bool tfast_u = P.u.s[2] == 1 || P.u.s[1] != 1;
     const bool tfast_y = P.y.s[2] == 1 || P.y.s[1] != 1;
+    const bool doy = P.y.p != NULL;
     const bool tfast_B = P.B.s[3] == 1 || P.B.s[2] != 1;
     const bool tfast_C = P.C.s[3] == 1 || P.C.s[2] != 1;
 
@@ -263,7 +272,7 @@ __global__ void __launch_bounds__(kThreads) fwd_kernel(const kparams P) {
                 else { n = i % NPAD; tt = i / NPAD; }
                 s_B[tt * NPAD + n] = n < P.N && tt < tn ? ld<T>(P.B.p, b * P.B.s[0] + g * P.B.s[1] + n * P.B.s[2] + (tb + tt) * P.B.s[3]) : 0.0f;
             }
-        if (!LOCAL && !P.fixC)
+        if (!LOCAL && doy && !P.fixC)
             for (int i = tid; i < kTL * NPAD; i += kThreads) {
                 int n, tt;
                 if (tfast_C) { n = i / kTL; tt = i % kTL; }
@@ -280,11 +289,11 @@ __global__ void __launch_bounds__(kThreads) fwd_kernel(const kparams P) {
         if (active) {
             for (int tt = 0; tt < tn; tt++) {
                 const int64_t t = tb + tt;
-                if (!LOCAL && P.ck && (t % kCK) == 0) {
+                if (!LOCAL && P.ck && (t & P.ckmask) == 0) {
 #pragma unroll
                     for (int k = 0; k < NPT; k++) {
                         const int64_t n = j * NPT + k;
-                        if (n < P.N) P.ck[(bd * P.nck + t / kCK) * P.N + n] = h[k];
+                        if (n < P.N) P.ck[(bd * P.nck + (t >> P.ckshift)) * P.N + n] = h[k];
                     }
                 }
                 const int sg = s_seg[tt];
@@ -309,7 +318,7 @@ __global__ void __launch_bounds__(kThreads) fwd_kernel(const kparams P) {
                         Bv[4 * q] = v.x; Bv[4 * q + 1] = v.y; Bv[4 * q + 2] = v.z; Bv[4 * q + 3] = v.w;
                     }
                 }
-                if (!LOCAL) {
+                if (!LOCAL && doy) {
                     if (P.fixC) {
 #pragma unroll
                         for (int k = 0; k < NPT; k++) Cv[k] = Cf[k];
@@ -328,10 +337,10 @@ __global__ void __launch_bounds__(kThreads) fwd_kernel(const kparams P) {
                     const float a = ex2(dt * A2[k]);
                     h[k] = fmaf(a, h[k], Bv[k] * dtu);
                     if (LOCAL) pr[k] *= a;
-                    else yp = fmaf(Cv[k], h[k], yp);
+                    else if (doy) yp = fmaf(Cv[k], h[k], yp);
                 }
                 if (!LOCAL) {
-                    s_y[tid * TP + tt] = yp;
+                    if (doy) s_y[tid * TP + tt] = yp;
                     const int en = s_end[tt];
                     if (en >= 0 && P.hlast.p) {
 #pragma unroll
@@ -401,17 +410,16 @@ __global__ void empty_seq_kernel(const int64_t *cu, int64_t nseq, int64_t dim, i
 /*                                        backward                                                */
 /* ---------------------------------------------------------------------------------------------- */
 /* Block: CH channels of one (batch row, group), thread (channel, j) with 4 states. Walks the
-   checkpoint chunks from last to first; in each: phase A runs the recurrence from the chunk's
-   checkpoint and keeps the state entering each sub-tile of kSub steps (shared memory); phase B
-   takes the sub-tiles last to first, recomputes their states and decays into registers and walks
-   them backward. Sums over channels (dB, dC) are reduced in the warp (shuffles), then across the
+   sub-tiles of kSub steps from last to first; in each it recomputes the states and decays from
+   the sub-tile's checkpoint (a forward-like pass wrote the state entering every kSub steps into the
+   workspace, L-parallel) into registers and walks them backward. Sums over channels (dB, dC) are reduced in the warp (shuffles), then across the
    block's warps (shared memory, fixed order), and written per block into the workspace; sums over
    time (dA, dD, ddelta_bias, fixed dB / dC) stay in registers and are written per batch row. */
 
 struct bwd_layout {
     int NPAD, ngrp, SP;
     size_t off_B, off_C, off_dBw, off_dCw, off_dt, off_dtu, off_u, off_dy0, off_dsp, off_fz, off_p0, off_p1, off_p2,
-        off_hs, off_cD, off_cb, off_seg, off_end, total;
+        off_cD, off_cb, off_seg, off_end, total;
 };
 
 __host__ __device__ inline bwd_layout bwd_smem(int NT, int CH) {
@@ -433,7 +441,6 @@ __host__ __device__ inline bwd_layout bwd_smem(int NT, int CH) {
     l.off_p0 = o; o += kThreads * l.SP;
     l.off_p1 = o; o += kThreads * l.SP;
     l.off_p2 = o; o += kThreads * l.SP;
-    l.off_hs = o; o += (kCK / kSub) * kBwdNPT * kThreads;
     l.off_cD = o; o += CH * l.SP;
     l.off_cb = o; o += CH * l.SP;
     l.off_seg = o; o += kSub;
@@ -481,7 +488,7 @@ __global__ void __launch_bounds__(kThreads) bwd_kernel(const kparams P) {
     float *s_B = sm + l.off_B, *s_C = sm + l.off_C, *s_dBw = sm + l.off_dBw, *s_dCw = sm + l.off_dCw;
     float *s_dt = sm + l.off_dt, *s_dtu = sm + l.off_dtu, *s_u = sm + l.off_u, *s_dy0 = sm + l.off_dy0;
     float *s_dsp = sm + l.off_dsp, *s_fz = sm + l.off_fz;
-    float *s_p0 = sm + l.off_p0, *s_p1 = sm + l.off_p1, *s_p2 = sm + l.off_p2, *s_hs = sm + l.off_hs;
+    float *s_p0 = sm + l.off_p0, *s_p1 = sm + l.off_p1, *s_p2 = sm + l.off_p2;
     float *s_cD = sm + l.off_cD, *s_cb = sm + l.off_cb;
     int *s_seg = reinterpret_cast<int *>(sm + l.off_seg), *s_end = reinterpret_cast<int *>(sm + l.off_end);
     const int NPT = kBwdNPT;
@@ -583,40 +590,17 @@ __global__ void __launch_bounds__(kThreads) bwd_kernel(const kparams P) {
             h[k] = P.h0.p && nv[k] ? ldf(P.h0, sg * P.h0.s[0] + d * P.h0.s[1] + (j * NPT + k) * P.h0.s[2]) : 0.0f;
     };
 
+    /* P.ck holds the state entering every kSub steps (P.nck entries per row) */
     for (int64_t c = P.nck - 1; c >= 0; c--) {
-        const int64_t cs = c * kCK, ce = min(P.L, cs + kCK);
-        const int nsub = static_cast<int>((ce - cs + kSub - 1) / kSub);
-        /* phase A */
-#pragma unroll
-        for (int k = 0; k < NPT; k++) h[k] = nv[k] ? P.ck[(bd * P.nck + c) * P.N + j * NPT + k] : 0.0f;
-        for (int s = 0; s < nsub; s++) {
-#pragma unroll
-            for (int k = 0; k < NPT; k++) s_hs[(s * NPT + k) * kThreads + tid] = h[k];
-            if (s == nsub - 1) break;
-            const int64_t ts = cs + s * kSub;
-            __syncthreads();
-            load_tile(ts, kSub, false);
-            __syncthreads();
-            for (int tt = 0; tt < kSub; tt++) {
-                const int sg = s_seg[tt];
-                if (sg >= 0) reset(sg);
-                const float dt = s_dt[chl * SP + tt], dtu = s_dtu[chl * SP + tt];
-                float Bv[NPT];
-                getB(tt, Bv);
-#pragma unroll
-                for (int k = 0; k < NPT; k++) h[k] = fmaf(ex2(dt * A2[k]), h[k], Bv[k] * dtu);
-            }
-        }
-        /* phase B */
-        for (int s = nsub - 1; s >= 0; s--) {
-            const int64_t ts = cs + s * kSub;
-            const int tn = static_cast<int>(min(static_cast<int64_t>(kSub), ce - ts));
+        {
+            const int64_t ts = c * kSub;
+            const int tn = static_cast<int>(min(static_cast<int64_t>(kSub), P.L - ts));
             __syncthreads();
             load_tile(ts, tn, true);
             __syncthreads();
             float hh[kSub][NPT], aa[kSub][NPT];
 #pragma unroll
-            for (int k = 0; k < NPT; k++) h[k] = s_hs[(s * NPT + k) * kThreads + tid];
+            for (int k = 0; k < NPT; k++) h[k] = nv[k] ? P.ck[(bd * P.nck + c) * P.N + j * NPT + k] : 0.0f;
 #pragma unroll
             for (int tt = 0; tt < kSub; tt++) {
                 if (tt < tn) {
@@ -871,9 +855,9 @@ bool plan_forward(const selscan__prob &q, fwd_plan *pl, int npt_force, int64_t n
 
 struct bwd_plan {
     int NT, CH;
-    int64_t ncb, nck;
-    size_t ck_bytes, ws, off_S, off_P, off_dA, off_dD, off_dbias, off_dBf, off_dCf, off_dB, off_dC;
-    fwd_plan fp; /* for recomputing the checkpoint */
+    int64_t ncb, nck, nck16;
+    size_t ck_bytes, ws, off_ck16, off_S, off_P, off_dA, off_dD, off_dbias, off_dBf, off_dCf, off_dB, off_dC;
+    fwd_plan fp; /* the pass that writes the kSub-step checkpoint */
 };
 
 bool plan_backward(const selscan__prob &q, const selscan__grd &r, bool have_ck, bwd_plan *pl) {
@@ -883,14 +867,15 @@ bool plan_backward(const selscan__prob &q, const selscan__grd &r, bool have_ck, 
     pl->CH = kThreads / NT;
     pl->ncb = cdiv(q.dpg, pl->CH);
     pl->nck = cdiv(q.L, kCK);
+    pl->nck16 = cdiv(q.L, kSub);
     const int64_t rows = q.batch * q.dim;
     pl->ck_bytes = static_cast<size_t>(rows * pl->nck * q.N) * 4;
+    const size_t ck16 = al(static_cast<size_t>(rows * pl->nck16 * q.N) * 4);
     size_t o = 0;
-    if (!have_ck) {
-        /* checkpoint, S, P of a pass-1 forward with 64-step chunks */
-        pl->off_S = al(pl->ck_bytes);
-        pl->off_P = pl->off_S + al(pl->ck_bytes);
-        o = pl->off_P + al(pl->ck_bytes);
+    pl->off_ck16 = o; o += ck16;
+    if (!have_ck) { /* S, P of a pass-1 forward with kSub-step chunks */
+        pl->off_S = o; o += ck16;
+        pl->off_P = o; o += ck16;
     }
     pl->off_dA = o; o += r.dA.data ? al(static_cast<size_t>(rows * q.N) * 4) : 0;
     pl->off_dD = o; o += r.dD.data ? al(static_cast<size_t>(rows) * 4) : 0;
@@ -901,11 +886,10 @@ bool plan_backward(const selscan__prob &q, const selscan__grd &r, bool have_ck, 
     pl->off_dB = o; o += r.dB.data && !q.fixB ? al(bc) : 0;
     pl->off_dC = o; o += r.dC.data && !q.fixC ? al(bc) : 0;
     pl->ws = o;
-    /* the checkpoint pass: 64-step chunks */
-    if (!plan_forward(q, &pl->fp, 0, pl->nck)) return false;
-    pl->fp.lchunk = kCK;
-    pl->fp.nlch = pl->nck;
-    return q.batch * q.G * pl->ncb <= 0x7fffffff;
+    if (!plan_forward(q, &pl->fp, 0, 0)) return false;
+    if (have_ck) { pl->fp.lchunk = kCK; pl->fp.nlch = pl->nck; }    /* from the given checkpoint */
+    else { pl->fp.lchunk = kSub; pl->fp.nlch = pl->nck16; }         /* pass 1 + carry */
+    return q.batch * q.G * pl->ncb <= 0x7fffffff && q.batch * q.G * pl->fp.ncb * pl->fp.nlch <= 0x7fffffff;
 }
 
 /* ---------------------------------------------------------------------------------------------- */
@@ -933,6 +917,8 @@ void fill_problem(kparams &P, const selscan__prob &q, const int64_t *dcu) {
     P.u = mk(q.u); P.delta = mk(q.delta); P.A = mk(q.A); P.B = mk(q.B); P.C = mk(q.C); P.D = mk(q.D);
     P.z = mk(q.z); P.bias = mk(q.bias); P.h0 = mk(q.h0); P.y = mk(q.y); P.hlast = mk(q.hlast);
     P.nck = cdiv(q.L, kCK);
+    P.ckmask = kCK - 1;
+    P.ckshift = 6;
 }
 
 template <typename T, int NPT, bool LOCAL>
@@ -1115,15 +1101,32 @@ SELSCAN_DEF selscan_status selscan_backward_cuda_ex(const selscan_problem *p, co
     fill_problem(P, q, x ? x->cu_seqlens_device : NULL);
     P.dy = mk(r.dy); P.dhlast = mk(r.dhlast); P.du = mk(r.du); P.ddelta = mk(r.ddelta); P.dz = mk(r.dz);
     P.dh0 = mk(r.dh0);
-    /* checkpoint */
-    if (have_ck) {
-        P.ck = x->checkpoint;
-    } else {
+    /* the state entering every kSub steps, into the workspace */
+    {
         kparams F = P;
         F.y.p = NULL;
-        F.ck = reinterpret_cast<float *>(ws);
-        if ((st = run_forward(q, F, bp.fp, ws + bp.off_S, true, stream, err)) != SELSCAN_OK) return st;
-        P.ck = F.ck;
+        F.hlast.p = NULL;
+        F.NT = bp.fp.NT; F.CH = bp.fp.CH; F.ncb = bp.fp.ncb; F.lchunk = bp.fp.lchunk; F.nlch = bp.fp.nlch;
+        const unsigned grid = static_cast<unsigned>(q.batch * q.G * bp.fp.ncb * bp.fp.nlch);
+        float *ck16 = reinterpret_cast<float *>(ws + bp.off_ck16);
+        if (have_ck) { /* run from the forward's 64-step checkpoint, writing every kSub steps */
+            F.Hin = x->checkpoint;
+            F.ck = ck16;
+            F.nck = bp.nck16;
+            F.ckmask = kSub - 1;
+            F.ckshift = 4;
+            if ((st = launch_fwd<false>(q.dt, bp.fp.NPT, F, grid, stream, err)) != SELSCAN_OK) return st;
+        } else { /* pass 1 with kSub-step chunks + carry */
+            F.ck = NULL;
+            F.S = reinterpret_cast<float *>(ws + bp.off_S);
+            F.P = reinterpret_cast<float *>(ws + bp.off_P);
+            F.Hin = ck16;
+            if ((st = launch_fwd<true>(q.dt, bp.fp.NPT, F, grid, stream, err)) != SELSCAN_OK) return st;
+            carry_kernel<<<nblocks(q.batch * q.dim * q.N, 256), 256, 0, stream>>>(F.S, F.P, F.Hin, q.batch * q.dim, bp.nck16, q.N);
+            SELSCAN__LAUNCHED();
+        }
+        P.ck = ck16;
+        P.nck = bp.nck16;
     }
     P.NT = bp.NT; P.CH = bp.CH; P.ncb = bp.ncb; P.nlch = 1; P.lchunk = q.L;
     P.wdA = r.dA.data ? reinterpret_cast<float *>(ws + bp.off_dA) : NULL;
