@@ -25,6 +25,43 @@ run: $(BUILD)/quickstart
 	@if [ -n "$(HAVE_NVCC)" ] && nvidia-smi -L >/dev/null 2>&1; then $(MAKE) --no-print-directory $(BUILD)/cuda_quickstart && ./$(BUILD)/cuda_quickstart; fi
 
 # ---- tests (section owned by tests/) ----------------------------------------------------------
+# make test: every tests/test_*.c (CUDA ones excluded) built and run, the build checks
+# (tests/build_checks.sh), then every suite again under AddressSanitizer + UBSan on a smaller
+# random matrix (SELSCAN_TEST_QUICK=1). tests/run.sh sums the "N passed, N failed" lines into the
+# last line of the output and fails when anything failed. Suites that #define
+# SELSCAN_IMPLEMENTATION build alone; the others link one shared object (tests/selscan_impl.c).
+# SELSCAN_TEST_SEED=n changes the random problems; TEST_JOBS the parallel builds.
+TEST_SRCS       := $(sort $(filter-out %cuda%,$(wildcard tests/test_*.c)))
+TEST_STANDALONE := $(shell grep -l 'define SELSCAN_IMPLEMENTATION' $(TEST_SRCS) /dev/null 2>/dev/null)
+TEST_BINS       := $(patsubst tests/%.c,$(BUILD)/tests/%,$(TEST_SRCS))
+TEST_SAN_BINS   := $(patsubst tests/%.c,$(BUILD)/tests-san/%,$(TEST_SRCS))
+TEST_CFLAGS     ?= -std=gnu11 -O2 -g -Wall -Wextra
+TEST_SANFLAGS   ?= -std=gnu11 -O0 -g -Wall -Wextra -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer
+TEST_JOBS       ?= $(shell nproc 2>/dev/null || echo 2)
+TEST_SAN_ENV    := SELSCAN_TEST_QUICK=1 ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
+.PHONY: test-build
+
+$(BUILD)/tests/selscan_impl.o: tests/selscan_impl.c selscan.h
+	@mkdir -p $(@D)
+	$(CC) $(TEST_CFLAGS) -I. -c $< -o $@
+
+$(BUILD)/tests/%: tests/%.c tests/common.h selscan.h $(BUILD)/tests/selscan_impl.o
+	$(CC) $(TEST_CFLAGS) -I. $< $(if $(filter $<,$(TEST_STANDALONE)),,$(BUILD)/tests/selscan_impl.o) -o $@ $(LDLIBS)
+
+$(BUILD)/tests-san/selscan_impl.o: tests/selscan_impl.c selscan.h
+	@mkdir -p $(@D)
+	$(CC) $(TEST_SANFLAGS) -I. -c $< -o $@
+
+$(BUILD)/tests-san/%: tests/%.c tests/common.h selscan.h $(BUILD)/tests-san/selscan_impl.o
+	$(CC) $(TEST_SANFLAGS) -I. $< $(if $(filter $<,$(TEST_STANDALONE)),,$(BUILD)/tests-san/selscan_impl.o) -o $@ $(LDLIBS)
+
+test-build: $(TEST_BINS) $(TEST_SAN_BINS)
+
+test:
+	@$(MAKE) --no-print-directory -j$(TEST_JOBS) test-build
+	@bash tests/run.sh $(foreach b,$(TEST_BINS),./$(b)) \
+	    "CC='$(CC)' CXX='$(CXX)' NVCC='$(NVCC)' BUILD='$(BUILD)' bash tests/build_checks.sh" \
+	    $(foreach b,$(TEST_SAN_BINS),"$(TEST_SAN_ENV) ./$(b)")
 
 # ---- CPU benchmark ----------------------------------------------------------------------------
 

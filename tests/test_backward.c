@@ -2,8 +2,7 @@
    central differences of the oracle's loss sum(dy*y) + sum(dh_last*h_last) (f32 problems);
    f16/bf16 gradients against the library's f32 gradients on the same rounded inputs and against
    the differences; any subset of gradients (the others untouched). */
-#define SELSCAN_IMPLEMENTATION
-#include "../selscan.h"
+#include "../selscan.h" /* the implementation: tests/selscan_impl.c, linked by the Makefile */
 #include "common.h"
 
 typedef selscan_status (*bwd_fn)(const selscan_problem *, const selscan_grads *, void *, size_t);

@@ -1,7 +1,6 @@
 /* test_forward: the forward pass (selscan_forward_cpu and selscan_forward_ref) against the fp64
    oracle of tests/common.h on random problems over every option, dtype, layout and size. */
-#define SELSCAN_IMPLEMENTATION
-#include "../selscan.h"
+#include "../selscan.h" /* the implementation: tests/selscan_impl.c, linked by the Makefile */
 #include "common.h"
 
 typedef selscan_status (*fwd_fn)(const selscan_problem *, void *, size_t);

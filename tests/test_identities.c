@@ -4,8 +4,7 @@
      forward over [0,L) == [0,k) then [k,L) chained through h_last -> h0, and the backward
        chained through dh0 -> dh_last;
      step == forward with L = 1; L steps == forward. */
-#define SELSCAN_IMPLEMENTATION
-#include "../selscan.h"
+#include "../selscan.h" /* the implementation: tests/selscan_impl.c, linked by the Makefile */
 #include "common.h"
 
 static double tol_ident(selscan_dtype dt) { return dt == SELSCAN_F32 ? TOL_IDENT : tc_tol_fwd(dt); }

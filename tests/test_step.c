@@ -1,8 +1,7 @@
 /* test_step: selscan_step_cpu and selscan_step_ref against the fp64 oracle step, with and
    without state_index (cache rows chosen per batch row, n_cache > batch, negative = padding:
    y == 0 and no state touched), every option, dtype and layout. */
-#define SELSCAN_IMPLEMENTATION
-#include "../selscan.h"
+#include "../selscan.h" /* the implementation: tests/selscan_impl.c, linked by the Makefile */
 #include "common.h"
 
 typedef selscan_status (*step_fn)(const selscan_step_problem *);

@@ -5,8 +5,7 @@
    every tensor, the workspace arena, the sequence offsets and the state index). A few positive
    controls (allowed things: broadcast input strides, optional operands absent, adjacent but not
    overlapping buffers, padding indices repeated) must pass. */
-#define SELSCAN_IMPLEMENTATION
-#include "../selscan.h"
+#include "../selscan.h" /* the implementation: tests/selscan_impl.c, linked by the Makefile */
 #include "common.h"
 
 /* ---------------------------------------------------------------- buffers and snapshots -- */
