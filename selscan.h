@@ -1185,7 +1185,7 @@ static void selscan__store_tile(const float *src, const selscan__ten *x, int64_t
 
 /* Per-tile parameters: A, fixed B / C as [N][W]; D and delta_bias as [W] (0 where absent).
    Returns max |A| over the tile (NaN if some A is NaN). */
-static float selscan__tile_params(const selscan__prob *q, int64_t d0, int nl, int W, float *A, float *Bf, float *Cf,
+static float selscan__tile_params(const selscan__prob *q, int64_t d0, int nl, int W, float *A, float *A2, float *Bf, float *Cf,
                                  float *Dv, float *bv) {
     const int64_t N = q->N;
     float amax = 0.0f;
@@ -1195,6 +1195,7 @@ static float selscan__tile_params(const selscan__prob *q, int64_t d0, int nl, in
         for (l = 0; l < W; l++) {
             const int in = l < nl;
             A[n * W + l] = in ? SELSCAN__CAST(const float *, q->A.data)[SELSCAN__AT2(q->A, d0 + l, n)] : 0.0f;
+            A2[n * W + l] = A[n * W + l] * 1.44269504088896341f; /* A log2(e) */
             if (amax == amax && !(fabsf(A[n * W + l]) <= amax)) amax = fabsf(A[n * W + l]);
             if (q->fixB) Bf[n * W + l] = in ? SELSCAN__CAST(const float *, q->B.data)[SELSCAN__AT2(q->B, d0 + l, n)] : 0.0f;
             if (q->fixC) Cf[n * W + l] = in ? SELSCAN__CAST(const float *, q->C.data)[SELSCAN__AT2(q->C, d0 + l, n)] : 0.0f;
@@ -1223,17 +1224,15 @@ static void selscan__state_out(const selscan__ten *x, int64_t row, int64_t d0, i
         for (n = 0; n < N; n++) SELSCAN__CAST(float *, x->data)[SELSCAN__AT3(*x, row, d0 + l, n)] = h[n * W + l];
 }
 
-/* Variable B or C of (b, g) for steps [c0, c0 + nt): a pointer p with p[n * sn + t * st].
-   f32: the tensor itself; f16 / bf16: converted into buf ([N][SELSCAN__FT]). Fixed: the tile's
+/* Variable B or C of (b, g) for steps [c0, c0 + nt): a pointer p with p[n * sn + t * st],
+   widened into buf ([N][SELSCAN__FT]). Fixed: the tile's
    [N][W] copy (the caller loads vectors). */
 static const float *selscan__bc_chunk(const selscan__ten *x, int fixed, const float *tilecopy, int W, int64_t b,
                                       int64_t g, int64_t N, int64_t c0, int nt, float *buf, int64_t *sn, int64_t *st) {
     int64_t n;
     if (fixed) { *sn = W; *st = 0; return tilecopy; }
-    if (x->dt == SELSCAN_F32) {
-        *sn = x->s[2]; *st = x->s[3];
-        return SELSCAN__CAST(const float *, x->data) + b * x->s[0] + g * x->s[1] + c0 * x->s[3];
-    }
+    /* always copied, also f32: rows L apart (often a multiple of 4 KiB) would fight over the
+       same L1 sets */
     for (n = 0; n < N; n++)
         selscan__cvt_row(buf + n * SELSCAN__FT, x->data, b * x->s[0] + g * x->s[1] + n * x->s[2] + c0 * x->s[3], x->s[3],
                          nt, x->dt);
@@ -1244,7 +1243,7 @@ static const float *selscan__bc_chunk(const selscan__ten *x, int fixed, const fl
 /* ---- scratch layouts (floats; every region a multiple of 16 floats) ---- */
 
 typedef struct selscan__fscr {
-    float *h, *A, *Bf, *Cf, *Bb, *Cb, *dt, *dtu, *u, *z, *y, *Dv, *bv, *tmp;
+    float *h, *A, *A2, *Bf, *Cf, *Bb, *Cb, *dt, *dtu, *u, *z, *y, *Dv, *bv, *tmp;
 } selscan__fscr;
 
 /* Assign the next region of n floats (p NULL: only count). */
@@ -1254,7 +1253,7 @@ static int64_t selscan__fscr_map(selscan__fscr *s, float *p, int64_t N) {
     const int64_t NW = selscan__r16(N * SELSCAN__WMAX), NT = selscan__r16(N * SELSCAN__FT),
                   TW = SELSCAN__FT * SELSCAN__WMAX;
     int64_t o = 0;
-    SELSCAN__TAKE(h, NW); SELSCAN__TAKE(A, NW); SELSCAN__TAKE(Bf, NW); SELSCAN__TAKE(Cf, NW);
+    SELSCAN__TAKE(h, NW); SELSCAN__TAKE(A, NW); SELSCAN__TAKE(A2, NW); SELSCAN__TAKE(Bf, NW); SELSCAN__TAKE(Cf, NW);
     SELSCAN__TAKE(Bb, NT); SELSCAN__TAKE(Cb, NT);
     SELSCAN__TAKE(dt, TW); SELSCAN__TAKE(dtu, TW); SELSCAN__TAKE(u, TW); SELSCAN__TAKE(z, TW); SELSCAN__TAKE(y, TW);
     SELSCAN__TAKE(tmp, TW); SELSCAN__TAKE(Dv, SELSCAN__WMAX); SELSCAN__TAKE(bv, SELSCAN__WMAX);
@@ -1268,7 +1267,7 @@ static int64_t selscan__bwd_T(int64_t N) {
 }
 
 typedef struct selscan__bscr {
-    float *ck, *hs, *ab, *accB, *accC, *dh, *A, *Bf, *Cf, *dA, *dBf, *dCf, *Dv, *bv, *dD, *db;
+    float *ck, *hs, *ab, *accB, *accC, *dh, *A, *A2, *Bf, *Cf, *dA, *dBf, *dCf, *Dv, *bv, *dD, *db;
     float *dt, *sp, *u, *dtu, *dy, *dy0, *z, *sg, *yc, *S, *sA, *du, *ddt, *dz, *Bb, *Cb, *tmp;
     int64_t T, ckstride; /* ckstride: floats of checkpoints per tile */
 } selscan__bscr;
@@ -1283,7 +1282,7 @@ static int64_t selscan__bscr_map(selscan__bscr *s, float *p, int64_t N, int64_t 
     SELSCAN__TAKE(ck, s->ckstride * (SELSCAN__CB / W));
     SELSCAN__TAKE(hs, selscan__r16((T + 1) * N * SELSCAN__WMAX));
     SELSCAN__TAKE(ab, TNW); SELSCAN__TAKE(accB, TNW); SELSCAN__TAKE(accC, TNW);
-    SELSCAN__TAKE(dh, CN); SELSCAN__TAKE(A, CN); SELSCAN__TAKE(Bf, CN); SELSCAN__TAKE(Cf, CN);
+    SELSCAN__TAKE(dh, CN); SELSCAN__TAKE(A, CN); SELSCAN__TAKE(A2, CN); SELSCAN__TAKE(Bf, CN); SELSCAN__TAKE(Cf, CN);
     SELSCAN__TAKE(dA, CN); SELSCAN__TAKE(dBf, CN); SELSCAN__TAKE(dCf, CN);
     SELSCAN__TAKE(Dv, SELSCAN__CB); SELSCAN__TAKE(bv, SELSCAN__CB); SELSCAN__TAKE(dD, SELSCAN__CB);
     SELSCAN__TAKE(db, SELSCAN__CB);
@@ -1348,19 +1347,18 @@ static ATTR SELSCAN__INLINE SELSCAN__VF selscan__vexp_##SFX(SELSCAN__VF x) {    
     return SELSCAN__VMUL(p, SELSCAN__VPOW2I(t)); /* k = -127: 0; k = 128: inf */                                                                          \
 }                                                                                                                                                         \
                                                                                                                                                           \
-/* exp for |x| <= 86 only (the caller checks its arguments): no clamps; 2^k by an integer add */                                                          \
-static ATTR SELSCAN__INLINE SELSCAN__VF selscan__vexpnc_##SFX(SELSCAN__VF x) {                                                                            \
-    SELSCAN__VF t, k, r, r2, p, q;                                                                                                                        \
-    t = SELSCAN__VFMA(x, SELSCAN__VSET1(1.44269504088896341f), SELSCAN__VSET1(12582912.0f));                                                              \
-    k = SELSCAN__VSUB(t, SELSCAN__VSET1(12582912.0f));                                                                                                    \
-    r = SELSCAN__VFMA(k, SELSCAN__VSET1(-0.693359375f), x);                                                                                               \
-    r = SELSCAN__VFMA(k, SELSCAN__VSET1(2.12194440e-4f), r);                                                                                              \
-    r2 = SELSCAN__VMUL(r, r);                                                                                                                             \
-    p = SELSCAN__VFMA(SELSCAN__VSET1(1.3814467e-3f), r, SELSCAN__VSET1(8.3687805e-3f));                                                                   \
-    p = SELSCAN__VFMA(p, r, SELSCAN__VSET1(4.1668394e-2f));                                                                                               \
-    q = SELSCAN__VFMA(SELSCAN__VSET1(1.6666520e-1f), r, SELSCAN__VSET1(0.49999993f));                                                                     \
-    p = SELSCAN__VFMA(p, r2, q);                                                                                                                          \
-    p = SELSCAN__VFMA(p, r2, SELSCAN__VADD(r, SELSCAN__VSET1(1.0f)));                                                                                     \
+/* 2^x for |x| <= 124 only (the caller checks its arguments; x = dt * A * log2(e) with A * log2(e)                                                        \
+   rounded once per tile, an error like that of rounding dt * A): no clamps, the exponent by an                                                           \
+   integer add, 2^f on |f| <= 1/2 by the degree-6 minimax polynomial (|rel err| 3e-9). */                                                                 \
+static ATTR SELSCAN__INLINE SELSCAN__VF selscan__vexp2nc_##SFX(SELSCAN__VF x) {                                                                           \
+    const SELSCAN__VF t = SELSCAN__VADD(x, SELSCAN__VSET1(12582912.0f));                                                                                  \
+    const SELSCAN__VF f = SELSCAN__VSUB(x, SELSCAN__VSUB(t, SELSCAN__VSET1(12582912.0f))); /* exact */                                                    \
+    const SELSCAN__VF f2 = SELSCAN__VMUL(f, f);                                                                                                           \
+    SELSCAN__VF p = SELSCAN__VFMA(SELSCAN__VSET1(1.532099249e-4f), f, SELSCAN__VSET1(1.339027457e-3f));                                                   \
+    SELSCAN__VF q = SELSCAN__VFMA(SELSCAN__VSET1(5.550362023e-2f), f, SELSCAN__VSET1(2.402264733e-1f));                                                   \
+    p = SELSCAN__VFMA(p, f, SELSCAN__VSET1(9.618527837e-3f));                                                                                             \
+    p = SELSCAN__VFMA(p, f2, q);                                                                                                                          \
+    p = SELSCAN__VFMA(p, f2, SELSCAN__VFMA(f, SELSCAN__VSET1(6.931471806e-1f), SELSCAN__VSET1(1.0f)));                                                    \
     return SELSCAN__VADDEXP(p, t);                                                                                                                        \
 }                                                                                                                                                         \
                                                                                                                                                           \
@@ -1437,7 +1435,7 @@ static ATTR int selscan__prep_##SFX(const selscan__prob *q, int64_t b, int64_t d
             else SELSCAN__VSTORE(z + t * W, SELSCAN__VMUL(zv, s));                                                                                        \
         }                                                                                                                                                 \
     }                                                                                                                                                     \
-    /* ok: every |dt * A| <= 86, so the chunk may use selscan__vexpnc */                                                                                  \
+    /* ok: every |dt * A| <= 86, so the chunk may use selscan__vexp2nc */                                                                                 \
     SELSCAN__VSTORE(fm, vm);                                                                                                                              \
     SELSCAN__VSTORE(fs, vs);                                                                                                                              \
     for (l = 0; l < W; l++)                                                                                                                               \
@@ -1447,7 +1445,7 @@ static ATTR int selscan__prep_##SFX(const selscan__prob *q, int64_t b, int64_t d
                                                                                                                                                           \
 /* Forward over one chunk: h ([N][W]) advanced nt steps; y[t] = sum_n C h (when wanty). */                                                                \
 static ATTR SELSCAN__INLINE void selscan__fwd_inner_##SFX(int64_t N, int nt, float *h, const float *A,                                                    \
-                                                          const float *dt, const float *dtu, float *y,                                                    \
+                                                          const float *A2, const float *dt, const float *dtu, float *y,                                   \
                                                           const float *Bp, int64_t bsn, int64_t bst,                                                      \
                                                           const float *Cp, int64_t csn, int64_t cst,                                                      \
                                                           const int fixB, const int fixC, const int wanty,                                                \
@@ -1460,10 +1458,10 @@ static ATTR SELSCAN__INLINE void selscan__fwd_inner_##SFX(int64_t N, int nt, flo
         SELSCAN__VF y0 = SELSCAN__VSET1(0.0f), y1 = SELSCAN__VSET1(0.0f);                                                                                 \
         const float *Bt = Bp + t * bst, *Ct = Cp + t * cst;                                                                                               \
         for (n = 0; n + 1 < N; n += 2) {                                                                                                                  \
-            const SELSCAN__VF x0 = SELSCAN__VMUL(vdt, SELSCAN__VLOAD(A + n * W));                                                                         \
-            const SELSCAN__VF x1 = SELSCAN__VMUL(vdt, SELSCAN__VLOAD(A + (n + 1) * W));                                                                   \
-            const SELSCAN__VF a0 = fast ? selscan__vexpnc_##SFX(x0) : selscan__vexp_##SFX(x0);                                                            \
-            const SELSCAN__VF a1 = fast ? selscan__vexpnc_##SFX(x1) : selscan__vexp_##SFX(x1);                                                            \
+            const SELSCAN__VF a0 = fast ? selscan__vexp2nc_##SFX(SELSCAN__VMUL(vdt, SELSCAN__VLOAD(A2 + n * W)))                                          \
+                                        : selscan__vexp_##SFX(SELSCAN__VMUL(vdt, SELSCAN__VLOAD(A + n * W)));                                             \
+            const SELSCAN__VF a1 = fast ? selscan__vexp2nc_##SFX(SELSCAN__VMUL(vdt, SELSCAN__VLOAD(A2 + (n + 1) * W)))                                    \
+                                        : selscan__vexp_##SFX(SELSCAN__VMUL(vdt, SELSCAN__VLOAD(A + (n + 1) * W)));                                       \
             const SELSCAN__VF b0 = fixB ? SELSCAN__VLOAD(Bp + n * W) : SELSCAN__VSET1(Bt[n * bsn]);                                                       \
             const SELSCAN__VF b1 = fixB ? SELSCAN__VLOAD(Bp + (n + 1) * W) : SELSCAN__VSET1(Bt[(n + 1) * bsn]);                                           \
             const SELSCAN__VF h0 = SELSCAN__VFMA(a0, SELSCAN__VLOAD(h + n * W), SELSCAN__VMUL(vdtu, b0));                                                 \
@@ -1476,8 +1474,8 @@ static ATTR SELSCAN__INLINE void selscan__fwd_inner_##SFX(int64_t N, int nt, flo
             }                                                                                                                                             \
         }                                                                                                                                                 \
         if (n < N) {                                                                                                                                      \
-            const SELSCAN__VF x0 = SELSCAN__VMUL(vdt, SELSCAN__VLOAD(A + n * W));                                                                         \
-            const SELSCAN__VF a0 = fast ? selscan__vexpnc_##SFX(x0) : selscan__vexp_##SFX(x0);                                                            \
+            const SELSCAN__VF a0 = fast ? selscan__vexp2nc_##SFX(SELSCAN__VMUL(vdt, SELSCAN__VLOAD(A2 + n * W)))                                          \
+                                        : selscan__vexp_##SFX(SELSCAN__VMUL(vdt, SELSCAN__VLOAD(A + n * W)));                                             \
             const SELSCAN__VF b0 = fixB ? SELSCAN__VLOAD(Bp + n * W) : SELSCAN__VSET1(Bt[n * bsn]);                                                       \
             const SELSCAN__VF h0 = SELSCAN__VFMA(a0, SELSCAN__VLOAD(h + n * W), SELSCAN__VMUL(vdtu, b0));                                                 \
             SELSCAN__VSTORE(h + n * W, h0);                                                                                                               \
@@ -1487,31 +1485,31 @@ static ATTR SELSCAN__INLINE void selscan__fwd_inner_##SFX(int64_t N, int nt, flo
     }                                                                                                                                                     \
 }                                                                                                                                                         \
                                                                                                                                                           \
-static ATTR void selscan__fwd_chunk_##SFX(int64_t N, int nt, float *h, const float *A, const float *dt,                                                   \
+static ATTR void selscan__fwd_chunk_##SFX(int64_t N, int nt, float *h, const float *A, const float *A2, const float *dt,                                  \
                                           const float *dtu, float *y, const float *Bp, int64_t bsn, int64_t bst,                                          \
                                           const float *Cp, int64_t csn, int64_t cst, int fixB, int fixC, int wanty,                                       \
                                           int fast) {                                                                                                     \
     if (fast) {                                                                                                                                           \
         if (!wanty) {                                                                                                                                     \
-            if (fixB) selscan__fwd_inner_##SFX(N, nt, h, A, dt, dtu, y, Bp, bsn, bst, Cp, csn, cst, 1, 0, 0, 1);                                          \
-            else selscan__fwd_inner_##SFX(N, nt, h, A, dt, dtu, y, Bp, bsn, bst, Cp, csn, cst, 0, 0, 0, 1);                                               \
+            if (fixB) selscan__fwd_inner_##SFX(N, nt, h, A, A2, dt, dtu, y, Bp, bsn, bst, Cp, csn, cst, 1, 0, 0, 1);                                      \
+            else selscan__fwd_inner_##SFX(N, nt, h, A, A2, dt, dtu, y, Bp, bsn, bst, Cp, csn, cst, 0, 0, 0, 1);                                           \
         } else if (fixB) {                                                                                                                                \
-            if (fixC) selscan__fwd_inner_##SFX(N, nt, h, A, dt, dtu, y, Bp, bsn, bst, Cp, csn, cst, 1, 1, 1, 1);                                          \
-            else selscan__fwd_inner_##SFX(N, nt, h, A, dt, dtu, y, Bp, bsn, bst, Cp, csn, cst, 1, 0, 1, 1);                                               \
+            if (fixC) selscan__fwd_inner_##SFX(N, nt, h, A, A2, dt, dtu, y, Bp, bsn, bst, Cp, csn, cst, 1, 1, 1, 1);                                      \
+            else selscan__fwd_inner_##SFX(N, nt, h, A, A2, dt, dtu, y, Bp, bsn, bst, Cp, csn, cst, 1, 0, 1, 1);                                           \
         } else {                                                                                                                                          \
-            if (fixC) selscan__fwd_inner_##SFX(N, nt, h, A, dt, dtu, y, Bp, bsn, bst, Cp, csn, cst, 0, 1, 1, 1);                                          \
-            else selscan__fwd_inner_##SFX(N, nt, h, A, dt, dtu, y, Bp, bsn, bst, Cp, csn, cst, 0, 0, 1, 1);                                               \
+            if (fixC) selscan__fwd_inner_##SFX(N, nt, h, A, A2, dt, dtu, y, Bp, bsn, bst, Cp, csn, cst, 0, 1, 1, 1);                                      \
+            else selscan__fwd_inner_##SFX(N, nt, h, A, A2, dt, dtu, y, Bp, bsn, bst, Cp, csn, cst, 0, 0, 1, 1);                                           \
         }                                                                                                                                                 \
     } else {                                                                                                                                              \
         if (!wanty) {                                                                                                                                     \
-            if (fixB) selscan__fwd_inner_##SFX(N, nt, h, A, dt, dtu, y, Bp, bsn, bst, Cp, csn, cst, 1, 0, 0, 0);                                          \
-            else selscan__fwd_inner_##SFX(N, nt, h, A, dt, dtu, y, Bp, bsn, bst, Cp, csn, cst, 0, 0, 0, 0);                                               \
+            if (fixB) selscan__fwd_inner_##SFX(N, nt, h, A, A2, dt, dtu, y, Bp, bsn, bst, Cp, csn, cst, 1, 0, 0, 0);                                      \
+            else selscan__fwd_inner_##SFX(N, nt, h, A, A2, dt, dtu, y, Bp, bsn, bst, Cp, csn, cst, 0, 0, 0, 0);                                           \
         } else if (fixB) {                                                                                                                                \
-            if (fixC) selscan__fwd_inner_##SFX(N, nt, h, A, dt, dtu, y, Bp, bsn, bst, Cp, csn, cst, 1, 1, 1, 0);                                          \
-            else selscan__fwd_inner_##SFX(N, nt, h, A, dt, dtu, y, Bp, bsn, bst, Cp, csn, cst, 1, 0, 1, 0);                                               \
+            if (fixC) selscan__fwd_inner_##SFX(N, nt, h, A, A2, dt, dtu, y, Bp, bsn, bst, Cp, csn, cst, 1, 1, 1, 0);                                      \
+            else selscan__fwd_inner_##SFX(N, nt, h, A, A2, dt, dtu, y, Bp, bsn, bst, Cp, csn, cst, 1, 0, 1, 0);                                           \
         } else {                                                                                                                                          \
-            if (fixC) selscan__fwd_inner_##SFX(N, nt, h, A, dt, dtu, y, Bp, bsn, bst, Cp, csn, cst, 0, 1, 1, 0);                                          \
-            else selscan__fwd_inner_##SFX(N, nt, h, A, dt, dtu, y, Bp, bsn, bst, Cp, csn, cst, 0, 0, 1, 0);                                               \
+            if (fixC) selscan__fwd_inner_##SFX(N, nt, h, A, A2, dt, dtu, y, Bp, bsn, bst, Cp, csn, cst, 0, 1, 1, 0);                                      \
+            else selscan__fwd_inner_##SFX(N, nt, h, A, A2, dt, dtu, y, Bp, bsn, bst, Cp, csn, cst, 0, 0, 1, 0);                                           \
         }                                                                                                                                                 \
     }                                                                                                                                                     \
 }                                                                                                                                                         \
@@ -1523,7 +1521,7 @@ static ATTR void selscan__fwd_tile_##SFX(const selscan__prob *q, int64_t b, int6
     const int64_t N = q->N;                                                                                                                               \
     int64_t k, c0;                                                                                                                                        \
     int t;                                                                                                                                                \
-    const float lim = 86.0f / selscan__tile_params(q, d0, nl, W, s->A, s->Bf, s->Cf, s->Dv, s->bv);                                                       \
+    const float lim = 86.0f / selscan__tile_params(q, d0, nl, W, s->A, s->A2, s->Bf, s->Cf, s->Dv, s->bv);                                                \
     for (k = 0; k < selscan__nseg(q); k++) {                                                                                                              \
         int64_t t0, t1, row;                                                                                                                              \
         selscan__seg(q, b, k, &t0, &t1, &row);                                                                                                            \
@@ -1536,7 +1534,7 @@ static ATTR void selscan__fwd_tile_##SFX(const selscan__prob *q, int64_t b, int6
             const SELSCAN__VF Dv = SELSCAN__VLOAD(s->Dv);                                                                                                 \
             const int fast = selscan__prep_##SFX(q, b, d0, nl, c0, nt, s->bv, s->dt, s->dtu, s->u, s->z, NULL, NULL,                                      \
                                                  s->tmp, lim);                                                                                            \
-            selscan__fwd_chunk_##SFX(N, nt, s->h, s->A, s->dt, s->dtu, s->y, Bp, bsn, bst, Cp, csn, cst, q->fixB,                                         \
+            selscan__fwd_chunk_##SFX(N, nt, s->h, s->A, s->A2, s->dt, s->dtu, s->y, Bp, bsn, bst, Cp, csn, cst, q->fixB,                                  \
                                      q->fixC, 1, fast);                                                                                                   \
             for (t = 0; t < nt; t++) {                                                                                                                    \
                 SELSCAN__VF y = SELSCAN__VFMA(Dv, SELSCAN__VLOAD(s->u + t * W), SELSCAN__VLOAD(s->y + t * W));                                            \
@@ -1551,6 +1549,7 @@ static ATTR void selscan__fwd_tile_##SFX(const selscan__prob *q, int64_t b, int6
                                                                                                                                                           \
 /* Recompute one chunk from hs[0]: hs[t + 1] = state after step t, ab[t] = exp(dt A). */                                                                  \
 static ATTR SELSCAN__INLINE void selscan__rec_inner_##SFX(int64_t N, int nt, float *hs, float *ab, const float *A,                                        \
+                                                          const float *A2,                                                                                \
                                                           const float *dt, const float *dtu, const float *Bp,                                             \
                                                           int64_t bsn, int64_t bst, const int fixB,                                                       \
                                                           const int fast) {                                                                               \
@@ -1563,8 +1562,8 @@ static ATTR SELSCAN__INLINE void selscan__rec_inner_##SFX(int64_t N, int nt, flo
         const float *Bt = Bp + t * bst, *hp = hs + t * NW;                                                                                                \
         float *hn = hs + (t + 1) * NW, *at = ab + t * NW;                                                                                                 \
         for (n = 0; n < N; n++) {                                                                                                                         \
-            const SELSCAN__VF x = SELSCAN__VMUL(vdt, SELSCAN__VLOAD(A + n * W));                                                                          \
-            const SELSCAN__VF a = fast ? selscan__vexpnc_##SFX(x) : selscan__vexp_##SFX(x);                                                               \
+            const SELSCAN__VF a = fast ? selscan__vexp2nc_##SFX(SELSCAN__VMUL(vdt, SELSCAN__VLOAD(A2 + n * W)))                                           \
+                                       : selscan__vexp_##SFX(SELSCAN__VMUL(vdt, SELSCAN__VLOAD(A + n * W)));                                              \
             const SELSCAN__VF bb = fixB ? SELSCAN__VLOAD(Bp + n * W) : SELSCAN__VSET1(Bt[n * bsn]);                                                       \
             SELSCAN__VSTORE(at + n * W, a);                                                                                                               \
             SELSCAN__VSTORE(hn + n * W, SELSCAN__VFMA(a, SELSCAN__VLOAD(hp + n * W), SELSCAN__VMUL(vdtu, bb)));                                           \
@@ -1642,16 +1641,17 @@ static ATTR SELSCAN__INLINE void selscan__bwd_inner_##SFX(int64_t N, int nt, con
 }                                                                                                                                                         \
                                                                                                                                                           \
 static ATTR void selscan__bwd_chunk_##SFX(int64_t N, int nt, float *hs, float *ab, float *dh, const float *A,                                             \
+                                          const float *A2,                                                                                                \
                                           const float *dt, const float *dtu, const float *dy0, float *yc, float *Sv,                                      \
                                           float *sAv, float *accB, float *accC, float *dA, float *dBf, float *dCf,                                        \
                                           const float *Bp, int64_t bsn, int64_t bst, const float *Cp, int64_t csn,                                        \
                                           int64_t cst, int fixB, int fixC, int fast) {                                                                    \
     if (fast) {                                                                                                                                           \
-        if (fixB) selscan__rec_inner_##SFX(N, nt, hs, ab, A, dt, dtu, Bp, bsn, bst, 1, 1);                                                                \
-        else selscan__rec_inner_##SFX(N, nt, hs, ab, A, dt, dtu, Bp, bsn, bst, 0, 1);                                                                     \
+        if (fixB) selscan__rec_inner_##SFX(N, nt, hs, ab, A, A2, dt, dtu, Bp, bsn, bst, 1, 1);                                                            \
+        else selscan__rec_inner_##SFX(N, nt, hs, ab, A, A2, dt, dtu, Bp, bsn, bst, 0, 1);                                                                 \
     } else {                                                                                                                                              \
-        if (fixB) selscan__rec_inner_##SFX(N, nt, hs, ab, A, dt, dtu, Bp, bsn, bst, 1, 0);                                                                \
-        else selscan__rec_inner_##SFX(N, nt, hs, ab, A, dt, dtu, Bp, bsn, bst, 0, 0);                                                                     \
+        if (fixB) selscan__rec_inner_##SFX(N, nt, hs, ab, A, A2, dt, dtu, Bp, bsn, bst, 1, 0);                                                            \
+        else selscan__rec_inner_##SFX(N, nt, hs, ab, A, A2, dt, dtu, Bp, bsn, bst, 0, 0);                                                                 \
     }                                                                                                                                                     \
     if (fixB) {                                                                                                                                           \
         if (fixC) selscan__bwd_inner_##SFX(N, nt, hs, ab, dh, A, dt, dtu, dy0, yc, Sv, sAv, accB, accC, dA, dBf, dCf, Bp, bsn, bst, Cp, csn, cst, 1, 1);  \
@@ -1678,8 +1678,8 @@ static ATTR void selscan__bwd_block_##SFX(const selscan__prob *q, const selscan_
     memset(s->db, 0, SELSCAN__CAST(size_t, nbt * W) * 4);                                                                                                 \
     for (j = 0; j < nbt; j++) {                                                                                                                           \
         const int nl = nch - j * W < W ? nch - j * W : W;                                                                                                 \
-        lim[j] = 86.0f / selscan__tile_params(q, c0 + j * W, nl, W, s->A + j * NW, s->Bf + j * NW, s->Cf + j * NW,                                        \
-                                              s->Dv + j * W, s->bv + j * W);                                                                              \
+        lim[j] = 86.0f / selscan__tile_params(q, c0 + j * W, nl, W, s->A + j * NW, s->A2 + j * NW, s->Bf + j * NW,                                        \
+                                              s->Cf + j * NW, s->Dv + j * W, s->bv + j * W);                                                              \
     }                                                                                                                                                     \
     for (k = 0; k < selscan__nseg(q); k++) {                                                                                                              \
         int64_t t0, t1, row, nck;                                                                                                                         \
@@ -1700,7 +1700,7 @@ static ATTR void selscan__bwd_block_##SFX(const selscan__prob *q, const selscan_
                 memcpy(ck + (c + 1) * NW, ck + c * NW, SELSCAN__CAST(size_t, NW) * 4);                                                                    \
                 fast = selscan__prep_##SFX(q, b, d0, nl, cs, nt, s->bv + j * W, s->dt, s->dtu, s->u, NULL, NULL, NULL,                                    \
                                            s->tmp, lim[j]);                                                                                               \
-                selscan__fwd_chunk_##SFX(N, nt, ck + (c + 1) * NW, s->A + j * NW, s->dt, s->dtu, s->yc, Bp, bsn, bst,                                     \
+                selscan__fwd_chunk_##SFX(N, nt, ck + (c + 1) * NW, s->A + j * NW, s->A2 + j * NW, s->dt, s->dtu, s->yc, Bp, bsn, bst,                     \
                                          Bp, bsn, bst, q->fixB, 0, 0, fast);                                                                              \
             }                                                                                                                                             \
             selscan__state_in(&r->dhlast, row, d0, nl, W, N, s->dh + j * NW);                                                                             \
@@ -1728,7 +1728,7 @@ static ATTR void selscan__bwd_block_##SFX(const selscan__prob *q, const selscan_
                     SELSCAN__VSTORE(s->dy0 + t * W, dy0);                                                                                                 \
                 }                                                                                                                                         \
                 memcpy(s->hs, s->ck + j * s->ckstride + c * NW, SELSCAN__CAST(size_t, NW) * 4);                                                           \
-                selscan__bwd_chunk_##SFX(N, nt, s->hs, s->ab, s->dh + j * NW, s->A + j * NW, s->dt, s->dtu, s->dy0,                                       \
+                selscan__bwd_chunk_##SFX(N, nt, s->hs, s->ab, s->dh + j * NW, s->A + j * NW, s->A2 + j * NW, s->dt, s->dtu, s->dy0,                       \
                                          s->yc, s->S, s->sA, s->accB, s->accC, s->dA + j * NW, s->dBf + j * NW,                                           \
                                          s->dCf + j * NW, Bp, bsn, bst, Cp, csn, cst, q->fixB, q->fixC, fast);                                            \
                 for (t = nt - 1; t >= 0; t--) {                                                                                                           \
