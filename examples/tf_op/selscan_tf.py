@@ -174,13 +174,29 @@ def _selscan_forward_grad(op, dy, dh_last):
     ]
 
 
+def _no_autocast_kwargs():
+    """Keras 3 autocasts variables to the compute dtype inside call() under a mixed-precision
+    policy; the op takes A, D and delta_bias in float32, so keep them float32 (no bf16 rounding)."""
+    import inspect
+
+    try:
+        params = inspect.signature(tf.keras.layers.Layer.add_weight).parameters
+    except (TypeError, ValueError):
+        return {}
+    return {"autocast": False} if "autocast" in params else {}
+
+
+_NO_AUTOCAST = _no_autocast_kwargs()
+
+
 class SelectiveScan(tf.keras.layers.Layer):
     """The S6 core of a Mamba block, holding its own A_log (dim, N), D (dim) and delta_bias (dim).
 
     call(u, delta, B, C, z=None, h0=None) with the shapes of selective_scan (layout given at
     construction). A = -exp(A_log) (Mamba's S4D-real initialization A_log[d, n] = log(n + 1)),
     D = 1, delta_bias = softplus^-1 of dt drawn log-uniformly from [dt_min, dt_max], softplus
-    applied to delta + delta_bias. The op has no XLA kernel, so supports_jit is False (Keras then
+    applied to delta + delta_bias. The weights stay float32 under a mixed-precision policy (u,
+    delta, B, C, z then arrive in the compute dtype, e.g. bfloat16). The op has no XLA kernel, so supports_jit is False (Keras then
     does not jit-compile a model containing this layer).
     """
 
@@ -199,8 +215,9 @@ class SelectiveScan(tf.keras.layers.Layer):
             initializer=lambda shape, dtype=None: tf.math.log(
                 tf.tile(tf.range(1, n + 1, dtype=tf.float32)[None, :], [dim, 1])
             ),
+            **_NO_AUTOCAST,
         )
-        self.D = self.add_weight(name="D", shape=(dim,), dtype="float32", initializer="ones")
+        self.D = self.add_weight(name="D", shape=(dim,), dtype="float32", initializer="ones", **_NO_AUTOCAST)
         lo, hi = self.dt_min, self.dt_max
 
         def dt_bias_init(shape, dtype=None):
@@ -209,7 +226,9 @@ class SelectiveScan(tf.keras.layers.Layer):
             dt = tf.exp(tf.random.uniform(shape, math.log(lo), math.log(hi)))
             return dt + tf.math.log(-tf.math.expm1(-dt))  # inverse of softplus
 
-        self.delta_bias = self.add_weight(name="delta_bias", shape=(dim,), dtype="float32", initializer=dt_bias_init)
+        self.delta_bias = self.add_weight(
+            name="delta_bias", shape=(dim,), dtype="float32", initializer=dt_bias_init, **_NO_AUTOCAST
+        )
         self.built = True
 
     def call(self, u, delta, B, C, z=None, h0=None):

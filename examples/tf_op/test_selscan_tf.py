@@ -553,6 +553,33 @@ def test_keras_layer():
     assert model.jit_compile is False, "a model with SelectiveScan must not be jit-compiled"
     assert all(np.isfinite(hist.history["loss"])), hist.history
 
+    # functional API (symbolic Keras tensors go through the op's shape function)
+    ins = [keras.Input((L, dim)), keras.Input((L, dim)), keras.Input((L, N)), keras.Input((L, N))]
+    fmodel = keras.Model(ins, SelectiveScan(dim, d_state=N)(*ins))
+    fmodel.compile(optimizer="adam", loss="mse")
+    hist = fmodel.fit([u, delta, B, C], target, batch_size=batch, epochs=1, verbose=0)
+    assert all(np.isfinite(hist.history["loss"])), hist.history
+
+    # mixed precision: bfloat16 compute, float32 weights that reach the op unrounded
+    old_policy = keras.mixed_precision.global_policy()
+    try:
+        keras.mixed_precision.set_global_policy("mixed_bfloat16")
+        mlayer = SelectiveScan(dim, d_state=N)
+        with tf.GradientTape() as tape:
+            out = mlayer(u, delta, B, C)
+            loss = tf.reduce_mean(tf.cast(out, tf.float32) ** 2)
+        assert out.dtype == tf.bfloat16, out.dtype
+        assert all(w.dtype == "float32" for w in mlayer.weights)
+        grads = tape.gradient(loss, mlayer.trainable_weights)
+        assert all(g is not None and g.dtype == tf.float32 and np.all(np.isfinite(g.numpy())) for g in grads)
+        ref = selective_scan(tf.cast(u, tf.bfloat16), tf.cast(delta, tf.bfloat16), -tf.exp(mlayer.A_log),
+                             tf.cast(B, tf.bfloat16), tf.cast(C, tf.bfloat16), D=mlayer.D,
+                             delta_bias=mlayer.delta_bias, delta_softplus=True)
+        assert np.array_equal(tf.cast(out, tf.float32).numpy(), tf.cast(ref, tf.float32).numpy()), \
+            "mixed-precision layer differs from the op on float32 weights"
+    finally:
+        keras.mixed_precision.set_global_policy(old_policy)
+
 
 TESTS = [v for k, v in list(globals().items()) if k.startswith("test_") and callable(v)]
 
