@@ -1956,18 +1956,21 @@ static SELSCAN__T_AVX2 SELSCAN__INLINE void selscan__tr8_avx2(__m256 *r) {
 static SELSCAN__T_AVX2 void selscan__load_tile_avx2(float *dst, const selscan__ten *x, int64_t b, int64_t d0, int nl,
                                                    int W, int64_t t0, int nt, float *tmp) {
     const int64_t off = b * x->s[0] + d0 * x->s[1] + t0 * x->s[2];
-    int t = 0, l;
-    if (nl == 8 && x->s[1] == 1) {
-        for (; t < nt; t++) _mm256_storeu_ps(dst + t * 8, selscan__ld8_avx2(x->data, off + t * x->s[2], x->dt));
+    int t = 0, l, g;
+    if (nl == W && W % 8 == 0 && x->s[1] == 1) {
+        for (; t < nt; t++)
+            for (g = 0; g < W; g += 8)
+                _mm256_storeu_ps(dst + t * W + g, selscan__ld8_avx2(x->data, off + t * x->s[2] + g, x->dt));
         return;
     }
-    if (nl == 8 && x->s[2] == 1) {
+    if (nl == W && W % 8 == 0 && x->s[2] == 1) {
         __m256 r[8];
-        for (; t + 8 <= nt; t += 8) {
-            for (l = 0; l < 8; l++) r[l] = selscan__ld8_avx2(x->data, off + l * x->s[1] + t, x->dt);
-            selscan__tr8_avx2(r);
-            for (l = 0; l < 8; l++) _mm256_storeu_ps(dst + (t + l) * 8, r[l]);
-        }
+        for (; t + 8 <= nt; t += 8)
+            for (g = 0; g < W; g += 8) {
+                for (l = 0; l < 8; l++) r[l] = selscan__ld8_avx2(x->data, off + (g + l) * x->s[1] + t, x->dt);
+                selscan__tr8_avx2(r);
+                for (l = 0; l < 8; l++) _mm256_storeu_ps(dst + (t + l) * W + g, r[l]);
+            }
     }
     if (t < nt) selscan__load_tile(dst + t * W, x, b, d0, nl, W, t0 + t, nt - t, tmp);
 }
@@ -1975,18 +1978,21 @@ static SELSCAN__T_AVX2 void selscan__load_tile_avx2(float *dst, const selscan__t
 static SELSCAN__T_AVX2 void selscan__store_tile_avx2(const float *src, const selscan__ten *x, int64_t b, int64_t d0,
                                                     int nl, int W, int64_t t0, int nt, float *tmp) {
     const int64_t off = b * x->s[0] + d0 * x->s[1] + t0 * x->s[2];
-    int t = 0, l;
-    if (nl == 8 && x->s[1] == 1) {
-        for (; t < nt; t++) selscan__st8_avx2(x->data, off + t * x->s[2], x->dt, _mm256_loadu_ps(src + t * 8));
+    int t = 0, l, g;
+    if (nl == W && W % 8 == 0 && x->s[1] == 1) {
+        for (; t < nt; t++)
+            for (g = 0; g < W; g += 8)
+                selscan__st8_avx2(x->data, off + t * x->s[2] + g, x->dt, _mm256_loadu_ps(src + t * W + g));
         return;
     }
-    if (nl == 8 && x->s[2] == 1) {
+    if (nl == W && W % 8 == 0 && x->s[2] == 1) {
         __m256 r[8];
-        for (; t + 8 <= nt; t += 8) {
-            for (l = 0; l < 8; l++) r[l] = _mm256_loadu_ps(src + (t + l) * 8);
-            selscan__tr8_avx2(r);
-            for (l = 0; l < 8; l++) selscan__st8_avx2(x->data, off + l * x->s[1] + t, x->dt, r[l]);
-        }
+        for (; t + 8 <= nt; t += 8)
+            for (g = 0; g < W; g += 8) {
+                for (l = 0; l < 8; l++) r[l] = _mm256_loadu_ps(src + (t + l) * W + g);
+                selscan__tr8_avx2(r);
+                for (l = 0; l < 8; l++) selscan__st8_avx2(x->data, off + (g + l) * x->s[1] + t, x->dt, r[l]);
+            }
     }
     if (t < nt) selscan__store_tile(src + t * W, x, b, d0, nl, W, t0 + t, nt - t, tmp);
 }
@@ -2052,8 +2058,8 @@ static SELSCAN__T_AVX512 SELSCAN__INLINE float selscan__hsum_avx512(__m512 v) {
 #define SELSCAN__VPOW2I(t)                                                                                     \
     _mm512_castsi512_ps(_mm512_add_epi32(_mm512_maskz_slli_epi32(0xffff, _mm512_castps_si512(t), 23), _mm512_set1_epi32(127 << 23)))
 #define SELSCAN__VHSUM(v) selscan__hsum_avx512(v)
-#define SELSCAN__LOADTILE selscan__load_tile
-#define SELSCAN__STORETILE selscan__store_tile
+#define SELSCAN__LOADTILE selscan__load_tile_avx2 /* AVX-512F CPUs have AVX2 */
+#define SELSCAN__STORETILE selscan__store_tile_avx2
 #define SELSCAN__VADDEXP(p, t) _mm512_castsi512_ps(_mm512_add_epi32(_mm512_castps_si512(p), _mm512_maskz_slli_epi32(0xffff, _mm512_castps_si512(t), 23)))
 SELSCAN__KERNELS(avx512, SELSCAN__T_AVX512)
 #undef SELSCAN__VF
