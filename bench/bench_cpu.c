@@ -1,0 +1,205 @@
+/* bench_cpu: the fast CPU path (1 thread and all threads, pthreads over the part API) against the
+   scalar reference (1 thread), forward and backward, f32 and bf16, on the cases of DESIGN.md
+   section 5 and small ones. Prints a table: best-of-k wall times in ms, ratios, element rate
+   (batch*dim*L*N per second).
+   Usage: bench_cpu [threads] [case-filter]. SELSCAN_BENCH_QUICK=1: fewer repetitions. */
+#define _POSIX_C_SOURCE 200809L
+#define SELSCAN_IMPLEMENTATION
+#include "../selscan.h"
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+typedef struct bcase {
+    const char *name;
+    int64_t batch, dim, L, N;
+    int D, z, bias;
+    int ref_reps; /* 0: skip the reference (too slow) */
+    const char *note;
+} bcase;
+
+static const bcase cases[] = {
+    {"ggml-peer", 1, 1536, 1024, 16, 0, 0, 0, 1, "ggml's options: softplus, no D, no z"},
+    {"lm-prefill", 1, 1536, 1024, 16, 1, 1, 1, 1, ""},
+    {"lm-train/8", 8, 3072, 256, 16, 1, 1, 1, 1, "L shortened 2048 -> 256"},
+    {"vision-s3", 128, 256, 196, 8, 1, 0, 1, 1, ""},
+    {"vision-s4", 128, 512, 49, 8, 1, 0, 1, 1, ""},
+    {"small", 2, 64, 128, 16, 1, 1, 1, 3, ""},
+    {"decode-like", 1, 2048, 16, 16, 1, 1, 1, 3, ""},
+    {"N=64", 1, 512, 256, 64, 1, 1, 1, 1, ""},
+};
+
+static double now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static float frand(uint64_t *s, float lo, float hi) {
+    *s = *s * 6364136223846793005ull + 1442695040888963407ull;
+    return lo + (hi - lo) * (float)((*s >> 40) & 0xffffff) / 16777216.0f;
+}
+
+static void *fill(size_t n, selscan_dtype dt, uint64_t *seed, float lo, float hi) {
+    size_t i, es = dt == SELSCAN_F32 ? 4 : 2;
+    void *p = NULL;
+    if (posix_memalign(&p, 64, n > 0 ? n * es : 64)) abort();
+    for (i = 0; i < n; i++) {
+        float v = frand(seed, lo, hi);
+        if (dt == SELSCAN_F32) ((float *)p)[i] = v;
+        else if (dt == SELSCAN_BF16) ((uint16_t *)p)[i] = selscan_f32_to_bf16(v);
+        else ((uint16_t *)p)[i] = selscan_f32_to_f16(v);
+    }
+    return p;
+}
+
+typedef struct job {
+    int kind; /* 0 fwd part, 1 bwd part, 2 reduce */
+    const selscan_problem *p;
+    const selscan_grads *g;
+    int64_t part, n;
+    void *ws;
+    size_t bytes;
+    selscan_status st;
+} job;
+
+static void *run_job(void *a) {
+    job *j = (job *)a;
+    if (j->kind == 0) j->st = selscan_forward_cpu_part(j->p, j->part, j->n, j->ws, j->bytes);
+    else if (j->kind == 1) j->st = selscan_backward_cpu_part(j->p, j->g, j->part, j->n, j->ws, j->bytes);
+    else j->st = selscan_backward_cpu_reduce(j->p, j->g, j->part, j->n, j->ws, j->bytes);
+    return NULL;
+}
+
+static int run_phase(int kind, const selscan_problem *p, const selscan_grads *g, int64_t n, void *ws, size_t bytes) {
+    pthread_t th[64];
+    job jobs[64];
+    int64_t i;
+    for (i = 0; i < n; i++) {
+        jobs[i].kind = kind; jobs[i].p = p; jobs[i].g = g; jobs[i].part = i; jobs[i].n = n;
+        jobs[i].ws = ws; jobs[i].bytes = bytes;
+    }
+    for (i = 1; i < n; i++) pthread_create(&th[i], NULL, run_job, &jobs[i]);
+    run_job(&jobs[0]);
+    for (i = 1; i < n; i++) pthread_join(th[i], NULL);
+    for (i = 0; i < n; i++)
+        if (jobs[i].st != SELSCAN_OK) {
+            fprintf(stderr, "error: %s\n", selscan_status_string(jobs[i].st));
+            return 0;
+        }
+    return 1;
+}
+
+/* mode: 0 fast on n threads, 1 reference */
+static double time_fwd(const selscan_problem *p, int mode, int64_t n, int reps) {
+    size_t bytes;
+    void *ws = NULL;
+    double best = 1e30;
+    int r;
+    if (mode == 1) selscan_workspace_size(p, NULL, &bytes);
+    else selscan_workspace_size_parts(p, NULL, n, &bytes);
+    if (posix_memalign(&ws, 64, bytes ? bytes : 64)) abort();
+    for (r = 0; r < reps; r++) {
+        double t0 = now(), t;
+        if (mode == 1) selscan_forward_ref(p, ws, bytes);
+        else run_phase(0, p, NULL, n, ws, bytes);
+        t = now() - t0;
+        if (t < best) best = t;
+    }
+    free(ws);
+    return best;
+}
+
+static double time_bwd(const selscan_problem *p, const selscan_grads *g, int mode, int64_t n, int reps) {
+    size_t bytes;
+    void *ws = NULL;
+    double best = 1e30;
+    int r;
+    if (mode == 1) selscan_workspace_size(p, g, &bytes);
+    else selscan_workspace_size_parts(p, g, n, &bytes);
+    if (posix_memalign(&ws, 64, bytes ? bytes : 64)) abort();
+    for (r = 0; r < reps; r++) {
+        double t0 = now(), t;
+        if (mode == 1) selscan_backward_ref(p, g, ws, bytes);
+        else { run_phase(1, p, g, n, ws, bytes); run_phase(2, p, g, n, ws, bytes); }
+        t = now() - t0;
+        if (t < best) best = t;
+    }
+    free(ws);
+    return best;
+}
+
+int main(int argc, char **argv) {
+    const int64_t nthr = argc > 1 ? atoi(argv[1]) : sysconf(_SC_NPROCESSORS_ONLN);
+    const char *filter = argc > 2 ? argv[2] : NULL;
+    const int quick = getenv("SELSCAN_BENCH_QUICK") && strcmp(getenv("SELSCAN_BENCH_QUICK"), "0");
+    const int only_fwd = getenv("SELSCAN_BENCH_FWD") && strcmp(getenv("SELSCAN_BENCH_FWD"), "0");
+    size_t c;
+    int d;
+    printf("selscan CPU benchmark: path %s, %lld threads; best of k runs; Melem/s = batch*dim*L*N / time\n",
+           selscan_cpu_backend(), (long long)nthr);
+    printf("%-12s %-5s %-4s %9s %9s %9s %8s %8s %10s %10s  %s\n", "case", "dtype", "pass", "ref 1t", "fast 1t",
+           "fast Nt", "ref/1t", "1t/Nt", "Melem/s 1t", "Melem/s Nt", "note");
+    for (c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        const bcase *k = &cases[c];
+        if (filter && !strstr(k->name, filter)) continue;
+        for (d = 0; d < 2; d++) {
+            const selscan_dtype dt = d ? SELSCAN_BF16 : SELSCAN_F32;
+            const size_t nx = (size_t)(k->batch * k->dim * k->L), nbc = (size_t)(k->batch * k->N * k->L);
+            const double elems = (double)k->batch * (double)k->dim * (double)k->L * (double)k->N;
+            const int reps = quick ? 1 : (elems > 5e8 ? 2 : elems > 5e7 ? 3 : 10);
+            uint64_t seed = 42;
+            selscan_problem p;
+            selscan_grads g;
+            double tr, t1, tn, br, b1, bn;
+            size_t i;
+            memset(&p, 0, sizeof p);
+            memset(&g, 0, sizeof g);
+            p.batch = k->batch; p.dim = k->dim; p.seqlen = k->L; p.dstate = k->N; p.dtype = dt;
+            p.flags = SELSCAN_DELTA_SOFTPLUS;
+            p.u.data = fill(nx, dt, &seed, -2, 2);
+            p.delta.data = fill(nx, dt, &seed, -4, 1);
+            p.A.data = fill((size_t)(k->dim * k->N), SELSCAN_F32, &seed, -4, -0.05f);
+            p.B.data = fill(nbc, dt, &seed, -1, 1);
+            p.C.data = fill(nbc, dt, &seed, -1, 1);
+            if (k->D) p.D.data = fill((size_t)k->dim, SELSCAN_F32, &seed, -1, 1);
+            if (k->z) p.z.data = fill(nx, dt, &seed, -3, 3);
+            if (k->bias) p.delta_bias.data = fill((size_t)k->dim, SELSCAN_F32, &seed, -1, 1);
+            p.y.data = fill(nx, dt, &seed, 0, 0);
+            g.dy.data = fill(nx, dt, &seed, -1, 1);
+            g.du.data = fill(nx, dt, &seed, 0, 0);
+            g.ddelta.data = fill(nx, dt, &seed, 0, 0);
+            g.dA.data = fill((size_t)(k->dim * k->N), SELSCAN_F32, &seed, 0, 0);
+            g.dB.data = fill(nbc, dt, &seed, 0, 0);
+            g.dC.data = fill(nbc, dt, &seed, 0, 0);
+            if (k->D) g.dD.data = fill((size_t)k->dim, SELSCAN_F32, &seed, 0, 0);
+            if (k->z) g.dz.data = fill(nx, dt, &seed, 0, 0);
+            if (k->bias) g.ddelta_bias.data = fill((size_t)k->dim, SELSCAN_F32, &seed, 0, 0);
+            tr = k->ref_reps ? time_fwd(&p, 1, 1, k->ref_reps) : 0;
+            t1 = time_fwd(&p, 0, 1, reps);
+            tn = time_fwd(&p, 0, nthr, reps);
+            printf("%-12s %-5s %-4s %9.2f %9.2f %9.2f %8.1f %8.2f %10.0f %10.0f  %s\n", k->name, d ? "bf16" : "f32", "fwd",
+                   tr * 1e3, t1 * 1e3, tn * 1e3, tr / t1, t1 / tn, elems / t1 * 1e-6, elems / tn * 1e-6, k->note);
+            fflush(stdout);
+            if (!only_fwd) {
+                br = k->ref_reps ? time_bwd(&p, &g, 1, 1, 1) : 0;
+                b1 = time_bwd(&p, &g, 0, 1, reps);
+                bn = time_bwd(&p, &g, 0, nthr, reps);
+                printf("%-12s %-5s %-4s %9.2f %9.2f %9.2f %8.1f %8.2f %10.0f %10.0f  bwd/fwd %.2f (1t)\n", k->name,
+                       d ? "bf16" : "f32", "bwd", br * 1e3, b1 * 1e3, bn * 1e3, br / b1, b1 / bn, elems / b1 * 1e-6,
+                       elems / bn * 1e-6, b1 / t1);
+                fflush(stdout);
+            }
+            {
+                void *ptrs[] = {p.u.data, p.delta.data, p.A.data, p.B.data, p.C.data, p.D.data, p.z.data,
+                                p.delta_bias.data, p.y.data, g.dy.data, g.du.data, g.ddelta.data, g.dA.data,
+                                g.dB.data, g.dC.data, g.dD.data, g.dz.data, g.ddelta_bias.data};
+                for (i = 0; i < sizeof ptrs / sizeof ptrs[0]; i++) free(ptrs[i]);
+            }
+        }
+    }
+    return 0;
+}
