@@ -100,6 +100,7 @@ SELSCAN_DEF selscan_status selscan_step_cuda_ex(const selscan_step_problem *s, c
 #include <cuda_runtime.h>
 #include <cuda_fp16.h>
 #include <cuda_bf16.h>
+#include <type_traits>
 
 namespace {
 
@@ -201,7 +202,7 @@ __device__ void seg_flags(const kparams &P, int64_t b, int64_t t, int *start, in
 
 size_t fwd_smem(int NT, int NPT, int CH) {
     const int NPAD = NT * NPT, TP = kTL + 1;
-    return (static_cast<size_t>(2 * kTL * NPAD + 3 * CH * TP + kThreads * TP) + 2 * kTL) * 4;
+    return (static_cast<size_t>(2 * kTL * NPAD + 3 * CH * TP + kThreads * TP) + 2 * kTL + 2) * 4;
 }
 
 template <typename T, int NPT, bool LOCAL>
@@ -216,6 +217,7 @@ __global__ void __launch_bounds__(kThreads) fwd_kernel(const kparams P) {
     float *s_y = s_u + CH * TP;
     int *s_seg = reinterpret_cast<int *>(s_y + kThreads * TP);
     int *s_end = s_seg + kTL;
+    int *s_spec = s_end + kTL;
 
     int64_t bid = blockIdx.x;
     const int64_t lc = bid % P.nlch; bid /= P.nlch;
@@ -279,35 +281,22 @@ __global__ void __launch_bounds__(kThreads) fwd_kernel(const kparams P) {
                 else { n = i % NPAD; tt = i / NPAD; }
                 s_C[tt * NPAD + n] = n < P.N && tt < tn ? ld<T>(P.C.p, b * P.C.s[0] + g * P.C.s[1] + n * P.C.s[2] + (tb + tt) * P.C.s[3]) : 0.0f;
             }
-        if (tid < kTL) {
+        if (tid < kTL) { /* warp 0: flags of each step, and whether a 16-step group has any */
             int s0 = -1, e0 = -1;
             if (tid < tn) seg_flags(P, b, tb + tid, &s0, &e0);
             s_seg[tid] = s0;
             s_end[tid] = e0;
+            const unsigned m = __ballot_sync(0xffffffffu, s0 >= 0 || e0 >= 0);
+            if (tid == 0) { s_spec[0] = (m & 0xffffu) != 0; s_spec[1] = (m >> 16) != 0; }
         }
         __syncthreads();
         if (active) {
-            for (int tt = 0; tt < tn; tt++) {
-                const int64_t t = tb + tt;
-                if (!LOCAL && P.ck && (t & P.ckmask) == 0) {
-#pragma unroll
-                    for (int k = 0; k < NPT; k++) {
-                        const int64_t n = j * NPT + k;
-                        if (n < P.N) P.ck[(bd * P.nck + (t >> P.ckshift)) * P.N + n] = h[k];
-                    }
-                }
-                const int sg = s_seg[tt];
-                if (sg >= 0) {
-#pragma unroll
-                    for (int k = 0; k < NPT; k++) {
-                        const int64_t n = j * NPT + k;
-                        h[k] = P.h0.p && n < P.N ? ldf(P.h0, sg * P.h0.s[0] + d * P.h0.s[1] + n * P.h0.s[2]) : 0.0f;
-                        pr[k] = 0.0f;
-                    }
-                }
+            /* one step: h <- exp(dt A) h + B dt u, y partial into s_y */
+            auto core = [&](int tt, auto varbc) {
+                constexpr bool VAR = decltype(varbc)::value; /* variable B and C, y wanted */
                 const float dt = s_dt[chl * TP + tt], dtu = s_dtu[chl * TP + tt];
                 float Bv[NPT], Cv[NPT];
-                if (P.fixB) {
+                if (!VAR && P.fixB) {
 #pragma unroll
                     for (int k = 0; k < NPT; k++) Bv[k] = Bf[k];
                 } else {
@@ -318,8 +307,8 @@ __global__ void __launch_bounds__(kThreads) fwd_kernel(const kparams P) {
                         Bv[4 * q] = v.x; Bv[4 * q + 1] = v.y; Bv[4 * q + 2] = v.z; Bv[4 * q + 3] = v.w;
                     }
                 }
-                if (!LOCAL && doy) {
-                    if (P.fixC) {
+                if (!LOCAL && (VAR || doy)) {
+                    if (!VAR && P.fixC) {
 #pragma unroll
                         for (int k = 0; k < NPT; k++) Cv[k] = Cf[k];
                     } else {
@@ -337,12 +326,44 @@ __global__ void __launch_bounds__(kThreads) fwd_kernel(const kparams P) {
                     const float a = ex2(dt * A2[k]);
                     h[k] = fmaf(a, h[k], Bv[k] * dtu);
                     if (LOCAL) pr[k] *= a;
-                    else if (doy) yp = fmaf(Cv[k], h[k], yp);
+                    else if (VAR || doy) yp = fmaf(Cv[k], h[k], yp);
                 }
-                if (!LOCAL) {
-                    if (doy) s_y[tid * TP + tt] = yp;
+                if (!LOCAL && (VAR || doy)) s_y[tid * TP + tt] = yp;
+            };
+            const bool varbc = !P.fixB && (LOCAL || (!P.fixC && doy));
+            for (int g16 = 0; g16 < tn; g16 += 16) {
+                const int64_t t16 = tb + g16;
+                /* checkpoint intervals are multiples of 16 and chunks start at multiples of 16 */
+                if (!LOCAL && P.ck && (t16 & P.ckmask) == 0) {
+#pragma unroll
+                    for (int k = 0; k < NPT; k++) {
+                        const int64_t n = j * NPT + k;
+                        if (n < P.N) P.ck[(bd * P.nck + (t16 >> P.ckshift)) * P.N + n] = h[k];
+                    }
+                }
+                if (g16 + 16 <= tn && !s_spec[g16 >> 4]) {
+                    if (varbc) {
+#pragma unroll
+                        for (int u = 0; u < 16; u++) core(g16 + u, std::true_type());
+                    } else {
+#pragma unroll
+                        for (int u = 0; u < 16; u++) core(g16 + u, std::false_type());
+                    }
+                    continue;
+                }
+                for (int tt = g16; tt < tn && tt < g16 + 16; tt++) {
+                    const int sg = s_seg[tt];
+                    if (sg >= 0) {
+#pragma unroll
+                        for (int k = 0; k < NPT; k++) {
+                            const int64_t n = j * NPT + k;
+                            h[k] = P.h0.p && n < P.N ? ldf(P.h0, sg * P.h0.s[0] + d * P.h0.s[1] + n * P.h0.s[2]) : 0.0f;
+                            pr[k] = 0.0f;
+                        }
+                    }
+                    core(tt, std::false_type());
                     const int en = s_end[tt];
-                    if (en >= 0 && P.hlast.p) {
+                    if (!LOCAL && en >= 0 && P.hlast.p) {
 #pragma unroll
                         for (int k = 0; k < NPT; k++) {
                             const int64_t n = j * NPT + k;
@@ -443,7 +464,7 @@ __host__ __device__ inline bwd_layout bwd_smem(int NT, int CH) {
     l.off_p2 = o; o += kThreads * l.SP;
     l.off_cD = o; o += CH * l.SP;
     l.off_cb = o; o += CH * l.SP;
-    l.off_seg = o; o += kSub;
+    l.off_seg = o; o += kSub + 1; /* + "any flag in the tile" */
     l.off_end = o; o += kSub;
     l.total = o * 4;
     return l;
@@ -476,6 +497,24 @@ __device__ __forceinline__ void warp_scatter(const float v[4], int NT, int tid, 
     float x = (m8 ? w1 : w0) + r;
     for (int m = 4; m >= NT; m >>= 1) x += __shfl_xor_sync(full, x, m);
     if ((lane & 7 & ~(NT - 1)) == 0) row[grp * NPAD + j * 4 + kb + (m8 ? 1 : 0)] = x;
+}
+
+/* warp_scatter with NT (2, 4 or 8) known at compile time: no branches. */
+template <int NTC>
+__device__ __forceinline__ void warp_scatter_c(const float v[4], int tid, int NPAD, float *row) {
+    const unsigned full = 0xffffffffu;
+    const int lane = tid & 31, grp = tid >> 5, j = lane & (NTC - 1);
+    const bool hi = (lane & 16) != 0;
+    const float r0 = __shfl_xor_sync(full, hi ? v[0] : v[2], 16);
+    const float r1 = __shfl_xor_sync(full, hi ? v[1] : v[3], 16);
+    const float w0 = (hi ? v[2] : v[0]) + r0, w1 = (hi ? v[3] : v[1]) + r1;
+    const int kb = hi ? 2 : 0;
+    const bool m8 = (lane & 8) != 0;
+    const float r = __shfl_xor_sync(full, m8 ? w0 : w1, 8);
+    float x = (m8 ? w1 : w0) + r;
+#pragma unroll
+    for (int m = 4; m >= NTC; m >>= 1) x += __shfl_xor_sync(full, x, m);
+    if ((lane & 7 & ~(NTC - 1)) == 0) row[grp * NPAD + j * 4 + kb + (m8 ? 1 : 0)] = x;
 }
 
 template <typename T>
@@ -568,11 +607,12 @@ __global__ void __launch_bounds__(kThreads) bwd_kernel(const kparams P) {
                 else { n = i % NPAD; tt = i / NPAD; }
                 s_C[tt * NPAD + n] = n < P.N && tt < tn ? ld<T>(P.C.p, b * P.C.s[0] + g * P.C.s[1] + n * P.C.s[2] + (ts + tt) * P.C.s[3]) : 0.0f;
             }
-        if (tid < kSub) {
+        if (tid < 32) {
             int s0 = -1, e0 = -1;
             if (tid < tn) seg_flags(P, b, ts + tid, &s0, &e0);
-            s_seg[tid] = s0;
-            s_end[tid] = e0;
+            if (tid < kSub) { s_seg[tid] = s0; s_end[tid] = e0; }
+            const unsigned m = __ballot_sync(0xffffffffu, s0 >= 0 || e0 >= 0);
+            if (tid == 0) s_seg[kSub] = m != 0;
         }
     };
     auto getB = [&](int tt, float *Bv) {
@@ -601,6 +641,52 @@ __global__ void __launch_bounds__(kThreads) bwd_kernel(const kparams P) {
             float hh[kSub][NPT], aa[kSub][NPT];
 #pragma unroll
             for (int k = 0; k < NPT; k++) h[k] = nv[k] ? P.ck[(bd * P.nck + c) * P.N + j * NPT + k] : 0.0f;
+            /* fast path: a full tile without sequence boundaries, variable B and C, 2..8 threads a channel */
+            auto fast = [&](auto ntc) {
+                constexpr int NTC = decltype(ntc)::value;
+#pragma unroll
+                for (int tt = 0; tt < kSub; tt++) {
+                    const float dt = s_dt[chl * SP + tt], dtu = s_dtu[chl * SP + tt];
+                    const float4 bv = *reinterpret_cast<const float4 *>(s_B + tt * NPAD + j * NPT);
+                    const float Bv[NPT] = {bv.x, bv.y, bv.z, bv.w};
+#pragma unroll
+                    for (int k = 0; k < NPT; k++) {
+                        aa[tt][k] = ex2(dt * A2[k]);
+                        h[k] = fmaf(aa[tt][k], h[k], Bv[k] * dtu);
+                        hh[tt][k] = h[k];
+                    }
+                }
+#pragma unroll
+                for (int tt = kSub - 1; tt >= 0; tt--) {
+                    const float dt = s_dt[chl * SP + tt], dtu = s_dtu[chl * SP + tt], dy0 = s_dy0[chl * SP + tt];
+                    const float4 bv = *reinterpret_cast<const float4 *>(s_B + tt * NPAD + j * NPT);
+                    const float4 cv = *reinterpret_cast<const float4 *>(s_C + tt * NPAD + j * NPT);
+                    const float Bv[NPT] = {bv.x, bv.y, bv.z, bv.w}, Cv[NPT] = {cv.x, cv.y, cv.z, cv.w};
+                    float ddt = 0.0f, sBu = 0.0f, y0 = 0.0f, vB[NPT], vC[NPT];
+#pragma unroll
+                    for (int k = 0; k < NPT; k++) {
+                        const float dhn = fmaf(dy0, Cv[k], dh[k]);
+                        y0 = fmaf(Cv[k], hh[tt][k], y0);
+                        vC[k] = dy0 * hh[tt][k];
+                        vB[k] = dhn * dtu;
+                        const float q = dhn * fmaf(-Bv[k], dtu, hh[tt][k]);
+                        ddt = fmaf(q, An[k], ddt);
+                        dA[k] = fmaf(q, dt, dA[k]);
+                        sBu = fmaf(dhn, Bv[k], sBu);
+                        dh[k] = dhn * aa[tt][k];
+                    }
+                    s_p0[tid * SP + tt] = ddt;
+                    s_p1[tid * SP + tt] = sBu;
+                    s_p2[tid * SP + tt] = y0;
+                    warp_scatter_c<NTC>(vB, tid, NPAD, s_dBw + tt * ngrp * NPAD);
+                    warp_scatter_c<NTC>(vC, tid, NPAD, s_dCw + tt * ngrp * NPAD);
+                }
+            };
+            const bool fastok = tn == kSub && !s_seg[kSub] && !P.fixB && !P.fixC && P.wdB && P.wdC;
+            if (fastok && NT == 2) fast(std::integral_constant<int, 2>());
+            else if (fastok && NT == 4) fast(std::integral_constant<int, 4>());
+            else if (fastok && NT == 8) fast(std::integral_constant<int, 8>());
+            else {
 #pragma unroll
             for (int tt = 0; tt < kSub; tt++) {
                 if (tt < tn) {
@@ -672,6 +758,7 @@ __global__ void __launch_bounds__(kThreads) bwd_kernel(const kparams P) {
                     }
                 }
             }
+            } /* slow path */
             __syncthreads();
             /* per (channel, step) outputs */
             for (int i = tid; i < CH * kSub; i += kThreads) {
@@ -1036,8 +1123,12 @@ SELSCAN_DEF selscan_status selscan_workspace_size_cuda(const selscan_problem *p,
     return SELSCAN_OK;
 }
 
-SELSCAN_DEF selscan_status selscan_forward_cuda_ex(const selscan_problem *p, const selscan_cuda_ext *x,
-                                                   void *workspace, size_t bytes, cudaStream_t stream) {
+} /* extern "C" */
+
+/* The forward with its plan forced (npt 4, 8 or 16; nlch: L chunks; 0: automatic), for tuning
+   (bench/bench_cuda.cu). The workspace must then hold 3 * rows * nlch * N floats (256-aligned). */
+static selscan_status selscan__forward_cuda_tuned(const selscan_problem *p, const selscan_cuda_ext *x, void *workspace,
+                                                  size_t bytes, cudaStream_t stream, int npt, int64_t nlch) {
     selscan__prob q;
     fwd_plan fp;
     kparams P;
@@ -1045,7 +1136,7 @@ SELSCAN_DEF selscan_status selscan_forward_cuda_ex(const selscan_problem *p, con
     cudaError_t *err = x ? x->cuda_error : NULL;
     if ((st = selscan__check_problem(p, &q, 1)) != SELSCAN_OK) return st;
     if ((st = check_ext_cu(q, x)) != SELSCAN_OK) return st;
-    if (!plan_forward(q, &fp, 0, 0)) return SELSCAN_ERR_UNSUPPORTED;
+    if (!plan_forward(q, &fp, npt, nlch)) return SELSCAN_ERR_UNSUPPORTED;
     if ((st = selscan__validate_forward(p, &q, workspace, bytes, static_cast<int64_t>(fp.ws))) != SELSCAN_OK) return st;
     if (x && x->checkpoint) {
         const int64_t need = q.batch * q.dim * cdiv(q.L, kCK) * q.N * 4;
@@ -1067,6 +1158,13 @@ SELSCAN_DEF selscan_status selscan_forward_cuda_ex(const selscan_problem *p, con
     fill_problem(P, q, x ? x->cu_seqlens_device : NULL);
     P.ck = x ? x->checkpoint : NULL;
     return run_forward(q, P, fp, static_cast<char *>(workspace), false, stream, err);
+}
+
+extern "C" {
+
+SELSCAN_DEF selscan_status selscan_forward_cuda_ex(const selscan_problem *p, const selscan_cuda_ext *x,
+                                                   void *workspace, size_t bytes, cudaStream_t stream) {
+    return selscan__forward_cuda_tuned(p, x, workspace, bytes, stream, 0, 0);
 }
 
 SELSCAN_DEF selscan_status selscan_forward_cuda(const selscan_problem *p, void *workspace, size_t bytes,
