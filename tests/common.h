@@ -529,12 +529,20 @@ static inline void tc_prob_make(tc_prob *P, const tc_cfg *c) {
 
     tc_fill(&P->u, -2, 2);
     if (sp) {
-        /* around softplus' knee, both signs; some above the threshold (>= 20.5 with the bias) */
-        for (i = 0; i < P->delta.count; i++)
-            P->delta.v[i] = tc_round(T, (C->big_delta == 2 || (C->big_delta && tc_coin(0.08))) ? tc_uniform(21.5, 24) : tc_uniform(-4, 3));
+        /* around softplus' knee, both signs; some near and above the threshold 20: delta + bias
+           in [19, 19.8], [20.2, 21] or [21.5, 24] (away from the kink, for finite differences) */
+        tc_fill(&P->bias, -1, 1);
+        for (i = 0; i < P->delta.count; i++) {
+            double x = tc_uniform(-4, 3);
+            if (C->big_delta == 2 || (C->big_delta && tc_coin(0.08))) {
+                const int64_t d = (i / L) % Dm;
+                const double r = tc_uniform(0, 1);
+                x = (r < 0.5 ? tc_uniform(21.5, 24) : r < 0.75 ? tc_uniform(19, 19.8) : tc_uniform(20.2, 21)) - P->bias.v[d];
+            }
+            P->delta.v[i] = tc_round(T, x);
+        }
         tc_store(&P->delta);
         tc_load(&P->delta);
-        tc_fill(&P->bias, -1, 1);
     } else {
         tc_fill(&P->delta, 0.01, 0.6);
         tc_fill(&P->bias, 0, 0.1);
