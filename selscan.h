@@ -1362,30 +1362,17 @@ static ATTR SELSCAN__INLINE SELSCAN__VF selscan__vexp2nc_##SFX(SELSCAN__VF x) { 
     return SELSCAN__VADDEXP(p, t);                                                                                                                        \
 }                                                                                                                                                         \
                                                                                                                                                           \
-/* log1p(e) for e in [0, 1] */                                                                                                                            \
+/* log1p(e) for e in [0, 1]: e q(e), q the degree-8 relative minimax (|rel err| 3.2e-8) */                                                                \
 static ATTR SELSCAN__INLINE SELSCAN__VF selscan__vlog1p01_##SFX(SELSCAN__VF e) {                                                                          \
-    const SELSCAN__VF one = SELSCAN__VSET1(1.0f), sq2 = SELSCAN__VSET1(1.41421356f);                                                                      \
-    SELSCAN__VF u = SELSCAN__VADD(one, e), m, kf, f, c, z, y;                                                                                             \
-    m = SELSCAN__VGTSEL(u, sq2, SELSCAN__VMUL(u, SELSCAN__VSET1(0.5f)), u);                                                                               \
-    kf = SELSCAN__VGTSEL(u, sq2, one, SELSCAN__VSET1(0.0f));                                                                                              \
-    f = SELSCAN__VSUB(m, one);                                                                                                                            \
-    c = SELSCAN__VDIV(SELSCAN__VSUB(e, SELSCAN__VSUB(u, one)), u); /* rounding error of 1 + e */                                                          \
-    z = SELSCAN__VMUL(f, f);                                                                                                                              \
-    y = SELSCAN__VSET1(7.0376836292e-2f);                                                                                                                 \
-    y = SELSCAN__VFMA(y, f, SELSCAN__VSET1(-1.1514610310e-1f));                                                                                           \
-    y = SELSCAN__VFMA(y, f, SELSCAN__VSET1(1.1676998740e-1f));                                                                                            \
-    y = SELSCAN__VFMA(y, f, SELSCAN__VSET1(-1.2420140846e-1f));                                                                                           \
-    y = SELSCAN__VFMA(y, f, SELSCAN__VSET1(1.4249322787e-1f));                                                                                            \
-    y = SELSCAN__VFMA(y, f, SELSCAN__VSET1(-1.6668057665e-1f));                                                                                           \
-    y = SELSCAN__VFMA(y, f, SELSCAN__VSET1(2.0000714765e-1f));                                                                                            \
-    y = SELSCAN__VFMA(y, f, SELSCAN__VSET1(-2.4999993993e-1f));                                                                                           \
-    y = SELSCAN__VFMA(y, f, SELSCAN__VSET1(3.3333331174e-1f));                                                                                            \
-    y = SELSCAN__VMUL(SELSCAN__VMUL(y, f), z);                                                                                                            \
-    y = SELSCAN__VFMA(kf, SELSCAN__VSET1(-2.12194440e-4f), y);                                                                                            \
-    y = SELSCAN__VFMA(z, SELSCAN__VSET1(-0.5f), y);                                                                                                       \
-    y = SELSCAN__VADD(f, y);                                                                                                                              \
-    y = SELSCAN__VFMA(kf, SELSCAN__VSET1(0.693359375f), y);                                                                                               \
-    return SELSCAN__VADD(y, c);                                                                                                                           \
+    SELSCAN__VF q = SELSCAN__VFMA(SELSCAN__VSET1(5.193946636e-3f), e, SELSCAN__VSET1(-2.934802716e-2f));                                                  \
+    q = SELSCAN__VFMA(q, e, SELSCAN__VSET1(7.796621236e-2f));                                                                                             \
+    q = SELSCAN__VFMA(q, e, SELSCAN__VSET1(-1.364083348e-1f));                                                                                            \
+    q = SELSCAN__VFMA(q, e, SELSCAN__VSET1(1.909525155e-1f));                                                                                             \
+    q = SELSCAN__VFMA(q, e, SELSCAN__VSET1(-2.484016488e-1f));                                                                                            \
+    q = SELSCAN__VFMA(q, e, SELSCAN__VSET1(3.331873177e-1f));                                                                                             \
+    q = SELSCAN__VFMA(q, e, SELSCAN__VSET1(-4.999947493e-1f));                                                                                            \
+    q = SELSCAN__VFMA(q, e, SELSCAN__VSET1(9.999999684e-1f));                                                                                             \
+    return SELSCAN__VMUL(e, q);                                                                                                                           \
 }                                                                                                                                                         \
                                                                                                                                                           \
 /* x > 20 ? x : log1p(exp(x)), as max(x, 0) + log1p(exp(-|x|)) */                                                                                         \
@@ -1417,11 +1404,15 @@ static ATTR int selscan__prep_##SFX(const selscan__prob *q, int64_t b, int64_t d
     if (q->z.data && z) SELSCAN__LOADTILE(z, &q->z, b, d0, nl, W, c0, nt, tmp);                                                                           \
     for (t = 0; t < nt; t++) {                                                                                                                            \
         SELSCAN__VF x = SELSCAN__VADD(SELSCAN__VLOAD(dt + t * W), bias);                                                                                  \
-        if (q->softplus) {                                                                                                                                \
-            if (sp)                                                                                                                                       \
+        if (q->softplus) { /* softplus = max(x, 0) + log1p(e), sigmoid from the same e = exp(-|x|) */                                                     \
+            const SELSCAN__VF e = selscan__vexp_##SFX(SELSCAN__VSUB(zero, SELSCAN__VMAX(x, SELSCAN__VSUB(zero, x))));                                     \
+            if (sp) {                                                                                                                                     \
+                const SELSCAN__VF r = SELSCAN__VDIV(one, SELSCAN__VADD(one, e));                                                                          \
                 SELSCAN__VSTORE(sp + t * W, SELSCAN__VGTSEL(x, SELSCAN__VSET1(SELSCAN__SOFTPLUS_THRESHOLD), one,                                          \
-                                                            selscan__vsigmoid_##SFX(x)));                                                                 \
-            x = selscan__vsoftplus_##SFX(x);                                                                                                              \
+                                                            SELSCAN__VGTSEL(x, zero, r, SELSCAN__VMUL(e, r))));                                           \
+            }                                                                                                                                             \
+            x = SELSCAN__VGTSEL(x, SELSCAN__VSET1(SELSCAN__SOFTPLUS_THRESHOLD), x,                                                                        \
+                                SELSCAN__VADD(SELSCAN__VMAX(zero, x), selscan__vlog1p01_##SFX(e)));                                                       \
         } else if (sp) {                                                                                                                                  \
             SELSCAN__VSTORE(sp + t * W, one);                                                                                                             \
         }                                                                                                                                                 \
