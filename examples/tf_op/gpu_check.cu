@@ -101,10 +101,10 @@ static void Check(const char* what, const std::string& name, double err, double 
 static const char* DtName(selscan_dtype t) { return t == SELSCAN_F32 ? "f32" : t == SELSCAN_F16 ? "f16" : "bf16"; }
 
 // One case: forward and backward on the GPU vs the CPU, in the op's layout.
-static void RunCase(Sizes s, bool bld, selscan_dtype dt, bool all_options, cudaStream_t stream) {
+static void RunCase(Sizes s, bool bld, selscan_dtype dt, bool all_options, bool use_ck, cudaStream_t stream) {
   const int64_t seq = s.batch * s.dim * s.L, bc = s.batch * s.G * s.N * s.L, st = s.batch * s.dim * s.N;
-  const std::string name = std::string(bld ? "BLD " : "BDL ") + DtName(dt) + (all_options ? " all-options " : " plain ") +
-                           s.ToString();
+  const std::string name = std::string(bld ? "BLD " : "BDL ") + DtName(dt) + (all_options ? " all-options" : " plain") +
+                           (use_ck ? " ckpt " : " ") + s.ToString();
   Buf u, delta, A, B, C, D, z, bias, h0, y, hl, dy, dhl;
   u.Alloc(seq, dt); u.Fill(-1, 1, true);
   delta.Alloc(seq, dt);  // around softplus' knee with softplus; a positive step without
@@ -147,7 +147,14 @@ static void RunCase(Sizes s, bool bld, selscan_dtype dt, bool all_options, cudaS
   // ---- forward
   selscan_problem pc = problem(false), pg = problem(true);
   size_t wc = 0, wg = 0;
-  if (selscan_workspace_size(&pc, nullptr, &wc) != SELSCAN_OK || CudaWorkspaceSize(&pg, nullptr, &wg) != SELSCAN_OK) {
+  size_t ckb = 0;  // the forward's checkpoint, handed to the backward (as the op does)
+  float* ck = nullptr;
+  if (use_ck) {
+    if (CudaCheckpointSize(&pg, &ckb) != SELSCAN_OK) { Check("setup", name, INFINITY, 0); return; }
+    CUDA_OK(cudaMalloc(&ck, ckb));
+  }
+  if (selscan_workspace_size(&pc, nullptr, &wc) != SELSCAN_OK ||
+      CudaWorkspaceSize(&pg, nullptr, use_ck, &wg) != SELSCAN_OK) {
     Check("setup", name, INFINITY, 0);
     return;
   }
@@ -158,7 +165,7 @@ static void RunCase(Sizes s, bool bld, selscan_dtype dt, bool all_options, cudaS
   y.Poison(stream);
   hl.Poison(stream);
   const char* cuda_text = "";
-  selscan_status stg = CudaForward(&pg, wsg, wg, stream, &cuda_text);
+  selscan_status stg = CudaForward(&pg, wsg, wg, ck, ckb, stream, &cuda_text);
   if (stc != SELSCAN_OK || stg != SELSCAN_OK) {
     std::printf("forward status cpu %s, gpu %s %s\n", selscan_status_string(stc), selscan_status_string(stg), cuda_text);
     Check("forward", name, INFINITY, 0);
@@ -201,7 +208,7 @@ static void RunCase(Sizes s, bool bld, selscan_dtype dt, bool all_options, cudaS
   pc.h_last = StateTensor(nullptr, s);
   pg.h_last = StateTensor(nullptr, s);
   selscan_grads gc = grads(false), gg = grads(true);
-  if (selscan_workspace_size(&pc, &gc, &wc) != SELSCAN_OK || CudaWorkspaceSize(&pg, &gg, &wg) != SELSCAN_OK) {
+  if (selscan_workspace_size(&pc, &gc, &wc) != SELSCAN_OK || CudaWorkspaceSize(&pg, &gg, use_ck, &wg) != SELSCAN_OK) {
     Check("setup bwd", name, INFINITY, 0);
     return;
   }
@@ -210,7 +217,7 @@ static void RunCase(Sizes s, bool bld, selscan_dtype dt, bool all_options, cudaS
   if (wg) CUDA_OK(cudaMalloc(&wsg, wg));
   stc = selscan_backward_cpu(&pc, &gc, wsc, wc);
   for (Buf* b : {&du, &dd, &dA, &dB, &dC, &dD, &dz, &dbias, &dh0}) b->Poison(stream);
-  stg = CudaBackward(&pg, &gg, wsg, wg, stream, &cuda_text);
+  stg = CudaBackward(&pg, &gg, wsg, wg, ck, ckb, stream, &cuda_text);
   if (stc != SELSCAN_OK || stg != SELSCAN_OK) {
     std::printf("backward status cpu %s, gpu %s %s\n", selscan_status_string(stc), selscan_status_string(stg), cuda_text);
     Check("backward", name, INFINITY, 0);
@@ -229,6 +236,7 @@ static void RunCase(Sizes s, bool bld, selscan_dtype dt, bool all_options, cudaS
   }
   std::free(wsc);
   if (wsg) cudaFree(wsg);
+  if (ck) cudaFree(ck);
 }
 
 // Times forward and backward of a Mamba-sized case in one layout (device buffers, no checks).
@@ -255,25 +263,37 @@ static void TimeCase(Sizes s, bool bld, selscan_dtype dt, cudaStream_t stream) {
   g.dy = SeqTensor(dy, s, bld); g.du = SeqTensor(du, s, bld); g.ddelta = SeqTensor(dd, s, bld);
   g.dA = MatTensor(dA, s); g.dB = BcTensor(dB, s, bld); g.dC = BcTensor(dC, s, bld); g.dD = VecTensor(dD);
   g.dz = SeqTensor(dz, s, bld); g.ddelta_bias = VecTensor(dbias);
-  size_t wf = 0, wb = 0;
+  size_t wf = 0, wb = 0, wfc = 0, wbc = 0, ckb = 0;
   selscan_problem pb = p;
   pb.y = SeqTensor(nullptr, s, bld);
-  if (CudaWorkspaceSize(&p, nullptr, &wf) != SELSCAN_OK || CudaWorkspaceSize(&pb, &g, &wb) != SELSCAN_OK) {
+  if (CudaWorkspaceSize(&p, nullptr, false, &wf) != SELSCAN_OK || CudaWorkspaceSize(&pb, &g, false, &wb) != SELSCAN_OK ||
+      CudaWorkspaceSize(&p, nullptr, true, &wfc) != SELSCAN_OK || CudaWorkspaceSize(&pb, &g, true, &wbc) != SELSCAN_OK ||
+      CudaCheckpointSize(&p, &ckb) != SELSCAN_OK) {
     std::printf("timing setup failed\n");
     g_fail++;
     return;
   }
+  size_t wmax = wf;
+  for (size_t w : {wb, wfc, wbc}) wmax = w > wmax ? w : wmax;
   void* ws = nullptr;
-  CUDA_OK(cudaMalloc(&ws, (wf > wb ? wf : wb) + 1));
+  float* ck = nullptr;
+  CUDA_OK(cudaMalloc(&ws, wmax + 1));
+  CUDA_OK(cudaMalloc(&ck, ckb));
   cudaEvent_t e0, e1;
   CUDA_OK(cudaEventCreate(&e0));
   CUDA_OK(cudaEventCreate(&e1));
-  float ms[2] = {0, 0};
+  float ms[4] = {0, 0, 0, 0};  // forward, backward, forward + checkpoint, backward from the checkpoint
   const int reps = 5;
-  for (int pass = 0; pass < 2; pass++) {
+  for (int pass = 0; pass < 4; pass++) {
     for (int r = -1; r < reps; r++) {  // r = -1: warm-up
       if (r == 0) CUDA_OK(cudaEventRecord(e0, stream));
-      const selscan_status st = pass == 0 ? CudaForward(&p, ws, wf, stream, nullptr) : CudaBackward(&pb, &g, ws, wb, stream, nullptr);
+      selscan_status st;
+      switch (pass) {
+        case 0: st = CudaForward(&p, ws, wf, nullptr, 0, stream, nullptr); break;
+        case 1: st = CudaBackward(&pb, &g, ws, wb, nullptr, 0, stream, nullptr); break;
+        case 2: st = CudaForward(&p, ws, wfc, ck, ckb, stream, nullptr); break;
+        default: st = CudaBackward(&pb, &g, ws, wbc, ck, ckb, stream, nullptr); break;
+      }
       if (st != SELSCAN_OK) { std::printf("timing: %s\n", selscan_status_string(st)); g_fail++; return; }
     }
     CUDA_OK(cudaEventRecord(e1, stream));
@@ -281,8 +301,10 @@ static void TimeCase(Sizes s, bool bld, selscan_dtype dt, cudaStream_t stream) {
     CUDA_OK(cudaEventElapsedTime(&ms[pass], e0, e1));
     ms[pass] /= reps;
   }
-  std::printf("time  %-4s %-4s %s: forward %.3f ms, backward %.3f ms\n", bld ? "BLD" : "BDL", DtName(dt),
-              s.ToString().c_str(), ms[0], ms[1]);
+  std::printf("time  %-4s %-4s %s: forward %.3f ms, backward %.3f ms | with checkpoint (%.1f MB): forward %.3f ms, "
+              "backward %.3f ms\n", bld ? "BLD" : "BDL", DtName(dt), s.ToString().c_str(), ms[0], ms[1], ckb / 1e6,
+              ms[2], ms[3]);
+  cudaFree(ck);
   for (void* q : {u, delta, A, B, C, D, z, bias, y, dy, du, dd, dA, dB, dC, dD, dz, dbias, ws}) cudaFree(q);
 }
 
@@ -306,7 +328,8 @@ int main() {
   for (const Sizes& s : cases)
     for (bool bld : {true, false})
       for (selscan_dtype dt : {SELSCAN_F32, SELSCAN_F16, SELSCAN_BF16})
-        for (bool all : {true, false}) RunCase(s, bld, dt, all, stream);
+        for (bool all : {true, false})
+          for (bool use_ck : {false, true}) RunCase(s, bld, dt, all, use_ck, stream);
   const Sizes big = {8, 3072, 2048, 16, 1};  // lm-train
   for (selscan_dtype dt : {SELSCAN_F32, SELSCAN_BF16})
     for (bool bld : {true, false}) TimeCase(big, bld, dt, stream);

@@ -159,6 +159,10 @@ absl::Status ForwardShape(InferenceContext* c) {
   TF_RETURN_IF_ERROR(c->GetAttr("return_last_state", &ret));
   c->set_output(0, d.seq);
   c->set_output(1, ret ? c->MakeShape({d.batch, d.dim, d.N}) : c->Vector(0));
+  bool ck = false;
+  TF_RETURN_IF_ERROR(c->GetAttr("save_checkpoint", &ck));
+  // The GPU kernel fills it (its size is selscan's business); the CPU kernel leaves it empty.
+  c->set_output(2, ck ? c->Vector(InferenceContext::kUnknownDim) : c->Vector(0));
   return absl::OkStatus();
 }
 
@@ -192,6 +196,7 @@ REGISTER_OP("SelscanForward")
     .Input("h0: float")
     .Output("y: T")
     .Output("h_last: float")
+    .Output("checkpoint: float")
     .Attr("T: {float, half, bfloat16}")
     .Attr("delta_softplus: bool = false")
     .Attr("has_d: bool = false")
@@ -199,6 +204,7 @@ REGISTER_OP("SelscanForward")
     .Attr("has_delta_bias: bool = false")
     .Attr("has_h0: bool = false")
     .Attr("return_last_state: bool = false")
+    .Attr("save_checkpoint: bool = false")
     .Attr("layout: {'BLD', 'BDL'} = 'BLD'")
     .SetShapeFn(selscan_tf::ForwardShape);
 
@@ -214,6 +220,7 @@ REGISTER_OP("SelscanBackward")
     .Input("h0: float")
     .Input("dy: T")
     .Input("dh_last: float")
+    .Input("checkpoint: float")
     .Output("du: T")
     .Output("ddelta: T")
     .Output("da: float")
@@ -275,6 +282,8 @@ class SelscanForwardCpu : public OpKernel {
     Tensor *y = nullptr, *h_last = nullptr;
     OP_REQUIRES_OK(ctx, ctx->allocate_output(0, SeqShape(s, o_.bld), &y));
     OP_REQUIRES_OK(ctx, ctx->allocate_output(1, o_.return_last_state ? StateShape(s) : TensorShape({0}), &h_last));
+    Tensor* checkpoint = nullptr;  // the CPU backward recomputes: no checkpoint
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(2, TensorShape({0}), &checkpoint));
     if (s.Empty()) {  // nothing to scan: y is empty, h_last is h0 (or 0)
       if (o_.return_last_state && h_last->TotalBytes() > 0) {
         if (o_.has_h0) std::memcpy(h_last->data(), ctx->input(kH0).data(), h_last->TotalBytes());

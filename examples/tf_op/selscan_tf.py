@@ -94,6 +94,7 @@ def selective_scan(
     h0=None,
     return_last_state=False,
     layout="BLD",
+    save_checkpoint=True,
     name=None,
 ):
     """The selective scan of Mamba (S6); see the module docstring for shapes.
@@ -103,6 +104,10 @@ def selective_scan(
         h  = exp(dt * A[d]) * h + dt * B[t] * u
         y  = sum_n C[t] * h + D * u;  y = y * silu(z) if z is given
     Returns y, or (y, h_last) with return_last_state=True.
+
+    save_checkpoint (GPU only): the forward also keeps the state entering every 64 steps (float32,
+    batch * dim * ceil(L / 64) * N values) for the backward, which then skips recomputing it. Pass
+    False for inference. The CPU kernels recompute and never keep one.
     """
     if layout not in ("BLD", "BDL"):
         raise ValueError('selective_scan: layout must be "BLD" or "BDL", got %r' % (layout,))
@@ -121,7 +126,7 @@ def selective_scan(
         z_ = _as_t(z, T, "z") if z is not None else tf.zeros([0], T)
         bias_ = _as_f32(delta_bias, "delta_bias") if delta_bias is not None else empty_f32
         h0_ = _as_f32(h0, "h0") if h0 is not None else empty_f32
-        y, h_last = ops.selscan_forward(
+        y, h_last, _checkpoint = ops.selscan_forward(
             u,
             delta,
             A,
@@ -137,13 +142,14 @@ def selective_scan(
             has_delta_bias=delta_bias is not None,
             has_h0=h0 is not None,
             return_last_state=bool(return_last_state),
+            save_checkpoint=bool(save_checkpoint),
             layout=layout,
         )
         return (y, h_last) if return_last_state else y
 
 
 @tf.RegisterGradient("SelscanForward")
-def _selscan_forward_grad(op, dy, dh_last):
+def _selscan_forward_grad(op, dy, dh_last, _dcheckpoint):
     attr = op.get_attr
     has = {k: attr(k) for k in ("has_d", "has_z", "has_delta_bias", "has_h0")}
     if dy is None:
@@ -155,6 +161,7 @@ def _selscan_forward_grad(op, dy, dh_last):
         *op.inputs[:9],
         dy,
         dh_last,
+        op.outputs[2],  # the forward's checkpoint (empty unless a GPU forward saved one)
         delta_softplus=attr("delta_softplus"),
         has_dh_last=has_dh_last,
         layout=attr("layout"),
@@ -192,7 +199,7 @@ _NO_AUTOCAST = _no_autocast_kwargs()
 class SelectiveScan(tf.keras.layers.Layer):
     """The S6 core of a Mamba block, holding its own A_log (dim, N), D (dim) and delta_bias (dim).
 
-    call(u, delta, B, C, z=None, h0=None) with the shapes of selective_scan (layout given at
+    call(u, delta, B, C, z=None, h0=None, training=None) with the shapes of selective_scan (layout given at
     construction). A = -exp(A_log) (Mamba's S4D-real initialization A_log[d, n] = log(n + 1)),
     D = 1, delta_bias = softplus^-1 of dt drawn log-uniformly from [dt_min, dt_max], softplus
     applied to delta + delta_bias. The weights stay float32 under a mixed-precision policy (u,
@@ -231,7 +238,7 @@ class SelectiveScan(tf.keras.layers.Layer):
         )
         self.built = True
 
-    def call(self, u, delta, B, C, z=None, h0=None):
+    def call(self, u, delta, B, C, z=None, h0=None, training=None):
         A = -tf.exp(tf.cast(self.A_log, tf.float32))
         return selective_scan(
             u,
@@ -245,6 +252,7 @@ class SelectiveScan(tf.keras.layers.Layer):
             delta_softplus=self.delta_softplus,
             h0=h0,
             layout=self.layout,
+            save_checkpoint=training is not False,  # no backward in inference
         )
 
     def get_config(self):

@@ -32,13 +32,13 @@ absl::Status Invalid(const Args&... args) {
 }
 
 // Input positions of both ops (the backward op appends dy and dh_last).
-enum Input { kU = 0, kDelta, kA, kB, kC, kD, kZ, kDeltaBias, kH0, kDy, kDhLast, kNumForwardInputs = 9 };
+enum Input { kU = 0, kDelta, kA, kB, kC, kD, kZ, kDeltaBias, kH0, kDy, kDhLast, kCheckpoint, kNumForwardInputs = 9 };
 // Output positions of the backward op.
 enum GradOutput { kDu = 0, kDdelta, kDa, kDb, kDc, kDd, kDz, kDdeltaBias, kDh0, kNumGradOutputs };
 
 struct Options {
   bool softplus = false, has_d = false, has_z = false, has_bias = false, has_h0 = false;
-  bool return_last_state = false, has_dh_last = false;
+  bool return_last_state = false, has_dh_last = false, save_checkpoint = false;
   bool bld = true;  // layout "BLD"; false: "BDL"
 };
 
@@ -54,6 +54,7 @@ inline absl::Status ReadOptions(OpKernelConstruction* c, bool backward, Options*
     TF_RETURN_IF_ERROR(c->GetAttr("has_dh_last", &o->has_dh_last));
   } else {
     TF_RETURN_IF_ERROR(c->GetAttr("return_last_state", &o->return_last_state));
+    TF_RETURN_IF_ERROR(c->GetAttr("save_checkpoint", &o->save_checkpoint));
   }
   if (layout != "BLD" && layout != "BDL")
     return Invalid("selscan: layout must be \"BLD\" or \"BDL\", got \"", layout, "\"");

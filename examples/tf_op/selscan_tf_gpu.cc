@@ -43,7 +43,9 @@ class SelscanForwardGpu : public OpKernel {
     OP_REQUIRES_OK(ctx, ctx->allocate_output(0, SeqShape(s, o_.bld), &y));
     OP_REQUIRES_OK(ctx, ctx->allocate_output(1, o_.return_last_state ? StateShape(s) : TensorShape({0}), &h_last));
     const GpuDevice& dev = ctx->eigen_device<GpuDevice>();
+    Tensor* checkpoint = nullptr;
     if (s.Empty()) {  // y is empty; h_last is h0 (or 0); async on TF's stream
+      OP_REQUIRES_OK(ctx, ctx->allocate_output(2, TensorShape({0}), &checkpoint));
       if (o_.return_last_state && h_last->TotalBytes() > 0) {
         if (o_.has_h0) dev.memcpy(h_last->data(), ctx->input(kH0).data(), h_last->TotalBytes());
         else dev.memset(h_last->data(), 0, h_last->TotalBytes());
@@ -52,13 +54,20 @@ class SelscanForwardGpu : public OpKernel {
     }
     const selscan_problem p =
         BuildProblem(ctx, o_, s, DtypeOf<T>::value, y, o_.return_last_state ? h_last : nullptr);
+    // The checkpoint (an output, so that the backward can take it instead of recomputing it).
+    size_t ck_bytes = 0;
+    if (o_.save_checkpoint)
+      OP_REQUIRES_OK(ctx, FromSelscan(CudaCheckpointSize(&p, &ck_bytes), "selscan_checkpoint_size_cuda", s));
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(2, TensorShape({static_cast<int64_t>(ck_bytes / sizeof(float))}),
+                                             &checkpoint));
+    float* ck = ck_bytes ? checkpoint->flat<float>().data() : nullptr;
     size_t bytes = 0;
-    OP_REQUIRES_OK(ctx, FromSelscan(CudaWorkspaceSize(&p, nullptr, &bytes), "selscan_forward_cuda", s));
+    OP_REQUIRES_OK(ctx, FromSelscan(CudaWorkspaceSize(&p, nullptr, ck != nullptr, &bytes), "selscan_forward_cuda", s));
     Tensor tmp;
     void* ws = nullptr;
     OP_REQUIRES_OK(ctx, AllocateWorkspace(ctx, bytes, &tmp, &ws));
     const char* cuda_text = "";
-    const selscan_status st = CudaForward(&p, ws, bytes, static_cast<void*>(dev.stream()), &cuda_text);
+    const selscan_status st = CudaForward(&p, ws, bytes, ck, ck_bytes, static_cast<void*>(dev.stream()), &cuda_text);
     OP_REQUIRES_OK(ctx, FromSelscanCuda(st, "selscan_forward_cuda", s, cuda_text));
   }
 
@@ -86,13 +95,27 @@ class SelscanBackwardGpu : public OpKernel {
     }
     const selscan_problem p = BuildProblem(ctx, o_, s, DtypeOf<T>::value, nullptr, nullptr);
     const selscan_grads g = BuildGrads(ctx, o_, s, outs);
+    // The forward's checkpoint, when it saved one (an empty tensor otherwise: recompute).
+    const Tensor& checkpoint = ctx->input(kCheckpoint);
+    const float* ck = nullptr;
+    size_t ck_bytes = 0;
+    if (checkpoint.NumElements() > 0) {
+      size_t need = 0;
+      OP_REQUIRES_OK(ctx, FromSelscan(CudaCheckpointSize(&p, &need), "selscan_checkpoint_size_cuda", s));
+      ck_bytes = static_cast<size_t>(checkpoint.NumElements()) * sizeof(float);
+      OP_REQUIRES(ctx, checkpoint.dims() == 1 && ck_bytes == need,
+                  Invalid("selscan: checkpoint has shape ", checkpoint.shape().DebugString(), ", the forward of this "
+                          "problem saves ", need / sizeof(float), " floats (", s.ToString(), ")"));
+      ck = checkpoint.flat<float>().data();
+    }
     size_t bytes = 0;
-    OP_REQUIRES_OK(ctx, FromSelscan(CudaWorkspaceSize(&p, &g, &bytes), "selscan_backward_cuda", s));
+    OP_REQUIRES_OK(ctx, FromSelscan(CudaWorkspaceSize(&p, &g, ck != nullptr, &bytes), "selscan_backward_cuda", s));
     Tensor tmp;
     void* ws = nullptr;
     OP_REQUIRES_OK(ctx, AllocateWorkspace(ctx, bytes, &tmp, &ws));
     const char* cuda_text = "";
-    const selscan_status st = CudaBackward(&p, &g, ws, bytes, static_cast<void*>(dev.stream()), &cuda_text);
+    const selscan_status st =
+        CudaBackward(&p, &g, ws, bytes, ck, ck_bytes, static_cast<void*>(dev.stream()), &cuda_text);
     OP_REQUIRES_OK(ctx, FromSelscanCuda(st, "selscan_backward_cuda", s, cuda_text));
   }
 

@@ -9,14 +9,25 @@
 
 namespace selscan_tf {
 
-selscan_status CudaWorkspaceSize(const selscan_problem* p, const selscan_grads* g, size_t* bytes) {
-  return selscan_workspace_size_cuda(p, g, NULL, bytes);
+selscan_status CudaCheckpointSize(const selscan_problem* p, size_t* bytes) {
+  return selscan_checkpoint_size_cuda(p, bytes);
 }
 
-selscan_status CudaForward(const selscan_problem* p, void* workspace, size_t bytes, void* stream,
-                           const char** cuda_error_text) {
+selscan_status CudaWorkspaceSize(const selscan_problem* p, const selscan_grads* g, bool with_checkpoint,
+                                 size_t* bytes) {
+  // Only whether a checkpoint is given matters for the size; any non-NULL pointer says so.
+  static float dummy;
+  selscan_cuda_ext x = {};
+  x.checkpoint = with_checkpoint ? &dummy : NULL;
+  return selscan_workspace_size_cuda(p, g, &x, bytes);
+}
+
+selscan_status CudaForward(const selscan_problem* p, void* workspace, size_t bytes, float* checkpoint,
+                           size_t checkpoint_bytes, void* stream, const char** cuda_error_text) {
   cudaError_t err = cudaSuccess;
   selscan_cuda_ext x = {};
+  x.checkpoint = checkpoint;
+  x.checkpoint_bytes = checkpoint ? checkpoint_bytes : 0;
   x.cuda_error = &err;
   const selscan_status st = selscan_forward_cuda_ex(p, &x, workspace, bytes, static_cast<cudaStream_t>(stream));
   if (cuda_error_text) *cuda_error_text = st == SELSCAN_ERR_CUDA ? cudaGetErrorString(err) : "";
@@ -24,9 +35,12 @@ selscan_status CudaForward(const selscan_problem* p, void* workspace, size_t byt
 }
 
 selscan_status CudaBackward(const selscan_problem* p, const selscan_grads* g, void* workspace, size_t bytes,
-                            void* stream, const char** cuda_error_text) {
+                            const float* checkpoint, size_t checkpoint_bytes, void* stream,
+                            const char** cuda_error_text) {
   cudaError_t err = cudaSuccess;
   selscan_cuda_ext x = {};
+  x.checkpoint = const_cast<float*>(checkpoint);  // only read by the backward
+  x.checkpoint_bytes = checkpoint ? checkpoint_bytes : 0;
   x.cuda_error = &err;
   const selscan_status st =
       selscan_backward_cuda_ex(p, g, &x, workspace, bytes, static_cast<cudaStream_t>(stream));

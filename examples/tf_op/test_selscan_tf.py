@@ -442,6 +442,29 @@ def test_bad_shapes():
     expect_error(lambda: f(t["u"], t["delta"][:, :4]), "delta", types=(tf.errors.InvalidArgumentError,))
 
 
+def test_checkpoint_attr():
+    """save_checkpoint (a GPU-only saving): on the CPU the op's checkpoint output is empty, and
+    results and gradients are the same bits with and without it."""
+    rng = np.random.default_rng(14)
+    prob = Problem(rng, batch=2, dim=6, L=70, N=4, G=2, D=True, z=True, softplus=True, h0=True,
+                   return_last_state=True)
+    t = prob.tensors("BLD")
+    raw = selscan_tf.load_ops().selscan_forward(
+        t["u"], t["delta"], t["A"], t["B"], t["C"], t["D"], t["z"], tf.zeros([0]), t["h0"], delta_softplus=True,
+        has_d=True, has_z=True, has_h0=True, return_last_state=True, save_checkpoint=True)
+    assert len(raw) == 3 and raw[2].shape == (0,), "CPU checkpoint output: %s" % (raw[2].shape,)
+    outs = []
+    for ck in (False, True):
+        with tf.GradientTape() as tape:
+            tape.watch(list(t.values()))
+            y, h = selective_scan(t["u"], t["delta"], t["A"], t["B"], t["C"], D=t["D"], z=t["z"],
+                                  delta_softplus=True, h0=t["h0"], return_last_state=True, save_checkpoint=ck)
+            loss = tf.reduce_sum(y * y) + tf.reduce_sum(h)
+        outs.append([y, h] + tape.gradient(loss, [t[k] for k in sorted(t)]))
+    for a, b in zip(*outs):
+        assert np.array_equal(a.numpy(), b.numpy())
+
+
 def test_empty():
     """Empty batch or L: empty outputs; h_last is h0; gradients zero, dh0 = dh_last."""
     rng = np.random.default_rng(11)
