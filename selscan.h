@@ -2278,7 +2278,6 @@ static selscan_status selscan__backward_reduce(const selscan_problem *p, const s
         }
     }
     if (h.B >= 0 || h.C >= 0) {
-        float *acc = NULL;
         selscan__split(q.batch * q.G * q.N, part, nparts, &i0, &i1);
         for (i = i0; i < i1; i++) { /* row (b, g, n) */
             const int64_t bg = i / q.N, nn = i % q.N, bb = bg / q.G, gg = bg % q.G;
@@ -2294,7 +2293,6 @@ static selscan_status selscan__backward_reduce(const selscan_problem *p, const s
                 }
             }
         }
-        (void)acc;
     }
     return SELSCAN_OK;
 }
