@@ -34,7 +34,7 @@
  * - Deterministic: no floating-point atomics; every sum has a fixed order (per-block partial
  *   sums into the workspace, then a fixed-order reduction kernel). Repeated calls give bitwise
  *   identical results.
- * - Limits: N up to 2048 (forward), 512 (backward); larger N: SELSCAN_ERR_UNSUPPORTED.
+ * - Limits: N up to 512; larger N: SELSCAN_ERR_UNSUPPORTED (the CPU entries have no limit).
  *   All indexing is 64-bit; dim, batch and L have no limit beyond a 2^31 - 1 block grid.
  * - exp() runs on the ex2.approx unit (relative error ~2^-22): results match the CPU reference
  *   to f32 rounding, not bitwise.
@@ -174,6 +174,25 @@ __device__ __forceinline__ float softplus(float x) {
 }
 const float kLog2e = 1.4426950408889634f;
 
+/* The (channel c, step tt) pairs of a CH x TL tile that thread tid visits: c = c + r * dc,
+   tt = tt + r * dt for r < R (pairs past the tile, when CH * TL < kThreads, are to be skipped).
+   Walking L (tfast) keeps a warp's accesses contiguous when L is the unit stride, walking the
+   channels when dim is. Offsets then advance by a constant per r (no 64-bit products per pair). */
+struct pairwalk {
+    int c, tt, dc, dt, R;
+};
+__device__ __forceinline__ pairwalk mkwalk(bool tfast, int tid, int CH, int TL) {
+    pairwalk w;
+    if (tfast) { w.c = tid / TL; w.tt = tid % TL; w.dc = kThreads / TL; w.dt = 0; }
+    else { w.c = tid % CH; w.tt = tid / CH; w.dc = 0; w.dt = kThreads / CH; }
+    w.R = (CH * TL + kThreads - 1) / kThreads;
+    return w;
+}
+__device__ __forceinline__ int64_t wbase(const pairwalk &w, const ct &X, int64_t b, int64_t c0, int64_t t0) {
+    return b * X.s[0] + (c0 + w.c) * X.s[1] + (t0 + w.tt) * X.s[2];
+}
+__device__ __forceinline__ int64_t wstep(const pairwalk &w, const ct &X) { return w.dc * X.s[1] + w.dt * X.s[2]; }
+
 /* Segment of position t: writes the state row starting at t (or -1) and ending at t (or -1). */
 __device__ void seg_flags(const kparams &P, int64_t b, int64_t t, int *start, int *end) {
     if (!P.cu) {
@@ -245,27 +264,31 @@ __global__ void __launch_bounds__(kThreads) fwd_kernel(const kparams P) {
     const bool tfast_u = P.u.s[2] == 1 || P.u.s[1] != 1;
     const bool tfast_y = P.y.s[2] == 1 || P.y.s[1] != 1;
     const bool doy = P.y.p != NULL;
+    const pairwalk wl = mkwalk(tfast_u, tid, CH, kTL), wy = mkwalk(tfast_y, tid, CH, kTL);
+    const int64_t sdl = wstep(wl, P.delta), su = wstep(wl, P.u), sy = wstep(wy, P.y), sz = wstep(wy, P.z);
     const bool tfast_B = P.B.s[3] == 1 || P.B.s[2] != 1;
     const bool tfast_C = P.C.s[3] == 1 || P.C.s[2] != 1;
 
     for (int64_t tb = t0; tb < t1; tb += kTL) {
         const int tn = static_cast<int>(min(static_cast<int64_t>(kTL), t1 - tb));
         __syncthreads();
-        for (int i = tid; i < CH * kTL; i += kThreads) {
-            int c, tt;
-            if (tfast_u) { c = i / kTL; tt = i % kTL; }
-            else { c = i % CH; tt = i / CH; }
+        {
+            int64_t od = wbase(wl, P.delta, b, c0, tb), ou = wbase(wl, P.u, b, c0, tb);
+#pragma unroll 4
+        for (int r = 0; r < wl.R; r++, od += sdl, ou += su) {
+            const int c = wl.c + r * wl.dc, tt = wl.tt + r * wl.dt;
+            if (c >= CH || tt >= kTL) continue;
             float dt = 0.0f, uu = 0.0f;
             if (c < nchb && tt < tn) {
-                const int64_t dd = c0 + c, t = tb + tt;
-                float x = ld<T>(P.delta.p, b * P.delta.s[0] + dd * P.delta.s[1] + t * P.delta.s[2]);
-                if (P.bias.p) x += ldf(P.bias, dd * P.bias.s[0]);
+                float x = ld<T>(P.delta.p, od);
+                if (P.bias.p) x += ldf(P.bias, (c0 + c) * P.bias.s[0]);
                 dt = P.softplus ? softplus(x) : x;
-                uu = ld<T>(P.u.p, b * P.u.s[0] + dd * P.u.s[1] + t * P.u.s[2]);
+                uu = ld<T>(P.u.p, ou);
             }
             s_dt[c * TP + tt] = dt;
             s_dtu[c * TP + tt] = dt * uu;
             s_u[c * TP + tt] = uu;
+        }
         }
         if (!P.fixB)
             for (int i = tid; i < kTL * NPAD; i += kThreads) {
@@ -375,20 +398,19 @@ __global__ void __launch_bounds__(kThreads) fwd_kernel(const kparams P) {
         }
         if (!LOCAL && P.y.p) {
             __syncthreads();
-            for (int i = tid; i < CH * kTL; i += kThreads) {
-                int c, tt;
-                if (tfast_y) { c = i / kTL; tt = i % kTL; }
-                else { c = i % CH; tt = i / CH; }
+            int64_t oy = wbase(wy, P.y, b, c0, tb), oz = P.z.p ? wbase(wy, P.z, b, c0, tb) : 0;
+#pragma unroll 4
+            for (int r = 0; r < wy.R; r++, oy += sy, oz += sz) {
+                const int c = wy.c + r * wy.dc, tt = wy.tt + r * wy.dt;
                 if (c >= nchb || tt >= tn) continue;
-                const int64_t dd = c0 + c, t = tb + tt;
                 float y = 0.0f;
                 for (int jj = 0; jj < NT; jj++) y += s_y[(c * NT + jj) * TP + tt];
-                if (P.D.p) y = fmaf(ldf(P.D, dd * P.D.s[0]), s_u[c * TP + tt], y);
+                if (P.D.p) y = fmaf(ldf(P.D, (c0 + c) * P.D.s[0]), s_u[c * TP + tt], y);
                 if (P.z.p) {
-                    const float zz = ld<T>(P.z.p, b * P.z.s[0] + dd * P.z.s[1] + t * P.z.s[2]);
+                    const float zz = ld<T>(P.z.p, oz);
                     y *= zz * sigm(zz);
                 }
-                st<T>(P.y.p, b * P.y.s[0] + dd * P.y.s[1] + t * P.y.s[2], y);
+                st<T>(P.y.p, oy, y);
             }
         }
     }
@@ -543,6 +565,9 @@ __global__ void __launch_bounds__(kThreads) bwd_kernel(const kparams P) {
     const bool tfast_u = P.u.s[2] == 1 || P.u.s[1] != 1;
     const bool tfast_B = P.B.s[3] == 1 || P.B.s[2] != 1;
     const bool tfast_C = P.C.s[3] == 1 || P.C.s[2] != 1;
+    const pairwalk wl = mkwalk(tfast_u, tid, CH, kSub);
+    const int64_t sdl = wstep(wl, P.delta), su = wstep(wl, P.u), sdy = wstep(wl, P.dy), sz = wstep(wl, P.z);
+    const int64_t sdu = wstep(wl, P.du), sdd = wstep(wl, P.ddelta), sdz = wstep(wl, P.dz);
 
     float An[NPT], A2[NPT], dh[NPT], dA[NPT], Bf[NPT], Cf[NPT], dBf[NPT], dCf[NPT], h[NPT];
     bool nv[NPT];
@@ -560,22 +585,23 @@ __global__ void __launch_bounds__(kThreads) bwd_kernel(const kparams P) {
 
     /* Loads one sub-tile [ts, ts + tn) into shared memory; full: everything phase B needs. */
     auto load_tile = [&](int64_t ts, int tn, bool full) {
-        for (int i = tid; i < CH * kSub; i += kThreads) {
-            int c, tt;
-            if (tfast_u) { c = i / kSub; tt = i % kSub; }
-            else { c = i % CH; tt = i / CH; }
+        int64_t od = wbase(wl, P.delta, b, c0, ts), ou = wbase(wl, P.u, b, c0, ts), ody = wbase(wl, P.dy, b, c0, ts);
+        int64_t oz = P.z.p ? wbase(wl, P.z, b, c0, ts) : 0;
+#pragma unroll 4
+        for (int r = 0; r < wl.R; r++, od += sdl, ou += su, ody += sdy, oz += sz) {
+            const int c = wl.c + r * wl.dc, tt = wl.tt + r * wl.dt;
+            if (c >= CH || tt >= kSub) continue;
             float dt = 0.0f, uu = 0.0f, dy0 = 0.0f, dsp = 1.0f, fz = 0.0f;
             if (c < nchb && tt < tn) {
-                const int64_t dd = c0 + c, t = ts + tt;
-                float x = ld<T>(P.delta.p, b * P.delta.s[0] + dd * P.delta.s[1] + t * P.delta.s[2]);
-                if (P.bias.p) x += ldf(P.bias, dd * P.bias.s[0]);
+                float x = ld<T>(P.delta.p, od);
+                if (P.bias.p) x += ldf(P.bias, (c0 + c) * P.bias.s[0]);
                 dt = P.softplus ? softplus(x) : x;
-                uu = ld<T>(P.u.p, b * P.u.s[0] + dd * P.u.s[1] + t * P.u.s[2]);
+                uu = ld<T>(P.u.p, ou);
                 if (full) {
                     if (P.softplus && x <= 20.0f) dsp = sigm(x);
-                    const float dy = ld<T>(P.dy.p, b * P.dy.s[0] + dd * P.dy.s[1] + t * P.dy.s[2]);
+                    const float dy = ld<T>(P.dy.p, ody);
                     if (P.z.p) {
-                        const float zz = ld<T>(P.z.p, b * P.z.s[0] + dd * P.z.s[1] + t * P.z.s[2]);
+                        const float zz = ld<T>(P.z.p, oz);
                         const float sg = sigm(zz);
                         dy0 = dy * zz * sg;
                         fz = dy * sg * (1.0f + zz * (1.0f - sg));
@@ -761,13 +787,14 @@ __global__ void __launch_bounds__(kThreads) bwd_kernel(const kparams P) {
             } /* slow path */
             __syncthreads();
             /* per (channel, step) outputs */
-            for (int i = tid; i < CH * kSub; i += kThreads) {
-                int cc, tt;
-                if (tfast_u) { cc = i / kSub; tt = i % kSub; }
-                else { cc = i % CH; tt = i / CH; }
+            int64_t odu = wbase(wl, P.du, b, c0, ts), odd = wbase(wl, P.ddelta, b, c0, ts), odz = wbase(wl, P.dz, b, c0, ts);
+#pragma unroll 4
+            for (int r = 0; r < wl.R; r++, odu += sdu, odd += sdd, odz += sdz) {
+                const int cc = wl.c + r * wl.dc, tt = wl.tt + r * wl.dt;
+                if (cc >= CH || tt >= kSub) continue;
                 float cD = 0.0f, cB = 0.0f;
                 if (cc < nchb && tt < tn) {
-                    const int64_t dd = c0 + cc, t = ts + tt;
+                    const int64_t dd = c0 + cc;
                     float ddt = 0.0f, sBu = 0.0f, y0 = 0.0f;
                     for (int jj = 0; jj < NT; jj++) {
                         const int o = (cc * NT + jj) * SP + tt;
@@ -776,9 +803,9 @@ __global__ void __launch_bounds__(kThreads) bwd_kernel(const kparams P) {
                     const float uu = s_u[cc * SP + tt], dt = s_dt[cc * SP + tt], dy0 = s_dy0[cc * SP + tt];
                     const float Dd = P.D.p ? ldf(P.D, dd * P.D.s[0]) : 0.0f;
                     ddt = fmaf(sBu, uu, ddt) * s_dsp[cc * SP + tt];
-                    if (P.du.p) st<T>(P.du.p, b * P.du.s[0] + dd * P.du.s[1] + t * P.du.s[2], fmaf(sBu, dt, Dd * dy0));
-                    if (P.ddelta.p) st<T>(P.ddelta.p, b * P.ddelta.s[0] + dd * P.ddelta.s[1] + t * P.ddelta.s[2], ddt);
-                    if (P.dz.p) st<T>(P.dz.p, b * P.dz.s[0] + dd * P.dz.s[1] + t * P.dz.s[2], s_fz[cc * SP + tt] * fmaf(Dd, uu, y0));
+                    if (P.du.p) st<T>(P.du.p, odu, fmaf(sBu, dt, Dd * dy0));
+                    if (P.ddelta.p) st<T>(P.ddelta.p, odd, ddt);
+                    if (P.dz.p) st<T>(P.dz.p, odz, s_fz[cc * SP + tt] * fmaf(Dd, uu, y0));
                     cD = dy0 * uu;
                     cB = ddt;
                 }
@@ -915,14 +942,9 @@ struct fwd_plan {
 
 /* npt_force / nlch_force (0: automatic) exist for the benchmark's tuning. */
 bool plan_forward(const selscan__prob &q, fwd_plan *pl, int npt_force, int64_t nlch_force) {
-    int npt = q.N > 8 ? 16 : q.N > 4 ? 8 : 4;
-    if (npt_force) npt = npt_force;
-    int NT = pow2ceil(cdiv(q.N, npt));
-    while (!npt_force && npt > 4 && q.batch * q.dim * NT < kTargetThreads) {
-        npt /= 2;
-        NT = pow2ceil(cdiv(q.N, npt));
-        if (NT > kThreads) { npt *= 2; NT = pow2ceil(cdiv(q.N, npt)); break; }
-    }
+    const int npt = 4;
+    (void)npt_force;
+    const int NT = pow2ceil(cdiv(q.N, npt));
     if (NT > kThreads) return false;
     pl->NPT = npt;
     pl->NT = NT;
@@ -1020,8 +1042,7 @@ selscan_status launch_fwd_t(const kparams &P, unsigned grid, cudaStream_t stream
 
 template <typename T, bool LOCAL>
 selscan_status launch_fwd_npt(int npt, const kparams &P, unsigned grid, cudaStream_t s, cudaError_t *err) {
-    if (npt == 16) return launch_fwd_t<T, 16, LOCAL>(P, grid, s, err);
-    if (npt == 8) return launch_fwd_t<T, 8, LOCAL>(P, grid, s, err);
+    (void)npt; /* 4 states a thread: measured best on the H200 (bench/NOTES.md); 8 and 16 are slower */
     return launch_fwd_t<T, 4, LOCAL>(P, grid, s, err);
 }
 
