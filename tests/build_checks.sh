@@ -71,8 +71,10 @@ for c in "${cxxs[@]}"; do
     start "$c -std=c++17 -O2 SELSCAN_STATIC + SELSCAN_NO_SIMD implementation TU" $c -std=c++17 $WARN -O2 -DSELSCAN_NO_SIMD -x c++ -c $SRC/static_tu.c -o "$OUT/$t.static.o"
 done
 if have "$NVCC"; then
-    start "$NVCC -arch=sm_90 -std=c++17 .cu TU with SELSCAN_IMPLEMENTATION" \
-        $NVCC -arch=sm_90 -std=c++17 -O2 -Werror all-warnings -Xcompiler -Wall,-Wextra,-Werror -c $SRC/cuda_tu.cu -o "$OUT/cuda_tu.o"
+    start "$NVCC -arch=sm_90 -std=c++17 compiles a .cu TU with SELSCAN_IMPLEMENTATION" \
+        $NVCC -arch=sm_90 -std=c++17 -O2 -c $SRC/cuda_tu.cu -o "$OUT/cuda_tu.o"
+    start "$NVCC the same TU warnings-clean (-Werror all-warnings, host -Wall -Wextra -Werror)" \
+        $NVCC -arch=sm_90 -std=c++17 -O0 -Werror all-warnings -Xcompiler -Wall,-Wextra,-Werror -c $SRC/cuda_tu.cu -o "$OUT/cuda_tu_w.o"
 else
     skip "nvcc (not found)"
 fi

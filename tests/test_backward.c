@@ -225,17 +225,17 @@ int main(void) {
     c.big_delta = 2;
     fd_case(&c, 1, TC_G_ALL, "fd/softplus>20");
     /* random f32 problems */
-    for (i = 0; i < (quick ? 6 : 40); i++) {
+    for (i = 0; i < (quick ? 6 : 80); i++) {
         small_cfg(&c, SELSCAN_F32);
         fd_case(&c, tc_coin(0.5), TC_G_ALL, "fd/random");
     }
     /* f16, bf16: against the library's f32 and against finite differences */
-    for (i = 0; i < (quick ? 4 : 24); i++) {
+    for (i = 0; i < (quick ? 4 : 40); i++) {
         tc_cfg_random(&c, i & 1 ? SELSCAN_BF16 : SELSCAN_F16, quick ? 5000 : 40000);
         c.bcast = 0;
         dtype_case(&c, tc_coin(0.5));
     }
-    for (i = 0; i < (quick ? 2 : 8); i++) {
+    for (i = 0; i < (quick ? 2 : 16); i++) {
         small_cfg(&c, i & 1 ? SELSCAN_BF16 : SELSCAN_F16);
         fd_case(&c, tc_coin(0.5), TC_G_ALL, "fd/half");
     }

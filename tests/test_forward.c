@@ -154,7 +154,7 @@ int main(void) {
     one(&c, "dim>65535");
     /* random matrix over every option */
     for (di = 0; di < 3; di++)
-        for (i = 0; i < (quick ? 6 : 60); i++) {
+        for (i = 0; i < (quick ? 6 : 100); i++) {
             tc_cfg_random(&c, dts[di], quick ? 8000 : 100000);
             c.bcast = tc_coin(0.3);
             one(&c, "random");

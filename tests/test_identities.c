@@ -308,7 +308,7 @@ int main(void) {
     tc_cfg c;
     int i;
     tc_init("test_identities");
-    for (i = 0; i < (quick ? 4 : 16); i++) { /* packed == separate */
+    for (i = 0; i < (quick ? 4 : 30); i++) { /* packed == separate */
         base_cfg(&c, dts[i % 3]);
         c.batch = 1; c.nseq = (int)tc_randint(1, 6); c.L = tc_randint(1, 300);
         c.flags |= (i & 2) ? SELSCAN_FIXED_B : 0u;
@@ -317,7 +317,7 @@ int main(void) {
         c.G = (i & 1) ? 4 : 1; c.dim = 4;
         packed_case(&c);
     }
-    for (i = 0; i < (quick ? 4 : 15); i++) { /* [0,L) == [0,k) + [k,L) */
+    for (i = 0; i < (quick ? 4 : 25); i++) { /* [0,L) == [0,k) + [k,L) */
         static const int64_t splits[] = {1, 64, 75, 149, 0};
         base_cfg(&c, dts[i % 3]);
         c.flags |= (i & 2) ? SELSCAN_FIXED_B : 0u;
@@ -325,7 +325,7 @@ int main(void) {
         c.h0 = (i & 8) == 0;
         chain_case(&c, splits[i % 5] ? splits[i % 5] : tc_randint(1, c.L - 1));
     }
-    for (i = 0; i < (quick ? 6 : 24); i++) { /* steps == forward */
+    for (i = 0; i < (quick ? 6 : 40); i++) { /* steps == forward */
         base_cfg(&c, dts[i % 3]);
         c.L = (i % 4) == 0 ? 1 : tc_randint(2, 60);
         c.batch = tc_randint(1, 4);

@@ -138,7 +138,7 @@ int main(void) {
     scfg c;
     int i;
     tc_init("test_step");
-    for (i = 0; i < (quick ? 12 : 90); i++) {
+    for (i = 0; i < (quick ? 12 : 150); i++) {
         static const int64_t Ns[] = {1, 3, 16, 64, 256};
         static const int64_t Gs[] = {1, 2, 4};
         memset(&c, 0, sizeof c);

@@ -194,6 +194,7 @@ static void problem_rules(void) {
     PROB(p.h_last.stride[1] = 0; ex("h_last stride 0", &p, &g, FWD, SELSCAN_ERR_STRIDE));
     PROB(p.h_last.stride[0] = 12; p.h_last.stride[1] = 2; ex("h_last channel stride 2 < N", &p, &g, FWD, SELSCAN_ERR_STRIDE));
     PROB(p.u.stride[0] = p.u.stride[1] = p.u.stride[2] = 1; ex("input strides may overlap", &p, &g, ALL, SELSCAN_OK));
+    PROB(p.C.data = p.B.data; p.delta.data = p.u.data; ex("inputs may share memory (C == B, delta == u)", &p, &g, ALL, SELSCAN_OK));
 
     /* aliasing: outputs vs inputs, vs each other */
     PROB(p.y.data = P.u.data; ex("y == u", &p, &g, FWD, SELSCAN_ERR_ALIAS));
