@@ -11,6 +11,7 @@
  *                           SELSCAN_TEST_SEED (decimal or 0x hex; default TC_DEFAULT_SEED).
  *   tc_finish()             prints the suite's last line "N passed, N failed"; returns the
  *                           process exit status (0 when nothing failed).
+ *   tc_failed()             failures so far
  *   tc_quick()              1 when SELSCAN_TEST_QUICK is set and not "0" (smaller random matrix,
  *                           used for the sanitizer run).
  *
@@ -25,6 +26,8 @@
  *   TOL_IDENT               identities of the library against itself (packed vs separate,
  *                           chained halves, steps vs forward) in f32
  *   tc_tol_fwd(dt)          the forward tolerance of a dtype
+ *   tc_tol_grad(dt)         TOL_GRAD_SAME / TOL_GRAD_F16 / TOL_GRAD_BF16 by the dtype of a tensor
+ *   tc_dtname(dt)           "f32", "f16", "bf16"
  *
  * Random numbers (splitmix64, one global stream)
  *   tc_u64(), tc_uniform(lo, hi), tc_randint(lo, hi) (inclusive), tc_coin(p)
@@ -32,7 +35,9 @@
  * dtypes, independent of the library's conversion routines
  *   tc_round(dt, x)         x rounded to dtype dt, round-to-nearest-even, overflow to inf (double)
  *   tc_f16_decode(bits), tc_bf16_decode(bits)     exact value of a 16-bit pattern
+ *   tc_f16_encode(x), tc_bf16_encode(x)           16-bit pattern of an exactly representable x
  *   tc_encode(dt, x, dst)   store an exactly representable x as dt at dst
+ *   tc_esize(dt)            bytes per element
  *   tc_decode(dt, src)      the value stored at src
  *
  * Tensors (tc_tensor): a logical shape, the values the oracle reads (v, row-major logical order,
@@ -66,6 +71,11 @@
  *   tc_prob_free(P), tc_prob_describe(P, buf, size)
  *   tc_grads_make(G, P, want, dhlast)  dy (and dh_last) random; outputs in want (TC_G_* bits)
  *   tc_grads_free(G)
+ *   tc_prob_api(P)                   (re)build P->p from P's tensors (n_groups 0 or 1 at random when 1)
+ *   tc_cu_random(cu, nseq, L)        random offsets 0 = cu[0] <= ... <= cu[nseq] = L, one sequence
+ *                                    empty when nseq >= 2
+ *   tc_grads_api(G), tc_grads_poison(G)   rebuild G->g (every output passed) / poison all outputs
+ *   TC_G_DU ... TC_G_DH0, TC_G_ALL   gradient selection bits (want) of tc_grads_make
  *   tc_ws(bytes) / tc_ws_free(p)     64-byte aligned workspace, filled with 0xCD
  *
  * fp64 oracle (written from DESIGN.md section 1, not from the library's code)
@@ -74,6 +84,7 @@
  *   tc_fd_grad(P, x, dy, dhl, out)   central differences of the loss w.r.t. every element of
  *                                    the input tensor x (one of P's tensors), into out
  *   tc_oracle_step(...)              one decode step of one (batch row, channel), in double
+ *   tc_softplus(x), tc_silu(x)       in double, softplus with the threshold 20 of DESIGN.md
  */
 #ifndef SELSCAN_TESTS_COMMON_H
 #define SELSCAN_TESTS_COMMON_H

@@ -65,7 +65,7 @@ static void forward_site(selscan_dtype dt, int site, double x) {
     int64_t b = tc_randint(0, Bt - 1), d = tc_randint(0, Dm - 1), t = tc_randint(0, L - 1), n = tc_randint(0, N - 1);
     int64_t g, bb, dd, tt, nn;
     unsigned char *my = (unsigned char *)calloc((size_t)(Bt * Dm * L), 1), *mh = (unsigned char *)calloc((size_t)(Bt * Dm * N), 1);
-    int64_t wy, wh;
+    int64_t wy = 0, wh = 0;
     char desc[128];
     base_cfg(&c, dt);
     tc_prob_make(&P, &c);
