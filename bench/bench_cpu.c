@@ -132,6 +132,60 @@ static double time_bwd(const selscan_problem *p, const selscan_grads *g, int mod
     return best;
 }
 
+/* Step (decode): batch rows of (dim, N) f32 state read and written in place. Ceiling: the
+   state's bytes (read + write) at the bandwidth of a memcpy of the same size in the same run. */
+static void bench_step(int64_t nthr, int quick) {
+    static const int64_t shapes[][3] = {{1, 1536, 16}, {16, 2048, 16}, {64, 5120, 16}};
+    size_t c;
+    printf("\nstep (decode), f32, softplus, D, z, bias: ms per call, 1 thread; state = batch*dim*N*4 bytes\n");
+    printf("%-18s %9s %9s %8s %10s %12s %10s\n", "batch,dim,N", "ref", "fast", "ref/fast", "state MB", "fast GB/s", "memcpy GB/s");
+    for (c = 0; c < sizeof shapes / sizeof shapes[0]; c++) {
+        const int64_t B = shapes[c][0], Dm = shapes[c][1], N = shapes[c][2];
+        const size_t ns = (size_t)(B * Dm * N), nx = (size_t)(B * Dm), nbc = (size_t)(B * N);
+        const int reps = quick ? 3 : 20;
+        uint64_t seed = 7;
+        selscan_step_problem s;
+        double tr = 1e30, tf = 1e30, tm = 1e30;
+        float *src, *dst;
+        int r;
+        memset(&s, 0, sizeof s);
+        s.batch = B; s.dim = Dm; s.dstate = N; s.dtype = SELSCAN_F32; s.flags = SELSCAN_DELTA_SOFTPLUS;
+        s.state.data = fill(ns, SELSCAN_F32, &seed, -1, 1);
+        s.x.data = fill(nx, SELSCAN_F32, &seed, -2, 2);
+        s.dt.data = fill(nx, SELSCAN_F32, &seed, -4, 1);
+        s.z.data = fill(nx, SELSCAN_F32, &seed, -3, 3);
+        s.y.data = fill(nx, SELSCAN_F32, &seed, 0, 0);
+        s.A.data = fill((size_t)(Dm * N), SELSCAN_F32, &seed, -4, -0.05f);
+        s.B.data = fill(nbc, SELSCAN_F32, &seed, -1, 1);
+        s.C.data = fill(nbc, SELSCAN_F32, &seed, -1, 1);
+        s.D.data = fill((size_t)Dm, SELSCAN_F32, &seed, -1, 1);
+        s.delta_bias.data = fill((size_t)Dm, SELSCAN_F32, &seed, -1, 1);
+        src = (float *)fill(ns, SELSCAN_F32, &seed, -1, 1);
+        dst = (float *)fill(ns, SELSCAN_F32, &seed, -1, 1);
+        for (r = 0; r < reps; r++) {
+            double t0 = now(), t;
+            selscan_step_ref(&s);
+            t = now() - t0; if (t < tr) tr = t;
+            t0 = now();
+            selscan_step_cpu(&s);
+            t = now() - t0; if (t < tf) tf = t;
+            t0 = now();
+            memcpy(dst, src, ns * 4);
+            t = now() - t0; if (t < tm) tm = t;
+            src[r % ns] += dst[(r * 7) % ns]; /* keep the copy */
+        }
+        {
+            char name[64];
+            snprintf(name, sizeof name, "%lld,%lld,%lld", (long long)B, (long long)Dm, (long long)N);
+            printf("%-18s %9.3f %9.3f %8.1f %10.1f %12.1f %10.1f\n", name, tr * 1e3, tf * 1e3, tr / tf, ns * 4e-6,
+                   2.0 * (double)ns * 4 / tf * 1e-9, 2.0 * (double)ns * 4 / tm * 1e-9);
+        }
+        free(s.state.data); free(s.x.data); free(s.dt.data); free(s.z.data); free(s.y.data); free(s.A.data);
+        free(s.B.data); free(s.C.data); free(s.D.data); free(s.delta_bias.data); free(src); free(dst);
+    }
+    (void)nthr;
+}
+
 int main(int argc, char **argv) {
     const int64_t nthr = argc > 1 ? atoi(argv[1]) : sysconf(_SC_NPROCESSORS_ONLN);
     const char *filter = argc > 2 ? argv[2] : NULL;
@@ -201,5 +255,6 @@ int main(int argc, char **argv) {
             }
         }
     }
+    if (!filter || strstr("step", filter)) bench_step(nthr, quick);
     return 0;
 }
