@@ -259,11 +259,11 @@ void ForEachPart(OpKernelContext* ctx, int64_t n_parts, const Fn& fn) {
     return;
   }
   auto* workers = ctx->device()->tensorflow_cpu_worker_threads()->workers;
-  workers->ParallelFor(n_parts, tsl::thread::ThreadPool::SchedulingParams::Fixed(1), [&](int64_t p0, int64_t p1) {
+  using Params = tensorflow::thread::ThreadPool::SchedulingParams;
+  workers->ParallelFor(n_parts, Params::Fixed(1), [&](int64_t p0, int64_t p1) {
     for (int64_t part = p0; part < p1; part++) fn(part);
   });
 }
-
 
 absl::Status FirstError(const std::vector<selscan_status>& sts, const char* where, const Sizes& s) {
   for (selscan_status st : sts)
