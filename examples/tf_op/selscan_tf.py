@@ -199,12 +199,13 @@ _NO_AUTOCAST = _no_autocast_kwargs()
 class SelectiveScan(tf.keras.layers.Layer):
     """The S6 core of a Mamba block, holding its own A_log (dim, N), D (dim) and delta_bias (dim).
 
-    call(u, delta, B, C, z=None, h0=None, training=None) with the shapes of selective_scan (layout given at
-    construction). A = -exp(A_log) (Mamba's S4D-real initialization A_log[d, n] = log(n + 1)),
-    D = 1, delta_bias = softplus^-1 of dt drawn log-uniformly from [dt_min, dt_max], softplus
-    applied to delta + delta_bias. The weights stay float32 under a mixed-precision policy (u,
-    delta, B, C, z then arrive in the compute dtype, e.g. bfloat16). The op has no XLA kernel, so supports_jit is False (Keras then
-    does not jit-compile a model containing this layer).
+    call(u, delta, B, C, z=None, h0=None, training=None), with the shapes of selective_scan in the
+    layout given at construction. A = -exp(A_log) (Mamba's S4D-real initialization
+    A_log[d, n] = log(n + 1)), D = 1, delta_bias = softplus^-1 of dt drawn log-uniformly from
+    [dt_min, dt_max], softplus applied to delta + delta_bias. The weights stay float32 under a
+    mixed-precision policy (u, delta, B, C, z then arrive in the compute dtype, e.g. bfloat16).
+    training=False skips the GPU checkpoint (no backward follows). The op has no XLA kernel, so
+    supports_jit is False (Keras then does not jit-compile a model containing this layer).
     """
 
     def __init__(self, dim, d_state=16, layout="BLD", dt_min=1e-3, dt_max=1e-1, delta_softplus=True, **kwargs):
