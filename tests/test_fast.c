@@ -138,6 +138,22 @@ static void test_forward(selscan_dtype dt, int64_t max_work) {
             }
         }
     }
+    /* errors of the part API: nothing written */
+    {
+        unsigned char *ys = tc_snapshot(&P.y);
+        st = selscan_workspace_size_parts(&P.p, NULL, 2, &bytes);
+        ws = tc_ws(bytes);
+        CHECK(selscan_forward_cpu_part(&P.p, 2, 2, ws, bytes) == SELSCAN_ERR_SHAPE, "part == n_parts (%s)", desc);
+        CHECK(selscan_forward_cpu_part(&P.p, -1, 2, ws, bytes) == SELSCAN_ERR_SHAPE, "part < 0 (%s)", desc);
+        CHECK(selscan_forward_cpu_part(&P.p, 0, 0, ws, bytes) == SELSCAN_ERR_SHAPE, "n_parts 0 (%s)", desc);
+        CHECK(bytes == 0 || selscan_forward_cpu_part(&P.p, 1, 2, ws, bytes - 1) == SELSCAN_ERR_WORKSPACE,
+              "workspace one byte short (%s)", desc);
+        CHECK(bytes == 0 || selscan_forward_cpu_part(&P.p, 0, 2, (char *)ws + 8, bytes - 8) == SELSCAN_ERR_WORKSPACE,
+              "misaligned workspace (%s)", desc);
+        CHECK(tc_same(&P.y, ys), "forward part error wrote y (%s)", desc);
+        tc_ws_free(ws);
+        free(ys);
+    }
     /* the plain entry point is the best path with 1 part */
     tc_poison(&P.y);
     st = selscan_workspace_size(&P.p, NULL, &bytes);
@@ -212,6 +228,32 @@ static void test_backward(selscan_dtype dt, int64_t max_work) {
             }
         }
     }
+    /* errors of the part API: nothing written */
+    tc_grads_poison(&G);
+    for (i = 0; i < 9; i++) { free(snap[i]); snap[i] = tc_snapshot(outs[i]); }
+    st = selscan_workspace_size_parts(&P.p, &G.g, 3, &bytes);
+    ws = tc_ws(bytes);
+    CHECK(selscan_backward_cpu_part(&P.p, &G.g, 3, 3, ws, bytes) == SELSCAN_ERR_SHAPE, "backward part == n_parts (%s)", desc);
+    CHECK(selscan_backward_cpu_part(&P.p, &G.g, 1, 3, ws, bytes - 1) == SELSCAN_ERR_WORKSPACE, "backward workspace short (%s)", desc);
+    CHECK(selscan_backward_cpu_reduce(&P.p, &G.g, 0, 1, NULL, 0) == SELSCAN_ERR_WORKSPACE ||
+              !(G.g.dA.data || G.g.dB.data || G.g.dC.data || G.g.dD.data || G.g.ddelta_bias.data),
+          "reduce without workspace (%s)", desc);
+    CHECK(selscan_backward_cpu_reduce(&P.p, &G.g, 0, 0, ws, bytes) == SELSCAN_ERR_SHAPE, "reduce n_parts 0 (%s)", desc);
+    {
+        const selscan_grads gbad = G.g;
+        selscan_grads g2 = gbad;
+        g2.du.data = P.p.u.data; /* an output on an input */
+        if (G.g.du.data) CHECK(selscan_backward_cpu_part(&P.p, &g2, 0, 1, ws, bytes) == SELSCAN_ERR_ALIAS, "du aliasing u (%s)", desc);
+        g2 = gbad;
+        if (G.g.dA.data) {
+            g2.dA.data = ws; /* an output in the workspace */
+            CHECK(selscan_backward_cpu_part(&P.p, &g2, 0, 1, ws, bytes) == SELSCAN_ERR_ALIAS, "dA in the workspace (%s)", desc);
+            CHECK(selscan_backward_cpu_reduce(&P.p, &g2, 0, 1, ws, bytes) == SELSCAN_ERR_ALIAS, "reduce: dA in the workspace (%s)", desc);
+        }
+    }
+    tc_ws_free(ws);
+    for (i = 0; i < 9; i++)
+        if (gdata[i]) CHECK(tc_same(outs[i], snap[i]), "backward part error wrote %s (%s)", names[i], desc);
     tc_grads_poison(&G);
     st = selscan_workspace_size(&P.p, &G.g, &bytes);
     ws = tc_ws(bytes);
@@ -315,9 +357,9 @@ int main(void) {
     printf("paths: %s%s\n", selscan_cpu_backend(), nisa > 1 ? " and portable" : "");
     for (d = 0; d < 3; d++) {
         const selscan_dtype dt = (selscan_dtype)d;
-        for (i = 0; i < (quick ? 6 : 25); i++) test_forward(dt, 60000);
-        for (i = 0; i < (quick ? 4 : 15); i++) test_backward(dt, 30000);
-        for (i = 0; i < (quick ? 4 : 15); i++) test_step(dt);
+        for (i = 0; i < (quick ? 6 : 40); i++) test_forward(dt, quick ? 60000 : 200000);
+        for (i = 0; i < (quick ? 4 : 25); i++) test_backward(dt, quick ? 30000 : 100000);
+        for (i = 0; i < (quick ? 4 : 25); i++) test_step(dt);
     }
     return tc_finish();
 }
