@@ -77,6 +77,20 @@
  * range each tensor spans; SELSCAN_ERR_ALIAS).
  *
  * ---------------------------------------------------------------------------------------------
+ * CPU PATHS
+ *
+ * selscan_*_cpu run a vectorized path picked at run time from CPUID (each call; nothing cached):
+ * AVX-512F, else AVX2+FMA+F16C, on x86-64 (per-function target attributes: no -march needed),
+ * NEON on arm64, portable C elsewhere or with SELSCAN_NO_SIMD; selscan_cpu_backend() names it.
+ * They run on the calling thread; the *_part forms (see the API) split the work for any thread
+ * pool with bitwise the same results for every split. The exponential is a polynomial (within
+ * 1.3 ulp; in steps where |dt * A| <= 86 it works on dt * (A log2 e) with A log2 e rounded once,
+ * an error of the size of rounding dt * A itself: 3 ulp at |dt A| <= 10), so results differ from
+ * selscan_*_ref (plain expf) by rounding only (f32: ~1e-6 relative). The backward keeps one state every 64 steps per
+ * channel in flight and recomputes the rest; its workspace holds per-block partial sums of the
+ * reductions (about batch * dim * N * L / 32 floats when variable dB and dC are asked for).
+ *
+ * ---------------------------------------------------------------------------------------------
  * LICENSE: MIT. Copyright (c) 2026 the selscan authors.
  *
  * Permission is hereby granted, free of charge, to any person obtaining a copy of this software
