@@ -165,6 +165,10 @@ __device__ __forceinline__ float ex2(float x) {
 }
 /* sigmoid and softplus on the fast units; softplus(x) = max(x, 0) + log1p(exp(-|x|)), the log1p by
    its series where exp(-|x|) < 0.05 (relative error ~1e-7) and by lg2.approx above (~1e-5). */
+/* L2 prefetch of the element at p + off (sizeof(T) bytes), for the next tile while this one runs */
+template <typename T> __device__ __forceinline__ void pf(const void *p, int64_t off) {
+    asm volatile("prefetch.global.L2 [%0];" ::"l"(static_cast<const T *>(p) + off));
+}
 __device__ __forceinline__ float sigm(float x) { return __frcp_rn(1.0f + __expf(-x)); }
 __device__ __forceinline__ float softplus(float x) {
     if (x > 20.0f) return x;
@@ -224,8 +228,11 @@ size_t fwd_smem(int NT, int NPT, int CH) {
     return (static_cast<size_t>(2 * kTL * NPAD + 3 * CH * TP + kThreads * TP) + 2 * kTL + 2) * 4;
 }
 
+#ifndef SELSCAN_CUDA_FWD_MINBLOCKS
+#define SELSCAN_CUDA_FWD_MINBLOCKS 6 /* blocks per SM the forward's registers allow (bench/NOTES.md) */
+#endif
 template <typename T, int NPT, bool LOCAL>
-__global__ void __launch_bounds__(kThreads) fwd_kernel(const kparams P) {
+__global__ void __launch_bounds__(kThreads, SELSCAN_CUDA_FWD_MINBLOCKS) fwd_kernel(const kparams P) {
     extern __shared__ float4 smem4[];
     const int TP = kTL + 1, NT = P.NT, CH = P.CH, NPAD = NT * NPT;
     float *s_B = reinterpret_cast<float *>(smem4);
@@ -313,6 +320,30 @@ __global__ void __launch_bounds__(kThreads) fwd_kernel(const kparams P) {
             if (tid == 0) { s_spec[0] = (m & 0xffffu) != 0; s_spec[1] = (m >> 16) != 0; }
         }
         __syncthreads();
+        if (tb + kTL < t1) { /* next tile into L2 */
+            const int64_t tp = tb + kTL;
+            const int tnp = static_cast<int>(min(static_cast<int64_t>(kTL), t1 - tp));
+            int64_t od = wbase(wl, P.delta, b, c0, tp), ou = wbase(wl, P.u, b, c0, tp);
+            int64_t oz = doy && P.z.p ? wbase(wy, P.z, b, c0, tp) : 0;
+            for (int r = 0; r < wl.R; r++, od += sdl, ou += su) {
+                const int c = wl.c + r * wl.dc, tt = wl.tt + r * wl.dt;
+                if (c < nchb && tt < tnp) { pf<T>(P.delta.p, od); pf<T>(P.u.p, ou); }
+            }
+            if (!LOCAL && doy && P.z.p)
+                for (int r = 0; r < wy.R; r++, oz += sz) {
+                    const int c = wy.c + r * wy.dc, tt = wy.tt + r * wy.dt;
+                    if (c < nchb && tt < tnp) pf<T>(P.z.p, oz);
+                }
+            for (int i = tid; i < kTL * NPAD; i += kThreads) {
+                int n, tt;
+                if (tfast_B) { n = i / kTL; tt = i % kTL; }
+                else { n = i % NPAD; tt = i / NPAD; }
+                if (!P.fixB && n < P.N && tt < tnp) pf<T>(P.B.p, b * P.B.s[0] + g * P.B.s[1] + n * P.B.s[2] + (tp + tt) * P.B.s[3]);
+                if (tfast_C) { n = i / kTL; tt = i % kTL; }
+                else { n = i % NPAD; tt = i / NPAD; }
+                if (!LOCAL && doy && !P.fixC && n < P.N && tt < tnp) pf<T>(P.C.p, b * P.C.s[0] + g * P.C.s[1] + n * P.C.s[2] + (tp + tt) * P.C.s[3]);
+            }
+        }
         if (active) {
             /* one step: h <- exp(dt A) h + B dt u, y partial into s_y */
             auto core = [&](int tt, auto varbc) {
@@ -664,6 +695,27 @@ __global__ void __launch_bounds__(kThreads) bwd_kernel(const kparams P) {
             __syncthreads();
             load_tile(ts, tn, true);
             __syncthreads();
+            if (c > 0) { /* the next sub-tile (earlier in time) into L2 */
+                const int64_t tp = ts - kSub;
+                int64_t od = wbase(wl, P.delta, b, c0, tp), ou = wbase(wl, P.u, b, c0, tp), ody = wbase(wl, P.dy, b, c0, tp);
+                int64_t oz = P.z.p ? wbase(wl, P.z, b, c0, tp) : 0;
+                for (int r = 0; r < wl.R; r++, od += sdl, ou += su, ody += sdy, oz += sz) {
+                    const int cc = wl.c + r * wl.dc, tt = wl.tt + r * wl.dt;
+                    if (cc < nchb && tt < kSub) {
+                        pf<T>(P.delta.p, od); pf<T>(P.u.p, ou); pf<T>(P.dy.p, ody);
+                        if (P.z.p) pf<T>(P.z.p, oz);
+                    }
+                }
+                for (int i = tid; i < kSub * NPAD; i += kThreads) {
+                    int n, tt;
+                    if (tfast_B) { n = i / kSub; tt = i % kSub; }
+                    else { n = i % NPAD; tt = i / NPAD; }
+                    if (!P.fixB && n < P.N) pf<T>(P.B.p, b * P.B.s[0] + g * P.B.s[1] + n * P.B.s[2] + (tp + tt) * P.B.s[3]);
+                    if (tfast_C) { n = i / kSub; tt = i % kSub; }
+                    else { n = i % NPAD; tt = i / NPAD; }
+                    if (!P.fixC && n < P.N) pf<T>(P.C.p, b * P.C.s[0] + g * P.C.s[1] + n * P.C.s[2] + (tp + tt) * P.C.s[3]);
+                }
+            }
             float hh[kSub][NPT], aa[kSub][NPT];
 #pragma unroll
             for (int k = 0; k < NPT; k++) h[k] = nv[k] ? P.ck[(bd * P.nck + c) * P.N + j * NPT + k] : 0.0f;
