@@ -1970,6 +1970,11 @@ static SELSCAN__T_AVX2 void selscan__load_tile_avx2(float *dst, const selscan__t
     }
     if (nl == W && W % 8 == 0 && x->s[2] == 1) {
         __m256 r[8];
+        const int es = x->dt == SELSCAN_F32 ? 4 : 2;
+        const char *base = SELSCAN__CAST(const char *, x->data);
+        for (l = 0; l < W; l++) /* the next chunk of each row: many rows 4 KiB apart defeat the prefetchers */
+            for (g = 0; g < SELSCAN__FT * es; g += 64)
+                _mm_prefetch(base + (off + l * x->s[1] + SELSCAN__FT) * es + g, _MM_HINT_T0);
         for (; t + 8 <= nt; t += 8)
             for (g = 0; g < W; g += 8) {
                 for (l = 0; l < 8; l++) r[l] = selscan__ld8_avx2(x->data, off + (g + l) * x->s[1] + t, x->dt);
