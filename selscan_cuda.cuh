@@ -586,6 +586,7 @@ __global__ void __launch_bounds__(kThreads) bwd_kernel(const kparams P) {
     const int NPT = kBwdNPT;
 
     int64_t bid = blockIdx.x;
+    const int64_t lc = bid % P.nlch; bid /= P.nlch;
     const int64_t cb = bid % P.ncb; bid /= P.ncb;
     const int64_t g = bid % P.G, b = bid / P.G;
     const int tid = threadIdx.x, chl = tid / NT, j = tid % NT;
@@ -593,6 +594,8 @@ __global__ void __launch_bounds__(kThreads) bwd_kernel(const kparams P) {
     const int nchb = static_cast<int>(min(static_cast<int64_t>(CH), P.dpg - cb * CH));
     const bool active = chl < nchb;
     const int64_t d = c0 + (active ? chl : 0), bd = b * P.dim + d;
+    const int64_t prow = lc * P.batch + b; /* row of the per-(chunk, batch row) partial sums */
+    const int64_t t0 = lc * P.lchunk, t1 = min(P.L, t0 + P.lchunk);
     const bool tfast_u = P.u.s[2] == 1 || P.u.s[1] != 1;
     const bool tfast_B = P.B.s[3] == 1 || P.B.s[2] != 1;
     const bool tfast_C = P.C.s[3] == 1 || P.C.s[2] != 1;
@@ -611,6 +614,7 @@ __global__ void __launch_bounds__(kThreads) bwd_kernel(const kparams P) {
         Bf[k] = nv[k] && P.fixB ? ldf(P.B, d * P.B.s[0] + n * P.B.s[1]) : 0.0f;
         Cf[k] = nv[k] && P.fixC ? ldf(P.C, d * P.C.s[0] + n * P.C.s[1]) : 0.0f;
         dh[k] = dA[k] = dBf[k] = dCf[k] = 0.0f;
+        if (P.nlch > 1 && nv[k]) dh[k] = P.Hin[(bd * P.nlch + lc) * P.N + n]; /* from the chunks to the right */
     }
     float accD = 0.0f, accBias = 0.0f;
 
@@ -688,14 +692,14 @@ __global__ void __launch_bounds__(kThreads) bwd_kernel(const kparams P) {
     };
 
     /* P.ck holds the state entering every kSub steps (P.nck entries per row) */
-    for (int64_t c = P.nck - 1; c >= 0; c--) {
+    for (int64_t c = (t1 - 1) / kSub; c >= t0 / kSub; c--) {
         {
             const int64_t ts = c * kSub;
             const int tn = static_cast<int>(min(static_cast<int64_t>(kSub), P.L - ts));
             __syncthreads();
             load_tile(ts, tn, true);
             __syncthreads();
-            if (c > 0) { /* the next sub-tile (earlier in time) into L2 */
+            if (c > t0 / kSub) { /* the next sub-tile (earlier in time) into L2 */
                 const int64_t tp = ts - kSub;
                 int64_t od = wbase(wl, P.delta, b, c0, tp), ou = wbase(wl, P.u, b, c0, tp), ody = wbase(wl, P.dy, b, c0, tp);
                 int64_t oz = P.z.p ? wbase(wl, P.z, b, c0, tp) : 0;
@@ -894,15 +898,89 @@ __global__ void __launch_bounds__(kThreads) bwd_kernel(const kparams P) {
 #pragma unroll
     for (int k = 0; k < NPT; k++) {
         if (!nv[k]) continue;
-        const int64_t o = bd * P.N + j * NPT + k;
+        const int64_t o = (prow * P.dim + d) * P.N + j * NPT + k;
         if (P.wdA) P.wdA[o] = dA[k];
         if (P.fixB && P.wdBf) P.wdBf[o] = dBf[k];
         if (P.fixC && P.wdCf) P.wdCf[o] = dCf[k];
     }
     if (tid < nchb) {
-        const int64_t o = b * P.dim + c0 + tid;
+        const int64_t o = prow * P.dim + c0 + tid;
         if (P.wdD) P.wdD[o] = accD;
         if (P.wdbias) P.wdbias[o] = accBias;
+    }
+}
+
+/* Pass 1 of the L-parallel backward: for each chunk, the state gradient leaving it to the left
+   when zero enters from the right (V, dh_last injected at sequence ends) and the product of its
+   decays (M, 0 when a sequence ends inside). Thread: (row, channel, 4 states, chunk). */
+template <typename T>
+__global__ void __launch_bounds__(kThreads) bwd_local_kernel(const kparams P, float *V, float *M) {
+    const int64_t NT = P.NT;
+    int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+    if (i >= P.batch * P.dim * NT * P.nlch) return;
+    const int j = static_cast<int>(i % NT); i /= NT;
+    const int64_t d = i % P.dim; i /= P.dim;
+    const int64_t lc = i % P.nlch, b = i / P.nlch, g = d / P.dpg, bd = b * P.dim + d;
+    const int64_t t0 = lc * P.lchunk, t1 = min(P.L, t0 + P.lchunk);
+    const int NPT = kBwdNPT;
+    float A2[NPT], Cf[NPT], dh[NPT], m[NPT];
+#pragma unroll
+    for (int k = 0; k < NPT; k++) {
+        const int64_t n = j * NPT + k;
+        const bool nv = n < P.N;
+        A2[k] = nv ? ldf(P.A, d * P.A.s[0] + n * P.A.s[1]) * kLog2e : 0.0f;
+        Cf[k] = nv && P.fixC ? ldf(P.C, d * P.C.s[0] + n * P.C.s[1]) : 0.0f;
+        dh[k] = 0.0f;
+        m[k] = 1.0f;
+    }
+    const float bias = P.bias.p ? ldf(P.bias, d * P.bias.s[0]) : 0.0f;
+    for (int64_t t = t1 - 1; t >= t0; t--) {
+        int sg, en;
+        seg_flags(P, b, t, &sg, &en);
+        if (en >= 0) {
+#pragma unroll
+            for (int k = 0; k < NPT; k++) {
+                const int64_t n = j * NPT + k;
+                dh[k] = P.dhlast.p && n < P.N ? ldf(P.dhlast, en * P.dhlast.s[0] + d * P.dhlast.s[1] + n * P.dhlast.s[2]) : 0.0f;
+                m[k] = 0.0f;
+            }
+        }
+        const float x = ld<T>(P.delta.p, b * P.delta.s[0] + d * P.delta.s[1] + t * P.delta.s[2]) + bias;
+        const float dt = P.softplus ? softplus(x) : x;
+        float dy0 = ld<T>(P.dy.p, b * P.dy.s[0] + d * P.dy.s[1] + t * P.dy.s[2]);
+        if (P.z.p) {
+            const float zz = ld<T>(P.z.p, b * P.z.s[0] + d * P.z.s[1] + t * P.z.s[2]);
+            dy0 *= zz * sigm(zz);
+        }
+#pragma unroll
+        for (int k = 0; k < NPT; k++) {
+            const int64_t n = j * NPT + k;
+            const float Cv = P.fixC ? Cf[k] : n < P.N ? ld<T>(P.C.p, b * P.C.s[0] + g * P.C.s[1] + n * P.C.s[2] + t * P.C.s[3]) : 0.0f;
+            const float a = ex2(dt * A2[k]);
+            dh[k] = fmaf(dy0, Cv, dh[k]) * a;
+            m[k] *= a;
+        }
+    }
+#pragma unroll
+    for (int k = 0; k < NPT; k++) {
+        const int64_t n = j * NPT + k;
+        if (n < P.N) {
+            V[(bd * P.nlch + lc) * P.N + n] = dh[k];
+            M[(bd * P.nlch + lc) * P.N + n] = m[k];
+        }
+    }
+}
+
+/* Pass 2 of the L-parallel backward: the state gradient entering each chunk from the right. */
+__global__ void carry_rev_kernel(const float *V, const float *M, float *Din, int64_t rows, int64_t nlch, int64_t N) {
+    const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+    if (i >= rows * N) return;
+    const int64_t bd = i / N, n = i % N;
+    float g = 0.0f;
+    for (int64_t c = nlch - 1; c >= 0; c--) {
+        const int64_t o = (bd * nlch + c) * N + n;
+        Din[o] = g;
+        g = fmaf(M[o], g, V[o]);
     }
 }
 
@@ -1016,8 +1094,8 @@ bool plan_forward(const selscan__prob &q, fwd_plan *pl, int npt_force, int64_t n
 
 struct bwd_plan {
     int NT, CH;
-    int64_t ncb, nck, nck16;
-    size_t ck_bytes, ws, off_ck16, off_S, off_P, off_dA, off_dD, off_dbias, off_dBf, off_dCf, off_dB, off_dC;
+    int64_t ncb, nck, nck16, nlch, lchunk;
+    size_t ck_bytes, ws, off_ck16, off_S, off_P, off_V, off_M, off_Din, off_dA, off_dD, off_dbias, off_dBf, off_dCf, off_dB, off_dC;
     fwd_plan fp; /* the pass that writes the kSub-step checkpoint */
 };
 
@@ -1038,11 +1116,22 @@ bool plan_backward(const selscan__prob &q, const selscan__grd &r, bool have_ck, 
         pl->off_S = o; o += ck16;
         pl->off_P = o; o += ck16;
     }
-    pl->off_dA = o; o += r.dA.data ? al(static_cast<size_t>(rows * q.N) * 4) : 0;
-    pl->off_dD = o; o += r.dD.data ? al(static_cast<size_t>(rows) * 4) : 0;
-    pl->off_dbias = o; o += r.dbias.data ? al(static_cast<size_t>(rows) * 4) : 0;
-    pl->off_dBf = o; o += r.dB.data && q.fixB ? al(static_cast<size_t>(rows * q.N) * 4) : 0;
-    pl->off_dCf = o; o += r.dC.data && q.fixC ? al(static_cast<size_t>(rows * q.N) * 4) : 0;
+    /* L chunks when the channels alone give too few threads (lm-long, lm-prefill) */
+    const int64_t thr = q.batch * q.G * pl->ncb * kThreads;
+    int64_t nl = thr >= kTargetThreads ? 1 : cdiv(kTargetThreads, thr);
+    if (nl > pl->nck16) nl = pl->nck16;
+    pl->lchunk = cdiv(pl->nck16, nl) * kSub;
+    pl->nlch = cdiv(q.L, pl->lchunk);
+    const size_t vm = pl->nlch > 1 ? al(static_cast<size_t>(rows * pl->nlch * q.N) * 4) : 0;
+    pl->off_V = o; o += vm;
+    pl->off_M = o; o += vm;
+    pl->off_Din = o; o += vm;
+    const int64_t prows = rows * pl->nlch; /* partial sums per (chunk, batch row) */
+    pl->off_dA = o; o += r.dA.data ? al(static_cast<size_t>(prows * q.N) * 4) : 0;
+    pl->off_dD = o; o += r.dD.data ? al(static_cast<size_t>(prows) * 4) : 0;
+    pl->off_dbias = o; o += r.dbias.data ? al(static_cast<size_t>(prows) * 4) : 0;
+    pl->off_dBf = o; o += r.dB.data && q.fixB ? al(static_cast<size_t>(prows * q.N) * 4) : 0;
+    pl->off_dCf = o; o += r.dC.data && q.fixC ? al(static_cast<size_t>(prows * q.N) * 4) : 0;
     const size_t bc = static_cast<size_t>(pl->ncb * q.batch * q.G * q.N * q.L) * 4;
     pl->off_dB = o; o += r.dB.data && !q.fixB ? al(bc) : 0;
     pl->off_dC = o; o += r.dC.data && !q.fixC ? al(bc) : 0;
@@ -1050,7 +1139,8 @@ bool plan_backward(const selscan__prob &q, const selscan__grd &r, bool have_ck, 
     if (!plan_forward(q, &pl->fp, 0, 0)) return false;
     if (have_ck) { pl->fp.lchunk = kCK; pl->fp.nlch = pl->nck; }    /* from the given checkpoint */
     else { pl->fp.lchunk = kSub; pl->fp.nlch = pl->nck16; }         /* pass 1 + carry */
-    return q.batch * q.G * pl->ncb <= 0x7fffffff && q.batch * q.G * pl->fp.ncb * pl->fp.nlch <= 0x7fffffff;
+    return q.batch * q.G * pl->ncb * pl->nlch <= 0x7fffffff && q.batch * q.G * pl->fp.ncb * pl->fp.nlch <= 0x7fffffff &&
+           cdiv(q.batch * q.dim * pl->NT * pl->nlch, kThreads) <= 0x7fffffff;
 }
 
 /* ---------------------------------------------------------------------------------------------- */
@@ -1299,7 +1389,18 @@ SELSCAN_DEF selscan_status selscan_backward_cuda_ex(const selscan_problem *p, co
         P.ck = ck16;
         P.nck = bp.nck16;
     }
-    P.NT = bp.NT; P.CH = bp.CH; P.ncb = bp.ncb; P.nlch = 1; P.lchunk = q.L;
+    P.NT = bp.NT; P.CH = bp.CH; P.ncb = bp.ncb; P.nlch = bp.nlch; P.lchunk = bp.lchunk;
+    if (bp.nlch > 1) { /* the state gradient entering each L chunk */
+        float *V = reinterpret_cast<float *>(ws + bp.off_V), *M = reinterpret_cast<float *>(ws + bp.off_M);
+        P.Hin = reinterpret_cast<float *>(ws + bp.off_Din);
+        const unsigned gl = nblocks(q.batch * q.dim * bp.NT * bp.nlch, kThreads);
+        if (q.dt == SELSCAN_F32) bwd_local_kernel<float><<<gl, kThreads, 0, stream>>>(P, V, M);
+        else if (q.dt == SELSCAN_F16) bwd_local_kernel<__half><<<gl, kThreads, 0, stream>>>(P, V, M);
+        else bwd_local_kernel<__nv_bfloat16><<<gl, kThreads, 0, stream>>>(P, V, M);
+        SELSCAN__LAUNCHED();
+        carry_rev_kernel<<<nblocks(q.batch * q.dim * q.N, 256), 256, 0, stream>>>(V, M, P.Hin, q.batch * q.dim, bp.nlch, q.N);
+        SELSCAN__LAUNCHED();
+    }
     P.wdA = r.dA.data ? reinterpret_cast<float *>(ws + bp.off_dA) : NULL;
     P.wdD = r.dD.data ? reinterpret_cast<float *>(ws + bp.off_dD) : NULL;
     P.wdbias = r.dbias.data ? reinterpret_cast<float *>(ws + bp.off_dbias) : NULL;
@@ -1309,7 +1410,7 @@ SELSCAN_DEF selscan_status selscan_backward_cuda_ex(const selscan_problem *p, co
     P.wdC = r.dC.data && !q.fixC ? reinterpret_cast<float *>(ws + bp.off_dC) : NULL;
     {
         const bwd_layout l = bwd_smem(bp.NT, bp.CH);
-        const unsigned grid = static_cast<unsigned>(q.batch * q.G * bp.ncb);
+        const unsigned grid = static_cast<unsigned>(q.batch * q.G * bp.ncb * bp.nlch);
         const int smem = static_cast<int>(l.total);
         if (q.dt == SELSCAN_F32) {
             if (smem > 48 * 1024) SELSCAN__CU(cudaFuncSetAttribute(bwd_kernel<float>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
@@ -1324,11 +1425,11 @@ SELSCAN_DEF selscan_status selscan_backward_cuda_ex(const selscan_problem *p, co
         SELSCAN__LAUNCHED();
     }
     const int64_t rows = q.batch * q.dim; /* batch is 1 with packed sequences */
-    if (r.dA.data) { reduce_rows_kernel<<<nblocks(q.dim * q.N, 256), 256, 0, stream>>>(P.wdA, q.batch, q.dim, q.N, mk(r.dA)); SELSCAN__LAUNCHED(); }
-    if (r.dD.data) { reduce_rows_kernel<<<nblocks(q.dim, 256), 256, 0, stream>>>(P.wdD, q.batch, q.dim, 1, mk(r.dD)); SELSCAN__LAUNCHED(); }
-    if (r.dbias.data) { reduce_rows_kernel<<<nblocks(q.dim, 256), 256, 0, stream>>>(P.wdbias, q.batch, q.dim, 1, mk(r.dbias)); SELSCAN__LAUNCHED(); }
-    if (P.wdBf) { reduce_rows_kernel<<<nblocks(q.dim * q.N, 256), 256, 0, stream>>>(P.wdBf, q.batch, q.dim, q.N, mk(r.dB)); SELSCAN__LAUNCHED(); }
-    if (P.wdCf) { reduce_rows_kernel<<<nblocks(q.dim * q.N, 256), 256, 0, stream>>>(P.wdCf, q.batch, q.dim, q.N, mk(r.dC)); SELSCAN__LAUNCHED(); }
+    if (r.dA.data) { reduce_rows_kernel<<<nblocks(q.dim * q.N, 256), 256, 0, stream>>>(P.wdA, q.batch * bp.nlch, q.dim, q.N, mk(r.dA)); SELSCAN__LAUNCHED(); }
+    if (r.dD.data) { reduce_rows_kernel<<<nblocks(q.dim, 256), 256, 0, stream>>>(P.wdD, q.batch * bp.nlch, q.dim, 1, mk(r.dD)); SELSCAN__LAUNCHED(); }
+    if (r.dbias.data) { reduce_rows_kernel<<<nblocks(q.dim, 256), 256, 0, stream>>>(P.wdbias, q.batch * bp.nlch, q.dim, 1, mk(r.dbias)); SELSCAN__LAUNCHED(); }
+    if (P.wdBf) { reduce_rows_kernel<<<nblocks(q.dim * q.N, 256), 256, 0, stream>>>(P.wdBf, q.batch * bp.nlch, q.dim, q.N, mk(r.dB)); SELSCAN__LAUNCHED(); }
+    if (P.wdCf) { reduce_rows_kernel<<<nblocks(q.dim * q.N, 256), 256, 0, stream>>>(P.wdCf, q.batch * bp.nlch, q.dim, q.N, mk(r.dC)); SELSCAN__LAUNCHED(); }
     for (int w = 0; w < 2; w++) {
         const float *src = w ? P.wdC : P.wdB;
         if (!src) continue;
