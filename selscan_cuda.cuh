@@ -570,8 +570,11 @@ __device__ __forceinline__ void warp_scatter_c(const float v[4], int tid, int NP
     if ((lane & 7 & ~(NTC - 1)) == 0) row[grp * NPAD + j * 4 + kb + (m8 ? 1 : 0)] = x;
 }
 
+#ifndef SELSCAN_CUDA_BWD_MINBLOCKS
+#define SELSCAN_CUDA_BWD_MINBLOCKS 3 /* blocks per SM the backward's registers must allow (bench/NOTES.md) */
+#endif
 template <typename T>
-__global__ void __launch_bounds__(kThreads) bwd_kernel(const kparams P) {
+__global__ void __launch_bounds__(kThreads, SELSCAN_CUDA_BWD_MINBLOCKS) bwd_kernel(const kparams P) {
     extern __shared__ float4 smem4[];
     float *sm = reinterpret_cast<float *>(smem4);
     const int NT = P.NT, CH = P.CH;
@@ -720,7 +723,7 @@ __global__ void __launch_bounds__(kThreads) bwd_kernel(const kparams P) {
                     if (!P.fixC && n < P.N) pf<T>(P.C.p, b * P.C.s[0] + g * P.C.s[1] + n * P.C.s[2] + (tp + tt) * P.C.s[3]);
                 }
             }
-            float hh[kSub][NPT], aa[kSub][NPT];
+            float hh[kSub][NPT]; /* the decays are recomputed walking back: registers buy occupancy */
 #pragma unroll
             for (int k = 0; k < NPT; k++) h[k] = nv[k] ? P.ck[(bd * P.nck + c) * P.N + j * NPT + k] : 0.0f;
             /* fast path: a full tile without sequence boundaries, variable B and C, 2..8 threads a channel */
@@ -733,8 +736,7 @@ __global__ void __launch_bounds__(kThreads) bwd_kernel(const kparams P) {
                     const float Bv[NPT] = {bv.x, bv.y, bv.z, bv.w};
 #pragma unroll
                     for (int k = 0; k < NPT; k++) {
-                        aa[tt][k] = ex2(dt * A2[k]);
-                        h[k] = fmaf(aa[tt][k], h[k], Bv[k] * dtu);
+                        h[k] = fmaf(ex2(dt * A2[k]), h[k], Bv[k] * dtu);
                         hh[tt][k] = h[k];
                     }
                 }
@@ -755,7 +757,7 @@ __global__ void __launch_bounds__(kThreads) bwd_kernel(const kparams P) {
                         ddt = fmaf(q, An[k], ddt);
                         dA[k] = fmaf(q, dt, dA[k]);
                         sBu = fmaf(dhn, Bv[k], sBu);
-                        dh[k] = dhn * aa[tt][k];
+                        dh[k] = dhn * ex2(dt * A2[k]);
                     }
                     s_p0[tid * SP + tt] = ddt;
                     s_p1[tid * SP + tt] = sBu;
@@ -779,8 +781,7 @@ __global__ void __launch_bounds__(kThreads) bwd_kernel(const kparams P) {
                     getB(tt, Bv);
 #pragma unroll
                     for (int k = 0; k < NPT; k++) {
-                        aa[tt][k] = ex2(dt * A2[k]);
-                        h[k] = fmaf(aa[tt][k], h[k], Bv[k] * dtu);
+                        h[k] = fmaf(ex2(dt * A2[k]), h[k], Bv[k] * dtu);
                         hh[tt][k] = h[k];
                     }
                 }
@@ -815,7 +816,7 @@ __global__ void __launch_bounds__(kThreads) bwd_kernel(const kparams P) {
                         ddt = fmaf(q, An[k], ddt);
                         dA[k] = fmaf(q, dt, dA[k]);
                         sBu = fmaf(dhn, Bv[k], sBu);
-                        dh[k] = dhn * aa[tt][k];
+                        dh[k] = dhn * ex2(dt * A2[k]);
                     }
                     if (s_seg[tt] >= 0 && P.dh0.p) {
                         const int sg = s_seg[tt];
