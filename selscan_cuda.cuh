@@ -169,12 +169,15 @@ __device__ __forceinline__ float ex2(float x) {
 template <typename T> __device__ __forceinline__ void pf(const void *p, int64_t off) {
     asm volatile("prefetch.global.L2 [%0];" ::"l"(static_cast<const T *>(p) + off));
 }
-__device__ __forceinline__ float sigm(float x) { return __frcp_rn(1.0f + __expf(-x)); }
+/* Branch-free (selects only), so that tile loops unroll into straight-line code whose loads the
+   compiler can issue together. */
+__device__ __forceinline__ float sigm(float x) { return __fdividef(1.0f, 1.0f + __expf(-x)); }
 __device__ __forceinline__ float softplus(float x) {
-    if (x > 20.0f) return x;
     const float e = __expf(-fabsf(x));
-    const float l = e < 0.05f ? e * (1.0f - e * (0.5f - e * (0.33333333f - 0.25f * e))) : __logf(1.0f + e);
-    return fmaxf(x, 0.0f) + l;
+    const float ser = e * (1.0f - e * (0.5f - e * (0.33333333f - 0.25f * e)));
+    const float l = e < 0.05f ? ser : __logf(1.0f + e);
+    const float r = fmaxf(x, 0.0f) + l;
+    return x > 20.0f ? x : r;
 }
 const float kLog2e = 1.4426950408889634f;
 
@@ -270,7 +273,7 @@ __global__ void __launch_bounds__(kThreads, SELSCAN_CUDA_FWD_MINBLOCKS) fwd_kern
     }
     const bool tfast_u = P.u.s[2] == 1 || P.u.s[1] != 1;
     const bool tfast_y = P.y.s[2] == 1 || P.y.s[1] != 1;
-    const bool doy = P.y.p != NULL;
+    const bool doy = P.y.p != NULL, sp = P.softplus != 0;
     const pairwalk wl = mkwalk(tfast_u, tid, CH, kTL), wy = mkwalk(tfast_y, tid, CH, kTL);
     const int64_t sdl = wstep(wl, P.delta), su = wstep(wl, P.u), sy = wstep(wy, P.y), sz = wstep(wy, P.z);
     const bool tfast_B = P.B.s[3] == 1 || P.B.s[2] != 1;
@@ -282,22 +285,22 @@ __global__ void __launch_bounds__(kThreads, SELSCAN_CUDA_FWD_MINBLOCKS) fwd_kern
         {
             int64_t od = wbase(wl, P.delta, b, c0, tb), ou = wbase(wl, P.u, b, c0, tb);
 #pragma unroll 4
-        for (int r = 0; r < wl.R; r++, od += sdl, ou += su) {
+        for (int r = 0; r < wl.R; r++, od += sdl, ou += su) { /* straight-line: predicated loads */
             const int c = wl.c + r * wl.dc, tt = wl.tt + r * wl.dt;
-            if (c >= CH || tt >= kTL) continue;
-            float dt = 0.0f, uu = 0.0f;
-            if (c < nchb && tt < tn) {
-                float x = ld<T>(P.delta.p, od);
-                if (P.bias.p) x += ldf(P.bias, (c0 + c) * P.bias.s[0]);
-                dt = P.softplus ? softplus(x) : x;
-                uu = ld<T>(P.u.p, ou);
+            const bool in = c < CH && tt < kTL, v = c < nchb && tt < tn;
+            float x = v ? ld<T>(P.delta.p, od) : 0.0f;
+            const float uu = v ? ld<T>(P.u.p, ou) : 0.0f;
+            x += v && P.bias.p ? ldf(P.bias, (c0 + c) * P.bias.s[0]) : 0.0f;
+            const float dt = v ? (sp ? softplus(x) : x) : 0.0f;
+            if (in) {
+                s_dt[c * TP + tt] = dt;
+                s_dtu[c * TP + tt] = dt * uu;
+                s_u[c * TP + tt] = uu;
             }
-            s_dt[c * TP + tt] = dt;
-            s_dtu[c * TP + tt] = dt * uu;
-            s_u[c * TP + tt] = uu;
         }
         }
         if (!P.fixB)
+#pragma unroll 4
             for (int i = tid; i < kTL * NPAD; i += kThreads) {
                 int n, tt;
                 if (tfast_B) { n = i / kTL; tt = i % kTL; }
@@ -305,6 +308,7 @@ __global__ void __launch_bounds__(kThreads, SELSCAN_CUDA_FWD_MINBLOCKS) fwd_kern
                 s_B[tt * NPAD + n] = n < P.N && tt < tn ? ld<T>(P.B.p, b * P.B.s[0] + g * P.B.s[1] + n * P.B.s[2] + (tb + tt) * P.B.s[3]) : 0.0f;
             }
         if (!LOCAL && doy && !P.fixC)
+#pragma unroll 4
             for (int i = tid; i < kTL * NPAD; i += kThreads) {
                 int n, tt;
                 if (tfast_C) { n = i / kTL; tt = i % kTL; }
@@ -430,18 +434,21 @@ __global__ void __launch_bounds__(kThreads, SELSCAN_CUDA_FWD_MINBLOCKS) fwd_kern
         if (!LOCAL && P.y.p) {
             __syncthreads();
             int64_t oy = wbase(wy, P.y, b, c0, tb), oz = P.z.p ? wbase(wy, P.z, b, c0, tb) : 0;
+            const bool hz = P.z.p != NULL, hD = P.D.p != NULL;
 #pragma unroll 4
-            for (int r = 0; r < wy.R; r++, oy += sy, oz += sz) {
+            for (int r = 0; r < wy.R; r++, oy += sy, oz += sz) { /* straight-line: predicated */
                 const int c = wy.c + r * wy.dc, tt = wy.tt + r * wy.dt;
-                if (c >= nchb || tt >= tn) continue;
+                const bool v = c < nchb && tt < tn;
+                const int cs = v ? c : 0, ts2 = v ? tt : 0;
+                const float zz = v && hz ? ld<T>(P.z.p, oz) : 0.0f;
+                const float Dd = v && hD ? ldf(P.D, (c0 + c) * P.D.s[0]) : 0.0f;
                 float y = 0.0f;
-                for (int jj = 0; jj < NT; jj++) y += s_y[(c * NT + jj) * TP + tt];
-                if (P.D.p) y = fmaf(ldf(P.D, (c0 + c) * P.D.s[0]), s_u[c * TP + tt], y);
-                if (P.z.p) {
-                    const float zz = ld<T>(P.z.p, oz);
-                    y *= zz * sigm(zz);
-                }
-                st<T>(P.y.p, oy, y);
+#pragma unroll
+                for (int jj = 0; jj < 4; jj++) y += jj < NT ? s_y[(cs * NT + jj) * TP + ts2] : 0.0f;
+                for (int jj = 4; jj < NT; jj++) y += s_y[(cs * NT + jj) * TP + ts2];
+                y = fmaf(Dd, s_u[cs * TP + ts2], y);
+                if (hz) y *= zz * sigm(zz);
+                if (v) st<T>(P.y.p, oy, y);
             }
         }
     }
@@ -625,29 +632,22 @@ __global__ void __launch_bounds__(kThreads, SELSCAN_CUDA_BWD_MINBLOCKS) bwd_kern
     auto load_tile = [&](int64_t ts, int tn, bool full) {
         int64_t od = wbase(wl, P.delta, b, c0, ts), ou = wbase(wl, P.u, b, c0, ts), ody = wbase(wl, P.dy, b, c0, ts);
         int64_t oz = P.z.p ? wbase(wl, P.z, b, c0, ts) : 0;
+        const bool sp = P.softplus != 0, hz = P.z.p != NULL;
 #pragma unroll 4
-        for (int r = 0; r < wl.R; r++, od += sdl, ou += su, ody += sdy, oz += sz) {
+        for (int r = 0; r < wl.R; r++, od += sdl, ou += su, ody += sdy, oz += sz) { /* straight-line */
             const int c = wl.c + r * wl.dc, tt = wl.tt + r * wl.dt;
-            if (c >= CH || tt >= kSub) continue;
-            float dt = 0.0f, uu = 0.0f, dy0 = 0.0f, dsp = 1.0f, fz = 0.0f;
-            if (c < nchb && tt < tn) {
-                float x = ld<T>(P.delta.p, od);
-                if (P.bias.p) x += ldf(P.bias, (c0 + c) * P.bias.s[0]);
-                dt = P.softplus ? softplus(x) : x;
-                uu = ld<T>(P.u.p, ou);
-                if (full) {
-                    if (P.softplus && x <= 20.0f) dsp = sigm(x);
-                    const float dy = ld<T>(P.dy.p, ody);
-                    if (P.z.p) {
-                        const float zz = ld<T>(P.z.p, oz);
-                        const float sg = sigm(zz);
-                        dy0 = dy * zz * sg;
-                        fz = dy * sg * (1.0f + zz * (1.0f - sg));
-                    } else {
-                        dy0 = dy;
-                    }
-                }
-            }
+            const bool in = c < CH && tt < kSub, v = c < nchb && tt < tn;
+            float x = v ? ld<T>(P.delta.p, od) : 0.0f;
+            float uu = v ? ld<T>(P.u.p, ou) : 0.0f;
+            const float dy = v && full ? ld<T>(P.dy.p, ody) : 0.0f;
+            const float zz = v && full && hz ? ld<T>(P.z.p, oz) : 0.0f;
+            x += v && P.bias.p ? ldf(P.bias, (c0 + c) * P.bias.s[0]) : 0.0f;
+            const float dt = v ? (sp ? softplus(x) : x) : 0.0f;
+            const float dsp = sp && x <= 20.0f ? sigm(x) : 1.0f;
+            const float sg = sigm(zz);
+            const float dy0 = hz ? dy * zz * sg : dy;
+            const float fz = hz ? dy * sg * (1.0f + zz * (1.0f - sg)) : 0.0f;
+            if (!in) continue;
             s_dt[c * SP + tt] = dt;
             s_dtu[c * SP + tt] = dt * uu;
             if (full) {
@@ -658,6 +658,7 @@ __global__ void __launch_bounds__(kThreads, SELSCAN_CUDA_BWD_MINBLOCKS) bwd_kern
             }
         }
         if (!P.fixB)
+#pragma unroll 4
             for (int i = tid; i < kSub * NPAD; i += kThreads) {
                 int n, tt;
                 if (tfast_B) { n = i / kSub; tt = i % kSub; }
@@ -665,6 +666,7 @@ __global__ void __launch_bounds__(kThreads, SELSCAN_CUDA_BWD_MINBLOCKS) bwd_kern
                 s_B[tt * NPAD + n] = n < P.N && tt < tn ? ld<T>(P.B.p, b * P.B.s[0] + g * P.B.s[1] + n * P.B.s[2] + (ts + tt) * P.B.s[3]) : 0.0f;
             }
         if (full && !P.fixC)
+#pragma unroll 4
             for (int i = tid; i < kSub * NPAD; i += kThreads) {
                 int n, tt;
                 if (tfast_C) { n = i / kSub; tt = i % kSub; }
