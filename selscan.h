@@ -235,6 +235,15 @@ SELSCAN_DEF selscan_status selscan_forward_cpu_part(const selscan_problem *p, in
 SELSCAN_DEF selscan_status selscan_backward_cpu_part(const selscan_problem *p, const selscan_grads *g, int64_t part, int64_t n_parts, void *workspace, size_t workspace_bytes);
 SELSCAN_DEF selscan_status selscan_backward_cpu_reduce(const selscan_problem *p, const selscan_grads *g, int64_t part, int64_t n_parts, void *workspace, size_t workspace_bytes);
 SELSCAN_DEF selscan_status selscan_step_cpu_part(const selscan_step_problem *s, int64_t part, int64_t n_parts);
+/* Checkpoints (optional): a forward that writes its state every 64 steps of every channel into a
+   caller buffer of selscan_checkpoint_size() bytes (float-aligned), and a backward that reads it
+   instead of running the forward again (about a quarter less work; bitwise the same gradients as
+   without it, when both run on one machine). For N > 64 the backward ignores the buffer. Same
+   partitioning and reduce step as selscan_backward_cpu_part. The buffer is an output of the
+   forward and an input of the backward (it may not overlap their outputs or the workspace). */
+SELSCAN_DEF selscan_status selscan_checkpoint_size(const selscan_problem *p, size_t *bytes);
+SELSCAN_DEF selscan_status selscan_forward_cpu_ckpt_part(const selscan_problem *p, int64_t part, int64_t n_parts, void *workspace, size_t workspace_bytes, float *ckpt, size_t ckpt_bytes);
+SELSCAN_DEF selscan_status selscan_backward_cpu_ckpt_part(const selscan_problem *p, const selscan_grads *g, int64_t part, int64_t n_parts, void *workspace, size_t workspace_bytes, const float *ckpt, size_t ckpt_bytes);
 /* The vector path the CPU entry points use on this machine: "avx512f", "avx2+fma", "neon" or
    "portable" (SELSCAN_NO_SIMD, or no supported extension). */
 SELSCAN_DEF const char *selscan_cpu_backend(void);
@@ -1238,6 +1247,33 @@ static void selscan__state_out(const selscan__ten *x, int64_t row, int64_t d0, i
         for (n = 0; n < N; n++) SELSCAN__CAST(float *, x->data)[SELSCAN__AT3(*x, row, d0 + l, n)] = h[n * W + l];
 }
 
+/* Chunk-state checkpoints written by the forward for the backward (selscan_checkpoint_size):
+   (batch, dim, slots, N) f32; the state entering the chunk that starts at step s of sequence k
+   is in slot s / SELSCAN__FT + k. */
+static int64_t selscan__ck_slots(const selscan__prob *q) {
+    return (q->L + SELSCAN__FT - 1) / SELSCAN__FT + (q->cu ? q->nseq : 1);
+}
+
+static void selscan__ck_put(const selscan__prob *q, float *ckp, int64_t b, int64_t d0, int nl, int W, int64_t slot,
+                            const float *h) {
+    const int64_t ns = selscan__ck_slots(q), N = q->N;
+    int64_t n;
+    int l;
+    for (l = 0; l < nl; l++) {
+        float *o = ckp + ((b * q->dim + d0 + l) * ns + slot) * N;
+        for (n = 0; n < N; n++) o[n] = h[n * W + l];
+    }
+}
+
+static void selscan__ck_get(const selscan__prob *q, const float *ckp, int64_t b, int64_t d0, int nl, int W, int64_t slot,
+                            float *h) {
+    const int64_t ns = selscan__ck_slots(q), N = q->N;
+    int64_t n;
+    int l;
+    for (n = 0; n < N; n++)
+        for (l = 0; l < W; l++) h[n * W + l] = l < nl ? ckp[((b * q->dim + d0 + l) * ns + slot) * N + n] : 0.0f;
+}
+
 /* Variable B or C of (b, g) for steps [c0, c0 + nt): a pointer p with p[n * sn + t * st],
    widened into buf ([N][SELSCAN__FT]). Fixed: the tile's
    [N][W] copy (the caller loads vectors). */
@@ -1521,7 +1557,7 @@ static ATTR void selscan__fwd_chunk_##SFX(int64_t N, int nt, float *h, const flo
                                                                                                                                                           \
 /* Forward of one tile: channels d0 .. d0 + nl - 1 of group g, batch row b. */                                                                            \
 static ATTR void selscan__fwd_tile_##SFX(const selscan__prob *q, int64_t b, int64_t g, int64_t d0, int nl,                                                \
-                                         const selscan__fscr *s) {                                                                                        \
+                                         const selscan__fscr *s, float *ckp) {                                                                            \
     const int W = SELSCAN__VW;                                                                                                                            \
     const int64_t N = q->N;                                                                                                                               \
     int64_t k, c0;                                                                                                                                        \
@@ -1536,6 +1572,7 @@ static ATTR void selscan__fwd_tile_##SFX(const selscan__prob *q, int64_t b, int6
             int64_t bsn, bst, csn, cst;                                                                                                                   \
             const float *Bp = selscan__bc_chunk(&q->B, q->fixB, s->Bf, W, b, g, N, c0, nt, s->Bb, &bsn, &bst);                                            \
             const float *Cp = selscan__bc_chunk(&q->C, q->fixC, s->Cf, W, b, g, N, c0, nt, s->Cb, &csn, &cst);                                            \
+            if (ckp) selscan__ck_put(q, ckp, b, d0, nl, W, c0 / SELSCAN__FT + k, s->h);                                                                   \
             const SELSCAN__VF Dv = SELSCAN__VLOAD(s->Dv);                                                                                                 \
             const int fast = selscan__prep_##SFX(q, b, d0, nl, c0, nt, s->bv, s->dt, s->dtu, s->u, s->z, NULL, NULL,                                      \
                                                  s->tmp, lim);                                                                                            \
@@ -1670,7 +1707,8 @@ static ATTR void selscan__bwd_chunk_##SFX(int64_t N, int nt, float *hs, float *a
 /* Backward of one block: channels c0 .. c0 + nch - 1 of group g, batch row b. pB / pC: this                                                              \
    block's [N][L] partials of variable dB / dC (NULL: not asked). */                                                                                      \
 static ATTR void selscan__bwd_block_##SFX(const selscan__prob *q, const selscan__grd *r, int64_t b, int64_t g,                                            \
-                                          int64_t c0, int nch, const selscan__bscr *s, float *pB, float *pC) {                                            \
+                                          int64_t c0, int nch, const selscan__bscr *s, float *pB, float *pC,                                              \
+                                          const float *ckp) {                                                                                             \
     const int W = SELSCAN__VW, nbt = (nch + SELSCAN__VW - 1) / SELSCAN__VW;                                                                               \
     const int64_t N = q->N, NW = N * W, T = s->T, L = q->L;                                                                                               \
     float lim[SELSCAN__CB];                                                                                                                               \
@@ -1696,7 +1734,9 @@ static ATTR void selscan__bwd_block_##SFX(const selscan__prob *q, const selscan_
             const int64_t d0 = c0 + j * W;                                                                                                                \
             float *ck = s->ck + j * s->ckstride;                                                                                                          \
             selscan__state_in(&q->h0, row, d0, nl, W, N, ck);                                                                                             \
-            for (c = 0; c + 1 < nck; c++) {                                                                                                               \
+            if (ckp && T == SELSCAN__FT) /* the forward's chunk states */                                                                                 \
+                for (c = 1; c < nck; c++) selscan__ck_get(q, ckp, b, d0, nl, W, (t0 + c * T) / SELSCAN__FT + k, ck + c * NW);                             \
+            for (c = 0; c + 1 < nck && !(ckp && T == SELSCAN__FT); c++) {                                                                                 \
                 const int64_t cs = t0 + c * T;                                                                                                            \
                 const int nt = SELSCAN__CAST(int, T);                                                                                                     \
                 int64_t bsn, bst;                                                                                                                         \
@@ -2155,8 +2195,26 @@ static selscan_status selscan__check_part(int64_t part, int64_t nparts) {
     return nparts < 1 || part < 0 || part >= nparts ? SELSCAN_ERR_SHAPE : SELSCAN_OK;
 }
 
+static int64_t selscan__ck_bytes(const selscan__prob *q) { return q->batch * q->dim * selscan__ck_slots(q) * q->N * 4; }
+
+/* The checkpoint buffer: present, large enough, float-aligned, and clear of the tensors (others:
+   what it may not overlap) and the workspace. */
+static selscan_status selscan__check_ck(const selscan__prob *q, const void *ck, size_t ck_bytes,
+                                        const selscan__ten *const *others, int nothers, const void *ws,
+                                        size_t ws_bytes) {
+    int i;
+    if (!ck || ck_bytes < SELSCAN__CAST(size_t, selscan__ck_bytes(q)) || SELSCAN__RCAST(uintptr_t, ck) % 4 != 0)
+        return SELSCAN_ERR_WORKSPACE;
+    for (i = 0; i < nothers; i++)
+        if (selscan__overlap(others[i]->data, selscan__bytes(others[i]), ck, SELSCAN__CAST(int64_t, ck_bytes)))
+            return SELSCAN_ERR_ALIAS;
+    if (selscan__overlap(ws, SELSCAN__CAST(int64_t, ws_bytes), ck, SELSCAN__CAST(int64_t, ck_bytes))) return SELSCAN_ERR_ALIAS;
+    if (q->cu && selscan__overlap(q->cu, (q->nseq + 1) * 8, ck, SELSCAN__CAST(int64_t, ck_bytes))) return SELSCAN_ERR_ALIAS;
+    return SELSCAN_OK;
+}
+
 static selscan_status selscan__forward_fast(const selscan_problem *p, int64_t part, int64_t nparts, void *workspace,
-                                            size_t bytes, int isa) {
+                                            size_t bytes, int isa, float *ckpt, size_t ckpt_bytes) {
     selscan__prob q;
     selscan__fscr s;
     selscan_status st;
@@ -2165,6 +2223,10 @@ static selscan_status selscan__forward_fast(const selscan_problem *p, int64_t pa
     if ((st = selscan__check_problem(p, &q, 1)) != SELSCAN_OK) return st;
     st = selscan__validate_forward(p, &q, workspace, bytes, selscan__ws_fast_fwd(&q, nparts));
     if (st != SELSCAN_OK) return st;
+    if (ckpt) {
+        const selscan__ten *all[] = {&q.u, &q.delta, &q.A, &q.B, &q.C, &q.D, &q.z, &q.bias, &q.h0, &q.y, &q.hlast};
+        if ((st = selscan__check_ck(&q, ckpt, ckpt_bytes, all, 11, workspace, bytes)) != SELSCAN_OK) return st;
+    }
     isa = selscan__use_isa(isa);
     W = selscan__isa_width(isa);
     ntg = (q.dpg + W - 1) / W;
@@ -2176,13 +2238,13 @@ static selscan_status selscan__forward_fast(const selscan_problem *p, int64_t pa
         const int nl = SELSCAN__CAST(int, selscan__min64(W, q.dpg - k * W));
         switch (isa) {
 #if defined(SELSCAN__HAVE_X86)
-        case SELSCAN__ISA_AVX512: selscan__fwd_tile_avx512(&q, b, g, d0, nl, &s); break;
-        case SELSCAN__ISA_AVX2: selscan__fwd_tile_avx2(&q, b, g, d0, nl, &s); break;
+        case SELSCAN__ISA_AVX512: selscan__fwd_tile_avx512(&q, b, g, d0, nl, &s, ckpt); break;
+        case SELSCAN__ISA_AVX2: selscan__fwd_tile_avx2(&q, b, g, d0, nl, &s, ckpt); break;
 #endif
 #if defined(SELSCAN__HAVE_NEON)
-        case SELSCAN__ISA_NEON: selscan__fwd_tile_neon(&q, b, g, d0, nl, &s); break;
+        case SELSCAN__ISA_NEON: selscan__fwd_tile_neon(&q, b, g, d0, nl, &s, ckpt); break;
 #endif
-        default: selscan__fwd_tile_port(&q, b, g, d0, nl, &s); break;
+        default: selscan__fwd_tile_port(&q, b, g, d0, nl, &s, ckpt); break;
         }
     }
     return SELSCAN_OK;
@@ -2213,7 +2275,8 @@ static selscan_status selscan__validate_bwd_fast(const selscan_problem *p, const
 }
 
 static selscan_status selscan__backward_fast(const selscan_problem *p, const selscan_grads *g, int64_t part,
-                                             int64_t nparts, void *workspace, size_t bytes, int isa) {
+                                             int64_t nparts, void *workspace, size_t bytes, int isa,
+                                             const float *ckpt, size_t ckpt_bytes) {
     selscan__prob q;
     selscan__grd r;
     selscan__bscr s;
@@ -2223,6 +2286,10 @@ static selscan_status selscan__backward_fast(const selscan_problem *p, const sel
     float *ws = SELSCAN__CAST(float *, workspace);
     if ((st = selscan__check_part(part, nparts)) != SELSCAN_OK) return st;
     if ((st = selscan__validate_bwd_fast(p, g, &q, &r, workspace, bytes, nparts, 0)) != SELSCAN_OK) return st;
+    if (ckpt) {
+        const selscan__ten *outs[] = {&r.du, &r.ddelta, &r.dA, &r.dB, &r.dC, &r.dD, &r.dz, &r.dbias, &r.dh0};
+        if ((st = selscan__check_ck(&q, ckpt, ckpt_bytes, outs, 9, workspace, bytes)) != SELSCAN_OK) return st;
+    }
     isa = selscan__use_isa(isa);
     selscan__bsh_map(&h, &q, &r);
     sh = selscan__align_up(h.end * 4);
@@ -2238,13 +2305,13 @@ static selscan_status selscan__backward_fast(const selscan_problem *p, const sel
         int j, l;
         switch (isa) {
 #if defined(SELSCAN__HAVE_X86)
-        case SELSCAN__ISA_AVX512: selscan__bwd_block_avx512(&q, &r, b, gg, c0, nch, &s, pB, pC); break;
-        case SELSCAN__ISA_AVX2: selscan__bwd_block_avx2(&q, &r, b, gg, c0, nch, &s, pB, pC); break;
+        case SELSCAN__ISA_AVX512: selscan__bwd_block_avx512(&q, &r, b, gg, c0, nch, &s, pB, pC, ckpt); break;
+        case SELSCAN__ISA_AVX2: selscan__bwd_block_avx2(&q, &r, b, gg, c0, nch, &s, pB, pC, ckpt); break;
 #endif
 #if defined(SELSCAN__HAVE_NEON)
-        case SELSCAN__ISA_NEON: selscan__bwd_block_neon(&q, &r, b, gg, c0, nch, &s, pB, pC); break;
+        case SELSCAN__ISA_NEON: selscan__bwd_block_neon(&q, &r, b, gg, c0, nch, &s, pB, pC, ckpt); break;
 #endif
-        default: selscan__bwd_block_port(&q, &r, b, gg, c0, nch, &s, pB, pC); break;
+        default: selscan__bwd_block_port(&q, &r, b, gg, c0, nch, &s, pB, pC, ckpt); break;
         }
         /* per batch row partials of the sums over batch */
         for (j = 0; j < nbt; j++)
@@ -2366,12 +2433,12 @@ SELSCAN_DEF selscan_status selscan_workspace_size_parts(const selscan_problem *p
 
 SELSCAN_DEF selscan_status selscan_forward_cpu_part(const selscan_problem *p, int64_t part, int64_t n_parts,
                                                     void *workspace, size_t workspace_bytes) {
-    return selscan__forward_fast(p, part, n_parts, workspace, workspace_bytes, SELSCAN__ISA_AVX512);
+    return selscan__forward_fast(p, part, n_parts, workspace, workspace_bytes, SELSCAN__ISA_AVX512, NULL, 0);
 }
 
 SELSCAN_DEF selscan_status selscan_backward_cpu_part(const selscan_problem *p, const selscan_grads *g, int64_t part,
                                                      int64_t n_parts, void *workspace, size_t workspace_bytes) {
-    return selscan__backward_fast(p, g, part, n_parts, workspace, workspace_bytes, SELSCAN__ISA_AVX512);
+    return selscan__backward_fast(p, g, part, n_parts, workspace, workspace_bytes, SELSCAN__ISA_AVX512, NULL, 0);
 }
 
 SELSCAN_DEF selscan_status selscan_backward_cpu_reduce(const selscan_problem *p, const selscan_grads *g, int64_t part,
@@ -2383,6 +2450,30 @@ SELSCAN_DEF selscan_status selscan_step_cpu_part(const selscan_step_problem *s, 
     return selscan__step_fast(s, part, n_parts, SELSCAN__ISA_AVX512);
 }
 
+SELSCAN_DEF selscan_status selscan_checkpoint_size(const selscan_problem *p, size_t *bytes) {
+    selscan__prob q;
+    selscan_status st;
+    if (!bytes) return SELSCAN_ERR_NULL;
+    if ((st = selscan__check_problem(p, &q, 0)) != SELSCAN_OK) return st;
+    *bytes = SELSCAN__CAST(size_t, selscan__ck_bytes(&q));
+    return SELSCAN_OK;
+}
+
+SELSCAN_DEF selscan_status selscan_forward_cpu_ckpt_part(const selscan_problem *p, int64_t part, int64_t n_parts,
+                                                         void *workspace, size_t workspace_bytes, float *ckpt,
+                                                         size_t ckpt_bytes) {
+    if (!ckpt) return SELSCAN_ERR_NULL;
+    return selscan__forward_fast(p, part, n_parts, workspace, workspace_bytes, SELSCAN__ISA_AVX512, ckpt, ckpt_bytes);
+}
+
+SELSCAN_DEF selscan_status selscan_backward_cpu_ckpt_part(const selscan_problem *p, const selscan_grads *g,
+                                                          int64_t part, int64_t n_parts, void *workspace,
+                                                          size_t workspace_bytes, const float *ckpt,
+                                                          size_t ckpt_bytes) {
+    if (!ckpt) return SELSCAN_ERR_NULL;
+    return selscan__backward_fast(p, g, part, n_parts, workspace, workspace_bytes, SELSCAN__ISA_AVX512, ckpt,
+                                  ckpt_bytes);
+}
 
 /* --------------------------------------------------------------------------------------------- */
 /*                                  public CPU entry points                                      */

@@ -56,8 +56,11 @@ static void *fill(size_t n, selscan_dtype dt, uint64_t *seed, float lo, float hi
     return p;
 }
 
+static float *g_ck; /* checkpoints of the last forward (bwd with checkpoints) */
+static size_t g_ckbytes;
+
 typedef struct job {
-    int kind; /* 0 fwd part, 1 bwd part, 2 reduce */
+    int kind; /* 0 fwd part, 1 bwd part, 2 reduce, 3 bwd part with checkpoints */
     const selscan_problem *p;
     const selscan_grads *g;
     int64_t part, n;
@@ -70,6 +73,7 @@ static void *run_job(void *a) {
     job *j = (job *)a;
     if (j->kind == 0) j->st = selscan_forward_cpu_part(j->p, j->part, j->n, j->ws, j->bytes);
     else if (j->kind == 1) j->st = selscan_backward_cpu_part(j->p, j->g, j->part, j->n, j->ws, j->bytes);
+    else if (j->kind == 3) j->st = selscan_backward_cpu_ckpt_part(j->p, j->g, j->part, j->n, j->ws, j->bytes, g_ck, g_ckbytes);
     else j->st = selscan_backward_cpu_reduce(j->p, j->g, j->part, j->n, j->ws, j->bytes);
     return NULL;
 }
@@ -113,6 +117,7 @@ static double time_fwd(const selscan_problem *p, int mode, int64_t n, int reps) 
     return best;
 }
 
+/* mode: 0 fast, 1 reference, 2 fast with the forward's checkpoints (g_ck) */
 static double time_bwd(const selscan_problem *p, const selscan_grads *g, int mode, int64_t n, int reps) {
     size_t bytes;
     void *ws = NULL;
@@ -124,7 +129,7 @@ static double time_bwd(const selscan_problem *p, const selscan_grads *g, int mod
     for (r = 0; r < reps; r++) {
         double t0 = now(), t;
         if (mode == 1) selscan_backward_ref(p, g, ws, bytes);
-        else { run_phase(1, p, g, n, ws, bytes); run_phase(2, p, g, n, ws, bytes); }
+        else { run_phase(mode == 2 ? 3 : 1, p, g, n, ws, bytes); run_phase(2, p, g, n, ws, bytes); }
         t = now() - t0;
         if (t < best) best = t;
     }
@@ -246,6 +251,23 @@ int main(int argc, char **argv) {
                        d ? "bf16" : "f32", "bwd", br * 1e3, b1 * 1e3, bn * 1e3, br / b1, b1 / bn, elems / b1 * 1e-6,
                        elems / bn * 1e-6, b1 / t1);
                 fflush(stdout);
+                if (selscan_checkpoint_size(&p, &g_ckbytes) == SELSCAN_OK && posix_memalign((void **)&g_ck, 64, g_ckbytes + 64) == 0) {
+                    size_t fb;
+                    void *fws = NULL;
+                    double c1, cn;
+                    selscan_workspace_size_parts(&p, NULL, 1, &fb);
+                    if (posix_memalign(&fws, 64, fb ? fb : 64)) abort();
+                    selscan_forward_cpu_ckpt_part(&p, 0, 1, fws, fb, g_ck, g_ckbytes);
+                    c1 = time_bwd(&p, &g, 2, 1, reps);
+                    cn = time_bwd(&p, &g, 2, nthr, reps);
+                    printf("%-12s %-5s %-4s %9.2f %9.2f %9.2f %8.1f %8.2f %10.0f %10.0f  bwd/fwd %.2f (1t), with the forward's checkpoints\n",
+                           k->name, d ? "bf16" : "f32", "bwck", br * 1e3, c1 * 1e3, cn * 1e3, br / c1, c1 / cn, elems / c1 * 1e-6,
+                           elems / cn * 1e-6, c1 / t1);
+                    fflush(stdout);
+                    free(fws);
+                    free(g_ck);
+                    g_ck = NULL;
+                }
             }
             {
                 void *ptrs[] = {p.u.data, p.delta.data, p.A.data, p.B.data, p.C.data, p.D.data, p.z.data,

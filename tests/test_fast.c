@@ -30,19 +30,24 @@ typedef struct job {
     void *ws;
     size_t bytes;
     int isa;
+    float *ck; /* checkpoints (forward writes, backward reads) or NULL */
+    size_t ckbytes;
     selscan_status st;
 } job;
 
 static void *job_run(void *arg) {
     job *j = (job *)arg;
-    if (j->kind == 0) j->st = selscan__forward_fast(j->p, j->part, j->n, j->ws, j->bytes, j->isa);
-    else if (j->kind == 1) j->st = selscan__backward_fast(j->p, j->g, j->part, j->n, j->ws, j->bytes, j->isa);
+    if (j->kind == 0) j->st = selscan__forward_fast(j->p, j->part, j->n, j->ws, j->bytes, j->isa, j->ck, j->ckbytes);
+    else if (j->kind == 1) j->st = selscan__backward_fast(j->p, j->g, j->part, j->n, j->ws, j->bytes, j->isa, j->ck, j->ckbytes);
     else if (j->kind == 2) j->st = selscan__backward_reduce(j->p, j->g, j->part, j->n, j->ws, j->bytes);
     else j->st = selscan__step_fast(j->s, j->part, j->n, j->isa);
     return NULL;
 }
 
 /* Runs all n parts of one phase, on threads or one after the other (in a shuffled order). */
+static float *g_ck; /* checkpoint buffer passed to the parts (NULL: none) */
+static size_t g_ckbytes;
+
 static selscan_status run_parts(int kind, const selscan_problem *p, const selscan_grads *g,
                                 const selscan_step_problem *s, int64_t n, void *ws, size_t bytes, int isa,
                                 int threads) {
@@ -53,6 +58,7 @@ static selscan_status run_parts(int kind, const selscan_problem *p, const selsca
     for (i = 0; i < n; i++) {
         jobs[i].kind = kind; jobs[i].p = p; jobs[i].g = g; jobs[i].s = s; jobs[i].part = i; jobs[i].n = n;
         jobs[i].ws = ws; jobs[i].bytes = bytes; jobs[i].isa = isa; jobs[i].st = SELSCAN_OK;
+        jobs[i].ck = g_ck; jobs[i].ckbytes = g_ckbytes;
         order[i] = i;
     }
     for (i = n - 1; i > 0; i--) {
@@ -222,10 +228,59 @@ static void test_backward(selscan_dtype dt, int64_t max_work) {
                 CHECK(e <= (i == 2 || i == 5 || i == 7 || i == 8 ? 2e-5 : tol_of(dt)) ||
                           ((i == 3 || i == 4) && (c.flags & (i == 3 ? SELSCAN_FIXED_B : SELSCAN_FIXED_C)) && e <= 2e-5),
                       "backward isa %d parts %lld: %s rel err %.3g (%s)", isas[ia], (long long)n, names[i], e, desc);
-                if (k == 0) { free(snap[i]); snap[i] = tc_snapshot(outs[i]); }
-                if (k == 0 && ia == 0) best[i] = tc_snapshot(outs[i]);
-                else CHECK(tc_same(outs[i], snap[i]), "backward isa %d: %s with %lld parts not bitwise equal to 1 part (%s)", isas[ia], names[i], (long long)n, desc);
+                if (k == 0) {
+                    free(snap[i]);
+                    snap[i] = tc_snapshot(outs[i]);
+                    if (ia == 0) best[i] = tc_snapshot(outs[i]);
+                } else {
+                    CHECK(tc_same(outs[i], snap[i]), "backward isa %d: %s with %lld parts not bitwise equal to 1 part (%s)", isas[ia], names[i], (long long)n, desc);
+                }
             }
+        }
+        /* with the forward's checkpoints: bitwise the gradients of 1 part without them */
+        {
+            const int64_t nf = nparts_list[tc_randint(0, NPL - 1)], nb = nparts_list[tc_randint(0, NPL - 1)];
+            size_t ckb = 0, fb = 0, bb = 0;
+            void *fws, *bws;
+            st = selscan_checkpoint_size(&P.p, &ckb);
+            CHECK(st == SELSCAN_OK, "checkpoint_size: %s (%s)", selscan_status_string(st), desc);
+            g_ck = (float *)malloc(ckb ? ckb : 4);
+            g_ckbytes = ckb;
+            memset(g_ck, 0xff, ckb);
+            selscan_workspace_size_parts(&P.p, NULL, nf, &fb);
+            selscan_workspace_size_parts(&P.p, &G.g, nb, &bb);
+            fws = tc_ws(fb);
+            bws = tc_ws(bb);
+            tc_grads_poison(&G);
+            st = run_parts(0, &P.p, NULL, NULL, nf, fws, fb, isas[ia], 0);
+            if (st == SELSCAN_OK) st = run_parts(1, &P.p, &G.g, NULL, nb, bws, bb, isas[ia], 1);
+            free(g_ck);
+            g_ck = NULL;
+            if (st == SELSCAN_OK) st = run_parts(2, &P.p, &G.g, NULL, 1, bws, bb, isas[ia], 0);
+            CHECK(st == SELSCAN_OK, "checkpointed backward isa %d: %s (%s)", isas[ia], selscan_status_string(st), desc);
+            for (i = 0; i < 9; i++)
+                if (gdata[i])
+                    CHECK(tc_same(outs[i], snap[i]), "isa %d: %s with checkpoints (fwd %lld parts, bwd %lld) not bitwise equal (%s)",
+                          isas[ia], names[i], (long long)nf, (long long)nb, desc);
+            /* errors: buffer short, overlapping an output or an input of the forward */
+            g_ck = (float *)malloc(ckb ? ckb : 4);
+            if (ckb >= 4)
+                CHECK(selscan__backward_fast(&P.p, &G.g, 0, 1, bws, bb, isas[ia], g_ck, ckb - 4) == SELSCAN_ERR_WORKSPACE,
+                      "checkpoints one float short (%s)", desc);
+            /* (a 16-bit tensor may start off float alignment: then the alignment check answers) */
+            if (G.g.du.data) {
+                st = selscan__backward_fast(&P.p, &G.g, 0, 1, bws, bb, isas[ia], (const float *)G.g.du.data, ckb);
+                CHECK(st == SELSCAN_ERR_ALIAS || ((uintptr_t)G.g.du.data % 4 && st == SELSCAN_ERR_WORKSPACE),
+                      "checkpoints on du: %s (%s)", selscan_status_string(st), desc);
+            }
+            st = selscan_forward_cpu_ckpt_part(&P.p, 0, 1, fws, fb, (float *)P.p.u.data, ckb);
+            CHECK(st == SELSCAN_ERR_ALIAS || ((uintptr_t)P.p.u.data % 4 && st == SELSCAN_ERR_WORKSPACE),
+                  "forward checkpoints on u: %s (%s)", selscan_status_string(st), desc);
+            free(g_ck);
+            g_ck = NULL;
+            g_ckbytes = 0;
+            tc_ws_free(fws);
+            tc_ws_free(bws);
         }
     }
     /* errors of the part API: nothing written */
