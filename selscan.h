@@ -1998,6 +1998,22 @@ static SELSCAN__T_AVX2 SELSCAN__INLINE void selscan__tr8_avx2(__m256 *r) {
     r[6] = _mm256_permute2f128_ps(s2, s6, 0x31); r[7] = _mm256_permute2f128_ps(s3, s7, 0x31);
 }
 
+/* Rows of W channels, steps contiguous: prefetch the chunks before and after [t0, t0 + FT) (the
+   forward walks up, the backward down; many rows 4 KiB apart defeat the hardware prefetchers). */
+static SELSCAN__T_AVX2 SELSCAN__INLINE void selscan__prefetch_rows_avx2(const selscan__ten *x, int64_t off, int W,
+                                                                       int64_t t0) {
+    const int es = x->dt == SELSCAN_F32 ? 4 : 2;
+    const char *base = SELSCAN__CAST(const char *, x->data);
+    int l, g;
+    for (l = 0; l < W; l++)
+        for (g = 0; g < SELSCAN__FT * es; g += 64) {
+            if (t0 + SELSCAN__FT < x->n[2])
+                _mm_prefetch(base + (off + l * x->s[1] + SELSCAN__FT) * es + g, _MM_HINT_T0);
+            if (t0 >= SELSCAN__FT)
+                _mm_prefetch(base + (off + l * x->s[1] - SELSCAN__FT) * es + g, _MM_HINT_T0);
+        }
+}
+
 static SELSCAN__T_AVX2 void selscan__load_tile_avx2(float *dst, const selscan__ten *x, int64_t b, int64_t d0, int nl,
                                                    int W, int64_t t0, int nt, float *tmp) {
     const int64_t off = b * x->s[0] + d0 * x->s[1] + t0 * x->s[2];
@@ -2010,11 +2026,7 @@ static SELSCAN__T_AVX2 void selscan__load_tile_avx2(float *dst, const selscan__t
     }
     if (nl == W && W % 8 == 0 && x->s[2] == 1) {
         __m256 r[8];
-        const int es = x->dt == SELSCAN_F32 ? 4 : 2;
-        const char *base = SELSCAN__CAST(const char *, x->data);
-        for (l = 0; l < W; l++) /* the next chunk of each row: many rows 4 KiB apart defeat the prefetchers */
-            for (g = 0; g < SELSCAN__FT * es; g += 64)
-                _mm_prefetch(base + (off + l * x->s[1] + SELSCAN__FT) * es + g, _MM_HINT_T0);
+        selscan__prefetch_rows_avx2(x, off, W, t0);
         for (; t + 8 <= nt; t += 8)
             for (g = 0; g < W; g += 8) {
                 for (l = 0; l < 8; l++) r[l] = selscan__ld8_avx2(x->data, off + (g + l) * x->s[1] + t, x->dt);
@@ -2037,6 +2049,7 @@ static SELSCAN__T_AVX2 void selscan__store_tile_avx2(const float *src, const sel
     }
     if (nl == W && W % 8 == 0 && x->s[2] == 1) {
         __m256 r[8];
+        selscan__prefetch_rows_avx2(x, off, W, t0);
         for (; t + 8 <= nt; t += 8)
             for (g = 0; g < W; g += 8) {
                 for (l = 0; l < 8; l++) r[l] = _mm256_loadu_ps(src + (t + l) * W + g);
