@@ -2385,10 +2385,16 @@ static selscan_status selscan__backward_reduce(const selscan_problem *p, const s
                 const int64_t off = which ? h.C : h.B;
                 const selscan__ten *dst = which ? &r.dC : &r.dB;
                 if (off < 0) continue;
-                for (t = 0; t < q.L; t++) {
-                    float sum = 0.0f;
-                    for (k = 0; k < h.nbg; k++) sum += ws[off + ((bg * h.nbg + k) * q.N + nn) * q.L + t];
-                    selscan__store(dst->data, SELSCAN__AT4(*dst, bb, gg, nn, t), q.dt, sum);
+                for (t = 0; t < q.L; t += 256) { /* blocks of steps, the blocks' partials summed in order */
+                    float acc[256];
+                    const int64_t nt = selscan__min64(256, q.L - t);
+                    int64_t i2;
+                    for (i2 = 0; i2 < nt; i2++) acc[i2] = 0.0f;
+                    for (k = 0; k < h.nbg; k++) {
+                        const float *src = ws + off + ((bg * h.nbg + k) * q.N + nn) * q.L + t;
+                        for (i2 = 0; i2 < nt; i2++) acc[i2] += src[i2];
+                    }
+                    selscan__store_row(dst->data, SELSCAN__AT4(*dst, bb, gg, nn, t), dst->s[3], acc, nt, q.dt);
                 }
             }
         }
