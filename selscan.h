@@ -1836,6 +1836,45 @@ static ATTR void selscan__step_block_##SFX(const selscan__stp *q, int64_t b, int
             SELSCAN__VSTORE(zb + i, SELSCAN__VMUL(z, selscan__vsigmoid_##SFX(z)));                                                                        \
         }                                                                                                                                                 \
     }                                                                                                                                                     \
+    if (N <= SELSCAN__SNB && N % W == 0 && q->state.s[2] == 1 && q->A.s[1] == 1 && !q->fixB && !q->fixC) {                                                \
+        /* the common layout: B and C of a group widened once, no per-channel gathers or tails */                                                         \
+        int64_t g = dlo / q->dpg, gend = (g + 1) * q->dpg;                                                                                                \
+        const float *Bp = NULL, *Cp = NULL;                                                                                                               \
+        for (d = dlo; d < dhi; d++) {                                                                                                                     \
+            const SELSCAN__VF vdt = SELSCAN__VSET1(dtb[d - dlo]), vdx = SELSCAN__VSET1(dtb[d - dlo] * xb[d - dlo]);                                       \
+            float *hp = SELSCAN__CAST(float *, q->state.data) + row * q->state.s[0] + d * q->state.s[1];                                                  \
+            const float *Ap = SELSCAN__CAST(const float *, q->A.data) + d * q->A.s[0];                                                                    \
+            SELSCAN__VF yv = SELSCAN__VSET1(0.0f);                                                                                                        \
+            float y;                                                                                                                                      \
+            if (d >= gend) { g++; gend += q->dpg; Bp = NULL; }                                                                                            \
+            if (!Bp) {                                                                                                                                    \
+                if (q->dt == SELSCAN_F32 && q->B.s[2] == 1) {                                                                                             \
+                    Bp = SELSCAN__CAST(const float *, q->B.data) + b * q->B.s[0] + g * q->B.s[1];                                                         \
+                } else {                                                                                                                                  \
+                    selscan__cvt_row(Bb, q->B.data, b * q->B.s[0] + g * q->B.s[1], q->B.s[2], N, q->dt);                                                  \
+                    Bp = Bb;                                                                                                                              \
+                }                                                                                                                                         \
+                if (q->dt == SELSCAN_F32 && q->C.s[2] == 1) {                                                                                             \
+                    Cp = SELSCAN__CAST(const float *, q->C.data) + b * q->C.s[0] + g * q->C.s[1];                                                         \
+                } else {                                                                                                                                  \
+                    selscan__cvt_row(Cb, q->C.data, b * q->C.s[0] + g * q->C.s[1], q->C.s[2], N, q->dt);                                                  \
+                    Cp = Cb;                                                                                                                              \
+                }                                                                                                                                         \
+            }                                                                                                                                             \
+            for (n = 0; n < N; n += W) {                                                                                                                  \
+                const SELSCAN__VF a = selscan__vexp_##SFX(SELSCAN__VMUL(vdt, SELSCAN__VLOAD(Ap + n)));                                                    \
+                const SELSCAN__VF h = SELSCAN__VFMA(a, SELSCAN__VLOAD(hp + n), SELSCAN__VMUL(vdx, SELSCAN__VLOAD(Bp + n)));                               \
+                SELSCAN__VSTORE(hp + n, h);                                                                                                               \
+                yv = SELSCAN__VFMA(SELSCAN__VLOAD(Cp + n), h, yv);                                                                                        \
+            }                                                                                                                                             \
+            y = SELSCAN__VHSUM(yv);                                                                                                                       \
+            if (q->D.data) y += SELSCAN__CAST(const float *, q->D.data)[SELSCAN__AT1(q->D, d)] * xb[d - dlo];                                             \
+            if (q->z.data) y *= zb[d - dlo];                                                                                                              \
+            yb[d - dlo] = y;                                                                                                                              \
+        }                                                                                                                                                 \
+        selscan__store_row(q->y.data, b * q->y.s[0] + dlo * q->y.s[1], q->y.s[1], yb, nd, q->dt);                                                         \
+        return;                                                                                                                                           \
+    }                                                                                                                                                     \
     for (d = dlo; d < dhi; d++) {                                                                                                                         \
         const int64_t g = d / q->dpg;                                                                                                                     \
         const SELSCAN__VF vdt = SELSCAN__VSET1(dtb[d - dlo]), vdx = SELSCAN__VSET1(dtb[d - dlo] * xb[d - dlo]);                                           \
