@@ -114,6 +114,7 @@ const int kCK = SELSCAN_CUDA_CHECKPOINT_INTERVAL;
 const int kSub = 16;                    /* backward sub-tile (states kept in registers) */
 const int kBwdNPT = 4;                  /* backward: states per thread */
 const int64_t kTargetThreads = 65536;   /* enough threads to fill an H100/H200 */
+const int64_t kBwdSlots = 132 * 3;      /* backward blocks in flight on an H100/H200 (132 SMs, 3 an SM) */
 
 struct ct { /* a tensor on the device: data + element strides */
     void *p;
@@ -1119,9 +1120,10 @@ bool plan_backward(const selscan__prob &q, const selscan__grd &r, bool have_ck, 
         pl->off_S = o; o += ck16;
         pl->off_P = o; o += ck16;
     }
-    /* L chunks when the channels alone give too few threads (lm-long, lm-prefill) */
-    const int64_t thr = q.batch * q.G * pl->ncb * kThreads;
-    int64_t nl = thr >= kTargetThreads ? 1 : cdiv(kTargetThreads, thr);
+    /* L chunks when the channels alone give less than one full wave of blocks (lm-long,
+       lm-prefill): as many chunks as fill one wave (kBwdSlots), so no second, partial wave */
+    const int64_t blocks = q.batch * q.G * pl->ncb;
+    int64_t nl = blocks >= kBwdSlots ? 1 : kBwdSlots / blocks;
     if (nl > pl->nck16) nl = pl->nck16;
     pl->lchunk = cdiv(pl->nck16, nl) * kSub;
     pl->nlch = cdiv(q.L, pl->lchunk);
