@@ -113,7 +113,7 @@ const int kTL = 32;                     /* forward time tile */
 const int kCK = SELSCAN_CUDA_CHECKPOINT_INTERVAL;
 const int kSub = 16;                    /* backward sub-tile (states kept in registers) */
 const int kBwdNPT = 4;                  /* backward: states per thread */
-const int64_t kTargetThreads = 65536;   /* enough threads to fill an H100/H200 */
+const int64_t kFwdSlots = 132 * 6;      /* forward blocks in flight (6 an SM) */
 const int64_t kBwdSlots = 132 * 3;      /* backward blocks in flight on an H100/H200 (132 SMs, 3 an SM) */
 
 struct ct { /* a tensor on the device: data + element strides */
@@ -1085,8 +1085,10 @@ bool plan_forward(const selscan__prob &q, fwd_plan *pl, int npt_force, int64_t n
     pl->CH = kThreads / NT;
     pl->ncb = cdiv(q.dpg, pl->CH);
     const int64_t nck = cdiv(q.L, kCK);
-    const int64_t thr = q.batch * q.G * pl->ncb * kThreads;
-    int64_t nl = nlch_force ? nlch_force : (thr >= kTargetThreads ? 1 : cdiv(kTargetThreads, thr));
+    /* L chunks (2x the exponentials) only when the channels give less than one wave of blocks,
+       then as many as fill one wave (kFwdSlots): a block's steps are a serial chain */
+    const int64_t blocks = q.batch * q.G * pl->ncb;
+    int64_t nl = nlch_force ? nlch_force : (blocks * 2 > kFwdSlots ? 1 : kFwdSlots / blocks);
     if (nl > nck) nl = nck;
     if (nl < 1) nl = 1;
     pl->lchunk = cdiv(nck, nl) * kCK;
