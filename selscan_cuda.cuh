@@ -229,7 +229,7 @@ __device__ void seg_flags(const kparams &P, int64_t b, int64_t t, int *start, in
 
 size_t fwd_smem(int NT, int NPT, int CH) {
     const int NPAD = NT * NPT, TP = kTL + 1;
-    return (static_cast<size_t>(2 * kTL * NPAD + 3 * CH * TP + kThreads * TP) + 2 * kTL + 2) * 4;
+    return (static_cast<size_t>(2 * kTL * (NPAD + 4) + 3 * CH * TP + kThreads * TP) + 2 * kTL + 2) * 4;
 }
 
 #ifndef SELSCAN_CUDA_FWD_MINBLOCKS
@@ -238,10 +238,10 @@ size_t fwd_smem(int NT, int NPT, int CH) {
 template <typename T, int NPT, bool LOCAL>
 __global__ void __launch_bounds__(kThreads, SELSCAN_CUDA_FWD_MINBLOCKS) fwd_kernel(const kparams P) {
     extern __shared__ float4 smem4[];
-    const int TP = kTL + 1, NT = P.NT, CH = P.CH, NPAD = NT * NPT;
+    const int TP = kTL + 1, NT = P.NT, CH = P.CH, NPAD = NT * NPT, BS = NPAD + 4; /* B/C row stride: fewer bank conflicts */
     float *s_B = reinterpret_cast<float *>(smem4);
-    float *s_C = s_B + kTL * NPAD;
-    float *s_dt = s_C + kTL * NPAD;
+    float *s_C = s_B + kTL * BS;
+    float *s_dt = s_C + kTL * BS;
     float *s_dtu = s_dt + CH * TP;
     float *s_u = s_dtu + CH * TP;
     float *s_y = s_u + CH * TP;
@@ -306,7 +306,7 @@ __global__ void __launch_bounds__(kThreads, SELSCAN_CUDA_FWD_MINBLOCKS) fwd_kern
                 int n, tt;
                 if (tfast_B) { n = i / kTL; tt = i % kTL; }
                 else { n = i % NPAD; tt = i / NPAD; }
-                s_B[tt * NPAD + n] = n < P.N && tt < tn ? ld<T>(P.B.p, b * P.B.s[0] + g * P.B.s[1] + n * P.B.s[2] + (tb + tt) * P.B.s[3]) : 0.0f;
+                s_B[tt * BS + n] = n < P.N && tt < tn ? ld<T>(P.B.p, b * P.B.s[0] + g * P.B.s[1] + n * P.B.s[2] + (tb + tt) * P.B.s[3]) : 0.0f;
             }
         if (!LOCAL && doy && !P.fixC)
 #pragma unroll 4
@@ -314,7 +314,7 @@ __global__ void __launch_bounds__(kThreads, SELSCAN_CUDA_FWD_MINBLOCKS) fwd_kern
                 int n, tt;
                 if (tfast_C) { n = i / kTL; tt = i % kTL; }
                 else { n = i % NPAD; tt = i / NPAD; }
-                s_C[tt * NPAD + n] = n < P.N && tt < tn ? ld<T>(P.C.p, b * P.C.s[0] + g * P.C.s[1] + n * P.C.s[2] + (tb + tt) * P.C.s[3]) : 0.0f;
+                s_C[tt * BS + n] = n < P.N && tt < tn ? ld<T>(P.C.p, b * P.C.s[0] + g * P.C.s[1] + n * P.C.s[2] + (tb + tt) * P.C.s[3]) : 0.0f;
             }
         if (tid < kTL) { /* warp 0: flags of each step, and whether a 16-step group has any */
             int s0 = -1, e0 = -1;
@@ -359,7 +359,7 @@ __global__ void __launch_bounds__(kThreads, SELSCAN_CUDA_FWD_MINBLOCKS) fwd_kern
 #pragma unroll
                     for (int k = 0; k < NPT; k++) Bv[k] = Bf[k];
                 } else {
-                    const float4 *bp = reinterpret_cast<const float4 *>(s_B + tt * NPAD + j * NPT);
+                    const float4 *bp = reinterpret_cast<const float4 *>(s_B + tt * BS + j * NPT);
 #pragma unroll
                     for (int q = 0; q < NPT / 4; q++) {
                         const float4 v = bp[q];
@@ -371,7 +371,7 @@ __global__ void __launch_bounds__(kThreads, SELSCAN_CUDA_FWD_MINBLOCKS) fwd_kern
 #pragma unroll
                         for (int k = 0; k < NPT; k++) Cv[k] = Cf[k];
                     } else {
-                        const float4 *cp = reinterpret_cast<const float4 *>(s_C + tt * NPAD + j * NPT);
+                        const float4 *cp = reinterpret_cast<const float4 *>(s_C + tt * BS + j * NPT);
 #pragma unroll
                         for (int q = 0; q < NPT / 4; q++) {
                             const float4 v = cp[q];
@@ -510,10 +510,10 @@ __host__ __device__ inline bwd_layout bwd_smem(int NT, int CH) {
     l.ngrp = kThreads / (NT > 32 ? NT : 32);
     l.SP = kSub + 1;
     size_t o = 0;
-    l.off_B = o; o += kSub * l.NPAD;
-    l.off_C = o; o += kSub * l.NPAD;
-    l.off_dBw = o; o += kSub * l.ngrp * l.NPAD;
-    l.off_dCw = o; o += kSub * l.ngrp * l.NPAD;
+    l.off_B = o; o += kSub * (l.NPAD + 4); /* row stride NPAD + 4: fewer bank conflicts */
+    l.off_C = o; o += kSub * (l.NPAD + 4);
+    l.off_dBw = o; o += l.ngrp * l.NPAD * l.SP; /* [group][n][step]: conflict-free both ways */
+    l.off_dCw = o; o += l.ngrp * l.NPAD * l.SP;
     l.off_dt = o; o += CH * l.SP;
     l.off_dtu = o; o += CH * l.SP;
     l.off_u = o; o += CH * l.SP;
@@ -532,14 +532,14 @@ __host__ __device__ inline bwd_layout bwd_smem(int NT, int CH) {
 }
 
 /* Reduce v[4] (this lane's channel, states j*4..j*4+3) over the other channels of the warp and
-   store the warp's sums into row[grp*NPAD + n]. Every lane of the warp must call it. */
-__device__ __forceinline__ void warp_scatter(const float v[4], int NT, int tid, int NPAD, float *row) {
+   store the warp's sums into row[(grp*NPAD + n) * SPs]. Every lane of the warp must call it. */
+__device__ __forceinline__ void warp_scatter(const float v[4], int NT, int tid, int NPAD, float *row, int SPs) {
     const unsigned full = 0xffffffffu;
     const int lane = tid & 31;
     if (NT >= 32) {
         const int grp = tid / NT, j = tid % NT;
 #pragma unroll
-        for (int k = 0; k < 4; k++) row[grp * NPAD + j * 4 + k] = v[k];
+        for (int k = 0; k < 4; k++) row[(grp * NPAD + j * 4 + k) * SPs] = v[k];
         return;
     }
     const int grp = tid >> 5, j = lane & (NT - 1);
@@ -549,20 +549,20 @@ __device__ __forceinline__ void warp_scatter(const float v[4], int NT, int tid, 
     const float w0 = (hi ? v[2] : v[0]) + r0, w1 = (hi ? v[3] : v[1]) + r1;
     const int kb = hi ? 2 : 0;
     if (NT == 16) {
-        row[grp * NPAD + j * 4 + kb] = w0;
-        row[grp * NPAD + j * 4 + kb + 1] = w1;
+        row[(grp * NPAD + j * 4 + kb) * SPs] = w0;
+        row[(grp * NPAD + j * 4 + kb + 1) * SPs] = w1;
         return;
     }
     const bool m8 = (lane & 8) != 0;
     const float r = __shfl_xor_sync(full, m8 ? w0 : w1, 8);
     float x = (m8 ? w1 : w0) + r;
     for (int m = 4; m >= NT; m >>= 1) x += __shfl_xor_sync(full, x, m);
-    if ((lane & 7 & ~(NT - 1)) == 0) row[grp * NPAD + j * 4 + kb + (m8 ? 1 : 0)] = x;
+    if ((lane & 7 & ~(NT - 1)) == 0) row[(grp * NPAD + j * 4 + kb + (m8 ? 1 : 0)) * SPs] = x;
 }
 
 /* warp_scatter with NT (2, 4 or 8) known at compile time: no branches. */
 template <int NTC>
-__device__ __forceinline__ void warp_scatter_c(const float v[4], int tid, int NPAD, float *row) {
+__device__ __forceinline__ void warp_scatter_c(const float v[4], int tid, int NPAD, float *row, int SPs) {
     const unsigned full = 0xffffffffu;
     const int lane = tid & 31, grp = tid >> 5, j = lane & (NTC - 1);
     const bool hi = (lane & 16) != 0;
@@ -575,7 +575,7 @@ __device__ __forceinline__ void warp_scatter_c(const float v[4], int tid, int NP
     float x = (m8 ? w1 : w0) + r;
 #pragma unroll
     for (int m = 4; m >= NTC; m >>= 1) x += __shfl_xor_sync(full, x, m);
-    if ((lane & 7 & ~(NTC - 1)) == 0) row[grp * NPAD + j * 4 + kb + (m8 ? 1 : 0)] = x;
+    if ((lane & 7 & ~(NTC - 1)) == 0) row[(grp * NPAD + j * 4 + kb + (m8 ? 1 : 0)) * SPs] = x;
 }
 
 #ifndef SELSCAN_CUDA_BWD_MINBLOCKS
@@ -587,7 +587,7 @@ __global__ void __launch_bounds__(kThreads, SELSCAN_CUDA_BWD_MINBLOCKS) bwd_kern
     float *sm = reinterpret_cast<float *>(smem4);
     const int NT = P.NT, CH = P.CH;
     const bwd_layout l = bwd_smem(NT, CH);
-    const int NPAD = l.NPAD, SP = l.SP, ngrp = l.ngrp;
+    const int NPAD = l.NPAD, SP = l.SP, ngrp = l.ngrp, BS = NPAD + 4;
     float *s_B = sm + l.off_B, *s_C = sm + l.off_C, *s_dBw = sm + l.off_dBw, *s_dCw = sm + l.off_dCw;
     float *s_dt = sm + l.off_dt, *s_dtu = sm + l.off_dtu, *s_u = sm + l.off_u, *s_dy0 = sm + l.off_dy0;
     float *s_dsp = sm + l.off_dsp, *s_fz = sm + l.off_fz;
@@ -664,7 +664,7 @@ __global__ void __launch_bounds__(kThreads, SELSCAN_CUDA_BWD_MINBLOCKS) bwd_kern
                 int n, tt;
                 if (tfast_B) { n = i / kSub; tt = i % kSub; }
                 else { n = i % NPAD; tt = i / NPAD; }
-                s_B[tt * NPAD + n] = n < P.N && tt < tn ? ld<T>(P.B.p, b * P.B.s[0] + g * P.B.s[1] + n * P.B.s[2] + (ts + tt) * P.B.s[3]) : 0.0f;
+                s_B[tt * BS + n] = n < P.N && tt < tn ? ld<T>(P.B.p, b * P.B.s[0] + g * P.B.s[1] + n * P.B.s[2] + (ts + tt) * P.B.s[3]) : 0.0f;
             }
         if (full && !P.fixC)
 #pragma unroll 4
@@ -672,7 +672,7 @@ __global__ void __launch_bounds__(kThreads, SELSCAN_CUDA_BWD_MINBLOCKS) bwd_kern
                 int n, tt;
                 if (tfast_C) { n = i / kSub; tt = i % kSub; }
                 else { n = i % NPAD; tt = i / NPAD; }
-                s_C[tt * NPAD + n] = n < P.N && tt < tn ? ld<T>(P.C.p, b * P.C.s[0] + g * P.C.s[1] + n * P.C.s[2] + (ts + tt) * P.C.s[3]) : 0.0f;
+                s_C[tt * BS + n] = n < P.N && tt < tn ? ld<T>(P.C.p, b * P.C.s[0] + g * P.C.s[1] + n * P.C.s[2] + (ts + tt) * P.C.s[3]) : 0.0f;
             }
         if (tid < 32) {
             int s0 = -1, e0 = -1;
@@ -687,7 +687,7 @@ __global__ void __launch_bounds__(kThreads, SELSCAN_CUDA_BWD_MINBLOCKS) bwd_kern
 #pragma unroll
             for (int k = 0; k < NPT; k++) Bv[k] = Bf[k];
         } else {
-            const float4 v = *reinterpret_cast<const float4 *>(s_B + tt * NPAD + j * NPT);
+            const float4 v = *reinterpret_cast<const float4 *>(s_B + tt * BS + j * NPT);
             Bv[0] = v.x; Bv[1] = v.y; Bv[2] = v.z; Bv[3] = v.w;
         }
     };
@@ -735,7 +735,7 @@ __global__ void __launch_bounds__(kThreads, SELSCAN_CUDA_BWD_MINBLOCKS) bwd_kern
 #pragma unroll
                 for (int tt = 0; tt < kSub; tt++) {
                     const float dt = s_dt[chl * SP + tt], dtu = s_dtu[chl * SP + tt];
-                    const float4 bv = *reinterpret_cast<const float4 *>(s_B + tt * NPAD + j * NPT);
+                    const float4 bv = *reinterpret_cast<const float4 *>(s_B + tt * BS + j * NPT);
                     const float Bv[NPT] = {bv.x, bv.y, bv.z, bv.w};
 #pragma unroll
                     for (int k = 0; k < NPT; k++) {
@@ -746,8 +746,8 @@ __global__ void __launch_bounds__(kThreads, SELSCAN_CUDA_BWD_MINBLOCKS) bwd_kern
 #pragma unroll
                 for (int tt = kSub - 1; tt >= 0; tt--) {
                     const float dt = s_dt[chl * SP + tt], dtu = s_dtu[chl * SP + tt], dy0 = s_dy0[chl * SP + tt];
-                    const float4 bv = *reinterpret_cast<const float4 *>(s_B + tt * NPAD + j * NPT);
-                    const float4 cv = *reinterpret_cast<const float4 *>(s_C + tt * NPAD + j * NPT);
+                    const float4 bv = *reinterpret_cast<const float4 *>(s_B + tt * BS + j * NPT);
+                    const float4 cv = *reinterpret_cast<const float4 *>(s_C + tt * BS + j * NPT);
                     const float Bv[NPT] = {bv.x, bv.y, bv.z, bv.w}, Cv[NPT] = {cv.x, cv.y, cv.z, cv.w};
                     float ddt = 0.0f, sBu = 0.0f, y0 = 0.0f, vB[NPT], vC[NPT];
 #pragma unroll
@@ -765,8 +765,8 @@ __global__ void __launch_bounds__(kThreads, SELSCAN_CUDA_BWD_MINBLOCKS) bwd_kern
                     s_p0[tid * SP + tt] = ddt;
                     s_p1[tid * SP + tt] = sBu;
                     s_p2[tid * SP + tt] = y0;
-                    warp_scatter_c<NTC>(vB, tid, NPAD, s_dBw + tt * ngrp * NPAD);
-                    warp_scatter_c<NTC>(vC, tid, NPAD, s_dCw + tt * ngrp * NPAD);
+                    warp_scatter_c<NTC>(vB, tid, NPAD, s_dBw + tt, SP);
+                    warp_scatter_c<NTC>(vC, tid, NPAD, s_dCw + tt, SP);
                 }
             };
             const bool fastok = tn == kSub && !s_seg[kSub] && !P.fixB && !P.fixC && P.wdB && P.wdC;
@@ -805,7 +805,7 @@ __global__ void __launch_bounds__(kThreads, SELSCAN_CUDA_BWD_MINBLOCKS) bwd_kern
 #pragma unroll
                         for (int k = 0; k < NPT; k++) Cv[k] = Cf[k];
                     } else {
-                        const float4 v = *reinterpret_cast<const float4 *>(s_C + tt * NPAD + j * NPT);
+                        const float4 v = *reinterpret_cast<const float4 *>(s_C + tt * BS + j * NPT);
                         Cv[0] = v.x; Cv[1] = v.y; Cv[2] = v.z; Cv[3] = v.w;
                     }
                     float ddt = 0.0f, sBu = 0.0f, y0 = 0.0f, vB[NPT], vC[NPT];
@@ -834,13 +834,13 @@ __global__ void __launch_bounds__(kThreads, SELSCAN_CUDA_BWD_MINBLOCKS) bwd_kern
 #pragma unroll
                         for (int k = 0; k < NPT; k++) dBf[k] += vB[k];
                     } else if (P.wdB) {
-                        warp_scatter(vB, NT, tid, NPAD, s_dBw + tt * ngrp * NPAD);
+                        warp_scatter(vB, NT, tid, NPAD, s_dBw + tt, SP);
                     }
                     if (P.fixC) {
 #pragma unroll
                         for (int k = 0; k < NPT; k++) dCf[k] += vC[k];
                     } else if (P.wdC) {
-                        warp_scatter(vC, NT, tid, NPAD, s_dCw + tt * ngrp * NPAD);
+                        warp_scatter(vC, NT, tid, NPAD, s_dCw + tt, SP);
                     }
                 }
             }
@@ -880,12 +880,12 @@ __global__ void __launch_bounds__(kThreads, SELSCAN_CUDA_BWD_MINBLOCKS) bwd_kern
                     const int64_t o = (((cb * P.batch + b) * P.G + g) * P.N + n) * P.L + ts + tt;
                     if (!P.fixB && P.wdB) {
                         float acc = 0.0f;
-                        for (int q = 0; q < ngrp; q++) acc += s_dBw[(tt * ngrp + q) * NPAD + n];
+                        for (int q = 0; q < ngrp; q++) acc += s_dBw[(q * NPAD + n) * SP + tt];
                         P.wdB[o] = acc;
                     }
                     if (!P.fixC && P.wdC) {
                         float acc = 0.0f;
-                        for (int q = 0; q < ngrp; q++) acc += s_dCw[(tt * ngrp + q) * NPAD + n];
+                        for (int q = 0; q < ngrp; q++) acc += s_dCw[(q * NPAD + n) * SP + tt];
                         P.wdC[o] = acc;
                     }
                 }
