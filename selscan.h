@@ -1384,7 +1384,9 @@ static ATTR SELSCAN__INLINE SELSCAN__VF selscan__vexp_##SFX(SELSCAN__VF x) {    
     SELSCAN__VF t, k, r, r2, p, q;                                                                                                                        \
     x = SELSCAN__VMAX(SELSCAN__VSET1(-88.0f), SELSCAN__VMIN(SELSCAN__VSET1(88.8f), x)); /* NaN stays */                                                   \
     t = SELSCAN__VFMA(x, SELSCAN__VSET1(1.44269504088896341f), SELSCAN__VSET1(12582912.0f));                                                              \
+    SELSCAN__VOPAQUE(t); /* -ffast-math must not fold (t - magic) back into x log2(e) */                                                                  \
     k = SELSCAN__VSUB(t, SELSCAN__VSET1(12582912.0f)); /* round(x / ln 2) */                                                                              \
+    SELSCAN__VOPAQUE(k);                                                                                                                                  \
     r = SELSCAN__VFMA(k, SELSCAN__VSET1(-0.693359375f), x);                                                                                               \
     r = SELSCAN__VFMA(k, SELSCAN__VSET1(2.12194440e-4f), r);                                                                                              \
     /* e^r on |r| <= ln2/2: minimax degree 6 (|rel err| 3e-9), Estrin's scheme (short chains) */                                                          \
@@ -1401,11 +1403,14 @@ static ATTR SELSCAN__INLINE SELSCAN__VF selscan__vexp_##SFX(SELSCAN__VF x) {    
    rounded once per tile, an error like that of rounding dt * A): no clamps, the exponent by an                                                           \
    integer add, 2^f on |f| <= 1/2 by the degree-6 minimax polynomial (|rel err| 3e-9). */                                                                 \
 static ATTR SELSCAN__INLINE SELSCAN__VF selscan__vexp2nc_##SFX(SELSCAN__VF x) {                                                                           \
-    const SELSCAN__VF t = SELSCAN__VADD(x, SELSCAN__VSET1(12582912.0f));                                                                                  \
-    const SELSCAN__VF f = SELSCAN__VSUB(x, SELSCAN__VSUB(t, SELSCAN__VSET1(12582912.0f))); /* exact */                                                    \
+    SELSCAN__VF t = SELSCAN__VADD(x, SELSCAN__VSET1(12582912.0f)), k, f;                                                                                  \
+    SELSCAN__VOPAQUE(t); /* -ffast-math must not fold the rounding away */                                                                                \
+    k = SELSCAN__VSUB(t, SELSCAN__VSET1(12582912.0f));                                                                                                    \
+    SELSCAN__VOPAQUE(k);                                                                                                                                  \
+    f = SELSCAN__VSUB(x, k); /* exact */                                                                                                                  \
     const SELSCAN__VF f2 = SELSCAN__VMUL(f, f);                                                                                                           \
     SELSCAN__VF p = SELSCAN__VFMA(SELSCAN__VSET1(1.532099249e-4f), f, SELSCAN__VSET1(1.339027457e-3f));                                                   \
-    SELSCAN__VF q = SELSCAN__VFMA(SELSCAN__VSET1(5.550362023e-2f), f, SELSCAN__VSET1(2.402264733e-1f));                                                   \
+    const SELSCAN__VF q = SELSCAN__VFMA(SELSCAN__VSET1(5.550362023e-2f), f, SELSCAN__VSET1(2.402264733e-1f));                                             \
     p = SELSCAN__VFMA(p, f, SELSCAN__VSET1(9.618527837e-3f));                                                                                             \
     p = SELSCAN__VFMA(p, f2, q);                                                                                                                          \
     p = SELSCAN__VFMA(p, f2, SELSCAN__VFMA(f, SELSCAN__VSET1(6.931471806e-1f), SELSCAN__VSET1(1.0f)));                                                    \
@@ -1946,6 +1951,10 @@ static float selscan__pow2i_s(float t) { /* t = round(x) + 1.5 * 2^23: 2^round(x
     uint32_t u = selscan__f32_bits(t);
     return selscan__bits_f32((u << 23) + (127u << 23));
 }
+static float selscan__opaque_s(float v) { /* a value the optimizer cannot see through */
+    volatile float x = v;
+    return x;
+}
 static float selscan__addexp_s(float p, float t) { /* p * 2^k, t = k + 1.5 * 2^23, as an integer add */
     return selscan__bits_f32(selscan__f32_bits(p) + (selscan__f32_bits(t) << 23));
 }
@@ -1965,6 +1974,7 @@ static float selscan__addexp_s(float p, float t) { /* p * 2^k, t = k + 1.5 * 2^2
 #define SELSCAN__VPOW2I(t) selscan__pow2i_s(t)
 #define SELSCAN__VHSUM(v) (v)
 #define SELSCAN__VADDEXP(p, t) selscan__addexp_s(p, t)
+#define SELSCAN__VOPAQUE(v) ((v) = selscan__opaque_s(v))
 #define SELSCAN__LOADTILE selscan__load_tile
 #define SELSCAN__STORETILE selscan__store_tile
 SELSCAN__KERNELS(port, SELSCAN__NOATTR)
@@ -1984,6 +1994,7 @@ SELSCAN__KERNELS(port, SELSCAN__NOATTR)
 #undef SELSCAN__VPOW2I
 #undef SELSCAN__VHSUM
 #undef SELSCAN__VADDEXP
+#undef SELSCAN__VOPAQUE
 #undef SELSCAN__LOADTILE
 #undef SELSCAN__STORETILE
 
@@ -2115,6 +2126,11 @@ static SELSCAN__T_AVX2 void selscan__store_tile_avx2(const float *src, const sel
 #define SELSCAN__VPOW2I(t)                                                                                     \
     _mm256_castsi256_ps(_mm256_add_epi32(_mm256_slli_epi32(_mm256_castps_si256(t), 23), _mm256_set1_epi32(127 << 23)))
 #define SELSCAN__VHSUM(v) selscan__hsum_avx2(v)
+#if defined(__GNUC__) || defined(__clang__)
+#define SELSCAN__VOPAQUE(v) __asm__("" : "+x"(v))
+#else
+#define SELSCAN__VOPAQUE(v) ((void)0)
+#endif
 #define SELSCAN__LOADTILE selscan__load_tile_avx2
 #define SELSCAN__STORETILE selscan__store_tile_avx2
 #define SELSCAN__VADDEXP(p, t) _mm256_castsi256_ps(_mm256_add_epi32(_mm256_castps_si256(p), _mm256_slli_epi32(_mm256_castps_si256(t), 23)))
@@ -2135,6 +2151,7 @@ SELSCAN__KERNELS(avx2, SELSCAN__T_AVX2)
 #undef SELSCAN__VPOW2I
 #undef SELSCAN__VHSUM
 #undef SELSCAN__VADDEXP
+#undef SELSCAN__VOPAQUE
 #undef SELSCAN__LOADTILE
 #undef SELSCAN__STORETILE
 
@@ -2160,6 +2177,11 @@ static SELSCAN__T_AVX512 SELSCAN__INLINE float selscan__hsum_avx512(__m512 v) {
 #define SELSCAN__VPOW2I(t)                                                                                     \
     _mm512_castsi512_ps(_mm512_add_epi32(_mm512_maskz_slli_epi32(0xffff, _mm512_castps_si512(t), 23), _mm512_set1_epi32(127 << 23)))
 #define SELSCAN__VHSUM(v) selscan__hsum_avx512(v)
+#if defined(__GNUC__) || defined(__clang__)
+#define SELSCAN__VOPAQUE(v) __asm__("" : "+v"(v))
+#else
+#define SELSCAN__VOPAQUE(v) ((void)0)
+#endif
 #define SELSCAN__LOADTILE selscan__load_tile_avx2 /* AVX-512F CPUs have AVX2 */
 #define SELSCAN__STORETILE selscan__store_tile_avx2
 #define SELSCAN__VADDEXP(p, t) _mm512_castsi512_ps(_mm512_add_epi32(_mm512_castps_si512(p), _mm512_maskz_slli_epi32(0xffff, _mm512_castps_si512(t), 23)))
@@ -2180,6 +2202,7 @@ SELSCAN__KERNELS(avx512, SELSCAN__T_AVX512)
 #undef SELSCAN__VPOW2I
 #undef SELSCAN__VHSUM
 #undef SELSCAN__VADDEXP
+#undef SELSCAN__VOPAQUE
 #undef SELSCAN__LOADTILE
 #undef SELSCAN__STORETILE
 #endif /* SELSCAN__HAVE_X86 */
@@ -2201,6 +2224,11 @@ SELSCAN__KERNELS(avx512, SELSCAN__T_AVX512)
 #define SELSCAN__VPOW2I(t)                                                                                     \
     vreinterpretq_f32_s32(vaddq_s32(vshlq_n_s32(vreinterpretq_s32_f32(t), 23), vdupq_n_s32(127 << 23)))
 #define SELSCAN__VHSUM(v) vaddvq_f32(v)
+#if defined(__GNUC__) || defined(__clang__)
+#define SELSCAN__VOPAQUE(v) __asm__("" : "+w"(v))
+#else
+#define SELSCAN__VOPAQUE(v) ((void)0)
+#endif
 #define SELSCAN__LOADTILE selscan__load_tile
 #define SELSCAN__STORETILE selscan__store_tile
 #define SELSCAN__VADDEXP(p, t) vreinterpretq_f32_s32(vaddq_s32(vreinterpretq_s32_f32(p), vshlq_n_s32(vreinterpretq_s32_f32(t), 23)))
@@ -2221,6 +2249,7 @@ SELSCAN__KERNELS(neon, SELSCAN__NOATTR)
 #undef SELSCAN__VPOW2I
 #undef SELSCAN__VHSUM
 #undef SELSCAN__VADDEXP
+#undef SELSCAN__VOPAQUE
 #undef SELSCAN__LOADTILE
 #undef SELSCAN__STORETILE
 #endif /* SELSCAN__HAVE_NEON */
