@@ -36,8 +36,21 @@
  *   identical results.
  * - Limits: N up to 512; larger N: SELSCAN_ERR_UNSUPPORTED (the CPU entries have no limit).
  *   All indexing is 64-bit; dim, batch and L have no limit beyond a 2^31 - 1 block grid.
- * - exp() runs on the ex2.approx unit (relative error ~2^-22): results match the CPU reference
- *   to f32 rounding, not bitwise.
+ * - exp() runs on the ex2.approx unit (relative error ~2^-22), softplus / sigmoid on the fast
+ *   exp / log units: results match the CPU reference to ~1e-6 relative (f32), not bitwise.
+ *
+ * TUNING (macros before the implementation's include; defaults measured on an H200, see
+ * bench/NOTES.md): SELSCAN_CUDA_FWD_MINBLOCKS (6) and SELSCAN_CUDA_BWD_MINBLOCKS (3), the blocks
+ * per SM the forward / backward kernels' register budgets must allow.
+ *
+ * DESIGN: a block of 128 threads takes CH channels of one (batch row, group); a thread keeps 4
+ * states of one channel in registers; dt, dt*u and the B/C tile are staged in shared memory per
+ * time tile. When the channels give less than one wave of blocks, L is split into chunks (the
+ * forward: chunk scans from 0, a carry kernel, rescan; the backward: chunk-local state-gradient
+ * pass, a reverse carry kernel). The backward recomputes states from a 16-step checkpoint (made
+ * from the forward's 64-step one) and walks each 16-step sub-tile back with its states in
+ * registers; sums over channels and time go through per-block partials in the workspace and
+ * fixed-order reduction kernels (deterministic).
  */
 #ifndef SELSCAN_CUDA_CUH
 #define SELSCAN_CUDA_CUH
