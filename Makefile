@@ -64,7 +64,8 @@ test:
 	    $(foreach b,$(TEST_SAN_BINS),"$(TEST_SAN_ENV) ./$(b)")
 
 # ---- CPU benchmark ----------------------------------------------------------------------------
-# make bench: bench/bench_cpu.c, the fast CPU path on 1 and all threads (pthreads over the part API)
+# make bench: examples/cpu_threads.c (the part API on a pthreads pool, checked bitwise against 1
+# thread), then bench/bench_cpu.c, the fast CPU path on 1 and all threads (pthreads over the part API)
 # against the scalar reference on 1 thread, forward and backward, f32 and bf16. Built with the
 # plain CFLAGS (no -march): the vector path is picked at run time. BENCH_THREADS (default: all
 # cores), BENCH_FILTER (a case name substring), SELSCAN_BENCH_QUICK=1 (one run per figure).
@@ -73,7 +74,11 @@ BENCH_FILTER  ?=
 $(BUILD)/bench_cpu: bench/bench_cpu.c selscan.h | $(BUILD)
 	$(CC) -std=c99 $(WARN) $(CFLAGS) -I. $< -o $@ $(LDLIBS)
 
-bench: $(BUILD)/bench_cpu
+$(BUILD)/cpu_threads: examples/cpu_threads.c selscan.h | $(BUILD)
+	$(CC) -std=c99 $(WARN) $(CFLAGS) -I. $< -o $@ $(LDLIBS)
+
+bench: $(BUILD)/bench_cpu $(BUILD)/cpu_threads
+	./$(BUILD)/cpu_threads
 	./$(BUILD)/bench_cpu $(BENCH_THREADS) $(BENCH_FILTER)
 
 
