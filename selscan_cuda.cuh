@@ -951,16 +951,16 @@ __global__ void __launch_bounds__(kThreads) bwd_local_kernel(const kparams P, fl
         m[k] = 1.0f;
     }
     const float bias = P.bias.p ? ldf(P.bias, d * P.bias.s[0]) : 0.0f;
-    for (int64_t t = t1 - 1; t >= t0; t--) {
+#pragma unroll 4
+    for (int64_t t = t1 - 1; t >= t0; t--) { /* branch-free body: the loads of 4 steps overlap */
         int sg, en;
         seg_flags(P, b, t, &sg, &en);
-        if (en >= 0) {
 #pragma unroll
-            for (int k = 0; k < NPT; k++) {
-                const int64_t n = j * NPT + k;
-                dh[k] = P.dhlast.p && n < P.N ? ldf(P.dhlast, en * P.dhlast.s[0] + d * P.dhlast.s[1] + n * P.dhlast.s[2]) : 0.0f;
-                m[k] = 0.0f;
-            }
+        for (int k = 0; k < NPT; k++) {
+            const int64_t n = j * NPT + k;
+            const float dl = en >= 0 && P.dhlast.p && n < P.N ? ldf(P.dhlast, en * P.dhlast.s[0] + d * P.dhlast.s[1] + n * P.dhlast.s[2]) : 0.0f;
+            dh[k] = en >= 0 ? dl : dh[k];
+            m[k] = en >= 0 ? 0.0f : m[k];
         }
         const float x = ld<T>(P.delta.p, b * P.delta.s[0] + d * P.delta.s[1] + t * P.delta.s[2]) + bias;
         const float dt = P.softplus ? softplus(x) : x;
