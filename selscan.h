@@ -217,10 +217,12 @@ SELSCAN_DEF selscan_status selscan_forward_cpu(const selscan_problem *p, void *w
 SELSCAN_DEF selscan_status selscan_backward_cpu(const selscan_problem *p, const selscan_grads *g, void *workspace, size_t workspace_bytes);
 SELSCAN_DEF selscan_status selscan_step_cpu(const selscan_step_problem *s);
 
-/* Partitioned CPU entry points: the work split into n_parts parts that any thread pool runs
-   concurrently (part = 0 .. n_parts - 1, each exactly once, on one shared workspace of
-   selscan_workspace_size_parts(p, g, n_parts) bytes). Results are bitwise the same for every
-   n_parts (and equal to the plain entry points, which are the n_parts = 1 case).
+/* Partitioned CPU entry points: the work split into n_parts parts (1 <= n_parts <= 2^24) that any
+   thread pool runs concurrently (part = 0 .. n_parts - 1, each exactly once, on one shared
+   workspace of selscan_workspace_size_parts(p, g, n_parts) bytes). Results are bitwise the same
+   for every n_parts (and equal to the plain entry points, which are the n_parts = 1 case). Work
+   items: the forward splits (batch row, 16/8/4/1-channel tile), the backward (batch row, 64
+   channels), the step (batch row, 256 channels); more parts than items leave parts idle.
      forward:  run selscan_forward_cpu_part for every part; done.
      backward: run selscan_backward_cpu_part for every part; when all have returned, run
                selscan_backward_cpu_reduce for every part (its own split: any n_parts, the same
@@ -2272,8 +2274,10 @@ static int64_t selscan__ws_fast(const selscan__prob *q, const selscan__grd *r, i
     return r ? selscan__ws_fast_bwd(q, r, nparts) : selscan__ws_fast_fwd(q, nparts);
 }
 
+/* 1 <= n_parts <= 2^24 (far more than any machine's threads; keeps the sizes in range). */
 static selscan_status selscan__check_part(int64_t part, int64_t nparts) {
-    return nparts < 1 || part < 0 || part >= nparts ? SELSCAN_ERR_SHAPE : SELSCAN_OK;
+    return nparts < 1 || nparts > (SELSCAN__CAST(int64_t, 1) << 24) || part < 0 || part >= nparts ? SELSCAN_ERR_SHAPE
+                                                                                                  : SELSCAN_OK;
 }
 
 static int64_t selscan__ck_bytes(const selscan__prob *q) { return q->batch * q->dim * selscan__ck_slots(q) * q->N * 4; }
