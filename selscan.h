@@ -1019,12 +1019,15 @@ SELSCAN_DEF selscan_status selscan_step_ref(const selscan_step_problem *s) {
    with NEON, 1 portable); the state for each n is one vector over the tile's channels, so B and C
    (shared by a group) are broadcast scalars per step. Inputs are loaded chunk by chunk (up to
    SELSCAN__FT steps x W channels), widened to f32 and transposed into the part's scratch; outputs
-   are transposed back. The exponentials use a polynomial (selscan__vexp_*: |rel err| ~ 2 ulp,
-   0 below -88, +inf above 88.38, NaN stays NaN).
+   are transposed back. Exponentials: selscan__vexp_* (clamped; within 1.3 ulp; 0 below about
+   -87.7, +inf from 88.4, NaN stays NaN), or, in a chunk where every |dt * A| <= 86 (checked per
+   chunk and tile), selscan__vexp2nc_* on dt * (A log2 e): no clamps, fewer FMA-pipe operations.
    Forward: a work item is one tile of one batch row; items are split into n_parts contiguous
-   ranges, each item is independent, so the result does not depend on n_parts.
+   ranges, each item is independent, so the result does not depend on n_parts. With a checkpoint
+   buffer it also stores the state entering every chunk.
    Backward: a work item is a block of SELSCAN__CB channels of one group and batch row. It runs
-   the forward keeping the state every T steps (checkpoints), then walks the chunks backward,
+   the forward keeping the state every T steps (checkpoints; or reads the forward's), then walks
+   the chunks backward,
    recomputing the states and exponentials of one chunk at a time. Sums over channels (variable
    dB, dC) are accumulated lane-wise over the block's tiles, reduced over lanes in a fixed order,
    and written as per-block partials to the shared workspace; sums over batch rows (dA, dD,
