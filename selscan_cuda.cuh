@@ -194,6 +194,7 @@ __device__ __forceinline__ float softplus(float x) {
     return x > 20.0f ? x : r;
 }
 const float kLog2e = 1.4426950408889634f;
+const float kLn2 = 0.6931471805599453f;
 
 /* The (channel c, step tt) pairs of a CH x TL tile that thread tid visits: c = c + r * dc,
    tt = tt + r * dt for r < R (pairs past the tile, when CH * TL < kThreads, are to be skipped).
@@ -514,7 +515,7 @@ __global__ void empty_seq_kernel(const int64_t *cu, int64_t nseq, int64_t dim, i
 struct bwd_layout {
     int NPAD, ngrp, SP;
     size_t off_B, off_C, off_dBw, off_dCw, off_dt, off_dtu, off_u, off_dy0, off_dsp, off_fz, off_p0, off_p1, off_p2,
-        off_cD, off_cb, off_seg, off_end, total;
+        off_cD, off_cb, off_acc, off_seg, off_end, total;
 };
 
 __host__ __device__ inline bwd_layout bwd_smem(int NT, int CH) {
@@ -538,6 +539,7 @@ __host__ __device__ inline bwd_layout bwd_smem(int NT, int CH) {
     l.off_p2 = o; o += kThreads * l.SP;
     l.off_cD = o; o += CH * l.SP;
     l.off_cb = o; o += CH * l.SP;
+    l.off_acc = o; o += 2 * kBwdNPT * kThreads; /* fixed dB / dC time sums, per thread */
     l.off_seg = o; o += kSub + 1; /* + "any flag in the tile" */
     l.off_end = o; o += kSub;
     l.total = o * 4;
@@ -627,18 +629,21 @@ __global__ void __launch_bounds__(kThreads, SELSCAN_CUDA_BWD_MINBLOCKS) bwd_kern
     const int64_t sdl = wstep(wl, P.delta), su = wstep(wl, P.u), sdy = wstep(wl, P.dy), sz = wstep(wl, P.z);
     const int64_t sdu = wstep(wl, P.du), sdd = wstep(wl, P.ddelta), sdz = wstep(wl, P.dz);
 
-    float An[NPT], A2[NPT], dh[NPT], dA[NPT], Bf[NPT], Cf[NPT], dBf[NPT], dCf[NPT], h[NPT];
+    /* Few registers live across the sub-tile loop (the walk's 64-register history needs the
+       room): fixed B / C are re-read from global memory (slow path only), their time sums kept in
+       shared memory (s_acc), A kept once (log2 e scaled; ddt scaled back by ln 2 per step). */
+    float A2[NPT], dh[NPT], dA[NPT], h[NPT];
     bool nv[NPT];
+    float *s_acc = sm + l.off_acc; /* [k][tid]: fixed dB (k < 4), fixed dC (k >= 4) */
 #pragma unroll
     for (int k = 0; k < NPT; k++) {
         const int64_t n = j * NPT + k;
         nv[k] = active && n < P.N;
-        An[k] = nv[k] ? ldf(P.A, d * P.A.s[0] + n * P.A.s[1]) : 0.0f;
-        A2[k] = An[k] * kLog2e;
-        Bf[k] = nv[k] && P.fixB ? ldf(P.B, d * P.B.s[0] + n * P.B.s[1]) : 0.0f;
-        Cf[k] = nv[k] && P.fixC ? ldf(P.C, d * P.C.s[0] + n * P.C.s[1]) : 0.0f;
-        dh[k] = dA[k] = dBf[k] = dCf[k] = 0.0f;
+        A2[k] = nv[k] ? ldf(P.A, d * P.A.s[0] + n * P.A.s[1]) * kLog2e : 0.0f;
+        dh[k] = dA[k] = 0.0f;
         if (P.nlch > 1 && nv[k]) dh[k] = P.Hin[(bd * P.nlch + lc) * P.N + n]; /* from the chunks to the right */
+        s_acc[k * kThreads + tid] = 0.0f;
+        s_acc[(k + NPT) * kThreads + tid] = 0.0f;
     }
     float accD = 0.0f, accBias = 0.0f;
 
@@ -698,7 +703,7 @@ __global__ void __launch_bounds__(kThreads, SELSCAN_CUDA_BWD_MINBLOCKS) bwd_kern
     auto getB = [&](int tt, float *Bv) {
         if (P.fixB) {
 #pragma unroll
-            for (int k = 0; k < NPT; k++) Bv[k] = Bf[k];
+            for (int k = 0; k < NPT; k++) Bv[k] = nv[k] ? ldf(P.B, d * P.B.s[0] + (j * NPT + k) * P.B.s[1]) : 0.0f;
         } else {
             const float4 v = *reinterpret_cast<const float4 *>(s_B + tt * BS + j * NPT);
             Bv[0] = v.x; Bv[1] = v.y; Bv[2] = v.z; Bv[3] = v.w;
@@ -716,10 +721,13 @@ __global__ void __launch_bounds__(kThreads, SELSCAN_CUDA_BWD_MINBLOCKS) bwd_kern
             const int64_t ts = c * kSub;
             const int tn = static_cast<int>(min(static_cast<int64_t>(kSub), P.L - ts));
             __syncthreads();
+#pragma unroll
+            for (int k = 0; k < NPT; k++) h[k] = nv[k] ? P.ck[(bd * P.nck + c) * P.N + j * NPT + k] : 0.0f; /* in flight with the tile */
             load_tile(ts, tn, true);
             __syncthreads();
             if (c > t0 / kSub) { /* the next sub-tile (earlier in time) into L2 */
                 const int64_t tp = ts - kSub;
+                if (active) pf<float>(P.ck, (bd * P.nck + c - 1) * P.N + j * NPT);
                 int64_t od = wbase(wl, P.delta, b, c0, tp), ou = wbase(wl, P.u, b, c0, tp), ody = wbase(wl, P.dy, b, c0, tp);
                 int64_t oz = P.z.p ? wbase(wl, P.z, b, c0, tp) : 0;
                 for (int r = 0; r < wl.R; r++, od += sdl, ou += su, ody += sdy, oz += sz) {
@@ -740,8 +748,6 @@ __global__ void __launch_bounds__(kThreads, SELSCAN_CUDA_BWD_MINBLOCKS) bwd_kern
                 }
             }
             float hh[kSub][NPT]; /* the decays are recomputed walking back: registers buy occupancy */
-#pragma unroll
-            for (int k = 0; k < NPT; k++) h[k] = nv[k] ? P.ck[(bd * P.nck + c) * P.N + j * NPT + k] : 0.0f;
             /* fast path: a full tile without sequence boundaries, variable B and C, 2..8 threads a channel */
             auto fast = [&](auto ntc) {
                 constexpr int NTC = decltype(ntc)::value;
@@ -770,12 +776,12 @@ __global__ void __launch_bounds__(kThreads, SELSCAN_CUDA_BWD_MINBLOCKS) bwd_kern
                         vC[k] = dy0 * hh[tt][k];
                         vB[k] = dhn * dtu;
                         const float q = dhn * fmaf(-Bv[k], dtu, hh[tt][k]);
-                        ddt = fmaf(q, An[k], ddt);
+                        ddt = fmaf(q, A2[k], ddt);
                         dA[k] = fmaf(q, dt, dA[k]);
                         sBu = fmaf(dhn, Bv[k], sBu);
                         dh[k] = dhn * ex2(dt * A2[k]);
                     }
-                    s_p0[tid * SP + tt] = ddt;
+                    s_p0[tid * SP + tt] = ddt * kLn2;
                     s_p1[tid * SP + tt] = sBu;
                     s_p2[tid * SP + tt] = y0;
                     warp_scatter_c<NTC>(vB, tid, NPAD, s_dBw + tt, SP);
@@ -816,7 +822,7 @@ __global__ void __launch_bounds__(kThreads, SELSCAN_CUDA_BWD_MINBLOCKS) bwd_kern
                     getB(tt, Bv);
                     if (P.fixC) {
 #pragma unroll
-                        for (int k = 0; k < NPT; k++) Cv[k] = Cf[k];
+                        for (int k = 0; k < NPT; k++) Cv[k] = nv[k] ? ldf(P.C, d * P.C.s[0] + (j * NPT + k) * P.C.s[1]) : 0.0f;
                     } else {
                         const float4 v = *reinterpret_cast<const float4 *>(s_C + tt * BS + j * NPT);
                         Cv[0] = v.x; Cv[1] = v.y; Cv[2] = v.z; Cv[3] = v.w;
@@ -829,7 +835,7 @@ __global__ void __launch_bounds__(kThreads, SELSCAN_CUDA_BWD_MINBLOCKS) bwd_kern
                         vC[k] = dy0 * hh[tt][k];
                         vB[k] = dhn * dtu;
                         const float q = dhn * fmaf(-Bv[k], dtu, hh[tt][k]); /* dhn * a * h_prev */
-                        ddt = fmaf(q, An[k], ddt);
+                        ddt = fmaf(q, A2[k], ddt);
                         dA[k] = fmaf(q, dt, dA[k]);
                         sBu = fmaf(dhn, Bv[k], sBu);
                         dh[k] = dhn * ex2(dt * A2[k]);
@@ -840,18 +846,18 @@ __global__ void __launch_bounds__(kThreads, SELSCAN_CUDA_BWD_MINBLOCKS) bwd_kern
                         for (int k = 0; k < NPT; k++)
                             if (nv[k]) static_cast<float *>(P.dh0.p)[sg * P.dh0.s[0] + d * P.dh0.s[1] + (j * NPT + k) * P.dh0.s[2]] = dh[k];
                     }
-                    s_p0[tid * SP + tt] = ddt;
+                    s_p0[tid * SP + tt] = ddt * kLn2;
                     s_p1[tid * SP + tt] = sBu;
                     s_p2[tid * SP + tt] = y0;
                     if (P.fixB) {
 #pragma unroll
-                        for (int k = 0; k < NPT; k++) dBf[k] += vB[k];
+                        for (int k = 0; k < NPT; k++) s_acc[k * kThreads + tid] += vB[k];
                     } else if (P.wdB) {
                         warp_scatter(vB, NT, tid, NPAD, s_dBw + tt, SP);
                     }
                     if (P.fixC) {
 #pragma unroll
-                        for (int k = 0; k < NPT; k++) dCf[k] += vC[k];
+                        for (int k = 0; k < NPT; k++) s_acc[(k + NPT) * kThreads + tid] += vC[k];
                     } else if (P.wdC) {
                         warp_scatter(vC, NT, tid, NPAD, s_dCw + tt, SP);
                     }
@@ -904,8 +910,9 @@ __global__ void __launch_bounds__(kThreads, SELSCAN_CUDA_BWD_MINBLOCKS) bwd_kern
                 }
             }
             __syncthreads();
-            if (tid < nchb)
-                for (int tt = 0; tt < tn; tt++) {
+            if (tid < nchb) /* s_cD / s_cb are 0 past tn */
+#pragma unroll
+                for (int tt = 0; tt < kSub; tt++) {
                     accD += s_cD[tid * SP + tt];
                     accBias += s_cb[tid * SP + tt];
                 }
@@ -917,8 +924,8 @@ __global__ void __launch_bounds__(kThreads, SELSCAN_CUDA_BWD_MINBLOCKS) bwd_kern
         if (!nv[k]) continue;
         const int64_t o = (prow * P.dim + d) * P.N + j * NPT + k;
         if (P.wdA) P.wdA[o] = dA[k];
-        if (P.fixB && P.wdBf) P.wdBf[o] = dBf[k];
-        if (P.fixC && P.wdCf) P.wdCf[o] = dCf[k];
+        if (P.fixB && P.wdBf) P.wdBf[o] = s_acc[k * kThreads + tid];
+        if (P.fixC && P.wdCf) P.wdCf[o] = s_acc[(k + NPT) * kThreads + tid];
     }
     if (tid < nchb) {
         const int64_t o = prow * P.dim + c0 + tid;
