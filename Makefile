@@ -30,7 +30,9 @@ run: $(BUILD)/quickstart
 # random matrix (SELSCAN_TEST_QUICK=1). tests/run.sh sums the "N passed, N failed" lines into the
 # last line of the output and fails when anything failed. Suites that #define
 # SELSCAN_IMPLEMENTATION build alone; the others link one shared object (tests/selscan_impl.c).
-# SELSCAN_TEST_SEED=n changes the random problems; TEST_JOBS the parallel builds.
+# SELSCAN_TEST_SEED=n changes the random problems; TEST_JOBS the parallel builds. With nvcc, it
+# also compiles the CUDA test and quickstart and runs tests/test_cuda.cu, which skips cleanly
+# (0 passed, 0 failed) where there is no GPU: CI compiles the CUDA code, the GPU runs make test-cuda.
 TEST_SRCS       := $(sort $(filter-out %cuda%,$(wildcard tests/test_*.c)))
 TEST_STANDALONE := $(shell grep -l 'define SELSCAN_IMPLEMENTATION' $(TEST_SRCS) /dev/null 2>/dev/null)
 TEST_BINS       := $(patsubst tests/%.c,$(BUILD)/tests/%,$(TEST_SRCS))
@@ -40,6 +42,9 @@ TEST_SANFLAGS   ?= -std=gnu11 -O0 -g -Wall -Wextra -fsanitize=address,undefined 
 TEST_JOBS       ?= $(shell nproc 2>/dev/null || echo 2)
 TEST_SAN_ENV    := SELSCAN_TEST_QUICK=1 ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
 .PHONY: test-build
+TEST_CUDA_BUILD := if $(MAKE) --no-print-directory -j2 $(BUILD)/test_cuda $(BUILD)/cuda_quickstart >$(BUILD)/cuda-build.log 2>&1; \
+    then echo 'nvcc: compiled test_cuda and cuda_quickstart'; echo '1 passed, 0 failed'; \
+    else cat $(BUILD)/cuda-build.log; echo '0 passed, 1 failed'; exit 1; fi
 
 $(BUILD)/tests/selscan_impl.o: tests/selscan_impl.c selscan.h
 	@mkdir -p $(@D)
@@ -61,6 +66,7 @@ test:
 	@$(MAKE) --no-print-directory -j$(TEST_JOBS) test-build
 	@bash tests/run.sh $(foreach b,$(TEST_BINS),./$(b)) \
 	    "CC='$(CC)' CXX='$(CXX)' NVCC='$(NVCC)' BUILD='$(BUILD)' bash tests/build_checks.sh" \
+	    $(if $(HAVE_NVCC),"$(TEST_CUDA_BUILD)" ./$(BUILD)/test_cuda) \
 	    $(foreach b,$(TEST_SAN_BINS),"$(TEST_SAN_ENV) ./$(b)")
 
 # ---- CPU benchmark ----------------------------------------------------------------------------
