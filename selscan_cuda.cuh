@@ -510,7 +510,9 @@ __global__ void empty_seq_kernel(const int64_t *cu, int64_t nseq, int64_t dim, i
    the sub-tile's checkpoint (a forward-like pass wrote the state entering every kSub steps into the
    workspace, L-parallel) into registers and walks them backward. Sums over channels (dB, dC) are reduced in the warp (shuffles), then across the
    block's warps (shared memory, fixed order), and written per block into the workspace; sums over
-   time (dA, dD, ddelta_bias, fixed dB / dC) stay in registers and are written per batch row. */
+   time (dA, dD, ddelta_bias in registers; fixed dB / dC per thread in shared memory, to keep the
+   registers live across the loop few: spills cost more than anything else here, bench/NOTES.md
+   v14) are written per batch row. */
 
 struct bwd_layout {
     int NPAD, ngrp, SP;
