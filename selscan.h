@@ -1038,6 +1038,7 @@ SELSCAN_DEF selscan_status selscan_step_ref(const selscan_step_problem *s) {
 #define SELSCAN__WMAX 16 /* widest vector (floats); scratch is sized for it */
 #define SELSCAN__CB 64   /* channels per backward work item */
 #define SELSCAN__SNB 256 /* step: channels and states per block (stack buffers) */
+#define SELSCAN__SNA 64  /* step: largest N of the common-layout kernel (its stack buffer) */
 
 enum { SELSCAN__ISA_PORTABLE = 0, SELSCAN__ISA_NEON = 1, SELSCAN__ISA_AVX2 = 2, SELSCAN__ISA_AVX512 = 3 };
 
@@ -1846,41 +1847,74 @@ static ATTR void selscan__step_block_##SFX(const selscan__stp *q, int64_t b, int
             SELSCAN__VSTORE(zb + i, SELSCAN__VMUL(z, selscan__vsigmoid_##SFX(z)));                                                                        \
         }                                                                                                                                                 \
     }                                                                                                                                                     \
-    if (N <= SELSCAN__SNB && N % W == 0 && q->state.s[2] == 1 && q->A.s[1] == 1 && !q->fixB && !q->fixC) {                                                \
-        /* the common layout: B and C of a group widened once, no per-channel gathers or tails */                                                         \
-        int64_t g = dlo / q->dpg, gend = (g + 1) * q->dpg;                                                                                                \
+    if (N <= SELSCAN__SNA && N % W == 0 && q->state.s[2] == 1 && q->A.s[1] == 1 && !q->fixB && !q->fixC) {                                                \
+        /* the common layout: B and C of a group widened once, no per-channel gathers or tails;                                                           \
+           W channels at a time: first the exponentials of all W channels (a loop with nothing                                                            \
+           else live: the polynomial constants stay in registers), then the states; the W sums                                                            \
+           over n by one transposing reduction, D and z as vectors over the channels (no                                                                  \
+           per-channel scalar tail); pointers hoisted, n unrolled by 2 W */                                                                               \
+        const int64_t hs1 = q->state.s[1], as0 = q->A.s[0];                                                                                               \
+        float *const hrow = SELSCAN__CAST(float *, q->state.data) + row * q->state.s[0] + dlo * hs1;                                                      \
+        const float *const Arow = SELSCAN__CAST(const float *, q->A.data) + dlo * as0;                                                                    \
+        int64_t g = dlo / q->dpg, gend = (g + 1) * q->dpg - dlo; /* channel index (from dlo) of the next group */                                         \
         const float *Bp = NULL, *Cp = NULL;                                                                                                               \
-        for (d = dlo; d < dhi; d++) {                                                                                                                     \
-            const SELSCAN__VF vdt = SELSCAN__VSET1(dtb[d - dlo]), vdx = SELSCAN__VSET1(dtb[d - dlo] * xb[d - dlo]);                                       \
-            float *hp = SELSCAN__CAST(float *, q->state.data) + row * q->state.s[0] + d * q->state.s[1];                                                  \
-            const float *Ap = SELSCAN__CAST(const float *, q->A.data) + d * q->A.s[0];                                                                    \
-            SELSCAN__VF yv = SELSCAN__VSET1(0.0f);                                                                                                        \
-            float y;                                                                                                                                      \
-            if (d >= gend) { g++; gend += q->dpg; Bp = NULL; }                                                                                            \
-            if (!Bp) {                                                                                                                                    \
-                if (q->dt == SELSCAN_F32 && q->B.s[2] == 1) {                                                                                             \
-                    Bp = SELSCAN__CAST(const float *, q->B.data) + b * q->B.s[0] + g * q->B.s[1];                                                         \
-                } else {                                                                                                                                  \
-                    selscan__cvt_row(Bb, q->B.data, b * q->B.s[0] + g * q->B.s[1], q->B.s[2], N, q->dt);                                                  \
-                    Bp = Bb;                                                                                                                              \
-                }                                                                                                                                         \
-                if (q->dt == SELSCAN_F32 && q->C.s[2] == 1) {                                                                                             \
-                    Cp = SELSCAN__CAST(const float *, q->C.data) + b * q->C.s[0] + g * q->C.s[1];                                                         \
-                } else {                                                                                                                                  \
-                    selscan__cvt_row(Cb, q->C.data, b * q->C.s[0] + g * q->C.s[1], q->C.s[2], N, q->dt);                                                  \
-                    Cp = Cb;                                                                                                                              \
-                }                                                                                                                                         \
+        float Db[SELSCAN__SNB], ab[SELSCAN__WMAX * SELSCAN__SNA];                                                                                         \
+        SELSCAN__VF yv[SELSCAN__VW];                                                                                                                      \
+        int c;                                                                                                                                            \
+        if (q->D.data) selscan__cvt_row(Db, q->D.data, SELSCAN__AT1(q->D, dlo), q->D.s[0], nd, SELSCAN_F32);                                              \
+        for (i = q->D.data ? nd : 0; i < SELSCAN__SNB; i++) Db[i] = 0.0f;                                                                                 \
+        for (i = 0; i < nd; i += W) {                                                                                                                     \
+            const int ne = nd - i < W ? SELSCAN__CAST(int, nd - i) : W;                                                                                   \
+            for (c = 0; c < ne; c++) {                                                                                                                    \
+                const SELSCAN__VF vdt = SELSCAN__VSET1(dtb[i + c]);                                                                                       \
+                const float *const Ap = Arow + (i + c) * as0;                                                                                             \
+                for (n = 0; n < N; n += W) SELSCAN__VSTORE(ab + c * N + n, selscan__vexp_##SFX(SELSCAN__VMUL(vdt, SELSCAN__VLOAD(Ap + n))));              \
             }                                                                                                                                             \
-            for (n = 0; n < N; n += W) {                                                                                                                  \
-                const SELSCAN__VF a = selscan__vexp_##SFX(SELSCAN__VMUL(vdt, SELSCAN__VLOAD(Ap + n)));                                                    \
-                const SELSCAN__VF h = SELSCAN__VFMA(a, SELSCAN__VLOAD(hp + n), SELSCAN__VMUL(vdx, SELSCAN__VLOAD(Bp + n)));                               \
-                SELSCAN__VSTORE(hp + n, h);                                                                                                               \
-                yv = SELSCAN__VFMA(SELSCAN__VLOAD(Cp + n), h, yv);                                                                                        \
+            for (c = 0; c < ne; c++) {                                                                                                                    \
+                const int64_t di = i + c;                                                                                                                 \
+                const SELSCAN__VF vdx = SELSCAN__VSET1(dtb[di] * xb[di]);                                                                                 \
+                float *const hp = hrow + di * hs1;                                                                                                        \
+                const float *const ap = ab + c * N;                                                                                                       \
+                SELSCAN__VF acc0 = SELSCAN__VSET1(0.0f), acc1 = acc0;                                                                                     \
+                if (di >= gend || !Bp) {                                                                                                                  \
+                    if (Bp) { g++; gend += q->dpg; }                                                                                                      \
+                    if (q->dt == SELSCAN_F32 && q->B.s[2] == 1) {                                                                                         \
+                        Bp = SELSCAN__CAST(const float *, q->B.data) + b * q->B.s[0] + g * q->B.s[1];                                                     \
+                    } else {                                                                                                                              \
+                        selscan__cvt_row(Bb, q->B.data, b * q->B.s[0] + g * q->B.s[1], q->B.s[2], N, q->dt);                                              \
+                        Bp = Bb;                                                                                                                          \
+                    }                                                                                                                                     \
+                    if (q->dt == SELSCAN_F32 && q->C.s[2] == 1) {                                                                                         \
+                        Cp = SELSCAN__CAST(const float *, q->C.data) + b * q->C.s[0] + g * q->C.s[1];                                                     \
+                    } else {                                                                                                                              \
+                        selscan__cvt_row(Cb, q->C.data, b * q->C.s[0] + g * q->C.s[1], q->C.s[2], N, q->dt);                                              \
+                        Cp = Cb;                                                                                                                          \
+                    }                                                                                                                                     \
+                }                                                                                                                                         \
+                for (n = 0; n + 2 * W <= N; n += 2 * W) {                                                                                                 \
+                    const SELSCAN__VF a0 = SELSCAN__VLOAD(ap + n), a1 = SELSCAN__VLOAD(ap + n + W);                                                       \
+                    const SELSCAN__VF h0 = SELSCAN__VFMA(a0, SELSCAN__VLOAD(hp + n), SELSCAN__VMUL(vdx, SELSCAN__VLOAD(Bp + n)));                         \
+                    const SELSCAN__VF h1 = SELSCAN__VFMA(a1, SELSCAN__VLOAD(hp + n + W), SELSCAN__VMUL(vdx, SELSCAN__VLOAD(Bp + n + W)));                 \
+                    SELSCAN__VSTORE(hp + n, h0);                                                                                                          \
+                    SELSCAN__VSTORE(hp + n + W, h1);                                                                                                      \
+                    acc0 = SELSCAN__VFMA(SELSCAN__VLOAD(Cp + n), h0, acc0);                                                                               \
+                    acc1 = SELSCAN__VFMA(SELSCAN__VLOAD(Cp + n + W), h1, acc1);                                                                           \
+                }                                                                                                                                         \
+                if (n < N) {                                                                                                                              \
+                    const SELSCAN__VF h0 = SELSCAN__VFMA(SELSCAN__VLOAD(ap + n), SELSCAN__VLOAD(hp + n), SELSCAN__VMUL(vdx, SELSCAN__VLOAD(Bp + n)));     \
+                    SELSCAN__VSTORE(hp + n, h0);                                                                                                          \
+                    acc0 = SELSCAN__VFMA(SELSCAN__VLOAD(Cp + n), h0, acc0);                                                                               \
+                }                                                                                                                                         \
+                yv[c] = SELSCAN__VADD(acc0, acc1);                                                                                                        \
             }                                                                                                                                             \
-            y = SELSCAN__VHSUM(yv);                                                                                                                       \
-            if (q->D.data) y += SELSCAN__CAST(const float *, q->D.data)[SELSCAN__AT1(q->D, d)] * xb[d - dlo];                                             \
-            if (q->z.data) y *= zb[d - dlo];                                                                                                              \
-            yb[d - dlo] = y;                                                                                                                              \
+            for (; c < W; c++) yv[c] = SELSCAN__VSET1(0.0f);                                                                                              \
+            SELSCAN__VTHSUM(yv, yb + i); /* yb[i + c] = sum of the lanes of yv[c] */                                                                      \
+        }                                                                                                                                                 \
+        for (i = 0; i < nd; i += W) {                                                                                                                     \
+            SELSCAN__VF y = SELSCAN__VLOAD(yb + i);                                                                                                       \
+            if (q->D.data) y = SELSCAN__VADD(y, SELSCAN__VMUL(SELSCAN__VLOAD(Db + i), SELSCAN__VLOAD(xb + i)));                                           \
+            if (q->z.data) y = SELSCAN__VMUL(y, SELSCAN__VLOAD(zb + i));                                                                                  \
+            SELSCAN__VSTORE(yb + i, y);                                                                                                                   \
         }                                                                                                                                                 \
         selscan__store_row(q->y.data, b * q->y.s[0] + dlo * q->y.s[1], q->y.s[1], yb, nd, q->dt);                                                         \
         return;                                                                                                                                           \
@@ -1978,6 +2012,7 @@ static float selscan__addexp_s(float p, float t) { /* p * 2^k, t = k + 1.5 * 2^2
 #define SELSCAN__VGTSEL(a, b, x, y) ((a) > (b) ? (x) : (y))
 #define SELSCAN__VPOW2I(t) selscan__pow2i_s(t)
 #define SELSCAN__VHSUM(v) (v)
+#define SELSCAN__VTHSUM(v, out) ((out)[0] = (v)[0])
 #define SELSCAN__VADDEXP(p, t) selscan__addexp_s(p, t)
 #define SELSCAN__VOPAQUE(v) ((v) = selscan__opaque_s(v))
 #define SELSCAN__LOADTILE selscan__load_tile
@@ -1998,6 +2033,7 @@ SELSCAN__KERNELS(port, SELSCAN__NOATTR)
 #undef SELSCAN__VGTSEL
 #undef SELSCAN__VPOW2I
 #undef SELSCAN__VHSUM
+#undef SELSCAN__VTHSUM
 #undef SELSCAN__VADDEXP
 #undef SELSCAN__VOPAQUE
 #undef SELSCAN__LOADTILE
@@ -2009,6 +2045,20 @@ static SELSCAN__T_AVX2 SELSCAN__INLINE float selscan__hsum_avx2(__m256 v) {
     x = _mm_add_ps(x, _mm_movehl_ps(x, x));
     x = _mm_add_ss(x, _mm_shuffle_ps(x, x, 1));
     return _mm_cvtss_f32(x);
+}
+/* out[c] = selscan__hsum_avx2(v[c]) for c < 8, bitwise (the same tree of adds per lane), by one
+   transposing reduction: 15 shuffles and adds for the 8 sums instead of 32. */
+static SELSCAN__T_AVX2 SELSCAN__INLINE void selscan__thsum_avx2(const __m256 *v, float *out) {
+    __m256 s[4], t0, t1, r;
+    int i;
+    for (i = 0; i < 4; i++) /* [v_2i, v_2i+1] lanes k: l_k + l_k+4 */
+        s[i] = _mm256_add_ps(_mm256_permute2f128_ps(v[2 * i], v[2 * i + 1], 0x20),
+                             _mm256_permute2f128_ps(v[2 * i], v[2 * i + 1], 0x31));
+    /* (s0 + s2, s1 + s3) of v0, v2 | v1, v3 and of v4, v6 | v5, v7 */
+    t0 = _mm256_add_ps(_mm256_shuffle_ps(s[0], s[1], 0x44), _mm256_shuffle_ps(s[0], s[1], 0xee));
+    t1 = _mm256_add_ps(_mm256_shuffle_ps(s[2], s[3], 0x44), _mm256_shuffle_ps(s[2], s[3], 0xee));
+    r = _mm256_add_ps(_mm256_shuffle_ps(t0, t1, 0x88), _mm256_shuffle_ps(t0, t1, 0xdd)); /* v0 v2 v4 v6 | v1 v3 v5 v7 */
+    _mm256_storeu_ps(out, _mm256_permutevar8x32_ps(r, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7)));
 }
 /* Tile loads and stores of 8 channels: 8 x 8 transposes when steps are contiguous, vector
    loads when channels are; the generic routines otherwise. */
@@ -2131,6 +2181,7 @@ static SELSCAN__T_AVX2 void selscan__store_tile_avx2(const float *src, const sel
 #define SELSCAN__VPOW2I(t)                                                                                     \
     _mm256_castsi256_ps(_mm256_add_epi32(_mm256_slli_epi32(_mm256_castps_si256(t), 23), _mm256_set1_epi32(127 << 23)))
 #define SELSCAN__VHSUM(v) selscan__hsum_avx2(v)
+#define SELSCAN__VTHSUM(v, out) selscan__thsum_avx2(v, out)
 #if defined(__GNUC__) || defined(__clang__)
 #define SELSCAN__VOPAQUE(v) __asm__("" : "+x"(v))
 #else
@@ -2155,6 +2206,7 @@ SELSCAN__KERNELS(avx2, SELSCAN__T_AVX2)
 #undef SELSCAN__VGTSEL
 #undef SELSCAN__VPOW2I
 #undef SELSCAN__VHSUM
+#undef SELSCAN__VTHSUM
 #undef SELSCAN__VADDEXP
 #undef SELSCAN__VOPAQUE
 #undef SELSCAN__LOADTILE
@@ -2182,6 +2234,7 @@ static SELSCAN__T_AVX512 SELSCAN__INLINE float selscan__hsum_avx512(__m512 v) {
 #define SELSCAN__VPOW2I(t)                                                                                     \
     _mm512_castsi512_ps(_mm512_add_epi32(_mm512_maskz_slli_epi32(0xffff, _mm512_castps_si512(t), 23), _mm512_set1_epi32(127 << 23)))
 #define SELSCAN__VHSUM(v) selscan__hsum_avx512(v)
+#define SELSCAN__VTHSUM(v, out) do { int i_; for (i_ = 0; i_ < 16; i_++) (out)[i_] = selscan__hsum_avx512((v)[i_]); } while (0)
 #if defined(__GNUC__) || defined(__clang__)
 #define SELSCAN__VOPAQUE(v) __asm__("" : "+v"(v))
 #else
@@ -2206,6 +2259,7 @@ SELSCAN__KERNELS(avx512, SELSCAN__T_AVX512)
 #undef SELSCAN__VGTSEL
 #undef SELSCAN__VPOW2I
 #undef SELSCAN__VHSUM
+#undef SELSCAN__VTHSUM
 #undef SELSCAN__VADDEXP
 #undef SELSCAN__VOPAQUE
 #undef SELSCAN__LOADTILE
@@ -2229,6 +2283,7 @@ SELSCAN__KERNELS(avx512, SELSCAN__T_AVX512)
 #define SELSCAN__VPOW2I(t)                                                                                     \
     vreinterpretq_f32_s32(vaddq_s32(vshlq_n_s32(vreinterpretq_s32_f32(t), 23), vdupq_n_s32(127 << 23)))
 #define SELSCAN__VHSUM(v) vaddvq_f32(v)
+#define SELSCAN__VTHSUM(v, out) do { int i_; for (i_ = 0; i_ < 4; i_++) (out)[i_] = vaddvq_f32((v)[i_]); } while (0)
 #if defined(__GNUC__) || defined(__clang__)
 #define SELSCAN__VOPAQUE(v) __asm__("" : "+w"(v))
 #else
@@ -2253,6 +2308,7 @@ SELSCAN__KERNELS(neon, SELSCAN__NOATTR)
 #undef SELSCAN__VGTSEL
 #undef SELSCAN__VPOW2I
 #undef SELSCAN__VHSUM
+#undef SELSCAN__VTHSUM
 #undef SELSCAN__VADDEXP
 #undef SELSCAN__VOPAQUE
 #undef SELSCAN__LOADTILE
@@ -2487,7 +2543,8 @@ static selscan_status selscan__step_fast(const selscan_step_problem *sp, int64_t
     nblk = (q.dim + SELSCAN__SNB - 1) / SELSCAN__SNB;
     selscan__split(q.batch * nblk, part, nparts, &i0, &i1);
     for (i = i0; i < i1; i++) {
-        const int64_t b = i / nblk, dlo = i % nblk * SELSCAN__SNB, dhi = selscan__min64(dlo + SELSCAN__SNB, q.dim);
+        /* block-major: consecutive items share the block's rows of A (in L1) */
+        const int64_t b = i % q.batch, dlo = i / q.batch * SELSCAN__SNB, dhi = selscan__min64(dlo + SELSCAN__SNB, q.dim);
         const int64_t row = q.idx ? q.idx[b] : b;
         if (row < 0) {
             int64_t d;
