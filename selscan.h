@@ -1633,7 +1633,7 @@ static ATTR SELSCAN__INLINE void selscan__bwd_inner_##SFX(int64_t N, int nt, con
                                                           float *sAv, float *accB, float *accC, float *dA,                                                \
                                                           float *dBf, float *dCf, const float *Bp, int64_t bsn,                                           \
                                                           int64_t bst, const float *Cp, int64_t csn, int64_t cst,                                         \
-                                                          const int fixB, const int fixC) {                                                               \
+                                                          const int fixB, const int fixC, const int first) {                                              \
     const int W = SELSCAN__VW;                                                                                                                            \
     const int64_t NW = N * W;                                                                                                                             \
     int t;                                                                                                                                                \
@@ -1655,22 +1655,23 @@ static ATTR SELSCAN__INLINE void selscan__bwd_inner_##SFX(int64_t N, int nt, con
             const SELSCAN__VF b1 = fixB ? SELSCAN__VLOAD(Bp + j) : SELSCAN__VSET1(Bt[(n + 1) * bsn]);                                                     \
             const SELSCAN__VF dh0 = SELSCAN__VFMA(vdy0, c0, SELSCAN__VLOAD(dh + i));                                                                      \
             const SELSCAN__VF dh1 = SELSCAN__VFMA(vdy0, c1, SELSCAN__VLOAD(dh + j));                                                                      \
-            const SELSCAN__VF da0 = SELSCAN__VMUL(SELSCAN__VMUL(dh0, SELSCAN__VLOAD(h0 + i)), a0);                                                        \
-            const SELSCAN__VF da1 = SELSCAN__VMUL(SELSCAN__VMUL(dh1, SELSCAN__VLOAD(h0 + j)), a1);                                                        \
+            const SELSCAN__VF dn0 = SELSCAN__VMUL(dh0, a0), dn1 = SELSCAN__VMUL(dh1, a1); /* dh before the step */                                        \
+            const SELSCAN__VF da0 = SELSCAN__VMUL(dn0, SELSCAN__VLOAD(h0 + i));                                                                           \
+            const SELSCAN__VF da1 = SELSCAN__VMUL(dn1, SELSCAN__VLOAD(h0 + j));                                                                           \
             y0 = SELSCAN__VFMA(c0, hn0, y0);                                                                                                              \
             y1 = SELSCAN__VFMA(c1, hn1, y1);                                                                                                              \
-            SELSCAN__VSTORE(aC + i, SELSCAN__VFMA(vdy0, hn0, SELSCAN__VLOAD(aC + i)));                                                                    \
-            SELSCAN__VSTORE(aC + j, SELSCAN__VFMA(vdy0, hn1, SELSCAN__VLOAD(aC + j)));                                                                    \
+            SELSCAN__VSTORE(aC + i, fixC || !first ? SELSCAN__VFMA(vdy0, hn0, SELSCAN__VLOAD(aC + i)) : SELSCAN__VMUL(vdy0, hn0));                        \
+            SELSCAN__VSTORE(aC + j, fixC || !first ? SELSCAN__VFMA(vdy0, hn1, SELSCAN__VLOAD(aC + j)) : SELSCAN__VMUL(vdy0, hn1));                        \
             sA0 = SELSCAN__VFMA(da0, SELSCAN__VLOAD(A + i), sA0);                                                                                         \
             sA1 = SELSCAN__VFMA(da1, SELSCAN__VLOAD(A + j), sA1);                                                                                         \
             S0 = SELSCAN__VFMA(dh0, b0, S0);                                                                                                              \
             S1 = SELSCAN__VFMA(dh1, b1, S1);                                                                                                              \
             SELSCAN__VSTORE(dA + i, SELSCAN__VFMA(da0, vdt, SELSCAN__VLOAD(dA + i)));                                                                     \
             SELSCAN__VSTORE(dA + j, SELSCAN__VFMA(da1, vdt, SELSCAN__VLOAD(dA + j)));                                                                     \
-            SELSCAN__VSTORE(aB + i, SELSCAN__VFMA(dh0, vdtu, SELSCAN__VLOAD(aB + i)));                                                                    \
-            SELSCAN__VSTORE(aB + j, SELSCAN__VFMA(dh1, vdtu, SELSCAN__VLOAD(aB + j)));                                                                    \
-            SELSCAN__VSTORE(dh + i, SELSCAN__VMUL(dh0, a0));                                                                                              \
-            SELSCAN__VSTORE(dh + j, SELSCAN__VMUL(dh1, a1));                                                                                              \
+            SELSCAN__VSTORE(aB + i, fixB || !first ? SELSCAN__VFMA(dh0, vdtu, SELSCAN__VLOAD(aB + i)) : SELSCAN__VMUL(dh0, vdtu));                        \
+            SELSCAN__VSTORE(aB + j, fixB || !first ? SELSCAN__VFMA(dh1, vdtu, SELSCAN__VLOAD(aB + j)) : SELSCAN__VMUL(dh1, vdtu));                        \
+            SELSCAN__VSTORE(dh + i, dn0);                                                                                                                 \
+            SELSCAN__VSTORE(dh + j, dn1);                                                                                                                 \
         }                                                                                                                                                 \
         if (n < N) {                                                                                                                                      \
             const int64_t i = n * W;                                                                                                                      \
@@ -1678,14 +1679,15 @@ static ATTR SELSCAN__INLINE void selscan__bwd_inner_##SFX(int64_t N, int nt, con
             const SELSCAN__VF c0 = fixC ? SELSCAN__VLOAD(Cp + i) : SELSCAN__VSET1(Ct[n * csn]);                                                           \
             const SELSCAN__VF b0 = fixB ? SELSCAN__VLOAD(Bp + i) : SELSCAN__VSET1(Bt[n * bsn]);                                                           \
             const SELSCAN__VF dh0 = SELSCAN__VFMA(vdy0, c0, SELSCAN__VLOAD(dh + i));                                                                      \
-            const SELSCAN__VF da0 = SELSCAN__VMUL(SELSCAN__VMUL(dh0, SELSCAN__VLOAD(h0 + i)), a0);                                                        \
+            const SELSCAN__VF dn0 = SELSCAN__VMUL(dh0, a0);                                                                                               \
+            const SELSCAN__VF da0 = SELSCAN__VMUL(dn0, SELSCAN__VLOAD(h0 + i));                                                                           \
             y0 = SELSCAN__VFMA(c0, hn0, y0);                                                                                                              \
-            SELSCAN__VSTORE(aC + i, SELSCAN__VFMA(vdy0, hn0, SELSCAN__VLOAD(aC + i)));                                                                    \
+            SELSCAN__VSTORE(aC + i, fixC || !first ? SELSCAN__VFMA(vdy0, hn0, SELSCAN__VLOAD(aC + i)) : SELSCAN__VMUL(vdy0, hn0));                        \
             sA0 = SELSCAN__VFMA(da0, SELSCAN__VLOAD(A + i), sA0);                                                                                         \
             S0 = SELSCAN__VFMA(dh0, b0, S0);                                                                                                              \
             SELSCAN__VSTORE(dA + i, SELSCAN__VFMA(da0, vdt, SELSCAN__VLOAD(dA + i)));                                                                     \
-            SELSCAN__VSTORE(aB + i, SELSCAN__VFMA(dh0, vdtu, SELSCAN__VLOAD(aB + i)));                                                                    \
-            SELSCAN__VSTORE(dh + i, SELSCAN__VMUL(dh0, a0));                                                                                              \
+            SELSCAN__VSTORE(aB + i, fixB || !first ? SELSCAN__VFMA(dh0, vdtu, SELSCAN__VLOAD(aB + i)) : SELSCAN__VMUL(dh0, vdtu));                        \
+            SELSCAN__VSTORE(dh + i, dn0);                                                                                                                 \
         }                                                                                                                                                 \
         SELSCAN__VSTORE(yc + t * W, SELSCAN__VADD(y0, y1));                                                                                               \
         SELSCAN__VSTORE(Sv + t * W, SELSCAN__VADD(S0, S1));                                                                                               \
@@ -1698,7 +1700,7 @@ static ATTR void selscan__bwd_chunk_##SFX(int64_t N, int nt, float *hs, float *a
                                           const float *dt, const float *dtu, const float *dy0, float *yc, float *Sv,                                      \
                                           float *sAv, float *accB, float *accC, float *dA, float *dBf, float *dCf,                                        \
                                           const float *Bp, int64_t bsn, int64_t bst, const float *Cp, int64_t csn,                                        \
-                                          int64_t cst, int fixB, int fixC, int fast) {                                                                    \
+                                          int64_t cst, int fixB, int fixC, int fast, int first) {                                                         \
     if (fast) {                                                                                                                                           \
         if (fixB) selscan__rec_inner_##SFX(N, nt, hs, ab, A, A2, dt, dtu, Bp, bsn, bst, 1, 1);                                                            \
         else selscan__rec_inner_##SFX(N, nt, hs, ab, A, A2, dt, dtu, Bp, bsn, bst, 0, 1);                                                                 \
@@ -1706,12 +1708,17 @@ static ATTR void selscan__bwd_chunk_##SFX(int64_t N, int nt, float *hs, float *a
         if (fixB) selscan__rec_inner_##SFX(N, nt, hs, ab, A, A2, dt, dtu, Bp, bsn, bst, 1, 0);                                                            \
         else selscan__rec_inner_##SFX(N, nt, hs, ab, A, A2, dt, dtu, Bp, bsn, bst, 0, 0);                                                                 \
     }                                                                                                                                                     \
+    /* first: the block's first tile writes the variable accumulators (no clearing pass) */                                                               \
     if (fixB) {                                                                                                                                           \
-        if (fixC) selscan__bwd_inner_##SFX(N, nt, hs, ab, dh, A, dt, dtu, dy0, yc, Sv, sAv, accB, accC, dA, dBf, dCf, Bp, bsn, bst, Cp, csn, cst, 1, 1);  \
-        else selscan__bwd_inner_##SFX(N, nt, hs, ab, dh, A, dt, dtu, dy0, yc, Sv, sAv, accB, accC, dA, dBf, dCf, Bp, bsn, bst, Cp, csn, cst, 1, 0);       \
+        if (fixC) selscan__bwd_inner_##SFX(N, nt, hs, ab, dh, A, dt, dtu, dy0, yc, Sv, sAv, accB, accC, dA, dBf, dCf, Bp, bsn, bst, Cp, csn, cst, 1, 1, 0); /* nothing variable */ \
+        else if (first) selscan__bwd_inner_##SFX(N, nt, hs, ab, dh, A, dt, dtu, dy0, yc, Sv, sAv, accB, accC, dA, dBf, dCf, Bp, bsn, bst, Cp, csn, cst, 1, 0, 1); \
+        else selscan__bwd_inner_##SFX(N, nt, hs, ab, dh, A, dt, dtu, dy0, yc, Sv, sAv, accB, accC, dA, dBf, dCf, Bp, bsn, bst, Cp, csn, cst, 1, 0, 0);    \
+    } else if (fixC) {                                                                                                                                    \
+        if (first) selscan__bwd_inner_##SFX(N, nt, hs, ab, dh, A, dt, dtu, dy0, yc, Sv, sAv, accB, accC, dA, dBf, dCf, Bp, bsn, bst, Cp, csn, cst, 0, 1, 1); \
+        else selscan__bwd_inner_##SFX(N, nt, hs, ab, dh, A, dt, dtu, dy0, yc, Sv, sAv, accB, accC, dA, dBf, dCf, Bp, bsn, bst, Cp, csn, cst, 0, 1, 0);    \
     } else {                                                                                                                                              \
-        if (fixC) selscan__bwd_inner_##SFX(N, nt, hs, ab, dh, A, dt, dtu, dy0, yc, Sv, sAv, accB, accC, dA, dBf, dCf, Bp, bsn, bst, Cp, csn, cst, 0, 1);  \
-        else selscan__bwd_inner_##SFX(N, nt, hs, ab, dh, A, dt, dtu, dy0, yc, Sv, sAv, accB, accC, dA, dBf, dCf, Bp, bsn, bst, Cp, csn, cst, 0, 0);       \
+        if (first) selscan__bwd_inner_##SFX(N, nt, hs, ab, dh, A, dt, dtu, dy0, yc, Sv, sAv, accB, accC, dA, dBf, dCf, Bp, bsn, bst, Cp, csn, cst, 0, 0, 1); \
+        else selscan__bwd_inner_##SFX(N, nt, hs, ab, dh, A, dt, dtu, dy0, yc, Sv, sAv, accB, accC, dA, dBf, dCf, Bp, bsn, bst, Cp, csn, cst, 0, 0, 0);    \
     }                                                                                                                                                     \
 }                                                                                                                                                         \
                                                                                                                                                           \
@@ -1764,8 +1771,6 @@ static ATTR void selscan__bwd_block_##SFX(const selscan__prob *q, const selscan_
         for (c = nck - 1; c >= 0; c--) {                                                                                                                  \
             const int64_t cs = t0 + c * T;                                                                                                                \
             const int nt = SELSCAN__CAST(int, selscan__min64(T, t1 - cs));                                                                                \
-            memset(s->accB, 0, SELSCAN__CAST(size_t, nt * NW) * 4);                                                                                       \
-            memset(s->accC, 0, SELSCAN__CAST(size_t, nt * NW) * 4);                                                                                       \
             for (j = 0; j < nbt; j++) {                                                                                                                   \
                 const int nl = nch - j * W < W ? nch - j * W : W;                                                                                         \
                 const int64_t d0 = c0 + j * W;                                                                                                            \
@@ -1786,7 +1791,7 @@ static ATTR void selscan__bwd_block_##SFX(const selscan__prob *q, const selscan_
                 memcpy(s->hs, s->ck + j * s->ckstride + c * NW, SELSCAN__CAST(size_t, NW) * 4);                                                           \
                 selscan__bwd_chunk_##SFX(N, nt, s->hs, s->ab, s->dh + j * NW, s->A + j * NW, s->A2 + j * NW, s->dt, s->dtu, s->dy0,                       \
                                          s->yc, s->S, s->sA, s->accB, s->accC, s->dA + j * NW, s->dBf + j * NW,                                           \
-                                         s->dCf + j * NW, Bp, bsn, bst, Cp, csn, cst, q->fixB, q->fixC, fast);                                            \
+                                         s->dCf + j * NW, Bp, bsn, bst, Cp, csn, cst, q->fixB, q->fixC, fast, j == 0);                                    \
                 for (t = nt - 1; t >= 0; t--) {                                                                                                           \
                     const SELSCAN__VF u = SELSCAN__VLOAD(s->u + t * W), dy0 = SELSCAN__VLOAD(s->dy0 + t * W);                                             \
                     const SELSCAN__VF S = SELSCAN__VLOAD(s->S + t * W);                                                                                   \
