@@ -598,11 +598,11 @@ static selscan_status selscan__check_ws(const void *ws, size_t bytes, int64_t ne
     return SELSCAN_OK;
 }
 
-/* Full forward validation: problem, outputs' strides, aliasing, workspace. */
-static selscan_status selscan__validate_forward(const selscan_problem *p, selscan__prob *q, const void *ws,
-                                                size_t ws_bytes, int64_t ws_need) {
-    selscan_status st = selscan__check_problem(p, q, 1);
-    if (st != SELSCAN_OK) return st;
+/* The forward's outputs and workspace, for a problem selscan__check_problem already accepted:
+   outputs' strides, aliasing, workspace (ws_need < 0: not checked). */
+static selscan_status selscan__validate_forward_outputs(const selscan__prob *q, const void *ws, size_t ws_bytes,
+                                                        int64_t ws_need) {
+    selscan_status st;
     if ((st = selscan__check_strides(&q->y, 1)) != SELSCAN_OK) return st;
     if ((st = selscan__check_strides(&q->hlast, 1)) != SELSCAN_OK) return st;
     if (ws_need >= 0 && (st = selscan__check_ws(ws, ws_bytes, ws_need)) != SELSCAN_OK) return st;
@@ -613,6 +613,14 @@ static selscan_status selscan__validate_forward(const selscan_problem *p, selsca
         return selscan__check_alias(outs, 2, ins, 9, q->cu, cub, ws_need > 0 ? ws : NULL,
                                     ws_need > 0 ? SELSCAN__CAST(int64_t, ws_bytes) : 0);
     }
+}
+
+/* Full forward validation: problem, outputs' strides, aliasing, workspace. */
+static selscan_status selscan__validate_forward(const selscan_problem *p, selscan__prob *q, const void *ws,
+                                                size_t ws_bytes, int64_t ws_need) {
+    selscan_status st = selscan__check_problem(p, q, 1);
+    if (st != SELSCAN_OK) return st;
+    return selscan__validate_forward_outputs(q, ws, ws_bytes, ws_need);
 }
 
 static selscan_status selscan__validate_backward(const selscan_problem *p, const selscan_grads *g, selscan__prob *q,
@@ -750,7 +758,7 @@ SELSCAN_DEF selscan_status selscan_forward_ref(const selscan_problem *p, void *w
     selscan__prob q;
     selscan_status st = selscan__check_problem(p, &q, 1);
     if (st != SELSCAN_OK) return st;
-    st = selscan__validate_forward(p, &q, workspace, workspace_bytes, selscan__ws_forward_ref(&q));
+    st = selscan__validate_forward_outputs(&q, workspace, workspace_bytes, selscan__ws_forward_ref(&q));
     if (st != SELSCAN_OK) return st;
     selscan__ref_forward(&q, SELSCAN__CAST(float *, workspace));
     return SELSCAN_OK;
@@ -2370,7 +2378,7 @@ static selscan_status selscan__forward_fast(const selscan_problem *p, int64_t pa
     int64_t W, ntg, i0, i1, i, per;
     if ((st = selscan__check_part(part, nparts)) != SELSCAN_OK) return st;
     if ((st = selscan__check_problem(p, &q, 1)) != SELSCAN_OK) return st;
-    st = selscan__validate_forward(p, &q, workspace, bytes, selscan__ws_fast_fwd(&q, nparts));
+    st = selscan__validate_forward_outputs(&q, workspace, bytes, selscan__ws_fast_fwd(&q, nparts));
     if (st != SELSCAN_OK) return st;
     if (ckpt) {
         const selscan__ten *all[] = {&q.u, &q.delta, &q.A, &q.B, &q.C, &q.D, &q.z, &q.bias, &q.h0, &q.y, &q.hlast};

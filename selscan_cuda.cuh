@@ -1329,7 +1329,7 @@ static selscan_status selscan__forward_cuda_tuned(const selscan_problem *p, cons
     if ((st = selscan__check_problem(p, &q, 1)) != SELSCAN_OK) return st;
     if ((st = check_ext_cu(q, x)) != SELSCAN_OK) return st;
     if (!plan_forward(q, &fp, npt, nlch)) return SELSCAN_ERR_UNSUPPORTED;
-    if ((st = selscan__validate_forward(p, &q, workspace, bytes, static_cast<int64_t>(fp.ws))) != SELSCAN_OK) return st;
+    if ((st = selscan__validate_forward_outputs(&q, workspace, bytes, static_cast<int64_t>(fp.ws))) != SELSCAN_OK) return st;
     if (x && x->checkpoint) {
         const int64_t need = q.batch * q.dim * cdiv(q.L, kCK) * q.N * 4;
         if (x->checkpoint_bytes < static_cast<size_t>(need)) return SELSCAN_ERR_WORKSPACE;
