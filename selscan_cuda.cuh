@@ -479,6 +479,299 @@ __global__ void __launch_bounds__(kThreads, SELSCAN_CUDA_FWD_MINBLOCKS) fwd_kern
     }
 }
 
+/* ---------------------------------------------------------------------------------------------- */
+/*                          forward, fast path (unit L stride, N <= 16)                           */
+/* ---------------------------------------------------------------------------------------------- */
+/* For the common layout (u, delta, z, y rows with unit L stride; B, C variable with unit L
+   stride; N <= 16; no packed sequences). A thread keeps S states of one channel (TPC = NP / S
+   threads a channel, NP = N padded to 8 or 16); a block of 128 threads takes 128 / TPC channels
+   of one (batch row, group) and walks L in tiles of kFL steps, double-buffered in shared memory:
+   while tile k is scanned, the loads of tile k + 1 are in flight (registers), and after the scan
+   they are staged (B and C interleaved per state; dt and dt*u per (step, channel)): one barrier a
+   tile. Lane j of a channel owns steps [j*OWN, (j+1)*OWN) of each tile (OWN = kFL / TPC): it
+   loads them (vector loads where aligned), computes dt and dt*u, and writes y. The scan runs in
+   groups of Q steps: first every exponential and B dt u of the group (independent: the
+   exponential unit stays busy even with one warp a scheduler), then the Q steps of the state
+   recurrence. The partial y of each step (this lane's states) stays in a register until the
+   tile's end, where the channel's lanes reduce-scatter them (recursive halving, fixed order).
+   Padding steps (past L, idle channels) have dt = dt*u = 0: the state does not change. */
+
+const int kFL = 16; /* fast forward's time tile; divides the checkpoint interval */
+
+/* K elements of T as raw 32-bit words (bf16 / f16: two a word) */
+template <typename T, int K> struct rawv {
+    uint32_t w[(K * static_cast<int>(sizeof(T)) + 3) / 4];
+};
+template <typename T, int K> __device__ __forceinline__ float raw_get(const rawv<T, K> &r, int k) {
+    if constexpr (sizeof(T) == 4) return __uint_as_float(r.w[k]);
+    else {
+        const uint32_t bits = (k & 1) ? r.w[k >> 1] >> 16 : r.w[k >> 1] & 0xffffu;
+        if constexpr (std::is_same<T, __half>::value) return __half2float(__ushort_as_half(static_cast<unsigned short>(bits)));
+        else return __uint_as_float(bits << 16);
+    }
+}
+template <typename T> __device__ __forceinline__ uint32_t raw_bits(float v) {
+    if constexpr (std::is_same<T, float>::value) return __float_as_uint(v);
+    else if constexpr (std::is_same<T, __half>::value) return __half_as_ushort(__float2half_rn(v));
+    else return __bfloat16_as_ushort(__float2bfloat16_rn(v));
+}
+/* K elements at p, n of them valid (the rest read as 0). All valid: 16-byte loads where p allows,
+   else 4-byte words; 2-byte types at an odd element offset read the aligned words around them
+   and shift (ext: the elements just before p and just after p + K exist), else element loads. */
+template <typename T, int K> __device__ __forceinline__ void load_raw(rawv<T, K> &r, const T *p, int n, bool ext) {
+    constexpr int BYTES = K * static_cast<int>(sizeof(T)), NW = (BYTES + 3) / 4;
+    const uintptr_t a = reinterpret_cast<uintptr_t>(p);
+    if (n >= K && BYTES % 16 == 0 && (a & 15) == 0) {
+#pragma unroll
+        for (int i = 0; i < BYTES / 16; i++) {
+            const uint4 v = reinterpret_cast<const uint4 *>(p)[i];
+            r.w[4 * i] = v.x; r.w[4 * i + 1] = v.y; r.w[4 * i + 2] = v.z; r.w[4 * i + 3] = v.w;
+        }
+    } else if (n >= K && BYTES % 4 == 0 && (a & 3) == 0) {
+#pragma unroll
+        for (int i = 0; i < NW; i++) r.w[i] = reinterpret_cast<const uint32_t *>(p)[i];
+    } else if (sizeof(T) == 2 && K % 2 == 0 && n >= K && ext) {
+        const uint32_t *q = reinterpret_cast<const uint32_t *>(a - 2);
+        uint32_t lo = q[0];
+#pragma unroll
+        for (int i = 0; i < NW; i++) {
+            const uint32_t hi = q[i + 1];
+            r.w[i] = __funnelshift_r(lo, hi, 16);
+            lo = hi;
+        }
+    } else {
+#pragma unroll
+        for (int i = 0; i < NW; i++) r.w[i] = 0;
+#pragma unroll
+        for (int k = 0; k < K; k++) {
+            if (k < n) {
+                if constexpr (sizeof(T) == 4) r.w[k] = reinterpret_cast<const uint32_t *>(p)[k];
+                else r.w[k >> 1] |= static_cast<uint32_t>(reinterpret_cast<const unsigned short *>(p)[k]) << (16 * (k & 1));
+            }
+        }
+    }
+}
+/* K floats to p as T (n of them): 16-byte or 4-byte stores when aligned and all K valid */
+template <typename T, int K> __device__ __forceinline__ void store_row(T *p, const float (&v)[K], int n) {
+    constexpr int BYTES = K * static_cast<int>(sizeof(T)), NW = (BYTES + 3) / 4;
+    const uintptr_t a = reinterpret_cast<uintptr_t>(p);
+    if (n >= K && BYTES % 4 == 0 && (a & 3) == 0) {
+        uint32_t w[NW];
+#pragma unroll
+        for (int k = 0; k < K; k++) {
+            if constexpr (sizeof(T) == 4) w[k] = raw_bits<T>(v[k]);
+            else if (k & 1) w[k >> 1] |= raw_bits<T>(v[k]) << 16;
+            else w[k >> 1] = raw_bits<T>(v[k]);
+        }
+        if (BYTES % 16 == 0 && (a & 15) == 0) {
+#pragma unroll
+            for (int i = 0; i < BYTES / 16; i++)
+                reinterpret_cast<uint4 *>(p)[i] = make_uint4(w[4 * i], w[4 * i + 1], w[4 * i + 2], w[4 * i + 3]);
+        } else {
+#pragma unroll
+            for (int i = 0; i < NW; i++) reinterpret_cast<uint32_t *>(p)[i] = w[i];
+        }
+    } else {
+#pragma unroll
+        for (int k = 0; k < K; k++)
+            if (k < n) st<T>(p, k, v[k]);
+    }
+}
+
+/* Sum v over the TPC lanes of a channel; lane j ends with the sums of elements
+   [j * kFL / TPC, (j + 1) * kFL / TPC) in v[0 .. kFL / TPC). Fixed order: deterministic. */
+template <int TPC> __device__ __forceinline__ void reduce_scatter(float (&v)[kFL], int j) {
+    int len = kFL;
+#pragma unroll
+    for (int m = TPC / 2; m >= 1; m /= 2) {
+        len /= 2;
+        const bool hi = (j & m) != 0;
+#pragma unroll
+        for (int i = 0; i < kFL / 2; i++) {
+            if (i < len) {
+                const float send = hi ? v[i] : v[len + i];
+                const float keep = hi ? v[len + i] : v[i];
+                v[i] = keep + __shfl_xor_sync(0xffffffffu, send, m);
+            }
+        }
+    }
+}
+
+#ifndef SELSCAN_CUDA_FAST_FWD_GROUP
+#define SELSCAN_CUDA_FAST_FWD_GROUP 2 /* steps whose exponentials the fast forward computes together */
+#endif
+#ifndef SELSCAN_CUDA_FAST_FWD_MINBLOCKS
+#define SELSCAN_CUDA_FAST_FWD_MINBLOCKS 3 /* blocks per SM the fast forward's registers allow */
+#endif
+template <typename T, int S, int TPC, bool LOCAL>
+__global__ void __launch_bounds__(kThreads, SELSCAN_CUDA_FAST_FWD_MINBLOCKS) fwd_fast_kernel(const kparams P) {
+    constexpr int NP = S * TPC, OWN = kFL / TPC, RS = 2 * NP + 4; /* B/C row: (B, C) per state, padded */
+    constexpr int CH = kThreads / TPC, RB = (NP * kFL + kThreads - 1) / kThreads, Q = SELSCAN_CUDA_FAST_FWD_GROUP;
+    __shared__ __align__(16) float s_bc[2][kFL * RS];
+    __shared__ __align__(16) float2 s_dt[2][kFL * CH]; /* (dt, dt*u) of (step, channel) */
+
+    int64_t bid = blockIdx.x;
+    const int64_t lc = bid % P.nlch; bid /= P.nlch;
+    const int64_t cb = bid % P.ncb; bid /= P.ncb;
+    const int64_t g = bid % P.G, b = bid / P.G;
+    const int tid = threadIdx.x, j = tid % TPC, chl = tid / TPC;
+    const int64_t cig = cb * CH + chl; /* channel within the group */
+    const bool active = cig < P.dpg;
+    const int64_t d = g * P.dpg + (active ? cig : 0), N = P.N, bd = b * P.dim + d;
+    const int64_t t_beg = lc * P.lchunk, L = min(P.L, t_beg + P.lchunk); /* this block's steps */
+
+    const T *urow = static_cast<const T *>(P.u.p) + b * P.u.s[0] + d * P.u.s[1];
+    const T *drow = static_cast<const T *>(P.delta.p) + b * P.delta.s[0] + d * P.delta.s[1];
+    const T *zrow = P.z.p ? static_cast<const T *>(P.z.p) + b * P.z.s[0] + d * P.z.s[1] : NULL;
+    T *yrow = static_cast<T *>(P.y.p) + b * P.y.s[0] + d * P.y.s[1];
+    const T *Bg = static_cast<const T *>(P.B.p) + b * P.B.s[0] + g * P.B.s[1];
+    const T *Cg = static_cast<const T *>(P.C.p) + b * P.C.s[0] + g * P.C.s[1];
+    const int64_t sBn = P.B.s[2], sCn = P.C.s[2];
+
+    float A2[S], h[S];
+#pragma unroll
+    for (int k = 0; k < S; k++) {
+        const int64_t n = j * S + k;
+        const bool nv = active && n < N;
+        A2[k] = nv ? ldf(P.A, d * P.A.s[0] + n * P.A.s[1]) * kLog2e : 0.0f;
+        if (!nv) h[k] = 0.0f;
+        else if (lc == 0) h[k] = P.h0.p ? ldf(P.h0, b * P.h0.s[0] + d * P.h0.s[1] + n * P.h0.s[2]) : 0.0f;
+        else h[k] = LOCAL ? 0.0f : P.Hin[(bd * P.nlch + lc) * N + n]; /* chunk scan from 0 / carried in */
+    }
+    float sumdt = 0.0f; /* LOCAL: the chunk's decay product is exp(A sum dt) */
+    const float Dd = active && P.D.p ? ldf(P.D, d * P.D.s[0]) : 0.0f;
+    const float bias = active && P.bias.p ? ldf(P.bias, d * P.bias.s[0]) : 0.0f;
+    const bool sp = P.softplus != 0, hz = zrow != NULL;
+
+    /* B / C tile (NP x kFL, unit L stride) through registers; element e = tid + r * kThreads */
+    float rB[RB], rC[RB];
+    auto load_bc = [&](int64_t tb) {
+#pragma unroll
+        for (int r = 0; r < RB; r++) {
+            const int e = tid + r * kThreads, n = e / kFL, tt = e % kFL;
+            const bool v = e < NP * kFL && n < N && tb + tt < L;
+            rB[r] = v ? ld<T>(Bg, n * sBn + tb + tt) : 0.0f;
+            rC[r] = v ? ld<T>(Cg, n * sCn + tb + tt) : 0.0f;
+        }
+    };
+    auto store_bc = [&](int buf) {
+#pragma unroll
+        for (int r = 0; r < RB; r++) {
+            const int e = tid + r * kThreads, n = e / kFL, tt = e % kFL;
+            if (e < NP * kFL) *reinterpret_cast<float2 *>(&s_bc[buf][tt * RS + 2 * n]) = make_float2(rB[r], rC[r]);
+        }
+    };
+    /* own steps of a tile: count, and raw u / delta loads */
+    auto own_count = [&](int64_t tb) {
+        const int64_t t0 = tb + j * OWN;
+        return active ? static_cast<int>(max(static_cast<int64_t>(0), min(static_cast<int64_t>(OWN), L - t0))) : 0;
+    };
+    rawv<T, OWN> ru, rd, rz, cu;
+    auto load_own = [&](int64_t tb) {
+        const int64_t t0 = tb + j * OWN;
+        const int n = own_count(tb);
+        const bool ext = t0 >= 1 && t0 + OWN < P.L;
+        load_raw<T, OWN>(ru, urow + t0, n, ext);
+        load_raw<T, OWN>(rd, drow + t0, n, ext);
+    };
+    /* dt, dt * u of the own steps into s_dt[buf] (0 on padding) */
+    auto stage_dt = [&](int buf, int nown) {
+#pragma unroll
+        for (int k = 0; k < OWN; k++) {
+            const float uu = raw_get<T, OWN>(ru, k), x = raw_get<T, OWN>(rd, k) + bias;
+            const float dt = k < nown ? (sp ? softplus(x) : x) : 0.0f;
+            s_dt[buf][(j * OWN + k) * CH + chl] = make_float2(dt, dt * uu);
+        }
+    };
+
+    load_bc(t_beg);
+    load_own(t_beg);
+    store_bc(0);
+    stage_dt(0, own_count(t_beg));
+    cu = ru;
+    __syncthreads();
+    int buf = 0;
+    for (int64_t tb = t_beg; tb < L; tb += kFL, buf ^= 1) {
+        const int64_t t0 = tb + j * OWN;
+        const int nown = own_count(tb);
+        const bool more = tb + kFL < L;
+        if (more) { load_bc(tb + kFL); load_own(tb + kFL); } /* in flight during the scan */
+        if (!LOCAL && hz) load_raw<T, OWN>(rz, zrow + t0, nown, t0 >= 1 && t0 + OWN < P.L); /* used after the scan */
+        if (!LOCAL && P.ck && (tb & (kCK - 1)) == 0 && active) {
+#pragma unroll
+            for (int k = 0; k < S; k++) {
+                const int64_t n = j * S + k;
+                if (n < N) P.ck[(bd * P.nck + (tb >> 6)) * N + n] = h[k];
+            }
+        }
+        /* the scan: yp[tt] = this lane's states' share of y at step tt */
+        float yp[kFL];
+#pragma unroll
+        for (int tq = 0; tq < kFL; tq += Q) {
+            float av[Q][S], bv[Q][S], cv[Q][S];
+#pragma unroll
+            for (int q = 0; q < Q; q++) {
+                const float2 dd = s_dt[buf][(tq + q) * CH + chl];
+                if (LOCAL) sumdt += dd.x;
+                const float *bc = &s_bc[buf][(tq + q) * RS + 2 * j * S];
+#pragma unroll
+                for (int k = 0; k < S; k += 2) {
+                    const float4 v = *reinterpret_cast<const float4 *>(bc + 2 * k);
+                    av[q][k] = ex2(dd.x * A2[k]);
+                    av[q][k + 1] = ex2(dd.x * A2[k + 1]);
+                    bv[q][k] = v.x * dd.y; cv[q][k] = v.y;
+                    bv[q][k + 1] = v.z * dd.y; cv[q][k + 1] = v.w;
+                }
+            }
+            /* then the recurrence: S independent chains a step */
+#pragma unroll
+            for (int q = 0; q < Q; q++) {
+                float y = 0.0f;
+#pragma unroll
+                for (int k = 0; k < S; k++) {
+                    h[k] = fmaf(av[q][k], h[k], bv[q][k]);
+                    if (!LOCAL) y = fmaf(cv[q][k], h[k], y);
+                }
+                yp[tq + q] = y;
+            }
+        }
+        if (!LOCAL) {
+            reduce_scatter<TPC>(yp, j); /* sums over the channel's lanes: own steps in yp[0 .. OWN) */
+            float yv[OWN];
+#pragma unroll
+            for (int k = 0; k < OWN; k++) {
+                const float y = fmaf(Dd, raw_get<T, OWN>(cu, k), yp[k]);
+                const float zz = hz ? raw_get<T, OWN>(rz, k) : 0.0f;
+                yv[k] = hz ? y * (zz * sigm(zz)) : y;
+            }
+            if (nown > 0) store_row<T, OWN>(yrow + t0, yv, nown);
+        }
+        if (more) {
+            store_bc(buf ^ 1);
+            stage_dt(buf ^ 1, own_count(tb + kFL));
+            cu = ru;
+        }
+        __syncthreads();
+    }
+    if (LOCAL && active) { /* chunk end state from 0 (from h0 for chunk 0) and decay product */
+#pragma unroll
+        for (int k = 0; k < S; k++) {
+            const int64_t n = j * S + k;
+            if (n < N) {
+                P.S[(bd * P.nlch + lc) * N + n] = h[k];
+                P.P[(bd * P.nlch + lc) * N + n] = lc == 0 ? 0.0f : ex2(A2[k] * sumdt);
+            }
+        }
+    }
+    if (!LOCAL && P.hlast.p && active && lc == P.nlch - 1) {
+#pragma unroll
+        for (int k = 0; k < S; k++) {
+            const int64_t n = j * S + k;
+            if (n < N) static_cast<float *>(P.hlast.p)[b * P.hlast.s[0] + d * P.hlast.s[1] + n * P.hlast.s[2]] = h[k];
+        }
+    }
+}
+
 /* Pass 2 of the L-parallel forward: the state entering each chunk, in chunk order. */
 __global__ void carry_kernel(const float *S, const float *Pr, float *Hin, int64_t rows, int64_t nlch, int64_t N) {
     const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; /* (b*dim + d)*N + n */
@@ -1094,10 +1387,38 @@ struct fwd_plan {
     int NPT, NT, CH;
     int64_t ncb, nlch, lchunk;
     size_t ws;
+    int fastS, fastTPC; /* fast forward (fwd_fast_kernel): states and threads a channel; 0: none */
 };
 
-/* npt_force / nlch_force (0: automatic) exist for the benchmark's tuning. */
-bool plan_forward(const selscan__prob &q, fwd_plan *pl, int npt_force, int64_t nlch_force) {
+const int64_t kFastFwdSlots = 132 * SELSCAN_CUDA_FAST_FWD_MINBLOCKS; /* fast forward blocks in flight */
+
+/* The fast forward's configuration for q (fastS 0 when it does not apply): 8 states a thread, 1
+   (N <= 8) or 2 (N <= 16) threads a channel; when the channels give under half a wave of blocks
+   (3 an SM), L chunks as in the general kernel (chunk scans from 0, carry, rescan) to fill one. */
+void plan_fast_forward(const selscan__prob &q, int force, fwd_plan *pl) {
+    pl->fastS = pl->fastTPC = 0;
+    const bool ok = !q.cu && !q.fixB && !q.fixC && q.y.data && q.N <= 16 && q.u.s[2] == 1 && q.delta.s[2] == 1 &&
+                    q.y.s[2] == 1 && (!q.z.data || q.z.s[2] == 1) && q.B.s[3] == 1 && q.C.s[3] == 1;
+    if (!ok || force < 0) return;
+    const int tpc = q.N <= 8 ? 1 : 2;
+    const int64_t ncb = cdiv(q.dpg, kThreads / tpc), blocks = q.batch * q.G * ncb, nck = cdiv(q.L, kCK);
+    int64_t nl = blocks * 2 > kFastFwdSlots ? 1 : kFastFwdSlots / blocks;
+    if (nl > nck) nl = nck;
+    if (nl < 1) nl = 1;
+    const int64_t lchunk = cdiv(nck, nl) * kCK, nlch = cdiv(q.L, lchunk);
+    if (blocks * nlch > 0x7fffffff) return;
+    pl->fastS = 8;
+    pl->fastTPC = tpc;
+    pl->ncb = ncb;
+    pl->nlch = nlch;
+    pl->lchunk = lchunk;
+    pl->ws = nlch > 1 ? 3 * al(static_cast<size_t>(q.batch * q.dim * nlch * q.N) * 4) : 0;
+}
+
+/* npt_force / nlch_force (0: automatic) exist for the benchmark's tuning: npt_force -1 keeps the
+   general kernel, 8 / 2 force the fast forward's 8 / 2 states a thread. ck_pass: the plan of the
+   backward's checkpoint pass (the general kernel's pass 1). */
+bool plan_forward(const selscan__prob &q, fwd_plan *pl, int npt_force, int64_t nlch_force, bool ck_pass = false) {
     const int npt = 4;
     (void)npt_force;
     const int NT = pow2ceil(cdiv(q.N, npt));
@@ -1117,7 +1438,9 @@ bool plan_forward(const selscan__prob &q, fwd_plan *pl, int npt_force, int64_t n
     pl->nlch = cdiv(q.L, pl->lchunk);
     const int64_t rows = q.batch * q.dim;
     pl->ws = pl->nlch > 1 ? 3 * al(static_cast<size_t>(rows * pl->nlch * q.N) * 4) : 0;
-    return q.batch * q.G * pl->ncb * pl->nlch <= 0x7fffffff;
+    if (q.batch * q.G * pl->ncb * pl->nlch > 0x7fffffff) return false;
+    if (!ck_pass) plan_fast_forward(q, npt_force, pl);
+    return true;
 }
 
 struct bwd_plan {
@@ -1165,7 +1488,7 @@ bool plan_backward(const selscan__prob &q, const selscan__grd &r, bool have_ck, 
     pl->off_dB = o; o += r.dB.data && !q.fixB ? al(bc) : 0;
     pl->off_dC = o; o += r.dC.data && !q.fixC ? al(bc) : 0;
     pl->ws = o;
-    if (!plan_forward(q, &pl->fp, 0, 0)) return false;
+    if (!plan_forward(q, &pl->fp, 0, 0, true)) return false;
     if (have_ck) { pl->fp.lchunk = kCK; pl->fp.nlch = pl->nck; }    /* from the given checkpoint */
     else { pl->fp.lchunk = kSub; pl->fp.nlch = pl->nck16; }         /* pass 1 + carry */
     return q.batch * q.G * pl->ncb * pl->nlch <= 0x7fffffff && q.batch * q.G * pl->fp.ncb * pl->fp.nlch <= 0x7fffffff &&
@@ -1222,6 +1545,37 @@ selscan_status launch_fwd(selscan_dtype dt, int npt, const kparams &P, unsigned 
     if (dt == SELSCAN_F32) return launch_fwd_npt<float, LOCAL>(npt, P, grid, s, err);
     if (dt == SELSCAN_F16) return launch_fwd_npt<__half, LOCAL>(npt, P, grid, s, err);
     return launch_fwd_npt<__nv_bfloat16, LOCAL>(npt, P, grid, s, err);
+}
+
+template <typename T, bool LOCAL>
+void launch_fwd_fast_t(const kparams &P, unsigned grid, cudaStream_t stream) {
+    if (P.N <= 8) fwd_fast_kernel<T, 8, 1, LOCAL><<<grid, kThreads, 0, stream>>>(P);
+    else fwd_fast_kernel<T, 8, 2, LOCAL><<<grid, kThreads, 0, stream>>>(P);
+}
+template <bool LOCAL> void launch_fwd_fast_dt(selscan_dtype dt, const kparams &P, unsigned grid, cudaStream_t s) {
+    if (dt == SELSCAN_F32) launch_fwd_fast_t<float, LOCAL>(P, grid, s);
+    else if (dt == SELSCAN_F16) launch_fwd_fast_t<__half, LOCAL>(P, grid, s);
+    else launch_fwd_fast_t<__nv_bfloat16, LOCAL>(P, grid, s);
+}
+/* The fast forward: [chunk scans, carry,] scan. */
+selscan_status run_fast_forward(const selscan__prob &q, kparams P, const fwd_plan &fp, char *ws, cudaStream_t stream,
+                                cudaError_t *err) {
+    P.ncb = fp.ncb; P.lchunk = fp.lchunk; P.nlch = fp.nlch;
+    const unsigned grid = static_cast<unsigned>(q.batch * q.G * fp.ncb * fp.nlch);
+    if (fp.nlch > 1) {
+        const int64_t rows = q.batch * q.dim;
+        const size_t part = al(static_cast<size_t>(rows * fp.nlch * q.N) * 4);
+        P.S = reinterpret_cast<float *>(ws);
+        P.P = reinterpret_cast<float *>(ws + part);
+        P.Hin = reinterpret_cast<float *>(ws + 2 * part);
+        launch_fwd_fast_dt<true>(q.dt, P, grid, stream);
+        SELSCAN__LAUNCHED();
+        carry_kernel<<<nblocks(rows * q.N, 256), 256, 0, stream>>>(P.S, P.P, P.Hin, rows, fp.nlch, q.N);
+        SELSCAN__LAUNCHED();
+    }
+    launch_fwd_fast_dt<false>(q.dt, P, grid, stream);
+    SELSCAN__LAUNCHED();
+    return SELSCAN_OK;
 }
 
 /* The forward pipeline: [pass 1, carry,] pass 3. y NULL in P with ck set and fp.lchunk == 64:
@@ -1349,6 +1703,7 @@ static selscan_status selscan__forward_cuda_tuned(const selscan_problem *p, cons
     }
     fill_problem(P, q, x ? x->cu_seqlens_device : NULL);
     P.ck = x ? x->checkpoint : NULL;
+    if (fp.fastS) return run_fast_forward(q, P, fp, static_cast<char *>(workspace), stream, err);
     return run_forward(q, P, fp, static_cast<char *>(workspace), false, stream, err);
 }
 

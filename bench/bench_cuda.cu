@@ -105,9 +105,12 @@ int main(int argc, char **argv) {
     }
     const char *only = argc > 1 ? argv[1] : NULL;
     const char *only_dt = argc > 2 ? argv[2] : NULL;
-    /* tuning: SELSCAN_BENCH_NPT (4, 8, 16) and SELSCAN_BENCH_NLCH force the forward's plan */
+    /* tuning: SELSCAN_BENCH_NPT (-1: the general kernel; 8 / 2: the fast forward's 8 / 2 states a
+       thread) and SELSCAN_BENCH_NLCH (the general kernel's L chunks) force the forward's plan;
+       SELSCAN_BENCH_FWD_ONLY=1 times the forward only */
     const int npt_force = getenv("SELSCAN_BENCH_NPT") ? atoi(getenv("SELSCAN_BENCH_NPT")) : 0;
     const int64_t nlch_force = getenv("SELSCAN_BENCH_NLCH") ? atoll(getenv("SELSCAN_BENCH_NLCH")) : 0;
+    const bool fwd_only = getenv("SELSCAN_BENCH_FWD_ONLY") && atoi(getenv("SELSCAN_BENCH_FWD_ONLY"));
     if (npt_force || nlch_force) printf("forward plan forced: npt %d, L chunks %lld\n", npt_force, (long long)nlch_force);
     cudaDeviceProp prop;
     CU(cudaGetDeviceProperties(&prop, 0));
@@ -226,8 +229,8 @@ int main(int argc, char **argv) {
             };
             const float fwd = time_it(0, 30);
             OK(selscan_forward_cuda_ex(&p, &x, ws, wsb, stream)); /* checkpoint of set 0 for... timing only */
-            const float bwd = time_it(1, 20);
-            const float bwd_nock = time_it(2, 10);
+            const float bwd = fwd_only ? 0.0f : time_it(1, 20);
+            const float bwd_nock = fwd_only ? 0.0f : time_it(2, 10);
             const double fbytes = ((3.0 + c.z) * BDL + 2.0 * BNL) * es, bbytes = ((5.0 + 2 * c.z) * BDL + 4.0 * BNL) * es;
             const double exps = static_cast<double>(BDL) * c.N;
             const double ffloor = std::max(fbytes / bw, exps / ex2rate) * 1e3, bfloor = std::max(bbytes / bw, exps / ex2rate) * 1e3;
