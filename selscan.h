@@ -13,6 +13,8 @@
  *     SELSCAN_STATIC     every function gets internal linkage (private to that translation unit)
  *     SELSCAN_DEF        the linkage of the public functions (default: extern)
  *     SELSCAN_NO_SIMD    the fast CPU path uses portable scalar code only (no runtime dispatch)
+ *     SELSCAN_VALIDATION_ONLY  with SELSCAN_IMPLEMENTATION: only the internal validation helpers
+ *                        (for a CUDA TU, whose CPU entry points come from another TU: faster nvcc)
  *
  * ---------------------------------------------------------------------------------------------
  * WHAT IT COMPUTES (every backend computes exactly this)
@@ -290,6 +292,7 @@ SELSCAN_DEF uint16_t selscan_f32_to_bf16(float f);
 #define SELSCAN__CHUNK 64
 #define SELSCAN__SOFTPLUS_THRESHOLD 20.0f
 
+#ifndef SELSCAN_VALIDATION_ONLY /* public functions: the full implementation defines them */
 SELSCAN_DEF const char *selscan_status_string(selscan_status s) {
 #define SELSCAN__STATUS_TEXT(name, text) text,
     static const char *const texts[] = {SELSCAN__STATUS_LIST(SELSCAN__STATUS_TEXT)};
@@ -298,10 +301,12 @@ SELSCAN_DEF const char *selscan_status_string(selscan_status s) {
     return texts[s];
 }
 
+#endif /* SELSCAN_VALIDATION_ONLY */
 /* --------------------------------------------------------------------------------------------- */
 /*                                   dtype conversion                                            */
 /* --------------------------------------------------------------------------------------------- */
 
+#ifndef SELSCAN_VALIDATION_ONLY
 static uint32_t selscan__f32_bits(float f) { uint32_t u; memcpy(&u, &f, 4); return u; }
 static float selscan__bits_f32(uint32_t u) { float f; memcpy(&f, &u, 4); return f; }
 
@@ -344,7 +349,6 @@ SELSCAN_DEF uint16_t selscan_f32_to_f16(float f) {
     return SELSCAN__CAST(uint16_t, sign | r);
 }
 
-static size_t selscan__dtype_size(selscan_dtype t) { return t == SELSCAN_F32 ? 4u : 2u; }
 
 static float selscan__load(const void *base, int64_t off, selscan_dtype t) {
     if (t == SELSCAN_F32) return SELSCAN__CAST(const float *, base)[off];
@@ -358,9 +362,12 @@ static void selscan__store(void *base, int64_t off, selscan_dtype t, float v) {
     else SELSCAN__CAST(uint16_t *, base)[off] = selscan_f32_to_bf16(v);
 }
 
+#endif /* SELSCAN_VALIDATION_ONLY */
 /* --------------------------------------------------------------------------------------------- */
 /*                                      validation                                               */
 /* --------------------------------------------------------------------------------------------- */
+
+static size_t selscan__dtype_size(selscan_dtype t) { return t == SELSCAN_F32 ? 4u : 2u; }
 
 /* A tensor with its strides resolved (defaults filled in) and its shape and dtype attached. */
 typedef struct selscan__ten {
@@ -579,7 +586,9 @@ static int64_t selscan__align_up(int64_t x) {
 
 /* Workspace of the CPU entry points, in bytes (the fast path may need more than the reference;
    selscan_workspace_size() reports the larger). */
+#ifndef SELSCAN_VALIDATION_ONLY
 static int64_t selscan__ws_forward_ref(const selscan__prob *q) { return selscan__align_up(q->N * 4); }
+#endif
 
 static int64_t selscan__ws_backward_ref(const selscan__prob *q, const selscan__grd *r) {
     int64_t nck = (q->L + SELSCAN__CHUNK - 1) / SELSCAN__CHUNK + 1;
@@ -640,6 +649,7 @@ static selscan_status selscan__validate_backward(const selscan_problem *p, const
     }
 }
 
+#ifndef SELSCAN_VALIDATION_ONLY
 SELSCAN_DEF selscan_status selscan_validate(const selscan_problem *p) {
     selscan__prob q;
     return selscan__validate_forward(p, &q, NULL, 0, -1);
@@ -673,6 +683,8 @@ SELSCAN_DEF selscan_status selscan_workspace_size(const selscan_problem *p, cons
     return SELSCAN_OK;
 }
 
+#endif /* SELSCAN_VALIDATION_ONLY */
+#ifndef SELSCAN_VALIDATION_ONLY
 /* --------------------------------------------------------------------------------------------- */
 /*                                    scalar reference                                           */
 /* --------------------------------------------------------------------------------------------- */
@@ -903,6 +915,7 @@ SELSCAN_DEF selscan_status selscan_backward_ref(const selscan_problem *p, const 
     return SELSCAN_OK;
 }
 
+#endif /* SELSCAN_VALIDATION_ONLY */
 /* --------------------------------------------------------------------------------------------- */
 /*                                        step                                                   */
 /* --------------------------------------------------------------------------------------------- */
@@ -969,6 +982,7 @@ static selscan_status selscan__validate_step_ex(const selscan_step_problem *s, s
     }
 }
 
+#ifndef SELSCAN_VALIDATION_ONLY
 static selscan_status selscan__validate_step(const selscan_step_problem *s, selscan__stp *q) {
     return selscan__validate_step_ex(s, q, 1);
 }
@@ -2656,5 +2670,6 @@ SELSCAN_DEF selscan_status selscan_backward_cpu(const selscan_problem *p, const 
 
 SELSCAN_DEF selscan_status selscan_step_cpu(const selscan_step_problem *s) { return selscan_step_cpu_part(s, 0, 1); }
 
+#endif /* SELSCAN_VALIDATION_ONLY */
 #endif /* SELSCAN__IMPLEMENTED */
 #endif /* SELSCAN_IMPLEMENTATION */

@@ -7,8 +7,10 @@
  *     #define SELSCAN_CUDA_IMPLEMENTATION
  *     #include "selscan_cuda.cuh"
  * A project that implements the CPU side (SELSCAN_IMPLEMENTATION) in another translation unit
- * also defines SELSCAN_STATIC in the CUDA one: that TU then gets a private copy of the CPU code
- * and of the launchers (internal linkage, no duplicate symbols); call the launchers from there.
+ * also defines SELSCAN_VALIDATION_ONLY in the CUDA one (recommended: that TU then compiles only
+ * the validation helpers and the kernels, a third less nvcc time; the CPU entries come from the
+ * other TU), or SELSCAN_STATIC (a private copy of the CPU code and of the launchers, internal
+ * linkage, no duplicate symbols; call the launchers from that TU).
  * Kernels always have internal linkage (anonymous namespace); only the launchers are exported.
  *
  * CONTRACT (the CPU side's, plus):
