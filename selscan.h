@@ -1745,12 +1745,15 @@ static ATTR void selscan__bwd_chunk_##SFX(int64_t N, int nt, float *hs, float *a
 }                                                                                                                                                         \
                                                                                                                                                           \
 /* Backward of one block: channels c0 .. c0 + nch - 1 of group g, batch row b. pB / pC: this                                                              \
-   block's [N][L] partials of variable dB / dC (NULL: not asked). */                                                                                      \
+   block's [N][L] partials of variable dB / dC (NULL: not asked). The checkpoint pass goes chunk                                                          \
+   by chunk with the tiles inner, like the walk back: a chunk's variable B / C are copied once for                                                        \
+   all tiles. */                                                                                                                                          \
 static ATTR void selscan__bwd_block_##SFX(const selscan__prob *q, const selscan__grd *r, int64_t b, int64_t g,                                            \
                                           int64_t c0, int nch, const selscan__bscr *s, float *pB, float *pC,                                              \
                                           const float *ckp) {                                                                                             \
     const int W = SELSCAN__VW, nbt = (nch + SELSCAN__VW - 1) / SELSCAN__VW;                                                                               \
     const int64_t N = q->N, NW = N * W, T = s->T, L = q->L;                                                                                               \
+    const int useck = ckp && T == SELSCAN__FT;                                                                                                            \
     float lim[SELSCAN__CB];                                                                                                                               \
     int64_t k, c, n;                                                                                                                                      \
     int j, t;                                                                                                                                             \
@@ -1774,31 +1777,37 @@ static ATTR void selscan__bwd_block_##SFX(const selscan__prob *q, const selscan_
             const int64_t d0 = c0 + j * W;                                                                                                                \
             float *ck = s->ck + j * s->ckstride;                                                                                                          \
             selscan__state_in(&q->h0, row, d0, nl, W, N, ck);                                                                                             \
-            if (ckp && T == SELSCAN__FT) /* the forward's chunk states */                                                                                 \
+            if (useck) /* the forward's chunk states */                                                                                                   \
                 for (c = 1; c < nck; c++) selscan__ck_get(q, ckp, b, d0, nl, W, (t0 + c * T) / SELSCAN__FT + k, ck + c * NW);                             \
-            for (c = 0; c + 1 < nck && !(ckp && T == SELSCAN__FT); c++) {                                                                                 \
-                const int64_t cs = t0 + c * T;                                                                                                            \
-                const int nt = SELSCAN__CAST(int, T);                                                                                                     \
-                int64_t bsn, bst;                                                                                                                         \
-                const float *Bp = selscan__bc_chunk(&q->B, q->fixB, s->Bf + j * NW, W, b, g, N, cs, nt, s->Bb, &bsn, &bst);                               \
-                int fast;                                                                                                                                 \
-                memcpy(ck + (c + 1) * NW, ck + c * NW, SELSCAN__CAST(size_t, NW) * 4);                                                                    \
-                fast = selscan__prep_##SFX(q, b, d0, nl, cs, nt, s->bv + j * W, s->dt, s->dtu, s->u, NULL, NULL, NULL,                                    \
-                                           s->tmp, lim[j]);                                                                                               \
-                selscan__fwd_chunk_##SFX(N, nt, ck + (c + 1) * NW, s->A + j * NW, s->A2 + j * NW, s->dt, s->dtu, s->yc, Bp, bsn, bst,                     \
+            selscan__state_in(&r->dhlast, row, d0, nl, W, N, s->dh + j * NW);                                                                             \
+        }                                                                                                                                                 \
+        for (c = 0; c + 1 < nck && !useck; c++) {                                                                                                         \
+            const int64_t cs = t0 + c * T;                                                                                                                \
+            const int nt = SELSCAN__CAST(int, T);                                                                                                         \
+            int64_t bsn, bst;                                                                                                                             \
+            const float *Bv = selscan__bc_chunk(&q->B, q->fixB, s->Bf, W, b, g, N, cs, nt, s->Bb, &bsn, &bst);                                            \
+            for (j = 0; j < nbt; j++) {                                                                                                                   \
+                const int nl = nch - j * W < W ? nch - j * W : W;                                                                                         \
+                const int64_t d0 = c0 + j * W;                                                                                                            \
+                float *ck = s->ck + j * s->ckstride + c * NW;                                                                                             \
+                const float *Bp = q->fixB ? s->Bf + j * NW : Bv;                                                                                          \
+                const int fast = selscan__prep_##SFX(q, b, d0, nl, cs, nt, s->bv + j * W, s->dt, s->dtu, s->u, NULL,                                      \
+                                                     NULL, NULL, s->tmp, lim[j]);                                                                         \
+                memcpy(ck + NW, ck, SELSCAN__CAST(size_t, NW) * 4);                                                                                       \
+                selscan__fwd_chunk_##SFX(N, nt, ck + NW, s->A + j * NW, s->A2 + j * NW, s->dt, s->dtu, s->yc, Bp, bsn, bst,                               \
                                          Bp, bsn, bst, q->fixB, 0, 0, fast);                                                                              \
             }                                                                                                                                             \
-            selscan__state_in(&r->dhlast, row, d0, nl, W, N, s->dh + j * NW);                                                                             \
         }                                                                                                                                                 \
         for (c = nck - 1; c >= 0; c--) {                                                                                                                  \
             const int64_t cs = t0 + c * T;                                                                                                                \
             const int nt = SELSCAN__CAST(int, selscan__min64(T, t1 - cs));                                                                                \
+            int64_t bsn, bst, csn, cst;                                                                                                                   \
+            const float *Bv = selscan__bc_chunk(&q->B, q->fixB, s->Bf, W, b, g, N, cs, nt, s->Bb, &bsn, &bst);                                            \
+            const float *Cv = selscan__bc_chunk(&q->C, q->fixC, s->Cf, W, b, g, N, cs, nt, s->Cb, &csn, &cst);                                            \
             for (j = 0; j < nbt; j++) {                                                                                                                   \
                 const int nl = nch - j * W < W ? nch - j * W : W;                                                                                         \
                 const int64_t d0 = c0 + j * W;                                                                                                            \
-                int64_t bsn, bst, csn, cst;                                                                                                               \
-                const float *Bp = selscan__bc_chunk(&q->B, q->fixB, s->Bf + j * NW, W, b, g, N, cs, nt, s->Bb, &bsn, &bst);                               \
-                const float *Cp = selscan__bc_chunk(&q->C, q->fixC, s->Cf + j * NW, W, b, g, N, cs, nt, s->Cb, &csn, &cst);                               \
+                const float *Bp = q->fixB ? s->Bf + j * NW : Bv, *Cp = q->fixC ? s->Cf + j * NW : Cv;                                                     \
                 const SELSCAN__VF Dv = SELSCAN__VLOAD(s->Dv + j * W);                                                                                     \
                 SELSCAN__VF dD = SELSCAN__VLOAD(s->dD + j * W), db = SELSCAN__VLOAD(s->db + j * W);                                                       \
                 const int fast = selscan__prep_##SFX(q, b, d0, nl, cs, nt, s->bv + j * W, s->dt, s->dtu, s->u, s->z,                                      \
