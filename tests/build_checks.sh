@@ -76,7 +76,7 @@ if have "$NVCC"; then
     start "$NVCC the same TU warnings-clean (-Werror all-warnings, host -Wall -Wextra -Werror)" \
         $NVCC -arch=sm_90 -std=c++17 -O0 -Werror all-warnings -Xcompiler -Wall,-Wextra,-Werror -c $SRC/cuda_tu.cu -o "$OUT/cuda_tu_w.o"
     start "$NVCC SELSCAN_VALIDATION_ONLY TU warnings-clean, linked with a C implementation TU (no duplicate symbols)" \
-        sh -c "$NVCC -arch=sm_90 -std=c++17 -O0 -DSELSCAN_VALIDATION_ONLY -Werror all-warnings -Xcompiler -Wall,-Wextra,-Werror -c $SRC/cuda_tu.cu -o $OUT/cuda_vo.o && ${ccs[0]:-cc} -std=c99 -O0 -c $SRC/impl.c -o $OUT/impl_vo.o && ld -r $OUT/cuda_vo.o $OUT/impl_vo.o -o $OUT/cuda_vo_link.o"
+        sh -c "$NVCC -arch=sm_90 -std=c++17 -O0 -Werror all-warnings -Xcompiler -Wall,-Wextra,-Werror -Xptxas -O1 -c $SRC/cuda_vo.cu -o $OUT/cuda_vo.o && ${ccs[0]:-cc} -std=c99 -O0 -c $SRC/impl.c -o $OUT/impl_vo.o && ld -r $OUT/cuda_vo.o $OUT/impl_vo.o -o $OUT/cuda_vo_link.o"
 else
     skip "nvcc (not found)"
 fi

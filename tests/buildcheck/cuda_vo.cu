@@ -1,0 +1,8 @@
+// Build check: the recommended CUDA TU when a C file implements the CPU side: validation helpers
+// and kernels only (SELSCAN_VALIDATION_ONLY); linked with impl.c without duplicate symbols.
+#define SELSCAN_VALIDATION_ONLY
+#define SELSCAN_IMPLEMENTATION
+#define SELSCAN_CUDA_IMPLEMENTATION
+#include "../../selscan_cuda.cuh"
+
+int cuda_vo_status(void) { return selscan_status_string(SELSCAN_OK)[0] == 'o' ? 0 : 1; }
