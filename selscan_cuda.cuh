@@ -45,8 +45,11 @@
  * bench/NOTES.md): SELSCAN_CUDA_FWD_MINBLOCKS (6) and SELSCAN_CUDA_BWD_MINBLOCKS (3), the blocks
  * per SM the forward / backward kernels' register budgets must allow.
  *
- * DESIGN: a block of 128 threads takes CH channels of one (batch row, group); a thread keeps 4
- * states of one channel in registers; dt, dt*u and the B/C tile are staged in shared memory per
+ * DESIGN: the forward of the common layout (rows with unit L stride, variable B/C, N <= 16, no
+ * packed sequences) runs fwd_fast_kernel: 8 states a thread, tiles prefetched in registers, y
+ * reduce-scattered by shuffles (see its section). Everything else, and the backward: a block of
+ * 128 threads takes CH channels of one (batch row, group); a thread keeps 4 states of one channel
+ * in registers; dt, dt*u and the B/C tile are staged in shared memory per
  * time tile. When the channels give less than one wave of blocks, L is split into chunks (the
  * forward: chunk scans from 0, a carry kernel, rescan; the backward: chunk-local state-gradient
  * pass, a reverse carry kernel). The backward recomputes states from a 16-step checkpoint (made
@@ -1394,6 +1397,15 @@ struct fwd_plan {
 
 const int64_t kFastFwdSlots = 132 * SELSCAN_CUDA_FAST_FWD_MINBLOCKS; /* fast forward blocks in flight */
 
+/* L chunks of a forward (2x the exponentials): only when the channels give under half a wave of
+   blocks, then as many as fill one wave of `slots` blocks (a block's steps are a serial chain);
+   at most one a checkpoint interval. */
+int64_t forward_chunks(int64_t blocks, int64_t slots, int64_t nck) {
+    int64_t nl = blocks * 2 > slots ? 1 : slots / blocks;
+    if (nl > nck) nl = nck;
+    return nl < 1 ? 1 : nl;
+}
+
 /* The fast forward's configuration for q (fastS 0 when it does not apply): 8 states a thread, 1
    (N <= 8) or 2 (N <= 16) threads a channel; when the channels give under half a wave of blocks
    (3 an SM), L chunks as in the general kernel (chunk scans from 0, carry, rescan) to fill one. */
@@ -1404,9 +1416,7 @@ void plan_fast_forward(const selscan__prob &q, int force, fwd_plan *pl) {
     if (!ok || force < 0) return;
     const int tpc = q.N <= 8 ? 1 : 2;
     const int64_t ncb = cdiv(q.dpg, kThreads / tpc), blocks = q.batch * q.G * ncb, nck = cdiv(q.L, kCK);
-    int64_t nl = blocks * 2 > kFastFwdSlots ? 1 : kFastFwdSlots / blocks;
-    if (nl > nck) nl = nck;
-    if (nl < 1) nl = 1;
+    const int64_t nl = forward_chunks(blocks, kFastFwdSlots, nck);
     const int64_t lchunk = cdiv(nck, nl) * kCK, nlch = cdiv(q.L, lchunk);
     if (blocks * nlch > 0x7fffffff) return;
     pl->fastS = 8;
@@ -1433,7 +1443,7 @@ bool plan_forward(const selscan__prob &q, fwd_plan *pl, int npt_force, int64_t n
     /* L chunks (2x the exponentials) only when the channels give less than one wave of blocks,
        then as many as fill one wave (kFwdSlots): a block's steps are a serial chain */
     const int64_t blocks = q.batch * q.G * pl->ncb;
-    int64_t nl = nlch_force ? nlch_force : (blocks * 2 > kFwdSlots ? 1 : kFwdSlots / blocks);
+    int64_t nl = nlch_force ? nlch_force : forward_chunks(blocks, kFwdSlots, nck);
     if (nl > nck) nl = nck;
     if (nl < 1) nl = 1;
     pl->lchunk = cdiv(nck, nl) * kCK;
@@ -1549,6 +1559,15 @@ selscan_status launch_fwd(selscan_dtype dt, int npt, const kparams &P, unsigned 
     return launch_fwd_npt<__nv_bfloat16, LOCAL>(npt, P, grid, s, err);
 }
 
+/* The L-chunked forward's buffers in the workspace: chunk end states S, decay products P and the
+   carried-in states Hin (count floats each, 256-byte aligned; Hin is the checkpoint when into_ck). */
+void chunk_buffers(kparams &P, char *ws, int64_t count, bool into_ck) {
+    const size_t part = al(static_cast<size_t>(count) * 4);
+    P.S = reinterpret_cast<float *>(ws);
+    P.P = reinterpret_cast<float *>(ws + part);
+    P.Hin = into_ck ? P.ck : reinterpret_cast<float *>(ws + 2 * part);
+}
+
 template <typename T, bool LOCAL>
 void launch_fwd_fast_t(const kparams &P, unsigned grid, cudaStream_t stream) {
     if (P.N <= 8) fwd_fast_kernel<T, 8, 1, LOCAL><<<grid, kThreads, 0, stream>>>(P);
@@ -1566,10 +1585,7 @@ selscan_status run_fast_forward(const selscan__prob &q, kparams P, const fwd_pla
     const unsigned grid = static_cast<unsigned>(q.batch * q.G * fp.ncb * fp.nlch);
     if (fp.nlch > 1) {
         const int64_t rows = q.batch * q.dim;
-        const size_t part = al(static_cast<size_t>(rows * fp.nlch * q.N) * 4);
-        P.S = reinterpret_cast<float *>(ws);
-        P.P = reinterpret_cast<float *>(ws + part);
-        P.Hin = reinterpret_cast<float *>(ws + 2 * part);
+        chunk_buffers(P, ws, rows * fp.nlch * q.N, false);
         launch_fwd_fast_dt<true>(q.dt, P, grid, stream);
         SELSCAN__LAUNCHED();
         carry_kernel<<<nblocks(rows * q.N, 256), 256, 0, stream>>>(P.S, P.P, P.Hin, rows, fp.nlch, q.N);
@@ -1589,16 +1605,7 @@ selscan_status run_forward(const selscan__prob &q, kparams P, const fwd_plan &fp
     const unsigned grid = static_cast<unsigned>(q.batch * q.G * fp.ncb * fp.nlch);
     const int64_t rows = q.batch * q.dim;
     if (ck_only || fp.nlch > 1) {
-        const size_t part = al(static_cast<size_t>(rows * fp.nlch * q.N) * 4);
-        if (ck_only) {
-            P.S = reinterpret_cast<float *>(ws);
-            P.P = reinterpret_cast<float *>(ws + part);
-            P.Hin = P.ck;
-        } else {
-            P.S = reinterpret_cast<float *>(ws);
-            P.P = reinterpret_cast<float *>(ws + part);
-            P.Hin = reinterpret_cast<float *>(ws + 2 * part);
-        }
+        chunk_buffers(P, ws, rows * fp.nlch * q.N, ck_only);
         if ((st = launch_fwd<true>(q.dt, fp.NPT, P, grid, stream, err)) != SELSCAN_OK) return st;
         carry_kernel<<<nblocks(rows * q.N, 256), 256, 0, stream>>>(P.S, P.P, P.Hin, rows, fp.nlch, q.N);
         SELSCAN__LAUNCHED();
