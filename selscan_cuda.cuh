@@ -628,7 +628,7 @@ __global__ void __launch_bounds__(kThreads, SELSCAN_CUDA_FAST_FWD_MINBLOCKS) fwd
     const T *urow = static_cast<const T *>(P.u.p) + b * P.u.s[0] + d * P.u.s[1];
     const T *drow = static_cast<const T *>(P.delta.p) + b * P.delta.s[0] + d * P.delta.s[1];
     const T *zrow = P.z.p ? static_cast<const T *>(P.z.p) + b * P.z.s[0] + d * P.z.s[1] : NULL;
-    T *yrow = static_cast<T *>(P.y.p) + b * P.y.s[0] + d * P.y.s[1];
+    T *yrow = P.y.p ? static_cast<T *>(P.y.p) + b * P.y.s[0] + d * P.y.s[1] : NULL;
     const T *Bg = static_cast<const T *>(P.B.p) + b * P.B.s[0] + g * P.B.s[1];
     const T *Cg = static_cast<const T *>(P.C.p) + b * P.C.s[0] + g * P.C.s[1];
     const int64_t sBn = P.B.s[2], sCn = P.C.s[2];
@@ -646,7 +646,7 @@ __global__ void __launch_bounds__(kThreads, SELSCAN_CUDA_FAST_FWD_MINBLOCKS) fwd
     float sumdt = 0.0f; /* LOCAL: the chunk's decay product is exp(A sum dt) */
     const float Dd = active && P.D.p ? ldf(P.D, d * P.D.s[0]) : 0.0f;
     const float bias = active && P.bias.p ? ldf(P.bias, d * P.bias.s[0]) : 0.0f;
-    const bool sp = P.softplus != 0, hz = zrow != NULL;
+    const bool sp = P.softplus != 0, hz = zrow != NULL, hy = P.y.p != NULL; /* no y: checkpoint only */
 
     /* B / C tile (NP x kFL, unit L stride) through registers; element e = tid + r * kThreads */
     float rB[RB], rC[RB];
@@ -701,7 +701,7 @@ __global__ void __launch_bounds__(kThreads, SELSCAN_CUDA_FAST_FWD_MINBLOCKS) fwd
         const int nown = own_count(tb);
         const bool more = tb + kFL < L;
         if (more) { load_bc(tb + kFL); load_own(tb + kFL); } /* in flight during the scan */
-        if (!LOCAL && hz) load_raw<T, OWN>(rz, zrow + t0, nown, t0 >= 1 && t0 + OWN < P.L); /* used after the scan */
+        if (!LOCAL && hy && hz) load_raw<T, OWN>(rz, zrow + t0, nown, t0 >= 1 && t0 + OWN < P.L); /* used after the scan */
         if (!LOCAL && P.ck && (tb & (kCK - 1)) == 0 && active) {
 #pragma unroll
             for (int k = 0; k < S; k++) {
@@ -735,12 +735,12 @@ __global__ void __launch_bounds__(kThreads, SELSCAN_CUDA_FAST_FWD_MINBLOCKS) fwd
 #pragma unroll
                 for (int k = 0; k < S; k++) {
                     h[k] = fmaf(av[q][k], h[k], bv[q][k]);
-                    if (!LOCAL) y = fmaf(cv[q][k], h[k], y);
+                    if (!LOCAL && hy) y = fmaf(cv[q][k], h[k], y);
                 }
                 yp[tq + q] = y;
             }
         }
-        if (!LOCAL) {
+        if (!LOCAL && hy) {
             reduce_scatter<TPC>(yp, j); /* sums over the channel's lanes: own steps in yp[0 .. OWN) */
             float yv[OWN];
 #pragma unroll
@@ -1331,6 +1331,315 @@ __global__ void reduce_bc_kernel(const float *w, int64_t ncb, int64_t batch, int
 }
 
 /* ---------------------------------------------------------------------------------------------- */
+/*                         backward, fast path (unit L stride, N <= 16)                           */
+/* ---------------------------------------------------------------------------------------------- */
+/* The backward of the fast forward's layout (and unit L stride dy, du, ddelta, dz), given the
+   forward's 64-step checkpoint. A thread keeps S = 8 states of one channel (TPC = 1 or 2 threads
+   a channel), a block 128 / TPC channels of one (batch row, group) and walks its L range back in
+   64-step segments (one checkpoint each). Per segment: B and C of all its steps into shared
+   memory; phase 1 scans its first 7 tiles of kBT steps forward from the checkpoint and keeps the
+   state entering each tile in shared memory; phase 2 walks the tiles from the last: recompute the
+   tile's states into registers (hh), then walk it back (the state gradient dh in registers, the
+   decays recomputed). Reductions, all in a fixed order (deterministic):
+   - over the channel's states (dt and u gradients, y for dz): per-step partials in registers,
+     reduce-scattered over the TPC lanes at the tile's end (lane j then owns the steps it loaded);
+   - over the channels (dB, dC): each step, a warp transposes its lanes' 16 terms through shared
+     memory (lane = one (B or C, state) of the warp's channels), the tile's warp sums are added
+     across warps after it and written per block into the workspace (reduce_bc_kernel adds the
+     blocks);
+   - over time (dA per thread, dD and ddelta_bias per owning lane): registers, per (chunk, row).
+   When the channels give less than a wave, L chunks as the general backward (bwd_local_kernel +
+   carry_rev_kernel give the state gradient entering each chunk from the right). */
+
+const int kBT = 8;          /* backward fast tile: the states of kBT steps stay in registers */
+const int kBTS = kCK / kBT; /* tiles a checkpoint segment */
+
+template <int TPC> struct bwd_fast_smem {
+    static constexpr int S = 8, NP = S * TPC, CH = kThreads / TPC, RS = 2 * NP + 4;
+    /* warp transpose of the dB / dC terms: rows of WR floats (the channels + padding), one plane
+       (TPC 1) or one per lane parity (TPC 2, plane stride 16 mod 32 words): conflict-free both ways */
+    static constexpr int WR = TPC == 2 ? 20 : 36, WPL = 16 * WR + 16, WB = TPC == 2 ? 2 * WPL : 16 * WR;
+    float hin[kBTS][S][kThreads];   /* state entering each tile of the segment */
+    float bc[kCK * RS];             /* the segment's (B, C) per state, a row per step */
+    float4 ch[kBT][CH];             /* (dt, dt u, dy', -) per (step, channel) */
+    float wb[kThreads / 32][WB];    /* per-warp transposes */
+    float red[kBT][kThreads / 32][32]; /* the tile's per-warp dB / dC sums */
+};
+
+/* Sum v over the TPC lanes of a channel; lane j ends with the sums of elements
+   [j * LEN / TPC, (j + 1) * LEN / TPC) in v[0 .. LEN / TPC). Fixed order: deterministic. */
+template <int TPC, int LEN> __device__ __forceinline__ void reduce_scatter_n(float (&v)[LEN], int j) {
+    int len = LEN;
+#pragma unroll
+    for (int m = TPC / 2; m >= 1; m /= 2) {
+        len /= 2;
+        const bool hi = (j & m) != 0;
+#pragma unroll
+        for (int i = 0; i < LEN / 2; i++) {
+            if (i < len) {
+                const float send = hi ? v[i] : v[len + i];
+                const float keep = hi ? v[len + i] : v[i];
+                v[i] = keep + __shfl_xor_sync(0xffffffffu, send, m);
+            }
+        }
+    }
+}
+
+#ifndef SELSCAN_CUDA_FAST_BWD_MINBLOCKS
+#define SELSCAN_CUDA_FAST_BWD_MINBLOCKS 3 /* blocks per SM the fast backward's registers allow */
+#endif
+template <typename T, int TPC>
+__global__ void __launch_bounds__(kThreads, SELSCAN_CUDA_FAST_BWD_MINBLOCKS) bwd_fast_kernel(const kparams P) {
+    using SM = bwd_fast_smem<TPC>;
+    constexpr int S = SM::S, NP = SM::NP, CH = SM::CH, RS = SM::RS, OWN = kBT / TPC;
+    extern __shared__ float4 smem4[];
+    SM &sm = *reinterpret_cast<SM *>(smem4);
+
+    int64_t bid = blockIdx.x;
+    const int64_t lc = bid % P.nlch; bid /= P.nlch;
+    const int64_t cb = bid % P.ncb; bid /= P.ncb;
+    const int64_t g = bid % P.G, b = bid / P.G;
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, j = tid % TPC, chl = tid / TPC;
+    const int64_t cig = cb * CH + chl; /* channel within the group */
+    const bool active = cig < P.dpg;
+    const int64_t d = g * P.dpg + (active ? cig : 0), N = P.N, bd = b * P.dim + d;
+    const int64_t t_beg = lc * P.lchunk, t_end = min(P.L, t_beg + P.lchunk);
+
+    const T *urow = static_cast<const T *>(P.u.p) + b * P.u.s[0] + d * P.u.s[1];
+    const T *drow = static_cast<const T *>(P.delta.p) + b * P.delta.s[0] + d * P.delta.s[1];
+    const T *dyrow = static_cast<const T *>(P.dy.p) + b * P.dy.s[0] + d * P.dy.s[1];
+    const T *zrow = P.z.p ? static_cast<const T *>(P.z.p) + b * P.z.s[0] + d * P.z.s[1] : NULL;
+    T *durow = P.du.p ? static_cast<T *>(P.du.p) + b * P.du.s[0] + d * P.du.s[1] : NULL;
+    T *ddrow = P.ddelta.p ? static_cast<T *>(P.ddelta.p) + b * P.ddelta.s[0] + d * P.ddelta.s[1] : NULL;
+    T *dzrow = P.dz.p ? static_cast<T *>(P.dz.p) + b * P.dz.s[0] + d * P.dz.s[1] : NULL;
+    const T *Bg = static_cast<const T *>(P.B.p) + b * P.B.s[0] + g * P.B.s[1];
+    const T *Cg = static_cast<const T *>(P.C.p) + b * P.C.s[0] + g * P.C.s[1];
+
+    float A2[S], dh[S], dA[S];
+#pragma unroll
+    for (int k = 0; k < S; k++) {
+        const int64_t n = j * S + k;
+        const bool nv = active && n < N;
+        A2[k] = nv ? ldf(P.A, d * P.A.s[0] + n * P.A.s[1]) * kLog2e : 0.0f;
+        dA[k] = 0.0f;
+        if (!nv) dh[k] = 0.0f;
+        else if (lc == P.nlch - 1) dh[k] = P.dhlast.p ? ldf(P.dhlast, b * P.dhlast.s[0] + d * P.dhlast.s[1] + n * P.dhlast.s[2]) : 0.0f;
+        else dh[k] = P.Hin[(bd * P.nlch + lc) * N + n]; /* from the chunks to the right */
+    }
+    const float Dd = active && P.D.p ? ldf(P.D, d * P.D.s[0]) : 0.0f;
+    const float bias = active && P.bias.p ? ldf(P.bias, d * P.bias.s[0]) : 0.0f;
+    const bool sp = P.softplus != 0, hz = zrow != NULL;
+    float accD = 0.0f, accBias = 0.0f; /* over the own steps */
+
+    /* own steps [tb + j*OWN, +OWN) of the tile at tb, inside [tb, te) */
+    auto own_count = [&](int64_t tb, int64_t te) {
+        const int64_t t0 = tb + j * OWN;
+        return active ? static_cast<int>(max(static_cast<int64_t>(0), min(static_cast<int64_t>(OWN), te - t0))) : 0;
+    };
+
+    for (int64_t seg = (t_end - 1) / kCK; seg >= t_beg / kCK; seg--) {
+        const int64_t ts = seg * kCK, te = min(t_end, ts + kCK);
+        const int nt = static_cast<int>((te - ts + kBT - 1) / kBT);
+        __syncthreads(); /* the previous segment is done with the shared buffers */
+        /* the segment's B and C: thread (n, 8-step group), zero past te and past N */
+        for (int e = tid; e < NP * (kCK / 8); e += kThreads) {
+            const int n = e % NP, tg = (e / NP) * 8;
+            const int64_t t0 = ts + tg;
+            const int cnt = n < N ? static_cast<int>(max(static_cast<int64_t>(0), min(static_cast<int64_t>(8), te - t0))) : 0;
+            rawv<T, 8> rb, rc;
+            const bool ext = t0 >= 1 && t0 + 8 < P.L;
+            load_raw<T, 8>(rb, Bg + n * P.B.s[2] + t0, cnt, ext);
+            load_raw<T, 8>(rc, Cg + n * P.C.s[2] + t0, cnt, ext);
+#pragma unroll
+            for (int k = 0; k < 8; k++)
+                *reinterpret_cast<float2 *>(&sm.bc[(tg + k) * RS + 2 * n]) =
+                    k < cnt ? make_float2(raw_get<T, 8>(rb, k), raw_get<T, 8>(rc, k)) : make_float2(0.0f, 0.0f);
+        }
+        float h[S];
+#pragma unroll
+        for (int k = 0; k < S; k++) {
+            const int64_t n = j * S + k;
+            h[k] = active && n < N ? P.ck[(bd * P.nck + seg) * N + n] : 0.0f;
+            sm.hin[0][k][tid] = h[k];
+        }
+        /* phase 1: the states entering tiles 1 .. nt-1 */
+        for (int it = 0; it + 1 < nt; it++) {
+            const int64_t tb = ts + it * kBT, t0 = tb + j * OWN;
+            {
+                const int nown = own_count(tb, te);
+                rawv<T, OWN> ru, rd;
+                const bool ext = t0 >= 1 && t0 + OWN < P.L;
+                load_raw<T, OWN>(ru, urow + t0, nown, ext);
+                load_raw<T, OWN>(rd, drow + t0, nown, ext);
+#pragma unroll
+                for (int k = 0; k < OWN; k++) {
+                    const float x = raw_get<T, OWN>(rd, k) + bias;
+                    const float dt = k < nown ? (sp ? softplus(x) : x) : 0.0f;
+                    sm.ch[j * OWN + k][chl] = make_float4(dt, dt * raw_get<T, OWN>(ru, k), 0.0f, 0.0f);
+                }
+            }
+            __syncthreads();
+#pragma unroll
+            for (int tt = 0; tt < kBT; tt++) {
+                const float4 c = sm.ch[tt][chl];
+                const float *bc = &sm.bc[(it * kBT + tt) * RS + 2 * j * S];
+#pragma unroll
+                for (int k = 0; k < S; k += 2) {
+                    const float4 v = *reinterpret_cast<const float4 *>(bc + 2 * k);
+                    h[k] = fmaf(ex2(c.x * A2[k]), h[k], v.x * c.y);
+                    h[k + 1] = fmaf(ex2(c.x * A2[k + 1]), h[k + 1], v.z * c.y);
+                }
+            }
+#pragma unroll
+            for (int k = 0; k < S; k++) sm.hin[it + 1][k][tid] = h[k];
+            __syncthreads();
+        }
+        /* phase 2: the tiles from the last */
+        for (int it = nt - 1; it >= 0; it--) {
+            const int64_t tb = ts + it * kBT, t0 = tb + j * OWN;
+            const int nown = own_count(tb, te);
+            float ou[OWN], odt[OWN], odsp[OWN], ody[OWN], ofz[OWN];
+            {
+                rawv<T, OWN> ru, rd, ry, rz;
+                const bool ext = t0 >= 1 && t0 + OWN < P.L;
+                load_raw<T, OWN>(ru, urow + t0, nown, ext);
+                load_raw<T, OWN>(rd, drow + t0, nown, ext);
+                load_raw<T, OWN>(ry, dyrow + t0, nown, ext);
+                if (hz) load_raw<T, OWN>(rz, zrow + t0, nown, ext);
+#pragma unroll
+                for (int k = 0; k < OWN; k++) {
+                    const bool v = k < nown;
+                    const float x = raw_get<T, OWN>(rd, k) + bias;
+                    const float dt = v ? (sp ? softplus(x) : x) : 0.0f;
+                    const float uu = v ? raw_get<T, OWN>(ru, k) : 0.0f;
+                    const float dy = v ? raw_get<T, OWN>(ry, k) : 0.0f;
+                    const float zz = hz && v ? raw_get<T, OWN>(rz, k) : 0.0f;
+                    const float sg = sigm(zz);
+                    ou[k] = uu;
+                    odt[k] = dt;
+                    odsp[k] = !v ? 0.0f : sp && x <= 20.0f ? sigm(x) : 1.0f;
+                    ody[k] = hz ? dy * zz * sg : dy;
+                    ofz[k] = hz ? dy * sg * (1.0f + zz * (1.0f - sg)) : 0.0f;
+                    sm.ch[j * OWN + k][chl] = make_float4(dt, dt * uu, ody[k], 0.0f);
+                }
+            }
+            __syncthreads();
+            /* recompute the tile's states */
+            float hh[kBT][S];
+#pragma unroll
+            for (int k = 0; k < S; k++) h[k] = sm.hin[it][k][tid];
+#pragma unroll
+            for (int tt = 0; tt < kBT; tt++) {
+                const float4 c = sm.ch[tt][chl];
+                const float *bc = &sm.bc[(it * kBT + tt) * RS + 2 * j * S];
+#pragma unroll
+                for (int k = 0; k < S; k += 2) {
+                    const float4 v = *reinterpret_cast<const float4 *>(bc + 2 * k);
+                    h[k] = fmaf(ex2(c.x * A2[k]), h[k], v.x * c.y);
+                    h[k + 1] = fmaf(ex2(c.x * A2[k + 1]), h[k + 1], v.z * c.y);
+                    hh[tt][k] = h[k];
+                    hh[tt][k + 1] = h[k + 1];
+                }
+            }
+            /* walk back */
+            float pd[kBT], pb[kBT], py[kBT];
+            float *wb = sm.wb[warp];
+            const int wofs = TPC == 2 ? j * SM::WPL + (lane >> 1) : lane;
+            const int rofs = (TPC == 2 ? (lane & 1) * SM::WPL : (lane & 1) * 16) + (lane >> 1) * SM::WR;
+#pragma unroll
+            for (int tt = kBT - 1; tt >= 0; tt--) {
+                const float4 c = sm.ch[tt][chl];
+                const float dt = c.x, dtu = c.y, dy0 = c.z;
+                const float *bc = &sm.bc[(it * kBT + tt) * RS + 2 * j * S];
+                float ddt = 0.0f, sBu = 0.0f, y0 = 0.0f;
+#pragma unroll
+                for (int k = 0; k < S; k += 2) {
+                    const float4 v = *reinterpret_cast<const float4 *>(bc + 2 * k);
+                    const float Bv[2] = {v.x, v.z}, Cv[2] = {v.y, v.w};
+#pragma unroll
+                    for (int i = 0; i < 2; i++) {
+                        const int kk = k + i;
+                        const float hp = tt > 0 ? hh[tt > 0 ? tt - 1 : 0][kk] : sm.hin[it][kk][tid];
+                        const float dhn = fmaf(dy0, Cv[i], dh[kk]);
+                        y0 = fmaf(Cv[i], hh[tt][kk], y0);
+                        wb[wofs + kk * SM::WR] = dhn * dtu;             /* dB term */
+                        wb[wofs + (kk + 8) * SM::WR] = dy0 * hh[tt][kk]; /* dC term */
+                        sBu = fmaf(dhn, Bv[i], sBu);
+                        dh[kk] = dhn * ex2(dt * A2[kk]);
+                        const float q = dh[kk] * hp; /* dhn a h_prev */
+                        ddt = fmaf(q, A2[kk], ddt);
+                        dA[kk] = fmaf(q, dt, dA[kk]);
+                    }
+                }
+                pd[tt] = ddt;
+                pb[tt] = sBu;
+                py[tt] = y0;
+                __syncwarp();
+                {
+                    const float4 *r = reinterpret_cast<const float4 *>(wb + rofs);
+                    const float4 r0 = r[0], r1 = r[1], r2 = r[2], r3 = r[3];
+                    sm.red[tt][warp][lane] = (((r0.x + r0.y) + (r0.z + r0.w)) + ((r1.x + r1.y) + (r1.z + r1.w))) +
+                                             (((r2.x + r2.y) + (r2.z + r2.w)) + ((r3.x + r3.y) + (r3.z + r3.w)));
+                }
+                __syncwarp();
+            }
+            /* per (channel, step) outputs of the own steps */
+            reduce_scatter_n<TPC, kBT>(pd, j);
+            reduce_scatter_n<TPC, kBT>(pb, j);
+            reduce_scatter_n<TPC, kBT>(py, j);
+            {
+                float vu[OWN], vd[OWN], vz[OWN];
+#pragma unroll
+                for (int k = 0; k < OWN; k++) {
+                    const float ddt = fmaf(pb[k], ou[k], pd[k] * kLn2) * odsp[k];
+                    vu[k] = fmaf(pb[k], odt[k], Dd * ody[k]);
+                    vd[k] = ddt;
+                    vz[k] = ofz[k] * fmaf(Dd, ou[k], py[k]);
+                    accD = fmaf(ody[k], ou[k], accD);
+                    accBias += ddt;
+                }
+                if (nown > 0) {
+                    if (durow) store_row<T, OWN>(durow + t0, vu, nown);
+                    if (ddrow) store_row<T, OWN>(ddrow + t0, vd, nown);
+                    if (dzrow) store_row<T, OWN>(dzrow + t0, vz, nown);
+                }
+            }
+            __syncthreads(); /* the tile's warp sums are complete; sm.ch is free */
+            /* block sums of dB / dC: (which, n, step) with the step fastest (coalesced rows) */
+            for (int e = tid; e < 2 * NP * kBT; e += kThreads) {
+                const int tt = e % kBT, n = (e / kBT) % NP, w = e / (kBT * NP);
+                const int64_t t = tb + tt;
+                float acc = 0.0f;
+#pragma unroll
+                for (int q = 0; q < kThreads / 32; q++) {
+                    if (TPC == 2) acc += sm.red[tt][q][((w * 8 + (n & 7)) << 1) | (n >> 3)];
+                    else acc += sm.red[tt][q][(w * 8 + n) << 1] + sm.red[tt][q][((w * 8 + n) << 1) | 1];
+                }
+                float *dst = w ? P.wdC : P.wdB;
+                if (dst && n < N && t < te) dst[(((cb * P.batch + b) * P.G + g) * N + n) * P.L + t] = acc;
+            }
+        }
+    }
+    /* per (chunk, batch row) partial sums; dh0 */
+    const int64_t prow = lc * P.batch + b;
+#pragma unroll
+    for (int k = 0; k < S; k++) {
+        const int64_t n = j * S + k;
+        if (!active || n >= N) continue;
+        if (P.wdA) P.wdA[(prow * P.dim + d) * N + n] = dA[k];
+        if (P.dh0.p && lc == 0) static_cast<float *>(P.dh0.p)[b * P.dh0.s[0] + d * P.dh0.s[1] + n * P.dh0.s[2]] = dh[k];
+    }
+    if (TPC == 2) {
+        accD += __shfl_xor_sync(0xffffffffu, accD, 1);
+        accBias += __shfl_xor_sync(0xffffffffu, accBias, 1);
+    }
+    if (active && j == 0) {
+        if (P.wdD) P.wdD[prow * P.dim + d] = accD;
+        if (P.wdbias) P.wdbias[prow * P.dim + d] = accBias;
+    }
+}
+
+/* ---------------------------------------------------------------------------------------------- */
 /*                                          step                                                  */
 /* ---------------------------------------------------------------------------------------------- */
 
@@ -1409,9 +1718,9 @@ int64_t forward_chunks(int64_t blocks, int64_t slots, int64_t nck) {
 /* The fast forward's configuration for q (fastS 0 when it does not apply): 8 states a thread, 1
    (N <= 8) or 2 (N <= 16) threads a channel; when the channels give under half a wave of blocks
    (3 an SM), L chunks as in the general kernel (chunk scans from 0, carry, rescan) to fill one. */
-void plan_fast_forward(const selscan__prob &q, int force, fwd_plan *pl) {
+void plan_fast_forward(const selscan__prob &q, int force, fwd_plan *pl, bool need_y = true) {
     pl->fastS = pl->fastTPC = 0;
-    const bool ok = !q.cu && !q.fixB && !q.fixC && q.y.data && q.N <= 16 && q.u.s[2] == 1 && q.delta.s[2] == 1 &&
+    const bool ok = !q.cu && !q.fixB && !q.fixC && (q.y.data || !need_y) && q.N <= 16 && q.u.s[2] == 1 && q.delta.s[2] == 1 &&
                     q.y.s[2] == 1 && (!q.z.data || q.z.s[2] == 1) && q.B.s[3] == 1 && q.C.s[3] == 1;
     if (!ok || force < 0) return;
     const int tpc = q.N <= 8 ? 1 : 2;
@@ -1459,12 +1768,68 @@ struct bwd_plan {
     int NT, CH;
     int64_t ncb, nck, nck16, nlch, lchunk;
     size_t ck_bytes, ws, off_ck16, off_S, off_P, off_V, off_M, off_Din, off_dA, off_dD, off_dbias, off_dBf, off_dCf, off_dB, off_dC;
-    fwd_plan fp; /* the pass that writes the kSub-step checkpoint */
+    fwd_plan fp; /* the pass that writes the kSub-step checkpoint (the fast path: the 64-step one) */
+    int fastTPC; /* fast backward (bwd_fast_kernel): threads a channel; 0: the general kernel */
+    size_t off_fws; /* fast path without a checkpoint: the forward's L-chunk buffers */
 };
+
+const int64_t kFastBwdSlots = 132 * SELSCAN_CUDA_FAST_BWD_MINBLOCKS; /* fast backward blocks in flight */
+
+/* The partial-sum part of a backward's workspace (after `o` bytes), given its L chunks. */
+size_t plan_partials(const selscan__prob &q, const selscan__grd &r, bwd_plan *pl, size_t o) {
+    const int64_t rows = q.batch * q.dim;
+    const size_t vm = pl->nlch > 1 ? al(static_cast<size_t>(rows * pl->nlch * q.N) * 4) : 0;
+    pl->off_V = o; o += vm;
+    pl->off_M = o; o += vm;
+    pl->off_Din = o; o += vm;
+    const int64_t prows = rows * pl->nlch; /* partial sums per (chunk, batch row) */
+    pl->off_dA = o; o += r.dA.data ? al(static_cast<size_t>(prows * q.N) * 4) : 0;
+    pl->off_dD = o; o += r.dD.data ? al(static_cast<size_t>(prows) * 4) : 0;
+    pl->off_dbias = o; o += r.dbias.data ? al(static_cast<size_t>(prows) * 4) : 0;
+    pl->off_dBf = o; o += r.dB.data && q.fixB ? al(static_cast<size_t>(prows * q.N) * 4) : 0;
+    pl->off_dCf = o; o += r.dC.data && q.fixC ? al(static_cast<size_t>(prows * q.N) * 4) : 0;
+    const size_t bc = static_cast<size_t>(pl->ncb * q.batch * q.G * q.N * q.L) * 4;
+    pl->off_dB = o; o += r.dB.data && !q.fixB ? al(bc) : 0;
+    pl->off_dC = o; o += r.dC.data && !q.fixC ? al(bc) : 0;
+    return o;
+}
+
+/* The fast backward's plan (false: it does not apply): the layout of the fast forward, unit L
+   stride dy / du / ddelta / dz; without a checkpoint the fast forward writes one first. */
+bool plan_fast_backward(const selscan__prob &q, const selscan__grd &r, bool have_ck, bwd_plan *pl) {
+    if (q.cu || q.fixB || q.fixC || q.N > 16 || q.u.s[2] != 1 || q.delta.s[2] != 1 || r.dy.s[2] != 1 ||
+        (q.z.data && q.z.s[2] != 1) || (r.du.data && r.du.s[2] != 1) || (r.ddelta.data && r.ddelta.s[2] != 1) ||
+        (r.dz.data && r.dz.s[2] != 1) || q.B.s[3] != 1 || q.C.s[3] != 1)
+        return false;
+    const int tpc = q.N <= 8 ? 1 : 2;
+    const int64_t rows = q.batch * q.dim, nck = cdiv(q.L, kCK);
+    pl->fastTPC = tpc;
+    pl->NT = pow2ceil(cdiv(q.N, kBwdNPT)); /* bwd_local_kernel's threads a channel */
+    pl->CH = kThreads / tpc;
+    pl->ncb = cdiv(q.dpg, pl->CH);
+    pl->nck = nck;
+    pl->ck_bytes = static_cast<size_t>(rows * nck * q.N) * 4;
+    const int64_t blocks = q.batch * q.G * pl->ncb;
+    int64_t nl = blocks * 2 > kFastBwdSlots ? 1 : kFastBwdSlots / blocks; /* as the forward's chunks */
+    if (nl > nck) nl = nck;
+    pl->lchunk = cdiv(nck, nl) * kCK;
+    pl->nlch = cdiv(q.L, pl->lchunk);
+    size_t o = 0;
+    if (!have_ck) {
+        plan_fast_forward(q, 0, &pl->fp, false);
+        if (!pl->fp.fastS) return false;
+        pl->off_ck16 = o; o += al(pl->ck_bytes); /* the 64-step checkpoint */
+        pl->off_fws = o; o += pl->fp.ws;
+    }
+    pl->ws = plan_partials(q, r, pl, o);
+    return blocks * pl->nlch <= 0x7fffffff && cdiv(rows * pl->NT * pl->nlch, kThreads) <= 0x7fffffff;
+}
 
 bool plan_backward(const selscan__prob &q, const selscan__grd &r, bool have_ck, bwd_plan *pl) {
     const int NT = pow2ceil(cdiv(q.N, kBwdNPT));
     if (NT > kThreads) return false;
+    if (plan_fast_backward(q, r, have_ck, pl)) return true;
+    pl->fastTPC = 0;
     pl->NT = NT;
     pl->CH = kThreads / NT;
     pl->ncb = cdiv(q.dpg, pl->CH);
@@ -1486,20 +1851,7 @@ bool plan_backward(const selscan__prob &q, const selscan__grd &r, bool have_ck, 
     if (nl > pl->nck16) nl = pl->nck16;
     pl->lchunk = cdiv(pl->nck16, nl) * kSub;
     pl->nlch = cdiv(q.L, pl->lchunk);
-    const size_t vm = pl->nlch > 1 ? al(static_cast<size_t>(rows * pl->nlch * q.N) * 4) : 0;
-    pl->off_V = o; o += vm;
-    pl->off_M = o; o += vm;
-    pl->off_Din = o; o += vm;
-    const int64_t prows = rows * pl->nlch; /* partial sums per (chunk, batch row) */
-    pl->off_dA = o; o += r.dA.data ? al(static_cast<size_t>(prows * q.N) * 4) : 0;
-    pl->off_dD = o; o += r.dD.data ? al(static_cast<size_t>(prows) * 4) : 0;
-    pl->off_dbias = o; o += r.dbias.data ? al(static_cast<size_t>(prows) * 4) : 0;
-    pl->off_dBf = o; o += r.dB.data && q.fixB ? al(static_cast<size_t>(prows * q.N) * 4) : 0;
-    pl->off_dCf = o; o += r.dC.data && q.fixC ? al(static_cast<size_t>(prows * q.N) * 4) : 0;
-    const size_t bc = static_cast<size_t>(pl->ncb * q.batch * q.G * q.N * q.L) * 4;
-    pl->off_dB = o; o += r.dB.data && !q.fixB ? al(bc) : 0;
-    pl->off_dC = o; o += r.dC.data && !q.fixC ? al(bc) : 0;
-    pl->ws = o;
+    pl->ws = plan_partials(q, r, pl, o);
     if (!plan_forward(q, &pl->fp, 0, 0, true)) return false;
     if (have_ck) { pl->fp.lchunk = kCK; pl->fp.nlch = pl->nck; }    /* from the given checkpoint */
     else { pl->fp.lchunk = kSub; pl->fp.nlch = pl->nck16; }         /* pass 1 + carry */
@@ -1594,6 +1946,24 @@ selscan_status run_fast_forward(const selscan__prob &q, kparams P, const fwd_pla
     launch_fwd_fast_dt<false>(q.dt, P, grid, stream);
     SELSCAN__LAUNCHED();
     return SELSCAN_OK;
+}
+
+template <typename T, int TPC>
+selscan_status launch_bwd_fast_t(const kparams &P, unsigned grid, cudaStream_t stream, cudaError_t *err) {
+    const int smem = static_cast<int>(sizeof(bwd_fast_smem<TPC>));
+    SELSCAN__CU(cudaFuncSetAttribute(bwd_fast_kernel<T, TPC>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+    bwd_fast_kernel<T, TPC><<<grid, kThreads, smem, stream>>>(P);
+    SELSCAN__LAUNCHED();
+    return SELSCAN_OK;
+}
+template <typename T>
+selscan_status launch_bwd_fast_tpc(int tpc, const kparams &P, unsigned grid, cudaStream_t s, cudaError_t *err) {
+    return tpc == 1 ? launch_bwd_fast_t<T, 1>(P, grid, s, err) : launch_bwd_fast_t<T, 2>(P, grid, s, err);
+}
+selscan_status launch_bwd_fast_dt(selscan_dtype dt, int tpc, const kparams &P, unsigned grid, cudaStream_t s, cudaError_t *err) {
+    if (dt == SELSCAN_F32) return launch_bwd_fast_tpc<float>(tpc, P, grid, s, err);
+    if (dt == SELSCAN_F16) return launch_bwd_fast_tpc<__half>(tpc, P, grid, s, err);
+    return launch_bwd_fast_tpc<__nv_bfloat16>(tpc, P, grid, s, err);
 }
 
 /* The forward pipeline: [pass 1, carry,] pass 3. y NULL in P with ck set and fp.lchunk == 64:
@@ -1755,8 +2125,16 @@ SELSCAN_DEF selscan_status selscan_backward_cuda_ex(const selscan_problem *p, co
     fill_problem(P, q, x ? x->cu_seqlens_device : NULL);
     P.dy = mk(r.dy); P.dhlast = mk(r.dhlast); P.du = mk(r.du); P.ddelta = mk(r.ddelta); P.dz = mk(r.dz);
     P.dh0 = mk(r.dh0);
-    /* the state entering every kSub steps, into the workspace */
-    {
+    if (bp.fastTPC) { /* the fast path reads the 64-step checkpoint: the forward's, or written here */
+        P.ck = have_ck ? x->checkpoint : reinterpret_cast<float *>(ws + bp.off_ck16);
+        P.nck = bp.nck;
+        if (!have_ck) {
+            kparams F = P;
+            F.y.p = NULL;
+            F.hlast.p = NULL;
+            if ((st = run_fast_forward(q, F, bp.fp, ws + bp.off_fws, stream, err)) != SELSCAN_OK) return st;
+        }
+    } else { /* the state entering every kSub steps, into the workspace */
         kparams F = P;
         F.y.p = NULL;
         F.hlast.p = NULL;
@@ -1801,7 +2179,10 @@ SELSCAN_DEF selscan_status selscan_backward_cuda_ex(const selscan_problem *p, co
     P.wdCf = r.dC.data && q.fixC ? reinterpret_cast<float *>(ws + bp.off_dCf) : NULL;
     P.wdB = r.dB.data && !q.fixB ? reinterpret_cast<float *>(ws + bp.off_dB) : NULL;
     P.wdC = r.dC.data && !q.fixC ? reinterpret_cast<float *>(ws + bp.off_dC) : NULL;
-    {
+    if (bp.fastTPC) {
+        const unsigned grid = static_cast<unsigned>(q.batch * q.G * bp.ncb * bp.nlch);
+        if ((st = launch_bwd_fast_dt(q.dt, bp.fastTPC, P, grid, stream, err)) != SELSCAN_OK) return st;
+    } else {
         const bwd_layout l = bwd_smem(bp.NT, bp.CH);
         const unsigned grid = static_cast<unsigned>(q.batch * q.G * bp.ncb * bp.nlch);
         const int smem = static_cast<int>(l.total);
