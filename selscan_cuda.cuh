@@ -1341,12 +1341,12 @@ __global__ void reduce_bc_kernel(const float *w, int64_t ncb, int64_t batch, int
    state entering each tile in shared memory; phase 2 walks the tiles from the last: recompute the
    tile's states into registers (hh), then walk it back (the state gradient dh in registers, the
    decays recomputed). Reductions, all in a fixed order (deterministic):
-   - over the channel's states (dt and u gradients, y for dz): per-step partials in registers,
-     reduce-scattered over the TPC lanes at the tile's end (lane j then owns the steps it loaded);
+   - over the channel's states (dt and u gradients, y for dz): each step, two chains a lane, then
+     a shuffle over the TPC lanes; the lane that loaded the step keeps the sums;
    - over the channels (dB, dC): each step, a warp transposes its lanes' 16 terms through shared
-     memory (lane = one (B or C, state) of the warp's channels), the tile's warp sums are added
-     across warps after it and written per block into the workspace (reduce_bc_kernel adds the
-     blocks);
+     memory (lane = one (B or C, state) of the warp's channels; double-buffered, added up during
+     the next step so the loads' latency is hidden), the tile's warp sums are added across warps
+     after it and written per block into the workspace (reduce_bc_kernel adds the blocks);
    - over time (dA per thread, dD and ddelta_bias per owning lane): registers, per (chunk, row).
    When the channels give less than a wave, L chunks as the general backward (bwd_local_kernel +
    carry_rev_kernel give the state gradient entering each chunk from the right). */
@@ -1359,31 +1359,12 @@ template <int TPC> struct bwd_fast_smem {
     /* warp transpose of the dB / dC terms: rows of WR floats (the channels + padding), one plane
        (TPC 1) or one per lane parity (TPC 2, plane stride 16 mod 32 words): conflict-free both ways */
     static constexpr int WR = TPC == 2 ? 20 : 36, WPL = 16 * WR + 16, WB = TPC == 2 ? 2 * WPL : 16 * WR;
-    float hin[kBTS][S][kThreads];   /* state entering each tile of the segment */
+    float hin[kBTS - 1][S][kThreads]; /* state entering tiles 1.. of the segment (tile 0: the checkpoint) */
     float bc[kCK * RS];             /* the segment's (B, C) per state, a row per step */
-    float4 ch[kBT][CH];             /* (dt, dt u, dy', -) per (step, channel) */
-    float wb[kThreads / 32][WB];    /* per-warp transposes */
+    float4 ch[kBT][CH];             /* (dt, dt u, dy', u) per (step, channel) */
+    float wb[2][kThreads / 32][WB]; /* per-warp transposes, double-buffered (read one step later) */
     float red[kBT][kThreads / 32][32]; /* the tile's per-warp dB / dC sums */
 };
-
-/* Sum v over the TPC lanes of a channel; lane j ends with the sums of elements
-   [j * LEN / TPC, (j + 1) * LEN / TPC) in v[0 .. LEN / TPC). Fixed order: deterministic. */
-template <int TPC, int LEN> __device__ __forceinline__ void reduce_scatter_n(float (&v)[LEN], int j) {
-    int len = LEN;
-#pragma unroll
-    for (int m = TPC / 2; m >= 1; m /= 2) {
-        len /= 2;
-        const bool hi = (j & m) != 0;
-#pragma unroll
-        for (int i = 0; i < LEN / 2; i++) {
-            if (i < len) {
-                const float send = hi ? v[i] : v[len + i];
-                const float keep = hi ? v[len + i] : v[i];
-                v[i] = keep + __shfl_xor_sync(0xffffffffu, send, m);
-            }
-        }
-    }
-}
 
 #ifndef SELSCAN_CUDA_FAST_BWD_MINBLOCKS
 #define SELSCAN_CUDA_FAST_BWD_MINBLOCKS 3 /* blocks per SM the fast backward's registers allow */
@@ -1405,15 +1386,10 @@ __global__ void __launch_bounds__(kThreads, SELSCAN_CUDA_FAST_BWD_MINBLOCKS) bwd
     const int64_t d = g * P.dpg + (active ? cig : 0), N = P.N, bd = b * P.dim + d;
     const int64_t t_beg = lc * P.lchunk, t_end = min(P.L, t_beg + P.lchunk);
 
-    const T *urow = static_cast<const T *>(P.u.p) + b * P.u.s[0] + d * P.u.s[1];
-    const T *drow = static_cast<const T *>(P.delta.p) + b * P.delta.s[0] + d * P.delta.s[1];
-    const T *dyrow = static_cast<const T *>(P.dy.p) + b * P.dy.s[0] + d * P.dy.s[1];
-    const T *zrow = P.z.p ? static_cast<const T *>(P.z.p) + b * P.z.s[0] + d * P.z.s[1] : NULL;
-    T *durow = P.du.p ? static_cast<T *>(P.du.p) + b * P.du.s[0] + d * P.du.s[1] : NULL;
-    T *ddrow = P.ddelta.p ? static_cast<T *>(P.ddelta.p) + b * P.ddelta.s[0] + d * P.ddelta.s[1] : NULL;
-    T *dzrow = P.dz.p ? static_cast<T *>(P.dz.p) + b * P.dz.s[0] + d * P.dz.s[1] : NULL;
-    const T *Bg = static_cast<const T *>(P.B.p) + b * P.B.s[0] + g * P.B.s[1];
-    const T *Cg = static_cast<const T *>(P.C.p) + b * P.C.s[0] + g * P.C.s[1];
+    /* rows are formed where used (from the parameter bank): registers are this kernel's limit */
+    auto row = [&](const ct &X) { return static_cast<T *>(X.p) + b * X.s[0] + d * X.s[1]; };
+    auto bcrow = [&](const ct &X, int n) { return static_cast<const T *>(X.p) + b * X.s[0] + g * X.s[1] + n * X.s[2]; };
+    const float *ckrow = P.ck + bd * P.nck * N + j * S; /* + seg * N */
 
     float A2[S], dh[S], dA[S];
 #pragma unroll
@@ -1428,7 +1404,7 @@ __global__ void __launch_bounds__(kThreads, SELSCAN_CUDA_FAST_BWD_MINBLOCKS) bwd
     }
     const float Dd = active && P.D.p ? ldf(P.D, d * P.D.s[0]) : 0.0f;
     const float bias = active && P.bias.p ? ldf(P.bias, d * P.bias.s[0]) : 0.0f;
-    const bool sp = P.softplus != 0, hz = zrow != NULL;
+    const bool sp = P.softplus != 0, hz = P.z.p != NULL;
     float accD = 0.0f, accBias = 0.0f; /* over the own steps */
 
     /* own steps [tb + j*OWN, +OWN) of the tile at tb, inside [tb, te) */
@@ -1448,8 +1424,8 @@ __global__ void __launch_bounds__(kThreads, SELSCAN_CUDA_FAST_BWD_MINBLOCKS) bwd
             const int cnt = n < N ? static_cast<int>(max(static_cast<int64_t>(0), min(static_cast<int64_t>(8), te - t0))) : 0;
             rawv<T, 8> rb, rc;
             const bool ext = t0 >= 1 && t0 + 8 < P.L;
-            load_raw<T, 8>(rb, Bg + n * P.B.s[2] + t0, cnt, ext);
-            load_raw<T, 8>(rc, Cg + n * P.C.s[2] + t0, cnt, ext);
+            load_raw<T, 8>(rb, bcrow(P.B, n) + t0, cnt, ext);
+            load_raw<T, 8>(rc, bcrow(P.C, n) + t0, cnt, ext);
 #pragma unroll
             for (int k = 0; k < 8; k++)
                 *reinterpret_cast<float2 *>(&sm.bc[(tg + k) * RS + 2 * n]) =
@@ -1459,18 +1435,30 @@ __global__ void __launch_bounds__(kThreads, SELSCAN_CUDA_FAST_BWD_MINBLOCKS) bwd
 #pragma unroll
         for (int k = 0; k < S; k++) {
             const int64_t n = j * S + k;
-            h[k] = active && n < N ? P.ck[(bd * P.nck + seg) * N + n] : 0.0f;
-            sm.hin[0][k][tid] = h[k];
+            h[k] = active && n < N ? ckrow[seg * N + k] : 0.0f;
         }
+        /* the own steps' raw u, delta (and dy, z: full) of a tile; the next tile's are in flight
+           during this one's scan */
+        rawv<T, OWN> ru, rd, ry, rz;
+        auto load_own = [&](int it, bool full) {
+            const int64_t t0 = ts + it * kBT + j * OWN;
+            const int nown = own_count(ts + it * kBT, te);
+            const bool ext = t0 >= 1 && t0 + OWN < P.L;
+            load_raw<T, OWN>(ru, row(P.u) + t0, nown, ext);
+            load_raw<T, OWN>(rd, row(P.delta) + t0, nown, ext);
+            if (full) {
+                load_raw<T, OWN>(ry, row(P.dy) + t0, nown, ext);
+                if (hz) load_raw<T, OWN>(rz, row(P.z) + t0, nown, ext);
+            }
+        };
+        load_own(0, nt == 1);
+        auto hin_of = [&](int it, int k) { /* the state entering tile it */
+            return it == 0 ? (active && j * S + k < N ? ckrow[seg * N + k] : 0.0f) : sm.hin[it - 1][k][tid];
+        };
         /* phase 1: the states entering tiles 1 .. nt-1 */
         for (int it = 0; it + 1 < nt; it++) {
-            const int64_t tb = ts + it * kBT, t0 = tb + j * OWN;
             {
-                const int nown = own_count(tb, te);
-                rawv<T, OWN> ru, rd;
-                const bool ext = t0 >= 1 && t0 + OWN < P.L;
-                load_raw<T, OWN>(ru, urow + t0, nown, ext);
-                load_raw<T, OWN>(rd, drow + t0, nown, ext);
+                const int nown = own_count(ts + it * kBT, te);
 #pragma unroll
                 for (int k = 0; k < OWN; k++) {
                     const float x = raw_get<T, OWN>(rd, k) + bias;
@@ -1479,6 +1467,7 @@ __global__ void __launch_bounds__(kThreads, SELSCAN_CUDA_FAST_BWD_MINBLOCKS) bwd
                 }
             }
             __syncthreads();
+            load_own(it + 1, it + 2 == nt);
 #pragma unroll
             for (int tt = 0; tt < kBT; tt++) {
                 const float4 c = sm.ch[tt][chl];
@@ -1491,21 +1480,35 @@ __global__ void __launch_bounds__(kThreads, SELSCAN_CUDA_FAST_BWD_MINBLOCKS) bwd
                 }
             }
 #pragma unroll
-            for (int k = 0; k < S; k++) sm.hin[it + 1][k][tid] = h[k];
+            for (int k = 0; k < S; k++) sm.hin[it][k][tid] = h[k];
             __syncthreads();
+        }
+        if (seg > t_beg / kCK) { /* the previous segment into L2 while this one is walked back */
+            const int64_t tp = ts - kCK;
+            if (active && j == 0) {
+                pf<T>(row(P.u), tp); pf<T>(row(P.delta), tp); pf<T>(row(P.dy), tp);
+                if (hz) pf<T>(row(P.z), tp);
+                if (sizeof(T) == 4) {
+                    pf<T>(row(P.u), tp + 32); pf<T>(row(P.delta), tp + 32); pf<T>(row(P.dy), tp + 32);
+                    if (hz) pf<T>(row(P.z), tp + 32);
+                }
+            }
+            if (active) pf<float>(ckrow, (seg - 1) * N);
+            for (int e = tid; e < 2 * NP; e += kThreads) {
+                const int n = e >> 1;
+                if (n < N) {
+                    const T *r = (e & 1) ? bcrow(P.C, n) : bcrow(P.B, n);
+                    pf<T>(r, tp);
+                    if (sizeof(T) == 4) pf<T>(r, tp + 32);
+                }
+            }
         }
         /* phase 2: the tiles from the last */
         for (int it = nt - 1; it >= 0; it--) {
             const int64_t tb = ts + it * kBT, t0 = tb + j * OWN;
             const int nown = own_count(tb, te);
-            float ou[OWN], odt[OWN], odsp[OWN], ody[OWN], ofz[OWN];
+            float odsp[OWN], ofz[OWN]; /* dt, dy', u come back from sm.ch */
             {
-                rawv<T, OWN> ru, rd, ry, rz;
-                const bool ext = t0 >= 1 && t0 + OWN < P.L;
-                load_raw<T, OWN>(ru, urow + t0, nown, ext);
-                load_raw<T, OWN>(rd, drow + t0, nown, ext);
-                load_raw<T, OWN>(ry, dyrow + t0, nown, ext);
-                if (hz) load_raw<T, OWN>(rz, zrow + t0, nown, ext);
 #pragma unroll
                 for (int k = 0; k < OWN; k++) {
                     const bool v = k < nown;
@@ -1515,19 +1518,17 @@ __global__ void __launch_bounds__(kThreads, SELSCAN_CUDA_FAST_BWD_MINBLOCKS) bwd
                     const float dy = v ? raw_get<T, OWN>(ry, k) : 0.0f;
                     const float zz = hz && v ? raw_get<T, OWN>(rz, k) : 0.0f;
                     const float sg = sigm(zz);
-                    ou[k] = uu;
-                    odt[k] = dt;
                     odsp[k] = !v ? 0.0f : sp && x <= 20.0f ? sigm(x) : 1.0f;
-                    ody[k] = hz ? dy * zz * sg : dy;
                     ofz[k] = hz ? dy * sg * (1.0f + zz * (1.0f - sg)) : 0.0f;
-                    sm.ch[j * OWN + k][chl] = make_float4(dt, dt * uu, ody[k], 0.0f);
+                    sm.ch[j * OWN + k][chl] = make_float4(dt, dt * uu, hz ? dy * zz * sg : dy, uu);
                 }
             }
             __syncthreads();
+            if (it > 0) load_own(it - 1, true);
             /* recompute the tile's states */
             float hh[kBT][S];
 #pragma unroll
-            for (int k = 0; k < S; k++) h[k] = sm.hin[it][k][tid];
+            for (int k = 0; k < S; k++) h[k] = hin_of(it, k);
 #pragma unroll
             for (int tt = 0; tt < kBT; tt++) {
                 const float4 c = sm.ch[tt][chl];
@@ -1542,16 +1543,21 @@ __global__ void __launch_bounds__(kThreads, SELSCAN_CUDA_FAST_BWD_MINBLOCKS) bwd
                 }
             }
             /* walk back */
-            float pd[kBT], pb[kBT], py[kBT];
-            float *wb = sm.wb[warp];
-            const int wofs = TPC == 2 ? j * SM::WPL + (lane >> 1) : lane;
-            const int rofs = (TPC == 2 ? (lane & 1) * SM::WPL : (lane & 1) * 16) + (lane >> 1) * SM::WR;
+            float od[OWN], ob[OWN], oy[OWN]; /* the channel's sums over states at the own steps */
+            const int wofs = warp * SM::WB + (TPC == 2 ? j * SM::WPL + (lane >> 1) : lane);
+            const int rofs = warp * SM::WB + (TPC == 2 ? (lane & 1) * SM::WPL : (lane & 1) * 16) + (lane >> 1) * SM::WR;
+            float4 r0 = make_float4(0.0f, 0.0f, 0.0f, 0.0f), r1 = r0, r2 = r0, r3 = r0; /* the previous step's transpose, added up one step later */
+            auto red_sum = [&]() {
+                return (((r0.x + r0.y) + (r0.z + r0.w)) + ((r1.x + r1.y) + (r1.z + r1.w))) +
+                       (((r2.x + r2.y) + (r2.z + r2.w)) + ((r3.x + r3.y) + (r3.z + r3.w)));
+            };
 #pragma unroll
             for (int tt = kBT - 1; tt >= 0; tt--) {
                 const float4 c = sm.ch[tt][chl];
                 const float dt = c.x, dtu = c.y, dy0 = c.z;
                 const float *bc = &sm.bc[(it * kBT + tt) * RS + 2 * j * S];
-                float ddt = 0.0f, sBu = 0.0f, y0 = 0.0f;
+                float *wb = &sm.wb[tt & 1][0][0];
+                float ddt[2] = {0.0f, 0.0f}, sBu[2] = {0.0f, 0.0f}, y0[2] = {0.0f, 0.0f}; /* two chains each */
 #pragma unroll
                 for (int k = 0; k < S; k += 2) {
                     const float4 v = *reinterpret_cast<const float4 *>(bc + 2 * k);
@@ -1559,49 +1565,48 @@ __global__ void __launch_bounds__(kThreads, SELSCAN_CUDA_FAST_BWD_MINBLOCKS) bwd
 #pragma unroll
                     for (int i = 0; i < 2; i++) {
                         const int kk = k + i;
-                        const float hp = tt > 0 ? hh[tt > 0 ? tt - 1 : 0][kk] : sm.hin[it][kk][tid];
+                        const float hp = tt > 0 ? hh[tt > 0 ? tt - 1 : 0][kk] : hin_of(it, kk);
                         const float dhn = fmaf(dy0, Cv[i], dh[kk]);
-                        y0 = fmaf(Cv[i], hh[tt][kk], y0);
+                        y0[i] = fmaf(Cv[i], hh[tt][kk], y0[i]);
                         wb[wofs + kk * SM::WR] = dhn * dtu;             /* dB term */
                         wb[wofs + (kk + 8) * SM::WR] = dy0 * hh[tt][kk]; /* dC term */
-                        sBu = fmaf(dhn, Bv[i], sBu);
+                        sBu[i] = fmaf(dhn, Bv[i], sBu[i]);
                         dh[kk] = dhn * ex2(dt * A2[kk]);
                         const float q = dh[kk] * hp; /* dhn a h_prev */
-                        ddt = fmaf(q, A2[kk], ddt);
+                        ddt[i] = fmaf(q, A2[kk], ddt[i]);
                         dA[kk] = fmaf(q, dt, dA[kk]);
                     }
                 }
-                pd[tt] = ddt;
-                pb[tt] = sBu;
-                py[tt] = y0;
-                __syncwarp();
-                {
-                    const float4 *r = reinterpret_cast<const float4 *>(wb + rofs);
-                    const float4 r0 = r[0], r1 = r[1], r2 = r[2], r3 = r[3];
-                    sm.red[tt][warp][lane] = (((r0.x + r0.y) + (r0.z + r0.w)) + ((r1.x + r1.y) + (r1.z + r1.w))) +
-                                             (((r2.x + r2.y) + (r2.z + r2.w)) + ((r3.x + r3.y) + (r3.z + r3.w)));
+                float pd = ddt[0] + ddt[1], pb = sBu[0] + sBu[1], py = y0[0] + y0[1];
+                if (TPC == 2) { /* both lanes get the same sums; the step's owner keeps them */
+                    pd += __shfl_xor_sync(0xffffffffu, pd, 1);
+                    pb += __shfl_xor_sync(0xffffffffu, pb, 1);
+                    py += __shfl_xor_sync(0xffffffffu, py, 1);
                 }
+                if (TPC == 1 || j == tt / OWN) { od[tt % OWN] = pd; ob[tt % OWN] = pb; oy[tt % OWN] = py; }
+                if (tt < kBT - 1) sm.red[tt + 1][warp][lane] = red_sum();
                 __syncwarp();
+                const float4 *rp = reinterpret_cast<const float4 *>(wb + rofs);
+                r0 = rp[0]; r1 = rp[1]; r2 = rp[2]; r3 = rp[3];
             }
+            sm.red[0][warp][lane] = red_sum();
             /* per (channel, step) outputs of the own steps */
-            reduce_scatter_n<TPC, kBT>(pd, j);
-            reduce_scatter_n<TPC, kBT>(pb, j);
-            reduce_scatter_n<TPC, kBT>(py, j);
             {
                 float vu[OWN], vd[OWN], vz[OWN];
 #pragma unroll
                 for (int k = 0; k < OWN; k++) {
-                    const float ddt = fmaf(pb[k], ou[k], pd[k] * kLn2) * odsp[k];
-                    vu[k] = fmaf(pb[k], odt[k], Dd * ody[k]);
+                    const float4 c = sm.ch[j * OWN + k][chl]; /* dt, dt u, dy', u */
+                    const float ddt = fmaf(ob[k], c.w, od[k] * kLn2) * odsp[k];
+                    vu[k] = fmaf(ob[k], c.x, Dd * c.z);
                     vd[k] = ddt;
-                    vz[k] = ofz[k] * fmaf(Dd, ou[k], py[k]);
-                    accD = fmaf(ody[k], ou[k], accD);
+                    vz[k] = ofz[k] * fmaf(Dd, c.w, oy[k]);
+                    accD = fmaf(c.z, c.w, accD);
                     accBias += ddt;
                 }
                 if (nown > 0) {
-                    if (durow) store_row<T, OWN>(durow + t0, vu, nown);
-                    if (ddrow) store_row<T, OWN>(ddrow + t0, vd, nown);
-                    if (dzrow) store_row<T, OWN>(dzrow + t0, vz, nown);
+                    if (P.du.p) store_row<T, OWN>(row(P.du) + t0, vu, nown);
+                    if (P.ddelta.p) store_row<T, OWN>(row(P.ddelta) + t0, vd, nown);
+                    if (P.dz.p) store_row<T, OWN>(row(P.dz) + t0, vz, nown);
                 }
             }
             __syncthreads(); /* the tile's warp sums are complete; sm.ch is free */
@@ -1636,6 +1641,97 @@ __global__ void __launch_bounds__(kThreads, SELSCAN_CUDA_FAST_BWD_MINBLOCKS) bwd
     if (active && j == 0) {
         if (P.wdD) P.wdD[prow * P.dim + d] = accD;
         if (P.wdbias) P.wdbias[prow * P.dim + d] = accBias;
+    }
+}
+
+
+/* Pass 1 of the L-chunked fast backward (bwd_local_kernel's job for the fast layout): each chunk
+   walked back from a zero state gradient (dh_last in the last chunk) gives V, the gradient it
+   sends to the state entering it, and M = exp(A sum dt), its decay product. Needs no states: 4
+   instructions an element. Tiles of kFL steps, the next tile's loads in flight during the walk. */
+template <typename T, int TPC>
+__global__ void __launch_bounds__(kThreads) bwd_fast_local_kernel(const kparams P, float *V, float *M) {
+    constexpr int S = 8, NP = S * TPC, CH = kThreads / TPC, OWN = kFL / TPC, RB = (NP * kFL + kThreads - 1) / kThreads;
+    __shared__ __align__(16) float s_c[kFL][NP + 4];
+    __shared__ float2 s_dt[kFL][CH]; /* (dt, dy') */
+    int64_t bid = blockIdx.x;
+    const int64_t lc = bid % P.nlch; bid /= P.nlch;
+    const int64_t cb = bid % P.ncb; bid /= P.ncb;
+    const int64_t g = bid % P.G, b = bid / P.G;
+    const int tid = threadIdx.x, j = tid % TPC, chl = tid / TPC;
+    const int64_t cig = cb * CH + chl;
+    const bool active = cig < P.dpg;
+    const int64_t d = g * P.dpg + (active ? cig : 0), N = P.N, bd = b * P.dim + d;
+    const int64_t t_beg = lc * P.lchunk, t_end = min(P.L, t_beg + P.lchunk);
+    auto row = [&](const ct &X) { return static_cast<const T *>(X.p) + b * X.s[0] + d * X.s[1]; };
+    const T *Cg = static_cast<const T *>(P.C.p) + b * P.C.s[0] + g * P.C.s[1];
+    float A2[S], dh[S];
+#pragma unroll
+    for (int k = 0; k < S; k++) {
+        const int64_t n = j * S + k;
+        const bool nv = active && n < N;
+        A2[k] = nv ? ldf(P.A, d * P.A.s[0] + n * P.A.s[1]) * kLog2e : 0.0f;
+        dh[k] = nv && lc == P.nlch - 1 && P.dhlast.p ? ldf(P.dhlast, b * P.dhlast.s[0] + d * P.dhlast.s[1] + n * P.dhlast.s[2]) : 0.0f;
+    }
+    const float bias = active && P.bias.p ? ldf(P.bias, d * P.bias.s[0]) : 0.0f;
+    const bool sp = P.softplus != 0, hz = P.z.p != NULL;
+    float sumdt = 0.0f;
+    rawv<T, OWN> rd, ry, rz;
+    float rC[RB];
+    auto load = [&](int64_t tb) {
+        const int64_t t0 = tb + j * OWN;
+        const int nown = active ? static_cast<int>(max(static_cast<int64_t>(0), min(static_cast<int64_t>(OWN), t_end - t0))) : 0;
+        const bool ext = t0 >= 1 && t0 + OWN < P.L;
+        load_raw<T, OWN>(rd, row(P.delta) + t0, nown, ext);
+        load_raw<T, OWN>(ry, row(P.dy) + t0, nown, ext);
+        if (hz) load_raw<T, OWN>(rz, row(P.z) + t0, nown, ext);
+#pragma unroll
+        for (int r = 0; r < RB; r++) {
+            const int e = tid + r * kThreads, n = e / kFL, tt = e % kFL;
+            rC[r] = e < NP * kFL && n < N && tb + tt < t_end ? ld<T>(Cg, n * P.C.s[2] + tb + tt) : 0.0f;
+        }
+        return nown;
+    };
+    const int64_t last = t_beg + (t_end - 1 - t_beg) / kFL * kFL; /* the last tile's start */
+    int nown = load(last);
+    for (int64_t tb = last; tb >= t_beg; tb -= kFL) {
+#pragma unroll
+        for (int k = 0; k < OWN; k++) {
+            const bool v = k < nown;
+            const float x = raw_get<T, OWN>(rd, k) + bias;
+            const float dt = v ? (sp ? softplus(x) : x) : 0.0f;
+            const float dy = v ? raw_get<T, OWN>(ry, k) : 0.0f;
+            const float zz = hz && v ? raw_get<T, OWN>(rz, k) : 0.0f;
+            s_dt[j * OWN + k][chl] = make_float2(dt, hz ? dy * zz * sigm(zz) : dy);
+        }
+#pragma unroll
+        for (int r = 0; r < RB; r++) {
+            const int e = tid + r * kThreads;
+            if (e < NP * kFL) s_c[e % kFL][e / kFL] = rC[r];
+        }
+        __syncthreads();
+        if (tb - kFL >= t_beg) nown = load(tb - kFL); /* in flight during the walk */
+#pragma unroll
+        for (int tt = kFL - 1; tt >= 0; tt--) {
+            const float2 c = s_dt[tt][chl];
+            sumdt += c.x;
+#pragma unroll
+            for (int k = 0; k < S; k += 4) {
+                const float4 cv = *reinterpret_cast<const float4 *>(&s_c[tt][j * S + k]);
+                const float Cv[4] = {cv.x, cv.y, cv.z, cv.w};
+#pragma unroll
+                for (int i = 0; i < 4; i++) dh[k + i] = fmaf(c.y, Cv[i], dh[k + i]) * ex2(c.x * A2[k + i]);
+            }
+        }
+        __syncthreads();
+    }
+#pragma unroll
+    for (int k = 0; k < S; k++) {
+        const int64_t n = j * S + k;
+        if (active && n < N) {
+            V[(bd * P.nlch + lc) * N + n] = dh[k];
+            M[(bd * P.nlch + lc) * N + n] = ex2(A2[k] * sumdt);
+        }
     }
 }
 
@@ -1966,6 +2062,17 @@ selscan_status launch_bwd_fast_dt(selscan_dtype dt, int tpc, const kparams &P, u
     return launch_bwd_fast_tpc<__nv_bfloat16>(tpc, P, grid, s, err);
 }
 
+template <typename T>
+void launch_bwd_fast_local_t(int tpc, const kparams &P, unsigned grid, float *V, float *M, cudaStream_t s) {
+    if (tpc == 1) bwd_fast_local_kernel<T, 1><<<grid, kThreads, 0, s>>>(P, V, M);
+    else bwd_fast_local_kernel<T, 2><<<grid, kThreads, 0, s>>>(P, V, M);
+}
+void launch_bwd_fast_local_dt(selscan_dtype dt, int tpc, const kparams &P, unsigned grid, float *V, float *M, cudaStream_t s) {
+    if (dt == SELSCAN_F32) launch_bwd_fast_local_t<float>(tpc, P, grid, V, M, s);
+    else if (dt == SELSCAN_F16) launch_bwd_fast_local_t<__half>(tpc, P, grid, V, M, s);
+    else launch_bwd_fast_local_t<__nv_bfloat16>(tpc, P, grid, V, M, s);
+}
+
 /* The forward pipeline: [pass 1, carry,] pass 3. y NULL in P with ck set and fp.lchunk == 64:
    checkpoint only (pass 1 + carry into ck). */
 selscan_status run_forward(const selscan__prob &q, kparams P, const fwd_plan &fp, char *ws, bool ck_only,
@@ -2165,7 +2272,9 @@ SELSCAN_DEF selscan_status selscan_backward_cuda_ex(const selscan_problem *p, co
         float *V = reinterpret_cast<float *>(ws + bp.off_V), *M = reinterpret_cast<float *>(ws + bp.off_M);
         P.Hin = reinterpret_cast<float *>(ws + bp.off_Din);
         const unsigned gl = nblocks(q.batch * q.dim * bp.NT * bp.nlch, kThreads);
-        if (q.dt == SELSCAN_F32) bwd_local_kernel<float><<<gl, kThreads, 0, stream>>>(P, V, M);
+        const unsigned gf = static_cast<unsigned>(q.batch * q.G * bp.ncb * bp.nlch);
+        if (bp.fastTPC) launch_bwd_fast_local_dt(q.dt, bp.fastTPC, P, gf, V, M, stream);
+        else if (q.dt == SELSCAN_F32) bwd_local_kernel<float><<<gl, kThreads, 0, stream>>>(P, V, M);
         else if (q.dt == SELSCAN_F16) bwd_local_kernel<__half><<<gl, kThreads, 0, stream>>>(P, V, M);
         else bwd_local_kernel<__nv_bfloat16><<<gl, kThreads, 0, stream>>>(P, V, M);
         SELSCAN__LAUNCHED();
