@@ -153,6 +153,7 @@ struct kparams {
     int64_t nck, ckmask; /* checkpoint: entries per row, interval - 1 */
     int ckshift;         /* log2 of the interval */
     float *S, *P, *Hin;
+    float *scr; /* fast backward: per-block scratch (tile states) */
     float *wdA, *wdD, *wdbias, *wdBf, *wdCf, *wdB, *wdC;
 };
 
@@ -197,6 +198,14 @@ __device__ __forceinline__ float softplus(float x) {
     const float l = e < 0.05f ? ser : __logf(1.0f + e);
     const float r = fmaxf(x, 0.0f) + l;
     return x > 20.0f ? x : r;
+}
+/* softplus(x) and its derivative sigmoid(x) from one exponential */
+__device__ __forceinline__ void softplus_dsig(float x, float *sp, float *dsig) {
+    const float e = __expf(-fabsf(x));
+    const float ser = e * (1.0f - e * (0.5f - e * (0.33333333f - 0.25f * e)));
+    const float l = e < 0.05f ? ser : __logf(1.0f + e);
+    *sp = x > 20.0f ? x : fmaxf(x, 0.0f) + l;
+    *dsig = x > 20.0f ? 1.0f : __fdividef(x >= 0.0f ? 1.0f : e, 1.0f + e);
 }
 const float kLog2e = 1.4426950408889634f;
 const float kLn2 = 0.6931471805599453f;
@@ -1359,9 +1368,10 @@ template <int TPC> struct bwd_fast_smem {
     /* warp transpose of the dB / dC terms: rows of WR floats (the channels + padding), one plane
        (TPC 1) or one per lane parity (TPC 2, plane stride 16 mod 32 words): conflict-free both ways */
     static constexpr int WR = TPC == 2 ? 20 : 36, WPL = 16 * WR + 16, WB = TPC == 2 ? 2 * WPL : 16 * WR;
-    float hin[kBTS - 1][S][kThreads]; /* state entering tiles 1.. of the segment (tile 0: the checkpoint) */
-    float bc[kCK * RS];             /* the segment's (B, C) per state, a row per step */
+    float bc[kCK * RS];             /* the segment's B then C, a row per step */
     float4 ch[kBT][CH];             /* (dt, dt u, dy', u) per (step, channel) */
+    float4 sums[kBT][CH];           /* the channel's sums over states (ddt, sBu, y, -) */
+    float2 own[kBT][CH];            /* (softplus', dz factor) */
     float wb[2][kThreads / 32][WB]; /* per-warp transposes, double-buffered (read one step later) */
     float red[kBT][kThreads / 32][32]; /* the tile's per-warp dB / dC sums */
 };
@@ -1390,6 +1400,9 @@ __global__ void __launch_bounds__(kThreads, SELSCAN_CUDA_FAST_BWD_MINBLOCKS) bwd
     auto row = [&](const ct &X) { return static_cast<T *>(X.p) + b * X.s[0] + d * X.s[1]; };
     auto bcrow = [&](const ct &X, int n) { return static_cast<const T *>(X.p) + b * X.s[0] + g * X.s[1] + n * X.s[2]; };
     const float *ckrow = P.ck + bd * P.nck * N + j * S; /* + seg * N */
+    /* the states entering tiles 1.. of a segment: per-block scratch in the workspace (L2; shared
+       memory is better spent on more blocks an SM), thread-major so the accesses coalesce */
+    float *hscr = P.scr + static_cast<int64_t>(blockIdx.x) * ((kBTS - 1) * S * kThreads) + tid;
 
     float A2[S], dh[S], dA[S];
 #pragma unroll
@@ -1428,8 +1441,10 @@ __global__ void __launch_bounds__(kThreads, SELSCAN_CUDA_FAST_BWD_MINBLOCKS) bwd
             load_raw<T, 8>(rc, bcrow(P.C, n) + t0, cnt, ext);
 #pragma unroll
             for (int k = 0; k < 8; k++)
-                *reinterpret_cast<float2 *>(&sm.bc[(tg + k) * RS + 2 * n]) =
-                    k < cnt ? make_float2(raw_get<T, 8>(rb, k), raw_get<T, 8>(rc, k)) : make_float2(0.0f, 0.0f);
+            {
+                sm.bc[(tg + k) * RS + n] = k < cnt ? raw_get<T, 8>(rb, k) : 0.0f;
+                sm.bc[(tg + k) * RS + NP + n] = k < cnt ? raw_get<T, 8>(rc, k) : 0.0f;
+            }
         }
         float h[S];
 #pragma unroll
@@ -1453,7 +1468,7 @@ __global__ void __launch_bounds__(kThreads, SELSCAN_CUDA_FAST_BWD_MINBLOCKS) bwd
         };
         load_own(0, nt == 1);
         auto hin_of = [&](int it, int k) { /* the state entering tile it */
-            return it == 0 ? (active && j * S + k < N ? ckrow[seg * N + k] : 0.0f) : sm.hin[it - 1][k][tid];
+            return it == 0 ? (active && j * S + k < N ? ckrow[seg * N + k] : 0.0f) : hscr[((it - 1) * S + k) * kThreads];
         };
         /* phase 1: the states entering tiles 1 .. nt-1 */
         for (int it = 0; it + 1 < nt; it++) {
@@ -1471,16 +1486,18 @@ __global__ void __launch_bounds__(kThreads, SELSCAN_CUDA_FAST_BWD_MINBLOCKS) bwd
 #pragma unroll
             for (int tt = 0; tt < kBT; tt++) {
                 const float4 c = sm.ch[tt][chl];
-                const float *bc = &sm.bc[(it * kBT + tt) * RS + 2 * j * S];
+                const float *bc = &sm.bc[(it * kBT + tt) * RS + j * S];
 #pragma unroll
-                for (int k = 0; k < S; k += 2) {
-                    const float4 v = *reinterpret_cast<const float4 *>(bc + 2 * k);
+                for (int k = 0; k < S; k += 4) {
+                    const float4 v = *reinterpret_cast<const float4 *>(bc + k);
                     h[k] = fmaf(ex2(c.x * A2[k]), h[k], v.x * c.y);
-                    h[k + 1] = fmaf(ex2(c.x * A2[k + 1]), h[k + 1], v.z * c.y);
+                    h[k + 1] = fmaf(ex2(c.x * A2[k + 1]), h[k + 1], v.y * c.y);
+                    h[k + 2] = fmaf(ex2(c.x * A2[k + 2]), h[k + 2], v.z * c.y);
+                    h[k + 3] = fmaf(ex2(c.x * A2[k + 3]), h[k + 3], v.w * c.y);
                 }
             }
 #pragma unroll
-            for (int k = 0; k < S; k++) sm.hin[it][k][tid] = h[k];
+            for (int k = 0; k < S; k++) hscr[(it * S + k) * kThreads] = h[k];
             __syncthreads();
         }
         if (seg > t_beg / kCK) { /* the previous segment into L2 while this one is walked back */
@@ -1507,19 +1524,19 @@ __global__ void __launch_bounds__(kThreads, SELSCAN_CUDA_FAST_BWD_MINBLOCKS) bwd
         for (int it = nt - 1; it >= 0; it--) {
             const int64_t tb = ts + it * kBT, t0 = tb + j * OWN;
             const int nown = own_count(tb, te);
-            float odsp[OWN], ofz[OWN]; /* dt, dy', u come back from sm.ch */
             {
 #pragma unroll
                 for (int k = 0; k < OWN; k++) {
                     const bool v = k < nown;
                     const float x = raw_get<T, OWN>(rd, k) + bias;
-                    const float dt = v ? (sp ? softplus(x) : x) : 0.0f;
+                    float dt = x, dsp = 1.0f;
+                    if (sp) softplus_dsig(x, &dt, &dsp);
                     const float uu = v ? raw_get<T, OWN>(ru, k) : 0.0f;
                     const float dy = v ? raw_get<T, OWN>(ry, k) : 0.0f;
                     const float zz = hz && v ? raw_get<T, OWN>(rz, k) : 0.0f;
                     const float sg = sigm(zz);
-                    odsp[k] = !v ? 0.0f : sp && x <= 20.0f ? sigm(x) : 1.0f;
-                    ofz[k] = hz ? dy * sg * (1.0f + zz * (1.0f - sg)) : 0.0f;
+                    dt = v ? dt : 0.0f;
+                    sm.own[j * OWN + k][chl] = make_float2(v ? dsp : 0.0f, hz ? dy * sg * (1.0f + zz * (1.0f - sg)) : 0.0f);
                     sm.ch[j * OWN + k][chl] = make_float4(dt, dt * uu, hz ? dy * zz * sg : dy, uu);
                 }
             }
@@ -1532,18 +1549,19 @@ __global__ void __launch_bounds__(kThreads, SELSCAN_CUDA_FAST_BWD_MINBLOCKS) bwd
 #pragma unroll
             for (int tt = 0; tt < kBT; tt++) {
                 const float4 c = sm.ch[tt][chl];
-                const float *bc = &sm.bc[(it * kBT + tt) * RS + 2 * j * S];
+                const float *bc = &sm.bc[(it * kBT + tt) * RS + j * S];
 #pragma unroll
-                for (int k = 0; k < S; k += 2) {
-                    const float4 v = *reinterpret_cast<const float4 *>(bc + 2 * k);
-                    h[k] = fmaf(ex2(c.x * A2[k]), h[k], v.x * c.y);
-                    h[k + 1] = fmaf(ex2(c.x * A2[k + 1]), h[k + 1], v.z * c.y);
-                    hh[tt][k] = h[k];
-                    hh[tt][k + 1] = h[k + 1];
+                for (int k = 0; k < S; k += 4) {
+                    const float4 v = *reinterpret_cast<const float4 *>(bc + k);
+                    const float Bv[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+                    for (int i = 0; i < 4; i++) {
+                        h[k + i] = fmaf(ex2(c.x * A2[k + i]), h[k + i], Bv[i] * c.y);
+                        hh[tt][k + i] = h[k + i];
+                    }
                 }
             }
             /* walk back */
-            float od[OWN], ob[OWN], oy[OWN]; /* the channel's sums over states at the own steps */
             const int wofs = warp * SM::WB + (TPC == 2 ? j * SM::WPL + (lane >> 1) : lane);
             const int rofs = warp * SM::WB + (TPC == 2 ? (lane & 1) * SM::WPL : (lane & 1) * 16) + (lane >> 1) * SM::WR;
             float4 r0 = make_float4(0.0f, 0.0f, 0.0f, 0.0f), r1 = r0, r2 = r0, r3 = r0; /* the previous step's transpose, added up one step later */
@@ -1555,13 +1573,13 @@ __global__ void __launch_bounds__(kThreads, SELSCAN_CUDA_FAST_BWD_MINBLOCKS) bwd
             for (int tt = kBT - 1; tt >= 0; tt--) {
                 const float4 c = sm.ch[tt][chl];
                 const float dt = c.x, dtu = c.y, dy0 = c.z;
-                const float *bc = &sm.bc[(it * kBT + tt) * RS + 2 * j * S];
+                const float *bc = &sm.bc[(it * kBT + tt) * RS + j * S];
                 float *wb = &sm.wb[tt & 1][0][0];
                 float ddt[2] = {0.0f, 0.0f}, sBu[2] = {0.0f, 0.0f}, y0[2] = {0.0f, 0.0f}; /* two chains each */
 #pragma unroll
                 for (int k = 0; k < S; k += 2) {
-                    const float4 v = *reinterpret_cast<const float4 *>(bc + 2 * k);
-                    const float Bv[2] = {v.x, v.z}, Cv[2] = {v.y, v.w};
+                    const float2 vb = *reinterpret_cast<const float2 *>(bc + k), vc = *reinterpret_cast<const float2 *>(bc + NP + k);
+                    const float Bv[2] = {vb.x, vb.y}, Cv[2] = {vc.x, vc.y};
 #pragma unroll
                     for (int i = 0; i < 2; i++) {
                         const int kk = k + i;
@@ -1583,7 +1601,7 @@ __global__ void __launch_bounds__(kThreads, SELSCAN_CUDA_FAST_BWD_MINBLOCKS) bwd
                     pb += __shfl_xor_sync(0xffffffffu, pb, 1);
                     py += __shfl_xor_sync(0xffffffffu, py, 1);
                 }
-                if (TPC == 1 || j == tt / OWN) { od[tt % OWN] = pd; ob[tt % OWN] = pb; oy[tt % OWN] = py; }
+                if (TPC == 1 || j == tt / OWN) sm.sums[tt][chl] = make_float4(pd, pb, py, 0.0f);
                 if (tt < kBT - 1) sm.red[tt + 1][warp][lane] = red_sum();
                 __syncwarp();
                 const float4 *rp = reinterpret_cast<const float4 *>(wb + rofs);
@@ -1595,11 +1613,13 @@ __global__ void __launch_bounds__(kThreads, SELSCAN_CUDA_FAST_BWD_MINBLOCKS) bwd
                 float vu[OWN], vd[OWN], vz[OWN];
 #pragma unroll
                 for (int k = 0; k < OWN; k++) {
-                    const float4 c = sm.ch[j * OWN + k][chl]; /* dt, dt u, dy', u */
-                    const float ddt = fmaf(ob[k], c.w, od[k] * kLn2) * odsp[k];
-                    vu[k] = fmaf(ob[k], c.x, Dd * c.z);
+                    const float4 c = sm.ch[j * OWN + k][chl];   /* dt, dt u, dy', u */
+                    const float4 s = sm.sums[j * OWN + k][chl]; /* ddt, sBu, y */
+                    const float2 o = sm.own[j * OWN + k][chl];  /* softplus', dz factor */
+                    const float ddt = fmaf(s.y, c.w, s.x * kLn2) * o.x;
+                    vu[k] = fmaf(s.y, c.x, Dd * c.z);
                     vd[k] = ddt;
-                    vz[k] = ofz[k] * fmaf(Dd, c.w, oy[k]);
+                    vz[k] = o.y * fmaf(Dd, c.w, s.z);
                     accD = fmaf(c.z, c.w, accD);
                     accBias += ddt;
                 }
@@ -1867,6 +1887,7 @@ struct bwd_plan {
     fwd_plan fp; /* the pass that writes the kSub-step checkpoint (the fast path: the 64-step one) */
     int fastTPC; /* fast backward (bwd_fast_kernel): threads a channel; 0: the general kernel */
     size_t off_fws; /* fast path without a checkpoint: the forward's L-chunk buffers */
+    size_t off_scr; /* fast path: per-block scratch */
 };
 
 const int64_t kFastBwdSlots = 132 * SELSCAN_CUDA_FAST_BWD_MINBLOCKS; /* fast backward blocks in flight */
@@ -1917,6 +1938,7 @@ bool plan_fast_backward(const selscan__prob &q, const selscan__grd &r, bool have
         pl->off_ck16 = o; o += al(pl->ck_bytes); /* the 64-step checkpoint */
         pl->off_fws = o; o += pl->fp.ws;
     }
+    pl->off_scr = o; o += al(static_cast<size_t>(blocks * pl->nlch) * (kBTS - 1) * 8 * kThreads * 4);
     pl->ws = plan_partials(q, r, pl, o);
     return blocks * pl->nlch <= 0x7fffffff && cdiv(rows * pl->NT * pl->nlch, kThreads) <= 0x7fffffff;
 }
@@ -2290,6 +2312,7 @@ SELSCAN_DEF selscan_status selscan_backward_cuda_ex(const selscan_problem *p, co
     P.wdC = r.dC.data && !q.fixC ? reinterpret_cast<float *>(ws + bp.off_dC) : NULL;
     if (bp.fastTPC) {
         const unsigned grid = static_cast<unsigned>(q.batch * q.G * bp.ncb * bp.nlch);
+        P.scr = reinterpret_cast<float *>(ws + bp.off_scr);
         if ((st = launch_bwd_fast_dt(q.dt, bp.fastTPC, P, grid, stream, err)) != SELSCAN_OK) return st;
     } else {
         const bwd_layout l = bwd_smem(bp.NT, bp.CH);
