@@ -43,11 +43,16 @@
  *
  * TUNING (macros before the implementation's include; defaults measured on an H200, see
  * bench/NOTES.md): SELSCAN_CUDA_FWD_MINBLOCKS (6) and SELSCAN_CUDA_BWD_MINBLOCKS (3), the blocks
- * per SM the forward / backward kernels' register budgets must allow.
+ * per SM the general forward / backward kernels' register budgets must allow;
+ * SELSCAN_CUDA_FAST_FWD_MINBLOCKS (3), SELSCAN_CUDA_FAST_FWD_GROUP (2), SELSCAN_CUDA_FAST_BWD_STATES
+ * (8; 4 is slower on the H200) and SELSCAN_CUDA_FAST_BWD_MINBLOCKS (3) for the fast paths.
  *
- * DESIGN: the forward of the common layout (rows with unit L stride, variable B/C, N <= 16, no
- * packed sequences) runs fwd_fast_kernel: 8 states a thread, tiles prefetched in registers, y
- * reduce-scattered by shuffles (see its section). Everything else, and the backward: a block of
+ * DESIGN: the forward and the backward of the common layout (rows with unit L stride, variable
+ * B/C, N <= 16, no packed sequences) run fwd_fast_kernel / bwd_fast_kernel: 8 states a thread,
+ * tiles prefetched in registers, sums over a channel's lanes by shuffles, the backward's sums over
+ * channels by per-warp shared-memory transposes (see their sections); the backward walks 64-step
+ * segments back from the forward's checkpoint (or one the fast forward writes first). Everything
+ * else, and the general backward: a block of
  * 128 threads takes CH channels of one (batch row, group); a thread keeps 4 states of one channel
  * in registers; dt, dt*u and the B/C tile are staged in shared memory per
  * time tile. When the channels give less than one wave of blocks, L is split into chunks (the
@@ -1344,30 +1349,36 @@ __global__ void reduce_bc_kernel(const float *w, int64_t ncb, int64_t batch, int
 /* ---------------------------------------------------------------------------------------------- */
 /* The backward of the fast forward's layout (and unit L stride dy, du, ddelta, dz), given the
    forward's 64-step checkpoint. A thread keeps S = 8 states of one channel (TPC = 1 or 2 threads
-   a channel), a block 128 / TPC channels of one (batch row, group) and walks its L range back in
-   64-step segments (one checkpoint each). Per segment: B and C of all its steps into shared
-   memory; phase 1 scans its first 7 tiles of kBT steps forward from the checkpoint and keeps the
-   state entering each tile in shared memory; phase 2 walks the tiles from the last: recompute the
+   a channel; or S = 4, TPC = 4), a block 128 / TPC channels of one (batch row, group) and walks
+   its L range back in 64-step segments (one checkpoint each). Per segment: B and C of all its
+   steps into shared memory; phase 1 scans its first 7 tiles of kBT steps forward from the
+   checkpoint and keeps the state entering each tile in a per-block scratch of the workspace (L2:
+   shared memory is better spent on blocks); phase 2 walks the tiles from the last: recompute the
    tile's states into registers (hh), then walk it back (the state gradient dh in registers, the
-   decays recomputed). Reductions, all in a fixed order (deterministic):
+   decays recomputed). The next tile's u / delta / dy / z loads are in flight in registers during
+   a tile, the previous segment is prefetched into L2. Reductions, all in a fixed order
+   (deterministic):
    - over the channel's states (dt and u gradients, y for dz): each step, two chains a lane, then
-     a shuffle over the TPC lanes; the lane that loaded the step keeps the sums;
-   - over the channels (dB, dC): each step, a warp transposes its lanes' 16 terms through shared
+     shuffles over the TPC lanes; the lane that loaded the step keeps the sums (shared memory);
+   - over the channels (dB, dC): each step, a warp transposes its lanes' 2 S terms through shared
      memory (lane = one (B or C, state) of the warp's channels; double-buffered, added up during
      the next step so the loads' latency is hidden), the tile's warp sums are added across warps
      after it and written per block into the workspace (reduce_bc_kernel adds the blocks);
    - over time (dA per thread, dD and ddelta_bias per owning lane): registers, per (chunk, row).
-   When the channels give less than a wave, L chunks as the general backward (bwd_local_kernel +
-   carry_rev_kernel give the state gradient entering each chunk from the right). */
+   When the channels give less than a wave, L chunks: bwd_fast_local_kernel walks each chunk back
+   from a zero gradient (no states needed), carry_rev_kernel chains them. */
 
 const int kBT = 8;          /* backward fast tile: the states of kBT steps stay in registers */
 const int kBTS = kCK / kBT; /* tiles a checkpoint segment */
 
-template <int TPC> struct bwd_fast_smem {
-    static constexpr int S = 8, NP = S * TPC, CH = kThreads / TPC, RS = 2 * NP + 4;
-    /* warp transpose of the dB / dC terms: rows of WR floats (the channels + padding), one plane
-       (TPC 1) or one per lane parity (TPC 2, plane stride 16 mod 32 words): conflict-free both ways */
-    static constexpr int WR = TPC == 2 ? 20 : 36, WPL = 16 * WR + 16, WB = TPC == 2 ? 2 * WPL : 16 * WR;
+template <int S, int TPC> struct bwd_fast_smem {
+    static_assert((TPC == 1 && S == 8) || TPC * 2 * S == 32, "a warp's lanes read one (B or C, state) each");
+    static constexpr int NP = S * TPC, CH = kThreads / TPC, CPW = 32 / TPC, RS = 2 * NP + 4;
+    /* warp transpose of the dB / dC terms: rows of WR floats (the warp's channels + padding), 2 S
+       rows (B then C terms) a plane, one plane (TPC 1) or one per lane j of a channel (plane
+       stride 16 or 8 mod 32 words): conflict-free both ways. A reader lane adds RV float4. */
+    static constexpr int WR = TPC == 1 ? 36 : CPW + 4, WPL = 2 * S * WR + (TPC == 2 ? 16 : 8),
+                         WB = TPC == 1 ? 2 * S * WR : TPC * WPL, RV = TPC == 1 ? 4 : CPW / 4;
     float bc[kCK * RS];             /* the segment's B then C, a row per step */
     float4 ch[kBT][CH];             /* (dt, dt u, dy', u) per (step, channel) */
     float4 sums[kBT][CH];           /* the channel's sums over states (ddt, sBu, y, -) */
@@ -1376,13 +1387,16 @@ template <int TPC> struct bwd_fast_smem {
     float red[kBT][kThreads / 32][32]; /* the tile's per-warp dB / dC sums */
 };
 
-#ifndef SELSCAN_CUDA_FAST_BWD_MINBLOCKS
-#define SELSCAN_CUDA_FAST_BWD_MINBLOCKS 3 /* blocks per SM the fast backward's registers allow */
+#ifndef SELSCAN_CUDA_FAST_BWD_STATES
+#define SELSCAN_CUDA_FAST_BWD_STATES 8 /* states a thread of the fast backward (8 or 4) */
 #endif
-template <typename T, int TPC>
+#ifndef SELSCAN_CUDA_FAST_BWD_MINBLOCKS
+#define SELSCAN_CUDA_FAST_BWD_MINBLOCKS (SELSCAN_CUDA_FAST_BWD_STATES == 8 ? 3 : 4) /* blocks an SM its registers allow */
+#endif
+template <typename T, int S, int TPC>
 __global__ void __launch_bounds__(kThreads, SELSCAN_CUDA_FAST_BWD_MINBLOCKS) bwd_fast_kernel(const kparams P) {
-    using SM = bwd_fast_smem<TPC>;
-    constexpr int S = SM::S, NP = SM::NP, CH = SM::CH, RS = SM::RS, OWN = kBT / TPC;
+    using SM = bwd_fast_smem<S, TPC>;
+    constexpr int NP = SM::NP, CH = SM::CH, RS = SM::RS, OWN = kBT / TPC;
     extern __shared__ float4 smem4[];
     SM &sm = *reinterpret_cast<SM *>(smem4);
 
@@ -1562,12 +1576,21 @@ __global__ void __launch_bounds__(kThreads, SELSCAN_CUDA_FAST_BWD_MINBLOCKS) bwd
                 }
             }
             /* walk back */
-            const int wofs = warp * SM::WB + (TPC == 2 ? j * SM::WPL + (lane >> 1) : lane);
-            const int rofs = warp * SM::WB + (TPC == 2 ? (lane & 1) * SM::WPL : (lane & 1) * 16) + (lane >> 1) * SM::WR;
-            float4 r0 = make_float4(0.0f, 0.0f, 0.0f, 0.0f), r1 = r0, r2 = r0, r3 = r0; /* the previous step's transpose, added up one step later */
+            const int wofs = warp * SM::WB + (TPC == 1 ? lane : j * SM::WPL + lane / TPC);
+            const int rofs = warp * SM::WB + (TPC == 1 ? (lane & 1) * 16 + (lane >> 1) * SM::WR
+                                                       : (lane % TPC) * SM::WPL + (lane / TPC) * SM::WR);
+            float4 rv[SM::RV]; /* the previous step's transpose, added up one step later */
+#pragma unroll
+            for (int i = 0; i < SM::RV; i++) rv[i] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
             auto red_sum = [&]() {
-                return (((r0.x + r0.y) + (r0.z + r0.w)) + ((r1.x + r1.y) + (r1.z + r1.w))) +
-                       (((r2.x + r2.y) + (r2.z + r2.w)) + ((r3.x + r3.y) + (r3.z + r3.w)));
+                float s[SM::RV];
+#pragma unroll
+                for (int i = 0; i < SM::RV; i++) s[i] = (rv[i].x + rv[i].y) + (rv[i].z + rv[i].w);
+#pragma unroll
+                for (int w = SM::RV / 2; w >= 1; w /= 2)
+#pragma unroll
+                    for (int i = 0; i < w; i++) s[i] += s[i + w];
+                return s[0];
             };
 #pragma unroll
             for (int tt = kBT - 1; tt >= 0; tt--) {
@@ -1587,7 +1610,7 @@ __global__ void __launch_bounds__(kThreads, SELSCAN_CUDA_FAST_BWD_MINBLOCKS) bwd
                         const float dhn = fmaf(dy0, Cv[i], dh[kk]);
                         y0[i] = fmaf(Cv[i], hh[tt][kk], y0[i]);
                         wb[wofs + kk * SM::WR] = dhn * dtu;             /* dB term */
-                        wb[wofs + (kk + 8) * SM::WR] = dy0 * hh[tt][kk]; /* dC term */
+                        wb[wofs + (kk + S) * SM::WR] = dy0 * hh[tt][kk]; /* dC term */
                         sBu[i] = fmaf(dhn, Bv[i], sBu[i]);
                         dh[kk] = dhn * ex2(dt * A2[kk]);
                         const float q = dh[kk] * hp; /* dhn a h_prev */
@@ -1596,16 +1619,18 @@ __global__ void __launch_bounds__(kThreads, SELSCAN_CUDA_FAST_BWD_MINBLOCKS) bwd
                     }
                 }
                 float pd = ddt[0] + ddt[1], pb = sBu[0] + sBu[1], py = y0[0] + y0[1];
-                if (TPC == 2) { /* both lanes get the same sums; the step's owner keeps them */
-                    pd += __shfl_xor_sync(0xffffffffu, pd, 1);
-                    pb += __shfl_xor_sync(0xffffffffu, pb, 1);
-                    py += __shfl_xor_sync(0xffffffffu, py, 1);
+#pragma unroll
+                for (int m = 1; m < TPC; m *= 2) { /* all the channel's lanes get the same sums */
+                    pd += __shfl_xor_sync(0xffffffffu, pd, m);
+                    pb += __shfl_xor_sync(0xffffffffu, pb, m);
+                    py += __shfl_xor_sync(0xffffffffu, py, m);
                 }
                 if (TPC == 1 || j == tt / OWN) sm.sums[tt][chl] = make_float4(pd, pb, py, 0.0f);
                 if (tt < kBT - 1) sm.red[tt + 1][warp][lane] = red_sum();
                 __syncwarp();
                 const float4 *rp = reinterpret_cast<const float4 *>(wb + rofs);
-                r0 = rp[0]; r1 = rp[1]; r2 = rp[2]; r3 = rp[3];
+#pragma unroll
+                for (int i = 0; i < SM::RV; i++) rv[i] = rp[i];
             }
             sm.red[0][warp][lane] = red_sum();
             /* per (channel, step) outputs of the own steps */
@@ -1637,7 +1662,7 @@ __global__ void __launch_bounds__(kThreads, SELSCAN_CUDA_FAST_BWD_MINBLOCKS) bwd
                 float acc = 0.0f;
 #pragma unroll
                 for (int q = 0; q < kThreads / 32; q++) {
-                    if (TPC == 2) acc += sm.red[tt][q][((w * 8 + (n & 7)) << 1) | (n >> 3)];
+                    if (TPC > 1) acc += sm.red[tt][q][(w * S + n % S) * TPC + n / S];
                     else acc += sm.red[tt][q][(w * 8 + n) << 1] + sm.red[tt][q][((w * 8 + n) << 1) | 1];
                 }
                 float *dst = w ? P.wdC : P.wdB;
@@ -1654,9 +1679,10 @@ __global__ void __launch_bounds__(kThreads, SELSCAN_CUDA_FAST_BWD_MINBLOCKS) bwd
         if (P.wdA) P.wdA[(prow * P.dim + d) * N + n] = dA[k];
         if (P.dh0.p && lc == 0) static_cast<float *>(P.dh0.p)[b * P.dh0.s[0] + d * P.dh0.s[1] + n * P.dh0.s[2]] = dh[k];
     }
-    if (TPC == 2) {
-        accD += __shfl_xor_sync(0xffffffffu, accD, 1);
-        accBias += __shfl_xor_sync(0xffffffffu, accBias, 1);
+#pragma unroll
+    for (int m = 1; m < TPC; m *= 2) {
+        accD += __shfl_xor_sync(0xffffffffu, accD, m);
+        accBias += __shfl_xor_sync(0xffffffffu, accBias, m);
     }
     if (active && j == 0) {
         if (P.wdD) P.wdD[prow * P.dim + d] = accD;
@@ -1669,9 +1695,9 @@ __global__ void __launch_bounds__(kThreads, SELSCAN_CUDA_FAST_BWD_MINBLOCKS) bwd
    walked back from a zero state gradient (dh_last in the last chunk) gives V, the gradient it
    sends to the state entering it, and M = exp(A sum dt), its decay product. Needs no states: 4
    instructions an element. Tiles of kFL steps, the next tile's loads in flight during the walk. */
-template <typename T, int TPC>
+template <typename T, int S, int TPC>
 __global__ void __launch_bounds__(kThreads) bwd_fast_local_kernel(const kparams P, float *V, float *M) {
-    constexpr int S = 8, NP = S * TPC, CH = kThreads / TPC, OWN = kFL / TPC, RB = (NP * kFL + kThreads - 1) / kThreads;
+    constexpr int NP = S * TPC, CH = kThreads / TPC, OWN = kFL / TPC, RB = (NP * kFL + kThreads - 1) / kThreads;
     __shared__ __align__(16) float s_c[kFL][NP + 4];
     __shared__ float2 s_dt[kFL][CH]; /* (dt, dy') */
     int64_t bid = blockIdx.x;
@@ -1890,7 +1916,8 @@ struct bwd_plan {
     size_t off_scr; /* fast path: per-block scratch */
 };
 
-const int64_t kFastBwdSlots = 132 * SELSCAN_CUDA_FAST_BWD_MINBLOCKS; /* fast backward blocks in flight */
+const int64_t kFastBwdSlots = 132 * (SELSCAN_CUDA_FAST_BWD_MINBLOCKS); /* fast backward blocks in flight */
+constexpr int kFastBwdS = SELSCAN_CUDA_FAST_BWD_STATES;
 
 /* The partial-sum part of a backward's workspace (after `o` bytes), given its L chunks. */
 size_t plan_partials(const selscan__prob &q, const selscan__grd &r, bwd_plan *pl, size_t o) {
@@ -1912,13 +1939,14 @@ size_t plan_partials(const selscan__prob &q, const selscan__grd &r, bwd_plan *pl
 }
 
 /* The fast backward's plan (false: it does not apply): the layout of the fast forward, unit L
-   stride dy / du / ddelta / dz; without a checkpoint the fast forward writes one first. */
+   stride dy / du / ddelta / dz; without a checkpoint the fast forward writes one first. 8 states
+   a thread (1 or 2 threads a channel) or, with SELSCAN_CUDA_FAST_BWD_STATES 4, 4 (4 threads). */
 bool plan_fast_backward(const selscan__prob &q, const selscan__grd &r, bool have_ck, bwd_plan *pl) {
     if (q.cu || q.fixB || q.fixC || q.N > 16 || q.u.s[2] != 1 || q.delta.s[2] != 1 || r.dy.s[2] != 1 ||
         (q.z.data && q.z.s[2] != 1) || (r.du.data && r.du.s[2] != 1) || (r.ddelta.data && r.ddelta.s[2] != 1) ||
         (r.dz.data && r.dz.s[2] != 1) || q.B.s[3] != 1 || q.C.s[3] != 1)
         return false;
-    const int tpc = q.N <= 8 ? 1 : 2;
+    const int tpc = kFastBwdS == 8 ? (q.N <= 8 ? 1 : 2) : 4;
     const int64_t rows = q.batch * q.dim, nck = cdiv(q.L, kCK);
     pl->fastTPC = tpc;
     pl->NT = pow2ceil(cdiv(q.N, kBwdNPT)); /* bwd_local_kernel's threads a channel */
@@ -2066,17 +2094,18 @@ selscan_status run_fast_forward(const selscan__prob &q, kparams P, const fwd_pla
     return SELSCAN_OK;
 }
 
-template <typename T, int TPC>
+template <typename T, int S, int TPC>
 selscan_status launch_bwd_fast_t(const kparams &P, unsigned grid, cudaStream_t stream, cudaError_t *err) {
-    const int smem = static_cast<int>(sizeof(bwd_fast_smem<TPC>));
-    SELSCAN__CU(cudaFuncSetAttribute(bwd_fast_kernel<T, TPC>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
-    bwd_fast_kernel<T, TPC><<<grid, kThreads, smem, stream>>>(P);
+    const int smem = static_cast<int>(sizeof(bwd_fast_smem<S, TPC>));
+    SELSCAN__CU(cudaFuncSetAttribute(bwd_fast_kernel<T, S, TPC>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+    bwd_fast_kernel<T, S, TPC><<<grid, kThreads, smem, stream>>>(P);
     SELSCAN__LAUNCHED();
     return SELSCAN_OK;
 }
 template <typename T>
 selscan_status launch_bwd_fast_tpc(int tpc, const kparams &P, unsigned grid, cudaStream_t s, cudaError_t *err) {
-    return tpc == 1 ? launch_bwd_fast_t<T, 1>(P, grid, s, err) : launch_bwd_fast_t<T, 2>(P, grid, s, err);
+    if constexpr (kFastBwdS == 4) return launch_bwd_fast_t<T, 4, 4>(P, grid, s, err);
+    else return tpc == 1 ? launch_bwd_fast_t<T, 8, 1>(P, grid, s, err) : launch_bwd_fast_t<T, 8, 2>(P, grid, s, err);
 }
 selscan_status launch_bwd_fast_dt(selscan_dtype dt, int tpc, const kparams &P, unsigned grid, cudaStream_t s, cudaError_t *err) {
     if (dt == SELSCAN_F32) return launch_bwd_fast_tpc<float>(tpc, P, grid, s, err);
@@ -2086,8 +2115,9 @@ selscan_status launch_bwd_fast_dt(selscan_dtype dt, int tpc, const kparams &P, u
 
 template <typename T>
 void launch_bwd_fast_local_t(int tpc, const kparams &P, unsigned grid, float *V, float *M, cudaStream_t s) {
-    if (tpc == 1) bwd_fast_local_kernel<T, 1><<<grid, kThreads, 0, s>>>(P, V, M);
-    else bwd_fast_local_kernel<T, 2><<<grid, kThreads, 0, s>>>(P, V, M);
+    if constexpr (kFastBwdS == 4) bwd_fast_local_kernel<T, 4, 4><<<grid, kThreads, 0, s>>>(P, V, M);
+    else if (tpc == 1) bwd_fast_local_kernel<T, 8, 1><<<grid, kThreads, 0, s>>>(P, V, M);
+    else bwd_fast_local_kernel<T, 8, 2><<<grid, kThreads, 0, s>>>(P, V, M);
 }
 void launch_bwd_fast_local_dt(selscan_dtype dt, int tpc, const kparams &P, unsigned grid, float *V, float *M, cudaStream_t s) {
     if (dt == SELSCAN_F32) launch_bwd_fast_local_t<float>(tpc, P, grid, V, M, s);
