@@ -1319,6 +1319,23 @@ static const float *selscan__bc_chunk(const selscan__ten *x, int fixed, const fl
     return buf;
 }
 
+/* Step, common layout: B and C rows of (b, g), f32 rows used in place, others widened into Bb / Cb. */
+static void selscan__step_bc(const selscan__stp *q, int64_t b, int64_t g, float *Bb, float *Cb, const float **Bp,
+                             const float **Cp) {
+    if (q->dt == SELSCAN_F32 && q->B.s[2] == 1) {
+        *Bp = SELSCAN__CAST(const float *, q->B.data) + b * q->B.s[0] + g * q->B.s[1];
+    } else {
+        selscan__cvt_row(Bb, q->B.data, b * q->B.s[0] + g * q->B.s[1], q->B.s[2], q->N, q->dt);
+        *Bp = Bb;
+    }
+    if (q->dt == SELSCAN_F32 && q->C.s[2] == 1) {
+        *Cp = SELSCAN__CAST(const float *, q->C.data) + b * q->C.s[0] + g * q->C.s[1];
+    } else {
+        selscan__cvt_row(Cb, q->C.data, b * q->C.s[0] + g * q->C.s[1], q->C.s[2], q->N, q->dt);
+        *Cp = Cb;
+    }
+}
+
 /* ---- scratch layouts (floats; every region a multiple of 16 floats) ---- */
 
 typedef struct selscan__fscr {
@@ -1949,6 +1966,37 @@ static ATTR void selscan__bwd_block_##SFX(const selscan__prob *q, const selscan_
     }                                                                                                                                                     \
 }                                                                                                                                                         \
                                                                                                                                                           \
+/* Step of channels c < ne of a W-channel block in the common layout with N = NV W (NV <= 4,                                                              \
+   hand-unrolled: no loop over n, the polynomial constants stay in registers): per channel the                                                            \
+   exponentials, then the state; yv[c] = C h of channel c (lanes summed by the caller). The same                                                          \
+   operations as the general loops (bitwise the same states and sums). */                                                                                 \
+static ATTR SELSCAN__INLINE SELSCAN__VF selscan__step_one_##SFX(const int k, const SELSCAN__VF a, float *hp, const float *Bp,                             \
+                                                                const float *Cp, const SELSCAN__VF vdx, const SELSCAN__VF acc) {                          \
+    const int W = SELSCAN__VW;                                                                                                                            \
+    const SELSCAN__VF h = SELSCAN__VFMA(a, SELSCAN__VLOAD(hp + k * W), SELSCAN__VMUL(vdx, SELSCAN__VLOAD(Bp + k * W)));                                   \
+    SELSCAN__VSTORE(hp + k * W, h);                                                                                                                       \
+    return SELSCAN__VFMA(SELSCAN__VLOAD(Cp + k * W), h, acc);                                                                                             \
+}                                                                                                                                                         \
+                                                                                                                                                          \
+static ATTR SELSCAN__INLINE void selscan__step_rows_##SFX(const int NV, int ne, const float *dtb, const float *xb, float *hp,                             \
+                                                          int64_t hs1, const float *Ap, int64_t as0, const float *Bp,                                     \
+                                                          const float *Cp, SELSCAN__VF *yv) {                                                             \
+    const int W = SELSCAN__VW;                                                                                                                            \
+    int c;                                                                                                                                                \
+    for (c = 0; c < ne; c++, hp += hs1, Ap += as0) {                                                                                                      \
+        const SELSCAN__VF vdt = SELSCAN__VSET1(dtb[c]), vdx = SELSCAN__VSET1(dtb[c] * xb[c]), zero = SELSCAN__VSET1(0.0f);                                \
+        const SELSCAN__VF a0 = selscan__vexp_##SFX(SELSCAN__VMUL(vdt, SELSCAN__VLOAD(Ap)));                                                               \
+        const SELSCAN__VF a1 = NV > 1 ? selscan__vexp_##SFX(SELSCAN__VMUL(vdt, SELSCAN__VLOAD(Ap + W))) : zero;                                           \
+        const SELSCAN__VF a2 = NV > 2 ? selscan__vexp_##SFX(SELSCAN__VMUL(vdt, SELSCAN__VLOAD(Ap + 2 * W))) : zero;                                       \
+        const SELSCAN__VF a3 = NV > 3 ? selscan__vexp_##SFX(SELSCAN__VMUL(vdt, SELSCAN__VLOAD(Ap + 3 * W))) : zero;                                       \
+        SELSCAN__VF acc0 = selscan__step_one_##SFX(0, a0, hp, Bp, Cp, vdx, zero), acc1 = zero;                                                            \
+        if (NV > 1) acc1 = selscan__step_one_##SFX(1, a1, hp, Bp, Cp, vdx, zero);                                                                         \
+        if (NV > 2) acc0 = selscan__step_one_##SFX(2, a2, hp, Bp, Cp, vdx, acc0);                                                                         \
+        if (NV > 3) acc1 = selscan__step_one_##SFX(3, a3, hp, Bp, Cp, vdx, acc1);                                                                         \
+        yv[c] = SELSCAN__VADD(acc0, acc1);                                                                                                                \
+    }                                                                                                                                                     \
+}                                                                                                                                                         \
+                                                                                                                                                          \
 /* Step of channels [dlo, dhi) of batch row b (all in cache row `row`, >= 0). */                                                                          \
 static ATTR void selscan__step_block_##SFX(const selscan__stp *q, int64_t b, int64_t row, int64_t dlo, int64_t dhi) {                                     \
     const int W = SELSCAN__VW;                                                                                                                            \
@@ -1961,8 +2009,13 @@ static ATTR void selscan__step_block_##SFX(const selscan__stp *q, int64_t b, int
     selscan__cvt_row(dtb, q->dt_.data, b * q->dt_.s[0] + dlo * q->dt_.s[1], q->dt_.s[1], nd, q->dt);                                                      \
     if (q->z.data) selscan__cvt_row(zb, q->z.data, b * q->z.s[0] + dlo * q->z.s[1], q->z.s[1], nd, q->dt);                                                \
     for (i = nd; i < SELSCAN__SNB; i++) xb[i] = dtb[i] = zb[i] = 0.0f;                                                                                    \
-    if (q->bias.data)                                                                                                                                     \
-        for (i = 0; i < nd; i++) dtb[i] += SELSCAN__CAST(const float *, q->bias.data)[SELSCAN__AT1(q->bias, dlo + i)];                                    \
+    if (q->bias.data) { /* vectors where the bias is contiguous */                                                                                        \
+        const float *const bp = SELSCAN__CAST(const float *, q->bias.data) + SELSCAN__AT1(q->bias, dlo);                                                  \
+        i = 0;                                                                                                                                            \
+        if (q->bias.s[0] == 1)                                                                                                                            \
+            for (; i + W <= nd; i += W) SELSCAN__VSTORE(dtb + i, SELSCAN__VADD(SELSCAN__VLOAD(dtb + i), SELSCAN__VLOAD(bp + i)));                         \
+        for (; i < nd; i++) dtb[i] += bp[i * q->bias.s[0]];                                                                                               \
+    }                                                                                                                                                     \
     for (i = 0; i < SELSCAN__SNB; i += W) {                                                                                                               \
         SELSCAN__VF x = SELSCAN__VLOAD(dtb + i);                                                                                                          \
         if (q->softplus) x = selscan__vsoftplus_##SFX(x);                                                                                                 \
@@ -1974,22 +2027,35 @@ static ATTR void selscan__step_block_##SFX(const selscan__stp *q, int64_t b, int
     }                                                                                                                                                     \
     if (N <= SELSCAN__SNA && N % W == 0 && q->state.s[2] == 1 && q->A.s[1] == 1 && !q->fixB && !q->fixC) {                                                \
         /* the common layout: B and C of a group widened once, no per-channel gathers or tails;                                                           \
-           W channels at a time: first the exponentials of all W channels (a loop with nothing                                                            \
-           else live: the polynomial constants stay in registers), then the states; the W sums                                                            \
-           over n by one transposing reduction, D and z as vectors over the channels (no                                                                  \
-           per-channel scalar tail); pointers hoisted, n unrolled by 2 W */                                                                               \
-        const int64_t hs1 = q->state.s[1], as0 = q->A.s[0];                                                                                               \
+           W channels at a time: the W sums over n by one transposing reduction, D and z as                                                               \
+           vectors over the channels (no per-channel scalar tail). N = NV W with NV <= 4 and the                                                          \
+           W channels in one group (the usual case): selscan__step_rows, hand-unrolled over n.                                                            \
+           Else first the exponentials of all W channels (a loop with nothing else live: the                                                              \
+           polynomial constants stay in registers), then the states, n unrolled by 2 W. */                                                                \
+        const int64_t hs1 = q->state.s[1], as0 = q->A.s[0], NV = N / W;                                                                                   \
         float *const hrow = SELSCAN__CAST(float *, q->state.data) + row * q->state.s[0] + dlo * hs1;                                                      \
         const float *const Arow = SELSCAN__CAST(const float *, q->A.data) + dlo * as0;                                                                    \
         int64_t g = dlo / q->dpg, gend = (g + 1) * q->dpg - dlo; /* channel index (from dlo) of the next group */                                         \
-        const float *Bp = NULL, *Cp = NULL;                                                                                                               \
+        const float *Bp, *Cp;                                                                                                                             \
         float Db[SELSCAN__SNB], ab[SELSCAN__WMAX * SELSCAN__SNA];                                                                                         \
         SELSCAN__VF yv[SELSCAN__VW];                                                                                                                      \
         int c;                                                                                                                                            \
+        selscan__step_bc(q, b, g, Bb, Cb, &Bp, &Cp);                                                                                                      \
         if (q->D.data) selscan__cvt_row(Db, q->D.data, SELSCAN__AT1(q->D, dlo), q->D.s[0], nd, SELSCAN_F32);                                              \
         for (i = q->D.data ? nd : 0; i < SELSCAN__SNB; i++) Db[i] = 0.0f;                                                                                 \
         for (i = 0; i < nd; i += W) {                                                                                                                     \
             const int ne = nd - i < W ? SELSCAN__CAST(int, nd - i) : W;                                                                                   \
+            if (i + ne <= gend && NV <= 4) {                                                                                                              \
+                float *const hp = hrow + i * hs1;                                                                                                         \
+                const float *const Ap = Arow + i * as0;                                                                                                   \
+                if (NV == 1) selscan__step_rows_##SFX(1, ne, dtb + i, xb + i, hp, hs1, Ap, as0, Bp, Cp, yv);                                              \
+                else if (NV == 2) selscan__step_rows_##SFX(2, ne, dtb + i, xb + i, hp, hs1, Ap, as0, Bp, Cp, yv);                                         \
+                else if (NV == 3) selscan__step_rows_##SFX(3, ne, dtb + i, xb + i, hp, hs1, Ap, as0, Bp, Cp, yv);                                         \
+                else selscan__step_rows_##SFX(4, ne, dtb + i, xb + i, hp, hs1, Ap, as0, Bp, Cp, yv);                                                      \
+                for (c = ne; c < W; c++) yv[c] = SELSCAN__VSET1(0.0f);                                                                                    \
+                SELSCAN__VTHSUM(yv, yb + i);                                                                                                              \
+                continue;                                                                                                                                 \
+            }                                                                                                                                             \
             for (c = 0; c < ne; c++) {                                                                                                                    \
                 const SELSCAN__VF vdt = SELSCAN__VSET1(dtb[i + c]);                                                                                       \
                 const float *const Ap = Arow + (i + c) * as0;                                                                                             \
@@ -2001,20 +2067,10 @@ static ATTR void selscan__step_block_##SFX(const selscan__stp *q, int64_t b, int
                 float *const hp = hrow + di * hs1;                                                                                                        \
                 const float *const ap = ab + c * N;                                                                                                       \
                 SELSCAN__VF acc0 = SELSCAN__VSET1(0.0f), acc1 = acc0;                                                                                     \
-                if (di >= gend || !Bp) {                                                                                                                  \
-                    if (Bp) { g++; gend += q->dpg; }                                                                                                      \
-                    if (q->dt == SELSCAN_F32 && q->B.s[2] == 1) {                                                                                         \
-                        Bp = SELSCAN__CAST(const float *, q->B.data) + b * q->B.s[0] + g * q->B.s[1];                                                     \
-                    } else {                                                                                                                              \
-                        selscan__cvt_row(Bb, q->B.data, b * q->B.s[0] + g * q->B.s[1], q->B.s[2], N, q->dt);                                              \
-                        Bp = Bb;                                                                                                                          \
-                    }                                                                                                                                     \
-                    if (q->dt == SELSCAN_F32 && q->C.s[2] == 1) {                                                                                         \
-                        Cp = SELSCAN__CAST(const float *, q->C.data) + b * q->C.s[0] + g * q->C.s[1];                                                     \
-                    } else {                                                                                                                              \
-                        selscan__cvt_row(Cb, q->C.data, b * q->C.s[0] + g * q->C.s[1], q->C.s[2], N, q->dt);                                              \
-                        Cp = Cb;                                                                                                                          \
-                    }                                                                                                                                     \
+                if (di >= gend) {                                                                                                                         \
+                    g++;                                                                                                                                  \
+                    gend += q->dpg;                                                                                                                       \
+                    selscan__step_bc(q, b, g, Bb, Cb, &Bp, &Cp);                                                                                          \
                 }                                                                                                                                         \
                 for (n = 0; n + 2 * W <= N; n += 2 * W) {                                                                                                 \
                     const SELSCAN__VF a0 = SELSCAN__VLOAD(ap + n), a1 = SELSCAN__VLOAD(ap + n + W);                                                       \
