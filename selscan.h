@@ -1049,8 +1049,9 @@ SELSCAN_DEF selscan_status selscan_step_ref(const selscan_step_problem *s) {
    buffer it also stores the state entering every chunk.
    Backward: a work item is a block of SELSCAN__CB channels of one group and batch row. It runs
    the forward keeping the state every T steps (checkpoints; or reads the forward's), then walks
-   the chunks backward,
-   recomputing the states and exponentials of one chunk at a time. Sums over channels (variable
+   the chunks backward, recomputing the states and exponentials of one chunk at a time, SELSCAN__BG
+   states at a time (states outer, steps inner: the group's states and gradients in registers;
+   recompute and walk back of a group through L1 rows). Sums over channels (variable
    dB, dC) are accumulated lane-wise over the block's tiles, reduced over lanes in a fixed order,
    and written as per-block partials to the shared workspace; sums over batch rows (dA, dD,
    ddelta_bias, fixed dB/dC) are written per batch row. selscan_backward_cpu_reduce() sums the
