@@ -1062,6 +1062,7 @@ SELSCAN_DEF selscan_status selscan_step_ref(const selscan_step_problem *s) {
 #define SELSCAN__CB 64   /* channels per backward work item */
 #define SELSCAN__SNB 256 /* step: channels and states per block (stack buffers) */
 #define SELSCAN__SNA 64  /* step: largest N of the common-layout kernel (its stack buffer) */
+#define SELSCAN__PCMAX (1 << 19) /* backward prep cache: floats a part at most (2 MiB: L <= 2048) */
 #define SELSCAN__BG 4    /* backward: states a group (hand-unrolled, <= 4; their h, dh, dA in registers) */
 
 enum { SELSCAN__ISA_PORTABLE = 0, SELSCAN__ISA_NEON = 1, SELSCAN__ISA_AVX2 = 2, SELSCAN__ISA_AVX512 = 3 };
@@ -1365,8 +1366,9 @@ static int64_t selscan__bwd_T(int64_t N) {
 
 typedef struct selscan__bscr {
     float *ck, *hs, *ab, *accB, *accC, *dh, *A, *A2, *Bf, *Cf, *dA, *dBf, *dCf, *Dv, *bv, *dD, *db;
-    float *dt, *sp, *u, *dtu, *dy, *dy0, *z, *sg, *yc, *S, *sA, *du, *ddt, *dz, *Bb, *Cb, *tmp;
+    float *dt, *sp, *u, *dtu, *dy, *dy0, *z, *sg, *yc, *S, *sA, *du, *ddt, *dz, *Bb, *Cb, *tmp, *pc;
     int64_t T, ckstride; /* ckstride: floats of checkpoints per tile */
+    int64_t pcs, pcn;    /* prep cache: floats per tile and chunk, chunks held (0: none) */
 } selscan__bscr;
 
 static int64_t selscan__bscr_map(selscan__bscr *s, float *p, int64_t N, int64_t L, int W) {
@@ -1389,6 +1391,11 @@ static int64_t selscan__bscr_map(selscan__bscr *s, float *p, int64_t N, int64_t 
     SELSCAN__TAKE(yc, TW); SELSCAN__TAKE(S, TW); SELSCAN__TAKE(sA, TW); SELSCAN__TAKE(du, TW);
     SELSCAN__TAKE(ddt, TW); SELSCAN__TAKE(dz, TW); SELSCAN__TAKE(tmp, FW);
     SELSCAN__TAKE(Bb, NT); SELSCAN__TAKE(Cb, NT);
+    /* prep cache (selscan__bwd_block): dt, dt u, u, sp and the fast flag of every chunk and tile
+       when the whole sequence fits SELSCAN__PCMAX floats */
+    s->pcs = selscan__r16(4 * T * W + 1);
+    s->pcn = 4 * nck * T * SELSCAN__CB <= SELSCAN__PCMAX ? nck : 0;
+    SELSCAN__TAKE(pc, s->pcn * (SELSCAN__CB / W) * s->pcs);
     return o;
 }
 
@@ -1855,13 +1862,16 @@ static ATTR void selscan__bwd_chunk_##SFX(int64_t N, int nt, const float *hin, f
 /* Backward of one block: channels c0 .. c0 + nch - 1 of group g, batch row b. pB / pC: this                                                              \
    block's [N][L] partials of variable dB / dC (NULL: not asked). The checkpoint pass goes chunk                                                          \
    by chunk with the tiles inner, like the walk back: a chunk's variable B / C are copied once for                                                        \
-   all tiles. */                                                                                                                                          \
+   all tiles. Without z and when the part's prep cache holds the segment (s->pcn chunks), the                                                             \
+   checkpoint pass prepares dt, dt u, u and softplus' derivative into it and the walk back reads                                                          \
+   them there instead of loading and preparing the chunk again. */                                                                                        \
 static ATTR void selscan__bwd_block_##SFX(const selscan__prob *q, const selscan__grd *r, int64_t b, int64_t g,                                            \
                                           int64_t c0, int nch, const selscan__bscr *s, float *pB, float *pC,                                              \
                                           const float *ckp) {                                                                                             \
     const int W = SELSCAN__VW, nbt = (nch + SELSCAN__VW - 1) / SELSCAN__VW;                                                                               \
     const int64_t N = q->N, NW = N * W, T = s->T, L = q->L;                                                                                               \
     const int useck = ckp && T == SELSCAN__FT;                                                                                                            \
+    const int64_t TW = T * W;                                                                                                                             \
     float lim[SELSCAN__CB];                                                                                                                               \
     int64_t k, c, n;                                                                                                                                      \
     int j, t;                                                                                                                                             \
@@ -1879,6 +1889,7 @@ static ATTR void selscan__bwd_block_##SFX(const selscan__prob *q, const selscan_
         int64_t t0, t1, row, nck;                                                                                                                         \
         selscan__seg(q, b, k, &t0, &t1, &row);                                                                                                            \
         nck = (t1 - t0 + T - 1) / T;                                                                                                                      \
+        const int usepc = !useck && !q->z.data && nck <= s->pcn;                                                                                          \
         /* checkpoints: ck[c] = state entering chunk c */                                                                                                 \
         for (j = 0; j < nbt; j++) {                                                                                                                       \
             const int nl = nch - j * W < W ? nch - j * W : W;                                                                                             \
@@ -1899,10 +1910,13 @@ static ATTR void selscan__bwd_block_##SFX(const selscan__prob *q, const selscan_
                 const int64_t d0 = c0 + j * W;                                                                                                            \
                 float *ck = s->ck + j * s->ckstride + c * NW;                                                                                             \
                 const float *Bp = q->fixB ? s->Bf + j * NW : Bv;                                                                                          \
-                const int fast = selscan__prep_##SFX(q, b, d0, nl, cs, nt, s->bv + j * W, s->dt, s->dtu, s->u, NULL,                                      \
-                                                     NULL, NULL, s->tmp, lim[j]);                                                                         \
-                selscan__rec_chunk_##SFX(0, N, nt, ck, ck + NW, NULL, 0, s->A + j * NW, s->A2 + j * NW, s->dt, s->dtu, Bp,                                \
-                                         q->fixB, fast);                                                                                                  \
+                float *const pc = usepc ? s->pc + (c * nbt + j) * s->pcs : NULL; /* dt, dtu, u, sp, fast */                                               \
+                float *const dt = pc ? pc : s->dt, *const dtu = pc ? pc + TW : s->dtu;                                                                    \
+                const int fast = selscan__prep_##SFX(q, b, d0, nl, cs, nt, s->bv + j * W, dt, dtu, pc ? pc + 2 * TW : s->u,                               \
+                                                     NULL, NULL, pc ? pc + 3 * TW : NULL, s->tmp, lim[j]);                                                \
+                if (pc) pc[4 * TW] = SELSCAN__CAST(float, fast);                                                                                          \
+                selscan__rec_chunk_##SFX(0, N, nt, ck, ck + NW, NULL, 0, s->A + j * NW, s->A2 + j * NW, dt, dtu, Bp, q->fixB,                             \
+                                         fast);                                                                                                           \
             }                                                                                                                                             \
         }                                                                                                                                                 \
         for (c = nck - 1; c >= 0; c--) {                                                                                                                  \
@@ -1917,8 +1931,12 @@ static ATTR void selscan__bwd_block_##SFX(const selscan__prob *q, const selscan_
                 const float *Bp = q->fixB ? s->Bf + j * NW : Bv, *Cp = q->fixC ? s->Cf + j * NW : Cv;                                                     \
                 const SELSCAN__VF Dv = SELSCAN__VLOAD(s->Dv + j * W);                                                                                     \
                 SELSCAN__VF dD = SELSCAN__VLOAD(s->dD + j * W), db = SELSCAN__VLOAD(s->db + j * W);                                                       \
-                const int fast = selscan__prep_##SFX(q, b, d0, nl, cs, nt, s->bv + j * W, s->dt, s->dtu, s->u, s->z,                                      \
-                                                     s->sg, s->sp, s->tmp, lim[j]);                                                                       \
+                const float *const pc = usepc && c + 1 < nck ? s->pc + (c * nbt + j) * s->pcs : NULL;                                                     \
+                const float *const dt = pc ? pc : s->dt, *const dtu = pc ? pc + TW : s->dtu;                                                              \
+                const float *const u_ = pc ? pc + 2 * TW : s->u, *const sp = pc ? pc + 3 * TW : s->sp;                                                    \
+                const int fast = pc ? pc[4 * TW] != 0.0f                                                                                                  \
+                                    : selscan__prep_##SFX(q, b, d0, nl, cs, nt, s->bv + j * W, s->dt, s->dtu, s->u, s->z,                                 \
+                                                          s->sg, s->sp, s->tmp, lim[j]);                                                                  \
                 SELSCAN__LOADTILE(s->dy, &r->dy, b, d0, nl, W, cs, nt, s->tmp);                                                                           \
                 for (t = 0; t < nt; t++) {                                                                                                                \
                     SELSCAN__VF dy0 = SELSCAN__VLOAD(s->dy + t * W);                                                                                      \
@@ -1927,15 +1945,15 @@ static ATTR void selscan__bwd_block_##SFX(const selscan__prob *q, const selscan_
                     SELSCAN__VSTORE(s->dy0 + t * W, dy0);                                                                                                 \
                 }                                                                                                                                         \
                 selscan__bwd_chunk_##SFX(N, nt, s->ck + j * s->ckstride + c * NW, s->hs, s->ab, s->dh + j * NW, s->A + j * NW,                            \
-                                         s->A2 + j * NW, s->dt, s->dtu, s->dy0, q->z.data ? s->yc : NULL, s->S, s->sA, s->accB, s->accC,                  \
+                                         s->A2 + j * NW, dt, dtu, s->dy0, q->z.data ? s->yc : NULL, s->S, s->sA, s->accB, s->accC,                        \
                                          s->dA + j * NW, s->dBf + j * NW, s->dCf + j * NW, Bp, Cp, q->fixB, q->fixC, fast,                                \
                                          j == 0);                                                                                                         \
                 for (t = nt - 1; t >= 0; t--) {                                                                                                           \
-                    const SELSCAN__VF u = SELSCAN__VLOAD(s->u + t * W), dy0 = SELSCAN__VLOAD(s->dy0 + t * W);                                             \
+                    const SELSCAN__VF u = SELSCAN__VLOAD(u_ + t * W), dy0 = SELSCAN__VLOAD(s->dy0 + t * W);                                               \
                     const SELSCAN__VF S = SELSCAN__VLOAD(s->S + t * W);                                                                                   \
                     const SELSCAN__VF ddt = SELSCAN__VMUL(SELSCAN__VFMA(u, S, SELSCAN__VLOAD(s->sA + t * W)),                                             \
-                                                         SELSCAN__VLOAD(s->sp + t * W));                                                                  \
-                    SELSCAN__VSTORE(s->du + t * W, SELSCAN__VFMA(SELSCAN__VLOAD(s->dt + t * W), S, SELSCAN__VMUL(dy0, Dv)));                              \
+                                                         SELSCAN__VLOAD(sp + t * W));                                                                     \
+                    SELSCAN__VSTORE(s->du + t * W, SELSCAN__VFMA(SELSCAN__VLOAD(dt + t * W), S, SELSCAN__VMUL(dy0, Dv)));                                 \
                     SELSCAN__VSTORE(s->ddt + t * W, ddt);                                                                                                 \
                     dD = SELSCAN__VFMA(dy0, u, dD);                                                                                                       \
                     db = SELSCAN__VADD(db, ddt);                                                                                                          \
