@@ -1049,8 +1049,9 @@ SELSCAN_DEF selscan_status selscan_step_ref(const selscan_step_problem *s) {
    buffer it also stores the state entering every chunk.
    Backward: a work item is a block of SELSCAN__CB channels of one group and batch row. It runs
    the forward keeping the state every T steps (checkpoints; or reads the forward's), then walks
-   the chunks backward,
-   recomputing the states and exponentials of one chunk at a time. Sums over channels (variable
+   the chunks backward, recomputing the states and exponentials of one chunk at a time, SELSCAN__BG
+   states at a time (states outer, steps inner: the group's states and gradients in registers;
+   recompute and walk back of a group through L1 rows). Sums over channels (variable
    dB, dC) are accumulated lane-wise over the block's tiles, reduced over lanes in a fixed order,
    and written as per-block partials to the shared workspace; sums over batch rows (dA, dD,
    ddelta_bias, fixed dB/dC) are written per batch row. selscan_backward_cpu_reduce() sums the
@@ -1061,6 +1062,8 @@ SELSCAN_DEF selscan_status selscan_step_ref(const selscan_step_problem *s) {
 #define SELSCAN__CB 64   /* channels per backward work item */
 #define SELSCAN__SNB 256 /* step: channels and states per block (stack buffers) */
 #define SELSCAN__SNA 64  /* step: largest N of the common-layout kernel (its stack buffer) */
+#define SELSCAN__PCMAX (1 << 19) /* backward prep cache: floats a part at most (2 MiB: L <= 2048) */
+#define SELSCAN__BG 4    /* backward: states a group (hand-unrolled, <= 4; their h, dh, dA in registers) */
 
 enum { SELSCAN__ISA_PORTABLE = 0, SELSCAN__ISA_NEON = 1, SELSCAN__ISA_AVX2 = 2, SELSCAN__ISA_AVX512 = 3 };
 
@@ -1318,6 +1321,23 @@ static const float *selscan__bc_chunk(const selscan__ten *x, int fixed, const fl
     return buf;
 }
 
+/* Step, common layout: B and C rows of (b, g), f32 rows used in place, others widened into Bb / Cb. */
+static void selscan__step_bc(const selscan__stp *q, int64_t b, int64_t g, float *Bb, float *Cb, const float **Bp,
+                             const float **Cp) {
+    if (q->dt == SELSCAN_F32 && q->B.s[2] == 1) {
+        *Bp = SELSCAN__CAST(const float *, q->B.data) + b * q->B.s[0] + g * q->B.s[1];
+    } else {
+        selscan__cvt_row(Bb, q->B.data, b * q->B.s[0] + g * q->B.s[1], q->B.s[2], q->N, q->dt);
+        *Bp = Bb;
+    }
+    if (q->dt == SELSCAN_F32 && q->C.s[2] == 1) {
+        *Cp = SELSCAN__CAST(const float *, q->C.data) + b * q->C.s[0] + g * q->C.s[1];
+    } else {
+        selscan__cvt_row(Cb, q->C.data, b * q->C.s[0] + g * q->C.s[1], q->C.s[2], q->N, q->dt);
+        *Cp = Cb;
+    }
+}
+
 /* ---- scratch layouts (floats; every region a multiple of 16 floats) ---- */
 
 typedef struct selscan__fscr {
@@ -1346,8 +1366,9 @@ static int64_t selscan__bwd_T(int64_t N) {
 
 typedef struct selscan__bscr {
     float *ck, *hs, *ab, *accB, *accC, *dh, *A, *A2, *Bf, *Cf, *dA, *dBf, *dCf, *Dv, *bv, *dD, *db;
-    float *dt, *sp, *u, *dtu, *dy, *dy0, *z, *sg, *yc, *S, *sA, *du, *ddt, *dz, *Bb, *Cb, *tmp;
+    float *dt, *sp, *u, *dtu, *dy, *dy0, *z, *sg, *yc, *S, *sA, *du, *ddt, *dz, *Bb, *Cb, *tmp, *pc;
     int64_t T, ckstride; /* ckstride: floats of checkpoints per tile */
+    int64_t pcs, pcn;    /* prep cache: floats per tile and chunk, chunks held (0: none) */
 } selscan__bscr;
 
 static int64_t selscan__bscr_map(selscan__bscr *s, float *p, int64_t N, int64_t L, int W) {
@@ -1358,8 +1379,9 @@ static int64_t selscan__bscr_map(selscan__bscr *s, float *p, int64_t N, int64_t 
     s->T = T;
     s->ckstride = selscan__r16((nck + 1) * N * W);
     SELSCAN__TAKE(ck, s->ckstride * (SELSCAN__CB / W));
-    SELSCAN__TAKE(hs, selscan__r16((T + 1) * N * SELSCAN__WMAX));
-    SELSCAN__TAKE(ab, TNW); SELSCAN__TAKE(accB, TNW); SELSCAN__TAKE(accC, TNW);
+    SELSCAN__TAKE(hs, selscan__r16((T + 1) * SELSCAN__BG * SELSCAN__WMAX)); /* one state group (selscan__bwd_chunk) */
+    SELSCAN__TAKE(ab, selscan__r16(T * SELSCAN__BG * SELSCAN__WMAX));
+    SELSCAN__TAKE(accB, TNW); SELSCAN__TAKE(accC, TNW);
     SELSCAN__TAKE(dh, CN); SELSCAN__TAKE(A, CN); SELSCAN__TAKE(A2, CN); SELSCAN__TAKE(Bf, CN); SELSCAN__TAKE(Cf, CN);
     SELSCAN__TAKE(dA, CN); SELSCAN__TAKE(dBf, CN); SELSCAN__TAKE(dCf, CN);
     SELSCAN__TAKE(Dv, SELSCAN__CB); SELSCAN__TAKE(bv, SELSCAN__CB); SELSCAN__TAKE(dD, SELSCAN__CB);
@@ -1369,6 +1391,11 @@ static int64_t selscan__bscr_map(selscan__bscr *s, float *p, int64_t N, int64_t 
     SELSCAN__TAKE(yc, TW); SELSCAN__TAKE(S, TW); SELSCAN__TAKE(sA, TW); SELSCAN__TAKE(du, TW);
     SELSCAN__TAKE(ddt, TW); SELSCAN__TAKE(dz, TW); SELSCAN__TAKE(tmp, FW);
     SELSCAN__TAKE(Bb, NT); SELSCAN__TAKE(Cb, NT);
+    /* prep cache (selscan__bwd_block): dt, dt u, u, sp and the fast flag of every chunk and tile
+       when the whole sequence fits SELSCAN__PCMAX floats */
+    s->pcs = selscan__r16(4 * T * W + 1);
+    s->pcn = 4 * nck * T * SELSCAN__CB <= SELSCAN__PCMAX ? nck : 0;
+    SELSCAN__TAKE(pc, s->pcn * (SELSCAN__CB / W) * s->pcs);
     return o;
 }
 
@@ -1517,13 +1544,12 @@ static ATTR int selscan__prep_##SFX(const selscan__prob *q, int64_t b, int64_t d
     return ok;                                                                                                                                            \
 }                                                                                                                                                         \
                                                                                                                                                           \
-/* Forward over one chunk: h ([N][W]) advanced nt steps; y[t] = sum_n C h (when wanty). */                                                                \
+/* Forward over one chunk: h ([N][W]) advanced nt steps; y[t] = sum_n C h. */                                                                             \
 static ATTR SELSCAN__INLINE void selscan__fwd_inner_##SFX(int64_t N, int nt, float *h, const float *A,                                                    \
                                                           const float *A2, const float *dt, const float *dtu, float *y,                                   \
                                                           const float *Bp, int64_t bsn, int64_t bst,                                                      \
                                                           const float *Cp, int64_t csn, int64_t cst,                                                      \
-                                                          const int fixB, const int fixC, const int wanty,                                                \
-                                                          const int fast) {                                                                               \
+                                                          const int fixB, const int fixC, const int fast) {                                               \
     const int W = SELSCAN__VW;                                                                                                                            \
     int t;                                                                                                                                                \
     int64_t n;                                                                                                                                            \
@@ -1542,10 +1568,8 @@ static ATTR SELSCAN__INLINE void selscan__fwd_inner_##SFX(int64_t N, int nt, flo
             const SELSCAN__VF h1 = SELSCAN__VFMA(a1, SELSCAN__VLOAD(h + (n + 1) * W), SELSCAN__VMUL(vdtu, b1));                                           \
             SELSCAN__VSTORE(h + n * W, h0);                                                                                                               \
             SELSCAN__VSTORE(h + (n + 1) * W, h1);                                                                                                         \
-            if (wanty) {                                                                                                                                  \
-                y0 = SELSCAN__VFMA(fixC ? SELSCAN__VLOAD(Cp + n * W) : SELSCAN__VSET1(Ct[n * csn]), h0, y0);                                              \
-                y1 = SELSCAN__VFMA(fixC ? SELSCAN__VLOAD(Cp + (n + 1) * W) : SELSCAN__VSET1(Ct[(n + 1) * csn]), h1, y1);                                  \
-            }                                                                                                                                             \
+            y0 = SELSCAN__VFMA(fixC ? SELSCAN__VLOAD(Cp + n * W) : SELSCAN__VSET1(Ct[n * csn]), h0, y0);                                                  \
+            y1 = SELSCAN__VFMA(fixC ? SELSCAN__VLOAD(Cp + (n + 1) * W) : SELSCAN__VSET1(Ct[(n + 1) * csn]), h1, y1);                                      \
         }                                                                                                                                                 \
         if (n < N) {                                                                                                                                      \
             const SELSCAN__VF a0 = fast ? selscan__vexp2nc_##SFX(SELSCAN__VMUL(vdt, SELSCAN__VLOAD(A2 + n * W)))                                          \
@@ -1553,37 +1577,30 @@ static ATTR SELSCAN__INLINE void selscan__fwd_inner_##SFX(int64_t N, int nt, flo
             const SELSCAN__VF b0 = fixB ? SELSCAN__VLOAD(Bp + n * W) : SELSCAN__VSET1(Bt[n * bsn]);                                                       \
             const SELSCAN__VF h0 = SELSCAN__VFMA(a0, SELSCAN__VLOAD(h + n * W), SELSCAN__VMUL(vdtu, b0));                                                 \
             SELSCAN__VSTORE(h + n * W, h0);                                                                                                               \
-            if (wanty) y0 = SELSCAN__VFMA(fixC ? SELSCAN__VLOAD(Cp + n * W) : SELSCAN__VSET1(Ct[n * csn]), h0, y0);                                       \
+            y0 = SELSCAN__VFMA(fixC ? SELSCAN__VLOAD(Cp + n * W) : SELSCAN__VSET1(Ct[n * csn]), h0, y0);                                                  \
         }                                                                                                                                                 \
-        if (wanty) SELSCAN__VSTORE(y + t * W, SELSCAN__VADD(y0, y1));                                                                                     \
+        SELSCAN__VSTORE(y + t * W, SELSCAN__VADD(y0, y1));                                                                                                \
     }                                                                                                                                                     \
 }                                                                                                                                                         \
                                                                                                                                                           \
 static ATTR void selscan__fwd_chunk_##SFX(int64_t N, int nt, float *h, const float *A, const float *A2, const float *dt,                                  \
                                           const float *dtu, float *y, const float *Bp, int64_t bsn, int64_t bst,                                          \
-                                          const float *Cp, int64_t csn, int64_t cst, int fixB, int fixC, int wanty,                                       \
-                                          int fast) {                                                                                                     \
+                                          const float *Cp, int64_t csn, int64_t cst, int fixB, int fixC, int fast) {                                      \
     if (fast) {                                                                                                                                           \
-        if (!wanty) {                                                                                                                                     \
-            if (fixB) selscan__fwd_inner_##SFX(N, nt, h, A, A2, dt, dtu, y, Bp, bsn, bst, Cp, csn, cst, 1, 0, 0, 1);                                      \
-            else selscan__fwd_inner_##SFX(N, nt, h, A, A2, dt, dtu, y, Bp, bsn, bst, Cp, csn, cst, 0, 0, 0, 1);                                           \
-        } else if (fixB) {                                                                                                                                \
-            if (fixC) selscan__fwd_inner_##SFX(N, nt, h, A, A2, dt, dtu, y, Bp, bsn, bst, Cp, csn, cst, 1, 1, 1, 1);                                      \
-            else selscan__fwd_inner_##SFX(N, nt, h, A, A2, dt, dtu, y, Bp, bsn, bst, Cp, csn, cst, 1, 0, 1, 1);                                           \
+        if (fixB) {                                                                                                                                       \
+            if (fixC) selscan__fwd_inner_##SFX(N, nt, h, A, A2, dt, dtu, y, Bp, bsn, bst, Cp, csn, cst, 1, 1, 1);                                         \
+            else selscan__fwd_inner_##SFX(N, nt, h, A, A2, dt, dtu, y, Bp, bsn, bst, Cp, csn, cst, 1, 0, 1);                                              \
         } else {                                                                                                                                          \
-            if (fixC) selscan__fwd_inner_##SFX(N, nt, h, A, A2, dt, dtu, y, Bp, bsn, bst, Cp, csn, cst, 0, 1, 1, 1);                                      \
-            else selscan__fwd_inner_##SFX(N, nt, h, A, A2, dt, dtu, y, Bp, bsn, bst, Cp, csn, cst, 0, 0, 1, 1);                                           \
+            if (fixC) selscan__fwd_inner_##SFX(N, nt, h, A, A2, dt, dtu, y, Bp, bsn, bst, Cp, csn, cst, 0, 1, 1);                                         \
+            else selscan__fwd_inner_##SFX(N, nt, h, A, A2, dt, dtu, y, Bp, bsn, bst, Cp, csn, cst, 0, 0, 1);                                              \
         }                                                                                                                                                 \
     } else {                                                                                                                                              \
-        if (!wanty) {                                                                                                                                     \
-            if (fixB) selscan__fwd_inner_##SFX(N, nt, h, A, A2, dt, dtu, y, Bp, bsn, bst, Cp, csn, cst, 1, 0, 0, 0);                                      \
-            else selscan__fwd_inner_##SFX(N, nt, h, A, A2, dt, dtu, y, Bp, bsn, bst, Cp, csn, cst, 0, 0, 0, 0);                                           \
-        } else if (fixB) {                                                                                                                                \
-            if (fixC) selscan__fwd_inner_##SFX(N, nt, h, A, A2, dt, dtu, y, Bp, bsn, bst, Cp, csn, cst, 1, 1, 1, 0);                                      \
-            else selscan__fwd_inner_##SFX(N, nt, h, A, A2, dt, dtu, y, Bp, bsn, bst, Cp, csn, cst, 1, 0, 1, 0);                                           \
+        if (fixB) {                                                                                                                                       \
+            if (fixC) selscan__fwd_inner_##SFX(N, nt, h, A, A2, dt, dtu, y, Bp, bsn, bst, Cp, csn, cst, 1, 1, 0);                                         \
+            else selscan__fwd_inner_##SFX(N, nt, h, A, A2, dt, dtu, y, Bp, bsn, bst, Cp, csn, cst, 1, 0, 0);                                              \
         } else {                                                                                                                                          \
-            if (fixC) selscan__fwd_inner_##SFX(N, nt, h, A, A2, dt, dtu, y, Bp, bsn, bst, Cp, csn, cst, 0, 1, 1, 0);                                      \
-            else selscan__fwd_inner_##SFX(N, nt, h, A, A2, dt, dtu, y, Bp, bsn, bst, Cp, csn, cst, 0, 0, 1, 0);                                           \
+            if (fixC) selscan__fwd_inner_##SFX(N, nt, h, A, A2, dt, dtu, y, Bp, bsn, bst, Cp, csn, cst, 0, 1, 0);                                         \
+            else selscan__fwd_inner_##SFX(N, nt, h, A, A2, dt, dtu, y, Bp, bsn, bst, Cp, csn, cst, 0, 0, 0);                                              \
         }                                                                                                                                                 \
     }                                                                                                                                                     \
 }                                                                                                                                                         \
@@ -1610,7 +1627,7 @@ static ATTR void selscan__fwd_tile_##SFX(const selscan__prob *q, int64_t b, int6
             const int fast = selscan__prep_##SFX(q, b, d0, nl, c0, nt, s->bv, s->dt, s->dtu, s->u, s->z, NULL, NULL,                                      \
                                                  s->tmp, lim);                                                                                            \
             selscan__fwd_chunk_##SFX(N, nt, s->h, s->A, s->A2, s->dt, s->dtu, s->y, Bp, bsn, bst, Cp, csn, cst, q->fixB,                                  \
-                                     q->fixC, 1, fast);                                                                                                   \
+                                     q->fixC, fast);                                                                                                      \
             for (t = 0; t < nt; t++) {                                                                                                                    \
                 SELSCAN__VF y = SELSCAN__VFMA(Dv, SELSCAN__VLOAD(s->u + t * W), SELSCAN__VLOAD(s->y + t * W));                                            \
                 if (q->z.data) y = SELSCAN__VMUL(y, SELSCAN__VLOAD(s->z + t * W));                                                                        \
@@ -1622,138 +1639,239 @@ static ATTR void selscan__fwd_tile_##SFX(const selscan__prob *q, int64_t b, int6
     }                                                                                                                                                     \
 }                                                                                                                                                         \
                                                                                                                                                           \
-/* Recompute one chunk from hs[0]: hs[t + 1] = state after step t, ab[t] = exp(dt A). */                                                                  \
-static ATTR SELSCAN__INLINE void selscan__rec_inner_##SFX(int64_t N, int nt, float *hs, float *ab, const float *A,                                        \
-                                                          const float *A2,                                                                                \
-                                                          const float *dt, const float *dtu, const float *Bp,                                             \
-                                                          int64_t bsn, int64_t bst, const int fixB,                                                       \
-                                                          const int fast) {                                                                               \
+/* p[i W] = v_i for i < G (G <= 4: the hand-unrolled state groups below). */                                                                              \
+static ATTR SELSCAN__INLINE void selscan__vstore4_##SFX(const int G, float *p, SELSCAN__VF v0, SELSCAN__VF v1, SELSCAN__VF v2,                            \
+                                                        SELSCAN__VF v3) {                                                                                 \
+    SELSCAN__VSTORE(p, v0);                                                                                                                               \
+    if (G > 1) SELSCAN__VSTORE(p + SELSCAN__VW, v1);                                                                                                      \
+    if (G > 2) SELSCAN__VSTORE(p + 2 * SELSCAN__VW, v2);                                                                                                  \
+    if (G > 3) SELSCAN__VSTORE(p + 3 * SELSCAN__VW, v3);                                                                                                  \
+}                                                                                                                                                         \
+                                                                                                                                                          \
+/* Recompute of one state vector at one step (the body of selscan__rec_group). */                                                                         \
+static ATTR SELSCAN__INLINE void selscan__rec_one_##SFX(const int i, SELSCAN__VF *h, const float *An, const float *Bt,                                    \
+                                                        const SELSCAN__VF vdt, const SELSCAN__VF vdtu, float *at, float *hn,                              \
+                                                        const int fixB, const int fast, const int keep) {                                                 \
     const int W = SELSCAN__VW;                                                                                                                            \
-    const int64_t NW = N * W;                                                                                                                             \
+    const SELSCAN__VF a = fast ? selscan__vexp2nc_##SFX(SELSCAN__VMUL(vdt, SELSCAN__VLOAD(An + i * W)))                                                   \
+                               : selscan__vexp_##SFX(SELSCAN__VMUL(vdt, SELSCAN__VLOAD(An + i * W)));                                                     \
+    const SELSCAN__VF bb = fixB ? SELSCAN__VLOAD(Bt + i * W) : SELSCAN__VSET1(Bt[i * SELSCAN__FT]);                                                       \
+    *h = SELSCAN__VFMA(a, *h, SELSCAN__VMUL(vdtu, bb));                                                                                                   \
+    if (keep) {                                                                                                                                           \
+        SELSCAN__VSTORE(at + i * W, a);                                                                                                                   \
+        SELSCAN__VSTORE(hn + i * W, *h);                                                                                                                  \
+    }                                                                                                                                                     \
+}                                                                                                                                                         \
+                                                                                                                                                          \
+/* Recompute states n .. n + G - 1 (G = 1 or SELSCAN__BG) of one chunk from hin ([N][W]). keep:                                                           \
+   hs[t * rs] = state before step t (t = 0 .. nt), ab[t * rs] = exp(dt A), the group's vectors                                                            \
+   side by side in rows of rs floats; else only the state after the chunk, into hs. States outer,                                                         \
+   steps inner: the group's states stay in registers. The same operations as                                                                              \
+   selscan__fwd_inner, so the states are bitwise the forward's. An: A, or A log2(e) when fast. */                                                         \
+static ATTR SELSCAN__INLINE void selscan__rec_group_##SFX(const int G, int64_t n, int nt, const float *hin, float *hs,                                    \
+                                                          float *ab, int64_t rs, const float *A, const float *dt,                                         \
+                                                          const float *dtu, const float *Bp, const int fixB,                                              \
+                                                          const int fast, const int keep) {                                                               \
+    const int W = SELSCAN__VW;                                                                                                                            \
+    const int64_t o = n * W;                                                                                                                              \
+    SELSCAN__VF h0 = SELSCAN__VLOAD(hin + o), h1 = h0, h2 = h0, h3 = h0;                                                                                  \
     int t;                                                                                                                                                \
-    int64_t n;                                                                                                                                            \
+    if (G > 1) h1 = SELSCAN__VLOAD(hin + o + W);                                                                                                          \
+    if (G > 2) h2 = SELSCAN__VLOAD(hin + o + 2 * W);                                                                                                      \
+    if (G > 3) h3 = SELSCAN__VLOAD(hin + o + 3 * W);                                                                                                      \
+    if (keep) selscan__vstore4_##SFX(G, hs, h0, h1, h2, h3);                                                                                              \
     for (t = 0; t < nt; t++) {                                                                                                                            \
         const SELSCAN__VF vdt = SELSCAN__VLOAD(dt + t * W), vdtu = SELSCAN__VLOAD(dtu + t * W);                                                           \
-        const float *Bt = Bp + t * bst, *hp = hs + t * NW;                                                                                                \
-        float *hn = hs + (t + 1) * NW, *at = ab + t * NW;                                                                                                 \
-        for (n = 0; n < N; n++) {                                                                                                                         \
-            const SELSCAN__VF a = fast ? selscan__vexp2nc_##SFX(SELSCAN__VMUL(vdt, SELSCAN__VLOAD(A2 + n * W)))                                           \
-                                       : selscan__vexp_##SFX(SELSCAN__VMUL(vdt, SELSCAN__VLOAD(A + n * W)));                                              \
-            const SELSCAN__VF bb = fixB ? SELSCAN__VLOAD(Bp + n * W) : SELSCAN__VSET1(Bt[n * bsn]);                                                       \
-            SELSCAN__VSTORE(at + n * W, a);                                                                                                               \
-            SELSCAN__VSTORE(hn + n * W, SELSCAN__VFMA(a, SELSCAN__VLOAD(hp + n * W), SELSCAN__VMUL(vdtu, bb)));                                           \
+        const float *Bt = fixB ? Bp + o : Bp + n * SELSCAN__FT + t;                                                                                       \
+        float *at = ab + t * rs, *hn = hs + (t + 1) * rs;                                                                                                 \
+        selscan__rec_one_##SFX(0, &h0, A + o, Bt, vdt, vdtu, at, hn, fixB, fast, keep);                                                                   \
+        if (G > 1) selscan__rec_one_##SFX(1, &h1, A + o, Bt, vdt, vdtu, at, hn, fixB, fast, keep);                                                        \
+        if (G > 2) selscan__rec_one_##SFX(2, &h2, A + o, Bt, vdt, vdtu, at, hn, fixB, fast, keep);                                                        \
+        if (G > 3) selscan__rec_one_##SFX(3, &h3, A + o, Bt, vdt, vdtu, at, hn, fixB, fast, keep);                                                        \
+    }                                                                                                                                                     \
+    if (!keep) selscan__vstore4_##SFX(G, hs, h0, h1, h2, h3);                                                                                             \
+}                                                                                                                                                         \
+                                                                                                                                                          \
+static ATTR SELSCAN__INLINE void selscan__rec_inner_##SFX(int64_t n0, int64_t n1, int nt, const float *hin, float *hs,                                    \
+                                                          float *ab, int64_t rs, const float *A, const float *dt,                                         \
+                                                          const float *dtu, const float *Bp, const int fixB,                                              \
+                                                          const int fast, const int keep) {                                                               \
+    const int W = SELSCAN__VW;                                                                                                                            \
+    int64_t n;                                                                                                                                            \
+    for (n = n0; n + SELSCAN__BG <= n1; n += SELSCAN__BG)                                                                                                 \
+        selscan__rec_group_##SFX(SELSCAN__BG, n, nt, hin, hs + (keep ? n - n0 : n) * W, ab + (n - n0) * W, rs, A, dt, dtu, Bp,                            \
+                                 fixB, fast, keep);                                                                                                       \
+    for (; n < n1; n++)                                                                                                                                   \
+        selscan__rec_group_##SFX(1, n, nt, hin, hs + (keep ? n - n0 : n) * W, ab + (n - n0) * W, rs, A, dt, dtu, Bp, fixB,                                \
+                                 fast, keep);                                                                                                             \
+}                                                                                                                                                         \
+                                                                                                                                                          \
+/* Recompute of states [n0, n1) over one chunk (selscan__rec_group) from hin ([N][W]). ab NULL: the                                                       \
+   checkpoint pass (hs: the state after the chunk, [N][W]); else n1 - n0 <= SELSCAN__BG and hs, ab                                                        \
+   get the group's rows of rs floats. A2 = A log2(e). */                                                                                                  \
+static ATTR void selscan__rec_chunk_##SFX(int64_t n0, int64_t n1, int nt, const float *hin, float *hs, float *ab,                                         \
+                                          int64_t rs, const float *A, const float *A2, const float *dt, const float *dtu,                                 \
+                                          const float *Bp, int fixB, int fast) {                                                                          \
+    if (ab) {                                                                                                                                             \
+        if (fast) {                                                                                                                                       \
+            if (fixB) selscan__rec_inner_##SFX(n0, n1, nt, hin, hs, ab, rs, A2, dt, dtu, Bp, 1, 1, 1);                                                    \
+            else selscan__rec_inner_##SFX(n0, n1, nt, hin, hs, ab, rs, A2, dt, dtu, Bp, 0, 1, 1);                                                         \
+        } else {                                                                                                                                          \
+            if (fixB) selscan__rec_inner_##SFX(n0, n1, nt, hin, hs, ab, rs, A, dt, dtu, Bp, 1, 0, 1);                                                     \
+            else selscan__rec_inner_##SFX(n0, n1, nt, hin, hs, ab, rs, A, dt, dtu, Bp, 0, 0, 1);                                                          \
+        }                                                                                                                                                 \
+    } else {                                                                                                                                              \
+        if (fast) {                                                                                                                                       \
+            if (fixB) selscan__rec_inner_##SFX(n0, n1, nt, hin, hs, hs, rs, A2, dt, dtu, Bp, 1, 1, 0);                                                    \
+            else selscan__rec_inner_##SFX(n0, n1, nt, hin, hs, hs, rs, A2, dt, dtu, Bp, 0, 1, 0);                                                         \
+        } else {                                                                                                                                          \
+            if (fixB) selscan__rec_inner_##SFX(n0, n1, nt, hin, hs, hs, rs, A, dt, dtu, Bp, 1, 0, 0);                                                     \
+            else selscan__rec_inner_##SFX(n0, n1, nt, hin, hs, hs, rs, A, dt, dtu, Bp, 0, 0, 0);                                                          \
         }                                                                                                                                                 \
     }                                                                                                                                                     \
 }                                                                                                                                                         \
                                                                                                                                                           \
 /* Backward over one chunk, steps nt - 1 .. 0. dh: gradient of the state after the chunk (in),                                                            \
    before it (out). Per step: yc = sum_n C h, S = sum_n dh_n B_n, sA = sum_n dh_n h_prev a A.                                                             \
-   accB / accC: per-step lane-wise dB / dC (variable; the fixed ones accumulate in dBf / dCf). */                                                         \
-static ATTR SELSCAN__INLINE void selscan__bwd_inner_##SFX(int64_t N, int nt, const float *hs, const float *ab,                                            \
-                                                          float *dh, const float *A, const float *dt,                                                     \
-                                                          const float *dtu, const float *dy0, float *yc, float *Sv,                                       \
-                                                          float *sAv, float *accB, float *accC, float *dA,                                                \
-                                                          float *dBf, float *dCf, const float *Bp, int64_t bsn,                                           \
-                                                          int64_t bst, const float *Cp, int64_t csn, int64_t cst,                                         \
-                                                          const int fixB, const int fixC, const int first) {                                              \
+   accB / accC: per-step lane-wise dB / dC (variable; the fixed ones accumulate in dBf / dCf).                                                            \
+   Variable B / C are chunk copies ([N][SELSCAN__FT], selscan__bc_chunk), fixed ones [N][W].                                                              \
+   States outer in groups of SELSCAN__BG (hand-unrolled), steps inner: dh and dA of the group stay                                                        \
+   in registers over the chunk, the step's sums go through memory once a group, and the per-step                                                          \
+   vectors (dy0, dt, dtu) are read where used (memory operands, registers free for the group). */                                                         \
+static ATTR SELSCAN__INLINE void selscan__bwd_one_##SFX(const int i, SELSCAN__VF *dh, SELSCAN__VF *dAn, SELSCAN__VF *y,                                   \
+                                                        SELSCAN__VF *S, SELSCAN__VF *sA, const float *h1, const float *h0,                                \
+                                                        const float *a, const float *An, const float *Ct, const float *Bt,                                \
+                                                        float *aB, float *aC, const float *dy0, const float *dt,                                          \
+                                                        const float *dtu, const int fixB, const int fixC, const int first,                                \
+                                                        const int wanty) {                                                                                \
     const int W = SELSCAN__VW;                                                                                                                            \
-    const int64_t NW = N * W;                                                                                                                             \
+    const SELSCAN__VF c = fixC ? SELSCAN__VLOAD(Ct + i * W) : SELSCAN__VSET1(Ct[i * SELSCAN__FT]);                                                        \
+    const SELSCAN__VF b = fixB ? SELSCAN__VLOAD(Bt + i * W) : SELSCAN__VSET1(Bt[i * SELSCAN__FT]);                                                        \
+    const SELSCAN__VF hn = SELSCAN__VLOAD(h1 + i * W);                                                                                                    \
+    const SELSCAN__VF d = SELSCAN__VFMA(SELSCAN__VLOAD(dy0), c, *dh); /* dh after the step */                                                             \
+    const SELSCAN__VF dn = SELSCAN__VMUL(d, SELSCAN__VLOAD(a + i * W)), da = SELSCAN__VMUL(dn, SELSCAN__VLOAD(h0 + i * W));                               \
+    if (wanty) *y = SELSCAN__VFMA(c, hn, *y);                                                                                                             \
+    SELSCAN__VSTORE(aC + i * W, fixC || !first ? SELSCAN__VFMA(SELSCAN__VLOAD(dy0), hn, SELSCAN__VLOAD(aC + i * W))                                       \
+                                               : SELSCAN__VMUL(SELSCAN__VLOAD(dy0), hn));                                                                 \
+    *S = SELSCAN__VFMA(d, b, *S);                                                                                                                         \
+    SELSCAN__VSTORE(aB + i * W, fixB || !first ? SELSCAN__VFMA(d, SELSCAN__VLOAD(dtu), SELSCAN__VLOAD(aB + i * W))                                        \
+                                               : SELSCAN__VMUL(d, SELSCAN__VLOAD(dtu)));                                                                  \
+    *sA = SELSCAN__VFMA(da, SELSCAN__VLOAD(An + i * W), *sA);                                                                                             \
+    *dAn = SELSCAN__VFMA(da, SELSCAN__VLOAD(dt), *dAn);                                                                                                   \
+    *dh = dn;                                                                                                                                             \
+}                                                                                                                                                         \
+                                                                                                                                                          \
+/* States n .. n + G - 1 (G = 1 or SELSCAN__BG) over the chunk; hs, ab: their recomputed rows (rs                                                         \
+   floats apart, selscan__rec_group). */                                                                                                                  \
+static ATTR SELSCAN__INLINE void selscan__bwd_group_##SFX(const int G, int64_t n, int64_t N, int nt, const float *hs,                                     \
+                                                          const float *ab, int64_t rs, float *dh, const float *A, const float *dt,                        \
+                                                          const float *dtu, const float *dy0, float *yc, float *Sv,                                       \
+                                                          float *sAv, float *accB, float *accC, float *dA, float *dBf,                                    \
+                                                          float *dCf, const float *Bp, const float *Cp, const int fixB,                                   \
+                                                          const int fixC, const int first, const int wanty) {                                             \
+    const int W = SELSCAN__VW;                                                                                                                            \
+    const int64_t NW = N * W, o = n * W;                                                                                                                  \
+    SELSCAN__VF dh0 = SELSCAN__VLOAD(dh + o), dA0 = SELSCAN__VLOAD(dA + o), dh1 = dh0, dA1 = dA0, dh2 = dh0, dA2 = dA0,                                   \
+                dh3 = dh0, dA3 = dA0;                                                                                                                     \
     int t;                                                                                                                                                \
-    int64_t n;                                                                                                                                            \
+    if (G > 1) { dh1 = SELSCAN__VLOAD(dh + o + W); dA1 = SELSCAN__VLOAD(dA + o + W); }                                                                    \
+    if (G > 2) { dh2 = SELSCAN__VLOAD(dh + o + 2 * W); dA2 = SELSCAN__VLOAD(dA + o + 2 * W); }                                                            \
+    if (G > 3) { dh3 = SELSCAN__VLOAD(dh + o + 3 * W); dA3 = SELSCAN__VLOAD(dA + o + 3 * W); }                                                            \
     for (t = nt - 1; t >= 0; t--) {                                                                                                                       \
-        const float *h1 = hs + (t + 1) * NW, *h0 = hs + t * NW, *at = ab + t * NW;                                                                        \
-        const float *Bt = Bp + t * bst, *Ct = Cp + t * cst;                                                                                               \
-        float *aB = fixB ? dBf : accB + t * NW, *aC = fixC ? dCf : accC + t * NW;                                                                         \
-        const SELSCAN__VF vdy0 = SELSCAN__VLOAD(dy0 + t * W), vdt = SELSCAN__VLOAD(dt + t * W),                                                           \
-                          vdtu = SELSCAN__VLOAD(dtu + t * W);                                                                                             \
-        SELSCAN__VF S0 = SELSCAN__VSET1(0.0f), S1 = S0, sA0 = S0, sA1 = S0, y0 = S0, y1 = S0;                                                             \
-        for (n = 0; n + 1 < N; n += 2) {                                                                                                                  \
-            const int64_t i = n * W, j = (n + 1) * W;                                                                                                     \
-            const SELSCAN__VF hn0 = SELSCAN__VLOAD(h1 + i), hn1 = SELSCAN__VLOAD(h1 + j);                                                                 \
-            const SELSCAN__VF a0 = SELSCAN__VLOAD(at + i), a1 = SELSCAN__VLOAD(at + j);                                                                   \
-            const SELSCAN__VF c0 = fixC ? SELSCAN__VLOAD(Cp + i) : SELSCAN__VSET1(Ct[n * csn]);                                                           \
-            const SELSCAN__VF c1 = fixC ? SELSCAN__VLOAD(Cp + j) : SELSCAN__VSET1(Ct[(n + 1) * csn]);                                                     \
-            const SELSCAN__VF b0 = fixB ? SELSCAN__VLOAD(Bp + i) : SELSCAN__VSET1(Bt[n * bsn]);                                                           \
-            const SELSCAN__VF b1 = fixB ? SELSCAN__VLOAD(Bp + j) : SELSCAN__VSET1(Bt[(n + 1) * bsn]);                                                     \
-            const SELSCAN__VF dh0 = SELSCAN__VFMA(vdy0, c0, SELSCAN__VLOAD(dh + i));                                                                      \
-            const SELSCAN__VF dh1 = SELSCAN__VFMA(vdy0, c1, SELSCAN__VLOAD(dh + j));                                                                      \
-            const SELSCAN__VF dn0 = SELSCAN__VMUL(dh0, a0), dn1 = SELSCAN__VMUL(dh1, a1); /* dh before the step */                                        \
-            const SELSCAN__VF da0 = SELSCAN__VMUL(dn0, SELSCAN__VLOAD(h0 + i));                                                                           \
-            const SELSCAN__VF da1 = SELSCAN__VMUL(dn1, SELSCAN__VLOAD(h0 + j));                                                                           \
-            y0 = SELSCAN__VFMA(c0, hn0, y0);                                                                                                              \
-            y1 = SELSCAN__VFMA(c1, hn1, y1);                                                                                                              \
-            SELSCAN__VSTORE(aC + i, fixC || !first ? SELSCAN__VFMA(vdy0, hn0, SELSCAN__VLOAD(aC + i)) : SELSCAN__VMUL(vdy0, hn0));                        \
-            SELSCAN__VSTORE(aC + j, fixC || !first ? SELSCAN__VFMA(vdy0, hn1, SELSCAN__VLOAD(aC + j)) : SELSCAN__VMUL(vdy0, hn1));                        \
-            sA0 = SELSCAN__VFMA(da0, SELSCAN__VLOAD(A + i), sA0);                                                                                         \
-            sA1 = SELSCAN__VFMA(da1, SELSCAN__VLOAD(A + j), sA1);                                                                                         \
-            S0 = SELSCAN__VFMA(dh0, b0, S0);                                                                                                              \
-            S1 = SELSCAN__VFMA(dh1, b1, S1);                                                                                                              \
-            SELSCAN__VSTORE(dA + i, SELSCAN__VFMA(da0, vdt, SELSCAN__VLOAD(dA + i)));                                                                     \
-            SELSCAN__VSTORE(dA + j, SELSCAN__VFMA(da1, vdt, SELSCAN__VLOAD(dA + j)));                                                                     \
-            SELSCAN__VSTORE(aB + i, fixB || !first ? SELSCAN__VFMA(dh0, vdtu, SELSCAN__VLOAD(aB + i)) : SELSCAN__VMUL(dh0, vdtu));                        \
-            SELSCAN__VSTORE(aB + j, fixB || !first ? SELSCAN__VFMA(dh1, vdtu, SELSCAN__VLOAD(aB + j)) : SELSCAN__VMUL(dh1, vdtu));                        \
-            SELSCAN__VSTORE(dh + i, dn0);                                                                                                                 \
-            SELSCAN__VSTORE(dh + j, dn1);                                                                                                                 \
-        }                                                                                                                                                 \
-        if (n < N) {                                                                                                                                      \
-            const int64_t i = n * W;                                                                                                                      \
-            const SELSCAN__VF hn0 = SELSCAN__VLOAD(h1 + i), a0 = SELSCAN__VLOAD(at + i);                                                                  \
-            const SELSCAN__VF c0 = fixC ? SELSCAN__VLOAD(Cp + i) : SELSCAN__VSET1(Ct[n * csn]);                                                           \
-            const SELSCAN__VF b0 = fixB ? SELSCAN__VLOAD(Bp + i) : SELSCAN__VSET1(Bt[n * bsn]);                                                           \
-            const SELSCAN__VF dh0 = SELSCAN__VFMA(vdy0, c0, SELSCAN__VLOAD(dh + i));                                                                      \
-            const SELSCAN__VF dn0 = SELSCAN__VMUL(dh0, a0);                                                                                               \
-            const SELSCAN__VF da0 = SELSCAN__VMUL(dn0, SELSCAN__VLOAD(h0 + i));                                                                           \
-            y0 = SELSCAN__VFMA(c0, hn0, y0);                                                                                                              \
-            SELSCAN__VSTORE(aC + i, fixC || !first ? SELSCAN__VFMA(vdy0, hn0, SELSCAN__VLOAD(aC + i)) : SELSCAN__VMUL(vdy0, hn0));                        \
-            sA0 = SELSCAN__VFMA(da0, SELSCAN__VLOAD(A + i), sA0);                                                                                         \
-            S0 = SELSCAN__VFMA(dh0, b0, S0);                                                                                                              \
-            SELSCAN__VSTORE(dA + i, SELSCAN__VFMA(da0, vdt, SELSCAN__VLOAD(dA + i)));                                                                     \
-            SELSCAN__VSTORE(aB + i, fixB || !first ? SELSCAN__VFMA(dh0, vdtu, SELSCAN__VLOAD(aB + i)) : SELSCAN__VMUL(dh0, vdtu));                        \
-            SELSCAN__VSTORE(dh + i, dn0);                                                                                                                 \
-        }                                                                                                                                                 \
-        SELSCAN__VSTORE(yc + t * W, SELSCAN__VADD(y0, y1));                                                                                               \
-        SELSCAN__VSTORE(Sv + t * W, SELSCAN__VADD(S0, S1));                                                                                               \
-        SELSCAN__VSTORE(sAv + t * W, SELSCAN__VADD(sA0, sA1));                                                                                            \
+        const float *h1 = hs + (t + 1) * rs, *h0 = hs + t * rs, *at = ab + t * rs, *An = A + o;                                                           \
+        const float *Bt = fixB ? Bp + o : Bp + n * SELSCAN__FT + t, *Ct = fixC ? Cp + o : Cp + n * SELSCAN__FT + t;                                       \
+        const float *dy0t = dy0 + t * W, *dtt = dt + t * W, *dtut = dtu + t * W;                                                                          \
+        float *aB = (fixB ? dBf : accB + t * NW) + o, *aC = (fixC ? dCf : accC + t * NW) + o;                                                             \
+        SELSCAN__VF y = wanty ? SELSCAN__VLOAD(yc + t * W) : SELSCAN__VSET1(0.0f), S = SELSCAN__VLOAD(Sv + t * W),                                        \
+                    sA = SELSCAN__VLOAD(sAv + t * W);                                                                                                     \
+        selscan__bwd_one_##SFX(0, &dh0, &dA0, &y, &S, &sA, h1, h0, at, An, Ct, Bt, aB, aC, dy0t, dtt, dtut, fixB, fixC, first, wanty);                    \
+        if (G > 1) selscan__bwd_one_##SFX(1, &dh1, &dA1, &y, &S, &sA, h1, h0, at, An, Ct, Bt, aB, aC, dy0t, dtt, dtut, fixB, fixC, first, wanty);         \
+        if (G > 2) selscan__bwd_one_##SFX(2, &dh2, &dA2, &y, &S, &sA, h1, h0, at, An, Ct, Bt, aB, aC, dy0t, dtt, dtut, fixB, fixC, first, wanty);         \
+        if (G > 3) selscan__bwd_one_##SFX(3, &dh3, &dA3, &y, &S, &sA, h1, h0, at, An, Ct, Bt, aB, aC, dy0t, dtt, dtut, fixB, fixC, first, wanty);         \
+        if (wanty) SELSCAN__VSTORE(yc + t * W, y);                                                                                                        \
+        SELSCAN__VSTORE(Sv + t * W, S);                                                                                                                   \
+        SELSCAN__VSTORE(sAv + t * W, sA);                                                                                                                 \
+    }                                                                                                                                                     \
+    selscan__vstore4_##SFX(G, dh + o, dh0, dh1, dh2, dh3);                                                                                                \
+    selscan__vstore4_##SFX(G, dA + o, dA0, dA1, dA2, dA3);                                                                                                \
+}                                                                                                                                                         \
+                                                                                                                                                          \
+static ATTR SELSCAN__INLINE void selscan__bwd_inner_##SFX(int64_t n0, int64_t n1, int64_t N, int nt, const float *hs,                                     \
+                                                          const float *ab, int64_t rs, float *dh, const float *A,                                         \
+                                                          const float *dt, const float *dtu, const float *dy0, float *yc,                                 \
+                                                          float *Sv, float *sAv, float *accB, float *accC, float *dA,                                     \
+                                                          float *dBf, float *dCf, const float *Bp, const float *Cp,                                       \
+                                                          const int fixB, const int fixC, const int first,                                                \
+                                                          const int wanty) {                                                                              \
+    const int W = SELSCAN__VW;                                                                                                                            \
+    int64_t n;                                                                                                                                            \
+    for (n = n0; n + SELSCAN__BG <= n1; n += SELSCAN__BG)                                                                                                 \
+        selscan__bwd_group_##SFX(SELSCAN__BG, n, N, nt, hs + (n - n0) * W, ab + (n - n0) * W, rs, dh, A, dt, dtu, dy0, yc,                                \
+                                 Sv, sAv, accB, accC, dA, dBf, dCf, Bp, Cp, fixB, fixC, first, wanty);                                                    \
+    for (; n < n1; n++)                                                                                                                                   \
+        selscan__bwd_group_##SFX(1, n, N, nt, hs + (n - n0) * W, ab + (n - n0) * W, rs, dh, A, dt, dtu, dy0, yc, Sv, sAv,                                 \
+                                 accB, accC, dA, dBf, dCf, Bp, Cp, fixB, fixC, first, wanty);                                                             \
+}                                                                                                                                                         \
+                                                                                                                                                          \
+/* The walk back of states [n0, n1) with the layout flags as constants. first: the block's first                                                          \
+   tile writes the variable accumulators (no clearing pass). */                                                                                           \
+static ATTR SELSCAN__INLINE void selscan__bwd_walk_##SFX(int64_t n0, int64_t n1, int64_t N, int nt, const float *hs,                                      \
+                                                         const float *ab, int64_t rs, float *dh, const float *A,                                          \
+                                                         const float *dt, const float *dtu, const float *dy0, float *yc,                                  \
+                                                         float *Sv, float *sAv, float *accB, float *accC, float *dA,                                      \
+                                                         float *dBf, float *dCf, const float *Bp, const float *Cp,                                        \
+                                                         int fixB, int fixC, int first, const int wanty) {                                                \
+    if (fixB) {                                                                                                                                           \
+        if (fixC) selscan__bwd_inner_##SFX(n0, n1, N, nt, hs, ab, rs, dh, A, dt, dtu, dy0, yc, Sv, sAv, accB, accC, dA, dBf, dCf, Bp, Cp, 1, 1, 0, wanty); /* nothing variable */ \
+        else if (first) selscan__bwd_inner_##SFX(n0, n1, N, nt, hs, ab, rs, dh, A, dt, dtu, dy0, yc, Sv, sAv, accB, accC, dA, dBf, dCf, Bp, Cp, 1, 0, 1, wanty); \
+        else selscan__bwd_inner_##SFX(n0, n1, N, nt, hs, ab, rs, dh, A, dt, dtu, dy0, yc, Sv, sAv, accB, accC, dA, dBf, dCf, Bp, Cp, 1, 0, 0, wanty);     \
+    } else if (fixC) {                                                                                                                                    \
+        if (first) selscan__bwd_inner_##SFX(n0, n1, N, nt, hs, ab, rs, dh, A, dt, dtu, dy0, yc, Sv, sAv, accB, accC, dA, dBf, dCf, Bp, Cp, 0, 1, 1, wanty); \
+        else selscan__bwd_inner_##SFX(n0, n1, N, nt, hs, ab, rs, dh, A, dt, dtu, dy0, yc, Sv, sAv, accB, accC, dA, dBf, dCf, Bp, Cp, 0, 1, 0, wanty);     \
+    } else {                                                                                                                                              \
+        if (first) selscan__bwd_inner_##SFX(n0, n1, N, nt, hs, ab, rs, dh, A, dt, dtu, dy0, yc, Sv, sAv, accB, accC, dA, dBf, dCf, Bp, Cp, 0, 0, 1, wanty); \
+        else selscan__bwd_inner_##SFX(n0, n1, N, nt, hs, ab, rs, dh, A, dt, dtu, dy0, yc, Sv, sAv, accB, accC, dA, dBf, dCf, Bp, Cp, 0, 0, 0, wanty);     \
     }                                                                                                                                                     \
 }                                                                                                                                                         \
                                                                                                                                                           \
-static ATTR void selscan__bwd_chunk_##SFX(int64_t N, int nt, float *hs, float *ab, float *dh, const float *A,                                             \
-                                          const float *A2,                                                                                                \
-                                          const float *dt, const float *dtu, const float *dy0, float *yc, float *Sv,                                      \
-                                          float *sAv, float *accB, float *accC, float *dA, float *dBf, float *dCf,                                        \
-                                          const float *Bp, int64_t bsn, int64_t bst, const float *Cp, int64_t csn,                                        \
-                                          int64_t cst, int fixB, int fixC, int fast, int first) {                                                         \
-    if (fast) {                                                                                                                                           \
-        if (fixB) selscan__rec_inner_##SFX(N, nt, hs, ab, A, A2, dt, dtu, Bp, bsn, bst, 1, 1);                                                            \
-        else selscan__rec_inner_##SFX(N, nt, hs, ab, A, A2, dt, dtu, Bp, bsn, bst, 0, 1);                                                                 \
-    } else {                                                                                                                                              \
-        if (fixB) selscan__rec_inner_##SFX(N, nt, hs, ab, A, A2, dt, dtu, Bp, bsn, bst, 1, 0);                                                            \
-        else selscan__rec_inner_##SFX(N, nt, hs, ab, A, A2, dt, dtu, Bp, bsn, bst, 0, 0);                                                                 \
+/* Backward over one chunk from its entering state hin ([N][W]): per group of SELSCAN__BG states the                                                      \
+   recompute (into hs, ab: rows of SELSCAN__BG vectors, in L1) and at once the walk back. yc NULL:                                                        \
+   sum_n C h not wanted (no z). */                                                                                                                        \
+static ATTR void selscan__bwd_chunk_##SFX(int64_t N, int nt, const float *hin, float *hs, float *ab, float *dh,                                           \
+                                          const float *A, const float *A2, const float *dt, const float *dtu,                                             \
+                                          const float *dy0, float *yc, float *Sv, float *sAv, float *accB, float *accC,                                   \
+                                          float *dA, float *dBf, float *dCf, const float *Bp, const float *Cp, int fixB,                                  \
+                                          int fixC, int fast, int first) {                                                                                \
+    const int W = SELSCAN__VW;                                                                                                                            \
+    const int64_t rs = SELSCAN__BG * W;                                                                                                                   \
+    int64_t n0, n1;                                                                                                                                       \
+    int t;                                                                                                                                                \
+    for (t = 0; t < nt; t++) {                                                                                                                            \
+        if (yc) SELSCAN__VSTORE(yc + t * W, SELSCAN__VSET1(0.0f));                                                                                        \
+        SELSCAN__VSTORE(Sv + t * W, SELSCAN__VSET1(0.0f));                                                                                                \
+        SELSCAN__VSTORE(sAv + t * W, SELSCAN__VSET1(0.0f));                                                                                               \
     }                                                                                                                                                     \
-    /* first: the block's first tile writes the variable accumulators (no clearing pass) */                                                               \
-    if (fixB) {                                                                                                                                           \
-        if (fixC) selscan__bwd_inner_##SFX(N, nt, hs, ab, dh, A, dt, dtu, dy0, yc, Sv, sAv, accB, accC, dA, dBf, dCf, Bp, bsn, bst, Cp, csn, cst, 1, 1, 0); /* nothing variable */ \
-        else if (first) selscan__bwd_inner_##SFX(N, nt, hs, ab, dh, A, dt, dtu, dy0, yc, Sv, sAv, accB, accC, dA, dBf, dCf, Bp, bsn, bst, Cp, csn, cst, 1, 0, 1); \
-        else selscan__bwd_inner_##SFX(N, nt, hs, ab, dh, A, dt, dtu, dy0, yc, Sv, sAv, accB, accC, dA, dBf, dCf, Bp, bsn, bst, Cp, csn, cst, 1, 0, 0);    \
-    } else if (fixC) {                                                                                                                                    \
-        if (first) selscan__bwd_inner_##SFX(N, nt, hs, ab, dh, A, dt, dtu, dy0, yc, Sv, sAv, accB, accC, dA, dBf, dCf, Bp, bsn, bst, Cp, csn, cst, 0, 1, 1); \
-        else selscan__bwd_inner_##SFX(N, nt, hs, ab, dh, A, dt, dtu, dy0, yc, Sv, sAv, accB, accC, dA, dBf, dCf, Bp, bsn, bst, Cp, csn, cst, 0, 1, 0);    \
-    } else {                                                                                                                                              \
-        if (first) selscan__bwd_inner_##SFX(N, nt, hs, ab, dh, A, dt, dtu, dy0, yc, Sv, sAv, accB, accC, dA, dBf, dCf, Bp, bsn, bst, Cp, csn, cst, 0, 0, 1); \
-        else selscan__bwd_inner_##SFX(N, nt, hs, ab, dh, A, dt, dtu, dy0, yc, Sv, sAv, accB, accC, dA, dBf, dCf, Bp, bsn, bst, Cp, csn, cst, 0, 0, 0);    \
+    for (n0 = 0; n0 < N; n0 = n1) {                                                                                                                       \
+        n1 = selscan__min64(n0 + SELSCAN__BG, N);                                                                                                         \
+        selscan__rec_chunk_##SFX(n0, n1, nt, hin, hs, ab, rs, A, A2, dt, dtu, Bp, fixB, fast);                                                            \
+        if (yc) selscan__bwd_walk_##SFX(n0, n1, N, nt, hs, ab, rs, dh, A, dt, dtu, dy0, yc, Sv, sAv, accB, accC, dA, dBf, dCf, Bp, Cp, fixB, fixC, first, 1); \
+        else selscan__bwd_walk_##SFX(n0, n1, N, nt, hs, ab, rs, dh, A, dt, dtu, dy0, yc, Sv, sAv, accB, accC, dA, dBf, dCf, Bp, Cp, fixB, fixC, first, 0); \
     }                                                                                                                                                     \
 }                                                                                                                                                         \
                                                                                                                                                           \
 /* Backward of one block: channels c0 .. c0 + nch - 1 of group g, batch row b. pB / pC: this                                                              \
    block's [N][L] partials of variable dB / dC (NULL: not asked). The checkpoint pass goes chunk                                                          \
    by chunk with the tiles inner, like the walk back: a chunk's variable B / C are copied once for                                                        \
-   all tiles. */                                                                                                                                          \
+   all tiles. Without z and when the part's prep cache holds the segment (s->pcn chunks), the                                                             \
+   checkpoint pass prepares dt, dt u, u and softplus' derivative into it and the walk back reads                                                          \
+   them there instead of loading and preparing the chunk again. */                                                                                        \
 static ATTR void selscan__bwd_block_##SFX(const selscan__prob *q, const selscan__grd *r, int64_t b, int64_t g,                                            \
                                           int64_t c0, int nch, const selscan__bscr *s, float *pB, float *pC,                                              \
                                           const float *ckp) {                                                                                             \
     const int W = SELSCAN__VW, nbt = (nch + SELSCAN__VW - 1) / SELSCAN__VW;                                                                               \
     const int64_t N = q->N, NW = N * W, T = s->T, L = q->L;                                                                                               \
     const int useck = ckp && T == SELSCAN__FT;                                                                                                            \
+    const int64_t TW = T * W;                                                                                                                             \
     float lim[SELSCAN__CB];                                                                                                                               \
     int64_t k, c, n;                                                                                                                                      \
     int j, t;                                                                                                                                             \
@@ -1771,6 +1889,7 @@ static ATTR void selscan__bwd_block_##SFX(const selscan__prob *q, const selscan_
         int64_t t0, t1, row, nck;                                                                                                                         \
         selscan__seg(q, b, k, &t0, &t1, &row);                                                                                                            \
         nck = (t1 - t0 + T - 1) / T;                                                                                                                      \
+        const int usepc = !useck && !q->z.data && nck <= s->pcn;                                                                                          \
         /* checkpoints: ck[c] = state entering chunk c */                                                                                                 \
         for (j = 0; j < nbt; j++) {                                                                                                                       \
             const int nl = nch - j * W < W ? nch - j * W : W;                                                                                             \
@@ -1791,11 +1910,13 @@ static ATTR void selscan__bwd_block_##SFX(const selscan__prob *q, const selscan_
                 const int64_t d0 = c0 + j * W;                                                                                                            \
                 float *ck = s->ck + j * s->ckstride + c * NW;                                                                                             \
                 const float *Bp = q->fixB ? s->Bf + j * NW : Bv;                                                                                          \
-                const int fast = selscan__prep_##SFX(q, b, d0, nl, cs, nt, s->bv + j * W, s->dt, s->dtu, s->u, NULL,                                      \
-                                                     NULL, NULL, s->tmp, lim[j]);                                                                         \
-                memcpy(ck + NW, ck, SELSCAN__CAST(size_t, NW) * 4);                                                                                       \
-                selscan__fwd_chunk_##SFX(N, nt, ck + NW, s->A + j * NW, s->A2 + j * NW, s->dt, s->dtu, s->yc, Bp, bsn, bst,                               \
-                                         Bp, bsn, bst, q->fixB, 0, 0, fast);                                                                              \
+                float *const pc = usepc ? s->pc + (c * nbt + j) * s->pcs : NULL; /* dt, dtu, u, sp, fast */                                               \
+                float *const dt = pc ? pc : s->dt, *const dtu = pc ? pc + TW : s->dtu;                                                                    \
+                const int fast = selscan__prep_##SFX(q, b, d0, nl, cs, nt, s->bv + j * W, dt, dtu, pc ? pc + 2 * TW : s->u,                               \
+                                                     NULL, NULL, pc ? pc + 3 * TW : NULL, s->tmp, lim[j]);                                                \
+                if (pc) pc[4 * TW] = SELSCAN__CAST(float, fast);                                                                                          \
+                selscan__rec_chunk_##SFX(0, N, nt, ck, ck + NW, NULL, 0, s->A + j * NW, s->A2 + j * NW, dt, dtu, Bp, q->fixB,                             \
+                                         fast);                                                                                                           \
             }                                                                                                                                             \
         }                                                                                                                                                 \
         for (c = nck - 1; c >= 0; c--) {                                                                                                                  \
@@ -1810,8 +1931,12 @@ static ATTR void selscan__bwd_block_##SFX(const selscan__prob *q, const selscan_
                 const float *Bp = q->fixB ? s->Bf + j * NW : Bv, *Cp = q->fixC ? s->Cf + j * NW : Cv;                                                     \
                 const SELSCAN__VF Dv = SELSCAN__VLOAD(s->Dv + j * W);                                                                                     \
                 SELSCAN__VF dD = SELSCAN__VLOAD(s->dD + j * W), db = SELSCAN__VLOAD(s->db + j * W);                                                       \
-                const int fast = selscan__prep_##SFX(q, b, d0, nl, cs, nt, s->bv + j * W, s->dt, s->dtu, s->u, s->z,                                      \
-                                                     s->sg, s->sp, s->tmp, lim[j]);                                                                       \
+                const float *const pc = usepc && c + 1 < nck ? s->pc + (c * nbt + j) * s->pcs : NULL;                                                     \
+                const float *const dt = pc ? pc : s->dt, *const dtu = pc ? pc + TW : s->dtu;                                                              \
+                const float *const u_ = pc ? pc + 2 * TW : s->u, *const sp = pc ? pc + 3 * TW : s->sp;                                                    \
+                const int fast = pc ? pc[4 * TW] != 0.0f                                                                                                  \
+                                    : selscan__prep_##SFX(q, b, d0, nl, cs, nt, s->bv + j * W, s->dt, s->dtu, s->u, s->z,                                 \
+                                                          s->sg, s->sp, s->tmp, lim[j]);                                                                  \
                 SELSCAN__LOADTILE(s->dy, &r->dy, b, d0, nl, W, cs, nt, s->tmp);                                                                           \
                 for (t = 0; t < nt; t++) {                                                                                                                \
                     SELSCAN__VF dy0 = SELSCAN__VLOAD(s->dy + t * W);                                                                                      \
@@ -1819,16 +1944,16 @@ static ATTR void selscan__bwd_block_##SFX(const selscan__prob *q, const selscan_
                         dy0 = SELSCAN__VMUL(dy0, SELSCAN__VMUL(SELSCAN__VLOAD(s->z + t * W), SELSCAN__VLOAD(s->sg + t * W)));                             \
                     SELSCAN__VSTORE(s->dy0 + t * W, dy0);                                                                                                 \
                 }                                                                                                                                         \
-                memcpy(s->hs, s->ck + j * s->ckstride + c * NW, SELSCAN__CAST(size_t, NW) * 4);                                                           \
-                selscan__bwd_chunk_##SFX(N, nt, s->hs, s->ab, s->dh + j * NW, s->A + j * NW, s->A2 + j * NW, s->dt, s->dtu, s->dy0,                       \
-                                         s->yc, s->S, s->sA, s->accB, s->accC, s->dA + j * NW, s->dBf + j * NW,                                           \
-                                         s->dCf + j * NW, Bp, bsn, bst, Cp, csn, cst, q->fixB, q->fixC, fast, j == 0);                                    \
+                selscan__bwd_chunk_##SFX(N, nt, s->ck + j * s->ckstride + c * NW, s->hs, s->ab, s->dh + j * NW, s->A + j * NW,                            \
+                                         s->A2 + j * NW, dt, dtu, s->dy0, q->z.data ? s->yc : NULL, s->S, s->sA, s->accB, s->accC,                        \
+                                         s->dA + j * NW, s->dBf + j * NW, s->dCf + j * NW, Bp, Cp, q->fixB, q->fixC, fast,                                \
+                                         j == 0);                                                                                                         \
                 for (t = nt - 1; t >= 0; t--) {                                                                                                           \
-                    const SELSCAN__VF u = SELSCAN__VLOAD(s->u + t * W), dy0 = SELSCAN__VLOAD(s->dy0 + t * W);                                             \
+                    const SELSCAN__VF u = SELSCAN__VLOAD(u_ + t * W), dy0 = SELSCAN__VLOAD(s->dy0 + t * W);                                               \
                     const SELSCAN__VF S = SELSCAN__VLOAD(s->S + t * W);                                                                                   \
                     const SELSCAN__VF ddt = SELSCAN__VMUL(SELSCAN__VFMA(u, S, SELSCAN__VLOAD(s->sA + t * W)),                                             \
-                                                         SELSCAN__VLOAD(s->sp + t * W));                                                                  \
-                    SELSCAN__VSTORE(s->du + t * W, SELSCAN__VFMA(SELSCAN__VLOAD(s->dt + t * W), S, SELSCAN__VMUL(dy0, Dv)));                              \
+                                                         SELSCAN__VLOAD(sp + t * W));                                                                     \
+                    SELSCAN__VSTORE(s->du + t * W, SELSCAN__VFMA(SELSCAN__VLOAD(dt + t * W), S, SELSCAN__VMUL(dy0, Dv)));                                 \
                     SELSCAN__VSTORE(s->ddt + t * W, ddt);                                                                                                 \
                     dD = SELSCAN__VFMA(dy0, u, dD);                                                                                                       \
                     db = SELSCAN__VADD(db, ddt);                                                                                                          \
@@ -1860,6 +1985,37 @@ static ATTR void selscan__bwd_block_##SFX(const selscan__prob *q, const selscan_
     }                                                                                                                                                     \
 }                                                                                                                                                         \
                                                                                                                                                           \
+/* Step of channels c < ne of a W-channel block in the common layout with N = NV W (NV <= 4,                                                              \
+   hand-unrolled: no loop over n, the polynomial constants stay in registers): per channel the                                                            \
+   exponentials, then the state; yv[c] = C h of channel c (lanes summed by the caller). The same                                                          \
+   operations as the general loops (bitwise the same states and sums). */                                                                                 \
+static ATTR SELSCAN__INLINE SELSCAN__VF selscan__step_one_##SFX(const int k, const SELSCAN__VF a, float *hp, const float *Bp,                             \
+                                                                const float *Cp, const SELSCAN__VF vdx, const SELSCAN__VF acc) {                          \
+    const int W = SELSCAN__VW;                                                                                                                            \
+    const SELSCAN__VF h = SELSCAN__VFMA(a, SELSCAN__VLOAD(hp + k * W), SELSCAN__VMUL(vdx, SELSCAN__VLOAD(Bp + k * W)));                                   \
+    SELSCAN__VSTORE(hp + k * W, h);                                                                                                                       \
+    return SELSCAN__VFMA(SELSCAN__VLOAD(Cp + k * W), h, acc);                                                                                             \
+}                                                                                                                                                         \
+                                                                                                                                                          \
+static ATTR SELSCAN__INLINE void selscan__step_rows_##SFX(const int NV, int ne, const float *dtb, const float *xb, float *hp,                             \
+                                                          int64_t hs1, const float *Ap, int64_t as0, const float *Bp,                                     \
+                                                          const float *Cp, SELSCAN__VF *yv) {                                                             \
+    const int W = SELSCAN__VW;                                                                                                                            \
+    int c;                                                                                                                                                \
+    for (c = 0; c < ne; c++, hp += hs1, Ap += as0) {                                                                                                      \
+        const SELSCAN__VF vdt = SELSCAN__VSET1(dtb[c]), vdx = SELSCAN__VSET1(dtb[c] * xb[c]), zero = SELSCAN__VSET1(0.0f);                                \
+        const SELSCAN__VF a0 = selscan__vexp_##SFX(SELSCAN__VMUL(vdt, SELSCAN__VLOAD(Ap)));                                                               \
+        const SELSCAN__VF a1 = NV > 1 ? selscan__vexp_##SFX(SELSCAN__VMUL(vdt, SELSCAN__VLOAD(Ap + W))) : zero;                                           \
+        const SELSCAN__VF a2 = NV > 2 ? selscan__vexp_##SFX(SELSCAN__VMUL(vdt, SELSCAN__VLOAD(Ap + 2 * W))) : zero;                                       \
+        const SELSCAN__VF a3 = NV > 3 ? selscan__vexp_##SFX(SELSCAN__VMUL(vdt, SELSCAN__VLOAD(Ap + 3 * W))) : zero;                                       \
+        SELSCAN__VF acc0 = selscan__step_one_##SFX(0, a0, hp, Bp, Cp, vdx, zero), acc1 = zero;                                                            \
+        if (NV > 1) acc1 = selscan__step_one_##SFX(1, a1, hp, Bp, Cp, vdx, zero);                                                                         \
+        if (NV > 2) acc0 = selscan__step_one_##SFX(2, a2, hp, Bp, Cp, vdx, acc0);                                                                         \
+        if (NV > 3) acc1 = selscan__step_one_##SFX(3, a3, hp, Bp, Cp, vdx, acc1);                                                                         \
+        yv[c] = SELSCAN__VADD(acc0, acc1);                                                                                                                \
+    }                                                                                                                                                     \
+}                                                                                                                                                         \
+                                                                                                                                                          \
 /* Step of channels [dlo, dhi) of batch row b (all in cache row `row`, >= 0). */                                                                          \
 static ATTR void selscan__step_block_##SFX(const selscan__stp *q, int64_t b, int64_t row, int64_t dlo, int64_t dhi) {                                     \
     const int W = SELSCAN__VW;                                                                                                                            \
@@ -1872,8 +2028,13 @@ static ATTR void selscan__step_block_##SFX(const selscan__stp *q, int64_t b, int
     selscan__cvt_row(dtb, q->dt_.data, b * q->dt_.s[0] + dlo * q->dt_.s[1], q->dt_.s[1], nd, q->dt);                                                      \
     if (q->z.data) selscan__cvt_row(zb, q->z.data, b * q->z.s[0] + dlo * q->z.s[1], q->z.s[1], nd, q->dt);                                                \
     for (i = nd; i < SELSCAN__SNB; i++) xb[i] = dtb[i] = zb[i] = 0.0f;                                                                                    \
-    if (q->bias.data)                                                                                                                                     \
-        for (i = 0; i < nd; i++) dtb[i] += SELSCAN__CAST(const float *, q->bias.data)[SELSCAN__AT1(q->bias, dlo + i)];                                    \
+    if (q->bias.data) { /* vectors where the bias is contiguous */                                                                                        \
+        const float *const bp = SELSCAN__CAST(const float *, q->bias.data) + SELSCAN__AT1(q->bias, dlo);                                                  \
+        i = 0;                                                                                                                                            \
+        if (q->bias.s[0] == 1)                                                                                                                            \
+            for (; i + W <= nd; i += W) SELSCAN__VSTORE(dtb + i, SELSCAN__VADD(SELSCAN__VLOAD(dtb + i), SELSCAN__VLOAD(bp + i)));                         \
+        for (; i < nd; i++) dtb[i] += bp[i * q->bias.s[0]];                                                                                               \
+    }                                                                                                                                                     \
     for (i = 0; i < SELSCAN__SNB; i += W) {                                                                                                               \
         SELSCAN__VF x = SELSCAN__VLOAD(dtb + i);                                                                                                          \
         if (q->softplus) x = selscan__vsoftplus_##SFX(x);                                                                                                 \
@@ -1885,22 +2046,35 @@ static ATTR void selscan__step_block_##SFX(const selscan__stp *q, int64_t b, int
     }                                                                                                                                                     \
     if (N <= SELSCAN__SNA && N % W == 0 && q->state.s[2] == 1 && q->A.s[1] == 1 && !q->fixB && !q->fixC) {                                                \
         /* the common layout: B and C of a group widened once, no per-channel gathers or tails;                                                           \
-           W channels at a time: first the exponentials of all W channels (a loop with nothing                                                            \
-           else live: the polynomial constants stay in registers), then the states; the W sums                                                            \
-           over n by one transposing reduction, D and z as vectors over the channels (no                                                                  \
-           per-channel scalar tail); pointers hoisted, n unrolled by 2 W */                                                                               \
-        const int64_t hs1 = q->state.s[1], as0 = q->A.s[0];                                                                                               \
+           W channels at a time: the W sums over n by one transposing reduction, D and z as                                                               \
+           vectors over the channels (no per-channel scalar tail). N = NV W with NV <= 4 and the                                                          \
+           W channels in one group (the usual case): selscan__step_rows, hand-unrolled over n.                                                            \
+           Else first the exponentials of all W channels (a loop with nothing else live: the                                                              \
+           polynomial constants stay in registers), then the states, n unrolled by 2 W. */                                                                \
+        const int64_t hs1 = q->state.s[1], as0 = q->A.s[0], NV = N / W;                                                                                   \
         float *const hrow = SELSCAN__CAST(float *, q->state.data) + row * q->state.s[0] + dlo * hs1;                                                      \
         const float *const Arow = SELSCAN__CAST(const float *, q->A.data) + dlo * as0;                                                                    \
         int64_t g = dlo / q->dpg, gend = (g + 1) * q->dpg - dlo; /* channel index (from dlo) of the next group */                                         \
-        const float *Bp = NULL, *Cp = NULL;                                                                                                               \
+        const float *Bp, *Cp;                                                                                                                             \
         float Db[SELSCAN__SNB], ab[SELSCAN__WMAX * SELSCAN__SNA];                                                                                         \
         SELSCAN__VF yv[SELSCAN__VW];                                                                                                                      \
         int c;                                                                                                                                            \
+        selscan__step_bc(q, b, g, Bb, Cb, &Bp, &Cp);                                                                                                      \
         if (q->D.data) selscan__cvt_row(Db, q->D.data, SELSCAN__AT1(q->D, dlo), q->D.s[0], nd, SELSCAN_F32);                                              \
         for (i = q->D.data ? nd : 0; i < SELSCAN__SNB; i++) Db[i] = 0.0f;                                                                                 \
         for (i = 0; i < nd; i += W) {                                                                                                                     \
             const int ne = nd - i < W ? SELSCAN__CAST(int, nd - i) : W;                                                                                   \
+            if (i + ne <= gend && NV <= 4) {                                                                                                              \
+                float *const hp = hrow + i * hs1;                                                                                                         \
+                const float *const Ap = Arow + i * as0;                                                                                                   \
+                if (NV == 1) selscan__step_rows_##SFX(1, ne, dtb + i, xb + i, hp, hs1, Ap, as0, Bp, Cp, yv);                                              \
+                else if (NV == 2) selscan__step_rows_##SFX(2, ne, dtb + i, xb + i, hp, hs1, Ap, as0, Bp, Cp, yv);                                         \
+                else if (NV == 3) selscan__step_rows_##SFX(3, ne, dtb + i, xb + i, hp, hs1, Ap, as0, Bp, Cp, yv);                                         \
+                else selscan__step_rows_##SFX(4, ne, dtb + i, xb + i, hp, hs1, Ap, as0, Bp, Cp, yv);                                                      \
+                for (c = ne; c < W; c++) yv[c] = SELSCAN__VSET1(0.0f);                                                                                    \
+                SELSCAN__VTHSUM(yv, yb + i);                                                                                                              \
+                continue;                                                                                                                                 \
+            }                                                                                                                                             \
             for (c = 0; c < ne; c++) {                                                                                                                    \
                 const SELSCAN__VF vdt = SELSCAN__VSET1(dtb[i + c]);                                                                                       \
                 const float *const Ap = Arow + (i + c) * as0;                                                                                             \
@@ -1912,20 +2086,10 @@ static ATTR void selscan__step_block_##SFX(const selscan__stp *q, int64_t b, int
                 float *const hp = hrow + di * hs1;                                                                                                        \
                 const float *const ap = ab + c * N;                                                                                                       \
                 SELSCAN__VF acc0 = SELSCAN__VSET1(0.0f), acc1 = acc0;                                                                                     \
-                if (di >= gend || !Bp) {                                                                                                                  \
-                    if (Bp) { g++; gend += q->dpg; }                                                                                                      \
-                    if (q->dt == SELSCAN_F32 && q->B.s[2] == 1) {                                                                                         \
-                        Bp = SELSCAN__CAST(const float *, q->B.data) + b * q->B.s[0] + g * q->B.s[1];                                                     \
-                    } else {                                                                                                                              \
-                        selscan__cvt_row(Bb, q->B.data, b * q->B.s[0] + g * q->B.s[1], q->B.s[2], N, q->dt);                                              \
-                        Bp = Bb;                                                                                                                          \
-                    }                                                                                                                                     \
-                    if (q->dt == SELSCAN_F32 && q->C.s[2] == 1) {                                                                                         \
-                        Cp = SELSCAN__CAST(const float *, q->C.data) + b * q->C.s[0] + g * q->C.s[1];                                                     \
-                    } else {                                                                                                                              \
-                        selscan__cvt_row(Cb, q->C.data, b * q->C.s[0] + g * q->C.s[1], q->C.s[2], N, q->dt);                                              \
-                        Cp = Cb;                                                                                                                          \
-                    }                                                                                                                                     \
+                if (di >= gend) {                                                                                                                         \
+                    g++;                                                                                                                                  \
+                    gend += q->dpg;                                                                                                                       \
+                    selscan__step_bc(q, b, g, Bb, Cb, &Bp, &Cp);                                                                                          \
                 }                                                                                                                                         \
                 for (n = 0; n + 2 * W <= N; n += 2 * W) {                                                                                                 \
                     const SELSCAN__VF a0 = SELSCAN__VLOAD(ap + n), a1 = SELSCAN__VLOAD(ap + n + W);                                                       \
