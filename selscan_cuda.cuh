@@ -625,7 +625,10 @@ template <int TPC> __device__ __forceinline__ void reduce_scatter(float (&v)[kFL
 template <typename T, int S, int TPC, bool LOCAL>
 __global__ void __launch_bounds__(kThreads, SELSCAN_CUDA_FAST_FWD_MINBLOCKS) fwd_fast_kernel(const kparams P) {
     constexpr int NP = S * TPC, OWN = kFL / TPC, RS = 2 * NP + 4; /* B/C row: (B, C) per state, padded */
-    constexpr int CH = kThreads / TPC, RB = (NP * kFL + kThreads - 1) / kThreads, Q = SELSCAN_CUDA_FAST_FWD_GROUP;
+    /* f32 with 2 threads a channel: one step a group (its 16-register wider tile loads spill
+       otherwise; bench/NOTES.md v20) */
+    constexpr int CH = kThreads / TPC, RB = (NP * kFL + kThreads - 1) / kThreads,
+                  Q = sizeof(T) == 4 && TPC == 2 ? 1 : SELSCAN_CUDA_FAST_FWD_GROUP;
     __shared__ __align__(16) float s_bc[2][kFL * RS];
     __shared__ __align__(16) float2 s_dt[2][kFL * CH]; /* (dt, dt*u) of (step, channel) */
 
