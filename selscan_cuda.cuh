@@ -1851,10 +1851,10 @@ struct fwd_plan {
 
 const int64_t kFastFwdSlots = 132 * SELSCAN_CUDA_FAST_FWD_MINBLOCKS; /* fast forward blocks in flight */
 
-/* L chunks of a forward (2x the exponentials): only when the channels give under half a wave of
-   blocks, then as many as fill one wave of `slots` blocks (a block's steps are a serial chain);
-   at most one a checkpoint interval. */
-int64_t forward_chunks(int64_t blocks, int64_t slots, int64_t nck) {
+/* L chunks of a pass (the forward's cost 2x the exponentials, the fast backward's an extra pass
+   over dy): only when the channels give under half a wave of blocks, then as many as fill one
+   wave of `slots` blocks (a block's steps are a serial chain); at most one a checkpoint interval. */
+int64_t lchunk_count(int64_t blocks, int64_t slots, int64_t nck) {
     int64_t nl = blocks * 2 > slots ? 1 : slots / blocks;
     if (nl > nck) nl = nck;
     return nl < 1 ? 1 : nl;
@@ -1870,7 +1870,7 @@ void plan_fast_forward(const selscan__prob &q, int force, fwd_plan *pl, bool nee
     if (!ok || force < 0) return;
     const int tpc = q.N <= 8 ? 1 : 2;
     const int64_t ncb = cdiv(q.dpg, kThreads / tpc), blocks = q.batch * q.G * ncb, nck = cdiv(q.L, kCK);
-    const int64_t nl = forward_chunks(blocks, kFastFwdSlots, nck);
+    const int64_t nl = lchunk_count(blocks, kFastFwdSlots, nck);
     const int64_t lchunk = cdiv(nck, nl) * kCK, nlch = cdiv(q.L, lchunk);
     if (blocks * nlch > 0x7fffffff) return;
     pl->fastS = 8;
@@ -1897,7 +1897,7 @@ bool plan_forward(const selscan__prob &q, fwd_plan *pl, int npt_force, int64_t n
     /* L chunks (2x the exponentials) only when the channels give less than one wave of blocks,
        then as many as fill one wave (kFwdSlots): a block's steps are a serial chain */
     const int64_t blocks = q.batch * q.G * pl->ncb;
-    int64_t nl = nlch_force ? nlch_force : forward_chunks(blocks, kFwdSlots, nck);
+    int64_t nl = nlch_force ? nlch_force : lchunk_count(blocks, kFwdSlots, nck);
     if (nl > nck) nl = nck;
     if (nl < 1) nl = 1;
     pl->lchunk = cdiv(nck, nl) * kCK;
@@ -1952,15 +1952,13 @@ bool plan_fast_backward(const selscan__prob &q, const selscan__grd &r, bool have
     const int tpc = kFastBwdS == 8 ? (q.N <= 8 ? 1 : 2) : 4;
     const int64_t rows = q.batch * q.dim, nck = cdiv(q.L, kCK);
     pl->fastTPC = tpc;
-    pl->NT = pow2ceil(cdiv(q.N, kBwdNPT)); /* bwd_local_kernel's threads a channel */
+    pl->NT = 0; /* the general kernels' layout: unused */
     pl->CH = kThreads / tpc;
     pl->ncb = cdiv(q.dpg, pl->CH);
     pl->nck = nck;
     pl->ck_bytes = static_cast<size_t>(rows * nck * q.N) * 4;
     const int64_t blocks = q.batch * q.G * pl->ncb;
-    int64_t nl = blocks * 2 > kFastBwdSlots ? 1 : kFastBwdSlots / blocks; /* as the forward's chunks */
-    if (nl > nck) nl = nck;
-    pl->lchunk = cdiv(nck, nl) * kCK;
+    pl->lchunk = cdiv(nck, lchunk_count(blocks, kFastBwdSlots, nck)) * kCK; /* as the fast forward */
     pl->nlch = cdiv(q.L, pl->lchunk);
     size_t o = 0;
     if (!have_ck) {
@@ -1971,7 +1969,7 @@ bool plan_fast_backward(const selscan__prob &q, const selscan__grd &r, bool have
     }
     pl->off_scr = o; o += al(static_cast<size_t>(blocks * pl->nlch) * (kBTS - 1) * 8 * kThreads * 4);
     pl->ws = plan_partials(q, r, pl, o);
-    return blocks * pl->nlch <= 0x7fffffff && cdiv(rows * pl->NT * pl->nlch, kThreads) <= 0x7fffffff;
+    return blocks * pl->nlch <= 0x7fffffff;
 }
 
 bool plan_backward(const selscan__prob &q, const selscan__grd &r, bool have_ck, bwd_plan *pl) {
@@ -2326,9 +2324,9 @@ SELSCAN_DEF selscan_status selscan_backward_cuda_ex(const selscan_problem *p, co
     if (bp.nlch > 1) { /* the state gradient entering each L chunk */
         float *V = reinterpret_cast<float *>(ws + bp.off_V), *M = reinterpret_cast<float *>(ws + bp.off_M);
         P.Hin = reinterpret_cast<float *>(ws + bp.off_Din);
-        const unsigned gl = nblocks(q.batch * q.dim * bp.NT * bp.nlch, kThreads);
-        const unsigned gf = static_cast<unsigned>(q.batch * q.G * bp.ncb * bp.nlch);
-        if (bp.fastTPC) launch_bwd_fast_local_dt(q.dt, bp.fastTPC, P, gf, V, M, stream);
+        const unsigned gl = bp.fastTPC ? static_cast<unsigned>(q.batch * q.G * bp.ncb * bp.nlch)
+                                       : nblocks(q.batch * q.dim * bp.NT * bp.nlch, kThreads);
+        if (bp.fastTPC) launch_bwd_fast_local_dt(q.dt, bp.fastTPC, P, gl, V, M, stream);
         else if (q.dt == SELSCAN_F32) bwd_local_kernel<float><<<gl, kThreads, 0, stream>>>(P, V, M);
         else if (q.dt == SELSCAN_F16) bwd_local_kernel<__half><<<gl, kThreads, 0, stream>>>(P, V, M);
         else bwd_local_kernel<__nv_bfloat16><<<gl, kThreads, 0, stream>>>(P, V, M);
