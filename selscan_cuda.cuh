@@ -1484,6 +1484,25 @@ __global__ void __launch_bounds__(kThreads, SELSCAN_CUDA_FAST_BWD_MINBLOCKS) bwd
             }
         };
         load_own(0, nt == 1);
+        /* tile it's kBT steps forward from h (dt, dt u staged in sm.ch); KEEP: every step's states into hh */
+        float hh[kBT][S];
+        auto scan_tile = [&](int it, auto keep) {
+#pragma unroll
+            for (int tt = 0; tt < kBT; tt++) {
+                const float4 c = sm.ch[tt][chl];
+                const float *bc = &sm.bc[(it * kBT + tt) * RS + j * S];
+#pragma unroll
+                for (int k = 0; k < S; k += 4) {
+                    const float4 v = *reinterpret_cast<const float4 *>(bc + k);
+                    const float Bv[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+                    for (int i = 0; i < 4; i++) {
+                        h[k + i] = fmaf(ex2(c.x * A2[k + i]), h[k + i], Bv[i] * c.y);
+                        if (decltype(keep)::value) hh[tt][k + i] = h[k + i];
+                    }
+                }
+            }
+        };
         auto hin_of = [&](int it, int k) { /* the state entering tile it */
             return it == 0 ? (active && j * S + k < N ? ckrow[seg * N + k] : 0.0f) : hscr[((it - 1) * S + k) * kThreads];
         };
@@ -1500,19 +1519,7 @@ __global__ void __launch_bounds__(kThreads, SELSCAN_CUDA_FAST_BWD_MINBLOCKS) bwd
             }
             __syncthreads();
             load_own(it + 1, it + 2 == nt);
-#pragma unroll
-            for (int tt = 0; tt < kBT; tt++) {
-                const float4 c = sm.ch[tt][chl];
-                const float *bc = &sm.bc[(it * kBT + tt) * RS + j * S];
-#pragma unroll
-                for (int k = 0; k < S; k += 4) {
-                    const float4 v = *reinterpret_cast<const float4 *>(bc + k);
-                    h[k] = fmaf(ex2(c.x * A2[k]), h[k], v.x * c.y);
-                    h[k + 1] = fmaf(ex2(c.x * A2[k + 1]), h[k + 1], v.y * c.y);
-                    h[k + 2] = fmaf(ex2(c.x * A2[k + 2]), h[k + 2], v.z * c.y);
-                    h[k + 3] = fmaf(ex2(c.x * A2[k + 3]), h[k + 3], v.w * c.y);
-                }
-            }
+            scan_tile(it, std::false_type());
 #pragma unroll
             for (int k = 0; k < S; k++) hscr[(it * S + k) * kThreads] = h[k];
             __syncthreads();
@@ -1560,24 +1567,9 @@ __global__ void __launch_bounds__(kThreads, SELSCAN_CUDA_FAST_BWD_MINBLOCKS) bwd
             __syncthreads();
             if (it > 0) load_own(it - 1, true);
             /* recompute the tile's states */
-            float hh[kBT][S];
 #pragma unroll
             for (int k = 0; k < S; k++) h[k] = hin_of(it, k);
-#pragma unroll
-            for (int tt = 0; tt < kBT; tt++) {
-                const float4 c = sm.ch[tt][chl];
-                const float *bc = &sm.bc[(it * kBT + tt) * RS + j * S];
-#pragma unroll
-                for (int k = 0; k < S; k += 4) {
-                    const float4 v = *reinterpret_cast<const float4 *>(bc + k);
-                    const float Bv[4] = {v.x, v.y, v.z, v.w};
-#pragma unroll
-                    for (int i = 0; i < 4; i++) {
-                        h[k + i] = fmaf(ex2(c.x * A2[k + i]), h[k + i], Bv[i] * c.y);
-                        hh[tt][k + i] = h[k + i];
-                    }
-                }
-            }
+            scan_tile(it, std::true_type());
             /* walk back */
             const int wofs = warp * SM::WB + (TPC == 1 ? lane : j * SM::WPL + lane / TPC);
             const int rofs = warp * SM::WB + (TPC == 1 ? (lane & 1) * 16 + (lane >> 1) * SM::WR
