@@ -147,6 +147,7 @@ struct ct { /* a tensor on the device: data + element strides */
 struct kparams {
     int64_t batch, dim, L, N, G, dpg, nseq, ncache;
     int softplus, fixB, fixC;
+    int bf16;       /* bwd_kernel with T = h16: bfloat16 (else binary16) */
     int NT, CH;     /* threads per channel, channels per block */
     int64_t ncb;    /* blocks per (batch row, group) */
     int64_t lchunk, nlch; /* forward L chunking */
@@ -181,6 +182,24 @@ template <typename T> __device__ __forceinline__ void st(void *p, int64_t i, flo
 template <> __device__ __forceinline__ void st<float>(void *p, int64_t i, float v) { static_cast<float *>(p)[i] = v; }
 template <> __device__ __forceinline__ void st<__half>(void *p, int64_t i, float v) { static_cast<__half *>(p)[i] = __float2half_rn(v); }
 template <> __device__ __forceinline__ void st<__nv_bfloat16>(void *p, int64_t i, float v) { static_cast<__nv_bfloat16 *>(p)[i] = __float2bfloat16_rn(v); }
+
+/* The general backward (bwd_kernel, the largest kernel) is built for two element types only,
+   float and h16: a 2-byte float that is binary16 or bfloat16 by the flag bf (kparams::bf16, the
+   same for the whole grid). One instantiation for both halves costs a select an element loaded
+   and saves a sixth of the header's compile time (bench/NOTES.md v21); the forward kept its three
+   (measured: up to 12 % slower with h16). */
+struct h16 {
+    unsigned short bits;
+};
+template <typename T> __device__ __forceinline__ float ld(const void *p, int64_t i, bool) { return ld<T>(p, i); }
+template <> __device__ __forceinline__ float ld<h16>(const void *p, int64_t i, bool bf) {
+    const unsigned short x = static_cast<const unsigned short *>(p)[i];
+    return bf ? __uint_as_float(static_cast<uint32_t>(x) << 16) : __half2float(__ushort_as_half(x));
+}
+template <typename T> __device__ __forceinline__ void st(void *p, int64_t i, float v, bool) { st<T>(p, i, v); }
+template <> __device__ __forceinline__ void st<h16>(void *p, int64_t i, float v, bool bf) {
+    static_cast<unsigned short *>(p)[i] = bf ? __bfloat16_as_ushort(__float2bfloat16_rn(v)) : __half_as_ushort(__float2half_rn(v));
+}
 
 __device__ __forceinline__ float ldf(const ct &t, int64_t i) { return static_cast<const float *>(t.p)[i]; }
 __device__ __forceinline__ float ex2(float x) {
@@ -892,11 +911,12 @@ __device__ __forceinline__ void warp_scatter(const float v[4], int NT, int tid, 
     if ((lane & 7 & ~(NT - 1)) == 0) row[(grp * NPAD + j * 4 + kb + (m8 ? 1 : 0)) * SPs] = x;
 }
 
-/* warp_scatter with NT (2, 4 or 8) known at compile time: no branches. */
-template <int NTC>
-__device__ __forceinline__ void warp_scatter_c(const float v[4], int tid, int NPAD, float *row, int SPs) {
+/* warp_scatter for NT = 2, 4 or 8 without branches: the rounds a smaller NT needs are always
+   shuffled and their sums selected (one tile loop for the three widths: a third of the compile
+   time of three unrolled copies, for two shuffles and a few selects a call). */
+__device__ __forceinline__ void warp_scatter_248(const float v[4], int NT, int tid, int NPAD, float *row, int SPs) {
     const unsigned full = 0xffffffffu;
-    const int lane = tid & 31, grp = tid >> 5, j = lane & (NTC - 1);
+    const int lane = tid & 31, grp = tid >> 5, j = lane & (NT - 1);
     const bool hi = (lane & 16) != 0;
     const float r0 = __shfl_xor_sync(full, hi ? v[0] : v[2], 16);
     const float r1 = __shfl_xor_sync(full, hi ? v[1] : v[3], 16);
@@ -905,9 +925,11 @@ __device__ __forceinline__ void warp_scatter_c(const float v[4], int tid, int NP
     const bool m8 = (lane & 8) != 0;
     const float r = __shfl_xor_sync(full, m8 ? w0 : w1, 8);
     float x = (m8 ? w1 : w0) + r;
-#pragma unroll
-    for (int m = 4; m >= NTC; m >>= 1) x += __shfl_xor_sync(full, x, m);
-    if ((lane & 7 & ~(NTC - 1)) == 0) row[(grp * NPAD + j * 4 + kb + (m8 ? 1 : 0)) * SPs] = x;
+    const float x4 = __shfl_xor_sync(full, x, 4);
+    x = NT <= 4 ? x + x4 : x;
+    const float x2 = __shfl_xor_sync(full, x, 2);
+    x = NT <= 2 ? x + x2 : x;
+    if ((lane & 7 & ~(NT - 1)) == 0) row[(grp * NPAD + j * 4 + kb + (m8 ? 1 : 0)) * SPs] = x;
 }
 
 #ifndef SELSCAN_CUDA_BWD_MINBLOCKS
@@ -915,6 +937,7 @@ __device__ __forceinline__ void warp_scatter_c(const float v[4], int tid, int NP
 #endif
 template <typename T>
 __global__ void __launch_bounds__(kThreads, SELSCAN_CUDA_BWD_MINBLOCKS) bwd_kernel(const kparams P) {
+    const bool BF = P.bf16 != 0;
     extern __shared__ float4 smem4[];
     float *sm = reinterpret_cast<float *>(smem4);
     const int NT = P.NT, CH = P.CH;
@@ -973,10 +996,10 @@ __global__ void __launch_bounds__(kThreads, SELSCAN_CUDA_BWD_MINBLOCKS) bwd_kern
         for (int r = 0; r < wl.R; r++, od += sdl, ou += su, ody += sdy, oz += sz) { /* straight-line */
             const int c = wl.c + r * wl.dc, tt = wl.tt + r * wl.dt;
             const bool in = c < CH && tt < kSub, v = c < nchb && tt < tn;
-            float x = v ? ld<T>(P.delta.p, od) : 0.0f;
-            float uu = v ? ld<T>(P.u.p, ou) : 0.0f;
-            const float dy = v && full ? ld<T>(P.dy.p, ody) : 0.0f;
-            const float zz = v && full && hz ? ld<T>(P.z.p, oz) : 0.0f;
+            float x = v ? ld<T>(P.delta.p, od, BF) : 0.0f;
+            float uu = v ? ld<T>(P.u.p, ou, BF) : 0.0f;
+            const float dy = v && full ? ld<T>(P.dy.p, ody, BF) : 0.0f;
+            const float zz = v && full && hz ? ld<T>(P.z.p, oz, BF) : 0.0f;
             x += v && P.bias.p ? ldf(P.bias, (c0 + c) * P.bias.s[0]) : 0.0f;
             const float dt = v ? (sp ? softplus(x) : x) : 0.0f;
             const float dsp = sp && x <= 20.0f ? sigm(x) : 1.0f;
@@ -999,7 +1022,7 @@ __global__ void __launch_bounds__(kThreads, SELSCAN_CUDA_BWD_MINBLOCKS) bwd_kern
                 int n, tt;
                 if (tfast_B) { n = i / kSub; tt = i % kSub; }
                 else { n = i % NPAD; tt = i / NPAD; }
-                s_B[tt * BS + n] = n < P.N && tt < tn ? ld<T>(P.B.p, b * P.B.s[0] + g * P.B.s[1] + n * P.B.s[2] + (ts + tt) * P.B.s[3]) : 0.0f;
+                s_B[tt * BS + n] = n < P.N && tt < tn ? ld<T>(P.B.p, b * P.B.s[0] + g * P.B.s[1] + n * P.B.s[2] + (ts + tt) * P.B.s[3], BF) : 0.0f;
             }
         if (full && !P.fixC)
 #pragma unroll 4
@@ -1007,7 +1030,7 @@ __global__ void __launch_bounds__(kThreads, SELSCAN_CUDA_BWD_MINBLOCKS) bwd_kern
                 int n, tt;
                 if (tfast_C) { n = i / kSub; tt = i % kSub; }
                 else { n = i % NPAD; tt = i / NPAD; }
-                s_C[tt * BS + n] = n < P.N && tt < tn ? ld<T>(P.C.p, b * P.C.s[0] + g * P.C.s[1] + n * P.C.s[2] + (ts + tt) * P.C.s[3]) : 0.0f;
+                s_C[tt * BS + n] = n < P.N && tt < tn ? ld<T>(P.C.p, b * P.C.s[0] + g * P.C.s[1] + n * P.C.s[2] + (ts + tt) * P.C.s[3], BF) : 0.0f;
             }
         if (tid < 32) {
             int s0 = -1, e0 = -1;
@@ -1066,8 +1089,7 @@ __global__ void __launch_bounds__(kThreads, SELSCAN_CUDA_BWD_MINBLOCKS) bwd_kern
             }
             float hh[kSub][NPT]; /* the decays are recomputed walking back: registers buy occupancy */
             /* fast path: a full tile without sequence boundaries, variable B and C, 2..8 threads a channel */
-            auto fast = [&](auto ntc) {
-                constexpr int NTC = decltype(ntc)::value;
+            auto fast = [&]() {
 #pragma unroll
                 for (int tt = 0; tt < kSub; tt++) {
                     const float dt = s_dt[chl * SP + tt], dtu = s_dtu[chl * SP + tt];
@@ -1101,16 +1123,17 @@ __global__ void __launch_bounds__(kThreads, SELSCAN_CUDA_BWD_MINBLOCKS) bwd_kern
                     s_p0[tid * SP + tt] = ddt * kLn2;
                     s_p1[tid * SP + tt] = sBu;
                     s_p2[tid * SP + tt] = y0;
-                    warp_scatter_c<NTC>(vB, tid, NPAD, s_dBw + tt, SP);
-                    warp_scatter_c<NTC>(vC, tid, NPAD, s_dCw + tt, SP);
+                    warp_scatter_248(vB, NT, tid, NPAD, s_dBw + tt, SP);
+                    warp_scatter_248(vC, NT, tid, NPAD, s_dCw + tt, SP);
                 }
             };
             const bool fastok = tn == kSub && !s_seg[kSub] && !P.fixB && !P.fixC && P.wdB && P.wdC;
-            if (fastok && NT == 2) fast(std::integral_constant<int, 2>());
-            else if (fastok && NT == 4) fast(std::integral_constant<int, 4>());
-            else if (fastok && NT == 8) fast(std::integral_constant<int, 8>());
+            if (fastok && NT >= 2 && NT <= 8) fast();
             else {
-#pragma unroll
+            /* slow path (partial tiles, sequence boundaries, fixed B or C, N <= 4 or N > 32): steps
+               not unrolled, its states in local memory (hs: L1), the code once instead of 16 times */
+            float hs[kSub][NPT];
+#pragma unroll 1
             for (int tt = 0; tt < kSub; tt++) {
                 if (tt < tn) {
                     const int sg = s_seg[tt];
@@ -1121,11 +1144,11 @@ __global__ void __launch_bounds__(kThreads, SELSCAN_CUDA_BWD_MINBLOCKS) bwd_kern
 #pragma unroll
                     for (int k = 0; k < NPT; k++) {
                         h[k] = fmaf(ex2(dt * A2[k]), h[k], Bv[k] * dtu);
-                        hh[tt][k] = h[k];
+                        hs[tt][k] = h[k];
                     }
                 }
             }
-#pragma unroll
+#pragma unroll 1
             for (int tt = kSub - 1; tt >= 0; tt--) {
                 if (tt < tn) {
                     const int en = s_end[tt];
@@ -1148,10 +1171,10 @@ __global__ void __launch_bounds__(kThreads, SELSCAN_CUDA_BWD_MINBLOCKS) bwd_kern
 #pragma unroll
                     for (int k = 0; k < NPT; k++) {
                         const float dhn = fmaf(dy0, Cv[k], dh[k]);
-                        y0 = fmaf(Cv[k], hh[tt][k], y0);
-                        vC[k] = dy0 * hh[tt][k];
+                        y0 = fmaf(Cv[k], hs[tt][k], y0);
+                        vC[k] = dy0 * hs[tt][k];
                         vB[k] = dhn * dtu;
-                        const float q = dhn * fmaf(-Bv[k], dtu, hh[tt][k]); /* dhn * a * h_prev */
+                        const float q = dhn * fmaf(-Bv[k], dtu, hs[tt][k]); /* dhn * a * h_prev */
                         ddt = fmaf(q, A2[k], ddt);
                         dA[k] = fmaf(q, dt, dA[k]);
                         sBu = fmaf(dhn, Bv[k], sBu);
@@ -1199,9 +1222,9 @@ __global__ void __launch_bounds__(kThreads, SELSCAN_CUDA_BWD_MINBLOCKS) bwd_kern
                     const float uu = s_u[cc * SP + tt], dt = s_dt[cc * SP + tt], dy0 = s_dy0[cc * SP + tt];
                     const float Dd = P.D.p ? ldf(P.D, dd * P.D.s[0]) : 0.0f;
                     ddt = fmaf(sBu, uu, ddt) * s_dsp[cc * SP + tt];
-                    if (P.du.p) st<T>(P.du.p, odu, fmaf(sBu, dt, Dd * dy0));
-                    if (P.ddelta.p) st<T>(P.ddelta.p, odd, ddt);
-                    if (P.dz.p) st<T>(P.dz.p, odz, s_fz[cc * SP + tt] * fmaf(Dd, uu, y0));
+                    if (P.du.p) st<T>(P.du.p, odu, fmaf(sBu, dt, Dd * dy0), BF);
+                    if (P.ddelta.p) st<T>(P.ddelta.p, odd, ddt, BF);
+                    if (P.dz.p) st<T>(P.dz.p, odz, s_fz[cc * SP + tt] * fmaf(Dd, uu, y0), BF);
                     cD = dy0 * uu;
                     cB = ddt;
                 }
@@ -2019,6 +2042,7 @@ void fill_problem(kparams &P, const selscan__prob &q, const int64_t *dcu) {
     memset(&P, 0, sizeof P);
     P.batch = q.batch; P.dim = q.dim; P.L = q.L; P.N = q.N; P.G = q.G; P.dpg = q.dpg; P.nseq = q.nseq;
     P.softplus = q.softplus; P.fixB = q.fixB; P.fixC = q.fixC;
+    P.bf16 = q.dt == SELSCAN_BF16;
     P.cu = q.cu ? dcu : NULL;
     P.u = mk(q.u); P.delta = mk(q.delta); P.A = mk(q.A); P.B = mk(q.B); P.C = mk(q.C); P.D = mk(q.D);
     P.z = mk(q.z); P.bias = mk(q.bias); P.h0 = mk(q.h0); P.y = mk(q.y); P.hlast = mk(q.hlast);
@@ -2344,12 +2368,9 @@ SELSCAN_DEF selscan_status selscan_backward_cuda_ex(const selscan_problem *p, co
         if (q.dt == SELSCAN_F32) {
             if (smem > 48 * 1024) SELSCAN__CU(cudaFuncSetAttribute(bwd_kernel<float>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
             bwd_kernel<float><<<grid, kThreads, smem, stream>>>(P);
-        } else if (q.dt == SELSCAN_F16) {
-            if (smem > 48 * 1024) SELSCAN__CU(cudaFuncSetAttribute(bwd_kernel<__half>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
-            bwd_kernel<__half><<<grid, kThreads, smem, stream>>>(P);
         } else {
-            if (smem > 48 * 1024) SELSCAN__CU(cudaFuncSetAttribute(bwd_kernel<__nv_bfloat16>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
-            bwd_kernel<__nv_bfloat16><<<grid, kThreads, smem, stream>>>(P);
+            if (smem > 48 * 1024) SELSCAN__CU(cudaFuncSetAttribute(bwd_kernel<h16>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+            bwd_kernel<h16><<<grid, kThreads, smem, stream>>>(P);
         }
         SELSCAN__LAUNCHED();
     }
@@ -2395,6 +2416,7 @@ SELSCAN_DEF selscan_status selscan_step_cuda_ex(const selscan_step_problem *s, c
     memset(&P, 0, sizeof P);
     P.batch = q.batch; P.dim = q.dim; P.N = q.N; P.G = q.G; P.dpg = q.dpg; P.ncache = q.ncache;
     P.softplus = q.softplus; P.fixB = q.fixB; P.fixC = q.fixC; P.idx = q.idx;
+    P.bf16 = q.dt == SELSCAN_BF16;
     P.u = mk(q.x); P.delta = mk(q.dt_); P.A = mk(q.A); P.B = mk(q.B); P.C = mk(q.C); P.D = mk(q.D);
     P.z = mk(q.z); P.bias = mk(q.bias); P.h0 = mk(q.state); P.y = mk(q.y);
     P.NT = q.N >= 32 ? 32 : pow2ceil(q.N);

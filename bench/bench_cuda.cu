@@ -111,6 +111,11 @@ int main(int argc, char **argv) {
     const int npt_force = getenv("SELSCAN_BENCH_NPT") ? atoi(getenv("SELSCAN_BENCH_NPT")) : 0;
     const int64_t nlch_force = getenv("SELSCAN_BENCH_NLCH") ? atoll(getenv("SELSCAN_BENCH_NLCH")) : 0;
     const bool fwd_only = getenv("SELSCAN_BENCH_FWD_ONLY") && atoi(getenv("SELSCAN_BENCH_FWD_ONLY"));
+    /* SELSCAN_BENCH_LAYOUT=bld: channels-last tensors (u, delta, z, y and their gradients as
+       (batch, L, dim), B / C as (batch, L, groups, N): a TensorFlow op's layout), which the
+       general kernels run (the fast ones need a unit L stride) */
+    const bool bld = getenv("SELSCAN_BENCH_LAYOUT") && strcmp(getenv("SELSCAN_BENCH_LAYOUT"), "bld") == 0;
+    if (bld) printf("layout: channels-last (general kernels)\n");
     if (npt_force || nlch_force) printf("forward plan forced: npt %d, L chunks %lld\n", npt_force, (long long)nlch_force);
     cudaDeviceProp prop;
     CU(cudaGetDeviceProperties(&prop, 0));
@@ -188,6 +193,8 @@ int main(int argc, char **argv) {
             memset(&p, 0, sizeof p);
             p.batch = c.batch; p.dim = c.dim; p.seqlen = c.L; p.dstate = c.N; p.dtype = dt; p.flags = SELSCAN_DELTA_SOFTPLUS;
             p.A.data = A; p.D.data = D; p.delta_bias.data = bias;
+            const selscan_tensor bdl = {NULL, {c.L * c.dim, 1, c.dim, 0}}, bln = {NULL, {c.L * c.N, c.N, 1, c.N}};
+            if (bld) { p.u = p.delta = p.z = p.y = bdl; p.B = p.C = bln; }
             auto use = [&](int s) {
                 p.u.data = sets[s].u; p.delta.data = sets[s].delta; p.z.data = sets[s].z;
                 p.B.data = sets[s].B; p.C.data = sets[s].C; p.y.data = sets[s].y;
@@ -195,6 +202,7 @@ int main(int argc, char **argv) {
             use(0);
             selscan_grads g;
             memset(&g, 0, sizeof g);
+            if (bld) g.dy = g.du = g.ddelta = g.dz = bdl, g.dB = g.dC = bln;
             g.dy.data = dy; g.du.data = du; g.ddelta.data = ddelta; g.dz.data = dz; g.dB.data = dB; g.dC.data = dC;
             g.dA.data = dA; g.dD.data = dD; g.ddelta_bias.data = dbias;
             selscan_cuda_ext x;
