@@ -59,8 +59,11 @@
  * forward: chunk scans from 0, a carry kernel, rescan; the backward: chunk-local state-gradient
  * pass, a reverse carry kernel). The backward recomputes states from a 16-step checkpoint (made
  * from the forward's 64-step one) and walks each 16-step sub-tile back with its states in
- * registers; sums over channels and time go through per-block partials in the workspace and
- * fixed-order reduction kernels (deterministic).
+ * registers (unrolled for full sub-tiles of variable B/C with 2 to 8 threads a channel, a rolled
+ * loop with the states in local memory otherwise: sequence boundaries, fixed B/C, N <= 4, N > 32);
+ * sums over channels and time go through per-block partials in the workspace and fixed-order
+ * reduction kernels (deterministic). The general backward is compiled once for both 2-byte types
+ * (h16: a runtime flag picks binary16 or bfloat16): compile time, see bench/NOTES.md v21.
  */
 #ifndef SELSCAN_CUDA_CUH
 #define SELSCAN_CUDA_CUH
