@@ -1348,8 +1348,10 @@ typedef struct selscan__fscr {
 #define SELSCAN__TAKE(field, n) (s->field = p ? p + o : NULL, o += (n))
 
 static int64_t selscan__fscr_map(selscan__fscr *s, float *p, int64_t N) {
+    /* TW + 16: the per-step rows are not a multiple of 4 KiB apart (a load after a store to an
+       address 4 KiB away waits for it: "4K aliasing") */
     const int64_t NW = selscan__r16(N * SELSCAN__WMAX), NT = selscan__r16(N * SELSCAN__FT),
-                  TW = SELSCAN__FT * SELSCAN__WMAX;
+                  TW = SELSCAN__FT * SELSCAN__WMAX + 16;
     int64_t o = 0;
     SELSCAN__TAKE(h, NW); SELSCAN__TAKE(A, NW); SELSCAN__TAKE(A2, NW); SELSCAN__TAKE(Bf, NW); SELSCAN__TAKE(Cf, NW);
     SELSCAN__TAKE(Bb, NT); SELSCAN__TAKE(Cb, NT);
@@ -1373,7 +1375,7 @@ typedef struct selscan__bscr {
 
 static int64_t selscan__bscr_map(selscan__bscr *s, float *p, int64_t N, int64_t L, int W) {
     const int64_t T = selscan__bwd_T(N), nck = (L + T - 1) / T, CN = selscan__r16(SELSCAN__CB * N);
-    const int64_t TNW = selscan__r16(T * N * SELSCAN__WMAX), TW = selscan__r16(T * SELSCAN__WMAX);
+    const int64_t TNW = selscan__r16(T * N * SELSCAN__WMAX), TW = selscan__r16(T * SELSCAN__WMAX) + 16; /* + 16: no 4K aliasing */
     const int64_t NT = selscan__r16(N * SELSCAN__FT), FW = SELSCAN__FT * SELSCAN__WMAX;
     int64_t o = 0;
     s->T = T;
