@@ -1063,7 +1063,7 @@ SELSCAN_DEF selscan_status selscan_step_ref(const selscan_step_problem *s) {
 #define SELSCAN__SNB 256 /* step: channels and states per block (stack buffers) */
 #define SELSCAN__SNA 64  /* step: largest N of the common-layout kernel (its stack buffer) */
 #ifndef SELSCAN__PCMAX /* (a test sets it small, so that both sides of the limit run) */
-#define SELSCAN__PCMAX (1 << 19) /* backward prep cache: floats a part at most (2 MiB: L <= 2048 without z, 1365 with) */
+#define SELSCAN__PCMAX (1 << 20) /* backward prep cache: floats a part at most (4 MiB: L <= 4096 without z, 2730 with) */
 #endif
 #define SELSCAN__BG 4    /* backward: states a group (hand-unrolled, <= 4; their h, dh, dA in registers) */
 
