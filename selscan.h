@@ -1051,7 +1051,10 @@ SELSCAN_DEF selscan_status selscan_step_ref(const selscan_step_problem *s) {
    the forward keeping the state every T steps (checkpoints; or reads the forward's), then walks
    the chunks backward, recomputing the states and exponentials of one chunk at a time, SELSCAN__BG
    states at a time (states outer, steps inner: the group's states and gradients in registers;
-   recompute and walk back of a group through L1 rows). Sums over channels (variable
+   recompute and walk back of a group through L1 rows). When the sequence fits the part's prep
+   cache (SELSCAN__PCMAX), the checkpoint pass also prepares the walk's inputs of every chunk (dt,
+   dt u, u, softplus' derivative; with z dy silu(z), dy silu'(z)) and the walk back reads them
+   instead of loading and preparing the chunk again. Sums over channels (variable
    dB, dC) are accumulated lane-wise over the block's tiles, reduced over lanes in a fixed order,
    and written as per-block partials to the shared workspace; sums over batch rows (dA, dD,
    ddelta_bias, fixed dB/dC) are written per batch row. selscan_backward_cpu_reduce() sums the
@@ -1062,7 +1065,9 @@ SELSCAN_DEF selscan_status selscan_step_ref(const selscan_step_problem *s) {
 #define SELSCAN__CB 64   /* channels per backward work item */
 #define SELSCAN__SNB 256 /* step: channels and states per block (stack buffers) */
 #define SELSCAN__SNA 64  /* step: largest N of the common-layout kernel (its stack buffer) */
-#define SELSCAN__PCMAX (1 << 19) /* backward prep cache: floats a part at most (2 MiB: L <= 2048) */
+#ifndef SELSCAN__PCMAX /* (a test sets it small, so that both sides of the limit run) */
+#define SELSCAN__PCMAX (1 << 20) /* backward prep cache: floats a part at most (4 MiB: L <= 4096 without z, 2730 with) */
+#endif
 #define SELSCAN__BG 4    /* backward: states a group (hand-unrolled, <= 4; their h, dh, dA in registers) */
 
 enum { SELSCAN__ISA_PORTABLE = 0, SELSCAN__ISA_NEON = 1, SELSCAN__ISA_AVX2 = 2, SELSCAN__ISA_AVX512 = 3 };
@@ -1348,8 +1353,10 @@ typedef struct selscan__fscr {
 #define SELSCAN__TAKE(field, n) (s->field = p ? p + o : NULL, o += (n))
 
 static int64_t selscan__fscr_map(selscan__fscr *s, float *p, int64_t N) {
+    /* TW + 16: the per-step rows are not a multiple of 4 KiB apart (a load after a store to an
+       address 4 KiB away waits for it: "4K aliasing") */
     const int64_t NW = selscan__r16(N * SELSCAN__WMAX), NT = selscan__r16(N * SELSCAN__FT),
-                  TW = SELSCAN__FT * SELSCAN__WMAX;
+                  TW = SELSCAN__FT * SELSCAN__WMAX + 16;
     int64_t o = 0;
     SELSCAN__TAKE(h, NW); SELSCAN__TAKE(A, NW); SELSCAN__TAKE(A2, NW); SELSCAN__TAKE(Bf, NW); SELSCAN__TAKE(Cf, NW);
     SELSCAN__TAKE(Bb, NT); SELSCAN__TAKE(Cb, NT);
@@ -1366,14 +1373,19 @@ static int64_t selscan__bwd_T(int64_t N) {
 
 typedef struct selscan__bscr {
     float *ck, *hs, *ab, *accB, *accC, *dh, *A, *A2, *Bf, *Cf, *dA, *dBf, *dCf, *Dv, *bv, *dD, *db;
-    float *dt, *sp, *u, *dtu, *dy, *dy0, *z, *sg, *yc, *S, *sA, *du, *ddt, *dz, *Bb, *Cb, *tmp, *pc;
+    float *dy, *dy0, *z, *sg, *yc, *S, *sA, *du, *ddt, *dz, *Bb, *Cb, *tmp, *wk, *pc;
     int64_t T, ckstride; /* ckstride: floats of checkpoints per tile */
+    int64_t TS;          /* rows of the walk's inputs (wk, a prep cache slot): T W + 16 floats apart */
     int64_t pcs, pcn;    /* prep cache: floats per tile and chunk, chunks held (0: none) */
 } selscan__bscr;
 
-static int64_t selscan__bscr_map(selscan__bscr *s, float *p, int64_t N, int64_t L, int W) {
+/* Rows of the walk back's inputs (selscan__wprep): dt, dt u, u, softplus' derivative, and with z
+   dy silu(z), dy silu'(z). */
+static int selscan__wk_rows(const selscan__prob *q) { return q->z.data ? 6 : 4; }
+
+static int64_t selscan__bscr_map(selscan__bscr *s, float *p, int64_t N, int64_t L, int W, int na) {
     const int64_t T = selscan__bwd_T(N), nck = (L + T - 1) / T, CN = selscan__r16(SELSCAN__CB * N);
-    const int64_t TNW = selscan__r16(T * N * SELSCAN__WMAX), TW = selscan__r16(T * SELSCAN__WMAX);
+    const int64_t TNW = selscan__r16(T * N * SELSCAN__WMAX), TW = selscan__r16(T * SELSCAN__WMAX) + 16; /* + 16: no 4K aliasing */
     const int64_t NT = selscan__r16(N * SELSCAN__FT), FW = SELSCAN__FT * SELSCAN__WMAX;
     int64_t o = 0;
     s->T = T;
@@ -1386,26 +1398,28 @@ static int64_t selscan__bscr_map(selscan__bscr *s, float *p, int64_t N, int64_t 
     SELSCAN__TAKE(dA, CN); SELSCAN__TAKE(dBf, CN); SELSCAN__TAKE(dCf, CN);
     SELSCAN__TAKE(Dv, SELSCAN__CB); SELSCAN__TAKE(bv, SELSCAN__CB); SELSCAN__TAKE(dD, SELSCAN__CB);
     SELSCAN__TAKE(db, SELSCAN__CB);
-    SELSCAN__TAKE(dt, TW); SELSCAN__TAKE(sp, TW); SELSCAN__TAKE(u, TW); SELSCAN__TAKE(dtu, TW);
     SELSCAN__TAKE(dy, TW); SELSCAN__TAKE(dy0, TW); SELSCAN__TAKE(z, TW); SELSCAN__TAKE(sg, TW);
     SELSCAN__TAKE(yc, TW); SELSCAN__TAKE(S, TW); SELSCAN__TAKE(sA, TW); SELSCAN__TAKE(du, TW);
     SELSCAN__TAKE(ddt, TW); SELSCAN__TAKE(dz, TW); SELSCAN__TAKE(tmp, FW);
     SELSCAN__TAKE(Bb, NT); SELSCAN__TAKE(Cb, NT);
-    /* prep cache (selscan__bwd_block): dt, dt u, u, sp and the fast flag of every chunk and tile
-       when the whole sequence fits SELSCAN__PCMAX floats */
-    s->pcs = selscan__r16(4 * T * W + 1);
-    s->pcn = 4 * nck * T * SELSCAN__CB <= SELSCAN__PCMAX ? nck : 0;
+    /* the walk's inputs of one chunk and tile (wk), and the prep cache (selscan__bwd_block): the
+       same rows and the fast flag (last float) of every chunk and tile when the whole sequence
+       fits SELSCAN__PCMAX floats */
+    s->TS = T * W + 16;
+    s->pcs = selscan__r16(na * s->TS + 1);
+    s->pcn = na * nck * T * SELSCAN__CB <= SELSCAN__PCMAX ? nck : 0;
+    SELSCAN__TAKE(wk, s->pcs);
     SELSCAN__TAKE(pc, s->pcn * (SELSCAN__CB / W) * s->pcs);
     return o;
 }
 
 /* Scratch floats of one backward part: the largest over the vector widths. */
-static int64_t selscan__bscr_floats(int64_t N, int64_t L) {
+static int64_t selscan__bscr_floats(int64_t N, int64_t L, int na) {
     selscan__bscr s;
     int64_t m = 0, x;
     int w;
     for (w = 1; w <= SELSCAN__WMAX; w *= 2)
-        if ((x = selscan__bscr_map(&s, NULL, N, L, w)) > m) m = x;
+        if ((x = selscan__bscr_map(&s, NULL, N, L, w, na)) > m) m = x;
     return m;
 }
 
@@ -1542,6 +1556,30 @@ static ATTR int selscan__prep_##SFX(const selscan__prob *q, int64_t b, int64_t d
     for (l = 0; l < W; l++)                                                                                                                               \
         if (!(fm[l] < lim) || fs[l] != 0.0f) ok = 0;                                                                                                      \
     return ok;                                                                                                                                            \
+}                                                                                                                                                         \
+                                                                                                                                                          \
+/* The walk back's inputs of one chunk of a tile, rows TS floats apart in w (selscan__wk_rows):                                                           \
+   dt (bias, softplus), dt u, u, softplus' derivative (selscan__prep), and with z dy0 = dy silu(z)                                                        \
+   and dyg = dy silu'(z) (dz = dyg y0; without z the walk reads dy itself). z, sg, dy: scratch.                                                           \
+   Returns selscan__prep's fast-exponential flag. */                                                                                                      \
+static ATTR int selscan__wprep_##SFX(const selscan__prob *q, const selscan__grd *r, int64_t b, int64_t d0, int nl,                                        \
+                                     int64_t c0, int nt, const float *bv, float *w, int64_t TS, float *z, float *sg,                                      \
+                                     float *dy, float *tmp, float lim) {                                                                                  \
+    const int W = SELSCAN__VW;                                                                                                                            \
+    const int fast = selscan__prep_##SFX(q, b, d0, nl, c0, nt, bv, w, w + TS, w + 2 * TS, z, sg, w + 3 * TS, tmp, lim);                                   \
+    int t;                                                                                                                                                \
+    if (q->z.data) {                                                                                                                                      \
+        const SELSCAN__VF one = SELSCAN__VSET1(1.0f);                                                                                                     \
+        SELSCAN__LOADTILE(dy, &r->dy, b, d0, nl, W, c0, nt, tmp);                                                                                         \
+        for (t = 0; t < nt; t++) {                                                                                                                        \
+            const SELSCAN__VF zv = SELSCAN__VLOAD(z + t * W), sv = SELSCAN__VLOAD(sg + t * W), dv = SELSCAN__VLOAD(dy + t * W);                           \
+            SELSCAN__VSTORE(w + 4 * TS + t * W, SELSCAN__VMUL(dv, SELSCAN__VMUL(zv, sv)));                                                                \
+            if (r->dz.data) /* silu'(z) = sg (1 + z (1 - sg)) */                                                                                          \
+                SELSCAN__VSTORE(w + 5 * TS + t * W,                                                                                                       \
+                                SELSCAN__VMUL(dv, SELSCAN__VMUL(sv, SELSCAN__VFMA(zv, SELSCAN__VSUB(one, sv), one))));                                    \
+        }                                                                                                                                                 \
+    }                                                                                                                                                     \
+    return fast;                                                                                                                                          \
 }                                                                                                                                                         \
                                                                                                                                                           \
 /* Forward over one chunk: h ([N][W]) advanced nt steps; y[t] = sum_n C h. */                                                                             \
@@ -1862,16 +1900,16 @@ static ATTR void selscan__bwd_chunk_##SFX(int64_t N, int nt, const float *hin, f
 /* Backward of one block: channels c0 .. c0 + nch - 1 of group g, batch row b. pB / pC: this                                                              \
    block's [N][L] partials of variable dB / dC (NULL: not asked). The checkpoint pass goes chunk                                                          \
    by chunk with the tiles inner, like the walk back: a chunk's variable B / C are copied once for                                                        \
-   all tiles. Without z and when the part's prep cache holds the segment (s->pcn chunks), the                                                             \
-   checkpoint pass prepares dt, dt u, u and softplus' derivative into it and the walk back reads                                                          \
-   them there instead of loading and preparing the chunk again. */                                                                                        \
+   all tiles. When the part's prep cache holds the segment (s->pcn chunks), the checkpoint pass                                                           \
+   prepares the walk's inputs (selscan__wprep) into it and the walk back reads them there instead                                                         \
+   of loading and preparing the chunk again. */                                                                                                           \
 static ATTR void selscan__bwd_block_##SFX(const selscan__prob *q, const selscan__grd *r, int64_t b, int64_t g,                                            \
                                           int64_t c0, int nch, const selscan__bscr *s, float *pB, float *pC,                                              \
                                           const float *ckp) {                                                                                             \
     const int W = SELSCAN__VW, nbt = (nch + SELSCAN__VW - 1) / SELSCAN__VW;                                                                               \
     const int64_t N = q->N, NW = N * W, T = s->T, L = q->L;                                                                                               \
     const int useck = ckp && T == SELSCAN__FT;                                                                                                            \
-    const int64_t TW = T * W;                                                                                                                             \
+    const int64_t TS = s->TS;                                                                                                                             \
     float lim[SELSCAN__CB];                                                                                                                               \
     int64_t k, c, n;                                                                                                                                      \
     int j, t;                                                                                                                                             \
@@ -1889,7 +1927,7 @@ static ATTR void selscan__bwd_block_##SFX(const selscan__prob *q, const selscan_
         int64_t t0, t1, row, nck;                                                                                                                         \
         selscan__seg(q, b, k, &t0, &t1, &row);                                                                                                            \
         nck = (t1 - t0 + T - 1) / T;                                                                                                                      \
-        const int usepc = !useck && !q->z.data && nck <= s->pcn;                                                                                          \
+        const int usepc = !useck && nck <= s->pcn;                                                                                                        \
         /* checkpoints: ck[c] = state entering chunk c */                                                                                                 \
         for (j = 0; j < nbt; j++) {                                                                                                                       \
             const int nl = nch - j * W < W ? nch - j * W : W;                                                                                             \
@@ -1910,13 +1948,19 @@ static ATTR void selscan__bwd_block_##SFX(const selscan__prob *q, const selscan_
                 const int64_t d0 = c0 + j * W;                                                                                                            \
                 float *ck = s->ck + j * s->ckstride + c * NW;                                                                                             \
                 const float *Bp = q->fixB ? s->Bf + j * NW : Bv;                                                                                          \
-                float *const pc = usepc ? s->pc + (c * nbt + j) * s->pcs : NULL; /* dt, dtu, u, sp, fast */                                               \
-                float *const dt = pc ? pc : s->dt, *const dtu = pc ? pc + TW : s->dtu;                                                                    \
-                const int fast = selscan__prep_##SFX(q, b, d0, nl, cs, nt, s->bv + j * W, dt, dtu, pc ? pc + 2 * TW : s->u,                               \
-                                                     NULL, NULL, pc ? pc + 3 * TW : NULL, s->tmp, lim[j]);                                                \
-                if (pc) pc[4 * TW] = SELSCAN__CAST(float, fast);                                                                                          \
-                selscan__rec_chunk_##SFX(0, N, nt, ck, ck + NW, NULL, 0, s->A + j * NW, s->A2 + j * NW, dt, dtu, Bp, q->fixB,                             \
-                                         fast);                                                                                                           \
+                float *const pc = usepc ? s->pc + (c * nbt + j) * s->pcs : NULL;                                                                          \
+                float *const w = pc ? pc : s->wk;                                                                                                         \
+                int fast;                                                                                                                                 \
+                if (pc) {                                                                                                                                 \
+                    fast = selscan__wprep_##SFX(q, r, b, d0, nl, cs, nt, s->bv + j * W, pc, TS, s->z, s->sg, s->dy, s->tmp,                               \
+                                                lim[j]);                                                                                                  \
+                    pc[s->pcs - 1] = SELSCAN__CAST(float, fast);                                                                                          \
+                } else {                                                                                                                                  \
+                    fast = selscan__prep_##SFX(q, b, d0, nl, cs, nt, s->bv + j * W, w, w + TS, w + 2 * TS, NULL, NULL, NULL,                              \
+                                               s->tmp, lim[j]);                                                                                           \
+                }                                                                                                                                         \
+                selscan__rec_chunk_##SFX(0, N, nt, ck, ck + NW, NULL, 0, s->A + j * NW, s->A2 + j * NW, w, w + TS, Bp,                                    \
+                                         q->fixB, fast);                                                                                                  \
             }                                                                                                                                             \
         }                                                                                                                                                 \
         for (c = nck - 1; c >= 0; c--) {                                                                                                                  \
@@ -1932,24 +1976,23 @@ static ATTR void selscan__bwd_block_##SFX(const selscan__prob *q, const selscan_
                 const SELSCAN__VF Dv = SELSCAN__VLOAD(s->Dv + j * W);                                                                                     \
                 SELSCAN__VF dD = SELSCAN__VLOAD(s->dD + j * W), db = SELSCAN__VLOAD(s->db + j * W);                                                       \
                 const float *const pc = usepc && c + 1 < nck ? s->pc + (c * nbt + j) * s->pcs : NULL;                                                     \
-                const float *const dt = pc ? pc : s->dt, *const dtu = pc ? pc + TW : s->dtu;                                                              \
-                const float *const u_ = pc ? pc + 2 * TW : s->u, *const sp = pc ? pc + 3 * TW : s->sp;                                                    \
-                const int fast = pc ? pc[4 * TW] != 0.0f                                                                                                  \
-                                    : selscan__prep_##SFX(q, b, d0, nl, cs, nt, s->bv + j * W, s->dt, s->dtu, s->u, s->z,                                 \
-                                                          s->sg, s->sp, s->tmp, lim[j]);                                                                  \
-                SELSCAN__LOADTILE(s->dy, &r->dy, b, d0, nl, W, cs, nt, s->tmp);                                                                           \
-                for (t = 0; t < nt; t++) {                                                                                                                \
-                    SELSCAN__VF dy0 = SELSCAN__VLOAD(s->dy + t * W);                                                                                      \
-                    if (q->z.data)                                                                                                                        \
-                        dy0 = SELSCAN__VMUL(dy0, SELSCAN__VMUL(SELSCAN__VLOAD(s->z + t * W), SELSCAN__VLOAD(s->sg + t * W)));                             \
-                    SELSCAN__VSTORE(s->dy0 + t * W, dy0);                                                                                                 \
+                const float *const w = pc ? pc : s->wk;                                                                                                   \
+                const float *const dt = w, *const dtu = w + TS, *const u_ = w + 2 * TS, *const sp = w + 3 * TS;                                           \
+                const float *const dyg = w + 5 * TS;                                                                                                      \
+                const float *dy0p = w + 4 * TS;                                                                                                           \
+                const int fast = pc ? pc[s->pcs - 1] != 0.0f                                                                                              \
+                                    : selscan__wprep_##SFX(q, r, b, d0, nl, cs, nt, s->bv + j * W, s->wk, TS, s->z, s->sg,                                \
+                                                           s->dy, s->tmp, lim[j]);                                                                        \
+                if (!q->z.data) { /* dy0 = dy */                                                                                                          \
+                    SELSCAN__LOADTILE(s->dy0, &r->dy, b, d0, nl, W, cs, nt, s->tmp);                                                                      \
+                    dy0p = s->dy0;                                                                                                                        \
                 }                                                                                                                                         \
                 selscan__bwd_chunk_##SFX(N, nt, s->ck + j * s->ckstride + c * NW, s->hs, s->ab, s->dh + j * NW, s->A + j * NW,                            \
-                                         s->A2 + j * NW, dt, dtu, s->dy0, q->z.data ? s->yc : NULL, s->S, s->sA, s->accB, s->accC,                        \
+                                         s->A2 + j * NW, dt, dtu, dy0p, q->z.data ? s->yc : NULL, s->S, s->sA, s->accB, s->accC,                          \
                                          s->dA + j * NW, s->dBf + j * NW, s->dCf + j * NW, Bp, Cp, q->fixB, q->fixC, fast,                                \
                                          j == 0);                                                                                                         \
                 for (t = nt - 1; t >= 0; t--) {                                                                                                           \
-                    const SELSCAN__VF u = SELSCAN__VLOAD(u_ + t * W), dy0 = SELSCAN__VLOAD(s->dy0 + t * W);                                               \
+                    const SELSCAN__VF u = SELSCAN__VLOAD(u_ + t * W), dy0 = SELSCAN__VLOAD(dy0p + t * W);                                                 \
                     const SELSCAN__VF S = SELSCAN__VLOAD(s->S + t * W);                                                                                   \
                     const SELSCAN__VF ddt = SELSCAN__VMUL(SELSCAN__VFMA(u, S, SELSCAN__VLOAD(s->sA + t * W)),                                             \
                                                          SELSCAN__VLOAD(sp + t * W));                                                                     \
@@ -1957,13 +2000,9 @@ static ATTR void selscan__bwd_block_##SFX(const selscan__prob *q, const selscan_
                     SELSCAN__VSTORE(s->ddt + t * W, ddt);                                                                                                 \
                     dD = SELSCAN__VFMA(dy0, u, dD);                                                                                                       \
                     db = SELSCAN__VADD(db, ddt);                                                                                                          \
-                    if (q->z.data) {                                                                                                                      \
-                        const SELSCAN__VF z = SELSCAN__VLOAD(s->z + t * W), sg = SELSCAN__VLOAD(s->sg + t * W);                                           \
-                        const SELSCAN__VF one = SELSCAN__VSET1(1.0f);                                                                                     \
-                        const SELSCAN__VF y0 = SELSCAN__VFMA(Dv, u, SELSCAN__VLOAD(s->yc + t * W));                                                       \
-                        const SELSCAN__VF gz = SELSCAN__VMUL(sg, SELSCAN__VFMA(z, SELSCAN__VSUB(one, sg), one));                                          \
-                        SELSCAN__VSTORE(s->dz + t * W, SELSCAN__VMUL(SELSCAN__VMUL(SELSCAN__VLOAD(s->dy + t * W), y0), gz));                              \
-                    }                                                                                                                                     \
+                    if (r->dz.data) /* dz = dy silu'(z) y0 */                                                                                             \
+                        SELSCAN__VSTORE(s->dz + t * W, SELSCAN__VMUL(SELSCAN__VLOAD(dyg + t * W),                                                         \
+                                                                     SELSCAN__VFMA(Dv, u, SELSCAN__VLOAD(s->yc + t * W))));                               \
                 }                                                                                                                                         \
                 SELSCAN__VSTORE(s->dD + j * W, dD);                                                                                                       \
                 SELSCAN__VSTORE(s->db + j * W, db);                                                                                                       \
@@ -2526,7 +2565,7 @@ static int64_t selscan__ws_fast_fwd(const selscan__prob *q, int64_t nparts) {
 static int64_t selscan__ws_fast_bwd(const selscan__prob *q, const selscan__grd *r, int64_t nparts) {
     selscan__bsh h;
     selscan__bsh_map(&h, q, r);
-    return selscan__align_up(h.end * 4) + selscan__align_up(selscan__bscr_floats(q->N, q->L) * 4) * nparts;
+    return selscan__align_up(h.end * 4) + selscan__align_up(selscan__bscr_floats(q->N, q->L, selscan__wk_rows(q)) * 4) * nparts;
 }
 
 static int64_t selscan__ws_fast(const selscan__prob *q, const selscan__grd *r, int64_t nparts) {
@@ -2637,9 +2676,9 @@ static selscan_status selscan__backward_fast(const selscan_problem *p, const sel
     isa = selscan__use_isa(isa);
     selscan__bsh_map(&h, &q, &r);
     sh = selscan__align_up(h.end * 4);
-    per = selscan__align_up(selscan__bscr_floats(q.N, q.L) * 4);
+    per = selscan__align_up(selscan__bscr_floats(q.N, q.L, selscan__wk_rows(&q)) * 4);
     selscan__bscr_map(&s, SELSCAN__RCAST(float *, SELSCAN__CAST(char *, workspace) + sh + part * per), q.N, q.L,
-                      selscan__isa_width(isa));
+                      selscan__isa_width(isa), selscan__wk_rows(&q));
     selscan__split(q.batch * q.G * h.nbg, part, nparts, &i0, &i1);
     for (i = i0; i < i1; i++) {
         const int64_t b = i / (q.G * h.nbg), gg = i / h.nbg % q.G, k = i % h.nbg, c0 = gg * q.dpg + k * SELSCAN__CB;
