@@ -543,13 +543,21 @@ const int kFL = 16; /* fast forward's time tile; divides the checkpoint interval
 template <typename T, int K> struct rawv {
     uint32_t w[(K * static_cast<int>(sizeof(T)) + 3) / 4];
 };
+/* one element's raw bits (a 2-byte type's in the low half) as a float */
+template <typename T> __device__ __forceinline__ float bits_float(uint32_t bits) {
+    if constexpr (sizeof(T) == 4) return __uint_as_float(bits);
+    else if constexpr (std::is_same<T, __half>::value) return __half2float(__ushort_as_half(static_cast<unsigned short>(bits)));
+    else return __uint_as_float(bits << 16);
+}
+/* p[i]'s raw bits: loaded now, converted where used (a conversion next to the load would wait
+   for it there) */
+template <typename T> __device__ __forceinline__ uint32_t ld_bits(const T *p, int64_t i) {
+    if constexpr (sizeof(T) == 4) return reinterpret_cast<const uint32_t *>(p)[i];
+    else return reinterpret_cast<const unsigned short *>(p)[i];
+}
 template <typename T, int K> __device__ __forceinline__ float raw_get(const rawv<T, K> &r, int k) {
     if constexpr (sizeof(T) == 4) return __uint_as_float(r.w[k]);
-    else {
-        const uint32_t bits = (k & 1) ? r.w[k >> 1] >> 16 : r.w[k >> 1] & 0xffffu;
-        if constexpr (std::is_same<T, __half>::value) return __half2float(__ushort_as_half(static_cast<unsigned short>(bits)));
-        else return __uint_as_float(bits << 16);
-    }
+    else return bits_float<T>((k & 1) ? r.w[k >> 1] >> 16 : r.w[k >> 1] & 0xffffu);
 }
 template <typename T> __device__ __forceinline__ uint32_t raw_bits(float v) {
     if constexpr (std::is_same<T, float>::value) return __float_as_uint(v);
@@ -687,22 +695,24 @@ __global__ void __launch_bounds__(kThreads, SELSCAN_CUDA_FAST_FWD_MINBLOCKS) fwd
     const float bias = active && P.bias.p ? ldf(P.bias, d * P.bias.s[0]) : 0.0f;
     const bool sp = P.softplus != 0, hz = zrow != NULL, hy = P.y.p != NULL; /* no y: checkpoint only */
 
-    /* B / C tile (NP x kFL, unit L stride) through registers; element e = tid + r * kThreads */
-    float rB[RB], rC[RB];
+    /* B / C tile (NP x kFL, unit L stride) through registers as raw bits (converted when stored
+       after the scan, so that the scan does not wait for the loads); element e = tid + r * kThreads */
+    uint32_t rB[RB], rC[RB];
     auto load_bc = [&](int64_t tb) {
 #pragma unroll
         for (int r = 0; r < RB; r++) {
             const int e = tid + r * kThreads, n = e / kFL, tt = e % kFL;
             const bool v = e < NP * kFL && n < N && tb + tt < L;
-            rB[r] = v ? ld<T>(Bg, n * sBn + tb + tt) : 0.0f;
-            rC[r] = v ? ld<T>(Cg, n * sCn + tb + tt) : 0.0f;
+            rB[r] = v ? ld_bits<T>(Bg, n * sBn + tb + tt) : 0u; /* 0 bits: 0.0 in every type */
+            rC[r] = v ? ld_bits<T>(Cg, n * sCn + tb + tt) : 0u;
         }
     };
     auto store_bc = [&](int buf) {
 #pragma unroll
         for (int r = 0; r < RB; r++) {
             const int e = tid + r * kThreads, n = e / kFL, tt = e % kFL;
-            if (e < NP * kFL) *reinterpret_cast<float2 *>(&s_bc[buf][tt * RS + 2 * n]) = make_float2(rB[r], rC[r]);
+            if (e < NP * kFL)
+                *reinterpret_cast<float2 *>(&s_bc[buf][tt * RS + 2 * n]) = make_float2(bits_float<T>(rB[r]), bits_float<T>(rC[r]));
         }
     };
     /* own steps of a tile: count, and raw u / delta loads */
@@ -1744,7 +1754,7 @@ __global__ void __launch_bounds__(kThreads) bwd_fast_local_kernel(const kparams 
     const bool sp = P.softplus != 0, hz = P.z.p != NULL;
     float sumdt = 0.0f;
     rawv<T, OWN> rd, ry, rz;
-    float rC[RB];
+    uint32_t rC[RB]; /* raw bits, converted after the walk (ld_bits) */
     auto load = [&](int64_t tb) {
         const int64_t t0 = tb + j * OWN;
         const int nown = active ? static_cast<int>(max(static_cast<int64_t>(0), min(static_cast<int64_t>(OWN), t_end - t0))) : 0;
@@ -1755,7 +1765,7 @@ __global__ void __launch_bounds__(kThreads) bwd_fast_local_kernel(const kparams 
 #pragma unroll
         for (int r = 0; r < RB; r++) {
             const int e = tid + r * kThreads, n = e / kFL, tt = e % kFL;
-            rC[r] = e < NP * kFL && n < N && tb + tt < t_end ? ld<T>(Cg, n * P.C.s[2] + tb + tt) : 0.0f;
+            rC[r] = e < NP * kFL && n < N && tb + tt < t_end ? ld_bits<T>(Cg, n * P.C.s[2] + tb + tt) : 0u;
         }
         return nown;
     };
@@ -1774,7 +1784,7 @@ __global__ void __launch_bounds__(kThreads) bwd_fast_local_kernel(const kparams 
 #pragma unroll
         for (int r = 0; r < RB; r++) {
             const int e = tid + r * kThreads;
-            if (e < NP * kFL) s_c[e % kFL][e / kFL] = rC[r];
+            if (e < NP * kFL) s_c[e % kFL][e / kFL] = bits_float<T>(rC[r]);
         }
         __syncthreads();
         if (tb - kFL >= t_beg) nown = load(tb - kFL); /* in flight during the walk */
