@@ -827,15 +827,31 @@ __global__ void __launch_bounds__(kThreads, SELSCAN_CUDA_FAST_FWD_MINBLOCKS) fwd
 }
 
 /* Pass 2 of the L-parallel forward: the state entering each chunk, in chunk order. */
-__global__ void carry_kernel(const float *S, const float *Pr, float *Hin, int64_t rows, int64_t nlch, int64_t N) {
+/* Chunks are walked kCarryBatch at a time: their S and P loaded together first (restrict: the
+   stores into Hin do not hold the next loads back), so a row costs nlch / kCarryBatch memory
+   round trips instead of nlch. The same FMAs in the same order. */
+const int kCarryBatch = 8;
+__global__ void carry_kernel(const float *__restrict__ S, const float *__restrict__ Pr, float *__restrict__ Hin, int64_t rows,
+                             int64_t nlch, int64_t N) {
     const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; /* (b*dim + d)*N + n */
     if (i >= rows * N) return;
-    const int64_t bd = i / N, n = i % N;
+    const int64_t bd = i / N, n = i % N, base = bd * nlch * N + n;
     float h = 0.0f;
-    for (int64_t c = 0; c < nlch; c++) {
-        const int64_t o = (bd * nlch + c) * N + n;
-        Hin[o] = h;
-        h = fmaf(Pr[o], h, S[o]);
+    for (int64_t c0 = 0; c0 < nlch; c0 += kCarryBatch) {
+        float p[kCarryBatch], sv[kCarryBatch];
+#pragma unroll
+        for (int k = 0; k < kCarryBatch; k++) {
+            const bool v = c0 + k < nlch;
+            p[k] = v ? Pr[base + (c0 + k) * N] : 0.0f;
+            sv[k] = v ? S[base + (c0 + k) * N] : 0.0f;
+        }
+#pragma unroll
+        for (int k = 0; k < kCarryBatch; k++) {
+            if (c0 + k < nlch) {
+                Hin[base + (c0 + k) * N] = h;
+                h = fmaf(p[k], h, sv[k]);
+            }
+        }
     }
 }
 
@@ -1349,26 +1365,52 @@ __global__ void __launch_bounds__(kThreads) bwd_local_kernel(const kparams P, fl
 }
 
 /* Pass 2 of the L-parallel backward: the state gradient entering each chunk from the right. */
-__global__ void carry_rev_kernel(const float *V, const float *M, float *Din, int64_t rows, int64_t nlch, int64_t N) {
+__global__ void carry_rev_kernel(const float *__restrict__ V, const float *__restrict__ M, float *__restrict__ Din, int64_t rows,
+                                 int64_t nlch, int64_t N) {
     const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
     if (i >= rows * N) return;
-    const int64_t bd = i / N, n = i % N;
+    const int64_t bd = i / N, n = i % N, base = bd * nlch * N + n;
     float g = 0.0f;
-    for (int64_t c = nlch - 1; c >= 0; c--) {
-        const int64_t o = (bd * nlch + c) * N + n;
-        Din[o] = g;
-        g = fmaf(M[o], g, V[o]);
+    for (int64_t c0 = nlch - 1; c0 >= 0; c0 -= kCarryBatch) { /* batched as carry_kernel */
+        float m[kCarryBatch], v[kCarryBatch];
+#pragma unroll
+        for (int k = 0; k < kCarryBatch; k++) {
+            const bool ok = c0 - k >= 0;
+            m[k] = ok ? M[base + (c0 - k) * N] : 0.0f;
+            v[k] = ok ? V[base + (c0 - k) * N] : 0.0f;
+        }
+#pragma unroll
+        for (int k = 0; k < kCarryBatch; k++) {
+            if (c0 - k >= 0) {
+                Din[base + (c0 - k) * N] = g;
+                g = fmaf(m[k], g, v[k]);
+            }
+        }
     }
 }
 
 /* out[d, n] = sum over r < rows of w[(r * dim + d) * inner + n] (f32). */
-__global__ void reduce_rows_kernel(const float *w, int64_t rows, int64_t dim, int64_t inner, ct out) {
-    const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-    if (i >= dim * inner) return;
+/* In a fixed order (deterministic): thread (x, y) of a kRedX x kRedY block adds rows y, y + kRedY,
+   ... of element i (loads coalesced across x, kRedY times the threads of one a row), then the
+   kRedY partial sums are added in y order. */
+const int kRedX = 32, kRedY = 8;
+__global__ void reduce_rows_kernel(const float *__restrict__ w, int64_t rows, int64_t dim, int64_t inner, ct out) {
+    __shared__ float part[kRedY][kRedX];
+    const int tx = threadIdx.x % kRedX, ty = threadIdx.x / kRedX;
+    const int64_t tot = dim * inner, i = static_cast<int64_t>(blockIdx.x) * kRedX + tx;
     float acc = 0.0f;
-    for (int64_t r = 0; r < rows; r++) acc += w[r * dim * inner + i];
-    const int64_t d = i / inner, n = i % inner;
-    static_cast<float *>(out.p)[d * out.s[0] + (inner > 1 ? n * out.s[1] : 0)] = acc;
+    if (i < tot)
+#pragma unroll 4
+        for (int64_t r = ty; r < rows; r += kRedY) acc += w[r * tot + i];
+    part[ty][tx] = acc;
+    __syncthreads();
+    if (ty == 0 && i < tot) {
+        float sum = part[0][tx];
+#pragma unroll
+        for (int k = 1; k < kRedY; k++) sum += part[k][tx];
+        const int64_t d = i / inner, n = i % inner;
+        static_cast<float *>(out.p)[d * out.s[0] + (inner > 1 ? n * out.s[1] : 0)] = sum;
+    }
 }
 
 /* out[b, g, n, t] = sum over block k < ncb of w[k][b][g][n][t], stored as T. */
@@ -2388,11 +2430,11 @@ SELSCAN_DEF selscan_status selscan_backward_cuda_ex(const selscan_problem *p, co
         SELSCAN__LAUNCHED();
     }
     const int64_t rows = q.batch * q.dim; /* batch is 1 with packed sequences */
-    if (r.dA.data) { reduce_rows_kernel<<<nblocks(q.dim * q.N, 256), 256, 0, stream>>>(P.wdA, q.batch * bp.nlch, q.dim, q.N, mk(r.dA)); SELSCAN__LAUNCHED(); }
-    if (r.dD.data) { reduce_rows_kernel<<<nblocks(q.dim, 256), 256, 0, stream>>>(P.wdD, q.batch * bp.nlch, q.dim, 1, mk(r.dD)); SELSCAN__LAUNCHED(); }
-    if (r.dbias.data) { reduce_rows_kernel<<<nblocks(q.dim, 256), 256, 0, stream>>>(P.wdbias, q.batch * bp.nlch, q.dim, 1, mk(r.dbias)); SELSCAN__LAUNCHED(); }
-    if (P.wdBf) { reduce_rows_kernel<<<nblocks(q.dim * q.N, 256), 256, 0, stream>>>(P.wdBf, q.batch * bp.nlch, q.dim, q.N, mk(r.dB)); SELSCAN__LAUNCHED(); }
-    if (P.wdCf) { reduce_rows_kernel<<<nblocks(q.dim * q.N, 256), 256, 0, stream>>>(P.wdCf, q.batch * bp.nlch, q.dim, q.N, mk(r.dC)); SELSCAN__LAUNCHED(); }
+    if (r.dA.data) { reduce_rows_kernel<<<nblocks(q.dim * q.N, kRedX), kRedX * kRedY, 0, stream>>>(P.wdA, q.batch * bp.nlch, q.dim, q.N, mk(r.dA)); SELSCAN__LAUNCHED(); }
+    if (r.dD.data) { reduce_rows_kernel<<<nblocks(q.dim, kRedX), kRedX * kRedY, 0, stream>>>(P.wdD, q.batch * bp.nlch, q.dim, 1, mk(r.dD)); SELSCAN__LAUNCHED(); }
+    if (r.dbias.data) { reduce_rows_kernel<<<nblocks(q.dim, kRedX), kRedX * kRedY, 0, stream>>>(P.wdbias, q.batch * bp.nlch, q.dim, 1, mk(r.dbias)); SELSCAN__LAUNCHED(); }
+    if (P.wdBf) { reduce_rows_kernel<<<nblocks(q.dim * q.N, kRedX), kRedX * kRedY, 0, stream>>>(P.wdBf, q.batch * bp.nlch, q.dim, q.N, mk(r.dB)); SELSCAN__LAUNCHED(); }
+    if (P.wdCf) { reduce_rows_kernel<<<nblocks(q.dim * q.N, kRedX), kRedX * kRedY, 0, stream>>>(P.wdCf, q.batch * bp.nlch, q.dim, q.N, mk(r.dC)); SELSCAN__LAUNCHED(); }
     for (int w = 0; w < 2; w++) {
         const float *src = w ? P.wdC : P.wdB;
         if (!src) continue;
