@@ -12,6 +12,9 @@
  * mamba: state-spaces/mamba selective_scan_cuda on an H200 (../shared/peers/h200-mamba-ssm.json).
  *
  * Usage: bench_cuda [case-name-substring] [f32|bf16]
+ * Environment: SELSCAN_BENCH_FWD_ONLY=1 (forward only), SELSCAN_BENCH_LAYOUT=bld (channels-last
+ * tensors, which the general kernels run), SELSCAN_BENCH_NPT / SELSCAN_BENCH_NLCH (force the
+ * forward's plan, for tuning).
  */
 #define SELSCAN_IMPLEMENTATION
 #define SELSCAN_CUDA_IMPLEMENTATION
