@@ -911,10 +911,35 @@ __host__ __device__ inline bwd_layout bwd_smem(int NT, int CH) {
     return l;
 }
 
+/* The first two rounds, shared by both versions: lanes 16 apart swap halves of v[4] and add
+   (w0, w1: states kb, kb + 1), then lanes 8 apart (x: state kb + (lane & 8 ? 1 : 0)). */
+struct warp_fold {
+    float w0, w1, x;
+    int kb, k;
+};
+__device__ __forceinline__ warp_fold warp_fold16(const float v[4], int lane) {
+    const unsigned full = 0xffffffffu;
+    const bool hi = (lane & 16) != 0;
+    const float r0 = __shfl_xor_sync(full, hi ? v[0] : v[2], 16);
+    const float r1 = __shfl_xor_sync(full, hi ? v[1] : v[3], 16);
+    warp_fold f;
+    f.w0 = (hi ? v[2] : v[0]) + r0;
+    f.w1 = (hi ? v[3] : v[1]) + r1;
+    f.kb = hi ? 2 : 0;
+    f.x = 0.0f;
+    f.k = f.kb;
+    return f;
+}
+__device__ __forceinline__ void warp_fold8(warp_fold &f, int lane) {
+    const bool m8 = (lane & 8) != 0;
+    const float r = __shfl_xor_sync(0xffffffffu, m8 ? f.w0 : f.w1, 8);
+    f.x = (m8 ? f.w1 : f.w0) + r;
+    f.k = f.kb + (m8 ? 1 : 0);
+}
+
 /* Reduce v[4] (this lane's channel, states j*4..j*4+3) over the other channels of the warp and
    store the warp's sums into row[(grp*NPAD + n) * SPs]. Every lane of the warp must call it. */
 __device__ __forceinline__ void warp_scatter(const float v[4], int NT, int tid, int NPAD, float *row, int SPs) {
-    const unsigned full = 0xffffffffu;
     const int lane = tid & 31;
     if (NT >= 32) {
         const int grp = tid / NT, j = tid % NT;
@@ -923,42 +948,29 @@ __device__ __forceinline__ void warp_scatter(const float v[4], int NT, int tid, 
         return;
     }
     const int grp = tid >> 5, j = lane & (NT - 1);
-    const bool hi = (lane & 16) != 0;
-    const float r0 = __shfl_xor_sync(full, hi ? v[0] : v[2], 16);
-    const float r1 = __shfl_xor_sync(full, hi ? v[1] : v[3], 16);
-    const float w0 = (hi ? v[2] : v[0]) + r0, w1 = (hi ? v[3] : v[1]) + r1;
-    const int kb = hi ? 2 : 0;
+    warp_fold f = warp_fold16(v, lane);
     if (NT == 16) {
-        row[(grp * NPAD + j * 4 + kb) * SPs] = w0;
-        row[(grp * NPAD + j * 4 + kb + 1) * SPs] = w1;
+        row[(grp * NPAD + j * 4 + f.kb) * SPs] = f.w0;
+        row[(grp * NPAD + j * 4 + f.kb + 1) * SPs] = f.w1;
         return;
     }
-    const bool m8 = (lane & 8) != 0;
-    const float r = __shfl_xor_sync(full, m8 ? w0 : w1, 8);
-    float x = (m8 ? w1 : w0) + r;
-    for (int m = 4; m >= NT; m >>= 1) x += __shfl_xor_sync(full, x, m);
-    if ((lane & 7 & ~(NT - 1)) == 0) row[(grp * NPAD + j * 4 + kb + (m8 ? 1 : 0)) * SPs] = x;
+    warp_fold8(f, lane);
+    for (int m = 4; m >= NT; m >>= 1) f.x += __shfl_xor_sync(0xffffffffu, f.x, m);
+    if ((lane & 7 & ~(NT - 1)) == 0) row[(grp * NPAD + j * 4 + f.k) * SPs] = f.x;
 }
 
 /* warp_scatter for NT = 2, 4 or 8 without branches: the rounds a smaller NT needs are always
    shuffled and their sums selected (one tile loop for the three widths: a third of the compile
    time of three unrolled copies, for two shuffles and a few selects a call). */
 __device__ __forceinline__ void warp_scatter_248(const float v[4], int NT, int tid, int NPAD, float *row, int SPs) {
-    const unsigned full = 0xffffffffu;
     const int lane = tid & 31, grp = tid >> 5, j = lane & (NT - 1);
-    const bool hi = (lane & 16) != 0;
-    const float r0 = __shfl_xor_sync(full, hi ? v[0] : v[2], 16);
-    const float r1 = __shfl_xor_sync(full, hi ? v[1] : v[3], 16);
-    const float w0 = (hi ? v[2] : v[0]) + r0, w1 = (hi ? v[3] : v[1]) + r1;
-    const int kb = hi ? 2 : 0;
-    const bool m8 = (lane & 8) != 0;
-    const float r = __shfl_xor_sync(full, m8 ? w0 : w1, 8);
-    float x = (m8 ? w1 : w0) + r;
-    const float x4 = __shfl_xor_sync(full, x, 4);
-    x = NT <= 4 ? x + x4 : x;
-    const float x2 = __shfl_xor_sync(full, x, 2);
-    x = NT <= 2 ? x + x2 : x;
-    if ((lane & 7 & ~(NT - 1)) == 0) row[(grp * NPAD + j * 4 + kb + (m8 ? 1 : 0)) * SPs] = x;
+    warp_fold f = warp_fold16(v, lane);
+    warp_fold8(f, lane);
+    const float x4 = __shfl_xor_sync(0xffffffffu, f.x, 4);
+    f.x = NT <= 4 ? f.x + x4 : f.x;
+    const float x2 = __shfl_xor_sync(0xffffffffu, f.x, 2);
+    f.x = NT <= 2 ? f.x + x2 : f.x;
+    if ((lane & 7 & ~(NT - 1)) == 0) row[(grp * NPAD + j * 4 + f.k) * SPs] = f.x;
 }
 
 #ifndef SELSCAN_CUDA_BWD_MINBLOCKS
