@@ -44,11 +44,13 @@
  * TUNING (macros before the implementation's include; defaults measured on an H200, see
  * bench/NOTES.md): SELSCAN_CUDA_FWD_MINBLOCKS (6) and SELSCAN_CUDA_BWD_MINBLOCKS (3), the blocks
  * per SM the general forward / backward kernels' register budgets must allow;
- * SELSCAN_CUDA_FAST_FWD_MINBLOCKS (3), SELSCAN_CUDA_FAST_FWD_GROUP (2), SELSCAN_CUDA_FAST_BWD_STATES
+ * SELSCAN_CUDA_FAST_FWD_MINBLOCKS (3; N <= 8: SELSCAN_CUDA_FAST_FWD4_MINBLOCKS, 4),
+ * SELSCAN_CUDA_FAST_FWD_GROUP (2), SELSCAN_CUDA_FAST_BWD_STATES
  * (8; 4 is slower on the H200) and SELSCAN_CUDA_FAST_BWD_MINBLOCKS (3) for the fast paths.
  *
  * DESIGN: the forward and the backward of the common layout (rows with unit L stride, variable
- * B/C, N <= 16, no packed sequences) run fwd_fast_kernel / bwd_fast_kernel: 8 states a thread,
+ * B/C, N <= 16, no packed sequences) run fwd_fast_kernel / bwd_fast_kernel: 8 states a thread
+ * (the forward with N <= 8: 4 states, two threads a channel),
  * tiles prefetched in registers, sums over a channel's lanes by shuffles, the backward's sums over
  * channels by per-warp shared-memory transposes (see their sections); the backward walks 64-step
  * segments back from the forward's checkpoint (or one the fast forward writes first). Everything
@@ -652,13 +654,17 @@ template <int TPC> __device__ __forceinline__ void reduce_scatter(float (&v)[kFL
 #ifndef SELSCAN_CUDA_FAST_FWD_MINBLOCKS
 #define SELSCAN_CUDA_FAST_FWD_MINBLOCKS 3 /* blocks per SM the fast forward's registers allow */
 #endif
+#ifndef SELSCAN_CUDA_FAST_FWD4_MINBLOCKS
+#define SELSCAN_CUDA_FAST_FWD4_MINBLOCKS 4 /* the same for its 4-states-a-thread form (N <= 8) */
+#endif
+template <int S> constexpr int fast_fwd_minblocks() { return S == 4 ? SELSCAN_CUDA_FAST_FWD4_MINBLOCKS : SELSCAN_CUDA_FAST_FWD_MINBLOCKS; }
 template <typename T, int S, int TPC, bool LOCAL>
-__global__ void __launch_bounds__(kThreads, SELSCAN_CUDA_FAST_FWD_MINBLOCKS) fwd_fast_kernel(const kparams P) {
+__global__ void __launch_bounds__(kThreads, fast_fwd_minblocks<S>()) fwd_fast_kernel(const kparams P) {
     constexpr int NP = S * TPC, OWN = kFL / TPC, RS = 2 * NP + 4; /* B/C row: (B, C) per state, padded */
-    /* f32 with 2 threads a channel: one step a group (its 16-register wider tile loads spill
-       otherwise; bench/NOTES.md v20) */
+    /* f32 with 8 states, 2 threads a channel: one step a group (its 16-register wider tile loads
+       spill otherwise; bench/NOTES.md v20) */
     constexpr int CH = kThreads / TPC, RB = (NP * kFL + kThreads - 1) / kThreads,
-                  Q = sizeof(T) == 4 && TPC == 2 ? 1 : SELSCAN_CUDA_FAST_FWD_GROUP;
+                  Q = sizeof(T) == 4 && TPC == 2 && S == 8 ? 1 : SELSCAN_CUDA_FAST_FWD_GROUP;
     __shared__ __align__(16) float s_bc[2][kFL * RS];
     __shared__ __align__(16) float2 s_dt[2][kFL * CH]; /* (dt, dt*u) of (step, channel) */
 
@@ -1931,7 +1937,8 @@ struct fwd_plan {
     int fastS, fastTPC; /* fast forward (fwd_fast_kernel): states and threads a channel; 0: none */
 };
 
-const int64_t kFastFwdSlots = 132 * SELSCAN_CUDA_FAST_FWD_MINBLOCKS; /* fast forward blocks in flight */
+/* fast forward blocks in flight on an H100/H200 (132 SMs) for S states a thread */
+int64_t fast_fwd_slots(int S) { return 132 * static_cast<int64_t>(S == 4 ? fast_fwd_minblocks<4>() : fast_fwd_minblocks<8>()); }
 
 /* L chunks of a pass (the forward's cost 2x the exponentials, the fast backward's an extra pass
    over dy): only when the channels give under half a wave of blocks, then as many as fill one
@@ -1942,20 +1949,22 @@ int64_t lchunk_count(int64_t blocks, int64_t slots, int64_t nck) {
     return nl < 1 ? 1 : nl;
 }
 
-/* The fast forward's configuration for q (fastS 0 when it does not apply): 8 states a thread, 1
-   (N <= 8) or 2 (N <= 16) threads a channel; when the channels give under half a wave of blocks
-   (3 an SM), L chunks as in the general kernel (chunk scans from 0, carry, rescan) to fill one. */
+/* The fast forward's configuration for q (fastS 0 when it does not apply): two threads a channel
+   with 4 (N <= 8) or 8 (N <= 16) states each (N <= 8 with 8 states and one thread a channel ran
+   1.3-1.7x slower: half the threads, 168 registers; bench/NOTES.md v25); when the channels give
+   under half a wave of blocks, L chunks as in the general kernel (chunk scans from 0, carry,
+   rescan) to fill one. */
 void plan_fast_forward(const selscan__prob &q, int force, fwd_plan *pl, bool need_y = true) {
     pl->fastS = pl->fastTPC = 0;
     const bool ok = !q.cu && !q.fixB && !q.fixC && (q.y.data || !need_y) && q.N <= 16 && q.u.s[2] == 1 && q.delta.s[2] == 1 &&
                     q.y.s[2] == 1 && (!q.z.data || q.z.s[2] == 1) && q.B.s[3] == 1 && q.C.s[3] == 1;
     if (!ok || force < 0) return;
-    const int tpc = q.N <= 8 ? 1 : 2;
+    const int tpc = 2, S = q.N <= 8 ? 4 : 8;
     const int64_t ncb = cdiv(q.dpg, kThreads / tpc), blocks = q.batch * q.G * ncb, nck = cdiv(q.L, kCK);
-    const int64_t nl = lchunk_count(blocks, kFastFwdSlots, nck);
+    const int64_t nl = lchunk_count(blocks, fast_fwd_slots(S), nck);
     const int64_t lchunk = cdiv(nck, nl) * kCK, nlch = cdiv(q.L, lchunk);
     if (blocks * nlch > 0x7fffffff) return;
-    pl->fastS = 8;
+    pl->fastS = S;
     pl->fastTPC = tpc;
     pl->ncb = ncb;
     pl->nlch = nlch;
@@ -1964,8 +1973,7 @@ void plan_fast_forward(const selscan__prob &q, int force, fwd_plan *pl, bool nee
 }
 
 /* npt_force / nlch_force (0: automatic) exist for the benchmark's tuning: npt_force -1 keeps the
-   general kernel, 8 / 2 force the fast forward's 8 / 2 states a thread. ck_pass: the plan of the
-   backward's checkpoint pass (the general kernel's pass 1). */
+   general kernel. ck_pass: the plan of the backward's checkpoint pass (the general kernel's pass 1). */
 bool plan_forward(const selscan__prob &q, fwd_plan *pl, int npt_force, int64_t nlch_force, bool ck_pass = false) {
     const int npt = 4;
     (void)npt_force;
@@ -2152,7 +2160,7 @@ void chunk_buffers(kparams &P, char *ws, int64_t count, bool into_ck) {
 
 template <typename T, bool LOCAL>
 void launch_fwd_fast_t(const kparams &P, unsigned grid, cudaStream_t stream) {
-    if (P.N <= 8) fwd_fast_kernel<T, 8, 1, LOCAL><<<grid, kThreads, 0, stream>>>(P);
+    if (P.N <= 8) fwd_fast_kernel<T, 4, 2, LOCAL><<<grid, kThreads, 0, stream>>>(P);
     else fwd_fast_kernel<T, 8, 2, LOCAL><<<grid, kThreads, 0, stream>>>(P);
 }
 template <bool LOCAL> void launch_fwd_fast_dt(selscan_dtype dt, const kparams &P, unsigned grid, cudaStream_t s) {

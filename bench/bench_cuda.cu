@@ -108,8 +108,8 @@ int main(int argc, char **argv) {
     }
     const char *only = argc > 1 ? argv[1] : NULL;
     const char *only_dt = argc > 2 ? argv[2] : NULL;
-    /* tuning: SELSCAN_BENCH_NPT (-1: the general kernel; 8 / 2: the fast forward's 8 / 2 states a
-       thread) and SELSCAN_BENCH_NLCH (the general kernel's L chunks) force the forward's plan;
+    /* tuning: SELSCAN_BENCH_NPT (-1: the general forward kernel instead of the fast one) and
+       SELSCAN_BENCH_NLCH (the general kernel's L chunks) force the forward's plan;
        SELSCAN_BENCH_FWD_ONLY=1 times the forward only */
     const int npt_force = getenv("SELSCAN_BENCH_NPT") ? atoi(getenv("SELSCAN_BENCH_NPT")) : 0;
     const int64_t nlch_force = getenv("SELSCAN_BENCH_NLCH") ? atoll(getenv("SELSCAN_BENCH_NLCH")) : 0;
