@@ -46,11 +46,12 @@
  * per SM the general forward / backward kernels' register budgets must allow;
  * SELSCAN_CUDA_FAST_FWD_MINBLOCKS (3; N <= 8: SELSCAN_CUDA_FAST_FWD4_MINBLOCKS, 4),
  * SELSCAN_CUDA_FAST_FWD_GROUP (2), SELSCAN_CUDA_FAST_BWD_STATES
- * (8; 4 is slower on the H200) and SELSCAN_CUDA_FAST_BWD_MINBLOCKS (3) for the fast paths.
+ * (8; 4 is slower on the H200), SELSCAN_CUDA_FAST_BWD_MINBLOCKS (3) and
+ * SELSCAN_CUDA_FAST_BWD4_MINBLOCKS (4, with 4 states a thread) for the fast paths.
  *
  * DESIGN: the forward and the backward of the common layout (rows with unit L stride, variable
  * B/C, N <= 16, no packed sequences) run fwd_fast_kernel / bwd_fast_kernel: 8 states a thread
- * (the forward with N <= 8: 4 states, two threads a channel),
+ * (with N <= 8: 4 states, two threads a channel),
  * tiles prefetched in registers, sums over a channel's lanes by shuffles, the backward's sums over
  * channels by per-warp shared-memory transposes (see their sections); the backward walks 64-step
  * segments back from the forward's checkpoint (or one the fast forward writes first). Everything
@@ -1447,8 +1448,9 @@ __global__ void reduce_bc_kernel(const float *w, int64_t ncb, int64_t batch, int
 /*                         backward, fast path (unit L stride, N <= 16)                           */
 /* ---------------------------------------------------------------------------------------------- */
 /* The backward of the fast forward's layout (and unit L stride dy, du, ddelta, dz), given the
-   forward's 64-step checkpoint. A thread keeps S = 8 states of one channel (TPC = 1 or 2 threads
-   a channel; or S = 4, TPC = 4), a block 128 / TPC channels of one (batch row, group) and walks
+   forward's 64-step checkpoint. A thread keeps S states of one channel, TPC threads a channel:
+   S = 8 (N <= 16) or 4 (N <= 8), TPC = 2 (SELSCAN_CUDA_FAST_BWD_STATES 4: S = 4, TPC = 4 for
+   every N); a block 128 / TPC channels of one (batch row, group) and walks
    its L range back in 64-step segments (one checkpoint each). Per segment: B and C of all its
    steps into shared memory; phase 1 scans its first 7 tiles of kBT steps forward from the
    checkpoint and keeps the state entering each tile in a per-block scratch of the workspace (L2:
@@ -1471,13 +1473,16 @@ const int kBT = 8;          /* backward fast tile: the states of kBT steps stay 
 const int kBTS = kCK / kBT; /* tiles a checkpoint segment */
 
 template <int S, int TPC> struct bwd_fast_smem {
-    static_assert((TPC == 1 && S == 8) || TPC * 2 * S == 32, "a warp's lanes read one (B or C, state) each");
+    static_assert((TPC == 1 && S == 8) || TPC * 2 * S == 32 || (TPC == 2 && S == 4),
+                  "a warp's lanes read one (B or C, state) each, or half of one");
     static constexpr int NP = S * TPC, CH = kThreads / TPC, CPW = 32 / TPC, RS = 2 * NP + 4;
     /* warp transpose of the dB / dC terms: rows of WR floats (the warp's channels + padding), 2 S
        rows (B then C terms) a plane, one plane (TPC 1) or one per lane j of a channel (plane
-       stride 16 or 8 mod 32 words): conflict-free both ways. A reader lane adds RV float4. */
+       stride 16 or 8 mod 32 words): conflict-free both ways. A reader lane adds RV float4: a
+       whole row, or with HALF 2 (16 rows: S 4, TPC 2) half of one (lanes 16-31 the second). */
+    static constexpr int HALF = TPC > 1 && TPC * 2 * S == 16 ? 2 : 1;
     static constexpr int WR = TPC == 1 ? 36 : CPW + 4, WPL = 2 * S * WR + (TPC == 2 ? 16 : 8),
-                         WB = TPC == 1 ? 2 * S * WR : TPC * WPL, RV = TPC == 1 ? 4 : CPW / 4;
+                         WB = TPC == 1 ? 2 * S * WR : TPC * WPL, RV = TPC == 1 ? 4 : CPW / 4 / HALF;
     float bc[kCK * RS];             /* the segment's B then C, a row per step */
     float4 ch[kBT][CH];             /* (dt, dt u, dy', u) per (step, channel) */
     float4 sums[kBT][CH];           /* the channel's sums over states (ddt, sBu, y, -) */
@@ -1490,10 +1495,14 @@ template <int S, int TPC> struct bwd_fast_smem {
 #define SELSCAN_CUDA_FAST_BWD_STATES 8 /* states a thread of the fast backward (8 or 4) */
 #endif
 #ifndef SELSCAN_CUDA_FAST_BWD_MINBLOCKS
-#define SELSCAN_CUDA_FAST_BWD_MINBLOCKS (SELSCAN_CUDA_FAST_BWD_STATES == 8 ? 3 : 4) /* blocks an SM its registers allow */
+#define SELSCAN_CUDA_FAST_BWD_MINBLOCKS 3 /* blocks an SM its registers allow (8 states a thread) */
 #endif
+#ifndef SELSCAN_CUDA_FAST_BWD4_MINBLOCKS
+#define SELSCAN_CUDA_FAST_BWD4_MINBLOCKS 4 /* the same with 4 states a thread */
+#endif
+template <int S> constexpr int fast_bwd_minblocks() { return S == 4 ? SELSCAN_CUDA_FAST_BWD4_MINBLOCKS : SELSCAN_CUDA_FAST_BWD_MINBLOCKS; }
 template <typename T, int S, int TPC>
-__global__ void __launch_bounds__(kThreads, SELSCAN_CUDA_FAST_BWD_MINBLOCKS) bwd_fast_kernel(const kparams P) {
+__global__ void __launch_bounds__(kThreads, fast_bwd_minblocks<S>()) bwd_fast_kernel(const kparams P) {
     using SM = bwd_fast_smem<S, TPC>;
     constexpr int NP = SM::NP, CH = SM::CH, RS = SM::RS, OWN = kBT / TPC;
     extern __shared__ float4 smem4[];
@@ -1669,7 +1678,8 @@ __global__ void __launch_bounds__(kThreads, SELSCAN_CUDA_FAST_BWD_MINBLOCKS) bwd
             /* walk back */
             const int wofs = warp * SM::WB + (TPC == 1 ? lane : j * SM::WPL + lane / TPC);
             const int rofs = warp * SM::WB + (TPC == 1 ? (lane & 1) * 16 + (lane >> 1) * SM::WR
-                                                       : (lane % TPC) * SM::WPL + (lane / TPC) * SM::WR);
+                                                       : (lane % TPC) * SM::WPL + (lane % (32 / SM::HALF) / TPC) * SM::WR +
+                                                             (lane / (32 / SM::HALF)) * (SM::CPW / SM::HALF));
             float4 rv[SM::RV]; /* the previous step's transpose, added up one step later */
 #pragma unroll
             for (int i = 0; i < SM::RV; i++) rv[i] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
@@ -1753,7 +1763,8 @@ __global__ void __launch_bounds__(kThreads, SELSCAN_CUDA_FAST_BWD_MINBLOCKS) bwd
                 float acc = 0.0f;
 #pragma unroll
                 for (int q = 0; q < kThreads / 32; q++) {
-                    if (TPC > 1) acc += sm.red[tt][q][(w * S + n % S) * TPC + n / S];
+                    if (SM::HALF == 2) acc += sm.red[tt][q][(w * S + n % S) * TPC + n / S] + sm.red[tt][q][(w * S + n % S) * TPC + n / S + 16];
+                    else if (TPC > 1) acc += sm.red[tt][q][(w * S + n % S) * TPC + n / S];
                     else acc += sm.red[tt][q][(w * 8 + n) << 1] + sm.red[tt][q][((w * 8 + n) << 1) | 1];
                 }
                 float *dst = w ? P.wdC : P.wdB;
@@ -2009,8 +2020,9 @@ struct bwd_plan {
     size_t off_scr; /* fast path: per-block scratch */
 };
 
-const int64_t kFastBwdSlots = 132 * (SELSCAN_CUDA_FAST_BWD_MINBLOCKS); /* fast backward blocks in flight */
 constexpr int kFastBwdS = SELSCAN_CUDA_FAST_BWD_STATES;
+/* fast backward blocks in flight on an H100/H200 (132 SMs) for S states a thread */
+int64_t fast_bwd_slots(int S) { return 132 * static_cast<int64_t>(S == 4 ? fast_bwd_minblocks<4>() : fast_bwd_minblocks<8>()); }
 
 /* The partial-sum part of a backward's workspace (after `o` bytes), given its L chunks. */
 size_t plan_partials(const selscan__prob &q, const selscan__grd &r, bwd_plan *pl, size_t o) {
@@ -2032,14 +2044,16 @@ size_t plan_partials(const selscan__prob &q, const selscan__grd &r, bwd_plan *pl
 }
 
 /* The fast backward's plan (false: it does not apply): the layout of the fast forward, unit L
-   stride dy / du / ddelta / dz; without a checkpoint the fast forward writes one first. 8 states
-   a thread (1 or 2 threads a channel) or, with SELSCAN_CUDA_FAST_BWD_STATES 4, 4 (4 threads). */
+   stride dy / du / ddelta / dz; without a checkpoint the fast forward writes one first. Two
+   threads a channel with 8 (N <= 16) or 4 (N <= 8) states each (N <= 8 with 8 states and one
+   thread a channel: 1.3-1.9x slower, bench/NOTES.md v26) or, with SELSCAN_CUDA_FAST_BWD_STATES 4,
+   4 states and 4 threads a channel. */
 bool plan_fast_backward(const selscan__prob &q, const selscan__grd &r, bool have_ck, bwd_plan *pl) {
     if (q.cu || q.fixB || q.fixC || q.N > 16 || q.u.s[2] != 1 || q.delta.s[2] != 1 || r.dy.s[2] != 1 ||
         (q.z.data && q.z.s[2] != 1) || (r.du.data && r.du.s[2] != 1) || (r.ddelta.data && r.ddelta.s[2] != 1) ||
         (r.dz.data && r.dz.s[2] != 1) || q.B.s[3] != 1 || q.C.s[3] != 1)
         return false;
-    const int tpc = kFastBwdS == 8 ? (q.N <= 8 ? 1 : 2) : 4;
+    const int tpc = kFastBwdS == 8 ? 2 : 4, S = kFastBwdS == 8 && q.N > 8 ? 8 : 4;
     const int64_t rows = q.batch * q.dim, nck = cdiv(q.L, kCK);
     pl->fastTPC = tpc;
     pl->NT = 0; /* the general kernels' layout: unused */
@@ -2048,7 +2062,7 @@ bool plan_fast_backward(const selscan__prob &q, const selscan__grd &r, bool have
     pl->nck = nck;
     pl->ck_bytes = static_cast<size_t>(rows * nck * q.N) * 4;
     const int64_t blocks = q.batch * q.G * pl->ncb;
-    pl->lchunk = cdiv(nck, lchunk_count(blocks, kFastBwdSlots, nck)) * kCK; /* as the fast forward */
+    pl->lchunk = cdiv(nck, lchunk_count(blocks, fast_bwd_slots(S), nck)) * kCK; /* as the fast forward */
     pl->nlch = cdiv(q.L, pl->lchunk);
     size_t o = 0;
     if (!have_ck) {
@@ -2196,8 +2210,9 @@ selscan_status launch_bwd_fast_t(const kparams &P, unsigned grid, cudaStream_t s
 }
 template <typename T>
 selscan_status launch_bwd_fast_tpc(int tpc, const kparams &P, unsigned grid, cudaStream_t s, cudaError_t *err) {
+    (void)tpc;
     if constexpr (kFastBwdS == 4) return launch_bwd_fast_t<T, 4, 4>(P, grid, s, err);
-    else return tpc == 1 ? launch_bwd_fast_t<T, 8, 1>(P, grid, s, err) : launch_bwd_fast_t<T, 8, 2>(P, grid, s, err);
+    else return P.N <= 8 ? launch_bwd_fast_t<T, 4, 2>(P, grid, s, err) : launch_bwd_fast_t<T, 8, 2>(P, grid, s, err);
 }
 selscan_status launch_bwd_fast_dt(selscan_dtype dt, int tpc, const kparams &P, unsigned grid, cudaStream_t s, cudaError_t *err) {
     if (dt == SELSCAN_F32) return launch_bwd_fast_tpc<float>(tpc, P, grid, s, err);
@@ -2207,8 +2222,9 @@ selscan_status launch_bwd_fast_dt(selscan_dtype dt, int tpc, const kparams &P, u
 
 template <typename T>
 void launch_bwd_fast_local_t(int tpc, const kparams &P, unsigned grid, float *V, float *M, cudaStream_t s) {
+    (void)tpc;
     if constexpr (kFastBwdS == 4) bwd_fast_local_kernel<T, 4, 4><<<grid, kThreads, 0, s>>>(P, V, M);
-    else if (tpc == 1) bwd_fast_local_kernel<T, 8, 1><<<grid, kThreads, 0, s>>>(P, V, M);
+    else if (P.N <= 8) bwd_fast_local_kernel<T, 4, 2><<<grid, kThreads, 0, s>>>(P, V, M);
     else bwd_fast_local_kernel<T, 8, 2><<<grid, kThreads, 0, s>>>(P, V, M);
 }
 void launch_bwd_fast_local_dt(selscan_dtype dt, int tpc, const kparams &P, unsigned grid, float *V, float *M, cudaStream_t s) {
