@@ -834,10 +834,16 @@ __global__ void __launch_bounds__(kThreads, fast_fwd_minblocks<S>()) fwd_fast_ke
 }
 
 /* Pass 2 of the L-parallel forward: the state entering each chunk, in chunk order. */
-/* Chunks are walked kCarryBatch at a time: their S and P loaded together first (restrict: the
-   stores into Hin do not hold the next loads back), so a row costs nlch / kCarryBatch memory
-   round trips instead of nlch. The same FMAs in the same order. */
+/* Chunks are walked kCarryBatch at a time: their S and P loaded together first, so a row costs
+   nlch / kCarryBatch memory round trips instead of nlch. The same FMAs in the same order. */
 const int kCarryBatch = 8;
+/* A load issued where it is written: plain loads of a batch were moved next to their uses (one
+   memory round trip a chunk: lm-prefill's carry took 10.6 us at ncu's clocks; bench/NOTES.md v27) */
+__device__ __forceinline__ float ld_now(const float *p) {
+    float v;
+    asm volatile("ld.global.nc.f32 %0, [%1];" : "=f"(v) : "l"(p) : "memory");
+    return v;
+}
 __global__ void carry_kernel(const float *__restrict__ S, const float *__restrict__ Pr, float *__restrict__ Hin, int64_t rows,
                              int64_t nlch, int64_t N) {
     const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; /* (b*dim + d)*N + n */
@@ -847,10 +853,10 @@ __global__ void carry_kernel(const float *__restrict__ S, const float *__restric
     for (int64_t c0 = 0; c0 < nlch; c0 += kCarryBatch) {
         float p[kCarryBatch], sv[kCarryBatch];
 #pragma unroll
-        for (int k = 0; k < kCarryBatch; k++) {
-            const bool v = c0 + k < nlch;
-            p[k] = v ? Pr[base + (c0 + k) * N] : 0.0f;
-            sv[k] = v ? S[base + (c0 + k) * N] : 0.0f;
+        for (int k = 0; k < kCarryBatch; k++) { /* past the last chunk: the last one again, unused */
+            const int64_t c = min(c0 + k, nlch - 1);
+            p[k] = ld_now(Pr + base + c * N);
+            sv[k] = ld_now(S + base + c * N);
         }
 #pragma unroll
         for (int k = 0; k < kCarryBatch; k++) {
@@ -1393,10 +1399,10 @@ __global__ void carry_rev_kernel(const float *__restrict__ V, const float *__res
     for (int64_t c0 = nlch - 1; c0 >= 0; c0 -= kCarryBatch) { /* batched as carry_kernel */
         float m[kCarryBatch], v[kCarryBatch];
 #pragma unroll
-        for (int k = 0; k < kCarryBatch; k++) {
-            const bool ok = c0 - k >= 0;
-            m[k] = ok ? M[base + (c0 - k) * N] : 0.0f;
-            v[k] = ok ? V[base + (c0 - k) * N] : 0.0f;
+        for (int k = 0; k < kCarryBatch; k++) { /* before the first chunk: the first one again, unused */
+            const int64_t c = max(c0 - k, static_cast<int64_t>(0));
+            m[k] = ld_now(M + base + c * N);
+            v[k] = ld_now(V + base + c * N);
         }
 #pragma unroll
         for (int k = 0; k < kCarryBatch; k++) {
