@@ -1479,16 +1479,14 @@ const int kBT = 8;          /* backward fast tile: the states of kBT steps stay 
 const int kBTS = kCK / kBT; /* tiles a checkpoint segment */
 
 template <int S, int TPC> struct bwd_fast_smem {
-    static_assert((TPC == 1 && S == 8) || TPC * 2 * S == 32 || (TPC == 2 && S == 4),
-                  "a warp's lanes read one (B or C, state) each, or half of one");
+    static_assert(TPC * 2 * S == 32 || (TPC == 2 && S == 4), "a warp's lanes read one (B or C, state) each, or half of one");
     static constexpr int NP = S * TPC, CH = kThreads / TPC, CPW = 32 / TPC, RS = 2 * NP + 4;
     /* warp transpose of the dB / dC terms: rows of WR floats (the warp's channels + padding), 2 S
-       rows (B then C terms) a plane, one plane (TPC 1) or one per lane j of a channel (plane
-       stride 16 or 8 mod 32 words): conflict-free both ways. A reader lane adds RV float4: a
-       whole row, or with HALF 2 (16 rows: S 4, TPC 2) half of one (lanes 16-31 the second). */
-    static constexpr int HALF = TPC > 1 && TPC * 2 * S == 16 ? 2 : 1;
-    static constexpr int WR = TPC == 1 ? 36 : CPW + 4, WPL = 2 * S * WR + (TPC == 2 ? 16 : 8),
-                         WB = TPC == 1 ? 2 * S * WR : TPC * WPL, RV = TPC == 1 ? 4 : CPW / 4 / HALF;
+       rows (B then C terms) a plane, one plane per lane j of a channel (plane stride 16 or 8 mod
+       32 words): conflict-free both ways. A reader lane adds RV float4: a whole row, or with
+       HALF 2 (16 rows: S 4, TPC 2) half of one (lanes 16-31 the second half). */
+    static constexpr int HALF = TPC * 2 * S == 16 ? 2 : 1;
+    static constexpr int WR = CPW + 4, WPL = 2 * S * WR + (TPC == 2 ? 16 : 8), WB = TPC * WPL, RV = CPW / 4 / HALF;
     float bc[kCK * RS];             /* the segment's B then C, a row per step */
     float4 ch[kBT][CH];             /* (dt, dt u, dy', u) per (step, channel) */
     float4 sums[kBT][CH];           /* the channel's sums over states (ddt, sBu, y, -) */
@@ -1682,10 +1680,9 @@ __global__ void __launch_bounds__(kThreads, fast_bwd_minblocks<S>()) bwd_fast_ke
             for (int k = 0; k < S; k++) h[k] = hin_of(it, k);
             scan_tile(it, std::true_type());
             /* walk back */
-            const int wofs = warp * SM::WB + (TPC == 1 ? lane : j * SM::WPL + lane / TPC);
-            const int rofs = warp * SM::WB + (TPC == 1 ? (lane & 1) * 16 + (lane >> 1) * SM::WR
-                                                       : (lane % TPC) * SM::WPL + (lane % (32 / SM::HALF) / TPC) * SM::WR +
-                                                             (lane / (32 / SM::HALF)) * (SM::CPW / SM::HALF));
+            const int wofs = warp * SM::WB + j * SM::WPL + lane / TPC;
+            const int rofs = warp * SM::WB + (lane % TPC) * SM::WPL + (lane % (32 / SM::HALF) / TPC) * SM::WR +
+                             (lane / (32 / SM::HALF)) * (SM::CPW / SM::HALF);
             float4 rv[SM::RV]; /* the previous step's transpose, added up one step later */
 #pragma unroll
             for (int i = 0; i < SM::RV; i++) rv[i] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
@@ -1732,7 +1729,7 @@ __global__ void __launch_bounds__(kThreads, fast_bwd_minblocks<S>()) bwd_fast_ke
                     pb += __shfl_xor_sync(0xffffffffu, pb, m);
                     py += __shfl_xor_sync(0xffffffffu, py, m);
                 }
-                if (TPC == 1 || j == tt / OWN) sm.sums[tt][chl] = make_float4(pd, pb, py, 0.0f);
+                if (j == tt / OWN) sm.sums[tt][chl] = make_float4(pd, pb, py, 0.0f);
                 if (tt < kBT - 1) sm.red[tt + 1][warp][lane] = red_sum();
                 __syncwarp();
                 const float4 *rp = reinterpret_cast<const float4 *>(wb + rofs);
@@ -1769,9 +1766,8 @@ __global__ void __launch_bounds__(kThreads, fast_bwd_minblocks<S>()) bwd_fast_ke
                 float acc = 0.0f;
 #pragma unroll
                 for (int q = 0; q < kThreads / 32; q++) {
-                    if (SM::HALF == 2) acc += sm.red[tt][q][(w * S + n % S) * TPC + n / S] + sm.red[tt][q][(w * S + n % S) * TPC + n / S + 16];
-                    else if (TPC > 1) acc += sm.red[tt][q][(w * S + n % S) * TPC + n / S];
-                    else acc += sm.red[tt][q][(w * 8 + n) << 1] + sm.red[tt][q][((w * 8 + n) << 1) | 1];
+                    const int r = (w * S + n % S) * TPC + n / S; /* the reader lane of (B or C, state) */
+                    acc += SM::HALF == 2 ? sm.red[tt][q][r] + sm.red[tt][q][r + 16] : sm.red[tt][q][r];
                 }
                 float *dst = w ? P.wdC : P.wdB;
                 if (dst && n < N && t < te) dst[(((cb * P.batch + b) * P.G + g) * N + n) * P.L + t] = acc;
