@@ -677,7 +677,8 @@ __global__ void __launch_bounds__(kThreads, fast_fwd_minblocks<S>()) fwd_fast_ke
     const int64_t cig = cb * CH + chl; /* channel within the group */
     const bool active = cig < P.dpg;
     const int64_t d = g * P.dpg + (active ? cig : 0), N = P.N, bd = b * P.dim + d;
-    const int64_t t_beg = lc * P.lchunk, L = min(P.L, t_beg + P.lchunk); /* this block's steps */
+    /* this block's steps; 32-bit step and B / C offsets (plan_fast_forward checks they fit) */
+    const int t_beg = static_cast<int>(lc * P.lchunk), L = static_cast<int>(min(P.L, lc * P.lchunk + P.lchunk)), LL = static_cast<int>(P.L);
 
     const T *urow = static_cast<const T *>(P.u.p) + b * P.u.s[0] + d * P.u.s[1];
     const T *drow = static_cast<const T *>(P.delta.p) + b * P.delta.s[0] + d * P.delta.s[1];
@@ -685,7 +686,7 @@ __global__ void __launch_bounds__(kThreads, fast_fwd_minblocks<S>()) fwd_fast_ke
     T *yrow = P.y.p ? static_cast<T *>(P.y.p) + b * P.y.s[0] + d * P.y.s[1] : NULL;
     const T *Bg = static_cast<const T *>(P.B.p) + b * P.B.s[0] + g * P.B.s[1];
     const T *Cg = static_cast<const T *>(P.C.p) + b * P.C.s[0] + g * P.C.s[1];
-    const int64_t sBn = P.B.s[2], sCn = P.C.s[2];
+    const int sBn = static_cast<int>(P.B.s[2]), sCn = static_cast<int>(P.C.s[2]);
 
     float A2[S], h[S];
 #pragma unroll
@@ -705,11 +706,11 @@ __global__ void __launch_bounds__(kThreads, fast_fwd_minblocks<S>()) fwd_fast_ke
     /* B / C tile (NP x kFL, unit L stride) through registers as raw bits (converted when stored
        after the scan, so that the scan does not wait for the loads); element e = tid + r * kThreads */
     uint32_t rB[RB], rC[RB];
-    auto load_bc = [&](int64_t tb) {
+    auto load_bc = [&](int tb) {
 #pragma unroll
         for (int r = 0; r < RB; r++) {
             const int e = tid + r * kThreads, n = e / kFL, tt = e % kFL;
-            const bool v = e < NP * kFL && n < N && tb + tt < L;
+            const bool v = e < NP * kFL && n < static_cast<int>(N) && tb + tt < L;
             rB[r] = v ? ld_bits<T>(Bg, n * sBn + tb + tt) : 0u; /* 0 bits: 0.0 in every type */
             rC[r] = v ? ld_bits<T>(Cg, n * sCn + tb + tt) : 0u;
         }
@@ -723,15 +724,15 @@ __global__ void __launch_bounds__(kThreads, fast_fwd_minblocks<S>()) fwd_fast_ke
         }
     };
     /* own steps of a tile: count, and raw u / delta loads */
-    auto own_count = [&](int64_t tb) {
-        const int64_t t0 = tb + j * OWN;
-        return active ? static_cast<int>(max(static_cast<int64_t>(0), min(static_cast<int64_t>(OWN), L - t0))) : 0;
+    auto own_count = [&](int tb) {
+        const int t0 = tb + j * OWN;
+        return active ? max(0, min(OWN, L - t0)) : 0;
     };
     rawv<T, OWN> ru, rd, rz, cu;
-    auto load_own = [&](int64_t tb) {
-        const int64_t t0 = tb + j * OWN;
+    auto load_own = [&](int tb) {
+        const int t0 = tb + j * OWN;
         const int n = own_count(tb);
-        const bool ext = t0 >= 1 && t0 + OWN < P.L;
+        const bool ext = t0 >= 1 && t0 + OWN < LL;
         load_raw<T, OWN>(ru, urow + t0, n, ext);
         load_raw<T, OWN>(rd, drow + t0, n, ext);
     };
@@ -752,12 +753,12 @@ __global__ void __launch_bounds__(kThreads, fast_fwd_minblocks<S>()) fwd_fast_ke
     cu = ru;
     __syncthreads();
     int buf = 0;
-    for (int64_t tb = t_beg; tb < L; tb += kFL, buf ^= 1) {
-        const int64_t t0 = tb + j * OWN;
+    for (int tb = t_beg; tb < L; tb += kFL, buf ^= 1) {
+        const int t0 = tb + j * OWN;
         const int nown = own_count(tb);
         const bool more = tb + kFL < L;
         if (more) { load_bc(tb + kFL); load_own(tb + kFL); } /* in flight during the scan */
-        if (!LOCAL && hy && hz) load_raw<T, OWN>(rz, zrow + t0, nown, t0 >= 1 && t0 + OWN < P.L); /* used after the scan */
+        if (!LOCAL && hy && hz) load_raw<T, OWN>(rz, zrow + t0, nown, t0 >= 1 && t0 + OWN < LL); /* used after the scan */
         if (!LOCAL && P.ck && (tb & (kCK - 1)) == 0 && active) {
 #pragma unroll
             for (int k = 0; k < S; k++) {
@@ -1971,7 +1972,10 @@ void plan_fast_forward(const selscan__prob &q, int force, fwd_plan *pl, bool nee
     pl->fastS = pl->fastTPC = 0;
     const bool ok = !q.cu && !q.fixB && !q.fixC && (q.y.data || !need_y) && q.N <= 16 && q.u.s[2] == 1 && q.delta.s[2] == 1 &&
                     q.y.s[2] == 1 && (!q.z.data || q.z.s[2] == 1) && q.B.s[3] == 1 && q.C.s[3] == 1;
-    if (!ok || force < 0) return;
+    /* 32-bit steps and B / C row offsets in the kernel */
+    const bool fits = q.L < (static_cast<int64_t>(1) << 30) && (q.N - 1) * q.B.s[2] + q.L < (static_cast<int64_t>(1) << 31) &&
+                      (q.N - 1) * q.C.s[2] + q.L < (static_cast<int64_t>(1) << 31) && q.B.s[2] >= 0 && q.C.s[2] >= 0;
+    if (!ok || !fits || force < 0) return;
     const int tpc = 2, S = q.N <= 8 ? 4 : 8;
     const int64_t ncb = cdiv(q.dpg, kThreads / tpc), blocks = q.batch * q.G * ncb, nck = cdiv(q.L, kCK);
     const int64_t nl = lchunk_count(blocks, fast_fwd_slots(S), nck);
