@@ -1521,7 +1521,8 @@ __global__ void __launch_bounds__(kThreads, fast_bwd_minblocks<S>()) bwd_fast_ke
     const int64_t cig = cb * CH + chl; /* channel within the group */
     const bool active = cig < P.dpg;
     const int64_t d = g * P.dpg + (active ? cig : 0), N = P.N, bd = b * P.dim + d;
-    const int64_t t_beg = lc * P.lchunk, t_end = min(P.L, t_beg + P.lchunk);
+    /* this block's steps, 32-bit (plan_fast_backward checks that they fit) */
+    const int t_beg = static_cast<int>(lc * P.lchunk), t_end = static_cast<int>(min(P.L, lc * P.lchunk + P.lchunk)), LL = static_cast<int>(P.L);
 
     /* rows are formed where used (from the parameter bank): registers are this kernel's limit */
     auto row = [&](const ct &X) { return static_cast<T *>(X.p) + b * X.s[0] + d * X.s[1]; };
@@ -1548,22 +1549,22 @@ __global__ void __launch_bounds__(kThreads, fast_bwd_minblocks<S>()) bwd_fast_ke
     float accD = 0.0f, accBias = 0.0f; /* over the own steps */
 
     /* own steps [tb + j*OWN, +OWN) of the tile at tb, inside [tb, te) */
-    auto own_count = [&](int64_t tb, int64_t te) {
-        const int64_t t0 = tb + j * OWN;
-        return active ? static_cast<int>(max(static_cast<int64_t>(0), min(static_cast<int64_t>(OWN), te - t0))) : 0;
+    auto own_count = [&](int tb, int te) {
+        const int t0 = tb + j * OWN;
+        return active ? max(0, min(OWN, te - t0)) : 0;
     };
 
-    for (int64_t seg = (t_end - 1) / kCK; seg >= t_beg / kCK; seg--) {
-        const int64_t ts = seg * kCK, te = min(t_end, ts + kCK);
-        const int nt = static_cast<int>((te - ts + kBT - 1) / kBT);
+    for (int seg = (t_end - 1) / kCK; seg >= t_beg / kCK; seg--) {
+        const int ts = seg * kCK, te = min(t_end, ts + kCK);
+        const int nt = (te - ts + kBT - 1) / kBT;
         __syncthreads(); /* the previous segment is done with the shared buffers */
         /* the segment's B and C: thread (n, 8-step group), zero past te and past N */
         for (int e = tid; e < NP * (kCK / 8); e += kThreads) {
             const int n = e % NP, tg = (e / NP) * 8;
-            const int64_t t0 = ts + tg;
-            const int cnt = n < N ? static_cast<int>(max(static_cast<int64_t>(0), min(static_cast<int64_t>(8), te - t0))) : 0;
+            const int t0 = ts + tg;
+            const int cnt = n < N ? max(0, min(8, te - t0)) : 0;
             rawv<T, 8> rb, rc;
-            const bool ext = t0 >= 1 && t0 + 8 < P.L;
+            const bool ext = t0 >= 1 && t0 + 8 < LL;
             load_raw<T, 8>(rb, bcrow(P.B, n) + t0, cnt, ext);
             load_raw<T, 8>(rc, bcrow(P.C, n) + t0, cnt, ext);
 #pragma unroll
@@ -1583,9 +1584,9 @@ __global__ void __launch_bounds__(kThreads, fast_bwd_minblocks<S>()) bwd_fast_ke
            during this one's scan */
         rawv<T, OWN> ru, rd, ry, rz;
         auto load_own = [&](int it, bool full) {
-            const int64_t t0 = ts + it * kBT + j * OWN;
+            const int t0 = ts + it * kBT + j * OWN;
             const int nown = own_count(ts + it * kBT, te);
-            const bool ext = t0 >= 1 && t0 + OWN < P.L;
+            const bool ext = t0 >= 1 && t0 + OWN < LL;
             load_raw<T, OWN>(ru, row(P.u) + t0, nown, ext);
             load_raw<T, OWN>(rd, row(P.delta) + t0, nown, ext);
             if (full) {
@@ -1635,7 +1636,7 @@ __global__ void __launch_bounds__(kThreads, fast_bwd_minblocks<S>()) bwd_fast_ke
             __syncthreads();
         }
         if (seg > t_beg / kCK) { /* the previous segment into L2 while this one is walked back */
-            const int64_t tp = ts - kCK;
+            const int tp = ts - kCK;
             if (active && j == 0) {
                 pf<T>(row(P.u), tp); pf<T>(row(P.delta), tp); pf<T>(row(P.dy), tp);
                 if (hz) pf<T>(row(P.z), tp);
@@ -1656,7 +1657,7 @@ __global__ void __launch_bounds__(kThreads, fast_bwd_minblocks<S>()) bwd_fast_ke
         }
         /* phase 2: the tiles from the last */
         for (int it = nt - 1; it >= 0; it--) {
-            const int64_t tb = ts + it * kBT, t0 = tb + j * OWN;
+            const int tb = ts + it * kBT, t0 = tb + j * OWN;
             const int nown = own_count(tb, te);
             {
 #pragma unroll
@@ -1763,7 +1764,7 @@ __global__ void __launch_bounds__(kThreads, fast_bwd_minblocks<S>()) bwd_fast_ke
             /* block sums of dB / dC: (which, n, step) with the step fastest (coalesced rows) */
             for (int e = tid; e < 2 * NP * kBT; e += kThreads) {
                 const int tt = e % kBT, n = (e / kBT) % NP, w = e / (kBT * NP);
-                const int64_t t = tb + tt;
+                const int t = tb + tt;
                 float acc = 0.0f;
 #pragma unroll
                 for (int q = 0; q < kThreads / 32; q++) {
@@ -1813,7 +1814,7 @@ __global__ void __launch_bounds__(kThreads) bwd_fast_local_kernel(const kparams 
     const int64_t cig = cb * CH + chl;
     const bool active = cig < P.dpg;
     const int64_t d = g * P.dpg + (active ? cig : 0), N = P.N, bd = b * P.dim + d;
-    const int64_t t_beg = lc * P.lchunk, t_end = min(P.L, t_beg + P.lchunk);
+    const int t_beg = static_cast<int>(lc * P.lchunk), t_end = static_cast<int>(min(P.L, lc * P.lchunk + P.lchunk)), LL = static_cast<int>(P.L);
     auto row = [&](const ct &X) { return static_cast<const T *>(X.p) + b * X.s[0] + d * X.s[1]; };
     const T *Cg = static_cast<const T *>(P.C.p) + b * P.C.s[0] + g * P.C.s[1];
     float A2[S], dh[S];
@@ -1829,23 +1830,23 @@ __global__ void __launch_bounds__(kThreads) bwd_fast_local_kernel(const kparams 
     float sumdt = 0.0f;
     rawv<T, OWN> rd, ry, rz;
     uint32_t rC[RB]; /* raw bits, converted after the walk (ld_bits) */
-    auto load = [&](int64_t tb) {
-        const int64_t t0 = tb + j * OWN;
-        const int nown = active ? static_cast<int>(max(static_cast<int64_t>(0), min(static_cast<int64_t>(OWN), t_end - t0))) : 0;
-        const bool ext = t0 >= 1 && t0 + OWN < P.L;
+    auto load = [&](int tb) {
+        const int t0 = tb + j * OWN;
+        const int nown = active ? max(0, min(OWN, t_end - t0)) : 0;
+        const bool ext = t0 >= 1 && t0 + OWN < LL;
         load_raw<T, OWN>(rd, row(P.delta) + t0, nown, ext);
         load_raw<T, OWN>(ry, row(P.dy) + t0, nown, ext);
         if (hz) load_raw<T, OWN>(rz, row(P.z) + t0, nown, ext);
 #pragma unroll
         for (int r = 0; r < RB; r++) {
             const int e = tid + r * kThreads, n = e / kFL, tt = e % kFL;
-            rC[r] = e < NP * kFL && n < N && tb + tt < t_end ? ld_bits<T>(Cg, n * P.C.s[2] + tb + tt) : 0u;
+            rC[r] = e < NP * kFL && n < N && tb + tt < t_end ? ld_bits<T>(Cg, n * static_cast<int>(P.C.s[2]) + tb + tt) : 0u;
         }
         return nown;
     };
-    const int64_t last = t_beg + (t_end - 1 - t_beg) / kFL * kFL; /* the last tile's start */
+    const int last = t_beg + (t_end - 1 - t_beg) / kFL * kFL; /* the last tile's start */
     int nown = load(last);
-    for (int64_t tb = last; tb >= t_beg; tb -= kFL) {
+    for (int tb = last; tb >= t_beg; tb -= kFL) {
 #pragma unroll
         for (int k = 0; k < OWN; k++) {
             const bool v = k < nown;
@@ -1963,6 +1964,12 @@ int64_t lchunk_count(int64_t blocks, int64_t slots, int64_t nck) {
     return nl < 1 ? 1 : nl;
 }
 
+/* The fast kernels index steps and B / C rows (from the group's base) in 32 bits */
+bool fast_steps_fit(const selscan__prob &q) {
+    const int64_t lim = static_cast<int64_t>(1) << 30;
+    return q.L < lim && q.B.s[2] >= 0 && q.C.s[2] >= 0 && (q.N - 1) * q.B.s[2] + q.L < lim && (q.N - 1) * q.C.s[2] + q.L < lim;
+}
+
 /* The fast forward's configuration for q (fastS 0 when it does not apply): two threads a channel
    with 4 (N <= 8) or 8 (N <= 16) states each (N <= 8 with 8 states and one thread a channel ran
    1.3-1.7x slower: half the threads, 168 registers; bench/NOTES.md v25); when the channels give
@@ -1972,10 +1979,7 @@ void plan_fast_forward(const selscan__prob &q, int force, fwd_plan *pl, bool nee
     pl->fastS = pl->fastTPC = 0;
     const bool ok = !q.cu && !q.fixB && !q.fixC && (q.y.data || !need_y) && q.N <= 16 && q.u.s[2] == 1 && q.delta.s[2] == 1 &&
                     q.y.s[2] == 1 && (!q.z.data || q.z.s[2] == 1) && q.B.s[3] == 1 && q.C.s[3] == 1;
-    /* 32-bit steps and B / C row offsets in the kernel */
-    const bool fits = q.L < (static_cast<int64_t>(1) << 30) && (q.N - 1) * q.B.s[2] + q.L < (static_cast<int64_t>(1) << 31) &&
-                      (q.N - 1) * q.C.s[2] + q.L < (static_cast<int64_t>(1) << 31) && q.B.s[2] >= 0 && q.C.s[2] >= 0;
-    if (!ok || !fits || force < 0) return;
+    if (!ok || !fast_steps_fit(q) || force < 0) return;
     const int tpc = 2, S = q.N <= 8 ? 4 : 8;
     const int64_t ncb = cdiv(q.dpg, kThreads / tpc), blocks = q.batch * q.G * ncb, nck = cdiv(q.L, kCK);
     const int64_t nl = lchunk_count(blocks, fast_fwd_slots(S), nck);
@@ -2057,7 +2061,7 @@ size_t plan_partials(const selscan__prob &q, const selscan__grd &r, bwd_plan *pl
 bool plan_fast_backward(const selscan__prob &q, const selscan__grd &r, bool have_ck, bwd_plan *pl) {
     if (q.cu || q.fixB || q.fixC || q.N > 16 || q.u.s[2] != 1 || q.delta.s[2] != 1 || r.dy.s[2] != 1 ||
         (q.z.data && q.z.s[2] != 1) || (r.du.data && r.du.s[2] != 1) || (r.ddelta.data && r.ddelta.s[2] != 1) ||
-        (r.dz.data && r.dz.s[2] != 1) || q.B.s[3] != 1 || q.C.s[3] != 1)
+        (r.dz.data && r.dz.s[2] != 1) || q.B.s[3] != 1 || q.C.s[3] != 1 || !fast_steps_fit(q))
         return false;
     const int tpc = kFastBwdS == 8 ? 2 : 4, S = kFastBwdS == 8 && q.N > 8 ? 8 : 4;
     const int64_t rows = q.batch * q.dim, nck = cdiv(q.L, kCK);
