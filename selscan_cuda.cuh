@@ -1415,12 +1415,24 @@ __global__ void carry_rev_kernel(const float *__restrict__ V, const float *__res
     }
 }
 
-/* out[d, n] = sum over r < rows of w[(r * dim + d) * inner + n] (f32). */
+/* out[d, n] = sum over r < rows of w[(r * dim + d) * inner + n] (f32), for each job of a launch
+   (blockIdx.y: dA, dD, ddelta_bias, fixed dB / dC in one launch). */
 /* In a fixed order (deterministic): thread (x, y) of a kRedX x kRedY block adds rows y, y + kRedY,
    ... of element i (loads coalesced across x, kRedY times the threads of one a row), then the
    kRedY partial sums are added in y order. */
-const int kRedX = 32, kRedY = 8;
-__global__ void reduce_rows_kernel(const float *__restrict__ w, int64_t rows, int64_t dim, int64_t inner, ct out) {
+const int kRedX = 32, kRedY = 8, kRowJobs = 5;
+struct rowsum_job {
+    const float *w;
+    int64_t inner;
+    ct out;
+};
+struct rowsum_jobs {
+    rowsum_job j[kRowJobs];
+};
+__global__ void reduce_rows_kernel(const rowsum_jobs J, int64_t rows, int64_t dim) {
+    const float *__restrict__ w = J.j[blockIdx.y].w;
+    const int64_t inner = J.j[blockIdx.y].inner;
+    const ct &out = J.j[blockIdx.y].out;
     __shared__ float part[kRedY][kRedX];
     const int tx = threadIdx.x % kRedX, ty = threadIdx.x / kRedX;
     const int64_t tot = dim * inner, i = static_cast<int64_t>(blockIdx.x) * kRedX + tx;
@@ -1439,9 +1451,13 @@ __global__ void reduce_rows_kernel(const float *__restrict__ w, int64_t rows, in
     }
 }
 
-/* out[b, g, n, t] = sum over block k < ncb of w[k][b][g][n][t], stored as T. */
+/* out[b, g, n, t] = sum over block k < ncb of w[k][b][g][n][t], stored as T; blockIdx.y picks
+   (w0, out0) (dB) or (w1, out1) (dC) */
 template <typename T>
-__global__ void reduce_bc_kernel(const float *w, int64_t ncb, int64_t batch, int64_t G, int64_t N, int64_t L, ct out) {
+__global__ void reduce_bc_kernel(const float *w0, const float *w1, int64_t ncb, int64_t batch, int64_t G, int64_t N, int64_t L, ct out0,
+                                 ct out1) {
+    const float *w = blockIdx.y ? w1 : w0;
+    const ct &out = blockIdx.y ? out1 : out0;
     const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
     const int64_t tot = batch * G * N * L;
     if (i >= tot) return;
@@ -2476,20 +2492,33 @@ SELSCAN_DEF selscan_status selscan_backward_cuda_ex(const selscan_problem *p, co
         SELSCAN__LAUNCHED();
     }
     const int64_t rows = q.batch * q.dim; /* batch is 1 with packed sequences */
-    if (r.dA.data) { reduce_rows_kernel<<<nblocks(q.dim * q.N, kRedX), kRedX * kRedY, 0, stream>>>(P.wdA, q.batch * bp.nlch, q.dim, q.N, mk(r.dA)); SELSCAN__LAUNCHED(); }
-    if (r.dD.data) { reduce_rows_kernel<<<nblocks(q.dim, kRedX), kRedX * kRedY, 0, stream>>>(P.wdD, q.batch * bp.nlch, q.dim, 1, mk(r.dD)); SELSCAN__LAUNCHED(); }
-    if (r.dbias.data) { reduce_rows_kernel<<<nblocks(q.dim, kRedX), kRedX * kRedY, 0, stream>>>(P.wdbias, q.batch * bp.nlch, q.dim, 1, mk(r.dbias)); SELSCAN__LAUNCHED(); }
-    if (P.wdBf) { reduce_rows_kernel<<<nblocks(q.dim * q.N, kRedX), kRedX * kRedY, 0, stream>>>(P.wdBf, q.batch * bp.nlch, q.dim, q.N, mk(r.dB)); SELSCAN__LAUNCHED(); }
-    if (P.wdCf) { reduce_rows_kernel<<<nblocks(q.dim * q.N, kRedX), kRedX * kRedY, 0, stream>>>(P.wdCf, q.batch * bp.nlch, q.dim, q.N, mk(r.dC)); SELSCAN__LAUNCHED(); }
-    for (int w = 0; w < 2; w++) {
-        const float *src = w ? P.wdC : P.wdB;
-        if (!src) continue;
-        const ct out = mk(w ? r.dC : r.dB);
-        const int64_t tot = q.batch * q.G * q.N * q.L;
-        const unsigned gr = nblocks(tot, 256);
-        if (q.dt == SELSCAN_F32) reduce_bc_kernel<float><<<gr, 256, 0, stream>>>(src, bp.ncb, q.batch, q.G, q.N, q.L, out);
-        else if (q.dt == SELSCAN_F16) reduce_bc_kernel<__half><<<gr, 256, 0, stream>>>(src, bp.ncb, q.batch, q.G, q.N, q.L, out);
-        else reduce_bc_kernel<__nv_bfloat16><<<gr, 256, 0, stream>>>(src, bp.ncb, q.batch, q.G, q.N, q.L, out);
+    { /* the row sums, one launch (a job per output) */
+        rowsum_jobs J;
+        int nj = 0;
+        int64_t inner = 1;
+        auto job = [&](const float *w, int64_t in, const selscan__ten &t) {
+            J.j[nj].w = w; J.j[nj].inner = in; J.j[nj].out = mk(t);
+            nj++;
+            inner = in > inner ? in : inner;
+        };
+        if (r.dA.data) job(P.wdA, q.N, r.dA);
+        if (r.dD.data) job(P.wdD, 1, r.dD);
+        if (r.dbias.data) job(P.wdbias, 1, r.dbias);
+        if (P.wdBf) job(P.wdBf, q.N, r.dB);
+        if (P.wdCf) job(P.wdCf, q.N, r.dC);
+        if (nj) {
+            reduce_rows_kernel<<<dim3(nblocks(q.dim * inner, kRedX), nj), kRedX * kRedY, 0, stream>>>(J, q.batch * bp.nlch, q.dim);
+            SELSCAN__LAUNCHED();
+        }
+    }
+    if (P.wdB || P.wdC) { /* dB and dC over the channel blocks, one launch */
+        const int ny = (P.wdB ? 1 : 0) + (P.wdC ? 1 : 0);
+        const float *w0 = P.wdB ? P.wdB : P.wdC, *w1 = P.wdC;
+        const ct o0 = mk(P.wdB ? r.dB : r.dC), o1 = mk(r.dC);
+        const dim3 gr(nblocks(q.batch * q.G * q.N * q.L, 256), ny);
+        if (q.dt == SELSCAN_F32) reduce_bc_kernel<float><<<gr, 256, 0, stream>>>(w0, w1, bp.ncb, q.batch, q.G, q.N, q.L, o0, o1);
+        else if (q.dt == SELSCAN_F16) reduce_bc_kernel<__half><<<gr, 256, 0, stream>>>(w0, w1, bp.ncb, q.batch, q.G, q.N, q.L, o0, o1);
+        else reduce_bc_kernel<__nv_bfloat16><<<gr, 256, 0, stream>>>(w0, w1, bp.ncb, q.batch, q.G, q.N, q.L, o0, o1);
         SELSCAN__LAUNCHED();
     }
     if (q.cu && r.dh0.data) {
