@@ -215,6 +215,20 @@ __device__ __forceinline__ float ex2(float x) {
 }
 /* sigmoid and softplus on the fast units; softplus(x) = max(x, 0) + log1p(exp(-|x|)), the log1p by
    its series where exp(-|x|) < 0.05 (relative error ~1e-7) and by lg2.approx above (~1e-5). */
+/* Programmatic dependent launch (sm_90+): the fast paths' kernels after the first of a call are
+   launched so that their blocks can be scheduled while the kernel before them drains
+   (launch_dependents, early in that kernel); each waits here, before touching memory, until the
+   kernel before it has completed and its writes are visible. A no-op when not launched so. */
+__device__ __forceinline__ void pdl_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void pdl_launch_dependents() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
 /* L2 prefetch of the element at p + off (sizeof(T) bytes), for the next tile while this one runs */
 template <typename T> __device__ __forceinline__ void pf(const void *p, int64_t off) {
     asm volatile("prefetch.global.L2 [%0];" ::"l"(static_cast<const T *>(p) + off));
@@ -661,6 +675,8 @@ template <int TPC> __device__ __forceinline__ void reduce_scatter(float (&v)[kFL
 template <int S> constexpr int fast_fwd_minblocks() { return S == 4 ? SELSCAN_CUDA_FAST_FWD4_MINBLOCKS : SELSCAN_CUDA_FAST_FWD_MINBLOCKS; }
 template <typename T, int S, int TPC, bool LOCAL>
 __global__ void __launch_bounds__(kThreads, fast_fwd_minblocks<S>()) fwd_fast_kernel(const kparams P) {
+    pdl_launch_dependents();
+    pdl_wait();
     constexpr int NP = S * TPC, OWN = kFL / TPC, RS = 2 * NP + 4; /* B/C row: (B, C) per state, padded */
     /* f32 with 8 states, 2 threads a channel: one step a group (its 16-register wider tile loads
        spill otherwise; bench/NOTES.md v20) */
@@ -847,6 +863,8 @@ __device__ __forceinline__ float ld_now(const float *p) {
 }
 __global__ void carry_kernel(const float *__restrict__ S, const float *__restrict__ Pr, float *__restrict__ Hin, int64_t rows,
                              int64_t nlch, int64_t N) {
+    pdl_launch_dependents();
+    pdl_wait();
     const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; /* (b*dim + d)*N + n */
     if (i >= rows * N) return;
     const int64_t bd = i / N, n = i % N, base = bd * nlch * N + n;
@@ -1393,6 +1411,8 @@ __global__ void __launch_bounds__(kThreads) bwd_local_kernel(const kparams P, fl
 /* Pass 2 of the L-parallel backward: the state gradient entering each chunk from the right. */
 __global__ void carry_rev_kernel(const float *__restrict__ V, const float *__restrict__ M, float *__restrict__ Din, int64_t rows,
                                  int64_t nlch, int64_t N) {
+    pdl_launch_dependents();
+    pdl_wait();
     const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
     if (i >= rows * N) return;
     const int64_t bd = i / N, n = i % N, base = bd * nlch * N + n;
@@ -1430,6 +1450,8 @@ struct rowsum_jobs {
     rowsum_job j[kRowJobs];
 };
 __global__ void reduce_rows_kernel(const rowsum_jobs J, int64_t rows, int64_t dim) {
+    pdl_launch_dependents();
+    pdl_wait();
     const float *__restrict__ w = J.j[blockIdx.y].w;
     const int64_t inner = J.j[blockIdx.y].inner;
     const ct &out = J.j[blockIdx.y].out;
@@ -1456,6 +1478,7 @@ __global__ void reduce_rows_kernel(const rowsum_jobs J, int64_t rows, int64_t di
 template <typename T>
 __global__ void reduce_bc_kernel(const float *w0, const float *w1, int64_t ncb, int64_t batch, int64_t G, int64_t N, int64_t L, ct out0,
                                  ct out1) {
+    pdl_wait();
     const float *w = blockIdx.y ? w1 : w0;
     const ct &out = blockIdx.y ? out1 : out0;
     const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
@@ -1524,6 +1547,8 @@ template <int S, int TPC> struct bwd_fast_smem {
 template <int S> constexpr int fast_bwd_minblocks() { return S == 4 ? SELSCAN_CUDA_FAST_BWD4_MINBLOCKS : SELSCAN_CUDA_FAST_BWD_MINBLOCKS; }
 template <typename T, int S, int TPC>
 __global__ void __launch_bounds__(kThreads, fast_bwd_minblocks<S>()) bwd_fast_kernel(const kparams P) {
+    pdl_launch_dependents();
+    pdl_wait();
     using SM = bwd_fast_smem<S, TPC>;
     constexpr int NP = SM::NP, CH = SM::CH, RS = SM::RS, OWN = kBT / TPC;
     extern __shared__ float4 smem4[];
@@ -1819,6 +1844,8 @@ __global__ void __launch_bounds__(kThreads, fast_bwd_minblocks<S>()) bwd_fast_ke
    instructions an element. Tiles of kFL steps, the next tile's loads in flight during the walk. */
 template <typename T, int S, int TPC>
 __global__ void __launch_bounds__(kThreads) bwd_fast_local_kernel(const kparams P, float *V, float *M) {
+    pdl_launch_dependents();
+    pdl_wait();
     constexpr int NP = S * TPC, CH = kThreads / TPC, OWN = kFL / TPC, RB = (NP * kFL + kThreads - 1) / kThreads;
     __shared__ __align__(16) float s_c[kFL][NP + 4];
     __shared__ float2 s_dt[kFL][CH]; /* (dt, dy') */
@@ -2151,6 +2178,35 @@ selscan_status cuda_fail(cudaError_t e, cudaError_t *out) {
     } while (0)
 #define SELSCAN__LAUNCHED() SELSCAN__CU(cudaGetLastError())
 
+/* Launch k on s; with programmatic dependent launch where the device has it (compute capability
+   9.0+; SELSCAN_CUDA_NO_PDL turns it off): k must start with pdl_wait(). Errors: cudaGetLastError. */
+bool pdl_available() {
+#ifdef SELSCAN_CUDA_NO_PDL
+    return false;
+#else
+    int dev = 0, major = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return false;
+    }
+    return major >= 9;
+#endif
+}
+template <typename... KArgs, typename... Args>
+void launch_pdl(void (*k)(KArgs...), dim3 grid, dim3 block, size_t smem, cudaStream_t s, Args... args) {
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = grid;
+    cfg.blockDim = block;
+    cfg.dynamicSmemBytes = smem;
+    cfg.stream = s;
+    cudaLaunchAttribute at[1];
+    at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    at[0].val.programmaticStreamSerializationAllowed = 1;
+    cfg.attrs = at;
+    cfg.numAttrs = pdl_available() ? 1 : 0;
+    (void)cudaLaunchKernelEx(&cfg, k, args...);
+}
+
 unsigned nblocks(int64_t n, int t) { return static_cast<unsigned>(cdiv(n, t)); }
 
 void fill_problem(kparams &P, const selscan__prob &q, const int64_t *dcu) {
@@ -2200,8 +2256,8 @@ void chunk_buffers(kparams &P, char *ws, int64_t count, bool into_ck) {
 
 template <typename T, bool LOCAL>
 void launch_fwd_fast_t(const kparams &P, unsigned grid, cudaStream_t stream) {
-    if (P.N <= 8) fwd_fast_kernel<T, 4, 2, LOCAL><<<grid, kThreads, 0, stream>>>(P);
-    else fwd_fast_kernel<T, 8, 2, LOCAL><<<grid, kThreads, 0, stream>>>(P);
+    if (P.N <= 8) launch_pdl(fwd_fast_kernel<T, 4, 2, LOCAL>, grid, kThreads, 0, stream, P);
+    else launch_pdl(fwd_fast_kernel<T, 8, 2, LOCAL>, grid, kThreads, 0, stream, P);
 }
 template <bool LOCAL> void launch_fwd_fast_dt(selscan_dtype dt, const kparams &P, unsigned grid, cudaStream_t s) {
     if (dt == SELSCAN_F32) launch_fwd_fast_t<float, LOCAL>(P, grid, s);
@@ -2218,7 +2274,8 @@ selscan_status run_fast_forward(const selscan__prob &q, kparams P, const fwd_pla
         chunk_buffers(P, ws, rows * fp.nlch * q.N, false);
         launch_fwd_fast_dt<true>(q.dt, P, grid, stream);
         SELSCAN__LAUNCHED();
-        carry_kernel<<<nblocks(rows * q.N, 256), 256, 0, stream>>>(P.S, P.P, P.Hin, rows, fp.nlch, q.N);
+        launch_pdl(carry_kernel, nblocks(rows * q.N, 256), 256, 0, stream, static_cast<const float *>(P.S), static_cast<const float *>(P.P),
+                   P.Hin, rows, fp.nlch, static_cast<int64_t>(q.N));
         SELSCAN__LAUNCHED();
     }
     launch_fwd_fast_dt<false>(q.dt, P, grid, stream);
@@ -2230,7 +2287,7 @@ template <typename T, int S, int TPC>
 selscan_status launch_bwd_fast_t(const kparams &P, unsigned grid, cudaStream_t stream, cudaError_t *err) {
     const int smem = static_cast<int>(sizeof(bwd_fast_smem<S, TPC>));
     SELSCAN__CU(cudaFuncSetAttribute(bwd_fast_kernel<T, S, TPC>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
-    bwd_fast_kernel<T, S, TPC><<<grid, kThreads, smem, stream>>>(P);
+    launch_pdl(bwd_fast_kernel<T, S, TPC>, grid, kThreads, static_cast<size_t>(smem), stream, P);
     SELSCAN__LAUNCHED();
     return SELSCAN_OK;
 }
@@ -2249,9 +2306,9 @@ selscan_status launch_bwd_fast_dt(selscan_dtype dt, int tpc, const kparams &P, u
 template <typename T>
 void launch_bwd_fast_local_t(int tpc, const kparams &P, unsigned grid, float *V, float *M, cudaStream_t s) {
     (void)tpc;
-    if constexpr (kFastBwdS == 4) bwd_fast_local_kernel<T, 4, 4><<<grid, kThreads, 0, s>>>(P, V, M);
-    else if (P.N <= 8) bwd_fast_local_kernel<T, 4, 2><<<grid, kThreads, 0, s>>>(P, V, M);
-    else bwd_fast_local_kernel<T, 8, 2><<<grid, kThreads, 0, s>>>(P, V, M);
+    if constexpr (kFastBwdS == 4) launch_pdl(bwd_fast_local_kernel<T, 4, 4>, grid, kThreads, 0, s, P, V, M);
+    else if (P.N <= 8) launch_pdl(bwd_fast_local_kernel<T, 4, 2>, grid, kThreads, 0, s, P, V, M);
+    else launch_pdl(bwd_fast_local_kernel<T, 8, 2>, grid, kThreads, 0, s, P, V, M);
 }
 void launch_bwd_fast_local_dt(selscan_dtype dt, int tpc, const kparams &P, unsigned grid, float *V, float *M, cudaStream_t s) {
     if (dt == SELSCAN_F32) launch_bwd_fast_local_t<float>(tpc, P, grid, V, M, s);
@@ -2464,7 +2521,8 @@ SELSCAN_DEF selscan_status selscan_backward_cuda_ex(const selscan_problem *p, co
         else if (q.dt == SELSCAN_F16) bwd_local_kernel<__half><<<gl, kThreads, 0, stream>>>(P, V, M);
         else bwd_local_kernel<__nv_bfloat16><<<gl, kThreads, 0, stream>>>(P, V, M);
         SELSCAN__LAUNCHED();
-        carry_rev_kernel<<<nblocks(q.batch * q.dim * q.N, 256), 256, 0, stream>>>(V, M, P.Hin, q.batch * q.dim, bp.nlch, q.N);
+        launch_pdl(carry_rev_kernel, nblocks(q.batch * q.dim * q.N, 256), 256, 0, stream, static_cast<const float *>(V), static_cast<const float *>(M),
+                   P.Hin, q.batch * q.dim, bp.nlch, static_cast<int64_t>(q.N));
         SELSCAN__LAUNCHED();
     }
     P.wdA = r.dA.data ? reinterpret_cast<float *>(ws + bp.off_dA) : NULL;
@@ -2507,7 +2565,7 @@ SELSCAN_DEF selscan_status selscan_backward_cuda_ex(const selscan_problem *p, co
         if (P.wdBf) job(P.wdBf, q.N, r.dB);
         if (P.wdCf) job(P.wdCf, q.N, r.dC);
         if (nj) {
-            reduce_rows_kernel<<<dim3(nblocks(q.dim * inner, kRedX), nj), kRedX * kRedY, 0, stream>>>(J, q.batch * bp.nlch, q.dim);
+            launch_pdl(reduce_rows_kernel, dim3(nblocks(q.dim * inner, kRedX), nj), kRedX * kRedY, 0, stream, J, q.batch * bp.nlch, static_cast<int64_t>(q.dim));
             SELSCAN__LAUNCHED();
         }
     }
@@ -2516,9 +2574,9 @@ SELSCAN_DEF selscan_status selscan_backward_cuda_ex(const selscan_problem *p, co
         const float *w0 = P.wdB ? P.wdB : P.wdC, *w1 = P.wdC;
         const ct o0 = mk(P.wdB ? r.dB : r.dC), o1 = mk(r.dC);
         const dim3 gr(nblocks(q.batch * q.G * q.N * q.L, 256), ny);
-        if (q.dt == SELSCAN_F32) reduce_bc_kernel<float><<<gr, 256, 0, stream>>>(w0, w1, bp.ncb, q.batch, q.G, q.N, q.L, o0, o1);
-        else if (q.dt == SELSCAN_F16) reduce_bc_kernel<__half><<<gr, 256, 0, stream>>>(w0, w1, bp.ncb, q.batch, q.G, q.N, q.L, o0, o1);
-        else reduce_bc_kernel<__nv_bfloat16><<<gr, 256, 0, stream>>>(w0, w1, bp.ncb, q.batch, q.G, q.N, q.L, o0, o1);
+        if (q.dt == SELSCAN_F32) launch_pdl(reduce_bc_kernel<float>, gr, 256, 0, stream, w0, w1, bp.ncb, q.batch, q.G, q.N, q.L, o0, o1);
+        else if (q.dt == SELSCAN_F16) launch_pdl(reduce_bc_kernel<__half>, gr, 256, 0, stream, w0, w1, bp.ncb, q.batch, q.G, q.N, q.L, o0, o1);
+        else launch_pdl(reduce_bc_kernel<__nv_bfloat16>, gr, 256, 0, stream, w0, w1, bp.ncb, q.batch, q.G, q.N, q.L, o0, o1);
         SELSCAN__LAUNCHED();
     }
     if (q.cu && r.dh0.data) {
