@@ -215,10 +215,12 @@ __device__ __forceinline__ float ex2(float x) {
 }
 /* sigmoid and softplus on the fast units; softplus(x) = max(x, 0) + log1p(exp(-|x|)), the log1p by
    its series where exp(-|x|) < 0.05 (relative error ~1e-7) and by lg2.approx above (~1e-5). */
-/* Programmatic dependent launch (sm_90+): the fast paths' kernels after the first of a call are
-   launched so that their blocks can be scheduled while the kernel before them drains
-   (launch_dependents, early in that kernel); each waits here, before touching memory, until the
-   kernel before it has completed and its writes are visible. A no-op when not launched so. */
+/* Programmatic dependent launch (sm_90+): the fast paths' kernels are launched so that the next
+   one's blocks can be scheduled while the one before drains (launch_dependents, early in that
+   kernel: only where the next is a small one, the chunk carries and the reductions; a full-wave
+   successor scheduled early lands unevenly on the SMs: lm-long's backward without a checkpoint
+   +6-8 %, bench/NOTES.md v33); each waits here, before touching memory, until the kernel before
+   it has completed and its writes are visible. A no-op when not launched so. */
 __device__ __forceinline__ void pdl_wait() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     asm volatile("griddepcontrol.wait;" ::: "memory");
@@ -675,7 +677,7 @@ template <int TPC> __device__ __forceinline__ void reduce_scatter(float (&v)[kFL
 template <int S> constexpr int fast_fwd_minblocks() { return S == 4 ? SELSCAN_CUDA_FAST_FWD4_MINBLOCKS : SELSCAN_CUDA_FAST_FWD_MINBLOCKS; }
 template <typename T, int S, int TPC, bool LOCAL>
 __global__ void __launch_bounds__(kThreads, fast_fwd_minblocks<S>()) fwd_fast_kernel(const kparams P) {
-    pdl_launch_dependents();
+    if (LOCAL) pdl_launch_dependents(); /* only before a small kernel (the carry): see pdl_wait */
     pdl_wait();
     constexpr int NP = S * TPC, OWN = kFL / TPC, RS = 2 * NP + 4; /* B/C row: (B, C) per state, padded */
     /* f32 with 8 states, 2 threads a channel: one step a group (its 16-register wider tile loads
@@ -863,7 +865,6 @@ __device__ __forceinline__ float ld_now(const float *p) {
 }
 __global__ void carry_kernel(const float *__restrict__ S, const float *__restrict__ Pr, float *__restrict__ Hin, int64_t rows,
                              int64_t nlch, int64_t N) {
-    pdl_launch_dependents();
     pdl_wait();
     const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; /* (b*dim + d)*N + n */
     if (i >= rows * N) return;
@@ -1411,7 +1412,6 @@ __global__ void __launch_bounds__(kThreads) bwd_local_kernel(const kparams P, fl
 /* Pass 2 of the L-parallel backward: the state gradient entering each chunk from the right. */
 __global__ void carry_rev_kernel(const float *__restrict__ V, const float *__restrict__ M, float *__restrict__ Din, int64_t rows,
                                  int64_t nlch, int64_t N) {
-    pdl_launch_dependents();
     pdl_wait();
     const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
     if (i >= rows * N) return;
