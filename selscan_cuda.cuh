@@ -213,8 +213,6 @@ __device__ __forceinline__ float ex2(float x) {
     asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
     return y;
 }
-/* sigmoid and softplus on the fast units; softplus(x) = max(x, 0) + log1p(exp(-|x|)), the log1p by
-   its series where exp(-|x|) < 0.05 (relative error ~1e-7) and by lg2.approx above (~1e-5). */
 /* Programmatic dependent launch (sm_90+): the fast paths' kernels are launched so that the next
    one's blocks can be scheduled while the one before drains (launch_dependents, early in that
    kernel: only where the next is a small one, the chunk carries and the reductions; a full-wave
@@ -235,6 +233,8 @@ __device__ __forceinline__ void pdl_launch_dependents() {
 template <typename T> __device__ __forceinline__ void pf(const void *p, int64_t off) {
     asm volatile("prefetch.global.L2 [%0];" ::"l"(static_cast<const T *>(p) + off));
 }
+/* sigmoid and softplus on the fast units; softplus(x) = max(x, 0) + log1p(exp(-|x|)), the log1p by
+   its series where exp(-|x|) < 0.05 (relative error ~1e-7) and by lg2.approx above (~1e-5). */
 /* Branch-free (selects only), so that tile loops unroll into straight-line code whose loads the
    compiler can issue together. */
 __device__ __forceinline__ float sigm(float x) { return __fdividef(1.0f, 1.0f + __expf(-x)); }
@@ -2291,29 +2291,26 @@ selscan_status launch_bwd_fast_t(const kparams &P, unsigned grid, cudaStream_t s
     SELSCAN__LAUNCHED();
     return SELSCAN_OK;
 }
-template <typename T>
-selscan_status launch_bwd_fast_tpc(int tpc, const kparams &P, unsigned grid, cudaStream_t s, cudaError_t *err) {
-    (void)tpc;
+/* (states, threads a channel) as plan_fast_backward chose them: by N and SELSCAN_CUDA_FAST_BWD_STATES */
+template <typename T> selscan_status launch_bwd_fast_shape(const kparams &P, unsigned grid, cudaStream_t s, cudaError_t *err) {
     if constexpr (kFastBwdS == 4) return launch_bwd_fast_t<T, 4, 4>(P, grid, s, err);
     else return P.N <= 8 ? launch_bwd_fast_t<T, 4, 2>(P, grid, s, err) : launch_bwd_fast_t<T, 8, 2>(P, grid, s, err);
 }
-selscan_status launch_bwd_fast_dt(selscan_dtype dt, int tpc, const kparams &P, unsigned grid, cudaStream_t s, cudaError_t *err) {
-    if (dt == SELSCAN_F32) return launch_bwd_fast_tpc<float>(tpc, P, grid, s, err);
-    if (dt == SELSCAN_F16) return launch_bwd_fast_tpc<__half>(tpc, P, grid, s, err);
-    return launch_bwd_fast_tpc<__nv_bfloat16>(tpc, P, grid, s, err);
+selscan_status launch_bwd_fast_dt(selscan_dtype dt, const kparams &P, unsigned grid, cudaStream_t s, cudaError_t *err) {
+    if (dt == SELSCAN_F32) return launch_bwd_fast_shape<float>(P, grid, s, err);
+    if (dt == SELSCAN_F16) return launch_bwd_fast_shape<__half>(P, grid, s, err);
+    return launch_bwd_fast_shape<__nv_bfloat16>(P, grid, s, err);
 }
 
-template <typename T>
-void launch_bwd_fast_local_t(int tpc, const kparams &P, unsigned grid, float *V, float *M, cudaStream_t s) {
-    (void)tpc;
+template <typename T> void launch_bwd_fast_local_t(const kparams &P, unsigned grid, float *V, float *M, cudaStream_t s) {
     if constexpr (kFastBwdS == 4) launch_pdl(bwd_fast_local_kernel<T, 4, 4>, grid, kThreads, 0, s, P, V, M);
     else if (P.N <= 8) launch_pdl(bwd_fast_local_kernel<T, 4, 2>, grid, kThreads, 0, s, P, V, M);
     else launch_pdl(bwd_fast_local_kernel<T, 8, 2>, grid, kThreads, 0, s, P, V, M);
 }
-void launch_bwd_fast_local_dt(selscan_dtype dt, int tpc, const kparams &P, unsigned grid, float *V, float *M, cudaStream_t s) {
-    if (dt == SELSCAN_F32) launch_bwd_fast_local_t<float>(tpc, P, grid, V, M, s);
-    else if (dt == SELSCAN_F16) launch_bwd_fast_local_t<__half>(tpc, P, grid, V, M, s);
-    else launch_bwd_fast_local_t<__nv_bfloat16>(tpc, P, grid, V, M, s);
+void launch_bwd_fast_local_dt(selscan_dtype dt, const kparams &P, unsigned grid, float *V, float *M, cudaStream_t s) {
+    if (dt == SELSCAN_F32) launch_bwd_fast_local_t<float>(P, grid, V, M, s);
+    else if (dt == SELSCAN_F16) launch_bwd_fast_local_t<__half>(P, grid, V, M, s);
+    else launch_bwd_fast_local_t<__nv_bfloat16>(P, grid, V, M, s);
 }
 
 /* The forward pipeline: [pass 1, carry,] pass 3. y NULL in P with ck set and fp.lchunk == 64:
@@ -2516,7 +2513,7 @@ SELSCAN_DEF selscan_status selscan_backward_cuda_ex(const selscan_problem *p, co
         P.Hin = reinterpret_cast<float *>(ws + bp.off_Din);
         const unsigned gl = bp.fastTPC ? static_cast<unsigned>(q.batch * q.G * bp.ncb * bp.nlch)
                                        : nblocks(q.batch * q.dim * bp.NT * bp.nlch, kThreads);
-        if (bp.fastTPC) launch_bwd_fast_local_dt(q.dt, bp.fastTPC, P, gl, V, M, stream);
+        if (bp.fastTPC) launch_bwd_fast_local_dt(q.dt, P, gl, V, M, stream);
         else if (q.dt == SELSCAN_F32) bwd_local_kernel<float><<<gl, kThreads, 0, stream>>>(P, V, M);
         else if (q.dt == SELSCAN_F16) bwd_local_kernel<__half><<<gl, kThreads, 0, stream>>>(P, V, M);
         else bwd_local_kernel<__nv_bfloat16><<<gl, kThreads, 0, stream>>>(P, V, M);
@@ -2535,7 +2532,7 @@ SELSCAN_DEF selscan_status selscan_backward_cuda_ex(const selscan_problem *p, co
     if (bp.fastTPC) {
         const unsigned grid = static_cast<unsigned>(q.batch * q.G * bp.ncb * bp.nlch);
         P.scr = reinterpret_cast<float *>(ws + bp.off_scr);
-        if ((st = launch_bwd_fast_dt(q.dt, bp.fastTPC, P, grid, stream, err)) != SELSCAN_OK) return st;
+        if ((st = launch_bwd_fast_dt(q.dt, P, grid, stream, err)) != SELSCAN_OK) return st;
     } else {
         const bwd_layout l = bwd_smem(bp.NT, bp.CH);
         const unsigned grid = static_cast<unsigned>(q.batch * q.G * bp.ncb * bp.nlch);
