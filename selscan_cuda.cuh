@@ -37,7 +37,8 @@
  *   sums into the workspace, then a fixed-order reduction kernel). Repeated calls give bitwise
  *   identical results.
  * - Limits: N up to 512; larger N: SELSCAN_ERR_UNSUPPORTED (the CPU entries have no limit).
- *   All indexing is 64-bit; dim, batch and L have no limit beyond a 2^31 - 1 block grid.
+ *   All indexing is 64-bit (the fast paths index steps in 32 bits and leave L >= 2^30 to the
+ *   general kernels); dim, batch and L have no limit beyond a 2^31 - 1 block grid.
  * - exp() runs on the ex2.approx unit (relative error ~2^-22), softplus / sigmoid on the fast
  *   exp / log units: results match the CPU reference to ~1e-6 relative (f32), not bitwise.
  *
@@ -47,7 +48,8 @@
  * SELSCAN_CUDA_FAST_FWD_MINBLOCKS (3; N <= 8: SELSCAN_CUDA_FAST_FWD4_MINBLOCKS, 4),
  * SELSCAN_CUDA_FAST_FWD_GROUP (2), SELSCAN_CUDA_FAST_BWD_STATES
  * (8; 4 is slower on the H200), SELSCAN_CUDA_FAST_BWD_MINBLOCKS (3) and
- * SELSCAN_CUDA_FAST_BWD4_MINBLOCKS (4, with 4 states a thread) for the fast paths.
+ * SELSCAN_CUDA_FAST_BWD4_MINBLOCKS (4, with 4 states a thread) for the fast paths;
+ * SELSCAN_CUDA_NO_PDL: no programmatic dependent launch between a call's kernels (sm_90+).
  *
  * DESIGN: the forward and the backward of the common layout (rows with unit L stride, variable
  * B/C, N <= 16, no packed sequences) run fwd_fast_kernel / bwd_fast_kernel: 8 states a thread
