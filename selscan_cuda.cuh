@@ -2186,11 +2186,19 @@ bool pdl_available() {
 #ifdef SELSCAN_CUDA_NO_PDL
     return false;
 #else
+    /* per device, asked once (0: not yet, 1: no, 2: yes); concurrent first calls store the same value */
+    static volatile signed char known[64];
     int dev = 0, major = 0;
-    if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess) {
+    if (cudaGetDevice(&dev) != cudaSuccess) {
         (void)cudaGetLastError();
         return false;
     }
+    if (dev >= 0 && dev < 64 && known[dev]) return known[dev] == 2;
+    if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return false;
+    }
+    if (dev >= 0 && dev < 64) known[dev] = major >= 9 ? 2 : 1;
     return major >= 9;
 #endif
 }
