@@ -2782,8 +2782,10 @@ static selscan_status selscan__step_fast(const selscan_step_problem *sp, int64_t
     nblk = (q.dim + SELSCAN__SNB - 1) / SELSCAN__SNB;
     selscan__split(q.batch * nblk, part, nparts, &i0, &i1);
     for (i = i0; i < i1; i++) {
-        /* block-major: consecutive items share the block's rows of A (in L1) */
-        const int64_t b = i % q.batch, dlo = i / q.batch * SELSCAN__SNB, dhi = selscan__min64(dlo + SELSCAN__SNB, q.dim);
+        /* batch-major: each part streams its rows of the state in address order (the
+           block-major order, which shares a block's rows of A in L1, ran the Xeon's 1-thread
+           step 15-20 % slower; bench/NOTES.md v16) */
+        const int64_t b = i / nblk, dlo = i % nblk * SELSCAN__SNB, dhi = selscan__min64(dlo + SELSCAN__SNB, q.dim);
         const int64_t row = q.idx ? q.idx[b] : b;
         if (row < 0) {
             int64_t d;

@@ -144,8 +144,8 @@ const int kTL = 32;                     /* forward time tile */
 const int kCK = SELSCAN_CUDA_CHECKPOINT_INTERVAL;
 const int kSub = 16;                    /* backward sub-tile (states kept in registers) */
 const int kBwdNPT = 4;                  /* backward: states per thread */
-const int64_t kFwdSlots = 132 * 6;      /* forward blocks in flight (6 an SM) */
-const int64_t kBwdSlots = 132 * 3;      /* backward blocks in flight on an H100/H200 (132 SMs, 3 an SM) */
+const int kFwdPerSM = 6;                /* general forward blocks an SM (their registers allow) */
+const int kBwdPerSM = 3;                /* general backward blocks an SM */
 
 struct ct { /* a tensor on the device: data + element strides */
     void *p;
@@ -1997,8 +1997,30 @@ struct fwd_plan {
     int fastS, fastTPC; /* fast forward (fwd_fast_kernel): states and threads a channel; 0: none */
 };
 
-/* fast forward blocks in flight on an H100/H200 (132 SMs) for S states a thread */
-int64_t fast_fwd_slots(int S) { return 132 * static_cast<int64_t>(S == 4 ? fast_fwd_minblocks<4>() : fast_fwd_minblocks<8>()); }
+/* Multiprocessors the plans fill a wave of blocks on (L chunks): the current device's (asked once
+   a device; 132, an H100/H200's, when it cannot be asked), at most kPlanMaxSMs. Workspace sizes
+   are planned for kPlanMaxSMs: a plan's workspace only grows with the count, so a size does not
+   depend on the device. Concurrent first calls store the same value. */
+const int64_t kPlanMaxSMs = 160;
+int64_t sm_count() {
+    static volatile int known[64];
+    int dev = 0, n = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return 132;
+    }
+    if (dev >= 0 && dev < 64 && known[dev] > 0) return known[dev];
+    if (cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess || n <= 0) {
+        (void)cudaGetLastError();
+        return 132;
+    }
+    if (n > kPlanMaxSMs) n = kPlanMaxSMs;
+    if (dev >= 0 && dev < 64) known[dev] = n;
+    return n;
+}
+
+/* fast forward blocks in flight for S states a thread */
+int64_t fast_fwd_slots(int S, int64_t sms) { return sms * (S == 4 ? fast_fwd_minblocks<4>() : fast_fwd_minblocks<8>()); }
 
 /* L chunks of a pass (the forward's cost 2x the exponentials, the fast backward's an extra pass
    over dy): only when the channels give under half a wave of blocks, then as many as fill one
@@ -2020,14 +2042,14 @@ bool fast_steps_fit(const selscan__prob &q) {
    1.3-1.7x slower: half the threads, 168 registers; bench/NOTES.md v25); when the channels give
    under half a wave of blocks, L chunks as in the general kernel (chunk scans from 0, carry,
    rescan) to fill one. */
-void plan_fast_forward(const selscan__prob &q, int force, fwd_plan *pl, bool need_y = true) {
+void plan_fast_forward(const selscan__prob &q, int64_t sms, int force, fwd_plan *pl, bool need_y = true) {
     pl->fastS = pl->fastTPC = 0;
     const bool ok = !q.cu && !q.fixB && !q.fixC && (q.y.data || !need_y) && q.N <= 16 && q.u.s[2] == 1 && q.delta.s[2] == 1 &&
                     q.y.s[2] == 1 && (!q.z.data || q.z.s[2] == 1) && q.B.s[3] == 1 && q.C.s[3] == 1;
     if (!ok || !fast_steps_fit(q) || force < 0) return;
     const int tpc = 2, S = q.N <= 8 ? 4 : 8;
     const int64_t ncb = cdiv(q.dpg, kThreads / tpc), blocks = q.batch * q.G * ncb, nck = cdiv(q.L, kCK);
-    const int64_t nl = lchunk_count(blocks, fast_fwd_slots(S), nck);
+    const int64_t nl = lchunk_count(blocks, fast_fwd_slots(S, sms), nck);
     const int64_t lchunk = cdiv(nck, nl) * kCK, nlch = cdiv(q.L, lchunk);
     if (blocks * nlch > 0x7fffffff) return;
     pl->fastS = S;
@@ -2040,7 +2062,7 @@ void plan_fast_forward(const selscan__prob &q, int force, fwd_plan *pl, bool nee
 
 /* npt_force / nlch_force (0: automatic) exist for the benchmark's tuning: npt_force -1 keeps the
    general kernel. ck_pass: the plan of the backward's checkpoint pass (the general kernel's pass 1). */
-bool plan_forward(const selscan__prob &q, fwd_plan *pl, int npt_force, int64_t nlch_force, bool ck_pass = false) {
+bool plan_forward(const selscan__prob &q, int64_t sms, fwd_plan *pl, int npt_force, int64_t nlch_force, bool ck_pass = false) {
     const int npt = 4;
     (void)npt_force;
     const int NT = pow2ceil(cdiv(q.N, npt));
@@ -2051,9 +2073,9 @@ bool plan_forward(const selscan__prob &q, fwd_plan *pl, int npt_force, int64_t n
     pl->ncb = cdiv(q.dpg, pl->CH);
     const int64_t nck = cdiv(q.L, kCK);
     /* L chunks (2x the exponentials) only when the channels give less than one wave of blocks,
-       then as many as fill one wave (kFwdSlots): a block's steps are a serial chain */
+       then as many as fill one wave (kFwdPerSM an SM): a block's steps are a serial chain */
     const int64_t blocks = q.batch * q.G * pl->ncb;
-    int64_t nl = nlch_force ? nlch_force : lchunk_count(blocks, kFwdSlots, nck);
+    int64_t nl = nlch_force ? nlch_force : lchunk_count(blocks, sms * kFwdPerSM, nck);
     if (nl > nck) nl = nck;
     if (nl < 1) nl = 1;
     pl->lchunk = cdiv(nck, nl) * kCK;
@@ -2061,7 +2083,7 @@ bool plan_forward(const selscan__prob &q, fwd_plan *pl, int npt_force, int64_t n
     const int64_t rows = q.batch * q.dim;
     pl->ws = pl->nlch > 1 ? 3 * al(static_cast<size_t>(rows * pl->nlch * q.N) * 4) : 0;
     if (q.batch * q.G * pl->ncb * pl->nlch > 0x7fffffff) return false;
-    if (!ck_pass) plan_fast_forward(q, npt_force, pl);
+    if (!ck_pass) plan_fast_forward(q, sms, npt_force, pl);
     return true;
 }
 
@@ -2076,8 +2098,8 @@ struct bwd_plan {
 };
 
 constexpr int kFastBwdS = SELSCAN_CUDA_FAST_BWD_STATES;
-/* fast backward blocks in flight on an H100/H200 (132 SMs) for S states a thread */
-int64_t fast_bwd_slots(int S) { return 132 * static_cast<int64_t>(S == 4 ? fast_bwd_minblocks<4>() : fast_bwd_minblocks<8>()); }
+/* fast backward blocks in flight for S states a thread */
+int64_t fast_bwd_slots(int S, int64_t sms) { return sms * (S == 4 ? fast_bwd_minblocks<4>() : fast_bwd_minblocks<8>()); }
 
 /* The partial-sum part of a backward's workspace (after `o` bytes), given its L chunks. */
 size_t plan_partials(const selscan__prob &q, const selscan__grd &r, bwd_plan *pl, size_t o) {
@@ -2103,7 +2125,7 @@ size_t plan_partials(const selscan__prob &q, const selscan__grd &r, bwd_plan *pl
    threads a channel with 8 (N <= 16) or 4 (N <= 8) states each (N <= 8 with 8 states and one
    thread a channel: 1.3-1.9x slower, bench/NOTES.md v26) or, with SELSCAN_CUDA_FAST_BWD_STATES 4,
    4 states and 4 threads a channel. */
-bool plan_fast_backward(const selscan__prob &q, const selscan__grd &r, bool have_ck, bwd_plan *pl) {
+bool plan_fast_backward(const selscan__prob &q, const selscan__grd &r, bool have_ck, int64_t sms, bwd_plan *pl) {
     if (q.cu || q.fixB || q.fixC || q.N > 16 || q.u.s[2] != 1 || q.delta.s[2] != 1 || r.dy.s[2] != 1 ||
         (q.z.data && q.z.s[2] != 1) || (r.du.data && r.du.s[2] != 1) || (r.ddelta.data && r.ddelta.s[2] != 1) ||
         (r.dz.data && r.dz.s[2] != 1) || q.B.s[3] != 1 || q.C.s[3] != 1 || !fast_steps_fit(q))
@@ -2117,11 +2139,11 @@ bool plan_fast_backward(const selscan__prob &q, const selscan__grd &r, bool have
     pl->nck = nck;
     pl->ck_bytes = static_cast<size_t>(rows * nck * q.N) * 4;
     const int64_t blocks = q.batch * q.G * pl->ncb;
-    pl->lchunk = cdiv(nck, lchunk_count(blocks, fast_bwd_slots(S), nck)) * kCK; /* as the fast forward */
+    pl->lchunk = cdiv(nck, lchunk_count(blocks, fast_bwd_slots(S, sms), nck)) * kCK; /* as the fast forward */
     pl->nlch = cdiv(q.L, pl->lchunk);
     size_t o = 0;
     if (!have_ck) {
-        plan_fast_forward(q, 0, &pl->fp, false);
+        plan_fast_forward(q, sms, 0, &pl->fp, false);
         if (!pl->fp.fastS) return false;
         pl->off_ck16 = o; o += al(pl->ck_bytes); /* the 64-step checkpoint */
         pl->off_fws = o; o += pl->fp.ws;
@@ -2131,10 +2153,10 @@ bool plan_fast_backward(const selscan__prob &q, const selscan__grd &r, bool have
     return blocks * pl->nlch <= 0x7fffffff;
 }
 
-bool plan_backward(const selscan__prob &q, const selscan__grd &r, bool have_ck, bwd_plan *pl) {
+bool plan_backward(const selscan__prob &q, const selscan__grd &r, bool have_ck, int64_t sms, bwd_plan *pl) {
     const int NT = pow2ceil(cdiv(q.N, kBwdNPT));
     if (NT > kThreads) return false;
-    if (plan_fast_backward(q, r, have_ck, pl)) return true;
+    if (plan_fast_backward(q, r, have_ck, sms, pl)) return true;
     pl->fastTPC = 0;
     pl->NT = NT;
     pl->CH = kThreads / NT;
@@ -2151,14 +2173,14 @@ bool plan_backward(const selscan__prob &q, const selscan__grd &r, bool have_ck, 
         pl->off_P = o; o += ck16;
     }
     /* L chunks when the channels alone give less than one full wave of blocks (lm-long,
-       lm-prefill): as many chunks as fill one wave (kBwdSlots), so no second, partial wave */
-    const int64_t blocks = q.batch * q.G * pl->ncb;
-    int64_t nl = blocks >= kBwdSlots ? 1 : kBwdSlots / blocks;
+       lm-prefill): as many chunks as fill one wave (kBwdPerSM an SM), so no second, partial wave */
+    const int64_t blocks = q.batch * q.G * pl->ncb, slots = sms * kBwdPerSM;
+    int64_t nl = blocks >= slots ? 1 : slots / blocks;
     if (nl > pl->nck16) nl = pl->nck16;
     pl->lchunk = cdiv(pl->nck16, nl) * kSub;
     pl->nlch = cdiv(q.L, pl->lchunk);
     pl->ws = plan_partials(q, r, pl, o);
-    if (!plan_forward(q, &pl->fp, 0, 0, true)) return false;
+    if (!plan_forward(q, sms, &pl->fp, 0, 0, true)) return false;
     if (have_ck) { pl->fp.lchunk = kCK; pl->fp.nlch = pl->nck; }    /* from the given checkpoint */
     else { pl->fp.lchunk = kSub; pl->fp.nlch = pl->nck16; }         /* pass 1 + carry */
     return q.batch * q.G * pl->ncb * pl->nlch <= 0x7fffffff && q.batch * q.G * pl->fp.ncb * pl->fp.nlch <= 0x7fffffff &&
@@ -2394,12 +2416,12 @@ SELSCAN_DEF selscan_status selscan_workspace_size_cuda(const selscan_problem *p,
     if (g) {
         bwd_plan bp;
         if ((st = selscan__validate_backward(p, g, &q, &r, NULL, 0, 0)) != SELSCAN_OK) return st;
-        if (!plan_backward(q, r, x && x->checkpoint, &bp)) return SELSCAN_ERR_UNSUPPORTED;
+        if (!plan_backward(q, r, x && x->checkpoint, kPlanMaxSMs, &bp)) return SELSCAN_ERR_UNSUPPORTED;
         *bytes = bp.ws;
     } else {
         fwd_plan fp;
         if ((st = selscan__validate_forward(p, &q, NULL, 0, -1)) != SELSCAN_OK) return st;
-        if (!plan_forward(q, &fp, 0, 0)) return SELSCAN_ERR_UNSUPPORTED;
+        if (!plan_forward(q, kPlanMaxSMs, &fp, 0, 0)) return SELSCAN_ERR_UNSUPPORTED;
         *bytes = fp.ws;
     }
     return SELSCAN_OK;
@@ -2418,7 +2440,7 @@ static selscan_status selscan__forward_cuda_tuned(const selscan_problem *p, cons
     cudaError_t *err = x ? x->cuda_error : NULL;
     if ((st = selscan__check_problem(p, &q, 1)) != SELSCAN_OK) return st;
     if ((st = check_ext_cu(q, x)) != SELSCAN_OK) return st;
-    if (!plan_forward(q, &fp, npt, nlch)) return SELSCAN_ERR_UNSUPPORTED;
+    if (!plan_forward(q, sm_count(), &fp, npt, nlch)) return SELSCAN_ERR_UNSUPPORTED;
     if ((st = selscan__validate_forward_outputs(&q, workspace, bytes, static_cast<int64_t>(fp.ws))) != SELSCAN_OK) return st;
     if (x && x->checkpoint) {
         const int64_t need = q.batch * q.dim * cdiv(q.L, kCK) * q.N * 4;
@@ -2468,7 +2490,7 @@ SELSCAN_DEF selscan_status selscan_backward_cuda_ex(const selscan_problem *p, co
     char *ws = static_cast<char *>(workspace);
     if ((st = selscan__validate_backward(p, g, &q, &r, NULL, 0, 0)) != SELSCAN_OK) return st;
     if ((st = check_ext_cu(q, x)) != SELSCAN_OK) return st;
-    if (!plan_backward(q, r, have_ck, &bp)) return SELSCAN_ERR_UNSUPPORTED;
+    if (!plan_backward(q, r, have_ck, sm_count(), &bp)) return SELSCAN_ERR_UNSUPPORTED;
     if ((st = selscan__check_ws(workspace, bytes, static_cast<int64_t>(bp.ws))) != SELSCAN_OK) return st;
     if (have_ck && x->checkpoint_bytes < bp.ck_bytes) return SELSCAN_ERR_WORKSPACE;
     {

@@ -137,20 +137,60 @@ static double time_bwd(const selscan_problem *p, const selscan_grads *g, int mod
     return best;
 }
 
+/* Step (decode) and memcpy jobs on n threads: part i of n of the step, or slice i of n of a copy */
+typedef struct step_job {
+    const selscan_step_problem *s;
+    float *dst;
+    const float *src;
+    size_t count;
+    int64_t part, n;
+} step_job;
+
+static void *run_step_job(void *a) {
+    step_job *j = (step_job *)a;
+    if (j->s) {
+        if (selscan_step_cpu_part(j->s, j->part, j->n) != SELSCAN_OK) abort();
+    } else {
+        const size_t lo = j->count * (size_t)j->part / (size_t)j->n, hi = j->count * (size_t)(j->part + 1) / (size_t)j->n;
+        memcpy(j->dst + lo, j->src + lo, (hi - lo) * 4);
+    }
+    return NULL;
+}
+
+/* the step (s) or a copy of count floats, on n threads; wall seconds */
+static double time_step_threads(const selscan_step_problem *s, float *dst, const float *src, size_t count, int64_t n) {
+    pthread_t th[64];
+    step_job jobs[64];
+    int64_t i;
+    double t0;
+    for (i = 0; i < n; i++) {
+        jobs[i].s = s; jobs[i].dst = dst; jobs[i].src = src; jobs[i].count = count;
+        jobs[i].part = i; jobs[i].n = n;
+    }
+    t0 = now();
+    for (i = 1; i < n; i++) pthread_create(&th[i], NULL, run_step_job, &jobs[i]);
+    run_step_job(&jobs[0]);
+    for (i = 1; i < n; i++) pthread_join(th[i], NULL);
+    return now() - t0;
+}
+
 /* Step (decode): batch rows of (dim, N) f32 state read and written in place. Ceiling: the
-   state's bytes (read + write) at the bandwidth of a memcpy of the same size in the same run. */
+   state's bytes (read + write) at the bandwidth of a memcpy of the same size in the same run, on
+   1 thread and on n threads (each copying a slice; thread start-up included in both). */
 static void bench_step(int64_t nthr, int quick) {
-    static const int64_t shapes[][3] = {{1, 1536, 16}, {16, 2048, 16}, {64, 5120, 16}};
+    static const int64_t shapes[][3] = {{1, 1536, 16}, {16, 2048, 16}, {64, 5120, 16}, {256, 5120, 16}};
     size_t c;
-    printf("\nstep (decode), f32, softplus, D, z, bias: ms per call, 1 thread; state = batch*dim*N*4 bytes\n");
-    printf("%-18s %9s %9s %8s %10s %12s %10s\n", "batch,dim,N", "ref", "fast", "ref/fast", "state MB", "fast GB/s", "memcpy GB/s");
+    printf("\nstep (decode), f32, softplus, D, z, bias: ms per call on 1 and %lld threads; state = batch*dim*N*4 bytes;\n"
+           "GB/s = state bytes read + written per second; memcpy: a copy of the state's size in the same run\n", (long long)nthr);
+    printf("%-18s %8s %8s %8s %8s %9s %9s %9s %9s %9s %9s\n", "batch,dim,N", "state MB", "ref 1t", "fast 1t", "fast Nt",
+           "ref/1t", "GB/s 1t", "memcpy 1t", "GB/s Nt", "memcpy Nt", "Nt/memcpy");
     for (c = 0; c < sizeof shapes / sizeof shapes[0]; c++) {
         const int64_t B = shapes[c][0], Dm = shapes[c][1], N = shapes[c][2];
         const size_t ns = (size_t)(B * Dm * N), nx = (size_t)(B * Dm), nbc = (size_t)(B * N);
         const int reps = quick ? 3 : 20;
         uint64_t seed = 7;
         selscan_step_problem s;
-        double tr = 1e30, tf = 1e30, tm = 1e30;
+        double tr = 1e30, tf = 1e30, tm = 1e30, tfn = 1e30, tmn = 1e30;
         float *src, *dst;
         int r;
         memset(&s, 0, sizeof s);
@@ -178,17 +218,20 @@ static void bench_step(int64_t nthr, int quick) {
             memcpy(dst, src, ns * 4);
             t = now() - t0; if (t < tm) tm = t;
             src[r % ns] += dst[(r * 7) % ns]; /* keep the copy */
+            t = time_step_threads(&s, NULL, NULL, 0, nthr); if (t < tfn) tfn = t;
+            t = time_step_threads(NULL, dst, src, ns, nthr); if (t < tmn) tmn = t;
+            src[(r * 3) % ns] += dst[(r * 5) % ns];
         }
         {
             char name[64];
+            const double gb = 2.0 * (double)ns * 4 * 1e-9;
             snprintf(name, sizeof name, "%lld,%lld,%lld", (long long)B, (long long)Dm, (long long)N);
-            printf("%-18s %9.3f %9.3f %8.1f %10.1f %12.1f %10.1f\n", name, tr * 1e3, tf * 1e3, tr / tf, ns * 4e-6,
-                   2.0 * (double)ns * 4 / tf * 1e-9, 2.0 * (double)ns * 4 / tm * 1e-9);
+            printf("%-18s %8.1f %8.3f %8.3f %8.3f %9.1f %9.1f %9.1f %9.1f %9.1f %9.2f\n", name, ns * 4e-6, tr * 1e3, tf * 1e3,
+                   tfn * 1e3, tr / tf, gb / tf, gb / tm, gb / tfn, gb / tmn, tmn / tfn);
         }
         free(s.state.data); free(s.x.data); free(s.dt.data); free(s.z.data); free(s.y.data); free(s.A.data);
         free(s.B.data); free(s.C.data); free(s.D.data); free(s.delta_bias.data); free(src); free(dst);
     }
-    (void)nthr;
 }
 
 int main(int argc, char **argv) {
