@@ -1978,6 +1978,84 @@ __global__ void __launch_bounds__(kThreads) step_kernel(const kparams P) {
     }
 }
 
+/* Decode step for float4-aligned state rows (unit n stride, N % 4 == 0, N <= 128): S = 8 (N % 8
+   == 0) or 4 states a thread, NT = pow2ceil(N / S) threads a channel, every load of a thread issued
+   before its first use; A by float4 when its rows are aligned (avec).
+   (step_kernel's one state a thread ran at ~500 GB/s on an H200, 8-9x its floor: per thread a chain
+   of dependent loads and 64-bit index products for 4 bytes of state; bench/NOTES.md v37.) */
+template <typename T, int S>
+__global__ void __launch_bounds__(kThreads) step_fast_kernel(const kparams P, const bool avec) {
+    const int NT = P.NT, CPB = kThreads / NT;
+    const int64_t nblk = (P.dim + CPB - 1) / CPB;
+    const int64_t b = blockIdx.x / nblk, d = (blockIdx.x % nblk) * CPB + threadIdx.x / NT;
+    const int j = threadIdx.x % NT, n0 = S * j;
+    const bool valid = d < P.dim;
+    const int64_t row = P.idx ? static_cast<int64_t>(P.idx[b]) : b;
+    const bool live = valid && row >= 0 && row < P.ncache, own = live && n0 < P.N;
+    float hv[S], Av[S], Bv[S], Cv[S];
+#pragma unroll
+    for (int k = 0; k < S; k++) hv[k] = Av[k] = Bv[k] = Cv[k] = 0.0f;
+    float4 *hp = NULL;
+    float x = 0.0f, dt = 0.0f, zz = 0.0f, Dd = 0.0f, bias = 0.0f;
+    if (own) {
+        hp = reinterpret_cast<float4 *>(static_cast<float *>(P.h0.p) + row * P.h0.s[0] + d * P.h0.s[1] + n0);
+#pragma unroll
+        for (int k = 0; k < S; k += 4) {
+            const float4 v = hp[k / 4];
+            hv[k] = v.x; hv[k + 1] = v.y; hv[k + 2] = v.z; hv[k + 3] = v.w;
+        }
+        const float *Ar = static_cast<const float *>(P.A.p) + d * P.A.s[0];
+        if (avec) {
+#pragma unroll
+            for (int k = 0; k < S; k += 4) {
+                const float4 v = *reinterpret_cast<const float4 *>(Ar + n0 + k);
+                Av[k] = v.x; Av[k + 1] = v.y; Av[k + 2] = v.z; Av[k + 3] = v.w;
+            }
+        } else {
+#pragma unroll
+            for (int k = 0; k < S; k++) Av[k] = Ar[(n0 + k) * P.A.s[1]];
+        }
+        /* B / C row of (b, group) or, fixed, of channel d: element n at n * stride */
+        const int64_t g = d / P.dpg;
+        const int64_t bo = P.fixB ? d * P.B.s[0] : b * P.B.s[0] + g * P.B.s[1], bs = P.fixB ? P.B.s[1] : P.B.s[2];
+        const int64_t co = P.fixC ? d * P.C.s[0] : b * P.C.s[0] + g * P.C.s[1], cs = P.fixC ? P.C.s[1] : P.C.s[2];
+#pragma unroll
+        for (int k = 0; k < S; k++) {
+            Bv[k] = P.fixB ? ldf(P.B, bo + (n0 + k) * bs) : ld<T>(P.B.p, bo + (n0 + k) * bs);
+            Cv[k] = P.fixC ? ldf(P.C, co + (n0 + k) * cs) : ld<T>(P.C.p, co + (n0 + k) * cs);
+        }
+    }
+    if (live) {
+        x = ld<T>(P.u.p, b * P.u.s[0] + d * P.u.s[1]);
+        dt = ld<T>(P.delta.p, b * P.delta.s[0] + d * P.delta.s[1]);
+        if (P.bias.p) bias = ldf(P.bias, d * P.bias.s[0]);
+        if (j == 0 && P.z.p) zz = ld<T>(P.z.p, b * P.z.s[0] + d * P.z.s[1]);
+        if (j == 0 && P.D.p) Dd = ldf(P.D, d * P.D.s[0]);
+    }
+    float yp = 0.0f;
+    if (own) {
+        dt += bias;
+        if (P.softplus) dt = softplus(dt);
+        const float dtx = dt * x, dtl = dt * kLog2e;
+#pragma unroll
+        for (int k = 0; k < S; k++) {
+            hv[k] = fmaf(ex2(dtl * Av[k]), hv[k], dtx * Bv[k]);
+            yp = fmaf(Cv[k], hv[k], yp);
+        }
+#pragma unroll
+        for (int k = 0; k < S; k += 4) hp[k / 4] = make_float4(hv[k], hv[k + 1], hv[k + 2], hv[k + 3]);
+    }
+    for (int m = NT / 2; m >= 1; m >>= 1) yp += __shfl_xor_sync(0xffffffffu, yp, m);
+    if (valid && j == 0) {
+        float y = 0.0f;
+        if (live) {
+            y = fmaf(Dd, x, yp);
+            if (P.z.p) y *= zz * sigm(zz);
+        }
+        st<T>(P.y.p, b * P.y.s[0] + d * P.y.s[1], y);
+    }
+}
+
 /* ---------------------------------------------------------------------------------------------- */
 /*                                      host side: plans                                          */
 /* ---------------------------------------------------------------------------------------------- */
@@ -2636,12 +2714,28 @@ SELSCAN_DEF selscan_status selscan_step_cuda_ex(const selscan_step_problem *s, c
     P.bf16 = q.dt == SELSCAN_BF16;
     P.u = mk(q.x); P.delta = mk(q.dt_); P.A = mk(q.A); P.B = mk(q.B); P.C = mk(q.C); P.D = mk(q.D);
     P.z = mk(q.z); P.bias = mk(q.bias); P.h0 = mk(q.state); P.y = mk(q.y);
-    P.NT = q.N >= 32 ? 32 : pow2ceil(q.N);
+    /* float4 state rows: step_fast_kernel with 8 or 4 states a thread; else one state a thread */
+    const bool vec = q.N % 4 == 0 && q.N <= 128 && q.state.s[2] == 1 && q.state.s[1] % 4 == 0 && q.state.s[0] % 4 == 0 &&
+                     reinterpret_cast<uintptr_t>(q.state.data) % 16 == 0;
+    const int spt = q.N % 8 == 0 ? 8 : 4; /* 16 (one thread a channel at N = 16) measured slower */
+    const bool avec = q.A.s[1] == 1 && q.A.s[0] % 4 == 0 && reinterpret_cast<uintptr_t>(q.A.data) % 16 == 0;
+    P.NT = vec ? pow2ceil(q.N / spt) : q.N >= 32 ? 32 : pow2ceil(q.N);
     const int64_t cpb = kThreads / P.NT, grid = q.batch * cdiv(q.dim, cpb);
     if (grid > 0x7fffffff) return SELSCAN_ERR_UNSUPPORTED;
-    if (q.dt == SELSCAN_F32) step_kernel<float><<<static_cast<unsigned>(grid), kThreads, 0, stream>>>(P);
-    else if (q.dt == SELSCAN_F16) step_kernel<__half><<<static_cast<unsigned>(grid), kThreads, 0, stream>>>(P);
-    else step_kernel<__nv_bfloat16><<<static_cast<unsigned>(grid), kThreads, 0, stream>>>(P);
+    const unsigned gr = static_cast<unsigned>(grid);
+    if (vec && spt == 8) {
+        if (q.dt == SELSCAN_F32) step_fast_kernel<float, 8><<<gr, kThreads, 0, stream>>>(P, avec);
+        else if (q.dt == SELSCAN_F16) step_fast_kernel<__half, 8><<<gr, kThreads, 0, stream>>>(P, avec);
+        else step_fast_kernel<__nv_bfloat16, 8><<<gr, kThreads, 0, stream>>>(P, avec);
+    } else if (vec) {
+        if (q.dt == SELSCAN_F32) step_fast_kernel<float, 4><<<gr, kThreads, 0, stream>>>(P, avec);
+        else if (q.dt == SELSCAN_F16) step_fast_kernel<__half, 4><<<gr, kThreads, 0, stream>>>(P, avec);
+        else step_fast_kernel<__nv_bfloat16, 4><<<gr, kThreads, 0, stream>>>(P, avec);
+    } else {
+        if (q.dt == SELSCAN_F32) step_kernel<float><<<gr, kThreads, 0, stream>>>(P);
+        else if (q.dt == SELSCAN_F16) step_kernel<__half><<<gr, kThreads, 0, stream>>>(P);
+        else step_kernel<__nv_bfloat16><<<gr, kThreads, 0, stream>>>(P);
+    }
     SELSCAN__LAUNCHED();
     return SELSCAN_OK;
 }

@@ -11,7 +11,7 @@
  * framework op runs it) and, in a second column, without (it then recomputes the checkpoint).
  * mamba: state-spaces/mamba selective_scan_cuda on an H200 (../shared/peers/h200-mamba-ssm.json).
  *
- * Usage: bench_cuda [case-name-substring] [f32|bf16]
+ * Usage: bench_cuda [case-name-substring | step] [f32|bf16] ("step": only the decode step's table)
  * Environment: SELSCAN_BENCH_FWD_ONLY=1 (forward only), SELSCAN_BENCH_LAYOUT=bld (channels-last
  * tensors, which the general kernels run), SELSCAN_BENCH_NPT / SELSCAN_BENCH_NLCH (force the
  * forward's plan, for tuning).
@@ -98,6 +98,61 @@ static void *dalloc(size_t bytes) {
 static void dfill(void *p, int64_t n, bool is16, float lo, float hi, uint32_t seed) {
     fill_kernel<<<1024, 256>>>(p, n, is16, lo, hi, seed);
     CU(cudaGetLastError());
+}
+
+/* Decode step (selscan_step_cuda): (batch, dim, N) f32 state updated in place, softplus, D, z,
+   delta_bias, variable B / C. Floor: its minimal bytes (state read + written, x, dt, z read, y
+   written, B / C, A, D, bias read) at the copy bandwidth. Time: 20 launches back to back between two
+   events (the rate of queued decode steps, launch gaps included), median of 9; states rotate over
+   enough buffers that they come from DRAM, as every layer's state does in a decode loop. */
+static void bench_step(cudaStream_t stream, cudaEvent_t e0, cudaEvent_t e1, double bw, const char *only_dt) {
+    static const int64_t shapes[][3] = {{1, 5120, 16}, {16, 5120, 16}, {64, 5120, 16}, {256, 5120, 16}, {64, 2048, 16}};
+    printf("\nstep (decode; f32 state in place; softplus, D, z, delta_bias): us a call, 20 queued launches, median of 9\n");
+    printf("%-16s %-5s | %9s %9s %8s %6s\n", "batch,dim,N", "dtype", "us", "floor us", "GB/s", "x flr");
+    for (const auto &sh : shapes) {
+        for (int di = 0; di < 2; di++) {
+            if (only_dt && strcmp(only_dt, di ? "bf16" : "f32") != 0) continue;
+            const int64_t B = sh[0], Dm = sh[1], N = sh[2], BD = B * Dm, DN = Dm * N, BN = B * N;
+            const size_t es = di ? 2 : 4, sbytes = static_cast<size_t>(BD * N) * 4;
+            const int nsets = static_cast<int>(std::max<size_t>(2, std::min<size_t>(64, 400000000 / sbytes + 1)));
+            std::vector<void *> st(nsets);
+            for (int k = 0; k < nsets; k++) { st[k] = dalloc(sbytes); dfill(st[k], BD * N, false, -1, 1, 200 + k); }
+            void *x = dalloc(BD * es), *dtv = dalloc(BD * es), *z = dalloc(BD * es), *y = dalloc(BD * es);
+            void *Bm = dalloc(BN * es), *Cm = dalloc(BN * es), *A = dalloc(DN * 4), *D = dalloc(Dm * 4), *bias = dalloc(Dm * 4);
+            dfill(x, BD, di, -1, 1, 1); dfill(dtv, BD, di, -3, 1, 2); dfill(z, BD, di, -2, 2, 3);
+            dfill(Bm, BN, di, -1, 1, 4); dfill(Cm, BN, di, -1, 1, 5); dfill(A, DN, false, -4, -0.5f, 6);
+            dfill(D, Dm, false, -1, 1, 7); dfill(bias, Dm, false, -0.5f, 0.5f, 8);
+            selscan_step_problem s;
+            memset(&s, 0, sizeof s);
+            s.batch = B; s.dim = Dm; s.dstate = N; s.dtype = di ? SELSCAN_BF16 : SELSCAN_F32; s.flags = SELSCAN_DELTA_SOFTPLUS;
+            s.x.data = x; s.dt.data = dtv; s.z.data = z; s.y.data = y; s.B.data = Bm; s.C.data = Cm;
+            s.A.data = A; s.D.data = D; s.delta_bias.data = bias;
+            std::vector<float> t;
+            int k = 0;
+            for (int r = 0; r < 11; r++) {
+                CU(cudaEventRecord(e0, stream));
+                for (int i = 0; i < 20; i++) {
+                    s.state.data = st[k++ % nsets];
+                    OK(selscan_step_cuda(&s, stream));
+                }
+                CU(cudaEventRecord(e1, stream));
+                CU(cudaEventSynchronize(e1));
+                float ms;
+                CU(cudaEventElapsedTime(&ms, e0, e1));
+                if (r >= 2) t.push_back(ms * 1e3f / 20);
+            }
+            const float us = median(t);
+            const double bytes = 2.0 * sbytes + 4.0 * BD * es + 2.0 * BN * es + DN * 4.0 + 2.0 * Dm * 4;
+            char name[64];
+            snprintf(name, sizeof name, "%lld,%lld,%lld", (long long)B, (long long)Dm, (long long)N);
+            printf("%-16s %-5s | %9.2f %9.2f %8.0f %6.2f\n", name, di ? "bf16" : "f32", us, bytes / bw * 1e6, bytes / (us * 1e-6) / 1e9,
+                   us / (bytes / bw * 1e6));
+            fflush(stdout);
+            for (void *q : st) cudaFree(q);
+            void *fr[] = {x, dtv, z, y, Bm, Cm, A, D, bias};
+            for (void *q : fr) cudaFree(q);
+        }
+    }
 }
 
 int main(int argc, char **argv) {
@@ -258,5 +313,6 @@ int main(int argc, char **argv) {
     }
     printf("columns: x flr = time / floor (targets: fwd <= 2, bwd <= 3, with 20 / 30 us minimums); vs mb = mamba time / ours;\n"
            "bwd uses the forward's checkpoint, nock recomputes it\n");
+    if (!only || strstr("step", only)) bench_step(stream, e0, e1, bw, only_dt);
     return 0;
 }

@@ -67,9 +67,10 @@ struct Ten {
     size_t bytes = 0;
     void *h = NULL, *d = NULL;
     bool zero_strides = false;
+    int64_t base = 0; /* elements between the allocation and the tensor (layout 4) */
     int64_t count() const { return n[0] * n[1] * n[2] * n[3]; }
     int64_t off(int64_t i) const { /* logical row-major index -> element offset */
-        int64_t o = 0;
+        int64_t o = base;
         for (int k = nd - 1; k >= 0; k--) { o += (i % n[k]) * s[k]; i /= n[k]; }
         return o;
     }
@@ -87,14 +88,15 @@ struct Ten {
     }
     selscan_tensor api(bool dev) const {
         selscan_tensor t;
-        t.data = dev ? d : h;
+        t.data = static_cast<char *>(dev ? d : h) + base * esz();
         for (int k = 0; k < 4; k++) t.stride[k] = zero_strides ? 0 : s[k];
         return t;
     }
 };
 
 /* layout: 0 contiguous (zero strides), 1 contiguous explicit, 2 last dim moved to position 1
-   (channels-last), 3 padded (gaps between rows). */
+   (channels-last), 3 padded (gaps between rows), 4 contiguous from one element past an aligned
+   address (misaligned for vector accesses). */
 static void make(Ten &t, selscan_dtype dt, int nd, int64_t n0, int64_t n1, int64_t n2, int64_t n3, int layout) {
     t.nd = nd; t.dt = dt;
     int64_t n[4] = {n0, n1, n2, n3};
@@ -115,7 +117,8 @@ static void make(Ten &t, selscan_dtype dt, int nd, int64_t n0, int64_t n1, int64
     }
     for (int k = nd; k < 4; k++) t.s[k] = 0;
     t.zero_strides = layout == 0;
-    int64_t span = 1;
+    t.base = layout == 4 ? 1 : 0;
+    int64_t span = 1 + t.base;
     for (int k = 0; k < nd; k++) span += (t.n[k] - 1) * t.s[k];
     t.bytes = (size_t)span * t.esz();
     t.h = malloc(t.bytes);
@@ -571,6 +574,23 @@ int main() {
     run_step_case(F32, 4, 16, 1, 1, 0, false, false, false, true, 0);
     run_step_case(F32, 3, 8, 256, 1, SP | FB | FC, true, true, true, true, 3);
     run_step_case(BF, 6, 12, 64, 3, SP | FC, true, false, true, true, 1);
+    /* both step kernels (float4 rows: N % 4 == 0, N <= 128, aligned unit-n rows; else one state a
+       thread): every N class, odd channel counts, groups, fixed B / C, index with padding rows,
+       contiguous, padded and misaligned layouts */
+    {
+        static const int64_t Ns[] = {1, 2, 3, 4, 8, 12, 16, 20, 32, 60, 64, 68, 128};
+        int k = 0;
+        for (int64_t N : Ns)
+            for (int lay : {1, 3, 4}) {
+                const selscan_dtype T = (selscan_dtype)(k % 3);
+                const unsigned fl = (k % 4 == 1 ? 0u : SP) | (k % 5 == 2 ? FB : 0u) | (k % 7 == 3 ? FC : 0u);
+                run_step_case(T, 1 + k % 6, 37 + 6 * (k % 2), N, 1, fl, k % 3 != 0,
+                              k % 2 == 0, k % 4 != 3, k % 3 == 1, lay);
+                k++;
+            }
+        run_step_case(F32, 9, 96, 16, 3, SP, true, true, true, true, 1); /* 3 groups of 32 channels */
+        run_step_case(BF, 2, 5, 16, 5, SP, true, true, true, false, 0);  /* a group a channel */
+    }
     printf("%-32s %s\n", "step", g_fail == before ? "ok" : "FAILED");
     const int b2 = g_fail;
     validation_tests();
