@@ -69,6 +69,9 @@
  * sums over channels and time go through per-block partials in the workspace and fixed-order
  * reduction kernels (deterministic). The general backward is compiled once for both 2-byte types
  * (h16: a runtime flag picks binary16 or bfloat16): compile time, see bench/NOTES.md v21.
+ * The decode step: 8 or 4 states a thread with float4 state rows (unit n stride, N % 4 == 0,
+ * N <= 128, 16-byte aligned rows), one state a thread otherwise. L-chunk plans fill one wave on
+ * the current device's multiprocessors (at most 160; workspace sizes assume 160).
  */
 #ifndef SELSCAN_CUDA_CUH
 #define SELSCAN_CUDA_CUH
