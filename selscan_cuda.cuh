@@ -241,25 +241,45 @@ template <typename T> __device__ __forceinline__ void pf(const void *p, int64_t 
 /* sigmoid and softplus on the fast units; softplus(x) = max(x, 0) + log1p(exp(-|x|)), the log1p by
    its series where exp(-|x|) < 0.05 (relative error ~1e-7) and by lg2.approx above (~1e-5). */
 /* Branch-free (selects only), so that tile loops unroll into straight-line code whose loads the
-   compiler can issue together. */
-__device__ __forceinline__ float sigm(float x) { return __fdividef(1.0f, 1.0f + __expf(-x)); }
+   compiler can issue together. ex2 / lg2 flush denormals: exp(-|x|) below 2^-126 is 0, and
+   log1p's argument 1 + e lies in [1, 2]. */
+const float kLog2e = 1.4426950408889634f;
+const float kLn2 = 0.6931471805599453f;
+__device__ __forceinline__ float lg2(float x) {
+    float y;
+    asm("lg2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+    return y;
+}
+__device__ __forceinline__ float sigm(float x) { return __fdividef(1.0f, 1.0f + ex2(-x * kLog2e)); }
 __device__ __forceinline__ float softplus(float x) {
-    const float e = __expf(-fabsf(x));
+    const float e = ex2(-fabsf(x) * kLog2e);
     const float ser = e * (1.0f - e * (0.5f - e * (0.33333333f - 0.25f * e)));
-    const float l = e < 0.05f ? ser : __logf(1.0f + e);
+    const float l = e < 0.05f ? ser : lg2(1.0f + e) * kLn2;
     const float r = fmaxf(x, 0.0f) + l;
     return x > 20.0f ? x : r;
 }
 /* softplus(x) and its derivative sigmoid(x) from one exponential */
 __device__ __forceinline__ void softplus_dsig(float x, float *sp, float *dsig) {
-    const float e = __expf(-fabsf(x));
+    const float e = ex2(-fabsf(x) * kLog2e);
     const float ser = e * (1.0f - e * (0.5f - e * (0.33333333f - 0.25f * e)));
-    const float l = e < 0.05f ? ser : __logf(1.0f + e);
+    const float l = e < 0.05f ? ser : lg2(1.0f + e) * kLn2;
     *sp = x > 20.0f ? x : fmaxf(x, 0.0f) + l;
     *dsig = x > 20.0f ? 1.0f : __fdividef(x >= 0.0f ? 1.0f : e, 1.0f + e);
 }
-const float kLog2e = 1.4426950408889634f;
-const float kLn2 = 0.6931471805599453f;
+/* dt of a (channel, step) from x = delta + bias: softplus(x) when sp (uniform), x otherwise, 0 on
+   padding (!v). softplus is evaluated whatever sp and v are, then selected: written as a
+   conditional expression around it, it became a branch region an evaluation, which serialized a
+   tile's 4-8 evaluations (their exponential and logarithm latencies added up; bench/NOTES.md v38). */
+__device__ __forceinline__ float dt_of(float x, bool sp, bool v) {
+    const float s = softplus(x);
+    const float d = sp ? s : x;
+    return v ? d : 0.0f;
+}
+/* y gated by silu(z) when hz (uniform): evaluated, then selected (as dt_of) */
+__device__ __forceinline__ float gate(float y, float zz, bool hz) {
+    const float g = y * (zz * sigm(zz));
+    return hz ? g : y;
+}
 
 /* The (channel c, step tt) pairs of a CH x TL tile that thread tid visits: c = c + r * dc,
    tt = tt + r * dt for r < R (pairs past the tile, when CH * TL < kThreads, are to be skipped).
@@ -371,7 +391,7 @@ __global__ void __launch_bounds__(kThreads, SELSCAN_CUDA_FWD_MINBLOCKS) fwd_kern
             float x = v ? ld<T>(P.delta.p, od) : 0.0f;
             const float uu = v ? ld<T>(P.u.p, ou) : 0.0f;
             x += v && P.bias.p ? ldf(P.bias, (c0 + c) * P.bias.s[0]) : 0.0f;
-            const float dt = v ? (sp ? softplus(x) : x) : 0.0f;
+            const float dt = dt_of(x, sp, v);
             if (in) {
                 s_dt[c * TP + tt] = dt;
                 s_dtu[c * TP + tt] = dt * uu;
@@ -764,7 +784,7 @@ __global__ void __launch_bounds__(kThreads, fast_fwd_minblocks<S>()) fwd_fast_ke
 #pragma unroll
         for (int k = 0; k < OWN; k++) {
             const float uu = raw_get<T, OWN>(ru, k), x = raw_get<T, OWN>(rd, k) + bias;
-            const float dt = k < nown ? (sp ? softplus(x) : x) : 0.0f;
+            const float dt = dt_of(x, sp, k < nown);
             s_dt[buf][(j * OWN + k) * CH + chl] = make_float2(dt, dt * uu);
         }
     };
@@ -827,7 +847,7 @@ __global__ void __launch_bounds__(kThreads, fast_fwd_minblocks<S>()) fwd_fast_ke
             for (int k = 0; k < OWN; k++) {
                 const float y = fmaf(Dd, raw_get<T, OWN>(cu, k), yp[k]);
                 const float zz = hz ? raw_get<T, OWN>(rz, k) : 0.0f;
-                yv[k] = hz ? y * (zz * sigm(zz)) : y;
+                yv[k] = gate(y, zz, hz);
             }
             if (nown > 0) store_row<T, OWN>(yrow + t0, yv, nown);
         }
@@ -1080,8 +1100,9 @@ __global__ void __launch_bounds__(kThreads, SELSCAN_CUDA_BWD_MINBLOCKS) bwd_kern
             const float dy = v && full ? ld<T>(P.dy.p, ody, BF) : 0.0f;
             const float zz = v && full && hz ? ld<T>(P.z.p, oz, BF) : 0.0f;
             x += v && P.bias.p ? ldf(P.bias, (c0 + c) * P.bias.s[0]) : 0.0f;
-            const float dt = v ? (sp ? softplus(x) : x) : 0.0f;
-            const float dsp = sp && x <= 20.0f ? sigm(x) : 1.0f;
+            const float dt = dt_of(x, sp, v);
+            const float sx = sigm(x);
+            const float dsp = sp && x <= 20.0f ? sx : 1.0f;
             const float sg = sigm(zz);
             const float dy0 = hz ? dy * zz * sg : dy;
             const float fz = hz ? dy * sg * (1.0f + zz * (1.0f - sg)) : 0.0f;
@@ -1670,7 +1691,7 @@ __global__ void __launch_bounds__(kThreads, fast_bwd_minblocks<S>()) bwd_fast_ke
 #pragma unroll
                 for (int k = 0; k < OWN; k++) {
                     const float x = raw_get<T, OWN>(rd, k) + bias;
-                    const float dt = k < nown ? (sp ? softplus(x) : x) : 0.0f;
+                    const float dt = dt_of(x, sp, k < nown);
                     sm.ch[j * OWN + k][chl] = make_float4(dt, dt * raw_get<T, OWN>(ru, k), 0.0f, 0.0f);
                 }
             }
@@ -1710,8 +1731,10 @@ __global__ void __launch_bounds__(kThreads, fast_bwd_minblocks<S>()) bwd_fast_ke
                 for (int k = 0; k < OWN; k++) {
                     const bool v = k < nown;
                     const float x = raw_get<T, OWN>(rd, k) + bias;
-                    float dt = x, dsp = 1.0f;
-                    if (sp) softplus_dsig(x, &dt, &dsp);
+                    float spx, dspx; /* evaluated whatever sp is, then selected (see dt_of) */
+                    softplus_dsig(x, &spx, &dspx);
+                    float dt = sp ? spx : x;
+                    const float dsp = sp ? dspx : 1.0f;
                     const float uu = v ? raw_get<T, OWN>(ru, k) : 0.0f;
                     const float dy = v ? raw_get<T, OWN>(ry, k) : 0.0f;
                     const float zz = hz && v ? raw_get<T, OWN>(rz, k) : 0.0f;
@@ -1899,10 +1922,11 @@ __global__ void __launch_bounds__(kThreads) bwd_fast_local_kernel(const kparams 
         for (int k = 0; k < OWN; k++) {
             const bool v = k < nown;
             const float x = raw_get<T, OWN>(rd, k) + bias;
-            const float dt = v ? (sp ? softplus(x) : x) : 0.0f;
+            const float dt = dt_of(x, sp, v);
             const float dy = v ? raw_get<T, OWN>(ry, k) : 0.0f;
             const float zz = hz && v ? raw_get<T, OWN>(rz, k) : 0.0f;
-            s_dt[j * OWN + k][chl] = make_float2(dt, hz ? dy * zz * sigm(zz) : dy);
+            const float sg = sigm(zz);
+            s_dt[j * OWN + k][chl] = make_float2(dt, hz ? dy * zz * sg : dy);
         }
 #pragma unroll
         for (int r = 0; r < RB; r++) {
