@@ -1725,6 +1725,9 @@ __global__ void __launch_bounds__(kThreads, fast_bwd_minblocks<S>()) bwd_fast_ke
         for (int it = nt - 1; it >= 0; it--) {
             const int tb = ts + it * kBT, t0 = tb + j * OWN;
             const int nown = own_count(tb, te);
+            /* the states entering the tile, loaded first: their L2 latency overlaps the staging */
+#pragma unroll
+            for (int k = 0; k < S; k++) h[k] = hin_of(it, k);
             {
 #pragma unroll
                 for (int k = 0; k < OWN; k++) {
@@ -1746,8 +1749,6 @@ __global__ void __launch_bounds__(kThreads, fast_bwd_minblocks<S>()) bwd_fast_ke
             __syncthreads();
             if (it > 0) load_own(it - 1, true);
             /* recompute the tile's states */
-#pragma unroll
-            for (int k = 0; k < S; k++) h[k] = hin_of(it, k);
             scan_tile(it, std::true_type());
             /* walk back */
             const int wofs = warp * SM::WB + j * SM::WPL + lane / TPC;
