@@ -235,7 +235,8 @@ static void bench_step(int64_t nthr, int quick) {
 }
 
 int main(int argc, char **argv) {
-    const int64_t nthr = argc > 1 ? atoi(argv[1]) : sysconf(_SC_NPROCESSORS_ONLN);
+    const int64_t want = argc > 1 ? atoi(argv[1]) : sysconf(_SC_NPROCESSORS_ONLN);
+    const int64_t nthr = want < 1 ? 1 : want > 64 ? 64 : want; /* the thread arrays hold 64 */
     const char *filter = argc > 2 ? argv[2] : NULL;
     const int quick = getenv("SELSCAN_BENCH_QUICK") && strcmp(getenv("SELSCAN_BENCH_QUICK"), "0");
     const int only_fwd = getenv("SELSCAN_BENCH_FWD") && strcmp(getenv("SELSCAN_BENCH_FWD"), "0");
