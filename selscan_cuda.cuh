@@ -750,9 +750,14 @@ __global__ void __launch_bounds__(kThreads, fast_fwd_minblocks<S>()) fwd_fast_ke
        after the scan, so that the scan does not wait for the loads); element e = tid + r * kThreads */
     uint32_t rB[RB], rC[RB];
     auto load_bc = [&](int tb) {
+        /* 2-byte types: the thread index read again (volatile): the row predicates derived from
+           it were kept across the tile loop, spilled and reloaded at each tile's start
+           (bench/NOTES.md v40; in f32 the same read moves a spill into the 4-state kernel) */
+        int t = tid;
+        if (sizeof(T) == 2) asm volatile("mov.u32 %0, %%tid.x;" : "=r"(t));
 #pragma unroll
         for (int r = 0; r < RB; r++) {
-            const int e = tid + r * kThreads, n = e / kFL, tt = e % kFL;
+            const int e = t + r * kThreads, n = e / kFL, tt = e % kFL;
             const bool v = e < NP * kFL && n < static_cast<int>(N) && tb + tt < L;
             rB[r] = v ? ld_bits<T>(Bg, n * sBn + tb + tt) : 0u; /* 0 bits: 0.0 in every type */
             rC[r] = v ? ld_bits<T>(Cg, n * sCn + tb + tt) : 0u;
