@@ -147,8 +147,6 @@ const int kTL = 32;                     /* forward time tile */
 const int kCK = SELSCAN_CUDA_CHECKPOINT_INTERVAL;
 const int kSub = 16;                    /* backward sub-tile (states kept in registers) */
 const int kBwdNPT = 4;                  /* backward: states per thread */
-const int kFwdPerSM = 6;                /* general forward blocks an SM (their registers allow) */
-const int kBwdPerSM = 3;                /* general backward blocks an SM */
 
 struct ct { /* a tensor on the device: data + element strides */
     void *p;
@@ -1968,6 +1966,22 @@ __global__ void __launch_bounds__(kThreads) bwd_fast_local_kernel(const kparams 
 /*                                          step                                                  */
 /* ---------------------------------------------------------------------------------------------- */
 
+/* The step's y of channel d from its NT lanes' shares yp: summed, D x added, gated by silu(z) (Dd,
+   zz: lane 0's); 0 on a padding row (!live). Lane 0 of the channel stores it. */
+template <typename T>
+__device__ __forceinline__ void step_store_y(const kparams &P, int64_t b, int64_t d, int NT, int j, bool valid, bool live,
+                                             float yp, float x, float Dd, float zz) {
+    for (int m = NT / 2; m >= 1; m >>= 1) yp += __shfl_xor_sync(0xffffffffu, yp, m);
+    if (valid && j == 0) {
+        float y = 0.0f;
+        if (live) {
+            y = P.D.p ? fmaf(Dd, x, yp) : yp;
+            if (P.z.p) y *= zz * sigm(zz);
+        }
+        st<T>(P.y.p, b * P.y.s[0] + d * P.y.s[1], y);
+    }
+}
+
 template <typename T>
 __global__ void __launch_bounds__(kThreads) step_kernel(const kparams P) {
     const int NT = P.NT, CPB = kThreads / NT;
@@ -1995,19 +2009,10 @@ __global__ void __launch_bounds__(kThreads) step_kernel(const kparams P) {
             yp = fmaf(Cv, hn, yp);
         }
     }
-    for (int m = NT / 2; m >= 1; m >>= 1) yp += __shfl_xor_sync(0xffffffffu, yp, m);
-    if (valid && j == 0) {
-        float y = 0.0f;
-        if (!pad) {
-            y = yp;
-            if (P.D.p) y = fmaf(ldf(P.D, d * P.D.s[0]), x, y);
-            if (P.z.p) {
-                const float zz = ld<T>(P.z.p, b * P.z.s[0] + d * P.z.s[1]);
-                y *= zz * sigm(zz);
-            }
-        }
-        st<T>(P.y.p, b * P.y.s[0] + d * P.y.s[1], y);
-    }
+    const bool lead = valid && !pad && j == 0;
+    const float Dd = lead && P.D.p ? ldf(P.D, d * P.D.s[0]) : 0.0f;
+    const float zz = lead && P.z.p ? ld<T>(P.z.p, b * P.z.s[0] + d * P.z.s[1]) : 0.0f;
+    step_store_y<T>(P, b, d, NT, j, valid, !pad, yp, x, Dd, zz);
 }
 
 /* Decode step for float4-aligned state rows (unit n stride, N % 4 == 0, N <= 128): S = 8 (N % 8
@@ -2077,15 +2082,7 @@ __global__ void __launch_bounds__(kThreads) step_fast_kernel(const kparams P, co
 #pragma unroll
         for (int k = 0; k < S; k += 4) hp[k / 4] = make_float4(hv[k], hv[k + 1], hv[k + 2], hv[k + 3]);
     }
-    for (int m = NT / 2; m >= 1; m >>= 1) yp += __shfl_xor_sync(0xffffffffu, yp, m);
-    if (valid && j == 0) {
-        float y = 0.0f;
-        if (live) {
-            y = fmaf(Dd, x, yp);
-            if (P.z.p) y *= zz * sigm(zz);
-        }
-        st<T>(P.y.p, b * P.y.s[0] + d * P.y.s[1], y);
-    }
+    step_store_y<T>(P, b, d, NT, j, valid, live, yp, x, Dd, zz);
 }
 
 /* ---------------------------------------------------------------------------------------------- */
@@ -2107,26 +2104,32 @@ struct fwd_plan {
     int fastS, fastTPC; /* fast forward (fwd_fast_kernel): states and threads a channel; 0: none */
 };
 
-/* Multiprocessors the plans fill a wave of blocks on (L chunks): the current device's (asked once
-   a device; 132, an H100/H200's, when it cannot be asked), at most kPlanMaxSMs. Workspace sizes
-   are planned for kPlanMaxSMs: a plan's workspace only grows with the count, so a size does not
-   depend on the device. Concurrent first calls store the same value. */
+/* A (positive) attribute of the current device, asked once a device and kept in known (0: not
+   asked yet); 0 when it cannot be asked. Concurrent first calls store the same value. */
+int current_device_attr(cudaDeviceAttr a, volatile int (&known)[64]) {
+    int dev = 0, v = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return 0;
+    }
+    if (dev >= 0 && dev < 64 && known[dev] > 0) return known[dev];
+    if (cudaDeviceGetAttribute(&v, a, dev) != cudaSuccess || v <= 0) {
+        (void)cudaGetLastError();
+        return 0;
+    }
+    if (dev >= 0 && dev < 64) known[dev] = v;
+    return v;
+}
+
+/* Multiprocessors the plans fill a wave of blocks on (L chunks): the current device's (132, an
+   H100/H200's, when it cannot be asked), at most kPlanMaxSMs. Workspace sizes are planned for
+   kPlanMaxSMs: a plan's workspace only grows with the count, so a size does not depend on the
+   device. */
 const int64_t kPlanMaxSMs = 160;
 int64_t sm_count() {
     static volatile int known[64];
-    int dev = 0, n = 0;
-    if (cudaGetDevice(&dev) != cudaSuccess) {
-        (void)cudaGetLastError();
-        return 132;
-    }
-    if (dev >= 0 && dev < 64 && known[dev] > 0) return known[dev];
-    if (cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess || n <= 0) {
-        (void)cudaGetLastError();
-        return 132;
-    }
-    if (n > kPlanMaxSMs) n = kPlanMaxSMs;
-    if (dev >= 0 && dev < 64) known[dev] = n;
-    return n;
+    const int64_t n = current_device_attr(cudaDevAttrMultiProcessorCount, known);
+    return n <= 0 ? 132 : n > kPlanMaxSMs ? kPlanMaxSMs : n;
 }
 
 /* fast forward blocks in flight for S states a thread */
@@ -2183,9 +2186,9 @@ bool plan_forward(const selscan__prob &q, int64_t sms, fwd_plan *pl, int npt_for
     pl->ncb = cdiv(q.dpg, pl->CH);
     const int64_t nck = cdiv(q.L, kCK);
     /* L chunks (2x the exponentials) only when the channels give less than one wave of blocks,
-       then as many as fill one wave (kFwdPerSM an SM): a block's steps are a serial chain */
+       then as many as fill one wave (SELSCAN_CUDA_FWD_MINBLOCKS an SM): a block's steps are a serial chain */
     const int64_t blocks = q.batch * q.G * pl->ncb;
-    int64_t nl = nlch_force ? nlch_force : lchunk_count(blocks, sms * kFwdPerSM, nck);
+    int64_t nl = nlch_force ? nlch_force : lchunk_count(blocks, sms * SELSCAN_CUDA_FWD_MINBLOCKS, nck);
     if (nl > nck) nl = nck;
     if (nl < 1) nl = 1;
     pl->lchunk = cdiv(nck, nl) * kCK;
@@ -2283,8 +2286,8 @@ bool plan_backward(const selscan__prob &q, const selscan__grd &r, bool have_ck, 
         pl->off_P = o; o += ck16;
     }
     /* L chunks when the channels alone give less than one full wave of blocks (lm-long,
-       lm-prefill): as many chunks as fill one wave (kBwdPerSM an SM), so no second, partial wave */
-    const int64_t blocks = q.batch * q.G * pl->ncb, slots = sms * kBwdPerSM;
+       lm-prefill): as many chunks as fill one wave (SELSCAN_CUDA_BWD_MINBLOCKS an SM), so no second, partial wave */
+    const int64_t blocks = q.batch * q.G * pl->ncb, slots = sms * SELSCAN_CUDA_BWD_MINBLOCKS;
     int64_t nl = blocks >= slots ? 1 : slots / blocks;
     if (nl > pl->nck16) nl = pl->nck16;
     pl->lchunk = cdiv(pl->nck16, nl) * kSub;
@@ -2318,20 +2321,8 @@ bool pdl_available() {
 #ifdef SELSCAN_CUDA_NO_PDL
     return false;
 #else
-    /* per device, asked once (0: not yet, 1: no, 2: yes); concurrent first calls store the same value */
-    static volatile signed char known[64];
-    int dev = 0, major = 0;
-    if (cudaGetDevice(&dev) != cudaSuccess) {
-        (void)cudaGetLastError();
-        return false;
-    }
-    if (dev >= 0 && dev < 64 && known[dev]) return known[dev] == 2;
-    if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess) {
-        (void)cudaGetLastError();
-        return false;
-    }
-    if (dev >= 0 && dev < 64) known[dev] = major >= 9 ? 2 : 1;
-    return major >= 9;
+    static volatile int known[64]; /* the compute capability's major number, per device */
+    return current_device_attr(cudaDevAttrComputeCapabilityMajor, known) >= 9;
 #endif
 }
 template <typename... KArgs, typename... Args>
