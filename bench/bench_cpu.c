@@ -60,9 +60,14 @@ static float *g_ck; /* checkpoints of the last forward (bwd with checkpoints) */
 static size_t g_ckbytes;
 
 typedef struct job {
-    int kind; /* 0 fwd part, 1 bwd part, 2 reduce, 3 bwd part with checkpoints */
+    int kind; /* 0 fwd part, 1 bwd part, 2 reduce, 3 bwd part with checkpoints, 4 step part,
+                 5 slice of a copy of count floats from src to dst */
     const selscan_problem *p;
     const selscan_grads *g;
+    const selscan_step_problem *s;
+    float *dst;
+    const float *src;
+    size_t count;
     int64_t part, n;
     void *ws;
     size_t bytes;
@@ -74,21 +79,34 @@ static void *run_job(void *a) {
     if (j->kind == 0) j->st = selscan_forward_cpu_part(j->p, j->part, j->n, j->ws, j->bytes);
     else if (j->kind == 1) j->st = selscan_backward_cpu_part(j->p, j->g, j->part, j->n, j->ws, j->bytes);
     else if (j->kind == 3) j->st = selscan_backward_cpu_ckpt_part(j->p, j->g, j->part, j->n, j->ws, j->bytes, g_ck, g_ckbytes);
-    else j->st = selscan_backward_cpu_reduce(j->p, j->g, j->part, j->n, j->ws, j->bytes);
+    else if (j->kind == 4) j->st = selscan_step_cpu_part(j->s, j->part, j->n);
+    else if (j->kind == 5) {
+        const size_t lo = j->count * (size_t)j->part / (size_t)j->n, hi = j->count * (size_t)(j->part + 1) / (size_t)j->n;
+        memcpy(j->dst + lo, j->src + lo, (hi - lo) * 4);
+        j->st = SELSCAN_OK;
+    } else j->st = selscan_backward_cpu_reduce(j->p, j->g, j->part, j->n, j->ws, j->bytes);
     return NULL;
 }
 
-static int run_phase(int kind, const selscan_problem *p, const selscan_grads *g, int64_t n, void *ws, size_t bytes) {
+/* jobs[0 .. n) on n threads (the caller's one of them); parts and n filled in here */
+static void run_jobs(job *jobs, int64_t n) {
     pthread_t th[64];
-    job jobs[64];
     int64_t i;
-    for (i = 0; i < n; i++) {
-        jobs[i].kind = kind; jobs[i].p = p; jobs[i].g = g; jobs[i].part = i; jobs[i].n = n;
-        jobs[i].ws = ws; jobs[i].bytes = bytes;
-    }
+    for (i = 0; i < n; i++) { jobs[i].part = i; jobs[i].n = n; }
     for (i = 1; i < n; i++) pthread_create(&th[i], NULL, run_job, &jobs[i]);
     run_job(&jobs[0]);
     for (i = 1; i < n; i++) pthread_join(th[i], NULL);
+}
+
+static int run_phase(int kind, const selscan_problem *p, const selscan_grads *g, int64_t n, void *ws, size_t bytes) {
+    job jobs[64];
+    int64_t i;
+    memset(jobs, 0, sizeof jobs);
+    for (i = 0; i < n; i++) {
+        jobs[i].kind = kind; jobs[i].p = p; jobs[i].g = g;
+        jobs[i].ws = ws; jobs[i].bytes = bytes;
+    }
+    run_jobs(jobs, n);
     for (i = 0; i < n; i++)
         if (jobs[i].st != SELSCAN_OK) {
             fprintf(stderr, "error: %s\n", selscan_status_string(jobs[i].st));
@@ -137,41 +155,21 @@ static double time_bwd(const selscan_problem *p, const selscan_grads *g, int mod
     return best;
 }
 
-/* Step (decode) and memcpy jobs on n threads: part i of n of the step, or slice i of n of a copy */
-typedef struct step_job {
-    const selscan_step_problem *s;
-    float *dst;
-    const float *src;
-    size_t count;
-    int64_t part, n;
-} step_job;
-
-static void *run_step_job(void *a) {
-    step_job *j = (step_job *)a;
-    if (j->s) {
-        if (selscan_step_cpu_part(j->s, j->part, j->n) != SELSCAN_OK) abort();
-    } else {
-        const size_t lo = j->count * (size_t)j->part / (size_t)j->n, hi = j->count * (size_t)(j->part + 1) / (size_t)j->n;
-        memcpy(j->dst + lo, j->src + lo, (hi - lo) * 4);
-    }
-    return NULL;
-}
-
-/* the step (s) or a copy of count floats, on n threads; wall seconds */
+/* the step (s) or else a copy of count floats, on n threads; wall seconds */
 static double time_step_threads(const selscan_step_problem *s, float *dst, const float *src, size_t count, int64_t n) {
-    pthread_t th[64];
-    step_job jobs[64];
+    job jobs[64];
     int64_t i;
     double t0;
+    memset(jobs, 0, sizeof jobs);
     for (i = 0; i < n; i++) {
-        jobs[i].s = s; jobs[i].dst = dst; jobs[i].src = src; jobs[i].count = count;
-        jobs[i].part = i; jobs[i].n = n;
+        jobs[i].kind = s ? 4 : 5; jobs[i].s = s; jobs[i].dst = dst; jobs[i].src = src; jobs[i].count = count;
     }
     t0 = now();
-    for (i = 1; i < n; i++) pthread_create(&th[i], NULL, run_step_job, &jobs[i]);
-    run_step_job(&jobs[0]);
-    for (i = 1; i < n; i++) pthread_join(th[i], NULL);
-    return now() - t0;
+    run_jobs(jobs, n);
+    t0 = now() - t0;
+    for (i = 0; i < n; i++)
+        if (jobs[i].st != SELSCAN_OK) abort();
+    return t0;
 }
 
 /* Step (decode): batch rows of (dim, N) f32 state read and written in place. Ceiling: the
