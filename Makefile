@@ -42,8 +42,8 @@ TEST_SANFLAGS   ?= -std=gnu11 -O0 -g -Wall -Wextra -fsanitize=address,undefined 
 TEST_JOBS       ?= $(shell nproc 2>/dev/null || echo 2)
 TEST_SAN_ENV    := SELSCAN_TEST_QUICK=1 ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
 .PHONY: test-build
-TEST_CUDA_BUILD := if $(MAKE) --no-print-directory -j2 $(BUILD)/test_cuda $(BUILD)/cuda_quickstart >$(BUILD)/cuda-build.log 2>&1; \
-    then echo 'nvcc: compiled test_cuda and cuda_quickstart'; echo '1 passed, 0 failed'; \
+TEST_CUDA_BUILD := if $(MAKE) --no-print-directory -j2 $(BUILD)/test_cuda $(BUILD)/test_cuda_cl $(BUILD)/cuda_quickstart >$(BUILD)/cuda-build.log 2>&1; \
+    then echo 'nvcc: compiled test_cuda, test_cuda_cl and cuda_quickstart'; echo '1 passed, 0 failed'; \
     else cat $(BUILD)/cuda-build.log; echo '0 passed, 1 failed'; exit 1; fi
 
 $(BUILD)/tests/selscan_impl.o: tests/selscan_impl.c selscan.h
@@ -66,7 +66,7 @@ test:
 	@$(MAKE) --no-print-directory -j$(TEST_JOBS) test-build
 	@bash tests/run.sh $(foreach b,$(TEST_BINS),./$(b)) \
 	    "CC='$(CC)' CXX='$(CXX)' NVCC='$(NVCC)' BUILD='$(BUILD)' bash tests/build_checks.sh" \
-	    $(if $(HAVE_NVCC),"$(TEST_CUDA_BUILD)" ./$(BUILD)/test_cuda) \
+	    $(if $(HAVE_NVCC),"$(TEST_CUDA_BUILD)" ./$(BUILD)/test_cuda ./$(BUILD)/test_cuda_cl) \
 	    $(foreach b,$(TEST_SAN_BINS),"$(TEST_SAN_ENV) ./$(b)")
 
 # ---- CPU benchmark ----------------------------------------------------------------------------
@@ -91,7 +91,7 @@ bench: $(BUILD)/bench_cpu $(BUILD)/cpu_threads
 # ---- CUDA -------------------------------------------------------------------------------------
 # cuda-build compiles every CUDA binary without running one (for CI machines with nvcc, no GPU).
 # test-cuda runs the GPU suite (prints "skipped: no GPU" and exits 0 without a device).
-CUDA_BINS := $(BUILD)/test_cuda $(BUILD)/bench_cuda $(BUILD)/cuda_quickstart
+CUDA_BINS := $(BUILD)/test_cuda $(BUILD)/test_cuda_cl $(BUILD)/bench_cuda $(BUILD)/cuda_quickstart
 .PHONY: cuda-build
 cuda-build: $(CUDA_BINS)
 
@@ -103,14 +103,20 @@ $(BUILD)/selscan_cpu.o: selscan.h | $(BUILD)
 $(BUILD)/test_cuda: tests/test_cuda.cu selscan_cuda.cuh $(BUILD)/selscan_cpu.o | $(BUILD)
 	$(NVCC) $(NVFLAGS) -DSELSCAN_VALIDATION_ONLY -I. $< $(BUILD)/selscan_cpu.o -o $@
 
+# the same suite with SELSCAN_CUDA_CHANNELS_LAST=1: channels-last cases through the fast kernels
+$(BUILD)/test_cuda_cl: tests/test_cuda.cu selscan_cuda.cuh $(BUILD)/selscan_cpu.o | $(BUILD)
+	$(NVCC) $(NVFLAGS) -DSELSCAN_VALIDATION_ONLY -DSELSCAN_CUDA_CHANNELS_LAST=1 -I. $< $(BUILD)/selscan_cpu.o -o $@
+
+# the benchmark with the channels-last instantiations (SELSCAN_BENCH_LAYOUT=bld runs them)
 $(BUILD)/bench_cuda: bench/bench_cuda.cu selscan_cuda.cuh $(BUILD)/selscan_cpu.o | $(BUILD)
-	$(NVCC) $(NVFLAGS) -DSELSCAN_VALIDATION_ONLY -I. $< $(BUILD)/selscan_cpu.o -o $@
+	$(NVCC) $(NVFLAGS) -DSELSCAN_VALIDATION_ONLY -DSELSCAN_CUDA_CHANNELS_LAST=1 -I. $< $(BUILD)/selscan_cpu.o -o $@
 
 $(BUILD)/cuda_quickstart: examples/cuda_quickstart.cu selscan_cuda.cuh $(BUILD)/selscan_cpu.o | $(BUILD)
 	$(NVCC) $(NVFLAGS) -DSELSCAN_VALIDATION_ONLY -I. $< $(BUILD)/selscan_cpu.o -o $@
 
-test-cuda: $(BUILD)/test_cuda
+test-cuda: $(BUILD)/test_cuda $(BUILD)/test_cuda_cl
 	./$(BUILD)/test_cuda
+	./$(BUILD)/test_cuda_cl
 
 bench-cuda: $(BUILD)/bench_cuda
 	./$(BUILD)/bench_cuda

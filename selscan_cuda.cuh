@@ -50,9 +50,14 @@
  * (8; 4 is slower on the H200), SELSCAN_CUDA_FAST_BWD_MINBLOCKS (3) and
  * SELSCAN_CUDA_FAST_BWD4_MINBLOCKS (4, with 4 states a thread) for the fast paths;
  * SELSCAN_CUDA_NO_PDL: no programmatic dependent launch between a call's kernels (sm_90+).
+ * SELSCAN_CUDA_CHANNELS_LAST (0): 1 also compiles the fast kernels for any L strides (e.g. a
+ * TensorFlow op's (batch, L, dim) tensors; 8 states a thread), which otherwise run the general
+ * kernels: channels-last forward and backward ~2x faster on the H200, compile time ~+50 %
+ * (bench/NOTES.md v42).
  *
  * DESIGN: the forward and the backward of the common layout (rows with unit L stride, variable
- * B/C, N <= 16, no packed sequences) run fwd_fast_kernel / bwd_fast_kernel: 8 states a thread
+ * B/C, N <= 16, no packed sequences; any L strides with SELSCAN_CUDA_CHANNELS_LAST, their CL
+ * instantiations) run fwd_fast_kernel / bwd_fast_kernel: 8 states a thread
  * (with N <= 8: 4 states, two threads a channel),
  * tiles prefetched in registers, sums over a channel's lanes by shuffles, the backward's sums over
  * channels by per-warp shared-memory transposes (see their sections); the backward walks 64-step
@@ -142,6 +147,9 @@ namespace {
 /*                                     kernel parameters                                          */
 /* ---------------------------------------------------------------------------------------------- */
 
+#ifndef SELSCAN_CUDA_CHANNELS_LAST
+#define SELSCAN_CUDA_CHANNELS_LAST 0 /* the fast kernels' any-stride instantiations (see TUNING) */
+#endif
 const int kThreads = 128;               /* every kernel's block */
 const int kTL = 32;                     /* forward time tile */
 const int kCK = SELSCAN_CUDA_CHECKPOINT_INTERVAL;
@@ -158,6 +166,7 @@ struct kparams {
     int softplus, fixB, fixC;
     int bf16;       /* bwd_kernel with T = h16: bfloat16 (else binary16) */
     int NT, CH;     /* threads per channel, channels per block */
+    int cl;         /* fast kernels: the channels-last (any L strides) instantiations */
     int64_t ncb;    /* blocks per (batch row, group) */
     int64_t lchunk, nlch; /* forward L chunking */
     const int64_t *cu;
@@ -232,6 +241,10 @@ __device__ __forceinline__ void pdl_launch_dependents() {
     asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
 #endif
 }
+/* The fast kernels' L strides: 1 (a compile-time constant) unless CL (the channels-last
+   instantiations, which take any strides); of a (batch, dim, L) operand and of B / C */
+template <bool CL> __device__ __forceinline__ int lstride(const ct &X) { return CL ? static_cast<int>(X.s[2]) : 1; }
+template <bool CL> __device__ __forceinline__ int bcstride(const ct &X) { return CL ? static_cast<int>(X.s[3]) : 1; }
 /* L2 prefetch of the element at p + off (sizeof(T) bytes), for the next tile while this one runs */
 template <typename T> __device__ __forceinline__ void pf(const void *p, int64_t off) {
     asm volatile("prefetch.global.L2 [%0];" ::"l"(static_cast<const T *>(p) + off));
@@ -642,6 +655,26 @@ template <typename T, int K> __device__ __forceinline__ void load_raw(rawv<T, K>
         }
     }
 }
+/* Steps t0 .. t0 + K - 1 of a (batch, dim, L) row whose steps are ls elements apart: load_raw when
+   ls is 1, else element loads (channels-last: a warp's lanes read 16 consecutive channels of a
+   step, whole 32-byte sectors). */
+template <typename T, int K> __device__ __forceinline__ void load_seq(rawv<T, K> &r, const T *row, int t0, int n, bool ext, int ls) {
+    if (ls == 1) {
+        load_raw<T, K>(r, row + t0, n, ext);
+        return;
+    }
+    const T *p = row + static_cast<int64_t>(t0) * ls;
+    constexpr int NW = (K * static_cast<int>(sizeof(T)) + 3) / 4;
+#pragma unroll
+    for (int i = 0; i < NW; i++) r.w[i] = 0;
+#pragma unroll
+    for (int k = 0; k < K; k++) {
+        if (k < n) {
+            if constexpr (sizeof(T) == 4) r.w[k] = reinterpret_cast<const uint32_t *>(p)[k * ls];
+            else r.w[k >> 1] |= static_cast<uint32_t>(reinterpret_cast<const unsigned short *>(p)[k * ls]) << (16 * (k & 1));
+        }
+    }
+}
 /* K floats to p as T (n of them): 16-byte or 4-byte stores when aligned and all K valid */
 template <typename T, int K> __device__ __forceinline__ void store_row(T *p, const float (&v)[K], int n) {
     constexpr int BYTES = K * static_cast<int>(sizeof(T)), NW = (BYTES + 3) / 4;
@@ -667,6 +700,31 @@ template <typename T, int K> __device__ __forceinline__ void store_row(T *p, con
         for (int k = 0; k < K; k++)
             if (k < n) st<T>(p, k, v[k]);
     }
+}
+/* K elements one a word (a 2-byte type's bits in the low half): the channels-last kernels' raw
+   registers. Element loads of 2-byte types packed two a word at once would wait for the loads
+   there (the packing uses them): long-scoreboard stalls of the whole tile (bench/NOTES.md v42). */
+template <typename T, int K> struct rawvw {
+    uint32_t w[K];
+};
+template <typename T, int K> __device__ __forceinline__ float raw_get(const rawvw<T, K> &r, int k) { return bits_float<T>(r.w[k]); }
+template <typename T, int K> __device__ __forceinline__ void load_seq(rawvw<T, K> &r, const T *row, int t0, int n, bool, int ls) {
+    const T *p = row + static_cast<int64_t>(t0) * ls;
+#pragma unroll
+    for (int k = 0; k < K; k++) r.w[k] = k < n ? ld_bits<T>(p, k * ls) : 0u;
+}
+/* the fast kernels' raw registers: packed unless CL */
+template <typename T, int K, bool CL> using raw_t = typename std::conditional<CL, rawvw<T, K>, rawv<T, K>>::type;
+/* store_row for steps ls elements apart (as load_seq) */
+template <typename T, int K> __device__ __forceinline__ void store_seq(T *row, int t0, const float (&v)[K], int n, int ls) {
+    if (ls == 1) {
+        store_row<T, K>(row + t0, v, n);
+        return;
+    }
+    T *p = row + static_cast<int64_t>(t0) * ls;
+#pragma unroll
+    for (int k = 0; k < K; k++)
+        if (k < n) st<T>(p, k * ls, v[k]);
 }
 
 /* Sum v over the TPC lanes of a channel; lane j ends with the sums of elements
@@ -698,7 +756,7 @@ template <int TPC> __device__ __forceinline__ void reduce_scatter(float (&v)[kFL
 #define SELSCAN_CUDA_FAST_FWD4_MINBLOCKS 4 /* the same for its 4-states-a-thread form (N <= 8) */
 #endif
 template <int S> constexpr int fast_fwd_minblocks() { return S == 4 ? SELSCAN_CUDA_FAST_FWD4_MINBLOCKS : SELSCAN_CUDA_FAST_FWD_MINBLOCKS; }
-template <typename T, int S, int TPC, bool LOCAL>
+template <typename T, int S, int TPC, bool LOCAL, bool CL>
 __global__ void __launch_bounds__(kThreads, fast_fwd_minblocks<S>()) fwd_fast_kernel(const kparams P) {
     if (LOCAL) pdl_launch_dependents(); /* only before a small kernel (the carry): see pdl_wait */
     pdl_wait();
@@ -706,7 +764,7 @@ __global__ void __launch_bounds__(kThreads, fast_fwd_minblocks<S>()) fwd_fast_ke
     /* f32 with 8 states, 2 threads a channel: one step a group (its 16-register wider tile loads
        spill otherwise; bench/NOTES.md v20) */
     constexpr int CH = kThreads / TPC, RB = (NP * kFL + kThreads - 1) / kThreads,
-                  Q = sizeof(T) == 4 && TPC == 2 && S == 8 ? 1 : SELSCAN_CUDA_FAST_FWD_GROUP;
+                  Q = (sizeof(T) == 4 || CL) && TPC == 2 && S == 8 ? 1 : SELSCAN_CUDA_FAST_FWD_GROUP;
     __shared__ __align__(16) float s_bc[2][kFL * RS];
     __shared__ __align__(16) float2 s_dt[2][kFL * CH]; /* (dt, dt*u) of (step, channel) */
 
@@ -727,7 +785,8 @@ __global__ void __launch_bounds__(kThreads, fast_fwd_minblocks<S>()) fwd_fast_ke
     T *yrow = P.y.p ? static_cast<T *>(P.y.p) + b * P.y.s[0] + d * P.y.s[1] : NULL;
     const T *Bg = static_cast<const T *>(P.B.p) + b * P.B.s[0] + g * P.B.s[1];
     const T *Cg = static_cast<const T *>(P.C.p) + b * P.C.s[0] + g * P.C.s[1];
-    const int sBn = static_cast<int>(P.B.s[2]), sCn = static_cast<int>(P.C.s[2]);
+    const int sBn = static_cast<int>(P.B.s[2]), sCn = static_cast<int>(P.C.s[2]), sBt = bcstride<CL>(P.B), sCt = bcstride<CL>(P.C);
+    const int lu = lstride<CL>(P.u), ldl = lstride<CL>(P.delta);
 
     float A2[S], h[S];
 #pragma unroll
@@ -744,43 +803,56 @@ __global__ void __launch_bounds__(kThreads, fast_fwd_minblocks<S>()) fwd_fast_ke
     const float bias = active && P.bias.p ? ldf(P.bias, d * P.bias.s[0]) : 0.0f;
     const bool sp = P.softplus != 0, hz = zrow != NULL, hy = P.y.p != NULL; /* no y: checkpoint only */
 
-    /* B / C tile (NP x kFL, unit L stride) through registers as raw bits (converted when stored
-       after the scan, so that the scan does not wait for the loads); element e = tid + r * kThreads */
+    /* B / C tile (NP x kFL) through registers as raw bits (converted when stored after the scan, so
+       that the scan does not wait for the loads); element e = tid + r * kThreads is (state, step)
+       with the step fastest when B's and C's L strides are 1, else the state (channels-last) */
     uint32_t rB[RB], rC[RB];
-    auto load_bc = [&](int tb) {
+    const bool bc_tfast = !CL || (sBt == 1 && sCt == 1);
+    auto load_bc_as = [&](int tb, auto tfast) {
         /* 2-byte types: the thread index read again (volatile): the row predicates derived from
            it were kept across the tile loop, spilled and reloaded at each tile's start
            (bench/NOTES.md v40; in f32 the same read moves a spill into the 4-state kernel) */
+        constexpr bool TF = decltype(tfast)::value;
         int t = tid;
         if (sizeof(T) == 2) asm volatile("mov.u32 %0, %%tid.x;" : "=r"(t));
 #pragma unroll
         for (int r = 0; r < RB; r++) {
-            const int e = t + r * kThreads, n = e / kFL, tt = e % kFL;
+            const int e = t + r * kThreads, n = TF ? e / kFL : e % NP, tt = TF ? e % kFL : e / NP;
             const bool v = e < NP * kFL && n < static_cast<int>(N) && tb + tt < L;
-            rB[r] = v ? ld_bits<T>(Bg, n * sBn + tb + tt) : 0u; /* 0 bits: 0.0 in every type */
-            rC[r] = v ? ld_bits<T>(Cg, n * sCn + tb + tt) : 0u;
+            /* 0 bits: 0.0 in every type */
+            rB[r] = v ? ld_bits<T>(Bg, TF ? n * sBn + tb + tt : n * sBn + (tb + tt) * sBt) : 0u;
+            rC[r] = v ? ld_bits<T>(Cg, TF ? n * sCn + tb + tt : n * sCn + (tb + tt) * sCt) : 0u;
         }
     };
-    auto store_bc = [&](int buf) {
+    auto load_bc = [&](int tb) {
+        if (bc_tfast) load_bc_as(tb, std::true_type());
+        else load_bc_as(tb, std::false_type());
+    };
+    auto store_bc_as = [&](int buf, auto tfast) {
+        constexpr bool TF = decltype(tfast)::value;
 #pragma unroll
         for (int r = 0; r < RB; r++) {
-            const int e = tid + r * kThreads, n = e / kFL, tt = e % kFL;
+            const int e = tid + r * kThreads, n = TF ? e / kFL : e % NP, tt = TF ? e % kFL : e / NP;
             if (e < NP * kFL)
                 *reinterpret_cast<float2 *>(&s_bc[buf][tt * RS + 2 * n]) = make_float2(bits_float<T>(rB[r]), bits_float<T>(rC[r]));
         }
+    };
+    auto store_bc = [&](int buf) {
+        if (bc_tfast) store_bc_as(buf, std::true_type());
+        else store_bc_as(buf, std::false_type());
     };
     /* own steps of a tile: count, and raw u / delta loads */
     auto own_count = [&](int tb) {
         const int t0 = tb + j * OWN;
         return active ? max(0, min(OWN, L - t0)) : 0;
     };
-    rawv<T, OWN> ru, rd, rz, cu;
+    raw_t<T, OWN, CL> ru, rd, rz, cu;
     auto load_own = [&](int tb) {
         const int t0 = tb + j * OWN;
         const int n = own_count(tb);
         const bool ext = t0 >= 1 && t0 + OWN < LL;
-        load_raw<T, OWN>(ru, urow + t0, n, ext);
-        load_raw<T, OWN>(rd, drow + t0, n, ext);
+        load_seq<T, OWN>(ru, urow, t0, n, ext, lu);
+        load_seq<T, OWN>(rd, drow, t0, n, ext, ldl);
     };
     /* dt, dt * u of the own steps into s_dt[buf] (0 on padding) */
     auto stage_dt = [&](int buf, int nown) {
@@ -804,7 +876,10 @@ __global__ void __launch_bounds__(kThreads, fast_fwd_minblocks<S>()) fwd_fast_ke
         const int nown = own_count(tb);
         const bool more = tb + kFL < L;
         if (more) { load_bc(tb + kFL); load_own(tb + kFL); } /* in flight during the scan */
-        if (!LOCAL && hy && hz) load_raw<T, OWN>(rz, zrow + t0, nown, t0 >= 1 && t0 + OWN < LL); /* used after the scan */
+        if (!LOCAL && hy && hz) { /* used after the scan */
+            const int lz = lstride<CL>(P.z);
+            load_seq<T, OWN>(rz, zrow, t0, nown, t0 >= 1 && t0 + OWN < LL, lz);
+        }
         if (!LOCAL && P.ck && (tb & (kCK - 1)) == 0 && active) {
 #pragma unroll
             for (int k = 0; k < S; k++) {
@@ -852,7 +927,8 @@ __global__ void __launch_bounds__(kThreads, fast_fwd_minblocks<S>()) fwd_fast_ke
                 const float zz = hz ? raw_get<T, OWN>(rz, k) : 0.0f;
                 yv[k] = gate(y, zz, hz);
             }
-            if (nown > 0) store_row<T, OWN>(yrow + t0, yv, nown);
+            const int ly = lstride<CL>(P.y);
+            if (nown > 0) store_seq<T, OWN>(yrow, t0, yv, nown, ly);
         }
         if (more) {
             store_bc(buf ^ 1);
@@ -1573,7 +1649,7 @@ template <int S, int TPC> struct bwd_fast_smem {
 #define SELSCAN_CUDA_FAST_BWD4_MINBLOCKS 4 /* the same with 4 states a thread */
 #endif
 template <int S> constexpr int fast_bwd_minblocks() { return S == 4 ? SELSCAN_CUDA_FAST_BWD4_MINBLOCKS : SELSCAN_CUDA_FAST_BWD_MINBLOCKS; }
-template <typename T, int S, int TPC>
+template <typename T, int S, int TPC, bool CL>
 __global__ void __launch_bounds__(kThreads, fast_bwd_minblocks<S>()) bwd_fast_kernel(const kparams P) {
     pdl_launch_dependents();
     pdl_wait();
@@ -1632,10 +1708,10 @@ __global__ void __launch_bounds__(kThreads, fast_bwd_minblocks<S>()) bwd_fast_ke
             const int n = e % NP, tg = (e / NP) * 8;
             const int t0 = ts + tg;
             const int cnt = n < N ? max(0, min(8, te - t0)) : 0;
-            rawv<T, 8> rb, rc;
+            raw_t<T, 8, CL> rb, rc;
             const bool ext = t0 >= 1 && t0 + 8 < LL;
-            load_raw<T, 8>(rb, bcrow(P.B, n) + t0, cnt, ext);
-            load_raw<T, 8>(rc, bcrow(P.C, n) + t0, cnt, ext);
+            load_seq<T, 8>(rb, bcrow(P.B, n), t0, cnt, ext, bcstride<CL>(P.B));
+            load_seq<T, 8>(rc, bcrow(P.C, n), t0, cnt, ext, bcstride<CL>(P.C));
 #pragma unroll
             for (int k = 0; k < 8; k++)
             {
@@ -1651,16 +1727,16 @@ __global__ void __launch_bounds__(kThreads, fast_bwd_minblocks<S>()) bwd_fast_ke
         }
         /* the own steps' raw u, delta (and dy, z: full) of a tile; the next tile's are in flight
            during this one's scan */
-        rawv<T, OWN> ru, rd, ry, rz;
+        raw_t<T, OWN, CL> ru, rd, ry, rz;
         auto load_own = [&](int it, bool full) {
             const int t0 = ts + it * kBT + j * OWN;
             const int nown = own_count(ts + it * kBT, te);
             const bool ext = t0 >= 1 && t0 + OWN < LL;
-            load_raw<T, OWN>(ru, row(P.u) + t0, nown, ext);
-            load_raw<T, OWN>(rd, row(P.delta) + t0, nown, ext);
+            load_seq<T, OWN>(ru, row(P.u), t0, nown, ext, lstride<CL>(P.u));
+            load_seq<T, OWN>(rd, row(P.delta), t0, nown, ext, lstride<CL>(P.delta));
             if (full) {
-                load_raw<T, OWN>(ry, row(P.dy) + t0, nown, ext);
-                if (hz) load_raw<T, OWN>(rz, row(P.z) + t0, nown, ext);
+                load_seq<T, OWN>(ry, row(P.dy), t0, nown, ext, lstride<CL>(P.dy));
+                if (hz) load_seq<T, OWN>(rz, row(P.z), t0, nown, ext, lstride<CL>(P.z));
             }
         };
         load_own(0, nt == 1);
@@ -1706,22 +1782,38 @@ __global__ void __launch_bounds__(kThreads, fast_bwd_minblocks<S>()) bwd_fast_ke
         }
         if (seg > t_beg / kCK) { /* the previous segment into L2 while this one is walked back */
             const int tp = ts - kCK;
-            if (active && j == 0) {
-                pf<T>(row(P.u), tp); pf<T>(row(P.delta), tp); pf<T>(row(P.dy), tp);
-                if (hz) pf<T>(row(P.z), tp);
-                if (sizeof(T) == 4) {
-                    pf<T>(row(P.u), tp + 32); pf<T>(row(P.delta), tp + 32); pf<T>(row(P.dy), tp + 32);
-                    if (hz) pf<T>(row(P.z), tp + 32);
+            if (lstride<CL>(P.u) == 1) { /* a channel's segment: 1 or 2 lines */
+                if (active && j == 0) {
+                    pf<T>(row(P.u), tp); pf<T>(row(P.delta), tp); pf<T>(row(P.dy), tp);
+                    if (hz) pf<T>(row(P.z), tp);
+                    if (sizeof(T) == 4) {
+                        pf<T>(row(P.u), tp + 32); pf<T>(row(P.delta), tp + 32); pf<T>(row(P.dy), tp + 32);
+                        if (hz) pf<T>(row(P.z), tp + 32);
+                    }
                 }
+            } else if (tid < kCK) { /* channels-last: the block's channels at step tp + tid (1 or 2 lines) */
+                const int64_t c0 = g * P.dpg + cb * CH, tq = tp + tid; /* tq >= 0: seg > 0 here */
+                auto pfs = [&](const ct &X) {
+                    const T *r = static_cast<const T *>(X.p) + b * X.s[0] + c0 * X.s[1] + tq * X.s[2];
+                    pf<T>(r, 0);
+                    if (sizeof(T) == 4 && cb * CH + 32 < P.dpg) pf<T>(r, 32 * X.s[1]); /* channels that exist */
+                };
+                pfs(P.u); pfs(P.delta); pfs(P.dy);
+                if (hz) pfs(P.z);
             }
             if (active) pf<float>(ckrow, (seg - 1) * N);
-            for (int e = tid; e < 2 * NP; e += kThreads) {
-                const int n = e >> 1;
-                if (n < N) {
-                    const T *r = (e & 1) ? bcrow(P.C, n) : bcrow(P.B, n);
-                    pf<T>(r, tp);
-                    if (sizeof(T) == 4) pf<T>(r, tp + 32);
+            if (bcstride<CL>(P.B) == 1 && bcstride<CL>(P.C) == 1) { /* a state's segment: 1 or 2 lines */
+                for (int e = tid; e < 2 * NP; e += kThreads) {
+                    const int n = e >> 1;
+                    if (n < N) {
+                        const T *r = (e & 1) ? bcrow(P.C, n) : bcrow(P.B, n);
+                        pf<T>(r, tp);
+                        if (sizeof(T) == 4) pf<T>(r, tp + 32);
+                    }
                 }
+            } else if (tid < kCK) { /* the states of step tp + tid */
+                pf<T>(bcrow(P.B, 0), (tp + tid) * P.B.s[3]);
+                pf<T>(bcrow(P.C, 0), (tp + tid) * P.C.s[3]);
             }
         }
         /* phase 2: the tiles from the last */
@@ -1827,9 +1919,9 @@ __global__ void __launch_bounds__(kThreads, fast_bwd_minblocks<S>()) bwd_fast_ke
                     accBias += ddt;
                 }
                 if (nown > 0) {
-                    if (P.du.p) store_row<T, OWN>(row(P.du) + t0, vu, nown);
-                    if (P.ddelta.p) store_row<T, OWN>(row(P.ddelta) + t0, vd, nown);
-                    if (P.dz.p) store_row<T, OWN>(row(P.dz) + t0, vz, nown);
+                    if (P.du.p) store_seq<T, OWN>(row(P.du), t0, vu, nown, lstride<CL>(P.du));
+                    if (P.ddelta.p) store_seq<T, OWN>(row(P.ddelta), t0, vd, nown, lstride<CL>(P.ddelta));
+                    if (P.dz.p) store_seq<T, OWN>(row(P.dz), t0, vz, nown, lstride<CL>(P.dz));
                 }
             }
             __syncthreads(); /* the tile's warp sums are complete; sm.ch is free */
@@ -1873,7 +1965,7 @@ __global__ void __launch_bounds__(kThreads, fast_bwd_minblocks<S>()) bwd_fast_ke
    walked back from a zero state gradient (dh_last in the last chunk) gives V, the gradient it
    sends to the state entering it, and M = exp(A sum dt), its decay product. Needs no states: 4
    instructions an element. Tiles of kFL steps, the next tile's loads in flight during the walk. */
-template <typename T, int S, int TPC>
+template <typename T, int S, int TPC, bool CL>
 __global__ void __launch_bounds__(kThreads) bwd_fast_local_kernel(const kparams P, float *V, float *M) {
     pdl_launch_dependents();
     pdl_wait();
@@ -1902,19 +1994,27 @@ __global__ void __launch_bounds__(kThreads) bwd_fast_local_kernel(const kparams 
     const float bias = active && P.bias.p ? ldf(P.bias, d * P.bias.s[0]) : 0.0f;
     const bool sp = P.softplus != 0, hz = P.z.p != NULL;
     float sumdt = 0.0f;
-    rawv<T, OWN> rd, ry, rz;
+    raw_t<T, OWN, CL> rd, ry, rz;
     uint32_t rC[RB]; /* raw bits, converted after the walk (ld_bits) */
+    /* C tile element e: (state, step), the step fastest when C's L stride is 1, else the state */
+    const bool c_tfast = bcstride<CL>(P.C) == 1;
+    auto c_at = [&](int e, int *n, int *tt) {
+        *n = c_tfast ? e / kFL : e % NP;
+        *tt = c_tfast ? e % kFL : e / NP;
+    };
     auto load = [&](int tb) {
         const int t0 = tb + j * OWN;
         const int nown = active ? max(0, min(OWN, t_end - t0)) : 0;
         const bool ext = t0 >= 1 && t0 + OWN < LL;
-        load_raw<T, OWN>(rd, row(P.delta) + t0, nown, ext);
-        load_raw<T, OWN>(ry, row(P.dy) + t0, nown, ext);
-        if (hz) load_raw<T, OWN>(rz, row(P.z) + t0, nown, ext);
+        load_seq<T, OWN>(rd, row(P.delta), t0, nown, ext, lstride<CL>(P.delta));
+        load_seq<T, OWN>(ry, row(P.dy), t0, nown, ext, lstride<CL>(P.dy));
+        if (hz) load_seq<T, OWN>(rz, row(P.z), t0, nown, ext, lstride<CL>(P.z));
 #pragma unroll
         for (int r = 0; r < RB; r++) {
-            const int e = tid + r * kThreads, n = e / kFL, tt = e % kFL;
-            rC[r] = e < NP * kFL && n < N && tb + tt < t_end ? ld_bits<T>(Cg, n * static_cast<int>(P.C.s[2]) + tb + tt) : 0u;
+            const int e = tid + r * kThreads;
+            int n, tt;
+            c_at(e, &n, &tt);
+            rC[r] = e < NP * kFL && n < N && tb + tt < t_end ? ld_bits<T>(Cg, n * static_cast<int>(P.C.s[2]) + (tb + tt) * bcstride<CL>(P.C)) : 0u;
         }
         return nown;
     };
@@ -1934,7 +2034,9 @@ __global__ void __launch_bounds__(kThreads) bwd_fast_local_kernel(const kparams 
 #pragma unroll
         for (int r = 0; r < RB; r++) {
             const int e = tid + r * kThreads;
-            if (e < NP * kFL) s_c[e % kFL][e / kFL] = bits_float<T>(rC[r]);
+            int n, tt;
+            c_at(e, &n, &tt);
+            if (e < NP * kFL) s_c[tt][n] = bits_float<T>(rC[r]);
         }
         __syncthreads();
         if (tb - kFL >= t_beg) nown = load(tb - kFL); /* in flight during the walk */
@@ -2102,6 +2204,7 @@ struct fwd_plan {
     int64_t ncb, nlch, lchunk;
     size_t ws;
     int fastS, fastTPC; /* fast forward (fwd_fast_kernel): states and threads a channel; 0: none */
+    int fastCL;         /* its channels-last (any L strides) instantiation */
 };
 
 /* A (positive) attribute of the current device, asked once a device and kept in known (0: not
@@ -2147,8 +2250,12 @@ int64_t lchunk_count(int64_t blocks, int64_t slots, int64_t nck) {
 /* The fast kernels index steps and B / C rows (from the group's base) in 32 bits */
 bool fast_steps_fit(const selscan__prob &q) {
     const int64_t lim = static_cast<int64_t>(1) << 30;
-    return q.L < lim && q.B.s[2] >= 0 && q.C.s[2] >= 0 && (q.N - 1) * q.B.s[2] + q.L < lim && (q.N - 1) * q.C.s[2] + q.L < lim;
+    return q.L < lim && (q.N - 1) * q.B.s[2] + (q.L - 1) * q.B.s[3] < lim && (q.N - 1) * q.C.s[2] + (q.L - 1) * q.C.s[3] < lim;
 }
+/* a (batch, dim, L) operand's L stride fits the fast kernels' 32-bit in-row offsets (16 steps) */
+bool fast_lstride(const selscan__ten &t) { return !t.data || t.s[2] < (static_cast<int64_t>(1) << 26); }
+/* ... and is 1 (the unit-stride instantiations) */
+bool unit_lstride(const selscan__ten &t) { return !t.data || t.s[2] == 1; }
 
 /* The fast forward's configuration for q (fastS 0 when it does not apply): two threads a channel
    with 4 (N <= 8) or 8 (N <= 16) states each (N <= 8 with 8 states and one thread a channel ran
@@ -2156,17 +2263,21 @@ bool fast_steps_fit(const selscan__prob &q) {
    under half a wave of blocks, L chunks as in the general kernel (chunk scans from 0, carry,
    rescan) to fill one. */
 void plan_fast_forward(const selscan__prob &q, int64_t sms, int force, fwd_plan *pl, bool need_y = true) {
-    pl->fastS = pl->fastTPC = 0;
-    const bool ok = !q.cu && !q.fixB && !q.fixC && (q.y.data || !need_y) && q.N <= 16 && q.u.s[2] == 1 && q.delta.s[2] == 1 &&
-                    q.y.s[2] == 1 && (!q.z.data || q.z.s[2] == 1) && q.B.s[3] == 1 && q.C.s[3] == 1;
+    pl->fastS = pl->fastTPC = pl->fastCL = 0;
+    const bool ok = !q.cu && !q.fixB && !q.fixC && (q.y.data || !need_y) && q.N <= 16 && fast_lstride(q.u) && fast_lstride(q.delta) &&
+                    fast_lstride(q.y) && fast_lstride(q.z);
     if (!ok || !fast_steps_fit(q) || force < 0) return;
-    const int tpc = 2, S = q.N <= 8 ? 4 : 8;
+    /* channels-last (an L stride not 1): the any-stride instantiation, which has 8 states a thread */
+    const bool cl = !(unit_lstride(q.u) && unit_lstride(q.delta) && unit_lstride(q.y) && unit_lstride(q.z) && q.B.s[3] == 1 && q.C.s[3] == 1);
+    if (cl && !SELSCAN_CUDA_CHANNELS_LAST) return; /* not compiled: the general kernels */
+    const int tpc = 2, S = q.N <= 8 && !cl ? 4 : 8;
     const int64_t ncb = cdiv(q.dpg, kThreads / tpc), blocks = q.batch * q.G * ncb, nck = cdiv(q.L, kCK);
     const int64_t nl = lchunk_count(blocks, fast_fwd_slots(S, sms), nck);
     const int64_t lchunk = cdiv(nck, nl) * kCK, nlch = cdiv(q.L, lchunk);
     if (blocks * nlch > 0x7fffffff) return;
     pl->fastS = S;
     pl->fastTPC = tpc;
+    pl->fastCL = cl;
     pl->ncb = ncb;
     pl->nlch = nlch;
     pl->lchunk = lchunk;
@@ -2206,6 +2317,7 @@ struct bwd_plan {
     size_t ck_bytes, ws, off_ck16, off_S, off_P, off_V, off_M, off_Din, off_dA, off_dD, off_dbias, off_dBf, off_dCf, off_dB, off_dC;
     fwd_plan fp; /* the pass that writes the kSub-step checkpoint (the fast path: the 64-step one) */
     int fastTPC; /* fast backward (bwd_fast_kernel): threads a channel; 0: the general kernel */
+    int fastCL;  /* its channels-last (any L strides) instantiation */
     size_t off_fws; /* fast path without a checkpoint: the forward's L-chunk buffers */
     size_t off_scr; /* fast path: per-block scratch */
 };
@@ -2233,17 +2345,20 @@ size_t plan_partials(const selscan__prob &q, const selscan__grd &r, bwd_plan *pl
     return o;
 }
 
-/* The fast backward's plan (false: it does not apply): the layout of the fast forward, unit L
-   stride dy / du / ddelta / dz; without a checkpoint the fast forward writes one first. Two
+/* The fast backward's plan (false: it does not apply): the problems of the fast forward (the
+   channels-last instantiation where an L stride is not 1); without a checkpoint the fast forward
+   writes one first. Two
    threads a channel with 8 (N <= 16) or 4 (N <= 8) states each (N <= 8 with 8 states and one
    thread a channel: 1.3-1.9x slower, bench/NOTES.md v26) or, with SELSCAN_CUDA_FAST_BWD_STATES 4,
    4 states and 4 threads a channel. */
 bool plan_fast_backward(const selscan__prob &q, const selscan__grd &r, bool have_ck, int64_t sms, bwd_plan *pl) {
-    if (q.cu || q.fixB || q.fixC || q.N > 16 || q.u.s[2] != 1 || q.delta.s[2] != 1 || r.dy.s[2] != 1 ||
-        (q.z.data && q.z.s[2] != 1) || (r.du.data && r.du.s[2] != 1) || (r.ddelta.data && r.ddelta.s[2] != 1) ||
-        (r.dz.data && r.dz.s[2] != 1) || q.B.s[3] != 1 || q.C.s[3] != 1 || !fast_steps_fit(q))
+    if (q.cu || q.fixB || q.fixC || q.N > 16 || !fast_lstride(q.u) || !fast_lstride(q.delta) || !fast_lstride(r.dy) ||
+        !fast_lstride(q.z) || !fast_lstride(r.du) || !fast_lstride(r.ddelta) || !fast_lstride(r.dz) || !fast_steps_fit(q))
         return false;
-    const int tpc = kFastBwdS == 8 ? 2 : 4, S = kFastBwdS == 8 && q.N > 8 ? 8 : 4;
+    pl->fastCL = !(unit_lstride(q.u) && unit_lstride(q.delta) && unit_lstride(r.dy) && unit_lstride(q.z) && unit_lstride(r.du) &&
+                   unit_lstride(r.ddelta) && unit_lstride(r.dz) && q.B.s[3] == 1 && q.C.s[3] == 1);
+    if (pl->fastCL && (kFastBwdS != 8 || !SELSCAN_CUDA_CHANNELS_LAST)) return false; /* compiled with 2 threads a channel, if at all */
+    const int tpc = kFastBwdS == 8 ? 2 : 4, S = kFastBwdS == 8 && (q.N > 8 || pl->fastCL) ? 8 : 4;
     const int64_t rows = q.batch * q.dim, nck = cdiv(q.L, kCK);
     pl->fastTPC = tpc;
     pl->NT = 0; /* the general kernels' layout: unused */
@@ -2270,7 +2385,7 @@ bool plan_backward(const selscan__prob &q, const selscan__grd &r, bool have_ck, 
     const int NT = pow2ceil(cdiv(q.N, kBwdNPT));
     if (NT > kThreads) return false;
     if (plan_fast_backward(q, r, have_ck, sms, pl)) return true;
-    pl->fastTPC = 0;
+    pl->fastTPC = pl->fastCL = 0;
     pl->NT = NT;
     pl->CH = kThreads / NT;
     pl->ncb = cdiv(q.dpg, pl->CH);
@@ -2389,8 +2504,12 @@ void chunk_buffers(kparams &P, char *ws, int64_t count, bool into_ck) {
 
 template <typename T, bool LOCAL>
 void launch_fwd_fast_t(const kparams &P, unsigned grid, cudaStream_t stream) {
-    if (P.N <= 8) launch_pdl(fwd_fast_kernel<T, 4, 2, LOCAL>, grid, kThreads, 0, stream, P);
-    else launch_pdl(fwd_fast_kernel<T, 8, 2, LOCAL>, grid, kThreads, 0, stream, P);
+#if SELSCAN_CUDA_CHANNELS_LAST
+    if (P.cl) launch_pdl(fwd_fast_kernel<T, 8, 2, LOCAL, true>, grid, kThreads, 0, stream, P); /* 8 states only: compile time */
+    else
+#endif
+    if (P.N <= 8) launch_pdl(fwd_fast_kernel<T, 4, 2, LOCAL, false>, grid, kThreads, 0, stream, P);
+    else launch_pdl(fwd_fast_kernel<T, 8, 2, LOCAL, false>, grid, kThreads, 0, stream, P);
 }
 template <bool LOCAL> void launch_fwd_fast_dt(selscan_dtype dt, const kparams &P, unsigned grid, cudaStream_t s) {
     if (dt == SELSCAN_F32) launch_fwd_fast_t<float, LOCAL>(P, grid, s);
@@ -2400,7 +2519,7 @@ template <bool LOCAL> void launch_fwd_fast_dt(selscan_dtype dt, const kparams &P
 /* The fast forward: [chunk scans, carry,] scan. */
 selscan_status run_fast_forward(const selscan__prob &q, kparams P, const fwd_plan &fp, char *ws, cudaStream_t stream,
                                 cudaError_t *err) {
-    P.ncb = fp.ncb; P.lchunk = fp.lchunk; P.nlch = fp.nlch;
+    P.ncb = fp.ncb; P.lchunk = fp.lchunk; P.nlch = fp.nlch; P.cl = fp.fastCL;
     const unsigned grid = static_cast<unsigned>(q.batch * q.G * fp.ncb * fp.nlch);
     if (fp.nlch > 1) {
         const int64_t rows = q.batch * q.dim;
@@ -2416,18 +2535,22 @@ selscan_status run_fast_forward(const selscan__prob &q, kparams P, const fwd_pla
     return SELSCAN_OK;
 }
 
-template <typename T, int S, int TPC>
+template <typename T, int S, int TPC, bool CL>
 selscan_status launch_bwd_fast_t(const kparams &P, unsigned grid, cudaStream_t stream, cudaError_t *err) {
     const int smem = static_cast<int>(sizeof(bwd_fast_smem<S, TPC>));
-    SELSCAN__CU(cudaFuncSetAttribute(bwd_fast_kernel<T, S, TPC>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
-    launch_pdl(bwd_fast_kernel<T, S, TPC>, grid, kThreads, static_cast<size_t>(smem), stream, P);
+    SELSCAN__CU(cudaFuncSetAttribute(bwd_fast_kernel<T, S, TPC, CL>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+    launch_pdl(bwd_fast_kernel<T, S, TPC, CL>, grid, kThreads, static_cast<size_t>(smem), stream, P);
     SELSCAN__LAUNCHED();
     return SELSCAN_OK;
 }
-/* (states, threads a channel) as plan_fast_backward chose them: by N and SELSCAN_CUDA_FAST_BWD_STATES */
+/* (states, threads a channel) as plan_fast_backward chose them: by N and SELSCAN_CUDA_FAST_BWD_STATES
+   (the channels-last instantiation only with 8 states and 2 threads a channel) */
 template <typename T> selscan_status launch_bwd_fast_shape(const kparams &P, unsigned grid, cudaStream_t s, cudaError_t *err) {
-    if constexpr (kFastBwdS == 4) return launch_bwd_fast_t<T, 4, 4>(P, grid, s, err);
-    else return P.N <= 8 ? launch_bwd_fast_t<T, 4, 2>(P, grid, s, err) : launch_bwd_fast_t<T, 8, 2>(P, grid, s, err);
+    if constexpr (kFastBwdS == 4) return launch_bwd_fast_t<T, 4, 4, false>(P, grid, s, err);
+#if SELSCAN_CUDA_CHANNELS_LAST
+    else if (P.cl) return launch_bwd_fast_t<T, 8, 2, true>(P, grid, s, err);
+#endif
+    else return P.N <= 8 ? launch_bwd_fast_t<T, 4, 2, false>(P, grid, s, err) : launch_bwd_fast_t<T, 8, 2, false>(P, grid, s, err);
 }
 selscan_status launch_bwd_fast_dt(selscan_dtype dt, const kparams &P, unsigned grid, cudaStream_t s, cudaError_t *err) {
     if (dt == SELSCAN_F32) return launch_bwd_fast_shape<float>(P, grid, s, err);
@@ -2436,9 +2559,12 @@ selscan_status launch_bwd_fast_dt(selscan_dtype dt, const kparams &P, unsigned g
 }
 
 template <typename T> void launch_bwd_fast_local_t(const kparams &P, unsigned grid, float *V, float *M, cudaStream_t s) {
-    if constexpr (kFastBwdS == 4) launch_pdl(bwd_fast_local_kernel<T, 4, 4>, grid, kThreads, 0, s, P, V, M);
-    else if (P.N <= 8) launch_pdl(bwd_fast_local_kernel<T, 4, 2>, grid, kThreads, 0, s, P, V, M);
-    else launch_pdl(bwd_fast_local_kernel<T, 8, 2>, grid, kThreads, 0, s, P, V, M);
+    if constexpr (kFastBwdS == 4) launch_pdl(bwd_fast_local_kernel<T, 4, 4, false>, grid, kThreads, 0, s, P, V, M);
+#if SELSCAN_CUDA_CHANNELS_LAST
+    else if (P.cl) launch_pdl(bwd_fast_local_kernel<T, 8, 2, true>, grid, kThreads, 0, s, P, V, M);
+#endif
+    else if (P.N <= 8) launch_pdl(bwd_fast_local_kernel<T, 4, 2, false>, grid, kThreads, 0, s, P, V, M);
+    else launch_pdl(bwd_fast_local_kernel<T, 8, 2, false>, grid, kThreads, 0, s, P, V, M);
 }
 void launch_bwd_fast_local_dt(selscan_dtype dt, const kparams &P, unsigned grid, float *V, float *M, cudaStream_t s) {
     if (dt == SELSCAN_F32) launch_bwd_fast_local_t<float>(P, grid, V, M, s);
@@ -2640,7 +2766,7 @@ SELSCAN_DEF selscan_status selscan_backward_cuda_ex(const selscan_problem *p, co
         P.ck = ck16;
         P.nck = bp.nck16;
     }
-    P.NT = bp.NT; P.CH = bp.CH; P.ncb = bp.ncb; P.nlch = bp.nlch; P.lchunk = bp.lchunk;
+    P.NT = bp.NT; P.CH = bp.CH; P.ncb = bp.ncb; P.nlch = bp.nlch; P.lchunk = bp.lchunk; P.cl = bp.fastCL;
     if (bp.nlch > 1) { /* the state gradient entering each L chunk */
         float *V = reinterpret_cast<float *>(ws + bp.off_V), *M = reinterpret_cast<float *>(ws + bp.off_M);
         P.Hin = reinterpret_cast<float *>(ws + bp.off_Din);

@@ -13,7 +13,8 @@
  *
  * Usage: bench_cuda [case-name-substring | step] [f32|bf16] ("step": only the decode step's table)
  * Environment: SELSCAN_BENCH_FWD_ONLY=1 (forward only), SELSCAN_BENCH_LAYOUT=bld (channels-last
- * tensors, which the general kernels run), SELSCAN_BENCH_NPT / SELSCAN_BENCH_NLCH (force the
+ * tensors: the fast kernels' any-stride instantiations when built with SELSCAN_CUDA_CHANNELS_LAST=1
+ * as the Makefile does, else the general kernels), SELSCAN_BENCH_NPT / SELSCAN_BENCH_NLCH (force the
  * forward's plan, for tuning).
  */
 #define SELSCAN_IMPLEMENTATION
@@ -170,10 +171,10 @@ int main(int argc, char **argv) {
     const int64_t nlch_force = getenv("SELSCAN_BENCH_NLCH") ? atoll(getenv("SELSCAN_BENCH_NLCH")) : 0;
     const bool fwd_only = getenv("SELSCAN_BENCH_FWD_ONLY") && atoi(getenv("SELSCAN_BENCH_FWD_ONLY"));
     /* SELSCAN_BENCH_LAYOUT=bld: channels-last tensors (u, delta, z, y and their gradients as
-       (batch, L, dim), B / C as (batch, L, groups, N): a TensorFlow op's layout), which the
-       general kernels run (the fast ones need a unit L stride) */
+       (batch, L, dim), B / C as (batch, L, groups, N): a TensorFlow op's layout) */
     const bool bld = getenv("SELSCAN_BENCH_LAYOUT") && strcmp(getenv("SELSCAN_BENCH_LAYOUT"), "bld") == 0;
-    if (bld) printf("layout: channels-last (general kernels)\n");
+    if (bld)
+        printf("layout: channels-last (%s)\n", SELSCAN_CUDA_CHANNELS_LAST ? "the fast kernels' any-stride instantiations" : "general kernels");
     if (npt_force || nlch_force) printf("forward plan forced: npt %d, L chunks %lld\n", npt_force, (long long)nlch_force);
     cudaDeviceProp prop;
     CU(cudaGetDeviceProperties(&prop, 0));

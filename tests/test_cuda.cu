@@ -6,7 +6,9 @@
  * out-of-range state indices, and validation errors (status and no output written).
  * Outputs are poisoned (0xFF bytes: NaN) before every call, so unwritten elements fail.
  * Exits 0 with "skipped: no GPU" when there is no device. Last line: "N passed, N failed".
- * SELSCAN_TEST_QUICK=1: a smaller matrix (for compute-sanitizer).
+ * SELSCAN_TEST_QUICK=1: a smaller matrix (for compute-sanitizer); SELSCAN_TEST_ONLY=text: only the
+ * matrix cases whose name contains text. Built with SELSCAN_CUDA_CHANNELS_LAST=1 (test_cuda_cl),
+ * the (B, L, D) cases run the fast kernels' any-stride instantiations.
  */
 #define SELSCAN_IMPLEMENTATION
 #define SELSCAN_CUDA_IMPLEMENTATION
@@ -185,7 +187,9 @@ static void run_case(const Cfg &c) {
     }
     make(t[U], T, 3, c.batch, c.dim, c.L, 1, lay); fill(t[U], -1, 1);
     make(t[DELTA], T, 3, c.batch, c.dim, c.L, 1, lay);
-    if (c.flags & SELSCAN_DELTA_SOFTPLUS) fill(t[DELTA], -3, 1.5); else fill(t[DELTA], 0.01, 0.6);
+    /* without softplus dt = delta + bias stays positive (bias >= -0.5): a negative dt grows the
+       state by up to e^2 a step, past f32's range within L ~ 45 */
+    if (c.flags & SELSCAN_DELTA_SOFTPLUS) fill(t[DELTA], -3, 1.5); else fill(t[DELTA], c.bias ? 0.51 : 0.01, c.bias ? 1.1 : 0.6);
     make(t[A_], F, 2, c.dim, c.N, 1, 1, lay == 3 ? 3 : 0); fill(t[A_], -4, -0.1);
     if (c.flags & SELSCAN_FIXED_B) make(t[B_], F, 2, c.dim, c.N, 1, 1, lay); else make(t[B_], T, 4, c.batch, c.G, c.N, c.L, lay);
     fill(t[B_], -1, 1);
@@ -497,7 +501,7 @@ int main() {
     CU(cudaGetDeviceProperties(&prop, 0));
     const char *qe = getenv("SELSCAN_TEST_QUICK");
     const bool quick = qe && strcmp(qe, "0") != 0;
-    printf("test_cuda on %s%s\n", prop.name, quick ? " (quick)" : "");
+    printf("test_cuda%s on %s%s\n", SELSCAN_CUDA_CHANNELS_LAST ? " (SELSCAN_CUDA_CHANNELS_LAST)" : "", prop.name, quick ? " (quick)" : "");
     const unsigned SP = SELSCAN_DELTA_SOFTPLUS, FB = SELSCAN_FIXED_B, FC = SELSCAN_FIXED_C;
     const selscan_dtype F32 = SELSCAN_F32, F16 = SELSCAN_F16, BF = SELSCAN_BF16;
     std::vector<Cfg> cases = {
@@ -533,6 +537,14 @@ int main() {
         {"many channels", F32, 2, 600, 70, 16, 1, SP, true, true, true, true, true, true, 0, 0, false, false},
         {"many channels bf16 chunked L", BF, 1, 300, 700, 16, 1, SP, true, true, true, true, true, true, 0, 0, false, false},
         {"dim 70000", F32, 1, 70000, 3, 2, 1, SP, true, true, true, false, true, false, 0, 0, false, false},
+        /* channels-last through the fast kernels: odd channel counts, the chunked passes, the
+           4-state kernels, a given checkpoint, a gradient subset */
+        {"(B,L,D) bf16 chunked L", BF, 1, 200, 900, 16, 1, SP, true, true, true, true, true, true, 2, 0, false, false},
+        {"(B,L,D) f32 odd", F32, 3, 100, 333, 16, 2, SP, true, true, true, false, true, true, 2, 0, false, false},
+        {"(B,L,D) f16 N=4", F16, 2, 70, 130, 4, 1, SP, true, false, true, true, false, false, 2, 0, false, false},
+        {"(B,L,D) bf16 checkpoint", BF, 2, 64, 260, 16, 1, SP, true, true, true, true, true, true, 2, 0, true, false},
+        {"(B,L,D) f32 no softplus groups", F32, 3, 16, 375, 8, 2, 0, true, false, true, true, true, true, 2, 0, false, false},
+        {"(B,L,D) grad subset", F32, 2, 48, 90, 16, 1, 0, false, true, false, false, false, false, 2, 0, false, true},
     };
     if (!quick) {
         for (int i = 0; i < 24; i++) { /* random configurations */
@@ -559,10 +571,16 @@ int main() {
     } else {
         cases.resize(12);
     }
+    const char *only = getenv("SELSCAN_TEST_ONLY"); /* a case-name substring (e.g. for a sanitizer run) */
     for (const Cfg &c : cases) {
+        if (only && !strstr(c.name, only)) continue;
         const int before = g_fail;
         run_case(c);
         printf("%-32s %s\n", c.name, g_fail == before ? "ok" : "FAILED");
+        if (g_fail != before) /* the configuration, to reproduce it */
+            printf("  dtype %d batch %lld dim %lld L %lld N %lld G %lld flags %u D %d z %d bias %d h0 %d hlast %d dhlast %d layout %d nseq %d ck %d subset %d\n",
+                   (int)c.dt, (long long)c.batch, (long long)c.dim, (long long)c.L, (long long)c.N, (long long)c.G, c.flags, c.D, c.z, c.bias,
+                   c.h0, c.hlast, c.dhlast, c.layout, c.nseq, c.ck, c.grads_subset);
         fflush(stdout);
     }
     /* step */

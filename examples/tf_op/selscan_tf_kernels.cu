@@ -4,6 +4,7 @@
 #define SELSCAN_IMPLEMENTATION
 #define SELSCAN_STATIC
 #define SELSCAN_CUDA_IMPLEMENTATION
+#define SELSCAN_CUDA_CHANNELS_LAST 1 /* the op's default layout is (batch, L, dim): the fast kernels */
 #include "selscan_cuda.cuh"
 #include "selscan_tf_cuda.h"
 
