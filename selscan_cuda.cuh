@@ -762,7 +762,8 @@ __global__ void __launch_bounds__(kThreads, fast_fwd_minblocks<S>()) fwd_fast_ke
     pdl_wait();
     constexpr int NP = S * TPC, OWN = kFL / TPC, RS = 2 * NP + 4; /* B/C row: (B, C) per state, padded */
     /* f32 with 8 states, 2 threads a channel: one step a group (its 16-register wider tile loads
-       spill otherwise; bench/NOTES.md v20) */
+       spill otherwise; bench/NOTES.md v20); the channels-last kernels too (one element a word:
+       with two steps bf16 spilled and was not faster, v42) */
     constexpr int CH = kThreads / TPC, RB = (NP * kFL + kThreads - 1) / kThreads,
                   Q = (sizeof(T) == 4 || CL) && TPC == 2 && S == 8 ? 1 : SELSCAN_CUDA_FAST_FWD_GROUP;
     __shared__ __align__(16) float s_bc[2][kFL * RS];

@@ -494,7 +494,7 @@ static void validation_tests() {
 int main() {
     int ndev = 0;
     if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev == 0) {
-        printf("test_cuda: skipped: no GPU\n0 passed, 0 failed\n");
+        printf("test_cuda%s: skipped: no GPU\n0 passed, 0 failed\n", SELSCAN_CUDA_CHANNELS_LAST ? " (SELSCAN_CUDA_CHANNELS_LAST)" : "");
         return 0;
     }
     cudaDeviceProp prop;
