@@ -656,8 +656,8 @@ template <typename T, int K> __device__ __forceinline__ void load_raw(rawv<T, K>
     }
 }
 /* Steps t0 .. t0 + K - 1 of a (batch, dim, L) row whose steps are ls elements apart: load_raw when
-   ls is 1, else element loads (channels-last: a warp's lanes read 16 consecutive channels of a
-   step, whole 32-byte sectors). */
+   ls is 1 (the unit-stride kernels pass the constant), else element loads packed two a word (the
+   channels-last kernels use rawvw below instead). */
 template <typename T, int K> __device__ __forceinline__ void load_seq(rawv<T, K> &r, const T *row, int t0, int n, bool ext, int ls) {
     if (ls == 1) {
         load_raw<T, K>(r, row + t0, n, ext);
@@ -702,8 +702,9 @@ template <typename T, int K> __device__ __forceinline__ void store_row(T *p, con
     }
 }
 /* K elements one a word (a 2-byte type's bits in the low half): the channels-last kernels' raw
-   registers. Element loads of 2-byte types packed two a word at once would wait for the loads
-   there (the packing uses them): long-scoreboard stalls of the whole tile (bench/NOTES.md v42). */
+   registers, element loads (a warp's lanes read 16 consecutive channels of a step: whole 32-byte
+   sectors). Packed two a word, the packing would wait for the loads where they are issued:
+   long-scoreboard stalls of the whole tile (bench/NOTES.md v42). */
 template <typename T, int K> struct rawvw {
     uint32_t w[K];
 };
