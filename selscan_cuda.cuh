@@ -2256,8 +2256,11 @@ bool fast_steps_fit(const selscan__prob &q) {
 }
 /* a (batch, dim, L) operand's L stride fits the fast kernels' 32-bit in-row offsets (16 steps) */
 bool fast_lstride(const selscan__ten &t) { return !t.data || t.s[2] < (static_cast<int64_t>(1) << 26); }
-/* ... and is 1 (the unit-stride instantiations) */
+/* ... and is 1 (the unit-stride instantiations); the inputs both passes read all have it */
 bool unit_lstride(const selscan__ten &t) { return !t.data || t.s[2] == 1; }
+bool unit_inputs(const selscan__prob &q) {
+    return unit_lstride(q.u) && unit_lstride(q.delta) && unit_lstride(q.z) && q.B.s[3] == 1 && q.C.s[3] == 1;
+}
 
 /* The fast forward's configuration for q (fastS 0 when it does not apply): two threads a channel
    with 4 (N <= 8) or 8 (N <= 16) states each (N <= 8 with 8 states and one thread a channel ran
@@ -2270,7 +2273,7 @@ void plan_fast_forward(const selscan__prob &q, int64_t sms, int force, fwd_plan 
                     fast_lstride(q.y) && fast_lstride(q.z);
     if (!ok || !fast_steps_fit(q) || force < 0) return;
     /* channels-last (an L stride not 1): the any-stride instantiation, which has 8 states a thread */
-    const bool cl = !(unit_lstride(q.u) && unit_lstride(q.delta) && unit_lstride(q.y) && unit_lstride(q.z) && q.B.s[3] == 1 && q.C.s[3] == 1);
+    const bool cl = !(unit_inputs(q) && unit_lstride(q.y));
     if (cl && !SELSCAN_CUDA_CHANNELS_LAST) return; /* not compiled: the general kernels */
     const int tpc = 2, S = q.N <= 8 && !cl ? 4 : 8;
     const int64_t ncb = cdiv(q.dpg, kThreads / tpc), blocks = q.batch * q.G * ncb, nck = cdiv(q.L, kCK);
@@ -2357,8 +2360,7 @@ bool plan_fast_backward(const selscan__prob &q, const selscan__grd &r, bool have
     if (q.cu || q.fixB || q.fixC || q.N > 16 || !fast_lstride(q.u) || !fast_lstride(q.delta) || !fast_lstride(r.dy) ||
         !fast_lstride(q.z) || !fast_lstride(r.du) || !fast_lstride(r.ddelta) || !fast_lstride(r.dz) || !fast_steps_fit(q))
         return false;
-    pl->fastCL = !(unit_lstride(q.u) && unit_lstride(q.delta) && unit_lstride(r.dy) && unit_lstride(q.z) && unit_lstride(r.du) &&
-                   unit_lstride(r.ddelta) && unit_lstride(r.dz) && q.B.s[3] == 1 && q.C.s[3] == 1);
+    pl->fastCL = !(unit_inputs(q) && unit_lstride(r.dy) && unit_lstride(r.du) && unit_lstride(r.ddelta) && unit_lstride(r.dz));
     if (pl->fastCL && (kFastBwdS != 8 || !SELSCAN_CUDA_CHANNELS_LAST)) return false; /* compiled with 2 threads a channel, if at all */
     const int tpc = kFastBwdS == 8 ? 2 : 4, S = kFastBwdS == 8 && (q.N > 8 || pl->fastCL) ? 8 : 4;
     const int64_t rows = q.batch * q.dim, nck = cdiv(q.L, kCK);
