@@ -709,6 +709,12 @@ template <typename T, int K> struct rawvw {
     uint32_t w[K];
 };
 template <typename T, int K> __device__ __forceinline__ float raw_get(const rawvw<T, K> &r, int k) { return bits_float<T>(r.w[k]); }
+/* element e of an NP x kFL (state, step) tile of B or C: the step fastest when the L stride is 1
+   (tfast: a warp reads along L), else the state (channels-last: along the states) */
+template <int NP> __device__ __forceinline__ void tile_elem(int e, bool tfast, int *n, int *tt) {
+    *n = tfast ? e / kFL : e % NP;
+    *tt = tfast ? e % kFL : e / NP;
+}
 template <typename T, int K> __device__ __forceinline__ void load_seq(rawvw<T, K> &r, const T *row, int t0, int n, bool, int ls) {
     const T *p = row + static_cast<int64_t>(t0) * ls;
 #pragma unroll
@@ -819,7 +825,9 @@ __global__ void __launch_bounds__(kThreads, fast_fwd_minblocks<S>()) fwd_fast_ke
         if (sizeof(T) == 2) asm volatile("mov.u32 %0, %%tid.x;" : "=r"(t));
 #pragma unroll
         for (int r = 0; r < RB; r++) {
-            const int e = t + r * kThreads, n = TF ? e / kFL : e % NP, tt = TF ? e % kFL : e / NP;
+            const int e = t + r * kThreads;
+            int n, tt;
+            tile_elem<NP>(e, TF, &n, &tt);
             const bool v = e < NP * kFL && n < static_cast<int>(N) && tb + tt < L;
             /* 0 bits: 0.0 in every type */
             rB[r] = v ? ld_bits<T>(Bg, TF ? n * sBn + tb + tt : n * sBn + (tb + tt) * sBt) : 0u;
@@ -834,7 +842,9 @@ __global__ void __launch_bounds__(kThreads, fast_fwd_minblocks<S>()) fwd_fast_ke
         constexpr bool TF = decltype(tfast)::value;
 #pragma unroll
         for (int r = 0; r < RB; r++) {
-            const int e = tid + r * kThreads, n = TF ? e / kFL : e % NP, tt = TF ? e % kFL : e / NP;
+            const int e = tid + r * kThreads;
+            int n, tt;
+            tile_elem<NP>(e, TF, &n, &tt);
             if (e < NP * kFL)
                 *reinterpret_cast<float2 *>(&s_bc[buf][tt * RS + 2 * n]) = make_float2(bits_float<T>(rB[r]), bits_float<T>(rC[r]));
         }
@@ -1998,12 +2008,7 @@ __global__ void __launch_bounds__(kThreads) bwd_fast_local_kernel(const kparams 
     float sumdt = 0.0f;
     raw_t<T, OWN, CL> rd, ry, rz;
     uint32_t rC[RB]; /* raw bits, converted after the walk (ld_bits) */
-    /* C tile element e: (state, step), the step fastest when C's L stride is 1, else the state */
-    const bool c_tfast = bcstride<CL>(P.C) == 1;
-    auto c_at = [&](int e, int *n, int *tt) {
-        *n = c_tfast ? e / kFL : e % NP;
-        *tt = c_tfast ? e % kFL : e / NP;
-    };
+    const bool c_tfast = bcstride<CL>(P.C) == 1; /* the C tile's element order (tile_elem) */
     auto load = [&](int tb) {
         const int t0 = tb + j * OWN;
         const int nown = active ? max(0, min(OWN, t_end - t0)) : 0;
@@ -2015,7 +2020,7 @@ __global__ void __launch_bounds__(kThreads) bwd_fast_local_kernel(const kparams 
         for (int r = 0; r < RB; r++) {
             const int e = tid + r * kThreads;
             int n, tt;
-            c_at(e, &n, &tt);
+            tile_elem<NP>(e, c_tfast, &n, &tt);
             rC[r] = e < NP * kFL && n < N && tb + tt < t_end ? ld_bits<T>(Cg, n * static_cast<int>(P.C.s[2]) + (tb + tt) * bcstride<CL>(P.C)) : 0u;
         }
         return nown;
@@ -2037,7 +2042,7 @@ __global__ void __launch_bounds__(kThreads) bwd_fast_local_kernel(const kparams 
         for (int r = 0; r < RB; r++) {
             const int e = tid + r * kThreads;
             int n, tt;
-            c_at(e, &n, &tt);
+            tile_elem<NP>(e, c_tfast, &n, &tt);
             if (e < NP * kFL) s_c[tt][n] = bits_float<T>(rC[r]);
         }
         __syncthreads();
