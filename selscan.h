@@ -1428,6 +1428,10 @@ typedef struct selscan__bsh {
     int64_t A, Bf, Cf, D, bias, B, C, end, nbg;
 } selscan__bsh;
 
+/* Row stride (floats) of the per-block dB / dC partials [N][rows]: 64-byte aligned and not a
+   multiple of 4 KiB, so the N rows written together do not share L1 sets. */
+static int64_t selscan__prow(int64_t L) { return selscan__r16(L) + 16; }
+
 static void selscan__bsh_map(selscan__bsh *h, const selscan__prob *q, const selscan__grd *r) {
     const int64_t bdn = selscan__r16(q->batch * q->dim * q->N), bd = selscan__r16(q->batch * q->dim);
     int64_t o = 0;
@@ -1438,7 +1442,7 @@ static void selscan__bsh_map(selscan__bsh *h, const selscan__prob *q, const sels
     h->D = r->dD.data ? (o += bd) - bd : -1;
     h->bias = r->dbias.data ? (o += bd) - bd : -1;
     {
-        const int64_t nb = selscan__r16(q->batch * q->G * h->nbg * q->N * q->L);
+        const int64_t nb = q->batch * q->G * h->nbg * q->N * selscan__prow(q->L);
         h->B = r->dB.data && !q->fixB ? (o += nb) - nb : -1;
         h->C = r->dC.data && !q->fixC ? (o += nb) - nb : -1;
     }
@@ -1879,11 +1883,11 @@ static ATTR void selscan__bwd_chunk_##SFX(int64_t N, int nt, const float *hin, f
                                           const float *A, const float *A2, const float *dt, const float *dtu,                                             \
                                           const float *dy0, float *yc, float *Sv, float *sAv, float *accB, float *accC,                                   \
                                           float *dA, float *dBf, float *dCf, const float *Bp, const float *Cp, int fixB,                                  \
-                                          int fixC, int fast, int first) {                                                                                \
+                                          int fixC, int fast, int first, float *pB, float *pC, int64_t ps) {                                               \
     const int W = SELSCAN__VW;                                                                                                                            \
-    const int64_t rs = SELSCAN__BG * W;                                                                                                                   \
-    int64_t n0, n1;                                                                                                                                       \
-    int t;                                                                                                                                                \
+    const int64_t rs = SELSCAN__BG * W, NW = N * W;                                                                                                       \
+    int64_t n0, n1, n;                                                                                                                                    \
+    int t;                                                                                                                                             \
     for (t = 0; t < nt; t++) {                                                                                                                            \
         if (yc) SELSCAN__VSTORE(yc + t * W, SELSCAN__VSET1(0.0f));                                                                                        \
         SELSCAN__VSTORE(Sv + t * W, SELSCAN__VSET1(0.0f));                                                                                                \
@@ -1894,11 +1898,23 @@ static ATTR void selscan__bwd_chunk_##SFX(int64_t N, int nt, const float *hin, f
         selscan__rec_chunk_##SFX(n0, n1, nt, hin, hs, ab, rs, A, A2, dt, dtu, Bp, fixB, fast);                                                            \
         if (yc) selscan__bwd_walk_##SFX(n0, n1, N, nt, hs, ab, rs, dh, A, dt, dtu, dy0, yc, Sv, sAv, accB, accC, dA, dBf, dCf, Bp, Cp, fixB, fixC, first, 1); \
         else selscan__bwd_walk_##SFX(n0, n1, N, nt, hs, ab, rs, dh, A, dt, dtu, dy0, yc, Sv, sAv, accB, accC, dA, dBf, dCf, Bp, Cp, fixB, fixC, first, 0); \
+        /* pB / pC given (the block's last tile): the group's per-step dB / dC are complete and                                                           \
+           still in L1; their lane sums go out now, W steps at once by one transposing reduction */                                                       \
+        for (n = n0; n < n1 && (pB || pC); n++) {                                                                                                         \
+            for (t = 0; t + W <= nt; t += W) {                                                                                                            \
+                if (pB) SELSCAN__VTHSUMS(accB + t * NW + n * W, NW, pB + n * ps + t);                                                                      \
+                if (pC) SELSCAN__VTHSUMS(accC + t * NW + n * W, NW, pC + n * ps + t);                                                                      \
+            }                                                                                                                                             \
+            for (; t < nt; t++) {                                                                                                                         \
+                if (pB) pB[n * ps + t] = SELSCAN__VHSUM(SELSCAN__VLOAD(accB + t * NW + n * W));                                                            \
+                if (pC) pC[n * ps + t] = SELSCAN__VHSUM(SELSCAN__VLOAD(accC + t * NW + n * W));                                                            \
+            }                                                                                                                                             \
+        }                                                                                                                                                 \
     }                                                                                                                                                     \
 }                                                                                                                                                         \
                                                                                                                                                           \
 /* Backward of one block: channels c0 .. c0 + nch - 1 of group g, batch row b. pB / pC: this                                                              \
-   block's [N][L] partials of variable dB / dC (NULL: not asked). The checkpoint pass goes chunk                                                          \
+   block's [N][selscan__prow(L)] partials of variable dB / dC (NULL: not asked). The checkpoint pass goes chunk                                                          \
    by chunk with the tiles inner, like the walk back: a chunk's variable B / C are copied once for                                                        \
    all tiles. When the part's prep cache holds the segment (s->pcn chunks), the checkpoint pass                                                           \
    prepares the walk's inputs (selscan__wprep) into it and the walk back reads them there instead                                                         \
@@ -1907,11 +1923,11 @@ static ATTR void selscan__bwd_block_##SFX(const selscan__prob *q, const selscan_
                                           int64_t c0, int nch, const selscan__bscr *s, float *pB, float *pC,                                              \
                                           const float *ckp) {                                                                                             \
     const int W = SELSCAN__VW, nbt = (nch + SELSCAN__VW - 1) / SELSCAN__VW;                                                                               \
-    const int64_t N = q->N, NW = N * W, T = s->T, L = q->L;                                                                                               \
+    const int64_t N = q->N, NW = N * W, T = s->T, PS = selscan__prow(q->L);                                                                               \
     const int useck = ckp && T == SELSCAN__FT;                                                                                                            \
     const int64_t TS = s->TS;                                                                                                                             \
     float lim[SELSCAN__CB];                                                                                                                               \
-    int64_t k, c, n;                                                                                                                                      \
+    int64_t k, c;                                                                                                                                         \
     int j, t;                                                                                                                                             \
     memset(s->dA, 0, SELSCAN__CAST(size_t, nbt * NW) * 4);                                                                                                \
     memset(s->dBf, 0, SELSCAN__CAST(size_t, nbt * NW) * 4);                                                                                               \
@@ -1990,7 +2006,7 @@ static ATTR void selscan__bwd_block_##SFX(const selscan__prob *q, const selscan_
                 selscan__bwd_chunk_##SFX(N, nt, s->ck + j * s->ckstride + c * NW, s->hs, s->ab, s->dh + j * NW, s->A + j * NW,                            \
                                          s->A2 + j * NW, dt, dtu, dy0p, q->z.data ? s->yc : NULL, s->S, s->sA, s->accB, s->accC,                          \
                                          s->dA + j * NW, s->dBf + j * NW, s->dCf + j * NW, Bp, Cp, q->fixB, q->fixC, fast,                                \
-                                         j == 0);                                                                                                         \
+                                         j == 0, pB && j == nbt - 1 ? pB + cs : NULL, pC && j == nbt - 1 ? pC + cs : NULL, PS);                            \
                 for (t = nt - 1; t >= 0; t--) {                                                                                                           \
                     const SELSCAN__VF u = SELSCAN__VLOAD(u_ + t * W), dy0 = SELSCAN__VLOAD(dy0p + t * W);                                                 \
                     const SELSCAN__VF S = SELSCAN__VLOAD(s->S + t * W);                                                                                   \
@@ -2010,11 +2026,6 @@ static ATTR void selscan__bwd_block_##SFX(const selscan__prob *q, const selscan_
                 if (r->ddelta.data) SELSCAN__STORETILE(s->ddt, &r->ddelta, b, d0, nl, W, cs, nt, s->tmp);                                                 \
                 if (r->dz.data) SELSCAN__STORETILE(s->dz, &r->dz, b, d0, nl, W, cs, nt, s->tmp);                                                          \
             }                                                                                                                                             \
-            for (n = 0; n < N; n++)                                                                                                                       \
-                for (t = 0; t < nt; t++) {                                                                                                                \
-                    if (pB) pB[n * L + cs + t] = SELSCAN__VHSUM(SELSCAN__VLOAD(s->accB + t * NW + n * W));                                                \
-                    if (pC) pC[n * L + cs + t] = SELSCAN__VHSUM(SELSCAN__VLOAD(s->accC + t * NW + n * W));                                                \
-                }                                                                                                                                         \
         }                                                                                                                                                 \
         if (r->dh0.data)                                                                                                                                  \
             for (j = 0; j < nbt; j++) {                                                                                                                   \
@@ -2252,6 +2263,7 @@ static float selscan__addexp_s(float p, float t) { /* p * 2^k, t = k + 1.5 * 2^2
 #define SELSCAN__VPOW2I(t) selscan__pow2i_s(t)
 #define SELSCAN__VHSUM(v) (v)
 #define SELSCAN__VTHSUM(v, out) ((out)[0] = (v)[0])
+#define SELSCAN__VTHSUMS(p, stride, out) ((out)[0] = (p)[0])
 #define SELSCAN__VADDEXP(p, t) selscan__addexp_s(p, t)
 #define SELSCAN__VOPAQUE(v) ((v) = selscan__opaque_s(v))
 #define SELSCAN__LOADTILE selscan__load_tile
@@ -2273,6 +2285,7 @@ SELSCAN__KERNELS(port, SELSCAN__NOATTR)
 #undef SELSCAN__VPOW2I
 #undef SELSCAN__VHSUM
 #undef SELSCAN__VTHSUM
+#undef SELSCAN__VTHSUMS
 #undef SELSCAN__VADDEXP
 #undef SELSCAN__VOPAQUE
 #undef SELSCAN__LOADTILE
@@ -2297,6 +2310,22 @@ static SELSCAN__T_AVX2 SELSCAN__INLINE void selscan__thsum_avx2(const __m256 *v,
     t0 = _mm256_add_ps(_mm256_shuffle_ps(s[0], s[1], 0x44), _mm256_shuffle_ps(s[0], s[1], 0xee));
     t1 = _mm256_add_ps(_mm256_shuffle_ps(s[2], s[3], 0x44), _mm256_shuffle_ps(s[2], s[3], 0xee));
     r = _mm256_add_ps(_mm256_shuffle_ps(t0, t1, 0x88), _mm256_shuffle_ps(t0, t1, 0xdd)); /* v0 v2 v4 v6 | v1 v3 v5 v7 */
+    _mm256_storeu_ps(out, _mm256_permutevar8x32_ps(r, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7)));
+}
+/* out[c] = selscan__hsum_avx2 of the vector at p + c * stride, c < 8: selscan__thsum_avx2 on rows
+   read where they lie (no copy into an array). */
+static SELSCAN__T_AVX2 SELSCAN__INLINE void selscan__thsums_avx2(const float *p, int64_t stride, float *out) {
+    const __m256 v0 = _mm256_loadu_ps(p), v1 = _mm256_loadu_ps(p + stride), v2 = _mm256_loadu_ps(p + 2 * stride);
+    const __m256 v3 = _mm256_loadu_ps(p + 3 * stride), v4 = _mm256_loadu_ps(p + 4 * stride);
+    const __m256 v5 = _mm256_loadu_ps(p + 5 * stride), v6 = _mm256_loadu_ps(p + 6 * stride);
+    const __m256 v7 = _mm256_loadu_ps(p + 7 * stride);
+    const __m256 s0 = _mm256_add_ps(_mm256_permute2f128_ps(v0, v1, 0x20), _mm256_permute2f128_ps(v0, v1, 0x31));
+    const __m256 s1 = _mm256_add_ps(_mm256_permute2f128_ps(v2, v3, 0x20), _mm256_permute2f128_ps(v2, v3, 0x31));
+    const __m256 s2 = _mm256_add_ps(_mm256_permute2f128_ps(v4, v5, 0x20), _mm256_permute2f128_ps(v4, v5, 0x31));
+    const __m256 s3 = _mm256_add_ps(_mm256_permute2f128_ps(v6, v7, 0x20), _mm256_permute2f128_ps(v6, v7, 0x31));
+    const __m256 t0 = _mm256_add_ps(_mm256_shuffle_ps(s0, s1, 0x44), _mm256_shuffle_ps(s0, s1, 0xee));
+    const __m256 t1 = _mm256_add_ps(_mm256_shuffle_ps(s2, s3, 0x44), _mm256_shuffle_ps(s2, s3, 0xee));
+    const __m256 r = _mm256_add_ps(_mm256_shuffle_ps(t0, t1, 0x88), _mm256_shuffle_ps(t0, t1, 0xdd));
     _mm256_storeu_ps(out, _mm256_permutevar8x32_ps(r, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7)));
 }
 /* Tile loads and stores of 8 channels: 8 x 8 transposes when steps are contiguous, vector
@@ -2392,8 +2421,21 @@ static SELSCAN__T_AVX2 void selscan__store_tile_avx2(const float *src, const sel
         return;
     }
     if (nl == W && W % 8 == 0 && x->s[2] == 1) {
-        __m256 r[8];
+        __m256 r[8], r2[8];
         selscan__prefetch_rows_avx2(x, off, W, t0);
+        /* 16 steps a row at once: with rows 4 KiB apart (L = 1024, ...) the rows share L1 sets, and
+           a line written half by half gets evicted between its halves */
+        for (; t + 16 <= nt; t += 16)
+            for (g = 0; g < W; g += 8) {
+                for (l = 0; l < 8; l++) r[l] = _mm256_loadu_ps(src + (t + l) * W + g);
+                for (l = 0; l < 8; l++) r2[l] = _mm256_loadu_ps(src + (t + 8 + l) * W + g);
+                selscan__tr8_avx2(r);
+                selscan__tr8_avx2(r2);
+                for (l = 0; l < 8; l++) {
+                    selscan__st8_avx2(x->data, off + (g + l) * x->s[1] + t, x->dt, r[l]);
+                    selscan__st8_avx2(x->data, off + (g + l) * x->s[1] + t + 8, x->dt, r2[l]);
+                }
+            }
         for (; t + 8 <= nt; t += 8)
             for (g = 0; g < W; g += 8) {
                 for (l = 0; l < 8; l++) r[l] = _mm256_loadu_ps(src + (t + l) * W + g);
@@ -2421,6 +2463,7 @@ static SELSCAN__T_AVX2 void selscan__store_tile_avx2(const float *src, const sel
     _mm256_castsi256_ps(_mm256_add_epi32(_mm256_slli_epi32(_mm256_castps_si256(t), 23), _mm256_set1_epi32(127 << 23)))
 #define SELSCAN__VHSUM(v) selscan__hsum_avx2(v)
 #define SELSCAN__VTHSUM(v, out) selscan__thsum_avx2(v, out)
+#define SELSCAN__VTHSUMS(p, stride, out) selscan__thsums_avx2(p, stride, out)
 #if defined(__GNUC__) || defined(__clang__)
 #define SELSCAN__VOPAQUE(v) __asm__("" : "+x"(v))
 #else
@@ -2446,6 +2489,7 @@ SELSCAN__KERNELS(avx2, SELSCAN__T_AVX2)
 #undef SELSCAN__VPOW2I
 #undef SELSCAN__VHSUM
 #undef SELSCAN__VTHSUM
+#undef SELSCAN__VTHSUMS
 #undef SELSCAN__VADDEXP
 #undef SELSCAN__VOPAQUE
 #undef SELSCAN__LOADTILE
@@ -2474,6 +2518,7 @@ static SELSCAN__T_AVX512 SELSCAN__INLINE float selscan__hsum_avx512(__m512 v) {
     _mm512_castsi512_ps(_mm512_add_epi32(_mm512_maskz_slli_epi32(0xffff, _mm512_castps_si512(t), 23), _mm512_set1_epi32(127 << 23)))
 #define SELSCAN__VHSUM(v) selscan__hsum_avx512(v)
 #define SELSCAN__VTHSUM(v, out) do { int i_; for (i_ = 0; i_ < 16; i_++) (out)[i_] = selscan__hsum_avx512((v)[i_]); } while (0)
+#define SELSCAN__VTHSUMS(p, stride, out) do { int i_; for (i_ = 0; i_ < 16; i_++) (out)[i_] = selscan__hsum_avx512(_mm512_loadu_ps((p) + i_ * (stride))); } while (0)
 #if defined(__GNUC__) || defined(__clang__)
 #define SELSCAN__VOPAQUE(v) __asm__("" : "+v"(v))
 #else
@@ -2499,6 +2544,7 @@ SELSCAN__KERNELS(avx512, SELSCAN__T_AVX512)
 #undef SELSCAN__VPOW2I
 #undef SELSCAN__VHSUM
 #undef SELSCAN__VTHSUM
+#undef SELSCAN__VTHSUMS
 #undef SELSCAN__VADDEXP
 #undef SELSCAN__VOPAQUE
 #undef SELSCAN__LOADTILE
@@ -2523,6 +2569,7 @@ SELSCAN__KERNELS(avx512, SELSCAN__T_AVX512)
     vreinterpretq_f32_s32(vaddq_s32(vshlq_n_s32(vreinterpretq_s32_f32(t), 23), vdupq_n_s32(127 << 23)))
 #define SELSCAN__VHSUM(v) vaddvq_f32(v)
 #define SELSCAN__VTHSUM(v, out) do { int i_; for (i_ = 0; i_ < 4; i_++) (out)[i_] = vaddvq_f32((v)[i_]); } while (0)
+#define SELSCAN__VTHSUMS(p, stride, out) do { int i_; for (i_ = 0; i_ < 4; i_++) (out)[i_] = vaddvq_f32(vld1q_f32((p) + i_ * (stride))); } while (0)
 #if defined(__GNUC__) || defined(__clang__)
 #define SELSCAN__VOPAQUE(v) __asm__("" : "+w"(v))
 #else
@@ -2548,6 +2595,7 @@ SELSCAN__KERNELS(neon, SELSCAN__NOATTR)
 #undef SELSCAN__VPOW2I
 #undef SELSCAN__VHSUM
 #undef SELSCAN__VTHSUM
+#undef SELSCAN__VTHSUMS
 #undef SELSCAN__VADDEXP
 #undef SELSCAN__VOPAQUE
 #undef SELSCAN__LOADTILE
@@ -2684,7 +2732,8 @@ static selscan_status selscan__backward_fast(const selscan_problem *p, const sel
         const int64_t b = i / (q.G * h.nbg), gg = i / h.nbg % q.G, k = i % h.nbg, c0 = gg * q.dpg + k * SELSCAN__CB;
         const int nch = SELSCAN__CAST(int, selscan__min64(SELSCAN__CB, q.dpg - k * SELSCAN__CB));
         const int W = selscan__isa_width(isa), nbt = (nch + W - 1) / W;
-        float *pB = h.B >= 0 ? ws + h.B + i * q.N * q.L : NULL, *pC = h.C >= 0 ? ws + h.C + i * q.N * q.L : NULL;
+        float *pB = h.B >= 0 ? ws + h.B + i * q.N * selscan__prow(q.L) : NULL;
+        float *pC = h.C >= 0 ? ws + h.C + i * q.N * selscan__prow(q.L) : NULL;
         int j, l;
         switch (isa) {
 #if defined(SELSCAN__HAVE_X86)
@@ -2761,7 +2810,7 @@ static selscan_status selscan__backward_reduce(const selscan_problem *p, const s
                     int64_t i2;
                     for (i2 = 0; i2 < nt; i2++) acc[i2] = 0.0f;
                     for (k = 0; k < h.nbg; k++) {
-                        const float *src = ws + off + ((bg * h.nbg + k) * q.N + nn) * q.L + t;
+                        const float *src = ws + off + ((bg * h.nbg + k) * q.N + nn) * selscan__prow(q.L) + t;
                         for (i2 = 0; i2 < nt; i2++) acc[i2] += src[i2];
                     }
                     selscan__store_row(dst->data, SELSCAN__AT4(*dst, bb, gg, nn, t), dst->s[3], acc, nt, q.dt);
