@@ -2298,35 +2298,26 @@ static SELSCAN__T_AVX2 SELSCAN__INLINE float selscan__hsum_avx2(__m256 v) {
     x = _mm_add_ss(x, _mm_shuffle_ps(x, x, 1));
     return _mm_cvtss_f32(x);
 }
-/* out[c] = selscan__hsum_avx2(v[c]) for c < 8, bitwise (the same tree of adds per lane), by one
-   transposing reduction: 15 shuffles and adds for the 8 sums instead of 32. */
-static SELSCAN__T_AVX2 SELSCAN__INLINE void selscan__thsum_avx2(const __m256 *v, float *out) {
-    __m256 s[4], t0, t1, r;
-    int i;
-    for (i = 0; i < 4; i++) /* [v_2i, v_2i+1] lanes k: l_k + l_k+4 */
-        s[i] = _mm256_add_ps(_mm256_permute2f128_ps(v[2 * i], v[2 * i + 1], 0x20),
-                             _mm256_permute2f128_ps(v[2 * i], v[2 * i + 1], 0x31));
-    /* (s0 + s2, s1 + s3) of v0, v2 | v1, v3 and of v4, v6 | v5, v7 */
-    t0 = _mm256_add_ps(_mm256_shuffle_ps(s[0], s[1], 0x44), _mm256_shuffle_ps(s[0], s[1], 0xee));
-    t1 = _mm256_add_ps(_mm256_shuffle_ps(s[2], s[3], 0x44), _mm256_shuffle_ps(s[2], s[3], 0xee));
-    r = _mm256_add_ps(_mm256_shuffle_ps(t0, t1, 0x88), _mm256_shuffle_ps(t0, t1, 0xdd)); /* v0 v2 v4 v6 | v1 v3 v5 v7 */
-    _mm256_storeu_ps(out, _mm256_permutevar8x32_ps(r, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7)));
-}
-/* out[c] = selscan__hsum_avx2 of the vector at p + c * stride, c < 8: selscan__thsum_avx2 on rows
-   read where they lie (no copy into an array). */
+/* out[c] = selscan__hsum_avx2 of the 8 floats at p + c * stride, c < 8, bitwise (the same tree of
+   adds per lane), by one transposing reduction: 15 shuffles and adds for the 8 sums instead of 32. */
 static SELSCAN__T_AVX2 SELSCAN__INLINE void selscan__thsums_avx2(const float *p, int64_t stride, float *out) {
     const __m256 v0 = _mm256_loadu_ps(p), v1 = _mm256_loadu_ps(p + stride), v2 = _mm256_loadu_ps(p + 2 * stride);
     const __m256 v3 = _mm256_loadu_ps(p + 3 * stride), v4 = _mm256_loadu_ps(p + 4 * stride);
     const __m256 v5 = _mm256_loadu_ps(p + 5 * stride), v6 = _mm256_loadu_ps(p + 6 * stride);
     const __m256 v7 = _mm256_loadu_ps(p + 7 * stride);
+    /* s_i: [v_2i, v_2i+1], lane k: l_k + l_k+4 */
     const __m256 s0 = _mm256_add_ps(_mm256_permute2f128_ps(v0, v1, 0x20), _mm256_permute2f128_ps(v0, v1, 0x31));
     const __m256 s1 = _mm256_add_ps(_mm256_permute2f128_ps(v2, v3, 0x20), _mm256_permute2f128_ps(v2, v3, 0x31));
     const __m256 s2 = _mm256_add_ps(_mm256_permute2f128_ps(v4, v5, 0x20), _mm256_permute2f128_ps(v4, v5, 0x31));
     const __m256 s3 = _mm256_add_ps(_mm256_permute2f128_ps(v6, v7, 0x20), _mm256_permute2f128_ps(v6, v7, 0x31));
+    /* (s0 + s2, s1 + s3) of v0, v2 | v1, v3 and of v4, v6 | v5, v7 */
     const __m256 t0 = _mm256_add_ps(_mm256_shuffle_ps(s0, s1, 0x44), _mm256_shuffle_ps(s0, s1, 0xee));
     const __m256 t1 = _mm256_add_ps(_mm256_shuffle_ps(s2, s3, 0x44), _mm256_shuffle_ps(s2, s3, 0xee));
-    const __m256 r = _mm256_add_ps(_mm256_shuffle_ps(t0, t1, 0x88), _mm256_shuffle_ps(t0, t1, 0xdd));
+    const __m256 r = _mm256_add_ps(_mm256_shuffle_ps(t0, t1, 0x88), _mm256_shuffle_ps(t0, t1, 0xdd)); /* v0 v2 v4 v6 | v1 v3 v5 v7 */
     _mm256_storeu_ps(out, _mm256_permutevar8x32_ps(r, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7)));
+}
+static SELSCAN__T_AVX2 SELSCAN__INLINE void selscan__thsum_avx2(const __m256 *v, float *out) {
+    selscan__thsums_avx2(SELSCAN__RCAST(const float *, v), 8, out);
 }
 /* Tile loads and stores of 8 channels: 8 x 8 transposes when steps are contiguous, vector
    loads when channels are; the generic routines otherwise. */
