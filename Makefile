@@ -60,6 +60,9 @@ $(BUILD)/tests-san/selscan_impl.o: tests/selscan_impl.c selscan.h
 $(BUILD)/tests-san/%: tests/%.c tests/common.h selscan.h $(BUILD)/tests-san/selscan_impl.o
 	$(CC) $(TEST_SANFLAGS) -I. $< $(if $(filter $<,$(TEST_STANDALONE)),,$(BUILD)/tests-san/selscan_impl.o) -o $@ $(LDLIBS)
 
+# test_fast_pcache and test_fast_portable are tests/test_fast.c built with other macros
+$(foreach d,tests tests-san,$(BUILD)/$(d)/test_fast_pcache $(BUILD)/$(d)/test_fast_portable): tests/test_fast.c
+
 test-build: $(TEST_BINS) $(TEST_SAN_BINS)
 
 test:

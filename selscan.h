@@ -1883,11 +1883,11 @@ static ATTR void selscan__bwd_chunk_##SFX(int64_t N, int nt, const float *hin, f
                                           const float *A, const float *A2, const float *dt, const float *dtu,                                             \
                                           const float *dy0, float *yc, float *Sv, float *sAv, float *accB, float *accC,                                   \
                                           float *dA, float *dBf, float *dCf, const float *Bp, const float *Cp, int fixB,                                  \
-                                          int fixC, int fast, int first, float *pB, float *pC, int64_t ps) {                                               \
+                                          int fixC, int fast, int first, float *pB, float *pC, int64_t ps) {                                              \
     const int W = SELSCAN__VW;                                                                                                                            \
     const int64_t rs = SELSCAN__BG * W, NW = N * W;                                                                                                       \
     int64_t n0, n1, n;                                                                                                                                    \
-    int t;                                                                                                                                             \
+    int t;                                                                                                                                                \
     for (t = 0; t < nt; t++) {                                                                                                                            \
         if (yc) SELSCAN__VSTORE(yc + t * W, SELSCAN__VSET1(0.0f));                                                                                        \
         SELSCAN__VSTORE(Sv + t * W, SELSCAN__VSET1(0.0f));                                                                                                \
@@ -1902,23 +1902,25 @@ static ATTR void selscan__bwd_chunk_##SFX(int64_t N, int nt, const float *hin, f
            still in L1; their lane sums go out now, W steps at once by one transposing reduction */                                                       \
         for (n = n0; n < n1 && (pB || pC); n++) {                                                                                                         \
             for (t = 0; t + W <= nt; t += W) {                                                                                                            \
-                if (pB) SELSCAN__VTHSUMS(accB + t * NW + n * W, NW, pB + n * ps + t);                                                                      \
-                if (pC) SELSCAN__VTHSUMS(accC + t * NW + n * W, NW, pC + n * ps + t);                                                                      \
+                if (pB) SELSCAN__VTHSUMS(accB + t * NW + n * W, NW, pB + n * ps + t);                                                                     \
+                if (pC) SELSCAN__VTHSUMS(accC + t * NW + n * W, NW, pC + n * ps + t);                                                                     \
             }                                                                                                                                             \
             for (; t < nt; t++) {                                                                                                                         \
-                if (pB) pB[n * ps + t] = SELSCAN__VHSUM(SELSCAN__VLOAD(accB + t * NW + n * W));                                                            \
-                if (pC) pC[n * ps + t] = SELSCAN__VHSUM(SELSCAN__VLOAD(accC + t * NW + n * W));                                                            \
+                if (pB) pB[n * ps + t] = SELSCAN__VHSUM(SELSCAN__VLOAD(accB + t * NW + n * W));                                                           \
+                if (pC) pC[n * ps + t] = SELSCAN__VHSUM(SELSCAN__VLOAD(accC + t * NW + n * W));                                                           \
             }                                                                                                                                             \
         }                                                                                                                                                 \
     }                                                                                                                                                     \
 }                                                                                                                                                         \
                                                                                                                                                           \
 /* Backward of one block: channels c0 .. c0 + nch - 1 of group g, batch row b. pB / pC: this                                                              \
-   block's [N][selscan__prow(L)] partials of variable dB / dC (NULL: not asked). The checkpoint pass goes chunk                                                          \
+   block's [N][selscan__prow(L)] partials of variable dB / dC (NULL: not asked). The checkpoint pass goes chunk                                           \
    by chunk with the tiles inner, like the walk back: a chunk's variable B / C are copied once for                                                        \
    all tiles. When the part's prep cache holds the segment (s->pcn chunks), the checkpoint pass                                                           \
    prepares the walk's inputs (selscan__wprep) into it and the walk back reads them there instead                                                         \
-   of loading and preparing the chunk again. */                                                                                                           \
+   of loading and preparing the chunk again. With the forward's checkpoints (ckp) the same pass                                                           \
+   runs without the recompute: the inputs are then read first to last (read chunk by chunk in the                                                         \
+   walk's last-to-first order, the lm-prefill backward took 9 % longer on a Xeon, NOTES v22). */                                                          \
 static ATTR void selscan__bwd_block_##SFX(const selscan__prob *q, const selscan__grd *r, int64_t b, int64_t g,                                            \
                                           int64_t c0, int nch, const selscan__bscr *s, float *pB, float *pC,                                              \
                                           const float *ckp) {                                                                                             \
@@ -1943,7 +1945,7 @@ static ATTR void selscan__bwd_block_##SFX(const selscan__prob *q, const selscan_
         int64_t t0, t1, row, nck;                                                                                                                         \
         selscan__seg(q, b, k, &t0, &t1, &row);                                                                                                            \
         nck = (t1 - t0 + T - 1) / T;                                                                                                                      \
-        const int usepc = !useck && nck <= s->pcn;                                                                                                        \
+        const int usepc = nck <= s->pcn;                                                                                                                  \
         /* checkpoints: ck[c] = state entering chunk c */                                                                                                 \
         for (j = 0; j < nbt; j++) {                                                                                                                       \
             const int nl = nch - j * W < W ? nch - j * W : W;                                                                                             \
@@ -1954,11 +1956,11 @@ static ATTR void selscan__bwd_block_##SFX(const selscan__prob *q, const selscan_
                 for (c = 1; c < nck; c++) selscan__ck_get(q, ckp, b, d0, nl, W, (t0 + c * T) / SELSCAN__FT + k, ck + c * NW);                             \
             selscan__state_in(&r->dhlast, row, d0, nl, W, N, s->dh + j * NW);                                                                             \
         }                                                                                                                                                 \
-        for (c = 0; c + 1 < nck && !useck; c++) {                                                                                                         \
+        for (c = 0; c + 1 < nck && (usepc || !useck); c++) {                                                                                              \
             const int64_t cs = t0 + c * T;                                                                                                                \
             const int nt = SELSCAN__CAST(int, T);                                                                                                         \
             int64_t bsn, bst;                                                                                                                             \
-            const float *Bv = selscan__bc_chunk(&q->B, q->fixB, s->Bf, W, b, g, N, cs, nt, s->Bb, &bsn, &bst);                                            \
+            const float *Bv = useck ? NULL : selscan__bc_chunk(&q->B, q->fixB, s->Bf, W, b, g, N, cs, nt, s->Bb, &bsn, &bst);                             \
             for (j = 0; j < nbt; j++) {                                                                                                                   \
                 const int nl = nch - j * W < W ? nch - j * W : W;                                                                                         \
                 const int64_t d0 = c0 + j * W;                                                                                                            \
@@ -1975,8 +1977,9 @@ static ATTR void selscan__bwd_block_##SFX(const selscan__prob *q, const selscan_
                     fast = selscan__prep_##SFX(q, b, d0, nl, cs, nt, s->bv + j * W, w, w + TS, w + 2 * TS, NULL, NULL, NULL,                              \
                                                s->tmp, lim[j]);                                                                                           \
                 }                                                                                                                                         \
-                selscan__rec_chunk_##SFX(0, N, nt, ck, ck + NW, NULL, 0, s->A + j * NW, s->A2 + j * NW, w, w + TS, Bp,                                    \
-                                         q->fixB, fast);                                                                                                  \
+                if (!useck)                                                                                                                               \
+                    selscan__rec_chunk_##SFX(0, N, nt, ck, ck + NW, NULL, 0, s->A + j * NW, s->A2 + j * NW, w, w + TS, Bp,                                \
+                                             q->fixB, fast);                                                                                              \
             }                                                                                                                                             \
         }                                                                                                                                                 \
         for (c = nck - 1; c >= 0; c--) {                                                                                                                  \
@@ -2006,7 +2009,7 @@ static ATTR void selscan__bwd_block_##SFX(const selscan__prob *q, const selscan_
                 selscan__bwd_chunk_##SFX(N, nt, s->ck + j * s->ckstride + c * NW, s->hs, s->ab, s->dh + j * NW, s->A + j * NW,                            \
                                          s->A2 + j * NW, dt, dtu, dy0p, q->z.data ? s->yc : NULL, s->S, s->sA, s->accB, s->accC,                          \
                                          s->dA + j * NW, s->dBf + j * NW, s->dCf + j * NW, Bp, Cp, q->fixB, q->fixC, fast,                                \
-                                         j == 0, pB && j == nbt - 1 ? pB + cs : NULL, pC && j == nbt - 1 ? pC + cs : NULL, PS);                            \
+                                         j == 0, pB && j == nbt - 1 ? pB + cs : NULL, pC && j == nbt - 1 ? pC + cs : NULL, PS);                           \
                 for (t = nt - 1; t >= 0; t--) {                                                                                                           \
                     const SELSCAN__VF u = SELSCAN__VLOAD(u_ + t * W), dy0 = SELSCAN__VLOAD(dy0p + t * W);                                                 \
                     const SELSCAN__VF S = SELSCAN__VLOAD(s->S + t * W);                                                                                   \
@@ -2231,7 +2234,7 @@ static ATTR void selscan__step_block_##SFX(const selscan__stp *q, int64_t b, int
     }                                                                                                                                                     \
     selscan__store_row(q->y.data, b * q->y.s[0] + dlo * q->y.s[1], q->y.s[1], yb, nd, q->dt);                                                             \
 }                                                                                                                                                         \
-                                                                                                                                                          
+
 
 /* ---- instantiations ---- */
 

@@ -76,7 +76,7 @@ static selscan_status run_parts(int kind, const selscan_problem *p, const selsca
     return st;
 }
 
-static int isas[2], nisa;
+static int isas[3], nisa;
 
 /* A random configuration with more channels than tc_cfg_random gives (several tiles and
    backward blocks, partial tiles). */
@@ -406,10 +406,13 @@ int main(void) {
     int i, d;
     const int quick = tc_quick();
     tc_init("test_fast");
+    /* every vector path this CPU runs (an AVX-512 machine runs the AVX2 one too), then portable */
     isas[0] = selscan__use_isa(SELSCAN__ISA_AVX512);
     nisa = 1;
+    if (isas[0] == SELSCAN__ISA_AVX512) isas[nisa++] = SELSCAN__ISA_AVX2;
     if (isas[0] != SELSCAN__ISA_PORTABLE) isas[nisa++] = SELSCAN__ISA_PORTABLE;
-    printf("paths: %s%s\n", selscan_cpu_backend(), nisa > 1 ? " and portable" : "");
+    printf("paths: %s%s%s\n", selscan_cpu_backend(), isas[0] == SELSCAN__ISA_AVX512 ? ", avx2+fma" : "",
+           nisa > 1 ? " and portable" : "");
     for (d = 0; d < 3; d++) {
         const selscan_dtype dt = (selscan_dtype)d;
         for (i = 0; i < (quick ? 6 : 40); i++) test_forward(dt, quick ? 60000 : 200000);
