@@ -1301,6 +1301,15 @@ static void selscan__ck_put(const selscan__prob *q, float *ckp, int64_t b, int64
     }
 }
 
+/* Slots [s0, s1) of channels d0 .. d0 + nl - 1 zeroed: the slots no chunk starts in (the
+   forward defines every byte of its checkpoint, e.g. a framework op's output). */
+static void selscan__ck_zero(const selscan__prob *q, float *ckp, int64_t b, int64_t d0, int nl, int64_t s0, int64_t s1) {
+    const int64_t ns = selscan__ck_slots(q), N = q->N;
+    int l;
+    if (s1 > s0)
+        for (l = 0; l < nl; l++) memset(ckp + ((b * q->dim + d0 + l) * ns + s0) * N, 0, SELSCAN__CAST(size_t, (s1 - s0) * N) * 4);
+}
+
 static void selscan__ck_get(const selscan__prob *q, const float *ckp, int64_t b, int64_t d0, int nl, int W, int64_t slot,
                             float *h) {
     const int64_t ns = selscan__ck_slots(q), N = q->N;
@@ -1652,7 +1661,7 @@ static ATTR void selscan__fwd_tile_##SFX(const selscan__prob *q, int64_t b, int6
                                          const selscan__fscr *s, float *ckp) {                                                                            \
     const int W = SELSCAN__VW;                                                                                                                            \
     const int64_t N = q->N;                                                                                                                               \
-    int64_t k, c0;                                                                                                                                        \
+    int64_t k, c0, cknext = 0;                                                                                                                            \
     int t;                                                                                                                                                \
     const float lim = 86.0f / selscan__tile_params(q, d0, nl, W, s->A, s->A2, s->Bf, s->Cf, s->Dv, s->bv);                                                \
     for (k = 0; k < selscan__nseg(q); k++) {                                                                                                              \
@@ -1664,7 +1673,11 @@ static ATTR void selscan__fwd_tile_##SFX(const selscan__prob *q, int64_t b, int6
             int64_t bsn, bst, csn, cst;                                                                                                                   \
             const float *Bp = selscan__bc_chunk(&q->B, q->fixB, s->Bf, W, b, g, N, c0, nt, s->Bb, &bsn, &bst);                                            \
             const float *Cp = selscan__bc_chunk(&q->C, q->fixC, s->Cf, W, b, g, N, c0, nt, s->Cb, &csn, &cst);                                            \
-            if (ckp) selscan__ck_put(q, ckp, b, d0, nl, W, c0 / SELSCAN__FT + k, s->h);                                                                   \
+            if (ckp) { /* slots rise with the chunks; the ones skipped (none, or a sequence's extra) zeroed */                                            \
+                selscan__ck_zero(q, ckp, b, d0, nl, cknext, c0 / SELSCAN__FT + k);                                                                        \
+                selscan__ck_put(q, ckp, b, d0, nl, W, c0 / SELSCAN__FT + k, s->h);                                                                        \
+                cknext = c0 / SELSCAN__FT + k + 1;                                                                                                        \
+            }                                                                                                                                             \
             const SELSCAN__VF Dv = SELSCAN__VLOAD(s->Dv);                                                                                                 \
             const int fast = selscan__prep_##SFX(q, b, d0, nl, c0, nt, s->bv, s->dt, s->dtu, s->u, s->z, NULL, NULL,                                      \
                                                  s->tmp, lim);                                                                                            \
@@ -1679,6 +1692,7 @@ static ATTR void selscan__fwd_tile_##SFX(const selscan__prob *q, int64_t b, int6
         }                                                                                                                                                 \
         if (q->hlast.data) selscan__state_out(&q->hlast, row, d0, nl, W, N, s->h);                                                                        \
     }                                                                                                                                                     \
+    if (ckp) selscan__ck_zero(q, ckp, b, d0, nl, cknext, selscan__ck_slots(q));                                                                           \
 }                                                                                                                                                         \
                                                                                                                                                           \
 /* p[i W] = v_i for i < G (G <= 4: the hand-unrolled state groups below). */                                                                              \

@@ -253,6 +253,15 @@ static void test_backward(selscan_dtype dt, int64_t max_work) {
             bws = tc_ws(bb);
             tc_grads_poison(&G);
             st = run_parts(0, &P.p, NULL, NULL, nf, fws, fb, isas[ia], 0);
+            if (st == SELSCAN_OK) { /* every float of the checkpoint written (unused slots zeroed) */
+                size_t k, left = 0;
+                for (k = 0; k < ckb / 4; k++) {
+                    uint32_t w;
+                    memcpy(&w, g_ck + k, 4);
+                    left += w == 0xffffffffu;
+                }
+                CHECK(left == 0, "isa %d: %zu checkpoint floats unwritten (%s)", isas[ia], left, desc);
+            }
             if (st == SELSCAN_OK) st = run_parts(1, &P.p, &G.g, NULL, nb, bws, bb, isas[ia], 1);
             free(g_ck);
             g_ck = NULL;

@@ -161,7 +161,7 @@ absl::Status ForwardShape(InferenceContext* c) {
   c->set_output(1, ret ? c->MakeShape({d.batch, d.dim, d.N}) : c->Vector(0));
   bool ck = false;
   TF_RETURN_IF_ERROR(c->GetAttr("save_checkpoint", &ck));
-  // The GPU kernel fills it (its size is selscan's business); the CPU kernel leaves it empty.
+  // Filled by either kernel (its size is selscan's business, and differs between the two).
   c->set_output(2, ck ? c->Vector(InferenceContext::kUnknownDim) : c->Vector(0));
   return absl::OkStatus();
 }
@@ -282,8 +282,15 @@ class SelscanForwardCpu : public OpKernel {
     Tensor *y = nullptr, *h_last = nullptr;
     OP_REQUIRES_OK(ctx, ctx->allocate_output(0, SeqShape(s, o_.bld), &y));
     OP_REQUIRES_OK(ctx, ctx->allocate_output(1, o_.return_last_state ? StateShape(s) : TensorShape({0}), &h_last));
-    Tensor* checkpoint = nullptr;  // the CPU backward recomputes: no checkpoint
-    OP_REQUIRES_OK(ctx, ctx->allocate_output(2, TensorShape({0}), &checkpoint));
+    const selscan_problem p =
+        BuildProblem(ctx, o_, s, DtypeOf<T>::value, y, o_.return_last_state ? h_last : nullptr);
+    // The checkpoint: the state entering every 64 steps, which the backward then reads instead of
+    // recomputing it (selscan_checkpoint_size bytes of floats; empty when not asked for).
+    size_t ck_bytes = 0;
+    if (o_.save_checkpoint && !s.Empty())
+      OP_REQUIRES_OK(ctx, FromSelscan(selscan_checkpoint_size(&p, &ck_bytes), "selscan_checkpoint_size", s));
+    Tensor* checkpoint = nullptr;
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(2, TensorShape({static_cast<int64_t>(ck_bytes / 4)}), &checkpoint));
     if (s.Empty()) {  // nothing to scan: y is empty, h_last is h0 (or 0)
       if (o_.return_last_state && h_last->TotalBytes() > 0) {
         if (o_.has_h0) std::memcpy(h_last->data(), ctx->input(kH0).data(), h_last->TotalBytes());
@@ -291,8 +298,6 @@ class SelscanForwardCpu : public OpKernel {
       }
       return;
     }
-    const selscan_problem p =
-        BuildProblem(ctx, o_, s, DtypeOf<T>::value, y, o_.return_last_state ? h_last : nullptr);
     const int64_t n_parts = NumParts(ctx);
     size_t bytes = 0;
     OP_REQUIRES_OK(ctx, FromSelscan(selscan_workspace_size_parts(&p, nullptr, n_parts, &bytes),
@@ -301,8 +306,10 @@ class SelscanForwardCpu : public OpKernel {
     void* ws = nullptr;
     OP_REQUIRES_OK(ctx, AllocateWorkspace(ctx, bytes, &tmp, &ws));
     std::vector<selscan_status> sts(static_cast<size_t>(n_parts), SELSCAN_OK);
+    float* ck = ck_bytes ? checkpoint->flat<float>().data() : nullptr;
     ForEachPart(ctx, n_parts, [&](int64_t part) {
-      sts[static_cast<size_t>(part)] = selscan_forward_cpu_part(&p, part, n_parts, ws, bytes);
+      sts[static_cast<size_t>(part)] = ck ? selscan_forward_cpu_ckpt_part(&p, part, n_parts, ws, bytes, ck, ck_bytes)
+                                          : selscan_forward_cpu_part(&p, part, n_parts, ws, bytes);
     });
     OP_REQUIRES_OK(ctx, FirstError(sts, "selscan_forward_cpu", s));
   }
@@ -337,10 +344,18 @@ class SelscanBackwardCpu : public OpKernel {
     Tensor tmp;
     void* ws = nullptr;
     OP_REQUIRES_OK(ctx, AllocateWorkspace(ctx, bytes, &tmp, &ws));
+    // The forward's checkpoint, when a CPU forward kept one: a checkpoint of another size (none,
+    // or a GPU forward's, whose layout differs) is not read; the backward then recomputes it.
+    const Tensor& ck_in = ctx->input(kCheckpoint);
+    size_t ck_bytes = 0;
+    OP_REQUIRES_OK(ctx, FromSelscan(selscan_checkpoint_size(&p, &ck_bytes), "selscan_checkpoint_size", s));
+    const float* ck = static_cast<size_t>(ck_in.NumElements()) * 4 == ck_bytes && ck_bytes > 0
+                          ? ck_in.flat<float>().data() : nullptr;
     std::vector<selscan_status> sts(static_cast<size_t>(n_parts), SELSCAN_OK);
     // Phase 1: the scans (per-part partial sums into the shared workspace) ...
     ForEachPart(ctx, n_parts, [&](int64_t part) {
-      sts[static_cast<size_t>(part)] = selscan_backward_cpu_part(&p, &g, part, n_parts, ws, bytes);
+      sts[static_cast<size_t>(part)] = ck ? selscan_backward_cpu_ckpt_part(&p, &g, part, n_parts, ws, bytes, ck, ck_bytes)
+                                          : selscan_backward_cpu_part(&p, &g, part, n_parts, ws, bytes);
     });
     OP_REQUIRES_OK(ctx, FirstError(sts, "selscan_backward_cpu", s));
     // ... phase 2, once all parts are done: the fixed-order reductions (dA, dD, ddelta_bias, dB, dC).

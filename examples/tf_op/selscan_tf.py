@@ -105,9 +105,9 @@ def selective_scan(
         y  = sum_n C[t] * h + D * u;  y = y * silu(z) if z is given
     Returns y, or (y, h_last) with return_last_state=True.
 
-    save_checkpoint (GPU only): the forward also keeps the state entering every 64 steps (float32,
-    batch * dim * ceil(L / 64) * N values) for the backward, which then skips recomputing it. Pass
-    False for inference. The CPU kernels recompute and never keep one.
+    save_checkpoint: the forward also keeps the state entering every 64 steps (float32; on a GPU
+    batch * dim * ceil(L / 64) * N values, on the CPU batch * dim * (ceil(L / 64) + 1) * N) for the
+    backward, which then skips recomputing it. Pass False for inference.
     """
     if layout not in ("BLD", "BDL"):
         raise ValueError('selective_scan: layout must be "BLD" or "BDL", got %r' % (layout,))
@@ -161,7 +161,7 @@ def _selscan_forward_grad(op, dy, dh_last, _dcheckpoint):
         *op.inputs[:9],
         dy,
         dh_last,
-        op.outputs[2],  # the forward's checkpoint (empty unless a GPU forward saved one)
+        op.outputs[2],  # the forward's checkpoint (empty unless it saved one)
         delta_softplus=attr("delta_softplus"),
         has_dh_last=has_dh_last,
         layout=attr("layout"),
@@ -204,7 +204,7 @@ class SelectiveScan(tf.keras.layers.Layer):
     A_log[d, n] = log(n + 1)), D = 1, delta_bias = softplus^-1 of dt drawn log-uniformly from
     [dt_min, dt_max], softplus applied to delta + delta_bias. The weights stay float32 under a
     mixed-precision policy (u, delta, B, C, z then arrive in the compute dtype, e.g. bfloat16).
-    training=False skips the GPU checkpoint (no backward follows). The op has no XLA kernel, so
+    training=False skips the checkpoint (no backward follows). The op has no XLA kernel, so
     supports_jit is False (Keras then does not jit-compile a model containing this layer).
     """
 

@@ -95,18 +95,18 @@ class SelscanBackwardGpu : public OpKernel {
     }
     const selscan_problem p = BuildProblem(ctx, o_, s, DtypeOf<T>::value, nullptr, nullptr);
     const selscan_grads g = BuildGrads(ctx, o_, s, outs);
-    // The forward's checkpoint, when it saved one (an empty tensor otherwise: recompute).
+    // The forward's checkpoint, when a GPU forward saved one: an empty tensor, or one of another
+    // size (a CPU forward's, whose layout differs), is not read: the backward recomputes it.
     const Tensor& checkpoint = ctx->input(kCheckpoint);
     const float* ck = nullptr;
     size_t ck_bytes = 0;
     if (checkpoint.NumElements() > 0) {
       size_t need = 0;
       OP_REQUIRES_OK(ctx, FromSelscan(CudaCheckpointSize(&p, &need), "selscan_checkpoint_size_cuda", s));
-      ck_bytes = static_cast<size_t>(checkpoint.NumElements()) * sizeof(float);
-      OP_REQUIRES(ctx, checkpoint.dims() == 1 && ck_bytes == need,
-                  Invalid("selscan: checkpoint has shape ", checkpoint.shape().DebugString(), ", the forward of this "
-                          "problem saves ", need / sizeof(float), " floats (", s.ToString(), ")"));
-      ck = checkpoint.flat<float>().data();
+      if (static_cast<size_t>(checkpoint.NumElements()) * sizeof(float) == need) {
+        ck_bytes = need;
+        ck = checkpoint.flat<float>().data();
+      }
     }
     size_t bytes = 0;
     OP_REQUIRES_OK(ctx, FromSelscan(CudaWorkspaceSize(&p, &g, ck != nullptr, &bytes), "selscan_backward_cuda", s));

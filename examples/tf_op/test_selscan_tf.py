@@ -443,26 +443,40 @@ def test_bad_shapes():
 
 
 def test_checkpoint_attr():
-    """save_checkpoint (a GPU-only saving): on the CPU the op's checkpoint output is empty, and
-    results and gradients are the same bits with and without it."""
+    """save_checkpoint: the CPU forward keeps the state entering every 64 steps (batch * dim *
+    (ceil(L / 64) + 1) * N floats) and the backward reads it instead of recomputing it; results and
+    gradients are the same bits with and without it, and a checkpoint of another size (a GPU
+    forward's) is not read."""
     rng = np.random.default_rng(14)
-    prob = Problem(rng, batch=2, dim=6, L=70, N=4, G=2, D=True, z=True, softplus=True, h0=True,
-                   return_last_state=True)
-    t = prob.tensors("BLD")
-    raw = selscan_tf.load_ops().selscan_forward(
-        t["u"], t["delta"], t["A"], t["B"], t["C"], t["D"], t["z"], tf.zeros([0]), t["h0"], delta_softplus=True,
-        has_d=True, has_z=True, has_h0=True, return_last_state=True, save_checkpoint=True)
-    assert len(raw) == 3 and raw[2].shape == (0,), "CPU checkpoint output: %s" % (raw[2].shape,)
-    outs = []
-    for ck in (False, True):
-        with tf.GradientTape() as tape:
-            tape.watch(list(t.values()))
-            y, h = selective_scan(t["u"], t["delta"], t["A"], t["B"], t["C"], D=t["D"], z=t["z"],
-                                  delta_softplus=True, h0=t["h0"], return_last_state=True, save_checkpoint=ck)
-            loss = tf.reduce_sum(y * y) + tf.reduce_sum(h)
-        outs.append([y, h] + tape.gradient(loss, [t[k] for k in sorted(t)]))
-    for a, b in zip(*outs):
-        assert np.array_equal(a.numpy(), b.numpy())
+    ops = selscan_tf.load_ops()
+    for L in (70, 200):
+        prob = Problem(rng, batch=2, dim=6, L=L, N=4, G=2, D=True, z=True, softplus=True, h0=True,
+                       return_last_state=True)
+        t = prob.tensors("BLD")
+        args = (t["u"], t["delta"], t["A"], t["B"], t["C"], t["D"], t["z"], tf.zeros([0]), t["h0"])
+        kw = dict(delta_softplus=True, has_d=True, has_z=True, has_h0=True)
+        raw = ops.selscan_forward(*args, return_last_state=True, save_checkpoint=True, **kw)
+        want = 2 * 6 * ((L + 63) // 64 + 1) * 4
+        assert len(raw) == 3 and raw[2].shape == (want,), "CPU checkpoint output: %s" % (raw[2].shape,)
+        assert ops.selscan_forward(*args, **kw)[2].shape == (0,)
+        outs = []
+        for ck in (False, True):
+            with tf.GradientTape() as tape:
+                tape.watch(list(t.values()))
+                y, h = selective_scan(t["u"], t["delta"], t["A"], t["B"], t["C"], D=t["D"], z=t["z"],
+                                      delta_softplus=True, h0=t["h0"], return_last_state=True, save_checkpoint=ck)
+                loss = tf.reduce_sum(y * y) + tf.reduce_sum(h)
+            outs.append([y, h] + tape.gradient(loss, [t[k] for k in sorted(t)]))
+        for a, b in zip(*outs):
+            assert np.array_equal(a.numpy(), b.numpy())
+        # the backward op given its own checkpoint, none, or one of another size: the same bits
+        dy = tf.constant(rng.standard_normal(raw[0].shape), raw[0].dtype)
+        dh = tf.constant(rng.standard_normal(raw[1].shape), tf.float32)
+        grads = [ops.selscan_backward(*args, dy, dh, ck, has_dh_last=True, **kw)
+                 for ck in (raw[2], tf.zeros([0]), tf.zeros([want - 2 * 6 * 4]))]
+        for other in grads[1:]:
+            for a, b in zip(grads[0], other):
+                assert np.array_equal(a.numpy(), b.numpy())
 
 
 def test_empty():
