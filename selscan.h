@@ -1079,6 +1079,12 @@ enum { SELSCAN__ISA_PORTABLE = 0, SELSCAN__ISA_NEON = 1, SELSCAN__ISA_AVX2 = 2, 
 #else
 #define SELSCAN__INLINE
 #endif
+/* a hint that the line at p will be written soon (nothing where the compiler has no such hint) */
+#if defined(__GNUC__) || defined(__clang__)
+#define SELSCAN__PREFETCHW(p) __builtin_prefetch((p), 1, 3)
+#else
+#define SELSCAN__PREFETCHW(p) ((void)0)
+#endif
 
 #if !defined(SELSCAN_NO_SIMD) && (defined(__x86_64__) || defined(_M_X64)) &&                                  \
     (defined(__GNUC__) || defined(__clang__) || defined(_MSC_VER))
@@ -2066,11 +2072,13 @@ static ATTR SELSCAN__INLINE SELSCAN__VF selscan__step_one_##SFX(const int k, con
                                                                                                                                                           \
 static ATTR SELSCAN__INLINE void selscan__step_rows_##SFX(const int NV, int ne, const float *dtb, const float *xb, float *hp,                             \
                                                           int64_t hs1, const float *Ap, int64_t as0, const float *Bp,                                     \
-                                                          const float *Cp, SELSCAN__VF *yv) {                                                             \
+                                                          const float *Cp, SELSCAN__VF *yv, int64_t nrow) {                                               \
     const int W = SELSCAN__VW;                                                                                                                            \
     int c;                                                                                                                                                \
     for (c = 0; c < ne; c++, hp += hs1, Ap += as0) {                                                                                                      \
         const SELSCAN__VF vdt = SELSCAN__VSET1(dtb[c]), vdx = SELSCAN__VSET1(dtb[c] * xb[c]), zero = SELSCAN__VSET1(0.0f);                                \
+        /* the state 32 channels on (nrow: channels of hp's row from here on) */                                                                          \
+        if (c + 32 < nrow) SELSCAN__PREFETCHW(hp + 32 * hs1);                                                                                             \
         const SELSCAN__VF a0 = selscan__vexp_##SFX(SELSCAN__VMUL(vdt, SELSCAN__VLOAD(Ap)));                                                               \
         const SELSCAN__VF a1 = NV > 1 ? selscan__vexp_##SFX(SELSCAN__VMUL(vdt, SELSCAN__VLOAD(Ap + W))) : zero;                                           \
         const SELSCAN__VF a2 = NV > 2 ? selscan__vexp_##SFX(SELSCAN__VMUL(vdt, SELSCAN__VLOAD(Ap + 2 * W))) : zero;                                       \
@@ -2134,10 +2142,10 @@ static ATTR void selscan__step_block_##SFX(const selscan__stp *q, int64_t b, int
             if (i + ne <= gend && NV <= 4) {                                                                                                              \
                 float *const hp = hrow + i * hs1;                                                                                                         \
                 const float *const Ap = Arow + i * as0;                                                                                                   \
-                if (NV == 1) selscan__step_rows_##SFX(1, ne, dtb + i, xb + i, hp, hs1, Ap, as0, Bp, Cp, yv);                                              \
-                else if (NV == 2) selscan__step_rows_##SFX(2, ne, dtb + i, xb + i, hp, hs1, Ap, as0, Bp, Cp, yv);                                         \
-                else if (NV == 3) selscan__step_rows_##SFX(3, ne, dtb + i, xb + i, hp, hs1, Ap, as0, Bp, Cp, yv);                                         \
-                else selscan__step_rows_##SFX(4, ne, dtb + i, xb + i, hp, hs1, Ap, as0, Bp, Cp, yv);                                                      \
+                if (NV == 1) selscan__step_rows_##SFX(1, ne, dtb + i, xb + i, hp, hs1, Ap, as0, Bp, Cp, yv, q->dim - dlo - i);                            \
+                else if (NV == 2) selscan__step_rows_##SFX(2, ne, dtb + i, xb + i, hp, hs1, Ap, as0, Bp, Cp, yv, q->dim - dlo - i);                       \
+                else if (NV == 3) selscan__step_rows_##SFX(3, ne, dtb + i, xb + i, hp, hs1, Ap, as0, Bp, Cp, yv, q->dim - dlo - i);                       \
+                else selscan__step_rows_##SFX(4, ne, dtb + i, xb + i, hp, hs1, Ap, as0, Bp, Cp, yv, q->dim - dlo - i);                                    \
                 for (c = ne; c < W; c++) yv[c] = SELSCAN__VSET1(0.0f);                                                                                    \
                 SELSCAN__VTHSUM(yv, yb + i);                                                                                                              \
                 continue;                                                                                                                                 \
