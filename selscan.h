@@ -2070,13 +2070,13 @@ static ATTR SELSCAN__INLINE SELSCAN__VF selscan__step_one_##SFX(const int k, con
     return SELSCAN__VFMA(SELSCAN__VLOAD(Cp + k * W), h, acc);                                                                                             \
 }                                                                                                                                                         \
                                                                                                                                                           \
-static ATTR SELSCAN__INLINE void selscan__step_rows_##SFX(const int NV, int ne, const float *dtb, const float *xb, float *hp,                             \
+static ATTR SELSCAN__INLINE void selscan__step_rows_##SFX(const int NV, int ne, const float *dtb, const float *dxb, float *hp,                            \
                                                           int64_t hs1, const float *Ap, int64_t as0, const float *Bp,                                     \
                                                           const float *Cp, SELSCAN__VF *yv, int64_t nrow) {                                               \
     const int W = SELSCAN__VW;                                                                                                                            \
     int c;                                                                                                                                                \
     for (c = 0; c < ne; c++, hp += hs1, Ap += as0) {                                                                                                      \
-        const SELSCAN__VF vdt = SELSCAN__VSET1(dtb[c]), vdx = SELSCAN__VSET1(dtb[c] * xb[c]), zero = SELSCAN__VSET1(0.0f);                                \
+        const SELSCAN__VF vdt = SELSCAN__VSET1(dtb[c]), vdx = SELSCAN__VSET1(dxb[c]), zero = SELSCAN__VSET1(0.0f);                                        \
         /* the state 32 channels on (nrow: channels of hp's row from here on) */                                                                          \
         if (c + 32 < nrow) SELSCAN__PREFETCHW(hp + 32 * hs1);                                                                                             \
         const SELSCAN__VF a0 = selscan__vexp_##SFX(SELSCAN__VMUL(vdt, SELSCAN__VLOAD(Ap)));                                                               \
@@ -2087,7 +2087,7 @@ static ATTR SELSCAN__INLINE void selscan__step_rows_##SFX(const int NV, int ne, 
         if (NV > 1) acc1 = selscan__step_one_##SFX(1, a1, hp, Bp, Cp, vdx, zero);                                                                         \
         if (NV > 2) acc0 = selscan__step_one_##SFX(2, a2, hp, Bp, Cp, vdx, acc0);                                                                         \
         if (NV > 3) acc1 = selscan__step_one_##SFX(3, a3, hp, Bp, Cp, vdx, acc1);                                                                         \
-        yv[c] = SELSCAN__VADD(acc0, acc1);                                                                                                                \
+        yv[c] = NV > 1 ? SELSCAN__VADD(acc0, acc1) : acc0;                                                                                                \
     }                                                                                                                                                     \
 }                                                                                                                                                         \
                                                                                                                                                           \
@@ -2131,21 +2131,23 @@ static ATTR void selscan__step_block_##SFX(const selscan__stp *q, int64_t b, int
         const float *const Arow = SELSCAN__CAST(const float *, q->A.data) + dlo * as0;                                                                    \
         int64_t g = dlo / q->dpg, gend = (g + 1) * q->dpg - dlo; /* channel index (from dlo) of the next group */                                         \
         const float *Bp, *Cp;                                                                                                                             \
-        float Db[SELSCAN__SNB], ab[SELSCAN__WMAX * SELSCAN__SNA];                                                                                         \
+        float Db[SELSCAN__SNB], dxb[SELSCAN__SNB], ab[SELSCAN__WMAX * SELSCAN__SNA];                                                                      \
         SELSCAN__VF yv[SELSCAN__VW];                                                                                                                      \
         int c;                                                                                                                                            \
         selscan__step_bc(q, b, g, Bb, Cb, &Bp, &Cp);                                                                                                      \
         if (q->D.data) selscan__cvt_row(Db, q->D.data, SELSCAN__AT1(q->D, dlo), q->D.s[0], nd, SELSCAN_F32);                                              \
         for (i = q->D.data ? nd : 0; i < SELSCAN__SNB; i++) Db[i] = 0.0f;                                                                                 \
+        /* dt x of every channel as vectors (each channel then broadcasts it from memory) */                                                              \
+        for (i = 0; i < SELSCAN__SNB; i += W) SELSCAN__VSTORE(dxb + i, SELSCAN__VMUL(SELSCAN__VLOAD(dtb + i), SELSCAN__VLOAD(xb + i)));                   \
         for (i = 0; i < nd; i += W) {                                                                                                                     \
             const int ne = nd - i < W ? SELSCAN__CAST(int, nd - i) : W;                                                                                   \
             if (i + ne <= gend && NV <= 4) {                                                                                                              \
                 float *const hp = hrow + i * hs1;                                                                                                         \
                 const float *const Ap = Arow + i * as0;                                                                                                   \
-                if (NV == 1) selscan__step_rows_##SFX(1, ne, dtb + i, xb + i, hp, hs1, Ap, as0, Bp, Cp, yv, q->dim - dlo - i);                            \
-                else if (NV == 2) selscan__step_rows_##SFX(2, ne, dtb + i, xb + i, hp, hs1, Ap, as0, Bp, Cp, yv, q->dim - dlo - i);                       \
-                else if (NV == 3) selscan__step_rows_##SFX(3, ne, dtb + i, xb + i, hp, hs1, Ap, as0, Bp, Cp, yv, q->dim - dlo - i);                       \
-                else selscan__step_rows_##SFX(4, ne, dtb + i, xb + i, hp, hs1, Ap, as0, Bp, Cp, yv, q->dim - dlo - i);                                    \
+                if (NV == 1) selscan__step_rows_##SFX(1, ne, dtb + i, dxb + i, hp, hs1, Ap, as0, Bp, Cp, yv, q->dim - dlo - i);                           \
+                else if (NV == 2) selscan__step_rows_##SFX(2, ne, dtb + i, dxb + i, hp, hs1, Ap, as0, Bp, Cp, yv, q->dim - dlo - i);                      \
+                else if (NV == 3) selscan__step_rows_##SFX(3, ne, dtb + i, dxb + i, hp, hs1, Ap, as0, Bp, Cp, yv, q->dim - dlo - i);                      \
+                else selscan__step_rows_##SFX(4, ne, dtb + i, dxb + i, hp, hs1, Ap, as0, Bp, Cp, yv, q->dim - dlo - i);                                   \
                 for (c = ne; c < W; c++) yv[c] = SELSCAN__VSET1(0.0f);                                                                                    \
                 SELSCAN__VTHSUM(yv, yb + i);                                                                                                              \
                 continue;                                                                                                                                 \
