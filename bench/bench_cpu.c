@@ -23,6 +23,7 @@ typedef struct bcase {
 
 static const bcase cases[] = {
     {"ggml-peer", 1, 1536, 1024, 16, 0, 0, 0, 1, "ggml's options: softplus, no D, no z"},
+    {"ggml-peer-2", 8, 1536, 2048, 16, 0, 0, 0, 0, "ggml's second case; reference not run"},
     {"lm-prefill", 1, 1536, 1024, 16, 1, 1, 1, 1, ""},
     {"lm-train/8", 8, 3072, 256, 16, 1, 1, 1, 1, "L shortened 2048 -> 256"},
     {"vision-s3", 128, 256, 196, 8, 1, 0, 1, 1, ""},
