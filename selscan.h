@@ -1054,7 +1054,8 @@ SELSCAN_DEF selscan_status selscan_step_ref(const selscan_step_problem *s) {
    recompute and walk back of a group through L1 rows). When the sequence fits the part's prep
    cache (SELSCAN__PCMAX), the checkpoint pass also prepares the walk's inputs of every chunk (dt,
    dt u, u, softplus' derivative; with z dy silu(z), dy silu'(z)) and the walk back reads them
-   instead of loading and preparing the chunk again. Sums over channels (variable
+   instead of loading and preparing the chunk again (with the forward's checkpoints that pass
+   runs too, without the recompute: inputs read first to last). Sums over channels (variable
    dB, dC) are accumulated lane-wise over the block's tiles, reduced over lanes in a fixed order,
    and written as per-block partials to the shared workspace; sums over batch rows (dA, dD,
    ddelta_bias, fixed dB/dC) are written per batch row. selscan_backward_cpu_reduce() sums the
