@@ -9,6 +9,10 @@ LDLIBS  := -lm -lpthread
 NVFLAGS ?= -O3 -arch=sm_90 -std=c++17
 BUILD   := build
 HAVE_NVCC := $(shell command -v $(NVCC) >/dev/null 2>&1 && echo 1)
+# arm64 (the NEON path): a cross compiler and qemu's user-mode emulator, where installed
+ARM64_CC  ?= aarch64-linux-gnu-gcc
+ARM64_RUN ?= qemu-aarch64 -L /usr/aarch64-linux-gnu
+HAVE_ARM64 := $(shell command -v $(ARM64_CC) >/dev/null 2>&1 && command -v $(firstword $(ARM64_RUN)) >/dev/null 2>&1 && echo 1)
 
 .PHONY: run test bench clean test-cuda bench-cuda tf-op test-tf
 .DEFAULT_GOAL := run
@@ -60,17 +64,29 @@ $(BUILD)/tests-san/selscan_impl.o: tests/selscan_impl.c selscan.h
 $(BUILD)/tests-san/%: tests/%.c tests/common.h selscan.h $(BUILD)/tests-san/selscan_impl.o
 	$(CC) $(TEST_SANFLAGS) -I. $< $(if $(filter $<,$(TEST_STANDALONE)),,$(BUILD)/tests-san/selscan_impl.o) -o $@ $(LDLIBS)
 
-# test_fast_pcache and test_fast_portable are tests/test_fast.c built with other macros
-$(foreach d,tests tests-san,$(BUILD)/$(d)/test_fast_pcache $(BUILD)/$(d)/test_fast_portable): tests/test_fast.c
+# The same suites for arm64 (NEON and portable paths), run under qemu-user by make test where
+# $(ARM64_CC) and qemu-aarch64 are installed (.ci/run installs them): gcc contracts a * b + c
+# into fused operations there, which the x86 builds never do.
+ARM64_BINS := $(patsubst tests/%.c,$(BUILD)/arm64/%,$(TEST_SRCS))
+$(BUILD)/arm64/selscan_impl.o: tests/selscan_impl.c selscan.h
+	@mkdir -p $(@D)
+	$(ARM64_CC) $(TEST_CFLAGS) -I. -c $< -o $@
 
-test-build: $(TEST_BINS) $(TEST_SAN_BINS)
+$(BUILD)/arm64/%: tests/%.c tests/common.h selscan.h $(BUILD)/arm64/selscan_impl.o
+	$(ARM64_CC) $(TEST_CFLAGS) -I. $< $(if $(filter $<,$(TEST_STANDALONE)),,$(BUILD)/arm64/selscan_impl.o) -o $@ $(LDLIBS)
+
+# test_fast_pcache and test_fast_portable are tests/test_fast.c built with other macros
+$(foreach d,tests tests-san arm64,$(BUILD)/$(d)/test_fast_pcache $(BUILD)/$(d)/test_fast_portable): tests/test_fast.c
+
+test-build: $(TEST_BINS) $(TEST_SAN_BINS) $(if $(HAVE_ARM64),$(ARM64_BINS))
 
 test:
 	@$(MAKE) --no-print-directory -j$(TEST_JOBS) test-build
 	@bash tests/run.sh $(foreach b,$(TEST_BINS),./$(b)) \
 	    "CC='$(CC)' CXX='$(CXX)' NVCC='$(NVCC)' BUILD='$(BUILD)' bash tests/build_checks.sh" \
 	    $(if $(HAVE_NVCC),"$(TEST_CUDA_BUILD)" ./$(BUILD)/test_cuda ./$(BUILD)/test_cuda_cl) \
-	    $(foreach b,$(TEST_SAN_BINS),"$(TEST_SAN_ENV) ./$(b)")
+	    $(foreach b,$(TEST_SAN_BINS),"$(TEST_SAN_ENV) ./$(b)") \
+	    $(if $(HAVE_ARM64),$(foreach b,$(ARM64_BINS),"$(ARM64_RUN) ./$(b)"),"echo 'skipped: arm64 suites (no $(ARM64_CC) or qemu-aarch64)'; echo '0 passed, 0 failed'")
 
 # ---- CPU benchmark ----------------------------------------------------------------------------
 # make bench: examples/cpu_threads.c (the part API on a pthreads pool, checked bitwise against 1

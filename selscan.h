@@ -2263,7 +2263,15 @@ static ATTR void selscan__step_block_##SFX(const selscan__stp *q, int64_t b, int
 
 /* ---- instantiations ---- */
 
-/* portable: W = 1, plain floats */
+/* portable: W = 1, plain floats. No contraction of a * b + c into one fused operation (gcc's GNU
+   modes do it on targets with an FMA instruction, e.g. arm64, and not the same way in every
+   function): the forward and the backward's recompute must give the same bits. */
+#if defined(__GNUC__) && !defined(__clang__) && !defined(__CUDACC__) /* (nvcc's front end knows no such pragma) */
+#pragma GCC push_options
+#pragma GCC optimize("fp-contract=off")
+#elif defined(__clang__)
+#pragma STDC FP_CONTRACT OFF
+#endif
 static float selscan__pow2i_s(float t) { /* t = round(x) + 1.5 * 2^23: 2^round(x) */
     uint32_t u = selscan__f32_bits(t);
     return selscan__bits_f32((u << 23) + (127u << 23));
@@ -2297,6 +2305,11 @@ static float selscan__addexp_s(float p, float t) { /* p * 2^k, t = k + 1.5 * 2^2
 #define SELSCAN__LOADTILE selscan__load_tile
 #define SELSCAN__STORETILE selscan__store_tile
 SELSCAN__KERNELS(port, SELSCAN__NOATTR)
+#if defined(__GNUC__) && !defined(__clang__) && !defined(__CUDACC__)
+#pragma GCC pop_options
+#elif defined(__clang__)
+#pragma STDC FP_CONTRACT DEFAULT
+#endif
 #undef SELSCAN__VF
 #undef SELSCAN__VW
 #undef SELSCAN__VLOAD
