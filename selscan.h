@@ -244,7 +244,8 @@ SELSCAN_DEF selscan_status selscan_step_cpu_part(const selscan_step_problem *s, 
    instead of running the forward again (about a quarter less work; bitwise the same gradients as
    without it, when both run on one machine). For N > 64 the backward ignores the buffer. Same
    partitioning and reduce step as selscan_backward_cpu_part. The buffer is an output of the
-   forward and an input of the backward (it may not overlap their outputs or the workspace). */
+   forward and an input of the backward (it may not overlap their outputs or the workspace); the
+   forward writes every float of it (slots no chunk starts in are zeroed). */
 SELSCAN_DEF selscan_status selscan_checkpoint_size(const selscan_problem *p, size_t *bytes);
 SELSCAN_DEF selscan_status selscan_forward_cpu_ckpt_part(const selscan_problem *p, int64_t part, int64_t n_parts, void *workspace, size_t workspace_bytes, float *ckpt, size_t ckpt_bytes);
 SELSCAN_DEF selscan_status selscan_backward_cpu_ckpt_part(const selscan_problem *p, const selscan_grads *g, int64_t part, int64_t n_parts, void *workspace, size_t workspace_bytes, const float *ckpt, size_t ckpt_bytes);
@@ -2145,10 +2146,11 @@ static ATTR void selscan__step_block_##SFX(const selscan__stp *q, int64_t b, int
             if (i + ne <= gend && NV <= 4) {                                                                                                              \
                 float *const hp = hrow + i * hs1;                                                                                                         \
                 const float *const Ap = Arow + i * as0;                                                                                                   \
-                if (NV == 1) selscan__step_rows_##SFX(1, ne, dtb + i, dxb + i, hp, hs1, Ap, as0, Bp, Cp, yv, q->dim - dlo - i);                           \
-                else if (NV == 2) selscan__step_rows_##SFX(2, ne, dtb + i, dxb + i, hp, hs1, Ap, as0, Bp, Cp, yv, q->dim - dlo - i);                      \
-                else if (NV == 3) selscan__step_rows_##SFX(3, ne, dtb + i, dxb + i, hp, hs1, Ap, as0, Bp, Cp, yv, q->dim - dlo - i);                      \
-                else selscan__step_rows_##SFX(4, ne, dtb + i, dxb + i, hp, hs1, Ap, as0, Bp, Cp, yv, q->dim - dlo - i);                                   \
+                const int64_t nrow = q->dim - dlo - i; /* channels of the state row from hp on */                                                         \
+                if (NV == 1) selscan__step_rows_##SFX(1, ne, dtb + i, dxb + i, hp, hs1, Ap, as0, Bp, Cp, yv, nrow);                                       \
+                else if (NV == 2) selscan__step_rows_##SFX(2, ne, dtb + i, dxb + i, hp, hs1, Ap, as0, Bp, Cp, yv, nrow);                                  \
+                else if (NV == 3) selscan__step_rows_##SFX(3, ne, dtb + i, dxb + i, hp, hs1, Ap, as0, Bp, Cp, yv, nrow);                                  \
+                else selscan__step_rows_##SFX(4, ne, dtb + i, dxb + i, hp, hs1, Ap, as0, Bp, Cp, yv, nrow);                                               \
                 for (c = ne; c < W; c++) yv[c] = SELSCAN__VSET1(0.0f);                                                                                    \
                 SELSCAN__VTHSUM(yv, yb + i);                                                                                                              \
                 continue;                                                                                                                                 \
