@@ -15,6 +15,9 @@
  *     SELSCAN_NO_SIMD    the fast CPU path uses portable scalar code only (no runtime dispatch)
  *     SELSCAN_VALIDATION_ONLY  with SELSCAN_IMPLEMENTATION: only the internal validation helpers
  *                        (for a CUDA TU, whose CPU entry points come from another TU: faster nvcc)
+ *     SELSCAN_HEADER_FILE  this file's name as the implementation includes itself, once per
+ *                        instruction set (default "selscan.h"); set it if you renamed the file,
+ *                        e.g. -DSELSCAN_HEADER_FILE='"my_selscan.h"'
  *
  * ---------------------------------------------------------------------------------------------
  * WHAT IT COMPUTES (every backend computes exactly this)
@@ -1059,8 +1062,12 @@ SELSCAN_DEF selscan_status selscan_step_ref(const selscan_step_problem *s) {
 }
 
 /* --------------------------------------------------------------------------------------------- */
-/*                                     fast CPU path                                             */
+/* >>fast                              fast CPU path                                             */
 /* --------------------------------------------------------------------------------------------- */
+/* Sections: >>fast (this layout), >>fast-tiles, >>fast-ckpt, >>fast-scratch, >>fast-isa (one
+   block per instruction set: >>isa-portable, >>isa-avx2, >>isa-avx512, >>isa-neon), >>fast-drivers,
+   >>fast-parts; the kernels are at the end of the file: >>fast-kernels (>>fast-math, >>fast-prep,
+   >>fast-forward, >>fast-backward, >>fast-step). */
 
 /* Layout of the work. A tile is W channels of one group (W = 16 with AVX-512, 8 with AVX2+FMA, 4
    with NEON, 1 portable); the state for each n is one vector over the tile's channels, so B and C
@@ -1084,7 +1091,9 @@ SELSCAN_DEF selscan_status selscan_step_ref(const selscan_step_problem *s) {
    dB, dC) are accumulated lane-wise over the block's tiles, reduced over lanes in a fixed order,
    and written as per-block partials to the shared workspace; sums over batch rows (dA, dD,
    ddelta_bias, fixed dB/dC) are written per batch row. selscan_backward_cpu_reduce() sums the
-   partials in a fixed order. So every gradient is bitwise the same for every n_parts. */
+   partials in a fixed order. So every gradient is bitwise the same for every n_parts.
+   The kernels (>>fast-kernels) are written once over vector primitives and compiled per
+   instruction set (>>fast-isa); the drivers (>>fast-drivers) pick one at run time. */
 
 #define SELSCAN__FT 64   /* forward chunk (steps) */
 #define SELSCAN__WMAX 16 /* widest vector (floats); scratch is sized for it */
@@ -1199,7 +1208,7 @@ static void selscan__split(int64_t n, int64_t part, int64_t nparts, int64_t *i0,
     *i1 = *i0 + q + (part < r ? 1 : 0);
 }
 
-/* ---- tile loads and stores (any strides, any dtype) ---- */
+/* ---- >>fast-tiles: tile loads and stores (any strides, any dtype), per-tile parameters ------ */
 
 static void selscan__cvt_row(float *dst, const void *base, int64_t off, int64_t stride, int64_t n, selscan_dtype t) {
     int64_t i;
@@ -1315,6 +1324,8 @@ static void selscan__state_out(const selscan__ten *x, int64_t row, int64_t d0, i
         for (n = 0; n < N; n++) SELSCAN__CAST(float *, x->data)[SELSCAN__AT3(*x, row, d0 + l, n)] = h[n * W + l];
 }
 
+/* ---- >>fast-ckpt: the forward's chunk states for the backward ------------------------------- */
+
 /* Chunk-state checkpoints written by the forward for the backward (selscan_checkpoint_size):
    (batch, dim, slots, N) f32; the state entering the chunk that starts at step s of sequence k
    is in slot s / SELSCAN__FT + k. */
@@ -1384,7 +1395,7 @@ static void selscan__step_bc(const selscan__stp *q, int64_t b, int64_t g, float 
     }
 }
 
-/* ---- scratch layouts (floats; every region a multiple of 16 floats) ---- */
+/* ---- >>fast-scratch: scratch layouts (floats; every region a multiple of 16 floats) --------- */
 
 typedef struct selscan__fscr {
     float *h, *A, *A2, *Bf, *Cf, *Bb, *Cb, *dt, *dtu, *u, *z, *y, *Dv, *bv, *tmp;
@@ -1490,7 +1501,7 @@ static void selscan__bsh_map(selscan__bsh *h, const selscan__prob *q, const sels
     h->end = o;
 }
 
-/* ---- >>fast-isa: the kernels per instruction set --------------------------------------------
+/* ---- >>fast-isa: the kernels per instruction set -----------------------------------------------
 
    The kernels (>>fast-kernels, at the end of this file) are ordinary functions written once over
    the vector primitives below. Each block here defines the primitives for one instruction set,
@@ -1525,7 +1536,7 @@ static void selscan__bsh_map(selscan__bsh *h, const selscan__prob *q, const sels
 #define SELSCAN__SFX2(name, sfx) SELSCAN__SFX3(name, sfx)
 #define SELSCAN__SFX3(name, sfx) name##_##sfx
 
-/* ---- >>isa-portable: W = 1, plain floats --------------------------------------------------------
+/* ---- >>isa-portable: W = 1, plain floats -------------------------------------------------------
    No contraction of a * b + c into one fused operation (gcc's GNU modes do it on targets with an
    FMA instruction, e.g. arm64, and not the same way in every function): the forward and the
    backward's recompute must give the same bits. */
@@ -1580,7 +1591,7 @@ static float selscan__addexp_s(float p, float t) { /* p * 2^k, t = k + 1.5 * 2^2
 #endif
 
 #if defined(SELSCAN__HAVE_X86)
-/* ---- >>isa-avx2: AVX2 + FMA + F16C, W = 8 ------------------------------------------------------ */
+/* ---- >>isa-avx2: AVX2 + FMA + F16C, W = 8 --------------------------------------------------- */
 static SELSCAN__T_AVX2 SELSCAN__INLINE float selscan__hsum_avx2(__m256 v) {
     __m128 x = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
     x = _mm_add_ps(x, _mm_movehl_ps(x, x));
@@ -1756,7 +1767,7 @@ static SELSCAN__T_AVX2 void selscan__store_tile_avx2(const float *src, const sel
 #define SELSCAN__VADDEXP(p, t) _mm256_castsi256_ps(_mm256_add_epi32(_mm256_castps_si256(p), _mm256_slli_epi32(_mm256_castps_si256(t), 23)))
 #include SELSCAN_HEADER_FILE /* the kernels as selscan__*_avx2 */
 
-/* ---- >>isa-avx512: AVX-512F, W = 16 ------------------------------------------------------------ */
+/* ---- >>isa-avx512: AVX-512F, W = 16 --------------------------------------------------------- */
 static SELSCAN__T_AVX512 SELSCAN__INLINE float selscan__hsum_avx512(__m512 v) {
     float x[16]; /* through memory: g++ 12 warns inside the 512 -> 256 extract intrinsics */
     _mm512_storeu_ps(x, v);
@@ -1795,7 +1806,7 @@ static SELSCAN__T_AVX512 SELSCAN__INLINE float selscan__hsum_avx512(__m512 v) {
 #endif /* SELSCAN__HAVE_X86 */
 
 #if defined(SELSCAN__HAVE_NEON)
-/* ---- >>isa-neon: arm64 NEON, W = 4 ------------------------------------------------------------- */
+/* ---- >>isa-neon: arm64 NEON, W = 4 ---------------------------------------------------------- */
 #define SELSCAN__KSFX neon
 #define SELSCAN__ATTR
 #define SELSCAN__VF float32x4_t
@@ -1827,7 +1838,7 @@ static SELSCAN__T_AVX512 SELSCAN__INLINE float selscan__hsum_avx512(__m512 v) {
 #include SELSCAN_HEADER_FILE /* the kernels as selscan__*_neon */
 #endif /* SELSCAN__HAVE_NEON */
 
-/* ---- drivers ---- */
+/* ---- >>fast-drivers: workspace sizes, validation, the work items of a part ------------------ */
 
 static int64_t selscan__ws_fast_fwd(const selscan__prob *q, int64_t nparts) {
     selscan__fscr s;
@@ -2056,9 +2067,8 @@ static selscan_status selscan__step_fast(const selscan_step_problem *sp, int64_t
     nblk = (q.dim + SELSCAN__SNB - 1) / SELSCAN__SNB;
     selscan__split(q.batch * nblk, part, nparts, &i0, &i1);
     for (i = i0; i < i1; i++) {
-        /* batch-major: each part streams its rows of the state in address order (the
-           block-major order, which shares a block's rows of A in L1, ran the Xeon's 1-thread
-           step 15-20 % slower; bench/NOTES.md v16) */
+        /* batch-major: each part streams its rows of the state in address order (not
+           block-major, which shares a block's rows of A in L1: bench/NOTES.md, CPU-v16) */
         const int64_t b = i / nblk, dlo = i % nblk * SELSCAN__SNB, dhi = selscan__min64(dlo + SELSCAN__SNB, q.dim);
         const int64_t row = q.idx ? q.idx[b] : b;
         if (row < 0) {
@@ -2079,6 +2089,8 @@ static selscan_status selscan__step_fast(const selscan_step_problem *sp, int64_t
     }
     return SELSCAN_OK;
 }
+
+/* ---- >>fast-parts: the public part, reduce and checkpoint entry points ---------------------- */
 
 SELSCAN_DEF selscan_status selscan_workspace_size_parts(const selscan_problem *p, const selscan_grads *g,
                                                         int64_t n_parts, size_t *bytes) {
@@ -2238,7 +2250,7 @@ static SELSCAN__ATTR SELSCAN__INLINE SELSCAN__VF SELSCAN__SFX(selscan__vsigmoid)
     return SELSCAN__VDIV(one, SELSCAN__VADD(one, SELSCAN__SFX(selscan__vexp)(SELSCAN__VSUB(SELSCAN__VSET1(0.0f), x))));
 }
 
-/* ---- >>fast-prep: a chunk's inputs loaded and prepared ------------------------------------- */
+/* ---- >>fast-prep: a chunk's inputs loaded and prepared -------------------------------------- */
 
 /* Load one chunk of a tile: dt (bias, softplus), dt*u, u; z as silu gate (sg NULL) or raw z with
    its sigmoid in sg; sp (optional): softplus' derivative factor; dy (optional). */
@@ -2311,7 +2323,7 @@ static SELSCAN__ATTR int SELSCAN__SFX(selscan__wprep)(const selscan__prob *q, co
     return fast;
 }
 
-/* ---- >>fast-forward: the forward of one tile ------------------------------------------------- */
+/* ---- >>fast-forward: the forward of one tile ------------------------------------------------ */
 
 /* Forward over one chunk: h ([N][W]) advanced nt steps; y[t] = sum_n C h. */
 static SELSCAN__ATTR SELSCAN__INLINE void
@@ -2417,7 +2429,7 @@ static SELSCAN__ATTR void SELSCAN__SFX(selscan__fwd_tile)(const selscan__prob *q
     if (ckp) selscan__ck_zero(q, ckp, b, d0, nl, cknext, selscan__ck_slots(q));
 }
 
-/* ---- >>fast-backward: recompute and walk back of one block ------------------------------------ */
+/* ---- >>fast-backward: recompute and walk back of one block ---------------------------------- */
 
 /* p[i W] = v_i for i < G (G <= 4: the hand-unrolled state groups below). */
 static SELSCAN__ATTR SELSCAN__INLINE void
@@ -2795,7 +2807,7 @@ static SELSCAN__ATTR void SELSCAN__SFX(selscan__bwd_block)(const selscan__prob *
     }
 }
 
-/* ---- >>fast-step: the decode step of one block of channels -------------------------------------- */
+/* ---- >>fast-step: the decode step of one block of channels ---------------------------------- */
 
 /* Step of channels c < ne of a W-channel block in the common layout with N = NV W (NV <= 4,
    hand-unrolled: no loop over n, the polynomial constants stay in registers): per channel the
