@@ -1529,8 +1529,8 @@ static void selscan__bsh_map(selscan__bsh *h, const selscan__prob *q, const sels
    LOADTILE / STORETILE         tile load / store: selscan__load_tile (avx2, avx512: the
                                 _avx2 forms with 8 x 8 transposes) */
 
-#ifndef SELSCAN_HEADER_FILE /* this file's name, to include itself (see the options at the top) */
-#define SELSCAN_HEADER_FILE "selscan.h"
+#ifndef SELSCAN_HEADER_FILE /* this file's name (it includes itself): if you renamed it, define this */
+#define SELSCAN_HEADER_FILE "selscan.h" /* renamed? -DSELSCAN_HEADER_FILE='"new_name.h"' */
 #endif
 #define SELSCAN__SFX(name) SELSCAN__SFX2(name, SELSCAN__KSFX)
 #define SELSCAN__SFX2(name, sfx) SELSCAN__SFX3(name, sfx)
