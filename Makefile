@@ -142,18 +142,23 @@ bench-cuda: $(BUILD)/bench_cuda
 
 
 # ---- TensorFlow op ----------------------------------------------------------------------------
-# tf-op: builds $(BUILD)/tf_op/_selscan_tf_ops.so with the flags of tf.sysconfig, from a Python
-# that imports tensorflow (TF_PY=..., else python3, else $(TF_VENV)). With nvcc (and
-# selscan_cuda.cuh) it adds the GPU kernels: selscan_tf_gpu.cc (host compiler, GOOGLE_CUDA=1) and
-# selscan_tf_kernels.cu (nvcc, no TensorFlow headers). Without nvcc: CPU kernels only.
-# test-tf: installs a CPU TensorFlow into $(TF_VENV) when none is importable, builds, runs the tests.
+# The package (CI: make test-tf): examples/tf_op is a pip-installable Python package, selscan_tf,
+# whose setup.py compiles the op against the installed TensorFlow (tf.sysconfig flags; GPU kernels
+# when nvcc and a CUDA TensorFlow are there). test-tf: a virtual environment $(TF_VENV) with a CPU
+# TensorFlow, scikit-learn, setuptools and wheel from PyPI (TF_PY=/path/to/python uses that one),
+# `pip install --no-build-isolation ./examples/tf_op`, then every examples/tf_op/tests/test_*.py
+# (the op; the MambaVision mixer against a float64 reference, serialization, XLA; the learning test).
+# tf-op: the op alone with the rules below, into $(BUILD)/tf_op/_selscan_tf_ops.so (development, and
+# with nvcc it compiles the GPU TU against any TensorFlow: selscan_tf_gpu.cc (host compiler,
+# GOOGLE_CUDA=1) and selscan_tf_kernels.cu (nvcc, no TensorFlow headers), for the same GPUs as
+# setup.py; PYTHONPATH=examples/tf_op/python then imports it). tf-gpu-check: the CUDA TU on a GPU.
 TF_DIR      := examples/tf_op
 TF_VENV     ?= $(BUILD)/tf-venv
 TF_OUT      := $(BUILD)/tf_op
 TF_SO       := $(TF_OUT)/_selscan_tf_ops.so
 TF_CXXFLAGS ?= -O2
 TF_WARN     := -Wall -Wextra -Wno-maybe-uninitialized
-TF_NVFLAGS  ?= -O3 -std=c++17 -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=[sm_90,compute_90]
+TF_NVFLAGS  ?= -O3 -std=c++17 --threads 0 $(foreach a,75 80 86 89,-gencode arch=compute_$(a),code=sm_$(a)) -gencode arch=compute_90,code=[sm_90,compute_90]
 TF_GPU      := $(if $(HAVE_NVCC),$(if $(wildcard selscan_cuda.cuh),1))
 CUDA_HOME   ?= $(patsubst %/bin/,%,$(dir $(shell command -v $(NVCC) 2>/dev/null)))
 ifdef TF_PY
@@ -170,9 +175,14 @@ tf-op:
 	$(MAKE) --no-print-directory $(TF_SO) TF_PY="$$py"
 
 test-tf:
-	@py="$$($(TF_DIR)/tf_python.sh --install $(TF_VENV))" && \
-	$(MAKE) --no-print-directory $(TF_SO) TF_PY="$$py" && \
-	"$$py" $(TF_DIR)/test_selscan_tf.py
+	@py="$$($(TF_DIR)/tf_python.sh --install $(TF_VENV))" && case "$$py" in /*) ;; *) py="$$PWD/$$py" ;; esac && \
+	{ "$$py" -c 'import sklearn, setuptools, wheel' 2>/dev/null || \
+	  "$$py" -m pip install -q --disable-pip-version-check scikit-learn setuptools wheel; } && \
+	t0=$$(date +%s) && \
+	"$$py" -m pip install -q --disable-pip-version-check --no-build-isolation --no-deps --force-reinstall ./$(TF_DIR) && \
+	echo "test-tf: pip built and installed selscan_tf from source in $$(( $$(date +%s) - t0 )) s" || exit 1; \
+	fail=0; for t in $(TF_DIR)/tests/test_*.py; do echo "== $$t"; (cd $(BUILD) && "$$py" "$(CURDIR)/$$t") || fail=1; done; \
+	exit $$fail
 
 $(TF_OUT):
 	mkdir -p $(TF_OUT)
