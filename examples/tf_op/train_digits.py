@@ -71,7 +71,7 @@ def main():
             t0 = time.time()
             h = train_digits(impl, policy, epochs=args.epochs)
             res[(impl, policy)] = h
-            print("  -> held-out accuracy %.4f, %.2f ms/step (epochs 2-%d), %.1f s in all" % (
+            print("  -> held-out accuracy %.4f, %.2f ms/step (median of epochs 2-%d), %.1f s in all" % (
                 h["final_test_acc"], h["steady_ms_per_step"], args.epochs, time.time() - t0))
     print("\nsummary (digits, batch 32, 16 patches of 4 pixels, dim 32, 2 blocks)")
     print("%-16s %-4s %10s %12s" % ("policy", "scan", "accuracy", "ms/step"))
