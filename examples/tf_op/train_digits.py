@@ -3,7 +3,7 @@ the pure-TensorFlow mixer (the same layer, scan as a tf.scan), printing the trai
 time per step; then times one mixer's forward + backward at a MambaVision-like size.
 
     pip install --no-build-isolation ./examples/tf_op scikit-learn
-    python examples/tf_op/train_digits.py [--epochs 15] [--policy float32 mixed_bfloat16] [--no-bench]
+    python examples/tf_op/train_digits.py [--epochs 15] [--policy float32 mixed_bfloat16] [--no-bench | --bench-only]
 """
 
 import argparse
@@ -63,11 +63,13 @@ def main():
     ap.add_argument("--policy", nargs="+", default=["float32", "mixed_bfloat16"])
     ap.add_argument("--impl", nargs="+", default=["op", "tf"])
     ap.add_argument("--no-bench", action="store_true")
+    ap.add_argument("--bench-only", action="store_true")
+    ap.add_argument("--reps", type=int, default=20)
     args = ap.parse_args()
     print("TensorFlow %s, %d CPU threads (intra-op), op library %s" % (
         tf.__version__, os.cpu_count() or 0, selscan_tf.LIBRARY_PATH))
     res = {}
-    for policy in args.policy:
+    for policy in ([] if args.bench_only else args.policy):
         for impl in args.impl:
             print("training: scan_impl=%s, policy=%s" % (impl, policy))
             t0 = time.time()
@@ -75,6 +77,13 @@ def main():
             res[(impl, policy)] = h
             print("  -> held-out accuracy %.4f, %.2f ms/step (median of epochs 2-%d), %.1f s in all" % (
                 h["final_test_acc"], h["steady_ms_per_step"], args.epochs, time.time() - t0))
+    if res:
+        summary(res, args)
+    if not args.no_bench:
+        bench(args)
+
+
+def summary(res, args):
     print("\nsummary (digits, batch 32, 16 patches of 4 pixels, dim 32, 2 blocks; epochs 2-%d)" % args.epochs)
     print("%-16s %-4s %9s %16s %14s %16s" % ("policy", "scan", "accuracy", "ms/step median", "ms/step best",
                                             "CPU ms/step med"))
@@ -87,15 +96,17 @@ def main():
             print("%s: op vs tf.scan mixer, training step: %.2fx (median wall), %.2fx (best wall), %.2fx (CPU time)" % (
                 policy, t["steady_ms_per_step"] / o["steady_ms_per_step"], t["best_ms_per_step"] / o["best_ms_per_step"],
                 t["steady_cpu_ms_per_step"] / o["steady_cpu_ms_per_step"]))
-    if not args.no_bench:
-        print("\none mixer, forward + backward in a tf.function, 20 calls (d_state 8, d_conv 3, expand 1): "
-              "best wall / median wall / median CPU ms")
-        for batch, L, d in ((8, 196, 128), (8, 1024, 64)):
-            for policy in ("float32",):
-                t = bench_mixer(batch, L, d, policy)
-                o, f = t["op"], t["tf"]
-                print("  batch %d, L %4d, d_model %3d, %s: op %.2f / %.2f / %.2f ms, tf.scan %.2f / %.2f / %.2f ms"
-                      " -> %.1fx / %.1fx / %.1fx" % (batch, L, d, policy, *o, *f, f[0] / o[0], f[1] / o[1], f[2] / o[2]))
+
+
+def bench(args):
+    print("\none mixer, forward + backward in a tf.function, %d calls (d_state 8, d_conv 3, expand 1): "
+          "best wall / median wall / median CPU ms" % args.reps)
+    for batch, L, d in ((8, 196, 128), (8, 1024, 64)):
+        for policy in ("float32",):
+            t = bench_mixer(batch, L, d, policy, reps=args.reps)
+            o, f = t["op"], t["tf"]
+            print("  batch %d, L %4d, d_model %3d, %s: op %.2f / %.2f / %.2f ms, tf.scan %.2f / %.2f / %.2f ms"
+                  " -> %.1fx / %.1fx / %.1fx" % (batch, L, d, policy, *o, *f, f[0] / o[0], f[1] / o[1], f[2] / o[2]))
 
 
 if __name__ == "__main__":
