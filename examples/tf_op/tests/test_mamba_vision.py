@@ -352,6 +352,53 @@ def test_block_and_mixed_policy():
     with_policy("mixed_bfloat16", mixed)
 
 
+def test_block_loader_vs_reference():
+    """load_block_state_dict on a synthetic PyTorch Block state dict (layer scale, prefix
+    "levels.2.blocks.0."): the block's output against a float64 reference of Block.forward
+    (LayerNorm eps 1e-5, the mixer reference above, fc1 -> exact GELU -> fc2, gamma_1 / gamma_2)."""
+    rng = np.random.default_rng(6)
+    dim, L, batch, hidden = 24, 11, 2, 48
+    blk = MambaVisionBlock(dim, mlp_ratio=2.0, layer_scale=1e-1)
+    blk.build((None, None, dim))
+    sd = {"mixer." + k: v for k, v in synthetic_state_dict(rng, blk.mixer).items()}
+    f32 = lambda *shape: rng.standard_normal(shape).astype(np.float32)  # noqa: E731
+    sd.update({"norm1.weight": 1 + 0.1 * f32(dim), "norm1.bias": 0.1 * f32(dim), "norm2.weight": 1 + 0.1 * f32(dim),
+               "norm2.bias": 0.1 * f32(dim), "mlp.fc1.weight": f32(hidden, dim) / 5, "mlp.fc1.bias": 0.1 * f32(hidden),
+               "mlp.fc2.weight": f32(dim, hidden) / 7, "mlp.fc2.bias": 0.1 * f32(dim), "gamma_1": 0.5 + f32(dim) / 10,
+               "gamma_2": 0.5 + f32(dim) / 10})
+    pre = "levels.2.blocks.0."
+    full = {pre + k: v for k, v in sd.items()}
+    full["levels.2.blocks.1.norm1.weight"] = np.ones(dim)  # another block: ignored
+    names = selscan_tf.load_block_state_dict(blk, full, prefix=pre)
+    assert sorted(names) == sorted(sd), sorted(set(names) ^ set(sd))
+    bad = dict(full)
+    del bad[pre + "mlp.fc2.bias"]
+    try:
+        selscan_tf.load_block_state_dict(blk, bad, prefix=pre)
+        raise AssertionError("missing mlp.fc2.bias not refused")
+    except ValueError as e:
+        assert pre + "mlp.fc2.bias" in str(e), str(e)
+    x = rng.standard_normal((batch, L, dim)).astype(np.float32)
+    out = blk(tf.constant(x)).numpy()
+    t = {k: tf.constant(v.astype(np.float64)) for k, v in sd.items()}
+
+    def ln(v, w, b):
+        mu = tf.reduce_mean(v, -1, keepdims=True)
+        var = tf.reduce_mean((v - mu) ** 2, -1, keepdims=True)
+        return (v - mu) / tf.sqrt(var + 1e-5) * w + b
+
+    x64 = tf.constant(x.astype(np.float64))
+    msd = {k[len("mixer."):]: v for k, v in t.items() if k.startswith("mixer.")}
+    h = x64 + t["gamma_1"] * torch_mixer_ref(msd, ln(x64, t["norm1.weight"], t["norm1.bias"]), blk.mixer.d_state,
+                                             blk.mixer.dt_rank)
+    a = tf.einsum("bld,hd->blh", ln(h, t["norm2.weight"], t["norm2.bias"]), t["mlp.fc1.weight"]) + t["mlp.fc1.bias"]
+    a = 0.5 * a * (1.0 + tf.math.erf(a / np.sqrt(2.0)))
+    ref = h + t["gamma_2"] * (tf.einsum("blh,dh->bld", a, t["mlp.fc2.weight"]) + t["mlp.fc2.bias"])
+    err = rel(out, ref.numpy())
+    assert err <= TOL["float32"], "block output rel err %.2e" % err
+    return "rel err %.1e" % err
+
+
 AUTOGRAPH_CHILD = r'''
 import os
 os.environ["TF_CPP_MIN_LOG_LEVEL"] = "0"

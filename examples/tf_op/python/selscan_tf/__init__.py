@@ -38,6 +38,7 @@ __all__ = [
     "MambaVisionMixer",
     "MambaVisionBlock",
     "load_mixer_state_dict",
+    "load_block_state_dict",
     "digits_classifier",
     "mixer_state_dict_shapes",
 ]
@@ -298,6 +299,7 @@ from .mamba_vision import (  # noqa: E402
     MambaVisionBlock,
     MambaVisionMixer,
     digits_classifier,
+    load_block_state_dict,
     load_mixer_state_dict,
     mixer_state_dict_shapes,
     selective_scan_tf,

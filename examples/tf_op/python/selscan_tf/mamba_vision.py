@@ -45,6 +45,7 @@ __all__ = [
     "MambaVisionBlock",
     "digits_classifier",
     "load_mixer_state_dict",
+    "load_block_state_dict",
     "mixer_state_dict_shapes",
 ]
 
@@ -412,3 +413,46 @@ def load_mixer_state_dict(layer, state_dict, prefix=""):
     for var, value in assign:
         var.assign(np.ascontiguousarray(value))
     return sorted(want)
+
+
+def load_block_state_dict(block, state_dict, prefix=""):
+    """Copies a PyTorch MambaVision Block (with a mixer, not an attention block) into `block` (a
+    MambaVisionBlock): norm1.weight / .bias, mixer.* (load_mixer_state_dict), norm2.weight / .bias,
+    mlp.fc1.weight / .bias, mlp.fc2.weight / .bias and, when the block has layer scale, gamma_1 /
+    gamma_2. e.g. prefix "levels.2.blocks.0.". Same rules as load_mixer_state_dict (exact shapes,
+    every parameter present, unknown ones inside the prefix refused). Returns the names loaded."""
+    dim = block.dim
+    if not block.built:
+        block.build((None, None, dim))
+    hidden = int(dim * block.mlp_ratio)
+    mine = {k[len(prefix):]: v for k, v in state_dict.items() if k.startswith(prefix)}
+    want = {"norm1.weight": (dim,), "norm1.bias": (dim,), "norm2.weight": (dim,), "norm2.bias": (dim,),
+            "mlp.fc1.weight": (hidden, dim), "mlp.fc1.bias": (hidden,), "mlp.fc2.weight": (dim, hidden),
+            "mlp.fc2.bias": (dim,)}
+    if block.gamma_1 is not None:
+        want.update({"gamma_1": (dim,), "gamma_2": (dim,)})
+    own = {k: v for k, v in mine.items() if not k.startswith("mixer.")}
+    unknown = sorted(set(own) - set(want))
+    if unknown:
+        raise ValueError("load_block_state_dict: unexpected parameters %s" % ", ".join(prefix + u for u in unknown))
+    missing = sorted(set(want) - set(own))
+    if missing:
+        raise ValueError("load_block_state_dict: missing parameters %s" % ", ".join(prefix + m for m in missing))
+    arrays = {}
+    for name, shape in want.items():
+        a = _to_numpy(own[name])
+        if tuple(a.shape) != shape:
+            raise ValueError("load_block_state_dict: %s%s has shape %s, this block needs %s"
+                             % (prefix, name, tuple(a.shape), shape))
+        arrays[name] = a.astype(np.float32)
+    # the mixer first: it checks its own parameters before anything is assigned
+    mixer_names = load_mixer_state_dict(block.mixer, state_dict, prefix=prefix + "mixer.")
+    assign = [(block.norm1.gamma, arrays["norm1.weight"]), (block.norm1.beta, arrays["norm1.bias"]),
+              (block.norm2.gamma, arrays["norm2.weight"]), (block.norm2.beta, arrays["norm2.bias"]),
+              (block.fc1.kernel, arrays["mlp.fc1.weight"].T), (block.fc1.bias, arrays["mlp.fc1.bias"]),
+              (block.fc2.kernel, arrays["mlp.fc2.weight"].T), (block.fc2.bias, arrays["mlp.fc2.bias"])]
+    if block.gamma_1 is not None:
+        assign += [(block.gamma_1, arrays["gamma_1"]), (block.gamma_2, arrays["gamma_2"])]
+    for var, value in assign:
+        var.assign(np.ascontiguousarray(value))
+    return sorted(want) + ["mixer." + n for n in mixer_names]
