@@ -22,7 +22,7 @@ from $SELSCAN_TF_OPS, else next to this file (pip install), else the checkout's 
 (make tf-op; with examples/tf_op/python on PYTHONPATH).
 
 The MambaVision mixer built on the op (MambaVisionMixer, MambaVisionBlock, digits_classifier,
-load_mixer_state_dict) and a pure-TensorFlow scan (selective_scan_tf) are in mamba_vision.py.
+load_mixer_state_dict, load_block_state_dict) and a pure-TensorFlow scan (selective_scan_tf) are in mamba_vision.py.
 """
 
 import glob
