@@ -101,6 +101,8 @@ def _fwd_setup_context(ctx, inputs, output):
 def _fwd_backward(ctx, dy, dlast, dcheckpoint):
     u, delta, A, B, C, D, z, delta_bias, h0, cu_seqlens, checkpoint = ctx.saved_tensors
     mask = [bool(ctx.needs_input_grad[i]) for i in range(9)]
+    if dlast is not None and dlast.numel() == 0:  # no last_state was returned (its (0,) placeholder)
+        dlast = None
     if dy is None:  # a loss on last_state alone
         dy = torch.zeros_like(u)
     grads = _ops.bwd(u, delta, A, B, C, D, z, delta_bias, h0, cu_seqlens, dy, dlast, checkpoint,
