@@ -134,13 +134,39 @@ def bench_case(name, shape, dtype, device, reps_f, reps_b, compiled=True):
 COMPILED = torch.compile(fn, fullgraph=True, dynamic=True)
 
 
+def profile(name, dev):
+    shape = (CASES if dev == "cuda" else CPU_CASES)[name]
+    sets, dy = make_sets(shape, torch.float32, dev, 1)
+    s = {k: v.detach().clone().requires_grad_(True) for k, v in sets[0].items()}
+    for label, f in (("eager", fn), ("compiled", COMPILED)):
+        for _ in range(3):  # warm up (and compile)
+            f(s["u"], s["delta"], s["A"], s["B"], s["C"], s["D"], s["z"], s["delta_bias"]).backward(dy)
+        if dev == "cuda":
+            torch.cuda.synchronize()
+        acts = [torch.profiler.ProfilerActivity.CPU] + ([torch.profiler.ProfilerActivity.CUDA] if dev == "cuda" else [])
+        with torch.profiler.profile(activities=acts) as prof:
+            for _ in range(5):
+                f(s["u"], s["delta"], s["A"], s["B"], s["C"], s["D"], s["z"], s["delta_bias"]).backward(dy)
+                for v in s.values():
+                    v.grad = None
+            if dev == "cuda":
+                torch.cuda.synchronize()
+        print(f"== {label} {name} f32, 5 x (forward + backward)")
+        print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=18, max_name_column_width=50))
+    return 0
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     ap.add_argument("--cases", default=None, help="comma-separated case names")
     ap.add_argument("--dtypes", default="f32,bf16")
     ap.add_argument("--no-compile", action="store_true")
+    ap.add_argument("--profile", default=None, help="a case name: print torch.profiler tables of one eager and one "
+                    "compiled forward + backward of it (f32) instead of timing")
     a = ap.parse_args()
+    if a.profile:
+        return profile(a.profile, a.device)
     dev = a.device
     cases = CASES if dev == "cuda" else CPU_CASES
     names = a.cases.split(",") if a.cases else list(cases)
