@@ -52,7 +52,7 @@ using OptT = c10::optional<Tensor>;
 
 // ---- selscan operands from torch tensors -----------------------------------------------------
 
-// A selscan tensor (input or output struct: v0.2 has two types) of t with the logical order of
+// A selscan tensor (selscan_tensor for inputs, selscan_out_tensor for outputs) of t with the logical order of
 // t's dims. Size-1 dims get a non-zero stride, so that "all strides 0" never arises by accident;
 // *full_broadcast is set when every stride is 0 (then the caller copies).
 template <typename ST>
@@ -106,28 +106,15 @@ std::string Shape(const Tensor& t) { return c10::str(t.sizes()); }
 
 // ---- errors ----------------------------------------------------------------------------------
 
-#if SELSCAN_VERSION >= 200
-#define SELSCAN_TORCH_HAS_DIAG 1
-#else
-#define SELSCAN_TORCH_HAS_DIAG 0
-#endif
+static_assert(SELSCAN_VERSION >= 200, "selscan_torch needs selscan v0.2 (const inputs, selscan_diag)");
 
+// selscan's report of the failing operand (filled only on an error status).
 struct Diag {
-#if SELSCAN_TORCH_HAS_DIAG
   selscan_diag d = {nullptr, nullptr};
-#endif
   template <typename P>
-  void Attach(P* p) {
-#if SELSCAN_TORCH_HAS_DIAG
-    p->diag = &d;
-#else
-    (void)p;
-#endif
-  }
+  void Attach(P* p) { p->diag = &d; }
   std::string Text() const {
-#if SELSCAN_TORCH_HAS_DIAG
     if (d.operand) return std::string(" (argument '") + d.operand + "': " + (d.rule ? d.rule : "invalid") + ")";
-#endif
     return "";
   }
 };
@@ -599,13 +586,8 @@ Tensor Step(const Tensor& state, const Tensor& x_in, const Tensor& dt_in, const 
   s.flags = dt_softplus ? SELSCAN_DELTA_SOFTPLUS : 0u;
   s.state_index = state_index ? sidx.data_ptr<int32_t>() : nullptr;
   s.state = Operand<decltype(s.state)>(state);
-#if SELSCAN_VERSION >= 200
-  s.u = Operand<decltype(s.u)>(x);
+  s.u = Operand<decltype(s.u)>(x);  // mamba's x / dt are selscan's u / delta
   s.delta = Operand<decltype(s.delta)>(dt);
-#else
-  s.x = Operand<decltype(s.x)>(x);
-  s.dt = Operand<decltype(s.dt)>(dt);
-#endif
   s.A = Operand<decltype(s.A)>(A);
   s.B = Operand<decltype(s.B)>(B);
   s.C = Operand<decltype(s.C)>(C);

@@ -11,14 +11,6 @@
 #include "selscan_cuda.cuh"
 #include "selscan_torch_cuda.h"
 
-// v0.1 names one ext field `checkpoint`; v0.2 splits it into checkpoint_out / checkpoint_in.
-#if SELSCAN_VERSION >= 200
-#define SELSCAN_TORCH_CK_OUT(x, p) ((x).checkpoint_out = (p))
-#define SELSCAN_TORCH_CK_IN(x, p) ((x).checkpoint_in = (p))
-#else
-#define SELSCAN_TORCH_CK_OUT(x, p) ((x).checkpoint = (p))
-#define SELSCAN_TORCH_CK_IN(x, p) ((x).checkpoint = const_cast<float *>(p))
-#endif
 
 static const char *cuda_text(selscan_status st, cudaError_t err) {
     return st == SELSCAN_ERR_CUDA ? cudaGetErrorString(err) : "";
@@ -35,14 +27,10 @@ selscan_status selscan_torch_cuda_workspace_size(const selscan_problem *p, const
     static float dummy; /* only whether a checkpoint is given matters for the size */
     selscan_cuda_ext x = {};
     if (with_checkpoint) {
-        if (g) SELSCAN_TORCH_CK_IN(x, &dummy);
-        else SELSCAN_TORCH_CK_OUT(x, &dummy);
+        if (g) x.checkpoint_in = &dummy;
+        else x.checkpoint_out = &dummy;
     }
-#if SELSCAN_VERSION >= 200
     return selscan_workspace_size_cuda_ex(p, g, &x, bytes);
-#else
-    return selscan_workspace_size_cuda(p, g, &x, bytes);
-#endif
 }
 
 selscan_status selscan_torch_cuda_forward(const selscan_problem *p, void *workspace, size_t bytes, float *checkpoint,
@@ -51,7 +39,7 @@ selscan_status selscan_torch_cuda_forward(const selscan_problem *p, void *worksp
     cudaError_t err = cudaSuccess;
     selscan_cuda_ext x = {};
     x.cu_seqlens_device = cu_seqlens_device;
-    SELSCAN_TORCH_CK_OUT(x, checkpoint);
+    x.checkpoint_out = checkpoint;
     x.checkpoint_bytes = checkpoint ? checkpoint_bytes : 0;
     x.cuda_error = &err;
     const selscan_status st = selscan_forward_cuda_ex(p, &x, workspace, bytes, static_cast<cudaStream_t>(stream));
@@ -66,7 +54,7 @@ selscan_status selscan_torch_cuda_backward(const selscan_problem *p, const selsc
     cudaError_t err = cudaSuccess;
     selscan_cuda_ext x = {};
     x.cu_seqlens_device = cu_seqlens_device;
-    SELSCAN_TORCH_CK_IN(x, checkpoint);
+    x.checkpoint_in = checkpoint;
     x.checkpoint_bytes = checkpoint ? checkpoint_bytes : 0;
     x.cuda_error = &err;
     const selscan_status st =
@@ -77,13 +65,9 @@ selscan_status selscan_torch_cuda_backward(const selscan_problem *p, const selsc
 
 selscan_status selscan_torch_cuda_step(const selscan_step_problem *s, void *stream, const char **cuda_error_text) {
     cudaError_t err = cudaSuccess;
-#if SELSCAN_VERSION >= 200
     selscan_cuda_ext x = {};
     x.cuda_error = &err;
     const selscan_status st = selscan_step_cuda_ex(s, &x, static_cast<cudaStream_t>(stream));
-#else
-    const selscan_status st = selscan_step_cuda_ex(s, &err, static_cast<cudaStream_t>(stream));
-#endif
     if (cuda_error_text) *cuda_error_text = cuda_text(st, err);
     return st;
 }
