@@ -156,7 +156,7 @@ $(SANITIZE_RUNS): sanitize-%: $(BUILD)/test_cuda $(BUILD)/test_cuda_cl
 	@mkdir -p $(BUILD)/sanitize
 	@t=$(word 1,$(subst -, ,$*)); b=$(word 2,$(subst -, ,$*)); log=$(BUILD)/sanitize/$*.log; \
 	SELSCAN_TEST_QUICK=1 $(SANITIZER) --tool $$t $(SANITIZE_FLAGS_$(word 1,$(subst -, ,$*))) --error-exitcode 99 ./$(BUILD)/$$b >$$log 2>&1; rc=$$?; \
-	printf '%-10s %-13s %s; suite: %s (exit %d)\n' $$t $$b "$$(grep 'ERROR SUMMARY' $$log | tail -1 | sed 's/^=* *//')" \
+	printf '%-10s %-13s %s; suite: %s (exit %d)\n' $$t $$b "$$(grep -E '(ERROR|RACECHECK) SUMMARY' $$log | tail -1 | sed 's/^=* *//')" \
 	    "$$(grep -E '^[0-9]+ passed, [0-9]+ failed$$' $$log | tail -1)" $$rc; [ $$rc -eq 0 ]
 
 

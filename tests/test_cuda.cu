@@ -140,10 +140,14 @@ static void fill(Ten &t, double lo, double hi) {
     for (int64_t i = 0; i < t.count(); i++) t.set(i, (float)urand(lo, hi));
     CU(cudaMemcpy(t.d, t.h, t.bytes, cudaMemcpyHostToDevice));
 }
+/* cudaMemset runs on the legacy default stream, which a cudaStreamNonBlocking stream does not
+   wait for: synchronize before the launch that must see it (compute-sanitizer's initcheck and
+   synccheck slow the memsets down enough to show the race: outputs NaN, runs differing). */
 static void poison(Ten &t) {
     if (!t.h) return;
     memset(t.h, 0xff, t.bytes);
     CU(cudaMemset(t.d, 0xff, t.bytes));
+    CU(cudaDeviceSynchronize());
 }
 static void release(Ten &t) {
     free(t.h);
@@ -319,6 +323,7 @@ static void run_case(const Cfg &c) {
     for (int rep = 0; rep < 2; rep++) {
         for (int k = DU; k < NTEN; k++) if (t[k].d) CU(cudaMemset(t[k].d, 0xff, t[k].bytes));
         if (gws) CU(cudaMemset(gws, rep ? 0x55 : 0xff, gwb));
+        CU(cudaDeviceSynchronize()); /* the memsets before the backward on `stream` (see poison) */
         st = selscan_backward_cuda_ex(&p[1], &g[1], &x, gws, gwb, stream);
         CHECK(st == SELSCAN_OK, "%s: gpu bwd %s (%s)", c.name, selscan_status_string(st), cudaGetErrorString(cerr));
         CU(cudaStreamSynchronize(stream));
