@@ -2288,7 +2288,7 @@ struct fwd_plan {
     int NT, CH;          /* general kernel: threads a channel (kFwdNPT states each), channels a block */
     int64_t ncb, nlch, lchunk;
     int64_t ws;          /* workspace bytes (the L-chunk buffers), before the alignment slack */
-    int fastS, fastTPC;  /* fast forward (fwd_fast_kernel): states and threads a channel; 0: none */
+    int fastS;           /* fast forward (fwd_fast_kernel, 2 threads a channel): states a thread; 0: none */
     int fastCL;          /* its channels-last (any L strides) instantiation */
 };
 
@@ -2352,7 +2352,7 @@ static bool unit_inputs(const selscan__prob &q) {
    under half a wave of blocks, L chunks as in the general kernel (chunk scans from 0, carry,
    rescan) to fill one. need_y: y is written (the backward's checkpoint pass writes none). */
 static void plan_fast_forward(const selscan__prob &q, int64_t sms, fwd_plan *pl, bool need_y) {
-    pl->fastS = pl->fastTPC = pl->fastCL = 0;
+    pl->fastS = pl->fastCL = 0;
     const bool ok = !q.cu && !q.fixB && !q.fixC && (q.y.data || !need_y) && q.N <= 16 && fast_lstride(q.u) && fast_lstride(q.delta) &&
                     fast_lstride(q.y) && fast_lstride(q.z);
     if (!ok || !fast_steps_fit(q)) return;
@@ -2368,7 +2368,6 @@ static void plan_fast_forward(const selscan__prob &q, int64_t sms, fwd_plan *pl,
     const int64_t grid = c.mul(blocks, nlch), ws = nlch > 1 ? c.mul(3, c.al(c.mul(q.batch, q.dim, c.mul(nlch, q.N, 4)))) : 0;
     if (!c.ok || grid > kMaxGrid) return; /* the general kernels (whose plan refuses what they cannot run) */
     pl->fastS = S;
-    pl->fastTPC = tpc;
     pl->fastCL = cl;
     pl->ncb = ncb;
     pl->nlch = nlch;
@@ -2385,7 +2384,7 @@ static selscan_status plan_forward(const selscan__prob &q, int64_t sms, fwd_plan
     pl->NT = pow2ceil(cdiv(q.N, kFwdNPT));
     pl->CH = kThreads / pl->NT;
     pl->ncb = cdiv(q.dpg, pl->CH);
-    pl->fastS = pl->fastTPC = pl->fastCL = 0;
+    pl->fastS = pl->fastCL = 0;
     const int64_t nck = cdiv(q.L, kCK), blocks = c.mul(q.batch, q.G, pl->ncb);
     if (!c.ok) return fail_size(dg);
     /* L chunks (2x the exponentials) only when the channels give less than one wave of blocks,
