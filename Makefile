@@ -160,6 +160,30 @@ $(SANITIZE_RUNS): sanitize-%: $(BUILD)/test_cuda $(BUILD)/test_cuda_cl
 	    "$$(grep -E '^[0-9]+ passed, [0-9]+ failed$$' $$log | tail -1)" $$rc; [ $$rc -eq 0 ]
 
 
+# ---- PyTorch package --------------------------------------------------------------------------
+# test-torch: a venv $(TORCH_VENV) with torch from PyPI (the CUDA build: ~2 min and ~5 GB with its
+# nvidia-* wheels, which `import torch` needs), pytest and ninja, unless TORCH_PY names a Python
+# that imports torch; then `pip install --no-build-isolation ./python` (the extension against that
+# torch: CUDA kernels too where nvcc exists, SELSCAN_TORCH_CPU_ONLY=1 to skip them), then pytest
+# (GPU tests skip without a GPU). Ends with pytest's "N passed, N skipped" line.
+TORCH_VENV ?= $(BUILD)/torch-venv
+TORCH_PYTHON = $(or $(TORCH_PY),$(abspath $(TORCH_VENV))/bin/python)
+.PHONY: test-torch torch-install
+torch-install:
+	@py="$(TORCH_PYTHON)"; \
+	if ! "$$py" -c 'import torch' >/dev/null 2>&1; then \
+	  echo "test-torch: installing torch into $(TORCH_VENV)"; \
+	  python3 -m venv $(TORCH_VENV) && py="$(abspath $(TORCH_VENV))/bin/python" && \
+	  "$$py" -m pip install -q --upgrade pip setuptools && \
+	  "$$py" -m pip install -q torch numpy || exit 1; \
+	fi; \
+	"$$py" -m pip install -q pytest ninja && \
+	echo "test-torch: building selscan_torch" && \
+	PATH="$$(dirname "$$py"):$$PATH" MAX_JOBS="$${MAX_JOBS:-2}" "$$py" -m pip install -q --no-build-isolation ./python
+
+test-torch: torch-install
+	@cd python/tests && "$(TORCH_PYTHON)" -m pytest -q -p no:cacheprovider .
+
 # ---- TensorFlow op ----------------------------------------------------------------------------
 # tf-op: builds $(BUILD)/tf_op/_selscan_tf_ops.so with the flags of tf.sysconfig, from a Python
 # that imports tensorflow (TF_PY=..., else python3, else $(TF_VENV)). With nvcc (and
