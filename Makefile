@@ -1,4 +1,4 @@
-# selscan: make run | test | bench | test-cuda | bench-cuda | tf-op | test-tf | clean
+# selscan: make run | test | bench | test-cuda | test-cuda-sanitize | bench-cuda | tf-op | test-tf | clean
 # Compilers and flags can be overridden: make test CC=clang CFLAGS="-O1 -g"
 CC      ?= cc
 CXX     ?= c++
@@ -139,6 +139,25 @@ test-cuda: $(BUILD)/test_cuda $(BUILD)/test_cuda_cl
 
 bench-cuda: $(BUILD)/bench_cuda
 	./$(BUILD)/bench_cuda
+
+# test-cuda-sanitize: both CUDA suites' quick matrix (SELSCAN_TEST_QUICK=1: every kernel and pass,
+# small) under compute-sanitizer's memcheck (with leak check), racecheck, initcheck and
+# synccheck: eight runs, side by side with make -j; a line per run with its error count, logs in
+# $(BUILD)/sanitize/; fails when a tool reports an error. Needs a GPU (minutes).
+SANITIZER       ?= compute-sanitizer
+SANITIZE_TOOLS  := memcheck racecheck initcheck synccheck
+SANITIZE_RUNS   := $(foreach t,$(SANITIZE_TOOLS),$(foreach b,test_cuda test_cuda_cl,sanitize-$(t)-$(b)))
+SANITIZE_FLAGS_memcheck := --leak-check full
+.PHONY: test-cuda-sanitize $(SANITIZE_RUNS)
+test-cuda-sanitize: $(SANITIZE_RUNS)
+	@echo "test-cuda-sanitize: no errors ($(words $(SANITIZE_RUNS)) runs)"
+
+$(SANITIZE_RUNS): sanitize-%: $(BUILD)/test_cuda $(BUILD)/test_cuda_cl
+	@mkdir -p $(BUILD)/sanitize
+	@t=$(word 1,$(subst -, ,$*)); b=$(word 2,$(subst -, ,$*)); log=$(BUILD)/sanitize/$*.log; \
+	SELSCAN_TEST_QUICK=1 $(SANITIZER) --tool $$t $(SANITIZE_FLAGS_$(word 1,$(subst -, ,$*))) --error-exitcode 99 ./$(BUILD)/$$b >$$log 2>&1; rc=$$?; \
+	printf '%-10s %-13s %s; suite: %s (exit %d)\n' $$t $$b "$$(grep -E '(ERROR|RACECHECK) SUMMARY' $$log | tail -1 | sed 's/^=* *//')" \
+	    "$$(grep -E '^[0-9]+ passed, [0-9]+ failed$$' $$log | tail -1)" $$rc; [ $$rc -eq 0 ]
 
 
 # ---- PyTorch package --------------------------------------------------------------------------
