@@ -15,6 +15,9 @@
  *     SELSCAN_NO_SIMD    the fast CPU path uses portable scalar code only (no runtime dispatch)
  *     SELSCAN_VALIDATION_ONLY  with SELSCAN_IMPLEMENTATION: only the internal validation helpers
  *                        (for a CUDA TU, whose CPU entry points come from another TU: faster nvcc)
+ *     SELSCAN_HEADER_FILE  this file's name as the implementation includes itself, once per
+ *                        instruction set (default "selscan.h"); set it if you renamed the file,
+ *                        e.g. -DSELSCAN_HEADER_FILE='"my_selscan.h"'
  *
  * ---------------------------------------------------------------------------------------------
  * WHAT IT COMPUTES (every backend computes exactly this)
@@ -1059,8 +1062,12 @@ SELSCAN_DEF selscan_status selscan_step_ref(const selscan_step_problem *s) {
 }
 
 /* --------------------------------------------------------------------------------------------- */
-/*                                     fast CPU path                                             */
+/* >>fast                              fast CPU path                                             */
 /* --------------------------------------------------------------------------------------------- */
+/* Sections: >>fast (this layout), >>fast-tiles, >>fast-ckpt, >>fast-scratch, >>fast-isa (one
+   block per instruction set: >>isa-portable, >>isa-avx2, >>isa-avx512, >>isa-neon), >>fast-drivers,
+   >>fast-parts; the kernels are at the end of the file: >>fast-kernels (>>fast-math, >>fast-prep,
+   >>fast-forward, >>fast-backward, >>fast-step). */
 
 /* Layout of the work. A tile is W channels of one group (W = 16 with AVX-512, 8 with AVX2+FMA, 4
    with NEON, 1 portable); the state for each n is one vector over the tile's channels, so B and C
@@ -1084,7 +1091,9 @@ SELSCAN_DEF selscan_status selscan_step_ref(const selscan_step_problem *s) {
    dB, dC) are accumulated lane-wise over the block's tiles, reduced over lanes in a fixed order,
    and written as per-block partials to the shared workspace; sums over batch rows (dA, dD,
    ddelta_bias, fixed dB/dC) are written per batch row. selscan_backward_cpu_reduce() sums the
-   partials in a fixed order. So every gradient is bitwise the same for every n_parts. */
+   partials in a fixed order. So every gradient is bitwise the same for every n_parts.
+   The kernels (>>fast-kernels) are written once over vector primitives and compiled per
+   instruction set (>>fast-isa); the drivers (>>fast-drivers) pick one at run time. */
 
 #define SELSCAN__FT 64   /* forward chunk (steps) */
 #define SELSCAN__WMAX 16 /* widest vector (floats); scratch is sized for it */
@@ -1199,7 +1208,7 @@ static void selscan__split(int64_t n, int64_t part, int64_t nparts, int64_t *i0,
     *i1 = *i0 + q + (part < r ? 1 : 0);
 }
 
-/* ---- tile loads and stores (any strides, any dtype) ---- */
+/* ---- >>fast-tiles: tile loads and stores (any strides, any dtype), per-tile parameters ------ */
 
 static void selscan__cvt_row(float *dst, const void *base, int64_t off, int64_t stride, int64_t n, selscan_dtype t) {
     int64_t i;
@@ -1315,6 +1324,8 @@ static void selscan__state_out(const selscan__ten *x, int64_t row, int64_t d0, i
         for (n = 0; n < N; n++) SELSCAN__CAST(float *, x->data)[SELSCAN__AT3(*x, row, d0 + l, n)] = h[n * W + l];
 }
 
+/* ---- >>fast-ckpt: the forward's chunk states for the backward ------------------------------- */
+
 /* Chunk-state checkpoints written by the forward for the backward (selscan_checkpoint_size):
    (batch, dim, slots, N) f32; the state entering the chunk that starts at step s of sequence k
    is in slot s / SELSCAN__FT + k. */
@@ -1384,7 +1395,7 @@ static void selscan__step_bc(const selscan__stp *q, int64_t b, int64_t g, float 
     }
 }
 
-/* ---- scratch layouts (floats; every region a multiple of 16 floats) ---- */
+/* ---- >>fast-scratch: scratch layouts (floats; every region a multiple of 16 floats) --------- */
 
 typedef struct selscan__fscr {
     float *h, *A, *A2, *Bf, *Cf, *Bb, *Cb, *dt, *dtu, *u, *z, *y, *Dv, *bv, *tmp;
@@ -1490,814 +1501,45 @@ static void selscan__bsh_map(selscan__bsh *h, const selscan__prob *q, const sels
     h->end = o;
 }
 
-/* The kernels, written once over the vector primitives SELSCAN__V* and instantiated per
-   instruction set below: SFX names them, ATTR is their target attribute. */
-#define SELSCAN__NOATTR
-#define SELSCAN__KERNELS(SFX, ATTR)\
-static ATTR SELSCAN__INLINE SELSCAN__VF selscan__vexp_##SFX(SELSCAN__VF x) {                                                                              \
-    SELSCAN__VF t, k, r, r2, p, q;                                                                                                                        \
-    x = SELSCAN__VMAX(SELSCAN__VSET1(-88.0f), SELSCAN__VMIN(SELSCAN__VSET1(88.8f), x)); /* NaN stays */                                                   \
-    t = SELSCAN__VFMA(x, SELSCAN__VSET1(1.44269504088896341f), SELSCAN__VSET1(12582912.0f));                                                              \
-    SELSCAN__VOPAQUE(t); /* -ffast-math must not fold (t - magic) back into x log2(e) */                                                                  \
-    k = SELSCAN__VSUB(t, SELSCAN__VSET1(12582912.0f)); /* round(x / ln 2) */                                                                              \
-    SELSCAN__VOPAQUE(k);                                                                                                                                  \
-    r = SELSCAN__VFMA(k, SELSCAN__VSET1(-0.693359375f), x);                                                                                               \
-    r = SELSCAN__VFMA(k, SELSCAN__VSET1(2.12194440e-4f), r);                                                                                              \
-    /* e^r on |r| <= ln2/2: minimax degree 6 (|rel err| 3e-9), Estrin's scheme (short chains) */                                                          \
-    r2 = SELSCAN__VMUL(r, r);                                                                                                                             \
-    p = SELSCAN__VFMA(SELSCAN__VSET1(1.3814467e-3f), r, SELSCAN__VSET1(8.3687805e-3f));                                                                   \
-    p = SELSCAN__VFMA(p, r, SELSCAN__VSET1(4.1668394e-2f));                                                                                               \
-    q = SELSCAN__VFMA(SELSCAN__VSET1(1.6666520e-1f), r, SELSCAN__VSET1(0.49999993f));                                                                     \
-    p = SELSCAN__VFMA(p, r2, q);                                                                                                                          \
-    p = SELSCAN__VFMA(p, r2, SELSCAN__VADD(r, SELSCAN__VSET1(1.0f)));                                                                                     \
-    return SELSCAN__VMUL(p, SELSCAN__VPOW2I(t)); /* k = -127: 0; k = 128: inf */                                                                          \
-}                                                                                                                                                         \
-                                                                                                                                                          \
-/* 2^x for |x| <= 124 only (the caller checks its arguments; x = dt * A * log2(e) with A * log2(e)                                                        \
-   rounded once per tile, an error like that of rounding dt * A): no clamps, the exponent by an                                                           \
-   integer add, 2^f on |f| <= 1/2 by the degree-6 minimax polynomial (|rel err| 3e-9). */                                                                 \
-static ATTR SELSCAN__INLINE SELSCAN__VF selscan__vexp2nc_##SFX(SELSCAN__VF x) {                                                                           \
-    SELSCAN__VF t = SELSCAN__VADD(x, SELSCAN__VSET1(12582912.0f)), k, f;                                                                                  \
-    SELSCAN__VOPAQUE(t); /* -ffast-math must not fold the rounding away */                                                                                \
-    k = SELSCAN__VSUB(t, SELSCAN__VSET1(12582912.0f));                                                                                                    \
-    SELSCAN__VOPAQUE(k);                                                                                                                                  \
-    f = SELSCAN__VSUB(x, k); /* exact */                                                                                                                  \
-    const SELSCAN__VF f2 = SELSCAN__VMUL(f, f);                                                                                                           \
-    SELSCAN__VF p = SELSCAN__VFMA(SELSCAN__VSET1(1.532099249e-4f), f, SELSCAN__VSET1(1.339027457e-3f));                                                   \
-    const SELSCAN__VF q = SELSCAN__VFMA(SELSCAN__VSET1(5.550362023e-2f), f, SELSCAN__VSET1(2.402264733e-1f));                                             \
-    p = SELSCAN__VFMA(p, f, SELSCAN__VSET1(9.618527837e-3f));                                                                                             \
-    p = SELSCAN__VFMA(p, f2, q);                                                                                                                          \
-    p = SELSCAN__VFMA(p, f2, SELSCAN__VFMA(f, SELSCAN__VSET1(6.931471806e-1f), SELSCAN__VSET1(1.0f)));                                                    \
-    return SELSCAN__VADDEXP(p, t);                                                                                                                        \
-}                                                                                                                                                         \
-                                                                                                                                                          \
-/* log1p(e) for e in [0, 1]: e q(e), q the degree-8 relative minimax (|rel err| 3.2e-8) */                                                                \
-static ATTR SELSCAN__INLINE SELSCAN__VF selscan__vlog1p01_##SFX(SELSCAN__VF e) {                                                                          \
-    SELSCAN__VF q = SELSCAN__VFMA(SELSCAN__VSET1(5.193946636e-3f), e, SELSCAN__VSET1(-2.934802716e-2f));                                                  \
-    q = SELSCAN__VFMA(q, e, SELSCAN__VSET1(7.796621236e-2f));                                                                                             \
-    q = SELSCAN__VFMA(q, e, SELSCAN__VSET1(-1.364083348e-1f));                                                                                            \
-    q = SELSCAN__VFMA(q, e, SELSCAN__VSET1(1.909525155e-1f));                                                                                             \
-    q = SELSCAN__VFMA(q, e, SELSCAN__VSET1(-2.484016488e-1f));                                                                                            \
-    q = SELSCAN__VFMA(q, e, SELSCAN__VSET1(3.331873177e-1f));                                                                                             \
-    q = SELSCAN__VFMA(q, e, SELSCAN__VSET1(-4.999947493e-1f));                                                                                            \
-    q = SELSCAN__VFMA(q, e, SELSCAN__VSET1(9.999999684e-1f));                                                                                             \
-    return SELSCAN__VMUL(e, q);                                                                                                                           \
-}                                                                                                                                                         \
-                                                                                                                                                          \
-/* x > 20 ? x : log1p(exp(x)), as max(x, 0) + log1p(exp(-|x|)) */                                                                                         \
-static ATTR SELSCAN__INLINE SELSCAN__VF selscan__vsoftplus_##SFX(SELSCAN__VF x) {                                                                         \
-    const SELSCAN__VF zero = SELSCAN__VSET1(0.0f);                                                                                                        \
-    SELSCAN__VF ax = SELSCAN__VMAX(x, SELSCAN__VSUB(zero, x));                                                                                            \
-    SELSCAN__VF r = SELSCAN__VADD(SELSCAN__VMAX(zero, x),                                                                                                 \
-                                  selscan__vlog1p01_##SFX(selscan__vexp_##SFX(SELSCAN__VSUB(zero, ax))));                                                 \
-    return SELSCAN__VGTSEL(x, SELSCAN__VSET1(SELSCAN__SOFTPLUS_THRESHOLD), x, r);                                                                         \
-}                                                                                                                                                         \
-                                                                                                                                                          \
-static ATTR SELSCAN__INLINE SELSCAN__VF selscan__vsigmoid_##SFX(SELSCAN__VF x) {                                                                          \
-    const SELSCAN__VF one = SELSCAN__VSET1(1.0f);                                                                                                         \
-    return SELSCAN__VDIV(one, SELSCAN__VADD(one, selscan__vexp_##SFX(SELSCAN__VSUB(SELSCAN__VSET1(0.0f), x))));                                           \
-}                                                                                                                                                         \
-                                                                                                                                                          \
-/* Load one chunk of a tile: dt (bias, softplus), dt*u, u; z as silu gate (sg NULL) or raw z with                                                         \
-   its sigmoid in sg; sp (optional): softplus' derivative factor; dy (optional). */                                                                       \
-static ATTR int selscan__prep_##SFX(const selscan__prob *q, int64_t b, int64_t d0, int nl, int64_t c0, int nt,                                            \
-                                    const float *bv, float *dt, float *dtu, float *u, float *z, float *sg, float *sp,                                     \
-                                    float *tmp, float lim) {                                                                                              \
-    const int W = SELSCAN__VW;                                                                                                                            \
-    const SELSCAN__VF bias = SELSCAN__VLOAD(bv), one = SELSCAN__VSET1(1.0f), zero = SELSCAN__VSET1(0.0f);                                                 \
-    SELSCAN__VF vm = zero, vs = zero;                                                                                                                     \
-    float fm[SELSCAN__WMAX], fs[SELSCAN__WMAX];                                                                                                           \
-    int t, l, ok = 1;                                                                                                                                     \
-    SELSCAN__LOADTILE(dt, &q->delta, b, d0, nl, W, c0, nt, tmp);                                                                                          \
-    SELSCAN__LOADTILE(u, &q->u, b, d0, nl, W, c0, nt, tmp);                                                                                               \
-    if (q->z.data && z) SELSCAN__LOADTILE(z, &q->z, b, d0, nl, W, c0, nt, tmp);                                                                           \
-    for (t = 0; t < nt; t++) {                                                                                                                            \
-        SELSCAN__VF x = SELSCAN__VADD(SELSCAN__VLOAD(dt + t * W), bias);                                                                                  \
-        if (q->softplus) { /* softplus = max(x, 0) + log1p(e), sigmoid from the same e = exp(-|x|) */                                                     \
-            const SELSCAN__VF e = selscan__vexp_##SFX(SELSCAN__VSUB(zero, SELSCAN__VMAX(x, SELSCAN__VSUB(zero, x))));                                     \
-            if (sp) {                                                                                                                                     \
-                const SELSCAN__VF r = SELSCAN__VDIV(one, SELSCAN__VADD(one, e));                                                                          \
-                SELSCAN__VSTORE(sp + t * W, SELSCAN__VGTSEL(x, SELSCAN__VSET1(SELSCAN__SOFTPLUS_THRESHOLD), one,                                          \
-                                                            SELSCAN__VGTSEL(x, zero, r, SELSCAN__VMUL(e, r))));                                           \
-            }                                                                                                                                             \
-            x = SELSCAN__VGTSEL(x, SELSCAN__VSET1(SELSCAN__SOFTPLUS_THRESHOLD), x,                                                                        \
-                                SELSCAN__VADD(SELSCAN__VMAX(zero, x), selscan__vlog1p01_##SFX(e)));                                                       \
-        } else if (sp) {                                                                                                                                  \
-            SELSCAN__VSTORE(sp + t * W, one);                                                                                                             \
-        }                                                                                                                                                 \
-        SELSCAN__VSTORE(dt + t * W, x);                                                                                                                   \
-        SELSCAN__VSTORE(dtu + t * W, SELSCAN__VMUL(x, SELSCAN__VLOAD(u + t * W)));                                                                        \
-        vm = SELSCAN__VMAX(vm, SELSCAN__VMAX(x, SELSCAN__VSUB(zero, x))); /* max |dt| */                                                                  \
-        vs = SELSCAN__VFMA(x, zero, vs);                                /* NaN if some dt is NaN or inf */                                                \
-        if (q->z.data && z) {                                                                                                                             \
-            const SELSCAN__VF zv = SELSCAN__VLOAD(z + t * W), s = selscan__vsigmoid_##SFX(zv);                                                            \
-            if (sg) SELSCAN__VSTORE(sg + t * W, s);                                                                                                       \
-            else SELSCAN__VSTORE(z + t * W, SELSCAN__VMUL(zv, s));                                                                                        \
-        }                                                                                                                                                 \
-    }                                                                                                                                                     \
-    /* ok: every |dt * A| <= 86, so the chunk may use selscan__vexp2nc */                                                                                 \
-    SELSCAN__VSTORE(fm, vm);                                                                                                                              \
-    SELSCAN__VSTORE(fs, vs);                                                                                                                              \
-    for (l = 0; l < W; l++)                                                                                                                               \
-        if (!(fm[l] < lim) || fs[l] != 0.0f) ok = 0;                                                                                                      \
-    return ok;                                                                                                                                            \
-}                                                                                                                                                         \
-                                                                                                                                                          \
-/* The walk back's inputs of one chunk of a tile, rows TS floats apart in w (selscan__wk_rows):                                                           \
-   dt (bias, softplus), dt u, u, softplus' derivative (selscan__prep), and with z dy0 = dy silu(z)                                                        \
-   and dyg = dy silu'(z) (dz = dyg y0; without z the walk reads dy itself). z, sg, dy: scratch.                                                           \
-   Returns selscan__prep's fast-exponential flag. */                                                                                                      \
-static ATTR int selscan__wprep_##SFX(const selscan__prob *q, const selscan__grd *r, int64_t b, int64_t d0, int nl,                                        \
-                                     int64_t c0, int nt, const float *bv, float *w, int64_t TS, float *z, float *sg,                                      \
-                                     float *dy, float *tmp, float lim) {                                                                                  \
-    const int W = SELSCAN__VW;                                                                                                                            \
-    const int fast = selscan__prep_##SFX(q, b, d0, nl, c0, nt, bv, w, w + TS, w + 2 * TS, z, sg, w + 3 * TS, tmp, lim);                                   \
-    int t;                                                                                                                                                \
-    if (q->z.data) {                                                                                                                                      \
-        const SELSCAN__VF one = SELSCAN__VSET1(1.0f);                                                                                                     \
-        SELSCAN__LOADTILE(dy, &r->dy, b, d0, nl, W, c0, nt, tmp);                                                                                         \
-        for (t = 0; t < nt; t++) {                                                                                                                        \
-            const SELSCAN__VF zv = SELSCAN__VLOAD(z + t * W), sv = SELSCAN__VLOAD(sg + t * W), dv = SELSCAN__VLOAD(dy + t * W);                           \
-            SELSCAN__VSTORE(w + 4 * TS + t * W, SELSCAN__VMUL(dv, SELSCAN__VMUL(zv, sv)));                                                                \
-            if (r->dz.data) /* silu'(z) = sg (1 + z (1 - sg)) */                                                                                          \
-                SELSCAN__VSTORE(w + 5 * TS + t * W,                                                                                                       \
-                                SELSCAN__VMUL(dv, SELSCAN__VMUL(sv, SELSCAN__VFMA(zv, SELSCAN__VSUB(one, sv), one))));                                    \
-        }                                                                                                                                                 \
-    }                                                                                                                                                     \
-    return fast;                                                                                                                                          \
-}                                                                                                                                                         \
-                                                                                                                                                          \
-/* Forward over one chunk: h ([N][W]) advanced nt steps; y[t] = sum_n C h. */                                                                             \
-static ATTR SELSCAN__INLINE void selscan__fwd_inner_##SFX(int64_t N, int nt, float *h, const float *A,                                                    \
-                                                          const float *A2, const float *dt, const float *dtu, float *y,                                   \
-                                                          const float *Bp, int64_t bsn, int64_t bst,                                                      \
-                                                          const float *Cp, int64_t csn, int64_t cst,                                                      \
-                                                          const int fixB, const int fixC, const int fast) {                                               \
-    const int W = SELSCAN__VW;                                                                                                                            \
-    int t;                                                                                                                                                \
-    int64_t n;                                                                                                                                            \
-    for (t = 0; t < nt; t++) {                                                                                                                            \
-        const SELSCAN__VF vdt = SELSCAN__VLOAD(dt + t * W), vdtu = SELSCAN__VLOAD(dtu + t * W);                                                           \
-        SELSCAN__VF y0 = SELSCAN__VSET1(0.0f), y1 = SELSCAN__VSET1(0.0f);                                                                                 \
-        const float *Bt = Bp + t * bst, *Ct = Cp + t * cst;                                                                                               \
-        for (n = 0; n + 1 < N; n += 2) {                                                                                                                  \
-            const SELSCAN__VF a0 = fast ? selscan__vexp2nc_##SFX(SELSCAN__VMUL(vdt, SELSCAN__VLOAD(A2 + n * W)))                                          \
-                                        : selscan__vexp_##SFX(SELSCAN__VMUL(vdt, SELSCAN__VLOAD(A + n * W)));                                             \
-            const SELSCAN__VF a1 = fast ? selscan__vexp2nc_##SFX(SELSCAN__VMUL(vdt, SELSCAN__VLOAD(A2 + (n + 1) * W)))                                    \
-                                        : selscan__vexp_##SFX(SELSCAN__VMUL(vdt, SELSCAN__VLOAD(A + (n + 1) * W)));                                       \
-            const SELSCAN__VF b0 = fixB ? SELSCAN__VLOAD(Bp + n * W) : SELSCAN__VSET1(Bt[n * bsn]);                                                       \
-            const SELSCAN__VF b1 = fixB ? SELSCAN__VLOAD(Bp + (n + 1) * W) : SELSCAN__VSET1(Bt[(n + 1) * bsn]);                                           \
-            const SELSCAN__VF h0 = SELSCAN__VFMA(a0, SELSCAN__VLOAD(h + n * W), SELSCAN__VMUL(vdtu, b0));                                                 \
-            const SELSCAN__VF h1 = SELSCAN__VFMA(a1, SELSCAN__VLOAD(h + (n + 1) * W), SELSCAN__VMUL(vdtu, b1));                                           \
-            SELSCAN__VSTORE(h + n * W, h0);                                                                                                               \
-            SELSCAN__VSTORE(h + (n + 1) * W, h1);                                                                                                         \
-            y0 = SELSCAN__VFMA(fixC ? SELSCAN__VLOAD(Cp + n * W) : SELSCAN__VSET1(Ct[n * csn]), h0, y0);                                                  \
-            y1 = SELSCAN__VFMA(fixC ? SELSCAN__VLOAD(Cp + (n + 1) * W) : SELSCAN__VSET1(Ct[(n + 1) * csn]), h1, y1);                                      \
-        }                                                                                                                                                 \
-        if (n < N) {                                                                                                                                      \
-            const SELSCAN__VF a0 = fast ? selscan__vexp2nc_##SFX(SELSCAN__VMUL(vdt, SELSCAN__VLOAD(A2 + n * W)))                                          \
-                                        : selscan__vexp_##SFX(SELSCAN__VMUL(vdt, SELSCAN__VLOAD(A + n * W)));                                             \
-            const SELSCAN__VF b0 = fixB ? SELSCAN__VLOAD(Bp + n * W) : SELSCAN__VSET1(Bt[n * bsn]);                                                       \
-            const SELSCAN__VF h0 = SELSCAN__VFMA(a0, SELSCAN__VLOAD(h + n * W), SELSCAN__VMUL(vdtu, b0));                                                 \
-            SELSCAN__VSTORE(h + n * W, h0);                                                                                                               \
-            y0 = SELSCAN__VFMA(fixC ? SELSCAN__VLOAD(Cp + n * W) : SELSCAN__VSET1(Ct[n * csn]), h0, y0);                                                  \
-        }                                                                                                                                                 \
-        SELSCAN__VSTORE(y + t * W, SELSCAN__VADD(y0, y1));                                                                                                \
-    }                                                                                                                                                     \
-}                                                                                                                                                         \
-                                                                                                                                                          \
-static ATTR void selscan__fwd_chunk_##SFX(int64_t N, int nt, float *h, const float *A, const float *A2, const float *dt,                                  \
-                                          const float *dtu, float *y, const float *Bp, int64_t bsn, int64_t bst,                                          \
-                                          const float *Cp, int64_t csn, int64_t cst, int fixB, int fixC, int fast) {                                      \
-    if (fast) {                                                                                                                                           \
-        if (fixB) {                                                                                                                                       \
-            if (fixC) selscan__fwd_inner_##SFX(N, nt, h, A, A2, dt, dtu, y, Bp, bsn, bst, Cp, csn, cst, 1, 1, 1);                                         \
-            else selscan__fwd_inner_##SFX(N, nt, h, A, A2, dt, dtu, y, Bp, bsn, bst, Cp, csn, cst, 1, 0, 1);                                              \
-        } else {                                                                                                                                          \
-            if (fixC) selscan__fwd_inner_##SFX(N, nt, h, A, A2, dt, dtu, y, Bp, bsn, bst, Cp, csn, cst, 0, 1, 1);                                         \
-            else selscan__fwd_inner_##SFX(N, nt, h, A, A2, dt, dtu, y, Bp, bsn, bst, Cp, csn, cst, 0, 0, 1);                                              \
-        }                                                                                                                                                 \
-    } else {                                                                                                                                              \
-        if (fixB) {                                                                                                                                       \
-            if (fixC) selscan__fwd_inner_##SFX(N, nt, h, A, A2, dt, dtu, y, Bp, bsn, bst, Cp, csn, cst, 1, 1, 0);                                         \
-            else selscan__fwd_inner_##SFX(N, nt, h, A, A2, dt, dtu, y, Bp, bsn, bst, Cp, csn, cst, 1, 0, 0);                                              \
-        } else {                                                                                                                                          \
-            if (fixC) selscan__fwd_inner_##SFX(N, nt, h, A, A2, dt, dtu, y, Bp, bsn, bst, Cp, csn, cst, 0, 1, 0);                                         \
-            else selscan__fwd_inner_##SFX(N, nt, h, A, A2, dt, dtu, y, Bp, bsn, bst, Cp, csn, cst, 0, 0, 0);                                              \
-        }                                                                                                                                                 \
-    }                                                                                                                                                     \
-}                                                                                                                                                         \
-                                                                                                                                                          \
-/* Forward of one tile: channels d0 .. d0 + nl - 1 of group g, batch row b. */                                                                            \
-static ATTR void selscan__fwd_tile_##SFX(const selscan__prob *q, int64_t b, int64_t g, int64_t d0, int nl,                                                \
-                                         const selscan__fscr *s, float *ckp) {                                                                            \
-    const int W = SELSCAN__VW;                                                                                                                            \
-    const int64_t N = q->N;                                                                                                                               \
-    int64_t k, c0, cknext = 0;                                                                                                                            \
-    int t;                                                                                                                                                \
-    const float lim = 86.0f / selscan__tile_params(q, d0, nl, W, s->A, s->A2, s->Bf, s->Cf, s->Dv, s->bv);                                                \
-    for (k = 0; k < selscan__nseg(q); k++) {                                                                                                              \
-        int64_t t0, t1, row;                                                                                                                              \
-        selscan__seg(q, b, k, &t0, &t1, &row);                                                                                                            \
-        selscan__state_in(&q->h0, row, d0, nl, W, N, s->h);                                                                                               \
-        for (c0 = t0; c0 < t1; c0 += SELSCAN__FT) {                                                                                                       \
-            const int nt = SELSCAN__CAST(int, selscan__min64(SELSCAN__FT, t1 - c0));                                                                      \
-            int64_t bsn, bst, csn, cst;                                                                                                                   \
-            const float *Bp = selscan__bc_chunk(&q->B, q->fixB, s->Bf, W, b, g, N, c0, nt, s->Bb, &bsn, &bst);                                            \
-            const float *Cp = selscan__bc_chunk(&q->C, q->fixC, s->Cf, W, b, g, N, c0, nt, s->Cb, &csn, &cst);                                            \
-            if (ckp) { /* slots rise with the chunks; the ones skipped (none, or a sequence's extra) zeroed */                                            \
-                selscan__ck_zero(q, ckp, b, d0, nl, cknext, c0 / SELSCAN__FT + k);                                                                        \
-                selscan__ck_put(q, ckp, b, d0, nl, W, c0 / SELSCAN__FT + k, s->h);                                                                        \
-                cknext = c0 / SELSCAN__FT + k + 1;                                                                                                        \
-            }                                                                                                                                             \
-            const SELSCAN__VF Dv = SELSCAN__VLOAD(s->Dv);                                                                                                 \
-            const int fast = selscan__prep_##SFX(q, b, d0, nl, c0, nt, s->bv, s->dt, s->dtu, s->u, s->z, NULL, NULL,                                      \
-                                                 s->tmp, lim);                                                                                            \
-            selscan__fwd_chunk_##SFX(N, nt, s->h, s->A, s->A2, s->dt, s->dtu, s->y, Bp, bsn, bst, Cp, csn, cst, q->fixB,                                  \
-                                     q->fixC, fast);                                                                                                      \
-            for (t = 0; t < nt; t++) {                                                                                                                    \
-                SELSCAN__VF y = SELSCAN__VFMA(Dv, SELSCAN__VLOAD(s->u + t * W), SELSCAN__VLOAD(s->y + t * W));                                            \
-                if (q->z.data) y = SELSCAN__VMUL(y, SELSCAN__VLOAD(s->z + t * W));                                                                        \
-                SELSCAN__VSTORE(s->y + t * W, y);                                                                                                         \
-            }                                                                                                                                             \
-            SELSCAN__STORETILE(s->y, &q->y, b, d0, nl, W, c0, nt, s->tmp);                                                                                \
-        }                                                                                                                                                 \
-        if (q->hlast.data) selscan__state_out(&q->hlast, row, d0, nl, W, N, s->h);                                                                        \
-    }                                                                                                                                                     \
-    if (ckp) selscan__ck_zero(q, ckp, b, d0, nl, cknext, selscan__ck_slots(q));                                                                           \
-}                                                                                                                                                         \
-                                                                                                                                                          \
-/* p[i W] = v_i for i < G (G <= 4: the hand-unrolled state groups below). */                                                                              \
-static ATTR SELSCAN__INLINE void selscan__vstore4_##SFX(const int G, float *p, SELSCAN__VF v0, SELSCAN__VF v1, SELSCAN__VF v2,                            \
-                                                        SELSCAN__VF v3) {                                                                                 \
-    SELSCAN__VSTORE(p, v0);                                                                                                                               \
-    if (G > 1) SELSCAN__VSTORE(p + SELSCAN__VW, v1);                                                                                                      \
-    if (G > 2) SELSCAN__VSTORE(p + 2 * SELSCAN__VW, v2);                                                                                                  \
-    if (G > 3) SELSCAN__VSTORE(p + 3 * SELSCAN__VW, v3);                                                                                                  \
-}                                                                                                                                                         \
-                                                                                                                                                          \
-/* Recompute of one state vector at one step (the body of selscan__rec_group). */                                                                         \
-static ATTR SELSCAN__INLINE void selscan__rec_one_##SFX(const int i, SELSCAN__VF *h, const float *An, const float *Bt,                                    \
-                                                        const SELSCAN__VF vdt, const SELSCAN__VF vdtu, float *at, float *hn,                              \
-                                                        const int fixB, const int fast, const int keep) {                                                 \
-    const int W = SELSCAN__VW;                                                                                                                            \
-    const SELSCAN__VF a = fast ? selscan__vexp2nc_##SFX(SELSCAN__VMUL(vdt, SELSCAN__VLOAD(An + i * W)))                                                   \
-                               : selscan__vexp_##SFX(SELSCAN__VMUL(vdt, SELSCAN__VLOAD(An + i * W)));                                                     \
-    const SELSCAN__VF bb = fixB ? SELSCAN__VLOAD(Bt + i * W) : SELSCAN__VSET1(Bt[i * SELSCAN__FT]);                                                       \
-    *h = SELSCAN__VFMA(a, *h, SELSCAN__VMUL(vdtu, bb));                                                                                                   \
-    if (keep) {                                                                                                                                           \
-        SELSCAN__VSTORE(at + i * W, a);                                                                                                                   \
-        SELSCAN__VSTORE(hn + i * W, *h);                                                                                                                  \
-    }                                                                                                                                                     \
-}                                                                                                                                                         \
-                                                                                                                                                          \
-/* Recompute states n .. n + G - 1 (G = 1 or SELSCAN__BG) of one chunk from hin ([N][W]). keep:                                                           \
-   hs[t * rs] = state before step t (t = 0 .. nt), ab[t * rs] = exp(dt A), the group's vectors                                                            \
-   side by side in rows of rs floats; else only the state after the chunk, into hs. States outer,                                                         \
-   steps inner: the group's states stay in registers. The same operations as                                                                              \
-   selscan__fwd_inner, so the states are bitwise the forward's. An: A, or A log2(e) when fast. */                                                         \
-static ATTR SELSCAN__INLINE void selscan__rec_group_##SFX(const int G, int64_t n, int nt, const float *hin, float *hs,                                    \
-                                                          float *ab, int64_t rs, const float *A, const float *dt,                                         \
-                                                          const float *dtu, const float *Bp, const int fixB,                                              \
-                                                          const int fast, const int keep) {                                                               \
-    const int W = SELSCAN__VW;                                                                                                                            \
-    const int64_t o = n * W;                                                                                                                              \
-    SELSCAN__VF h0 = SELSCAN__VLOAD(hin + o), h1 = h0, h2 = h0, h3 = h0;                                                                                  \
-    int t;                                                                                                                                                \
-    if (G > 1) h1 = SELSCAN__VLOAD(hin + o + W);                                                                                                          \
-    if (G > 2) h2 = SELSCAN__VLOAD(hin + o + 2 * W);                                                                                                      \
-    if (G > 3) h3 = SELSCAN__VLOAD(hin + o + 3 * W);                                                                                                      \
-    if (keep) selscan__vstore4_##SFX(G, hs, h0, h1, h2, h3);                                                                                              \
-    for (t = 0; t < nt; t++) {                                                                                                                            \
-        const SELSCAN__VF vdt = SELSCAN__VLOAD(dt + t * W), vdtu = SELSCAN__VLOAD(dtu + t * W);                                                           \
-        const float *Bt = fixB ? Bp + o : Bp + n * SELSCAN__FT + t;                                                                                       \
-        float *at = ab + t * rs, *hn = hs + (t + 1) * rs;                                                                                                 \
-        selscan__rec_one_##SFX(0, &h0, A + o, Bt, vdt, vdtu, at, hn, fixB, fast, keep);                                                                   \
-        if (G > 1) selscan__rec_one_##SFX(1, &h1, A + o, Bt, vdt, vdtu, at, hn, fixB, fast, keep);                                                        \
-        if (G > 2) selscan__rec_one_##SFX(2, &h2, A + o, Bt, vdt, vdtu, at, hn, fixB, fast, keep);                                                        \
-        if (G > 3) selscan__rec_one_##SFX(3, &h3, A + o, Bt, vdt, vdtu, at, hn, fixB, fast, keep);                                                        \
-    }                                                                                                                                                     \
-    if (!keep) selscan__vstore4_##SFX(G, hs, h0, h1, h2, h3);                                                                                             \
-}                                                                                                                                                         \
-                                                                                                                                                          \
-static ATTR SELSCAN__INLINE void selscan__rec_inner_##SFX(int64_t n0, int64_t n1, int nt, const float *hin, float *hs,                                    \
-                                                          float *ab, int64_t rs, const float *A, const float *dt,                                         \
-                                                          const float *dtu, const float *Bp, const int fixB,                                              \
-                                                          const int fast, const int keep) {                                                               \
-    const int W = SELSCAN__VW;                                                                                                                            \
-    int64_t n;                                                                                                                                            \
-    for (n = n0; n + SELSCAN__BG <= n1; n += SELSCAN__BG)                                                                                                 \
-        selscan__rec_group_##SFX(SELSCAN__BG, n, nt, hin, hs + (keep ? n - n0 : n) * W, ab + (n - n0) * W, rs, A, dt, dtu, Bp,                            \
-                                 fixB, fast, keep);                                                                                                       \
-    for (; n < n1; n++)                                                                                                                                   \
-        selscan__rec_group_##SFX(1, n, nt, hin, hs + (keep ? n - n0 : n) * W, ab + (n - n0) * W, rs, A, dt, dtu, Bp, fixB,                                \
-                                 fast, keep);                                                                                                             \
-}                                                                                                                                                         \
-                                                                                                                                                          \
-/* Recompute of states [n0, n1) over one chunk (selscan__rec_group) from hin ([N][W]). ab NULL: the                                                       \
-   checkpoint pass (hs: the state after the chunk, [N][W]); else n1 - n0 <= SELSCAN__BG and hs, ab                                                        \
-   get the group's rows of rs floats. A2 = A log2(e). */                                                                                                  \
-static ATTR void selscan__rec_chunk_##SFX(int64_t n0, int64_t n1, int nt, const float *hin, float *hs, float *ab,                                         \
-                                          int64_t rs, const float *A, const float *A2, const float *dt, const float *dtu,                                 \
-                                          const float *Bp, int fixB, int fast) {                                                                          \
-    if (ab) {                                                                                                                                             \
-        if (fast) {                                                                                                                                       \
-            if (fixB) selscan__rec_inner_##SFX(n0, n1, nt, hin, hs, ab, rs, A2, dt, dtu, Bp, 1, 1, 1);                                                    \
-            else selscan__rec_inner_##SFX(n0, n1, nt, hin, hs, ab, rs, A2, dt, dtu, Bp, 0, 1, 1);                                                         \
-        } else {                                                                                                                                          \
-            if (fixB) selscan__rec_inner_##SFX(n0, n1, nt, hin, hs, ab, rs, A, dt, dtu, Bp, 1, 0, 1);                                                     \
-            else selscan__rec_inner_##SFX(n0, n1, nt, hin, hs, ab, rs, A, dt, dtu, Bp, 0, 0, 1);                                                          \
-        }                                                                                                                                                 \
-    } else {                                                                                                                                              \
-        if (fast) {                                                                                                                                       \
-            if (fixB) selscan__rec_inner_##SFX(n0, n1, nt, hin, hs, hs, rs, A2, dt, dtu, Bp, 1, 1, 0);                                                    \
-            else selscan__rec_inner_##SFX(n0, n1, nt, hin, hs, hs, rs, A2, dt, dtu, Bp, 0, 1, 0);                                                         \
-        } else {                                                                                                                                          \
-            if (fixB) selscan__rec_inner_##SFX(n0, n1, nt, hin, hs, hs, rs, A, dt, dtu, Bp, 1, 0, 0);                                                     \
-            else selscan__rec_inner_##SFX(n0, n1, nt, hin, hs, hs, rs, A, dt, dtu, Bp, 0, 0, 0);                                                          \
-        }                                                                                                                                                 \
-    }                                                                                                                                                     \
-}                                                                                                                                                         \
-                                                                                                                                                          \
-/* Backward over one chunk, steps nt - 1 .. 0. dh: gradient of the state after the chunk (in),                                                            \
-   before it (out). Per step: yc = sum_n C h, S = sum_n dh_n B_n, sA = sum_n dh_n h_prev a A.                                                             \
-   accB / accC: per-step lane-wise dB / dC (variable; the fixed ones accumulate in dBf / dCf).                                                            \
-   Variable B / C are chunk copies ([N][SELSCAN__FT], selscan__bc_chunk), fixed ones [N][W].                                                              \
-   States outer in groups of SELSCAN__BG (hand-unrolled), steps inner: dh and dA of the group stay                                                        \
-   in registers over the chunk, the step's sums go through memory once a group, and the per-step                                                          \
-   vectors (dy0, dt, dtu) are read where used (memory operands, registers free for the group). */                                                         \
-static ATTR SELSCAN__INLINE void selscan__bwd_one_##SFX(const int i, SELSCAN__VF *dh, SELSCAN__VF *dAn, SELSCAN__VF *y,                                   \
-                                                        SELSCAN__VF *S, SELSCAN__VF *sA, const float *h1, const float *h0,                                \
-                                                        const float *a, const float *An, const float *Ct, const float *Bt,                                \
-                                                        float *aB, float *aC, const float *dy0, const float *dt,                                          \
-                                                        const float *dtu, const int fixB, const int fixC, const int first,                                \
-                                                        const int wanty) {                                                                                \
-    const int W = SELSCAN__VW;                                                                                                                            \
-    const SELSCAN__VF c = fixC ? SELSCAN__VLOAD(Ct + i * W) : SELSCAN__VSET1(Ct[i * SELSCAN__FT]);                                                        \
-    const SELSCAN__VF b = fixB ? SELSCAN__VLOAD(Bt + i * W) : SELSCAN__VSET1(Bt[i * SELSCAN__FT]);                                                        \
-    const SELSCAN__VF hn = SELSCAN__VLOAD(h1 + i * W);                                                                                                    \
-    const SELSCAN__VF d = SELSCAN__VFMA(SELSCAN__VLOAD(dy0), c, *dh); /* dh after the step */                                                             \
-    const SELSCAN__VF dn = SELSCAN__VMUL(d, SELSCAN__VLOAD(a + i * W)), da = SELSCAN__VMUL(dn, SELSCAN__VLOAD(h0 + i * W));                               \
-    if (wanty) *y = SELSCAN__VFMA(c, hn, *y);                                                                                                             \
-    SELSCAN__VSTORE(aC + i * W, fixC || !first ? SELSCAN__VFMA(SELSCAN__VLOAD(dy0), hn, SELSCAN__VLOAD(aC + i * W))                                       \
-                                               : SELSCAN__VMUL(SELSCAN__VLOAD(dy0), hn));                                                                 \
-    *S = SELSCAN__VFMA(d, b, *S);                                                                                                                         \
-    SELSCAN__VSTORE(aB + i * W, fixB || !first ? SELSCAN__VFMA(d, SELSCAN__VLOAD(dtu), SELSCAN__VLOAD(aB + i * W))                                        \
-                                               : SELSCAN__VMUL(d, SELSCAN__VLOAD(dtu)));                                                                  \
-    *sA = SELSCAN__VFMA(da, SELSCAN__VLOAD(An + i * W), *sA);                                                                                             \
-    *dAn = SELSCAN__VFMA(da, SELSCAN__VLOAD(dt), *dAn);                                                                                                   \
-    *dh = dn;                                                                                                                                             \
-}                                                                                                                                                         \
-                                                                                                                                                          \
-/* States n .. n + G - 1 (G = 1 or SELSCAN__BG) over the chunk; hs, ab: their recomputed rows (rs                                                         \
-   floats apart, selscan__rec_group). */                                                                                                                  \
-static ATTR SELSCAN__INLINE void selscan__bwd_group_##SFX(const int G, int64_t n, int64_t N, int nt, const float *hs,                                     \
-                                                          const float *ab, int64_t rs, float *dh, const float *A, const float *dt,                        \
-                                                          const float *dtu, const float *dy0, float *yc, float *Sv,                                       \
-                                                          float *sAv, float *accB, float *accC, float *dA, float *dBf,                                    \
-                                                          float *dCf, const float *Bp, const float *Cp, const int fixB,                                   \
-                                                          const int fixC, const int first, const int wanty) {                                             \
-    const int W = SELSCAN__VW;                                                                                                                            \
-    const int64_t NW = N * W, o = n * W;                                                                                                                  \
-    SELSCAN__VF dh0 = SELSCAN__VLOAD(dh + o), dA0 = SELSCAN__VLOAD(dA + o), dh1 = dh0, dA1 = dA0, dh2 = dh0, dA2 = dA0,                                   \
-                dh3 = dh0, dA3 = dA0;                                                                                                                     \
-    int t;                                                                                                                                                \
-    if (G > 1) { dh1 = SELSCAN__VLOAD(dh + o + W); dA1 = SELSCAN__VLOAD(dA + o + W); }                                                                    \
-    if (G > 2) { dh2 = SELSCAN__VLOAD(dh + o + 2 * W); dA2 = SELSCAN__VLOAD(dA + o + 2 * W); }                                                            \
-    if (G > 3) { dh3 = SELSCAN__VLOAD(dh + o + 3 * W); dA3 = SELSCAN__VLOAD(dA + o + 3 * W); }                                                            \
-    for (t = nt - 1; t >= 0; t--) {                                                                                                                       \
-        const float *h1 = hs + (t + 1) * rs, *h0 = hs + t * rs, *at = ab + t * rs, *An = A + o;                                                           \
-        const float *Bt = fixB ? Bp + o : Bp + n * SELSCAN__FT + t, *Ct = fixC ? Cp + o : Cp + n * SELSCAN__FT + t;                                       \
-        const float *dy0t = dy0 + t * W, *dtt = dt + t * W, *dtut = dtu + t * W;                                                                          \
-        float *aB = (fixB ? dBf : accB + t * NW) + o, *aC = (fixC ? dCf : accC + t * NW) + o;                                                             \
-        SELSCAN__VF y = wanty ? SELSCAN__VLOAD(yc + t * W) : SELSCAN__VSET1(0.0f), S = SELSCAN__VLOAD(Sv + t * W),                                        \
-                    sA = SELSCAN__VLOAD(sAv + t * W);                                                                                                     \
-        selscan__bwd_one_##SFX(0, &dh0, &dA0, &y, &S, &sA, h1, h0, at, An, Ct, Bt, aB, aC, dy0t, dtt, dtut, fixB, fixC, first, wanty);                    \
-        if (G > 1) selscan__bwd_one_##SFX(1, &dh1, &dA1, &y, &S, &sA, h1, h0, at, An, Ct, Bt, aB, aC, dy0t, dtt, dtut, fixB, fixC, first, wanty);         \
-        if (G > 2) selscan__bwd_one_##SFX(2, &dh2, &dA2, &y, &S, &sA, h1, h0, at, An, Ct, Bt, aB, aC, dy0t, dtt, dtut, fixB, fixC, first, wanty);         \
-        if (G > 3) selscan__bwd_one_##SFX(3, &dh3, &dA3, &y, &S, &sA, h1, h0, at, An, Ct, Bt, aB, aC, dy0t, dtt, dtut, fixB, fixC, first, wanty);         \
-        if (wanty) SELSCAN__VSTORE(yc + t * W, y);                                                                                                        \
-        SELSCAN__VSTORE(Sv + t * W, S);                                                                                                                   \
-        SELSCAN__VSTORE(sAv + t * W, sA);                                                                                                                 \
-    }                                                                                                                                                     \
-    selscan__vstore4_##SFX(G, dh + o, dh0, dh1, dh2, dh3);                                                                                                \
-    selscan__vstore4_##SFX(G, dA + o, dA0, dA1, dA2, dA3);                                                                                                \
-}                                                                                                                                                         \
-                                                                                                                                                          \
-static ATTR SELSCAN__INLINE void selscan__bwd_inner_##SFX(int64_t n0, int64_t n1, int64_t N, int nt, const float *hs,                                     \
-                                                          const float *ab, int64_t rs, float *dh, const float *A,                                         \
-                                                          const float *dt, const float *dtu, const float *dy0, float *yc,                                 \
-                                                          float *Sv, float *sAv, float *accB, float *accC, float *dA,                                     \
-                                                          float *dBf, float *dCf, const float *Bp, const float *Cp,                                       \
-                                                          const int fixB, const int fixC, const int first,                                                \
-                                                          const int wanty) {                                                                              \
-    const int W = SELSCAN__VW;                                                                                                                            \
-    int64_t n;                                                                                                                                            \
-    for (n = n0; n + SELSCAN__BG <= n1; n += SELSCAN__BG)                                                                                                 \
-        selscan__bwd_group_##SFX(SELSCAN__BG, n, N, nt, hs + (n - n0) * W, ab + (n - n0) * W, rs, dh, A, dt, dtu, dy0, yc,                                \
-                                 Sv, sAv, accB, accC, dA, dBf, dCf, Bp, Cp, fixB, fixC, first, wanty);                                                    \
-    for (; n < n1; n++)                                                                                                                                   \
-        selscan__bwd_group_##SFX(1, n, N, nt, hs + (n - n0) * W, ab + (n - n0) * W, rs, dh, A, dt, dtu, dy0, yc, Sv, sAv,                                 \
-                                 accB, accC, dA, dBf, dCf, Bp, Cp, fixB, fixC, first, wanty);                                                             \
-}                                                                                                                                                         \
-                                                                                                                                                          \
-/* The walk back of states [n0, n1) with the layout flags as constants. first: the block's first                                                          \
-   tile writes the variable accumulators (no clearing pass). */                                                                                           \
-static ATTR SELSCAN__INLINE void selscan__bwd_walk_##SFX(int64_t n0, int64_t n1, int64_t N, int nt, const float *hs,                                      \
-                                                         const float *ab, int64_t rs, float *dh, const float *A,                                          \
-                                                         const float *dt, const float *dtu, const float *dy0, float *yc,                                  \
-                                                         float *Sv, float *sAv, float *accB, float *accC, float *dA,                                      \
-                                                         float *dBf, float *dCf, const float *Bp, const float *Cp,                                        \
-                                                         int fixB, int fixC, int first, const int wanty) {                                                \
-    if (fixB) {                                                                                                                                           \
-        if (fixC) selscan__bwd_inner_##SFX(n0, n1, N, nt, hs, ab, rs, dh, A, dt, dtu, dy0, yc, Sv, sAv, accB, accC, dA, dBf, dCf, Bp, Cp, 1, 1, 0, wanty); /* nothing variable */ \
-        else if (first) selscan__bwd_inner_##SFX(n0, n1, N, nt, hs, ab, rs, dh, A, dt, dtu, dy0, yc, Sv, sAv, accB, accC, dA, dBf, dCf, Bp, Cp, 1, 0, 1, wanty); \
-        else selscan__bwd_inner_##SFX(n0, n1, N, nt, hs, ab, rs, dh, A, dt, dtu, dy0, yc, Sv, sAv, accB, accC, dA, dBf, dCf, Bp, Cp, 1, 0, 0, wanty);     \
-    } else if (fixC) {                                                                                                                                    \
-        if (first) selscan__bwd_inner_##SFX(n0, n1, N, nt, hs, ab, rs, dh, A, dt, dtu, dy0, yc, Sv, sAv, accB, accC, dA, dBf, dCf, Bp, Cp, 0, 1, 1, wanty); \
-        else selscan__bwd_inner_##SFX(n0, n1, N, nt, hs, ab, rs, dh, A, dt, dtu, dy0, yc, Sv, sAv, accB, accC, dA, dBf, dCf, Bp, Cp, 0, 1, 0, wanty);     \
-    } else {                                                                                                                                              \
-        if (first) selscan__bwd_inner_##SFX(n0, n1, N, nt, hs, ab, rs, dh, A, dt, dtu, dy0, yc, Sv, sAv, accB, accC, dA, dBf, dCf, Bp, Cp, 0, 0, 1, wanty); \
-        else selscan__bwd_inner_##SFX(n0, n1, N, nt, hs, ab, rs, dh, A, dt, dtu, dy0, yc, Sv, sAv, accB, accC, dA, dBf, dCf, Bp, Cp, 0, 0, 0, wanty);     \
-    }                                                                                                                                                     \
-}                                                                                                                                                         \
-                                                                                                                                                          \
-/* Backward over one chunk from its entering state hin ([N][W]): per group of SELSCAN__BG states the                                                      \
-   recompute (into hs, ab: rows of SELSCAN__BG vectors, in L1) and at once the walk back. yc NULL:                                                        \
-   sum_n C h not wanted (no z). */                                                                                                                        \
-static ATTR void selscan__bwd_chunk_##SFX(int64_t N, int nt, const float *hin, float *hs, float *ab, float *dh,                                           \
-                                          const float *A, const float *A2, const float *dt, const float *dtu,                                             \
-                                          const float *dy0, float *yc, float *Sv, float *sAv, float *accB, float *accC,                                   \
-                                          float *dA, float *dBf, float *dCf, const float *Bp, const float *Cp, int fixB,                                  \
-                                          int fixC, int fast, int first, float *pB, float *pC, int64_t ps) {                                              \
-    const int W = SELSCAN__VW;                                                                                                                            \
-    const int64_t rs = SELSCAN__BG * W, NW = N * W;                                                                                                       \
-    int64_t n0, n1, n;                                                                                                                                    \
-    int t;                                                                                                                                                \
-    for (t = 0; t < nt; t++) {                                                                                                                            \
-        if (yc) SELSCAN__VSTORE(yc + t * W, SELSCAN__VSET1(0.0f));                                                                                        \
-        SELSCAN__VSTORE(Sv + t * W, SELSCAN__VSET1(0.0f));                                                                                                \
-        SELSCAN__VSTORE(sAv + t * W, SELSCAN__VSET1(0.0f));                                                                                               \
-    }                                                                                                                                                     \
-    for (n0 = 0; n0 < N; n0 = n1) {                                                                                                                       \
-        n1 = selscan__min64(n0 + SELSCAN__BG, N);                                                                                                         \
-        selscan__rec_chunk_##SFX(n0, n1, nt, hin, hs, ab, rs, A, A2, dt, dtu, Bp, fixB, fast);                                                            \
-        if (yc) selscan__bwd_walk_##SFX(n0, n1, N, nt, hs, ab, rs, dh, A, dt, dtu, dy0, yc, Sv, sAv, accB, accC, dA, dBf, dCf, Bp, Cp, fixB, fixC, first, 1); \
-        else selscan__bwd_walk_##SFX(n0, n1, N, nt, hs, ab, rs, dh, A, dt, dtu, dy0, yc, Sv, sAv, accB, accC, dA, dBf, dCf, Bp, Cp, fixB, fixC, first, 0); \
-        /* pB / pC given (the block's last tile): the group's per-step dB / dC are complete and                                                           \
-           still in L1; their lane sums go out now, W steps at once by one transposing reduction */                                                       \
-        for (n = n0; n < n1 && (pB || pC); n++) {                                                                                                         \
-            for (t = 0; t + W <= nt; t += W) {                                                                                                            \
-                if (pB) SELSCAN__VTHSUMS(accB + t * NW + n * W, NW, pB + n * ps + t);                                                                     \
-                if (pC) SELSCAN__VTHSUMS(accC + t * NW + n * W, NW, pC + n * ps + t);                                                                     \
-            }                                                                                                                                             \
-            for (; t < nt; t++) {                                                                                                                         \
-                if (pB) pB[n * ps + t] = SELSCAN__VHSUM(SELSCAN__VLOAD(accB + t * NW + n * W));                                                           \
-                if (pC) pC[n * ps + t] = SELSCAN__VHSUM(SELSCAN__VLOAD(accC + t * NW + n * W));                                                           \
-            }                                                                                                                                             \
-        }                                                                                                                                                 \
-    }                                                                                                                                                     \
-}                                                                                                                                                         \
-                                                                                                                                                          \
-/* Backward of one block: channels c0 .. c0 + nch - 1 of group g, batch row b. pB / pC: this                                                              \
-   block's [N][selscan__prow(L)] partials of variable dB / dC (NULL: not asked). The checkpoint pass goes chunk                                           \
-   by chunk with the tiles inner, like the walk back: a chunk's variable B / C are copied once for                                                        \
-   all tiles. When the part's prep cache holds the segment (s->pcn chunks), the checkpoint pass                                                           \
-   prepares the walk's inputs (selscan__wprep) into it and the walk back reads them there instead                                                         \
-   of loading and preparing the chunk again. With the forward's checkpoints (ckp) the same pass                                                           \
-   runs without the recompute: the inputs are then read first to last (read chunk by chunk in the                                                         \
-   walk's last-to-first order, the lm-prefill backward took 9 % longer on a Xeon, NOTES v22). */                                                          \
-static ATTR void selscan__bwd_block_##SFX(const selscan__prob *q, const selscan__grd *r, int64_t b, int64_t g,                                            \
-                                          int64_t c0, int nch, const selscan__bscr *s, float *pB, float *pC,                                              \
-                                          const float *ckp) {                                                                                             \
-    const int W = SELSCAN__VW, nbt = (nch + SELSCAN__VW - 1) / SELSCAN__VW;                                                                               \
-    const int64_t N = q->N, NW = N * W, T = s->T, PS = selscan__prow(q->L);                                                                               \
-    const int useck = ckp && T == SELSCAN__FT;                                                                                                            \
-    const int64_t TS = s->TS;                                                                                                                             \
-    float lim[SELSCAN__CB];                                                                                                                               \
-    int64_t k, c;                                                                                                                                         \
-    int j, t;                                                                                                                                             \
-    memset(s->dA, 0, SELSCAN__CAST(size_t, nbt * NW) * 4);                                                                                                \
-    memset(s->dBf, 0, SELSCAN__CAST(size_t, nbt * NW) * 4);                                                                                               \
-    memset(s->dCf, 0, SELSCAN__CAST(size_t, nbt * NW) * 4);                                                                                               \
-    memset(s->dD, 0, SELSCAN__CAST(size_t, nbt * W) * 4);                                                                                                 \
-    memset(s->db, 0, SELSCAN__CAST(size_t, nbt * W) * 4);                                                                                                 \
-    for (j = 0; j < nbt; j++) {                                                                                                                           \
-        const int nl = nch - j * W < W ? nch - j * W : W;                                                                                                 \
-        lim[j] = 86.0f / selscan__tile_params(q, c0 + j * W, nl, W, s->A + j * NW, s->A2 + j * NW, s->Bf + j * NW,                                        \
-                                              s->Cf + j * NW, s->Dv + j * W, s->bv + j * W);                                                              \
-    }                                                                                                                                                     \
-    for (k = 0; k < selscan__nseg(q); k++) {                                                                                                              \
-        int64_t t0, t1, row, nck;                                                                                                                         \
-        selscan__seg(q, b, k, &t0, &t1, &row);                                                                                                            \
-        nck = (t1 - t0 + T - 1) / T;                                                                                                                      \
-        const int usepc = nck <= s->pcn;                                                                                                                  \
-        /* checkpoints: ck[c] = state entering chunk c */                                                                                                 \
-        for (j = 0; j < nbt; j++) {                                                                                                                       \
-            const int nl = nch - j * W < W ? nch - j * W : W;                                                                                             \
-            const int64_t d0 = c0 + j * W;                                                                                                                \
-            float *ck = s->ck + j * s->ckstride;                                                                                                          \
-            selscan__state_in(&q->h0, row, d0, nl, W, N, ck);                                                                                             \
-            if (useck) /* the forward's chunk states */                                                                                                   \
-                for (c = 1; c < nck; c++) selscan__ck_get(q, ckp, b, d0, nl, W, (t0 + c * T) / SELSCAN__FT + k, ck + c * NW);                             \
-            selscan__state_in(&r->dhlast, row, d0, nl, W, N, s->dh + j * NW);                                                                             \
-        }                                                                                                                                                 \
-        for (c = 0; c + 1 < nck && (usepc || !useck); c++) {                                                                                              \
-            const int64_t cs = t0 + c * T;                                                                                                                \
-            const int nt = SELSCAN__CAST(int, T);                                                                                                         \
-            int64_t bsn, bst;                                                                                                                             \
-            const float *Bv = useck ? NULL : selscan__bc_chunk(&q->B, q->fixB, s->Bf, W, b, g, N, cs, nt, s->Bb, &bsn, &bst);                             \
-            for (j = 0; j < nbt; j++) {                                                                                                                   \
-                const int nl = nch - j * W < W ? nch - j * W : W;                                                                                         \
-                const int64_t d0 = c0 + j * W;                                                                                                            \
-                float *ck = s->ck + j * s->ckstride + c * NW;                                                                                             \
-                const float *Bp = q->fixB ? s->Bf + j * NW : Bv;                                                                                          \
-                float *const pc = usepc ? s->pc + (c * nbt + j) * s->pcs : NULL;                                                                          \
-                float *const w = pc ? pc : s->wk;                                                                                                         \
-                int fast;                                                                                                                                 \
-                if (pc) {                                                                                                                                 \
-                    fast = selscan__wprep_##SFX(q, r, b, d0, nl, cs, nt, s->bv + j * W, pc, TS, s->z, s->sg, s->dy, s->tmp,                               \
-                                                lim[j]);                                                                                                  \
-                    pc[s->pcs - 1] = SELSCAN__CAST(float, fast);                                                                                          \
-                } else {                                                                                                                                  \
-                    fast = selscan__prep_##SFX(q, b, d0, nl, cs, nt, s->bv + j * W, w, w + TS, w + 2 * TS, NULL, NULL, NULL,                              \
-                                               s->tmp, lim[j]);                                                                                           \
-                }                                                                                                                                         \
-                if (!useck)                                                                                                                               \
-                    selscan__rec_chunk_##SFX(0, N, nt, ck, ck + NW, NULL, 0, s->A + j * NW, s->A2 + j * NW, w, w + TS, Bp,                                \
-                                             q->fixB, fast);                                                                                              \
-            }                                                                                                                                             \
-        }                                                                                                                                                 \
-        for (c = nck - 1; c >= 0; c--) {                                                                                                                  \
-            const int64_t cs = t0 + c * T;                                                                                                                \
-            const int nt = SELSCAN__CAST(int, selscan__min64(T, t1 - cs));                                                                                \
-            int64_t bsn, bst, csn, cst;                                                                                                                   \
-            const float *Bv = selscan__bc_chunk(&q->B, q->fixB, s->Bf, W, b, g, N, cs, nt, s->Bb, &bsn, &bst);                                            \
-            const float *Cv = selscan__bc_chunk(&q->C, q->fixC, s->Cf, W, b, g, N, cs, nt, s->Cb, &csn, &cst);                                            \
-            for (j = 0; j < nbt; j++) {                                                                                                                   \
-                const int nl = nch - j * W < W ? nch - j * W : W;                                                                                         \
-                const int64_t d0 = c0 + j * W;                                                                                                            \
-                const float *Bp = q->fixB ? s->Bf + j * NW : Bv, *Cp = q->fixC ? s->Cf + j * NW : Cv;                                                     \
-                const SELSCAN__VF Dv = SELSCAN__VLOAD(s->Dv + j * W);                                                                                     \
-                SELSCAN__VF dD = SELSCAN__VLOAD(s->dD + j * W), db = SELSCAN__VLOAD(s->db + j * W);                                                       \
-                const float *const pc = usepc && c + 1 < nck ? s->pc + (c * nbt + j) * s->pcs : NULL;                                                     \
-                const float *const w = pc ? pc : s->wk;                                                                                                   \
-                const float *const dt = w, *const dtu = w + TS, *const u_ = w + 2 * TS, *const sp = w + 3 * TS;                                           \
-                const float *const dyg = w + 5 * TS;                                                                                                      \
-                const float *dy0p = w + 4 * TS;                                                                                                           \
-                const int fast = pc ? pc[s->pcs - 1] != 0.0f                                                                                              \
-                                    : selscan__wprep_##SFX(q, r, b, d0, nl, cs, nt, s->bv + j * W, s->wk, TS, s->z, s->sg,                                \
-                                                           s->dy, s->tmp, lim[j]);                                                                        \
-                if (!q->z.data) { /* dy0 = dy */                                                                                                          \
-                    SELSCAN__LOADTILE(s->dy0, &r->dy, b, d0, nl, W, cs, nt, s->tmp);                                                                      \
-                    dy0p = s->dy0;                                                                                                                        \
-                }                                                                                                                                         \
-                selscan__bwd_chunk_##SFX(N, nt, s->ck + j * s->ckstride + c * NW, s->hs, s->ab, s->dh + j * NW, s->A + j * NW,                            \
-                                         s->A2 + j * NW, dt, dtu, dy0p, q->z.data ? s->yc : NULL, s->S, s->sA, s->accB, s->accC,                          \
-                                         s->dA + j * NW, s->dBf + j * NW, s->dCf + j * NW, Bp, Cp, q->fixB, q->fixC, fast,                                \
-                                         j == 0, pB && j == nbt - 1 ? pB + cs : NULL, pC && j == nbt - 1 ? pC + cs : NULL, PS);                           \
-                for (t = nt - 1; t >= 0; t--) {                                                                                                           \
-                    const SELSCAN__VF u = SELSCAN__VLOAD(u_ + t * W), dy0 = SELSCAN__VLOAD(dy0p + t * W);                                                 \
-                    const SELSCAN__VF S = SELSCAN__VLOAD(s->S + t * W);                                                                                   \
-                    const SELSCAN__VF ddt = SELSCAN__VMUL(SELSCAN__VFMA(u, S, SELSCAN__VLOAD(s->sA + t * W)),                                             \
-                                                         SELSCAN__VLOAD(sp + t * W));                                                                     \
-                    SELSCAN__VSTORE(s->du + t * W, SELSCAN__VFMA(SELSCAN__VLOAD(dt + t * W), S, SELSCAN__VMUL(dy0, Dv)));                                 \
-                    SELSCAN__VSTORE(s->ddt + t * W, ddt);                                                                                                 \
-                    dD = SELSCAN__VFMA(dy0, u, dD);                                                                                                       \
-                    db = SELSCAN__VADD(db, ddt);                                                                                                          \
-                    if (r->dz.data) /* dz = dy silu'(z) y0 */                                                                                             \
-                        SELSCAN__VSTORE(s->dz + t * W, SELSCAN__VMUL(SELSCAN__VLOAD(dyg + t * W),                                                         \
-                                                                     SELSCAN__VFMA(Dv, u, SELSCAN__VLOAD(s->yc + t * W))));                               \
-                }                                                                                                                                         \
-                SELSCAN__VSTORE(s->dD + j * W, dD);                                                                                                       \
-                SELSCAN__VSTORE(s->db + j * W, db);                                                                                                       \
-                if (r->du.data) SELSCAN__STORETILE(s->du, &r->du, b, d0, nl, W, cs, nt, s->tmp);                                                          \
-                if (r->ddelta.data) SELSCAN__STORETILE(s->ddt, &r->ddelta, b, d0, nl, W, cs, nt, s->tmp);                                                 \
-                if (r->dz.data) SELSCAN__STORETILE(s->dz, &r->dz, b, d0, nl, W, cs, nt, s->tmp);                                                          \
-            }                                                                                                                                             \
-        }                                                                                                                                                 \
-        if (r->dh0.data)                                                                                                                                  \
-            for (j = 0; j < nbt; j++) {                                                                                                                   \
-                const int nl = nch - j * W < W ? nch - j * W : W;                                                                                         \
-                selscan__state_out(&r->dh0, row, c0 + j * W, nl, W, N, s->dh + j * NW);                                                                   \
-            }                                                                                                                                             \
-    }                                                                                                                                                     \
-}                                                                                                                                                         \
-                                                                                                                                                          \
-/* Step of channels c < ne of a W-channel block in the common layout with N = NV W (NV <= 4,                                                              \
-   hand-unrolled: no loop over n, the polynomial constants stay in registers): per channel the                                                            \
-   exponentials, then the state; yv[c] = C h of channel c (lanes summed by the caller). The same                                                          \
-   operations as the general loops (bitwise the same states and sums). */                                                                                 \
-static ATTR SELSCAN__INLINE SELSCAN__VF selscan__step_one_##SFX(const int k, const SELSCAN__VF a, float *hp, const float *Bp,                             \
-                                                                const float *Cp, const SELSCAN__VF vdx, const SELSCAN__VF acc) {                          \
-    const int W = SELSCAN__VW;                                                                                                                            \
-    const SELSCAN__VF h = SELSCAN__VFMA(a, SELSCAN__VLOAD(hp + k * W), SELSCAN__VMUL(vdx, SELSCAN__VLOAD(Bp + k * W)));                                   \
-    SELSCAN__VSTORE(hp + k * W, h);                                                                                                                       \
-    return SELSCAN__VFMA(SELSCAN__VLOAD(Cp + k * W), h, acc);                                                                                             \
-}                                                                                                                                                         \
-                                                                                                                                                          \
-static ATTR SELSCAN__INLINE void selscan__step_rows_##SFX(const int NV, int ne, const float *dtb, const float *dxb, float *hp,                            \
-                                                          int64_t hs1, const float *Ap, int64_t as0, const float *Bp,                                     \
-                                                          const float *Cp, SELSCAN__VF *yv, int64_t nrow) {                                               \
-    const int W = SELSCAN__VW;                                                                                                                            \
-    int c;                                                                                                                                                \
-    for (c = 0; c < ne; c++, hp += hs1, Ap += as0) {                                                                                                      \
-        const SELSCAN__VF vdt = SELSCAN__VSET1(dtb[c]), vdx = SELSCAN__VSET1(dxb[c]), zero = SELSCAN__VSET1(0.0f);                                        \
-        /* the state 32 channels on (nrow: channels of hp's row from here on) */                                                                          \
-        if (c + 32 < nrow) SELSCAN__PREFETCHW(hp + 32 * hs1);                                                                                             \
-        const SELSCAN__VF a0 = selscan__vexp_##SFX(SELSCAN__VMUL(vdt, SELSCAN__VLOAD(Ap)));                                                               \
-        const SELSCAN__VF a1 = NV > 1 ? selscan__vexp_##SFX(SELSCAN__VMUL(vdt, SELSCAN__VLOAD(Ap + W))) : zero;                                           \
-        const SELSCAN__VF a2 = NV > 2 ? selscan__vexp_##SFX(SELSCAN__VMUL(vdt, SELSCAN__VLOAD(Ap + 2 * W))) : zero;                                       \
-        const SELSCAN__VF a3 = NV > 3 ? selscan__vexp_##SFX(SELSCAN__VMUL(vdt, SELSCAN__VLOAD(Ap + 3 * W))) : zero;                                       \
-        SELSCAN__VF acc0 = selscan__step_one_##SFX(0, a0, hp, Bp, Cp, vdx, zero), acc1 = zero;                                                            \
-        if (NV > 1) acc1 = selscan__step_one_##SFX(1, a1, hp, Bp, Cp, vdx, zero);                                                                         \
-        if (NV > 2) acc0 = selscan__step_one_##SFX(2, a2, hp, Bp, Cp, vdx, acc0);                                                                         \
-        if (NV > 3) acc1 = selscan__step_one_##SFX(3, a3, hp, Bp, Cp, vdx, acc1);                                                                         \
-        yv[c] = NV > 1 ? SELSCAN__VADD(acc0, acc1) : acc0;                                                                                                \
-    }                                                                                                                                                     \
-}                                                                                                                                                         \
-                                                                                                                                                          \
-/* Step of channels [dlo, dhi) of batch row b (all in cache row `row`, >= 0). */                                                                          \
-static ATTR void selscan__step_block_##SFX(const selscan__stp *q, int64_t b, int64_t row, int64_t dlo, int64_t dhi) {                                     \
-    const int W = SELSCAN__VW;                                                                                                                            \
-    float xb[SELSCAN__SNB], dtb[SELSCAN__SNB], zb[SELSCAN__SNB], yb[SELSCAN__SNB];                                                                        \
-    float hb[SELSCAN__SNB], Ab[SELSCAN__SNB], Bb[SELSCAN__SNB], Cb[SELSCAN__SNB];                                                                         \
-    float th[SELSCAN__WMAX], tA[SELSCAN__WMAX], tB[SELSCAN__WMAX], tC[SELSCAN__WMAX];                                                                     \
-    const int64_t nd = dhi - dlo, N = q->N;                                                                                                               \
-    int64_t i, d, nb, n;                                                                                                                                  \
-    selscan__cvt_row(xb, q->u.data, b * q->u.s[0] + dlo * q->u.s[1], q->u.s[1], nd, q->dt);                                                               \
-    selscan__cvt_row(dtb, q->delta.data, b * q->delta.s[0] + dlo * q->delta.s[1], q->delta.s[1], nd, q->dt);                                                      \
-    if (q->z.data) selscan__cvt_row(zb, q->z.data, b * q->z.s[0] + dlo * q->z.s[1], q->z.s[1], nd, q->dt);                                                \
-    for (i = nd; i < SELSCAN__SNB; i++) xb[i] = dtb[i] = zb[i] = 0.0f;                                                                                    \
-    if (q->bias.data) { /* vectors where the bias is contiguous */                                                                                        \
-        const float *const bp = SELSCAN__CAST(const float *, q->bias.data) + SELSCAN__AT1(q->bias, dlo);                                                  \
-        i = 0;                                                                                                                                            \
-        if (q->bias.s[0] == 1)                                                                                                                            \
-            for (; i + W <= nd; i += W) SELSCAN__VSTORE(dtb + i, SELSCAN__VADD(SELSCAN__VLOAD(dtb + i), SELSCAN__VLOAD(bp + i)));                         \
-        for (; i < nd; i++) dtb[i] += bp[i * q->bias.s[0]];                                                                                               \
-    }                                                                                                                                                     \
-    for (i = 0; i < SELSCAN__SNB; i += W) {                                                                                                               \
-        SELSCAN__VF x = SELSCAN__VLOAD(dtb + i);                                                                                                          \
-        if (q->softplus) x = selscan__vsoftplus_##SFX(x);                                                                                                 \
-        SELSCAN__VSTORE(dtb + i, x);                                                                                                                      \
-        if (q->z.data) {                                                                                                                                  \
-            const SELSCAN__VF z = SELSCAN__VLOAD(zb + i);                                                                                                 \
-            SELSCAN__VSTORE(zb + i, SELSCAN__VMUL(z, selscan__vsigmoid_##SFX(z)));                                                                        \
-        }                                                                                                                                                 \
-    }                                                                                                                                                     \
-    if (N <= SELSCAN__SNA && N % W == 0 && q->state.s[2] == 1 && q->A.s[1] == 1 && !q->fixB && !q->fixC) {                                                \
-        /* the common layout: B and C of a group widened once, no per-channel gathers or tails;                                                           \
-           W channels at a time: the W sums over n by one transposing reduction, D and z as                                                               \
-           vectors over the channels (no per-channel scalar tail). N = NV W with NV <= 4 and the                                                          \
-           W channels in one group (the usual case): selscan__step_rows, hand-unrolled over n.                                                            \
-           Else first the exponentials of all W channels (a loop with nothing else live: the                                                              \
-           polynomial constants stay in registers), then the states, n unrolled by 2 W. */                                                                \
-        const int64_t hs1 = q->state.s[1], as0 = q->A.s[0], NV = N / W;                                                                                   \
-        float *const hrow = SELSCAN__CAST(float *, q->state.data) + row * q->state.s[0] + dlo * hs1;                                                      \
-        const float *const Arow = SELSCAN__CAST(const float *, q->A.data) + dlo * as0;                                                                    \
-        int64_t g = dlo / q->dpg, gend = (g + 1) * q->dpg - dlo; /* channel index (from dlo) of the next group */                                         \
-        const float *Bp, *Cp;                                                                                                                             \
-        float Db[SELSCAN__SNB], dxb[SELSCAN__SNB], ab[SELSCAN__WMAX * SELSCAN__SNA];                                                                      \
-        SELSCAN__VF yv[SELSCAN__VW];                                                                                                                      \
-        int c;                                                                                                                                            \
-        selscan__step_bc(q, b, g, Bb, Cb, &Bp, &Cp);                                                                                                      \
-        if (q->D.data) selscan__cvt_row(Db, q->D.data, SELSCAN__AT1(q->D, dlo), q->D.s[0], nd, SELSCAN_F32);                                              \
-        for (i = q->D.data ? nd : 0; i < SELSCAN__SNB; i++) Db[i] = 0.0f;                                                                                 \
-        /* dt x of every channel as vectors (each channel then broadcasts it from memory) */                                                              \
-        for (i = 0; i < SELSCAN__SNB; i += W) SELSCAN__VSTORE(dxb + i, SELSCAN__VMUL(SELSCAN__VLOAD(dtb + i), SELSCAN__VLOAD(xb + i)));                   \
-        for (i = 0; i < nd; i += W) {                                                                                                                     \
-            const int ne = nd - i < W ? SELSCAN__CAST(int, nd - i) : W;                                                                                   \
-            if (i + ne <= gend && NV <= 4) {                                                                                                              \
-                float *const hp = hrow + i * hs1;                                                                                                         \
-                const float *const Ap = Arow + i * as0;                                                                                                   \
-                const int64_t nrow = q->dim - dlo - i; /* channels of the state row from hp on */                                                         \
-                if (NV == 1) selscan__step_rows_##SFX(1, ne, dtb + i, dxb + i, hp, hs1, Ap, as0, Bp, Cp, yv, nrow);                                       \
-                else if (NV == 2) selscan__step_rows_##SFX(2, ne, dtb + i, dxb + i, hp, hs1, Ap, as0, Bp, Cp, yv, nrow);                                  \
-                else if (NV == 3) selscan__step_rows_##SFX(3, ne, dtb + i, dxb + i, hp, hs1, Ap, as0, Bp, Cp, yv, nrow);                                  \
-                else selscan__step_rows_##SFX(4, ne, dtb + i, dxb + i, hp, hs1, Ap, as0, Bp, Cp, yv, nrow);                                               \
-                for (c = ne; c < W; c++) yv[c] = SELSCAN__VSET1(0.0f);                                                                                    \
-                SELSCAN__VTHSUM(yv, yb + i);                                                                                                              \
-                continue;                                                                                                                                 \
-            }                                                                                                                                             \
-            for (c = 0; c < ne; c++) {                                                                                                                    \
-                const SELSCAN__VF vdt = SELSCAN__VSET1(dtb[i + c]);                                                                                       \
-                const float *const Ap = Arow + (i + c) * as0;                                                                                             \
-                for (n = 0; n < N; n += W) SELSCAN__VSTORE(ab + c * N + n, selscan__vexp_##SFX(SELSCAN__VMUL(vdt, SELSCAN__VLOAD(Ap + n))));              \
-            }                                                                                                                                             \
-            for (c = 0; c < ne; c++) {                                                                                                                    \
-                const int64_t di = i + c;                                                                                                                 \
-                const SELSCAN__VF vdx = SELSCAN__VSET1(dtb[di] * xb[di]);                                                                                 \
-                float *const hp = hrow + di * hs1;                                                                                                        \
-                const float *const ap = ab + c * N;                                                                                                       \
-                SELSCAN__VF acc0 = SELSCAN__VSET1(0.0f), acc1 = acc0;                                                                                     \
-                if (di >= gend) {                                                                                                                         \
-                    g++;                                                                                                                                  \
-                    gend += q->dpg;                                                                                                                       \
-                    selscan__step_bc(q, b, g, Bb, Cb, &Bp, &Cp);                                                                                          \
-                }                                                                                                                                         \
-                for (n = 0; n + 2 * W <= N; n += 2 * W) {                                                                                                 \
-                    const SELSCAN__VF a0 = SELSCAN__VLOAD(ap + n), a1 = SELSCAN__VLOAD(ap + n + W);                                                       \
-                    const SELSCAN__VF h0 = SELSCAN__VFMA(a0, SELSCAN__VLOAD(hp + n), SELSCAN__VMUL(vdx, SELSCAN__VLOAD(Bp + n)));                         \
-                    const SELSCAN__VF h1 = SELSCAN__VFMA(a1, SELSCAN__VLOAD(hp + n + W), SELSCAN__VMUL(vdx, SELSCAN__VLOAD(Bp + n + W)));                 \
-                    SELSCAN__VSTORE(hp + n, h0);                                                                                                          \
-                    SELSCAN__VSTORE(hp + n + W, h1);                                                                                                      \
-                    acc0 = SELSCAN__VFMA(SELSCAN__VLOAD(Cp + n), h0, acc0);                                                                               \
-                    acc1 = SELSCAN__VFMA(SELSCAN__VLOAD(Cp + n + W), h1, acc1);                                                                           \
-                }                                                                                                                                         \
-                if (n < N) {                                                                                                                              \
-                    const SELSCAN__VF h0 = SELSCAN__VFMA(SELSCAN__VLOAD(ap + n), SELSCAN__VLOAD(hp + n), SELSCAN__VMUL(vdx, SELSCAN__VLOAD(Bp + n)));     \
-                    SELSCAN__VSTORE(hp + n, h0);                                                                                                          \
-                    acc0 = SELSCAN__VFMA(SELSCAN__VLOAD(Cp + n), h0, acc0);                                                                               \
-                }                                                                                                                                         \
-                yv[c] = SELSCAN__VADD(acc0, acc1);                                                                                                        \
-            }                                                                                                                                             \
-            for (; c < W; c++) yv[c] = SELSCAN__VSET1(0.0f);                                                                                              \
-            SELSCAN__VTHSUM(yv, yb + i); /* yb[i + c] = sum of the lanes of yv[c] */                                                                      \
-        }                                                                                                                                                 \
-        for (i = 0; i < nd; i += W) {                                                                                                                     \
-            SELSCAN__VF y = SELSCAN__VLOAD(yb + i);                                                                                                       \
-            if (q->D.data) y = SELSCAN__VADD(y, SELSCAN__VMUL(SELSCAN__VLOAD(Db + i), SELSCAN__VLOAD(xb + i)));                                           \
-            if (q->z.data) y = SELSCAN__VMUL(y, SELSCAN__VLOAD(zb + i));                                                                                  \
-            SELSCAN__VSTORE(yb + i, y);                                                                                                                   \
-        }                                                                                                                                                 \
-        selscan__store_row(q->y.data, b * q->y.s[0] + dlo * q->y.s[1], q->y.s[1], yb, nd, q->dt);                                                         \
-        return;                                                                                                                                           \
-    }                                                                                                                                                     \
-    for (d = dlo; d < dhi; d++) {                                                                                                                         \
-        const int64_t g = d / q->dpg;                                                                                                                     \
-        const SELSCAN__VF vdt = SELSCAN__VSET1(dtb[d - dlo]), vdx = SELSCAN__VSET1(dtb[d - dlo] * xb[d - dlo]);                                           \
-        SELSCAN__VF yv = SELSCAN__VSET1(0.0f);                                                                                                            \
-        float *hrow = SELSCAN__CAST(float *, q->state.data) + row * q->state.s[0] + d * q->state.s[1];                                                    \
-        float y = 0.0f;                                                                                                                                   \
-        for (nb = 0; nb < N; nb += SELSCAN__SNB) {                                                                                                        \
-            const int64_t nn = selscan__min64(SELSCAN__SNB, N - nb), nv = nn / W * W;                                                                     \
-            float *hp = hrow + nb * q->state.s[2];                                                                                                        \
-            const float *Ap = SELSCAN__CAST(const float *, q->A.data) + d * q->A.s[0] + nb * q->A.s[1];                                                   \
-            const float *Bp, *Cp;                                                                                                                         \
-            const int hdirect = q->state.s[2] == 1;                                                                                                       \
-            if (!hdirect) { for (n = 0; n < nn; n++) hb[n] = hp[n * q->state.s[2]]; hp = hb; }                                                            \
-            if (q->A.s[1] != 1) { for (n = 0; n < nn; n++) Ab[n] = Ap[n * q->A.s[1]]; Ap = Ab; }                                                          \
-            if (q->fixB) {                                                                                                                                \
-                Bp = SELSCAN__CAST(const float *, q->B.data) + d * q->B.s[0] + nb * q->B.s[1];                                                            \
-                if (q->B.s[1] != 1) { for (n = 0; n < nn; n++) Bb[n] = Bp[n * q->B.s[1]]; Bp = Bb; }                                                      \
-            } else if (q->dt == SELSCAN_F32 && q->B.s[2] == 1) {                                                                                          \
-                Bp = SELSCAN__CAST(const float *, q->B.data) + b * q->B.s[0] + g * q->B.s[1] + nb;                                                        \
-            } else {                                                                                                                                      \
-                selscan__cvt_row(Bb, q->B.data, b * q->B.s[0] + g * q->B.s[1] + nb * q->B.s[2], q->B.s[2], nn, q->dt);                                    \
-                Bp = Bb;                                                                                                                                  \
-            }                                                                                                                                             \
-            if (q->fixC) {                                                                                                                                \
-                Cp = SELSCAN__CAST(const float *, q->C.data) + d * q->C.s[0] + nb * q->C.s[1];                                                            \
-                if (q->C.s[1] != 1) { for (n = 0; n < nn; n++) Cb[n] = Cp[n * q->C.s[1]]; Cp = Cb; }                                                      \
-            } else if (q->dt == SELSCAN_F32 && q->C.s[2] == 1) {                                                                                          \
-                Cp = SELSCAN__CAST(const float *, q->C.data) + b * q->C.s[0] + g * q->C.s[1] + nb;                                                        \
-            } else {                                                                                                                                      \
-                selscan__cvt_row(Cb, q->C.data, b * q->C.s[0] + g * q->C.s[1] + nb * q->C.s[2], q->C.s[2], nn, q->dt);                                    \
-                Cp = Cb;                                                                                                                                  \
-            }                                                                                                                                             \
-            for (n = 0; n < nv; n += W) {                                                                                                                 \
-                const SELSCAN__VF a = selscan__vexp_##SFX(SELSCAN__VMUL(vdt, SELSCAN__VLOAD(Ap + n)));                                                    \
-                const SELSCAN__VF h = SELSCAN__VFMA(a, SELSCAN__VLOAD(hp + n), SELSCAN__VMUL(vdx, SELSCAN__VLOAD(Bp + n)));                               \
-                SELSCAN__VSTORE(hp + n, h);                                                                                                               \
-                yv = SELSCAN__VFMA(SELSCAN__VLOAD(Cp + n), h, yv);                                                                                        \
-            }                                                                                                                                             \
-            if (nv < nn) { /* tail through zero-padded vectors */                                                                                         \
-                for (i = 0; i < W; i++) {                                                                                                                 \
-                    const int in = nv + i < nn;                                                                                                           \
-                    th[i] = in ? hp[nv + i] : 0.0f; tA[i] = in ? Ap[nv + i] : 0.0f;                                                                       \
-                    tB[i] = in ? Bp[nv + i] : 0.0f; tC[i] = in ? Cp[nv + i] : 0.0f;                                                                       \
-                }                                                                                                                                         \
-                {                                                                                                                                         \
-                    const SELSCAN__VF a = selscan__vexp_##SFX(SELSCAN__VMUL(vdt, SELSCAN__VLOAD(tA)));                                                    \
-                    const SELSCAN__VF h = SELSCAN__VFMA(a, SELSCAN__VLOAD(th), SELSCAN__VMUL(vdx, SELSCAN__VLOAD(tB)));                                   \
-                    SELSCAN__VSTORE(th, h);                                                                                                               \
-                    yv = SELSCAN__VFMA(SELSCAN__VLOAD(tC), h, yv);                                                                                        \
-                }                                                                                                                                         \
-                for (i = 0; nv + i < nn; i++) hp[nv + i] = th[i];                                                                                         \
-            }                                                                                                                                             \
-            if (!hdirect)                                                                                                                                 \
-                for (n = 0; n < nn; n++) hrow[(nb + n) * q->state.s[2]] = hb[n];                                                                          \
-        }                                                                                                                                                 \
-        y = SELSCAN__VHSUM(yv);                                                                                                                           \
-        if (q->D.data) y += SELSCAN__CAST(const float *, q->D.data)[SELSCAN__AT1(q->D, d)] * xb[d - dlo];                                                 \
-        if (q->z.data) y *= zb[d - dlo];                                                                                                                  \
-        yb[d - dlo] = y;                                                                                                                                  \
-    }                                                                                                                                                     \
-    selscan__store_row(q->y.data, b * q->y.s[0] + dlo * q->y.s[1], q->y.s[1], yb, nd, q->dt);                                                             \
-}                                                                                                                                                         \
+/* ---- >>fast-isa: the kernels per instruction set -----------------------------------------------
 
+   The kernels (>>fast-kernels, at the end of this file) are ordinary functions written once over
+   the vector primitives below. Each block here defines the primitives for one instruction set,
+   SELSCAN__KSFX (the suffix of the kernels' names: selscan__fwd_tile_avx2, ...) and SELSCAN__ATTR
+   (their target attribute), then includes this file again (SELSCAN_HEADER_FILE): in that pass
+   only the kernel section compiles, and it ends by #undef-ing all of them. SELSCAN__SFX(name)
+   pastes the suffix to a kernel's name.
 
-/* ---- instantiations ---- */
+   primitive (VF: vector type)  portable (W 1)    avx2 (W 8)       avx512 (W 16)     neon (W 4)
+   SELSCAN__VF                  float             __m256           __m512            float32x4_t
+   SELSCAN__VW                  1                 8                16                4
+   VLOAD(p) / VSTORE(p, v)      VW floats at p, unaligned
+   VSET1(x)                     x in every lane
+   VADD VSUB VMUL VDIV          lane-wise a op b
+   VFMA(a, b, c)                a * b + c         fused            fused             fused
+                                (portable: never contracted; see below)
+   VMAX(a, x) / VMIN(a, x)      max / min, NaN in x stays NaN (neon: NaN in either)
+   VGTSEL(a, b, x, y)           a > b ? x : y lane-wise (false for NaN)
+   VPOW2I(t)                    2^k for t = k + 1.5 * 2^23 (k the rounded value), exponent bits
+   VADDEXP(p, t)                p * 2^k, t as above, by an integer add to p's exponent
+   VHSUM(v)                     sum of v's lanes in a fixed order
+   VTHSUM(v, out)               out[c] = VHSUM(v[c]), c < VW (avx2: one transposing reduction)
+   VTHSUMS(p, stride, out)      out[c] = VHSUM(VLOAD(p + c * stride)), c < VW
+   VOPAQUE(v)                   v opaque to the optimizer (no folding across it)
+   LOADTILE / STORETILE         tile load / store: selscan__load_tile (avx2, avx512: the
+                                _avx2 forms with 8 x 8 transposes) */
 
-/* portable: W = 1, plain floats. No contraction of a * b + c into one fused operation (gcc's GNU
-   modes do it on targets with an FMA instruction, e.g. arm64, and not the same way in every
-   function): the forward and the backward's recompute must give the same bits. */
-#if defined(__GNUC__) && !defined(__clang__) && !defined(__CUDACC__) /* (nvcc's front end knows no such pragma) */
-#pragma GCC push_options
-#pragma GCC optimize("fp-contract=off")
-#elif defined(__clang__)
-#pragma STDC FP_CONTRACT OFF
+#ifndef SELSCAN_HEADER_FILE /* this file's name (it includes itself): if you renamed it, define this */
+#define SELSCAN_HEADER_FILE "selscan.h" /* renamed? -DSELSCAN_HEADER_FILE='"new_name.h"' */
 #endif
+#define SELSCAN__SFX(name) SELSCAN__SFX2(name, SELSCAN__KSFX)
+#define SELSCAN__SFX2(name, sfx) SELSCAN__SFX3(name, sfx)
+#define SELSCAN__SFX3(name, sfx) name##_##sfx
+
+/* ---- >>isa-portable: W = 1, plain floats -------------------------------------------------------
+   No contraction of a * b + c into one fused operation (gcc's GNU modes do it on targets with an
+   FMA instruction, e.g. arm64, and not the same way in every function): the forward and the
+   backward's recompute must give the same bits. */
 static float selscan__pow2i_s(float t) { /* t = round(x) + 1.5 * 2^23: 2^round(x) */
     uint32_t u = selscan__f32_bits(t);
     return selscan__bits_f32((u << 23) + (127u << 23));
@@ -2309,6 +1551,8 @@ static float selscan__opaque_s(float v) { /* a value the optimizer cannot see th
 static float selscan__addexp_s(float p, float t) { /* p * 2^k, t = k + 1.5 * 2^23, as an integer add */
     return selscan__bits_f32(selscan__f32_bits(p) + (selscan__f32_bits(t) << 23));
 }
+#define SELSCAN__KSFX port
+#define SELSCAN__ATTR
 #define SELSCAN__VF float
 #define SELSCAN__VW 1
 #define SELSCAN__VLOAD(p) (*(p))
@@ -2330,35 +1574,24 @@ static float selscan__addexp_s(float p, float t) { /* p * 2^k, t = k + 1.5 * 2^2
 #define SELSCAN__VOPAQUE(v) ((v) = selscan__opaque_s(v))
 #define SELSCAN__LOADTILE selscan__load_tile
 #define SELSCAN__STORETILE selscan__store_tile
-SELSCAN__KERNELS(port, SELSCAN__NOATTR)
+#if defined(__GNUC__) && !defined(__clang__) && !defined(__CUDACC__) /* (nvcc's front end knows no such pragma) */
+#pragma GCC push_options
+#pragma GCC optimize("fp-contract=off")
+#elif defined(__clang__)
+#pragma STDC FP_CONTRACT OFF
+#endif
+#include SELSCAN_HEADER_FILE /* the kernels (>>fast-kernels) as selscan__*_port */
 #if defined(__GNUC__) && !defined(__clang__) && !defined(__CUDACC__)
 #pragma GCC pop_options
 #elif defined(__clang__)
 #pragma STDC FP_CONTRACT DEFAULT
 #endif
-#undef SELSCAN__VF
-#undef SELSCAN__VW
-#undef SELSCAN__VLOAD
-#undef SELSCAN__VSTORE
-#undef SELSCAN__VSET1
-#undef SELSCAN__VADD
-#undef SELSCAN__VSUB
-#undef SELSCAN__VMUL
-#undef SELSCAN__VDIV
-#undef SELSCAN__VFMA
-#undef SELSCAN__VMAX
-#undef SELSCAN__VMIN
-#undef SELSCAN__VGTSEL
-#undef SELSCAN__VPOW2I
-#undef SELSCAN__VHSUM
-#undef SELSCAN__VTHSUM
-#undef SELSCAN__VTHSUMS
-#undef SELSCAN__VADDEXP
-#undef SELSCAN__VOPAQUE
-#undef SELSCAN__LOADTILE
-#undef SELSCAN__STORETILE
+#ifdef SELSCAN__KSFX /* the kernel section #undefs it: this file did not include itself */
+#error "selscan.h: SELSCAN_HEADER_FILE must name this file (it includes itself), e.g. -DSELSCAN_HEADER_FILE='\"my_selscan.h\"'"
+#endif
 
 #if defined(SELSCAN__HAVE_X86)
+/* ---- >>isa-avx2: AVX2 + FMA + F16C, W = 8 --------------------------------------------------- */
 static SELSCAN__T_AVX2 SELSCAN__INLINE float selscan__hsum_avx2(__m256 v) {
     __m128 x = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
     x = _mm_add_ps(x, _mm_movehl_ps(x, x));
@@ -2504,6 +1737,8 @@ static SELSCAN__T_AVX2 void selscan__store_tile_avx2(const float *src, const sel
     if (t < nt) selscan__store_tile(src + t * W, x, b, d0, nl, W, t0 + t, nt - t, tmp);
 }
 
+#define SELSCAN__KSFX avx2
+#define SELSCAN__ATTR SELSCAN__T_AVX2
 #define SELSCAN__VF __m256
 #define SELSCAN__VW 8
 #define SELSCAN__VLOAD(p) _mm256_loadu_ps(p)
@@ -2530,34 +1765,16 @@ static SELSCAN__T_AVX2 void selscan__store_tile_avx2(const float *src, const sel
 #define SELSCAN__LOADTILE selscan__load_tile_avx2
 #define SELSCAN__STORETILE selscan__store_tile_avx2
 #define SELSCAN__VADDEXP(p, t) _mm256_castsi256_ps(_mm256_add_epi32(_mm256_castps_si256(p), _mm256_slli_epi32(_mm256_castps_si256(t), 23)))
-SELSCAN__KERNELS(avx2, SELSCAN__T_AVX2)
-#undef SELSCAN__VF
-#undef SELSCAN__VW
-#undef SELSCAN__VLOAD
-#undef SELSCAN__VSTORE
-#undef SELSCAN__VSET1
-#undef SELSCAN__VADD
-#undef SELSCAN__VSUB
-#undef SELSCAN__VMUL
-#undef SELSCAN__VDIV
-#undef SELSCAN__VFMA
-#undef SELSCAN__VMAX
-#undef SELSCAN__VMIN
-#undef SELSCAN__VGTSEL
-#undef SELSCAN__VPOW2I
-#undef SELSCAN__VHSUM
-#undef SELSCAN__VTHSUM
-#undef SELSCAN__VTHSUMS
-#undef SELSCAN__VADDEXP
-#undef SELSCAN__VOPAQUE
-#undef SELSCAN__LOADTILE
-#undef SELSCAN__STORETILE
+#include SELSCAN_HEADER_FILE /* the kernels as selscan__*_avx2 */
 
+/* ---- >>isa-avx512: AVX-512F, W = 16 --------------------------------------------------------- */
 static SELSCAN__T_AVX512 SELSCAN__INLINE float selscan__hsum_avx512(__m512 v) {
     float x[16]; /* through memory: g++ 12 warns inside the 512 -> 256 extract intrinsics */
     _mm512_storeu_ps(x, v);
     return selscan__hsum_avx2(_mm256_add_ps(_mm256_loadu_ps(x), _mm256_loadu_ps(x + 8)));
 }
+#define SELSCAN__KSFX avx512
+#define SELSCAN__ATTR SELSCAN__T_AVX512
 #define SELSCAN__VF __m512
 #define SELSCAN__VW 16
 #define SELSCAN__VLOAD(p) _mm512_loadu_ps(p)
@@ -2585,31 +1802,13 @@ static SELSCAN__T_AVX512 SELSCAN__INLINE float selscan__hsum_avx512(__m512 v) {
 #define SELSCAN__LOADTILE selscan__load_tile_avx2 /* AVX-512F CPUs have AVX2 */
 #define SELSCAN__STORETILE selscan__store_tile_avx2
 #define SELSCAN__VADDEXP(p, t) _mm512_castsi512_ps(_mm512_add_epi32(_mm512_castps_si512(p), _mm512_maskz_slli_epi32(0xffff, _mm512_castps_si512(t), 23)))
-SELSCAN__KERNELS(avx512, SELSCAN__T_AVX512)
-#undef SELSCAN__VF
-#undef SELSCAN__VW
-#undef SELSCAN__VLOAD
-#undef SELSCAN__VSTORE
-#undef SELSCAN__VSET1
-#undef SELSCAN__VADD
-#undef SELSCAN__VSUB
-#undef SELSCAN__VMUL
-#undef SELSCAN__VDIV
-#undef SELSCAN__VFMA
-#undef SELSCAN__VMAX
-#undef SELSCAN__VMIN
-#undef SELSCAN__VGTSEL
-#undef SELSCAN__VPOW2I
-#undef SELSCAN__VHSUM
-#undef SELSCAN__VTHSUM
-#undef SELSCAN__VTHSUMS
-#undef SELSCAN__VADDEXP
-#undef SELSCAN__VOPAQUE
-#undef SELSCAN__LOADTILE
-#undef SELSCAN__STORETILE
+#include SELSCAN_HEADER_FILE /* the kernels as selscan__*_avx512 */
 #endif /* SELSCAN__HAVE_X86 */
 
 #if defined(SELSCAN__HAVE_NEON)
+/* ---- >>isa-neon: arm64 NEON, W = 4 ---------------------------------------------------------- */
+#define SELSCAN__KSFX neon
+#define SELSCAN__ATTR
 #define SELSCAN__VF float32x4_t
 #define SELSCAN__VW 4
 #define SELSCAN__VLOAD(p) vld1q_f32(p)
@@ -2636,31 +1835,10 @@ SELSCAN__KERNELS(avx512, SELSCAN__T_AVX512)
 #define SELSCAN__LOADTILE selscan__load_tile
 #define SELSCAN__STORETILE selscan__store_tile
 #define SELSCAN__VADDEXP(p, t) vreinterpretq_f32_s32(vaddq_s32(vreinterpretq_s32_f32(p), vshlq_n_s32(vreinterpretq_s32_f32(t), 23)))
-SELSCAN__KERNELS(neon, SELSCAN__NOATTR)
-#undef SELSCAN__VF
-#undef SELSCAN__VW
-#undef SELSCAN__VLOAD
-#undef SELSCAN__VSTORE
-#undef SELSCAN__VSET1
-#undef SELSCAN__VADD
-#undef SELSCAN__VSUB
-#undef SELSCAN__VMUL
-#undef SELSCAN__VDIV
-#undef SELSCAN__VFMA
-#undef SELSCAN__VMAX
-#undef SELSCAN__VMIN
-#undef SELSCAN__VGTSEL
-#undef SELSCAN__VPOW2I
-#undef SELSCAN__VHSUM
-#undef SELSCAN__VTHSUM
-#undef SELSCAN__VTHSUMS
-#undef SELSCAN__VADDEXP
-#undef SELSCAN__VOPAQUE
-#undef SELSCAN__LOADTILE
-#undef SELSCAN__STORETILE
+#include SELSCAN_HEADER_FILE /* the kernels as selscan__*_neon */
 #endif /* SELSCAN__HAVE_NEON */
 
-/* ---- drivers ---- */
+/* ---- >>fast-drivers: workspace sizes, validation, the work items of a part ------------------ */
 
 static int64_t selscan__ws_fast_fwd(const selscan__prob *q, int64_t nparts) {
     selscan__fscr s;
@@ -2889,9 +2067,8 @@ static selscan_status selscan__step_fast(const selscan_step_problem *sp, int64_t
     nblk = (q.dim + SELSCAN__SNB - 1) / SELSCAN__SNB;
     selscan__split(q.batch * nblk, part, nparts, &i0, &i1);
     for (i = i0; i < i1; i++) {
-        /* batch-major: each part streams its rows of the state in address order (the
-           block-major order, which shares a block's rows of A in L1, ran the Xeon's 1-thread
-           step 15-20 % slower; bench/NOTES.md v16) */
+        /* batch-major: each part streams its rows of the state in address order (not
+           block-major, which shares a block's rows of A in L1: bench/NOTES.md, CPU-v16) */
         const int64_t b = i / nblk, dlo = i % nblk * SELSCAN__SNB, dhi = selscan__min64(dlo + SELSCAN__SNB, q.dim);
         const int64_t row = q.idx ? q.idx[b] : b;
         if (row < 0) {
@@ -2912,6 +2089,8 @@ static selscan_status selscan__step_fast(const selscan_step_problem *sp, int64_t
     }
     return SELSCAN_OK;
 }
+
+/* ---- >>fast-parts: the public part, reduce and checkpoint entry points ---------------------- */
 
 SELSCAN_DEF selscan_status selscan_workspace_size_parts(const selscan_problem *p, const selscan_grads *g,
                                                         int64_t n_parts, size_t *bytes) {
@@ -2994,3 +2173,873 @@ SELSCAN_DEF selscan_status selscan_step_cpu(const selscan_step_problem *s) { ret
 #endif /* SELSCAN_VALIDATION_ONLY */
 #endif /* SELSCAN__IMPLEMENTED */
 #endif /* SELSCAN_IMPLEMENTATION */
+
+/* ============================================================================================= */
+/* >>fast-kernels                   fast CPU path: the kernels                                   */
+/* ============================================================================================= */
+/* Compiled once per instruction set, where the implementation includes this file again with the
+   vector primitives, SELSCAN__KSFX and SELSCAN__ATTR defined (>>fast-isa); skipped otherwise.
+   Every name here gets the pass's suffix through SELSCAN__SFX (selscan__fwd_tile ->
+   selscan__fwd_tile_avx2): those are the names debuggers and profilers show. */
+#if defined(SELSCAN__KSFX) && defined(SELSCAN__IMPLEMENTED)
+
+/* ---- >>fast-math: exp, exp2, log1p, softplus, sigmoid on vectors ---------------------------- */
+
+/* e^x: clamped to [-88, 88.8] (0 below about -87.7, +inf from 88.4, NaN stays NaN), within 1.3 ulp */
+static SELSCAN__ATTR SELSCAN__INLINE SELSCAN__VF SELSCAN__SFX(selscan__vexp)(SELSCAN__VF x) {
+    SELSCAN__VF t, k, r, r2, p, q;
+    x = SELSCAN__VMAX(SELSCAN__VSET1(-88.0f), SELSCAN__VMIN(SELSCAN__VSET1(88.8f), x)); /* NaN stays */
+    t = SELSCAN__VFMA(x, SELSCAN__VSET1(1.44269504088896341f), SELSCAN__VSET1(12582912.0f));
+    SELSCAN__VOPAQUE(t); /* -ffast-math must not fold (t - magic) back into x log2(e) */
+    k = SELSCAN__VSUB(t, SELSCAN__VSET1(12582912.0f)); /* round(x / ln 2) */
+    SELSCAN__VOPAQUE(k);
+    r = SELSCAN__VFMA(k, SELSCAN__VSET1(-0.693359375f), x);
+    r = SELSCAN__VFMA(k, SELSCAN__VSET1(2.12194440e-4f), r);
+    /* e^r on |r| <= ln2/2: minimax degree 6 (|rel err| 3e-9), Estrin's scheme (short chains) */
+    r2 = SELSCAN__VMUL(r, r);
+    p = SELSCAN__VFMA(SELSCAN__VSET1(1.3814467e-3f), r, SELSCAN__VSET1(8.3687805e-3f));
+    p = SELSCAN__VFMA(p, r, SELSCAN__VSET1(4.1668394e-2f));
+    q = SELSCAN__VFMA(SELSCAN__VSET1(1.6666520e-1f), r, SELSCAN__VSET1(0.49999993f));
+    p = SELSCAN__VFMA(p, r2, q);
+    p = SELSCAN__VFMA(p, r2, SELSCAN__VADD(r, SELSCAN__VSET1(1.0f)));
+    return SELSCAN__VMUL(p, SELSCAN__VPOW2I(t)); /* k = -127: 0; k = 128: inf */
+}
+
+/* 2^x for |x| <= 124 only (the caller checks its arguments; x = dt * A * log2(e) with A * log2(e)
+   rounded once per tile, an error like that of rounding dt * A): no clamps, the exponent by an
+   integer add, 2^f on |f| <= 1/2 by the degree-6 minimax polynomial (|rel err| 3e-9). */
+static SELSCAN__ATTR SELSCAN__INLINE SELSCAN__VF SELSCAN__SFX(selscan__vexp2nc)(SELSCAN__VF x) {
+    SELSCAN__VF t = SELSCAN__VADD(x, SELSCAN__VSET1(12582912.0f)), k, f;
+    SELSCAN__VOPAQUE(t); /* -ffast-math must not fold the rounding away */
+    k = SELSCAN__VSUB(t, SELSCAN__VSET1(12582912.0f));
+    SELSCAN__VOPAQUE(k);
+    f = SELSCAN__VSUB(x, k); /* exact */
+    const SELSCAN__VF f2 = SELSCAN__VMUL(f, f);
+    SELSCAN__VF p = SELSCAN__VFMA(SELSCAN__VSET1(1.532099249e-4f), f, SELSCAN__VSET1(1.339027457e-3f));
+    const SELSCAN__VF q = SELSCAN__VFMA(SELSCAN__VSET1(5.550362023e-2f), f, SELSCAN__VSET1(2.402264733e-1f));
+    p = SELSCAN__VFMA(p, f, SELSCAN__VSET1(9.618527837e-3f));
+    p = SELSCAN__VFMA(p, f2, q);
+    p = SELSCAN__VFMA(p, f2, SELSCAN__VFMA(f, SELSCAN__VSET1(6.931471806e-1f), SELSCAN__VSET1(1.0f)));
+    return SELSCAN__VADDEXP(p, t);
+}
+
+/* log1p(e) for e in [0, 1]: e q(e), q the degree-8 relative minimax (|rel err| 3.2e-8) */
+static SELSCAN__ATTR SELSCAN__INLINE SELSCAN__VF SELSCAN__SFX(selscan__vlog1p01)(SELSCAN__VF e) {
+    SELSCAN__VF q = SELSCAN__VFMA(SELSCAN__VSET1(5.193946636e-3f), e, SELSCAN__VSET1(-2.934802716e-2f));
+    q = SELSCAN__VFMA(q, e, SELSCAN__VSET1(7.796621236e-2f));
+    q = SELSCAN__VFMA(q, e, SELSCAN__VSET1(-1.364083348e-1f));
+    q = SELSCAN__VFMA(q, e, SELSCAN__VSET1(1.909525155e-1f));
+    q = SELSCAN__VFMA(q, e, SELSCAN__VSET1(-2.484016488e-1f));
+    q = SELSCAN__VFMA(q, e, SELSCAN__VSET1(3.331873177e-1f));
+    q = SELSCAN__VFMA(q, e, SELSCAN__VSET1(-4.999947493e-1f));
+    q = SELSCAN__VFMA(q, e, SELSCAN__VSET1(9.999999684e-1f));
+    return SELSCAN__VMUL(e, q);
+}
+
+/* x > 20 ? x : log1p(exp(x)), as max(x, 0) + log1p(exp(-|x|)) */
+static SELSCAN__ATTR SELSCAN__INLINE SELSCAN__VF SELSCAN__SFX(selscan__vsoftplus)(SELSCAN__VF x) {
+    const SELSCAN__VF zero = SELSCAN__VSET1(0.0f);
+    SELSCAN__VF ax = SELSCAN__VMAX(x, SELSCAN__VSUB(zero, x));
+    SELSCAN__VF r = SELSCAN__VADD(SELSCAN__VMAX(zero, x),
+                                  SELSCAN__SFX(selscan__vlog1p01)(SELSCAN__SFX(selscan__vexp)(SELSCAN__VSUB(zero, ax))));
+    return SELSCAN__VGTSEL(x, SELSCAN__VSET1(SELSCAN__SOFTPLUS_THRESHOLD), x, r);
+}
+
+static SELSCAN__ATTR SELSCAN__INLINE SELSCAN__VF SELSCAN__SFX(selscan__vsigmoid)(SELSCAN__VF x) {
+    const SELSCAN__VF one = SELSCAN__VSET1(1.0f);
+    return SELSCAN__VDIV(one, SELSCAN__VADD(one, SELSCAN__SFX(selscan__vexp)(SELSCAN__VSUB(SELSCAN__VSET1(0.0f), x))));
+}
+
+/* ---- >>fast-prep: a chunk's inputs loaded and prepared -------------------------------------- */
+
+/* Load one chunk of a tile: dt (bias, softplus), dt*u, u; z as silu gate (sg NULL) or raw z with
+   its sigmoid in sg; sp (optional): softplus' derivative factor; dy (optional). */
+static SELSCAN__ATTR int SELSCAN__SFX(selscan__prep)(const selscan__prob *q, int64_t b, int64_t d0, int nl, int64_t c0,
+                                                     int nt, const float *bv, float *dt, float *dtu, float *u, float *z,
+                                                     float *sg, float *sp, float *tmp, float lim) {
+    const int W = SELSCAN__VW;
+    const SELSCAN__VF bias = SELSCAN__VLOAD(bv), one = SELSCAN__VSET1(1.0f), zero = SELSCAN__VSET1(0.0f);
+    SELSCAN__VF vm = zero, vs = zero;
+    float fm[SELSCAN__WMAX], fs[SELSCAN__WMAX];
+    int t, l, ok = 1;
+    SELSCAN__LOADTILE(dt, &q->delta, b, d0, nl, W, c0, nt, tmp);
+    SELSCAN__LOADTILE(u, &q->u, b, d0, nl, W, c0, nt, tmp);
+    if (q->z.data && z) SELSCAN__LOADTILE(z, &q->z, b, d0, nl, W, c0, nt, tmp);
+    for (t = 0; t < nt; t++) {
+        SELSCAN__VF x = SELSCAN__VADD(SELSCAN__VLOAD(dt + t * W), bias);
+        if (q->softplus) { /* softplus = max(x, 0) + log1p(e), sigmoid from the same e = exp(-|x|) */
+            const SELSCAN__VF e = SELSCAN__SFX(selscan__vexp)(SELSCAN__VSUB(zero, SELSCAN__VMAX(x, SELSCAN__VSUB(zero, x))));
+            if (sp) {
+                const SELSCAN__VF r = SELSCAN__VDIV(one, SELSCAN__VADD(one, e));
+                SELSCAN__VSTORE(sp + t * W, SELSCAN__VGTSEL(x, SELSCAN__VSET1(SELSCAN__SOFTPLUS_THRESHOLD), one,
+                                                            SELSCAN__VGTSEL(x, zero, r, SELSCAN__VMUL(e, r))));
+            }
+            x = SELSCAN__VGTSEL(x, SELSCAN__VSET1(SELSCAN__SOFTPLUS_THRESHOLD), x,
+                                SELSCAN__VADD(SELSCAN__VMAX(zero, x), SELSCAN__SFX(selscan__vlog1p01)(e)));
+        } else if (sp) {
+            SELSCAN__VSTORE(sp + t * W, one);
+        }
+        SELSCAN__VSTORE(dt + t * W, x);
+        SELSCAN__VSTORE(dtu + t * W, SELSCAN__VMUL(x, SELSCAN__VLOAD(u + t * W)));
+        vm = SELSCAN__VMAX(vm, SELSCAN__VMAX(x, SELSCAN__VSUB(zero, x))); /* max |dt| */
+        vs = SELSCAN__VFMA(x, zero, vs);                                /* NaN if some dt is NaN or inf */
+        if (q->z.data && z) {
+            const SELSCAN__VF zv = SELSCAN__VLOAD(z + t * W), s = SELSCAN__SFX(selscan__vsigmoid)(zv);
+            if (sg) SELSCAN__VSTORE(sg + t * W, s);
+            else SELSCAN__VSTORE(z + t * W, SELSCAN__VMUL(zv, s));
+        }
+    }
+    /* ok: every |dt * A| <= 86, so the chunk may use selscan__vexp2nc */
+    SELSCAN__VSTORE(fm, vm);
+    SELSCAN__VSTORE(fs, vs);
+    for (l = 0; l < W; l++)
+        if (!(fm[l] < lim) || fs[l] != 0.0f) ok = 0;
+    return ok;
+}
+
+/* The walk back's inputs of one chunk of a tile, rows TS floats apart in w (selscan__wk_rows):
+   dt (bias, softplus), dt u, u, softplus' derivative (selscan__prep), and with z dy0 = dy silu(z)
+   and dyg = dy silu'(z) (dz = dyg y0; without z the walk reads dy itself). z, sg, dy: scratch.
+   Returns selscan__prep's fast-exponential flag. */
+static SELSCAN__ATTR int SELSCAN__SFX(selscan__wprep)(const selscan__prob *q, const selscan__grd *r, int64_t b,
+                                                      int64_t d0, int nl, int64_t c0, int nt, const float *bv, float *w,
+                                                      int64_t TS, float *z, float *sg, float *dy, float *tmp,
+                                                      float lim) {
+    const int W = SELSCAN__VW;
+    const int fast = SELSCAN__SFX(selscan__prep)(q, b, d0, nl, c0, nt, bv, w, w + TS, w + 2 * TS, z, sg, w + 3 * TS,
+                                                 tmp, lim);
+    int t;
+    if (q->z.data) {
+        const SELSCAN__VF one = SELSCAN__VSET1(1.0f);
+        SELSCAN__LOADTILE(dy, &r->dy, b, d0, nl, W, c0, nt, tmp);
+        for (t = 0; t < nt; t++) {
+            const SELSCAN__VF zv = SELSCAN__VLOAD(z + t * W), sv = SELSCAN__VLOAD(sg + t * W), dv = SELSCAN__VLOAD(dy + t * W);
+            SELSCAN__VSTORE(w + 4 * TS + t * W, SELSCAN__VMUL(dv, SELSCAN__VMUL(zv, sv)));
+            if (r->dz.data) /* silu'(z) = sg (1 + z (1 - sg)) */
+                SELSCAN__VSTORE(w + 5 * TS + t * W,
+                                SELSCAN__VMUL(dv, SELSCAN__VMUL(sv, SELSCAN__VFMA(zv, SELSCAN__VSUB(one, sv), one))));
+        }
+    }
+    return fast;
+}
+
+/* ---- >>fast-forward: the forward of one tile ------------------------------------------------ */
+
+/* Forward over one chunk: h ([N][W]) advanced nt steps; y[t] = sum_n C h. */
+static SELSCAN__ATTR SELSCAN__INLINE void
+SELSCAN__SFX(selscan__fwd_inner)(int64_t N, int nt, float *h, const float *A, const float *A2, const float *dt,
+                                 const float *dtu, float *y, const float *Bp, int64_t bsn, int64_t bst, const float *Cp,
+                                 int64_t csn, int64_t cst, const int fixB, const int fixC, const int fast) {
+    const int W = SELSCAN__VW;
+    int t;
+    int64_t n;
+    for (t = 0; t < nt; t++) {
+        const SELSCAN__VF vdt = SELSCAN__VLOAD(dt + t * W), vdtu = SELSCAN__VLOAD(dtu + t * W);
+        SELSCAN__VF y0 = SELSCAN__VSET1(0.0f), y1 = SELSCAN__VSET1(0.0f);
+        const float *Bt = Bp + t * bst, *Ct = Cp + t * cst;
+        for (n = 0; n + 1 < N; n += 2) {
+            const SELSCAN__VF a0 = fast ? SELSCAN__SFX(selscan__vexp2nc)(SELSCAN__VMUL(vdt, SELSCAN__VLOAD(A2 + n * W)))
+                                        : SELSCAN__SFX(selscan__vexp)(SELSCAN__VMUL(vdt, SELSCAN__VLOAD(A + n * W)));
+            const SELSCAN__VF a1 = fast ? SELSCAN__SFX(selscan__vexp2nc)(SELSCAN__VMUL(vdt, SELSCAN__VLOAD(A2 + (n + 1) * W)))
+                                        : SELSCAN__SFX(selscan__vexp)(SELSCAN__VMUL(vdt, SELSCAN__VLOAD(A + (n + 1) * W)));
+            const SELSCAN__VF b0 = fixB ? SELSCAN__VLOAD(Bp + n * W) : SELSCAN__VSET1(Bt[n * bsn]);
+            const SELSCAN__VF b1 = fixB ? SELSCAN__VLOAD(Bp + (n + 1) * W) : SELSCAN__VSET1(Bt[(n + 1) * bsn]);
+            const SELSCAN__VF h0 = SELSCAN__VFMA(a0, SELSCAN__VLOAD(h + n * W), SELSCAN__VMUL(vdtu, b0));
+            const SELSCAN__VF h1 = SELSCAN__VFMA(a1, SELSCAN__VLOAD(h + (n + 1) * W), SELSCAN__VMUL(vdtu, b1));
+            SELSCAN__VSTORE(h + n * W, h0);
+            SELSCAN__VSTORE(h + (n + 1) * W, h1);
+            y0 = SELSCAN__VFMA(fixC ? SELSCAN__VLOAD(Cp + n * W) : SELSCAN__VSET1(Ct[n * csn]), h0, y0);
+            y1 = SELSCAN__VFMA(fixC ? SELSCAN__VLOAD(Cp + (n + 1) * W) : SELSCAN__VSET1(Ct[(n + 1) * csn]), h1, y1);
+        }
+        if (n < N) {
+            const SELSCAN__VF a0 = fast ? SELSCAN__SFX(selscan__vexp2nc)(SELSCAN__VMUL(vdt, SELSCAN__VLOAD(A2 + n * W)))
+                                        : SELSCAN__SFX(selscan__vexp)(SELSCAN__VMUL(vdt, SELSCAN__VLOAD(A + n * W)));
+            const SELSCAN__VF b0 = fixB ? SELSCAN__VLOAD(Bp + n * W) : SELSCAN__VSET1(Bt[n * bsn]);
+            const SELSCAN__VF h0 = SELSCAN__VFMA(a0, SELSCAN__VLOAD(h + n * W), SELSCAN__VMUL(vdtu, b0));
+            SELSCAN__VSTORE(h + n * W, h0);
+            y0 = SELSCAN__VFMA(fixC ? SELSCAN__VLOAD(Cp + n * W) : SELSCAN__VSET1(Ct[n * csn]), h0, y0);
+        }
+        SELSCAN__VSTORE(y + t * W, SELSCAN__VADD(y0, y1));
+    }
+}
+
+static SELSCAN__ATTR void SELSCAN__SFX(selscan__fwd_chunk)(int64_t N, int nt, float *h, const float *A, const float *A2,
+                                                           const float *dt, const float *dtu, float *y, const float *Bp,
+                                                           int64_t bsn, int64_t bst, const float *Cp, int64_t csn,
+                                                           int64_t cst, int fixB, int fixC, int fast) {
+    if (fast) {
+        if (fixB) {
+            if (fixC) SELSCAN__SFX(selscan__fwd_inner)(N, nt, h, A, A2, dt, dtu, y, Bp, bsn, bst, Cp, csn, cst, 1, 1,
+                                                       1);
+            else SELSCAN__SFX(selscan__fwd_inner)(N, nt, h, A, A2, dt, dtu, y, Bp, bsn, bst, Cp, csn, cst, 1, 0, 1);
+        } else {
+            if (fixC) SELSCAN__SFX(selscan__fwd_inner)(N, nt, h, A, A2, dt, dtu, y, Bp, bsn, bst, Cp, csn, cst, 0, 1,
+                                                       1);
+            else SELSCAN__SFX(selscan__fwd_inner)(N, nt, h, A, A2, dt, dtu, y, Bp, bsn, bst, Cp, csn, cst, 0, 0, 1);
+        }
+    } else {
+        if (fixB) {
+            if (fixC) SELSCAN__SFX(selscan__fwd_inner)(N, nt, h, A, A2, dt, dtu, y, Bp, bsn, bst, Cp, csn, cst, 1, 1,
+                                                       0);
+            else SELSCAN__SFX(selscan__fwd_inner)(N, nt, h, A, A2, dt, dtu, y, Bp, bsn, bst, Cp, csn, cst, 1, 0, 0);
+        } else {
+            if (fixC) SELSCAN__SFX(selscan__fwd_inner)(N, nt, h, A, A2, dt, dtu, y, Bp, bsn, bst, Cp, csn, cst, 0, 1,
+                                                       0);
+            else SELSCAN__SFX(selscan__fwd_inner)(N, nt, h, A, A2, dt, dtu, y, Bp, bsn, bst, Cp, csn, cst, 0, 0, 0);
+        }
+    }
+}
+
+/* Forward of one tile: channels d0 .. d0 + nl - 1 of group g, batch row b. */
+static SELSCAN__ATTR void SELSCAN__SFX(selscan__fwd_tile)(const selscan__prob *q, int64_t b, int64_t g, int64_t d0,
+                                                          int nl, const selscan__fscr *s, float *ckp) {
+    const int W = SELSCAN__VW;
+    const int64_t N = q->N;
+    int64_t k, c0, cknext = 0;
+    int t;
+    const float lim = 86.0f / selscan__tile_params(q, d0, nl, W, s->A, s->A2, s->Bf, s->Cf, s->Dv, s->bv);
+    for (k = 0; k < selscan__nseg(q); k++) {
+        int64_t t0, t1, row;
+        selscan__seg(q, b, k, &t0, &t1, &row);
+        selscan__state_in(&q->h0, row, d0, nl, W, N, s->h);
+        for (c0 = t0; c0 < t1; c0 += SELSCAN__FT) {
+            const int nt = SELSCAN__CAST(int, selscan__min64(SELSCAN__FT, t1 - c0));
+            int64_t bsn, bst, csn, cst;
+            const float *Bp = selscan__bc_chunk(&q->B, q->fixB, s->Bf, W, b, g, N, c0, nt, s->Bb, &bsn, &bst);
+            const float *Cp = selscan__bc_chunk(&q->C, q->fixC, s->Cf, W, b, g, N, c0, nt, s->Cb, &csn, &cst);
+            if (ckp) { /* slots rise with the chunks; the ones skipped (none, or a sequence's extra) zeroed */
+                selscan__ck_zero(q, ckp, b, d0, nl, cknext, c0 / SELSCAN__FT + k);
+                selscan__ck_put(q, ckp, b, d0, nl, W, c0 / SELSCAN__FT + k, s->h);
+                cknext = c0 / SELSCAN__FT + k + 1;
+            }
+            const SELSCAN__VF Dv = SELSCAN__VLOAD(s->Dv);
+            const int fast = SELSCAN__SFX(selscan__prep)(q, b, d0, nl, c0, nt, s->bv, s->dt, s->dtu, s->u, s->z, NULL,
+                                                         NULL, s->tmp, lim);
+            SELSCAN__SFX(selscan__fwd_chunk)(N, nt, s->h, s->A, s->A2, s->dt, s->dtu, s->y, Bp, bsn, bst, Cp, csn, cst,
+                                             q->fixB, q->fixC, fast);
+            for (t = 0; t < nt; t++) {
+                SELSCAN__VF y = SELSCAN__VFMA(Dv, SELSCAN__VLOAD(s->u + t * W), SELSCAN__VLOAD(s->y + t * W));
+                if (q->z.data) y = SELSCAN__VMUL(y, SELSCAN__VLOAD(s->z + t * W));
+                SELSCAN__VSTORE(s->y + t * W, y);
+            }
+            SELSCAN__STORETILE(s->y, &q->y, b, d0, nl, W, c0, nt, s->tmp);
+        }
+        if (q->hlast.data) selscan__state_out(&q->hlast, row, d0, nl, W, N, s->h);
+    }
+    if (ckp) selscan__ck_zero(q, ckp, b, d0, nl, cknext, selscan__ck_slots(q));
+}
+
+/* ---- >>fast-backward: recompute and walk back of one block ---------------------------------- */
+
+/* p[i W] = v_i for i < G (G <= 4: the hand-unrolled state groups below). */
+static SELSCAN__ATTR SELSCAN__INLINE void
+SELSCAN__SFX(selscan__vstore4)(const int G, float *p, SELSCAN__VF v0, SELSCAN__VF v1, SELSCAN__VF v2, SELSCAN__VF v3) {
+    SELSCAN__VSTORE(p, v0);
+    if (G > 1) SELSCAN__VSTORE(p + SELSCAN__VW, v1);
+    if (G > 2) SELSCAN__VSTORE(p + 2 * SELSCAN__VW, v2);
+    if (G > 3) SELSCAN__VSTORE(p + 3 * SELSCAN__VW, v3);
+}
+
+/* Recompute of one state vector at one step (the body of selscan__rec_group). */
+static SELSCAN__ATTR SELSCAN__INLINE void
+SELSCAN__SFX(selscan__rec_one)(const int i, SELSCAN__VF *h, const float *An, const float *Bt, const SELSCAN__VF vdt,
+                               const SELSCAN__VF vdtu, float *at, float *hn, const int fixB, const int fast,
+                               const int keep) {
+    const int W = SELSCAN__VW;
+    const SELSCAN__VF a = fast ? SELSCAN__SFX(selscan__vexp2nc)(SELSCAN__VMUL(vdt, SELSCAN__VLOAD(An + i * W)))
+                               : SELSCAN__SFX(selscan__vexp)(SELSCAN__VMUL(vdt, SELSCAN__VLOAD(An + i * W)));
+    const SELSCAN__VF bb = fixB ? SELSCAN__VLOAD(Bt + i * W) : SELSCAN__VSET1(Bt[i * SELSCAN__FT]);
+    *h = SELSCAN__VFMA(a, *h, SELSCAN__VMUL(vdtu, bb));
+    if (keep) {
+        SELSCAN__VSTORE(at + i * W, a);
+        SELSCAN__VSTORE(hn + i * W, *h);
+    }
+}
+
+/* Recompute states n .. n + G - 1 (G = 1 or SELSCAN__BG) of one chunk from hin ([N][W]). keep:
+   hs[t * rs] = state before step t (t = 0 .. nt), ab[t * rs] = exp(dt A), the group's vectors
+   side by side in rows of rs floats; else only the state after the chunk, into hs. States outer,
+   steps inner: the group's states stay in registers. The same operations as
+   selscan__fwd_inner, so the states are bitwise the forward's. An: A, or A log2(e) when fast. */
+static SELSCAN__ATTR SELSCAN__INLINE void
+SELSCAN__SFX(selscan__rec_group)(const int G, int64_t n, int nt, const float *hin, float *hs, float *ab, int64_t rs,
+                                 const float *A, const float *dt, const float *dtu, const float *Bp, const int fixB,
+                                 const int fast, const int keep) {
+    const int W = SELSCAN__VW;
+    const int64_t o = n * W;
+    SELSCAN__VF h0 = SELSCAN__VLOAD(hin + o), h1 = h0, h2 = h0, h3 = h0;
+    int t;
+    if (G > 1) h1 = SELSCAN__VLOAD(hin + o + W);
+    if (G > 2) h2 = SELSCAN__VLOAD(hin + o + 2 * W);
+    if (G > 3) h3 = SELSCAN__VLOAD(hin + o + 3 * W);
+    if (keep) SELSCAN__SFX(selscan__vstore4)(G, hs, h0, h1, h2, h3);
+    for (t = 0; t < nt; t++) {
+        const SELSCAN__VF vdt = SELSCAN__VLOAD(dt + t * W), vdtu = SELSCAN__VLOAD(dtu + t * W);
+        const float *Bt = fixB ? Bp + o : Bp + n * SELSCAN__FT + t;
+        float *at = ab + t * rs, *hn = hs + (t + 1) * rs;
+        SELSCAN__SFX(selscan__rec_one)(0, &h0, A + o, Bt, vdt, vdtu, at, hn, fixB, fast, keep);
+        if (G > 1) SELSCAN__SFX(selscan__rec_one)(1, &h1, A + o, Bt, vdt, vdtu, at, hn, fixB, fast, keep);
+        if (G > 2) SELSCAN__SFX(selscan__rec_one)(2, &h2, A + o, Bt, vdt, vdtu, at, hn, fixB, fast, keep);
+        if (G > 3) SELSCAN__SFX(selscan__rec_one)(3, &h3, A + o, Bt, vdt, vdtu, at, hn, fixB, fast, keep);
+    }
+    if (!keep) SELSCAN__SFX(selscan__vstore4)(G, hs, h0, h1, h2, h3);
+}
+
+static SELSCAN__ATTR SELSCAN__INLINE void
+SELSCAN__SFX(selscan__rec_inner)(int64_t n0, int64_t n1, int nt, const float *hin, float *hs, float *ab, int64_t rs,
+                                 const float *A, const float *dt, const float *dtu, const float *Bp, const int fixB,
+                                 const int fast, const int keep) {
+    const int W = SELSCAN__VW;
+    int64_t n;
+    for (n = n0; n + SELSCAN__BG <= n1; n += SELSCAN__BG)
+        SELSCAN__SFX(selscan__rec_group)(SELSCAN__BG, n, nt, hin, hs + (keep ? n - n0 : n) * W, ab + (n - n0) * W, rs,
+                                         A, dt, dtu, Bp, fixB, fast, keep);
+    for (; n < n1; n++)
+        SELSCAN__SFX(selscan__rec_group)(1, n, nt, hin, hs + (keep ? n - n0 : n) * W, ab + (n - n0) * W, rs, A, dt, dtu,
+                                         Bp, fixB, fast, keep);
+}
+
+/* Recompute of states [n0, n1) over one chunk (selscan__rec_group) from hin ([N][W]). ab NULL: the
+   checkpoint pass (hs: the state after the chunk, [N][W]); else n1 - n0 <= SELSCAN__BG and hs, ab
+   get the group's rows of rs floats. A2 = A log2(e). */
+static SELSCAN__ATTR void SELSCAN__SFX(selscan__rec_chunk)(int64_t n0, int64_t n1, int nt, const float *hin, float *hs,
+                                                           float *ab, int64_t rs, const float *A, const float *A2,
+                                                           const float *dt, const float *dtu, const float *Bp, int fixB,
+                                                           int fast) {
+    if (ab) {
+        if (fast) {
+            if (fixB) SELSCAN__SFX(selscan__rec_inner)(n0, n1, nt, hin, hs, ab, rs, A2, dt, dtu, Bp, 1, 1, 1);
+            else SELSCAN__SFX(selscan__rec_inner)(n0, n1, nt, hin, hs, ab, rs, A2, dt, dtu, Bp, 0, 1, 1);
+        } else {
+            if (fixB) SELSCAN__SFX(selscan__rec_inner)(n0, n1, nt, hin, hs, ab, rs, A, dt, dtu, Bp, 1, 0, 1);
+            else SELSCAN__SFX(selscan__rec_inner)(n0, n1, nt, hin, hs, ab, rs, A, dt, dtu, Bp, 0, 0, 1);
+        }
+    } else {
+        if (fast) {
+            if (fixB) SELSCAN__SFX(selscan__rec_inner)(n0, n1, nt, hin, hs, hs, rs, A2, dt, dtu, Bp, 1, 1, 0);
+            else SELSCAN__SFX(selscan__rec_inner)(n0, n1, nt, hin, hs, hs, rs, A2, dt, dtu, Bp, 0, 1, 0);
+        } else {
+            if (fixB) SELSCAN__SFX(selscan__rec_inner)(n0, n1, nt, hin, hs, hs, rs, A, dt, dtu, Bp, 1, 0, 0);
+            else SELSCAN__SFX(selscan__rec_inner)(n0, n1, nt, hin, hs, hs, rs, A, dt, dtu, Bp, 0, 0, 0);
+        }
+    }
+}
+
+/* Backward over one chunk, steps nt - 1 .. 0. dh: gradient of the state after the chunk (in),
+   before it (out). Per step: yc = sum_n C h, S = sum_n dh_n B_n, sA = sum_n dh_n h_prev a A.
+   accB / accC: per-step lane-wise dB / dC (variable; the fixed ones accumulate in dBf / dCf).
+   Variable B / C are chunk copies ([N][SELSCAN__FT], selscan__bc_chunk), fixed ones [N][W].
+   States outer in groups of SELSCAN__BG (hand-unrolled), steps inner: dh and dA of the group stay
+   in registers over the chunk, the step's sums go through memory once a group, and the per-step
+   vectors (dy0, dt, dtu) are read where used (memory operands, registers free for the group). */
+static SELSCAN__ATTR SELSCAN__INLINE void
+SELSCAN__SFX(selscan__bwd_one)(const int i, SELSCAN__VF *dh, SELSCAN__VF *dAn, SELSCAN__VF *y, SELSCAN__VF *S,
+                               SELSCAN__VF *sA, const float *h1, const float *h0, const float *a, const float *An,
+                               const float *Ct, const float *Bt, float *aB, float *aC, const float *dy0,
+                               const float *dt, const float *dtu, const int fixB, const int fixC, const int first,
+                               const int wanty) {
+    const int W = SELSCAN__VW;
+    const SELSCAN__VF c = fixC ? SELSCAN__VLOAD(Ct + i * W) : SELSCAN__VSET1(Ct[i * SELSCAN__FT]);
+    const SELSCAN__VF b = fixB ? SELSCAN__VLOAD(Bt + i * W) : SELSCAN__VSET1(Bt[i * SELSCAN__FT]);
+    const SELSCAN__VF hn = SELSCAN__VLOAD(h1 + i * W);
+    const SELSCAN__VF d = SELSCAN__VFMA(SELSCAN__VLOAD(dy0), c, *dh); /* dh after the step */
+    const SELSCAN__VF dn = SELSCAN__VMUL(d, SELSCAN__VLOAD(a + i * W)), da = SELSCAN__VMUL(dn, SELSCAN__VLOAD(h0 + i * W));
+    if (wanty) *y = SELSCAN__VFMA(c, hn, *y);
+    SELSCAN__VSTORE(aC + i * W, fixC || !first ? SELSCAN__VFMA(SELSCAN__VLOAD(dy0), hn, SELSCAN__VLOAD(aC + i * W))
+                                               : SELSCAN__VMUL(SELSCAN__VLOAD(dy0), hn));
+    *S = SELSCAN__VFMA(d, b, *S);
+    SELSCAN__VSTORE(aB + i * W, fixB || !first ? SELSCAN__VFMA(d, SELSCAN__VLOAD(dtu), SELSCAN__VLOAD(aB + i * W))
+                                               : SELSCAN__VMUL(d, SELSCAN__VLOAD(dtu)));
+    *sA = SELSCAN__VFMA(da, SELSCAN__VLOAD(An + i * W), *sA);
+    *dAn = SELSCAN__VFMA(da, SELSCAN__VLOAD(dt), *dAn);
+    *dh = dn;
+}
+
+/* States n .. n + G - 1 (G = 1 or SELSCAN__BG) over the chunk; hs, ab: their recomputed rows (rs
+   floats apart, selscan__rec_group). */
+static SELSCAN__ATTR SELSCAN__INLINE void
+SELSCAN__SFX(selscan__bwd_group)(const int G, int64_t n, int64_t N, int nt, const float *hs, const float *ab,
+                                 int64_t rs, float *dh, const float *A, const float *dt, const float *dtu,
+                                 const float *dy0, float *yc, float *Sv, float *sAv, float *accB, float *accC,
+                                 float *dA, float *dBf, float *dCf, const float *Bp, const float *Cp, const int fixB,
+                                 const int fixC, const int first, const int wanty) {
+    const int W = SELSCAN__VW;
+    const int64_t NW = N * W, o = n * W;
+    SELSCAN__VF dh0 = SELSCAN__VLOAD(dh + o), dA0 = SELSCAN__VLOAD(dA + o), dh1 = dh0, dA1 = dA0, dh2 = dh0, dA2 = dA0,
+                dh3 = dh0, dA3 = dA0;
+    int t;
+    if (G > 1) { dh1 = SELSCAN__VLOAD(dh + o + W); dA1 = SELSCAN__VLOAD(dA + o + W); }
+    if (G > 2) { dh2 = SELSCAN__VLOAD(dh + o + 2 * W); dA2 = SELSCAN__VLOAD(dA + o + 2 * W); }
+    if (G > 3) { dh3 = SELSCAN__VLOAD(dh + o + 3 * W); dA3 = SELSCAN__VLOAD(dA + o + 3 * W); }
+    for (t = nt - 1; t >= 0; t--) {
+        const float *h1 = hs + (t + 1) * rs, *h0 = hs + t * rs, *at = ab + t * rs, *An = A + o;
+        const float *Bt = fixB ? Bp + o : Bp + n * SELSCAN__FT + t, *Ct = fixC ? Cp + o : Cp + n * SELSCAN__FT + t;
+        const float *dy0t = dy0 + t * W, *dtt = dt + t * W, *dtut = dtu + t * W;
+        float *aB = (fixB ? dBf : accB + t * NW) + o, *aC = (fixC ? dCf : accC + t * NW) + o;
+        SELSCAN__VF y = wanty ? SELSCAN__VLOAD(yc + t * W) : SELSCAN__VSET1(0.0f), S = SELSCAN__VLOAD(Sv + t * W),
+                    sA = SELSCAN__VLOAD(sAv + t * W);
+        SELSCAN__SFX(selscan__bwd_one)(0, &dh0, &dA0, &y, &S, &sA, h1, h0, at, An, Ct, Bt, aB, aC, dy0t, dtt, dtut,
+                                       fixB, fixC, first, wanty);
+        if (G > 1) SELSCAN__SFX(selscan__bwd_one)(1, &dh1, &dA1, &y, &S, &sA, h1, h0, at, An, Ct, Bt, aB, aC, dy0t, dtt,
+                                                  dtut, fixB, fixC, first, wanty);
+        if (G > 2) SELSCAN__SFX(selscan__bwd_one)(2, &dh2, &dA2, &y, &S, &sA, h1, h0, at, An, Ct, Bt, aB, aC, dy0t, dtt,
+                                                  dtut, fixB, fixC, first, wanty);
+        if (G > 3) SELSCAN__SFX(selscan__bwd_one)(3, &dh3, &dA3, &y, &S, &sA, h1, h0, at, An, Ct, Bt, aB, aC, dy0t, dtt,
+                                                  dtut, fixB, fixC, first, wanty);
+        if (wanty) SELSCAN__VSTORE(yc + t * W, y);
+        SELSCAN__VSTORE(Sv + t * W, S);
+        SELSCAN__VSTORE(sAv + t * W, sA);
+    }
+    SELSCAN__SFX(selscan__vstore4)(G, dh + o, dh0, dh1, dh2, dh3);
+    SELSCAN__SFX(selscan__vstore4)(G, dA + o, dA0, dA1, dA2, dA3);
+}
+
+static SELSCAN__ATTR SELSCAN__INLINE void
+SELSCAN__SFX(selscan__bwd_inner)(int64_t n0, int64_t n1, int64_t N, int nt, const float *hs, const float *ab,
+                                 int64_t rs, float *dh, const float *A, const float *dt, const float *dtu,
+                                 const float *dy0, float *yc, float *Sv, float *sAv, float *accB, float *accC,
+                                 float *dA, float *dBf, float *dCf, const float *Bp, const float *Cp, const int fixB,
+                                 const int fixC, const int first, const int wanty) {
+    const int W = SELSCAN__VW;
+    int64_t n;
+    for (n = n0; n + SELSCAN__BG <= n1; n += SELSCAN__BG)
+        SELSCAN__SFX(selscan__bwd_group)(SELSCAN__BG, n, N, nt, hs + (n - n0) * W, ab + (n - n0) * W, rs, dh, A, dt,
+                                         dtu, dy0, yc, Sv, sAv, accB, accC, dA, dBf, dCf, Bp, Cp, fixB, fixC, first,
+                                         wanty);
+    for (; n < n1; n++)
+        SELSCAN__SFX(selscan__bwd_group)(1, n, N, nt, hs + (n - n0) * W, ab + (n - n0) * W, rs, dh, A, dt, dtu, dy0, yc,
+                                         Sv, sAv, accB, accC, dA, dBf, dCf, Bp, Cp, fixB, fixC, first, wanty);
+}
+
+/* The walk back of states [n0, n1) with the layout flags as constants. first: the block's first
+   tile writes the variable accumulators (no clearing pass). */
+static SELSCAN__ATTR SELSCAN__INLINE void
+SELSCAN__SFX(selscan__bwd_walk)(int64_t n0, int64_t n1, int64_t N, int nt, const float *hs, const float *ab, int64_t rs,
+                                float *dh, const float *A, const float *dt, const float *dtu, const float *dy0,
+                                float *yc, float *Sv, float *sAv, float *accB, float *accC, float *dA, float *dBf,
+                                float *dCf, const float *Bp, const float *Cp, int fixB, int fixC, int first,
+                                const int wanty) {
+    if (fixB) {
+        if (fixC) SELSCAN__SFX(selscan__bwd_inner)(n0, n1, N, nt, hs, ab, rs, dh, A, dt, dtu, dy0, yc, Sv, sAv, accB,
+                                                   accC, dA, dBf, dCf, Bp, Cp, 1, 1, 0, wanty); /* nothing variable */
+        else if (first) SELSCAN__SFX(selscan__bwd_inner)(n0, n1, N, nt, hs, ab, rs, dh, A, dt, dtu, dy0, yc, Sv, sAv,
+                                                         accB, accC, dA, dBf, dCf, Bp, Cp, 1, 0, 1, wanty);
+        else SELSCAN__SFX(selscan__bwd_inner)(n0, n1, N, nt, hs, ab, rs, dh, A, dt, dtu, dy0, yc, Sv, sAv, accB, accC,
+                                              dA, dBf, dCf, Bp, Cp, 1, 0, 0, wanty);
+    } else if (fixC) {
+        if (first) SELSCAN__SFX(selscan__bwd_inner)(n0, n1, N, nt, hs, ab, rs, dh, A, dt, dtu, dy0, yc, Sv, sAv, accB,
+                                                    accC, dA, dBf, dCf, Bp, Cp, 0, 1, 1, wanty);
+        else SELSCAN__SFX(selscan__bwd_inner)(n0, n1, N, nt, hs, ab, rs, dh, A, dt, dtu, dy0, yc, Sv, sAv, accB, accC,
+                                              dA, dBf, dCf, Bp, Cp, 0, 1, 0, wanty);
+    } else {
+        if (first) SELSCAN__SFX(selscan__bwd_inner)(n0, n1, N, nt, hs, ab, rs, dh, A, dt, dtu, dy0, yc, Sv, sAv, accB,
+                                                    accC, dA, dBf, dCf, Bp, Cp, 0, 0, 1, wanty);
+        else SELSCAN__SFX(selscan__bwd_inner)(n0, n1, N, nt, hs, ab, rs, dh, A, dt, dtu, dy0, yc, Sv, sAv, accB, accC,
+                                              dA, dBf, dCf, Bp, Cp, 0, 0, 0, wanty);
+    }
+}
+
+/* Backward over one chunk from its entering state hin ([N][W]): per group of SELSCAN__BG states the
+   recompute (into hs, ab: rows of SELSCAN__BG vectors, in L1) and at once the walk back. yc NULL:
+   sum_n C h not wanted (no z). */
+static SELSCAN__ATTR void SELSCAN__SFX(selscan__bwd_chunk)(int64_t N, int nt, const float *hin, float *hs, float *ab,
+                                                           float *dh, const float *A, const float *A2, const float *dt,
+                                                           const float *dtu, const float *dy0, float *yc, float *Sv,
+                                                           float *sAv, float *accB, float *accC, float *dA, float *dBf,
+                                                           float *dCf, const float *Bp, const float *Cp, int fixB,
+                                                           int fixC, int fast, int first, float *pB, float *pC,
+                                                           int64_t ps) {
+    const int W = SELSCAN__VW;
+    const int64_t rs = SELSCAN__BG * W, NW = N * W;
+    int64_t n0, n1, n;
+    int t;
+    for (t = 0; t < nt; t++) {
+        if (yc) SELSCAN__VSTORE(yc + t * W, SELSCAN__VSET1(0.0f));
+        SELSCAN__VSTORE(Sv + t * W, SELSCAN__VSET1(0.0f));
+        SELSCAN__VSTORE(sAv + t * W, SELSCAN__VSET1(0.0f));
+    }
+    for (n0 = 0; n0 < N; n0 = n1) {
+        n1 = selscan__min64(n0 + SELSCAN__BG, N);
+        SELSCAN__SFX(selscan__rec_chunk)(n0, n1, nt, hin, hs, ab, rs, A, A2, dt, dtu, Bp, fixB, fast);
+        if (yc) SELSCAN__SFX(selscan__bwd_walk)(n0, n1, N, nt, hs, ab, rs, dh, A, dt, dtu, dy0, yc, Sv, sAv, accB, accC,
+                                                dA, dBf, dCf, Bp, Cp, fixB, fixC, first, 1);
+        else SELSCAN__SFX(selscan__bwd_walk)(n0, n1, N, nt, hs, ab, rs, dh, A, dt, dtu, dy0, yc, Sv, sAv, accB, accC,
+                                             dA, dBf, dCf, Bp, Cp, fixB, fixC, first, 0);
+        /* pB / pC given (the block's last tile): the group's per-step dB / dC are complete and
+           still in L1; their lane sums go out now, W steps at once by one transposing reduction */
+        for (n = n0; n < n1 && (pB || pC); n++) {
+            for (t = 0; t + W <= nt; t += W) {
+                if (pB) SELSCAN__VTHSUMS(accB + t * NW + n * W, NW, pB + n * ps + t);
+                if (pC) SELSCAN__VTHSUMS(accC + t * NW + n * W, NW, pC + n * ps + t);
+            }
+            for (; t < nt; t++) {
+                if (pB) pB[n * ps + t] = SELSCAN__VHSUM(SELSCAN__VLOAD(accB + t * NW + n * W));
+                if (pC) pC[n * ps + t] = SELSCAN__VHSUM(SELSCAN__VLOAD(accC + t * NW + n * W));
+            }
+        }
+    }
+}
+
+/* Backward of one block: channels c0 .. c0 + nch - 1 of group g, batch row b. pB / pC: this
+   block's [N][selscan__prow(L)] partials of variable dB / dC (NULL: not asked). The checkpoint pass goes chunk
+   by chunk with the tiles inner, like the walk back: a chunk's variable B / C are copied once for
+   all tiles. When the part's prep cache holds the segment (s->pcn chunks), the checkpoint pass
+   prepares the walk's inputs (selscan__wprep) into it and the walk back reads them there instead
+   of loading and preparing the chunk again. With the forward's checkpoints (ckp) the same pass
+   runs without the recompute: the inputs are then read first to last, not in the walk's
+   last-to-first order (bench/NOTES.md, CPU-v22). */
+static SELSCAN__ATTR void SELSCAN__SFX(selscan__bwd_block)(const selscan__prob *q, const selscan__grd *r, int64_t b,
+                                                           int64_t g, int64_t c0, int nch, const selscan__bscr *s,
+                                                           float *pB, float *pC, const float *ckp) {
+    const int W = SELSCAN__VW, nbt = (nch + SELSCAN__VW - 1) / SELSCAN__VW;
+    const int64_t N = q->N, NW = N * W, T = s->T, PS = selscan__prow(q->L);
+    const int useck = ckp && T == SELSCAN__FT;
+    const int64_t TS = s->TS;
+    float lim[SELSCAN__CB];
+    int64_t k, c;
+    int j, t;
+    memset(s->dA, 0, SELSCAN__CAST(size_t, nbt * NW) * 4);
+    memset(s->dBf, 0, SELSCAN__CAST(size_t, nbt * NW) * 4);
+    memset(s->dCf, 0, SELSCAN__CAST(size_t, nbt * NW) * 4);
+    memset(s->dD, 0, SELSCAN__CAST(size_t, nbt * W) * 4);
+    memset(s->db, 0, SELSCAN__CAST(size_t, nbt * W) * 4);
+    for (j = 0; j < nbt; j++) {
+        const int nl = nch - j * W < W ? nch - j * W : W;
+        lim[j] = 86.0f / selscan__tile_params(q, c0 + j * W, nl, W, s->A + j * NW, s->A2 + j * NW, s->Bf + j * NW,
+                                              s->Cf + j * NW, s->Dv + j * W, s->bv + j * W);
+    }
+    for (k = 0; k < selscan__nseg(q); k++) {
+        int64_t t0, t1, row, nck;
+        selscan__seg(q, b, k, &t0, &t1, &row);
+        nck = (t1 - t0 + T - 1) / T;
+        const int usepc = nck <= s->pcn;
+        /* checkpoints: ck[c] = state entering chunk c */
+        for (j = 0; j < nbt; j++) {
+            const int nl = nch - j * W < W ? nch - j * W : W;
+            const int64_t d0 = c0 + j * W;
+            float *ck = s->ck + j * s->ckstride;
+            selscan__state_in(&q->h0, row, d0, nl, W, N, ck);
+            if (useck) /* the forward's chunk states */
+                for (c = 1; c < nck; c++) selscan__ck_get(q, ckp, b, d0, nl, W, (t0 + c * T) / SELSCAN__FT + k, ck + c * NW);
+            selscan__state_in(&r->dhlast, row, d0, nl, W, N, s->dh + j * NW);
+        }
+        for (c = 0; c + 1 < nck && (usepc || !useck); c++) {
+            const int64_t cs = t0 + c * T;
+            const int nt = SELSCAN__CAST(int, T);
+            int64_t bsn, bst;
+            const float *Bv = useck ? NULL : selscan__bc_chunk(&q->B, q->fixB, s->Bf, W, b, g, N, cs, nt, s->Bb, &bsn, &bst);
+            for (j = 0; j < nbt; j++) {
+                const int nl = nch - j * W < W ? nch - j * W : W;
+                const int64_t d0 = c0 + j * W;
+                float *ck = s->ck + j * s->ckstride + c * NW;
+                const float *Bp = q->fixB ? s->Bf + j * NW : Bv;
+                float *const pc = usepc ? s->pc + (c * nbt + j) * s->pcs : NULL;
+                float *const w = pc ? pc : s->wk;
+                int fast;
+                if (pc) {
+                    fast = SELSCAN__SFX(selscan__wprep)(q, r, b, d0, nl, cs, nt, s->bv + j * W, pc, TS, s->z, s->sg,
+                                                        s->dy, s->tmp, lim[j]);
+                    pc[s->pcs - 1] = SELSCAN__CAST(float, fast);
+                } else {
+                    fast = SELSCAN__SFX(selscan__prep)(q, b, d0, nl, cs, nt, s->bv + j * W, w, w + TS, w + 2 * TS, NULL,
+                                                       NULL, NULL, s->tmp, lim[j]);
+                }
+                if (!useck)
+                    SELSCAN__SFX(selscan__rec_chunk)(0, N, nt, ck, ck + NW, NULL, 0, s->A + j * NW, s->A2 + j * NW, w,
+                                                     w + TS, Bp, q->fixB, fast);
+            }
+        }
+        for (c = nck - 1; c >= 0; c--) {
+            const int64_t cs = t0 + c * T;
+            const int nt = SELSCAN__CAST(int, selscan__min64(T, t1 - cs));
+            int64_t bsn, bst, csn, cst;
+            const float *Bv = selscan__bc_chunk(&q->B, q->fixB, s->Bf, W, b, g, N, cs, nt, s->Bb, &bsn, &bst);
+            const float *Cv = selscan__bc_chunk(&q->C, q->fixC, s->Cf, W, b, g, N, cs, nt, s->Cb, &csn, &cst);
+            for (j = 0; j < nbt; j++) {
+                const int nl = nch - j * W < W ? nch - j * W : W;
+                const int64_t d0 = c0 + j * W;
+                const float *Bp = q->fixB ? s->Bf + j * NW : Bv, *Cp = q->fixC ? s->Cf + j * NW : Cv;
+                const SELSCAN__VF Dv = SELSCAN__VLOAD(s->Dv + j * W);
+                SELSCAN__VF dD = SELSCAN__VLOAD(s->dD + j * W), db = SELSCAN__VLOAD(s->db + j * W);
+                const float *const pc = usepc && c + 1 < nck ? s->pc + (c * nbt + j) * s->pcs : NULL;
+                const float *const w = pc ? pc : s->wk;
+                const float *const dt = w, *const dtu = w + TS, *const u_ = w + 2 * TS, *const sp = w + 3 * TS;
+                const float *const dyg = w + 5 * TS;
+                const float *dy0p = w + 4 * TS;
+                const int fast = pc ? pc[s->pcs - 1] != 0.0f
+                                    : SELSCAN__SFX(selscan__wprep)(q, r, b, d0, nl, cs, nt, s->bv + j * W, s->wk, TS,
+                                                                   s->z, s->sg, s->dy, s->tmp, lim[j]);
+                if (!q->z.data) { /* dy0 = dy */
+                    SELSCAN__LOADTILE(s->dy0, &r->dy, b, d0, nl, W, cs, nt, s->tmp);
+                    dy0p = s->dy0;
+                }
+                SELSCAN__SFX(selscan__bwd_chunk)(N, nt, s->ck + j * s->ckstride + c * NW, s->hs, s->ab, s->dh + j * NW,
+                                                 s->A + j * NW, s->A2 + j * NW, dt, dtu, dy0p, q->z.data ? s->yc : NULL,
+                                                 s->S, s->sA, s->accB, s->accC, s->dA + j * NW, s->dBf + j * NW,
+                                                 s->dCf + j * NW, Bp, Cp, q->fixB, q->fixC, fast, j == 0,
+                                                 pB && j == nbt - 1 ? pB + cs : NULL,
+                                                 pC && j == nbt - 1 ? pC + cs : NULL, PS);
+                for (t = nt - 1; t >= 0; t--) {
+                    const SELSCAN__VF u = SELSCAN__VLOAD(u_ + t * W), dy0 = SELSCAN__VLOAD(dy0p + t * W);
+                    const SELSCAN__VF S = SELSCAN__VLOAD(s->S + t * W);
+                    const SELSCAN__VF ddt = SELSCAN__VMUL(SELSCAN__VFMA(u, S, SELSCAN__VLOAD(s->sA + t * W)),
+                                                         SELSCAN__VLOAD(sp + t * W));
+                    SELSCAN__VSTORE(s->du + t * W, SELSCAN__VFMA(SELSCAN__VLOAD(dt + t * W), S, SELSCAN__VMUL(dy0, Dv)));
+                    SELSCAN__VSTORE(s->ddt + t * W, ddt);
+                    dD = SELSCAN__VFMA(dy0, u, dD);
+                    db = SELSCAN__VADD(db, ddt);
+                    if (r->dz.data) /* dz = dy silu'(z) y0 */
+                        SELSCAN__VSTORE(s->dz + t * W, SELSCAN__VMUL(SELSCAN__VLOAD(dyg + t * W),
+                                                                     SELSCAN__VFMA(Dv, u, SELSCAN__VLOAD(s->yc + t * W))));
+                }
+                SELSCAN__VSTORE(s->dD + j * W, dD);
+                SELSCAN__VSTORE(s->db + j * W, db);
+                if (r->du.data) SELSCAN__STORETILE(s->du, &r->du, b, d0, nl, W, cs, nt, s->tmp);
+                if (r->ddelta.data) SELSCAN__STORETILE(s->ddt, &r->ddelta, b, d0, nl, W, cs, nt, s->tmp);
+                if (r->dz.data) SELSCAN__STORETILE(s->dz, &r->dz, b, d0, nl, W, cs, nt, s->tmp);
+            }
+        }
+        if (r->dh0.data)
+            for (j = 0; j < nbt; j++) {
+                const int nl = nch - j * W < W ? nch - j * W : W;
+                selscan__state_out(&r->dh0, row, c0 + j * W, nl, W, N, s->dh + j * NW);
+            }
+    }
+}
+
+/* ---- >>fast-step: the decode step of one block of channels ---------------------------------- */
+
+/* Step of channels c < ne of a W-channel block in the common layout with N = NV W (NV <= 4,
+   hand-unrolled: no loop over n, the polynomial constants stay in registers): per channel the
+   exponentials, then the state; yv[c] = C h of channel c (lanes summed by the caller). The same
+   operations as the general loops (bitwise the same states and sums). */
+static SELSCAN__ATTR SELSCAN__INLINE SELSCAN__VF
+SELSCAN__SFX(selscan__step_one)(const int k, const SELSCAN__VF a, float *hp, const float *Bp, const float *Cp,
+                                const SELSCAN__VF vdx, const SELSCAN__VF acc) {
+    const int W = SELSCAN__VW;
+    const SELSCAN__VF h = SELSCAN__VFMA(a, SELSCAN__VLOAD(hp + k * W), SELSCAN__VMUL(vdx, SELSCAN__VLOAD(Bp + k * W)));
+    SELSCAN__VSTORE(hp + k * W, h);
+    return SELSCAN__VFMA(SELSCAN__VLOAD(Cp + k * W), h, acc);
+}
+
+static SELSCAN__ATTR SELSCAN__INLINE void
+SELSCAN__SFX(selscan__step_rows)(const int NV, int ne, const float *dtb, const float *dxb, float *hp, int64_t hs1,
+                                 const float *Ap, int64_t as0, const float *Bp, const float *Cp, SELSCAN__VF *yv,
+                                 int64_t nrow) {
+    const int W = SELSCAN__VW;
+    int c;
+    for (c = 0; c < ne; c++, hp += hs1, Ap += as0) {
+        const SELSCAN__VF vdt = SELSCAN__VSET1(dtb[c]), vdx = SELSCAN__VSET1(dxb[c]), zero = SELSCAN__VSET1(0.0f);
+        /* the state 32 channels on (nrow: channels of hp's row from here on) */
+        if (c + 32 < nrow) SELSCAN__PREFETCHW(hp + 32 * hs1);
+        const SELSCAN__VF a0 = SELSCAN__SFX(selscan__vexp)(SELSCAN__VMUL(vdt, SELSCAN__VLOAD(Ap)));
+        const SELSCAN__VF a1 = NV > 1 ? SELSCAN__SFX(selscan__vexp)(SELSCAN__VMUL(vdt, SELSCAN__VLOAD(Ap + W))) : zero;
+        const SELSCAN__VF a2 = NV > 2 ? SELSCAN__SFX(selscan__vexp)(SELSCAN__VMUL(vdt, SELSCAN__VLOAD(Ap + 2 * W))) : zero;
+        const SELSCAN__VF a3 = NV > 3 ? SELSCAN__SFX(selscan__vexp)(SELSCAN__VMUL(vdt, SELSCAN__VLOAD(Ap + 3 * W))) : zero;
+        SELSCAN__VF acc0 = SELSCAN__SFX(selscan__step_one)(0, a0, hp, Bp, Cp, vdx, zero), acc1 = zero;
+        if (NV > 1) acc1 = SELSCAN__SFX(selscan__step_one)(1, a1, hp, Bp, Cp, vdx, zero);
+        if (NV > 2) acc0 = SELSCAN__SFX(selscan__step_one)(2, a2, hp, Bp, Cp, vdx, acc0);
+        if (NV > 3) acc1 = SELSCAN__SFX(selscan__step_one)(3, a3, hp, Bp, Cp, vdx, acc1);
+        yv[c] = NV > 1 ? SELSCAN__VADD(acc0, acc1) : acc0;
+    }
+}
+
+/* Step of channels [dlo, dhi) of batch row b (all in cache row `row`, >= 0). */
+static SELSCAN__ATTR void SELSCAN__SFX(selscan__step_block)(const selscan__stp *q, int64_t b, int64_t row, int64_t dlo,
+                                                            int64_t dhi) {
+    const int W = SELSCAN__VW;
+    float xb[SELSCAN__SNB], dtb[SELSCAN__SNB], zb[SELSCAN__SNB], yb[SELSCAN__SNB];
+    float hb[SELSCAN__SNB], Ab[SELSCAN__SNB], Bb[SELSCAN__SNB], Cb[SELSCAN__SNB];
+    float th[SELSCAN__WMAX], tA[SELSCAN__WMAX], tB[SELSCAN__WMAX], tC[SELSCAN__WMAX];
+    const int64_t nd = dhi - dlo, N = q->N;
+    int64_t i, d, nb, n;
+    selscan__cvt_row(xb, q->u.data, b * q->u.s[0] + dlo * q->u.s[1], q->u.s[1], nd, q->dt);
+    selscan__cvt_row(dtb, q->delta.data, b * q->delta.s[0] + dlo * q->delta.s[1], q->delta.s[1], nd, q->dt);
+    if (q->z.data) selscan__cvt_row(zb, q->z.data, b * q->z.s[0] + dlo * q->z.s[1], q->z.s[1], nd, q->dt);
+    for (i = nd; i < SELSCAN__SNB; i++) xb[i] = dtb[i] = zb[i] = 0.0f;
+    if (q->bias.data) { /* vectors where the bias is contiguous */
+        const float *const bp = SELSCAN__CAST(const float *, q->bias.data) + SELSCAN__AT1(q->bias, dlo);
+        i = 0;
+        if (q->bias.s[0] == 1)
+            for (; i + W <= nd; i += W) SELSCAN__VSTORE(dtb + i, SELSCAN__VADD(SELSCAN__VLOAD(dtb + i), SELSCAN__VLOAD(bp + i)));
+        for (; i < nd; i++) dtb[i] += bp[i * q->bias.s[0]];
+    }
+    for (i = 0; i < SELSCAN__SNB; i += W) {
+        SELSCAN__VF x = SELSCAN__VLOAD(dtb + i);
+        if (q->softplus) x = SELSCAN__SFX(selscan__vsoftplus)(x);
+        SELSCAN__VSTORE(dtb + i, x);
+        if (q->z.data) {
+            const SELSCAN__VF z = SELSCAN__VLOAD(zb + i);
+            SELSCAN__VSTORE(zb + i, SELSCAN__VMUL(z, SELSCAN__SFX(selscan__vsigmoid)(z)));
+        }
+    }
+    if (N <= SELSCAN__SNA && N % W == 0 && q->state.s[2] == 1 && q->A.s[1] == 1 && !q->fixB && !q->fixC) {
+        /* the common layout: B and C of a group widened once, no per-channel gathers or tails;
+           W channels at a time: the W sums over n by one transposing reduction, D and z as
+           vectors over the channels (no per-channel scalar tail). N = NV W with NV <= 4 and the
+           W channels in one group (the usual case): selscan__step_rows, hand-unrolled over n.
+           Else first the exponentials of all W channels (a loop with nothing else live: the
+           polynomial constants stay in registers), then the states, n unrolled by 2 W. */
+        const int64_t hs1 = q->state.s[1], as0 = q->A.s[0], NV = N / W;
+        float *const hrow = SELSCAN__CAST(float *, q->state.data) + row * q->state.s[0] + dlo * hs1;
+        const float *const Arow = SELSCAN__CAST(const float *, q->A.data) + dlo * as0;
+        int64_t g = dlo / q->dpg, gend = (g + 1) * q->dpg - dlo; /* channel index (from dlo) of the next group */
+        const float *Bp, *Cp;
+        float Db[SELSCAN__SNB], dxb[SELSCAN__SNB], ab[SELSCAN__WMAX * SELSCAN__SNA];
+        SELSCAN__VF yv[SELSCAN__VW];
+        int c;
+        selscan__step_bc(q, b, g, Bb, Cb, &Bp, &Cp);
+        if (q->D.data) selscan__cvt_row(Db, q->D.data, SELSCAN__AT1(q->D, dlo), q->D.s[0], nd, SELSCAN_F32);
+        for (i = q->D.data ? nd : 0; i < SELSCAN__SNB; i++) Db[i] = 0.0f;
+        /* dt x of every channel as vectors (each channel then broadcasts it from memory) */
+        for (i = 0; i < SELSCAN__SNB; i += W) SELSCAN__VSTORE(dxb + i, SELSCAN__VMUL(SELSCAN__VLOAD(dtb + i), SELSCAN__VLOAD(xb + i)));
+        for (i = 0; i < nd; i += W) {
+            const int ne = nd - i < W ? SELSCAN__CAST(int, nd - i) : W;
+            if (i + ne <= gend && NV <= 4) {
+                float *const hp = hrow + i * hs1;
+                const float *const Ap = Arow + i * as0;
+                const int64_t nrow = q->dim - dlo - i; /* channels of the state row from hp on */
+                if (NV == 1) SELSCAN__SFX(selscan__step_rows)(1, ne, dtb + i, dxb + i, hp, hs1, Ap, as0, Bp, Cp, yv,
+                                                              nrow);
+                else if (NV == 2) SELSCAN__SFX(selscan__step_rows)(2, ne, dtb + i, dxb + i, hp, hs1, Ap, as0, Bp, Cp,
+                                                                   yv, nrow);
+                else if (NV == 3) SELSCAN__SFX(selscan__step_rows)(3, ne, dtb + i, dxb + i, hp, hs1, Ap, as0, Bp, Cp,
+                                                                   yv, nrow);
+                else SELSCAN__SFX(selscan__step_rows)(4, ne, dtb + i, dxb + i, hp, hs1, Ap, as0, Bp, Cp, yv, nrow);
+                for (c = ne; c < W; c++) yv[c] = SELSCAN__VSET1(0.0f);
+                SELSCAN__VTHSUM(yv, yb + i);
+                continue;
+            }
+            for (c = 0; c < ne; c++) {
+                const SELSCAN__VF vdt = SELSCAN__VSET1(dtb[i + c]);
+                const float *const Ap = Arow + (i + c) * as0;
+                for (n = 0; n < N; n += W) SELSCAN__VSTORE(ab + c * N + n,
+                                                           SELSCAN__SFX(selscan__vexp)(SELSCAN__VMUL(vdt, SELSCAN__VLOAD(Ap + n))));
+            }
+            for (c = 0; c < ne; c++) {
+                const int64_t di = i + c;
+                const SELSCAN__VF vdx = SELSCAN__VSET1(dtb[di] * xb[di]);
+                float *const hp = hrow + di * hs1;
+                const float *const ap = ab + c * N;
+                SELSCAN__VF acc0 = SELSCAN__VSET1(0.0f), acc1 = acc0;
+                if (di >= gend) {
+                    g++;
+                    gend += q->dpg;
+                    selscan__step_bc(q, b, g, Bb, Cb, &Bp, &Cp);
+                }
+                for (n = 0; n + 2 * W <= N; n += 2 * W) {
+                    const SELSCAN__VF a0 = SELSCAN__VLOAD(ap + n), a1 = SELSCAN__VLOAD(ap + n + W);
+                    const SELSCAN__VF h0 = SELSCAN__VFMA(a0, SELSCAN__VLOAD(hp + n), SELSCAN__VMUL(vdx, SELSCAN__VLOAD(Bp + n)));
+                    const SELSCAN__VF h1 = SELSCAN__VFMA(a1, SELSCAN__VLOAD(hp + n + W), SELSCAN__VMUL(vdx, SELSCAN__VLOAD(Bp + n + W)));
+                    SELSCAN__VSTORE(hp + n, h0);
+                    SELSCAN__VSTORE(hp + n + W, h1);
+                    acc0 = SELSCAN__VFMA(SELSCAN__VLOAD(Cp + n), h0, acc0);
+                    acc1 = SELSCAN__VFMA(SELSCAN__VLOAD(Cp + n + W), h1, acc1);
+                }
+                if (n < N) {
+                    const SELSCAN__VF h0 = SELSCAN__VFMA(SELSCAN__VLOAD(ap + n), SELSCAN__VLOAD(hp + n), SELSCAN__VMUL(vdx, SELSCAN__VLOAD(Bp + n)));
+                    SELSCAN__VSTORE(hp + n, h0);
+                    acc0 = SELSCAN__VFMA(SELSCAN__VLOAD(Cp + n), h0, acc0);
+                }
+                yv[c] = SELSCAN__VADD(acc0, acc1);
+            }
+            for (; c < W; c++) yv[c] = SELSCAN__VSET1(0.0f);
+            SELSCAN__VTHSUM(yv, yb + i); /* yb[i + c] = sum of the lanes of yv[c] */
+        }
+        for (i = 0; i < nd; i += W) {
+            SELSCAN__VF y = SELSCAN__VLOAD(yb + i);
+            if (q->D.data) y = SELSCAN__VADD(y, SELSCAN__VMUL(SELSCAN__VLOAD(Db + i), SELSCAN__VLOAD(xb + i)));
+            if (q->z.data) y = SELSCAN__VMUL(y, SELSCAN__VLOAD(zb + i));
+            SELSCAN__VSTORE(yb + i, y);
+        }
+        selscan__store_row(q->y.data, b * q->y.s[0] + dlo * q->y.s[1], q->y.s[1], yb, nd, q->dt);
+        return;
+    }
+    for (d = dlo; d < dhi; d++) {
+        const int64_t g = d / q->dpg;
+        const SELSCAN__VF vdt = SELSCAN__VSET1(dtb[d - dlo]), vdx = SELSCAN__VSET1(dtb[d - dlo] * xb[d - dlo]);
+        SELSCAN__VF yv = SELSCAN__VSET1(0.0f);
+        float *hrow = SELSCAN__CAST(float *, q->state.data) + row * q->state.s[0] + d * q->state.s[1];
+        float y = 0.0f;
+        for (nb = 0; nb < N; nb += SELSCAN__SNB) {
+            const int64_t nn = selscan__min64(SELSCAN__SNB, N - nb), nv = nn / W * W;
+            float *hp = hrow + nb * q->state.s[2];
+            const float *Ap = SELSCAN__CAST(const float *, q->A.data) + d * q->A.s[0] + nb * q->A.s[1];
+            const float *Bp, *Cp;
+            const int hdirect = q->state.s[2] == 1;
+            if (!hdirect) { for (n = 0; n < nn; n++) hb[n] = hp[n * q->state.s[2]]; hp = hb; }
+            if (q->A.s[1] != 1) { for (n = 0; n < nn; n++) Ab[n] = Ap[n * q->A.s[1]]; Ap = Ab; }
+            if (q->fixB) {
+                Bp = SELSCAN__CAST(const float *, q->B.data) + d * q->B.s[0] + nb * q->B.s[1];
+                if (q->B.s[1] != 1) { for (n = 0; n < nn; n++) Bb[n] = Bp[n * q->B.s[1]]; Bp = Bb; }
+            } else if (q->dt == SELSCAN_F32 && q->B.s[2] == 1) {
+                Bp = SELSCAN__CAST(const float *, q->B.data) + b * q->B.s[0] + g * q->B.s[1] + nb;
+            } else {
+                selscan__cvt_row(Bb, q->B.data, b * q->B.s[0] + g * q->B.s[1] + nb * q->B.s[2], q->B.s[2], nn, q->dt);
+                Bp = Bb;
+            }
+            if (q->fixC) {
+                Cp = SELSCAN__CAST(const float *, q->C.data) + d * q->C.s[0] + nb * q->C.s[1];
+                if (q->C.s[1] != 1) { for (n = 0; n < nn; n++) Cb[n] = Cp[n * q->C.s[1]]; Cp = Cb; }
+            } else if (q->dt == SELSCAN_F32 && q->C.s[2] == 1) {
+                Cp = SELSCAN__CAST(const float *, q->C.data) + b * q->C.s[0] + g * q->C.s[1] + nb;
+            } else {
+                selscan__cvt_row(Cb, q->C.data, b * q->C.s[0] + g * q->C.s[1] + nb * q->C.s[2], q->C.s[2], nn, q->dt);
+                Cp = Cb;
+            }
+            for (n = 0; n < nv; n += W) {
+                const SELSCAN__VF a = SELSCAN__SFX(selscan__vexp)(SELSCAN__VMUL(vdt, SELSCAN__VLOAD(Ap + n)));
+                const SELSCAN__VF h = SELSCAN__VFMA(a, SELSCAN__VLOAD(hp + n), SELSCAN__VMUL(vdx, SELSCAN__VLOAD(Bp + n)));
+                SELSCAN__VSTORE(hp + n, h);
+                yv = SELSCAN__VFMA(SELSCAN__VLOAD(Cp + n), h, yv);
+            }
+            if (nv < nn) { /* tail through zero-padded vectors */
+                for (i = 0; i < W; i++) {
+                    const int in = nv + i < nn;
+                    th[i] = in ? hp[nv + i] : 0.0f; tA[i] = in ? Ap[nv + i] : 0.0f;
+                    tB[i] = in ? Bp[nv + i] : 0.0f; tC[i] = in ? Cp[nv + i] : 0.0f;
+                }
+                {
+                    const SELSCAN__VF a = SELSCAN__SFX(selscan__vexp)(SELSCAN__VMUL(vdt, SELSCAN__VLOAD(tA)));
+                    const SELSCAN__VF h = SELSCAN__VFMA(a, SELSCAN__VLOAD(th), SELSCAN__VMUL(vdx, SELSCAN__VLOAD(tB)));
+                    SELSCAN__VSTORE(th, h);
+                    yv = SELSCAN__VFMA(SELSCAN__VLOAD(tC), h, yv);
+                }
+                for (i = 0; nv + i < nn; i++) hp[nv + i] = th[i];
+            }
+            if (!hdirect)
+                for (n = 0; n < nn; n++) hrow[(nb + n) * q->state.s[2]] = hb[n];
+        }
+        y = SELSCAN__VHSUM(yv);
+        if (q->D.data) y += SELSCAN__CAST(const float *, q->D.data)[SELSCAN__AT1(q->D, d)] * xb[d - dlo];
+        if (q->z.data) y *= zb[d - dlo];
+        yb[d - dlo] = y;
+    }
+    selscan__store_row(q->y.data, b * q->y.s[0] + dlo * q->y.s[1], q->y.s[1], yb, nd, q->dt);
+}
+
+/* the pass's definitions (>>fast-isa defines them again for the next pass) */
+#undef SELSCAN__KSFX
+#undef SELSCAN__ATTR
+#undef SELSCAN__VF
+#undef SELSCAN__VW
+#undef SELSCAN__VLOAD
+#undef SELSCAN__VSTORE
+#undef SELSCAN__VSET1
+#undef SELSCAN__VADD
+#undef SELSCAN__VSUB
+#undef SELSCAN__VMUL
+#undef SELSCAN__VDIV
+#undef SELSCAN__VFMA
+#undef SELSCAN__VMAX
+#undef SELSCAN__VMIN
+#undef SELSCAN__VGTSEL
+#undef SELSCAN__VPOW2I
+#undef SELSCAN__VHSUM
+#undef SELSCAN__VTHSUM
+#undef SELSCAN__VTHSUMS
+#undef SELSCAN__VADDEXP
+#undef SELSCAN__VOPAQUE
+#undef SELSCAN__LOADTILE
+#undef SELSCAN__STORETILE
+#endif /* SELSCAN__KSFX: >>fast-kernels */

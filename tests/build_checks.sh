@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # tests/build_checks.sh: selscan.h builds warnings-clean everywhere it claims to.
 #   C99 / C11 with gcc and clang, C++11 / C++17 with g++ and clang++ (-Wall -Wextra -pedantic
-#   -Werror; -O0, -O2, -O3 -march=native), SELSCAN_NO_SIMD, SELSCAN_STATIC; two translation units
+#   -Werror; -O0, -O2, -O3 -march=native), SELSCAN_NO_SIMD, SELSCAN_STATIC, a renamed copy of the
+#   header compiled with -x c (SELSCAN_HEADER_FILE); two translation units
 #   plus a SELSCAN_STATIC copy linked into one program that runs (and the same with a C++ caller);
 #   a CUDA translation unit with SELSCAN_IMPLEMENTATION through nvcc when it exists.
 #   An absent compiler is skipped (not counted). Compiles run in parallel (BUILD_JOBS, default nproc).
@@ -63,6 +64,9 @@ if [ ${#ccs[@]} -gt 0 ]; then
     start "$c -std=c99 -O3 -march=native" $c -std=c99 $WARN -O3 -march=native -c $SRC/impl.c -o "$OUT/native.o"
     c=${ccs[${#ccs[@]}-1]}
     start "$c -std=c11 -O0 SELSCAN_NO_SIMD" $c -std=c11 $WARN -O0 -DSELSCAN_NO_SIMD -c $SRC/impl.c -o "$OUT/nosimd.o"
+    # the implementation includes itself per instruction set: a renamed copy through SELSCAN_HEADER_FILE
+    start "$c -x c on a renamed copy of selscan.h elsewhere (SELSCAN_HEADER_FILE)" sh -c \
+        "mkdir -p $OUT/renamed && cp selscan.h $OUT/renamed/my_selscan.h && $c -std=c99 $WARN -O1 -x c -DSELSCAN_IMPLEMENTATION '-DSELSCAN_HEADER_FILE=\"my_selscan.h\"' -c $OUT/renamed/my_selscan.h -o $OUT/renamed.o && nm $OUT/renamed.o | grep -q selscan__fwd_tile_port"
 fi
 for c in "${cxxs[@]}"; do
     t=$(basename "$c")
