@@ -69,21 +69,33 @@
  * ---------------------------------------------------------------------------------------------
  * CONTRACT
  *
- * The library never allocates, never prints, never aborts, keeps no global mutable state and is
- * reentrant. The caller owns every buffer, including the workspace: ask selscan_workspace_size()
- * first, pass a block of at least that size aligned to SELSCAN_WORKSPACE_ALIGN bytes (NULL when
- * the size is 0). Every entry point validates all it reads and returns a status; on any error not
- * one output byte is written. Whatever a backend cannot do, it refuses with
- * SELSCAN_ERR_UNSUPPORTED. All indexing is 64-bit; there is no limit on N, L or dim beyond
- * memory. Outputs must not overlap each other, any input or the workspace (checked on the byte
- * range each tensor spans; SELSCAN_ERR_ALIAS).
+ * The library never allocates, never prints, never aborts and is reentrant. The caller owns every
+ * buffer, including the workspace: ask selscan_workspace_size() first and pass any pointer to at
+ * least that many bytes (malloc's is fine; NULL when the size is 0): the size includes
+ * SELSCAN_WORKSPACE_ALIGN - 1 bytes of slack and every entry point aligns the pointer up inside.
+ * Every entry point validates all it reads and returns a status; on any error not one output byte
+ * is written, and when the problem's diag points at a selscan_diag, it names the operand and the
+ * rule that failed. Whatever a backend cannot do, it refuses with SELSCAN_ERR_UNSUPPORTED. All
+ * indexing is 64-bit; there is no limit on N, L or dim beyond memory. Outputs must not share an
+ * element's byte with each other, any input or the workspace (SELSCAN_ERR_ALIAS). Overlap is
+ * judged on elements where that is cheap to prove (views whose byte ranges overlap are accepted
+ * when their elements interleave without meeting, e.g. dB and dC as column blocks of one
+ * (batch, L, dt_rank + 2N) buffer: Mamba's x_proj layout), on byte ranges otherwise.
+ *
+ * Global state: exactly two caches, both write-once and idempotent (every thread computes the
+ * same value; a race only repeats the computation): the CPU vector path (detected on first use,
+ * an atomic int; see CPU PATHS) and, in selscan_cuda.cuh, the per-device attribute cache. Nothing
+ * else persists between calls.
  *
  * ---------------------------------------------------------------------------------------------
  * CPU PATHS
  *
- * selscan_*_cpu run a vectorized path picked at run time from CPUID (each call; nothing cached):
- * AVX-512F, else AVX2+FMA+F16C, on x86-64 (per-function target attributes: no -march needed),
- * NEON on arm64, portable C elsewhere or with SELSCAN_NO_SIMD; selscan_cpu_backend() names it.
+ * selscan_*_cpu run a vectorized path picked at run time from CPUID (detected once, on first use,
+ * and cached): AVX-512F, else AVX2+FMA+F16C, on x86-64 (per-function target attributes: no -march
+ * needed), NEON on arm64, portable C elsewhere or with SELSCAN_NO_SIMD; selscan_cpu_backend()
+ * names it. The environment variable SELSCAN_CPU=avx512f|avx2|neon|portable, read once at that
+ * first use, forces a lower path (never above what the CPU runs): for bisecting a numeric
+ * difference between machines.
  * They run on the calling thread; the *_part forms (see the API) split the work for any thread
  * pool with bitwise the same results for every split. The exponential is a polynomial (within
  * 1.3 ulp; in steps where |dt * A| <= 86 it works on dt * (A log2 e) with A log2 e rounded once,
@@ -163,8 +175,9 @@ typedef enum selscan_dtype { SELSCAN_F32 = 0, SELSCAN_F16, SELSCAN_BF16 } selsca
 #define SELSCAN_FIXED_C 4u        /* C is (dim, N) f32, constant over time */
 #define SELSCAN__KNOWN_FLAGS (SELSCAN_DELTA_SOFTPLUS | SELSCAN_FIXED_B | SELSCAN_FIXED_C)
 
-/* The workspace must be aligned to this many bytes (malloc may not be enough: use
-   aligned_alloc / posix_memalign on the CPU; cudaMalloc is aligned to 256). */
+/* The alignment the library gives its workspace internally. Nothing is required of the caller: any
+   pointer works (malloc's included), because every selscan_workspace_size* answer includes
+   SELSCAN_WORKSPACE_ALIGN - 1 bytes of slack and every entry point aligns the pointer up inside. */
 #define SELSCAN_WORKSPACE_ALIGN 64
 
 /* A tensor: data pointer plus element strides per logical dimension (see OPERANDS above).
@@ -182,10 +195,12 @@ typedef struct selscan_out_tensor {
 } selscan_out_tensor;
 
 /* Optional: which operand and which rule an error status is about. Give a pointer to one in
-   selscan_problem.diag / selscan_step_problem.diag; on an error status the entry point (or
-   validate function) stores two static strings there, e.g. {"dB", "overlaps dC"}; nothing is
-   written on SELSCAN_OK. No allocation, no printing. With the parts API every part stores the
-   same strings: give each thread its own copy of the problem (or leave diag NULL). */
+   selscan_problem.diag / selscan_step_problem.diag; on an error status every validate function,
+   size query and CPU entry point stores two static strings there, e.g. {"dB", "overlaps dC"},
+   {"workspace", "too small"}, {"cu_seqlens", "not increasing"}, {"n_parts", "out of range"};
+   nothing is written on SELSCAN_OK. No allocation, no printing. (A NULL problem pointer has no
+   diag to write to.) With the parts API every part stores the same strings: give each thread its
+   own copy of the problem (or leave diag NULL). */
 typedef struct selscan_diag {
     const char *operand; /* "u", "delta", ..., "dB", "workspace", "checkpoint", "n_parts", ... */
     const char *rule;    /* e.g. "negative stride", "overlaps dC", "too small" */
@@ -247,10 +262,13 @@ SELSCAN_DEF selscan_status selscan_step_cpu(const selscan_step_problem *s);
      forward:  run selscan_forward_cpu_part for every part; done.
      backward: run selscan_backward_cpu_part for every part; when all have returned, run
                selscan_backward_cpu_reduce for every part (its own split: any n_parts, the same
-               workspace); it writes dA, dD, ddelta_bias and dB, dC.
+               workspace); it writes dA, dD, ddelta_bias and dB, dC. The parts fill dA, dD,
+               ddelta_bias and fixed dB / dC with NaN first, so a forgotten reduce shows as NaN
+               (variable dB / dC are left as they were: too large to fill for nothing).
      step:     selscan_step_cpu_part for every part (no workspace).
-   Each call validates everything, like the plain entry points. Example with OpenMP:
-       selscan_workspace_size_parts(&p, NULL, n, &bytes);   ws = aligned_alloc(64, bytes)
+   Each call validates everything, like the plain entry points. All parts get the same workspace
+   pointer (any alignment: each part aligns it up alike). Example with OpenMP:
+       selscan_workspace_size_parts(&p, NULL, n, &bytes);   ws = malloc(bytes)
        #pragma omp parallel for
        for (i = 0; i < n; i++) st[i] = selscan_forward_cpu_part(&p, i, n, ws, bytes); */
 SELSCAN_DEF selscan_status selscan_workspace_size_parts(const selscan_problem *p, const selscan_grads *g, int64_t n_parts, size_t *bytes);
@@ -273,7 +291,7 @@ SELSCAN_DEF selscan_status selscan_backward_cpu_ckpt_part(const selscan_problem 
 SELSCAN_DEF selscan_status selscan_forward_cpu_ckpt(const selscan_problem *p, void *workspace, size_t workspace_bytes, float *ckpt, size_t ckpt_bytes);
 SELSCAN_DEF selscan_status selscan_backward_cpu_ckpt(const selscan_problem *p, const selscan_grads *g, void *workspace, size_t workspace_bytes, const float *ckpt, size_t ckpt_bytes);
 /* The vector path the CPU entry points use on this machine: "avx512f", "avx2+fma", "neon" or
-   "portable" (SELSCAN_NO_SIMD, or no supported extension). */
+   "portable" (SELSCAN_NO_SIMD, no supported extension, or lowered by SELSCAN_CPU). */
 SELSCAN_DEF const char *selscan_cpu_backend(void);
 
 /* The scalar reference: the exact, simple implementation every fast path is checked against.
