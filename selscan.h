@@ -72,21 +72,33 @@
  * ---------------------------------------------------------------------------------------------
  * CONTRACT
  *
- * The library never allocates, never prints, never aborts, keeps no global mutable state and is
- * reentrant. The caller owns every buffer, including the workspace: ask selscan_workspace_size()
- * first, pass a block of at least that size aligned to SELSCAN_WORKSPACE_ALIGN bytes (NULL when
- * the size is 0). Every entry point validates all it reads and returns a status; on any error not
- * one output byte is written. Whatever a backend cannot do, it refuses with
- * SELSCAN_ERR_UNSUPPORTED. All indexing is 64-bit; there is no limit on N, L or dim beyond
- * memory. Outputs must not overlap each other, any input or the workspace (checked on the byte
- * range each tensor spans; SELSCAN_ERR_ALIAS).
+ * The library never allocates, never prints, never aborts and is reentrant. The caller owns every
+ * buffer, including the workspace: ask selscan_workspace_size() first and pass any pointer to at
+ * least that many bytes (malloc's is fine; NULL when the size is 0): the size includes
+ * SELSCAN_WORKSPACE_ALIGN - 1 bytes of slack and every entry point aligns the pointer up inside.
+ * Every entry point validates all it reads and returns a status; on any error not one output byte
+ * is written, and when the problem's diag points at a selscan_diag, it names the operand and the
+ * rule that failed. Whatever a backend cannot do, it refuses with SELSCAN_ERR_UNSUPPORTED. All
+ * indexing is 64-bit; there is no limit on N, L or dim beyond memory. Outputs must not share an
+ * element's byte with each other, any input or the workspace (SELSCAN_ERR_ALIAS). Overlap is
+ * judged on elements where that is cheap to prove (views whose byte ranges overlap are accepted
+ * when their elements interleave without meeting, e.g. dB and dC as column blocks of one
+ * (batch, L, dt_rank + 2N) buffer: Mamba's x_proj layout), on byte ranges otherwise.
+ *
+ * Global state: exactly two caches, both write-once and idempotent (every thread computes the
+ * same value; a race only repeats the computation): the CPU vector path (detected on first use,
+ * an atomic int; see CPU PATHS) and, in selscan_cuda.cuh, the per-device attribute cache. Nothing
+ * else persists between calls.
  *
  * ---------------------------------------------------------------------------------------------
  * CPU PATHS
  *
- * selscan_*_cpu run a vectorized path picked at run time from CPUID (each call; nothing cached):
- * AVX-512F, else AVX2+FMA+F16C, on x86-64 (per-function target attributes: no -march needed),
- * NEON on arm64, portable C elsewhere or with SELSCAN_NO_SIMD; selscan_cpu_backend() names it.
+ * selscan_*_cpu run a vectorized path picked at run time from CPUID (detected once, on first use,
+ * and cached): AVX-512F, else AVX2+FMA+F16C, on x86-64 (per-function target attributes: no -march
+ * needed), NEON on arm64, portable C elsewhere or with SELSCAN_NO_SIMD; selscan_cpu_backend()
+ * names it. The environment variable SELSCAN_CPU=avx512f|avx2|neon|portable, read once at that
+ * first use, forces a lower path (never above what the CPU runs): for bisecting a numeric
+ * difference between machines.
  * They run on the calling thread; the *_part forms (see the API) split the work for any thread
  * pool with bitwise the same results for every split. The exponential is a polynomial (within
  * 1.3 ulp; in steps where |dt * A| <= 86 it works on dt * (A log2 e) with A log2 e rounded once,
@@ -166,8 +178,9 @@ typedef enum selscan_dtype { SELSCAN_F32 = 0, SELSCAN_F16, SELSCAN_BF16 } selsca
 #define SELSCAN_FIXED_C 4u        /* C is (dim, N) f32, constant over time */
 #define SELSCAN__KNOWN_FLAGS (SELSCAN_DELTA_SOFTPLUS | SELSCAN_FIXED_B | SELSCAN_FIXED_C)
 
-/* The workspace must be aligned to this many bytes (malloc may not be enough: use
-   aligned_alloc / posix_memalign on the CPU; cudaMalloc is aligned to 256). */
+/* The alignment the library gives its workspace internally. Nothing is required of the caller: any
+   pointer works (malloc's included), because every selscan_workspace_size* answer includes
+   SELSCAN_WORKSPACE_ALIGN - 1 bytes of slack and every entry point aligns the pointer up inside. */
 #define SELSCAN_WORKSPACE_ALIGN 64
 
 /* A tensor: data pointer plus element strides per logical dimension (see OPERANDS above).
@@ -185,10 +198,12 @@ typedef struct selscan_out_tensor {
 } selscan_out_tensor;
 
 /* Optional: which operand and which rule an error status is about. Give a pointer to one in
-   selscan_problem.diag / selscan_step_problem.diag; on an error status the entry point (or
-   validate function) stores two static strings there, e.g. {"dB", "overlaps dC"}; nothing is
-   written on SELSCAN_OK. No allocation, no printing. With the parts API every part stores the
-   same strings: give each thread its own copy of the problem (or leave diag NULL). */
+   selscan_problem.diag / selscan_step_problem.diag; on an error status every validate function,
+   size query and CPU entry point stores two static strings there, e.g. {"dB", "overlaps dC"},
+   {"workspace", "too small"}, {"cu_seqlens", "not increasing"}, {"n_parts", "out of range"};
+   nothing is written on SELSCAN_OK. No allocation, no printing. (A NULL problem pointer has no
+   diag to write to.) With the parts API every part stores the same strings: give each thread its
+   own copy of the problem (or leave diag NULL). */
 typedef struct selscan_diag {
     const char *operand; /* "u", "delta", ..., "dB", "workspace", "checkpoint", "n_parts", ... */
     const char *rule;    /* e.g. "negative stride", "overlaps dC", "too small" */
@@ -250,10 +265,13 @@ SELSCAN_DEF selscan_status selscan_step_cpu(const selscan_step_problem *s);
      forward:  run selscan_forward_cpu_part for every part; done.
      backward: run selscan_backward_cpu_part for every part; when all have returned, run
                selscan_backward_cpu_reduce for every part (its own split: any n_parts, the same
-               workspace); it writes dA, dD, ddelta_bias and dB, dC.
+               workspace); it writes dA, dD, ddelta_bias and dB, dC. The parts fill dA, dD,
+               ddelta_bias and fixed dB / dC with NaN first, so a forgotten reduce shows as NaN
+               (variable dB / dC are left as they were: too large to fill for nothing).
      step:     selscan_step_cpu_part for every part (no workspace).
-   Each call validates everything, like the plain entry points. Example with OpenMP:
-       selscan_workspace_size_parts(&p, NULL, n, &bytes);   ws = aligned_alloc(64, bytes)
+   Each call validates everything, like the plain entry points. All parts get the same workspace
+   pointer (any alignment: each part aligns it up alike). Example with OpenMP:
+       selscan_workspace_size_parts(&p, NULL, n, &bytes);   ws = malloc(bytes)
        #pragma omp parallel for
        for (i = 0; i < n; i++) st[i] = selscan_forward_cpu_part(&p, i, n, ws, bytes); */
 SELSCAN_DEF selscan_status selscan_workspace_size_parts(const selscan_problem *p, const selscan_grads *g, int64_t n_parts, size_t *bytes);
@@ -271,8 +289,12 @@ SELSCAN_DEF selscan_status selscan_step_cpu_part(const selscan_step_problem *s, 
 SELSCAN_DEF selscan_status selscan_checkpoint_size(const selscan_problem *p, size_t *bytes);
 SELSCAN_DEF selscan_status selscan_forward_cpu_ckpt_part(const selscan_problem *p, int64_t part, int64_t n_parts, void *workspace, size_t workspace_bytes, float *ckpt, size_t ckpt_bytes);
 SELSCAN_DEF selscan_status selscan_backward_cpu_ckpt_part(const selscan_problem *p, const selscan_grads *g, int64_t part, int64_t n_parts, void *workspace, size_t workspace_bytes, const float *ckpt, size_t ckpt_bytes);
+/* The same without the parts API (n_parts = 1, the reduce included): workspace from
+   selscan_workspace_size(), bitwise the same results as the parts forms. */
+SELSCAN_DEF selscan_status selscan_forward_cpu_ckpt(const selscan_problem *p, void *workspace, size_t workspace_bytes, float *ckpt, size_t ckpt_bytes);
+SELSCAN_DEF selscan_status selscan_backward_cpu_ckpt(const selscan_problem *p, const selscan_grads *g, void *workspace, size_t workspace_bytes, const float *ckpt, size_t ckpt_bytes);
 /* The vector path the CPU entry points use on this machine: "avx512f", "avx2+fma", "neon" or
-   "portable" (SELSCAN_NO_SIMD, or no supported extension). */
+   "portable" (SELSCAN_NO_SIMD, no supported extension, or lowered by SELSCAN_CPU). */
 SELSCAN_DEF const char *selscan_cpu_backend(void);
 
 /* The scalar reference: the exact, simple implementation every fast path is checked against.
@@ -300,6 +322,7 @@ SELSCAN_DEF uint16_t selscan_f32_to_bf16(float f);
 #define SELSCAN__IMPLEMENTED
 
 #include <math.h>
+#include <stdlib.h> /* getenv (SELSCAN_CPU) */
 #include <string.h>
 
 #ifdef __cplusplus
@@ -316,6 +339,12 @@ SELSCAN_DEF uint16_t selscan_f32_to_bf16(float f);
    the states inside a chunk, so its memory is O(N * L / SELSCAN__CHUNK) per channel in flight. */
 #define SELSCAN__CHUNK 64
 #define SELSCAN__SOFTPLUS_THRESHOLD 20.0f
+/* a static function some translation units do not call (the CUDA side's helpers) */
+#if defined(__GNUC__) || defined(__clang__)
+#define SELSCAN__MAYBE_UNUSED __attribute__((unused))
+#else
+#define SELSCAN__MAYBE_UNUSED
+#endif
 
 #ifndef SELSCAN_VALIDATION_ONLY /* public functions: the full implementation defines them */
 SELSCAN_DEF const char *selscan_status_string(selscan_status s) {
@@ -334,6 +363,7 @@ SELSCAN_DEF const char *selscan_status_string(selscan_status s) {
 #ifndef SELSCAN_VALIDATION_ONLY
 static uint32_t selscan__f32_bits(float f) { uint32_t u; memcpy(&u, &f, 4); return u; }
 static float selscan__bits_f32(uint32_t u) { float f; memcpy(&f, &u, 4); return f; }
+static float selscan__nan_f32(void) { return selscan__bits_f32(0x7fc00000u); }
 
 SELSCAN_DEF float selscan_bf16_to_f32(uint16_t h) { return selscan__bits_f32(SELSCAN__CAST(uint32_t, h) << 16); }
 
@@ -394,6 +424,23 @@ static void selscan__store(void *base, int64_t off, selscan_dtype t, float v) {
 
 static size_t selscan__dtype_size(selscan_dtype t) { return t == SELSCAN_F32 ? 4u : 2u; }
 
+/* ---- diagnostics: every failing check names its operand and rule (selscan_diag) ---- */
+
+/* Stores (operand, rule) into d when d is non-NULL; both are static strings. The CUDA side calls
+   it too (selscan_cuda.cuh). */
+static void selscan__diag_set(selscan_diag *d, const char *operand, const char *rule) {
+    if (d) {
+        d->operand = operand;
+        d->rule = rule;
+    }
+}
+static selscan_status selscan__fail(selscan_diag *d, selscan_status st, const char *operand, const char *rule) {
+    selscan__diag_set(d, operand, rule);
+    return st;
+}
+/* return status st, naming operand and rule in diag d */
+#define SELSCAN__FAIL(d, st, operand, rule) return selscan__fail((d), (st), (operand), (rule))
+
 /* A tensor with its strides resolved (defaults filled in) and its shape and dtype attached. */
 typedef struct selscan__ten {
     void *data;
@@ -401,6 +448,9 @@ typedef struct selscan__ten {
     int64_t n[4];     /* logical sizes */
     int nd;           /* number of dimensions */
     selscan_dtype dt; /* element type */
+    const char *name; /* the operand's name ("u", "dB", ...) and "overlaps <name>": for selscan_diag */
+    const char *ovl;
+    selscan_diag *diag; /* where a failing check of this tensor reports (may be NULL) */
 } selscan__ten;
 
 /* Everything an implementation needs, validated: sizes, flags and resolved tensors. */
@@ -411,6 +461,7 @@ typedef struct selscan__prob {
     const int64_t *cu;
     int64_t nseq;
     selscan__ten u, delta, A, B, C, D, z, bias, h0, y, hlast;
+    selscan_diag *diag; /* the problem's diag (may be NULL) */
 } selscan__prob;
 
 typedef struct selscan__grd {
@@ -432,12 +483,16 @@ static int selscan__count_ok(int64_t a, int64_t b, int64_t c, int64_t d) {
 
 /* Resolve strides: all zero means contiguous (row-major in the listed order). data: the tensor's
    pointer (inputs are only ever read through it). */
-static void selscan__resolve_data(selscan__ten *r, void *data, const int64_t *stride, int nd, int64_t n0,
-                                  int64_t n1, int64_t n2, int64_t n3, selscan_dtype dt) {
+static void selscan__resolve_data(selscan__ten *r, void *data, const int64_t *stride, const char *name,
+                                  const char *ovl, selscan_diag *diag, int nd, int64_t n0, int64_t n1, int64_t n2,
+                                  int64_t n3, selscan_dtype dt) {
     int i, allzero = 1;
     r->data = data;
     r->nd = nd;
     r->dt = dt;
+    r->name = name;
+    r->ovl = ovl;
+    r->diag = diag;
     r->n[0] = n0; r->n[1] = n1; r->n[2] = n2; r->n[3] = n3;
     for (i = nd; i < 4; i++) r->n[i] = 1;
     for (i = 0; i < nd; i++) if (stride[i] != 0) allzero = 0;
@@ -449,8 +504,10 @@ static void selscan__resolve_data(selscan__ten *r, void *data, const int64_t *st
     }
     for (i = nd; i < 4; i++) r->s[i] = 0;
 }
-#define selscan__resolve(r, t, nd, n0, n1, n2, n3, dt) \
-    selscan__resolve_data(r, SELSCAN__UNCONST((t)->data), (t)->stride, nd, n0, n1, n2, n3, dt)
+/* NAME: a string literal (the operand's name in the API) */
+#define selscan__resolve(r, t, NAME, diag, nd, n0, n1, n2, n3, dt)                                                  \
+    selscan__resolve_data(r, SELSCAN__UNCONST((t)->data), (t)->stride, NAME, "overlaps " NAME, diag, nd, n0, n1, n2, \
+                          n3, dt)
 
 /* Byte span [lo, hi) of a tensor; 0 if a stride is negative or the span overflows. */
 static int selscan__span(const selscan__ten *t, int64_t *bytes) {
@@ -465,13 +522,18 @@ static int selscan__span(const selscan__ten *t, int64_t *bytes) {
     return 1;
 }
 
+static const char *selscan__name(const selscan__ten *t) { return t->name ? t->name : "tensor"; }
+static const char *selscan__ovl(const selscan__ten *t) { return t->ovl ? t->ovl : "overlaps another operand"; }
+
 /* Strides of a present tensor: non-negative, no overflow; for an output, no two elements at
    one address (sort the dimensions by stride; each must step past the span of the smaller). */
 static selscan_status selscan__check_strides(const selscan__ten *t, int is_output) {
     int64_t bytes, s[4], n[4];
     int i, j, k = 0;
     if (!t->data) return SELSCAN_OK;
-    if (!selscan__span(t, &bytes)) return SELSCAN_ERR_STRIDE;
+    for (i = 0; i < t->nd; i++)
+        if (t->s[i] < 0) SELSCAN__FAIL(t->diag, SELSCAN_ERR_STRIDE, selscan__name(t), "negative stride");
+    if (!selscan__span(t, &bytes)) SELSCAN__FAIL(t->diag, SELSCAN_ERR_STRIDE, selscan__name(t), "span overflows");
     if (!is_output) return SELSCAN_OK;
     for (i = 0; i < t->nd; i++) {
         if (t->n[i] <= 1) continue;
@@ -481,7 +543,7 @@ static selscan_status selscan__check_strides(const selscan__ten *t, int is_outpu
     {
         int64_t span = 1; /* elements covered by the dimensions so far */
         for (i = 0; i < k; i++) {
-            if (s[i] < span) return SELSCAN_ERR_STRIDE;
+            if (s[i] < span) SELSCAN__FAIL(t->diag, SELSCAN_ERR_STRIDE, selscan__name(t), "elements overlap");
             span = s[i] * (n[i] - 1) + span;
         }
     }
@@ -500,25 +562,87 @@ static int64_t selscan__bytes(const selscan__ten *t) {
     return b;
 }
 
-/* Every output against every other output and every input; the workspace against all. */
-static selscan_status selscan__check_alias(const selscan__ten *const *outs, int nout, const selscan__ten *const *ins,
-                                           int nin, const void *extra, int64_t extra_bytes, const void *ws,
-                                           int64_t ws_bytes) {
+/* 1 when no byte of an element of a is a byte of an element of b, proven cheaply (0: not proven).
+   For a modulus M (each byte stride of either tensor in turn): where every dimension of a tensor
+   either steps by a multiple of M or, all such dimensions together with the element, spans at
+   most M bytes, the tensor's bytes lie in one residue interval [base mod M, + extent) modulo M.
+   Two such intervals that do not meet (cyclically) prove the tensors disjoint: e.g. dB and dC
+   interleaved in one (batch, L, dt_rank + 2N) buffer. Strides must be validated (non-negative). */
+static int selscan__disjoint(const selscan__ten *a, const selscan__ten *b) {
+    const selscan__ten *t[2];
+    int k, i, j;
+    t[0] = a;
+    t[1] = b;
+    for (k = 0; k < 8; k++) {
+        const selscan__ten *c = t[k / 4];
+        const int dk = k % 4;
+        int64_t M, lo[2], ext[2], dlt;
+        int ok = 1;
+        if (dk >= c->nd || c->n[dk] <= 1) continue;
+        M = c->s[dk] * SELSCAN__CAST(int64_t, selscan__dtype_size(c->dt));
+        if (M <= 0) continue;
+        for (j = 0; j < 2 && ok; j++) {
+            const int64_t es = SELSCAN__CAST(int64_t, selscan__dtype_size(t[j]->dt));
+            int64_t e = es;
+            for (i = 0; i < t[j]->nd && ok; i++) {
+                const int64_t sb = t[j]->s[i] * es;
+                if (t[j]->n[i] <= 1 || sb % M == 0) continue;
+                e += (t[j]->n[i] - 1) * sb; /* spans are validated: no overflow */
+                if (e > M) ok = 0;
+            }
+            ext[j] = e;
+            lo[j] = SELSCAN__CAST(int64_t, SELSCAN__RCAST(uintptr_t, t[j]->data) % SELSCAN__CAST(uint64_t, M));
+        }
+        if (!ok) continue;
+        dlt = ((lo[1] - lo[0]) % M + M) % M; /* b's interval starts dlt bytes after a's */
+        if (dlt >= ext[0] && dlt + ext[1] <= M) return 1;
+    }
+    return 0;
+}
+
+/* Two present tensors share a byte of their elements (not proven disjoint). */
+static int selscan__ten_overlap(const selscan__ten *a, const selscan__ten *b) {
+    if (!a->data || !b->data) return 0;
+    if (!selscan__overlap(a->data, selscan__bytes(a), b->data, selscan__bytes(b))) return 0;
+    return !selscan__disjoint(a, b);
+}
+
+/* Every output against every other output and every input; the workspace against all. extra: a
+   flat buffer the call reads (its rule text: extra_ovl, e.g. "overlaps cu_seqlens"). */
+static selscan_status selscan__check_alias_d(const selscan__ten *const *outs, int nout, const selscan__ten *const *ins,
+                                             int nin, const void *extra, int64_t extra_bytes, const char *extra_ovl,
+                                             const void *ws, int64_t ws_bytes, selscan_diag *d) {
     int i, j;
     for (i = 0; i < nout; i++) {
         int64_t bi = selscan__bytes(outs[i]);
         if (!outs[i]->data) continue;
         for (j = i + 1; j < nout; j++)
-            if (selscan__overlap(outs[i]->data, bi, outs[j]->data, selscan__bytes(outs[j]))) return SELSCAN_ERR_ALIAS;
+            if (selscan__ten_overlap(outs[i], outs[j]))
+                SELSCAN__FAIL(d, SELSCAN_ERR_ALIAS, selscan__name(outs[i]), selscan__ovl(outs[j]));
         for (j = 0; j < nin; j++)
-            if (selscan__overlap(outs[i]->data, bi, ins[j]->data, selscan__bytes(ins[j]))) return SELSCAN_ERR_ALIAS;
-        if (selscan__overlap(outs[i]->data, bi, extra, extra_bytes)) return SELSCAN_ERR_ALIAS;
-        if (selscan__overlap(outs[i]->data, bi, ws, ws_bytes)) return SELSCAN_ERR_ALIAS;
+            if (selscan__ten_overlap(outs[i], ins[j]))
+                SELSCAN__FAIL(d, SELSCAN_ERR_ALIAS, selscan__name(outs[i]), selscan__ovl(ins[j]));
+        if (selscan__overlap(outs[i]->data, bi, extra, extra_bytes))
+            SELSCAN__FAIL(d, SELSCAN_ERR_ALIAS, selscan__name(outs[i]), extra_ovl);
+        if (selscan__overlap(outs[i]->data, bi, ws, ws_bytes))
+            SELSCAN__FAIL(d, SELSCAN_ERR_ALIAS, selscan__name(outs[i]), "overlaps workspace");
     }
     for (j = 0; j < nin; j++)
-        if (selscan__overlap(ws, ws_bytes, ins[j]->data, selscan__bytes(ins[j]))) return SELSCAN_ERR_ALIAS;
-    if (selscan__overlap(ws, ws_bytes, extra, extra_bytes)) return SELSCAN_ERR_ALIAS;
+        if (selscan__overlap(ws, ws_bytes, ins[j]->data, selscan__bytes(ins[j])))
+            SELSCAN__FAIL(d, SELSCAN_ERR_ALIAS, "workspace", selscan__ovl(ins[j]));
+    if (selscan__overlap(ws, ws_bytes, extra, extra_bytes)) SELSCAN__FAIL(d, SELSCAN_ERR_ALIAS, "workspace", extra_ovl);
     return SELSCAN_OK;
+}
+
+/* The same, reporting to the first diag the tensors carry; extra is the sequence offsets. */
+static SELSCAN__MAYBE_UNUSED selscan_status selscan__check_alias(const selscan__ten *const *outs, int nout,
+                                                                 const selscan__ten *const *ins, int nin, const void *extra,
+                                                                 int64_t extra_bytes, const void *ws, int64_t ws_bytes) {
+    selscan_diag *d = NULL;
+    int i;
+    for (i = 0; i < nout && !d; i++) d = outs[i]->diag;
+    for (i = 0; i < nin && !d; i++) d = ins[i]->diag;
+    return selscan__check_alias_d(outs, nout, ins, nin, extra, extra_bytes, "overlaps cu_seqlens", ws, ws_bytes, d);
 }
 
 static int selscan__dtype_ok(selscan_dtype t) {
@@ -530,23 +654,35 @@ static int selscan__dtype_ok(selscan_dtype t) {
 static selscan_status selscan__check_problem(const selscan_problem *p, selscan__prob *q, int need_y) {
     int64_t G, i;
     selscan_status st;
+    selscan_diag *d;
     if (!p) return SELSCAN_ERR_NULL;
-    if (!selscan__dtype_ok(p->dtype)) return SELSCAN_ERR_DTYPE;
-    if (p->flags & ~SELSCAN__KNOWN_FLAGS) return SELSCAN_ERR_UNSUPPORTED;
+    d = p->diag;
+    q->diag = d;
+    if (!selscan__dtype_ok(p->dtype)) SELSCAN__FAIL(d, SELSCAN_ERR_DTYPE, "dtype", "unknown dtype");
+    if (p->flags & ~SELSCAN__KNOWN_FLAGS) SELSCAN__FAIL(d, SELSCAN_ERR_UNSUPPORTED, "flags", "unknown flag");
     G = p->n_groups == 0 ? 1 : p->n_groups;
-    if (p->batch <= 0 || p->dim <= 0 || p->seqlen <= 0 || p->dstate <= 0 || G <= 0 || p->dim % G != 0)
-        return SELSCAN_ERR_SHAPE;
-    if (!p->u.data || !p->delta.data || !p->A.data || !p->B.data || !p->C.data || (need_y && !p->y.data))
-        return SELSCAN_ERR_NULL;
+    if (p->batch <= 0) SELSCAN__FAIL(d, SELSCAN_ERR_SHAPE, "batch", "not positive");
+    if (p->dim <= 0) SELSCAN__FAIL(d, SELSCAN_ERR_SHAPE, "dim", "not positive");
+    if (p->seqlen <= 0) SELSCAN__FAIL(d, SELSCAN_ERR_SHAPE, "seqlen", "not positive");
+    if (p->dstate <= 0) SELSCAN__FAIL(d, SELSCAN_ERR_SHAPE, "dstate", "not positive");
+    if (G <= 0 || p->dim % G != 0) SELSCAN__FAIL(d, SELSCAN_ERR_SHAPE, "n_groups", "does not divide dim");
+    if (!p->u.data) SELSCAN__FAIL(d, SELSCAN_ERR_NULL, "u", "missing");
+    if (!p->delta.data) SELSCAN__FAIL(d, SELSCAN_ERR_NULL, "delta", "missing");
+    if (!p->A.data) SELSCAN__FAIL(d, SELSCAN_ERR_NULL, "A", "missing");
+    if (!p->B.data) SELSCAN__FAIL(d, SELSCAN_ERR_NULL, "B", "missing");
+    if (!p->C.data) SELSCAN__FAIL(d, SELSCAN_ERR_NULL, "C", "missing");
+    if (need_y && !p->y.data) SELSCAN__FAIL(d, SELSCAN_ERR_NULL, "y", "missing");
     if (p->cu_seqlens) {
         /* the row count is checked before cu_seqlens[n_seqs] is read (its index must exist) */
-        if (p->batch != 1 || p->n_seqs <= 0 || !selscan__count_ok(p->n_seqs, p->dim, p->dstate, 1) ||
-            p->cu_seqlens[0] != 0 || p->cu_seqlens[p->n_seqs] != p->seqlen)
-            return SELSCAN_ERR_SHAPE;
+        if (p->batch != 1) SELSCAN__FAIL(d, SELSCAN_ERR_SHAPE, "batch", "not 1 with cu_seqlens");
+        if (p->n_seqs <= 0 || !selscan__count_ok(p->n_seqs, p->dim, p->dstate, 1))
+            SELSCAN__FAIL(d, SELSCAN_ERR_SHAPE, "n_seqs", "out of range");
+        if (p->cu_seqlens[0] != 0) SELSCAN__FAIL(d, SELSCAN_ERR_SHAPE, "cu_seqlens", "first offset not 0");
+        if (p->cu_seqlens[p->n_seqs] != p->seqlen) SELSCAN__FAIL(d, SELSCAN_ERR_SHAPE, "cu_seqlens", "last offset not seqlen");
         for (i = 0; i < p->n_seqs; i++)
-            if (p->cu_seqlens[i + 1] < p->cu_seqlens[i]) return SELSCAN_ERR_SHAPE;
+            if (p->cu_seqlens[i + 1] < p->cu_seqlens[i]) SELSCAN__FAIL(d, SELSCAN_ERR_SHAPE, "cu_seqlens", "not increasing");
     } else if (p->n_seqs != 0) {
-        return SELSCAN_ERR_NULL; /* n_seqs without the offsets */
+        SELSCAN__FAIL(d, SELSCAN_ERR_NULL, "cu_seqlens", "missing (n_seqs given)");
     }
     q->batch = p->batch; q->dim = p->dim; q->L = p->seqlen; q->N = p->dstate; q->G = G; q->dpg = p->dim / G;
     q->rows = p->cu_seqlens ? p->n_seqs : p->batch;
@@ -557,20 +693,20 @@ static selscan_status selscan__check_problem(const selscan_problem *p, selscan__
     q->cu = p->cu_seqlens; q->nseq = p->n_seqs;
     if (!selscan__count_ok(q->batch, q->dim, q->L, 1) || !selscan__count_ok(q->batch, q->G, q->N, q->L) ||
         !selscan__count_ok(q->rows, q->dim, q->N, 1))
-        return SELSCAN_ERR_SHAPE;
-    selscan__resolve(&q->u, &p->u, 3, q->batch, q->dim, q->L, 1, q->dt);
-    selscan__resolve(&q->delta, &p->delta, 3, q->batch, q->dim, q->L, 1, q->dt);
-    selscan__resolve(&q->z, &p->z, 3, q->batch, q->dim, q->L, 1, q->dt);
-    selscan__resolve(&q->y, &p->y, 3, q->batch, q->dim, q->L, 1, q->dt);
-    selscan__resolve(&q->A, &p->A, 2, q->dim, q->N, 1, 1, SELSCAN_F32);
-    if (q->fixB) selscan__resolve(&q->B, &p->B, 2, q->dim, q->N, 1, 1, SELSCAN_F32);
-    else selscan__resolve(&q->B, &p->B, 4, q->batch, q->G, q->N, q->L, q->dt);
-    if (q->fixC) selscan__resolve(&q->C, &p->C, 2, q->dim, q->N, 1, 1, SELSCAN_F32);
-    else selscan__resolve(&q->C, &p->C, 4, q->batch, q->G, q->N, q->L, q->dt);
-    selscan__resolve(&q->D, &p->D, 1, q->dim, 1, 1, 1, SELSCAN_F32);
-    selscan__resolve(&q->bias, &p->delta_bias, 1, q->dim, 1, 1, 1, SELSCAN_F32);
-    selscan__resolve(&q->h0, &p->h0, 3, q->rows, q->dim, q->N, 1, SELSCAN_F32);
-    selscan__resolve(&q->hlast, &p->h_last, 3, q->rows, q->dim, q->N, 1, SELSCAN_F32);
+        SELSCAN__FAIL(d, SELSCAN_ERR_SHAPE, "problem", "element count overflows");
+    selscan__resolve(&q->u, &p->u, "u", d, 3, q->batch, q->dim, q->L, 1, q->dt);
+    selscan__resolve(&q->delta, &p->delta, "delta", d, 3, q->batch, q->dim, q->L, 1, q->dt);
+    selscan__resolve(&q->z, &p->z, "z", d, 3, q->batch, q->dim, q->L, 1, q->dt);
+    selscan__resolve(&q->y, &p->y, "y", d, 3, q->batch, q->dim, q->L, 1, q->dt);
+    selscan__resolve(&q->A, &p->A, "A", d, 2, q->dim, q->N, 1, 1, SELSCAN_F32);
+    if (q->fixB) selscan__resolve(&q->B, &p->B, "B", d, 2, q->dim, q->N, 1, 1, SELSCAN_F32);
+    else selscan__resolve(&q->B, &p->B, "B", d, 4, q->batch, q->G, q->N, q->L, q->dt);
+    if (q->fixC) selscan__resolve(&q->C, &p->C, "C", d, 2, q->dim, q->N, 1, 1, SELSCAN_F32);
+    else selscan__resolve(&q->C, &p->C, "C", d, 4, q->batch, q->G, q->N, q->L, q->dt);
+    selscan__resolve(&q->D, &p->D, "D", d, 1, q->dim, 1, 1, 1, SELSCAN_F32);
+    selscan__resolve(&q->bias, &p->delta_bias, "delta_bias", d, 1, q->dim, 1, 1, 1, SELSCAN_F32);
+    selscan__resolve(&q->h0, &p->h0, "h0", d, 3, q->rows, q->dim, q->N, 1, SELSCAN_F32);
+    selscan__resolve(&q->hlast, &p->h_last, "h_last", d, 3, q->rows, q->dim, q->N, 1, SELSCAN_F32);
     {
         const selscan__ten *ins[] = {&q->u, &q->delta, &q->A, &q->B, &q->C, &q->D, &q->z, &q->bias, &q->h0};
         for (i = 0; i < SELSCAN__CAST(int64_t, sizeof ins / sizeof ins[0]); i++)
@@ -581,23 +717,24 @@ static selscan_status selscan__check_problem(const selscan_problem *p, selscan__
 
 static selscan_status selscan__check_grads(const selscan__prob *q, const selscan_grads *g, selscan__grd *r) {
     selscan_status st;
+    selscan_diag *d = q->diag;
     int i;
-    if (!g) return SELSCAN_ERR_NULL;
-    if (!g->dy.data) return SELSCAN_ERR_NULL;
-    if (g->dz.data && !q->z.data) return SELSCAN_ERR_NULL; /* dz of an absent z */
-    selscan__resolve(&r->dy, &g->dy, 3, q->batch, q->dim, q->L, 1, q->dt);
-    selscan__resolve(&r->dhlast, &g->dh_last, 3, q->rows, q->dim, q->N, 1, SELSCAN_F32);
-    selscan__resolve(&r->du, &g->du, 3, q->batch, q->dim, q->L, 1, q->dt);
-    selscan__resolve(&r->ddelta, &g->ddelta, 3, q->batch, q->dim, q->L, 1, q->dt);
-    selscan__resolve(&r->dz, &g->dz, 3, q->batch, q->dim, q->L, 1, q->dt);
-    selscan__resolve(&r->dA, &g->dA, 2, q->dim, q->N, 1, 1, SELSCAN_F32);
-    if (q->fixB) selscan__resolve(&r->dB, &g->dB, 2, q->dim, q->N, 1, 1, SELSCAN_F32);
-    else selscan__resolve(&r->dB, &g->dB, 4, q->batch, q->G, q->N, q->L, q->dt);
-    if (q->fixC) selscan__resolve(&r->dC, &g->dC, 2, q->dim, q->N, 1, 1, SELSCAN_F32);
-    else selscan__resolve(&r->dC, &g->dC, 4, q->batch, q->G, q->N, q->L, q->dt);
-    selscan__resolve(&r->dD, &g->dD, 1, q->dim, 1, 1, 1, SELSCAN_F32);
-    selscan__resolve(&r->dbias, &g->ddelta_bias, 1, q->dim, 1, 1, 1, SELSCAN_F32);
-    selscan__resolve(&r->dh0, &g->dh0, 3, q->rows, q->dim, q->N, 1, SELSCAN_F32);
+    if (!g) SELSCAN__FAIL(d, SELSCAN_ERR_NULL, "grads", "missing");
+    if (!g->dy.data) SELSCAN__FAIL(d, SELSCAN_ERR_NULL, "dy", "missing");
+    if (g->dz.data && !q->z.data) SELSCAN__FAIL(d, SELSCAN_ERR_NULL, "dz", "asked for without z");
+    selscan__resolve(&r->dy, &g->dy, "dy", d, 3, q->batch, q->dim, q->L, 1, q->dt);
+    selscan__resolve(&r->dhlast, &g->dh_last, "dh_last", d, 3, q->rows, q->dim, q->N, 1, SELSCAN_F32);
+    selscan__resolve(&r->du, &g->du, "du", d, 3, q->batch, q->dim, q->L, 1, q->dt);
+    selscan__resolve(&r->ddelta, &g->ddelta, "ddelta", d, 3, q->batch, q->dim, q->L, 1, q->dt);
+    selscan__resolve(&r->dz, &g->dz, "dz", d, 3, q->batch, q->dim, q->L, 1, q->dt);
+    selscan__resolve(&r->dA, &g->dA, "dA", d, 2, q->dim, q->N, 1, 1, SELSCAN_F32);
+    if (q->fixB) selscan__resolve(&r->dB, &g->dB, "dB", d, 2, q->dim, q->N, 1, 1, SELSCAN_F32);
+    else selscan__resolve(&r->dB, &g->dB, "dB", d, 4, q->batch, q->G, q->N, q->L, q->dt);
+    if (q->fixC) selscan__resolve(&r->dC, &g->dC, "dC", d, 2, q->dim, q->N, 1, 1, SELSCAN_F32);
+    else selscan__resolve(&r->dC, &g->dC, "dC", d, 4, q->batch, q->G, q->N, q->L, q->dt);
+    selscan__resolve(&r->dD, &g->dD, "dD", d, 1, q->dim, 1, 1, 1, SELSCAN_F32);
+    selscan__resolve(&r->dbias, &g->ddelta_bias, "ddelta_bias", d, 1, q->dim, 1, 1, 1, SELSCAN_F32);
+    selscan__resolve(&r->dh0, &g->dh0, "dh0", d, 3, q->rows, q->dim, q->N, 1, SELSCAN_F32);
     if ((st = selscan__check_strides(&r->dy, 0)) != SELSCAN_OK) return st;
     if ((st = selscan__check_strides(&r->dhlast, 0)) != SELSCAN_OK) return st;
     {
@@ -610,6 +747,20 @@ static selscan_status selscan__check_grads(const selscan__prob *q, const selscan
 
 static int64_t selscan__align_up(int64_t x) {
     return (x + SELSCAN_WORKSPACE_ALIGN - 1) / SELSCAN_WORKSPACE_ALIGN * SELSCAN_WORKSPACE_ALIGN;
+}
+
+/* A size the caller is told: need plus the slack that lets any pointer be aligned up inside. */
+static SELSCAN__MAYBE_UNUSED int64_t selscan__with_slack(int64_t need) { return need > 0 ? need + SELSCAN_WORKSPACE_ALIGN - 1 : 0; }
+
+/* The caller's workspace pointer aligned up to SELSCAN_WORKSPACE_ALIGN, and the bytes left after
+   the padding (0 when the padding does not fit). Every CPU entry point works on this. */
+static SELSCAN__MAYBE_UNUSED void *selscan__ws_align(void *ws, size_t bytes, size_t *left) {
+    size_t pad;
+    if (!ws) { *left = bytes; return ws; }
+    pad = SELSCAN__CAST(size_t, (SELSCAN_WORKSPACE_ALIGN - SELSCAN__RCAST(uintptr_t, ws) % SELSCAN_WORKSPACE_ALIGN) %
+                                    SELSCAN_WORKSPACE_ALIGN);
+    *left = bytes >= pad ? bytes - pad : 0;
+    return SELSCAN__CAST(char *, ws) + (bytes >= pad ? pad : 0);
 }
 
 /* Workspace of the CPU entry points, in bytes (the fast path may need more than the reference;
@@ -628,27 +779,33 @@ static int64_t selscan__ws_backward_ref(const selscan__prob *q, const selscan__g
     return selscan__align_up(floats * 4);
 }
 
-static selscan_status selscan__check_ws(const void *ws, size_t bytes, int64_t need) {
+/* An (already aligned-up) workspace of bytes bytes for a need of need bytes (need <= 0: none). */
+static selscan_status selscan__check_ws_d(const void *ws, size_t bytes, int64_t need, selscan_diag *d) {
     if (need <= 0) return SELSCAN_OK;
-    if (!ws || bytes < SELSCAN__CAST(size_t, need)) return SELSCAN_ERR_WORKSPACE;
-    if (SELSCAN__RCAST(uintptr_t, ws) % SELSCAN_WORKSPACE_ALIGN != 0) return SELSCAN_ERR_WORKSPACE;
+    if (!ws) SELSCAN__FAIL(d, SELSCAN_ERR_WORKSPACE, "workspace", "missing");
+    if (bytes < SELSCAN__CAST(size_t, need)) SELSCAN__FAIL(d, SELSCAN_ERR_WORKSPACE, "workspace", "too small");
+    if (SELSCAN__RCAST(uintptr_t, ws) % SELSCAN_WORKSPACE_ALIGN != 0)
+        SELSCAN__FAIL(d, SELSCAN_ERR_WORKSPACE, "workspace", "misaligned");
     return SELSCAN_OK;
+}
+static SELSCAN__MAYBE_UNUSED selscan_status selscan__check_ws(const void *ws, size_t bytes, int64_t need) {
+    return selscan__check_ws_d(ws, bytes, need, NULL);
 }
 
 /* The forward's outputs and workspace, for a problem selscan__check_problem already accepted:
-   outputs' strides, aliasing, workspace (ws_need < 0: not checked). */
+   outputs' strides, aliasing, workspace (ws_need < 0: not checked; ws already aligned up). */
 static selscan_status selscan__validate_forward_outputs(const selscan__prob *q, const void *ws, size_t ws_bytes,
                                                         int64_t ws_need) {
     selscan_status st;
     if ((st = selscan__check_strides(&q->y, 1)) != SELSCAN_OK) return st;
     if ((st = selscan__check_strides(&q->hlast, 1)) != SELSCAN_OK) return st;
-    if (ws_need >= 0 && (st = selscan__check_ws(ws, ws_bytes, ws_need)) != SELSCAN_OK) return st;
+    if (ws_need >= 0 && (st = selscan__check_ws_d(ws, ws_bytes, ws_need, q->diag)) != SELSCAN_OK) return st;
     {
         const selscan__ten *outs[] = {&q->y, &q->hlast};
         const selscan__ten *ins[] = {&q->u, &q->delta, &q->A, &q->B, &q->C, &q->D, &q->z, &q->bias, &q->h0};
         int64_t cub = q->cu ? (q->nseq + 1) * 8 : 0;
-        return selscan__check_alias(outs, 2, ins, 9, q->cu, cub, ws_need > 0 ? ws : NULL,
-                                    ws_need > 0 ? SELSCAN__CAST(int64_t, ws_bytes) : 0);
+        return selscan__check_alias_d(outs, 2, ins, 9, q->cu, cub, "overlaps cu_seqlens", ws_need > 0 ? ws : NULL,
+                                      ws_need > 0 ? SELSCAN__CAST(int64_t, ws_bytes) : 0, q->diag);
     }
 }
 
@@ -667,13 +824,13 @@ static selscan_status selscan__validate_backward(const selscan_problem *p, const
     if (st != SELSCAN_OK) return st;
     if ((st = selscan__check_grads(q, g, r)) != SELSCAN_OK) return st;
     need = ws_kind ? selscan__ws_backward_ref(q, r) : -1;
-    if (need >= 0 && (st = selscan__check_ws(ws, ws_bytes, need)) != SELSCAN_OK) return st;
+    if (need >= 0 && (st = selscan__check_ws_d(ws, ws_bytes, need, q->diag)) != SELSCAN_OK) return st;
     {
         const selscan__ten *outs[] = {&r->du, &r->ddelta, &r->dA, &r->dB, &r->dC, &r->dD, &r->dz, &r->dbias, &r->dh0};
         const selscan__ten *ins[] = {&q->u, &q->delta, &q->A, &q->B, &q->C, &q->D, &q->z, &q->bias, &q->h0, &r->dy, &r->dhlast};
         int64_t cub = q->cu ? (q->nseq + 1) * 8 : 0;
-        return selscan__check_alias(outs, 9, ins, 11, q->cu, cub, need > 0 ? ws : NULL,
-                                    need > 0 ? SELSCAN__CAST(int64_t, ws_bytes) : 0);
+        return selscan__check_alias_d(outs, 9, ins, 11, q->cu, cub, "overlaps cu_seqlens", need > 0 ? ws : NULL,
+                                      need > 0 ? SELSCAN__CAST(int64_t, ws_bytes) : 0, q->diag);
     }
 }
 
@@ -697,7 +854,7 @@ SELSCAN_DEF selscan_status selscan_workspace_size(const selscan_problem *p, cons
     selscan__grd r;
     selscan_status st;
     int64_t ref, fast;
-    if (!bytes) return SELSCAN_ERR_NULL;
+    if (!bytes) return selscan__fail(p ? p->diag : NULL, SELSCAN_ERR_NULL, "bytes", "missing");
     if (g) {
         if ((st = selscan__validate_backward(p, g, &q, &r, NULL, 0, 0)) != SELSCAN_OK) return st;
         ref = selscan__ws_backward_ref(&q, &r);
@@ -707,7 +864,8 @@ SELSCAN_DEF selscan_status selscan_workspace_size(const selscan_problem *p, cons
         ref = selscan__ws_forward_ref(&q);
         fast = selscan__ws_fast(&q, NULL, 1);
     }
-    *bytes = SELSCAN__CAST(size_t, ref > fast ? ref : fast); /* enough for the reference and the fast path */
+    /* enough for the reference and the fast path, plus the alignment slack (any pointer works) */
+    *bytes = SELSCAN__CAST(size_t, selscan__with_slack(ref > fast ? ref : fast));
     return SELSCAN_OK;
 }
 
@@ -798,6 +956,7 @@ SELSCAN_DEF selscan_status selscan_forward_ref(const selscan_problem *p, void *w
     selscan__prob q;
     selscan_status st = selscan__check_problem(p, &q, 1);
     if (st != SELSCAN_OK) return st;
+    workspace = selscan__ws_align(workspace, workspace_bytes, &workspace_bytes);
     st = selscan__validate_forward_outputs(&q, workspace, workspace_bytes, selscan__ws_forward_ref(&q));
     if (st != SELSCAN_OK) return st;
     selscan__ref_forward(&q, SELSCAN__CAST(float *, workspace));
@@ -937,7 +1096,9 @@ SELSCAN_DEF selscan_status selscan_backward_ref(const selscan_problem *p, const 
                                                 size_t workspace_bytes) {
     selscan__prob q;
     selscan__grd r;
-    selscan_status st = selscan__validate_backward(p, g, &q, &r, workspace, workspace_bytes, 1);
+    selscan_status st;
+    workspace = selscan__ws_align(workspace, workspace_bytes, &workspace_bytes);
+    st = selscan__validate_backward(p, g, &q, &r, workspace, workspace_bytes, 1);
     if (st != SELSCAN_OK) return st;
     selscan__ref_backward(&q, &r, SELSCAN__CAST(float *, workspace));
     return SELSCAN_OK;
@@ -954,6 +1115,7 @@ typedef struct selscan__stp {
     int softplus, fixB, fixC;
     const int32_t *idx;
     selscan__ten state, u, delta, A, B, C, D, z, bias, y;
+    selscan_diag *diag; /* the step problem's diag (may be NULL) */
 } selscan__stp;
 
 /* idx_on_host: state_index is host memory and is checked here (CPU); 0 for a device pointer
@@ -961,16 +1123,28 @@ typedef struct selscan__stp {
 static selscan_status selscan__validate_step_ex(const selscan_step_problem *s, selscan__stp *q, int idx_on_host) {
     int64_t G, i, j;
     selscan_status st;
+    selscan_diag *d;
     if (!s) return SELSCAN_ERR_NULL;
-    if (!selscan__dtype_ok(s->dtype)) return SELSCAN_ERR_DTYPE;
-    if (s->flags & ~SELSCAN__KNOWN_FLAGS) return SELSCAN_ERR_UNSUPPORTED;
+    d = s->diag;
+    q->diag = d;
+    if (!selscan__dtype_ok(s->dtype)) SELSCAN__FAIL(d, SELSCAN_ERR_DTYPE, "dtype", "unknown dtype");
+    if (s->flags & ~SELSCAN__KNOWN_FLAGS) SELSCAN__FAIL(d, SELSCAN_ERR_UNSUPPORTED, "flags", "unknown flag");
     G = s->n_groups == 0 ? 1 : s->n_groups;
     q->ncache = s->n_cache == 0 ? s->batch : s->n_cache;
-    if (s->batch <= 0 || s->dim <= 0 || s->dstate <= 0 || G <= 0 || s->dim % G != 0 || q->ncache <= 0 ||
-        (!s->state_index && q->ncache != s->batch))
-        return SELSCAN_ERR_SHAPE;
-    if (!s->state.data || !s->u.data || !s->delta.data || !s->A.data || !s->B.data || !s->C.data || !s->y.data)
-        return SELSCAN_ERR_NULL;
+    if (s->batch <= 0) SELSCAN__FAIL(d, SELSCAN_ERR_SHAPE, "batch", "not positive");
+    if (s->dim <= 0) SELSCAN__FAIL(d, SELSCAN_ERR_SHAPE, "dim", "not positive");
+    if (s->dstate <= 0) SELSCAN__FAIL(d, SELSCAN_ERR_SHAPE, "dstate", "not positive");
+    if (G <= 0 || s->dim % G != 0) SELSCAN__FAIL(d, SELSCAN_ERR_SHAPE, "n_groups", "does not divide dim");
+    if (q->ncache <= 0) SELSCAN__FAIL(d, SELSCAN_ERR_SHAPE, "n_cache", "not positive");
+    if (!s->state_index && q->ncache != s->batch)
+        SELSCAN__FAIL(d, SELSCAN_ERR_SHAPE, "n_cache", "not batch without state_index");
+    if (!s->state.data) SELSCAN__FAIL(d, SELSCAN_ERR_NULL, "state", "missing");
+    if (!s->u.data) SELSCAN__FAIL(d, SELSCAN_ERR_NULL, "u", "missing");
+    if (!s->delta.data) SELSCAN__FAIL(d, SELSCAN_ERR_NULL, "delta", "missing");
+    if (!s->A.data) SELSCAN__FAIL(d, SELSCAN_ERR_NULL, "A", "missing");
+    if (!s->B.data) SELSCAN__FAIL(d, SELSCAN_ERR_NULL, "B", "missing");
+    if (!s->C.data) SELSCAN__FAIL(d, SELSCAN_ERR_NULL, "C", "missing");
+    if (!s->y.data) SELSCAN__FAIL(d, SELSCAN_ERR_NULL, "y", "missing");
     q->batch = s->batch; q->dim = s->dim; q->N = s->dstate; q->G = G; q->dpg = s->dim / G;
     q->dt = s->dtype;
     q->softplus = (s->flags & SELSCAN_DELTA_SOFTPLUS) != 0;
@@ -979,26 +1153,26 @@ static selscan_status selscan__validate_step_ex(const selscan_step_problem *s, s
     q->idx = s->state_index;
     if (!selscan__count_ok(q->ncache, q->dim, q->N, 1) || !selscan__count_ok(q->batch, q->dim, 1, 1) ||
         !selscan__count_ok(q->batch, q->G, q->N, 1))
-        return SELSCAN_ERR_SHAPE;
+        SELSCAN__FAIL(d, SELSCAN_ERR_SHAPE, "problem", "element count overflows");
     if (q->idx && idx_on_host) {
         for (i = 0; i < q->batch; i++)
-            if (q->idx[i] >= q->ncache) return SELSCAN_ERR_SHAPE;
+            if (q->idx[i] >= q->ncache) SELSCAN__FAIL(d, SELSCAN_ERR_SHAPE, "state_index", "not below n_cache");
         for (i = 0; i < q->batch; i++)
             for (j = i + 1; j < q->batch && q->idx[i] >= 0; j++)
-                if (q->idx[j] == q->idx[i]) return SELSCAN_ERR_ALIAS;
+                if (q->idx[j] == q->idx[i]) SELSCAN__FAIL(d, SELSCAN_ERR_ALIAS, "state_index", "row used twice");
     }
-    selscan__resolve(&q->state, &s->state, 3, q->ncache, q->dim, q->N, 1, SELSCAN_F32);
-    selscan__resolve(&q->u, &s->u, 2, q->batch, q->dim, 1, 1, q->dt);
-    selscan__resolve(&q->delta, &s->delta, 2, q->batch, q->dim, 1, 1, q->dt);
-    selscan__resolve(&q->z, &s->z, 2, q->batch, q->dim, 1, 1, q->dt);
-    selscan__resolve(&q->y, &s->y, 2, q->batch, q->dim, 1, 1, q->dt);
-    selscan__resolve(&q->A, &s->A, 2, q->dim, q->N, 1, 1, SELSCAN_F32);
-    if (q->fixB) selscan__resolve(&q->B, &s->B, 2, q->dim, q->N, 1, 1, SELSCAN_F32);
-    else selscan__resolve(&q->B, &s->B, 3, q->batch, q->G, q->N, 1, q->dt);
-    if (q->fixC) selscan__resolve(&q->C, &s->C, 2, q->dim, q->N, 1, 1, SELSCAN_F32);
-    else selscan__resolve(&q->C, &s->C, 3, q->batch, q->G, q->N, 1, q->dt);
-    selscan__resolve(&q->D, &s->D, 1, q->dim, 1, 1, 1, SELSCAN_F32);
-    selscan__resolve(&q->bias, &s->delta_bias, 1, q->dim, 1, 1, 1, SELSCAN_F32);
+    selscan__resolve(&q->state, &s->state, "state", d, 3, q->ncache, q->dim, q->N, 1, SELSCAN_F32);
+    selscan__resolve(&q->u, &s->u, "u", d, 2, q->batch, q->dim, 1, 1, q->dt);
+    selscan__resolve(&q->delta, &s->delta, "delta", d, 2, q->batch, q->dim, 1, 1, q->dt);
+    selscan__resolve(&q->z, &s->z, "z", d, 2, q->batch, q->dim, 1, 1, q->dt);
+    selscan__resolve(&q->y, &s->y, "y", d, 2, q->batch, q->dim, 1, 1, q->dt);
+    selscan__resolve(&q->A, &s->A, "A", d, 2, q->dim, q->N, 1, 1, SELSCAN_F32);
+    if (q->fixB) selscan__resolve(&q->B, &s->B, "B", d, 2, q->dim, q->N, 1, 1, SELSCAN_F32);
+    else selscan__resolve(&q->B, &s->B, "B", d, 3, q->batch, q->G, q->N, 1, q->dt);
+    if (q->fixC) selscan__resolve(&q->C, &s->C, "C", d, 2, q->dim, q->N, 1, 1, SELSCAN_F32);
+    else selscan__resolve(&q->C, &s->C, "C", d, 3, q->batch, q->G, q->N, 1, q->dt);
+    selscan__resolve(&q->D, &s->D, "D", d, 1, q->dim, 1, 1, 1, SELSCAN_F32);
+    selscan__resolve(&q->bias, &s->delta_bias, "delta_bias", d, 1, q->dim, 1, 1, 1, SELSCAN_F32);
     {
         const selscan__ten *ins[] = {&q->u, &q->delta, &q->A, &q->B, &q->C, &q->D, &q->z, &q->bias};
         const selscan__ten *outs[] = {&q->state, &q->y};
@@ -1006,7 +1180,8 @@ static selscan_status selscan__validate_step_ex(const selscan_step_problem *s, s
             if ((st = selscan__check_strides(ins[i], 0)) != SELSCAN_OK) return st;
         for (i = 0; i < 2; i++)
             if ((st = selscan__check_strides(outs[i], 1)) != SELSCAN_OK) return st;
-        return selscan__check_alias(outs, 2, ins, 8, q->idx, q->idx ? q->batch * 4 : 0, NULL, 0);
+        return selscan__check_alias_d(outs, 2, ins, 8, q->idx, q->idx ? q->batch * 4 : 0, "overlaps state_index", NULL, 0,
+                                      d);
     }
 }
 
@@ -1141,8 +1316,8 @@ enum { SELSCAN__ISA_PORTABLE = 0, SELSCAN__ISA_NEON = 1, SELSCAN__ISA_AVX2 = 2, 
 #include <arm_neon.h>
 #endif
 
-/* The best path this CPU runs (queried on every call: no cached global state). */
-static int selscan__cpu_isa(void) {
+/* The best path this CPU runs (CPUID + xgetbv on x86-64). */
+static int selscan__cpu_isa_detect(void) {
 #if defined(SELSCAN__HAVE_X86)
     unsigned c1 = 0, b7 = 0, xcr0 = 0;
     int isa = SELSCAN__ISA_PORTABLE;
@@ -1178,6 +1353,41 @@ static int selscan__cpu_isa(void) {
 #else
     return SELSCAN__ISA_PORTABLE;
 #endif
+}
+
+/* The path the CPU entry points use: detected once, then cached (the library's only global state
+   on the CPU side: write-once, idempotent, every thread computes the same value). SELSCAN_CPU in
+   the environment (avx512f, avx2, neon, portable; read once, when the cache is filled) lowers it:
+   never above what this CPU runs. */
+static int selscan__cpu_isa_env(int have) {
+    const char *e = getenv("SELSCAN_CPU");
+    int want = have;
+    if (!e) return have;
+    if (strcmp(e, "avx512f") == 0) want = SELSCAN__ISA_AVX512;
+    else if (strcmp(e, "avx2") == 0) want = SELSCAN__ISA_AVX2;
+    else if (strcmp(e, "neon") == 0) want = SELSCAN__ISA_NEON;
+    else if (strcmp(e, "portable") == 0) want = SELSCAN__ISA_PORTABLE;
+    if (want > have) want = have;
+    if (want == SELSCAN__ISA_NEON && have != SELSCAN__ISA_NEON) want = SELSCAN__ISA_PORTABLE;
+    return want;
+}
+
+static int selscan__cpu_isa(void) {
+    static int cache; /* 0: not filled yet; else the path + 1 */
+    int v;
+#if defined(__GNUC__) || defined(__clang__)
+    v = __atomic_load_n(&cache, __ATOMIC_RELAXED);
+#else
+    v = *SELSCAN__CAST(volatile int *, &cache);
+#endif
+    if (v) return v - 1;
+    v = selscan__cpu_isa_env(selscan__cpu_isa_detect()) + 1;
+#if defined(__GNUC__) || defined(__clang__)
+    __atomic_store_n(&cache, v, __ATOMIC_RELAXED);
+#else
+    *SELSCAN__CAST(volatile int *, &cache) = v;
+#endif
+    return v - 1;
 }
 
 static int selscan__isa_width(int isa) {
@@ -1857,9 +2067,10 @@ static int64_t selscan__ws_fast(const selscan__prob *q, const selscan__grd *r, i
 }
 
 /* 1 <= n_parts <= 2^24 (far more than any machine's threads; keeps the sizes in range). */
-static selscan_status selscan__check_part(int64_t part, int64_t nparts) {
-    return nparts < 1 || nparts > (SELSCAN__CAST(int64_t, 1) << 24) || part < 0 || part >= nparts ? SELSCAN_ERR_SHAPE
-                                                                                                  : SELSCAN_OK;
+static selscan_status selscan__check_part(int64_t part, int64_t nparts, selscan_diag *d) {
+    if (nparts < 1 || nparts > (SELSCAN__CAST(int64_t, 1) << 24)) SELSCAN__FAIL(d, SELSCAN_ERR_SHAPE, "n_parts", "out of range");
+    if (part < 0 || part >= nparts) SELSCAN__FAIL(d, SELSCAN_ERR_SHAPE, "part", "out of range");
+    return SELSCAN_OK;
 }
 
 static int64_t selscan__ck_bytes(const selscan__prob *q) { return q->batch * q->dim * selscan__ck_slots(q) * q->N * 4; }
@@ -1870,13 +2081,17 @@ static selscan_status selscan__check_ck(const selscan__prob *q, const void *ck, 
                                         const selscan__ten *const *others, int nothers, const void *ws,
                                         size_t ws_bytes) {
     int i;
-    if (!ck || ck_bytes < SELSCAN__CAST(size_t, selscan__ck_bytes(q)) || SELSCAN__RCAST(uintptr_t, ck) % 4 != 0)
-        return SELSCAN_ERR_WORKSPACE;
+    selscan_diag *d = q->diag;
+    if (!ck) SELSCAN__FAIL(d, SELSCAN_ERR_WORKSPACE, "checkpoint", "missing");
+    if (ck_bytes < SELSCAN__CAST(size_t, selscan__ck_bytes(q))) SELSCAN__FAIL(d, SELSCAN_ERR_WORKSPACE, "checkpoint", "too small");
+    if (SELSCAN__RCAST(uintptr_t, ck) % 4 != 0) SELSCAN__FAIL(d, SELSCAN_ERR_WORKSPACE, "checkpoint", "not float-aligned");
     for (i = 0; i < nothers; i++)
         if (selscan__overlap(others[i]->data, selscan__bytes(others[i]), ck, SELSCAN__CAST(int64_t, ck_bytes)))
-            return SELSCAN_ERR_ALIAS;
-    if (selscan__overlap(ws, SELSCAN__CAST(int64_t, ws_bytes), ck, SELSCAN__CAST(int64_t, ck_bytes))) return SELSCAN_ERR_ALIAS;
-    if (q->cu && selscan__overlap(q->cu, (q->nseq + 1) * 8, ck, SELSCAN__CAST(int64_t, ck_bytes))) return SELSCAN_ERR_ALIAS;
+            SELSCAN__FAIL(d, SELSCAN_ERR_ALIAS, "checkpoint", selscan__ovl(others[i]));
+    if (selscan__overlap(ws, SELSCAN__CAST(int64_t, ws_bytes), ck, SELSCAN__CAST(int64_t, ck_bytes)))
+        SELSCAN__FAIL(d, SELSCAN_ERR_ALIAS, "checkpoint", "overlaps workspace");
+    if (q->cu && selscan__overlap(q->cu, (q->nseq + 1) * 8, ck, SELSCAN__CAST(int64_t, ck_bytes)))
+        SELSCAN__FAIL(d, SELSCAN_ERR_ALIAS, "checkpoint", "overlaps cu_seqlens");
     return SELSCAN_OK;
 }
 
@@ -1886,8 +2101,9 @@ static selscan_status selscan__forward_fast(const selscan_problem *p, int64_t pa
     selscan__fscr s;
     selscan_status st;
     int64_t W, ntg, i0, i1, i, per;
-    if ((st = selscan__check_part(part, nparts)) != SELSCAN_OK) return st;
+    if ((st = selscan__check_part(part, nparts, p ? p->diag : NULL)) != SELSCAN_OK) return st;
     if ((st = selscan__check_problem(p, &q, 1)) != SELSCAN_OK) return st;
+    workspace = selscan__ws_align(workspace, bytes, &bytes); /* every part aligns the same pointer alike */
     st = selscan__validate_forward_outputs(&q, workspace, bytes, selscan__ws_fast_fwd(&q, nparts));
     if (st != SELSCAN_OK) return st;
     if (ckpt) {
@@ -1927,16 +2143,19 @@ static selscan_status selscan__validate_bwd_fast(const selscan_problem *p, const
     if (st != SELSCAN_OK) return st;
     selscan__bsh_map(&h, q, r);
     need = shared_only ? selscan__align_up(h.end * 4) : selscan__ws_fast_bwd(q, r, nparts);
-    if ((st = selscan__check_ws(ws, bytes, need)) != SELSCAN_OK) return st;
+    if ((st = selscan__check_ws_d(ws, bytes, need, q->diag)) != SELSCAN_OK) return st;
     if (need > 0) {
         const selscan__ten *outs[] = {&r->du, &r->ddelta, &r->dA, &r->dB, &r->dC, &r->dD, &r->dz, &r->dbias, &r->dh0};
         const selscan__ten *ins[] = {&q->u, &q->delta, &q->A, &q->B, &q->C, &q->D, &q->z, &q->bias, &q->h0, &r->dy, &r->dhlast};
         int i;
         for (i = 0; i < 9; i++)
-            if (selscan__overlap(outs[i]->data, selscan__bytes(outs[i]), ws, SELSCAN__CAST(int64_t, bytes))) return SELSCAN_ERR_ALIAS;
+            if (selscan__overlap(outs[i]->data, selscan__bytes(outs[i]), ws, SELSCAN__CAST(int64_t, bytes)))
+                SELSCAN__FAIL(q->diag, SELSCAN_ERR_ALIAS, selscan__name(outs[i]), "overlaps workspace");
         for (i = 0; i < 11; i++)
-            if (selscan__overlap(ins[i]->data, selscan__bytes(ins[i]), ws, SELSCAN__CAST(int64_t, bytes))) return SELSCAN_ERR_ALIAS;
-        if (q->cu && selscan__overlap(q->cu, (q->nseq + 1) * 8, ws, SELSCAN__CAST(int64_t, bytes))) return SELSCAN_ERR_ALIAS;
+            if (selscan__overlap(ins[i]->data, selscan__bytes(ins[i]), ws, SELSCAN__CAST(int64_t, bytes)))
+                SELSCAN__FAIL(q->diag, SELSCAN_ERR_ALIAS, "workspace", selscan__ovl(ins[i]));
+        if (q->cu && selscan__overlap(q->cu, (q->nseq + 1) * 8, ws, SELSCAN__CAST(int64_t, bytes)))
+            SELSCAN__FAIL(q->diag, SELSCAN_ERR_ALIAS, "workspace", "overlaps cu_seqlens");
     }
     return SELSCAN_OK;
 }
@@ -1950,8 +2169,10 @@ static selscan_status selscan__backward_fast(const selscan_problem *p, const sel
     selscan__bsh h;
     selscan_status st;
     int64_t i0, i1, i, per, sh, d, n;
-    float *ws = SELSCAN__CAST(float *, workspace);
-    if ((st = selscan__check_part(part, nparts)) != SELSCAN_OK) return st;
+    float *ws;
+    if ((st = selscan__check_part(part, nparts, p ? p->diag : NULL)) != SELSCAN_OK) return st;
+    workspace = selscan__ws_align(workspace, bytes, &bytes); /* every part aligns the same pointer alike */
+    ws = SELSCAN__CAST(float *, workspace);
     if ((st = selscan__validate_bwd_fast(p, g, &q, &r, workspace, bytes, nparts, 0)) != SELSCAN_OK) return st;
     if (ckpt) {
         const selscan__ten *outs[] = {&r.du, &r.ddelta, &r.dA, &r.dB, &r.dC, &r.dD, &r.dz, &r.dbias, &r.dh0};
@@ -1963,6 +2184,19 @@ static selscan_status selscan__backward_fast(const selscan_problem *p, const sel
     per = selscan__align_up(selscan__bscr_floats(q.N, q.L, selscan__wk_rows(&q)) * 4);
     selscan__bscr_map(&s, SELSCAN__RCAST(float *, SELSCAN__CAST(char *, workspace) + sh + part * per), q.N, q.L,
                       selscan__isa_width(isa), selscan__wk_rows(&q));
+    { /* NaN into this part's share of the outputs only the reduce writes (a forgotten reduce shows) */
+        const float nan = selscan__nan_f32();
+        selscan__split(q.dim, part, nparts, &i0, &i1);
+        for (d = i0; d < i1; d++) {
+            if (h.D >= 0) SELSCAN__CAST(float *, r.dD.data)[SELSCAN__AT1(r.dD, d)] = nan;
+            if (h.bias >= 0) SELSCAN__CAST(float *, r.dbias.data)[SELSCAN__AT1(r.dbias, d)] = nan;
+            for (n = 0; n < q.N; n++) {
+                if (h.A >= 0) SELSCAN__CAST(float *, r.dA.data)[SELSCAN__AT2(r.dA, d, n)] = nan;
+                if (h.Bf >= 0) SELSCAN__CAST(float *, r.dB.data)[SELSCAN__AT2(r.dB, d, n)] = nan;
+                if (h.Cf >= 0) SELSCAN__CAST(float *, r.dC.data)[SELSCAN__AT2(r.dC, d, n)] = nan;
+            }
+        }
+    }
     selscan__split(q.batch * q.G * h.nbg, part, nparts, &i0, &i1);
     for (i = i0; i < i1; i++) {
         const int64_t b = i / (q.G * h.nbg), gg = i / h.nbg % q.G, k = i % h.nbg, c0 = gg * q.dpg + k * SELSCAN__CB;
@@ -2004,9 +2238,11 @@ static selscan_status selscan__backward_reduce(const selscan_problem *p, const s
     selscan__grd r;
     selscan__bsh h;
     selscan_status st;
-    const float *ws = SELSCAN__CAST(const float *, workspace);
+    const float *ws;
     int64_t i0, i1, i, b, n, t, k;
-    if ((st = selscan__check_part(part, nparts)) != SELSCAN_OK) return st;
+    if ((st = selscan__check_part(part, nparts, p ? p->diag : NULL)) != SELSCAN_OK) return st;
+    workspace = selscan__ws_align(workspace, bytes, &bytes); /* as the parts aligned it */
+    ws = SELSCAN__CAST(const float *, workspace);
     if ((st = selscan__validate_bwd_fast(p, g, &q, &r, workspace, bytes, 1, 1)) != SELSCAN_OK) return st;
     selscan__bsh_map(&h, &q, &r);
     selscan__split(q.dim, part, nparts, &i0, &i1);
@@ -2061,7 +2297,7 @@ static selscan_status selscan__step_fast(const selscan_step_problem *sp, int64_t
     selscan__stp q;
     selscan_status st;
     int64_t nblk, i0, i1, i;
-    if ((st = selscan__check_part(part, nparts)) != SELSCAN_OK) return st;
+    if ((st = selscan__check_part(part, nparts, sp ? sp->diag : NULL)) != SELSCAN_OK) return st;
     if ((st = selscan__validate_step(sp, &q)) != SELSCAN_OK) return st;
     isa = selscan__use_isa(isa);
     nblk = (q.dim + SELSCAN__SNB - 1) / SELSCAN__SNB;
@@ -2097,14 +2333,14 @@ SELSCAN_DEF selscan_status selscan_workspace_size_parts(const selscan_problem *p
     selscan__prob q;
     selscan__grd r;
     selscan_status st;
-    if (!bytes) return SELSCAN_ERR_NULL;
-    if ((st = selscan__check_part(0, n_parts)) != SELSCAN_OK) return st;
+    if (!bytes) return selscan__fail(p ? p->diag : NULL, SELSCAN_ERR_NULL, "bytes", "missing");
+    if ((st = selscan__check_part(0, n_parts, p ? p->diag : NULL)) != SELSCAN_OK) return st;
     if (g) {
         if ((st = selscan__validate_backward(p, g, &q, &r, NULL, 0, 0)) != SELSCAN_OK) return st;
-        *bytes = SELSCAN__CAST(size_t, selscan__ws_fast_bwd(&q, &r, n_parts));
+        *bytes = SELSCAN__CAST(size_t, selscan__with_slack(selscan__ws_fast_bwd(&q, &r, n_parts)));
     } else {
         if ((st = selscan__validate_forward(p, &q, NULL, 0, -1)) != SELSCAN_OK) return st;
-        *bytes = SELSCAN__CAST(size_t, selscan__ws_fast_fwd(&q, n_parts));
+        *bytes = SELSCAN__CAST(size_t, selscan__with_slack(selscan__ws_fast_fwd(&q, n_parts)));
     }
     return SELSCAN_OK;
 }
@@ -2131,7 +2367,7 @@ SELSCAN_DEF selscan_status selscan_step_cpu_part(const selscan_step_problem *s, 
 SELSCAN_DEF selscan_status selscan_checkpoint_size(const selscan_problem *p, size_t *bytes) {
     selscan__prob q;
     selscan_status st;
-    if (!bytes) return SELSCAN_ERR_NULL;
+    if (!bytes) return selscan__fail(p ? p->diag : NULL, SELSCAN_ERR_NULL, "bytes", "missing");
     if ((st = selscan__check_problem(p, &q, 0)) != SELSCAN_OK) return st;
     *bytes = SELSCAN__CAST(size_t, selscan__ck_bytes(&q));
     return SELSCAN_OK;
@@ -2140,7 +2376,7 @@ SELSCAN_DEF selscan_status selscan_checkpoint_size(const selscan_problem *p, siz
 SELSCAN_DEF selscan_status selscan_forward_cpu_ckpt_part(const selscan_problem *p, int64_t part, int64_t n_parts,
                                                          void *workspace, size_t workspace_bytes, float *ckpt,
                                                          size_t ckpt_bytes) {
-    if (!ckpt) return SELSCAN_ERR_NULL;
+    if (!ckpt) return selscan__fail(p ? p->diag : NULL, SELSCAN_ERR_NULL, "checkpoint", "missing");
     return selscan__forward_fast(p, part, n_parts, workspace, workspace_bytes, SELSCAN__ISA_AVX512, ckpt, ckpt_bytes);
 }
 
@@ -2148,7 +2384,7 @@ SELSCAN_DEF selscan_status selscan_backward_cpu_ckpt_part(const selscan_problem 
                                                           int64_t part, int64_t n_parts, void *workspace,
                                                           size_t workspace_bytes, const float *ckpt,
                                                           size_t ckpt_bytes) {
-    if (!ckpt) return SELSCAN_ERR_NULL;
+    if (!ckpt) return selscan__fail(p ? p->diag : NULL, SELSCAN_ERR_NULL, "checkpoint", "missing");
     return selscan__backward_fast(p, g, part, n_parts, workspace, workspace_bytes, SELSCAN__ISA_AVX512, ckpt,
                                   ckpt_bytes);
 }
@@ -2169,6 +2405,18 @@ SELSCAN_DEF selscan_status selscan_backward_cpu(const selscan_problem *p, const 
 }
 
 SELSCAN_DEF selscan_status selscan_step_cpu(const selscan_step_problem *s) { return selscan_step_cpu_part(s, 0, 1); }
+
+SELSCAN_DEF selscan_status selscan_forward_cpu_ckpt(const selscan_problem *p, void *workspace, size_t workspace_bytes,
+                                                    float *ckpt, size_t ckpt_bytes) {
+    return selscan_forward_cpu_ckpt_part(p, 0, 1, workspace, workspace_bytes, ckpt, ckpt_bytes);
+}
+
+SELSCAN_DEF selscan_status selscan_backward_cpu_ckpt(const selscan_problem *p, const selscan_grads *g, void *workspace,
+                                                     size_t workspace_bytes, const float *ckpt, size_t ckpt_bytes) {
+    selscan_status st = selscan_backward_cpu_ckpt_part(p, g, 0, 1, workspace, workspace_bytes, ckpt, ckpt_bytes);
+    if (st != SELSCAN_OK) return st;
+    return selscan_backward_cpu_reduce(p, g, 0, 1, workspace, workspace_bytes);
+}
 
 #endif /* SELSCAN_VALIDATION_ONLY */
 #endif /* SELSCAN__IMPLEMENTED */
