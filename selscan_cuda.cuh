@@ -2194,6 +2194,172 @@ __global__ void __launch_bounds__(kThreads) step_fast_kernel(const kparams P, co
     step_store_y<T>(P, b, d, NT, j, valid, live, yp, x, Dd, zz);
 }
 
+/* The decode step's own parameters (a fraction of kparams' size: a graph replays the launch
+   with its parameters, so fewer bytes a launch) for step_vec_kernel. B / C: element n of the row
+   of (batch b, group g) at b * b0 + g * b1 + n * b2, or fixed (f32, (dim, N)) at d * b0 + n * b2. */
+struct step_params {
+    int64_t batch, dim, dpg, ncache;
+    int N, NT, softplus, fixB, fixC, avec, bvec, cvec;
+    const int32_t *idx;
+    float *h;
+    int64_t h0, h1;
+    const void *u, *dl, *z;
+    int64_t u0, u1, d0, d1, z0, z1;
+    void *y;
+    int64_t y0, y1;
+    const float *A;
+    int64_t a0, a1;
+    const void *B, *C;
+    int64_t b0, b1, b2, c0, c1, c2;
+    const float *D, *bias;
+    int64_t Ds, bs;
+};
+
+/* K consecutive elements of type T at base + off (16-byte aligned, or 8-byte for K * 2 bytes ==
+   8) into floats, by 16- / 8-byte loads */
+template <typename T, int K> __device__ __forceinline__ void ld_vec(const void *base, int64_t off, float (&o)[K]) {
+    if constexpr (sizeof(T) == 4) {
+        static_assert(K % 4 == 0, "f32 rows by float4");
+        const float4 *p = reinterpret_cast<const float4 *>(static_cast<const float *>(base) + off);
+#pragma unroll
+        for (int i = 0; i < K / 4; i++) {
+            const float4 v = p[i];
+            o[4 * i] = v.x; o[4 * i + 1] = v.y; o[4 * i + 2] = v.z; o[4 * i + 3] = v.w;
+        }
+    } else {
+        static_assert(K % 4 == 0, "2-byte rows by 8 or 16 bytes");
+        const T *q = static_cast<const T *>(base) + off;
+        uint32_t w[K / 2];
+        if constexpr (K % 8 == 0) {
+#pragma unroll
+            for (int i = 0; i < K / 8; i++) {
+                const uint4 v = reinterpret_cast<const uint4 *>(q)[i];
+                w[4 * i] = v.x; w[4 * i + 1] = v.y; w[4 * i + 2] = v.z; w[4 * i + 3] = v.w;
+            }
+        } else {
+            const uint2 v = *reinterpret_cast<const uint2 *>(q);
+            w[0] = v.x; w[1] = v.y;
+        }
+#pragma unroll
+        for (int i = 0; i < K / 2; i++) {
+            const unsigned short lo = static_cast<unsigned short>(w[i] & 0xffffu), hi = static_cast<unsigned short>(w[i] >> 16);
+            if constexpr (std::is_same<T, __nv_bfloat16>::value) {
+                o[2 * i] = __uint_as_float(static_cast<uint32_t>(lo) << 16);
+                o[2 * i + 1] = __uint_as_float(static_cast<uint32_t>(hi) << 16);
+            } else {
+                o[2 * i] = __half2float(__ushort_as_half(lo));
+                o[2 * i + 1] = __half2float(__ushort_as_half(hi));
+            }
+        }
+    }
+}
+
+/* Decode step for float4-aligned state rows (unit n stride, N % 4 == 0, N <= 128): S states a
+   thread (16, 8 or 4), NT = pow2ceil(N / S) threads a channel, a block of kThreads / NT channels
+   and R batch rows (A, D, delta_bias loaded once for the R rows). Every load of the R rows is
+   issued before the first use; B / C rows by 16-byte loads where unit-stride and aligned (bvec /
+   cvec), A by float4 where aligned (avec). Launched with programmatic dependent launch (sm_90+):
+   it waits for the kernel before it to complete before touching memory, and lets the next one
+   launch at once (its blocks then wait in their turn).
+   Arithmetic as the forward's at L = 1 (exponent dt (A log2 e), B (dt u), per-lane chains of
+   N / 2 states for N <= 16 summed lane 0 + lane 1, D u by an FMA, the gate): state and y bitwise
+   the forward's for N = 8 and N = 16. */
+template <typename T, int S, int R>
+__global__ void __launch_bounds__(kThreads) step_vec_kernel(const step_params P) {
+    pdl_wait();
+    pdl_launch_dependents();
+    const int NT = P.NT, CPB = kThreads / NT;
+    const int64_t ncb = (P.dim + CPB - 1) / CPB;
+    const int64_t d = (blockIdx.x % ncb) * CPB + threadIdx.x / NT, bb = (blockIdx.x / ncb) * R;
+    const int j = threadIdx.x % NT, n0 = S * j;
+    const bool valid = d < P.dim, ownc = valid && n0 < P.N;
+    float A2[S];
+#pragma unroll
+    for (int k = 0; k < S; k++) A2[k] = 0.0f;
+    if (ownc) {
+        const float *Ar = P.A + d * P.a0;
+        if (P.avec) {
+            ld_vec<float, S>(Ar, n0, A2);
+        } else {
+#pragma unroll
+            for (int k = 0; k < S; k++) A2[k] = Ar[(n0 + k) * P.a1];
+        }
+#pragma unroll
+        for (int k = 0; k < S; k++) A2[k] *= kLog2e;
+    }
+    const float bias = valid && P.bias ? P.bias[d * P.bs] : 0.0f;
+    const float Dd = valid && P.D ? P.D[d * P.Ds] : 0.0f;
+    const int64_t g = valid ? d / P.dpg : 0;
+    float hv[R][S], Bv[R][S], Cv[R][S], x[R], dl[R], zz[R];
+    float4 *hp[R];
+    bool live[R], inb[R];
+#pragma unroll
+    for (int r = 0; r < R; r++) {
+        const int64_t b = bb + r;
+        inb[r] = valid && b < P.batch;
+        const int64_t row = inb[r] ? (P.idx ? static_cast<int64_t>(P.idx[b]) : b) : -1;
+        live[r] = row >= 0 && row < P.ncache;
+        const bool own = live[r] && n0 < P.N;
+        hp[r] = NULL;
+        x[r] = dl[r] = zz[r] = 0.0f;
+#pragma unroll
+        for (int k = 0; k < S; k++) hv[r][k] = Bv[r][k] = Cv[r][k] = 0.0f;
+        if (own) {
+            hp[r] = reinterpret_cast<float4 *>(P.h + row * P.h0 + d * P.h1 + n0);
+#pragma unroll
+            for (int k = 0; k < S; k += 4) {
+                const float4 v = hp[r][k / 4];
+                hv[r][k] = v.x; hv[r][k + 1] = v.y; hv[r][k + 2] = v.z; hv[r][k + 3] = v.w;
+            }
+            const int64_t bo = P.fixB ? d * P.b0 : b * P.b0 + g * P.b1, co = P.fixC ? d * P.c0 : b * P.c0 + g * P.c1;
+            if (P.bvec) {
+                if (P.fixB) ld_vec<float, S>(P.B, bo + n0, Bv[r]);
+                else ld_vec<T, S>(P.B, bo + n0, Bv[r]);
+            } else {
+#pragma unroll
+                for (int k = 0; k < S; k++) Bv[r][k] = P.fixB ? static_cast<const float *>(P.B)[bo + (n0 + k) * P.b2] : ld<T>(P.B, bo + (n0 + k) * P.b2);
+            }
+            if (P.cvec) {
+                if (P.fixC) ld_vec<float, S>(P.C, co + n0, Cv[r]);
+                else ld_vec<T, S>(P.C, co + n0, Cv[r]);
+            } else {
+#pragma unroll
+                for (int k = 0; k < S; k++) Cv[r][k] = P.fixC ? static_cast<const float *>(P.C)[co + (n0 + k) * P.c2] : ld<T>(P.C, co + (n0 + k) * P.c2);
+            }
+        }
+        if (live[r]) {
+            x[r] = ld<T>(P.u, b * P.u0 + d * P.u1);
+            dl[r] = ld<T>(P.dl, b * P.d0 + d * P.d1);
+            if (j == 0 && P.z) zz[r] = ld<T>(P.z, b * P.z0 + d * P.z1);
+        }
+    }
+#pragma unroll
+    for (int r = 0; r < R; r++) {
+        const float dt = dt_of(dl[r] + bias, P.softplus != 0, true), dtx = dt * x[r];
+        /* y: one lane a channel (NT == 1) sums its two halves' chains, y0 + y1; more lanes a
+           channel: each lane one chain (y0), the lanes' sums through the shuffles */
+        const int split = NT == 1 ? S / 2 : S;
+        float y0 = 0.0f, y1 = 0.0f;
+#pragma unroll
+        for (int k = 0; k < S; k++) {
+            hv[r][k] = fmaf(ex2(dt * A2[k]), hv[r][k], Bv[r][k] * dtx);
+            if (k < split) y0 = fmaf(Cv[r][k], hv[r][k], y0);
+            else y1 = fmaf(Cv[r][k], hv[r][k], y1);
+        }
+        if (hp[r]) {
+#pragma unroll
+            for (int k = 0; k < S; k += 4) hp[r][k / 4] = make_float4(hv[r][k], hv[r][k + 1], hv[r][k + 2], hv[r][k + 3]);
+        }
+        float yp = NT == 1 ? y0 + y1 : y0;
+        for (int m = NT / 2; m >= 1; m >>= 1) yp += __shfl_xor_sync(0xffffffffu, yp, m);
+        if (inb[r] && j == 0) {
+            float y = 0.0f;
+            if (live[r]) y = gate(fmaf(Dd, x[r], yp), zz[r], P.z != NULL);
+            st<T>(P.y, (bb + r) * P.y0 + d * P.y1, y);
+        }
+    }
+}
+
 /* ---------------------------------------------------------------------------------------------- */
 /*                                      host side: plans                                          */
 /* ---------------------------------------------------------------------------------------------- */
@@ -2626,6 +2792,124 @@ selscan_status check_ext_cu(const selscan__prob &q, const selscan_cuda_ext *x) {
     return SELSCAN_OK;
 }
 
+/* The decode step's launch. float4-aligned state rows (unit n stride, N % 4 == 0, N <= 128,
+   16-byte aligned rows): step_vec_kernel with S states a thread and R batch rows a block, chosen
+   from N and the batch (tu.S / tu.R > 0 force them, for tuning); else step_kernel. tu.pdl: < 0
+   programmatic dependent launch where the device has it, 0 never. SELSCAN__STEP_SWEEP (the
+   benchmark) compiles every (S, R) and keeps the earlier step_fast_kernel as tu.S = -1. */
+struct step_tune {
+    int S, R, pdl;
+};
+template <typename T, int S, int R>
+void launch_step_vec(const step_params &sp, unsigned grid, bool pdl, cudaStream_t stream) {
+    if (pdl) launch_pdl(step_vec_kernel<T, S, R>, grid, kThreads, 0, stream, sp);
+    else step_vec_kernel<T, S, R><<<grid, kThreads, 0, stream>>>(sp);
+}
+template <typename T, int S>
+bool launch_step_vec_r(int R, const step_params &sp, unsigned grid, bool pdl, cudaStream_t stream) {
+    if (R == 1) launch_step_vec<T, S, 1>(sp, grid, pdl, stream);
+    else if (R == 2) launch_step_vec<T, S, 2>(sp, grid, pdl, stream);
+#ifdef SELSCAN__STEP_SWEEP
+    else if (R == 4) launch_step_vec<T, S, 4>(sp, grid, pdl, stream);
+#endif
+    else return false;
+    return true;
+}
+template <typename T>
+bool launch_step_vec_t(int S, int R, const step_params &sp, unsigned grid, bool pdl, cudaStream_t stream) {
+    if (S == 16) return launch_step_vec_r<T, 16>(R, sp, grid, pdl, stream);
+    if (S == 8) return launch_step_vec_r<T, 8>(R, sp, grid, pdl, stream);
+    if (S == 4) return launch_step_vec_r<T, 4>(R, sp, grid, pdl, stream);
+    return false;
+}
+/* 16-byte loads of a B / C row: unit n stride, 16-byte aligned base and row strides */
+bool step_rows_vec(const selscan__ten &t, bool fixed, size_t es) {
+    const uintptr_t a = reinterpret_cast<uintptr_t>(t.data);
+    if (fixed) return t.s[1] == 1 && a % 16 == 0 && (t.s[0] * 4) % 16 == 0;
+    return t.s[2] == 1 && a % 16 == 0 && (t.s[0] * static_cast<int64_t>(es)) % 16 == 0 && (t.s[1] * static_cast<int64_t>(es)) % 16 == 0;
+}
+selscan_status launch_step(const selscan__stp &q, step_tune tu, cudaStream_t stream, cudaError_t *err) {
+    const bool vec = q.N % 4 == 0 && q.N <= 128 && q.state.s[2] == 1 && q.state.s[1] % 4 == 0 && q.state.s[0] % 4 == 0 &&
+                     reinterpret_cast<uintptr_t>(q.state.data) % 16 == 0;
+    const bool avec = q.A.s[1] == 1 && q.A.s[0] % 4 == 0 && reinterpret_cast<uintptr_t>(q.A.data) % 16 == 0;
+    const bool pdl = tu.pdl != 0 && pdl_available();
+    if (vec && tu.S >= 0) {
+        const size_t es = q.dt == SELSCAN_F32 ? 4 : 2;
+        int S = tu.S > 0 ? tu.S : q.N % 16 == 0 ? 16 : q.N % 8 == 0 ? 8 : 4;
+        int R = tu.R > 0 ? tu.R : 1;
+        /* 2-byte B / C rows of 4 states: 8-byte loads need 8-byte alignment only; a row of S
+           states of either type is a whole number of 16-byte words otherwise */
+        step_params sp;
+        memset(&sp, 0, sizeof sp);
+        sp.batch = q.batch; sp.dim = q.dim; sp.dpg = q.dpg; sp.ncache = q.ncache;
+        sp.N = static_cast<int>(q.N); sp.NT = pow2ceil(cdiv(q.N, S)); sp.softplus = q.softplus; sp.fixB = q.fixB; sp.fixC = q.fixC;
+        sp.avec = avec;
+        sp.bvec = step_rows_vec(q.B, q.fixB != 0, es);
+        sp.cvec = step_rows_vec(q.C, q.fixC != 0, es);
+        sp.idx = q.idx;
+        sp.h = static_cast<float *>(q.state.data); sp.h0 = q.state.s[0]; sp.h1 = q.state.s[1];
+        sp.u = q.x.data; sp.u0 = q.x.s[0]; sp.u1 = q.x.s[1];
+        sp.dl = q.dt_.data; sp.d0 = q.dt_.s[0]; sp.d1 = q.dt_.s[1];
+        sp.z = q.z.data; sp.z0 = q.z.s[0]; sp.z1 = q.z.s[1];
+        sp.y = q.y.data; sp.y0 = q.y.s[0]; sp.y1 = q.y.s[1];
+        sp.A = static_cast<const float *>(q.A.data); sp.a0 = q.A.s[0]; sp.a1 = q.A.s[1];
+        sp.B = q.B.data; sp.C = q.C.data;
+        if (q.fixB) { sp.b0 = q.B.s[0]; sp.b1 = 0; sp.b2 = q.B.s[1]; }
+        else { sp.b0 = q.B.s[0]; sp.b1 = q.B.s[1]; sp.b2 = q.B.s[2]; }
+        if (q.fixC) { sp.c0 = q.C.s[0]; sp.c1 = 0; sp.c2 = q.C.s[1]; }
+        else { sp.c0 = q.C.s[0]; sp.c1 = q.C.s[1]; sp.c2 = q.C.s[2]; }
+        sp.D = static_cast<const float *>(q.D.data); sp.Ds = q.D.s[0];
+        sp.bias = static_cast<const float *>(q.bias.data); sp.bs = q.bias.s[0];
+        const int64_t cpb = kThreads / sp.NT, grid = cdiv(q.batch, R) * cdiv(q.dim, cpb);
+        if (grid > 0x7fffffff) return SELSCAN_ERR_UNSUPPORTED;
+        const unsigned gr = static_cast<unsigned>(grid);
+        bool ok;
+        if (q.dt == SELSCAN_F32) ok = launch_step_vec_t<float>(S, R, sp, gr, pdl, stream);
+        else if (q.dt == SELSCAN_F16) ok = launch_step_vec_t<__half>(S, R, sp, gr, pdl, stream);
+        else ok = launch_step_vec_t<__nv_bfloat16>(S, R, sp, gr, pdl, stream);
+        if (!ok) return SELSCAN_ERR_UNSUPPORTED;
+        SELSCAN__LAUNCHED();
+        return SELSCAN_OK;
+    }
+    kparams P;
+    memset(&P, 0, sizeof P);
+    P.batch = q.batch; P.dim = q.dim; P.N = q.N; P.G = q.G; P.dpg = q.dpg; P.ncache = q.ncache;
+    P.softplus = q.softplus; P.fixB = q.fixB; P.fixC = q.fixC; P.idx = q.idx;
+    P.bf16 = q.dt == SELSCAN_BF16;
+    P.u = mk(q.x); P.delta = mk(q.dt_); P.A = mk(q.A); P.B = mk(q.B); P.C = mk(q.C); P.D = mk(q.D);
+    P.z = mk(q.z); P.bias = mk(q.bias); P.h0 = mk(q.state); P.y = mk(q.y);
+#ifdef SELSCAN__STEP_SWEEP
+    if (vec) { /* tu.S < 0: the earlier step_fast_kernel (8 or 4 states a thread), for comparisons */
+        const int spt = q.N % 8 == 0 ? 8 : 4;
+        P.NT = pow2ceil(q.N / spt);
+        const int64_t grid = q.batch * cdiv(q.dim, kThreads / P.NT);
+        if (grid > 0x7fffffff) return SELSCAN_ERR_UNSUPPORTED;
+        const unsigned gr = static_cast<unsigned>(grid);
+        if (spt == 8) {
+            if (q.dt == SELSCAN_F32) step_fast_kernel<float, 8><<<gr, kThreads, 0, stream>>>(P, avec);
+            else if (q.dt == SELSCAN_F16) step_fast_kernel<__half, 8><<<gr, kThreads, 0, stream>>>(P, avec);
+            else step_fast_kernel<__nv_bfloat16, 8><<<gr, kThreads, 0, stream>>>(P, avec);
+        } else {
+            if (q.dt == SELSCAN_F32) step_fast_kernel<float, 4><<<gr, kThreads, 0, stream>>>(P, avec);
+            else if (q.dt == SELSCAN_F16) step_fast_kernel<__half, 4><<<gr, kThreads, 0, stream>>>(P, avec);
+            else step_fast_kernel<__nv_bfloat16, 4><<<gr, kThreads, 0, stream>>>(P, avec);
+        }
+        SELSCAN__LAUNCHED();
+        return SELSCAN_OK;
+    }
+#endif
+    /* one state a thread */
+    P.NT = q.N >= 32 ? 32 : pow2ceil(q.N);
+    const int64_t grid = q.batch * cdiv(q.dim, kThreads / P.NT);
+    if (grid > 0x7fffffff) return SELSCAN_ERR_UNSUPPORTED;
+    const unsigned gr = static_cast<unsigned>(grid);
+    if (q.dt == SELSCAN_F32) step_kernel<float><<<gr, kThreads, 0, stream>>>(P);
+    else if (q.dt == SELSCAN_F16) step_kernel<__half><<<gr, kThreads, 0, stream>>>(P);
+    else step_kernel<__nv_bfloat16><<<gr, kThreads, 0, stream>>>(P);
+    SELSCAN__LAUNCHED();
+    return SELSCAN_OK;
+}
+
 } /* namespace */
 
 /* ---------------------------------------------------------------------------------------------- */
@@ -2664,6 +2948,17 @@ SELSCAN_DEF selscan_status selscan_workspace_size_cuda(const selscan_problem *p,
 }
 
 } /* extern "C" */
+
+/* The step with its kernel's shape forced (S states a thread, R batch rows a block; 0: automatic;
+   S = -1: the earlier kernel, with SELSCAN__STEP_SWEEP) and programmatic dependent launch on (pdl
+   < 0: where available) or off (0), for tuning (bench/bench_cuda.cu). */
+static selscan_status selscan__step_cuda_tuned(const selscan_step_problem *s, cudaError_t *err, cudaStream_t stream, int S,
+                                               int R, int pdl) {
+    selscan__stp q;
+    selscan_status st = selscan__validate_step_ex(s, &q, 0);
+    if (st != SELSCAN_OK) return st;
+    return launch_step(q, step_tune{S, R, pdl}, stream, err);
+}
 
 /* The forward with its plan forced (npt 4, 8 or 16; nlch: L chunks; 0: automatic), for tuning
    (bench/bench_cuda.cu). The workspace must then hold 3 * rows * nlch * N floats (256-aligned). */
@@ -2863,39 +3158,9 @@ SELSCAN_DEF selscan_status selscan_backward_cuda(const selscan_problem *p, const
 
 SELSCAN_DEF selscan_status selscan_step_cuda_ex(const selscan_step_problem *s, cudaError_t *err, cudaStream_t stream) {
     selscan__stp q;
-    kparams P;
     selscan_status st = selscan__validate_step_ex(s, &q, 0);
     if (st != SELSCAN_OK) return st;
-    memset(&P, 0, sizeof P);
-    P.batch = q.batch; P.dim = q.dim; P.N = q.N; P.G = q.G; P.dpg = q.dpg; P.ncache = q.ncache;
-    P.softplus = q.softplus; P.fixB = q.fixB; P.fixC = q.fixC; P.idx = q.idx;
-    P.bf16 = q.dt == SELSCAN_BF16;
-    P.u = mk(q.x); P.delta = mk(q.dt_); P.A = mk(q.A); P.B = mk(q.B); P.C = mk(q.C); P.D = mk(q.D);
-    P.z = mk(q.z); P.bias = mk(q.bias); P.h0 = mk(q.state); P.y = mk(q.y);
-    /* float4 state rows: step_fast_kernel with 8 or 4 states a thread; else one state a thread */
-    const bool vec = q.N % 4 == 0 && q.N <= 128 && q.state.s[2] == 1 && q.state.s[1] % 4 == 0 && q.state.s[0] % 4 == 0 &&
-                     reinterpret_cast<uintptr_t>(q.state.data) % 16 == 0;
-    const int spt = q.N % 8 == 0 ? 8 : 4; /* 16 (one thread a channel at N = 16) measured slower */
-    const bool avec = q.A.s[1] == 1 && q.A.s[0] % 4 == 0 && reinterpret_cast<uintptr_t>(q.A.data) % 16 == 0;
-    P.NT = vec ? pow2ceil(q.N / spt) : q.N >= 32 ? 32 : pow2ceil(q.N);
-    const int64_t cpb = kThreads / P.NT, grid = q.batch * cdiv(q.dim, cpb);
-    if (grid > 0x7fffffff) return SELSCAN_ERR_UNSUPPORTED;
-    const unsigned gr = static_cast<unsigned>(grid);
-    if (vec && spt == 8) {
-        if (q.dt == SELSCAN_F32) step_fast_kernel<float, 8><<<gr, kThreads, 0, stream>>>(P, avec);
-        else if (q.dt == SELSCAN_F16) step_fast_kernel<__half, 8><<<gr, kThreads, 0, stream>>>(P, avec);
-        else step_fast_kernel<__nv_bfloat16, 8><<<gr, kThreads, 0, stream>>>(P, avec);
-    } else if (vec) {
-        if (q.dt == SELSCAN_F32) step_fast_kernel<float, 4><<<gr, kThreads, 0, stream>>>(P, avec);
-        else if (q.dt == SELSCAN_F16) step_fast_kernel<__half, 4><<<gr, kThreads, 0, stream>>>(P, avec);
-        else step_fast_kernel<__nv_bfloat16, 4><<<gr, kThreads, 0, stream>>>(P, avec);
-    } else {
-        if (q.dt == SELSCAN_F32) step_kernel<float><<<gr, kThreads, 0, stream>>>(P);
-        else if (q.dt == SELSCAN_F16) step_kernel<__half><<<gr, kThreads, 0, stream>>>(P);
-        else step_kernel<__nv_bfloat16><<<gr, kThreads, 0, stream>>>(P);
-    }
-    SELSCAN__LAUNCHED();
-    return SELSCAN_OK;
+    return launch_step(q, step_tune{0, 0, -1}, stream, err);
 }
 
 SELSCAN_DEF selscan_status selscan_step_cuda(const selscan_step_problem *s, cudaStream_t stream) {
