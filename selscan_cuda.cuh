@@ -2198,8 +2198,8 @@ __global__ void __launch_bounds__(kThreads) step_fast_kernel(const kparams P, co
    with its parameters, so fewer bytes a launch) for step_vec_kernel. B / C: element n of the row
    of (batch b, group g) at b * b0 + g * b1 + n * b2, or fixed (f32, (dim, N)) at d * b0 + n * b2. */
 struct step_params {
-    int64_t batch, dim, dpg, ncache;
-    int N, NT, softplus, fixB, fixC, avec, bvec, cvec;
+    int64_t batch, dim, ncache;
+    int dpg, N, NT, softplus, fixB, fixC, avec, bvec, cvec;
     const int32_t *idx;
     float *h;
     int64_t h0, h1;
@@ -2254,42 +2254,57 @@ template <typename T, int K> __device__ __forceinline__ void ld_vec(const void *
     }
 }
 
-/* Decode step for float4-aligned state rows (unit n stride, N % 4 == 0, N <= 128): S states a
-   thread (16, 8 or 4), NT = pow2ceil(N / S) threads a channel, a block of kThreads / NT channels
-   and R batch rows (A, D, delta_bias loaded once for the R rows). Every load of the R rows is
-   issued before the first use; B / C rows by 16-byte loads where unit-stride and aligned (bvec /
-   cvec), A by float4 where aligned (avec). Launched with programmatic dependent launch (sm_90+):
-   it waits for the kernel before it to complete before touching memory, and lets the next one
-   launch at once (its blocks then wait in their turn).
-   Arithmetic as the forward's at L = 1 (exponent dt (A log2 e), B (dt u), per-lane chains of
-   N / 2 states for N <= 16 summed lane 0 + lane 1, D u by an FMA, the gate): state and y bitwise
-   the forward's for N = 8 and N = 16. */
+/* Decode step for float4-aligned state rows (unit n stride, N % 4 == 0, N <= 128). A thread has S
+   states of a channel (S = 16, 8 or 4) as S / 4 chunks of 4 states interleaved across the NT =
+   pow2ceil(N / S) lanes of the channel: lane j's chunk i holds states 4 (j + NT i) .. + 3, so each
+   16-byte load or store instruction of a warp covers whole 32-byte sectors of the state, of A and
+   of B / C (the earlier kernel's lanes held S consecutive states: every instruction touched each
+   sector half). A block: kThreads / NT channels (blockIdx.y) of R batch rows (blockIdx.x), A, D,
+   delta_bias loaded once for the R rows; every load of the R rows issued before the first use;
+   B / C chunks by 16- or 8-byte loads where unit-stride and aligned (bvec / cvec), A by float4 where
+   aligned (avec). Launched with programmatic dependent launch where available: it waits for the
+   kernel before it to complete before touching memory and lets the next one launch at once.
+   Arithmetic as the forward's at L = 1 (exponent dt (A log2 e), B (dt u), D u by an FMA, the gate),
+   and y summed as the forward sums it for N = 8 and 16 (a chain over states 0 .. N/2 - 1, one over
+   N/2 .. N - 1, added): state and y bitwise the forward's there (tests/test_cuda.cu). */
 template <typename T, int S, int R>
 __global__ void __launch_bounds__(kThreads) step_vec_kernel(const step_params P) {
+    constexpr int NC = S / 4; /* chunks a lane */
     pdl_wait();
     pdl_launch_dependents();
-    const int NT = P.NT, CPB = kThreads / NT;
-    const int64_t ncb = (P.dim + CPB - 1) / CPB;
-    const int64_t d = (blockIdx.x % ncb) * CPB + threadIdx.x / NT, bb = (blockIdx.x / ncb) * R;
-    const int j = threadIdx.x % NT, n0 = S * j;
-    const bool valid = d < P.dim, ownc = valid && n0 < P.N;
+    const int NT = P.NT;
+    const int dl32 = static_cast<int>(blockIdx.y) * (kThreads / NT) + static_cast<int>(threadIdx.x) / NT;
+    const int64_t d = dl32, bb = static_cast<int64_t>(blockIdx.x) * R;
+    const int j = static_cast<int>(threadIdx.x) % NT;
+    const bool valid = d < P.dim;
+    bool cv_[NC]; /* chunk i of this lane inside N */
+#pragma unroll
+    for (int i = 0; i < NC; i++) cv_[i] = valid && 4 * (j + NT * i) < P.N;
     float A2[S];
 #pragma unroll
     for (int k = 0; k < S; k++) A2[k] = 0.0f;
-    if (ownc) {
-        const float *Ar = P.A + d * P.a0;
-        if (P.avec) {
-            ld_vec<float, S>(Ar, n0, A2);
-        } else {
+    const float *Ar = P.A + d * P.a0;
 #pragma unroll
-            for (int k = 0; k < S; k++) A2[k] = Ar[(n0 + k) * P.a1];
+    for (int i = 0; i < NC; i++) {
+        const int n = 4 * (j + NT * i);
+        if (cv_[i]) {
+            if (P.avec) {
+                const float4 v = *reinterpret_cast<const float4 *>(Ar + n);
+                A2[4 * i] = v.x; A2[4 * i + 1] = v.y; A2[4 * i + 2] = v.z; A2[4 * i + 3] = v.w;
+            } else {
+#pragma unroll
+                for (int q = 0; q < 4; q++) A2[4 * i + q] = Ar[(n + q) * P.a1];
+            }
         }
-#pragma unroll
-        for (int k = 0; k < S; k++) A2[k] *= kLog2e;
     }
+#pragma unroll
+    for (int k = 0; k < S; k++) A2[k] *= kLog2e;
     const float bias = valid && P.bias ? P.bias[d * P.bs] : 0.0f;
     const float Dd = valid && P.D ? P.D[d * P.Ds] : 0.0f;
-    const int64_t g = valid ? d / P.dpg : 0;
+    const int64_t g = valid ? dl32 / P.dpg : 0;
+    /* N = 16 with two lanes (the forward's split): lane j's y chain runs over states 8j .. 8j + 7,
+       its own chunk and the partner's (exchanged by shuffles), C of those 8 states loaded here */
+    const bool pair = NT == 2 && S == 8 && P.N == 16;
     float hv[R][S], Bv[R][S], Cv[R][S], x[R], dl[R], zz[R];
     float4 *hp[R];
     bool live[R], inb[R];
@@ -2299,32 +2314,62 @@ __global__ void __launch_bounds__(kThreads) step_vec_kernel(const step_params P)
         inb[r] = valid && b < P.batch;
         const int64_t row = inb[r] ? (P.idx ? static_cast<int64_t>(P.idx[b]) : b) : -1;
         live[r] = row >= 0 && row < P.ncache;
-        const bool own = live[r] && n0 < P.N;
-        hp[r] = NULL;
+        hp[r] = reinterpret_cast<float4 *>(P.h + (live[r] ? row * P.h0 + d * P.h1 : 0));
         x[r] = dl[r] = zz[r] = 0.0f;
 #pragma unroll
         for (int k = 0; k < S; k++) hv[r][k] = Bv[r][k] = Cv[r][k] = 0.0f;
-        if (own) {
-            hp[r] = reinterpret_cast<float4 *>(P.h + row * P.h0 + d * P.h1 + n0);
+        const int64_t bo = P.fixB ? d * P.b0 : b * P.b0 + g * P.b1, co = P.fixC ? d * P.c0 : b * P.c0 + g * P.c1;
 #pragma unroll
-            for (int k = 0; k < S; k += 4) {
-                const float4 v = hp[r][k / 4];
-                hv[r][k] = v.x; hv[r][k + 1] = v.y; hv[r][k + 2] = v.z; hv[r][k + 3] = v.w;
+        for (int i = 0; i < NC; i++) {
+            const int n = 4 * (j + NT * i);
+            if (live[r] && cv_[i]) {
+                const float4 v = hp[r][n / 4];
+                hv[r][4 * i] = v.x; hv[r][4 * i + 1] = v.y; hv[r][4 * i + 2] = v.z; hv[r][4 * i + 3] = v.w;
+                if (P.bvec) {
+                    float t[4];
+                    if (P.fixB) ld_vec<float, 4>(P.B, bo + n, t);
+                    else ld_vec<T, 4>(P.B, bo + n, t);
+#pragma unroll
+                    for (int q = 0; q < 4; q++) Bv[r][4 * i + q] = t[q];
+                } else {
+#pragma unroll
+                    for (int q = 0; q < 4; q++)
+                        Bv[r][4 * i + q] = P.fixB ? static_cast<const float *>(P.B)[bo + (n + q) * P.b2] : ld<T>(P.B, bo + (n + q) * P.b2);
+                }
             }
-            const int64_t bo = P.fixB ? d * P.b0 : b * P.b0 + g * P.b1, co = P.fixC ? d * P.c0 : b * P.c0 + g * P.c1;
-            if (P.bvec) {
-                if (P.fixB) ld_vec<float, S>(P.B, bo + n0, Bv[r]);
-                else ld_vec<T, S>(P.B, bo + n0, Bv[r]);
-            } else {
+        }
+        /* C: the lane's chunks, or (pair) states 8j .. 8j + 7 */
+        if (S == 8 && pair) {
+            if (live[r]) {
+                float t[8];
+                if (P.cvec) {
+                    if (P.fixC) ld_vec<float, 8>(P.C, co + 8 * j, t);
+                    else ld_vec<T, 8>(P.C, co + 8 * j, t);
+                } else {
 #pragma unroll
-                for (int k = 0; k < S; k++) Bv[r][k] = P.fixB ? static_cast<const float *>(P.B)[bo + (n0 + k) * P.b2] : ld<T>(P.B, bo + (n0 + k) * P.b2);
+                    for (int q = 0; q < 8; q++)
+                        t[q] = P.fixC ? static_cast<const float *>(P.C)[co + (8 * j + q) * P.c2] : ld<T>(P.C, co + (8 * j + q) * P.c2);
+                }
+#pragma unroll
+                for (int q = 0; q < 8; q++) Cv[r][q % S] = t[q]; /* (S == 8 here) */
             }
-            if (P.cvec) {
-                if (P.fixC) ld_vec<float, S>(P.C, co + n0, Cv[r]);
-                else ld_vec<T, S>(P.C, co + n0, Cv[r]);
-            } else {
+        } else {
 #pragma unroll
-                for (int k = 0; k < S; k++) Cv[r][k] = P.fixC ? static_cast<const float *>(P.C)[co + (n0 + k) * P.c2] : ld<T>(P.C, co + (n0 + k) * P.c2);
+            for (int i = 0; i < NC; i++) {
+                const int n = 4 * (j + NT * i);
+                if (live[r] && cv_[i]) {
+                    if (P.cvec) {
+                        float t[4];
+                        if (P.fixC) ld_vec<float, 4>(P.C, co + n, t);
+                        else ld_vec<T, 4>(P.C, co + n, t);
+#pragma unroll
+                        for (int q = 0; q < 4; q++) Cv[r][4 * i + q] = t[q];
+                    } else {
+#pragma unroll
+                        for (int q = 0; q < 4; q++)
+                            Cv[r][4 * i + q] = P.fixC ? static_cast<const float *>(P.C)[co + (n + q) * P.c2] : ld<T>(P.C, co + (n + q) * P.c2);
+                    }
+                }
             }
         }
         if (live[r]) {
@@ -2336,21 +2381,42 @@ __global__ void __launch_bounds__(kThreads) step_vec_kernel(const step_params P)
 #pragma unroll
     for (int r = 0; r < R; r++) {
         const float dt = dt_of(dl[r] + bias, P.softplus != 0, true), dtx = dt * x[r];
-        /* y: one lane a channel (NT == 1) sums its two halves' chains, y0 + y1; more lanes a
-           channel: each lane one chain (y0), the lanes' sums through the shuffles */
-        const int split = NT == 1 ? S / 2 : S;
-        float y0 = 0.0f, y1 = 0.0f;
 #pragma unroll
-        for (int k = 0; k < S; k++) {
-            hv[r][k] = fmaf(ex2(dt * A2[k]), hv[r][k], Bv[r][k] * dtx);
-            if (k < split) y0 = fmaf(Cv[r][k], hv[r][k], y0);
-            else y1 = fmaf(Cv[r][k], hv[r][k], y1);
-        }
-        if (hp[r]) {
+        for (int k = 0; k < S; k++) hv[r][k] = fmaf(ex2(dt * A2[k]), hv[r][k], Bv[r][k] * dtx);
 #pragma unroll
-            for (int k = 0; k < S; k += 4) hp[r][k / 4] = make_float4(hv[r][k], hv[r][k + 1], hv[r][k + 2], hv[r][k + 3]);
+        for (int i = 0; i < NC; i++)
+            if (live[r] && cv_[i])
+                hp[r][(j + NT * i)] = make_float4(hv[r][4 * i], hv[r][4 * i + 1], hv[r][4 * i + 2], hv[r][4 * i + 3]);
+        float yp;
+        if (S == 8 && pair) {
+            /* lane 0 owns states 0-3 (chunk 0) and 8-11, lane 1 4-7 and 12-15: each sends the
+               chunk the other's chain needs (lane 0 its 8-11, lane 1 its 4-7) */
+            float e[4], f[8];
+#pragma unroll
+            for (int q = 0; q < 4; q++) e[q] = __shfl_xor_sync(0xffffffffu, j == 0 ? hv[r][(4 + q) % S] : hv[r][q], 1);
+#pragma unroll
+            for (int q = 0; q < 4; q++) {
+                f[q] = j == 0 ? hv[r][q] : e[q];
+                f[4 + q] = j == 0 ? e[q] : hv[r][(4 + q) % S];
+            }
+            float yc = 0.0f;
+#pragma unroll
+            for (int q = 0; q < 8; q++) yc = fmaf(Cv[r][q % S], f[q], yc); /* (S == 8 here) */
+            yp = yc;
+        } else if (NT == 1) { /* chains over the two halves */
+            float y0 = 0.0f, y1 = 0.0f;
+#pragma unroll
+            for (int k = 0; k < S; k++) {
+                if (k < S / 2) y0 = fmaf(Cv[r][k], hv[r][k], y0);
+                else y1 = fmaf(Cv[r][k], hv[r][k], y1);
+            }
+            yp = y0 + y1;
+        } else {
+            float yc = 0.0f;
+#pragma unroll
+            for (int k = 0; k < S; k++) yc = fmaf(Cv[r][k], hv[r][k], yc);
+            yp = yc;
         }
-        float yp = NT == 1 ? y0 + y1 : y0;
         for (int m = NT / 2; m >= 1; m >>= 1) yp += __shfl_xor_sync(0xffffffffu, yp, m);
         if (inb[r] && j == 0) {
             float y = 0.0f;
@@ -2801,12 +2867,12 @@ struct step_tune {
     int S, R, pdl;
 };
 template <typename T, int S, int R>
-void launch_step_vec(const step_params &sp, unsigned grid, bool pdl, cudaStream_t stream) {
+void launch_step_vec(const step_params &sp, dim3 grid, bool pdl, cudaStream_t stream) {
     if (pdl) launch_pdl(step_vec_kernel<T, S, R>, grid, kThreads, 0, stream, sp);
     else step_vec_kernel<T, S, R><<<grid, kThreads, 0, stream>>>(sp);
 }
 template <typename T, int S>
-bool launch_step_vec_r(int R, const step_params &sp, unsigned grid, bool pdl, cudaStream_t stream) {
+bool launch_step_vec_r(int R, const step_params &sp, dim3 grid, bool pdl, cudaStream_t stream) {
     if (R == 1) launch_step_vec<T, S, 1>(sp, grid, pdl, stream);
     else if (R == 2) launch_step_vec<T, S, 2>(sp, grid, pdl, stream);
 #ifdef SELSCAN__STEP_SWEEP
@@ -2816,7 +2882,7 @@ bool launch_step_vec_r(int R, const step_params &sp, unsigned grid, bool pdl, cu
     return true;
 }
 template <typename T>
-bool launch_step_vec_t(int S, int R, const step_params &sp, unsigned grid, bool pdl, cudaStream_t stream) {
+bool launch_step_vec_t(int S, int R, const step_params &sp, dim3 grid, bool pdl, cudaStream_t stream) {
     if (S == 16) return launch_step_vec_r<T, 16>(R, sp, grid, pdl, stream);
     if (S == 8) return launch_step_vec_r<T, 8>(R, sp, grid, pdl, stream);
     if (S == 4) return launch_step_vec_r<T, 4>(R, sp, grid, pdl, stream);
@@ -2833,15 +2899,16 @@ selscan_status launch_step(const selscan__stp &q, step_tune tu, cudaStream_t str
                      reinterpret_cast<uintptr_t>(q.state.data) % 16 == 0;
     const bool avec = q.A.s[1] == 1 && q.A.s[0] % 4 == 0 && reinterpret_cast<uintptr_t>(q.A.data) % 16 == 0;
     const bool pdl = tu.pdl != 0 && pdl_available();
-    if (vec && tu.S >= 0) {
+    /* 8 states a lane where N % 8 == 0 (N = 16: two lanes, the forward's split), else 4 (N = 8:
+       two lanes of 4, again the forward's split); channel blocks on the grid's y (at most 65535) */
+    const int S = tu.S > 0 ? tu.S : q.N % 8 == 0 && q.N != 8 ? 8 : 4, R = tu.R > 0 ? tu.R : 1;
+    if (vec && tu.S >= 0 && cdiv(q.dim, kThreads / pow2ceil(cdiv(q.N, S))) <= 65535 && q.dpg <= 0x7fffffff) {
         const size_t es = q.dt == SELSCAN_F32 ? 4 : 2;
-        int S = tu.S > 0 ? tu.S : q.N % 16 == 0 ? 16 : q.N % 8 == 0 ? 8 : 4;
-        int R = tu.R > 0 ? tu.R : 1;
         /* 2-byte B / C rows of 4 states: 8-byte loads need 8-byte alignment only; a row of S
            states of either type is a whole number of 16-byte words otherwise */
         step_params sp;
         memset(&sp, 0, sizeof sp);
-        sp.batch = q.batch; sp.dim = q.dim; sp.dpg = q.dpg; sp.ncache = q.ncache;
+        sp.batch = q.batch; sp.dim = q.dim; sp.dpg = static_cast<int>(q.dpg); sp.ncache = q.ncache;
         sp.N = static_cast<int>(q.N); sp.NT = pow2ceil(cdiv(q.N, S)); sp.softplus = q.softplus; sp.fixB = q.fixB; sp.fixC = q.fixC;
         sp.avec = avec;
         sp.bvec = step_rows_vec(q.B, q.fixB != 0, es);
@@ -2860,9 +2927,9 @@ selscan_status launch_step(const selscan__stp &q, step_tune tu, cudaStream_t str
         else { sp.c0 = q.C.s[0]; sp.c1 = q.C.s[1]; sp.c2 = q.C.s[2]; }
         sp.D = static_cast<const float *>(q.D.data); sp.Ds = q.D.s[0];
         sp.bias = static_cast<const float *>(q.bias.data); sp.bs = q.bias.s[0];
-        const int64_t cpb = kThreads / sp.NT, grid = cdiv(q.batch, R) * cdiv(q.dim, cpb);
-        if (grid > 0x7fffffff) return SELSCAN_ERR_UNSUPPORTED;
-        const unsigned gr = static_cast<unsigned>(grid);
+        const int64_t cpb = kThreads / sp.NT, gx = cdiv(q.batch, R), gy = cdiv(q.dim, cpb);
+        if (gx > 0x7fffffff || gy > 65535) return SELSCAN_ERR_UNSUPPORTED;
+        const dim3 gr(static_cast<unsigned>(gx), static_cast<unsigned>(gy));
         bool ok;
         if (q.dt == SELSCAN_F32) ok = launch_step_vec_t<float>(S, R, sp, gr, pdl, stream);
         else if (q.dt == SELSCAN_F16) ok = launch_step_vec_t<__half>(S, R, sp, gr, pdl, stream);

@@ -14,7 +14,8 @@
  * Usage: bench_cuda [--graphs] [case-name-substring | step | prefill] [f32|bf16] ("step": only the decode
  * step's table). --graphs: the decode step and the short-prefill forward timed under CUDA graph replay
  * (kernel time as a serving loop sees it; see bench_step_graphs), with the copy floors of the same run;
- * SELSCAN_BENCH_STEP_SWEEP=1 adds every step kernel shape (states a thread, rows a block) to that table.
+ * SELSCAN_BENCH_STEP_SWEEP=1 adds every step kernel shape (states a thread, rows a block) to that table,
+ * SELSCAN_BENCH_STEP_BATCH=n keeps its shapes of batch n only.
  * Environment: SELSCAN_BENCH_FWD_ONLY=1 (forward only), SELSCAN_BENCH_LAYOUT=bld (channels-last
  * tensors: the fast kernels' any-stride instantiations when built with SELSCAN_CUDA_CHANNELS_LAST=1
  * as the Makefile does, else the general kernels), SELSCAN_BENCH_NPT / SELSCAN_BENCH_NLCH (force the
@@ -218,9 +219,11 @@ static void bench_step_graphs(GraphTimer &gt, double bw, const char *only_dt, bo
     printf("%-14s %-5s | %8s %8s %8s | %8s %8s %8s | %7s %7s | %8s\n", "batch,dim,N", "dtype", "before", "now", "now-pdl", "copy",
            "rmw", "floor", "x floor", "x rmw", "json-mb");
     int si = 0;
+    const int64_t only_batch = getenv("SELSCAN_BENCH_STEP_BATCH") ? atoll(getenv("SELSCAN_BENCH_STEP_BATCH")) : 0;
     for (const auto &sh : shapes) {
         for (int di = 0; di < 2; di++) {
             if (only_dt && strcmp(only_dt, di ? "bf16" : "f32") != 0) continue;
+            if (only_batch && sh[0] != only_batch) continue;
             const int64_t B = sh[0], Dm = sh[1], N = sh[2], BD = B * Dm, DN = Dm * N, BN = B * N;
             const size_t es = di ? 2 : 4, sbytes = static_cast<size_t>(BD * N) * 4;
             std::vector<void *> st(NG);
