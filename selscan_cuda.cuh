@@ -2199,7 +2199,7 @@ __global__ void __launch_bounds__(kThreads) step_fast_kernel(const kparams P, co
    of (batch b, group g) at b * b0 + g * b1 + n * b2, or fixed (f32, (dim, N)) at d * b0 + n * b2. */
 struct step_params {
     int64_t batch, dim, ncache;
-    int dpg, N, NT, softplus, fixB, fixC, avec, bvec, cvec;
+    int dpg, N, NT, softplus, fixB, fixC, avec, bvec, cvec, G1;
     const int32_t *idx;
     float *h;
     int64_t h0, h1;
@@ -2267,44 +2267,27 @@ template <typename T, int K> __device__ __forceinline__ void ld_vec(const void *
    Arithmetic as the forward's at L = 1 (exponent dt (A log2 e), B (dt u), D u by an FMA, the gate),
    and y summed as the forward sums it for N = 8 and 16 (a chain over states 0 .. N/2 - 1, one over
    N/2 .. N - 1, added): state and y bitwise the forward's there (tests/test_cuda.cu). */
-template <typename T, int S, int R>
-__global__ void __launch_bounds__(kThreads) step_vec_kernel(const step_params P) {
+#ifndef SELSCAN_CUDA_STEP_MINBLOCKS
+#define SELSCAN_CUDA_STEP_MINBLOCKS 0 /* blocks an SM the fast step kernel's registers must allow (0: any) */
+#endif
+/* NTC: the lanes a channel as a compile-time constant (0: P.NT at run time). FAST: the common
+   operands (A, B, C rows 16-byte aligned with unit n stride, variable B / C, one group per
+   dpg known from P.G1), compiled without the other layouts' branches. */
+template <typename T, int S, int R, int NTC, bool FAST, int MINB>
+__global__ void __launch_bounds__(kThreads, MINB) step_vec_kernel(const step_params P) {
     constexpr int NC = S / 4; /* chunks a lane */
     pdl_wait();
     pdl_launch_dependents();
-    const int NT = P.NT;
-    const int dl32 = static_cast<int>(blockIdx.y) * (kThreads / NT) + static_cast<int>(threadIdx.x) / NT;
+    const int NT = NTC > 0 ? NTC : P.NT;
+    const int tid = static_cast<int>(threadIdx.x);
+    const int dl32 = static_cast<int>(blockIdx.y) * (kThreads / NT) + tid / NT;
     const int64_t d = dl32, bb = static_cast<int64_t>(blockIdx.x) * R;
-    const int j = static_cast<int>(threadIdx.x) % NT;
+    const int j = tid % NT;
     const bool valid = d < P.dim;
     bool cv_[NC]; /* chunk i of this lane inside N */
 #pragma unroll
     for (int i = 0; i < NC; i++) cv_[i] = valid && 4 * (j + NT * i) < P.N;
-    float A2[S];
-#pragma unroll
-    for (int k = 0; k < S; k++) A2[k] = 0.0f;
-    const float *Ar = P.A + d * P.a0;
-#pragma unroll
-    for (int i = 0; i < NC; i++) {
-        const int n = 4 * (j + NT * i);
-        if (cv_[i]) {
-            if (P.avec) {
-                const float4 v = *reinterpret_cast<const float4 *>(Ar + n);
-                A2[4 * i] = v.x; A2[4 * i + 1] = v.y; A2[4 * i + 2] = v.z; A2[4 * i + 3] = v.w;
-            } else {
-#pragma unroll
-                for (int q = 0; q < 4; q++) A2[4 * i + q] = Ar[(n + q) * P.a1];
-            }
-        }
-    }
-#pragma unroll
-    for (int k = 0; k < S; k++) A2[k] *= kLog2e;
-    const float bias = valid && P.bias ? P.bias[d * P.bs] : 0.0f;
-    const float Dd = valid && P.D ? P.D[d * P.Ds] : 0.0f;
-    const int64_t g = valid ? dl32 / P.dpg : 0;
-    /* N = 16 with two lanes (the forward's split): lane j's y chain runs over states 8j .. 8j + 7,
-       its own chunk and the partner's (exchanged by shuffles), C of those 8 states loaded here */
-    const bool pair = NT == 2 && S == 8 && P.N == 16;
+    /* the state rows first (the long loads), then the rest */
     float hv[R][S], Bv[R][S], Cv[R][S], x[R], dl[R], zz[R];
     float4 *hp[R];
     bool live[R], inb[R];
@@ -2315,40 +2298,55 @@ __global__ void __launch_bounds__(kThreads) step_vec_kernel(const step_params P)
         const int64_t row = inb[r] ? (P.idx ? static_cast<int64_t>(P.idx[b]) : b) : -1;
         live[r] = row >= 0 && row < P.ncache;
         hp[r] = reinterpret_cast<float4 *>(P.h + (live[r] ? row * P.h0 + d * P.h1 : 0));
+#pragma unroll
+        for (int i = 0; i < NC; i++) {
+            float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+            if (live[r] && cv_[i]) v = hp[r][j + NT * i];
+            hv[r][4 * i] = v.x; hv[r][4 * i + 1] = v.y; hv[r][4 * i + 2] = v.z; hv[r][4 * i + 3] = v.w;
+        }
+    }
+    const int64_t g = !valid || P.G1 ? 0 : dl32 / P.dpg;
+#pragma unroll
+    for (int r = 0; r < R; r++) {
+        const int64_t b = bb + r;
         x[r] = dl[r] = zz[r] = 0.0f;
 #pragma unroll
-        for (int k = 0; k < S; k++) hv[r][k] = Bv[r][k] = Cv[r][k] = 0.0f;
-        const int64_t bo = P.fixB ? d * P.b0 : b * P.b0 + g * P.b1, co = P.fixC ? d * P.c0 : b * P.c0 + g * P.c1;
+        for (int k = 0; k < S; k++) Bv[r][k] = Cv[r][k] = 0.0f;
+        if (live[r]) {
+            x[r] = ld<T>(P.u, b * P.u0 + d * P.u1);
+            dl[r] = ld<T>(P.dl, b * P.d0 + d * P.d1);
+            if (j == 0 && P.z) zz[r] = ld<T>(P.z, b * P.z0 + d * P.z1);
+        }
+        const bool fixB = !FAST && P.fixB, fixC = !FAST && P.fixC, bvec = FAST || P.bvec, cvec = FAST || P.cvec;
+        const int64_t bo = fixB ? d * P.b0 : b * P.b0 + g * P.b1, co = fixC ? d * P.c0 : b * P.c0 + g * P.c1;
 #pragma unroll
         for (int i = 0; i < NC; i++) {
             const int n = 4 * (j + NT * i);
             if (live[r] && cv_[i]) {
-                const float4 v = hp[r][n / 4];
-                hv[r][4 * i] = v.x; hv[r][4 * i + 1] = v.y; hv[r][4 * i + 2] = v.z; hv[r][4 * i + 3] = v.w;
-                if (P.bvec) {
+                if (bvec) {
                     float t[4];
-                    if (P.fixB) ld_vec<float, 4>(P.B, bo + n, t);
+                    if (fixB) ld_vec<float, 4>(P.B, bo + n, t);
                     else ld_vec<T, 4>(P.B, bo + n, t);
 #pragma unroll
                     for (int q = 0; q < 4; q++) Bv[r][4 * i + q] = t[q];
                 } else {
 #pragma unroll
                     for (int q = 0; q < 4; q++)
-                        Bv[r][4 * i + q] = P.fixB ? static_cast<const float *>(P.B)[bo + (n + q) * P.b2] : ld<T>(P.B, bo + (n + q) * P.b2);
+                        Bv[r][4 * i + q] = fixB ? static_cast<const float *>(P.B)[bo + (n + q) * P.b2] : ld<T>(P.B, bo + (n + q) * P.b2);
                 }
             }
         }
-        /* C: the lane's chunks, or (pair) states 8j .. 8j + 7 */
-        if (S == 8 && pair) {
+        /* C: the lane's chunks, or (pair, N = 16 on two lanes) states 8j .. 8j + 7 */
+        if (S == 8 && NT == 2 && P.N == 16) {
             if (live[r]) {
                 float t[8];
-                if (P.cvec) {
-                    if (P.fixC) ld_vec<float, 8>(P.C, co + 8 * j, t);
+                if (cvec) {
+                    if (fixC) ld_vec<float, 8>(P.C, co + 8 * j, t);
                     else ld_vec<T, 8>(P.C, co + 8 * j, t);
                 } else {
 #pragma unroll
                     for (int q = 0; q < 8; q++)
-                        t[q] = P.fixC ? static_cast<const float *>(P.C)[co + (8 * j + q) * P.c2] : ld<T>(P.C, co + (8 * j + q) * P.c2);
+                        t[q] = fixC ? static_cast<const float *>(P.C)[co + (8 * j + q) * P.c2] : ld<T>(P.C, co + (8 * j + q) * P.c2);
                 }
 #pragma unroll
                 for (int q = 0; q < 8; q++) Cv[r][q % S] = t[q]; /* (S == 8 here) */
@@ -2358,26 +2356,42 @@ __global__ void __launch_bounds__(kThreads) step_vec_kernel(const step_params P)
             for (int i = 0; i < NC; i++) {
                 const int n = 4 * (j + NT * i);
                 if (live[r] && cv_[i]) {
-                    if (P.cvec) {
+                    if (cvec) {
                         float t[4];
-                        if (P.fixC) ld_vec<float, 4>(P.C, co + n, t);
+                        if (fixC) ld_vec<float, 4>(P.C, co + n, t);
                         else ld_vec<T, 4>(P.C, co + n, t);
 #pragma unroll
                         for (int q = 0; q < 4; q++) Cv[r][4 * i + q] = t[q];
                     } else {
 #pragma unroll
                         for (int q = 0; q < 4; q++)
-                            Cv[r][4 * i + q] = P.fixC ? static_cast<const float *>(P.C)[co + (n + q) * P.c2] : ld<T>(P.C, co + (n + q) * P.c2);
+                            Cv[r][4 * i + q] = fixC ? static_cast<const float *>(P.C)[co + (n + q) * P.c2] : ld<T>(P.C, co + (n + q) * P.c2);
                     }
                 }
             }
         }
-        if (live[r]) {
-            x[r] = ld<T>(P.u, b * P.u0 + d * P.u1);
-            dl[r] = ld<T>(P.dl, b * P.d0 + d * P.d1);
-            if (j == 0 && P.z) zz[r] = ld<T>(P.z, b * P.z0 + d * P.z1);
+    }
+    float A2[S];
+#pragma unroll
+    for (int k = 0; k < S; k++) A2[k] = 0.0f;
+    const float *Ar = P.A + d * P.a0;
+#pragma unroll
+    for (int i = 0; i < NC; i++) {
+        const int n = 4 * (j + NT * i);
+        if (cv_[i]) {
+            if (FAST || P.avec) {
+                const float4 v = *reinterpret_cast<const float4 *>(Ar + n);
+                A2[4 * i] = v.x; A2[4 * i + 1] = v.y; A2[4 * i + 2] = v.z; A2[4 * i + 3] = v.w;
+            } else {
+#pragma unroll
+                for (int q = 0; q < 4; q++) A2[4 * i + q] = Ar[(n + q) * P.a1];
+            }
         }
     }
+    const float bias = valid && P.bias ? P.bias[d * P.bs] : 0.0f;
+    const float Dd = valid && P.D ? P.D[d * P.Ds] : 0.0f;
+#pragma unroll
+    for (int k = 0; k < S; k++) A2[k] *= kLog2e;
 #pragma unroll
     for (int r = 0; r < R; r++) {
         const float dt = dt_of(dl[r] + bias, P.softplus != 0, true), dtx = dt * x[r];
@@ -2388,7 +2402,7 @@ __global__ void __launch_bounds__(kThreads) step_vec_kernel(const step_params P)
             if (live[r] && cv_[i])
                 hp[r][(j + NT * i)] = make_float4(hv[r][4 * i], hv[r][4 * i + 1], hv[r][4 * i + 2], hv[r][4 * i + 3]);
         float yp;
-        if (S == 8 && pair) {
+        if (S == 8 && NT == 2 && P.N == 16) {
             /* lane 0 owns states 0-3 (chunk 0) and 8-11, lane 1 4-7 and 12-15: each sends the
                chunk the other's chain needs (lane 0 its 8-11, lane 1 its 4-7) */
             float e[4], f[8];
@@ -2417,6 +2431,7 @@ __global__ void __launch_bounds__(kThreads) step_vec_kernel(const step_params P)
             for (int k = 0; k < S; k++) yc = fmaf(Cv[r][k], hv[r][k], yc);
             yp = yc;
         }
+#pragma unroll
         for (int m = NT / 2; m >= 1; m >>= 1) yp += __shfl_xor_sync(0xffffffffu, yp, m);
         if (inb[r] && j == 0) {
             float y = 0.0f;
@@ -2864,28 +2879,48 @@ selscan_status check_ext_cu(const selscan__prob &q, const selscan_cuda_ext *x) {
    programmatic dependent launch where the device has it, 0 never. SELSCAN__STEP_SWEEP (the
    benchmark) compiles every (S, R) and keeps the earlier step_fast_kernel as tu.S = -1. */
 struct step_tune {
-    int S, R, pdl;
+    int S, R, pdl, fast, minb;
 };
-template <typename T, int S, int R>
+template <typename T, int S, int R, int NTC, bool FAST, int MINB>
 void launch_step_vec(const step_params &sp, dim3 grid, bool pdl, cudaStream_t stream) {
-    if (pdl) launch_pdl(step_vec_kernel<T, S, R>, grid, kThreads, 0, stream, sp);
-    else step_vec_kernel<T, S, R><<<grid, kThreads, 0, stream>>>(sp);
+    if (pdl) launch_pdl(step_vec_kernel<T, S, R, NTC, FAST, MINB>, grid, kThreads, 0, stream, sp);
+    else step_vec_kernel<T, S, R, NTC, FAST, MINB><<<grid, kThreads, 0, stream>>>(sp);
 }
-template <typename T, int S>
-bool launch_step_vec_r(int R, const step_params &sp, dim3 grid, bool pdl, cudaStream_t stream) {
-    if (R == 1) launch_step_vec<T, S, 1>(sp, grid, pdl, stream);
-    else if (R == 2) launch_step_vec<T, S, 2>(sp, grid, pdl, stream);
+/* N = 16 (two lanes of 8 states) on the common operands: step_vec_kernel<T, 8, R, 2, true>;
+   everything else: the run-time NT, every layout. tu.S / tu.R force the shape; tu.fast < 0:
+   never the FAST form; tu.minb (SELSCAN__STEP_SWEEP): its register bound. */
+template <typename T, int S, int R>
+bool launch_step_vec_f(const step_tune &tu, bool fast, const step_params &sp, dim3 grid, bool pdl, cudaStream_t stream) {
+    if constexpr (S == 8) {
+        if (sp.NT == 2 && fast) {
 #ifdef SELSCAN__STEP_SWEEP
-    else if (R == 4) launch_step_vec<T, S, 4>(sp, grid, pdl, stream);
+            if (tu.minb == 12) { launch_step_vec<T, S, R, 2, true, 12>(sp, grid, pdl, stream); return true; }
+            if (tu.minb == 16) { launch_step_vec<T, S, R, 2, true, 16>(sp, grid, pdl, stream); return true; }
 #endif
-    else return false;
+            launch_step_vec<T, S, R, 2, true, SELSCAN_CUDA_STEP_MINBLOCKS>(sp, grid, pdl, stream);
+            return true;
+        }
+    }
+    (void)tu;
+    (void)fast;
+    launch_step_vec<T, S, R, 0, false, 0>(sp, grid, pdl, stream);
     return true;
 }
+template <typename T, int S>
+bool launch_step_vec_r(const step_tune &tu, int R, bool fast, const step_params &sp, dim3 grid, bool pdl, cudaStream_t stream) {
+    if (R == 1) return launch_step_vec_f<T, S, 1>(tu, fast, sp, grid, pdl, stream);
+#ifdef SELSCAN__STEP_SWEEP
+    if (R == 2) return launch_step_vec_f<T, S, 2>(tu, fast, sp, grid, pdl, stream);
+#endif
+    return false;
+}
 template <typename T>
-bool launch_step_vec_t(int S, int R, const step_params &sp, dim3 grid, bool pdl, cudaStream_t stream) {
-    if (S == 16) return launch_step_vec_r<T, 16>(R, sp, grid, pdl, stream);
-    if (S == 8) return launch_step_vec_r<T, 8>(R, sp, grid, pdl, stream);
-    if (S == 4) return launch_step_vec_r<T, 4>(R, sp, grid, pdl, stream);
+bool launch_step_vec_t(const step_tune &tu, int S, int R, bool fast, const step_params &sp, dim3 grid, bool pdl, cudaStream_t stream) {
+    if (S == 8) return launch_step_vec_r<T, 8>(tu, R, fast, sp, grid, pdl, stream);
+    if (S == 4) return launch_step_vec_r<T, 4>(tu, R, fast, sp, grid, pdl, stream);
+#ifdef SELSCAN__STEP_SWEEP
+    if (S == 16) return launch_step_vec_r<T, 16>(tu, R, fast, sp, grid, pdl, stream);
+#endif
     return false;
 }
 /* 16-byte loads of a B / C row: unit n stride, 16-byte aligned base and row strides */
@@ -2930,10 +2965,12 @@ selscan_status launch_step(const selscan__stp &q, step_tune tu, cudaStream_t str
         const int64_t cpb = kThreads / sp.NT, gx = cdiv(q.batch, R), gy = cdiv(q.dim, cpb);
         if (gx > 0x7fffffff || gy > 65535) return SELSCAN_ERR_UNSUPPORTED;
         const dim3 gr(static_cast<unsigned>(gx), static_cast<unsigned>(gy));
+        sp.G1 = q.G == 1;
+        const bool fast = tu.fast >= 0 && sp.avec && sp.bvec && sp.cvec && !sp.fixB && !sp.fixC;
         bool ok;
-        if (q.dt == SELSCAN_F32) ok = launch_step_vec_t<float>(S, R, sp, gr, pdl, stream);
-        else if (q.dt == SELSCAN_F16) ok = launch_step_vec_t<__half>(S, R, sp, gr, pdl, stream);
-        else ok = launch_step_vec_t<__nv_bfloat16>(S, R, sp, gr, pdl, stream);
+        if (q.dt == SELSCAN_F32) ok = launch_step_vec_t<float>(tu, S, R, fast, sp, gr, pdl, stream);
+        else if (q.dt == SELSCAN_F16) ok = launch_step_vec_t<__half>(tu, S, R, fast, sp, gr, pdl, stream);
+        else ok = launch_step_vec_t<__nv_bfloat16>(tu, S, R, fast, sp, gr, pdl, stream);
         if (!ok) return SELSCAN_ERR_UNSUPPORTED;
         SELSCAN__LAUNCHED();
         return SELSCAN_OK;
@@ -3020,11 +3057,11 @@ SELSCAN_DEF selscan_status selscan_workspace_size_cuda(const selscan_problem *p,
    S = -1: the earlier kernel, with SELSCAN__STEP_SWEEP) and programmatic dependent launch on (pdl
    < 0: where available) or off (0), for tuning (bench/bench_cuda.cu). */
 static selscan_status selscan__step_cuda_tuned(const selscan_step_problem *s, cudaError_t *err, cudaStream_t stream, int S,
-                                               int R, int pdl) {
+                                               int R, int pdl, int fast = 0, int minb = 0) {
     selscan__stp q;
     selscan_status st = selscan__validate_step_ex(s, &q, 0);
     if (st != SELSCAN_OK) return st;
-    return launch_step(q, step_tune{S, R, pdl}, stream, err);
+    return launch_step(q, step_tune{S, R, pdl, fast, minb}, stream, err);
 }
 
 /* The forward with its plan forced (npt 4, 8 or 16; nlch: L chunks; 0: automatic), for tuning
@@ -3227,7 +3264,7 @@ SELSCAN_DEF selscan_status selscan_step_cuda_ex(const selscan_step_problem *s, c
     selscan__stp q;
     selscan_status st = selscan__validate_step_ex(s, &q, 0);
     if (st != SELSCAN_OK) return st;
-    return launch_step(q, step_tune{0, 0, -1}, stream, err);
+    return launch_step(q, step_tune{0, 0, -1, 0, 0}, stream, err);
 }
 
 SELSCAN_DEF selscan_status selscan_step_cuda(const selscan_step_problem *s, cudaStream_t stream) {
