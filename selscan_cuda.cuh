@@ -2441,6 +2441,98 @@ __global__ void __launch_bounds__(kThreads, MINB) step_vec_kernel(const step_par
     }
 }
 
+/* Decode step, N = 16 on two lanes a channel with the common operands (step_vec_kernel's FAST
+   form), for batches of several rows a thread: a grid of one wave (blockIdx.y: 64 channels,
+   blockIdx.x: a slice of the batch rows, every gridDim.x-th row), A, D, delta_bias loaded once,
+   and each row's state, u, delta, z loaded one row ahead (register double buffer), so a thread
+   always has its next state in flight while it computes the current one (step_vec_kernel with one
+   row a thread spends most of a thread's life not loading: DRAM at 62 % of its peak, ncu).
+   Arithmetic and sums exactly step_vec_kernel's (bitwise the forward's at L = 1). */
+template <typename T>
+__global__ void __launch_bounds__(kThreads) step_loop_kernel(const step_params P) {
+    pdl_wait();
+    pdl_launch_dependents();
+    const int tid = static_cast<int>(threadIdx.x), j = tid & 1;
+    const int dl32 = static_cast<int>(blockIdx.y) * (kThreads / 2) + (tid >> 1);
+    const int64_t d = dl32, stride = gridDim.x;
+    const bool valid = d < P.dim;
+    /* one row's loads: the state's two chunks (states 4j .. 4j + 3 and 4j + 8 .. 4j + 11), u, delta, z */
+    auto fetch = [&](int64_t b, float4 &h0, float4 &h1, float4 *&hp, bool &live, float &x, float &dl, float &zz) {
+        const int64_t row = valid && b < P.batch ? (P.idx ? static_cast<int64_t>(P.idx[b]) : b) : -1;
+        live = row >= 0 && row < P.ncache;
+        hp = reinterpret_cast<float4 *>(P.h + (live ? row * P.h0 + d * P.h1 : 0));
+        h0 = h1 = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        x = dl = zz = 0.0f;
+        if (live) {
+            h0 = hp[j];
+            h1 = hp[j + 2];
+            x = ld<T>(P.u, b * P.u0 + d * P.u1);
+            dl = ld<T>(P.dl, b * P.d0 + d * P.d1);
+            if (j == 0 && P.z) zz = ld<T>(P.z, b * P.z0 + d * P.z1);
+        }
+    };
+    int64_t b = blockIdx.x;
+    float4 n0, n1, *np;
+    bool nlive;
+    float nx, ndl, nzz;
+    fetch(b, n0, n1, np, nlive, nx, ndl, nzz);
+    float A2[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
+    if (valid) {
+        const float4 a0 = reinterpret_cast<const float4 *>(P.A + d * P.a0)[j], a1 = reinterpret_cast<const float4 *>(P.A + d * P.a0)[j + 2];
+        A2[0] = a0.x; A2[1] = a0.y; A2[2] = a0.z; A2[3] = a0.w; A2[4] = a1.x; A2[5] = a1.y; A2[6] = a1.z; A2[7] = a1.w;
+    }
+#pragma unroll
+    for (int k = 0; k < 8; k++) A2[k] *= kLog2e;
+    const float bias = valid && P.bias ? P.bias[d * P.bs] : 0.0f;
+    const float Dd = valid && P.D ? P.D[d * P.Ds] : 0.0f;
+    const int64_t g = !valid || P.G1 ? 0 : dl32 / P.dpg;
+    for (; b < P.batch; b += stride) { /* the same trip count for every thread of the block */
+        const float4 c0 = n0, c1 = n1;
+        float4 *const cp = np;
+        const bool live = nlive;
+        const float x = nx, dl = ndl, zz = nzz;
+        fetch(b + stride, n0, n1, np, nlive, nx, ndl, nzz);
+        float hv[8] = {c0.x, c0.y, c0.z, c0.w, c1.x, c1.y, c1.z, c1.w}, Bv[8], Cv[8];
+#pragma unroll
+        for (int k = 0; k < 8; k++) Bv[k] = Cv[k] = 0.0f;
+        if (live) {
+            const int64_t bo = b * P.b0 + g * P.b1, co = b * P.c0 + g * P.c1;
+            float t[4];
+            ld_vec<T, 4>(P.B, bo + 4 * j, t);
+#pragma unroll
+            for (int q = 0; q < 4; q++) Bv[q] = t[q];
+            ld_vec<T, 4>(P.B, bo + 4 * j + 8, t);
+#pragma unroll
+            for (int q = 0; q < 4; q++) Bv[4 + q] = t[q];
+            ld_vec<T, 8>(P.C, co + 8 * j, Cv);
+        }
+        const float dt = dt_of(dl + bias, P.softplus != 0, true), dtx = dt * x;
+#pragma unroll
+        for (int k = 0; k < 8; k++) hv[k] = fmaf(ex2(dt * A2[k]), hv[k], Bv[k] * dtx);
+        if (live) {
+            cp[j] = make_float4(hv[0], hv[1], hv[2], hv[3]);
+            cp[j + 2] = make_float4(hv[4], hv[5], hv[6], hv[7]);
+        }
+        float e[4], f[8];
+#pragma unroll
+        for (int q = 0; q < 4; q++) e[q] = __shfl_xor_sync(0xffffffffu, j == 0 ? hv[4 + q] : hv[q], 1);
+#pragma unroll
+        for (int q = 0; q < 4; q++) {
+            f[q] = j == 0 ? hv[q] : e[q];
+            f[4 + q] = j == 0 ? e[q] : hv[4 + q];
+        }
+        float yp = 0.0f;
+#pragma unroll
+        for (int q = 0; q < 8; q++) yp = fmaf(Cv[q], f[q], yp);
+        yp += __shfl_xor_sync(0xffffffffu, yp, 1);
+        if (valid && j == 0) {
+            float y = 0.0f;
+            if (live) y = gate(fmaf(Dd, x, yp), zz, P.z != NULL);
+            st<T>(P.y, b * P.y0 + d * P.y1, y);
+        }
+    }
+}
+
 /* ---------------------------------------------------------------------------------------------- */
 /*                                      host side: plans                                          */
 /* ---------------------------------------------------------------------------------------------- */
@@ -2879,7 +2971,8 @@ selscan_status check_ext_cu(const selscan__prob &q, const selscan_cuda_ext *x) {
    programmatic dependent launch where the device has it, 0 never. SELSCAN__STEP_SWEEP (the
    benchmark) compiles every (S, R) and keeps the earlier step_fast_kernel as tu.S = -1. */
 struct step_tune {
-    int S, R, pdl, fast, minb;
+    int S, R, pdl, fast, minb, loop; /* loop: > 0 step_loop_kernel where it applies, < 0 never, 0 by the batch */
+    int64_t loop_slices;             /* (set by launch_step) its grid's row slices; 0: not used */
 };
 template <typename T, int S, int R, int NTC, bool FAST, int MINB>
 void launch_step_vec(const step_params &sp, dim3 grid, bool pdl, cudaStream_t stream) {
@@ -2891,6 +2984,14 @@ void launch_step_vec(const step_params &sp, dim3 grid, bool pdl, cudaStream_t st
    never the FAST form; tu.minb (SELSCAN__STEP_SWEEP): its register bound. */
 template <typename T, int S, int R>
 bool launch_step_vec_f(const step_tune &tu, bool fast, const step_params &sp, dim3 grid, bool pdl, cudaStream_t stream) {
+    if constexpr (S == 8 && R == 1) {
+        if (sp.NT == 2 && fast && tu.loop_slices > 0) { /* rows a thread in a one-wave grid */
+            dim3 g2(static_cast<unsigned>(tu.loop_slices), grid.y);
+            if (pdl) launch_pdl(step_loop_kernel<T>, g2, kThreads, 0, stream, sp);
+            else step_loop_kernel<T><<<g2, kThreads, 0, stream>>>(sp);
+            return true;
+        }
+    }
     if constexpr (S == 8) {
         if (sp.NT == 2 && fast) {
 #ifdef SELSCAN__STEP_SWEEP
@@ -2922,6 +3023,25 @@ bool launch_step_vec_t(const step_tune &tu, int S, int R, bool fast, const step_
     if (S == 16) return launch_step_vec_r<T, 16>(tu, R, fast, sp, grid, pdl, stream);
 #endif
     return false;
+}
+/* Blocks an SM step_loop_kernel<T> holds (its registers), asked once a device; 8 when unknown */
+template <typename T> int step_loop_bpsm() {
+    static volatile int known[64];
+    int dev = 0, v = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return 8;
+    }
+    if (dev >= 0 && dev < 64 && known[dev] > 0) return known[dev];
+    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&v, step_loop_kernel<T>, kThreads, 0) != cudaSuccess || v <= 0) {
+        (void)cudaGetLastError();
+        return 8;
+    }
+    if (dev >= 0 && dev < 64) known[dev] = v;
+    return v;
+}
+int step_loop_blocks_per_sm(selscan_dtype dt) {
+    return dt == SELSCAN_F32 ? step_loop_bpsm<float>() : dt == SELSCAN_F16 ? step_loop_bpsm<__half>() : step_loop_bpsm<__nv_bfloat16>();
 }
 /* 16-byte loads of a B / C row: unit n stride, 16-byte aligned base and row strides */
 bool step_rows_vec(const selscan__ten &t, bool fixed, size_t es) {
@@ -2967,6 +3087,14 @@ selscan_status launch_step(const selscan__stp &q, step_tune tu, cudaStream_t str
         const dim3 gr(static_cast<unsigned>(gx), static_cast<unsigned>(gy));
         sp.G1 = q.G == 1;
         const bool fast = tu.fast >= 0 && sp.avec && sp.bvec && sp.cvec && !sp.fixB && !sp.fixC;
+        /* step_loop_kernel (N = 16, FAST form, one row a block-slice otherwise): a wave of blocks
+           (the blocks an SM its registers allow, asked once a device) over gy channel blocks, used
+           where that leaves at least two rows a thread (or forced) */
+        tu.loop_slices = 0;
+        if (fast && S == 8 && R == 1 && sp.NT == 2 && tu.loop >= 0) {
+            const int64_t slots = sm_count() * step_loop_blocks_per_sm(q.dt), slices = slots / gy > 1 ? slots / gy : 1;
+            if (tu.loop > 0 || q.batch >= 2 * slices) tu.loop_slices = slices < q.batch ? slices : q.batch;
+        }
         bool ok;
         if (q.dt == SELSCAN_F32) ok = launch_step_vec_t<float>(tu, S, R, fast, sp, gr, pdl, stream);
         else if (q.dt == SELSCAN_F16) ok = launch_step_vec_t<__half>(tu, S, R, fast, sp, gr, pdl, stream);
@@ -3057,11 +3185,11 @@ SELSCAN_DEF selscan_status selscan_workspace_size_cuda(const selscan_problem *p,
    S = -1: the earlier kernel, with SELSCAN__STEP_SWEEP) and programmatic dependent launch on (pdl
    < 0: where available) or off (0), for tuning (bench/bench_cuda.cu). */
 static selscan_status selscan__step_cuda_tuned(const selscan_step_problem *s, cudaError_t *err, cudaStream_t stream, int S,
-                                               int R, int pdl, int fast = 0, int minb = 0) {
+                                               int R, int pdl, int fast = 0, int minb = 0, int loop = 0) {
     selscan__stp q;
     selscan_status st = selscan__validate_step_ex(s, &q, 0);
     if (st != SELSCAN_OK) return st;
-    return launch_step(q, step_tune{S, R, pdl, fast, minb}, stream, err);
+    return launch_step(q, step_tune{S, R, pdl, fast, minb, loop, 0}, stream, err);
 }
 
 /* The forward with its plan forced (npt 4, 8 or 16; nlch: L chunks; 0: automatic), for tuning
@@ -3264,7 +3392,7 @@ SELSCAN_DEF selscan_status selscan_step_cuda_ex(const selscan_step_problem *s, c
     selscan__stp q;
     selscan_status st = selscan__validate_step_ex(s, &q, 0);
     if (st != SELSCAN_OK) return st;
-    return launch_step(q, step_tune{0, 0, -1, 0, 0}, stream, err);
+    return launch_step(q, step_tune{0, 0, -1, 0, 0, 0, 0}, stream, err);
 }
 
 SELSCAN_DEF selscan_status selscan_step_cuda(const selscan_step_problem *s, cudaStream_t stream) {

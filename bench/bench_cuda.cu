@@ -263,19 +263,19 @@ static void bench_step_graphs(GraphTimer &gt, double bw, const char *only_dt, bo
             printf("%-14s %-5s | %8.2f %8.2f %8.2f | %8.2f %8.2f %8.2f | %7.2f %7.2f | %8.2f\n", name, di ? "bf16" : "f32", before, now,
                    nowp, copy, rmw, floor_us, now / floor_us, now / rmw, peer[si][di]);
             fflush(stdout);
-            if (sweep) { /* (S, R, fast form: 1 allowed / -1 never, register bound) */
-                static const int vs[][4] = {{8, 1, 1, 0}, {8, 1, 1, 12}, {8, 1, 1, 16}, {8, 1, -1, 0}, {4, 1, 1, 0}, {16, 1, 1, 0}, {8, 2, 1, 0}, {8, 2, 1, 12}};
-                printf("   sweep S,R,fast,minblocks pdl/no-pdl:");
+            if (sweep) { /* (S, R, fast form: 1 allowed / -1 never, register bound, loop kernel: 0 auto, 1 forced, -1 never) */
+                static const int vs[][5] = {{8, 1, 1, 0, 1}, {8, 1, 1, 0, -1}, {8, 1, -1, 0, 0}, {4, 1, 1, 0, 0}, {8, 2, 1, 0, -1}};
+                printf("   sweep S,R,fast,minblocks,loop pdl/no-pdl:");
                 for (const auto &v : vs) {
                     auto f = [&](int pdl) {
                         return gt.time([&] {
                             for (int i = 0; i < NG; i++) {
                                 s.state.data = st[i];
-                                OK(selscan__step_cuda_tuned(&s, NULL, gt.stream, v[0], v[1], pdl, v[2], v[3]));
+                                OK(selscan__step_cuda_tuned(&s, NULL, gt.stream, v[0], v[1], pdl, v[2], v[3], v[4]));
                             }
                         });
                     };
-                    printf(" %d,%d,%d,%d %.2f/%.2f", v[0], v[1], v[2], v[3], f(-1), f(0));
+                    printf(" %d,%d,%d,%d,%d %.2f/%.2f", v[0], v[1], v[2], v[3], v[4], f(-1), f(0));
                 }
                 printf("\n");
                 fflush(stdout);

@@ -666,6 +666,11 @@ int main() {
                 k++;
             }
         run_step_case(F32, 9, 96, 16, 3, SP, true, true, true, true, 1); /* 3 groups of 32 channels */
+        /* batches of several rows a thread (the row-looping kernel, N = 16): index with padding rows,
+           groups, both types */
+        run_step_case(F32, 64, 5120, 16, 1, SP, true, true, true, true, 1);
+        run_step_case(BF, 80, 2048, 16, 4, SP, true, true, true, false, 1);
+        run_step_case(F16, 200, 640, 16, 5, 0, false, true, false, true, 1);
         run_step_case(BF, 2, 5, 16, 5, SP, true, true, true, false, 0);  /* a group a channel */
     }
     printf("%-32s %s\n", "step", g_fail == before ? "ok" : "FAILED");
@@ -674,6 +679,7 @@ int main() {
         run_step_vs_forward((selscan_dtype)T, 5, 96, 16, 1, SP, true, true, true);
         run_step_vs_forward((selscan_dtype)T, 3, 64, 8, 2, SP, false, false, true);
         run_step_vs_forward((selscan_dtype)T, 2, 40, 16, 4, 0, true, true, false);
+        run_step_vs_forward((selscan_dtype)T, 64, 5120, 16, 2, SP, true, true, true); /* rows a thread */
     }
     printf("%-32s %s\n", "step vs forward at L = 1", g_fail == b1 ? "ok" : "FAILED");
     const int b2 = g_fail;
