@@ -115,7 +115,7 @@
 #include <stdint.h>
 
 #define SELSCAN_VERSION_MAJOR 0
-#define SELSCAN_VERSION_MINOR 1
+#define SELSCAN_VERSION_MINOR 2
 #define SELSCAN_VERSION_PATCH 0
 #define SELSCAN_VERSION (SELSCAN_VERSION_MAJOR * 10000 + SELSCAN_VERSION_MINOR * 100 + SELSCAN_VERSION_PATCH)
 
@@ -168,11 +168,28 @@ typedef enum selscan_dtype { SELSCAN_F32 = 0, SELSCAN_F16, SELSCAN_BF16 } selsca
 #define SELSCAN_WORKSPACE_ALIGN 64
 
 /* A tensor: data pointer plus element strides per logical dimension (see OPERANDS above).
-   data NULL: the optional operand is absent. All strides 0: contiguous in the listed order. */
+   data NULL: the optional operand is absent. All strides 0: contiguous in the listed order.
+   Inputs are selscan_tensor (read only: a const pointer assigns without a cast); outputs and the
+   step's in-place state are selscan_out_tensor. */
 typedef struct selscan_tensor {
-    void *data;
+    const void *data;
     int64_t stride[4];
 } selscan_tensor;
+
+typedef struct selscan_out_tensor {
+    void *data;
+    int64_t stride[4];
+} selscan_out_tensor;
+
+/* Optional: which operand and which rule an error status is about. Give a pointer to one in
+   selscan_problem.diag / selscan_step_problem.diag; on an error status the entry point (or
+   validate function) stores two static strings there, e.g. {"dB", "overlaps dC"}; nothing is
+   written on SELSCAN_OK. No allocation, no printing. With the parts API every part stores the
+   same strings: give each thread its own copy of the problem (or leave diag NULL). */
+typedef struct selscan_diag {
+    const char *operand; /* "u", "delta", ..., "dB", "workspace", "checkpoint", "n_parts", ... */
+    const char *rule;    /* e.g. "negative stride", "overlaps dC", "too small" */
+} selscan_diag;
 
 typedef struct selscan_problem {
     int64_t batch, dim, seqlen, dstate, n_groups; /* n_groups 0 means 1 */
@@ -181,17 +198,18 @@ typedef struct selscan_problem {
     const int64_t *cu_seqlens;                    /* optional packed sequences: n_seqs + 1 offsets */
     int64_t n_seqs;                               /* 0 unless cu_seqlens is given */
     selscan_tensor u, delta, A, B, C, D, z, delta_bias, h0; /* inputs */
-    selscan_tensor y, h_last;                               /* outputs (h_last optional) */
+    selscan_out_tensor y, h_last;                           /* outputs (h_last optional) */
+    selscan_diag *diag;                                     /* optional: see selscan_diag */
 } selscan_problem;
 
 typedef struct selscan_grads {
-    selscan_tensor dy, dh_last;                                      /* incoming (dh_last optional) */
-    selscan_tensor du, ddelta, dA, dB, dC, dD, dz, ddelta_bias, dh0; /* outgoing, each optional */
+    selscan_tensor dy, dh_last;                                          /* incoming (dh_last optional) */
+    selscan_out_tensor du, ddelta, dA, dB, dC, dD, dz, ddelta_bias, dh0; /* outgoing, each optional */
 } selscan_grads;
 
-/* One decode step for a batch of cached states.
+/* One decode step for a batch of cached states (the scan's operand names, L = 1).
      state       (n_cache, dim, N) f32, read and written in place; n_cache 0 means batch
-     x, dt, z, y (batch, dim) T; z optional
+     u, delta, z, y (batch, dim) T; z optional
      B, C        (batch, n_groups, N) T, or (dim, N) f32 with SELSCAN_FIXED_B / SELSCAN_FIXED_C
      A (dim, N), D and delta_bias (dim): f32
      state_index optional, batch int32 values: the state row of each batch row (row i when NULL);
@@ -204,9 +222,10 @@ typedef struct selscan_step_problem {
     selscan_dtype dtype;
     unsigned flags;
     const int32_t *state_index;
-    selscan_tensor state;
-    selscan_tensor x, dt, A, B, C, D, z, delta_bias; /* inputs */
-    selscan_tensor y;                                /* output */
+    selscan_out_tensor state;                           /* read and written in place */
+    selscan_tensor u, delta, A, B, C, D, z, delta_bias; /* inputs */
+    selscan_out_tensor y;                               /* output */
+    selscan_diag *diag;                                 /* optional: see selscan_diag */
 } selscan_step_problem;
 
 SELSCAN_DEF const char *selscan_status_string(selscan_status s);
@@ -283,9 +302,11 @@ SELSCAN_DEF uint16_t selscan_f32_to_bf16(float f);
 #ifdef __cplusplus
 #define SELSCAN__CAST(T, x) static_cast<T>(x)
 #define SELSCAN__RCAST(T, x) reinterpret_cast<T>(x)
+#define SELSCAN__UNCONST(x) const_cast<void *>(static_cast<const void *>(x)) /* internal: inputs are only read */
 #else
 #define SELSCAN__CAST(T, x) ((T)(x))
 #define SELSCAN__RCAST(T, x) ((T)(x))
+#define SELSCAN__UNCONST(x) ((void *)(uintptr_t)(const void *)(x))
 #endif
 
 /* Backward checkpoint interval (steps): the backward keeps one state per chunk and recomputes
@@ -406,24 +427,27 @@ static int selscan__count_ok(int64_t a, int64_t b, int64_t c, int64_t d) {
            x <= INT64_MAX / 16;
 }
 
-/* Resolve strides: all zero means contiguous (row-major in the listed order). */
-static void selscan__resolve(selscan__ten *r, const selscan_tensor *t, int nd, int64_t n0, int64_t n1,
-                             int64_t n2, int64_t n3, selscan_dtype dt) {
+/* Resolve strides: all zero means contiguous (row-major in the listed order). data: the tensor's
+   pointer (inputs are only ever read through it). */
+static void selscan__resolve_data(selscan__ten *r, void *data, const int64_t *stride, int nd, int64_t n0,
+                                  int64_t n1, int64_t n2, int64_t n3, selscan_dtype dt) {
     int i, allzero = 1;
-    r->data = t->data;
+    r->data = data;
     r->nd = nd;
     r->dt = dt;
     r->n[0] = n0; r->n[1] = n1; r->n[2] = n2; r->n[3] = n3;
     for (i = nd; i < 4; i++) r->n[i] = 1;
-    for (i = 0; i < nd; i++) if (t->stride[i] != 0) allzero = 0;
+    for (i = 0; i < nd; i++) if (stride[i] != 0) allzero = 0;
     if (allzero) {
         int64_t acc = 1;
         for (i = nd - 1; i >= 0; i--) { r->s[i] = acc; acc *= r->n[i]; }
     } else {
-        for (i = 0; i < nd; i++) r->s[i] = t->stride[i];
+        for (i = 0; i < nd; i++) r->s[i] = stride[i];
     }
     for (i = nd; i < 4; i++) r->s[i] = 0;
 }
+#define selscan__resolve(r, t, nd, n0, n1, n2, n3, dt) \
+    selscan__resolve_data(r, SELSCAN__UNCONST((t)->data), (t)->stride, nd, n0, n1, n2, n3, dt)
 
 /* Byte span [lo, hi) of a tensor; 0 if a stride is negative or the span overflows. */
 static int selscan__span(const selscan__ten *t, int64_t *bytes) {
@@ -926,7 +950,7 @@ typedef struct selscan__stp {
     selscan_dtype dt;
     int softplus, fixB, fixC;
     const int32_t *idx;
-    selscan__ten state, x, dt_, A, B, C, D, z, bias, y;
+    selscan__ten state, u, delta, A, B, C, D, z, bias, y;
 } selscan__stp;
 
 /* idx_on_host: state_index is host memory and is checked here (CPU); 0 for a device pointer
@@ -942,7 +966,7 @@ static selscan_status selscan__validate_step_ex(const selscan_step_problem *s, s
     if (s->batch <= 0 || s->dim <= 0 || s->dstate <= 0 || G <= 0 || s->dim % G != 0 || q->ncache <= 0 ||
         (!s->state_index && q->ncache != s->batch))
         return SELSCAN_ERR_SHAPE;
-    if (!s->state.data || !s->x.data || !s->dt.data || !s->A.data || !s->B.data || !s->C.data || !s->y.data)
+    if (!s->state.data || !s->u.data || !s->delta.data || !s->A.data || !s->B.data || !s->C.data || !s->y.data)
         return SELSCAN_ERR_NULL;
     q->batch = s->batch; q->dim = s->dim; q->N = s->dstate; q->G = G; q->dpg = s->dim / G;
     q->dt = s->dtype;
@@ -961,8 +985,8 @@ static selscan_status selscan__validate_step_ex(const selscan_step_problem *s, s
                 if (q->idx[j] == q->idx[i]) return SELSCAN_ERR_ALIAS;
     }
     selscan__resolve(&q->state, &s->state, 3, q->ncache, q->dim, q->N, 1, SELSCAN_F32);
-    selscan__resolve(&q->x, &s->x, 2, q->batch, q->dim, 1, 1, q->dt);
-    selscan__resolve(&q->dt_, &s->dt, 2, q->batch, q->dim, 1, 1, q->dt);
+    selscan__resolve(&q->u, &s->u, 2, q->batch, q->dim, 1, 1, q->dt);
+    selscan__resolve(&q->delta, &s->delta, 2, q->batch, q->dim, 1, 1, q->dt);
     selscan__resolve(&q->z, &s->z, 2, q->batch, q->dim, 1, 1, q->dt);
     selscan__resolve(&q->y, &s->y, 2, q->batch, q->dim, 1, 1, q->dt);
     selscan__resolve(&q->A, &s->A, 2, q->dim, q->N, 1, 1, SELSCAN_F32);
@@ -973,7 +997,7 @@ static selscan_status selscan__validate_step_ex(const selscan_step_problem *s, s
     selscan__resolve(&q->D, &s->D, 1, q->dim, 1, 1, 1, SELSCAN_F32);
     selscan__resolve(&q->bias, &s->delta_bias, 1, q->dim, 1, 1, 1, SELSCAN_F32);
     {
-        const selscan__ten *ins[] = {&q->x, &q->dt_, &q->A, &q->B, &q->C, &q->D, &q->z, &q->bias};
+        const selscan__ten *ins[] = {&q->u, &q->delta, &q->A, &q->B, &q->C, &q->D, &q->z, &q->bias};
         const selscan__ten *outs[] = {&q->state, &q->y};
         for (i = 0; i < 8; i++)
             if ((st = selscan__check_strides(ins[i], 0)) != SELSCAN_OK) return st;
@@ -1003,8 +1027,8 @@ static void selscan__ref_step_all(const selscan__stp *q) {
             float *h = SELSCAN__CAST(float *, q->state.data);
             float x, dt, y = 0.0f;
             if (row < 0) { selscan__store(q->y.data, SELSCAN__AT2(q->y, b, d), q->dt, 0.0f); continue; }
-            x = selscan__load(q->x.data, SELSCAN__AT2(q->x, b, d), q->dt);
-            dt = selscan__load(q->dt_.data, SELSCAN__AT2(q->dt_, b, d), q->dt);
+            x = selscan__load(q->u.data, SELSCAN__AT2(q->u, b, d), q->dt);
+            dt = selscan__load(q->delta.data, SELSCAN__AT2(q->delta, b, d), q->dt);
             if (q->bias.data) dt += SELSCAN__CAST(const float *, q->bias.data)[SELSCAN__AT1(q->bias, d)];
             if (q->softplus) dt = selscan__softplus(dt);
             for (n = 0; n < q->N; n++) {
@@ -2101,8 +2125,8 @@ static ATTR void selscan__step_block_##SFX(const selscan__stp *q, int64_t b, int
     float th[SELSCAN__WMAX], tA[SELSCAN__WMAX], tB[SELSCAN__WMAX], tC[SELSCAN__WMAX];                                                                     \
     const int64_t nd = dhi - dlo, N = q->N;                                                                                                               \
     int64_t i, d, nb, n;                                                                                                                                  \
-    selscan__cvt_row(xb, q->x.data, b * q->x.s[0] + dlo * q->x.s[1], q->x.s[1], nd, q->dt);                                                               \
-    selscan__cvt_row(dtb, q->dt_.data, b * q->dt_.s[0] + dlo * q->dt_.s[1], q->dt_.s[1], nd, q->dt);                                                      \
+    selscan__cvt_row(xb, q->u.data, b * q->u.s[0] + dlo * q->u.s[1], q->u.s[1], nd, q->dt);                                                               \
+    selscan__cvt_row(dtb, q->delta.data, b * q->delta.s[0] + dlo * q->delta.s[1], q->delta.s[1], nd, q->dt);                                                      \
     if (q->z.data) selscan__cvt_row(zb, q->z.data, b * q->z.s[0] + dlo * q->z.s[1], q->z.s[1], nd, q->dt);                                                \
     for (i = nd; i < SELSCAN__SNB; i++) xb[i] = dtb[i] = zb[i] = 0.0f;                                                                                    \
     if (q->bias.data) { /* vectors where the bias is contiguous */                                                                                        \

@@ -90,8 +90,9 @@
 /* Optional extra arguments of the CUDA entries (NULL or zero-initialized: none). */
 typedef struct selscan_cuda_ext {
     const int64_t *cu_seqlens_device; /* device copy of problem.cu_seqlens (packed sequences) */
-    float *checkpoint;                /* forward: written when non-NULL; backward: read when non-NULL */
-    size_t checkpoint_bytes;          /* at least selscan_checkpoint_size_cuda() */
+    float *checkpoint_out;            /* forward: the checkpoint is written here when non-NULL */
+    const float *checkpoint_in;       /* backward: the forward's checkpoint, read when non-NULL */
+    size_t checkpoint_bytes;          /* of checkpoint_out / checkpoint_in: >= selscan_checkpoint_size_cuda() */
     cudaError_t *cuda_error;          /* out: the failing CUDA error when SELSCAN_ERR_CUDA is returned */
 } selscan_cuda_ext;
 
@@ -101,9 +102,12 @@ extern "C" {
 
 /* Bytes of the checkpoint of a problem: rows * dim * ceil(L / 64) * N * 4. */
 SELSCAN_DEF selscan_status selscan_checkpoint_size_cuda(const selscan_problem *p, size_t *bytes);
-/* Workspace bytes of the CUDA forward (g NULL) or backward; x may be NULL (no checkpoint). */
-SELSCAN_DEF selscan_status selscan_workspace_size_cuda(const selscan_problem *p, const selscan_grads *g,
-                                                       const selscan_cuda_ext *x, size_t *bytes);
+/* Workspace bytes of the CUDA forward (g NULL) or backward: enough with or without a checkpoint
+   (the same arguments as the CPU's selscan_workspace_size). The _ex form: exactly what a call
+   with that ext needs (x may be NULL: no checkpoint). */
+SELSCAN_DEF selscan_status selscan_workspace_size_cuda(const selscan_problem *p, const selscan_grads *g, size_t *bytes);
+SELSCAN_DEF selscan_status selscan_workspace_size_cuda_ex(const selscan_problem *p, const selscan_grads *g,
+                                                          const selscan_cuda_ext *x, size_t *bytes);
 SELSCAN_DEF selscan_status selscan_forward_cuda(const selscan_problem *p, void *workspace, size_t bytes,
                                                 cudaStream_t stream);
 SELSCAN_DEF selscan_status selscan_backward_cuda(const selscan_problem *p, const selscan_grads *g, void *workspace,
@@ -114,7 +118,7 @@ SELSCAN_DEF selscan_status selscan_forward_cuda_ex(const selscan_problem *p, con
 SELSCAN_DEF selscan_status selscan_backward_cuda_ex(const selscan_problem *p, const selscan_grads *g,
                                                     const selscan_cuda_ext *x, void *workspace, size_t bytes,
                                                     cudaStream_t stream);
-SELSCAN_DEF selscan_status selscan_step_cuda_ex(const selscan_step_problem *s, cudaError_t *cuda_error,
+SELSCAN_DEF selscan_status selscan_step_cuda_ex(const selscan_step_problem *s, const selscan_cuda_ext *x,
                                                 cudaStream_t stream);
 
 #ifdef __cplusplus
@@ -3070,8 +3074,8 @@ selscan_status launch_step(const selscan__stp &q, step_tune tu, cudaStream_t str
         sp.cvec = step_rows_vec(q.C, q.fixC != 0, es);
         sp.idx = q.idx;
         sp.h = static_cast<float *>(q.state.data); sp.h0 = q.state.s[0]; sp.h1 = q.state.s[1];
-        sp.u = q.x.data; sp.u0 = q.x.s[0]; sp.u1 = q.x.s[1];
-        sp.dl = q.dt_.data; sp.d0 = q.dt_.s[0]; sp.d1 = q.dt_.s[1];
+        sp.u = q.u.data; sp.u0 = q.u.s[0]; sp.u1 = q.u.s[1];
+        sp.dl = q.delta.data; sp.d0 = q.delta.s[0]; sp.d1 = q.delta.s[1];
         sp.z = q.z.data; sp.z0 = q.z.s[0]; sp.z1 = q.z.s[1];
         sp.y = q.y.data; sp.y0 = q.y.s[0]; sp.y1 = q.y.s[1];
         sp.A = static_cast<const float *>(q.A.data); sp.a0 = q.A.s[0]; sp.a1 = q.A.s[1];
@@ -3108,7 +3112,7 @@ selscan_status launch_step(const selscan__stp &q, step_tune tu, cudaStream_t str
     P.batch = q.batch; P.dim = q.dim; P.N = q.N; P.G = q.G; P.dpg = q.dpg; P.ncache = q.ncache;
     P.softplus = q.softplus; P.fixB = q.fixB; P.fixC = q.fixC; P.idx = q.idx;
     P.bf16 = q.dt == SELSCAN_BF16;
-    P.u = mk(q.x); P.delta = mk(q.dt_); P.A = mk(q.A); P.B = mk(q.B); P.C = mk(q.C); P.D = mk(q.D);
+    P.u = mk(q.u); P.delta = mk(q.delta); P.A = mk(q.A); P.B = mk(q.B); P.C = mk(q.C); P.D = mk(q.D);
     P.z = mk(q.z); P.bias = mk(q.bias); P.h0 = mk(q.state); P.y = mk(q.y);
 #ifdef SELSCAN__STEP_SWEEP
     if (vec) { /* tu.S < 0: the earlier step_fast_kernel (8 or 4 states a thread), for comparisons */
@@ -3159,16 +3163,21 @@ SELSCAN_DEF selscan_status selscan_checkpoint_size_cuda(const selscan_problem *p
     return SELSCAN_OK;
 }
 
-SELSCAN_DEF selscan_status selscan_workspace_size_cuda(const selscan_problem *p, const selscan_grads *g,
-                                                       const selscan_cuda_ext *x, size_t *bytes) {
+/* have_ck: 0 no checkpoint, 1 with one, 2 the larger of both */
+static selscan_status selscan__workspace_size_cuda(const selscan_problem *p, const selscan_grads *g, int have_ck,
+                                                   size_t *bytes) {
     selscan__prob q;
     selscan__grd r;
     selscan_status st;
     if (!bytes) return SELSCAN_ERR_NULL;
     if (g) {
-        bwd_plan bp;
+        bwd_plan bp, bp1;
         if ((st = selscan__validate_backward(p, g, &q, &r, NULL, 0, 0)) != SELSCAN_OK) return st;
-        if (!plan_backward(q, r, x && x->checkpoint, kPlanMaxSMs, &bp)) return SELSCAN_ERR_UNSUPPORTED;
+        if (!plan_backward(q, r, have_ck == 1, kPlanMaxSMs, &bp)) return SELSCAN_ERR_UNSUPPORTED;
+        if (have_ck == 2) {
+            if (!plan_backward(q, r, true, kPlanMaxSMs, &bp1)) return SELSCAN_ERR_UNSUPPORTED;
+            if (bp1.ws > bp.ws) bp.ws = bp1.ws;
+        }
         *bytes = bp.ws;
     } else {
         fwd_plan fp;
@@ -3177,6 +3186,15 @@ SELSCAN_DEF selscan_status selscan_workspace_size_cuda(const selscan_problem *p,
         *bytes = fp.ws;
     }
     return SELSCAN_OK;
+}
+
+SELSCAN_DEF selscan_status selscan_workspace_size_cuda(const selscan_problem *p, const selscan_grads *g, size_t *bytes) {
+    return selscan__workspace_size_cuda(p, g, 2, bytes);
+}
+
+SELSCAN_DEF selscan_status selscan_workspace_size_cuda_ex(const selscan_problem *p, const selscan_grads *g,
+                                                          const selscan_cuda_ext *x, size_t *bytes) {
+    return selscan__workspace_size_cuda(p, g, x && x->checkpoint_in ? 1 : 0, bytes);
 }
 
 } /* extern "C" */
@@ -3205,10 +3223,10 @@ static selscan_status selscan__forward_cuda_tuned(const selscan_problem *p, cons
     if ((st = check_ext_cu(q, x)) != SELSCAN_OK) return st;
     if (!plan_forward(q, sm_count(), &fp, npt, nlch)) return SELSCAN_ERR_UNSUPPORTED;
     if ((st = selscan__validate_forward_outputs(&q, workspace, bytes, static_cast<int64_t>(fp.ws))) != SELSCAN_OK) return st;
-    if (x && x->checkpoint) {
+    if (x && x->checkpoint_out) {
         const int64_t need = q.batch * q.dim * cdiv(q.L, kCK) * q.N * 4;
         if (x->checkpoint_bytes < static_cast<size_t>(need)) return SELSCAN_ERR_WORKSPACE;
-        selscan__ten ck = flat(x->checkpoint, need);
+        selscan__ten ck = flat(x->checkpoint_out, need);
         const selscan__ten *outs[] = {&ck};
         const selscan__ten *ins[] = {&q.u, &q.delta, &q.A, &q.B, &q.C, &q.D, &q.z, &q.bias, &q.h0, &q.y, &q.hlast};
         if ((st = selscan__check_alias(outs, 1, ins, 11, q.cu ? x->cu_seqlens_device : NULL, (q.nseq + 1) * 8,
@@ -3223,7 +3241,7 @@ static selscan_status selscan__forward_cuda_tuned(const selscan_problem *p, cons
             return st;
     }
     fill_problem(P, q, x ? x->cu_seqlens_device : NULL);
-    P.ck = x ? x->checkpoint : NULL;
+    P.ck = x ? x->checkpoint_out : NULL;
     if (fp.fastS) return run_fast_forward(q, P, fp, static_cast<char *>(workspace), stream, err);
     return run_forward(q, P, fp, static_cast<char *>(workspace), false, stream, err);
 }
@@ -3249,7 +3267,7 @@ SELSCAN_DEF selscan_status selscan_backward_cuda_ex(const selscan_problem *p, co
     kparams P;
     selscan_status st;
     cudaError_t *err = x ? x->cuda_error : NULL;
-    const bool have_ck = x && x->checkpoint;
+    const bool have_ck = x && x->checkpoint_in;
     char *ws = static_cast<char *>(workspace);
     if ((st = selscan__validate_backward(p, g, &q, &r, NULL, 0, 0)) != SELSCAN_OK) return st;
     if ((st = check_ext_cu(q, x)) != SELSCAN_OK) return st;
@@ -3258,7 +3276,7 @@ SELSCAN_DEF selscan_status selscan_backward_cuda_ex(const selscan_problem *p, co
     if (have_ck && x->checkpoint_bytes < bp.ck_bytes) return SELSCAN_ERR_WORKSPACE;
     {
         const selscan__ten *outs[] = {&r.du, &r.ddelta, &r.dA, &r.dB, &r.dC, &r.dD, &r.dz, &r.dbias, &r.dh0};
-        selscan__ten ck = flat(have_ck ? x->checkpoint : NULL, static_cast<int64_t>(bp.ck_bytes));
+        selscan__ten ck = flat(have_ck ? x->checkpoint_in : NULL, static_cast<int64_t>(bp.ck_bytes));
         selscan__ten cu = flat(q.cu ? x->cu_seqlens_device : NULL, (q.nseq + 1) * 8);
         const selscan__ten *ins[] = {&q.u, &q.delta, &q.A, &q.B, &q.C, &q.D, &q.z, &q.bias, &q.h0, &r.dy, &r.dhlast, &ck, &cu};
         if ((st = selscan__check_alias(outs, 9, ins, 13, NULL, 0, bp.ws ? workspace : NULL, static_cast<int64_t>(bp.ws))) != SELSCAN_OK)
@@ -3268,7 +3286,7 @@ SELSCAN_DEF selscan_status selscan_backward_cuda_ex(const selscan_problem *p, co
     P.dy = mk(r.dy); P.dhlast = mk(r.dhlast); P.du = mk(r.du); P.ddelta = mk(r.ddelta); P.dz = mk(r.dz);
     P.dh0 = mk(r.dh0);
     if (bp.fastTPC) { /* the fast path reads the 64-step checkpoint: the forward's, or written here */
-        P.ck = have_ck ? x->checkpoint : reinterpret_cast<float *>(ws + bp.off_ck16);
+        P.ck = have_ck ? static_cast<float *>(SELSCAN__UNCONST(x->checkpoint_in)) : reinterpret_cast<float *>(ws + bp.off_ck16);
         P.nck = bp.nck;
         if (!have_ck) {
             kparams F = P;
@@ -3284,7 +3302,7 @@ SELSCAN_DEF selscan_status selscan_backward_cuda_ex(const selscan_problem *p, co
         const unsigned grid = static_cast<unsigned>(q.batch * q.G * bp.fp.ncb * bp.fp.nlch);
         float *ck16 = reinterpret_cast<float *>(ws + bp.off_ck16);
         if (have_ck) { /* run from the forward's 64-step checkpoint, writing every kSub steps */
-            F.Hin = x->checkpoint;
+            F.Hin = static_cast<float *>(SELSCAN__UNCONST(x->checkpoint_in));
             F.ck = ck16;
             F.nck = bp.nck16;
             F.ckmask = kSub - 1;
@@ -3388,7 +3406,9 @@ SELSCAN_DEF selscan_status selscan_backward_cuda(const selscan_problem *p, const
     return selscan_backward_cuda_ex(p, g, NULL, workspace, bytes, stream);
 }
 
-SELSCAN_DEF selscan_status selscan_step_cuda_ex(const selscan_step_problem *s, cudaError_t *err, cudaStream_t stream) {
+SELSCAN_DEF selscan_status selscan_step_cuda_ex(const selscan_step_problem *s, const selscan_cuda_ext *x,
+                                                cudaStream_t stream) {
+    cudaError_t *err = x ? x->cuda_error : NULL;
     selscan__stp q;
     selscan_status st = selscan__validate_step_ex(s, &q, 0);
     if (st != SELSCAN_OK) return st;

@@ -33,6 +33,9 @@ static const bcase cases[] = {
     {"N=64", 1, 512, 256, 64, 1, 1, 1, 1, ""},
 };
 
+/* free() of a buffer the library only reads (held in a const selscan_tensor) */
+static void free_in(const void *p) { free((void *)(uintptr_t)p); }
+
 static double now(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -195,8 +198,8 @@ static void bench_step(int64_t nthr, int quick) {
         memset(&s, 0, sizeof s);
         s.batch = B; s.dim = Dm; s.dstate = N; s.dtype = SELSCAN_F32; s.flags = SELSCAN_DELTA_SOFTPLUS;
         s.state.data = fill(ns, SELSCAN_F32, &seed, -1, 1);
-        s.x.data = fill(nx, SELSCAN_F32, &seed, -2, 2);
-        s.dt.data = fill(nx, SELSCAN_F32, &seed, -4, 1);
+        s.u.data = fill(nx, SELSCAN_F32, &seed, -2, 2);
+        s.delta.data = fill(nx, SELSCAN_F32, &seed, -4, 1);
         s.z.data = fill(nx, SELSCAN_F32, &seed, -3, 3);
         s.y.data = fill(nx, SELSCAN_F32, &seed, 0, 0);
         s.A.data = fill((size_t)(Dm * N), SELSCAN_F32, &seed, -4, -0.05f);
@@ -228,8 +231,9 @@ static void bench_step(int64_t nthr, int quick) {
             printf("%-18s %8.1f %8.3f %8.3f %8.3f %9.1f %9.1f %9.1f %9.1f %9.1f %9.2f\n", name, ns * 4e-6, tr * 1e3, tf * 1e3,
                    tfn * 1e3, tr / tf, gb / tf, gb / tm, gb / tfn, gb / tmn, tmn / tfn);
         }
-        free(s.state.data); free(s.x.data); free(s.dt.data); free(s.z.data); free(s.y.data); free(s.A.data);
-        free(s.B.data); free(s.C.data); free(s.D.data); free(s.delta_bias.data); free(src); free(dst);
+        free(s.state.data); free(s.y.data); free(src); free(dst);
+        free_in(s.u.data); free_in(s.delta.data); free_in(s.z.data); free_in(s.A.data); free_in(s.B.data);
+        free_in(s.C.data); free_in(s.D.data); free_in(s.delta_bias.data);
     }
 }
 
@@ -313,10 +317,10 @@ int main(int argc, char **argv) {
                 }
             }
             {
-                void *ptrs[] = {p.u.data, p.delta.data, p.A.data, p.B.data, p.C.data, p.D.data, p.z.data,
+                const void *ptrs[] = {p.u.data, p.delta.data, p.A.data, p.B.data, p.C.data, p.D.data, p.z.data,
                                 p.delta_bias.data, p.y.data, g.dy.data, g.du.data, g.ddelta.data, g.dA.data,
                                 g.dB.data, g.dC.data, g.dD.data, g.dz.data, g.ddelta_bias.data};
-                for (i = 0; i < sizeof ptrs / sizeof ptrs[0]; i++) free(ptrs[i]);
+                for (i = 0; i < sizeof ptrs / sizeof ptrs[0]; i++) free_in(ptrs[i]);
             }
         }
     }

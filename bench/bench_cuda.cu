@@ -131,7 +131,7 @@ static void bench_step(cudaStream_t stream, cudaEvent_t e0, cudaEvent_t e1, doub
             selscan_step_problem s;
             memset(&s, 0, sizeof s);
             s.batch = B; s.dim = Dm; s.dstate = N; s.dtype = di ? SELSCAN_BF16 : SELSCAN_F32; s.flags = SELSCAN_DELTA_SOFTPLUS;
-            s.x.data = x; s.dt.data = dtv; s.z.data = z; s.y.data = y; s.B.data = Bm; s.C.data = Cm;
+            s.u.data = x; s.delta.data = dtv; s.z.data = z; s.y.data = y; s.B.data = Bm; s.C.data = Cm;
             s.A.data = A; s.D.data = D; s.delta_bias.data = bias;
             std::vector<float> t;
             int k = 0;
@@ -236,7 +236,7 @@ static void bench_step_graphs(GraphTimer &gt, double bw, const char *only_dt, bo
             selscan_step_problem s;
             memset(&s, 0, sizeof s);
             s.batch = B; s.dim = Dm; s.dstate = N; s.dtype = di ? SELSCAN_BF16 : SELSCAN_F32; s.flags = SELSCAN_DELTA_SOFTPLUS;
-            s.x.data = x; s.dt.data = dtv; s.z.data = z; s.y.data = y; s.B.data = Bm; s.C.data = Cm;
+            s.u.data = x; s.delta.data = dtv; s.z.data = z; s.y.data = y; s.B.data = Bm; s.C.data = Cm;
             s.A.data = A; s.D.data = D; s.delta_bias.data = bias;
             auto step = [&](int S, int R, int pdl) {
                 return gt.time([&] {
@@ -331,7 +331,7 @@ static void bench_prefill_graphs(GraphTimer &gt, double bw, double ex2rate, cons
             };
             use(0);
             size_t wsb = 0;
-            OK(selscan_workspace_size_cuda(&p, NULL, NULL, &wsb));
+            OK(selscan_workspace_size_cuda(&p, NULL, &wsb));
             void *ws = wsb ? dalloc(wsb) : NULL;
             const float g = gt.time([&] {
                 for (int i = 0; i < NG; i++) {
@@ -482,7 +482,8 @@ int main(int argc, char **argv) {
             p.batch = c.batch; p.dim = c.dim; p.seqlen = c.L; p.dstate = c.N; p.dtype = dt; p.flags = SELSCAN_DELTA_SOFTPLUS;
             p.A.data = A; p.D.data = D; p.delta_bias.data = bias;
             const selscan_tensor bdl = {NULL, {c.L * c.dim, 1, c.dim, 0}}, bln = {NULL, {c.L * c.N, c.N, 1, c.N}};
-            if (bld) { p.u = p.delta = p.z = p.y = bdl; p.B = p.C = bln; }
+            const selscan_out_tensor bdl_out = {NULL, {c.L * c.dim, 1, c.dim, 0}}, bln_out = {NULL, {c.L * c.N, c.N, 1, c.N}};
+            if (bld) { p.u = p.delta = p.z = bdl; p.y = bdl_out; p.B = p.C = bln; }
             auto use = [&](int s) {
                 p.u.data = sets[s].u; p.delta.data = sets[s].delta; p.z.data = sets[s].z;
                 p.B.data = sets[s].B; p.C.data = sets[s].C; p.y.data = sets[s].y;
@@ -490,19 +491,20 @@ int main(int argc, char **argv) {
             use(0);
             selscan_grads g;
             memset(&g, 0, sizeof g);
-            if (bld) g.dy = g.du = g.ddelta = g.dz = bdl, g.dB = g.dC = bln;
+            if (bld) g.dy = bdl, g.du = g.ddelta = g.dz = bdl_out, g.dB = g.dC = bln_out;
             g.dy.data = dy; g.du.data = du; g.ddelta.data = ddelta; g.dz.data = dz; g.dB.data = dB; g.dC.data = dC;
             g.dA.data = dA; g.dD.data = dD; g.ddelta_bias.data = dbias;
             selscan_cuda_ext x;
             memset(&x, 0, sizeof x);
             OK(selscan_checkpoint_size_cuda(&p, &x.checkpoint_bytes));
-            x.checkpoint = static_cast<float *>(dalloc(x.checkpoint_bytes));
+            x.checkpoint_out = static_cast<float *>(dalloc(x.checkpoint_bytes)); /* the forward writes it, */
+            x.checkpoint_in = x.checkpoint_out;                                      /* the backward reads it */
             selscan_cuda_ext nock;
             memset(&nock, 0, sizeof nock);
             size_t w1 = 0, w2 = 0, w3 = 0;
-            OK(selscan_workspace_size_cuda(&p, NULL, &x, &w1));
-            OK(selscan_workspace_size_cuda(&p, &g, &x, &w2));
-            OK(selscan_workspace_size_cuda(&p, &g, &nock, &w3));
+            OK(selscan_workspace_size_cuda_ex(&p, NULL, &x, &w1));
+            OK(selscan_workspace_size_cuda_ex(&p, &g, &x, &w2));
+            OK(selscan_workspace_size_cuda_ex(&p, &g, &nock, &w3));
             const size_t wtune = 3 * (static_cast<size_t>(c.batch * c.dim * ((c.L + 63) / 64) * c.N) * 4 + 256);
             const size_t wsb = std::max(std::max(w1, wtune), std::max(w2, w3));
             void *ws = wsb ? dalloc(wsb) : NULL;
@@ -537,7 +539,7 @@ int main(int argc, char **argv) {
                    fwd <= ftarget ? "fwd:ok" : "fwd:MISS", bwd <= btarget ? "bwd:ok" : "bwd:MISS");
             fflush(stdout);
             for (Set &S : sets) { cudaFree(S.u); cudaFree(S.delta); if (S.z) cudaFree(S.z); cudaFree(S.B); cudaFree(S.C); cudaFree(S.y); }
-            void *fr[] = {A, D, bias, dy, du, ddelta, dz, dB, dC, dA, dD, dbias, x.checkpoint, ws};
+            void *fr[] = {A, D, bias, dy, du, ddelta, dz, dB, dC, dA, dD, dbias, x.checkpoint_out, ws};
             for (void *q : fr) if (q) cudaFree(q);
         }
     }

@@ -73,6 +73,7 @@ int main(void) {
     selscan_problem p;
     selscan_grads g;
     float *y1, *du1, *dA1;
+    float *u, *delta, *A, *B, *C, *D, *dy; /* inputs: the library reads them through const pointers */
     size_t bytes;
     void *ws;
     selscan_status st;
@@ -81,15 +82,15 @@ int main(void) {
     memset(&p, 0, sizeof p); /* zero: defaults (contiguous layouts, absent options) */
     p.batch = batch; p.dim = dim; p.seqlen = L; p.dstate = N; p.dtype = SELSCAN_F32;
     p.flags = SELSCAN_DELTA_SOFTPLUS;
-    p.u.data = array(nx, -1, 1, &seed);
-    p.delta.data = array(nx, -3, 1, &seed);
-    p.A.data = array(na, -4, -0.1f, &seed);
-    p.B.data = array(nbc, -1, 1, &seed);
-    p.C.data = array(nbc, -1, 1, &seed);
-    p.D.data = array((size_t)dim, -1, 1, &seed);
+    p.u.data = u = array(nx, -1, 1, &seed);
+    p.delta.data = delta = array(nx, -3, 1, &seed);
+    p.A.data = A = array(na, -4, -0.1f, &seed);
+    p.B.data = B = array(nbc, -1, 1, &seed);
+    p.C.data = C = array(nbc, -1, 1, &seed);
+    p.D.data = D = array((size_t)dim, -1, 1, &seed);
     p.y.data = array(nx, 0, 0, &seed);
     memset(&g, 0, sizeof g);
-    g.dy.data = array(nx, -1, 1, &seed);
+    g.dy.data = dy = array(nx, -1, 1, &seed);
     g.du.data = array(nx, 0, 0, &seed);
     g.dA.data = array(na, 0, 0, &seed);
 
@@ -117,7 +118,7 @@ int main(void) {
            same ? "bitwise equal to" : "DIFFER from");
     free(ws);
     free(y1); free(du1); free(dA1);
-    free(p.u.data); free(p.delta.data); free(p.A.data); free(p.B.data); free(p.C.data); free(p.D.data);
-    free(p.y.data); free(g.dy.data); free(g.du.data); free(g.dA.data);
+    free(u); free(delta); free(A); free(B); free(C); free(D); free(dy);
+    free(p.y.data); free(g.du.data); free(g.dA.data);
     return same ? 0 : 1;
 }

@@ -99,10 +99,11 @@ int main(void) {
     memset(&x, 0, sizeof x);
     x.cuda_error = &cerr;
     OK(selscan_checkpoint_size_cuda(&p[1], &x.checkpoint_bytes));
-    CU(cudaMalloc(&x.checkpoint, x.checkpoint_bytes));
+    CU(cudaMalloc(&x.checkpoint_out, x.checkpoint_bytes)); /* the forward writes it */
+    x.checkpoint_in = x.checkpoint_out;                     /* the backward reads it */
     size_t fwb = 0, bwb = 0;
-    OK(selscan_workspace_size_cuda(&p[1], NULL, &x, &fwb));
-    OK(selscan_workspace_size_cuda(&p[1], &g[1], &x, &bwb));
+    OK(selscan_workspace_size_cuda_ex(&p[1], NULL, &x, &fwb));
+    OK(selscan_workspace_size_cuda_ex(&p[1], &g[1], &x, &bwb));
     void *dws = NULL;
     const size_t dwsb = fwb > bwb ? fwb : bwb;
     if (dwsb) CU(cudaMalloc(&dws, dwsb));

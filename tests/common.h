@@ -389,6 +389,15 @@ static inline selscan_tensor tc_view(const tc_tensor *t, int dim, int64_t start)
     return r;
 }
 
+/* The same view as an output (selscan_out_tensor); tc_mut converts any input-typed view. */
+static inline selscan_out_tensor tc_mut(selscan_tensor t) {
+    selscan_out_tensor r;
+    memcpy(r.stride, t.stride, sizeof r.stride);
+    r.data = (void *)(uintptr_t)t.data;
+    return r;
+}
+static inline selscan_out_tensor tc_out(const tc_tensor *t) { return tc_mut(tc_api(t)); }
+
 static inline int64_t tc_unwritten(const tc_tensor *t) {
     int64_t i, bad = 0;
     size_t es = tc_esize(t->dt), k;
@@ -492,8 +501,8 @@ static inline void tc_prob_api(tc_prob *P) {
     p->n_seqs = P->cu ? P->c.nseq : 0;
     p->u = tc_api(&P->u); p->delta = tc_api(&P->delta); p->A = tc_api(&P->A);
     p->B = tc_api(&P->B); p->C = tc_api(&P->C); p->D = tc_api(&P->D); p->z = tc_api(&P->z);
-    p->delta_bias = tc_api(&P->bias); p->h0 = tc_api(&P->h0); p->y = tc_api(&P->y);
-    p->h_last = tc_api(&P->hlast);
+    p->delta_bias = tc_api(&P->bias); p->h0 = tc_api(&P->h0); p->y = tc_out(&P->y);
+    p->h_last = tc_out(&P->hlast);
 }
 
 static inline void tc_cu_random(int64_t *cu, int nseq, int64_t L) {
@@ -655,10 +664,10 @@ typedef struct tc_grads {
 
 static inline void tc_grads_api(tc_grads *G) {
     memset(&G->g, 0, sizeof G->g);
-    G->g.dy = tc_api(&G->dy); G->g.dh_last = tc_api(&G->dhlast); G->g.du = tc_api(&G->du);
-    G->g.ddelta = tc_api(&G->ddelta); G->g.dA = tc_api(&G->dA); G->g.dB = tc_api(&G->dB);
-    G->g.dC = tc_api(&G->dC); G->g.dD = tc_api(&G->dD); G->g.dz = tc_api(&G->dz);
-    G->g.ddelta_bias = tc_api(&G->dbias); G->g.dh0 = tc_api(&G->dh0);
+    G->g.dy = tc_api(&G->dy); G->g.dh_last = tc_api(&G->dhlast); G->g.du = tc_out(&G->du);
+    G->g.ddelta = tc_out(&G->ddelta); G->g.dA = tc_out(&G->dA); G->g.dB = tc_out(&G->dB);
+    G->g.dC = tc_out(&G->dC); G->g.dD = tc_out(&G->dD); G->g.dz = tc_out(&G->dz);
+    G->g.ddelta_bias = tc_out(&G->dbias); G->g.dh0 = tc_out(&G->dh0);
 }
 
 /* Grad tensors shaped like P's operands (all allocated; those not in want are not passed). */

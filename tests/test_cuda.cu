@@ -94,6 +94,13 @@ struct Ten {
         for (int k = 0; k < 4; k++) t.stride[k] = zero_strides ? 0 : s[k];
         return t;
     }
+    selscan_out_tensor out(bool dev) const {
+        selscan_tensor i = api(dev);
+        selscan_out_tensor o;
+        o.data = const_cast<void *>(i.data);
+        for (int k = 0; k < 4; k++) o.stride[k] = i.stride[k];
+        return o;
+    }
 };
 
 /* layout: 0 contiguous (zero strides), 1 contiguous explicit, 2 last dim moved to position 1
@@ -226,12 +233,16 @@ static void run_case(const Cfg &c) {
         memset(&q, 0, sizeof q);
         q.batch = c.batch; q.dim = c.dim; q.seqlen = c.L; q.dstate = c.N; q.n_groups = c.G; q.dtype = T; q.flags = c.flags;
         if (c.nseq) { q.cu_seqlens = cu.data(); q.n_seqs = c.nseq; }
-        selscan_tensor *dst[] = {&q.u, &q.delta, &q.A, &q.B, &q.C, &q.D, &q.z, &q.delta_bias, &q.h0, &q.y, &q.h_last};
-        for (int k = 0; k <= HLAST; k++) if (t[k].h) *dst[k] = t[k].api(dev);
+        selscan_tensor *dst[] = {&q.u, &q.delta, &q.A, &q.B, &q.C, &q.D, &q.z, &q.delta_bias, &q.h0};
+        for (int k = 0; k < Y; k++) if (t[k].h) *dst[k] = t[k].api(dev);
+        if (t[Y].h) q.y = t[Y].out(dev);
+        if (t[HLAST].h) q.h_last = t[HLAST].out(dev);
         selscan_grads &r = g[dev];
         memset(&r, 0, sizeof r);
-        selscan_tensor *gd[] = {&r.dy, &r.dh_last, &r.du, &r.ddelta, &r.dA, &r.dB, &r.dC, &r.dD, &r.dz, &r.ddelta_bias, &r.dh0};
-        for (int k = DY; k < NTEN; k++) if (t[k].h) *gd[k - DY] = t[k].api(dev);
+        if (t[DY].h) r.dy = t[DY].api(dev);
+        if (t[DY + 1].h) r.dh_last = t[DY + 1].api(dev);
+        selscan_out_tensor *gd[] = {&r.du, &r.ddelta, &r.dA, &r.dB, &r.dC, &r.dD, &r.dz, &r.ddelta_bias, &r.dh0};
+        for (int k = DY + 2; k < NTEN; k++) if (t[k].h) *gd[k - DY - 2] = t[k].out(dev);
     }
     /* CPU reference */
     size_t wsb = 0;
@@ -261,11 +272,11 @@ static void run_case(const Cfg &c) {
     if (c.ck) {
         CHECK(selscan_checkpoint_size_cuda(&p[1], &ckb) == SELSCAN_OK, "%s: ck size", c.name);
         CU(cudaMalloc(&ck, ckb));
-        x.checkpoint = ck;
+        x.checkpoint_out = ck;
         x.checkpoint_bytes = ckb;
     }
     size_t gwb = 0;
-    st = selscan_workspace_size_cuda(&p[1], NULL, &x, &gwb);
+    st = selscan_workspace_size_cuda_ex(&p[1], NULL, &x, &gwb);
     CHECK(st == SELSCAN_OK, "%s: gpu ws fwd %s", c.name, selscan_status_string(st));
     void *gws = NULL;
     if (gwb) CU(cudaMalloc(&gws, gwb));
@@ -295,8 +306,10 @@ static void run_case(const Cfg &c) {
     }
     if (gws) cudaFree(gws);
     /* GPU backward, twice, bitwise equal */
-    if (!c.ck) { x.checkpoint = NULL; x.checkpoint_bytes = 0; }
-    st = selscan_workspace_size_cuda(&p[1], &g[1], &x, &gwb);
+    x.checkpoint_out = NULL; /* the backward reads the forward's checkpoint, if any */
+    x.checkpoint_in = c.ck ? ck : NULL;
+    if (!c.ck) x.checkpoint_bytes = 0;
+    st = selscan_workspace_size_cuda_ex(&p[1], &g[1], &x, &gwb);
     CHECK(st == SELSCAN_OK, "%s: gpu ws bwd %s", c.name, selscan_status_string(st));
     gws = NULL;
     if (gwb) CU(cudaMalloc(&gws, gwb));
@@ -368,15 +381,18 @@ static void run_step_case(selscan_dtype T, int64_t batch, int64_t dim, int64_t N
         memset(&q, 0, sizeof q);
         q.batch = batch; q.dim = dim; q.dstate = N; q.n_groups = G; q.n_cache = ncache; q.dtype = T; q.flags = flags;
         q.state_index = index ? (dev ? didx : idx_cpu.data()) : NULL;
-        q.state = st.api(dev); q.x = x.api(dev); q.dt = dt.api(dev); q.A = A.api(dev); q.B = B.api(dev); q.C = C.api(dev);
+        q.state = st.out(dev); q.u = x.api(dev); q.delta = dt.api(dev); q.A = A.api(dev); q.B = B.api(dev); q.C = C.api(dev);
         if (D) q.D = Dt.api(dev);
         if (z) q.z = zt.api(dev);
         if (bias) q.delta_bias = bt.api(dev);
-        q.y = y.api(dev);
+        q.y = y.out(dev);
     }
     poison(y);
     cudaError_t cerr = cudaSuccess;
-    selscan_status r = selscan_step_cuda_ex(&s[1], &cerr, 0);
+    selscan_cuda_ext sx;
+    memset(&sx, 0, sizeof sx);
+    sx.cuda_error = &cerr;
+    selscan_status r = selscan_step_cuda_ex(&s[1], &sx, 0);
     CHECK(r == SELSCAN_OK, "step: gpu %s", selscan_status_string(r));
     CU(cudaDeviceSynchronize());
     r = selscan_step_ref(&s[0]);
@@ -414,6 +430,7 @@ static void run_step_vs_forward(selscan_dtype T, int64_t batch, int64_t dim, int
     poison(y); poison(y2); poison(hl);
     /* the forward's (batch, dim, L = 1) and (batch, G, N, L = 1) views of the step's operands */
     auto as3 = [](const Ten &t) { selscan_tensor r = t.api(true); r.stride[2] = 1; r.stride[3] = 0; return r; };
+    auto as3o = [](const Ten &t) { selscan_out_tensor r = t.out(true); r.stride[2] = 1; r.stride[3] = 0; return r; };
     auto as4 = [](const Ten &t) { selscan_tensor r = t.api(true); r.stride[3] = 1; return r; };
     selscan_problem p;
     memset(&p, 0, sizeof p);
@@ -422,9 +439,9 @@ static void run_step_vs_forward(selscan_dtype T, int64_t batch, int64_t dim, int
     if (D) p.D = Dt.api(true);
     if (z) p.z = as3(zt);
     if (bias) p.delta_bias = bt.api(true);
-    p.h0 = h0.api(true); p.h_last = hl.api(true); p.y = as3(y2);
+    p.h0 = h0.api(true); p.h_last = hl.out(true); p.y = as3o(y2);
     size_t wsb = 0;
-    CHECK(selscan_workspace_size_cuda(&p, NULL, NULL, &wsb) == SELSCAN_OK, "step vs forward: workspace size");
+    CHECK(selscan_workspace_size_cuda(&p, NULL, &wsb) == SELSCAN_OK, "step vs forward: workspace size");
     void *ws = NULL;
     if (wsb) CU(cudaMalloc(&ws, wsb));
     selscan_status r = selscan_forward_cuda(&p, ws, wsb, 0);
@@ -432,11 +449,11 @@ static void run_step_vs_forward(selscan_dtype T, int64_t batch, int64_t dim, int
     selscan_step_problem s;
     memset(&s, 0, sizeof s);
     s.batch = batch; s.dim = dim; s.dstate = N; s.n_groups = G; s.dtype = T; s.flags = flags;
-    s.state = st.api(true); s.x = x.api(true); s.dt = dt.api(true); s.A = A.api(true); s.B = B.api(true); s.C = C.api(true);
+    s.state = st.out(true); s.u = x.api(true); s.delta = dt.api(true); s.A = A.api(true); s.B = B.api(true); s.C = C.api(true);
     if (D) s.D = Dt.api(true);
     if (z) s.z = zt.api(true);
     if (bias) s.delta_bias = bt.api(true);
-    s.y = y.api(true);
+    s.y = y.out(true);
     r = selscan_step_cuda(&s, 0);
     CHECK(r == SELSCAN_OK, "step vs forward: step %s", selscan_status_string(r));
     CU(cudaDeviceSynchronize());
@@ -464,10 +481,10 @@ static void validation_tests() {
     selscan_problem p;
     memset(&p, 0, sizeof p);
     p.batch = b; p.dim = dim; p.seqlen = L; p.dstate = N; p.dtype = SELSCAN_F32;
-    p.u = u.api(1); p.delta = dl.api(1); p.A = A.api(1); p.B = B.api(1); p.C = C.api(1); p.y = y.api(1);
+    p.u = u.api(1); p.delta = dl.api(1); p.A = A.api(1); p.B = B.api(1); p.C = C.api(1); p.y = y.out(1);
     selscan_grads g;
     memset(&g, 0, sizeof g);
-    g.dy = dy.api(1); g.du = du.api(1);
+    g.dy = dy.api(1); g.du = du.out(1);
     auto y_untouched = [&]() {
         std::vector<unsigned char> v = fetch(y);
         for (unsigned char ch : v) if (ch != 0xff) return false;
@@ -502,10 +519,10 @@ static void validation_tests() {
     {   /* workspace: a problem that needs one (small batch*dim: L chunks) */
         selscan_problem q = p;
         size_t need = 0;
-        CHECK(selscan_workspace_size_cuda(&q, NULL, NULL, &need) == SELSCAN_OK, "ws size");
+        CHECK(selscan_workspace_size_cuda(&q, NULL, &need) == SELSCAN_OK, "ws size");
         if (need) expect(q, "missing workspace", SELSCAN_ERR_WORKSPACE);
         size_t needb = 0;
-        CHECK(selscan_workspace_size_cuda(&q, &g, NULL, &needb) == SELSCAN_OK && needb > 0, "bwd ws size %zu", needb);
+        CHECK(selscan_workspace_size_cuda(&q, &g, &needb) == SELSCAN_OK && needb > 0, "bwd ws size %zu", needb);
         void *w = NULL;
         CU(cudaMalloc(&w, needb));
         CU(cudaMemset(du.d, 0xff, du.bytes));
@@ -519,7 +536,7 @@ static void validation_tests() {
         selscan_grads g3 = g; g3.dy.data = NULL;
         s = selscan_backward_cuda(&q, &g3, w, needb, 0);
         CHECK(s == SELSCAN_ERR_NULL, "bwd null dy: %s", selscan_status_string(s));
-        selscan_grads g4 = g; g4.dz = dy.api(1);
+        selscan_grads g4 = g; g4.dz = dy.out(1);
         s = selscan_backward_cuda(&q, &g4, w, needb, 0);
         CHECK(s == SELSCAN_ERR_NULL, "bwd dz without z: %s", selscan_status_string(s));
         std::vector<unsigned char> v = fetch(du);
@@ -531,7 +548,7 @@ static void validation_tests() {
         Ten B2; make(B2, SELSCAN_F32, 4, b, 1, 1024, L, 0); fill(B2, -1, 1);
         q2.A = A2.api(1); q2.B = B2.api(1); q2.C = B2.api(1);
         size_t n2 = 0;
-        s = selscan_workspace_size_cuda(&q2, &g, NULL, &n2);
+        s = selscan_workspace_size_cuda(&q2, &g, &n2);
         CHECK(s == SELSCAN_ERR_UNSUPPORTED, "bwd N=1024: %s", selscan_status_string(s));
         release(A2); release(B2);
         cudaFree(w);
@@ -540,7 +557,7 @@ static void validation_tests() {
         selscan_step_problem s;
         memset(&s, 0, sizeof s);
         s.batch = 2; s.dim = dim; s.dstate = N; s.dtype = SELSCAN_F32;
-        s.state = u.api(1); s.x = dl.api(1); s.dt = dl.api(1); s.A = A.api(1); s.B = B.api(1); s.C = C.api(1); s.y = y.api(1);
+        s.state = u.out(1); s.u = dl.api(1); s.delta = dl.api(1); s.A = A.api(1); s.B = B.api(1); s.C = C.api(1); s.y = y.out(1);
         s.n_cache = 5; /* without an index n_cache must equal batch */
         CHECK(selscan_step_cuda(&s, 0) == SELSCAN_ERR_SHAPE, "step n_cache without index");
         s.n_cache = 0; s.y.data = u.d;

@@ -306,7 +306,7 @@ static void test_backward(selscan_dtype dt, int64_t max_work) {
     {
         const selscan_grads gbad = G.g;
         selscan_grads g2 = gbad;
-        g2.du.data = P.p.u.data; /* an output on an input */
+        g2.du.data = (void *)(uintptr_t)P.p.u.data; /* an output on an input */
         if (G.g.du.data) CHECK(selscan_backward_cpu_part(&P.p, &g2, 0, 1, ws, bytes) == SELSCAN_ERR_ALIAS, "du aliasing u (%s)", desc);
         g2 = gbad;
         if (G.g.dA.data) {
@@ -377,8 +377,8 @@ static void test_step(selscan_dtype dt) {
     s.batch = batch; s.dim = dim; s.dstate = N; s.n_groups = G; s.n_cache = idx ? ncache : 0; s.dtype = dt;
     s.flags = (sp ? SELSCAN_DELTA_SOFTPLUS : 0u) | (fixB ? SELSCAN_FIXED_B : 0u) | (fixC ? SELSCAN_FIXED_C : 0u);
     s.state_index = idx ? sidx : NULL;
-    s.state = tc_api(&state); s.x = tc_api(&x); s.dt = tc_api(&dtt); s.A = tc_api(&A); s.B = tc_api(&B);
-    s.C = tc_api(&C); s.D = tc_api(&D); s.z = tc_api(&z); s.delta_bias = tc_api(&bias); s.y = tc_api(&y);
+    s.state = tc_out(&state); s.u = tc_api(&x); s.delta = tc_api(&dtt); s.A = tc_api(&A); s.B = tc_api(&B);
+    s.C = tc_api(&C); s.D = tc_api(&D); s.z = tc_api(&z); s.delta_bias = tc_api(&bias); s.y = tc_out(&y);
     s0 = tc_snapshot(&state);
     tc_poison(&y);
     st = selscan_step_ref(&s);

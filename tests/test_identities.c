@@ -62,14 +62,14 @@ static selscan_problem sub_problem(const tc_prob *P, int64_t t0, int64_t t1, int
     p.u = tc_view(&P->u, 2, t0);
     p.delta = tc_view(&P->delta, 2, t0);
     p.z = tc_view(&P->z, 2, t0);
-    p.y = tc_view(&P->y, 2, t0);
+    p.y = tc_mut(tc_view(&P->y, 2, t0));
     p.B = (P->c.flags & SELSCAN_FIXED_B) ? tc_api_explicit(&P->B) : tc_view(&P->B, 3, t0);
     p.C = (P->c.flags & SELSCAN_FIXED_C) ? tc_api_explicit(&P->C) : tc_view(&P->C, 3, t0);
     p.A = tc_api_explicit(&P->A);
     p.D = tc_api_explicit(&P->D);
     p.delta_bias = tc_api_explicit(&P->bias);
     p.h0 = tc_view(&P->h0, 0, row);
-    p.h_last = tc_view(&P->hlast, 0, row);
+    p.h_last = tc_mut(tc_view(&P->hlast, 0, row));
     return p;
 }
 
@@ -80,15 +80,15 @@ static selscan_grads sub_grads(const tc_prob *P, const tc_grads *G, const tc_gra
     memset(&g, 0, sizeof g);
     g.dy = tc_view(&G->dy, 2, t0);
     g.dh_last = tc_view(&G->dhlast, 0, row);
-    g.du = tc_view(&G->du, 2, t0);
-    g.ddelta = tc_view(&G->ddelta, 2, t0);
-    g.dz = P->z.mem ? tc_view(&G->dz, 2, t0) : g.dz;
-    g.dB = (P->c.flags & SELSCAN_FIXED_B) ? tc_api_explicit(&S->dB) : tc_view(&G->dB, 3, t0);
-    g.dC = (P->c.flags & SELSCAN_FIXED_C) ? tc_api_explicit(&S->dC) : tc_view(&G->dC, 3, t0);
-    g.dA = tc_api_explicit(&S->dA);
-    g.dD = tc_api_explicit(&S->dD);
-    g.ddelta_bias = tc_api_explicit(&S->dbias);
-    g.dh0 = tc_view(&G->dh0, 0, row);
+    g.du = tc_mut(tc_view(&G->du, 2, t0));
+    g.ddelta = tc_mut(tc_view(&G->ddelta, 2, t0));
+    g.dz = P->z.mem ? tc_mut(tc_view(&G->dz, 2, t0)) : g.dz;
+    g.dB = tc_mut((P->c.flags & SELSCAN_FIXED_B) ? tc_api_explicit(&S->dB) : tc_view(&G->dB, 3, t0));
+    g.dC = tc_mut((P->c.flags & SELSCAN_FIXED_C) ? tc_api_explicit(&S->dC) : tc_view(&G->dC, 3, t0));
+    g.dA = tc_mut(tc_api_explicit(&S->dA));
+    g.dD = tc_mut(tc_api_explicit(&S->dD));
+    g.ddelta_bias = tc_mut(tc_api_explicit(&S->dbias));
+    g.dh0 = tc_mut(tc_view(&G->dh0, 0, row));
     return g;
 }
 
@@ -212,13 +212,13 @@ static void chain_case(const tc_cfg *c, int64_t split) {
         selscan_problem p1 = sub_problem(&S, 0, split, 0), p2 = sub_problem(&S, split, c->L, 0);
         selscan_grads g1 = sub_grads(&S, &Gs, &T, 0, 0), g2 = sub_grads(&S, &Gs, &T, split, 0);
         p1.h0 = tc_api(&P.h0);
-        p1.h_last = tc_api_explicit(&H);
+        p1.h_last = tc_mut(tc_api_explicit(&H));
         p2.h0 = tc_api_explicit(&H);
-        p2.h_last = tc_api(&S.hlast);
+        p2.h_last = tc_out(&S.hlast);
         g2.dh_last = tc_api(&Gp.dhlast);
-        g2.dh0 = tc_api_explicit(&DH);
+        g2.dh0 = tc_mut(tc_api_explicit(&DH));
         g1.dh_last = tc_api_explicit(&DH);
-        g1.dh0 = tc_api(&Gs.dh0);
+        g1.dh0 = tc_out(&Gs.dh0);
         if (!CHECK(fwd(&p1) == SELSCAN_OK && fwd(&p2) == SELSCAN_OK, "[chain] forward pieces failed (%s)", desc))
             goto out;
         CHECK(diff(&S.y, &P.y) <= tol_ident(c->dt) && tc_unwritten(&S.y) == 0, "[chain] y differs by %.3g (%s)",
@@ -272,8 +272,8 @@ static void steps_case(const tc_cfg *c) {
         memset(&s, 0, sizeof s);
         s.batch = c->batch; s.dim = c->dim; s.dstate = c->N; s.n_groups = P.p.n_groups; s.n_cache = tc_coin(0.5) ? 0 : c->batch;
         s.dtype = c->dt; s.flags = c->flags;
-        s.state = tc_api(&st);
-        s.x = at_t(&P.u, 2, t); s.dt = at_t(&P.delta, 2, t); s.z = at_t(&P.z, 2, t); s.y = at_t(&y2, 2, t);
+        s.state = tc_out(&st);
+        s.u = at_t(&P.u, 2, t); s.delta = at_t(&P.delta, 2, t); s.z = at_t(&P.z, 2, t); s.y = tc_mut(at_t(&y2, 2, t));
         s.B = (c->flags & SELSCAN_FIXED_B) ? tc_api(&P.B) : at_t(&P.B, 3, t);
         s.C = (c->flags & SELSCAN_FIXED_C) ? tc_api(&P.C) : at_t(&P.C, 3, t);
         s.A = tc_api(&P.A); s.D = tc_api(&P.D); s.delta_bias = tc_api(&P.bias);

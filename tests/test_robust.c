@@ -251,7 +251,7 @@ static void step_determinism(void) {
     tc_fill(&x, -1, 1); tc_fill(&dt, -2, 2); tc_fill(&A, -3, -0.1); tc_fill(&B, -1, 1); tc_fill(&C, -1, 1); tc_fill(&st, -1, 1);
     memset(&s, 0, sizeof s);
     s.batch = 3; s.dim = 8; s.dstate = 16; s.dtype = SELSCAN_BF16; s.flags = SELSCAN_DELTA_SOFTPLUS;
-    s.state = tc_api(&st); s.x = tc_api(&x); s.dt = tc_api(&dt); s.y = tc_api(&y); s.A = tc_api(&A); s.B = tc_api(&B); s.C = tc_api(&C);
+    s.state = tc_out(&st); s.u = tc_api(&x); s.delta = tc_api(&dt); s.y = tc_out(&y); s.A = tc_api(&A); s.B = tc_api(&B); s.C = tc_api(&C);
     s0 = tc_snapshot(&st);
     CHECK(selscan_step_cpu(&s) == SELSCAN_OK, "[determinism] step");
     y1 = tc_snapshot(&y);

@@ -90,7 +90,7 @@ static void step_case(const scfg *c) {
         s.batch = c->batch; s.dim = c->dim; s.dstate = c->N; s.n_groups = c->G == 1 && tc_coin(0.5) ? 0 : c->G;
         s.n_cache = c->idx ? ncache : (tc_coin(0.5) ? 0 : c->batch);
         s.dtype = c->dt; s.flags = c->flags; s.state_index = idx;
-        s.state = tc_api(&st); s.x = tc_api(&x); s.dt = tc_api(&dt); s.z = tc_api(&z); s.y = tc_api(&y);
+        s.state = tc_out(&st); s.u = tc_api(&x); s.delta = tc_api(&dt); s.z = tc_api(&z); s.y = tc_out(&y);
         s.A = tc_api(&A); s.B = tc_api(&B); s.C = tc_api(&C); s.D = tc_api(&D); s.delta_bias = tc_api(&bias);
         tc_poison(&y);
         r = impls[k].f(&s);

@@ -340,7 +340,7 @@ static void packed_rules(void) {
     PACK(p.cu_seqlens = NULL; PEX("n_seqs without cu_seqlens", SELSCAN_ERR_NULL));
     PACK(memcpy(cu, PK.cu, sizeof cu); cu[1] = 0; cu[2] = 0; p.cu_seqlens = cu; PEX("two empty sequences", SELSCAN_OK));
     /* rows * dim * N overflows: rejected before cu_seqlens[n_seqs] is read (that address does not exist) */
-    PACK(p.n_seqs = INT64_MAX / 8 + 5; p.h0.data = p.h_last.data = NULL; g.dh0.data = g.dh_last.data = NULL;
+    PACK(p.n_seqs = INT64_MAX / 8 + 5; p.h0.data = p.h_last.data = NULL; g.dh_last.data = g.dh0.data = NULL;
          PEX("n_seqs 2^60 + 5", SELSCAN_ERR_SHAPE));
     /* the offsets are read by the call: outputs must not overlap them */
     {
@@ -382,7 +382,7 @@ static void step_fixture(void) {
     memset(&S0, 0, sizeof S0);
     S0.batch = 3; S0.dim = 4; S0.dstate = 3; S0.n_groups = 2; S0.n_cache = 5; S0.dtype = SELSCAN_F32;
     S0.flags = SELSCAN_DELTA_SOFTPLUS; S0.state_index = sidx;
-    S0.state = tc_api(&sstate); S0.x = tc_api(&sx); S0.dt = tc_api(&sdt); S0.z = tc_api(&sz); S0.y = tc_api(&sy);
+    S0.state = tc_out(&sstate); S0.u = tc_api(&sx); S0.delta = tc_api(&sdt); S0.z = tc_api(&sz); S0.y = tc_out(&sy);
     S0.A = tc_api(&sA); S0.B = tc_api(&sB); S0.C = tc_api(&sC); S0.D = tc_api(&sD); S0.delta_bias = tc_api(&sbias);
 }
 
@@ -415,8 +415,8 @@ static void step_rules(void) {
               selscan_validate_step(NULL) == SELSCAN_ERR_NULL,
           "step(NULL)");
     STEP(s.state.data = NULL; sexpect("state NULL", &s, SELSCAN_ERR_NULL));
-    STEP(s.x.data = NULL; sexpect("x NULL", &s, SELSCAN_ERR_NULL));
-    STEP(s.dt.data = NULL; sexpect("dt NULL", &s, SELSCAN_ERR_NULL));
+    STEP(s.u.data = NULL; sexpect("u NULL", &s, SELSCAN_ERR_NULL));
+    STEP(s.delta.data = NULL; sexpect("delta NULL", &s, SELSCAN_ERR_NULL));
     STEP(s.A.data = NULL; sexpect("A NULL", &s, SELSCAN_ERR_NULL));
     STEP(s.B.data = NULL; sexpect("B NULL", &s, SELSCAN_ERR_NULL));
     STEP(s.C.data = NULL; sexpect("C NULL", &s, SELSCAN_ERR_NULL));
@@ -440,7 +440,7 @@ static void step_rules(void) {
     STEP(s.n_cache = (int64_t)1 << 62; sexpect("step n_cache 2^62", &s, SELSCAN_ERR_SHAPE));
     STEP(s.dtype = (selscan_dtype)7; sexpect("step dtype 7", &s, SELSCAN_ERR_DTYPE));
     STEP(s.flags |= 16u; sexpect("step unknown flag", &s, SELSCAN_ERR_UNSUPPORTED));
-    STEP(s.x.stride[1] = -1; sexpect("x stride negative", &s, SELSCAN_ERR_STRIDE));
+    STEP(s.u.stride[1] = -1; sexpect("u stride negative", &s, SELSCAN_ERR_STRIDE));
     STEP(s.B.stride[2] = -1; sexpect("step B stride negative", &s, SELSCAN_ERR_STRIDE));
     STEP(s.A.stride[0] = -3; sexpect("step A stride negative", &s, SELSCAN_ERR_STRIDE));
     STEP(s.state.stride[2] = -1; sexpect("state stride negative", &s, SELSCAN_ERR_STRIDE));
@@ -448,7 +448,7 @@ static void step_rules(void) {
     STEP(s.y.stride[0] = 2; sexpect("step y rows overlap", &s, SELSCAN_ERR_STRIDE));
     STEP(s.state.stride[1] = 0; sexpect("state stride 0", &s, SELSCAN_ERR_STRIDE));
     STEP(s.state.stride[0] = 11; sexpect("state rows overlap", &s, SELSCAN_ERR_STRIDE));
-    STEP(s.x.stride[0] = 0; sexpect("x broadcast stride 0", &s, SELSCAN_OK));
+    STEP(s.u.stride[0] = 0; sexpect("u broadcast stride 0", &s, SELSCAN_OK));
     STEP(s.y.data = sx.data; sexpect("y == x", &s, SELSCAN_ERR_ALIAS));
     STEP(s.y.data = sdt.data; sexpect("y == dt", &s, SELSCAN_ERR_ALIAS));
     STEP(s.y.data = (float *)sz.data + 11; sexpect("y overlaps z", &s, SELSCAN_ERR_ALIAS));
