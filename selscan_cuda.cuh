@@ -2496,6 +2496,11 @@ __global__ void __launch_bounds__(kThreads) step_loop_kernel(const step_params P
         const bool live = nlive;
         const float x = nx, dl = ndl, zz = nzz;
         fetch(b + stride, n0, n1, np, nlive, nx, ndl, nzz);
+        { /* the state two rows ahead into L2 (no registers): the next fetch then waits on L2 only */
+            const int64_t b2 = b + 2 * stride;
+            const int64_t row2 = valid && b2 < P.batch ? (P.idx ? static_cast<int64_t>(P.idx[b2]) : b2) : -1;
+            if (row2 >= 0 && row2 < P.ncache) pf<float>(P.h, row2 * P.h0 + d * P.h1 + 8 * j);
+        }
         float hv[8] = {c0.x, c0.y, c0.z, c0.w, c1.x, c1.y, c1.z, c1.w}, Bv[8], Cv[8];
 #pragma unroll
         for (int k = 0; k < 8; k++) Bv[k] = Cv[k] = 0.0f;
@@ -2975,7 +2980,7 @@ selscan_status check_ext_cu(const selscan__prob &q, const selscan_cuda_ext *x) {
    programmatic dependent launch where the device has it, 0 never. SELSCAN__STEP_SWEEP (the
    benchmark) compiles every (S, R) and keeps the earlier step_fast_kernel as tu.S = -1. */
 struct step_tune {
-    int S, R, pdl, fast, minb, loop; /* loop: > 0 step_loop_kernel where it applies, < 0 never, 0 by the batch */
+    int S, R, pdl, fast, minb, loop; /* loop < 0: never step_loop_kernel (else where it applies) */
     int64_t loop_slices;             /* (set by launch_step) its grid's row slices; 0: not used */
 };
 template <typename T, int S, int R, int NTC, bool FAST, int MINB>
@@ -3091,13 +3096,15 @@ selscan_status launch_step(const selscan__stp &q, step_tune tu, cudaStream_t str
         const dim3 gr(static_cast<unsigned>(gx), static_cast<unsigned>(gy));
         sp.G1 = q.G == 1;
         const bool fast = tu.fast >= 0 && sp.avec && sp.bvec && sp.cvec && !sp.fixB && !sp.fixC;
-        /* step_loop_kernel (N = 16, FAST form, one row a block-slice otherwise): a wave of blocks
-           (the blocks an SM its registers allow, asked once a device) over gy channel blocks, used
-           where that leaves at least two rows a thread (or forced) */
+        /* step_loop_kernel (N = 16, FAST form): gy channel blocks times row slices, a wave of blocks
+           (the blocks an SM its registers allow, asked once a device) where the batch gives at
+           least two rows a thread, else one row a thread */
         tu.loop_slices = 0;
         if (fast && S == 8 && R == 1 && sp.NT == 2 && tu.loop >= 0) {
             const int64_t slots = sm_count() * step_loop_blocks_per_sm(q.dt), slices = slots / gy > 1 ? slots / gy : 1;
-            if (tu.loop > 0 || q.batch >= 2 * slices) tu.loop_slices = slices < q.batch ? slices : q.batch;
+            /* at least two rows a thread in one wave, else a row a thread (no uneven 1-2 row split) */
+            tu.loop_slices = q.batch >= 2 * slices ? cdiv(q.batch, cdiv(q.batch, slices)) : q.batch;
+            if (tu.loop_slices > 0x7fffffff) tu.loop_slices = 0;
         }
         bool ok;
         if (q.dt == SELSCAN_F32) ok = launch_step_vec_t<float>(tu, S, R, fast, sp, gr, pdl, stream);
