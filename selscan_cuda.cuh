@@ -74,8 +74,12 @@
  * sums over channels and time go through per-block partials in the workspace and fixed-order
  * reduction kernels (deterministic). The general backward is compiled once for both 2-byte types
  * (h16: a runtime flag picks binary16 or bfloat16): compile time, see bench/NOTES.md v21.
- * The decode step: 8 or 4 states a thread with float4 state rows (unit n stride, N % 4 == 0,
- * N <= 128, 16-byte aligned rows), one state a thread otherwise. L-chunk plans fill one wave on
+ * The decode step (float4 state rows: unit n stride, N % 4 == 0, N <= 128, 16-byte aligned rows):
+ * step_vec_kernel, 8 or 4 states a lane in 4-state chunks interleaved across a channel's lanes
+ * (whole sectors a warp instruction); N = 16 with aligned variable B / C at batch 1 or >= two rows a
+ * thread of a one-wave grid: step_loop_kernel (the next row's state in flight while a row is
+ * computed); both launched with programmatic dependent launch, and bitwise the forward's at L = 1
+ * for N = 8 / 16. One state a thread otherwise (step_kernel). L-chunk plans fill one wave on
  * the current device's multiprocessors (at most 160; workspace sizes assume 160).
  */
 #ifndef SELSCAN_CUDA_CUH
@@ -2128,7 +2132,8 @@ __global__ void __launch_bounds__(kThreads) step_kernel(const kparams P) {
     step_store_y<T>(P, b, d, NT, j, valid, !pad, yp, x, Dd, zz);
 }
 
-/* Decode step for float4-aligned state rows (unit n stride, N % 4 == 0, N <= 128): S = 8 (N % 8
+/* (The previous decode step, kept as bench_cuda --graphs' "before" baseline: compiled only with
+   SELSCAN__STEP_SWEEP.) Decode step for float4-aligned state rows (unit n stride, N % 4 == 0, N <= 128): S = 8 (N % 8
    == 0) or 4 states a thread, NT = pow2ceil(N / S) threads a channel, every load of a thread issued
    before its first use; A by float4 when its rows are aligned (avec).
    (step_kernel's one state a thread ran at ~500 GB/s on an H200, 8-9x its floor: per thread a chain
@@ -2980,7 +2985,7 @@ selscan_status check_ext_cu(const selscan__prob &q, const selscan_cuda_ext *x) {
    programmatic dependent launch where the device has it, 0 never. SELSCAN__STEP_SWEEP (the
    benchmark) compiles every (S, R) and keeps the earlier step_fast_kernel as tu.S = -1. */
 struct step_tune {
-    int S, R, pdl, fast, minb, loop; /* loop < 0: never step_loop_kernel (else where it applies) */
+    int S, R, pdl, fast, minb, loop; /* loop < 0: never step_loop_kernel, > 0: wherever it applies, 0: by the batch */
     int64_t loop_slices;             /* (set by launch_step) its grid's row slices; 0: not used */
 };
 template <typename T, int S, int R, int NTC, bool FAST, int MINB>
@@ -3097,13 +3102,14 @@ selscan_status launch_step(const selscan__stp &q, step_tune tu, cudaStream_t str
         sp.G1 = q.G == 1;
         const bool fast = tu.fast >= 0 && sp.avec && sp.bvec && sp.cvec && !sp.fixB && !sp.fixC;
         /* step_loop_kernel (N = 16, FAST form): gy channel blocks times row slices, a wave of blocks
-           (the blocks an SM its registers allow, asked once a device) where the batch gives at
-           least two rows a thread, else one row a thread */
+           (the blocks an SM its registers allow, asked once a device) */
         tu.loop_slices = 0;
         if (fast && S == 8 && R == 1 && sp.NT == 2 && tu.loop >= 0) {
             const int64_t slots = sm_count() * step_loop_blocks_per_sm(q.dt), slices = slots / gy > 1 ? slots / gy : 1;
-            /* at least two rows a thread in one wave, else a row a thread (no uneven 1-2 row split) */
-            tu.loop_slices = q.batch >= 2 * slices ? cdiv(q.batch, cdiv(q.batch, slices)) : q.batch;
+            /* at least two rows a thread in one wave; batch 1 also (measured faster there: 2.21 / 2.24
+               us against 2.33 / 2.87, f32 / bf16); step_vec_kernel in between (batch 16 x 5120: 4.40
+               against 5.61 us; bench/NOTES.md "CUDA step under graphs") */
+            if (q.batch >= 2 * slices || q.batch == 1 || tu.loop > 0) tu.loop_slices = cdiv(q.batch, cdiv(q.batch, slices));
             if (tu.loop_slices > 0x7fffffff) tu.loop_slices = 0;
         }
         bool ok;

@@ -264,7 +264,7 @@ static void bench_step_graphs(GraphTimer &gt, double bw, const char *only_dt, bo
                    nowp, copy, rmw, floor_us, now / floor_us, now / rmw, peer[si][di]);
             fflush(stdout);
             if (sweep) { /* (S, R, fast form: 1 allowed / -1 never, register bound, loop kernel: 0 auto, 1 forced, -1 never) */
-                static const int vs[][5] = {{8, 1, 1, 0, -1}, {8, 1, -1, 0, 0}, {4, 1, 1, 0, 0}};
+                static const int vs[][5] = {{8, 1, 1, 0, 1}, {8, 1, 1, 0, -1}, {8, 1, -1, 0, 0}};
                 printf("   sweep S,R,fast,minblocks,loop pdl/no-pdl:");
                 for (const auto &v : vs) {
                     auto f = [&](int pdl) {
