@@ -1,4 +1,4 @@
-# selscan: make run | test | bench | test-cuda | bench-cuda | tf-op | test-tf | clean
+# selscan: make run | test | bench | test-cuda | test-cuda-sanitize | bench-cuda | tf-op | test-tf | clean
 # Compilers and flags can be overridden: make test CC=clang CFLAGS="-O1 -g"
 CC      ?= cc
 CXX     ?= c++
@@ -140,6 +140,49 @@ test-cuda: $(BUILD)/test_cuda $(BUILD)/test_cuda_cl
 bench-cuda: $(BUILD)/bench_cuda
 	./$(BUILD)/bench_cuda
 
+# test-cuda-sanitize: both CUDA suites' quick matrix (SELSCAN_TEST_QUICK=1: every kernel and pass,
+# small) under compute-sanitizer's memcheck (with leak check), racecheck, initcheck and
+# synccheck: eight runs, side by side with make -j; a line per run with its error count, logs in
+# $(BUILD)/sanitize/; fails when a tool reports an error. Needs a GPU (minutes).
+SANITIZER       ?= compute-sanitizer
+SANITIZE_TOOLS  := memcheck racecheck initcheck synccheck
+SANITIZE_RUNS   := $(foreach t,$(SANITIZE_TOOLS),$(foreach b,test_cuda test_cuda_cl,sanitize-$(t)-$(b)))
+SANITIZE_FLAGS_memcheck := --leak-check full
+.PHONY: test-cuda-sanitize $(SANITIZE_RUNS)
+test-cuda-sanitize: $(SANITIZE_RUNS)
+	@echo "test-cuda-sanitize: no errors ($(words $(SANITIZE_RUNS)) runs)"
+
+$(SANITIZE_RUNS): sanitize-%: $(BUILD)/test_cuda $(BUILD)/test_cuda_cl
+	@mkdir -p $(BUILD)/sanitize
+	@t=$(word 1,$(subst -, ,$*)); b=$(word 2,$(subst -, ,$*)); log=$(BUILD)/sanitize/$*.log; \
+	SELSCAN_TEST_QUICK=1 $(SANITIZER) --tool $$t $(SANITIZE_FLAGS_$(word 1,$(subst -, ,$*))) --error-exitcode 99 ./$(BUILD)/$$b >$$log 2>&1; rc=$$?; \
+	printf '%-10s %-13s %s; suite: %s (exit %d)\n' $$t $$b "$$(grep -E '(ERROR|RACECHECK) SUMMARY' $$log | tail -1 | sed 's/^=* *//')" \
+	    "$$(grep -E '^[0-9]+ passed, [0-9]+ failed$$' $$log | tail -1)" $$rc; [ $$rc -eq 0 ]
+
+
+# ---- PyTorch package --------------------------------------------------------------------------
+# test-torch: a venv $(TORCH_VENV) with torch from PyPI (the CUDA build: ~2 min and ~5 GB with its
+# nvidia-* wheels, which `import torch` needs), pytest and ninja, unless TORCH_PY names a Python
+# that imports torch; then `pip install --no-build-isolation ./python` (the extension against that
+# torch: CUDA kernels too where nvcc exists, SELSCAN_TORCH_CPU_ONLY=1 to skip them), then pytest
+# (GPU tests skip without a GPU). Ends with pytest's "N passed, N skipped" line.
+TORCH_VENV ?= $(BUILD)/torch-venv
+TORCH_PYTHON = $(or $(TORCH_PY),$(abspath $(TORCH_VENV))/bin/python)
+.PHONY: test-torch torch-install
+torch-install:
+	@py="$(TORCH_PYTHON)"; \
+	if ! "$$py" -c 'import torch' >/dev/null 2>&1; then \
+	  echo "test-torch: installing torch into $(TORCH_VENV)"; \
+	  python3 -m venv $(TORCH_VENV) && py="$(abspath $(TORCH_VENV))/bin/python" && \
+	  "$$py" -m pip install -q --upgrade pip setuptools && \
+	  "$$py" -m pip install -q torch numpy || exit 1; \
+	fi; \
+	"$$py" -m pip install -q pytest ninja && \
+	echo "test-torch: building selscan_torch" && \
+	PATH="$$(dirname "$$py"):$$PATH" MAX_JOBS="$${MAX_JOBS:-2}" "$$py" -m pip install -q --no-build-isolation ./python
+
+test-torch: torch-install
+	@cd python/tests && "$(TORCH_PYTHON)" -m pytest -q -p no:cacheprovider .
 
 # ---- TensorFlow op ----------------------------------------------------------------------------
 # tf-op: builds $(BUILD)/tf_op/_selscan_tf_ops.so with the flags of tf.sysconfig, from a Python
