@@ -210,7 +210,7 @@ struct GraphTimer {
 
 static void bench_step_graphs(GraphTimer &gt, double bw, const char *only_dt, bool sweep) {
     static const int64_t shapes[][3] = {{1, 5120, 16}, {16, 5120, 16}, {64, 5120, 16}, {256, 5120, 16}, {64, 2048, 16}};
-    /* mamba_ssm's selective_state_update (Triton) under graphs: the issue's table (h200-mamba-step.json, no L2 flush, one state) */
+    /* mamba_ssm's selective_state_update (Triton) under graphs: the issue's table (h200-mamba-step.json, whose method names no L2 flush) */
     static const double peer[5][2] = {{2.22, 1.95}, {4.52, 4.91}, {12.72, 13.8}, {53.73, 51.33}, {6.29, 6.5}};
     printf("\nstep under CUDA graphs (%d calls a graph, %d distinct f32 states, L2 flushed before each replay; softplus, D, z,\n"
            "delta_bias, variable B / C): us a call, median of 11 replays. before: the earlier kernel (step_fast_kernel);\n"
