@@ -4,9 +4,9 @@ A drop-in for mamba_ssm's functions: change the import only.
 
     from selscan_torch import selective_scan_fn, selective_state_update, SelectiveScan
 
-The ops (torch.ops.selscan.fwd / bwd / step) are registered in C++ with TORCH_LIBRARY schemas;
-this module adds their fake (meta) kernels and autograd (torch.library), so they run in eager
-mode, under torch.compile(fullgraph=True) and inside CUDA graphs (no host sync, torch's caching
+The ops (torch.ops.selscan.fwd / bwd / step) and fwd's autograd are registered in C++
+(TORCH_LIBRARY schemas, a torch::autograd::Function on the Autograd key); this module adds their
+fake (meta) kernels (torch.library.register_fake), so they run in eager mode, under torch.compile(fullgraph=True) and inside CUDA graphs (no host sync, torch's caching
 allocator, the current stream).
 """
 import math
