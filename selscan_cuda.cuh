@@ -162,15 +162,6 @@ SELSCAN_DEF selscan_status selscan_step_cuda_ex(const selscan_step_problem *s, c
 #include <cuda_bf16.h>
 #include <type_traits>
 
-/* The failing operand and rule into an optional selscan_diag (static strings; NULL: nothing).
-   selscan.h's internal selscan__diag_set has the same contract; until it exists there, this. */
-static void selscan__cuda_diag_set(selscan_diag *d, const char *operand, const char *rule) {
-    if (d) {
-        d->operand = operand;
-        d->rule = rule;
-    }
-}
-
 /* Every internal name of the CUDA implementation lives in this namespace (functions and kernels
    static: internal linkage), so a user's .cu file may define its own cdiv, mk, ld, ... around the
    include; the public entries below are the only global names it adds (and the
@@ -2617,7 +2608,7 @@ struct sizecalc {
 
 /* an error status, with the operand and the rule stored in diag */
 static selscan_status fail(selscan_diag *dg, selscan_status st, const char *operand, const char *rule) {
-    selscan__cuda_diag_set(dg, operand, rule);
+    selscan__diag_set(dg, operand, rule);
     return st;
 }
 static selscan_status fail_size(selscan_diag *dg) { return fail(dg, SELSCAN_ERR_SHAPE, "workspace", "size overflows"); }
