@@ -84,8 +84,12 @@
  * sums over channels and time go through per-block partials in the workspace and fixed-order
  * reduction kernels (deterministic). The general backward is compiled once for both 2-byte types
  * (h16: a runtime flag picks binary16 or bfloat16): compile time, see bench/NOTES.md v21.
- * The decode step: 8 or 4 states a thread with float4 state rows (unit n stride, N % 4 == 0,
- * N <= 128, 16-byte aligned rows), one state a thread otherwise. L-chunk plans fill one wave on
+ * The decode step (float4 state rows: unit n stride, N % 4 == 0, N <= 128, 16-byte aligned rows):
+ * step_vec_kernel, 8 or 4 states a lane in 4-state chunks interleaved across a channel's lanes
+ * (whole sectors a warp instruction); N = 16 with aligned variable B / C at batch 1 or >= two rows a
+ * thread of a one-wave grid: step_loop_kernel (the next row's state in flight while a row is
+ * computed); both launched with programmatic dependent launch, and bitwise the forward's at L = 1
+ * for N = 8 / 16. One state a thread otherwise (step_kernel). L-chunk plans fill one wave on
  * the current device's multiprocessors (at most 160; workspace sizes assume 160).
  */
 #ifndef SELSCAN_CUDA_CUH
@@ -157,15 +161,6 @@ SELSCAN_DEF selscan_status selscan_step_cuda_ex(const selscan_step_problem *s, c
 #include <cuda_fp16.h>
 #include <cuda_bf16.h>
 #include <type_traits>
-
-/* The failing operand and rule into an optional selscan_diag (static strings; NULL: nothing).
-   selscan.h's internal selscan__diag_set has the same contract; until it exists there, this. */
-static void selscan__cuda_diag_set(selscan_diag *d, const char *operand, const char *rule) {
-    if (d) {
-        d->operand = operand;
-        d->rule = rule;
-    }
-}
 
 /* Every internal name of the CUDA implementation lives in this namespace (functions and kernels
    static: internal linkage), so a user's .cu file may define its own cdiv, mk, ld, ... around the
@@ -2154,7 +2149,8 @@ static __global__ void __launch_bounds__(kThreads) step_kernel(const kparams P) 
     step_store_y<T>(P, b, d, NT, j, valid, !pad, yp, x, Dd, zz);
 }
 
-/* Decode step for float4-aligned state rows (unit n stride, N % 4 == 0, N <= 128): S = 8 (N % 8
+/* (The previous decode step, kept as bench_cuda --graphs' "before" baseline: compiled only with
+   SELSCAN__STEP_SWEEP.) Decode step for float4-aligned state rows (unit n stride, N % 4 == 0, N <= 128): S = 8 (N % 8
    == 0) or 4 states a thread, NT = pow2ceil(N / S) threads a channel, every load of a thread issued
    before its first use; A by float4 when its rows are aligned (avec).
    (step_kernel's one state a thread ran at ~500 GB/s on an H200, 8-9x its floor: per thread a chain
@@ -2224,6 +2220,350 @@ static __global__ void __launch_bounds__(kThreads) step_fast_kernel(const kparam
     step_store_y<T>(P, b, d, NT, j, valid, live, yp, x, Dd, zz);
 }
 
+/* The decode step's own parameters (a fraction of kparams' size: a graph replays the launch
+   with its parameters, so fewer bytes a launch) for step_vec_kernel. B / C: element n of the row
+   of (batch b, group g) at b * b0 + g * b1 + n * b2, or fixed (f32, (dim, N)) at d * b0 + n * b2. */
+struct step_params {
+    int64_t batch, dim, ncache;
+    int dpg, N, NT, softplus, fixB, fixC, avec, bvec, cvec, G1;
+    const int32_t *idx;
+    float *h;
+    int64_t h0, h1;
+    const void *u, *dl, *z;
+    int64_t u0, u1, d0, d1, z0, z1;
+    void *y;
+    int64_t y0, y1;
+    const float *A;
+    int64_t a0, a1;
+    const void *B, *C;
+    int64_t b0, b1, b2, c0, c1, c2;
+    const float *D, *bias;
+    int64_t Ds, bs;
+};
+
+/* K consecutive elements of type T at base + off (16-byte aligned, or 8-byte for K * 2 bytes ==
+   8) into floats, by 16- / 8-byte loads */
+template <typename T, int K> __device__ __forceinline__ void ld_vec(const void *base, int64_t off, float (&o)[K]) {
+    if constexpr (sizeof(T) == 4) {
+        static_assert(K % 4 == 0, "f32 rows by float4");
+        const float4 *p = reinterpret_cast<const float4 *>(static_cast<const float *>(base) + off);
+#pragma unroll
+        for (int i = 0; i < K / 4; i++) {
+            const float4 v = p[i];
+            o[4 * i] = v.x; o[4 * i + 1] = v.y; o[4 * i + 2] = v.z; o[4 * i + 3] = v.w;
+        }
+    } else {
+        static_assert(K % 4 == 0, "2-byte rows by 8 or 16 bytes");
+        const T *q = static_cast<const T *>(base) + off;
+        uint32_t w[K / 2];
+        if constexpr (K % 8 == 0) {
+#pragma unroll
+            for (int i = 0; i < K / 8; i++) {
+                const uint4 v = reinterpret_cast<const uint4 *>(q)[i];
+                w[4 * i] = v.x; w[4 * i + 1] = v.y; w[4 * i + 2] = v.z; w[4 * i + 3] = v.w;
+            }
+        } else {
+            const uint2 v = *reinterpret_cast<const uint2 *>(q);
+            w[0] = v.x; w[1] = v.y;
+        }
+#pragma unroll
+        for (int i = 0; i < K / 2; i++) {
+            const unsigned short lo = static_cast<unsigned short>(w[i] & 0xffffu), hi = static_cast<unsigned short>(w[i] >> 16);
+            if constexpr (std::is_same<T, __nv_bfloat16>::value) {
+                o[2 * i] = __uint_as_float(static_cast<uint32_t>(lo) << 16);
+                o[2 * i + 1] = __uint_as_float(static_cast<uint32_t>(hi) << 16);
+            } else {
+                o[2 * i] = __half2float(__ushort_as_half(lo));
+                o[2 * i + 1] = __half2float(__ushort_as_half(hi));
+            }
+        }
+    }
+}
+
+/* Decode step for float4-aligned state rows (unit n stride, N % 4 == 0, N <= 128). A thread has S
+   states of a channel (S = 16, 8 or 4) as S / 4 chunks of 4 states interleaved across the NT =
+   pow2ceil(N / S) lanes of the channel: lane j's chunk i holds states 4 (j + NT i) .. + 3, so each
+   16-byte load or store instruction of a warp covers whole 32-byte sectors of the state, of A and
+   of B / C (the earlier kernel's lanes held S consecutive states: every instruction touched each
+   sector half). A block: kThreads / NT channels (blockIdx.y) of R batch rows (blockIdx.x), A, D,
+   delta_bias loaded once for the R rows; every load of the R rows issued before the first use;
+   B / C chunks by 16- or 8-byte loads where unit-stride and aligned (bvec / cvec), A by float4 where
+   aligned (avec). Launched with programmatic dependent launch where available: it waits for the
+   kernel before it to complete before touching memory and lets the next one launch at once.
+   Arithmetic as the forward's at L = 1 (exponent dt (A log2 e), B (dt u), D u by an FMA, the gate),
+   and y summed as the forward sums it for N = 8 and 16 (a chain over states 0 .. N/2 - 1, one over
+   N/2 .. N - 1, added): state and y bitwise the forward's there (tests/test_cuda.cu). */
+#ifndef SELSCAN_CUDA_STEP_MINBLOCKS
+#define SELSCAN_CUDA_STEP_MINBLOCKS 0 /* blocks an SM the fast step kernel's registers must allow (0: any) */
+#endif
+/* NTC: the lanes a channel as a compile-time constant (0: P.NT at run time). FAST: the common
+   operands (A, B, C rows 16-byte aligned with unit n stride, variable B / C, one group per
+   dpg known from P.G1), compiled without the other layouts' branches. */
+template <typename T, int S, int R, int NTC, bool FAST, int MINB>
+__global__ void __launch_bounds__(kThreads, MINB) step_vec_kernel(const step_params P) {
+    constexpr int NC = S / 4; /* chunks a lane */
+    pdl_wait();
+    pdl_launch_dependents();
+    const int NT = NTC > 0 ? NTC : P.NT;
+    const int tid = static_cast<int>(threadIdx.x);
+    const int dl32 = static_cast<int>(blockIdx.y) * (kThreads / NT) + tid / NT;
+    const int64_t d = dl32, bb = static_cast<int64_t>(blockIdx.x) * R;
+    const int j = tid % NT;
+    const bool valid = d < P.dim;
+    bool cv_[NC]; /* chunk i of this lane inside N */
+#pragma unroll
+    for (int i = 0; i < NC; i++) cv_[i] = valid && 4 * (j + NT * i) < P.N;
+    /* the state rows first (the long loads), then the rest */
+    float hv[R][S], Bv[R][S], Cv[R][S], x[R], dl[R], zz[R];
+    float4 *hp[R];
+    bool live[R], inb[R];
+#pragma unroll
+    for (int r = 0; r < R; r++) {
+        const int64_t b = bb + r;
+        inb[r] = valid && b < P.batch;
+        const int64_t row = inb[r] ? (P.idx ? static_cast<int64_t>(P.idx[b]) : b) : -1;
+        live[r] = row >= 0 && row < P.ncache;
+        hp[r] = reinterpret_cast<float4 *>(P.h + (live[r] ? row * P.h0 + d * P.h1 : 0));
+#pragma unroll
+        for (int i = 0; i < NC; i++) {
+            float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+            if (live[r] && cv_[i]) v = hp[r][j + NT * i];
+            hv[r][4 * i] = v.x; hv[r][4 * i + 1] = v.y; hv[r][4 * i + 2] = v.z; hv[r][4 * i + 3] = v.w;
+        }
+    }
+    const int64_t g = !valid || P.G1 ? 0 : dl32 / P.dpg;
+#pragma unroll
+    for (int r = 0; r < R; r++) {
+        const int64_t b = bb + r;
+        x[r] = dl[r] = zz[r] = 0.0f;
+#pragma unroll
+        for (int k = 0; k < S; k++) Bv[r][k] = Cv[r][k] = 0.0f;
+        if (live[r]) {
+            x[r] = ld<T>(P.u, b * P.u0 + d * P.u1);
+            dl[r] = ld<T>(P.dl, b * P.d0 + d * P.d1);
+            if (j == 0 && P.z) zz[r] = ld<T>(P.z, b * P.z0 + d * P.z1);
+        }
+        const bool fixB = !FAST && P.fixB, fixC = !FAST && P.fixC, bvec = FAST || P.bvec, cvec = FAST || P.cvec;
+        const int64_t bo = fixB ? d * P.b0 : b * P.b0 + g * P.b1, co = fixC ? d * P.c0 : b * P.c0 + g * P.c1;
+#pragma unroll
+        for (int i = 0; i < NC; i++) {
+            const int n = 4 * (j + NT * i);
+            if (live[r] && cv_[i]) {
+                if (bvec) {
+                    float t[4];
+                    if (fixB) ld_vec<float, 4>(P.B, bo + n, t);
+                    else ld_vec<T, 4>(P.B, bo + n, t);
+#pragma unroll
+                    for (int q = 0; q < 4; q++) Bv[r][4 * i + q] = t[q];
+                } else {
+#pragma unroll
+                    for (int q = 0; q < 4; q++)
+                        Bv[r][4 * i + q] = fixB ? static_cast<const float *>(P.B)[bo + (n + q) * P.b2] : ld<T>(P.B, bo + (n + q) * P.b2);
+                }
+            }
+        }
+        /* C: the lane's chunks, or (pair, N = 16 on two lanes) states 8j .. 8j + 7 */
+        if (S == 8 && NT == 2 && P.N == 16) {
+            if (live[r]) {
+                float t[8];
+                if (cvec) {
+                    if (fixC) ld_vec<float, 8>(P.C, co + 8 * j, t);
+                    else ld_vec<T, 8>(P.C, co + 8 * j, t);
+                } else {
+#pragma unroll
+                    for (int q = 0; q < 8; q++)
+                        t[q] = fixC ? static_cast<const float *>(P.C)[co + (8 * j + q) * P.c2] : ld<T>(P.C, co + (8 * j + q) * P.c2);
+                }
+#pragma unroll
+                for (int q = 0; q < 8; q++) Cv[r][q % S] = t[q]; /* (S == 8 here) */
+            }
+        } else {
+#pragma unroll
+            for (int i = 0; i < NC; i++) {
+                const int n = 4 * (j + NT * i);
+                if (live[r] && cv_[i]) {
+                    if (cvec) {
+                        float t[4];
+                        if (fixC) ld_vec<float, 4>(P.C, co + n, t);
+                        else ld_vec<T, 4>(P.C, co + n, t);
+#pragma unroll
+                        for (int q = 0; q < 4; q++) Cv[r][4 * i + q] = t[q];
+                    } else {
+#pragma unroll
+                        for (int q = 0; q < 4; q++)
+                            Cv[r][4 * i + q] = fixC ? static_cast<const float *>(P.C)[co + (n + q) * P.c2] : ld<T>(P.C, co + (n + q) * P.c2);
+                    }
+                }
+            }
+        }
+    }
+    float A2[S];
+#pragma unroll
+    for (int k = 0; k < S; k++) A2[k] = 0.0f;
+    const float *Ar = P.A + d * P.a0;
+#pragma unroll
+    for (int i = 0; i < NC; i++) {
+        const int n = 4 * (j + NT * i);
+        if (cv_[i]) {
+            if (FAST || P.avec) {
+                const float4 v = *reinterpret_cast<const float4 *>(Ar + n);
+                A2[4 * i] = v.x; A2[4 * i + 1] = v.y; A2[4 * i + 2] = v.z; A2[4 * i + 3] = v.w;
+            } else {
+#pragma unroll
+                for (int q = 0; q < 4; q++) A2[4 * i + q] = Ar[(n + q) * P.a1];
+            }
+        }
+    }
+    const float bias = valid && P.bias ? P.bias[d * P.bs] : 0.0f;
+    const float Dd = valid && P.D ? P.D[d * P.Ds] : 0.0f;
+#pragma unroll
+    for (int k = 0; k < S; k++) A2[k] *= kLog2e;
+#pragma unroll
+    for (int r = 0; r < R; r++) {
+        const float dt = dt_of(dl[r] + bias, P.softplus != 0, true), dtx = dt * x[r];
+#pragma unroll
+        for (int k = 0; k < S; k++) hv[r][k] = fmaf(ex2(dt * A2[k]), hv[r][k], Bv[r][k] * dtx);
+#pragma unroll
+        for (int i = 0; i < NC; i++)
+            if (live[r] && cv_[i])
+                hp[r][(j + NT * i)] = make_float4(hv[r][4 * i], hv[r][4 * i + 1], hv[r][4 * i + 2], hv[r][4 * i + 3]);
+        float yp;
+        if (S == 8 && NT == 2 && P.N == 16) {
+            /* lane 0 owns states 0-3 (chunk 0) and 8-11, lane 1 4-7 and 12-15: each sends the
+               chunk the other's chain needs (lane 0 its 8-11, lane 1 its 4-7) */
+            float e[4], f[8];
+#pragma unroll
+            for (int q = 0; q < 4; q++) e[q] = __shfl_xor_sync(0xffffffffu, j == 0 ? hv[r][(4 + q) % S] : hv[r][q], 1);
+#pragma unroll
+            for (int q = 0; q < 4; q++) {
+                f[q] = j == 0 ? hv[r][q] : e[q];
+                f[4 + q] = j == 0 ? e[q] : hv[r][(4 + q) % S];
+            }
+            float yc = 0.0f;
+#pragma unroll
+            for (int q = 0; q < 8; q++) yc = fmaf(Cv[r][q % S], f[q], yc); /* (S == 8 here) */
+            yp = yc;
+        } else if (NT == 1) { /* chains over the two halves */
+            float y0 = 0.0f, y1 = 0.0f;
+#pragma unroll
+            for (int k = 0; k < S; k++) {
+                if (k < S / 2) y0 = fmaf(Cv[r][k], hv[r][k], y0);
+                else y1 = fmaf(Cv[r][k], hv[r][k], y1);
+            }
+            yp = y0 + y1;
+        } else {
+            float yc = 0.0f;
+#pragma unroll
+            for (int k = 0; k < S; k++) yc = fmaf(Cv[r][k], hv[r][k], yc);
+            yp = yc;
+        }
+#pragma unroll
+        for (int m = NT / 2; m >= 1; m >>= 1) yp += __shfl_xor_sync(0xffffffffu, yp, m);
+        if (inb[r] && j == 0) {
+            float y = 0.0f;
+            if (live[r]) y = gate(fmaf(Dd, x[r], yp), zz[r], P.z != NULL);
+            st<T>(P.y, (bb + r) * P.y0 + d * P.y1, y);
+        }
+    }
+}
+
+/* Decode step, N = 16 on two lanes a channel with the common operands (step_vec_kernel's FAST
+   form), for batches of several rows a thread: a grid of one wave (blockIdx.y: 64 channels,
+   blockIdx.x: a slice of the batch rows, every gridDim.x-th row), A, D, delta_bias loaded once,
+   and each row's state, u, delta, z loaded one row ahead (register double buffer), so a thread
+   always has its next state in flight while it computes the current one (step_vec_kernel with one
+   row a thread spends most of a thread's life not loading: DRAM at 62 % of its peak, ncu).
+   Arithmetic and sums exactly step_vec_kernel's (bitwise the forward's at L = 1). */
+template <typename T>
+__global__ void __launch_bounds__(kThreads) step_loop_kernel(const step_params P) {
+    pdl_wait();
+    pdl_launch_dependents();
+    const int tid = static_cast<int>(threadIdx.x), j = tid & 1;
+    const int dl32 = static_cast<int>(blockIdx.y) * (kThreads / 2) + (tid >> 1);
+    const int64_t d = dl32, stride = gridDim.x;
+    const bool valid = d < P.dim;
+    /* one row's loads: the state's two chunks (states 4j .. 4j + 3 and 4j + 8 .. 4j + 11), u, delta, z */
+    auto fetch = [&](int64_t b, float4 &h0, float4 &h1, float4 *&hp, bool &live, float &x, float &dl, float &zz) {
+        const int64_t row = valid && b < P.batch ? (P.idx ? static_cast<int64_t>(P.idx[b]) : b) : -1;
+        live = row >= 0 && row < P.ncache;
+        hp = reinterpret_cast<float4 *>(P.h + (live ? row * P.h0 + d * P.h1 : 0));
+        h0 = h1 = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        x = dl = zz = 0.0f;
+        if (live) {
+            h0 = hp[j];
+            h1 = hp[j + 2];
+            x = ld<T>(P.u, b * P.u0 + d * P.u1);
+            dl = ld<T>(P.dl, b * P.d0 + d * P.d1);
+            if (j == 0 && P.z) zz = ld<T>(P.z, b * P.z0 + d * P.z1);
+        }
+    };
+    int64_t b = blockIdx.x;
+    float4 n0, n1, *np;
+    bool nlive;
+    float nx, ndl, nzz;
+    fetch(b, n0, n1, np, nlive, nx, ndl, nzz);
+    float A2[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
+    if (valid) {
+        const float4 a0 = reinterpret_cast<const float4 *>(P.A + d * P.a0)[j], a1 = reinterpret_cast<const float4 *>(P.A + d * P.a0)[j + 2];
+        A2[0] = a0.x; A2[1] = a0.y; A2[2] = a0.z; A2[3] = a0.w; A2[4] = a1.x; A2[5] = a1.y; A2[6] = a1.z; A2[7] = a1.w;
+    }
+#pragma unroll
+    for (int k = 0; k < 8; k++) A2[k] *= kLog2e;
+    const float bias = valid && P.bias ? P.bias[d * P.bs] : 0.0f;
+    const float Dd = valid && P.D ? P.D[d * P.Ds] : 0.0f;
+    const int64_t g = !valid || P.G1 ? 0 : dl32 / P.dpg;
+    for (; b < P.batch; b += stride) { /* the same trip count for every thread of the block */
+        const float4 c0 = n0, c1 = n1;
+        float4 *const cp = np;
+        const bool live = nlive;
+        const float x = nx, dl = ndl, zz = nzz;
+        fetch(b + stride, n0, n1, np, nlive, nx, ndl, nzz);
+        { /* the state two rows ahead into L2 (no registers): the next fetch then waits on L2 only */
+            const int64_t b2 = b + 2 * stride;
+            const int64_t row2 = valid && b2 < P.batch ? (P.idx ? static_cast<int64_t>(P.idx[b2]) : b2) : -1;
+            if (row2 >= 0 && row2 < P.ncache) pf<float>(P.h, row2 * P.h0 + d * P.h1 + 8 * j);
+        }
+        float hv[8] = {c0.x, c0.y, c0.z, c0.w, c1.x, c1.y, c1.z, c1.w}, Bv[8], Cv[8];
+#pragma unroll
+        for (int k = 0; k < 8; k++) Bv[k] = Cv[k] = 0.0f;
+        if (live) {
+            const int64_t bo = b * P.b0 + g * P.b1, co = b * P.c0 + g * P.c1;
+            float t[4];
+            ld_vec<T, 4>(P.B, bo + 4 * j, t);
+#pragma unroll
+            for (int q = 0; q < 4; q++) Bv[q] = t[q];
+            ld_vec<T, 4>(P.B, bo + 4 * j + 8, t);
+#pragma unroll
+            for (int q = 0; q < 4; q++) Bv[4 + q] = t[q];
+            ld_vec<T, 8>(P.C, co + 8 * j, Cv);
+        }
+        const float dt = dt_of(dl + bias, P.softplus != 0, true), dtx = dt * x;
+#pragma unroll
+        for (int k = 0; k < 8; k++) hv[k] = fmaf(ex2(dt * A2[k]), hv[k], Bv[k] * dtx);
+        if (live) {
+            cp[j] = make_float4(hv[0], hv[1], hv[2], hv[3]);
+            cp[j + 2] = make_float4(hv[4], hv[5], hv[6], hv[7]);
+        }
+        float e[4], f[8];
+#pragma unroll
+        for (int q = 0; q < 4; q++) e[q] = __shfl_xor_sync(0xffffffffu, j == 0 ? hv[4 + q] : hv[q], 1);
+#pragma unroll
+        for (int q = 0; q < 4; q++) {
+            f[q] = j == 0 ? hv[q] : e[q];
+            f[4 + q] = j == 0 ? e[q] : hv[4 + q];
+        }
+        float yp = 0.0f;
+#pragma unroll
+        for (int q = 0; q < 8; q++) yp = fmaf(Cv[q], f[q], yp);
+        yp += __shfl_xor_sync(0xffffffffu, yp, 1);
+        if (valid && j == 0) {
+            float y = 0.0f;
+            if (live) y = gate(fmaf(Dd, x, yp), zz, P.z != NULL);
+            st<T>(P.y, b * P.y0 + d * P.y1, y);
+        }
+    }
+}
+
 /* ---------------------------------------------------------------------------------------------- */
 /*                                      host side: plans                                          */
 /* ---------------------------------------------------------------------------------------------- */
@@ -2268,7 +2608,7 @@ struct sizecalc {
 
 /* an error status, with the operand and the rule stored in diag */
 static selscan_status fail(selscan_diag *dg, selscan_status st, const char *operand, const char *rule) {
-    selscan__cuda_diag_set(dg, operand, rule);
+    selscan__diag_set(dg, operand, rule);
     return st;
 }
 static selscan_status fail_size(selscan_diag *dg) { return fail(dg, SELSCAN_ERR_SHAPE, "workspace", "size overflows"); }
@@ -2869,6 +3209,186 @@ static selscan_status check_overlap(const selscan__ten &out, const selscan__ten 
     return SELSCAN_OK;
 }
 
+/* The decode step's launch. float4-aligned state rows (unit n stride, N % 4 == 0, N <= 128,
+   16-byte aligned rows): step_vec_kernel with S states a thread and R batch rows a block, chosen
+   from N and the batch (tu.S / tu.R > 0 force them, for tuning); else step_kernel. tu.pdl: < 0
+   programmatic dependent launch where the device has it, 0 never. SELSCAN__STEP_SWEEP (the
+   benchmark) compiles every (S, R) and keeps the earlier step_fast_kernel as tu.S = -1. */
+struct step_tune {
+    int S, R, pdl, fast, minb, loop; /* loop < 0: never step_loop_kernel, > 0: wherever it applies, 0: by the batch */
+    int64_t loop_slices;             /* (set by launch_step) its grid's row slices; 0: not used */
+};
+template <typename T, int S, int R, int NTC, bool FAST, int MINB>
+void launch_step_vec(const step_params &sp, dim3 grid, bool pdl, cudaStream_t stream) {
+    if (pdl) launch_pdl(step_vec_kernel<T, S, R, NTC, FAST, MINB>, grid, kThreads, 0, stream, sp);
+    else step_vec_kernel<T, S, R, NTC, FAST, MINB><<<grid, kThreads, 0, stream>>>(sp);
+}
+/* N = 16 (two lanes of 8 states) on the common operands: step_vec_kernel<T, 8, R, 2, true>;
+   everything else: the run-time NT, every layout. tu.S / tu.R force the shape; tu.fast < 0:
+   never the FAST form; tu.minb (SELSCAN__STEP_SWEEP): its register bound. */
+template <typename T, int S, int R>
+bool launch_step_vec_f(const step_tune &tu, bool fast, const step_params &sp, dim3 grid, bool pdl, cudaStream_t stream) {
+    if constexpr (S == 8 && R == 1) {
+        if (sp.NT == 2 && fast && tu.loop_slices > 0) { /* rows a thread in a one-wave grid */
+            dim3 g2(static_cast<unsigned>(tu.loop_slices), grid.y);
+            if (pdl) launch_pdl(step_loop_kernel<T>, g2, kThreads, 0, stream, sp);
+            else step_loop_kernel<T><<<g2, kThreads, 0, stream>>>(sp);
+            return true;
+        }
+    }
+    if constexpr (S == 8) {
+        if (sp.NT == 2 && fast) {
+#ifdef SELSCAN__STEP_SWEEP
+            if (tu.minb == 12) { launch_step_vec<T, S, R, 2, true, 12>(sp, grid, pdl, stream); return true; }
+            if (tu.minb == 16) { launch_step_vec<T, S, R, 2, true, 16>(sp, grid, pdl, stream); return true; }
+#endif
+            launch_step_vec<T, S, R, 2, true, SELSCAN_CUDA_STEP_MINBLOCKS>(sp, grid, pdl, stream);
+            return true;
+        }
+    }
+    (void)tu;
+    (void)fast;
+    launch_step_vec<T, S, R, 0, false, 0>(sp, grid, pdl, stream);
+    return true;
+}
+template <typename T, int S>
+bool launch_step_vec_r(const step_tune &tu, int R, bool fast, const step_params &sp, dim3 grid, bool pdl, cudaStream_t stream) {
+    if (R == 1) return launch_step_vec_f<T, S, 1>(tu, fast, sp, grid, pdl, stream);
+#ifdef SELSCAN__STEP_SWEEP
+    if (R == 2) return launch_step_vec_f<T, S, 2>(tu, fast, sp, grid, pdl, stream);
+#endif
+    return false;
+}
+template <typename T>
+bool launch_step_vec_t(const step_tune &tu, int S, int R, bool fast, const step_params &sp, dim3 grid, bool pdl, cudaStream_t stream) {
+    if (S == 8) return launch_step_vec_r<T, 8>(tu, R, fast, sp, grid, pdl, stream);
+    if (S == 4) return launch_step_vec_r<T, 4>(tu, R, fast, sp, grid, pdl, stream);
+#ifdef SELSCAN__STEP_SWEEP
+    if (S == 16) return launch_step_vec_r<T, 16>(tu, R, fast, sp, grid, pdl, stream);
+#endif
+    return false;
+}
+/* Blocks an SM step_loop_kernel<T> holds (its registers), asked once a device; 8 when unknown */
+template <typename T> int step_loop_bpsm() {
+    static volatile int known[64];
+    int dev = 0, v = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return 8;
+    }
+    if (dev >= 0 && dev < 64 && known[dev] > 0) return known[dev];
+    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&v, step_loop_kernel<T>, kThreads, 0) != cudaSuccess || v <= 0) {
+        (void)cudaGetLastError();
+        return 8;
+    }
+    if (dev >= 0 && dev < 64) known[dev] = v;
+    return v;
+}
+int step_loop_blocks_per_sm(selscan_dtype dt) {
+    return dt == SELSCAN_F32 ? step_loop_bpsm<float>() : dt == SELSCAN_F16 ? step_loop_bpsm<__half>() : step_loop_bpsm<__nv_bfloat16>();
+}
+/* 16-byte loads of a B / C row: unit n stride, 16-byte aligned base and row strides */
+bool step_rows_vec(const selscan__ten &t, bool fixed, size_t es) {
+    const uintptr_t a = reinterpret_cast<uintptr_t>(t.data);
+    if (fixed) return t.s[1] == 1 && a % 16 == 0 && (t.s[0] * 4) % 16 == 0;
+    return t.s[2] == 1 && a % 16 == 0 && (t.s[0] * static_cast<int64_t>(es)) % 16 == 0 && (t.s[1] * static_cast<int64_t>(es)) % 16 == 0;
+}
+static selscan_status launch_step(const selscan__stp &q, step_tune tu, cudaStream_t stream, cudaError_t *err, selscan_diag *dg) {
+    const bool vec = q.N % 4 == 0 && q.N <= 128 && q.state.s[2] == 1 && q.state.s[1] % 4 == 0 && q.state.s[0] % 4 == 0 &&
+                     reinterpret_cast<uintptr_t>(q.state.data) % 16 == 0;
+    const bool avec = q.A.s[1] == 1 && q.A.s[0] % 4 == 0 && reinterpret_cast<uintptr_t>(q.A.data) % 16 == 0;
+    const bool pdl = tu.pdl != 0 && pdl_available();
+    /* 8 states a lane where N % 8 == 0 (N = 16: two lanes, the forward's split), else 4 (N = 8:
+       two lanes of 4, again the forward's split); channel blocks on the grid's y (at most 65535) */
+    const int S = tu.S > 0 ? tu.S : q.N % 8 == 0 && q.N != 8 ? 8 : 4, R = tu.R > 0 ? tu.R : 1;
+    if (vec && tu.S >= 0 && cdiv(q.dim, kThreads / pow2ceil(cdiv(q.N, S))) <= 65535 && q.dpg <= 0x7fffffff) {
+        const size_t es = q.dt == SELSCAN_F32 ? 4 : 2;
+        /* 2-byte B / C rows of 4 states: 8-byte loads need 8-byte alignment only; a row of S
+           states of either type is a whole number of 16-byte words otherwise */
+        step_params sp;
+        memset(&sp, 0, sizeof sp);
+        sp.batch = q.batch; sp.dim = q.dim; sp.dpg = static_cast<int>(q.dpg); sp.ncache = q.ncache;
+        sp.N = static_cast<int>(q.N); sp.NT = pow2ceil(cdiv(q.N, S)); sp.softplus = q.softplus; sp.fixB = q.fixB; sp.fixC = q.fixC;
+        sp.avec = avec;
+        sp.bvec = step_rows_vec(q.B, q.fixB != 0, es);
+        sp.cvec = step_rows_vec(q.C, q.fixC != 0, es);
+        sp.idx = q.idx;
+        sp.h = static_cast<float *>(q.state.data); sp.h0 = q.state.s[0]; sp.h1 = q.state.s[1];
+        sp.u = q.u.data; sp.u0 = q.u.s[0]; sp.u1 = q.u.s[1];
+        sp.dl = q.delta.data; sp.d0 = q.delta.s[0]; sp.d1 = q.delta.s[1];
+        sp.z = q.z.data; sp.z0 = q.z.s[0]; sp.z1 = q.z.s[1];
+        sp.y = q.y.data; sp.y0 = q.y.s[0]; sp.y1 = q.y.s[1];
+        sp.A = static_cast<const float *>(q.A.data); sp.a0 = q.A.s[0]; sp.a1 = q.A.s[1];
+        sp.B = q.B.data; sp.C = q.C.data;
+        if (q.fixB) { sp.b0 = q.B.s[0]; sp.b1 = 0; sp.b2 = q.B.s[1]; }
+        else { sp.b0 = q.B.s[0]; sp.b1 = q.B.s[1]; sp.b2 = q.B.s[2]; }
+        if (q.fixC) { sp.c0 = q.C.s[0]; sp.c1 = 0; sp.c2 = q.C.s[1]; }
+        else { sp.c0 = q.C.s[0]; sp.c1 = q.C.s[1]; sp.c2 = q.C.s[2]; }
+        sp.D = static_cast<const float *>(q.D.data); sp.Ds = q.D.s[0];
+        sp.bias = static_cast<const float *>(q.bias.data); sp.bs = q.bias.s[0];
+        const int64_t cpb = kThreads / sp.NT, gx = cdiv(q.batch, R), gy = cdiv(q.dim, cpb);
+        if (gx > kMaxGrid || gy > 65535) return fail_grid(dg);
+        const dim3 gr(static_cast<unsigned>(gx), static_cast<unsigned>(gy));
+        sp.G1 = q.G == 1;
+        const bool fast = tu.fast >= 0 && sp.avec && sp.bvec && sp.cvec && !sp.fixB && !sp.fixC;
+        /* step_loop_kernel (N = 16, FAST form): gy channel blocks times row slices, a wave of blocks
+           (the blocks an SM its registers allow, asked once a device) */
+        tu.loop_slices = 0;
+        if (fast && S == 8 && R == 1 && sp.NT == 2 && tu.loop >= 0) {
+            const int64_t slots = sm_count() * step_loop_blocks_per_sm(q.dt), slices = slots / gy > 1 ? slots / gy : 1;
+            /* at least two rows a thread in one wave; batch 1 also (measured faster there: 2.21 / 2.24
+               us against 2.33 / 2.87, f32 / bf16); step_vec_kernel in between (batch 16 x 5120: 4.40
+               against 5.61 us; bench/NOTES.md "CUDA step under graphs") */
+            if (q.batch >= 2 * slices || q.batch == 1 || tu.loop > 0) tu.loop_slices = cdiv(q.batch, cdiv(q.batch, slices));
+            if (tu.loop_slices > 0x7fffffff) tu.loop_slices = 0;
+        }
+        bool ok;
+        if (q.dt == SELSCAN_F32) ok = launch_step_vec_t<float>(tu, S, R, fast, sp, gr, pdl, stream);
+        else if (q.dt == SELSCAN_F16) ok = launch_step_vec_t<__half>(tu, S, R, fast, sp, gr, pdl, stream);
+        else ok = launch_step_vec_t<__nv_bfloat16>(tu, S, R, fast, sp, gr, pdl, stream);
+        if (!ok) return fail(dg, SELSCAN_ERR_UNSUPPORTED, "state", "no step kernel of that shape (tuning)");
+        SELSCAN__LAUNCHED();
+        return SELSCAN_OK;
+    }
+    kparams P;
+    memset(&P, 0, sizeof P);
+    P.batch = q.batch; P.dim = q.dim; P.N = q.N; P.G = q.G; P.dpg = q.dpg; P.ncache = q.ncache;
+    P.softplus = q.softplus; P.fixB = q.fixB; P.fixC = q.fixC; P.idx = q.idx;
+    P.bf16 = q.dt == SELSCAN_BF16;
+    P.u = mk(q.u); P.delta = mk(q.delta); P.A = mk(q.A); P.B = mk(q.B); P.C = mk(q.C); P.D = mk(q.D);
+    P.z = mk(q.z); P.bias = mk(q.bias); P.h0 = mk(q.state); P.y = mk(q.y);
+#ifdef SELSCAN__STEP_SWEEP
+    if (vec) { /* tu.S < 0: the earlier step_fast_kernel (8 or 4 states a thread), for comparisons */
+        const int spt = q.N % 8 == 0 ? 8 : 4;
+        P.NT = pow2ceil(q.N / spt);
+        const int64_t grid = q.batch * cdiv(q.dim, kThreads / P.NT);
+        if (grid > kMaxGrid) return fail_grid(dg);
+        const unsigned gr = static_cast<unsigned>(grid);
+        if (spt == 8) {
+            if (q.dt == SELSCAN_F32) step_fast_kernel<float, 8><<<gr, kThreads, 0, stream>>>(P, avec);
+            else if (q.dt == SELSCAN_F16) step_fast_kernel<__half, 8><<<gr, kThreads, 0, stream>>>(P, avec);
+            else step_fast_kernel<__nv_bfloat16, 8><<<gr, kThreads, 0, stream>>>(P, avec);
+        } else {
+            if (q.dt == SELSCAN_F32) step_fast_kernel<float, 4><<<gr, kThreads, 0, stream>>>(P, avec);
+            else if (q.dt == SELSCAN_F16) step_fast_kernel<__half, 4><<<gr, kThreads, 0, stream>>>(P, avec);
+            else step_fast_kernel<__nv_bfloat16, 4><<<gr, kThreads, 0, stream>>>(P, avec);
+        }
+        SELSCAN__LAUNCHED();
+        return SELSCAN_OK;
+    }
+#endif
+    /* one state a thread */
+    P.NT = q.N >= 32 ? 32 : pow2ceil(q.N);
+    const int64_t grid = q.batch * cdiv(q.dim, kThreads / P.NT);
+    if (grid > kMaxGrid) return fail_grid(dg);
+    const unsigned gr = static_cast<unsigned>(grid);
+    if (q.dt == SELSCAN_F32) step_kernel<float><<<gr, kThreads, 0, stream>>>(P);
+    else if (q.dt == SELSCAN_F16) step_kernel<__half><<<gr, kThreads, 0, stream>>>(P);
+    else step_kernel<__nv_bfloat16><<<gr, kThreads, 0, stream>>>(P);
+    SELSCAN__LAUNCHED();
+    return SELSCAN_OK;
+}
+
 static selscan_status check_ext_cu(const selscan__prob &q, const selscan_cuda_ext *x, selscan_diag *dg) {
     if (q.cu && (!x || !x->cu_seqlens_device)) return fail(dg, SELSCAN_ERR_NULL, "cu_seqlens_device", "missing (packed sequences)");
     return SELSCAN_OK;
@@ -2981,32 +3501,9 @@ static selscan_status backward(const selscan_problem *p, const selscan_grads *g,
 static selscan_status step(const selscan_step_problem *s, const selscan_cuda_ext *x, cudaStream_t stream) {
     cudaError_t *err = x ? x->cuda_error : NULL;
     selscan__stp q;
-    kparams P;
     selscan_status st = selscan__validate_step_ex(s, &q, 0);
     if (st != SELSCAN_OK) return st;
-    memset(&P, 0, sizeof P);
-    P.batch = q.batch; P.dim = q.dim; P.N = q.N; P.G = q.G; P.dpg = q.dpg; P.ncache = q.ncache;
-    P.softplus = q.softplus; P.fixB = q.fixB; P.fixC = q.fixC; P.idx = q.idx;
-    P.bf16 = q.dt == SELSCAN_BF16;
-    P.u = mk(q.u); P.delta = mk(q.delta); P.A = mk(q.A); P.B = mk(q.B); P.C = mk(q.C); P.D = mk(q.D);
-    P.z = mk(q.z); P.bias = mk(q.bias); P.h0 = mk(q.state); P.y = mk(q.y);
-    /* float4 state rows: step_fast_kernel with 8 or 4 states a thread; else one state a thread */
-    const bool vec = q.N % 4 == 0 && q.N <= 128 && q.state.s[2] == 1 && q.state.s[1] % 4 == 0 && q.state.s[0] % 4 == 0 &&
-                     reinterpret_cast<uintptr_t>(q.state.data) % 16 == 0;
-    const int spt = q.N % 8 == 0 ? 8 : 4; /* 16 (one thread a channel at N = 16) measured slower */
-    const bool avec = q.A.s[1] == 1 && q.A.s[0] % 4 == 0 && reinterpret_cast<uintptr_t>(q.A.data) % 16 == 0;
-    P.NT = vec ? pow2ceil(q.N / spt) : q.N >= 32 ? 32 : pow2ceil(q.N);
-    const int64_t cpb = kThreads / P.NT, grid = q.batch * cdiv(q.dim, cpb);
-    if (grid > kMaxGrid) return fail_grid(s->diag);
-    const unsigned gr = static_cast<unsigned>(grid);
-    selscan_cuda_detail::with_dtype(q.dt, [&](auto tag) {
-        using T = typename decltype(tag)::type;
-        if (vec && spt == 8) step_fast_kernel<T, 8><<<gr, kThreads, 0, stream>>>(P, avec);
-        else if (vec) step_fast_kernel<T, 4><<<gr, kThreads, 0, stream>>>(P, avec);
-        else step_kernel<T><<<gr, kThreads, 0, stream>>>(P);
-    });
-    SELSCAN__LAUNCHED();
-    return SELSCAN_OK;
+    return launch_step(q, step_tune{0, 0, -1, 0, 0, 0, 0}, stream, err, s->diag);
 }
 
 } /* namespace selscan_cuda_detail */
@@ -3025,6 +3522,18 @@ static selscan_status step(const selscan_step_problem *s, const selscan_cuda_ext
 static selscan_status selscan__forward_cuda_tuned(const selscan_problem *p, const selscan_cuda_ext *x, void *workspace,
                                                   size_t bytes, cudaStream_t stream, int npt, int64_t nlch) {
     return selscan_cuda_detail::forward(p, x, workspace, bytes, stream, npt >= 0, nlch);
+}
+
+/* The step with its kernel's shape forced (S states a thread, R batch rows a block; 0: automatic;
+   S = -1: the earlier kernel, with SELSCAN__STEP_SWEEP), programmatic dependent launch on (pdl < 0:
+   where available) or off (0), the FAST form never (fast < 0), step_loop_kernel never (loop < 0)
+   or wherever it applies (loop > 0), for tuning (bench/bench_cuda.cu). */
+static selscan_status selscan__step_cuda_tuned(const selscan_step_problem *s, cudaError_t *err, cudaStream_t stream, int S,
+                                               int R, int pdl, int fast = 0, int minb = 0, int loop = 0) {
+    selscan__stp q;
+    selscan_status st = selscan__validate_step_ex(s, &q, 0);
+    if (st != SELSCAN_OK) return st;
+    return selscan_cuda_detail::launch_step(q, selscan_cuda_detail::step_tune{S, R, pdl, fast, minb, loop, 0}, stream, err, s->diag);
 }
 
 extern "C" {

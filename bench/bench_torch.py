@@ -4,6 +4,7 @@ set next to the raw launcher figures of `make bench-cuda` (bench/bench_cuda.cu) 
     python bench/bench_torch.py                 # CUDA: lm-train, lm-2.8b, lm-prefill, lm-long (f32, bf16)
     python bench/bench_torch.py --device cpu    # CPU: lm-prefill and lm-train cut to L = 256, 1 and 2 threads
     python bench/bench_torch.py --cases lm-prefill --dtypes f32
+    python bench/bench_torch.py --overhead      # host overhead per call: a tiny CPU problem, 2000 calls
 
 The problem is bench_cuda.cu's: u, delta, z (batch, dim, L), B / C (batch, N, L) variable (one
 group), A, D, delta_bias f32, delta_softplus; the forward saves the checkpoint and the backward
@@ -156,6 +157,57 @@ def profile(name, dev):
     return 0
 
 
+def overhead(calls=2000, batch=200, device="cpu", compiled=True):
+    """Host cost per call of each layer (wrapper, dispatcher, autograd) on a tiny problem (batch 1,
+    dim 16, L 8, N 4), where the kernel itself costs ~1 us: the median over batches of `batch`
+    calls of time.perf_counter, in us a call. Device-independent host work (on CUDA the same
+    layers run before the launch)."""
+    torch.set_num_threads(1)
+    sets, dy = make_sets((1, 16, 8, 4), torch.float32, device, 1)
+    s = sets[0]
+    args = (s["u"], s["delta"], s["A"], s["B"].unsqueeze(1), s["C"].unsqueeze(1), s["D"], s["z"], s["delta_bias"],
+            None, None, True)
+    ck = torch.ops.selscan.fwd(*args, False, True)[2]
+    leaves = {k: v.detach().clone().requires_grad_(True) for k, v in s.items()}
+    L = leaves
+
+    def eager_fwd_nograd():
+        with torch.no_grad():
+            fn(s["u"], s["delta"], s["A"], s["B"], s["C"], s["D"], s["z"], s["delta_bias"])
+
+    def eager_fwd():
+        return fn(L["u"], L["delta"], L["A"], L["B"], L["C"], L["D"], L["z"], L["delta_bias"])
+
+    def eager_fwd_bwd():
+        fn(L["u"], L["delta"], L["A"], L["B"], L["C"], L["D"], L["z"], L["delta_bias"]).backward(dy)
+
+    def compiled_fwd_bwd():
+        COMPILED(L["u"], L["delta"], L["A"], L["B"], L["C"], L["D"], L["z"], L["delta_bias"]).backward(dy)
+
+    rows = [
+        ("op fwd (torch.ops.selscan.fwd)", lambda: torch.ops.selscan.fwd(*args, False, True)),
+        ("op bwd (torch.ops.selscan.bwd)", lambda: torch.ops.selscan.bwd(*args[:10], dy, None, ck, True, [1] * 9)),
+        ("selective_scan_fn, no grad", eager_fwd_nograd),
+        ("selective_scan_fn fwd, grad", eager_fwd),
+        ("selective_scan_fn fwd + backward", eager_fwd_bwd),
+    ] + ([("compiled fwd + backward", compiled_fwd_bwd)] if compiled else [])
+    print(f"host overhead per call, CPU tensors (1, 16, 8, 4) f32, 1 thread, torch {torch.__version__}: "
+          f"median over {calls // batch} batches of {batch} calls (us)", flush=True)
+    for label, f in rows:
+        for _ in range(50):  # warm up (and compile)
+            f()
+        per = []
+        for _ in range(calls // batch):
+            t0 = time.perf_counter()
+            for _ in range(batch):
+                f()
+            per.append((time.perf_counter() - t0) / batch * 1e6)
+        for v in L.values():
+            v.grad = None
+        print(f"  {label:<36} {statistics.median(per):8.1f}   (min {min(per):.1f})", flush=True)
+    return 0
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
@@ -164,7 +216,11 @@ def main():
     ap.add_argument("--no-compile", action="store_true")
     ap.add_argument("--profile", default=None, help="a case name: print torch.profiler tables of one eager and one "
                     "compiled forward + backward of it (f32) instead of timing")
+    ap.add_argument("--overhead", action="store_true", help="host overhead per call of each layer on a tiny CPU "
+                    "problem (2000 calls each) instead of timing the cases")
     a = ap.parse_args()
+    if a.overhead:
+        return overhead(compiled=not a.no_compile)
     if a.profile:
         return profile(a.profile, a.device)
     dev = a.device

@@ -412,6 +412,66 @@ static void run_step_case(selscan_dtype T, int64_t batch, int64_t dim, int64_t N
     for (Ten *p : all) release(*p);
 }
 
+/* The step against the forward at L = 1 from the same state (h0 = the state, h_last compared with
+   the updated state): bitwise equal y and state where both take their fast kernels (float4 state
+   rows, N = 8 or 16, variable B / C). */
+static void run_step_vs_forward(selscan_dtype T, int64_t batch, int64_t dim, int64_t N, int64_t G, unsigned flags, bool D, bool z,
+                                bool bias) {
+    const selscan_dtype F = SELSCAN_F32;
+    Ten st, h0, hl, x, dt, A, B, C, Dt, zt, bt, y, y2;
+    make(st, F, 3, batch, dim, N, 1, 1); fill(st, -1, 1);
+    make(h0, F, 3, batch, dim, N, 1, 1);
+    memcpy(h0.h, st.h, st.bytes);
+    CU(cudaMemcpy(h0.d, h0.h, h0.bytes, cudaMemcpyHostToDevice));
+    make(hl, F, 3, batch, dim, N, 1, 1);
+    make(x, T, 2, batch, dim, 1, 1, 1); fill(x, -1, 1);
+    make(dt, T, 2, batch, dim, 1, 1, 1); fill(dt, -2, 1);
+    make(A, F, 2, dim, N, 1, 1, 1); fill(A, -4, -0.1);
+    make(B, T, 3, batch, G, N, 1, 1); fill(B, -1, 1);
+    make(C, T, 3, batch, G, N, 1, 1); fill(C, -1, 1);
+    if (D) { make(Dt, F, 1, dim, 1, 1, 1, 1); fill(Dt, -1, 1); }
+    if (z) { make(zt, T, 2, batch, dim, 1, 1, 1); fill(zt, -2, 2); }
+    if (bias) { make(bt, F, 1, dim, 1, 1, 1, 1); fill(bt, -0.5, 0.5); }
+    make(y, T, 2, batch, dim, 1, 1, 1);
+    make(y2, T, 2, batch, dim, 1, 1, 1);
+    poison(y); poison(y2); poison(hl);
+    /* the forward's (batch, dim, L = 1) and (batch, G, N, L = 1) views of the step's operands */
+    auto as3 = [](const Ten &t) { selscan_tensor r = t.api(true); r.stride[2] = 1; r.stride[3] = 0; return r; };
+    auto as3o = [](const Ten &t) { selscan_out_tensor r = t.out(true); r.stride[2] = 1; r.stride[3] = 0; return r; };
+    auto as4 = [](const Ten &t) { selscan_tensor r = t.api(true); r.stride[3] = 1; return r; };
+    selscan_problem p;
+    memset(&p, 0, sizeof p);
+    p.batch = batch; p.dim = dim; p.seqlen = 1; p.dstate = N; p.n_groups = G; p.dtype = T; p.flags = flags;
+    p.u = as3(x); p.delta = as3(dt); p.A = A.api(true); p.B = as4(B); p.C = as4(C);
+    if (D) p.D = Dt.api(true);
+    if (z) p.z = as3(zt);
+    if (bias) p.delta_bias = bt.api(true);
+    p.h0 = h0.api(true); p.h_last = hl.out(true); p.y = as3o(y2);
+    size_t wsb = 0;
+    CHECK(selscan_workspace_size_cuda(&p, NULL, &wsb) == SELSCAN_OK, "step vs forward: workspace size");
+    void *ws = NULL;
+    if (wsb) CU(cudaMalloc(&ws, wsb));
+    selscan_status r = selscan_forward_cuda(&p, ws, wsb, 0);
+    CHECK(r == SELSCAN_OK, "step vs forward: forward %s", selscan_status_string(r));
+    selscan_step_problem s;
+    memset(&s, 0, sizeof s);
+    s.batch = batch; s.dim = dim; s.dstate = N; s.n_groups = G; s.dtype = T; s.flags = flags;
+    s.state = st.out(true); s.u = x.api(true); s.delta = dt.api(true); s.A = A.api(true); s.B = B.api(true); s.C = C.api(true);
+    if (D) s.D = Dt.api(true);
+    if (z) s.z = zt.api(true);
+    if (bias) s.delta_bias = bt.api(true);
+    s.y = y.out(true);
+    r = selscan_step_cuda(&s, 0);
+    CHECK(r == SELSCAN_OK, "step vs forward: step %s", selscan_status_string(r));
+    CU(cudaDeviceSynchronize());
+    const std::vector<unsigned char> ys = fetch(y), yf = fetch(y2), hs = fetch(st), hf = fetch(hl);
+    CHECK(ys == yf && hs == hf, "step vs forward at L = 1 (dtype %d, batch %lld, dim %lld, N %lld, G %lld): y %s, state %s", (int)T,
+          (long long)batch, (long long)dim, (long long)N, (long long)G, ys == yf ? "bitwise" : "DIFFERS", hs == hf ? "bitwise" : "DIFFERS");
+    if (ws) cudaFree(ws);
+    Ten *all[] = {&st, &h0, &hl, &x, &dt, &A, &B, &C, &Dt, &zt, &bt, &y, &y2};
+    for (Ten *q : all) release(*q);
+}
+
 /* ---------------------------------------------------------------------------------------------- */
 
 static void validation_tests() {
@@ -827,9 +887,22 @@ int main() {
                 k++;
             }
         run_step_case(F32, 9, 96, 16, 3, SP, true, true, true, true, 1); /* 3 groups of 32 channels */
+        /* batches of several rows a thread (the row-looping kernel, N = 16): index with padding rows,
+           groups, both types */
+        run_step_case(F32, 64, 5120, 16, 1, SP, true, true, true, true, 1);
+        run_step_case(BF, 80, 2048, 16, 4, SP, true, true, true, false, 1);
+        run_step_case(F16, 200, 640, 16, 5, 0, false, true, false, true, 1);
         run_step_case(BF, 2, 5, 16, 5, SP, true, true, true, false, 0);  /* a group a channel */
     }
     printf("%-32s %s\n", "step", g_fail == before ? "ok" : "FAILED");
+    const int b1 = g_fail; /* the step and the forward at L = 1 bitwise (N = 16 and 8, every dtype, groups) */
+    for (int T = 0; T < 3; T++) {
+        run_step_vs_forward((selscan_dtype)T, 5, 96, 16, 1, SP, true, true, true);
+        run_step_vs_forward((selscan_dtype)T, 3, 64, 8, 2, SP, false, false, true);
+        run_step_vs_forward((selscan_dtype)T, 2, 40, 16, 4, 0, true, true, false);
+        run_step_vs_forward((selscan_dtype)T, 64, 5120, 16, 2, SP, true, true, true); /* rows a thread */
+    }
+    printf("%-32s %s\n", "step vs forward at L = 1", g_fail == b1 ? "ok" : "FAILED");
     const int b2 = g_fail;
     validation_tests();
     printf("%-32s %s\n", "validation", g_fail == b2 ? "ok" : "FAILED");

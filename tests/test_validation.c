@@ -249,18 +249,19 @@ static void problem_rules(void) {
         PROB(expect("forward workspace misaligned by 32 (accepted)", &p, &g, arena + 32, wsf, arena, wsb, F_FWD, SELSCAN_OK));
         PROB(p.y.data = place; expect("y inside the workspace", &p, &g, arena, arena_bytes, arena, wsb, F_FWD, SELSCAN_ERR_ALIAS));
         PROB(p.h_last.data = arena; expect("h_last at the workspace", &p, &g, arena, wsf, arena, wsb, F_FWD, SELSCAN_ERR_ALIAS));
-        PROB(p.u.data = arena + wsf - 4; expect("workspace overlaps u", &p, &g, arena, wsf, arena, wsb, F_FWD, SELSCAN_ERR_ALIAS));
-        PROB(p.u.data = arena + wsf; expect("u right after the workspace", &p, &g, arena, wsf, arena, wsb, F_FWD, SELSCAN_OK));
+        /* (sizes end in 63 bytes of slack: wsf + 1 keeps the placed tensors float-aligned) */
+        PROB(p.u.data = arena + wsf + 1 - 4; expect("workspace overlaps u", &p, &g, arena, wsf + 1, arena, wsb, F_FWD, SELSCAN_ERR_ALIAS));
+        PROB(p.u.data = arena + wsf + 1; expect("u right after the workspace", &p, &g, arena, wsf + 1, arena, wsb, F_FWD, SELSCAN_OK));
     }
     if (wsb > 0) {
         PROB(expect("backward workspace one byte short", &p, &g, arena, wsf, arena + 1, wsb - 1, F_BWD | F_NOREF, SELSCAN_ERR_WORKSPACE));
         PROB(expect("backward workspace NULL", &p, &g, arena, wsf, NULL, wsb, F_BWD, SELSCAN_ERR_WORKSPACE));
         PROB(expect("backward workspace misaligned (accepted)", &p, &g, arena, wsf, arena + 8, wsb, F_BWD, SELSCAN_OK));
         PROB(g.du.data = arena + 64; expect("du inside the workspace", &p, &g, arena, wsf, arena, wsb, F_BWD, SELSCAN_ERR_ALIAS));
-        PROB(g.dh0.data = arena + wsb - 4; expect("dh0 at the workspace's last float", &p, &g, arena, wsf, arena, wsb, F_BWD, SELSCAN_ERR_ALIAS));
-        PROB(g.dh0.data = arena + wsb; expect("dh0 right after the workspace", &p, &g, arena, wsf, arena, wsb, F_BWD, SELSCAN_OK));
+        PROB(g.dh0.data = arena + wsb + 1 - 4; expect("dh0 at the workspace's last float", &p, &g, arena, wsf, arena, wsb + 1, F_BWD, SELSCAN_ERR_ALIAS));
+        PROB(g.dh0.data = arena + wsb + 1; expect("dh0 right after the workspace", &p, &g, arena, wsf, arena, wsb + 1, F_BWD, SELSCAN_OK));
         if (wsb > 256) PROB(p.B.data = arena + 128; expect("workspace overlaps B (backward)", &p, &g, arena, wsf, arena, wsb, F_BWD, SELSCAN_ERR_ALIAS));
-        PROB(g.dy.data = arena + wsb - 8; expect("workspace overlaps dy", &p, &g, arena, wsf, arena, wsb, F_BWD, SELSCAN_ERR_ALIAS));
+        PROB(g.dy.data = arena + wsb + 1 - 8; expect("workspace overlaps dy", &p, &g, arena, wsf, arena, wsb, F_BWD, SELSCAN_ERR_ALIAS));
     }
     if (wsb > wsf + 63)
         PROB(expect("backward with the forward's workspace size", &p, &g, arena, wsf, arena, wsf, F_BWD | F_NOREF, SELSCAN_ERR_WORKSPACE));

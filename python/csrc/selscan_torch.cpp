@@ -20,6 +20,8 @@
 
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <torch/autograd.h>
 #include <torch/library.h>
 
 #include <algorithm>
@@ -620,6 +622,123 @@ Tensor Step(const Tensor& state, const Tensor& x_in, const Tensor& dt_in, const 
   return y;
 }
 
+// ---- autograd (C++: the Autograd dispatch key) ---------------------------------------------------
+//
+// selscan::fwd's derivative is selscan::bwd. Registered here rather than with Python's
+// torch.library.register_autograd: the Python autograd.Function layer cost 100-250 us a call
+// (bench/NOTES.md CUDA-torch-v1); this one is a C++ Node. The forward saves selscan's checkpoint
+// whenever a gradient can be asked for (grad mode on and an input requiring grad), whatever
+// save_checkpoint says; the backward reads it and computes only the gradients autograd asks for.
+// torch.compile traces through it (AOTAutograd runs this kernel on fake tensors: the fake kernels
+// of selscan_torch/__init__.py).
+
+using FwdOut = std::tuple<Tensor, Tensor, Tensor>;
+
+const c10::TypedOperatorHandle<FwdOut(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&,
+                                      const OptT&, const OptT&, const OptT&, const OptT&, const OptT&, bool, bool,
+                                      bool)>&
+FwdOp() {
+  static const auto op = c10::Dispatcher::singleton()
+                             .findSchemaOrThrow("selscan::fwd", "")
+                             .typed<FwdOut(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&,
+                                           const OptT&, const OptT&, const OptT&, const OptT&, const OptT&, bool,
+                                           bool, bool)>();
+  return op;
+}
+
+const c10::TypedOperatorHandle<std::vector<Tensor>(const Tensor&, const Tensor&, const Tensor&, const Tensor&,
+                                                   const Tensor&, const OptT&, const OptT&, const OptT&, const OptT&,
+                                                   const OptT&, const Tensor&, const OptT&, const Tensor&, bool,
+                                                   at::IntArrayRef)>&
+BwdOp() {
+  static const auto op =
+      c10::Dispatcher::singleton()
+          .findSchemaOrThrow("selscan::bwd", "")
+          .typed<std::vector<Tensor>(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&,
+                                     const OptT&, const OptT&, const OptT&, const OptT&, const OptT&, const Tensor&,
+                                     const OptT&, const Tensor&, bool, at::IntArrayRef)>();
+  return op;
+}
+
+inline OptT Opt(const Tensor& t) { return t.defined() ? OptT(t) : OptT(); }
+
+class ScanFunction : public torch::autograd::Function<ScanFunction> {
+ public:
+  static torch::autograd::variable_list forward(torch::autograd::AutogradContext* ctx, const Tensor& u,
+                                                const Tensor& delta, const Tensor& A, const Tensor& B,
+                                                const Tensor& C, const OptT& D, const OptT& z,
+                                                const OptT& delta_bias, const OptT& h0, const OptT& cu_seqlens,
+                                                bool delta_softplus, bool return_last_state) {
+    at::AutoDispatchBelowADInplaceOrView guard;
+    auto out = FwdOp().call(u, delta, A, B, C, D, z, delta_bias, h0, cu_seqlens, delta_softplus, return_last_state,
+                            /*save_checkpoint=*/true);
+    const Tensor& checkpoint = std::get<2>(out);
+    ctx->save_for_backward({u, delta, A, B, C, D.value_or(Tensor()), z.value_or(Tensor()),
+                            delta_bias.value_or(Tensor()), h0.value_or(Tensor()), cu_seqlens.value_or(Tensor()),
+                            checkpoint});
+    ctx->saved_data["softplus"] = delta_softplus;
+    // which of the 9 differentiable arguments are present (autograd's edges count only those)
+    int64_t present = 0;
+    const OptT* opt[4] = {&D, &z, &delta_bias, &h0};
+    for (int i = 0; i < 4; i++)
+      if (opt[i]->has_value() && (*opt[i])->defined()) present |= int64_t(1) << i;
+    ctx->saved_data["present"] = present;
+    ctx->mark_non_differentiable({checkpoint});
+    ctx->set_materialize_grads(false);
+    return {std::get<0>(out), std::get<1>(out), checkpoint};
+  }
+
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grads) {
+    const auto saved = ctx->get_saved_variables();
+    const bool softplus = ctx->saved_data["softplus"].toBool();
+    const int64_t present = ctx->saved_data["present"].toInt();
+    const Tensor& u = saved[0];
+    Tensor dy = grads[0];
+    Tensor dlast = grads.size() > 1 ? grads[1] : Tensor();
+    // no last_state was returned: its (0,) placeholder (1-D; a real last_state is 3-D; dim() and not
+    // numel(): sizes may be symbolic under torch.compile)
+    if (dlast.defined() && dlast.dim() != 3) dlast = Tensor();
+    // grad_mask over the 9 differentiable arguments; edge index = count of the present ones before
+    std::vector<int64_t> mask(9, 0);
+    size_t edge = 0;
+    for (int i = 0; i < 9; i++) {
+      const bool here = i < 5 || ((present >> (i - 5)) & 1);
+      if (here) mask[i] = ctx->needs_input_grad(edge++) ? 1 : 0;
+    }
+    torch::autograd::variable_list out(12);  // one per forward argument (after ctx)
+    bool any = false;
+    for (int i = 0; i < 9; i++) any = any || mask[i];
+    if (!any) return out;
+    if (!dy.defined()) dy = at::zeros_like(u);  // a loss on last_state alone
+    auto g = BwdOp().call(saved[0], saved[1], saved[2], saved[3], saved[4], Opt(saved[5]), Opt(saved[6]),
+                          Opt(saved[7]), Opt(saved[8]), Opt(saved[9]), dy, Opt(dlast), saved[10], softplus, mask);
+    for (int i = 0; i < 9; i++)
+      if (mask[i]) out[i] = g[i];
+    return out;
+  }
+};
+
+FwdOut ForwardAutograd(const Tensor& u, const Tensor& delta, const Tensor& A, const Tensor& B, const Tensor& C,
+                       const OptT& D, const OptT& z, const OptT& delta_bias, const OptT& h0, const OptT& cu_seqlens,
+                       bool delta_softplus, bool return_last_state, bool save_checkpoint) {
+  bool needs_grad = false;
+  if (at::GradMode::is_enabled()) {
+    needs_grad = u.requires_grad() || delta.requires_grad() || A.requires_grad() || B.requires_grad() ||
+                 C.requires_grad();
+    for (const OptT* t : {&D, &z, &delta_bias, &h0})
+      needs_grad = needs_grad || (t->has_value() && (*t)->defined() && (*t)->requires_grad());
+  }
+  if (!needs_grad) {  // nothing to record: straight to the kernel
+    at::AutoDispatchBelowADInplaceOrView guard;
+    return FwdOp().call(u, delta, A, B, C, D, z, delta_bias, h0, cu_seqlens, delta_softplus, return_last_state,
+                        save_checkpoint);
+  }
+  auto r = ScanFunction::apply(u, delta, A, B, C, D, z, delta_bias, h0, cu_seqlens, delta_softplus,
+                               return_last_state);
+  return {r[0], r[1], r[2]};
+}
+
 std::string CpuBackend() { return selscan_cpu_backend(); }
 
 }  // namespace
@@ -642,6 +761,8 @@ TORCH_LIBRARY_IMPL(selscan, CPU, m) {
   m.impl("bwd", &selscan_torch::Backward);
   m.impl("step", &selscan_torch::Step);
 }
+
+TORCH_LIBRARY_IMPL(selscan, Autograd, m) { m.impl("fwd", &selscan_torch::ForwardAutograd); }
 
 #ifdef WITH_CUDA
 TORCH_LIBRARY_IMPL(selscan, CUDA, m) {

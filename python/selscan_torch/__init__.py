@@ -4,9 +4,9 @@ A drop-in for mamba_ssm's functions: change the import only.
 
     from selscan_torch import selective_scan_fn, selective_state_update, SelectiveScan
 
-The ops (torch.ops.selscan.fwd / bwd / step) are registered in C++ with TORCH_LIBRARY schemas;
-this module adds their fake (meta) kernels and autograd (torch.library), so they run in eager
-mode, under torch.compile(fullgraph=True) and inside CUDA graphs (no host sync, torch's caching
+The ops (torch.ops.selscan.fwd / bwd / step) and fwd's autograd are registered in C++
+(TORCH_LIBRARY schemas, a torch::autograd::Function on the Autograd key); this module adds their
+fake (meta) kernels (torch.library.register_fake), so they run in eager mode, under torch.compile(fullgraph=True) and inside CUDA graphs (no host sync, torch's caching
 allocator, the current stream).
 """
 import math
@@ -25,6 +25,7 @@ __all__ = [
 __version__ = "0.2.0"
 
 _ops = torch.ops.selscan
+_fwd = _ops.fwd.default  # the overload itself: skips the packet's overload resolution a call
 _CHUNK = 64  # selscan's checkpoint interval (steps), the same on the CPU and CUDA sides
 _CPU_CHECKPOINT_MAX_N = 64  # the CPU backward reads checkpoints only for N <= 64
 
@@ -87,30 +88,10 @@ def _step_fake(state, x, dt, A, B, C, D, z, dt_bias, state_index, dt_softplus):
 
 
 # ---- autograd ---------------------------------------------------------------------------------
-
-
-def _fwd_setup_context(ctx, inputs, output):
-    u, delta, A, B, C, D, z, delta_bias, h0, cu_seqlens, delta_softplus, _, _ = inputs
-    _, _, checkpoint = output
-    ctx.save_for_backward(u, delta, A, B, C, D, z, delta_bias, h0, cu_seqlens, checkpoint)
-    ctx.delta_softplus = delta_softplus
-    ctx.mark_non_differentiable(checkpoint)
-    ctx.set_materialize_grads(False)
-
-
-def _fwd_backward(ctx, dy, dlast, dcheckpoint):
-    u, delta, A, B, C, D, z, delta_bias, h0, cu_seqlens, checkpoint = ctx.saved_tensors
-    mask = [bool(ctx.needs_input_grad[i]) for i in range(9)]
-    if dlast is not None and dlast.numel() == 0:  # no last_state was returned (its (0,) placeholder)
-        dlast = None
-    if dy is None:  # a loss on last_state alone
-        dy = torch.zeros_like(u)
-    grads = _ops.bwd(u, delta, A, B, C, D, z, delta_bias, h0, cu_seqlens, dy, dlast, checkpoint,
-                     ctx.delta_softplus, [int(m) for m in mask])
-    return tuple(g if m else None for g, m in zip(grads, mask)) + (None, None, None, None)
-
-
-torch.library.register_autograd("selscan::fwd", _fwd_backward, setup_context=_fwd_setup_context)
+# selscan::fwd's autograd kernel is C++ (csrc/selscan_torch.cpp, ScanFunction on the Autograd
+# dispatch key): the forward saves the checkpoint whenever an input requires grad, the backward
+# calls selscan::bwd for the gradients autograd asks for. (Python's torch.library.register_autograd
+# cost 100-250 us a call: bench/NOTES.md CUDA-torch-v1.)
 
 
 # ---- the mamba_ssm-compatible API -------------------------------------------------------------
@@ -124,19 +105,22 @@ def _like(t, dtype):
     return None if t is None else (t if t.dtype == dtype else t.to(dtype))
 
 
-def _bc(t, name, dtype):
+def _cast(t, name, dtype):
     if t.is_complex():
         raise TypeError(f"selscan: complex {name} is not supported (real A, B, C only)")
-    if t.dim() == 2:  # (dim, N), constant over time: float32
-        return _f32(t)
-    if t.dim() == 3:  # (batch, N, L): one group
+    return t.to(dtype)
+
+
+def _bc(t, name, dtype):
+    nd = t.dim()
+    if nd == 2:  # (dim, N), constant over time: float32
+        return t if t.dtype == torch.float32 else _cast(t, name, torch.float32)
+    if nd == 3:  # (batch, N, L): one group
         t = t.unsqueeze(1)
-    return _like(t, dtype)
+    return t if t.dtype == dtype else _cast(t, name, dtype)
 
 
-def _host_offsets(cu_seqlens, device):
-    if cu_seqlens is None:
-        return None
+def _host_offsets(cu_seqlens):
     if not isinstance(cu_seqlens, torch.Tensor):
         return torch.tensor(list(cu_seqlens), dtype=torch.int64)
     # selscan validates the offsets on the host: a CUDA tensor is copied back (a sync); pass a
@@ -162,19 +146,29 @@ def selective_scan_fn(u, delta, A, B, C, D=None, z=None, delta_bias=None, delta_
     otherwise; the gradient flows through the cast); delta, z and a variable B / C are cast to u's
     dtype when they differ. Complex A / B / C: TypeError.
     """
-    if A.is_complex():
-        raise TypeError("selscan: complex A is not supported (real A only)")
+    # Casts only where a dtype differs (the common call passes through untouched); shapes, devices
+    # and strides are checked once, in C++. The checkpoint is saved by the C++ autograd kernel
+    # whenever an input requires grad.
     dtype = u.dtype
-    delta = _like(delta, dtype)
-    z = _like(z, dtype)
-    B4 = _bc(B, "B", dtype)
-    C4 = _bc(C, "C", dtype)
-    A, D, delta_bias, h0 = _f32(A), _f32(D), _f32(delta_bias), _f32(h0)
-    cu = _host_offsets(cu_seqlens, u.device)
-    tensors = (u, delta, A, B4, C4, D, z, delta_bias, h0)
-    save_ck = torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors)
-    y, last, _ = _ops.fwd(u, delta, A, B4, C4, D, z, delta_bias, h0, cu, bool(delta_softplus),
-                          bool(return_last_state), save_ck)
+    f32 = torch.float32
+    if A.dtype != f32:
+        A = _cast(A, "A", f32)
+    if delta.dtype != dtype:
+        delta = delta.to(dtype)
+    if z is not None and z.dtype != dtype:
+        z = z.to(dtype)
+    B = _bc(B, "B", dtype)
+    C = _bc(C, "C", dtype)
+    if D is not None and D.dtype != f32:
+        D = D.to(f32)
+    if delta_bias is not None and delta_bias.dtype != f32:
+        delta_bias = delta_bias.to(f32)
+    if h0 is not None and h0.dtype != f32:
+        h0 = h0.to(f32)
+    if cu_seqlens is not None:
+        cu_seqlens = _host_offsets(cu_seqlens)
+    y, last, _ = _fwd(u, delta, A, B, C, D, z, delta_bias, h0, cu_seqlens, bool(delta_softplus),
+                          bool(return_last_state), False)
     return (y, last) if return_last_state else y
 
 
