@@ -1,4 +1,25 @@
-/* selscan.h - the selective scan of Mamba (S6) as a single-header C library.     v0.1.0
+/* selscan.h - the selective scan of Mamba (S6) as a single-header C library.     v0.2.0
+ *
+ * QUICK START (README.md has a complete program; every call returns a selscan_status)
+ *
+ *     selscan_problem p = {0};  p.batch = 2; p.dim = 64; p.seqlen = 128; p.dstate = 16;
+ *     p.u.data = u; p.delta.data = delta; p.A.data = A; p.B.data = B; p.C.data = C; p.y.data = y;
+ *     size_t bytes = 0;  selscan_workspace_size(&p, &g, &bytes);   void *ws = malloc(bytes);
+ *     selscan_forward_cpu(&p, ws, bytes);                           forward:  y
+ *     g.dy.data = dy; g.du.data = du; g.dA.data = dA;               (any subset of gradients)
+ *     selscan_backward_cpu(&p, &g, ws, bytes);                      backward: du, dA, ...
+ *     selscan_step_problem s = {0};  ... s.state.data = state;    decode step, in place:
+ *     selscan_step_cpu(&s);                                         state, y
+ *
+ * CONTENTS (grep the >>tag)
+ *     >>api          types, flags, status codes, every public declaration
+ *     >>impl         implementation (SELSCAN_IMPLEMENTATION): >>convert dtype conversions,
+ *                    >>validation shapes / strides / aliasing / diag, >>reference the scalar
+ *                    oracle, >>step step validation and reference, >>fast the fast CPU path
+ *                    (>>fast-tiles, >>fast-isa, >>fast-drivers, >>fast-parts, ...), >>entry the
+ *                    public CPU entry points, >>fast-kernels the kernels compiled per
+ *                    instruction set (>>fast-forward, >>fast-backward, >>fast-step)
+ *     Measurements and the reasons behind the tuning: bench/NOTES.md (labels CPU-vN, CUDA-vN).
  *
  * Do this:
  *     #define SELSCAN_IMPLEMENTATION
@@ -151,7 +172,7 @@ extern "C" {
 #endif
 
 /* ============================================================================================= */
-/*                                          API                                                  */
+/* >>api                                    API                                                  */
 /* ============================================================================================= */
 
 /* Status codes: one list, expanded into the enum and into selscan_status_string(). */
@@ -315,7 +336,7 @@ SELSCAN_DEF uint16_t selscan_f32_to_bf16(float f);
 #endif /* SELSCAN_H */
 
 /* ============================================================================================= */
-/*                                     IMPLEMENTATION                                            */
+/* >>impl                               IMPLEMENTATION                                            */
 /* ============================================================================================= */
 #ifdef SELSCAN_IMPLEMENTATION
 #ifndef SELSCAN__IMPLEMENTED
@@ -357,7 +378,7 @@ SELSCAN_DEF const char *selscan_status_string(selscan_status s) {
 
 #endif /* SELSCAN_VALIDATION_ONLY */
 /* --------------------------------------------------------------------------------------------- */
-/*                                   dtype conversion                                            */
+/* >>convert                         dtype conversion                                            */
 /* --------------------------------------------------------------------------------------------- */
 
 #ifndef SELSCAN_VALIDATION_ONLY
@@ -419,7 +440,7 @@ static void selscan__store(void *base, int64_t off, selscan_dtype t, float v) {
 
 #endif /* SELSCAN_VALIDATION_ONLY */
 /* --------------------------------------------------------------------------------------------- */
-/*                                      validation                                               */
+/* >>validation                          validation                                               */
 /* --------------------------------------------------------------------------------------------- */
 
 static size_t selscan__dtype_size(selscan_dtype t) { return t == SELSCAN_F32 ? 4u : 2u; }
@@ -872,7 +893,7 @@ SELSCAN_DEF selscan_status selscan_workspace_size(const selscan_problem *p, cons
 #endif /* SELSCAN_VALIDATION_ONLY */
 #ifndef SELSCAN_VALIDATION_ONLY
 /* --------------------------------------------------------------------------------------------- */
-/*                                    scalar reference                                           */
+/* >>reference                       scalar reference                                           */
 /* --------------------------------------------------------------------------------------------- */
 
 static float selscan__softplus(float x) { return x > SELSCAN__SOFTPLUS_THRESHOLD ? x : log1pf(expf(x)); }
@@ -1106,7 +1127,7 @@ SELSCAN_DEF selscan_status selscan_backward_ref(const selscan_problem *p, const 
 
 #endif /* SELSCAN_VALIDATION_ONLY */
 /* --------------------------------------------------------------------------------------------- */
-/*                                        step                                                   */
+/* >>step                                  step                                                   */
 /* --------------------------------------------------------------------------------------------- */
 
 typedef struct selscan__stp {
@@ -2390,7 +2411,7 @@ SELSCAN_DEF selscan_status selscan_backward_cpu_ckpt_part(const selscan_problem 
 }
 
 /* --------------------------------------------------------------------------------------------- */
-/*                                  public CPU entry points                                      */
+/* >>entry                          public CPU entry points                                      */
 /* --------------------------------------------------------------------------------------------- */
 
 SELSCAN_DEF selscan_status selscan_forward_cpu(const selscan_problem *p, void *workspace, size_t workspace_bytes) {

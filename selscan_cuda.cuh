@@ -63,7 +63,7 @@
  * SELSCAN_CUDA_CHANNELS_LAST (0): 1 also compiles the fast kernels for any L strides (e.g. a
  * TensorFlow op's (batch, L, dim) tensors; 8 states a thread), which otherwise run the general
  * kernels: channels-last forward and backward ~2x faster on the H200, compile time ~+50 %
- * (bench/NOTES.md v42).
+ * (bench/NOTES.md CUDA-v42).
  *
  * DESIGN: the forward and the backward of the common layout (rows with unit L stride, variable
  * B/C, N <= 16, no packed sequences; any L strides with SELSCAN_CUDA_CHANNELS_LAST, their CL
@@ -83,7 +83,7 @@
  * loop with the states in local memory otherwise: sequence boundaries, fixed B/C, N <= 4, N > 32);
  * sums over channels and time go through per-block partials in the workspace and fixed-order
  * reduction kernels (deterministic). The general backward is compiled once for both 2-byte types
- * (h16: a runtime flag picks binary16 or bfloat16): compile time, see bench/NOTES.md v21.
+ * (h16: a runtime flag picks binary16 or bfloat16): compile time, see bench/NOTES.md CUDA-v21.
  * The decode step (float4 state rows: unit n stride, N % 4 == 0, N <= 128, 16-byte aligned rows):
  * step_vec_kernel, 8 or 4 states a lane in 4-state chunks interleaved across a channel's lanes
  * (whole sectors a warp instruction); N = 16 with aligned variable B / C at batch 1 or >= two rows a
@@ -229,7 +229,7 @@ template <> __device__ __forceinline__ void st<__nv_bfloat16>(void *p, int64_t i
 /* The general backward (bwd_kernel, the largest kernel) is built for two element types only,
    float and h16: a 2-byte float that is binary16 or bfloat16 by the flag bf (kparams::bf16, the
    same for the whole grid). One instantiation for both halves costs a select an element loaded
-   and saves a sixth of the header's compile time (bench/NOTES.md v21); the forward kept its three
+   and saves a sixth of the header's compile time (bench/NOTES.md CUDA-v21); the forward kept its three
    (measured: up to 12 % slower with h16). */
 struct h16 {
     unsigned short bits;
@@ -254,7 +254,7 @@ static __device__ __forceinline__ float ex2(float x) {
    one's blocks can be scheduled while the one before drains (launch_dependents, early in that
    kernel: only where the next is a small one, the chunk carries and the reductions; a full-wave
    successor scheduled early lands unevenly on the SMs: lm-long's backward without a checkpoint
-   +6-8 %, bench/NOTES.md v33); each waits here, before touching memory, until the kernel before
+   +6-8 %, bench/NOTES.md CUDA-v33); each waits here, before touching memory, until the kernel before
    it has completed and its writes are visible. A no-op when not launched so. */
 static __device__ __forceinline__ void pdl_wait() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
@@ -305,7 +305,7 @@ static __device__ __forceinline__ void softplus_dsig(float x, float *sp, float *
 /* dt of a (channel, step) from x = delta + bias: softplus(x) when sp (uniform), x otherwise, 0 on
    padding (!v). softplus is evaluated whatever sp and v are, then selected: written as a
    conditional expression around it, it became a branch region an evaluation, which serialized a
-   tile's 4-8 evaluations (their exponential and logarithm latencies added up; bench/NOTES.md v38). */
+   tile's 4-8 evaluations (their exponential and logarithm latencies added up; bench/NOTES.md CUDA-v38). */
 static __device__ __forceinline__ float dt_of(float x, bool sp, bool v) {
     const float s = softplus(x);
     const float d = sp ? s : x;
@@ -729,7 +729,7 @@ template <typename T, int K> static __device__ __forceinline__ void store_row(T 
 /* K elements one a word (a 2-byte type's bits in the low half): the channels-last kernels' raw
    registers, element loads (a warp's lanes read 16 consecutive channels of a step: whole 32-byte
    sectors). Packed two a word, the packing would wait for the loads where they are issued:
-   long-scoreboard stalls of the whole tile (bench/NOTES.md v42). */
+   long-scoreboard stalls of the whole tile (bench/NOTES.md CUDA-v42). */
 template <typename T, int K> struct rawvw {
     uint32_t w[K];
 };
@@ -794,7 +794,7 @@ static __global__ void __launch_bounds__(kThreads, fast_fwd_minblocks<S>()) fwd_
     pdl_wait();
     constexpr int NP = S * TPC, OWN = kFL / TPC, RS = 2 * NP + 4; /* B/C row: (B, C) per state, padded */
     /* f32 with 8 states, 2 threads a channel: one step a group (its 16-register wider tile loads
-       spill otherwise; bench/NOTES.md v20); the channels-last kernels too (one element a word:
+       spill otherwise; bench/NOTES.md CUDA-v20); the channels-last kernels too (one element a word:
        with two steps bf16 spilled and was not faster, v42) */
     constexpr int CH = kThreads / TPC, RB = (NP * kFL + kThreads - 1) / kThreads,
                   Q = (sizeof(T) == 4 || CL) && TPC == 2 && S == 8 ? 1 : SELSCAN_CUDA_FAST_FWD_GROUP;
@@ -844,7 +844,7 @@ static __global__ void __launch_bounds__(kThreads, fast_fwd_minblocks<S>()) fwd_
     auto load_bc_as = [&](int tb, auto tfast) {
         /* 2-byte types: the thread index read again (volatile): the row predicates derived from
            it were kept across the tile loop, spilled and reloaded at each tile's start
-           (bench/NOTES.md v40; in f32 the same read moves a spill into the 4-state kernel) */
+           (bench/NOTES.md CUDA-v40; in f32 the same read moves a spill into the 4-state kernel) */
         constexpr bool TF = decltype(tfast)::value;
         int t = tid;
         if (sizeof(T) == 2) asm volatile("mov.u32 %0, %%tid.x;" : "=r"(t));
@@ -998,7 +998,7 @@ static __global__ void __launch_bounds__(kThreads, fast_fwd_minblocks<S>()) fwd_
    nlch / kCarryBatch memory round trips instead of nlch. The same FMAs in the same order. */
 const int kCarryBatch = 8;
 /* A load issued where it is written: plain loads of a batch were moved next to their uses (one
-   memory round trip a chunk: lm-prefill's carry took 10.6 us at ncu's clocks; bench/NOTES.md v27) */
+   memory round trip a chunk: lm-prefill's carry took 10.6 us at ncu's clocks; bench/NOTES.md CUDA-v27) */
 static __device__ __forceinline__ float ld_now(const float *p) {
     float v;
     asm volatile("ld.global.nc.f32 %0, [%1];" : "=f"(v) : "l"(p) : "memory");
@@ -1049,7 +1049,7 @@ static __global__ void empty_seq_kernel(const int64_t *cu, int64_t nseq, int64_t
    block's warps (shared memory, fixed order), and written per block into the workspace; sums over
    time (dA, dD, ddelta_bias in registers; fixed dB / dC per thread in shared memory, to keep the
    registers live across the loop few: spills cost more than anything else here, bench/NOTES.md
-   v14) are written per batch row. */
+   CUDA-v14) are written per batch row. */
 
 struct bwd_layout {
     int NPAD, ngrp, SP;
@@ -2154,7 +2154,7 @@ static __global__ void __launch_bounds__(kThreads) step_kernel(const kparams P) 
    == 0) or 4 states a thread, NT = pow2ceil(N / S) threads a channel, every load of a thread issued
    before its first use; A by float4 when its rows are aligned (avec).
    (step_kernel's one state a thread ran at ~500 GB/s on an H200, 8-9x its floor: per thread a chain
-   of dependent loads and 64-bit index products for 4 bytes of state; bench/NOTES.md v37.) */
+   of dependent loads and 64-bit index products for 4 bytes of state; bench/NOTES.md CUDA-v37.) */
 template <typename T, int S>
 static __global__ void __launch_bounds__(kThreads) step_fast_kernel(const kparams P, const bool avec) {
     const int NT = P.NT, CPB = kThreads / NT;
@@ -2688,7 +2688,7 @@ static bool unit_inputs(const selscan__prob &q) {
 
 /* The fast forward's configuration for q (fastS 0 when it does not apply): two threads a channel
    with 4 (N <= 8) or 8 (N <= 16) states each (N <= 8 with 8 states and one thread a channel ran
-   1.3-1.7x slower: half the threads, 168 registers; bench/NOTES.md v25); when the channels give
+   1.3-1.7x slower: half the threads, 168 registers; bench/NOTES.md CUDA-v25); when the channels give
    under half a wave of blocks, L chunks as in the general kernel (chunk scans from 0, carry,
    rescan) to fill one. need_y: y is written (the backward's checkpoint pass writes none). */
 static void plan_fast_forward(const selscan__prob &q, int64_t sms, fwd_plan *pl, bool need_y) {
@@ -2781,7 +2781,7 @@ static int64_t plan_partials(const selscan__prob &q, const selscan__grd &r, bwd_
 /* The fast backward's plan (false: it does not apply): the problems of the fast forward (the
    channels-last instantiation where an L stride is not 1); without a checkpoint the fast forward
    writes one first. Two threads a channel with 8 (N <= 16) or 4 (N <= 8) states each (N <= 8
-   with 8 states and one thread a channel: 1.3-1.9x slower, bench/NOTES.md v26) or, with
+   with 8 states and one thread a channel: 1.3-1.9x slower, bench/NOTES.md CUDA-v26) or, with
    SELSCAN_CUDA_FAST_BWD_STATES 4, 4 states and 4 threads a channel. */
 static bool plan_fast_backward(const selscan__prob &q, const selscan__grd &r, bool have_ck, int64_t sms, bwd_plan *pl) {
     if (q.cu || q.fixB || q.fixC || q.N > 16 || !fast_lstride(q.u) || !fast_lstride(q.delta) || !fast_lstride(r.dy) ||
