@@ -106,6 +106,31 @@ static void dfill(void *p, int64_t n, bool is16, float lo, float hi, uint32_t se
     CU(cudaGetLastError());
 }
 
+/* The decode step's operands for (batch, dim, N): u, delta, z, y, B, C in f32 or bf16 (is16), A, D,
+   delta_bias f32, random with fixed seeds; softplus. The state is the caller's (s.state unset). */
+struct StepInputs {
+    void *buf[9];
+    selscan_step_problem s;
+    StepInputs(int64_t B, int64_t Dm, int64_t N, bool is16) {
+        const int64_t BD = B * Dm, BN = B * N, DN = Dm * N;
+        const size_t es = is16 ? 2 : 4;
+        const int64_t n[9] = {BD, BD, BD, BD, BN, BN, DN, Dm, Dm};
+        const float lo[9] = {-1, -3, -2, 0, -1, -1, -4, -1, -0.5f}, hi[9] = {1, 1, 2, 0, 1, 1, -0.5f, 1, 0.5f};
+        for (int k = 0; k < 9; k++) {
+            const bool t16 = is16 && k < 6; /* A, D, delta_bias stay f32 */
+            buf[k] = dalloc(static_cast<size_t>(n[k]) * (t16 ? es : 4));
+            if (k != 3) dfill(buf[k], n[k], t16, lo[k], hi[k], static_cast<uint32_t>(k < 3 ? k + 1 : k));
+        }
+        memset(&s, 0, sizeof s);
+        s.batch = B; s.dim = Dm; s.dstate = N; s.dtype = is16 ? SELSCAN_BF16 : SELSCAN_F32;
+        s.flags = SELSCAN_DELTA_SOFTPLUS;
+        s.u.data = buf[0]; s.delta.data = buf[1]; s.z.data = buf[2]; s.y.data = buf[3];
+        s.B.data = buf[4]; s.C.data = buf[5]; s.A.data = buf[6]; s.D.data = buf[7]; s.delta_bias.data = buf[8];
+    }
+    ~StepInputs() { for (void *q : buf) cudaFree(q); }
+};
+
+
 /* Decode step (selscan_step_cuda): (batch, dim, N) f32 state updated in place, softplus, D, z,
    delta_bias, variable B / C. Floor: its minimal bytes (state read + written, x, dt, z read, y
    written, B / C, A, D, bias read) at the copy bandwidth. Time: 20 launches back to back between two
@@ -123,16 +148,8 @@ static void bench_step(cudaStream_t stream, cudaEvent_t e0, cudaEvent_t e1, doub
             const int nsets = static_cast<int>(std::max<size_t>(2, std::min<size_t>(64, 400000000 / sbytes + 1)));
             std::vector<void *> st(nsets);
             for (int k = 0; k < nsets; k++) { st[k] = dalloc(sbytes); dfill(st[k], BD * N, false, -1, 1, 200 + k); }
-            void *x = dalloc(BD * es), *dtv = dalloc(BD * es), *z = dalloc(BD * es), *y = dalloc(BD * es);
-            void *Bm = dalloc(BN * es), *Cm = dalloc(BN * es), *A = dalloc(DN * 4), *D = dalloc(Dm * 4), *bias = dalloc(Dm * 4);
-            dfill(x, BD, di, -1, 1, 1); dfill(dtv, BD, di, -3, 1, 2); dfill(z, BD, di, -2, 2, 3);
-            dfill(Bm, BN, di, -1, 1, 4); dfill(Cm, BN, di, -1, 1, 5); dfill(A, DN, false, -4, -0.5f, 6);
-            dfill(D, Dm, false, -1, 1, 7); dfill(bias, Dm, false, -0.5f, 0.5f, 8);
-            selscan_step_problem s;
-            memset(&s, 0, sizeof s);
-            s.batch = B; s.dim = Dm; s.dstate = N; s.dtype = di ? SELSCAN_BF16 : SELSCAN_F32; s.flags = SELSCAN_DELTA_SOFTPLUS;
-            s.u.data = x; s.delta.data = dtv; s.z.data = z; s.y.data = y; s.B.data = Bm; s.C.data = Cm;
-            s.A.data = A; s.D.data = D; s.delta_bias.data = bias;
+            StepInputs in(B, Dm, N, di);
+            selscan_step_problem s = in.s;
             std::vector<float> t;
             int k = 0;
             for (int r = 0; r < 11; r++) {
@@ -155,8 +172,6 @@ static void bench_step(cudaStream_t stream, cudaEvent_t e0, cudaEvent_t e1, doub
                    us / (bytes / bw * 1e6));
             fflush(stdout);
             for (void *q : st) cudaFree(q);
-            void *fr[] = {x, dtv, z, y, Bm, Cm, A, D, bias};
-            for (void *q : fr) cudaFree(q);
         }
     }
 }
@@ -224,20 +239,12 @@ static void bench_step_graphs(GraphTimer &gt, double bw, const char *only_dt, bo
         for (int di = 0; di < 2; di++) {
             if (only_dt && strcmp(only_dt, di ? "bf16" : "f32") != 0) continue;
             if (only_batch && sh[0] != only_batch) continue;
-            const int64_t B = sh[0], Dm = sh[1], N = sh[2], BD = B * Dm, DN = Dm * N, BN = B * N;
-            const size_t es = di ? 2 : 4, sbytes = static_cast<size_t>(BD * N) * 4;
+            const int64_t B = sh[0], Dm = sh[1], N = sh[2], BD = B * Dm;
+            const size_t sbytes = static_cast<size_t>(BD * N) * 4;
             std::vector<void *> st(NG);
             for (int k = 0; k < NG; k++) { st[k] = dalloc(sbytes); dfill(st[k], BD * N, false, -1, 1, 200 + k); }
-            void *x = dalloc(BD * es), *dtv = dalloc(BD * es), *z = dalloc(BD * es), *y = dalloc(BD * es);
-            void *Bm = dalloc(BN * es), *Cm = dalloc(BN * es), *A = dalloc(DN * 4), *D = dalloc(Dm * 4), *bias = dalloc(Dm * 4);
-            dfill(x, BD, di, -1, 1, 1); dfill(dtv, BD, di, -3, 1, 2); dfill(z, BD, di, -2, 2, 3);
-            dfill(Bm, BN, di, -1, 1, 4); dfill(Cm, BN, di, -1, 1, 5); dfill(A, DN, false, -4, -0.5f, 6);
-            dfill(D, Dm, false, -1, 1, 7); dfill(bias, Dm, false, -0.5f, 0.5f, 8);
-            selscan_step_problem s;
-            memset(&s, 0, sizeof s);
-            s.batch = B; s.dim = Dm; s.dstate = N; s.dtype = di ? SELSCAN_BF16 : SELSCAN_F32; s.flags = SELSCAN_DELTA_SOFTPLUS;
-            s.u.data = x; s.delta.data = dtv; s.z.data = z; s.y.data = y; s.B.data = Bm; s.C.data = Cm;
-            s.A.data = A; s.D.data = D; s.delta_bias.data = bias;
+            StepInputs in(B, Dm, N, di);
+            selscan_step_problem s = in.s;
             auto step = [&](int S, int R, int pdl) {
                 return gt.time([&] {
                     for (int i = 0; i < NG; i++) {
@@ -281,8 +288,6 @@ static void bench_step_graphs(GraphTimer &gt, double bw, const char *only_dt, bo
                 fflush(stdout);
             }
             for (void *q : st) cudaFree(q);
-            void *fr[] = {x, dtv, z, y, Bm, Cm, A, D, bias};
-            for (void *q : fr) cudaFree(q);
         }
         si++;
     }

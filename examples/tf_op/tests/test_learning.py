@@ -6,14 +6,13 @@ compute, float32 variables). Passes when the held-out accuracy reaches MIN_ACC. 
 
 import os
 import sys
-import time
-import traceback
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import tensorflow as tf  # noqa: E402,F401
 
 from selscan_tf.digits import train_digits  # noqa: E402
+from runner import run_tests  # noqa: E402
 
 MIN_ACC = 0.90
 EPOCHS = 15
@@ -39,22 +38,7 @@ TESTS = [test_digits_float32, test_digits_mixed_bfloat16]
 
 
 def main():
-    t_all = time.time()
-    passed = failed = 0
-    for fn in TESTS:
-        t0 = time.time()
-        try:
-            info = fn()
-            passed += 1
-            print("ok    %-28s %6.2fs  (%s)" % (fn.__name__, time.time() - t0, info))
-        except Exception:  # noqa: BLE001
-            failed += 1
-            print("FAIL  %-28s %6.2fs" % (fn.__name__, time.time() - t0))
-            traceback.print_exc(limit=4)
-        sys.stdout.flush()
-    print("total %.1fs" % (time.time() - t_all))
-    print("%d passed, %d failed" % (passed, failed))
-    return 1 if failed else 0
+    return run_tests(TESTS, width=28)
 
 
 if __name__ == "__main__":

@@ -13,8 +13,6 @@ import os
 import subprocess
 import sys
 import tempfile
-import time
-import traceback
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
@@ -23,6 +21,7 @@ import tensorflow as tf  # noqa: E402
 
 import selscan_tf  # noqa: E402
 from selscan_tf import MambaVisionBlock, MambaVisionMixer, load_mixer_state_dict, mixer_state_dict_shapes  # noqa: E402
+from runner import run_tests  # noqa: E402
 
 keras = tf.keras
 
@@ -450,23 +449,8 @@ TESTS = [v for k, v in list(globals().items()) if k.startswith("test_") and call
 
 
 def main():
-    t_all = time.time()
     print("TensorFlow %s, Keras %s, selscan_tf from %s" % (tf.__version__, keras.__version__, selscan_tf.__file__))
-    passed = failed = 0
-    for fn in TESTS:
-        t0 = time.time()
-        try:
-            info = fn()
-            passed += 1
-            print("ok    %-38s %6.2fs%s" % (fn.__name__, time.time() - t0, "  (%s)" % info if info else ""))
-        except Exception:  # noqa: BLE001
-            failed += 1
-            print("FAIL  %-38s %6.2fs" % (fn.__name__, time.time() - t0))
-            traceback.print_exc(limit=6)
-        sys.stdout.flush()
-    print("total %.1fs" % (time.time() - t_all))
-    print("%d passed, %d failed" % (passed, failed))
-    return 1 if failed else 0
+    return run_tests(TESTS, width=38)
 
 
 if __name__ == "__main__":

@@ -12,8 +12,6 @@ import os
 import subprocess
 import sys
 import tempfile
-import time
-import traceback
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
@@ -26,6 +24,7 @@ import tensorflow as tf  # noqa: E402
 
 import selscan_tf  # noqa: E402
 from selscan_tf import SelectiveScan, selective_scan  # noqa: E402
+from runner import run_tests  # noqa: E402
 
 TOL = {tf.float32: 2e-5, tf.float16: 3e-3, tf.bfloat16: 1e-2}
 GRAD_TOL = 1e-4  # float32 op gradient vs fp64 finite differences
@@ -625,24 +624,9 @@ def main():
     if os.environ.get("SELSCAN_TF_TEST_CHILD"):
         _child_one_thread(os.environ["SELSCAN_TF_TEST_CHILD"])
         return 0
-    t_all = time.time()
     ops = selscan_tf.load_ops()
     print("TensorFlow %s, op library %s" % (tf.__version__, getattr(ops, "__file__", "loaded")))
-    passed = failed = 0
-    for fn in TESTS:
-        t0 = time.time()
-        try:
-            info = fn()
-            passed += 1
-            print("ok    %-28s %6.2fs%s" % (fn.__name__, time.time() - t0, "  (%s)" % info if info else ""))
-        except Exception:  # noqa: BLE001
-            failed += 1
-            print("FAIL  %-28s %6.2fs" % (fn.__name__, time.time() - t0))
-            traceback.print_exc(limit=4)
-        sys.stdout.flush()
-    print("total %.1fs" % (time.time() - t_all))
-    print("%d passed, %d failed" % (passed, failed))
-    return 1 if failed else 0
+    return run_tests(TESTS, width=28)
 
 
 if __name__ == "__main__":

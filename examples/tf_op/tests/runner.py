@@ -1,0 +1,25 @@
+"""The TensorFlow tests' runner: each test is a plain function (raises on failure, may return a
+short info string); prints one line a test and ends with "N passed, M failed" (tests/run.sh's
+summary format). Returns the process exit status."""
+import sys
+import time
+import traceback
+
+
+def run_tests(tests, width=28):
+    t_all = time.time()
+    passed = failed = 0
+    for fn in tests:
+        t0 = time.time()
+        try:
+            info = fn()
+            passed += 1
+            print("ok    %-*s %6.2fs%s" % (width, fn.__name__, time.time() - t0, "  (%s)" % info if info else ""))
+        except Exception:  # noqa: BLE001
+            failed += 1
+            print("FAIL  %-*s %6.2fs" % (width, fn.__name__, time.time() - t0))
+            traceback.print_exc(limit=6)
+        sys.stdout.flush()
+    print("total %.1fs" % (time.time() - t_all))
+    print("%d passed, %d failed" % (passed, failed))
+    return 1 if failed else 0
