@@ -3528,7 +3528,7 @@ static selscan_status selscan__forward_cuda_tuned(const selscan_problem *p, cons
    S = -1: the earlier kernel, with SELSCAN__STEP_SWEEP), programmatic dependent launch on (pdl < 0:
    where available) or off (0), the FAST form never (fast < 0), step_loop_kernel never (loop < 0)
    or wherever it applies (loop > 0), for tuning (bench/bench_cuda.cu). */
-static selscan_status selscan__step_cuda_tuned(const selscan_step_problem *s, cudaError_t *err, cudaStream_t stream, int S,
+static SELSCAN__MAYBE_UNUSED selscan_status selscan__step_cuda_tuned(const selscan_step_problem *s, cudaError_t *err, cudaStream_t stream, int S,
                                                int R, int pdl, int fast = 0, int minb = 0, int loop = 0) {
     selscan__stp q;
     selscan_status st = selscan__validate_step_ex(s, &q, 0);
