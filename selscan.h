@@ -296,6 +296,7 @@ SELSCAN_DEF uint16_t selscan_f32_to_bf16(float f);
 #ifndef SELSCAN__IMPLEMENTED
 #define SELSCAN__IMPLEMENTED
 
+#include <errno.h>
 #include <math.h>
 #include <string.h>
 
@@ -462,12 +463,19 @@ static int selscan__span(const selscan__ten *t, int64_t *bytes) {
     return 1;
 }
 
+/* 1 when p is a multiple of align bytes (tensors: their element size; cu_seqlens 8, state_index 4):
+   misaligned elements are refused, never read with misaligned loads. */
+static int selscan__aligned(const void *p, size_t align) {
+    return SELSCAN__RCAST(uintptr_t, p) % align == 0;
+}
+
 /* Strides of a present tensor: non-negative, no overflow; for an output, no two elements at
    one address (sort the dimensions by stride; each must step past the span of the smaller). */
 static selscan_status selscan__check_strides(const selscan__ten *t, int is_output) {
     int64_t bytes, s[4], n[4];
     int i, j, k = 0;
     if (!t->data) return SELSCAN_OK;
+    if (!selscan__aligned(t->data, selscan__dtype_size(t->dt))) return SELSCAN_ERR_STRIDE; /* misaligned elements */
     if (!selscan__span(t, &bytes)) return SELSCAN_ERR_STRIDE;
     if (!is_output) return SELSCAN_OK;
     for (i = 0; i < t->nd; i++) {
@@ -537,7 +545,8 @@ static selscan_status selscan__check_problem(const selscan_problem *p, selscan__
         return SELSCAN_ERR_NULL;
     if (p->cu_seqlens) {
         /* the row count is checked before cu_seqlens[n_seqs] is read (its index must exist) */
-        if (p->batch != 1 || p->n_seqs <= 0 || !selscan__count_ok(p->n_seqs, p->dim, p->dstate, 1) ||
+        if (p->batch != 1 || p->n_seqs <= 0 || !selscan__aligned(p->cu_seqlens, 8) ||
+            !selscan__count_ok(p->n_seqs, p->dim, p->dstate, 1) ||
             p->cu_seqlens[0] != 0 || p->cu_seqlens[p->n_seqs] != p->seqlen)
             return SELSCAN_ERR_SHAPE;
         for (i = 0; i < p->n_seqs; i++)
@@ -797,7 +806,11 @@ SELSCAN_DEF selscan_status selscan_forward_ref(const selscan_problem *p, void *w
     if (st != SELSCAN_OK) return st;
     st = selscan__validate_forward_outputs(&q, workspace, workspace_bytes, selscan__ws_forward_ref(&q));
     if (st != SELSCAN_OK) return st;
-    selscan__ref_forward(&q, SELSCAN__CAST(float *, workspace));
+    { /* libm's expf / log1pf may set errno (ERANGE): the caller's errno is kept */
+        const int saved_errno = errno;
+        selscan__ref_forward(&q, SELSCAN__CAST(float *, workspace));
+        errno = saved_errno;
+    }
     return SELSCAN_OK;
 }
 
@@ -936,7 +949,11 @@ SELSCAN_DEF selscan_status selscan_backward_ref(const selscan_problem *p, const 
     selscan__grd r;
     selscan_status st = selscan__validate_backward(p, g, &q, &r, workspace, workspace_bytes, 1);
     if (st != SELSCAN_OK) return st;
-    selscan__ref_backward(&q, &r, SELSCAN__CAST(float *, workspace));
+    { /* the caller's errno is kept (see selscan_forward_ref) */
+        const int saved_errno = errno;
+        selscan__ref_backward(&q, &r, SELSCAN__CAST(float *, workspace));
+        errno = saved_errno;
+    }
     return SELSCAN_OK;
 }
 
@@ -964,7 +981,7 @@ static selscan_status selscan__validate_step_ex(const selscan_step_problem *s, s
     G = s->n_groups == 0 ? 1 : s->n_groups;
     q->ncache = s->n_cache == 0 ? s->batch : s->n_cache;
     if (s->batch <= 0 || s->dim <= 0 || s->dstate <= 0 || G <= 0 || s->dim % G != 0 || q->ncache <= 0 ||
-        (!s->state_index && q->ncache != s->batch))
+        (!s->state_index && q->ncache != s->batch) || (s->state_index && !selscan__aligned(s->state_index, 4)))
         return SELSCAN_ERR_SHAPE;
     if (!s->state.data || !s->u.data || !s->delta.data || !s->A.data || !s->B.data || !s->C.data || !s->y.data)
         return SELSCAN_ERR_NULL;
@@ -1054,7 +1071,11 @@ SELSCAN_DEF selscan_status selscan_step_ref(const selscan_step_problem *s) {
     selscan__stp q;
     selscan_status st = selscan__validate_step(s, &q);
     if (st != SELSCAN_OK) return st;
-    selscan__ref_step_all(&q);
+    { /* the caller's errno is kept (see selscan_forward_ref) */
+        const int saved_errno = errno;
+        selscan__ref_step_all(&q);
+        errno = saved_errno;
+    }
     return SELSCAN_OK;
 }
 
