@@ -428,6 +428,23 @@ static int selscan__count_ok(int64_t a, int64_t b, int64_t c, int64_t d) {
            x <= INT64_MAX / 16;
 }
 
+/* Size arithmetic (workspace, checkpoint, scratch layouts): non-negative counts, saturated at
+   SELSCAN__SAT, so no intermediate can overflow; a size that reaches SELSCAN__SAT is refused
+   (SELSCAN_ERR_SHAPE) before anything is written. Every intermediate of a size is at most the size
+   (sums and products of counts >= 1), so a size below SELSCAN__SAT was computed exactly. */
+#define SELSCAN__SAT (SELSCAN__CAST(int64_t, 1) << 61)
+static int64_t selscan__smul(int64_t a, int64_t b) {
+    if (a <= 0 || b <= 0) return 0;
+    return a >= SELSCAN__SAT || b >= SELSCAN__SAT || a > SELSCAN__SAT / b ? SELSCAN__SAT : a * b;
+}
+static int64_t selscan__sadd(int64_t a, int64_t b) { /* a, b in [0, SELSCAN__SAT] */
+    return a + b >= SELSCAN__SAT ? SELSCAN__SAT : a + b;
+}
+/* 1 when a size in bytes fits (below SELSCAN__SAT and size_t). */
+static int selscan__size_ok(int64_t bytes) {
+    return bytes >= 0 && bytes < SELSCAN__SAT && SELSCAN__CAST(uint64_t, bytes) <= SELSCAN__CAST(uint64_t, SIZE_MAX);
+}
+
 /* Resolve strides: all zero means contiguous (row-major in the listed order). data: the tensor's
    pointer (inputs are only ever read through it). */
 static void selscan__resolve_data(selscan__ten *r, void *data, const int64_t *stride, int nd, int64_t n0,
@@ -621,20 +638,19 @@ static int64_t selscan__align_up(int64_t x) {
 /* Workspace of the CPU entry points, in bytes (the fast path may need more than the reference;
    selscan_workspace_size() reports the larger). */
 #ifndef SELSCAN_VALIDATION_ONLY
-static int64_t selscan__ws_forward_ref(const selscan__prob *q) { return selscan__align_up(q->N * 4); }
+static int64_t selscan__ws_forward_ref(const selscan__prob *q) { return selscan__align_up(selscan__smul(q->N, 4)); }
 #endif
 
 static int64_t selscan__ws_backward_ref(const selscan__prob *q, const selscan__grd *r) {
     int64_t nck = (q->L + SELSCAN__CHUNK - 1) / SELSCAN__CHUNK + 1;
-    int64_t floats = nck * q->N        /* chunk-boundary states */
-                     + (SELSCAN__CHUNK + 1) * q->N /* the states inside one chunk */
-                     + q->N;                      /* dh */
-    if (r->dB.data && !q->fixB) floats += q->N * q->L; /* f32 accumulators of one (batch, group) */
-    if (r->dC.data && !q->fixC) floats += q->N * q->L;
-    return selscan__align_up(floats * 4);
+    int64_t floats = selscan__smul(nck + SELSCAN__CHUNK + 2, q->N); /* chunk-boundary states, one chunk's, dh */
+    if (r->dB.data && !q->fixB) floats = selscan__sadd(floats, selscan__smul(q->N, q->L)); /* f32 accumulators of one (batch, group) */
+    if (r->dC.data && !q->fixC) floats = selscan__sadd(floats, selscan__smul(q->N, q->L));
+    return selscan__align_up(selscan__smul(floats, 4));
 }
 
 static selscan_status selscan__check_ws(const void *ws, size_t bytes, int64_t need) {
+    if (!selscan__size_ok(need)) return SELSCAN_ERR_SHAPE; /* does not fit 64 bits / size_t */
     if (need <= 0) return SELSCAN_OK;
     if (!ws || bytes < SELSCAN__CAST(size_t, need)) return SELSCAN_ERR_WORKSPACE;
     if (SELSCAN__RCAST(uintptr_t, ws) % SELSCAN_WORKSPACE_ALIGN != 0) return SELSCAN_ERR_WORKSPACE;
@@ -713,6 +729,7 @@ SELSCAN_DEF selscan_status selscan_workspace_size(const selscan_problem *p, cons
         ref = selscan__ws_forward_ref(&q);
         fast = selscan__ws_fast(&q, NULL, 1);
     }
+    if (!selscan__size_ok(ref) || !selscan__size_ok(fast)) return SELSCAN_ERR_SHAPE;
     *bytes = SELSCAN__CAST(size_t, ref > fast ? ref : fast); /* enough for the reference and the fast path */
     return SELSCAN_OK;
 }
@@ -1412,12 +1429,12 @@ typedef struct selscan__fscr {
 } selscan__fscr;
 
 /* Assign the next region of n floats (p NULL: only count). */
-#define SELSCAN__TAKE(field, n) (s->field = p ? p + o : NULL, o += (n))
+#define SELSCAN__TAKE(field, n) (s->field = p ? p + o : NULL, o = selscan__sadd(o, (n)))
 
 static int64_t selscan__fscr_map(selscan__fscr *s, float *p, int64_t N) {
     /* TW + 16: the per-step rows are not a multiple of 4 KiB apart (a load after a store to an
        address 4 KiB away waits for it: "4K aliasing") */
-    const int64_t NW = selscan__r16(N * SELSCAN__WMAX), NT = selscan__r16(N * SELSCAN__FT),
+    const int64_t NW = selscan__r16(selscan__smul(N, SELSCAN__WMAX)), NT = selscan__r16(selscan__smul(N, SELSCAN__FT)),
                   TW = SELSCAN__FT * SELSCAN__WMAX + 16;
     int64_t o = 0;
     SELSCAN__TAKE(h, NW); SELSCAN__TAKE(A, NW); SELSCAN__TAKE(A2, NW); SELSCAN__TAKE(Bf, NW); SELSCAN__TAKE(Cf, NW);
@@ -1446,13 +1463,13 @@ typedef struct selscan__bscr {
 static int selscan__wk_rows(const selscan__prob *q) { return q->z.data ? 6 : 4; }
 
 static int64_t selscan__bscr_map(selscan__bscr *s, float *p, int64_t N, int64_t L, int W, int na) {
-    const int64_t T = selscan__bwd_T(N), nck = (L + T - 1) / T, CN = selscan__r16(SELSCAN__CB * N);
-    const int64_t TNW = selscan__r16(T * N * SELSCAN__WMAX), TW = selscan__r16(T * SELSCAN__WMAX) + 16; /* + 16: no 4K aliasing */
-    const int64_t NT = selscan__r16(N * SELSCAN__FT), FW = SELSCAN__FT * SELSCAN__WMAX;
+    const int64_t T = selscan__bwd_T(N), nck = (L + T - 1) / T, CN = selscan__r16(selscan__smul(SELSCAN__CB, N));
+    const int64_t TNW = selscan__r16(selscan__smul(T * SELSCAN__WMAX, N)), TW = selscan__r16(T * SELSCAN__WMAX) + 16; /* + 16: no 4K aliasing */
+    const int64_t NT = selscan__r16(selscan__smul(N, SELSCAN__FT)), FW = SELSCAN__FT * SELSCAN__WMAX;
     int64_t o = 0;
     s->T = T;
-    s->ckstride = selscan__r16((nck + 1) * N * W);
-    SELSCAN__TAKE(ck, s->ckstride * (SELSCAN__CB / W));
+    s->ckstride = selscan__r16(selscan__smul(selscan__smul(nck + 1, N), W));
+    SELSCAN__TAKE(ck, selscan__smul(s->ckstride, SELSCAN__CB / W));
     SELSCAN__TAKE(hs, selscan__r16((T + 1) * SELSCAN__BG * SELSCAN__WMAX)); /* one state group (selscan__bwd_chunk) */
     SELSCAN__TAKE(ab, selscan__r16(T * SELSCAN__BG * SELSCAN__WMAX));
     SELSCAN__TAKE(accB, TNW); SELSCAN__TAKE(accC, TNW);
@@ -1469,9 +1486,9 @@ static int64_t selscan__bscr_map(selscan__bscr *s, float *p, int64_t N, int64_t 
        fits SELSCAN__PCMAX floats */
     s->TS = T * W + 16;
     s->pcs = selscan__r16(na * s->TS + 1);
-    s->pcn = na * nck * T * SELSCAN__CB <= SELSCAN__PCMAX ? nck : 0;
+    s->pcn = selscan__smul(selscan__smul(na * T * SELSCAN__CB, nck), 1) <= SELSCAN__PCMAX ? nck : 0;
     SELSCAN__TAKE(wk, s->pcs);
-    SELSCAN__TAKE(pc, s->pcn * (SELSCAN__CB / W) * s->pcs);
+    SELSCAN__TAKE(pc, selscan__smul(s->pcn * (SELSCAN__CB / W), s->pcs));
     return o;
 }
 
@@ -1504,9 +1521,9 @@ static void selscan__bsh_map(selscan__bsh *h, const selscan__prob *q, const sels
     h->D = r->dD.data ? (o += bd) - bd : -1;
     h->bias = r->dbias.data ? (o += bd) - bd : -1;
     {
-        const int64_t nb = q->batch * q->G * h->nbg * q->N * selscan__prow(q->L);
-        h->B = r->dB.data && !q->fixB ? (o += nb) - nb : -1;
-        h->C = r->dC.data && !q->fixC ? (o += nb) - nb : -1;
+        const int64_t nb = selscan__smul(selscan__smul(q->batch * q->G, h->nbg), selscan__smul(q->N, selscan__prow(q->L)));
+        h->B = r->dB.data && !q->fixB ? (o = selscan__sadd(o, nb)) - nb : -1;
+        h->C = r->dC.data && !q->fixC ? (o = selscan__sadd(o, nb)) - nb : -1;
     }
     h->end = o;
 }
@@ -2685,14 +2702,15 @@ SELSCAN__KERNELS(neon, SELSCAN__NOATTR)
 
 static int64_t selscan__ws_fast_fwd(const selscan__prob *q, int64_t nparts) {
     selscan__fscr s;
-    return selscan__align_up(selscan__fscr_map(&s, NULL, q->N) * 4) * nparts;
+    return selscan__smul(selscan__align_up(selscan__smul(selscan__fscr_map(&s, NULL, q->N), 4)), nparts);
 }
 
 /* Shared partials, then one scratch per part. */
 static int64_t selscan__ws_fast_bwd(const selscan__prob *q, const selscan__grd *r, int64_t nparts) {
     selscan__bsh h;
     selscan__bsh_map(&h, q, r);
-    return selscan__align_up(h.end * 4) + selscan__align_up(selscan__bscr_floats(q->N, q->L, selscan__wk_rows(q)) * 4) * nparts;
+    return selscan__sadd(selscan__align_up(selscan__smul(h.end, 4)),
+                         selscan__smul(selscan__align_up(selscan__smul(selscan__bscr_floats(q->N, q->L, selscan__wk_rows(q)), 4)), nparts));
 }
 
 static int64_t selscan__ws_fast(const selscan__prob *q, const selscan__grd *r, int64_t nparts) {
@@ -2705,7 +2723,9 @@ static selscan_status selscan__check_part(int64_t part, int64_t nparts) {
                                                                                                   : SELSCAN_OK;
 }
 
-static int64_t selscan__ck_bytes(const selscan__prob *q) { return q->batch * q->dim * selscan__ck_slots(q) * q->N * 4; }
+static int64_t selscan__ck_bytes(const selscan__prob *q) {
+    return selscan__smul(selscan__smul(q->batch * q->dim, selscan__ck_slots(q)), q->N * 4);
+}
 
 /* The checkpoint buffer: present, large enough, float-aligned, and clear of the tensors (others:
    what it may not overlap) and the workspace. */
@@ -2713,6 +2733,7 @@ static selscan_status selscan__check_ck(const selscan__prob *q, const void *ck, 
                                         const selscan__ten *const *others, int nothers, const void *ws,
                                         size_t ws_bytes) {
     int i;
+    if (!selscan__size_ok(selscan__ck_bytes(q))) return SELSCAN_ERR_SHAPE;
     if (!ck || ck_bytes < SELSCAN__CAST(size_t, selscan__ck_bytes(q)) || SELSCAN__RCAST(uintptr_t, ck) % 4 != 0)
         return SELSCAN_ERR_WORKSPACE;
     for (i = 0; i < nothers; i++)
@@ -2769,7 +2790,7 @@ static selscan_status selscan__validate_bwd_fast(const selscan_problem *p, const
     selscan__bsh h;
     if (st != SELSCAN_OK) return st;
     selscan__bsh_map(&h, q, r);
-    need = shared_only ? selscan__align_up(h.end * 4) : selscan__ws_fast_bwd(q, r, nparts);
+    need = shared_only ? selscan__align_up(selscan__smul(h.end, 4)) : selscan__ws_fast_bwd(q, r, nparts);
     if ((st = selscan__check_ws(ws, bytes, need)) != SELSCAN_OK) return st;
     if (need > 0) {
         const selscan__ten *outs[] = {&r->du, &r->ddelta, &r->dA, &r->dB, &r->dC, &r->dD, &r->dz, &r->dbias, &r->dh0};
@@ -2939,15 +2960,18 @@ SELSCAN_DEF selscan_status selscan_workspace_size_parts(const selscan_problem *p
     selscan__prob q;
     selscan__grd r;
     selscan_status st;
+    int64_t need;
     if (!bytes) return SELSCAN_ERR_NULL;
     if ((st = selscan__check_part(0, n_parts)) != SELSCAN_OK) return st;
     if (g) {
         if ((st = selscan__validate_backward(p, g, &q, &r, NULL, 0, 0)) != SELSCAN_OK) return st;
-        *bytes = SELSCAN__CAST(size_t, selscan__ws_fast_bwd(&q, &r, n_parts));
+        need = selscan__ws_fast_bwd(&q, &r, n_parts);
     } else {
         if ((st = selscan__validate_forward(p, &q, NULL, 0, -1)) != SELSCAN_OK) return st;
-        *bytes = SELSCAN__CAST(size_t, selscan__ws_fast_fwd(&q, n_parts));
+        need = selscan__ws_fast_fwd(&q, n_parts);
     }
+    if (!selscan__size_ok(need)) return SELSCAN_ERR_SHAPE; /* does not fit 64 bits / size_t */
+    *bytes = SELSCAN__CAST(size_t, need);
     return SELSCAN_OK;
 }
 
@@ -2975,6 +2999,7 @@ SELSCAN_DEF selscan_status selscan_checkpoint_size(const selscan_problem *p, siz
     selscan_status st;
     if (!bytes) return SELSCAN_ERR_NULL;
     if ((st = selscan__check_problem(p, &q, 0)) != SELSCAN_OK) return st;
+    if (!selscan__size_ok(selscan__ck_bytes(&q))) return SELSCAN_ERR_SHAPE; /* does not fit 64 bits / size_t */
     *bytes = SELSCAN__CAST(size_t, selscan__ck_bytes(&q));
     return SELSCAN_OK;
 }
