@@ -1,4 +1,4 @@
-# selscan: make run | test | bench | test-cuda | bench-cuda | tf-op | test-tf | clean
+# selscan: make run | test | test-all | bench | test-cuda | test-cuda-sanitize | bench-cuda | test-torch | tf-op | test-tf | clean
 # Compilers and flags can be overridden: make test CC=clang CFLAGS="-O1 -g"
 CC      ?= cc
 CXX     ?= c++
@@ -29,14 +29,17 @@ run: $(BUILD)/quickstart
 	@if [ -n "$(HAVE_NVCC)" ] && nvidia-smi -L >/dev/null 2>&1; then $(MAKE) --no-print-directory $(BUILD)/cuda_quickstart && ./$(BUILD)/cuda_quickstart; fi
 
 # ---- tests (section owned by tests/) ----------------------------------------------------------
-# make test: every tests/test_*.c (CUDA ones excluded) built and run, the build checks
-# (tests/build_checks.sh), then every suite again under AddressSanitizer + UBSan on a smaller
-# random matrix (SELSCAN_TEST_QUICK=1). tests/run.sh sums the "N passed, N failed" lines into the
-# last line of the output and fails when anything failed. Suites that #define
-# SELSCAN_IMPLEMENTATION build alone; the others link one shared object (tests/selscan_impl.c).
-# SELSCAN_TEST_SEED=n changes the random problems; TEST_JOBS the parallel builds. With nvcc, it
-# also compiles the CUDA test and quickstart and runs tests/test_cuda.cu, which skips cleanly
-# (0 passed, 0 failed) where there is no GPU: CI compiles the CUDA code, the GPU runs make test-cuda.
+# make test (the quick loop, about a minute on 2 cores): every tests/test_*.c (CUDA ones excluded)
+# built and run, tests/test_api again with SELSCAN_CPU=portable, and the build checks
+# (tests/build_checks.sh) without nvcc.
+# make test-all (what CI runs): make test's suites, the build checks with nvcc where it exists, the
+# CUDA test and quickstart compiled (tests/test_cuda.cu runs and skips cleanly, 0 passed, 0 failed,
+# without a GPU), every suite again under AddressSanitizer + UBSan on a smaller random matrix
+# (SELSCAN_TEST_QUICK=1), and the suites for arm64 under qemu-user where the cross tools exist.
+# tests/run.sh sums the "N passed, N failed" lines into the last line of the output and fails when
+# anything failed. Suites that #define SELSCAN_IMPLEMENTATION build alone; the others link one
+# shared object (tests/selscan_impl.c). SELSCAN_TEST_SEED=n changes the random problems; TEST_JOBS
+# the parallel builds.
 TEST_SRCS       := $(sort $(filter-out %cuda%,$(wildcard tests/test_*.c)))
 TEST_STANDALONE := $(shell grep -l 'define SELSCAN_IMPLEMENTATION' $(TEST_SRCS) /dev/null 2>/dev/null)
 TEST_BINS       := $(patsubst tests/%.c,$(BUILD)/tests/%,$(TEST_SRCS))
@@ -45,10 +48,13 @@ TEST_CFLAGS     ?= -std=gnu11 -O2 -g -Wall -Wextra
 TEST_SANFLAGS   ?= -std=gnu11 -O0 -g -Wall -Wextra -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer
 TEST_JOBS       ?= $(shell nproc 2>/dev/null || echo 2)
 TEST_SAN_ENV    := SELSCAN_TEST_QUICK=1 ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
-.PHONY: test-build
+.PHONY: test-build test-build-quick test-all
 TEST_CUDA_BUILD := if $(MAKE) --no-print-directory -j2 $(BUILD)/test_cuda $(BUILD)/test_cuda_cl $(BUILD)/cuda_quickstart >$(BUILD)/cuda-build.log 2>&1; \
     then echo 'nvcc: compiled test_cuda, test_cuda_cl and cuda_quickstart'; echo '1 passed, 0 failed'; \
     else cat $(BUILD)/cuda-build.log; echo '0 passed, 1 failed'; exit 1; fi
+# the commands both targets run: the native suites, test_api on the portable path
+TEST_QUICK_CMDS := $(foreach b,$(TEST_BINS),./$(b)) "SELSCAN_CPU=portable ./$(BUILD)/tests/test_api"
+TEST_BUILD_CHECKS = "CC='$(CC)' CXX='$(CXX)' NVCC='$(1)' BUILD='$(BUILD)' bash tests/build_checks.sh"
 
 $(BUILD)/tests/selscan_impl.o: tests/selscan_impl.c selscan.h
 	@mkdir -p $(@D)
@@ -64,7 +70,7 @@ $(BUILD)/tests-san/selscan_impl.o: tests/selscan_impl.c selscan.h
 $(BUILD)/tests-san/%: tests/%.c tests/common.h selscan.h $(BUILD)/tests-san/selscan_impl.o
 	$(CC) $(TEST_SANFLAGS) -I. $< $(if $(filter $<,$(TEST_STANDALONE)),,$(BUILD)/tests-san/selscan_impl.o) -o $@ $(LDLIBS)
 
-# The same suites for arm64 (NEON and portable paths), run under qemu-user by make test where
+# The same suites for arm64 (NEON and portable paths), run under qemu-user by make test-all where
 # $(ARM64_CC) and qemu-aarch64 are installed (.ci/run installs them): gcc contracts a * b + c
 # into fused operations there, which the x86 builds never do.
 ARM64_BINS := $(patsubst tests/%.c,$(BUILD)/arm64/%,$(TEST_SRCS))
@@ -78,12 +84,17 @@ $(BUILD)/arm64/%: tests/%.c tests/common.h selscan.h $(BUILD)/arm64/selscan_impl
 # test_fast_pcache and test_fast_portable are tests/test_fast.c built with other macros
 $(foreach d,tests tests-san arm64,$(BUILD)/$(d)/test_fast_pcache $(BUILD)/$(d)/test_fast_portable): tests/test_fast.c
 
+test-build-quick: $(TEST_BINS)
+
 test-build: $(TEST_BINS) $(TEST_SAN_BINS) $(if $(HAVE_ARM64),$(ARM64_BINS))
 
 test:
+	@$(MAKE) --no-print-directory -j$(TEST_JOBS) test-build-quick
+	@bash tests/run.sh $(TEST_QUICK_CMDS) $(call TEST_BUILD_CHECKS,none)
+
+test-all:
 	@$(MAKE) --no-print-directory -j$(TEST_JOBS) test-build
-	@bash tests/run.sh $(foreach b,$(TEST_BINS),./$(b)) \
-	    "CC='$(CC)' CXX='$(CXX)' NVCC='$(NVCC)' BUILD='$(BUILD)' bash tests/build_checks.sh" \
+	@bash tests/run.sh $(TEST_QUICK_CMDS) $(call TEST_BUILD_CHECKS,$(NVCC)) \
 	    $(if $(HAVE_NVCC),"$(TEST_CUDA_BUILD)" ./$(BUILD)/test_cuda ./$(BUILD)/test_cuda_cl) \
 	    $(foreach b,$(TEST_SAN_BINS),"$(TEST_SAN_ENV) ./$(b)") \
 	    $(if $(HAVE_ARM64),$(foreach b,$(ARM64_BINS),"$(ARM64_RUN) ./$(b)"),"echo 'skipped: arm64 suites (no $(ARM64_CC) or qemu-aarch64)'; echo '0 passed, 0 failed'")
@@ -140,20 +151,68 @@ test-cuda: $(BUILD)/test_cuda $(BUILD)/test_cuda_cl
 bench-cuda: $(BUILD)/bench_cuda
 	./$(BUILD)/bench_cuda
 
+# test-cuda-sanitize: both CUDA suites' quick matrix (SELSCAN_TEST_QUICK=1: every kernel and pass,
+# small) under compute-sanitizer's memcheck (with leak check), racecheck, initcheck and
+# synccheck: eight runs, side by side with make -j; a line per run with its error count, logs in
+# $(BUILD)/sanitize/; fails when a tool reports an error. Needs a GPU (minutes).
+SANITIZER       ?= compute-sanitizer
+SANITIZE_TOOLS  := memcheck racecheck initcheck synccheck
+SANITIZE_RUNS   := $(foreach t,$(SANITIZE_TOOLS),$(foreach b,test_cuda test_cuda_cl,sanitize-$(t)-$(b)))
+SANITIZE_FLAGS_memcheck := --leak-check full
+.PHONY: test-cuda-sanitize $(SANITIZE_RUNS)
+test-cuda-sanitize: $(SANITIZE_RUNS)
+	@echo "test-cuda-sanitize: no errors ($(words $(SANITIZE_RUNS)) runs)"
+
+$(SANITIZE_RUNS): sanitize-%: $(BUILD)/test_cuda $(BUILD)/test_cuda_cl
+	@mkdir -p $(BUILD)/sanitize
+	@t=$(word 1,$(subst -, ,$*)); b=$(word 2,$(subst -, ,$*)); log=$(BUILD)/sanitize/$*.log; \
+	SELSCAN_TEST_QUICK=1 $(SANITIZER) --tool $$t $(SANITIZE_FLAGS_$(word 1,$(subst -, ,$*))) --error-exitcode 99 ./$(BUILD)/$$b >$$log 2>&1; rc=$$?; \
+	printf '%-10s %-13s %s; suite: %s (exit %d)\n' $$t $$b "$$(grep -E '(ERROR|RACECHECK) SUMMARY' $$log | tail -1 | sed 's/^=* *//')" \
+	    "$$(grep -E '^[0-9]+ passed, [0-9]+ failed$$' $$log | tail -1)" $$rc; [ $$rc -eq 0 ]
+
+
+# ---- PyTorch package --------------------------------------------------------------------------
+# test-torch: a venv $(TORCH_VENV) with torch from PyPI (the CUDA build: ~2 min and ~5 GB with its
+# nvidia-* wheels, which `import torch` needs), pytest and ninja, unless TORCH_PY names a Python
+# that imports torch; then `pip install --no-build-isolation ./python` (the extension against that
+# torch: CUDA kernels too where nvcc exists, SELSCAN_TORCH_CPU_ONLY=1 to skip them), then pytest
+# (GPU tests skip without a GPU). Ends with pytest's "N passed, N skipped" line.
+TORCH_VENV ?= $(BUILD)/torch-venv
+TORCH_PYTHON = $(or $(TORCH_PY),$(abspath $(TORCH_VENV))/bin/python)
+.PHONY: test-torch torch-install
+torch-install:
+	@py="$(TORCH_PYTHON)"; \
+	if ! "$$py" -c 'import torch' >/dev/null 2>&1; then \
+	  echo "test-torch: installing torch into $(TORCH_VENV)"; \
+	  python3 -m venv $(TORCH_VENV) && py="$(abspath $(TORCH_VENV))/bin/python" && \
+	  "$$py" -m pip install -q --upgrade pip setuptools && \
+	  "$$py" -m pip install -q torch numpy || exit 1; \
+	fi; \
+	"$$py" -m pip install -q pytest ninja && \
+	echo "test-torch: building selscan_torch" && \
+	PATH="$$(dirname "$$py"):$$PATH" MAX_JOBS="$${MAX_JOBS:-2}" "$$py" -m pip install -q --no-build-isolation ./python
+
+test-torch: torch-install
+	@cd python/tests && "$(TORCH_PYTHON)" -m pytest -q -p no:cacheprovider .
 
 # ---- TensorFlow op ----------------------------------------------------------------------------
-# tf-op: builds $(BUILD)/tf_op/_selscan_tf_ops.so with the flags of tf.sysconfig, from a Python
-# that imports tensorflow (TF_PY=..., else python3, else $(TF_VENV)). With nvcc (and
-# selscan_cuda.cuh) it adds the GPU kernels: selscan_tf_gpu.cc (host compiler, GOOGLE_CUDA=1) and
-# selscan_tf_kernels.cu (nvcc, no TensorFlow headers). Without nvcc: CPU kernels only.
-# test-tf: installs a CPU TensorFlow into $(TF_VENV) when none is importable, builds, runs the tests.
+# The package (CI: make test-tf): examples/tf_op is a pip-installable Python package, selscan_tf,
+# whose setup.py compiles the op against the installed TensorFlow (tf.sysconfig flags; GPU kernels
+# when nvcc and a CUDA TensorFlow are there). test-tf: a virtual environment $(TF_VENV) with a CPU
+# TensorFlow, scikit-learn, setuptools and wheel from PyPI (TF_PY=/path/to/python uses that one),
+# `pip install --no-build-isolation ./examples/tf_op`, then every examples/tf_op/tests/test_*.py
+# (the op; the MambaVision mixer against a float64 reference, serialization, XLA; the learning test).
+# tf-op: the op alone with the rules below, into $(BUILD)/tf_op/_selscan_tf_ops.so (development, and
+# with nvcc it compiles the GPU TU against any TensorFlow: selscan_tf_gpu.cc (host compiler,
+# GOOGLE_CUDA=1) and selscan_tf_kernels.cu (nvcc, no TensorFlow headers), for the same GPUs as
+# setup.py; PYTHONPATH=examples/tf_op/python then imports it). tf-gpu-check: the CUDA TU on a GPU.
 TF_DIR      := examples/tf_op
 TF_VENV     ?= $(BUILD)/tf-venv
 TF_OUT      := $(BUILD)/tf_op
 TF_SO       := $(TF_OUT)/_selscan_tf_ops.so
 TF_CXXFLAGS ?= -O2
 TF_WARN     := -Wall -Wextra -Wno-maybe-uninitialized
-TF_NVFLAGS  ?= -O3 -std=c++17 -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=[sm_90,compute_90]
+TF_NVFLAGS  ?= -O3 -std=c++17 --threads 0 $(foreach a,75 80 86 89,-gencode arch=compute_$(a),code=sm_$(a)) -gencode arch=compute_90,code=[sm_90,compute_90]
 TF_GPU      := $(if $(HAVE_NVCC),$(if $(wildcard selscan_cuda.cuh),1))
 CUDA_HOME   ?= $(patsubst %/bin/,%,$(dir $(shell command -v $(NVCC) 2>/dev/null)))
 ifdef TF_PY
@@ -170,9 +229,14 @@ tf-op:
 	$(MAKE) --no-print-directory $(TF_SO) TF_PY="$$py"
 
 test-tf:
-	@py="$$($(TF_DIR)/tf_python.sh --install $(TF_VENV))" && \
-	$(MAKE) --no-print-directory $(TF_SO) TF_PY="$$py" && \
-	"$$py" $(TF_DIR)/test_selscan_tf.py
+	@py="$$($(TF_DIR)/tf_python.sh --install $(TF_VENV))" && case "$$py" in /*) ;; *) py="$$PWD/$$py" ;; esac && \
+	{ "$$py" -c 'import sklearn, setuptools, wheel' 2>/dev/null || \
+	  "$$py" -m pip install -q --disable-pip-version-check scikit-learn setuptools wheel; } && \
+	t0=$$(date +%s) && \
+	"$$py" -m pip install -q --disable-pip-version-check --no-build-isolation --no-deps --force-reinstall ./$(TF_DIR) && \
+	echo "test-tf: pip built and installed selscan_tf from source in $$(( $$(date +%s) - t0 )) s" || exit 1; \
+	fail=0; for t in $(TF_DIR)/tests/test_*.py; do echo "== $$t"; (cd $(BUILD) && "$$py" "$(CURDIR)/$$t") || fail=1; done; \
+	exit $$fail
 
 $(TF_OUT):
 	mkdir -p $(TF_OUT)

@@ -15,6 +15,9 @@
  *     SELSCAN_NO_SIMD    the fast CPU path uses portable scalar code only (no runtime dispatch)
  *     SELSCAN_VALIDATION_ONLY  with SELSCAN_IMPLEMENTATION: only the internal validation helpers
  *                        (for a CUDA TU, whose CPU entry points come from another TU: faster nvcc)
+ *     SELSCAN_HEADER_FILE  this file's name as the implementation includes itself, once per
+ *                        instruction set (default "selscan.h"); set it if you renamed the file,
+ *                        e.g. -DSELSCAN_HEADER_FILE='"my_selscan.h"'
  *
  * ---------------------------------------------------------------------------------------------
  * WHAT IT COMPUTES (every backend computes exactly this)
@@ -69,21 +72,33 @@
  * ---------------------------------------------------------------------------------------------
  * CONTRACT
  *
- * The library never allocates, never prints, never aborts, keeps no global mutable state and is
- * reentrant. The caller owns every buffer, including the workspace: ask selscan_workspace_size()
- * first, pass a block of at least that size aligned to SELSCAN_WORKSPACE_ALIGN bytes (NULL when
- * the size is 0). Every entry point validates all it reads and returns a status; on any error not
- * one output byte is written. Whatever a backend cannot do, it refuses with
- * SELSCAN_ERR_UNSUPPORTED. All indexing is 64-bit; there is no limit on N, L or dim beyond
- * memory. Outputs must not overlap each other, any input or the workspace (checked on the byte
- * range each tensor spans; SELSCAN_ERR_ALIAS).
+ * The library never allocates, never prints, never aborts and is reentrant. The caller owns every
+ * buffer, including the workspace: ask selscan_workspace_size() first and pass any pointer to at
+ * least that many bytes (malloc's is fine; NULL when the size is 0): the size includes
+ * SELSCAN_WORKSPACE_ALIGN - 1 bytes of slack and every entry point aligns the pointer up inside.
+ * Every entry point validates all it reads and returns a status; on any error not one output byte
+ * is written, and when the problem's diag points at a selscan_diag, it names the operand and the
+ * rule that failed. Whatever a backend cannot do, it refuses with SELSCAN_ERR_UNSUPPORTED. All
+ * indexing is 64-bit; there is no limit on N, L or dim beyond memory. Outputs must not share an
+ * element's byte with each other, any input or the workspace (SELSCAN_ERR_ALIAS). Overlap is
+ * judged on elements where that is cheap to prove (views whose byte ranges overlap are accepted
+ * when their elements interleave without meeting, e.g. dB and dC as column blocks of one
+ * (batch, L, dt_rank + 2N) buffer: Mamba's x_proj layout), on byte ranges otherwise.
+ *
+ * Global state: exactly two caches, both write-once and idempotent (every thread computes the
+ * same value; a race only repeats the computation): the CPU vector path (detected on first use,
+ * an atomic int; see CPU PATHS) and, in selscan_cuda.cuh, the per-device attribute cache. Nothing
+ * else persists between calls.
  *
  * ---------------------------------------------------------------------------------------------
  * CPU PATHS
  *
- * selscan_*_cpu run a vectorized path picked at run time from CPUID (each call; nothing cached):
- * AVX-512F, else AVX2+FMA+F16C, on x86-64 (per-function target attributes: no -march needed),
- * NEON on arm64, portable C elsewhere or with SELSCAN_NO_SIMD; selscan_cpu_backend() names it.
+ * selscan_*_cpu run a vectorized path picked at run time from CPUID (detected once, on first use,
+ * and cached): AVX-512F, else AVX2+FMA+F16C, on x86-64 (per-function target attributes: no -march
+ * needed), NEON on arm64, portable C elsewhere or with SELSCAN_NO_SIMD; selscan_cpu_backend()
+ * names it. The environment variable SELSCAN_CPU=avx512f|avx2|neon|portable, read once at that
+ * first use, forces a lower path (never above what the CPU runs): for bisecting a numeric
+ * difference between machines.
  * They run on the calling thread; the *_part forms (see the API) split the work for any thread
  * pool with bitwise the same results for every split. The exponential is a polynomial (within
  * 1.3 ulp; in steps where |dt * A| <= 86 it works on dt * (A log2 e) with A log2 e rounded once,
@@ -163,8 +178,9 @@ typedef enum selscan_dtype { SELSCAN_F32 = 0, SELSCAN_F16, SELSCAN_BF16 } selsca
 #define SELSCAN_FIXED_C 4u        /* C is (dim, N) f32, constant over time */
 #define SELSCAN__KNOWN_FLAGS (SELSCAN_DELTA_SOFTPLUS | SELSCAN_FIXED_B | SELSCAN_FIXED_C)
 
-/* The workspace must be aligned to this many bytes (malloc may not be enough: use
-   aligned_alloc / posix_memalign on the CPU; cudaMalloc is aligned to 256). */
+/* The alignment the library gives its workspace internally. Nothing is required of the caller: any
+   pointer works (malloc's included), because every selscan_workspace_size* answer includes
+   SELSCAN_WORKSPACE_ALIGN - 1 bytes of slack and every entry point aligns the pointer up inside. */
 #define SELSCAN_WORKSPACE_ALIGN 64
 
 /* A tensor: data pointer plus element strides per logical dimension (see OPERANDS above).
@@ -182,10 +198,12 @@ typedef struct selscan_out_tensor {
 } selscan_out_tensor;
 
 /* Optional: which operand and which rule an error status is about. Give a pointer to one in
-   selscan_problem.diag / selscan_step_problem.diag; on an error status the entry point (or
-   validate function) stores two static strings there, e.g. {"dB", "overlaps dC"}; nothing is
-   written on SELSCAN_OK. No allocation, no printing. With the parts API every part stores the
-   same strings: give each thread its own copy of the problem (or leave diag NULL). */
+   selscan_problem.diag / selscan_step_problem.diag; on an error status every validate function,
+   size query and CPU entry point stores two static strings there, e.g. {"dB", "overlaps dC"},
+   {"workspace", "too small"}, {"cu_seqlens", "not increasing"}, {"n_parts", "out of range"};
+   nothing is written on SELSCAN_OK. No allocation, no printing. (A NULL problem pointer has no
+   diag to write to.) With the parts API every part stores the same strings: give each thread its
+   own copy of the problem (or leave diag NULL). */
 typedef struct selscan_diag {
     const char *operand; /* "u", "delta", ..., "dB", "workspace", "checkpoint", "n_parts", ... */
     const char *rule;    /* e.g. "negative stride", "overlaps dC", "too small" */
@@ -247,10 +265,13 @@ SELSCAN_DEF selscan_status selscan_step_cpu(const selscan_step_problem *s);
      forward:  run selscan_forward_cpu_part for every part; done.
      backward: run selscan_backward_cpu_part for every part; when all have returned, run
                selscan_backward_cpu_reduce for every part (its own split: any n_parts, the same
-               workspace); it writes dA, dD, ddelta_bias and dB, dC.
+               workspace); it writes dA, dD, ddelta_bias and dB, dC. The parts fill dA, dD,
+               ddelta_bias and fixed dB / dC with NaN first, so a forgotten reduce shows as NaN
+               (variable dB / dC are left as they were: too large to fill for nothing).
      step:     selscan_step_cpu_part for every part (no workspace).
-   Each call validates everything, like the plain entry points. Example with OpenMP:
-       selscan_workspace_size_parts(&p, NULL, n, &bytes);   ws = aligned_alloc(64, bytes)
+   Each call validates everything, like the plain entry points. All parts get the same workspace
+   pointer (any alignment: each part aligns it up alike). Example with OpenMP:
+       selscan_workspace_size_parts(&p, NULL, n, &bytes);   ws = malloc(bytes)
        #pragma omp parallel for
        for (i = 0; i < n; i++) st[i] = selscan_forward_cpu_part(&p, i, n, ws, bytes); */
 SELSCAN_DEF selscan_status selscan_workspace_size_parts(const selscan_problem *p, const selscan_grads *g, int64_t n_parts, size_t *bytes);
@@ -268,8 +289,12 @@ SELSCAN_DEF selscan_status selscan_step_cpu_part(const selscan_step_problem *s, 
 SELSCAN_DEF selscan_status selscan_checkpoint_size(const selscan_problem *p, size_t *bytes);
 SELSCAN_DEF selscan_status selscan_forward_cpu_ckpt_part(const selscan_problem *p, int64_t part, int64_t n_parts, void *workspace, size_t workspace_bytes, float *ckpt, size_t ckpt_bytes);
 SELSCAN_DEF selscan_status selscan_backward_cpu_ckpt_part(const selscan_problem *p, const selscan_grads *g, int64_t part, int64_t n_parts, void *workspace, size_t workspace_bytes, const float *ckpt, size_t ckpt_bytes);
+/* The same without the parts API (n_parts = 1, the reduce included): workspace from
+   selscan_workspace_size(), bitwise the same results as the parts forms. */
+SELSCAN_DEF selscan_status selscan_forward_cpu_ckpt(const selscan_problem *p, void *workspace, size_t workspace_bytes, float *ckpt, size_t ckpt_bytes);
+SELSCAN_DEF selscan_status selscan_backward_cpu_ckpt(const selscan_problem *p, const selscan_grads *g, void *workspace, size_t workspace_bytes, const float *ckpt, size_t ckpt_bytes);
 /* The vector path the CPU entry points use on this machine: "avx512f", "avx2+fma", "neon" or
-   "portable" (SELSCAN_NO_SIMD, or no supported extension). */
+   "portable" (SELSCAN_NO_SIMD, no supported extension, or lowered by SELSCAN_CPU). */
 SELSCAN_DEF const char *selscan_cpu_backend(void);
 
 /* The scalar reference: the exact, simple implementation every fast path is checked against.
@@ -298,6 +323,7 @@ SELSCAN_DEF uint16_t selscan_f32_to_bf16(float f);
 
 #include <errno.h>
 #include <math.h>
+#include <stdlib.h> /* getenv (SELSCAN_CPU) */
 #include <string.h>
 
 #ifdef __cplusplus
@@ -314,6 +340,12 @@ SELSCAN_DEF uint16_t selscan_f32_to_bf16(float f);
    the states inside a chunk, so its memory is O(N * L / SELSCAN__CHUNK) per channel in flight. */
 #define SELSCAN__CHUNK 64
 #define SELSCAN__SOFTPLUS_THRESHOLD 20.0f
+/* a static function some translation units do not call (the CUDA side's helpers) */
+#if defined(__GNUC__) || defined(__clang__)
+#define SELSCAN__MAYBE_UNUSED __attribute__((unused))
+#else
+#define SELSCAN__MAYBE_UNUSED
+#endif
 
 #ifndef SELSCAN_VALIDATION_ONLY /* public functions: the full implementation defines them */
 SELSCAN_DEF const char *selscan_status_string(selscan_status s) {
@@ -332,6 +364,7 @@ SELSCAN_DEF const char *selscan_status_string(selscan_status s) {
 #ifndef SELSCAN_VALIDATION_ONLY
 static uint32_t selscan__f32_bits(float f) { uint32_t u; memcpy(&u, &f, 4); return u; }
 static float selscan__bits_f32(uint32_t u) { float f; memcpy(&f, &u, 4); return f; }
+static float selscan__nan_f32(void) { return selscan__bits_f32(0x7fc00000u); }
 
 SELSCAN_DEF float selscan_bf16_to_f32(uint16_t h) { return selscan__bits_f32(SELSCAN__CAST(uint32_t, h) << 16); }
 
@@ -392,6 +425,23 @@ static void selscan__store(void *base, int64_t off, selscan_dtype t, float v) {
 
 static size_t selscan__dtype_size(selscan_dtype t) { return t == SELSCAN_F32 ? 4u : 2u; }
 
+/* ---- diagnostics: every failing check names its operand and rule (selscan_diag) ---- */
+
+/* Stores (operand, rule) into d when d is non-NULL; both are static strings. The CUDA side calls
+   it too (selscan_cuda.cuh). */
+static void selscan__diag_set(selscan_diag *d, const char *operand, const char *rule) {
+    if (d) {
+        d->operand = operand;
+        d->rule = rule;
+    }
+}
+static selscan_status selscan__fail(selscan_diag *d, selscan_status st, const char *operand, const char *rule) {
+    selscan__diag_set(d, operand, rule);
+    return st;
+}
+/* return status st, naming operand and rule in diag d */
+#define SELSCAN__FAIL(d, st, operand, rule) return selscan__fail((d), (st), (operand), (rule))
+
 /* A tensor with its strides resolved (defaults filled in) and its shape and dtype attached. */
 typedef struct selscan__ten {
     void *data;
@@ -399,6 +449,9 @@ typedef struct selscan__ten {
     int64_t n[4];     /* logical sizes */
     int nd;           /* number of dimensions */
     selscan_dtype dt; /* element type */
+    const char *name; /* the operand's name ("u", "dB", ...) and "overlaps <name>": for selscan_diag */
+    const char *ovl;
+    selscan_diag *diag; /* where a failing check of this tensor reports (may be NULL) */
 } selscan__ten;
 
 /* Everything an implementation needs, validated: sizes, flags and resolved tensors. */
@@ -409,6 +462,7 @@ typedef struct selscan__prob {
     const int64_t *cu;
     int64_t nseq;
     selscan__ten u, delta, A, B, C, D, z, bias, h0, y, hlast;
+    selscan_diag *diag; /* the problem's diag (may be NULL) */
 } selscan__prob;
 
 typedef struct selscan__grd {
@@ -447,12 +501,16 @@ static int selscan__size_ok(int64_t bytes) {
 
 /* Resolve strides: all zero means contiguous (row-major in the listed order). data: the tensor's
    pointer (inputs are only ever read through it). */
-static void selscan__resolve_data(selscan__ten *r, void *data, const int64_t *stride, int nd, int64_t n0,
-                                  int64_t n1, int64_t n2, int64_t n3, selscan_dtype dt) {
+static void selscan__resolve_data(selscan__ten *r, void *data, const int64_t *stride, const char *name,
+                                  const char *ovl, selscan_diag *diag, int nd, int64_t n0, int64_t n1, int64_t n2,
+                                  int64_t n3, selscan_dtype dt) {
     int i, allzero = 1;
     r->data = data;
     r->nd = nd;
     r->dt = dt;
+    r->name = name;
+    r->ovl = ovl;
+    r->diag = diag;
     r->n[0] = n0; r->n[1] = n1; r->n[2] = n2; r->n[3] = n3;
     for (i = nd; i < 4; i++) r->n[i] = 1;
     for (i = 0; i < nd; i++) if (stride[i] != 0) allzero = 0;
@@ -464,8 +522,10 @@ static void selscan__resolve_data(selscan__ten *r, void *data, const int64_t *st
     }
     for (i = nd; i < 4; i++) r->s[i] = 0;
 }
-#define selscan__resolve(r, t, nd, n0, n1, n2, n3, dt) \
-    selscan__resolve_data(r, SELSCAN__UNCONST((t)->data), (t)->stride, nd, n0, n1, n2, n3, dt)
+/* NAME: a string literal (the operand's name in the API) */
+#define selscan__resolve(r, t, NAME, diag, nd, n0, n1, n2, n3, dt)                                                  \
+    selscan__resolve_data(r, SELSCAN__UNCONST((t)->data), (t)->stride, NAME, "overlaps " NAME, diag, nd, n0, n1, n2, \
+                          n3, dt)
 
 /* Byte span [lo, hi) of a tensor; 0 if a stride is negative or the span overflows. */
 static int selscan__span(const selscan__ten *t, int64_t *bytes) {
@@ -485,6 +545,8 @@ static int selscan__span(const selscan__ten *t, int64_t *bytes) {
 static int selscan__aligned(const void *p, size_t align) {
     return SELSCAN__RCAST(uintptr_t, p) % align == 0;
 }
+static const char *selscan__name(const selscan__ten *t) { return t->name ? t->name : "tensor"; }
+static const char *selscan__ovl(const selscan__ten *t) { return t->ovl ? t->ovl : "overlaps another operand"; }
 
 /* Strides of a present tensor: non-negative, no overflow; for an output, no two elements at
    one address (sort the dimensions by stride; each must step past the span of the smaller). */
@@ -492,8 +554,11 @@ static selscan_status selscan__check_strides(const selscan__ten *t, int is_outpu
     int64_t bytes, s[4], n[4];
     int i, j, k = 0;
     if (!t->data) return SELSCAN_OK;
-    if (!selscan__aligned(t->data, selscan__dtype_size(t->dt))) return SELSCAN_ERR_STRIDE; /* misaligned elements */
-    if (!selscan__span(t, &bytes)) return SELSCAN_ERR_STRIDE;
+    if (!selscan__aligned(t->data, selscan__dtype_size(t->dt))) /* misaligned elements */
+        SELSCAN__FAIL(t->diag, SELSCAN_ERR_STRIDE, selscan__name(t), "misaligned");
+    for (i = 0; i < t->nd; i++)
+        if (t->s[i] < 0) SELSCAN__FAIL(t->diag, SELSCAN_ERR_STRIDE, selscan__name(t), "negative stride");
+    if (!selscan__span(t, &bytes)) SELSCAN__FAIL(t->diag, SELSCAN_ERR_STRIDE, selscan__name(t), "span overflows");
     if (!is_output) return SELSCAN_OK;
     for (i = 0; i < t->nd; i++) {
         if (t->n[i] <= 1) continue;
@@ -503,7 +568,7 @@ static selscan_status selscan__check_strides(const selscan__ten *t, int is_outpu
     {
         int64_t span = 1; /* elements covered by the dimensions so far */
         for (i = 0; i < k; i++) {
-            if (s[i] < span) return SELSCAN_ERR_STRIDE;
+            if (s[i] < span) SELSCAN__FAIL(t->diag, SELSCAN_ERR_STRIDE, selscan__name(t), "elements overlap");
             span = s[i] * (n[i] - 1) + span;
         }
     }
@@ -522,25 +587,87 @@ static int64_t selscan__bytes(const selscan__ten *t) {
     return b;
 }
 
-/* Every output against every other output and every input; the workspace against all. */
-static selscan_status selscan__check_alias(const selscan__ten *const *outs, int nout, const selscan__ten *const *ins,
-                                           int nin, const void *extra, int64_t extra_bytes, const void *ws,
-                                           int64_t ws_bytes) {
+/* 1 when no byte of an element of a is a byte of an element of b, proven cheaply (0: not proven).
+   For a modulus M (each byte stride of either tensor in turn): where every dimension of a tensor
+   either steps by a multiple of M or, all such dimensions together with the element, spans at
+   most M bytes, the tensor's bytes lie in one residue interval [base mod M, + extent) modulo M.
+   Two such intervals that do not meet (cyclically) prove the tensors disjoint: e.g. dB and dC
+   interleaved in one (batch, L, dt_rank + 2N) buffer. Strides must be validated (non-negative). */
+static int selscan__disjoint(const selscan__ten *a, const selscan__ten *b) {
+    const selscan__ten *t[2];
+    int k, i, j;
+    t[0] = a;
+    t[1] = b;
+    for (k = 0; k < 8; k++) {
+        const selscan__ten *c = t[k / 4];
+        const int dk = k % 4;
+        int64_t M, lo[2], ext[2], dlt;
+        int ok = 1;
+        if (dk >= c->nd || c->n[dk] <= 1) continue;
+        M = c->s[dk] * SELSCAN__CAST(int64_t, selscan__dtype_size(c->dt));
+        if (M <= 0) continue;
+        for (j = 0; j < 2 && ok; j++) {
+            const int64_t es = SELSCAN__CAST(int64_t, selscan__dtype_size(t[j]->dt));
+            int64_t e = es;
+            for (i = 0; i < t[j]->nd && ok; i++) {
+                const int64_t sb = t[j]->s[i] * es;
+                if (t[j]->n[i] <= 1 || sb % M == 0) continue;
+                e += (t[j]->n[i] - 1) * sb; /* spans are validated: no overflow */
+                if (e > M) ok = 0;
+            }
+            ext[j] = e;
+            lo[j] = SELSCAN__CAST(int64_t, SELSCAN__RCAST(uintptr_t, t[j]->data) % SELSCAN__CAST(uint64_t, M));
+        }
+        if (!ok) continue;
+        dlt = ((lo[1] - lo[0]) % M + M) % M; /* b's interval starts dlt bytes after a's */
+        if (dlt >= ext[0] && dlt + ext[1] <= M) return 1;
+    }
+    return 0;
+}
+
+/* Two present tensors share a byte of their elements (not proven disjoint). */
+static int selscan__ten_overlap(const selscan__ten *a, const selscan__ten *b) {
+    if (!a->data || !b->data) return 0;
+    if (!selscan__overlap(a->data, selscan__bytes(a), b->data, selscan__bytes(b))) return 0;
+    return !selscan__disjoint(a, b);
+}
+
+/* Every output against every other output and every input; the workspace against all. extra: a
+   flat buffer the call reads (its rule text: extra_ovl, e.g. "overlaps cu_seqlens"). */
+static selscan_status selscan__check_alias_d(const selscan__ten *const *outs, int nout, const selscan__ten *const *ins,
+                                             int nin, const void *extra, int64_t extra_bytes, const char *extra_ovl,
+                                             const void *ws, int64_t ws_bytes, selscan_diag *d) {
     int i, j;
     for (i = 0; i < nout; i++) {
         int64_t bi = selscan__bytes(outs[i]);
         if (!outs[i]->data) continue;
         for (j = i + 1; j < nout; j++)
-            if (selscan__overlap(outs[i]->data, bi, outs[j]->data, selscan__bytes(outs[j]))) return SELSCAN_ERR_ALIAS;
+            if (selscan__ten_overlap(outs[i], outs[j]))
+                SELSCAN__FAIL(d, SELSCAN_ERR_ALIAS, selscan__name(outs[i]), selscan__ovl(outs[j]));
         for (j = 0; j < nin; j++)
-            if (selscan__overlap(outs[i]->data, bi, ins[j]->data, selscan__bytes(ins[j]))) return SELSCAN_ERR_ALIAS;
-        if (selscan__overlap(outs[i]->data, bi, extra, extra_bytes)) return SELSCAN_ERR_ALIAS;
-        if (selscan__overlap(outs[i]->data, bi, ws, ws_bytes)) return SELSCAN_ERR_ALIAS;
+            if (selscan__ten_overlap(outs[i], ins[j]))
+                SELSCAN__FAIL(d, SELSCAN_ERR_ALIAS, selscan__name(outs[i]), selscan__ovl(ins[j]));
+        if (selscan__overlap(outs[i]->data, bi, extra, extra_bytes))
+            SELSCAN__FAIL(d, SELSCAN_ERR_ALIAS, selscan__name(outs[i]), extra_ovl);
+        if (selscan__overlap(outs[i]->data, bi, ws, ws_bytes))
+            SELSCAN__FAIL(d, SELSCAN_ERR_ALIAS, selscan__name(outs[i]), "overlaps workspace");
     }
     for (j = 0; j < nin; j++)
-        if (selscan__overlap(ws, ws_bytes, ins[j]->data, selscan__bytes(ins[j]))) return SELSCAN_ERR_ALIAS;
-    if (selscan__overlap(ws, ws_bytes, extra, extra_bytes)) return SELSCAN_ERR_ALIAS;
+        if (selscan__overlap(ws, ws_bytes, ins[j]->data, selscan__bytes(ins[j])))
+            SELSCAN__FAIL(d, SELSCAN_ERR_ALIAS, "workspace", selscan__ovl(ins[j]));
+    if (selscan__overlap(ws, ws_bytes, extra, extra_bytes)) SELSCAN__FAIL(d, SELSCAN_ERR_ALIAS, "workspace", extra_ovl);
     return SELSCAN_OK;
+}
+
+/* The same, reporting to the first diag the tensors carry; extra is the sequence offsets. */
+static SELSCAN__MAYBE_UNUSED selscan_status selscan__check_alias(const selscan__ten *const *outs, int nout,
+                                                                 const selscan__ten *const *ins, int nin, const void *extra,
+                                                                 int64_t extra_bytes, const void *ws, int64_t ws_bytes) {
+    selscan_diag *d = NULL;
+    int i;
+    for (i = 0; i < nout && !d; i++) d = outs[i]->diag;
+    for (i = 0; i < nin && !d; i++) d = ins[i]->diag;
+    return selscan__check_alias_d(outs, nout, ins, nin, extra, extra_bytes, "overlaps cu_seqlens", ws, ws_bytes, d);
 }
 
 static int selscan__dtype_ok(selscan_dtype t) {
@@ -552,24 +679,36 @@ static int selscan__dtype_ok(selscan_dtype t) {
 static selscan_status selscan__check_problem(const selscan_problem *p, selscan__prob *q, int need_y) {
     int64_t G, i;
     selscan_status st;
+    selscan_diag *d;
     if (!p) return SELSCAN_ERR_NULL;
-    if (!selscan__dtype_ok(p->dtype)) return SELSCAN_ERR_DTYPE;
-    if (p->flags & ~SELSCAN__KNOWN_FLAGS) return SELSCAN_ERR_UNSUPPORTED;
+    d = p->diag;
+    q->diag = d;
+    if (!selscan__dtype_ok(p->dtype)) SELSCAN__FAIL(d, SELSCAN_ERR_DTYPE, "dtype", "unknown dtype");
+    if (p->flags & ~SELSCAN__KNOWN_FLAGS) SELSCAN__FAIL(d, SELSCAN_ERR_UNSUPPORTED, "flags", "unknown flag");
     G = p->n_groups == 0 ? 1 : p->n_groups;
-    if (p->batch <= 0 || p->dim <= 0 || p->seqlen <= 0 || p->dstate <= 0 || G <= 0 || p->dim % G != 0)
-        return SELSCAN_ERR_SHAPE;
-    if (!p->u.data || !p->delta.data || !p->A.data || !p->B.data || !p->C.data || (need_y && !p->y.data))
-        return SELSCAN_ERR_NULL;
+    if (p->batch <= 0) SELSCAN__FAIL(d, SELSCAN_ERR_SHAPE, "batch", "not positive");
+    if (p->dim <= 0) SELSCAN__FAIL(d, SELSCAN_ERR_SHAPE, "dim", "not positive");
+    if (p->seqlen <= 0) SELSCAN__FAIL(d, SELSCAN_ERR_SHAPE, "seqlen", "not positive");
+    if (p->dstate <= 0) SELSCAN__FAIL(d, SELSCAN_ERR_SHAPE, "dstate", "not positive");
+    if (G <= 0 || p->dim % G != 0) SELSCAN__FAIL(d, SELSCAN_ERR_SHAPE, "n_groups", "does not divide dim");
+    if (!p->u.data) SELSCAN__FAIL(d, SELSCAN_ERR_NULL, "u", "missing");
+    if (!p->delta.data) SELSCAN__FAIL(d, SELSCAN_ERR_NULL, "delta", "missing");
+    if (!p->A.data) SELSCAN__FAIL(d, SELSCAN_ERR_NULL, "A", "missing");
+    if (!p->B.data) SELSCAN__FAIL(d, SELSCAN_ERR_NULL, "B", "missing");
+    if (!p->C.data) SELSCAN__FAIL(d, SELSCAN_ERR_NULL, "C", "missing");
+    if (need_y && !p->y.data) SELSCAN__FAIL(d, SELSCAN_ERR_NULL, "y", "missing");
     if (p->cu_seqlens) {
         /* the row count is checked before cu_seqlens[n_seqs] is read (its index must exist) */
-        if (p->batch != 1 || p->n_seqs <= 0 || !selscan__aligned(p->cu_seqlens, 8) ||
-            !selscan__count_ok(p->n_seqs, p->dim, p->dstate, 1) ||
-            p->cu_seqlens[0] != 0 || p->cu_seqlens[p->n_seqs] != p->seqlen)
-            return SELSCAN_ERR_SHAPE;
+        if (p->batch != 1) SELSCAN__FAIL(d, SELSCAN_ERR_SHAPE, "batch", "not 1 with cu_seqlens");
+        if (p->n_seqs <= 0 || !selscan__count_ok(p->n_seqs, p->dim, p->dstate, 1))
+            SELSCAN__FAIL(d, SELSCAN_ERR_SHAPE, "n_seqs", "out of range");
+        if (!selscan__aligned(p->cu_seqlens, 8)) SELSCAN__FAIL(d, SELSCAN_ERR_SHAPE, "cu_seqlens", "misaligned");
+        if (p->cu_seqlens[0] != 0) SELSCAN__FAIL(d, SELSCAN_ERR_SHAPE, "cu_seqlens", "first offset not 0");
+        if (p->cu_seqlens[p->n_seqs] != p->seqlen) SELSCAN__FAIL(d, SELSCAN_ERR_SHAPE, "cu_seqlens", "last offset not seqlen");
         for (i = 0; i < p->n_seqs; i++)
-            if (p->cu_seqlens[i + 1] < p->cu_seqlens[i]) return SELSCAN_ERR_SHAPE;
+            if (p->cu_seqlens[i + 1] < p->cu_seqlens[i]) SELSCAN__FAIL(d, SELSCAN_ERR_SHAPE, "cu_seqlens", "not increasing");
     } else if (p->n_seqs != 0) {
-        return SELSCAN_ERR_NULL; /* n_seqs without the offsets */
+        SELSCAN__FAIL(d, SELSCAN_ERR_NULL, "cu_seqlens", "missing (n_seqs given)");
     }
     q->batch = p->batch; q->dim = p->dim; q->L = p->seqlen; q->N = p->dstate; q->G = G; q->dpg = p->dim / G;
     q->rows = p->cu_seqlens ? p->n_seqs : p->batch;
@@ -580,20 +719,20 @@ static selscan_status selscan__check_problem(const selscan_problem *p, selscan__
     q->cu = p->cu_seqlens; q->nseq = p->n_seqs;
     if (!selscan__count_ok(q->batch, q->dim, q->L, 1) || !selscan__count_ok(q->batch, q->G, q->N, q->L) ||
         !selscan__count_ok(q->rows, q->dim, q->N, 1))
-        return SELSCAN_ERR_SHAPE;
-    selscan__resolve(&q->u, &p->u, 3, q->batch, q->dim, q->L, 1, q->dt);
-    selscan__resolve(&q->delta, &p->delta, 3, q->batch, q->dim, q->L, 1, q->dt);
-    selscan__resolve(&q->z, &p->z, 3, q->batch, q->dim, q->L, 1, q->dt);
-    selscan__resolve(&q->y, &p->y, 3, q->batch, q->dim, q->L, 1, q->dt);
-    selscan__resolve(&q->A, &p->A, 2, q->dim, q->N, 1, 1, SELSCAN_F32);
-    if (q->fixB) selscan__resolve(&q->B, &p->B, 2, q->dim, q->N, 1, 1, SELSCAN_F32);
-    else selscan__resolve(&q->B, &p->B, 4, q->batch, q->G, q->N, q->L, q->dt);
-    if (q->fixC) selscan__resolve(&q->C, &p->C, 2, q->dim, q->N, 1, 1, SELSCAN_F32);
-    else selscan__resolve(&q->C, &p->C, 4, q->batch, q->G, q->N, q->L, q->dt);
-    selscan__resolve(&q->D, &p->D, 1, q->dim, 1, 1, 1, SELSCAN_F32);
-    selscan__resolve(&q->bias, &p->delta_bias, 1, q->dim, 1, 1, 1, SELSCAN_F32);
-    selscan__resolve(&q->h0, &p->h0, 3, q->rows, q->dim, q->N, 1, SELSCAN_F32);
-    selscan__resolve(&q->hlast, &p->h_last, 3, q->rows, q->dim, q->N, 1, SELSCAN_F32);
+        SELSCAN__FAIL(d, SELSCAN_ERR_SHAPE, "problem", "element count overflows");
+    selscan__resolve(&q->u, &p->u, "u", d, 3, q->batch, q->dim, q->L, 1, q->dt);
+    selscan__resolve(&q->delta, &p->delta, "delta", d, 3, q->batch, q->dim, q->L, 1, q->dt);
+    selscan__resolve(&q->z, &p->z, "z", d, 3, q->batch, q->dim, q->L, 1, q->dt);
+    selscan__resolve(&q->y, &p->y, "y", d, 3, q->batch, q->dim, q->L, 1, q->dt);
+    selscan__resolve(&q->A, &p->A, "A", d, 2, q->dim, q->N, 1, 1, SELSCAN_F32);
+    if (q->fixB) selscan__resolve(&q->B, &p->B, "B", d, 2, q->dim, q->N, 1, 1, SELSCAN_F32);
+    else selscan__resolve(&q->B, &p->B, "B", d, 4, q->batch, q->G, q->N, q->L, q->dt);
+    if (q->fixC) selscan__resolve(&q->C, &p->C, "C", d, 2, q->dim, q->N, 1, 1, SELSCAN_F32);
+    else selscan__resolve(&q->C, &p->C, "C", d, 4, q->batch, q->G, q->N, q->L, q->dt);
+    selscan__resolve(&q->D, &p->D, "D", d, 1, q->dim, 1, 1, 1, SELSCAN_F32);
+    selscan__resolve(&q->bias, &p->delta_bias, "delta_bias", d, 1, q->dim, 1, 1, 1, SELSCAN_F32);
+    selscan__resolve(&q->h0, &p->h0, "h0", d, 3, q->rows, q->dim, q->N, 1, SELSCAN_F32);
+    selscan__resolve(&q->hlast, &p->h_last, "h_last", d, 3, q->rows, q->dim, q->N, 1, SELSCAN_F32);
     {
         const selscan__ten *ins[] = {&q->u, &q->delta, &q->A, &q->B, &q->C, &q->D, &q->z, &q->bias, &q->h0};
         for (i = 0; i < SELSCAN__CAST(int64_t, sizeof ins / sizeof ins[0]); i++)
@@ -604,23 +743,24 @@ static selscan_status selscan__check_problem(const selscan_problem *p, selscan__
 
 static selscan_status selscan__check_grads(const selscan__prob *q, const selscan_grads *g, selscan__grd *r) {
     selscan_status st;
+    selscan_diag *d = q->diag;
     int i;
-    if (!g) return SELSCAN_ERR_NULL;
-    if (!g->dy.data) return SELSCAN_ERR_NULL;
-    if (g->dz.data && !q->z.data) return SELSCAN_ERR_NULL; /* dz of an absent z */
-    selscan__resolve(&r->dy, &g->dy, 3, q->batch, q->dim, q->L, 1, q->dt);
-    selscan__resolve(&r->dhlast, &g->dh_last, 3, q->rows, q->dim, q->N, 1, SELSCAN_F32);
-    selscan__resolve(&r->du, &g->du, 3, q->batch, q->dim, q->L, 1, q->dt);
-    selscan__resolve(&r->ddelta, &g->ddelta, 3, q->batch, q->dim, q->L, 1, q->dt);
-    selscan__resolve(&r->dz, &g->dz, 3, q->batch, q->dim, q->L, 1, q->dt);
-    selscan__resolve(&r->dA, &g->dA, 2, q->dim, q->N, 1, 1, SELSCAN_F32);
-    if (q->fixB) selscan__resolve(&r->dB, &g->dB, 2, q->dim, q->N, 1, 1, SELSCAN_F32);
-    else selscan__resolve(&r->dB, &g->dB, 4, q->batch, q->G, q->N, q->L, q->dt);
-    if (q->fixC) selscan__resolve(&r->dC, &g->dC, 2, q->dim, q->N, 1, 1, SELSCAN_F32);
-    else selscan__resolve(&r->dC, &g->dC, 4, q->batch, q->G, q->N, q->L, q->dt);
-    selscan__resolve(&r->dD, &g->dD, 1, q->dim, 1, 1, 1, SELSCAN_F32);
-    selscan__resolve(&r->dbias, &g->ddelta_bias, 1, q->dim, 1, 1, 1, SELSCAN_F32);
-    selscan__resolve(&r->dh0, &g->dh0, 3, q->rows, q->dim, q->N, 1, SELSCAN_F32);
+    if (!g) SELSCAN__FAIL(d, SELSCAN_ERR_NULL, "grads", "missing");
+    if (!g->dy.data) SELSCAN__FAIL(d, SELSCAN_ERR_NULL, "dy", "missing");
+    if (g->dz.data && !q->z.data) SELSCAN__FAIL(d, SELSCAN_ERR_NULL, "dz", "asked for without z");
+    selscan__resolve(&r->dy, &g->dy, "dy", d, 3, q->batch, q->dim, q->L, 1, q->dt);
+    selscan__resolve(&r->dhlast, &g->dh_last, "dh_last", d, 3, q->rows, q->dim, q->N, 1, SELSCAN_F32);
+    selscan__resolve(&r->du, &g->du, "du", d, 3, q->batch, q->dim, q->L, 1, q->dt);
+    selscan__resolve(&r->ddelta, &g->ddelta, "ddelta", d, 3, q->batch, q->dim, q->L, 1, q->dt);
+    selscan__resolve(&r->dz, &g->dz, "dz", d, 3, q->batch, q->dim, q->L, 1, q->dt);
+    selscan__resolve(&r->dA, &g->dA, "dA", d, 2, q->dim, q->N, 1, 1, SELSCAN_F32);
+    if (q->fixB) selscan__resolve(&r->dB, &g->dB, "dB", d, 2, q->dim, q->N, 1, 1, SELSCAN_F32);
+    else selscan__resolve(&r->dB, &g->dB, "dB", d, 4, q->batch, q->G, q->N, q->L, q->dt);
+    if (q->fixC) selscan__resolve(&r->dC, &g->dC, "dC", d, 2, q->dim, q->N, 1, 1, SELSCAN_F32);
+    else selscan__resolve(&r->dC, &g->dC, "dC", d, 4, q->batch, q->G, q->N, q->L, q->dt);
+    selscan__resolve(&r->dD, &g->dD, "dD", d, 1, q->dim, 1, 1, 1, SELSCAN_F32);
+    selscan__resolve(&r->dbias, &g->ddelta_bias, "ddelta_bias", d, 1, q->dim, 1, 1, 1, SELSCAN_F32);
+    selscan__resolve(&r->dh0, &g->dh0, "dh0", d, 3, q->rows, q->dim, q->N, 1, SELSCAN_F32);
     if ((st = selscan__check_strides(&r->dy, 0)) != SELSCAN_OK) return st;
     if ((st = selscan__check_strides(&r->dhlast, 0)) != SELSCAN_OK) return st;
     {
@@ -633,6 +773,20 @@ static selscan_status selscan__check_grads(const selscan__prob *q, const selscan
 
 static int64_t selscan__align_up(int64_t x) {
     return (x + SELSCAN_WORKSPACE_ALIGN - 1) / SELSCAN_WORKSPACE_ALIGN * SELSCAN_WORKSPACE_ALIGN;
+}
+
+/* A size the caller is told: need plus the slack that lets any pointer be aligned up inside. */
+static SELSCAN__MAYBE_UNUSED int64_t selscan__with_slack(int64_t need) { return need > 0 ? need + SELSCAN_WORKSPACE_ALIGN - 1 : 0; }
+
+/* The caller's workspace pointer aligned up to SELSCAN_WORKSPACE_ALIGN, and the bytes left after
+   the padding (0 when the padding does not fit). Every CPU entry point works on this. */
+static SELSCAN__MAYBE_UNUSED void *selscan__ws_align(void *ws, size_t bytes, size_t *left) {
+    size_t pad;
+    if (!ws) { *left = bytes; return ws; }
+    pad = SELSCAN__CAST(size_t, (SELSCAN_WORKSPACE_ALIGN - SELSCAN__RCAST(uintptr_t, ws) % SELSCAN_WORKSPACE_ALIGN) %
+                                    SELSCAN_WORKSPACE_ALIGN);
+    *left = bytes >= pad ? bytes - pad : 0;
+    return SELSCAN__CAST(char *, ws) + (bytes >= pad ? pad : 0);
 }
 
 /* Workspace of the CPU entry points, in bytes (the fast path may need more than the reference;
@@ -649,28 +803,34 @@ static int64_t selscan__ws_backward_ref(const selscan__prob *q, const selscan__g
     return selscan__align_up(selscan__smul(floats, 4));
 }
 
-static selscan_status selscan__check_ws(const void *ws, size_t bytes, int64_t need) {
-    if (!selscan__size_ok(need)) return SELSCAN_ERR_SHAPE; /* does not fit 64 bits / size_t */
+/* An (already aligned-up) workspace of bytes bytes for a need of need bytes (need <= 0: none). */
+static selscan_status selscan__check_ws_d(const void *ws, size_t bytes, int64_t need, selscan_diag *d) {
+    if (!selscan__size_ok(need)) SELSCAN__FAIL(d, SELSCAN_ERR_SHAPE, "workspace", "size overflows"); /* 64 bits / size_t */
     if (need <= 0) return SELSCAN_OK;
-    if (!ws || bytes < SELSCAN__CAST(size_t, need)) return SELSCAN_ERR_WORKSPACE;
-    if (SELSCAN__RCAST(uintptr_t, ws) % SELSCAN_WORKSPACE_ALIGN != 0) return SELSCAN_ERR_WORKSPACE;
+    if (!ws) SELSCAN__FAIL(d, SELSCAN_ERR_WORKSPACE, "workspace", "missing");
+    if (bytes < SELSCAN__CAST(size_t, need)) SELSCAN__FAIL(d, SELSCAN_ERR_WORKSPACE, "workspace", "too small");
+    if (SELSCAN__RCAST(uintptr_t, ws) % SELSCAN_WORKSPACE_ALIGN != 0)
+        SELSCAN__FAIL(d, SELSCAN_ERR_WORKSPACE, "workspace", "misaligned");
     return SELSCAN_OK;
+}
+static SELSCAN__MAYBE_UNUSED selscan_status selscan__check_ws(const void *ws, size_t bytes, int64_t need) {
+    return selscan__check_ws_d(ws, bytes, need, NULL);
 }
 
 /* The forward's outputs and workspace, for a problem selscan__check_problem already accepted:
-   outputs' strides, aliasing, workspace (ws_need < 0: not checked). */
+   outputs' strides, aliasing, workspace (ws_need < 0: not checked; ws already aligned up). */
 static selscan_status selscan__validate_forward_outputs(const selscan__prob *q, const void *ws, size_t ws_bytes,
                                                         int64_t ws_need) {
     selscan_status st;
     if ((st = selscan__check_strides(&q->y, 1)) != SELSCAN_OK) return st;
     if ((st = selscan__check_strides(&q->hlast, 1)) != SELSCAN_OK) return st;
-    if (ws_need >= 0 && (st = selscan__check_ws(ws, ws_bytes, ws_need)) != SELSCAN_OK) return st;
+    if (ws_need >= 0 && (st = selscan__check_ws_d(ws, ws_bytes, ws_need, q->diag)) != SELSCAN_OK) return st;
     {
         const selscan__ten *outs[] = {&q->y, &q->hlast};
         const selscan__ten *ins[] = {&q->u, &q->delta, &q->A, &q->B, &q->C, &q->D, &q->z, &q->bias, &q->h0};
         int64_t cub = q->cu ? (q->nseq + 1) * 8 : 0;
-        return selscan__check_alias(outs, 2, ins, 9, q->cu, cub, ws_need > 0 ? ws : NULL,
-                                    ws_need > 0 ? SELSCAN__CAST(int64_t, ws_bytes) : 0);
+        return selscan__check_alias_d(outs, 2, ins, 9, q->cu, cub, "overlaps cu_seqlens", ws_need > 0 ? ws : NULL,
+                                      ws_need > 0 ? SELSCAN__CAST(int64_t, ws_bytes) : 0, q->diag);
     }
 }
 
@@ -689,13 +849,13 @@ static selscan_status selscan__validate_backward(const selscan_problem *p, const
     if (st != SELSCAN_OK) return st;
     if ((st = selscan__check_grads(q, g, r)) != SELSCAN_OK) return st;
     need = ws_kind ? selscan__ws_backward_ref(q, r) : -1;
-    if (need >= 0 && (st = selscan__check_ws(ws, ws_bytes, need)) != SELSCAN_OK) return st;
+    if (need >= 0 && (st = selscan__check_ws_d(ws, ws_bytes, need, q->diag)) != SELSCAN_OK) return st;
     {
         const selscan__ten *outs[] = {&r->du, &r->ddelta, &r->dA, &r->dB, &r->dC, &r->dD, &r->dz, &r->dbias, &r->dh0};
         const selscan__ten *ins[] = {&q->u, &q->delta, &q->A, &q->B, &q->C, &q->D, &q->z, &q->bias, &q->h0, &r->dy, &r->dhlast};
         int64_t cub = q->cu ? (q->nseq + 1) * 8 : 0;
-        return selscan__check_alias(outs, 9, ins, 11, q->cu, cub, need > 0 ? ws : NULL,
-                                    need > 0 ? SELSCAN__CAST(int64_t, ws_bytes) : 0);
+        return selscan__check_alias_d(outs, 9, ins, 11, q->cu, cub, "overlaps cu_seqlens", need > 0 ? ws : NULL,
+                                      need > 0 ? SELSCAN__CAST(int64_t, ws_bytes) : 0, q->diag);
     }
 }
 
@@ -719,7 +879,7 @@ SELSCAN_DEF selscan_status selscan_workspace_size(const selscan_problem *p, cons
     selscan__grd r;
     selscan_status st;
     int64_t ref, fast;
-    if (!bytes) return SELSCAN_ERR_NULL;
+    if (!bytes) return selscan__fail(p ? p->diag : NULL, SELSCAN_ERR_NULL, "bytes", "missing");
     if (g) {
         if ((st = selscan__validate_backward(p, g, &q, &r, NULL, 0, 0)) != SELSCAN_OK) return st;
         ref = selscan__ws_backward_ref(&q, &r);
@@ -729,8 +889,10 @@ SELSCAN_DEF selscan_status selscan_workspace_size(const selscan_problem *p, cons
         ref = selscan__ws_forward_ref(&q);
         fast = selscan__ws_fast(&q, NULL, 1);
     }
-    if (!selscan__size_ok(ref) || !selscan__size_ok(fast)) return SELSCAN_ERR_SHAPE;
-    *bytes = SELSCAN__CAST(size_t, ref > fast ? ref : fast); /* enough for the reference and the fast path */
+    /* enough for the reference and the fast path, plus the alignment slack (any pointer works) */
+    if (!selscan__size_ok(ref) || !selscan__size_ok(fast) || !selscan__size_ok(selscan__with_slack(ref > fast ? ref : fast)))
+        return selscan__fail(p->diag, SELSCAN_ERR_SHAPE, "workspace", "size overflows"); /* 64 bits / size_t */
+    *bytes = SELSCAN__CAST(size_t, selscan__with_slack(ref > fast ? ref : fast));
     return SELSCAN_OK;
 }
 
@@ -821,6 +983,7 @@ SELSCAN_DEF selscan_status selscan_forward_ref(const selscan_problem *p, void *w
     selscan__prob q;
     selscan_status st = selscan__check_problem(p, &q, 1);
     if (st != SELSCAN_OK) return st;
+    workspace = selscan__ws_align(workspace, workspace_bytes, &workspace_bytes);
     st = selscan__validate_forward_outputs(&q, workspace, workspace_bytes, selscan__ws_forward_ref(&q));
     if (st != SELSCAN_OK) return st;
     { /* libm's expf / log1pf may set errno (ERANGE): the caller's errno is kept */
@@ -964,7 +1127,9 @@ SELSCAN_DEF selscan_status selscan_backward_ref(const selscan_problem *p, const 
                                                 size_t workspace_bytes) {
     selscan__prob q;
     selscan__grd r;
-    selscan_status st = selscan__validate_backward(p, g, &q, &r, workspace, workspace_bytes, 1);
+    selscan_status st;
+    workspace = selscan__ws_align(workspace, workspace_bytes, &workspace_bytes);
+    st = selscan__validate_backward(p, g, &q, &r, workspace, workspace_bytes, 1);
     if (st != SELSCAN_OK) return st;
     { /* the caller's errno is kept (see selscan_forward_ref) */
         const int saved_errno = errno;
@@ -985,6 +1150,7 @@ typedef struct selscan__stp {
     int softplus, fixB, fixC;
     const int32_t *idx;
     selscan__ten state, u, delta, A, B, C, D, z, bias, y;
+    selscan_diag *diag; /* the step problem's diag (may be NULL) */
 } selscan__stp;
 
 /* idx_on_host: state_index is host memory and is checked here (CPU); 0 for a device pointer
@@ -992,16 +1158,30 @@ typedef struct selscan__stp {
 static selscan_status selscan__validate_step_ex(const selscan_step_problem *s, selscan__stp *q, int idx_on_host) {
     int64_t G, i, j;
     selscan_status st;
+    selscan_diag *d;
     if (!s) return SELSCAN_ERR_NULL;
-    if (!selscan__dtype_ok(s->dtype)) return SELSCAN_ERR_DTYPE;
-    if (s->flags & ~SELSCAN__KNOWN_FLAGS) return SELSCAN_ERR_UNSUPPORTED;
+    d = s->diag;
+    q->diag = d;
+    if (!selscan__dtype_ok(s->dtype)) SELSCAN__FAIL(d, SELSCAN_ERR_DTYPE, "dtype", "unknown dtype");
+    if (s->flags & ~SELSCAN__KNOWN_FLAGS) SELSCAN__FAIL(d, SELSCAN_ERR_UNSUPPORTED, "flags", "unknown flag");
     G = s->n_groups == 0 ? 1 : s->n_groups;
     q->ncache = s->n_cache == 0 ? s->batch : s->n_cache;
-    if (s->batch <= 0 || s->dim <= 0 || s->dstate <= 0 || G <= 0 || s->dim % G != 0 || q->ncache <= 0 ||
-        (!s->state_index && q->ncache != s->batch) || (s->state_index && !selscan__aligned(s->state_index, 4)))
-        return SELSCAN_ERR_SHAPE;
-    if (!s->state.data || !s->u.data || !s->delta.data || !s->A.data || !s->B.data || !s->C.data || !s->y.data)
-        return SELSCAN_ERR_NULL;
+    if (s->batch <= 0) SELSCAN__FAIL(d, SELSCAN_ERR_SHAPE, "batch", "not positive");
+    if (s->dim <= 0) SELSCAN__FAIL(d, SELSCAN_ERR_SHAPE, "dim", "not positive");
+    if (s->dstate <= 0) SELSCAN__FAIL(d, SELSCAN_ERR_SHAPE, "dstate", "not positive");
+    if (G <= 0 || s->dim % G != 0) SELSCAN__FAIL(d, SELSCAN_ERR_SHAPE, "n_groups", "does not divide dim");
+    if (q->ncache <= 0) SELSCAN__FAIL(d, SELSCAN_ERR_SHAPE, "n_cache", "not positive");
+    if (!s->state_index && q->ncache != s->batch)
+        SELSCAN__FAIL(d, SELSCAN_ERR_SHAPE, "n_cache", "not batch without state_index");
+    if (s->state_index && !selscan__aligned(s->state_index, 4))
+        SELSCAN__FAIL(d, SELSCAN_ERR_SHAPE, "state_index", "misaligned");
+    if (!s->state.data) SELSCAN__FAIL(d, SELSCAN_ERR_NULL, "state", "missing");
+    if (!s->u.data) SELSCAN__FAIL(d, SELSCAN_ERR_NULL, "u", "missing");
+    if (!s->delta.data) SELSCAN__FAIL(d, SELSCAN_ERR_NULL, "delta", "missing");
+    if (!s->A.data) SELSCAN__FAIL(d, SELSCAN_ERR_NULL, "A", "missing");
+    if (!s->B.data) SELSCAN__FAIL(d, SELSCAN_ERR_NULL, "B", "missing");
+    if (!s->C.data) SELSCAN__FAIL(d, SELSCAN_ERR_NULL, "C", "missing");
+    if (!s->y.data) SELSCAN__FAIL(d, SELSCAN_ERR_NULL, "y", "missing");
     q->batch = s->batch; q->dim = s->dim; q->N = s->dstate; q->G = G; q->dpg = s->dim / G;
     q->dt = s->dtype;
     q->softplus = (s->flags & SELSCAN_DELTA_SOFTPLUS) != 0;
@@ -1010,26 +1190,26 @@ static selscan_status selscan__validate_step_ex(const selscan_step_problem *s, s
     q->idx = s->state_index;
     if (!selscan__count_ok(q->ncache, q->dim, q->N, 1) || !selscan__count_ok(q->batch, q->dim, 1, 1) ||
         !selscan__count_ok(q->batch, q->G, q->N, 1))
-        return SELSCAN_ERR_SHAPE;
+        SELSCAN__FAIL(d, SELSCAN_ERR_SHAPE, "problem", "element count overflows");
     if (q->idx && idx_on_host) {
         for (i = 0; i < q->batch; i++)
-            if (q->idx[i] >= q->ncache) return SELSCAN_ERR_SHAPE;
+            if (q->idx[i] >= q->ncache) SELSCAN__FAIL(d, SELSCAN_ERR_SHAPE, "state_index", "not below n_cache");
         for (i = 0; i < q->batch; i++)
             for (j = i + 1; j < q->batch && q->idx[i] >= 0; j++)
-                if (q->idx[j] == q->idx[i]) return SELSCAN_ERR_ALIAS;
+                if (q->idx[j] == q->idx[i]) SELSCAN__FAIL(d, SELSCAN_ERR_ALIAS, "state_index", "row used twice");
     }
-    selscan__resolve(&q->state, &s->state, 3, q->ncache, q->dim, q->N, 1, SELSCAN_F32);
-    selscan__resolve(&q->u, &s->u, 2, q->batch, q->dim, 1, 1, q->dt);
-    selscan__resolve(&q->delta, &s->delta, 2, q->batch, q->dim, 1, 1, q->dt);
-    selscan__resolve(&q->z, &s->z, 2, q->batch, q->dim, 1, 1, q->dt);
-    selscan__resolve(&q->y, &s->y, 2, q->batch, q->dim, 1, 1, q->dt);
-    selscan__resolve(&q->A, &s->A, 2, q->dim, q->N, 1, 1, SELSCAN_F32);
-    if (q->fixB) selscan__resolve(&q->B, &s->B, 2, q->dim, q->N, 1, 1, SELSCAN_F32);
-    else selscan__resolve(&q->B, &s->B, 3, q->batch, q->G, q->N, 1, q->dt);
-    if (q->fixC) selscan__resolve(&q->C, &s->C, 2, q->dim, q->N, 1, 1, SELSCAN_F32);
-    else selscan__resolve(&q->C, &s->C, 3, q->batch, q->G, q->N, 1, q->dt);
-    selscan__resolve(&q->D, &s->D, 1, q->dim, 1, 1, 1, SELSCAN_F32);
-    selscan__resolve(&q->bias, &s->delta_bias, 1, q->dim, 1, 1, 1, SELSCAN_F32);
+    selscan__resolve(&q->state, &s->state, "state", d, 3, q->ncache, q->dim, q->N, 1, SELSCAN_F32);
+    selscan__resolve(&q->u, &s->u, "u", d, 2, q->batch, q->dim, 1, 1, q->dt);
+    selscan__resolve(&q->delta, &s->delta, "delta", d, 2, q->batch, q->dim, 1, 1, q->dt);
+    selscan__resolve(&q->z, &s->z, "z", d, 2, q->batch, q->dim, 1, 1, q->dt);
+    selscan__resolve(&q->y, &s->y, "y", d, 2, q->batch, q->dim, 1, 1, q->dt);
+    selscan__resolve(&q->A, &s->A, "A", d, 2, q->dim, q->N, 1, 1, SELSCAN_F32);
+    if (q->fixB) selscan__resolve(&q->B, &s->B, "B", d, 2, q->dim, q->N, 1, 1, SELSCAN_F32);
+    else selscan__resolve(&q->B, &s->B, "B", d, 3, q->batch, q->G, q->N, 1, q->dt);
+    if (q->fixC) selscan__resolve(&q->C, &s->C, "C", d, 2, q->dim, q->N, 1, 1, SELSCAN_F32);
+    else selscan__resolve(&q->C, &s->C, "C", d, 3, q->batch, q->G, q->N, 1, q->dt);
+    selscan__resolve(&q->D, &s->D, "D", d, 1, q->dim, 1, 1, 1, SELSCAN_F32);
+    selscan__resolve(&q->bias, &s->delta_bias, "delta_bias", d, 1, q->dim, 1, 1, 1, SELSCAN_F32);
     {
         const selscan__ten *ins[] = {&q->u, &q->delta, &q->A, &q->B, &q->C, &q->D, &q->z, &q->bias};
         const selscan__ten *outs[] = {&q->state, &q->y};
@@ -1037,7 +1217,8 @@ static selscan_status selscan__validate_step_ex(const selscan_step_problem *s, s
             if ((st = selscan__check_strides(ins[i], 0)) != SELSCAN_OK) return st;
         for (i = 0; i < 2; i++)
             if ((st = selscan__check_strides(outs[i], 1)) != SELSCAN_OK) return st;
-        return selscan__check_alias(outs, 2, ins, 8, q->idx, q->idx ? q->batch * 4 : 0, NULL, 0);
+        return selscan__check_alias_d(outs, 2, ins, 8, q->idx, q->idx ? q->batch * 4 : 0, "overlaps state_index", NULL, 0,
+                                      d);
     }
 }
 
@@ -1097,8 +1278,12 @@ SELSCAN_DEF selscan_status selscan_step_ref(const selscan_step_problem *s) {
 }
 
 /* --------------------------------------------------------------------------------------------- */
-/*                                     fast CPU path                                             */
+/* >>fast                              fast CPU path                                             */
 /* --------------------------------------------------------------------------------------------- */
+/* Sections: >>fast (this layout), >>fast-tiles, >>fast-ckpt, >>fast-scratch, >>fast-isa (one
+   block per instruction set: >>isa-portable, >>isa-avx2, >>isa-avx512, >>isa-neon), >>fast-drivers,
+   >>fast-parts; the kernels are at the end of the file: >>fast-kernels (>>fast-math, >>fast-prep,
+   >>fast-forward, >>fast-backward, >>fast-step). */
 
 /* Layout of the work. A tile is W channels of one group (W = 16 with AVX-512, 8 with AVX2+FMA, 4
    with NEON, 1 portable); the state for each n is one vector over the tile's channels, so B and C
@@ -1122,7 +1307,9 @@ SELSCAN_DEF selscan_status selscan_step_ref(const selscan_step_problem *s) {
    dB, dC) are accumulated lane-wise over the block's tiles, reduced over lanes in a fixed order,
    and written as per-block partials to the shared workspace; sums over batch rows (dA, dD,
    ddelta_bias, fixed dB/dC) are written per batch row. selscan_backward_cpu_reduce() sums the
-   partials in a fixed order. So every gradient is bitwise the same for every n_parts. */
+   partials in a fixed order. So every gradient is bitwise the same for every n_parts.
+   The kernels (>>fast-kernels) are written once over vector primitives and compiled per
+   instruction set (>>fast-isa); the drivers (>>fast-drivers) pick one at run time. */
 
 #define SELSCAN__FT 64   /* forward chunk (steps) */
 #define SELSCAN__WMAX 16 /* widest vector (floats); scratch is sized for it */
@@ -1170,8 +1357,8 @@ enum { SELSCAN__ISA_PORTABLE = 0, SELSCAN__ISA_NEON = 1, SELSCAN__ISA_AVX2 = 2, 
 #include <arm_neon.h>
 #endif
 
-/* The best path this CPU runs (queried on every call: no cached global state). */
-static int selscan__cpu_isa(void) {
+/* The best path this CPU runs (CPUID + xgetbv on x86-64). */
+static int selscan__cpu_isa_detect(void) {
 #if defined(SELSCAN__HAVE_X86)
     unsigned c1 = 0, b7 = 0, xcr0 = 0;
     int isa = SELSCAN__ISA_PORTABLE;
@@ -1209,6 +1396,41 @@ static int selscan__cpu_isa(void) {
 #endif
 }
 
+/* The path the CPU entry points use: detected once, then cached (the library's only global state
+   on the CPU side: write-once, idempotent, every thread computes the same value). SELSCAN_CPU in
+   the environment (avx512f, avx2, neon, portable; read once, when the cache is filled) lowers it:
+   never above what this CPU runs. */
+static int selscan__cpu_isa_env(int have) {
+    const char *e = getenv("SELSCAN_CPU");
+    int want = have;
+    if (!e) return have;
+    if (strcmp(e, "avx512f") == 0) want = SELSCAN__ISA_AVX512;
+    else if (strcmp(e, "avx2") == 0) want = SELSCAN__ISA_AVX2;
+    else if (strcmp(e, "neon") == 0) want = SELSCAN__ISA_NEON;
+    else if (strcmp(e, "portable") == 0) want = SELSCAN__ISA_PORTABLE;
+    if (want > have) want = have;
+    if (want == SELSCAN__ISA_NEON && have != SELSCAN__ISA_NEON) want = SELSCAN__ISA_PORTABLE;
+    return want;
+}
+
+static int selscan__cpu_isa(void) {
+    static int cache; /* 0: not filled yet; else the path + 1 */
+    int v;
+#if defined(__GNUC__) || defined(__clang__)
+    v = __atomic_load_n(&cache, __ATOMIC_RELAXED);
+#else
+    v = *SELSCAN__CAST(volatile int *, &cache);
+#endif
+    if (v) return v - 1;
+    v = selscan__cpu_isa_env(selscan__cpu_isa_detect()) + 1;
+#if defined(__GNUC__) || defined(__clang__)
+    __atomic_store_n(&cache, v, __ATOMIC_RELAXED);
+#else
+    *SELSCAN__CAST(volatile int *, &cache) = v;
+#endif
+    return v - 1;
+}
+
 static int selscan__isa_width(int isa) {
     return isa == SELSCAN__ISA_AVX512 ? 16 : isa == SELSCAN__ISA_AVX2 ? 8 : isa == SELSCAN__ISA_NEON ? 4 : 1;
 }
@@ -1237,7 +1459,7 @@ static void selscan__split(int64_t n, int64_t part, int64_t nparts, int64_t *i0,
     *i1 = *i0 + q + (part < r ? 1 : 0);
 }
 
-/* ---- tile loads and stores (any strides, any dtype) ---- */
+/* ---- >>fast-tiles: tile loads and stores (any strides, any dtype), per-tile parameters ------ */
 
 static void selscan__cvt_row(float *dst, const void *base, int64_t off, int64_t stride, int64_t n, selscan_dtype t) {
     int64_t i;
@@ -1353,6 +1575,8 @@ static void selscan__state_out(const selscan__ten *x, int64_t row, int64_t d0, i
         for (n = 0; n < N; n++) SELSCAN__CAST(float *, x->data)[SELSCAN__AT3(*x, row, d0 + l, n)] = h[n * W + l];
 }
 
+/* ---- >>fast-ckpt: the forward's chunk states for the backward ------------------------------- */
+
 /* Chunk-state checkpoints written by the forward for the backward (selscan_checkpoint_size):
    (batch, dim, slots, N) f32; the state entering the chunk that starts at step s of sequence k
    is in slot s / SELSCAN__FT + k. */
@@ -1422,7 +1646,7 @@ static void selscan__step_bc(const selscan__stp *q, int64_t b, int64_t g, float 
     }
 }
 
-/* ---- scratch layouts (floats; every region a multiple of 16 floats) ---- */
+/* ---- >>fast-scratch: scratch layouts (floats; every region a multiple of 16 floats) --------- */
 
 typedef struct selscan__fscr {
     float *h, *A, *A2, *Bf, *Cf, *Bb, *Cb, *dt, *dtu, *u, *z, *y, *Dv, *bv, *tmp;
@@ -1528,814 +1752,45 @@ static void selscan__bsh_map(selscan__bsh *h, const selscan__prob *q, const sels
     h->end = o;
 }
 
-/* The kernels, written once over the vector primitives SELSCAN__V* and instantiated per
-   instruction set below: SFX names them, ATTR is their target attribute. */
-#define SELSCAN__NOATTR
-#define SELSCAN__KERNELS(SFX, ATTR)\
-static ATTR SELSCAN__INLINE SELSCAN__VF selscan__vexp_##SFX(SELSCAN__VF x) {                                                                              \
-    SELSCAN__VF t, k, r, r2, p, q;                                                                                                                        \
-    x = SELSCAN__VMAX(SELSCAN__VSET1(-88.0f), SELSCAN__VMIN(SELSCAN__VSET1(88.8f), x)); /* NaN stays */                                                   \
-    t = SELSCAN__VFMA(x, SELSCAN__VSET1(1.44269504088896341f), SELSCAN__VSET1(12582912.0f));                                                              \
-    SELSCAN__VOPAQUE(t); /* -ffast-math must not fold (t - magic) back into x log2(e) */                                                                  \
-    k = SELSCAN__VSUB(t, SELSCAN__VSET1(12582912.0f)); /* round(x / ln 2) */                                                                              \
-    SELSCAN__VOPAQUE(k);                                                                                                                                  \
-    r = SELSCAN__VFMA(k, SELSCAN__VSET1(-0.693359375f), x);                                                                                               \
-    r = SELSCAN__VFMA(k, SELSCAN__VSET1(2.12194440e-4f), r);                                                                                              \
-    /* e^r on |r| <= ln2/2: minimax degree 6 (|rel err| 3e-9), Estrin's scheme (short chains) */                                                          \
-    r2 = SELSCAN__VMUL(r, r);                                                                                                                             \
-    p = SELSCAN__VFMA(SELSCAN__VSET1(1.3814467e-3f), r, SELSCAN__VSET1(8.3687805e-3f));                                                                   \
-    p = SELSCAN__VFMA(p, r, SELSCAN__VSET1(4.1668394e-2f));                                                                                               \
-    q = SELSCAN__VFMA(SELSCAN__VSET1(1.6666520e-1f), r, SELSCAN__VSET1(0.49999993f));                                                                     \
-    p = SELSCAN__VFMA(p, r2, q);                                                                                                                          \
-    p = SELSCAN__VFMA(p, r2, SELSCAN__VADD(r, SELSCAN__VSET1(1.0f)));                                                                                     \
-    return SELSCAN__VMUL(p, SELSCAN__VPOW2I(t)); /* k = -127: 0; k = 128: inf */                                                                          \
-}                                                                                                                                                         \
-                                                                                                                                                          \
-/* 2^x for |x| <= 124 only (the caller checks its arguments; x = dt * A * log2(e) with A * log2(e)                                                        \
-   rounded once per tile, an error like that of rounding dt * A): no clamps, the exponent by an                                                           \
-   integer add, 2^f on |f| <= 1/2 by the degree-6 minimax polynomial (|rel err| 3e-9). */                                                                 \
-static ATTR SELSCAN__INLINE SELSCAN__VF selscan__vexp2nc_##SFX(SELSCAN__VF x) {                                                                           \
-    SELSCAN__VF t = SELSCAN__VADD(x, SELSCAN__VSET1(12582912.0f)), k, f;                                                                                  \
-    SELSCAN__VOPAQUE(t); /* -ffast-math must not fold the rounding away */                                                                                \
-    k = SELSCAN__VSUB(t, SELSCAN__VSET1(12582912.0f));                                                                                                    \
-    SELSCAN__VOPAQUE(k);                                                                                                                                  \
-    f = SELSCAN__VSUB(x, k); /* exact */                                                                                                                  \
-    const SELSCAN__VF f2 = SELSCAN__VMUL(f, f);                                                                                                           \
-    SELSCAN__VF p = SELSCAN__VFMA(SELSCAN__VSET1(1.532099249e-4f), f, SELSCAN__VSET1(1.339027457e-3f));                                                   \
-    const SELSCAN__VF q = SELSCAN__VFMA(SELSCAN__VSET1(5.550362023e-2f), f, SELSCAN__VSET1(2.402264733e-1f));                                             \
-    p = SELSCAN__VFMA(p, f, SELSCAN__VSET1(9.618527837e-3f));                                                                                             \
-    p = SELSCAN__VFMA(p, f2, q);                                                                                                                          \
-    p = SELSCAN__VFMA(p, f2, SELSCAN__VFMA(f, SELSCAN__VSET1(6.931471806e-1f), SELSCAN__VSET1(1.0f)));                                                    \
-    return SELSCAN__VADDEXP(p, t);                                                                                                                        \
-}                                                                                                                                                         \
-                                                                                                                                                          \
-/* log1p(e) for e in [0, 1]: e q(e), q the degree-8 relative minimax (|rel err| 3.2e-8) */                                                                \
-static ATTR SELSCAN__INLINE SELSCAN__VF selscan__vlog1p01_##SFX(SELSCAN__VF e) {                                                                          \
-    SELSCAN__VF q = SELSCAN__VFMA(SELSCAN__VSET1(5.193946636e-3f), e, SELSCAN__VSET1(-2.934802716e-2f));                                                  \
-    q = SELSCAN__VFMA(q, e, SELSCAN__VSET1(7.796621236e-2f));                                                                                             \
-    q = SELSCAN__VFMA(q, e, SELSCAN__VSET1(-1.364083348e-1f));                                                                                            \
-    q = SELSCAN__VFMA(q, e, SELSCAN__VSET1(1.909525155e-1f));                                                                                             \
-    q = SELSCAN__VFMA(q, e, SELSCAN__VSET1(-2.484016488e-1f));                                                                                            \
-    q = SELSCAN__VFMA(q, e, SELSCAN__VSET1(3.331873177e-1f));                                                                                             \
-    q = SELSCAN__VFMA(q, e, SELSCAN__VSET1(-4.999947493e-1f));                                                                                            \
-    q = SELSCAN__VFMA(q, e, SELSCAN__VSET1(9.999999684e-1f));                                                                                             \
-    return SELSCAN__VMUL(e, q);                                                                                                                           \
-}                                                                                                                                                         \
-                                                                                                                                                          \
-/* x > 20 ? x : log1p(exp(x)), as max(x, 0) + log1p(exp(-|x|)) */                                                                                         \
-static ATTR SELSCAN__INLINE SELSCAN__VF selscan__vsoftplus_##SFX(SELSCAN__VF x) {                                                                         \
-    const SELSCAN__VF zero = SELSCAN__VSET1(0.0f);                                                                                                        \
-    SELSCAN__VF ax = SELSCAN__VMAX(x, SELSCAN__VSUB(zero, x));                                                                                            \
-    SELSCAN__VF r = SELSCAN__VADD(SELSCAN__VMAX(zero, x),                                                                                                 \
-                                  selscan__vlog1p01_##SFX(selscan__vexp_##SFX(SELSCAN__VSUB(zero, ax))));                                                 \
-    return SELSCAN__VGTSEL(x, SELSCAN__VSET1(SELSCAN__SOFTPLUS_THRESHOLD), x, r);                                                                         \
-}                                                                                                                                                         \
-                                                                                                                                                          \
-static ATTR SELSCAN__INLINE SELSCAN__VF selscan__vsigmoid_##SFX(SELSCAN__VF x) {                                                                          \
-    const SELSCAN__VF one = SELSCAN__VSET1(1.0f);                                                                                                         \
-    return SELSCAN__VDIV(one, SELSCAN__VADD(one, selscan__vexp_##SFX(SELSCAN__VSUB(SELSCAN__VSET1(0.0f), x))));                                           \
-}                                                                                                                                                         \
-                                                                                                                                                          \
-/* Load one chunk of a tile: dt (bias, softplus), dt*u, u; z as silu gate (sg NULL) or raw z with                                                         \
-   its sigmoid in sg; sp (optional): softplus' derivative factor; dy (optional). */                                                                       \
-static ATTR int selscan__prep_##SFX(const selscan__prob *q, int64_t b, int64_t d0, int nl, int64_t c0, int nt,                                            \
-                                    const float *bv, float *dt, float *dtu, float *u, float *z, float *sg, float *sp,                                     \
-                                    float *tmp, float lim) {                                                                                              \
-    const int W = SELSCAN__VW;                                                                                                                            \
-    const SELSCAN__VF bias = SELSCAN__VLOAD(bv), one = SELSCAN__VSET1(1.0f), zero = SELSCAN__VSET1(0.0f);                                                 \
-    SELSCAN__VF vm = zero, vs = zero;                                                                                                                     \
-    float fm[SELSCAN__WMAX], fs[SELSCAN__WMAX];                                                                                                           \
-    int t, l, ok = 1;                                                                                                                                     \
-    SELSCAN__LOADTILE(dt, &q->delta, b, d0, nl, W, c0, nt, tmp);                                                                                          \
-    SELSCAN__LOADTILE(u, &q->u, b, d0, nl, W, c0, nt, tmp);                                                                                               \
-    if (q->z.data && z) SELSCAN__LOADTILE(z, &q->z, b, d0, nl, W, c0, nt, tmp);                                                                           \
-    for (t = 0; t < nt; t++) {                                                                                                                            \
-        SELSCAN__VF x = SELSCAN__VADD(SELSCAN__VLOAD(dt + t * W), bias);                                                                                  \
-        if (q->softplus) { /* softplus = max(x, 0) + log1p(e), sigmoid from the same e = exp(-|x|) */                                                     \
-            const SELSCAN__VF e = selscan__vexp_##SFX(SELSCAN__VSUB(zero, SELSCAN__VMAX(x, SELSCAN__VSUB(zero, x))));                                     \
-            if (sp) {                                                                                                                                     \
-                const SELSCAN__VF r = SELSCAN__VDIV(one, SELSCAN__VADD(one, e));                                                                          \
-                SELSCAN__VSTORE(sp + t * W, SELSCAN__VGTSEL(x, SELSCAN__VSET1(SELSCAN__SOFTPLUS_THRESHOLD), one,                                          \
-                                                            SELSCAN__VGTSEL(x, zero, r, SELSCAN__VMUL(e, r))));                                           \
-            }                                                                                                                                             \
-            x = SELSCAN__VGTSEL(x, SELSCAN__VSET1(SELSCAN__SOFTPLUS_THRESHOLD), x,                                                                        \
-                                SELSCAN__VADD(SELSCAN__VMAX(zero, x), selscan__vlog1p01_##SFX(e)));                                                       \
-        } else if (sp) {                                                                                                                                  \
-            SELSCAN__VSTORE(sp + t * W, one);                                                                                                             \
-        }                                                                                                                                                 \
-        SELSCAN__VSTORE(dt + t * W, x);                                                                                                                   \
-        SELSCAN__VSTORE(dtu + t * W, SELSCAN__VMUL(x, SELSCAN__VLOAD(u + t * W)));                                                                        \
-        vm = SELSCAN__VMAX(vm, SELSCAN__VMAX(x, SELSCAN__VSUB(zero, x))); /* max |dt| */                                                                  \
-        vs = SELSCAN__VFMA(x, zero, vs);                                /* NaN if some dt is NaN or inf */                                                \
-        if (q->z.data && z) {                                                                                                                             \
-            const SELSCAN__VF zv = SELSCAN__VLOAD(z + t * W), s = selscan__vsigmoid_##SFX(zv);                                                            \
-            if (sg) SELSCAN__VSTORE(sg + t * W, s);                                                                                                       \
-            else SELSCAN__VSTORE(z + t * W, SELSCAN__VMUL(zv, s));                                                                                        \
-        }                                                                                                                                                 \
-    }                                                                                                                                                     \
-    /* ok: every |dt * A| <= 86, so the chunk may use selscan__vexp2nc */                                                                                 \
-    SELSCAN__VSTORE(fm, vm);                                                                                                                              \
-    SELSCAN__VSTORE(fs, vs);                                                                                                                              \
-    for (l = 0; l < W; l++)                                                                                                                               \
-        if (!(fm[l] < lim) || fs[l] != 0.0f) ok = 0;                                                                                                      \
-    return ok;                                                                                                                                            \
-}                                                                                                                                                         \
-                                                                                                                                                          \
-/* The walk back's inputs of one chunk of a tile, rows TS floats apart in w (selscan__wk_rows):                                                           \
-   dt (bias, softplus), dt u, u, softplus' derivative (selscan__prep), and with z dy0 = dy silu(z)                                                        \
-   and dyg = dy silu'(z) (dz = dyg y0; without z the walk reads dy itself). z, sg, dy: scratch.                                                           \
-   Returns selscan__prep's fast-exponential flag. */                                                                                                      \
-static ATTR int selscan__wprep_##SFX(const selscan__prob *q, const selscan__grd *r, int64_t b, int64_t d0, int nl,                                        \
-                                     int64_t c0, int nt, const float *bv, float *w, int64_t TS, float *z, float *sg,                                      \
-                                     float *dy, float *tmp, float lim) {                                                                                  \
-    const int W = SELSCAN__VW;                                                                                                                            \
-    const int fast = selscan__prep_##SFX(q, b, d0, nl, c0, nt, bv, w, w + TS, w + 2 * TS, z, sg, w + 3 * TS, tmp, lim);                                   \
-    int t;                                                                                                                                                \
-    if (q->z.data) {                                                                                                                                      \
-        const SELSCAN__VF one = SELSCAN__VSET1(1.0f);                                                                                                     \
-        SELSCAN__LOADTILE(dy, &r->dy, b, d0, nl, W, c0, nt, tmp);                                                                                         \
-        for (t = 0; t < nt; t++) {                                                                                                                        \
-            const SELSCAN__VF zv = SELSCAN__VLOAD(z + t * W), sv = SELSCAN__VLOAD(sg + t * W), dv = SELSCAN__VLOAD(dy + t * W);                           \
-            SELSCAN__VSTORE(w + 4 * TS + t * W, SELSCAN__VMUL(dv, SELSCAN__VMUL(zv, sv)));                                                                \
-            if (r->dz.data) /* silu'(z) = sg (1 + z (1 - sg)) */                                                                                          \
-                SELSCAN__VSTORE(w + 5 * TS + t * W,                                                                                                       \
-                                SELSCAN__VMUL(dv, SELSCAN__VMUL(sv, SELSCAN__VFMA(zv, SELSCAN__VSUB(one, sv), one))));                                    \
-        }                                                                                                                                                 \
-    }                                                                                                                                                     \
-    return fast;                                                                                                                                          \
-}                                                                                                                                                         \
-                                                                                                                                                          \
-/* Forward over one chunk: h ([N][W]) advanced nt steps; y[t] = sum_n C h. */                                                                             \
-static ATTR SELSCAN__INLINE void selscan__fwd_inner_##SFX(int64_t N, int nt, float *h, const float *A,                                                    \
-                                                          const float *A2, const float *dt, const float *dtu, float *y,                                   \
-                                                          const float *Bp, int64_t bsn, int64_t bst,                                                      \
-                                                          const float *Cp, int64_t csn, int64_t cst,                                                      \
-                                                          const int fixB, const int fixC, const int fast) {                                               \
-    const int W = SELSCAN__VW;                                                                                                                            \
-    int t;                                                                                                                                                \
-    int64_t n;                                                                                                                                            \
-    for (t = 0; t < nt; t++) {                                                                                                                            \
-        const SELSCAN__VF vdt = SELSCAN__VLOAD(dt + t * W), vdtu = SELSCAN__VLOAD(dtu + t * W);                                                           \
-        SELSCAN__VF y0 = SELSCAN__VSET1(0.0f), y1 = SELSCAN__VSET1(0.0f);                                                                                 \
-        const float *Bt = Bp + t * bst, *Ct = Cp + t * cst;                                                                                               \
-        for (n = 0; n + 1 < N; n += 2) {                                                                                                                  \
-            const SELSCAN__VF a0 = fast ? selscan__vexp2nc_##SFX(SELSCAN__VMUL(vdt, SELSCAN__VLOAD(A2 + n * W)))                                          \
-                                        : selscan__vexp_##SFX(SELSCAN__VMUL(vdt, SELSCAN__VLOAD(A + n * W)));                                             \
-            const SELSCAN__VF a1 = fast ? selscan__vexp2nc_##SFX(SELSCAN__VMUL(vdt, SELSCAN__VLOAD(A2 + (n + 1) * W)))                                    \
-                                        : selscan__vexp_##SFX(SELSCAN__VMUL(vdt, SELSCAN__VLOAD(A + (n + 1) * W)));                                       \
-            const SELSCAN__VF b0 = fixB ? SELSCAN__VLOAD(Bp + n * W) : SELSCAN__VSET1(Bt[n * bsn]);                                                       \
-            const SELSCAN__VF b1 = fixB ? SELSCAN__VLOAD(Bp + (n + 1) * W) : SELSCAN__VSET1(Bt[(n + 1) * bsn]);                                           \
-            const SELSCAN__VF h0 = SELSCAN__VFMA(a0, SELSCAN__VLOAD(h + n * W), SELSCAN__VMUL(vdtu, b0));                                                 \
-            const SELSCAN__VF h1 = SELSCAN__VFMA(a1, SELSCAN__VLOAD(h + (n + 1) * W), SELSCAN__VMUL(vdtu, b1));                                           \
-            SELSCAN__VSTORE(h + n * W, h0);                                                                                                               \
-            SELSCAN__VSTORE(h + (n + 1) * W, h1);                                                                                                         \
-            y0 = SELSCAN__VFMA(fixC ? SELSCAN__VLOAD(Cp + n * W) : SELSCAN__VSET1(Ct[n * csn]), h0, y0);                                                  \
-            y1 = SELSCAN__VFMA(fixC ? SELSCAN__VLOAD(Cp + (n + 1) * W) : SELSCAN__VSET1(Ct[(n + 1) * csn]), h1, y1);                                      \
-        }                                                                                                                                                 \
-        if (n < N) {                                                                                                                                      \
-            const SELSCAN__VF a0 = fast ? selscan__vexp2nc_##SFX(SELSCAN__VMUL(vdt, SELSCAN__VLOAD(A2 + n * W)))                                          \
-                                        : selscan__vexp_##SFX(SELSCAN__VMUL(vdt, SELSCAN__VLOAD(A + n * W)));                                             \
-            const SELSCAN__VF b0 = fixB ? SELSCAN__VLOAD(Bp + n * W) : SELSCAN__VSET1(Bt[n * bsn]);                                                       \
-            const SELSCAN__VF h0 = SELSCAN__VFMA(a0, SELSCAN__VLOAD(h + n * W), SELSCAN__VMUL(vdtu, b0));                                                 \
-            SELSCAN__VSTORE(h + n * W, h0);                                                                                                               \
-            y0 = SELSCAN__VFMA(fixC ? SELSCAN__VLOAD(Cp + n * W) : SELSCAN__VSET1(Ct[n * csn]), h0, y0);                                                  \
-        }                                                                                                                                                 \
-        SELSCAN__VSTORE(y + t * W, SELSCAN__VADD(y0, y1));                                                                                                \
-    }                                                                                                                                                     \
-}                                                                                                                                                         \
-                                                                                                                                                          \
-static ATTR void selscan__fwd_chunk_##SFX(int64_t N, int nt, float *h, const float *A, const float *A2, const float *dt,                                  \
-                                          const float *dtu, float *y, const float *Bp, int64_t bsn, int64_t bst,                                          \
-                                          const float *Cp, int64_t csn, int64_t cst, int fixB, int fixC, int fast) {                                      \
-    if (fast) {                                                                                                                                           \
-        if (fixB) {                                                                                                                                       \
-            if (fixC) selscan__fwd_inner_##SFX(N, nt, h, A, A2, dt, dtu, y, Bp, bsn, bst, Cp, csn, cst, 1, 1, 1);                                         \
-            else selscan__fwd_inner_##SFX(N, nt, h, A, A2, dt, dtu, y, Bp, bsn, bst, Cp, csn, cst, 1, 0, 1);                                              \
-        } else {                                                                                                                                          \
-            if (fixC) selscan__fwd_inner_##SFX(N, nt, h, A, A2, dt, dtu, y, Bp, bsn, bst, Cp, csn, cst, 0, 1, 1);                                         \
-            else selscan__fwd_inner_##SFX(N, nt, h, A, A2, dt, dtu, y, Bp, bsn, bst, Cp, csn, cst, 0, 0, 1);                                              \
-        }                                                                                                                                                 \
-    } else {                                                                                                                                              \
-        if (fixB) {                                                                                                                                       \
-            if (fixC) selscan__fwd_inner_##SFX(N, nt, h, A, A2, dt, dtu, y, Bp, bsn, bst, Cp, csn, cst, 1, 1, 0);                                         \
-            else selscan__fwd_inner_##SFX(N, nt, h, A, A2, dt, dtu, y, Bp, bsn, bst, Cp, csn, cst, 1, 0, 0);                                              \
-        } else {                                                                                                                                          \
-            if (fixC) selscan__fwd_inner_##SFX(N, nt, h, A, A2, dt, dtu, y, Bp, bsn, bst, Cp, csn, cst, 0, 1, 0);                                         \
-            else selscan__fwd_inner_##SFX(N, nt, h, A, A2, dt, dtu, y, Bp, bsn, bst, Cp, csn, cst, 0, 0, 0);                                              \
-        }                                                                                                                                                 \
-    }                                                                                                                                                     \
-}                                                                                                                                                         \
-                                                                                                                                                          \
-/* Forward of one tile: channels d0 .. d0 + nl - 1 of group g, batch row b. */                                                                            \
-static ATTR void selscan__fwd_tile_##SFX(const selscan__prob *q, int64_t b, int64_t g, int64_t d0, int nl,                                                \
-                                         const selscan__fscr *s, float *ckp) {                                                                            \
-    const int W = SELSCAN__VW;                                                                                                                            \
-    const int64_t N = q->N;                                                                                                                               \
-    int64_t k, c0, cknext = 0;                                                                                                                            \
-    int t;                                                                                                                                                \
-    const float lim = 86.0f / selscan__tile_params(q, d0, nl, W, s->A, s->A2, s->Bf, s->Cf, s->Dv, s->bv);                                                \
-    for (k = 0; k < selscan__nseg(q); k++) {                                                                                                              \
-        int64_t t0, t1, row;                                                                                                                              \
-        selscan__seg(q, b, k, &t0, &t1, &row);                                                                                                            \
-        selscan__state_in(&q->h0, row, d0, nl, W, N, s->h);                                                                                               \
-        for (c0 = t0; c0 < t1; c0 += SELSCAN__FT) {                                                                                                       \
-            const int nt = SELSCAN__CAST(int, selscan__min64(SELSCAN__FT, t1 - c0));                                                                      \
-            int64_t bsn, bst, csn, cst;                                                                                                                   \
-            const float *Bp = selscan__bc_chunk(&q->B, q->fixB, s->Bf, W, b, g, N, c0, nt, s->Bb, &bsn, &bst);                                            \
-            const float *Cp = selscan__bc_chunk(&q->C, q->fixC, s->Cf, W, b, g, N, c0, nt, s->Cb, &csn, &cst);                                            \
-            if (ckp) { /* slots rise with the chunks; the ones skipped (none, or a sequence's extra) zeroed */                                            \
-                selscan__ck_zero(q, ckp, b, d0, nl, cknext, c0 / SELSCAN__FT + k);                                                                        \
-                selscan__ck_put(q, ckp, b, d0, nl, W, c0 / SELSCAN__FT + k, s->h);                                                                        \
-                cknext = c0 / SELSCAN__FT + k + 1;                                                                                                        \
-            }                                                                                                                                             \
-            const SELSCAN__VF Dv = SELSCAN__VLOAD(s->Dv);                                                                                                 \
-            const int fast = selscan__prep_##SFX(q, b, d0, nl, c0, nt, s->bv, s->dt, s->dtu, s->u, s->z, NULL, NULL,                                      \
-                                                 s->tmp, lim);                                                                                            \
-            selscan__fwd_chunk_##SFX(N, nt, s->h, s->A, s->A2, s->dt, s->dtu, s->y, Bp, bsn, bst, Cp, csn, cst, q->fixB,                                  \
-                                     q->fixC, fast);                                                                                                      \
-            for (t = 0; t < nt; t++) {                                                                                                                    \
-                SELSCAN__VF y = SELSCAN__VFMA(Dv, SELSCAN__VLOAD(s->u + t * W), SELSCAN__VLOAD(s->y + t * W));                                            \
-                if (q->z.data) y = SELSCAN__VMUL(y, SELSCAN__VLOAD(s->z + t * W));                                                                        \
-                SELSCAN__VSTORE(s->y + t * W, y);                                                                                                         \
-            }                                                                                                                                             \
-            SELSCAN__STORETILE(s->y, &q->y, b, d0, nl, W, c0, nt, s->tmp);                                                                                \
-        }                                                                                                                                                 \
-        if (q->hlast.data) selscan__state_out(&q->hlast, row, d0, nl, W, N, s->h);                                                                        \
-    }                                                                                                                                                     \
-    if (ckp) selscan__ck_zero(q, ckp, b, d0, nl, cknext, selscan__ck_slots(q));                                                                           \
-}                                                                                                                                                         \
-                                                                                                                                                          \
-/* p[i W] = v_i for i < G (G <= 4: the hand-unrolled state groups below). */                                                                              \
-static ATTR SELSCAN__INLINE void selscan__vstore4_##SFX(const int G, float *p, SELSCAN__VF v0, SELSCAN__VF v1, SELSCAN__VF v2,                            \
-                                                        SELSCAN__VF v3) {                                                                                 \
-    SELSCAN__VSTORE(p, v0);                                                                                                                               \
-    if (G > 1) SELSCAN__VSTORE(p + SELSCAN__VW, v1);                                                                                                      \
-    if (G > 2) SELSCAN__VSTORE(p + 2 * SELSCAN__VW, v2);                                                                                                  \
-    if (G > 3) SELSCAN__VSTORE(p + 3 * SELSCAN__VW, v3);                                                                                                  \
-}                                                                                                                                                         \
-                                                                                                                                                          \
-/* Recompute of one state vector at one step (the body of selscan__rec_group). */                                                                         \
-static ATTR SELSCAN__INLINE void selscan__rec_one_##SFX(const int i, SELSCAN__VF *h, const float *An, const float *Bt,                                    \
-                                                        const SELSCAN__VF vdt, const SELSCAN__VF vdtu, float *at, float *hn,                              \
-                                                        const int fixB, const int fast, const int keep) {                                                 \
-    const int W = SELSCAN__VW;                                                                                                                            \
-    const SELSCAN__VF a = fast ? selscan__vexp2nc_##SFX(SELSCAN__VMUL(vdt, SELSCAN__VLOAD(An + i * W)))                                                   \
-                               : selscan__vexp_##SFX(SELSCAN__VMUL(vdt, SELSCAN__VLOAD(An + i * W)));                                                     \
-    const SELSCAN__VF bb = fixB ? SELSCAN__VLOAD(Bt + i * W) : SELSCAN__VSET1(Bt[i * SELSCAN__FT]);                                                       \
-    *h = SELSCAN__VFMA(a, *h, SELSCAN__VMUL(vdtu, bb));                                                                                                   \
-    if (keep) {                                                                                                                                           \
-        SELSCAN__VSTORE(at + i * W, a);                                                                                                                   \
-        SELSCAN__VSTORE(hn + i * W, *h);                                                                                                                  \
-    }                                                                                                                                                     \
-}                                                                                                                                                         \
-                                                                                                                                                          \
-/* Recompute states n .. n + G - 1 (G = 1 or SELSCAN__BG) of one chunk from hin ([N][W]). keep:                                                           \
-   hs[t * rs] = state before step t (t = 0 .. nt), ab[t * rs] = exp(dt A), the group's vectors                                                            \
-   side by side in rows of rs floats; else only the state after the chunk, into hs. States outer,                                                         \
-   steps inner: the group's states stay in registers. The same operations as                                                                              \
-   selscan__fwd_inner, so the states are bitwise the forward's. An: A, or A log2(e) when fast. */                                                         \
-static ATTR SELSCAN__INLINE void selscan__rec_group_##SFX(const int G, int64_t n, int nt, const float *hin, float *hs,                                    \
-                                                          float *ab, int64_t rs, const float *A, const float *dt,                                         \
-                                                          const float *dtu, const float *Bp, const int fixB,                                              \
-                                                          const int fast, const int keep) {                                                               \
-    const int W = SELSCAN__VW;                                                                                                                            \
-    const int64_t o = n * W;                                                                                                                              \
-    SELSCAN__VF h0 = SELSCAN__VLOAD(hin + o), h1 = h0, h2 = h0, h3 = h0;                                                                                  \
-    int t;                                                                                                                                                \
-    if (G > 1) h1 = SELSCAN__VLOAD(hin + o + W);                                                                                                          \
-    if (G > 2) h2 = SELSCAN__VLOAD(hin + o + 2 * W);                                                                                                      \
-    if (G > 3) h3 = SELSCAN__VLOAD(hin + o + 3 * W);                                                                                                      \
-    if (keep) selscan__vstore4_##SFX(G, hs, h0, h1, h2, h3);                                                                                              \
-    for (t = 0; t < nt; t++) {                                                                                                                            \
-        const SELSCAN__VF vdt = SELSCAN__VLOAD(dt + t * W), vdtu = SELSCAN__VLOAD(dtu + t * W);                                                           \
-        const float *Bt = fixB ? Bp + o : Bp + n * SELSCAN__FT + t;                                                                                       \
-        float *at = ab + t * rs, *hn = hs + (t + 1) * rs;                                                                                                 \
-        selscan__rec_one_##SFX(0, &h0, A + o, Bt, vdt, vdtu, at, hn, fixB, fast, keep);                                                                   \
-        if (G > 1) selscan__rec_one_##SFX(1, &h1, A + o, Bt, vdt, vdtu, at, hn, fixB, fast, keep);                                                        \
-        if (G > 2) selscan__rec_one_##SFX(2, &h2, A + o, Bt, vdt, vdtu, at, hn, fixB, fast, keep);                                                        \
-        if (G > 3) selscan__rec_one_##SFX(3, &h3, A + o, Bt, vdt, vdtu, at, hn, fixB, fast, keep);                                                        \
-    }                                                                                                                                                     \
-    if (!keep) selscan__vstore4_##SFX(G, hs, h0, h1, h2, h3);                                                                                             \
-}                                                                                                                                                         \
-                                                                                                                                                          \
-static ATTR SELSCAN__INLINE void selscan__rec_inner_##SFX(int64_t n0, int64_t n1, int nt, const float *hin, float *hs,                                    \
-                                                          float *ab, int64_t rs, const float *A, const float *dt,                                         \
-                                                          const float *dtu, const float *Bp, const int fixB,                                              \
-                                                          const int fast, const int keep) {                                                               \
-    const int W = SELSCAN__VW;                                                                                                                            \
-    int64_t n;                                                                                                                                            \
-    for (n = n0; n + SELSCAN__BG <= n1; n += SELSCAN__BG)                                                                                                 \
-        selscan__rec_group_##SFX(SELSCAN__BG, n, nt, hin, hs + (keep ? n - n0 : n) * W, ab + (n - n0) * W, rs, A, dt, dtu, Bp,                            \
-                                 fixB, fast, keep);                                                                                                       \
-    for (; n < n1; n++)                                                                                                                                   \
-        selscan__rec_group_##SFX(1, n, nt, hin, hs + (keep ? n - n0 : n) * W, ab + (n - n0) * W, rs, A, dt, dtu, Bp, fixB,                                \
-                                 fast, keep);                                                                                                             \
-}                                                                                                                                                         \
-                                                                                                                                                          \
-/* Recompute of states [n0, n1) over one chunk (selscan__rec_group) from hin ([N][W]). ab NULL: the                                                       \
-   checkpoint pass (hs: the state after the chunk, [N][W]); else n1 - n0 <= SELSCAN__BG and hs, ab                                                        \
-   get the group's rows of rs floats. A2 = A log2(e). */                                                                                                  \
-static ATTR void selscan__rec_chunk_##SFX(int64_t n0, int64_t n1, int nt, const float *hin, float *hs, float *ab,                                         \
-                                          int64_t rs, const float *A, const float *A2, const float *dt, const float *dtu,                                 \
-                                          const float *Bp, int fixB, int fast) {                                                                          \
-    if (ab) {                                                                                                                                             \
-        if (fast) {                                                                                                                                       \
-            if (fixB) selscan__rec_inner_##SFX(n0, n1, nt, hin, hs, ab, rs, A2, dt, dtu, Bp, 1, 1, 1);                                                    \
-            else selscan__rec_inner_##SFX(n0, n1, nt, hin, hs, ab, rs, A2, dt, dtu, Bp, 0, 1, 1);                                                         \
-        } else {                                                                                                                                          \
-            if (fixB) selscan__rec_inner_##SFX(n0, n1, nt, hin, hs, ab, rs, A, dt, dtu, Bp, 1, 0, 1);                                                     \
-            else selscan__rec_inner_##SFX(n0, n1, nt, hin, hs, ab, rs, A, dt, dtu, Bp, 0, 0, 1);                                                          \
-        }                                                                                                                                                 \
-    } else {                                                                                                                                              \
-        if (fast) {                                                                                                                                       \
-            if (fixB) selscan__rec_inner_##SFX(n0, n1, nt, hin, hs, hs, rs, A2, dt, dtu, Bp, 1, 1, 0);                                                    \
-            else selscan__rec_inner_##SFX(n0, n1, nt, hin, hs, hs, rs, A2, dt, dtu, Bp, 0, 1, 0);                                                         \
-        } else {                                                                                                                                          \
-            if (fixB) selscan__rec_inner_##SFX(n0, n1, nt, hin, hs, hs, rs, A, dt, dtu, Bp, 1, 0, 0);                                                     \
-            else selscan__rec_inner_##SFX(n0, n1, nt, hin, hs, hs, rs, A, dt, dtu, Bp, 0, 0, 0);                                                          \
-        }                                                                                                                                                 \
-    }                                                                                                                                                     \
-}                                                                                                                                                         \
-                                                                                                                                                          \
-/* Backward over one chunk, steps nt - 1 .. 0. dh: gradient of the state after the chunk (in),                                                            \
-   before it (out). Per step: yc = sum_n C h, S = sum_n dh_n B_n, sA = sum_n dh_n h_prev a A.                                                             \
-   accB / accC: per-step lane-wise dB / dC (variable; the fixed ones accumulate in dBf / dCf).                                                            \
-   Variable B / C are chunk copies ([N][SELSCAN__FT], selscan__bc_chunk), fixed ones [N][W].                                                              \
-   States outer in groups of SELSCAN__BG (hand-unrolled), steps inner: dh and dA of the group stay                                                        \
-   in registers over the chunk, the step's sums go through memory once a group, and the per-step                                                          \
-   vectors (dy0, dt, dtu) are read where used (memory operands, registers free for the group). */                                                         \
-static ATTR SELSCAN__INLINE void selscan__bwd_one_##SFX(const int i, SELSCAN__VF *dh, SELSCAN__VF *dAn, SELSCAN__VF *y,                                   \
-                                                        SELSCAN__VF *S, SELSCAN__VF *sA, const float *h1, const float *h0,                                \
-                                                        const float *a, const float *An, const float *Ct, const float *Bt,                                \
-                                                        float *aB, float *aC, const float *dy0, const float *dt,                                          \
-                                                        const float *dtu, const int fixB, const int fixC, const int first,                                \
-                                                        const int wanty) {                                                                                \
-    const int W = SELSCAN__VW;                                                                                                                            \
-    const SELSCAN__VF c = fixC ? SELSCAN__VLOAD(Ct + i * W) : SELSCAN__VSET1(Ct[i * SELSCAN__FT]);                                                        \
-    const SELSCAN__VF b = fixB ? SELSCAN__VLOAD(Bt + i * W) : SELSCAN__VSET1(Bt[i * SELSCAN__FT]);                                                        \
-    const SELSCAN__VF hn = SELSCAN__VLOAD(h1 + i * W);                                                                                                    \
-    const SELSCAN__VF d = SELSCAN__VFMA(SELSCAN__VLOAD(dy0), c, *dh); /* dh after the step */                                                             \
-    const SELSCAN__VF dn = SELSCAN__VMUL(d, SELSCAN__VLOAD(a + i * W)), da = SELSCAN__VMUL(dn, SELSCAN__VLOAD(h0 + i * W));                               \
-    if (wanty) *y = SELSCAN__VFMA(c, hn, *y);                                                                                                             \
-    SELSCAN__VSTORE(aC + i * W, fixC || !first ? SELSCAN__VFMA(SELSCAN__VLOAD(dy0), hn, SELSCAN__VLOAD(aC + i * W))                                       \
-                                               : SELSCAN__VMUL(SELSCAN__VLOAD(dy0), hn));                                                                 \
-    *S = SELSCAN__VFMA(d, b, *S);                                                                                                                         \
-    SELSCAN__VSTORE(aB + i * W, fixB || !first ? SELSCAN__VFMA(d, SELSCAN__VLOAD(dtu), SELSCAN__VLOAD(aB + i * W))                                        \
-                                               : SELSCAN__VMUL(d, SELSCAN__VLOAD(dtu)));                                                                  \
-    *sA = SELSCAN__VFMA(da, SELSCAN__VLOAD(An + i * W), *sA);                                                                                             \
-    *dAn = SELSCAN__VFMA(da, SELSCAN__VLOAD(dt), *dAn);                                                                                                   \
-    *dh = dn;                                                                                                                                             \
-}                                                                                                                                                         \
-                                                                                                                                                          \
-/* States n .. n + G - 1 (G = 1 or SELSCAN__BG) over the chunk; hs, ab: their recomputed rows (rs                                                         \
-   floats apart, selscan__rec_group). */                                                                                                                  \
-static ATTR SELSCAN__INLINE void selscan__bwd_group_##SFX(const int G, int64_t n, int64_t N, int nt, const float *hs,                                     \
-                                                          const float *ab, int64_t rs, float *dh, const float *A, const float *dt,                        \
-                                                          const float *dtu, const float *dy0, float *yc, float *Sv,                                       \
-                                                          float *sAv, float *accB, float *accC, float *dA, float *dBf,                                    \
-                                                          float *dCf, const float *Bp, const float *Cp, const int fixB,                                   \
-                                                          const int fixC, const int first, const int wanty) {                                             \
-    const int W = SELSCAN__VW;                                                                                                                            \
-    const int64_t NW = N * W, o = n * W;                                                                                                                  \
-    SELSCAN__VF dh0 = SELSCAN__VLOAD(dh + o), dA0 = SELSCAN__VLOAD(dA + o), dh1 = dh0, dA1 = dA0, dh2 = dh0, dA2 = dA0,                                   \
-                dh3 = dh0, dA3 = dA0;                                                                                                                     \
-    int t;                                                                                                                                                \
-    if (G > 1) { dh1 = SELSCAN__VLOAD(dh + o + W); dA1 = SELSCAN__VLOAD(dA + o + W); }                                                                    \
-    if (G > 2) { dh2 = SELSCAN__VLOAD(dh + o + 2 * W); dA2 = SELSCAN__VLOAD(dA + o + 2 * W); }                                                            \
-    if (G > 3) { dh3 = SELSCAN__VLOAD(dh + o + 3 * W); dA3 = SELSCAN__VLOAD(dA + o + 3 * W); }                                                            \
-    for (t = nt - 1; t >= 0; t--) {                                                                                                                       \
-        const float *h1 = hs + (t + 1) * rs, *h0 = hs + t * rs, *at = ab + t * rs, *An = A + o;                                                           \
-        const float *Bt = fixB ? Bp + o : Bp + n * SELSCAN__FT + t, *Ct = fixC ? Cp + o : Cp + n * SELSCAN__FT + t;                                       \
-        const float *dy0t = dy0 + t * W, *dtt = dt + t * W, *dtut = dtu + t * W;                                                                          \
-        float *aB = (fixB ? dBf : accB + t * NW) + o, *aC = (fixC ? dCf : accC + t * NW) + o;                                                             \
-        SELSCAN__VF y = wanty ? SELSCAN__VLOAD(yc + t * W) : SELSCAN__VSET1(0.0f), S = SELSCAN__VLOAD(Sv + t * W),                                        \
-                    sA = SELSCAN__VLOAD(sAv + t * W);                                                                                                     \
-        selscan__bwd_one_##SFX(0, &dh0, &dA0, &y, &S, &sA, h1, h0, at, An, Ct, Bt, aB, aC, dy0t, dtt, dtut, fixB, fixC, first, wanty);                    \
-        if (G > 1) selscan__bwd_one_##SFX(1, &dh1, &dA1, &y, &S, &sA, h1, h0, at, An, Ct, Bt, aB, aC, dy0t, dtt, dtut, fixB, fixC, first, wanty);         \
-        if (G > 2) selscan__bwd_one_##SFX(2, &dh2, &dA2, &y, &S, &sA, h1, h0, at, An, Ct, Bt, aB, aC, dy0t, dtt, dtut, fixB, fixC, first, wanty);         \
-        if (G > 3) selscan__bwd_one_##SFX(3, &dh3, &dA3, &y, &S, &sA, h1, h0, at, An, Ct, Bt, aB, aC, dy0t, dtt, dtut, fixB, fixC, first, wanty);         \
-        if (wanty) SELSCAN__VSTORE(yc + t * W, y);                                                                                                        \
-        SELSCAN__VSTORE(Sv + t * W, S);                                                                                                                   \
-        SELSCAN__VSTORE(sAv + t * W, sA);                                                                                                                 \
-    }                                                                                                                                                     \
-    selscan__vstore4_##SFX(G, dh + o, dh0, dh1, dh2, dh3);                                                                                                \
-    selscan__vstore4_##SFX(G, dA + o, dA0, dA1, dA2, dA3);                                                                                                \
-}                                                                                                                                                         \
-                                                                                                                                                          \
-static ATTR SELSCAN__INLINE void selscan__bwd_inner_##SFX(int64_t n0, int64_t n1, int64_t N, int nt, const float *hs,                                     \
-                                                          const float *ab, int64_t rs, float *dh, const float *A,                                         \
-                                                          const float *dt, const float *dtu, const float *dy0, float *yc,                                 \
-                                                          float *Sv, float *sAv, float *accB, float *accC, float *dA,                                     \
-                                                          float *dBf, float *dCf, const float *Bp, const float *Cp,                                       \
-                                                          const int fixB, const int fixC, const int first,                                                \
-                                                          const int wanty) {                                                                              \
-    const int W = SELSCAN__VW;                                                                                                                            \
-    int64_t n;                                                                                                                                            \
-    for (n = n0; n + SELSCAN__BG <= n1; n += SELSCAN__BG)                                                                                                 \
-        selscan__bwd_group_##SFX(SELSCAN__BG, n, N, nt, hs + (n - n0) * W, ab + (n - n0) * W, rs, dh, A, dt, dtu, dy0, yc,                                \
-                                 Sv, sAv, accB, accC, dA, dBf, dCf, Bp, Cp, fixB, fixC, first, wanty);                                                    \
-    for (; n < n1; n++)                                                                                                                                   \
-        selscan__bwd_group_##SFX(1, n, N, nt, hs + (n - n0) * W, ab + (n - n0) * W, rs, dh, A, dt, dtu, dy0, yc, Sv, sAv,                                 \
-                                 accB, accC, dA, dBf, dCf, Bp, Cp, fixB, fixC, first, wanty);                                                             \
-}                                                                                                                                                         \
-                                                                                                                                                          \
-/* The walk back of states [n0, n1) with the layout flags as constants. first: the block's first                                                          \
-   tile writes the variable accumulators (no clearing pass). */                                                                                           \
-static ATTR SELSCAN__INLINE void selscan__bwd_walk_##SFX(int64_t n0, int64_t n1, int64_t N, int nt, const float *hs,                                      \
-                                                         const float *ab, int64_t rs, float *dh, const float *A,                                          \
-                                                         const float *dt, const float *dtu, const float *dy0, float *yc,                                  \
-                                                         float *Sv, float *sAv, float *accB, float *accC, float *dA,                                      \
-                                                         float *dBf, float *dCf, const float *Bp, const float *Cp,                                        \
-                                                         int fixB, int fixC, int first, const int wanty) {                                                \
-    if (fixB) {                                                                                                                                           \
-        if (fixC) selscan__bwd_inner_##SFX(n0, n1, N, nt, hs, ab, rs, dh, A, dt, dtu, dy0, yc, Sv, sAv, accB, accC, dA, dBf, dCf, Bp, Cp, 1, 1, 0, wanty); /* nothing variable */ \
-        else if (first) selscan__bwd_inner_##SFX(n0, n1, N, nt, hs, ab, rs, dh, A, dt, dtu, dy0, yc, Sv, sAv, accB, accC, dA, dBf, dCf, Bp, Cp, 1, 0, 1, wanty); \
-        else selscan__bwd_inner_##SFX(n0, n1, N, nt, hs, ab, rs, dh, A, dt, dtu, dy0, yc, Sv, sAv, accB, accC, dA, dBf, dCf, Bp, Cp, 1, 0, 0, wanty);     \
-    } else if (fixC) {                                                                                                                                    \
-        if (first) selscan__bwd_inner_##SFX(n0, n1, N, nt, hs, ab, rs, dh, A, dt, dtu, dy0, yc, Sv, sAv, accB, accC, dA, dBf, dCf, Bp, Cp, 0, 1, 1, wanty); \
-        else selscan__bwd_inner_##SFX(n0, n1, N, nt, hs, ab, rs, dh, A, dt, dtu, dy0, yc, Sv, sAv, accB, accC, dA, dBf, dCf, Bp, Cp, 0, 1, 0, wanty);     \
-    } else {                                                                                                                                              \
-        if (first) selscan__bwd_inner_##SFX(n0, n1, N, nt, hs, ab, rs, dh, A, dt, dtu, dy0, yc, Sv, sAv, accB, accC, dA, dBf, dCf, Bp, Cp, 0, 0, 1, wanty); \
-        else selscan__bwd_inner_##SFX(n0, n1, N, nt, hs, ab, rs, dh, A, dt, dtu, dy0, yc, Sv, sAv, accB, accC, dA, dBf, dCf, Bp, Cp, 0, 0, 0, wanty);     \
-    }                                                                                                                                                     \
-}                                                                                                                                                         \
-                                                                                                                                                          \
-/* Backward over one chunk from its entering state hin ([N][W]): per group of SELSCAN__BG states the                                                      \
-   recompute (into hs, ab: rows of SELSCAN__BG vectors, in L1) and at once the walk back. yc NULL:                                                        \
-   sum_n C h not wanted (no z). */                                                                                                                        \
-static ATTR void selscan__bwd_chunk_##SFX(int64_t N, int nt, const float *hin, float *hs, float *ab, float *dh,                                           \
-                                          const float *A, const float *A2, const float *dt, const float *dtu,                                             \
-                                          const float *dy0, float *yc, float *Sv, float *sAv, float *accB, float *accC,                                   \
-                                          float *dA, float *dBf, float *dCf, const float *Bp, const float *Cp, int fixB,                                  \
-                                          int fixC, int fast, int first, float *pB, float *pC, int64_t ps) {                                              \
-    const int W = SELSCAN__VW;                                                                                                                            \
-    const int64_t rs = SELSCAN__BG * W, NW = N * W;                                                                                                       \
-    int64_t n0, n1, n;                                                                                                                                    \
-    int t;                                                                                                                                                \
-    for (t = 0; t < nt; t++) {                                                                                                                            \
-        if (yc) SELSCAN__VSTORE(yc + t * W, SELSCAN__VSET1(0.0f));                                                                                        \
-        SELSCAN__VSTORE(Sv + t * W, SELSCAN__VSET1(0.0f));                                                                                                \
-        SELSCAN__VSTORE(sAv + t * W, SELSCAN__VSET1(0.0f));                                                                                               \
-    }                                                                                                                                                     \
-    for (n0 = 0; n0 < N; n0 = n1) {                                                                                                                       \
-        n1 = selscan__min64(n0 + SELSCAN__BG, N);                                                                                                         \
-        selscan__rec_chunk_##SFX(n0, n1, nt, hin, hs, ab, rs, A, A2, dt, dtu, Bp, fixB, fast);                                                            \
-        if (yc) selscan__bwd_walk_##SFX(n0, n1, N, nt, hs, ab, rs, dh, A, dt, dtu, dy0, yc, Sv, sAv, accB, accC, dA, dBf, dCf, Bp, Cp, fixB, fixC, first, 1); \
-        else selscan__bwd_walk_##SFX(n0, n1, N, nt, hs, ab, rs, dh, A, dt, dtu, dy0, yc, Sv, sAv, accB, accC, dA, dBf, dCf, Bp, Cp, fixB, fixC, first, 0); \
-        /* pB / pC given (the block's last tile): the group's per-step dB / dC are complete and                                                           \
-           still in L1; their lane sums go out now, W steps at once by one transposing reduction */                                                       \
-        for (n = n0; n < n1 && (pB || pC); n++) {                                                                                                         \
-            for (t = 0; t + W <= nt; t += W) {                                                                                                            \
-                if (pB) SELSCAN__VTHSUMS(accB + t * NW + n * W, NW, pB + n * ps + t);                                                                     \
-                if (pC) SELSCAN__VTHSUMS(accC + t * NW + n * W, NW, pC + n * ps + t);                                                                     \
-            }                                                                                                                                             \
-            for (; t < nt; t++) {                                                                                                                         \
-                if (pB) pB[n * ps + t] = SELSCAN__VHSUM(SELSCAN__VLOAD(accB + t * NW + n * W));                                                           \
-                if (pC) pC[n * ps + t] = SELSCAN__VHSUM(SELSCAN__VLOAD(accC + t * NW + n * W));                                                           \
-            }                                                                                                                                             \
-        }                                                                                                                                                 \
-    }                                                                                                                                                     \
-}                                                                                                                                                         \
-                                                                                                                                                          \
-/* Backward of one block: channels c0 .. c0 + nch - 1 of group g, batch row b. pB / pC: this                                                              \
-   block's [N][selscan__prow(L)] partials of variable dB / dC (NULL: not asked). The checkpoint pass goes chunk                                           \
-   by chunk with the tiles inner, like the walk back: a chunk's variable B / C are copied once for                                                        \
-   all tiles. When the part's prep cache holds the segment (s->pcn chunks), the checkpoint pass                                                           \
-   prepares the walk's inputs (selscan__wprep) into it and the walk back reads them there instead                                                         \
-   of loading and preparing the chunk again. With the forward's checkpoints (ckp) the same pass                                                           \
-   runs without the recompute: the inputs are then read first to last (read chunk by chunk in the                                                         \
-   walk's last-to-first order, the lm-prefill backward took 9 % longer on a Xeon, NOTES v22). */                                                          \
-static ATTR void selscan__bwd_block_##SFX(const selscan__prob *q, const selscan__grd *r, int64_t b, int64_t g,                                            \
-                                          int64_t c0, int nch, const selscan__bscr *s, float *pB, float *pC,                                              \
-                                          const float *ckp) {                                                                                             \
-    const int W = SELSCAN__VW, nbt = (nch + SELSCAN__VW - 1) / SELSCAN__VW;                                                                               \
-    const int64_t N = q->N, NW = N * W, T = s->T, PS = selscan__prow(q->L);                                                                               \
-    const int useck = ckp && T == SELSCAN__FT;                                                                                                            \
-    const int64_t TS = s->TS;                                                                                                                             \
-    float lim[SELSCAN__CB];                                                                                                                               \
-    int64_t k, c;                                                                                                                                         \
-    int j, t;                                                                                                                                             \
-    memset(s->dA, 0, SELSCAN__CAST(size_t, nbt * NW) * 4);                                                                                                \
-    memset(s->dBf, 0, SELSCAN__CAST(size_t, nbt * NW) * 4);                                                                                               \
-    memset(s->dCf, 0, SELSCAN__CAST(size_t, nbt * NW) * 4);                                                                                               \
-    memset(s->dD, 0, SELSCAN__CAST(size_t, nbt * W) * 4);                                                                                                 \
-    memset(s->db, 0, SELSCAN__CAST(size_t, nbt * W) * 4);                                                                                                 \
-    for (j = 0; j < nbt; j++) {                                                                                                                           \
-        const int nl = nch - j * W < W ? nch - j * W : W;                                                                                                 \
-        lim[j] = 86.0f / selscan__tile_params(q, c0 + j * W, nl, W, s->A + j * NW, s->A2 + j * NW, s->Bf + j * NW,                                        \
-                                              s->Cf + j * NW, s->Dv + j * W, s->bv + j * W);                                                              \
-    }                                                                                                                                                     \
-    for (k = 0; k < selscan__nseg(q); k++) {                                                                                                              \
-        int64_t t0, t1, row, nck;                                                                                                                         \
-        selscan__seg(q, b, k, &t0, &t1, &row);                                                                                                            \
-        nck = (t1 - t0 + T - 1) / T;                                                                                                                      \
-        const int usepc = nck <= s->pcn;                                                                                                                  \
-        /* checkpoints: ck[c] = state entering chunk c */                                                                                                 \
-        for (j = 0; j < nbt; j++) {                                                                                                                       \
-            const int nl = nch - j * W < W ? nch - j * W : W;                                                                                             \
-            const int64_t d0 = c0 + j * W;                                                                                                                \
-            float *ck = s->ck + j * s->ckstride;                                                                                                          \
-            selscan__state_in(&q->h0, row, d0, nl, W, N, ck);                                                                                             \
-            if (useck) /* the forward's chunk states */                                                                                                   \
-                for (c = 1; c < nck; c++) selscan__ck_get(q, ckp, b, d0, nl, W, (t0 + c * T) / SELSCAN__FT + k, ck + c * NW);                             \
-            selscan__state_in(&r->dhlast, row, d0, nl, W, N, s->dh + j * NW);                                                                             \
-        }                                                                                                                                                 \
-        for (c = 0; c + 1 < nck && (usepc || !useck); c++) {                                                                                              \
-            const int64_t cs = t0 + c * T;                                                                                                                \
-            const int nt = SELSCAN__CAST(int, T);                                                                                                         \
-            int64_t bsn, bst;                                                                                                                             \
-            const float *Bv = useck ? NULL : selscan__bc_chunk(&q->B, q->fixB, s->Bf, W, b, g, N, cs, nt, s->Bb, &bsn, &bst);                             \
-            for (j = 0; j < nbt; j++) {                                                                                                                   \
-                const int nl = nch - j * W < W ? nch - j * W : W;                                                                                         \
-                const int64_t d0 = c0 + j * W;                                                                                                            \
-                float *ck = s->ck + j * s->ckstride + c * NW;                                                                                             \
-                const float *Bp = q->fixB ? s->Bf + j * NW : Bv;                                                                                          \
-                float *const pc = usepc ? s->pc + (c * nbt + j) * s->pcs : NULL;                                                                          \
-                float *const w = pc ? pc : s->wk;                                                                                                         \
-                int fast;                                                                                                                                 \
-                if (pc) {                                                                                                                                 \
-                    fast = selscan__wprep_##SFX(q, r, b, d0, nl, cs, nt, s->bv + j * W, pc, TS, s->z, s->sg, s->dy, s->tmp,                               \
-                                                lim[j]);                                                                                                  \
-                    pc[s->pcs - 1] = SELSCAN__CAST(float, fast);                                                                                          \
-                } else {                                                                                                                                  \
-                    fast = selscan__prep_##SFX(q, b, d0, nl, cs, nt, s->bv + j * W, w, w + TS, w + 2 * TS, NULL, NULL, NULL,                              \
-                                               s->tmp, lim[j]);                                                                                           \
-                }                                                                                                                                         \
-                if (!useck)                                                                                                                               \
-                    selscan__rec_chunk_##SFX(0, N, nt, ck, ck + NW, NULL, 0, s->A + j * NW, s->A2 + j * NW, w, w + TS, Bp,                                \
-                                             q->fixB, fast);                                                                                              \
-            }                                                                                                                                             \
-        }                                                                                                                                                 \
-        for (c = nck - 1; c >= 0; c--) {                                                                                                                  \
-            const int64_t cs = t0 + c * T;                                                                                                                \
-            const int nt = SELSCAN__CAST(int, selscan__min64(T, t1 - cs));                                                                                \
-            int64_t bsn, bst, csn, cst;                                                                                                                   \
-            const float *Bv = selscan__bc_chunk(&q->B, q->fixB, s->Bf, W, b, g, N, cs, nt, s->Bb, &bsn, &bst);                                            \
-            const float *Cv = selscan__bc_chunk(&q->C, q->fixC, s->Cf, W, b, g, N, cs, nt, s->Cb, &csn, &cst);                                            \
-            for (j = 0; j < nbt; j++) {                                                                                                                   \
-                const int nl = nch - j * W < W ? nch - j * W : W;                                                                                         \
-                const int64_t d0 = c0 + j * W;                                                                                                            \
-                const float *Bp = q->fixB ? s->Bf + j * NW : Bv, *Cp = q->fixC ? s->Cf + j * NW : Cv;                                                     \
-                const SELSCAN__VF Dv = SELSCAN__VLOAD(s->Dv + j * W);                                                                                     \
-                SELSCAN__VF dD = SELSCAN__VLOAD(s->dD + j * W), db = SELSCAN__VLOAD(s->db + j * W);                                                       \
-                const float *const pc = usepc && c + 1 < nck ? s->pc + (c * nbt + j) * s->pcs : NULL;                                                     \
-                const float *const w = pc ? pc : s->wk;                                                                                                   \
-                const float *const dt = w, *const dtu = w + TS, *const u_ = w + 2 * TS, *const sp = w + 3 * TS;                                           \
-                const float *const dyg = w + 5 * TS;                                                                                                      \
-                const float *dy0p = w + 4 * TS;                                                                                                           \
-                const int fast = pc ? pc[s->pcs - 1] != 0.0f                                                                                              \
-                                    : selscan__wprep_##SFX(q, r, b, d0, nl, cs, nt, s->bv + j * W, s->wk, TS, s->z, s->sg,                                \
-                                                           s->dy, s->tmp, lim[j]);                                                                        \
-                if (!q->z.data) { /* dy0 = dy */                                                                                                          \
-                    SELSCAN__LOADTILE(s->dy0, &r->dy, b, d0, nl, W, cs, nt, s->tmp);                                                                      \
-                    dy0p = s->dy0;                                                                                                                        \
-                }                                                                                                                                         \
-                selscan__bwd_chunk_##SFX(N, nt, s->ck + j * s->ckstride + c * NW, s->hs, s->ab, s->dh + j * NW, s->A + j * NW,                            \
-                                         s->A2 + j * NW, dt, dtu, dy0p, q->z.data ? s->yc : NULL, s->S, s->sA, s->accB, s->accC,                          \
-                                         s->dA + j * NW, s->dBf + j * NW, s->dCf + j * NW, Bp, Cp, q->fixB, q->fixC, fast,                                \
-                                         j == 0, pB && j == nbt - 1 ? pB + cs : NULL, pC && j == nbt - 1 ? pC + cs : NULL, PS);                           \
-                for (t = nt - 1; t >= 0; t--) {                                                                                                           \
-                    const SELSCAN__VF u = SELSCAN__VLOAD(u_ + t * W), dy0 = SELSCAN__VLOAD(dy0p + t * W);                                                 \
-                    const SELSCAN__VF S = SELSCAN__VLOAD(s->S + t * W);                                                                                   \
-                    const SELSCAN__VF ddt = SELSCAN__VMUL(SELSCAN__VFMA(u, S, SELSCAN__VLOAD(s->sA + t * W)),                                             \
-                                                         SELSCAN__VLOAD(sp + t * W));                                                                     \
-                    SELSCAN__VSTORE(s->du + t * W, SELSCAN__VFMA(SELSCAN__VLOAD(dt + t * W), S, SELSCAN__VMUL(dy0, Dv)));                                 \
-                    SELSCAN__VSTORE(s->ddt + t * W, ddt);                                                                                                 \
-                    dD = SELSCAN__VFMA(dy0, u, dD);                                                                                                       \
-                    db = SELSCAN__VADD(db, ddt);                                                                                                          \
-                    if (r->dz.data) /* dz = dy silu'(z) y0 */                                                                                             \
-                        SELSCAN__VSTORE(s->dz + t * W, SELSCAN__VMUL(SELSCAN__VLOAD(dyg + t * W),                                                         \
-                                                                     SELSCAN__VFMA(Dv, u, SELSCAN__VLOAD(s->yc + t * W))));                               \
-                }                                                                                                                                         \
-                SELSCAN__VSTORE(s->dD + j * W, dD);                                                                                                       \
-                SELSCAN__VSTORE(s->db + j * W, db);                                                                                                       \
-                if (r->du.data) SELSCAN__STORETILE(s->du, &r->du, b, d0, nl, W, cs, nt, s->tmp);                                                          \
-                if (r->ddelta.data) SELSCAN__STORETILE(s->ddt, &r->ddelta, b, d0, nl, W, cs, nt, s->tmp);                                                 \
-                if (r->dz.data) SELSCAN__STORETILE(s->dz, &r->dz, b, d0, nl, W, cs, nt, s->tmp);                                                          \
-            }                                                                                                                                             \
-        }                                                                                                                                                 \
-        if (r->dh0.data)                                                                                                                                  \
-            for (j = 0; j < nbt; j++) {                                                                                                                   \
-                const int nl = nch - j * W < W ? nch - j * W : W;                                                                                         \
-                selscan__state_out(&r->dh0, row, c0 + j * W, nl, W, N, s->dh + j * NW);                                                                   \
-            }                                                                                                                                             \
-    }                                                                                                                                                     \
-}                                                                                                                                                         \
-                                                                                                                                                          \
-/* Step of channels c < ne of a W-channel block in the common layout with N = NV W (NV <= 4,                                                              \
-   hand-unrolled: no loop over n, the polynomial constants stay in registers): per channel the                                                            \
-   exponentials, then the state; yv[c] = C h of channel c (lanes summed by the caller). The same                                                          \
-   operations as the general loops (bitwise the same states and sums). */                                                                                 \
-static ATTR SELSCAN__INLINE SELSCAN__VF selscan__step_one_##SFX(const int k, const SELSCAN__VF a, float *hp, const float *Bp,                             \
-                                                                const float *Cp, const SELSCAN__VF vdx, const SELSCAN__VF acc) {                          \
-    const int W = SELSCAN__VW;                                                                                                                            \
-    const SELSCAN__VF h = SELSCAN__VFMA(a, SELSCAN__VLOAD(hp + k * W), SELSCAN__VMUL(vdx, SELSCAN__VLOAD(Bp + k * W)));                                   \
-    SELSCAN__VSTORE(hp + k * W, h);                                                                                                                       \
-    return SELSCAN__VFMA(SELSCAN__VLOAD(Cp + k * W), h, acc);                                                                                             \
-}                                                                                                                                                         \
-                                                                                                                                                          \
-static ATTR SELSCAN__INLINE void selscan__step_rows_##SFX(const int NV, int ne, const float *dtb, const float *dxb, float *hp,                            \
-                                                          int64_t hs1, const float *Ap, int64_t as0, const float *Bp,                                     \
-                                                          const float *Cp, SELSCAN__VF *yv, int64_t nrow) {                                               \
-    const int W = SELSCAN__VW;                                                                                                                            \
-    int c;                                                                                                                                                \
-    for (c = 0; c < ne; c++, hp += hs1, Ap += as0) {                                                                                                      \
-        const SELSCAN__VF vdt = SELSCAN__VSET1(dtb[c]), vdx = SELSCAN__VSET1(dxb[c]), zero = SELSCAN__VSET1(0.0f);                                        \
-        /* the state 32 channels on (nrow: channels of hp's row from here on) */                                                                          \
-        if (c + 32 < nrow) SELSCAN__PREFETCHW(hp + 32 * hs1);                                                                                             \
-        const SELSCAN__VF a0 = selscan__vexp_##SFX(SELSCAN__VMUL(vdt, SELSCAN__VLOAD(Ap)));                                                               \
-        const SELSCAN__VF a1 = NV > 1 ? selscan__vexp_##SFX(SELSCAN__VMUL(vdt, SELSCAN__VLOAD(Ap + W))) : zero;                                           \
-        const SELSCAN__VF a2 = NV > 2 ? selscan__vexp_##SFX(SELSCAN__VMUL(vdt, SELSCAN__VLOAD(Ap + 2 * W))) : zero;                                       \
-        const SELSCAN__VF a3 = NV > 3 ? selscan__vexp_##SFX(SELSCAN__VMUL(vdt, SELSCAN__VLOAD(Ap + 3 * W))) : zero;                                       \
-        SELSCAN__VF acc0 = selscan__step_one_##SFX(0, a0, hp, Bp, Cp, vdx, zero), acc1 = zero;                                                            \
-        if (NV > 1) acc1 = selscan__step_one_##SFX(1, a1, hp, Bp, Cp, vdx, zero);                                                                         \
-        if (NV > 2) acc0 = selscan__step_one_##SFX(2, a2, hp, Bp, Cp, vdx, acc0);                                                                         \
-        if (NV > 3) acc1 = selscan__step_one_##SFX(3, a3, hp, Bp, Cp, vdx, acc1);                                                                         \
-        yv[c] = NV > 1 ? SELSCAN__VADD(acc0, acc1) : acc0;                                                                                                \
-    }                                                                                                                                                     \
-}                                                                                                                                                         \
-                                                                                                                                                          \
-/* Step of channels [dlo, dhi) of batch row b (all in cache row `row`, >= 0). */                                                                          \
-static ATTR void selscan__step_block_##SFX(const selscan__stp *q, int64_t b, int64_t row, int64_t dlo, int64_t dhi) {                                     \
-    const int W = SELSCAN__VW;                                                                                                                            \
-    float xb[SELSCAN__SNB], dtb[SELSCAN__SNB], zb[SELSCAN__SNB], yb[SELSCAN__SNB];                                                                        \
-    float hb[SELSCAN__SNB], Ab[SELSCAN__SNB], Bb[SELSCAN__SNB], Cb[SELSCAN__SNB];                                                                         \
-    float th[SELSCAN__WMAX], tA[SELSCAN__WMAX], tB[SELSCAN__WMAX], tC[SELSCAN__WMAX];                                                                     \
-    const int64_t nd = dhi - dlo, N = q->N;                                                                                                               \
-    int64_t i, d, nb, n;                                                                                                                                  \
-    selscan__cvt_row(xb, q->u.data, b * q->u.s[0] + dlo * q->u.s[1], q->u.s[1], nd, q->dt);                                                               \
-    selscan__cvt_row(dtb, q->delta.data, b * q->delta.s[0] + dlo * q->delta.s[1], q->delta.s[1], nd, q->dt);                                                      \
-    if (q->z.data) selscan__cvt_row(zb, q->z.data, b * q->z.s[0] + dlo * q->z.s[1], q->z.s[1], nd, q->dt);                                                \
-    for (i = nd; i < SELSCAN__SNB; i++) xb[i] = dtb[i] = zb[i] = 0.0f;                                                                                    \
-    if (q->bias.data) { /* vectors where the bias is contiguous */                                                                                        \
-        const float *const bp = SELSCAN__CAST(const float *, q->bias.data) + SELSCAN__AT1(q->bias, dlo);                                                  \
-        i = 0;                                                                                                                                            \
-        if (q->bias.s[0] == 1)                                                                                                                            \
-            for (; i + W <= nd; i += W) SELSCAN__VSTORE(dtb + i, SELSCAN__VADD(SELSCAN__VLOAD(dtb + i), SELSCAN__VLOAD(bp + i)));                         \
-        for (; i < nd; i++) dtb[i] += bp[i * q->bias.s[0]];                                                                                               \
-    }                                                                                                                                                     \
-    for (i = 0; i < SELSCAN__SNB; i += W) {                                                                                                               \
-        SELSCAN__VF x = SELSCAN__VLOAD(dtb + i);                                                                                                          \
-        if (q->softplus) x = selscan__vsoftplus_##SFX(x);                                                                                                 \
-        SELSCAN__VSTORE(dtb + i, x);                                                                                                                      \
-        if (q->z.data) {                                                                                                                                  \
-            const SELSCAN__VF z = SELSCAN__VLOAD(zb + i);                                                                                                 \
-            SELSCAN__VSTORE(zb + i, SELSCAN__VMUL(z, selscan__vsigmoid_##SFX(z)));                                                                        \
-        }                                                                                                                                                 \
-    }                                                                                                                                                     \
-    if (N <= SELSCAN__SNA && N % W == 0 && q->state.s[2] == 1 && q->A.s[1] == 1 && !q->fixB && !q->fixC) {                                                \
-        /* the common layout: B and C of a group widened once, no per-channel gathers or tails;                                                           \
-           W channels at a time: the W sums over n by one transposing reduction, D and z as                                                               \
-           vectors over the channels (no per-channel scalar tail). N = NV W with NV <= 4 and the                                                          \
-           W channels in one group (the usual case): selscan__step_rows, hand-unrolled over n.                                                            \
-           Else first the exponentials of all W channels (a loop with nothing else live: the                                                              \
-           polynomial constants stay in registers), then the states, n unrolled by 2 W. */                                                                \
-        const int64_t hs1 = q->state.s[1], as0 = q->A.s[0], NV = N / W;                                                                                   \
-        float *const hrow = SELSCAN__CAST(float *, q->state.data) + row * q->state.s[0] + dlo * hs1;                                                      \
-        const float *const Arow = SELSCAN__CAST(const float *, q->A.data) + dlo * as0;                                                                    \
-        int64_t g = dlo / q->dpg, gend = (g + 1) * q->dpg - dlo; /* channel index (from dlo) of the next group */                                         \
-        const float *Bp, *Cp;                                                                                                                             \
-        float Db[SELSCAN__SNB], dxb[SELSCAN__SNB], ab[SELSCAN__WMAX * SELSCAN__SNA];                                                                      \
-        SELSCAN__VF yv[SELSCAN__VW];                                                                                                                      \
-        int c;                                                                                                                                            \
-        selscan__step_bc(q, b, g, Bb, Cb, &Bp, &Cp);                                                                                                      \
-        if (q->D.data) selscan__cvt_row(Db, q->D.data, SELSCAN__AT1(q->D, dlo), q->D.s[0], nd, SELSCAN_F32);                                              \
-        for (i = q->D.data ? nd : 0; i < SELSCAN__SNB; i++) Db[i] = 0.0f;                                                                                 \
-        /* dt x of every channel as vectors (each channel then broadcasts it from memory) */                                                              \
-        for (i = 0; i < SELSCAN__SNB; i += W) SELSCAN__VSTORE(dxb + i, SELSCAN__VMUL(SELSCAN__VLOAD(dtb + i), SELSCAN__VLOAD(xb + i)));                   \
-        for (i = 0; i < nd; i += W) {                                                                                                                     \
-            const int ne = nd - i < W ? SELSCAN__CAST(int, nd - i) : W;                                                                                   \
-            if (i + ne <= gend && NV <= 4) {                                                                                                              \
-                float *const hp = hrow + i * hs1;                                                                                                         \
-                const float *const Ap = Arow + i * as0;                                                                                                   \
-                const int64_t nrow = q->dim - dlo - i; /* channels of the state row from hp on */                                                         \
-                if (NV == 1) selscan__step_rows_##SFX(1, ne, dtb + i, dxb + i, hp, hs1, Ap, as0, Bp, Cp, yv, nrow);                                       \
-                else if (NV == 2) selscan__step_rows_##SFX(2, ne, dtb + i, dxb + i, hp, hs1, Ap, as0, Bp, Cp, yv, nrow);                                  \
-                else if (NV == 3) selscan__step_rows_##SFX(3, ne, dtb + i, dxb + i, hp, hs1, Ap, as0, Bp, Cp, yv, nrow);                                  \
-                else selscan__step_rows_##SFX(4, ne, dtb + i, dxb + i, hp, hs1, Ap, as0, Bp, Cp, yv, nrow);                                               \
-                for (c = ne; c < W; c++) yv[c] = SELSCAN__VSET1(0.0f);                                                                                    \
-                SELSCAN__VTHSUM(yv, yb + i);                                                                                                              \
-                continue;                                                                                                                                 \
-            }                                                                                                                                             \
-            for (c = 0; c < ne; c++) {                                                                                                                    \
-                const SELSCAN__VF vdt = SELSCAN__VSET1(dtb[i + c]);                                                                                       \
-                const float *const Ap = Arow + (i + c) * as0;                                                                                             \
-                for (n = 0; n < N; n += W) SELSCAN__VSTORE(ab + c * N + n, selscan__vexp_##SFX(SELSCAN__VMUL(vdt, SELSCAN__VLOAD(Ap + n))));              \
-            }                                                                                                                                             \
-            for (c = 0; c < ne; c++) {                                                                                                                    \
-                const int64_t di = i + c;                                                                                                                 \
-                const SELSCAN__VF vdx = SELSCAN__VSET1(dtb[di] * xb[di]);                                                                                 \
-                float *const hp = hrow + di * hs1;                                                                                                        \
-                const float *const ap = ab + c * N;                                                                                                       \
-                SELSCAN__VF acc0 = SELSCAN__VSET1(0.0f), acc1 = acc0;                                                                                     \
-                if (di >= gend) {                                                                                                                         \
-                    g++;                                                                                                                                  \
-                    gend += q->dpg;                                                                                                                       \
-                    selscan__step_bc(q, b, g, Bb, Cb, &Bp, &Cp);                                                                                          \
-                }                                                                                                                                         \
-                for (n = 0; n + 2 * W <= N; n += 2 * W) {                                                                                                 \
-                    const SELSCAN__VF a0 = SELSCAN__VLOAD(ap + n), a1 = SELSCAN__VLOAD(ap + n + W);                                                       \
-                    const SELSCAN__VF h0 = SELSCAN__VFMA(a0, SELSCAN__VLOAD(hp + n), SELSCAN__VMUL(vdx, SELSCAN__VLOAD(Bp + n)));                         \
-                    const SELSCAN__VF h1 = SELSCAN__VFMA(a1, SELSCAN__VLOAD(hp + n + W), SELSCAN__VMUL(vdx, SELSCAN__VLOAD(Bp + n + W)));                 \
-                    SELSCAN__VSTORE(hp + n, h0);                                                                                                          \
-                    SELSCAN__VSTORE(hp + n + W, h1);                                                                                                      \
-                    acc0 = SELSCAN__VFMA(SELSCAN__VLOAD(Cp + n), h0, acc0);                                                                               \
-                    acc1 = SELSCAN__VFMA(SELSCAN__VLOAD(Cp + n + W), h1, acc1);                                                                           \
-                }                                                                                                                                         \
-                if (n < N) {                                                                                                                              \
-                    const SELSCAN__VF h0 = SELSCAN__VFMA(SELSCAN__VLOAD(ap + n), SELSCAN__VLOAD(hp + n), SELSCAN__VMUL(vdx, SELSCAN__VLOAD(Bp + n)));     \
-                    SELSCAN__VSTORE(hp + n, h0);                                                                                                          \
-                    acc0 = SELSCAN__VFMA(SELSCAN__VLOAD(Cp + n), h0, acc0);                                                                               \
-                }                                                                                                                                         \
-                yv[c] = SELSCAN__VADD(acc0, acc1);                                                                                                        \
-            }                                                                                                                                             \
-            for (; c < W; c++) yv[c] = SELSCAN__VSET1(0.0f);                                                                                              \
-            SELSCAN__VTHSUM(yv, yb + i); /* yb[i + c] = sum of the lanes of yv[c] */                                                                      \
-        }                                                                                                                                                 \
-        for (i = 0; i < nd; i += W) {                                                                                                                     \
-            SELSCAN__VF y = SELSCAN__VLOAD(yb + i);                                                                                                       \
-            if (q->D.data) y = SELSCAN__VADD(y, SELSCAN__VMUL(SELSCAN__VLOAD(Db + i), SELSCAN__VLOAD(xb + i)));                                           \
-            if (q->z.data) y = SELSCAN__VMUL(y, SELSCAN__VLOAD(zb + i));                                                                                  \
-            SELSCAN__VSTORE(yb + i, y);                                                                                                                   \
-        }                                                                                                                                                 \
-        selscan__store_row(q->y.data, b * q->y.s[0] + dlo * q->y.s[1], q->y.s[1], yb, nd, q->dt);                                                         \
-        return;                                                                                                                                           \
-    }                                                                                                                                                     \
-    for (d = dlo; d < dhi; d++) {                                                                                                                         \
-        const int64_t g = d / q->dpg;                                                                                                                     \
-        const SELSCAN__VF vdt = SELSCAN__VSET1(dtb[d - dlo]), vdx = SELSCAN__VSET1(dtb[d - dlo] * xb[d - dlo]);                                           \
-        SELSCAN__VF yv = SELSCAN__VSET1(0.0f);                                                                                                            \
-        float *hrow = SELSCAN__CAST(float *, q->state.data) + row * q->state.s[0] + d * q->state.s[1];                                                    \
-        float y = 0.0f;                                                                                                                                   \
-        for (nb = 0; nb < N; nb += SELSCAN__SNB) {                                                                                                        \
-            const int64_t nn = selscan__min64(SELSCAN__SNB, N - nb), nv = nn / W * W;                                                                     \
-            float *hp = hrow + nb * q->state.s[2];                                                                                                        \
-            const float *Ap = SELSCAN__CAST(const float *, q->A.data) + d * q->A.s[0] + nb * q->A.s[1];                                                   \
-            const float *Bp, *Cp;                                                                                                                         \
-            const int hdirect = q->state.s[2] == 1;                                                                                                       \
-            if (!hdirect) { for (n = 0; n < nn; n++) hb[n] = hp[n * q->state.s[2]]; hp = hb; }                                                            \
-            if (q->A.s[1] != 1) { for (n = 0; n < nn; n++) Ab[n] = Ap[n * q->A.s[1]]; Ap = Ab; }                                                          \
-            if (q->fixB) {                                                                                                                                \
-                Bp = SELSCAN__CAST(const float *, q->B.data) + d * q->B.s[0] + nb * q->B.s[1];                                                            \
-                if (q->B.s[1] != 1) { for (n = 0; n < nn; n++) Bb[n] = Bp[n * q->B.s[1]]; Bp = Bb; }                                                      \
-            } else if (q->dt == SELSCAN_F32 && q->B.s[2] == 1) {                                                                                          \
-                Bp = SELSCAN__CAST(const float *, q->B.data) + b * q->B.s[0] + g * q->B.s[1] + nb;                                                        \
-            } else {                                                                                                                                      \
-                selscan__cvt_row(Bb, q->B.data, b * q->B.s[0] + g * q->B.s[1] + nb * q->B.s[2], q->B.s[2], nn, q->dt);                                    \
-                Bp = Bb;                                                                                                                                  \
-            }                                                                                                                                             \
-            if (q->fixC) {                                                                                                                                \
-                Cp = SELSCAN__CAST(const float *, q->C.data) + d * q->C.s[0] + nb * q->C.s[1];                                                            \
-                if (q->C.s[1] != 1) { for (n = 0; n < nn; n++) Cb[n] = Cp[n * q->C.s[1]]; Cp = Cb; }                                                      \
-            } else if (q->dt == SELSCAN_F32 && q->C.s[2] == 1) {                                                                                          \
-                Cp = SELSCAN__CAST(const float *, q->C.data) + b * q->C.s[0] + g * q->C.s[1] + nb;                                                        \
-            } else {                                                                                                                                      \
-                selscan__cvt_row(Cb, q->C.data, b * q->C.s[0] + g * q->C.s[1] + nb * q->C.s[2], q->C.s[2], nn, q->dt);                                    \
-                Cp = Cb;                                                                                                                                  \
-            }                                                                                                                                             \
-            for (n = 0; n < nv; n += W) {                                                                                                                 \
-                const SELSCAN__VF a = selscan__vexp_##SFX(SELSCAN__VMUL(vdt, SELSCAN__VLOAD(Ap + n)));                                                    \
-                const SELSCAN__VF h = SELSCAN__VFMA(a, SELSCAN__VLOAD(hp + n), SELSCAN__VMUL(vdx, SELSCAN__VLOAD(Bp + n)));                               \
-                SELSCAN__VSTORE(hp + n, h);                                                                                                               \
-                yv = SELSCAN__VFMA(SELSCAN__VLOAD(Cp + n), h, yv);                                                                                        \
-            }                                                                                                                                             \
-            if (nv < nn) { /* tail through zero-padded vectors */                                                                                         \
-                for (i = 0; i < W; i++) {                                                                                                                 \
-                    const int in = nv + i < nn;                                                                                                           \
-                    th[i] = in ? hp[nv + i] : 0.0f; tA[i] = in ? Ap[nv + i] : 0.0f;                                                                       \
-                    tB[i] = in ? Bp[nv + i] : 0.0f; tC[i] = in ? Cp[nv + i] : 0.0f;                                                                       \
-                }                                                                                                                                         \
-                {                                                                                                                                         \
-                    const SELSCAN__VF a = selscan__vexp_##SFX(SELSCAN__VMUL(vdt, SELSCAN__VLOAD(tA)));                                                    \
-                    const SELSCAN__VF h = SELSCAN__VFMA(a, SELSCAN__VLOAD(th), SELSCAN__VMUL(vdx, SELSCAN__VLOAD(tB)));                                   \
-                    SELSCAN__VSTORE(th, h);                                                                                                               \
-                    yv = SELSCAN__VFMA(SELSCAN__VLOAD(tC), h, yv);                                                                                        \
-                }                                                                                                                                         \
-                for (i = 0; nv + i < nn; i++) hp[nv + i] = th[i];                                                                                         \
-            }                                                                                                                                             \
-            if (!hdirect)                                                                                                                                 \
-                for (n = 0; n < nn; n++) hrow[(nb + n) * q->state.s[2]] = hb[n];                                                                          \
-        }                                                                                                                                                 \
-        y = SELSCAN__VHSUM(yv);                                                                                                                           \
-        if (q->D.data) y += SELSCAN__CAST(const float *, q->D.data)[SELSCAN__AT1(q->D, d)] * xb[d - dlo];                                                 \
-        if (q->z.data) y *= zb[d - dlo];                                                                                                                  \
-        yb[d - dlo] = y;                                                                                                                                  \
-    }                                                                                                                                                     \
-    selscan__store_row(q->y.data, b * q->y.s[0] + dlo * q->y.s[1], q->y.s[1], yb, nd, q->dt);                                                             \
-}                                                                                                                                                         \
+/* ---- >>fast-isa: the kernels per instruction set -----------------------------------------------
 
+   The kernels (>>fast-kernels, at the end of this file) are ordinary functions written once over
+   the vector primitives below. Each block here defines the primitives for one instruction set,
+   SELSCAN__KSFX (the suffix of the kernels' names: selscan__fwd_tile_avx2, ...) and SELSCAN__ATTR
+   (their target attribute), then includes this file again (SELSCAN_HEADER_FILE): in that pass
+   only the kernel section compiles, and it ends by #undef-ing all of them. SELSCAN__SFX(name)
+   pastes the suffix to a kernel's name.
 
-/* ---- instantiations ---- */
+   primitive (VF: vector type)  portable (W 1)    avx2 (W 8)       avx512 (W 16)     neon (W 4)
+   SELSCAN__VF                  float             __m256           __m512            float32x4_t
+   SELSCAN__VW                  1                 8                16                4
+   VLOAD(p) / VSTORE(p, v)      VW floats at p, unaligned
+   VSET1(x)                     x in every lane
+   VADD VSUB VMUL VDIV          lane-wise a op b
+   VFMA(a, b, c)                a * b + c         fused            fused             fused
+                                (portable: never contracted; see below)
+   VMAX(a, x) / VMIN(a, x)      max / min, NaN in x stays NaN (neon: NaN in either)
+   VGTSEL(a, b, x, y)           a > b ? x : y lane-wise (false for NaN)
+   VPOW2I(t)                    2^k for t = k + 1.5 * 2^23 (k the rounded value), exponent bits
+   VADDEXP(p, t)                p * 2^k, t as above, by an integer add to p's exponent
+   VHSUM(v)                     sum of v's lanes in a fixed order
+   VTHSUM(v, out)               out[c] = VHSUM(v[c]), c < VW (avx2: one transposing reduction)
+   VTHSUMS(p, stride, out)      out[c] = VHSUM(VLOAD(p + c * stride)), c < VW
+   VOPAQUE(v)                   v opaque to the optimizer (no folding across it)
+   LOADTILE / STORETILE         tile load / store: selscan__load_tile (avx2, avx512: the
+                                _avx2 forms with 8 x 8 transposes) */
 
-/* portable: W = 1, plain floats. No contraction of a * b + c into one fused operation (gcc's GNU
-   modes do it on targets with an FMA instruction, e.g. arm64, and not the same way in every
-   function): the forward and the backward's recompute must give the same bits. */
-#if defined(__GNUC__) && !defined(__clang__) && !defined(__CUDACC__) /* (nvcc's front end knows no such pragma) */
-#pragma GCC push_options
-#pragma GCC optimize("fp-contract=off")
-#elif defined(__clang__)
-#pragma STDC FP_CONTRACT OFF
+#ifndef SELSCAN_HEADER_FILE /* this file's name (it includes itself): if you renamed it, define this */
+#define SELSCAN_HEADER_FILE "selscan.h" /* renamed? -DSELSCAN_HEADER_FILE='"new_name.h"' */
 #endif
+#define SELSCAN__SFX(name) SELSCAN__SFX2(name, SELSCAN__KSFX)
+#define SELSCAN__SFX2(name, sfx) SELSCAN__SFX3(name, sfx)
+#define SELSCAN__SFX3(name, sfx) name##_##sfx
+
+/* ---- >>isa-portable: W = 1, plain floats -------------------------------------------------------
+   No contraction of a * b + c into one fused operation (gcc's GNU modes do it on targets with an
+   FMA instruction, e.g. arm64, and not the same way in every function): the forward and the
+   backward's recompute must give the same bits. */
 static float selscan__pow2i_s(float t) { /* t = round(x) + 1.5 * 2^23: 2^round(x) */
     uint32_t u = selscan__f32_bits(t);
     return selscan__bits_f32((u << 23) + (127u << 23));
@@ -2347,6 +1802,8 @@ static float selscan__opaque_s(float v) { /* a value the optimizer cannot see th
 static float selscan__addexp_s(float p, float t) { /* p * 2^k, t = k + 1.5 * 2^23, as an integer add */
     return selscan__bits_f32(selscan__f32_bits(p) + (selscan__f32_bits(t) << 23));
 }
+#define SELSCAN__KSFX port
+#define SELSCAN__ATTR
 #define SELSCAN__VF float
 #define SELSCAN__VW 1
 #define SELSCAN__VLOAD(p) (*(p))
@@ -2368,35 +1825,24 @@ static float selscan__addexp_s(float p, float t) { /* p * 2^k, t = k + 1.5 * 2^2
 #define SELSCAN__VOPAQUE(v) ((v) = selscan__opaque_s(v))
 #define SELSCAN__LOADTILE selscan__load_tile
 #define SELSCAN__STORETILE selscan__store_tile
-SELSCAN__KERNELS(port, SELSCAN__NOATTR)
+#if defined(__GNUC__) && !defined(__clang__) && !defined(__CUDACC__) /* (nvcc's front end knows no such pragma) */
+#pragma GCC push_options
+#pragma GCC optimize("fp-contract=off")
+#elif defined(__clang__)
+#pragma STDC FP_CONTRACT OFF
+#endif
+#include SELSCAN_HEADER_FILE /* the kernels (>>fast-kernels) as selscan__*_port */
 #if defined(__GNUC__) && !defined(__clang__) && !defined(__CUDACC__)
 #pragma GCC pop_options
 #elif defined(__clang__)
 #pragma STDC FP_CONTRACT DEFAULT
 #endif
-#undef SELSCAN__VF
-#undef SELSCAN__VW
-#undef SELSCAN__VLOAD
-#undef SELSCAN__VSTORE
-#undef SELSCAN__VSET1
-#undef SELSCAN__VADD
-#undef SELSCAN__VSUB
-#undef SELSCAN__VMUL
-#undef SELSCAN__VDIV
-#undef SELSCAN__VFMA
-#undef SELSCAN__VMAX
-#undef SELSCAN__VMIN
-#undef SELSCAN__VGTSEL
-#undef SELSCAN__VPOW2I
-#undef SELSCAN__VHSUM
-#undef SELSCAN__VTHSUM
-#undef SELSCAN__VTHSUMS
-#undef SELSCAN__VADDEXP
-#undef SELSCAN__VOPAQUE
-#undef SELSCAN__LOADTILE
-#undef SELSCAN__STORETILE
+#ifdef SELSCAN__KSFX /* the kernel section #undefs it: this file did not include itself */
+#error "selscan.h: SELSCAN_HEADER_FILE must name this file (it includes itself), e.g. -DSELSCAN_HEADER_FILE='\"my_selscan.h\"'"
+#endif
 
 #if defined(SELSCAN__HAVE_X86)
+/* ---- >>isa-avx2: AVX2 + FMA + F16C, W = 8 --------------------------------------------------- */
 static SELSCAN__T_AVX2 SELSCAN__INLINE float selscan__hsum_avx2(__m256 v) {
     __m128 x = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
     x = _mm_add_ps(x, _mm_movehl_ps(x, x));
@@ -2542,6 +1988,8 @@ static SELSCAN__T_AVX2 void selscan__store_tile_avx2(const float *src, const sel
     if (t < nt) selscan__store_tile(src + t * W, x, b, d0, nl, W, t0 + t, nt - t, tmp);
 }
 
+#define SELSCAN__KSFX avx2
+#define SELSCAN__ATTR SELSCAN__T_AVX2
 #define SELSCAN__VF __m256
 #define SELSCAN__VW 8
 #define SELSCAN__VLOAD(p) _mm256_loadu_ps(p)
@@ -2568,34 +2016,16 @@ static SELSCAN__T_AVX2 void selscan__store_tile_avx2(const float *src, const sel
 #define SELSCAN__LOADTILE selscan__load_tile_avx2
 #define SELSCAN__STORETILE selscan__store_tile_avx2
 #define SELSCAN__VADDEXP(p, t) _mm256_castsi256_ps(_mm256_add_epi32(_mm256_castps_si256(p), _mm256_slli_epi32(_mm256_castps_si256(t), 23)))
-SELSCAN__KERNELS(avx2, SELSCAN__T_AVX2)
-#undef SELSCAN__VF
-#undef SELSCAN__VW
-#undef SELSCAN__VLOAD
-#undef SELSCAN__VSTORE
-#undef SELSCAN__VSET1
-#undef SELSCAN__VADD
-#undef SELSCAN__VSUB
-#undef SELSCAN__VMUL
-#undef SELSCAN__VDIV
-#undef SELSCAN__VFMA
-#undef SELSCAN__VMAX
-#undef SELSCAN__VMIN
-#undef SELSCAN__VGTSEL
-#undef SELSCAN__VPOW2I
-#undef SELSCAN__VHSUM
-#undef SELSCAN__VTHSUM
-#undef SELSCAN__VTHSUMS
-#undef SELSCAN__VADDEXP
-#undef SELSCAN__VOPAQUE
-#undef SELSCAN__LOADTILE
-#undef SELSCAN__STORETILE
+#include SELSCAN_HEADER_FILE /* the kernels as selscan__*_avx2 */
 
+/* ---- >>isa-avx512: AVX-512F, W = 16 --------------------------------------------------------- */
 static SELSCAN__T_AVX512 SELSCAN__INLINE float selscan__hsum_avx512(__m512 v) {
     float x[16]; /* through memory: g++ 12 warns inside the 512 -> 256 extract intrinsics */
     _mm512_storeu_ps(x, v);
     return selscan__hsum_avx2(_mm256_add_ps(_mm256_loadu_ps(x), _mm256_loadu_ps(x + 8)));
 }
+#define SELSCAN__KSFX avx512
+#define SELSCAN__ATTR SELSCAN__T_AVX512
 #define SELSCAN__VF __m512
 #define SELSCAN__VW 16
 #define SELSCAN__VLOAD(p) _mm512_loadu_ps(p)
@@ -2623,31 +2053,13 @@ static SELSCAN__T_AVX512 SELSCAN__INLINE float selscan__hsum_avx512(__m512 v) {
 #define SELSCAN__LOADTILE selscan__load_tile_avx2 /* AVX-512F CPUs have AVX2 */
 #define SELSCAN__STORETILE selscan__store_tile_avx2
 #define SELSCAN__VADDEXP(p, t) _mm512_castsi512_ps(_mm512_add_epi32(_mm512_castps_si512(p), _mm512_maskz_slli_epi32(0xffff, _mm512_castps_si512(t), 23)))
-SELSCAN__KERNELS(avx512, SELSCAN__T_AVX512)
-#undef SELSCAN__VF
-#undef SELSCAN__VW
-#undef SELSCAN__VLOAD
-#undef SELSCAN__VSTORE
-#undef SELSCAN__VSET1
-#undef SELSCAN__VADD
-#undef SELSCAN__VSUB
-#undef SELSCAN__VMUL
-#undef SELSCAN__VDIV
-#undef SELSCAN__VFMA
-#undef SELSCAN__VMAX
-#undef SELSCAN__VMIN
-#undef SELSCAN__VGTSEL
-#undef SELSCAN__VPOW2I
-#undef SELSCAN__VHSUM
-#undef SELSCAN__VTHSUM
-#undef SELSCAN__VTHSUMS
-#undef SELSCAN__VADDEXP
-#undef SELSCAN__VOPAQUE
-#undef SELSCAN__LOADTILE
-#undef SELSCAN__STORETILE
+#include SELSCAN_HEADER_FILE /* the kernels as selscan__*_avx512 */
 #endif /* SELSCAN__HAVE_X86 */
 
 #if defined(SELSCAN__HAVE_NEON)
+/* ---- >>isa-neon: arm64 NEON, W = 4 ---------------------------------------------------------- */
+#define SELSCAN__KSFX neon
+#define SELSCAN__ATTR
 #define SELSCAN__VF float32x4_t
 #define SELSCAN__VW 4
 #define SELSCAN__VLOAD(p) vld1q_f32(p)
@@ -2674,31 +2086,10 @@ SELSCAN__KERNELS(avx512, SELSCAN__T_AVX512)
 #define SELSCAN__LOADTILE selscan__load_tile
 #define SELSCAN__STORETILE selscan__store_tile
 #define SELSCAN__VADDEXP(p, t) vreinterpretq_f32_s32(vaddq_s32(vreinterpretq_s32_f32(p), vshlq_n_s32(vreinterpretq_s32_f32(t), 23)))
-SELSCAN__KERNELS(neon, SELSCAN__NOATTR)
-#undef SELSCAN__VF
-#undef SELSCAN__VW
-#undef SELSCAN__VLOAD
-#undef SELSCAN__VSTORE
-#undef SELSCAN__VSET1
-#undef SELSCAN__VADD
-#undef SELSCAN__VSUB
-#undef SELSCAN__VMUL
-#undef SELSCAN__VDIV
-#undef SELSCAN__VFMA
-#undef SELSCAN__VMAX
-#undef SELSCAN__VMIN
-#undef SELSCAN__VGTSEL
-#undef SELSCAN__VPOW2I
-#undef SELSCAN__VHSUM
-#undef SELSCAN__VTHSUM
-#undef SELSCAN__VTHSUMS
-#undef SELSCAN__VADDEXP
-#undef SELSCAN__VOPAQUE
-#undef SELSCAN__LOADTILE
-#undef SELSCAN__STORETILE
+#include SELSCAN_HEADER_FILE /* the kernels as selscan__*_neon */
 #endif /* SELSCAN__HAVE_NEON */
 
-/* ---- drivers ---- */
+/* ---- >>fast-drivers: workspace sizes, validation, the work items of a part ------------------ */
 
 static int64_t selscan__ws_fast_fwd(const selscan__prob *q, int64_t nparts) {
     selscan__fscr s;
@@ -2718,9 +2109,10 @@ static int64_t selscan__ws_fast(const selscan__prob *q, const selscan__grd *r, i
 }
 
 /* 1 <= n_parts <= 2^24 (far more than any machine's threads; keeps the sizes in range). */
-static selscan_status selscan__check_part(int64_t part, int64_t nparts) {
-    return nparts < 1 || nparts > (SELSCAN__CAST(int64_t, 1) << 24) || part < 0 || part >= nparts ? SELSCAN_ERR_SHAPE
-                                                                                                  : SELSCAN_OK;
+static selscan_status selscan__check_part(int64_t part, int64_t nparts, selscan_diag *d) {
+    if (nparts < 1 || nparts > (SELSCAN__CAST(int64_t, 1) << 24)) SELSCAN__FAIL(d, SELSCAN_ERR_SHAPE, "n_parts", "out of range");
+    if (part < 0 || part >= nparts) SELSCAN__FAIL(d, SELSCAN_ERR_SHAPE, "part", "out of range");
+    return SELSCAN_OK;
 }
 
 static int64_t selscan__ck_bytes(const selscan__prob *q) {
@@ -2733,14 +2125,18 @@ static selscan_status selscan__check_ck(const selscan__prob *q, const void *ck, 
                                         const selscan__ten *const *others, int nothers, const void *ws,
                                         size_t ws_bytes) {
     int i;
-    if (!selscan__size_ok(selscan__ck_bytes(q))) return SELSCAN_ERR_SHAPE;
-    if (!ck || ck_bytes < SELSCAN__CAST(size_t, selscan__ck_bytes(q)) || SELSCAN__RCAST(uintptr_t, ck) % 4 != 0)
-        return SELSCAN_ERR_WORKSPACE;
+    selscan_diag *d = q->diag;
+    if (!selscan__size_ok(selscan__ck_bytes(q))) SELSCAN__FAIL(d, SELSCAN_ERR_SHAPE, "checkpoint", "size overflows");
+    if (!ck) SELSCAN__FAIL(d, SELSCAN_ERR_WORKSPACE, "checkpoint", "missing");
+    if (ck_bytes < SELSCAN__CAST(size_t, selscan__ck_bytes(q))) SELSCAN__FAIL(d, SELSCAN_ERR_WORKSPACE, "checkpoint", "too small");
+    if (SELSCAN__RCAST(uintptr_t, ck) % 4 != 0) SELSCAN__FAIL(d, SELSCAN_ERR_WORKSPACE, "checkpoint", "not float-aligned");
     for (i = 0; i < nothers; i++)
         if (selscan__overlap(others[i]->data, selscan__bytes(others[i]), ck, SELSCAN__CAST(int64_t, ck_bytes)))
-            return SELSCAN_ERR_ALIAS;
-    if (selscan__overlap(ws, SELSCAN__CAST(int64_t, ws_bytes), ck, SELSCAN__CAST(int64_t, ck_bytes))) return SELSCAN_ERR_ALIAS;
-    if (q->cu && selscan__overlap(q->cu, (q->nseq + 1) * 8, ck, SELSCAN__CAST(int64_t, ck_bytes))) return SELSCAN_ERR_ALIAS;
+            SELSCAN__FAIL(d, SELSCAN_ERR_ALIAS, "checkpoint", selscan__ovl(others[i]));
+    if (selscan__overlap(ws, SELSCAN__CAST(int64_t, ws_bytes), ck, SELSCAN__CAST(int64_t, ck_bytes)))
+        SELSCAN__FAIL(d, SELSCAN_ERR_ALIAS, "checkpoint", "overlaps workspace");
+    if (q->cu && selscan__overlap(q->cu, (q->nseq + 1) * 8, ck, SELSCAN__CAST(int64_t, ck_bytes)))
+        SELSCAN__FAIL(d, SELSCAN_ERR_ALIAS, "checkpoint", "overlaps cu_seqlens");
     return SELSCAN_OK;
 }
 
@@ -2750,8 +2146,9 @@ static selscan_status selscan__forward_fast(const selscan_problem *p, int64_t pa
     selscan__fscr s;
     selscan_status st;
     int64_t W, ntg, i0, i1, i, per;
-    if ((st = selscan__check_part(part, nparts)) != SELSCAN_OK) return st;
+    if ((st = selscan__check_part(part, nparts, p ? p->diag : NULL)) != SELSCAN_OK) return st;
     if ((st = selscan__check_problem(p, &q, 1)) != SELSCAN_OK) return st;
+    workspace = selscan__ws_align(workspace, bytes, &bytes); /* every part aligns the same pointer alike */
     st = selscan__validate_forward_outputs(&q, workspace, bytes, selscan__ws_fast_fwd(&q, nparts));
     if (st != SELSCAN_OK) return st;
     if (ckpt) {
@@ -2791,16 +2188,19 @@ static selscan_status selscan__validate_bwd_fast(const selscan_problem *p, const
     if (st != SELSCAN_OK) return st;
     selscan__bsh_map(&h, q, r);
     need = shared_only ? selscan__align_up(selscan__smul(h.end, 4)) : selscan__ws_fast_bwd(q, r, nparts);
-    if ((st = selscan__check_ws(ws, bytes, need)) != SELSCAN_OK) return st;
+    if ((st = selscan__check_ws_d(ws, bytes, need, q->diag)) != SELSCAN_OK) return st;
     if (need > 0) {
         const selscan__ten *outs[] = {&r->du, &r->ddelta, &r->dA, &r->dB, &r->dC, &r->dD, &r->dz, &r->dbias, &r->dh0};
         const selscan__ten *ins[] = {&q->u, &q->delta, &q->A, &q->B, &q->C, &q->D, &q->z, &q->bias, &q->h0, &r->dy, &r->dhlast};
         int i;
         for (i = 0; i < 9; i++)
-            if (selscan__overlap(outs[i]->data, selscan__bytes(outs[i]), ws, SELSCAN__CAST(int64_t, bytes))) return SELSCAN_ERR_ALIAS;
+            if (selscan__overlap(outs[i]->data, selscan__bytes(outs[i]), ws, SELSCAN__CAST(int64_t, bytes)))
+                SELSCAN__FAIL(q->diag, SELSCAN_ERR_ALIAS, selscan__name(outs[i]), "overlaps workspace");
         for (i = 0; i < 11; i++)
-            if (selscan__overlap(ins[i]->data, selscan__bytes(ins[i]), ws, SELSCAN__CAST(int64_t, bytes))) return SELSCAN_ERR_ALIAS;
-        if (q->cu && selscan__overlap(q->cu, (q->nseq + 1) * 8, ws, SELSCAN__CAST(int64_t, bytes))) return SELSCAN_ERR_ALIAS;
+            if (selscan__overlap(ins[i]->data, selscan__bytes(ins[i]), ws, SELSCAN__CAST(int64_t, bytes)))
+                SELSCAN__FAIL(q->diag, SELSCAN_ERR_ALIAS, "workspace", selscan__ovl(ins[i]));
+        if (q->cu && selscan__overlap(q->cu, (q->nseq + 1) * 8, ws, SELSCAN__CAST(int64_t, bytes)))
+            SELSCAN__FAIL(q->diag, SELSCAN_ERR_ALIAS, "workspace", "overlaps cu_seqlens");
     }
     return SELSCAN_OK;
 }
@@ -2814,8 +2214,10 @@ static selscan_status selscan__backward_fast(const selscan_problem *p, const sel
     selscan__bsh h;
     selscan_status st;
     int64_t i0, i1, i, per, sh, d, n;
-    float *ws = SELSCAN__CAST(float *, workspace);
-    if ((st = selscan__check_part(part, nparts)) != SELSCAN_OK) return st;
+    float *ws;
+    if ((st = selscan__check_part(part, nparts, p ? p->diag : NULL)) != SELSCAN_OK) return st;
+    workspace = selscan__ws_align(workspace, bytes, &bytes); /* every part aligns the same pointer alike */
+    ws = SELSCAN__CAST(float *, workspace);
     if ((st = selscan__validate_bwd_fast(p, g, &q, &r, workspace, bytes, nparts, 0)) != SELSCAN_OK) return st;
     if (ckpt) {
         const selscan__ten *outs[] = {&r.du, &r.ddelta, &r.dA, &r.dB, &r.dC, &r.dD, &r.dz, &r.dbias, &r.dh0};
@@ -2827,6 +2229,19 @@ static selscan_status selscan__backward_fast(const selscan_problem *p, const sel
     per = selscan__align_up(selscan__bscr_floats(q.N, q.L, selscan__wk_rows(&q)) * 4);
     selscan__bscr_map(&s, SELSCAN__RCAST(float *, SELSCAN__CAST(char *, workspace) + sh + part * per), q.N, q.L,
                       selscan__isa_width(isa), selscan__wk_rows(&q));
+    { /* NaN into this part's share of the outputs only the reduce writes (a forgotten reduce shows) */
+        const float nan = selscan__nan_f32();
+        selscan__split(q.dim, part, nparts, &i0, &i1);
+        for (d = i0; d < i1; d++) {
+            if (h.D >= 0) SELSCAN__CAST(float *, r.dD.data)[SELSCAN__AT1(r.dD, d)] = nan;
+            if (h.bias >= 0) SELSCAN__CAST(float *, r.dbias.data)[SELSCAN__AT1(r.dbias, d)] = nan;
+            for (n = 0; n < q.N; n++) {
+                if (h.A >= 0) SELSCAN__CAST(float *, r.dA.data)[SELSCAN__AT2(r.dA, d, n)] = nan;
+                if (h.Bf >= 0) SELSCAN__CAST(float *, r.dB.data)[SELSCAN__AT2(r.dB, d, n)] = nan;
+                if (h.Cf >= 0) SELSCAN__CAST(float *, r.dC.data)[SELSCAN__AT2(r.dC, d, n)] = nan;
+            }
+        }
+    }
     selscan__split(q.batch * q.G * h.nbg, part, nparts, &i0, &i1);
     for (i = i0; i < i1; i++) {
         const int64_t b = i / (q.G * h.nbg), gg = i / h.nbg % q.G, k = i % h.nbg, c0 = gg * q.dpg + k * SELSCAN__CB;
@@ -2868,9 +2283,11 @@ static selscan_status selscan__backward_reduce(const selscan_problem *p, const s
     selscan__grd r;
     selscan__bsh h;
     selscan_status st;
-    const float *ws = SELSCAN__CAST(const float *, workspace);
+    const float *ws;
     int64_t i0, i1, i, b, n, t, k;
-    if ((st = selscan__check_part(part, nparts)) != SELSCAN_OK) return st;
+    if ((st = selscan__check_part(part, nparts, p ? p->diag : NULL)) != SELSCAN_OK) return st;
+    workspace = selscan__ws_align(workspace, bytes, &bytes); /* as the parts aligned it */
+    ws = SELSCAN__CAST(const float *, workspace);
     if ((st = selscan__validate_bwd_fast(p, g, &q, &r, workspace, bytes, 1, 1)) != SELSCAN_OK) return st;
     selscan__bsh_map(&h, &q, &r);
     selscan__split(q.dim, part, nparts, &i0, &i1);
@@ -2925,15 +2342,14 @@ static selscan_status selscan__step_fast(const selscan_step_problem *sp, int64_t
     selscan__stp q;
     selscan_status st;
     int64_t nblk, i0, i1, i;
-    if ((st = selscan__check_part(part, nparts)) != SELSCAN_OK) return st;
+    if ((st = selscan__check_part(part, nparts, sp ? sp->diag : NULL)) != SELSCAN_OK) return st;
     if ((st = selscan__validate_step(sp, &q)) != SELSCAN_OK) return st;
     isa = selscan__use_isa(isa);
     nblk = (q.dim + SELSCAN__SNB - 1) / SELSCAN__SNB;
     selscan__split(q.batch * nblk, part, nparts, &i0, &i1);
     for (i = i0; i < i1; i++) {
-        /* batch-major: each part streams its rows of the state in address order (the
-           block-major order, which shares a block's rows of A in L1, ran the Xeon's 1-thread
-           step 15-20 % slower; bench/NOTES.md v16) */
+        /* batch-major: each part streams its rows of the state in address order (not
+           block-major, which shares a block's rows of A in L1: bench/NOTES.md, CPU-v16) */
         const int64_t b = i / nblk, dlo = i % nblk * SELSCAN__SNB, dhi = selscan__min64(dlo + SELSCAN__SNB, q.dim);
         const int64_t row = q.idx ? q.idx[b] : b;
         if (row < 0) {
@@ -2955,14 +2371,16 @@ static selscan_status selscan__step_fast(const selscan_step_problem *sp, int64_t
     return SELSCAN_OK;
 }
 
+/* ---- >>fast-parts: the public part, reduce and checkpoint entry points ---------------------- */
+
 SELSCAN_DEF selscan_status selscan_workspace_size_parts(const selscan_problem *p, const selscan_grads *g,
                                                         int64_t n_parts, size_t *bytes) {
     selscan__prob q;
     selscan__grd r;
     selscan_status st;
     int64_t need;
-    if (!bytes) return SELSCAN_ERR_NULL;
-    if ((st = selscan__check_part(0, n_parts)) != SELSCAN_OK) return st;
+    if (!bytes) return selscan__fail(p ? p->diag : NULL, SELSCAN_ERR_NULL, "bytes", "missing");
+    if ((st = selscan__check_part(0, n_parts, p ? p->diag : NULL)) != SELSCAN_OK) return st;
     if (g) {
         if ((st = selscan__validate_backward(p, g, &q, &r, NULL, 0, 0)) != SELSCAN_OK) return st;
         need = selscan__ws_fast_bwd(&q, &r, n_parts);
@@ -2970,8 +2388,9 @@ SELSCAN_DEF selscan_status selscan_workspace_size_parts(const selscan_problem *p
         if ((st = selscan__validate_forward(p, &q, NULL, 0, -1)) != SELSCAN_OK) return st;
         need = selscan__ws_fast_fwd(&q, n_parts);
     }
-    if (!selscan__size_ok(need)) return SELSCAN_ERR_SHAPE; /* does not fit 64 bits / size_t */
-    *bytes = SELSCAN__CAST(size_t, need);
+    if (!selscan__size_ok(need) || !selscan__size_ok(selscan__with_slack(need))) /* 64 bits / size_t */
+        return selscan__fail(p->diag, SELSCAN_ERR_SHAPE, "workspace", "size overflows");
+    *bytes = SELSCAN__CAST(size_t, selscan__with_slack(need)); /* plus the alignment slack (any pointer works) */
     return SELSCAN_OK;
 }
 
@@ -2997,9 +2416,10 @@ SELSCAN_DEF selscan_status selscan_step_cpu_part(const selscan_step_problem *s, 
 SELSCAN_DEF selscan_status selscan_checkpoint_size(const selscan_problem *p, size_t *bytes) {
     selscan__prob q;
     selscan_status st;
-    if (!bytes) return SELSCAN_ERR_NULL;
+    if (!bytes) return selscan__fail(p ? p->diag : NULL, SELSCAN_ERR_NULL, "bytes", "missing");
     if ((st = selscan__check_problem(p, &q, 0)) != SELSCAN_OK) return st;
-    if (!selscan__size_ok(selscan__ck_bytes(&q))) return SELSCAN_ERR_SHAPE; /* does not fit 64 bits / size_t */
+    if (!selscan__size_ok(selscan__ck_bytes(&q))) /* does not fit 64 bits / size_t */
+        return selscan__fail(p->diag, SELSCAN_ERR_SHAPE, "checkpoint", "size overflows");
     *bytes = SELSCAN__CAST(size_t, selscan__ck_bytes(&q));
     return SELSCAN_OK;
 }
@@ -3007,7 +2427,7 @@ SELSCAN_DEF selscan_status selscan_checkpoint_size(const selscan_problem *p, siz
 SELSCAN_DEF selscan_status selscan_forward_cpu_ckpt_part(const selscan_problem *p, int64_t part, int64_t n_parts,
                                                          void *workspace, size_t workspace_bytes, float *ckpt,
                                                          size_t ckpt_bytes) {
-    if (!ckpt) return SELSCAN_ERR_NULL;
+    if (!ckpt) return selscan__fail(p ? p->diag : NULL, SELSCAN_ERR_NULL, "checkpoint", "missing");
     return selscan__forward_fast(p, part, n_parts, workspace, workspace_bytes, SELSCAN__ISA_AVX512, ckpt, ckpt_bytes);
 }
 
@@ -3015,7 +2435,7 @@ SELSCAN_DEF selscan_status selscan_backward_cpu_ckpt_part(const selscan_problem 
                                                           int64_t part, int64_t n_parts, void *workspace,
                                                           size_t workspace_bytes, const float *ckpt,
                                                           size_t ckpt_bytes) {
-    if (!ckpt) return SELSCAN_ERR_NULL;
+    if (!ckpt) return selscan__fail(p ? p->diag : NULL, SELSCAN_ERR_NULL, "checkpoint", "missing");
     return selscan__backward_fast(p, g, part, n_parts, workspace, workspace_bytes, SELSCAN__ISA_AVX512, ckpt,
                                   ckpt_bytes);
 }
@@ -3037,6 +2457,888 @@ SELSCAN_DEF selscan_status selscan_backward_cpu(const selscan_problem *p, const 
 
 SELSCAN_DEF selscan_status selscan_step_cpu(const selscan_step_problem *s) { return selscan_step_cpu_part(s, 0, 1); }
 
+SELSCAN_DEF selscan_status selscan_forward_cpu_ckpt(const selscan_problem *p, void *workspace, size_t workspace_bytes,
+                                                    float *ckpt, size_t ckpt_bytes) {
+    return selscan_forward_cpu_ckpt_part(p, 0, 1, workspace, workspace_bytes, ckpt, ckpt_bytes);
+}
+
+SELSCAN_DEF selscan_status selscan_backward_cpu_ckpt(const selscan_problem *p, const selscan_grads *g, void *workspace,
+                                                     size_t workspace_bytes, const float *ckpt, size_t ckpt_bytes) {
+    selscan_status st = selscan_backward_cpu_ckpt_part(p, g, 0, 1, workspace, workspace_bytes, ckpt, ckpt_bytes);
+    if (st != SELSCAN_OK) return st;
+    return selscan_backward_cpu_reduce(p, g, 0, 1, workspace, workspace_bytes);
+}
+
 #endif /* SELSCAN_VALIDATION_ONLY */
 #endif /* SELSCAN__IMPLEMENTED */
 #endif /* SELSCAN_IMPLEMENTATION */
+
+/* ============================================================================================= */
+/* >>fast-kernels                   fast CPU path: the kernels                                   */
+/* ============================================================================================= */
+/* Compiled once per instruction set, where the implementation includes this file again with the
+   vector primitives, SELSCAN__KSFX and SELSCAN__ATTR defined (>>fast-isa); skipped otherwise.
+   Every name here gets the pass's suffix through SELSCAN__SFX (selscan__fwd_tile ->
+   selscan__fwd_tile_avx2): those are the names debuggers and profilers show. */
+#if defined(SELSCAN__KSFX) && defined(SELSCAN__IMPLEMENTED)
+
+/* ---- >>fast-math: exp, exp2, log1p, softplus, sigmoid on vectors ---------------------------- */
+
+/* e^x: clamped to [-88, 88.8] (0 below about -87.7, +inf from 88.4, NaN stays NaN), within 1.3 ulp */
+static SELSCAN__ATTR SELSCAN__INLINE SELSCAN__VF SELSCAN__SFX(selscan__vexp)(SELSCAN__VF x) {
+    SELSCAN__VF t, k, r, r2, p, q;
+    x = SELSCAN__VMAX(SELSCAN__VSET1(-88.0f), SELSCAN__VMIN(SELSCAN__VSET1(88.8f), x)); /* NaN stays */
+    t = SELSCAN__VFMA(x, SELSCAN__VSET1(1.44269504088896341f), SELSCAN__VSET1(12582912.0f));
+    SELSCAN__VOPAQUE(t); /* -ffast-math must not fold (t - magic) back into x log2(e) */
+    k = SELSCAN__VSUB(t, SELSCAN__VSET1(12582912.0f)); /* round(x / ln 2) */
+    SELSCAN__VOPAQUE(k);
+    r = SELSCAN__VFMA(k, SELSCAN__VSET1(-0.693359375f), x);
+    r = SELSCAN__VFMA(k, SELSCAN__VSET1(2.12194440e-4f), r);
+    /* e^r on |r| <= ln2/2: minimax degree 6 (|rel err| 3e-9), Estrin's scheme (short chains) */
+    r2 = SELSCAN__VMUL(r, r);
+    p = SELSCAN__VFMA(SELSCAN__VSET1(1.3814467e-3f), r, SELSCAN__VSET1(8.3687805e-3f));
+    p = SELSCAN__VFMA(p, r, SELSCAN__VSET1(4.1668394e-2f));
+    q = SELSCAN__VFMA(SELSCAN__VSET1(1.6666520e-1f), r, SELSCAN__VSET1(0.49999993f));
+    p = SELSCAN__VFMA(p, r2, q);
+    p = SELSCAN__VFMA(p, r2, SELSCAN__VADD(r, SELSCAN__VSET1(1.0f)));
+    return SELSCAN__VMUL(p, SELSCAN__VPOW2I(t)); /* k = -127: 0; k = 128: inf */
+}
+
+/* 2^x for |x| <= 124 only (the caller checks its arguments; x = dt * A * log2(e) with A * log2(e)
+   rounded once per tile, an error like that of rounding dt * A): no clamps, the exponent by an
+   integer add, 2^f on |f| <= 1/2 by the degree-6 minimax polynomial (|rel err| 3e-9). */
+static SELSCAN__ATTR SELSCAN__INLINE SELSCAN__VF SELSCAN__SFX(selscan__vexp2nc)(SELSCAN__VF x) {
+    SELSCAN__VF t = SELSCAN__VADD(x, SELSCAN__VSET1(12582912.0f)), k, f;
+    SELSCAN__VOPAQUE(t); /* -ffast-math must not fold the rounding away */
+    k = SELSCAN__VSUB(t, SELSCAN__VSET1(12582912.0f));
+    SELSCAN__VOPAQUE(k);
+    f = SELSCAN__VSUB(x, k); /* exact */
+    const SELSCAN__VF f2 = SELSCAN__VMUL(f, f);
+    SELSCAN__VF p = SELSCAN__VFMA(SELSCAN__VSET1(1.532099249e-4f), f, SELSCAN__VSET1(1.339027457e-3f));
+    const SELSCAN__VF q = SELSCAN__VFMA(SELSCAN__VSET1(5.550362023e-2f), f, SELSCAN__VSET1(2.402264733e-1f));
+    p = SELSCAN__VFMA(p, f, SELSCAN__VSET1(9.618527837e-3f));
+    p = SELSCAN__VFMA(p, f2, q);
+    p = SELSCAN__VFMA(p, f2, SELSCAN__VFMA(f, SELSCAN__VSET1(6.931471806e-1f), SELSCAN__VSET1(1.0f)));
+    return SELSCAN__VADDEXP(p, t);
+}
+
+/* log1p(e) for e in [0, 1]: e q(e), q the degree-8 relative minimax (|rel err| 3.2e-8) */
+static SELSCAN__ATTR SELSCAN__INLINE SELSCAN__VF SELSCAN__SFX(selscan__vlog1p01)(SELSCAN__VF e) {
+    SELSCAN__VF q = SELSCAN__VFMA(SELSCAN__VSET1(5.193946636e-3f), e, SELSCAN__VSET1(-2.934802716e-2f));
+    q = SELSCAN__VFMA(q, e, SELSCAN__VSET1(7.796621236e-2f));
+    q = SELSCAN__VFMA(q, e, SELSCAN__VSET1(-1.364083348e-1f));
+    q = SELSCAN__VFMA(q, e, SELSCAN__VSET1(1.909525155e-1f));
+    q = SELSCAN__VFMA(q, e, SELSCAN__VSET1(-2.484016488e-1f));
+    q = SELSCAN__VFMA(q, e, SELSCAN__VSET1(3.331873177e-1f));
+    q = SELSCAN__VFMA(q, e, SELSCAN__VSET1(-4.999947493e-1f));
+    q = SELSCAN__VFMA(q, e, SELSCAN__VSET1(9.999999684e-1f));
+    return SELSCAN__VMUL(e, q);
+}
+
+/* x > 20 ? x : log1p(exp(x)), as max(x, 0) + log1p(exp(-|x|)) */
+static SELSCAN__ATTR SELSCAN__INLINE SELSCAN__VF SELSCAN__SFX(selscan__vsoftplus)(SELSCAN__VF x) {
+    const SELSCAN__VF zero = SELSCAN__VSET1(0.0f);
+    SELSCAN__VF ax = SELSCAN__VMAX(x, SELSCAN__VSUB(zero, x));
+    SELSCAN__VF r = SELSCAN__VADD(SELSCAN__VMAX(zero, x),
+                                  SELSCAN__SFX(selscan__vlog1p01)(SELSCAN__SFX(selscan__vexp)(SELSCAN__VSUB(zero, ax))));
+    return SELSCAN__VGTSEL(x, SELSCAN__VSET1(SELSCAN__SOFTPLUS_THRESHOLD), x, r);
+}
+
+static SELSCAN__ATTR SELSCAN__INLINE SELSCAN__VF SELSCAN__SFX(selscan__vsigmoid)(SELSCAN__VF x) {
+    const SELSCAN__VF one = SELSCAN__VSET1(1.0f);
+    return SELSCAN__VDIV(one, SELSCAN__VADD(one, SELSCAN__SFX(selscan__vexp)(SELSCAN__VSUB(SELSCAN__VSET1(0.0f), x))));
+}
+
+/* ---- >>fast-prep: a chunk's inputs loaded and prepared -------------------------------------- */
+
+/* Load one chunk of a tile: dt (bias, softplus), dt*u, u; z as silu gate (sg NULL) or raw z with
+   its sigmoid in sg; sp (optional): softplus' derivative factor; dy (optional). */
+static SELSCAN__ATTR int SELSCAN__SFX(selscan__prep)(const selscan__prob *q, int64_t b, int64_t d0, int nl, int64_t c0,
+                                                     int nt, const float *bv, float *dt, float *dtu, float *u, float *z,
+                                                     float *sg, float *sp, float *tmp, float lim) {
+    const int W = SELSCAN__VW;
+    const SELSCAN__VF bias = SELSCAN__VLOAD(bv), one = SELSCAN__VSET1(1.0f), zero = SELSCAN__VSET1(0.0f);
+    SELSCAN__VF vm = zero, vs = zero;
+    float fm[SELSCAN__WMAX], fs[SELSCAN__WMAX];
+    int t, l, ok = 1;
+    SELSCAN__LOADTILE(dt, &q->delta, b, d0, nl, W, c0, nt, tmp);
+    SELSCAN__LOADTILE(u, &q->u, b, d0, nl, W, c0, nt, tmp);
+    if (q->z.data && z) SELSCAN__LOADTILE(z, &q->z, b, d0, nl, W, c0, nt, tmp);
+    for (t = 0; t < nt; t++) {
+        SELSCAN__VF x = SELSCAN__VADD(SELSCAN__VLOAD(dt + t * W), bias);
+        if (q->softplus) { /* softplus = max(x, 0) + log1p(e), sigmoid from the same e = exp(-|x|) */
+            const SELSCAN__VF e = SELSCAN__SFX(selscan__vexp)(SELSCAN__VSUB(zero, SELSCAN__VMAX(x, SELSCAN__VSUB(zero, x))));
+            if (sp) {
+                const SELSCAN__VF r = SELSCAN__VDIV(one, SELSCAN__VADD(one, e));
+                SELSCAN__VSTORE(sp + t * W, SELSCAN__VGTSEL(x, SELSCAN__VSET1(SELSCAN__SOFTPLUS_THRESHOLD), one,
+                                                            SELSCAN__VGTSEL(x, zero, r, SELSCAN__VMUL(e, r))));
+            }
+            x = SELSCAN__VGTSEL(x, SELSCAN__VSET1(SELSCAN__SOFTPLUS_THRESHOLD), x,
+                                SELSCAN__VADD(SELSCAN__VMAX(zero, x), SELSCAN__SFX(selscan__vlog1p01)(e)));
+        } else if (sp) {
+            SELSCAN__VSTORE(sp + t * W, one);
+        }
+        SELSCAN__VSTORE(dt + t * W, x);
+        SELSCAN__VSTORE(dtu + t * W, SELSCAN__VMUL(x, SELSCAN__VLOAD(u + t * W)));
+        vm = SELSCAN__VMAX(vm, SELSCAN__VMAX(x, SELSCAN__VSUB(zero, x))); /* max |dt| */
+        vs = SELSCAN__VFMA(x, zero, vs);                                /* NaN if some dt is NaN or inf */
+        if (q->z.data && z) {
+            const SELSCAN__VF zv = SELSCAN__VLOAD(z + t * W), s = SELSCAN__SFX(selscan__vsigmoid)(zv);
+            if (sg) SELSCAN__VSTORE(sg + t * W, s);
+            else SELSCAN__VSTORE(z + t * W, SELSCAN__VMUL(zv, s));
+        }
+    }
+    /* ok: every |dt * A| <= 86, so the chunk may use selscan__vexp2nc */
+    SELSCAN__VSTORE(fm, vm);
+    SELSCAN__VSTORE(fs, vs);
+    for (l = 0; l < W; l++)
+        if (!(fm[l] < lim) || fs[l] != 0.0f) ok = 0;
+    return ok;
+}
+
+/* The walk back's inputs of one chunk of a tile, rows TS floats apart in w (selscan__wk_rows):
+   dt (bias, softplus), dt u, u, softplus' derivative (selscan__prep), and with z dy0 = dy silu(z)
+   and dyg = dy silu'(z) (dz = dyg y0; without z the walk reads dy itself). z, sg, dy: scratch.
+   Returns selscan__prep's fast-exponential flag. */
+static SELSCAN__ATTR int SELSCAN__SFX(selscan__wprep)(const selscan__prob *q, const selscan__grd *r, int64_t b,
+                                                      int64_t d0, int nl, int64_t c0, int nt, const float *bv, float *w,
+                                                      int64_t TS, float *z, float *sg, float *dy, float *tmp,
+                                                      float lim) {
+    const int W = SELSCAN__VW;
+    const int fast = SELSCAN__SFX(selscan__prep)(q, b, d0, nl, c0, nt, bv, w, w + TS, w + 2 * TS, z, sg, w + 3 * TS,
+                                                 tmp, lim);
+    int t;
+    if (q->z.data) {
+        const SELSCAN__VF one = SELSCAN__VSET1(1.0f);
+        SELSCAN__LOADTILE(dy, &r->dy, b, d0, nl, W, c0, nt, tmp);
+        for (t = 0; t < nt; t++) {
+            const SELSCAN__VF zv = SELSCAN__VLOAD(z + t * W), sv = SELSCAN__VLOAD(sg + t * W), dv = SELSCAN__VLOAD(dy + t * W);
+            SELSCAN__VSTORE(w + 4 * TS + t * W, SELSCAN__VMUL(dv, SELSCAN__VMUL(zv, sv)));
+            if (r->dz.data) /* silu'(z) = sg (1 + z (1 - sg)) */
+                SELSCAN__VSTORE(w + 5 * TS + t * W,
+                                SELSCAN__VMUL(dv, SELSCAN__VMUL(sv, SELSCAN__VFMA(zv, SELSCAN__VSUB(one, sv), one))));
+        }
+    }
+    return fast;
+}
+
+/* ---- >>fast-forward: the forward of one tile ------------------------------------------------ */
+
+/* Forward over one chunk: h ([N][W]) advanced nt steps; y[t] = sum_n C h. */
+static SELSCAN__ATTR SELSCAN__INLINE void
+SELSCAN__SFX(selscan__fwd_inner)(int64_t N, int nt, float *h, const float *A, const float *A2, const float *dt,
+                                 const float *dtu, float *y, const float *Bp, int64_t bsn, int64_t bst, const float *Cp,
+                                 int64_t csn, int64_t cst, const int fixB, const int fixC, const int fast) {
+    const int W = SELSCAN__VW;
+    int t;
+    int64_t n;
+    for (t = 0; t < nt; t++) {
+        const SELSCAN__VF vdt = SELSCAN__VLOAD(dt + t * W), vdtu = SELSCAN__VLOAD(dtu + t * W);
+        SELSCAN__VF y0 = SELSCAN__VSET1(0.0f), y1 = SELSCAN__VSET1(0.0f);
+        const float *Bt = Bp + t * bst, *Ct = Cp + t * cst;
+        for (n = 0; n + 1 < N; n += 2) {
+            const SELSCAN__VF a0 = fast ? SELSCAN__SFX(selscan__vexp2nc)(SELSCAN__VMUL(vdt, SELSCAN__VLOAD(A2 + n * W)))
+                                        : SELSCAN__SFX(selscan__vexp)(SELSCAN__VMUL(vdt, SELSCAN__VLOAD(A + n * W)));
+            const SELSCAN__VF a1 = fast ? SELSCAN__SFX(selscan__vexp2nc)(SELSCAN__VMUL(vdt, SELSCAN__VLOAD(A2 + (n + 1) * W)))
+                                        : SELSCAN__SFX(selscan__vexp)(SELSCAN__VMUL(vdt, SELSCAN__VLOAD(A + (n + 1) * W)));
+            const SELSCAN__VF b0 = fixB ? SELSCAN__VLOAD(Bp + n * W) : SELSCAN__VSET1(Bt[n * bsn]);
+            const SELSCAN__VF b1 = fixB ? SELSCAN__VLOAD(Bp + (n + 1) * W) : SELSCAN__VSET1(Bt[(n + 1) * bsn]);
+            const SELSCAN__VF h0 = SELSCAN__VFMA(a0, SELSCAN__VLOAD(h + n * W), SELSCAN__VMUL(vdtu, b0));
+            const SELSCAN__VF h1 = SELSCAN__VFMA(a1, SELSCAN__VLOAD(h + (n + 1) * W), SELSCAN__VMUL(vdtu, b1));
+            SELSCAN__VSTORE(h + n * W, h0);
+            SELSCAN__VSTORE(h + (n + 1) * W, h1);
+            y0 = SELSCAN__VFMA(fixC ? SELSCAN__VLOAD(Cp + n * W) : SELSCAN__VSET1(Ct[n * csn]), h0, y0);
+            y1 = SELSCAN__VFMA(fixC ? SELSCAN__VLOAD(Cp + (n + 1) * W) : SELSCAN__VSET1(Ct[(n + 1) * csn]), h1, y1);
+        }
+        if (n < N) {
+            const SELSCAN__VF a0 = fast ? SELSCAN__SFX(selscan__vexp2nc)(SELSCAN__VMUL(vdt, SELSCAN__VLOAD(A2 + n * W)))
+                                        : SELSCAN__SFX(selscan__vexp)(SELSCAN__VMUL(vdt, SELSCAN__VLOAD(A + n * W)));
+            const SELSCAN__VF b0 = fixB ? SELSCAN__VLOAD(Bp + n * W) : SELSCAN__VSET1(Bt[n * bsn]);
+            const SELSCAN__VF h0 = SELSCAN__VFMA(a0, SELSCAN__VLOAD(h + n * W), SELSCAN__VMUL(vdtu, b0));
+            SELSCAN__VSTORE(h + n * W, h0);
+            y0 = SELSCAN__VFMA(fixC ? SELSCAN__VLOAD(Cp + n * W) : SELSCAN__VSET1(Ct[n * csn]), h0, y0);
+        }
+        SELSCAN__VSTORE(y + t * W, SELSCAN__VADD(y0, y1));
+    }
+}
+
+static SELSCAN__ATTR void SELSCAN__SFX(selscan__fwd_chunk)(int64_t N, int nt, float *h, const float *A, const float *A2,
+                                                           const float *dt, const float *dtu, float *y, const float *Bp,
+                                                           int64_t bsn, int64_t bst, const float *Cp, int64_t csn,
+                                                           int64_t cst, int fixB, int fixC, int fast) {
+    if (fast) {
+        if (fixB) {
+            if (fixC) SELSCAN__SFX(selscan__fwd_inner)(N, nt, h, A, A2, dt, dtu, y, Bp, bsn, bst, Cp, csn, cst, 1, 1,
+                                                       1);
+            else SELSCAN__SFX(selscan__fwd_inner)(N, nt, h, A, A2, dt, dtu, y, Bp, bsn, bst, Cp, csn, cst, 1, 0, 1);
+        } else {
+            if (fixC) SELSCAN__SFX(selscan__fwd_inner)(N, nt, h, A, A2, dt, dtu, y, Bp, bsn, bst, Cp, csn, cst, 0, 1,
+                                                       1);
+            else SELSCAN__SFX(selscan__fwd_inner)(N, nt, h, A, A2, dt, dtu, y, Bp, bsn, bst, Cp, csn, cst, 0, 0, 1);
+        }
+    } else {
+        if (fixB) {
+            if (fixC) SELSCAN__SFX(selscan__fwd_inner)(N, nt, h, A, A2, dt, dtu, y, Bp, bsn, bst, Cp, csn, cst, 1, 1,
+                                                       0);
+            else SELSCAN__SFX(selscan__fwd_inner)(N, nt, h, A, A2, dt, dtu, y, Bp, bsn, bst, Cp, csn, cst, 1, 0, 0);
+        } else {
+            if (fixC) SELSCAN__SFX(selscan__fwd_inner)(N, nt, h, A, A2, dt, dtu, y, Bp, bsn, bst, Cp, csn, cst, 0, 1,
+                                                       0);
+            else SELSCAN__SFX(selscan__fwd_inner)(N, nt, h, A, A2, dt, dtu, y, Bp, bsn, bst, Cp, csn, cst, 0, 0, 0);
+        }
+    }
+}
+
+/* Forward of one tile: channels d0 .. d0 + nl - 1 of group g, batch row b. */
+static SELSCAN__ATTR void SELSCAN__SFX(selscan__fwd_tile)(const selscan__prob *q, int64_t b, int64_t g, int64_t d0,
+                                                          int nl, const selscan__fscr *s, float *ckp) {
+    const int W = SELSCAN__VW;
+    const int64_t N = q->N;
+    int64_t k, c0, cknext = 0;
+    int t;
+    const float lim = 86.0f / selscan__tile_params(q, d0, nl, W, s->A, s->A2, s->Bf, s->Cf, s->Dv, s->bv);
+    for (k = 0; k < selscan__nseg(q); k++) {
+        int64_t t0, t1, row;
+        selscan__seg(q, b, k, &t0, &t1, &row);
+        selscan__state_in(&q->h0, row, d0, nl, W, N, s->h);
+        for (c0 = t0; c0 < t1; c0 += SELSCAN__FT) {
+            const int nt = SELSCAN__CAST(int, selscan__min64(SELSCAN__FT, t1 - c0));
+            int64_t bsn, bst, csn, cst;
+            const float *Bp = selscan__bc_chunk(&q->B, q->fixB, s->Bf, W, b, g, N, c0, nt, s->Bb, &bsn, &bst);
+            const float *Cp = selscan__bc_chunk(&q->C, q->fixC, s->Cf, W, b, g, N, c0, nt, s->Cb, &csn, &cst);
+            if (ckp) { /* slots rise with the chunks; the ones skipped (none, or a sequence's extra) zeroed */
+                selscan__ck_zero(q, ckp, b, d0, nl, cknext, c0 / SELSCAN__FT + k);
+                selscan__ck_put(q, ckp, b, d0, nl, W, c0 / SELSCAN__FT + k, s->h);
+                cknext = c0 / SELSCAN__FT + k + 1;
+            }
+            const SELSCAN__VF Dv = SELSCAN__VLOAD(s->Dv);
+            const int fast = SELSCAN__SFX(selscan__prep)(q, b, d0, nl, c0, nt, s->bv, s->dt, s->dtu, s->u, s->z, NULL,
+                                                         NULL, s->tmp, lim);
+            SELSCAN__SFX(selscan__fwd_chunk)(N, nt, s->h, s->A, s->A2, s->dt, s->dtu, s->y, Bp, bsn, bst, Cp, csn, cst,
+                                             q->fixB, q->fixC, fast);
+            for (t = 0; t < nt; t++) {
+                SELSCAN__VF y = SELSCAN__VFMA(Dv, SELSCAN__VLOAD(s->u + t * W), SELSCAN__VLOAD(s->y + t * W));
+                if (q->z.data) y = SELSCAN__VMUL(y, SELSCAN__VLOAD(s->z + t * W));
+                SELSCAN__VSTORE(s->y + t * W, y);
+            }
+            SELSCAN__STORETILE(s->y, &q->y, b, d0, nl, W, c0, nt, s->tmp);
+        }
+        if (q->hlast.data) selscan__state_out(&q->hlast, row, d0, nl, W, N, s->h);
+    }
+    if (ckp) selscan__ck_zero(q, ckp, b, d0, nl, cknext, selscan__ck_slots(q));
+}
+
+/* ---- >>fast-backward: recompute and walk back of one block ---------------------------------- */
+
+/* p[i W] = v_i for i < G (G <= 4: the hand-unrolled state groups below). */
+static SELSCAN__ATTR SELSCAN__INLINE void
+SELSCAN__SFX(selscan__vstore4)(const int G, float *p, SELSCAN__VF v0, SELSCAN__VF v1, SELSCAN__VF v2, SELSCAN__VF v3) {
+    SELSCAN__VSTORE(p, v0);
+    if (G > 1) SELSCAN__VSTORE(p + SELSCAN__VW, v1);
+    if (G > 2) SELSCAN__VSTORE(p + 2 * SELSCAN__VW, v2);
+    if (G > 3) SELSCAN__VSTORE(p + 3 * SELSCAN__VW, v3);
+}
+
+/* Recompute of one state vector at one step (the body of selscan__rec_group). */
+static SELSCAN__ATTR SELSCAN__INLINE void
+SELSCAN__SFX(selscan__rec_one)(const int i, SELSCAN__VF *h, const float *An, const float *Bt, const SELSCAN__VF vdt,
+                               const SELSCAN__VF vdtu, float *at, float *hn, const int fixB, const int fast,
+                               const int keep) {
+    const int W = SELSCAN__VW;
+    const SELSCAN__VF a = fast ? SELSCAN__SFX(selscan__vexp2nc)(SELSCAN__VMUL(vdt, SELSCAN__VLOAD(An + i * W)))
+                               : SELSCAN__SFX(selscan__vexp)(SELSCAN__VMUL(vdt, SELSCAN__VLOAD(An + i * W)));
+    const SELSCAN__VF bb = fixB ? SELSCAN__VLOAD(Bt + i * W) : SELSCAN__VSET1(Bt[i * SELSCAN__FT]);
+    *h = SELSCAN__VFMA(a, *h, SELSCAN__VMUL(vdtu, bb));
+    if (keep) {
+        SELSCAN__VSTORE(at + i * W, a);
+        SELSCAN__VSTORE(hn + i * W, *h);
+    }
+}
+
+/* Recompute states n .. n + G - 1 (G = 1 or SELSCAN__BG) of one chunk from hin ([N][W]). keep:
+   hs[t * rs] = state before step t (t = 0 .. nt), ab[t * rs] = exp(dt A), the group's vectors
+   side by side in rows of rs floats; else only the state after the chunk, into hs. States outer,
+   steps inner: the group's states stay in registers. The same operations as
+   selscan__fwd_inner, so the states are bitwise the forward's. An: A, or A log2(e) when fast. */
+static SELSCAN__ATTR SELSCAN__INLINE void
+SELSCAN__SFX(selscan__rec_group)(const int G, int64_t n, int nt, const float *hin, float *hs, float *ab, int64_t rs,
+                                 const float *A, const float *dt, const float *dtu, const float *Bp, const int fixB,
+                                 const int fast, const int keep) {
+    const int W = SELSCAN__VW;
+    const int64_t o = n * W;
+    SELSCAN__VF h0 = SELSCAN__VLOAD(hin + o), h1 = h0, h2 = h0, h3 = h0;
+    int t;
+    if (G > 1) h1 = SELSCAN__VLOAD(hin + o + W);
+    if (G > 2) h2 = SELSCAN__VLOAD(hin + o + 2 * W);
+    if (G > 3) h3 = SELSCAN__VLOAD(hin + o + 3 * W);
+    if (keep) SELSCAN__SFX(selscan__vstore4)(G, hs, h0, h1, h2, h3);
+    for (t = 0; t < nt; t++) {
+        const SELSCAN__VF vdt = SELSCAN__VLOAD(dt + t * W), vdtu = SELSCAN__VLOAD(dtu + t * W);
+        const float *Bt = fixB ? Bp + o : Bp + n * SELSCAN__FT + t;
+        float *at = ab + t * rs, *hn = hs + (t + 1) * rs;
+        SELSCAN__SFX(selscan__rec_one)(0, &h0, A + o, Bt, vdt, vdtu, at, hn, fixB, fast, keep);
+        if (G > 1) SELSCAN__SFX(selscan__rec_one)(1, &h1, A + o, Bt, vdt, vdtu, at, hn, fixB, fast, keep);
+        if (G > 2) SELSCAN__SFX(selscan__rec_one)(2, &h2, A + o, Bt, vdt, vdtu, at, hn, fixB, fast, keep);
+        if (G > 3) SELSCAN__SFX(selscan__rec_one)(3, &h3, A + o, Bt, vdt, vdtu, at, hn, fixB, fast, keep);
+    }
+    if (!keep) SELSCAN__SFX(selscan__vstore4)(G, hs, h0, h1, h2, h3);
+}
+
+static SELSCAN__ATTR SELSCAN__INLINE void
+SELSCAN__SFX(selscan__rec_inner)(int64_t n0, int64_t n1, int nt, const float *hin, float *hs, float *ab, int64_t rs,
+                                 const float *A, const float *dt, const float *dtu, const float *Bp, const int fixB,
+                                 const int fast, const int keep) {
+    const int W = SELSCAN__VW;
+    int64_t n;
+    for (n = n0; n + SELSCAN__BG <= n1; n += SELSCAN__BG)
+        SELSCAN__SFX(selscan__rec_group)(SELSCAN__BG, n, nt, hin, hs + (keep ? n - n0 : n) * W, ab + (n - n0) * W, rs,
+                                         A, dt, dtu, Bp, fixB, fast, keep);
+    for (; n < n1; n++)
+        SELSCAN__SFX(selscan__rec_group)(1, n, nt, hin, hs + (keep ? n - n0 : n) * W, ab + (n - n0) * W, rs, A, dt, dtu,
+                                         Bp, fixB, fast, keep);
+}
+
+/* Recompute of states [n0, n1) over one chunk (selscan__rec_group) from hin ([N][W]). ab NULL: the
+   checkpoint pass (hs: the state after the chunk, [N][W]); else n1 - n0 <= SELSCAN__BG and hs, ab
+   get the group's rows of rs floats. A2 = A log2(e). */
+static SELSCAN__ATTR void SELSCAN__SFX(selscan__rec_chunk)(int64_t n0, int64_t n1, int nt, const float *hin, float *hs,
+                                                           float *ab, int64_t rs, const float *A, const float *A2,
+                                                           const float *dt, const float *dtu, const float *Bp, int fixB,
+                                                           int fast) {
+    if (ab) {
+        if (fast) {
+            if (fixB) SELSCAN__SFX(selscan__rec_inner)(n0, n1, nt, hin, hs, ab, rs, A2, dt, dtu, Bp, 1, 1, 1);
+            else SELSCAN__SFX(selscan__rec_inner)(n0, n1, nt, hin, hs, ab, rs, A2, dt, dtu, Bp, 0, 1, 1);
+        } else {
+            if (fixB) SELSCAN__SFX(selscan__rec_inner)(n0, n1, nt, hin, hs, ab, rs, A, dt, dtu, Bp, 1, 0, 1);
+            else SELSCAN__SFX(selscan__rec_inner)(n0, n1, nt, hin, hs, ab, rs, A, dt, dtu, Bp, 0, 0, 1);
+        }
+    } else {
+        if (fast) {
+            if (fixB) SELSCAN__SFX(selscan__rec_inner)(n0, n1, nt, hin, hs, hs, rs, A2, dt, dtu, Bp, 1, 1, 0);
+            else SELSCAN__SFX(selscan__rec_inner)(n0, n1, nt, hin, hs, hs, rs, A2, dt, dtu, Bp, 0, 1, 0);
+        } else {
+            if (fixB) SELSCAN__SFX(selscan__rec_inner)(n0, n1, nt, hin, hs, hs, rs, A, dt, dtu, Bp, 1, 0, 0);
+            else SELSCAN__SFX(selscan__rec_inner)(n0, n1, nt, hin, hs, hs, rs, A, dt, dtu, Bp, 0, 0, 0);
+        }
+    }
+}
+
+/* Backward over one chunk, steps nt - 1 .. 0. dh: gradient of the state after the chunk (in),
+   before it (out). Per step: yc = sum_n C h, S = sum_n dh_n B_n, sA = sum_n dh_n h_prev a A.
+   accB / accC: per-step lane-wise dB / dC (variable; the fixed ones accumulate in dBf / dCf).
+   Variable B / C are chunk copies ([N][SELSCAN__FT], selscan__bc_chunk), fixed ones [N][W].
+   States outer in groups of SELSCAN__BG (hand-unrolled), steps inner: dh and dA of the group stay
+   in registers over the chunk, the step's sums go through memory once a group, and the per-step
+   vectors (dy0, dt, dtu) are read where used (memory operands, registers free for the group). */
+static SELSCAN__ATTR SELSCAN__INLINE void
+SELSCAN__SFX(selscan__bwd_one)(const int i, SELSCAN__VF *dh, SELSCAN__VF *dAn, SELSCAN__VF *y, SELSCAN__VF *S,
+                               SELSCAN__VF *sA, const float *h1, const float *h0, const float *a, const float *An,
+                               const float *Ct, const float *Bt, float *aB, float *aC, const float *dy0,
+                               const float *dt, const float *dtu, const int fixB, const int fixC, const int first,
+                               const int wanty) {
+    const int W = SELSCAN__VW;
+    const SELSCAN__VF c = fixC ? SELSCAN__VLOAD(Ct + i * W) : SELSCAN__VSET1(Ct[i * SELSCAN__FT]);
+    const SELSCAN__VF b = fixB ? SELSCAN__VLOAD(Bt + i * W) : SELSCAN__VSET1(Bt[i * SELSCAN__FT]);
+    const SELSCAN__VF hn = SELSCAN__VLOAD(h1 + i * W);
+    const SELSCAN__VF d = SELSCAN__VFMA(SELSCAN__VLOAD(dy0), c, *dh); /* dh after the step */
+    const SELSCAN__VF dn = SELSCAN__VMUL(d, SELSCAN__VLOAD(a + i * W)), da = SELSCAN__VMUL(dn, SELSCAN__VLOAD(h0 + i * W));
+    if (wanty) *y = SELSCAN__VFMA(c, hn, *y);
+    SELSCAN__VSTORE(aC + i * W, fixC || !first ? SELSCAN__VFMA(SELSCAN__VLOAD(dy0), hn, SELSCAN__VLOAD(aC + i * W))
+                                               : SELSCAN__VMUL(SELSCAN__VLOAD(dy0), hn));
+    *S = SELSCAN__VFMA(d, b, *S);
+    SELSCAN__VSTORE(aB + i * W, fixB || !first ? SELSCAN__VFMA(d, SELSCAN__VLOAD(dtu), SELSCAN__VLOAD(aB + i * W))
+                                               : SELSCAN__VMUL(d, SELSCAN__VLOAD(dtu)));
+    *sA = SELSCAN__VFMA(da, SELSCAN__VLOAD(An + i * W), *sA);
+    *dAn = SELSCAN__VFMA(da, SELSCAN__VLOAD(dt), *dAn);
+    *dh = dn;
+}
+
+/* States n .. n + G - 1 (G = 1 or SELSCAN__BG) over the chunk; hs, ab: their recomputed rows (rs
+   floats apart, selscan__rec_group). */
+static SELSCAN__ATTR SELSCAN__INLINE void
+SELSCAN__SFX(selscan__bwd_group)(const int G, int64_t n, int64_t N, int nt, const float *hs, const float *ab,
+                                 int64_t rs, float *dh, const float *A, const float *dt, const float *dtu,
+                                 const float *dy0, float *yc, float *Sv, float *sAv, float *accB, float *accC,
+                                 float *dA, float *dBf, float *dCf, const float *Bp, const float *Cp, const int fixB,
+                                 const int fixC, const int first, const int wanty) {
+    const int W = SELSCAN__VW;
+    const int64_t NW = N * W, o = n * W;
+    SELSCAN__VF dh0 = SELSCAN__VLOAD(dh + o), dA0 = SELSCAN__VLOAD(dA + o), dh1 = dh0, dA1 = dA0, dh2 = dh0, dA2 = dA0,
+                dh3 = dh0, dA3 = dA0;
+    int t;
+    if (G > 1) { dh1 = SELSCAN__VLOAD(dh + o + W); dA1 = SELSCAN__VLOAD(dA + o + W); }
+    if (G > 2) { dh2 = SELSCAN__VLOAD(dh + o + 2 * W); dA2 = SELSCAN__VLOAD(dA + o + 2 * W); }
+    if (G > 3) { dh3 = SELSCAN__VLOAD(dh + o + 3 * W); dA3 = SELSCAN__VLOAD(dA + o + 3 * W); }
+    for (t = nt - 1; t >= 0; t--) {
+        const float *h1 = hs + (t + 1) * rs, *h0 = hs + t * rs, *at = ab + t * rs, *An = A + o;
+        const float *Bt = fixB ? Bp + o : Bp + n * SELSCAN__FT + t, *Ct = fixC ? Cp + o : Cp + n * SELSCAN__FT + t;
+        const float *dy0t = dy0 + t * W, *dtt = dt + t * W, *dtut = dtu + t * W;
+        float *aB = (fixB ? dBf : accB + t * NW) + o, *aC = (fixC ? dCf : accC + t * NW) + o;
+        SELSCAN__VF y = wanty ? SELSCAN__VLOAD(yc + t * W) : SELSCAN__VSET1(0.0f), S = SELSCAN__VLOAD(Sv + t * W),
+                    sA = SELSCAN__VLOAD(sAv + t * W);
+        SELSCAN__SFX(selscan__bwd_one)(0, &dh0, &dA0, &y, &S, &sA, h1, h0, at, An, Ct, Bt, aB, aC, dy0t, dtt, dtut,
+                                       fixB, fixC, first, wanty);
+        if (G > 1) SELSCAN__SFX(selscan__bwd_one)(1, &dh1, &dA1, &y, &S, &sA, h1, h0, at, An, Ct, Bt, aB, aC, dy0t, dtt,
+                                                  dtut, fixB, fixC, first, wanty);
+        if (G > 2) SELSCAN__SFX(selscan__bwd_one)(2, &dh2, &dA2, &y, &S, &sA, h1, h0, at, An, Ct, Bt, aB, aC, dy0t, dtt,
+                                                  dtut, fixB, fixC, first, wanty);
+        if (G > 3) SELSCAN__SFX(selscan__bwd_one)(3, &dh3, &dA3, &y, &S, &sA, h1, h0, at, An, Ct, Bt, aB, aC, dy0t, dtt,
+                                                  dtut, fixB, fixC, first, wanty);
+        if (wanty) SELSCAN__VSTORE(yc + t * W, y);
+        SELSCAN__VSTORE(Sv + t * W, S);
+        SELSCAN__VSTORE(sAv + t * W, sA);
+    }
+    SELSCAN__SFX(selscan__vstore4)(G, dh + o, dh0, dh1, dh2, dh3);
+    SELSCAN__SFX(selscan__vstore4)(G, dA + o, dA0, dA1, dA2, dA3);
+}
+
+static SELSCAN__ATTR SELSCAN__INLINE void
+SELSCAN__SFX(selscan__bwd_inner)(int64_t n0, int64_t n1, int64_t N, int nt, const float *hs, const float *ab,
+                                 int64_t rs, float *dh, const float *A, const float *dt, const float *dtu,
+                                 const float *dy0, float *yc, float *Sv, float *sAv, float *accB, float *accC,
+                                 float *dA, float *dBf, float *dCf, const float *Bp, const float *Cp, const int fixB,
+                                 const int fixC, const int first, const int wanty) {
+    const int W = SELSCAN__VW;
+    int64_t n;
+    for (n = n0; n + SELSCAN__BG <= n1; n += SELSCAN__BG)
+        SELSCAN__SFX(selscan__bwd_group)(SELSCAN__BG, n, N, nt, hs + (n - n0) * W, ab + (n - n0) * W, rs, dh, A, dt,
+                                         dtu, dy0, yc, Sv, sAv, accB, accC, dA, dBf, dCf, Bp, Cp, fixB, fixC, first,
+                                         wanty);
+    for (; n < n1; n++)
+        SELSCAN__SFX(selscan__bwd_group)(1, n, N, nt, hs + (n - n0) * W, ab + (n - n0) * W, rs, dh, A, dt, dtu, dy0, yc,
+                                         Sv, sAv, accB, accC, dA, dBf, dCf, Bp, Cp, fixB, fixC, first, wanty);
+}
+
+/* The walk back of states [n0, n1) with the layout flags as constants. first: the block's first
+   tile writes the variable accumulators (no clearing pass). */
+static SELSCAN__ATTR SELSCAN__INLINE void
+SELSCAN__SFX(selscan__bwd_walk)(int64_t n0, int64_t n1, int64_t N, int nt, const float *hs, const float *ab, int64_t rs,
+                                float *dh, const float *A, const float *dt, const float *dtu, const float *dy0,
+                                float *yc, float *Sv, float *sAv, float *accB, float *accC, float *dA, float *dBf,
+                                float *dCf, const float *Bp, const float *Cp, int fixB, int fixC, int first,
+                                const int wanty) {
+    if (fixB) {
+        if (fixC) SELSCAN__SFX(selscan__bwd_inner)(n0, n1, N, nt, hs, ab, rs, dh, A, dt, dtu, dy0, yc, Sv, sAv, accB,
+                                                   accC, dA, dBf, dCf, Bp, Cp, 1, 1, 0, wanty); /* nothing variable */
+        else if (first) SELSCAN__SFX(selscan__bwd_inner)(n0, n1, N, nt, hs, ab, rs, dh, A, dt, dtu, dy0, yc, Sv, sAv,
+                                                         accB, accC, dA, dBf, dCf, Bp, Cp, 1, 0, 1, wanty);
+        else SELSCAN__SFX(selscan__bwd_inner)(n0, n1, N, nt, hs, ab, rs, dh, A, dt, dtu, dy0, yc, Sv, sAv, accB, accC,
+                                              dA, dBf, dCf, Bp, Cp, 1, 0, 0, wanty);
+    } else if (fixC) {
+        if (first) SELSCAN__SFX(selscan__bwd_inner)(n0, n1, N, nt, hs, ab, rs, dh, A, dt, dtu, dy0, yc, Sv, sAv, accB,
+                                                    accC, dA, dBf, dCf, Bp, Cp, 0, 1, 1, wanty);
+        else SELSCAN__SFX(selscan__bwd_inner)(n0, n1, N, nt, hs, ab, rs, dh, A, dt, dtu, dy0, yc, Sv, sAv, accB, accC,
+                                              dA, dBf, dCf, Bp, Cp, 0, 1, 0, wanty);
+    } else {
+        if (first) SELSCAN__SFX(selscan__bwd_inner)(n0, n1, N, nt, hs, ab, rs, dh, A, dt, dtu, dy0, yc, Sv, sAv, accB,
+                                                    accC, dA, dBf, dCf, Bp, Cp, 0, 0, 1, wanty);
+        else SELSCAN__SFX(selscan__bwd_inner)(n0, n1, N, nt, hs, ab, rs, dh, A, dt, dtu, dy0, yc, Sv, sAv, accB, accC,
+                                              dA, dBf, dCf, Bp, Cp, 0, 0, 0, wanty);
+    }
+}
+
+/* Backward over one chunk from its entering state hin ([N][W]): per group of SELSCAN__BG states the
+   recompute (into hs, ab: rows of SELSCAN__BG vectors, in L1) and at once the walk back. yc NULL:
+   sum_n C h not wanted (no z). */
+static SELSCAN__ATTR void SELSCAN__SFX(selscan__bwd_chunk)(int64_t N, int nt, const float *hin, float *hs, float *ab,
+                                                           float *dh, const float *A, const float *A2, const float *dt,
+                                                           const float *dtu, const float *dy0, float *yc, float *Sv,
+                                                           float *sAv, float *accB, float *accC, float *dA, float *dBf,
+                                                           float *dCf, const float *Bp, const float *Cp, int fixB,
+                                                           int fixC, int fast, int first, float *pB, float *pC,
+                                                           int64_t ps) {
+    const int W = SELSCAN__VW;
+    const int64_t rs = SELSCAN__BG * W, NW = N * W;
+    int64_t n0, n1, n;
+    int t;
+    for (t = 0; t < nt; t++) {
+        if (yc) SELSCAN__VSTORE(yc + t * W, SELSCAN__VSET1(0.0f));
+        SELSCAN__VSTORE(Sv + t * W, SELSCAN__VSET1(0.0f));
+        SELSCAN__VSTORE(sAv + t * W, SELSCAN__VSET1(0.0f));
+    }
+    for (n0 = 0; n0 < N; n0 = n1) {
+        n1 = selscan__min64(n0 + SELSCAN__BG, N);
+        SELSCAN__SFX(selscan__rec_chunk)(n0, n1, nt, hin, hs, ab, rs, A, A2, dt, dtu, Bp, fixB, fast);
+        if (yc) SELSCAN__SFX(selscan__bwd_walk)(n0, n1, N, nt, hs, ab, rs, dh, A, dt, dtu, dy0, yc, Sv, sAv, accB, accC,
+                                                dA, dBf, dCf, Bp, Cp, fixB, fixC, first, 1);
+        else SELSCAN__SFX(selscan__bwd_walk)(n0, n1, N, nt, hs, ab, rs, dh, A, dt, dtu, dy0, yc, Sv, sAv, accB, accC,
+                                             dA, dBf, dCf, Bp, Cp, fixB, fixC, first, 0);
+        /* pB / pC given (the block's last tile): the group's per-step dB / dC are complete and
+           still in L1; their lane sums go out now, W steps at once by one transposing reduction */
+        for (n = n0; n < n1 && (pB || pC); n++) {
+            for (t = 0; t + W <= nt; t += W) {
+                if (pB) SELSCAN__VTHSUMS(accB + t * NW + n * W, NW, pB + n * ps + t);
+                if (pC) SELSCAN__VTHSUMS(accC + t * NW + n * W, NW, pC + n * ps + t);
+            }
+            for (; t < nt; t++) {
+                if (pB) pB[n * ps + t] = SELSCAN__VHSUM(SELSCAN__VLOAD(accB + t * NW + n * W));
+                if (pC) pC[n * ps + t] = SELSCAN__VHSUM(SELSCAN__VLOAD(accC + t * NW + n * W));
+            }
+        }
+    }
+}
+
+/* Backward of one block: channels c0 .. c0 + nch - 1 of group g, batch row b. pB / pC: this
+   block's [N][selscan__prow(L)] partials of variable dB / dC (NULL: not asked). The checkpoint pass goes chunk
+   by chunk with the tiles inner, like the walk back: a chunk's variable B / C are copied once for
+   all tiles. When the part's prep cache holds the segment (s->pcn chunks), the checkpoint pass
+   prepares the walk's inputs (selscan__wprep) into it and the walk back reads them there instead
+   of loading and preparing the chunk again. With the forward's checkpoints (ckp) the same pass
+   runs without the recompute: the inputs are then read first to last, not in the walk's
+   last-to-first order (bench/NOTES.md, CPU-v22). */
+static SELSCAN__ATTR void SELSCAN__SFX(selscan__bwd_block)(const selscan__prob *q, const selscan__grd *r, int64_t b,
+                                                           int64_t g, int64_t c0, int nch, const selscan__bscr *s,
+                                                           float *pB, float *pC, const float *ckp) {
+    const int W = SELSCAN__VW, nbt = (nch + SELSCAN__VW - 1) / SELSCAN__VW;
+    const int64_t N = q->N, NW = N * W, T = s->T, PS = selscan__prow(q->L);
+    const int useck = ckp && T == SELSCAN__FT;
+    const int64_t TS = s->TS;
+    float lim[SELSCAN__CB];
+    int64_t k, c;
+    int j, t;
+    memset(s->dA, 0, SELSCAN__CAST(size_t, nbt * NW) * 4);
+    memset(s->dBf, 0, SELSCAN__CAST(size_t, nbt * NW) * 4);
+    memset(s->dCf, 0, SELSCAN__CAST(size_t, nbt * NW) * 4);
+    memset(s->dD, 0, SELSCAN__CAST(size_t, nbt * W) * 4);
+    memset(s->db, 0, SELSCAN__CAST(size_t, nbt * W) * 4);
+    for (j = 0; j < nbt; j++) {
+        const int nl = nch - j * W < W ? nch - j * W : W;
+        lim[j] = 86.0f / selscan__tile_params(q, c0 + j * W, nl, W, s->A + j * NW, s->A2 + j * NW, s->Bf + j * NW,
+                                              s->Cf + j * NW, s->Dv + j * W, s->bv + j * W);
+    }
+    for (k = 0; k < selscan__nseg(q); k++) {
+        int64_t t0, t1, row, nck;
+        selscan__seg(q, b, k, &t0, &t1, &row);
+        nck = (t1 - t0 + T - 1) / T;
+        const int usepc = nck <= s->pcn;
+        /* checkpoints: ck[c] = state entering chunk c */
+        for (j = 0; j < nbt; j++) {
+            const int nl = nch - j * W < W ? nch - j * W : W;
+            const int64_t d0 = c0 + j * W;
+            float *ck = s->ck + j * s->ckstride;
+            selscan__state_in(&q->h0, row, d0, nl, W, N, ck);
+            if (useck) /* the forward's chunk states */
+                for (c = 1; c < nck; c++) selscan__ck_get(q, ckp, b, d0, nl, W, (t0 + c * T) / SELSCAN__FT + k, ck + c * NW);
+            selscan__state_in(&r->dhlast, row, d0, nl, W, N, s->dh + j * NW);
+        }
+        for (c = 0; c + 1 < nck && (usepc || !useck); c++) {
+            const int64_t cs = t0 + c * T;
+            const int nt = SELSCAN__CAST(int, T);
+            int64_t bsn, bst;
+            const float *Bv = useck ? NULL : selscan__bc_chunk(&q->B, q->fixB, s->Bf, W, b, g, N, cs, nt, s->Bb, &bsn, &bst);
+            for (j = 0; j < nbt; j++) {
+                const int nl = nch - j * W < W ? nch - j * W : W;
+                const int64_t d0 = c0 + j * W;
+                float *ck = s->ck + j * s->ckstride + c * NW;
+                const float *Bp = q->fixB ? s->Bf + j * NW : Bv;
+                float *const pc = usepc ? s->pc + (c * nbt + j) * s->pcs : NULL;
+                float *const w = pc ? pc : s->wk;
+                int fast;
+                if (pc) {
+                    fast = SELSCAN__SFX(selscan__wprep)(q, r, b, d0, nl, cs, nt, s->bv + j * W, pc, TS, s->z, s->sg,
+                                                        s->dy, s->tmp, lim[j]);
+                    pc[s->pcs - 1] = SELSCAN__CAST(float, fast);
+                } else {
+                    fast = SELSCAN__SFX(selscan__prep)(q, b, d0, nl, cs, nt, s->bv + j * W, w, w + TS, w + 2 * TS, NULL,
+                                                       NULL, NULL, s->tmp, lim[j]);
+                }
+                if (!useck)
+                    SELSCAN__SFX(selscan__rec_chunk)(0, N, nt, ck, ck + NW, NULL, 0, s->A + j * NW, s->A2 + j * NW, w,
+                                                     w + TS, Bp, q->fixB, fast);
+            }
+        }
+        for (c = nck - 1; c >= 0; c--) {
+            const int64_t cs = t0 + c * T;
+            const int nt = SELSCAN__CAST(int, selscan__min64(T, t1 - cs));
+            int64_t bsn, bst, csn, cst;
+            const float *Bv = selscan__bc_chunk(&q->B, q->fixB, s->Bf, W, b, g, N, cs, nt, s->Bb, &bsn, &bst);
+            const float *Cv = selscan__bc_chunk(&q->C, q->fixC, s->Cf, W, b, g, N, cs, nt, s->Cb, &csn, &cst);
+            for (j = 0; j < nbt; j++) {
+                const int nl = nch - j * W < W ? nch - j * W : W;
+                const int64_t d0 = c0 + j * W;
+                const float *Bp = q->fixB ? s->Bf + j * NW : Bv, *Cp = q->fixC ? s->Cf + j * NW : Cv;
+                const SELSCAN__VF Dv = SELSCAN__VLOAD(s->Dv + j * W);
+                SELSCAN__VF dD = SELSCAN__VLOAD(s->dD + j * W), db = SELSCAN__VLOAD(s->db + j * W);
+                const float *const pc = usepc && c + 1 < nck ? s->pc + (c * nbt + j) * s->pcs : NULL;
+                const float *const w = pc ? pc : s->wk;
+                const float *const dt = w, *const dtu = w + TS, *const u_ = w + 2 * TS, *const sp = w + 3 * TS;
+                const float *const dyg = w + 5 * TS;
+                const float *dy0p = w + 4 * TS;
+                const int fast = pc ? pc[s->pcs - 1] != 0.0f
+                                    : SELSCAN__SFX(selscan__wprep)(q, r, b, d0, nl, cs, nt, s->bv + j * W, s->wk, TS,
+                                                                   s->z, s->sg, s->dy, s->tmp, lim[j]);
+                if (!q->z.data) { /* dy0 = dy */
+                    SELSCAN__LOADTILE(s->dy0, &r->dy, b, d0, nl, W, cs, nt, s->tmp);
+                    dy0p = s->dy0;
+                }
+                SELSCAN__SFX(selscan__bwd_chunk)(N, nt, s->ck + j * s->ckstride + c * NW, s->hs, s->ab, s->dh + j * NW,
+                                                 s->A + j * NW, s->A2 + j * NW, dt, dtu, dy0p, q->z.data ? s->yc : NULL,
+                                                 s->S, s->sA, s->accB, s->accC, s->dA + j * NW, s->dBf + j * NW,
+                                                 s->dCf + j * NW, Bp, Cp, q->fixB, q->fixC, fast, j == 0,
+                                                 pB && j == nbt - 1 ? pB + cs : NULL,
+                                                 pC && j == nbt - 1 ? pC + cs : NULL, PS);
+                for (t = nt - 1; t >= 0; t--) {
+                    const SELSCAN__VF u = SELSCAN__VLOAD(u_ + t * W), dy0 = SELSCAN__VLOAD(dy0p + t * W);
+                    const SELSCAN__VF S = SELSCAN__VLOAD(s->S + t * W);
+                    const SELSCAN__VF ddt = SELSCAN__VMUL(SELSCAN__VFMA(u, S, SELSCAN__VLOAD(s->sA + t * W)),
+                                                         SELSCAN__VLOAD(sp + t * W));
+                    SELSCAN__VSTORE(s->du + t * W, SELSCAN__VFMA(SELSCAN__VLOAD(dt + t * W), S, SELSCAN__VMUL(dy0, Dv)));
+                    SELSCAN__VSTORE(s->ddt + t * W, ddt);
+                    dD = SELSCAN__VFMA(dy0, u, dD);
+                    db = SELSCAN__VADD(db, ddt);
+                    if (r->dz.data) /* dz = dy silu'(z) y0 */
+                        SELSCAN__VSTORE(s->dz + t * W, SELSCAN__VMUL(SELSCAN__VLOAD(dyg + t * W),
+                                                                     SELSCAN__VFMA(Dv, u, SELSCAN__VLOAD(s->yc + t * W))));
+                }
+                SELSCAN__VSTORE(s->dD + j * W, dD);
+                SELSCAN__VSTORE(s->db + j * W, db);
+                if (r->du.data) SELSCAN__STORETILE(s->du, &r->du, b, d0, nl, W, cs, nt, s->tmp);
+                if (r->ddelta.data) SELSCAN__STORETILE(s->ddt, &r->ddelta, b, d0, nl, W, cs, nt, s->tmp);
+                if (r->dz.data) SELSCAN__STORETILE(s->dz, &r->dz, b, d0, nl, W, cs, nt, s->tmp);
+            }
+        }
+        if (r->dh0.data)
+            for (j = 0; j < nbt; j++) {
+                const int nl = nch - j * W < W ? nch - j * W : W;
+                selscan__state_out(&r->dh0, row, c0 + j * W, nl, W, N, s->dh + j * NW);
+            }
+    }
+}
+
+/* ---- >>fast-step: the decode step of one block of channels ---------------------------------- */
+
+/* Step of channels c < ne of a W-channel block in the common layout with N = NV W (NV <= 4,
+   hand-unrolled: no loop over n, the polynomial constants stay in registers): per channel the
+   exponentials, then the state; yv[c] = C h of channel c (lanes summed by the caller). The same
+   operations as the general loops (bitwise the same states and sums). */
+static SELSCAN__ATTR SELSCAN__INLINE SELSCAN__VF
+SELSCAN__SFX(selscan__step_one)(const int k, const SELSCAN__VF a, float *hp, const float *Bp, const float *Cp,
+                                const SELSCAN__VF vdx, const SELSCAN__VF acc) {
+    const int W = SELSCAN__VW;
+    const SELSCAN__VF h = SELSCAN__VFMA(a, SELSCAN__VLOAD(hp + k * W), SELSCAN__VMUL(vdx, SELSCAN__VLOAD(Bp + k * W)));
+    SELSCAN__VSTORE(hp + k * W, h);
+    return SELSCAN__VFMA(SELSCAN__VLOAD(Cp + k * W), h, acc);
+}
+
+static SELSCAN__ATTR SELSCAN__INLINE void
+SELSCAN__SFX(selscan__step_rows)(const int NV, int ne, const float *dtb, const float *dxb, float *hp, int64_t hs1,
+                                 const float *Ap, int64_t as0, const float *Bp, const float *Cp, SELSCAN__VF *yv,
+                                 int64_t nrow) {
+    const int W = SELSCAN__VW;
+    int c;
+    for (c = 0; c < ne; c++, hp += hs1, Ap += as0) {
+        const SELSCAN__VF vdt = SELSCAN__VSET1(dtb[c]), vdx = SELSCAN__VSET1(dxb[c]), zero = SELSCAN__VSET1(0.0f);
+        /* the state 32 channels on (nrow: channels of hp's row from here on) */
+        if (c + 32 < nrow) SELSCAN__PREFETCHW(hp + 32 * hs1);
+        const SELSCAN__VF a0 = SELSCAN__SFX(selscan__vexp)(SELSCAN__VMUL(vdt, SELSCAN__VLOAD(Ap)));
+        const SELSCAN__VF a1 = NV > 1 ? SELSCAN__SFX(selscan__vexp)(SELSCAN__VMUL(vdt, SELSCAN__VLOAD(Ap + W))) : zero;
+        const SELSCAN__VF a2 = NV > 2 ? SELSCAN__SFX(selscan__vexp)(SELSCAN__VMUL(vdt, SELSCAN__VLOAD(Ap + 2 * W))) : zero;
+        const SELSCAN__VF a3 = NV > 3 ? SELSCAN__SFX(selscan__vexp)(SELSCAN__VMUL(vdt, SELSCAN__VLOAD(Ap + 3 * W))) : zero;
+        SELSCAN__VF acc0 = SELSCAN__SFX(selscan__step_one)(0, a0, hp, Bp, Cp, vdx, zero), acc1 = zero;
+        if (NV > 1) acc1 = SELSCAN__SFX(selscan__step_one)(1, a1, hp, Bp, Cp, vdx, zero);
+        if (NV > 2) acc0 = SELSCAN__SFX(selscan__step_one)(2, a2, hp, Bp, Cp, vdx, acc0);
+        if (NV > 3) acc1 = SELSCAN__SFX(selscan__step_one)(3, a3, hp, Bp, Cp, vdx, acc1);
+        yv[c] = NV > 1 ? SELSCAN__VADD(acc0, acc1) : acc0;
+    }
+}
+
+/* Step of channels [dlo, dhi) of batch row b (all in cache row `row`, >= 0). */
+static SELSCAN__ATTR void SELSCAN__SFX(selscan__step_block)(const selscan__stp *q, int64_t b, int64_t row, int64_t dlo,
+                                                            int64_t dhi) {
+    const int W = SELSCAN__VW;
+    float xb[SELSCAN__SNB], dtb[SELSCAN__SNB], zb[SELSCAN__SNB], yb[SELSCAN__SNB];
+    float hb[SELSCAN__SNB], Ab[SELSCAN__SNB], Bb[SELSCAN__SNB], Cb[SELSCAN__SNB];
+    float th[SELSCAN__WMAX], tA[SELSCAN__WMAX], tB[SELSCAN__WMAX], tC[SELSCAN__WMAX];
+    const int64_t nd = dhi - dlo, N = q->N;
+    int64_t i, d, nb, n;
+    selscan__cvt_row(xb, q->u.data, b * q->u.s[0] + dlo * q->u.s[1], q->u.s[1], nd, q->dt);
+    selscan__cvt_row(dtb, q->delta.data, b * q->delta.s[0] + dlo * q->delta.s[1], q->delta.s[1], nd, q->dt);
+    if (q->z.data) selscan__cvt_row(zb, q->z.data, b * q->z.s[0] + dlo * q->z.s[1], q->z.s[1], nd, q->dt);
+    for (i = nd; i < SELSCAN__SNB; i++) xb[i] = dtb[i] = zb[i] = 0.0f;
+    if (q->bias.data) { /* vectors where the bias is contiguous */
+        const float *const bp = SELSCAN__CAST(const float *, q->bias.data) + SELSCAN__AT1(q->bias, dlo);
+        i = 0;
+        if (q->bias.s[0] == 1)
+            for (; i + W <= nd; i += W) SELSCAN__VSTORE(dtb + i, SELSCAN__VADD(SELSCAN__VLOAD(dtb + i), SELSCAN__VLOAD(bp + i)));
+        for (; i < nd; i++) dtb[i] += bp[i * q->bias.s[0]];
+    }
+    for (i = 0; i < SELSCAN__SNB; i += W) {
+        SELSCAN__VF x = SELSCAN__VLOAD(dtb + i);
+        if (q->softplus) x = SELSCAN__SFX(selscan__vsoftplus)(x);
+        SELSCAN__VSTORE(dtb + i, x);
+        if (q->z.data) {
+            const SELSCAN__VF z = SELSCAN__VLOAD(zb + i);
+            SELSCAN__VSTORE(zb + i, SELSCAN__VMUL(z, SELSCAN__SFX(selscan__vsigmoid)(z)));
+        }
+    }
+    if (N <= SELSCAN__SNA && N % W == 0 && q->state.s[2] == 1 && q->A.s[1] == 1 && !q->fixB && !q->fixC) {
+        /* the common layout: B and C of a group widened once, no per-channel gathers or tails;
+           W channels at a time: the W sums over n by one transposing reduction, D and z as
+           vectors over the channels (no per-channel scalar tail). N = NV W with NV <= 4 and the
+           W channels in one group (the usual case): selscan__step_rows, hand-unrolled over n.
+           Else first the exponentials of all W channels (a loop with nothing else live: the
+           polynomial constants stay in registers), then the states, n unrolled by 2 W. */
+        const int64_t hs1 = q->state.s[1], as0 = q->A.s[0], NV = N / W;
+        float *const hrow = SELSCAN__CAST(float *, q->state.data) + row * q->state.s[0] + dlo * hs1;
+        const float *const Arow = SELSCAN__CAST(const float *, q->A.data) + dlo * as0;
+        int64_t g = dlo / q->dpg, gend = (g + 1) * q->dpg - dlo; /* channel index (from dlo) of the next group */
+        const float *Bp, *Cp;
+        float Db[SELSCAN__SNB], dxb[SELSCAN__SNB], ab[SELSCAN__WMAX * SELSCAN__SNA];
+        SELSCAN__VF yv[SELSCAN__VW];
+        int c;
+        selscan__step_bc(q, b, g, Bb, Cb, &Bp, &Cp);
+        if (q->D.data) selscan__cvt_row(Db, q->D.data, SELSCAN__AT1(q->D, dlo), q->D.s[0], nd, SELSCAN_F32);
+        for (i = q->D.data ? nd : 0; i < SELSCAN__SNB; i++) Db[i] = 0.0f;
+        /* dt x of every channel as vectors (each channel then broadcasts it from memory) */
+        for (i = 0; i < SELSCAN__SNB; i += W) SELSCAN__VSTORE(dxb + i, SELSCAN__VMUL(SELSCAN__VLOAD(dtb + i), SELSCAN__VLOAD(xb + i)));
+        for (i = 0; i < nd; i += W) {
+            const int ne = nd - i < W ? SELSCAN__CAST(int, nd - i) : W;
+            if (i + ne <= gend && NV <= 4) {
+                float *const hp = hrow + i * hs1;
+                const float *const Ap = Arow + i * as0;
+                const int64_t nrow = q->dim - dlo - i; /* channels of the state row from hp on */
+                if (NV == 1) SELSCAN__SFX(selscan__step_rows)(1, ne, dtb + i, dxb + i, hp, hs1, Ap, as0, Bp, Cp, yv,
+                                                              nrow);
+                else if (NV == 2) SELSCAN__SFX(selscan__step_rows)(2, ne, dtb + i, dxb + i, hp, hs1, Ap, as0, Bp, Cp,
+                                                                   yv, nrow);
+                else if (NV == 3) SELSCAN__SFX(selscan__step_rows)(3, ne, dtb + i, dxb + i, hp, hs1, Ap, as0, Bp, Cp,
+                                                                   yv, nrow);
+                else SELSCAN__SFX(selscan__step_rows)(4, ne, dtb + i, dxb + i, hp, hs1, Ap, as0, Bp, Cp, yv, nrow);
+                for (c = ne; c < W; c++) yv[c] = SELSCAN__VSET1(0.0f);
+                SELSCAN__VTHSUM(yv, yb + i);
+                continue;
+            }
+            for (c = 0; c < ne; c++) {
+                const SELSCAN__VF vdt = SELSCAN__VSET1(dtb[i + c]);
+                const float *const Ap = Arow + (i + c) * as0;
+                for (n = 0; n < N; n += W) SELSCAN__VSTORE(ab + c * N + n,
+                                                           SELSCAN__SFX(selscan__vexp)(SELSCAN__VMUL(vdt, SELSCAN__VLOAD(Ap + n))));
+            }
+            for (c = 0; c < ne; c++) {
+                const int64_t di = i + c;
+                const SELSCAN__VF vdx = SELSCAN__VSET1(dtb[di] * xb[di]);
+                float *const hp = hrow + di * hs1;
+                const float *const ap = ab + c * N;
+                SELSCAN__VF acc0 = SELSCAN__VSET1(0.0f), acc1 = acc0;
+                if (di >= gend) {
+                    g++;
+                    gend += q->dpg;
+                    selscan__step_bc(q, b, g, Bb, Cb, &Bp, &Cp);
+                }
+                for (n = 0; n + 2 * W <= N; n += 2 * W) {
+                    const SELSCAN__VF a0 = SELSCAN__VLOAD(ap + n), a1 = SELSCAN__VLOAD(ap + n + W);
+                    const SELSCAN__VF h0 = SELSCAN__VFMA(a0, SELSCAN__VLOAD(hp + n), SELSCAN__VMUL(vdx, SELSCAN__VLOAD(Bp + n)));
+                    const SELSCAN__VF h1 = SELSCAN__VFMA(a1, SELSCAN__VLOAD(hp + n + W), SELSCAN__VMUL(vdx, SELSCAN__VLOAD(Bp + n + W)));
+                    SELSCAN__VSTORE(hp + n, h0);
+                    SELSCAN__VSTORE(hp + n + W, h1);
+                    acc0 = SELSCAN__VFMA(SELSCAN__VLOAD(Cp + n), h0, acc0);
+                    acc1 = SELSCAN__VFMA(SELSCAN__VLOAD(Cp + n + W), h1, acc1);
+                }
+                if (n < N) {
+                    const SELSCAN__VF h0 = SELSCAN__VFMA(SELSCAN__VLOAD(ap + n), SELSCAN__VLOAD(hp + n), SELSCAN__VMUL(vdx, SELSCAN__VLOAD(Bp + n)));
+                    SELSCAN__VSTORE(hp + n, h0);
+                    acc0 = SELSCAN__VFMA(SELSCAN__VLOAD(Cp + n), h0, acc0);
+                }
+                yv[c] = SELSCAN__VADD(acc0, acc1);
+            }
+            for (; c < W; c++) yv[c] = SELSCAN__VSET1(0.0f);
+            SELSCAN__VTHSUM(yv, yb + i); /* yb[i + c] = sum of the lanes of yv[c] */
+        }
+        for (i = 0; i < nd; i += W) {
+            SELSCAN__VF y = SELSCAN__VLOAD(yb + i);
+            if (q->D.data) y = SELSCAN__VADD(y, SELSCAN__VMUL(SELSCAN__VLOAD(Db + i), SELSCAN__VLOAD(xb + i)));
+            if (q->z.data) y = SELSCAN__VMUL(y, SELSCAN__VLOAD(zb + i));
+            SELSCAN__VSTORE(yb + i, y);
+        }
+        selscan__store_row(q->y.data, b * q->y.s[0] + dlo * q->y.s[1], q->y.s[1], yb, nd, q->dt);
+        return;
+    }
+    for (d = dlo; d < dhi; d++) {
+        const int64_t g = d / q->dpg;
+        const SELSCAN__VF vdt = SELSCAN__VSET1(dtb[d - dlo]), vdx = SELSCAN__VSET1(dtb[d - dlo] * xb[d - dlo]);
+        SELSCAN__VF yv = SELSCAN__VSET1(0.0f);
+        float *hrow = SELSCAN__CAST(float *, q->state.data) + row * q->state.s[0] + d * q->state.s[1];
+        float y = 0.0f;
+        for (nb = 0; nb < N; nb += SELSCAN__SNB) {
+            const int64_t nn = selscan__min64(SELSCAN__SNB, N - nb), nv = nn / W * W;
+            float *hp = hrow + nb * q->state.s[2];
+            const float *Ap = SELSCAN__CAST(const float *, q->A.data) + d * q->A.s[0] + nb * q->A.s[1];
+            const float *Bp, *Cp;
+            const int hdirect = q->state.s[2] == 1;
+            if (!hdirect) { for (n = 0; n < nn; n++) hb[n] = hp[n * q->state.s[2]]; hp = hb; }
+            if (q->A.s[1] != 1) { for (n = 0; n < nn; n++) Ab[n] = Ap[n * q->A.s[1]]; Ap = Ab; }
+            if (q->fixB) {
+                Bp = SELSCAN__CAST(const float *, q->B.data) + d * q->B.s[0] + nb * q->B.s[1];
+                if (q->B.s[1] != 1) { for (n = 0; n < nn; n++) Bb[n] = Bp[n * q->B.s[1]]; Bp = Bb; }
+            } else if (q->dt == SELSCAN_F32 && q->B.s[2] == 1) {
+                Bp = SELSCAN__CAST(const float *, q->B.data) + b * q->B.s[0] + g * q->B.s[1] + nb;
+            } else {
+                selscan__cvt_row(Bb, q->B.data, b * q->B.s[0] + g * q->B.s[1] + nb * q->B.s[2], q->B.s[2], nn, q->dt);
+                Bp = Bb;
+            }
+            if (q->fixC) {
+                Cp = SELSCAN__CAST(const float *, q->C.data) + d * q->C.s[0] + nb * q->C.s[1];
+                if (q->C.s[1] != 1) { for (n = 0; n < nn; n++) Cb[n] = Cp[n * q->C.s[1]]; Cp = Cb; }
+            } else if (q->dt == SELSCAN_F32 && q->C.s[2] == 1) {
+                Cp = SELSCAN__CAST(const float *, q->C.data) + b * q->C.s[0] + g * q->C.s[1] + nb;
+            } else {
+                selscan__cvt_row(Cb, q->C.data, b * q->C.s[0] + g * q->C.s[1] + nb * q->C.s[2], q->C.s[2], nn, q->dt);
+                Cp = Cb;
+            }
+            for (n = 0; n < nv; n += W) {
+                const SELSCAN__VF a = SELSCAN__SFX(selscan__vexp)(SELSCAN__VMUL(vdt, SELSCAN__VLOAD(Ap + n)));
+                const SELSCAN__VF h = SELSCAN__VFMA(a, SELSCAN__VLOAD(hp + n), SELSCAN__VMUL(vdx, SELSCAN__VLOAD(Bp + n)));
+                SELSCAN__VSTORE(hp + n, h);
+                yv = SELSCAN__VFMA(SELSCAN__VLOAD(Cp + n), h, yv);
+            }
+            if (nv < nn) { /* tail through zero-padded vectors */
+                for (i = 0; i < W; i++) {
+                    const int in = nv + i < nn;
+                    th[i] = in ? hp[nv + i] : 0.0f; tA[i] = in ? Ap[nv + i] : 0.0f;
+                    tB[i] = in ? Bp[nv + i] : 0.0f; tC[i] = in ? Cp[nv + i] : 0.0f;
+                }
+                {
+                    const SELSCAN__VF a = SELSCAN__SFX(selscan__vexp)(SELSCAN__VMUL(vdt, SELSCAN__VLOAD(tA)));
+                    const SELSCAN__VF h = SELSCAN__VFMA(a, SELSCAN__VLOAD(th), SELSCAN__VMUL(vdx, SELSCAN__VLOAD(tB)));
+                    SELSCAN__VSTORE(th, h);
+                    yv = SELSCAN__VFMA(SELSCAN__VLOAD(tC), h, yv);
+                }
+                for (i = 0; nv + i < nn; i++) hp[nv + i] = th[i];
+            }
+            if (!hdirect)
+                for (n = 0; n < nn; n++) hrow[(nb + n) * q->state.s[2]] = hb[n];
+        }
+        y = SELSCAN__VHSUM(yv);
+        if (q->D.data) y += SELSCAN__CAST(const float *, q->D.data)[SELSCAN__AT1(q->D, d)] * xb[d - dlo];
+        if (q->z.data) y *= zb[d - dlo];
+        yb[d - dlo] = y;
+    }
+    selscan__store_row(q->y.data, b * q->y.s[0] + dlo * q->y.s[1], q->y.s[1], yb, nd, q->dt);
+}
+
+/* the pass's definitions (>>fast-isa defines them again for the next pass) */
+#undef SELSCAN__KSFX
+#undef SELSCAN__ATTR
+#undef SELSCAN__VF
+#undef SELSCAN__VW
+#undef SELSCAN__VLOAD
+#undef SELSCAN__VSTORE
+#undef SELSCAN__VSET1
+#undef SELSCAN__VADD
+#undef SELSCAN__VSUB
+#undef SELSCAN__VMUL
+#undef SELSCAN__VDIV
+#undef SELSCAN__VFMA
+#undef SELSCAN__VMAX
+#undef SELSCAN__VMIN
+#undef SELSCAN__VGTSEL
+#undef SELSCAN__VPOW2I
+#undef SELSCAN__VHSUM
+#undef SELSCAN__VTHSUM
+#undef SELSCAN__VTHSUMS
+#undef SELSCAN__VADDEXP
+#undef SELSCAN__VOPAQUE
+#undef SELSCAN__LOADTILE
+#undef SELSCAN__STORETILE
+#endif /* SELSCAN__KSFX: >>fast-kernels */

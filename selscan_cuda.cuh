@@ -11,7 +11,9 @@
  * the validation helpers and the kernels, a third less nvcc time; the CPU entries come from the
  * other TU), or SELSCAN_STATIC (a private copy of the CPU code and of the launchers, internal
  * linkage, no duplicate symbols; call the launchers from that TU).
- * Kernels always have internal linkage (anonymous namespace); only the launchers are exported.
+ * Every internal name (helpers, kernels, types) lives in namespace selscan_cuda_detail, functions
+ * and kernels static (internal linkage): a user's .cu file may have its own cdiv, mk, ld, ... around
+ * the include. Only the launchers (and two static selscan__-prefixed helpers) are global.
  *
  * CONTRACT (the CPU side's, plus):
  * - Every pointer in selscan_problem / selscan_grads / selscan_step_problem is DEVICE memory,
@@ -25,14 +27,22 @@
  *   entries), never allocate, never synchronize, run on the caller's stream only (stream 0 only if
  *   the caller passes 0), and return SELSCAN_ERR_CUDA when a launch fails. The failing
  *   cudaError_t is taken with cudaGetLastError() (which clears it) and stored into
- *   *ext->cuda_error when the caller gives one. On a validation error nothing is launched.
- * - Workspace: selscan_workspace_size_cuda() (device memory, SELSCAN_WORKSPACE_ALIGN aligned;
- *   cudaMalloc's alignment is enough). It depends on the shapes and on whether the backward gets a
- *   checkpoint, not on the device.
+ *   *ext->cuda_error when the caller gives one. On a validation error nothing is launched, and
+ *   problem.diag / step_problem.diag (when given) names the operand and the rule, also for the
+ *   CUDA-only checks: "dstate" (N over 512), "dim" (a grid over 2^31 - 1 blocks), "workspace"
+ *   (null, too small, overlaps an operand, size overflows), "checkpoint" (too small, overlaps),
+ *   "cu_seqlens_device" (missing, overlaps an output).
+ * - Sizes: every byte count, offset and grid of a call is computed with overflow checks; what
+ *   does not fit refuses the call (SELSCAN_ERR_SHAPE: a size past int64; SELSCAN_ERR_UNSUPPORTED:
+ *   a grid past 2^31 - 1 blocks) before anything is launched, whatever strides make it cheap.
+ * - Workspace: selscan_workspace_size_cuda() bytes of device memory at any address (the size
+ *   includes 255 bytes of slack; the launchers align the pointer up to 256 inside). It depends on
+ *   the shapes and on whether the backward gets a checkpoint, not on the device; 0: NULL is fine.
  * - Checkpoint: the forward can save the state entering every SELSCAN_CUDA_CHECKPOINT_INTERVAL
  *   steps (f32, (rows = batch, dim, ceil(L / interval), N), selscan_checkpoint_size_cuda()) in
- *   ext->checkpoint, e.g. as an extra output of a framework op; the backward given the same
- *   checkpoint skips recomputing it. Without one the backward recomputes it in its workspace.
+ *   ext->checkpoint_out, e.g. as an extra output of a framework op; the backward given the same
+ *   checkpoint in ext->checkpoint_in skips recomputing it. Without one the backward recomputes it
+ *   in its workspace. ext->checkpoint_bytes is the size of whichever is given.
  * - Deterministic: no floating-point atomics; every sum has a fixed order (per-block partial
  *   sums into the workspace, then a fixed-order reduction kernel). Repeated calls give bitwise
  *   identical results.
@@ -74,8 +84,12 @@
  * sums over channels and time go through per-block partials in the workspace and fixed-order
  * reduction kernels (deterministic). The general backward is compiled once for both 2-byte types
  * (h16: a runtime flag picks binary16 or bfloat16): compile time, see bench/NOTES.md v21.
- * The decode step: 8 or 4 states a thread with float4 state rows (unit n stride, N % 4 == 0,
- * N <= 128, 16-byte aligned rows), one state a thread otherwise. L-chunk plans fill one wave on
+ * The decode step (float4 state rows: unit n stride, N % 4 == 0, N <= 128, 16-byte aligned rows):
+ * step_vec_kernel, 8 or 4 states a lane in 4-state chunks interleaved across a channel's lanes
+ * (whole sectors a warp instruction); N = 16 with aligned variable B / C at batch 1 or >= two rows a
+ * thread of a one-wave grid: step_loop_kernel (the next row's state in flight while a row is
+ * computed); both launched with programmatic dependent launch, and bitwise the forward's at L = 1
+ * for N = 8 / 16. One state a thread otherwise (step_kernel). L-chunk plans fill one wave on
  * the current device's multiprocessors (at most 160; workspace sizes assume 160).
  */
 #ifndef SELSCAN_CUDA_CUH
@@ -100,11 +114,13 @@ typedef struct selscan_cuda_ext {
 extern "C" {
 #endif
 
-/* Bytes of the checkpoint of a problem: rows * dim * ceil(L / 64) * N * 4. */
+/* Bytes of the checkpoint of a problem: rows * dim * ceil(L / 64) * N * 4 (SELSCAN_ERR_SHAPE when
+   that overflows). */
 SELSCAN_DEF selscan_status selscan_checkpoint_size_cuda(const selscan_problem *p, size_t *bytes);
 /* Workspace bytes of the CUDA forward (g NULL) or backward: enough with or without a checkpoint
    (the same arguments as the CPU's selscan_workspace_size). The _ex form: exactly what a call
-   with that ext needs (x may be NULL: no checkpoint). */
+   with that ext needs (x may be NULL: no checkpoint). Any address; the size includes the
+   alignment slack. */
 SELSCAN_DEF selscan_status selscan_workspace_size_cuda(const selscan_problem *p, const selscan_grads *g, size_t *bytes);
 SELSCAN_DEF selscan_status selscan_workspace_size_cuda_ex(const selscan_problem *p, const selscan_grads *g,
                                                           const selscan_cuda_ext *x, size_t *bytes);
@@ -118,6 +134,7 @@ SELSCAN_DEF selscan_status selscan_forward_cuda_ex(const selscan_problem *p, con
 SELSCAN_DEF selscan_status selscan_backward_cuda_ex(const selscan_problem *p, const selscan_grads *g,
                                                     const selscan_cuda_ext *x, void *workspace, size_t bytes,
                                                     cudaStream_t stream);
+/* The step uses only x->cuda_error of the ext (x may be NULL). */
 SELSCAN_DEF selscan_status selscan_step_cuda_ex(const selscan_step_problem *s, const selscan_cuda_ext *x,
                                                 cudaStream_t stream);
 
@@ -145,7 +162,11 @@ SELSCAN_DEF selscan_status selscan_step_cuda_ex(const selscan_step_problem *s, c
 #include <cuda_bf16.h>
 #include <type_traits>
 
-namespace {
+/* Every internal name of the CUDA implementation lives in this namespace (functions and kernels
+   static: internal linkage), so a user's .cu file may define its own cdiv, mk, ld, ... around the
+   include; the public entries below are the only global names it adds (and the
+   selscan__-prefixed helpers above and below). */
+namespace selscan_cuda_detail {
 
 /* ---------------------------------------------------------------------------------------------- */
 /*                                     kernel parameters                                          */
@@ -185,7 +206,7 @@ struct kparams {
     float *wdA, *wdD, *wdbias, *wdBf, *wdCf, *wdB, *wdC;
 };
 
-ct mk(const selscan__ten &t) {
+static ct mk(const selscan__ten &t) {
     ct r;
     r.p = t.data;
     for (int i = 0; i < 4; i++) r.s[i] = t.s[i];
@@ -196,11 +217,11 @@ ct mk(const selscan__ten &t) {
 /*                                     device helpers                                             */
 /* ---------------------------------------------------------------------------------------------- */
 
-template <typename T> __device__ __forceinline__ float ld(const void *p, int64_t i);
+template <typename T> static __device__ __forceinline__ float ld(const void *p, int64_t i);
 template <> __device__ __forceinline__ float ld<float>(const void *p, int64_t i) { return static_cast<const float *>(p)[i]; }
 template <> __device__ __forceinline__ float ld<__half>(const void *p, int64_t i) { return __half2float(static_cast<const __half *>(p)[i]); }
 template <> __device__ __forceinline__ float ld<__nv_bfloat16>(const void *p, int64_t i) { return __bfloat162float(static_cast<const __nv_bfloat16 *>(p)[i]); }
-template <typename T> __device__ __forceinline__ void st(void *p, int64_t i, float v);
+template <typename T> static __device__ __forceinline__ void st(void *p, int64_t i, float v);
 template <> __device__ __forceinline__ void st<float>(void *p, int64_t i, float v) { static_cast<float *>(p)[i] = v; }
 template <> __device__ __forceinline__ void st<__half>(void *p, int64_t i, float v) { static_cast<__half *>(p)[i] = __float2half_rn(v); }
 template <> __device__ __forceinline__ void st<__nv_bfloat16>(void *p, int64_t i, float v) { static_cast<__nv_bfloat16 *>(p)[i] = __float2bfloat16_rn(v); }
@@ -213,18 +234,18 @@ template <> __device__ __forceinline__ void st<__nv_bfloat16>(void *p, int64_t i
 struct h16 {
     unsigned short bits;
 };
-template <typename T> __device__ __forceinline__ float ld(const void *p, int64_t i, bool) { return ld<T>(p, i); }
+template <typename T> static __device__ __forceinline__ float ld(const void *p, int64_t i, bool) { return ld<T>(p, i); }
 template <> __device__ __forceinline__ float ld<h16>(const void *p, int64_t i, bool bf) {
     const unsigned short x = static_cast<const unsigned short *>(p)[i];
     return bf ? __uint_as_float(static_cast<uint32_t>(x) << 16) : __half2float(__ushort_as_half(x));
 }
-template <typename T> __device__ __forceinline__ void st(void *p, int64_t i, float v, bool) { st<T>(p, i, v); }
+template <typename T> static __device__ __forceinline__ void st(void *p, int64_t i, float v, bool) { st<T>(p, i, v); }
 template <> __device__ __forceinline__ void st<h16>(void *p, int64_t i, float v, bool bf) {
     static_cast<unsigned short *>(p)[i] = bf ? __bfloat16_as_ushort(__float2bfloat16_rn(v)) : __half_as_ushort(__float2half_rn(v));
 }
 
-__device__ __forceinline__ float ldf(const ct &t, int64_t i) { return static_cast<const float *>(t.p)[i]; }
-__device__ __forceinline__ float ex2(float x) {
+static __device__ __forceinline__ float ldf(const ct &t, int64_t i) { return static_cast<const float *>(t.p)[i]; }
+static __device__ __forceinline__ float ex2(float x) {
     float y;
     asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
     return y;
@@ -235,22 +256,22 @@ __device__ __forceinline__ float ex2(float x) {
    successor scheduled early lands unevenly on the SMs: lm-long's backward without a checkpoint
    +6-8 %, bench/NOTES.md v33); each waits here, before touching memory, until the kernel before
    it has completed and its writes are visible. A no-op when not launched so. */
-__device__ __forceinline__ void pdl_wait() {
+static __device__ __forceinline__ void pdl_wait() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     asm volatile("griddepcontrol.wait;" ::: "memory");
 #endif
 }
-__device__ __forceinline__ void pdl_launch_dependents() {
+static __device__ __forceinline__ void pdl_launch_dependents() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
 #endif
 }
 /* The fast kernels' L strides: 1 (a compile-time constant) unless CL (the channels-last
    instantiations, which take any strides); of a (batch, dim, L) operand and of B / C */
-template <bool CL> __device__ __forceinline__ int lstride(const ct &X) { return CL ? static_cast<int>(X.s[2]) : 1; }
-template <bool CL> __device__ __forceinline__ int bcstride(const ct &X) { return CL ? static_cast<int>(X.s[3]) : 1; }
+template <bool CL> static __device__ __forceinline__ int lstride(const ct &X) { return CL ? static_cast<int>(X.s[2]) : 1; }
+template <bool CL> static __device__ __forceinline__ int bcstride(const ct &X) { return CL ? static_cast<int>(X.s[3]) : 1; }
 /* L2 prefetch of the element at p + off (sizeof(T) bytes), for the next tile while this one runs */
-template <typename T> __device__ __forceinline__ void pf(const void *p, int64_t off) {
+template <typename T> static __device__ __forceinline__ void pf(const void *p, int64_t off) {
     asm volatile("prefetch.global.L2 [%0];" ::"l"(static_cast<const T *>(p) + off));
 }
 /* sigmoid and softplus on the fast units; softplus(x) = max(x, 0) + log1p(exp(-|x|)), the log1p by
@@ -260,38 +281,38 @@ template <typename T> __device__ __forceinline__ void pf(const void *p, int64_t 
    log1p's argument 1 + e lies in [1, 2]. */
 const float kLog2e = 1.4426950408889634f;
 const float kLn2 = 0.6931471805599453f;
-__device__ __forceinline__ float lg2(float x) {
+static __device__ __forceinline__ float lg2(float x) {
     float y;
     asm("lg2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
     return y;
 }
-__device__ __forceinline__ float sigm(float x) { return __fdividef(1.0f, 1.0f + ex2(-x * kLog2e)); }
-__device__ __forceinline__ float softplus(float x) {
+static __device__ __forceinline__ float sigm(float x) { return __fdividef(1.0f, 1.0f + ex2(-x * kLog2e)); }
+static __device__ __forceinline__ float softplus(float x) {
     const float e = ex2(-fabsf(x) * kLog2e);
     const float ser = e * (1.0f - e * (0.5f - e * (0.33333333f - 0.25f * e)));
     const float l = e < 0.05f ? ser : lg2(1.0f + e) * kLn2;
     const float r = fmaxf(x, 0.0f) + l;
-    return x > 20.0f ? x : r;
+    return x > SELSCAN__SOFTPLUS_THRESHOLD ? x : r;
 }
 /* softplus(x) and its derivative sigmoid(x) from one exponential */
-__device__ __forceinline__ void softplus_dsig(float x, float *sp, float *dsig) {
+static __device__ __forceinline__ void softplus_dsig(float x, float *sp, float *dsig) {
     const float e = ex2(-fabsf(x) * kLog2e);
     const float ser = e * (1.0f - e * (0.5f - e * (0.33333333f - 0.25f * e)));
     const float l = e < 0.05f ? ser : lg2(1.0f + e) * kLn2;
-    *sp = x > 20.0f ? x : fmaxf(x, 0.0f) + l;
-    *dsig = x > 20.0f ? 1.0f : __fdividef(x >= 0.0f ? 1.0f : e, 1.0f + e);
+    *sp = x > SELSCAN__SOFTPLUS_THRESHOLD ? x : fmaxf(x, 0.0f) + l;
+    *dsig = x > SELSCAN__SOFTPLUS_THRESHOLD ? 1.0f : __fdividef(x >= 0.0f ? 1.0f : e, 1.0f + e);
 }
 /* dt of a (channel, step) from x = delta + bias: softplus(x) when sp (uniform), x otherwise, 0 on
    padding (!v). softplus is evaluated whatever sp and v are, then selected: written as a
    conditional expression around it, it became a branch region an evaluation, which serialized a
    tile's 4-8 evaluations (their exponential and logarithm latencies added up; bench/NOTES.md v38). */
-__device__ __forceinline__ float dt_of(float x, bool sp, bool v) {
+static __device__ __forceinline__ float dt_of(float x, bool sp, bool v) {
     const float s = softplus(x);
     const float d = sp ? s : x;
     return v ? d : 0.0f;
 }
 /* y gated by silu(z) when hz (uniform): evaluated, then selected (as dt_of) */
-__device__ __forceinline__ float gate(float y, float zz, bool hz) {
+static __device__ __forceinline__ float gate(float y, float zz, bool hz) {
     const float g = y * (zz * sigm(zz));
     return hz ? g : y;
 }
@@ -303,20 +324,20 @@ __device__ __forceinline__ float gate(float y, float zz, bool hz) {
 struct pairwalk {
     int c, tt, dc, dt, R;
 };
-__device__ __forceinline__ pairwalk mkwalk(bool tfast, int tid, int CH, int TL) {
+static __device__ __forceinline__ pairwalk mkwalk(bool tfast, int tid, int CH, int TL) {
     pairwalk w;
     if (tfast) { w.c = tid / TL; w.tt = tid % TL; w.dc = kThreads / TL; w.dt = 0; }
     else { w.c = tid % CH; w.tt = tid / CH; w.dc = 0; w.dt = kThreads / CH; }
     w.R = (CH * TL + kThreads - 1) / kThreads;
     return w;
 }
-__device__ __forceinline__ int64_t wbase(const pairwalk &w, const ct &X, int64_t b, int64_t c0, int64_t t0) {
+static __device__ __forceinline__ int64_t wbase(const pairwalk &w, const ct &X, int64_t b, int64_t c0, int64_t t0) {
     return b * X.s[0] + (c0 + w.c) * X.s[1] + (t0 + w.tt) * X.s[2];
 }
-__device__ __forceinline__ int64_t wstep(const pairwalk &w, const ct &X) { return w.dc * X.s[1] + w.dt * X.s[2]; }
+static __device__ __forceinline__ int64_t wstep(const pairwalk &w, const ct &X) { return w.dc * X.s[1] + w.dt * X.s[2]; }
 
 /* Segment of position t: writes the state row starting at t (or -1) and ending at t (or -1). */
-__device__ void seg_flags(const kparams &P, int64_t b, int64_t t, int *start, int *end) {
+static __device__ void seg_flags(const kparams &P, int64_t b, int64_t t, int *start, int *end) {
     if (!P.cu) {
         *start = t == 0 ? static_cast<int>(b) : -1;
         *end = t == P.L - 1 ? static_cast<int>(b) : -1;
@@ -341,7 +362,7 @@ __device__ void seg_flags(const kparams &P, int64_t b, int64_t t, int *start, in
    LOCAL (pass 1 of the L-parallel forward): scan the chunk from a zero state and write its end
    state S and decay product P (0 if a sequence starts inside) instead of y. */
 
-size_t fwd_smem(int NT, int NPT, int CH) {
+static size_t fwd_smem(int NT, int NPT, int CH) {
     const int NPAD = NT * NPT, TP = kTL + 1;
     return (static_cast<size_t>(2 * kTL * (NPAD + 4) + 3 * CH * TP + kThreads * TP) + 2 * kTL + 2) * 4;
 }
@@ -350,7 +371,7 @@ size_t fwd_smem(int NT, int NPT, int CH) {
 #define SELSCAN_CUDA_FWD_MINBLOCKS 6 /* blocks per SM the forward's registers allow (bench/NOTES.md) */
 #endif
 template <typename T, int NPT, bool LOCAL>
-__global__ void __launch_bounds__(kThreads, SELSCAN_CUDA_FWD_MINBLOCKS) fwd_kernel(const kparams P) {
+static __global__ void __launch_bounds__(kThreads, SELSCAN_CUDA_FWD_MINBLOCKS) fwd_kernel(const kparams P) {
     extern __shared__ float4 smem4[];
     const int TP = kTL + 1, NT = P.NT, CH = P.CH, NPAD = NT * NPT, BS = NPAD + 4; /* B/C row stride: fewer bank conflicts */
     float *s_B = reinterpret_cast<float *>(smem4);
@@ -603,22 +624,22 @@ template <typename T, int K> struct rawv {
     uint32_t w[(K * static_cast<int>(sizeof(T)) + 3) / 4];
 };
 /* one element's raw bits (a 2-byte type's in the low half) as a float */
-template <typename T> __device__ __forceinline__ float bits_float(uint32_t bits) {
+template <typename T> static __device__ __forceinline__ float bits_float(uint32_t bits) {
     if constexpr (sizeof(T) == 4) return __uint_as_float(bits);
     else if constexpr (std::is_same<T, __half>::value) return __half2float(__ushort_as_half(static_cast<unsigned short>(bits)));
     else return __uint_as_float(bits << 16);
 }
 /* p[i]'s raw bits: loaded now, converted where used (a conversion next to the load would wait
    for it there) */
-template <typename T> __device__ __forceinline__ uint32_t ld_bits(const T *p, int64_t i) {
+template <typename T> static __device__ __forceinline__ uint32_t ld_bits(const T *p, int64_t i) {
     if constexpr (sizeof(T) == 4) return reinterpret_cast<const uint32_t *>(p)[i];
     else return reinterpret_cast<const unsigned short *>(p)[i];
 }
-template <typename T, int K> __device__ __forceinline__ float raw_get(const rawv<T, K> &r, int k) {
+template <typename T, int K> static __device__ __forceinline__ float raw_get(const rawv<T, K> &r, int k) {
     if constexpr (sizeof(T) == 4) return __uint_as_float(r.w[k]);
     else return bits_float<T>((k & 1) ? r.w[k >> 1] >> 16 : r.w[k >> 1] & 0xffffu);
 }
-template <typename T> __device__ __forceinline__ uint32_t raw_bits(float v) {
+template <typename T> static __device__ __forceinline__ uint32_t raw_bits(float v) {
     if constexpr (std::is_same<T, float>::value) return __float_as_uint(v);
     else if constexpr (std::is_same<T, __half>::value) return __half_as_ushort(__float2half_rn(v));
     else return __bfloat16_as_ushort(__float2bfloat16_rn(v));
@@ -626,7 +647,7 @@ template <typename T> __device__ __forceinline__ uint32_t raw_bits(float v) {
 /* K elements at p, n of them valid (the rest read as 0). All valid: 16-byte loads where p allows,
    else 4-byte words; 2-byte types at an odd element offset read the aligned words around them
    and shift (ext: the elements just before p and just after p + K exist), else element loads. */
-template <typename T, int K> __device__ __forceinline__ void load_raw(rawv<T, K> &r, const T *p, int n, bool ext) {
+template <typename T, int K> static __device__ __forceinline__ void load_raw(rawv<T, K> &r, const T *p, int n, bool ext) {
     constexpr int BYTES = K * static_cast<int>(sizeof(T)), NW = (BYTES + 3) / 4;
     const uintptr_t a = reinterpret_cast<uintptr_t>(p);
     if (n >= K && BYTES % 16 == 0 && (a & 15) == 0) {
@@ -662,7 +683,7 @@ template <typename T, int K> __device__ __forceinline__ void load_raw(rawv<T, K>
 /* Steps t0 .. t0 + K - 1 of a (batch, dim, L) row whose steps are ls elements apart: load_raw when
    ls is 1 (the unit-stride kernels pass the constant), else element loads packed two a word (the
    channels-last kernels use rawvw below instead). */
-template <typename T, int K> __device__ __forceinline__ void load_seq(rawv<T, K> &r, const T *row, int t0, int n, bool ext, int ls) {
+template <typename T, int K> static __device__ __forceinline__ void load_seq(rawv<T, K> &r, const T *row, int t0, int n, bool ext, int ls) {
     if (ls == 1) {
         load_raw<T, K>(r, row + t0, n, ext);
         return;
@@ -680,7 +701,7 @@ template <typename T, int K> __device__ __forceinline__ void load_seq(rawv<T, K>
     }
 }
 /* K floats to p as T (n of them): 16-byte or 4-byte stores when aligned and all K valid */
-template <typename T, int K> __device__ __forceinline__ void store_row(T *p, const float (&v)[K], int n) {
+template <typename T, int K> static __device__ __forceinline__ void store_row(T *p, const float (&v)[K], int n) {
     constexpr int BYTES = K * static_cast<int>(sizeof(T)), NW = (BYTES + 3) / 4;
     const uintptr_t a = reinterpret_cast<uintptr_t>(p);
     if (n >= K && BYTES % 4 == 0 && (a & 3) == 0) {
@@ -702,7 +723,7 @@ template <typename T, int K> __device__ __forceinline__ void store_row(T *p, con
     } else {
 #pragma unroll
         for (int k = 0; k < K; k++)
-            if (k < n) st<T>(p, k, v[k]);
+            if (k < n) st<T>(static_cast<void *>(p), k, v[k]); /* a void * argument: no lookup in T's namespace */
     }
 }
 /* K elements one a word (a 2-byte type's bits in the low half): the channels-last kernels' raw
@@ -712,14 +733,14 @@ template <typename T, int K> __device__ __forceinline__ void store_row(T *p, con
 template <typename T, int K> struct rawvw {
     uint32_t w[K];
 };
-template <typename T, int K> __device__ __forceinline__ float raw_get(const rawvw<T, K> &r, int k) { return bits_float<T>(r.w[k]); }
+template <typename T, int K> static __device__ __forceinline__ float raw_get(const rawvw<T, K> &r, int k) { return bits_float<T>(r.w[k]); }
 /* element e of an NP x kFL (state, step) tile of B or C: the step fastest when the L stride is 1
    (tfast: a warp reads along L), else the state (channels-last: along the states) */
-template <int NP> __device__ __forceinline__ void tile_elem(int e, bool tfast, int *n, int *tt) {
+template <int NP> static __device__ __forceinline__ void tile_elem(int e, bool tfast, int *n, int *tt) {
     *n = tfast ? e / kFL : e % NP;
     *tt = tfast ? e % kFL : e / NP;
 }
-template <typename T, int K> __device__ __forceinline__ void load_seq(rawvw<T, K> &r, const T *row, int t0, int n, bool, int ls) {
+template <typename T, int K> static __device__ __forceinline__ void load_seq(rawvw<T, K> &r, const T *row, int t0, int n, bool, int ls) {
     const T *p = row + static_cast<int64_t>(t0) * ls;
 #pragma unroll
     for (int k = 0; k < K; k++) r.w[k] = k < n ? ld_bits<T>(p, k * ls) : 0u;
@@ -727,7 +748,7 @@ template <typename T, int K> __device__ __forceinline__ void load_seq(rawvw<T, K
 /* the fast kernels' raw registers: packed unless CL */
 template <typename T, int K, bool CL> using raw_t = typename std::conditional<CL, rawvw<T, K>, rawv<T, K>>::type;
 /* store_row for steps ls elements apart (as load_seq) */
-template <typename T, int K> __device__ __forceinline__ void store_seq(T *row, int t0, const float (&v)[K], int n, int ls) {
+template <typename T, int K> static __device__ __forceinline__ void store_seq(T *row, int t0, const float (&v)[K], int n, int ls) {
     if (ls == 1) {
         store_row<T, K>(row + t0, v, n);
         return;
@@ -735,12 +756,12 @@ template <typename T, int K> __device__ __forceinline__ void store_seq(T *row, i
     T *p = row + static_cast<int64_t>(t0) * ls;
 #pragma unroll
     for (int k = 0; k < K; k++)
-        if (k < n) st<T>(p, k * ls, v[k]);
+        if (k < n) st<T>(static_cast<void *>(p), k * ls, v[k]);
 }
 
 /* Sum v over the TPC lanes of a channel; lane j ends with the sums of elements
    [j * kFL / TPC, (j + 1) * kFL / TPC) in v[0 .. kFL / TPC). Fixed order: deterministic. */
-template <int TPC> __device__ __forceinline__ void reduce_scatter(float (&v)[kFL], int j) {
+template <int TPC> static __device__ __forceinline__ void reduce_scatter(float (&v)[kFL], int j) {
     int len = kFL;
 #pragma unroll
     for (int m = TPC / 2; m >= 1; m /= 2) {
@@ -768,7 +789,7 @@ template <int TPC> __device__ __forceinline__ void reduce_scatter(float (&v)[kFL
 #endif
 template <int S> constexpr int fast_fwd_minblocks() { return S == 4 ? SELSCAN_CUDA_FAST_FWD4_MINBLOCKS : SELSCAN_CUDA_FAST_FWD_MINBLOCKS; }
 template <typename T, int S, int TPC, bool LOCAL, bool CL>
-__global__ void __launch_bounds__(kThreads, fast_fwd_minblocks<S>()) fwd_fast_kernel(const kparams P) {
+static __global__ void __launch_bounds__(kThreads, fast_fwd_minblocks<S>()) fwd_fast_kernel(const kparams P) {
     if (LOCAL) pdl_launch_dependents(); /* only before a small kernel (the carry): see pdl_wait */
     pdl_wait();
     constexpr int NP = S * TPC, OWN = kFL / TPC, RS = 2 * NP + 4; /* B/C row: (B, C) per state, padded */
@@ -978,12 +999,12 @@ __global__ void __launch_bounds__(kThreads, fast_fwd_minblocks<S>()) fwd_fast_ke
 const int kCarryBatch = 8;
 /* A load issued where it is written: plain loads of a batch were moved next to their uses (one
    memory round trip a chunk: lm-prefill's carry took 10.6 us at ncu's clocks; bench/NOTES.md v27) */
-__device__ __forceinline__ float ld_now(const float *p) {
+static __device__ __forceinline__ float ld_now(const float *p) {
     float v;
     asm volatile("ld.global.nc.f32 %0, [%1];" : "=f"(v) : "l"(p) : "memory");
     return v;
 }
-__global__ void carry_kernel(const float *__restrict__ S, const float *__restrict__ Pr, float *__restrict__ Hin, int64_t rows,
+static __global__ void carry_kernel(const float *__restrict__ S, const float *__restrict__ Pr, float *__restrict__ Hin, int64_t rows,
                              int64_t nlch, int64_t N) {
     pdl_wait();
     const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; /* (b*dim + d)*N + n */
@@ -1009,7 +1030,7 @@ __global__ void carry_kernel(const float *__restrict__ S, const float *__restric
 }
 
 /* h_last of empty sequences (their h_last is their h0), and dh0 of empty sequences (= dh_last). */
-__global__ void empty_seq_kernel(const int64_t *cu, int64_t nseq, int64_t dim, int64_t N, ct src, ct dst) {
+static __global__ void empty_seq_kernel(const int64_t *cu, int64_t nseq, int64_t dim, int64_t N, ct src, ct dst) {
     const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
     if (i >= nseq * dim * N) return;
     const int64_t s = i / (dim * N), d = (i / N) % dim, n = i % N;
@@ -1036,7 +1057,7 @@ struct bwd_layout {
         off_cD, off_cb, off_acc, off_seg, off_end, total;
 };
 
-__host__ __device__ inline bwd_layout bwd_smem(int NT, int CH) {
+static __host__ __device__ inline bwd_layout bwd_smem(int NT, int CH) {
     bwd_layout l;
     l.NPAD = NT * kBwdNPT;
     l.ngrp = kThreads / (NT > 32 ? NT : 32);
@@ -1070,7 +1091,7 @@ struct warp_fold {
     float w0, w1, x;
     int kb, k;
 };
-__device__ __forceinline__ warp_fold warp_fold16(const float v[4], int lane) {
+static __device__ __forceinline__ warp_fold warp_fold16(const float v[4], int lane) {
     const unsigned full = 0xffffffffu;
     const bool hi = (lane & 16) != 0;
     const float r0 = __shfl_xor_sync(full, hi ? v[0] : v[2], 16);
@@ -1083,7 +1104,7 @@ __device__ __forceinline__ warp_fold warp_fold16(const float v[4], int lane) {
     f.k = f.kb;
     return f;
 }
-__device__ __forceinline__ void warp_fold8(warp_fold &f, int lane) {
+static __device__ __forceinline__ void warp_fold8(warp_fold &f, int lane) {
     const bool m8 = (lane & 8) != 0;
     const float r = __shfl_xor_sync(0xffffffffu, m8 ? f.w0 : f.w1, 8);
     f.x = (m8 ? f.w1 : f.w0) + r;
@@ -1092,7 +1113,7 @@ __device__ __forceinline__ void warp_fold8(warp_fold &f, int lane) {
 
 /* Reduce v[4] (this lane's channel, states j*4..j*4+3) over the other channels of the warp and
    store the warp's sums into row[(grp*NPAD + n) * SPs]. Every lane of the warp must call it. */
-__device__ __forceinline__ void warp_scatter(const float v[4], int NT, int tid, int NPAD, float *row, int SPs) {
+static __device__ __forceinline__ void warp_scatter(const float v[4], int NT, int tid, int NPAD, float *row, int SPs) {
     const int lane = tid & 31;
     if (NT >= 32) {
         const int grp = tid / NT, j = tid % NT;
@@ -1115,7 +1136,7 @@ __device__ __forceinline__ void warp_scatter(const float v[4], int NT, int tid, 
 /* warp_scatter for NT = 2, 4 or 8 without branches: the rounds a smaller NT needs are always
    shuffled and their sums selected (one tile loop for the three widths: a third of the compile
    time of three unrolled copies, for two shuffles and a few selects a call). */
-__device__ __forceinline__ void warp_scatter_248(const float v[4], int NT, int tid, int NPAD, float *row, int SPs) {
+static __device__ __forceinline__ void warp_scatter_248(const float v[4], int NT, int tid, int NPAD, float *row, int SPs) {
     const int lane = tid & 31, grp = tid >> 5, j = lane & (NT - 1);
     warp_fold f = warp_fold16(v, lane);
     warp_fold8(f, lane);
@@ -1130,7 +1151,7 @@ __device__ __forceinline__ void warp_scatter_248(const float v[4], int NT, int t
 #define SELSCAN_CUDA_BWD_MINBLOCKS 3 /* blocks per SM the backward's registers must allow (bench/NOTES.md) */
 #endif
 template <typename T>
-__global__ void __launch_bounds__(kThreads, SELSCAN_CUDA_BWD_MINBLOCKS) bwd_kernel(const kparams P) {
+static __global__ void __launch_bounds__(kThreads, SELSCAN_CUDA_BWD_MINBLOCKS) bwd_kernel(const kparams P) {
     const bool BF = P.bf16 != 0;
     extern __shared__ float4 smem4[];
     float *sm = reinterpret_cast<float *>(smem4);
@@ -1196,7 +1217,7 @@ __global__ void __launch_bounds__(kThreads, SELSCAN_CUDA_BWD_MINBLOCKS) bwd_kern
             const float zz = v && full && hz ? ld<T>(P.z.p, oz, BF) : 0.0f;
             x += v && P.bias.p ? ldf(P.bias, (c0 + c) * P.bias.s[0]) : 0.0f;
             const float dt = v ? (sp ? softplus(x) : x) : 0.0f; /* as fwd_kernel's staging */
-            const float dsp = sp && x <= 20.0f ? sigm(x) : 1.0f;
+            const float dsp = sp && x <= SELSCAN__SOFTPLUS_THRESHOLD ? sigm(x) : 1.0f;
             const float sg = sigm(zz);
             const float dy0 = hz ? dy * zz * sg : dy;
             const float fz = hz ? dy * sg * (1.0f + zz * (1.0f - sg)) : 0.0f;
@@ -1472,7 +1493,7 @@ __global__ void __launch_bounds__(kThreads, SELSCAN_CUDA_BWD_MINBLOCKS) bwd_kern
    when zero enters from the right (V, dh_last injected at sequence ends) and the product of its
    decays (M, 0 when a sequence ends inside). Thread: (row, channel, 4 states, chunk). */
 template <typename T>
-__global__ void __launch_bounds__(kThreads) bwd_local_kernel(const kparams P, float *V, float *M) {
+static __global__ void __launch_bounds__(kThreads) bwd_local_kernel(const kparams P, float *V, float *M) {
     const int64_t NT = P.NT;
     int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
     if (i >= P.batch * P.dim * NT * P.nlch) return;
@@ -1530,7 +1551,7 @@ __global__ void __launch_bounds__(kThreads) bwd_local_kernel(const kparams P, fl
 }
 
 /* Pass 2 of the L-parallel backward: the state gradient entering each chunk from the right. */
-__global__ void carry_rev_kernel(const float *__restrict__ V, const float *__restrict__ M, float *__restrict__ Din, int64_t rows,
+static __global__ void carry_rev_kernel(const float *__restrict__ V, const float *__restrict__ M, float *__restrict__ Din, int64_t rows,
                                  int64_t nlch, int64_t N) {
     pdl_wait();
     const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
@@ -1569,7 +1590,7 @@ struct rowsum_job {
 struct rowsum_jobs {
     rowsum_job j[kRowJobs];
 };
-__global__ void reduce_rows_kernel(const rowsum_jobs J, int64_t rows, int64_t dim) {
+static __global__ void reduce_rows_kernel(const rowsum_jobs J, int64_t rows, int64_t dim) {
     pdl_launch_dependents();
     pdl_wait();
     const float *__restrict__ w = J.j[blockIdx.y].w;
@@ -1596,7 +1617,7 @@ __global__ void reduce_rows_kernel(const rowsum_jobs J, int64_t rows, int64_t di
 /* out[b, g, n, t] = sum over block k < ncb of w[k][b][g][n][t], stored as T; blockIdx.y picks
    (w0, out0) (dB) or (w1, out1) (dC) */
 template <typename T>
-__global__ void reduce_bc_kernel(const float *w0, const float *w1, int64_t ncb, int64_t batch, int64_t G, int64_t N, int64_t L, ct out0,
+static __global__ void reduce_bc_kernel(const float *w0, const float *w1, int64_t ncb, int64_t batch, int64_t G, int64_t N, int64_t L, ct out0,
                                  ct out1) {
     pdl_wait();
     const float *w = blockIdx.y ? w1 : w0;
@@ -1666,7 +1687,7 @@ template <int S, int TPC> struct bwd_fast_smem {
 #endif
 template <int S> constexpr int fast_bwd_minblocks() { return S == 4 ? SELSCAN_CUDA_FAST_BWD4_MINBLOCKS : SELSCAN_CUDA_FAST_BWD_MINBLOCKS; }
 template <typename T, int S, int TPC, bool CL>
-__global__ void __launch_bounds__(kThreads, fast_bwd_minblocks<S>()) bwd_fast_kernel(const kparams P) {
+static __global__ void __launch_bounds__(kThreads, fast_bwd_minblocks<S>()) bwd_fast_kernel(const kparams P) {
     pdl_launch_dependents();
     pdl_wait();
     using SM = bwd_fast_smem<S, TPC>;
@@ -1982,7 +2003,7 @@ __global__ void __launch_bounds__(kThreads, fast_bwd_minblocks<S>()) bwd_fast_ke
    sends to the state entering it, and M = exp(A sum dt), its decay product. Needs no states: 4
    instructions an element. Tiles of kFL steps, the next tile's loads in flight during the walk. */
 template <typename T, int S, int TPC, bool CL>
-__global__ void __launch_bounds__(kThreads) bwd_fast_local_kernel(const kparams P, float *V, float *M) {
+static __global__ void __launch_bounds__(kThreads) bwd_fast_local_kernel(const kparams P, float *V, float *M) {
     pdl_launch_dependents();
     pdl_wait();
     constexpr int NP = S * TPC, CH = kThreads / TPC, OWN = kFL / TPC, RB = (NP * kFL + kThreads - 1) / kThreads;
@@ -2082,7 +2103,7 @@ __global__ void __launch_bounds__(kThreads) bwd_fast_local_kernel(const kparams 
 /* The step's y of channel d from its NT lanes' shares yp: summed, D x added, gated by silu(z) (Dd,
    zz: lane 0's); 0 on a padding row (!live). Lane 0 of the channel stores it. */
 template <typename T>
-__device__ __forceinline__ void step_store_y(const kparams &P, int64_t b, int64_t d, int NT, int j, bool valid, bool live,
+static __device__ __forceinline__ void step_store_y(const kparams &P, int64_t b, int64_t d, int NT, int j, bool valid, bool live,
                                              float yp, float x, float Dd, float zz) {
     for (int m = NT / 2; m >= 1; m >>= 1) yp += __shfl_xor_sync(0xffffffffu, yp, m);
     if (valid && j == 0) {
@@ -2096,7 +2117,7 @@ __device__ __forceinline__ void step_store_y(const kparams &P, int64_t b, int64_
 }
 
 template <typename T>
-__global__ void __launch_bounds__(kThreads) step_kernel(const kparams P) {
+static __global__ void __launch_bounds__(kThreads) step_kernel(const kparams P) {
     const int NT = P.NT, CPB = kThreads / NT;
     const int64_t nblk = (P.dim + CPB - 1) / CPB;
     const int64_t b = blockIdx.x / nblk, d = (blockIdx.x % nblk) * CPB + threadIdx.x / NT;
@@ -2128,13 +2149,14 @@ __global__ void __launch_bounds__(kThreads) step_kernel(const kparams P) {
     step_store_y<T>(P, b, d, NT, j, valid, !pad, yp, x, Dd, zz);
 }
 
-/* Decode step for float4-aligned state rows (unit n stride, N % 4 == 0, N <= 128): S = 8 (N % 8
+/* (The previous decode step, kept as bench_cuda --graphs' "before" baseline: compiled only with
+   SELSCAN__STEP_SWEEP.) Decode step for float4-aligned state rows (unit n stride, N % 4 == 0, N <= 128): S = 8 (N % 8
    == 0) or 4 states a thread, NT = pow2ceil(N / S) threads a channel, every load of a thread issued
    before its first use; A by float4 when its rows are aligned (avec).
    (step_kernel's one state a thread ran at ~500 GB/s on an H200, 8-9x its floor: per thread a chain
    of dependent loads and 64-bit index products for 4 bytes of state; bench/NOTES.md v37.) */
 template <typename T, int S>
-__global__ void __launch_bounds__(kThreads) step_fast_kernel(const kparams P, const bool avec) {
+static __global__ void __launch_bounds__(kThreads) step_fast_kernel(const kparams P, const bool avec) {
     const int NT = P.NT, CPB = kThreads / NT;
     const int64_t nblk = (P.dim + CPB - 1) / CPB;
     const int64_t b = blockIdx.x / nblk, d = (blockIdx.x % nblk) * CPB + threadIdx.x / NT;
@@ -2198,29 +2220,421 @@ __global__ void __launch_bounds__(kThreads) step_fast_kernel(const kparams P, co
     step_store_y<T>(P, b, d, NT, j, valid, live, yp, x, Dd, zz);
 }
 
+/* The decode step's own parameters (a fraction of kparams' size: a graph replays the launch
+   with its parameters, so fewer bytes a launch) for step_vec_kernel. B / C: element n of the row
+   of (batch b, group g) at b * b0 + g * b1 + n * b2, or fixed (f32, (dim, N)) at d * b0 + n * b2. */
+struct step_params {
+    int64_t batch, dim, ncache;
+    int dpg, N, NT, softplus, fixB, fixC, avec, bvec, cvec, G1;
+    const int32_t *idx;
+    float *h;
+    int64_t h0, h1;
+    const void *u, *dl, *z;
+    int64_t u0, u1, d0, d1, z0, z1;
+    void *y;
+    int64_t y0, y1;
+    const float *A;
+    int64_t a0, a1;
+    const void *B, *C;
+    int64_t b0, b1, b2, c0, c1, c2;
+    const float *D, *bias;
+    int64_t Ds, bs;
+};
+
+/* K consecutive elements of type T at base + off (16-byte aligned, or 8-byte for K * 2 bytes ==
+   8) into floats, by 16- / 8-byte loads */
+template <typename T, int K> __device__ __forceinline__ void ld_vec(const void *base, int64_t off, float (&o)[K]) {
+    if constexpr (sizeof(T) == 4) {
+        static_assert(K % 4 == 0, "f32 rows by float4");
+        const float4 *p = reinterpret_cast<const float4 *>(static_cast<const float *>(base) + off);
+#pragma unroll
+        for (int i = 0; i < K / 4; i++) {
+            const float4 v = p[i];
+            o[4 * i] = v.x; o[4 * i + 1] = v.y; o[4 * i + 2] = v.z; o[4 * i + 3] = v.w;
+        }
+    } else {
+        static_assert(K % 4 == 0, "2-byte rows by 8 or 16 bytes");
+        const T *q = static_cast<const T *>(base) + off;
+        uint32_t w[K / 2];
+        if constexpr (K % 8 == 0) {
+#pragma unroll
+            for (int i = 0; i < K / 8; i++) {
+                const uint4 v = reinterpret_cast<const uint4 *>(q)[i];
+                w[4 * i] = v.x; w[4 * i + 1] = v.y; w[4 * i + 2] = v.z; w[4 * i + 3] = v.w;
+            }
+        } else {
+            const uint2 v = *reinterpret_cast<const uint2 *>(q);
+            w[0] = v.x; w[1] = v.y;
+        }
+#pragma unroll
+        for (int i = 0; i < K / 2; i++) {
+            const unsigned short lo = static_cast<unsigned short>(w[i] & 0xffffu), hi = static_cast<unsigned short>(w[i] >> 16);
+            if constexpr (std::is_same<T, __nv_bfloat16>::value) {
+                o[2 * i] = __uint_as_float(static_cast<uint32_t>(lo) << 16);
+                o[2 * i + 1] = __uint_as_float(static_cast<uint32_t>(hi) << 16);
+            } else {
+                o[2 * i] = __half2float(__ushort_as_half(lo));
+                o[2 * i + 1] = __half2float(__ushort_as_half(hi));
+            }
+        }
+    }
+}
+
+/* Decode step for float4-aligned state rows (unit n stride, N % 4 == 0, N <= 128). A thread has S
+   states of a channel (S = 16, 8 or 4) as S / 4 chunks of 4 states interleaved across the NT =
+   pow2ceil(N / S) lanes of the channel: lane j's chunk i holds states 4 (j + NT i) .. + 3, so each
+   16-byte load or store instruction of a warp covers whole 32-byte sectors of the state, of A and
+   of B / C (the earlier kernel's lanes held S consecutive states: every instruction touched each
+   sector half). A block: kThreads / NT channels (blockIdx.y) of R batch rows (blockIdx.x), A, D,
+   delta_bias loaded once for the R rows; every load of the R rows issued before the first use;
+   B / C chunks by 16- or 8-byte loads where unit-stride and aligned (bvec / cvec), A by float4 where
+   aligned (avec). Launched with programmatic dependent launch where available: it waits for the
+   kernel before it to complete before touching memory and lets the next one launch at once.
+   Arithmetic as the forward's at L = 1 (exponent dt (A log2 e), B (dt u), D u by an FMA, the gate),
+   and y summed as the forward sums it for N = 8 and 16 (a chain over states 0 .. N/2 - 1, one over
+   N/2 .. N - 1, added): state and y bitwise the forward's there (tests/test_cuda.cu). */
+#ifndef SELSCAN_CUDA_STEP_MINBLOCKS
+#define SELSCAN_CUDA_STEP_MINBLOCKS 0 /* blocks an SM the fast step kernel's registers must allow (0: any) */
+#endif
+/* NTC: the lanes a channel as a compile-time constant (0: P.NT at run time). FAST: the common
+   operands (A, B, C rows 16-byte aligned with unit n stride, variable B / C, one group per
+   dpg known from P.G1), compiled without the other layouts' branches. */
+template <typename T, int S, int R, int NTC, bool FAST, int MINB>
+__global__ void __launch_bounds__(kThreads, MINB) step_vec_kernel(const step_params P) {
+    constexpr int NC = S / 4; /* chunks a lane */
+    pdl_wait();
+    pdl_launch_dependents();
+    const int NT = NTC > 0 ? NTC : P.NT;
+    const int tid = static_cast<int>(threadIdx.x);
+    const int dl32 = static_cast<int>(blockIdx.y) * (kThreads / NT) + tid / NT;
+    const int64_t d = dl32, bb = static_cast<int64_t>(blockIdx.x) * R;
+    const int j = tid % NT;
+    const bool valid = d < P.dim;
+    bool cv_[NC]; /* chunk i of this lane inside N */
+#pragma unroll
+    for (int i = 0; i < NC; i++) cv_[i] = valid && 4 * (j + NT * i) < P.N;
+    /* the state rows first (the long loads), then the rest */
+    float hv[R][S], Bv[R][S], Cv[R][S], x[R], dl[R], zz[R];
+    float4 *hp[R];
+    bool live[R], inb[R];
+#pragma unroll
+    for (int r = 0; r < R; r++) {
+        const int64_t b = bb + r;
+        inb[r] = valid && b < P.batch;
+        const int64_t row = inb[r] ? (P.idx ? static_cast<int64_t>(P.idx[b]) : b) : -1;
+        live[r] = row >= 0 && row < P.ncache;
+        hp[r] = reinterpret_cast<float4 *>(P.h + (live[r] ? row * P.h0 + d * P.h1 : 0));
+#pragma unroll
+        for (int i = 0; i < NC; i++) {
+            float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+            if (live[r] && cv_[i]) v = hp[r][j + NT * i];
+            hv[r][4 * i] = v.x; hv[r][4 * i + 1] = v.y; hv[r][4 * i + 2] = v.z; hv[r][4 * i + 3] = v.w;
+        }
+    }
+    const int64_t g = !valid || P.G1 ? 0 : dl32 / P.dpg;
+#pragma unroll
+    for (int r = 0; r < R; r++) {
+        const int64_t b = bb + r;
+        x[r] = dl[r] = zz[r] = 0.0f;
+#pragma unroll
+        for (int k = 0; k < S; k++) Bv[r][k] = Cv[r][k] = 0.0f;
+        if (live[r]) {
+            x[r] = ld<T>(P.u, b * P.u0 + d * P.u1);
+            dl[r] = ld<T>(P.dl, b * P.d0 + d * P.d1);
+            if (j == 0 && P.z) zz[r] = ld<T>(P.z, b * P.z0 + d * P.z1);
+        }
+        const bool fixB = !FAST && P.fixB, fixC = !FAST && P.fixC, bvec = FAST || P.bvec, cvec = FAST || P.cvec;
+        const int64_t bo = fixB ? d * P.b0 : b * P.b0 + g * P.b1, co = fixC ? d * P.c0 : b * P.c0 + g * P.c1;
+#pragma unroll
+        for (int i = 0; i < NC; i++) {
+            const int n = 4 * (j + NT * i);
+            if (live[r] && cv_[i]) {
+                if (bvec) {
+                    float t[4];
+                    if (fixB) ld_vec<float, 4>(P.B, bo + n, t);
+                    else ld_vec<T, 4>(P.B, bo + n, t);
+#pragma unroll
+                    for (int q = 0; q < 4; q++) Bv[r][4 * i + q] = t[q];
+                } else {
+#pragma unroll
+                    for (int q = 0; q < 4; q++)
+                        Bv[r][4 * i + q] = fixB ? static_cast<const float *>(P.B)[bo + (n + q) * P.b2] : ld<T>(P.B, bo + (n + q) * P.b2);
+                }
+            }
+        }
+        /* C: the lane's chunks, or (pair, N = 16 on two lanes) states 8j .. 8j + 7 */
+        if (S == 8 && NT == 2 && P.N == 16) {
+            if (live[r]) {
+                float t[8];
+                if (cvec) {
+                    if (fixC) ld_vec<float, 8>(P.C, co + 8 * j, t);
+                    else ld_vec<T, 8>(P.C, co + 8 * j, t);
+                } else {
+#pragma unroll
+                    for (int q = 0; q < 8; q++)
+                        t[q] = fixC ? static_cast<const float *>(P.C)[co + (8 * j + q) * P.c2] : ld<T>(P.C, co + (8 * j + q) * P.c2);
+                }
+#pragma unroll
+                for (int q = 0; q < 8; q++) Cv[r][q % S] = t[q]; /* (S == 8 here) */
+            }
+        } else {
+#pragma unroll
+            for (int i = 0; i < NC; i++) {
+                const int n = 4 * (j + NT * i);
+                if (live[r] && cv_[i]) {
+                    if (cvec) {
+                        float t[4];
+                        if (fixC) ld_vec<float, 4>(P.C, co + n, t);
+                        else ld_vec<T, 4>(P.C, co + n, t);
+#pragma unroll
+                        for (int q = 0; q < 4; q++) Cv[r][4 * i + q] = t[q];
+                    } else {
+#pragma unroll
+                        for (int q = 0; q < 4; q++)
+                            Cv[r][4 * i + q] = fixC ? static_cast<const float *>(P.C)[co + (n + q) * P.c2] : ld<T>(P.C, co + (n + q) * P.c2);
+                    }
+                }
+            }
+        }
+    }
+    float A2[S];
+#pragma unroll
+    for (int k = 0; k < S; k++) A2[k] = 0.0f;
+    const float *Ar = P.A + d * P.a0;
+#pragma unroll
+    for (int i = 0; i < NC; i++) {
+        const int n = 4 * (j + NT * i);
+        if (cv_[i]) {
+            if (FAST || P.avec) {
+                const float4 v = *reinterpret_cast<const float4 *>(Ar + n);
+                A2[4 * i] = v.x; A2[4 * i + 1] = v.y; A2[4 * i + 2] = v.z; A2[4 * i + 3] = v.w;
+            } else {
+#pragma unroll
+                for (int q = 0; q < 4; q++) A2[4 * i + q] = Ar[(n + q) * P.a1];
+            }
+        }
+    }
+    const float bias = valid && P.bias ? P.bias[d * P.bs] : 0.0f;
+    const float Dd = valid && P.D ? P.D[d * P.Ds] : 0.0f;
+#pragma unroll
+    for (int k = 0; k < S; k++) A2[k] *= kLog2e;
+#pragma unroll
+    for (int r = 0; r < R; r++) {
+        const float dt = dt_of(dl[r] + bias, P.softplus != 0, true), dtx = dt * x[r];
+#pragma unroll
+        for (int k = 0; k < S; k++) hv[r][k] = fmaf(ex2(dt * A2[k]), hv[r][k], Bv[r][k] * dtx);
+#pragma unroll
+        for (int i = 0; i < NC; i++)
+            if (live[r] && cv_[i])
+                hp[r][(j + NT * i)] = make_float4(hv[r][4 * i], hv[r][4 * i + 1], hv[r][4 * i + 2], hv[r][4 * i + 3]);
+        float yp;
+        if (S == 8 && NT == 2 && P.N == 16) {
+            /* lane 0 owns states 0-3 (chunk 0) and 8-11, lane 1 4-7 and 12-15: each sends the
+               chunk the other's chain needs (lane 0 its 8-11, lane 1 its 4-7) */
+            float e[4], f[8];
+#pragma unroll
+            for (int q = 0; q < 4; q++) e[q] = __shfl_xor_sync(0xffffffffu, j == 0 ? hv[r][(4 + q) % S] : hv[r][q], 1);
+#pragma unroll
+            for (int q = 0; q < 4; q++) {
+                f[q] = j == 0 ? hv[r][q] : e[q];
+                f[4 + q] = j == 0 ? e[q] : hv[r][(4 + q) % S];
+            }
+            float yc = 0.0f;
+#pragma unroll
+            for (int q = 0; q < 8; q++) yc = fmaf(Cv[r][q % S], f[q], yc); /* (S == 8 here) */
+            yp = yc;
+        } else if (NT == 1) { /* chains over the two halves */
+            float y0 = 0.0f, y1 = 0.0f;
+#pragma unroll
+            for (int k = 0; k < S; k++) {
+                if (k < S / 2) y0 = fmaf(Cv[r][k], hv[r][k], y0);
+                else y1 = fmaf(Cv[r][k], hv[r][k], y1);
+            }
+            yp = y0 + y1;
+        } else {
+            float yc = 0.0f;
+#pragma unroll
+            for (int k = 0; k < S; k++) yc = fmaf(Cv[r][k], hv[r][k], yc);
+            yp = yc;
+        }
+#pragma unroll
+        for (int m = NT / 2; m >= 1; m >>= 1) yp += __shfl_xor_sync(0xffffffffu, yp, m);
+        if (inb[r] && j == 0) {
+            float y = 0.0f;
+            if (live[r]) y = gate(fmaf(Dd, x[r], yp), zz[r], P.z != NULL);
+            st<T>(P.y, (bb + r) * P.y0 + d * P.y1, y);
+        }
+    }
+}
+
+/* Decode step, N = 16 on two lanes a channel with the common operands (step_vec_kernel's FAST
+   form), for batches of several rows a thread: a grid of one wave (blockIdx.y: 64 channels,
+   blockIdx.x: a slice of the batch rows, every gridDim.x-th row), A, D, delta_bias loaded once,
+   and each row's state, u, delta, z loaded one row ahead (register double buffer), so a thread
+   always has its next state in flight while it computes the current one (step_vec_kernel with one
+   row a thread spends most of a thread's life not loading: DRAM at 62 % of its peak, ncu).
+   Arithmetic and sums exactly step_vec_kernel's (bitwise the forward's at L = 1). */
+template <typename T>
+__global__ void __launch_bounds__(kThreads) step_loop_kernel(const step_params P) {
+    pdl_wait();
+    pdl_launch_dependents();
+    const int tid = static_cast<int>(threadIdx.x), j = tid & 1;
+    const int dl32 = static_cast<int>(blockIdx.y) * (kThreads / 2) + (tid >> 1);
+    const int64_t d = dl32, stride = gridDim.x;
+    const bool valid = d < P.dim;
+    /* one row's loads: the state's two chunks (states 4j .. 4j + 3 and 4j + 8 .. 4j + 11), u, delta, z */
+    auto fetch = [&](int64_t b, float4 &h0, float4 &h1, float4 *&hp, bool &live, float &x, float &dl, float &zz) {
+        const int64_t row = valid && b < P.batch ? (P.idx ? static_cast<int64_t>(P.idx[b]) : b) : -1;
+        live = row >= 0 && row < P.ncache;
+        hp = reinterpret_cast<float4 *>(P.h + (live ? row * P.h0 + d * P.h1 : 0));
+        h0 = h1 = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        x = dl = zz = 0.0f;
+        if (live) {
+            h0 = hp[j];
+            h1 = hp[j + 2];
+            x = ld<T>(P.u, b * P.u0 + d * P.u1);
+            dl = ld<T>(P.dl, b * P.d0 + d * P.d1);
+            if (j == 0 && P.z) zz = ld<T>(P.z, b * P.z0 + d * P.z1);
+        }
+    };
+    int64_t b = blockIdx.x;
+    float4 n0, n1, *np;
+    bool nlive;
+    float nx, ndl, nzz;
+    fetch(b, n0, n1, np, nlive, nx, ndl, nzz);
+    float A2[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
+    if (valid) {
+        const float4 a0 = reinterpret_cast<const float4 *>(P.A + d * P.a0)[j], a1 = reinterpret_cast<const float4 *>(P.A + d * P.a0)[j + 2];
+        A2[0] = a0.x; A2[1] = a0.y; A2[2] = a0.z; A2[3] = a0.w; A2[4] = a1.x; A2[5] = a1.y; A2[6] = a1.z; A2[7] = a1.w;
+    }
+#pragma unroll
+    for (int k = 0; k < 8; k++) A2[k] *= kLog2e;
+    const float bias = valid && P.bias ? P.bias[d * P.bs] : 0.0f;
+    const float Dd = valid && P.D ? P.D[d * P.Ds] : 0.0f;
+    const int64_t g = !valid || P.G1 ? 0 : dl32 / P.dpg;
+    for (; b < P.batch; b += stride) { /* the same trip count for every thread of the block */
+        const float4 c0 = n0, c1 = n1;
+        float4 *const cp = np;
+        const bool live = nlive;
+        const float x = nx, dl = ndl, zz = nzz;
+        fetch(b + stride, n0, n1, np, nlive, nx, ndl, nzz);
+        { /* the state two rows ahead into L2 (no registers): the next fetch then waits on L2 only */
+            const int64_t b2 = b + 2 * stride;
+            const int64_t row2 = valid && b2 < P.batch ? (P.idx ? static_cast<int64_t>(P.idx[b2]) : b2) : -1;
+            if (row2 >= 0 && row2 < P.ncache) pf<float>(P.h, row2 * P.h0 + d * P.h1 + 8 * j);
+        }
+        float hv[8] = {c0.x, c0.y, c0.z, c0.w, c1.x, c1.y, c1.z, c1.w}, Bv[8], Cv[8];
+#pragma unroll
+        for (int k = 0; k < 8; k++) Bv[k] = Cv[k] = 0.0f;
+        if (live) {
+            const int64_t bo = b * P.b0 + g * P.b1, co = b * P.c0 + g * P.c1;
+            float t[4];
+            ld_vec<T, 4>(P.B, bo + 4 * j, t);
+#pragma unroll
+            for (int q = 0; q < 4; q++) Bv[q] = t[q];
+            ld_vec<T, 4>(P.B, bo + 4 * j + 8, t);
+#pragma unroll
+            for (int q = 0; q < 4; q++) Bv[4 + q] = t[q];
+            ld_vec<T, 8>(P.C, co + 8 * j, Cv);
+        }
+        const float dt = dt_of(dl + bias, P.softplus != 0, true), dtx = dt * x;
+#pragma unroll
+        for (int k = 0; k < 8; k++) hv[k] = fmaf(ex2(dt * A2[k]), hv[k], Bv[k] * dtx);
+        if (live) {
+            cp[j] = make_float4(hv[0], hv[1], hv[2], hv[3]);
+            cp[j + 2] = make_float4(hv[4], hv[5], hv[6], hv[7]);
+        }
+        float e[4], f[8];
+#pragma unroll
+        for (int q = 0; q < 4; q++) e[q] = __shfl_xor_sync(0xffffffffu, j == 0 ? hv[4 + q] : hv[q], 1);
+#pragma unroll
+        for (int q = 0; q < 4; q++) {
+            f[q] = j == 0 ? hv[q] : e[q];
+            f[4 + q] = j == 0 ? e[q] : hv[4 + q];
+        }
+        float yp = 0.0f;
+#pragma unroll
+        for (int q = 0; q < 8; q++) yp = fmaf(Cv[q], f[q], yp);
+        yp += __shfl_xor_sync(0xffffffffu, yp, 1);
+        if (valid && j == 0) {
+            float y = 0.0f;
+            if (live) y = gate(fmaf(Dd, x, yp), zz, P.z != NULL);
+            st<T>(P.y, b * P.y0 + d * P.y1, y);
+        }
+    }
+}
+
 /* ---------------------------------------------------------------------------------------------- */
 /*                                      host side: plans                                          */
 /* ---------------------------------------------------------------------------------------------- */
 
-int64_t cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
-int pow2ceil(int64_t x) {
+const int kFwdNPT = 4;                  /* general forward: states a thread (8 and 16 measured slower, bench/NOTES.md) */
+const int64_t kMaxN = 512;              /* N the general kernels run (kThreads threads x 4 states a channel) */
+const int64_t kMaxGrid = 0x7fffffff;    /* blocks of a launch's x dimension */
+const int64_t kWsAlign = 256;           /* the workspace's sub-buffers are 256-byte aligned (cudaMalloc's alignment) */
+
+static int64_t cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+static int pow2ceil(int64_t x) { /* x <= 2^30 */
     int p = 1;
     while (p < x) p <<= 1;
     return p;
 }
-size_t al(size_t x) { return (x + 255) / 256 * 256; }
+
+/* Checked arithmetic of the plans' sizes, offsets and grids (non-negative values): a product or
+   sum past kSizeLimit clears ok, and the entry refuses the problem (SELSCAN_ERR_SHAPE) before
+   anything is launched. Broadcast (zero-stride) inputs make huge logical shapes cheap to
+   express, so nothing here may assume the caller could have allocated them. */
+const int64_t kSizeLimit = INT64_MAX / 4;
+struct sizecalc {
+    bool ok = true;
+    int64_t mul(int64_t a, int64_t b) {
+        if (a < 0 || b < 0 || (a != 0 && b > kSizeLimit / a)) {
+            ok = false;
+            return 0;
+        }
+        return a * b;
+    }
+    int64_t mul(int64_t a, int64_t b, int64_t c) { return mul(mul(a, b), c); }
+    int64_t mul(int64_t a, int64_t b, int64_t c, int64_t d) { return mul(mul(a, b, c), d); }
+    int64_t add(int64_t a, int64_t b) {
+        if (a < 0 || b < 0 || b > kSizeLimit - a) {
+            ok = false;
+            return 0;
+        }
+        return a + b;
+    }
+    int64_t al(int64_t x) { return mul(cdiv(x, kWsAlign), kWsAlign); } /* x <= kSizeLimit: no overflow inside */
+};
+
+/* an error status, with the operand and the rule stored in diag */
+static selscan_status fail(selscan_diag *dg, selscan_status st, const char *operand, const char *rule) {
+    selscan__diag_set(dg, operand, rule);
+    return st;
+}
+static selscan_status fail_size(selscan_diag *dg) { return fail(dg, SELSCAN_ERR_SHAPE, "workspace", "size overflows"); }
+static selscan_status fail_grid(selscan_diag *dg) { return fail(dg, SELSCAN_ERR_UNSUPPORTED, "dim", "grid over 2^31 - 1 blocks"); }
+static selscan_status fail_n(selscan_diag *dg) { return fail(dg, SELSCAN_ERR_UNSUPPORTED, "dstate", "over 512 (CUDA)"); }
+
+/* The grids of the small kernels a call may launch (chunk carries, empty sequences; the
+   backward's row and dB / dC reductions): every x dimension within kMaxGrid. */
+static bool aux_grids_fit(const selscan__prob &q, bool bwd, sizecalc &c) {
+    const int64_t carry = cdiv(c.mul(q.batch, q.dim, q.N), 256), empty = cdiv(c.mul(q.nseq, q.dim, q.N), 256);
+    if (!bwd) return carry <= kMaxGrid && empty <= kMaxGrid;
+    const int64_t rows = cdiv(c.mul(q.dim, q.N), kRedX), bc = cdiv(c.mul(c.mul(q.batch, q.G), c.mul(q.N, q.L)), 256);
+    return carry <= kMaxGrid && empty <= kMaxGrid && rows <= kMaxGrid && bc <= kMaxGrid;
+}
 
 struct fwd_plan {
-    int NPT, NT, CH;
+    int NT, CH;          /* general kernel: threads a channel (kFwdNPT states each), channels a block */
     int64_t ncb, nlch, lchunk;
-    size_t ws;
-    int fastS, fastTPC; /* fast forward (fwd_fast_kernel): states and threads a channel; 0: none */
-    int fastCL;         /* its channels-last (any L strides) instantiation */
+    int64_t ws;          /* workspace bytes (the L-chunk buffers), before the alignment slack */
+    int fastS;           /* fast forward (fwd_fast_kernel, 2 threads a channel): states a thread; 0: none */
+    int fastCL;          /* its channels-last (any L strides) instantiation */
 };
 
 /* A (positive) attribute of the current device, asked once a device and kept in known (0: not
    asked yet); 0 when it cannot be asked. Concurrent first calls store the same value. */
-int current_device_attr(cudaDeviceAttr a, volatile int (&known)[64]) {
+static int current_device_attr(cudaDeviceAttr a, volatile int (&known)[64]) {
     int dev = 0, v = 0;
     if (cudaGetDevice(&dev) != cudaSuccess) {
         (void)cudaGetLastError();
@@ -2240,34 +2654,35 @@ int current_device_attr(cudaDeviceAttr a, volatile int (&known)[64]) {
    kPlanMaxSMs: a plan's workspace only grows with the count, so a size does not depend on the
    device. */
 const int64_t kPlanMaxSMs = 160;
-int64_t sm_count() {
+static int64_t sm_count() {
     static volatile int known[64];
     const int64_t n = current_device_attr(cudaDevAttrMultiProcessorCount, known);
     return n <= 0 ? 132 : n > kPlanMaxSMs ? kPlanMaxSMs : n;
 }
 
 /* fast forward blocks in flight for S states a thread */
-int64_t fast_fwd_slots(int S, int64_t sms) { return sms * (S == 4 ? fast_fwd_minblocks<4>() : fast_fwd_minblocks<8>()); }
+static int64_t fast_fwd_slots(int S, int64_t sms) { return sms * (S == 4 ? fast_fwd_minblocks<4>() : fast_fwd_minblocks<8>()); }
 
 /* L chunks of a pass (the forward's cost 2x the exponentials, the fast backward's an extra pass
    over dy): only when the channels give under half a wave of blocks, then as many as fill one
-   wave of `slots` blocks (a block's steps are a serial chain); at most one a checkpoint interval. */
-int64_t lchunk_count(int64_t blocks, int64_t slots, int64_t nck) {
+   wave of `slots` blocks (a block's steps are a serial chain); at most one a checkpoint interval.
+   blocks >= 1. */
+static int64_t lchunk_count(int64_t blocks, int64_t slots, int64_t nck) {
     int64_t nl = blocks * 2 > slots ? 1 : slots / blocks;
     if (nl > nck) nl = nck;
     return nl < 1 ? 1 : nl;
 }
 
 /* The fast kernels index steps and B / C rows (from the group's base) in 32 bits */
-bool fast_steps_fit(const selscan__prob &q) {
+static bool fast_steps_fit(const selscan__prob &q) {
     const int64_t lim = static_cast<int64_t>(1) << 30;
     return q.L < lim && (q.N - 1) * q.B.s[2] + (q.L - 1) * q.B.s[3] < lim && (q.N - 1) * q.C.s[2] + (q.L - 1) * q.C.s[3] < lim;
 }
 /* a (batch, dim, L) operand's L stride fits the fast kernels' 32-bit in-row offsets (16 steps) */
-bool fast_lstride(const selscan__ten &t) { return !t.data || t.s[2] < (static_cast<int64_t>(1) << 26); }
+static bool fast_lstride(const selscan__ten &t) { return !t.data || t.s[2] < (static_cast<int64_t>(1) << 26); }
 /* ... and is 1 (the unit-stride instantiations); the inputs both passes read all have it */
-bool unit_lstride(const selscan__ten &t) { return !t.data || t.s[2] == 1; }
-bool unit_inputs(const selscan__prob &q) {
+static bool unit_lstride(const selscan__ten &t) { return !t.data || t.s[2] == 1; }
+static bool unit_inputs(const selscan__prob &q) {
     return unit_lstride(q.u) && unit_lstride(q.delta) && unit_lstride(q.z) && q.B.s[3] == 1 && q.C.s[3] == 1;
 }
 
@@ -2275,164 +2690,199 @@ bool unit_inputs(const selscan__prob &q) {
    with 4 (N <= 8) or 8 (N <= 16) states each (N <= 8 with 8 states and one thread a channel ran
    1.3-1.7x slower: half the threads, 168 registers; bench/NOTES.md v25); when the channels give
    under half a wave of blocks, L chunks as in the general kernel (chunk scans from 0, carry,
-   rescan) to fill one. */
-void plan_fast_forward(const selscan__prob &q, int64_t sms, int force, fwd_plan *pl, bool need_y = true) {
-    pl->fastS = pl->fastTPC = pl->fastCL = 0;
+   rescan) to fill one. need_y: y is written (the backward's checkpoint pass writes none). */
+static void plan_fast_forward(const selscan__prob &q, int64_t sms, fwd_plan *pl, bool need_y) {
+    pl->fastS = pl->fastCL = 0;
     const bool ok = !q.cu && !q.fixB && !q.fixC && (q.y.data || !need_y) && q.N <= 16 && fast_lstride(q.u) && fast_lstride(q.delta) &&
                     fast_lstride(q.y) && fast_lstride(q.z);
-    if (!ok || !fast_steps_fit(q) || force < 0) return;
+    if (!ok || !fast_steps_fit(q)) return;
     /* channels-last (an L stride not 1): the any-stride instantiation, which has 8 states a thread */
     const bool cl = !(unit_inputs(q) && unit_lstride(q.y));
     if (cl && !SELSCAN_CUDA_CHANNELS_LAST) return; /* not compiled: the general kernels */
     const int tpc = 2, S = q.N <= 8 && !cl ? 4 : 8;
-    const int64_t ncb = cdiv(q.dpg, kThreads / tpc), blocks = q.batch * q.G * ncb, nck = cdiv(q.L, kCK);
+    sizecalc c;
+    const int64_t ncb = cdiv(q.dpg, kThreads / tpc), blocks = c.mul(q.batch, q.G, ncb), nck = cdiv(q.L, kCK);
+    if (!c.ok) return;
     const int64_t nl = lchunk_count(blocks, fast_fwd_slots(S, sms), nck);
     const int64_t lchunk = cdiv(nck, nl) * kCK, nlch = cdiv(q.L, lchunk);
-    if (blocks * nlch > 0x7fffffff) return;
+    const int64_t grid = c.mul(blocks, nlch), ws = nlch > 1 ? c.mul(3, c.al(c.mul(q.batch, q.dim, c.mul(nlch, q.N, 4)))) : 0;
+    if (!c.ok || grid > kMaxGrid) return; /* the general kernels (whose plan refuses what they cannot run) */
     pl->fastS = S;
-    pl->fastTPC = tpc;
     pl->fastCL = cl;
     pl->ncb = ncb;
     pl->nlch = nlch;
     pl->lchunk = lchunk;
-    pl->ws = nlch > 1 ? 3 * al(static_cast<size_t>(q.batch * q.dim * nlch * q.N) * 4) : 0;
+    pl->ws = ws;
 }
 
-/* npt_force / nlch_force (0: automatic) exist for the benchmark's tuning: npt_force -1 keeps the
-   general kernel. ck_pass: the plan of the backward's checkpoint pass (the general kernel's pass 1). */
-bool plan_forward(const selscan__prob &q, int64_t sms, fwd_plan *pl, int npt_force, int64_t nlch_force, bool ck_pass = false) {
-    const int npt = 4;
-    (void)npt_force;
-    const int NT = pow2ceil(cdiv(q.N, npt));
-    if (NT > kThreads) return false;
-    pl->NPT = npt;
-    pl->NT = NT;
-    pl->CH = kThreads / NT;
+/* The forward's plan: the general kernel's layout and L chunks (nlch_force: that many, for the
+   benchmark's tuning; 0 automatic), then the fast forward where it applies (try_fast). */
+static selscan_status plan_forward(const selscan__prob &q, int64_t sms, fwd_plan *pl, bool try_fast, int64_t nlch_force,
+                                   selscan_diag *dg) {
+    if (q.N > kMaxN) return fail_n(dg);
+    sizecalc c;
+    pl->NT = pow2ceil(cdiv(q.N, kFwdNPT));
+    pl->CH = kThreads / pl->NT;
     pl->ncb = cdiv(q.dpg, pl->CH);
-    const int64_t nck = cdiv(q.L, kCK);
+    pl->fastS = pl->fastCL = 0;
+    const int64_t nck = cdiv(q.L, kCK), blocks = c.mul(q.batch, q.G, pl->ncb);
+    if (!c.ok) return fail_size(dg);
     /* L chunks (2x the exponentials) only when the channels give less than one wave of blocks,
        then as many as fill one wave (SELSCAN_CUDA_FWD_MINBLOCKS an SM): a block's steps are a serial chain */
-    const int64_t blocks = q.batch * q.G * pl->ncb;
-    int64_t nl = nlch_force ? nlch_force : lchunk_count(blocks, sms * SELSCAN_CUDA_FWD_MINBLOCKS, nck);
+    int64_t nl = nlch_force > 0 ? nlch_force : lchunk_count(blocks, sms * SELSCAN_CUDA_FWD_MINBLOCKS, nck);
     if (nl > nck) nl = nck;
-    if (nl < 1) nl = 1;
     pl->lchunk = cdiv(nck, nl) * kCK;
     pl->nlch = cdiv(q.L, pl->lchunk);
-    const int64_t rows = q.batch * q.dim;
-    pl->ws = pl->nlch > 1 ? 3 * al(static_cast<size_t>(rows * pl->nlch * q.N) * 4) : 0;
-    if (q.batch * q.G * pl->ncb * pl->nlch > 0x7fffffff) return false;
-    if (!ck_pass) plan_fast_forward(q, sms, npt_force, pl);
-    return true;
+    pl->ws = pl->nlch > 1 ? c.mul(3, c.al(c.mul(q.batch, q.dim, c.mul(pl->nlch, q.N, 4)))) : 0;
+    const int64_t grid = c.mul(blocks, pl->nlch);
+    const bool aux = aux_grids_fit(q, false, c);
+    if (!c.ok) return fail_size(dg);
+    if (grid > kMaxGrid || !aux) return fail_grid(dg);
+    if (try_fast) plan_fast_forward(q, sms, pl, true);
+    return SELSCAN_OK;
 }
 
 struct bwd_plan {
     int NT, CH;
     int64_t ncb, nck, nck16, nlch, lchunk;
-    size_t ck_bytes, ws, off_ck16, off_S, off_P, off_V, off_M, off_Din, off_dA, off_dD, off_dbias, off_dBf, off_dCf, off_dB, off_dC;
-    fwd_plan fp; /* the pass that writes the kSub-step checkpoint (the fast path: the 64-step one) */
-    int fastTPC; /* fast backward (bwd_fast_kernel): threads a channel; 0: the general kernel */
-    int fastCL;  /* its channels-last (any L strides) instantiation */
-    size_t off_fws; /* fast path without a checkpoint: the forward's L-chunk buffers */
-    size_t off_scr; /* fast path: per-block scratch */
+    int64_t ck_bytes; /* the forward's (64-step) checkpoint */
+    int64_t ws;       /* workspace bytes, before the alignment slack; offsets of its parts: */
+    int64_t off_ck16, off_S, off_P, off_V, off_M, off_Din, off_dA, off_dD, off_dbias, off_dBf, off_dCf, off_dB, off_dC;
+    int64_t off_fws;  /* fast path without a checkpoint: the forward's L-chunk buffers */
+    int64_t off_scr;  /* fast path: per-block scratch */
+    fwd_plan fp;      /* the pass that writes the kSub-step checkpoint (the fast path: the 64-step one) */
+    int fastTPC;      /* fast backward (bwd_fast_kernel): threads a channel; 0: the general kernel */
+    int fastCL;       /* its channels-last (any L strides) instantiation */
 };
 
 constexpr int kFastBwdS = SELSCAN_CUDA_FAST_BWD_STATES;
 /* fast backward blocks in flight for S states a thread */
-int64_t fast_bwd_slots(int S, int64_t sms) { return sms * (S == 4 ? fast_bwd_minblocks<4>() : fast_bwd_minblocks<8>()); }
+static int64_t fast_bwd_slots(int S, int64_t sms) { return sms * (S == 4 ? fast_bwd_minblocks<4>() : fast_bwd_minblocks<8>()); }
 
 /* The partial-sum part of a backward's workspace (after `o` bytes), given its L chunks. */
-size_t plan_partials(const selscan__prob &q, const selscan__grd &r, bwd_plan *pl, size_t o) {
-    const int64_t rows = q.batch * q.dim;
-    const size_t vm = pl->nlch > 1 ? al(static_cast<size_t>(rows * pl->nlch * q.N) * 4) : 0;
-    pl->off_V = o; o += vm;
-    pl->off_M = o; o += vm;
-    pl->off_Din = o; o += vm;
-    const int64_t prows = rows * pl->nlch; /* partial sums per (chunk, batch row) */
-    pl->off_dA = o; o += r.dA.data ? al(static_cast<size_t>(prows * q.N) * 4) : 0;
-    pl->off_dD = o; o += r.dD.data ? al(static_cast<size_t>(prows) * 4) : 0;
-    pl->off_dbias = o; o += r.dbias.data ? al(static_cast<size_t>(prows) * 4) : 0;
-    pl->off_dBf = o; o += r.dB.data && q.fixB ? al(static_cast<size_t>(prows * q.N) * 4) : 0;
-    pl->off_dCf = o; o += r.dC.data && q.fixC ? al(static_cast<size_t>(prows * q.N) * 4) : 0;
-    const size_t bc = static_cast<size_t>(pl->ncb * q.batch * q.G * q.N * q.L) * 4;
-    pl->off_dB = o; o += r.dB.data && !q.fixB ? al(bc) : 0;
-    pl->off_dC = o; o += r.dC.data && !q.fixC ? al(bc) : 0;
+static int64_t plan_partials(const selscan__prob &q, const selscan__grd &r, bwd_plan *pl, int64_t o, sizecalc &c) {
+    const int64_t rows = c.mul(q.batch, q.dim);
+    const int64_t vm = pl->nlch > 1 ? c.al(c.mul(rows, pl->nlch, q.N, 4)) : 0;
+    pl->off_V = o; o = c.add(o, vm);
+    pl->off_M = o; o = c.add(o, vm);
+    pl->off_Din = o; o = c.add(o, vm);
+    const int64_t prows = c.mul(rows, pl->nlch); /* partial sums per (chunk, batch row) */
+    pl->off_dA = o; o = c.add(o, r.dA.data ? c.al(c.mul(prows, q.N, 4)) : 0);
+    pl->off_dD = o; o = c.add(o, r.dD.data ? c.al(c.mul(prows, 4)) : 0);
+    pl->off_dbias = o; o = c.add(o, r.dbias.data ? c.al(c.mul(prows, 4)) : 0);
+    pl->off_dBf = o; o = c.add(o, r.dB.data && q.fixB ? c.al(c.mul(prows, q.N, 4)) : 0);
+    pl->off_dCf = o; o = c.add(o, r.dC.data && q.fixC ? c.al(c.mul(prows, q.N, 4)) : 0);
+    const int64_t bc = c.al(c.mul(c.mul(pl->ncb, q.batch, q.G), c.mul(q.N, q.L, 4)));
+    pl->off_dB = o; o = c.add(o, r.dB.data && !q.fixB ? bc : 0);
+    pl->off_dC = o; o = c.add(o, r.dC.data && !q.fixC ? bc : 0);
     return o;
 }
 
 /* The fast backward's plan (false: it does not apply): the problems of the fast forward (the
    channels-last instantiation where an L stride is not 1); without a checkpoint the fast forward
-   writes one first. Two
-   threads a channel with 8 (N <= 16) or 4 (N <= 8) states each (N <= 8 with 8 states and one
-   thread a channel: 1.3-1.9x slower, bench/NOTES.md v26) or, with SELSCAN_CUDA_FAST_BWD_STATES 4,
-   4 states and 4 threads a channel. */
-bool plan_fast_backward(const selscan__prob &q, const selscan__grd &r, bool have_ck, int64_t sms, bwd_plan *pl) {
+   writes one first. Two threads a channel with 8 (N <= 16) or 4 (N <= 8) states each (N <= 8
+   with 8 states and one thread a channel: 1.3-1.9x slower, bench/NOTES.md v26) or, with
+   SELSCAN_CUDA_FAST_BWD_STATES 4, 4 states and 4 threads a channel. */
+static bool plan_fast_backward(const selscan__prob &q, const selscan__grd &r, bool have_ck, int64_t sms, bwd_plan *pl) {
     if (q.cu || q.fixB || q.fixC || q.N > 16 || !fast_lstride(q.u) || !fast_lstride(q.delta) || !fast_lstride(r.dy) ||
         !fast_lstride(q.z) || !fast_lstride(r.du) || !fast_lstride(r.ddelta) || !fast_lstride(r.dz) || !fast_steps_fit(q))
         return false;
     pl->fastCL = !(unit_inputs(q) && unit_lstride(r.dy) && unit_lstride(r.du) && unit_lstride(r.ddelta) && unit_lstride(r.dz));
     if (pl->fastCL && (kFastBwdS != 8 || !SELSCAN_CUDA_CHANNELS_LAST)) return false; /* compiled with 2 threads a channel, if at all */
     const int tpc = kFastBwdS == 8 ? 2 : 4, S = kFastBwdS == 8 && (q.N > 8 || pl->fastCL) ? 8 : 4;
-    const int64_t rows = q.batch * q.dim, nck = cdiv(q.L, kCK);
+    sizecalc c;
+    const int64_t rows = c.mul(q.batch, q.dim), nck = cdiv(q.L, kCK);
     pl->fastTPC = tpc;
     pl->NT = 0; /* the general kernels' layout: unused */
     pl->CH = kThreads / tpc;
     pl->ncb = cdiv(q.dpg, pl->CH);
     pl->nck = nck;
-    pl->ck_bytes = static_cast<size_t>(rows * nck * q.N) * 4;
-    const int64_t blocks = q.batch * q.G * pl->ncb;
+    pl->ck_bytes = c.mul(rows, nck, q.N, 4);
+    const int64_t blocks = c.mul(q.batch, q.G, pl->ncb);
+    if (!c.ok) return false;
     pl->lchunk = cdiv(nck, lchunk_count(blocks, fast_bwd_slots(S, sms), nck)) * kCK; /* as the fast forward */
     pl->nlch = cdiv(q.L, pl->lchunk);
-    size_t o = 0;
+    int64_t o = 0;
     if (!have_ck) {
-        plan_fast_forward(q, sms, 0, &pl->fp, false);
+        plan_fast_forward(q, sms, &pl->fp, false);
         if (!pl->fp.fastS) return false;
-        pl->off_ck16 = o; o += al(pl->ck_bytes); /* the 64-step checkpoint */
-        pl->off_fws = o; o += pl->fp.ws;
+        pl->off_ck16 = o; o = c.add(o, c.al(pl->ck_bytes)); /* the 64-step checkpoint */
+        pl->off_fws = o; o = c.add(o, pl->fp.ws);
     }
-    pl->off_scr = o; o += al(static_cast<size_t>(blocks * pl->nlch) * (kBTS - 1) * 8 * kThreads * 4);
-    pl->ws = plan_partials(q, r, pl, o);
-    return blocks * pl->nlch <= 0x7fffffff;
+    const int64_t grid = c.mul(blocks, pl->nlch);
+    pl->off_scr = o; o = c.add(o, c.al(c.mul(grid, (kBTS - 1) * 8 * kThreads * 4)));
+    pl->ws = plan_partials(q, r, pl, o, c);
+    const bool aux = aux_grids_fit(q, true, c);
+    return c.ok && aux && grid <= kMaxGrid;
 }
 
-bool plan_backward(const selscan__prob &q, const selscan__grd &r, bool have_ck, int64_t sms, bwd_plan *pl) {
-    const int NT = pow2ceil(cdiv(q.N, kBwdNPT));
-    if (NT > kThreads) return false;
-    if (plan_fast_backward(q, r, have_ck, sms, pl)) return true;
+static selscan_status plan_backward(const selscan__prob &q, const selscan__grd &r, bool have_ck, int64_t sms, bwd_plan *pl,
+                                    selscan_diag *dg) {
+    if (q.N > kMaxN) return fail_n(dg);
+    if (plan_fast_backward(q, r, have_ck, sms, pl)) return SELSCAN_OK;
+    selscan_status st;
+    sizecalc c;
     pl->fastTPC = pl->fastCL = 0;
-    pl->NT = NT;
-    pl->CH = kThreads / NT;
+    pl->NT = pow2ceil(cdiv(q.N, kBwdNPT));
+    pl->CH = kThreads / pl->NT;
     pl->ncb = cdiv(q.dpg, pl->CH);
     pl->nck = cdiv(q.L, kCK);
     pl->nck16 = cdiv(q.L, kSub);
-    const int64_t rows = q.batch * q.dim;
-    pl->ck_bytes = static_cast<size_t>(rows * pl->nck * q.N) * 4;
-    const size_t ck16 = al(static_cast<size_t>(rows * pl->nck16 * q.N) * 4);
-    size_t o = 0;
-    pl->off_ck16 = o; o += ck16;
+    const int64_t rows = c.mul(q.batch, q.dim);
+    pl->ck_bytes = c.mul(rows, pl->nck, q.N, 4);
+    const int64_t ck16 = c.al(c.mul(rows, pl->nck16, q.N, 4));
+    int64_t o = 0;
+    pl->off_ck16 = o; o = c.add(o, ck16);
     if (!have_ck) { /* S, P of a pass-1 forward with kSub-step chunks */
-        pl->off_S = o; o += ck16;
-        pl->off_P = o; o += ck16;
+        pl->off_S = o; o = c.add(o, ck16);
+        pl->off_P = o; o = c.add(o, ck16);
     }
     /* L chunks when the channels alone give less than one full wave of blocks (lm-long,
        lm-prefill): as many chunks as fill one wave (SELSCAN_CUDA_BWD_MINBLOCKS an SM), so no second, partial wave */
-    const int64_t blocks = q.batch * q.G * pl->ncb, slots = sms * SELSCAN_CUDA_BWD_MINBLOCKS;
+    const int64_t blocks = c.mul(q.batch, q.G, pl->ncb), slots = sms * SELSCAN_CUDA_BWD_MINBLOCKS;
+    if (!c.ok) return fail_size(dg);
     int64_t nl = blocks >= slots ? 1 : slots / blocks;
     if (nl > pl->nck16) nl = pl->nck16;
     pl->lchunk = cdiv(pl->nck16, nl) * kSub;
     pl->nlch = cdiv(q.L, pl->lchunk);
-    pl->ws = plan_partials(q, r, pl, o);
-    if (!plan_forward(q, sms, &pl->fp, 0, 0, true)) return false;
+    pl->ws = plan_partials(q, r, pl, o, c);
+    if ((st = plan_forward(q, sms, &pl->fp, false, 0, dg)) != SELSCAN_OK) return st;
     if (have_ck) { pl->fp.lchunk = kCK; pl->fp.nlch = pl->nck; }    /* from the given checkpoint */
     else { pl->fp.lchunk = kSub; pl->fp.nlch = pl->nck16; }         /* pass 1 + carry */
-    return q.batch * q.G * pl->ncb * pl->nlch <= 0x7fffffff && q.batch * q.G * pl->fp.ncb * pl->fp.nlch <= 0x7fffffff &&
-           cdiv(q.batch * q.dim * pl->NT * pl->nlch, kThreads) <= 0x7fffffff;
+    const int64_t grid = c.mul(blocks, pl->nlch), fgrid = c.mul(q.batch, q.G, pl->fp.ncb, pl->fp.nlch);
+    const int64_t lgrid = cdiv(c.mul(rows, pl->NT, pl->nlch), kThreads);
+    const bool aux = aux_grids_fit(q, true, c);
+    if (!c.ok) return fail_size(dg);
+    if (grid > kMaxGrid || fgrid > kMaxGrid || lgrid > kMaxGrid || !aux) return fail_grid(dg);
+    return SELSCAN_OK;
+}
+
+/* Bytes of the forward's checkpoint: rows * dim * ceil(L / 64) * N floats; -1 on overflow. */
+static int64_t checkpoint_bytes(const selscan__prob &q) {
+    sizecalc c;
+    const int64_t b = c.mul(c.mul(q.batch, q.dim), cdiv(q.L, kCK), q.N, 4);
+    return c.ok ? b : -1;
+}
+
+/* The workspace a plan needs (ws bytes, 256-byte aligned parts) from any pointer: the size the
+   queries report includes kWsAlign - 1 bytes of slack, and the launchers align the pointer up. */
+static size_t ws_reported(int64_t ws) { return ws ? static_cast<size_t>(ws + kWsAlign - 1) : 0; }
+static selscan_status check_workspace(void *workspace, size_t bytes, int64_t need, char **aligned, selscan_diag *dg) {
+    *aligned = NULL;
+    if (!need) return SELSCAN_OK;
+    if (!workspace) return fail(dg, SELSCAN_ERR_WORKSPACE, "workspace", "null");
+    const uintptr_t p = reinterpret_cast<uintptr_t>(workspace);
+    const size_t pad = static_cast<size_t>((kWsAlign - static_cast<int64_t>(p % kWsAlign)) % kWsAlign);
+    if (bytes < pad || bytes - pad < static_cast<size_t>(need)) return fail(dg, SELSCAN_ERR_WORKSPACE, "workspace", "too small");
+    *aligned = static_cast<char *>(workspace) + pad;
+    return SELSCAN_OK;
 }
 
 /* ---------------------------------------------------------------------------------------------- */
 /*                                    host side: launches                                         */
 /* ---------------------------------------------------------------------------------------------- */
 
-selscan_status cuda_fail(cudaError_t e, cudaError_t *out) {
+static selscan_status cuda_fail(cudaError_t e, cudaError_t *out) {
     if (out) *out = e;
     return SELSCAN_ERR_CUDA;
 }
@@ -2443,9 +2893,21 @@ selscan_status cuda_fail(cudaError_t e, cudaError_t *out) {
     } while (0)
 #define SELSCAN__LAUNCHED() SELSCAN__CU(cudaGetLastError())
 
+/* The one place a selscan_dtype becomes an element type: f(dtype_tag<T>()) with T float, __half
+   or __nv_bfloat16; f is a generic lambda, `using T = typename decltype(tag)::type;`. Called
+   qualified (argument-dependent lookup would also find a user's global with_dtype). */
+template <typename T> struct dtype_tag {
+    typedef T type;
+};
+template <typename F> static auto with_dtype(selscan_dtype dt, F &&f) -> decltype(f(dtype_tag<float>())) {
+    if (dt == SELSCAN_F16) return f(dtype_tag<__half>());
+    if (dt == SELSCAN_BF16) return f(dtype_tag<__nv_bfloat16>());
+    return f(dtype_tag<float>());
+}
+
 /* Launch k on s; with programmatic dependent launch where the device has it (compute capability
    9.0+; SELSCAN_CUDA_NO_PDL turns it off): k must start with pdl_wait(). Errors: cudaGetLastError. */
-bool pdl_available() {
+static bool pdl_available() {
 #ifdef SELSCAN_CUDA_NO_PDL
     return false;
 #else
@@ -2454,7 +2916,7 @@ bool pdl_available() {
 #endif
 }
 template <typename... KArgs, typename... Args>
-void launch_pdl(void (*k)(KArgs...), dim3 grid, dim3 block, size_t smem, cudaStream_t s, Args... args) {
+static void launch_pdl(void (*k)(KArgs...), dim3 grid, dim3 block, size_t smem, cudaStream_t s, Args... args) {
     cudaLaunchConfig_t cfg = {};
     cfg.gridDim = grid;
     cfg.blockDim = block;
@@ -2468,9 +2930,10 @@ void launch_pdl(void (*k)(KArgs...), dim3 grid, dim3 block, size_t smem, cudaStr
     (void)cudaLaunchKernelEx(&cfg, k, args...);
 }
 
-unsigned nblocks(int64_t n, int t) { return static_cast<unsigned>(cdiv(n, t)); }
+/* blocks of t threads for n; the plans checked it fits a grid */
+static unsigned nblocks(int64_t n, int t) { return static_cast<unsigned>(cdiv(n, t)); }
 
-void fill_problem(kparams &P, const selscan__prob &q, const int64_t *dcu) {
+static void fill_problem(kparams &P, const selscan__prob &q, const int64_t *dcu) {
     memset(&P, 0, sizeof P);
     P.batch = q.batch; P.dim = q.dim; P.L = q.L; P.N = q.N; P.G = q.G; P.dpg = q.dpg; P.nseq = q.nseq;
     P.softplus = q.softplus; P.fixB = q.fixB; P.fixC = q.fixC;
@@ -2483,137 +2946,250 @@ void fill_problem(kparams &P, const selscan__prob &q, const int64_t *dcu) {
     P.ckshift = 6;
 }
 
-template <typename T, int NPT, bool LOCAL>
-selscan_status launch_fwd_t(const kparams &P, unsigned grid, cudaStream_t stream, cudaError_t *err) {
-    const size_t smem = fwd_smem(P.NT, NPT, P.CH);
-    if (smem > 48 * 1024)
-        SELSCAN__CU(cudaFuncSetAttribute(fwd_kernel<T, NPT, LOCAL>, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
-    fwd_kernel<T, NPT, LOCAL><<<grid, kThreads, smem, stream>>>(P);
-    SELSCAN__LAUNCHED();
-    return SELSCAN_OK;
-}
-
-template <typename T, bool LOCAL>
-selscan_status launch_fwd_npt(int npt, const kparams &P, unsigned grid, cudaStream_t s, cudaError_t *err) {
-    (void)npt; /* 4 states a thread: measured best on the H200 (bench/NOTES.md); 8 and 16 are slower */
-    return launch_fwd_t<T, 4, LOCAL>(P, grid, s, err);
-}
-
+/* the general forward kernel (LOCAL: pass 1 of the L-chunked forward) */
 template <bool LOCAL>
-selscan_status launch_fwd(selscan_dtype dt, int npt, const kparams &P, unsigned grid, cudaStream_t s, cudaError_t *err) {
-    if (dt == SELSCAN_F32) return launch_fwd_npt<float, LOCAL>(npt, P, grid, s, err);
-    if (dt == SELSCAN_F16) return launch_fwd_npt<__half, LOCAL>(npt, P, grid, s, err);
-    return launch_fwd_npt<__nv_bfloat16, LOCAL>(npt, P, grid, s, err);
+static selscan_status launch_fwd(selscan_dtype dt, const kparams &P, unsigned grid, cudaStream_t stream, cudaError_t *err) {
+    return selscan_cuda_detail::with_dtype(dt, [&](auto tag) {
+        using T = typename decltype(tag)::type;
+        const size_t smem = fwd_smem(P.NT, kFwdNPT, P.CH);
+        if (smem > 48 * 1024)
+            SELSCAN__CU(cudaFuncSetAttribute(fwd_kernel<T, kFwdNPT, LOCAL>, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
+        fwd_kernel<T, kFwdNPT, LOCAL><<<grid, kThreads, smem, stream>>>(P);
+        SELSCAN__LAUNCHED();
+        return SELSCAN_OK;
+    });
 }
 
 /* The L-chunked forward's buffers in the workspace: chunk end states S, decay products P and the
    carried-in states Hin (count floats each, 256-byte aligned; Hin is the checkpoint when into_ck). */
-void chunk_buffers(kparams &P, char *ws, int64_t count, bool into_ck) {
-    const size_t part = al(static_cast<size_t>(count) * 4);
+static void chunk_buffers(kparams &P, char *ws, int64_t count, bool into_ck) {
+    const int64_t part = cdiv(count * 4, kWsAlign) * kWsAlign;
     P.S = reinterpret_cast<float *>(ws);
     P.P = reinterpret_cast<float *>(ws + part);
     P.Hin = into_ck ? P.ck : reinterpret_cast<float *>(ws + 2 * part);
 }
 
-template <typename T, bool LOCAL>
-void launch_fwd_fast_t(const kparams &P, unsigned grid, cudaStream_t stream) {
+/* the fast forward kernel for P's N and layout */
+template <bool LOCAL> static void launch_fwd_fast(selscan_dtype dt, const kparams &P, unsigned grid, cudaStream_t stream) {
+    selscan_cuda_detail::with_dtype(dt, [&](auto tag) {
+        using T = typename decltype(tag)::type;
 #if SELSCAN_CUDA_CHANNELS_LAST
-    if (P.cl) launch_pdl(fwd_fast_kernel<T, 8, 2, LOCAL, true>, grid, kThreads, 0, stream, P); /* 8 states only: compile time */
-    else
+        if (P.cl) launch_pdl(fwd_fast_kernel<T, 8, 2, LOCAL, true>, grid, kThreads, 0, stream, P); /* 8 states only: compile time */
+        else
 #endif
-    if (P.N <= 8) launch_pdl(fwd_fast_kernel<T, 4, 2, LOCAL, false>, grid, kThreads, 0, stream, P);
-    else launch_pdl(fwd_fast_kernel<T, 8, 2, LOCAL, false>, grid, kThreads, 0, stream, P);
+        if (P.N <= 8) launch_pdl(fwd_fast_kernel<T, 4, 2, LOCAL, false>, grid, kThreads, 0, stream, P);
+        else launch_pdl(fwd_fast_kernel<T, 8, 2, LOCAL, false>, grid, kThreads, 0, stream, P);
+    });
 }
-template <bool LOCAL> void launch_fwd_fast_dt(selscan_dtype dt, const kparams &P, unsigned grid, cudaStream_t s) {
-    if (dt == SELSCAN_F32) launch_fwd_fast_t<float, LOCAL>(P, grid, s);
-    else if (dt == SELSCAN_F16) launch_fwd_fast_t<__half, LOCAL>(P, grid, s);
-    else launch_fwd_fast_t<__nv_bfloat16, LOCAL>(P, grid, s);
-}
+
 /* The fast forward: [chunk scans, carry,] scan. */
-selscan_status run_fast_forward(const selscan__prob &q, kparams P, const fwd_plan &fp, char *ws, cudaStream_t stream,
-                                cudaError_t *err) {
+static selscan_status run_fast_forward(const selscan__prob &q, kparams P, const fwd_plan &fp, char *ws, cudaStream_t stream,
+                                       cudaError_t *err) {
     P.ncb = fp.ncb; P.lchunk = fp.lchunk; P.nlch = fp.nlch; P.cl = fp.fastCL;
     const unsigned grid = static_cast<unsigned>(q.batch * q.G * fp.ncb * fp.nlch);
     if (fp.nlch > 1) {
         const int64_t rows = q.batch * q.dim;
         chunk_buffers(P, ws, rows * fp.nlch * q.N, false);
-        launch_fwd_fast_dt<true>(q.dt, P, grid, stream);
+        launch_fwd_fast<true>(q.dt, P, grid, stream);
         SELSCAN__LAUNCHED();
         launch_pdl(carry_kernel, nblocks(rows * q.N, 256), 256, 0, stream, static_cast<const float *>(P.S), static_cast<const float *>(P.P),
                    P.Hin, rows, fp.nlch, static_cast<int64_t>(q.N));
         SELSCAN__LAUNCHED();
     }
-    launch_fwd_fast_dt<false>(q.dt, P, grid, stream);
+    launch_fwd_fast<false>(q.dt, P, grid, stream);
     SELSCAN__LAUNCHED();
     return SELSCAN_OK;
 }
 
+/* h_last (forward: src h0) or dh0 (backward: src dh_last) of the empty packed sequences */
+static selscan_status run_empty_seqs(const selscan__prob &q, const int64_t *dcu, const ct &src, const ct &dst, cudaStream_t stream,
+                                     cudaError_t *err) {
+    bool empty = false;
+    for (int64_t s = 0; s < q.nseq; s++) empty = empty || q.cu[s] == q.cu[s + 1];
+    if (empty) {
+        empty_seq_kernel<<<nblocks(q.nseq * q.dim * q.N, 256), 256, 0, stream>>>(dcu, q.nseq, q.dim, q.N, src, dst);
+        SELSCAN__LAUNCHED();
+    }
+    return SELSCAN_OK;
+}
+
+/* The general forward: [pass 1, carry,] pass 3. */
+static selscan_status run_forward(const selscan__prob &q, kparams P, const fwd_plan &fp, char *ws, cudaStream_t stream,
+                                  cudaError_t *err) {
+    selscan_status st;
+    P.NT = fp.NT; P.CH = fp.CH; P.ncb = fp.ncb; P.lchunk = fp.lchunk; P.nlch = fp.nlch;
+    const unsigned grid = static_cast<unsigned>(q.batch * q.G * fp.ncb * fp.nlch);
+    const int64_t rows = q.batch * q.dim;
+    if (fp.nlch > 1) {
+        chunk_buffers(P, ws, rows * fp.nlch * q.N, false);
+        if ((st = launch_fwd<true>(q.dt, P, grid, stream, err)) != SELSCAN_OK) return st;
+        carry_kernel<<<nblocks(rows * q.N, 256), 256, 0, stream>>>(P.S, P.P, P.Hin, rows, fp.nlch, q.N);
+        SELSCAN__LAUNCHED();
+    }
+    if ((st = launch_fwd<false>(q.dt, P, grid, stream, err)) != SELSCAN_OK) return st;
+    if (q.cu && q.hlast.data) return run_empty_seqs(q, P.cu, P.h0, P.hlast, stream, err);
+    return SELSCAN_OK;
+}
+
+/* the fast backward kernel for P's N and layout, as plan_fast_backward chose (states, threads a
+   channel): by N and SELSCAN_CUDA_FAST_BWD_STATES (the channels-last instantiation only with 8
+   states and 2 threads a channel) */
 template <typename T, int S, int TPC, bool CL>
-selscan_status launch_bwd_fast_t(const kparams &P, unsigned grid, cudaStream_t stream, cudaError_t *err) {
+static selscan_status launch_bwd_fast_t(const kparams &P, unsigned grid, cudaStream_t stream, cudaError_t *err) {
     const int smem = static_cast<int>(sizeof(bwd_fast_smem<S, TPC>));
     SELSCAN__CU(cudaFuncSetAttribute(bwd_fast_kernel<T, S, TPC, CL>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
     launch_pdl(bwd_fast_kernel<T, S, TPC, CL>, grid, kThreads, static_cast<size_t>(smem), stream, P);
     SELSCAN__LAUNCHED();
     return SELSCAN_OK;
 }
-/* (states, threads a channel) as plan_fast_backward chose them: by N and SELSCAN_CUDA_FAST_BWD_STATES
-   (the channels-last instantiation only with 8 states and 2 threads a channel) */
-template <typename T> selscan_status launch_bwd_fast_shape(const kparams &P, unsigned grid, cudaStream_t s, cudaError_t *err) {
-    if constexpr (kFastBwdS == 4) return launch_bwd_fast_t<T, 4, 4, false>(P, grid, s, err);
+static selscan_status launch_bwd_fast(selscan_dtype dt, const kparams &P, unsigned grid, cudaStream_t s, cudaError_t *err) {
+    return selscan_cuda_detail::with_dtype(dt, [&](auto tag) -> selscan_status {
+        using T = typename decltype(tag)::type;
+        if constexpr (kFastBwdS == 4) return launch_bwd_fast_t<T, 4, 4, false>(P, grid, s, err);
 #if SELSCAN_CUDA_CHANNELS_LAST
-    else if (P.cl) return launch_bwd_fast_t<T, 8, 2, true>(P, grid, s, err);
+        else if (P.cl) return launch_bwd_fast_t<T, 8, 2, true>(P, grid, s, err);
 #endif
-    else return P.N <= 8 ? launch_bwd_fast_t<T, 4, 2, false>(P, grid, s, err) : launch_bwd_fast_t<T, 8, 2, false>(P, grid, s, err);
+        else return P.N <= 8 ? launch_bwd_fast_t<T, 4, 2, false>(P, grid, s, err) : launch_bwd_fast_t<T, 8, 2, false>(P, grid, s, err);
+    });
 }
-selscan_status launch_bwd_fast_dt(selscan_dtype dt, const kparams &P, unsigned grid, cudaStream_t s, cudaError_t *err) {
-    if (dt == SELSCAN_F32) return launch_bwd_fast_shape<float>(P, grid, s, err);
-    if (dt == SELSCAN_F16) return launch_bwd_fast_shape<__half>(P, grid, s, err);
-    return launch_bwd_fast_shape<__nv_bfloat16>(P, grid, s, err);
+/* the L-chunk pass of the fast backward (the same shapes) */
+static void launch_bwd_fast_local(selscan_dtype dt, const kparams &P, unsigned grid, float *V, float *M, cudaStream_t s) {
+    selscan_cuda_detail::with_dtype(dt, [&](auto tag) {
+        using T = typename decltype(tag)::type;
+        if constexpr (kFastBwdS == 4) launch_pdl(bwd_fast_local_kernel<T, 4, 4, false>, grid, kThreads, 0, s, P, V, M);
+#if SELSCAN_CUDA_CHANNELS_LAST
+        else if (P.cl) launch_pdl(bwd_fast_local_kernel<T, 8, 2, true>, grid, kThreads, 0, s, P, V, M);
+#endif
+        else if (P.N <= 8) launch_pdl(bwd_fast_local_kernel<T, 4, 2, false>, grid, kThreads, 0, s, P, V, M);
+        else launch_pdl(bwd_fast_local_kernel<T, 8, 2, false>, grid, kThreads, 0, s, P, V, M);
+    });
 }
 
-template <typename T> void launch_bwd_fast_local_t(const kparams &P, unsigned grid, float *V, float *M, cudaStream_t s) {
-    if constexpr (kFastBwdS == 4) launch_pdl(bwd_fast_local_kernel<T, 4, 4, false>, grid, kThreads, 0, s, P, V, M);
-#if SELSCAN_CUDA_CHANNELS_LAST
-    else if (P.cl) launch_pdl(bwd_fast_local_kernel<T, 8, 2, true>, grid, kThreads, 0, s, P, V, M);
-#endif
-    else if (P.N <= 8) launch_pdl(bwd_fast_local_kernel<T, 4, 2, false>, grid, kThreads, 0, s, P, V, M);
-    else launch_pdl(bwd_fast_local_kernel<T, 8, 2, false>, grid, kThreads, 0, s, P, V, M);
-}
-void launch_bwd_fast_local_dt(selscan_dtype dt, const kparams &P, unsigned grid, float *V, float *M, cudaStream_t s) {
-    if (dt == SELSCAN_F32) launch_bwd_fast_local_t<float>(P, grid, V, M, s);
-    else if (dt == SELSCAN_F16) launch_bwd_fast_local_t<__half>(P, grid, V, M, s);
-    else launch_bwd_fast_local_t<__nv_bfloat16>(P, grid, V, M, s);
-}
-
-/* The forward pipeline: [pass 1, carry,] pass 3. y NULL in P with ck set and fp.lchunk == 64:
-   checkpoint only (pass 1 + carry into ck). */
-selscan_status run_forward(const selscan__prob &q, kparams P, const fwd_plan &fp, char *ws, bool ck_only,
-                           cudaStream_t stream, cudaError_t *err) {
-    selscan_status st;
-    P.NT = fp.NT; P.CH = fp.CH; P.ncb = fp.ncb; P.lchunk = fp.lchunk; P.nlch = fp.nlch;
-    const unsigned grid = static_cast<unsigned>(q.batch * q.G * fp.ncb * fp.nlch);
-    const int64_t rows = q.batch * q.dim;
-    if (ck_only || fp.nlch > 1) {
-        chunk_buffers(P, ws, rows * fp.nlch * q.N, ck_only);
-        if ((st = launch_fwd<true>(q.dt, fp.NPT, P, grid, stream, err)) != SELSCAN_OK) return st;
-        carry_kernel<<<nblocks(rows * q.N, 256), 256, 0, stream>>>(P.S, P.P, P.Hin, rows, fp.nlch, q.N);
-        SELSCAN__LAUNCHED();
-        if (ck_only) return SELSCAN_OK;
+/* The general backward's checkpoint: the state entering every kSub steps into ck16, from the
+   forward's 64-step checkpoint ckin (a rescan writing every kSub steps) or, without one, by pass 1
+   with kSub-step chunks and a carry. */
+static selscan_status run_ck16(const selscan__prob &q, const kparams &P, const bwd_plan &bp, const float *ckin, char *ws,
+                               cudaStream_t stream, cudaError_t *err) {
+    kparams F = P;
+    F.y.p = NULL;
+    F.hlast.p = NULL;
+    F.NT = bp.fp.NT; F.CH = bp.fp.CH; F.ncb = bp.fp.ncb; F.lchunk = bp.fp.lchunk; F.nlch = bp.fp.nlch;
+    const unsigned grid = static_cast<unsigned>(q.batch * q.G * bp.fp.ncb * bp.fp.nlch);
+    float *ck16 = reinterpret_cast<float *>(ws + bp.off_ck16);
+    if (ckin) {
+        F.Hin = const_cast<float *>(ckin); /* only read */
+        F.ck = ck16;
+        F.nck = bp.nck16;
+        F.ckmask = kSub - 1;
+        F.ckshift = 4;
+        return launch_fwd<false>(q.dt, F, grid, stream, err);
     }
-    if ((st = launch_fwd<false>(q.dt, fp.NPT, P, grid, stream, err)) != SELSCAN_OK) return st;
-    if (q.cu && q.hlast.data) {
-        bool empty = false;
-        for (int64_t s = 0; s < q.nseq; s++) empty = empty || q.cu[s] == q.cu[s + 1];
-        if (empty) {
-            empty_seq_kernel<<<nblocks(q.nseq * q.dim * q.N, 256), 256, 0, stream>>>(P.cu, q.nseq, q.dim, q.N, P.h0, P.hlast);
-            SELSCAN__LAUNCHED();
-        }
-    }
+    F.ck = NULL;
+    F.S = reinterpret_cast<float *>(ws + bp.off_S);
+    F.P = reinterpret_cast<float *>(ws + bp.off_P);
+    F.Hin = ck16;
+    selscan_status st = launch_fwd<true>(q.dt, F, grid, stream, err);
+    if (st != SELSCAN_OK) return st;
+    carry_kernel<<<nblocks(q.batch * q.dim * q.N, 256), 256, 0, stream>>>(F.S, F.P, F.Hin, q.batch * q.dim, bp.nck16, q.N);
+    SELSCAN__LAUNCHED();
     return SELSCAN_OK;
 }
 
-/* A flat f32 "tensor" of count elements (or int64 of count/2) for the alias checks. */
-selscan__ten flat(const void *p, int64_t bytes) {
+/* The backward pipeline: the checkpoint the main kernel starts from ([fast forward into the
+   workspace] on the fast path, run_ck16 on the general one), [the L chunks' state gradients,
+   reverse carry,] the main kernel (fast or general), then the fixed-order reductions of its
+   per-block partial sums (row sums: dA, dD, ddelta_bias, fixed dB / dC; dB / dC over the channel
+   blocks) and dh0 of empty sequences. ckin: the forward's checkpoint or NULL. */
+static selscan_status run_backward(const selscan__prob &q, const selscan__grd &r, kparams P, const bwd_plan &bp, const float *ckin,
+                                   char *ws, cudaStream_t stream, cudaError_t *err) {
+    selscan_status st;
+    P.dy = mk(r.dy); P.dhlast = mk(r.dhlast); P.du = mk(r.du); P.ddelta = mk(r.ddelta); P.dz = mk(r.dz);
+    P.dh0 = mk(r.dh0);
+    if (bp.fastTPC) { /* the fast path reads the 64-step checkpoint: the forward's, or written here */
+        P.ck = ckin ? const_cast<float *>(ckin) : reinterpret_cast<float *>(ws + bp.off_ck16);
+        P.nck = bp.nck;
+        if (!ckin) {
+            kparams F = P;
+            F.y.p = NULL;
+            F.hlast.p = NULL;
+            if ((st = run_fast_forward(q, F, bp.fp, ws + bp.off_fws, stream, err)) != SELSCAN_OK) return st;
+        }
+    } else {
+        if ((st = run_ck16(q, P, bp, ckin, ws, stream, err)) != SELSCAN_OK) return st;
+        P.ck = reinterpret_cast<float *>(ws + bp.off_ck16);
+        P.nck = bp.nck16;
+    }
+    P.NT = bp.NT; P.CH = bp.CH; P.ncb = bp.ncb; P.nlch = bp.nlch; P.lchunk = bp.lchunk; P.cl = bp.fastCL;
+    const unsigned grid = static_cast<unsigned>(q.batch * q.G * bp.ncb * bp.nlch);
+    if (bp.nlch > 1) { /* the state gradient entering each L chunk */
+        float *V = reinterpret_cast<float *>(ws + bp.off_V), *M = reinterpret_cast<float *>(ws + bp.off_M);
+        P.Hin = reinterpret_cast<float *>(ws + bp.off_Din);
+        if (bp.fastTPC) {
+            launch_bwd_fast_local(q.dt, P, grid, V, M, stream);
+        } else {
+            const unsigned gl = nblocks(q.batch * q.dim * bp.NT * bp.nlch, kThreads);
+            selscan_cuda_detail::with_dtype(q.dt, [&](auto tag) { bwd_local_kernel<typename decltype(tag)::type><<<gl, kThreads, 0, stream>>>(P, V, M); });
+        }
+        SELSCAN__LAUNCHED();
+        launch_pdl(carry_rev_kernel, nblocks(q.batch * q.dim * q.N, 256), 256, 0, stream, static_cast<const float *>(V),
+                   static_cast<const float *>(M), P.Hin, q.batch * q.dim, bp.nlch, static_cast<int64_t>(q.N));
+        SELSCAN__LAUNCHED();
+    }
+    P.wdA = r.dA.data ? reinterpret_cast<float *>(ws + bp.off_dA) : NULL;
+    P.wdD = r.dD.data ? reinterpret_cast<float *>(ws + bp.off_dD) : NULL;
+    P.wdbias = r.dbias.data ? reinterpret_cast<float *>(ws + bp.off_dbias) : NULL;
+    P.wdBf = r.dB.data && q.fixB ? reinterpret_cast<float *>(ws + bp.off_dBf) : NULL;
+    P.wdCf = r.dC.data && q.fixC ? reinterpret_cast<float *>(ws + bp.off_dCf) : NULL;
+    P.wdB = r.dB.data && !q.fixB ? reinterpret_cast<float *>(ws + bp.off_dB) : NULL;
+    P.wdC = r.dC.data && !q.fixC ? reinterpret_cast<float *>(ws + bp.off_dC) : NULL;
+    if (bp.fastTPC) {
+        P.scr = reinterpret_cast<float *>(ws + bp.off_scr);
+        if ((st = launch_bwd_fast(q.dt, P, grid, stream, err)) != SELSCAN_OK) return st;
+    } else { /* bwd_kernel is built for float and h16 (both 2-byte types; P.bf16 picks) */
+        const int smem = static_cast<int>(bwd_smem(bp.NT, bp.CH).total);
+        auto launch = [&](auto kernel) -> selscan_status {
+            if (smem > 48 * 1024) SELSCAN__CU(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+            kernel<<<grid, kThreads, smem, stream>>>(P);
+            SELSCAN__LAUNCHED();
+            return SELSCAN_OK;
+        };
+        if ((st = q.dt == SELSCAN_F32 ? launch(bwd_kernel<float>) : launch(bwd_kernel<h16>)) != SELSCAN_OK) return st;
+    }
+    { /* the row sums, one launch (a job per output) */
+        rowsum_jobs J;
+        int nj = 0;
+        int64_t inner = 1;
+        auto job = [&](const float *w, int64_t in, const selscan__ten &t) {
+            J.j[nj].w = w; J.j[nj].inner = in; J.j[nj].out = mk(t);
+            nj++;
+            inner = in > inner ? in : inner;
+        };
+        if (P.wdA) job(P.wdA, q.N, r.dA);
+        if (P.wdD) job(P.wdD, 1, r.dD);
+        if (P.wdbias) job(P.wdbias, 1, r.dbias);
+        if (P.wdBf) job(P.wdBf, q.N, r.dB);
+        if (P.wdCf) job(P.wdCf, q.N, r.dC);
+        if (nj) {
+            launch_pdl(reduce_rows_kernel, dim3(nblocks(q.dim * inner, kRedX), nj), kRedX * kRedY, 0, stream, J, q.batch * bp.nlch, q.dim);
+            SELSCAN__LAUNCHED();
+        }
+    }
+    if (P.wdB || P.wdC) { /* dB and dC over the channel blocks, one launch */
+        const int ny = (P.wdB ? 1 : 0) + (P.wdC ? 1 : 0);
+        const float *w0 = P.wdB ? P.wdB : P.wdC, *w1 = P.wdC;
+        const ct o0 = mk(P.wdB ? r.dB : r.dC), o1 = mk(r.dC);
+        const dim3 gr(nblocks(q.batch * q.G * q.N * q.L, 256), ny);
+        selscan_cuda_detail::with_dtype(q.dt, [&](auto tag) {
+            launch_pdl(reduce_bc_kernel<typename decltype(tag)::type>, gr, 256, 0, stream, w0, w1, bp.ncb, q.batch, q.G, q.N, q.L, o0, o1);
+        });
+        SELSCAN__LAUNCHED();
+    }
+    if (q.cu && r.dh0.data) return run_empty_seqs(q, P.cu, P.dhlast, P.dh0, stream, err);
+    return SELSCAN_OK;
+}
+
+/* A flat f32 "tensor" of the given bytes (at least 4) for the alias checks. */
+static selscan__ten flat(const void *p, int64_t bytes) {
     selscan__ten t;
     memset(&t, 0, sizeof t);
     t.data = const_cast<void *>(p);
@@ -2625,31 +3201,216 @@ selscan__ten flat(const void *p, int64_t bytes) {
     return t;
 }
 
-selscan_status check_ext_cu(const selscan__prob &q, const selscan_cuda_ext *x) {
-    if (q.cu && (!x || !x->cu_seqlens_device)) return SELSCAN_ERR_NULL;
+/* out overlaps one of ins: SELSCAN_ERR_ALIAS with (operand, rule) in diag */
+static selscan_status check_overlap(const selscan__ten &out, const selscan__ten *const *ins, int nin, selscan_diag *dg,
+                                    const char *operand, const char *rule) {
+    const selscan__ten *outs[] = {&out};
+    if (selscan__check_alias(outs, 1, ins, nin, NULL, 0, NULL, 0) != SELSCAN_OK) return fail(dg, SELSCAN_ERR_ALIAS, operand, rule);
     return SELSCAN_OK;
 }
 
-} /* namespace */
+/* The decode step's launch. float4-aligned state rows (unit n stride, N % 4 == 0, N <= 128,
+   16-byte aligned rows): step_vec_kernel with S states a thread and R batch rows a block, chosen
+   from N and the batch (tu.S / tu.R > 0 force them, for tuning); else step_kernel. tu.pdl: < 0
+   programmatic dependent launch where the device has it, 0 never. SELSCAN__STEP_SWEEP (the
+   benchmark) compiles every (S, R) and keeps the earlier step_fast_kernel as tu.S = -1. */
+struct step_tune {
+    int S, R, pdl, fast, minb, loop; /* loop < 0: never step_loop_kernel, > 0: wherever it applies, 0: by the batch */
+    int64_t loop_slices;             /* (set by launch_step) its grid's row slices; 0: not used */
+};
+template <typename T, int S, int R, int NTC, bool FAST, int MINB>
+void launch_step_vec(const step_params &sp, dim3 grid, bool pdl, cudaStream_t stream) {
+    if (pdl) launch_pdl(step_vec_kernel<T, S, R, NTC, FAST, MINB>, grid, kThreads, 0, stream, sp);
+    else step_vec_kernel<T, S, R, NTC, FAST, MINB><<<grid, kThreads, 0, stream>>>(sp);
+}
+/* N = 16 (two lanes of 8 states) on the common operands: step_vec_kernel<T, 8, R, 2, true>;
+   everything else: the run-time NT, every layout. tu.S / tu.R force the shape; tu.fast < 0:
+   never the FAST form; tu.minb (SELSCAN__STEP_SWEEP): its register bound. */
+template <typename T, int S, int R>
+bool launch_step_vec_f(const step_tune &tu, bool fast, const step_params &sp, dim3 grid, bool pdl, cudaStream_t stream) {
+    if constexpr (S == 8 && R == 1) {
+        if (sp.NT == 2 && fast && tu.loop_slices > 0) { /* rows a thread in a one-wave grid */
+            dim3 g2(static_cast<unsigned>(tu.loop_slices), grid.y);
+            if (pdl) launch_pdl(step_loop_kernel<T>, g2, kThreads, 0, stream, sp);
+            else step_loop_kernel<T><<<g2, kThreads, 0, stream>>>(sp);
+            return true;
+        }
+    }
+    if constexpr (S == 8) {
+        if (sp.NT == 2 && fast) {
+#ifdef SELSCAN__STEP_SWEEP
+            if (tu.minb == 12) { launch_step_vec<T, S, R, 2, true, 12>(sp, grid, pdl, stream); return true; }
+            if (tu.minb == 16) { launch_step_vec<T, S, R, 2, true, 16>(sp, grid, pdl, stream); return true; }
+#endif
+            launch_step_vec<T, S, R, 2, true, SELSCAN_CUDA_STEP_MINBLOCKS>(sp, grid, pdl, stream);
+            return true;
+        }
+    }
+    (void)tu;
+    (void)fast;
+    launch_step_vec<T, S, R, 0, false, 0>(sp, grid, pdl, stream);
+    return true;
+}
+template <typename T, int S>
+bool launch_step_vec_r(const step_tune &tu, int R, bool fast, const step_params &sp, dim3 grid, bool pdl, cudaStream_t stream) {
+    if (R == 1) return launch_step_vec_f<T, S, 1>(tu, fast, sp, grid, pdl, stream);
+#ifdef SELSCAN__STEP_SWEEP
+    if (R == 2) return launch_step_vec_f<T, S, 2>(tu, fast, sp, grid, pdl, stream);
+#endif
+    return false;
+}
+template <typename T>
+bool launch_step_vec_t(const step_tune &tu, int S, int R, bool fast, const step_params &sp, dim3 grid, bool pdl, cudaStream_t stream) {
+    if (S == 8) return launch_step_vec_r<T, 8>(tu, R, fast, sp, grid, pdl, stream);
+    if (S == 4) return launch_step_vec_r<T, 4>(tu, R, fast, sp, grid, pdl, stream);
+#ifdef SELSCAN__STEP_SWEEP
+    if (S == 16) return launch_step_vec_r<T, 16>(tu, R, fast, sp, grid, pdl, stream);
+#endif
+    return false;
+}
+/* Blocks an SM step_loop_kernel<T> holds (its registers), asked once a device; 8 when unknown */
+template <typename T> int step_loop_bpsm() {
+    static volatile int known[64];
+    int dev = 0, v = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return 8;
+    }
+    if (dev >= 0 && dev < 64 && known[dev] > 0) return known[dev];
+    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&v, step_loop_kernel<T>, kThreads, 0) != cudaSuccess || v <= 0) {
+        (void)cudaGetLastError();
+        return 8;
+    }
+    if (dev >= 0 && dev < 64) known[dev] = v;
+    return v;
+}
+int step_loop_blocks_per_sm(selscan_dtype dt) {
+    return dt == SELSCAN_F32 ? step_loop_bpsm<float>() : dt == SELSCAN_F16 ? step_loop_bpsm<__half>() : step_loop_bpsm<__nv_bfloat16>();
+}
+/* 16-byte loads of a B / C row: unit n stride, 16-byte aligned base and row strides */
+bool step_rows_vec(const selscan__ten &t, bool fixed, size_t es) {
+    const uintptr_t a = reinterpret_cast<uintptr_t>(t.data);
+    if (fixed) return t.s[1] == 1 && a % 16 == 0 && (t.s[0] * 4) % 16 == 0;
+    return t.s[2] == 1 && a % 16 == 0 && (t.s[0] * static_cast<int64_t>(es)) % 16 == 0 && (t.s[1] * static_cast<int64_t>(es)) % 16 == 0;
+}
+static selscan_status launch_step(const selscan__stp &q, step_tune tu, cudaStream_t stream, cudaError_t *err, selscan_diag *dg) {
+    const bool vec = q.N % 4 == 0 && q.N <= 128 && q.state.s[2] == 1 && q.state.s[1] % 4 == 0 && q.state.s[0] % 4 == 0 &&
+                     reinterpret_cast<uintptr_t>(q.state.data) % 16 == 0;
+    const bool avec = q.A.s[1] == 1 && q.A.s[0] % 4 == 0 && reinterpret_cast<uintptr_t>(q.A.data) % 16 == 0;
+    const bool pdl = tu.pdl != 0 && pdl_available();
+    /* 8 states a lane where N % 8 == 0 (N = 16: two lanes, the forward's split), else 4 (N = 8:
+       two lanes of 4, again the forward's split); channel blocks on the grid's y (at most 65535) */
+    const int S = tu.S > 0 ? tu.S : q.N % 8 == 0 && q.N != 8 ? 8 : 4, R = tu.R > 0 ? tu.R : 1;
+    if (vec && tu.S >= 0 && cdiv(q.dim, kThreads / pow2ceil(cdiv(q.N, S))) <= 65535 && q.dpg <= 0x7fffffff) {
+        const size_t es = q.dt == SELSCAN_F32 ? 4 : 2;
+        /* 2-byte B / C rows of 4 states: 8-byte loads need 8-byte alignment only; a row of S
+           states of either type is a whole number of 16-byte words otherwise */
+        step_params sp;
+        memset(&sp, 0, sizeof sp);
+        sp.batch = q.batch; sp.dim = q.dim; sp.dpg = static_cast<int>(q.dpg); sp.ncache = q.ncache;
+        sp.N = static_cast<int>(q.N); sp.NT = pow2ceil(cdiv(q.N, S)); sp.softplus = q.softplus; sp.fixB = q.fixB; sp.fixC = q.fixC;
+        sp.avec = avec;
+        sp.bvec = step_rows_vec(q.B, q.fixB != 0, es);
+        sp.cvec = step_rows_vec(q.C, q.fixC != 0, es);
+        sp.idx = q.idx;
+        sp.h = static_cast<float *>(q.state.data); sp.h0 = q.state.s[0]; sp.h1 = q.state.s[1];
+        sp.u = q.u.data; sp.u0 = q.u.s[0]; sp.u1 = q.u.s[1];
+        sp.dl = q.delta.data; sp.d0 = q.delta.s[0]; sp.d1 = q.delta.s[1];
+        sp.z = q.z.data; sp.z0 = q.z.s[0]; sp.z1 = q.z.s[1];
+        sp.y = q.y.data; sp.y0 = q.y.s[0]; sp.y1 = q.y.s[1];
+        sp.A = static_cast<const float *>(q.A.data); sp.a0 = q.A.s[0]; sp.a1 = q.A.s[1];
+        sp.B = q.B.data; sp.C = q.C.data;
+        if (q.fixB) { sp.b0 = q.B.s[0]; sp.b1 = 0; sp.b2 = q.B.s[1]; }
+        else { sp.b0 = q.B.s[0]; sp.b1 = q.B.s[1]; sp.b2 = q.B.s[2]; }
+        if (q.fixC) { sp.c0 = q.C.s[0]; sp.c1 = 0; sp.c2 = q.C.s[1]; }
+        else { sp.c0 = q.C.s[0]; sp.c1 = q.C.s[1]; sp.c2 = q.C.s[2]; }
+        sp.D = static_cast<const float *>(q.D.data); sp.Ds = q.D.s[0];
+        sp.bias = static_cast<const float *>(q.bias.data); sp.bs = q.bias.s[0];
+        const int64_t cpb = kThreads / sp.NT, gx = cdiv(q.batch, R), gy = cdiv(q.dim, cpb);
+        if (gx > kMaxGrid || gy > 65535) return fail_grid(dg);
+        const dim3 gr(static_cast<unsigned>(gx), static_cast<unsigned>(gy));
+        sp.G1 = q.G == 1;
+        const bool fast = tu.fast >= 0 && sp.avec && sp.bvec && sp.cvec && !sp.fixB && !sp.fixC;
+        /* step_loop_kernel (N = 16, FAST form): gy channel blocks times row slices, a wave of blocks
+           (the blocks an SM its registers allow, asked once a device) */
+        tu.loop_slices = 0;
+        if (fast && S == 8 && R == 1 && sp.NT == 2 && tu.loop >= 0) {
+            const int64_t slots = sm_count() * step_loop_blocks_per_sm(q.dt), slices = slots / gy > 1 ? slots / gy : 1;
+            /* at least two rows a thread in one wave; batch 1 also (measured faster there: 2.21 / 2.24
+               us against 2.33 / 2.87, f32 / bf16); step_vec_kernel in between (batch 16 x 5120: 4.40
+               against 5.61 us; bench/NOTES.md "CUDA step under graphs") */
+            if (q.batch >= 2 * slices || q.batch == 1 || tu.loop > 0) tu.loop_slices = cdiv(q.batch, cdiv(q.batch, slices));
+            if (tu.loop_slices > 0x7fffffff) tu.loop_slices = 0;
+        }
+        bool ok;
+        if (q.dt == SELSCAN_F32) ok = launch_step_vec_t<float>(tu, S, R, fast, sp, gr, pdl, stream);
+        else if (q.dt == SELSCAN_F16) ok = launch_step_vec_t<__half>(tu, S, R, fast, sp, gr, pdl, stream);
+        else ok = launch_step_vec_t<__nv_bfloat16>(tu, S, R, fast, sp, gr, pdl, stream);
+        if (!ok) return fail(dg, SELSCAN_ERR_UNSUPPORTED, "state", "no step kernel of that shape (tuning)");
+        SELSCAN__LAUNCHED();
+        return SELSCAN_OK;
+    }
+    kparams P;
+    memset(&P, 0, sizeof P);
+    P.batch = q.batch; P.dim = q.dim; P.N = q.N; P.G = q.G; P.dpg = q.dpg; P.ncache = q.ncache;
+    P.softplus = q.softplus; P.fixB = q.fixB; P.fixC = q.fixC; P.idx = q.idx;
+    P.bf16 = q.dt == SELSCAN_BF16;
+    P.u = mk(q.u); P.delta = mk(q.delta); P.A = mk(q.A); P.B = mk(q.B); P.C = mk(q.C); P.D = mk(q.D);
+    P.z = mk(q.z); P.bias = mk(q.bias); P.h0 = mk(q.state); P.y = mk(q.y);
+#ifdef SELSCAN__STEP_SWEEP
+    if (vec) { /* tu.S < 0: the earlier step_fast_kernel (8 or 4 states a thread), for comparisons */
+        const int spt = q.N % 8 == 0 ? 8 : 4;
+        P.NT = pow2ceil(q.N / spt);
+        const int64_t grid = q.batch * cdiv(q.dim, kThreads / P.NT);
+        if (grid > kMaxGrid) return fail_grid(dg);
+        const unsigned gr = static_cast<unsigned>(grid);
+        if (spt == 8) {
+            if (q.dt == SELSCAN_F32) step_fast_kernel<float, 8><<<gr, kThreads, 0, stream>>>(P, avec);
+            else if (q.dt == SELSCAN_F16) step_fast_kernel<__half, 8><<<gr, kThreads, 0, stream>>>(P, avec);
+            else step_fast_kernel<__nv_bfloat16, 8><<<gr, kThreads, 0, stream>>>(P, avec);
+        } else {
+            if (q.dt == SELSCAN_F32) step_fast_kernel<float, 4><<<gr, kThreads, 0, stream>>>(P, avec);
+            else if (q.dt == SELSCAN_F16) step_fast_kernel<__half, 4><<<gr, kThreads, 0, stream>>>(P, avec);
+            else step_fast_kernel<__nv_bfloat16, 4><<<gr, kThreads, 0, stream>>>(P, avec);
+        }
+        SELSCAN__LAUNCHED();
+        return SELSCAN_OK;
+    }
+#endif
+    /* one state a thread */
+    P.NT = q.N >= 32 ? 32 : pow2ceil(q.N);
+    const int64_t grid = q.batch * cdiv(q.dim, kThreads / P.NT);
+    if (grid > kMaxGrid) return fail_grid(dg);
+    const unsigned gr = static_cast<unsigned>(grid);
+    if (q.dt == SELSCAN_F32) step_kernel<float><<<gr, kThreads, 0, stream>>>(P);
+    else if (q.dt == SELSCAN_F16) step_kernel<__half><<<gr, kThreads, 0, stream>>>(P);
+    else step_kernel<__nv_bfloat16><<<gr, kThreads, 0, stream>>>(P);
+    SELSCAN__LAUNCHED();
+    return SELSCAN_OK;
+}
+
+static selscan_status check_ext_cu(const selscan__prob &q, const selscan_cuda_ext *x, selscan_diag *dg) {
+    if (q.cu && (!x || !x->cu_seqlens_device)) return fail(dg, SELSCAN_ERR_NULL, "cu_seqlens_device", "missing (packed sequences)");
+    return SELSCAN_OK;
+}
 
 /* ---------------------------------------------------------------------------------------------- */
-/*                                      public entries                                            */
+/*                                   host side: entry points                                      */
 /* ---------------------------------------------------------------------------------------------- */
 
-extern "C" {
-
-SELSCAN_DEF selscan_status selscan_checkpoint_size_cuda(const selscan_problem *p, size_t *bytes) {
+static selscan_status checkpoint_size(const selscan_problem *p, size_t *bytes) {
     selscan__prob q;
     selscan_status st;
     if (!bytes) return SELSCAN_ERR_NULL;
     if ((st = selscan__check_problem(p, &q, 0)) != SELSCAN_OK) return st;
-    *bytes = static_cast<size_t>(q.batch * q.dim * cdiv(q.L, kCK) * q.N) * 4;
+    const int64_t b = checkpoint_bytes(q);
+    if (b < 0) return fail(p->diag, SELSCAN_ERR_SHAPE, "checkpoint", "size overflows");
+    *bytes = static_cast<size_t>(b);
     return SELSCAN_OK;
 }
 
 /* have_ck: 0 no checkpoint, 1 with one, 2 the larger of both */
-static selscan_status selscan__workspace_size_cuda(const selscan_problem *p, const selscan_grads *g, int have_ck,
-                                                   size_t *bytes) {
+static selscan_status workspace_size(const selscan_problem *p, const selscan_grads *g, int have_ck, size_t *bytes) {
     selscan__prob q;
     selscan__grd r;
     selscan_status st;
@@ -2657,69 +3418,138 @@ static selscan_status selscan__workspace_size_cuda(const selscan_problem *p, con
     if (g) {
         bwd_plan bp, bp1;
         if ((st = selscan__validate_backward(p, g, &q, &r, NULL, 0, 0)) != SELSCAN_OK) return st;
-        if (!plan_backward(q, r, have_ck == 1, kPlanMaxSMs, &bp)) return SELSCAN_ERR_UNSUPPORTED;
+        if ((st = plan_backward(q, r, have_ck == 1, kPlanMaxSMs, &bp, p->diag)) != SELSCAN_OK) return st;
         if (have_ck == 2) {
-            if (!plan_backward(q, r, true, kPlanMaxSMs, &bp1)) return SELSCAN_ERR_UNSUPPORTED;
+            if ((st = plan_backward(q, r, true, kPlanMaxSMs, &bp1, p->diag)) != SELSCAN_OK) return st;
             if (bp1.ws > bp.ws) bp.ws = bp1.ws;
         }
-        *bytes = bp.ws;
+        *bytes = ws_reported(bp.ws);
     } else {
         fwd_plan fp;
         if ((st = selscan__validate_forward(p, &q, NULL, 0, -1)) != SELSCAN_OK) return st;
-        if (!plan_forward(q, kPlanMaxSMs, &fp, 0, 0)) return SELSCAN_ERR_UNSUPPORTED;
-        *bytes = fp.ws;
+        if ((st = plan_forward(q, kPlanMaxSMs, &fp, true, 0, p->diag)) != SELSCAN_OK) return st;
+        *bytes = ws_reported(fp.ws);
     }
     return SELSCAN_OK;
 }
 
-SELSCAN_DEF selscan_status selscan_workspace_size_cuda(const selscan_problem *p, const selscan_grads *g, size_t *bytes) {
-    return selscan__workspace_size_cuda(p, g, 2, bytes);
-}
-
-SELSCAN_DEF selscan_status selscan_workspace_size_cuda_ex(const selscan_problem *p, const selscan_grads *g,
-                                                          const selscan_cuda_ext *x, size_t *bytes) {
-    return selscan__workspace_size_cuda(p, g, x && x->checkpoint_in ? 1 : 0, bytes);
-}
-
-} /* extern "C" */
-
-/* The forward with its plan forced (npt 4, 8 or 16; nlch: L chunks; 0: automatic), for tuning
-   (bench/bench_cuda.cu). The workspace must then hold 3 * rows * nlch * N floats (256-aligned). */
-static selscan_status selscan__forward_cuda_tuned(const selscan_problem *p, const selscan_cuda_ext *x, void *workspace,
-                                                  size_t bytes, cudaStream_t stream, int npt, int64_t nlch) {
+/* try_fast false: the general kernel; nlch_force > 0: its L chunks (the benchmark's tuning) */
+static selscan_status forward(const selscan_problem *p, const selscan_cuda_ext *x, void *workspace, size_t bytes,
+                              cudaStream_t stream, bool try_fast, int64_t nlch_force) {
     selscan__prob q;
     fwd_plan fp;
     kparams P;
     selscan_status st;
+    char *ws;
     cudaError_t *err = x ? x->cuda_error : NULL;
     if ((st = selscan__check_problem(p, &q, 1)) != SELSCAN_OK) return st;
-    if ((st = check_ext_cu(q, x)) != SELSCAN_OK) return st;
-    if (!plan_forward(q, sm_count(), &fp, npt, nlch)) return SELSCAN_ERR_UNSUPPORTED;
-    if ((st = selscan__validate_forward_outputs(&q, workspace, bytes, static_cast<int64_t>(fp.ws))) != SELSCAN_OK) return st;
-    if (x && x->checkpoint_out) {
-        const int64_t need = q.batch * q.dim * cdiv(q.L, kCK) * q.N * 4;
-        if (x->checkpoint_bytes < static_cast<size_t>(need)) return SELSCAN_ERR_WORKSPACE;
-        selscan__ten ck = flat(x->checkpoint_out, need);
-        const selscan__ten *outs[] = {&ck};
-        const selscan__ten *ins[] = {&q.u, &q.delta, &q.A, &q.B, &q.C, &q.D, &q.z, &q.bias, &q.h0, &q.y, &q.hlast};
-        if ((st = selscan__check_alias(outs, 1, ins, 11, q.cu ? x->cu_seqlens_device : NULL, (q.nseq + 1) * 8,
-                                       fp.ws ? workspace : NULL, static_cast<int64_t>(fp.ws))) != SELSCAN_OK)
-            return st;
-    }
-    if (q.cu) {
-        const selscan__ten *outs[] = {&q.y, &q.hlast};
-        selscan__ten cu = flat(x->cu_seqlens_device, (q.nseq + 1) * 8);
-        const selscan__ten *ins[] = {&cu};
-        if ((st = selscan__check_alias(outs, 2, ins, 1, NULL, 0, fp.ws ? workspace : NULL, static_cast<int64_t>(fp.ws))) != SELSCAN_OK)
-            return st;
+    selscan_diag *dg = p->diag;
+    if ((st = check_ext_cu(q, x, dg)) != SELSCAN_OK) return st;
+    if ((st = plan_forward(q, sm_count(), &fp, try_fast, nlch_force, dg)) != SELSCAN_OK) return st;
+    if ((st = selscan__validate_forward_outputs(&q, NULL, 0, -1)) != SELSCAN_OK) return st;
+    float *ck = x ? x->checkpoint_out : NULL;
+    const int64_t ck_need = ck ? checkpoint_bytes(q) : 0;
+    if (ck_need < 0) return fail(dg, SELSCAN_ERR_SHAPE, "checkpoint", "size overflows");
+    if (ck && x->checkpoint_bytes < static_cast<size_t>(ck_need)) return fail(dg, SELSCAN_ERR_WORKSPACE, "checkpoint", "too small");
+    if ((st = check_workspace(workspace, bytes, fp.ws, &ws, dg)) != SELSCAN_OK) return st;
+    const selscan__ten ckt = flat(ck, ck_need), cut = flat(q.cu ? x->cu_seqlens_device : NULL, (q.nseq + 1) * 8), wst = flat(ws, fp.ws);
+    const selscan__ten *all[] = {&q.u, &q.delta, &q.A, &q.B, &q.C, &q.D, &q.z, &q.bias, &q.h0, &q.y, &q.hlast, &cut, &ckt};
+    if (ck && (st = check_overlap(ckt, all, 12, dg, "checkpoint", "overlaps an operand")) != SELSCAN_OK) return st;
+    if (q.cu && ((st = check_overlap(q.y, &all[11], 1, dg, "cu_seqlens_device", "overlaps y")) != SELSCAN_OK ||
+                 (st = check_overlap(q.hlast, &all[11], 1, dg, "cu_seqlens_device", "overlaps h_last")) != SELSCAN_OK))
+        return st;
+    if (ws && (st = check_overlap(wst, all, 13, dg, "workspace", "overlaps an operand")) != SELSCAN_OK) return st;
+    fill_problem(P, q, x ? x->cu_seqlens_device : NULL);
+    P.ck = ck;
+    if (fp.fastS) return run_fast_forward(q, P, fp, ws, stream, err);
+    return run_forward(q, P, fp, ws, stream, err);
+}
+
+static selscan_status backward(const selscan_problem *p, const selscan_grads *g, const selscan_cuda_ext *x, void *workspace,
+                               size_t bytes, cudaStream_t stream) {
+    selscan__prob q;
+    selscan__grd r;
+    bwd_plan bp;
+    kparams P;
+    selscan_status st;
+    char *ws;
+    cudaError_t *err = x ? x->cuda_error : NULL;
+    const float *ckin = x ? x->checkpoint_in : NULL;
+    if ((st = selscan__validate_backward(p, g, &q, &r, NULL, 0, 0)) != SELSCAN_OK) return st;
+    selscan_diag *dg = p->diag;
+    if ((st = check_ext_cu(q, x, dg)) != SELSCAN_OK) return st;
+    if ((st = plan_backward(q, r, ckin != NULL, sm_count(), &bp, dg)) != SELSCAN_OK) return st;
+    if (ckin && x->checkpoint_bytes < static_cast<size_t>(bp.ck_bytes)) return fail(dg, SELSCAN_ERR_WORKSPACE, "checkpoint", "too small");
+    if ((st = check_workspace(workspace, bytes, bp.ws, &ws, dg)) != SELSCAN_OK) return st;
+    {
+        const selscan__ten ckt = flat(ckin, bp.ck_bytes), cut = flat(q.cu ? x->cu_seqlens_device : NULL, (q.nseq + 1) * 8),
+                           wst = flat(ws, bp.ws);
+        const selscan__ten *outs[] = {&r.du, &r.ddelta, &r.dA, &r.dB, &r.dC, &r.dD, &r.dz, &r.dbias, &r.dh0};
+        const selscan__ten *all[] = {&r.du, &r.ddelta, &r.dA, &r.dB, &r.dC, &r.dD, &r.dz, &r.dbias, &r.dh0, &q.u, &q.delta, &q.A,
+                                     &q.B, &q.C, &q.D, &q.z, &q.bias, &q.h0, &r.dy, &r.dhlast, &ckt, &cut};
+        const selscan__ten *ckp[] = {&ckt}, *cup[] = {&cut};
+        for (int i = 0; i < 9; i++) {
+            if (ckin && (st = check_overlap(*outs[i], ckp, 1, dg, "checkpoint", "overlaps an output")) != SELSCAN_OK) return st;
+            if (q.cu && (st = check_overlap(*outs[i], cup, 1, dg, "cu_seqlens_device", "overlaps an output")) != SELSCAN_OK) return st;
+        }
+        if (ws && (st = check_overlap(wst, all, 22, dg, "workspace", "overlaps an operand")) != SELSCAN_OK) return st;
     }
     fill_problem(P, q, x ? x->cu_seqlens_device : NULL);
-    P.ck = x ? x->checkpoint_out : NULL;
-    if (fp.fastS) return run_fast_forward(q, P, fp, static_cast<char *>(workspace), stream, err);
-    return run_forward(q, P, fp, static_cast<char *>(workspace), false, stream, err);
+    return run_backward(q, r, P, bp, ckin, ws, stream, err);
+}
+
+static selscan_status step(const selscan_step_problem *s, const selscan_cuda_ext *x, cudaStream_t stream) {
+    cudaError_t *err = x ? x->cuda_error : NULL;
+    selscan__stp q;
+    selscan_status st = selscan__validate_step_ex(s, &q, 0);
+    if (st != SELSCAN_OK) return st;
+    return launch_step(q, step_tune{0, 0, -1, 0, 0, 0, 0}, stream, err, s->diag);
+}
+
+} /* namespace selscan_cuda_detail */
+
+#undef SELSCAN__CU
+#undef SELSCAN__LAUNCHED
+
+/* ---------------------------------------------------------------------------------------------- */
+/*                                      public entries                                            */
+/* ---------------------------------------------------------------------------------------------- */
+
+/* The forward with its plan forced, for tuning (bench/bench_cuda.cu): npt < 0 runs the general
+   kernel where the fast one would apply (other values: the automatic choice); nlch > 0 forces
+   the general kernel's L chunks (its workspace then holds 3 * batch * dim * nlch * N floats, each
+   third 256-byte aligned, plus 255 bytes of alignment slack). */
+static selscan_status selscan__forward_cuda_tuned(const selscan_problem *p, const selscan_cuda_ext *x, void *workspace,
+                                                  size_t bytes, cudaStream_t stream, int npt, int64_t nlch) {
+    return selscan_cuda_detail::forward(p, x, workspace, bytes, stream, npt >= 0, nlch);
+}
+
+/* The step with its kernel's shape forced (S states a thread, R batch rows a block; 0: automatic;
+   S = -1: the earlier kernel, with SELSCAN__STEP_SWEEP), programmatic dependent launch on (pdl < 0:
+   where available) or off (0), the FAST form never (fast < 0), step_loop_kernel never (loop < 0)
+   or wherever it applies (loop > 0), for tuning (bench/bench_cuda.cu). */
+static selscan_status selscan__step_cuda_tuned(const selscan_step_problem *s, cudaError_t *err, cudaStream_t stream, int S,
+                                               int R, int pdl, int fast = 0, int minb = 0, int loop = 0) {
+    selscan__stp q;
+    selscan_status st = selscan__validate_step_ex(s, &q, 0);
+    if (st != SELSCAN_OK) return st;
+    return selscan_cuda_detail::launch_step(q, selscan_cuda_detail::step_tune{S, R, pdl, fast, minb, loop, 0}, stream, err, s->diag);
 }
 
 extern "C" {
+
+SELSCAN_DEF selscan_status selscan_checkpoint_size_cuda(const selscan_problem *p, size_t *bytes) {
+    return selscan_cuda_detail::checkpoint_size(p, bytes);
+}
+
+SELSCAN_DEF selscan_status selscan_workspace_size_cuda(const selscan_problem *p, const selscan_grads *g, size_t *bytes) {
+    return selscan_cuda_detail::workspace_size(p, g, 2, bytes);
+}
+
+SELSCAN_DEF selscan_status selscan_workspace_size_cuda_ex(const selscan_problem *p, const selscan_grads *g,
+                                                          const selscan_cuda_ext *x, size_t *bytes) {
+    return selscan_cuda_detail::workspace_size(p, g, x && x->checkpoint_in ? 1 : 0, bytes);
+}
 
 SELSCAN_DEF selscan_status selscan_forward_cuda_ex(const selscan_problem *p, const selscan_cuda_ext *x,
                                                    void *workspace, size_t bytes, cudaStream_t stream) {
@@ -2728,203 +3558,30 @@ SELSCAN_DEF selscan_status selscan_forward_cuda_ex(const selscan_problem *p, con
 
 SELSCAN_DEF selscan_status selscan_forward_cuda(const selscan_problem *p, void *workspace, size_t bytes,
                                                 cudaStream_t stream) {
-    return selscan_forward_cuda_ex(p, NULL, workspace, bytes, stream);
+    return selscan__forward_cuda_tuned(p, NULL, workspace, bytes, stream, 0, 0);
 }
 
 SELSCAN_DEF selscan_status selscan_backward_cuda_ex(const selscan_problem *p, const selscan_grads *g,
                                                     const selscan_cuda_ext *x, void *workspace, size_t bytes,
                                                     cudaStream_t stream) {
-    selscan__prob q;
-    selscan__grd r;
-    bwd_plan bp;
-    kparams P;
-    selscan_status st;
-    cudaError_t *err = x ? x->cuda_error : NULL;
-    const bool have_ck = x && x->checkpoint_in;
-    char *ws = static_cast<char *>(workspace);
-    if ((st = selscan__validate_backward(p, g, &q, &r, NULL, 0, 0)) != SELSCAN_OK) return st;
-    if ((st = check_ext_cu(q, x)) != SELSCAN_OK) return st;
-    if (!plan_backward(q, r, have_ck, sm_count(), &bp)) return SELSCAN_ERR_UNSUPPORTED;
-    if ((st = selscan__check_ws(workspace, bytes, static_cast<int64_t>(bp.ws))) != SELSCAN_OK) return st;
-    if (have_ck && x->checkpoint_bytes < bp.ck_bytes) return SELSCAN_ERR_WORKSPACE;
-    {
-        const selscan__ten *outs[] = {&r.du, &r.ddelta, &r.dA, &r.dB, &r.dC, &r.dD, &r.dz, &r.dbias, &r.dh0};
-        selscan__ten ck = flat(have_ck ? x->checkpoint_in : NULL, static_cast<int64_t>(bp.ck_bytes));
-        selscan__ten cu = flat(q.cu ? x->cu_seqlens_device : NULL, (q.nseq + 1) * 8);
-        const selscan__ten *ins[] = {&q.u, &q.delta, &q.A, &q.B, &q.C, &q.D, &q.z, &q.bias, &q.h0, &r.dy, &r.dhlast, &ck, &cu};
-        if ((st = selscan__check_alias(outs, 9, ins, 13, NULL, 0, bp.ws ? workspace : NULL, static_cast<int64_t>(bp.ws))) != SELSCAN_OK)
-            return st;
-    }
-    fill_problem(P, q, x ? x->cu_seqlens_device : NULL);
-    P.dy = mk(r.dy); P.dhlast = mk(r.dhlast); P.du = mk(r.du); P.ddelta = mk(r.ddelta); P.dz = mk(r.dz);
-    P.dh0 = mk(r.dh0);
-    if (bp.fastTPC) { /* the fast path reads the 64-step checkpoint: the forward's, or written here */
-        P.ck = have_ck ? static_cast<float *>(SELSCAN__UNCONST(x->checkpoint_in)) : reinterpret_cast<float *>(ws + bp.off_ck16);
-        P.nck = bp.nck;
-        if (!have_ck) {
-            kparams F = P;
-            F.y.p = NULL;
-            F.hlast.p = NULL;
-            if ((st = run_fast_forward(q, F, bp.fp, ws + bp.off_fws, stream, err)) != SELSCAN_OK) return st;
-        }
-    } else { /* the state entering every kSub steps, into the workspace */
-        kparams F = P;
-        F.y.p = NULL;
-        F.hlast.p = NULL;
-        F.NT = bp.fp.NT; F.CH = bp.fp.CH; F.ncb = bp.fp.ncb; F.lchunk = bp.fp.lchunk; F.nlch = bp.fp.nlch;
-        const unsigned grid = static_cast<unsigned>(q.batch * q.G * bp.fp.ncb * bp.fp.nlch);
-        float *ck16 = reinterpret_cast<float *>(ws + bp.off_ck16);
-        if (have_ck) { /* run from the forward's 64-step checkpoint, writing every kSub steps */
-            F.Hin = static_cast<float *>(SELSCAN__UNCONST(x->checkpoint_in));
-            F.ck = ck16;
-            F.nck = bp.nck16;
-            F.ckmask = kSub - 1;
-            F.ckshift = 4;
-            if ((st = launch_fwd<false>(q.dt, bp.fp.NPT, F, grid, stream, err)) != SELSCAN_OK) return st;
-        } else { /* pass 1 with kSub-step chunks + carry */
-            F.ck = NULL;
-            F.S = reinterpret_cast<float *>(ws + bp.off_S);
-            F.P = reinterpret_cast<float *>(ws + bp.off_P);
-            F.Hin = ck16;
-            if ((st = launch_fwd<true>(q.dt, bp.fp.NPT, F, grid, stream, err)) != SELSCAN_OK) return st;
-            carry_kernel<<<nblocks(q.batch * q.dim * q.N, 256), 256, 0, stream>>>(F.S, F.P, F.Hin, q.batch * q.dim, bp.nck16, q.N);
-            SELSCAN__LAUNCHED();
-        }
-        P.ck = ck16;
-        P.nck = bp.nck16;
-    }
-    P.NT = bp.NT; P.CH = bp.CH; P.ncb = bp.ncb; P.nlch = bp.nlch; P.lchunk = bp.lchunk; P.cl = bp.fastCL;
-    if (bp.nlch > 1) { /* the state gradient entering each L chunk */
-        float *V = reinterpret_cast<float *>(ws + bp.off_V), *M = reinterpret_cast<float *>(ws + bp.off_M);
-        P.Hin = reinterpret_cast<float *>(ws + bp.off_Din);
-        const unsigned gl = bp.fastTPC ? static_cast<unsigned>(q.batch * q.G * bp.ncb * bp.nlch)
-                                       : nblocks(q.batch * q.dim * bp.NT * bp.nlch, kThreads);
-        if (bp.fastTPC) launch_bwd_fast_local_dt(q.dt, P, gl, V, M, stream);
-        else if (q.dt == SELSCAN_F32) bwd_local_kernel<float><<<gl, kThreads, 0, stream>>>(P, V, M);
-        else if (q.dt == SELSCAN_F16) bwd_local_kernel<__half><<<gl, kThreads, 0, stream>>>(P, V, M);
-        else bwd_local_kernel<__nv_bfloat16><<<gl, kThreads, 0, stream>>>(P, V, M);
-        SELSCAN__LAUNCHED();
-        launch_pdl(carry_rev_kernel, nblocks(q.batch * q.dim * q.N, 256), 256, 0, stream, static_cast<const float *>(V), static_cast<const float *>(M),
-                   P.Hin, q.batch * q.dim, bp.nlch, static_cast<int64_t>(q.N));
-        SELSCAN__LAUNCHED();
-    }
-    P.wdA = r.dA.data ? reinterpret_cast<float *>(ws + bp.off_dA) : NULL;
-    P.wdD = r.dD.data ? reinterpret_cast<float *>(ws + bp.off_dD) : NULL;
-    P.wdbias = r.dbias.data ? reinterpret_cast<float *>(ws + bp.off_dbias) : NULL;
-    P.wdBf = r.dB.data && q.fixB ? reinterpret_cast<float *>(ws + bp.off_dBf) : NULL;
-    P.wdCf = r.dC.data && q.fixC ? reinterpret_cast<float *>(ws + bp.off_dCf) : NULL;
-    P.wdB = r.dB.data && !q.fixB ? reinterpret_cast<float *>(ws + bp.off_dB) : NULL;
-    P.wdC = r.dC.data && !q.fixC ? reinterpret_cast<float *>(ws + bp.off_dC) : NULL;
-    if (bp.fastTPC) {
-        const unsigned grid = static_cast<unsigned>(q.batch * q.G * bp.ncb * bp.nlch);
-        P.scr = reinterpret_cast<float *>(ws + bp.off_scr);
-        if ((st = launch_bwd_fast_dt(q.dt, P, grid, stream, err)) != SELSCAN_OK) return st;
-    } else {
-        const bwd_layout l = bwd_smem(bp.NT, bp.CH);
-        const unsigned grid = static_cast<unsigned>(q.batch * q.G * bp.ncb * bp.nlch);
-        const int smem = static_cast<int>(l.total);
-        if (q.dt == SELSCAN_F32) {
-            if (smem > 48 * 1024) SELSCAN__CU(cudaFuncSetAttribute(bwd_kernel<float>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
-            bwd_kernel<float><<<grid, kThreads, smem, stream>>>(P);
-        } else {
-            if (smem > 48 * 1024) SELSCAN__CU(cudaFuncSetAttribute(bwd_kernel<h16>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
-            bwd_kernel<h16><<<grid, kThreads, smem, stream>>>(P);
-        }
-        SELSCAN__LAUNCHED();
-    }
-    const int64_t rows = q.batch * q.dim; /* batch is 1 with packed sequences */
-    { /* the row sums, one launch (a job per output) */
-        rowsum_jobs J;
-        int nj = 0;
-        int64_t inner = 1;
-        auto job = [&](const float *w, int64_t in, const selscan__ten &t) {
-            J.j[nj].w = w; J.j[nj].inner = in; J.j[nj].out = mk(t);
-            nj++;
-            inner = in > inner ? in : inner;
-        };
-        if (r.dA.data) job(P.wdA, q.N, r.dA);
-        if (r.dD.data) job(P.wdD, 1, r.dD);
-        if (r.dbias.data) job(P.wdbias, 1, r.dbias);
-        if (P.wdBf) job(P.wdBf, q.N, r.dB);
-        if (P.wdCf) job(P.wdCf, q.N, r.dC);
-        if (nj) {
-            launch_pdl(reduce_rows_kernel, dim3(nblocks(q.dim * inner, kRedX), nj), kRedX * kRedY, 0, stream, J, q.batch * bp.nlch, static_cast<int64_t>(q.dim));
-            SELSCAN__LAUNCHED();
-        }
-    }
-    if (P.wdB || P.wdC) { /* dB and dC over the channel blocks, one launch */
-        const int ny = (P.wdB ? 1 : 0) + (P.wdC ? 1 : 0);
-        const float *w0 = P.wdB ? P.wdB : P.wdC, *w1 = P.wdC;
-        const ct o0 = mk(P.wdB ? r.dB : r.dC), o1 = mk(r.dC);
-        const dim3 gr(nblocks(q.batch * q.G * q.N * q.L, 256), ny);
-        if (q.dt == SELSCAN_F32) launch_pdl(reduce_bc_kernel<float>, gr, 256, 0, stream, w0, w1, bp.ncb, q.batch, q.G, q.N, q.L, o0, o1);
-        else if (q.dt == SELSCAN_F16) launch_pdl(reduce_bc_kernel<__half>, gr, 256, 0, stream, w0, w1, bp.ncb, q.batch, q.G, q.N, q.L, o0, o1);
-        else launch_pdl(reduce_bc_kernel<__nv_bfloat16>, gr, 256, 0, stream, w0, w1, bp.ncb, q.batch, q.G, q.N, q.L, o0, o1);
-        SELSCAN__LAUNCHED();
-    }
-    if (q.cu && r.dh0.data) {
-        bool empty = false;
-        for (int64_t s = 0; s < q.nseq; s++) empty = empty || q.cu[s] == q.cu[s + 1];
-        if (empty) {
-            empty_seq_kernel<<<nblocks(q.nseq * q.dim * q.N, 256), 256, 0, stream>>>(P.cu, q.nseq, q.dim, q.N, P.dhlast, P.dh0);
-            SELSCAN__LAUNCHED();
-        }
-    }
-    (void)rows;
-    return SELSCAN_OK;
+    return selscan_cuda_detail::backward(p, g, x, workspace, bytes, stream);
 }
 
 SELSCAN_DEF selscan_status selscan_backward_cuda(const selscan_problem *p, const selscan_grads *g, void *workspace,
                                                  size_t bytes, cudaStream_t stream) {
-    return selscan_backward_cuda_ex(p, g, NULL, workspace, bytes, stream);
+    return selscan_cuda_detail::backward(p, g, NULL, workspace, bytes, stream);
 }
 
 SELSCAN_DEF selscan_status selscan_step_cuda_ex(const selscan_step_problem *s, const selscan_cuda_ext *x,
                                                 cudaStream_t stream) {
-    cudaError_t *err = x ? x->cuda_error : NULL;
-    selscan__stp q;
-    kparams P;
-    selscan_status st = selscan__validate_step_ex(s, &q, 0);
-    if (st != SELSCAN_OK) return st;
-    memset(&P, 0, sizeof P);
-    P.batch = q.batch; P.dim = q.dim; P.N = q.N; P.G = q.G; P.dpg = q.dpg; P.ncache = q.ncache;
-    P.softplus = q.softplus; P.fixB = q.fixB; P.fixC = q.fixC; P.idx = q.idx;
-    P.bf16 = q.dt == SELSCAN_BF16;
-    P.u = mk(q.u); P.delta = mk(q.delta); P.A = mk(q.A); P.B = mk(q.B); P.C = mk(q.C); P.D = mk(q.D);
-    P.z = mk(q.z); P.bias = mk(q.bias); P.h0 = mk(q.state); P.y = mk(q.y);
-    /* float4 state rows: step_fast_kernel with 8 or 4 states a thread; else one state a thread */
-    const bool vec = q.N % 4 == 0 && q.N <= 128 && q.state.s[2] == 1 && q.state.s[1] % 4 == 0 && q.state.s[0] % 4 == 0 &&
-                     reinterpret_cast<uintptr_t>(q.state.data) % 16 == 0;
-    const int spt = q.N % 8 == 0 ? 8 : 4; /* 16 (one thread a channel at N = 16) measured slower */
-    const bool avec = q.A.s[1] == 1 && q.A.s[0] % 4 == 0 && reinterpret_cast<uintptr_t>(q.A.data) % 16 == 0;
-    P.NT = vec ? pow2ceil(q.N / spt) : q.N >= 32 ? 32 : pow2ceil(q.N);
-    const int64_t cpb = kThreads / P.NT, grid = q.batch * cdiv(q.dim, cpb);
-    if (grid > 0x7fffffff) return SELSCAN_ERR_UNSUPPORTED;
-    const unsigned gr = static_cast<unsigned>(grid);
-    if (vec && spt == 8) {
-        if (q.dt == SELSCAN_F32) step_fast_kernel<float, 8><<<gr, kThreads, 0, stream>>>(P, avec);
-        else if (q.dt == SELSCAN_F16) step_fast_kernel<__half, 8><<<gr, kThreads, 0, stream>>>(P, avec);
-        else step_fast_kernel<__nv_bfloat16, 8><<<gr, kThreads, 0, stream>>>(P, avec);
-    } else if (vec) {
-        if (q.dt == SELSCAN_F32) step_fast_kernel<float, 4><<<gr, kThreads, 0, stream>>>(P, avec);
-        else if (q.dt == SELSCAN_F16) step_fast_kernel<__half, 4><<<gr, kThreads, 0, stream>>>(P, avec);
-        else step_fast_kernel<__nv_bfloat16, 4><<<gr, kThreads, 0, stream>>>(P, avec);
-    } else {
-        if (q.dt == SELSCAN_F32) step_kernel<float><<<gr, kThreads, 0, stream>>>(P);
-        else if (q.dt == SELSCAN_F16) step_kernel<__half><<<gr, kThreads, 0, stream>>>(P);
-        else step_kernel<__nv_bfloat16><<<gr, kThreads, 0, stream>>>(P);
-    }
-    SELSCAN__LAUNCHED();
-    return SELSCAN_OK;
+    return selscan_cuda_detail::step(s, x, stream);
 }
 
 SELSCAN_DEF selscan_status selscan_step_cuda(const selscan_step_problem *s, cudaStream_t stream) {
-    return selscan_step_cuda_ex(s, NULL, stream);
+    return selscan_cuda_detail::step(s, NULL, stream);
 }
 
 } /* extern "C" */
 
-#undef SELSCAN__CU
-#undef SELSCAN__LAUNCHED
 #endif /* SELSCAN__CUDA_IMPLEMENTED */
 #endif /* SELSCAN_CUDA_IMPLEMENTATION */

@@ -9,9 +9,13 @@
  * Times are medians of many calls timed with CUDA events, rotating over several input sets
  * when one set would fit in L2. The backward is timed with the forward's checkpoint (the way a
  * framework op runs it) and, in a second column, without (it then recomputes the checkpoint).
- * mamba: state-spaces/mamba selective_scan_cuda on an H200 (../shared/peers/h200-mamba-ssm.json).
+ * mamba: state-spaces/mamba selective_scan_cuda on an H200 (the peers' measured figures, h200-mamba-ssm.json).
  *
- * Usage: bench_cuda [case-name-substring | step] [f32|bf16] ("step": only the decode step's table)
+ * Usage: bench_cuda [--graphs] [case-name-substring | step | prefill] [f32|bf16] ("step": only the decode
+ * step's table). --graphs: the decode step and the short-prefill forward timed under CUDA graph replay
+ * (kernel time as a serving loop sees it; see bench_step_graphs), with the copy floors of the same run;
+ * SELSCAN_BENCH_STEP_SWEEP=1 adds every step kernel shape (states a thread, rows a block) to that table,
+ * SELSCAN_BENCH_STEP_BATCH=n keeps its shapes of batch n only.
  * Environment: SELSCAN_BENCH_FWD_ONLY=1 (forward only), SELSCAN_BENCH_LAYOUT=bld (channels-last
  * tensors: the fast kernels' any-stride instantiations when built with SELSCAN_CUDA_CHANNELS_LAST=1
  * as the Makefile does, else the general kernels), SELSCAN_BENCH_NPT / SELSCAN_BENCH_NLCH (force the
@@ -19,6 +23,7 @@
  */
 #define SELSCAN_IMPLEMENTATION
 #define SELSCAN_CUDA_IMPLEMENTATION
+#define SELSCAN__STEP_SWEEP /* the step launcher's every (S, R) and its earlier kernel, for the --graphs table */
 #include "selscan_cuda.cuh"
 
 #include <cuda_runtime.h>
@@ -156,14 +161,227 @@ static void bench_step(cudaStream_t stream, cudaEvent_t e0, cudaEvent_t e1, doub
     }
 }
 
+/* ------------------------------------------------------------------------------------------------
+   --graphs: kernel time as a serving loop sees it. Each figure: NG calls captured in one CUDA
+   graph, one replay timed with CUDA events, median of 11 replays (after one warm-up replay); L2
+   flushed (a 256 MB memset, not timed) before every replay.
+   Step: the NG calls update NG distinct states (a model's layers), inputs shared; floor = the
+   state read + written once at the copy bandwidth measured at the start; "copy" = NG device-to-device
+   copies of one state each in a graph, "rmw" = NG launches of a kernel that reads and writes each
+   state once in place (float4), both timed the same way: the achievable floors at that size. */
+static const int NG = 20;
+__global__ void rmw_kernel(float4 *p, int64_t n4) {
+    const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+    if (i < n4) {
+        float4 v = p[i];
+        v.x *= 0.999f; v.y *= 0.999f; v.z *= 0.999f; v.w *= 0.999f;
+        p[i] = v;
+    }
+}
+struct GraphTimer {
+    cudaStream_t stream;
+    cudaEvent_t e0, e1;
+    void *flush;
+    size_t flush_bytes;
+    /* capture fn() (which enqueues NG calls on stream), time replays; us per call */
+    template <typename F> float time(F fn, int reps = 11) {
+        cudaGraph_t g;
+        cudaGraphExec_t ge;
+        CU(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+        fn();
+        CU(cudaStreamEndCapture(stream, &g));
+        CU(cudaGraphInstantiate(&ge, g, 0));
+        std::vector<float> t;
+        for (int r = 0; r < reps + 1; r++) {
+            CU(cudaMemsetAsync(flush, r & 0xff, flush_bytes, stream));
+            CU(cudaEventRecord(e0, stream));
+            CU(cudaGraphLaunch(ge, stream));
+            CU(cudaEventRecord(e1, stream));
+            CU(cudaEventSynchronize(e1));
+            float ms;
+            CU(cudaEventElapsedTime(&ms, e0, e1));
+            if (r > 0) t.push_back(ms * 1e3f / NG);
+        }
+        CU(cudaGraphExecDestroy(ge));
+        CU(cudaGraphDestroy(g));
+        return median(t);
+    }
+};
+
+static void bench_step_graphs(GraphTimer &gt, double bw, const char *only_dt, bool sweep) {
+    static const int64_t shapes[][3] = {{1, 5120, 16}, {16, 5120, 16}, {64, 5120, 16}, {256, 5120, 16}, {64, 2048, 16}};
+    /* mamba_ssm's selective_state_update (Triton) under graphs: the issue's table (h200-mamba-step.json, whose method names no L2 flush) */
+    static const double peer[5][2] = {{2.22, 1.95}, {4.52, 4.91}, {12.72, 13.8}, {53.73, 51.33}, {6.29, 6.5}};
+    printf("\nstep under CUDA graphs (%d calls a graph, %d distinct f32 states, L2 flushed before each replay; softplus, D, z,\n"
+           "delta_bias, variable B / C): us a call, median of 11 replays. before: the earlier kernel (step_fast_kernel);\n"
+           "now: the launcher's choice, with programmatic dependent launch (pdl) and without; floor: state read + written at %.0f GB/s\n",
+           NG, NG, bw / 1e9);
+    printf("%-14s %-5s | %8s %8s %8s | %8s %8s %8s | %7s %7s | %8s\n", "batch,dim,N", "dtype", "before", "now", "now-pdl", "copy",
+           "rmw", "floor", "x floor", "x rmw", "json-mb");
+    int si = 0;
+    const int64_t only_batch = getenv("SELSCAN_BENCH_STEP_BATCH") ? atoll(getenv("SELSCAN_BENCH_STEP_BATCH")) : 0;
+    for (const auto &sh : shapes) {
+        for (int di = 0; di < 2; di++) {
+            if (only_dt && strcmp(only_dt, di ? "bf16" : "f32") != 0) continue;
+            if (only_batch && sh[0] != only_batch) continue;
+            const int64_t B = sh[0], Dm = sh[1], N = sh[2], BD = B * Dm, DN = Dm * N, BN = B * N;
+            const size_t es = di ? 2 : 4, sbytes = static_cast<size_t>(BD * N) * 4;
+            std::vector<void *> st(NG);
+            for (int k = 0; k < NG; k++) { st[k] = dalloc(sbytes); dfill(st[k], BD * N, false, -1, 1, 200 + k); }
+            void *x = dalloc(BD * es), *dtv = dalloc(BD * es), *z = dalloc(BD * es), *y = dalloc(BD * es);
+            void *Bm = dalloc(BN * es), *Cm = dalloc(BN * es), *A = dalloc(DN * 4), *D = dalloc(Dm * 4), *bias = dalloc(Dm * 4);
+            dfill(x, BD, di, -1, 1, 1); dfill(dtv, BD, di, -3, 1, 2); dfill(z, BD, di, -2, 2, 3);
+            dfill(Bm, BN, di, -1, 1, 4); dfill(Cm, BN, di, -1, 1, 5); dfill(A, DN, false, -4, -0.5f, 6);
+            dfill(D, Dm, false, -1, 1, 7); dfill(bias, Dm, false, -0.5f, 0.5f, 8);
+            selscan_step_problem s;
+            memset(&s, 0, sizeof s);
+            s.batch = B; s.dim = Dm; s.dstate = N; s.dtype = di ? SELSCAN_BF16 : SELSCAN_F32; s.flags = SELSCAN_DELTA_SOFTPLUS;
+            s.u.data = x; s.delta.data = dtv; s.z.data = z; s.y.data = y; s.B.data = Bm; s.C.data = Cm;
+            s.A.data = A; s.D.data = D; s.delta_bias.data = bias;
+            auto step = [&](int S, int R, int pdl) {
+                return gt.time([&] {
+                    for (int i = 0; i < NG; i++) {
+                        s.state.data = st[i];
+                        OK(selscan__step_cuda_tuned(&s, NULL, gt.stream, S, R, pdl));
+                    }
+                });
+            };
+            const float before = step(-1, 0, 0), now = step(0, 0, -1), nowp = step(0, 0, 0);
+            const float copy = gt.time([&] {
+                for (int i = 0; i < NG; i++) CU(cudaMemcpyAsync(st[(i + 1) % NG], st[i], sbytes, cudaMemcpyDeviceToDevice, gt.stream));
+            });
+            const int64_t n4 = BD * N / 4;
+            const float rmw = gt.time([&] {
+                for (int i = 0; i < NG; i++) {
+                    rmw_kernel<<<static_cast<unsigned>((n4 + 255) / 256), 256, 0, gt.stream>>>(static_cast<float4 *>(st[i]), n4);
+                    CU(cudaGetLastError());
+                }
+            });
+            const double floor_us = 2.0 * sbytes / bw * 1e6;
+            char name[64];
+            snprintf(name, sizeof name, "%lld,%lld,%lld", (long long)B, (long long)Dm, (long long)N);
+            printf("%-14s %-5s | %8.2f %8.2f %8.2f | %8.2f %8.2f %8.2f | %7.2f %7.2f | %8.2f\n", name, di ? "bf16" : "f32", before, now,
+                   nowp, copy, rmw, floor_us, now / floor_us, now / rmw, peer[si][di]);
+            fflush(stdout);
+            if (sweep) { /* (S, R, fast form: 1 allowed / -1 never, register bound, loop kernel: 0 auto, 1 forced, -1 never) */
+                static const int vs[][5] = {{8, 1, 1, 0, 1}, {8, 1, 1, 0, -1}, {8, 1, -1, 0, 0}};
+                printf("   sweep S,R,fast,minblocks,loop pdl/no-pdl:");
+                for (const auto &v : vs) {
+                    auto f = [&](int pdl) {
+                        return gt.time([&] {
+                            for (int i = 0; i < NG; i++) {
+                                s.state.data = st[i];
+                                OK(selscan__step_cuda_tuned(&s, NULL, gt.stream, v[0], v[1], pdl, v[2], v[3], v[4]));
+                            }
+                        });
+                    };
+                    printf(" %d,%d,%d,%d,%d %.2f/%.2f", v[0], v[1], v[2], v[3], v[4], f(-1), f(0));
+                }
+                printf("\n");
+                fflush(stdout);
+            }
+            for (void *q : st) cudaFree(q);
+            void *fr[] = {x, dtv, z, y, Bm, Cm, A, D, bias};
+            for (void *q : fr) cudaFree(q);
+        }
+        si++;
+    }
+}
+
+/* Short prefill forward under graphs: batch 1 (and lm-prefill), z, D, delta_bias, softplus, h_last
+   written (what a decode loop needs next), no checkpoint; inputs rotate over sets as in the
+   eager table. Also the eager figure of the same call for reference (20 queued calls between
+   two events, median of 9). */
+static void bench_prefill_graphs(GraphTimer &gt, double bw, double ex2rate, const char *only_dt) {
+    struct P { int64_t dim, L; double mamba[2]; };
+    static const P cases[] = {{1536, 1024, {0.0585, 0.0378}}, {2048, 128, {0, 0}}, {2048, 512, {0, 0}}, {2048, 2048, {0, 0}},
+                              {5120, 128, {0, 0}}, {5120, 512, {0, 0}}, {5120, 2048, {0, 0}}};
+    printf("\nshort prefill forward, batch 1, N 16, z, D, delta_bias, h_last (no checkpoint): us a call; graphs: %d calls a graph,\n"
+           "median of 11 replays (L2 flushed before each); eager: %d queued calls, median of 9; mamba: eager, same-process\n"
+           "side-by-side figure of h200-mamba-ssm.json (lm-prefill only)\n", NG, NG);
+    printf("%-12s %-5s | %9s %9s | %9s %7s | %9s\n", "dim,L", "dtype", "graphs", "eager", "floor", "x floor", "mamba");
+    for (const P &c : cases) {
+        for (int di = 0; di < 2; di++) {
+            if (only_dt && strcmp(only_dt, di ? "bf16" : "f32") != 0) continue;
+            const int64_t Bt = 1, Dm = c.dim, L = c.L, N = 16, BDL = Bt * Dm * L, BNL = Bt * N * L, DN = Dm * N;
+            const size_t es = di ? 2 : 4, set_bytes = 5 * BDL * es + 2 * BNL * es;
+            const int nsets = std::max<int>(2, std::min<int>(NG, static_cast<int>(200e6 / set_bytes) + 1));
+            struct Set { void *u, *delta, *z, *B, *C, *y, *h; };
+            std::vector<Set> sets(nsets);
+            for (int k = 0; k < nsets; k++) {
+                Set &S = sets[k];
+                S.u = dalloc(BDL * es); dfill(S.u, BDL, di, -1, 1, 11 + k);
+                S.delta = dalloc(BDL * es); dfill(S.delta, BDL, di, -3, 1, 22 + k);
+                S.z = dalloc(BDL * es); dfill(S.z, BDL, di, -2, 2, 33 + k);
+                S.B = dalloc(BNL * es); dfill(S.B, BNL, di, -1, 1, 44 + k);
+                S.C = dalloc(BNL * es); dfill(S.C, BNL, di, -1, 1, 55 + k);
+                S.y = dalloc(BDL * es);
+                S.h = dalloc(Bt * DN * 4);
+            }
+            void *A = dalloc(DN * 4), *D = dalloc(Dm * 4), *bias = dalloc(Dm * 4);
+            dfill(A, DN, false, -4, -0.5f, 66); dfill(D, Dm, false, -1, 1, 77); dfill(bias, Dm, false, -0.5f, 0.5f, 88);
+            selscan_problem p;
+            memset(&p, 0, sizeof p);
+            p.batch = Bt; p.dim = Dm; p.seqlen = L; p.dstate = N; p.dtype = di ? SELSCAN_BF16 : SELSCAN_F32;
+            p.flags = SELSCAN_DELTA_SOFTPLUS;
+            p.A.data = A; p.D.data = D; p.delta_bias.data = bias;
+            auto use = [&](int k) {
+                const Set &S = sets[k % nsets];
+                p.u.data = S.u; p.delta.data = S.delta; p.z.data = S.z; p.B.data = S.B; p.C.data = S.C; p.y.data = S.y; p.h_last.data = S.h;
+            };
+            use(0);
+            size_t wsb = 0;
+            OK(selscan_workspace_size_cuda(&p, NULL, &wsb));
+            void *ws = wsb ? dalloc(wsb) : NULL;
+            const float g = gt.time([&] {
+                for (int i = 0; i < NG; i++) {
+                    use(i);
+                    OK(selscan_forward_cuda(&p, ws, wsb, gt.stream));
+                }
+            });
+            std::vector<float> t;
+            for (int r = 0; r < 11; r++) {
+                CU(cudaEventRecord(gt.e0, gt.stream));
+                for (int i = 0; i < NG; i++) {
+                    use(i);
+                    OK(selscan_forward_cuda(&p, ws, wsb, gt.stream));
+                }
+                CU(cudaEventRecord(gt.e1, gt.stream));
+                CU(cudaEventSynchronize(gt.e1));
+                float ms;
+                CU(cudaEventElapsedTime(&ms, gt.e0, gt.e1));
+                if (r >= 2) t.push_back(ms * 1e3f / NG);
+            }
+            const float eager = median(t);
+            const double fbytes = 4.0 * BDL * es + 2.0 * BNL * es, exps = static_cast<double>(BDL) * N;
+            const double floor_us = std::max(fbytes / bw, exps / ex2rate) * 1e6;
+            char name[64];
+            snprintf(name, sizeof name, "%lld,%lld", (long long)Dm, (long long)L);
+            char mb[32] = "-";
+            if (c.mamba[di] > 0) snprintf(mb, sizeof mb, "%.1f", c.mamba[di] * 1e3);
+            printf("%-12s %-5s | %9.2f %9.2f | %9.2f %7.2f | %9s\n", name, di ? "bf16" : "f32", g, eager, floor_us, g / floor_us, mb);
+            fflush(stdout);
+            for (Set &S : sets) { void *fr[] = {S.u, S.delta, S.z, S.B, S.C, S.y, S.h}; for (void *q : fr) cudaFree(q); }
+            void *fr[] = {A, D, bias, ws};
+            for (void *q : fr) if (q) cudaFree(q);
+        }
+    }
+}
+
 int main(int argc, char **argv) {
     int ndev = 0;
     if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev == 0) {
         printf("bench_cuda: skipped: no GPU\n");
         return 0;
     }
-    const char *only = argc > 1 ? argv[1] : NULL;
-    const char *only_dt = argc > 2 ? argv[2] : NULL;
+    bool graphs = false; /* --graphs (anywhere): the CUDA-graph tables (step, short prefill) instead */
+    std::vector<const char *> pos;
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--graphs") == 0) graphs = true;
+        else pos.push_back(argv[i]);
+    }
+    const char *only = pos.size() > 0 ? pos[0] : NULL;
+    const char *only_dt = pos.size() > 1 ? pos[1] : NULL;
     /* tuning: SELSCAN_BENCH_NPT (-1: the general forward kernel instead of the fast one) and
        SELSCAN_BENCH_NLCH (the general kernel's L chunks) force the forward's plan;
        SELSCAN_BENCH_FWD_ONLY=1 times the forward only */
@@ -220,6 +438,17 @@ int main(int argc, char **argv) {
     }
     printf("selscan CUDA benchmark on %s (%d SMs): D2D copy %.0f GB/s (read + write), ex2.approx %.3g /s\n", prop.name,
            prop.multiProcessorCount, bw / 1e9, ex2rate);
+    if (graphs) {
+        GraphTimer gt;
+        gt.stream = stream; gt.e0 = e0; gt.e1 = e1;
+        gt.flush_bytes = 256u << 20;
+        gt.flush = dalloc(gt.flush_bytes);
+        const bool sweep = getenv("SELSCAN_BENCH_STEP_SWEEP") && atoi(getenv("SELSCAN_BENCH_STEP_SWEEP"));
+        if (!only || strstr("step", only)) bench_step_graphs(gt, bw, only_dt, sweep);
+        if (!only || strstr("prefill", only)) bench_prefill_graphs(gt, bw, ex2rate, only_dt);
+        cudaFree(gt.flush);
+        return 0;
+    }
     printf("%-11s %-5s %4s | %9s %9s %7s %6s %9s %6s | %9s %9s %9s %6s %9s %6s\n", "case", "dtype", "", "fwd ms", "floor ms",
            "GB/s", "x flr", "mamba ms", "vs mb", "bwd ms", "nock ms", "floor ms", "x flr", "mamba ms", "vs mb");
 

@@ -31,9 +31,9 @@ static double now_ms(void) {
     return ts.tv_sec * 1e3 + ts.tv_nsec * 1e-6;
 }
 
-static void *alloc(size_t bytes) { /* aligned to SELSCAN_WORKSPACE_ALIGN, never NULL for 0 */
-    void *p = NULL;
-    if (posix_memalign(&p, SELSCAN_WORKSPACE_ALIGN, bytes ? bytes : 1) != 0) { fprintf(stderr, "out of memory\n"); exit(1); }
+static void *alloc(size_t bytes) { /* plain malloc (the workspace needs no alignment), never NULL for 0 */
+    void *p = malloc(bytes ? bytes : 1);
+    if (!p) { fprintf(stderr, "out of memory\n"); exit(1); }
     return p;
 }
 

@@ -1,9 +1,13 @@
 #!/usr/bin/env bash
 # tests/build_checks.sh: selscan.h builds warnings-clean everywhere it claims to.
 #   C99 / C11 with gcc and clang, C++11 / C++17 with g++ and clang++ (-Wall -Wextra -pedantic
-#   -Werror; -O0, -O2, -O3 -march=native), SELSCAN_NO_SIMD, SELSCAN_STATIC; two translation units
+#   -Werror; -O0, -O2, -O3 -march=native), SELSCAN_NO_SIMD, SELSCAN_STATIC, a renamed copy of the
+#   header compiled with -x c (SELSCAN_HEADER_FILE); two translation units
 #   plus a SELSCAN_STATIC copy linked into one program that runs (and the same with a C++ caller);
-#   a CUDA translation unit with SELSCAN_IMPLEMENTATION through nvcc when it exists.
+#   README.md's C snippet (between <!-- snippet:c:begin --> and <!-- snippet:c:end -->), extracted
+#   unchanged, built as C99 and as C++17 by every compiler and run (malloc'ed buffers); a C++17
+#   program assigning const float * inputs without casts (tests/buildcheck/const_inputs.cpp), run;
+#   a CUDA translation unit with SELSCAN_IMPLEMENTATION through nvcc when it exists (NVCC=none: skipped).
 #   An absent compiler is skipped (not counted). Compiles run in parallel (BUILD_JOBS, default nproc).
 # Environment: CC, CXX, NVCC, BUILD (output folder, default build). Last line: "N passed, N failed".
 cd "$(dirname "$0")/.." || exit 2
@@ -16,6 +20,8 @@ WARN="-Wall -Wextra -pedantic -Werror"
 SRC=tests/buildcheck
 rm -rf "$OUT"
 mkdir -p "$OUT"
+# README.md's C snippet, exactly as written there (the lines between the markers, minus the fence)
+sed -n '/<!-- snippet:c:begin -->/,/<!-- snippet:c:end -->/p' README.md | sed '1d;$d' | sed '1{/^```/d};${/^```/d}' >"$OUT/readme_snippet.c"
 n=0
 names=()
 
@@ -58,11 +64,26 @@ for c in "${ccs[@]}"; do
     start "$c -std=c11 -O0 user TU + main" sh -c "$c -std=c11 $WARN -O0 -c $SRC/user.c -o $OUT/$t.user.o && $c -std=c11 $WARN -O0 -DWITH_CPP -c $SRC/main.c -o $OUT/$t.main.o"
     start "$c -std=c99 -O0 SELSCAN_STATIC TU" $c -std=c99 $WARN -O0 -c $SRC/static_tu.c -o "$OUT/$t.static.o"
 done
+for c in "${ccs[@]}"; do
+    t=$(basename "$c")
+    start "$c -std=c99 README snippet, run" sh -c \
+        "test -s $OUT/readme_snippet.c && $c -std=c99 $WARN -O1 -I. $OUT/readme_snippet.c -o $OUT/$t.snippet -lm && $OUT/$t.snippet"
+done
+for c in "${cxxs[@]}"; do
+    t=$(basename "$c")
+    start "$c -std=c++17 README snippet, run" sh -c \
+        "test -s $OUT/readme_snippet.c && $c -std=c++17 $WARN -O1 -I. -x c++ $OUT/readme_snippet.c -o $OUT/$t.snippet && $OUT/$t.snippet"
+    start "$c -std=c++17 const float * inputs without casts, run" sh -c \
+        "$c -std=c++17 $WARN -O1 $SRC/const_inputs.cpp -o $OUT/$t.const_inputs && $OUT/$t.const_inputs"
+done
 if [ ${#ccs[@]} -gt 0 ]; then
     c=${ccs[0]}
     start "$c -std=c99 -O3 -march=native" $c -std=c99 $WARN -O3 -march=native -c $SRC/impl.c -o "$OUT/native.o"
     c=${ccs[${#ccs[@]}-1]}
     start "$c -std=c11 -O0 SELSCAN_NO_SIMD" $c -std=c11 $WARN -O0 -DSELSCAN_NO_SIMD -c $SRC/impl.c -o "$OUT/nosimd.o"
+    # the implementation includes itself per instruction set: a renamed copy through SELSCAN_HEADER_FILE
+    start "$c -x c on a renamed copy of selscan.h elsewhere (SELSCAN_HEADER_FILE)" sh -c \
+        "mkdir -p $OUT/renamed && cp selscan.h $OUT/renamed/my_selscan.h && $c -std=c99 $WARN -O1 -x c -DSELSCAN_IMPLEMENTATION '-DSELSCAN_HEADER_FILE=\"my_selscan.h\"' -c $OUT/renamed/my_selscan.h -o $OUT/renamed.o && nm $OUT/renamed.o | grep -q 'selscan__[a-z0-9_]*_port\$'"
 fi
 for c in "${cxxs[@]}"; do
     t=$(basename "$c")
@@ -70,13 +91,15 @@ for c in "${cxxs[@]}"; do
     start "$c -std=c++11 user TUs (C and C++ callers)" sh -c "$c -std=c++11 $WARN -O0 -x c++ -c $SRC/user.c -o $OUT/$t.user.o && $c -std=c++11 $WARN -O0 -c $SRC/user_cpp.cpp -o $OUT/$t.cpp.o"
     start "$c -std=c++17 -O2 SELSCAN_STATIC + SELSCAN_NO_SIMD implementation TU" $c -std=c++17 $WARN -O2 -DSELSCAN_NO_SIMD -x c++ -c $SRC/static_tu.c -o "$OUT/$t.static.o"
 done
-if have "$NVCC"; then
+if [ "$NVCC" != none ] && have "$NVCC"; then
     start "$NVCC -arch=sm_90 -std=c++17 compiles a .cu TU with SELSCAN_IMPLEMENTATION" \
         $NVCC -arch=sm_90 -std=c++17 -O2 -c $SRC/cuda_tu.cu -o "$OUT/cuda_tu.o"
     start "$NVCC the same TU warnings-clean (-Werror all-warnings, host -Wall -Wextra -Werror)" \
         $NVCC -arch=sm_90 -std=c++17 -O0 -Werror all-warnings -Xcompiler -Wall,-Wextra,-Werror -c $SRC/cuda_tu.cu -o "$OUT/cuda_tu_w.o"
     start "$NVCC SELSCAN_VALIDATION_ONLY TU warnings-clean, linked with a C implementation TU (no duplicate symbols)" \
         sh -c "$NVCC -arch=sm_90 -std=c++17 -O0 -Werror all-warnings -Xcompiler -Wall,-Wextra,-Werror -Xptxas -O1 -c $SRC/cuda_vo.cu -o $OUT/cuda_vo.o && ${ccs[0]:-cc} -std=c99 -O0 -c $SRC/impl.c -o $OUT/impl_vo.o && ld -r $OUT/cuda_vo.o $OUT/impl_vo.o -o $OUT/cuda_vo_link.o"
+    start "$NVCC a user's .cu with its own cdiv, mk, ld, st, flat, fill_problem, kparams, ... around the implementation (warnings-clean)" \
+        $NVCC -arch=sm_90 -std=c++17 -O0 -Werror all-warnings -Xcompiler -Wall,-Wextra,-Werror -Xptxas -O1 -c $SRC/cuda_user_names.cu -o "$OUT/cuda_user_names.o"
 else
     skip "nvcc (not found)"
 fi

@@ -80,6 +80,38 @@ int main(void) {
         p.dtype = SELSCAN_BF16;
         p.u.data = (const char *)u + 1;
         CHECK(selscan_validate(&p) == SELSCAN_ERR_STRIDE, "misaligned bf16 u accepted");
+        /* the error names the operand and the rule (selscan_diag) */
+        {
+            selscan_diag dg = {NULL, NULL};
+            p.diag = &dg;
+            CHECK(selscan_validate(&p) == SELSCAN_ERR_STRIDE && dg.operand && !strcmp(dg.operand, "u") && dg.rule &&
+                      !strcmp(dg.rule, "misaligned"), "misaligned u: diag %s / %s", dg.operand ? dg.operand : "(null)",
+                  dg.rule ? dg.rule : "(null)");
+            p.diag = NULL;
+        }
+    }
+    /* a workspace size that overflows names the workspace; a misaligned *workspace* pointer is
+       accepted (the size query's answer has the alignment slack), unlike misaligned tensors */
+    {
+        selscan_diag dg = {NULL, NULL};
+        static unsigned char ws[1 << 16] __attribute__((aligned(64)));
+        huge_problem(&p, 4, (int64_t)1 << 55); /* passes the element-count check; its workspace does not fit */
+        p.diag = &dg;
+        st = selscan_workspace_size(&p, NULL, &bytes);
+        CHECK(st == SELSCAN_ERR_SHAPE && dg.operand && !strcmp(dg.operand, "workspace") && dg.rule &&
+                  !strcmp(dg.rule, "size overflows"), "workspace size overflow: status %d diag %s / %s", (int)st,
+              dg.operand ? dg.operand : "(null)", dg.rule ? dg.rule : "(null)");
+        dg.operand = dg.rule = NULL;
+        st = selscan_forward_cpu(&p, ws, sizeof ws);
+        CHECK(st == SELSCAN_ERR_SHAPE && dg.operand && !strcmp(dg.operand, "workspace"), "forward N=2^58: status %d diag %s",
+              (int)st, dg.operand ? dg.operand : "(null)");
+        huge_problem(&p, 4, 4);
+        st = selscan_workspace_size(&p, NULL, &bytes);
+        CHECK(st == SELSCAN_OK && bytes + 1 <= sizeof ws, "small problem: status %d bytes %zu", (int)st, bytes);
+        st = selscan_forward_cpu(&p, ws + 1, bytes);
+        CHECK(st == SELSCAN_OK, "a misaligned workspace pointer with the reported size refused: status %d", (int)st);
+        st = selscan_forward_ref(&p, ws + 3, bytes);
+        CHECK(st == SELSCAN_OK, "forward_ref: a misaligned workspace pointer refused: status %d", (int)st);
     }
     /* errno: the reference's expf overflow keeps the caller's errno */
     {

@@ -139,8 +139,8 @@ static void RunCase(Sizes s, bool bld, selscan_dtype dt, bool all_options, bool 
     p.z = SeqTensor(all_options ? P(z) : nullptr, s, bld);
     p.delta_bias = VecTensor(all_options ? P(bias) : nullptr);
     p.h0 = StateTensor(all_options ? P(h0) : nullptr, s);
-    p.y = SeqTensor(P(y), s, bld);
-    p.h_last = StateTensor(all_options ? P(hl) : nullptr, s);
+    p.y = SeqOut(P(y), s, bld);
+    p.h_last = StateOut(all_options ? P(hl) : nullptr, s);
     return p;
   };
 
@@ -190,23 +190,23 @@ static void RunCase(Sizes s, bool bld, selscan_dtype dt, bool all_options, bool 
     selscan_grads g = {};
     g.dy = SeqTensor(P(dy), s, bld);
     g.dh_last = StateTensor(all_options ? P(dhl) : nullptr, s);
-    g.du = SeqTensor(P(du), s, bld);
-    g.ddelta = SeqTensor(P(dd), s, bld);
-    g.dA = MatTensor(P(dA), s);
-    g.dB = BcTensor(P(dB), s, bld);
-    g.dC = BcTensor(P(dC), s, bld);
-    g.dD = VecTensor(all_options ? P(dD) : nullptr);
-    g.dz = SeqTensor(all_options ? P(dz) : nullptr, s, bld);
-    g.ddelta_bias = VecTensor(all_options ? P(dbias) : nullptr);
-    g.dh0 = StateTensor(all_options ? P(dh0) : nullptr, s);
+    g.du = SeqOut(P(du), s, bld);
+    g.ddelta = SeqOut(P(dd), s, bld);
+    g.dA = MatOut(P(dA), s);
+    g.dB = BcOut(P(dB), s, bld);
+    g.dC = BcOut(P(dC), s, bld);
+    g.dD = VecOut(all_options ? P(dD) : nullptr);
+    g.dz = SeqOut(all_options ? P(dz) : nullptr, s, bld);
+    g.ddelta_bias = VecOut(all_options ? P(dbias) : nullptr);
+    g.dh0 = StateOut(all_options ? P(dh0) : nullptr, s);
     return g;
   };
   pc = problem(false);
   pg = problem(true);
-  pc.y = SeqTensor(nullptr, s, bld);
-  pg.y = SeqTensor(nullptr, s, bld);
-  pc.h_last = StateTensor(nullptr, s);
-  pg.h_last = StateTensor(nullptr, s);
+  pc.y = SeqOut(nullptr, s, bld);
+  pg.y = SeqOut(nullptr, s, bld);
+  pc.h_last = StateOut(nullptr, s);
+  pg.h_last = StateOut(nullptr, s);
   selscan_grads gc = grads(false), gg = grads(true);
   if (selscan_workspace_size(&pc, &gc, &wc) != SELSCAN_OK || CudaWorkspaceSize(&pg, &gg, use_ck, &wg) != SELSCAN_OK) {
     Check("setup bwd", name, INFINITY, 0);
@@ -258,14 +258,14 @@ static void TimeCase(Sizes s, bool bld, selscan_dtype dt, cudaStream_t stream) {
   p.flags = SELSCAN_DELTA_SOFTPLUS;
   p.u = SeqTensor(u, s, bld); p.delta = SeqTensor(delta, s, bld); p.A = MatTensor(A, s);
   p.B = BcTensor(B, s, bld); p.C = BcTensor(C, s, bld); p.D = VecTensor(D); p.z = SeqTensor(z, s, bld);
-  p.delta_bias = VecTensor(bias); p.y = SeqTensor(y, s, bld);
+  p.delta_bias = VecTensor(bias); p.y = SeqOut(y, s, bld);
   selscan_grads g = {};
-  g.dy = SeqTensor(dy, s, bld); g.du = SeqTensor(du, s, bld); g.ddelta = SeqTensor(dd, s, bld);
-  g.dA = MatTensor(dA, s); g.dB = BcTensor(dB, s, bld); g.dC = BcTensor(dC, s, bld); g.dD = VecTensor(dD);
-  g.dz = SeqTensor(dz, s, bld); g.ddelta_bias = VecTensor(dbias);
+  g.dy = SeqTensor(dy, s, bld); g.du = SeqOut(du, s, bld); g.ddelta = SeqOut(dd, s, bld);
+  g.dA = MatOut(dA, s); g.dB = BcOut(dB, s, bld); g.dC = BcOut(dC, s, bld); g.dD = VecOut(dD);
+  g.dz = SeqOut(dz, s, bld); g.ddelta_bias = VecOut(dbias);
   size_t wf = 0, wb = 0, wfc = 0, wbc = 0, ckb = 0;
   selscan_problem pb = p;
-  pb.y = SeqTensor(nullptr, s, bld);
+  pb.y = SeqOut(nullptr, s, bld);
   if (CudaWorkspaceSize(&p, nullptr, false, &wf) != SELSCAN_OK || CudaWorkspaceSize(&pb, &g, false, &wb) != SELSCAN_OK ||
       CudaWorkspaceSize(&p, nullptr, true, &wfc) != SELSCAN_OK || CudaWorkspaceSize(&pb, &g, true, &wbc) != SELSCAN_OK ||
       CudaCheckpointSize(&p, &ckb) != SELSCAN_OK) {

@@ -53,10 +53,12 @@ const char* StatusName(selscan_status st) {
 
 }  // namespace
 
-absl::Status FromSelscan(selscan_status st, const char* where, const Sizes& s) {
+absl::Status FromSelscan(selscan_status st, const char* where, const Sizes& s, const selscan_diag* diag) {
   if (st == SELSCAN_OK) return absl::OkStatus();
-  const std::string msg =
+  std::string msg =
       absl::StrCat(where, ": ", selscan_status_string(st), " [", StatusName(st), "] (", s.ToString(), ")");
+  if (diag && diag->operand)
+    absl::StrAppend(&msg, ": operand ", diag->operand, diag->rule ? absl::StrCat(", ", diag->rule) : "");
   if (st == SELSCAN_ERR_CUDA) return absl::InternalError(msg);
   return absl::InvalidArgumentError(msg);
 }
@@ -265,11 +267,27 @@ void ForEachPart(OpKernelContext* ctx, int64_t n_parts, const Fn& fn) {
   });
 }
 
-absl::Status FirstError(const std::vector<selscan_status>& sts, const char* where, const Sizes& s) {
-  for (selscan_status st : sts)
-    if (st != SELSCAN_OK) return FromSelscan(st, where, s);
+// The first failing part's status, with the operand / rule selscan named in that part's diag.
+absl::Status FirstError(const std::vector<selscan_status>& sts, const std::vector<selscan_diag>& diags,
+                        const char* where, const Sizes& s) {
+  for (size_t i = 0; i < sts.size(); i++)
+    if (sts[i] != SELSCAN_OK) return FromSelscan(sts[i], where, s, &diags[i]);
   return absl::OkStatus();
 }
+
+// Each part gets its own copy of the problem with its own selscan_diag (selscan writes the diag of
+// a failing call; parts run on different threads).
+struct PartState {
+  explicit PartState(int64_t n) : sts(static_cast<size_t>(n), SELSCAN_OK), diags(static_cast<size_t>(n)) {}
+  selscan_problem Problem(const selscan_problem& p, int64_t part) {
+    selscan_problem q = p;
+    diags[static_cast<size_t>(part)] = selscan_diag{nullptr, nullptr};
+    q.diag = &diags[static_cast<size_t>(part)];
+    return q;
+  }
+  std::vector<selscan_status> sts;
+  std::vector<selscan_diag> diags;
+};
 
 template <typename T>
 class SelscanForwardCpu : public OpKernel {
@@ -286,9 +304,13 @@ class SelscanForwardCpu : public OpKernel {
         BuildProblem(ctx, o_, s, DtypeOf<T>::value, y, o_.return_last_state ? h_last : nullptr);
     // The checkpoint: the state entering every 64 steps, which the backward then reads instead of
     // recomputing it (selscan_checkpoint_size bytes of floats; empty when not asked for).
+    selscan_diag diag = {nullptr, nullptr};
     size_t ck_bytes = 0;
-    if (o_.save_checkpoint && !s.Empty())
-      OP_REQUIRES_OK(ctx, FromSelscan(selscan_checkpoint_size(&p, &ck_bytes), "selscan_checkpoint_size", s));
+    if (o_.save_checkpoint && !s.Empty()) {
+      selscan_problem q = p;
+      q.diag = &diag;
+      OP_REQUIRES_OK(ctx, FromSelscan(selscan_checkpoint_size(&q, &ck_bytes), "selscan_checkpoint_size", s, &diag));
+    }
     Tensor* checkpoint = nullptr;
     OP_REQUIRES_OK(ctx, ctx->allocate_output(2, TensorShape({static_cast<int64_t>(ck_bytes / 4)}), &checkpoint));
     if (s.Empty()) {  // nothing to scan: y is empty, h_last is h0 (or 0)
@@ -300,18 +322,23 @@ class SelscanForwardCpu : public OpKernel {
     }
     const int64_t n_parts = NumParts(ctx);
     size_t bytes = 0;
-    OP_REQUIRES_OK(ctx, FromSelscan(selscan_workspace_size_parts(&p, nullptr, n_parts, &bytes),
-                                    "selscan_forward_cpu", s));
+    {
+      selscan_problem q = p;
+      q.diag = &diag;
+      OP_REQUIRES_OK(ctx, FromSelscan(selscan_workspace_size_parts(&q, nullptr, n_parts, &bytes),
+                                      "selscan_forward_cpu", s, &diag));
+    }
     Tensor tmp;
     void* ws = nullptr;
     OP_REQUIRES_OK(ctx, AllocateWorkspace(ctx, bytes, &tmp, &ws));
-    std::vector<selscan_status> sts(static_cast<size_t>(n_parts), SELSCAN_OK);
+    PartState ps(n_parts);
     float* ck = ck_bytes ? checkpoint->flat<float>().data() : nullptr;
     ForEachPart(ctx, n_parts, [&](int64_t part) {
-      sts[static_cast<size_t>(part)] = ck ? selscan_forward_cpu_ckpt_part(&p, part, n_parts, ws, bytes, ck, ck_bytes)
-                                          : selscan_forward_cpu_part(&p, part, n_parts, ws, bytes);
+      const selscan_problem q = ps.Problem(p, part);
+      ps.sts[static_cast<size_t>(part)] = ck ? selscan_forward_cpu_ckpt_part(&q, part, n_parts, ws, bytes, ck, ck_bytes)
+                                             : selscan_forward_cpu_part(&q, part, n_parts, ws, bytes);
     });
-    OP_REQUIRES_OK(ctx, FirstError(sts, "selscan_forward_cpu", s));
+    OP_REQUIRES_OK(ctx, FirstError(ps.sts, ps.diags, "selscan_forward_cpu", s));
   }
 
  private:
@@ -338,9 +365,12 @@ class SelscanBackwardCpu : public OpKernel {
     const selscan_problem p = BuildProblem(ctx, o_, s, DtypeOf<T>::value, nullptr, nullptr);
     const selscan_grads g = BuildGrads(ctx, o_, s, outs);
     const int64_t n_parts = NumParts(ctx);
+    selscan_diag diag = {nullptr, nullptr};
+    selscan_problem pd = p;
+    pd.diag = &diag;
     size_t bytes = 0;
-    OP_REQUIRES_OK(ctx, FromSelscan(selscan_workspace_size_parts(&p, &g, n_parts, &bytes),
-                                    "selscan_backward_cpu", s));
+    OP_REQUIRES_OK(ctx, FromSelscan(selscan_workspace_size_parts(&pd, &g, n_parts, &bytes),
+                                    "selscan_backward_cpu", s, &diag));
     Tensor tmp;
     void* ws = nullptr;
     OP_REQUIRES_OK(ctx, AllocateWorkspace(ctx, bytes, &tmp, &ws));
@@ -348,21 +378,24 @@ class SelscanBackwardCpu : public OpKernel {
     // or a GPU forward's, whose layout differs) is not read; the backward then recomputes it.
     const Tensor& ck_in = ctx->input(kCheckpoint);
     size_t ck_bytes = 0;
-    OP_REQUIRES_OK(ctx, FromSelscan(selscan_checkpoint_size(&p, &ck_bytes), "selscan_checkpoint_size", s));
+    OP_REQUIRES_OK(ctx, FromSelscan(selscan_checkpoint_size(&pd, &ck_bytes), "selscan_checkpoint_size", s, &diag));
     const float* ck = static_cast<size_t>(ck_in.NumElements()) * 4 == ck_bytes && ck_bytes > 0
                           ? ck_in.flat<float>().data() : nullptr;
-    std::vector<selscan_status> sts(static_cast<size_t>(n_parts), SELSCAN_OK);
+    PartState ps(n_parts);
     // Phase 1: the scans (per-part partial sums into the shared workspace) ...
     ForEachPart(ctx, n_parts, [&](int64_t part) {
-      sts[static_cast<size_t>(part)] = ck ? selscan_backward_cpu_ckpt_part(&p, &g, part, n_parts, ws, bytes, ck, ck_bytes)
-                                          : selscan_backward_cpu_part(&p, &g, part, n_parts, ws, bytes);
+      const selscan_problem q = ps.Problem(p, part);
+      ps.sts[static_cast<size_t>(part)] =
+          ck ? selscan_backward_cpu_ckpt_part(&q, &g, part, n_parts, ws, bytes, ck, ck_bytes)
+             : selscan_backward_cpu_part(&q, &g, part, n_parts, ws, bytes);
     });
-    OP_REQUIRES_OK(ctx, FirstError(sts, "selscan_backward_cpu", s));
+    OP_REQUIRES_OK(ctx, FirstError(ps.sts, ps.diags, "selscan_backward_cpu", s));
     // ... phase 2, once all parts are done: the fixed-order reductions (dA, dD, ddelta_bias, dB, dC).
     ForEachPart(ctx, n_parts, [&](int64_t part) {
-      sts[static_cast<size_t>(part)] = selscan_backward_cpu_reduce(&p, &g, part, n_parts, ws, bytes);
+      const selscan_problem q = ps.Problem(p, part);
+      ps.sts[static_cast<size_t>(part)] = selscan_backward_cpu_reduce(&q, &g, part, n_parts, ws, bytes);
     });
-    OP_REQUIRES_OK(ctx, FirstError(sts, "selscan_backward_cpu", s));
+    OP_REQUIRES_OK(ctx, FirstError(ps.sts, ps.diags, "selscan_backward_cpu", s));
   }
 
  private:

@@ -142,7 +142,8 @@ struct DtypeOf<tensorflow::bfloat16> {
   static constexpr selscan_dtype value = SELSCAN_BF16;
 };
 
-inline void* DataOf(const Tensor& t) { return t.data(); }
+inline const void* DataOf(const Tensor& t) { return t.data(); }  // an input: only read
+inline void* OutDataOf(Tensor& t) { return t.data(); }          // an output
 
 // The problem of one call: inputs from the context, outputs y / h_last (h_last may be NULL).
 inline selscan_problem BuildProblem(OpKernelContext* ctx, const Options& o, const Sizes& s, selscan_dtype dtype,
@@ -160,8 +161,8 @@ inline selscan_problem BuildProblem(OpKernelContext* ctx, const Options& o, cons
   p.z = SeqTensor(o.has_z ? DataOf(ctx->input(kZ)) : nullptr, s, o.bld);
   p.delta_bias = VecTensor(o.has_bias ? DataOf(ctx->input(kDeltaBias)) : nullptr);
   p.h0 = StateTensor(o.has_h0 ? DataOf(ctx->input(kH0)) : nullptr, s);
-  p.y = SeqTensor(y ? DataOf(*y) : nullptr, s, o.bld);
-  p.h_last = StateTensor(h_last ? DataOf(*h_last) : nullptr, s);
+  p.y = SeqOut(y ? OutDataOf(*y) : nullptr, s, o.bld);
+  p.h_last = StateOut(h_last ? OutDataOf(*h_last) : nullptr, s);
   return p;
 }
 
@@ -171,15 +172,15 @@ inline selscan_grads BuildGrads(OpKernelContext* ctx, const Options& o, const Si
   selscan_grads g = {};
   g.dy = SeqTensor(DataOf(ctx->input(kDy)), s, o.bld);
   g.dh_last = StateTensor(o.has_dh_last ? DataOf(ctx->input(kDhLast)) : nullptr, s);
-  g.du = SeqTensor(DataOf(*outs[kDu]), s, o.bld);
-  g.ddelta = SeqTensor(DataOf(*outs[kDdelta]), s, o.bld);
-  g.dA = MatTensor(DataOf(*outs[kDa]), s);
-  g.dB = BcTensor(DataOf(*outs[kDb]), s, o.bld);
-  g.dC = BcTensor(DataOf(*outs[kDc]), s, o.bld);
-  g.dD = VecTensor(o.has_d ? DataOf(*outs[kDd]) : nullptr);
-  g.dz = SeqTensor(o.has_z ? DataOf(*outs[kDz]) : nullptr, s, o.bld);
-  g.ddelta_bias = VecTensor(o.has_bias ? DataOf(*outs[kDdeltaBias]) : nullptr);
-  g.dh0 = StateTensor(o.has_h0 ? DataOf(*outs[kDh0]) : nullptr, s);
+  g.du = SeqOut(OutDataOf(*outs[kDu]), s, o.bld);
+  g.ddelta = SeqOut(OutDataOf(*outs[kDdelta]), s, o.bld);
+  g.dA = MatOut(OutDataOf(*outs[kDa]), s);
+  g.dB = BcOut(OutDataOf(*outs[kDb]), s, o.bld);
+  g.dC = BcOut(OutDataOf(*outs[kDc]), s, o.bld);
+  g.dD = VecOut(o.has_d ? OutDataOf(*outs[kDd]) : nullptr);
+  g.dz = SeqOut(o.has_z ? OutDataOf(*outs[kDz]) : nullptr, s, o.bld);
+  g.ddelta_bias = VecOut(o.has_bias ? OutDataOf(*outs[kDdeltaBias]) : nullptr);
+  g.dh0 = StateOut(o.has_h0 ? OutDataOf(*outs[kDh0]) : nullptr, s);
   return g;
 }
 
@@ -201,9 +202,10 @@ inline absl::Status AllocateGradOutputs(OpKernelContext* ctx, const Options& o, 
 }
 
 // selscan status -> TensorFlow status: InvalidArgument for validation failures, Internal for
-// CUDA failures, with selscan's own message. Defined in selscan_tf.cc (the TU that holds
+// CUDA failures, with selscan's own message and, when selscan filled `diag` (the problem's
+// selscan_diag), the operand and rule it names. Defined in selscan_tf.cc (the TU that holds
 // selscan's implementation).
-absl::Status FromSelscan(selscan_status st, const char* where, const Sizes& s);
+absl::Status FromSelscan(selscan_status st, const char* where, const Sizes& s, const selscan_diag* diag = nullptr);
 
 // Rounds a pointer up to SELSCAN_WORKSPACE_ALIGN.
 inline void* AlignWorkspace(void* p) {

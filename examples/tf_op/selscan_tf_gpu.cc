@@ -23,8 +23,9 @@ using tensorflow::DEVICE_GPU;
 using tensorflow::OpKernel;
 using GpuDevice = Eigen::GpuDevice;
 
-absl::Status FromSelscanCuda(selscan_status st, const char* where, const Sizes& s, const char* cuda_text) {
-  absl::Status status = FromSelscan(st, where, s);
+absl::Status FromSelscanCuda(selscan_status st, const char* where, const Sizes& s, const char* cuda_text,
+                             const selscan_diag* diag) {
+  absl::Status status = FromSelscan(st, where, s, diag);
   if (st == SELSCAN_ERR_CUDA && cuda_text && *cuda_text)
     return absl::InternalError(absl::StrCat(status.message(), ": ", cuda_text));
   return status;
@@ -52,23 +53,25 @@ class SelscanForwardGpu : public OpKernel {
       }
       return;
     }
-    const selscan_problem p =
-        BuildProblem(ctx, o_, s, DtypeOf<T>::value, y, o_.return_last_state ? h_last : nullptr);
+    selscan_diag diag = {nullptr, nullptr};  // the operand / rule of a validation error
+    selscan_problem p = BuildProblem(ctx, o_, s, DtypeOf<T>::value, y, o_.return_last_state ? h_last : nullptr);
+    p.diag = &diag;
     // The checkpoint (an output, so that the backward can take it instead of recomputing it).
     size_t ck_bytes = 0;
     if (o_.save_checkpoint)
-      OP_REQUIRES_OK(ctx, FromSelscan(CudaCheckpointSize(&p, &ck_bytes), "selscan_checkpoint_size_cuda", s));
+      OP_REQUIRES_OK(ctx, FromSelscan(CudaCheckpointSize(&p, &ck_bytes), "selscan_checkpoint_size_cuda", s, &diag));
     OP_REQUIRES_OK(ctx, ctx->allocate_output(2, TensorShape({static_cast<int64_t>(ck_bytes / sizeof(float))}),
                                              &checkpoint));
     float* ck = ck_bytes ? checkpoint->flat<float>().data() : nullptr;
     size_t bytes = 0;
-    OP_REQUIRES_OK(ctx, FromSelscan(CudaWorkspaceSize(&p, nullptr, ck != nullptr, &bytes), "selscan_forward_cuda", s));
+    OP_REQUIRES_OK(ctx, FromSelscan(CudaWorkspaceSize(&p, nullptr, ck != nullptr, &bytes), "selscan_forward_cuda", s,
+                                    &diag));
     Tensor tmp;
     void* ws = nullptr;
     OP_REQUIRES_OK(ctx, AllocateWorkspace(ctx, bytes, &tmp, &ws));
     const char* cuda_text = "";
     const selscan_status st = CudaForward(&p, ws, bytes, ck, ck_bytes, static_cast<void*>(dev.stream()), &cuda_text);
-    OP_REQUIRES_OK(ctx, FromSelscanCuda(st, "selscan_forward_cuda", s, cuda_text));
+    OP_REQUIRES_OK(ctx, FromSelscanCuda(st, "selscan_forward_cuda", s, cuda_text, &diag));
   }
 
  private:
@@ -93,7 +96,9 @@ class SelscanBackwardGpu : public OpKernel {
         dev.memcpy(outs[kDh0]->data(), ctx->input(kDhLast).data(), outs[kDh0]->TotalBytes());
       return;
     }
-    const selscan_problem p = BuildProblem(ctx, o_, s, DtypeOf<T>::value, nullptr, nullptr);
+    selscan_diag diag = {nullptr, nullptr};
+    selscan_problem p = BuildProblem(ctx, o_, s, DtypeOf<T>::value, nullptr, nullptr);
+    p.diag = &diag;
     const selscan_grads g = BuildGrads(ctx, o_, s, outs);
     // The forward's checkpoint, when a GPU forward saved one: an empty tensor, or one of another
     // size (a CPU forward's, whose layout differs), is not read: the backward recomputes it.
@@ -102,21 +107,22 @@ class SelscanBackwardGpu : public OpKernel {
     size_t ck_bytes = 0;
     if (checkpoint.NumElements() > 0) {
       size_t need = 0;
-      OP_REQUIRES_OK(ctx, FromSelscan(CudaCheckpointSize(&p, &need), "selscan_checkpoint_size_cuda", s));
+      OP_REQUIRES_OK(ctx, FromSelscan(CudaCheckpointSize(&p, &need), "selscan_checkpoint_size_cuda", s, &diag));
       if (static_cast<size_t>(checkpoint.NumElements()) * sizeof(float) == need) {
         ck_bytes = need;
         ck = checkpoint.flat<float>().data();
       }
     }
     size_t bytes = 0;
-    OP_REQUIRES_OK(ctx, FromSelscan(CudaWorkspaceSize(&p, &g, ck != nullptr, &bytes), "selscan_backward_cuda", s));
+    OP_REQUIRES_OK(ctx, FromSelscan(CudaWorkspaceSize(&p, &g, ck != nullptr, &bytes), "selscan_backward_cuda", s,
+                                    &diag));
     Tensor tmp;
     void* ws = nullptr;
     OP_REQUIRES_OK(ctx, AllocateWorkspace(ctx, bytes, &tmp, &ws));
     const char* cuda_text = "";
     const selscan_status st =
         CudaBackward(&p, &g, ws, bytes, ck, ck_bytes, static_cast<void*>(dev.stream()), &cuda_text);
-    OP_REQUIRES_OK(ctx, FromSelscanCuda(st, "selscan_backward_cuda", s, cuda_text));
+    OP_REQUIRES_OK(ctx, FromSelscanCuda(st, "selscan_backward_cuda", s, cuda_text, &diag));
   }
 
  private:

@@ -16,18 +16,22 @@ selscan_status CudaCheckpointSize(const selscan_problem* p, size_t* bytes) {
 
 selscan_status CudaWorkspaceSize(const selscan_problem* p, const selscan_grads* g, bool with_checkpoint,
                                  size_t* bytes) {
-  // Only whether a checkpoint is given matters for the size; any non-NULL pointer says so.
+  // The exact size for the call that follows: only whether it gets a checkpoint matters (the
+  // forward writes checkpoint_out, the backward reads checkpoint_in); any non-NULL pointer says so.
   static float dummy;
   selscan_cuda_ext x = {};
-  x.checkpoint = with_checkpoint ? &dummy : NULL;
-  return selscan_workspace_size_cuda(p, g, &x, bytes);
+  if (with_checkpoint) {
+    if (g) x.checkpoint_in = &dummy;
+    else x.checkpoint_out = &dummy;
+  }
+  return selscan_workspace_size_cuda_ex(p, g, &x, bytes);
 }
 
 selscan_status CudaForward(const selscan_problem* p, void* workspace, size_t bytes, float* checkpoint,
                            size_t checkpoint_bytes, void* stream, const char** cuda_error_text) {
   cudaError_t err = cudaSuccess;
   selscan_cuda_ext x = {};
-  x.checkpoint = checkpoint;
+  x.checkpoint_out = checkpoint;
   x.checkpoint_bytes = checkpoint ? checkpoint_bytes : 0;
   x.cuda_error = &err;
   const selscan_status st = selscan_forward_cuda_ex(p, &x, workspace, bytes, static_cast<cudaStream_t>(stream));
@@ -40,7 +44,7 @@ selscan_status CudaBackward(const selscan_problem* p, const selscan_grads* g, vo
                             const char** cuda_error_text) {
   cudaError_t err = cudaSuccess;
   selscan_cuda_ext x = {};
-  x.checkpoint = const_cast<float*>(checkpoint);  // only read by the backward
+  x.checkpoint_in = checkpoint;
   x.checkpoint_bytes = checkpoint ? checkpoint_bytes : 0;
   x.cuda_error = &err;
   const selscan_status st =

@@ -34,39 +34,57 @@ struct Sizes {
   }
 };
 
-// Element strides of each kind of operand, for its logical selscan shape.
-inline selscan_tensor SeqTensor(void* data, const Sizes& s, bool bld) {  // (batch, dim, L)
-  selscan_tensor t = {};
+// Element strides of each kind of operand, for its logical selscan shape. Inputs are
+// selscan_tensor (const data), outputs selscan_out_tensor: the *Tensor functions make inputs, the
+// *Out functions outputs, with the same strides.
+template <typename Tn>
+inline Tn SeqT(decltype(Tn::data) data, const Sizes& s, bool bld) {  // (batch, dim, L)
+  Tn t = {};
   t.data = data;
   if (bld) { t.stride[0] = s.L * s.dim; t.stride[1] = 1; t.stride[2] = s.dim; }
   else { t.stride[0] = s.dim * s.L; t.stride[1] = s.L; t.stride[2] = 1; }
   return t;
 }
-inline selscan_tensor BcTensor(void* data, const Sizes& s, bool bld) {  // (batch, G, N, L)
-  selscan_tensor t = {};
+template <typename Tn>
+inline Tn BcT(decltype(Tn::data) data, const Sizes& s, bool bld) {  // (batch, G, N, L)
+  Tn t = {};
   t.data = data;
   if (bld) { t.stride[0] = s.L * s.G * s.N; t.stride[1] = s.N; t.stride[2] = 1; t.stride[3] = s.G * s.N; }
   else { t.stride[0] = s.G * s.N * s.L; t.stride[1] = s.N * s.L; t.stride[2] = s.L; t.stride[3] = 1; }
   return t;
 }
-inline selscan_tensor MatTensor(void* data, const Sizes& s) {  // (dim, N)
-  selscan_tensor t = {};
+template <typename Tn>
+inline Tn MatT(decltype(Tn::data) data, const Sizes& s) {  // (dim, N)
+  Tn t = {};
   t.data = data;
   t.stride[0] = s.N; t.stride[1] = 1;
   return t;
 }
-inline selscan_tensor VecTensor(void* data) {  // (dim)
-  selscan_tensor t = {};
+template <typename Tn>
+inline Tn VecT(decltype(Tn::data) data) {  // (dim)
+  Tn t = {};
   t.data = data;
   t.stride[0] = 1;
   return t;
 }
-inline selscan_tensor StateTensor(void* data, const Sizes& s) {  // (batch, dim, N)
-  selscan_tensor t = {};
+template <typename Tn>
+inline Tn StateT(decltype(Tn::data) data, const Sizes& s) {  // (batch, dim, N)
+  Tn t = {};
   t.data = data;
   t.stride[0] = s.dim * s.N; t.stride[1] = s.N; t.stride[2] = 1;
   return t;
 }
+
+inline selscan_tensor SeqTensor(const void* d, const Sizes& s, bool bld) { return SeqT<selscan_tensor>(d, s, bld); }
+inline selscan_tensor BcTensor(const void* d, const Sizes& s, bool bld) { return BcT<selscan_tensor>(d, s, bld); }
+inline selscan_tensor MatTensor(const void* d, const Sizes& s) { return MatT<selscan_tensor>(d, s); }
+inline selscan_tensor VecTensor(const void* d) { return VecT<selscan_tensor>(d); }
+inline selscan_tensor StateTensor(const void* d, const Sizes& s) { return StateT<selscan_tensor>(d, s); }
+inline selscan_out_tensor SeqOut(void* d, const Sizes& s, bool bld) { return SeqT<selscan_out_tensor>(d, s, bld); }
+inline selscan_out_tensor BcOut(void* d, const Sizes& s, bool bld) { return BcT<selscan_out_tensor>(d, s, bld); }
+inline selscan_out_tensor MatOut(void* d, const Sizes& s) { return MatT<selscan_out_tensor>(d, s); }
+inline selscan_out_tensor VecOut(void* d) { return VecT<selscan_out_tensor>(d); }
+inline selscan_out_tensor StateOut(void* d, const Sizes& s) { return StateT<selscan_out_tensor>(d, s); }
 
 }  // namespace selscan_tf
 

@@ -1,9 +1,11 @@
 #!/bin/sh
 # tf_python.sh [--find DIR | --install DIR]: prints the path of a Python interpreter that imports TensorFlow.
 #
-# Looks at, in order: $TF_PY; python3 / python on PATH; DIR/bin/python (default build/tf-venv).
-# With --install, when none imports tensorflow, creates a virtual environment in DIR and installs
-# a CPU TensorFlow from PyPI into it (tensorflow-cpu, or tensorflow where no -cpu wheel exists).
+# --find (make tf-op) looks at, in order: $TF_PY; python3 / python on PATH; DIR/bin/python
+# (default build/tf-venv). --install (make test-tf) uses $TF_PY when set, else DIR/bin/python,
+# creating a virtual environment in DIR and installing a CPU TensorFlow from PyPI into it when it
+# does not import tensorflow (tensorflow-cpu, or tensorflow where no -cpu wheel exists): the
+# package is then pip-installed there, never into a system Python.
 # Messages go to stderr; stdout holds only the interpreter's path.
 set -u
 has_tf() { "$1" -c 'import tensorflow' >/dev/null 2>&1; }
@@ -19,10 +21,12 @@ case "${1:-}" in
   --install) install=1; dir=${2:-$dir} ;;
   --find) dir=${2:-$dir} ;;
 esac
-for py in python3 python; do
-  p=$(command -v "$py" 2>/dev/null) || continue
-  if has_tf "$p"; then echo "$p"; exit 0; fi
-done
+if [ "$install" = 0 ]; then
+  for py in python3 python; do
+    p=$(command -v "$py" 2>/dev/null) || continue
+    if has_tf "$p"; then echo "$p"; exit 0; fi
+  done
+fi
 if [ -x "$dir/bin/python" ] && has_tf "$dir/bin/python"; then echo "$dir/bin/python"; exit 0; fi
 if [ "$install" = 0 ]; then
   say "no Python that imports tensorflow (set TF_PY=/path/to/python, or run 'make test-tf', which installs one into $dir)"

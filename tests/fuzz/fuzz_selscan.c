@@ -522,8 +522,20 @@ static int fz_runnable(const fz_case *c) {
     return 1;
 }
 
+/* every failing entry point names an operand and a rule here (all problems point at it) */
+static selscan_diag fz_dg;
+static void fz_dg_reset(void) { fz_dg.operand = NULL; fz_dg.rule = NULL; }
+static void fz_dg_check(selscan_status st, const char *what) {
+    if (st == SELSCAN_OK) return;
+    if (!fz_dg.operand || !fz_dg.rule || !fz_dg.operand[0] || !fz_dg.rule[0]) {
+        fprintf(stderr, "fuzz_selscan: %s: status %d without an operand and rule in diag\n", what, (int)st);
+        fz_fail("error status without diag");
+    }
+}
+
 static void fz_problem(const fz_case *c, selscan_problem *p, int set) {
     memset(p, 0, sizeof *p);
+    p->diag = &fz_dg;
     p->batch = c->batch; p->dim = c->dim; p->seqlen = c->L; p->dstate = c->N; p->n_groups = c->G;
     p->dtype = (selscan_dtype)c->dtype; p->flags = c->flags;
     p->cu_seqlens = c->cu; p->n_seqs = c->nseq;
@@ -541,6 +553,7 @@ static void fz_grads(const fz_case *c, selscan_grads *g, int set) {
 }
 static void fz_step(const fz_case *c, selscan_step_problem *s, int set) {
     memset(s, 0, sizeof *s);
+    s->diag = &fz_dg;
     s->batch = c->batch; s->dim = c->dim; s->dstate = c->N; s->n_groups = c->G; s->n_cache = c->ncache;
     s->dtype = (selscan_dtype)c->dtype; s->flags = c->flags; s->state_index = c->idx;
     fz_api_out(&s->state, c, T_STATE, set);
@@ -567,6 +580,15 @@ static void fz_ws_make(fz_rd *r, fz_ws *w, size_t need) {
     if (bytes == 0 && fz_below(r, 2)) w->ptr = NULL;
 }
 static void fz_ws_free(fz_ws *w) { free(w->mem); }
+/* 1 when the library accepts w for a size query's answer need: that answer includes
+   SELSCAN_WORKSPACE_ALIGN - 1 bytes of slack, and any pointer is aligned up inside it */
+static int fz_ws_enough(const fz_ws *w, size_t need) {
+    size_t pad;
+    if (need == 0) return 1;
+    if (!w->ptr) return 0;
+    pad = (SELSCAN_WORKSPACE_ALIGN - (uintptr_t)w->ptr % SELSCAN_WORKSPACE_ALIGN) % SELSCAN_WORKSPACE_ALIGN;
+    return w->bytes >= pad && w->bytes - pad + (SELSCAN_WORKSPACE_ALIGN - 1) >= need;
+}
 static void fz_ws_exact(fz_ws *w, size_t need) {
     w->bytes = need;
     w->mem = (unsigned char *)malloc(need + SELSCAN_WORKSPACE_ALIGN);
@@ -581,12 +603,13 @@ static int fz_numeric(const fz_case *c) { return !c->special && !c->aliased && !
 /* ---- size checks: what the reference needs at least; the checkpoint formula exactly ---- */
 static void fz_check_sizes(const fz_case *c, const selscan_problem *p, const selscan_grads *g) {
     size_t b = 0, cb = 0;
-    selscan_status sv = g ? selscan_validate_grads(p, g) : selscan_validate(p);
-    selscan_status sw = selscan_workspace_size(p, g, &b);
-    selscan_status sc = selscan_checkpoint_size(p, &cb);
+    selscan_status sv, sw, sc, spp;
     int64_t nparts = 1 + (int64_t)(fz_next() % 7);
     size_t bp = 0;
-    selscan_status spp = selscan_workspace_size_parts(p, g, nparts, &bp);
+    fz_dg_reset(); sv = g ? selscan_validate_grads(p, g) : selscan_validate(p); fz_dg_check(sv, "validate");
+    fz_dg_reset(); sw = selscan_workspace_size(p, g, &b); fz_dg_check(sw, "workspace_size");
+    fz_dg_reset(); sc = selscan_checkpoint_size(p, &cb); fz_dg_check(sc, "checkpoint_size");
+    fz_dg_reset(); spp = selscan_workspace_size_parts(p, g, nparts, &bp); fz_dg_check(spp, "workspace_size_parts");
     if (sv != SELSCAN_OK) {
         FZ_CHECK(sw == sv, "workspace_size status differs from validate");
         FZ_CHECK(spp == sv, "workspace_size_parts status differs from validate");
@@ -627,7 +650,7 @@ static void fz_forward(fz_rd *r, fz_case *c) {
     if (sw != SELSCAN_OK) need = fz_below(r, 2) ? 4096 : 0;
     fz_ws_make(r, &w, need);
     /* a valid problem too big to compute here: only a too small workspace may be passed */
-    if (!fz_runnable(c) && sw == SELSCAN_OK && (w.bytes >= need || need > FZ_WS_CAP)) { fz_ws_free(&w); return; }
+    if (!fz_runnable(c) && sw == SELSCAN_OK && (fz_ws_enough(&w, need) || need > FZ_WS_CAP)) { fz_ws_free(&w); return; }
     if (use_ck && selscan_checkpoint_size(&p, &cb) == SELSCAN_OK && cb <= FZ_WS_CAP) {
         ckmem = (unsigned char *)malloc(cb + 4);
         memset(ckmem, 0xa5, cb + 4);
@@ -636,9 +659,11 @@ static void fz_forward(fz_rd *r, fz_case *c) {
         cb = 64; ckmem = (unsigned char *)malloc(cb); memset(ckmem, 0xa5, cb); ck = (float *)(void *)ckmem;
     }
     fz_snap(c, 0);
+    fz_dg_reset();
     st = selscan__forward_fast(&p, 0, np, w.ptr, w.bytes, isa, ck, cb);
     if (st != SELSCAN_OK) {
         int j;
+        fz_dg_check(st, "forward");
         fz_check_untouched(c, 0, "forward");
         for (j = 0; ck && j < (int)cb; j++) FZ_CHECK(ckmem[j] == 0xa5, "checkpoint written on an error status");
         /* the reference refuses it too (unless the workspace or checkpoint was the reason) */
@@ -701,10 +726,12 @@ static void fz_backward(fz_rd *r, fz_case *c) {
     sw = selscan_workspace_size_parts(&p, &g, np, &need);
     if (sw != SELSCAN_OK) need = fz_below(r, 2) ? 4096 : 0;
     fz_ws_make(r, &w, need);
-    if (!fz_runnable(c) && sw == SELSCAN_OK && (w.bytes >= need || need > FZ_WS_CAP)) { fz_ws_free(&w); return; }
+    if (!fz_runnable(c) && sw == SELSCAN_OK && (fz_ws_enough(&w, need) || need > FZ_WS_CAP)) { fz_ws_free(&w); return; }
     fz_snap(c, 0);
+    fz_dg_reset();
     st = fz_bwd_run(c, 0, np, isa, &w, NULL, 0);
     if (st != SELSCAN_OK) {
+        fz_dg_check(st, "backward");
         fz_check_untouched(c, 0, "backward");
         if (st != SELSCAN_ERR_WORKSPACE && st != SELSCAN_ERR_ALIAS) {
             FZ_CHECK(selscan_backward_ref(&p, &g, w.ptr, w.bytes) != SELSCAN_OK, "reference accepted what fast refused");
@@ -775,12 +802,16 @@ static void fz_stepcase(fz_rd *r, fz_case *c) {
     int64_t np = 1 + fz_below(r, 4), k;
     int isa = fz_isa(r);
     fz_step(c, &s, 0);
+    fz_dg_reset();
     sv = selscan_validate_step(&s);
+    fz_dg_check(sv, "validate_step");
     scu = selscan__validate_step_ex(&s, &q, 0); /* the CUDA launchers' host validation (idx not read) */
     if (sv == SELSCAN_OK) FZ_CHECK(scu == SELSCAN_OK, "CUDA-side step validation refused what the CPU accepts");
     if (!fz_runnable(c) && sv == SELSCAN_OK) return;
     fz_snap(c, 0);
+    fz_dg_reset();
     st = selscan__step_fast(&s, 0, np, isa);
+    fz_dg_check(st, "step");
     FZ_CHECK((st == SELSCAN_OK) == (sv == SELSCAN_OK), "step status differs from validate_step");
     if (st != SELSCAN_OK) { fz_check_untouched(c, 0, "step"); return; }
     FZ_CHECK(fz_runnable(c), "a step too large to compute was accepted");

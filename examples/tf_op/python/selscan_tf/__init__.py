@@ -17,41 +17,64 @@ Both layouts:
 
 u, delta, z, B, C share one dtype T in {float32, float16, bfloat16}; y has dtype T. The op reads
 both layouts in place through strides (no transposes). Gradients flow to every input and from
-h_last. The compiled library (_selscan_tf_ops.so) is looked up next to this file, then in
-../../build/tf_op/ (where `make tf-op` puts it), or at $SELSCAN_TF_OPS.
+h_last. The compiled library (_selscan_tf_ops.so) is loaded once, when this module is imported:
+from $SELSCAN_TF_OPS, else next to this file (pip install), else the checkout's build/tf_op/
+(make tf-op; with examples/tf_op/python on PYTHONPATH).
+
+The MambaVision mixer built on the op (MambaVisionMixer, MambaVisionBlock, digits_classifier,
+load_mixer_state_dict, load_block_state_dict) and a pure-TensorFlow scan (selective_scan_tf) are in mamba_vision.py.
 """
 
+import glob
 import os
 
 import tensorflow as tf
 
-__all__ = ["selective_scan", "SelectiveScan", "load_ops"]
+__all__ = [
+    "selective_scan",
+    "SelectiveScan",
+    "load_ops",
+    "selective_scan_tf",
+    "MambaVisionMixer",
+    "MambaVisionBlock",
+    "load_mixer_state_dict",
+    "load_block_state_dict",
+    "digits_classifier",
+    "mixer_state_dict_shapes",
+]
+__version__ = "0.2.0"
 
 _LIB_NAME = "_selscan_tf_ops.so"
 _HERE = os.path.dirname(os.path.abspath(__file__))
-_ops = None
 
 
-def load_ops():
-    """Loads (once) and returns the op module of _selscan_tf_ops.so."""
-    global _ops
-    if _ops is not None:
-        return _ops
+def _load_library():
+    """Loads _selscan_tf_ops.so once, at import: $SELSCAN_TF_OPS, else next to this file (where
+    pip puts it), else build/tf_op/ of the selscan checkout (make tf-op's output; for a source tree on PYTHONPATH)."""
     candidates = []
     if os.environ.get("SELSCAN_TF_OPS"):
         candidates.append(os.environ["SELSCAN_TF_OPS"])
     candidates += [
         os.path.join(_HERE, _LIB_NAME),
-        os.path.join(_HERE, os.pardir, os.pardir, "build", "tf_op", _LIB_NAME),
+        *sorted(glob.glob(os.path.join(_HERE, "_selscan_tf_ops*.so"))),
+        os.path.join(_HERE, os.pardir, os.pardir, os.pardir, os.pardir, "build", "tf_op", _LIB_NAME),
     ]
     for path in candidates:
         if os.path.isfile(path):
-            _ops = tf.load_op_library(os.path.normpath(path))
-            return _ops
+            return tf.load_op_library(os.path.normpath(path)), os.path.normpath(path)
     raise ImportError(
-        "selscan_tf: %s not found (looked at %s); build it with `make tf-op`"
+        "selscan_tf: %s not found (looked at %s); install the package with "
+        "`pip install --no-build-isolation ./examples/tf_op` or build it with `make tf-op`"
         % (_LIB_NAME, ", ".join(os.path.normpath(p) for p in candidates))
     )
+
+
+_ops, LIBRARY_PATH = _load_library()
+
+
+def load_ops():
+    """The op module of _selscan_tf_ops.so (loaded once, when selscan_tf is imported)."""
+    return _ops
 
 
 _FLOAT_TYPES = (tf.float32, tf.float16, tf.bfloat16)
@@ -81,6 +104,7 @@ def _bc(x, dtype, name, layout):
     return x
 
 
+@tf.autograph.experimental.do_not_convert
 def selective_scan(
     u,
     delta,
@@ -111,7 +135,7 @@ def selective_scan(
     """
     if layout not in ("BLD", "BDL"):
         raise ValueError('selective_scan: layout must be "BLD" or "BDL", got %r' % (layout,))
-    ops = load_ops()
+    ops = _ops
     with tf.name_scope(name or "selective_scan"):
         u = tf.convert_to_tensor(u, name="u")
         T = u.dtype
@@ -157,7 +181,7 @@ def _selscan_forward_grad(op, dy, dh_last, _dcheckpoint):
     has_dh_last = bool(attr("return_last_state")) and dh_last is not None
     if not has_dh_last:
         dh_last = tf.zeros([0], tf.float32)
-    grads = load_ops().selscan_backward(
+    grads = _ops.selscan_backward(
         *op.inputs[:9],
         dy,
         dh_last,
@@ -267,3 +291,16 @@ class SelectiveScan(tf.keras.layers.Layer):
             delta_softplus=self.delta_softplus,
         )
         return config
+
+
+SelectiveScan = tf.keras.utils.register_keras_serializable(package="selscan_tf")(SelectiveScan)
+
+from .mamba_vision import (  # noqa: E402
+    MambaVisionBlock,
+    MambaVisionMixer,
+    digits_classifier,
+    load_block_state_dict,
+    load_mixer_state_dict,
+    mixer_state_dict_shapes,
+    selective_scan_tf,
+)

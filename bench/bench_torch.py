@@ -1,0 +1,251 @@
+"""selscan through PyTorch: the op's forward and backward timed as a PyTorch user calls them, to
+set next to the raw launcher figures of `make bench-cuda` (bench/bench_cuda.cu) and `make bench`.
+
+    python bench/bench_torch.py                 # CUDA: lm-train, lm-2.8b, lm-prefill, lm-long (f32, bf16)
+    python bench/bench_torch.py --device cpu    # CPU: lm-prefill and lm-train cut to L = 256, 1 and 2 threads
+    python bench/bench_torch.py --cases lm-prefill --dtypes f32
+    python bench/bench_torch.py --overhead      # host overhead per call: a tiny CPU problem, 2000 calls
+
+The problem is bench_cuda.cu's: u, delta, z (batch, dim, L), B / C (batch, N, L) variable (one
+group), A, D, delta_bias f32, delta_softplus; the forward saves the checkpoint and the backward
+reads it and computes every gradient. Timed (CUDA events, each call synchronised, median; several
+input sets rotated as bench_cuda does, so that L2 does not hold them):
+  op fwd / op bwd      torch.ops.selscan.fwd / .bwd called directly (dispatcher + allocation + launch)
+  eager fwd / bwd      selective_scan_fn(...) with inputs requiring grad, then y.backward(dy)
+                       (Python wrapper, autograd, the checkpoint saved, every gradient)
+  compiled fwd / bwd   the same function under torch.compile(fullgraph=True)
+"""
+import argparse
+import statistics
+import sys
+import time
+
+import torch
+
+import selscan_torch as st
+
+CASES = {  # name: (batch, dim, L, N), as bench/bench_cuda.cu
+    "lm-train": (8, 3072, 2048, 16),
+    "lm-2.8b": (4, 5120, 2048, 16),
+    "lm-prefill": (1, 1536, 1024, 16),
+    "lm-long": (1, 2048, 32768, 16),
+}
+CPU_CASES = {"lm-prefill": (1, 1536, 1024, 16), "lm-train-L256": (8, 3072, 256, 16)}
+DTYPES = {"f32": torch.float32, "bf16": torch.bfloat16}
+
+
+def make_sets(shape, dtype, device, nsets, seed=0):
+    batch, dim, L, N = shape
+    g = torch.Generator(device="cpu").manual_seed(seed)
+
+    def u(lo, hi, *s, dt=dtype):
+        return (torch.rand(*s, generator=g) * (hi - lo) + lo).to(device=device, dtype=dt)
+
+    common = dict(A=u(-4, -0.5, dim, N, dt=torch.float32), D=u(-1, 1, dim, dt=torch.float32),
+                  delta_bias=u(-0.5, 0.5, dim, dt=torch.float32))
+    sets = []
+    for _ in range(nsets):
+        s = dict(common)
+        s.update(u=u(-1, 1, batch, dim, L), delta=u(-3, 1, batch, dim, L), z=u(-2, 2, batch, dim, L),
+                 B=u(-1, 1, batch, N, L), C=u(-1, 1, batch, N, L))
+        sets.append(s)
+    dy = u(-1, 1, batch, dim, L)
+    return sets, dy
+
+
+def fn(u, delta, A, B, C, D, z, delta_bias):
+    return st.selective_scan_fn(u, delta, A, B, C, D, z, delta_bias, delta_softplus=True)
+
+
+def timer(device):
+    if device == "cuda":
+        e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+
+        def t(f):
+            torch.cuda.synchronize()
+            e0.record()
+            r = f()
+            e1.record()
+            e1.synchronize()
+            return e0.elapsed_time(e1), r
+    else:
+
+        def t(f):
+            t0 = time.perf_counter()
+            r = f()
+            return (time.perf_counter() - t0) * 1e3, r
+
+    return t
+
+
+def bench_case(name, shape, dtype, device, reps_f, reps_b, compiled=True):
+    batch, dim, L, N = shape
+    es = torch.tensor([], dtype=dtype).element_size()
+    set_bytes = (4 * batch * dim * L + 2 * batch * N * L) * es
+    nsets = max(1, min(8, int(200e6 // set_bytes) + 1)) if device == "cuda" else 1
+    sets, dy = make_sets(shape, dtype, device, nsets)
+    t = timer(device)
+    res = {}
+
+    def op_args(s):
+        return (s["u"], s["delta"], s["A"], s["B"].unsqueeze(1), s["C"].unsqueeze(1), s["D"], s["z"], s["delta_bias"],
+                None, None, True)
+
+    # the op, directly
+    fw, ck_of = [], {}
+    for i in range(reps_f + 3):
+        s = sets[i % nsets]
+        ms, out = t(lambda: torch.ops.selscan.fwd(*op_args(s), False, True))
+        ck_of[i % nsets] = out[2]
+        if i >= 3:
+            fw.append(ms)
+    res["op fwd"] = statistics.median(fw)
+    bw = []
+    for i in range(reps_b + 3):
+        s = sets[i % nsets]
+        ms, _ = t(lambda: torch.ops.selscan.bwd(*op_args(s)[:10], dy, None, ck_of[i % nsets], True, [1] * 9))
+        if i >= 3:
+            bw.append(ms)
+    res["op bwd"] = statistics.median(bw)
+
+    def run_mode(f, label):
+        leaves = [{k: v.detach().clone().requires_grad_(True) for k, v in s.items()} for s in sets]
+        fw, bw = [], []
+        for i in range(max(reps_f, reps_b) + 3):
+            s = leaves[i % nsets]
+            ms, y = t(lambda: f(s["u"], s["delta"], s["A"], s["B"], s["C"], s["D"], s["z"], s["delta_bias"]))
+            msb, _ = t(lambda: y.backward(dy))
+            for v in s.values():
+                v.grad = None
+            if i >= 3:
+                if i - 3 < reps_f:
+                    fw.append(ms)
+                if i - 3 < reps_b:
+                    bw.append(msb)
+        res[label + " fwd"] = statistics.median(fw)
+        res[label + " bwd"] = statistics.median(bw)
+
+    run_mode(fn, "eager")
+    if compiled:
+        run_mode(COMPILED, "compiled")
+    return res
+
+
+# one compiled function for every case (dynamic shapes: one graph per dtype, not one per shape)
+COMPILED = torch.compile(fn, fullgraph=True, dynamic=True)
+
+
+def profile(name, dev):
+    shape = (CASES if dev == "cuda" else CPU_CASES)[name]
+    sets, dy = make_sets(shape, torch.float32, dev, 1)
+    s = {k: v.detach().clone().requires_grad_(True) for k, v in sets[0].items()}
+    for label, f in (("eager", fn), ("compiled", COMPILED)):
+        for _ in range(3):  # warm up (and compile)
+            f(s["u"], s["delta"], s["A"], s["B"], s["C"], s["D"], s["z"], s["delta_bias"]).backward(dy)
+        if dev == "cuda":
+            torch.cuda.synchronize()
+        acts = [torch.profiler.ProfilerActivity.CPU] + ([torch.profiler.ProfilerActivity.CUDA] if dev == "cuda" else [])
+        with torch.profiler.profile(activities=acts) as prof:
+            for _ in range(5):
+                f(s["u"], s["delta"], s["A"], s["B"], s["C"], s["D"], s["z"], s["delta_bias"]).backward(dy)
+                for v in s.values():
+                    v.grad = None
+            if dev == "cuda":
+                torch.cuda.synchronize()
+        print(f"== {label} {name} f32, 5 x (forward + backward)")
+        print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=18, max_name_column_width=50))
+    return 0
+
+
+def overhead(calls=2000, batch=200, device="cpu", compiled=True):
+    """Host cost per call of each layer (wrapper, dispatcher, autograd) on a tiny problem (batch 1,
+    dim 16, L 8, N 4), where the kernel itself costs ~1 us: the median over batches of `batch`
+    calls of time.perf_counter, in us a call. Device-independent host work (on CUDA the same
+    layers run before the launch)."""
+    torch.set_num_threads(1)
+    sets, dy = make_sets((1, 16, 8, 4), torch.float32, device, 1)
+    s = sets[0]
+    args = (s["u"], s["delta"], s["A"], s["B"].unsqueeze(1), s["C"].unsqueeze(1), s["D"], s["z"], s["delta_bias"],
+            None, None, True)
+    ck = torch.ops.selscan.fwd(*args, False, True)[2]
+    leaves = {k: v.detach().clone().requires_grad_(True) for k, v in s.items()}
+    L = leaves
+
+    def eager_fwd_nograd():
+        with torch.no_grad():
+            fn(s["u"], s["delta"], s["A"], s["B"], s["C"], s["D"], s["z"], s["delta_bias"])
+
+    def eager_fwd():
+        return fn(L["u"], L["delta"], L["A"], L["B"], L["C"], L["D"], L["z"], L["delta_bias"])
+
+    def eager_fwd_bwd():
+        fn(L["u"], L["delta"], L["A"], L["B"], L["C"], L["D"], L["z"], L["delta_bias"]).backward(dy)
+
+    def compiled_fwd_bwd():
+        COMPILED(L["u"], L["delta"], L["A"], L["B"], L["C"], L["D"], L["z"], L["delta_bias"]).backward(dy)
+
+    rows = [
+        ("op fwd (torch.ops.selscan.fwd)", lambda: torch.ops.selscan.fwd(*args, False, True)),
+        ("op bwd (torch.ops.selscan.bwd)", lambda: torch.ops.selscan.bwd(*args[:10], dy, None, ck, True, [1] * 9)),
+        ("selective_scan_fn, no grad", eager_fwd_nograd),
+        ("selective_scan_fn fwd, grad", eager_fwd),
+        ("selective_scan_fn fwd + backward", eager_fwd_bwd),
+    ] + ([("compiled fwd + backward", compiled_fwd_bwd)] if compiled else [])
+    print(f"host overhead per call, CPU tensors (1, 16, 8, 4) f32, 1 thread, torch {torch.__version__}: "
+          f"median over {calls // batch} batches of {batch} calls (us)", flush=True)
+    for label, f in rows:
+        for _ in range(50):  # warm up (and compile)
+            f()
+        per = []
+        for _ in range(calls // batch):
+            t0 = time.perf_counter()
+            for _ in range(batch):
+                f()
+            per.append((time.perf_counter() - t0) / batch * 1e6)
+        for v in L.values():
+            v.grad = None
+        print(f"  {label:<36} {statistics.median(per):8.1f}   (min {min(per):.1f})", flush=True)
+    return 0
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    ap.add_argument("--cases", default=None, help="comma-separated case names")
+    ap.add_argument("--dtypes", default="f32,bf16")
+    ap.add_argument("--no-compile", action="store_true")
+    ap.add_argument("--profile", default=None, help="a case name: print torch.profiler tables of one eager and one "
+                    "compiled forward + backward of it (f32) instead of timing")
+    ap.add_argument("--overhead", action="store_true", help="host overhead per call of each layer on a tiny CPU "
+                    "problem (2000 calls each) instead of timing the cases")
+    a = ap.parse_args()
+    if a.overhead:
+        return overhead(compiled=not a.no_compile)
+    if a.profile:
+        return profile(a.profile, a.device)
+    dev = a.device
+    cases = CASES if dev == "cuda" else CPU_CASES
+    names = a.cases.split(",") if a.cases else list(cases)
+    if dev == "cuda":
+        print(f"selscan_torch bench on {torch.cuda.get_device_name()} | torch {torch.__version__} | CUDA events, "
+              "each call synchronised, median", flush=True)
+    else:
+        print(f"selscan_torch bench on CPU ({st.cpu_backend()}) | torch {torch.__version__} | wall clock, median",
+              flush=True)
+    cols = ["op fwd", "eager fwd", "compiled fwd", "op bwd", "eager bwd", "compiled bwd"]
+    threads = [0] if dev == "cuda" else [1, 2]
+    print(f"{'case':<14} {'dtype':<5} {'thr':>3} | " + " ".join(f"{c:>12}" for c in cols) + "   (ms)", flush=True)
+    for name in names:
+        for dn in a.dtypes.split(","):
+            for nt in threads:
+                if nt:
+                    torch.set_num_threads(nt)
+                reps_f, reps_b = (30, 20) if dev == "cuda" else (5, 3)
+                r = bench_case(name, cases[name], DTYPES[dn], dev, reps_f, reps_b, compiled=not a.no_compile)
+                print(f"{name:<14} {dn:<5} {nt or '':>3} | " + " ".join(f"{r.get(c, float('nan')):12.4f}" for c in cols),
+                      flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

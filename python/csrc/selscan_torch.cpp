@@ -1,0 +1,773 @@
+// selscan_torch.cpp - selscan's selective scan as PyTorch 2 custom ops (TORCH_LIBRARY schemas).
+//
+//   selscan::fwd  (u, delta, A, B, C, D?, z?, delta_bias?, h0?, cu_seqlens?, delta_softplus,
+//                  return_last_state, save_checkpoint) -> (y, last_state, checkpoint)
+//   selscan::bwd  (u, delta, A, B, C, D?, z?, delta_bias?, h0?, cu_seqlens?, dy, dh_last?,
+//                  checkpoint, delta_softplus, grad_mask[9]) -> (du, ddelta, dA, dB, dC, dD, dz,
+//                  ddelta_bias, dh0)
+//   selscan::step (state!, x, dt, A, B, C, D?, z?, dt_bias?, state_index?, dt_softplus) -> y
+//
+// Shapes are selscan's logical ones (mamba_ssm's): u (batch, dim, L), B/C (batch, G, N, L) or
+// (dim, N) f32 (fixed), A (dim, N) f32, ... Every tensor is handed to selscan as a pointer plus
+// its torch strides (no copies), except a tensor whose strides are all 0 (a full broadcast, which
+// selscan's "all strides 0 = contiguous" convention cannot express): that one is made contiguous.
+// The Python side (selscan_torch/__init__.py) adds the fake kernels, autograd and mamba's API.
+//
+// CPU: selscan's parts API on at::parallel_for (bitwise the same for every thread count; the
+// backward's reduce phase after all parts). CUDA (WITH_CUDA): the launchers of
+// selscan_torch_cuda.cu on the current stream; workspace and checkpoint from torch's allocator.
+#include <Python.h>
+
+#include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <torch/autograd.h>
+#include <torch/library.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#ifdef WITH_CUDA
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+#include "selscan_torch_cuda.h"
+#endif
+
+#define SELSCAN_IMPLEMENTATION
+#include "selscan.h"
+
+// The extension module itself: importing it runs the static TORCH_LIBRARY registrations below.
+extern "C" PyMODINIT_FUNC PyInit__C(void) {
+  static struct PyModuleDef def = {PyModuleDef_HEAD_INIT, "_C", "selscan's PyTorch ops (torch.ops.selscan)", -1,
+                                   nullptr};
+  return PyModule_Create(&def);
+}
+
+namespace selscan_torch {
+namespace {
+
+using at::Tensor;
+using OptT = c10::optional<Tensor>;
+
+// ---- selscan operands from torch tensors -----------------------------------------------------
+
+// A selscan tensor (selscan_tensor for inputs, selscan_out_tensor for outputs) of t with the logical order of
+// t's dims. Size-1 dims get a non-zero stride, so that "all strides 0" never arises by accident;
+// *full_broadcast is set when every stride is 0 (then the caller copies).
+template <typename ST>
+ST Operand(const Tensor& t, bool* full_broadcast = nullptr) {
+  ST s;
+  std::memset(&s, 0, sizeof s);
+  s.data = t.data_ptr();
+  const int64_t nd = t.dim();
+  bool all0 = nd > 0;
+  for (int64_t i = 0; i < nd && i < 4; i++) {
+    int64_t st = t.stride(i);
+    if (t.size(i) == 1 && st == 0) st = std::max<int64_t>(1, t.numel());
+    s.stride[i] = st;
+    if (st != 0) all0 = false;
+  }
+  if (full_broadcast) *full_broadcast = all0;
+  return s;
+}
+
+// A tensor selscan can read through its strides: unchanged unless it is a full broadcast.
+Tensor Readable(const Tensor& t) {
+  bool all0 = false;
+  if (t.numel() > 1) (void)Operand<selscan_tensor>(t, &all0);
+  return all0 ? t.contiguous() : t;
+}
+OptT Readable(const OptT& t) { return t.has_value() ? OptT(Readable(*t)) : OptT(); }
+
+template <typename ST>
+ST Absent() {
+  ST s;
+  std::memset(&s, 0, sizeof s);
+  return s;
+}
+template <typename ST>
+ST OptOperand(const OptT& t) {
+  return t.has_value() ? Operand<ST>(*t) : Absent<ST>();
+}
+
+selscan_dtype DtypeOf(const Tensor& t, const char* name) {
+  switch (t.scalar_type()) {
+    case at::kFloat: return SELSCAN_F32;
+    case at::kHalf: return SELSCAN_F16;
+    case at::kBFloat16: return SELSCAN_BF16;
+    default:
+      TORCH_CHECK_TYPE(false, "selscan: ", name, " must be float32, float16 or bfloat16, got ", t.scalar_type());
+  }
+  return SELSCAN_F32;
+}
+
+std::string Shape(const Tensor& t) { return c10::str(t.sizes()); }
+
+// ---- errors ----------------------------------------------------------------------------------
+
+static_assert(SELSCAN_VERSION >= 200, "selscan_torch needs selscan v0.2 (const inputs, selscan_diag)");
+
+// selscan's report of the failing operand (filled only on an error status).
+struct Diag {
+  selscan_diag d = {nullptr, nullptr};
+  template <typename P>
+  void Attach(P* p) { p->diag = &d; }
+  std::string Text() const {
+    if (d.operand) return std::string(" (argument '") + d.operand + "': " + (d.rule ? d.rule : "invalid") + ")";
+    return "";
+  }
+};
+
+const char* StatusName(selscan_status st) {
+  switch (st) {
+    case SELSCAN_OK: return "SELSCAN_OK";
+    case SELSCAN_ERR_NULL: return "SELSCAN_ERR_NULL";
+    case SELSCAN_ERR_SHAPE: return "SELSCAN_ERR_SHAPE";
+    case SELSCAN_ERR_STRIDE: return "SELSCAN_ERR_STRIDE";
+    case SELSCAN_ERR_DTYPE: return "SELSCAN_ERR_DTYPE";
+    case SELSCAN_ERR_ALIAS: return "SELSCAN_ERR_ALIAS";
+    case SELSCAN_ERR_WORKSPACE: return "SELSCAN_ERR_WORKSPACE";
+    case SELSCAN_ERR_UNSUPPORTED: return "SELSCAN_ERR_UNSUPPORTED";
+    case SELSCAN_ERR_CUDA: return "SELSCAN_ERR_CUDA";
+    default: return "SELSCAN_ERR_?";
+  }
+}
+
+// selscan status -> Python exception: ValueError for validation failures (naming the argument
+// where selscan's diag says it), TypeError for dtypes, NotImplementedError for what a backend
+// cannot do, RuntimeError for CUDA failures.
+void Check(selscan_status st, const char* where, const Diag& diag, const char* cuda_text = "") {
+  if (st == SELSCAN_OK) return;
+  const std::string msg = std::string("selscan: ") + where + ": " + selscan_status_string(st) + " [" +
+                          StatusName(st) + "]" + diag.Text() +
+                          (cuda_text && *cuda_text ? std::string(": ") + cuda_text : std::string());
+  switch (st) {
+    case SELSCAN_ERR_DTYPE: TORCH_CHECK_TYPE(false, msg);
+    case SELSCAN_ERR_UNSUPPORTED: TORCH_CHECK_NOT_IMPLEMENTED(false, msg);
+    case SELSCAN_ERR_CUDA: TORCH_CHECK(false, msg);
+    default: TORCH_CHECK_VALUE(false, msg);
+  }
+}
+
+// ---- argument checks (before anything reaches selscan: a clear message naming the argument) ----
+
+struct Sizes {
+  int64_t batch = 0, dim = 0, L = 0, N = 0, G = 1, rows = 0, n_seqs = 0;
+  bool fixed_B = false, fixed_C = false;
+  bool Empty() const { return batch == 0 || dim == 0 || L == 0; }
+};
+
+void SameDevice(const Tensor& ref, const Tensor& t, const char* name) {
+  TORCH_CHECK_VALUE(t.device() == ref.device(), "selscan: ", name, " is on ", t.device(), " but u is on ",
+                    ref.device());
+}
+
+void CheckF32(const Tensor& t, const char* name) {
+  TORCH_CHECK_TYPE(t.scalar_type() == at::kFloat, "selscan: ", name, " must be float32, got ", t.scalar_type());
+}
+
+void CheckShape(const Tensor& t, at::IntArrayRef want, const char* name, const char* what) {
+  TORCH_CHECK_VALUE(t.sizes() == want, "selscan: ", name, " must have shape ", what, " = ", want, ", got ", Shape(t));
+}
+
+Sizes CheckScan(const Tensor& u, const Tensor& delta, const Tensor& A, const Tensor& B, const Tensor& C,
+                const OptT& D, const OptT& z, const OptT& delta_bias, const OptT& h0, const OptT& cu_seqlens) {
+  Sizes s;
+  TORCH_CHECK_VALUE(u.dim() == 3, "selscan: u must have shape (batch, dim, L), got ", Shape(u));
+  s.batch = u.size(0); s.dim = u.size(1); s.L = u.size(2);
+  (void)DtypeOf(u, "u");
+  CheckShape(delta, u.sizes(), "delta", "u's shape");
+  TORCH_CHECK_TYPE(delta.scalar_type() == u.scalar_type(), "selscan: delta must have u's dtype ", u.scalar_type(),
+                   ", got ", delta.scalar_type());
+  SameDevice(u, delta, "delta");
+  TORCH_CHECK_TYPE(!A.is_complex(), "selscan: complex A is not supported (real A only)");
+  TORCH_CHECK_VALUE(A.dim() == 2 && A.size(0) == s.dim, "selscan: A must have shape (dim, N) with dim = ", s.dim,
+                    ", got ", Shape(A));
+  CheckF32(A, "A");
+  SameDevice(u, A, "A");
+  s.N = A.size(1);
+  auto bc = [&](const Tensor& t, const char* name, bool* fixed) {
+    SameDevice(u, t, name);
+    if (t.dim() == 2) {
+      *fixed = true;
+      CheckShape(t, {s.dim, s.N}, name, "(dim, N) (fixed)");
+      CheckF32(t, name);
+    } else {
+      TORCH_CHECK_VALUE(t.dim() == 4 && t.size(0) == s.batch && t.size(2) == s.N && t.size(3) == s.L,
+                        "selscan: ", name, " must have shape (dim, N), (batch, N, L) or (batch, G, N, L) with batch = ",
+                        s.batch, ", N = ", s.N, ", L = ", s.L, ", got ", Shape(t));
+      TORCH_CHECK_TYPE(t.scalar_type() == u.scalar_type(), "selscan: variable ", name, " must have u's dtype ",
+                       u.scalar_type(), ", got ", t.scalar_type());
+    }
+  };
+  bc(B, "B", &s.fixed_B);
+  bc(C, "C", &s.fixed_C);
+  if (!s.fixed_B) s.G = B.size(1);
+  if (!s.fixed_C) {
+    if (!s.fixed_B) {
+      TORCH_CHECK_VALUE(C.size(1) == s.G, "selscan: C has ", C.size(1), " groups but B has ", s.G);
+    } else {
+      s.G = C.size(1);
+    }
+  }
+  TORCH_CHECK_VALUE(s.G >= 1 && s.dim % s.G == 0, "selscan: the group count of B/C (", s.G,
+                    ") must divide dim (", s.dim, ")");
+  if (D) { CheckShape(*D, {s.dim}, "D", "(dim,)"); CheckF32(*D, "D"); SameDevice(u, *D, "D"); }
+  if (z) {
+    CheckShape(*z, u.sizes(), "z", "u's shape");
+    TORCH_CHECK_TYPE(z->scalar_type() == u.scalar_type(), "selscan: z must have u's dtype ", u.scalar_type(),
+                     ", got ", z->scalar_type());
+    SameDevice(u, *z, "z");
+  }
+  if (delta_bias) {
+    CheckShape(*delta_bias, {s.dim}, "delta_bias", "(dim,)");
+    CheckF32(*delta_bias, "delta_bias");
+    SameDevice(u, *delta_bias, "delta_bias");
+  }
+  s.rows = s.batch;
+  if (cu_seqlens) {
+    TORCH_CHECK_VALUE(cu_seqlens->device().is_cpu(), "selscan: cu_seqlens must be a CPU tensor (its values are "
+                      "validated on the host), got one on ", cu_seqlens->device());
+    TORCH_CHECK_TYPE(cu_seqlens->scalar_type() == at::kLong, "selscan: cu_seqlens must be int64, got ",
+                     cu_seqlens->scalar_type());
+    TORCH_CHECK_VALUE(cu_seqlens->dim() == 1 && cu_seqlens->size(0) >= 2,
+                      "selscan: cu_seqlens must have shape (n_seqs + 1,) with n_seqs >= 1, got ", Shape(*cu_seqlens));
+    TORCH_CHECK_VALUE(s.batch == 1, "selscan: packed sequences (cu_seqlens) need batch 1, got batch ", s.batch);
+    s.n_seqs = cu_seqlens->size(0) - 1;
+    s.rows = s.n_seqs;
+  }
+  if (h0) {
+    CheckShape(*h0, {s.rows, s.dim, s.N}, "h0", cu_seqlens ? "(n_seqs, dim, N)" : "(batch, dim, N)");
+    CheckF32(*h0, "h0");
+    SameDevice(u, *h0, "h0");
+  }
+  return s;
+}
+
+// ---- problem building -------------------------------------------------------------------------
+
+struct Scan {
+  selscan_problem p;
+  Tensor cu_host;  // contiguous int64 CPU copy when needed
+};
+
+selscan_problem BuildProblem(const Sizes& s, const Tensor& u, const Tensor& delta, const Tensor& A, const Tensor& B,
+                             const Tensor& C, const OptT& D, const OptT& z, const OptT& delta_bias, const OptT& h0,
+                             const OptT& cu_host, bool softplus) {
+  selscan_problem p;
+  std::memset(&p, 0, sizeof p);
+  p.batch = s.batch; p.dim = s.dim; p.seqlen = s.L; p.dstate = s.N; p.n_groups = s.G;
+  p.dtype = DtypeOf(u, "u");
+  p.flags = (softplus ? SELSCAN_DELTA_SOFTPLUS : 0u) | (s.fixed_B ? SELSCAN_FIXED_B : 0u) |
+            (s.fixed_C ? SELSCAN_FIXED_C : 0u);
+  if (cu_host) {
+    p.cu_seqlens = cu_host->data_ptr<int64_t>();
+    p.n_seqs = s.n_seqs;
+  }
+  p.u = Operand<decltype(p.u)>(u);
+  p.delta = Operand<decltype(p.delta)>(delta);
+  p.A = Operand<decltype(p.A)>(A);
+  p.B = Operand<decltype(p.B)>(B);
+  p.C = Operand<decltype(p.C)>(C);
+  p.D = OptOperand<decltype(p.D)>(D);
+  p.z = OptOperand<decltype(p.z)>(z);
+  p.delta_bias = OptOperand<decltype(p.delta_bias)>(delta_bias);
+  p.h0 = OptOperand<decltype(p.h0)>(h0);
+  return p;
+}
+
+// A byte buffer of torch's allocator on `dev` holding `bytes` bytes aligned to
+// SELSCAN_WORKSPACE_ALIGN (padded and aligned up whatever the allocator returns).
+struct Workspace {
+  Tensor buf;
+  void* ptr = nullptr;
+  size_t bytes = 0;
+};
+Workspace MakeWorkspace(size_t bytes, const at::Device& dev) {
+  Workspace w;
+  w.bytes = bytes;
+  if (bytes == 0) return w;
+  w.buf = at::empty({static_cast<int64_t>(bytes + SELSCAN_WORKSPACE_ALIGN)}, at::TensorOptions().dtype(at::kByte).device(dev));
+  const uintptr_t a = reinterpret_cast<uintptr_t>(w.buf.data_ptr());
+  w.ptr = reinterpret_cast<void*>((a + SELSCAN_WORKSPACE_ALIGN - 1) / SELSCAN_WORKSPACE_ALIGN * SELSCAN_WORKSPACE_ALIGN);
+  return w;
+}
+
+// Parts for the CPU pool: one per intra-op thread (results do not depend on it).
+int64_t NumParts() { return std::max<int64_t>(1, at::get_num_threads()); }
+
+template <typename Fn>
+selscan_status RunParts(int64_t n_parts, const Fn& fn) {
+  std::vector<selscan_status> sts(static_cast<size_t>(n_parts), SELSCAN_OK);
+  if (n_parts == 1) {
+    sts[0] = fn(0);
+  } else {
+    at::parallel_for(0, n_parts, 1, [&](int64_t b, int64_t e) {
+      for (int64_t i = b; i < e; i++) sts[static_cast<size_t>(i)] = fn(i);
+    });
+  }
+  for (selscan_status st : sts)
+    if (st != SELSCAN_OK) return st;
+  return SELSCAN_OK;
+}
+
+OptT HostCuSeqlens(const OptT& cu) {
+  if (!cu) return OptT();
+  return cu->contiguous();
+}
+
+#ifdef WITH_CUDA
+void* CurrentStream(const Tensor& t) {
+  return static_cast<void*>(c10::cuda::getCurrentCUDAStream(t.device().index()).stream());
+}
+#endif
+
+// CPU checkpoint use: the CPU backward ignores checkpoints for N > 64 (see selscan.h).
+constexpr int64_t kCpuCheckpointMaxN = 64;
+
+// ---- forward ----------------------------------------------------------------------------------
+
+std::tuple<Tensor, Tensor, Tensor> Forward(const Tensor& u_in, const Tensor& delta_in, const Tensor& A_in,
+                                           const Tensor& B_in, const Tensor& C_in, const OptT& D_in,
+                                           const OptT& z_in, const OptT& delta_bias_in, const OptT& h0_in,
+                                           const OptT& cu_seqlens, bool delta_softplus, bool return_last_state,
+                                           bool save_checkpoint) {
+  const Sizes s = CheckScan(u_in, delta_in, A_in, B_in, C_in, D_in, z_in, delta_bias_in, h0_in, cu_seqlens);
+  const Tensor u = Readable(u_in), delta = Readable(delta_in), A = Readable(A_in), B = Readable(B_in),
+               C = Readable(C_in);
+  const OptT D = Readable(D_in), z = Readable(z_in), delta_bias = Readable(delta_bias_in), h0 = Readable(h0_in);
+  const bool cuda = u.is_cuda();
+#ifndef WITH_CUDA
+  TORCH_CHECK(!cuda, "selscan: this build of selscan_torch has no CUDA kernels (built without nvcc or with "
+              "SELSCAN_TORCH_CPU_ONLY=1); u is on ", u.device());
+#endif
+  const auto f32 = u.options().dtype(at::kFloat);
+  Tensor y = at::empty_like(u);
+  Tensor h_last = return_last_state ? at::empty({s.rows, s.dim, s.N}, f32) : at::empty({0}, f32);
+  if (s.Empty() || s.N == 0) {
+    TORCH_CHECK_VALUE(s.N > 0 || s.Empty(), "selscan: A must have N >= 1 states, got ", Shape(A));
+    if (y.numel()) y.zero_();
+    if (return_last_state && h_last.numel()) {
+      if (h0) h_last.copy_(*h0);
+      else h_last.zero_();
+    }
+    return {y, h_last, at::empty({0}, f32)};
+  }
+  const OptT cu_host = HostCuSeqlens(cu_seqlens);
+  selscan_problem p = BuildProblem(s, u, delta, A, B, C, D, z, delta_bias, h0, cu_host, delta_softplus);
+  p.y = Operand<decltype(p.y)>(y);
+  if (return_last_state) p.h_last = Operand<decltype(p.h_last)>(h_last);
+  Diag diag;
+  diag.Attach(&p);
+  size_t ck_bytes = 0;
+  Tensor checkpoint;
+  if (cuda) {
+#ifdef WITH_CUDA
+    const c10::cuda::CUDAGuard guard(u.device());
+    if (save_checkpoint) Check(selscan_torch_cuda_checkpoint_size(&p, &ck_bytes), "checkpoint size", diag);
+    checkpoint = at::empty({static_cast<int64_t>(ck_bytes / 4)}, f32);
+    float* ck = ck_bytes ? checkpoint.data_ptr<float>() : nullptr;
+    size_t ws_bytes = 0;
+    Check(selscan_torch_cuda_workspace_size(&p, nullptr, ck != nullptr, &ws_bytes), "forward (CUDA)", diag);
+    Workspace ws = MakeWorkspace(ws_bytes, u.device());
+    Tensor cu_dev;
+    if (cu_host) cu_dev = cu_host->to(u.device(), /*non_blocking=*/true);
+    const char* text = "";
+    Check(selscan_torch_cuda_forward(&p, ws.ptr, ws.bytes, ck, ck_bytes,
+                                     cu_host ? cu_dev.data_ptr<int64_t>() : nullptr, CurrentStream(u), &text),
+          "forward (CUDA)", diag, text);
+#endif
+  } else {
+    if (save_checkpoint && s.N <= kCpuCheckpointMaxN) Check(selscan_checkpoint_size(&p, &ck_bytes), "checkpoint size", diag);
+    checkpoint = at::empty({static_cast<int64_t>(ck_bytes / 4)}, f32);
+    float* ck = ck_bytes ? checkpoint.data_ptr<float>() : nullptr;
+    const int64_t n = NumParts();
+    size_t ws_bytes = 0;
+    Check(selscan_workspace_size_parts(&p, nullptr, n, &ws_bytes), "forward (CPU)", diag);
+    Workspace ws = MakeWorkspace(ws_bytes, u.device());
+    // parts run on several threads: each gets its own copy of the problem (diag is written only
+    // on error; the first failing part's diag is reported).
+    std::vector<Diag> diags(static_cast<size_t>(n));
+    const selscan_status st = RunParts(n, [&](int64_t i) {
+      selscan_problem q = p;
+      diags[static_cast<size_t>(i)].Attach(&q);
+      return ck ? selscan_forward_cpu_ckpt_part(&q, i, n, ws.ptr, ws.bytes, ck, ck_bytes)
+                : selscan_forward_cpu_part(&q, i, n, ws.ptr, ws.bytes);
+    });
+    Diag first;
+    for (auto& d : diags) if (!d.Text().empty()) { first = d; break; }
+    Check(st, "forward (CPU)", first);
+  }
+  return {y, h_last, checkpoint};
+}
+
+// ---- backward ---------------------------------------------------------------------------------
+
+enum { kDu = 0, kDdelta, kDA, kDB, kDC, kDD, kDz, kDdeltaBias, kDh0, kNumGrads };
+
+std::vector<Tensor> Backward(const Tensor& u_in, const Tensor& delta_in, const Tensor& A_in, const Tensor& B_in,
+                             const Tensor& C_in, const OptT& D_in, const OptT& z_in, const OptT& delta_bias_in,
+                             const OptT& h0_in, const OptT& cu_seqlens, const Tensor& dy_in, const OptT& dh_last_in,
+                             const Tensor& checkpoint, bool delta_softplus, at::IntArrayRef grad_mask) {
+  const Sizes s = CheckScan(u_in, delta_in, A_in, B_in, C_in, D_in, z_in, delta_bias_in, h0_in, cu_seqlens);
+  TORCH_CHECK_VALUE(grad_mask.size() == kNumGrads, "selscan: grad_mask must have 9 entries, got ", grad_mask.size());
+  CheckShape(dy_in, u_in.sizes(), "dy", "u's shape");
+  TORCH_CHECK_TYPE(dy_in.scalar_type() == u_in.scalar_type(), "selscan: dy must have u's dtype ", u_in.scalar_type(),
+                   ", got ", dy_in.scalar_type());
+  SameDevice(u_in, dy_in, "dy");
+  if (dh_last_in) {
+    CheckShape(*dh_last_in, {s.rows, s.dim, s.N}, "dh_last", "last_state's shape");
+    CheckF32(*dh_last_in, "dh_last");
+    SameDevice(u_in, *dh_last_in, "dh_last");
+  }
+  const Tensor u = Readable(u_in), delta = Readable(delta_in), A = Readable(A_in), B = Readable(B_in),
+               C = Readable(C_in), dy = Readable(dy_in);
+  const OptT D = Readable(D_in), z = Readable(z_in), delta_bias = Readable(delta_bias_in), h0 = Readable(h0_in),
+             dh_last = Readable(dh_last_in);
+  const bool cuda = u.is_cuda();
+#ifndef WITH_CUDA
+  TORCH_CHECK(!cuda, "selscan: this build of selscan_torch has no CUDA kernels; u is on ", u.device());
+#endif
+  const bool present[kNumGrads] = {true, true, true, true, true, D.has_value(), z.has_value(),
+                                   delta_bias.has_value(), h0.has_value()};
+  const Tensor* like[kNumGrads] = {&u_in, &delta_in, &A_in, &B_in, &C_in, D ? &*D_in : nullptr, z ? &*z_in : nullptr,
+                                   delta_bias ? &*delta_bias_in : nullptr, h0 ? &*h0_in : nullptr};
+  std::vector<Tensor> out(kNumGrads);
+  bool want[kNumGrads];
+  for (int i = 0; i < kNumGrads; i++) {
+    want[i] = present[i] && grad_mask[i] != 0;
+    out[i] = want[i] ? at::empty_like(*like[i]) : at::empty({0}, u.options().dtype(at::kFloat));
+  }
+  if (s.Empty() || s.N == 0) {  // every gradient 0, except dh0 = dh_last (the state passes through)
+    for (int i = 0; i < kNumGrads; i++)
+      if (want[i] && out[i].numel()) out[i].zero_();
+    if (want[kDh0] && dh_last && out[kDh0].numel()) out[kDh0].copy_(*dh_last);
+    return out;
+  }
+  const OptT cu_host = HostCuSeqlens(cu_seqlens);
+  selscan_problem p = BuildProblem(s, u, delta, A, B, C, D, z, delta_bias, h0, cu_host, delta_softplus);
+  selscan_grads g;
+  std::memset(&g, 0, sizeof g);
+  g.dy = Operand<decltype(g.dy)>(dy);
+  g.dh_last = OptOperand<decltype(g.dh_last)>(dh_last);
+  auto grad = [&](int i) { return want[i] ? OptT(out[i]) : OptT(); };
+  g.du = OptOperand<decltype(g.du)>(grad(kDu));
+  g.ddelta = OptOperand<decltype(g.ddelta)>(grad(kDdelta));
+  g.dA = OptOperand<decltype(g.dA)>(grad(kDA));
+  g.dB = OptOperand<decltype(g.dB)>(grad(kDB));
+  g.dC = OptOperand<decltype(g.dC)>(grad(kDC));
+  g.dD = OptOperand<decltype(g.dD)>(grad(kDD));
+  g.dz = OptOperand<decltype(g.dz)>(grad(kDz));
+  g.ddelta_bias = OptOperand<decltype(g.ddelta_bias)>(grad(kDdeltaBias));
+  g.dh0 = OptOperand<decltype(g.dh0)>(grad(kDh0));
+  Diag diag;
+  diag.Attach(&p);
+  TORCH_CHECK_TYPE(checkpoint.numel() == 0 || checkpoint.scalar_type() == at::kFloat,
+                   "selscan: checkpoint must be float32");
+  if (cuda) {
+#ifdef WITH_CUDA
+    const c10::cuda::CUDAGuard guard(u.device());
+    // The forward's checkpoint when a CUDA forward saved one (another size: not read).
+    const float* ck = nullptr;
+    size_t ck_bytes = 0;
+    if (checkpoint.numel() > 0 && checkpoint.is_cuda() && checkpoint.is_contiguous()) {
+      size_t need = 0;
+      Check(selscan_torch_cuda_checkpoint_size(&p, &need), "checkpoint size", diag);
+      if (static_cast<size_t>(checkpoint.numel()) * 4 == need) { ck = checkpoint.data_ptr<float>(); ck_bytes = need; }
+    }
+    size_t ws_bytes = 0;
+    Check(selscan_torch_cuda_workspace_size(&p, &g, ck != nullptr, &ws_bytes), "backward (CUDA)", diag);
+    Workspace ws = MakeWorkspace(ws_bytes, u.device());
+    Tensor cu_dev;
+    if (cu_host) cu_dev = cu_host->to(u.device(), /*non_blocking=*/true);
+    const char* text = "";
+    Check(selscan_torch_cuda_backward(&p, &g, ws.ptr, ws.bytes, ck, ck_bytes,
+                                      cu_host ? cu_dev.data_ptr<int64_t>() : nullptr, CurrentStream(u), &text),
+          "backward (CUDA)", diag, text);
+#endif
+  } else {
+    const float* ck = nullptr;
+    size_t ck_bytes = 0;
+    if (checkpoint.numel() > 0 && checkpoint.is_cpu() && checkpoint.is_contiguous()) {
+      size_t need = 0;
+      Check(selscan_checkpoint_size(&p, &need), "checkpoint size", diag);
+      if (static_cast<size_t>(checkpoint.numel()) * 4 == need) { ck = checkpoint.data_ptr<float>(); ck_bytes = need; }
+    }
+    const int64_t n = NumParts();
+    size_t ws_bytes = 0;
+    Check(selscan_workspace_size_parts(&p, &g, n, &ws_bytes), "backward (CPU)", diag);
+    Workspace ws = MakeWorkspace(ws_bytes, u.device());
+    std::vector<Diag> diags(static_cast<size_t>(n));
+    auto first_diag = [&]() {
+      for (auto& d : diags) if (!d.Text().empty()) return d;
+      return Diag();
+    };
+    // phase 1: the scans of every part (per-part partial sums into the shared workspace) ...
+    selscan_status st = RunParts(n, [&](int64_t i) {
+      selscan_problem q = p;
+      diags[static_cast<size_t>(i)].Attach(&q);
+      return ck ? selscan_backward_cpu_ckpt_part(&q, &g, i, n, ws.ptr, ws.bytes, ck, ck_bytes)
+                : selscan_backward_cpu_part(&q, &g, i, n, ws.ptr, ws.bytes);
+    });
+    Check(st, "backward (CPU)", first_diag());
+    // ... phase 2, after all parts: the fixed-order reductions (dA, dD, ddelta_bias, fixed dB/dC).
+    st = RunParts(n, [&](int64_t i) {
+      selscan_problem q = p;
+      diags[static_cast<size_t>(i)].Attach(&q);
+      return selscan_backward_cpu_reduce(&q, &g, i, n, ws.ptr, ws.bytes);
+    });
+    Check(st, "backward (CPU reduce)", first_diag());
+  }
+  return out;
+}
+
+// ---- decode step ------------------------------------------------------------------------------
+
+Tensor Step(const Tensor& state, const Tensor& x_in, const Tensor& dt_in, const Tensor& A_in, const Tensor& B_in,
+            const Tensor& C_in, const OptT& D_in, const OptT& z_in, const OptT& dt_bias_in, const OptT& state_index,
+            bool dt_softplus) {
+  TORCH_CHECK_VALUE(x_in.dim() == 2, "selscan: x must have shape (batch, dim), got ", Shape(x_in));
+  const int64_t batch = x_in.size(0), dim = x_in.size(1);
+  (void)DtypeOf(x_in, "x");
+  TORCH_CHECK_VALUE(state.dim() == 3 && state.size(1) == dim, "selscan: state must have shape (n_cache, dim, N) with dim = ",
+                    dim, ", got ", Shape(state));
+  TORCH_CHECK_TYPE(state.scalar_type() == at::kFloat, "selscan: state must be float32 (updated in place), got ",
+                   state.scalar_type());
+  const int64_t n_cache = state.size(0), N = state.size(2);
+  SameDevice(x_in, state, "state");
+  CheckShape(dt_in, x_in.sizes(), "dt", "x's shape");
+  TORCH_CHECK_TYPE(dt_in.scalar_type() == x_in.scalar_type(), "selscan: dt must have x's dtype");
+  SameDevice(x_in, dt_in, "dt");
+  CheckShape(A_in, {dim, N}, "A", "(dim, N)");
+  CheckF32(A_in, "A");
+  SameDevice(x_in, A_in, "A");
+  int64_t G = 1;
+  auto bc = [&](const Tensor& t, const char* name) {
+    TORCH_CHECK_VALUE(t.dim() == 3 && t.size(0) == batch && t.size(2) == N, "selscan: ", name,
+                      " must have shape (batch, N) or (batch, ngroups, N) with batch = ", batch, ", N = ", N,
+                      ", got ", Shape(t));
+    TORCH_CHECK_TYPE(t.scalar_type() == x_in.scalar_type(), "selscan: ", name, " must have x's dtype ",
+                     x_in.scalar_type(), ", got ", t.scalar_type());
+    SameDevice(x_in, t, name);
+  };
+  bc(B_in, "B");
+  bc(C_in, "C");
+  G = B_in.size(1);
+  TORCH_CHECK_VALUE(C_in.size(1) == G, "selscan: C has ", C_in.size(1), " groups but B has ", G);
+  TORCH_CHECK_VALUE(G >= 1 && dim % G == 0, "selscan: ngroups (", G, ") must divide dim (", dim, ")");
+  if (D_in) { CheckShape(*D_in, {dim}, "D", "(dim,)"); CheckF32(*D_in, "D"); SameDevice(x_in, *D_in, "D"); }
+  if (z_in) {
+    CheckShape(*z_in, x_in.sizes(), "z", "x's shape");
+    TORCH_CHECK_TYPE(z_in->scalar_type() == x_in.scalar_type(), "selscan: z must have x's dtype");
+    SameDevice(x_in, *z_in, "z");
+  }
+  if (dt_bias_in) {
+    CheckShape(*dt_bias_in, {dim}, "dt_bias", "(dim,)");
+    CheckF32(*dt_bias_in, "dt_bias");
+    SameDevice(x_in, *dt_bias_in, "dt_bias");
+  }
+  if (state_index) {
+    CheckShape(*state_index, {batch}, "state_batch_indices", "(batch,)");
+    TORCH_CHECK_TYPE(state_index->scalar_type() == at::kInt, "selscan: state_batch_indices must be int32 here "
+                     "(the Python wrapper converts int64)");
+    SameDevice(x_in, *state_index, "state_batch_indices");
+  }
+  Tensor y = at::empty_like(x_in);
+  if (batch == 0 || dim == 0) return y;
+  TORCH_CHECK_VALUE(N > 0, "selscan: state must have N >= 1, got ", Shape(state));
+  const Tensor x = Readable(x_in), dt = Readable(dt_in), A = Readable(A_in), B = Readable(B_in), C = Readable(C_in);
+  const OptT D = Readable(D_in), z = Readable(z_in), dt_bias = Readable(dt_bias_in);
+  const Tensor sidx = state_index ? state_index->contiguous() : Tensor();
+  selscan_step_problem s;
+  std::memset(&s, 0, sizeof s);
+  s.batch = batch; s.dim = dim; s.dstate = N; s.n_groups = G; s.n_cache = n_cache;
+  s.dtype = DtypeOf(x, "x");
+  s.flags = dt_softplus ? SELSCAN_DELTA_SOFTPLUS : 0u;
+  s.state_index = state_index ? sidx.data_ptr<int32_t>() : nullptr;
+  s.state = Operand<decltype(s.state)>(state);
+  s.u = Operand<decltype(s.u)>(x);  // mamba's x / dt are selscan's u / delta
+  s.delta = Operand<decltype(s.delta)>(dt);
+  s.A = Operand<decltype(s.A)>(A);
+  s.B = Operand<decltype(s.B)>(B);
+  s.C = Operand<decltype(s.C)>(C);
+  s.D = OptOperand<decltype(s.D)>(D);
+  s.z = OptOperand<decltype(s.z)>(z);
+  s.delta_bias = OptOperand<decltype(s.delta_bias)>(dt_bias);
+  s.y = Operand<decltype(s.y)>(y);
+  Diag diag;
+  diag.Attach(&s);
+  if (x.is_cuda()) {
+#ifdef WITH_CUDA
+    const c10::cuda::CUDAGuard guard(x.device());
+    const char* text = "";
+    Check(selscan_torch_cuda_step(&s, CurrentStream(x), &text), "step (CUDA)", diag, text);
+#else
+    TORCH_CHECK(false, "selscan: this build of selscan_torch has no CUDA kernels; x is on ", x.device());
+#endif
+  } else {
+    const int64_t n = std::min<int64_t>(NumParts(), std::max<int64_t>(1, batch * ((dim + 255) / 256)));
+    std::vector<Diag> diags(static_cast<size_t>(n));
+    const selscan_status st = RunParts(n, [&](int64_t i) {
+      selscan_step_problem q = s;
+      diags[static_cast<size_t>(i)].Attach(&q);
+      return selscan_step_cpu_part(&q, i, n);
+    });
+    Diag first;
+    for (auto& d : diags) if (!d.Text().empty()) { first = d; break; }
+    Check(st, "step (CPU)", first);
+  }
+  return y;
+}
+
+// ---- autograd (C++: the Autograd dispatch key) ---------------------------------------------------
+//
+// selscan::fwd's derivative is selscan::bwd. Registered here rather than with Python's
+// torch.library.register_autograd: the Python autograd.Function layer cost 100-250 us a call
+// (bench/NOTES.md CUDA-torch-v1); this one is a C++ Node. The forward saves selscan's checkpoint
+// whenever a gradient can be asked for (grad mode on and an input requiring grad), whatever
+// save_checkpoint says; the backward reads it and computes only the gradients autograd asks for.
+// torch.compile traces through it (AOTAutograd runs this kernel on fake tensors: the fake kernels
+// of selscan_torch/__init__.py).
+
+using FwdOut = std::tuple<Tensor, Tensor, Tensor>;
+
+const c10::TypedOperatorHandle<FwdOut(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&,
+                                      const OptT&, const OptT&, const OptT&, const OptT&, const OptT&, bool, bool,
+                                      bool)>&
+FwdOp() {
+  static const auto op = c10::Dispatcher::singleton()
+                             .findSchemaOrThrow("selscan::fwd", "")
+                             .typed<FwdOut(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&,
+                                           const OptT&, const OptT&, const OptT&, const OptT&, const OptT&, bool,
+                                           bool, bool)>();
+  return op;
+}
+
+const c10::TypedOperatorHandle<std::vector<Tensor>(const Tensor&, const Tensor&, const Tensor&, const Tensor&,
+                                                   const Tensor&, const OptT&, const OptT&, const OptT&, const OptT&,
+                                                   const OptT&, const Tensor&, const OptT&, const Tensor&, bool,
+                                                   at::IntArrayRef)>&
+BwdOp() {
+  static const auto op =
+      c10::Dispatcher::singleton()
+          .findSchemaOrThrow("selscan::bwd", "")
+          .typed<std::vector<Tensor>(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&,
+                                     const OptT&, const OptT&, const OptT&, const OptT&, const OptT&, const Tensor&,
+                                     const OptT&, const Tensor&, bool, at::IntArrayRef)>();
+  return op;
+}
+
+inline OptT Opt(const Tensor& t) { return t.defined() ? OptT(t) : OptT(); }
+
+class ScanFunction : public torch::autograd::Function<ScanFunction> {
+ public:
+  static torch::autograd::variable_list forward(torch::autograd::AutogradContext* ctx, const Tensor& u,
+                                                const Tensor& delta, const Tensor& A, const Tensor& B,
+                                                const Tensor& C, const OptT& D, const OptT& z,
+                                                const OptT& delta_bias, const OptT& h0, const OptT& cu_seqlens,
+                                                bool delta_softplus, bool return_last_state) {
+    at::AutoDispatchBelowADInplaceOrView guard;
+    auto out = FwdOp().call(u, delta, A, B, C, D, z, delta_bias, h0, cu_seqlens, delta_softplus, return_last_state,
+                            /*save_checkpoint=*/true);
+    const Tensor& checkpoint = std::get<2>(out);
+    ctx->save_for_backward({u, delta, A, B, C, D.value_or(Tensor()), z.value_or(Tensor()),
+                            delta_bias.value_or(Tensor()), h0.value_or(Tensor()), cu_seqlens.value_or(Tensor()),
+                            checkpoint});
+    ctx->saved_data["softplus"] = delta_softplus;
+    // which of the 9 differentiable arguments are present (autograd's edges count only those)
+    int64_t present = 0;
+    const OptT* opt[4] = {&D, &z, &delta_bias, &h0};
+    for (int i = 0; i < 4; i++)
+      if (opt[i]->has_value() && (*opt[i])->defined()) present |= int64_t(1) << i;
+    ctx->saved_data["present"] = present;
+    ctx->mark_non_differentiable({checkpoint});
+    ctx->set_materialize_grads(false);
+    return {std::get<0>(out), std::get<1>(out), checkpoint};
+  }
+
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grads) {
+    const auto saved = ctx->get_saved_variables();
+    const bool softplus = ctx->saved_data["softplus"].toBool();
+    const int64_t present = ctx->saved_data["present"].toInt();
+    const Tensor& u = saved[0];
+    Tensor dy = grads[0];
+    Tensor dlast = grads.size() > 1 ? grads[1] : Tensor();
+    // no last_state was returned: its (0,) placeholder (1-D; a real last_state is 3-D; dim() and not
+    // numel(): sizes may be symbolic under torch.compile)
+    if (dlast.defined() && dlast.dim() != 3) dlast = Tensor();
+    // grad_mask over the 9 differentiable arguments; edge index = count of the present ones before
+    std::vector<int64_t> mask(9, 0);
+    size_t edge = 0;
+    for (int i = 0; i < 9; i++) {
+      const bool here = i < 5 || ((present >> (i - 5)) & 1);
+      if (here) mask[i] = ctx->needs_input_grad(edge++) ? 1 : 0;
+    }
+    torch::autograd::variable_list out(12);  // one per forward argument (after ctx)
+    bool any = false;
+    for (int i = 0; i < 9; i++) any = any || mask[i];
+    if (!any) return out;
+    if (!dy.defined()) dy = at::zeros_like(u);  // a loss on last_state alone
+    auto g = BwdOp().call(saved[0], saved[1], saved[2], saved[3], saved[4], Opt(saved[5]), Opt(saved[6]),
+                          Opt(saved[7]), Opt(saved[8]), Opt(saved[9]), dy, Opt(dlast), saved[10], softplus, mask);
+    for (int i = 0; i < 9; i++)
+      if (mask[i]) out[i] = g[i];
+    return out;
+  }
+};
+
+FwdOut ForwardAutograd(const Tensor& u, const Tensor& delta, const Tensor& A, const Tensor& B, const Tensor& C,
+                       const OptT& D, const OptT& z, const OptT& delta_bias, const OptT& h0, const OptT& cu_seqlens,
+                       bool delta_softplus, bool return_last_state, bool save_checkpoint) {
+  bool needs_grad = false;
+  if (at::GradMode::is_enabled()) {
+    needs_grad = u.requires_grad() || delta.requires_grad() || A.requires_grad() || B.requires_grad() ||
+                 C.requires_grad();
+    for (const OptT* t : {&D, &z, &delta_bias, &h0})
+      needs_grad = needs_grad || (t->has_value() && (*t)->defined() && (*t)->requires_grad());
+  }
+  if (!needs_grad) {  // nothing to record: straight to the kernel
+    at::AutoDispatchBelowADInplaceOrView guard;
+    return FwdOp().call(u, delta, A, B, C, D, z, delta_bias, h0, cu_seqlens, delta_softplus, return_last_state,
+                        save_checkpoint);
+  }
+  auto r = ScanFunction::apply(u, delta, A, B, C, D, z, delta_bias, h0, cu_seqlens, delta_softplus,
+                               return_last_state);
+  return {r[0], r[1], r[2]};
+}
+
+std::string CpuBackend() { return selscan_cpu_backend(); }
+
+}  // namespace
+}  // namespace selscan_torch
+
+TORCH_LIBRARY(selscan, m) {
+  m.def("fwd(Tensor u, Tensor delta, Tensor A, Tensor B, Tensor C, Tensor? D, Tensor? z, Tensor? delta_bias, "
+        "Tensor? h0, Tensor? cu_seqlens, bool delta_softplus, bool return_last_state, bool save_checkpoint) "
+        "-> (Tensor y, Tensor last_state, Tensor checkpoint)");
+  m.def("bwd(Tensor u, Tensor delta, Tensor A, Tensor B, Tensor C, Tensor? D, Tensor? z, Tensor? delta_bias, "
+        "Tensor? h0, Tensor? cu_seqlens, Tensor dy, Tensor? dh_last, Tensor checkpoint, bool delta_softplus, "
+        "int[] grad_mask) -> Tensor[]");
+  m.def("step(Tensor(a!) state, Tensor x, Tensor dt, Tensor A, Tensor B, Tensor C, Tensor? D, Tensor? z, "
+        "Tensor? dt_bias, Tensor? state_index, bool dt_softplus) -> Tensor");
+  m.def("cpu_backend() -> str", &selscan_torch::CpuBackend);
+}
+
+TORCH_LIBRARY_IMPL(selscan, CPU, m) {
+  m.impl("fwd", &selscan_torch::Forward);
+  m.impl("bwd", &selscan_torch::Backward);
+  m.impl("step", &selscan_torch::Step);
+}
+
+TORCH_LIBRARY_IMPL(selscan, Autograd, m) { m.impl("fwd", &selscan_torch::ForwardAutograd); }
+
+#ifdef WITH_CUDA
+TORCH_LIBRARY_IMPL(selscan, CUDA, m) {
+  m.impl("fwd", &selscan_torch::Forward);
+  m.impl("bwd", &selscan_torch::Backward);
+  m.impl("step", &selscan_torch::Step);
+}
+#endif

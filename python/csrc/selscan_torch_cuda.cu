@@ -1,0 +1,75 @@
+// selscan_torch_cuda.cu - the CUDA kernels of the PyTorch ops. Compiled by nvcc WITHOUT any torch
+// header: selscan's validation helpers (SELSCAN_VALIDATION_ONLY: the CPU entry points come from
+// selscan_torch.cpp), the kernels and launchers of selscan_cuda.cuh, and the wrappers of
+// selscan_torch_cuda.h.
+#define SELSCAN_IMPLEMENTATION
+#define SELSCAN_VALIDATION_ONLY
+#define SELSCAN_CUDA_IMPLEMENTATION
+#ifndef SELSCAN_CUDA_CHANNELS_LAST
+#define SELSCAN_CUDA_CHANNELS_LAST 0 /* setup.py: SELSCAN_TORCH_CHANNELS_LAST=1 turns it on */
+#endif
+#include "selscan_cuda.cuh"
+#include "selscan_torch_cuda.h"
+
+
+static const char *cuda_text(selscan_status st, cudaError_t err) {
+    return st == SELSCAN_ERR_CUDA ? cudaGetErrorString(err) : "";
+}
+
+extern "C" {
+
+selscan_status selscan_torch_cuda_checkpoint_size(const selscan_problem *p, size_t *bytes) {
+    return selscan_checkpoint_size_cuda(p, bytes);
+}
+
+selscan_status selscan_torch_cuda_workspace_size(const selscan_problem *p, const selscan_grads *g,
+                                                 int with_checkpoint, size_t *bytes) {
+    static float dummy; /* only whether a checkpoint is given matters for the size */
+    selscan_cuda_ext x = {};
+    if (with_checkpoint) {
+        if (g) x.checkpoint_in = &dummy;
+        else x.checkpoint_out = &dummy;
+    }
+    return selscan_workspace_size_cuda_ex(p, g, &x, bytes);
+}
+
+selscan_status selscan_torch_cuda_forward(const selscan_problem *p, void *workspace, size_t bytes, float *checkpoint,
+                                          size_t checkpoint_bytes, const int64_t *cu_seqlens_device,
+                                          void *stream, const char **cuda_error_text) {
+    cudaError_t err = cudaSuccess;
+    selscan_cuda_ext x = {};
+    x.cu_seqlens_device = cu_seqlens_device;
+    x.checkpoint_out = checkpoint;
+    x.checkpoint_bytes = checkpoint ? checkpoint_bytes : 0;
+    x.cuda_error = &err;
+    const selscan_status st = selscan_forward_cuda_ex(p, &x, workspace, bytes, static_cast<cudaStream_t>(stream));
+    if (cuda_error_text) *cuda_error_text = cuda_text(st, err);
+    return st;
+}
+
+selscan_status selscan_torch_cuda_backward(const selscan_problem *p, const selscan_grads *g, void *workspace,
+                                           size_t bytes, const float *checkpoint, size_t checkpoint_bytes,
+                                           const int64_t *cu_seqlens_device, void *stream,
+                                           const char **cuda_error_text) {
+    cudaError_t err = cudaSuccess;
+    selscan_cuda_ext x = {};
+    x.cu_seqlens_device = cu_seqlens_device;
+    x.checkpoint_in = checkpoint;
+    x.checkpoint_bytes = checkpoint ? checkpoint_bytes : 0;
+    x.cuda_error = &err;
+    const selscan_status st =
+        selscan_backward_cuda_ex(p, g, &x, workspace, bytes, static_cast<cudaStream_t>(stream));
+    if (cuda_error_text) *cuda_error_text = cuda_text(st, err);
+    return st;
+}
+
+selscan_status selscan_torch_cuda_step(const selscan_step_problem *s, void *stream, const char **cuda_error_text) {
+    cudaError_t err = cudaSuccess;
+    selscan_cuda_ext x = {};
+    x.cuda_error = &err;
+    const selscan_status st = selscan_step_cuda_ex(s, &x, static_cast<cudaStream_t>(stream));
+    if (cuda_error_text) *cuda_error_text = cuda_text(st, err);
+    return st;
+}
+
+}  // extern "C"

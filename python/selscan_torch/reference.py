@@ -1,0 +1,124 @@
+"""A plain PyTorch reference of the selective scan and the decode step, written from the math
+(README "What it computes"), in float64 by default: the tests' oracle. Autograd through it gives
+the reference gradients. Slow (a Python loop over L): for checking, not for use.
+"""
+import torch
+import torch.nn.functional as F
+
+
+def _softplus(x):
+    # selscan's (and mamba's) softplus: x above 20 passes through.
+    return torch.where(x > 20, x, torch.log1p(torch.exp(torch.clamp(x, max=20))))
+
+
+def _expand_groups(t, dim):
+    """(batch, G, N, L) -> (batch, dim, N, L): channel d uses group d // (dim // G)."""
+    G = t.shape[1]
+    return t.repeat_interleave(dim // G, dim=1)
+
+
+def selective_scan_ref(u, delta, A, B, C, D=None, z=None, delta_bias=None, delta_softplus=False,
+                       return_last_state=False, cu_seqlens=None, h0=None, dtype=torch.float64):
+    """Same arguments and shapes as selscan_torch.selective_scan_fn; computes in `dtype` and
+    returns out in `dtype` (the caller rounds), last_state in `dtype`."""
+    batch, dim, L = u.shape
+    N = A.shape[1]
+    u_, dl = u.to(dtype), delta.to(dtype)
+    if delta_bias is not None:
+        dl = dl + delta_bias.to(dtype)[:, None]
+    if delta_softplus:
+        dl = _softplus(dl)
+    A_ = A.to(dtype)
+
+    def bc(t):
+        t = t.to(dtype)
+        if t.dim() == 2:
+            return t[None, :, :, None].expand(batch, dim, N, L)
+        if t.dim() == 3:
+            t = t[:, None]
+        return _expand_groups(t, dim)
+
+    B_, C_ = bc(B), bc(C)
+    starts = {0}
+    seq_of_start = {0: 0}
+    if cu_seqlens is not None:
+        offs = [int(v) for v in (cu_seqlens.tolist() if torch.is_tensor(cu_seqlens) else cu_seqlens)]
+        starts = set()
+        seq_of_start = {}
+        for s in range(len(offs) - 1):
+            if offs[s] < offs[s + 1]:
+                starts.add(offs[s])
+                seq_of_start.setdefault(offs[s], s)
+        n_seqs = len(offs) - 1
+        ends = {offs[s + 1] - 1: s for s in range(n_seqs) if offs[s] < offs[s + 1]}
+    h = None
+    ys = []
+    lasts = {}
+    for t in range(L):
+        if t in starts:
+            s = seq_of_start[t]
+            if h0 is not None:
+                h = h0.to(dtype)[s if cu_seqlens is not None else slice(None)]
+                if cu_seqlens is not None:
+                    h = h[None]
+            else:
+                h = torch.zeros(batch, dim, N, dtype=dtype, device=u.device)
+        dA = torch.exp(dl[:, :, t, None] * A_)
+        h = dA * h + (dl[:, :, t] * u_[:, :, t])[:, :, None] * B_[:, :, :, t]
+        ys.append((h * C_[:, :, :, t]).sum(-1))
+        if cu_seqlens is not None and t in ends:
+            lasts[ends[t]] = h[0]
+    y = torch.stack(ys, dim=2)
+    if D is not None:
+        y = y + u_ * D.to(dtype)[:, None]
+    if z is not None:
+        y = y * F.silu(z.to(dtype))
+    if not return_last_state:
+        return y
+    if cu_seqlens is None:
+        last = h
+    else:  # empty sequences keep their h0 (or 0)
+        rows = []
+        for s in range(n_seqs):
+            if s in lasts:
+                rows.append(lasts[s])
+            elif h0 is not None:
+                rows.append(h0.to(dtype)[s])
+            else:
+                rows.append(torch.zeros(dim, N, dtype=dtype, device=u.device))
+        last = torch.stack(rows)
+    return y, last
+
+
+def selective_state_update_ref(state, x, dt, A, B, C, D=None, z=None, dt_bias=None, dt_softplus=False,
+                               state_batch_indices=None, dtype=torch.float64):
+    """One step on a copy: returns (out, new_state) in `dtype`; single-head shapes (state
+    (n_cache, dim, N), x (batch, dim), B/C (batch, N) or (batch, G, N))."""
+    batch, dim = x.shape
+    N = state.shape[-1]
+    new_state = state.to(dtype).clone()
+    d = dt.to(dtype)
+    if dt_bias is not None:
+        d = d + dt_bias.to(dtype)
+    if dt_softplus:
+        d = _softplus(d)
+    B_ = B.to(dtype)
+    C_ = C.to(dtype)
+    if B_.dim() == 2:
+        B_, C_ = B_[:, None], C_[:, None]
+    B_ = B_.repeat_interleave(dim // B_.shape[1], dim=1)
+    C_ = C_.repeat_interleave(dim // C_.shape[1], dim=1)
+    out = torch.zeros(batch, dim, dtype=dtype, device=x.device)
+    for b in range(batch):
+        row = b if state_batch_indices is None else int(state_batch_indices[b])
+        if row < 0:
+            continue
+        h = torch.exp(d[b, :, None] * A.to(dtype)) * new_state[row] + (d[b] * x[b].to(dtype))[:, None] * B_[b]
+        new_state[row] = h
+        o = (h * C_[b]).sum(-1)
+        if D is not None:
+            o = o + x[b].to(dtype) * D.to(dtype)
+        if z is not None:
+            o = o * F.silu(z[b].to(dtype))
+        out[b] = o
+    return out, new_state

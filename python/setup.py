@@ -1,0 +1,108 @@
+"""Builds selscan_torch: selscan's selective scan as PyTorch custom ops.
+
+    pip install --no-build-isolation ./python       (from the repository root)
+
+--no-build-isolation builds against the torch already installed (pip's isolated build would
+download another torch just to compile against it). The extension has CUDA kernels when nvcc and
+a CUDA build of torch are present, CPU kernels only otherwise. Environment:
+    SELSCAN_TORCH_CPU_ONLY=1        build the CPU kernels only, even where nvcc exists
+    TORCH_CUDA_ARCH_LIST="9.0"      the CUDA architectures (default: the visible GPU's, else 9.0)
+    SELSCAN_TORCH_CHANNELS_LAST=1   also compile selscan's fast CUDA kernels for any L stride
+                                    (channels-last (batch, L, dim) tensors; ~1.5x the nvcc time)
+    MAX_JOBS                        parallel compile jobs (torch.utils.cpp_extension, ninja)
+"""
+import os
+
+from setuptools import setup
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+# selscan.h / selscan_cuda.cuh: the repository root (one level up), or a copy next to setup.py.
+ROOT = os.path.dirname(HERE)
+INCLUDE = [os.path.join(HERE, "csrc")]
+for cand in (HERE, ROOT):
+    if os.path.exists(os.path.join(cand, "selscan.h")):
+        INCLUDE.append(cand)
+        break
+else:
+    raise RuntimeError("selscan.h not found next to setup.py or in its parent folder")
+
+
+def want_cuda():
+    import torch
+    from torch.utils import cpp_extension
+
+    if os.environ.get("SELSCAN_TORCH_CPU_ONLY", "0") not in ("", "0"):
+        return False
+    if torch.version.cuda is None or cpp_extension.CUDA_HOME is None:
+        return False
+    nvcc = os.path.join(cpp_extension.CUDA_HOME, "bin", "nvcc")
+    if not os.path.exists(nvcc):
+        return False
+    if not any(os.path.exists(os.path.join(d, "selscan_cuda.cuh")) for d in INCLUDE):
+        return False
+    return True
+
+
+def default_arch():
+    # torch.utils.cpp_extension reads TORCH_CUDA_ARCH_LIST; without it, it would build for the
+    # visible GPU or for every architecture torch knows (slow): pick the visible GPU's, else 9.0.
+    if os.environ.get("TORCH_CUDA_ARCH_LIST"):
+        return
+    arch = "9.0"
+    try:
+        import torch
+
+        if torch.cuda.is_available():
+            major, minor = torch.cuda.get_device_capability(0)
+            arch = f"{major}.{minor}"
+    except Exception:  # no driver: the default
+        pass
+    os.environ["TORCH_CUDA_ARCH_LIST"] = arch
+
+
+def extensions():
+    from torch.utils import cpp_extension
+
+    cxx = ["-O3", "-fvisibility=hidden"]
+    sources = [os.path.join("csrc", "selscan_torch.cpp")]
+    if want_cuda():
+        default_arch()
+        nvcc = ["-O3", "-Xcompiler", "-fvisibility=hidden"]
+        if os.environ.get("SELSCAN_TORCH_CHANNELS_LAST", "0") not in ("", "0"):
+            nvcc.append("-DSELSCAN_CUDA_CHANNELS_LAST=1")
+        sources.append(os.path.join("csrc", "selscan_torch_cuda.cu"))
+        return [
+            cpp_extension.CUDAExtension(
+                "selscan_torch._C",
+                sources,
+                include_dirs=INCLUDE,
+                define_macros=[("WITH_CUDA", None)],
+                extra_compile_args={"cxx": cxx, "nvcc": nvcc},
+                py_limited_api=False,
+            )
+        ]
+    return [
+        cpp_extension.CppExtension(
+            "selscan_torch._C", sources, include_dirs=INCLUDE, extra_compile_args={"cxx": cxx}
+        )
+    ]
+
+
+def build_ext_cls():
+    from torch.utils import cpp_extension
+
+    return cpp_extension.BuildExtension.with_options(use_ninja=True)
+
+
+setup(
+    name="selscan-torch",
+    version="0.2.0",
+    description="selscan's selective scan (Mamba S6) as PyTorch custom ops: CPU and CUDA, "
+    "drop-in for mamba_ssm's selective_scan_fn / selective_state_update",
+    license="MIT",
+    packages=["selscan_torch"],
+    ext_modules=extensions(),
+    cmdclass={"build_ext": build_ext_cls()},
+    python_requires=">=3.9",
+    zip_safe=False,
+)

@@ -1,0 +1,617 @@
+"""Tests of selscan_torch against a float64 PyTorch reference written from the math
+(selscan_torch.reference; autograd through it gives the reference gradients).
+
+CPU always; CUDA where a GPU and the extension's CUDA kernels are present (skipped otherwise).
+"""
+import itertools
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import selscan_torch as st
+from selscan_torch.reference import selective_scan_ref, selective_state_update_ref
+
+HAS_CUDA = torch.cuda.is_available() and st.has_cuda_kernels()
+DEVICES = ["cpu"] + (["cuda"] if HAS_CUDA else [])
+cuda_only = pytest.mark.skipif(not HAS_CUDA, reason="needs a GPU and the CUDA kernels")
+TOL = {torch.float32: 2e-5, torch.float16: 4e-3, torch.bfloat16: 2.5e-2}
+GTOL = {torch.float32: 1e-4, torch.float16: 1e-2, torch.bfloat16: 5e-2}
+
+
+def rel_err(a, b):
+    """max |a - b| over max |b| (scaled error, robust to tiny entries)."""
+    a, b = a.detach().double().cpu(), b.detach().double().cpu()
+    assert a.shape == b.shape, (a.shape, b.shape)
+    if b.numel() == 0:
+        return 0.0
+    return ((a - b).abs().max() / b.abs().max().clamp(min=1e-30)).item()
+
+
+def make_inputs(batch=2, dim=8, L=37, N=5, bc="var3", G=2, dtype=torch.float32, device="cpu", D=True, z=True,
+                bias=True, h0=False, seed=0, n_seqs=None):
+    g = torch.Generator().manual_seed(seed)
+
+    def r(*shape, scale=1.0, dt=dtype):
+        return (torch.randn(*shape, generator=g) * scale).to(dt).to(device)
+
+    rows = n_seqs if n_seqs is not None else batch
+    x = dict(
+        u=r(batch, dim, L),
+        delta=r(batch, dim, L, scale=0.5),
+        A=(-(torch.rand(dim, N, generator=g) + 0.3)).to(device),
+        D=r(dim, dt=torch.float32) if D else None,
+        z=r(batch, dim, L) if z else None,
+        delta_bias=r(dim, scale=0.3, dt=torch.float32) if bias else None,
+        h0=r(rows, dim, N, dt=torch.float32) if h0 else None,
+    )
+    if bc == "fixed":
+        x["B"], x["C"] = r(dim, N, dt=torch.float32), r(dim, N, dt=torch.float32)
+    elif bc == "var3":
+        x["B"], x["C"] = r(batch, N, L), r(batch, N, L)
+    else:
+        x["B"], x["C"] = r(batch, G, N, L), r(batch, G, N, L)
+    return x
+
+
+def run_op(x, softplus, last, grads=True, seed=1, cu=None):
+    """The op's outputs and, when grads, the gradients of sum(y * gy) + sum(last * gl)."""
+    inp = {k: (v.detach().clone().requires_grad_(grads) if v is not None else None) for k, v in x.items()}
+    out = st.selective_scan_fn(inp["u"], inp["delta"], inp["A"], inp["B"], inp["C"], inp["D"], inp["z"],
+                               inp["delta_bias"], softplus, last, cu, h0=inp["h0"])
+    y, hl = out if last else (out, None)
+    if not grads:
+        return y, hl, None
+    g = torch.Generator().manual_seed(seed)
+    gy = torch.randn(y.shape, generator=g).to(y.device)
+    loss = (y.float() * gy).sum()
+    if last:
+        gl = torch.randn(hl.shape, generator=g).to(hl.device)
+        loss = loss + (hl * gl).sum()
+    loss.backward()
+    return y, hl, {k: v.grad for k, v in inp.items() if v is not None}
+
+
+def run_ref(x, softplus, last, grads=True, seed=1, cu=None):
+    inp = {k: (v.detach().cpu().double().requires_grad_(grads) if v is not None else None) for k, v in x.items()}
+    out = selective_scan_ref(inp["u"], inp["delta"], inp["A"], inp["B"], inp["C"], inp["D"], inp["z"],
+                             inp["delta_bias"], softplus, last, cu, inp["h0"])
+    y, hl = out if last else (out, None)
+    if not grads:
+        return y, hl, None
+    g = torch.Generator().manual_seed(seed)
+    gy = torch.randn(y.shape, generator=g).double()
+    loss = (y * gy).sum()
+    if last:
+        gl = torch.randn(hl.shape, generator=g).double()
+        loss = loss + (hl * gl).sum()
+    loss.backward()
+    return y, hl, {k: v.grad for k, v in inp.items() if v is not None}
+
+
+def check(x, softplus, last, dtype=torch.float32, grads=True, cu=None, tol=None, gtol=None):
+    y, hl, gr = run_op(x, softplus, last, grads, cu=cu)
+    yr, hlr, grr = run_ref(x, softplus, last, grads, cu=cu)
+    tol = tol or TOL[dtype]
+    gtol = gtol or GTOL[dtype]
+    assert y.dtype == x["u"].dtype
+    assert rel_err(y, yr) < tol, ("y", rel_err(y, yr))
+    if last:
+        assert hl.dtype == torch.float32
+        assert rel_err(hl, hlr) < tol, ("last_state", rel_err(hl, hlr))
+    if grads:
+        for k in grr:
+            assert gr[k].shape == x[k].shape and gr[k].dtype == x[k].dtype, k
+            e = rel_err(gr[k], grr[k])
+            assert e < gtol, (k, e)
+
+
+OPTS = list(itertools.product([False, True], repeat=5))  # D, z, bias, softplus, h0
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("bc", ["fixed", "var3", "grouped"])
+@pytest.mark.parametrize("opts", OPTS, ids=lambda o: "".join("Dzbsh"[i] if v else "-" for i, v in enumerate(o)))
+def test_every_option_fwd_bwd(device, bc, opts):
+    D, z, bias, softplus, h0 = opts
+    x = make_inputs(bc=bc, D=D, z=z, bias=bias, h0=h0, device=device)
+    check(x, softplus, last=h0)  # last-state gradient with h0 on, plain y otherwise
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("bc", ["fixed", "var3", "grouped"])
+def test_half_dtypes(device, dtype, bc):
+    x = make_inputs(bc=bc, dtype=dtype, h0=True, device=device, L=70)
+    check(x, True, True, dtype=dtype)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("L", [1, 2, 63, 64, 65, 129, 1000, 4096])
+def test_lengths(device, L):
+    x = make_inputs(batch=1, dim=4, L=L, N=4, bc="var3", h0=True, device=device)
+    check(x, True, True)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("shape", [(1, 1, 5, 1), (3, 36, 17, 3), (2, 6, 9, 16), (1, 4, 70, 64), (1, 4, 70, 65),
+                                   (1, 3, 20, 100)])
+def test_odd_shapes(device, shape):
+    batch, dim, L, N = shape
+    G = 3 if dim % 3 == 0 else 1
+    x = make_inputs(batch=batch, dim=dim, L=L, N=N, bc="grouped", G=G, h0=True, device=device)
+    check(x, True, True)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("h0", [False, True])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_packed_sequences(device, h0, dtype):
+    cu = torch.tensor([0, 5, 5, 40, 70, 71], dtype=torch.int64)
+    x = make_inputs(batch=1, L=71, bc="var3", h0=h0, n_seqs=5, device=device, dtype=dtype)
+    check(x, True, True, dtype=dtype, cu=cu)
+    # a list works too, and a run without last state
+    check(x, False, False, dtype=dtype, cu=[0, 5, 5, 40, 70, 71])
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_strided_inputs_no_copies(device):
+    """channels-last (batch, L, dim) tensors, B/C sliced out of one projection, every other step, broadcast D."""
+    batch, dim, L, N, r = 2, 12, 50, 4, 3
+    g = torch.Generator().manual_seed(3)
+    u = torch.randn(batch, 2 * L, dim, generator=g).to(device)[:, ::2].transpose(1, 2)  # (b, dim, L) strided
+    delta = (torch.randn(batch, L, dim, generator=g) * 0.5).to(device).transpose(1, 2)
+    z = torch.randn(batch, L, dim, generator=g).to(device).transpose(1, 2)
+    dbl = torch.randn(batch, L, r + 2 * N, generator=g).to(device)
+    B = dbl[..., r:r + N].transpose(1, 2)  # (b, N, L), strides (L*(r+2N), 1, r+2N)
+    C = dbl[..., r + N:].transpose(1, 2)
+    A = -(torch.rand(N, dim, generator=g) + 0.3).to(device).t()  # transposed (dim, N)
+    D = torch.tensor(0.7, device=device).expand(dim)  # a full broadcast: stride 0
+    bias = torch.randn(dim, generator=g).to(device) * 0.2
+    x = dict(u=u, delta=delta, A=A, B=B, C=C, D=D, z=z, delta_bias=bias, h0=None)
+    assert not u.is_contiguous() and not B.is_contiguous()
+    check(x, True, True)
+    # the same as the contiguous copies, bitwise on the CPU (selscan reads the strides itself)
+    xc = {k: (v.contiguous() if v is not None else None) for k, v in x.items()}
+    y1, _, g1 = run_op(x, True, False)
+    y2, _, g2 = run_op(xc, True, False)
+    assert rel_err(y1, y2) < 1e-6
+    for k in g1:
+        assert rel_err(g1[k], g2[k]) < 1e-5, k
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_loss_on_last_state_only(device):
+    x = make_inputs(h0=True, device=device)
+    inp = {k: v.clone().requires_grad_(True) for k, v in x.items() if v is not None}
+    _, hl = st.selective_scan_fn(inp["u"], inp["delta"], inp["A"], inp["B"], inp["C"], inp["D"], inp["z"],
+                                 inp["delta_bias"], True, True, h0=inp["h0"])
+    hl.square().sum().backward()
+    ref = {k: v.detach().double().requires_grad_(True) for k, v in x.items() if v is not None}
+    _, hlr = selective_scan_ref(ref["u"], ref["delta"], ref["A"], ref["B"], ref["C"], ref["D"], ref["z"],
+                                ref["delta_bias"], True, True, None, ref["h0"])
+    hlr.square().sum().backward()
+    for k in ref:
+        if ref[k].grad is None:  # D and z do not reach the state
+            assert inp[k].grad is None or inp[k].grad.abs().max() == 0, k
+        else:
+            assert rel_err(inp[k].grad, ref[k].grad) < 1e-4, k
+
+
+def test_finite_differences_f32():
+    """The op's own gradients against central differences of the op (float32, directional)."""
+    x = make_inputs(batch=1, dim=4, L=24, N=3, bc="grouped", G=2, h0=True)
+    _, _, gr = run_op(x, True, True)
+    g = torch.Generator().manual_seed(9)
+    for k in gr:
+        v = torch.randn(x[k].shape, generator=g)
+        eps = 1e-2
+
+        def f(sign):
+            xx = dict(x)
+            xx[k] = (x[k].double() + sign * eps * v.double()).float()
+            y, hl, _ = run_op(xx, True, True, grads=False)
+            gg = torch.Generator().manual_seed(1)
+            gy = torch.randn(y.shape, generator=gg)
+            gl = torch.randn(hl.shape, generator=gg)
+            return (y.double() * gy).sum() + (hl.double() * gl).sum()
+
+        fd = (f(1) - f(-1)) / (2 * eps)
+        an = (gr[k].double() * v.double()).sum()
+        assert abs(fd - an) <= 2e-3 * max(1.0, abs(an)), (k, fd.item(), an.item())
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_gradients_bitwise_repeatable(device):
+    x = make_inputs(batch=2, dim=64, L=300, N=16, bc="grouped", G=2, h0=True, device=device)
+    _, _, g1 = run_op(x, True, True)
+    _, _, g2 = run_op(x, True, True)
+    for k in g1:
+        assert torch.equal(g1[k], g2[k]), k
+
+
+def test_cpu_thread_count_bitwise():
+    """1 thread vs 2 threads (different part splits) give the same bits."""
+    x = make_inputs(batch=3, dim=130, L=200, N=16, bc="grouped", G=2, h0=True)
+    old = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        y1, h1, g1 = run_op(x, True, True)
+        torch.set_num_threads(2)
+        y2, h2, g2 = run_op(x, True, True)
+    finally:
+        torch.set_num_threads(old)
+    assert torch.equal(y1, y2) and torch.equal(h1, h2)
+    for k in g1:
+        assert torch.equal(g1[k], g2[k]), k
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("N", [4, 16, 80])
+def test_checkpoint_bitwise_and_fake_size(device, N):
+    """The backward reading the forward's checkpoint gives the same bits as recomputing; the fake
+    kernel predicts the checkpoint's size."""
+    x = make_inputs(batch=2, dim=8, L=150, N=N, bc="grouped", h0=True, device=device)
+    B4, C4 = x["B"], x["C"]
+    args = (x["u"], x["delta"], x["A"], B4, C4, x["D"], x["z"], x["delta_bias"], x["h0"], None, True, True)
+    y, hl, ck = torch.ops.selscan.fwd(*args, True)
+    y0, hl0, ck0 = torch.ops.selscan.fwd(*args, False)
+    assert ck0.numel() == 0 and torch.equal(y, y0) and torch.equal(hl, hl0)
+    with torch._subclasses.fake_tensor.FakeTensorMode() as mode:
+        fargs = [mode.from_tensor(a) if isinstance(a, torch.Tensor) else a for a in args]
+        _, _, fck = torch.ops.selscan.fwd(*fargs, True)
+    assert fck.shape == ck.shape
+    if device == "cpu" and N > 64:
+        assert ck.numel() == 0
+    else:
+        assert ck.numel() > 0
+    dy = torch.randn_like(y)
+    dl = torch.randn_like(hl)
+    m = [1] * 9
+    ga = torch.ops.selscan.bwd(*args[:10], dy, dl, ck, True, m)
+    gb = torch.ops.selscan.bwd(*args[:10], dy, dl, ck0, True, m)
+    for a, b in zip(ga, gb):
+        if device == "cuda" and N > 16:
+            # the general CUDA kernels (N > 16) recompute the checkpoint in another order than the
+            # forward wrote it: the same gradients up to rounding, not bitwise
+            assert rel_err(a, b) < 1e-5
+        else:
+            assert torch.equal(a, b)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_opcheck(device):
+    """torch.library.opcheck: schema, fake kernels, autograd registration, AOT dispatch."""
+    for bc, last, h0 in [("grouped", True, True), ("fixed", False, False)]:
+        x = make_inputs(bc=bc, h0=h0, device=device, L=20)
+        args = (x["u"].requires_grad_(), x["delta"], x["A"].requires_grad_(), x["B"], x["C"], x["D"], x["z"],
+                x["delta_bias"], x["h0"], None, True, last, True)
+        torch.library.opcheck(torch.ops.selscan.fwd, args)
+        y, hl, ck = torch.ops.selscan.fwd(*[a.detach() if isinstance(a, torch.Tensor) else a for a in args])
+        bargs = tuple(a.detach() if isinstance(a, torch.Tensor) else a for a in args[:10]) + (
+            torch.randn_like(y), torch.randn_like(hl) if last else None, ck, True, [1, 1, 1, 1, 1, 1, 1, 0, 1])
+        torch.library.opcheck(torch.ops.selscan.bwd, bargs)
+    s = make_step_inputs(device=device)
+    torch.library.opcheck(torch.ops.selscan.step, (s["state"], s["x"], s["dt"], s["A"], s["B"].unsqueeze(1),
+                                                   s["C"].unsqueeze(1), s["D"], s["z"], s["dt_bias"], None, True))
+
+
+class MambaBlock(torch.nn.Module):
+    """A small Mamba block (the README's example)."""
+
+    def __init__(self, d_model=16, d_state=8, expand=2, dt_rank=4, d_conv=4):
+        super().__init__()
+        d_inner = expand * d_model
+        self.r, self.n = dt_rank, d_state
+        self.in_proj = torch.nn.Linear(d_model, 2 * d_inner)
+        self.conv = torch.nn.Conv1d(d_inner, d_inner, d_conv, groups=d_inner, padding=d_conv - 1)
+        self.x_proj = torch.nn.Linear(d_inner, dt_rank + 2 * d_state, bias=False)
+        self.dt_proj = torch.nn.Linear(dt_rank, d_inner, bias=False)
+        self.ssm = st.SelectiveScan(d_inner, d_state)
+        self.out_proj = torch.nn.Linear(d_inner, d_model)
+
+    def forward(self, h):  # (batch, L, d_model)
+        L = h.shape[1]
+        x, z = self.in_proj(h).chunk(2, dim=-1)
+        x = F.silu(self.conv(x.transpose(1, 2))[..., :L])  # (batch, d_inner, L)
+        dt, B, C = self.x_proj(x.transpose(1, 2)).split([self.r, self.n, self.n], dim=-1)
+        delta = self.dt_proj(dt).transpose(1, 2)
+        y = self.ssm(x, delta, B.transpose(1, 2), C.transpose(1, 2), z=z.transpose(1, 2))
+        return self.out_proj(y.transpose(1, 2))
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_compile_fullgraph_mamba_block(device):
+    torch.manual_seed(0)
+    torch._dynamo.reset()
+    block = MambaBlock().to(device)
+    h = torch.randn(2, 40, 16, device=device)
+    y_e = block(h)
+    y_e.square().mean().backward()
+    grads_e = [p.grad.clone() for p in block.parameters()]
+    block.zero_grad()
+    # inductor on the GPU; on the CPU aot_eager (the same AOTAutograd graphs, no C++ codegen: CI time)
+    backend = "inductor" if device == "cuda" else "aot_eager"
+    cb = torch.compile(block, fullgraph=True, backend=backend)
+    y_c = cb(h)
+    y_c.square().mean().backward()
+    assert rel_err(y_c, y_e) < 1e-5
+    for p, ge in zip(block.parameters(), grads_e):
+        assert rel_err(p.grad, ge) < 1e-4
+    # dynamic shapes: another length compiles / runs without a graph break either
+    h2 = torch.randn(2, 70, 16, device=device)
+    assert rel_err(cb(h2), block(h2)) < 1e-5
+
+
+def test_module_trains():
+    torch.manual_seed(0)
+    block = MambaBlock()
+    opt = torch.optim.Adam(block.parameters(), lr=1e-2)
+    h = torch.randn(2, 30, 16)
+    target = torch.randn(2, 30, 16)
+    losses = []
+    for _ in range(5):
+        opt.zero_grad()
+        loss = F.mse_loss(block(h), target)
+        loss.backward()
+        for name in ("A_log", "D", "dt_bias"):
+            assert getattr(block.ssm, name).grad.abs().sum() > 0, name
+        opt.step()
+        losses.append(loss.item())
+    assert losses[-1] < losses[0]
+
+
+# ---- decode step ---------------------------------------------------------------------------------
+
+
+def make_step_inputs(batch=3, dim=8, N=5, G=1, n_cache=None, device="cpu", dtype=torch.float32, seed=0):
+    g = torch.Generator().manual_seed(seed)
+
+    def r(*shape, scale=1.0, dt=dtype):
+        return (torch.randn(*shape, generator=g) * scale).to(dt).to(device)
+
+    Bshape = (batch, N) if G == 1 else (batch, G, N)
+    return dict(state=r(n_cache or batch, dim, N, dt=torch.float32), x=r(batch, dim), dt=r(batch, dim, scale=0.5),
+                A=(-(torch.rand(dim, N, generator=g) + 0.3)).to(device), B=r(*Bshape), C=r(*Bshape),
+                D=r(dim, dt=torch.float32), z=r(batch, dim), dt_bias=r(dim, scale=0.3, dt=torch.float32))
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("G", [1, 2])
+def test_step_against_reference(device, dtype, G):
+    s = make_step_inputs(device=device, dtype=dtype, G=G, n_cache=6, batch=4)
+    idx = torch.tensor([5, -1, 0, 2], device=device)  # int64 as mamba users pass it; -1 padding
+    ref_out, ref_state = selective_state_update_ref(s["state"].cpu(), s["x"].cpu(), s["dt"].cpu(), s["A"].cpu(),
+                                                    s["B"].cpu(), s["C"].cpu(), s["D"].cpu(), s["z"].cpu(),
+                                                    s["dt_bias"].cpu(), True, idx.cpu())
+    state = s["state"].clone()
+    out = st.selective_state_update(state, s["x"], s["dt"], s["A"], s["B"], s["C"], s["D"], s["z"], s["dt_bias"],
+                                    True, state_batch_indices=idx)
+    assert out.dtype == dtype and out.shape == s["x"].shape
+    assert rel_err(out, ref_out) < TOL[dtype]
+    assert rel_err(state, ref_state) < 2e-6
+    assert torch.equal(state[[1, 3, 4]], s["state"][[1, 3, 4]])  # untouched rows
+    assert (out[1] == 0).all()
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_step_matches_forward_token_by_token(device):
+    x = make_inputs(batch=2, dim=8, L=20, N=4, bc="grouped", G=2, h0=True, device=device)
+    y, hl = st.selective_scan_fn(x["u"], x["delta"], x["A"], x["B"], x["C"], x["D"], x["z"], x["delta_bias"], True,
+                                 True, h0=x["h0"])
+    state = x["h0"].clone()
+    for t in range(20):
+        out = st.selective_state_update(state, x["u"][:, :, t], x["delta"][:, :, t], x["A"], x["B"][..., t],
+                                        x["C"][..., t], x["D"], x["z"][:, :, t], x["delta_bias"], True)
+        assert rel_err(out, y[:, :, t]) < 1e-5, t
+    assert rel_err(state, hl) < 1e-5
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_step_multihead_shapes(device):
+    """Mamba-2 shapes: state (batch, nheads, hdim, N), A (nheads, hdim, N) (here an expanded per-head A)."""
+    batch, nh, hd, N, G = 2, 4, 3, 8, 2
+    g = torch.Generator().manual_seed(5)
+    state = torch.randn(batch, nh, hd, N, generator=g).to(device)
+    x = torch.randn(batch, nh, hd, generator=g).to(device)
+    dt = torch.randn(batch, nh, hd, generator=g).to(device)
+    A = (-(torch.rand(nh, generator=g) + 0.5)).to(device)[:, None, None].expand(nh, hd, N)
+    B = torch.randn(batch, G, N, generator=g).to(device)
+    C = torch.randn(batch, G, N, generator=g).to(device)
+    D = torch.randn(nh, generator=g).to(device)[:, None].expand(nh, hd)
+    ref_out, ref_state = selective_state_update_ref(state.view(batch, nh * hd, N).cpu(), x.reshape(batch, -1).cpu(),
+                                                    dt.reshape(batch, -1).cpu(), A.reshape(-1, N).cpu(), B.cpu(),
+                                                    C.cpu(), D.reshape(-1).cpu(), None, None, True)
+    s2 = state.clone()
+    out = st.selective_state_update(s2, x, dt, A, B, C, D, dt_softplus=True)
+    assert out.shape == x.shape
+    assert rel_err(out.reshape(batch, -1), ref_out) < 1e-5
+    assert rel_err(s2.view(batch, -1, N), ref_state) < 1e-5
+
+
+# ---- errors, edge cases ----------------------------------------------------------------------------
+
+
+def test_errors_name_the_argument():
+    x = make_inputs(bc="var3")
+    u, delta, A, B, C = x["u"], x["delta"], x["A"], x["B"], x["C"]
+    with pytest.raises(ValueError, match="delta"):
+        st.selective_scan_fn(u, delta[:, :, :-1], A, B, C)
+    with pytest.raises(ValueError, match="A must have shape"):
+        st.selective_scan_fn(u, delta, A[:-1], B, C)
+    with pytest.raises(ValueError, match="B must have shape"):
+        st.selective_scan_fn(u, delta, A, B[:, :, :-1], C)
+    with pytest.raises(ValueError, match="C has 1 groups but B has 2"):
+        st.selective_scan_fn(u, delta, A, torch.randn(2, 2, 5, 37), C)
+    with pytest.raises(ValueError, match="must divide dim"):
+        st.selective_scan_fn(u, delta, A, torch.randn(2, 3, 5, 37), torch.randn(2, 3, 5, 37))
+    with pytest.raises(ValueError, match="D must have shape"):
+        st.selective_scan_fn(u, delta, A, B, C, D=torch.randn(3))
+    with pytest.raises(ValueError, match="h0 must have shape"):
+        st.selective_scan_fn(u, delta, A, B, C, h0=torch.randn(2, 8, 4))
+    with pytest.raises(TypeError, match="complex"):
+        st.selective_scan_fn(u, delta, torch.complex(A, A), B, C)
+    with pytest.raises(TypeError, match="u must be float32, float16 or bfloat16"):
+        st.selective_scan_fn(u.double(), delta, A, B, C)
+    with pytest.raises(ValueError, match="cu_seqlens"):  # packed sequences need batch 1
+        st.selective_scan_fn(u, delta, A, B, C, cu_seqlens=[0, 10, 37])
+    u1, d1, B1, C1 = u[:1], delta[:1], B[:1], C[:1]
+    with pytest.raises(ValueError, match="SELSCAN_ERR_SHAPE"):  # offsets not ending at L: selscan's message
+        st.selective_scan_fn(u1, d1, A, B1, C1, cu_seqlens=[0, 10, 30])
+    s = make_step_inputs()
+    with pytest.raises(TypeError, match="state must be float32"):
+        st.selective_state_update(s["state"].double(), s["x"], s["dt"], s["A"], s["B"], s["C"])
+    with pytest.raises(ValueError, match="state_batch_indices"):
+        st.selective_state_update(s["state"], s["x"], s["dt"], s["A"], s["B"], s["C"],
+                                  state_batch_indices=torch.tensor([0, 1]))
+    with pytest.raises(ValueError, match="SELSCAN_ERR"):  # index past the cache: refused on the CPU
+        st.selective_state_update(s["state"], s["x"], s["dt"], s["A"], s["B"], s["C"],
+                                  state_batch_indices=torch.tensor([0, 1, 7]))
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_empty_batch_and_length(device):
+    for batch, L in [(0, 10), (2, 0)]:
+        x = make_inputs(batch=batch, L=L, h0=True, device=device)
+        y, _, gr = run_op(x, True, True)
+        assert y.shape == (batch, 8, L)
+        assert gr["A"].abs().sum() == 0
+        if batch:
+            _, hl, _ = run_op(x, True, True, grads=False)
+            assert torch.equal(hl, x["h0"])
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_nan_in_nan_out(device):
+    x = make_inputs(batch=2, device=device)
+    x["u"][1, 3, 5] = float("nan")
+    y, _, _ = run_op(x, True, False, grads=False)
+    assert torch.isnan(y[1, 3, 5:]).all() and not torch.isnan(y[0]).any()
+
+
+# ---- CUDA only ----------------------------------------------------------------------------------
+
+
+@cuda_only
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_cuda_matches_cpu(dtype):
+    x = make_inputs(batch=2, dim=64, L=300, N=16, bc="grouped", h0=True, dtype=dtype)
+    yc, hc, gc = run_op(x, True, True)
+    xg = {k: (v.cuda() if v is not None else None) for k, v in x.items()}
+    yg, hg, gg = run_op(xg, True, True)
+    assert rel_err(yg, yc) < TOL[dtype] and rel_err(hg, hc) < TOL[dtype]
+    for k in gc:
+        assert rel_err(gg[k], gc[k]) < GTOL[dtype], k
+
+
+@cuda_only
+def test_cuda_no_host_sync_and_side_stream():
+    """forward + backward on a side stream with torch's sync debug mode set to error: no host sync."""
+    x = make_inputs(batch=2, dim=64, L=200, N=16, bc="grouped", h0=True, device="cuda")
+    gy = torch.randn(2, 64, 200, device="cuda")
+
+    def fwd_bwd():
+        leaves = {k: v.clone().requires_grad_(True) for k, v in x.items() if v is not None}
+        y, hl = st.selective_scan_fn(leaves["u"], leaves["delta"], leaves["A"], leaves["B"], leaves["C"],
+                                     leaves["D"], leaves["z"], leaves["delta_bias"], True, True, h0=leaves["h0"])
+        ((y * gy).sum() + hl.sum()).backward()
+        return y.detach(), {k: v.grad for k, v in leaves.items()}
+
+    ref_y, ref_g = fwd_bwd()
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        with torch.cuda.stream(s):
+            y, g = fwd_bwd()
+    finally:
+        torch.cuda.set_sync_debug_mode(0)
+    torch.cuda.synchronize()
+    assert torch.equal(y, ref_y)
+    for k in g:
+        assert torch.equal(g[k], ref_g[k]), k
+
+
+@cuda_only
+def test_cuda_graph_forward_backward():
+    x = make_inputs(batch=2, dim=64, L=256, N=16, bc="grouped", h0=True, device="cuda")
+    leaves = {k: v.clone().requires_grad_(True) for k, v in x.items() if v is not None}
+    gy = torch.randn(2, 64, 256, device="cuda")
+
+    def step():
+        y, hl = st.selective_scan_fn(leaves["u"], leaves["delta"], leaves["A"], leaves["B"], leaves["C"],
+                                     leaves["D"], leaves["z"], leaves["delta_bias"], True, True, h0=leaves["h0"])
+        ((y * gy).sum() + hl.sum()).backward()
+        return y
+
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        for _ in range(2):  # warm up
+            for v in leaves.values():
+                v.grad = None
+            step()
+    torch.cuda.current_stream().wait_stream(s)
+    for v in leaves.values():
+        v.grad = None
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        y_static = step()
+    # new inputs copied into the captured buffers, then replay
+    for k, v in leaves.items():
+        with torch.no_grad():
+            v.copy_(v * 0.9 if k != "A" else v)
+    graph.replay()
+    torch.cuda.synchronize()
+    eager = {k: v.detach().clone().requires_grad_(True) for k, v in leaves.items()}
+    y, hl = st.selective_scan_fn(eager["u"], eager["delta"], eager["A"], eager["B"], eager["C"], eager["D"],
+                                 eager["z"], eager["delta_bias"], True, True, h0=eager["h0"])
+    ((y * gy).sum() + hl.sum()).backward()
+    assert torch.equal(y_static, y.detach())
+    for k in leaves:
+        assert torch.equal(leaves[k].grad, eager[k].grad), k
+
+
+@cuda_only
+def test_cuda_graph_decode_loop():
+    batch, dim, N, T = 4, 64, 16, 12
+    s = make_step_inputs(batch=batch, dim=dim, N=N, G=2, device="cuda")
+    xs = torch.randn(T, batch, dim, device="cuda")
+    state = s["state"].clone()
+    x_buf = torch.empty(batch, dim, device="cuda")
+    outs = torch.empty(T, batch, dim, device="cuda")
+
+    def loop():
+        for t in range(T):
+            x_buf.copy_(xs[t])
+            outs[t] = st.selective_state_update(state, x_buf, s["dt"], s["A"], s["B"], s["C"], s["D"], s["z"],
+                                                s["dt_bias"], True)
+
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        loop()  # warm up
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        loop()
+    state.copy_(s["state"])
+    graph.replay()
+    torch.cuda.synchronize()
+    ref_state = s["state"].clone()
+    for t in range(T):
+        o = st.selective_state_update(ref_state, xs[t], s["dt"], s["A"], s["B"], s["C"], s["D"], s["z"],
+                                      s["dt_bias"], True)
+        assert torch.equal(outs[t], o), t
+    assert torch.equal(state, ref_state)
+
+
+@cuda_only
+def test_cuda_device_mismatch():
+    x = make_inputs(bc="var3", device="cuda")
+    with pytest.raises(ValueError, match="delta is on cpu"):
+        st.selective_scan_fn(x["u"], x["delta"].cpu(), x["A"], x["B"], x["C"])
