@@ -270,3 +270,26 @@ $(TF_SO): $(TF_OBJS)
 
 clean:
 	rm -rf $(BUILD)
+
+# ---- fuzzing -----------------------------------------------------------------------------------
+# make fuzz: tests/fuzz/fuzz_selscan.c (libFuzzer + ASan + UBSan, clang) for FUZZ_SECONDS (default
+# 60), starting from the seed corpus tests/fuzz/corpus (copied into $(BUILD)/fuzz/corpus, where the
+# inputs it finds accumulate); a failing input is written to $(BUILD)/fuzz/ (crash-*).
+# make fuzz-ci: the same, bounded (FUZZ_CI_SECONDS, default 180), for CI. Reproduce a finding:
+# ./$(BUILD)/fuzz/fuzz_selscan $(BUILD)/fuzz/crash-...
+FUZZ_CC      ?= clang
+FUZZ_SECONDS ?= 60
+FUZZ_CI_SECONDS ?= 180
+FUZZ_FLAGS   ?= -std=gnu11 -g -O1 -Wall -Wextra -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all
+.PHONY: fuzz fuzz-ci
+$(BUILD)/fuzz/fuzz_selscan: tests/fuzz/fuzz_selscan.c selscan.h
+	@mkdir -p $(@D)
+	$(FUZZ_CC) $(FUZZ_FLAGS) -I. $< -o $@ -lm
+
+fuzz: $(BUILD)/fuzz/fuzz_selscan
+	@mkdir -p $(BUILD)/fuzz/corpus && cp -n tests/fuzz/corpus/* $(BUILD)/fuzz/corpus/ 2>/dev/null || true
+	./$(BUILD)/fuzz/fuzz_selscan -max_total_time=$(FUZZ_SECONDS) -timeout=20 -rss_limit_mb=2048 \
+	    -artifact_prefix=$(BUILD)/fuzz/ -print_final_stats=1 $(BUILD)/fuzz/corpus
+
+fuzz-ci:
+	@$(MAKE) --no-print-directory fuzz FUZZ_SECONDS=$(FUZZ_CI_SECONDS)

@@ -342,6 +342,7 @@ SELSCAN_DEF uint16_t selscan_f32_to_bf16(float f);
 #ifndef SELSCAN__IMPLEMENTED
 #define SELSCAN__IMPLEMENTED
 
+#include <errno.h>
 #include <math.h>
 #include <stdlib.h> /* getenv (SELSCAN_CPU) */
 #include <string.h>
@@ -502,6 +503,23 @@ static int selscan__count_ok(int64_t a, int64_t b, int64_t c, int64_t d) {
            x <= INT64_MAX / 16;
 }
 
+/* Size arithmetic (workspace, checkpoint, scratch layouts): non-negative counts, saturated at
+   SELSCAN__SAT, so no intermediate can overflow; a size that reaches SELSCAN__SAT is refused
+   (SELSCAN_ERR_SHAPE) before anything is written. Every intermediate of a size is at most the size
+   (sums and products of counts >= 1), so a size below SELSCAN__SAT was computed exactly. */
+#define SELSCAN__SAT (SELSCAN__CAST(int64_t, 1) << 61)
+static int64_t selscan__smul(int64_t a, int64_t b) {
+    if (a <= 0 || b <= 0) return 0;
+    return a >= SELSCAN__SAT || b >= SELSCAN__SAT || a > SELSCAN__SAT / b ? SELSCAN__SAT : a * b;
+}
+static int64_t selscan__sadd(int64_t a, int64_t b) { /* a, b in [0, SELSCAN__SAT] */
+    return a + b >= SELSCAN__SAT ? SELSCAN__SAT : a + b;
+}
+/* 1 when a size in bytes fits (below SELSCAN__SAT and size_t). */
+static int selscan__size_ok(int64_t bytes) {
+    return bytes >= 0 && bytes < SELSCAN__SAT && SELSCAN__CAST(uint64_t, bytes) <= SELSCAN__CAST(uint64_t, SIZE_MAX);
+}
+
 /* Resolve strides: all zero means contiguous (row-major in the listed order). data: the tensor's
    pointer (inputs are only ever read through it). */
 static void selscan__resolve_data(selscan__ten *r, void *data, const int64_t *stride, const char *name,
@@ -543,6 +561,11 @@ static int selscan__span(const selscan__ten *t, int64_t *bytes) {
     return 1;
 }
 
+/* 1 when p is a multiple of align bytes (tensors: their element size; cu_seqlens 8, state_index 4):
+   misaligned elements are refused, never read with misaligned loads. */
+static int selscan__aligned(const void *p, size_t align) {
+    return SELSCAN__RCAST(uintptr_t, p) % align == 0;
+}
 static const char *selscan__name(const selscan__ten *t) { return t->name ? t->name : "tensor"; }
 static const char *selscan__ovl(const selscan__ten *t) { return t->ovl ? t->ovl : "overlaps another operand"; }
 
@@ -552,6 +575,8 @@ static selscan_status selscan__check_strides(const selscan__ten *t, int is_outpu
     int64_t bytes, s[4], n[4];
     int i, j, k = 0;
     if (!t->data) return SELSCAN_OK;
+    if (!selscan__aligned(t->data, selscan__dtype_size(t->dt))) /* misaligned elements */
+        SELSCAN__FAIL(t->diag, SELSCAN_ERR_STRIDE, selscan__name(t), "misaligned");
     for (i = 0; i < t->nd; i++)
         if (t->s[i] < 0) SELSCAN__FAIL(t->diag, SELSCAN_ERR_STRIDE, selscan__name(t), "negative stride");
     if (!selscan__span(t, &bytes)) SELSCAN__FAIL(t->diag, SELSCAN_ERR_STRIDE, selscan__name(t), "span overflows");
@@ -698,6 +723,7 @@ static selscan_status selscan__check_problem(const selscan_problem *p, selscan__
         if (p->batch != 1) SELSCAN__FAIL(d, SELSCAN_ERR_SHAPE, "batch", "not 1 with cu_seqlens");
         if (p->n_seqs <= 0 || !selscan__count_ok(p->n_seqs, p->dim, p->dstate, 1))
             SELSCAN__FAIL(d, SELSCAN_ERR_SHAPE, "n_seqs", "out of range");
+        if (!selscan__aligned(p->cu_seqlens, 8)) SELSCAN__FAIL(d, SELSCAN_ERR_SHAPE, "cu_seqlens", "misaligned");
         if (p->cu_seqlens[0] != 0) SELSCAN__FAIL(d, SELSCAN_ERR_SHAPE, "cu_seqlens", "first offset not 0");
         if (p->cu_seqlens[p->n_seqs] != p->seqlen) SELSCAN__FAIL(d, SELSCAN_ERR_SHAPE, "cu_seqlens", "last offset not seqlen");
         for (i = 0; i < p->n_seqs; i++)
@@ -787,21 +813,20 @@ static SELSCAN__MAYBE_UNUSED void *selscan__ws_align(void *ws, size_t bytes, siz
 /* Workspace of the CPU entry points, in bytes (the fast path may need more than the reference;
    selscan_workspace_size() reports the larger). */
 #ifndef SELSCAN_VALIDATION_ONLY
-static int64_t selscan__ws_forward_ref(const selscan__prob *q) { return selscan__align_up(q->N * 4); }
+static int64_t selscan__ws_forward_ref(const selscan__prob *q) { return selscan__align_up(selscan__smul(q->N, 4)); }
 #endif
 
 static int64_t selscan__ws_backward_ref(const selscan__prob *q, const selscan__grd *r) {
     int64_t nck = (q->L + SELSCAN__CHUNK - 1) / SELSCAN__CHUNK + 1;
-    int64_t floats = nck * q->N        /* chunk-boundary states */
-                     + (SELSCAN__CHUNK + 1) * q->N /* the states inside one chunk */
-                     + q->N;                      /* dh */
-    if (r->dB.data && !q->fixB) floats += q->N * q->L; /* f32 accumulators of one (batch, group) */
-    if (r->dC.data && !q->fixC) floats += q->N * q->L;
-    return selscan__align_up(floats * 4);
+    int64_t floats = selscan__smul(nck + SELSCAN__CHUNK + 2, q->N); /* chunk-boundary states, one chunk's, dh */
+    if (r->dB.data && !q->fixB) floats = selscan__sadd(floats, selscan__smul(q->N, q->L)); /* f32 accumulators of one (batch, group) */
+    if (r->dC.data && !q->fixC) floats = selscan__sadd(floats, selscan__smul(q->N, q->L));
+    return selscan__align_up(selscan__smul(floats, 4));
 }
 
 /* An (already aligned-up) workspace of bytes bytes for a need of need bytes (need <= 0: none). */
 static selscan_status selscan__check_ws_d(const void *ws, size_t bytes, int64_t need, selscan_diag *d) {
+    if (!selscan__size_ok(need)) SELSCAN__FAIL(d, SELSCAN_ERR_SHAPE, "workspace", "size overflows"); /* 64 bits / size_t */
     if (need <= 0) return SELSCAN_OK;
     if (!ws) SELSCAN__FAIL(d, SELSCAN_ERR_WORKSPACE, "workspace", "missing");
     if (bytes < SELSCAN__CAST(size_t, need)) SELSCAN__FAIL(d, SELSCAN_ERR_WORKSPACE, "workspace", "too small");
@@ -886,6 +911,8 @@ SELSCAN_DEF selscan_status selscan_workspace_size(const selscan_problem *p, cons
         fast = selscan__ws_fast(&q, NULL, 1);
     }
     /* enough for the reference and the fast path, plus the alignment slack (any pointer works) */
+    if (!selscan__size_ok(ref) || !selscan__size_ok(fast) || !selscan__size_ok(selscan__with_slack(ref > fast ? ref : fast)))
+        return selscan__fail(p->diag, SELSCAN_ERR_SHAPE, "workspace", "size overflows"); /* 64 bits / size_t */
     *bytes = SELSCAN__CAST(size_t, selscan__with_slack(ref > fast ? ref : fast));
     return SELSCAN_OK;
 }
@@ -980,7 +1007,11 @@ SELSCAN_DEF selscan_status selscan_forward_ref(const selscan_problem *p, void *w
     workspace = selscan__ws_align(workspace, workspace_bytes, &workspace_bytes);
     st = selscan__validate_forward_outputs(&q, workspace, workspace_bytes, selscan__ws_forward_ref(&q));
     if (st != SELSCAN_OK) return st;
-    selscan__ref_forward(&q, SELSCAN__CAST(float *, workspace));
+    { /* libm's expf / log1pf may set errno (ERANGE): the caller's errno is kept */
+        const int saved_errno = errno;
+        selscan__ref_forward(&q, SELSCAN__CAST(float *, workspace));
+        errno = saved_errno;
+    }
     return SELSCAN_OK;
 }
 
@@ -1121,7 +1152,11 @@ SELSCAN_DEF selscan_status selscan_backward_ref(const selscan_problem *p, const 
     workspace = selscan__ws_align(workspace, workspace_bytes, &workspace_bytes);
     st = selscan__validate_backward(p, g, &q, &r, workspace, workspace_bytes, 1);
     if (st != SELSCAN_OK) return st;
-    selscan__ref_backward(&q, &r, SELSCAN__CAST(float *, workspace));
+    { /* the caller's errno is kept (see selscan_forward_ref) */
+        const int saved_errno = errno;
+        selscan__ref_backward(&q, &r, SELSCAN__CAST(float *, workspace));
+        errno = saved_errno;
+    }
     return SELSCAN_OK;
 }
 
@@ -1159,6 +1194,8 @@ static selscan_status selscan__validate_step_ex(const selscan_step_problem *s, s
     if (q->ncache <= 0) SELSCAN__FAIL(d, SELSCAN_ERR_SHAPE, "n_cache", "not positive");
     if (!s->state_index && q->ncache != s->batch)
         SELSCAN__FAIL(d, SELSCAN_ERR_SHAPE, "n_cache", "not batch without state_index");
+    if (s->state_index && !selscan__aligned(s->state_index, 4))
+        SELSCAN__FAIL(d, SELSCAN_ERR_SHAPE, "state_index", "misaligned");
     if (!s->state.data) SELSCAN__FAIL(d, SELSCAN_ERR_NULL, "state", "missing");
     if (!s->u.data) SELSCAN__FAIL(d, SELSCAN_ERR_NULL, "u", "missing");
     if (!s->delta.data) SELSCAN__FAIL(d, SELSCAN_ERR_NULL, "delta", "missing");
@@ -1253,7 +1290,11 @@ SELSCAN_DEF selscan_status selscan_step_ref(const selscan_step_problem *s) {
     selscan__stp q;
     selscan_status st = selscan__validate_step(s, &q);
     if (st != SELSCAN_OK) return st;
-    selscan__ref_step_all(&q);
+    { /* the caller's errno is kept (see selscan_forward_ref) */
+        const int saved_errno = errno;
+        selscan__ref_step_all(&q);
+        errno = saved_errno;
+    }
     return SELSCAN_OK;
 }
 
@@ -1633,12 +1674,12 @@ typedef struct selscan__fscr {
 } selscan__fscr;
 
 /* Assign the next region of n floats (p NULL: only count). */
-#define SELSCAN__TAKE(field, n) (s->field = p ? p + o : NULL, o += (n))
+#define SELSCAN__TAKE(field, n) (s->field = p ? p + o : NULL, o = selscan__sadd(o, (n)))
 
 static int64_t selscan__fscr_map(selscan__fscr *s, float *p, int64_t N) {
     /* TW + 16: the per-step rows are not a multiple of 4 KiB apart (a load after a store to an
        address 4 KiB away waits for it: "4K aliasing") */
-    const int64_t NW = selscan__r16(N * SELSCAN__WMAX), NT = selscan__r16(N * SELSCAN__FT),
+    const int64_t NW = selscan__r16(selscan__smul(N, SELSCAN__WMAX)), NT = selscan__r16(selscan__smul(N, SELSCAN__FT)),
                   TW = SELSCAN__FT * SELSCAN__WMAX + 16;
     int64_t o = 0;
     SELSCAN__TAKE(h, NW); SELSCAN__TAKE(A, NW); SELSCAN__TAKE(A2, NW); SELSCAN__TAKE(Bf, NW); SELSCAN__TAKE(Cf, NW);
@@ -1667,13 +1708,13 @@ typedef struct selscan__bscr {
 static int selscan__wk_rows(const selscan__prob *q) { return q->z.data ? 6 : 4; }
 
 static int64_t selscan__bscr_map(selscan__bscr *s, float *p, int64_t N, int64_t L, int W, int na) {
-    const int64_t T = selscan__bwd_T(N), nck = (L + T - 1) / T, CN = selscan__r16(SELSCAN__CB * N);
-    const int64_t TNW = selscan__r16(T * N * SELSCAN__WMAX), TW = selscan__r16(T * SELSCAN__WMAX) + 16; /* + 16: no 4K aliasing */
-    const int64_t NT = selscan__r16(N * SELSCAN__FT), FW = SELSCAN__FT * SELSCAN__WMAX;
+    const int64_t T = selscan__bwd_T(N), nck = (L + T - 1) / T, CN = selscan__r16(selscan__smul(SELSCAN__CB, N));
+    const int64_t TNW = selscan__r16(selscan__smul(T * SELSCAN__WMAX, N)), TW = selscan__r16(T * SELSCAN__WMAX) + 16; /* + 16: no 4K aliasing */
+    const int64_t NT = selscan__r16(selscan__smul(N, SELSCAN__FT)), FW = SELSCAN__FT * SELSCAN__WMAX;
     int64_t o = 0;
     s->T = T;
-    s->ckstride = selscan__r16((nck + 1) * N * W);
-    SELSCAN__TAKE(ck, s->ckstride * (SELSCAN__CB / W));
+    s->ckstride = selscan__r16(selscan__smul(selscan__smul(nck + 1, N), W));
+    SELSCAN__TAKE(ck, selscan__smul(s->ckstride, SELSCAN__CB / W));
     SELSCAN__TAKE(hs, selscan__r16((T + 1) * SELSCAN__BG * SELSCAN__WMAX)); /* one state group (selscan__bwd_chunk) */
     SELSCAN__TAKE(ab, selscan__r16(T * SELSCAN__BG * SELSCAN__WMAX));
     SELSCAN__TAKE(accB, TNW); SELSCAN__TAKE(accC, TNW);
@@ -1690,9 +1731,9 @@ static int64_t selscan__bscr_map(selscan__bscr *s, float *p, int64_t N, int64_t 
        fits SELSCAN__PCMAX floats */
     s->TS = T * W + 16;
     s->pcs = selscan__r16(na * s->TS + 1);
-    s->pcn = na * nck * T * SELSCAN__CB <= SELSCAN__PCMAX ? nck : 0;
+    s->pcn = selscan__smul(selscan__smul(na * T * SELSCAN__CB, nck), 1) <= SELSCAN__PCMAX ? nck : 0;
     SELSCAN__TAKE(wk, s->pcs);
-    SELSCAN__TAKE(pc, s->pcn * (SELSCAN__CB / W) * s->pcs);
+    SELSCAN__TAKE(pc, selscan__smul(s->pcn * (SELSCAN__CB / W), s->pcs));
     return o;
 }
 
@@ -1725,9 +1766,9 @@ static void selscan__bsh_map(selscan__bsh *h, const selscan__prob *q, const sels
     h->D = r->dD.data ? (o += bd) - bd : -1;
     h->bias = r->dbias.data ? (o += bd) - bd : -1;
     {
-        const int64_t nb = q->batch * q->G * h->nbg * q->N * selscan__prow(q->L);
-        h->B = r->dB.data && !q->fixB ? (o += nb) - nb : -1;
-        h->C = r->dC.data && !q->fixC ? (o += nb) - nb : -1;
+        const int64_t nb = selscan__smul(selscan__smul(q->batch * q->G, h->nbg), selscan__smul(q->N, selscan__prow(q->L)));
+        h->B = r->dB.data && !q->fixB ? (o = selscan__sadd(o, nb)) - nb : -1;
+        h->C = r->dC.data && !q->fixC ? (o = selscan__sadd(o, nb)) - nb : -1;
     }
     h->end = o;
 }
@@ -2073,14 +2114,15 @@ static SELSCAN__T_AVX512 SELSCAN__INLINE float selscan__hsum_avx512(__m512 v) {
 
 static int64_t selscan__ws_fast_fwd(const selscan__prob *q, int64_t nparts) {
     selscan__fscr s;
-    return selscan__align_up(selscan__fscr_map(&s, NULL, q->N) * 4) * nparts;
+    return selscan__smul(selscan__align_up(selscan__smul(selscan__fscr_map(&s, NULL, q->N), 4)), nparts);
 }
 
 /* Shared partials, then one scratch per part. */
 static int64_t selscan__ws_fast_bwd(const selscan__prob *q, const selscan__grd *r, int64_t nparts) {
     selscan__bsh h;
     selscan__bsh_map(&h, q, r);
-    return selscan__align_up(h.end * 4) + selscan__align_up(selscan__bscr_floats(q->N, q->L, selscan__wk_rows(q)) * 4) * nparts;
+    return selscan__sadd(selscan__align_up(selscan__smul(h.end, 4)),
+                         selscan__smul(selscan__align_up(selscan__smul(selscan__bscr_floats(q->N, q->L, selscan__wk_rows(q)), 4)), nparts));
 }
 
 static int64_t selscan__ws_fast(const selscan__prob *q, const selscan__grd *r, int64_t nparts) {
@@ -2094,7 +2136,9 @@ static selscan_status selscan__check_part(int64_t part, int64_t nparts, selscan_
     return SELSCAN_OK;
 }
 
-static int64_t selscan__ck_bytes(const selscan__prob *q) { return q->batch * q->dim * selscan__ck_slots(q) * q->N * 4; }
+static int64_t selscan__ck_bytes(const selscan__prob *q) {
+    return selscan__smul(selscan__smul(q->batch * q->dim, selscan__ck_slots(q)), q->N * 4);
+}
 
 /* The checkpoint buffer: present, large enough, float-aligned, and clear of the tensors (others:
    what it may not overlap) and the workspace. */
@@ -2103,6 +2147,7 @@ static selscan_status selscan__check_ck(const selscan__prob *q, const void *ck, 
                                         size_t ws_bytes) {
     int i;
     selscan_diag *d = q->diag;
+    if (!selscan__size_ok(selscan__ck_bytes(q))) SELSCAN__FAIL(d, SELSCAN_ERR_SHAPE, "checkpoint", "size overflows");
     if (!ck) SELSCAN__FAIL(d, SELSCAN_ERR_WORKSPACE, "checkpoint", "missing");
     if (ck_bytes < SELSCAN__CAST(size_t, selscan__ck_bytes(q))) SELSCAN__FAIL(d, SELSCAN_ERR_WORKSPACE, "checkpoint", "too small");
     if (SELSCAN__RCAST(uintptr_t, ck) % 4 != 0) SELSCAN__FAIL(d, SELSCAN_ERR_WORKSPACE, "checkpoint", "not float-aligned");
@@ -2163,7 +2208,7 @@ static selscan_status selscan__validate_bwd_fast(const selscan_problem *p, const
     selscan__bsh h;
     if (st != SELSCAN_OK) return st;
     selscan__bsh_map(&h, q, r);
-    need = shared_only ? selscan__align_up(h.end * 4) : selscan__ws_fast_bwd(q, r, nparts);
+    need = shared_only ? selscan__align_up(selscan__smul(h.end, 4)) : selscan__ws_fast_bwd(q, r, nparts);
     if ((st = selscan__check_ws_d(ws, bytes, need, q->diag)) != SELSCAN_OK) return st;
     if (need > 0) {
         const selscan__ten *outs[] = {&r->du, &r->ddelta, &r->dA, &r->dB, &r->dC, &r->dD, &r->dz, &r->dbias, &r->dh0};
@@ -2354,15 +2399,19 @@ SELSCAN_DEF selscan_status selscan_workspace_size_parts(const selscan_problem *p
     selscan__prob q;
     selscan__grd r;
     selscan_status st;
+    int64_t need;
     if (!bytes) return selscan__fail(p ? p->diag : NULL, SELSCAN_ERR_NULL, "bytes", "missing");
     if ((st = selscan__check_part(0, n_parts, p ? p->diag : NULL)) != SELSCAN_OK) return st;
     if (g) {
         if ((st = selscan__validate_backward(p, g, &q, &r, NULL, 0, 0)) != SELSCAN_OK) return st;
-        *bytes = SELSCAN__CAST(size_t, selscan__with_slack(selscan__ws_fast_bwd(&q, &r, n_parts)));
+        need = selscan__ws_fast_bwd(&q, &r, n_parts);
     } else {
         if ((st = selscan__validate_forward(p, &q, NULL, 0, -1)) != SELSCAN_OK) return st;
-        *bytes = SELSCAN__CAST(size_t, selscan__with_slack(selscan__ws_fast_fwd(&q, n_parts)));
+        need = selscan__ws_fast_fwd(&q, n_parts);
     }
+    if (!selscan__size_ok(need) || !selscan__size_ok(selscan__with_slack(need))) /* 64 bits / size_t */
+        return selscan__fail(p->diag, SELSCAN_ERR_SHAPE, "workspace", "size overflows");
+    *bytes = SELSCAN__CAST(size_t, selscan__with_slack(need)); /* plus the alignment slack (any pointer works) */
     return SELSCAN_OK;
 }
 
@@ -2390,6 +2439,8 @@ SELSCAN_DEF selscan_status selscan_checkpoint_size(const selscan_problem *p, siz
     selscan_status st;
     if (!bytes) return selscan__fail(p ? p->diag : NULL, SELSCAN_ERR_NULL, "bytes", "missing");
     if ((st = selscan__check_problem(p, &q, 0)) != SELSCAN_OK) return st;
+    if (!selscan__size_ok(selscan__ck_bytes(&q))) /* does not fit 64 bits / size_t */
+        return selscan__fail(p->diag, SELSCAN_ERR_SHAPE, "checkpoint", "size overflows");
     *bytes = SELSCAN__CAST(size_t, selscan__ck_bytes(&q));
     return SELSCAN_OK;
 }
