@@ -610,8 +610,10 @@ static int selscan__disjoint(const selscan__ten *a, const selscan__ten *b) {
             const int64_t es = SELSCAN__CAST(int64_t, selscan__dtype_size(t[j]->dt));
             int64_t e = es;
             for (i = 0; i < t[j]->nd && ok; i++) {
-                const int64_t sb = t[j]->s[i] * es;
-                if (t[j]->n[i] <= 1 || sb % M == 0) continue;
+                int64_t sb;
+                if (t[j]->n[i] <= 1) continue; /* its stride is not validated: never multiplied */
+                sb = t[j]->s[i] * es;
+                if (sb % M == 0) continue;
                 e += (t[j]->n[i] - 1) * sb; /* spans are validated: no overflow */
                 if (e > M) ok = 0;
             }
