@@ -631,8 +631,10 @@ static int selscan__disjoint(const selscan__ten *a, const selscan__ten *b) {
             const int64_t es = SELSCAN__CAST(int64_t, selscan__dtype_size(t[j]->dt));
             int64_t e = es;
             for (i = 0; i < t[j]->nd && ok; i++) {
-                const int64_t sb = t[j]->s[i] * es;
-                if (t[j]->n[i] <= 1 || sb % M == 0) continue;
+                int64_t sb;
+                if (t[j]->n[i] <= 1) continue; /* its stride is not validated: never multiplied */
+                sb = t[j]->s[i] * es;
+                if (sb % M == 0) continue;
                 e += (t[j]->n[i] - 1) * sb; /* spans are validated: no overflow */
                 if (e > M) ok = 0;
             }
@@ -1176,8 +1178,44 @@ typedef struct selscan__stp {
 
 /* idx_on_host: state_index is host memory and is checked here (CPU); 0 for a device pointer
    (CUDA), which is never dereferenced (rows outside [0, n_cache) are padding there). */
+/* 1 when no non-negative value of idx[0..n) occurs twice. No allocation: a stack bitmap of
+   SELSCAN__IDX_WIN values slides over the index range, visiting only windows that hold an index
+   (each pass marks its window and finds the next one), so the cost is n * (windows holding an
+   index): one pass for n_cache <= 65536, O(n * min(n, n_cache / 65536)) at worst; small n:
+   the pairwise check. */
+#define SELSCAN__IDX_WIN 65536
+static int selscan__idx_unique(const int32_t *idx, int64_t n) {
+    uint64_t bits[SELSCAN__IDX_WIN / 64];
+    int64_t i, j, lo = 0;
+    if (n <= 32) {
+        for (i = 0; i < n; i++)
+            for (j = i + 1; j < n && idx[i] >= 0; j++)
+                if (idx[j] == idx[i]) return 0;
+        return 1;
+    }
+    for (;;) { /* window [lo, lo + SELSCAN__IDX_WIN) */
+        int64_t next = -1;
+        memset(bits, 0, sizeof bits);
+        for (i = 0; i < n; i++) {
+            const int64_t v = idx[i];
+            if (v < lo) continue; /* padding (negative) or an earlier window */
+            if (v >= lo + SELSCAN__IDX_WIN) {
+                if (next < 0 || v < next) next = v;
+                continue;
+            }
+            {
+                const uint64_t m = SELSCAN__CAST(uint64_t, 1) << ((v - lo) % 64);
+                if (bits[(v - lo) / 64] & m) return 0;
+                bits[(v - lo) / 64] |= m;
+            }
+        }
+        if (next < 0) return 1;
+        lo = next; /* the next window starts at the smallest index not yet seen */
+    }
+}
+
 static selscan_status selscan__validate_step_ex(const selscan_step_problem *s, selscan__stp *q, int idx_on_host) {
-    int64_t G, i, j;
+    int64_t G, i;
     selscan_status st;
     selscan_diag *d;
     if (!s) return SELSCAN_ERR_NULL;
@@ -1215,9 +1253,7 @@ static selscan_status selscan__validate_step_ex(const selscan_step_problem *s, s
     if (q->idx && idx_on_host) {
         for (i = 0; i < q->batch; i++)
             if (q->idx[i] >= q->ncache) SELSCAN__FAIL(d, SELSCAN_ERR_SHAPE, "state_index", "not below n_cache");
-        for (i = 0; i < q->batch; i++)
-            for (j = i + 1; j < q->batch && q->idx[i] >= 0; j++)
-                if (q->idx[j] == q->idx[i]) SELSCAN__FAIL(d, SELSCAN_ERR_ALIAS, "state_index", "row used twice");
+        if (!selscan__idx_unique(q->idx, q->batch)) SELSCAN__FAIL(d, SELSCAN_ERR_ALIAS, "state_index", "row used twice");
     }
     selscan__resolve(&q->state, &s->state, "state", d, 3, q->ncache, q->dim, q->N, 1, SELSCAN_F32);
     selscan__resolve(&q->u, &s->u, "u", d, 2, q->batch, q->dim, 1, 1, q->dt);
