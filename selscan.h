@@ -268,6 +268,8 @@ typedef struct selscan_step_problem {
 } selscan_step_problem;
 
 SELSCAN_DEF const char *selscan_status_string(selscan_status s);
+/* The enumerator's name of a status ("SELSCAN_ERR_SHAPE"), for error messages that name it. */
+SELSCAN_DEF const char *selscan_status_name(selscan_status s);
 SELSCAN_DEF selscan_status selscan_validate(const selscan_problem *p);
 SELSCAN_DEF selscan_status selscan_validate_grads(const selscan_problem *p, const selscan_grads *g);
 SELSCAN_DEF selscan_status selscan_validate_step(const selscan_step_problem *s);
@@ -375,6 +377,14 @@ SELSCAN_DEF const char *selscan_status_string(selscan_status s) {
 #undef SELSCAN__STATUS_TEXT
     if (SELSCAN__CAST(int, s) < 0 || SELSCAN__CAST(int, s) >= SELSCAN__CAST(int, SELSCAN__STATUS_COUNT)) return "unknown status";
     return texts[s];
+}
+
+SELSCAN_DEF const char *selscan_status_name(selscan_status s) {
+#define SELSCAN__STATUS_NAME(name, text) #name,
+    static const char *const names[] = {SELSCAN__STATUS_LIST(SELSCAN__STATUS_NAME)};
+#undef SELSCAN__STATUS_NAME
+    if (SELSCAN__CAST(int, s) < 0 || SELSCAN__CAST(int, s) >= SELSCAN__CAST(int, SELSCAN__STATUS_COUNT)) return "unknown status";
+    return names[s];
 }
 
 #endif /* SELSCAN_VALIDATION_ONLY */

@@ -509,6 +509,10 @@ static void step_rules(void) {
 
 int main(void) {
     tc_init("test_validation");
+    CHECK(strcmp(selscan_status_name(SELSCAN_ERR_SHAPE), "SELSCAN_ERR_SHAPE") == 0 &&
+              strcmp(selscan_status_name(SELSCAN_OK), "SELSCAN_OK") == 0 &&
+              strcmp(selscan_status_name((selscan_status)99), "unknown status") == 0,
+          "status names");
     fixture(&P, &G, 0, 0);
     fixture(&PK, &GK, 1, 0);
     CHECK(selscan_workspace_size(&P.p, NULL, &wsf) == SELSCAN_OK && selscan_workspace_size(&P.p, &G.g, &wsb) == SELSCAN_OK &&

@@ -34,29 +34,10 @@
 
 namespace selscan_tf {
 
-namespace {
-
-const char* StatusName(selscan_status st) {
-  switch (st) {
-    case SELSCAN_OK: return "SELSCAN_OK";
-    case SELSCAN_ERR_NULL: return "SELSCAN_ERR_NULL";
-    case SELSCAN_ERR_SHAPE: return "SELSCAN_ERR_SHAPE";
-    case SELSCAN_ERR_STRIDE: return "SELSCAN_ERR_STRIDE";
-    case SELSCAN_ERR_DTYPE: return "SELSCAN_ERR_DTYPE";
-    case SELSCAN_ERR_ALIAS: return "SELSCAN_ERR_ALIAS";
-    case SELSCAN_ERR_WORKSPACE: return "SELSCAN_ERR_WORKSPACE";
-    case SELSCAN_ERR_UNSUPPORTED: return "SELSCAN_ERR_UNSUPPORTED";
-    case SELSCAN_ERR_CUDA: return "SELSCAN_ERR_CUDA";
-    default: return "unknown selscan status";
-  }
-}
-
-}  // namespace
-
 absl::Status FromSelscan(selscan_status st, const char* where, const Sizes& s, const selscan_diag* diag) {
   if (st == SELSCAN_OK) return absl::OkStatus();
   std::string msg =
-      absl::StrCat(where, ": ", selscan_status_string(st), " [", StatusName(st), "] (", s.ToString(), ")");
+      absl::StrCat(where, ": ", selscan_status_string(st), " [", selscan_status_name(st), "] (", s.ToString(), ")");
   if (diag && diag->operand)
     absl::StrAppend(&msg, ": operand ", diag->operand, diag->rule ? absl::StrCat(", ", diag->rule) : "");
   if (st == SELSCAN_ERR_CUDA) return absl::InternalError(msg);
@@ -147,7 +128,7 @@ absl::Status InferDims(InferenceContext* c, bool backward, InferredDims* d) {
   if (c->ValueKnown(d->dim) && c->ValueKnown(d->G) && c->Value(d->dim) > 0 &&
       (c->Value(d->G) == 0 || c->Value(d->dim) % c->Value(d->G) != 0))
     return Invalid("selscan: ", selscan_status_string(SELSCAN_ERR_SHAPE), " [",
-                                               StatusName(SELSCAN_ERR_SHAPE), "]: dim ", c->Value(d->dim),
+                                               selscan_status_name(SELSCAN_ERR_SHAPE), "]: dim ", c->Value(d->dim),
                                                " is not a multiple of n_groups ", c->Value(d->G));
   d->seq = d->bld ? c->MakeShape({d->batch, d->L, d->dim}) : c->MakeShape({d->batch, d->dim, d->L});
   d->bc = d->bld ? c->MakeShape({d->batch, d->L, d->G, d->N}) : c->MakeShape({d->batch, d->G, d->N, d->L});

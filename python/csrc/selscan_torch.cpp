@@ -121,28 +121,13 @@ struct Diag {
   }
 };
 
-const char* StatusName(selscan_status st) {
-  switch (st) {
-    case SELSCAN_OK: return "SELSCAN_OK";
-    case SELSCAN_ERR_NULL: return "SELSCAN_ERR_NULL";
-    case SELSCAN_ERR_SHAPE: return "SELSCAN_ERR_SHAPE";
-    case SELSCAN_ERR_STRIDE: return "SELSCAN_ERR_STRIDE";
-    case SELSCAN_ERR_DTYPE: return "SELSCAN_ERR_DTYPE";
-    case SELSCAN_ERR_ALIAS: return "SELSCAN_ERR_ALIAS";
-    case SELSCAN_ERR_WORKSPACE: return "SELSCAN_ERR_WORKSPACE";
-    case SELSCAN_ERR_UNSUPPORTED: return "SELSCAN_ERR_UNSUPPORTED";
-    case SELSCAN_ERR_CUDA: return "SELSCAN_ERR_CUDA";
-    default: return "SELSCAN_ERR_?";
-  }
-}
-
 // selscan status -> Python exception: ValueError for validation failures (naming the argument
 // where selscan's diag says it), TypeError for dtypes, NotImplementedError for what a backend
 // cannot do, RuntimeError for CUDA failures.
 void Check(selscan_status st, const char* where, const Diag& diag, const char* cuda_text = "") {
   if (st == SELSCAN_OK) return;
   const std::string msg = std::string("selscan: ") + where + ": " + selscan_status_string(st) + " [" +
-                          StatusName(st) + "]" + diag.Text() +
+                          selscan_status_name(st) + "]" + diag.Text() +
                           (cuda_text && *cuda_text ? std::string(": ") + cuda_text : std::string());
   switch (st) {
     case SELSCAN_ERR_DTYPE: TORCH_CHECK_TYPE(false, msg);
