@@ -318,12 +318,14 @@ def prefill(dtypes, nq=20):
             dtype = DTYPES[dn]
             nsets = max(2, min(nq, int(200e6 // (6 * dim * L * 2)) + 1))
             sets, _ = make_sets((1, dim, L, 16), dtype, "cuda", nsets)
+            for s in sets:  # mamba's C++ op takes B / C as (batch, G, N, L) only
+                s["B4"], s["C4"] = s["B"].unsqueeze(1), s["C"].unsqueeze(1)
             ours = [lambda s=sets[i % nsets]: torch.ops.selscan.fwd(s["u"], s["delta"], s["A"], s["B"], s["C"], s["D"],
                                                                       s["z"], s["delta_bias"], None, None, True, True,
                                                                       False) for i in range(nq)]
             r = [queued(ours) * 1e3, graphed(lambda: [f() for f in ours], nq) * 1e3]
             if MAMBA is not None:
-                theirs = [lambda s=sets[i % nsets]: mamba_cuda.fwd(s["u"], s["delta"], s["A"], s["B"], s["C"], s["D"],
+                theirs = [lambda s=sets[i % nsets]: mamba_cuda.fwd(s["u"], s["delta"], s["A"], s["B4"], s["C4"], s["D"],
                                                                     s["z"], s["delta_bias"], True) for i in range(nq)]
                 r += [queued(theirs) * 1e3, graphed(lambda: [f() for f in theirs], nq) * 1e3]
             print(f"{f'{dim},{L}':<12} {dn:<5} | " + " ".join(f"{v:15.2f}" for v in r), flush=True)
