@@ -2014,7 +2014,7 @@ static SELSCAN__T_AVX2 SELSCAN__INLINE void selscan__prefetch_rows_avx2(const se
     int l, g;
     for (l = 0; l < W; l++)
         for (g = 0; g < SELSCAN__FT * es; g += 64) {
-            if (t0 + SELSCAN__FT < x->n[2])
+            if (t0 + SELSCAN__FT + g / es < x->n[2]) /* addresses inside the row only */
                 _mm_prefetch(base + (off + l * x->s[1] + SELSCAN__FT) * es + g, _MM_HINT_T0);
             if (t0 >= SELSCAN__FT)
                 _mm_prefetch(base + (off + l * x->s[1] - SELSCAN__FT) * es + g, _MM_HINT_T0);
@@ -3232,12 +3232,16 @@ SELSCAN__SFX(selscan__step_one)(const int k, const SELSCAN__VF a, float *hp, con
 }
 
 static SELSCAN__ATTR SELSCAN__INLINE void
-SELSCAN__SFX(selscan__step_rows)(const int NV, int ne, const float *dtb, const float *dxb, float *hp, int64_t hs1,
-                                 const float *Ap, int64_t as0, const float *Bp, const float *Cp, SELSCAN__VF *yv,
+SELSCAN__SFX(selscan__step_rows)(const int NV, int ne, const float *dtb, const float *dxb, float *h0, int64_t hs1,
+                                 const float *A0, int64_t as0, const float *Bp, const float *Cp, SELSCAN__VF *yv,
                                  int64_t nrow) {
     const int W = SELSCAN__VW;
     int c;
-    for (c = 0; c < ne; c++, hp += hs1, Ap += as0) {
+    for (c = 0; c < ne; c++) {
+        /* the rows of channel c only (no pointer a stride past the last: with a huge stride it
+           would lie outside the tensor, even overflow) */
+        float *const hp = h0 + c * hs1;
+        const float *const Ap = A0 + c * as0;
         const SELSCAN__VF vdt = SELSCAN__VSET1(dtb[c]), vdx = SELSCAN__VSET1(dxb[c]), zero = SELSCAN__VSET1(0.0f);
         /* the state 32 channels on (nrow: channels of hp's row from here on) */
         if (c + 32 < nrow) SELSCAN__PREFETCHW(hp + 32 * hs1);
