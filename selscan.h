@@ -66,6 +66,11 @@
  * ddelta_bias, dh0 (NULL data: not computed). dD, ddelta_bias and dh0 may be asked for even when
  * D, delta_bias or h0 are absent (they are then gradients at 0); dz needs z. Softplus' derivative
  * is sigmoid(x) for x <= 20 and 1 above. Deterministic: bitwise the same result every call.
+ * NaN in gives NaN out; every NaN the CPU backward (fast path and reference) writes into a
+ * gradient is the default quiet NaN, whatever the inputs' NaN signs and payloads: f32
+ * 0x7fc00000, f16 0x7e00, bf16 0x7fc0. So the bitwise promises (every split, with or without
+ * the checkpoints) hold with Inf / NaN inputs too. (Forward outputs and states keep whatever
+ * NaN the arithmetic gives.)
  *
  * Step (decode): one token for a batch of cached states, identical to the forward with L = 1,
  * h0 = state and h_last written back into state. See selscan_step_problem.
@@ -305,7 +310,7 @@ SELSCAN_DEF selscan_status selscan_step_cpu_part(const selscan_step_problem *s, 
 /* Checkpoints (optional): a forward that writes its state every 64 steps of every channel into a
    caller buffer of selscan_checkpoint_size() bytes (float-aligned), and a backward that reads it
    instead of running the forward again (about a quarter less work; bitwise the same gradients as
-   without it, when both run on one machine). For N > 64 the backward ignores the buffer. Same
+   without it, Inf / NaN inputs included, when both run on one machine and vector path). For N > 64 the backward ignores the buffer. Same
    partitioning and reduce step as selscan_backward_cpu_part. The buffer is an output of the
    forward and an input of the backward (it may not overlap their outputs or the workspace); the
    forward writes every float of it (slots no chunk starts in are zeroed). */
