@@ -617,9 +617,11 @@ static selscan_status selscan__check_strides(const selscan__ten *t, int is_outpu
 }
 
 static int selscan__overlap(const void *a, int64_t abytes, const void *b, int64_t bbytes) {
-    uintptr_t pa = SELSCAN__RCAST(uintptr_t, a), pb = SELSCAN__RCAST(uintptr_t, b);
+    /* by the distance from the lower start (no end address is formed: a range reaching the top
+       of the address space does not wrap around; a negative byte count reads as overlapping) */
+    const uint64_t pa = SELSCAN__CAST(uint64_t, SELSCAN__RCAST(uintptr_t, a)), pb = SELSCAN__CAST(uint64_t, SELSCAN__RCAST(uintptr_t, b));
     if (!a || !b || abytes == 0 || bbytes == 0) return 0;
-    return pa < pb + SELSCAN__CAST(uintptr_t, bbytes) && pb < pa + SELSCAN__CAST(uintptr_t, abytes);
+    return pa <= pb ? pb - pa < SELSCAN__CAST(uint64_t, abytes) : pa - pb < SELSCAN__CAST(uint64_t, bbytes);
 }
 
 static int64_t selscan__bytes(const selscan__ten *t) {

@@ -168,6 +168,18 @@ int main(void) {
         st = selscan_backward_ref(&p, &g, NULL, 0);
         CHECK(st != SELSCAN_OK, "backward_ref N*L=2^60 accepted a NULL workspace");
     }
+    /* the byte-range overlap test near the top of the address space: an end address formed as
+       start + bytes wraps there (the old test said "no overlap" for these); addresses only, never
+       dereferenced */
+    if (sizeof(uintptr_t) == 8) {
+        const void *top = (const void *)(uintptr_t)0xFFFFFFFFFFFFF000ull, *low = (const void *)(uintptr_t)0x1000;
+        CHECK(selscan__overlap(top, 0x2000, (const void *)(uintptr_t)0xFFFFFFFFFFFFF800ull, 16), "overlap: a range ending past the top");
+        CHECK(selscan__overlap(low, 16, top, INT64_MAX) == 0, "overlap: disjoint, the higher one huge");
+        CHECK(selscan__overlap(top, INT64_MAX, low, 16) == 0, "overlap: disjoint, the higher one huge (swapped)");
+        CHECK(selscan__overlap((const void *)(uintptr_t)0x8000000000000000ull, INT64_MAX, top, 16), "overlap: a huge range from 2^63 covers top");
+        CHECK(selscan__overlap(low, 16, (const char *)low + 16, 16) == 0 && selscan__overlap(low, 17, (const char *)low + 16, 16),
+              "overlap: adjacent ranges");
+    }
     /* checkpoint size beyond 64 bits: batch * dim * slots * N * 4 */
     {
         huge_problem(&p, (int64_t)1 << 20, (int64_t)1 << 38);
