@@ -2564,6 +2564,174 @@ __global__ void __launch_bounds__(kThreads) step_loop_kernel(const step_params P
     }
 }
 
+/* Hopper's bulk copy engine (sm_90): 1D bulk copies global -> shared completing on an mbarrier,
+   and bulk L2 prefetches. A no-op below sm_90: the launcher takes step_tma_kernel only where its
+   binary was built for sm_90 or later (step_tma_ok). */
+static __device__ __forceinline__ uint32_t smem_u32(const void *p) { return static_cast<uint32_t>(__cvta_generic_to_shared(p)); }
+static __device__ __forceinline__ void mbar_init(uint64_t *b, unsigned count) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(smem_u32(b)), "r"(count) : "memory");
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+#endif
+}
+static __device__ __forceinline__ void mbar_arrive(uint64_t *b) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("{ .reg .b64 st; mbarrier.arrive.shared::cta.b64 st, [%0]; }" ::"r"(smem_u32(b)) : "memory");
+#endif
+}
+static __device__ __forceinline__ void mbar_arrive_tx(uint64_t *b, uint32_t bytes) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("{ .reg .b64 st; mbarrier.arrive.expect_tx.shared::cta.b64 st, [%0], %1; }" ::"r"(smem_u32(b)), "r"(bytes) : "memory");
+#endif
+}
+static __device__ __forceinline__ void mbar_wait(uint64_t *b, uint32_t parity) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    uint32_t done = 0;
+    do {
+        asm volatile("{ .reg .pred p; mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2; selp.u32 %0, 1, 0, p; }"
+                     : "=r"(done)
+                     : "r"(smem_u32(b)), "r"(parity)
+                     : "memory");
+    } while (!done);
+#endif
+}
+/* bytes (a multiple of 16; 16-byte aligned addresses) from global src to shared dst, completing on b */
+static __device__ __forceinline__ void bulk_g2s(void *dst, const void *src, uint32_t bytes, uint64_t *b) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(smem_u32(dst)), "l"(src),
+                 "r"(bytes), "r"(smem_u32(b))
+                 : "memory");
+#endif
+}
+/* bytes (a multiple of 16, 16-byte aligned) at src into L2. L2 is where every SM's (and copy
+   engine's) writes to device memory land, so a prefetch issued while the kernel before is still
+   writing those bytes brings nothing stale into this kernel: its loads read L2. */
+static __device__ __forceinline__ void bulk_pf_l2(const void *src, uint32_t bytes) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(src), "r"(bytes) : "memory");
+#endif
+}
+
+/* Decode step, N = 16, the common operands (step_vec_kernel's FAST form) and state rows of whole
+   channels back to back (channel stride 16): the state streamed by the bulk copy engine. A block:
+   64 channels (blockIdx.y) of the batch rows blockIdx.x, + gridDim.x, ... (a wave of blocks, or
+   one row a block); a tile is one row's 64 x 16 states (4 KB, contiguous), read global -> shared
+   by one bulk copy, kTmaStages tiles in flight a block in a ring of shared buffers guarded by
+   mbarriers (thread 0 issues, every thread waits on the tile's phase, reads its 8 states, and
+   after a block barrier thread 0 reuses the buffer for the tile kTmaStages ahead). The state is
+   written back from registers (16-byte stores); u, delta, z, B, C of the next tile are loaded
+   while the current one computes. Before griddepcontrol.wait (programmatic dependent launch) the
+   block's first tiles are prefetched into L2 only (see bulk_pf_l2): the kernel's real reads all
+   come after the wait. Two lanes a channel, lane j holding states 8j .. 8j + 7: arithmetic and y
+   sums exactly step_loop_kernel's (bitwise the forward's at L = 1). */
+const int kTmaStages = 4;
+const int kTmaCh = kThreads / 2; /* channels a tile */
+template <typename T>
+__global__ void __launch_bounds__(kThreads) step_tma_kernel(const step_params P) {
+    __shared__ __align__(128) float4 ring[kTmaStages][kTmaCh * 4];
+    __shared__ __align__(8) uint64_t full[kTmaStages];
+    __shared__ int64_t rowof[kTmaStages];
+    const int tid = static_cast<int>(threadIdx.x), j = tid & 1, c = tid >> 1;
+    const int64_t d0 = static_cast<int64_t>(blockIdx.y) * kTmaCh, d = d0 + c;
+    const int64_t left = P.dim - d0;
+    const uint32_t tbytes = static_cast<uint32_t>(left < kTmaCh ? left : kTmaCh) * 64u; /* 16 f32 a channel */
+    const bool valid = d < P.dim;
+    const int64_t stride = gridDim.x, b0 = blockIdx.x;
+    const int64_t ntile = b0 < P.batch ? (P.batch - 1 - b0) / stride + 1 : 0;
+    auto row_of = [&](int64_t b) -> int64_t {
+        const int64_t row = P.idx ? static_cast<int64_t>(P.idx[b]) : b;
+        return row >= 0 && row < P.ncache ? row : -1;
+    };
+    if (tid == 0) {
+        for (int s = 0; s < kTmaStages; s++) mbar_init(&full[s], 1);
+    }
+    pdl_launch_dependents();
+    if (tid == 0) { /* L2 only, before the wait (a stale index only misplaces a prefetch) */
+        for (int64_t k = 0; k < kTmaStages && k < ntile; k++) {
+            const int64_t row = row_of(b0 + k * stride);
+            if (row >= 0) bulk_pf_l2(P.h + row * P.h0 + d0 * P.h1, tbytes);
+        }
+    }
+    pdl_wait();
+    __syncthreads(); /* the barriers' initialisation */
+    auto issue = [&](int64_t k, int s) { /* thread 0: tile k into buffer s */
+        const int64_t row = row_of(b0 + k * stride);
+        rowof[s] = row;
+        if (row >= 0) {
+            mbar_arrive_tx(&full[s], tbytes);
+            bulk_g2s(ring[s], P.h + row * P.h0 + d0 * P.h1, tbytes, &full[s]);
+        } else {
+            mbar_arrive(&full[s]); /* a padding row: no state, the phase completes at once */
+        }
+    };
+    if (tid == 0) {
+        for (int64_t k = 0; k < kTmaStages && k < ntile; k++) issue(k, static_cast<int>(k));
+    }
+    const int64_t g = !valid || P.G1 ? 0 : d / P.dpg;
+    /* one row's small operands: u, delta, z, and B / C states 8j .. 8j + 7 */
+    auto fetch = [&](int64_t b, float &x, float &dl, float &zz, float (&Bv)[8], float (&Cv)[8]) {
+        x = dl = zz = 0.0f;
+#pragma unroll
+        for (int q = 0; q < 8; q++) Bv[q] = Cv[q] = 0.0f;
+        if (valid && b < P.batch) {
+            x = ld<T>(P.u, b * P.u0 + d * P.u1);
+            dl = ld<T>(P.dl, b * P.d0 + d * P.d1);
+            if (j == 0 && P.z) zz = ld<T>(P.z, b * P.z0 + d * P.z1);
+            ld_vec<T, 8>(P.B, b * P.b0 + g * P.b1 + 8 * j, Bv);
+            ld_vec<T, 8>(P.C, b * P.c0 + g * P.c1 + 8 * j, Cv);
+        }
+    };
+    float nx, ndl, nzz, nB[8], nC[8];
+    fetch(b0, nx, ndl, nzz, nB, nC);
+    float A2[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
+    if (valid) {
+        const float4 *ap = reinterpret_cast<const float4 *>(P.A + d * P.a0 + 8 * j);
+        const float4 a0 = ap[0], a1 = ap[1];
+        A2[0] = a0.x; A2[1] = a0.y; A2[2] = a0.z; A2[3] = a0.w; A2[4] = a1.x; A2[5] = a1.y; A2[6] = a1.z; A2[7] = a1.w;
+    }
+#pragma unroll
+    for (int k = 0; k < 8; k++) A2[k] *= kLog2e;
+    const float bias = valid && P.bias ? P.bias[d * P.bs] : 0.0f;
+    const float Dd = valid && P.D ? P.D[d * P.Ds] : 0.0f;
+    for (int64_t k = 0; k < ntile; k++) { /* the same trip count for every thread of the block */
+        const int s = static_cast<int>(k % kTmaStages);
+        const int64_t b = b0 + k * stride;
+        float Bv[8], Cv[8];
+#pragma unroll
+        for (int q = 0; q < 8; q++) { Bv[q] = nB[q]; Cv[q] = nC[q]; }
+        const float x = nx, dl = ndl, zz = nzz;
+        fetch(b + stride, nx, ndl, nzz, nB, nC);
+        mbar_wait(&full[s], static_cast<uint32_t>((k / kTmaStages) & 1));
+        const int64_t row = rowof[s];
+        const bool live = valid && row >= 0;
+        float4 h0 = make_float4(0.0f, 0.0f, 0.0f, 0.0f), h1 = h0;
+        if (live) {
+            h0 = ring[s][4 * c + 2 * j];
+            h1 = ring[s][4 * c + 2 * j + 1];
+        }
+        __syncthreads(); /* buffer s read by every thread */
+        if (tid == 0 && k + kTmaStages < ntile) issue(k + kTmaStages, s);
+        float hv[8] = {h0.x, h0.y, h0.z, h0.w, h1.x, h1.y, h1.z, h1.w};
+        const float dt = dt_of(dl + bias, P.softplus != 0, true), dtx = dt * x;
+#pragma unroll
+        for (int q = 0; q < 8; q++) hv[q] = fmaf(ex2(dt * A2[q]), hv[q], Bv[q] * dtx);
+        if (live) {
+            float4 *hp = reinterpret_cast<float4 *>(P.h + row * P.h0 + d * P.h1 + 8 * j);
+            hp[0] = make_float4(hv[0], hv[1], hv[2], hv[3]);
+            hp[1] = make_float4(hv[4], hv[5], hv[6], hv[7]);
+        }
+        float yp = 0.0f;
+#pragma unroll
+        for (int q = 0; q < 8; q++) yp = fmaf(Cv[q], hv[q], yp);
+        yp += __shfl_xor_sync(0xffffffffu, yp, 1);
+        if (valid && j == 0) {
+            float y = 0.0f;
+            if (live) y = gate(fmaf(Dd, x, yp), zz, P.z != NULL);
+            st<T>(P.y, b * P.y0 + d * P.y1, y);
+        }
+    }
+}
+
 /* ---------------------------------------------------------------------------------------------- */
 /*                                      host side: plans                                          */
 /* ---------------------------------------------------------------------------------------------- */
@@ -3217,6 +3385,9 @@ static selscan_status check_overlap(const selscan__ten &out, const selscan__ten 
 struct step_tune {
     int S, R, pdl, fast, minb, loop; /* loop < 0: never step_loop_kernel, > 0: wherever it applies, 0: by the batch */
     int64_t loop_slices;             /* (set by launch_step) its grid's row slices; 0: not used */
+    int tma;                         /* step_tma_kernel: < 0 never, 0 by the batch, 1 forced (a wave of blocks), 2 forced
+                                        (one row a block), 3 forced (half a wave) */
+    int64_t tma_slices;              /* (set by launch_step) its grid's row slices; 0: not used */
 };
 template <typename T, int S, int R, int NTC, bool FAST, int MINB>
 void launch_step_vec(const step_params &sp, dim3 grid, bool pdl, cudaStream_t stream) {
@@ -3229,6 +3400,12 @@ void launch_step_vec(const step_params &sp, dim3 grid, bool pdl, cudaStream_t st
 template <typename T, int S, int R>
 bool launch_step_vec_f(const step_tune &tu, bool fast, const step_params &sp, dim3 grid, bool pdl, cudaStream_t stream) {
     if constexpr (S == 8 && R == 1) {
+        if (sp.NT == 2 && fast && tu.tma_slices > 0) { /* the state by the bulk copy engine */
+            dim3 g2(static_cast<unsigned>(tu.tma_slices), grid.y);
+            if (pdl) launch_pdl(step_tma_kernel<T>, g2, kThreads, 0, stream, sp);
+            else step_tma_kernel<T><<<g2, kThreads, 0, stream>>>(sp);
+            return true;
+        }
         if (sp.NT == 2 && fast && tu.loop_slices > 0) { /* rows a thread in a one-wave grid */
             dim3 g2(static_cast<unsigned>(tu.loop_slices), grid.y);
             if (pdl) launch_pdl(step_loop_kernel<T>, g2, kThreads, 0, stream, sp);
@@ -3284,6 +3461,30 @@ template <typename T> int step_loop_bpsm() {
     if (dev >= 0 && dev < 64) known[dev] = v;
     return v;
 }
+/* step_tma_kernel<T>: blocks an SM (0: not runnable here: its binary predates sm_90 or the
+   device is older), asked once a device */
+template <typename T> int step_tma_bpsm() {
+    static volatile int known[64];
+    int dev = 0, v = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return 0;
+    }
+    if (dev >= 0 && dev < 64 && known[dev] != 0) return known[dev] > 0 ? known[dev] : 0;
+    cudaFuncAttributes fa;
+    int major = 0;
+    if (cudaFuncGetAttributes(&fa, step_tma_kernel<T>) != cudaSuccess || fa.binaryVersion < 90 ||
+        cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess || major < 9 ||
+        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&v, step_tma_kernel<T>, kThreads, 0) != cudaSuccess || v <= 0) {
+        (void)cudaGetLastError();
+        v = -1;
+    }
+    if (dev >= 0 && dev < 64) known[dev] = v;
+    return v > 0 ? v : 0;
+}
+int step_tma_blocks_per_sm(selscan_dtype dt) {
+    return dt == SELSCAN_F32 ? step_tma_bpsm<float>() : dt == SELSCAN_F16 ? step_tma_bpsm<__half>() : step_tma_bpsm<__nv_bfloat16>();
+}
 int step_loop_blocks_per_sm(selscan_dtype dt) {
     return dt == SELSCAN_F32 ? step_loop_bpsm<float>() : dt == SELSCAN_F16 ? step_loop_bpsm<__half>() : step_loop_bpsm<__nv_bfloat16>();
 }
@@ -3334,7 +3535,21 @@ static selscan_status launch_step(const selscan__stp &q, step_tune tu, cudaStrea
         /* step_loop_kernel (N = 16, FAST form): gy channel blocks times row slices, a wave of blocks
            (the blocks an SM its registers allow, asked once a device) */
         tu.loop_slices = 0;
-        if (fast && S == 8 && R == 1 && sp.NT == 2 && tu.loop >= 0) {
+        tu.tma_slices = 0;
+        /* step_tma_kernel (N = 16, FAST form, channel stride 16): gy channel blocks times row slices */
+        if (fast && S == 8 && R == 1 && sp.NT == 2 && q.state.s[1] == 16 && (tu.tma > 0 || (tu.tma == 0 && tu.loop == 0))) {
+            const int bpsm = step_tma_blocks_per_sm(q.dt);
+            if (bpsm > 0) {
+                const int mode = tu.tma > 0 ? tu.tma : 1;
+                const int64_t slots = sm_count() * (mode == 3 && bpsm > 1 ? bpsm / 2 : bpsm);
+                int64_t slices = mode == 2 ? q.batch : slots / gy;
+                if (slices < 1) slices = 1;
+                if (slices > q.batch) slices = q.batch;
+                if (slices > kMaxGrid) slices = kMaxGrid;
+                tu.tma_slices = slices;
+            }
+        }
+        if (tu.tma_slices == 0 && fast && S == 8 && R == 1 && sp.NT == 2 && tu.loop >= 0) {
             const int64_t slots = sm_count() * step_loop_blocks_per_sm(q.dt), slices = slots / gy > 1 ? slots / gy : 1;
             /* at least two rows a thread in one wave; batch 1 also (measured faster there: 2.21 / 2.24
                us against 2.33 / 2.87, f32 / bf16); step_vec_kernel in between (batch 16 x 5120: 4.40
@@ -3503,7 +3718,7 @@ static selscan_status step(const selscan_step_problem *s, const selscan_cuda_ext
     selscan__stp q;
     selscan_status st = selscan__validate_step_ex(s, &q, 0);
     if (st != SELSCAN_OK) return st;
-    return launch_step(q, step_tune{0, 0, -1, 0, 0, 0, 0}, stream, err, s->diag);
+    return launch_step(q, step_tune{0, 0, -1, 0, 0, 0, 0, 0, 0}, stream, err, s->diag);
 }
 
 } /* namespace selscan_cuda_detail */
@@ -3529,11 +3744,12 @@ static selscan_status selscan__forward_cuda_tuned(const selscan_problem *p, cons
    where available) or off (0), the FAST form never (fast < 0), step_loop_kernel never (loop < 0)
    or wherever it applies (loop > 0), for tuning (bench/bench_cuda.cu). */
 static SELSCAN__MAYBE_UNUSED selscan_status selscan__step_cuda_tuned(const selscan_step_problem *s, cudaError_t *err, cudaStream_t stream, int S,
-                                               int R, int pdl, int fast = 0, int minb = 0, int loop = 0) {
+                                               int R, int pdl, int fast = 0, int minb = 0, int loop = 0, int tma = 0) {
     selscan__stp q;
     selscan_status st = selscan__validate_step_ex(s, &q, 0);
     if (st != SELSCAN_OK) return st;
-    return selscan_cuda_detail::launch_step(q, selscan_cuda_detail::step_tune{S, R, pdl, fast, minb, loop, 0}, stream, err, s->diag);
+    return selscan_cuda_detail::launch_step(q, selscan_cuda_detail::step_tune{S, R, pdl, fast, minb, loop, 0, tma, 0}, stream, err,
+                                            s->diag);
 }
 
 extern "C" {
