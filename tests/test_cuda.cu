@@ -893,6 +893,11 @@ int main() {
         run_step_case(BF, 80, 2048, 16, 4, SP, true, true, true, false, 1);
         run_step_case(F16, 200, 640, 16, 5, 0, false, true, false, true, 1);
         run_step_case(BF, 2, 5, 16, 5, SP, true, true, true, false, 0);  /* a group a channel */
+        /* the bulk-copy kernel (N = 16, channel stride 16): a partial last tile of 8 channels with
+           padding rows; rows past its 4-buffer ring a block (2000 x 128: ~6 tiles a block); groups */
+        run_step_case(BF, 300, 200, 16, 1, SP, true, true, true, true, 1);
+        run_step_case(F32, 2000, 128, 16, 1, SP, true, true, true, true, 1);
+        run_step_case(F16, 33, 5120, 16, 2, 0, true, false, true, true, 1);
     }
     printf("%-32s %s\n", "step", g_fail == before ? "ok" : "FAILED");
     const int b1 = g_fail; /* the step and the forward at L = 1 bitwise (N = 16 and 8, every dtype, groups) */
@@ -901,6 +906,7 @@ int main() {
         run_step_vs_forward((selscan_dtype)T, 3, 64, 8, 2, SP, false, false, true);
         run_step_vs_forward((selscan_dtype)T, 2, 40, 16, 4, 0, true, true, false);
         run_step_vs_forward((selscan_dtype)T, 64, 5120, 16, 2, SP, true, true, true); /* rows a thread */
+        run_step_vs_forward((selscan_dtype)T, 1500, 128, 16, 1, SP, true, true, true); /* rows past the bulk kernel's ring */
     }
     printf("%-32s %s\n", "step vs forward at L = 1", g_fail == b1 ? "ok" : "FAILED");
     const int b2 = g_fail;
