@@ -2226,6 +2226,8 @@ static __global__ void __launch_bounds__(kThreads) step_fast_kernel(const kparam
 struct step_params {
     int64_t batch, dim, ncache;
     int dpg, N, NT, softplus, fixB, fixC, avec, bvec, cvec, G1;
+    int xpf, early; /* step_tma_kernel: u / delta / z rows of unit channel stride, 16-byte aligned (L2 bulk
+                       prefetches of them); launch_dependents at its start (a one-wave grid) */
     const int32_t *idx;
     float *h;
     int64_t h0, h1;
@@ -2603,6 +2605,21 @@ static __device__ __forceinline__ void bulk_g2s(void *dst, const void *src, uint
                  : "memory");
 #endif
 }
+static __device__ __forceinline__ void bulk_g2s_ef(void *dst, const void *src, uint32_t bytes, uint64_t *b, uint64_t pol) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint [%0], [%1], %2, [%3], %4;" ::"r"(
+                     smem_u32(dst)),
+                 "l"(src), "r"(bytes), "r"(smem_u32(b)), "l"(pol)
+                 : "memory");
+#endif
+}
+static __device__ __forceinline__ uint64_t policy_evict_first() {
+    uint64_t pol = 0;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(pol));
+#endif
+    return pol;
+}
 /* bytes (a multiple of 16, 16-byte aligned) at src into L2. L2 is where every SM's (and copy
    engine's) writes to device memory land, so a prefetch issued while the kernel before is still
    writing those bytes brings nothing stale into this kernel: its loads read L2. */
@@ -2626,7 +2643,7 @@ static __device__ __forceinline__ void bulk_pf_l2(const void *src, uint32_t byte
    sums exactly step_loop_kernel's (bitwise the forward's at L = 1). */
 const int kTmaStages = 4;
 const int kTmaCh = kThreads / 2; /* channels a tile */
-template <typename T>
+template <typename T, bool EF>
 __global__ void __launch_bounds__(kThreads) step_tma_kernel(const step_params P) {
     __shared__ __align__(128) float4 ring[kTmaStages][kTmaCh * 4];
     __shared__ __align__(8) uint64_t full[kTmaStages];
@@ -2645,21 +2662,42 @@ __global__ void __launch_bounds__(kThreads) step_tma_kernel(const step_params P)
     if (tid == 0) {
         for (int s = 0; s < kTmaStages; s++) mbar_init(&full[s], 1);
     }
-    pdl_launch_dependents();
+    if (P.early) pdl_launch_dependents();
+    /* thread 0: tile k's u, delta, z segments and B / C rows into L2 (hints: sizes rounded down to
+       16 bytes; B / C of the tile's first group and, when the tile spans more, its last) */
+    const uint32_t es = sizeof(T), xbytes = (static_cast<uint32_t>(left < kTmaCh ? left : kTmaCh) * es) & ~15u;
+    const int64_t gA = P.G1 ? 0 : d0 / P.dpg, gB = P.G1 ? 0 : (d0 + (left < kTmaCh ? left : kTmaCh) - 1) / P.dpg;
+    auto pf_small = [&](int64_t b) {
+        if (P.xpf && xbytes) {
+            bulk_pf_l2(static_cast<const T *>(P.u) + b * P.u0 + d0, xbytes);
+            bulk_pf_l2(static_cast<const T *>(P.dl) + b * P.d0 + d0, xbytes);
+            if (P.z) bulk_pf_l2(static_cast<const T *>(P.z) + b * P.z0 + d0, xbytes);
+        }
+        bulk_pf_l2(static_cast<const T *>(P.B) + b * P.b0 + gA * P.b1, 16 * es);
+        bulk_pf_l2(static_cast<const T *>(P.C) + b * P.c0 + gA * P.c1, 16 * es);
+        if (gB != gA) {
+            bulk_pf_l2(static_cast<const T *>(P.B) + b * P.b0 + gB * P.b1, 16 * es);
+            bulk_pf_l2(static_cast<const T *>(P.C) + b * P.c0 + gB * P.c1, 16 * es);
+        }
+    };
     if (tid == 0) { /* L2 only, before the wait (a stale index only misplaces a prefetch) */
         for (int64_t k = 0; k < kTmaStages && k < ntile; k++) {
             const int64_t row = row_of(b0 + k * stride);
             if (row >= 0) bulk_pf_l2(P.h + row * P.h0 + d0 * P.h1, tbytes);
+            pf_small(b0 + k * stride);
         }
     }
     pdl_wait();
+    uint64_t pol = 0;
+    if (EF) pol = policy_evict_first();
     __syncthreads(); /* the barriers' initialisation */
     auto issue = [&](int64_t k, int s) { /* thread 0: tile k into buffer s */
         const int64_t row = row_of(b0 + k * stride);
         rowof[s] = row;
         if (row >= 0) {
             mbar_arrive_tx(&full[s], tbytes);
-            bulk_g2s(ring[s], P.h + row * P.h0 + d0 * P.h1, tbytes, &full[s]);
+            if (EF) bulk_g2s_ef(ring[s], P.h + row * P.h0 + d0 * P.h1, tbytes, &full[s], pol);
+            else bulk_g2s(ring[s], P.h + row * P.h0 + d0 * P.h1, tbytes, &full[s]);
         } else {
             mbar_arrive(&full[s]); /* a padding row: no state, the phase completes at once */
         }
@@ -2710,15 +2748,23 @@ __global__ void __launch_bounds__(kThreads) step_tma_kernel(const step_params P)
             h1 = ring[s][4 * c + 2 * j + 1];
         }
         __syncthreads(); /* buffer s read by every thread */
-        if (tid == 0 && k + kTmaStages < ntile) issue(k + kTmaStages, s);
+        if (tid == 0 && k + kTmaStages < ntile) {
+            issue(k + kTmaStages, s);
+            pf_small(b0 + (k + kTmaStages) * stride);
+        }
         float hv[8] = {h0.x, h0.y, h0.z, h0.w, h1.x, h1.y, h1.z, h1.w};
         const float dt = dt_of(dl + bias, P.softplus != 0, true), dtx = dt * x;
 #pragma unroll
         for (int q = 0; q < 8; q++) hv[q] = fmaf(ex2(dt * A2[q]), hv[q], Bv[q] * dtx);
         if (live) {
             float4 *hp = reinterpret_cast<float4 *>(P.h + row * P.h0 + d * P.h1 + 8 * j);
-            hp[0] = make_float4(hv[0], hv[1], hv[2], hv[3]);
-            hp[1] = make_float4(hv[4], hv[5], hv[6], hv[7]);
+            if (EF) { /* streaming stores (evict first) */
+                __stcs(hp, make_float4(hv[0], hv[1], hv[2], hv[3]));
+                __stcs(hp + 1, make_float4(hv[4], hv[5], hv[6], hv[7]));
+            } else {
+                hp[0] = make_float4(hv[0], hv[1], hv[2], hv[3]);
+                hp[1] = make_float4(hv[4], hv[5], hv[6], hv[7]);
+            }
         }
         float yp = 0.0f;
 #pragma unroll
@@ -2730,6 +2776,7 @@ __global__ void __launch_bounds__(kThreads) step_tma_kernel(const step_params P)
             st<T>(P.y, b * P.y0 + d * P.y1, y);
         }
     }
+    if (!P.early) pdl_launch_dependents(); /* several waves: the next kernel's blocks after this one's */
 }
 
 /* ---------------------------------------------------------------------------------------------- */
@@ -3402,8 +3449,13 @@ bool launch_step_vec_f(const step_tune &tu, bool fast, const step_params &sp, di
     if constexpr (S == 8 && R == 1) {
         if (sp.NT == 2 && fast && tu.tma_slices > 0) { /* the state by the bulk copy engine */
             dim3 g2(static_cast<unsigned>(tu.tma_slices), grid.y);
-            if (pdl) launch_pdl(step_tma_kernel<T>, g2, kThreads, 0, stream, sp);
-            else step_tma_kernel<T><<<g2, kThreads, 0, stream>>>(sp);
+            if (tu.tma >= 100) {
+                if (pdl) launch_pdl(step_tma_kernel<T, true>, g2, kThreads, 0, stream, sp);
+                else step_tma_kernel<T, true><<<g2, kThreads, 0, stream>>>(sp);
+            } else {
+                if (pdl) launch_pdl(step_tma_kernel<T, false>, g2, kThreads, 0, stream, sp);
+                else step_tma_kernel<T, false><<<g2, kThreads, 0, stream>>>(sp);
+            }
             return true;
         }
         if (sp.NT == 2 && fast && tu.loop_slices > 0) { /* rows a thread in a one-wave grid */
@@ -3473,9 +3525,9 @@ template <typename T> int step_tma_bpsm() {
     if (dev >= 0 && dev < 64 && known[dev] != 0) return known[dev] > 0 ? known[dev] : 0;
     cudaFuncAttributes fa;
     int major = 0;
-    if (cudaFuncGetAttributes(&fa, step_tma_kernel<T>) != cudaSuccess || fa.binaryVersion < 90 ||
+    if (cudaFuncGetAttributes(&fa, step_tma_kernel<T, false>) != cudaSuccess || fa.binaryVersion < 90 ||
         cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess || major < 9 ||
-        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&v, step_tma_kernel<T>, kThreads, 0) != cudaSuccess || v <= 0) {
+        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&v, step_tma_kernel<T, false>, kThreads, 0) != cudaSuccess || v <= 0) {
         (void)cudaGetLastError();
         v = -1;
     }
@@ -3540,9 +3592,15 @@ static selscan_status launch_step(const selscan__stp &q, step_tune tu, cudaStrea
         if (fast && S == 8 && R == 1 && sp.NT == 2 && q.state.s[1] == 16 && (tu.tma > 0 || (tu.tma == 0 && tu.loop == 0))) {
             const int bpsm = step_tma_blocks_per_sm(q.dt);
             if (bpsm > 0) {
-                const int mode = tu.tma > 0 ? tu.tma : 1;
+                const int mode = tu.tma > 0 ? tu.tma % 100 : 1;
                 const int64_t slots = sm_count() * (mode == 3 && bpsm > 1 ? bpsm / 2 : bpsm);
-                int64_t slices = mode == 2 ? q.batch : slots / gy;
+                int64_t slices = mode == 2 ? q.batch : mode >= 4 ? cdiv(q.batch, mode) : slots / gy;
+                sp.early = mode == 1 || mode == 3;
+                /* u / delta / z rows of unit channel stride and 16-byte aligned rows: L2 bulk prefetches */
+                auto xok = [&](const selscan__ten &t) {
+                    return !t.data || (t.s[1] == 1 && reinterpret_cast<uintptr_t>(t.data) % 16 == 0 && (t.s[0] * static_cast<int64_t>(es)) % 16 == 0);
+                };
+                sp.xpf = xok(q.u) && xok(q.delta) && xok(q.z);
                 if (slices < 1) slices = 1;
                 if (slices > q.batch) slices = q.batch;
                 if (slices > kMaxGrid) slices = kMaxGrid;
