@@ -2226,8 +2226,6 @@ static __global__ void __launch_bounds__(kThreads) step_fast_kernel(const kparam
 struct step_params {
     int64_t batch, dim, ncache;
     int dpg, N, NT, softplus, fixB, fixC, avec, bvec, cvec, G1;
-    int xpf, early; /* step_tma_kernel: u / delta / z rows of unit channel stride, 16-byte aligned (L2 bulk
-                       prefetches of them); launch_dependents at its start (a one-wave grid) */
     const int32_t *idx;
     float *h;
     int64_t h0, h1;
@@ -2629,98 +2627,86 @@ static __device__ __forceinline__ void bulk_pf_l2(const void *src, uint32_t byte
 #endif
 }
 
-/* Decode step, N = 16, the common operands (step_vec_kernel's FAST form) and state rows of whole
-   channels back to back (channel stride 16): the state streamed by the bulk copy engine. A block:
-   64 channels (blockIdx.y) of the batch rows blockIdx.x, + gridDim.x, ... (a wave of blocks, or
-   one row a block); a tile is one row's 64 x 16 states (4 KB, contiguous), read global -> shared
-   by one bulk copy, kTmaStages tiles in flight a block in a ring of shared buffers guarded by
-   mbarriers (thread 0 issues, every thread waits on the tile's phase, reads its 8 states, and
-   after a block barrier thread 0 reuses the buffer for the tile kTmaStages ahead). The state is
-   written back from registers (16-byte stores); u, delta, z, B, C of the next tile are loaded
-   while the current one computes. Before griddepcontrol.wait (programmatic dependent launch) the
-   block's first tiles are prefetched into L2 only (see bulk_pf_l2): the kernel's real reads all
-   come after the wait. Two lanes a channel, lane j holding states 8j .. 8j + 7: arithmetic and y
-   sums exactly step_loop_kernel's (bitwise the forward's at L = 1). */
+/* Decode step, N = 16, the common operands (step_vec_kernel's FAST form), state rows of whole
+   channels back to back (channel stride 16), u / delta / z of unit channel stride and 16-byte
+   aligned rows, one group a tile (one group, or 64 | channels a group): every operand of a tile
+   streamed by the bulk copy engine. A block: 64 channels (blockIdx.y) of the batch rows
+   blockIdx.x, + gridDim.x, ... (a wave of blocks); a tile is one row's 64 x 16 states (4 KB,
+   contiguous) with the row's 64 u, delta, z and its B / C rows of the tile's group, read global ->
+   shared by bulk copies completing on the stage's mbarrier, kTmaStages tiles in flight a block
+   in a ring (thread 0 issues; every thread waits on its tile's phase and reads its operands; after
+   a block barrier thread 0 refills the stage with the tile kTmaStages ahead). Nothing is loaded
+   by a thread from global memory inside the loop: the state is written back from registers
+   (16-byte stores; EF: streaming stores and an L2 evict-first policy on the state's copies).
+   Before griddepcontrol.wait (programmatic dependent launch) the block's first tiles are
+   prefetched into L2 only (see bulk_pf_l2): every read of the kernel's comes after the wait. Two
+   lanes a channel, lane j holding states 8j .. 8j + 7: arithmetic and y sums exactly
+   step_loop_kernel's (bitwise the forward's at L = 1). */
 const int kTmaStages = 4;
 const int kTmaCh = kThreads / 2; /* channels a tile */
+struct tma_stage {
+    float4 h[kTmaCh * 4];     /* the states, 16 a channel */
+    float4 x[3][kTmaCh / 4];  /* u, delta, z: 64 elements of 4 or 2 bytes each */
+    float4 bc[2][4];          /* the B and C rows of the tile's group: 16 elements */
+};
 template <typename T, bool EF>
 __global__ void __launch_bounds__(kThreads) step_tma_kernel(const step_params P) {
-    __shared__ __align__(128) float4 ring[kTmaStages][kTmaCh * 4];
+    __shared__ __align__(128) tma_stage ring[kTmaStages];
     __shared__ __align__(8) uint64_t full[kTmaStages];
     __shared__ int64_t rowof[kTmaStages];
     const int tid = static_cast<int>(threadIdx.x), j = tid & 1, c = tid >> 1;
     const int64_t d0 = static_cast<int64_t>(blockIdx.y) * kTmaCh, d = d0 + c;
     const int64_t left = P.dim - d0;
-    const uint32_t tbytes = static_cast<uint32_t>(left < kTmaCh ? left : kTmaCh) * 64u; /* 16 f32 a channel */
+    const uint32_t nch = static_cast<uint32_t>(left < kTmaCh ? left : kTmaCh);
+    const uint32_t es = sizeof(T), tbytes = nch * 64u, xbytes = nch * es, rbytes = 16u * es; /* nch * es: a multiple of 16 (launcher) */
     const bool valid = d < P.dim;
     const int64_t stride = gridDim.x, b0 = blockIdx.x;
     const int64_t ntile = b0 < P.batch ? (P.batch - 1 - b0) / stride + 1 : 0;
+    const int64_t g = P.G1 ? 0 : d0 / P.dpg; /* the tile's group */
     auto row_of = [&](int64_t b) -> int64_t {
         const int64_t row = P.idx ? static_cast<int64_t>(P.idx[b]) : b;
         return row >= 0 && row < P.ncache ? row : -1;
     };
+    const T *const xs[3] = {static_cast<const T *>(P.u), static_cast<const T *>(P.dl), static_cast<const T *>(P.z)};
     if (tid == 0) {
         for (int s = 0; s < kTmaStages; s++) mbar_init(&full[s], 1);
     }
-    if (P.early) pdl_launch_dependents();
-    /* thread 0: tile k's u, delta, z segments and B / C rows into L2 (hints: sizes rounded down to
-       16 bytes; B / C of the tile's first group and, when the tile spans more, its last) */
-    const uint32_t es = sizeof(T), xbytes = (static_cast<uint32_t>(left < kTmaCh ? left : kTmaCh) * es) & ~15u;
-    const int64_t gA = P.G1 ? 0 : d0 / P.dpg, gB = P.G1 ? 0 : (d0 + (left < kTmaCh ? left : kTmaCh) - 1) / P.dpg;
-    auto pf_small = [&](int64_t b) {
-        if (P.xpf && xbytes) {
-            bulk_pf_l2(static_cast<const T *>(P.u) + b * P.u0 + d0, xbytes);
-            bulk_pf_l2(static_cast<const T *>(P.dl) + b * P.d0 + d0, xbytes);
-            if (P.z) bulk_pf_l2(static_cast<const T *>(P.z) + b * P.z0 + d0, xbytes);
-        }
-        bulk_pf_l2(static_cast<const T *>(P.B) + b * P.b0 + gA * P.b1, 16 * es);
-        bulk_pf_l2(static_cast<const T *>(P.C) + b * P.c0 + gA * P.c1, 16 * es);
-        if (gB != gA) {
-            bulk_pf_l2(static_cast<const T *>(P.B) + b * P.b0 + gB * P.b1, 16 * es);
-            bulk_pf_l2(static_cast<const T *>(P.C) + b * P.c0 + gB * P.c1, 16 * es);
-        }
-    };
+    pdl_launch_dependents();
     if (tid == 0) { /* L2 only, before the wait (a stale index only misplaces a prefetch) */
         for (int64_t k = 0; k < kTmaStages && k < ntile; k++) {
-            const int64_t row = row_of(b0 + k * stride);
-            if (row >= 0) bulk_pf_l2(P.h + row * P.h0 + d0 * P.h1, tbytes);
-            pf_small(b0 + k * stride);
+            const int64_t b = b0 + k * stride, row = row_of(b);
+            if (row < 0) continue;
+            bulk_pf_l2(P.h + row * P.h0 + d0 * P.h1, tbytes);
+            bulk_pf_l2(xs[0] + b * P.u0 + d0, xbytes);
+            bulk_pf_l2(xs[1] + b * P.d0 + d0, xbytes);
+            if (P.z) bulk_pf_l2(xs[2] + b * P.z0 + d0, xbytes);
+            bulk_pf_l2(static_cast<const T *>(P.B) + b * P.b0 + g * P.b1, rbytes);
+            bulk_pf_l2(static_cast<const T *>(P.C) + b * P.c0 + g * P.c1, rbytes);
         }
     }
     pdl_wait();
     uint64_t pol = 0;
     if (EF) pol = policy_evict_first();
     __syncthreads(); /* the barriers' initialisation */
-    auto issue = [&](int64_t k, int s) { /* thread 0: tile k into buffer s */
-        const int64_t row = row_of(b0 + k * stride);
+    auto issue = [&](int64_t k, int s) { /* thread 0: tile k into stage s */
+        const int64_t b = b0 + k * stride, row = row_of(b);
         rowof[s] = row;
         if (row >= 0) {
-            mbar_arrive_tx(&full[s], tbytes);
-            if (EF) bulk_g2s_ef(ring[s], P.h + row * P.h0 + d0 * P.h1, tbytes, &full[s], pol);
-            else bulk_g2s(ring[s], P.h + row * P.h0 + d0 * P.h1, tbytes, &full[s]);
+            mbar_arrive_tx(&full[s], tbytes + (P.z ? 3u : 2u) * xbytes + 2u * rbytes);
+            if (EF) bulk_g2s_ef(ring[s].h, P.h + row * P.h0 + d0 * P.h1, tbytes, &full[s], pol);
+            else bulk_g2s(ring[s].h, P.h + row * P.h0 + d0 * P.h1, tbytes, &full[s]);
+            bulk_g2s(ring[s].x[0], xs[0] + b * P.u0 + d0, xbytes, &full[s]);
+            bulk_g2s(ring[s].x[1], xs[1] + b * P.d0 + d0, xbytes, &full[s]);
+            if (P.z) bulk_g2s(ring[s].x[2], xs[2] + b * P.z0 + d0, xbytes, &full[s]);
+            bulk_g2s(ring[s].bc[0], static_cast<const T *>(P.B) + b * P.b0 + g * P.b1, rbytes, &full[s]);
+            bulk_g2s(ring[s].bc[1], static_cast<const T *>(P.C) + b * P.c0 + g * P.c1, rbytes, &full[s]);
         } else {
-            mbar_arrive(&full[s]); /* a padding row: no state, the phase completes at once */
+            mbar_arrive(&full[s]); /* a padding row: nothing to read, the phase completes at once */
         }
     };
     if (tid == 0) {
         for (int64_t k = 0; k < kTmaStages && k < ntile; k++) issue(k, static_cast<int>(k));
     }
-    const int64_t g = !valid || P.G1 ? 0 : d / P.dpg;
-    /* one row's small operands: u, delta, z, and B / C states 8j .. 8j + 7 */
-    auto fetch = [&](int64_t b, float &x, float &dl, float &zz, float (&Bv)[8], float (&Cv)[8]) {
-        x = dl = zz = 0.0f;
-#pragma unroll
-        for (int q = 0; q < 8; q++) Bv[q] = Cv[q] = 0.0f;
-        if (valid && b < P.batch) {
-            x = ld<T>(P.u, b * P.u0 + d * P.u1);
-            dl = ld<T>(P.dl, b * P.d0 + d * P.d1);
-            if (j == 0 && P.z) zz = ld<T>(P.z, b * P.z0 + d * P.z1);
-            ld_vec<T, 8>(P.B, b * P.b0 + g * P.b1 + 8 * j, Bv);
-            ld_vec<T, 8>(P.C, b * P.c0 + g * P.c1 + 8 * j, Cv);
-        }
-    };
-    float nx, ndl, nzz, nB[8], nC[8];
-    fetch(b0, nx, ndl, nzz, nB, nC);
     float A2[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
     if (valid) {
         const float4 *ap = reinterpret_cast<const float4 *>(P.A + d * P.a0 + 8 * j);
@@ -2734,25 +2720,23 @@ __global__ void __launch_bounds__(kThreads) step_tma_kernel(const step_params P)
     for (int64_t k = 0; k < ntile; k++) { /* the same trip count for every thread of the block */
         const int s = static_cast<int>(k % kTmaStages);
         const int64_t b = b0 + k * stride;
-        float Bv[8], Cv[8];
-#pragma unroll
-        for (int q = 0; q < 8; q++) { Bv[q] = nB[q]; Cv[q] = nC[q]; }
-        const float x = nx, dl = ndl, zz = nzz;
-        fetch(b + stride, nx, ndl, nzz, nB, nC);
         mbar_wait(&full[s], static_cast<uint32_t>((k / kTmaStages) & 1));
         const int64_t row = rowof[s];
         const bool live = valid && row >= 0;
-        float4 h0 = make_float4(0.0f, 0.0f, 0.0f, 0.0f), h1 = h0;
+        float hv[8], Bv[8], Cv[8], x = 0.0f, dl = 0.0f, zz = 0.0f;
+#pragma unroll
+        for (int q = 0; q < 8; q++) hv[q] = Bv[q] = Cv[q] = 0.0f;
         if (live) {
-            h0 = ring[s][4 * c + 2 * j];
-            h1 = ring[s][4 * c + 2 * j + 1];
+            const float4 h0 = ring[s].h[4 * c + 2 * j], h1 = ring[s].h[4 * c + 2 * j + 1];
+            hv[0] = h0.x; hv[1] = h0.y; hv[2] = h0.z; hv[3] = h0.w; hv[4] = h1.x; hv[5] = h1.y; hv[6] = h1.z; hv[7] = h1.w;
+            x = ld<T>(ring[s].x[0], c);
+            dl = ld<T>(ring[s].x[1], c);
+            if (j == 0 && P.z) zz = ld<T>(ring[s].x[2], c);
+            ld_vec<T, 8>(ring[s].bc[0], 8 * j, Bv);
+            ld_vec<T, 8>(ring[s].bc[1], 8 * j, Cv);
         }
-        __syncthreads(); /* buffer s read by every thread */
-        if (tid == 0 && k + kTmaStages < ntile) {
-            issue(k + kTmaStages, s);
-            pf_small(b0 + (k + kTmaStages) * stride);
-        }
-        float hv[8] = {h0.x, h0.y, h0.z, h0.w, h1.x, h1.y, h1.z, h1.w};
+        __syncthreads(); /* stage s read by every thread */
+        if (tid == 0 && k + kTmaStages < ntile) issue(k + kTmaStages, s);
         const float dt = dt_of(dl + bias, P.softplus != 0, true), dtx = dt * x;
 #pragma unroll
         for (int q = 0; q < 8; q++) hv[q] = fmaf(ex2(dt * A2[q]), hv[q], Bv[q] * dtx);
@@ -2776,7 +2760,6 @@ __global__ void __launch_bounds__(kThreads) step_tma_kernel(const step_params P)
             st<T>(P.y, b * P.y0 + d * P.y1, y);
         }
     }
-    if (!P.early) pdl_launch_dependents(); /* several waves: the next kernel's blocks after this one's */
 }
 
 /* ---------------------------------------------------------------------------------------------- */
@@ -3513,9 +3496,9 @@ template <typename T> int step_loop_bpsm() {
     if (dev >= 0 && dev < 64) known[dev] = v;
     return v;
 }
-/* step_tma_kernel<T>: blocks an SM (0: not runnable here: its binary predates sm_90 or the
+/* step_tma_kernel<T, EF>: blocks an SM (0: not runnable here: its binary predates sm_90 or the
    device is older), asked once a device */
-template <typename T> int step_tma_bpsm() {
+template <typename T, bool EF> int step_tma_bpsm() {
     static volatile int known[64];
     int dev = 0, v = 0;
     if (cudaGetDevice(&dev) != cudaSuccess) {
@@ -3525,17 +3508,20 @@ template <typename T> int step_tma_bpsm() {
     if (dev >= 0 && dev < 64 && known[dev] != 0) return known[dev] > 0 ? known[dev] : 0;
     cudaFuncAttributes fa;
     int major = 0;
-    if (cudaFuncGetAttributes(&fa, step_tma_kernel<T, false>) != cudaSuccess || fa.binaryVersion < 90 ||
+    if (cudaFuncGetAttributes(&fa, step_tma_kernel<T, EF>) != cudaSuccess || fa.binaryVersion < 90 ||
         cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess || major < 9 ||
-        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&v, step_tma_kernel<T, false>, kThreads, 0) != cudaSuccess || v <= 0) {
+        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&v, step_tma_kernel<T, EF>, kThreads, 0) != cudaSuccess || v <= 0) {
         (void)cudaGetLastError();
         v = -1;
     }
     if (dev >= 0 && dev < 64) known[dev] = v;
     return v > 0 ? v : 0;
 }
-int step_tma_blocks_per_sm(selscan_dtype dt) {
-    return dt == SELSCAN_F32 ? step_tma_bpsm<float>() : dt == SELSCAN_F16 ? step_tma_bpsm<__half>() : step_tma_bpsm<__nv_bfloat16>();
+int step_tma_blocks_per_sm(selscan_dtype dt, bool ef) {
+    return with_dtype(dt, [&](auto tag) {
+        using T = typename decltype(tag)::type;
+        return ef ? step_tma_bpsm<T, true>() : step_tma_bpsm<T, false>();
+    });
 }
 int step_loop_blocks_per_sm(selscan_dtype dt) {
     return dt == SELSCAN_F32 ? step_loop_bpsm<float>() : dt == SELSCAN_F16 ? step_loop_bpsm<__half>() : step_loop_bpsm<__nv_bfloat16>();
@@ -3588,19 +3574,20 @@ static selscan_status launch_step(const selscan__stp &q, step_tune tu, cudaStrea
            (the blocks an SM its registers allow, asked once a device) */
         tu.loop_slices = 0;
         tu.tma_slices = 0;
-        /* step_tma_kernel (N = 16, FAST form, channel stride 16): gy channel blocks times row slices */
-        if (fast && S == 8 && R == 1 && sp.NT == 2 && q.state.s[1] == 16 && (tu.tma > 0 || (tu.tma == 0 && tu.loop == 0))) {
-            const int bpsm = step_tma_blocks_per_sm(q.dt);
+        /* step_tma_kernel (N = 16, FAST form, channel stride 16, u / delta / z rows of unit
+           channel stride and 16-byte aligned, whole 16-byte rows a tile, one group a tile): a wave
+           of blocks, gy channel blocks times row slices (mode 3: half a wave) */
+        auto xok = [&](const selscan__ten &t) {
+            return !t.data || (t.s[1] == 1 && reinterpret_cast<uintptr_t>(t.data) % 16 == 0 && (t.s[0] * static_cast<int64_t>(es)) % 16 == 0);
+        };
+        if (fast && S == 8 && R == 1 && sp.NT == 2 && q.state.s[1] == 16 && (tu.tma > 0 || (tu.tma == 0 && tu.loop == 0)) &&
+            xok(q.u) && xok(q.delta) && xok(q.z) && (q.dim * static_cast<int64_t>(es)) % 16 == 0 && (q.G == 1 || q.dpg % kTmaCh == 0)) {
+            const bool ef = tu.tma >= 100;
+            const int bpsm = step_tma_blocks_per_sm(q.dt, ef);
             if (bpsm > 0) {
                 const int mode = tu.tma > 0 ? tu.tma % 100 : 1;
                 const int64_t slots = sm_count() * (mode == 3 && bpsm > 1 ? bpsm / 2 : bpsm);
                 int64_t slices = mode == 2 ? q.batch : mode >= 4 ? cdiv(q.batch, mode) : slots / gy;
-                sp.early = mode == 1 || mode == 3;
-                /* u / delta / z rows of unit channel stride and 16-byte aligned rows: L2 bulk prefetches */
-                auto xok = [&](const selscan__ten &t) {
-                    return !t.data || (t.s[1] == 1 && reinterpret_cast<uintptr_t>(t.data) % 16 == 0 && (t.s[0] * static_cast<int64_t>(es)) % 16 == 0);
-                };
-                sp.xpf = xok(q.u) && xok(q.delta) && xok(q.z);
                 if (slices < 1) slices = 1;
                 if (slices > q.batch) slices = q.batch;
                 if (slices > kMaxGrid) slices = kMaxGrid;

@@ -394,9 +394,8 @@ static void bench_step_graphs(GraphTimer &gt, double bw, const char *only_dt, bo
                 fflush(stdout);
             }
             if (sweep) { /* (S, R, fast form: 1 allowed / -1 never, register bound, loop kernel: 0 auto, 1 forced, -1 never) */
-                static const int vs[][6] = {{8, 1, 1, 0, 1, -1}, {8, 1, 1, 0, -1, -1}, {8, 1, 1, 0, 0, 1},  {8, 1, 1, 0, 0, 3},
-                                            {8, 1, 1, 0, 0, 4},  {8, 1, 1, 0, 0, 8},   {8, 1, 1, 0, 0, 16}, {8, 1, 1, 0, 0, 101},
-                                            {8, 1, 1, 0, 0, 108}};
+                static const int vs[][6] = {{8, 1, 1, 0, 1, -1}, {8, 1, 1, 0, -1, -1}, {8, 1, 1, 0, 0, 1},
+                                            {8, 1, 1, 0, 0, 101}, {8, 1, 1, 0, 0, 3},  {8, 1, 1, 0, 0, 103}};
                 printf("   sweep S,R,fast,minblocks,loop,tma pdl/no-pdl:");
                 for (const auto &v : vs) {
                     auto f = [&](int pdl) {
