@@ -3091,6 +3091,23 @@ static selscan_status cuda_fail(cudaError_t e, cudaError_t *out) {
     } while (0)
 #define SELSCAN__LAUNCHED() SELSCAN__CU(cudaGetLastError())
 
+/* Opts kernel in to smem bytes of dynamic shared memory on the current device, once a device:
+   the attribute persists, and cudaFuncSetAttribute costs microseconds of host time a call (seen
+   in a framework op's per-call profile). `done` is the kernel's own record (a static array at
+   the call site, one per kernel); concurrent first calls set the same value. A cudaDeviceReset
+   drops the attribute but not this record: a program that resets a device and then uses selscan
+   on it again sees SELSCAN_ERR_CUDA from those kernels' launches. */
+static cudaError_t allow_smem(const void *kernel, int smem, volatile int (&done)[64]) {
+    int dev = 0;
+    cudaError_t e = cudaGetDevice(&dev);
+    if (e != cudaSuccess) return e;
+    const bool known = dev >= 0 && dev < 64;
+    if (known && done[dev] >= smem) return cudaSuccess;
+    if ((e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem)) == cudaSuccess && known)
+        done[dev] = smem;
+    return e;
+}
+
 /* The one place a selscan_dtype becomes an element type: f(dtype_tag<T>()) with T float, __half
    or __nv_bfloat16; f is a generic lambda, `using T = typename decltype(tag)::type;`. Called
    qualified (argument-dependent lookup would also find a user's global with_dtype). */
@@ -3150,8 +3167,9 @@ static selscan_status launch_fwd(selscan_dtype dt, const kparams &P, unsigned gr
     return selscan_cuda_detail::with_dtype(dt, [&](auto tag) {
         using T = typename decltype(tag)::type;
         const size_t smem = fwd_smem(P.NT, kFwdNPT, P.CH);
+        static volatile int done[64]; /* one per (T, LOCAL): this lambda's instantiation */
         if (smem > 48 * 1024)
-            SELSCAN__CU(cudaFuncSetAttribute(fwd_kernel<T, kFwdNPT, LOCAL>, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
+            SELSCAN__CU(allow_smem(reinterpret_cast<const void *>(fwd_kernel<T, kFwdNPT, LOCAL>), static_cast<int>(smem), done));
         fwd_kernel<T, kFwdNPT, LOCAL><<<grid, kThreads, smem, stream>>>(P);
         SELSCAN__LAUNCHED();
         return SELSCAN_OK;
@@ -3235,7 +3253,8 @@ static selscan_status run_forward(const selscan__prob &q, kparams P, const fwd_p
 template <typename T, int S, int TPC, bool CL>
 static selscan_status launch_bwd_fast_t(const kparams &P, unsigned grid, cudaStream_t stream, cudaError_t *err) {
     const int smem = static_cast<int>(sizeof(bwd_fast_smem<S, TPC>));
-    SELSCAN__CU(cudaFuncSetAttribute(bwd_fast_kernel<T, S, TPC, CL>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+    static volatile int done[64];
+    SELSCAN__CU(allow_smem(reinterpret_cast<const void *>(bwd_fast_kernel<T, S, TPC, CL>), smem, done));
     launch_pdl(bwd_fast_kernel<T, S, TPC, CL>, grid, kThreads, static_cast<size_t>(smem), stream, P);
     SELSCAN__LAUNCHED();
     return SELSCAN_OK;
@@ -3345,13 +3364,14 @@ static selscan_status run_backward(const selscan__prob &q, const selscan__grd &r
         if ((st = launch_bwd_fast(q.dt, P, grid, stream, err)) != SELSCAN_OK) return st;
     } else { /* bwd_kernel is built for float and h16 (both 2-byte types; P.bf16 picks) */
         const int smem = static_cast<int>(bwd_smem(bp.NT, bp.CH).total);
-        auto launch = [&](auto kernel) -> selscan_status {
-            if (smem > 48 * 1024) SELSCAN__CU(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+        static volatile int done_f32[64], done_h16[64];
+        auto launch = [&](auto kernel, volatile int (&done)[64]) -> selscan_status {
+            if (smem > 48 * 1024) SELSCAN__CU(allow_smem(reinterpret_cast<const void *>(kernel), smem, done));
             kernel<<<grid, kThreads, smem, stream>>>(P);
             SELSCAN__LAUNCHED();
             return SELSCAN_OK;
         };
-        if ((st = q.dt == SELSCAN_F32 ? launch(bwd_kernel<float>) : launch(bwd_kernel<h16>)) != SELSCAN_OK) return st;
+        if ((st = q.dt == SELSCAN_F32 ? launch(bwd_kernel<float>, done_f32) : launch(bwd_kernel<h16>, done_h16)) != SELSCAN_OK) return st;
     }
     { /* the row sums, one launch (a job per output) */
         rowsum_jobs J;

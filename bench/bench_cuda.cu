@@ -15,7 +15,9 @@
  * step's table). --graphs: the decode step and the short-prefill forward timed under CUDA graph replay
  * (kernel time as a serving loop sees it; see bench_step_graphs), with the copy floors of the same run;
  * SELSCAN_BENCH_STEP_SWEEP=1 adds every step kernel shape (states a thread, rows a block) to that table,
- * SELSCAN_BENCH_STEP_BATCH=n keeps its shapes of batch n only.
+ * SELSCAN_BENCH_STEP_BATCH=n keeps its shapes of batch n only. SELSCAN_BENCH_QUEUED=n: the training
+ * cases timed as n calls queued back to back between two events (ms a call; the launch work of one
+ * call overlaps the previous call's kernels, as in a training loop), not one synchronised call.
  * Environment: SELSCAN_BENCH_FWD_ONLY=1 (forward only), SELSCAN_BENCH_LAYOUT=bld (channels-last
  * tensors: the fast kernels' any-stride instantiations when built with SELSCAN_CUDA_CHANNELS_LAST=1
  * as the Makefile does, else the general kernels), SELSCAN_BENCH_NPT / SELSCAN_BENCH_NLCH (force the
@@ -517,6 +519,9 @@ int main(int argc, char **argv) {
     const int npt_force = getenv("SELSCAN_BENCH_NPT") ? atoi(getenv("SELSCAN_BENCH_NPT")) : 0;
     const int64_t nlch_force = getenv("SELSCAN_BENCH_NLCH") ? atoll(getenv("SELSCAN_BENCH_NLCH")) : 0;
     const bool fwd_only = getenv("SELSCAN_BENCH_FWD_ONLY") && atoi(getenv("SELSCAN_BENCH_FWD_ONLY"));
+    /* queued: that many calls back to back between two events (a training loop's rate: the host's
+       launch work overlaps the GPU's), median of 9 samples; else each call timed alone */
+    const int queued = getenv("SELSCAN_BENCH_QUEUED") ? std::max(0, atoi(getenv("SELSCAN_BENCH_QUEUED"))) : 0;
     /* SELSCAN_BENCH_LAYOUT=bld: channels-last tensors (u, delta, z, y and their gradients as
        (batch, L, dim), B / C as (batch, L, groups, N): a TensorFlow op's layout) */
     const bool bld = getenv("SELSCAN_BENCH_LAYOUT") && strcmp(getenv("SELSCAN_BENCH_LAYOUT"), "bld") == 0;
@@ -578,6 +583,8 @@ int main(int argc, char **argv) {
         cudaFree(gt.flush);
         return 0;
     }
+    if (queued > 0) printf("timing: %d calls queued between two events, ms a call, median of 9\n", queued);
+    else printf("timing: each call between two events and synchronised (its host work exposed), median\n");
     printf("%-11s %-5s %4s | %9s %9s %7s %6s %9s %6s | %9s %9s %9s %6s %9s %6s\n", "case", "dtype", "", "fwd ms", "floor ms",
            "GB/s", "x flr", "mamba ms", "vs mb", "bwd ms", "nock ms", "floor ms", "x flr", "mamba ms", "vs mb");
 
@@ -640,17 +647,20 @@ int main(int argc, char **argv) {
 
             auto time_it = [&](int which, int reps) {
                 std::vector<float> t;
-                for (int i = 0; i < reps + 3; i++) {
-                    use(i % nsets);
+                const int per = queued > 0 ? queued : 1, samples = queued > 0 ? 9 : reps;
+                for (int i = 0, k = 0; i < samples + 3; i++) {
                     CU(cudaEventRecord(e0, stream));
-                    if (which == 0) OK(selscan__forward_cuda_tuned(&p, &x, ws, wsb, stream, npt_force, nlch_force));
-                    else if (which == 1) OK(selscan_backward_cuda_ex(&p, &g, &x, ws, wsb, stream));
-                    else OK(selscan_backward_cuda_ex(&p, &g, &nock, ws, wsb, stream));
+                    for (int c = 0; c < per; c++, k++) {
+                        use(k % nsets);
+                        if (which == 0) OK(selscan__forward_cuda_tuned(&p, &x, ws, wsb, stream, npt_force, nlch_force));
+                        else if (which == 1) OK(selscan_backward_cuda_ex(&p, &g, &x, ws, wsb, stream));
+                        else OK(selscan_backward_cuda_ex(&p, &g, &nock, ws, wsb, stream));
+                    }
                     CU(cudaEventRecord(e1, stream));
                     CU(cudaEventSynchronize(e1));
                     float ms;
                     CU(cudaEventElapsedTime(&ms, e0, e1));
-                    if (i >= 3) t.push_back(ms);
+                    if (i >= 3) t.push_back(ms / per);
                 }
                 return median(t);
             };

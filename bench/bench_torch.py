@@ -8,12 +8,23 @@ set next to the raw launcher figures of `make bench-cuda` (bench/bench_cuda.cu) 
 
 The problem is bench_cuda.cu's: u, delta, z (batch, dim, L), B / C (batch, N, L) variable (one
 group), A, D, delta_bias f32, delta_softplus; the forward saves the checkpoint and the backward
-reads it and computes every gradient. Timed (CUDA events, each call synchronised, median; several
-input sets rotated as bench_cuda does, so that L2 does not hold them):
+reads it and computes every gradient. Several input sets rotated as bench_cuda does, so that L2
+does not hold them. Two timings (CUDA events, median), each to set next to bench_cuda's in the
+same mode:
+  sync     each call alone between two events, synchronised before and after: its host work
+           (Python, dispatcher, autograd, allocation, selscan's validation) fully exposed;
+           `bench_cuda` times the raw launcher this way
+  queued   20 calls back to back between two events, ms a call: a training loop's rate, where a
+           call's host work overlaps the kernels already queued; `SELSCAN_BENCH_QUEUED=20
+           bench_cuda` times the raw launcher this way
+Rows:
   op fwd / op bwd      torch.ops.selscan.fwd / .bwd called directly (dispatcher + allocation + launch)
-  eager fwd / bwd      selective_scan_fn(...) with inputs requiring grad, then y.backward(dy)
-                       (Python wrapper, autograd, the checkpoint saved, every gradient)
+  eager fwd / bwd      selective_scan_fn(...) with inputs requiring grad, then torch.autograd.grad
+                       of its output (Python wrapper, autograd, the checkpoint saved, every gradient)
   compiled fwd / bwd   the same function under torch.compile(fullgraph=True)
+and, CUDA only, under CUDA graphs (20 calls captured in one graph, its replay timed, ms a call):
+  op fwd               the op's forward saving the checkpoint (raw: bench_cuda's forward)
+  eager fwd+bwd        selective_scan_fn + torch.autograd.grad (raw: bench_cuda's fwd + bwd)
 """
 import argparse
 import statistics
@@ -58,6 +69,8 @@ def fn(u, delta, A, B, C, D, z, delta_bias):
 
 
 def timer(device):
+    """t(f): one call between two CUDA events, synchronised before and after (ms; its host work
+    fully exposed). On the CPU: wall clock."""
     if device == "cuda":
         e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
 
@@ -78,7 +91,48 @@ def timer(device):
     return t
 
 
-def bench_case(name, shape, dtype, device, reps_f, reps_b, compiled=True):
+def queued(fs, samples=9, warm=2):
+    """CUDA: the calls fs[0], fs[1], ... issued back to back between two events, as a training loop
+    issues them (one call's host work overlaps the kernels queued before it): ms a call, median of
+    `samples` (after `warm`)."""
+    e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    per = []
+    for i in range(samples + warm):
+        torch.cuda.synchronize()
+        e0.record()
+        for f in fs:
+            f()
+        e1.record()
+        e1.synchronize()
+        if i >= warm:
+            per.append(e0.elapsed_time(e1) / len(fs))
+    return statistics.median(per)
+
+
+def graphed(calls, n):
+    """CUDA graphs: calls() (n calls) warmed up on a side stream, captured in one graph, the
+    replay timed by queued(): ms a call."""
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(2):
+            calls()
+    torch.cuda.current_stream().wait_stream(side)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        keep = calls()  # noqa: F841  (the graph's outputs stay allocated while it is replayed)
+    ms = queued([g.replay]) / n
+    del g, keep
+    return ms
+
+
+INPUTS = ("u", "delta", "A", "B", "C", "D", "z", "delta_bias")
+
+
+def bench_case(name, shape, dtype, device, reps_f, reps_b, compiled=True, nq=20):
+    """Medians (ms a call) of: the op called directly (op), selective_scan_fn with inputs requiring
+    grad and torch.autograd.grad of its output (eager), the same under torch.compile (compiled);
+    "sync" each call timed alone and synchronised; "queued" (CUDA) nq calls back to back."""
     batch, dim, L, N = shape
     es = torch.tensor([], dtype=dtype).element_size()
     set_bytes = (4 * batch * dim * L + 2 * batch * N * L) * es
@@ -88,10 +142,9 @@ def bench_case(name, shape, dtype, device, reps_f, reps_b, compiled=True):
     res = {}
 
     def op_args(s):
-        return (s["u"], s["delta"], s["A"], s["B"].unsqueeze(1), s["C"].unsqueeze(1), s["D"], s["z"], s["delta_bias"],
-                None, None, True)
+        return (s["u"], s["delta"], s["A"], s["B"], s["C"], s["D"], s["z"], s["delta_bias"], None, None, True)
 
-    # the op, directly
+    # the op, directly (each set's checkpoint kept for the backward)
     fw, ck_of = [], {}
     for i in range(reps_f + 3):
         s = sets[i % nsets]
@@ -99,33 +152,64 @@ def bench_case(name, shape, dtype, device, reps_f, reps_b, compiled=True):
         ck_of[i % nsets] = out[2]
         if i >= 3:
             fw.append(ms)
-    res["op fwd"] = statistics.median(fw)
+    res["sync", "op fwd"] = statistics.median(fw)
+
+    def op_bwd(i):
+        s = sets[i % nsets]
+        return torch.ops.selscan.bwd(*op_args(s)[:10], dy, None, ck_of[i % nsets], True, [1] * 9)
+
     bw = []
     for i in range(reps_b + 3):
-        s = sets[i % nsets]
-        ms, _ = t(lambda: torch.ops.selscan.bwd(*op_args(s)[:10], dy, None, ck_of[i % nsets], True, [1] * 9))
+        ms, _ = t(lambda: op_bwd(i))
         if i >= 3:
             bw.append(ms)
-    res["op bwd"] = statistics.median(bw)
+    res["sync", "op bwd"] = statistics.median(bw)
+    if device == "cuda":
+        res["queued", "op fwd"] = queued([lambda s=sets[i % nsets]: torch.ops.selscan.fwd(*op_args(s), False, True)
+                                          for i in range(nq)])
+        res["queued", "op bwd"] = queued([lambda i=i: op_bwd(i) for i in range(nq)])
+
+    leaves = [{k: v.detach().clone().requires_grad_(True) for k, v in s.items()} for s in sets]
+
+    def call(f, s):
+        return f(*(s[k] for k in INPUTS))
+
+    def grads(y, s):
+        return torch.autograd.grad(y, [s[k] for k in INPUTS], dy)
 
     def run_mode(f, label):
-        leaves = [{k: v.detach().clone().requires_grad_(True) for k, v in s.items()} for s in sets]
         fw, bw = [], []
         for i in range(max(reps_f, reps_b) + 3):
             s = leaves[i % nsets]
-            ms, y = t(lambda: f(s["u"], s["delta"], s["A"], s["B"], s["C"], s["D"], s["z"], s["delta_bias"]))
-            msb, _ = t(lambda: y.backward(dy))
-            for v in s.values():
-                v.grad = None
+            ms, y = t(lambda: call(f, s))
+            msb, _ = t(lambda: grads(y, s))
+            del y
             if i >= 3:
                 if i - 3 < reps_f:
                     fw.append(ms)
                 if i - 3 < reps_b:
                     bw.append(msb)
-        res[label + " fwd"] = statistics.median(fw)
-        res[label + " bwd"] = statistics.median(bw)
+        res["sync", label + " fwd"] = statistics.median(fw)
+        res["sync", label + " bwd"] = statistics.median(bw)
+        if device != "cuda":
+            return
+        res["queued", label + " fwd"] = queued([lambda i=i: call(f, leaves[i % nsets]) for i in range(nq)])
+        # nq forwards (untimed), then their nq backwards queued
+        per = []
+        for rep in range(5 + 1):
+            ys = [call(f, leaves[i % nsets]) for i in range(nq)]
+            ms = queued([lambda i=i: grads(ys[i], leaves[i % nsets]) for i in range(nq)], samples=1, warm=0)
+            del ys
+            if rep:
+                per.append(ms)
+        res["queued", label + " bwd"] = statistics.median(per)
 
     run_mode(fn, "eager")
+    if device == "cuda":  # under CUDA graphs: the op's forward (checkpoint saved), eager fwd + grad
+        res["graphs", "op fwd"] = graphed(lambda: [torch.ops.selscan.fwd(*op_args(sets[i % nsets]), False, True)
+                                                   for i in range(nq)], nq)
+        res["graphs", "eager fwd+bwd"] = graphed(
+            lambda: [grads(call(fn, leaves[i % nsets]), leaves[i % nsets]) for i in range(nq)], nq)
     if compiled:
         run_mode(COMPILED, "compiled")
     return res
@@ -228,13 +312,16 @@ def main():
     names = a.cases.split(",") if a.cases else list(cases)
     if dev == "cuda":
         print(f"selscan_torch bench on {torch.cuda.get_device_name()} | torch {torch.__version__} | CUDA events, "
-              "each call synchronised, median", flush=True)
+              "median; sync: each call alone, synchronised (host work exposed); queued: 20 calls back to back "
+              "(a training loop's rate)", flush=True)
     else:
         print(f"selscan_torch bench on CPU ({st.cpu_backend()}) | torch {torch.__version__} | wall clock, median",
               flush=True)
-    cols = ["op fwd", "eager fwd", "compiled fwd", "op bwd", "eager bwd", "compiled bwd"]
+    cols = ["op fwd", "eager fwd", "compiled fwd", "op bwd", "eager bwd", "compiled bwd", "eager fwd+bwd"]
     threads = [0] if dev == "cuda" else [1, 2]
-    print(f"{'case':<14} {'dtype':<5} {'thr':>3} | " + " ".join(f"{c:>12}" for c in cols) + "   (ms)", flush=True)
+    modes = ["sync", "queued", "graphs"] if dev == "cuda" else ["sync"]
+    print(f"{'case':<14} {'dtype':<5} {'thr':>3} {'mode':<6} | " + " ".join(f"{c:>12}" for c in cols) + "   (ms a call)",
+          flush=True)
     for name in names:
         for dn in a.dtypes.split(","):
             for nt in threads:
@@ -242,8 +329,9 @@ def main():
                     torch.set_num_threads(nt)
                 reps_f, reps_b = (30, 20) if dev == "cuda" else (5, 3)
                 r = bench_case(name, cases[name], DTYPES[dn], dev, reps_f, reps_b, compiled=not a.no_compile)
-                print(f"{name:<14} {dn:<5} {nt or '':>3} | " + " ".join(f"{r.get(c, float('nan')):12.4f}" for c in cols),
-                      flush=True)
+                for m in modes:
+                    print(f"{name:<14} {dn:<5} {nt or '':>3} {m:<6} | " +
+                          " ".join(f"{r.get((m, c), float('nan')):12.4f}" for c in cols), flush=True)
     return 0
 
 

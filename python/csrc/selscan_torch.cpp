@@ -82,6 +82,18 @@ Tensor Readable(const Tensor& t) {
 }
 OptT Readable(const OptT& t) { return t.has_value() ? OptT(Readable(*t)) : OptT(); }
 
+// A variable B / C operand: (batch, G, N, L) as it is, (batch, N, L) as one group (the group
+// stride is never stepped over; a non-zero one keeps "all strides 0" from arising).
+template <typename ST>
+ST BCOperand(const Tensor& t) {
+  if (t.dim() != 3) return Operand<ST>(t);
+  ST s = Operand<ST>(t);
+  s.stride[3] = s.stride[2];
+  s.stride[2] = s.stride[1];
+  s.stride[1] = std::max<int64_t>(1, t.numel());
+  return s;
+}
+
 template <typename ST>
 ST Absent() {
   ST s;
@@ -181,7 +193,9 @@ Sizes CheckScan(const Tensor& u, const Tensor& delta, const Tensor& A, const Ten
       CheckShape(t, {s.dim, s.N}, name, "(dim, N) (fixed)");
       CheckF32(t, name);
     } else {
-      TORCH_CHECK_VALUE(t.dim() == 4 && t.size(0) == s.batch && t.size(2) == s.N && t.size(3) == s.L,
+      const int64_t o = t.dim() == 3 ? 1 : 2;  // (batch, N, L): one group, no view needed
+      TORCH_CHECK_VALUE((t.dim() == 3 || t.dim() == 4) && t.size(0) == s.batch && t.size(o) == s.N &&
+                            t.size(o + 1) == s.L,
                         "selscan: ", name, " must have shape (dim, N), (batch, N, L) or (batch, G, N, L) with batch = ",
                         s.batch, ", N = ", s.N, ", L = ", s.L, ", got ", Shape(t));
       TORCH_CHECK_TYPE(t.scalar_type() == u.scalar_type(), "selscan: variable ", name, " must have u's dtype ",
@@ -190,12 +204,13 @@ Sizes CheckScan(const Tensor& u, const Tensor& delta, const Tensor& A, const Ten
   };
   bc(B, "B", &s.fixed_B);
   bc(C, "C", &s.fixed_C);
-  if (!s.fixed_B) s.G = B.size(1);
+  auto groups = [](const Tensor& t) { return t.dim() == 4 ? t.size(1) : int64_t(1); };
+  if (!s.fixed_B) s.G = groups(B);
   if (!s.fixed_C) {
     if (!s.fixed_B) {
-      TORCH_CHECK_VALUE(C.size(1) == s.G, "selscan: C has ", C.size(1), " groups but B has ", s.G);
+      TORCH_CHECK_VALUE(groups(C) == s.G, "selscan: C has ", groups(C), " groups but B has ", s.G);
     } else {
-      s.G = C.size(1);
+      s.G = groups(C);
     }
   }
   TORCH_CHECK_VALUE(s.G >= 1 && s.dim % s.G == 0, "selscan: the group count of B/C (", s.G,
@@ -255,8 +270,8 @@ selscan_problem BuildProblem(const Sizes& s, const Tensor& u, const Tensor& delt
   p.u = Operand<decltype(p.u)>(u);
   p.delta = Operand<decltype(p.delta)>(delta);
   p.A = Operand<decltype(p.A)>(A);
-  p.B = Operand<decltype(p.B)>(B);
-  p.C = Operand<decltype(p.C)>(C);
+  p.B = BCOperand<decltype(p.B)>(B);
+  p.C = BCOperand<decltype(p.C)>(C);
   p.D = OptOperand<decltype(p.D)>(D);
   p.z = OptOperand<decltype(p.z)>(z);
   p.delta_bias = OptOperand<decltype(p.delta_bias)>(delta_bias);
@@ -442,8 +457,8 @@ std::vector<Tensor> Backward(const Tensor& u_in, const Tensor& delta_in, const T
   g.du = OptOperand<decltype(g.du)>(grad(kDu));
   g.ddelta = OptOperand<decltype(g.ddelta)>(grad(kDdelta));
   g.dA = OptOperand<decltype(g.dA)>(grad(kDA));
-  g.dB = OptOperand<decltype(g.dB)>(grad(kDB));
-  g.dC = OptOperand<decltype(g.dC)>(grad(kDC));
+  if (want[kDB]) g.dB = BCOperand<decltype(g.dB)>(out[kDB]);
+  if (want[kDC]) g.dC = BCOperand<decltype(g.dC)>(out[kDC]);
   g.dD = OptOperand<decltype(g.dD)>(grad(kDD));
   g.dz = OptOperand<decltype(g.dz)>(grad(kDz));
   g.ddelta_bias = OptOperand<decltype(g.ddelta_bias)>(grad(kDdeltaBias));

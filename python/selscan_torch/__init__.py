@@ -115,8 +115,8 @@ def _bc(t, name, dtype):
     nd = t.dim()
     if nd == 2:  # (dim, N), constant over time: float32
         return t if t.dtype == torch.float32 else _cast(t, name, torch.float32)
-    if nd == 3:  # (batch, N, L): one group
-        t = t.unsqueeze(1)
+    # (batch, N, L) (one group) goes to the op as it is: an unsqueeze here would add a view node
+    # to the autograd graph (and its backward) on every call
     return t if t.dtype == dtype else _cast(t, name, dtype)
 
 

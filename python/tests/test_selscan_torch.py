@@ -285,7 +285,7 @@ def test_checkpoint_bitwise_and_fake_size(device, N):
 @pytest.mark.parametrize("device", DEVICES)
 def test_opcheck(device):
     """torch.library.opcheck: schema, fake kernels, autograd registration, AOT dispatch."""
-    for bc, last, h0 in [("grouped", True, True), ("fixed", False, False)]:
+    for bc, last, h0 in [("grouped", True, True), ("var3", True, False), ("fixed", False, False)]:
         x = make_inputs(bc=bc, h0=h0, device=device, L=20)
         args = (x["u"].requires_grad_(), x["delta"], x["A"].requires_grad_(), x["B"], x["C"], x["D"], x["z"],
                 x["delta_bias"], x["h0"], None, True, last, True)
