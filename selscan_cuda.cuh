@@ -2226,6 +2226,7 @@ static __global__ void __launch_bounds__(kThreads) step_fast_kernel(const kparam
 struct step_params {
     int64_t batch, dim, ncache;
     int dpg, N, NT, softplus, fixB, fixC, avec, bvec, cvec, G1;
+    int pf; /* step_tma_kernel: its first tiles into L2 before the PDL wait */
     const int32_t *idx;
     float *h;
     int64_t h0, h1;
@@ -2603,21 +2604,6 @@ static __device__ __forceinline__ void bulk_g2s(void *dst, const void *src, uint
                  : "memory");
 #endif
 }
-static __device__ __forceinline__ void bulk_g2s_ef(void *dst, const void *src, uint32_t bytes, uint64_t *b, uint64_t pol) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint [%0], [%1], %2, [%3], %4;" ::"r"(
-                     smem_u32(dst)),
-                 "l"(src), "r"(bytes), "r"(smem_u32(b)), "l"(pol)
-                 : "memory");
-#endif
-}
-static __device__ __forceinline__ uint64_t policy_evict_first() {
-    uint64_t pol = 0;
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(pol));
-#endif
-    return pol;
-}
 /* bytes (a multiple of 16, 16-byte aligned) at src into L2. L2 is where every SM's (and copy
    engine's) writes to device memory land, so a prefetch issued while the kernel before is still
    writing those bytes brings nothing stale into this kernel: its loads read L2. */
@@ -2637,9 +2623,10 @@ static __device__ __forceinline__ void bulk_pf_l2(const void *src, uint32_t byte
    in a ring (thread 0 issues; every thread waits on its tile's phase and reads its operands; after
    a block barrier thread 0 refills the stage with the tile kTmaStages ahead). Nothing is loaded
    by a thread from global memory inside the loop: the state is written back from registers
-   (16-byte stores; EF: streaming stores and an L2 evict-first policy on the state's copies).
-   Before griddepcontrol.wait (programmatic dependent launch) the block's first tiles are
-   prefetched into L2 only (see bulk_pf_l2): every read of the kernel's comes after the wait. Two
+   (16-byte stores). Before griddepcontrol.wait (programmatic dependent launch) the block's first
+   tiles are prefetched into L2 only (see bulk_pf_l2) where P.pf (a block's whole work, at most two
+   tiles: a bare stream measured slower with it at 64 x 5120 and more): every read of the
+   kernel's comes after the wait. Two
    lanes a channel, lane j holding states 8j .. 8j + 7: arithmetic and y sums exactly
    step_loop_kernel's (bitwise the forward's at L = 1). */
 const int kTmaStages = 4;
@@ -2649,7 +2636,7 @@ struct tma_stage {
     float4 x[3][kTmaCh / 4];  /* u, delta, z: 64 elements of 4 or 2 bytes each */
     float4 bc[2][4];          /* the B and C rows of the tile's group: 16 elements */
 };
-template <typename T, bool EF>
+template <typename T>
 __global__ void __launch_bounds__(kThreads) step_tma_kernel(const step_params P) {
     __shared__ __align__(128) tma_stage ring[kTmaStages];
     __shared__ __align__(8) uint64_t full[kTmaStages];
@@ -2672,7 +2659,7 @@ __global__ void __launch_bounds__(kThreads) step_tma_kernel(const step_params P)
         for (int s = 0; s < kTmaStages; s++) mbar_init(&full[s], 1);
     }
     pdl_launch_dependents();
-    if (tid == 0) { /* L2 only, before the wait (a stale index only misplaces a prefetch) */
+    if (tid == 0 && P.pf) { /* L2 only, before the wait (a stale index only misplaces a prefetch) */
         for (int64_t k = 0; k < kTmaStages && k < ntile; k++) {
             const int64_t b = b0 + k * stride, row = row_of(b);
             if (row < 0) continue;
@@ -2685,16 +2672,13 @@ __global__ void __launch_bounds__(kThreads) step_tma_kernel(const step_params P)
         }
     }
     pdl_wait();
-    uint64_t pol = 0;
-    if (EF) pol = policy_evict_first();
     __syncthreads(); /* the barriers' initialisation */
     auto issue = [&](int64_t k, int s) { /* thread 0: tile k into stage s */
         const int64_t b = b0 + k * stride, row = row_of(b);
         rowof[s] = row;
         if (row >= 0) {
             mbar_arrive_tx(&full[s], tbytes + (P.z ? 3u : 2u) * xbytes + 2u * rbytes);
-            if (EF) bulk_g2s_ef(ring[s].h, P.h + row * P.h0 + d0 * P.h1, tbytes, &full[s], pol);
-            else bulk_g2s(ring[s].h, P.h + row * P.h0 + d0 * P.h1, tbytes, &full[s]);
+            bulk_g2s(ring[s].h, P.h + row * P.h0 + d0 * P.h1, tbytes, &full[s]);
             bulk_g2s(ring[s].x[0], xs[0] + b * P.u0 + d0, xbytes, &full[s]);
             bulk_g2s(ring[s].x[1], xs[1] + b * P.d0 + d0, xbytes, &full[s]);
             if (P.z) bulk_g2s(ring[s].x[2], xs[2] + b * P.z0 + d0, xbytes, &full[s]);
@@ -2742,13 +2726,8 @@ __global__ void __launch_bounds__(kThreads) step_tma_kernel(const step_params P)
         for (int q = 0; q < 8; q++) hv[q] = fmaf(ex2(dt * A2[q]), hv[q], Bv[q] * dtx);
         if (live) {
             float4 *hp = reinterpret_cast<float4 *>(P.h + row * P.h0 + d * P.h1 + 8 * j);
-            if (EF) { /* streaming stores (evict first) */
-                __stcs(hp, make_float4(hv[0], hv[1], hv[2], hv[3]));
-                __stcs(hp + 1, make_float4(hv[4], hv[5], hv[6], hv[7]));
-            } else {
-                hp[0] = make_float4(hv[0], hv[1], hv[2], hv[3]);
-                hp[1] = make_float4(hv[4], hv[5], hv[6], hv[7]);
-            }
+            hp[0] = make_float4(hv[0], hv[1], hv[2], hv[3]);
+            hp[1] = make_float4(hv[4], hv[5], hv[6], hv[7]);
         }
         float yp = 0.0f;
 #pragma unroll
@@ -3435,8 +3414,8 @@ static selscan_status check_overlap(const selscan__ten &out, const selscan__ten 
 struct step_tune {
     int S, R, pdl, fast, minb, loop; /* loop < 0: never step_loop_kernel, > 0: wherever it applies, 0: by the batch */
     int64_t loop_slices;             /* (set by launch_step) its grid's row slices; 0: not used */
-    int tma;                         /* step_tma_kernel: < 0 never, 0 by the batch, 1 forced (a wave of blocks), 2 forced
-                                        (one row a block), 3 forced (half a wave) */
+    int tma;                         /* step_tma_kernel: < 0 never, 0 by the rule, 1 forced (5 / 6: its L2 prefetch
+                                        before the PDL wait never / always) */
     int64_t tma_slices;              /* (set by launch_step) its grid's row slices; 0: not used */
 };
 template <typename T, int S, int R, int NTC, bool FAST, int MINB>
@@ -3452,13 +3431,8 @@ bool launch_step_vec_f(const step_tune &tu, bool fast, const step_params &sp, di
     if constexpr (S == 8 && R == 1) {
         if (sp.NT == 2 && fast && tu.tma_slices > 0) { /* the state by the bulk copy engine */
             dim3 g2(static_cast<unsigned>(tu.tma_slices), grid.y);
-            if (tu.tma >= 100) {
-                if (pdl) launch_pdl(step_tma_kernel<T, true>, g2, kThreads, 0, stream, sp);
-                else step_tma_kernel<T, true><<<g2, kThreads, 0, stream>>>(sp);
-            } else {
-                if (pdl) launch_pdl(step_tma_kernel<T, false>, g2, kThreads, 0, stream, sp);
-                else step_tma_kernel<T, false><<<g2, kThreads, 0, stream>>>(sp);
-            }
+            if (pdl) launch_pdl(step_tma_kernel<T>, g2, kThreads, 0, stream, sp);
+            else step_tma_kernel<T><<<g2, kThreads, 0, stream>>>(sp);
             return true;
         }
         if (sp.NT == 2 && fast && tu.loop_slices > 0) { /* rows a thread in a one-wave grid */
@@ -3516,9 +3490,9 @@ template <typename T> int step_loop_bpsm() {
     if (dev >= 0 && dev < 64) known[dev] = v;
     return v;
 }
-/* step_tma_kernel<T, EF>: blocks an SM (0: not runnable here: its binary predates sm_90 or the
+/* step_tma_kernel<T>: blocks an SM (0: not runnable here: its binary predates sm_90 or the
    device is older), asked once a device */
-template <typename T, bool EF> int step_tma_bpsm() {
+template <typename T> int step_tma_bpsm() {
     static volatile int known[64];
     int dev = 0, v = 0;
     if (cudaGetDevice(&dev) != cudaSuccess) {
@@ -3528,19 +3502,19 @@ template <typename T, bool EF> int step_tma_bpsm() {
     if (dev >= 0 && dev < 64 && known[dev] != 0) return known[dev] > 0 ? known[dev] : 0;
     cudaFuncAttributes fa;
     int major = 0;
-    if (cudaFuncGetAttributes(&fa, step_tma_kernel<T, EF>) != cudaSuccess || fa.binaryVersion < 90 ||
+    if (cudaFuncGetAttributes(&fa, step_tma_kernel<T>) != cudaSuccess || fa.binaryVersion < 90 ||
         cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess || major < 9 ||
-        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&v, step_tma_kernel<T, EF>, kThreads, 0) != cudaSuccess || v <= 0) {
+        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&v, step_tma_kernel<T>, kThreads, 0) != cudaSuccess || v <= 0) {
         (void)cudaGetLastError();
         v = -1;
     }
     if (dev >= 0 && dev < 64) known[dev] = v;
     return v > 0 ? v : 0;
 }
-int step_tma_blocks_per_sm(selscan_dtype dt, bool ef) {
+int step_tma_blocks_per_sm(selscan_dtype dt) {
     return with_dtype(dt, [&](auto tag) {
         using T = typename decltype(tag)::type;
-        return ef ? step_tma_bpsm<T, true>() : step_tma_bpsm<T, false>();
+        return step_tma_bpsm<T>();
     });
 }
 int step_loop_blocks_per_sm(selscan_dtype dt) {
@@ -3596,22 +3570,25 @@ static selscan_status launch_step(const selscan__stp &q, step_tune tu, cudaStrea
         tu.tma_slices = 0;
         /* step_tma_kernel (N = 16, FAST form, channel stride 16, u / delta / z rows of unit
            channel stride and 16-byte aligned, whole 16-byte rows a tile, one group a tile): a wave
-           of blocks, gy channel blocks times row slices (mode 3: half a wave) */
+           of blocks, gy channel blocks times row slices, where the tiles (rows x channel blocks)
+           are at most two a block of a wave (measured faster there than v50's kernels: batch 1,
+           16 and 64 x 2048; slower with more, 64 and 256 x 5120: bench/NOTES.md CUDA-v53); its
+           L2 prefetch before the PDL wait at most two tiles a block. tu.tma > 0 forces it (1: the
+           prefetch by that rule, 5: never, 6: always). */
         auto xok = [&](const selscan__ten &t) {
             return !t.data || (t.s[1] == 1 && reinterpret_cast<uintptr_t>(t.data) % 16 == 0 && (t.s[0] * static_cast<int64_t>(es)) % 16 == 0);
         };
-        if (fast && S == 8 && R == 1 && sp.NT == 2 && q.state.s[1] == 16 && (tu.tma > 0 || (tu.tma == 0 && tu.loop == 0)) &&
+        if (fast && S == 8 && R == 1 && sp.NT == 2 && q.state.s[1] == 16 && tu.tma >= 0 && (tu.tma > 0 || tu.loop == 0) &&
             xok(q.u) && xok(q.delta) && xok(q.z) && (q.dim * static_cast<int64_t>(es)) % 16 == 0 && (q.G == 1 || q.dpg % kTmaCh == 0)) {
-            const bool ef = tu.tma >= 100;
-            const int bpsm = step_tma_blocks_per_sm(q.dt, ef);
-            if (bpsm > 0) {
-                const int mode = tu.tma > 0 ? tu.tma % 100 : 1;
-                const int64_t slots = sm_count() * (mode == 3 && bpsm > 1 ? bpsm / 2 : bpsm);
-                int64_t slices = mode == 2 ? q.batch : mode >= 4 ? cdiv(q.batch, mode) : slots / gy;
+            const int bpsm = step_tma_blocks_per_sm(q.dt);
+            const int64_t slots = sm_count() * bpsm;
+            if (bpsm > 0 && (tu.tma > 0 || q.batch <= 2 * slots / gy)) {
+                int64_t slices = slots / gy;
                 if (slices < 1) slices = 1;
                 if (slices > q.batch) slices = q.batch;
                 if (slices > kMaxGrid) slices = kMaxGrid;
                 tu.tma_slices = slices;
+                sp.pf = tu.tma == 6 || (tu.tma != 5 && q.batch <= 2 * slices);
             }
         }
         if (tu.tma_slices == 0 && fast && S == 8 && R == 1 && sp.NT == 2 && tu.loop >= 0) {
@@ -3807,7 +3784,8 @@ static selscan_status selscan__forward_cuda_tuned(const selscan_problem *p, cons
 /* The step with its kernel's shape forced (S states a thread, R batch rows a block; 0: automatic;
    S = -1: the earlier kernel, with SELSCAN__STEP_SWEEP), programmatic dependent launch on (pdl < 0:
    where available) or off (0), the FAST form never (fast < 0), step_loop_kernel never (loop < 0)
-   or wherever it applies (loop > 0), for tuning (bench/bench_cuda.cu). */
+   or wherever it applies (loop > 0), step_tma_kernel never (tma < 0) or wherever it applies (tma
+   1; 5 / 6: its L2 prefetch before the PDL wait never / always), for tuning (bench/bench_cuda.cu). */
 static SELSCAN__MAYBE_UNUSED selscan_status selscan__step_cuda_tuned(const selscan_step_problem *s, cudaError_t *err, cudaStream_t stream, int S,
                                                int R, int pdl, int fast = 0, int minb = 0, int loop = 0, int tma = 0) {
     selscan__stp q;
