@@ -86,10 +86,13 @@
  * (h16: a runtime flag picks binary16 or bfloat16): compile time, see bench/NOTES.md CUDA-v21.
  * The decode step (float4 state rows: unit n stride, N % 4 == 0, N <= 128, 16-byte aligned rows):
  * step_vec_kernel, 8 or 4 states a lane in 4-state chunks interleaved across a channel's lanes
- * (whole sectors a warp instruction); N = 16 with aligned variable B / C at batch 1 or >= two rows a
- * thread of a one-wave grid: step_loop_kernel (the next row's state in flight while a row is
- * computed); both launched with programmatic dependent launch, and bitwise the forward's at L = 1
- * for N = 8 / 16. One state a thread otherwise (step_kernel). L-chunk plans fill one wave on
+ * (whole sectors a warp instruction); N = 16 with aligned variable B / C, channel stride 16 and
+ * unit-stride aligned u / delta / z, up to two tiles (a row's 64 channels) a block of a wave:
+ * step_tma_kernel (every operand of a tile by sm_90 bulk copies into a 4-stage mbarrier ring);
+ * N = 16 with aligned variable B / C otherwise at batch 1 or >= two rows a thread of a one-wave
+ * grid: step_loop_kernel (the next row's state in flight while a row is computed); all launched
+ * with programmatic dependent launch, and bitwise the forward's at L = 1 for N = 8 / 16. One
+ * state a thread otherwise (step_kernel). L-chunk plans fill one wave on
  * the current device's multiprocessors (at most 160; workspace sizes assume 160).
  */
 #ifndef SELSCAN_CUDA_CUH
@@ -2636,8 +2639,11 @@ struct tma_stage {
     float4 x[3][kTmaCh / 4];  /* u, delta, z: 64 elements of 4 or 2 bytes each */
     float4 bc[2][4];          /* the B and C rows of the tile's group: 16 elements */
 };
-template <typename T>
-__global__ void __launch_bounds__(kThreads) step_tma_kernel(const step_params P) {
+#ifndef SELSCAN_CUDA_STEP_TMA_MINBLOCKS
+#define SELSCAN_CUDA_STEP_TMA_MINBLOCKS 10 /* 48 registers, no spills: 10 blocks an SM (54 and 9 unbounded) */
+#endif
+template <typename T, int MINB>
+__global__ void __launch_bounds__(kThreads, MINB) step_tma_kernel(const step_params P) {
     __shared__ __align__(128) tma_stage ring[kTmaStages];
     __shared__ __align__(8) uint64_t full[kTmaStages];
     __shared__ int64_t rowof[kTmaStages];
@@ -3415,7 +3421,8 @@ struct step_tune {
     int S, R, pdl, fast, minb, loop; /* loop < 0: never step_loop_kernel, > 0: wherever it applies, 0: by the batch */
     int64_t loop_slices;             /* (set by launch_step) its grid's row slices; 0: not used */
     int tma;                         /* step_tma_kernel: < 0 never, 0 by the rule, 1 forced (5 / 6: its L2 prefetch
-                                        before the PDL wait never / always) */
+                                        before the PDL wait never / always; 7, SELSCAN__STEP_SWEEP: its build
+                                        without the register bound) */
     int64_t tma_slices;              /* (set by launch_step) its grid's row slices; 0: not used */
 };
 template <typename T, int S, int R, int NTC, bool FAST, int MINB>
@@ -3431,8 +3438,15 @@ bool launch_step_vec_f(const step_tune &tu, bool fast, const step_params &sp, di
     if constexpr (S == 8 && R == 1) {
         if (sp.NT == 2 && fast && tu.tma_slices > 0) { /* the state by the bulk copy engine */
             dim3 g2(static_cast<unsigned>(tu.tma_slices), grid.y);
-            if (pdl) launch_pdl(step_tma_kernel<T>, g2, kThreads, 0, stream, sp);
-            else step_tma_kernel<T><<<g2, kThreads, 0, stream>>>(sp);
+#ifdef SELSCAN__STEP_SWEEP
+            if (tu.tma == 7) { /* the unbounded build (register count free: 9 blocks an SM) */
+                if (pdl) launch_pdl(step_tma_kernel<T, 0>, g2, kThreads, 0, stream, sp);
+                else step_tma_kernel<T, 0><<<g2, kThreads, 0, stream>>>(sp);
+                return true;
+            }
+#endif
+            if (pdl) launch_pdl(step_tma_kernel<T, SELSCAN_CUDA_STEP_TMA_MINBLOCKS>, g2, kThreads, 0, stream, sp);
+            else step_tma_kernel<T, SELSCAN_CUDA_STEP_TMA_MINBLOCKS><<<g2, kThreads, 0, stream>>>(sp);
             return true;
         }
         if (sp.NT == 2 && fast && tu.loop_slices > 0) { /* rows a thread in a one-wave grid */
@@ -3490,9 +3504,9 @@ template <typename T> int step_loop_bpsm() {
     if (dev >= 0 && dev < 64) known[dev] = v;
     return v;
 }
-/* step_tma_kernel<T>: blocks an SM (0: not runnable here: its binary predates sm_90 or the
+/* step_tma_kernel<T, MINB>: blocks an SM (0: not runnable here: its binary predates sm_90 or the
    device is older), asked once a device */
-template <typename T> int step_tma_bpsm() {
+template <typename T, int MINB> int step_tma_bpsm() {
     static volatile int known[64];
     int dev = 0, v = 0;
     if (cudaGetDevice(&dev) != cudaSuccess) {
@@ -3502,19 +3516,23 @@ template <typename T> int step_tma_bpsm() {
     if (dev >= 0 && dev < 64 && known[dev] != 0) return known[dev] > 0 ? known[dev] : 0;
     cudaFuncAttributes fa;
     int major = 0;
-    if (cudaFuncGetAttributes(&fa, step_tma_kernel<T>) != cudaSuccess || fa.binaryVersion < 90 ||
+    if (cudaFuncGetAttributes(&fa, step_tma_kernel<T, MINB>) != cudaSuccess || fa.binaryVersion < 90 ||
         cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess || major < 9 ||
-        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&v, step_tma_kernel<T>, kThreads, 0) != cudaSuccess || v <= 0) {
+        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&v, step_tma_kernel<T, MINB>, kThreads, 0) != cudaSuccess || v <= 0) {
         (void)cudaGetLastError();
         v = -1;
     }
     if (dev >= 0 && dev < 64) known[dev] = v;
     return v > 0 ? v : 0;
 }
-int step_tma_blocks_per_sm(selscan_dtype dt) {
+int step_tma_blocks_per_sm(selscan_dtype dt, bool unbounded) {
     return with_dtype(dt, [&](auto tag) {
         using T = typename decltype(tag)::type;
-        return step_tma_bpsm<T>();
+#ifdef SELSCAN__STEP_SWEEP
+        if (unbounded) return step_tma_bpsm<T, 0>();
+#endif
+        (void)unbounded;
+        return step_tma_bpsm<T, SELSCAN_CUDA_STEP_TMA_MINBLOCKS>();
     });
 }
 int step_loop_blocks_per_sm(selscan_dtype dt) {
@@ -3580,7 +3598,7 @@ static selscan_status launch_step(const selscan__stp &q, step_tune tu, cudaStrea
         };
         if (fast && S == 8 && R == 1 && sp.NT == 2 && q.state.s[1] == 16 && tu.tma >= 0 && (tu.tma > 0 || tu.loop == 0) &&
             xok(q.u) && xok(q.delta) && xok(q.z) && (q.dim * static_cast<int64_t>(es)) % 16 == 0 && (q.G == 1 || q.dpg % kTmaCh == 0)) {
-            const int bpsm = step_tma_blocks_per_sm(q.dt);
+            const int bpsm = step_tma_blocks_per_sm(q.dt, tu.tma == 7);
             const int64_t slots = sm_count() * bpsm;
             if (bpsm > 0 && (tu.tma > 0 || q.batch <= 2 * slots / gy)) {
                 int64_t slices = slots / gy;
