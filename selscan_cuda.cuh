@@ -2640,7 +2640,9 @@ struct tma_stage {
     float4 bc[2][4];          /* the B and C rows of the tile's group: 16 elements */
 };
 #ifndef SELSCAN_CUDA_STEP_TMA_MINBLOCKS
-#define SELSCAN_CUDA_STEP_TMA_MINBLOCKS 10 /* 48 registers, no spills: 10 blocks an SM (54 and 9 unbounded) */
+#define SELSCAN_CUDA_STEP_TMA_MINBLOCKS 0 /* blocks an SM its registers must allow (0: any; 54 registers, 9 blocks an
+                                            SM; 10 (48 registers, no spills) measured 0.2 us slower at batch 1 / 16:
+                                            bench/NOTES.md CUDA-v55) */
 #endif
 template <typename T, int MINB>
 __global__ void __launch_bounds__(kThreads, MINB) step_tma_kernel(const step_params P) {
@@ -3421,8 +3423,7 @@ struct step_tune {
     int S, R, pdl, fast, minb, loop; /* loop < 0: never step_loop_kernel, > 0: wherever it applies, 0: by the batch */
     int64_t loop_slices;             /* (set by launch_step) its grid's row slices; 0: not used */
     int tma;                         /* step_tma_kernel: < 0 never, 0 by the rule, 1 forced (5 / 6: its L2 prefetch
-                                        before the PDL wait never / always; 7, SELSCAN__STEP_SWEEP: its build
-                                        without the register bound) */
+                                        before the PDL wait never / always) */
     int64_t tma_slices;              /* (set by launch_step) its grid's row slices; 0: not used */
 };
 template <typename T, int S, int R, int NTC, bool FAST, int MINB>
@@ -3438,13 +3439,6 @@ bool launch_step_vec_f(const step_tune &tu, bool fast, const step_params &sp, di
     if constexpr (S == 8 && R == 1) {
         if (sp.NT == 2 && fast && tu.tma_slices > 0) { /* the state by the bulk copy engine */
             dim3 g2(static_cast<unsigned>(tu.tma_slices), grid.y);
-#ifdef SELSCAN__STEP_SWEEP
-            if (tu.tma == 7) { /* the unbounded build (register count free: 9 blocks an SM) */
-                if (pdl) launch_pdl(step_tma_kernel<T, 0>, g2, kThreads, 0, stream, sp);
-                else step_tma_kernel<T, 0><<<g2, kThreads, 0, stream>>>(sp);
-                return true;
-            }
-#endif
             if (pdl) launch_pdl(step_tma_kernel<T, SELSCAN_CUDA_STEP_TMA_MINBLOCKS>, g2, kThreads, 0, stream, sp);
             else step_tma_kernel<T, SELSCAN_CUDA_STEP_TMA_MINBLOCKS><<<g2, kThreads, 0, stream>>>(sp);
             return true;
@@ -3525,13 +3519,9 @@ template <typename T, int MINB> int step_tma_bpsm() {
     if (dev >= 0 && dev < 64) known[dev] = v;
     return v > 0 ? v : 0;
 }
-int step_tma_blocks_per_sm(selscan_dtype dt, bool unbounded) {
+int step_tma_blocks_per_sm(selscan_dtype dt) {
     return with_dtype(dt, [&](auto tag) {
         using T = typename decltype(tag)::type;
-#ifdef SELSCAN__STEP_SWEEP
-        if (unbounded) return step_tma_bpsm<T, 0>();
-#endif
-        (void)unbounded;
         return step_tma_bpsm<T, SELSCAN_CUDA_STEP_TMA_MINBLOCKS>();
     });
 }
@@ -3598,7 +3588,7 @@ static selscan_status launch_step(const selscan__stp &q, step_tune tu, cudaStrea
         };
         if (fast && S == 8 && R == 1 && sp.NT == 2 && q.state.s[1] == 16 && tu.tma >= 0 && (tu.tma > 0 || tu.loop == 0) &&
             xok(q.u) && xok(q.delta) && xok(q.z) && (q.dim * static_cast<int64_t>(es)) % 16 == 0 && (q.G == 1 || q.dpg % kTmaCh == 0)) {
-            const int bpsm = step_tma_blocks_per_sm(q.dt, tu.tma == 7);
+            const int bpsm = step_tma_blocks_per_sm(q.dt);
             const int64_t slots = sm_count() * bpsm;
             if (bpsm > 0 && (tu.tma > 0 || q.batch <= 2 * slots / gy)) {
                 int64_t slices = slots / gy;

@@ -396,10 +396,9 @@ static void bench_step_graphs(GraphTimer &gt, double bw, const char *only_dt, bo
                 fflush(stdout);
             }
             if (sweep) { /* (S, R, fast form: 1 allowed / -1 never, register bound, loop kernel: 0 auto, 1 forced, -1 never,
-                            bulk-copy kernel: 0 auto, -1 never, 1 forced, 5 / 6 forced with its L2 prefetch never / always,
-                            7 forced, its build without the register bound) */
+                            bulk-copy kernel: 0 auto, -1 never, 1 forced, 5 / 6 forced with its L2 prefetch never / always) */
                 static const int vs[][6] = {{8, 1, 1, 0, 1, -1}, {8, 1, 1, 0, -1, -1}, {8, 1, 1, 0, 0, 1},
-                                            {8, 1, 1, 0, 0, 5},  {8, 1, 1, 0, 0, 7}};
+                                            {8, 1, 1, 0, 0, 5},  {8, 1, 1, 0, 0, 6}};
                 printf("   sweep S,R,fast,minblocks,loop,tma pdl/no-pdl:");
                 for (const auto &v : vs) {
                     auto f = [&](int pdl) {
