@@ -2876,6 +2876,9 @@ static bool unit_inputs(const selscan__prob &q) {
    1.3-1.7x slower: half the threads, 168 registers; bench/NOTES.md CUDA-v25); when the channels give
    under half a wave of blocks, L chunks as in the general kernel (chunk scans from 0, carry,
    rescan) to fill one. need_y: y is written (the backward's checkpoint pass writes none). */
+/* steps a chunk for the fast forward's L chunks, overriding the plan's (a multiple of kFL; 0: the
+   plan's choice): a tuning knob the benchmark sets; nothing else does */
+static int64_t fast_fwd_lchunk_force = 0;
 static void plan_fast_forward(const selscan__prob &q, int64_t sms, fwd_plan *pl, bool need_y) {
     pl->fastS = pl->fastCL = 0;
     const bool ok = !q.cu && !q.fixB && !q.fixC && (q.y.data || !need_y) && q.N <= 16 && fast_lstride(q.u) && fast_lstride(q.delta) &&
@@ -2889,7 +2892,14 @@ static void plan_fast_forward(const selscan__prob &q, int64_t sms, fwd_plan *pl,
     const int64_t ncb = cdiv(q.dpg, kThreads / tpc), blocks = c.mul(q.batch, q.G, ncb), nck = cdiv(q.L, kCK);
     if (!c.ok) return;
     const int64_t nl = lchunk_count(blocks, fast_fwd_slots(S, sms), nck);
-    const int64_t lchunk = cdiv(nck, nl) * kCK, nlch = cdiv(q.L, lchunk);
+    int64_t lchunk = cdiv(nck, nl) * kCK;
+    /* chunks pay off only when they shorten the serial chain enough: chunked, the forward runs two
+       passes of lchunk steps (chunk scans, rescan) and a carry, against one pass of L steps; a pass
+       costs ~5 us before its first step and a step ~0.09 us when few blocks run (H200: L = 128 in
+       two chunks 22 us, in one 17; bench/NOTES.md CUDA-v60). So one pass unless chunks save 64 steps. */
+    if (q.L - 2 * lchunk < 64) lchunk = q.L;
+    if (fast_fwd_lchunk_force > 0) lchunk = cdiv(fast_fwd_lchunk_force, kFL) * kFL;
+    const int64_t nlch = cdiv(q.L, lchunk);
     const int64_t grid = c.mul(blocks, nlch), ws = nlch > 1 ? c.mul(3, c.al(c.mul(q.batch, q.dim, c.mul(nlch, q.N, 4)))) : 0;
     if (!c.ok || grid > kMaxGrid) return; /* the general kernels (whose plan refuses what they cannot run) */
     pl->fastS = S;

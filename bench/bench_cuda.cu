@@ -431,6 +431,11 @@ static void bench_prefill_graphs(GraphTimer &gt, double bw, double ex2rate, cons
     printf("\nshort prefill forward, batch 1, N 16, z, D, delta_bias, h_last (no checkpoint): us a call; graphs: %d calls a graph,\n"
            "median of 11 replays (L2 flushed before each); eager: %d queued calls, median of 9; mamba: eager, same-process\n"
            "side-by-side figure measured 2026-11-24 (lm-prefill only)\n", NG, NG);
+    /* SELSCAN_BENCH_PREFILL_LCHUNK=s: the fast forward's L chunks forced to s steps (tuning) */
+    if (getenv("SELSCAN_BENCH_PREFILL_LCHUNK")) {
+        selscan_cuda_detail::fast_fwd_lchunk_force = atoll(getenv("SELSCAN_BENCH_PREFILL_LCHUNK"));
+        printf("fast forward's L chunks forced to %lld steps\n", (long long)selscan_cuda_detail::fast_fwd_lchunk_force);
+    }
     printf("%-12s %-5s | %9s %9s | %9s %7s | %9s\n", "dim,L", "dtype", "graphs", "eager", "floor", "x floor", "mamba");
     for (const P &c : cases) {
         for (int di = 0; di < 2; di++) {

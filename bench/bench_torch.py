@@ -5,6 +5,7 @@ set next to the raw launcher figures of `make bench-cuda` (bench/bench_cuda.cu) 
     python bench/bench_torch.py --device cpu    # CPU: lm-prefill and lm-train cut to L = 256, 1 and 2 threads
     python bench/bench_torch.py --cases lm-prefill --dtypes f32
     python bench/bench_torch.py --overhead      # host overhead per call: a tiny CPU problem, 2000 calls
+    python bench/bench_torch.py --prefill --mamba   # short-prefill forward, queued and CUDA graphs, vs mamba_ssm
 
 The problem is bench_cuda.cu's: u, delta, z (batch, dim, L), B / C (batch, N, L) variable (one
 group), A, D, delta_bias f32, delta_softplus; the forward saves the checkpoint and the backward
@@ -25,6 +26,8 @@ Rows:
 and, CUDA only, under CUDA graphs (20 calls captured in one graph, its replay timed, ms a call):
   op fwd               the op's forward saving the checkpoint (raw: bench_cuda's forward)
   eager fwd+bwd        selective_scan_fn + torch.autograd.grad (raw: bench_cuda's fwd + bwd)
+--mamba adds mamba_ssm's own selective_scan_fn (its CUDA kernel, its autograd.Function), timed
+as "eager" in the same run on the same inputs (mamba fwd / mamba bwd).
 """
 import argparse
 import statistics
@@ -205,6 +208,9 @@ def bench_case(name, shape, dtype, device, reps_f, reps_b, compiled=True, nq=20)
         res["queued", label + " bwd"] = statistics.median(per)
 
     run_mode(fn, "eager")
+    if MAMBA is not None:  # mamba_ssm's selective_scan_fn, the same calls in the same run
+        run_mode(lambda u, delta, A, B, C, D, z, bias: MAMBA.selective_scan_fn(u, delta, A, B, C, D, z, bias,
+                                                                            delta_softplus=True), "mamba")
     if device == "cuda":  # under CUDA graphs: the op's forward (checkpoint saved), eager fwd + grad
         res["graphs", "op fwd"] = graphed(lambda: [torch.ops.selscan.fwd(*op_args(sets[i % nsets]), False, True)
                                                    for i in range(nq)], nq)
@@ -214,6 +220,8 @@ def bench_case(name, shape, dtype, device, reps_f, reps_b, compiled=True, nq=20)
         run_mode(COMPILED, "compiled")
     return res
 
+
+MAMBA = None  # --mamba: mamba_ssm.ops.selective_scan_interface (its CUDA kernel), timed beside ours
 
 # one compiled function for every case (dynamic shapes: one graph per dtype, not one per shape)
 COMPILED = torch.compile(fn, fullgraph=True, dynamic=True)
@@ -292,6 +300,38 @@ def overhead(calls=2000, batch=200, device="cpu", compiled=True):
     return 0
 
 
+PREFILL = [(1536, 1024), (2048, 128), (2048, 512), (2048, 2048), (5120, 128), (5120, 512), (5120, 2048)]
+
+
+def prefill(dtypes, nq=20):
+    """Short prefill (inference, CUDA): batch 1, N 16, z, D, delta_bias, softplus, last state
+    returned, no checkpoint; the op's forward (and with --mamba mamba_ssm's selective_scan_cuda.fwd,
+    its C++ op) called the same way: queued (nq calls between two events) and under CUDA graphs
+    (nq calls captured in one graph), us a call, median."""
+    cols = ["selscan queued", "selscan graphs"] + (["mamba queued", "mamba graphs"] if MAMBA is not None else [])
+    print(f"short prefill forward through PyTorch, batch 1, N 16 (us a call, {nq} calls a sample)")
+    print(f"{'dim,L':<12} {'dtype':<5} | " + " ".join(f"{c:>15}" for c in cols))
+    if MAMBA is not None:
+        import selective_scan_cuda as mamba_cuda
+    for dim, L in PREFILL:
+        for dn in dtypes:
+            dtype = DTYPES[dn]
+            nsets = max(2, min(nq, int(200e6 // (6 * dim * L * 2)) + 1))
+            sets, _ = make_sets((1, dim, L, 16), dtype, "cuda", nsets)
+            for s in sets:  # mamba's C++ op takes B / C as (batch, G, N, L) only
+                s["B4"], s["C4"] = s["B"].unsqueeze(1), s["C"].unsqueeze(1)
+            ours = [lambda s=sets[i % nsets]: torch.ops.selscan.fwd(s["u"], s["delta"], s["A"], s["B"], s["C"], s["D"],
+                                                                      s["z"], s["delta_bias"], None, None, True, True,
+                                                                      False) for i in range(nq)]
+            r = [queued(ours) * 1e3, graphed(lambda: [f() for f in ours], nq) * 1e3]
+            if MAMBA is not None:
+                theirs = [lambda s=sets[i % nsets]: mamba_cuda.fwd(s["u"], s["delta"], s["A"], s["B4"], s["C4"], s["D"],
+                                                                    s["z"], s["delta_bias"], True) for i in range(nq)]
+                r += [queued(theirs) * 1e3, graphed(lambda: [f() for f in theirs], nq) * 1e3]
+            print(f"{f'{dim},{L}':<12} {dn:<5} | " + " ".join(f"{v:15.2f}" for v in r), flush=True)
+    return 0
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
@@ -302,7 +342,16 @@ def main():
                     "compiled forward + backward of it (f32) instead of timing")
     ap.add_argument("--overhead", action="store_true", help="host overhead per call of each layer on a tiny CPU "
                     "problem (2000 calls each) instead of timing the cases")
+    ap.add_argument("--prefill", action="store_true", help="CUDA: the short-prefill forward table (batch 1, "
+                    "L 128-2048) queued and under CUDA graphs, with --mamba also mamba_ssm's kernel")
+    ap.add_argument("--mamba", action="store_true", help="also time mamba_ssm's selective_scan_fn (eager, the same "
+                    "calls; mamba_ssm and its selective_scan_cuda must be importable)")
     a = ap.parse_args()
+    if a.mamba:
+        global MAMBA
+        import mamba_ssm.ops.selective_scan_interface as MAMBA
+    if a.prefill:
+        return prefill(a.dtypes.split(","))
     if a.overhead:
         return overhead(compiled=not a.no_compile)
     if a.profile:
@@ -318,6 +367,8 @@ def main():
         print(f"selscan_torch bench on CPU ({st.cpu_backend()}) | torch {torch.__version__} | wall clock, median",
               flush=True)
     cols = ["op fwd", "eager fwd", "compiled fwd", "op bwd", "eager bwd", "compiled bwd", "eager fwd+bwd"]
+    if a.mamba:
+        cols += ["mamba fwd", "mamba bwd"]
     threads = [0] if dev == "cuda" else [1, 2]
     modes = ["sync", "queued", "graphs"] if dev == "cuda" else ["sync"]
     print(f"{'case':<14} {'dtype':<5} {'thr':>3} {'mode':<6} | " + " ".join(f"{c:>12}" for c in cols) + "   (ms a call)",

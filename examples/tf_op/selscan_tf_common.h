@@ -207,26 +207,14 @@ inline absl::Status AllocateGradOutputs(OpKernelContext* ctx, const Options& o, 
 // selscan's implementation).
 absl::Status FromSelscan(selscan_status st, const char* where, const Sizes& s, const selscan_diag* diag = nullptr);
 
-// Rounds a pointer up to SELSCAN_WORKSPACE_ALIGN.
-inline void* AlignWorkspace(void* p) {
-  const uintptr_t a = reinterpret_cast<uintptr_t>(p);
-  const uintptr_t r = (a + SELSCAN_WORKSPACE_ALIGN - 1) / SELSCAN_WORKSPACE_ALIGN * SELSCAN_WORKSPACE_ALIGN;
-  return reinterpret_cast<void*>(r);
-}
-
-// Bytes of a temp buffer that holds `bytes` aligned bytes whatever TF's allocator returns.
-inline int64_t PaddedWorkspaceBytes(size_t bytes) {
-  return bytes == 0 ? 0 : static_cast<int64_t>(bytes) + SELSCAN_WORKSPACE_ALIGN;
-}
-
-// A workspace of `bytes` bytes aligned to SELSCAN_WORKSPACE_ALIGN, from allocate_temp on the
-// op's device (host memory for CPU kernels, device memory for GPU kernels): padded and aligned up
-// in case the allocator returns a less aligned block. NULL when bytes is 0. *tmp keeps it alive.
+// A workspace of `bytes` bytes from allocate_temp on the op's device (host memory for CPU
+// kernels, device memory for GPU kernels), handed to selscan as it comes: selscan's sizes include
+// the slack it needs to align any pointer up inside. NULL when bytes is 0. *tmp keeps it alive.
 inline absl::Status AllocateWorkspace(OpKernelContext* ctx, size_t bytes, Tensor* tmp, void** ptr) {
   *ptr = nullptr;
   if (bytes == 0) return absl::OkStatus();
-  TF_RETURN_IF_ERROR(ctx->allocate_temp(tensorflow::DT_INT8, TensorShape({PaddedWorkspaceBytes(bytes)}), tmp));
-  *ptr = AlignWorkspace(tmp->data());
+  TF_RETURN_IF_ERROR(ctx->allocate_temp(tensorflow::DT_INT8, TensorShape({static_cast<int64_t>(bytes)}), tmp));
+  *ptr = tmp->data();
   return absl::OkStatus();
 }
 

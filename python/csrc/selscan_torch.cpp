@@ -279,8 +279,8 @@ selscan_problem BuildProblem(const Sizes& s, const Tensor& u, const Tensor& delt
   return p;
 }
 
-// A byte buffer of torch's allocator on `dev` holding `bytes` bytes aligned to
-// SELSCAN_WORKSPACE_ALIGN (padded and aligned up whatever the allocator returns).
+// A byte buffer of torch's allocator on `dev` holding `bytes` bytes: selscan's sizes include the
+// slack it needs to align any pointer up inside, so the buffer is handed over as it comes.
 struct Workspace {
   Tensor buf;
   void* ptr = nullptr;
@@ -290,9 +290,8 @@ Workspace MakeWorkspace(size_t bytes, const at::Device& dev) {
   Workspace w;
   w.bytes = bytes;
   if (bytes == 0) return w;
-  w.buf = at::empty({static_cast<int64_t>(bytes + SELSCAN_WORKSPACE_ALIGN)}, at::TensorOptions().dtype(at::kByte).device(dev));
-  const uintptr_t a = reinterpret_cast<uintptr_t>(w.buf.data_ptr());
-  w.ptr = reinterpret_cast<void*>((a + SELSCAN_WORKSPACE_ALIGN - 1) / SELSCAN_WORKSPACE_ALIGN * SELSCAN_WORKSPACE_ALIGN);
+  w.buf = at::empty({static_cast<int64_t>(bytes)}, at::TensorOptions().dtype(at::kByte).device(dev));
+  w.ptr = w.buf.data_ptr();
   return w;
 }
 
