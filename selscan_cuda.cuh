@@ -2671,12 +2671,12 @@ __global__ void __launch_bounds__(kThreads, MINB) step_tma_kernel(const step_par
         for (int64_t k = 0; k < kTmaStages && k < ntile; k++) {
             const int64_t b = b0 + k * stride, row = row_of(b);
             if (row < 0) continue;
-            bulk_pf_l2(P.h + row * P.h0 + d0 * P.h1, tbytes);
-            bulk_pf_l2(xs[0] + b * P.u0 + d0, xbytes);
-            bulk_pf_l2(xs[1] + b * P.d0 + d0, xbytes);
-            if (P.z) bulk_pf_l2(xs[2] + b * P.z0 + d0, xbytes);
-            bulk_pf_l2(static_cast<const T *>(P.B) + b * P.b0 + g * P.b1, rbytes);
-            bulk_pf_l2(static_cast<const T *>(P.C) + b * P.c0 + g * P.c1, rbytes);
+            bulk_pf_l2(static_cast<const void *>(P.h + row * P.h0 + d0 * P.h1), tbytes);
+            bulk_pf_l2(static_cast<const void *>(xs[0] + b * P.u0 + d0), xbytes);
+            bulk_pf_l2(static_cast<const void *>(xs[1] + b * P.d0 + d0), xbytes);
+            if (P.z) bulk_pf_l2(static_cast<const void *>(xs[2] + b * P.z0 + d0), xbytes);
+            bulk_pf_l2(static_cast<const void *>(static_cast<const T *>(P.B) + b * P.b0 + g * P.b1), rbytes);
+            bulk_pf_l2(static_cast<const void *>(static_cast<const T *>(P.C) + b * P.c0 + g * P.c1), rbytes);
         }
     }
     pdl_wait();
@@ -2686,12 +2686,12 @@ __global__ void __launch_bounds__(kThreads, MINB) step_tma_kernel(const step_par
         rowof[s] = row;
         if (row >= 0) {
             mbar_arrive_tx(&full[s], tbytes + (P.z ? 3u : 2u) * xbytes + 2u * rbytes);
-            bulk_g2s(ring[s].h, P.h + row * P.h0 + d0 * P.h1, tbytes, &full[s]);
-            bulk_g2s(ring[s].x[0], xs[0] + b * P.u0 + d0, xbytes, &full[s]);
-            bulk_g2s(ring[s].x[1], xs[1] + b * P.d0 + d0, xbytes, &full[s]);
-            if (P.z) bulk_g2s(ring[s].x[2], xs[2] + b * P.z0 + d0, xbytes, &full[s]);
-            bulk_g2s(ring[s].bc[0], static_cast<const T *>(P.B) + b * P.b0 + g * P.b1, rbytes, &full[s]);
-            bulk_g2s(ring[s].bc[1], static_cast<const T *>(P.C) + b * P.c0 + g * P.c1, rbytes, &full[s]);
+            bulk_g2s(static_cast<void *>(ring[s].h), static_cast<const void *>(P.h + row * P.h0 + d0 * P.h1), tbytes, &full[s]);
+            bulk_g2s(static_cast<void *>(ring[s].x[0]), static_cast<const void *>(xs[0] + b * P.u0 + d0), xbytes, &full[s]);
+            bulk_g2s(static_cast<void *>(ring[s].x[1]), static_cast<const void *>(xs[1] + b * P.d0 + d0), xbytes, &full[s]);
+            if (P.z) bulk_g2s(static_cast<void *>(ring[s].x[2]), static_cast<const void *>(xs[2] + b * P.z0 + d0), xbytes, &full[s]);
+            bulk_g2s(static_cast<void *>(ring[s].bc[0]), static_cast<const void *>(static_cast<const T *>(P.B) + b * P.b0 + g * P.b1), rbytes, &full[s]);
+            bulk_g2s(static_cast<void *>(ring[s].bc[1]), static_cast<const void *>(static_cast<const T *>(P.C) + b * P.c0 + g * P.c1), rbytes, &full[s]);
         } else {
             mbar_arrive(&full[s]); /* a padding row: nothing to read, the phase completes at once */
         }
@@ -2721,11 +2721,11 @@ __global__ void __launch_bounds__(kThreads, MINB) step_tma_kernel(const step_par
         if (live) {
             const float4 h0 = ring[s].h[4 * c + 2 * j], h1 = ring[s].h[4 * c + 2 * j + 1];
             hv[0] = h0.x; hv[1] = h0.y; hv[2] = h0.z; hv[3] = h0.w; hv[4] = h1.x; hv[5] = h1.y; hv[6] = h1.z; hv[7] = h1.w;
-            x = ld<T>(ring[s].x[0], c);
-            dl = ld<T>(ring[s].x[1], c);
-            if (j == 0 && P.z) zz = ld<T>(ring[s].x[2], c);
-            ld_vec<T, 8>(ring[s].bc[0], 8 * j, Bv);
-            ld_vec<T, 8>(ring[s].bc[1], 8 * j, Cv);
+            x = ld<T>(static_cast<const void *>(ring[s].x[0]), c); /* void *: no argument-dependent lookup */
+            dl = ld<T>(static_cast<const void *>(ring[s].x[1]), c);
+            if (j == 0 && P.z) zz = ld<T>(static_cast<const void *>(ring[s].x[2]), c);
+            ld_vec<T, 8>(static_cast<const void *>(ring[s].bc[0]), 8 * j, Bv);
+            ld_vec<T, 8>(static_cast<const void *>(ring[s].bc[1]), 8 * j, Cv);
         }
         __syncthreads(); /* stage s read by every thread */
         if (tid == 0 && k + kTmaStages < ntile) issue(k + kTmaStages, s);
