@@ -66,6 +66,11 @@
  * ddelta_bias, dh0 (NULL data: not computed). dD, ddelta_bias and dh0 may be asked for even when
  * D, delta_bias or h0 are absent (they are then gradients at 0); dz needs z. Softplus' derivative
  * is sigmoid(x) for x <= 20 and 1 above. Deterministic: bitwise the same result every call.
+ * NaN in gives NaN out; every NaN the CPU backward (fast path and reference) writes into a
+ * gradient is the default quiet NaN, whatever the inputs' NaN signs and payloads: f32
+ * 0x7fc00000, f16 0x7e00, bf16 0x7fc0. So the bitwise promises (every split, with or without
+ * the checkpoints) hold with Inf / NaN inputs too. (Forward outputs and states keep whatever
+ * NaN the arithmetic gives.)
  *
  * Step (decode): one token for a batch of cached states, identical to the forward with L = 1,
  * h0 = state and h_last written back into state. See selscan_step_problem.
@@ -305,7 +310,7 @@ SELSCAN_DEF selscan_status selscan_step_cpu_part(const selscan_step_problem *s, 
 /* Checkpoints (optional): a forward that writes its state every 64 steps of every channel into a
    caller buffer of selscan_checkpoint_size() bytes (float-aligned), and a backward that reads it
    instead of running the forward again (about a quarter less work; bitwise the same gradients as
-   without it, when both run on one machine). For N > 64 the backward ignores the buffer. Same
+   without it, Inf / NaN inputs included, when both run on one machine and vector path). For N > 64 the backward ignores the buffer. Same
    partitioning and reduce step as selscan_backward_cpu_part. The buffer is an output of the
    forward and an input of the backward (it may not overlap their outputs or the workspace); the
    forward writes every float of it (slots no chunk starts in are zeroed). */
@@ -396,6 +401,11 @@ SELSCAN_DEF const char *selscan_status_name(selscan_status s) {
 static uint32_t selscan__f32_bits(float f) { uint32_t u; memcpy(&u, &f, 4); return u; }
 static float selscan__bits_f32(uint32_t u) { float f; memcpy(&f, &u, 4); return f; }
 static float selscan__nan_f32(void) { return selscan__bits_f32(0x7fc00000u); }
+/* v, or the default quiet NaN (0x7fc00000) when v is any NaN: every NaN the CPU backward writes
+   into a gradient (judged on the bits: -ffinite-math-only cannot fold it away) */
+static float selscan__canon(float v) {
+    return (selscan__f32_bits(v) & 0x7fffffffu) > 0x7f800000u ? selscan__nan_f32() : v;
+}
 
 SELSCAN_DEF float selscan_bf16_to_f32(uint16_t h) { return selscan__bits_f32(SELSCAN__CAST(uint32_t, h) << 16); }
 
@@ -1092,7 +1102,7 @@ static void selscan__ref_backward_segment(const selscan__prob *q, const selscan_
                     float y0 = Dd * u;
                     for (n = 0; n < N; n++) y0 += selscan__bc(&q->C, q->fixC, b, g, d, n, t) * h[n];
                     selscan__store(r->dz.data, SELSCAN__AT3(r->dz, b, d, t), q->dt,
-                                   dyv * y0 * sg * (1.0f + z * (1.0f - sg)));
+                                   selscan__canon(dyv * y0 * sg * (1.0f + z * (1.0f - sg))));
                 }
             }
             dD += dy0 * u;
@@ -1120,12 +1130,12 @@ static void selscan__ref_backward_segment(const selscan__prob *q, const selscan_
             }
             if (q->softplus && raw <= SELSCAN__SOFTPLUS_THRESHOLD) ddt *= selscan__sigmoid(raw);
             dbias += ddt;
-            if (r->du.data) selscan__store(r->du.data, SELSCAN__AT3(r->du, b, d, t), q->dt, du);
-            if (r->ddelta.data) selscan__store(r->ddelta.data, SELSCAN__AT3(r->ddelta, b, d, t), q->dt, ddt);
+            if (r->du.data) selscan__store(r->du.data, SELSCAN__AT3(r->du, b, d, t), q->dt, selscan__canon(du));
+            if (r->ddelta.data) selscan__store(r->ddelta.data, SELSCAN__AT3(r->ddelta, b, d, t), q->dt, selscan__canon(ddt));
         }
     }
     if (r->dh0.data)
-        for (n = 0; n < N; n++) SELSCAN__CAST(float *, r->dh0.data)[SELSCAN__AT3(r->dh0, row, d, n)] = dh[n];
+        for (n = 0; n < N; n++) SELSCAN__CAST(float *, r->dh0.data)[SELSCAN__AT3(r->dh0, row, d, n)] = selscan__canon(dh[n]);
     if (r->dD.data) SELSCAN__CAST(float *, r->dD.data)[SELSCAN__AT1(r->dD, d)] += dD;
     if (r->dbias.data) SELSCAN__CAST(float *, r->dbias.data)[SELSCAN__AT1(r->dbias, d)] += dbias;
 }
@@ -1150,10 +1160,20 @@ static void selscan__ref_backward(const selscan__prob *q, const selscan__grd *r,
                 }
             for (n = 0; n < N; n++)
                 for (t = 0; t < q->L; t++) {
-                    if (dBacc) selscan__store(r->dB.data, SELSCAN__AT4(r->dB, b, g, n, t), q->dt, dBacc[n * q->L + t]);
-                    if (dCacc) selscan__store(r->dC.data, SELSCAN__AT4(r->dC, b, g, n, t), q->dt, dCacc[n * q->L + t]);
+                    if (dBacc) selscan__store(r->dB.data, SELSCAN__AT4(r->dB, b, g, n, t), q->dt, selscan__canon(dBacc[n * q->L + t]));
+                    if (dCacc) selscan__store(r->dC.data, SELSCAN__AT4(r->dC, b, g, n, t), q->dt, selscan__canon(dCacc[n * q->L + t]));
                 }
         }
+    for (d = 0; d < q->dim; d++) { /* the sums' NaNs: the default quiet NaN (see selscan__canon) */
+        float *x;
+        if (r->dD.data) { x = SELSCAN__CAST(float *, r->dD.data) + SELSCAN__AT1(r->dD, d); *x = selscan__canon(*x); }
+        if (r->dbias.data) { x = SELSCAN__CAST(float *, r->dbias.data) + SELSCAN__AT1(r->dbias, d); *x = selscan__canon(*x); }
+        for (n = 0; n < N; n++) {
+            if (r->dA.data) { x = SELSCAN__CAST(float *, r->dA.data) + SELSCAN__AT2(r->dA, d, n); *x = selscan__canon(*x); }
+            if (r->dB.data && q->fixB) { x = SELSCAN__CAST(float *, r->dB.data) + SELSCAN__AT2(r->dB, d, n); *x = selscan__canon(*x); }
+            if (r->dC.data && q->fixC) { x = SELSCAN__CAST(float *, r->dC.data) + SELSCAN__AT2(r->dC, d, n); *x = selscan__canon(*x); }
+        }
+    }
 }
 
 SELSCAN_DEF selscan_status selscan_backward_ref(const selscan_problem *p, const selscan_grads *g, void *workspace,
@@ -1642,6 +1662,14 @@ static void selscan__state_out(const selscan__ten *x, int64_t row, int64_t d0, i
         for (n = 0; n < N; n++) SELSCAN__CAST(float *, x->data)[SELSCAN__AT3(*x, row, d0 + l, n)] = h[n * W + l];
 }
 
+/* The same for dh0: NaNs as the default quiet NaN (selscan__canon). */
+static void selscan__grad_state_out(const selscan__ten *x, int64_t row, int64_t d0, int nl, int W, int64_t N, const float *h) {
+    int64_t n;
+    int l;
+    for (l = 0; l < nl; l++)
+        for (n = 0; n < N; n++) SELSCAN__CAST(float *, x->data)[SELSCAN__AT3(*x, row, d0 + l, n)] = selscan__canon(h[n * W + l]);
+}
+
 /* ---- >>fast-ckpt: the forward's chunk states for the backward ------------------------------- */
 
 /* Chunk-state checkpoints written by the forward for the backward (selscan_checkpoint_size):
@@ -1838,6 +1866,7 @@ static void selscan__bsh_map(selscan__bsh *h, const selscan__prob *q, const sels
                                 (portable: never contracted; see below)
    VMAX(a, x) / VMIN(a, x)      max / min, NaN in x stays NaN (neon: NaN in either)
    VGTSEL(a, b, x, y)           a > b ? x : y lane-wise (false for NaN)
+   VCANON(v)                    v, with every NaN lane the default quiet NaN 0x7fc00000
    VPOW2I(t)                    2^k for t = k + 1.5 * 2^23 (k the rounded value), exponent bits
    VADDEXP(p, t)                p * 2^k, t as above, by an integer add to p's exponent
    VHSUM(v)                     sum of v's lanes in a fixed order
@@ -1884,6 +1913,7 @@ static float selscan__addexp_s(float p, float t) { /* p * 2^k, t = k + 1.5 * 2^2
 #define SELSCAN__VMAX(a, x) ((x) < (a) ? (a) : (x)) /* NaN x stays */
 #define SELSCAN__VMIN(a, x) ((x) > (a) ? (a) : (x))
 #define SELSCAN__VGTSEL(a, b, x, y) ((a) > (b) ? (x) : (y))
+#define SELSCAN__VCANON(v) selscan__canon(v)
 #define SELSCAN__VPOW2I(t) selscan__pow2i_s(t)
 #define SELSCAN__VHSUM(v) (v)
 #define SELSCAN__VTHSUM(v, out) ((out)[0] = (v)[0])
@@ -1989,7 +2019,7 @@ static SELSCAN__T_AVX2 SELSCAN__INLINE void selscan__prefetch_rows_avx2(const se
     int l, g;
     for (l = 0; l < W; l++)
         for (g = 0; g < SELSCAN__FT * es; g += 64) {
-            if (t0 + SELSCAN__FT < x->n[2])
+            if (t0 + SELSCAN__FT + g / es < x->n[2]) /* addresses inside the row only */
                 _mm_prefetch(base + (off + l * x->s[1] + SELSCAN__FT) * es + g, _MM_HINT_T0);
             if (t0 >= SELSCAN__FT)
                 _mm_prefetch(base + (off + l * x->s[1] - SELSCAN__FT) * es + g, _MM_HINT_T0);
@@ -2070,6 +2100,7 @@ static SELSCAN__T_AVX2 void selscan__store_tile_avx2(const float *src, const sel
 #define SELSCAN__VMAX(a, x) _mm256_max_ps(a, x) /* NaN in the second operand stays */
 #define SELSCAN__VMIN(a, x) _mm256_min_ps(a, x)
 #define SELSCAN__VGTSEL(a, b, x, y) _mm256_blendv_ps(y, x, _mm256_cmp_ps(a, b, _CMP_GT_OQ))
+#define SELSCAN__VCANON(v) _mm256_blendv_ps(v, _mm256_castsi256_ps(_mm256_set1_epi32(0x7fc00000)), _mm256_cmp_ps(v, v, _CMP_UNORD_Q))
 #define SELSCAN__VPOW2I(t)                                                                                     \
     _mm256_castsi256_ps(_mm256_add_epi32(_mm256_slli_epi32(_mm256_castps_si256(t), 23), _mm256_set1_epi32(127 << 23)))
 #define SELSCAN__VHSUM(v) selscan__hsum_avx2(v)
@@ -2107,6 +2138,7 @@ static SELSCAN__T_AVX512 SELSCAN__INLINE float selscan__hsum_avx512(__m512 v) {
 #define SELSCAN__VMAX(a, x) _mm512_maskz_max_ps(0xffff, a, x)
 #define SELSCAN__VMIN(a, x) _mm512_maskz_min_ps(0xffff, a, x)
 #define SELSCAN__VGTSEL(a, b, x, y) _mm512_mask_blend_ps(_mm512_cmp_ps_mask(a, b, _CMP_GT_OQ), y, x)
+#define SELSCAN__VCANON(v) _mm512_mask_blend_ps(_mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q), v, _mm512_castsi512_ps(_mm512_set1_epi32(0x7fc00000)))
 #define SELSCAN__VPOW2I(t)                                                                                     \
     _mm512_castsi512_ps(_mm512_add_epi32(_mm512_maskz_slli_epi32(0xffff, _mm512_castps_si512(t), 23), _mm512_set1_epi32(127 << 23)))
 #define SELSCAN__VHSUM(v) selscan__hsum_avx512(v)
@@ -2140,6 +2172,7 @@ static SELSCAN__T_AVX512 SELSCAN__INLINE float selscan__hsum_avx512(__m512 v) {
 #define SELSCAN__VMAX(a, x) vmaxq_f32(a, x) /* NaN propagates */
 #define SELSCAN__VMIN(a, x) vminq_f32(a, x)
 #define SELSCAN__VGTSEL(a, b, x, y) vbslq_f32(vcgtq_f32(a, b), x, y)
+#define SELSCAN__VCANON(v) vbslq_f32(vceqq_f32(v, v), v, vreinterpretq_f32_u32(vdupq_n_u32(0x7fc00000u)))
 #define SELSCAN__VPOW2I(t)                                                                                     \
     vreinterpretq_f32_s32(vaddq_s32(vshlq_n_s32(vreinterpretq_s32_f32(t), 23), vdupq_n_s32(127 << 23)))
 #define SELSCAN__VHSUM(v) vaddvq_f32(v)
@@ -2364,8 +2397,8 @@ static selscan_status selscan__backward_reduce(const selscan_problem *p, const s
             if (h.D >= 0) sD += ws[h.D + b * q.dim + i];
             if (h.bias >= 0) sb += ws[h.bias + b * q.dim + i];
         }
-        if (h.D >= 0) SELSCAN__CAST(float *, r.dD.data)[SELSCAN__AT1(r.dD, i)] = sD;
-        if (h.bias >= 0) SELSCAN__CAST(float *, r.dbias.data)[SELSCAN__AT1(r.dbias, i)] = sb;
+        if (h.D >= 0) SELSCAN__CAST(float *, r.dD.data)[SELSCAN__AT1(r.dD, i)] = selscan__canon(sD);
+        if (h.bias >= 0) SELSCAN__CAST(float *, r.dbias.data)[SELSCAN__AT1(r.dbias, i)] = selscan__canon(sb);
         for (n = 0; n < q.N; n++) {
             float sA = 0.0f, sBf = 0.0f, sCf = 0.0f;
             for (b = 0; b < q.batch; b++) {
@@ -2374,9 +2407,9 @@ static selscan_status selscan__backward_reduce(const selscan_problem *p, const s
                 if (h.Bf >= 0) sBf += ws[h.Bf + o];
                 if (h.Cf >= 0) sCf += ws[h.Cf + o];
             }
-            if (h.A >= 0) SELSCAN__CAST(float *, r.dA.data)[SELSCAN__AT2(r.dA, i, n)] = sA;
-            if (h.Bf >= 0) SELSCAN__CAST(float *, r.dB.data)[SELSCAN__AT2(r.dB, i, n)] = sBf;
-            if (h.Cf >= 0) SELSCAN__CAST(float *, r.dC.data)[SELSCAN__AT2(r.dC, i, n)] = sCf;
+            if (h.A >= 0) SELSCAN__CAST(float *, r.dA.data)[SELSCAN__AT2(r.dA, i, n)] = selscan__canon(sA);
+            if (h.Bf >= 0) SELSCAN__CAST(float *, r.dB.data)[SELSCAN__AT2(r.dB, i, n)] = selscan__canon(sBf);
+            if (h.Cf >= 0) SELSCAN__CAST(float *, r.dC.data)[SELSCAN__AT2(r.dC, i, n)] = selscan__canon(sCf);
         }
     }
     if (h.B >= 0 || h.C >= 0) {
@@ -2397,6 +2430,7 @@ static selscan_status selscan__backward_reduce(const selscan_problem *p, const s
                         const float *src = ws + off + ((bg * h.nbg + k) * q.N + nn) * selscan__prow(q.L) + t;
                         for (i2 = 0; i2 < nt; i2++) acc[i2] += src[i2];
                     }
+                    for (i2 = 0; i2 < nt; i2++) acc[i2] = selscan__canon(acc[i2]);
                     selscan__store_row(dst->data, SELSCAN__AT4(*dst, bb, gg, nn, t), dst->s[3], acc, nt, q.dt);
                 }
             }
@@ -3014,11 +3048,11 @@ static SELSCAN__ATTR void SELSCAN__SFX(selscan__bwd_chunk)(int64_t N, int nt, co
                                                            float *sAv, float *accB, float *accC, float *dA, float *dBf,
                                                            float *dCf, const float *Bp, const float *Cp, int fixB,
                                                            int fixC, int fast, int first, float *pB, float *pC,
-                                                           int64_t ps) {
+                                                           int64_t ps, int nl) {
     const int W = SELSCAN__VW;
     const int64_t rs = SELSCAN__BG * W, NW = N * W;
     int64_t n0, n1, n;
-    int t;
+    int t, l;
     for (t = 0; t < nt; t++) {
         if (yc) SELSCAN__VSTORE(yc + t * W, SELSCAN__VSET1(0.0f));
         SELSCAN__VSTORE(Sv + t * W, SELSCAN__VSET1(0.0f));
@@ -3031,6 +3065,16 @@ static SELSCAN__ATTR void SELSCAN__SFX(selscan__bwd_chunk)(int64_t N, int nt, co
                                                 dA, dBf, dCf, Bp, Cp, fixB, fixC, first, 1);
         else SELSCAN__SFX(selscan__bwd_walk)(n0, n1, N, nt, hs, ab, rs, dh, A, dt, dtu, dy0, yc, Sv, sAv, accB, accC,
                                              dA, dBf, dCf, Bp, Cp, fixB, fixC, first, 0);
+        /* a partial tile (nl < W lanes; the block's first, selscan__bwd_block) leaves 0 in the
+           other lanes of the variable accumulators: there the broadcast B or C meets dt u = 0
+           and dy0 = 0, and an inf in B or C (or a NaN state it left) would add NaN to dB / dC */
+        if (first && nl < W)
+            for (t = 0; t < nt; t++)
+                for (n = n0; n < n1; n++)
+                    for (l = nl; l < W; l++) {
+                        if (!fixB) accB[t * NW + n * W + l] = 0.0f;
+                        if (!fixC) accC[t * NW + n * W + l] = 0.0f;
+                    }
         /* pB / pC given (the block's last tile): the group's per-step dB / dC are complete and
            still in L1; their lane sums go out now, W steps at once by one transposing reduction */
         for (n = n0; n < n1 && (pB || pC); n++) {
@@ -3063,7 +3107,7 @@ static SELSCAN__ATTR void SELSCAN__SFX(selscan__bwd_block)(const selscan__prob *
     const int64_t TS = s->TS;
     float lim[SELSCAN__CB];
     int64_t k, c;
-    int j, t;
+    int j, jj, t;
     memset(s->dA, 0, SELSCAN__CAST(size_t, nbt * NW) * 4);
     memset(s->dBf, 0, SELSCAN__CAST(size_t, nbt * NW) * 4);
     memset(s->dCf, 0, SELSCAN__CAST(size_t, nbt * NW) * 4);
@@ -3121,7 +3165,9 @@ static SELSCAN__ATTR void SELSCAN__SFX(selscan__bwd_block)(const selscan__prob *
             int64_t bsn, bst, csn, cst;
             const float *Bv = selscan__bc_chunk(&q->B, q->fixB, s->Bf, W, b, g, N, cs, nt, s->Bb, &bsn, &bst);
             const float *Cv = selscan__bc_chunk(&q->C, q->fixC, s->Cf, W, b, g, N, cs, nt, s->Cb, &csn, &cst);
-            for (j = 0; j < nbt; j++) {
+            for (jj = 0; jj < nbt; jj++) {
+                /* a partial last tile goes first (selscan__bwd_chunk clears its spare lanes) */
+                const int j = nch % W ? (jj + nbt - 1) % nbt : jj;
                 const int nl = nch - j * W < W ? nch - j * W : W;
                 const int64_t d0 = c0 + j * W;
                 const float *Bp = q->fixB ? s->Bf + j * NW : Bv, *Cp = q->fixC ? s->Cf + j * NW : Cv;
@@ -3142,21 +3188,23 @@ static SELSCAN__ATTR void SELSCAN__SFX(selscan__bwd_block)(const selscan__prob *
                 SELSCAN__SFX(selscan__bwd_chunk)(N, nt, s->ck + j * s->ckstride + c * NW, s->hs, s->ab, s->dh + j * NW,
                                                  s->A + j * NW, s->A2 + j * NW, dt, dtu, dy0p, q->z.data ? s->yc : NULL,
                                                  s->S, s->sA, s->accB, s->accC, s->dA + j * NW, s->dBf + j * NW,
-                                                 s->dCf + j * NW, Bp, Cp, q->fixB, q->fixC, fast, j == 0,
-                                                 pB && j == nbt - 1 ? pB + cs : NULL,
-                                                 pC && j == nbt - 1 ? pC + cs : NULL, PS);
+                                                 s->dCf + j * NW, Bp, Cp, q->fixB, q->fixC, fast, jj == 0,
+                                                 pB && jj == nbt - 1 ? pB + cs : NULL,
+                                                 pC && jj == nbt - 1 ? pC + cs : NULL, PS, nl);
                 for (t = nt - 1; t >= 0; t--) {
                     const SELSCAN__VF u = SELSCAN__VLOAD(u_ + t * W), dy0 = SELSCAN__VLOAD(dy0p + t * W);
                     const SELSCAN__VF S = SELSCAN__VLOAD(s->S + t * W);
                     const SELSCAN__VF ddt = SELSCAN__VMUL(SELSCAN__VFMA(u, S, SELSCAN__VLOAD(s->sA + t * W)),
                                                          SELSCAN__VLOAD(sp + t * W));
-                    SELSCAN__VSTORE(s->du + t * W, SELSCAN__VFMA(SELSCAN__VLOAD(dt + t * W), S, SELSCAN__VMUL(dy0, Dv)));
-                    SELSCAN__VSTORE(s->ddt + t * W, ddt);
+                    /* the stored gradients' NaNs canonical (selscan__canon); ddt's sum below keeps its own */
+                    SELSCAN__VSTORE(s->du + t * W,
+                                    SELSCAN__VCANON(SELSCAN__VFMA(SELSCAN__VLOAD(dt + t * W), S, SELSCAN__VMUL(dy0, Dv))));
+                    SELSCAN__VSTORE(s->ddt + t * W, SELSCAN__VCANON(ddt));
                     dD = SELSCAN__VFMA(dy0, u, dD);
                     db = SELSCAN__VADD(db, ddt);
                     if (r->dz.data) /* dz = dy silu'(z) y0 */
-                        SELSCAN__VSTORE(s->dz + t * W, SELSCAN__VMUL(SELSCAN__VLOAD(dyg + t * W),
-                                                                     SELSCAN__VFMA(Dv, u, SELSCAN__VLOAD(s->yc + t * W))));
+                        SELSCAN__VSTORE(s->dz + t * W, SELSCAN__VCANON(SELSCAN__VMUL(SELSCAN__VLOAD(dyg + t * W),
+                                                                     SELSCAN__VFMA(Dv, u, SELSCAN__VLOAD(s->yc + t * W)))));
                 }
                 SELSCAN__VSTORE(s->dD + j * W, dD);
                 SELSCAN__VSTORE(s->db + j * W, db);
@@ -3168,7 +3216,7 @@ static SELSCAN__ATTR void SELSCAN__SFX(selscan__bwd_block)(const selscan__prob *
         if (r->dh0.data)
             for (j = 0; j < nbt; j++) {
                 const int nl = nch - j * W < W ? nch - j * W : W;
-                selscan__state_out(&r->dh0, row, c0 + j * W, nl, W, N, s->dh + j * NW);
+                selscan__grad_state_out(&r->dh0, row, c0 + j * W, nl, W, N, s->dh + j * NW);
             }
     }
 }
@@ -3189,12 +3237,16 @@ SELSCAN__SFX(selscan__step_one)(const int k, const SELSCAN__VF a, float *hp, con
 }
 
 static SELSCAN__ATTR SELSCAN__INLINE void
-SELSCAN__SFX(selscan__step_rows)(const int NV, int ne, const float *dtb, const float *dxb, float *hp, int64_t hs1,
-                                 const float *Ap, int64_t as0, const float *Bp, const float *Cp, SELSCAN__VF *yv,
+SELSCAN__SFX(selscan__step_rows)(const int NV, int ne, const float *dtb, const float *dxb, float *h0, int64_t hs1,
+                                 const float *A0, int64_t as0, const float *Bp, const float *Cp, SELSCAN__VF *yv,
                                  int64_t nrow) {
     const int W = SELSCAN__VW;
     int c;
-    for (c = 0; c < ne; c++, hp += hs1, Ap += as0) {
+    for (c = 0; c < ne; c++) {
+        /* the rows of channel c only (no pointer a stride past the last: with a huge stride it
+           would lie outside the tensor, even overflow) */
+        float *const hp = h0 + c * hs1;
+        const float *const Ap = A0 + c * as0;
         const SELSCAN__VF vdt = SELSCAN__VSET1(dtb[c]), vdx = SELSCAN__VSET1(dxb[c]), zero = SELSCAN__VSET1(0.0f);
         /* the state 32 channels on (nrow: channels of hp's row from here on) */
         if (c + 32 < nrow) SELSCAN__PREFETCHW(hp + 32 * hs1);
@@ -3400,6 +3452,7 @@ static SELSCAN__ATTR void SELSCAN__SFX(selscan__step_block)(const selscan__stp *
 #undef SELSCAN__VMAX
 #undef SELSCAN__VMIN
 #undef SELSCAN__VGTSEL
+#undef SELSCAN__VCANON
 #undef SELSCAN__VPOW2I
 #undef SELSCAN__VHSUM
 #undef SELSCAN__VTHSUM

@@ -2,7 +2,10 @@
    broadcast shapes are refused with SELSCAN_ERR_SHAPE or reported exactly, never wrapped; a
    wrapped size accepted with a small workspace wrote far past it), misaligned tensors / offsets
    refused with SELSCAN_ERR_STRIDE / SELSCAN_ERR_SHAPE before anything is read, and errno kept
-   (expf overflow in the reference set ERANGE). Findings of tests/fuzz (libFuzzer) and issue 21. */
+   (expf overflow in the reference set ERANGE), and no pointer formed outside a tensor when a
+   stride is huge (a size-1 dimension may have any stride: the step advanced its state and A
+   pointers by the channel stride past the last channel, UBSan pointer-overflow; issue 21 item 5).
+   Findings of tests/fuzz (libFuzzer) and issue 21. */
 #define SELSCAN_IMPLEMENTATION
 #include "../selscan.h"
 #include "common.h"
@@ -21,6 +24,107 @@ static void huge_problem(selscan_problem *p, int64_t L, int64_t N) {
     p->B.data = one; p->B.stride[0] = 1;              /* (1, 1, N, L): stride 0 over N and L */
     p->C = p->B;
     p->y.data = yb; p->y.stride[2] = 1; p->y.stride[0] = 1; /* (1, 1, L) */
+}
+
+/* Step, forward and backward with dim = 1 and every channel stride 2^61 elements (2^63 bytes:
+   any pointer formed one channel on overflows), batch 2, on every vector path this CPU runs,
+   against the reference. N: 16 (the step's common layout: a multiple of every W, contiguous
+   state and A rows), 5 (the general loop); fixed: B and C (dim, N) with the huge stride too. */
+static void huge_channel_stride(int64_t N, int fixed, int isa) {
+    const int64_t H = (int64_t)1 << 61;
+    static float st0[2 * 64], st[2 * 64], st_ref[2 * 64], A[64], B[2 * 64], C[2 * 64], u[2], dl[2], z[2], D[1], bias[1];
+    static float y[2], y_ref[2];
+    selscan_step_problem s;
+    selscan_status r;
+    int64_t i;
+    for (i = 0; i < 2 * N; i++) {
+        st0[i] = (float)tc_uniform(-1, 1);
+        B[i] = (float)tc_uniform(-1, 1);
+        C[i] = (float)tc_uniform(-1, 1);
+    }
+    for (i = 0; i < N; i++) A[i] = (float)-exp(tc_uniform(-2, 1));
+    for (i = 0; i < 2; i++) { u[i] = (float)tc_uniform(-2, 2); dl[i] = (float)tc_uniform(-2, 1); z[i] = (float)tc_uniform(-2, 2); }
+    D[0] = 0.5f; bias[0] = 0.25f;
+    memset(&s, 0, sizeof s);
+    s.batch = 2; s.dim = 1; s.dstate = N; s.dtype = SELSCAN_F32; s.flags = SELSCAN_DELTA_SOFTPLUS;
+    if (fixed) s.flags |= SELSCAN_FIXED_B | SELSCAN_FIXED_C;
+    s.state.data = st; s.state.stride[0] = N; s.state.stride[1] = H; s.state.stride[2] = 1;
+    s.u.data = u; s.u.stride[0] = 1; s.u.stride[1] = H;
+    s.delta.data = dl; s.delta.stride[0] = 1; s.delta.stride[1] = H;
+    s.z.data = z; s.z.stride[0] = 1; s.z.stride[1] = H;
+    s.y.data = y; s.y.stride[0] = 1; s.y.stride[1] = H;
+    s.A.data = A; s.A.stride[0] = H; s.A.stride[1] = 1;
+    if (fixed) {
+        s.B.data = B; s.B.stride[0] = H; s.B.stride[1] = 1;
+        s.C.data = C; s.C.stride[0] = H; s.C.stride[1] = 1;
+    } else { /* (batch, n_groups 1, N): the group stride huge */
+        s.B.data = B; s.B.stride[0] = N; s.B.stride[1] = H; s.B.stride[2] = 1;
+        s.C.data = C; s.C.stride[0] = N; s.C.stride[1] = H; s.C.stride[2] = 1;
+    }
+    s.D.data = D; s.D.stride[0] = H;
+    s.delta_bias.data = bias; s.delta_bias.stride[0] = H;
+    memcpy(st, st0, sizeof st);
+    r = selscan_step_ref(&s);
+    CHECK(r == SELSCAN_OK, "huge channel stride: step_ref N=%lld fixed %d: %s", (long long)N, fixed, selscan_status_string(r));
+    memcpy(st_ref, st, sizeof st);
+    memcpy(y_ref, y, sizeof y);
+    memcpy(st, st0, sizeof st);
+    r = selscan__step_fast(&s, 0, 1, isa);
+    CHECK(r == SELSCAN_OK, "huge channel stride: step isa %d N=%lld fixed %d: %s", isa, (long long)N, fixed, selscan_status_string(r));
+    for (i = 0; i < 2 * N; i++)
+        if (!CHECK(fabsf(st[i] - st_ref[i]) <= 1e-5f * (1 + fabsf(st_ref[i])), "huge channel stride: step isa %d N=%lld state[%lld] %g vs %g",
+                   isa, (long long)N, (long long)i, st[i], st_ref[i])) break;
+    for (i = 0; i < 2; i++)
+        CHECK(fabsf(y[i] - y_ref[i]) <= 1e-5f * (1 + fabsf(y_ref[i])), "huge channel stride: step isa %d N=%lld y[%lld] %g vs %g", isa,
+              (long long)N, (long long)i, y[i], y_ref[i]);
+    { /* forward and backward of the same layout, L = 3: (batch, dim, L) with the dim stride huge */
+        static float fu[6], fdl[6], fz[6], fy[6], fy_ref[6], fB[6 * 64], fC[6 * 64], dy[6], du[6], du_ref[6], dA[64], dA_ref[64];
+        static unsigned char ws[1 << 20] __attribute__((aligned(64)));
+        selscan_problem p;
+        selscan_grads g;
+        size_t bytes = 0;
+        const int64_t L = 3;
+        for (i = 0; i < 6; i++) { fu[i] = (float)tc_uniform(-2, 2); fdl[i] = (float)tc_uniform(-2, 1); fz[i] = (float)tc_uniform(-2, 2); dy[i] = (float)tc_uniform(-1, 1); }
+        for (i = 0; i < 6 * N; i++) { fB[i] = (float)tc_uniform(-1, 1); fC[i] = (float)tc_uniform(-1, 1); }
+        memset(&p, 0, sizeof p);
+        p.batch = 2; p.dim = 1; p.seqlen = L; p.dstate = N; p.dtype = SELSCAN_F32; p.flags = s.flags;
+        p.u.data = fu; p.u.stride[0] = L; p.u.stride[1] = H; p.u.stride[2] = 1;
+        p.delta = p.u; p.delta.data = fdl;
+        p.z = p.u; p.z.data = fz;
+        p.y.data = fy; p.y.stride[0] = L; p.y.stride[1] = H; p.y.stride[2] = 1;
+        p.A = s.A; p.D = s.D; p.delta_bias = s.delta_bias;
+        if (fixed) { p.B = s.B; p.C = s.C; }
+        else {
+            p.B.data = fB; p.B.stride[0] = N * L; p.B.stride[1] = H; p.B.stride[2] = L; p.B.stride[3] = 1;
+            p.C = p.B; p.C.data = fC;
+        }
+        memset(&g, 0, sizeof g);
+        g.dy.data = dy; g.dy.stride[0] = L; g.dy.stride[1] = H; g.dy.stride[2] = 1;
+        g.du.data = du; g.du.stride[0] = L; g.du.stride[1] = H; g.du.stride[2] = 1;
+        g.dA.data = dA; g.dA.stride[0] = H; g.dA.stride[1] = 1;
+        r = selscan_workspace_size_parts(&p, &g, 1, &bytes);
+        CHECK(r == SELSCAN_OK && bytes <= sizeof ws, "huge channel stride: workspace %s %zu", selscan_status_string(r), bytes);
+        if (r != SELSCAN_OK || bytes > sizeof ws) return;
+        r = selscan_forward_ref(&p, ws, bytes);
+        memcpy(fy_ref, fy, sizeof fy);
+        if (r == SELSCAN_OK) r = selscan__forward_fast(&p, 0, 1, ws, bytes, isa, NULL, 0);
+        CHECK(r == SELSCAN_OK, "huge channel stride: forward isa %d: %s", isa, selscan_status_string(r));
+        for (i = 0; i < 6; i++)
+            CHECK(fabsf(fy[i] - fy_ref[i]) <= 1e-5f * (1 + fabsf(fy_ref[i])), "huge channel stride: forward isa %d N=%lld y[%lld] %g vs %g",
+                  isa, (long long)N, (long long)i, fy[i], fy_ref[i]);
+        r = selscan_backward_ref(&p, &g, ws, bytes);
+        memcpy(du_ref, du, sizeof du);
+        memcpy(dA_ref, dA, sizeof dA);
+        if (r == SELSCAN_OK) r = selscan__backward_fast(&p, &g, 0, 1, ws, bytes, isa, NULL, 0);
+        if (r == SELSCAN_OK) r = selscan__backward_reduce(&p, &g, 0, 1, ws, bytes);
+        CHECK(r == SELSCAN_OK, "huge channel stride: backward isa %d: %s", isa, selscan_status_string(r));
+        for (i = 0; i < 6; i++)
+            CHECK(fabsf(du[i] - du_ref[i]) <= 1e-4f * (1 + fabsf(du_ref[i])), "huge channel stride: backward isa %d N=%lld du[%lld] %g vs %g",
+                  isa, (long long)N, (long long)i, du[i], du_ref[i]);
+        for (i = 0; i < N; i++)
+            CHECK(fabsf(dA[i] - dA_ref[i]) <= 1e-4f * (1 + fabsf(dA_ref[i])), "huge channel stride: backward isa %d N=%lld dA[%lld] %g vs %g",
+                  isa, (long long)N, (long long)i, dA[i], dA_ref[i]);
+    }
 }
 
 int main(void) {
@@ -129,6 +233,19 @@ int main(void) {
         errno = 12345;
         st = selscan_forward_ref(&p, ws, sizeof ws);
         CHECK(st == SELSCAN_OK && errno == 12345, "forward_ref softplus: status %d errno %d", (int)st, errno);
+    }
+    { /* huge channel strides: every vector path this CPU runs (selscan__use_isa lowers a request) */
+        static const int isas[] = {SELSCAN__ISA_AVX512, SELSCAN__ISA_AVX2, SELSCAN__ISA_NEON, SELSCAN__ISA_PORTABLE};
+        int k, last = -1;
+        for (k = 0; k < 4; k++) {
+            const int isa = selscan__use_isa(isas[k]);
+            if (isa == last || (k > 0 && isa != isas[k])) continue;
+            last = isa;
+            huge_channel_stride(16, 0, isa);
+            huge_channel_stride(5, 0, isa);
+            huge_channel_stride(16, 1, isa);
+            huge_channel_stride(8, 0, isa);
+        }
     }
     return tc_finish();
 }
