@@ -86,10 +86,13 @@
  * (h16: a runtime flag picks binary16 or bfloat16): compile time, see bench/NOTES.md CUDA-v21.
  * The decode step (float4 state rows: unit n stride, N % 4 == 0, N <= 128, 16-byte aligned rows):
  * step_vec_kernel, 8 or 4 states a lane in 4-state chunks interleaved across a channel's lanes
- * (whole sectors a warp instruction); N = 16 with aligned variable B / C at batch 1 or >= two rows a
- * thread of a one-wave grid: step_loop_kernel (the next row's state in flight while a row is
- * computed); both launched with programmatic dependent launch, and bitwise the forward's at L = 1
- * for N = 8 / 16. One state a thread otherwise (step_kernel). L-chunk plans fill one wave on
+ * (whole sectors a warp instruction); N = 16 with aligned variable B / C, channel stride 16 and
+ * unit-stride aligned u / delta / z, up to two tiles (a row's 64 channels) a block of a wave:
+ * step_tma_kernel (every operand of a tile by sm_90 bulk copies into a 4-stage mbarrier ring);
+ * N = 16 with aligned variable B / C otherwise at batch 1 or >= two rows a thread of a one-wave
+ * grid: step_loop_kernel (the next row's state in flight while a row is computed); all launched
+ * with programmatic dependent launch, and bitwise the forward's at L = 1 for N = 8 / 16. One
+ * state a thread otherwise (step_kernel). L-chunk plans fill one wave on
  * the current device's multiprocessors (at most 160; workspace sizes assume 160).
  */
 #ifndef SELSCAN_CUDA_CUH
@@ -2226,6 +2229,7 @@ static __global__ void __launch_bounds__(kThreads) step_fast_kernel(const kparam
 struct step_params {
     int64_t batch, dim, ncache;
     int dpg, N, NT, softplus, fixB, fixC, avec, bvec, cvec, G1;
+    int pf; /* step_tma_kernel: its first tiles into L2 before the PDL wait */
     const int32_t *idx;
     float *h;
     int64_t h0, h1;
@@ -2555,6 +2559,187 @@ __global__ void __launch_bounds__(kThreads) step_loop_kernel(const step_params P
         float yp = 0.0f;
 #pragma unroll
         for (int q = 0; q < 8; q++) yp = fmaf(Cv[q], f[q], yp);
+        yp += __shfl_xor_sync(0xffffffffu, yp, 1);
+        if (valid && j == 0) {
+            float y = 0.0f;
+            if (live) y = gate(fmaf(Dd, x, yp), zz, P.z != NULL);
+            st<T>(P.y, b * P.y0 + d * P.y1, y);
+        }
+    }
+}
+
+/* Hopper's bulk copy engine (sm_90): 1D bulk copies global -> shared completing on an mbarrier,
+   and bulk L2 prefetches. A no-op below sm_90: the launcher takes step_tma_kernel only where its
+   binary was built for sm_90 or later (step_tma_ok). */
+static __device__ __forceinline__ uint32_t smem_u32(const void *p) { return static_cast<uint32_t>(__cvta_generic_to_shared(p)); }
+static __device__ __forceinline__ void mbar_init(uint64_t *b, unsigned count) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(smem_u32(b)), "r"(count) : "memory");
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+#endif
+}
+static __device__ __forceinline__ void mbar_arrive(uint64_t *b) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("{ .reg .b64 st; mbarrier.arrive.shared::cta.b64 st, [%0]; }" ::"r"(smem_u32(b)) : "memory");
+#endif
+}
+static __device__ __forceinline__ void mbar_arrive_tx(uint64_t *b, uint32_t bytes) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("{ .reg .b64 st; mbarrier.arrive.expect_tx.shared::cta.b64 st, [%0], %1; }" ::"r"(smem_u32(b)), "r"(bytes) : "memory");
+#endif
+}
+static __device__ __forceinline__ void mbar_wait(uint64_t *b, uint32_t parity) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    uint32_t done = 0;
+    do {
+        asm volatile("{ .reg .pred p; mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2; selp.u32 %0, 1, 0, p; }"
+                     : "=r"(done)
+                     : "r"(smem_u32(b)), "r"(parity)
+                     : "memory");
+    } while (!done);
+#endif
+}
+/* bytes (a multiple of 16; 16-byte aligned addresses) from global src to shared dst, completing on b */
+static __device__ __forceinline__ void bulk_g2s(void *dst, const void *src, uint32_t bytes, uint64_t *b) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(smem_u32(dst)), "l"(src),
+                 "r"(bytes), "r"(smem_u32(b))
+                 : "memory");
+#endif
+}
+/* bytes (a multiple of 16, 16-byte aligned) at src into L2. L2 is where every SM's (and copy
+   engine's) writes to device memory land, so a prefetch issued while the kernel before is still
+   writing those bytes brings nothing stale into this kernel: its loads read L2. */
+static __device__ __forceinline__ void bulk_pf_l2(const void *src, uint32_t bytes) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(src), "r"(bytes) : "memory");
+#endif
+}
+
+/* Decode step, N = 16, the common operands (step_vec_kernel's FAST form), state rows of whole
+   channels back to back (channel stride 16), u / delta / z of unit channel stride and 16-byte
+   aligned rows, one group a tile (one group, or 64 | channels a group): every operand of a tile
+   streamed by the bulk copy engine. A block: 64 channels (blockIdx.y) of the batch rows
+   blockIdx.x, + gridDim.x, ... (a wave of blocks); a tile is one row's 64 x 16 states (4 KB,
+   contiguous) with the row's 64 u, delta, z and its B / C rows of the tile's group, read global ->
+   shared by bulk copies completing on the stage's mbarrier, kTmaStages tiles in flight a block
+   in a ring (thread 0 issues; every thread waits on its tile's phase and reads its operands; after
+   a block barrier thread 0 refills the stage with the tile kTmaStages ahead). Nothing is loaded
+   by a thread from global memory inside the loop: the state is written back from registers
+   (16-byte stores). Before griddepcontrol.wait (programmatic dependent launch) the block's first
+   tiles are prefetched into L2 only (see bulk_pf_l2) where P.pf (a block's whole work, at most two
+   tiles: a bare stream measured slower with it at 64 x 5120 and more): every read of the
+   kernel's comes after the wait. Two
+   lanes a channel, lane j holding states 8j .. 8j + 7: arithmetic and y sums exactly
+   step_loop_kernel's (bitwise the forward's at L = 1). */
+const int kTmaStages = 4;
+const int kTmaCh = kThreads / 2; /* channels a tile */
+struct tma_stage {
+    float4 h[kTmaCh * 4];     /* the states, 16 a channel */
+    float4 x[3][kTmaCh / 4];  /* u, delta, z: 64 elements of 4 or 2 bytes each */
+    float4 bc[2][4];          /* the B and C rows of the tile's group: 16 elements */
+};
+#ifndef SELSCAN_CUDA_STEP_TMA_MINBLOCKS
+#define SELSCAN_CUDA_STEP_TMA_MINBLOCKS 0 /* blocks an SM its registers must allow (0: any; 54 registers, 9 blocks an
+                                            SM; 10 (48 registers, no spills) measured 0.2 us slower at batch 1 / 16:
+                                            bench/NOTES.md CUDA-v55) */
+#endif
+template <typename T, int MINB>
+__global__ void __launch_bounds__(kThreads, MINB) step_tma_kernel(const step_params P) {
+    __shared__ __align__(128) tma_stage ring[kTmaStages];
+    __shared__ __align__(8) uint64_t full[kTmaStages];
+    __shared__ int64_t rowof[kTmaStages];
+    const int tid = static_cast<int>(threadIdx.x), j = tid & 1, c = tid >> 1;
+    const int64_t d0 = static_cast<int64_t>(blockIdx.y) * kTmaCh, d = d0 + c;
+    const int64_t left = P.dim - d0;
+    const uint32_t nch = static_cast<uint32_t>(left < kTmaCh ? left : kTmaCh);
+    const uint32_t es = sizeof(T), tbytes = nch * 64u, xbytes = nch * es, rbytes = 16u * es; /* nch * es: a multiple of 16 (launcher) */
+    const bool valid = d < P.dim;
+    const int64_t stride = gridDim.x, b0 = blockIdx.x;
+    const int64_t ntile = b0 < P.batch ? (P.batch - 1 - b0) / stride + 1 : 0;
+    const int64_t g = P.G1 ? 0 : d0 / P.dpg; /* the tile's group */
+    auto row_of = [&](int64_t b) -> int64_t {
+        const int64_t row = P.idx ? static_cast<int64_t>(P.idx[b]) : b;
+        return row >= 0 && row < P.ncache ? row : -1;
+    };
+    const T *const xs[3] = {static_cast<const T *>(P.u), static_cast<const T *>(P.dl), static_cast<const T *>(P.z)};
+    if (tid == 0) {
+        for (int s = 0; s < kTmaStages; s++) mbar_init(&full[s], 1);
+    }
+    pdl_launch_dependents();
+    if (tid == 0 && P.pf) { /* L2 only, before the wait (a stale index only misplaces a prefetch) */
+        for (int64_t k = 0; k < kTmaStages && k < ntile; k++) {
+            const int64_t b = b0 + k * stride, row = row_of(b);
+            if (row < 0) continue;
+            bulk_pf_l2(static_cast<const void *>(P.h + row * P.h0 + d0 * P.h1), tbytes);
+            bulk_pf_l2(static_cast<const void *>(xs[0] + b * P.u0 + d0), xbytes);
+            bulk_pf_l2(static_cast<const void *>(xs[1] + b * P.d0 + d0), xbytes);
+            if (P.z) bulk_pf_l2(static_cast<const void *>(xs[2] + b * P.z0 + d0), xbytes);
+            bulk_pf_l2(static_cast<const void *>(static_cast<const T *>(P.B) + b * P.b0 + g * P.b1), rbytes);
+            bulk_pf_l2(static_cast<const void *>(static_cast<const T *>(P.C) + b * P.c0 + g * P.c1), rbytes);
+        }
+    }
+    pdl_wait();
+    __syncthreads(); /* the barriers' initialisation */
+    auto issue = [&](int64_t k, int s) { /* thread 0: tile k into stage s */
+        const int64_t b = b0 + k * stride, row = row_of(b);
+        rowof[s] = row;
+        if (row >= 0) {
+            mbar_arrive_tx(&full[s], tbytes + (P.z ? 3u : 2u) * xbytes + 2u * rbytes);
+            bulk_g2s(static_cast<void *>(ring[s].h), static_cast<const void *>(P.h + row * P.h0 + d0 * P.h1), tbytes, &full[s]);
+            bulk_g2s(static_cast<void *>(ring[s].x[0]), static_cast<const void *>(xs[0] + b * P.u0 + d0), xbytes, &full[s]);
+            bulk_g2s(static_cast<void *>(ring[s].x[1]), static_cast<const void *>(xs[1] + b * P.d0 + d0), xbytes, &full[s]);
+            if (P.z) bulk_g2s(static_cast<void *>(ring[s].x[2]), static_cast<const void *>(xs[2] + b * P.z0 + d0), xbytes, &full[s]);
+            bulk_g2s(static_cast<void *>(ring[s].bc[0]), static_cast<const void *>(static_cast<const T *>(P.B) + b * P.b0 + g * P.b1), rbytes, &full[s]);
+            bulk_g2s(static_cast<void *>(ring[s].bc[1]), static_cast<const void *>(static_cast<const T *>(P.C) + b * P.c0 + g * P.c1), rbytes, &full[s]);
+        } else {
+            mbar_arrive(&full[s]); /* a padding row: nothing to read, the phase completes at once */
+        }
+    };
+    if (tid == 0) {
+        for (int64_t k = 0; k < kTmaStages && k < ntile; k++) issue(k, static_cast<int>(k));
+    }
+    float A2[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
+    if (valid) {
+        const float4 *ap = reinterpret_cast<const float4 *>(P.A + d * P.a0 + 8 * j);
+        const float4 a0 = ap[0], a1 = ap[1];
+        A2[0] = a0.x; A2[1] = a0.y; A2[2] = a0.z; A2[3] = a0.w; A2[4] = a1.x; A2[5] = a1.y; A2[6] = a1.z; A2[7] = a1.w;
+    }
+#pragma unroll
+    for (int k = 0; k < 8; k++) A2[k] *= kLog2e;
+    const float bias = valid && P.bias ? P.bias[d * P.bs] : 0.0f;
+    const float Dd = valid && P.D ? P.D[d * P.Ds] : 0.0f;
+    for (int64_t k = 0; k < ntile; k++) { /* the same trip count for every thread of the block */
+        const int s = static_cast<int>(k % kTmaStages);
+        const int64_t b = b0 + k * stride;
+        mbar_wait(&full[s], static_cast<uint32_t>((k / kTmaStages) & 1));
+        const int64_t row = rowof[s];
+        const bool live = valid && row >= 0;
+        float hv[8], Bv[8], Cv[8], x = 0.0f, dl = 0.0f, zz = 0.0f;
+#pragma unroll
+        for (int q = 0; q < 8; q++) hv[q] = Bv[q] = Cv[q] = 0.0f;
+        if (live) {
+            const float4 h0 = ring[s].h[4 * c + 2 * j], h1 = ring[s].h[4 * c + 2 * j + 1];
+            hv[0] = h0.x; hv[1] = h0.y; hv[2] = h0.z; hv[3] = h0.w; hv[4] = h1.x; hv[5] = h1.y; hv[6] = h1.z; hv[7] = h1.w;
+            x = ld<T>(static_cast<const void *>(ring[s].x[0]), c); /* void *: no argument-dependent lookup */
+            dl = ld<T>(static_cast<const void *>(ring[s].x[1]), c);
+            if (j == 0 && P.z) zz = ld<T>(static_cast<const void *>(ring[s].x[2]), c);
+            ld_vec<T, 8>(static_cast<const void *>(ring[s].bc[0]), 8 * j, Bv);
+            ld_vec<T, 8>(static_cast<const void *>(ring[s].bc[1]), 8 * j, Cv);
+        }
+        __syncthreads(); /* stage s read by every thread */
+        if (tid == 0 && k + kTmaStages < ntile) issue(k + kTmaStages, s);
+        const float dt = dt_of(dl + bias, P.softplus != 0, true), dtx = dt * x;
+#pragma unroll
+        for (int q = 0; q < 8; q++) hv[q] = fmaf(ex2(dt * A2[q]), hv[q], Bv[q] * dtx);
+        if (live) {
+            float4 *hp = reinterpret_cast<float4 *>(P.h + row * P.h0 + d * P.h1 + 8 * j);
+            hp[0] = make_float4(hv[0], hv[1], hv[2], hv[3]);
+            hp[1] = make_float4(hv[4], hv[5], hv[6], hv[7]);
+        }
+        float yp = 0.0f;
+#pragma unroll
+        for (int q = 0; q < 8; q++) yp = fmaf(Cv[q], hv[q], yp);
         yp += __shfl_xor_sync(0xffffffffu, yp, 1);
         if (valid && j == 0) {
             float y = 0.0f;
@@ -3247,6 +3432,9 @@ static selscan_status check_overlap(const selscan__ten &out, const selscan__ten 
 struct step_tune {
     int S, R, pdl, fast, minb, loop; /* loop < 0: never step_loop_kernel, > 0: wherever it applies, 0: by the batch */
     int64_t loop_slices;             /* (set by launch_step) its grid's row slices; 0: not used */
+    int tma;                         /* step_tma_kernel: < 0 never, 0 by the rule, 1 forced (5 / 6: its L2 prefetch
+                                        before the PDL wait never / always) */
+    int64_t tma_slices;              /* (set by launch_step) its grid's row slices; 0: not used */
 };
 template <typename T, int S, int R, int NTC, bool FAST, int MINB>
 void launch_step_vec(const step_params &sp, dim3 grid, bool pdl, cudaStream_t stream) {
@@ -3259,6 +3447,12 @@ void launch_step_vec(const step_params &sp, dim3 grid, bool pdl, cudaStream_t st
 template <typename T, int S, int R>
 bool launch_step_vec_f(const step_tune &tu, bool fast, const step_params &sp, dim3 grid, bool pdl, cudaStream_t stream) {
     if constexpr (S == 8 && R == 1) {
+        if (sp.NT == 2 && fast && tu.tma_slices > 0) { /* the state by the bulk copy engine */
+            dim3 g2(static_cast<unsigned>(tu.tma_slices), grid.y);
+            if (pdl) launch_pdl(step_tma_kernel<T, SELSCAN_CUDA_STEP_TMA_MINBLOCKS>, g2, kThreads, 0, stream, sp);
+            else step_tma_kernel<T, SELSCAN_CUDA_STEP_TMA_MINBLOCKS><<<g2, kThreads, 0, stream>>>(sp);
+            return true;
+        }
         if (sp.NT == 2 && fast && tu.loop_slices > 0) { /* rows a thread in a one-wave grid */
             dim3 g2(static_cast<unsigned>(tu.loop_slices), grid.y);
             if (pdl) launch_pdl(step_loop_kernel<T>, g2, kThreads, 0, stream, sp);
@@ -3314,6 +3508,33 @@ template <typename T> int step_loop_bpsm() {
     if (dev >= 0 && dev < 64) known[dev] = v;
     return v;
 }
+/* step_tma_kernel<T, MINB>: blocks an SM (0: not runnable here: its binary predates sm_90 or the
+   device is older), asked once a device */
+template <typename T, int MINB> int step_tma_bpsm() {
+    static volatile int known[64];
+    int dev = 0, v = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return 0;
+    }
+    if (dev >= 0 && dev < 64 && known[dev] != 0) return known[dev] > 0 ? known[dev] : 0;
+    cudaFuncAttributes fa;
+    int major = 0;
+    if (cudaFuncGetAttributes(&fa, step_tma_kernel<T, MINB>) != cudaSuccess || fa.binaryVersion < 90 ||
+        cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess || major < 9 ||
+        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&v, step_tma_kernel<T, MINB>, kThreads, 0) != cudaSuccess || v <= 0) {
+        (void)cudaGetLastError();
+        v = -1;
+    }
+    if (dev >= 0 && dev < 64) known[dev] = v;
+    return v > 0 ? v : 0;
+}
+int step_tma_blocks_per_sm(selscan_dtype dt) {
+    return with_dtype(dt, [&](auto tag) {
+        using T = typename decltype(tag)::type;
+        return step_tma_bpsm<T, SELSCAN_CUDA_STEP_TMA_MINBLOCKS>();
+    });
+}
 int step_loop_blocks_per_sm(selscan_dtype dt) {
     return dt == SELSCAN_F32 ? step_loop_bpsm<float>() : dt == SELSCAN_F16 ? step_loop_bpsm<__half>() : step_loop_bpsm<__nv_bfloat16>();
 }
@@ -3364,7 +3585,31 @@ static selscan_status launch_step(const selscan__stp &q, step_tune tu, cudaStrea
         /* step_loop_kernel (N = 16, FAST form): gy channel blocks times row slices, a wave of blocks
            (the blocks an SM its registers allow, asked once a device) */
         tu.loop_slices = 0;
-        if (fast && S == 8 && R == 1 && sp.NT == 2 && tu.loop >= 0) {
+        tu.tma_slices = 0;
+        /* step_tma_kernel (N = 16, FAST form, channel stride 16, u / delta / z rows of unit
+           channel stride and 16-byte aligned, whole 16-byte rows a tile, one group a tile): a wave
+           of blocks, gy channel blocks times row slices, where the tiles (rows x channel blocks)
+           are at most two a block of a wave (measured faster there than v50's kernels: batch 1,
+           16 and 64 x 2048; slower with more, 64 and 256 x 5120: bench/NOTES.md CUDA-v53); its
+           L2 prefetch before the PDL wait at most two tiles a block. tu.tma > 0 forces it (1: the
+           prefetch by that rule, 5: never, 6: always). */
+        auto xok = [&](const selscan__ten &t) {
+            return !t.data || (t.s[1] == 1 && reinterpret_cast<uintptr_t>(t.data) % 16 == 0 && (t.s[0] * static_cast<int64_t>(es)) % 16 == 0);
+        };
+        if (fast && S == 8 && R == 1 && sp.NT == 2 && q.state.s[1] == 16 && tu.tma >= 0 && (tu.tma > 0 || tu.loop == 0) &&
+            xok(q.u) && xok(q.delta) && xok(q.z) && (q.dim * static_cast<int64_t>(es)) % 16 == 0 && (q.G == 1 || q.dpg % kTmaCh == 0)) {
+            const int bpsm = step_tma_blocks_per_sm(q.dt);
+            const int64_t slots = sm_count() * bpsm;
+            if (bpsm > 0 && (tu.tma > 0 || q.batch <= 2 * slots / gy)) {
+                int64_t slices = slots / gy;
+                if (slices < 1) slices = 1;
+                if (slices > q.batch) slices = q.batch;
+                if (slices > kMaxGrid) slices = kMaxGrid;
+                tu.tma_slices = slices;
+                sp.pf = tu.tma == 6 || (tu.tma != 5 && q.batch <= 2 * slices);
+            }
+        }
+        if (tu.tma_slices == 0 && fast && S == 8 && R == 1 && sp.NT == 2 && tu.loop >= 0) {
             const int64_t slots = sm_count() * step_loop_blocks_per_sm(q.dt), slices = slots / gy > 1 ? slots / gy : 1;
             /* at least two rows a thread in one wave; batch 1 also (measured faster there: 2.21 / 2.24
                us against 2.33 / 2.87, f32 / bf16); step_vec_kernel in between (batch 16 x 5120: 4.40
@@ -3533,7 +3778,7 @@ static selscan_status step(const selscan_step_problem *s, const selscan_cuda_ext
     selscan__stp q;
     selscan_status st = selscan__validate_step_ex(s, &q, 0);
     if (st != SELSCAN_OK) return st;
-    return launch_step(q, step_tune{0, 0, -1, 0, 0, 0, 0}, stream, err, s->diag);
+    return launch_step(q, step_tune{0, 0, -1, 0, 0, 0, 0, 0, 0}, stream, err, s->diag);
 }
 
 } /* namespace selscan_cuda_detail */
@@ -3557,13 +3802,15 @@ static selscan_status selscan__forward_cuda_tuned(const selscan_problem *p, cons
 /* The step with its kernel's shape forced (S states a thread, R batch rows a block; 0: automatic;
    S = -1: the earlier kernel, with SELSCAN__STEP_SWEEP), programmatic dependent launch on (pdl < 0:
    where available) or off (0), the FAST form never (fast < 0), step_loop_kernel never (loop < 0)
-   or wherever it applies (loop > 0), for tuning (bench/bench_cuda.cu). */
+   or wherever it applies (loop > 0), step_tma_kernel never (tma < 0) or wherever it applies (tma
+   1; 5 / 6: its L2 prefetch before the PDL wait never / always), for tuning (bench/bench_cuda.cu). */
 static SELSCAN__MAYBE_UNUSED selscan_status selscan__step_cuda_tuned(const selscan_step_problem *s, cudaError_t *err, cudaStream_t stream, int S,
-                                               int R, int pdl, int fast = 0, int minb = 0, int loop = 0) {
+                                               int R, int pdl, int fast = 0, int minb = 0, int loop = 0, int tma = 0) {
     selscan__stp q;
     selscan_status st = selscan__validate_step_ex(s, &q, 0);
     if (st != SELSCAN_OK) return st;
-    return selscan_cuda_detail::launch_step(q, selscan_cuda_detail::step_tune{S, R, pdl, fast, minb, loop, 0}, stream, err, s->diag);
+    return selscan_cuda_detail::launch_step(q, selscan_cuda_detail::step_tune{S, R, pdl, fast, minb, loop, 0, tma, 0}, stream, err,
+                                            s->diag);
 }
 
 extern "C" {

@@ -195,6 +195,106 @@ __global__ void rmw_kernel(float4 *p, int64_t n4) {
         p[i] = v;
     }
 }
+/* The bound (issue 20): bare in-place read-scale-write streams of one state, timed like the step.
+   rmw_wave_kernel: a one-wave grid (blocks = SMs x occupancy, or half of it), each block over
+   chunks of K x 4 KB (chunk blockIdx.x, + gridDim.x, ...), each thread with K float4 loads in
+   flight (unrolled) before its stores. PDL 0: plain launch; 1: launched with programmatic
+   dependent launch (launch_dependents, then griddepcontrol.wait before any access); 2: as 1, and
+   thread 0 prefetches the block's first chunk into L2 (one bulk prefetch) before the wait. */
+template <int K, int PDL>
+__global__ void __launch_bounds__(256) rmw_wave_kernel(float4 *p, int64_t n4) {
+    const int64_t cw = 256 * K, nch = (n4 + cw - 1) / cw;
+    if (PDL) {
+        selscan_cuda_detail::pdl_launch_dependents();
+        if (PDL == 2 && threadIdx.x == 0 && blockIdx.x < nch) {
+            const int64_t c0 = static_cast<int64_t>(blockIdx.x) * cw, m = n4 - c0 < cw ? n4 - c0 : cw;
+            selscan_cuda_detail::bulk_pf_l2(p + c0, static_cast<uint32_t>(m * 16));
+        }
+        selscan_cuda_detail::pdl_wait();
+    }
+    for (int64_t c = blockIdx.x; c < nch; c += gridDim.x) {
+        const int64_t base = c * cw + threadIdx.x;
+        float4 v[K];
+#pragma unroll
+        for (int k = 0; k < K; k++)
+            if (base + 256 * k < n4) v[k] = p[base + 256 * k];
+#pragma unroll
+        for (int k = 0; k < K; k++)
+            if (base + 256 * k < n4) {
+                float4 w = v[k];
+                w.x *= 0.999f; w.y *= 0.999f; w.z *= 0.999f; w.w *= 0.999f;
+                p[base + 256 * k] = w;
+            }
+    }
+}
+/* rmw_tma_kernel: 128 threads a block, 4 KB tiles (tile blockIdx.x, + gridDim.x, ...) streamed
+   global -> shared by 1D bulk copies (cp.async.bulk ... mbarrier::complete_tx) into a 4-stage ring
+   guarded by mbarriers (thread 0 issues 4 tiles ahead), read from shared memory, scaled, written
+   back by 16-byte stores; PDL as rmw_wave_kernel's (2: the block's first 4 tiles into L2 before
+   the wait). The step_tma_kernel's pipeline without the step's arithmetic. */
+template <int PDL>
+__global__ void __launch_bounds__(128) rmw_tma_kernel(float4 *p, int64_t n4) {
+    using namespace selscan_cuda_detail;
+    __shared__ __align__(128) float4 ring[4][256];
+    __shared__ __align__(8) uint64_t full[4];
+    const int tid = threadIdx.x;
+    const int64_t nt = (n4 + 255) / 256, G = gridDim.x, t0 = blockIdx.x;
+    const int64_t my = t0 < nt ? (nt - 1 - t0) / G + 1 : 0;
+    auto bytes_of = [&](int64_t t) { return static_cast<uint32_t>((n4 - t * 256 < 256 ? n4 - t * 256 : 256) * 16); };
+    if (tid == 0)
+        for (int s = 0; s < 4; s++) mbar_init(&full[s], 1);
+    if (PDL) {
+        pdl_launch_dependents();
+        if (PDL == 2 && tid == 0)
+            for (int64_t k = 0; k < 4 && k < my; k++) bulk_pf_l2(p + (t0 + k * G) * 256, bytes_of(t0 + k * G));
+        pdl_wait();
+    }
+    __syncthreads();
+    if (tid == 0)
+        for (int64_t k = 0; k < 4 && k < my; k++) {
+            mbar_arrive_tx(&full[k], bytes_of(t0 + k * G));
+            bulk_g2s(ring[k], p + (t0 + k * G) * 256, bytes_of(t0 + k * G), &full[k]);
+        }
+    for (int64_t k = 0; k < my; k++) {
+        const int s = static_cast<int>(k & 3);
+        const int64_t t = t0 + k * G, m = n4 - t * 256;
+        mbar_wait(&full[s], static_cast<uint32_t>((k >> 2) & 1));
+        float4 v0 = make_float4(0, 0, 0, 0), v1 = v0;
+        if (tid < m) v0 = ring[s][tid];
+        if (tid + 128 < m) v1 = ring[s][tid + 128];
+        __syncthreads();
+        if (tid == 0 && k + 4 < my) {
+            const int64_t t4 = t0 + (k + 4) * G;
+            mbar_arrive_tx(&full[s], bytes_of(t4));
+            bulk_g2s(ring[s], p + t4 * 256, bytes_of(t4), &full[s]);
+        }
+        v0.x *= 0.999f; v0.y *= 0.999f; v0.z *= 0.999f; v0.w *= 0.999f;
+        v1.x *= 0.999f; v1.y *= 0.999f; v1.z *= 0.999f; v1.w *= 0.999f;
+        if (tid < m) p[t * 256 + tid] = v0;
+        if (tid + 128 < m) p[t * 256 + tid + 128] = v1;
+    }
+}
+/* launch k over (grid, threads), with programmatic dependent launch when pdl */
+template <typename K> static void launch_k(K k, unsigned grid, unsigned threads, bool pdl, cudaStream_t st, float4 *p, int64_t n4) {
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = dim3(grid);
+    cfg.blockDim = dim3(threads);
+    cfg.stream = st;
+    cudaLaunchAttribute at[1];
+    at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    at[0].val.programmaticStreamSerializationAllowed = 1;
+    cfg.attrs = at;
+    cfg.numAttrs = pdl ? 1 : 0;
+    CU(cudaLaunchKernelEx(&cfg, k, p, n4));
+}
+template <typename K> static unsigned wave_blocks(K k, unsigned threads, bool half) {
+    int dev = 0, sms = 0, v = 0;
+    CU(cudaGetDevice(&dev));
+    CU(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+    CU(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&v, k, static_cast<int>(threads), 0));
+    if (half && v > 1) v /= 2;
+    return static_cast<unsigned>(sms * v);
+}
 struct GraphTimer {
     cudaStream_t stream;
     cudaEvent_t e0, e1;
@@ -233,8 +333,8 @@ static void bench_step_graphs(GraphTimer &gt, double bw, const char *only_dt, bo
            "delta_bias, variable B / C): us a call, median of 11 replays. before: the earlier kernel (step_fast_kernel);\n"
            "now: the launcher's choice, with programmatic dependent launch (pdl) and without; floor: state read + written at %.0f GB/s\n",
            NG, NG, bw / 1e9);
-    printf("%-14s %-5s | %8s %8s %8s | %8s %8s %8s | %7s %7s | %8s\n", "batch,dim,N", "dtype", "before", "now", "now-pdl", "copy",
-           "rmw", "floor", "x floor", "x rmw", "json-mb");
+    printf("%-14s %-5s | %8s %8s %8s %8s | %8s %8s %8s | %7s %7s | %8s\n", "batch,dim,N", "dtype", "before", "v50", "now", "now-pdl",
+           "copy", "rmw", "floor", "x floor", "x rmw", "json-mb");
     int si = 0;
     const int64_t only_batch = getenv("SELSCAN_BENCH_STEP_BATCH") ? atoll(getenv("SELSCAN_BENCH_STEP_BATCH")) : 0;
     for (const auto &sh : shapes) {
@@ -256,6 +356,12 @@ static void bench_step_graphs(GraphTimer &gt, double bw, const char *only_dt, bo
                 });
             };
             const float before = step(-1, 0, 0), now = step(0, 0, -1), nowp = step(0, 0, 0);
+            const float prev = gt.time([&] { /* v50's choice (loop / vec kernels, no bulk copies) */
+                for (int i = 0; i < NG; i++) {
+                    s.state.data = st[i];
+                    OK(selscan__step_cuda_tuned(&s, NULL, gt.stream, 0, 0, -1, 0, 0, 0, -1));
+                }
+            });
             const float copy = gt.time([&] {
                 for (int i = 0; i < NG; i++) CU(cudaMemcpyAsync(st[(i + 1) % NG], st[i], sbytes, cudaMemcpyDeviceToDevice, gt.stream));
             });
@@ -269,22 +375,41 @@ static void bench_step_graphs(GraphTimer &gt, double bw, const char *only_dt, bo
             const double floor_us = 2.0 * sbytes / bw * 1e6;
             char name[64];
             snprintf(name, sizeof name, "%lld,%lld,%lld", (long long)B, (long long)Dm, (long long)N);
-            printf("%-14s %-5s | %8.2f %8.2f %8.2f | %8.2f %8.2f %8.2f | %7.2f %7.2f | %8.2f\n", name, di ? "bf16" : "f32", before, now,
-                   nowp, copy, rmw, floor_us, now / floor_us, now / rmw, peer[si][di]);
+            printf("%-14s %-5s | %8.2f %8.2f %8.2f %8.2f | %8.2f %8.2f %8.2f | %7.2f %7.2f | %8.2f\n", name, di ? "bf16" : "f32", before,
+                   prev, now, nowp, copy, rmw, floor_us, now / floor_us, now / rmw, peer[si][di]);
             fflush(stdout);
-            if (sweep) { /* (S, R, fast form: 1 allowed / -1 never, register bound, loop kernel: 0 auto, 1 forced, -1 never) */
-                static const int vs[][5] = {{8, 1, 1, 0, 1}, {8, 1, 1, 0, -1}, {8, 1, -1, 0, 0}};
-                printf("   sweep S,R,fast,minblocks,loop pdl/no-pdl:");
+            if (di == 0 && (!only_dt || strcmp(only_dt, "f32") == 0)) { /* the bound: bare in-place streams, same method */
+                float4 *const *s4 = reinterpret_cast<float4 *const *>(st.data());
+                auto wave = [&](auto k, unsigned threads, bool pdl, bool half) {
+                    const unsigned grid = wave_blocks(k, threads, half);
+                    return gt.time([&] {
+                        for (int i = 0; i < NG; i++) launch_k(k, grid, threads, pdl, gt.stream, s4[i], n4);
+                    });
+                };
+                printf("   bound (bare rmw, us): wave K2 %.2f | K4 %.2f, pdl %.2f, pdl+pf %.2f, half pdl+pf %.2f | K8 pdl+pf %.2f |"
+                       " tma %.2f, pdl %.2f, pdl+pf %.2f, half pdl+pf %.2f\n",
+                       wave(rmw_wave_kernel<2, 0>, 256, false, false), wave(rmw_wave_kernel<4, 0>, 256, false, false),
+                       wave(rmw_wave_kernel<4, 1>, 256, true, false), wave(rmw_wave_kernel<4, 2>, 256, true, false),
+                       wave(rmw_wave_kernel<4, 2>, 256, true, true), wave(rmw_wave_kernel<8, 2>, 256, true, false),
+                       wave(rmw_tma_kernel<0>, 128, false, false), wave(rmw_tma_kernel<1>, 128, true, false),
+                       wave(rmw_tma_kernel<2>, 128, true, false), wave(rmw_tma_kernel<2>, 128, true, true));
+                fflush(stdout);
+            }
+            if (sweep) { /* (S, R, fast form: 1 allowed / -1 never, register bound, loop kernel: 0 auto, 1 forced, -1 never,
+                            bulk-copy kernel: 0 auto, -1 never, 1 forced, 5 / 6 forced with its L2 prefetch never / always) */
+                static const int vs[][6] = {{8, 1, 1, 0, 1, -1}, {8, 1, 1, 0, -1, -1}, {8, 1, 1, 0, 0, 1},
+                                            {8, 1, 1, 0, 0, 5},  {8, 1, 1, 0, 0, 6}};
+                printf("   sweep S,R,fast,minblocks,loop,tma pdl/no-pdl:");
                 for (const auto &v : vs) {
                     auto f = [&](int pdl) {
                         return gt.time([&] {
                             for (int i = 0; i < NG; i++) {
                                 s.state.data = st[i];
-                                OK(selscan__step_cuda_tuned(&s, NULL, gt.stream, v[0], v[1], pdl, v[2], v[3], v[4]));
+                                OK(selscan__step_cuda_tuned(&s, NULL, gt.stream, v[0], v[1], pdl, v[2], v[3], v[4], v[5]));
                             }
                         });
                     };
-                    printf(" %d,%d,%d,%d,%d %.2f/%.2f", v[0], v[1], v[2], v[3], v[4], f(-1), f(0));
+                    printf(" %d,%d,%d,%d,%d,%d %.2f/%.2f", v[0], v[1], v[2], v[3], v[4], v[5], f(-1), f(0));
                 }
                 printf("\n");
                 fflush(stdout);

@@ -351,7 +351,7 @@ static void run_case(const Cfg &c) {
 /* ---------------------------------------------------------------------------------------------- */
 
 static void run_step_case(selscan_dtype T, int64_t batch, int64_t dim, int64_t N, int64_t G, unsigned flags, bool D,
-                          bool z, bool bias, bool index, int layout) {
+                          bool z, bool bias, bool index, int layout, int tma = 0) {
     const selscan_dtype F = SELSCAN_F32;
     const int64_t ncache = index ? batch + 3 : batch;
     Ten st, x, dt, A, B, C, Dt, zt, bt, y;
@@ -399,7 +399,8 @@ static void run_step_case(selscan_dtype T, int64_t batch, int64_t dim, int64_t N
     selscan_cuda_ext sx;
     memset(&sx, 0, sizeof sx);
     sx.cuda_error = &cerr;
-    selscan_status r = selscan_step_cuda_ex(&s[1], &sx, 0);
+    /* tma: the bulk-copy kernel forced wherever it applies (the launcher takes it up to two tiles a block) */
+    selscan_status r = tma ? selscan__step_cuda_tuned(&s[1], &cerr, 0, 0, 0, -1, 0, 0, 0, tma) : selscan_step_cuda_ex(&s[1], &sx, 0);
     CHECK(r == SELSCAN_OK, "step: gpu %s", selscan_status_string(r));
     CU(cudaDeviceSynchronize());
     r = selscan_step_ref(&s[0]);
@@ -416,7 +417,7 @@ static void run_step_case(selscan_dtype T, int64_t batch, int64_t dim, int64_t N
    the updated state): bitwise equal y and state where both take their fast kernels (float4 state
    rows, N = 8 or 16, variable B / C). */
 static void run_step_vs_forward(selscan_dtype T, int64_t batch, int64_t dim, int64_t N, int64_t G, unsigned flags, bool D, bool z,
-                                bool bias) {
+                                bool bias, int tma = 0) {
     const selscan_dtype F = SELSCAN_F32;
     Ten st, h0, hl, x, dt, A, B, C, Dt, zt, bt, y, y2;
     make(st, F, 3, batch, dim, N, 1, 1); fill(st, -1, 1);
@@ -461,7 +462,7 @@ static void run_step_vs_forward(selscan_dtype T, int64_t batch, int64_t dim, int
     if (z) s.z = zt.api(true);
     if (bias) s.delta_bias = bt.api(true);
     s.y = y.out(true);
-    r = selscan_step_cuda(&s, 0);
+    r = tma ? selscan__step_cuda_tuned(&s, NULL, 0, 0, 0, -1, 0, 0, 0, tma) : selscan_step_cuda(&s, 0);
     CHECK(r == SELSCAN_OK, "step vs forward: step %s", selscan_status_string(r));
     CU(cudaDeviceSynchronize());
     const std::vector<unsigned char> ys = fetch(y), yf = fetch(y2), hs = fetch(st), hf = fetch(hl);
@@ -893,6 +894,15 @@ int main() {
         run_step_case(BF, 80, 2048, 16, 4, SP, true, true, true, false, 1);
         run_step_case(F16, 200, 640, 16, 5, 0, false, true, false, true, 1);
         run_step_case(BF, 2, 5, 16, 5, SP, true, true, true, false, 0);  /* a group a channel */
+        /* the bulk-copy kernel (N = 16, channel stride 16; the launcher's choice up to two tiles a
+           block): a partial last tile of 8 channels with padding rows, groups, no z; forced (tma 1 /
+           5 / 6) past its 4-stage ring (2000 x 128: ~6 tiles a block, and 64 x 5120) */
+        run_step_case(BF, 300, 200, 16, 1, SP, true, true, true, true, 1);
+        run_step_case(F16, 33, 5120, 16, 2, 0, true, false, true, true, 1);
+        run_step_case(F32, 16, 5120, 16, 1, SP, true, true, true, true, 1);
+        run_step_case(F32, 2000, 128, 16, 1, SP, true, true, true, true, 1, 1);
+        run_step_case(BF, 2000, 200, 16, 2, SP, true, true, true, true, 1, 5);
+        run_step_case(F16, 64, 5120, 16, 1, SP, false, true, false, true, 1, 6);
     }
     printf("%-32s %s\n", "step", g_fail == before ? "ok" : "FAILED");
     const int b1 = g_fail; /* the step and the forward at L = 1 bitwise (N = 16 and 8, every dtype, groups) */
@@ -901,6 +911,8 @@ int main() {
         run_step_vs_forward((selscan_dtype)T, 3, 64, 8, 2, SP, false, false, true);
         run_step_vs_forward((selscan_dtype)T, 2, 40, 16, 4, 0, true, true, false);
         run_step_vs_forward((selscan_dtype)T, 64, 5120, 16, 2, SP, true, true, true); /* rows a thread */
+        run_step_vs_forward((selscan_dtype)T, 16, 5120, 16, 1, SP, true, true, true);  /* the bulk-copy kernel */
+        run_step_vs_forward((selscan_dtype)T, 1500, 128, 16, 1, SP, true, true, true, 1); /* forced, past its ring */
     }
     printf("%-32s %s\n", "step vs forward at L = 1", g_fail == b1 ? "ok" : "FAILED");
     const int b2 = g_fail;
