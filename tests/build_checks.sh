@@ -35,6 +35,9 @@ start() {
     ( echo "\$ $*" >"$OUT/$n.log"; if "$@" >>"$OUT/$n.log" 2>&1; then echo 0 >"$OUT/$n.rc"; else echo 1 >"$OUT/$n.rc"; fi ) &
 }
 have() { command -v "$1" >/dev/null 2>&1; }
+# a compiler's file prefix in $OUT: its whole name, not its basename (CC=/opt/gcc/bin/gcc and gcc are
+# two compilers; with one prefix their parallel checks overwrote each other's objects and programs)
+tag() { printf '%s' "$1" | tr -c 'A-Za-z0-9+_-' '_'; }
 skip() { echo "SKIP build: $1"; }
 
 # distinct compilers (cc is usually gcc: checked once)
@@ -59,18 +62,18 @@ done
 
 # phase 1: compiles (each full implementation compile takes seconds: one per standard/level)
 for c in "${ccs[@]}"; do
-    t=$(basename "$c")
+    t=$(tag "$c")
     start "$c -std=c99 -O2 implementation TU" $c -std=c99 $WARN -O2 -c $SRC/impl.c -o "$OUT/$t.impl.o"
     start "$c -std=c11 -O0 user TU + main" sh -c "$c -std=c11 $WARN -O0 -c $SRC/user.c -o $OUT/$t.user.o && $c -std=c11 $WARN -O0 -DWITH_CPP -c $SRC/main.c -o $OUT/$t.main.o"
     start "$c -std=c99 -O0 SELSCAN_STATIC TU" $c -std=c99 $WARN -O0 -c $SRC/static_tu.c -o "$OUT/$t.static.o"
 done
 for c in "${ccs[@]}"; do
-    t=$(basename "$c")
+    t=$(tag "$c")
     start "$c -std=c99 README snippet, run" sh -c \
         "test -s $OUT/readme_snippet.c && $c -std=c99 $WARN -O1 -I. $OUT/readme_snippet.c -o $OUT/$t.snippet -lm && $OUT/$t.snippet"
 done
 for c in "${cxxs[@]}"; do
-    t=$(basename "$c")
+    t=$(tag "$c")
     start "$c -std=c++17 README snippet, run" sh -c \
         "test -s $OUT/readme_snippet.c && $c -std=c++17 $WARN -O1 -I. -x c++ $OUT/readme_snippet.c -o $OUT/$t.snippet && $OUT/$t.snippet"
     start "$c -std=c++17 const float * inputs without casts, run" sh -c \
@@ -86,7 +89,7 @@ if [ ${#ccs[@]} -gt 0 ]; then
         "mkdir -p $OUT/renamed && cp selscan.h $OUT/renamed/my_selscan.h && $c -std=c99 $WARN -O1 -x c -DSELSCAN_IMPLEMENTATION '-DSELSCAN_HEADER_FILE=\"my_selscan.h\"' -c $OUT/renamed/my_selscan.h -o $OUT/renamed.o && nm $OUT/renamed.o | grep -q 'selscan__[a-z0-9_]*_port\$'"
 fi
 for c in "${cxxs[@]}"; do
-    t=$(basename "$c")
+    t=$(tag "$c")
     start "$c -std=c++11 -O0 implementation TU" $c -std=c++11 $WARN -O0 -x c++ -c $SRC/impl.c -o "$OUT/$t.impl11.o"
     start "$c -std=c++11 user TUs (C and C++ callers)" sh -c "$c -std=c++11 $WARN -O0 -x c++ -c $SRC/user.c -o $OUT/$t.user.o && $c -std=c++11 $WARN -O0 -c $SRC/user_cpp.cpp -o $OUT/$t.cpp.o"
     start "$c -std=c++17 -O2 SELSCAN_STATIC + SELSCAN_NO_SIMD implementation TU" $c -std=c++17 $WARN -O2 -DSELSCAN_NO_SIMD -x c++ -c $SRC/static_tu.c -o "$OUT/$t.static.o"
@@ -107,14 +110,14 @@ wait
 
 # phase 2: link what phase 1 built into programs and run them (no duplicate symbols)
 for c in "${ccs[@]}"; do
-    t=$(basename "$c")
+    t=$(tag "$c")
     start "$c link: implementation + user + SELSCAN_STATIC copy, run" sh -c \
         "$c -std=c99 $WARN -O2 -c $SRC/main.c -o $OUT/$t.mainc.o && $c $OUT/$t.impl.o $OUT/$t.user.o $OUT/$t.static.o $OUT/$t.mainc.o -o $OUT/$t.linked -lm -lpthread && $OUT/$t.linked"
 done
 if [ ${#ccs[@]} -gt 0 ]; then
     for c in "${cxxs[@]}"; do
-        t=$(basename "$c")
-        ct=$(basename "${ccs[0]}")
+        t=$(tag "$c")
+        ct=$(tag "${ccs[0]}")
         start "$c link: C implementation + C++ users + SELSCAN_STATIC C++ copy, run" sh -c \
             "$c $OUT/$ct.impl.o $OUT/$t.user.o $OUT/$t.cpp.o $OUT/$t.static.o $OUT/$ct.main.o -o $OUT/$t.linked -lm -lpthread && $OUT/$t.linked"
     done
