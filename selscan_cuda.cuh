@@ -2471,6 +2471,24 @@ __global__ void __launch_bounds__(kThreads, MINB) step_vec_kernel(const step_par
     }
 }
 
+/* The N = 16 step kernels' y (step_loop_kernel, step_tma_kernel): lane j of the channel's pair
+   holds states 8j..8j+7 in f and their C in Cv; each lane's chain, then the pair's sum (the
+   forward's order at L = 1), D u and the gate; lane 0 stores y of (row b, channel d). Every lane
+   of the warp calls it (the shuffle). */
+template <typename T>
+static __device__ __forceinline__ void step_pair_y(const step_params &P, const float (&Cv)[8], const float (&f)[8], int j,
+                                                   bool valid, bool live, float Dd, float x, float zz, int64_t b, int64_t d) {
+    float yp = 0.0f;
+#pragma unroll
+    for (int q = 0; q < 8; q++) yp = fmaf(Cv[q], f[q], yp);
+    yp += __shfl_xor_sync(0xffffffffu, yp, 1);
+    if (valid && j == 0) {
+        float y = 0.0f;
+        if (live) y = gate(fmaf(Dd, x, yp), zz, P.z != NULL);
+        st<T>(P.y, b * P.y0 + d * P.y1, y);
+    }
+}
+
 /* Decode step, N = 16 on two lanes a channel with the common operands (step_vec_kernel's FAST
    form), for batches of several rows a thread: a grid of one wave (blockIdx.y: 64 channels,
    blockIdx.x: a slice of the batch rows, every gridDim.x-th row), A, D, delta_bias loaded once,
@@ -2556,15 +2574,7 @@ __global__ void __launch_bounds__(kThreads) step_loop_kernel(const step_params P
             f[q] = j == 0 ? hv[q] : e[q];
             f[4 + q] = j == 0 ? e[q] : hv[4 + q];
         }
-        float yp = 0.0f;
-#pragma unroll
-        for (int q = 0; q < 8; q++) yp = fmaf(Cv[q], f[q], yp);
-        yp += __shfl_xor_sync(0xffffffffu, yp, 1);
-        if (valid && j == 0) {
-            float y = 0.0f;
-            if (live) y = gate(fmaf(Dd, x, yp), zz, P.z != NULL);
-            st<T>(P.y, b * P.y0 + d * P.y1, y);
-        }
+        step_pair_y<T>(P, Cv, f, j, valid, live, Dd, x, zz, b, d);
     }
 }
 
@@ -2737,15 +2747,7 @@ __global__ void __launch_bounds__(kThreads, MINB) step_tma_kernel(const step_par
             hp[0] = make_float4(hv[0], hv[1], hv[2], hv[3]);
             hp[1] = make_float4(hv[4], hv[5], hv[6], hv[7]);
         }
-        float yp = 0.0f;
-#pragma unroll
-        for (int q = 0; q < 8; q++) yp = fmaf(Cv[q], hv[q], yp);
-        yp += __shfl_xor_sync(0xffffffffu, yp, 1);
-        if (valid && j == 0) {
-            float y = 0.0f;
-            if (live) y = gate(fmaf(Dd, x, yp), zz, P.z != NULL);
-            st<T>(P.y, b * P.y0 + d * P.y1, y);
-        }
+        step_pair_y<T>(P, Cv, hv, j, valid, live, Dd, x, zz, b, d);
     }
 }
 
