@@ -7,8 +7,8 @@
 //                  ddelta_bias, dh0)
 //   selscan::step (state!, x, dt, A, B, C, D?, z?, dt_bias?, state_index?, dt_softplus) -> y
 //
-// Shapes are selscan's logical ones (mamba_ssm's): u (batch, dim, L), B/C (batch, G, N, L) or
-// (dim, N) f32 (fixed), A (dim, N) f32, ... Every tensor is handed to selscan as a pointer plus
+// Shapes are selscan's logical ones (mamba_ssm's): u (batch, dim, L), B/C (batch, G, N, L),
+// (batch, N, L) (one group) or (dim, N) f32 (fixed), A (dim, N) f32, ... Every tensor is handed to selscan as a pointer plus
 // its torch strides (no copies), except a tensor whose strides are all 0 (a full broadcast, which
 // selscan's "all strides 0 = contiguous" convention cannot express): that one is made contiguous.
 // The Python side (selscan_torch/__init__.py) adds the fake kernels, autograd and mamba's API.
