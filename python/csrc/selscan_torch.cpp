@@ -298,19 +298,27 @@ Workspace MakeWorkspace(size_t bytes, const at::Device& dev) {
 // Parts for the CPU pool: one per intra-op thread (results do not depend on it).
 int64_t NumParts() { return std::max<int64_t>(1, at::get_num_threads()); }
 
-template <typename Fn>
-selscan_status RunParts(int64_t n_parts, const Fn& fn) {
-  std::vector<selscan_status> sts(static_cast<size_t>(n_parts), SELSCAN_OK);
+// Runs fn(&q, i) for the parts i = 0 .. n_parts - 1 on the intra-op pool, each on its own copy q
+// of the problem p (a part writes only q's diag, on an error), then raises the first failing
+// part's error, naming what selscan's diag names.
+template <typename P, typename Fn>
+void RunParts(const P& p, int64_t n_parts, const char* where, const Fn& fn) {
+  const size_t n = static_cast<size_t>(n_parts);
+  std::vector<selscan_status> sts(n, SELSCAN_OK);
+  std::vector<Diag> diags(n);
+  auto part = [&](int64_t i) {
+    P q = p;
+    diags[static_cast<size_t>(i)].Attach(&q);
+    sts[static_cast<size_t>(i)] = fn(&q, i);
+  };
   if (n_parts == 1) {
-    sts[0] = fn(0);
+    part(0);
   } else {
     at::parallel_for(0, n_parts, 1, [&](int64_t b, int64_t e) {
-      for (int64_t i = b; i < e; i++) sts[static_cast<size_t>(i)] = fn(i);
+      for (int64_t i = b; i < e; i++) part(i);
     });
   }
-  for (selscan_status st : sts)
-    if (st != SELSCAN_OK) return st;
-  return SELSCAN_OK;
+  for (size_t i = 0; i < n; i++) Check(sts[i], where, diags[i]);
 }
 
 OptT HostCuSeqlens(const OptT& cu) {
@@ -387,18 +395,10 @@ std::tuple<Tensor, Tensor, Tensor> Forward(const Tensor& u_in, const Tensor& del
     size_t ws_bytes = 0;
     Check(selscan_workspace_size_parts(&p, nullptr, n, &ws_bytes), "forward (CPU)", diag);
     Workspace ws = MakeWorkspace(ws_bytes, u.device());
-    // parts run on several threads: each gets its own copy of the problem (diag is written only
-    // on error; the first failing part's diag is reported).
-    std::vector<Diag> diags(static_cast<size_t>(n));
-    const selscan_status st = RunParts(n, [&](int64_t i) {
-      selscan_problem q = p;
-      diags[static_cast<size_t>(i)].Attach(&q);
-      return ck ? selscan_forward_cpu_ckpt_part(&q, i, n, ws.ptr, ws.bytes, ck, ck_bytes)
-                : selscan_forward_cpu_part(&q, i, n, ws.ptr, ws.bytes);
+    RunParts(p, n, "forward (CPU)", [&](selscan_problem* q, int64_t i) {
+      return ck ? selscan_forward_cpu_ckpt_part(q, i, n, ws.ptr, ws.bytes, ck, ck_bytes)
+                : selscan_forward_cpu_part(q, i, n, ws.ptr, ws.bytes);
     });
-    Diag first;
-    for (auto& d : diags) if (!d.Text().empty()) { first = d; break; }
-    Check(st, "forward (CPU)", first);
   }
   return {y, h_last, checkpoint};
 }
@@ -499,26 +499,15 @@ std::vector<Tensor> Backward(const Tensor& u_in, const Tensor& delta_in, const T
     size_t ws_bytes = 0;
     Check(selscan_workspace_size_parts(&p, &g, n, &ws_bytes), "backward (CPU)", diag);
     Workspace ws = MakeWorkspace(ws_bytes, u.device());
-    std::vector<Diag> diags(static_cast<size_t>(n));
-    auto first_diag = [&]() {
-      for (auto& d : diags) if (!d.Text().empty()) return d;
-      return Diag();
-    };
     // phase 1: the scans of every part (per-part partial sums into the shared workspace) ...
-    selscan_status st = RunParts(n, [&](int64_t i) {
-      selscan_problem q = p;
-      diags[static_cast<size_t>(i)].Attach(&q);
-      return ck ? selscan_backward_cpu_ckpt_part(&q, &g, i, n, ws.ptr, ws.bytes, ck, ck_bytes)
-                : selscan_backward_cpu_part(&q, &g, i, n, ws.ptr, ws.bytes);
+    RunParts(p, n, "backward (CPU)", [&](selscan_problem* q, int64_t i) {
+      return ck ? selscan_backward_cpu_ckpt_part(q, &g, i, n, ws.ptr, ws.bytes, ck, ck_bytes)
+                : selscan_backward_cpu_part(q, &g, i, n, ws.ptr, ws.bytes);
     });
-    Check(st, "backward (CPU)", first_diag());
     // ... phase 2, after all parts: the fixed-order reductions (dA, dD, ddelta_bias, fixed dB/dC).
-    st = RunParts(n, [&](int64_t i) {
-      selscan_problem q = p;
-      diags[static_cast<size_t>(i)].Attach(&q);
-      return selscan_backward_cpu_reduce(&q, &g, i, n, ws.ptr, ws.bytes);
+    RunParts(p, n, "backward (CPU reduce)", [&](selscan_problem* q, int64_t i) {
+      return selscan_backward_cpu_reduce(q, &g, i, n, ws.ptr, ws.bytes);
     });
-    Check(st, "backward (CPU reduce)", first_diag());
   }
   return out;
 }
@@ -608,15 +597,7 @@ Tensor Step(const Tensor& state, const Tensor& x_in, const Tensor& dt_in, const 
 #endif
   } else {
     const int64_t n = std::min<int64_t>(NumParts(), std::max<int64_t>(1, batch * ((dim + 255) / 256)));
-    std::vector<Diag> diags(static_cast<size_t>(n));
-    const selscan_status st = RunParts(n, [&](int64_t i) {
-      selscan_step_problem q = s;
-      diags[static_cast<size_t>(i)].Attach(&q);
-      return selscan_step_cpu_part(&q, i, n);
-    });
-    Diag first;
-    for (auto& d : diags) if (!d.Text().empty()) { first = d; break; }
-    Check(st, "step (CPU)", first);
+    RunParts(s, n, "step (CPU)", [&](selscan_step_problem* q, int64_t i) { return selscan_step_cpu_part(q, i, n); });
   }
   return y;
 }
