@@ -45,7 +45,9 @@
  *   in its workspace. ext->checkpoint_bytes is the size of whichever is given.
  * - Deterministic: no floating-point atomics; every sum has a fixed order (per-block partial
  *   sums into the workspace, then a fixed-order reduction kernel). Repeated calls give bitwise
- *   identical results.
+ *   identical results. A forward that writes a checkpoint and one that does not may pick
+ *   different kernels (few channels, no checkpoint: the short-prefill kernel): their y and h_last
+ *   agree to rounding, not bitwise. The backward's results do not depend on it.
  * - Limits: N up to 512; larger N: SELSCAN_ERR_UNSUPPORTED (the CPU entries have no limit).
  *   All indexing is 64-bit (the fast paths index steps in 32 bits and leave L >= 2^30 to the
  *   general kernels); dim, batch and L have no limit beyond a 2^31 - 1 block grid.
@@ -71,7 +73,10 @@
  * (with N <= 8: 4 states, two threads a channel),
  * tiles prefetched in registers, sums over a channel's lanes by shuffles, the backward's sums over
  * channels by per-warp shared-memory transposes (see their sections); the backward walks 64-step
- * segments back from the forward's checkpoint (or one the fast forward writes first). Everything
+ * segments back from the forward's checkpoint (or one the fast forward writes first). The same
+ * problems without a checkpoint to write and with channels for under half a wave of the fast
+ * forward (batch-1 prefill) run fwd_short_kernel instead: a warp a channel, its steps across the
+ * lanes (a shuffle scan of the lanes' state maps), one exponential an element. Everything
  * else, and the general backward: a block of
  * 128 threads takes CH channels of one (batch row, group); a thread keeps 4 states of one channel
  * in registers; dt, dt*u and the B/C tile are staged in shared memory per
@@ -1040,6 +1045,212 @@ static __global__ void empty_seq_kernel(const int64_t *cu, int64_t nseq, int64_t
     if (cu[s] != cu[s + 1]) return;
     static_cast<float *>(dst.p)[s * dst.s[0] + d * dst.s[1] + n * dst.s[2]] =
         src.p ? ldf(src, s * src.s[0] + d * src.s[1] + n * src.s[2]) : 0.0f;
+}
+
+/* ---------------------------------------------------------------------------------------------- */
+/*             forward, short prefill (a channel's steps across a warp's lanes)                   */
+/* ---------------------------------------------------------------------------------------------- */
+/* The fast forward's problems (unit L strides, variable B / C, N <= 16, no packed sequences)
+   when its channels leave most of the GPU idle (batch-1 prefill: 1,536-5,120 channels are 3-10 k
+   threads of fwd_fast_kernel, which then splits L into chunks and computes every exponential
+   twice) and no checkpoint is asked for. A warp takes one channel; a block's kShortWarps channels
+   share one (batch row, group), so their B / C. L is walked in chunks of 32 K steps, lane l owning
+   steps [l K, l K + K) of a chunk. For each state n of a chunk: the lane's K decays a = exp(dt A)
+   and inputs b = B dt u (one exponential an element), their composition over the lane's steps (the
+   map h -> p h + q), an inclusive scan of the lanes' maps by shuffles (Hillis-Steele, 5 rounds),
+   the state entering the lane from the state carried into the chunk, then the lane's K steps from
+   it, adding C h into y. A state's carry stays in shared memory between chunks. States go SG at a
+   time (independent chains for the latencies of the exponentials and shuffles). The next chunk's
+   B / C are copied into shared memory (cp.async, raw elements, 16-byte pieces) and its u / delta /
+   z loaded into registers while this one is scanned. Padding steps (past L) have dt = dt u = 0
+   and B = C = 0. The sum over states into y runs in state order (deterministic). */
+
+const int kShortWarps = 4; /* channels (warps) a block */
+#ifndef SELSCAN_CUDA_SHORT_FWD_STATES
+#define SELSCAN_CUDA_SHORT_FWD_STATES 2 /* states the short-prefill forward scans together */
+#endif
+/* shared memory of fwd_short_kernel: two buffers of the B / C chunk (raw T, NS rows of 32 K), then
+   the warps' A log2(e) */
+template <typename T, int K, int NS> constexpr size_t short_smem() {
+    return 2 * 2 * static_cast<size_t>(NS) * 32 * K * sizeof(T) + kShortWarps * NS * sizeof(float);
+}
+/* 16 bytes (the first `bytes` of them from src, the rest 0) to shared dst, asynchronously on
+   sm_80+ (done by cp_async_wait); 16-byte aligned src and dst. */
+static __device__ __forceinline__ void cp_async16(void *dst, const void *src, int bytes) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(static_cast<unsigned>(__cvta_generic_to_shared(dst))), "l"(src),
+                 "r"(bytes)
+                 : "memory");
+#else
+    unsigned char *d = static_cast<unsigned char *>(dst);
+    for (int i = 0; i < 16; i++) d[i] = i < bytes ? static_cast<const unsigned char *>(src)[i] : 0;
+#endif
+}
+static __device__ __forceinline__ void cp_async_commit() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    asm volatile("cp.async.commit_group;" ::: "memory");
+#endif
+}
+static __device__ __forceinline__ void cp_async_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    asm volatile("cp.async.wait_group 0;" ::: "memory");
+#endif
+}
+/* Where a row's 16-byte piece q lies in shared memory: where a lane's K elements are two pieces
+   (f32, K = 8), the lanes 4-7 of every 8 hold theirs swapped, so that a quarter warp's 16-byte
+   reads of piece 0 (then 1) hit 8 distinct 4-bank groups. */
+template <int SEG> static __device__ __forceinline__ int short_piece(int q) { return SEG == 32 ? q ^ ((q >> 3) & 1) : q; }
+/* a lane's K elements of a staged B / C row as floats */
+template <typename T, int K> static __device__ __forceinline__ void short_row(const unsigned char *row, int lane, float (&v)[K]) {
+    constexpr int SEG = K * static_cast<int>(sizeof(T));
+    rawv<T, K> r;
+    if constexpr (SEG == 32) {
+        const uint4 a = *reinterpret_cast<const uint4 *>(row + 16 * short_piece<32>(2 * lane));
+        const uint4 b = *reinterpret_cast<const uint4 *>(row + 16 * short_piece<32>(2 * lane + 1));
+        r.w[0] = a.x; r.w[1] = a.y; r.w[2] = a.z; r.w[3] = a.w; r.w[4] = b.x; r.w[5] = b.y; r.w[6] = b.z; r.w[7] = b.w;
+    } else if constexpr (SEG == 16) {
+        const uint4 a = *reinterpret_cast<const uint4 *>(row + 16 * lane);
+        r.w[0] = a.x; r.w[1] = a.y; r.w[2] = a.z; r.w[3] = a.w;
+    } else {
+        static_assert(SEG == 8, "a lane's row segment: 8, 16 or 32 bytes");
+        const uint2 a = *reinterpret_cast<const uint2 *>(row + 8 * lane);
+        r.w[0] = a.x; r.w[1] = a.y;
+    }
+#pragma unroll
+    for (int k = 0; k < K; k++) v[k] = raw_get<T, K>(r, k);
+}
+
+template <typename T, int K, int NS, int SG>
+static __global__ void __launch_bounds__(kShortWarps * 32) fwd_short_kernel(const kparams P) {
+    pdl_wait();
+    constexpr int CL = 32 * K, SEG = K * static_cast<int>(sizeof(T)), ROWB = CL * static_cast<int>(sizeof(T)), NPC = ROWB / 16,
+                  EPP = 16 / static_cast<int>(sizeof(T));
+    static_assert(NS % SG == 0 && NS <= 32, "states a group divide the padded states; a lane a state's carry");
+    extern __shared__ __align__(16) unsigned char short_sm[];
+    unsigned char *s_bc = short_sm; /* [buffer][B, C][state][CL] raw T */
+    float *s_A = reinterpret_cast<float *>(short_sm + 2 * 2 * NS * ROWB);
+
+    int64_t bid = blockIdx.x;
+    const int64_t cb = bid % P.ncb; bid /= P.ncb;
+    const int64_t g = bid % P.G, b = bid / P.G;
+    const int tid = threadIdx.x, w = tid / 32, lane = tid % 32;
+    const int64_t cig = cb * kShortWarps + w;
+    const bool active = cig < P.dpg;
+    const int64_t d = g * P.dpg + (active ? cig : 0);
+    const int L = static_cast<int>(P.L), N = static_cast<int>(P.N), nch = (L + CL - 1) / CL;
+    const T *urow = static_cast<const T *>(P.u.p) + b * P.u.s[0] + d * P.u.s[1];
+    const T *drow = static_cast<const T *>(P.delta.p) + b * P.delta.s[0] + d * P.delta.s[1];
+    const T *zrow = P.z.p ? static_cast<const T *>(P.z.p) + b * P.z.s[0] + d * P.z.s[1] : NULL;
+    T *yrow = static_cast<T *>(P.y.p) + b * P.y.s[0] + d * P.y.s[1];
+    const T *Bg = static_cast<const T *>(P.B.p) + b * P.B.s[0] + g * P.B.s[1];
+    const T *Cg = static_cast<const T *>(P.C.p) + b * P.C.s[0] + g * P.C.s[1];
+    const int sBn = static_cast<int>(P.B.s[2]), sCn = static_cast<int>(P.C.s[2]);
+    /* 16-byte pieces by cp.async where B's and C's rows start 16-byte aligned, element copies otherwise */
+    const bool bc_al = ((reinterpret_cast<uintptr_t>(Bg) | reinterpret_cast<uintptr_t>(Cg)) & 15) == 0 &&
+                       (static_cast<int64_t>(sBn) * static_cast<int64_t>(sizeof(T))) % 16 == 0 &&
+                       (static_cast<int64_t>(sCn) * static_cast<int64_t>(sizeof(T))) % 16 == 0;
+    auto stage_bc = [&](int c, int buf) { /* chunk c's B / C rows into buffer buf */
+        const int t0 = c * CL;
+        for (int e = tid; e < 2 * NS * NPC; e += kShortWarps * 32) {
+            const int q = e % NPC, row = e / NPC, n = row % NS, isC = row / NS, t = t0 + q * EPP;
+            const T *src = isC ? Cg + n * sCn + t : Bg + n * sBn + t;
+            const int nv = n < N ? max(0, min(EPP, L - t)) : 0;
+            unsigned char *dst = s_bc + (buf * 2 * NS + row) * ROWB + 16 * short_piece<SEG>(q);
+            if (bc_al) {
+                cp_async16(dst, nv > 0 ? static_cast<const void *>(src) : static_cast<const void *>(Bg), nv * static_cast<int>(sizeof(T)));
+            } else {
+#pragma unroll
+                for (int k = 0; k < EPP; k++) {
+                    const uint32_t bits = k < nv ? ld_bits<T>(src, k) : 0u;
+                    if constexpr (sizeof(T) == 4) reinterpret_cast<uint32_t *>(dst)[k] = bits;
+                    else reinterpret_cast<unsigned short *>(dst)[k] = static_cast<unsigned short>(bits);
+                }
+            }
+        }
+        cp_async_commit();
+    };
+    stage_bc(0, 0);
+    const bool nl = active && lane < N; /* lane n keeps state n's carry (uniform reads by shuffles) */
+    if (lane < NS) s_A[w * NS + lane] = nl ? ldf(P.A, d * P.A.s[0] + lane * P.A.s[1]) * kLog2e : 0.0f;
+    float carry = nl && P.h0.p ? ldf(P.h0, b * P.h0.s[0] + d * P.h0.s[1] + lane * P.h0.s[2]) : 0.0f;
+    const float Dd = active && P.D.p ? ldf(P.D, d * P.D.s[0]) : 0.0f;
+    const float bias = active && P.bias.p ? ldf(P.bias, d * P.bias.s[0]) : 0.0f;
+    const bool sp = P.softplus != 0, hz = zrow != NULL;
+
+    rawv<T, K> ru, rd, rz, nu, nd, nz;
+    auto load_x = [&](int c, rawv<T, K> &xu, rawv<T, K> &xd, rawv<T, K> &xz) { /* the lane's u / delta / z of chunk c */
+        const int t0 = c * CL + lane * K, n = active ? max(0, min(K, L - t0)) : 0, ext = t0 >= 1 && t0 + K < L;
+        load_raw<T, K>(xu, urow + t0, n, ext);
+        load_raw<T, K>(xd, drow + t0, n, ext);
+        if (hz) load_raw<T, K>(xz, zrow + t0, n, ext);
+    };
+    load_x(0, ru, rd, rz);
+    for (int c = 0; c < nch; c++) {
+        const int buf = c & 1, t0 = c * CL + lane * K, nown = active ? max(0, min(K, L - t0)) : 0;
+        cp_async_wait();
+        __syncthreads(); /* chunk c staged; every warp done with chunk c - 1 (its buffer is refilled next) */
+        if (c + 1 < nch) {
+            stage_bc(c + 1, buf ^ 1);
+            load_x(c + 1, nu, nd, nz);
+        }
+        float dt[K], dtu[K], yv[K], sdt = 0.0f; /* sdt: the lane's sum of dt (its decay product is exp(A sdt)) */
+#pragma unroll
+        for (int k = 0; k < K; k++) {
+            dt[k] = dt_of(raw_get<T, K>(rd, k) + bias, sp, k < nown);
+            dtu[k] = dt[k] * raw_get<T, K>(ru, k);
+            sdt += dt[k];
+            yv[k] = 0.0f;
+        }
+        const unsigned char *sB = s_bc + buf * 2 * NS * ROWB, *sC = sB + NS * ROWB;
+#pragma unroll 1 /* unrolled: more registers, fewer blocks an SM, slower (bench/NOTES.md CUDA-v61) */
+        for (int n0 = 0; n0 < NS; n0 += SG) {
+            float a[SG][K], bq[SG][K], p[SG], q[SG];
+#pragma unroll
+            for (int s = 0; s < SG; s++) { /* decays, inputs and the lane's map h -> p h + q */
+                const float A2 = s_A[w * NS + n0 + s];
+                float Bv[K];
+                short_row<T, K>(sB + (n0 + s) * ROWB, lane, Bv);
+#pragma unroll
+                for (int k = 0; k < K; k++) {
+                    a[s][k] = ex2(dt[k] * A2);
+                    bq[s][k] = dtu[k] * Bv[k];
+                }
+                p[s] = ex2(sdt * A2);
+                q[s] = bq[s][0];
+#pragma unroll
+                for (int k = 1; k < K; k++) q[s] = fmaf(a[s][k], q[s], bq[s][k]);
+            }
+#pragma unroll
+            for (int o = 1; o < 32; o *= 2) { /* the lanes' maps composed: lane l ends with lanes 0..l's */
+#pragma unroll
+                for (int s = 0; s < SG; s++) {
+                    const float pu = __shfl_up_sync(0xffffffffu, p[s], o), qu = __shfl_up_sync(0xffffffffu, q[s], o);
+                    if (lane >= o) {
+                        q[s] = fmaf(p[s], qu, q[s]);
+                        p[s] *= pu;
+                    }
+                }
+            }
+#pragma unroll
+            for (int s = 0; s < SG; s++) { /* the lane's steps from the state entering it (the lane before's end) */
+                const float hc = __shfl_sync(0xffffffffu, carry, n0 + s), hend = fmaf(p[s], hc, q[s]);
+                const float hin = __shfl_up_sync(0xffffffffu, hend, 1), hout = __shfl_sync(0xffffffffu, hend, 31);
+                if (lane == n0 + s) carry = hout; /* into the next chunk */
+                float h = lane > 0 ? hin : hc, Cv[K];
+                short_row<T, K>(sC + (n0 + s) * ROWB, lane, Cv);
+#pragma unroll
+                for (int k = 0; k < K; k++) {
+                    h = fmaf(a[s][k], h, bq[s][k]);
+                    yv[k] = fmaf(Cv[k], h, yv[k]);
+                }
+            }
+        }
+#pragma unroll
+        for (int k = 0; k < K; k++) yv[k] = gate(fmaf(Dd, raw_get<T, K>(ru, k), yv[k]), hz ? raw_get<T, K>(rz, k) : 0.0f, hz);
+        if (nown > 0) store_row<T, K>(yrow + t0, yv, nown);
+        ru = nu; rd = nd; rz = nz;
+    }
+    if (P.hlast.p && nl) static_cast<float *>(P.hlast.p)[b * P.hlast.s[0] + d * P.hlast.s[1] + lane * P.hlast.s[2]] = carry;
 }
 
 /* ---------------------------------------------------------------------------------------------- */
@@ -2817,6 +3028,15 @@ struct fwd_plan {
     int64_t ws;          /* workspace bytes (the L-chunk buffers), before the alignment slack */
     int fastS;           /* fast forward (fwd_fast_kernel, 2 threads a channel): states a thread; 0: none */
     int fastCL;          /* its channels-last (any L strides) instantiation */
+    int shortK;          /* short-prefill forward (fwd_short_kernel) with K steps a lane; 0: not used */
+};
+
+/* The forward's plan forced, for tuning (bench/bench_cuda.cu; zero: the automatic choice):
+   nlch > 0 the general kernel's L chunks, lchunk > 0 the fast forward's chunk length in steps,
+   shortk the short-prefill forward never (< 0) or wherever it applies with K = shortk (4 / 8). */
+struct fwd_tune {
+    int64_t nlch, lchunk;
+    int shortk;
 };
 
 /* A (positive) attribute of the current device, asked once a device and kept in known (0: not
@@ -2873,16 +3093,25 @@ static bool unit_inputs(const selscan__prob &q) {
     return unit_lstride(q.u) && unit_lstride(q.delta) && unit_lstride(q.z) && q.B.s[3] == 1 && q.C.s[3] == 1;
 }
 
+/* Steps a lane of the short-prefill forward for q (sblocks blocks; 0: not that kernel), from the
+   H200's table (bench/NOTES.md CUDA-v61): 4 (128-step chunks) up to L = 128; 16 for 2-byte types
+   from L = 1,024 where one wave holds the grid at 3 blocks an SM (its 158 registers and 64 KB of
+   shared memory), 8 otherwise; f32 (whose 8-step form has 64 KB of shared memory, 3 blocks an SM)
+   8 where one wave holds it, else 4, and the fast forward from L = 2,048 (faster there). */
+static int short_steps(const selscan__prob &q, int64_t sblocks, int64_t sms) {
+    const bool one_wave = sblocks <= 3 * sms;
+    if (q.L <= 128) return 4;
+    if (q.dt == SELSCAN_F32) return q.L > 1024 ? 0 : one_wave ? 8 : 4;
+    return q.L >= 1024 && one_wave ? 16 : 8;
+}
+
 /* The fast forward's configuration for q (fastS 0 when it does not apply): two threads a channel
    with 4 (N <= 8) or 8 (N <= 16) states each (N <= 8 with 8 states and one thread a channel ran
    1.3-1.7x slower: half the threads, 168 registers; bench/NOTES.md CUDA-v25); when the channels give
    under half a wave of blocks, L chunks as in the general kernel (chunk scans from 0, carry,
    rescan) to fill one. need_y: y is written (the backward's checkpoint pass writes none). */
-/* steps a chunk for the fast forward's L chunks, overriding the plan's (a multiple of kFL; 0: the
-   plan's choice): a tuning knob the benchmark sets; nothing else does */
-static int64_t fast_fwd_lchunk_force = 0;
-static void plan_fast_forward(const selscan__prob &q, int64_t sms, fwd_plan *pl, bool need_y) {
-    pl->fastS = pl->fastCL = 0;
+static void plan_fast_forward(const selscan__prob &q, int64_t sms, fwd_plan *pl, bool need_y, bool ck, const fwd_tune &tu) {
+    pl->fastS = pl->fastCL = pl->shortK = 0;
     const bool ok = !q.cu && !q.fixB && !q.fixC && (q.y.data || !need_y) && q.N <= 16 && fast_lstride(q.u) && fast_lstride(q.delta) &&
                     fast_lstride(q.y) && fast_lstride(q.z);
     if (!ok || !fast_steps_fit(q)) return;
@@ -2900,7 +3129,7 @@ static void plan_fast_forward(const selscan__prob &q, int64_t sms, fwd_plan *pl,
        costs ~5 us before its first step and a step ~0.09 us when few blocks run (H200: L = 128 in
        two chunks 22 us, in one 17; bench/NOTES.md CUDA-v60). So one pass unless chunks save 64 steps. */
     if (q.L - 2 * lchunk < 64) lchunk = q.L;
-    if (fast_fwd_lchunk_force > 0) lchunk = cdiv(fast_fwd_lchunk_force, kFL) * kFL;
+    if (tu.lchunk > 0) lchunk = cdiv(tu.lchunk, kFL) * kFL;
     const int64_t nlch = cdiv(q.L, lchunk);
     const int64_t grid = c.mul(blocks, nlch), ws = nlch > 1 ? c.mul(3, c.al(c.mul(q.batch, q.dim, c.mul(nlch, q.N, 4)))) : 0;
     if (!c.ok || grid > kMaxGrid) return; /* the general kernels (whose plan refuses what they cannot run) */
@@ -2910,23 +3139,33 @@ static void plan_fast_forward(const selscan__prob &q, int64_t sms, fwd_plan *pl,
     pl->nlch = nlch;
     pl->lchunk = lchunk;
     pl->ws = ws;
+    /* the short-prefill forward (fwd_short_kernel) where the fast forward would run under half a
+       wave of blocks (L chunks, or too few channels for even one chunk a block to pay) on rows
+       long enough for a warp's 32 lanes (L >= 64); y wanted, no checkpoint (it keeps no state
+       at the checkpoint steps). Its workspace is none: the plan's ws stays the fast forward's, so
+       that sizes do not depend on which runs. */
+    const bool short_ok = need_y && !ck && !cl && q.L >= 64 && q.y.data;
+    const int64_t sblocks = c.mul(q.batch, q.G, cdiv(q.dpg, kShortWarps));
+    if (!short_ok || !c.ok || sblocks > kMaxGrid || tu.shortk < 0) return;
+    if (tu.shortk > 0) pl->shortK = tu.shortk <= 4 ? 4 : tu.shortk >= 16 ? 16 : 8;
+    else if (c.mul(blocks, 2) <= fast_fwd_slots(S, sms)) pl->shortK = short_steps(q, sblocks, sms);
 }
 
 /* The forward's plan: the general kernel's layout and L chunks (nlch_force: that many, for the
    benchmark's tuning; 0 automatic), then the fast forward where it applies (try_fast). */
-static selscan_status plan_forward(const selscan__prob &q, int64_t sms, fwd_plan *pl, bool try_fast, int64_t nlch_force,
+static selscan_status plan_forward(const selscan__prob &q, int64_t sms, fwd_plan *pl, bool try_fast, bool ck, const fwd_tune &tu,
                                    selscan_diag *dg) {
     if (q.N > kMaxN) return fail_n(dg);
     sizecalc c;
     pl->NT = pow2ceil(cdiv(q.N, kFwdNPT));
     pl->CH = kThreads / pl->NT;
     pl->ncb = cdiv(q.dpg, pl->CH);
-    pl->fastS = pl->fastCL = 0;
+    pl->fastS = pl->fastCL = pl->shortK = 0;
     const int64_t nck = cdiv(q.L, kCK), blocks = c.mul(q.batch, q.G, pl->ncb);
     if (!c.ok) return fail_size(dg);
     /* L chunks (2x the exponentials) only when the channels give less than one wave of blocks,
        then as many as fill one wave (SELSCAN_CUDA_FWD_MINBLOCKS an SM): a block's steps are a serial chain */
-    int64_t nl = nlch_force > 0 ? nlch_force : lchunk_count(blocks, sms * SELSCAN_CUDA_FWD_MINBLOCKS, nck);
+    int64_t nl = tu.nlch > 0 ? tu.nlch : lchunk_count(blocks, sms * SELSCAN_CUDA_FWD_MINBLOCKS, nck);
     if (nl > nck) nl = nck;
     pl->lchunk = cdiv(nck, nl) * kCK;
     pl->nlch = cdiv(q.L, pl->lchunk);
@@ -2935,7 +3174,7 @@ static selscan_status plan_forward(const selscan__prob &q, int64_t sms, fwd_plan
     const bool aux = aux_grids_fit(q, false, c);
     if (!c.ok) return fail_size(dg);
     if (grid > kMaxGrid || !aux) return fail_grid(dg);
-    if (try_fast) plan_fast_forward(q, sms, pl, true);
+    if (try_fast) plan_fast_forward(q, sms, pl, true, ck, tu);
     return SELSCAN_OK;
 }
 
@@ -3001,7 +3240,7 @@ static bool plan_fast_backward(const selscan__prob &q, const selscan__grd &r, bo
     pl->nlch = cdiv(q.L, pl->lchunk);
     int64_t o = 0;
     if (!have_ck) {
-        plan_fast_forward(q, sms, &pl->fp, false);
+        plan_fast_forward(q, sms, &pl->fp, false, true, fwd_tune{0, 0, 0});
         if (!pl->fp.fastS) return false;
         pl->off_ck16 = o; o = c.add(o, c.al(pl->ck_bytes)); /* the 64-step checkpoint */
         pl->off_fws = o; o = c.add(o, pl->fp.ws);
@@ -3043,7 +3282,7 @@ static selscan_status plan_backward(const selscan__prob &q, const selscan__grd &
     pl->lchunk = cdiv(pl->nck16, nl) * kSub;
     pl->nlch = cdiv(q.L, pl->lchunk);
     pl->ws = plan_partials(q, r, pl, o, c);
-    if ((st = plan_forward(q, sms, &pl->fp, false, 0, dg)) != SELSCAN_OK) return st;
+    if ((st = plan_forward(q, sms, &pl->fp, false, true, fwd_tune{0, 0, 0}, dg)) != SELSCAN_OK) return st;
     if (have_ck) { pl->fp.lchunk = kCK; pl->fp.nlch = pl->nck; }    /* from the given checkpoint */
     else { pl->fp.lchunk = kSub; pl->fp.nlch = pl->nck16; }         /* pass 1 + carry */
     const int64_t grid = c.mul(blocks, pl->nlch), fgrid = c.mul(q.batch, q.G, pl->fp.ncb, pl->fp.nlch);
@@ -3214,6 +3453,32 @@ static selscan_status run_fast_forward(const selscan__prob &q, kparams P, const 
     launch_fwd_fast<false>(q.dt, P, grid, stream);
     SELSCAN__LAUNCHED();
     return SELSCAN_OK;
+}
+
+/* The short-prefill forward: one launch, kShortWarps channels a block, K steps a lane, the
+   states padded to 8 or 16. */
+template <typename T, int K, int NS> static selscan_status launch_fwd_short_t(const kparams &P, unsigned grid, cudaStream_t stream,
+                                                                           cudaError_t *err) {
+    constexpr int SG = K >= 16 ? 1 : SELSCAN_CUDA_SHORT_FWD_STATES, smem = static_cast<int>(short_smem<T, K, NS>());
+    static volatile int done[64];
+    if (smem > 48 * 1024) SELSCAN__CU(allow_smem(reinterpret_cast<const void *>(fwd_short_kernel<T, K, NS, SG>), smem, done));
+    launch_pdl(fwd_short_kernel<T, K, NS, SG>, grid, kShortWarps * 32, static_cast<size_t>(smem), stream, P);
+    SELSCAN__LAUNCHED();
+    return SELSCAN_OK;
+}
+template <typename T, int K> static selscan_status launch_fwd_short_k(const kparams &P, unsigned grid, cudaStream_t stream, cudaError_t *err) {
+    return P.N <= 8 ? launch_fwd_short_t<T, K, 8>(P, grid, stream, err) : launch_fwd_short_t<T, K, 16>(P, grid, stream, err);
+}
+static selscan_status run_short_forward(const selscan__prob &q, kparams P, const fwd_plan &fp, cudaStream_t stream, cudaError_t *err) {
+    P.ncb = cdiv(q.dpg, kShortWarps);
+    const unsigned grid = static_cast<unsigned>(q.batch * q.G * P.ncb);
+    return selscan_cuda_detail::with_dtype(q.dt, [&](auto tag) -> selscan_status {
+        using T = typename decltype(tag)::type;
+        if (fp.shortK == 4) return launch_fwd_short_k<T, 4>(P, grid, stream, err);
+        if constexpr (sizeof(T) == 2) /* 16 steps a lane: 2-byte types only (f32's B / C chunk: 128 KB) */
+            if (fp.shortK == 16) return launch_fwd_short_k<T, 16>(P, grid, stream, err);
+        return launch_fwd_short_k<T, 8>(P, grid, stream, err);
+    });
 }
 
 /* h_last (forward: src h0) or dh0 (backward: src dh_last) of the empty packed sequences */
@@ -3704,15 +3969,15 @@ static selscan_status workspace_size(const selscan_problem *p, const selscan_gra
     } else {
         fwd_plan fp;
         if ((st = selscan__validate_forward(p, &q, NULL, 0, -1)) != SELSCAN_OK) return st;
-        if ((st = plan_forward(q, kPlanMaxSMs, &fp, true, 0, p->diag)) != SELSCAN_OK) return st;
+        if ((st = plan_forward(q, kPlanMaxSMs, &fp, true, false, fwd_tune{0, 0, 0}, p->diag)) != SELSCAN_OK) return st;
         *bytes = ws_reported(fp.ws);
     }
     return SELSCAN_OK;
 }
 
-/* try_fast false: the general kernel; nlch_force > 0: its L chunks (the benchmark's tuning) */
+/* try_fast false: the general kernel; tu: the plan forced (the benchmark's tuning) */
 static selscan_status forward(const selscan_problem *p, const selscan_cuda_ext *x, void *workspace, size_t bytes,
-                              cudaStream_t stream, bool try_fast, int64_t nlch_force) {
+                              cudaStream_t stream, bool try_fast, const fwd_tune &tu) {
     selscan__prob q;
     fwd_plan fp;
     kparams P;
@@ -3722,9 +3987,9 @@ static selscan_status forward(const selscan_problem *p, const selscan_cuda_ext *
     if ((st = selscan__check_problem(p, &q, 1)) != SELSCAN_OK) return st;
     selscan_diag *dg = p->diag;
     if ((st = check_ext_cu(q, x, dg)) != SELSCAN_OK) return st;
-    if ((st = plan_forward(q, sm_count(), &fp, try_fast, nlch_force, dg)) != SELSCAN_OK) return st;
-    if ((st = selscan__validate_forward_outputs(&q, NULL, 0, -1)) != SELSCAN_OK) return st;
     float *ck = x ? x->checkpoint_out : NULL;
+    if ((st = plan_forward(q, sm_count(), &fp, try_fast, ck != NULL, tu, dg)) != SELSCAN_OK) return st;
+    if ((st = selscan__validate_forward_outputs(&q, NULL, 0, -1)) != SELSCAN_OK) return st;
     const int64_t ck_need = ck ? checkpoint_bytes(q) : 0;
     if (ck_need < 0) return fail(dg, SELSCAN_ERR_SHAPE, "checkpoint", "size overflows");
     if (ck && x->checkpoint_bytes < static_cast<size_t>(ck_need)) return fail(dg, SELSCAN_ERR_WORKSPACE, "checkpoint", "too small");
@@ -3738,6 +4003,7 @@ static selscan_status forward(const selscan_problem *p, const selscan_cuda_ext *
     if (ws && (st = check_overlap(wst, all, 13, dg, "workspace", "overlaps an operand")) != SELSCAN_OK) return st;
     fill_problem(P, q, x ? x->cu_seqlens_device : NULL);
     P.ck = ck;
+    if (fp.shortK) return run_short_forward(q, P, fp, stream, err);
     if (fp.fastS) return run_fast_forward(q, P, fp, ws, stream, err);
     return run_forward(q, P, fp, ws, stream, err);
 }
@@ -3795,10 +4061,13 @@ static selscan_status step(const selscan_step_problem *s, const selscan_cuda_ext
 /* The forward with its plan forced, for tuning (bench/bench_cuda.cu): npt < 0 runs the general
    kernel where the fast one would apply (other values: the automatic choice); nlch > 0 forces
    the general kernel's L chunks (its workspace then holds 3 * batch * dim * nlch * N floats, each
-   third 256-byte aligned, plus 255 bytes of alignment slack). */
-static selscan_status selscan__forward_cuda_tuned(const selscan_problem *p, const selscan_cuda_ext *x, void *workspace,
-                                                  size_t bytes, cudaStream_t stream, int npt, int64_t nlch) {
-    return selscan_cuda_detail::forward(p, x, workspace, bytes, stream, npt >= 0, nlch);
+   third 256-byte aligned, plus 255 bytes of alignment slack); lchunk > 0 the fast forward's L
+   chunks of that many steps (the same workspace); shortk < 0 never the short-prefill forward,
+   4 / 8 wherever it applies with that many steps a lane (0: the automatic choice). */
+static SELSCAN__MAYBE_UNUSED selscan_status selscan__forward_cuda_tuned(const selscan_problem *p, const selscan_cuda_ext *x, void *workspace,
+                                                  size_t bytes, cudaStream_t stream, int npt, int64_t nlch, int64_t lchunk = 0,
+                                                  int shortk = 0) {
+    return selscan_cuda_detail::forward(p, x, workspace, bytes, stream, npt >= 0, selscan_cuda_detail::fwd_tune{nlch, lchunk, shortk});
 }
 
 /* The step with its kernel's shape forced (S states a thread, R batch rows a block; 0: automatic;

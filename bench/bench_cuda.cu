@@ -425,22 +425,28 @@ static void bench_step_graphs(GraphTimer &gt, double bw, const char *only_dt, bo
    eager table. Also the eager figure of the same call for reference (20 queued calls between
    two events, median of 9). */
 static void bench_prefill_graphs(GraphTimer &gt, double bw, double ex2rate, const char *only_dt) {
-    struct P { int64_t dim, L; double mamba[2]; };
-    static const P cases[] = {{1536, 1024, {0.0585, 0.0378}}, {2048, 128, {0, 0}}, {2048, 512, {0, 0}}, {2048, 2048, {0, 0}},
-                              {5120, 128, {0, 0}}, {5120, 512, {0, 0}}, {5120, 2048, {0, 0}}};
-    printf("\nshort prefill forward, batch 1, N 16, z, D, delta_bias, h_last (no checkpoint): us a call; graphs: %d calls a graph,\n"
+    /* the issue's short-prefill cases, then larger batches (where the launcher's rule hands over to the fast forward) */
+    struct P { int64_t batch, dim, L; double mamba[2]; };
+    static const P cases[] = {{1, 1536, 1024, {0.0585, 0.0378}}, {1, 2048, 128, {0, 0}}, {1, 2048, 512, {0, 0}}, {1, 2048, 2048, {0, 0}},
+                              {1, 5120, 128, {0, 0}},            {1, 5120, 512, {0, 0}}, {1, 5120, 2048, {0, 0}}, {2, 2048, 512, {0, 0}},
+                              {4, 2048, 512, {0, 0}},            {8, 2048, 512, {0, 0}}, {4, 5120, 1024, {0, 0}}, {8, 2048, 2048, {0, 0}}};
+    printf("\nshort prefill forward, batch 1 (then larger), N 16, z, D, delta_bias, h_last (no checkpoint): us a call; graphs: %d calls a graph,\n"
            "median of 11 replays (L2 flushed before each); eager: %d queued calls, median of 9; mamba: eager, same-process\n"
            "side-by-side figure measured 2026-11-24 (lm-prefill only)\n", NG, NG);
     /* SELSCAN_BENCH_PREFILL_LCHUNK=s: the fast forward's L chunks forced to s steps (tuning) */
-    if (getenv("SELSCAN_BENCH_PREFILL_LCHUNK")) {
-        selscan_cuda_detail::fast_fwd_lchunk_force = atoll(getenv("SELSCAN_BENCH_PREFILL_LCHUNK"));
-        printf("fast forward's L chunks forced to %lld steps\n", (long long)selscan_cuda_detail::fast_fwd_lchunk_force);
-    }
-    printf("%-12s %-5s | %9s %9s | %9s %7s | %9s\n", "dim,L", "dtype", "graphs", "eager", "floor", "x floor", "mamba");
-    for (const P &c : cases) {
+    const int64_t lchunk = getenv("SELSCAN_BENCH_PREFILL_LCHUNK") ? atoll(getenv("SELSCAN_BENCH_PREFILL_LCHUNK")) : 0;
+    if (lchunk) printf("fast forward's L chunks forced to %lld steps\n", (long long)lchunk);
+    printf("graphs: the launcher's choice; 'fast': the fast forward (short-prefill kernel off); 'K4' / 'K8': the short-prefill\n"
+           "kernel forced with 4 / 8 / 16 steps a lane (16: 2-byte types only)\n");
+    printf("%-16s %-5s | %9s %9s %9s %9s %9s %9s | %9s %7s | %9s\n", "dim,L", "dtype", "graphs", "fast", "K4", "K8", "K16", "eager", "floor",
+           "x floor", "mamba");
+    /* SELSCAN_BENCH_PREFILL_CASES=n: the first n rows only */
+    const size_t ncases = getenv("SELSCAN_BENCH_PREFILL_CASES") ? static_cast<size_t>(atoi(getenv("SELSCAN_BENCH_PREFILL_CASES"))) : 99;
+    for (size_t ci = 0; ci < ncases && ci < sizeof cases / sizeof cases[0]; ci++) {
+        const P &c = cases[ci];
         for (int di = 0; di < 2; di++) {
             if (only_dt && strcmp(only_dt, di ? "bf16" : "f32") != 0) continue;
-            const int64_t Bt = 1, Dm = c.dim, L = c.L, N = 16, BDL = Bt * Dm * L, BNL = Bt * N * L, DN = Dm * N;
+            const int64_t Bt = c.batch, Dm = c.dim, L = c.L, N = 16, BDL = Bt * Dm * L, BNL = Bt * N * L, DN = Dm * N;
             const size_t es = di ? 2 : 4, set_bytes = 5 * BDL * es + 2 * BNL * es;
             const int nsets = std::max<int>(2, std::min<int>(NG, static_cast<int>(200e6 / set_bytes) + 1));
             struct Set { void *u, *delta, *z, *B, *C, *y, *h; };
@@ -470,18 +476,21 @@ static void bench_prefill_graphs(GraphTimer &gt, double bw, double ex2rate, cons
             size_t wsb = 0;
             OK(selscan_workspace_size_cuda(&p, NULL, &wsb));
             void *ws = wsb ? dalloc(wsb) : NULL;
-            const float g = gt.time([&] {
-                for (int i = 0; i < NG; i++) {
-                    use(i);
-                    OK(selscan_forward_cuda(&p, ws, wsb, gt.stream));
-                }
-            });
+            auto graphed = [&](int shortk) {
+                return gt.time([&] {
+                    for (int i = 0; i < NG; i++) {
+                        use(i);
+                        OK(selscan__forward_cuda_tuned(&p, NULL, ws, wsb, gt.stream, 0, 0, lchunk, shortk));
+                    }
+                });
+            };
+            const float g = graphed(0), gfast = graphed(-1), g4 = graphed(4), g8 = graphed(8), g16 = di ? graphed(16) : 0.0f;
             std::vector<float> t;
             for (int r = 0; r < 11; r++) {
                 CU(cudaEventRecord(gt.e0, gt.stream));
                 for (int i = 0; i < NG; i++) {
                     use(i);
-                    OK(selscan_forward_cuda(&p, ws, wsb, gt.stream));
+                    OK(selscan__forward_cuda_tuned(&p, NULL, ws, wsb, gt.stream, 0, 0, lchunk, 0));
                 }
                 CU(cudaEventRecord(gt.e1, gt.stream));
                 CU(cudaEventSynchronize(gt.e1));
@@ -493,10 +502,12 @@ static void bench_prefill_graphs(GraphTimer &gt, double bw, double ex2rate, cons
             const double fbytes = 4.0 * BDL * es + 2.0 * BNL * es, exps = static_cast<double>(BDL) * N;
             const double floor_us = std::max(fbytes / bw, exps / ex2rate) * 1e6;
             char name[64];
-            snprintf(name, sizeof name, "%lld,%lld", (long long)Dm, (long long)L);
+            if (Bt == 1) snprintf(name, sizeof name, "%lld,%lld", (long long)Dm, (long long)L);
+            else snprintf(name, sizeof name, "%lldx%lld,%lld", (long long)Bt, (long long)Dm, (long long)L);
             char mb[32] = "-";
             if (c.mamba[di] > 0) snprintf(mb, sizeof mb, "%.1f", c.mamba[di] * 1e3);
-            printf("%-12s %-5s | %9.2f %9.2f | %9.2f %7.2f | %9s\n", name, di ? "bf16" : "f32", g, eager, floor_us, g / floor_us, mb);
+            printf("%-16s %-5s | %9.2f %9.2f %9.2f %9.2f %9.2f %9.2f | %9.2f %7.2f | %9s\n", name, di ? "bf16" : "f32", g, gfast, g4, g8, g16, eager,
+                   floor_us, g / floor_us, mb);
             fflush(stdout);
             for (Set &S : sets) { void *fr[] = {S.u, S.delta, S.z, S.B, S.C, S.y, S.h}; for (void *q : fr) cudaFree(q); }
             void *fr[] = {A, D, bias, ws};

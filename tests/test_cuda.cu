@@ -288,7 +288,9 @@ static void run_case(const Cfg &c) {
     if (gwb) CU(cudaMalloc(&gws, gwb));
     poison(t[Y]);
     if (t[HLAST].h) poison(t[HLAST]);
-    st = selscan_forward_cuda_ex(&p[1], &x, gws, gwb, stream);
+    /* SELSCAN_TEST_SHORTK=k: the short-prefill forward forced with k steps a lane wherever it applies (-1: never) */
+    static const int shortk = getenv("SELSCAN_TEST_SHORTK") ? atoi(getenv("SELSCAN_TEST_SHORTK")) : 0;
+    st = shortk ? selscan__forward_cuda_tuned(&p[1], &x, gws, gwb, stream, 0, 0, 0, shortk) : selscan_forward_cuda_ex(&p[1], &x, gws, gwb, stream);
     CHECK(st == SELSCAN_OK, "%s: gpu fwd %s (%s)", c.name, selscan_status_string(st), cudaGetErrorString(cerr));
     CU(cudaStreamSynchronize(stream));
     CU(cudaGetLastError());
@@ -811,6 +813,15 @@ int main() {
         {"many channels", F32, 2, 600, 70, 16, 1, SP, true, true, true, true, true, true, 0, 0, false, false},
         {"many channels bf16 chunked L", BF, 1, 300, 700, 16, 1, SP, true, true, true, true, true, true, 0, 0, false, false},
         {"dim 70000", F32, 1, 70000, 3, 2, 1, SP, true, true, true, false, true, false, 0, 0, false, false},
+        /* the short-prefill forward (few channels, L >= 64, no checkpoint): 4 and 8 steps a lane,
+           8 and 16 padded states, partial blocks (channels a group not a multiple of 4), a partial
+           last chunk, B / C rows not 16-byte aligned (element copies), u / delta / z misaligned */
+        {"short f16 L 1000", F16, 1, 8, 1000, 16, 1, SP, true, true, true, true, true, true, 0, 0, false, false},
+        {"short f32 N=5 groups 3", F32, 2, 15, 300, 5, 3, SP, true, true, true, true, true, true, 0, 0, false, false},
+        {"short bf16 misaligned", BF, 1, 6, 260, 16, 1, SP, true, true, true, true, true, true, 4, 0, false, false},
+        {"short f32 misaligned L 127", F32, 2, 5, 127, 12, 1, 0, true, true, false, true, true, true, 4, 0, false, false},
+        {"short f32 no z no D", F32, 1, 8, 513, 16, 1, SP, false, false, false, false, true, false, 0, 0, false, false},
+        {"short bf16 padded strides", BF, 1, 7, 600, 8, 1, SP, true, true, true, true, true, true, 3, 0, false, false},
         /* channels-last through the fast kernels: odd channel counts, the chunked passes, the
            4-state kernels, a given checkpoint, a gradient subset */
         {"(B,L,D) bf16 chunked L", BF, 1, 200, 900, 16, 1, SP, true, true, true, true, true, true, 2, 0, false, false},
@@ -845,7 +856,8 @@ int main() {
     } else { /* every kernel and pass at least once, small (compute-sanitizer runs this) */
         static const char *const quick_set[] = {"basic f32", "basic bf16", "L=1", "N=64", "N=256 bf16 groups", "N=12 (padded states)",
                                                 "long L 2000", "(B,L,D) layout f16", "(B,L,D) f32 odd", "(B,L,D) bf16 checkpoint",
-                                                "fixed B and C bf16", "packed 5 seqs", "checkpoint", "checkpoint packed", "grad subset"};
+                                                "fixed B and C bf16", "packed 5 seqs", "checkpoint", "checkpoint packed", "grad subset",
+                                                "short f32 N=5 groups 3", "short bf16 misaligned"};
         std::vector<Cfg> q;
         for (const Cfg &c : cases)
             for (const char *n : quick_set)
