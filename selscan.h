@@ -1657,19 +1657,16 @@ static void selscan__state_in(const selscan__ten *x, int64_t row, int64_t d0, in
             h[n * W + l] = x->data && l < nl ? SELSCAN__CAST(const float *, x->data)[SELSCAN__AT3(*x, row, d0 + l, n)] : 0.0f;
 }
 
-static void selscan__state_out(const selscan__ten *x, int64_t row, int64_t d0, int nl, int W, int64_t N, const float *h) {
+/* h's first nl lanes into x's rows (h_last; dh0 with canon: its NaNs as the default quiet NaN,
+   selscan__canon) */
+static void selscan__state_out(const selscan__ten *x, int64_t row, int64_t d0, int nl, int W, int64_t N, const float *h, int canon) {
     int64_t n;
     int l;
     for (l = 0; l < nl; l++)
-        for (n = 0; n < N; n++) SELSCAN__CAST(float *, x->data)[SELSCAN__AT3(*x, row, d0 + l, n)] = h[n * W + l];
-}
-
-/* The same for dh0: NaNs as the default quiet NaN (selscan__canon). */
-static void selscan__grad_state_out(const selscan__ten *x, int64_t row, int64_t d0, int nl, int W, int64_t N, const float *h) {
-    int64_t n;
-    int l;
-    for (l = 0; l < nl; l++)
-        for (n = 0; n < N; n++) SELSCAN__CAST(float *, x->data)[SELSCAN__AT3(*x, row, d0 + l, n)] = selscan__canon(h[n * W + l]);
+        for (n = 0; n < N; n++) {
+            const float v = h[n * W + l];
+            SELSCAN__CAST(float *, x->data)[SELSCAN__AT3(*x, row, d0 + l, n)] = canon ? selscan__canon(v) : v;
+        }
 }
 
 /* ---- >>fast-ckpt: the forward's chunk states for the backward ------------------------------- */
@@ -2826,7 +2823,7 @@ static SELSCAN__ATTR void SELSCAN__SFX(selscan__fwd_tile)(const selscan__prob *q
             }
             SELSCAN__STORETILE(s->y, &q->y, b, d0, nl, W, c0, nt, s->tmp);
         }
-        if (q->hlast.data) selscan__state_out(&q->hlast, row, d0, nl, W, N, s->h);
+        if (q->hlast.data) selscan__state_out(&q->hlast, row, d0, nl, W, N, s->h, 0);
     }
     if (ckp) selscan__ck_zero(q, ckp, b, d0, nl, cknext, selscan__ck_slots(q));
 }
@@ -3218,7 +3215,7 @@ static SELSCAN__ATTR void SELSCAN__SFX(selscan__bwd_block)(const selscan__prob *
         if (r->dh0.data)
             for (j = 0; j < nbt; j++) {
                 const int nl = nch - j * W < W ? nch - j * W : W;
-                selscan__grad_state_out(&r->dh0, row, c0 + j * W, nl, W, N, s->dh + j * NW);
+                selscan__state_out(&r->dh0, row, c0 + j * W, nl, W, N, s->dh + j * NW, 1);
             }
     }
 }

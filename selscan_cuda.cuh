@@ -1059,8 +1059,8 @@ static __global__ void empty_seq_kernel(const int64_t *cu, int64_t nseq, int64_t
    and inputs b = B dt u (one exponential an element), their composition over the lane's steps (the
    map h -> p h + q), an inclusive scan of the lanes' maps by shuffles (Hillis-Steele, 5 rounds),
    the state entering the lane from the state carried into the chunk, then the lane's K steps from
-   it, adding C h into y. A state's carry stays in shared memory between chunks. States go SG at a
-   time (independent chains for the latencies of the exponentials and shuffles). The next chunk's
+   it, adding C h into y. A state's carry stays in a register between chunks (lane n holds state
+   n's; shuffles read and write it). States go SG at a time (independent chains for the latencies of the exponentials and shuffles). The next chunk's
    B / C are copied into shared memory (cp.async, raw elements, 16-byte pieces) and its u / delta /
    z loaded into registers while this one is scanned. Padding steps (past L) have dt = dt u = 0
    and B = C = 0. The sum over states into y runs in state order (deterministic). */
@@ -3033,27 +3033,38 @@ struct fwd_plan {
 
 /* The forward's plan forced, for tuning (bench/bench_cuda.cu; zero: the automatic choice):
    nlch > 0 the general kernel's L chunks, lchunk > 0 the fast forward's chunk length in steps,
-   shortk the short-prefill forward never (< 0) or wherever it applies with K = shortk (4 / 8). */
+   shortk the short-prefill forward never (< 0) or wherever it applies with K = shortk (4 / 8 /
+   16; 16 only for 2-byte types, f32 runs 8). */
 struct fwd_tune {
     int64_t nlch, lchunk;
     int shortk;
 };
 
-/* A (positive) attribute of the current device, asked once a device and kept in known (0: not
-   asked yet); 0 when it cannot be asked. Concurrent first calls store the same value. */
-static int current_device_attr(cudaDeviceAttr a, volatile int (&known)[64]) {
-    int dev = 0, v = 0;
+/* A positive value of the current device, ask(dev), asked once a device and kept in known (0:
+   not asked yet, -1: could not be asked); fallback when it cannot be asked. Concurrent first
+   calls store the same value. */
+template <typename F> static int per_device(volatile int (&known)[64], int fallback, F ask) {
+    int dev = 0;
     if (cudaGetDevice(&dev) != cudaSuccess) {
         (void)cudaGetLastError();
-        return 0;
+        return fallback;
     }
-    if (dev >= 0 && dev < 64 && known[dev] > 0) return known[dev];
-    if (cudaDeviceGetAttribute(&v, a, dev) != cudaSuccess || v <= 0) {
+    const bool keep = dev >= 0 && dev < 64;
+    if (keep && known[dev] != 0) return known[dev] > 0 ? known[dev] : fallback;
+    int v = ask(dev);
+    if (v <= 0) {
         (void)cudaGetLastError();
-        return 0;
+        v = -1;
     }
-    if (dev >= 0 && dev < 64) known[dev] = v;
-    return v;
+    if (keep) known[dev] = v;
+    return v > 0 ? v : fallback;
+}
+/* An attribute of the current device, asked once a device; 0 when it cannot be asked */
+static int current_device_attr(cudaDeviceAttr a, volatile int (&known)[64]) {
+    return per_device(known, 0, [&](int dev) {
+        int v = 0;
+        return cudaDeviceGetAttribute(&v, a, dev) == cudaSuccess ? v : 0;
+    });
 }
 
 /* Multiprocessors the plans fill a wave of blocks on (L chunks): the current device's (132, an
@@ -3144,7 +3155,7 @@ static void plan_fast_forward(const selscan__prob &q, int64_t sms, fwd_plan *pl,
        long enough for a warp's 32 lanes (L >= 64); y wanted, no checkpoint (it keeps no state
        at the checkpoint steps). Its workspace is none: the plan's ws stays the fast forward's, so
        that sizes do not depend on which runs. */
-    const bool short_ok = need_y && !ck && !cl && q.L >= 64 && q.y.data;
+    const bool short_ok = need_y && !ck && !cl && q.L >= 64; /* need_y: ok above checked y is given */
     const int64_t sblocks = c.mul(q.batch, q.G, cdiv(q.dpg, kShortWarps));
     if (!short_ok || !c.ok || sblocks > kMaxGrid || tu.shortk < 0) return;
     if (tu.shortk > 0) pl->shortK = tu.shortk <= 4 ? 4 : tu.shortk >= 16 ? 16 : 8;
@@ -3704,7 +3715,7 @@ struct step_tune {
     int64_t tma_slices;              /* (set by launch_step) its grid's row slices; 0: not used */
 };
 template <typename T, int S, int R, int NTC, bool FAST, int MINB>
-void launch_step_vec(const step_params &sp, dim3 grid, bool pdl, cudaStream_t stream) {
+static void launch_step_vec(const step_params &sp, dim3 grid, bool pdl, cudaStream_t stream) {
     if (pdl) launch_pdl(step_vec_kernel<T, S, R, NTC, FAST, MINB>, grid, kThreads, 0, stream, sp);
     else step_vec_kernel<T, S, R, NTC, FAST, MINB><<<grid, kThreads, 0, stream>>>(sp);
 }
@@ -3712,7 +3723,7 @@ void launch_step_vec(const step_params &sp, dim3 grid, bool pdl, cudaStream_t st
    everything else: the run-time NT, every layout. tu.S / tu.R force the shape; tu.fast < 0:
    never the FAST form; tu.minb (SELSCAN__STEP_SWEEP): its register bound. */
 template <typename T, int S, int R>
-bool launch_step_vec_f(const step_tune &tu, bool fast, const step_params &sp, dim3 grid, bool pdl, cudaStream_t stream) {
+static bool launch_step_vec_f(const step_tune &tu, bool fast, const step_params &sp, dim3 grid, bool pdl, cudaStream_t stream) {
     if constexpr (S == 8 && R == 1) {
         if (sp.NT == 2 && fast && tu.tma_slices > 0) { /* the state by the bulk copy engine */
             dim3 g2(static_cast<unsigned>(tu.tma_slices), grid.y);
@@ -3743,7 +3754,7 @@ bool launch_step_vec_f(const step_tune &tu, bool fast, const step_params &sp, di
     return true;
 }
 template <typename T, int S>
-bool launch_step_vec_r(const step_tune &tu, int R, bool fast, const step_params &sp, dim3 grid, bool pdl, cudaStream_t stream) {
+static bool launch_step_vec_r(const step_tune &tu, int R, bool fast, const step_params &sp, dim3 grid, bool pdl, cudaStream_t stream) {
     if (R == 1) return launch_step_vec_f<T, S, 1>(tu, fast, sp, grid, pdl, stream);
 #ifdef SELSCAN__STEP_SWEEP
     if (R == 2) return launch_step_vec_f<T, S, 2>(tu, fast, sp, grid, pdl, stream);
@@ -3751,7 +3762,7 @@ bool launch_step_vec_r(const step_tune &tu, int R, bool fast, const step_params 
     return false;
 }
 template <typename T>
-bool launch_step_vec_t(const step_tune &tu, int S, int R, bool fast, const step_params &sp, dim3 grid, bool pdl, cudaStream_t stream) {
+static bool launch_step_vec_t(const step_tune &tu, int S, int R, bool fast, const step_params &sp, dim3 grid, bool pdl, cudaStream_t stream) {
     if (S == 8) return launch_step_vec_r<T, 8>(tu, R, fast, sp, grid, pdl, stream);
     if (S == 4) return launch_step_vec_r<T, 4>(tu, R, fast, sp, grid, pdl, stream);
 #ifdef SELSCAN__STEP_SWEEP
@@ -3760,53 +3771,37 @@ bool launch_step_vec_t(const step_tune &tu, int S, int R, bool fast, const step_
     return false;
 }
 /* Blocks an SM step_loop_kernel<T> holds (its registers), asked once a device; 8 when unknown */
-template <typename T> int step_loop_bpsm() {
+template <typename T> static int step_loop_bpsm() {
     static volatile int known[64];
-    int dev = 0, v = 0;
-    if (cudaGetDevice(&dev) != cudaSuccess) {
-        (void)cudaGetLastError();
-        return 8;
-    }
-    if (dev >= 0 && dev < 64 && known[dev] > 0) return known[dev];
-    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&v, step_loop_kernel<T>, kThreads, 0) != cudaSuccess || v <= 0) {
-        (void)cudaGetLastError();
-        return 8;
-    }
-    if (dev >= 0 && dev < 64) known[dev] = v;
-    return v;
+    return per_device(known, 8, [](int) {
+        int v = 0;
+        return cudaOccupancyMaxActiveBlocksPerMultiprocessor(&v, step_loop_kernel<T>, kThreads, 0) == cudaSuccess ? v : 0;
+    });
 }
 /* step_tma_kernel<T, MINB>: blocks an SM (0: not runnable here: its binary predates sm_90 or the
    device is older), asked once a device */
-template <typename T, int MINB> int step_tma_bpsm() {
+template <typename T, int MINB> static int step_tma_bpsm() {
     static volatile int known[64];
-    int dev = 0, v = 0;
-    if (cudaGetDevice(&dev) != cudaSuccess) {
-        (void)cudaGetLastError();
-        return 0;
-    }
-    if (dev >= 0 && dev < 64 && known[dev] != 0) return known[dev] > 0 ? known[dev] : 0;
-    cudaFuncAttributes fa;
-    int major = 0;
-    if (cudaFuncGetAttributes(&fa, step_tma_kernel<T, MINB>) != cudaSuccess || fa.binaryVersion < 90 ||
-        cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess || major < 9 ||
-        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&v, step_tma_kernel<T, MINB>, kThreads, 0) != cudaSuccess || v <= 0) {
-        (void)cudaGetLastError();
-        v = -1;
-    }
-    if (dev >= 0 && dev < 64) known[dev] = v;
-    return v > 0 ? v : 0;
+    return per_device(known, 0, [](int dev) {
+        cudaFuncAttributes fa;
+        int major = 0, v = 0;
+        const bool ok = cudaFuncGetAttributes(&fa, step_tma_kernel<T, MINB>) == cudaSuccess && fa.binaryVersion >= 90 &&
+                        cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) == cudaSuccess && major >= 9 &&
+                        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&v, step_tma_kernel<T, MINB>, kThreads, 0) == cudaSuccess;
+        return ok ? v : 0;
+    });
 }
-int step_tma_blocks_per_sm(selscan_dtype dt) {
+static int step_tma_blocks_per_sm(selscan_dtype dt) {
     return with_dtype(dt, [&](auto tag) {
         using T = typename decltype(tag)::type;
         return step_tma_bpsm<T, SELSCAN_CUDA_STEP_TMA_MINBLOCKS>();
     });
 }
-int step_loop_blocks_per_sm(selscan_dtype dt) {
+static int step_loop_blocks_per_sm(selscan_dtype dt) {
     return dt == SELSCAN_F32 ? step_loop_bpsm<float>() : dt == SELSCAN_F16 ? step_loop_bpsm<__half>() : step_loop_bpsm<__nv_bfloat16>();
 }
 /* 16-byte loads of a B / C row: unit n stride, 16-byte aligned base and row strides */
-bool step_rows_vec(const selscan__ten &t, bool fixed, size_t es) {
+static bool step_rows_vec(const selscan__ten &t, bool fixed, size_t es) {
     const uintptr_t a = reinterpret_cast<uintptr_t>(t.data);
     if (fixed) return t.s[1] == 1 && a % 16 == 0 && (t.s[0] * 4) % 16 == 0;
     return t.s[2] == 1 && a % 16 == 0 && (t.s[0] * static_cast<int64_t>(es)) % 16 == 0 && (t.s[1] * static_cast<int64_t>(es)) % 16 == 0;
@@ -4063,7 +4058,7 @@ static selscan_status step(const selscan_step_problem *s, const selscan_cuda_ext
    the general kernel's L chunks (its workspace then holds 3 * batch * dim * nlch * N floats, each
    third 256-byte aligned, plus 255 bytes of alignment slack); lchunk > 0 the fast forward's L
    chunks of that many steps (the same workspace); shortk < 0 never the short-prefill forward,
-   4 / 8 wherever it applies with that many steps a lane (0: the automatic choice). */
+   4 / 8 / 16 wherever it applies with that many steps a lane (0: the automatic choice). */
 static SELSCAN__MAYBE_UNUSED selscan_status selscan__forward_cuda_tuned(const selscan_problem *p, const selscan_cuda_ext *x, void *workspace,
                                                   size_t bytes, cudaStream_t stream, int npt, int64_t nlch, int64_t lchunk = 0,
                                                   int shortk = 0) {

@@ -704,6 +704,16 @@ static inline void tc_grads_make(tc_grads *G, const tc_prob *P, unsigned want, i
     if (!(want & TC_G_DH0)) G->g.dh0.data = NULL;
 }
 
+/* The 9 gradient outputs in selscan_grads order (du .. dh0): their tensors, and the data pointer
+   each was passed with (NULL: not asked for). */
+static inline void tc_grads_outputs(tc_grads *G, tc_tensor *outs[9], const void *gdata[9]) {
+    outs[0] = &G->du; outs[1] = &G->ddelta; outs[2] = &G->dA; outs[3] = &G->dB; outs[4] = &G->dC;
+    outs[5] = &G->dD; outs[6] = &G->dz; outs[7] = &G->dbias; outs[8] = &G->dh0;
+    gdata[0] = G->g.du.data; gdata[1] = G->g.ddelta.data; gdata[2] = G->g.dA.data; gdata[3] = G->g.dB.data;
+    gdata[4] = G->g.dC.data; gdata[5] = G->g.dD.data; gdata[6] = G->g.dz.data; gdata[7] = G->g.ddelta_bias.data;
+    gdata[8] = G->g.dh0.data;
+}
+
 static inline void tc_grads_poison(tc_grads *G) {
     tc_poison(&G->du); tc_poison(&G->ddelta); tc_poison(&G->dA); tc_poison(&G->dB); tc_poison(&G->dC);
     tc_poison(&G->dD); tc_poison(&G->dz); tc_poison(&G->dbias); tc_poison(&G->dh0);

@@ -193,11 +193,7 @@ static void test_backward(selscan_dtype dt, int64_t max_work) {
     want = tc_coin(0.6) ? TC_G_ALL : (unsigned)tc_randint(1, TC_G_ALL);
     tc_grads_make(&G, &P, want, tc_coin(0.5));
     tc_prob_describe(&P, desc, sizeof desc);
-    outs[0] = &G.du; outs[1] = &G.ddelta; outs[2] = &G.dA; outs[3] = &G.dB; outs[4] = &G.dC;
-    outs[5] = &G.dD; outs[6] = &G.dz; outs[7] = &G.dbias; outs[8] = &G.dh0;
-    gdata[0] = G.g.du.data; gdata[1] = G.g.ddelta.data; gdata[2] = G.g.dA.data; gdata[3] = G.g.dB.data;
-    gdata[4] = G.g.dC.data; gdata[5] = G.g.dD.data; gdata[6] = G.g.dz.data; gdata[7] = G.g.ddelta_bias.data;
-    gdata[8] = G.g.dh0.data;
+    tc_grads_outputs(&G, outs, gdata);
     tc_grads_poison(&G);
     st = selscan_workspace_size(&P.p, &G.g, &bytes);
     CHECK(st == SELSCAN_OK, "backward workspace_size: %s (%s)", selscan_status_string(st), desc);

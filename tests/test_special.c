@@ -117,11 +117,7 @@ static void one_case(const tc_cfg *c0, int site, int dense, const char *label) {
     int ia, i;
     tc_prob_make(&P, &c);
     tc_grads_make(&G, &P, TC_G_ALL, 1);
-    outs[0] = &G.du; outs[1] = &G.ddelta; outs[2] = &G.dA; outs[3] = &G.dB; outs[4] = &G.dC;
-    outs[5] = &G.dD; outs[6] = &G.dz; outs[7] = &G.dbias; outs[8] = &G.dh0;
-    gdata[0] = G.g.du.data; gdata[1] = G.g.ddelta.data; gdata[2] = G.g.dA.data; gdata[3] = G.g.dB.data;
-    gdata[4] = G.g.dC.data; gdata[5] = G.g.dD.data; gdata[6] = G.g.dz.data; gdata[7] = G.g.ddelta_bias.data;
-    gdata[8] = G.g.dh0.data;
+    tc_grads_outputs(&G, outs, gdata);
     {
         tc_tensor *ins[S_ALL] = {&P.u, &P.delta, &P.A, &P.B, &P.C, &P.D, &P.z, &P.bias, &P.h0, &G.dy, &G.dhlast};
         if (site == S_ALL) for (i = 0; i < S_ALL; i++) sprinkle(ins[i], 1);
