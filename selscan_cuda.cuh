@@ -24,7 +24,8 @@
  *   index is negative or >= n_cache is padding (y = 0, no state touched). Duplicate indices are
  *   the caller's responsibility (undefined which write wins).
  * - Launchers validate everything they can on the host (same rules and statuses as the CPU
- *   entries), never allocate, never synchronize, run on the caller's stream only (stream 0 only if
+ *   entries), never allocate (a workspace comes from the caller, or from the caller's
+ *   ext->workspace_alloc), never synchronize, run on the caller's stream only (stream 0 only if
  *   the caller passes 0), and return SELSCAN_ERR_CUDA when a launch fails. The failing
  *   cudaError_t is taken with cudaGetLastError() (which clears it) and stored into
  *   *ext->cuda_error when the caller gives one. On a validation error nothing is launched, and
@@ -38,6 +39,8 @@
  * - Workspace: selscan_workspace_size_cuda() bytes of device memory at any address (the size
  *   includes 255 bytes of slack; the launchers align the pointer up to 256 inside). It depends on
  *   the shapes and on whether the backward gets a checkpoint, not on the device; 0: NULL is fine.
+ *   A call is checked against what its plan on this device uses, which can be less (the
+ *   short-prefill forward uses none); ext->workspace_alloc asks for exactly that.
  * - Checkpoint: the forward can save the state entering every SELSCAN_CUDA_CHECKPOINT_INTERVAL
  *   steps (f32, (rows = batch, dim, ceil(L / interval), N), selscan_checkpoint_size_cuda()) in
  *   ext->checkpoint_out, e.g. as an extra output of a framework op; the backward given the same
@@ -116,6 +119,14 @@ typedef struct selscan_cuda_ext {
     const float *checkpoint_in;       /* backward: the forward's checkpoint, read when non-NULL */
     size_t checkpoint_bytes;          /* of checkpoint_out / checkpoint_in: >= selscan_checkpoint_size_cuda() */
     cudaError_t *cuda_error;          /* out: the failing CUDA error when SELSCAN_ERR_CUDA is returned */
+    /* Workspace on demand (forward, backward): when the entry's workspace is NULL and this is set,
+       it is called once, after every check and before any launch, only when the call needs a
+       workspace on this device, with the bytes it needs (at most selscan_workspace_size_cuda_ex's);
+       the call runs in what it returns (any address; NULL: SELSCAN_ERR_WORKSPACE, nothing
+       launched). The memory must stay valid until the call's kernels have run (a framework's
+       stream-ordered allocator). One validation instead of two, and no buffer a kernel never reads. */
+    void *(*workspace_alloc)(void *ctx, size_t bytes);
+    void *workspace_ctx;              /* workspace_alloc's first argument */
 } selscan_cuda_ext;
 
 #ifdef __cplusplus
@@ -3325,6 +3336,15 @@ static selscan_status check_workspace(void *workspace, size_t bytes, int64_t nee
     return SELSCAN_OK;
 }
 
+/* A workspace from the caller's x->workspace_alloc where none was given and the plan needs some
+   (need bytes, before the alignment slack): called after every check, before any launch. */
+static selscan_status take_workspace(const selscan_cuda_ext *x, int64_t need, void **workspace, size_t *bytes, selscan_diag *dg) {
+    if (*workspace || !need || !x || !x->workspace_alloc) return SELSCAN_OK;
+    *bytes = ws_reported(need);
+    *workspace = x->workspace_alloc(x->workspace_ctx, *bytes);
+    return *workspace ? SELSCAN_OK : fail(dg, SELSCAN_ERR_WORKSPACE, "workspace", "allocation failed");
+}
+
 /* ---------------------------------------------------------------------------------------------- */
 /*                                    host side: launches                                         */
 /* ---------------------------------------------------------------------------------------------- */
@@ -3988,13 +4008,16 @@ static selscan_status forward(const selscan_problem *p, const selscan_cuda_ext *
     const int64_t ck_need = ck ? checkpoint_bytes(q) : 0;
     if (ck_need < 0) return fail(dg, SELSCAN_ERR_SHAPE, "checkpoint", "size overflows");
     if (ck && x->checkpoint_bytes < static_cast<size_t>(ck_need)) return fail(dg, SELSCAN_ERR_WORKSPACE, "checkpoint", "too small");
-    if ((st = check_workspace(workspace, bytes, fp.ws, &ws, dg)) != SELSCAN_OK) return st;
-    const selscan__ten ckt = flat(ck, ck_need), cut = flat(q.cu ? x->cu_seqlens_device : NULL, (q.nseq + 1) * 8), wst = flat(ws, fp.ws);
+    const selscan__ten ckt = flat(ck, ck_need), cut = flat(q.cu ? x->cu_seqlens_device : NULL, (q.nseq + 1) * 8);
     const selscan__ten *all[] = {&q.u, &q.delta, &q.A, &q.B, &q.C, &q.D, &q.z, &q.bias, &q.h0, &q.y, &q.hlast, &cut, &ckt};
     if (ck && (st = check_overlap(ckt, all, 12, dg, "checkpoint", "overlaps an operand")) != SELSCAN_OK) return st;
     if (q.cu && ((st = check_overlap(q.y, &all[11], 1, dg, "cu_seqlens_device", "overlaps y")) != SELSCAN_OK ||
                  (st = check_overlap(q.hlast, &all[11], 1, dg, "cu_seqlens_device", "overlaps h_last")) != SELSCAN_OK))
         return st;
+    const int64_t need = fp.shortK ? 0 : fp.ws; /* the short-prefill kernel uses none (fp.ws: the size reported) */
+    if ((st = take_workspace(x, need, &workspace, &bytes, dg)) != SELSCAN_OK) return st;
+    if ((st = check_workspace(workspace, bytes, need, &ws, dg)) != SELSCAN_OK) return st;
+    const selscan__ten wst = flat(ws, need);
     if (ws && (st = check_overlap(wst, all, 13, dg, "workspace", "overlaps an operand")) != SELSCAN_OK) return st;
     fill_problem(P, q, x ? x->cu_seqlens_device : NULL);
     P.ck = ck;
@@ -4018,10 +4041,8 @@ static selscan_status backward(const selscan_problem *p, const selscan_grads *g,
     if ((st = check_ext_cu(q, x, dg)) != SELSCAN_OK) return st;
     if ((st = plan_backward(q, r, ckin != NULL, sm_count(), &bp, dg)) != SELSCAN_OK) return st;
     if (ckin && x->checkpoint_bytes < static_cast<size_t>(bp.ck_bytes)) return fail(dg, SELSCAN_ERR_WORKSPACE, "checkpoint", "too small");
-    if ((st = check_workspace(workspace, bytes, bp.ws, &ws, dg)) != SELSCAN_OK) return st;
     {
-        const selscan__ten ckt = flat(ckin, bp.ck_bytes), cut = flat(q.cu ? x->cu_seqlens_device : NULL, (q.nseq + 1) * 8),
-                           wst = flat(ws, bp.ws);
+        const selscan__ten ckt = flat(ckin, bp.ck_bytes), cut = flat(q.cu ? x->cu_seqlens_device : NULL, (q.nseq + 1) * 8);
         const selscan__ten *outs[] = {&r.du, &r.ddelta, &r.dA, &r.dB, &r.dC, &r.dD, &r.dz, &r.dbias, &r.dh0};
         const selscan__ten *all[] = {&r.du, &r.ddelta, &r.dA, &r.dB, &r.dC, &r.dD, &r.dz, &r.dbias, &r.dh0, &q.u, &q.delta, &q.A,
                                      &q.B, &q.C, &q.D, &q.z, &q.bias, &q.h0, &r.dy, &r.dhlast, &ckt, &cut};
@@ -4030,6 +4051,9 @@ static selscan_status backward(const selscan_problem *p, const selscan_grads *g,
             if (ckin && (st = check_overlap(*outs[i], ckp, 1, dg, "checkpoint", "overlaps an output")) != SELSCAN_OK) return st;
             if (q.cu && (st = check_overlap(*outs[i], cup, 1, dg, "cu_seqlens_device", "overlaps an output")) != SELSCAN_OK) return st;
         }
+        if ((st = take_workspace(x, bp.ws, &workspace, &bytes, dg)) != SELSCAN_OK) return st;
+        if ((st = check_workspace(workspace, bytes, bp.ws, &ws, dg)) != SELSCAN_OK) return st;
+        const selscan__ten wst = flat(ws, bp.ws);
         if (ws && (st = check_overlap(wst, all, 22, dg, "workspace", "overlaps an operand")) != SELSCAN_OK) return st;
     }
     fill_problem(P, q, x ? x->cu_seqlens_device : NULL);

@@ -661,6 +661,107 @@ static void validation_tests() {
         if (wb) cudaFree(wb);
         cudaFree(ck);
     }
+    {   /* ext->workspace_alloc: asked once, after every check, for what the call needs on this
+           device (any address); NULL from it refuses the call with the outputs untouched */
+        struct Pool {
+            int calls = 0;
+            size_t asked = 0;
+            bool fail = false;
+            void *mem = NULL;
+            static void *alloc(void *ctx, size_t bytes) {
+                Pool *pl = static_cast<Pool *>(ctx);
+                pl->calls++;
+                pl->asked = bytes;
+                if (pl->fail || cudaMalloc(&pl->mem, bytes + 16) != cudaSuccess) return NULL;
+                return static_cast<char *>(pl->mem) + 3; /* any address */
+            }
+            void reset(bool f) {
+                if (mem) cudaFree(mem);
+                mem = NULL;
+                calls = 0;
+                asked = 0;
+                fail = f;
+            }
+        } pool;
+        selscan_cuda_ext x;
+        memset(&x, 0, sizeof x);
+        x.workspace_alloc = &Pool::alloc;
+        x.workspace_ctx = &pool;
+        selscan_diag dg = {NULL, NULL};
+        selscan_problem q = p;
+        q.diag = &dg;
+        size_t needb = 0;
+        CHECK(selscan_workspace_size_cuda(&q, &g, &needb) == SELSCAN_OK && needb > 0, "bwd ws size %zu", needb);
+        void *w = NULL;
+        CU(cudaMalloc(&w, needb));
+        CU(cudaMemset(du.d, 0xff, du.bytes));
+        selscan_status s = selscan_backward_cuda(&q, &g, w, needb, 0);
+        CU(cudaDeviceSynchronize());
+        const std::vector<unsigned char> ref = fetch(du);
+        CU(cudaMemset(du.d, 0xff, du.bytes));
+        pool.reset(false);
+        s = selscan_backward_cuda_ex(&q, &g, &x, NULL, 0, 0);
+        CU(cudaDeviceSynchronize());
+        CHECK(s == SELSCAN_OK && pool.calls == 1 && pool.asked > 0 && pool.asked <= needb && fetch(du) == ref,
+              "bwd workspace_alloc: %s, %d calls, %zu bytes of %zu, results %s", selscan_status_string(s), pool.calls, pool.asked,
+              needb, fetch(du) == ref ? "equal" : "differ");
+        CU(cudaMemset(du.d, 0xff, du.bytes));
+        pool.reset(true);
+        s = selscan_backward_cuda_ex(&q, &g, &x, NULL, 0, 0);
+        CU(cudaDeviceSynchronize());
+        std::vector<unsigned char> v = fetch(du);
+        bool untouched = true;
+        for (unsigned char ch : v) untouched = untouched && ch == 0xff;
+        CHECK(s == SELSCAN_ERR_WORKSPACE && pool.calls == 1 && untouched && dg.operand && !strcmp(dg.operand, "workspace") &&
+                  !strcmp(dg.rule, "allocation failed"),
+              "bwd workspace_alloc failing: %s, %d calls", selscan_status_string(s), pool.calls);
+        pool.reset(false);
+        selscan_grads g3 = g;
+        g3.dy.data = NULL;
+        s = selscan_backward_cuda_ex(&q, &g3, &x, NULL, 0, 0);
+        CHECK(s == SELSCAN_ERR_NULL && pool.calls == 0, "bwd workspace_alloc on a bad call: %s, %d calls", selscan_status_string(s),
+              pool.calls);
+        selscan_problem q4 = q;
+        q4.y.data = u.d;
+        s = selscan_forward_cuda_ex(&q4, &x, NULL, 0, 0);
+        CHECK(s == SELSCAN_ERR_ALIAS && pool.calls == 0, "fwd workspace_alloc on a bad call: %s, %d calls", selscan_status_string(s),
+              pool.calls);
+        poison(y);
+        s = selscan_forward_cuda_ex(&q, &x, NULL, 0, 0);
+        CU(cudaDeviceSynchronize());
+        size_t fneed = 0;
+        CHECK(selscan_workspace_size_cuda(&q, NULL, &fneed) == SELSCAN_OK, "fwd ws size");
+        CHECK(s == SELSCAN_OK && !y_untouched() && pool.calls <= 1 && pool.asked <= fneed, "fwd workspace_alloc: %s, %d calls, %zu bytes",
+              selscan_status_string(s), pool.calls, pool.asked);
+        pool.reset(false);
+        cudaFree(w);
+        /* the short-prefill forward (one channel block, L 1024, no checkpoint) uses no workspace:
+           none is asked for and none is needed, whatever the reported size says */
+        const int64_t sd = 64, sL = 1024, sN = 16;
+        Ten su, sdl, sA, sB, sC, sy;
+        make(su, SELSCAN_F32, 3, 1, sd, sL, 1, 0); fill(su, -1, 1);
+        make(sdl, SELSCAN_F32, 3, 1, sd, sL, 1, 0); fill(sdl, 0, 0.2);
+        make(sA, SELSCAN_F32, 2, sd, sN, 1, 1, 0); fill(sA, -1, -0.1);
+        make(sB, SELSCAN_F32, 4, 1, 1, sN, sL, 0); fill(sB, -1, 1);
+        make(sC, SELSCAN_F32, 4, 1, 1, sN, sL, 0); fill(sC, -1, 1);
+        make(sy, SELSCAN_F32, 3, 1, sd, sL, 1, 0);
+        selscan_problem ps;
+        memset(&ps, 0, sizeof ps);
+        ps.batch = 1; ps.dim = sd; ps.seqlen = sL; ps.dstate = sN; ps.dtype = SELSCAN_F32;
+        ps.u = su.api(1); ps.delta = sdl.api(1); ps.A = sA.api(1); ps.B = sB.api(1); ps.C = sC.api(1); ps.y = sy.out(1);
+        CU(cudaMemset(sy.d, 0xff, sy.bytes));
+        s = selscan_forward_cuda_ex(&ps, &x, NULL, 0, 0);
+        CU(cudaDeviceSynchronize());
+        const std::vector<unsigned char> ys = fetch(sy);
+        CHECK(s == SELSCAN_OK && pool.calls == 0 && ys != std::vector<unsigned char>(ys.size(), 0xff),
+              "short forward with workspace_alloc: %s, %d calls", selscan_status_string(s), pool.calls);
+        s = selscan_forward_cuda(&ps, NULL, 0, 0);
+        CU(cudaDeviceSynchronize());
+        CHECK(s == SELSCAN_OK && fetch(sy) == ys, "short forward without a workspace: %s", selscan_status_string(s));
+        pool.reset(false);
+        Ten *st[] = {&su, &sdl, &sA, &sB, &sC, &sy};
+        for (Ten *t : st) release(*t);
+    }
     {   /* step: bad sizes, aliasing */
         selscan_step_problem s;
         memset(&s, 0, sizeof s);

@@ -19,6 +19,7 @@
 #include <Python.h>
 
 #include <ATen/ATen.h>
+#include <ATen/EmptyTensor.h>
 #include <ATen/Parallel.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <torch/autograd.h>
@@ -27,10 +28,12 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdint>
+#include <exception>
 #include <string>
 #include <vector>
 
 #ifdef WITH_CUDA
+#include <ATen/cuda/EmptyTensor.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
 #include "selscan_torch_cuda.h"
@@ -279,6 +282,24 @@ selscan_problem BuildProblem(const Sizes& s, const Tensor& u, const Tensor& delt
   return p;
 }
 
+// ---- outputs ----------------------------------------------------------------------------------
+
+// A new tensor of torch's allocator on `like`'s device, straight from ATen's empty_cpu / empty_cuda
+// (the allocation at::empty makes, without its two dispatcher passes: the host cost of a short
+// CUDA call is mostly such overhead, and the ops make up to 10 outputs and placeholders a call).
+Tensor NewTensor(at::IntArrayRef sizes, at::ScalarType dtype, const Tensor& like) {
+#ifdef WITH_CUDA
+  if (like.is_cuda()) return at::detail::empty_cuda(sizes, dtype, like.device(), std::nullopt);
+#endif
+  if (like.is_cpu()) return at::detail::empty_cpu(sizes, dtype);
+  return at::empty(sizes, like.options().dtype(dtype));
+}
+Tensor NewF32(at::IntArrayRef sizes, const Tensor& like) { return NewTensor(sizes, at::kFloat, like); }
+// at::empty_like(t): a contiguous t's layout directly, any other through empty_like (its strides)
+Tensor NewLike(const Tensor& t) {
+  return t.is_contiguous() ? NewTensor(t.sizes(), t.scalar_type(), t) : at::empty_like(t);
+}
+
 // A byte buffer of torch's allocator on `dev` holding `bytes` bytes: selscan's sizes include the
 // slack it needs to align any pointer up inside, so the buffer is handed over as it comes.
 struct Workspace {
@@ -330,6 +351,30 @@ OptT HostCuSeqlens(const OptT& cu) {
 void* CurrentStream(const Tensor& t) {
   return static_cast<void*>(c10::cuda::getCurrentCUDAStream(t.device().index()).stream());
 }
+
+// The CUDA workspace, from torch's caching allocator when selscan asks for one (its
+// selscan_cuda_ext.workspace_alloc: after selscan's checks, only when the call needs a workspace
+// on this device, exactly its size). An allocation error is kept and rethrown once selscan has
+// returned (no exception crosses its frames).
+struct DeviceWorkspace {
+  explicit DeviceWorkspace(const Tensor& like) : like(like) {}
+  static void* Alloc(void* ctx, size_t bytes) {
+    auto* w = static_cast<DeviceWorkspace*>(ctx);
+    try {
+      w->buf = NewTensor({static_cast<int64_t>(bytes)}, at::kByte, w->like);
+      return w->buf.data_ptr();
+    } catch (...) {
+      w->error = std::current_exception();
+      return nullptr;
+    }
+  }
+  void Rethrow() const {
+    if (error) std::rethrow_exception(error);
+  }
+  const Tensor& like;
+  Tensor buf;  // alive until the op returns: the caching allocator is stream-ordered
+  std::exception_ptr error;
+};
 #endif
 
 // CPU checkpoint use: the CPU backward ignores checkpoints for N > 64 (see selscan.h).
@@ -351,9 +396,8 @@ std::tuple<Tensor, Tensor, Tensor> Forward(const Tensor& u_in, const Tensor& del
   TORCH_CHECK(!cuda, "selscan: this build of selscan_torch has no CUDA kernels (built without nvcc or with "
               "SELSCAN_TORCH_CPU_ONLY=1); u is on ", u.device());
 #endif
-  const auto f32 = u.options().dtype(at::kFloat);
-  Tensor y = at::empty_like(u);
-  Tensor h_last = return_last_state ? at::empty({s.rows, s.dim, s.N}, f32) : at::empty({0}, f32);
+  Tensor y = NewLike(u);
+  Tensor h_last = NewF32(return_last_state ? at::IntArrayRef{s.rows, s.dim, s.N} : at::IntArrayRef{0}, u);
   if (s.Empty() || s.N == 0) {
     TORCH_CHECK_VALUE(s.N > 0 || s.Empty(), "selscan: A must have N >= 1 states, got ", Shape(A));
     if (y.numel()) y.zero_();
@@ -361,7 +405,7 @@ std::tuple<Tensor, Tensor, Tensor> Forward(const Tensor& u_in, const Tensor& del
       if (h0) h_last.copy_(*h0);
       else h_last.zero_();
     }
-    return {y, h_last, at::empty({0}, f32)};
+    return {y, h_last, NewF32({0}, u)};
   }
   const OptT cu_host = HostCuSeqlens(cu_seqlens);
   selscan_problem p = BuildProblem(s, u, delta, A, B, C, D, z, delta_bias, h0, cu_host, delta_softplus);
@@ -375,21 +419,21 @@ std::tuple<Tensor, Tensor, Tensor> Forward(const Tensor& u_in, const Tensor& del
 #ifdef WITH_CUDA
     const c10::cuda::CUDAGuard guard(u.device());
     if (save_checkpoint) Check(selscan_torch_cuda_checkpoint_size(&p, &ck_bytes), "checkpoint size", diag);
-    checkpoint = at::empty({static_cast<int64_t>(ck_bytes / 4)}, f32);
+    checkpoint = NewF32({static_cast<int64_t>(ck_bytes / 4)}, u);
     float* ck = ck_bytes ? checkpoint.data_ptr<float>() : nullptr;
-    size_t ws_bytes = 0;
-    Check(selscan_torch_cuda_workspace_size(&p, nullptr, ck != nullptr, &ws_bytes), "forward (CUDA)", diag);
-    Workspace ws = MakeWorkspace(ws_bytes, u.device());
+    DeviceWorkspace ws(u);
     Tensor cu_dev;
     if (cu_host) cu_dev = cu_host->to(u.device(), /*non_blocking=*/true);
     const char* text = "";
-    Check(selscan_torch_cuda_forward(&p, ws.ptr, ws.bytes, ck, ck_bytes,
-                                     cu_host ? cu_dev.data_ptr<int64_t>() : nullptr, CurrentStream(u), &text),
-          "forward (CUDA)", diag, text);
+    const selscan_status st = selscan_torch_cuda_forward(&p, &DeviceWorkspace::Alloc, &ws, ck, ck_bytes,
+                                                         cu_host ? cu_dev.data_ptr<int64_t>() : nullptr,
+                                                         CurrentStream(u), &text);
+    ws.Rethrow();
+    Check(st, "forward (CUDA)", diag, text);
 #endif
   } else {
     if (save_checkpoint && s.N <= kCpuCheckpointMaxN) Check(selscan_checkpoint_size(&p, &ck_bytes), "checkpoint size", diag);
-    checkpoint = at::empty({static_cast<int64_t>(ck_bytes / 4)}, f32);
+    checkpoint = NewF32({static_cast<int64_t>(ck_bytes / 4)}, u);
     float* ck = ck_bytes ? checkpoint.data_ptr<float>() : nullptr;
     const int64_t n = NumParts();
     size_t ws_bytes = 0;
@@ -438,7 +482,7 @@ std::vector<Tensor> Backward(const Tensor& u_in, const Tensor& delta_in, const T
   bool want[kNumGrads];
   for (int i = 0; i < kNumGrads; i++) {
     want[i] = present[i] && grad_mask[i] != 0;
-    out[i] = want[i] ? at::empty_like(*like[i]) : at::empty({0}, u.options().dtype(at::kFloat));
+    out[i] = want[i] ? NewLike(*like[i]) : NewF32({0}, u);
   }
   if (s.Empty() || s.N == 0) {  // every gradient 0, except dh0 = dh_last (the state passes through)
     for (int i = 0; i < kNumGrads; i++)
@@ -477,15 +521,15 @@ std::vector<Tensor> Backward(const Tensor& u_in, const Tensor& delta_in, const T
       Check(selscan_torch_cuda_checkpoint_size(&p, &need), "checkpoint size", diag);
       if (static_cast<size_t>(checkpoint.numel()) * 4 == need) { ck = checkpoint.data_ptr<float>(); ck_bytes = need; }
     }
-    size_t ws_bytes = 0;
-    Check(selscan_torch_cuda_workspace_size(&p, &g, ck != nullptr, &ws_bytes), "backward (CUDA)", diag);
-    Workspace ws = MakeWorkspace(ws_bytes, u.device());
+    DeviceWorkspace ws(u);
     Tensor cu_dev;
     if (cu_host) cu_dev = cu_host->to(u.device(), /*non_blocking=*/true);
     const char* text = "";
-    Check(selscan_torch_cuda_backward(&p, &g, ws.ptr, ws.bytes, ck, ck_bytes,
-                                      cu_host ? cu_dev.data_ptr<int64_t>() : nullptr, CurrentStream(u), &text),
-          "backward (CUDA)", diag, text);
+    const selscan_status st = selscan_torch_cuda_backward(&p, &g, &DeviceWorkspace::Alloc, &ws, ck, ck_bytes,
+                                                          cu_host ? cu_dev.data_ptr<int64_t>() : nullptr,
+                                                          CurrentStream(u), &text);
+    ws.Rethrow();
+    Check(st, "backward (CUDA)", diag, text);
 #endif
   } else {
     const float* ck = nullptr;
@@ -563,7 +607,7 @@ Tensor Step(const Tensor& state, const Tensor& x_in, const Tensor& dt_in, const 
                      "(the Python wrapper converts int64)");
     SameDevice(x_in, *state_index, "state_batch_indices");
   }
-  Tensor y = at::empty_like(x_in);
+  Tensor y = NewLike(x_in);
   if (batch == 0 || dim == 0) return y;
   TORCH_CHECK_VALUE(N > 0, "selscan: state must have N >= 1, got ", Shape(state));
   const Tensor x = Readable(x_in), dt = Readable(dt_in), A = Readable(A_in), B = Readable(B_in), C = Readable(C_in);

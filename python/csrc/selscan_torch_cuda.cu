@@ -22,43 +22,36 @@ selscan_status selscan_torch_cuda_checkpoint_size(const selscan_problem *p, size
     return selscan_checkpoint_size_cuda(p, bytes);
 }
 
-selscan_status selscan_torch_cuda_workspace_size(const selscan_problem *p, const selscan_grads *g,
-                                                 int with_checkpoint, size_t *bytes) {
-    static float dummy; /* only whether a checkpoint is given matters for the size */
-    selscan_cuda_ext x = {};
-    if (with_checkpoint) {
-        if (g) x.checkpoint_in = &dummy;
-        else x.checkpoint_out = &dummy;
-    }
-    return selscan_workspace_size_cuda_ex(p, g, &x, bytes);
-}
-
-selscan_status selscan_torch_cuda_forward(const selscan_problem *p, void *workspace, size_t bytes, float *checkpoint,
-                                          size_t checkpoint_bytes, const int64_t *cu_seqlens_device,
+selscan_status selscan_torch_cuda_forward(const selscan_problem *p, selscan_torch_alloc alloc, void *alloc_ctx,
+                                          float *checkpoint, size_t checkpoint_bytes, const int64_t *cu_seqlens_device,
                                           void *stream, const char **cuda_error_text) {
     cudaError_t err = cudaSuccess;
     selscan_cuda_ext x = {};
+    x.workspace_alloc = alloc;
+    x.workspace_ctx = alloc_ctx;
     x.cu_seqlens_device = cu_seqlens_device;
     x.checkpoint_out = checkpoint;
     x.checkpoint_bytes = checkpoint ? checkpoint_bytes : 0;
     x.cuda_error = &err;
-    const selscan_status st = selscan_forward_cuda_ex(p, &x, workspace, bytes, static_cast<cudaStream_t>(stream));
+    const selscan_status st = selscan_forward_cuda_ex(p, &x, NULL, 0, static_cast<cudaStream_t>(stream));
     if (cuda_error_text) *cuda_error_text = cuda_text(st, err);
     return st;
 }
 
-selscan_status selscan_torch_cuda_backward(const selscan_problem *p, const selscan_grads *g, void *workspace,
-                                           size_t bytes, const float *checkpoint, size_t checkpoint_bytes,
+selscan_status selscan_torch_cuda_backward(const selscan_problem *p, const selscan_grads *g, selscan_torch_alloc alloc,
+                                           void *alloc_ctx, const float *checkpoint, size_t checkpoint_bytes,
                                            const int64_t *cu_seqlens_device, void *stream,
                                            const char **cuda_error_text) {
     cudaError_t err = cudaSuccess;
     selscan_cuda_ext x = {};
+    x.workspace_alloc = alloc;
+    x.workspace_ctx = alloc_ctx;
     x.cu_seqlens_device = cu_seqlens_device;
     x.checkpoint_in = checkpoint;
     x.checkpoint_bytes = checkpoint ? checkpoint_bytes : 0;
     x.cuda_error = &err;
     const selscan_status st =
-        selscan_backward_cuda_ex(p, g, &x, workspace, bytes, static_cast<cudaStream_t>(stream));
+        selscan_backward_cuda_ex(p, g, &x, NULL, 0, static_cast<cudaStream_t>(stream));
     if (cuda_error_text) *cuda_error_text = cuda_text(st, err);
     return st;
 }

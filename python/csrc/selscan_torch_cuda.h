@@ -17,18 +17,18 @@ extern "C" {
 
 // selscan_checkpoint_size_cuda.
 selscan_status selscan_torch_cuda_checkpoint_size(const selscan_problem *p, size_t *bytes);
-// The CUDA workspace of the forward (g NULL) or backward; with_checkpoint: the call gets one.
-selscan_status selscan_torch_cuda_workspace_size(const selscan_problem *p, const selscan_grads *g,
-                                                 int with_checkpoint, size_t *bytes);
+// The workspace: alloc(alloc_ctx, bytes) is called once, after selscan's checks, when the call
+// needs one on this device (selscan_cuda_ext.workspace_alloc); it returns NULL on failure.
+typedef void *(*selscan_torch_alloc)(void *ctx, size_t bytes);
 // selscan_forward_cuda_ex on `stream`: checkpoint (may be NULL) written, cu_seqlens_device the
 // device copy of p->cu_seqlens (NULL without packed sequences). On SELSCAN_ERR_CUDA *cuda_error_text
 // names the CUDA error (static string).
-selscan_status selscan_torch_cuda_forward(const selscan_problem *p, void *workspace, size_t bytes, float *checkpoint,
-                                          size_t checkpoint_bytes, const int64_t *cu_seqlens_device,
+selscan_status selscan_torch_cuda_forward(const selscan_problem *p, selscan_torch_alloc alloc, void *alloc_ctx,
+                                          float *checkpoint, size_t checkpoint_bytes, const int64_t *cu_seqlens_device,
                                           void *stream, const char **cuda_error_text);
 // selscan_backward_cuda_ex on `stream`: checkpoint (may be NULL) read.
-selscan_status selscan_torch_cuda_backward(const selscan_problem *p, const selscan_grads *g, void *workspace,
-                                           size_t bytes, const float *checkpoint, size_t checkpoint_bytes,
+selscan_status selscan_torch_cuda_backward(const selscan_problem *p, const selscan_grads *g, selscan_torch_alloc alloc,
+                                           void *alloc_ctx, const float *checkpoint, size_t checkpoint_bytes,
                                            const int64_t *cu_seqlens_device, void *stream,
                                            const char **cuda_error_text);
 // selscan_step_cuda_ex on `stream`.
