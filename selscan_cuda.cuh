@@ -3036,7 +3036,8 @@ static bool aux_grids_fit(const selscan__prob &q, bool bwd, sizecalc &c) {
 struct fwd_plan {
     int NT, CH;          /* general kernel: threads a channel (kFwdNPT states each), channels a block */
     int64_t ncb, nlch, lchunk;
-    int64_t ws;          /* workspace bytes (the L-chunk buffers), before the alignment slack */
+    int64_t ws;          /* workspace bytes (the L-chunk buffers), before the alignment slack: the size reported */
+    int64_t ws_used;     /* of those, what the kernels chosen for this device use (the short-prefill forward: none) */
     int fastS;           /* fast forward (fwd_fast_kernel, 2 threads a channel): states a thread; 0: none */
     int fastCL;          /* its channels-last (any L strides) instantiation */
     int shortK;          /* short-prefill forward (fwd_short_kernel) with K steps a lane; 0: not used */
@@ -3164,8 +3165,8 @@ static void plan_fast_forward(const selscan__prob &q, int64_t sms, fwd_plan *pl,
     /* the short-prefill forward (fwd_short_kernel) where the fast forward would run under half a
        wave of blocks (L chunks, or too few channels for even one chunk a block to pay) on rows
        long enough for a warp's 32 lanes (L >= 64); y wanted, no checkpoint (it keeps no state
-       at the checkpoint steps). Its workspace is none: the plan's ws stays the fast forward's, so
-       that sizes do not depend on which runs. */
+       at the checkpoint steps). It uses no workspace (ws_used 0); ws stays the fast forward's, so
+       that the reported size does not depend on which kernel a device runs. */
     const bool short_ok = need_y && !ck && !cl && q.L >= 64; /* need_y: ok above checked y is given */
     const int64_t sblocks = c.mul(q.batch, q.G, cdiv(q.dpg, kShortWarps));
     if (!short_ok || !c.ok || sblocks > kMaxGrid || tu.shortk < 0) return;
@@ -3197,6 +3198,7 @@ static selscan_status plan_forward(const selscan__prob &q, int64_t sms, fwd_plan
     if (!c.ok) return fail_size(dg);
     if (grid > kMaxGrid || !aux) return fail_grid(dg);
     if (try_fast) plan_fast_forward(q, sms, pl, true, ck, tu);
+    pl->ws_used = pl->shortK ? 0 : pl->ws;
     return SELSCAN_OK;
 }
 
@@ -4014,10 +4016,9 @@ static selscan_status forward(const selscan_problem *p, const selscan_cuda_ext *
     if (q.cu && ((st = check_overlap(q.y, &all[11], 1, dg, "cu_seqlens_device", "overlaps y")) != SELSCAN_OK ||
                  (st = check_overlap(q.hlast, &all[11], 1, dg, "cu_seqlens_device", "overlaps h_last")) != SELSCAN_OK))
         return st;
-    const int64_t need = fp.shortK ? 0 : fp.ws; /* the short-prefill kernel uses none (fp.ws: the size reported) */
-    if ((st = take_workspace(x, need, &workspace, &bytes, dg)) != SELSCAN_OK) return st;
-    if ((st = check_workspace(workspace, bytes, need, &ws, dg)) != SELSCAN_OK) return st;
-    const selscan__ten wst = flat(ws, need);
+    if ((st = take_workspace(x, fp.ws_used, &workspace, &bytes, dg)) != SELSCAN_OK) return st;
+    if ((st = check_workspace(workspace, bytes, fp.ws_used, &ws, dg)) != SELSCAN_OK) return st;
+    const selscan__ten wst = flat(ws, fp.ws_used);
     if (ws && (st = check_overlap(wst, all, 13, dg, "workspace", "overlaps an operand")) != SELSCAN_OK) return st;
     fill_problem(P, q, x ? x->cu_seqlens_device : NULL);
     P.ck = ck;

@@ -300,18 +300,19 @@ Tensor NewLike(const Tensor& t) {
   return t.is_contiguous() ? NewTensor(t.sizes(), t.scalar_type(), t) : at::empty_like(t);
 }
 
-// A byte buffer of torch's allocator on `dev` holding `bytes` bytes: selscan's sizes include the
-// slack it needs to align any pointer up inside, so the buffer is handed over as it comes.
+// A byte buffer of torch's allocator on `like`'s device (the CPU parts) holding `bytes` bytes:
+// selscan's sizes include the slack it needs to align any pointer up inside, so the buffer is
+// handed over as it comes.
 struct Workspace {
   Tensor buf;
   void* ptr = nullptr;
   size_t bytes = 0;
 };
-Workspace MakeWorkspace(size_t bytes, const at::Device& dev) {
+Workspace MakeWorkspace(size_t bytes, const Tensor& like) {
   Workspace w;
   w.bytes = bytes;
   if (bytes == 0) return w;
-  w.buf = at::empty({static_cast<int64_t>(bytes)}, at::TensorOptions().dtype(at::kByte).device(dev));
+  w.buf = NewTensor({static_cast<int64_t>(bytes)}, at::kByte, like);
   w.ptr = w.buf.data_ptr();
   return w;
 }
@@ -438,7 +439,7 @@ std::tuple<Tensor, Tensor, Tensor> Forward(const Tensor& u_in, const Tensor& del
     const int64_t n = NumParts();
     size_t ws_bytes = 0;
     Check(selscan_workspace_size_parts(&p, nullptr, n, &ws_bytes), "forward (CPU)", diag);
-    Workspace ws = MakeWorkspace(ws_bytes, u.device());
+    Workspace ws = MakeWorkspace(ws_bytes, u);
     RunParts(p, n, "forward (CPU)", [&](selscan_problem* q, int64_t i) {
       return ck ? selscan_forward_cpu_ckpt_part(q, i, n, ws.ptr, ws.bytes, ck, ck_bytes)
                 : selscan_forward_cpu_part(q, i, n, ws.ptr, ws.bytes);
@@ -542,7 +543,7 @@ std::vector<Tensor> Backward(const Tensor& u_in, const Tensor& delta_in, const T
     const int64_t n = NumParts();
     size_t ws_bytes = 0;
     Check(selscan_workspace_size_parts(&p, &g, n, &ws_bytes), "backward (CPU)", diag);
-    Workspace ws = MakeWorkspace(ws_bytes, u.device());
+    Workspace ws = MakeWorkspace(ws_bytes, u);
     // phase 1: the scans of every part (per-part partial sums into the shared workspace) ...
     RunParts(p, n, "backward (CPU)", [&](selscan_problem* q, int64_t i) {
       return ck ? selscan_backward_cpu_ckpt_part(q, &g, i, n, ws.ptr, ws.bytes, ck, ck_bytes)
