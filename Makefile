@@ -174,7 +174,7 @@ $(SANITIZE_RUNS): sanitize-%: $(BUILD)/test_cuda $(BUILD)/test_cuda_cl
 # ---- PyTorch package --------------------------------------------------------------------------
 # test-torch: a venv $(TORCH_VENV) with torch from PyPI (the CUDA build: ~2 min and ~5 GB with its
 # nvidia-* wheels, which `import torch` needs), pytest and ninja, unless TORCH_PY names a Python
-# that imports torch; then `pip install --no-build-isolation ./python` (the extension against that
+# that imports torch; then `pip install --no-build-isolation ./bindings/torch` (the extension against that
 # torch: CUDA kernels too where nvcc exists, SELSCAN_TORCH_CPU_ONLY=1 to skip them), then pytest
 # (GPU tests skip without a GPU). Ends with pytest's "N passed, N skipped" line.
 TORCH_VENV ?= $(BUILD)/torch-venv
@@ -190,23 +190,23 @@ torch-install:
 	fi; \
 	"$$py" -m pip install -q pytest ninja && \
 	echo "test-torch: building selscan_torch" && \
-	PATH="$$(dirname "$$py"):$$PATH" MAX_JOBS="$${MAX_JOBS:-2}" "$$py" -m pip install -q --no-build-isolation ./python
+	PATH="$$(dirname "$$py"):$$PATH" MAX_JOBS="$${MAX_JOBS:-2}" "$$py" -m pip install -q --no-build-isolation ./bindings/torch
 
 test-torch: torch-install
-	@cd python/tests && "$(TORCH_PYTHON)" -m pytest -q -p no:cacheprovider .
+	@cd bindings/torch/tests && "$(TORCH_PYTHON)" -m pytest -q -p no:cacheprovider .
 
 # ---- TensorFlow op ----------------------------------------------------------------------------
-# The package (CI: make test-tf): examples/tf_op is a pip-installable Python package, selscan_tf,
+# The package (CI: make test-tf): bindings/tf is a pip-installable Python package, selscan_tf,
 # whose setup.py compiles the op against the installed TensorFlow (tf.sysconfig flags; GPU kernels
 # when nvcc and a CUDA TensorFlow are there). test-tf: a virtual environment $(TF_VENV) with a CPU
 # TensorFlow, scikit-learn, setuptools and wheel from PyPI (TF_PY=/path/to/python uses that one),
-# `pip install --no-build-isolation ./examples/tf_op`, then every examples/tf_op/tests/test_*.py
+# `pip install --no-build-isolation ./bindings/tf`, then every bindings/tf/tests/test_*.py
 # (the op; the MambaVision mixer against a float64 reference, serialization, XLA; the learning test).
 # tf-op: the op alone with the rules below, into $(BUILD)/tf_op/_selscan_tf_ops.so (development, and
 # with nvcc it compiles the GPU TU against any TensorFlow: selscan_tf_gpu.cc (host compiler,
 # GOOGLE_CUDA=1) and selscan_tf_kernels.cu (nvcc, no TensorFlow headers), for the same GPUs as
-# setup.py; PYTHONPATH=examples/tf_op/python then imports it). tf-gpu-check: the CUDA TU on a GPU.
-TF_DIR      := examples/tf_op
+# setup.py; PYTHONPATH=bindings/tf/python then imports it). tf-gpu-check: the CUDA TU on a GPU.
+TF_DIR      := bindings/tf
 TF_VENV     ?= $(BUILD)/tf-venv
 TF_OUT      := $(BUILD)/tf_op
 TF_SO       := $(TF_OUT)/_selscan_tf_ops.so

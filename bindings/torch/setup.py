@@ -1,6 +1,6 @@
 """Builds selscan_torch: selscan's selective scan as PyTorch custom ops.
 
-    pip install --no-build-isolation ./python       (from the repository root)
+    pip install --no-build-isolation ./bindings/torch       (from the repository root)
 
 --no-build-isolation builds against the torch already installed (pip's isolated build would
 download another torch just to compile against it). The extension has CUDA kernels when nvcc and
@@ -16,15 +16,15 @@ import os
 from setuptools import setup
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-# selscan.h / selscan_cuda.cuh: the repository root (one level up), or a copy next to setup.py.
-ROOT = os.path.dirname(HERE)
+# selscan.h / selscan_cuda.cuh: the repository root (two levels up: bindings/torch), or a copy next to setup.py.
+ROOT = os.path.dirname(os.path.dirname(HERE))
 INCLUDE = [os.path.join(HERE, "csrc")]
 for cand in (HERE, ROOT):
     if os.path.exists(os.path.join(cand, "selscan.h")):
         INCLUDE.append(cand)
         break
 else:
-    raise RuntimeError("selscan.h not found next to setup.py or in its parent folder")
+    raise RuntimeError("selscan.h not found next to setup.py or in the repository root (two levels up)")
 
 
 def want_cuda():

@@ -1,6 +1,6 @@
 """Training the tiny MambaVision classifier on scikit-learn's bundled 8x8 digits (no download).
 
-Used by tests/test_learning.py and train_digits.py. Needs scikit-learn (load_digits).
+Used by tests/test_learning.py and examples/tf_train_digits.py. Needs scikit-learn (load_digits).
 """
 
 import time

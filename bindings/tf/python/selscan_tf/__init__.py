@@ -19,7 +19,7 @@ u, delta, z, B, C share one dtype T in {float32, float16, bfloat16}; y has dtype
 both layouts in place through strides (no transposes). Gradients flow to every input and from
 h_last. The compiled library (_selscan_tf_ops.so) is loaded once, when this module is imported:
 from $SELSCAN_TF_OPS, else next to this file (pip install), else the checkout's build/tf_op/
-(make tf-op; with examples/tf_op/python on PYTHONPATH).
+(make tf-op; with bindings/tf/python on PYTHONPATH).
 
 The MambaVision mixer built on the op (MambaVisionMixer, MambaVisionBlock, digits_classifier,
 load_mixer_state_dict, load_block_state_dict) and a pure-TensorFlow scan (selective_scan_tf) are in mamba_vision.py.
@@ -64,7 +64,7 @@ def _load_library():
             return tf.load_op_library(os.path.normpath(path)), os.path.normpath(path)
     raise ImportError(
         "selscan_tf: %s not found (looked at %s); install the package with "
-        "`pip install --no-build-isolation ./examples/tf_op` or build it with `make tf-op`"
+        "`pip install --no-build-isolation ./bindings/tf` or build it with `make tf-op`"
         % (_LIB_NAME, ", ".join(os.path.normpath(p) for p in candidates))
     )
 

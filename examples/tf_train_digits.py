@@ -2,8 +2,8 @@
 the pure-TensorFlow mixer (the same layer, scan as a tf.scan), printing the training curves and the
 time per step; then times one mixer's forward + backward at a MambaVision-like size.
 
-    pip install --no-build-isolation ./examples/tf_op scikit-learn
-    python examples/tf_op/train_digits.py [--epochs 15] [--policy float32 mixed_bfloat16] [--no-bench | --bench-only]
+    pip install --no-build-isolation ./bindings/tf scikit-learn
+    python examples/tf_train_digits.py [--epochs 15] [--policy float32 mixed_bfloat16] [--no-bench | --bench-only]
 """
 
 import argparse
