@@ -118,6 +118,8 @@ def cases_for(world):
         c.append(scan_case(name, world, batch=1, last=False, cu=cu))
     c.append(scan_case("packed_unequal", world, batch=1, last=False, lengths=[3, 20, 6, 9][:world],
                        cu=[0, 5, sum([3, 20, 6, 9][:world])]))
+    c.append(scan_case("packed_empty_shard", world, batch=1, last=False, lengths=[0, 9] if world == 2 else [9, 0, 9],
+                       cu=[0, 4, 9] if world == 2 else [0, 4, 18]))
     c.append(scan_case("packed_bf16_fixed", world, batch=1, last=False, bc="fixed", dtype=torch.bfloat16,
                        cu=[0, 10, L]))
     c.append(scan_case("single_rank_group", world, group=[world - 1]))
