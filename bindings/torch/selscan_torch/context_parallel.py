@@ -118,6 +118,18 @@ def _dt_sum(delta, delta_bias, delta_softplus):
     return S
 
 
+OVERLAP_DT_SUM = True  # CUDA: the shard's sum of dt on a side stream during the zero-start pass
+_SIDE = {}
+
+
+def _side_stream(device):
+    if device.type != "cuda":
+        return None
+    if device not in _SIDE:
+        _SIDE[device] = torch.cuda.Stream(device)
+    return _SIDE[device]
+
+
 def _transfer(S_all, A, r):
     """P_r = exp(A * S_r): (batch, dim, N) float32 from the gathered (world, batch, dim) sums."""
     return torch.exp(S_all[r].to(torch.float64)[..., None] * A.detach().to(torch.float64)).to(_F32)
@@ -190,10 +202,20 @@ def _cp_forward(u, delta, A, B, C, D, z, delta_bias, h0_user, packed_cu, softplu
         y, last, ck = _fwd(u, delta, A, B, C, D, z, delta_bias, h0_user, cu, softplus, True, save)
         h_local = last_row(last)
     elif not final:
+        # on a GPU the sum of dt runs on a side stream, beside the zero-start pass (both only read)
+        side = _side_stream(u.device) if OVERLAP_DT_SUM else None
+        if side is not None:
+            side.wait_stream(torch.cuda.current_stream(u.device))
+            with torch.cuda.stream(side):
+                S = _dt_sum(delta, delta_bias, softplus)
         _, last1, _ = _fwd(u, delta, A, B, C, None, None, delta_bias, None, cu, softplus, True, False)
         h_local = last_row(last1)
         del last1
-        S = _dt_sum(delta, delta_bias, softplus)
+        if side is not None:
+            torch.cuda.current_stream(u.device).wait_stream(side)
+            S.record_stream(torch.cuda.current_stream(u.device))
+        else:
+            S = _dt_sum(delta, delta_bias, softplus)
     else:
         h_local = zeros_bdn()
     payload = torch.cat([S.to(_F32).reshape(-1), h_local.reshape(-1)])

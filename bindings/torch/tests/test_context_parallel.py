@@ -88,6 +88,11 @@ def block_case(name, world, lengths=None, batch=2, hidden=8, inner=12, N=4, W=4,
                 lengths=lengths, group=group, dtype=torch.float32)
 
 
+def fit(lengths, world, fill=9):
+    """world shard lengths: the given ones, cut or filled with `fill`."""
+    return (list(lengths) + [fill] * world)[:world]
+
+
 @functools.lru_cache(maxsize=None)
 def cases_for(world):
     c = [
@@ -99,8 +104,8 @@ def cases_for(world):
         scan_case("last_grad_on_last_rank_only", world, grad_last_all=False),
         scan_case("h0_on_rank0", world, h0=True),
         scan_case("softplus_only", world, D=False, z=False, bias=True, last=False, N=3, batch=1),
-        scan_case("unequal_shards", world, lengths=[5, 1, 13, 8][:world]),
-        scan_case("empty_shard", world, lengths=[0, 9] if world == 2 else [6, 0, 7] + [5] * (world - 3)),
+        scan_case("unequal_shards", world, lengths=fit([5, 1, 13, 8], world)),
+        scan_case("empty_shard", world, lengths=[0, 9] if world == 2 else fit([6, 0, 7], world)),
         scan_case("long_decay", world, lengths=[40] * world, dim=4, N=16, batch=1),
         scan_case("bf16", world, dtype=torch.bfloat16),
         scan_case("bf16_fixed_BC_h0", world, dtype=torch.bfloat16, bc="fixed", h0=True),
@@ -116,10 +121,10 @@ def cases_for(world):
     }
     for name, cu in packs.items():
         c.append(scan_case(name, world, batch=1, last=False, cu=cu))
-    c.append(scan_case("packed_unequal", world, batch=1, last=False, lengths=[3, 20, 6, 9][:world],
-                       cu=[0, 5, sum([3, 20, 6, 9][:world])]))
-    c.append(scan_case("packed_empty_shard", world, batch=1, last=False, lengths=[0, 9] if world == 2 else [9, 0, 9],
-                       cu=[0, 4, 9] if world == 2 else [0, 4, 18]))
+    c.append(scan_case("packed_unequal", world, batch=1, last=False, lengths=fit([3, 20, 6, 9], world),
+                       cu=[0, 5, sum(fit([3, 20, 6, 9], world))]))
+    c.append(scan_case("packed_empty_shard", world, batch=1, last=False, lengths=[0, 9] if world == 2 else fit([9, 0, 9], world),
+                       cu=[0, 4, 9] if world == 2 else [0, 4, sum(fit([9, 0, 9], world))]))
     c.append(scan_case("packed_bf16_fixed", world, batch=1, last=False, bc="fixed", dtype=torch.bfloat16,
                        cu=[0, 10, L]))
     c.append(scan_case("single_rank_group", world, group=[world - 1]))
@@ -128,7 +133,7 @@ def cases_for(world):
         c.append(block_case("block_subgroup_1_2", world, group=[1, 2]))
     c += [
         block_case("block", world),
-        block_case("block_W2_bias_unequal", world, W=2, use_bias=True, lengths=[3, 9, 5][:world]),
+        block_case("block_W2_bias_unequal", world, W=2, use_bias=True, lengths=fit([3, 9, 5], world)),
         block_case("block_W4_short_shards", world, W=4, lengths=[3] * world, conv_bias=False),
     ]
     c.append(dict(kind="errors", name="errors", world=world, group=None))
