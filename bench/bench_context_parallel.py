@@ -239,7 +239,8 @@ def main():
             gib = 2.0 ** 30
             say(f"| {Ls} | {Ls * world} | {r['fwd']:.2f} | {r['bwd']:.2f} | {r['total']:.2f} | {s['total']:.2f} | "
                 f"{r['total'] / s['total']:.2f} | {r['mem'] / gib:.2f} | {s['mem'] / gib:.2f} |")
-    say(f"\nexchange alone (the forward's and the backward's all_gather): {exch:.3f} ms; "
+    say(f"\ndt sum: {'fused (torch.compile)' if cp.COMPILE_DT_SUM else 'eager torch ops'}")
+    say(f"exchange alone (the forward's and the backward's all_gather): {exch:.3f} ms; "
         f"bytes a rank sends: {4 * b * d * (2 * N + 1)} ({b}*{d}*(N+1) + {b}*{d}*N float32)")
     if rank == 0 and args.json:
         with open(args.json, "w") as f:

@@ -23,11 +23,21 @@ whole sequence, exactly (to float32 rounding), forward and backward.
         middle ranks run the scan twice forward (a zero-start pass for h_local, without D and z,
         then the exact pass) and twice backward (one for c with dh_last from their own outputs
         only, then the exact one); rank 0's first pass is already exact (forward) and the last
-        rank's single backward already has the exact dh_last, so with 2 ranks no scan runs twice.
+        rank's single backward already has the exact dh_last. The critical path is two passes
+        each way whatever the world size (with 2 ranks they run one after the other), so a step
+        takes 2x a shard's scan: world / 2 faster than one device, and 1 / world of its memory
+        (4 H100s, L = 1M, dim 1536, bf16: 53 ms against 104 ms, 0.25x the memory; bench/RESULTS.md).
+>>why   rerun, not correct: the exact correction of a zero-start pass, C_t . exp(A cumsum dt) h0
+        gated by z, costs as much as the pass (N exponentials and a read of delta, C, z a token),
+        and the backward needs the exact states anyway; a correction cut off where the decay
+        falls below float32 would be cheaper but is exact only for decaying A, so it is not done.
+        The shard's sum of dt runs as one fused kernel on a GPU (torch.compile; eager torch ops,
+        ~9x slower, as the fallback), on a side stream beside the zero-start pass.
 
 >>grads A, D and delta_bias are replicated: each rank's .grad is its shard's contribution (as for
-        every weight applied per token). Sum them over the group -- all_reduce_grads() below, or
-        DDP over the group with the loss summed -- to get the single-device gradient.
+        every weight applied per token). Sum them over the group -- all_reduce_grads() below; DDP
+        over the group averages, so scale the loss by the group's size there -- to get the
+        single-device gradient.
 
 Public: selective_scan_fn, causal_conv1d_cp, MambaMixerCP (the Mamba-1 block), all_reduce_grads, shard.
 """
@@ -100,10 +110,49 @@ def all_reduce_grads(params, group=None):
 # ---- >>shard sum of dt (for P) ------------------------------------------------------------------
 
 
+COMPILE_DT_SUM = True  # CUDA: the dt sum as one fused kernel (torch.compile), else eager torch ops
+_DT_SUM_FUSED = {}
+
+
+def _dt_sum_fused(delta, delta_bias, delta_softplus):
+    """The same sum as _dt_sum, one fused pass over delta (torch.compile; None when that fails).
+    Eager torch ops take 18 bytes of memory traffic an element (the float32 copy, the bias add,
+    softplus, the sum): 7.5 ms for a (1, 1536, 256k) shard on an H100, more than the scan's
+    forward itself (5 ms); fused, 0.8 ms."""
+    key = (delta_bias is not None, bool(delta_softplus))
+    fn = _DT_SUM_FUSED.get(key)
+    if fn is None:
+        def dt_sum(dl, bias):
+            x = dl.float()
+            if bias is not None:
+                x = x + bias[:, None]
+            if delta_softplus:
+                x = F.softplus(x)
+            return x.sum(-1, dtype=torch.float32)
+
+        fn = _DT_SUM_FUSED[key] = torch.compile(dt_sum, dynamic=True, fullgraph=True)
+    bias = None if delta_bias is None else delta_bias.detach().to(_F32)
+    try:
+        return fn(delta.detach(), bias).to(torch.float64)
+    except Exception as e:  # no Triton / inductor here: eager from now on, said once
+        global COMPILE_DT_SUM
+        COMPILE_DT_SUM = False
+        import warnings
+
+        warnings.warn(f"selscan context_parallel: the fused dt sum failed to compile, using eager torch ops "
+                      f"(slower): {type(e).__name__}: {e}")
+        return None
+
+
 def _dt_sum(delta, delta_bias, delta_softplus):
     """sum_t dt_t over the shard, (batch, dim) float64, dt = softplus(delta + delta_bias) as the
-    scan computes it (float32, softplus passing x > 20 through). Chunked along L so the float32
-    temporary stays near 2**24 elements (64 MiB) whatever the shard's length."""
+    scan computes it (float32, softplus passing x > 20 through). On a GPU one fused kernel
+    (_dt_sum_fused); else eager ops chunked along L so the float32 temporary stays near 2**24
+    elements (64 MiB) whatever the shard's length."""
+    if COMPILE_DT_SUM and delta.is_cuda and delta.shape[-1] > 0:
+        S = _dt_sum_fused(delta, delta_bias, delta_softplus)
+        if S is not None:
+            return S
     batch, dim, L = delta.shape
     S = torch.zeros(batch, dim, dtype=torch.float64, device=delta.device)
     step = max(1, (1 << 24) // max(1, batch * dim))
@@ -168,6 +217,21 @@ class _Packed:
 # ---- >>the scan across ranks ------------------------------------------------------------------------
 
 
+TRACE = None  # a list: (phase, CUDA event or perf_counter time) appended as the scan runs (bench)
+
+
+def _mark(name, device):
+    if TRACE is not None:
+        if device.type == "cuda":
+            e = torch.cuda.Event(enable_timing=True)
+            e.record()
+            TRACE.append((name, e))
+        else:
+            import time
+
+            TRACE.append((name, time.perf_counter()))
+
+
 def _fwd(u, delta, A, B, C, D, z, delta_bias, h0, cu, softplus, want_last, save):
     return _ops.fwd(u, delta, A, B, C, D, z, delta_bias, h0, cu, softplus, want_last, save)
 
@@ -220,7 +284,9 @@ def _cp_forward(u, delta, A, B, C, D, z, delta_bias, h0_user, packed_cu, softplu
         h_local = zeros_bdn()
     payload = torch.cat([S.to(_F32).reshape(-1), h_local.reshape(-1)])
     # 2. one all_gather, then every rank composes the maps of the ranks before it, in order
+    _mark("fwd local pass", u.device)
     got = _all_gather(payload, group, world)
+    _mark("fwd all_gather", u.device)
     S_all = got[:, :batch * dim].reshape(world, batch, dim)
     H_all = got[:, batch * dim:].reshape(world, batch, dim, N)
     if first:
@@ -236,7 +302,9 @@ def _cp_forward(u, delta, A, B, C, D, z, delta_bias, h0_user, packed_cu, softplu
     else:
         h0 = h
     # 3. the exact pass
+    _mark("fwd compose", u.device)
     y, last, ck = _fwd(u, delta, A, B, C, D, z, delta_bias, h0, cu, softplus, return_last_state, save)
+    _mark("fwd exact pass", u.device)
     return y, (last if return_last_state else None), ck, h0, S_all, packed
 
 
@@ -303,14 +371,18 @@ class _ContextParallelScan(torch.autograd.Function):
             if packed is not None:
                 c = c[:1] if packed.cont[rank] else torch.zeros_like(c[:1])
             # 2. one all_gather; mu = sum over later ranks q of (P_{r+1} ... P_{q-1}) c_q
+            _mark("bwd local pass", u.device)
             got = _all_gather(c, group, world)
+            _mark("bwd all_gather", u.device)
             if not final:
                 mu = got[world - 1].clone()
                 for q in range(world - 2, rank, -1):
                     P = _transfer(S_all, A, q) if (packed is None or packed.thru[q]) else None
                     mu = got[q] + (P * mu if P is not None else 0)
                 lam = mu if e is None else mu + e
+                _mark("bwd compose", u.device)
                 grads = bwd(as_rows(lam), mask)
+                _mark("bwd exact pass", u.device)
         out = [None] * 15
         for i in range(_NGRADS):
             if mask[i]:

@@ -67,7 +67,8 @@ def run_block(case, g, gr, dev):
         m = cp.MambaMixerCP(**case["config"], group=g).to(dev)
         m.load_state_dict({k: v.to(dev) for k, v in case["state"].items()})
         h = case["hidden"][:, a:b].detach().clone().to(dev).requires_grad_(True)
-        y = m(h)
+        mask = case.get("mask")
+        y = m(h, attention_mask=None if mask is None else mask[:, a:b].to(dev))
         (y.float() * case["gy"][:, a:b].to(dev)).sum().backward()
         grads = {"hidden": h.grad.cpu()}
         grads.update({k: p.grad.cpu() for k, p in m.named_parameters()})
