@@ -237,3 +237,13 @@ class SelectiveScan(torch.nn.Module):
 
     def extra_repr(self):
         return f"dim={self.dim}, d_state={self.d_state}"
+
+
+def __getattr__(name):
+    # selscan_torch.context_parallel (one sequence sharded over torch.distributed ranks): imported
+    # on first use, like `import selscan_torch.context_parallel`
+    if name == "context_parallel":
+        import importlib
+
+        return importlib.import_module(".context_parallel", __name__)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
