@@ -108,6 +108,7 @@ def parse_args():
     ap.add_argument("--deadline-s", type=float, default=None,
                     help="wall seconds for the whole run; blocks that no longer fit are skipped (default 540, quick: none)")
     ap.add_argument("--out", default=None, help="JSON file (rewritten after every block)")
+    ap.add_argument("--md", default=None, help="also write the markdown table to this file")
     a = ap.parse_args()
     q = a.quick
     a.device = torch.device(a.device or ("cuda" if torch.cuda.is_available() and not q else "cpu"))
@@ -170,6 +171,13 @@ def guarded(name):
                 save()
         return run
     return deco
+
+
+def backend_failed(block, backend, e):
+    """One backend failed inside a block: recorded, printed; the block goes on without it."""
+    tb = traceback.format_exc()
+    log(f"  {block} {backend}: FAILED {e!r}\n{tb[-1500:]}")
+    RESULTS["errors"].append({"block": f"{block} {backend}", "error": repr(e), "traceback": tb[-3000:]})
 
 
 def row(case, backend, value, unit, **extra):
@@ -434,6 +442,8 @@ def case_check(tf, name):
             rel_g = ((g - ref_g).norm() / ref_g.norm().clamp_min(1e-30)).item()
             rep = "bitwise" if torch.equal(g, g2) else f"{((g - g2).norm() / g.norm().clamp_min(1e-30)).item():.1e}"
             verdict = "ref" if bn == ref_name else ("OK" if rel_loss <= tol else "MISMATCH")
+            if bn.startswith("selscan") and ref_name == "mamba_ssm" and torch.equal(g, ref_g):
+                verdict = "IDENTICAL to mamba_ssm: backend not switched?"
             c = {"model": name, "mode": mode, "batch": batch, "L": L, "backend": bn, "reference": ref_name,
                  "loss": l, "rel_loss_vs_ref": rel_loss, "rel_l2_grads_vs_ref": rel_g,
                  "grads_run_to_run": rep, "verdict": verdict}
@@ -447,7 +457,7 @@ def case_check(tf, name):
 # ------------------------------------------------------------------------------------------------
 # >>train: bf16-autocast training step of MambaForCausalLM
 # ------------------------------------------------------------------------------------------------
-def train_timing(tf, name, model, bks, batch, L, iters, warmup, label):
+def train_timing(tf, name, model, bks, batch, L, iters, warmup, label, max_iters=None):
     ids = token_batch(model.config.vocab_size, batch, L, seed=2)
     params = [p for p in model.parameters()]
     opt = None
@@ -462,24 +472,31 @@ def train_timing(tf, name, model, bks, batch, L, iters, warmup, label):
             opt.step()
         return loss
 
-    peaks, losses = {}, {}
+    case = f"train {name} {batch}x{L} bf16-autocast{' +adamw' if opt else ''}"
+    peaks, losses, ok = {}, {}, []
     for b in bks:
-        with b:
-            for _ in range(warmup):
+        try:
+            with b:
+                for _ in range(warmup):
+                    model.zero_grad(set_to_none=True)
+                    step()
                 model.zero_grad(set_to_none=True)
-                step()
-            model.zero_grad(set_to_none=True)
-            peak_reset()
-            losses[b.name] = step().item()
-            peaks[b.name] = peak_gib()
+                peak_reset()
+                losses[b.name] = step().item()
+                peaks[b.name] = peak_gib()
+            ok.append(b)
+        except Exception as e:  # noqa: BLE001
+            backend_failed(case, b.name, e)
+    bks = ok
     times = {b.name: [] for b in bks}
-    for _ in range(iters):  # backends interleaved, round by round
+    for r in range(iters):  # backends interleaved, round by round
         for b in bks:
+            if max_iters and r >= max_iters.get(b.name, iters):
+                continue
             with b:
                 model.zero_grad(set_to_none=True)
                 times[b.name].append(time_call(step)[0])
     model.zero_grad(set_to_none=True)
-    case = f"train {name} {batch}x{L} bf16-autocast{' +adamw' if opt else ''}"
     for b in bks:
         row(case, b.name, statistics.median(times[b.name]), "s", peak_gib=peaks[b.name],
             loss=round(losses[b.name], 5), iters=len(times[b.name]), kind="time")
@@ -501,10 +518,12 @@ def case_train(tf, name):
     if "torch" in ARGS.backends and layers <= 30:
         tb = backends_for(tf, ARGS.backends)
         Lt = ARGS.torch_train_len
-        est = 2 * 6.0 * (Lt / 256) * (layers / 24) + 10
+        est = 2 * 6.0 * (Lt / 256) * (layers / 24) + 5
         if fits(f"train {name} torch at L {Lt}", 0 if ARGS.quick else est):
             log(f"train {name}: {batch} x {Lt} (the torch path's Python loop over L), backends {[b.name for b in tb]}")
-            train_timing(tf, name, model, tb, batch, Lt, 1 if not ARGS.quick else 1, 1, "train-torch")
+            # one timed step each, its warm-up the peak-memory step (the cases before warmed the rest)
+            train_timing(tf, name, model, tb, batch, Lt, 1 if ARGS.quick else 3, 0, "train-torch",
+                         max_iters={"torch": 1})
     del model
 
 
@@ -527,23 +546,31 @@ class GraphDecoder:
     prefill and keep their addresses (transformers copies into them); reset() + a new prefill
     refill them in place, so the graph stays valid for the next prompt of the same batch."""
 
-    def __init__(self, model, ids, cache_kw):
+    def __init__(self, model, ids, cache_kw, emulate=False):
         self.model, self.kw = model, cache_kw
         with torch.no_grad():
             out = model(input_ids=ids, use_cache=True, logits_to_keep=1)
             self.cache = get_cache(out)
             self.tok = out.logits[:, -1].argmax(-1, keepdim=True)
+
+            def step():
+                o = model(input_ids=self.tok, use_cache=True, **{cache_kw: self.cache})
+                self.tok.copy_(o.logits[:, -1].argmax(-1, keepdim=True))
+
+            if emulate:  # CPU test of this class: the same step, run eagerly at each "replay"
+                self.graph = type("EagerStep", (), {"replay": staticmethod(lambda: torch.no_grad()(step)())})()
+                return
+            tok0 = self.tok.clone()
             s = torch.cuda.Stream()
             s.wait_stream(torch.cuda.current_stream())
             with torch.cuda.stream(s):
                 for _ in range(3):
-                    model(input_ids=self.tok, use_cache=True, **{cache_kw: self.cache})
+                    step()
             torch.cuda.current_stream().wait_stream(s)
             self.graph = torch.cuda.CUDAGraph()
             with torch.cuda.graph(self.graph):
-                o = model(input_ids=self.tok, use_cache=True, **{cache_kw: self.cache})
-                self.tok.copy_(o.logits[:, -1].argmax(-1, keepdim=True))
-            del o
+                step()
+            self.tok.copy_(tok0)
 
     def generate(self, ids, new):
         with torch.no_grad():
@@ -594,12 +621,16 @@ def case_inference(tf, name):
             ids = token_batch(vocab, tbatch, tL, seed=3)
             pb = [b for b in bks if b.name != "torch" or tL <= 512 or ARGS.quick]
             f = lambda: model(input_ids=ids, use_cache=True, logits_to_keep=1)  # noqa: E731
-            times = {b.name: [] for b in pb}
             with torch.no_grad():
-                for b in pb:
-                    with b:
-                        for _ in range(ARGS.warmup):
-                            f()
+                for b in list(pb):
+                    try:
+                        with b:
+                            for _ in range(ARGS.warmup):
+                                f()
+                    except Exception as e:  # noqa: BLE001
+                        backend_failed(f"prefill {name} {dn}", b.name, e)
+                        pb.remove(b)
+                times = {b.name: [] for b in pb}
                 for _ in range(max(3, ARGS.train_iters // 2) if not ARGS.quick else 1):
                     for b in pb:
                         with b:
@@ -620,13 +651,16 @@ def case_inference(tf, name):
             res = {}
             with torch.no_grad():
                 for b in bks:
-                    with b:
-                        hf_generate(model, ids, min(T, 4), disable_compile=True)  # warm-up (Triton JIT, cuBLAS)
-                        ts, seq = [], None
-                        for _ in range(ARGS.gen_reps):
-                            t, seq = time_call(lambda: hf_generate(model, ids, T, disable_compile=True))
-                            ts.append(t)
-                        res[b.name] = (statistics.median(ts), seq)
+                    try:
+                        with b:
+                            hf_generate(model, ids, min(T, 4), disable_compile=True)  # warm-up (Triton JIT, cuBLAS)
+                            ts, seq = [], None
+                            for _ in range(ARGS.gen_reps):
+                                t, seq = time_call(lambda: hf_generate(model, ids, T, disable_compile=True))
+                                ts.append(t)
+                            res[b.name] = (statistics.median(ts), seq)
+                    except Exception as e:  # noqa: BLE001
+                        backend_failed(f"gen eager {name} {dn} b{batch}", b.name, e)
             ref = res.get("mamba_ssm", (None, None))[1]
             for bn, (t, seq) in res.items():
                 row(f"gen eager {name} {dn} b{batch} ({P}+{T})", bn, batch * T / t, "tok/s",
@@ -634,20 +668,19 @@ def case_inference(tf, name):
             ref_ids[batch] = {bn: seq for bn, (t, seq) in res.items()}
             del res
         # --- hand-captured CUDA-graph decode ---
+        emulate = not cuda  # on the CPU (--quick): the same decoder, its step run eagerly, rows "graph(emulated)"
         for batch in ARGS.gen_batches:
-            if "graph" not in ARGS.cases or not cuda:
-                if "graph" in ARGS.cases and not cuda and batch == ARGS.gen_batches[0]:
-                    RESULTS["skipped"].append(f"graph {name} {dn}: CUDA graphs need a GPU")
+            if "graph" not in ARGS.cases:
                 break
             est = len(bks) * (3 + (ARGS.gen_reps + 1) * T * (0.004 if large else 0.002)) + 3
-            if not fits(f"graph {name} {dn} batch {batch}", est):
+            if not fits(f"graph {name} {dn} batch {batch}", 0 if ARGS.quick else est):
                 continue
             ids = token_batch(vocab, batch, P, seed=4 + batch)
             res = {}
             for b in bks:
                 try:
                     with b:
-                        t_cap, gd = time_call(lambda: GraphDecoder(model, ids, tf.cache_kw))
+                        t_cap, gd = time_call(lambda: GraphDecoder(model, ids, tf.cache_kw, emulate))
                         gd.generate(ids, T)  # warm-up of the prefill path
                         ts, seq = [], None
                         for _ in range(ARGS.gen_reps):
@@ -659,13 +692,11 @@ def case_inference(tf, name):
                         res[b.name] = (statistics.median(ts), seq, t_dec / n_rep, t_cap)
                         del gd
                 except Exception as e:  # noqa: BLE001
-                    log(f"  graph {name} {dn} b{batch} {b.name}: FAILED {e!r}")
-                    RESULTS["errors"].append({"block": f"graph {name} {dn} b{batch} {b.name}", "error": repr(e),
-                                              "traceback": traceback.format_exc()[-2000:]})
+                    backend_failed(f"gen graph {name} {dn} b{batch}", b.name, e)
             ref = res.get("mamba_ssm", (None, None))[1]
             for bn, (t, seq, t_step, t_cap) in res.items():
                 eager = ref_ids.get(batch, {}).get(bn)
-                row(f"gen graph {name} {dn} b{batch} ({P}+{T})", bn, batch * T / t, "tok/s",
+                row(f"gen graph{'(emulated)' if emulate else ''} {name} {dn} b{batch} ({P}+{T})", bn, batch * T / t, "tok/s",
                     ms_per_token=round(1e3 * t / T, 3), decode_step_ms=round(1e3 * t_step, 4),
                     capture_s=round(t_cap, 2), same_ids_as_mamba=same_prefix(seq, ref),
                     same_ids_as_eager=same_prefix(seq, eager), kind="rate")
@@ -787,7 +818,9 @@ def case_mambavision():
     if not bks:
         return
     torch.manual_seed(0)
-    model = mv.mamba_vision_T(pretrained=False, drop_path_rate=0.0).to(ARGS.device)
+    # quick: MambaVision-T's layout at 1/20 of its width and depth (224x224 still: its windows need it)
+    small = dict(dim=32, in_dim=16, depths=[1, 1, 2, 1], num_heads=[2, 2, 4, 4]) if ARGS.quick else {}
+    model = mv.mamba_vision_T(pretrained=False, drop_path_rate=0.0, **small).to(ARGS.device)
     model.train()
     log(f"MambaVision-T: {sum(p.numel() for p in model.parameters()) / 1e6:.1f} M parameters, "
         f"imported via {how}; backends {[b.name for b in bks]}")
@@ -796,10 +829,16 @@ def case_mambavision():
     xs = torch.randn(2, 3, 224, 224, generator=g).to(ARGS.device)
     ys = torch.randint(0, 1000, (2,), generator=g).to(ARGS.device)
     losses = {}
-    for b in bks:
-        with b:
-            losses[b.name] = F.cross_entropy(model(xs), ys).item()
-    refn = "mamba_ssm" if "mamba_ssm" in losses else bks[0].name
+    for b in list(bks):
+        try:
+            with b:
+                losses[b.name] = F.cross_entropy(model(xs), ys).item()
+        except Exception as e:  # noqa: BLE001
+            backend_failed("check MambaVision-T", b.name, e)
+            bks.remove(b)
+    if not losses:
+        return
+    refn = "mamba_ssm" if "mamba_ssm" in losses else next(iter(losses))
     for bn, l in losses.items():
         rel = abs(l - losses[refn]) / max(abs(losses[refn]), 1e-12)
         verdict = "ref" if bn == refn else ("OK" if rel <= 1e-3 else "MISMATCH")
@@ -816,17 +855,22 @@ def case_mambavision():
         loss.backward()
         return loss
 
-    peaks = {}
+    peaks, ok = {}, []
     for b in bks:
-        with b:
-            for _ in range(ARGS.warmup):
-                model.zero_grad(set_to_none=True)
-                step()
-            if ARGS.device.type == "cuda":  # one step alone for the peak
-                model.zero_grad(set_to_none=True)
-                peak_reset()
-                step()
-                peaks[b.name] = peak_gib()
+        try:
+            with b:
+                for _ in range(ARGS.warmup):
+                    model.zero_grad(set_to_none=True)
+                    step()
+                if ARGS.device.type == "cuda":  # one step alone for the peak
+                    model.zero_grad(set_to_none=True)
+                    peak_reset()
+                    step()
+                    peaks[b.name] = peak_gib()
+            ok.append(b)
+        except Exception as e:  # noqa: BLE001
+            backend_failed("train MambaVision-T", b.name, e)
+    bks = ok
     times = {b.name: [] for b in bks}
     for _ in range(1 if ARGS.quick else ARGS.train_iters):
         for b in bks:
@@ -834,7 +878,7 @@ def case_mambavision():
                 model.zero_grad(set_to_none=True)
                 times[b.name].append(time_call(step)[0])
     for b in bks:
-        row(f"train MambaVision-T b{B} 224 bf16-autocast", b.name, statistics.median(times[b.name]), "s",
+        row(f"train MambaVision-T{'-small' if ARGS.quick else ''} b{B} 224 bf16-autocast", b.name, statistics.median(times[b.name]), "s",
             peak_gib=peaks.get(b.name), iters=len(times[b.name]), kind="time")
     del model
 
@@ -854,7 +898,7 @@ def case_mamba_lm(name):
         RESULTS["skipped"].append(f"mamba-lm: mamba_ssm not importable ({e!r})")
         log(f"SKIP mamba-lm: {e!r}")
         return
-    hidden, layers, vocab, _, _ = MODELS[name]
+    hidden, layers, vocab, _, _ = (QUICK_MODELS if ARGS.quick else MODELS)[name]
     integ = selscan_integrations()
     names = [n for n in ARGS.backends if n in ("mamba_ssm", "selscan")]
     if "selscan" in names and (integ is None or not hasattr(integ, "use_in_mamba_ssm")):
@@ -903,9 +947,7 @@ def case_mamba_lm(name):
                         ts.append(t)
                     res[bn] = (statistics.median(ts), seq, t_cap)
             except Exception as e:  # noqa: BLE001
-                log(f"  mamba-lm {name} b{batch} {bn}: FAILED {e!r}")
-                RESULTS["errors"].append({"block": f"mamba-lm {name} b{batch} {bn}", "error": repr(e),
-                                          "traceback": traceback.format_exc()[-2000:]})
+                backend_failed(f"mamba-lm {name} b{batch}", bn, e)
             finally:
                 model._decoding_cache = None
                 gc.collect()
@@ -959,6 +1001,12 @@ def environment(tf):
             env[f"import {mod}"] = repr(e)
             if mod in ("causal_conv1d", "mamba_ssm") and "No module named" not in repr(e):
                 log(f"env import {mod} FAILED: {traceback.format_exc()[-1500:]}")
+    try:
+        import selscan_torch
+        env["selscan_torch_cuda_kernels"] = selscan_torch.has_cuda_kernels()
+        env["selscan_torch_path"] = os.path.dirname(selscan_torch.__file__)
+    except Exception as e:  # noqa: BLE001
+        env["selscan_torch_cuda_kernels"] = repr(e)
     if ARGS.device.type == "cuda":
         env["cuda_device_capability"] = ".".join(map(str, torch.cuda.get_device_capability(0)))
     if tf is not None and "selscan" in ARGS.backends and Backend("selscan", tf).available() is None:
@@ -969,7 +1017,8 @@ def environment(tf):
             RESULTS["skipped"].append(f"warning: under use_in_transformers() these names still run what transformers "
                                       f"resolved at import: {same}")
             log(f"WARNING use_in_transformers() left {same} as resolved at import")
-    for k in ("device", "torch", "transformers", "mamba_ssm", "causal_conv1d", "selscan_torch", "mambavision"):
+    for k in ("device", "torch", "transformers", "mamba_ssm", "causal_conv1d", "selscan_torch", "selscan_torch_cuda_kernels",
+              "selscan_torch_path", "mambavision"):
         log(f"env {k}: {env[k]}")
     if tf:
         for n, r in tf.resolved.items():
@@ -1052,11 +1101,15 @@ def main():
     for i, m in enumerate(ARGS.models):
         if tf is not None and infer:
             case_inference(tf, m)
-        if "mamba-lm" in ARGS.cases and not ARGS.quick:
+        if "mamba-lm" in ARGS.cases:
             case_mamba_lm(m)
     RESULTS["env"]["total_s"] = round(elapsed(), 1)
     save()
-    print("\n" + table(), flush=True)
+    md = table()
+    if ARGS.md:
+        with open(ARGS.md, "w") as f:
+            f.write(md + "\n")
+    print("\n" + md, flush=True)
     log(f"done in {elapsed():.0f} s" + (f"; JSON in {ARGS.out}" if ARGS.out else ""))
     return 1 if any(c["verdict"] == "MISMATCH" for c in RESULTS["checks"]) else 0
 
