@@ -34,15 +34,38 @@ Cases (--cases):
   mamba-lm    mamba_ssm's MambaLMHeadModel (bf16) greedy generate(cg=True), its own kernels against
               use_in_mamba_ssm(), batch --gen-batches
 Models: 130m shape (hidden 768, 24 layers, state 16, expand 2, conv 4, vocab 50280), training batch
-8 x 2048; 1.4b shape (hidden 2048, 48 layers), training batch 4 x 2048.
+8 x 2048; 1.4b shape (hidden 2048, 48 layers), training batch 4 x 2048. Generation in bf16 and fp32
+for 130m, bf16 for 1.4b (--gen-dtypes / --gen-dtypes-large); torch in generation for 130m only.
 
-On the GPU machine (peers built by the git-ignored .peer/build_peers.sh into /tmp/peers):
-    PYTHONUNBUFFERED=1 PYTHONPATH=/tmp/peers:bindings/torch python3 bench/bench_models.py \
-        --out $OUT/bench_models.json
-  about 4-5 minutes on an H100/H200 (prints progress; --deadline-s, default 540, skips what no longer
-  fits and still prints the table; the JSON is rewritten after every block).
-Here (CPU, seconds): PYTHONPATH=bindings/torch python bench/bench_models.py --quick
-The markdown table is printed last; "x mamba" = speed relative to mamba_ssm in the same run (> 1: faster).
+Peers: mamba_ssm 2.3.2.post1 (its Mamba-1 kernel selective_scan_cuda built from source) +
+causal_conv1d 1.7.0 for sm_90 only, and mambavision 1.2.0, built on the GPU machine from their
+sdists by a git-ignored script that is not part of this repository (.peer/build_peers.sh, with the
+sdists beside it) into /tmp/peers. Any install works: the bench only needs them importable.
+
+On the GPU machine (the git-ignored .peer/ folder in the checkout; $OUT: a results folder), one
+command, ~9-10 minutes: selscan_torch and the
+peers built at the same time (~4-6 min on 16 cores, an estimate: mamba's heaviest backward file
+is the critical path), then the bench with what time is left (--deadline-s drops, in this order,
+mamba-lm 1.4b, 1.4b inference, mamba-lm 130m, 130m inference: the training rows come first):
+
+  export PYTHONUNBUFFERED=1 MAX_JOBS=16; (cd bindings/torch && python3 setup.py build_ext --inplace \
+    >$OUT/selscan_build.log 2>&1; echo "selscan_torch build rc=$? at ${SECONDS}s") & \
+  bash .peer/build_peers.sh >$OUT/build_peers.log 2>&1; echo "peers rc=$? at ${SECONDS}s"; wait; \
+  grep -a "build_peers\|usable\|err" $OUT/build_peers.log; \
+  PYTHONPATH=/tmp/peers:bindings/torch python3 bench/bench_models.py --deadline-s $((570-SECONDS)) \
+    --out $OUT/bench_models.json --md $OUT/bench_models.md 2>&1 | tee $OUT/bench_models.log
+
+The bench alone (peers and selscan_torch already built on a warm machine: the machine goes back
+30 s after a call, so chain the calls at once): ~4-5 minutes on an H100/H200, all cases:
+  PYTHONUNBUFFERED=1 PYTHONPATH=/tmp/peers:bindings/torch python3 bench/bench_models.py \
+    --out $OUT/bench_models.json --md $OUT/bench_models.md
+  (--cases prefill,gen,graph,mamba-lm picks up what a first call's deadline dropped)
+A GPU smoke test of every code path on tiny models (~1 min): add --quick --device cuda.
+Here (CPU, no peers, ~20 s idle / ~1-2 min on a loaded VM; graphs emulated by eager steps):
+  PYTHONPATH=bindings/torch python bench/bench_models.py --quick
+Exit status 1 when a correctness check says MISMATCH. Progress lines are flushed as they come; the
+markdown table is printed last ("x mamba" = speed relative to mamba_ssm in the same run, > 1:
+faster); the JSON (--out) is rewritten after every block, so a killed run still leaves its rows.
 """
 import argparse
 import contextlib
