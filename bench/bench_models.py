@@ -627,7 +627,7 @@ def case_inference(tf, name):
     dtypes = ARGS.gen_dtypes_large if large else ARGS.gen_dtypes
     names = [n for n in ARGS.backends if not (n == "torch" and layers > ARGS.torch_gen_max_layers)]
     bks = backends_for(tf, names)
-    if not bks:
+    if not bks or not fits(f"inference {name}", 0 if ARGS.quick else (40 if large else 25)):
         return
     cuda = ARGS.device.type == "cuda"
     model = None
