@@ -43,10 +43,10 @@ sdists by a git-ignored script that is not part of this repository (.peer/build_
 sdists beside it) into /tmp/peers. Any install works: the bench only needs them importable.
 
 On the GPU machine (the git-ignored .peer/ folder in the checkout; $OUT: a results folder), one
-command, ~9-10 minutes: selscan_torch and the
-peers built at the same time (~4-6 min on 16 cores, an estimate: mamba's heaviest backward file
-is the critical path), then the bench with what time is left (--deadline-s drops, in this order,
-mamba-lm 1.4b, 1.4b inference, mamba-lm 130m, 130m inference: the training rows come first):
+command, ~8-9 minutes: selscan_torch and the peers built at the same time (~3-4 min on 16 cores,
+estimated: the critical path is mamba_ssm's heaviest backward file, 78-105 s of one core for
+sm_90 as measured on a 2.25 GHz EPYC), then the bench with what time is left (--deadline-s drops,
+in this order, mamba-lm 1.4b, 1.4b inference, mamba-lm 130m, 130m inference: training first):
 
   export PYTHONUNBUFFERED=1 MAX_JOBS=16; (cd bindings/torch && python3 setup.py build_ext --inplace \
     >$OUT/selscan_build.log 2>&1; echo "selscan_torch build rc=$? at ${SECONDS}s") & \
