@@ -542,6 +542,8 @@ std::vector<Tensor> Backward(const Tensor& u_in, const Tensor& delta_in, const T
     CheckF32(*dh_last_in, "dh_last");
     SameDevice(u_in, *dh_last_in, "dh_last");
   }
+  TORCH_CHECK_TYPE(checkpoint.numel() == 0 || checkpoint.scalar_type() == at::kFloat,
+                   "selscan: checkpoint must be float32, got ", checkpoint.scalar_type());
   const Tensor u = Readable(u_in), delta = Readable(delta_in), A = Readable(A_in), B = Readable(B_in),
                C = Readable(C_in), dy = Readable(dy_in);
   const OptT D = Readable(D_in), z = Readable(z_in), delta_bias = Readable(delta_bias_in), h0 = Readable(h0_in),
@@ -585,8 +587,6 @@ std::vector<Tensor> Backward(const Tensor& u_in, const Tensor& delta_in, const T
   g.dh0 = OptOperand<decltype(g.dh0)>(grad(kDh0));
   Diag diag(NamesOf(kFwdNames));
   diag.Attach(&p);
-  TORCH_CHECK_TYPE(checkpoint.numel() == 0 || checkpoint.scalar_type() == at::kFloat,
-                   "selscan: checkpoint must be float32");
   if (cuda) {
 #ifdef WITH_CUDA
     const c10::cuda::CUDAGuard guard(u.device());
