@@ -58,7 +58,7 @@ class CaseFail(Exception):
 
 def _worker_imports():
     global torch, st, ops, selective_scan_ref, selective_state_update_ref
-    global F32, F16, BF16, F64, TOL, GTOL, STOL
+    global F32, F16, BF16, F64, TOL, GTOL, STOL, SCALE_FLOOR
     import torch  # noqa: F811
     import selscan_torch as st  # noqa: F811
     from selscan_torch.reference import selective_scan_ref, selective_state_update_ref  # noqa: F811
@@ -70,6 +70,7 @@ def _worker_imports():
     TOL = {F32: 1e-4, F16: 5e-3, BF16: 3e-2}
     GTOL = {F32: 1e-3, F16: 3e-2, BF16: 1e-1}
     STOL = 1e-5  # float32 state / last_state in a float32 problem
+    SCALE_FLOOR = 1e-2
 
 
 # ---- small helpers ----------------------------------------------------------------------------------
@@ -151,8 +152,11 @@ def scaled_err(a, b):
     fin = fb
     if not fin.any():
         return 0.0
+    # scaled by the reference's largest entry, at least SCALE_FLOOR: inputs are O(1), so a result
+    # far below that (a one-element last_state, a dD) comes from cancellation, where the rounding
+    # of its O(1) terms, not of the result, sets the error
     d = (a[fin] - b[fin]).abs().max()
-    return (d / b[fin].abs().max().clamp(min=1e-30)).item()
+    return (d / b[fin].abs().max().clamp(min=SCALE_FLOOR)).item()
 
 
 def close(what, a, b, tol):
