@@ -272,6 +272,82 @@ typedef struct selscan_step_problem {
     selscan_diag *diag;                                 /* optional: see selscan_diag */
 } selscan_step_problem;
 
+/* ---- >>conv-api: causal depthwise conv1d (Mamba-1's conv before the scan) ---------------------
+   WHAT IT COMPUTES (every backend computes exactly this; W = width, 2 <= W <= SELSCAN_CONV_MAX_WIDTH)
+
+       y[b,d,t] = act( bias[d] + sum_{k=0}^{W-1} weight[d,k] * xp[b,d,t-(W-1)+k] )
+
+   xp[b,d,t] = x[b,d,t] for t >= 0 and init_state[b,d,(W-1)+t] for -(W-1) <= t < 0 (0 without
+   init_state); act = silu (x * sigmoid(x)) with SELSCAN_CONV_SILU, the identity otherwise. The
+   sum runs in f32 in that order (bias first, then k = 0 .. W-1), whatever T is.
+   final_state[b,d,j] = xp[b,d,L-(W-1)+j], j = 0 .. W-2: the last W-1 inputs (reaching into
+   init_state, or 0, when L < W-1): the state a following chunk or the decode step continues from.
+   Packed sequences: with cu_seqlens (as for the scan: n_seqs + 1 offsets, first 0, last seqlen,
+   non-decreasing) and batch 1, the conv restarts at each sequence start: xp before the start is
+   init_state[s] (or 0), never the previous sequence; final_state[s] is sequence s's; init_state,
+   final_state, dinit_state and dfinal_state have n_seqs rows. An empty sequence's final_state is
+   its init_state (or 0).
+   Backward: from dy (and optionally dfinal_state), any subset of dx, dweight, dbias, dinit_state
+   (NULL data: not computed; dbias and dinit_state may be asked for without bias / init_state).
+   With SELSCAN_CONV_SILU the derivative is recomputed from the pre-activation
+   (dpre = dy * s * (1 + pre * (1 - s)), s = sigmoid(pre)); y is not read. dweight and dbias are
+   sums over batch and time in a fixed order: bitwise the same every call and for every n_parts.
+   Step (decode): seqlen new tokens (1 when 0) per batch row against a rolling state of the last
+   state_len >= W-1 inputs, in place: each token shifts the state left by one and appends x; y
+   uses the state's last W-1 entries and x (the forward continued by one token).
+
+   OPERANDS (T: the problem's dtype, f32 / f16 / bf16; weight and bias always f32)
+       x, y, dy, dx                 (batch, dim, L)             T
+       weight, dweight              (dim, W)                    f32
+       bias, dbias                  (dim)                       f32      optional
+       init_state, final_state,     (rows, dim, W-1)            T        optional; rows = batch
+       dinit_state, dfinal_state                                         or n_seqs
+     step:
+       state                        (n_cache, dim, state_len)   T        read and written in place
+       x, y                         (batch, dim, seqlen)        T        seqlen 1: (batch, dim)
+                                                                         with any stride[2]
+   Element strides per logical dimension in the listed order, all zero = contiguous, like the
+   scan's tensors: the channels-last (batch, L, dim) memory of x is x.stride = {L*dim, 1, dim}.
+   Outputs may not share a byte with an input, another output or themselves
+   (SELSCAN_ERR_ALIAS / SELSCAN_ERR_STRIDE); the step's state is the one operand read and written.
+   No workspace on the CPU; CUDA's backward takes one (selscan_cuda.cuh). */
+#define SELSCAN_CONV_SILU 1u      /* act = silu */
+#define SELSCAN_CONV_MAX_WIDTH 4 /* widths 2 .. 4 on every backend; others: SELSCAN_ERR_UNSUPPORTED */
+#define SELSCAN__CONV_KNOWN_FLAGS SELSCAN_CONV_SILU
+
+typedef struct selscan_conv_problem {
+    int64_t batch, dim, seqlen, width;
+    selscan_dtype dtype;         /* T: x, y, init_state, final_state */
+    unsigned flags;              /* SELSCAN_CONV_SILU */
+    const int64_t *cu_seqlens;   /* optional packed sequences (batch 1): n_seqs + 1 offsets */
+    int64_t n_seqs;              /* 0 unless cu_seqlens is given */
+    selscan_tensor x, weight, bias, init_state; /* inputs (bias, init_state optional) */
+    selscan_out_tensor y, final_state;          /* outputs (final_state optional) */
+    selscan_diag *diag;                         /* optional: see selscan_diag */
+} selscan_conv_problem;
+
+typedef struct selscan_conv_grads {
+    selscan_tensor dy, dfinal_state;                    /* incoming (dfinal_state optional) */
+    selscan_out_tensor dx, dweight, dbias, dinit_state; /* outgoing, each optional */
+} selscan_conv_grads;
+
+/* The decode update: state_index optional, batch int32 values: the state row of each batch row
+   (row i when NULL, then n_cache must be batch; n_cache 0 means batch); a negative value marks
+   padding: y is 0 for that row and no state is touched. On the CPU the indices are validated
+   (< n_cache, no row used twice: SELSCAN_ERR_SHAPE / SELSCAN_ERR_ALIAS), as for the scan's step;
+   on CUDA they are device memory: rows >= n_cache are padding there. */
+typedef struct selscan_conv_step_problem {
+    int64_t batch, dim, width, state_len, n_cache; /* state_len >= width - 1 */
+    int64_t seqlen;                                /* tokens per row; 0 means 1 */
+    selscan_dtype dtype;                           /* T: state, x, y */
+    unsigned flags;                                /* SELSCAN_CONV_SILU */
+    const int32_t *state_index;
+    selscan_out_tensor state;      /* (n_cache, dim, state_len), read and written in place */
+    selscan_tensor x, weight, bias; /* inputs (bias optional) */
+    selscan_out_tensor y;           /* output */
+    selscan_diag *diag;             /* optional: see selscan_diag */
+} selscan_conv_step_problem;
+
 SELSCAN_DEF const char *selscan_status_string(selscan_status s);
 /* The enumerator's name of a status ("SELSCAN_ERR_SHAPE"), for error messages that name it. */
 SELSCAN_DEF const char *selscan_status_name(selscan_status s);
@@ -330,6 +406,29 @@ SELSCAN_DEF const char *selscan_cpu_backend(void);
 SELSCAN_DEF selscan_status selscan_forward_ref(const selscan_problem *p, void *workspace, size_t workspace_bytes);
 SELSCAN_DEF selscan_status selscan_backward_ref(const selscan_problem *p, const selscan_grads *g, void *workspace, size_t workspace_bytes);
 SELSCAN_DEF selscan_status selscan_step_ref(const selscan_step_problem *s);
+
+/* ---- causal conv1d entry points (>>conv-api above; >>conv implements them) ----
+   The same contract as the scan's: validate everything, no allocation, outputs untouched on any
+   error, diag names the operand and rule. No workspace on the CPU. _ref: the exact scalar
+   reference; _cpu: the fast path (taps in registers, vectorized across channels where the
+   channel stride is 1; results differ from _ref by rounding only: it may contract a * b + c).
+   _part: the work split into n_parts (1 <= n_parts <= 2^24) parts for any thread pool (every
+   part exactly once, concurrently); bitwise the same results for every n_parts (the plain forms
+   are n_parts = 1). Work items: blocks of channels (each over every batch row and step, so the
+   backward's dweight / dbias need no reduce step). */
+SELSCAN_DEF selscan_status selscan_validate_conv(const selscan_conv_problem *p);
+SELSCAN_DEF selscan_status selscan_validate_conv_grads(const selscan_conv_problem *p, const selscan_conv_grads *g);
+SELSCAN_DEF selscan_status selscan_validate_conv_step(const selscan_conv_step_problem *s);
+SELSCAN_DEF selscan_status selscan_conv_forward_cpu(const selscan_conv_problem *p);
+SELSCAN_DEF selscan_status selscan_conv_backward_cpu(const selscan_conv_problem *p, const selscan_conv_grads *g);
+SELSCAN_DEF selscan_status selscan_conv_step_cpu(const selscan_conv_step_problem *s);
+SELSCAN_DEF selscan_status selscan_conv_forward_cpu_part(const selscan_conv_problem *p, int64_t part, int64_t n_parts);
+SELSCAN_DEF selscan_status selscan_conv_backward_cpu_part(const selscan_conv_problem *p, const selscan_conv_grads *g,
+                                                          int64_t part, int64_t n_parts);
+SELSCAN_DEF selscan_status selscan_conv_step_cpu_part(const selscan_conv_step_problem *s, int64_t part, int64_t n_parts);
+SELSCAN_DEF selscan_status selscan_conv_forward_ref(const selscan_conv_problem *p);
+SELSCAN_DEF selscan_status selscan_conv_backward_ref(const selscan_conv_problem *p, const selscan_conv_grads *g);
+SELSCAN_DEF selscan_status selscan_conv_step_ref(const selscan_conv_step_problem *s);
 
 /* dtype conversions used by the library (round to nearest even, NaN stays NaN). */
 SELSCAN_DEF float selscan_f16_to_f32(uint16_t h);

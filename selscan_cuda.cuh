@@ -157,6 +157,24 @@ SELSCAN_DEF selscan_status selscan_backward_cuda_ex(const selscan_problem *p, co
 SELSCAN_DEF selscan_status selscan_step_cuda_ex(const selscan_step_problem *s, const selscan_cuda_ext *x,
                                                 cudaStream_t stream);
 
+/* ---- causal conv1d (selscan.h >>conv-api) ----
+   Every tensor pointer is device memory; cu_seqlens stays a host array (validated on the host)
+   with its device copy in ext->cu_seqlens_device; the step's state_index is a device pointer
+   (rows >= n_cache or negative: padding). ext may be NULL; the conv entries use its
+   cu_seqlens_device, cuda_error and (backward) workspace_alloc / workspace_ctx. The forward and
+   the step need no workspace. The backward's workspace (dweight / dbias per-block partial sums,
+   reduced in a fixed order: deterministic) is selscan_conv_workspace_size_cuda() bytes at any
+   address (0 when neither dweight nor dbias is asked for: NULL is fine). */
+SELSCAN_DEF selscan_status selscan_conv_workspace_size_cuda(const selscan_conv_problem *p, const selscan_conv_grads *g,
+                                                            size_t *bytes);
+SELSCAN_DEF selscan_status selscan_conv_forward_cuda(const selscan_conv_problem *p, const selscan_cuda_ext *x,
+                                                     cudaStream_t stream);
+SELSCAN_DEF selscan_status selscan_conv_backward_cuda(const selscan_conv_problem *p, const selscan_conv_grads *g,
+                                                      const selscan_cuda_ext *x, void *workspace, size_t bytes,
+                                                      cudaStream_t stream);
+SELSCAN_DEF selscan_status selscan_conv_step_cuda(const selscan_conv_step_problem *s, const selscan_cuda_ext *x,
+                                                  cudaStream_t stream);
+
 #ifdef __cplusplus
 }
 #endif
