@@ -117,6 +117,15 @@ bench: $(BUILD)/bench_cpu $(BUILD)/cpu_threads
 	./$(BUILD)/cpu_threads
 	./$(BUILD)/bench_cpu $(BENCH_THREADS) $(BENCH_FILTER)
 
+# make bench-conv: bench/bench_conv.c, the causal conv1d's fast CPU path (1 and BENCH_THREADS
+# threads) against its reference, with the bytes-moved floor of each call (bench/NOTES.md CONV-CPU-v1)
+.PHONY: bench-conv
+$(BUILD)/bench_conv: bench/bench_conv.c selscan.h | $(BUILD)
+	$(CC) -std=c99 $(WARN) $(CFLAGS) -I. $< -o $@ $(LDLIBS)
+
+bench-conv: $(BUILD)/bench_conv
+	./$(BUILD)/bench_conv $(BENCH_THREADS)
+
 
 # ---- CUDA -------------------------------------------------------------------------------------
 # cuda-build compiles every CUDA binary without running one (for CI machines with nvcc, no GPU).
