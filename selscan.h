@@ -1,4 +1,5 @@
 /* selscan.h - the selective scan of Mamba (S6) as a single-header C library.     v0.2.0
+ * With the causal depthwise conv1d before it (Mamba-1's conv, >>conv-api): a Mamba-1 mixer core.
  *
  * QUICK START (README.md has a complete program; every call returns a selscan_status)
  *
@@ -12,13 +13,16 @@
  *     selscan_step_cpu(&s);                                         state, y
  *
  * CONTENTS (grep the >>tag)
- *     >>api          types, flags, status codes, every public declaration
+ *     >>api          types, flags, status codes, every public declaration; >>conv-api the causal
+ *                    conv1d's math, operands, types and entry points
  *     >>impl         implementation (SELSCAN_IMPLEMENTATION): >>convert dtype conversions,
  *                    >>validation shapes / strides / aliasing / diag, >>reference the scalar
- *                    oracle, >>step step validation and reference, >>fast the fast CPU path
- *                    (>>fast-tiles, >>fast-isa, >>fast-drivers, >>fast-parts, ...), >>entry the
- *                    public CPU entry points, >>fast-kernels the kernels compiled per
- *                    instruction set (>>fast-forward, >>fast-backward, >>fast-step)
+ *                    oracle, >>step step validation and reference, >>conv the conv's validation
+ *                    and >>conv-reference its scalar oracle, >>fast the fast CPU path
+ *                    (>>fast-tiles, >>fast-isa, >>fast-drivers, >>fast-parts, ...), >>conv-entry
+ *                    the conv's fast-path drivers and CPU entry points, >>entry the public CPU
+ *                    entry points, >>fast-kernels the kernels compiled per instruction set
+ *                    (>>fast-forward, >>fast-backward, >>fast-step, >>fast-conv)
  *     Measurements and the reasons behind the tuning: bench/NOTES.md (labels CPU-vN, CUDA-vN).
  *
  * Do this:
@@ -74,6 +78,10 @@
  *
  * Step (decode): one token for a batch of cached states, identical to the forward with L = 1,
  * h0 = state and h_last written back into state. See selscan_step_problem.
+ *
+ * Causal conv1d (Mamba-1's depthwise conv before the scan, with optional silu, init / final
+ * state, packed sequences, backward and the decode update): its own problem types and entry
+ * points, selscan_conv_*; the math and operands are in >>conv-api.
  *
  * ---------------------------------------------------------------------------------------------
  * OPERANDS: logical shapes, dtypes (T is the problem's dtype: f32, f16 or bf16)
