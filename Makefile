@@ -30,7 +30,8 @@ run: $(BUILD)/quickstart
 
 # ---- tests (section owned by tests/) ----------------------------------------------------------
 # make test (the quick loop, about a minute on 2 cores): every tests/test_*.c (CUDA ones excluded)
-# built and run, tests/test_api again with SELSCAN_CPU=portable, and the build checks
+# built and run, tests/test_api and tests/test_conv again with SELSCAN_CPU=portable (test_conv with
+# avx2 too: SELSCAN_CPU never raises the path, so on a CPU without it that run repeats a lower one), and the build checks
 # (tests/build_checks.sh) without nvcc.
 # make test-all (what CI runs): make test's suites, the build checks with nvcc where it exists, the
 # CUDA test and quickstart compiled (tests/test_cuda.cu runs and skips cleanly, 0 passed, 0 failed,
@@ -53,7 +54,8 @@ TEST_CUDA_BUILD := if $(MAKE) --no-print-directory -j2 $(BUILD)/test_cuda $(BUIL
     then echo 'nvcc: compiled test_cuda, test_cuda_cl, test_cuda_conv and cuda_quickstart'; echo '1 passed, 0 failed'; \
     else cat $(BUILD)/cuda-build.log; echo '0 passed, 1 failed'; exit 1; fi
 # the commands both targets run: the native suites, test_api on the portable path
-TEST_QUICK_CMDS := $(foreach b,$(TEST_BINS),./$(b)) "SELSCAN_CPU=portable ./$(BUILD)/tests/test_api"
+TEST_QUICK_CMDS := $(foreach b,$(TEST_BINS),./$(b)) "SELSCAN_CPU=portable ./$(BUILD)/tests/test_api" \
+    "SELSCAN_CPU=avx2 ./$(BUILD)/tests/test_conv" "SELSCAN_CPU=portable ./$(BUILD)/tests/test_conv"
 TEST_BUILD_CHECKS = "CC='$(CC)' CXX='$(CXX)' NVCC='$(1)' BUILD='$(BUILD)' bash tests/build_checks.sh"
 
 $(BUILD)/tests/selscan_impl.o: tests/selscan_impl.c selscan.h

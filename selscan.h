@@ -422,8 +422,9 @@ SELSCAN_DEF selscan_status selscan_step_ref(const selscan_step_problem *s);
    channel stride is 1; results differ from _ref by rounding only: it may contract a * b + c).
    _part: the work split into n_parts (1 <= n_parts <= 2^24) parts for any thread pool (every
    part exactly once, concurrently); bitwise the same results for every n_parts (the plain forms
-   are n_parts = 1). Work items: blocks of channels (each over every batch row and step, so the
-   backward's dweight / dbias need no reduce step). */
+   are n_parts = 1). Work items: the forward (batch row, 64 channels), the backward 64 channels
+   over every batch row and step (so its dweight / dbias need no reduce step), the update (batch
+   row, 256 channels). The fast path's kernels use up to ~35 KB of stack. */
 SELSCAN_DEF selscan_status selscan_validate_conv(const selscan_conv_problem *p);
 SELSCAN_DEF selscan_status selscan_validate_conv_grads(const selscan_conv_problem *p, const selscan_conv_grads *g);
 SELSCAN_DEF selscan_status selscan_validate_conv_step(const selscan_conv_step_problem *s);

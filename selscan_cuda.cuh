@@ -4216,7 +4216,7 @@ static __global__ void __launch_bounds__(256) conv_final_kernel(const conv_param
                                   : s * P.h0.s[0] + d * P.h0.s[1] + (H + pos - s0) * P.h0.s[2];
     T *dst = static_cast<T *>(P.hlast.p) + s * P.hlast.s[0] + d * P.hlast.s[1] + j * P.hlast.s[2];
     if (src) *dst = src[off];
-    else st<T>(dst, 0, 0.0f);
+    else st<T>(static_cast<void *>(dst), 0, 0.0f); /* (void *: no argument-dependent lookup of a user's st) */
 }
 
 /* dpre of step q (sequence [s0, ..), state row row) of channel d: x read from global memory */
@@ -4368,10 +4368,10 @@ static __global__ void __launch_bounds__(kThreads) conv_step_kernel(const conv_p
     float w[SELSCAN_CONV_MAX_WIDTH], win[SELSCAN_CONV_MAX_WIDTH];
     for (int k = 0; k < SELSCAN_CONV_MAX_WIDTH; k++) w[k] = k < P.W ? ldf(P.w, d * P.w.s[0] + k * P.w.s[1]) : 0.0f;
     const float bias = P.bias.p ? ldf(P.bias, d * P.bias.s[0]) : 0.0f;
-    for (int k = 0; k < H; k++) win[k] = ld<T>(sp, (S - H + k) * ss);
+    for (int k = 0; k < H; k++) win[k] = ld<T>(static_cast<const void *>(sp), (S - H + k) * ss); /* void *: see conv_final_kernel */
     for (int64_t l = 0; l < L; l++) {
         float acc = bias;
-        win[H] = ld<T>(xp, l * xs);
+        win[H] = ld<T>(static_cast<const void *>(xp), l * xs);
         for (int k = 0; k <= H; k++) acc = fmaf(w[k], win[k], acc);
         if (P.silu) acc *= sigm(acc);
         st<T>(P.y.p, b * P.y.s[0] + d * P.y.s[1] + l * P.y.s[2], acc);
