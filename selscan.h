@@ -1,4 +1,5 @@
 /* selscan.h - the selective scan of Mamba (S6) as a single-header C library.     v0.2.0
+ * With the causal depthwise conv1d before it (Mamba-1's conv, >>conv-api): a Mamba-1 mixer core.
  *
  * QUICK START (README.md has a complete program; every call returns a selscan_status)
  *
@@ -14,13 +15,16 @@
  *     selscan_step_cpu(&s);                                         decode step, in place: state, y
  *
  * CONTENTS (grep the >>tag)
- *     >>api          types, flags, status codes, every public declaration
+ *     >>api          types, flags, status codes, every public declaration; >>conv-api the causal
+ *                    conv1d's math, operands, types and entry points
  *     >>impl         implementation (SELSCAN_IMPLEMENTATION): >>convert dtype conversions,
  *                    >>validation shapes / strides / aliasing / diag, >>reference the scalar
- *                    oracle, >>step step validation and reference, >>fast the fast CPU path
- *                    (>>fast-tiles, >>fast-isa, >>fast-drivers, >>fast-parts, ...), >>entry the
- *                    public CPU entry points, >>fast-kernels the kernels compiled per
- *                    instruction set (>>fast-forward, >>fast-backward, >>fast-step)
+ *                    oracle, >>step step validation and reference, >>conv the conv's validation
+ *                    and >>conv-reference its scalar oracle, >>fast the fast CPU path
+ *                    (>>fast-tiles, >>fast-isa, >>fast-drivers, >>fast-parts, ...), >>conv-entry
+ *                    the conv's fast-path drivers and CPU entry points, >>entry the public CPU
+ *                    entry points, >>fast-kernels the kernels compiled per instruction set
+ *                    (>>fast-forward, >>fast-backward, >>fast-step, >>fast-conv)
  *     Measurements and the reasons behind the tuning: bench/NOTES.md (labels CPU-vN, CUDA-vN).
  *
  * Do this:
@@ -76,6 +80,10 @@
  *
  * Step (decode): one token for a batch of cached states, identical to the forward with L = 1,
  * h0 = state and h_last written back into state. See selscan_step_problem.
+ *
+ * Causal conv1d (Mamba-1's depthwise conv before the scan, with optional silu, init / final
+ * state, packed sequences, backward and the decode update): its own problem types and entry
+ * points, selscan_conv_*; the math and operands are in >>conv-api.
  *
  * ---------------------------------------------------------------------------------------------
  * OPERANDS: logical shapes, dtypes (T is the problem's dtype: f32, f16 or bf16)
@@ -274,6 +282,82 @@ typedef struct selscan_step_problem {
     selscan_diag *diag;                                 /* optional: see selscan_diag */
 } selscan_step_problem;
 
+/* ---- >>conv-api: causal depthwise conv1d (Mamba-1's conv before the scan) ---------------------
+   WHAT IT COMPUTES (every backend computes exactly this; W = width, 2 <= W <= SELSCAN_CONV_MAX_WIDTH)
+
+       y[b,d,t] = act( bias[d] + sum_{k=0}^{W-1} weight[d,k] * xp[b,d,t-(W-1)+k] )
+
+   xp[b,d,t] = x[b,d,t] for t >= 0 and init_state[b,d,(W-1)+t] for -(W-1) <= t < 0 (0 without
+   init_state); act = silu (x * sigmoid(x)) with SELSCAN_CONV_SILU, the identity otherwise. The
+   sum runs in f32 in that order (bias first, then k = 0 .. W-1), whatever T is.
+   final_state[b,d,j] = xp[b,d,L-(W-1)+j], j = 0 .. W-2: the last W-1 inputs (reaching into
+   init_state, or 0, when L < W-1): the state a following chunk or the decode step continues from.
+   Packed sequences: with cu_seqlens (as for the scan: n_seqs + 1 offsets, first 0, last seqlen,
+   non-decreasing) and batch 1, the conv restarts at each sequence start: xp before the start is
+   init_state[s] (or 0), never the previous sequence; final_state[s] is sequence s's; init_state,
+   final_state, dinit_state and dfinal_state have n_seqs rows. An empty sequence's final_state is
+   its init_state (or 0).
+   Backward: from dy (and optionally dfinal_state), any subset of dx, dweight, dbias, dinit_state
+   (NULL data: not computed; dbias and dinit_state may be asked for without bias / init_state).
+   With SELSCAN_CONV_SILU the derivative is recomputed from the pre-activation
+   (dpre = dy * s * (1 + pre * (1 - s)), s = sigmoid(pre)); y is not read. dweight and dbias are
+   sums over batch and time in a fixed order: bitwise the same every call and for every n_parts.
+   Step (decode): seqlen new tokens (1 when 0) per batch row against a rolling state of the last
+   state_len >= W-1 inputs, in place: each token shifts the state left by one and appends x; y
+   uses the state's last W-1 entries and x (the forward continued by one token).
+
+   OPERANDS (T: the problem's dtype, f32 / f16 / bf16; weight and bias always f32)
+       x, y, dy, dx                 (batch, dim, L)             T
+       weight, dweight              (dim, W)                    f32
+       bias, dbias                  (dim)                       f32      optional
+       init_state, final_state,     (rows, dim, W-1)            T        optional; rows = batch
+       dinit_state, dfinal_state                                         or n_seqs
+     step:
+       state                        (n_cache, dim, state_len)   T        read and written in place
+       x, y                         (batch, dim, seqlen)        T        seqlen 1: (batch, dim)
+                                                                         with any stride[2]
+   Element strides per logical dimension in the listed order, all zero = contiguous, like the
+   scan's tensors: the channels-last (batch, L, dim) memory of x is x.stride = {L*dim, 1, dim}.
+   Outputs may not share a byte with an input, another output or themselves
+   (SELSCAN_ERR_ALIAS / SELSCAN_ERR_STRIDE); the step's state is the one operand read and written.
+   No workspace on the CPU; CUDA's backward takes one (selscan_cuda.cuh). */
+#define SELSCAN_CONV_SILU 1u      /* act = silu */
+#define SELSCAN_CONV_MAX_WIDTH 4 /* widths 2 .. 4 on every backend; others: SELSCAN_ERR_UNSUPPORTED */
+#define SELSCAN__CONV_KNOWN_FLAGS SELSCAN_CONV_SILU
+
+typedef struct selscan_conv_problem {
+    int64_t batch, dim, seqlen, width;
+    selscan_dtype dtype;         /* T: x, y, init_state, final_state */
+    unsigned flags;              /* SELSCAN_CONV_SILU */
+    const int64_t *cu_seqlens;   /* optional packed sequences (batch 1): n_seqs + 1 offsets */
+    int64_t n_seqs;              /* 0 unless cu_seqlens is given */
+    selscan_tensor x, weight, bias, init_state; /* inputs (bias, init_state optional) */
+    selscan_out_tensor y, final_state;          /* outputs (final_state optional) */
+    selscan_diag *diag;                         /* optional: see selscan_diag */
+} selscan_conv_problem;
+
+typedef struct selscan_conv_grads {
+    selscan_tensor dy, dfinal_state;                    /* incoming (dfinal_state optional) */
+    selscan_out_tensor dx, dweight, dbias, dinit_state; /* outgoing, each optional */
+} selscan_conv_grads;
+
+/* The decode update: state_index optional, batch int32 values: the state row of each batch row
+   (row i when NULL, then n_cache must be batch; n_cache 0 means batch); a negative value marks
+   padding: y is 0 for that row and no state is touched. On the CPU the indices are validated
+   (< n_cache, no row used twice: SELSCAN_ERR_SHAPE / SELSCAN_ERR_ALIAS), as for the scan's step;
+   on CUDA they are device memory: rows >= n_cache are padding there. */
+typedef struct selscan_conv_step_problem {
+    int64_t batch, dim, width, state_len, n_cache; /* state_len >= width - 1 */
+    int64_t seqlen;                                /* tokens per row; 0 means 1 */
+    selscan_dtype dtype;                           /* T: state, x, y */
+    unsigned flags;                                /* SELSCAN_CONV_SILU */
+    const int32_t *state_index;
+    selscan_out_tensor state;      /* (n_cache, dim, state_len), read and written in place */
+    selscan_tensor x, weight, bias; /* inputs (bias optional) */
+    selscan_out_tensor y;           /* output */
+    selscan_diag *diag;             /* optional: see selscan_diag */
+} selscan_conv_step_problem;
+
 SELSCAN_DEF const char *selscan_status_string(selscan_status s);
 /* The enumerator's name of a status ("SELSCAN_ERR_SHAPE"), for error messages that name it. */
 SELSCAN_DEF const char *selscan_status_name(selscan_status s);
@@ -332,6 +416,30 @@ SELSCAN_DEF const char *selscan_cpu_backend(void);
 SELSCAN_DEF selscan_status selscan_forward_ref(const selscan_problem *p, void *workspace, size_t workspace_bytes);
 SELSCAN_DEF selscan_status selscan_backward_ref(const selscan_problem *p, const selscan_grads *g, void *workspace, size_t workspace_bytes);
 SELSCAN_DEF selscan_status selscan_step_ref(const selscan_step_problem *s);
+
+/* ---- causal conv1d entry points (>>conv-api above; >>conv implements them) ----
+   The same contract as the scan's: validate everything, no allocation, outputs untouched on any
+   error, diag names the operand and rule. No workspace on the CPU. _ref: the exact scalar
+   reference; _cpu: the fast path (taps in registers, vectorized across channels where the
+   channel stride is 1; results differ from _ref by rounding only: it may contract a * b + c).
+   _part: the work split into n_parts (1 <= n_parts <= 2^24) parts for any thread pool (every
+   part exactly once, concurrently); bitwise the same results for every n_parts (the plain forms
+   are n_parts = 1). Work items: the forward (batch row, 64 channels), the backward 64 channels
+   over every batch row and step (so its dweight / dbias need no reduce step), the update (batch
+   row, 256 channels). The fast path's kernels use up to ~35 KB of stack. */
+SELSCAN_DEF selscan_status selscan_validate_conv(const selscan_conv_problem *p);
+SELSCAN_DEF selscan_status selscan_validate_conv_grads(const selscan_conv_problem *p, const selscan_conv_grads *g);
+SELSCAN_DEF selscan_status selscan_validate_conv_step(const selscan_conv_step_problem *s);
+SELSCAN_DEF selscan_status selscan_conv_forward_cpu(const selscan_conv_problem *p);
+SELSCAN_DEF selscan_status selscan_conv_backward_cpu(const selscan_conv_problem *p, const selscan_conv_grads *g);
+SELSCAN_DEF selscan_status selscan_conv_step_cpu(const selscan_conv_step_problem *s);
+SELSCAN_DEF selscan_status selscan_conv_forward_cpu_part(const selscan_conv_problem *p, int64_t part, int64_t n_parts);
+SELSCAN_DEF selscan_status selscan_conv_backward_cpu_part(const selscan_conv_problem *p, const selscan_conv_grads *g,
+                                                          int64_t part, int64_t n_parts);
+SELSCAN_DEF selscan_status selscan_conv_step_cpu_part(const selscan_conv_step_problem *s, int64_t part, int64_t n_parts);
+SELSCAN_DEF selscan_status selscan_conv_forward_ref(const selscan_conv_problem *p);
+SELSCAN_DEF selscan_status selscan_conv_backward_ref(const selscan_conv_problem *p, const selscan_conv_grads *g);
+SELSCAN_DEF selscan_status selscan_conv_step_ref(const selscan_conv_step_problem *s);
 
 /* dtype conversions used by the library (round to nearest even, NaN stays NaN). */
 SELSCAN_DEF float selscan_f16_to_f32(uint16_t h);
@@ -1363,6 +1471,410 @@ SELSCAN_DEF selscan_status selscan_step_ref(const selscan_step_problem *s) {
     { /* the caller's errno is kept (see selscan_forward_ref) */
         const int saved_errno = errno;
         selscan__ref_step_all(&q);
+        errno = saved_errno;
+    }
+    return SELSCAN_OK;
+}
+
+#endif /* SELSCAN_VALIDATION_ONLY */
+/* --------------------------------------------------------------------------------------------- */
+/* >>conv                    causal conv1d: validation and reference                             */
+/* --------------------------------------------------------------------------------------------- */
+/* The math and the operands: >>conv-api. Validation here (also compiled with
+   SELSCAN_VALIDATION_ONLY: the CUDA launchers use it), then >>conv-reference, the exact scalar
+   oracle. The fast path: >>conv-fast (drivers and entry points) and >>fast-conv (the kernels). */
+
+typedef struct selscan__cprob {
+    int64_t batch, dim, L, W, rows; /* rows: state rows (batch or n_seqs) */
+    selscan_dtype dt;
+    int silu;
+    const int64_t *cu;
+    int64_t nseq;
+    selscan__ten x, w, bias, h0, y, hlast; /* h0 / hlast: init_state / final_state */
+    selscan_diag *diag;
+} selscan__cprob;
+
+typedef struct selscan__cgrd {
+    selscan__ten dy, dhlast, dx, dw, dbias, dh0; /* dhlast / dh0: dfinal_state / dinit_state */
+} selscan__cgrd;
+
+typedef struct selscan__cstp {
+    int64_t batch, dim, W, S, ncache, L; /* S: state_len; L: tokens per row */
+    selscan_dtype dt;
+    int silu;
+    const int32_t *idx;
+    selscan__ten state, x, w, bias, y;
+    selscan_diag *diag;
+} selscan__cstp;
+
+/* channels a CPU work item (a multiple of every vector width: >>conv-entry); steps a chunk of a
+   block's staging in the fast path (a tile's: SELSCAN__FT, twice as many: the same buffers) */
+#define SELSCAN__CONV_CB 64
+#define SELSCAN__CONV_FT 32
+
+static selscan_status selscan__conv_check_width(int64_t w, selscan_diag *d) {
+    if (w <= 0) SELSCAN__FAIL(d, SELSCAN_ERR_SHAPE, "width", "not positive");
+    if (w < 2 || w > SELSCAN_CONV_MAX_WIDTH) SELSCAN__FAIL(d, SELSCAN_ERR_UNSUPPORTED, "width", "not 2 to 4");
+    return SELSCAN_OK;
+}
+
+/* Sizes, flags, pointers, sequence offsets and the inputs' strides (the outputs: below). */
+static SELSCAN__MAYBE_UNUSED selscan_status selscan__conv_check_problem(const selscan_conv_problem *p,
+                                                                        selscan__cprob *q, int need_y) {
+    selscan_status st;
+    selscan_diag *d;
+    int64_t i;
+    if (!p) return SELSCAN_ERR_NULL;
+    d = p->diag;
+    q->diag = d;
+    if (!selscan__dtype_ok(p->dtype)) SELSCAN__FAIL(d, SELSCAN_ERR_DTYPE, "dtype", "unknown dtype");
+    if (p->flags & ~SELSCAN__CONV_KNOWN_FLAGS) SELSCAN__FAIL(d, SELSCAN_ERR_UNSUPPORTED, "flags", "unknown flag");
+    if (p->batch <= 0) SELSCAN__FAIL(d, SELSCAN_ERR_SHAPE, "batch", "not positive");
+    if (p->dim <= 0) SELSCAN__FAIL(d, SELSCAN_ERR_SHAPE, "dim", "not positive");
+    if (p->seqlen <= 0) SELSCAN__FAIL(d, SELSCAN_ERR_SHAPE, "seqlen", "not positive");
+    if ((st = selscan__conv_check_width(p->width, d)) != SELSCAN_OK) return st;
+    if (!p->x.data) SELSCAN__FAIL(d, SELSCAN_ERR_NULL, "x", "missing");
+    if (!p->weight.data) SELSCAN__FAIL(d, SELSCAN_ERR_NULL, "weight", "missing");
+    if (need_y && !p->y.data) SELSCAN__FAIL(d, SELSCAN_ERR_NULL, "y", "missing");
+    if (p->cu_seqlens) { /* the scan's rules (selscan__check_problem) */
+        if (p->batch != 1) SELSCAN__FAIL(d, SELSCAN_ERR_SHAPE, "batch", "not 1 with cu_seqlens");
+        if (p->n_seqs <= 0 || !selscan__count_ok(p->n_seqs, p->dim, p->width, 1))
+            SELSCAN__FAIL(d, SELSCAN_ERR_SHAPE, "n_seqs", "out of range");
+        if (!selscan__aligned(p->cu_seqlens, 8)) SELSCAN__FAIL(d, SELSCAN_ERR_SHAPE, "cu_seqlens", "misaligned");
+        if (p->cu_seqlens[0] != 0) SELSCAN__FAIL(d, SELSCAN_ERR_SHAPE, "cu_seqlens", "first offset not 0");
+        if (p->cu_seqlens[p->n_seqs] != p->seqlen) SELSCAN__FAIL(d, SELSCAN_ERR_SHAPE, "cu_seqlens", "last offset not seqlen");
+        for (i = 0; i < p->n_seqs; i++)
+            if (p->cu_seqlens[i + 1] < p->cu_seqlens[i]) SELSCAN__FAIL(d, SELSCAN_ERR_SHAPE, "cu_seqlens", "not increasing");
+    } else if (p->n_seqs != 0) {
+        SELSCAN__FAIL(d, SELSCAN_ERR_NULL, "cu_seqlens", "missing (n_seqs given)");
+    }
+    q->batch = p->batch; q->dim = p->dim; q->L = p->seqlen; q->W = p->width;
+    q->rows = p->cu_seqlens ? p->n_seqs : p->batch;
+    q->dt = p->dtype;
+    q->silu = (p->flags & SELSCAN_CONV_SILU) != 0;
+    q->cu = p->cu_seqlens; q->nseq = p->n_seqs;
+    if (!selscan__count_ok(q->batch, q->dim, q->L, 1) || !selscan__count_ok(q->rows, q->dim, q->W, 1))
+        SELSCAN__FAIL(d, SELSCAN_ERR_SHAPE, "problem", "element count overflows");
+    selscan__resolve(&q->x, &p->x, "x", d, 3, q->batch, q->dim, q->L, 1, q->dt);
+    selscan__resolve(&q->y, &p->y, "y", d, 3, q->batch, q->dim, q->L, 1, q->dt);
+    selscan__resolve(&q->w, &p->weight, "weight", d, 2, q->dim, q->W, 1, 1, SELSCAN_F32);
+    selscan__resolve(&q->bias, &p->bias, "bias", d, 1, q->dim, 1, 1, 1, SELSCAN_F32);
+    selscan__resolve(&q->h0, &p->init_state, "init_state", d, 3, q->rows, q->dim, q->W - 1, 1, q->dt);
+    selscan__resolve(&q->hlast, &p->final_state, "final_state", d, 3, q->rows, q->dim, q->W - 1, 1, q->dt);
+    {
+        const selscan__ten *ins[] = {&q->x, &q->w, &q->bias, &q->h0};
+        for (i = 0; i < 4; i++)
+            if ((st = selscan__check_strides(ins[i], 0)) != SELSCAN_OK) return st;
+    }
+    return SELSCAN_OK;
+}
+
+/* The forward: problem, outputs' strides, aliasing. */
+static SELSCAN__MAYBE_UNUSED selscan_status selscan__conv_validate_forward(const selscan_conv_problem *p,
+                                                                          selscan__cprob *q) {
+    selscan_status st = selscan__conv_check_problem(p, q, 1);
+    if (st != SELSCAN_OK) return st;
+    if ((st = selscan__check_strides(&q->y, 1)) != SELSCAN_OK) return st;
+    if ((st = selscan__check_strides(&q->hlast, 1)) != SELSCAN_OK) return st;
+    {
+        const selscan__ten *outs[] = {&q->y, &q->hlast};
+        const selscan__ten *ins[] = {&q->x, &q->w, &q->bias, &q->h0};
+        return selscan__check_alias_d(outs, 2, ins, 4, q->cu, q->cu ? (q->nseq + 1) * 8 : 0, "overlaps cu_seqlens",
+                                      NULL, 0, q->diag);
+    }
+}
+
+/* The backward: problem (y not needed), gradients' shapes and strides, aliasing. */
+static SELSCAN__MAYBE_UNUSED selscan_status selscan__conv_validate_backward(const selscan_conv_problem *p,
+                                                                           const selscan_conv_grads *g,
+                                                                           selscan__cprob *q, selscan__cgrd *r) {
+    selscan_status st = selscan__conv_check_problem(p, q, 0);
+    selscan_diag *d;
+    int i;
+    if (st != SELSCAN_OK) return st;
+    d = q->diag;
+    if (!g) SELSCAN__FAIL(d, SELSCAN_ERR_NULL, "grads", "missing");
+    if (!g->dy.data) SELSCAN__FAIL(d, SELSCAN_ERR_NULL, "dy", "missing");
+    selscan__resolve(&r->dy, &g->dy, "dy", d, 3, q->batch, q->dim, q->L, 1, q->dt);
+    selscan__resolve(&r->dhlast, &g->dfinal_state, "dfinal_state", d, 3, q->rows, q->dim, q->W - 1, 1, q->dt);
+    selscan__resolve(&r->dx, &g->dx, "dx", d, 3, q->batch, q->dim, q->L, 1, q->dt);
+    selscan__resolve(&r->dw, &g->dweight, "dweight", d, 2, q->dim, q->W, 1, 1, SELSCAN_F32);
+    selscan__resolve(&r->dbias, &g->dbias, "dbias", d, 1, q->dim, 1, 1, 1, SELSCAN_F32);
+    selscan__resolve(&r->dh0, &g->dinit_state, "dinit_state", d, 3, q->rows, q->dim, q->W - 1, 1, q->dt);
+    if ((st = selscan__check_strides(&r->dy, 0)) != SELSCAN_OK) return st;
+    if ((st = selscan__check_strides(&r->dhlast, 0)) != SELSCAN_OK) return st;
+    {
+        const selscan__ten *outs[] = {&r->dx, &r->dw, &r->dbias, &r->dh0};
+        const selscan__ten *ins[] = {&q->x, &q->w, &q->bias, &q->h0, &r->dy, &r->dhlast};
+        for (i = 0; i < 4; i++)
+            if ((st = selscan__check_strides(outs[i], 1)) != SELSCAN_OK) return st;
+        return selscan__check_alias_d(outs, 4, ins, 6, q->cu, q->cu ? (q->nseq + 1) * 8 : 0, "overlaps cu_seqlens",
+                                      NULL, 0, d);
+    }
+}
+
+/* The decode update. idx_on_host: state_index is host memory and checked here (CPU); 0 for a
+   device pointer (CUDA), never dereferenced. */
+static SELSCAN__MAYBE_UNUSED selscan_status selscan__conv_validate_step_ex(const selscan_conv_step_problem *s,
+                                                                          selscan__cstp *q, int idx_on_host) {
+    selscan_status st;
+    selscan_diag *d;
+    int64_t i;
+    if (!s) return SELSCAN_ERR_NULL;
+    d = s->diag;
+    q->diag = d;
+    if (!selscan__dtype_ok(s->dtype)) SELSCAN__FAIL(d, SELSCAN_ERR_DTYPE, "dtype", "unknown dtype");
+    if (s->flags & ~SELSCAN__CONV_KNOWN_FLAGS) SELSCAN__FAIL(d, SELSCAN_ERR_UNSUPPORTED, "flags", "unknown flag");
+    q->ncache = s->n_cache == 0 ? s->batch : s->n_cache;
+    q->L = s->seqlen == 0 ? 1 : s->seqlen;
+    if (s->batch <= 0) SELSCAN__FAIL(d, SELSCAN_ERR_SHAPE, "batch", "not positive");
+    if (s->dim <= 0) SELSCAN__FAIL(d, SELSCAN_ERR_SHAPE, "dim", "not positive");
+    if (q->L <= 0) SELSCAN__FAIL(d, SELSCAN_ERR_SHAPE, "seqlen", "negative");
+    if ((st = selscan__conv_check_width(s->width, d)) != SELSCAN_OK) return st;
+    if (s->state_len < s->width - 1 || s->state_len <= 0)
+        SELSCAN__FAIL(d, SELSCAN_ERR_SHAPE, "state_len", "below width - 1");
+    if (q->ncache <= 0) SELSCAN__FAIL(d, SELSCAN_ERR_SHAPE, "n_cache", "not positive");
+    if (!s->state_index && q->ncache != s->batch)
+        SELSCAN__FAIL(d, SELSCAN_ERR_SHAPE, "n_cache", "not batch without state_index");
+    if (s->state_index && !selscan__aligned(s->state_index, 4))
+        SELSCAN__FAIL(d, SELSCAN_ERR_SHAPE, "state_index", "misaligned");
+    if (!s->state.data) SELSCAN__FAIL(d, SELSCAN_ERR_NULL, "state", "missing");
+    if (!s->x.data) SELSCAN__FAIL(d, SELSCAN_ERR_NULL, "x", "missing");
+    if (!s->weight.data) SELSCAN__FAIL(d, SELSCAN_ERR_NULL, "weight", "missing");
+    if (!s->y.data) SELSCAN__FAIL(d, SELSCAN_ERR_NULL, "y", "missing");
+    q->batch = s->batch; q->dim = s->dim; q->W = s->width; q->S = s->state_len;
+    q->dt = s->dtype;
+    q->silu = (s->flags & SELSCAN_CONV_SILU) != 0;
+    q->idx = s->state_index;
+    if (!selscan__count_ok(q->ncache, q->dim, q->S, 1) || !selscan__count_ok(q->batch, q->dim, q->L, 1) ||
+        !selscan__count_ok(q->dim, q->W, 1, 1))
+        SELSCAN__FAIL(d, SELSCAN_ERR_SHAPE, "problem", "element count overflows");
+    if (q->idx && idx_on_host) {
+        for (i = 0; i < q->batch; i++)
+            if (q->idx[i] >= q->ncache) SELSCAN__FAIL(d, SELSCAN_ERR_SHAPE, "state_index", "not below n_cache");
+        if (!selscan__idx_unique(q->idx, q->batch)) SELSCAN__FAIL(d, SELSCAN_ERR_ALIAS, "state_index", "row used twice");
+    }
+    selscan__resolve(&q->state, &s->state, "state", d, 3, q->ncache, q->dim, q->S, 1, q->dt);
+    selscan__resolve(&q->x, &s->x, "x", d, 3, q->batch, q->dim, q->L, 1, q->dt);
+    selscan__resolve(&q->y, &s->y, "y", d, 3, q->batch, q->dim, q->L, 1, q->dt);
+    selscan__resolve(&q->w, &s->weight, "weight", d, 2, q->dim, q->W, 1, 1, SELSCAN_F32);
+    selscan__resolve(&q->bias, &s->bias, "bias", d, 1, q->dim, 1, 1, 1, SELSCAN_F32);
+    {
+        const selscan__ten *ins[] = {&q->x, &q->w, &q->bias};
+        const selscan__ten *outs[] = {&q->state, &q->y};
+        for (i = 0; i < 3; i++)
+            if ((st = selscan__check_strides(ins[i], 0)) != SELSCAN_OK) return st;
+        for (i = 0; i < 2; i++)
+            if ((st = selscan__check_strides(outs[i], 1)) != SELSCAN_OK) return st;
+        return selscan__check_alias_d(outs, 2, ins, 3, q->idx, q->idx ? q->batch * 4 : 0, "overlaps state_index", NULL,
+                                      0, d);
+    }
+}
+
+#ifndef SELSCAN_VALIDATION_ONLY
+SELSCAN_DEF selscan_status selscan_validate_conv(const selscan_conv_problem *p) {
+    selscan__cprob q;
+    return selscan__conv_validate_forward(p, &q);
+}
+
+SELSCAN_DEF selscan_status selscan_validate_conv_grads(const selscan_conv_problem *p, const selscan_conv_grads *g) {
+    selscan__cprob q;
+    selscan__cgrd r;
+    return selscan__conv_validate_backward(p, g, &q, &r);
+}
+
+SELSCAN_DEF selscan_status selscan_validate_conv_step(const selscan_conv_step_problem *s) {
+    selscan__cstp q;
+    return selscan__conv_validate_step_ex(s, &q, 1);
+}
+
+/* ---- >>conv-reference: the exact scalar oracle ---------------------------------------------- */
+/* Per (batch row, channel, sequence) a window of the last W inputs in f32; the sum in the order
+   of >>conv-api (bias, then k = 0 .. W-1), silu as x * sigmoid(x) with expf. The backward walks
+   forward once: each step's dpre adds w[k] * dpre to the W positions it read (an accumulator
+   window), and the oldest position, complete then, is written (dx, or dinit_state before the
+   sequence start); dweight and dbias are summed per channel over batch rows, then steps. */
+
+/* No contraction of a * b + c into fused operations (gcc's GNU modes do it where the target has
+   one, e.g. arm64): the reference is the same arithmetic on every machine. */
+#if defined(__GNUC__) && !defined(__clang__) && !defined(__CUDACC__)
+#pragma GCC push_options
+#pragma GCC optimize("fp-contract=off")
+#elif defined(__clang__)
+#pragma STDC FP_CONTRACT OFF
+#endif
+
+static float selscan__silu_f(float x) { return x * selscan__sigmoid(x); }
+
+/* The sequences of batch row b: [t0, t1) and the state row they use (>>conv-api). */
+static int64_t selscan__conv_nseg(const selscan__cprob *q) { return q->cu ? q->nseq : 1; }
+static void selscan__conv_seg(const selscan__cprob *q, int64_t b, int64_t k, int64_t *t0, int64_t *t1, int64_t *row) {
+    if (q->cu) { *t0 = q->cu[k]; *t1 = q->cu[k + 1]; *row = k; }
+    else { *t0 = 0; *t1 = q->L; *row = b; }
+}
+
+static void selscan__conv_ref_forward(const selscan__cprob *q) {
+    const int H = SELSCAN__CAST(int, q->W) - 1;
+    int64_t b, d, s, t;
+    int k;
+    for (b = 0; b < q->batch; b++)
+        for (d = 0; d < q->dim; d++) {
+            float w[SELSCAN_CONV_MAX_WIDTH], win[SELSCAN_CONV_MAX_WIDTH];
+            const float bias = q->bias.data ? SELSCAN__CAST(const float *, q->bias.data)[SELSCAN__AT1(q->bias, d)] : 0.0f;
+            for (k = 0; k <= H; k++) w[k] = SELSCAN__CAST(const float *, q->w.data)[SELSCAN__AT2(q->w, d, k)];
+            for (s = 0; s < selscan__conv_nseg(q); s++) {
+                int64_t t0, t1, row;
+                selscan__conv_seg(q, b, s, &t0, &t1, &row);
+                for (k = 0; k < H; k++)
+                    win[k] = q->h0.data ? selscan__load(q->h0.data, SELSCAN__AT3(q->h0, row, d, k), q->dt) : 0.0f;
+                for (t = t0; t < t1; t++) {
+                    float acc = bias;
+                    win[H] = selscan__load(q->x.data, SELSCAN__AT3(q->x, b, d, t), q->dt);
+                    for (k = 0; k <= H; k++) acc += w[k] * win[k];
+                    if (q->silu) acc = selscan__silu_f(acc);
+                    selscan__store(q->y.data, SELSCAN__AT3(q->y, b, d, t), q->dt, acc);
+                    for (k = 0; k < H; k++) win[k] = win[k + 1];
+                }
+                if (q->hlast.data)
+                    for (k = 0; k < H; k++) selscan__store(q->hlast.data, SELSCAN__AT3(q->hlast, row, d, k), q->dt, win[k]);
+            }
+        }
+}
+
+/* The gradient v of input position pos of sequence [t0, t1) (row: its state row): dx, or
+   dinit_state for positions before t0. */
+static void selscan__conv_ref_put(const selscan__cprob *q, const selscan__cgrd *r, int64_t b, int64_t d, int64_t row,
+                                  int64_t t0, int64_t pos, float v) {
+    if (pos >= t0) {
+        if (r->dx.data) selscan__store(r->dx.data, SELSCAN__AT3(r->dx, b, d, pos), q->dt, v);
+    } else if (r->dh0.data) {
+        selscan__store(r->dh0.data, SELSCAN__AT3(r->dh0, row, d, pos - t0 + q->W - 1), q->dt, v);
+    }
+}
+
+static void selscan__conv_ref_backward(const selscan__cprob *q, const selscan__cgrd *r) {
+    const int H = SELSCAN__CAST(int, q->W) - 1;
+    int64_t b, d, s, t;
+    int k;
+    for (d = 0; d < q->dim; d++) {
+        float w[SELSCAN_CONV_MAX_WIDTH], dw[SELSCAN_CONV_MAX_WIDTH], db = 0.0f;
+        const float bias = q->bias.data ? SELSCAN__CAST(const float *, q->bias.data)[SELSCAN__AT1(q->bias, d)] : 0.0f;
+        for (k = 0; k <= H; k++) {
+            w[k] = SELSCAN__CAST(const float *, q->w.data)[SELSCAN__AT2(q->w, d, k)];
+            dw[k] = 0.0f;
+        }
+        for (b = 0; b < q->batch; b++)
+            for (s = 0; s < selscan__conv_nseg(q); s++) {
+                float win[SELSCAN_CONV_MAX_WIDTH], dacc[SELSCAN_CONV_MAX_WIDTH];
+                int64_t t0, t1, row;
+                selscan__conv_seg(q, b, s, &t0, &t1, &row);
+                for (k = 0; k < H; k++) {
+                    win[k] = q->h0.data ? selscan__load(q->h0.data, SELSCAN__AT3(q->h0, row, d, k), q->dt) : 0.0f;
+                    dacc[k] = 0.0f;
+                }
+                for (t = t0; t < t1; t++) {
+                    float pre = bias, dp;
+                    win[H] = selscan__load(q->x.data, SELSCAN__AT3(q->x, b, d, t), q->dt);
+                    dacc[H] = 0.0f;
+                    for (k = 0; k <= H; k++) pre += w[k] * win[k];
+                    dp = selscan__load(r->dy.data, SELSCAN__AT3(r->dy, b, d, t), q->dt);
+                    if (q->silu) {
+                        const float sg = selscan__sigmoid(pre);
+                        dp = dp * (sg * (1.0f + pre * (1.0f - sg)));
+                    }
+                    db += dp;
+                    for (k = 0; k <= H; k++) {
+                        dw[k] += dp * win[k];
+                        dacc[k] += w[k] * dp;
+                    }
+                    selscan__conv_ref_put(q, r, b, d, row, t0, t - H, dacc[0]); /* complete now */
+                    for (k = 0; k < H; k++) { win[k] = win[k + 1]; dacc[k] = dacc[k + 1]; }
+                }
+                for (k = 0; k < H; k++) { /* the last H positions, plus dfinal_state */
+                    float v = dacc[k];
+                    if (r->dhlast.data) v += selscan__load(r->dhlast.data, SELSCAN__AT3(r->dhlast, row, d, k), q->dt);
+                    selscan__conv_ref_put(q, r, b, d, row, t0, t1 - H + k, v);
+                }
+            }
+        for (k = 0; k <= H; k++)
+            if (r->dw.data) SELSCAN__CAST(float *, r->dw.data)[SELSCAN__AT2(r->dw, d, k)] = dw[k];
+        if (r->dbias.data) SELSCAN__CAST(float *, r->dbias.data)[SELSCAN__AT1(r->dbias, d)] = db;
+    }
+}
+
+/* Copies one element of dtype t (the state's rolls and appends move elements, never convert). */
+static void selscan__copy_elem(void *dst, int64_t doff, const void *src, int64_t soff, selscan_dtype t) {
+    const size_t es = selscan__dtype_size(t);
+    memcpy(SELSCAN__CAST(char *, dst) + doff * SELSCAN__CAST(int64_t, es),
+           SELSCAN__CAST(const char *, src) + soff * SELSCAN__CAST(int64_t, es), es);
+}
+
+static void selscan__conv_ref_step(const selscan__cstp *q) {
+    const int H = SELSCAN__CAST(int, q->W) - 1;
+    int64_t b, d, l, i;
+    int k;
+    for (b = 0; b < q->batch; b++) {
+        const int64_t row = q->idx ? q->idx[b] : b;
+        for (d = 0; d < q->dim; d++) {
+            const float bias = q->bias.data ? SELSCAN__CAST(const float *, q->bias.data)[SELSCAN__AT1(q->bias, d)] : 0.0f;
+            for (l = 0; l < q->L; l++) {
+                float acc = bias;
+                if (row < 0) { selscan__store(q->y.data, SELSCAN__AT3(q->y, b, d, l), q->dt, 0.0f); continue; }
+                for (k = 0; k < H; k++)
+                    acc += SELSCAN__CAST(const float *, q->w.data)[SELSCAN__AT2(q->w, d, k)] *
+                           selscan__load(q->state.data, SELSCAN__AT3(q->state, row, d, q->S - H + k), q->dt);
+                acc += SELSCAN__CAST(const float *, q->w.data)[SELSCAN__AT2(q->w, d, H)] *
+                       selscan__load(q->x.data, SELSCAN__AT3(q->x, b, d, l), q->dt);
+                if (q->silu) acc = selscan__silu_f(acc);
+                selscan__store(q->y.data, SELSCAN__AT3(q->y, b, d, l), q->dt, acc);
+                for (i = 0; i + 1 < q->S; i++) /* roll left by one, x appended */
+                    selscan__copy_elem(q->state.data, SELSCAN__AT3(q->state, row, d, i), q->state.data,
+                                       SELSCAN__AT3(q->state, row, d, i + 1), q->dt);
+                selscan__copy_elem(q->state.data, SELSCAN__AT3(q->state, row, d, q->S - 1), q->x.data,
+                                   SELSCAN__AT3(q->x, b, d, l), q->dt);
+            }
+        }
+    }
+}
+
+#if defined(__GNUC__) && !defined(__clang__) && !defined(__CUDACC__)
+#pragma GCC pop_options
+#elif defined(__clang__)
+#pragma STDC FP_CONTRACT DEFAULT
+#endif
+
+SELSCAN_DEF selscan_status selscan_conv_forward_ref(const selscan_conv_problem *p) {
+    selscan__cprob q;
+    selscan_status st = selscan__conv_validate_forward(p, &q);
+    if (st != SELSCAN_OK) return st;
+    { /* the caller's errno is kept (see selscan_forward_ref) */
+        const int saved_errno = errno;
+        selscan__conv_ref_forward(&q);
+        errno = saved_errno;
+    }
+    return SELSCAN_OK;
+}
+
+SELSCAN_DEF selscan_status selscan_conv_backward_ref(const selscan_conv_problem *p, const selscan_conv_grads *g) {
+    selscan__cprob q;
+    selscan__cgrd r;
+    selscan_status st = selscan__conv_validate_backward(p, g, &q, &r);
+    if (st != SELSCAN_OK) return st;
+    {
+        const int saved_errno = errno;
+        selscan__conv_ref_backward(&q, &r);
+        errno = saved_errno;
+    }
+    return SELSCAN_OK;
+}
+
+SELSCAN_DEF selscan_status selscan_conv_step_ref(const selscan_conv_step_problem *s) {
+    selscan__cstp q;
+    selscan_status st = selscan__conv_validate_step_ex(s, &q, 1);
+    if (st != SELSCAN_OK) return st;
+    {
+        const int saved_errno = errno;
+        selscan__conv_ref_step(&q);
         errno = saved_errno;
     }
     return SELSCAN_OK;
@@ -2542,6 +3054,132 @@ SELSCAN_DEF selscan_status selscan_backward_cpu_ckpt_part(const selscan_problem 
                                   ckpt_bytes);
 }
 
+/* ---- >>conv-entry: the conv's CPU entry points (the fast path's drivers) ----------------------
+   Work items: the forward (batch row, block of SELSCAN__CONV_CB channels); the backward a block
+   of channels over every batch row, so each channel's dweight / dbias is summed by one item in a
+   fixed order (no workspace, no reduce step); the update (batch row, SELSCAN__SNB channels).
+   Blocks are multiples of every vector width, so a channel runs the same code whatever n_parts:
+   bitwise the same results for every split. */
+
+static selscan_status selscan__conv_forward_fast(const selscan_conv_problem *p, int64_t part, int64_t nparts, int isa) {
+    selscan__cprob q;
+    selscan_status st;
+    int64_t nblk, i0, i1, i;
+    if ((st = selscan__check_part(part, nparts, p ? p->diag : NULL)) != SELSCAN_OK) return st;
+    if ((st = selscan__conv_validate_forward(p, &q)) != SELSCAN_OK) return st;
+    isa = selscan__use_isa(isa);
+    nblk = (q.dim + SELSCAN__CONV_CB - 1) / SELSCAN__CONV_CB;
+    selscan__split(q.batch * nblk, part, nparts, &i0, &i1);
+    for (i = i0; i < i1; i++) {
+        const int64_t b = i / nblk, dlo = i % nblk * SELSCAN__CONV_CB, dhi = selscan__min64(dlo + SELSCAN__CONV_CB, q.dim);
+        switch (isa) {
+#if defined(SELSCAN__HAVE_X86)
+        case SELSCAN__ISA_AVX512: selscan__conv_fwd_block_avx512(&q, b, dlo, dhi); break;
+        case SELSCAN__ISA_AVX2: selscan__conv_fwd_block_avx2(&q, b, dlo, dhi); break;
+#endif
+#if defined(SELSCAN__HAVE_NEON)
+        case SELSCAN__ISA_NEON: selscan__conv_fwd_block_neon(&q, b, dlo, dhi); break;
+#endif
+        default: selscan__conv_fwd_block_port(&q, b, dlo, dhi); break;
+        }
+    }
+    return SELSCAN_OK;
+}
+
+static selscan_status selscan__conv_backward_fast(const selscan_conv_problem *p, const selscan_conv_grads *g,
+                                                  int64_t part, int64_t nparts, int isa) {
+    selscan__cprob q;
+    selscan__cgrd r;
+    selscan_status st;
+    int64_t nblk, i0, i1, i;
+    if ((st = selscan__check_part(part, nparts, p ? p->diag : NULL)) != SELSCAN_OK) return st;
+    if ((st = selscan__conv_validate_backward(p, g, &q, &r)) != SELSCAN_OK) return st;
+    isa = selscan__use_isa(isa);
+    nblk = (q.dim + SELSCAN__CONV_CB - 1) / SELSCAN__CONV_CB;
+    selscan__split(nblk, part, nparts, &i0, &i1);
+    for (i = i0; i < i1; i++) {
+        const int64_t dlo = i * SELSCAN__CONV_CB, dhi = selscan__min64(dlo + SELSCAN__CONV_CB, q.dim);
+        switch (isa) {
+#if defined(SELSCAN__HAVE_X86)
+        case SELSCAN__ISA_AVX512: selscan__conv_bwd_block_avx512(&q, &r, dlo, dhi); break;
+        case SELSCAN__ISA_AVX2: selscan__conv_bwd_block_avx2(&q, &r, dlo, dhi); break;
+#endif
+#if defined(SELSCAN__HAVE_NEON)
+        case SELSCAN__ISA_NEON: selscan__conv_bwd_block_neon(&q, &r, dlo, dhi); break;
+#endif
+        default: selscan__conv_bwd_block_port(&q, &r, dlo, dhi); break;
+        }
+    }
+    return SELSCAN_OK;
+}
+
+/* The update of channels [dlo, dhi) of batch row b (cache row row >= 0): scalar, the taps in
+   registers, the state's roll a memmove where its entries are contiguous. */
+static void selscan__conv_step_rows(const selscan__cstp *q, int64_t b, int64_t row, int64_t dlo, int64_t dhi) {
+    const int H = SELSCAN__CAST(int, q->W) - 1;
+    const int64_t S = q->S, es = SELSCAN__CAST(int64_t, selscan__dtype_size(q->dt)), ss = q->state.s[2];
+    int64_t d, l, i;
+    int k;
+    for (d = dlo; d < dhi; d++) {
+        float w[SELSCAN_CONV_MAX_WIDTH];
+        const float bias = q->bias.data ? SELSCAN__CAST(const float *, q->bias.data)[SELSCAN__AT1(q->bias, d)] : 0.0f;
+        char *st = SELSCAN__CAST(char *, q->state.data) + (row * q->state.s[0] + d * q->state.s[1]) * es;
+        for (k = 0; k <= H; k++) w[k] = SELSCAN__CAST(const float *, q->w.data)[SELSCAN__AT2(q->w, d, k)];
+        for (l = 0; l < q->L; l++) {
+            const int64_t xo = SELSCAN__AT3(q->x, b, d, l);
+            float acc = bias;
+            for (k = 0; k < H; k++) acc += w[k] * selscan__load(st, (S - H + k) * ss, q->dt);
+            acc += w[H] * selscan__load(q->x.data, xo, q->dt);
+            if (q->silu) acc = selscan__silu_f(acc);
+            selscan__store(q->y.data, SELSCAN__AT3(q->y, b, d, l), q->dt, acc);
+            if (ss == 1) memmove(st, st + es, SELSCAN__CAST(size_t, (S - 1) * es));
+            else for (i = 0; i + 1 < S; i++) memcpy(st + i * ss * es, st + (i + 1) * ss * es, SELSCAN__CAST(size_t, es));
+            selscan__copy_elem(st, (S - 1) * ss, q->x.data, xo, q->dt);
+        }
+    }
+}
+
+static selscan_status selscan__conv_step_fast(const selscan_conv_step_problem *sp, int64_t part, int64_t nparts) {
+    selscan__cstp q;
+    selscan_status st;
+    int64_t nblk, i0, i1, i, d, l;
+    if ((st = selscan__check_part(part, nparts, sp ? sp->diag : NULL)) != SELSCAN_OK) return st;
+    if ((st = selscan__conv_validate_step_ex(sp, &q, 1)) != SELSCAN_OK) return st;
+    nblk = (q.dim + SELSCAN__SNB - 1) / SELSCAN__SNB;
+    selscan__split(q.batch * nblk, part, nparts, &i0, &i1);
+    for (i = i0; i < i1; i++) {
+        const int64_t b = i / nblk, dlo = i % nblk * SELSCAN__SNB, dhi = selscan__min64(dlo + SELSCAN__SNB, q.dim);
+        const int64_t row = q.idx ? q.idx[b] : b;
+        if (row < 0) { /* padding: y = 0, no state touched */
+            for (d = dlo; d < dhi; d++)
+                for (l = 0; l < q.L; l++) selscan__store(q.y.data, SELSCAN__AT3(q.y, b, d, l), q.dt, 0.0f);
+            continue;
+        }
+        selscan__conv_step_rows(&q, b, row, dlo, dhi);
+    }
+    return SELSCAN_OK;
+}
+
+SELSCAN_DEF selscan_status selscan_conv_forward_cpu_part(const selscan_conv_problem *p, int64_t part, int64_t n_parts) {
+    return selscan__conv_forward_fast(p, part, n_parts, SELSCAN__ISA_AVX512);
+}
+SELSCAN_DEF selscan_status selscan_conv_backward_cpu_part(const selscan_conv_problem *p, const selscan_conv_grads *g,
+                                                          int64_t part, int64_t n_parts) {
+    return selscan__conv_backward_fast(p, g, part, n_parts, SELSCAN__ISA_AVX512);
+}
+SELSCAN_DEF selscan_status selscan_conv_step_cpu_part(const selscan_conv_step_problem *s, int64_t part, int64_t n_parts) {
+    return selscan__conv_step_fast(s, part, n_parts);
+}
+SELSCAN_DEF selscan_status selscan_conv_forward_cpu(const selscan_conv_problem *p) {
+    return selscan_conv_forward_cpu_part(p, 0, 1);
+}
+SELSCAN_DEF selscan_status selscan_conv_backward_cpu(const selscan_conv_problem *p, const selscan_conv_grads *g) {
+    return selscan_conv_backward_cpu_part(p, g, 0, 1);
+}
+SELSCAN_DEF selscan_status selscan_conv_step_cpu(const selscan_conv_step_problem *s) {
+    return selscan_conv_step_cpu_part(s, 0, 1);
+}
+
 /* --------------------------------------------------------------------------------------------- */
 /* >>entry                          public CPU entry points                                      */
 /* --------------------------------------------------------------------------------------------- */
@@ -3435,6 +4073,279 @@ static SELSCAN__ATTR void SELSCAN__SFX(selscan__step_block)(const selscan__stp *
         yb[d - dlo] = y;
     }
     selscan__store_row(q->y.data, b * q->y.s[0] + dlo * q->y.s[1], q->y.s[1], yb, nd, q->dt);
+}
+
+/* ---- >>fast-conv: the causal conv1d's kernels ------------------------------------------------ */
+/* (>>conv-entry drives them.) A group of channels is staged chunk by chunk (SELSCAN__CONV_FT
+   steps a block, SELSCAN__FT a tile, after the W-1 rows of inputs before the chunk) in f32 as [step][lane] rows of G lanes,
+   so every tap of a tile of SELSCAN__VW channels is one vector load; the W weights and the bias
+   are vectors in registers. Two stagings, one arithmetic: with channels contiguous in memory
+   (channels-last) a group is a whole block (G = SELSCAN__CONV_CB: a step's channels are one
+   contiguous run, read and written once), otherwise a tile (G = SELSCAN__VW, steps contiguous:
+   8 x 8 transposes). Each lane (channel) runs the reference's arithmetic in the reference's order,
+   with fused multiply-adds where the instruction set has them and the vector exponential in
+   silu; the staging does not change a lane's arithmetic. Stack: ~35 KB (backward), ~22 KB
+   (forward); tmp: the tile loads' transposing scratch (steps contiguous, G = SELSCAN__VW only). */
+
+/* y rows [0, nt) of a tile: xb its first input row (H before the chunk), rows G floats apart */
+static SELSCAN__ATTR SELSCAN__INLINE void SELSCAN__SFX(selscan__conv_fwd_rows)(const int W, const int silu, const int nt,
+                                                                              const int G, const float *xb, float *yb,
+                                                                              const float *wl, const float *bl) {
+    const SELSCAN__VF w0 = SELSCAN__VLOAD(wl), w1 = SELSCAN__VLOAD(wl + SELSCAN__VW), vb = SELSCAN__VLOAD(bl);
+    const SELSCAN__VF w2 = W > 2 ? SELSCAN__VLOAD(wl + 2 * SELSCAN__VW) : w0;
+    const SELSCAN__VF w3 = W > 3 ? SELSCAN__VLOAD(wl + 3 * SELSCAN__VW) : w0;
+    int t;
+    for (t = 0; t < nt; t++) {
+        const float *xr = xb + t * G;
+        SELSCAN__VF acc = SELSCAN__VFMA(w0, SELSCAN__VLOAD(xr), vb);
+        acc = SELSCAN__VFMA(w1, SELSCAN__VLOAD(xr + G), acc);
+        if (W > 2) acc = SELSCAN__VFMA(w2, SELSCAN__VLOAD(xr + 2 * G), acc);
+        if (W > 3) acc = SELSCAN__VFMA(w3, SELSCAN__VLOAD(xr + 3 * G), acc);
+        if (silu) acc = SELSCAN__VMUL(acc, SELSCAN__SFX(selscan__vsigmoid)(acc));
+        SELSCAN__VSTORE(yb + t * G, acc);
+    }
+}
+
+/* Backward, rows [0, nt) of a tile: gb[t] (dy in) becomes dpre; dweight / dbias accumulate. */
+static SELSCAN__ATTR SELSCAN__INLINE void SELSCAN__SFX(selscan__conv_dpre_rows)(const int W, const int silu, const int nt,
+                                                                               const int G, const float *xb, float *gb,
+                                                                               const float *wl, const float *bl,
+                                                                               float *acc) {
+    const SELSCAN__VF w0 = SELSCAN__VLOAD(wl), w1 = SELSCAN__VLOAD(wl + SELSCAN__VW), vb = SELSCAN__VLOAD(bl);
+    const SELSCAN__VF w2 = W > 2 ? SELSCAN__VLOAD(wl + 2 * SELSCAN__VW) : w0;
+    const SELSCAN__VF w3 = W > 3 ? SELSCAN__VLOAD(wl + 3 * SELSCAN__VW) : w0;
+    const SELSCAN__VF one = SELSCAN__VSET1(1.0f);
+    SELSCAN__VF a0 = SELSCAN__VLOAD(acc), a1 = SELSCAN__VLOAD(acc + SELSCAN__VW), a2 = SELSCAN__VLOAD(acc + 2 * SELSCAN__VW);
+    SELSCAN__VF a3 = SELSCAN__VLOAD(acc + 3 * SELSCAN__VW), ab = SELSCAN__VLOAD(acc + 4 * SELSCAN__VW);
+    int t;
+    for (t = 0; t < nt; t++) {
+        const float *xr = xb + t * G;
+        const SELSCAN__VF x0 = SELSCAN__VLOAD(xr), x1 = SELSCAN__VLOAD(xr + G);
+        const SELSCAN__VF x2 = W > 2 ? SELSCAN__VLOAD(xr + 2 * G) : x0;
+        const SELSCAN__VF x3 = W > 3 ? SELSCAN__VLOAD(xr + 3 * G) : x0;
+        SELSCAN__VF dp = SELSCAN__VLOAD(gb + t * G);
+        if (silu) { /* dpre = dy s (1 + pre (1 - s)), pre recomputed */
+            SELSCAN__VF pre = SELSCAN__VFMA(w1, x1, SELSCAN__VFMA(w0, x0, vb)), sg;
+            if (W > 2) pre = SELSCAN__VFMA(w2, x2, pre);
+            if (W > 3) pre = SELSCAN__VFMA(w3, x3, pre);
+            sg = SELSCAN__SFX(selscan__vsigmoid)(pre);
+            dp = SELSCAN__VMUL(dp, SELSCAN__VMUL(sg, SELSCAN__VFMA(pre, SELSCAN__VSUB(one, sg), one)));
+            SELSCAN__VSTORE(gb + t * G, dp);
+        }
+        ab = SELSCAN__VADD(ab, dp);
+        a0 = SELSCAN__VFMA(dp, x0, a0);
+        a1 = SELSCAN__VFMA(dp, x1, a1);
+        if (W > 2) a2 = SELSCAN__VFMA(dp, x2, a2);
+        if (W > 3) a3 = SELSCAN__VFMA(dp, x3, a3);
+    }
+    SELSCAN__VSTORE(acc, a0);
+    SELSCAN__VSTORE(acc + SELSCAN__VW, a1);
+    SELSCAN__VSTORE(acc + 2 * SELSCAN__VW, a2);
+    SELSCAN__VSTORE(acc + 3 * SELSCAN__VW, a3);
+    SELSCAN__VSTORE(acc + 4 * SELSCAN__VW, ab);
+}
+
+/* Backward, input gradients of n positions of a tile: ob[i] = sum_k w[k] gb[i + H - k], k = H
+   .. 0 (the reference's order: row i of gb is the first dpre that reads position i). */
+static SELSCAN__ATTR SELSCAN__INLINE void SELSCAN__SFX(selscan__conv_dx_rows)(const int W, const int n, const int G,
+                                                                             const float *gb, float *ob, const float *wl) {
+    const SELSCAN__VF w0 = SELSCAN__VLOAD(wl), w1 = SELSCAN__VLOAD(wl + SELSCAN__VW);
+    const SELSCAN__VF w2 = W > 2 ? SELSCAN__VLOAD(wl + 2 * SELSCAN__VW) : w0;
+    const SELSCAN__VF w3 = W > 3 ? SELSCAN__VLOAD(wl + 3 * SELSCAN__VW) : w0;
+    const SELSCAN__VF zero = SELSCAN__VSET1(0.0f);
+    int i;
+    for (i = 0; i < n; i++) {
+        const float *g = gb + i * G;
+        SELSCAN__VF acc;
+        if (W == 2) {
+            acc = SELSCAN__VFMA(w1, SELSCAN__VLOAD(g), zero);
+            acc = SELSCAN__VFMA(w0, SELSCAN__VLOAD(g + G), acc);
+        } else if (W == 3) {
+            acc = SELSCAN__VFMA(w2, SELSCAN__VLOAD(g), zero);
+            acc = SELSCAN__VFMA(w1, SELSCAN__VLOAD(g + G), acc);
+            acc = SELSCAN__VFMA(w0, SELSCAN__VLOAD(g + 2 * G), acc);
+        } else {
+            acc = SELSCAN__VFMA(w3, SELSCAN__VLOAD(g), zero);
+            acc = SELSCAN__VFMA(w2, SELSCAN__VLOAD(g + G), acc);
+            acc = SELSCAN__VFMA(w1, SELSCAN__VLOAD(g + 2 * G), acc);
+            acc = SELSCAN__VFMA(w0, SELSCAN__VLOAD(g + 3 * G), acc);
+        }
+        SELSCAN__VSTORE(ob + i * G, acc);
+    }
+}
+
+/* The group's tiles (a constant width each: taps in registers, loops unrolled). */
+static SELSCAN__ATTR void SELSCAN__SFX(selscan__conv_fwd_tiles)(const int W, const int silu, const int nt, const int G,
+                                                               const float *xb, float *yb, const float *wl,
+                                                               const float *bl) {
+    const int HM = SELSCAN_CONV_MAX_WIDTH - 1;
+    int j;
+    for (j = 0; j < G; j += SELSCAN__VW) {
+        const float *wj = wl + j * (HM + 1), *bj = bl + j;
+        switch (W) {
+        case 2: SELSCAN__SFX(selscan__conv_fwd_rows)(2, silu, nt, G, xb + j, yb + j, wj, bj); break;
+        case 3: SELSCAN__SFX(selscan__conv_fwd_rows)(3, silu, nt, G, xb + j, yb + j, wj, bj); break;
+        default: SELSCAN__SFX(selscan__conv_fwd_rows)(4, silu, nt, G, xb + j, yb + j, wj, bj); break;
+        }
+    }
+}
+static SELSCAN__ATTR void SELSCAN__SFX(selscan__conv_dpre_tiles)(const int W, const int silu, const int nt, const int G,
+                                                                const float *xb, float *gb, const float *wl,
+                                                                const float *bl, float *acc) {
+    const int HM = SELSCAN_CONV_MAX_WIDTH - 1;
+    int j;
+    for (j = 0; j < G; j += SELSCAN__VW) {
+        const float *wj = wl + j * (HM + 1), *bj = bl + j;
+        float *aj = acc + j * (HM + 2);
+        switch (W) {
+        case 2: SELSCAN__SFX(selscan__conv_dpre_rows)(2, silu, nt, G, xb + j, gb + j, wj, bj, aj); break;
+        case 3: SELSCAN__SFX(selscan__conv_dpre_rows)(3, silu, nt, G, xb + j, gb + j, wj, bj, aj); break;
+        default: SELSCAN__SFX(selscan__conv_dpre_rows)(4, silu, nt, G, xb + j, gb + j, wj, bj, aj); break;
+        }
+    }
+}
+static SELSCAN__ATTR void SELSCAN__SFX(selscan__conv_dx_tiles)(const int W, const int n, const int G, const float *gb,
+                                                              float *ob, const float *wl) {
+    const int HM = SELSCAN_CONV_MAX_WIDTH - 1;
+    int j;
+    for (j = 0; j < G; j += SELSCAN__VW) {
+        switch (W) {
+        case 2: SELSCAN__SFX(selscan__conv_dx_rows)(2, n, G, gb + j, ob + j, wl + j * (HM + 1)); break;
+        case 3: SELSCAN__SFX(selscan__conv_dx_rows)(3, n, G, gb + j, ob + j, wl + j * (HM + 1)); break;
+        default: SELSCAN__SFX(selscan__conv_dx_rows)(4, n, G, gb + j, ob + j, wl + j * (HM + 1)); break;
+        }
+    }
+}
+
+/* A group's parameters: lane c (channel d0 + c, c < G) of tile j = c - c % VW: weight k at
+   wl[j (HM + 1) + k VW + c % VW], bias at bl[c] (0 past nl). */
+static SELSCAN__ATTR void SELSCAN__SFX(selscan__conv_params)(const selscan__cprob *q, int64_t d0, int nl, int G, float *wl,
+                                                            float *bl) {
+    const int HM = SELSCAN_CONV_MAX_WIDTH - 1;
+    int c, k;
+    for (c = 0; c < G; c++) {
+        const int j = c - c % SELSCAN__VW, l = c % SELSCAN__VW;
+        for (k = 0; k <= HM; k++)
+            wl[j * (HM + 1) + k * SELSCAN__VW + l] =
+                c < nl && k < q->W ? SELSCAN__CAST(const float *, q->w.data)[SELSCAN__AT2(q->w, d0 + c, k)] : 0.0f;
+        bl[c] = c < nl && q->bias.data ? SELSCAN__CAST(const float *, q->bias.data)[SELSCAN__AT1(q->bias, d0 + c)] : 0.0f;
+    }
+}
+
+/* H rows of a (rows, dim, W-1) state tensor into h[k G + c] (zeros where absent or past nl). */
+static SELSCAN__ATTR void SELSCAN__SFX(selscan__conv_state_in)(const selscan__ten *t, selscan_dtype dt, int64_t row,
+                                                              int64_t d0, int nl, int G, int H, float *h) {
+    int k, c;
+    for (k = 0; k < H; k++)
+        for (c = 0; c < G; c++)
+            h[k * G + c] = c < nl && t->data ? selscan__load(t->data, SELSCAN__AT3(*t, row, d0 + c, k), dt) : 0.0f;
+}
+static SELSCAN__ATTR void SELSCAN__SFX(selscan__conv_state_out)(const selscan__ten *t, selscan_dtype dt, int64_t row,
+                                                               int64_t d0, int nl, int G, int H, const float *h) {
+    int k, c;
+    for (c = 0; c < nl; c++)
+        for (k = 0; k < H; k++) selscan__store(t->data, SELSCAN__AT3(*t, row, d0 + c, k), dt, h[k * G + c]);
+}
+
+/* The staging width of channels [dlo, dhi): the block when its channels are contiguous in every
+   tensor staged (x, y or dy, dx), else a tile. */
+static SELSCAN__ATTR int SELSCAN__SFX(selscan__conv_group)(const selscan__ten *a, const selscan__ten *b,
+                                                          const selscan__ten *c) {
+    return a->s[1] == 1 && (!b || !b->data || b->s[1] == 1) && (!c || !c->data || c->s[1] == 1) ? SELSCAN__CONV_CB
+                                                                                               : SELSCAN__VW;
+}
+
+/* The forward of channels [dlo, dhi) (at most SELSCAN__CONV_CB) of batch row b, every sequence. */
+static SELSCAN__ATTR void SELSCAN__SFX(selscan__conv_fwd_block)(const selscan__cprob *q, int64_t b, int64_t dlo, int64_t dhi) {
+    enum { HM = SELSCAN_CONV_MAX_WIDTH - 1, CB = SELSCAN__CONV_CB };
+    float xb[(HM + SELSCAN__CONV_FT) * CB], yb[SELSCAN__CONV_FT * CB], tmp[SELSCAN__FT * SELSCAN__VW], wl[(HM + 1) * CB], bl[CB];
+    const int W = SELSCAN__CAST(int, q->W), H = W - 1, G = SELSCAN__SFX(selscan__conv_group)(&q->x, &q->y, NULL);
+    const int FC = G == CB ? SELSCAN__CONV_FT : SELSCAN__FT; /* steps a chunk (the buffers hold either) */
+    int64_t d0, s, t0;
+    for (d0 = dlo; d0 < dhi; d0 += G) {
+        const int nl = SELSCAN__CAST(int, selscan__min64(G, dhi - d0));
+        SELSCAN__SFX(selscan__conv_params)(q, d0, nl, G, wl, bl);
+        for (s = 0; s < selscan__conv_nseg(q); s++) {
+            int64_t s0, s1, row;
+            selscan__conv_seg(q, b, s, &s0, &s1, &row);
+            SELSCAN__SFX(selscan__conv_state_in)(&q->h0, q->dt, row, d0, nl, G, H, xb);
+            for (t0 = s0; t0 < s1; t0 += FC) {
+                const int nt = SELSCAN__CAST(int, selscan__min64(FC, s1 - t0));
+                SELSCAN__LOADTILE(xb + H * G, &q->x, b, d0, nl, G, t0, nt, tmp);
+                SELSCAN__SFX(selscan__conv_fwd_tiles)(W, q->silu, nt, G, xb, yb, wl, bl);
+                SELSCAN__STORETILE(yb, &q->y, b, d0, nl, G, t0, nt, tmp);
+                memmove(xb, xb + nt * G, SELSCAN__CAST(size_t, H * G) * 4); /* the last H inputs, for the next chunk */
+            }
+            if (q->hlast.data) SELSCAN__SFX(selscan__conv_state_out)(&q->hlast, q->dt, row, d0, nl, G, H, xb);
+        }
+    }
+}
+
+/* n input-gradient rows (positions p0 .. p0 + n - 1 of the sequence starting at s0): dx, or the
+   rows of hb (dinit_state, [k][G]) for positions before s0. */
+static SELSCAN__ATTR void SELSCAN__SFX(selscan__conv_emit)(const selscan__cprob *q, const selscan__cgrd *r, int64_t b,
+                                                          int64_t d0, int nl, int G, int64_t s0, int64_t p0, int n,
+                                                          const float *ob, float *hb, float *tmp) {
+    const int H = SELSCAN__CAST(int, q->W) - 1;
+    const int skip = p0 < s0 ? SELSCAN__CAST(int, selscan__min64(n, s0 - p0)) : 0;
+    int i;
+    for (i = 0; i < skip; i++) memcpy(hb + (p0 + i - s0 + H) * G, ob + i * G, SELSCAN__CAST(size_t, G) * 4);
+    if (r->dx.data && n > skip) SELSCAN__STORETILE(ob + skip * G, &r->dx, b, d0, nl, G, p0 + skip, n - skip, tmp);
+}
+
+/* The backward of channels [dlo, dhi) (at most SELSCAN__CONV_CB) over every batch row and
+   sequence: dx, dinit_state, and their dweight / dbias (each lane summed in the order batch row,
+   sequence, step: no reduce step). */
+static SELSCAN__ATTR void SELSCAN__SFX(selscan__conv_bwd_block)(const selscan__cprob *q, const selscan__cgrd *r,
+                                                               int64_t dlo, int64_t dhi) {
+    enum { HM = SELSCAN_CONV_MAX_WIDTH - 1, CB = SELSCAN__CONV_CB };
+    float xb[(HM + SELSCAN__CONV_FT) * CB], gb[(2 * HM + SELSCAN__CONV_FT) * CB], ob[SELSCAN__CONV_FT * CB], tmp[SELSCAN__FT * SELSCAN__VW];
+    float wl[(HM + 1) * CB], bl[CB], hb[HM * CB], acc[(HM + 2) * CB];
+    const int W = SELSCAN__CAST(int, q->W), H = W - 1, need_dx = r->dx.data || r->dh0.data;
+    const int G = SELSCAN__SFX(selscan__conv_group)(&q->x, &r->dy, &r->dx);
+    const int FC = G == CB ? SELSCAN__CONV_FT : SELSCAN__FT; /* steps a chunk (the buffers hold either) */
+    int64_t d0, b, s, t0;
+    int c, k;
+    for (d0 = dlo; d0 < dhi; d0 += G) {
+        const int nl = SELSCAN__CAST(int, selscan__min64(G, dhi - d0));
+        SELSCAN__SFX(selscan__conv_params)(q, d0, nl, G, wl, bl);
+        memset(acc, 0, sizeof acc); /* tile j: dweight k at acc[j (HM + 2) + k VW + lane], dbias at k = 4 */
+        for (b = 0; b < q->batch; b++)
+            for (s = 0; s < selscan__conv_nseg(q); s++) {
+                int64_t s0, s1, row;
+                selscan__conv_seg(q, b, s, &s0, &s1, &row);
+                SELSCAN__SFX(selscan__conv_state_in)(&q->h0, q->dt, row, d0, nl, G, H, xb);
+                memset(gb, 0, SELSCAN__CAST(size_t, H * G) * 4); /* no dpre before the sequence */
+                for (t0 = s0; t0 < s1; t0 += FC) {
+                    const int nt = SELSCAN__CAST(int, selscan__min64(FC, s1 - t0));
+                    SELSCAN__LOADTILE(xb + H * G, &q->x, b, d0, nl, G, t0, nt, tmp);
+                    SELSCAN__LOADTILE(gb + H * G, &r->dy, b, d0, nl, G, t0, nt, tmp);
+                    SELSCAN__SFX(selscan__conv_dpre_tiles)(W, q->silu, nt, G, xb, gb + H * G, wl, bl, acc);
+                    if (need_dx) { /* positions t0 - H .. t0 + nt - 1 - H are complete */
+                        SELSCAN__SFX(selscan__conv_dx_tiles)(W, nt, G, gb, ob, wl);
+                        SELSCAN__SFX(selscan__conv_emit)(q, r, b, d0, nl, G, s0, t0 - H, nt, ob, hb, tmp);
+                    }
+                    memmove(xb, xb + nt * G, SELSCAN__CAST(size_t, H * G) * 4);
+                    memmove(gb, gb + nt * G, SELSCAN__CAST(size_t, H * G) * 4);
+                }
+                if (need_dx) { /* the last H positions: no dpre after the sequence; plus dfinal_state */
+                    memset(gb + H * G, 0, SELSCAN__CAST(size_t, H * G) * 4);
+                    SELSCAN__SFX(selscan__conv_dx_tiles)(W, H, G, gb, ob, wl);
+                    if (r->dhlast.data)
+                        for (k = 0; k < H; k++)
+                            for (c = 0; c < nl; c++)
+                                ob[k * G + c] += selscan__load(r->dhlast.data, SELSCAN__AT3(r->dhlast, row, d0 + c, k), q->dt);
+                    SELSCAN__SFX(selscan__conv_emit)(q, r, b, d0, nl, G, s0, s1 - H, H, ob, hb, tmp);
+                    if (r->dh0.data) SELSCAN__SFX(selscan__conv_state_out)(&r->dh0, q->dt, row, d0, nl, G, H, hb);
+                }
+            }
+        for (c = 0; c < nl; c++) {
+            const float *a = acc + (c - c % SELSCAN__VW) * (HM + 2) + c % SELSCAN__VW;
+            if (r->dw.data)
+                for (k = 0; k < W; k++) SELSCAN__CAST(float *, r->dw.data)[SELSCAN__AT2(r->dw, d0 + c, k)] = a[k * SELSCAN__VW];
+            if (r->dbias.data) SELSCAN__CAST(float *, r->dbias.data)[SELSCAN__AT1(r->dbias, d0 + c)] = a[4 * SELSCAN__VW];
+        }
+    }
 }
 
 /* the pass's definitions (>>fast-isa defines them again for the next pass) */
