@@ -96,6 +96,11 @@ def _step_fake(state, x, dt, A, B, C, D, z, dt_bias, state_index, dt_softplus):
 
 # ---- the mamba_ssm-compatible API -------------------------------------------------------------
 
+# Set by selscan_torch.onnx: during torch.onnx.export the decode step runs as a functional op and a
+# copy into state (ONNX has no in-place update, and torch.onnx cannot translate torch.export's
+# functional wrapper of an in-place custom op). None otherwise: the step's eager path is untouched.
+_onnx_step = None
+
 
 def _f32(t):
     return None if t is None else (t if t.dtype == torch.float32 else t.to(torch.float32))
@@ -203,7 +208,10 @@ def selective_state_update(state, x, dt, A, B, C, D=None, z=None, dt_bias=None, 
     C = _like(C.unsqueeze(1) if C.dim() == 2 else C, dtype)
     A, D, dt_bias = _f32(A), _f32(D), _f32(dt_bias)
     idx = None if state_batch_indices is None else state_batch_indices.to(torch.int32)
-    out = _ops.step(state, x, dt, A, B, C, D, z, dt_bias, idx, bool(dt_softplus))
+    if _onnx_step is not None and torch.onnx.is_in_onnx_export():  # see _onnx_step
+        out = _onnx_step(state, x, dt, A, B, C, D, z, dt_bias, idx, bool(dt_softplus))
+    else:
+        out = _ops.step(state, x, dt, A, B, C, D, z, dt_bias, idx, bool(dt_softplus))
     return out.view(out_shape)
 
 

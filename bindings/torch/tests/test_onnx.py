@@ -1,0 +1,522 @@
+"""ONNX export and ONNX Runtime tests (CPU): the selscan custom-op library (libselscan_ort, through
+selscan_torch.onnx.ort_library()) against selscan_torch's ops and the float64 reference, and models
+exported with torch.onnx.export(dynamo=True) run in ONNX Runtime against PyTorch eager.
+
+Skipped without onnxruntime, onnx or onnxscript (pip install onnxruntime onnx onnxscript), or when
+the package was built without the library (SELSCAN_TORCH_NO_ORT=1).
+"""
+import math
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+
+ort = pytest.importorskip("onnxruntime")
+onnx = pytest.importorskip("onnx")
+pytest.importorskip("onnxscript")
+
+import selscan_torch as st  # noqa: E402
+import selscan_torch.onnx as sonnx  # noqa: E402
+from onnx import TensorProto, helper  # noqa: E402
+from selscan_torch.reference import selective_scan_ref, selective_state_update_ref  # noqa: E402
+
+try:
+    LIB = sonnx.ort_library()
+except FileNotFoundError as e:  # built with SELSCAN_TORCH_NO_ORT=1
+    pytest.skip(str(e), allow_module_level=True)
+
+TOL = {torch.float32: 2e-5, torch.float16: 4e-3, torch.bfloat16: 2.5e-2}
+ONNX_TYPE = {torch.float32: TensorProto.FLOAT, torch.float16: TensorProto.FLOAT16, torch.bfloat16: TensorProto.BFLOAT16}
+
+
+def rel_err(a, b):
+    a = torch.as_tensor(np.asarray(a)).double() if not torch.is_tensor(a) else a.detach().double()
+    b = torch.as_tensor(np.asarray(b)).double() if not torch.is_tensor(b) else b.detach().double()
+    assert a.shape == b.shape, (a.shape, b.shape)
+    if b.numel() == 0:
+        return 0.0
+    return ((a - b).abs().max() / b.abs().max().clamp(min=1e-30)).item()
+
+
+def session(model, threads=None):
+    so = sonnx.session_options()
+    if threads is not None:
+        so.intra_op_num_threads = threads
+    data = model.SerializeToString() if hasattr(model, "SerializeToString") else model
+    return ort.InferenceSession(data, so, providers=["CPUExecutionProvider"])
+
+
+# ---- op-level models: a graph of one selscan node, T tensors cast from / to float -----------------
+# (the feeds are float32 numpy arrays; f16 / bf16 inputs are made representable in T first, so the
+# Cast into T is exact and the op sees exactly what selscan_torch sees)
+
+SCAN_INPUTS = ["u", "delta", "A", "B", "C", "D", "z", "delta_bias", "h0", "cu_seqlens"]
+STEP_INPUTS = ["state", "x", "dt", "A", "B", "C", "D", "z", "dt_bias", "state_index"]
+
+
+def one_node_model(op, input_names, feeds, t_inputs, T, outputs, t_outputs, attrs):
+    """A model of one selscan node. feeds: name -> torch tensor (absent: None); t_inputs: the names
+    of T inputs (fed as float and cast); outputs: the node's output names ("" skips one)."""
+    nodes, graph_in, node_in = [], [], []
+    for name in input_names:
+        t = feeds.get(name)
+        if t is None:
+            node_in.append("")
+            continue
+        if t.dtype == torch.int64:
+            ty = TensorProto.INT64
+        elif t.dtype == torch.int32:
+            ty = TensorProto.INT32
+        else:
+            ty = TensorProto.FLOAT
+        graph_in.append(helper.make_tensor_value_info(name, ty, list(t.shape)))
+        if name in t_inputs and T != torch.float32:
+            nodes.append(helper.make_node("Cast", [name], [name + "_t"], to=ONNX_TYPE[T]))
+            node_in.append(name + "_t")
+        else:
+            node_in.append(name)
+    while node_in and node_in[-1] == "":
+        node_in.pop()
+    node_out = [(o + "_t" if (o in t_outputs and T != torch.float32) else o) if o else "" for o in outputs]
+    nodes.append(helper.make_node(op, node_in, node_out, domain="selscan", **attrs))
+    graph_out = []
+    for o in outputs:
+        if not o:
+            continue
+        if o in t_outputs and T != torch.float32:
+            nodes.append(helper.make_node("Cast", [o + "_t"], [o], to=TensorProto.FLOAT))
+        graph_out.append(helper.make_tensor_value_info(o, TensorProto.FLOAT, [None] * out_rank(op, o, attrs)))
+    graph = helper.make_graph(nodes, op, graph_in, graph_out)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18), helper.make_opsetid("selscan", 1)])
+    model.ir_version = 9
+    return model
+
+
+def out_rank(op, name, attrs):
+    if op == "SelectiveScan" and name == "last_state":
+        return 1 if attrs.get("return_last_state") == 0 else 3  # (0,) with return_last_state=0
+    return 2 if (op, name) == ("SelectiveStateUpdate", "y") else 3
+
+
+def feed_dict(feeds):
+    out = {}
+    for k, v in feeds.items():
+        if v is None:
+            continue
+        out[k] = v.numpy() if v.dtype in (torch.int64, torch.int32) else v.float().numpy()
+    return out
+
+
+def make_scan(batch=2, dim=8, L=37, N=5, bc="var3", G=2, dtype=torch.float32, D=True, z=True, bias=True,
+              h0=False, seed=0, n_seqs=None):
+    g = torch.Generator().manual_seed(seed)
+
+    def r(*shape, scale=1.0, dt=dtype):
+        return (torch.randn(*shape, generator=g) * scale).to(dt)
+
+    rows = n_seqs if n_seqs is not None else batch
+    x = dict(u=r(batch, dim, L), delta=r(batch, dim, L, scale=0.5), A=-(torch.rand(dim, N, generator=g) + 0.3),
+             D=r(dim, dt=torch.float32) if D else None, z=r(batch, dim, L) if z else None,
+             delta_bias=r(dim, scale=0.3, dt=torch.float32) if bias else None,
+             h0=r(rows, dim, N, dt=torch.float32) if h0 else None)
+    if bc == "fixed":
+        x["B"], x["C"] = r(dim, N, dt=torch.float32), r(dim, N, dt=torch.float32)
+    elif bc == "var3":
+        x["B"], x["C"] = r(batch, N, L), r(batch, N, L)
+    else:
+        x["B"], x["C"] = r(batch, G, N, L), r(batch, G, N, L)
+    return x
+
+
+def run_scan_ort(x, dtype, softplus, last, cu=None, threads=None, last_attr=None):
+    feeds = dict(x, cu_seqlens=cu)
+    t_in = {"u", "delta", "z"} | ({"B", "C"} if x["B"].dim() > 2 else set())
+    attrs = {"delta_softplus": int(softplus)}
+    if last_attr is not None:
+        attrs["return_last_state"] = last_attr
+    model = one_node_model("SelectiveScan", SCAN_INPUTS, feeds, t_in, dtype, ["y", "last_state"] if last else ["y"],
+                           {"y"}, attrs)
+    onnx.checker.check_model(model)
+    return session(model, threads).run(None, feed_dict(feeds))
+
+
+OPTS = [(D, z, b, s, h) for D in (0, 1) for z in (0, 1) for b in (0, 1) for s in (0, 1) for h in (0, 1)
+        if (D, z, b) in ((0, 0, 0), (1, 1, 1), (1, 0, 1), (0, 1, 0)) or (s, h) == (1, 1)]
+
+
+@pytest.mark.parametrize("bc", ["fixed", "var3", "grouped"])
+@pytest.mark.parametrize("opts", OPTS, ids=lambda o: "".join("Dzbsh"[i] if v else "-" for i, v in enumerate(o)))
+def test_scan_op_every_option(bc, opts):
+    D, z, b, softplus, h0 = opts
+    x = make_scan(bc=bc, D=D, z=z, bias=b, h0=h0, seed=sum(opts))
+    y, last = run_scan_ort(x, torch.float32, softplus, True)
+    args = dict(D=x["D"], z=x["z"], delta_bias=x["delta_bias"], delta_softplus=bool(softplus), return_last_state=True,
+                h0=x["h0"])
+    y_t, last_t = st.selective_scan_fn(x["u"], x["delta"], x["A"], x["B"], x["C"], **args)
+    # the same kernels: bitwise what selscan_torch computes (any thread split gives the same bits)
+    assert torch.equal(torch.from_numpy(y), y_t) and torch.equal(torch.from_numpy(last), last_t)
+    y_r, last_r = selective_scan_ref(x["u"], x["delta"], x["A"], x["B"], x["C"], **args)
+    assert rel_err(y, y_r) < TOL[torch.float32] and rel_err(last, last_r) < TOL[torch.float32]
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("bc", ["fixed", "var3", "grouped"])
+def test_scan_op_half_dtypes(dtype, bc):
+    x = make_scan(bc=bc, dtype=dtype, h0=True, L=70)
+    y, last = run_scan_ort(x, dtype, True, True)
+    args = dict(D=x["D"], z=x["z"], delta_bias=x["delta_bias"], delta_softplus=True, return_last_state=True, h0=x["h0"])
+    y_t, last_t = st.selective_scan_fn(x["u"], x["delta"], x["A"], x["B"], x["C"], **args)
+    assert torch.equal(torch.from_numpy(y), y_t.float()) and torch.equal(torch.from_numpy(last), last_t)
+    y_r, last_r = selective_scan_ref(x["u"], x["delta"], x["A"], x["B"], x["C"], **args)
+    assert rel_err(y, y_r.to(dtype)) < TOL[dtype] and rel_err(last, last_r) < TOL[dtype]
+
+
+@pytest.mark.parametrize("threads", [1, 2, 3])
+@pytest.mark.parametrize("shape", [(1, 1, 1, 1), (3, 37, 130, 16), (2, 64, 65, 80)])
+def test_scan_op_shapes_and_threads(threads, shape):
+    batch, dim, L, N = shape
+    x = make_scan(batch=batch, dim=dim, L=L, N=N, bc="grouped" if dim % 2 == 0 else "var3", h0=True)
+    y, last = run_scan_ort(x, torch.float32, True, True, threads=threads)
+    args = dict(D=x["D"], z=x["z"], delta_bias=x["delta_bias"], delta_softplus=True, return_last_state=True, h0=x["h0"])
+    y_t, last_t = st.selective_scan_fn(x["u"], x["delta"], x["A"], x["B"], x["C"], **args)
+    assert torch.equal(torch.from_numpy(y), y_t) and torch.equal(torch.from_numpy(last), last_t)
+
+
+@pytest.mark.parametrize("h0", [False, True])
+def test_scan_op_packed_sequences(h0):
+    cu = torch.tensor([0, 10, 10, 37, 50], dtype=torch.int64)  # an empty sequence included
+    x = make_scan(batch=1, L=50, h0=h0, n_seqs=4)
+    y, last = run_scan_ort(x, torch.float32, True, True, cu=cu)
+    args = dict(D=x["D"], z=x["z"], delta_bias=x["delta_bias"], delta_softplus=True, return_last_state=True,
+                h0=x["h0"], cu_seqlens=cu)
+    y_r, last_r = selective_scan_ref(x["u"], x["delta"], x["A"], x["B"], x["C"], **args)
+    assert last.shape == (4, 8, 5)
+    assert rel_err(y, y_r) < TOL[torch.float32] and rel_err(last, last_r) < TOL[torch.float32]
+
+
+def test_scan_op_last_state_attribute():
+    x = make_scan()
+    y1 = run_scan_ort(x, torch.float32, True, False)[0]  # one output: no last state computed
+    y2, last = run_scan_ort(x, torch.float32, True, True, last_attr=0)  # output present, attribute 0
+    assert last.shape == (0,) and np.array_equal(y1, y2)
+    with pytest.raises(Exception, match="return_last_state=1 but the node has no second output"):
+        run_scan_ort(x, torch.float32, True, False, last_attr=1)
+
+
+def test_scan_op_empty_and_nan():
+    x = make_scan(batch=2, L=0, h0=True)
+    y, last = run_scan_ort(x, torch.float32, True, True)
+    assert y.shape == (2, 8, 0) and np.array_equal(last, x["h0"].numpy())
+    x = make_scan(batch=2, L=20)
+    x["u"][1, 3, 5] = float("nan")
+    y, _ = run_scan_ort(x, torch.float32, True, True)
+    assert np.isnan(y[1, 3, 5:]).all() and not np.isnan(y[0]).any()
+
+
+def make_step(batch=3, dim=8, N=5, G=1, n_cache=None, dtype=torch.float32, seed=0):
+    g = torch.Generator().manual_seed(seed)
+
+    def r(*shape, dt=dtype, scale=1.0):
+        return (torch.randn(*shape, generator=g) * scale).to(dt)
+
+    return dict(state=r(n_cache or batch, dim, N, dt=torch.float32), x=r(batch, dim), dt=r(batch, dim, scale=0.5),
+                A=-(torch.rand(dim, N, generator=g) + 0.3), B=r(batch, G, N), C=r(batch, G, N), D=r(dim, dt=torch.float32),
+                z=r(batch, dim), dt_bias=r(dim, dt=torch.float32, scale=0.3))
+
+
+def run_step_ort(s, dtype, softplus=True, idx=None, threads=None):
+    feeds = dict(s, state_index=idx)
+    model = one_node_model("SelectiveStateUpdate", STEP_INPUTS, feeds, {"x", "dt", "B", "C", "z"}, dtype,
+                           ["y", "state_out"], {"y"}, {"dt_softplus": int(softplus)})
+    onnx.checker.check_model(model)
+    return session(model, threads).run(None, feed_dict(feeds))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("G", [1, 2])
+@pytest.mark.parametrize("indexed", [False, True])
+def test_step_op(dtype, G, indexed):
+    s = make_step(batch=3, dim=300, N=16, G=G, n_cache=5 if indexed else None, dtype=dtype)
+    idx = torch.tensor([4, -1, 0], dtype=torch.int32) if indexed else None
+    y, state_out = run_step_ort(s, dtype, idx=idx)
+    ref_state = s["state"].clone()
+    y_t = st.selective_state_update(ref_state, s["x"], s["dt"], s["A"], s["B"], s["C"], s["D"], s["z"],
+                                    dt_bias=s["dt_bias"], dt_softplus=True, state_batch_indices=idx)
+    assert torch.equal(torch.from_numpy(y), y_t.float()) and torch.equal(torch.from_numpy(state_out), ref_state)
+    y_r, st_r = selective_state_update_ref(s["state"], s["x"], s["dt"], s["A"], s["B"], s["C"], s["D"], s["z"],
+                                           dt_bias=s["dt_bias"], dt_softplus=True, state_batch_indices=idx)
+    assert rel_err(y, y_r.to(dtype)) < TOL[dtype] and rel_err(state_out, st_r) < TOL[dtype]
+    if indexed:  # rows no batch row points at are copied through unchanged
+        assert np.array_equal(state_out[[1, 2, 3]], s["state"][[1, 2, 3]].numpy())
+
+
+# ---- errors: an ONNX Runtime error naming the input -----------------------------------------------
+
+
+def test_errors_name_the_input():
+    x = make_scan()
+
+    def bad(match, **changes):
+        y = dict(x, **{k: v for k, v in changes.items() if k != "cu"})
+        with pytest.raises(Exception, match=match):
+            run_scan_ort(y, torch.float32, True, True, cu=changes.get("cu"))
+
+    bad(r"input 'delta' must have shape u's shape", delta=x["delta"][:, :, :-1])
+    bad(r"input 'A' must have shape \(dim, N\)", A=x["A"][:-1])
+    bad(r"input 'B' must have shape \(dim, N\), \(batch, N, L\)", B=x["B"][:, :, :-1])
+    bad(r"input 'C' has 1 groups but 'B' has 2", B=torch.randn(2, 2, 5, 37))
+    bad(r"must divide dim", B=torch.randn(2, 3, 5, 37), C=torch.randn(2, 3, 5, 37))
+    bad(r"input 'D' must have shape \(dim,\)", D=torch.randn(3))
+    bad(r"input 'h0' must have shape \(batch, dim, N\)", h0=torch.randn(2, 8, 4))
+    bad(r"packed sequences \(cu_seqlens\) need batch 1", cu=torch.tensor([0, 10, 37]))
+    x1 = make_scan(batch=1)
+    with pytest.raises(Exception, match=r"SELSCAN_ERR_SHAPE\] \(input 'cu_seqlens'"):  # selscan's diag
+        run_scan_ort(x1, torch.float32, True, True, cu=torch.tensor([0, 20, 10, 37]))
+    with pytest.raises(Exception, match=r"attribute 'delta_softplus' must be 0 or 1"):
+        run_scan_ort(x, torch.float32, 2, True)
+    s = make_step(batch=3, n_cache=4)
+    with pytest.raises(Exception, match=r"input 'state_index'.*not below n_cache"):
+        run_step_ort(s, torch.float32, idx=torch.tensor([0, 1, 7], dtype=torch.int32))
+    with pytest.raises(Exception, match=r"input 'state_index'.*row used twice"):
+        run_step_ort(s, torch.float32, idx=torch.tensor([0, 1, 1], dtype=torch.int32))
+    with pytest.raises(Exception, match=r"input 'B' must have shape \(batch, G, N\)"):
+        run_step_ort(dict(s, B=s["B"][:, :, :-1]), torch.float32)
+    # a wrong element type is refused by ONNX Runtime when the model loads (the kernels' type lists)
+    feeds = dict(x)
+    model = one_node_model("SelectiveScan", SCAN_INPUTS, feeds, {"u", "delta", "z", "B", "C"}, torch.float32, ["y"],
+                           {"y"}, {})
+    model.graph.input[2].type.tensor_type.elem_type = TensorProto.DOUBLE  # A as double
+    with pytest.raises(Exception, match="SelectiveScan|Type"):
+        session(model)
+
+
+# ---- export: models calling selscan's functions -> selscan nodes -> ONNX Runtime ------------------
+
+
+def export(model, args, **kw):
+    """torch.onnx.export(dynamo=True) after `import selscan_torch.onnx`; checks the model."""
+    model.eval()
+    with torch.no_grad():
+        prog = torch.onnx.export(model, args, dynamo=True, **kw)
+    proto = prog.model_proto
+    onnx.checker.check_model(proto, full_check=True)
+    return proto
+
+
+def op_types(proto):
+    return [(n.domain, n.op_type) for n in proto.graph.node]
+
+
+def run_proto(proto, args, threads=None):
+    sess = session(proto, threads)
+    return sess.run(None, {i.name: a.numpy() for i, a in zip(sess.get_inputs(), args)})
+
+
+class MambaBlock(torch.nn.Module):
+    """Mamba-1's mixer: in_proj, causal depthwise conv (torch's conv1d), x_proj, dt_proj, the scan
+    (selective_scan_fn, z gating, D, delta_bias, softplus), out_proj. step(): one decode token on
+    explicit (conv_state, ssm_state), returning the new states (ONNX has no in-place update)."""
+
+    def __init__(self, d_model=16, d_state=8, expand=2, dt_rank=4, d_conv=4):
+        super().__init__()
+        d_inner = expand * d_model
+        self.d_inner, self.r, self.n, self.k = d_inner, dt_rank, d_state, d_conv
+        self.in_proj = torch.nn.Linear(d_model, 2 * d_inner)
+        self.conv = torch.nn.Conv1d(d_inner, d_inner, d_conv, groups=d_inner, padding=d_conv - 1)
+        self.x_proj = torch.nn.Linear(d_inner, dt_rank + 2 * d_state, bias=False)
+        self.dt_proj = torch.nn.Linear(dt_rank, d_inner)
+        self.A_log = torch.nn.Parameter(torch.log(torch.arange(1, d_state + 1.0)).repeat(d_inner, 1))
+        self.D = torch.nn.Parameter(torch.ones(d_inner))
+        self.out_proj = torch.nn.Linear(d_inner, d_model)
+
+    def forward(self, h, return_states=False):  # (batch, L, d_model)
+        L = h.shape[1]
+        x, z = self.in_proj(h).chunk(2, dim=-1)
+        xt = x.transpose(1, 2)
+        xc = F.silu(self.conv(xt)[..., :L])  # (batch, d_inner, L)
+        dt, B, C = self.x_proj(xc.transpose(1, 2)).split([self.r, self.n, self.n], dim=-1)
+        delta = (dt @ self.dt_proj.weight.t()).transpose(1, 2)
+        A = -torch.exp(self.A_log)
+        y, last = st.selective_scan_fn(xc, delta, A, B.transpose(1, 2), C.transpose(1, 2), self.D, z=z.transpose(1, 2),
+                                       delta_bias=self.dt_proj.bias, delta_softplus=True, return_last_state=True)
+        out = self.out_proj(y.transpose(1, 2))
+        if not return_states:
+            return out
+        conv_state = F.pad(xt, (self.k - L, 0)) if L < self.k else xt[..., L - self.k:]
+        return out, conv_state, last
+
+    def step(self, h, conv_state, ssm_state):  # h (batch, d_model); conv_state (batch, d_inner, d_conv)
+        x, z = self.in_proj(h).chunk(2, dim=-1)
+        conv_state = torch.cat([conv_state[:, :, 1:], x[:, :, None]], dim=-1)
+        xc = F.silu((conv_state * self.conv.weight[:, 0, :]).sum(-1) + self.conv.bias)
+        dt, B, C = self.x_proj(xc).split([self.r, self.n, self.n], dim=-1)
+        delta = dt @ self.dt_proj.weight.t()
+        y = st.selective_state_update(ssm_state, xc, delta, -torch.exp(self.A_log), B, C, self.D, z=z,
+                                      dt_bias=self.dt_proj.bias, dt_softplus=True)
+        return self.out_proj(y), conv_state, ssm_state
+
+
+class Prefill(torch.nn.Module):
+    def __init__(self, block):
+        super().__init__()
+        self.block = block
+
+    def forward(self, h):
+        return self.block(h, return_states=True)
+
+
+class Step(torch.nn.Module):
+    def __init__(self, block):
+        super().__init__()
+        self.block = block
+
+    def forward(self, h, conv_state, ssm_state):
+        return self.block.step(h, conv_state, ssm_state)
+
+
+def test_export_mamba_block():
+    torch.manual_seed(0)
+    block = MambaBlock().eval()
+    h = torch.randn(2, 40, 16)
+    proto = export(block, (h,))
+    ops = op_types(proto)
+    assert ("selscan", "SelectiveScan") in ops and not any(t in ("Loop", "Scan") for _, t in ops)
+    assert rel_err(run_proto(proto, (h,))[0], block(h)) < 1e-5
+
+
+def test_export_dynamic_shapes():
+    """One export for any batch and length (prefill of any prompt)."""
+    torch.manual_seed(0)
+    block = MambaBlock().eval()
+    h = torch.randn(2, 40, 16)
+    b, L = torch.export.Dim("batch", min=1, max=64), torch.export.Dim("L", min=2, max=4096)
+    proto = export(block, (h,), dynamic_shapes=({0: b, 1: L},))
+    sess = session(proto)
+    for shape in [(1, 7, 16), (3, 200, 16), (2, 40, 16)]:
+        x = torch.randn(*shape)
+        (y,) = sess.run(None, {sess.get_inputs()[0].name: x.numpy()})
+        assert rel_err(y, block(x)) < 1e-5, shape
+
+
+def test_export_prefill_then_decode():
+    """Prefill exported with the last states, the decode step exported with explicit state inputs and
+    outputs; a few decode steps in ONNX Runtime against PyTorch eager, and against running the whole
+    sequence through the prefill model."""
+    torch.manual_seed(0)
+    block = MambaBlock().eval()
+    h = torch.randn(2, 12, 16)
+    extra = torch.randn(2, 4, 16)
+    prefill = export(Prefill(block), (h,))
+    conv0 = torch.zeros(2, block.d_inner, block.k)
+    ssm0 = torch.zeros(2, block.d_inner, block.n)
+    step = export(Step(block), (h[:, 0], conv0, ssm0))
+    ops = op_types(step)
+    assert ("selscan", "SelectiveStateUpdate") in ops
+    out, conv, ssm = run_proto(prefill, (h,))
+    with torch.no_grad():
+        out_t, conv_t, ssm_t = Prefill(block)(h)
+    assert rel_err(out, out_t) < 1e-5 and rel_err(conv, conv_t) < 1e-6 and rel_err(ssm, ssm_t) < 1e-5
+    conv, ssm = torch.from_numpy(conv), torch.from_numpy(ssm)
+    sess = session(step)
+    names = [i.name for i in sess.get_inputs()]
+    ys = []
+    for t in range(extra.shape[1]):
+        y, conv_n, ssm_n = sess.run(None, dict(zip(names, [extra[:, t].numpy(), conv.numpy(), ssm.numpy()])))
+        with torch.no_grad():
+            y_t, conv_t, ssm_t = Step(block)(extra[:, t], conv_t, ssm_t.clone())
+        assert rel_err(y, y_t) < 1e-5 and rel_err(ssm_n, ssm_t) < 1e-5 and rel_err(conv_n, conv_t) < 1e-6
+        conv, ssm = torch.from_numpy(conv_n), torch.from_numpy(ssm_n)
+        ys.append(torch.from_numpy(y))
+    with torch.no_grad():  # decode == running the longer sequence at once
+        full = block(torch.cat([h, extra], dim=1))[:, 12:]
+    assert rel_err(torch.stack(ys, 1), full) < 1e-4
+
+
+class MambaVisionMixer(torch.nn.Module):
+    """MambaVision's token mixer (NVlabs/MambaVision, MambaVisionMixer): in_proj, x / z halves, each a
+    'same'-padded depthwise conv and SiLU, x_proj, dt_proj, the scan on the x half (no z gating,
+    delta_bias = dt_proj's bias, softplus), concat with the z half, out_proj."""
+
+    def __init__(self, d_model=32, d_state=8, d_conv=3, expand=1):
+        super().__init__()
+        d_inner = expand * d_model
+        self.dt_rank = math.ceil(d_model / 16)
+        self.n = d_state
+        self.in_proj = torch.nn.Linear(d_model, d_inner, bias=False)
+        self.x_proj = torch.nn.Linear(d_inner // 2, self.dt_rank + 2 * d_state, bias=False)
+        self.dt_proj = torch.nn.Linear(self.dt_rank, d_inner // 2, bias=True)
+        self.A_log = torch.nn.Parameter(torch.log(torch.arange(1, d_state + 1.0)).repeat(d_inner // 2, 1))
+        self.D = torch.nn.Parameter(torch.ones(d_inner // 2))
+        self.out_proj = torch.nn.Linear(d_inner, d_model, bias=False)
+        self.conv1d_x = torch.nn.Conv1d(d_inner // 2, d_inner // 2, d_conv, groups=d_inner // 2, bias=False)
+        self.conv1d_z = torch.nn.Conv1d(d_inner // 2, d_inner // 2, d_conv, groups=d_inner // 2, bias=False)
+
+    def forward(self, hidden_states):  # (batch, L, d_model)
+        L = hidden_states.shape[1]
+        xz = self.in_proj(hidden_states).transpose(1, 2)
+        x, z = xz.chunk(2, dim=1)
+        A = -torch.exp(self.A_log.float())
+        x = F.silu(F.conv1d(x, self.conv1d_x.weight, self.conv1d_x.bias, padding="same", groups=x.shape[1]))
+        z = F.silu(F.conv1d(z, self.conv1d_z.weight, self.conv1d_z.bias, padding="same", groups=z.shape[1]))
+        x_dbl = self.x_proj(x.transpose(1, 2).reshape(-1, x.shape[1]))
+        dt, B, C = torch.split(x_dbl, [self.dt_rank, self.n, self.n], dim=-1)
+        dt = self.dt_proj(dt).reshape(-1, L, x.shape[1]).transpose(1, 2)
+        B = B.reshape(-1, L, self.n).transpose(1, 2).contiguous()
+        C = C.reshape(-1, L, self.n).transpose(1, 2).contiguous()
+        y = st.selective_scan_fn(x, dt, A, B, C, self.D.float(), z=None, delta_bias=self.dt_proj.bias.float(),
+                                 delta_softplus=True)
+        y = torch.cat([y, z], dim=1).transpose(1, 2)
+        return self.out_proj(y)
+
+
+def test_export_mambavision_mixer():
+    torch.manual_seed(0)
+    mixer = MambaVisionMixer().eval()
+    x = torch.randn(2, 49, 32)  # a 7x7 window of tokens
+    proto = export(mixer, (x,))
+    assert ("selscan", "SelectiveScan") in op_types(proto)
+    for threads in (1, 2):
+        assert rel_err(run_proto(proto, (x,), threads)[0], mixer(x)) < 1e-5
+
+
+def test_export_multihead_step_and_state_views():
+    """selective_state_update's Mamba-2 shapes (heads folded into channels by views) and a state that
+    is one layer of a cache tensor returned by the model."""
+
+    class Heads(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.A = torch.nn.Parameter(-torch.rand(2, 4, 6) - 0.3)
+
+        def forward(self, cache, x, dt, B, C):  # cache (layers, batch, heads, hdim, N)
+            y = st.selective_state_update(cache[1], x, dt, self.A, B, C, dt_softplus=True)
+            return y, cache
+
+    torch.manual_seed(0)
+    m = Heads()
+    cache, x, dt = torch.randn(3, 2, 2, 4, 6), torch.randn(2, 2, 4), torch.randn(2, 2, 4)
+    B, C = torch.randn(2, 6), torch.randn(2, 6)
+    proto = export(m, (cache.clone(), x, dt, B, C))
+    y, cache_out = run_proto(proto, (cache, x, dt, B, C))
+    cache_t = cache.clone()
+    with torch.no_grad():
+        y_t, _ = m(cache_t, x, dt, B, C)
+    assert rel_err(y, y_t) < 1e-6 and rel_err(cache_out, cache_t) < 1e-6
+    assert np.array_equal(cache_out[[0, 2]], cache[[0, 2]].numpy())  # the other layers untouched
+
+
+def test_explicit_table_and_export_helper(tmp_path):
+    """The forms that do not rely on the registration at import: custom_translation_table() and
+    selscan_torch.onnx.export (which writes the file)."""
+    torch.manual_seed(0)
+    block = MambaBlock().eval()
+    h = torch.randn(1, 9, 16)
+    path = str(tmp_path / "block.onnx")
+    with torch.no_grad():
+        sonnx.export(block, (h,), path)
+        prog = torch.onnx.export(block, (h,), dynamo=True, custom_translation_table=sonnx.custom_translation_table())
+    proto = onnx.load(path)
+    onnx.checker.check_model(proto, full_check=True)
+    assert ("selscan", "SelectiveScan") in op_types(proto) and ("selscan", "SelectiveScan") in op_types(prog.model_proto)
+    assert rel_err(run_proto(proto, (h,))[0], block(h)) < 1e-5
