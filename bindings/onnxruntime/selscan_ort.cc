@@ -473,9 +473,202 @@ OrtStatus *StepCompute(const StepKernel &k, OrtKernelContext *ctx) {
   });
 }
 
+// ---- >>ort-conv: CausalConv1d, CausalConv1dUpdate (selscan.h's causal conv1d, where it has it) ----
+#ifdef SELSCAN_CONV_SILU
+#define SELSCAN_ORT_HAS_CONV 1
+
+enum { kCx = 0, kCWeight, kCBias, kCInit, kCCuSeqlens, kConvInputs };
+
+struct ConvKernel {
+  int64_t silu = 0;
+  int64_t final_state_attr = -1;  // -1: not given
+};
+
+// The weight: (dim, W) float.
+bool CheckWeight(Checker &c, const Tensor &w, int64_t dim) {
+  if (!(w.rank() == 2 && w.dims[0] == dim))
+    return c.Fail("input 'weight' must have shape (dim, width) with dim = " + std::to_string(dim) + ", got " +
+                  ShapeText(w.dims));
+  return c.Type(w, ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT, "float");
+}
+
+OrtStatus *ConvCompute(const ConvKernel &k, OrtKernelContext *ctx) {
+  const char *op = "CausalConv1d";
+  size_t n_in = 0, n_out = 0;
+  if (OrtStatus *st = g_api.KernelContext_GetInputCount(ctx, &n_in)) return st;
+  if (OrtStatus *st = g_api.KernelContext_GetOutputCount(ctx, &n_out)) return st;
+  static const char *const names[kConvInputs] = {"x", "weight", "bias", "init_state", "cu_seqlens"};
+  Tensor t[kConvInputs];
+  for (size_t i = 0; i < kConvInputs; i++)
+    if (OrtStatus *st = Input(ctx, n_in, i, names[i], &t[i])) return st;
+  const Tensor &x = t[kCx], &w = t[kCWeight], &bias = t[kCBias], &init = t[kCInit], &cu = t[kCCuSeqlens];
+  for (int i : {kCx, kCWeight})
+    if (!t[i].present) return Error(ORT_INVALID_ARGUMENT, std::string("selscan CausalConv1d: input '") + names[i] +
+                                                              "' is required");
+  const bool has_fin_output = n_out >= 2;
+  if (k.final_state_attr == 1 && !has_fin_output)
+    return Error(ORT_INVALID_ARGUMENT, "selscan CausalConv1d: return_final_state=1 but the node has no second output "
+                                       "(final_state)");
+  const bool want_fin = has_fin_output && k.final_state_attr != 0;
+  Checker c{op, {}};
+  if (x.rank() != 3) c.Fail("input 'x' must have shape (batch, dim, L), got " + ShapeText(x.dims));
+  if (!c.ok()) return c.Status();
+  const ONNXTensorElementDataType T = x.type;
+  const int64_t batch = x.dims[0], dim = x.dims[1], L = x.dims[2];
+  CheckWeight(c, w, dim);
+  if (!c.ok()) return c.Status();
+  const int64_t W = w.dims[1];
+  if (bias.present) { c.Shape(bias, {dim}, "(dim,)"); c.Type(bias, ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT, "float"); }
+  int64_t rows = batch, n_seqs = 0;
+  if (cu.present) {
+    c.Type(cu, ONNX_TENSOR_ELEMENT_DATA_TYPE_INT64, "int64");
+    if (!(cu.rank() == 1 && cu.dims[0] >= 2))
+      c.Fail("input 'cu_seqlens' must have shape (n_seqs + 1,) with n_seqs >= 1, got " + ShapeText(cu.dims));
+    if (batch != 1) c.Fail("packed sequences (cu_seqlens) need batch 1, got batch " + std::to_string(batch));
+    if (c.ok()) { n_seqs = cu.dims[0] - 1; rows = n_seqs; }
+  }
+  if (init.present) {
+    c.Shape(init, {rows, dim, W - 1}, cu.present ? "(n_seqs, dim, width - 1)" : "(batch, dim, width - 1)");
+    c.Type(init, T, "x's type");
+  }
+  if (!c.ok()) return c.Status();
+  Tensor y, fin;
+  if (OrtStatus *st = Output(ctx, 0, "y", x.dims, &y)) return st;
+  if (has_fin_output) {
+    const std::vector<int64_t> dims = want_fin ? std::vector<int64_t>{rows, dim, W - 1} : std::vector<int64_t>{0};
+    if (OrtStatus *st = Output(ctx, 1, "final_state", dims, &fin)) return st;
+  }
+  const size_t esize = T == ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT ? 4 : 2;
+  if (batch == 0 || dim == 0) return nullptr;
+  if (L == 0 && !cu.present) {  // nothing to convolve: the state passes through
+    if (want_fin && fin.numel) {
+      if (init.present) std::memcpy(fin.data, init.data, static_cast<size_t>(fin.numel) * esize);
+      else std::memset(fin.data, 0, static_cast<size_t>(fin.numel) * esize);
+    }
+    return nullptr;
+  }
+  selscan_conv_problem p;
+  std::memset(&p, 0, sizeof p);
+  p.batch = batch; p.dim = dim; p.seqlen = L; p.width = W;
+  p.dtype = DtypeOf(T);
+  p.flags = k.silu ? SELSCAN_CONV_SILU : 0u;
+  if (cu.present) { p.cu_seqlens = static_cast<const int64_t *>(cu.data); p.n_seqs = n_seqs; }
+  p.x = In(x); p.weight = In(w); p.bias = In(bias); p.init_state = In(init);
+  p.y = Out(y);
+  if (want_fin) p.final_state = Out(fin);
+  const int64_t n = NumParts(dim);
+  return RunParts(ctx, op, p, n, [&](selscan_conv_problem *q, int64_t part) {
+    return selscan_conv_forward_cpu_part(q, part, n);
+  });
+}
+
+enum { kCuState = 0, kCuX, kCuWeight, kCuBias, kCuStateIndex, kConvUpdateInputs };
+
+OrtStatus *ConvUpdateCompute(const ConvKernel &k, OrtKernelContext *ctx) {
+  const char *op = "CausalConv1dUpdate";
+  size_t n_in = 0, n_out = 0;
+  if (OrtStatus *st = g_api.KernelContext_GetInputCount(ctx, &n_in)) return st;
+  if (OrtStatus *st = g_api.KernelContext_GetOutputCount(ctx, &n_out)) return st;
+  static const char *const names[kConvUpdateInputs] = {"state", "x", "weight", "bias", "state_index"};
+  Tensor t[kConvUpdateInputs];
+  for (size_t i = 0; i < kConvUpdateInputs; i++)
+    if (OrtStatus *st = Input(ctx, n_in, i, names[i], &t[i])) return st;
+  for (int i : {kCuState, kCuX, kCuWeight})
+    if (!t[i].present) return Error(ORT_INVALID_ARGUMENT, std::string("selscan CausalConv1dUpdate: input '") +
+                                                              names[i] + "' is required");
+  if (n_out < 2)
+    return Error(ORT_INVALID_ARGUMENT, "selscan CausalConv1dUpdate: the node needs both outputs (y, state_out)");
+  const Tensor &state = t[kCuState], &x = t[kCuX], &w = t[kCuWeight], &bias = t[kCuBias], &sidx = t[kCuStateIndex];
+  Checker c{op, {}};
+  if (x.rank() != 2 && x.rank() != 3)
+    c.Fail("input 'x' must have shape (batch, dim) or (batch, dim, seqlen), got " + ShapeText(x.dims));
+  if (!c.ok()) return c.Status();
+  const ONNXTensorElementDataType T = x.type;
+  const int64_t batch = x.dims[0], dim = x.dims[1], seqlen = x.rank() == 3 ? x.dims[2] : 1;
+  CheckWeight(c, w, dim);
+  if (!c.ok()) return c.Status();
+  const int64_t W = w.dims[1];
+  if (!(state.rank() == 3 && state.dims[1] == dim && state.dims[2] >= W - 1))
+    c.Fail("input 'state' must have shape (n_cache, dim, state_len) with dim = " + std::to_string(dim) +
+           ", state_len >= width - 1 = " + std::to_string(W - 1) + ", got " + ShapeText(state.dims));
+  c.Type(state, T, "x's type");
+  if (bias.present) { c.Shape(bias, {dim}, "(dim,)"); c.Type(bias, ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT, "float"); }
+  if (sidx.present) {
+    c.Shape(sidx, {batch}, "(batch,)");
+    c.Type(sidx, ONNX_TENSOR_ELEMENT_DATA_TYPE_INT32, "int32");
+  } else if (c.ok() && state.dims[0] != batch) {
+    c.Fail("input 'state' has " + std::to_string(state.dims[0]) + " rows but x has batch " + std::to_string(batch) +
+           " (give state_index to address a larger cache)");
+  }
+  if (!c.ok()) return c.Status();
+  Tensor y, state_out;
+  if (OrtStatus *st = Output(ctx, 0, "y", x.dims, &y)) return st;
+  if (OrtStatus *st = Output(ctx, 1, "state_out", state.dims, &state_out)) return st;
+  const size_t esize = T == ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT ? 4 : 2;
+  if (batch == 0 || dim == 0 || seqlen == 0) {
+    if (state_out.numel && state_out.data != state.data)
+      std::memcpy(state_out.data, state.data, static_cast<size_t>(state_out.numel) * esize);
+    if (y.numel) std::memset(y.data, 0, static_cast<size_t>(y.numel) * esize);
+    return nullptr;
+  }
+  selscan_conv_step_problem s;
+  std::memset(&s, 0, sizeof s);
+  s.batch = batch; s.dim = dim; s.width = W; s.state_len = state.dims[2]; s.n_cache = state.dims[0];
+  s.seqlen = seqlen;
+  s.dtype = DtypeOf(T);
+  s.flags = k.silu ? SELSCAN_CONV_SILU : 0u;
+  s.state_index = sidx.present ? static_cast<const int32_t *>(sidx.data) : nullptr;
+  s.x = In(x); s.weight = In(w); s.bias = In(bias);
+  s.y = Out(y);
+  s.state = Out(state_out);
+  selscan_diag diag = {nullptr, nullptr};
+  s.diag = &diag;
+  selscan_status sst = selscan_validate_conv_step(&s);
+  if (sst != SELSCAN_OK) return SelscanError(op, sst, diag);
+  if (state_out.data != state.data) std::memcpy(state_out.data, state.data, static_cast<size_t>(state.numel) * esize);
+  const int64_t n = NumParts(batch * dim);
+  return RunParts(ctx, op, s, n, [&](selscan_conv_step_problem *q, int64_t part) {
+    return selscan_conv_step_cpu_part(q, part, n);
+  });
+}
+#else
+#define SELSCAN_ORT_HAS_CONV 0
+struct ConvKernel {
+  int64_t silu = 0;
+  int64_t final_state_attr = -1;
+};
+#endif
+
 // ---- >>ort-ops: the OrtCustomOp tables ----------------------------------------------------------
 
-enum OpKind { kSelectiveScan = 0, kSelectiveStateUpdate };
+enum OpKind { kSelectiveScan = 0, kSelectiveStateUpdate, kCausalConv1d, kCausalConv1dUpdate };
+
+// An input's or output's type: 'T' (the kernel's dtype), a fixed type, or any (checked at run time).
+enum TypeSlot { kSlotT = 0, kSlotF32, kSlotI32, kSlotI64, kSlotAny };
+
+struct OpInfo {
+  const char *name;
+  size_t n_inputs, n_required;  // the inputs before the first optional one are required
+  TypeSlot inputs[10];
+  TypeSlot outputs[2];
+  bool second_output_optional;
+};
+
+const OpInfo kOpInfo[] = {
+    // SelectiveScan(u, delta, A, B, C, D?, z?, delta_bias?, h0?, cu_seqlens?) -> (y, last_state?);
+    // B / C: T over time, float when constant
+    {"SelectiveScan", kScanInputs, kD,
+     {kSlotT, kSlotT, kSlotF32, kSlotAny, kSlotAny, kSlotF32, kSlotT, kSlotF32, kSlotF32, kSlotI64},
+     {kSlotT, kSlotF32}, true},
+    // SelectiveStateUpdate(state, x, dt, A, B, C, D?, z?, dt_bias?, state_index?) -> (y, state_out)
+    {"SelectiveStateUpdate", kStepInputs, kSD,
+     {kSlotF32, kSlotT, kSlotT, kSlotF32, kSlotT, kSlotT, kSlotF32, kSlotT, kSlotF32, kSlotI32},
+     {kSlotT, kSlotF32}, false},
+    // CausalConv1d(x, weight, bias?, init_state?, cu_seqlens?) -> (y, final_state?)
+    {"CausalConv1d", 5, 2, {kSlotT, kSlotF32, kSlotF32, kSlotT, kSlotI64}, {kSlotT, kSlotT}, true},
+    // CausalConv1dUpdate(state, x, weight, bias?, state_index?) -> (y, state_out)
+    {"CausalConv1dUpdate", 5, 3, {kSlotT, kSlotT, kSlotF32, kSlotF32, kSlotI32}, {kSlotT, kSlotT}, false},
+};
 
 struct OpDef {
   OrtCustomOp base;  // first member: ONNX Runtime hands back &base
@@ -484,47 +677,33 @@ struct OpDef {
 };
 
 const OpDef &Def(const OrtCustomOp *op) { return *reinterpret_cast<const OpDef *>(op); }
+const OpInfo &Info(const OrtCustomOp *op) { return kOpInfo[Def(op).kind]; }
 
-const ONNXTensorElementDataType kF32 = ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT;
-const ONNXTensorElementDataType kAny = ONNX_TENSOR_ELEMENT_DATA_TYPE_UNDEFINED;
-
-// Input and output types: 'T' (the kernel's dtype), a fixed type, or any (checked at run time).
-ONNXTensorElementDataType ScanInputType(ONNXTensorElementDataType T, size_t i) {
-  switch (i) {
-    case kU: case kDelta: case kZ: return T;
-    case kB: case kC: return kAny;  // T over time, float when constant
-    case kCuSeqlens: return ONNX_TENSOR_ELEMENT_DATA_TYPE_INT64;
-    default: return kF32;  // A, D, delta_bias, h0
-  }
-}
-ONNXTensorElementDataType StepInputType(ONNXTensorElementDataType T, size_t i) {
-  switch (i) {
-    case kX: case kDt: case kSB: case kSC: case kSZ: return T;
-    case kStateIndex: return ONNX_TENSOR_ELEMENT_DATA_TYPE_INT32;
-    default: return kF32;  // state, A, D, dt_bias
+ONNXTensorElementDataType SlotType(TypeSlot s, ONNXTensorElementDataType T) {
+  switch (s) {
+    case kSlotT: return T;
+    case kSlotF32: return ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT;
+    case kSlotI32: return ONNX_TENSOR_ELEMENT_DATA_TYPE_INT32;
+    case kSlotI64: return ONNX_TENSOR_ELEMENT_DATA_TYPE_INT64;
+    default: return ONNX_TENSOR_ELEMENT_DATA_TYPE_UNDEFINED;
   }
 }
 
-const char *SELSCAN_ORT_CALL GetName(const OrtCustomOp *op) {
-  return Def(op).kind == kSelectiveScan ? "SelectiveScan" : "SelectiveStateUpdate";
-}
+const char *SELSCAN_ORT_CALL GetName(const OrtCustomOp *op) { return Info(op).name; }
 const char *SELSCAN_ORT_CALL GetExecutionProviderType(const OrtCustomOp *) { return nullptr; }  // the CPU
-size_t SELSCAN_ORT_CALL GetInputTypeCount(const OrtCustomOp *op) {
-  return Def(op).kind == kSelectiveScan ? size_t(kScanInputs) : size_t(kStepInputs);
-}
+size_t SELSCAN_ORT_CALL GetInputTypeCount(const OrtCustomOp *op) { return Info(op).n_inputs; }
 ONNXTensorElementDataType SELSCAN_ORT_CALL GetInputType(const OrtCustomOp *op, size_t i) {
-  return Def(op).kind == kSelectiveScan ? ScanInputType(Def(op).T, i) : StepInputType(Def(op).T, i);
+  return SlotType(Info(op).inputs[i], Def(op).T);
 }
 size_t SELSCAN_ORT_CALL GetOutputTypeCount(const OrtCustomOp *) { return 2; }
 ONNXTensorElementDataType SELSCAN_ORT_CALL GetOutputType(const OrtCustomOp *op, size_t i) {
-  return i == 0 ? Def(op).T : kF32;  // y; last_state / state_out
+  return SlotType(Info(op).outputs[i], Def(op).T);
 }
 OrtCustomOpInputOutputCharacteristic SELSCAN_ORT_CALL GetInputCharacteristic(const OrtCustomOp *op, size_t i) {
-  const size_t required = Def(op).kind == kSelectiveScan ? size_t(kD) : size_t(kSD);  // the inputs before D
-  return i < required ? INPUT_OUTPUT_REQUIRED : INPUT_OUTPUT_OPTIONAL;
+  return i < Info(op).n_required ? INPUT_OUTPUT_REQUIRED : INPUT_OUTPUT_OPTIONAL;
 }
 OrtCustomOpInputOutputCharacteristic SELSCAN_ORT_CALL GetOutputCharacteristic(const OrtCustomOp *op, size_t i) {
-  return (i == 0 || Def(op).kind == kSelectiveStateUpdate) ? INPUT_OUTPUT_REQUIRED : INPUT_OUTPUT_OPTIONAL;
+  return (i == 0 || !Info(op).second_output_optional) ? INPUT_OUTPUT_REQUIRED : INPUT_OUTPUT_OPTIONAL;
 }
 OrtMemType SELSCAN_ORT_CALL GetInputMemoryType(const OrtCustomOp *, size_t) { return OrtMemTypeDefault; }
 int SELSCAN_ORT_CALL VariadicMinArity(const OrtCustomOp *) { return 1; }
@@ -537,6 +716,7 @@ struct Kernel {
   OpKind kind;
   ScanKernel scan;
   StepKernel step;
+  ConvKernel conv;
 };
 
 // An optional int attribute (0 or 1); *out keeps its default when the node does not set it.
@@ -560,12 +740,19 @@ OrtStatus *SELSCAN_ORT_CALL CreateKernelV2(const OrtCustomOp *op, const OrtApi *
   Kernel *k = new (std::nothrow) Kernel();
   if (!k) return Error(ORT_FAIL, "selscan: out of memory");
   k->kind = Def(op).kind;
+  const char *name = Info(op).name;
   OrtStatus *st = nullptr;
-  if (k->kind == kSelectiveScan) {
-    st = BoolAttr(info, "SelectiveScan", "delta_softplus", &k->scan.softplus);
-    if (!st) st = BoolAttr(info, "SelectiveScan", "return_last_state", &k->scan.last_state_attr);
-  } else {
-    st = BoolAttr(info, "SelectiveStateUpdate", "dt_softplus", &k->step.softplus);
+  switch (k->kind) {
+    case kSelectiveScan:
+      st = BoolAttr(info, name, "delta_softplus", &k->scan.softplus);
+      if (!st) st = BoolAttr(info, name, "return_last_state", &k->scan.last_state_attr);
+      break;
+    case kSelectiveStateUpdate: st = BoolAttr(info, name, "dt_softplus", &k->step.softplus); break;
+    case kCausalConv1d:
+      st = BoolAttr(info, name, "silu", &k->conv.silu);
+      if (!st) st = BoolAttr(info, name, "return_final_state", &k->conv.final_state_attr);
+      break;
+    case kCausalConv1dUpdate: st = BoolAttr(info, name, "silu", &k->conv.silu); break;
   }
   if (st) {
     delete k;
@@ -575,10 +762,21 @@ OrtStatus *SELSCAN_ORT_CALL CreateKernelV2(const OrtCustomOp *op, const OrtApi *
   return nullptr;
 }
 
+OrtStatus *Compute(const Kernel &k, OrtKernelContext *ctx) {
+  switch (k.kind) {
+    case kSelectiveScan: return ScanCompute(k.scan, ctx);
+    case kSelectiveStateUpdate: return StepCompute(k.step, ctx);
+#if SELSCAN_ORT_HAS_CONV
+    case kCausalConv1d: return ConvCompute(k.conv, ctx);
+    case kCausalConv1dUpdate: return ConvUpdateCompute(k.conv, ctx);
+#endif
+    default: return Error(ORT_NOT_IMPLEMENTED, "selscan: op not built into this library");
+  }
+}
+
 OrtStatus *SELSCAN_ORT_CALL KernelComputeV2(void *kernel, OrtKernelContext *ctx) {
   try {
-    const Kernel &k = *static_cast<const Kernel *>(kernel);
-    return k.kind == kSelectiveScan ? ScanCompute(k.scan, ctx) : StepCompute(k.step, ctx);
+    return Compute(*static_cast<const Kernel *>(kernel), ctx);
   } catch (const std::bad_alloc &) {
     return Error(ORT_FAIL, "selscan: out of memory");
   } catch (...) {
@@ -615,14 +813,18 @@ OpDef MakeOp(OpKind kind, ONNXTensorElementDataType T) {
   return d;
 }
 
+#define SELSCAN_ORT_KERNELS(kind)                                                                      \
+  MakeOp(kind, ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT), MakeOp(kind, ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT16), \
+      MakeOp(kind, ONNX_TENSOR_ELEMENT_DATA_TYPE_BFLOAT16)
+
 // Static: ONNX Runtime keeps pointers to the ops for the life of every session using them.
 OpDef g_ops[] = {
-    MakeOp(kSelectiveScan, ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT),
-    MakeOp(kSelectiveScan, ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT16),
-    MakeOp(kSelectiveScan, ONNX_TENSOR_ELEMENT_DATA_TYPE_BFLOAT16),
-    MakeOp(kSelectiveStateUpdate, ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT),
-    MakeOp(kSelectiveStateUpdate, ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT16),
-    MakeOp(kSelectiveStateUpdate, ONNX_TENSOR_ELEMENT_DATA_TYPE_BFLOAT16),
+    SELSCAN_ORT_KERNELS(kSelectiveScan),
+    SELSCAN_ORT_KERNELS(kSelectiveStateUpdate),
+#if SELSCAN_ORT_HAS_CONV
+    SELSCAN_ORT_KERNELS(kCausalConv1d),
+    SELSCAN_ORT_KERNELS(kCausalConv1dUpdate),
+#endif
 };
 
 }  // namespace
@@ -652,5 +854,7 @@ extern "C" SELSCAN_ORT_EXPORT OrtStatus *SELSCAN_ORT_CALL RegisterCustomOps(OrtS
   return g_api.AddCustomOpDomain(options, domain);
 }
 
-// The library's version: selscan's, for diagnostics (ctypes: selscan_ort_version()).
+// For diagnostics (ctypes): selscan's version, and whether the causal conv1d ops are built in (they
+// are when selscan.h has the conv API).
 extern "C" SELSCAN_ORT_EXPORT int selscan_ort_version(void) { return SELSCAN_VERSION; }
+extern "C" SELSCAN_ORT_EXPORT int selscan_ort_has_conv(void) { return SELSCAN_ORT_HAS_CONV; }

@@ -201,9 +201,12 @@ def _opset():
 
 
 def _empty_f32():
+    """A float tensor of shape (0,): the placeholders selscan::fwd returns for what was not asked."""
+    import numpy as np
+    import onnx.numpy_helper
     from onnxscript.onnx_opset import opset18 as op
 
-    return op.Constant(value_floats=[])
+    return op.Constant(value=onnx.numpy_helper.from_array(np.zeros((0,), np.float32)))
 
 
 def _fwd(u, delta, A, B, C, D=None, z=None, delta_bias=None, h0=None, cu_seqlens=None, delta_softplus=False,

@@ -5,6 +5,7 @@ exported with torch.onnx.export(dynamo=True) run in ONNX Runtime against PyTorch
 Skipped without onnxruntime, onnx or onnxscript (pip install onnxruntime onnx onnxscript), or when
 the package was built without the library (SELSCAN_TORCH_NO_ORT=1).
 """
+import ctypes
 import math
 
 import numpy as np
@@ -249,6 +250,114 @@ def test_step_op(dtype, G, indexed):
     assert rel_err(y, y_r.to(dtype)) < TOL[dtype] and rel_err(state_out, st_r) < TOL[dtype]
     if indexed:  # rows no batch row points at are copied through unchanged
         assert np.array_equal(state_out[[1, 2, 3]], s["state"][[1, 2, 3]].numpy())
+
+
+# ---- causal conv1d ops (built in when selscan.h has the causal conv1d) ---------------------------
+
+HAS_CONV = bool(ctypes.CDLL(LIB).selscan_ort_has_conv())
+conv_only = pytest.mark.skipif(not HAS_CONV, reason="the library was built from a selscan.h without the causal conv1d")
+CONV_INPUTS = ["x", "weight", "bias", "init_state", "cu_seqlens"]
+CONV_UPDATE_INPUTS = ["state", "x", "weight", "bias", "state_index"]
+
+
+def conv_ref(x, weight, bias=None, init=None, silu=False):
+    """float64 causal depthwise conv1d from the definition (xpad = [init_state | x])."""
+    batch, dim, L = x.shape
+    W = weight.shape[1]
+    pad = init.double() if init is not None else torch.zeros(batch, dim, W - 1, dtype=torch.float64)
+    xp = torch.cat([pad, x.double()], dim=-1)
+    if L == 0:  # an empty sequence: its final state is its initial state
+        return x.double(), pad
+    y = F.conv1d(xp, weight.double()[:, None, :], bias.double() if bias is not None else None, groups=dim)
+    return (F.silu(y) if silu else y), xp[..., xp.shape[-1] - (W - 1):]
+
+
+def conv_model(op, names, feeds, dtype, outputs, attrs):
+    t_in = {"x", "init_state", "state"}
+    t_out = {"y", "final_state", "state_out"}
+    ranks = {"y": feeds["x"].dim(), "final_state": 3 if attrs.get("return_final_state", 1) else 1, "state_out": 3}
+    nodes, graph_in, node_in = [], [], []
+    for name in names:
+        t = feeds.get(name)
+        if t is None:
+            node_in.append("")
+            continue
+        ty = {torch.int64: TensorProto.INT64, torch.int32: TensorProto.INT32}.get(t.dtype, TensorProto.FLOAT)
+        graph_in.append(helper.make_tensor_value_info(name, ty, list(t.shape)))
+        if name in t_in and dtype != torch.float32:
+            nodes.append(helper.make_node("Cast", [name], [name + "_t"], to=ONNX_TYPE[dtype]))
+            node_in.append(name + "_t")
+        else:
+            node_in.append(name)
+    while node_in and node_in[-1] == "":
+        node_in.pop()
+    cast = dtype != torch.float32
+    nodes.append(helper.make_node(op, node_in, [o + "_t" if cast else o for o in outputs], domain="selscan", **attrs))
+    if cast:
+        nodes += [helper.make_node("Cast", [o + "_t"], [o], to=TensorProto.FLOAT) for o in outputs]
+    graph_out = [helper.make_tensor_value_info(o, TensorProto.FLOAT, [None] * ranks[o]) for o in outputs]
+    model = helper.make_model(helper.make_graph(nodes, op, graph_in, graph_out),
+                              opset_imports=[helper.make_opsetid("", 18), helper.make_opsetid("selscan", 1)])
+    model.ir_version = 9
+    onnx.checker.check_model(model)
+    return model
+
+
+def make_conv(batch=2, dim=24, L=37, W=4, dtype=torch.float32, bias=True, init=False, rows=None, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return dict(x=torch.randn(batch, dim, L, generator=g).to(dtype), weight=torch.randn(dim, W, generator=g) * 0.5,
+                bias=torch.randn(dim, generator=g) if bias else None,
+                init_state=torch.randn(rows or batch, dim, W - 1, generator=g).to(dtype) if init else None)
+
+
+@conv_only
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("W", [2, 3, 4])
+@pytest.mark.parametrize("opts", [(0, 0, 0), (1, 1, 1), (1, 0, 1), (0, 1, 0)], ids=["plain", "bias-init-silu",
+                                                                                    "bias-silu", "init"])
+def test_conv_op(dtype, W, opts):
+    bias, init, silu = opts
+    c = make_conv(W=W, dtype=dtype, bias=bias, init=init, seed=W)
+    model = conv_model("CausalConv1d", CONV_INPUTS, c, dtype, ["y", "final_state"], {"silu": silu})
+    y, fin = session(model).run(None, feed_dict(c))
+    y_r, fin_r = conv_ref(c["x"], c["weight"], c["bias"], c["init_state"], bool(silu))
+    assert rel_err(y, y_r.to(dtype)) < TOL[dtype] and np.array_equal(fin, fin_r.to(dtype).float().numpy())
+
+
+@conv_only
+def test_conv_op_packed_and_update():
+    # packed sequences: each sequence as its own call
+    cu = torch.tensor([0, 5, 5, 30, 40], dtype=torch.int64)
+    c = make_conv(batch=1, L=40, init=True, rows=4)
+    model = conv_model("CausalConv1d", CONV_INPUTS, dict(c, cu_seqlens=cu), torch.float32, ["y", "final_state"],
+                       {"silu": 1})
+    y, fin = session(model).run(None, feed_dict(dict(c, cu_seqlens=cu)))
+    for s in range(4):
+        a, b = int(cu[s]), int(cu[s + 1])
+        y_r, fin_r = conv_ref(c["x"][:, :, a:b], c["weight"], c["bias"], c["init_state"][s:s + 1], True)
+        assert rel_err(y[:, :, a:b], y_r) < 1e-6 and rel_err(fin[s:s + 1], fin_r) < 1e-7
+    # the update: token by token against the forward over the whole sequence, with state_index
+    c = make_conv(batch=3, L=6, init=True)
+    y_full, _ = conv_ref(c["x"], c["weight"], c["bias"], c["init_state"], True)
+    cache = torch.zeros(5, 24, 3)
+    idx = torch.tensor([4, 0, 2], dtype=torch.int32)
+    cache[idx.long()] = c["init_state"]
+    sess = None
+    for t in range(6):
+        feeds = dict(state=cache, x=c["x"][:, :, t], weight=c["weight"], bias=c["bias"], state_index=idx)
+        if sess is None:
+            sess = session(conv_model("CausalConv1dUpdate", CONV_UPDATE_INPUTS, feeds, torch.float32,
+                                      ["y", "state_out"], {"silu": 1}))
+        y, cache_n = sess.run(None, feed_dict(feeds))
+        assert rel_err(y, y_full[:, :, t]) < 1e-6
+        assert np.array_equal(cache_n[[1, 3]], cache[[1, 3]].numpy())  # rows no batch row uses
+        cache = torch.from_numpy(cache_n)
+    with pytest.raises(Exception, match=r"input 'state_index'.*not below n_cache"):
+        feeds = dict(feeds, state_index=torch.tensor([4, 0, 9], dtype=torch.int32))
+        sess.run(None, feed_dict(feeds))
+    with pytest.raises(Exception, match=r"input 'weight' must have shape \(dim, width\)"):
+        bad = dict(c, weight=c["weight"][:-1])
+        session(conv_model("CausalConv1d", CONV_INPUTS, bad, torch.float32, ["y"], {})).run(None, feed_dict(bad))
 
 
 # ---- errors: an ONNX Runtime error naming the input -----------------------------------------------
