@@ -149,6 +149,42 @@ def register_schemas():
             type_constraints=[("T", _T, "x's type")],
             attributes=[Attr("dt_softplus", INT, "1: dt = softplus(dt + dt_bias)", required=False)],
         ),
+        defs.OpSchema(
+            "CausalConv1d", DOMAIN, OPSET_VERSION,
+            "Mamba's causal depthwise conv1d (selscan_conv): y = act(bias + sum_k weight[:, k] x[t - (W-1) + k]).",
+            inputs=[
+                param("x", "T", "(batch, dim, L)"),
+                param("weight", "tensor(float)", "(dim, width), width 2..4"),
+                param("bias", "tensor(float)", "(dim,)", True),
+                param("init_state", "T", "(rows, dim, width - 1): the inputs before t = 0", True),
+                param("cu_seqlens", "tensor(int64)", "(n_seqs + 1,) packed sequence offsets (batch 1)", True),
+            ],
+            outputs=[
+                param("y", "T", "(batch, dim, L)"),
+                param("final_state", "T", "(rows, dim, width - 1); (0,) with return_final_state=0", True),
+            ],
+            type_constraints=[("T", _T, "x's type")],
+            attributes=[
+                Attr("silu", INT, "1: act = silu", required=False),
+                Attr("return_final_state", INT, "1: final_state is the last width - 1 inputs (default: when the "
+                     "node has it)", required=False),
+            ],
+        ),
+        defs.OpSchema(
+            "CausalConv1dUpdate", DOMAIN, OPSET_VERSION,
+            "The causal conv1d's decode update (selscan_conv_step): state_out is state with the rows of the "
+            "batch shifted by the new tokens, y their outputs.",
+            inputs=[
+                param("state", "T", "(n_cache, dim, state_len), state_len >= width - 1"),
+                param("x", "T", "(batch, dim) or (batch, dim, seqlen)"),
+                param("weight", "tensor(float)", "(dim, width)"),
+                param("bias", "tensor(float)", "(dim,)", True),
+                param("state_index", "tensor(int32)", "(batch,) state row of each batch row; < 0: padding", True),
+            ],
+            outputs=[param("y", "T", "x's shape"), param("state_out", "T", "(n_cache, dim, state_len)")],
+            type_constraints=[("T", _T, "x's type")],
+            attributes=[Attr("silu", INT, "1: act = silu", required=False)],
+        ),
     ]
     for s in schemas:
         if not defs.has(s.name, s.since_version, s.domain):
@@ -189,6 +225,32 @@ def _export_step(state, x, dt, A, B, C, D, z, dt_bias, state_index, dt_softplus)
 
 _selscan._onnx_step = _export_step
 
+# The causal conv1d's decode update, the same way (where selscan_torch has the conv ops): conv.py's
+# causal_conv1d_update routes selscan::conv_step through selscan_torch._onnx_conv_step during an
+# ONNX export.
+HAS_CONV = hasattr(torch.ops.selscan, "conv_step")
+if HAS_CONV:
+
+    @torch.library.custom_op("selscan::conv_step_functional", mutates_args=())
+    def conv_step_functional(state: torch.Tensor, x: torch.Tensor, weight: torch.Tensor,
+                             bias: Optional[torch.Tensor], state_index: Optional[torch.Tensor],
+                             silu: bool) -> tuple[torch.Tensor, torch.Tensor]:
+        """selscan::conv_step out of place: (y, the updated copy of state)."""
+        new_state = state.clone()
+        y = torch.ops.selscan.conv_step.default(new_state, x, weight, bias, state_index, silu)
+        return y, new_state
+
+    @conv_step_functional.register_fake
+    def _conv_step_functional_fake(state, x, weight, bias, state_index, silu):
+        return torch.empty_like(x), torch.empty_like(state)
+
+    def _export_conv_step(state, x, weight, bias, state_index, silu):
+        y, new_state = torch.ops.selscan.conv_step_functional.default(state, x, weight, bias, state_index, silu)
+        state.copy_(new_state)
+        return y
+
+    _selscan._onnx_conv_step = _export_conv_step
+
 
 # ---- translations: torch.ops.selscan.* -> selscan nodes -------------------------------------------
 
@@ -225,12 +287,30 @@ def _step_functional(state, x, dt, A, B, C, D=None, z=None, dt_bias=None, state_
     return y, state_out
 
 
+def _conv_fwd(x, weight, bias=None, init_state=None, cu_seqlens=None, silu=False, return_final_state=False,
+              out_dim_major=False):
+    """selscan::conv_fwd -> CausalConv1d (out_dim_major, a memory layout, has no meaning in ONNX)."""
+    y, fin = _opset().CausalConv1d(x, weight, bias, init_state, cu_seqlens, silu=int(bool(silu)),
+                                   return_final_state=int(bool(return_final_state)))
+    return y, fin
+
+
+def _conv_step_functional(state, x, weight, bias=None, state_index=None, silu=False):
+    """selscan::conv_step_functional -> CausalConv1dUpdate (y, state_out)."""
+    y, state_out = _opset().CausalConv1dUpdate(state, x, weight, bias, state_index, silu=int(bool(silu)))
+    return y, state_out
+
+
 def custom_translation_table():
     """The translations for torch.onnx.export(..., dynamo=True, custom_translation_table=...)."""
-    return {
+    table = {
         torch.ops.selscan.fwd.default: _fwd,
         torch.ops.selscan.step_functional.default: _step_functional,
     }
+    if HAS_CONV:
+        table[torch.ops.selscan.conv_fwd.default] = _conv_fwd
+        table[torch.ops.selscan.conv_step_functional.default] = _conv_step_functional
+    return table
 
 
 def export(model, args=(), f=None, **kwargs):
