@@ -99,9 +99,7 @@ def _step_fake(state, x, dt, A, B, C, D, z, dt_bias, state_index, dt_softplus):
 # Set by selscan_torch.onnx: during torch.onnx.export the decode step runs as a functional op and a
 # copy into state (ONNX has no in-place update, and torch.onnx cannot translate torch.export's
 # functional wrapper of an in-place custom op). None otherwise: the step's eager path is untouched.
-# _onnx_conv_step: the same for the causal conv1d's update (selscan::conv_step), where it exists.
 _onnx_step = None
-_onnx_conv_step = None
 
 
 def _f32(t):

@@ -226,8 +226,8 @@ def _export_step(state, x, dt, A, B, C, D, z, dt_bias, state_index, dt_softplus)
 _selscan._onnx_step = _export_step
 
 # The causal conv1d's decode update, the same way (where selscan_torch has the conv ops): conv.py's
-# causal_conv1d_update routes selscan::conv_step through selscan_torch._onnx_conv_step during an
-# ONNX export.
+# causal_conv1d_update routes selscan::conv_step through selscan_torch.conv._onnx_conv_step during
+# an ONNX export.
 HAS_CONV = hasattr(torch.ops.selscan, "conv_step")
 if HAS_CONV:
 
@@ -249,7 +249,9 @@ if HAS_CONV:
         state.copy_(new_state)
         return y
 
-    _selscan._onnx_conv_step = _export_conv_step
+    from . import conv as _conv
+
+    _conv._onnx_conv_step = _export_conv_step
 
 
 # ---- translations: torch.ops.selscan.* -> selscan nodes -------------------------------------------
