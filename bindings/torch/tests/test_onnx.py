@@ -629,3 +629,114 @@ def test_explicit_table_and_export_helper(tmp_path):
     onnx.checker.check_model(proto, full_check=True)
     assert ("selscan", "SelectiveScan") in op_types(proto) and ("selscan", "SelectiveScan") in op_types(prog.model_proto)
     assert rel_err(run_proto(proto, (h,))[0], block(h)) < 1e-5
+
+
+# ---- transformers' MambaForCausalLM through selscan_torch.integrations -------------------------
+
+
+def _transformers_lm():
+    transformers = pytest.importorskip("transformers")
+    integrations = pytest.importorskip("selscan_torch.integrations", reason="selscan_torch.integrations not built in")
+    if not hasattr(st, "causal_conv1d_fn"):
+        pytest.skip("selscan_torch without the causal conv1d ops")
+    cfg = transformers.MambaConfig(vocab_size=64, hidden_size=32, state_size=8, num_hidden_layers=2, expand=2,
+                                   conv_kernel=4, use_cache=False)
+    torch.manual_seed(0)
+    return transformers, integrations, transformers.MambaForCausalLM(cfg).eval()
+
+
+def test_export_transformers_mamba_prefill():
+    """MambaForCausalLM (a small config) with selscan_torch.integrations.use_in_transformers(): its
+    mixers call selscan's conv and scan, which export as CausalConv1d / SelectiveScan nodes."""
+    transformers, integrations, model = _transformers_lm()
+
+    class Logits(torch.nn.Module):
+        def __init__(self, m):
+            super().__init__()
+            self.m = m
+
+        def forward(self, ids):
+            return self.m(input_ids=ids, use_cache=False).logits
+
+    ids = torch.randint(0, 64, (2, 12))
+    with integrations.use_in_transformers():
+        lm = Logits(model)
+        with torch.no_grad():
+            ref = lm(ids)
+        proto = export(lm, (ids,), dynamic_shapes=({1: torch.export.Dim("L", min=2, max=4096)},))
+    ops = op_types(proto)
+    assert ops.count(("selscan", "SelectiveScan")) == 2 and ops.count(("selscan", "CausalConv1d")) == 2
+    assert not any(t in ("Loop", "Scan") for _, t in ops)
+    assert rel_err(run_proto(proto, (ids,))[0], ref) < 1e-5
+    ids2 = torch.randint(0, 64, (2, 30))  # another length through the same model
+    with integrations.use_in_transformers(), torch.no_grad():
+        assert rel_err(run_proto(proto, (ids2,))[0], lm(ids2)) < 1e-5
+
+
+def test_export_transformers_mamba_decode():
+    """The decode step of MambaForCausalLM on explicit per-layer states (stacked conv and ssm states in,
+    the updated ones out): a few greedy tokens in ONNX Runtime against transformers in PyTorch."""
+    transformers, integrations, model = _transformers_lm()
+    cache_utils = pytest.importorskip("transformers.cache_utils")
+    if not hasattr(cache_utils, "LinearAttentionCacheLayerMixin"):
+        pytest.skip("this transformers keeps Mamba's states in another cache class")
+    n_layers = model.config.num_hidden_layers
+
+    def cache_from(conv, ssm):
+        cache = cache_utils.DynamicCache(config=model.config)
+        for i in range(n_layers):
+            layer = cache.layers[i]
+            layer.conv_states[0], layer.recurrent_states[0] = conv[i], ssm[i]
+            layer.is_conv_states_initialized[0] = layer.is_recurrent_states_initialized[0] = True
+            layer.has_previous_state[0] = True
+            layer.conv_kernel_size[0] = conv.shape[-1]
+            layer.dtype, layer.device = conv.dtype, conv.device
+        return cache
+
+    class Prefill(torch.nn.Module):
+        def __init__(self, m):
+            super().__init__()
+            self.m = m
+
+        def forward(self, ids):
+            out = self.m(input_ids=ids, use_cache=True)
+            layers = out.cache.layers
+            return (out.logits[:, -1], torch.stack([l.conv_states[0] for l in layers]),
+                    torch.stack([l.recurrent_states[0] for l in layers]))
+
+    class Decode(torch.nn.Module):
+        def __init__(self, m):
+            super().__init__()
+            self.m = m
+
+        def forward(self, ids, conv, ssm):
+            out = self.m(input_ids=ids, cache=cache_from(conv, ssm), use_cache=True)
+            return out.logits[:, -1], conv, ssm
+
+    ids = torch.randint(0, 64, (2, 9))
+    with integrations.use_in_transformers():
+        prefill, decode = Prefill(model), Decode(model)
+        with torch.no_grad():
+            logits, conv, ssm = prefill(ids)
+        p_proto = export(prefill, (ids,))
+        d_proto = export(decode, (ids[:, :1], conv.clone(), ssm.clone()))
+        ops = op_types(d_proto)
+        assert ("selscan", "SelectiveStateUpdate") in ops and ("selscan", "CausalConv1dUpdate") in ops
+        o_logits, o_conv, o_ssm = run_proto(p_proto, (ids,))
+        assert rel_err(o_logits, logits) < 1e-5 and rel_err(o_ssm, ssm) < 1e-5 and rel_err(o_conv, conv) < 1e-6
+        sess = session(d_proto)
+        names = [i.name for i in sess.get_inputs()]
+        tok = torch.from_numpy(o_logits).argmax(-1, keepdim=True)
+        tokens = [tok]
+        o_conv, o_ssm = torch.from_numpy(o_conv), torch.from_numpy(o_ssm)
+        for _ in range(4):
+            with torch.no_grad():
+                logits, conv, ssm = decode(tok, conv.clone(), ssm.clone())
+            o_logits, o_conv, o_ssm = [torch.from_numpy(a) for a in
+                                       sess.run(None, dict(zip(names, [tok.numpy(), o_conv.numpy(), o_ssm.numpy()])))]
+            assert rel_err(o_logits, logits) < 1e-4 and rel_err(o_ssm, ssm) < 1e-4 and rel_err(o_conv, conv) < 1e-5
+            tok = o_logits.argmax(-1, keepdim=True)
+            tokens.append(tok)
+        with torch.no_grad():  # the greedy tokens are transformers' own generate()'s
+            gen = model.generate(ids, max_new_tokens=5, do_sample=False, use_cache=True)
+    assert torch.equal(torch.cat(tokens, dim=1), gen[:, 9:])
