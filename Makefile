@@ -275,7 +275,8 @@ $(TF_SO): $(TF_OBJS)
 # library uses; ONNX Runtime >= 1.17 hands over its API table when it loads the library). Load it
 # with SessionOptions.register_custom_ops_library (selscan_torch builds the same library:
 # selscan_torch.onnx.ort_library()). test-onnx: bindings/torch/tests/test_onnx.py in the torch venv
-# (installs onnxruntime, onnx and onnxscript there; ORT_PINS to change them).
+# of test-torch (selscan_torch installed there first when it is not yet; onnxruntime, onnx and
+# onnxscript installed there, ORT_PINS to change them).
 ORT_DIR  := bindings/onnxruntime
 ORT_SO   := $(BUILD)/ort/libselscan_ort.so
 ORT_PINS ?= onnxruntime==1.32.0 onnx==1.23.2 onnxscript==0.7.2
@@ -286,9 +287,11 @@ $(ORT_SO): $(ORT_DIR)/selscan_ort.cc $(ORT_DIR)/ort_abi.h selscan.h
 
 ort-ops: $(ORT_SO)
 
-test-onnx: torch-install
-	@"$(TORCH_PYTHON)" -m pip install -q $(ORT_PINS) && \
-	cd bindings/torch/tests && "$(TORCH_PYTHON)" -m pytest -q -p no:cacheprovider test_onnx.py
+test-onnx:
+	@py="$(TORCH_PYTHON)"; \
+	if ! (cd /tmp && "$$py" -c 'import selscan_torch.onnx' >/dev/null 2>&1); then $(MAKE) --no-print-directory torch-install || exit 1; fi; \
+	"$$py" -m pip install -q $(ORT_PINS) && \
+	cd bindings/torch/tests && "$$py" -m pytest -q -p no:cacheprovider test_onnx.py
 
 clean:
 	rm -rf $(BUILD)

@@ -9,7 +9,7 @@ against PyTorch eager (selscan_torch's kernels). Prints markdown tables.
 
 Needs torch, selscan_torch (built), onnxruntime, onnx and onnxscript. Times are the median of
 repeated runs after warm-up (ms a call, inputs prepared beforehand; ONNX Runtime's run() with
-numpy inputs, PyTorch under torch.no_grad()). "export s" is torch.onnx.export's time,
+numpy inputs, PyTorch under torch.no_grad(); --min: the fastest run). "export s" is torch.onnx.export's time,
 "nodes" the graph's node count (an unrolled scan grows with L; its length is fixed at export).
 """
 import argparse
@@ -182,10 +182,30 @@ class MambaVisionMixer(torch.nn.Module):
         return self.out_proj(torch.cat([y, z], dim=1).transpose(1, 2))
 
 
+class ScanOnly(torch.nn.Module):
+    """The scan alone (u, delta, B, C, z in; A = -exp(A_log), D, delta_bias parameters, softplus): the
+    op's own time, without the block's matmuls around it."""
+
+    def __init__(self, scan="selscan", dim=1536, d_state=16):
+        super().__init__()
+        self.scan, self.n = SCANS[scan], d_state
+        self.A_log = torch.nn.Parameter(torch.log(torch.arange(1, d_state + 1.0)).repeat(dim, 1))
+        self.D = torch.nn.Parameter(torch.ones(dim))
+        self.dt_bias = torch.nn.Parameter(torch.rand(dim) - 4)
+
+    def forward(self, x):  # x (batch, L, 2 * dim + 2 * N + dim): u, delta, B, C, z packed along channels
+        dim, N = self.D.shape[0], self.n
+        u, delta, B, C, z = x.transpose(1, 2).split([dim, dim, N, N, dim], dim=1)
+        return self.scan(u, delta, -torch.exp(self.A_log), B, C, self.D, z, self.dt_bias)
+
+
 # ---- timing ------------------------------------------------------------------------------------------
 
 
-def timeit(fn, min_runs=5, min_s=1.0, warmup=2):
+STAT = "median"  # or "min" (--min: for a machine shared with other work)
+
+
+def timeit(fn, min_runs=7, min_s=1.5, warmup=2):
     for _ in range(warmup):
         fn()
     ts = []
@@ -194,9 +214,9 @@ def timeit(fn, min_runs=5, min_s=1.0, warmup=2):
         t0 = time.perf_counter()
         fn()
         ts.append(time.perf_counter() - t0)
-        if len(ts) >= 200:
+        if len(ts) >= 300:
             break
-    return statistics.median(ts) * 1e3
+    return (min(ts) if STAT == "min" else statistics.median(ts)) * 1e3
 
 
 def export(model, args, dynamic_shapes=None):
@@ -308,7 +328,7 @@ def fmt(x, digits=2):
 
 def print_prefill(title, rows):
     print(f"\n### {title}\n")
-    print("| (batch, L, d_model) | threads | PyTorch eager (selscan_torch) ms | ORT + selscan ops ms | ORT, scan unrolled ms "
+    print("| input (batch, L, channels) | threads | PyTorch eager (selscan_torch) ms | ORT + selscan ops ms | ORT, scan unrolled ms "
           "| ORT, ONNX Scan ms | unrolled / selscan | Scan / selscan | export s (selscan / unrolled / Scan) "
           "| nodes (selscan / unrolled / Scan) |")
     print("|---|---|---|---|---|---|---|---|---|---|")
@@ -336,26 +356,45 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true", help="small cases, for a smoke run")
     ap.add_argument("--threads", default=None, help="comma list (default: 1 and all cores)")
+    ap.add_argument("--min", action="store_true", help="report the fastest run instead of the median")
+    ap.add_argument("--only", default=None, help="comma list of: scan, block, vision, decode")
     a = ap.parse_args()
+    global STAT
+    STAT = "min" if a.min else "median"
+    only = set(a.only.split(",")) if a.only else {"scan", "block", "vision", "decode"}
     cores = os.cpu_count() or 1
     threads = [int(t) for t in a.threads.split(",")] if a.threads else sorted({1, cores})
     print(f"bench_onnx: torch {torch.__version__}, onnxruntime {ort.__version__}, onnx {onnx.__version__}, "
           f"{cores} cores, selscan CPU path {st.cpu_backend()}", file=sys.stderr)
     if a.quick:
         block_shapes, vision_shapes, decode_shapes = [(1, 64, 128)], [(2, 49, 128)], [(1, 128)]
+        scan_shape, scan_lengths = (128, 8), [64]
     else:
+        scan_shape, scan_lengths = (1536, 16), [128, 512, 2048]
         block_shapes = [(1, 128, 768), (1, 512, 768), (1, 2048, 768)]
         vision_shapes = [(8, 196, 512), (32, 49, 512)]
         decode_shapes = [(1, 768), (8, 768)]
-    mk_block = lambda v: MambaBlock(v, d_model=block_shapes[0][2])  # noqa: E731
-    block_rows = bench_prefill("block", mk_block, block_shapes, threads, ["selscan", "loop", "scan"], a.quick)
-    mk_vision = lambda v: MambaVisionMixer(v, d_model=vision_shapes[0][2])  # noqa: E731
-    vision_rows = bench_prefill("vision", mk_vision, vision_shapes, threads, ["selscan", "loop", "scan"], a.quick)
-    decode_rows = bench_decode(decode_shapes, threads)
-    print(f"\ntorch {torch.__version__}, onnxruntime {ort.__version__}, onnx {onnx.__version__}, {cores} cores")
-    print_prefill("Prefill: the Mamba block (in_proj, conv, x_proj, dt_proj, scan, out_proj)", block_rows)
-    print_prefill("MambaVision mixer", vision_rows)
-    print_decode(decode_rows)
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
+    print(f"\ntorch {torch.__version__}, onnxruntime {ort.__version__}, onnx {onnx.__version__}, {cores} cores, "
+          f"{STAT} of repeated runs, load average at the start {load:.1f}")
+    if "scan" in only:
+        dim, N = scan_shape
+        mk_scan = lambda v: ScanOnly(v, dim=dim, d_state=N)  # noqa: E731
+        shapes = [(1, L, 3 * dim + 2 * N) for L in scan_lengths]
+        rows = bench_prefill("scan", mk_scan, shapes, threads, ["selscan", "loop", "scan"], a.quick)
+        print_prefill(f"The scan alone (dim {dim}, N {N}, D, z, delta_bias, softplus; the input column is "
+                      "(batch, L, channels of u, delta, B, C, z))", rows)
+    if "block" in only:
+        mk_block = lambda v: MambaBlock(v, d_model=block_shapes[0][2])  # noqa: E731
+        rows = bench_prefill("block", mk_block, block_shapes, threads, ["selscan", "loop", "scan"], a.quick)
+        print_prefill("Prefill: the Mamba block (in_proj, conv, x_proj, dt_proj, scan, out_proj)", rows)
+    if "vision" in only:
+        mk_vision = lambda v: MambaVisionMixer(v, d_model=vision_shapes[0][2])  # noqa: E731
+        rows = bench_prefill("vision", mk_vision, vision_shapes, threads, ["selscan", "loop", "scan"], a.quick)
+        print_prefill("MambaVision mixer", rows)
+    if "decode" in only:
+        print_decode(bench_decode(decode_shapes, threads))
+    sys.stdout.flush()
 
 
 if __name__ == "__main__":
