@@ -130,10 +130,14 @@ OrtStatus *Input(const OrtKernelContext *ctx, size_t n_inputs, size_t i, const c
   return Describe(v, t);
 }
 
-OrtStatus *Output(OrtKernelContext *ctx, size_t i, const char *name, const std::vector<int64_t> &dims, Tensor *t) {
+// Output i with the given shape (an optional output the node names "" has no buffer: absent).
+OrtStatus *Output(OrtKernelContext *ctx, size_t i, const char *name, const std::vector<int64_t> &dims, Tensor *t,
+                  bool optional = false) {
   t->name = name;
+  t->present = false;
   OrtValue *v = nullptr;
   if (OrtStatus *st = g_api.KernelContext_GetOutput(ctx, i, dims.data(), dims.size(), &v)) return st;
+  if (!v && optional) return nullptr;
   if (!v) return Error(ORT_FAIL, std::string("selscan: no buffer for output '") + name + "'");
   t->present = true;
   return Describe(v, t);
@@ -275,7 +279,7 @@ OrtStatus *ScanCompute(const ScanKernel &k, OrtKernelContext *ctx) {
   if (k.last_state_attr == 1 && !has_last_output)
     return Error(ORT_INVALID_ARGUMENT, "selscan SelectiveScan: return_last_state=1 but the node has no second output "
                                        "(last_state)");
-  const bool want_last = has_last_output && k.last_state_attr != 0;
+  bool want_last = has_last_output && k.last_state_attr != 0;
   const bool empty_last = has_last_output && k.last_state_attr == 0;
 
   if (u.rank() != 3) c.Fail("input 'u' must have shape (batch, dim, L), got " + ShapeText(u.dims));
@@ -337,7 +341,8 @@ OrtStatus *ScanCompute(const ScanKernel &k, OrtKernelContext *ctx) {
   if (OrtStatus *st = Output(ctx, 0, "y", u.dims, &y)) return st;
   if (want_last || empty_last) {
     const std::vector<int64_t> dims = want_last ? std::vector<int64_t>{rows, dim, N} : std::vector<int64_t>{0};
-    if (OrtStatus *st = Output(ctx, 1, "last_state", dims, &last)) return st;
+    if (OrtStatus *st = Output(ctx, 1, "last_state", dims, &last, true)) return st;
+    want_last = want_last && last.present;
   }
   const bool empty = batch == 0 || dim == 0 || L == 0;
   if (empty || N == 0) {  // nothing to scan: y is 0, the last state is h0 (or 0)
@@ -509,7 +514,7 @@ OrtStatus *ConvCompute(const ConvKernel &k, OrtKernelContext *ctx) {
   if (k.final_state_attr == 1 && !has_fin_output)
     return Error(ORT_INVALID_ARGUMENT, "selscan CausalConv1d: return_final_state=1 but the node has no second output "
                                        "(final_state)");
-  const bool want_fin = has_fin_output && k.final_state_attr != 0;
+  bool want_fin = has_fin_output && k.final_state_attr != 0;
   Checker c{op, {}};
   if (x.rank() != 3) c.Fail("input 'x' must have shape (batch, dim, L), got " + ShapeText(x.dims));
   if (!c.ok()) return c.Status();
@@ -536,7 +541,8 @@ OrtStatus *ConvCompute(const ConvKernel &k, OrtKernelContext *ctx) {
   if (OrtStatus *st = Output(ctx, 0, "y", x.dims, &y)) return st;
   if (has_fin_output) {
     const std::vector<int64_t> dims = want_fin ? std::vector<int64_t>{rows, dim, W - 1} : std::vector<int64_t>{0};
-    if (OrtStatus *st = Output(ctx, 1, "final_state", dims, &fin)) return st;
+    if (OrtStatus *st = Output(ctx, 1, "final_state", dims, &fin, true)) return st;
+    want_fin = want_fin && fin.present;
   }
   const size_t esize = T == ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT ? 4 : 2;
   if (batch == 0 || dim == 0) return nullptr;

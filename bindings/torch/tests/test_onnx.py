@@ -201,6 +201,11 @@ def test_scan_op_last_state_attribute():
     y1 = run_scan_ort(x, torch.float32, True, False)[0]  # one output: no last state computed
     y2, last = run_scan_ort(x, torch.float32, True, True, last_attr=0)  # output present, attribute 0
     assert last.shape == (0,) and np.array_equal(y1, y2)
+    feeds = dict(x, cu_seqlens=None)  # the second output named "": no buffer, not computed
+    model = one_node_model("SelectiveScan", SCAN_INPUTS, feeds, {"u", "delta", "z", "B", "C"}, torch.float32,
+                           ["y", ""], {"y"}, {"delta_softplus": 1})
+    (y3,) = session(model).run(None, feed_dict(feeds))
+    assert np.array_equal(y1, y3)
     with pytest.raises(Exception, match="return_last_state=1 but the node has no second output"):
         run_scan_ort(x, torch.float32, True, False, last_attr=1)
 
