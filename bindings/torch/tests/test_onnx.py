@@ -620,6 +620,46 @@ def test_export_multihead_step_and_state_views():
     assert np.array_equal(cache_out[[0, 2]], cache[[0, 2]].numpy())  # the other layers untouched
 
 
+def test_export_selective_scan_module():
+    """selscan_torch.SelectiveScan (the scan's own parameters): forward with h0 and the last state,
+    and its decode step."""
+
+    class Fwd(torch.nn.Module):
+        def __init__(self, ssm):
+            super().__init__()
+            self.ssm = ssm
+
+        def forward(self, u, delta, B, C, z, h0):
+            return self.ssm(u, delta, B, C, z=z, h0=h0, return_last_state=True)
+
+    class StepM(torch.nn.Module):
+        def __init__(self, ssm):
+            super().__init__()
+            self.ssm = ssm
+
+        def forward(self, state, x, dt, B, C, z):
+            return self.ssm.step(state, x, dt, B, C, z), state
+
+    torch.manual_seed(0)
+    ssm = st.SelectiveScan(24, d_state=6)
+    x = make_scan(dim=24, N=6, L=33, h0=True)
+    args = (x["u"], x["delta"], x["B"], x["C"], x["z"], x["h0"])
+    proto = export(Fwd(ssm), args)
+    y, last = run_proto(proto, args)
+    with torch.no_grad():
+        y_t, last_t = Fwd(ssm)(*args)
+    # (A = -exp(A_log) is computed by ONNX Runtime's Exp here: equal to rounding, not bitwise)
+    assert rel_err(y, y_t) < 1e-5 and rel_err(last, last_t) < 1e-5
+    s = make_step(batch=2, dim=24, N=6)
+    sargs = (s["state"], s["x"], s["dt"], s["B"][:, 0], s["C"][:, 0], s["z"])
+    proto = export(StepM(ssm), tuple(a.clone() for a in sargs))
+    y, state_out = run_proto(proto, sargs)
+    state_t = s["state"].clone()
+    with torch.no_grad():
+        y_t, _ = StepM(ssm)(state_t, *sargs[1:])
+    assert rel_err(y, y_t) < 1e-5 and rel_err(state_out, state_t) < 1e-5
+
+
 def test_explicit_table_and_export_helper(tmp_path):
     """The forms that do not rely on the registration at import: custom_translation_table() and
     selscan_torch.onnx.export (which writes the file)."""
