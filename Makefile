@@ -1,4 +1,4 @@
-# selscan: make run | test | test-all | bench | test-cuda | test-cuda-sanitize | bench-cuda | test-torch | tf-op | test-tf | clean
+# selscan: make run | test | test-all | bench | test-cuda | test-cuda-sanitize | bench-cuda | test-torch | tf-op | test-tf | ort-ops | test-onnx | clean
 # Compilers and flags can be overridden: make test CC=clang CFLAGS="-O1 -g"
 CC      ?= cc
 CXX     ?= c++
@@ -284,6 +284,31 @@ $(TF_SO): $(TF_OBJS)
 	$(CXX) -shared $(TF_OBJS) -o $@ $(TF_LFLAGS) $(if $(TF_GPU),-L$(CUDA_HOME)/lib64 -lcudart_static -ldl -lrt -lpthread)
 	@echo "tf-op: built $@ ($(if $(TF_GPU),CPU + GPU kernels,CPU kernels only: no nvcc or no selscan_cuda.cuh))"
 
+
+# ---- ONNX Runtime custom ops ------------------------------------------------------------------
+# ort-ops: bindings/onnxruntime/selscan_ort.cc (SelectiveScan, SelectiveStateUpdate in the "selscan"
+# domain) into $(BUILD)/ort/libselscan_ort.so with the C++ compiler alone: no ONNX Runtime headers or
+# library at build time (bindings/onnxruntime/ort_abi.h declares the part of its stable C ABI the
+# library uses; ONNX Runtime >= 1.17 hands over its API table when it loads the library). Load it
+# with SessionOptions.register_custom_ops_library (selscan_torch builds the same library:
+# selscan_torch.onnx.ort_library()). test-onnx: bindings/torch/tests/test_onnx.py in the torch venv
+# of test-torch (selscan_torch installed there first when it is not yet; onnxruntime, onnx and
+# onnxscript installed there, ORT_PINS to change them).
+ORT_DIR  := bindings/onnxruntime
+ORT_SO   := $(BUILD)/ort/libselscan_ort.so
+ORT_PINS ?= onnxruntime==1.32.0 onnx==1.23.2 onnxscript==0.7.2
+.PHONY: ort-ops test-onnx
+$(ORT_SO): $(ORT_DIR)/selscan_ort.cc $(ORT_DIR)/ort_abi.h selscan.h
+	@mkdir -p $(@D)
+	$(CXX) -std=c++17 -O2 $(WARN) -fPIC -fvisibility=hidden -shared -I. -I$(ORT_DIR) $< -o $@ $(LDLIBS)
+
+ort-ops: $(ORT_SO)
+
+test-onnx:
+	@py="$(TORCH_PYTHON)"; \
+	if ! (cd /tmp && "$$py" -c 'import selscan_torch.onnx' >/dev/null 2>&1); then $(MAKE) --no-print-directory torch-install || exit 1; fi; \
+	"$$py" -m pip install -q $(ORT_PINS) && \
+	cd bindings/torch/tests && "$$py" -m pytest -q -p no:cacheprovider test_onnx.py
 
 clean:
 	rm -rf $(BUILD)

@@ -9,11 +9,14 @@ a CUDA build of torch are present, CPU kernels only otherwise. Environment:
     TORCH_CUDA_ARCH_LIST="9.0"      the CUDA architectures (default: the visible GPU's, else 9.0)
     SELSCAN_TORCH_CHANNELS_LAST=1   also compile selscan's fast CUDA kernels for any L stride
                                     (channels-last (batch, L, dim) tensors; ~1.5x the nvcc time)
+    SELSCAN_TORCH_NO_ORT=1          skip the ONNX Runtime custom-op library (selscan_torch/_selscan_ort*.so,
+                                    selscan_torch.onnx.ort_library(): selscan.h behind ONNX Runtime's C API, built
+                                    with the C++ compiler alone, no ONNX Runtime needed at build time)
     MAX_JOBS                        parallel compile jobs (torch.utils.cpp_extension, ninja)
 """
 import os
 
-from setuptools import setup
+from setuptools import Extension, setup
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 # selscan.h / selscan_cuda.cuh: the repository root (two levels up: bindings/torch), or a copy next to setup.py.
@@ -25,6 +28,9 @@ for cand in (HERE, ROOT):
         break
 else:
     raise RuntimeError("selscan.h not found next to setup.py or in the repository root (two levels up)")
+# The ONNX Runtime custom-op library's source: bindings/onnxruntime (a sibling), or a copy next to setup.py.
+ORT_DIR = next((d for d in (os.path.join(HERE, "onnxruntime"), os.path.join(os.path.dirname(HERE), "onnxruntime"))
+                if os.path.exists(os.path.join(d, "selscan_ort.cc"))), None)
 
 
 def want_cuda():
@@ -58,6 +64,22 @@ def default_arch():
     except Exception:  # no driver: the default
         pass
     os.environ["TORCH_CUDA_ARCH_LIST"] = arch
+
+
+def ort_extension():
+    """libselscan_ort as selscan_torch/_selscan_ort*.so: a plain shared library (no Python, no torch,
+    no ONNX Runtime linked: ONNX Runtime hands it its C API table when it loads it)."""
+    if os.environ.get("SELSCAN_TORCH_NO_ORT", "0") not in ("", "0") or ORT_DIR is None:
+        return []
+    return [
+        Extension(
+            "selscan_torch._selscan_ort",
+            [os.path.relpath(os.path.join(ORT_DIR, "selscan_ort.cc"), HERE)],
+            include_dirs=INCLUDE[1:] + [ORT_DIR],
+            extra_compile_args=["-O3", "-std=c++17", "-fvisibility=hidden"],
+            language="c++",
+        )
+    ]
 
 
 def extensions():
@@ -101,7 +123,7 @@ setup(
     "drop-in for mamba_ssm's selective_scan_fn / selective_state_update",
     license="MIT",
     packages=["selscan_torch"],
-    ext_modules=extensions(),
+    ext_modules=extensions() + ort_extension(),
     cmdclass={"build_ext": build_ext_cls()},
     python_requires=">=3.9",
     zip_safe=False,

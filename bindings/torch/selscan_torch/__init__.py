@@ -100,6 +100,11 @@ def _step_fake(state, x, dt, A, B, C, D, z, dt_bias, state_index, dt_softplus):
 
 # ---- the mamba_ssm-compatible API -------------------------------------------------------------
 
+# Set by selscan_torch.onnx: during torch.onnx.export the decode step runs as a functional op and a
+# copy into state (ONNX has no in-place update, and torch.onnx cannot translate torch.export's
+# functional wrapper of an in-place custom op). None otherwise: the step's eager path is untouched.
+_onnx_step = None
+
 
 _SCAN_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 
@@ -217,7 +222,10 @@ def selective_state_update(state, x, dt, A, B, C, D=None, z=None, dt_bias=None, 
     except AttributeError:
         _not_tensors(state=state, x=x, dt=dt, A=A, B=B, C=C, D=D, z=z, dt_bias=dt_bias)
         raise
-    out = _ops.step(state, x, dt, A, B, C, D, z, dt_bias, idx, bool(dt_softplus))
+    if _onnx_step is not None and torch.onnx.is_in_onnx_export():  # see _onnx_step
+        out = _onnx_step(state, x, dt, A, B, C, D, z, dt_bias, idx, bool(dt_softplus))
+    else:
+        out = _ops.step(state, x, dt, A, B, C, D, z, dt_bias, idx, bool(dt_softplus))
     return out.view(out_shape)
 
 

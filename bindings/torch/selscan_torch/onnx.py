@@ -1,0 +1,362 @@
+"""selscan_torch.onnx: export models that call selscan's ops to ONNX and run them in ONNX Runtime
+on selscan's kernels.
+
+    import selscan_torch.onnx                    # the export translations, registered on import
+    torch.onnx.export(model, args, "model.onnx", dynamo=True)
+
+    import onnxruntime as ort
+    so = ort.SessionOptions()
+    so.register_custom_ops_library(selscan_torch.onnx.ort_library())
+    session = ort.InferenceSession("model.onnx", so)
+
+A model calling selective_scan_fn, selective_state_update or SelectiveScan exports with nodes of the
+"selscan" domain (opset 1) instead of an unrolled loop:
+
+    SelectiveScan(u, delta, A, B, C, D?, z?, delta_bias?, h0?, cu_seqlens?) -> (y, last_state)
+        attributes delta_softplus, return_last_state (0 / 1)
+    SelectiveStateUpdate(state, x, dt, A, B, C, D?, z?, dt_bias?, state_index?) -> (y, state_out)
+        attribute dt_softplus; state_out is the stepped copy of state (ONNX has no in-place update)
+
+ort_library() is the custom-op library built with this package (libselscan_ort: selscan.h behind
+ONNX Runtime's C API, no torch inside); it runs the ops on ONNX Runtime's intra-op threads. The
+export needs onnx and onnxscript, the run onnxruntime (>= 1.17); none of them is imported by
+`import selscan_torch`.
+
+Importing this module registers the translations with torch.onnx's default registry (a private
+torch interface: when a torch release moves it, a warning says so and the explicit forms still
+work): export(model, args, f) here, or torch.onnx.export(..., custom_translation_table=
+custom_translation_table()).
+"""
+
+import glob
+import os
+import warnings
+from typing import Optional
+
+import torch
+
+import selscan_torch as _selscan
+
+__all__ = [
+    "DOMAIN",
+    "OPSET_VERSION",
+    "ort_library",
+    "session_options",
+    "custom_translation_table",
+    "export",
+    "register_schemas",
+]
+
+DOMAIN = "selscan"
+OPSET_VERSION = 1
+
+_HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+# ---- the ONNX Runtime custom-op library ------------------------------------------------------------
+
+
+def ort_library():
+    """Path of libselscan_ort, the ONNX Runtime custom-op library of the selscan ops, for
+    SessionOptions.register_custom_ops_library. Built by this package's setup.py (next to this file);
+    SELSCAN_ORT_LIBRARY=/path/to/libselscan_ort.so overrides (e.g. `make ort-ops`' build/ort/)."""
+    env = os.environ.get("SELSCAN_ORT_LIBRARY")
+    if env:
+        if not os.path.isfile(env):
+            raise FileNotFoundError(f"selscan: SELSCAN_ORT_LIBRARY={env!r} is not a file")
+        return env
+    found = sorted(glob.glob(os.path.join(_HERE, "_selscan_ort*.so")) + glob.glob(os.path.join(_HERE, "_selscan_ort*.pyd")))
+    if not found:
+        raise FileNotFoundError(
+            "selscan: the ONNX Runtime custom-op library (selscan_torch/_selscan_ort*.so) was not built: reinstall "
+            "with `pip install --no-build-isolation ./bindings/torch` (without SELSCAN_TORCH_NO_ORT=1), or build it "
+            "with `make ort-ops` and set SELSCAN_ORT_LIBRARY=build/ort/libselscan_ort.so"
+        )
+    return found[0]
+
+
+def session_options(options=None):
+    """onnxruntime.SessionOptions (the given ones, or new ones) with the selscan ops registered."""
+    import onnxruntime as ort
+
+    so = options if options is not None else ort.SessionOptions()
+    so.register_custom_ops_library(ort_library())
+    return so
+
+
+# ---- the ONNX schemas of the selscan domain ---------------------------------------------------------
+
+_T = ["tensor(float)", "tensor(float16)", "tensor(bfloat16)"]
+
+
+def register_schemas():
+    """Registers the selscan ops' schemas with onnx (idempotent): onnxscript builds nodes from them
+    and onnx.checker / shape inference know the ops' inputs and attributes."""
+    import onnx.defs as defs
+
+    Param = defs.OpSchema.FormalParameter
+    opt = defs.OpSchema.FormalParameterOption.Optional
+    Attr = defs.OpSchema.Attribute
+    INT = defs.OpSchema.AttrType.INT
+
+    def param(name, ty, doc, optional=False):
+        return Param(name, ty, doc, param_option=opt) if optional else Param(name, ty, doc)
+
+    schemas = [
+        defs.OpSchema(
+            "SelectiveScan", DOMAIN, OPSET_VERSION,
+            "Mamba's selective scan (S6), selscan.h's forward: y = scan(u, delta, A, B, C, D, z).",
+            inputs=[
+                param("u", "T", "(batch, dim, L)"),
+                param("delta", "T", "(batch, dim, L)"),
+                param("A", "tensor(float)", "(dim, N)"),
+                param("B", "TB", "(batch, N, L) or (batch, G, N, L) in T, or (dim, N) float (constant over time)"),
+                param("C", "TB", "like B"),
+                param("D", "tensor(float)", "(dim,)", True),
+                param("z", "T", "(batch, dim, L): y *= silu(z)", True),
+                param("delta_bias", "tensor(float)", "(dim,)", True),
+                param("h0", "tensor(float)", "(rows, dim, N) initial state", True),
+                param("cu_seqlens", "tensor(int64)", "(n_seqs + 1,) packed sequence offsets (batch 1)", True),
+            ],
+            outputs=[
+                param("y", "T", "(batch, dim, L)"),
+                param("last_state", "tensor(float)", "(rows, dim, N); (0,) with return_last_state=0", True),
+            ],
+            type_constraints=[("T", _T, "u's type"), ("TB", _T, "B / C: T over time, float when constant")],
+            attributes=[
+                Attr("delta_softplus", INT, "1: delta = softplus(delta + delta_bias)", required=False),
+                Attr("return_last_state", INT, "1: last_state is the final state (default: when the node has it)",
+                     required=False),
+            ],
+        ),
+        defs.OpSchema(
+            "SelectiveStateUpdate", DOMAIN, OPSET_VERSION,
+            "One decode step of Mamba's selective scan on a cached state (selscan_step): state_out is state "
+            "with the rows of the batch stepped, y the step's output.",
+            inputs=[
+                param("state", "tensor(float)", "(n_cache, dim, N)"),
+                param("x", "T", "(batch, dim)"),
+                param("dt", "T", "(batch, dim)"),
+                param("A", "tensor(float)", "(dim, N)"),
+                param("B", "T", "(batch, G, N)"),
+                param("C", "T", "(batch, G, N)"),
+                param("D", "tensor(float)", "(dim,)", True),
+                param("z", "T", "(batch, dim)", True),
+                param("dt_bias", "tensor(float)", "(dim,)", True),
+                param("state_index", "tensor(int32)", "(batch,) state row of each batch row; < 0: padding", True),
+            ],
+            outputs=[param("y", "T", "(batch, dim)"), param("state_out", "tensor(float)", "(n_cache, dim, N)")],
+            type_constraints=[("T", _T, "x's type")],
+            attributes=[Attr("dt_softplus", INT, "1: dt = softplus(dt + dt_bias)", required=False)],
+        ),
+        defs.OpSchema(
+            "CausalConv1d", DOMAIN, OPSET_VERSION,
+            "Mamba's causal depthwise conv1d (selscan_conv): y = act(bias + sum_k weight[:, k] x[t - (W-1) + k]).",
+            inputs=[
+                param("x", "T", "(batch, dim, L)"),
+                param("weight", "tensor(float)", "(dim, width), width 2..4"),
+                param("bias", "tensor(float)", "(dim,)", True),
+                param("init_state", "T", "(rows, dim, width - 1): the inputs before t = 0", True),
+                param("cu_seqlens", "tensor(int64)", "(n_seqs + 1,) packed sequence offsets (batch 1)", True),
+            ],
+            outputs=[
+                param("y", "T", "(batch, dim, L)"),
+                param("final_state", "T", "(rows, dim, width - 1); (0,) with return_final_state=0", True),
+            ],
+            type_constraints=[("T", _T, "x's type")],
+            attributes=[
+                Attr("silu", INT, "1: act = silu", required=False),
+                Attr("return_final_state", INT, "1: final_state is the last width - 1 inputs (default: when the "
+                     "node has it)", required=False),
+            ],
+        ),
+        defs.OpSchema(
+            "CausalConv1dUpdate", DOMAIN, OPSET_VERSION,
+            "The causal conv1d's decode update (selscan_conv_step): state_out is state with the rows of the "
+            "batch shifted by the new tokens, y their outputs.",
+            inputs=[
+                param("state", "T", "(n_cache, dim, state_len), state_len >= width - 1"),
+                param("x", "T", "(batch, dim) or (batch, dim, seqlen)"),
+                param("weight", "tensor(float)", "(dim, width)"),
+                param("bias", "tensor(float)", "(dim,)", True),
+                param("state_index", "tensor(int32)", "(batch,) state row of each batch row; < 0: padding", True),
+            ],
+            outputs=[param("y", "T", "x's shape"), param("state_out", "T", "(n_cache, dim, state_len)")],
+            type_constraints=[("T", _T, "x's type")],
+            attributes=[Attr("silu", INT, "1: act = silu", required=False)],
+        ),
+    ]
+    for s in schemas:
+        if not defs.has(s.name, s.since_version, s.domain):
+            defs.register_schema(s)
+
+
+# ---- the decode step as a functional op (what an ONNX export traces) -------------------------------
+# selscan::step updates its state in place. ONNX has no in-place update, and torch.onnx cannot
+# translate the functional wrapper torch.export puts around an in-place custom op
+# (auto_functionalized_v2). So while torch.onnx.export runs, selective_state_update calls
+# step_functional (new state out of place) and copies the new state into `state`: torch.export turns
+# the copy into a graph output (or a write into the buffer / view state came from), and
+# step_functional into SelectiveStateUpdate.
+
+
+@torch.library.custom_op("selscan::step_functional", mutates_args=())
+def step_functional(state: torch.Tensor, x: torch.Tensor, dt: torch.Tensor, A: torch.Tensor, B: torch.Tensor,
+                    C: torch.Tensor, D: Optional[torch.Tensor], z: Optional[torch.Tensor],
+                    dt_bias: Optional[torch.Tensor], state_index: Optional[torch.Tensor],
+                    dt_softplus: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    """selscan::step out of place: (y, the stepped copy of state)."""
+    new_state = state.clone()
+    y = torch.ops.selscan.step.default(new_state, x, dt, A, B, C, D, z, dt_bias, state_index, dt_softplus)
+    return y, new_state
+
+
+@step_functional.register_fake
+def _step_functional_fake(state, x, dt, A, B, C, D, z, dt_bias, state_index, dt_softplus):
+    return torch.empty_like(x), torch.empty_like(state)
+
+
+def _export_step(state, x, dt, A, B, C, D, z, dt_bias, state_index, dt_softplus):
+    y, new_state = torch.ops.selscan.step_functional.default(state, x, dt, A, B, C, D, z, dt_bias, state_index,
+                                                            dt_softplus)
+    state.copy_(new_state)
+    return y
+
+
+_selscan._onnx_step = _export_step
+
+# The causal conv1d's decode update, the same way (where selscan_torch has the conv ops): conv.py's
+# causal_conv1d_update routes selscan::conv_step through selscan_torch.conv._onnx_conv_step during
+# an ONNX export.
+HAS_CONV = hasattr(torch.ops.selscan, "conv_step")
+if HAS_CONV:
+
+    @torch.library.custom_op("selscan::conv_step_functional", mutates_args=())
+    def conv_step_functional(state: torch.Tensor, x: torch.Tensor, weight: torch.Tensor,
+                             bias: Optional[torch.Tensor], state_index: Optional[torch.Tensor],
+                             silu: bool) -> tuple[torch.Tensor, torch.Tensor]:
+        """selscan::conv_step out of place: (y, the updated copy of state)."""
+        new_state = state.clone()
+        y = torch.ops.selscan.conv_step.default(new_state, x, weight, bias, state_index, silu)
+        return y, new_state
+
+    @conv_step_functional.register_fake
+    def _conv_step_functional_fake(state, x, weight, bias, state_index, silu):
+        return torch.empty_like(x), torch.empty_like(state)
+
+    def _export_conv_step(state, x, weight, bias, state_index, silu):
+        y, new_state = torch.ops.selscan.conv_step_functional.default(state, x, weight, bias, state_index, silu)
+        state.copy_(new_state)
+        return y
+
+    from . import conv as _conv
+
+    _conv._onnx_conv_step = _export_conv_step
+
+
+# ---- translations: torch.ops.selscan.* -> selscan nodes -------------------------------------------
+
+
+def _opset():
+    import onnxscript
+
+    register_schemas()
+    return onnxscript.values.Opset(DOMAIN, OPSET_VERSION)
+
+
+def _empty_f32():
+    """A float tensor of shape (0,): the placeholders selscan::fwd returns for what was not asked."""
+    import numpy as np
+    import onnx.numpy_helper
+    from onnxscript.onnx_opset import opset18 as op
+
+    return op.Constant(value=onnx.numpy_helper.from_array(np.zeros((0,), np.float32)))
+
+
+def _fwd(u, delta, A, B, C, D=None, z=None, delta_bias=None, h0=None, cu_seqlens=None, delta_softplus=False,
+         return_last_state=False, save_checkpoint=False):
+    """selscan::fwd -> SelectiveScan; the checkpoint (a training buffer) is an empty tensor."""
+    y, last = _opset().SelectiveScan(u, delta, A, B, C, D, z, delta_bias, h0, cu_seqlens,
+                                     delta_softplus=int(bool(delta_softplus)),
+                                     return_last_state=int(bool(return_last_state)))
+    return y, last, _empty_f32()
+
+
+def _step_functional(state, x, dt, A, B, C, D=None, z=None, dt_bias=None, state_index=None, dt_softplus=False):
+    """selscan::step_functional -> SelectiveStateUpdate (y, state_out)."""
+    y, state_out = _opset().SelectiveStateUpdate(state, x, dt, A, B, C, D, z, dt_bias, state_index,
+                                                 dt_softplus=int(bool(dt_softplus)))
+    return y, state_out
+
+
+def _conv_fwd(x, weight, bias=None, init_state=None, cu_seqlens=None, silu=False, return_final_state=False,
+              out_dim_major=False):
+    """selscan::conv_fwd -> CausalConv1d (out_dim_major, a memory layout, has no meaning in ONNX)."""
+    y, fin = _opset().CausalConv1d(x, weight, bias, init_state, cu_seqlens, silu=int(bool(silu)),
+                                   return_final_state=int(bool(return_final_state)))
+    return y, fin
+
+
+def _conv_step_functional(state, x, weight, bias=None, state_index=None, silu=False):
+    """selscan::conv_step_functional -> CausalConv1dUpdate (y, state_out)."""
+    y, state_out = _opset().CausalConv1dUpdate(state, x, weight, bias, state_index, silu=int(bool(silu)))
+    return y, state_out
+
+
+def custom_translation_table():
+    """The translations for torch.onnx.export(..., dynamo=True, custom_translation_table=...)."""
+    table = {
+        torch.ops.selscan.fwd.default: _fwd,
+        torch.ops.selscan.step_functional.default: _step_functional,
+    }
+    if HAS_CONV:
+        table[torch.ops.selscan.conv_fwd.default] = _conv_fwd
+        table[torch.ops.selscan.conv_step_functional.default] = _conv_step_functional
+    return table
+
+
+def export(model, args=(), f=None, **kwargs):
+    """torch.onnx.export(model, args, f, dynamo=True, ...) with the selscan translations (merged
+    into a custom_translation_table given in kwargs). Returns the ONNXProgram."""
+    table = dict(custom_translation_table())
+    table.update(kwargs.pop("custom_translation_table", None) or {})
+    kwargs.setdefault("dynamo", True)
+    return torch.onnx.export(model, args, f, custom_translation_table=table, **kwargs)
+
+
+# ---- plain torch.onnx.export: the translations in torch's default registry ------------------------
+
+
+def _install():
+    """Adds the translations to the registry torch.onnx.export builds by default, so that a plain
+    torch.onnx.export(..., dynamo=True) emits selscan nodes. torch keeps that registry in a private
+    module; where it is not found, a warning says so and export() / custom_translation_table()
+    remain."""
+    try:
+        from torch.onnx._internal.exporter import _registration
+        from torch.onnx._internal.exporter._torchlib import _torchlib_registry as reg
+    except Exception as e:  # a torch without the dynamo exporter or with another layout
+        warnings.warn(f"selscan_torch.onnx: plain torch.onnx.export will not know the selscan ops ({e}); "
+                      "use selscan_torch.onnx.export or custom_translation_table()", stacklevel=3)
+        return False
+    try:
+        reg.get_torchlib_ops()  # torch's own registrations first (it registers lazily)
+        done = {id(m.onnx_function) for m in reg._registry}
+        for target, fn in custom_translation_table().items():
+            if id(fn) in done:
+                continue
+            reg._registry.append(_registration.OnnxDecompMeta(onnx_function=fn, fx_target=target, signature=None,
+                                                              is_custom=True, is_complex=False))
+        return True
+    except Exception as e:
+        warnings.warn(f"selscan_torch.onnx: could not add the selscan ops to torch.onnx's registry ({e}); use "
+                      "selscan_torch.onnx.export or custom_translation_table()", stacklevel=3)
+        return False
+
+
+try:
+    import onnxscript  # noqa: F401
+
+    _installed = _install()
+except ImportError:  # the export needs onnxscript; ort_library() does not
+    _installed = False

@@ -1,0 +1,787 @@
+"""ONNX export and ONNX Runtime tests (CPU): the selscan custom-op library (libselscan_ort, through
+selscan_torch.onnx.ort_library()) against selscan_torch's ops and the float64 reference, and models
+exported with torch.onnx.export(dynamo=True) run in ONNX Runtime against PyTorch eager.
+
+Skipped without onnxruntime, onnx or onnxscript (pip install onnxruntime onnx onnxscript), or when
+the package was built without the library (SELSCAN_TORCH_NO_ORT=1).
+"""
+import ctypes
+import math
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+
+ort = pytest.importorskip("onnxruntime")
+onnx = pytest.importorskip("onnx")
+pytest.importorskip("onnxscript")
+
+import selscan_torch as st  # noqa: E402
+import selscan_torch.onnx as sonnx  # noqa: E402
+from onnx import TensorProto, helper  # noqa: E402
+from selscan_torch.reference import selective_scan_ref, selective_state_update_ref  # noqa: E402
+
+try:
+    LIB = sonnx.ort_library()
+except FileNotFoundError as e:  # built with SELSCAN_TORCH_NO_ORT=1
+    pytest.skip(str(e), allow_module_level=True)
+
+TOL = {torch.float32: 2e-5, torch.float16: 4e-3, torch.bfloat16: 2.5e-2}
+ONNX_TYPE = {torch.float32: TensorProto.FLOAT, torch.float16: TensorProto.FLOAT16, torch.bfloat16: TensorProto.BFLOAT16}
+
+
+def rel_err(a, b):
+    a = torch.as_tensor(np.asarray(a)).double() if not torch.is_tensor(a) else a.detach().double()
+    b = torch.as_tensor(np.asarray(b)).double() if not torch.is_tensor(b) else b.detach().double()
+    assert a.shape == b.shape, (a.shape, b.shape)
+    if b.numel() == 0:
+        return 0.0
+    return ((a - b).abs().max() / b.abs().max().clamp(min=1e-30)).item()
+
+
+def session(model, threads=None):
+    so = sonnx.session_options()
+    if threads is not None:
+        so.intra_op_num_threads = threads
+    data = model.SerializeToString() if hasattr(model, "SerializeToString") else model
+    return ort.InferenceSession(data, so, providers=["CPUExecutionProvider"])
+
+
+# ---- op-level models: a graph of one selscan node, T tensors cast from / to float -----------------
+# (the feeds are float32 numpy arrays; f16 / bf16 inputs are made representable in T first, so the
+# Cast into T is exact and the op sees exactly what selscan_torch sees)
+
+SCAN_INPUTS = ["u", "delta", "A", "B", "C", "D", "z", "delta_bias", "h0", "cu_seqlens"]
+STEP_INPUTS = ["state", "x", "dt", "A", "B", "C", "D", "z", "dt_bias", "state_index"]
+
+
+def one_node_model(op, input_names, feeds, t_inputs, T, outputs, t_outputs, attrs):
+    """A model of one selscan node. feeds: name -> torch tensor (absent: None); t_inputs: the names
+    of T inputs (fed as float and cast); outputs: the node's output names ("" skips one)."""
+    nodes, graph_in, node_in = [], [], []
+    for name in input_names:
+        t = feeds.get(name)
+        if t is None:
+            node_in.append("")
+            continue
+        if t.dtype == torch.int64:
+            ty = TensorProto.INT64
+        elif t.dtype == torch.int32:
+            ty = TensorProto.INT32
+        else:
+            ty = TensorProto.FLOAT
+        graph_in.append(helper.make_tensor_value_info(name, ty, list(t.shape)))
+        if name in t_inputs and T != torch.float32:
+            nodes.append(helper.make_node("Cast", [name], [name + "_t"], to=ONNX_TYPE[T]))
+            node_in.append(name + "_t")
+        else:
+            node_in.append(name)
+    while node_in and node_in[-1] == "":
+        node_in.pop()
+    node_out = [(o + "_t" if (o in t_outputs and T != torch.float32) else o) if o else "" for o in outputs]
+    nodes.append(helper.make_node(op, node_in, node_out, domain="selscan", **attrs))
+    graph_out = []
+    for o in outputs:
+        if not o:
+            continue
+        if o in t_outputs and T != torch.float32:
+            nodes.append(helper.make_node("Cast", [o + "_t"], [o], to=TensorProto.FLOAT))
+        graph_out.append(helper.make_tensor_value_info(o, TensorProto.FLOAT, [None] * out_rank(op, o, attrs)))
+    graph = helper.make_graph(nodes, op, graph_in, graph_out)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18), helper.make_opsetid("selscan", 1)])
+    model.ir_version = 9
+    return model
+
+
+def out_rank(op, name, attrs):
+    if op == "SelectiveScan" and name == "last_state":
+        return 1 if attrs.get("return_last_state") == 0 else 3  # (0,) with return_last_state=0
+    return 2 if (op, name) == ("SelectiveStateUpdate", "y") else 3
+
+
+def feed_dict(feeds):
+    out = {}
+    for k, v in feeds.items():
+        if v is None:
+            continue
+        out[k] = v.numpy() if v.dtype in (torch.int64, torch.int32) else v.float().numpy()
+    return out
+
+
+def make_scan(batch=2, dim=8, L=37, N=5, bc="var3", G=2, dtype=torch.float32, D=True, z=True, bias=True,
+              h0=False, seed=0, n_seqs=None):
+    g = torch.Generator().manual_seed(seed)
+
+    def r(*shape, scale=1.0, dt=dtype):
+        return (torch.randn(*shape, generator=g) * scale).to(dt)
+
+    rows = n_seqs if n_seqs is not None else batch
+    x = dict(u=r(batch, dim, L), delta=r(batch, dim, L, scale=0.5), A=-(torch.rand(dim, N, generator=g) + 0.3),
+             D=r(dim, dt=torch.float32) if D else None, z=r(batch, dim, L) if z else None,
+             delta_bias=r(dim, scale=0.3, dt=torch.float32) if bias else None,
+             h0=r(rows, dim, N, dt=torch.float32) if h0 else None)
+    if bc == "fixed":
+        x["B"], x["C"] = r(dim, N, dt=torch.float32), r(dim, N, dt=torch.float32)
+    elif bc == "var3":
+        x["B"], x["C"] = r(batch, N, L), r(batch, N, L)
+    else:
+        x["B"], x["C"] = r(batch, G, N, L), r(batch, G, N, L)
+    return x
+
+
+def run_scan_ort(x, dtype, softplus, last, cu=None, threads=None, last_attr=None):
+    feeds = dict(x, cu_seqlens=cu)
+    t_in = {"u", "delta", "z"} | ({"B", "C"} if x["B"].dim() > 2 else set())
+    attrs = {"delta_softplus": int(softplus)}
+    if last_attr is not None:
+        attrs["return_last_state"] = last_attr
+    model = one_node_model("SelectiveScan", SCAN_INPUTS, feeds, t_in, dtype, ["y", "last_state"] if last else ["y"],
+                           {"y"}, attrs)
+    onnx.checker.check_model(model)
+    return session(model, threads).run(None, feed_dict(feeds))
+
+
+OPTS = [(D, z, b, s, h) for D in (0, 1) for z in (0, 1) for b in (0, 1) for s in (0, 1) for h in (0, 1)
+        if (D, z, b) in ((0, 0, 0), (1, 1, 1), (1, 0, 1), (0, 1, 0)) or (s, h) == (1, 1)]
+
+
+@pytest.mark.parametrize("bc", ["fixed", "var3", "grouped"])
+@pytest.mark.parametrize("opts", OPTS, ids=lambda o: "".join("Dzbsh"[i] if v else "-" for i, v in enumerate(o)))
+def test_scan_op_every_option(bc, opts):
+    D, z, b, softplus, h0 = opts
+    x = make_scan(bc=bc, D=D, z=z, bias=b, h0=h0, seed=sum(opts))
+    y, last = run_scan_ort(x, torch.float32, softplus, True)
+    args = dict(D=x["D"], z=x["z"], delta_bias=x["delta_bias"], delta_softplus=bool(softplus), return_last_state=True,
+                h0=x["h0"])
+    y_t, last_t = st.selective_scan_fn(x["u"], x["delta"], x["A"], x["B"], x["C"], **args)
+    # the same kernels: bitwise what selscan_torch computes (any thread split gives the same bits)
+    assert torch.equal(torch.from_numpy(y), y_t) and torch.equal(torch.from_numpy(last), last_t)
+    y_r, last_r = selective_scan_ref(x["u"], x["delta"], x["A"], x["B"], x["C"], **args)
+    assert rel_err(y, y_r) < TOL[torch.float32] and rel_err(last, last_r) < TOL[torch.float32]
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("bc", ["fixed", "var3", "grouped"])
+def test_scan_op_half_dtypes(dtype, bc):
+    x = make_scan(bc=bc, dtype=dtype, h0=True, L=70)
+    y, last = run_scan_ort(x, dtype, True, True)
+    args = dict(D=x["D"], z=x["z"], delta_bias=x["delta_bias"], delta_softplus=True, return_last_state=True, h0=x["h0"])
+    y_t, last_t = st.selective_scan_fn(x["u"], x["delta"], x["A"], x["B"], x["C"], **args)
+    assert torch.equal(torch.from_numpy(y), y_t.float()) and torch.equal(torch.from_numpy(last), last_t)
+    y_r, last_r = selective_scan_ref(x["u"], x["delta"], x["A"], x["B"], x["C"], **args)
+    assert rel_err(y, y_r.to(dtype)) < TOL[dtype] and rel_err(last, last_r) < TOL[dtype]
+
+
+@pytest.mark.parametrize("threads", [1, 2, 3])
+@pytest.mark.parametrize("shape", [(1, 1, 1, 1), (3, 37, 130, 16), (2, 64, 65, 80)])
+def test_scan_op_shapes_and_threads(threads, shape):
+    batch, dim, L, N = shape
+    x = make_scan(batch=batch, dim=dim, L=L, N=N, bc="grouped" if dim % 2 == 0 else "var3", h0=True)
+    y, last = run_scan_ort(x, torch.float32, True, True, threads=threads)
+    args = dict(D=x["D"], z=x["z"], delta_bias=x["delta_bias"], delta_softplus=True, return_last_state=True, h0=x["h0"])
+    y_t, last_t = st.selective_scan_fn(x["u"], x["delta"], x["A"], x["B"], x["C"], **args)
+    assert torch.equal(torch.from_numpy(y), y_t) and torch.equal(torch.from_numpy(last), last_t)
+
+
+@pytest.mark.parametrize("h0", [False, True])
+def test_scan_op_packed_sequences(h0):
+    cu = torch.tensor([0, 10, 10, 37, 50], dtype=torch.int64)  # an empty sequence included
+    x = make_scan(batch=1, L=50, h0=h0, n_seqs=4)
+    y, last = run_scan_ort(x, torch.float32, True, True, cu=cu)
+    args = dict(D=x["D"], z=x["z"], delta_bias=x["delta_bias"], delta_softplus=True, return_last_state=True,
+                h0=x["h0"], cu_seqlens=cu)
+    y_r, last_r = selective_scan_ref(x["u"], x["delta"], x["A"], x["B"], x["C"], **args)
+    assert last.shape == (4, 8, 5)
+    assert rel_err(y, y_r) < TOL[torch.float32] and rel_err(last, last_r) < TOL[torch.float32]
+
+
+def test_scan_op_last_state_attribute():
+    x = make_scan()
+    y1 = run_scan_ort(x, torch.float32, True, False)[0]  # one output: no last state computed
+    y2, last = run_scan_ort(x, torch.float32, True, True, last_attr=0)  # output present, attribute 0
+    assert last.shape == (0,) and np.array_equal(y1, y2)
+    feeds = dict(x, cu_seqlens=None)  # the second output named "": no buffer, not computed
+    model = one_node_model("SelectiveScan", SCAN_INPUTS, feeds, {"u", "delta", "z", "B", "C"}, torch.float32,
+                           ["y", ""], {"y"}, {"delta_softplus": 1})
+    (y3,) = session(model).run(None, feed_dict(feeds))
+    assert np.array_equal(y1, y3)
+    with pytest.raises(Exception, match="return_last_state=1 but the node has no second output"):
+        run_scan_ort(x, torch.float32, True, False, last_attr=1)
+
+
+def test_scan_op_empty_and_nan():
+    x = make_scan(batch=2, L=0, h0=True)
+    y, last = run_scan_ort(x, torch.float32, True, True)
+    assert y.shape == (2, 8, 0) and np.array_equal(last, x["h0"].numpy())
+    x = make_scan(batch=2, L=20)
+    x["u"][1, 3, 5] = float("nan")
+    y, _ = run_scan_ort(x, torch.float32, True, True)
+    assert np.isnan(y[1, 3, 5:]).all() and not np.isnan(y[0]).any()
+
+
+def make_step(batch=3, dim=8, N=5, G=1, n_cache=None, dtype=torch.float32, seed=0):
+    g = torch.Generator().manual_seed(seed)
+
+    def r(*shape, dt=dtype, scale=1.0):
+        return (torch.randn(*shape, generator=g) * scale).to(dt)
+
+    return dict(state=r(n_cache or batch, dim, N, dt=torch.float32), x=r(batch, dim), dt=r(batch, dim, scale=0.5),
+                A=-(torch.rand(dim, N, generator=g) + 0.3), B=r(batch, G, N), C=r(batch, G, N), D=r(dim, dt=torch.float32),
+                z=r(batch, dim), dt_bias=r(dim, dt=torch.float32, scale=0.3))
+
+
+def run_step_ort(s, dtype, softplus=True, idx=None, threads=None):
+    feeds = dict(s, state_index=idx)
+    model = one_node_model("SelectiveStateUpdate", STEP_INPUTS, feeds, {"x", "dt", "B", "C", "z"}, dtype,
+                           ["y", "state_out"], {"y"}, {"dt_softplus": int(softplus)})
+    onnx.checker.check_model(model)
+    return session(model, threads).run(None, feed_dict(feeds))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("G", [1, 2])
+@pytest.mark.parametrize("indexed", [False, True])
+def test_step_op(dtype, G, indexed):
+    s = make_step(batch=3, dim=300, N=16, G=G, n_cache=5 if indexed else None, dtype=dtype)
+    idx = torch.tensor([4, -1, 0], dtype=torch.int32) if indexed else None
+    y, state_out = run_step_ort(s, dtype, idx=idx)
+    ref_state = s["state"].clone()
+    y_t = st.selective_state_update(ref_state, s["x"], s["dt"], s["A"], s["B"], s["C"], s["D"], s["z"],
+                                    dt_bias=s["dt_bias"], dt_softplus=True, state_batch_indices=idx)
+    assert torch.equal(torch.from_numpy(y), y_t.float()) and torch.equal(torch.from_numpy(state_out), ref_state)
+    y_r, st_r = selective_state_update_ref(s["state"], s["x"], s["dt"], s["A"], s["B"], s["C"], s["D"], s["z"],
+                                           dt_bias=s["dt_bias"], dt_softplus=True, state_batch_indices=idx)
+    assert rel_err(y, y_r.to(dtype)) < TOL[dtype] and rel_err(state_out, st_r) < TOL[dtype]
+    if indexed:  # rows no batch row points at are copied through unchanged
+        assert np.array_equal(state_out[[1, 2, 3]], s["state"][[1, 2, 3]].numpy())
+
+
+# ---- causal conv1d ops (built in when selscan.h has the causal conv1d) ---------------------------
+
+HAS_CONV = bool(ctypes.CDLL(LIB).selscan_ort_has_conv())
+conv_only = pytest.mark.skipif(not HAS_CONV, reason="the library was built from a selscan.h without the causal conv1d")
+CONV_INPUTS = ["x", "weight", "bias", "init_state", "cu_seqlens"]
+CONV_UPDATE_INPUTS = ["state", "x", "weight", "bias", "state_index"]
+
+
+def conv_ref(x, weight, bias=None, init=None, silu=False):
+    """float64 causal depthwise conv1d from the definition (xpad = [init_state | x])."""
+    batch, dim, L = x.shape
+    W = weight.shape[1]
+    pad = init.double() if init is not None else torch.zeros(batch, dim, W - 1, dtype=torch.float64)
+    xp = torch.cat([pad, x.double()], dim=-1)
+    if L == 0:  # an empty sequence: its final state is its initial state
+        return x.double(), pad
+    y = F.conv1d(xp, weight.double()[:, None, :], bias.double() if bias is not None else None, groups=dim)
+    return (F.silu(y) if silu else y), xp[..., xp.shape[-1] - (W - 1):]
+
+
+def conv_model(op, names, feeds, dtype, outputs, attrs):
+    t_in = {"x", "init_state", "state"}
+    t_out = {"y", "final_state", "state_out"}
+    ranks = {"y": feeds["x"].dim(), "final_state": 3 if attrs.get("return_final_state", 1) else 1, "state_out": 3}
+    nodes, graph_in, node_in = [], [], []
+    for name in names:
+        t = feeds.get(name)
+        if t is None:
+            node_in.append("")
+            continue
+        ty = {torch.int64: TensorProto.INT64, torch.int32: TensorProto.INT32}.get(t.dtype, TensorProto.FLOAT)
+        graph_in.append(helper.make_tensor_value_info(name, ty, list(t.shape)))
+        if name in t_in and dtype != torch.float32:
+            nodes.append(helper.make_node("Cast", [name], [name + "_t"], to=ONNX_TYPE[dtype]))
+            node_in.append(name + "_t")
+        else:
+            node_in.append(name)
+    while node_in and node_in[-1] == "":
+        node_in.pop()
+    cast = dtype != torch.float32
+    nodes.append(helper.make_node(op, node_in, [o + "_t" if cast else o for o in outputs], domain="selscan", **attrs))
+    if cast:
+        nodes += [helper.make_node("Cast", [o + "_t"], [o], to=TensorProto.FLOAT) for o in outputs]
+    graph_out = [helper.make_tensor_value_info(o, TensorProto.FLOAT, [None] * ranks[o]) for o in outputs]
+    model = helper.make_model(helper.make_graph(nodes, op, graph_in, graph_out),
+                              opset_imports=[helper.make_opsetid("", 18), helper.make_opsetid("selscan", 1)])
+    model.ir_version = 9
+    onnx.checker.check_model(model)
+    return model
+
+
+def make_conv(batch=2, dim=24, L=37, W=4, dtype=torch.float32, bias=True, init=False, rows=None, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return dict(x=torch.randn(batch, dim, L, generator=g).to(dtype), weight=torch.randn(dim, W, generator=g) * 0.5,
+                bias=torch.randn(dim, generator=g) if bias else None,
+                init_state=torch.randn(rows or batch, dim, W - 1, generator=g).to(dtype) if init else None)
+
+
+@conv_only
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("W", [2, 3, 4])
+@pytest.mark.parametrize("opts", [(0, 0, 0), (1, 1, 1), (1, 0, 1), (0, 1, 0)], ids=["plain", "bias-init-silu",
+                                                                                    "bias-silu", "init"])
+def test_conv_op(dtype, W, opts):
+    bias, init, silu = opts
+    c = make_conv(W=W, dtype=dtype, bias=bias, init=init, seed=W)
+    model = conv_model("CausalConv1d", CONV_INPUTS, c, dtype, ["y", "final_state"], {"silu": silu})
+    y, fin = session(model).run(None, feed_dict(c))
+    y_r, fin_r = conv_ref(c["x"], c["weight"], c["bias"], c["init_state"], bool(silu))
+    assert rel_err(y, y_r.to(dtype)) < TOL[dtype] and np.array_equal(fin, fin_r.to(dtype).float().numpy())
+
+
+@conv_only
+def test_conv_op_packed_and_update():
+    # packed sequences: each sequence as its own call
+    cu = torch.tensor([0, 5, 5, 30, 40], dtype=torch.int64)
+    c = make_conv(batch=1, L=40, init=True, rows=4)
+    model = conv_model("CausalConv1d", CONV_INPUTS, dict(c, cu_seqlens=cu), torch.float32, ["y", "final_state"],
+                       {"silu": 1})
+    y, fin = session(model).run(None, feed_dict(dict(c, cu_seqlens=cu)))
+    for s in range(4):
+        a, b = int(cu[s]), int(cu[s + 1])
+        y_r, fin_r = conv_ref(c["x"][:, :, a:b], c["weight"], c["bias"], c["init_state"][s:s + 1], True)
+        assert rel_err(y[:, :, a:b], y_r) < 1e-6 and rel_err(fin[s:s + 1], fin_r) < 1e-7
+    # the update: token by token against the forward over the whole sequence, with state_index
+    c = make_conv(batch=3, L=6, init=True)
+    y_full, _ = conv_ref(c["x"], c["weight"], c["bias"], c["init_state"], True)
+    cache = torch.zeros(5, 24, 3)
+    idx = torch.tensor([4, 0, 2], dtype=torch.int32)
+    cache[idx.long()] = c["init_state"]
+    sess = None
+    for t in range(6):
+        feeds = dict(state=cache, x=c["x"][:, :, t], weight=c["weight"], bias=c["bias"], state_index=idx)
+        if sess is None:
+            sess = session(conv_model("CausalConv1dUpdate", CONV_UPDATE_INPUTS, feeds, torch.float32,
+                                      ["y", "state_out"], {"silu": 1}))
+        y, cache_n = sess.run(None, feed_dict(feeds))
+        assert rel_err(y, y_full[:, :, t]) < 1e-6
+        assert np.array_equal(cache_n[[1, 3]], cache[[1, 3]].numpy())  # rows no batch row uses
+        cache = torch.from_numpy(cache_n)
+    with pytest.raises(Exception, match=r"input 'state_index'.*not below n_cache"):
+        feeds = dict(feeds, state_index=torch.tensor([4, 0, 9], dtype=torch.int32))
+        sess.run(None, feed_dict(feeds))
+    with pytest.raises(Exception, match=r"input 'weight' must have shape \(dim, width\)"):
+        bad = dict(c, weight=c["weight"][:-1])
+        session(conv_model("CausalConv1d", CONV_INPUTS, bad, torch.float32, ["y"], {})).run(None, feed_dict(bad))
+
+
+# ---- errors: an ONNX Runtime error naming the input -----------------------------------------------
+
+
+def test_errors_name_the_input():
+    x = make_scan()
+
+    def bad(match, **changes):
+        y = dict(x, **{k: v for k, v in changes.items() if k != "cu"})
+        with pytest.raises(Exception, match=match):
+            run_scan_ort(y, torch.float32, True, True, cu=changes.get("cu"))
+
+    bad(r"input 'delta' must have shape u's shape", delta=x["delta"][:, :, :-1])
+    bad(r"input 'A' must have shape \(dim, N\)", A=x["A"][:-1])
+    bad(r"input 'B' must have shape \(dim, N\), \(batch, N, L\)", B=x["B"][:, :, :-1])
+    bad(r"input 'C' has 1 groups but 'B' has 2", B=torch.randn(2, 2, 5, 37))
+    bad(r"must divide dim", B=torch.randn(2, 3, 5, 37), C=torch.randn(2, 3, 5, 37))
+    bad(r"input 'D' must have shape \(dim,\)", D=torch.randn(3))
+    bad(r"input 'h0' must have shape \(batch, dim, N\)", h0=torch.randn(2, 8, 4))
+    bad(r"packed sequences \(cu_seqlens\) need batch 1", cu=torch.tensor([0, 10, 37]))
+    x1 = make_scan(batch=1)
+    with pytest.raises(Exception, match=r"SELSCAN_ERR_SHAPE\] \(input 'cu_seqlens'"):  # selscan's diag
+        run_scan_ort(x1, torch.float32, True, True, cu=torch.tensor([0, 20, 10, 37]))
+    with pytest.raises(Exception, match=r"attribute 'delta_softplus' must be 0 or 1"):
+        run_scan_ort(x, torch.float32, 2, True)
+    s = make_step(batch=3, n_cache=4)
+    with pytest.raises(Exception, match=r"input 'state_index'.*not below n_cache"):
+        run_step_ort(s, torch.float32, idx=torch.tensor([0, 1, 7], dtype=torch.int32))
+    with pytest.raises(Exception, match=r"input 'state_index'.*row used twice"):
+        run_step_ort(s, torch.float32, idx=torch.tensor([0, 1, 1], dtype=torch.int32))
+    with pytest.raises(Exception, match=r"input 'B' must have shape \(batch, G, N\)"):
+        run_step_ort(dict(s, B=s["B"][:, :, :-1]), torch.float32)
+    # a wrong element type is refused by ONNX Runtime when the model loads (the kernels' type lists)
+    feeds = dict(x)
+    model = one_node_model("SelectiveScan", SCAN_INPUTS, feeds, {"u", "delta", "z", "B", "C"}, torch.float32, ["y"],
+                           {"y"}, {})
+    model.graph.input[2].type.tensor_type.elem_type = TensorProto.DOUBLE  # A as double
+    with pytest.raises(Exception, match="SelectiveScan|Type"):
+        session(model)
+
+
+# ---- export: models calling selscan's functions -> selscan nodes -> ONNX Runtime ------------------
+
+
+def export(model, args, **kw):
+    """torch.onnx.export(dynamo=True) after `import selscan_torch.onnx`; checks the model."""
+    model.eval()
+    with torch.no_grad():
+        prog = torch.onnx.export(model, args, dynamo=True, **kw)
+    proto = prog.model_proto
+    onnx.checker.check_model(proto, full_check=True)
+    return proto
+
+
+def op_types(proto):
+    return [(n.domain, n.op_type) for n in proto.graph.node]
+
+
+def run_proto(proto, args, threads=None):
+    sess = session(proto, threads)
+    return sess.run(None, {i.name: a.numpy() for i, a in zip(sess.get_inputs(), args)})
+
+
+class MambaBlock(torch.nn.Module):
+    """Mamba-1's mixer: in_proj, causal depthwise conv (torch's conv1d), x_proj, dt_proj, the scan
+    (selective_scan_fn, z gating, D, delta_bias, softplus), out_proj. step(): one decode token on
+    explicit (conv_state, ssm_state), returning the new states (ONNX has no in-place update)."""
+
+    def __init__(self, d_model=16, d_state=8, expand=2, dt_rank=4, d_conv=4):
+        super().__init__()
+        d_inner = expand * d_model
+        self.d_inner, self.r, self.n, self.k = d_inner, dt_rank, d_state, d_conv
+        self.in_proj = torch.nn.Linear(d_model, 2 * d_inner)
+        self.conv = torch.nn.Conv1d(d_inner, d_inner, d_conv, groups=d_inner, padding=d_conv - 1)
+        self.x_proj = torch.nn.Linear(d_inner, dt_rank + 2 * d_state, bias=False)
+        self.dt_proj = torch.nn.Linear(dt_rank, d_inner)
+        self.A_log = torch.nn.Parameter(torch.log(torch.arange(1, d_state + 1.0)).repeat(d_inner, 1))
+        self.D = torch.nn.Parameter(torch.ones(d_inner))
+        self.out_proj = torch.nn.Linear(d_inner, d_model)
+
+    def forward(self, h, return_states=False):  # (batch, L, d_model)
+        L = h.shape[1]
+        x, z = self.in_proj(h).chunk(2, dim=-1)
+        xt = x.transpose(1, 2)
+        xc = F.silu(self.conv(xt)[..., :L])  # (batch, d_inner, L)
+        dt, B, C = self.x_proj(xc.transpose(1, 2)).split([self.r, self.n, self.n], dim=-1)
+        delta = (dt @ self.dt_proj.weight.t()).transpose(1, 2)
+        A = -torch.exp(self.A_log)
+        y, last = st.selective_scan_fn(xc, delta, A, B.transpose(1, 2), C.transpose(1, 2), self.D, z=z.transpose(1, 2),
+                                       delta_bias=self.dt_proj.bias, delta_softplus=True, return_last_state=True)
+        out = self.out_proj(y.transpose(1, 2))
+        if not return_states:
+            return out
+        conv_state = F.pad(xt, (self.k - L, 0)) if L < self.k else xt[..., L - self.k:]
+        return out, conv_state, last
+
+    def step(self, h, conv_state, ssm_state):  # h (batch, d_model); conv_state (batch, d_inner, d_conv)
+        x, z = self.in_proj(h).chunk(2, dim=-1)
+        conv_state = torch.cat([conv_state[:, :, 1:], x[:, :, None]], dim=-1)
+        xc = F.silu((conv_state * self.conv.weight[:, 0, :]).sum(-1) + self.conv.bias)
+        dt, B, C = self.x_proj(xc).split([self.r, self.n, self.n], dim=-1)
+        delta = dt @ self.dt_proj.weight.t()
+        y = st.selective_state_update(ssm_state, xc, delta, -torch.exp(self.A_log), B, C, self.D, z=z,
+                                      dt_bias=self.dt_proj.bias, dt_softplus=True)
+        return self.out_proj(y), conv_state, ssm_state
+
+
+class Prefill(torch.nn.Module):
+    def __init__(self, block):
+        super().__init__()
+        self.block = block
+
+    def forward(self, h):
+        return self.block(h, return_states=True)
+
+
+class Step(torch.nn.Module):
+    def __init__(self, block):
+        super().__init__()
+        self.block = block
+
+    def forward(self, h, conv_state, ssm_state):
+        return self.block.step(h, conv_state, ssm_state)
+
+
+def test_export_mamba_block():
+    torch.manual_seed(0)
+    block = MambaBlock().eval()
+    h = torch.randn(2, 40, 16)
+    proto = export(block, (h,))
+    ops = op_types(proto)
+    assert ("selscan", "SelectiveScan") in ops and not any(t in ("Loop", "Scan") for _, t in ops)
+    assert rel_err(run_proto(proto, (h,))[0], block(h)) < 1e-5
+
+
+def test_export_dynamic_shapes():
+    """One export for any batch and length (prefill of any prompt)."""
+    torch.manual_seed(0)
+    block = MambaBlock().eval()
+    h = torch.randn(2, 40, 16)
+    b, L = torch.export.Dim("batch", min=1, max=64), torch.export.Dim("L", min=2, max=4096)
+    proto = export(block, (h,), dynamic_shapes=({0: b, 1: L},))
+    sess = session(proto)
+    for shape in [(1, 7, 16), (3, 200, 16), (2, 40, 16)]:
+        x = torch.randn(*shape)
+        (y,) = sess.run(None, {sess.get_inputs()[0].name: x.numpy()})
+        assert rel_err(y, block(x)) < 1e-5, shape
+
+
+def test_export_prefill_then_decode():
+    """Prefill exported with the last states, the decode step exported with explicit state inputs and
+    outputs; a few decode steps in ONNX Runtime against PyTorch eager, and against running the whole
+    sequence through the prefill model."""
+    torch.manual_seed(0)
+    block = MambaBlock().eval()
+    h = torch.randn(2, 12, 16)
+    extra = torch.randn(2, 4, 16)
+    prefill = export(Prefill(block), (h,))
+    conv0 = torch.zeros(2, block.d_inner, block.k)
+    ssm0 = torch.zeros(2, block.d_inner, block.n)
+    step = export(Step(block), (h[:, 0], conv0, ssm0))
+    ops = op_types(step)
+    assert ("selscan", "SelectiveStateUpdate") in ops
+    out, conv, ssm = run_proto(prefill, (h,))
+    with torch.no_grad():
+        out_t, conv_t, ssm_t = Prefill(block)(h)
+    assert rel_err(out, out_t) < 1e-5 and rel_err(conv, conv_t) < 1e-6 and rel_err(ssm, ssm_t) < 1e-5
+    conv, ssm = torch.from_numpy(conv), torch.from_numpy(ssm)
+    sess = session(step)
+    names = [i.name for i in sess.get_inputs()]
+    ys = []
+    for t in range(extra.shape[1]):
+        y, conv_n, ssm_n = sess.run(None, dict(zip(names, [extra[:, t].numpy(), conv.numpy(), ssm.numpy()])))
+        with torch.no_grad():
+            y_t, conv_t, ssm_t = Step(block)(extra[:, t], conv_t, ssm_t.clone())
+        assert rel_err(y, y_t) < 1e-5 and rel_err(ssm_n, ssm_t) < 1e-5 and rel_err(conv_n, conv_t) < 1e-6
+        conv, ssm = torch.from_numpy(conv_n), torch.from_numpy(ssm_n)
+        ys.append(torch.from_numpy(y))
+    with torch.no_grad():  # decode == running the longer sequence at once
+        full = block(torch.cat([h, extra], dim=1))[:, 12:]
+    assert rel_err(torch.stack(ys, 1), full) < 1e-4
+
+
+class MambaVisionMixer(torch.nn.Module):
+    """MambaVision's token mixer (NVlabs/MambaVision, MambaVisionMixer): in_proj, x / z halves, each a
+    'same'-padded depthwise conv and SiLU, x_proj, dt_proj, the scan on the x half (no z gating,
+    delta_bias = dt_proj's bias, softplus), concat with the z half, out_proj."""
+
+    def __init__(self, d_model=32, d_state=8, d_conv=3, expand=1):
+        super().__init__()
+        d_inner = expand * d_model
+        self.dt_rank = math.ceil(d_model / 16)
+        self.n = d_state
+        self.in_proj = torch.nn.Linear(d_model, d_inner, bias=False)
+        self.x_proj = torch.nn.Linear(d_inner // 2, self.dt_rank + 2 * d_state, bias=False)
+        self.dt_proj = torch.nn.Linear(self.dt_rank, d_inner // 2, bias=True)
+        self.A_log = torch.nn.Parameter(torch.log(torch.arange(1, d_state + 1.0)).repeat(d_inner // 2, 1))
+        self.D = torch.nn.Parameter(torch.ones(d_inner // 2))
+        self.out_proj = torch.nn.Linear(d_inner, d_model, bias=False)
+        self.conv1d_x = torch.nn.Conv1d(d_inner // 2, d_inner // 2, d_conv, groups=d_inner // 2, bias=False)
+        self.conv1d_z = torch.nn.Conv1d(d_inner // 2, d_inner // 2, d_conv, groups=d_inner // 2, bias=False)
+
+    def forward(self, hidden_states):  # (batch, L, d_model)
+        L = hidden_states.shape[1]
+        xz = self.in_proj(hidden_states).transpose(1, 2)
+        x, z = xz.chunk(2, dim=1)
+        A = -torch.exp(self.A_log.float())
+        x = F.silu(F.conv1d(x, self.conv1d_x.weight, self.conv1d_x.bias, padding="same", groups=x.shape[1]))
+        z = F.silu(F.conv1d(z, self.conv1d_z.weight, self.conv1d_z.bias, padding="same", groups=z.shape[1]))
+        x_dbl = self.x_proj(x.transpose(1, 2).reshape(-1, x.shape[1]))
+        dt, B, C = torch.split(x_dbl, [self.dt_rank, self.n, self.n], dim=-1)
+        dt = self.dt_proj(dt).reshape(-1, L, x.shape[1]).transpose(1, 2)
+        B = B.reshape(-1, L, self.n).transpose(1, 2).contiguous()
+        C = C.reshape(-1, L, self.n).transpose(1, 2).contiguous()
+        y = st.selective_scan_fn(x, dt, A, B, C, self.D.float(), z=None, delta_bias=self.dt_proj.bias.float(),
+                                 delta_softplus=True)
+        y = torch.cat([y, z], dim=1).transpose(1, 2)
+        return self.out_proj(y)
+
+
+def test_export_mambavision_mixer():
+    torch.manual_seed(0)
+    mixer = MambaVisionMixer().eval()
+    x = torch.randn(2, 49, 32)  # a 7x7 window of tokens
+    proto = export(mixer, (x,))
+    assert ("selscan", "SelectiveScan") in op_types(proto)
+    for threads in (1, 2):
+        assert rel_err(run_proto(proto, (x,), threads)[0], mixer(x)) < 1e-5
+
+
+def test_export_multihead_step_and_state_views():
+    """selective_state_update's Mamba-2 shapes (heads folded into channels by views) and a state that
+    is one layer of a cache tensor returned by the model."""
+
+    class Heads(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.A = torch.nn.Parameter(-torch.rand(2, 4, 6) - 0.3)
+
+        def forward(self, cache, x, dt, B, C):  # cache (layers, batch, heads, hdim, N)
+            y = st.selective_state_update(cache[1], x, dt, self.A, B, C, dt_softplus=True)
+            return y, cache
+
+    torch.manual_seed(0)
+    m = Heads()
+    cache, x, dt = torch.randn(3, 2, 2, 4, 6), torch.randn(2, 2, 4), torch.randn(2, 2, 4)
+    B, C = torch.randn(2, 6), torch.randn(2, 6)
+    proto = export(m, (cache.clone(), x, dt, B, C))
+    y, cache_out = run_proto(proto, (cache, x, dt, B, C))
+    cache_t = cache.clone()
+    with torch.no_grad():
+        y_t, _ = m(cache_t, x, dt, B, C)
+    assert rel_err(y, y_t) < 1e-6 and rel_err(cache_out, cache_t) < 1e-6
+    assert np.array_equal(cache_out[[0, 2]], cache[[0, 2]].numpy())  # the other layers untouched
+
+
+def test_export_selective_scan_module():
+    """selscan_torch.SelectiveScan (the scan's own parameters): forward with h0 and the last state,
+    and its decode step."""
+
+    class Fwd(torch.nn.Module):
+        def __init__(self, ssm):
+            super().__init__()
+            self.ssm = ssm
+
+        def forward(self, u, delta, B, C, z, h0):
+            return self.ssm(u, delta, B, C, z=z, h0=h0, return_last_state=True)
+
+    class StepM(torch.nn.Module):
+        def __init__(self, ssm):
+            super().__init__()
+            self.ssm = ssm
+
+        def forward(self, state, x, dt, B, C, z):
+            return self.ssm.step(state, x, dt, B, C, z), state
+
+    torch.manual_seed(0)
+    ssm = st.SelectiveScan(24, d_state=6)
+    x = make_scan(dim=24, N=6, L=33, h0=True)
+    args = (x["u"], x["delta"], x["B"], x["C"], x["z"], x["h0"])
+    proto = export(Fwd(ssm), args)
+    y, last = run_proto(proto, args)
+    with torch.no_grad():
+        y_t, last_t = Fwd(ssm)(*args)
+    # (A = -exp(A_log) is computed by ONNX Runtime's Exp here: equal to rounding, not bitwise)
+    assert rel_err(y, y_t) < 1e-5 and rel_err(last, last_t) < 1e-5
+    s = make_step(batch=2, dim=24, N=6)
+    sargs = (s["state"], s["x"], s["dt"], s["B"][:, 0], s["C"][:, 0], s["z"])
+    proto = export(StepM(ssm), tuple(a.clone() for a in sargs))
+    y, state_out = run_proto(proto, sargs)
+    state_t = s["state"].clone()
+    with torch.no_grad():
+        y_t, _ = StepM(ssm)(state_t, *sargs[1:])
+    assert rel_err(y, y_t) < 1e-5 and rel_err(state_out, state_t) < 1e-5
+
+
+def test_explicit_table_and_export_helper(tmp_path):
+    """The forms that do not rely on the registration at import: custom_translation_table() and
+    selscan_torch.onnx.export (which writes the file)."""
+    torch.manual_seed(0)
+    block = MambaBlock().eval()
+    h = torch.randn(1, 9, 16)
+    path = str(tmp_path / "block.onnx")
+    with torch.no_grad():
+        sonnx.export(block, (h,), path)
+        prog = torch.onnx.export(block, (h,), dynamo=True, custom_translation_table=sonnx.custom_translation_table())
+    proto = onnx.load(path)
+    onnx.checker.check_model(proto, full_check=True)
+    assert ("selscan", "SelectiveScan") in op_types(proto) and ("selscan", "SelectiveScan") in op_types(prog.model_proto)
+    assert rel_err(run_proto(proto, (h,))[0], block(h)) < 1e-5
+
+
+# ---- transformers' MambaForCausalLM through selscan_torch.integrations -------------------------
+
+
+def _transformers_lm():
+    transformers = pytest.importorskip("transformers")
+    integrations = pytest.importorskip("selscan_torch.integrations", reason="selscan_torch.integrations not built in")
+    if not hasattr(st, "causal_conv1d_fn"):
+        pytest.skip("selscan_torch without the causal conv1d ops")
+    cfg = transformers.MambaConfig(vocab_size=64, hidden_size=32, state_size=8, num_hidden_layers=2, expand=2,
+                                   conv_kernel=4, use_cache=False)
+    torch.manual_seed(0)
+    return transformers, integrations, transformers.MambaForCausalLM(cfg).eval()
+
+
+def test_export_transformers_mamba_prefill():
+    """MambaForCausalLM (a small config) with selscan_torch.integrations.use_in_transformers(): its
+    mixers call selscan's conv and scan, which export as CausalConv1d / SelectiveScan nodes."""
+    transformers, integrations, model = _transformers_lm()
+
+    class Logits(torch.nn.Module):
+        def __init__(self, m):
+            super().__init__()
+            self.m = m
+
+        def forward(self, ids):
+            return self.m(input_ids=ids, use_cache=False).logits
+
+    ids = torch.randint(0, 64, (2, 12))
+    with integrations.use_in_transformers():
+        lm = Logits(model)
+        with torch.no_grad():
+            ref = lm(ids)
+        proto = export(lm, (ids,), dynamic_shapes=({1: torch.export.Dim("L", min=2, max=4096)},))
+    ops = op_types(proto)
+    assert ops.count(("selscan", "SelectiveScan")) == 2 and ops.count(("selscan", "CausalConv1d")) == 2
+    assert not any(t in ("Loop", "Scan") for _, t in ops)
+    assert rel_err(run_proto(proto, (ids,))[0], ref) < 1e-5
+    ids2 = torch.randint(0, 64, (2, 30))  # another length through the same model
+    with integrations.use_in_transformers(), torch.no_grad():
+        assert rel_err(run_proto(proto, (ids2,))[0], lm(ids2)) < 1e-5
+
+
+def test_export_transformers_mamba_decode():
+    """The decode step of MambaForCausalLM on explicit per-layer states (stacked conv and ssm states in,
+    the updated ones out): a few greedy tokens in ONNX Runtime against transformers in PyTorch."""
+    transformers, integrations, model = _transformers_lm()
+    cache_utils = pytest.importorskip("transformers.cache_utils")
+    if not hasattr(cache_utils, "LinearAttentionCacheLayerMixin"):
+        pytest.skip("this transformers keeps Mamba's states in another cache class")
+    n_layers = model.config.num_hidden_layers
+
+    def cache_from(conv, ssm):
+        cache = cache_utils.DynamicCache(config=model.config)
+        for i in range(n_layers):
+            layer = cache.layers[i]
+            layer.conv_states[0], layer.recurrent_states[0] = conv[i], ssm[i]
+            layer.is_conv_states_initialized[0] = layer.is_recurrent_states_initialized[0] = True
+            layer.has_previous_state[0] = True
+            layer.conv_kernel_size[0] = conv.shape[-1]
+            layer.dtype, layer.device = conv.dtype, conv.device
+        return cache
+
+    class Prefill(torch.nn.Module):
+        def __init__(self, m):
+            super().__init__()
+            self.m = m
+
+        def forward(self, ids):
+            out = self.m(input_ids=ids, use_cache=True)
+            layers = out.cache.layers
+            return (out.logits[:, -1], torch.stack([l.conv_states[0] for l in layers]),
+                    torch.stack([l.recurrent_states[0] for l in layers]))
+
+    class Decode(torch.nn.Module):
+        def __init__(self, m):
+            super().__init__()
+            self.m = m
+
+        def forward(self, ids, conv, ssm):
+            out = self.m(input_ids=ids, cache=cache_from(conv, ssm), use_cache=True)
+            return out.logits[:, -1], conv, ssm
+
+    ids = torch.randint(0, 64, (2, 9))
+    with integrations.use_in_transformers():
+        prefill, decode = Prefill(model), Decode(model)
+        with torch.no_grad():
+            logits, conv, ssm = prefill(ids)
+        p_proto = export(prefill, (ids,))
+        d_proto = export(decode, (ids[:, :1], conv.clone(), ssm.clone()))
+        ops = op_types(d_proto)
+        assert ("selscan", "SelectiveStateUpdate") in ops and ("selscan", "CausalConv1dUpdate") in ops
+        o_logits, o_conv, o_ssm = run_proto(p_proto, (ids,))
+        assert rel_err(o_logits, logits) < 1e-5 and rel_err(o_ssm, ssm) < 1e-5 and rel_err(o_conv, conv) < 1e-6
+        sess = session(d_proto)
+        names = [i.name for i in sess.get_inputs()]
+        tok = torch.from_numpy(o_logits).argmax(-1, keepdim=True)
+        tokens = [tok]
+        o_conv, o_ssm = torch.from_numpy(o_conv), torch.from_numpy(o_ssm)
+        for _ in range(4):
+            with torch.no_grad():
+                logits, conv, ssm = decode(tok, conv.clone(), ssm.clone())
+            o_logits, o_conv, o_ssm = [torch.from_numpy(a) for a in
+                                       sess.run(None, dict(zip(names, [tok.numpy(), o_conv.numpy(), o_ssm.numpy()])))]
+            assert rel_err(o_logits, logits) < 1e-4 and rel_err(o_ssm, ssm) < 1e-4 and rel_err(o_conv, conv) < 1e-5
+            tok = o_logits.argmax(-1, keepdim=True)
+            tokens.append(tok)
+        with torch.no_grad():  # the greedy tokens are transformers' own generate()'s
+            gen = model.generate(ids, max_new_tokens=5, do_sample=False, use_cache=True)
+    assert torch.equal(torch.cat(tokens, dim=1), gen[:, 9:])
