@@ -1465,6 +1465,450 @@ SELSCAN_DEF selscan_status selscan_step_ref(const selscan_step_problem *s) {
     return SELSCAN_OK;
 }
 
+#endif /* SELSCAN_VALIDATION_ONLY */
+/* --------------------------------------------------------------------------------------------- */
+/* >>conv                    causal conv1d: validation and reference                             */
+/* --------------------------------------------------------------------------------------------- */
+/* The math and the operands: >>conv-api. Validation here (also compiled with
+   SELSCAN_VALIDATION_ONLY: the CUDA launchers use it), then >>conv-reference, the exact scalar
+   oracle. The fast path: >>conv-fast (drivers and entry points) and >>fast-conv (the kernels). */
+
+typedef struct selscan__cprob {
+    int64_t batch, dim, L, W, rows; /* rows: state rows (batch or n_seqs) */
+    selscan_dtype dt;
+    int silu;
+    const int64_t *cu;
+    int64_t nseq;
+    selscan__ten x, w, bias, h0, y, hlast; /* h0 / hlast: init_state / final_state */
+    selscan_diag *diag;
+} selscan__cprob;
+
+typedef struct selscan__cgrd {
+    selscan__ten dy, dhlast, dx, dw, dbias, dh0; /* dhlast / dh0: dfinal_state / dinit_state */
+} selscan__cgrd;
+
+typedef struct selscan__cstp {
+    int64_t batch, dim, W, S, ncache, L; /* S: state_len; L: tokens per row */
+    selscan_dtype dt;
+    int silu;
+    const int32_t *idx;
+    selscan__ten state, x, w, bias, y;
+    selscan_diag *diag;
+} selscan__cstp;
+
+static selscan_status selscan__conv_check_width(int64_t w, selscan_diag *d) {
+    if (w <= 0) SELSCAN__FAIL(d, SELSCAN_ERR_SHAPE, "width", "not positive");
+    if (w < 2 || w > SELSCAN_CONV_MAX_WIDTH) SELSCAN__FAIL(d, SELSCAN_ERR_UNSUPPORTED, "width", "not 2 to 4");
+    return SELSCAN_OK;
+}
+
+/* Sizes, flags, pointers, sequence offsets and the inputs' strides (the outputs: below). */
+static SELSCAN__MAYBE_UNUSED selscan_status selscan__conv_check_problem(const selscan_conv_problem *p,
+                                                                        selscan__cprob *q, int need_y) {
+    selscan_status st;
+    selscan_diag *d;
+    int64_t i;
+    if (!p) return SELSCAN_ERR_NULL;
+    d = p->diag;
+    q->diag = d;
+    if (!selscan__dtype_ok(p->dtype)) SELSCAN__FAIL(d, SELSCAN_ERR_DTYPE, "dtype", "unknown dtype");
+    if (p->flags & ~SELSCAN__CONV_KNOWN_FLAGS) SELSCAN__FAIL(d, SELSCAN_ERR_UNSUPPORTED, "flags", "unknown flag");
+    if (p->batch <= 0) SELSCAN__FAIL(d, SELSCAN_ERR_SHAPE, "batch", "not positive");
+    if (p->dim <= 0) SELSCAN__FAIL(d, SELSCAN_ERR_SHAPE, "dim", "not positive");
+    if (p->seqlen <= 0) SELSCAN__FAIL(d, SELSCAN_ERR_SHAPE, "seqlen", "not positive");
+    if ((st = selscan__conv_check_width(p->width, d)) != SELSCAN_OK) return st;
+    if (!p->x.data) SELSCAN__FAIL(d, SELSCAN_ERR_NULL, "x", "missing");
+    if (!p->weight.data) SELSCAN__FAIL(d, SELSCAN_ERR_NULL, "weight", "missing");
+    if (need_y && !p->y.data) SELSCAN__FAIL(d, SELSCAN_ERR_NULL, "y", "missing");
+    if (p->cu_seqlens) { /* the scan's rules (selscan__check_problem) */
+        if (p->batch != 1) SELSCAN__FAIL(d, SELSCAN_ERR_SHAPE, "batch", "not 1 with cu_seqlens");
+        if (p->n_seqs <= 0 || !selscan__count_ok(p->n_seqs, p->dim, p->width, 1))
+            SELSCAN__FAIL(d, SELSCAN_ERR_SHAPE, "n_seqs", "out of range");
+        if (!selscan__aligned(p->cu_seqlens, 8)) SELSCAN__FAIL(d, SELSCAN_ERR_SHAPE, "cu_seqlens", "misaligned");
+        if (p->cu_seqlens[0] != 0) SELSCAN__FAIL(d, SELSCAN_ERR_SHAPE, "cu_seqlens", "first offset not 0");
+        if (p->cu_seqlens[p->n_seqs] != p->seqlen) SELSCAN__FAIL(d, SELSCAN_ERR_SHAPE, "cu_seqlens", "last offset not seqlen");
+        for (i = 0; i < p->n_seqs; i++)
+            if (p->cu_seqlens[i + 1] < p->cu_seqlens[i]) SELSCAN__FAIL(d, SELSCAN_ERR_SHAPE, "cu_seqlens", "not increasing");
+    } else if (p->n_seqs != 0) {
+        SELSCAN__FAIL(d, SELSCAN_ERR_NULL, "cu_seqlens", "missing (n_seqs given)");
+    }
+    q->batch = p->batch; q->dim = p->dim; q->L = p->seqlen; q->W = p->width;
+    q->rows = p->cu_seqlens ? p->n_seqs : p->batch;
+    q->dt = p->dtype;
+    q->silu = (p->flags & SELSCAN_CONV_SILU) != 0;
+    q->cu = p->cu_seqlens; q->nseq = p->n_seqs;
+    if (!selscan__count_ok(q->batch, q->dim, q->L, 1) || !selscan__count_ok(q->rows, q->dim, q->W, 1))
+        SELSCAN__FAIL(d, SELSCAN_ERR_SHAPE, "problem", "element count overflows");
+    selscan__resolve(&q->x, &p->x, "x", d, 3, q->batch, q->dim, q->L, 1, q->dt);
+    selscan__resolve(&q->y, &p->y, "y", d, 3, q->batch, q->dim, q->L, 1, q->dt);
+    selscan__resolve(&q->w, &p->weight, "weight", d, 2, q->dim, q->W, 1, 1, SELSCAN_F32);
+    selscan__resolve(&q->bias, &p->bias, "bias", d, 1, q->dim, 1, 1, 1, SELSCAN_F32);
+    selscan__resolve(&q->h0, &p->init_state, "init_state", d, 3, q->rows, q->dim, q->W - 1, 1, q->dt);
+    selscan__resolve(&q->hlast, &p->final_state, "final_state", d, 3, q->rows, q->dim, q->W - 1, 1, q->dt);
+    {
+        const selscan__ten *ins[] = {&q->x, &q->w, &q->bias, &q->h0};
+        for (i = 0; i < 4; i++)
+            if ((st = selscan__check_strides(ins[i], 0)) != SELSCAN_OK) return st;
+    }
+    return SELSCAN_OK;
+}
+
+/* The forward: problem, outputs' strides, aliasing. */
+static SELSCAN__MAYBE_UNUSED selscan_status selscan__conv_validate_forward(const selscan_conv_problem *p,
+                                                                          selscan__cprob *q) {
+    selscan_status st = selscan__conv_check_problem(p, q, 1);
+    if (st != SELSCAN_OK) return st;
+    if ((st = selscan__check_strides(&q->y, 1)) != SELSCAN_OK) return st;
+    if ((st = selscan__check_strides(&q->hlast, 1)) != SELSCAN_OK) return st;
+    {
+        const selscan__ten *outs[] = {&q->y, &q->hlast};
+        const selscan__ten *ins[] = {&q->x, &q->w, &q->bias, &q->h0};
+        return selscan__check_alias_d(outs, 2, ins, 4, q->cu, q->cu ? (q->nseq + 1) * 8 : 0, "overlaps cu_seqlens",
+                                      NULL, 0, q->diag);
+    }
+}
+
+/* The backward: problem (y not needed), gradients' shapes and strides, aliasing. */
+static SELSCAN__MAYBE_UNUSED selscan_status selscan__conv_validate_backward(const selscan_conv_problem *p,
+                                                                           const selscan_conv_grads *g,
+                                                                           selscan__cprob *q, selscan__cgrd *r) {
+    selscan_status st = selscan__conv_check_problem(p, q, 0);
+    selscan_diag *d;
+    int i;
+    if (st != SELSCAN_OK) return st;
+    d = q->diag;
+    if (!g) SELSCAN__FAIL(d, SELSCAN_ERR_NULL, "grads", "missing");
+    if (!g->dy.data) SELSCAN__FAIL(d, SELSCAN_ERR_NULL, "dy", "missing");
+    selscan__resolve(&r->dy, &g->dy, "dy", d, 3, q->batch, q->dim, q->L, 1, q->dt);
+    selscan__resolve(&r->dhlast, &g->dfinal_state, "dfinal_state", d, 3, q->rows, q->dim, q->W - 1, 1, q->dt);
+    selscan__resolve(&r->dx, &g->dx, "dx", d, 3, q->batch, q->dim, q->L, 1, q->dt);
+    selscan__resolve(&r->dw, &g->dweight, "dweight", d, 2, q->dim, q->W, 1, 1, SELSCAN_F32);
+    selscan__resolve(&r->dbias, &g->dbias, "dbias", d, 1, q->dim, 1, 1, 1, SELSCAN_F32);
+    selscan__resolve(&r->dh0, &g->dinit_state, "dinit_state", d, 3, q->rows, q->dim, q->W - 1, 1, q->dt);
+    if ((st = selscan__check_strides(&r->dy, 0)) != SELSCAN_OK) return st;
+    if ((st = selscan__check_strides(&r->dhlast, 0)) != SELSCAN_OK) return st;
+    {
+        const selscan__ten *outs[] = {&r->dx, &r->dw, &r->dbias, &r->dh0};
+        const selscan__ten *ins[] = {&q->x, &q->w, &q->bias, &q->h0, &r->dy, &r->dhlast};
+        for (i = 0; i < 4; i++)
+            if ((st = selscan__check_strides(outs[i], 1)) != SELSCAN_OK) return st;
+        return selscan__check_alias_d(outs, 4, ins, 6, q->cu, q->cu ? (q->nseq + 1) * 8 : 0, "overlaps cu_seqlens",
+                                      NULL, 0, d);
+    }
+}
+
+/* The decode update. idx_on_host: state_index is host memory and checked here (CPU); 0 for a
+   device pointer (CUDA), never dereferenced. */
+static SELSCAN__MAYBE_UNUSED selscan_status selscan__conv_validate_step_ex(const selscan_conv_step_problem *s,
+                                                                          selscan__cstp *q, int idx_on_host) {
+    selscan_status st;
+    selscan_diag *d;
+    int64_t i;
+    if (!s) return SELSCAN_ERR_NULL;
+    d = s->diag;
+    q->diag = d;
+    if (!selscan__dtype_ok(s->dtype)) SELSCAN__FAIL(d, SELSCAN_ERR_DTYPE, "dtype", "unknown dtype");
+    if (s->flags & ~SELSCAN__CONV_KNOWN_FLAGS) SELSCAN__FAIL(d, SELSCAN_ERR_UNSUPPORTED, "flags", "unknown flag");
+    q->ncache = s->n_cache == 0 ? s->batch : s->n_cache;
+    q->L = s->seqlen == 0 ? 1 : s->seqlen;
+    if (s->batch <= 0) SELSCAN__FAIL(d, SELSCAN_ERR_SHAPE, "batch", "not positive");
+    if (s->dim <= 0) SELSCAN__FAIL(d, SELSCAN_ERR_SHAPE, "dim", "not positive");
+    if (q->L <= 0) SELSCAN__FAIL(d, SELSCAN_ERR_SHAPE, "seqlen", "negative");
+    if ((st = selscan__conv_check_width(s->width, d)) != SELSCAN_OK) return st;
+    if (s->state_len < s->width - 1 || s->state_len <= 0)
+        SELSCAN__FAIL(d, SELSCAN_ERR_SHAPE, "state_len", "below width - 1");
+    if (q->ncache <= 0) SELSCAN__FAIL(d, SELSCAN_ERR_SHAPE, "n_cache", "not positive");
+    if (!s->state_index && q->ncache != s->batch)
+        SELSCAN__FAIL(d, SELSCAN_ERR_SHAPE, "n_cache", "not batch without state_index");
+    if (s->state_index && !selscan__aligned(s->state_index, 4))
+        SELSCAN__FAIL(d, SELSCAN_ERR_SHAPE, "state_index", "misaligned");
+    if (!s->state.data) SELSCAN__FAIL(d, SELSCAN_ERR_NULL, "state", "missing");
+    if (!s->x.data) SELSCAN__FAIL(d, SELSCAN_ERR_NULL, "x", "missing");
+    if (!s->weight.data) SELSCAN__FAIL(d, SELSCAN_ERR_NULL, "weight", "missing");
+    if (!s->y.data) SELSCAN__FAIL(d, SELSCAN_ERR_NULL, "y", "missing");
+    q->batch = s->batch; q->dim = s->dim; q->W = s->width; q->S = s->state_len;
+    q->dt = s->dtype;
+    q->silu = (s->flags & SELSCAN_CONV_SILU) != 0;
+    q->idx = s->state_index;
+    if (!selscan__count_ok(q->ncache, q->dim, q->S, 1) || !selscan__count_ok(q->batch, q->dim, q->L, 1) ||
+        !selscan__count_ok(q->dim, q->W, 1, 1))
+        SELSCAN__FAIL(d, SELSCAN_ERR_SHAPE, "problem", "element count overflows");
+    if (q->idx && idx_on_host) {
+        for (i = 0; i < q->batch; i++)
+            if (q->idx[i] >= q->ncache) SELSCAN__FAIL(d, SELSCAN_ERR_SHAPE, "state_index", "not below n_cache");
+        if (!selscan__idx_unique(q->idx, q->batch)) SELSCAN__FAIL(d, SELSCAN_ERR_ALIAS, "state_index", "row used twice");
+    }
+    selscan__resolve(&q->state, &s->state, "state", d, 3, q->ncache, q->dim, q->S, 1, q->dt);
+    selscan__resolve(&q->x, &s->x, "x", d, 3, q->batch, q->dim, q->L, 1, q->dt);
+    selscan__resolve(&q->y, &s->y, "y", d, 3, q->batch, q->dim, q->L, 1, q->dt);
+    selscan__resolve(&q->w, &s->weight, "weight", d, 2, q->dim, q->W, 1, 1, SELSCAN_F32);
+    selscan__resolve(&q->bias, &s->bias, "bias", d, 1, q->dim, 1, 1, 1, SELSCAN_F32);
+    {
+        const selscan__ten *ins[] = {&q->x, &q->w, &q->bias};
+        const selscan__ten *outs[] = {&q->state, &q->y};
+        for (i = 0; i < 3; i++)
+            if ((st = selscan__check_strides(ins[i], 0)) != SELSCAN_OK) return st;
+        for (i = 0; i < 2; i++)
+            if ((st = selscan__check_strides(outs[i], 1)) != SELSCAN_OK) return st;
+        return selscan__check_alias_d(outs, 2, ins, 3, q->idx, q->idx ? q->batch * 4 : 0, "overlaps state_index", NULL,
+                                      0, d);
+    }
+}
+
+#ifndef SELSCAN_VALIDATION_ONLY
+SELSCAN_DEF selscan_status selscan_validate_conv(const selscan_conv_problem *p) {
+    selscan__cprob q;
+    return selscan__conv_validate_forward(p, &q);
+}
+
+SELSCAN_DEF selscan_status selscan_validate_conv_grads(const selscan_conv_problem *p, const selscan_conv_grads *g) {
+    selscan__cprob q;
+    selscan__cgrd r;
+    return selscan__conv_validate_backward(p, g, &q, &r);
+}
+
+SELSCAN_DEF selscan_status selscan_validate_conv_step(const selscan_conv_step_problem *s) {
+    selscan__cstp q;
+    return selscan__conv_validate_step_ex(s, &q, 1);
+}
+
+/* ---- >>conv-reference: the exact scalar oracle ---------------------------------------------- */
+/* Per (batch row, channel, sequence) a window of the last W inputs in f32; the sum in the order
+   of >>conv-api (bias, then k = 0 .. W-1), silu as x * sigmoid(x) with expf. The backward walks
+   forward once: each step's dpre adds w[k] * dpre to the W positions it read (an accumulator
+   window), and the oldest position, complete then, is written (dx, or dinit_state before the
+   sequence start); dweight and dbias are summed per channel over batch rows, then steps. */
+
+/* No contraction of a * b + c into fused operations (gcc's GNU modes do it where the target has
+   one, e.g. arm64): the reference is the same arithmetic on every machine. */
+#if defined(__GNUC__) && !defined(__clang__) && !defined(__CUDACC__)
+#pragma GCC push_options
+#pragma GCC optimize("fp-contract=off")
+#elif defined(__clang__)
+#pragma STDC FP_CONTRACT OFF
+#endif
+
+static float selscan__silu_f(float x) { return x * selscan__sigmoid(x); }
+
+/* The sequences of batch row b: [t0, t1) and the state row they use (>>conv-api). */
+static int64_t selscan__conv_nseg(const selscan__cprob *q) { return q->cu ? q->nseq : 1; }
+static void selscan__conv_seg(const selscan__cprob *q, int64_t b, int64_t k, int64_t *t0, int64_t *t1, int64_t *row) {
+    if (q->cu) { *t0 = q->cu[k]; *t1 = q->cu[k + 1]; *row = k; }
+    else { *t0 = 0; *t1 = q->L; *row = b; }
+}
+
+static void selscan__conv_ref_forward(const selscan__cprob *q) {
+    const int H = SELSCAN__CAST(int, q->W) - 1;
+    int64_t b, d, s, t;
+    int k;
+    for (b = 0; b < q->batch; b++)
+        for (d = 0; d < q->dim; d++) {
+            float w[SELSCAN_CONV_MAX_WIDTH], win[SELSCAN_CONV_MAX_WIDTH];
+            const float bias = q->bias.data ? SELSCAN__CAST(const float *, q->bias.data)[SELSCAN__AT1(q->bias, d)] : 0.0f;
+            for (k = 0; k <= H; k++) w[k] = SELSCAN__CAST(const float *, q->w.data)[SELSCAN__AT2(q->w, d, k)];
+            for (s = 0; s < selscan__conv_nseg(q); s++) {
+                int64_t t0, t1, row;
+                selscan__conv_seg(q, b, s, &t0, &t1, &row);
+                for (k = 0; k < H; k++)
+                    win[k] = q->h0.data ? selscan__load(q->h0.data, SELSCAN__AT3(q->h0, row, d, k), q->dt) : 0.0f;
+                for (t = t0; t < t1; t++) {
+                    float acc = bias;
+                    win[H] = selscan__load(q->x.data, SELSCAN__AT3(q->x, b, d, t), q->dt);
+                    for (k = 0; k <= H; k++) acc += w[k] * win[k];
+                    if (q->silu) acc = selscan__silu_f(acc);
+                    selscan__store(q->y.data, SELSCAN__AT3(q->y, b, d, t), q->dt, acc);
+                    for (k = 0; k < H; k++) win[k] = win[k + 1];
+                }
+                if (q->hlast.data)
+                    for (k = 0; k < H; k++) selscan__store(q->hlast.data, SELSCAN__AT3(q->hlast, row, d, k), q->dt, win[k]);
+            }
+        }
+}
+
+/* The gradient v of input position pos of sequence [t0, t1) (row: its state row): dx, or
+   dinit_state for positions before t0. */
+static void selscan__conv_ref_put(const selscan__cprob *q, const selscan__cgrd *r, int64_t b, int64_t d, int64_t row,
+                                  int64_t t0, int64_t pos, float v) {
+    if (pos >= t0) {
+        if (r->dx.data) selscan__store(r->dx.data, SELSCAN__AT3(r->dx, b, d, pos), q->dt, v);
+    } else if (r->dh0.data) {
+        selscan__store(r->dh0.data, SELSCAN__AT3(r->dh0, row, d, pos - t0 + q->W - 1), q->dt, v);
+    }
+}
+
+static void selscan__conv_ref_backward(const selscan__cprob *q, const selscan__cgrd *r) {
+    const int H = SELSCAN__CAST(int, q->W) - 1;
+    int64_t b, d, s, t;
+    int k;
+    for (d = 0; d < q->dim; d++) {
+        float w[SELSCAN_CONV_MAX_WIDTH], dw[SELSCAN_CONV_MAX_WIDTH], db = 0.0f;
+        const float bias = q->bias.data ? SELSCAN__CAST(const float *, q->bias.data)[SELSCAN__AT1(q->bias, d)] : 0.0f;
+        for (k = 0; k <= H; k++) {
+            w[k] = SELSCAN__CAST(const float *, q->w.data)[SELSCAN__AT2(q->w, d, k)];
+            dw[k] = 0.0f;
+        }
+        for (b = 0; b < q->batch; b++)
+            for (s = 0; s < selscan__conv_nseg(q); s++) {
+                float win[SELSCAN_CONV_MAX_WIDTH], dacc[SELSCAN_CONV_MAX_WIDTH];
+                int64_t t0, t1, row;
+                selscan__conv_seg(q, b, s, &t0, &t1, &row);
+                for (k = 0; k < H; k++) {
+                    win[k] = q->h0.data ? selscan__load(q->h0.data, SELSCAN__AT3(q->h0, row, d, k), q->dt) : 0.0f;
+                    dacc[k] = 0.0f;
+                }
+                for (t = t0; t < t1; t++) {
+                    float pre = bias, dp;
+                    win[H] = selscan__load(q->x.data, SELSCAN__AT3(q->x, b, d, t), q->dt);
+                    dacc[H] = 0.0f;
+                    for (k = 0; k <= H; k++) pre += w[k] * win[k];
+                    dp = selscan__load(r->dy.data, SELSCAN__AT3(r->dy, b, d, t), q->dt);
+                    if (q->silu) {
+                        const float sg = selscan__sigmoid(pre);
+                        dp = dp * (sg * (1.0f + pre * (1.0f - sg)));
+                    }
+                    db += dp;
+                    for (k = 0; k <= H; k++) {
+                        dw[k] += dp * win[k];
+                        dacc[k] += w[k] * dp;
+                    }
+                    selscan__conv_ref_put(q, r, b, d, row, t0, t - H, dacc[0]); /* complete now */
+                    for (k = 0; k < H; k++) { win[k] = win[k + 1]; dacc[k] = dacc[k + 1]; }
+                }
+                for (k = 0; k < H; k++) { /* the last H positions, plus dfinal_state */
+                    float v = dacc[k];
+                    if (r->dhlast.data) v += selscan__load(r->dhlast.data, SELSCAN__AT3(r->dhlast, row, d, k), q->dt);
+                    selscan__conv_ref_put(q, r, b, d, row, t0, t1 - H + k, v);
+                }
+            }
+        for (k = 0; k <= H; k++)
+            if (r->dw.data) SELSCAN__CAST(float *, r->dw.data)[SELSCAN__AT2(r->dw, d, k)] = dw[k];
+        if (r->dbias.data) SELSCAN__CAST(float *, r->dbias.data)[SELSCAN__AT1(r->dbias, d)] = db;
+    }
+}
+
+/* Copies one element of dtype t (the state's rolls and appends move elements, never convert). */
+static void selscan__copy_elem(void *dst, int64_t doff, const void *src, int64_t soff, selscan_dtype t) {
+    const size_t es = selscan__dtype_size(t);
+    memcpy(SELSCAN__CAST(char *, dst) + doff * SELSCAN__CAST(int64_t, es),
+           SELSCAN__CAST(const char *, src) + soff * SELSCAN__CAST(int64_t, es), es);
+}
+
+static void selscan__conv_ref_step(const selscan__cstp *q) {
+    const int H = SELSCAN__CAST(int, q->W) - 1;
+    int64_t b, d, l, i;
+    int k;
+    for (b = 0; b < q->batch; b++) {
+        const int64_t row = q->idx ? q->idx[b] : b;
+        for (d = 0; d < q->dim; d++) {
+            const float bias = q->bias.data ? SELSCAN__CAST(const float *, q->bias.data)[SELSCAN__AT1(q->bias, d)] : 0.0f;
+            for (l = 0; l < q->L; l++) {
+                float acc = bias;
+                if (row < 0) { selscan__store(q->y.data, SELSCAN__AT3(q->y, b, d, l), q->dt, 0.0f); continue; }
+                for (k = 0; k < H; k++)
+                    acc += SELSCAN__CAST(const float *, q->w.data)[SELSCAN__AT2(q->w, d, k)] *
+                           selscan__load(q->state.data, SELSCAN__AT3(q->state, row, d, q->S - H + k), q->dt);
+                acc += SELSCAN__CAST(const float *, q->w.data)[SELSCAN__AT2(q->w, d, H)] *
+                       selscan__load(q->x.data, SELSCAN__AT3(q->x, b, d, l), q->dt);
+                if (q->silu) acc = selscan__silu_f(acc);
+                selscan__store(q->y.data, SELSCAN__AT3(q->y, b, d, l), q->dt, acc);
+                for (i = 0; i + 1 < q->S; i++) /* roll left by one, x appended */
+                    selscan__copy_elem(q->state.data, SELSCAN__AT3(q->state, row, d, i), q->state.data,
+                                       SELSCAN__AT3(q->state, row, d, i + 1), q->dt);
+                selscan__copy_elem(q->state.data, SELSCAN__AT3(q->state, row, d, q->S - 1), q->x.data,
+                                   SELSCAN__AT3(q->x, b, d, l), q->dt);
+            }
+        }
+    }
+}
+
+#if defined(__GNUC__) && !defined(__clang__) && !defined(__CUDACC__)
+#pragma GCC pop_options
+#elif defined(__clang__)
+#pragma STDC FP_CONTRACT DEFAULT
+#endif
+
+SELSCAN_DEF selscan_status selscan_conv_forward_ref(const selscan_conv_problem *p) {
+    selscan__cprob q;
+    selscan_status st = selscan__conv_validate_forward(p, &q);
+    if (st != SELSCAN_OK) return st;
+    { /* the caller's errno is kept (see selscan_forward_ref) */
+        const int saved_errno = errno;
+        selscan__conv_ref_forward(&q);
+        errno = saved_errno;
+    }
+    return SELSCAN_OK;
+}
+
+SELSCAN_DEF selscan_status selscan_conv_backward_ref(const selscan_conv_problem *p, const selscan_conv_grads *g) {
+    selscan__cprob q;
+    selscan__cgrd r;
+    selscan_status st = selscan__conv_validate_backward(p, g, &q, &r);
+    if (st != SELSCAN_OK) return st;
+    {
+        const int saved_errno = errno;
+        selscan__conv_ref_backward(&q, &r);
+        errno = saved_errno;
+    }
+    return SELSCAN_OK;
+}
+
+SELSCAN_DEF selscan_status selscan_conv_step_ref(const selscan_conv_step_problem *s) {
+    selscan__cstp q;
+    selscan_status st = selscan__conv_validate_step_ex(s, &q, 1);
+    if (st != SELSCAN_OK) return st;
+    {
+        const int saved_errno = errno;
+        selscan__conv_ref_step(&q);
+        errno = saved_errno;
+    }
+    return SELSCAN_OK;
+}
+
+/* ---- >>conv-entry: the conv's CPU entry points ------------------------------------------------
+   INTERIM: the fast path is not written yet; these run the reference on part 0 (every other part
+   validates and returns). Results are the reference's, bitwise the same for every n_parts. */
+static selscan_status selscan__conv_check_part(int64_t part, int64_t nparts, selscan_diag *d) {
+    if (nparts < 1 || nparts > (SELSCAN__CAST(int64_t, 1) << 24)) SELSCAN__FAIL(d, SELSCAN_ERR_SHAPE, "n_parts", "out of range");
+    if (part < 0 || part >= nparts) SELSCAN__FAIL(d, SELSCAN_ERR_SHAPE, "part", "out of range");
+    return SELSCAN_OK;
+}
+
+SELSCAN_DEF selscan_status selscan_conv_forward_cpu_part(const selscan_conv_problem *p, int64_t part, int64_t n_parts) {
+    selscan__cprob q;
+    selscan_status st = selscan__conv_check_part(part, n_parts, p ? p->diag : NULL);
+    if (st != SELSCAN_OK) return st;
+    if (part != 0) return selscan__conv_validate_forward(p, &q);
+    return selscan_conv_forward_ref(p);
+}
+
+SELSCAN_DEF selscan_status selscan_conv_backward_cpu_part(const selscan_conv_problem *p, const selscan_conv_grads *g,
+                                                          int64_t part, int64_t n_parts) {
+    selscan__cprob q;
+    selscan__cgrd r;
+    selscan_status st = selscan__conv_check_part(part, n_parts, p ? p->diag : NULL);
+    if (st != SELSCAN_OK) return st;
+    if (part != 0) return selscan__conv_validate_backward(p, g, &q, &r);
+    return selscan_conv_backward_ref(p, g);
+}
+
+SELSCAN_DEF selscan_status selscan_conv_step_cpu_part(const selscan_conv_step_problem *s, int64_t part, int64_t n_parts) {
+    selscan__cstp q;
+    selscan_status st = selscan__conv_check_part(part, n_parts, s ? s->diag : NULL);
+    if (st != SELSCAN_OK) return st;
+    if (part != 0) return selscan__conv_validate_step_ex(s, &q, 1);
+    return selscan_conv_step_ref(s);
+}
+
+SELSCAN_DEF selscan_status selscan_conv_forward_cpu(const selscan_conv_problem *p) {
+    return selscan_conv_forward_cpu_part(p, 0, 1);
+}
+SELSCAN_DEF selscan_status selscan_conv_backward_cpu(const selscan_conv_problem *p, const selscan_conv_grads *g) {
+    return selscan_conv_backward_cpu_part(p, g, 0, 1);
+}
+SELSCAN_DEF selscan_status selscan_conv_step_cpu(const selscan_conv_step_problem *s) {
+    return selscan_conv_step_cpu_part(s, 0, 1);
+}
+
 /* --------------------------------------------------------------------------------------------- */
 /* >>fast                              fast CPU path                                             */
 /* --------------------------------------------------------------------------------------------- */
