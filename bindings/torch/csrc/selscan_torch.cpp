@@ -1184,7 +1184,11 @@ TORCH_LIBRARY_IMPL(selscan, CPU, m) {
   m.impl("conv_step", &selscan_torch::ConvStep);
 }
 
-TORCH_LIBRARY_IMPL(selscan, Autograd, m) { m.impl("conv_fwd", &selscan_torch::ConvForwardAutograd); }
+TORCH_LIBRARY_IMPL(selscan, Autograd, m) {
+  m.impl("conv_fwd", &selscan_torch::ConvForwardAutograd);
+  // the decode update has no derivative (inference): autograd passes it by, its output needs no grad
+  m.impl("conv_step", torch::CppFunction::makeFallthrough());
+}
 
 #ifdef WITH_CUDA
 TORCH_LIBRARY_IMPL(selscan, CUDA, m) {
