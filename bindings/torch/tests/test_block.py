@@ -377,6 +377,25 @@ def test_conv_compile_fullgraph(device):
         assert rel_err(c.grad, a.grad) < 1e-6
 
 
+@pytest.mark.parametrize("device", DEVICES)
+def test_conv_opcheck(device):
+    """torch.library.opcheck: schema, fake kernels (shapes and strides), autograd, AOT dispatch."""
+    for lay, init, fin, dm in [("contig", True, True, False), ("cl", False, True, True), ("slice", True, False, False)]:
+        x, w, b, s = conv_inputs(device=device, init=init)
+        x = layout(x, lay).requires_grad_()
+        args = (x, w.requires_grad_(), b, s, None, True, fin, dm)
+        torch.library.opcheck(torch.ops.selscan.conv_fwd, args)
+        y, f = torch.ops.selscan.conv_fwd(*[a.detach() if isinstance(a, torch.Tensor) else a for a in args])
+        bargs = tuple(a.detach() if isinstance(a, torch.Tensor) else a for a in args[:5]) + (
+            torch.randn_like(y), torch.randn_like(f) if fin else None, True, [1, 1, 1, 1])
+        torch.library.opcheck(torch.ops.selscan.conv_bwd, bargs)
+    x, w, b, _ = conv_inputs(device=device)
+    state = torch.randn(2, 12, 5, device=device)
+    torch.library.opcheck(torch.ops.selscan.conv_step, (state, x[:, :, 0], w, b, None, True))
+    torch.library.opcheck(torch.ops.selscan.conv_step, (state, x[:, :, :3], w, b,
+                                                        torch.tensor([1, -1], dtype=torch.int32, device=device), False))
+
+
 # ============================================================================================
 # mamba_inner_fn
 # ============================================================================================
