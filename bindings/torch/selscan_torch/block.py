@@ -19,7 +19,9 @@ What it does beyond mamba_ssm's MambaInnerFn:
   and in which the scan reads L-contiguous rows: the conv writes its output there from xz's
   layout (whatever its strides), B and C are read in place from x_proj's output as (batch, N, L)
   strided views, delta comes out of its GEMM already there. (mamba_ssm copies xz when its L
-  stride is not 1, and copies B, C and the conv output's transposes.)
+  stride is not 1, and copies B, C and the conv output's transposes.) One exception, on CUDA
+  only: a z with an L stride other than 1 (transformers' channels-last xz) is copied for the
+  scan, whose fast CUDA kernels need unit L strides (see _scan_z): half of mamba_ssm's xz copy.
 - Saved for the backward: xz, x_proj's output, the scan's output y and its checkpoint (and the
   conv output and delta at checkpoint_lvl=0); at checkpoint_lvl=1 (the default) the conv and
   delta (and the normalised B / C / delta) are recomputed in the backward, as in mamba_ssm.
@@ -66,6 +68,18 @@ def _cm_tensor(m, b, L):
 
 def _dense_in_order_of(t):
     return _conv._dense_in_order_of(t)
+
+
+def _scan_z(z):
+    """z as the scan reads it. selscan's fast CUDA kernels take rows with unit L stride only
+    (unless the extension was built with SELSCAN_TORCH_CHANNELS_LAST=1; otherwise its general
+    kernels run, ~2x slower): a channels-last z (transformers' in_proj(h).transpose(1, 2)) is
+    copied into cm layout on CUDA, half of what mamba_ssm copies (all of xz). The CPU scan reads
+    it in place."""
+    if z.is_cuda and z.stride(2) != 1 and z.shape[2] > 1:
+        zc = torch.empty((z.shape[1], z.shape[0], z.shape[2]), dtype=z.dtype, device=z.device).permute(1, 0, 2)
+        return zc.copy_(z)
+    return z
 
 
 # ---- RMS norm over the feature dim (dim 0) of a (features, batch * L) matrix -------------------
@@ -136,7 +150,7 @@ class _MambaInnerFn(torch.autograd.Function):
                 D, delta_bias, B_proj_bias, C_proj_bias, b_rms, c_rms, dt_rms, cfg):
         b, d, L = cfg.b, cfg.d, cfg.L
         x = xz[:, :d]
-        z = xz[:, d:]
+        z = _scan_z(xz[:, d:])
         with torch.autocast(cfg.dev, enabled=False):
             conv_out, _ = _conv_fwd(x, conv_w, conv_b, None, None, True, False, True)  # cm layout
             x_dbl = x_proj_weight @ _cm_matrix(conv_out)  # (K, bL)
@@ -159,7 +173,7 @@ class _MambaInnerFn(torch.autograd.Function):
         b, d, L, R, N, K, eps = cfg.b, cfg.d, cfg.L, cfg.R, cfg.N, cfg.K, cfg.eps
         nig = ctx.needs_input_grad
         x = xz[:, :d]
-        z = xz[:, d:]
+        z = _scan_z(xz[:, d:])
         with torch.autocast(cfg.dev, enabled=False):
             dout2d = dout.reshape(b * L, dout.shape[-1]).to(out_proj_weight.dtype)
             y2d = _cm_matrix(y)
