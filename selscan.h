@@ -1864,51 +1864,6 @@ SELSCAN_DEF selscan_status selscan_conv_step_ref(const selscan_conv_step_problem
     return SELSCAN_OK;
 }
 
-/* ---- >>conv-entry: the conv's CPU entry points ------------------------------------------------
-   INTERIM: the fast path is not written yet; these run the reference on part 0 (every other part
-   validates and returns). Results are the reference's, bitwise the same for every n_parts. */
-static selscan_status selscan__conv_check_part(int64_t part, int64_t nparts, selscan_diag *d) {
-    if (nparts < 1 || nparts > (SELSCAN__CAST(int64_t, 1) << 24)) SELSCAN__FAIL(d, SELSCAN_ERR_SHAPE, "n_parts", "out of range");
-    if (part < 0 || part >= nparts) SELSCAN__FAIL(d, SELSCAN_ERR_SHAPE, "part", "out of range");
-    return SELSCAN_OK;
-}
-
-SELSCAN_DEF selscan_status selscan_conv_forward_cpu_part(const selscan_conv_problem *p, int64_t part, int64_t n_parts) {
-    selscan__cprob q;
-    selscan_status st = selscan__conv_check_part(part, n_parts, p ? p->diag : NULL);
-    if (st != SELSCAN_OK) return st;
-    if (part != 0) return selscan__conv_validate_forward(p, &q);
-    return selscan_conv_forward_ref(p);
-}
-
-SELSCAN_DEF selscan_status selscan_conv_backward_cpu_part(const selscan_conv_problem *p, const selscan_conv_grads *g,
-                                                          int64_t part, int64_t n_parts) {
-    selscan__cprob q;
-    selscan__cgrd r;
-    selscan_status st = selscan__conv_check_part(part, n_parts, p ? p->diag : NULL);
-    if (st != SELSCAN_OK) return st;
-    if (part != 0) return selscan__conv_validate_backward(p, g, &q, &r);
-    return selscan_conv_backward_ref(p, g);
-}
-
-SELSCAN_DEF selscan_status selscan_conv_step_cpu_part(const selscan_conv_step_problem *s, int64_t part, int64_t n_parts) {
-    selscan__cstp q;
-    selscan_status st = selscan__conv_check_part(part, n_parts, s ? s->diag : NULL);
-    if (st != SELSCAN_OK) return st;
-    if (part != 0) return selscan__conv_validate_step_ex(s, &q, 1);
-    return selscan_conv_step_ref(s);
-}
-
-SELSCAN_DEF selscan_status selscan_conv_forward_cpu(const selscan_conv_problem *p) {
-    return selscan_conv_forward_cpu_part(p, 0, 1);
-}
-SELSCAN_DEF selscan_status selscan_conv_backward_cpu(const selscan_conv_problem *p, const selscan_conv_grads *g) {
-    return selscan_conv_backward_cpu_part(p, g, 0, 1);
-}
-SELSCAN_DEF selscan_status selscan_conv_step_cpu(const selscan_conv_step_problem *s) {
-    return selscan_conv_step_cpu_part(s, 0, 1);
-}
-
 /* --------------------------------------------------------------------------------------------- */
 /* >>fast                              fast CPU path                                             */
 /* --------------------------------------------------------------------------------------------- */
@@ -3083,6 +3038,143 @@ SELSCAN_DEF selscan_status selscan_backward_cpu_ckpt_part(const selscan_problem 
                                   ckpt_bytes);
 }
 
+/* ---- >>conv-entry: the conv's CPU entry points (the fast path's drivers) ----------------------
+   Work items: the forward (batch row, block of SELSCAN__CONV_CB channels); the backward a block
+   of channels over every batch row, so each channel's dweight / dbias is summed by one item in a
+   fixed order (no workspace, no reduce step); the update (batch row, SELSCAN__SNB channels).
+   Blocks are multiples of every vector width, so a channel runs the same code whatever n_parts:
+   bitwise the same results for every split. */
+#define SELSCAN__CONV_CB 64
+
+static selscan_status selscan__conv_forward_fast(const selscan_conv_problem *p, int64_t part, int64_t nparts, int isa) {
+    selscan__cprob q;
+    selscan_status st;
+    int64_t nblk, i0, i1, i, d0;
+    int vw;
+    if ((st = selscan__check_part(part, nparts, p ? p->diag : NULL)) != SELSCAN_OK) return st;
+    if ((st = selscan__conv_validate_forward(p, &q)) != SELSCAN_OK) return st;
+    isa = selscan__use_isa(isa);
+    vw = selscan__isa_width(isa);
+    nblk = (q.dim + SELSCAN__CONV_CB - 1) / SELSCAN__CONV_CB;
+    selscan__split(q.batch * nblk, part, nparts, &i0, &i1);
+    for (i = i0; i < i1; i++) {
+        const int64_t b = i / nblk, dlo = i % nblk * SELSCAN__CONV_CB, dhi = selscan__min64(dlo + SELSCAN__CONV_CB, q.dim);
+        for (d0 = dlo; d0 < dhi; d0 += vw) {
+            const int nl = SELSCAN__CAST(int, selscan__min64(vw, dhi - d0));
+            switch (isa) {
+#if defined(SELSCAN__HAVE_X86)
+            case SELSCAN__ISA_AVX512: selscan__conv_fwd_tile_avx512(&q, b, d0, nl); break;
+            case SELSCAN__ISA_AVX2: selscan__conv_fwd_tile_avx2(&q, b, d0, nl); break;
+#endif
+#if defined(SELSCAN__HAVE_NEON)
+            case SELSCAN__ISA_NEON: selscan__conv_fwd_tile_neon(&q, b, d0, nl); break;
+#endif
+            default: selscan__conv_fwd_tile_port(&q, b, d0, nl); break;
+            }
+        }
+    }
+    return SELSCAN_OK;
+}
+
+static selscan_status selscan__conv_backward_fast(const selscan_conv_problem *p, const selscan_conv_grads *g,
+                                                  int64_t part, int64_t nparts, int isa) {
+    selscan__cprob q;
+    selscan__cgrd r;
+    selscan_status st;
+    int64_t nblk, i0, i1, i, d0;
+    int vw;
+    if ((st = selscan__check_part(part, nparts, p ? p->diag : NULL)) != SELSCAN_OK) return st;
+    if ((st = selscan__conv_validate_backward(p, g, &q, &r)) != SELSCAN_OK) return st;
+    isa = selscan__use_isa(isa);
+    vw = selscan__isa_width(isa);
+    nblk = (q.dim + SELSCAN__CONV_CB - 1) / SELSCAN__CONV_CB;
+    selscan__split(nblk, part, nparts, &i0, &i1);
+    for (i = i0; i < i1; i++) {
+        const int64_t dlo = i * SELSCAN__CONV_CB, dhi = selscan__min64(dlo + SELSCAN__CONV_CB, q.dim);
+        for (d0 = dlo; d0 < dhi; d0 += vw) {
+            const int nl = SELSCAN__CAST(int, selscan__min64(vw, dhi - d0));
+            switch (isa) {
+#if defined(SELSCAN__HAVE_X86)
+            case SELSCAN__ISA_AVX512: selscan__conv_bwd_tile_avx512(&q, &r, d0, nl); break;
+            case SELSCAN__ISA_AVX2: selscan__conv_bwd_tile_avx2(&q, &r, d0, nl); break;
+#endif
+#if defined(SELSCAN__HAVE_NEON)
+            case SELSCAN__ISA_NEON: selscan__conv_bwd_tile_neon(&q, &r, d0, nl); break;
+#endif
+            default: selscan__conv_bwd_tile_port(&q, &r, d0, nl); break;
+            }
+        }
+    }
+    return SELSCAN_OK;
+}
+
+/* The update of channels [dlo, dhi) of batch row b (cache row row >= 0): scalar, the taps in
+   registers, the state's roll a memmove where its entries are contiguous. */
+static void selscan__conv_step_rows(const selscan__cstp *q, int64_t b, int64_t row, int64_t dlo, int64_t dhi) {
+    const int H = SELSCAN__CAST(int, q->W) - 1;
+    const int64_t S = q->S, es = SELSCAN__CAST(int64_t, selscan__dtype_size(q->dt)), ss = q->state.s[2];
+    int64_t d, l, i;
+    int k;
+    for (d = dlo; d < dhi; d++) {
+        float w[SELSCAN_CONV_MAX_WIDTH];
+        const float bias = q->bias.data ? SELSCAN__CAST(const float *, q->bias.data)[SELSCAN__AT1(q->bias, d)] : 0.0f;
+        char *st = SELSCAN__CAST(char *, q->state.data) + (row * q->state.s[0] + d * q->state.s[1]) * es;
+        for (k = 0; k <= H; k++) w[k] = SELSCAN__CAST(const float *, q->w.data)[SELSCAN__AT2(q->w, d, k)];
+        for (l = 0; l < q->L; l++) {
+            const int64_t xo = SELSCAN__AT3(q->x, b, d, l);
+            float acc = bias;
+            for (k = 0; k < H; k++) acc += w[k] * selscan__load(st, (S - H + k) * ss, q->dt);
+            acc += w[H] * selscan__load(q->x.data, xo, q->dt);
+            if (q->silu) acc = selscan__silu_f(acc);
+            selscan__store(q->y.data, SELSCAN__AT3(q->y, b, d, l), q->dt, acc);
+            if (ss == 1) memmove(st, st + es, SELSCAN__CAST(size_t, (S - 1) * es));
+            else for (i = 0; i + 1 < S; i++) memcpy(st + i * ss * es, st + (i + 1) * ss * es, SELSCAN__CAST(size_t, es));
+            selscan__copy_elem(st, (S - 1) * ss, q->x.data, xo, q->dt);
+        }
+    }
+}
+
+static selscan_status selscan__conv_step_fast(const selscan_conv_step_problem *sp, int64_t part, int64_t nparts) {
+    selscan__cstp q;
+    selscan_status st;
+    int64_t nblk, i0, i1, i, d, l;
+    if ((st = selscan__check_part(part, nparts, sp ? sp->diag : NULL)) != SELSCAN_OK) return st;
+    if ((st = selscan__conv_validate_step_ex(sp, &q, 1)) != SELSCAN_OK) return st;
+    nblk = (q.dim + SELSCAN__SNB - 1) / SELSCAN__SNB;
+    selscan__split(q.batch * nblk, part, nparts, &i0, &i1);
+    for (i = i0; i < i1; i++) {
+        const int64_t b = i / nblk, dlo = i % nblk * SELSCAN__SNB, dhi = selscan__min64(dlo + SELSCAN__SNB, q.dim);
+        const int64_t row = q.idx ? q.idx[b] : b;
+        if (row < 0) { /* padding: y = 0, no state touched */
+            for (d = dlo; d < dhi; d++)
+                for (l = 0; l < q.L; l++) selscan__store(q.y.data, SELSCAN__AT3(q.y, b, d, l), q.dt, 0.0f);
+            continue;
+        }
+        selscan__conv_step_rows(&q, b, row, dlo, dhi);
+    }
+    return SELSCAN_OK;
+}
+
+SELSCAN_DEF selscan_status selscan_conv_forward_cpu_part(const selscan_conv_problem *p, int64_t part, int64_t n_parts) {
+    return selscan__conv_forward_fast(p, part, n_parts, SELSCAN__ISA_AVX512);
+}
+SELSCAN_DEF selscan_status selscan_conv_backward_cpu_part(const selscan_conv_problem *p, const selscan_conv_grads *g,
+                                                          int64_t part, int64_t n_parts) {
+    return selscan__conv_backward_fast(p, g, part, n_parts, SELSCAN__ISA_AVX512);
+}
+SELSCAN_DEF selscan_status selscan_conv_step_cpu_part(const selscan_conv_step_problem *s, int64_t part, int64_t n_parts) {
+    return selscan__conv_step_fast(s, part, n_parts);
+}
+SELSCAN_DEF selscan_status selscan_conv_forward_cpu(const selscan_conv_problem *p) {
+    return selscan_conv_forward_cpu_part(p, 0, 1);
+}
+SELSCAN_DEF selscan_status selscan_conv_backward_cpu(const selscan_conv_problem *p, const selscan_conv_grads *g) {
+    return selscan_conv_backward_cpu_part(p, g, 0, 1);
+}
+SELSCAN_DEF selscan_status selscan_conv_step_cpu(const selscan_conv_step_problem *s) {
+    return selscan_conv_step_cpu_part(s, 0, 1);
+}
+
 /* --------------------------------------------------------------------------------------------- */
 /* >>entry                          public CPU entry points                                      */
 /* --------------------------------------------------------------------------------------------- */
@@ -3976,6 +4068,220 @@ static SELSCAN__ATTR void SELSCAN__SFX(selscan__step_block)(const selscan__stp *
         yb[d - dlo] = y;
     }
     selscan__store_row(q->y.data, b * q->y.s[0] + dlo * q->y.s[1], q->y.s[1], yb, nd, q->dt);
+}
+
+/* ---- >>fast-conv: the causal conv1d's kernels, one tile of SELSCAN__VW channels ------------- */
+/* (>>conv-fast drives them.) Chunks of up to SELSCAN__FT steps of a tile are loaded, widened to
+   f32 and transposed to [step][lane] (LOADTILE: vector loads where channels are contiguous, 8 x 8
+   transposes where steps are), after the W-1 rows of inputs before the chunk, so every tap is one
+   vector load; the W weights and the bias are vectors in registers. Each lane (channel) runs the
+   reference's arithmetic in the reference's order, with fused multiply-adds where the
+   instruction set has them and the vector exponential in silu. */
+
+/* y rows [0, nt) of a chunk from xb (H rows before it, then the chunk) */
+static SELSCAN__ATTR SELSCAN__INLINE void SELSCAN__SFX(selscan__conv_fwd_rows)(const int W, const int silu, const int nt,
+                                                                              const float *xb, float *yb,
+                                                                              const float *wl, const float *bl) {
+    const SELSCAN__VF w0 = SELSCAN__VLOAD(wl), w1 = SELSCAN__VLOAD(wl + SELSCAN__VW), vb = SELSCAN__VLOAD(bl);
+    const SELSCAN__VF w2 = W > 2 ? SELSCAN__VLOAD(wl + 2 * SELSCAN__VW) : w0;
+    const SELSCAN__VF w3 = W > 3 ? SELSCAN__VLOAD(wl + 3 * SELSCAN__VW) : w0;
+    int t;
+    for (t = 0; t < nt; t++) {
+        const float *xr = xb + t * SELSCAN__VW;
+        SELSCAN__VF acc = SELSCAN__VFMA(w0, SELSCAN__VLOAD(xr), vb);
+        acc = SELSCAN__VFMA(w1, SELSCAN__VLOAD(xr + SELSCAN__VW), acc);
+        if (W > 2) acc = SELSCAN__VFMA(w2, SELSCAN__VLOAD(xr + 2 * SELSCAN__VW), acc);
+        if (W > 3) acc = SELSCAN__VFMA(w3, SELSCAN__VLOAD(xr + 3 * SELSCAN__VW), acc);
+        if (silu) acc = SELSCAN__VMUL(acc, SELSCAN__SFX(selscan__vsigmoid)(acc));
+        SELSCAN__VSTORE(yb + t * SELSCAN__VW, acc);
+    }
+}
+
+/* The forward of one tile (channels d0 .. d0 + nl - 1) of batch row b, every sequence. */
+static SELSCAN__ATTR void SELSCAN__SFX(selscan__conv_fwd_tile)(const selscan__cprob *q, int64_t b, int64_t d0, int nl) {
+    enum { VW = SELSCAN__VW, HM = SELSCAN_CONV_MAX_WIDTH - 1 };
+    float xb[(HM + SELSCAN__FT) * VW], yb[SELSCAN__FT * VW], tmp[SELSCAN__FT * VW], wl[(HM + 1) * VW], bl[VW];
+    const int W = SELSCAN__CAST(int, q->W), H = W - 1;
+    int64_t s, t0;
+    int k, l;
+    for (l = 0; l < VW; l++) {
+        for (k = 0; k <= HM; k++)
+            wl[k * VW + l] = l < nl && k < W ? SELSCAN__CAST(const float *, q->w.data)[SELSCAN__AT2(q->w, d0 + l, k)] : 0.0f;
+        bl[l] = l < nl && q->bias.data ? SELSCAN__CAST(const float *, q->bias.data)[SELSCAN__AT1(q->bias, d0 + l)] : 0.0f;
+    }
+    for (s = 0; s < selscan__conv_nseg(q); s++) {
+        int64_t s0, s1, row;
+        selscan__conv_seg(q, b, s, &s0, &s1, &row);
+        for (k = 0; k < H; k++)
+            for (l = 0; l < VW; l++)
+                xb[k * VW + l] = l < nl && q->h0.data ? selscan__load(q->h0.data, SELSCAN__AT3(q->h0, row, d0 + l, k), q->dt) : 0.0f;
+        for (t0 = s0; t0 < s1; t0 += SELSCAN__FT) {
+            const int nt = SELSCAN__CAST(int, selscan__min64(SELSCAN__FT, s1 - t0));
+            SELSCAN__LOADTILE(xb + H * VW, &q->x, b, d0, nl, VW, t0, nt, tmp);
+            switch (W) { /* the width a constant: taps in registers, the loop unrolled */
+            case 2: SELSCAN__SFX(selscan__conv_fwd_rows)(2, q->silu, nt, xb, yb, wl, bl); break;
+            case 3: SELSCAN__SFX(selscan__conv_fwd_rows)(3, q->silu, nt, xb, yb, wl, bl); break;
+            default: SELSCAN__SFX(selscan__conv_fwd_rows)(4, q->silu, nt, xb, yb, wl, bl); break;
+            }
+            SELSCAN__STORETILE(yb, &q->y, b, d0, nl, VW, t0, nt, tmp);
+            memmove(xb, xb + nt * VW, SELSCAN__CAST(size_t, H * VW) * 4); /* the last H inputs, for the next chunk */
+        }
+        if (q->hlast.data)
+            for (l = 0; l < nl; l++)
+                for (k = 0; k < H; k++) selscan__store(q->hlast.data, SELSCAN__AT3(q->hlast, row, d0 + l, k), q->dt, xb[k * VW + l]);
+    }
+}
+
+/* Backward, rows [0, nt) of a chunk: gb[t] (dy in) becomes dpre; dweight / dbias accumulate. */
+static SELSCAN__ATTR SELSCAN__INLINE void SELSCAN__SFX(selscan__conv_dpre_rows)(const int W, const int silu, const int nt,
+                                                                               const float *xb, float *gb,
+                                                                               const float *wl, const float *bl,
+                                                                               SELSCAN__VF *dw, SELSCAN__VF *db) {
+    const SELSCAN__VF w0 = SELSCAN__VLOAD(wl), w1 = SELSCAN__VLOAD(wl + SELSCAN__VW), vb = SELSCAN__VLOAD(bl);
+    const SELSCAN__VF w2 = W > 2 ? SELSCAN__VLOAD(wl + 2 * SELSCAN__VW) : w0;
+    const SELSCAN__VF w3 = W > 3 ? SELSCAN__VLOAD(wl + 3 * SELSCAN__VW) : w0;
+    const SELSCAN__VF one = SELSCAN__VSET1(1.0f);
+    SELSCAN__VF a0 = dw[0], a1 = dw[1], a2 = dw[2], a3 = dw[3], ab = *db;
+    int t;
+    for (t = 0; t < nt; t++) {
+        const float *xr = xb + t * SELSCAN__VW;
+        const SELSCAN__VF x0 = SELSCAN__VLOAD(xr), x1 = SELSCAN__VLOAD(xr + SELSCAN__VW);
+        const SELSCAN__VF x2 = W > 2 ? SELSCAN__VLOAD(xr + 2 * SELSCAN__VW) : x0;
+        const SELSCAN__VF x3 = W > 3 ? SELSCAN__VLOAD(xr + 3 * SELSCAN__VW) : x0;
+        SELSCAN__VF dp = SELSCAN__VLOAD(gb + t * SELSCAN__VW);
+        if (silu) { /* dpre = dy s (1 + pre (1 - s)), pre recomputed */
+            SELSCAN__VF pre = SELSCAN__VFMA(w1, x1, SELSCAN__VFMA(w0, x0, vb)), sg;
+            if (W > 2) pre = SELSCAN__VFMA(w2, x2, pre);
+            if (W > 3) pre = SELSCAN__VFMA(w3, x3, pre);
+            sg = SELSCAN__SFX(selscan__vsigmoid)(pre);
+            dp = SELSCAN__VMUL(dp, SELSCAN__VMUL(sg, SELSCAN__VFMA(pre, SELSCAN__VSUB(one, sg), one)));
+            SELSCAN__VSTORE(gb + t * SELSCAN__VW, dp);
+        }
+        ab = SELSCAN__VADD(ab, dp);
+        a0 = SELSCAN__VFMA(dp, x0, a0);
+        a1 = SELSCAN__VFMA(dp, x1, a1);
+        if (W > 2) a2 = SELSCAN__VFMA(dp, x2, a2);
+        if (W > 3) a3 = SELSCAN__VFMA(dp, x3, a3);
+    }
+    dw[0] = a0; dw[1] = a1; dw[2] = a2; dw[3] = a3; *db = ab;
+}
+
+/* Backward, input gradients of n positions: ob[i] = sum_k w[k] gb[i + H - k], k = H .. 0 (the
+   reference's order: gb row i is the first dpre that reads position i). */
+static SELSCAN__ATTR SELSCAN__INLINE void SELSCAN__SFX(selscan__conv_dx_rows)(const int W, const int n, const float *gb,
+                                                                             float *ob, const float *wl) {
+    const SELSCAN__VF w0 = SELSCAN__VLOAD(wl), w1 = SELSCAN__VLOAD(wl + SELSCAN__VW);
+    const SELSCAN__VF w2 = W > 2 ? SELSCAN__VLOAD(wl + 2 * SELSCAN__VW) : w0;
+    const SELSCAN__VF w3 = W > 3 ? SELSCAN__VLOAD(wl + 3 * SELSCAN__VW) : w0;
+    const SELSCAN__VF zero = SELSCAN__VSET1(0.0f);
+    int i;
+    for (i = 0; i < n; i++) {
+        const float *g = gb + i * SELSCAN__VW;
+        SELSCAN__VF acc;
+        if (W == 2) {
+            acc = SELSCAN__VFMA(w1, SELSCAN__VLOAD(g), zero);
+            acc = SELSCAN__VFMA(w0, SELSCAN__VLOAD(g + SELSCAN__VW), acc);
+        } else if (W == 3) {
+            acc = SELSCAN__VFMA(w2, SELSCAN__VLOAD(g), zero);
+            acc = SELSCAN__VFMA(w1, SELSCAN__VLOAD(g + SELSCAN__VW), acc);
+            acc = SELSCAN__VFMA(w0, SELSCAN__VLOAD(g + 2 * SELSCAN__VW), acc);
+        } else {
+            acc = SELSCAN__VFMA(w3, SELSCAN__VLOAD(g), zero);
+            acc = SELSCAN__VFMA(w2, SELSCAN__VLOAD(g + SELSCAN__VW), acc);
+            acc = SELSCAN__VFMA(w1, SELSCAN__VLOAD(g + 2 * SELSCAN__VW), acc);
+            acc = SELSCAN__VFMA(w0, SELSCAN__VLOAD(g + 3 * SELSCAN__VW), acc);
+        }
+        SELSCAN__VSTORE(ob + i * SELSCAN__VW, acc);
+    }
+}
+
+static SELSCAN__ATTR SELSCAN__INLINE void SELSCAN__SFX(selscan__conv_dx_any)(const int W, const int n, const float *gb,
+                                                                            float *ob, const float *wl) {
+    switch (W) {
+    case 2: SELSCAN__SFX(selscan__conv_dx_rows)(2, n, gb, ob, wl); break;
+    case 3: SELSCAN__SFX(selscan__conv_dx_rows)(3, n, gb, ob, wl); break;
+    default: SELSCAN__SFX(selscan__conv_dx_rows)(4, n, gb, ob, wl); break;
+    }
+}
+
+/* n input-gradient rows of positions p0 .. p0 + n - 1 of sequence [s0, ..): dx, or hb
+   (dinit_state rows) before s0. */
+static SELSCAN__ATTR void SELSCAN__SFX(selscan__conv_emit)(const selscan__cprob *q, const selscan__cgrd *r, int64_t b,
+                                                          int64_t d0, int nl, int64_t s0, int64_t p0, int n,
+                                                          const float *ob, float *hb, float *tmp) {
+    const int H = SELSCAN__CAST(int, q->W) - 1;
+    const int skip = p0 < s0 ? SELSCAN__CAST(int, selscan__min64(n, s0 - p0)) : 0;
+    int i;
+    for (i = 0; i < skip; i++) memcpy(hb + (p0 + i - s0 + H) * SELSCAN__VW, ob + i * SELSCAN__VW, SELSCAN__VW * 4);
+    if (r->dx.data && n > skip) SELSCAN__STORETILE(ob + skip * SELSCAN__VW, &r->dx, b, d0, nl, SELSCAN__VW, p0 + skip, n - skip, tmp);
+}
+
+/* The backward of one tile over every batch row and sequence: dx, dinit_state, and this tile's
+   dweight / dbias (sums in the order batch row, sequence, step: no reduce step). */
+static SELSCAN__ATTR void SELSCAN__SFX(selscan__conv_bwd_tile)(const selscan__cprob *q, const selscan__cgrd *r,
+                                                              int64_t d0, int nl) {
+    enum { VW = SELSCAN__VW, HM = SELSCAN_CONV_MAX_WIDTH - 1 };
+    float xb[(HM + SELSCAN__FT) * VW], gb[(2 * HM + SELSCAN__FT) * VW], ob[SELSCAN__FT * VW], hb[HM * VW];
+    float tmp[SELSCAN__FT * VW], wl[(HM + 1) * VW], bl[VW];
+    const int W = SELSCAN__CAST(int, q->W), H = W - 1, need_dx = r->dx.data || r->dh0.data;
+    SELSCAN__VF dw[4], db = SELSCAN__VSET1(0.0f);
+    int64_t b, s, t0;
+    int k, l;
+    for (k = 0; k < 4; k++) dw[k] = db;
+    for (l = 0; l < VW; l++) {
+        for (k = 0; k <= HM; k++)
+            wl[k * VW + l] = l < nl && k < W ? SELSCAN__CAST(const float *, q->w.data)[SELSCAN__AT2(q->w, d0 + l, k)] : 0.0f;
+        bl[l] = l < nl && q->bias.data ? SELSCAN__CAST(const float *, q->bias.data)[SELSCAN__AT1(q->bias, d0 + l)] : 0.0f;
+    }
+    for (b = 0; b < q->batch; b++)
+        for (s = 0; s < selscan__conv_nseg(q); s++) {
+            int64_t s0, s1, row;
+            selscan__conv_seg(q, b, s, &s0, &s1, &row);
+            for (k = 0; k < H; k++)
+                for (l = 0; l < VW; l++) {
+                    xb[k * VW + l] = l < nl && q->h0.data ? selscan__load(q->h0.data, SELSCAN__AT3(q->h0, row, d0 + l, k), q->dt) : 0.0f;
+                    gb[k * VW + l] = 0.0f; /* no dpre before the sequence */
+                }
+            for (t0 = s0; t0 < s1; t0 += SELSCAN__FT) {
+                const int nt = SELSCAN__CAST(int, selscan__min64(SELSCAN__FT, s1 - t0));
+                SELSCAN__LOADTILE(xb + H * VW, &q->x, b, d0, nl, VW, t0, nt, tmp);
+                SELSCAN__LOADTILE(gb + H * VW, &r->dy, b, d0, nl, VW, t0, nt, tmp);
+                switch (W) {
+                case 2: SELSCAN__SFX(selscan__conv_dpre_rows)(2, q->silu, nt, xb, gb + H * VW, wl, bl, dw, &db); break;
+                case 3: SELSCAN__SFX(selscan__conv_dpre_rows)(3, q->silu, nt, xb, gb + H * VW, wl, bl, dw, &db); break;
+                default: SELSCAN__SFX(selscan__conv_dpre_rows)(4, q->silu, nt, xb, gb + H * VW, wl, bl, dw, &db); break;
+                }
+                if (need_dx) { /* positions t0 - H .. t0 + nt - 1 - H are complete */
+                    SELSCAN__SFX(selscan__conv_dx_any)(W, nt, gb, ob, wl);
+                    SELSCAN__SFX(selscan__conv_emit)(q, r, b, d0, nl, s0, t0 - H, nt, ob, hb, tmp);
+                }
+                memmove(xb, xb + nt * VW, SELSCAN__CAST(size_t, H * VW) * 4);
+                memmove(gb, gb + nt * VW, SELSCAN__CAST(size_t, H * VW) * 4);
+            }
+            if (need_dx) { /* the last H positions: no dpre after the sequence; plus dfinal_state */
+                memset(gb + H * VW, 0, SELSCAN__CAST(size_t, H * VW) * 4);
+                SELSCAN__SFX(selscan__conv_dx_any)(W, H, gb, ob, wl);
+                if (r->dhlast.data)
+                    for (k = 0; k < H; k++)
+                        for (l = 0; l < nl; l++)
+                            ob[k * VW + l] += selscan__load(r->dhlast.data, SELSCAN__AT3(r->dhlast, row, d0 + l, k), q->dt);
+                SELSCAN__SFX(selscan__conv_emit)(q, r, b, d0, nl, s0, s1 - H, H, ob, hb, tmp);
+                if (r->dh0.data)
+                    for (l = 0; l < nl; l++)
+                        for (k = 0; k < H; k++)
+                            selscan__store(r->dh0.data, SELSCAN__AT3(r->dh0, row, d0 + l, k), q->dt, hb[k * VW + l]);
+            }
+        }
+    {
+        float v[(HM + 2) * VW];
+        for (k = 0; k < 4; k++) SELSCAN__VSTORE(v + k * VW, dw[k]);
+        SELSCAN__VSTORE(v + 4 * VW, db);
+        for (l = 0; l < nl; l++) {
+            for (k = 0; k < W; k++)
+                if (r->dw.data) SELSCAN__CAST(float *, r->dw.data)[SELSCAN__AT2(r->dw, d0 + l, k)] = v[k * VW + l];
+            if (r->dbias.data) SELSCAN__CAST(float *, r->dbias.data)[SELSCAN__AT1(r->dbias, d0 + l)] = v[4 * VW + l];
+        }
+    }
 }
 
 /* the pass's definitions (>>fast-isa defines them again for the next pass) */
