@@ -122,7 +122,7 @@ def test_conv_output_layout_follows_x(device):
             assert y.stride(1) == 1  # channels-last in, channels-last out (no transposes)
         if lay == "cm":
             assert y.stride(2) == 1 and y.stride(0) == y.shape[2]
-        assert torch.equal(y, st.causal_conv1d_fn(x, w, b, activation="silu"))
+        assert rel_err(y, st.causal_conv1d_fn(x, w, b, activation="silu")) < 1e-6  # paths per layout
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -248,7 +248,8 @@ def test_conv_update_matches_forward(device):
     outs = [y]
     for t in range(5, 12):
         outs.append(st.causal_conv1d_update(x[:, :, t], state, w, b, "silu").unsqueeze(-1))
-    assert torch.equal(torch.cat(outs, -1), full)
+    # the forward's fast path may contract a * b + c (selscan.h: rounding only): not bitwise
+    assert rel_err(torch.cat(outs, -1), full) < 1e-6
 
 
 def test_conv_errors():
