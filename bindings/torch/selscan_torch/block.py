@@ -227,7 +227,8 @@ class _MambaInnerFn(torch.autograd.Function):
             if d_dt_rms is not None:
                 d_dt_rms = d_dt_rms.to(dt_rms.dtype)
             d_x_proj_w = dx_dbl @ _cm_matrix(conv_out).t() if nig[3] else None
-            dconv2d = torch.addmm(_cm_matrix(du), x_proj_weight.t(), dx_dbl)
+            dconv2d = _cm_matrix(du)  # a view when du has u's cm layout (the scan's outputs do)
+            dconv2d.addmm_(x_proj_weight.t(), dx_dbl)  # in place: du is the scan's fresh output
             dconv = _cm_tensor(dconv2d, b, L)
             cmask = [1, int(nig[1]), int(cfg.has_cb and nig[2]), 0]
             dx, dconv_w, dconv_b, _ = _conv_bwd(x, conv_w, conv_b, None, None, dconv, None, True, cmask)
