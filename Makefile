@@ -200,8 +200,10 @@ test-torch: torch-install
 # whose setup.py compiles the op against the installed TensorFlow (tf.sysconfig flags; GPU kernels
 # when nvcc and a CUDA TensorFlow are there). test-tf: a virtual environment $(TF_VENV) with a CPU
 # TensorFlow, scikit-learn, setuptools and wheel from PyPI (TF_PY=/path/to/python uses that one),
-# `pip install --no-build-isolation ./bindings/tf`, then every bindings/tf/tests/test_*.py
-# (the op; the MambaVision mixer against a float64 reference, serialization, XLA; the learning test).
+# `pip install --no-build-isolation ./bindings/tf`, then bindings/tf/tests/run_all.sh: every
+# tests/test_*.py (the op; hostile inputs; the MambaVision mixer against a float64 reference,
+# serialization, XLA; the learning test) and the fuzz harness tests/fuzz_tf_ops.py (CI budget;
+# TF_FUZZ_ARGS="--cases N --seed S" for more), ending on "TOTAL: N passed, M failed".
 # tf-op: the op alone with the rules below, into $(BUILD)/tf_op/_selscan_tf_ops.so (development, and
 # with nvcc it compiles the GPU TU against any TensorFlow: selscan_tf_gpu.cc (host compiler,
 # GOOGLE_CUDA=1) and selscan_tf_kernels.cu (nvcc, no TensorFlow headers), for the same GPUs as
@@ -235,8 +237,7 @@ test-tf:
 	t0=$$(date +%s) && \
 	"$$py" -m pip install -q --disable-pip-version-check --no-build-isolation --no-deps --force-reinstall ./$(TF_DIR) && \
 	echo "test-tf: pip built and installed selscan_tf from source in $$(( $$(date +%s) - t0 )) s" || exit 1; \
-	fail=0; for t in $(TF_DIR)/tests/test_*.py; do echo "== $$t"; (cd $(BUILD) && "$$py" "$(CURDIR)/$$t") || fail=1; done; \
-	exit $$fail
+	$(TF_DIR)/tests/run_all.sh "$$py" $(BUILD)
 
 $(TF_OUT):
 	mkdir -p $(TF_OUT)

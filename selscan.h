@@ -2,14 +2,16 @@
  *
  * QUICK START (README.md has a complete program; every call returns a selscan_status)
  *
- *     selscan_problem p = {0};  p.batch = 2; p.dim = 64; p.seqlen = 128; p.dstate = 16;
+ *     selscan_problem p;  selscan_grads g;  size_t bytes = 0;  void *ws;
+ *     memset(&p, 0, sizeof p);  memset(&g, 0, sizeof g);  (zero: defaults; C and C++ alike)
+ *     p.batch = 2; p.dim = 64; p.seqlen = 128; p.dstate = 16;
  *     p.u.data = u; p.delta.data = delta; p.A.data = A; p.B.data = B; p.C.data = C; p.y.data = y;
- *     size_t bytes = 0;  selscan_workspace_size(&p, &g, &bytes);   void *ws = malloc(bytes);
- *     selscan_forward_cpu(&p, ws, bytes);                           forward:  y
  *     g.dy.data = dy; g.du.data = du; g.dA.data = dA;               (any subset of gradients)
+ *     selscan_workspace_size(&p, &g, &bytes);  ws = malloc(bytes);  (enough for both passes)
+ *     selscan_forward_cpu(&p, ws, bytes);                           forward:  y
  *     selscan_backward_cpu(&p, &g, ws, bytes);                      backward: du, dA, ...
- *     selscan_step_problem s = {0};  ... s.state.data = state;    decode step, in place:
- *     selscan_step_cpu(&s);                                         state, y
+ *     selscan_step_problem s;  memset(&s, 0, sizeof s);  ...  s.state.data = state;
+ *     selscan_step_cpu(&s);                                         decode step, in place: state, y
  *
  * CONTENTS (grep the >>tag)
  *     >>api          types, flags, status codes, every public declaration

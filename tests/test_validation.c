@@ -507,6 +507,82 @@ static void step_rules(void) {
     }
 }
 
+/* The step's in-place state and its y with explicit strides (all zero is the "contiguous"
+   convention and is skipped): every stride triple whose elements overlap (an expand()ed state:
+   a 0 stride on a dim of size > 1, or rows / channels stepping inside each other) is refused with
+   SELSCAN_ERR_STRIDE naming the operand, on the CPU entry points too (nothing written); the
+   verdict is compared with a brute-force count of the addresses. (issue 27: the torch binding
+   handed an expanded state over as "all strides 0"; the core must refuse every overlap it can
+   see.) */
+static int64_t overlap_brute(int nd, const int64_t *n, const int64_t *s) {
+    static unsigned char seen[4096];
+    int64_t i, j, k, o, hits = 0;
+    memset(seen, 0, sizeof seen);
+    for (i = 0; i < n[0]; i++)
+        for (j = 0; j < (nd > 1 ? n[1] : 1); j++)
+            for (k = 0; k < (nd > 2 ? n[2] : 1); k++) {
+                o = i * s[0] + j * (nd > 1 ? s[1] : 0) + k * (nd > 2 ? s[2] : 0);
+                hits += seen[o];
+                seen[o] = 1;
+            }
+    return hits;
+}
+
+static void step_overlap_rules(void) {
+    const int64_t sn[3] = {5, 4, 3}, yn[2] = {3, 4};
+    int64_t s[3], bad_state = 0, bad_y = 0, refused = 0, accepted = 0;
+    char first[160] = "";
+    for (s[0] = 0; s[0] < 14; s[0]++)
+        for (s[1] = 0; s[1] < 14; s[1]++)
+            for (s[2] = 0; s[2] < 14; s[2]++) {
+                selscan_step_problem p = S0;
+                selscan_diag d = {NULL, NULL};
+                selscan_status st;
+                const int ovl = overlap_brute(3, sn, s) > 0;
+                if (s[0] == 0 && s[1] == 0 && s[2] == 0) continue;
+                p.state.stride[0] = s[0]; p.state.stride[1] = s[1]; p.state.stride[2] = s[2];
+                p.diag = &d;
+                st = selscan_validate_step(&p);
+                if (ovl) {
+                    refused++;
+                    snap_all();
+                    if (st != SELSCAN_ERR_STRIDE || !d.operand || strcmp(d.operand, "state") != 0 ||
+                        selscan_step_cpu(&p) != SELSCAN_ERR_STRIDE || selscan_step_ref(&p) != SELSCAN_ERR_STRIDE ||
+                        !same_all()) {
+                        if (!bad_state++)
+                            snprintf(first, sizeof first, "state strides (%lld, %lld, %lld): '%s'", (long long)s[0],
+                                     (long long)s[1], (long long)s[2], selscan_status_string(st));
+                    }
+                } else if (st == SELSCAN_OK) {
+                    accepted++;
+                }
+            }
+    CHECK(bad_state == 0, "overlapping state strides accepted or misreported: %lld of %lld, first %s",
+          (long long)bad_state, (long long)refused, first);
+    CHECK(accepted > 0, "some disjoint explicit state strides accepted (%lld)", (long long)accepted);
+    for (s[0] = 0; s[0] < 14; s[0]++)
+        for (s[1] = 0; s[1] < 14; s[1]++) {
+            selscan_step_problem p = S0;
+            selscan_diag d = {NULL, NULL};
+            selscan_status st;
+            if ((s[0] == 0 && s[1] == 0) || overlap_brute(2, yn, s) == 0) continue;
+            p.y.stride[0] = s[0]; p.y.stride[1] = s[1];
+            p.diag = &d;
+            st = selscan_validate_step(&p);
+            if (st != SELSCAN_ERR_STRIDE || !d.operand || strcmp(d.operand, "y") != 0) bad_y++;
+        }
+    CHECK(bad_y == 0, "overlapping step y strides accepted or misreported: %lld", (long long)bad_y);
+    /* the expand()ed forms by name: one row for every cache entry, one channel for every channel */
+    STEP(s.state.stride[0] = 0; s.state.stride[1] = 3; s.state.stride[2] = 1;
+         sexpect("state expanded over n_cache (0, 3, 1)", &s, SELSCAN_ERR_STRIDE));
+    STEP(s.state.stride[0] = 12; s.state.stride[1] = 0; s.state.stride[2] = 1;
+         sexpect("state expanded over dim (12, 0, 1)", &s, SELSCAN_ERR_STRIDE));
+    STEP(s.state.stride[0] = 12; s.state.stride[1] = 3; s.state.stride[2] = 0;
+         sexpect("state expanded over N (12, 3, 0)", &s, SELSCAN_ERR_STRIDE));
+    STEP(s.state.stride[0] = 0; s.state.stride[1] = 0; s.state.stride[2] = 1;
+         sexpect("state one row of N for all (0, 0, 1)", &s, SELSCAN_ERR_STRIDE));
+}
+
 int main(void) {
     tc_init("test_validation");
     CHECK(strcmp(selscan_status_name(SELSCAN_ERR_SHAPE), "SELSCAN_ERR_SHAPE") == 0 &&
@@ -560,6 +636,7 @@ int main(void) {
     packed_rules();
     step_fixture();
     step_rules();
+    step_overlap_rules();
     {
         int i;
         for (i = 0; i < nbufs; i++) free(bufs[i].snap);

@@ -14,6 +14,8 @@
 // machine's thread count.
 #include <algorithm>
 #include <cstring>
+#include <functional>
+#include <initializer_list>
 #include <string>
 #include <vector>
 
@@ -60,6 +62,9 @@ struct InferredDims {
   bool bld = true, has_d = false, has_z = false, has_bias = false, has_h0 = false;
 };
 
+// The kernels' checks (CheckInputs) as far as the shapes are known at trace time, in the same
+// order and with the same messages naming the argument: TensorFlow's own Merge / WithRank errors
+// would name only node inputs and shapes.
 absl::Status InferDims(InferenceContext* c, bool backward, InferredDims* d) {
   std::string layout;
   bool has_dh_last = false;
@@ -71,65 +76,100 @@ absl::Status InferDims(InferenceContext* c, bool backward, InferredDims* d) {
   if (backward) TF_RETURN_IF_ERROR(c->GetAttr("has_dh_last", &has_dh_last));
   d->bld = layout != "BDL";
   const int ld = d->bld ? 1 : 2, dd = d->bld ? 2 : 1;
+  const char* lay = d->bld ? "(batch, L, dim) for layout BLD" : "(batch, dim, L) for layout BDL";
+  const char* blay = d->bld ? "(batch, L, n_groups, N) for layout BLD" : "(batch, n_groups, N, L) for layout BDL";
+  auto str = [&](ShapeHandle x) { return c->DebugString(x); };
+  auto with_rank = [&](int i, int r, const char* name, const char* what, ShapeHandle* out) -> absl::Status {
+    if (c->WithRank(c->input(i), r, out).ok()) return absl::OkStatus();
+    return Invalid("selscan: ", name, " must have rank ", r, " ", what, ", got shape ", str(c->input(i)));
+  };
+  // Merges the listed axes of operand x into the known dims; on a conflict, "name must have shape want".
+  auto merge = [&](ShapeHandle x, std::initializer_list<std::pair<int, DimensionHandle*>> axes, const char* name,
+                   const std::function<std::string()>& want) -> absl::Status {
+    for (const auto& ax : axes) {
+      DimensionHandle m;
+      if (!c->Merge(c->Dim(x, ax.first), *ax.second, &m).ok())
+        return Invalid("selscan: ", name, " must have shape ", want(), ", got ", str(x));
+    }
+    for (const auto& ax : axes) TF_RETURN_IF_ERROR(c->Merge(c->Dim(x, ax.first), *ax.second, ax.second));
+    return absl::OkStatus();
+  };
+  auto dstr = [&](DimensionHandle x) { return c->ValueKnown(x) ? std::to_string(c->Value(x)) : std::string("?"); };
+
+  auto known_nonzero = [&](DimensionHandle x) { return c->ValueKnown(x) && c->Value(x) > 0; };
+  auto absent = [&](bool present, int i, const char* name, const char* attr) -> absl::Status {
+    ShapeHandle x = c->input(i);
+    if (present || !c->RankKnown(x)) return absl::OkStatus();
+    for (int k = 0; k < c->Rank(x); k++)
+      if (!known_nonzero(c->Dim(x, k))) return absl::OkStatus();  // possibly empty: the kernel decides
+    return AbsentRule(name, attr, str(x));
+  };
+  TF_RETURN_IF_ERROR(absent(d->has_d, kD, "D", "has_d"));
+  TF_RETURN_IF_ERROR(absent(d->has_z, kZ, "z", "has_z"));
+  TF_RETURN_IF_ERROR(absent(d->has_bias, kDeltaBias, "delta_bias", "has_delta_bias"));
+  TF_RETURN_IF_ERROR(absent(d->has_h0, kH0, "h0", "has_h0"));
+  if (backward) {
+    TF_RETURN_IF_ERROR(absent(has_dh_last, kDhLast, "dh_last", "has_dh_last"));
+    if (c->RankKnown(c->input(kCheckpoint)) && c->Rank(c->input(kCheckpoint)) != 1)
+      return CheckpointRankRule(str(c->input(kCheckpoint)));
+  }
 
   ShapeHandle u, t;
-  TF_RETURN_IF_ERROR(c->WithRank(c->input(kU), 3, &u));
-  TF_RETURN_IF_ERROR(c->WithRank(c->input(kDelta), 3, &t));
-  TF_RETURN_IF_ERROR(c->Merge(u, t, &u));
-  if (d->has_z) {
-    TF_RETURN_IF_ERROR(c->WithRank(c->input(kZ), 3, &t));
-    TF_RETURN_IF_ERROR(c->Merge(u, t, &u));
-  }
-  if (backward) {
-    TF_RETURN_IF_ERROR(c->WithRank(c->input(kDy), 3, &t));
-    TF_RETURN_IF_ERROR(c->Merge(u, t, &u));
-  }
+  TF_RETURN_IF_ERROR(with_rank(kU, 3, "u", lay, &u));
+  auto same_as_u = [&](int i, const char* name) -> absl::Status {
+    TF_RETURN_IF_ERROR(with_rank(i, 3, name, lay, &t));
+    if (!c->Merge(u, t, &u).ok()) return Invalid("selscan: ", name, " must have u's shape ", str(u), ", got ", str(t));
+    return absl::OkStatus();
+  };
+  TF_RETURN_IF_ERROR(same_as_u(kDelta, "delta"));
+  if (d->has_z) TF_RETURN_IF_ERROR(same_as_u(kZ, "z"));
+  if (backward) TF_RETURN_IF_ERROR(same_as_u(kDy, "dy"));
   d->batch = c->Dim(u, 0);
   d->L = c->Dim(u, ld);
   d->dim = c->Dim(u, dd);
 
   ShapeHandle a;
-  TF_RETURN_IF_ERROR(c->WithRank(c->input(kA), 2, &a));
-  TF_RETURN_IF_ERROR(c->Merge(c->Dim(a, 0), d->dim, &d->dim));
+  TF_RETURN_IF_ERROR(with_rank(kA, 2, "A", "(dim, N)", &a));
+  TF_RETURN_IF_ERROR(merge(a, {{0, &d->dim}}, "A", [&] { return "(dim, N) with dim=" + dstr(d->dim); }));
   d->N = c->Dim(a, 1);
 
   ShapeHandle b, cc;
-  TF_RETURN_IF_ERROR(c->WithRank(c->input(kB), 4, &b));
-  TF_RETURN_IF_ERROR(c->WithRank(c->input(kC), 4, &cc));
-  TF_RETURN_IF_ERROR(c->Merge(b, cc, &b));
-  TF_RETURN_IF_ERROR(c->Merge(c->Dim(b, 0), d->batch, &d->batch));
-  if (d->bld) {  // (batch, L, G, N)
-    TF_RETURN_IF_ERROR(c->Merge(c->Dim(b, 1), d->L, &d->L));
-    d->G = c->Dim(b, 2);
-    TF_RETURN_IF_ERROR(c->Merge(c->Dim(b, 3), d->N, &d->N));
-  } else {  // (batch, G, N, L)
-    d->G = c->Dim(b, 1);
-    TF_RETURN_IF_ERROR(c->Merge(c->Dim(b, 2), d->N, &d->N));
-    TF_RETURN_IF_ERROR(c->Merge(c->Dim(b, 3), d->L, &d->L));
-  }
-  if (d->has_d) {
-    TF_RETURN_IF_ERROR(c->WithRank(c->input(kD), 1, &t));
-    TF_RETURN_IF_ERROR(c->Merge(c->Dim(t, 0), d->dim, &d->dim));
-  }
-  if (d->has_bias) {
-    TF_RETURN_IF_ERROR(c->WithRank(c->input(kDeltaBias), 1, &t));
-    TF_RETURN_IF_ERROR(c->Merge(c->Dim(t, 0), d->dim, &d->dim));
-  }
-  auto state = [&](int i) -> absl::Status {
-    ShapeHandle h;
-    TF_RETURN_IF_ERROR(c->WithRank(c->input(i), 3, &h));
-    TF_RETURN_IF_ERROR(c->Merge(c->Dim(h, 0), d->batch, &d->batch));
-    TF_RETURN_IF_ERROR(c->Merge(c->Dim(h, 1), d->dim, &d->dim));
-    TF_RETURN_IF_ERROR(c->Merge(c->Dim(h, 2), d->N, &d->N));
-    return absl::OkStatus();
+  TF_RETURN_IF_ERROR(with_rank(kB, 4, "B", blay, &b));
+  d->G = c->Dim(b, d->bld ? 2 : 1);
+  auto bc_want = [&] {
+    return std::string(blay) + " = " +
+           (d->bld ? "[" + dstr(d->batch) + "," + dstr(d->L) + "," + dstr(d->G) + "," + dstr(d->N) + "]"
+                   : "[" + dstr(d->batch) + "," + dstr(d->G) + "," + dstr(d->N) + "," + dstr(d->L) + "]");
   };
-  if (d->has_h0) TF_RETURN_IF_ERROR(state(kH0));
-  if (has_dh_last) TF_RETURN_IF_ERROR(state(kDhLast));
-  if (c->ValueKnown(d->dim) && c->ValueKnown(d->G) && c->Value(d->dim) > 0 &&
-      (c->Value(d->G) == 0 || c->Value(d->dim) % c->Value(d->G) != 0))
-    return Invalid("selscan: ", selscan_status_string(SELSCAN_ERR_SHAPE), " [",
-                                               selscan_status_name(SELSCAN_ERR_SHAPE), "]: dim ", c->Value(d->dim),
-                                               " is not a multiple of n_groups ", c->Value(d->G));
+  if (d->bld)  // (batch, L, G, N)
+    TF_RETURN_IF_ERROR(merge(b, {{0, &d->batch}, {1, &d->L}, {3, &d->N}}, "B", bc_want));
+  else  // (batch, G, N, L)
+    TF_RETURN_IF_ERROR(merge(b, {{0, &d->batch}, {2, &d->N}, {3, &d->L}}, "B", bc_want));
+  TF_RETURN_IF_ERROR(with_rank(kC, 4, "C", blay, &cc));
+  if (!c->Merge(b, cc, &b).ok()) return Invalid("selscan: C must have B's shape ", str(b), ", got ", str(cc));
+  d->G = c->Dim(b, d->bld ? 2 : 1);
+  // The kernels' rules (selscan_tf_common.h >>rules) where the sizes are known.
+  if (c->ValueKnown(d->N) && c->Value(d->N) == 0 && known_nonzero(d->batch) && known_nonzero(d->dim) &&
+      known_nonzero(d->L))
+    return StateRule(0, false, str(a));
+  if (c->ValueKnown(d->G) && (c->Value(d->G) < 1 || (c->ValueKnown(d->dim) && c->Value(d->dim) % c->Value(d->G) != 0)))
+    return GroupRule(c->ValueKnown(d->dim) ? c->Value(d->dim) : -1, c->Value(d->G));
+  auto vec_dim = [&](bool present, int i, const char* name) -> absl::Status {
+    if (!present) return absl::OkStatus();
+    TF_RETURN_IF_ERROR(with_rank(i, 1, name, "(dim,)", &t));
+    return merge(t, {{0, &d->dim}}, name, [&] { return "(dim,) = (" + dstr(d->dim) + ")"; });
+  };
+  TF_RETURN_IF_ERROR(vec_dim(d->has_d, kD, "D"));
+  TF_RETURN_IF_ERROR(vec_dim(d->has_bias, kDeltaBias, "delta_bias"));
+  auto state = [&](bool present, int i, const char* name) -> absl::Status {
+    if (!present) return absl::OkStatus();
+    TF_RETURN_IF_ERROR(with_rank(i, 3, name, "(batch, dim, N)", &t));
+    return merge(t, {{0, &d->batch}, {1, &d->dim}, {2, &d->N}}, name, [&] {
+      return "(batch, dim, N) = (" + dstr(d->batch) + ", " + dstr(d->dim) + ", " + dstr(d->N) + ")";
+    });
+  };
+  TF_RETURN_IF_ERROR(state(d->has_h0, kH0, "h0"));
+  if (has_dh_last) TF_RETURN_IF_ERROR(state(has_dh_last, kDhLast, "dh_last"));
   d->seq = d->bld ? c->MakeShape({d->batch, d->L, d->dim}) : c->MakeShape({d->batch, d->dim, d->L});
   d->bc = d->bld ? c->MakeShape({d->batch, d->L, d->G, d->N}) : c->MakeShape({d->batch, d->G, d->N, d->L});
   return absl::OkStatus();

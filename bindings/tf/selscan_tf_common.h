@@ -62,12 +62,59 @@ inline absl::Status ReadOptions(OpKernelConstruction* c, bool backward, Options*
   return absl::OkStatus();
 }
 
+// ---- shape rules (>>rules) ----------------------------------------------------------------------
+// One message per rule, used by both the kernels' checks (CheckInputs) and the shape functions
+// (selscan_tf.cc), so eager calls and graphs refuse the same inputs with the same words. Every
+// message names the user's argument (u, delta, A, B, C, D, z, delta_bias, h0, dy, dh_last,
+// checkpoint), never one of selscan's internal sizes alone.
+
+// The group axis of B and C: n_groups >= 1 dividing dim, whatever the other sizes (also when the
+// problem is empty, as in the PyTorch package).
+inline absl::Status GroupRule(int64_t dim, int64_t G) {
+  if (G >= 1 && dim % G == 0) return absl::OkStatus();
+  return Invalid("selscan: the group count of B and C (their n_groups axis, ", G,
+                 ") must be >= 1 and divide dim (u's channel axis, ", dim < 0 ? std::string("?") : std::to_string(dim),
+                 ")");
+}
+
+// A's state size N (also B's and C's last axis): at least 1 unless the problem is empty.
+inline absl::Status StateRule(int64_t N, bool empty, const std::string& a_shape) {
+  if (N >= 1 || empty) return absl::OkStatus();
+  return Invalid("selscan: A must have shape (dim, N) with N >= 1 states, got ", a_shape);
+}
+
+// An optional operand whose has_* attr is false must be an empty tensor: a non-empty one would be
+// ignored without a word (a D the caller thinks applied, a dh_last whose gradient is lost).
+inline absl::Status AbsentRule(const char* name, const char* attr, const std::string& shape) {
+  return Invalid("selscan: ", name, " is given (shape ", shape, ") but ", attr,
+                 " is false: pass an empty tensor for an absent operand, or set ", attr, "=True");
+}
+
+// The backward's checkpoint input: a vector (the forward's checkpoint output, or empty).
+inline absl::Status CheckpointRankRule(const std::string& shape) {
+  return Invalid("selscan: checkpoint must have rank 1 (SelscanForward's checkpoint output, or an empty "
+                 "tensor), got shape ", shape);
+}
+
 // Checks ranks and that all operands agree before anything is handed to selscan, so a bad shape
-// is an InvalidArgument error and never an out-of-bounds read. Group divisibility and N == 0 are
-// left to selscan, whose message then reaches the user.
+// is an InvalidArgument error naming the argument and never an out-of-bounds read; the rules
+// above hold at every size, zero sizes included.
 inline absl::Status CheckInputs(OpKernelContext* ctx, const Options& o, bool backward, Sizes* s) {
   const char* lay = o.bld ? "(batch, L, dim) for layout BLD" : "(batch, dim, L) for layout BDL";
   const char* blay = o.bld ? "(batch, L, n_groups, N) for layout BLD" : "(batch, n_groups, N, L) for layout BDL";
+  auto absent = [&](bool present, int i, const char* name, const char* attr) -> absl::Status {
+    const Tensor& t = ctx->input(i);
+    if (present || t.NumElements() == 0) return absl::OkStatus();
+    return AbsentRule(name, attr, t.shape().DebugString());
+  };
+  TF_RETURN_IF_ERROR(absent(o.has_d, kD, "D", "has_d"));
+  TF_RETURN_IF_ERROR(absent(o.has_z, kZ, "z", "has_z"));
+  TF_RETURN_IF_ERROR(absent(o.has_bias, kDeltaBias, "delta_bias", "has_delta_bias"));
+  TF_RETURN_IF_ERROR(absent(o.has_h0, kH0, "h0", "has_h0"));
+  if (backward) {
+    TF_RETURN_IF_ERROR(absent(o.has_dh_last, kDhLast, "dh_last", "has_dh_last"));
+    if (ctx->input(kCheckpoint).dims() != 1) return CheckpointRankRule(ctx->input(kCheckpoint).shape().DebugString());
+  }
   const Tensor& u = ctx->input(kU);
   if (u.dims() != 3)
     return Invalid("selscan: u must have rank 3 ", lay, ", got shape ", u.shape().DebugString());
@@ -89,6 +136,7 @@ inline absl::Status CheckInputs(OpKernelContext* ctx, const Options& o, bool bac
   if (A.dims() != 2 || A.dim_size(0) != s->dim)
     return Invalid("selscan: A must have shape (dim, N) with dim=", s->dim, ", got ", A.shape().DebugString());
   s->N = A.dim_size(1);
+  TF_RETURN_IF_ERROR(StateRule(s->N, s->Empty(), A.shape().DebugString()));
 
   const Tensor& B = ctx->input(kB);
   const Tensor& C = ctx->input(kC);
@@ -103,6 +151,7 @@ inline absl::Status CheckInputs(OpKernelContext* ctx, const Options& o, bool bac
     if (C.shape() != want)
       return Invalid("selscan: C must have B's shape ", want.DebugString(), ", got ", C.shape().DebugString());
   }
+  TF_RETURN_IF_ERROR(GroupRule(s->dim, s->G));
   auto vec_dim = [&](bool present, int i, const char* name) -> absl::Status {
     if (!present) return absl::OkStatus();
     const Tensor& t = ctx->input(i);
@@ -122,8 +171,6 @@ inline absl::Status CheckInputs(OpKernelContext* ctx, const Options& o, bool bac
   };
   TF_RETURN_IF_ERROR(state(o.has_h0, kH0, "h0"));
   if (backward) TF_RETURN_IF_ERROR(state(o.has_dh_last, kDhLast, "dh_last"));
-  if (!s->Empty() && s->G == 0)
-    return Invalid("selscan: B and C have 0 groups (", s->ToString(), ")");
   return absl::OkStatus();
 }
 

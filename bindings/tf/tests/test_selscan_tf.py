@@ -408,15 +408,15 @@ def test_bad_shapes():
     prob = Problem(rng, batch=2, dim=6, L=5, N=3, G=1)
     t = prob.tensors("BLD")
     B4 = tf.zeros([2, 5, 4, 3])  # 4 groups do not divide dim 6
-    # eager: the kernel hands the problem to selscan, which refuses it
-    expect_error(lambda: selective_scan(t["u"], t["delta"], t["A"], B4, B4), "SELSCAN_ERR_SHAPE",
-                 "group count", types=(tf.errors.InvalidArgumentError,))
-    # graph: the shape function refuses it with selscan's message
+    # eager: the kernel's check, naming B and C (not selscan's internal n_groups alone)
+    expect_error(lambda: selective_scan(t["u"], t["delta"], t["A"], B4, B4), "group count of B and C",
+                 types=(tf.errors.InvalidArgumentError,))
+    # graph: the shape function refuses it with the same message
     expect_error(lambda: tf.function(lambda: selective_scan(t["u"], t["delta"], t["A"], B4, B4), autograph=False).get_concrete_function(),
-                 "group count", types=(ValueError, tf.errors.InvalidArgumentError))
-    # N = 0: selscan's message (dstate must be positive)
+                 "group count of B and C", types=(ValueError, tf.errors.InvalidArgumentError))
+    # N = 0: A named (not selscan's internal dstate)
     A0, B0 = tf.zeros([6, 0]), tf.zeros([2, 5, 1, 0])
-    expect_error(lambda: selective_scan(t["u"], t["delta"], A0, B0, B0), "SELSCAN_ERR_SHAPE")
+    expect_error(lambda: selective_scan(t["u"], t["delta"], A0, B0, B0), "A must have shape (dim, N) with N >= 1")
     # mismatched operands: the op's checks, before selscan sees anything
     expect_error(lambda: selective_scan(t["u"], t["delta"][:, :4], t["A"], t["B"], t["C"]), "delta")
     expect_error(lambda: selective_scan(t["u"], t["delta"], t["A"][:5], t["B"], t["C"]), "A")
@@ -434,7 +434,7 @@ def test_bad_shapes():
                  types=(ValueError,))
     # the same in a graph (shape functions), with static shapes
     expect_error(lambda: tf.function(lambda: selective_scan(t["u"], t["delta"][:, :4], t["A"], t["B"], t["C"]), autograph=False)
-                 .get_concrete_function(), "Dimension", types=(ValueError,))
+                 .get_concrete_function(), "delta must have u's shape", types=(ValueError,))
     # and a graph whose shapes are only known at run time: the kernel's check
     f = tf.function(lambda a, b: selective_scan(a, b, t["A"], t["B"], t["C"]),
                     input_signature=[tf.TensorSpec([None, None, None]), tf.TensorSpec([None, None, None])])

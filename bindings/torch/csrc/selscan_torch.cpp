@@ -28,6 +28,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdint>
+#include <cstring>
 #include <exception>
 #include <string>
 #include <vector>
@@ -125,13 +126,49 @@ std::string Shape(const Tensor& t) { return c10::str(t.sizes()); }
 
 static_assert(SELSCAN_VERSION >= 200, "selscan_torch needs selscan v0.2 (const inputs, selscan_diag)");
 
-// selscan's report of the failing operand (filled only on an error status).
+// ---- >>harden-names: selscan's operand names -> the user's argument names, per op ----------
+// selscan's diag names its own operands (the step's x is selscan's u, dt its delta, ...); errors
+// name what the caller passed. A rule "overlaps <operand>" is renamed the same way.
+struct NameMap {
+  const char* selscan;
+  const char* user;
+};
+constexpr NameMap kFwdNames[] = {{"y", "out"}, {"h_last", "last_state"}, {"seqlen", "L"}, {"dstate", "N"}};
+constexpr NameMap kStepNames[] = {{"u", "x"},
+                                  {"delta", "dt"},
+                                  {"delta_bias", "dt_bias"},
+                                  {"state_index", "state_batch_indices"},
+                                  {"y", "out"},
+                                  {"dstate", "N"}};
+struct Names {
+  const NameMap* map = nullptr;
+  size_t n = 0;
+  std::string Of(const char* name) const {
+    for (size_t i = 0; i < n; i++)
+      if (std::strcmp(map[i].selscan, name) == 0) return map[i].user;
+    return name;
+  }
+  std::string Rule(const char* rule) const {  // "overlaps u" -> "overlaps x"
+    static const char kOv[] = "overlaps ";
+    if (std::strncmp(rule, kOv, sizeof kOv - 1) == 0) return kOv + Of(rule + sizeof kOv - 1);
+    return rule;
+  }
+};
+template <size_t K>
+Names NamesOf(const NameMap (&map)[K]) { return Names{map, K}; }
+
+// selscan's report of the failing operand (filled only on an error status), in the op's names.
 struct Diag {
   selscan_diag d = {nullptr, nullptr};
+  Names names;
+  Diag() = default;
+  explicit Diag(Names n) : names(n) {}
   template <typename P>
   void Attach(P* p) { p->diag = &d; }
   std::string Text() const {
-    if (d.operand) return std::string(" (argument '") + d.operand + "': " + (d.rule ? d.rule : "invalid") + ")";
+    if (d.operand)
+      return std::string(" (argument '") + names.Of(d.operand) + "': " + (d.rule ? names.Rule(d.rule) : "invalid") +
+             ")";
     return "";
   }
 };
@@ -139,10 +176,10 @@ struct Diag {
 // selscan status -> Python exception: ValueError for validation failures (naming the argument
 // where selscan's diag says it), TypeError for dtypes, NotImplementedError for what a backend
 // cannot do, RuntimeError for CUDA failures.
-void Check(selscan_status st, const char* where, const Diag& diag, const char* cuda_text = "") {
+void CheckText(selscan_status st, const char* where, const std::string& diag_text, const char* cuda_text = "") {
   if (st == SELSCAN_OK) return;
   const std::string msg = std::string("selscan: ") + where + ": " + selscan_status_string(st) + " [" +
-                          selscan_status_name(st) + "]" + diag.Text() +
+                          selscan_status_name(st) + "]" + diag_text +
                           (cuda_text && *cuda_text ? std::string(": ") + cuda_text : std::string());
   switch (st) {
     case SELSCAN_ERR_DTYPE: TORCH_CHECK_TYPE(false, msg);
@@ -150,6 +187,13 @@ void Check(selscan_status st, const char* where, const Diag& diag, const char* c
     case SELSCAN_ERR_CUDA: TORCH_CHECK(false, msg);
     default: TORCH_CHECK_VALUE(false, msg);
   }
+}
+void Check(selscan_status st, const char* where, const Diag& diag, const char* cuda_text = "") {
+  if (st != SELSCAN_OK) CheckText(st, where, diag.Text(), cuda_text);
+}
+// A refusal of the binding's own checks in selscan's form (status, the argument, the rule).
+void Refuse(selscan_status st, const char* where, const char* arg, const std::string& rule) {
+  CheckText(st, where, std::string(" (argument '") + arg + "': " + rule + ")");
 }
 
 // ---- argument checks (before anything reaches selscan: a clear message naming the argument) ----
@@ -160,10 +204,11 @@ struct Sizes {
   bool Empty() const { return batch == 0 || dim == 0 || L == 0; }
 };
 
-void SameDevice(const Tensor& ref, const Tensor& t, const char* name) {
-  TORCH_CHECK_VALUE(t.device() == ref.device(), "selscan: ", name, " is on ", t.device(), " but u is on ",
-                    ref.device());
+void SameDeviceAs(const Tensor& ref, const char* ref_name, const Tensor& t, const char* name) {
+  TORCH_CHECK_VALUE(t.device() == ref.device(), "selscan: ", name, " is on ", t.device(), " but ", ref_name,
+                    " is on ", ref.device());
 }
+void SameDevice(const Tensor& ref, const Tensor& t, const char* name) { SameDeviceAs(ref, "u", t, name); }
 
 void CheckF32(const Tensor& t, const char* name) {
   TORCH_CHECK_TYPE(t.scalar_type() == at::kFloat, "selscan: ", name, " must be float32, got ", t.scalar_type());
@@ -177,15 +222,26 @@ Sizes CheckScan(const Tensor& u, const Tensor& delta, const Tensor& A, const Ten
                 const OptT& D, const OptT& z, const OptT& delta_bias, const OptT& h0, const OptT& cu_seqlens) {
   Sizes s;
   TORCH_CHECK_VALUE(u.dim() == 3, "selscan: u must have shape (batch, dim, L), got ", Shape(u));
-  s.batch = u.size(0); s.dim = u.size(1); s.L = u.size(2);
   (void)DtypeOf(u, "u");
+  TORCH_CHECK_TYPE(!A.is_complex(), "selscan: complex A is not supported (real A only)");
+  TORCH_CHECK_VALUE(A.dim() == 2, "selscan: A must have shape (dim, N), got ", Shape(A));
+  // u is checked on its own before the others are compared with it (>>harden-plausible): where u
+  // and A disagree on dim, the one that disagrees with the rest is named (a (batch, L, dim) u passed
+  // without its transpose is u's error, not delta's)
+  if (u.size(1) != A.size(0)) {
+    const bool u_transposed = u.size(2) == A.size(0);
+    const bool delta_agrees = delta.dim() == 3 && delta.sizes() == u.sizes();
+    TORCH_CHECK_VALUE(!u_transposed && delta_agrees, "selscan: u must have shape (batch, dim, L) with dim = ",
+                      A.size(0), " (A's first dim), got ", Shape(u),
+                      u_transposed ? " (a (batch, L, dim) tensor: pass u.transpose(1, 2))" : "");
+    TORCH_CHECK_VALUE(false, "selscan: A must have shape (dim, N) with dim = ", u.size(1), " (u's dim), got ",
+                      Shape(A));
+  }
+  s.batch = u.size(0); s.dim = u.size(1); s.L = u.size(2);
   CheckShape(delta, u.sizes(), "delta", "u's shape");
   TORCH_CHECK_TYPE(delta.scalar_type() == u.scalar_type(), "selscan: delta must have u's dtype ", u.scalar_type(),
                    ", got ", delta.scalar_type());
   SameDevice(u, delta, "delta");
-  TORCH_CHECK_TYPE(!A.is_complex(), "selscan: complex A is not supported (real A only)");
-  TORCH_CHECK_VALUE(A.dim() == 2 && A.size(0) == s.dim, "selscan: A must have shape (dim, N) with dim = ", s.dim,
-                    ", got ", Shape(A));
   CheckF32(A, "A");
   SameDevice(u, A, "A");
   s.N = A.size(1);
@@ -324,10 +380,10 @@ int64_t NumParts() { return std::max<int64_t>(1, at::get_num_threads()); }
 // of the problem p (a part writes only q's diag, on an error), then raises the first failing
 // part's error, naming what selscan's diag names.
 template <typename P, typename Fn>
-void RunParts(const P& p, int64_t n_parts, const char* where, const Fn& fn) {
+void RunParts(const P& p, int64_t n_parts, const char* where, const Names& names, const Fn& fn) {
   const size_t n = static_cast<size_t>(n_parts);
   std::vector<selscan_status> sts(n, SELSCAN_OK);
-  std::vector<Diag> diags(n);
+  std::vector<Diag> diags(n, Diag(names));
   auto part = [&](int64_t i) {
     P q = p;
     diags[static_cast<size_t>(i)].Attach(&q);
@@ -346,6 +402,23 @@ void RunParts(const P& p, int64_t n_parts, const char* where, const Fn& fn) {
 OptT HostCuSeqlens(const OptT& cu) {
   if (!cu) return OptT();
   return cu->contiguous();
+}
+
+// >>harden-offsets: the offsets' values, checked by the binding where selscan is not called (an
+// empty problem: batch, dim or L 0): the rules of selscan's validation (first 0, last L,
+// non-decreasing), reported the same way, so that a bad cu_seqlens is refused whatever the sizes.
+void CheckOffsetsValues(const OptT& cu, int64_t L, const char* where) {
+  if (!cu) return;
+  const Tensor h = cu->contiguous();
+  const int64_t* o = h.data_ptr<int64_t>();
+  const int64_t n = h.numel();
+  if (o[0] != 0) Refuse(SELSCAN_ERR_SHAPE, where, "cu_seqlens", c10::str("first offset not 0 (it is ", o[0], ")"));
+  if (o[n - 1] != L)
+    Refuse(SELSCAN_ERR_SHAPE, where, "cu_seqlens", c10::str("last offset not L (it is ", o[n - 1], ", L = ", L, ")"));
+  for (int64_t i = 0; i + 1 < n; i++)
+    if (o[i + 1] < o[i])
+      Refuse(SELSCAN_ERR_SHAPE, where, "cu_seqlens",
+             c10::str("not increasing (offset ", i + 1, " is ", o[i + 1], " after ", o[i], ")"));
 }
 
 #ifdef WITH_CUDA
@@ -401,6 +474,7 @@ std::tuple<Tensor, Tensor, Tensor> Forward(const Tensor& u_in, const Tensor& del
   Tensor h_last = NewF32(return_last_state ? at::IntArrayRef{s.rows, s.dim, s.N} : at::IntArrayRef{0}, u);
   if (s.Empty() || s.N == 0) {
     TORCH_CHECK_VALUE(s.N > 0 || s.Empty(), "selscan: A must have N >= 1 states, got ", Shape(A));
+    CheckOffsetsValues(cu_seqlens, s.L, "forward");
     if (y.numel()) y.zero_();
     if (return_last_state && h_last.numel()) {
       if (h0) h_last.copy_(*h0);
@@ -412,7 +486,7 @@ std::tuple<Tensor, Tensor, Tensor> Forward(const Tensor& u_in, const Tensor& del
   selscan_problem p = BuildProblem(s, u, delta, A, B, C, D, z, delta_bias, h0, cu_host, delta_softplus);
   p.y = Operand<decltype(p.y)>(y);
   if (return_last_state) p.h_last = Operand<decltype(p.h_last)>(h_last);
-  Diag diag;
+  Diag diag(NamesOf(kFwdNames));
   diag.Attach(&p);
   size_t ck_bytes = 0;
   Tensor checkpoint;
@@ -440,7 +514,7 @@ std::tuple<Tensor, Tensor, Tensor> Forward(const Tensor& u_in, const Tensor& del
     size_t ws_bytes = 0;
     Check(selscan_workspace_size_parts(&p, nullptr, n, &ws_bytes), "forward (CPU)", diag);
     Workspace ws = MakeWorkspace(ws_bytes, u);
-    RunParts(p, n, "forward (CPU)", [&](selscan_problem* q, int64_t i) {
+    RunParts(p, n, "forward (CPU)", NamesOf(kFwdNames), [&](selscan_problem* q, int64_t i) {
       return ck ? selscan_forward_cpu_ckpt_part(q, i, n, ws.ptr, ws.bytes, ck, ck_bytes)
                 : selscan_forward_cpu_part(q, i, n, ws.ptr, ws.bytes);
     });
@@ -467,6 +541,8 @@ std::vector<Tensor> Backward(const Tensor& u_in, const Tensor& delta_in, const T
     CheckF32(*dh_last_in, "dh_last");
     SameDevice(u_in, *dh_last_in, "dh_last");
   }
+  TORCH_CHECK_TYPE(checkpoint.numel() == 0 || checkpoint.scalar_type() == at::kFloat,
+                   "selscan: checkpoint must be float32, got ", checkpoint.scalar_type());
   const Tensor u = Readable(u_in), delta = Readable(delta_in), A = Readable(A_in), B = Readable(B_in),
                C = Readable(C_in), dy = Readable(dy_in);
   const OptT D = Readable(D_in), z = Readable(z_in), delta_bias = Readable(delta_bias_in), h0 = Readable(h0_in),
@@ -486,6 +562,7 @@ std::vector<Tensor> Backward(const Tensor& u_in, const Tensor& delta_in, const T
     out[i] = want[i] ? NewLike(*like[i]) : NewF32({0}, u);
   }
   if (s.Empty() || s.N == 0) {  // every gradient 0, except dh0 = dh_last (the state passes through)
+    CheckOffsetsValues(cu_seqlens, s.L, "backward");
     for (int i = 0; i < kNumGrads; i++)
       if (want[i] && out[i].numel()) out[i].zero_();
     if (want[kDh0] && dh_last && out[kDh0].numel()) out[kDh0].copy_(*dh_last);
@@ -507,10 +584,8 @@ std::vector<Tensor> Backward(const Tensor& u_in, const Tensor& delta_in, const T
   g.dz = OptOperand<decltype(g.dz)>(grad(kDz));
   g.ddelta_bias = OptOperand<decltype(g.ddelta_bias)>(grad(kDdeltaBias));
   g.dh0 = OptOperand<decltype(g.dh0)>(grad(kDh0));
-  Diag diag;
+  Diag diag(NamesOf(kFwdNames));
   diag.Attach(&p);
-  TORCH_CHECK_TYPE(checkpoint.numel() == 0 || checkpoint.scalar_type() == at::kFloat,
-                   "selscan: checkpoint must be float32");
   if (cuda) {
 #ifdef WITH_CUDA
     const c10::cuda::CUDAGuard guard(u.device());
@@ -545,12 +620,12 @@ std::vector<Tensor> Backward(const Tensor& u_in, const Tensor& delta_in, const T
     Check(selscan_workspace_size_parts(&p, &g, n, &ws_bytes), "backward (CPU)", diag);
     Workspace ws = MakeWorkspace(ws_bytes, u);
     // phase 1: the scans of every part (per-part partial sums into the shared workspace) ...
-    RunParts(p, n, "backward (CPU)", [&](selscan_problem* q, int64_t i) {
+    RunParts(p, n, "backward (CPU)", NamesOf(kFwdNames), [&](selscan_problem* q, int64_t i) {
       return ck ? selscan_backward_cpu_ckpt_part(q, &g, i, n, ws.ptr, ws.bytes, ck, ck_bytes)
                 : selscan_backward_cpu_part(q, &g, i, n, ws.ptr, ws.bytes);
     });
     // ... phase 2, after all parts: the fixed-order reductions (dA, dD, ddelta_bias, fixed dB/dC).
-    RunParts(p, n, "backward (CPU reduce)", [&](selscan_problem* q, int64_t i) {
+    RunParts(p, n, "backward (CPU reduce)", NamesOf(kFwdNames), [&](selscan_problem* q, int64_t i) {
       return selscan_backward_cpu_reduce(q, &g, i, n, ws.ptr, ws.bytes);
     });
   }
@@ -559,54 +634,126 @@ std::vector<Tensor> Backward(const Tensor& u_in, const Tensor& delta_in, const T
 
 // ---- decode step ------------------------------------------------------------------------------
 
+// The in-place state: refused when its elements overlap each other (an expand()ed or broadcast
+// view: strides 0 on a dim of size > 1), whatever selscan's "all strides 0 = contiguous" would
+// make of its strides (>>harden-overlap). Other overlapping strides reach selscan, which refuses
+// an output whose explicit strides overlap.
+// (at::has_internal_overlap's "Yes"; the fake kernels' _checks.self_overlapping is the same rule.)
+void CheckInPlace(const Tensor& t, const char* name) {
+  bool overlap = false;
+  if (t.numel() > 0)
+    for (int64_t i = 0; i < t.dim(); i++) overlap = overlap || (t.size(i) > 1 && t.stride(i) == 0);
+  TORCH_CHECK_VALUE(!overlap, "selscan: ", name,
+                    " is updated in place but its elements overlap (an expand()ed or broadcast view, strides ",
+                    t.strides(), " for shape ", Shape(t), "); pass a tensor with its own memory (e.g. .clone())");
+}
+
+// An output operand: never "all strides 0" for more than one element (selscan would read that as
+// contiguous and write past the tensor).
+template <typename ST>
+ST OutOperand(const Tensor& t, const char* name) {
+  bool all0 = false;
+  ST s = Operand<ST>(t, &all0);
+  TORCH_CHECK_VALUE(!all0 || t.numel() <= 1, "selscan: ", name, " has all strides 0 (overlapping elements)");
+  return s;
+}
+
+// state_batch_indices on the host (the CPU op): every entry below n_cache, no row twice (negative:
+// padding), checked before anything is written -- also where selscan is not called (batch or dim 0).
+void CheckStateIndexHost(const Tensor& idx, int64_t n_cache) {
+  const Tensor h = idx.contiguous();
+  const int32_t* v = h.data_ptr<int32_t>();
+  std::vector<int32_t> rows;
+  rows.reserve(static_cast<size_t>(h.numel()));
+  for (int64_t i = 0; i < h.numel(); i++) {
+    if (v[i] >= n_cache)
+      Refuse(SELSCAN_ERR_SHAPE, "step", "state_batch_indices",
+             c10::str("not below n_cache (entry ", i, " is ", v[i], ", n_cache = ", n_cache,
+                      ", state's first dim; negative entries are padding)"));
+    if (v[i] >= 0) rows.push_back(v[i]);
+  }
+  std::sort(rows.begin(), rows.end());
+  if (std::adjacent_find(rows.begin(), rows.end()) != rows.end())
+    Refuse(SELSCAN_ERR_ALIAS, "step", "state_batch_indices", "row used twice (each row is updated in place once)");
+}
+
+// A (batch, ngroups, N) B / C operand of the step, or (batch, N) as one group (the group stride is
+// never stepped over; a non-zero one keeps "all strides 0" from arising).
+template <typename ST>
+ST StepBCOperand(const Tensor& t) {
+  ST s = Operand<ST>(t);
+  if (t.dim() == 2) {
+    s.stride[2] = s.stride[1];
+    s.stride[1] = std::max<int64_t>(1, t.numel());
+  }
+  return s;
+}
+
 Tensor Step(const Tensor& state, const Tensor& x_in, const Tensor& dt_in, const Tensor& A_in, const Tensor& B_in,
             const Tensor& C_in, const OptT& D_in, const OptT& z_in, const OptT& dt_bias_in, const OptT& state_index,
             bool dt_softplus) {
   TORCH_CHECK_VALUE(x_in.dim() == 2, "selscan: x must have shape (batch, dim), got ", Shape(x_in));
-  const int64_t batch = x_in.size(0), dim = x_in.size(1);
   (void)DtypeOf(x_in, "x");
-  TORCH_CHECK_VALUE(state.dim() == 3 && state.size(1) == dim, "selscan: state must have shape (n_cache, dim, N) with dim = ",
-                    dim, ", got ", Shape(state));
+  TORCH_CHECK_VALUE(state.dim() == 3, "selscan: state must have shape (n_cache, dim, N), got ", Shape(state));
   TORCH_CHECK_TYPE(state.scalar_type() == at::kFloat, "selscan: state must be float32 (updated in place), got ",
                    state.scalar_type());
+  SameDeviceAs(x_in, "x", state, "state");
+  CheckInPlace(state, "state");
+  TORCH_CHECK_TYPE(!A_in.is_complex(), "selscan: complex A is not supported (real A only)");
+  // x is checked against state and A before the others are compared with it: the one of x and
+  // state that disagrees with A on dim is named
+  if (x_in.size(1) != state.size(1)) {
+    const bool state_agrees_with_A = A_in.dim() == 2 && A_in.size(0) == state.size(1);
+    TORCH_CHECK_VALUE(!state_agrees_with_A, "selscan: x must have shape (batch, dim) with dim = ", state.size(1),
+                      " (state's and A's dim), got ", Shape(x_in));
+    TORCH_CHECK_VALUE(false, "selscan: state must have shape (n_cache, dim, N) with dim = ", x_in.size(1),
+                      " (x's dim), got ", Shape(state));
+  }
+  const int64_t batch = x_in.size(0), dim = x_in.size(1);
   const int64_t n_cache = state.size(0), N = state.size(2);
-  SameDevice(x_in, state, "state");
   CheckShape(dt_in, x_in.sizes(), "dt", "x's shape");
-  TORCH_CHECK_TYPE(dt_in.scalar_type() == x_in.scalar_type(), "selscan: dt must have x's dtype");
-  SameDevice(x_in, dt_in, "dt");
+  TORCH_CHECK_TYPE(dt_in.scalar_type() == x_in.scalar_type(), "selscan: dt must have x's dtype ",
+                   x_in.scalar_type(), ", got ", dt_in.scalar_type());
+  SameDeviceAs(x_in, "x", dt_in, "dt");
   CheckShape(A_in, {dim, N}, "A", "(dim, N)");
   CheckF32(A_in, "A");
-  SameDevice(x_in, A_in, "A");
-  int64_t G = 1;
+  SameDeviceAs(x_in, "x", A_in, "A");
   auto bc = [&](const Tensor& t, const char* name) {
-    TORCH_CHECK_VALUE(t.dim() == 3 && t.size(0) == batch && t.size(2) == N, "selscan: ", name,
-                      " must have shape (batch, N) or (batch, ngroups, N) with batch = ", batch, ", N = ", N,
-                      ", got ", Shape(t));
+    const bool ok = (t.dim() == 2 && t.size(0) == batch && t.size(1) == N) ||
+                    (t.dim() == 3 && t.size(0) == batch && t.size(2) == N);
+    TORCH_CHECK_VALUE(ok, "selscan: ", name, " must have shape (batch, N) or (batch, ngroups, N) with batch = ", batch,
+                      ", N = ", N, ", got ", Shape(t));
     TORCH_CHECK_TYPE(t.scalar_type() == x_in.scalar_type(), "selscan: ", name, " must have x's dtype ",
                      x_in.scalar_type(), ", got ", t.scalar_type());
-    SameDevice(x_in, t, name);
+    SameDeviceAs(x_in, "x", t, name);
   };
   bc(B_in, "B");
   bc(C_in, "C");
-  G = B_in.size(1);
-  TORCH_CHECK_VALUE(C_in.size(1) == G, "selscan: C has ", C_in.size(1), " groups but B has ", G);
-  TORCH_CHECK_VALUE(G >= 1 && dim % G == 0, "selscan: ngroups (", G, ") must divide dim (", dim, ")");
-  if (D_in) { CheckShape(*D_in, {dim}, "D", "(dim,)"); CheckF32(*D_in, "D"); SameDevice(x_in, *D_in, "D"); }
+  auto groups = [](const Tensor& t) { return t.dim() == 3 ? t.size(1) : int64_t(1); };
+  const int64_t G = groups(B_in);
+  TORCH_CHECK_VALUE(groups(C_in) == G, "selscan: C has ", groups(C_in), " groups but B has ", G);
+  TORCH_CHECK_VALUE(G >= 1 && dim % G == 0, "selscan: ngroups of B/C (", G, ") must divide dim (", dim, ")");
+  if (D_in) { CheckShape(*D_in, {dim}, "D", "(dim,)"); CheckF32(*D_in, "D"); SameDeviceAs(x_in, "x", *D_in, "D"); }
   if (z_in) {
     CheckShape(*z_in, x_in.sizes(), "z", "x's shape");
-    TORCH_CHECK_TYPE(z_in->scalar_type() == x_in.scalar_type(), "selscan: z must have x's dtype");
-    SameDevice(x_in, *z_in, "z");
+    TORCH_CHECK_TYPE(z_in->scalar_type() == x_in.scalar_type(), "selscan: z must have x's dtype ",
+                     x_in.scalar_type(), ", got ", z_in->scalar_type());
+    SameDeviceAs(x_in, "x", *z_in, "z");
   }
   if (dt_bias_in) {
     CheckShape(*dt_bias_in, {dim}, "dt_bias", "(dim,)");
     CheckF32(*dt_bias_in, "dt_bias");
-    SameDevice(x_in, *dt_bias_in, "dt_bias");
+    SameDeviceAs(x_in, "x", *dt_bias_in, "dt_bias");
   }
   if (state_index) {
     CheckShape(*state_index, {batch}, "state_batch_indices", "(batch,)");
     TORCH_CHECK_TYPE(state_index->scalar_type() == at::kInt, "selscan: state_batch_indices must be int32 here "
-                     "(the Python wrapper converts int64)");
-    SameDevice(x_in, *state_index, "state_batch_indices");
+                     "(the Python wrapper converts other integer types), got ", state_index->scalar_type());
+    SameDeviceAs(x_in, "x", *state_index, "state_batch_indices");
+    if (state_index->is_cpu()) CheckStateIndexHost(*state_index, n_cache);
+  } else {
+    TORCH_CHECK_VALUE(n_cache == batch, "selscan: state must have shape (batch, dim, N) with batch = ", batch,
+                      " without state_batch_indices, got ", Shape(state));
   }
   Tensor y = NewLike(x_in);
   if (batch == 0 || dim == 0) return y;
@@ -620,17 +767,17 @@ Tensor Step(const Tensor& state, const Tensor& x_in, const Tensor& dt_in, const 
   s.dtype = DtypeOf(x, "x");
   s.flags = dt_softplus ? SELSCAN_DELTA_SOFTPLUS : 0u;
   s.state_index = state_index ? sidx.data_ptr<int32_t>() : nullptr;
-  s.state = Operand<decltype(s.state)>(state);
+  s.state = OutOperand<decltype(s.state)>(state, "state");
   s.u = Operand<decltype(s.u)>(x);  // mamba's x / dt are selscan's u / delta
   s.delta = Operand<decltype(s.delta)>(dt);
   s.A = Operand<decltype(s.A)>(A);
-  s.B = Operand<decltype(s.B)>(B);
-  s.C = Operand<decltype(s.C)>(C);
+  s.B = StepBCOperand<decltype(s.B)>(B);
+  s.C = StepBCOperand<decltype(s.C)>(C);
   s.D = OptOperand<decltype(s.D)>(D);
   s.z = OptOperand<decltype(s.z)>(z);
   s.delta_bias = OptOperand<decltype(s.delta_bias)>(dt_bias);
-  s.y = Operand<decltype(s.y)>(y);
-  Diag diag;
+  s.y = OutOperand<decltype(s.y)>(y, "out");
+  Diag diag(NamesOf(kStepNames));
   diag.Attach(&s);
   if (x.is_cuda()) {
 #ifdef WITH_CUDA
@@ -642,7 +789,7 @@ Tensor Step(const Tensor& state, const Tensor& x_in, const Tensor& dt_in, const 
 #endif
   } else {
     const int64_t n = std::min<int64_t>(NumParts(), std::max<int64_t>(1, batch * ((dim + 255) / 256)));
-    RunParts(s, n, "step (CPU)", [&](selscan_step_problem* q, int64_t i) { return selscan_step_cpu_part(q, i, n); });
+    RunParts(s, n, "step (CPU)", NamesOf(kStepNames), [&](selscan_step_problem* q, int64_t i) { return selscan_step_cpu_part(q, i, n); });
   }
   return y;
 }
@@ -764,6 +911,99 @@ FwdOut ForwardAutograd(const Tensor& u, const Tensor& delta, const Tensor& A, co
   return {r[0], r[1], r[2]};
 }
 
+// ---- >>harden-autograd: what has no derivative says so ---------------------------------------
+//
+// selscan::bwd is not differentiable: with grad mode on (a backward with create_graph=True) and an
+// input requiring grad, its outputs hang off ScanBackwardFunction, whose backward raises. A double
+// backward through selective_scan_fn is an error, never silent zeros; a first backward with
+// create_graph=True that is not differentiated again works as before.
+// selscan::step is inference-only: with grad mode on, an input requiring grad is refused before
+// anything is written (an output claiming requires_grad would get no gradient). The step's
+// in-place update bumps state's version counter (autograd's check on tensors saved for backward).
+
+class ScanBackwardFunction : public torch::autograd::Function<ScanBackwardFunction> {
+ public:
+  static torch::autograd::variable_list forward(torch::autograd::AutogradContext* ctx, const Tensor& u,
+                                                const Tensor& delta, const Tensor& A, const Tensor& B,
+                                                const Tensor& C, const OptT& D, const OptT& z,
+                                                const OptT& delta_bias, const OptT& h0, const OptT& cu_seqlens,
+                                                const Tensor& dy, const OptT& dh_last, const Tensor& checkpoint,
+                                                bool delta_softplus, std::vector<int64_t> grad_mask) {
+    (void)ctx;
+    at::AutoDispatchBelowADInplaceOrView guard;
+    return BwdOp().call(u, delta, A, B, C, D, z, delta_bias, h0, cu_seqlens, dy, dh_last, checkpoint, delta_softplus,
+                        grad_mask);
+  }
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grads) {
+    (void)ctx;
+    (void)grads;
+    TORCH_CHECK(false, "selscan: double backward (differentiating the gradients of selective_scan_fn, e.g. after "
+                "create_graph=True) is not supported: selscan's backward is not differentiable");
+    return {};
+  }
+};
+
+bool AnyRequiresGrad(std::initializer_list<const Tensor*> ts, std::initializer_list<const OptT*> opts) {
+  for (const Tensor* t : ts)
+    if (t->defined() && t->requires_grad()) return true;
+  for (const OptT* t : opts)
+    if (t->has_value() && (*t)->defined() && (*t)->requires_grad()) return true;
+  return false;
+}
+
+std::vector<Tensor> BackwardAutograd(const Tensor& u, const Tensor& delta, const Tensor& A, const Tensor& B,
+                                     const Tensor& C, const OptT& D, const OptT& z, const OptT& delta_bias,
+                                     const OptT& h0, const OptT& cu_seqlens, const Tensor& dy, const OptT& dh_last,
+                                     const Tensor& checkpoint, bool delta_softplus, at::IntArrayRef grad_mask) {
+  if (at::GradMode::is_enabled() &&
+      AnyRequiresGrad({&u, &delta, &A, &B, &C, &dy, &checkpoint}, {&D, &z, &delta_bias, &h0, &dh_last}))
+    return ScanBackwardFunction::apply(u, delta, A, B, C, D, z, delta_bias, h0, cu_seqlens, dy, dh_last, checkpoint,
+                                       delta_softplus, grad_mask.vec());
+  at::AutoDispatchBelowADInplaceOrView guard;
+  return BwdOp().call(u, delta, A, B, C, D, z, delta_bias, h0, cu_seqlens, dy, dh_last, checkpoint, delta_softplus,
+                      grad_mask);
+}
+
+const c10::TypedOperatorHandle<Tensor(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&,
+                                      const Tensor&, const OptT&, const OptT&, const OptT&, const OptT&, bool)>&
+StepOp() {
+  static const auto op = c10::Dispatcher::singleton()
+                             .findSchemaOrThrow("selscan::step", "")
+                             .typed<Tensor(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&,
+                                           const Tensor&, const OptT&, const OptT&, const OptT&, const OptT&, bool)>();
+  return op;
+}
+
+Tensor StepAutograd(const Tensor& state, const Tensor& x, const Tensor& dt, const Tensor& A, const Tensor& B,
+                    const Tensor& C, const OptT& D, const OptT& z, const OptT& dt_bias, const OptT& state_index,
+                    bool dt_softplus) {
+  if (at::GradMode::is_enabled()) {
+    const std::pair<const char*, const Tensor*> args[] = {{"state", &state}, {"x", &x}, {"dt", &dt}, {"A", &A},
+                                                          {"B", &B},         {"C", &C}};
+    const std::pair<const char*, const OptT*> opts[] = {{"D", &D}, {"z", &z}, {"dt_bias", &dt_bias}};
+    auto refuse = [](const char* name) {
+      TORCH_CHECK(false, "selscan: the decode step (selective_state_update) is inference-only (no autograd), but ",
+                  name, " requires grad; call it under torch.no_grad() / torch.inference_mode() or pass ", name,
+                  ".detach()");
+    };
+    for (const auto& a : args)
+      if (a.second->requires_grad()) refuse(a.first);
+    for (const auto& a : opts)
+      if (a.second->has_value() && (*a.second)->defined() && (*a.second)->requires_grad()) refuse(a.first);
+  }
+  TORCH_CHECK_VALUE(!state.is_inference() || c10::InferenceMode::is_enabled(),
+                    "selscan: state is an inference tensor (made under torch.inference_mode()); an in-place update "
+                    "of it must run under torch.inference_mode() too");
+  Tensor y;
+  {
+    at::AutoDispatchBelowADInplaceOrView guard;
+    y = StepOp().call(state, x, dt, A, B, C, D, z, dt_bias, state_index, dt_softplus);
+  }
+  torch::autograd::impl::bump_version(state);
+  return y;
+}
+
 std::string CpuBackend() { return selscan_cpu_backend(); }
 
 }  // namespace
@@ -787,7 +1027,11 @@ TORCH_LIBRARY_IMPL(selscan, CPU, m) {
   m.impl("step", &selscan_torch::Step);
 }
 
-TORCH_LIBRARY_IMPL(selscan, Autograd, m) { m.impl("fwd", &selscan_torch::ForwardAutograd); }
+TORCH_LIBRARY_IMPL(selscan, Autograd, m) {
+  m.impl("fwd", &selscan_torch::ForwardAutograd);
+  m.impl("bwd", &selscan_torch::BackwardAutograd);
+  m.impl("step", &selscan_torch::StepAutograd);
+}
 
 #ifdef WITH_CUDA
 TORCH_LIBRARY_IMPL(selscan, CUDA, m) {
@@ -837,6 +1081,15 @@ Tensor NewInOrderOf(const Tensor& t, at::IntArrayRef sizes, at::ScalarType dtype
   return NewTensor(psizes, dtype, t).permute(inv);
 }
 
+// selscan's conv operand names -> causal_conv1d's argument names (errors name what the caller passed)
+constexpr NameMap kConvNames[] = {{"y", "out"},
+                                  {"init_state", "initial_states"},
+                                  {"final_state", "final_states"},
+                                  {"dinit_state", "dinitial_states"},
+                                  {"dfinal_state", "dfinal_states"},
+                                  {"seqlen", "L"}};
+constexpr NameMap kConvStepNames[] = {{"y", "out"}, {"state", "conv_state"}, {"state_index", "conv_state_indices"}};
+
 struct ConvSizes {
   int64_t batch = 0, dim = 0, L = 0, W = 0, rows = 0, n_seqs = 0;
 };
@@ -853,8 +1106,8 @@ ConvSizes CheckConv(const Tensor& x, const Tensor& weight, const OptT& bias, con
   TORCH_CHECK_NOT_IMPLEMENTED(s.W >= 2 && s.W <= SELSCAN_CONV_MAX_WIDTH, "selscan: the conv width (weight.shape[1]) "
                               "must be 2 .. ", SELSCAN_CONV_MAX_WIDTH, ", got ", s.W);
   CheckF32(weight, "weight");
-  SameDevice(x, weight, "weight");
-  if (bias) { CheckShape(*bias, {s.dim}, "bias", "(dim,)"); CheckF32(*bias, "bias"); SameDevice(x, *bias, "bias"); }
+  SameDeviceAs(x, "x", weight, "weight");
+  if (bias) { CheckShape(*bias, {s.dim}, "bias", "(dim,)"); CheckF32(*bias, "bias"); SameDeviceAs(x, "x", *bias, "bias"); }
   s.rows = s.batch;
   if (cu_seqlens) {
     TORCH_CHECK_VALUE(cu_seqlens->device().is_cpu(), "selscan: cu_seqlens must be a CPU tensor, got one on ",
@@ -872,7 +1125,7 @@ ConvSizes CheckConv(const Tensor& x, const Tensor& weight, const OptT& bias, con
                cu_seqlens ? "(n_seqs, dim, width - 1)" : "(batch, dim, width - 1)");
     TORCH_CHECK_TYPE(init_state->scalar_type() == x.scalar_type(), "selscan: initial_states must have x's dtype ",
                      x.scalar_type(), ", got ", init_state->scalar_type());
-    SameDevice(x, *init_state, "initial_states");
+    SameDeviceAs(x, "x", *init_state, "initial_states");
   }
   return s;
 }
@@ -925,7 +1178,7 @@ std::tuple<Tensor, Tensor> ConvForward(const Tensor& x_in, const Tensor& weight_
   selscan_conv_problem p = BuildConv(s, x, weight, bias, init, cu_host, silu);
   p.y = Operand<decltype(p.y)>(y);
   if (return_final_state) p.final_state = Operand<decltype(p.final_state)>(fin);
-  Diag diag;
+  Diag diag(NamesOf(kConvNames));
   diag.Attach(&p);
   if (cuda) {
 #ifdef WITH_CUDA
@@ -938,7 +1191,7 @@ std::tuple<Tensor, Tensor> ConvForward(const Tensor& x_in, const Tensor& weight_
 #endif
   } else {
     const int64_t n = ConvParts(s.dim);
-    RunParts(p, n, "conv forward (CPU)",
+    RunParts(p, n, "conv forward (CPU)", NamesOf(kConvNames),
              [&](selscan_conv_problem* q, int64_t i) { return selscan_conv_forward_cpu_part(q, i, n); });
   }
   return {y, fin};
@@ -955,11 +1208,11 @@ std::vector<Tensor> ConvBackward(const Tensor& x_in, const Tensor& weight_in, co
   CheckShape(dy_in, x_in.sizes(), "dy", "x's shape");
   TORCH_CHECK_TYPE(dy_in.scalar_type() == x_in.scalar_type(), "selscan: dy must have x's dtype ", x_in.scalar_type(),
                    ", got ", dy_in.scalar_type());
-  SameDevice(x_in, dy_in, "dy");
+  SameDeviceAs(x_in, "x", dy_in, "dy");
   if (dfinal_in) {
     CheckShape(*dfinal_in, {s.rows, s.dim, s.W - 1}, "dfinal_states", "final_states' shape");
     TORCH_CHECK_TYPE(dfinal_in->scalar_type() == x_in.scalar_type(), "selscan: dfinal_states must have x's dtype");
-    SameDevice(x_in, *dfinal_in, "dfinal_states");
+    SameDeviceAs(x_in, "x", *dfinal_in, "dfinal_states");
   }
   const Tensor x = Readable(x_in), weight = Readable(weight_in), dy = Readable(dy_in);
   const OptT bias = Readable(bias_in), init = Readable(init_in), dfinal = Readable(dfinal_in);
@@ -992,7 +1245,7 @@ std::vector<Tensor> ConvBackward(const Tensor& x_in, const Tensor& weight_in, co
   g.dweight = OptOperand<decltype(g.dweight)>(grad(kConvDweight));
   g.dbias = OptOperand<decltype(g.dbias)>(grad(kConvDbias));
   g.dinit_state = OptOperand<decltype(g.dinit_state)>(grad(kConvDinit));
-  Diag diag;
+  Diag diag(NamesOf(kConvNames));
   diag.Attach(&p);
   if (cuda) {
 #ifdef WITH_CUDA
@@ -1008,7 +1261,7 @@ std::vector<Tensor> ConvBackward(const Tensor& x_in, const Tensor& weight_in, co
 #endif
   } else {
     const int64_t n = ConvParts(s.dim);
-    RunParts(p, n, "conv backward (CPU)",
+    RunParts(p, n, "conv backward (CPU)", NamesOf(kConvNames),
              [&](selscan_conv_problem* q, int64_t i) { return selscan_conv_backward_cpu_part(q, &g, i, n); });
   }
   return out;
@@ -1026,23 +1279,23 @@ Tensor ConvStep(const Tensor& state, const Tensor& x_in, const Tensor& weight_in
   TORCH_CHECK_NOT_IMPLEMENTED(W >= 2 && W <= SELSCAN_CONV_MAX_WIDTH, "selscan: the conv width (weight.shape[1]) "
                               "must be 2 .. ", SELSCAN_CONV_MAX_WIDTH, ", got ", W);
   CheckF32(weight_in, "weight");
-  SameDevice(x_in, weight_in, "weight");
+  SameDeviceAs(x_in, "x", weight_in, "weight");
   TORCH_CHECK_VALUE(state.dim() == 3 && state.size(1) == dim && state.size(2) >= W - 1,
                     "selscan: conv_state must have shape (batch, dim, state_len) with dim = ", dim,
                     " and state_len >= width - 1 = ", W - 1, ", got ", Shape(state));
   TORCH_CHECK_TYPE(state.scalar_type() == x_in.scalar_type(), "selscan: conv_state must have x's dtype ",
                    x_in.scalar_type(), " (it is updated in place), got ", state.scalar_type());
-  SameDevice(x_in, state, "conv_state");
+  SameDeviceAs(x_in, "x", state, "conv_state");
   if (bias_in) {
     CheckShape(*bias_in, {dim}, "bias", "(dim,)");
     CheckF32(*bias_in, "bias");
-    SameDevice(x_in, *bias_in, "bias");
+    SameDeviceAs(x_in, "x", *bias_in, "bias");
   }
   if (state_index) {
     CheckShape(*state_index, {batch}, "conv_state_indices", "(batch,)");
     TORCH_CHECK_TYPE(state_index->scalar_type() == at::kInt, "selscan: conv_state_indices must be int32 here "
                      "(the Python wrapper converts int64)");
-    SameDevice(x_in, *state_index, "conv_state_indices");
+    SameDeviceAs(x_in, "x", *state_index, "conv_state_indices");
   } else {
     TORCH_CHECK_VALUE(state.size(0) == batch, "selscan: conv_state must have batch = ", batch,
                       " rows without conv_state_indices, got ", Shape(state));
@@ -1068,7 +1321,7 @@ Tensor ConvStep(const Tensor& state, const Tensor& x_in, const Tensor& weight_in
     s.x.stride[2] = 1;
     s.y.stride[2] = 1;
   }
-  Diag diag;
+  Diag diag(NamesOf(kConvStepNames));
   diag.Attach(&s);
   if (x.is_cuda()) {
 #ifdef WITH_CUDA
@@ -1080,7 +1333,7 @@ Tensor ConvStep(const Tensor& state, const Tensor& x_in, const Tensor& weight_in
 #endif
   } else {
     const int64_t n = std::min<int64_t>(NumParts(), std::max<int64_t>(1, batch * ((dim + 255) / 256)));
-    RunParts(s, n, "conv step (CPU)",
+    RunParts(s, n, "conv step (CPU)", NamesOf(kConvStepNames),
              [&](selscan_conv_step_problem* q, int64_t i) { return selscan_conv_step_cpu_part(q, i, n); });
   }
   return y;

@@ -14,6 +14,7 @@ import math
 import torch
 
 from . import _C  # noqa: F401  (loading the extension registers torch.ops.selscan)
+from . import _checks
 
 __all__ = [
     "selective_scan_fn",
@@ -44,6 +45,9 @@ def has_cuda_kernels():
 
 
 # ---- fake (meta) kernels: output shapes for torch.compile / FakeTensor ----------------------------
+# Each checks its arguments with the C++ kernel's rules first (_checks: shapes, dtypes, devices), so
+# an all-meta call is refused where a CPU one would be, and a meta tensor among real ones (the
+# dispatcher then picks this kernel) is refused naming it, never answered with uninitialised memory.
 
 
 def _checkpoint_numel(device, batch, dim, L, N, n_seqs, packed):
@@ -59,11 +63,8 @@ def _checkpoint_numel(device, batch, dim, L, N, n_seqs, packed):
 @torch.library.register_fake("selscan::fwd")
 def _fwd_fake(u, delta, A, B, C, D, z, delta_bias, h0, cu_seqlens, delta_softplus, return_last_state,
               save_checkpoint):
-    batch, dim, L = u.shape
-    N = A.shape[1]
+    batch, dim, L, N, rows, n_seqs = _checks.check_fwd(u, delta, A, B, C, D, z, delta_bias, h0, cu_seqlens)
     packed = cu_seqlens is not None
-    n_seqs = cu_seqlens.shape[0] - 1 if packed else 0
-    rows = n_seqs if packed else batch
     y = torch.empty_like(u)
     f32 = dict(dtype=torch.float32, device=u.device)
     last = torch.empty((rows, dim, N), **f32) if return_last_state else torch.empty((0,), **f32)
@@ -75,6 +76,7 @@ def _fwd_fake(u, delta, A, B, C, D, z, delta_bias, h0, cu_seqlens, delta_softplu
 @torch.library.register_fake("selscan::bwd")
 def _bwd_fake(u, delta, A, B, C, D, z, delta_bias, h0, cu_seqlens, dy, dh_last, checkpoint, delta_softplus,
               grad_mask):
+    _checks.check_bwd(u, delta, A, B, C, D, z, delta_bias, h0, cu_seqlens, dy, dh_last, checkpoint, grad_mask)
     like = (u, delta, A, B, C, D, z, delta_bias, h0)
     out = []
     for t, m in zip(like, grad_mask):
@@ -87,6 +89,7 @@ def _bwd_fake(u, delta, A, B, C, D, z, delta_bias, h0, cu_seqlens, dy, dh_last, 
 
 @torch.library.register_fake("selscan::step")
 def _step_fake(state, x, dt, A, B, C, D, z, dt_bias, state_index, dt_softplus):
+    _checks.check_step(state, x, dt, A, B, C, D, z, dt_bias, state_index)
     return torch.empty_like(x)
 
 
@@ -94,41 +97,20 @@ def _step_fake(state, x, dt, A, B, C, D, z, dt_bias, state_index, dt_softplus):
 # selscan::fwd's autograd kernel is C++ (csrc/selscan_torch.cpp, ScanFunction on the Autograd
 # dispatch key): the forward saves the checkpoint whenever an input requires grad, the backward
 # calls selscan::bwd for the gradients autograd asks for. (Python's torch.library.register_autograd
-# cost 100-250 us a call: bench/NOTES.md CUDA-torch-v1.)
+# cost 100-250 us a call: bench/NOTES.md CUDA-torch-v1.) selscan::bwd's autograd kernel makes a
+# double backward raise; selscan::step's refuses inputs requiring grad (it is inference-only).
 
 
 # ---- the mamba_ssm-compatible API -------------------------------------------------------------
 
 
-def _f32(t):
-    return None if t is None else (t if t.dtype == torch.float32 else t.to(torch.float32))
+_SCAN_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 
 
-def _like(t, dtype):
-    return None if t is None else (t if t.dtype == dtype else t.to(dtype))
-
-
-def _cast(t, name, dtype):
-    if t.is_complex():
-        raise TypeError(f"selscan: complex {name} is not supported (real A, B, C only)")
-    return t.to(dtype)
-
-
-def _bc(t, name, dtype):
-    nd = t.dim()
-    if nd == 2:  # (dim, N), constant over time: float32
-        return t if t.dtype == torch.float32 else _cast(t, name, torch.float32)
-    # (batch, N, L) (one group) goes to the op as it is: an unsqueeze here would add a view node
-    # to the autograd graph (and its backward) on every call
-    return t if t.dtype == dtype else _cast(t, name, dtype)
-
-
-def _host_offsets(cu_seqlens):
-    if not isinstance(cu_seqlens, torch.Tensor):
-        return torch.tensor(list(cu_seqlens), dtype=torch.int64)
-    # selscan validates the offsets on the host: a CUDA tensor is copied back (a sync); pass a
-    # CPU tensor to avoid it.
-    return cu_seqlens.to(device="cpu", dtype=torch.int64)
+def _not_tensors(**args):
+    """After an AttributeError in a wrapper: the argument that is not a tensor, named (TypeError)."""
+    for name, t in args.items():
+        _checks.tensor_arg(t, name, optional=name not in ("u", "delta", "A", "B", "C", "state", "x", "dt"))
 
 
 def selective_scan_fn(u, delta, A, B, C, D=None, z=None, delta_bias=None, delta_softplus=False,
@@ -146,30 +128,46 @@ def selective_scan_fn(u, delta, A, B, C, D=None, z=None, delta_bias=None, delta_
     mamba_ssm, a gradient flowing into last_state is propagated.
 
     dtypes: A, D, delta_bias, h0 and a constant B / C are computed in float32 (cast here when given
-    otherwise; the gradient flows through the cast); delta, z and a variable B / C are cast to u's
-    dtype when they differ. Complex A / B / C: TypeError.
+    in another floating dtype; the gradient flows through the cast); delta, z and a variable B / C
+    are cast to u's dtype when they differ. Complex, integer or bool tensors: TypeError naming the
+    argument; cu_seqlens: a list of ints or an integer tensor (see README "What is cast, refused,
+    copied").
     """
     # Casts only where a dtype differs (the common call passes through untouched); shapes, devices
-    # and strides are checked once, in C++. The checkpoint is saved by the C++ autograd kernel
-    # whenever an input requires grad.
-    dtype = u.dtype
+    # and strides are checked once, in C++ (the fake kernel's _checks on meta / fake tensors). The
+    # checkpoint is saved by the C++ autograd kernel whenever an input requires grad.
     f32 = torch.float32
-    if A.dtype != f32:
-        A = _cast(A, "A", f32)
-    if delta.dtype != dtype:
-        delta = delta.to(dtype)
-    if z is not None and z.dtype != dtype:
-        z = z.to(dtype)
-    B = _bc(B, "B", dtype)
-    C = _bc(C, "C", dtype)
-    if D is not None and D.dtype != f32:
-        D = D.to(f32)
-    if delta_bias is not None and delta_bias.dtype != f32:
-        delta_bias = delta_bias.to(f32)
-    if h0 is not None and h0.dtype != f32:
-        h0 = h0.to(f32)
+    cast = _checks.cast
+    try:
+        dtype = u.dtype
+        if dtype not in _SCAN_DTYPES:
+            raise TypeError(f"selscan: u must be float32, float16 or bfloat16, got {dtype}")
+        if A.dtype != f32:
+            A = cast(A, "A", f32)
+        if delta.dtype != dtype:
+            delta = cast(delta, "delta", dtype)
+        if z is not None and z.dtype != dtype:
+            z = cast(z, "z", dtype)
+        # (dim, N) B / C, constant over time: float32; (batch, N, L) (one group) or (batch, G, N, L):
+        # u's dtype, passed as they are (an unsqueeze here would add a view node to the autograd
+        # graph, and its backward, on every call)
+        want = f32 if B.dim() == 2 else dtype
+        if B.dtype != want:
+            B = cast(B, "B", want)
+        want = f32 if C.dim() == 2 else dtype
+        if C.dtype != want:
+            C = cast(C, "C", want)
+        if D is not None and D.dtype != f32:
+            D = cast(D, "D", f32)
+        if delta_bias is not None and delta_bias.dtype != f32:
+            delta_bias = cast(delta_bias, "delta_bias", f32)
+        if h0 is not None and h0.dtype != f32:
+            h0 = cast(h0, "h0", f32)
+    except AttributeError:
+        _not_tensors(u=u, delta=delta, A=A, B=B, C=C, D=D, z=z, delta_bias=delta_bias, h0=h0)
+        raise
     if cu_seqlens is not None:
-        cu_seqlens = _host_offsets(cu_seqlens)
+        cu_seqlens = _checks.host_offsets(cu_seqlens)
     y, last, _ = _fwd(u, delta, A, B, C, D, z, delta_bias, h0, cu_seqlens, bool(delta_softplus),
                           bool(return_last_state), False)
     return (y, last) if return_last_state else y
@@ -184,28 +182,44 @@ def selective_state_update(state, x, dt, A, B, C, D=None, z=None, dt_bias=None, 
     (dim,). Multi-head (Mamba-2 shapes): state (batch, nheads, dim, N), x / dt / z (batch, nheads,
     dim), A (nheads, dim, N), D / dt_bias (nheads, dim); the heads are folded into the channels.
     state_batch_indices (batch,) int: the state row of each batch row; negative: padding (out 0,
-    no state touched). Returns out, x's shape and dtype. No autograd (inference).
+    no state touched). Returns out, x's shape and dtype. No autograd (inference): with grad mode on,
+    an input requiring grad raises. A state whose elements overlap (an expand()ed view) is refused;
+    a multi-head state is folded into channels as a view (refused where that is impossible: it is
+    never copied).
     """
-    if state.dtype != torch.float32:
-        raise TypeError(f"selscan: state must be float32 (it is updated in place), got {state.dtype}")
-    if A.is_complex():
-        raise TypeError("selscan: complex A is not supported (real A only)")
-    out_shape = x.shape
-    if state.dim() == 4:  # (batch, nheads, dim, N): fold heads into channels (views only for state)
-        n_cache, nheads, hdim, N = state.shape
-        state = state.view(n_cache, nheads * hdim, N)
-        x = x.reshape(x.shape[0], nheads * hdim)
-        dt = dt.reshape(dt.shape[0], nheads * hdim)
-        z = None if z is None else z.reshape(z.shape[0], nheads * hdim)
-        A = A.reshape(nheads * hdim, N)
-        D = None if D is None else D.reshape(nheads * hdim)
-        dt_bias = None if dt_bias is None else dt_bias.reshape(nheads * hdim)
-    dtype = x.dtype
-    dt, z = _like(dt, dtype), _like(z, dtype)
-    B = _like(B.unsqueeze(1) if B.dim() == 2 else B, dtype)
-    C = _like(C.unsqueeze(1) if C.dim() == 2 else C, dtype)
-    A, D, dt_bias = _f32(A), _f32(D), _f32(dt_bias)
-    idx = None if state_batch_indices is None else state_batch_indices.to(torch.int32)
+    f32 = torch.float32
+    cast = _checks.cast
+    try:
+        if state.dtype != f32:
+            raise TypeError(f"selscan: state must be float32 (it is updated in place), got {state.dtype}")
+        out_shape = x.shape
+        nd = state.dim()
+        if nd == 4:  # (batch, nheads, hdim, N): checked in these shapes, then heads folded into channels
+            state, x, dt, A, D, z, dt_bias = _checks.fold_heads(state, x, dt, A, B, C, D, z, dt_bias)
+        elif nd != 3:
+            raise ValueError(f"selscan: state must have shape (batch, dim, N) or (batch, nheads, hdim, N), got "
+                             f"{list(state.shape)}")
+        dtype = x.dtype
+        if dtype not in _SCAN_DTYPES:
+            raise TypeError(f"selscan: x must be float32, float16 or bfloat16, got {dtype}")
+        if dt.dtype != dtype:
+            dt = cast(dt, "dt", dtype)
+        if z is not None and z.dtype != dtype:
+            z = cast(z, "z", dtype)
+        if B.dtype != dtype:  # (batch, N) or (batch, ngroups, N): the op takes both as they are
+            B = cast(B, "B", dtype)
+        if C.dtype != dtype:
+            C = cast(C, "C", dtype)
+        if A.dtype != f32:
+            A = cast(A, "A", f32)
+        if D is not None and D.dtype != f32:
+            D = cast(D, "D", f32)
+        if dt_bias is not None and dt_bias.dtype != f32:
+            dt_bias = cast(dt_bias, "dt_bias", f32)
+        idx = None if state_batch_indices is None else _checks.state_rows(state_batch_indices, state.shape[0])
+    except AttributeError:
+        _not_tensors(state=state, x=x, dt=dt, A=A, B=B, C=C, D=D, z=z, dt_bias=dt_bias)
+        raise
     out = _ops.step(state, x, dt, A, B, C, D, z, dt_bias, idx, bool(dt_softplus))
     return out.view(out_shape)
 
@@ -235,8 +249,11 @@ class SelectiveScan(torch.nn.Module):
                                  return_last_state=return_last_state, cu_seqlens=cu_seqlens, h0=h0)
 
     def step(self, state, x, dt, B, C, z=None, state_batch_indices=None):
-        return selective_state_update(state, x, dt, self.A(), B, C, self.D, z, dt_bias=self.dt_bias,
-                                      dt_softplus=True, state_batch_indices=state_batch_indices)
+        # inference-only: the parameters enter detached (the output never claims a gradient it
+        # cannot have); an input of the caller's requiring grad raises
+        return selective_state_update(state, x, dt, self.A().detach(), B, C, self.D.detach(), z,
+                                      dt_bias=self.dt_bias.detach(), dt_softplus=True,
+                                      state_batch_indices=state_batch_indices)
 
     def extra_repr(self):
         return f"dim={self.dim}, d_state={self.d_state}"
@@ -245,3 +262,13 @@ class SelectiveScan(torch.nn.Module):
 # ---- the conv and the fused Mamba-1 block (issue 28): causal_conv1d's and mamba_ssm's API -------
 from .conv import causal_conv1d_fn, causal_conv1d_update  # noqa: E402
 from .block import mamba_inner_fn  # noqa: E402
+
+
+def __getattr__(name):
+    # selscan_torch.context_parallel (one sequence sharded over torch.distributed ranks): imported
+    # on first use, like `import selscan_torch.context_parallel`
+    if name == "context_parallel":
+        import importlib
+
+        return importlib.import_module(".context_parallel", __name__)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -68,7 +68,7 @@ def selective_scan_ref(u, delta, A, B, C, D=None, z=None, delta_bias=None, delta
         ys.append((h * C_[:, :, :, t]).sum(-1))
         if cu_seqlens is not None and t in ends:
             lasts[ends[t]] = h[0]
-    y = torch.stack(ys, dim=2)
+    y = torch.stack(ys, dim=2) if ys else u_.new_zeros(batch, dim, 0)
     if D is not None:
         y = y + u_ * D.to(dtype)[:, None]
     if z is not None:
@@ -76,6 +76,8 @@ def selective_scan_ref(u, delta, A, B, C, D=None, z=None, delta_bias=None, delta
     if not return_last_state:
         return y
     if cu_seqlens is None:
+        if h is None:  # L == 0: the state passes through
+            h = h0.to(dtype) if h0 is not None else torch.zeros(batch, dim, N, dtype=dtype, device=u.device)
         last = h
     else:  # empty sequences keep their h0 (or 0)
         rows = []
@@ -93,7 +95,20 @@ def selective_scan_ref(u, delta, A, B, C, D=None, z=None, delta_bias=None, delta
 def selective_state_update_ref(state, x, dt, A, B, C, D=None, z=None, dt_bias=None, dt_softplus=False,
                                state_batch_indices=None, dtype=torch.float64):
     """One step on a copy: returns (out, new_state) in `dtype`; single-head shapes (state
-    (n_cache, dim, N), x (batch, dim), B/C (batch, N) or (batch, G, N))."""
+    (n_cache, dim, N), x (batch, dim), B/C (batch, N) or (batch, G, N)), or Mamba-2's multi-head
+    ones (state (n_cache, nheads, hdim, N), x / dt / z (batch, nheads, hdim), A (nheads, hdim, N),
+    D / dt_bias (nheads, hdim); B/C groups over heads: head h uses group h // (nheads / G)), which
+    are channels d = h * hdim + p of the single-head step (out and new_state in their shapes).
+    A negative state_batch_indices entry is padding (out 0, no row touched)."""
+    if state.dim() == 4:
+        n_cache, nh, hd, N = state.shape
+        flat = lambda t, *s: None if t is None else t.reshape(*s)  # noqa: E731
+        b = x.shape[0]
+        d = nh * hd
+        out, new = selective_state_update_ref(flat(state, n_cache, d, N), flat(x, b, d), flat(dt, b, d),
+                                              flat(A, d, N), B, C, flat(D, d), flat(z, b, d), flat(dt_bias, d),
+                                              dt_softplus, state_batch_indices, dtype)
+        return out.reshape(b, nh, hd), new.reshape(n_cache, nh, hd, N)
     batch, dim = x.shape
     N = state.shape[-1]
     new_state = state.to(dtype).clone()

@@ -26,8 +26,11 @@ load_mixer_state_dict, load_block_state_dict) and a pure-TensorFlow scan (select
 """
 
 import glob
+import math
+import numbers
 import os
 
+import numpy as np
 import tensorflow as tf
 
 __all__ = [
@@ -79,29 +82,98 @@ def load_ops():
 
 _FLOAT_TYPES = (tf.float32, tf.float16, tf.bfloat16)
 
+# ---- argument rules (>>rules; README "What is cast, refused, copied") ----------------------------
+# u, delta, z, B, C: one dtype T in _FLOAT_TYPES, never cast (a float64 u is refused, not rounded).
+# A, D, delta_bias, h0: any real floating dtype, cast to float32. Complex, integer, bool, string
+# inputs are refused with a TypeError naming the argument; bad shapes raise InvalidArgumentError
+# (eager) or ValueError (graph construction) naming it. Options are Python bools, not truthy values.
 
-def _as_f32(x, name):
-    x = tf.convert_to_tensor(x, dtype_hint=tf.float32, name=name)
+
+def _invalid(msg):
+    return tf.errors.InvalidArgumentError(None, None, msg)
+
+
+def _to_tensor(x, name, who, dtype_hint=None):
+    """tf.convert_to_tensor, with a TypeError naming the argument when x is not a dense tensor.
+    dtype_hint applies to Python numbers and lists only."""
+    if isinstance(x, (tf.SparseTensor, tf.RaggedTensor)):
+        raise TypeError("%s: %s must be a dense tensor, got a %s" % (who, name, type(x).__name__))
+    if x is None:
+        raise TypeError("%s: %s is required, got None" % (who, name))
+    if hasattr(x, "dtype"):  # a NumPy array keeps its dtype (the hint would round float64 to float16 quietly)
+        dtype_hint = None
+    try:
+        return tf.convert_to_tensor(x, dtype_hint=dtype_hint, name=name)
+    except (TypeError, ValueError) as e:
+        raise TypeError("%s: %s cannot be converted to a tensor (%s: %s)" % (who, name, type(e).__name__, e)) from None
+
+
+def _as_f32(x, name, who="selective_scan"):
+    x = _to_tensor(x, name, who, dtype_hint=tf.float32)
     if not x.dtype.is_floating:
-        raise TypeError("selective_scan: %s must be floating point, got %s" % (name, x.dtype.name))
+        raise TypeError("%s: %s must be a real floating-point tensor (cast to float32), got %s"
+                        % (who, name, x.dtype.name))
     return x if x.dtype == tf.float32 else tf.cast(x, tf.float32)
 
 
-def _as_t(x, dtype, name):
-    x = tf.convert_to_tensor(x, dtype_hint=dtype, name=name)
+def _as_t(x, dtype, name, who="selective_scan"):
+    x = _to_tensor(x, name, who, dtype_hint=dtype)
     if x.dtype != dtype:
         raise TypeError(
-            "selective_scan: %s has dtype %s but u has dtype %s (u, delta, z, B and C share one dtype)"
-            % (name, x.dtype.name, dtype.name)
+            "%s: %s has dtype %s but u has dtype %s (u, delta, z, B and C share one dtype)"
+            % (who, name, x.dtype.name, dtype.name)
         )
     return x
 
 
+def _as_bool(v, name, who="selective_scan"):
+    """A Python (or NumPy) bool: a string such as "False" or a list is not quietly taken as true."""
+    if isinstance(v, (bool, np.bool_)):
+        return bool(v)
+    raise TypeError("%s: %s must be a bool, got %r (%s)" % (who, name, v, type(v).__name__))
+
+
 def _bc(x, dtype, name, layout):
     x = _as_t(x, dtype, name)
-    if x.shape.rank == 3:  # one group: insert the group axis (a reshape, no data movement)
-        x = tf.expand_dims(x, axis=2 if layout == "BLD" else 1)
+    rank = x.shape.rank
+    axis = 2 if layout == "BLD" else 1
+    if rank == 3:  # one group: insert the group axis (a reshape, no data movement)
+        x = tf.expand_dims(x, axis=axis)
+    elif rank is None:  # known only at run time (tf.function without a static rank): the same, there
+        x = tf.cond(tf.equal(tf.rank(x), 3), lambda: tf.expand_dims(x, axis=axis), lambda: x)
+    elif rank != 4:
+        raise _invalid(
+            "selective_scan: %s must have rank 3 %s or 4 %s, got shape %s"
+            % (name, "(batch, L, N)" if layout == "BLD" else "(batch, N, L)",
+               "(batch, L, n_groups, N)" if layout == "BLD" else "(batch, n_groups, N, L)", x.shape)
+        )
     return x
+
+
+def _in_xla_context():
+    """True while tracing a function that XLA will compile (tf.function(jit_compile=True))."""
+    try:
+        from tensorflow.python.framework import ops as _tf_ops
+        from tensorflow.python.ops import control_flow_util
+
+        g = _tf_ops.get_default_graph()
+        if control_flow_util.GraphOrParentsInXlaContext(g):
+            return True
+        while g is not None:
+            if getattr(g, "_xla_compile", False) or getattr(g, "jit_compile", False):
+                return True
+            g = getattr(g, "outer_graph", None)
+    except Exception:  # noqa: BLE001  (private API moved: no detection, TensorFlow's own error then)
+        return False
+    return False
+
+
+def _refuse_xla(who, alternative="selective_scan_tf (the same scan in plain TensorFlow)"):
+    if _in_xla_context():
+        raise ValueError(
+            "%s: the selscan op has no XLA kernel, so it cannot run inside tf.function(jit_compile=True) "
+            "(or model.compile(jit_compile=True)); use jit_compile=False (Keras' 'auto' already does), or "
+            "%s, which XLA can compile" % (who, alternative))
 
 
 @tf.autograph.experimental.do_not_convert
@@ -133,11 +205,15 @@ def selective_scan(
     batch * dim * ceil(L / 64) * N values, on the CPU batch * dim * (ceil(L / 64) + 1) * N) for the
     backward, which then skips recomputing it. Pass False for inference.
     """
-    if layout not in ("BLD", "BDL"):
+    if not isinstance(layout, str) or layout not in ("BLD", "BDL"):
         raise ValueError('selective_scan: layout must be "BLD" or "BDL", got %r' % (layout,))
+    delta_softplus = _as_bool(delta_softplus, "delta_softplus")
+    return_last_state = _as_bool(return_last_state, "return_last_state")
+    save_checkpoint = _as_bool(save_checkpoint, "save_checkpoint")
+    _refuse_xla("selective_scan")
     ops = _ops
     with tf.name_scope(name or "selective_scan"):
-        u = tf.convert_to_tensor(u, name="u")
+        u = _to_tensor(u, "u", "selective_scan", dtype_hint=tf.float32)
         T = u.dtype
         if T not in _FLOAT_TYPES:
             raise TypeError("selective_scan: u must be float32, float16 or bfloat16, got %s" % T.name)
@@ -160,13 +236,13 @@ def selective_scan(
             z_,
             bias_,
             h0_,
-            delta_softplus=bool(delta_softplus),
+            delta_softplus=delta_softplus,
             has_d=D is not None,
             has_z=z is not None,
             has_delta_bias=delta_bias is not None,
             has_h0=h0 is not None,
-            return_last_state=bool(return_last_state),
-            save_checkpoint=bool(save_checkpoint),
+            return_last_state=return_last_state,
+            save_checkpoint=save_checkpoint,
             layout=layout,
         )
         return (y, h_last) if return_last_state else y
@@ -205,6 +281,21 @@ def _selscan_forward_grad(op, dy, dh_last, _dcheckpoint):
     ]
 
 
+_SECOND_ORDER_MSG = (
+    "selscan_tf: second-order derivatives of selective_scan are not implemented: the gradient op "
+    "(SelscanBackward) has no gradient of its own, so a nested tf.GradientTape, a Hessian, or a "
+    "forward-mode tf.autodiff.ForwardAccumulator (TensorFlow builds JVPs from it) cannot go through "
+    "it; use selective_scan_tf (the same scan in plain TensorFlow, differentiable to any order) there"
+)
+
+
+@tf.RegisterGradient("SelscanBackward")
+def _selscan_backward_grad(op, *grads):
+    """Called only where a derivative really flows into the gradient op's outputs: a clear error
+    instead of TensorFlow's 'gradient registry has no entry' (never zeros or None)."""
+    raise NotImplementedError(_SECOND_ORDER_MSG)
+
+
 def _no_autocast_kwargs():
     """Keras 3 autocasts variables to the compute dtype inside call() under a mixed-precision
     policy; the op takes A, D and delta_bias in float32, so keep them float32 (no bf16 rounding)."""
@@ -218,6 +309,28 @@ def _no_autocast_kwargs():
 
 
 _NO_AUTOCAST = _no_autocast_kwargs()
+
+
+def _positive_int(v, name, who):
+    """An integer >= 1 (int or NumPy integer, or an integral float such as 16.0): 2.5 is refused,
+    not truncated to 2; a bool is refused."""
+    if isinstance(v, (bool, np.bool_)) or not isinstance(v, numbers.Real):
+        raise TypeError("%s: %s must be a positive integer, got %r (%s)" % (who, name, v, type(v).__name__))
+    if not (math.isfinite(float(v)) and float(v) == int(v) and int(v) >= 1):
+        raise ValueError("%s: %s must be a positive integer, got %r" % (who, name, v))
+    return int(v)
+
+
+def _dt_range(dt_min, dt_max, who):
+    """0 < dt_min <= dt_max (the log-uniform range of the initial step)."""
+    for v, name in ((dt_min, "dt_min"), (dt_max, "dt_max")):
+        if isinstance(v, (bool, np.bool_)) or not isinstance(v, numbers.Real):
+            raise TypeError("%s: %s must be a positive number, got %r (%s)" % (who, name, v, type(v).__name__))
+    lo, hi = float(dt_min), float(dt_max)
+    if not (math.isfinite(lo) and math.isfinite(hi) and 0.0 < lo <= hi):
+        raise ValueError("%s: dt_min and dt_max must satisfy 0 < dt_min <= dt_max (finite), got dt_min=%r, "
+                         "dt_max=%r" % (who, dt_min, dt_max))
+    return lo, hi
 
 
 class SelectiveScan(tf.keras.layers.Layer):
@@ -234,10 +347,13 @@ class SelectiveScan(tf.keras.layers.Layer):
 
     def __init__(self, dim, d_state=16, layout="BLD", dt_min=1e-3, dt_max=1e-1, delta_softplus=True, **kwargs):
         super().__init__(**kwargs)
-        if layout not in ("BLD", "BDL"):
+        if not isinstance(layout, str) or layout not in ("BLD", "BDL"):
             raise ValueError('SelectiveScan: layout must be "BLD" or "BDL", got %r' % (layout,))
-        self.dim, self.d_state, self.layout = int(dim), int(d_state), layout
-        self.dt_min, self.dt_max, self.delta_softplus = float(dt_min), float(dt_max), bool(delta_softplus)
+        self.dim = _positive_int(dim, "dim", "SelectiveScan")
+        self.d_state = _positive_int(d_state, "d_state", "SelectiveScan")
+        self.layout = layout
+        self.dt_min, self.dt_max = _dt_range(dt_min, dt_max, "SelectiveScan")
+        self.delta_softplus = _as_bool(delta_softplus, "delta_softplus", "SelectiveScan")
         self.supports_jit = False
         dim, n = self.dim, self.d_state
         self.A_log = self.add_weight(
@@ -253,8 +369,6 @@ class SelectiveScan(tf.keras.layers.Layer):
         lo, hi = self.dt_min, self.dt_max
 
         def dt_bias_init(shape, dtype=None):
-            import math
-
             dt = tf.exp(tf.random.uniform(shape, math.log(lo), math.log(hi)))
             return dt + tf.math.log(-tf.math.expm1(-dt))  # inverse of softplus
 

@@ -36,6 +36,7 @@ import numpy as np
 import tensorflow as tf
 
 from . import SelectiveScan, selective_scan  # noqa: F401  (SelectiveScan re-exported)
+from . import _as_bool, _dt_range, _positive_int, _refuse_xla
 
 keras = tf.keras
 
@@ -172,14 +173,29 @@ class MambaVisionMixer(keras.layers.Layer):
             raise ValueError('MambaVisionMixer: scan_impl must be "op" or "tf", got %r' % (scan_impl,))
         if dt_init not in ("random", "constant"):
             raise ValueError('MambaVisionMixer: dt_init must be "random" or "constant", got %r' % (dt_init,))
-        self.d_model, self.d_state, self.d_conv, self.expand = int(d_model), int(d_state), int(d_conv), expand
-        self.d_inner = int(expand * self.d_model)
+        who = "MambaVisionMixer"
+        self.d_model = _positive_int(d_model, "d_model", who)
+        self.d_state = _positive_int(d_state, "d_state", who)
+        self.d_conv = _positive_int(d_conv, "d_conv", who)
+        self.expand = expand
+        if isinstance(expand, (bool, np.bool_)) or not isinstance(expand, (int, float, np.integer, np.floating)) \
+                or not (math.isfinite(float(expand)) and expand > 0):
+            raise ValueError("MambaVisionMixer: expand must be a positive number, got %r" % (expand,))
+        d_inner = expand * self.d_model
+        if float(d_inner) != int(d_inner):
+            raise ValueError("MambaVisionMixer: d_inner = expand * d_model = %r must be an integer" % (d_inner,))
+        self.d_inner = int(d_inner)
         if self.d_inner % 2:
             raise ValueError("MambaVisionMixer: d_inner = expand * d_model = %d must be even" % self.d_inner)
-        self.dt_rank = math.ceil(self.d_model / 16) if dt_rank == "auto" else int(dt_rank)
+        self.dt_rank = math.ceil(self.d_model / 16) if dt_rank == "auto" else _positive_int(dt_rank, "dt_rank", who)
         self.dt_rank_arg = dt_rank
-        self.dt_min, self.dt_max, self.dt_init = float(dt_min), float(dt_max), dt_init
-        self.dt_scale, self.dt_init_floor, self.bias = float(dt_scale), float(dt_init_floor), bool(bias)
+        self.dt_min, self.dt_max = _dt_range(dt_min, dt_max, who)
+        self.dt_init = dt_init
+        self.dt_scale, self.dt_init_floor = float(dt_scale), float(dt_init_floor)
+        if not (math.isfinite(self.dt_scale) and math.isfinite(self.dt_init_floor) and self.dt_init_floor >= 0):
+            raise ValueError("MambaVisionMixer: dt_scale must be finite and dt_init_floor finite and >= 0, got "
+                             "dt_scale=%r, dt_init_floor=%r" % (dt_scale, dt_init_floor))
+        self.bias = _as_bool(bias, "bias", who)
         self.scan_impl = scan_impl
         self.supports_jit = scan_impl == "tf"
 
@@ -207,6 +223,13 @@ class MambaVisionMixer(keras.layers.Layer):
 
     def call(self, x, training=None):
         h, r, n = self.d_inner // 2, self.dt_rank, self.d_state
+        x = tf.convert_to_tensor(x)
+        if not x.dtype.is_floating:
+            raise TypeError("MambaVisionMixer: x must be a floating-point tensor (batch, L, d_model), got %s"
+                            % x.dtype.name)
+        if x.shape.rank is not None and (x.shape.rank != 3 or x.shape[-1] not in (None, self.d_model)):
+            raise ValueError("MambaVisionMixer: x must have shape (batch, L, d_model) with d_model=%d, got %s"
+                             % (self.d_model, x.shape))
         cdt = x.dtype
         xz = _linear(x, self.in_proj_kernel, self.in_proj_bias)
         xs, zs = xz[..., :h], xz[..., h:]
@@ -221,7 +244,7 @@ class MambaVisionMixer(keras.layers.Layer):
             if cdt not in (tf.float32, tf.float16, tf.bfloat16):
                 raise TypeError("MambaVisionMixer: the selscan op computes in float32 / float16 / bfloat16, not %s "
                                 "(use scan_impl='tf' for float64)" % cdt.name)
-            _refuse_xla("MambaVisionMixer")
+            _refuse_xla("MambaVisionMixer", "scan_impl='tf' (a pure-TensorFlow scan)")
             y = selective_scan(xs, delta, A, Bm, Cm, D=self.D, delta_bias=bias2, delta_softplus=True,
                                save_checkpoint=training is not False)
         else:
@@ -238,32 +261,6 @@ class MambaVisionMixer(keras.layers.Layer):
                       dt_scale=self.dt_scale, dt_init_floor=self.dt_init_floor, bias=self.bias,
                       scan_impl=self.scan_impl)
         return config
-
-
-def _in_xla_context():
-    """True while tracing a function that XLA will compile (tf.function(jit_compile=True))."""
-    try:
-        from tensorflow.python.framework import ops as _tf_ops
-        from tensorflow.python.ops import control_flow_util
-
-        g = _tf_ops.get_default_graph()
-        if control_flow_util.GraphOrParentsInXlaContext(g):
-            return True
-        while g is not None:
-            if getattr(g, "_xla_compile", False) or getattr(g, "jit_compile", False):
-                return True
-            g = getattr(g, "outer_graph", None)
-    except Exception:  # noqa: BLE001  (private API moved: no detection, TensorFlow's own error then)
-        return False
-    return False
-
-
-def _refuse_xla(who):
-    if _in_xla_context():
-        raise ValueError(
-            "%s: the selscan op has no XLA kernel, so it cannot run inside tf.function(jit_compile=True) "
-            "(or model.compile(jit_compile=True)); use jit_compile=False (Keras' 'auto' already does), or "
-            "scan_impl='tf' for a pure-TensorFlow scan that XLA can compile" % who)
 
 
 # ------------------------------------------------------------------------------------------------

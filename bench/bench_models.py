@@ -1,0 +1,1141 @@
+"""Models end to end, one process: selscan against mamba_ssm + causal_conv1d and transformers' PyTorch path.
+
+Backends (--backends, compared in the same run on the same weights and inputs):
+  selscan       transformers with selscan_torch.integrations.use_in_transformers() (the fused block,
+                the conv and the step on selscan); MambaVision through use_in_mambavision(); mamba_ssm's
+                MambaLMHeadModel through use_in_mamba_ssm()
+  mamba_ssm     the kernels transformers resolved at import from mamba_ssm + causal_conv1d (its fused
+                mamba_inner_fn in training); MambaVision / MambaLMHeadModel as shipped
+  torch         transformers' own PyTorch functions (the five kernel names of modeling_mamba rebound
+                to the functions under transformers' kernel wrappers): no fused block, a Python loop
+                over L in the scan. Timed for training at a short L only (--torch-train-len)
+  selscan-scan  (optional) selscan's v0.2 drop-in: only the scan and the step rebound in transformers,
+                its unfused path around them with PyTorch's conv (what a user got before the block)
+
+Cases (--cases):
+  check       correctness guard: one small batch through MambaForCausalLM (train mode, so the fused
+              path), fp32 and bf16 autocast: the loss and every parameter's gradient of each backend
+              against the reference (mamba_ssm if present, else torch); relative differences printed
+  train       training step of MambaForCausalLM, random init: bf16 autocast, forward + backward of the
+              LM loss, NO optimizer step (grads dropped before each step; --optimizer adamw adds
+              a fused AdamW step); CUDA events, warm-up, backends interleaved round by round, median;
+              peak memory = torch.cuda.max_memory_allocated over one step (reset per backend)
+  prefill     eval forward that fills a fresh cache (use_cache=True, logits_to_keep=1), the model cast
+              to each --gen-dtypes dtype, at the training shape
+  gen         greedy model.generate (eager, DynamicCache, disable_compile): --prompt-len prompt,
+              --new-tokens new tokens, batch --gen-batches; tokens/s = batch * new / seconds (prefill
+              included); ids compared with mamba_ssm's
+  graph       the same greedy decode with the model's decode step (forward with cache + argmax)
+              captured once in a CUDA graph by hand and replayed per token (transformers 5.x offers
+              CUDA graphs for Mamba only through generate's auto torch.compile "reduce-overhead" with a
+              static cache: --hf-compile adds that row, minutes of compiling: off by default)
+  mambavision NVlabs MambaVision-T training step, batch --mv-batch, 224x224, bf16 autocast, fwd + bwd
+              of cross entropy (drop_path 0), plus its fp32 loss vs mamba_ssm's
+  mamba-lm    mamba_ssm's MambaLMHeadModel (bf16) greedy generate(cg=True), its own kernels against
+              use_in_mamba_ssm(), batch --gen-batches
+Models: 130m shape (hidden 768, 24 layers, state 16, expand 2, conv 4, vocab 50280), training batch
+8 x 2048; 1.4b shape (hidden 2048, 48 layers), training batch 4 x 2048. Generation in bf16 and fp32
+for 130m, bf16 for 1.4b (--gen-dtypes / --gen-dtypes-large); torch in generation for 130m only.
+
+Peers: mamba_ssm 2.3.2.post1 (its Mamba-1 kernel selective_scan_cuda built from source) +
+causal_conv1d 1.7.0 for sm_90 only, and mambavision 1.2.0, built on the GPU machine from their
+sdists by a git-ignored script that is not part of this repository (.peer/build_peers.sh, with the
+sdists beside it) into /tmp/peers. Any install works: the bench only needs them importable.
+
+On the GPU machine (the git-ignored .peer/ folder in the checkout; $OUT: a results folder), one
+command, ~8-9 minutes: selscan_torch and the peers built at the same time (~3-4 min on 16 cores,
+estimated: the critical path is mamba_ssm's heaviest backward file, 78-105 s of one core for
+sm_90 as measured on a 2.25 GHz EPYC), then the bench with what time is left (--deadline-s drops,
+in this order, mamba-lm 1.4b, 1.4b inference, mamba-lm 130m, 130m inference: training first):
+
+  export PYTHONUNBUFFERED=1 MAX_JOBS=16; (cd bindings/torch && python3 setup.py build_ext --inplace \
+    >$OUT/selscan_build.log 2>&1; echo "selscan_torch build rc=$? at ${SECONDS}s") & \
+  bash .peer/build_peers.sh >$OUT/build_peers.log 2>&1; echo "peers rc=$? at ${SECONDS}s"; wait; \
+  grep -a "build_peers\|usable\|err" $OUT/build_peers.log; \
+  PYTHONPATH=/tmp/peers:bindings/torch python3 bench/bench_models.py --deadline-s $((570-SECONDS)) \
+    --out $OUT/bench_models.json --md $OUT/bench_models.md 2>&1 | tee $OUT/bench_models.log
+
+The bench alone (peers and selscan_torch already built on a warm machine: the machine goes back
+30 s after a call, so chain the calls at once): ~4-5 minutes on an H100/H200, all cases:
+  PYTHONUNBUFFERED=1 PYTHONPATH=/tmp/peers:bindings/torch python3 bench/bench_models.py \
+    --out $OUT/bench_models.json --md $OUT/bench_models.md
+  (--cases prefill,gen,graph,mamba-lm picks up what a first call's deadline dropped)
+A GPU smoke test of every code path on tiny models (~1 min): add --quick --device cuda.
+Here (CPU, no peers, ~20 s idle / ~1-2 min on a loaded VM; graphs emulated by eager steps):
+  PYTHONPATH=bindings/torch python bench/bench_models.py --quick
+Exit status 1 when a correctness check says MISMATCH. Progress lines are flushed as they come; the
+markdown table is printed last ("x mamba" = speed relative to mamba_ssm in the same run, > 1:
+faster); the JSON (--out) is rewritten after every block, so a killed run still leaves its rows.
+"""
+import argparse
+import contextlib
+import gc
+import inspect
+import json
+import math
+import os
+import platform
+import statistics
+import sys
+import time
+import traceback
+
+import torch
+import torch.nn.functional as F
+
+T0 = time.perf_counter()
+
+
+def log(msg):
+    print(f"[{time.perf_counter() - T0:7.1f}s] {msg}", flush=True)
+
+
+def elapsed():
+    return time.perf_counter() - T0
+
+
+# ------------------------------------------------------------------------------------------------
+# >>config: model shapes and the run's settings
+# ------------------------------------------------------------------------------------------------
+MODELS = {  # name: (hidden, layers, vocab, train batch, train L)
+    "130m": (768, 24, 50280, 8, 2048),
+    "1.4b": (2048, 48, 50280, 4, 2048),
+}
+QUICK_MODELS = {"tiny": (64, 2, 512, 2, 64), "tiny4": (96, 4, 512, 2, 48)}  # quick runs "tiny" unless --models
+DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
+
+
+def parse_args():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--quick", action="store_true", help="tiny configs, seconds on a CPU (tests the script)")
+    ap.add_argument("--device", default=None, help="cuda (default when present) or cpu")
+    ap.add_argument("--backends", default="selscan,mamba_ssm,torch",
+                    help="comma list of selscan, mamba_ssm, torch, selscan-scan")
+    ap.add_argument("--cases", default="check,train,mambavision,prefill,gen,graph,mamba-lm")
+    ap.add_argument("--models", default=None, help="comma list (default: 130m,1.4b; quick: tiny)")
+    ap.add_argument("--gen-dtypes", default="bf16,fp32", help="model dtypes for prefill / generation")
+    ap.add_argument("--gen-dtypes-large", default="bf16", help="the same for models with > 30 layers")
+    ap.add_argument("--gen-batches", default=None, help="default 1,16,64 (quick: 1,3)")
+    ap.add_argument("--prompt-len", type=int, default=None, help="default 128 (quick: 12)")
+    ap.add_argument("--new-tokens", type=int, default=None, help="default 64 (quick: 6)")
+    ap.add_argument("--gen-reps", type=int, default=2, help="timed generate calls per backend and batch")
+    ap.add_argument("--train-iters", type=int, default=None, help="timed steps per backend (default 10, quick 2)")
+    ap.add_argument("--warmup", type=int, default=2)
+    ap.add_argument("--torch-train-len", type=int, default=256, help="L of the training case that times torch")
+    ap.add_argument("--torch-gen-max-layers", type=int, default=30,
+                    help="torch backend in prefill / generation only for models with at most this many layers")
+    ap.add_argument("--optimizer", choices=["none", "adamw"], default="none")
+    ap.add_argument("--mv-batch", type=int, default=None, help="MambaVision batch (default 64, quick 1)")
+    ap.add_argument("--hf-compile", action="store_true",
+                    help="also time generate(cache_implementation='static'), transformers' auto torch.compile")
+    ap.add_argument("--deadline-s", type=float, default=None,
+                    help="wall seconds for the whole run; blocks that no longer fit are skipped (default 540, quick: none)")
+    ap.add_argument("--out", default=None, help="JSON file (rewritten after every block)")
+    ap.add_argument("--md", default=None, help="also write the markdown table to this file")
+    a = ap.parse_args()
+    q = a.quick
+    a.device = torch.device(a.device or ("cuda" if torch.cuda.is_available() and not q else "cpu"))
+    a.backends = [b for b in a.backends.split(",") if b]
+    a.cases = set(c for c in a.cases.split(",") if c)
+    a.models = (a.models.split(",") if a.models else (["tiny"] if q else list(MODELS)))
+    a.gen_dtypes = [d for d in a.gen_dtypes.split(",") if d]
+    a.gen_dtypes_large = [d for d in a.gen_dtypes_large.split(",") if d]
+    a.gen_batches = [int(b) for b in (a.gen_batches or ("1,3" if q else "1,16,64")).split(",")]
+    a.prompt_len = a.prompt_len or (12 if q else 128)
+    a.new_tokens = a.new_tokens or (6 if q else 64)
+    a.train_iters = a.train_iters or (2 if q else 10)
+    if q:
+        a.warmup = min(a.warmup, 1)
+        a.torch_train_len = min(a.torch_train_len, 32)
+        a.gen_reps = 1
+    a.mv_batch = a.mv_batch or (1 if q else 64)
+    a.deadline_s = a.deadline_s if a.deadline_s is not None else (0 if q else 540)
+    return a
+
+
+ARGS = None
+RESULTS = {"rows": [], "checks": [], "skipped": [], "errors": [], "env": {}}
+
+
+def remaining():
+    return math.inf if not ARGS.deadline_s else ARGS.deadline_s - elapsed()
+
+
+def fits(what, need_s):
+    """True when `need_s` seconds (a rough estimate) still fit before the deadline; else a skip note."""
+    if remaining() >= need_s:
+        return True
+    RESULTS["skipped"].append(f"{what}: deadline ({remaining():.0f} s left, ~{need_s:.0f} s needed)")
+    log(f"SKIP {what}: {remaining():.0f} s left, ~{need_s:.0f} s needed")
+    return False
+
+
+def save():
+    if ARGS.out:
+        os.makedirs(os.path.dirname(os.path.abspath(ARGS.out)), exist_ok=True)
+        with open(ARGS.out, "w") as f:
+            json.dump(RESULTS, f, indent=1, default=str)
+
+
+def guarded(name):
+    """Runs a block; an exception is printed and recorded, and the run goes on."""
+    def deco(fn):
+        def run(*a, **k):
+            try:
+                return fn(*a, **k)
+            except Exception as e:  # noqa: BLE001 (a failed block must not lose the others)
+                tb = traceback.format_exc()
+                log(f"ERROR in {name}: {e!r}\n{tb}")
+                RESULTS["errors"].append({"block": name, "error": repr(e), "traceback": tb[-3000:]})
+            finally:
+                gc.collect()
+                if ARGS.device.type == "cuda":
+                    torch.cuda.empty_cache()
+                save()
+        return run
+    return deco
+
+
+def backend_failed(block, backend, e):
+    """One backend failed inside a block: recorded, printed; the block goes on without it."""
+    tb = traceback.format_exc()
+    log(f"  {block} {backend}: FAILED {e!r}\n{tb[-1500:]}")
+    RESULTS["errors"].append({"block": f"{block} {backend}", "error": repr(e), "traceback": tb[-3000:]})
+
+
+def row(case, backend, value, unit, **extra):
+    r = {"case": case, "backend": backend, "value": value, "unit": unit}
+    r.update(extra)
+    RESULTS["rows"].append(r)
+    more = " ".join(f"{k}={v}" for k, v in extra.items() if v is not None)
+    log(f"  {case:<44} {backend:<13} {value:10.4g} {unit} {more}")
+
+
+# ------------------------------------------------------------------------------------------------
+# >>timing: CUDA events (wall clock on the CPU), synchronised around each measured call
+# ------------------------------------------------------------------------------------------------
+def sync():
+    if ARGS.device.type == "cuda":
+        torch.cuda.synchronize()
+
+
+def time_call(fn):
+    """Seconds of one call of fn(), the device idle before it and finished after it."""
+    if ARGS.device.type == "cuda":
+        e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        torch.cuda.synchronize()
+        e0.record()
+        out = fn()
+        e1.record()
+        e1.synchronize()
+        return e0.elapsed_time(e1) / 1e3, out
+    t = time.perf_counter()
+    out = fn()
+    return time.perf_counter() - t, out
+
+
+def peak_reset():
+    if ARGS.device.type == "cuda":
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+
+
+def peak_gib():
+    if ARGS.device.type == "cuda":
+        torch.cuda.synchronize()
+        return round(torch.cuda.max_memory_allocated() / 2**30, 3)
+    return None
+
+
+# ------------------------------------------------------------------------------------------------
+# >>backends: what transformers' modeling_mamba calls, switched by rebinding its module globals
+# ------------------------------------------------------------------------------------------------
+def fn_name(f):
+    """module.qualname of what a transformers kernel name runs: the implementation its
+    hub-kernel wrapper resolved at import (closure variable `implementation`), else f itself."""
+    g = f
+    for _ in range(6):
+        if g is None:
+            break
+        try:
+            impl = inspect.getclosurevars(g).nonlocals.get("implementation")
+        except (TypeError, ValueError):
+            impl = None
+        if impl is not None:
+            f = impl
+            break
+        g = getattr(g, "__wrapped__", None)
+    return f"{getattr(f, '__module__', '?')}.{getattr(f, '__qualname__', type(f).__name__)}"
+
+
+class Transformers:
+    """transformers' Mamba module and the five kernel names its mixer calls (5.x: mamba_inner_fn,
+    mamba_selective_scan, mamba_selective_state_update, causal_conv1d_fn, causal_conv1d_update,
+    each resolved at import to mamba_ssm / causal_conv1d when installed, else its PyTorch body)."""
+
+    NAMES = ["mamba_inner_fn", "mamba_selective_scan", "mamba_selective_state_update",
+             "causal_conv1d_fn", "causal_conv1d_update"]
+
+    def __init__(self):
+        import transformers
+        from transformers.models.mamba import modeling_mamba as mm
+        self.version = transformers.__version__
+        self.mm = mm
+        self.names = [n for n in self.NAMES if hasattr(mm, n)]
+        if len(self.names) != len(self.NAMES):
+            raise RuntimeError(f"transformers {self.version}: modeling_mamba lacks "
+                               f"{sorted(set(self.NAMES) - set(self.names))}; this bench targets 5.x")
+        self.orig = {n: getattr(mm, n) for n in self.names}
+        self.resolved = {n: fn_name(f) for n, f in self.orig.items()}
+        self.torch_fns = {n: inspect.unwrap(f) for n, f in self.orig.items()}
+        self.cache_kw = "cache" if "cache" in inspect.signature(mm.MambaForCausalLM.forward).parameters else "cache_params"
+        mods = {n: r.split(".")[0] for n, r in self.resolved.items()}
+        self.has_mamba = (all(mods[n] == "mamba_ssm" for n in self.names[:3])
+                          and all(mods[n] == "causal_conv1d" for n in self.names[3:]))
+
+    def current(self):
+        return {n: fn_name(getattr(self.mm, n)) for n in self.names}
+
+    def restore(self):
+        for n, f in self.orig.items():
+            setattr(self.mm, n, f)
+
+
+def selscan_integrations():
+    try:
+        import selscan_torch.integrations as integ
+        return integ
+    except Exception as e:  # noqa: BLE001
+        RESULTS["env"]["selscan_integrations_error"] = repr(e)
+        return None
+
+
+def scan_only_fns():
+    """selscan_torch's v0.2 scan / step as transformers' mamba_selective_scan /
+    mamba_selective_state_update (the step needs a float32 state: copied through where not)."""
+    import selscan_torch as st
+
+    def scan(hidden_states, dt, A, B, C, D=None, z=None, delta_bias=None, delta_softplus=False,
+             return_last_state=False, **_):
+        return st.selective_scan_fn(hidden_states, dt, A, B, C, D, z, delta_bias, delta_softplus,
+                                    return_last_state)
+
+    def step(state, hidden_states, dt, A, B, C, D=None, dt_bias=None, dt_softplus=False, z=None, **_):
+        if state.dtype == torch.float32:
+            return st.selective_state_update(state, hidden_states, dt, A, B, C, D, z, dt_bias, dt_softplus)
+        s = state.float()
+        out = st.selective_state_update(s, hidden_states, dt, A, B, C, D, z, dt_bias, dt_softplus)
+        state.copy_(s)
+        return out
+    return scan, step
+
+
+class Backend:
+    """A context that makes transformers' Mamba (and, where given, MambaVision / mamba_ssm's
+    modules) run on one backend, and undoes it on exit."""
+
+    def __init__(self, name, tf):
+        self.name, self.tf = name, tf
+
+    def available(self):
+        """None when usable, else why not."""
+        if self.name == "mamba_ssm":
+            return None if self.tf.has_mamba else f"transformers resolved {self.tf.resolved}"
+        if self.name == "selscan":
+            integ = selscan_integrations()
+            if integ is None or not hasattr(integ, "use_in_transformers"):
+                return "selscan_torch.integrations.use_in_transformers missing"
+            return None
+        if self.name == "selscan-scan":
+            try:
+                import selscan_torch  # noqa: F401
+                return None
+            except Exception as e:  # noqa: BLE001
+                return repr(e)
+        if self.name == "torch":
+            return None
+        return "unknown backend"
+
+    def __enter__(self):
+        tf, mm = self.tf, self.tf.mm
+        tf.restore()
+        if self.name == "torch":
+            for n, f in tf.torch_fns.items():
+                setattr(mm, n, f)
+        elif self.name == "selscan-scan":
+            for n in ("mamba_inner_fn", "causal_conv1d_fn", "causal_conv1d_update"):
+                setattr(mm, n, tf.torch_fns[n])
+            mm.mamba_selective_scan, mm.mamba_selective_state_update = scan_only_fns()
+        elif self.name == "selscan":
+            selscan_integrations().use_in_transformers(True)
+        return self
+
+    def __exit__(self, *exc):
+        if self.name == "selscan":
+            selscan_integrations().use_in_transformers(False)
+        self.tf.restore()
+        return False
+
+
+# ------------------------------------------------------------------------------------------------
+# >>models: random-init MambaForCausalLM at the named shape, built on the device
+# ------------------------------------------------------------------------------------------------
+def mamba_config(tf, name):
+    hidden, layers, vocab, _, _ = (QUICK_MODELS if ARGS.quick else MODELS)[name]
+    return tf.mm.MambaConfig(hidden_size=hidden, num_hidden_layers=layers, vocab_size=vocab, state_size=16,
+                             expand=2, conv_kernel=4, use_bias=False, use_conv_bias=True,
+                             residual_in_fp32=True, bos_token_id=0, eos_token_id=0, pad_token_id=0)
+
+
+def build_lm(tf, name, dtype=torch.float32):
+    torch.manual_seed(0)
+    cfg = mamba_config(tf, name)
+    with torch.device(ARGS.device):
+        model = tf.mm.MambaForCausalLM(cfg)
+    model.to(device=ARGS.device, dtype=dtype)
+    gc_ = model.generation_config
+    gc_.eos_token_id, gc_.pad_token_id, gc_.bos_token_id = None, 0, None
+    n = sum(p.numel() for p in model.parameters())
+    log(f"built MambaForCausalLM {name}: {n / 1e6:.1f} M parameters, {dtype}")
+    return model
+
+
+def token_batch(vocab, batch, L, seed):
+    g = torch.Generator().manual_seed(seed)
+    return torch.randint(1, vocab, (batch, L), generator=g).to(ARGS.device)
+
+
+def autocast(enabled=True):
+    return torch.autocast(device_type=ARGS.device.type, dtype=torch.bfloat16, enabled=enabled)
+
+
+def backends_for(tf, names):
+    out = []
+    for n in names:
+        b = Backend(n, tf)
+        why = b.available()
+        if why is None:
+            out.append(b)
+        else:
+            note = f"backend {n}: unavailable ({why})"
+            if note not in RESULTS["skipped"]:
+                RESULTS["skipped"].append(note)
+                log(f"SKIP {note}")
+    return out
+
+
+# ------------------------------------------------------------------------------------------------
+# >>check: loss and gradients of each backend against the reference on one small batch
+# ------------------------------------------------------------------------------------------------
+def loss_and_grads(model, ids, amp):
+    model.zero_grad(set_to_none=True)
+    with autocast(amp):
+        loss = model(input_ids=ids, labels=ids).loss
+    loss.backward()
+    g = torch.cat([(p.grad if p.grad is not None else torch.zeros_like(p)).detach().float().reshape(-1)
+                   for p in model.parameters()])
+    model.zero_grad(set_to_none=True)
+    return loss.item(), g
+
+
+@guarded("check")
+def case_check(tf, name):
+    bks = backends_for(tf, ARGS.backends)
+    ref_name = "mamba_ssm" if any(b.name == "mamba_ssm" for b in bks) else "torch"
+    if not any(b.name == ref_name for b in bks):
+        bks = bks + backends_for(tf, [ref_name])
+    model = build_lm(tf, name)
+    model.train()
+    cfg = model.config
+    batch, L = (2, 32) if ARGS.quick else (2, 256)
+    ids = token_batch(cfg.vocab_size, batch, L, seed=1)
+    for amp in (False, True):
+        mode = "bf16-autocast" if amp else "fp32"
+        res = {}
+        for b in bks:
+            with b:
+                res[b.name] = loss_and_grads(model, ids, amp)
+                res[b.name] = res[b.name] + (loss_and_grads(model, ids, amp)[1],)  # a second run: repeatable?
+        ref_loss, ref_g, _ = res[ref_name]
+        # a tolerance loose enough for bf16 rounding and the ill-conditioned random init, tight enough
+        # to catch a wrong kernel (a wrong conv / gate / bias moves the loss by far more)
+        tol = 2e-2 if amp else 2e-4
+        for bn, (l, g, g2) in res.items():
+            rel_loss = abs(l - ref_loss) / max(abs(ref_loss), 1e-12)
+            rel_g = ((g - ref_g).norm() / ref_g.norm().clamp_min(1e-30)).item()
+            rep = "bitwise" if torch.equal(g, g2) else f"{((g - g2).norm() / g.norm().clamp_min(1e-30)).item():.1e}"
+            verdict = "ref" if bn == ref_name else ("OK" if rel_loss <= tol else "MISMATCH")
+            if bn.startswith("selscan") and ref_name == "mamba_ssm" and torch.equal(g, ref_g):
+                verdict = "IDENTICAL to mamba_ssm: backend not switched?"
+            c = {"model": name, "mode": mode, "batch": batch, "L": L, "backend": bn, "reference": ref_name,
+                 "loss": l, "rel_loss_vs_ref": rel_loss, "rel_l2_grads_vs_ref": rel_g,
+                 "grads_run_to_run": rep, "verdict": verdict}
+            RESULTS["checks"].append(c)
+            log(f"  check {name} {mode:<13} {bn:<13} loss {l:.6f}  rel diff vs {ref_name} {rel_loss:.2e} "
+                f"(tol {tol:.0e})  grads rel L2 {rel_g:.2e}  run-to-run {rep}  {verdict}")
+        del res
+    del model
+
+
+# ------------------------------------------------------------------------------------------------
+# >>train: bf16-autocast training step of MambaForCausalLM
+# ------------------------------------------------------------------------------------------------
+def train_timing(tf, name, model, bks, batch, L, iters, warmup, label, max_iters=None):
+    ids = token_batch(model.config.vocab_size, batch, L, seed=2)
+    params = [p for p in model.parameters()]
+    opt = None
+    if ARGS.optimizer == "adamw":
+        opt = torch.optim.AdamW(params, lr=1e-6, fused=ARGS.device.type == "cuda")
+
+    def step():
+        with autocast():
+            loss = model(input_ids=ids, labels=ids).loss
+        loss.backward()
+        if opt is not None:
+            opt.step()
+        return loss
+
+    case = f"train {name} {batch}x{L} bf16-autocast{' +adamw' if opt else ''}"
+    peaks, losses, ok = {}, {}, []
+    for b in bks:
+        try:
+            with b:
+                for _ in range(warmup):
+                    model.zero_grad(set_to_none=True)
+                    step()
+                model.zero_grad(set_to_none=True)
+                peak_reset()
+                losses[b.name] = step().item()
+                peaks[b.name] = peak_gib()
+            ok.append(b)
+        except Exception as e:  # noqa: BLE001
+            backend_failed(case, b.name, e)
+    bks = ok
+    times = {b.name: [] for b in bks}
+    for r in range(iters):  # backends interleaved, round by round
+        for b in bks:
+            if max_iters and r >= max_iters.get(b.name, iters):
+                continue
+            with b:
+                model.zero_grad(set_to_none=True)
+                times[b.name].append(time_call(step)[0])
+    model.zero_grad(set_to_none=True)
+    for b in bks:
+        row(case, b.name, statistics.median(times[b.name]), "s", peak_gib=peaks[b.name],
+            loss=round(losses[b.name], 5), iters=len(times[b.name]), kind="time")
+    del opt
+
+
+@guarded("train")
+def case_train(tf, name):
+    hidden, layers, vocab, batch, L = (QUICK_MODELS if ARGS.quick else MODELS)[name]
+    fast = [n for n in ARGS.backends if n != "torch"]
+    bks = backends_for(tf, fast)
+    est = (ARGS.warmup + 1 + ARGS.train_iters) * len(bks) * (0.25 if layers <= 30 else 0.7) + 15
+    if not bks or not fits(f"train {name}", 0 if ARGS.quick else est):
+        return
+    model = build_lm(tf, name)
+    model.train()
+    log(f"train {name}: {batch} x {L}, backends {[b.name for b in bks]}")
+    train_timing(tf, name, model, bks, batch, L, ARGS.train_iters, ARGS.warmup, "train")
+    if "torch" in ARGS.backends and layers <= 30:
+        tb = backends_for(tf, ARGS.backends)
+        Lt = ARGS.torch_train_len
+        est = 2 * 6.0 * (Lt / 256) * (layers / 24) + 5
+        if fits(f"train {name} torch at L {Lt}", 0 if ARGS.quick else est):
+            log(f"train {name}: {batch} x {Lt} (the torch path's Python loop over L), backends {[b.name for b in tb]}")
+            # one timed step each, its warm-up the peak-memory step (the cases before warmed the rest)
+            train_timing(tf, name, model, tb, batch, Lt, 1 if ARGS.quick else 3, 0, "train-torch",
+                         max_iters={"torch": 1})
+    del model
+
+
+# ------------------------------------------------------------------------------------------------
+# >>inference: prefill, eager generate, hand-captured CUDA-graph decode
+# ------------------------------------------------------------------------------------------------
+def get_cache(out):
+    c = getattr(out, "cache", None)
+    return c if c is not None else getattr(out, "cache_params", None)
+
+
+def hf_generate(model, ids, new, **extra):
+    return model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), max_new_tokens=new,
+                          min_new_tokens=new, do_sample=False, use_cache=True, **extra)
+
+
+class GraphDecoder:
+    """Greedy decode with the decode step (model forward on one token with the cache, then argmax)
+    captured once in a CUDA graph. The cache's conv / recurrent states are allocated by the first
+    prefill and keep their addresses (transformers copies into them); reset() + a new prefill
+    refill them in place, so the graph stays valid for the next prompt of the same batch."""
+
+    def __init__(self, model, ids, cache_kw, emulate=False):
+        self.model, self.kw = model, cache_kw
+        with torch.no_grad():
+            out = model(input_ids=ids, use_cache=True, logits_to_keep=1)
+            self.cache = get_cache(out)
+            self.tok = out.logits[:, -1].argmax(-1, keepdim=True)
+
+            def step():
+                o = model(input_ids=self.tok, use_cache=True, **{cache_kw: self.cache})
+                self.tok.copy_(o.logits[:, -1].argmax(-1, keepdim=True))
+
+            if emulate:  # CPU test of this class: the same step, run eagerly at each "replay"
+                self.graph = type("EagerStep", (), {"replay": staticmethod(lambda: torch.no_grad()(step)())})()
+                return
+            tok0 = self.tok.clone()
+            s = torch.cuda.Stream()
+            s.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(s):
+                for _ in range(3):
+                    step()
+            torch.cuda.current_stream().wait_stream(s)
+            self.graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(self.graph):
+                step()
+            self.tok.copy_(tok0)
+
+    def generate(self, ids, new):
+        with torch.no_grad():
+            self.cache.reset()
+            out = self.model(input_ids=ids, use_cache=True, logits_to_keep=1, **{self.kw: self.cache})
+            self.tok.copy_(out.logits[:, -1].argmax(-1, keepdim=True))
+            toks = torch.empty(ids.shape[0], new, dtype=ids.dtype, device=ids.device)
+            toks[:, 0] = self.tok[:, 0]
+            for i in range(1, new):
+                self.graph.replay()
+                toks[:, i] = self.tok[:, 0]
+            return torch.cat([ids, toks], dim=1)
+
+
+def same_prefix(a, b):
+    """Tokens identical before the first difference (min over the batch rows), new tokens only."""
+    if a is None or b is None or a.shape != b.shape:
+        return None
+    P = ARGS.prompt_len
+    diff = (a[:, P:] != b[:, P:]).to(torch.int64)
+    if not diff.any():
+        return int(a.shape[1] - P)
+    first = torch.where(diff.any(1), diff.argmax(1), torch.full_like(diff[:, 0], a.shape[1] - P))
+    return int(first.min())
+
+
+@guarded("inference")
+def case_inference(tf, name):
+    hidden, layers, vocab, tbatch, tL = (QUICK_MODELS if ARGS.quick else MODELS)[name]
+    large = layers > 30
+    dtypes = ARGS.gen_dtypes_large if large else ARGS.gen_dtypes
+    names = [n for n in ARGS.backends if not (n == "torch" and layers > ARGS.torch_gen_max_layers)]
+    bks = backends_for(tf, names)
+    if not bks or not fits(f"inference {name}", 0 if ARGS.quick else (40 if large else 25)):
+        return
+    cuda = ARGS.device.type == "cuda"
+    model = None
+    P, T = ARGS.prompt_len, ARGS.new_tokens
+    for dn in dtypes:
+        dtype = DTYPES[dn]
+        if model is None:
+            model = build_lm(tf, name, dtype)
+        else:
+            model.to(dtype)
+        model.eval()
+        # --- prefill ---
+        if "prefill" in ARGS.cases and fits(f"prefill {name} {dn}", 0 if ARGS.quick else 20):
+            ids = token_batch(vocab, tbatch, tL, seed=3)
+            pb = [b for b in bks if b.name != "torch" or tL <= 512 or ARGS.quick]
+            f = lambda: model(input_ids=ids, use_cache=True, logits_to_keep=1)  # noqa: E731
+            with torch.no_grad():
+                for b in list(pb):
+                    try:
+                        with b:
+                            for _ in range(ARGS.warmup):
+                                f()
+                    except Exception as e:  # noqa: BLE001
+                        backend_failed(f"prefill {name} {dn}", b.name, e)
+                        pb.remove(b)
+                times = {b.name: [] for b in pb}
+                for _ in range(max(3, ARGS.train_iters // 2) if not ARGS.quick else 1):
+                    for b in pb:
+                        with b:
+                            times[b.name].append(time_call(f)[0])
+            for b in pb:
+                row(f"prefill {name} {tbatch}x{tL} {dn}", b.name, statistics.median(times[b.name]), "s", kind="time")
+            del ids
+        # --- eager generate ---
+        ref_ids = {}
+        for batch in ARGS.gen_batches:
+            if "gen" not in ARGS.cases:
+                break
+            per_tok = (0.015 if not large else 0.045) * (1.5 if "torch" in names else 1.0)
+            est = len(bks) * (ARGS.gen_reps + 0.5) * T * per_tok + 5
+            if not fits(f"gen {name} {dn} batch {batch}", 0 if ARGS.quick else est):
+                continue
+            ids = token_batch(vocab, batch, P, seed=4 + batch)
+            res = {}
+            with torch.no_grad():
+                for b in bks:
+                    try:
+                        with b:
+                            hf_generate(model, ids, min(T, 4), disable_compile=True)  # warm-up (Triton JIT, cuBLAS)
+                            ts, seq = [], None
+                            for _ in range(ARGS.gen_reps):
+                                t, seq = time_call(lambda: hf_generate(model, ids, T, disable_compile=True))
+                                ts.append(t)
+                            res[b.name] = (statistics.median(ts), seq)
+                    except Exception as e:  # noqa: BLE001
+                        backend_failed(f"gen eager {name} {dn} b{batch}", b.name, e)
+            ref = res.get("mamba_ssm", (None, None))[1]
+            for bn, (t, seq) in res.items():
+                row(f"gen eager {name} {dn} b{batch} ({P}+{T})", bn, batch * T / t, "tok/s",
+                    ms_per_token=round(1e3 * t / T, 3), same_ids_as_mamba=same_prefix(seq, ref), kind="rate")
+            ref_ids[batch] = {bn: seq for bn, (t, seq) in res.items()}
+            del res
+        # --- hand-captured CUDA-graph decode ---
+        emulate = not cuda  # on the CPU (--quick): the same decoder, its step run eagerly, rows "graph(emulated)"
+        for batch in ARGS.gen_batches:
+            if "graph" not in ARGS.cases:
+                break
+            est = len(bks) * (3 + (ARGS.gen_reps + 1) * T * (0.004 if large else 0.002)) + 3
+            if not fits(f"graph {name} {dn} batch {batch}", 0 if ARGS.quick else est):
+                continue
+            ids = token_batch(vocab, batch, P, seed=4 + batch)
+            res = {}
+            for b in bks:
+                try:
+                    with b:
+                        t_cap, gd = time_call(lambda: GraphDecoder(model, ids, tf.cache_kw, emulate))
+                        gd.generate(ids, T)  # warm-up of the prefill path
+                        ts, seq = [], None
+                        for _ in range(ARGS.gen_reps):
+                            t, seq = time_call(lambda: gd.generate(ids, T))
+                            ts.append(t)
+                        # decode only: replays of the captured step
+                        n_rep = 20
+                        t_dec, _ = time_call(lambda: [gd.graph.replay() for _ in range(n_rep)])
+                        res[b.name] = (statistics.median(ts), seq, t_dec / n_rep, t_cap)
+                        del gd
+                except Exception as e:  # noqa: BLE001
+                    backend_failed(f"gen graph {name} {dn} b{batch}", b.name, e)
+            ref = res.get("mamba_ssm", (None, None))[1]
+            for bn, (t, seq, t_step, t_cap) in res.items():
+                eager = ref_ids.get(batch, {}).get(bn)
+                row(f"gen graph{'(emulated)' if emulate else ''} {name} {dn} b{batch} ({P}+{T})", bn, batch * T / t, "tok/s",
+                    ms_per_token=round(1e3 * t / T, 3), decode_step_ms=round(1e3 * t_step, 4),
+                    capture_s=round(t_cap, 2), same_ids_as_mamba=same_prefix(seq, ref),
+                    same_ids_as_eager=same_prefix(seq, eager), kind="rate")
+            del res
+            torch.cuda.empty_cache()
+        # --- transformers' own CUDA graphs: generate's auto torch.compile with a static cache ---
+        if ARGS.hf_compile and cuda:
+            for batch in ARGS.gen_batches:
+                if not fits(f"hf-compile {name} {dn} batch {batch}", 120):
+                    continue
+                ids = token_batch(vocab, batch, P, seed=4 + batch)
+                for b in bks:
+                    try:
+                        with b, torch.no_grad():
+                            t_c, _ = time_call(lambda: hf_generate(model, ids, T, cache_implementation="static"))
+                            t, seq = time_call(lambda: hf_generate(model, ids, T, cache_implementation="static"))
+                        row(f"gen hf-compile {name} {dn} b{batch} ({P}+{T})", b.name, batch * T / t, "tok/s",
+                            first_call_s=round(t_c, 1), kind="rate")
+                    except Exception as e:  # noqa: BLE001
+                        log(f"  hf-compile {b.name}: FAILED {e!r}")
+                        RESULTS["errors"].append({"block": f"hf-compile {name} {dn} b{batch} {b.name}",
+                                                  "error": repr(e)})
+                    torch._dynamo.reset()
+        save()
+    del model
+
+
+# ------------------------------------------------------------------------------------------------
+# >>mambavision: NVlabs MambaVision-T training step (mamba_ssm's selective_scan_fn vs selscan)
+# ------------------------------------------------------------------------------------------------
+def import_mambavision():
+    """mambavision.models.mamba_vision, imported with mamba_ssm when it is installed, else under
+    use_in_mambavision() (selscan standing in for mamba_ssm at import), else (selscan-scan only)
+    under a stand-in module that gives it selscan_torch.selective_scan_fn."""
+    try:
+        import mambavision.models.mamba_vision as mv
+        return mv, "mamba_ssm"
+    except ImportError as e:
+        first = e
+    integ = selscan_integrations()
+    if integ is not None and hasattr(integ, "use_in_mambavision"):
+        integ.use_in_mambavision(True)
+        try:
+            import mambavision.models.mamba_vision as mv
+            return mv, "use_in_mambavision"
+        finally:
+            integ.use_in_mambavision(False)
+    if "selscan-scan" in ARGS.backends:
+        import types
+        import selscan_torch as st
+        names = ["mamba_ssm", "mamba_ssm.ops", "mamba_ssm.ops.selective_scan_interface"]
+        if any(n in sys.modules for n in names):
+            raise first
+        for n in names:
+            sys.modules[n] = types.ModuleType(n)
+        sys.modules[names[-1]].selective_scan_fn = st.selective_scan_fn
+        try:
+            import mambavision.models.mamba_vision as mv
+            return mv, "stand-in module (selscan_torch.selective_scan_fn)"
+        finally:
+            for n in names:
+                del sys.modules[n]
+    raise first
+
+
+class MVBackend:
+    def __init__(self, name, mv, orig):
+        self.name, self.mv, self.orig = name, mv, orig
+
+    def __enter__(self):
+        self.mv.selective_scan_fn = self.orig
+        if self.name == "selscan":
+            selscan_integrations().use_in_mambavision(True)
+            if self.mv.selective_scan_fn is self.orig and self.orig.__module__.startswith("mamba_ssm"):
+                selscan_integrations().use_in_mambavision(False)
+                raise RuntimeError("use_in_mambavision() left mambavision.models.mamba_vision.selective_scan_fn "
+                                   "on mamba_ssm's: the selscan row would time mamba_ssm")
+        elif self.name == "selscan-scan":
+            import selscan_torch as st
+            self.mv.selective_scan_fn = st.selective_scan_fn
+        return self
+
+    def __exit__(self, *exc):
+        if self.name == "selscan":
+            selscan_integrations().use_in_mambavision(False)
+        self.mv.selective_scan_fn = self.orig
+        return False
+
+
+@guarded("mambavision")
+def case_mambavision():
+    if not fits("mambavision", 0 if ARGS.quick else 25):
+        return
+    try:
+        mv, how = import_mambavision()
+    except Exception as e:  # noqa: BLE001
+        RESULTS["skipped"].append(f"mambavision: cannot import ({e!r})")
+        log(f"SKIP mambavision: {e!r}")
+        return
+    orig = mv.selective_scan_fn
+    RESULTS["env"]["mambavision_import"] = how
+    RESULTS["env"]["mambavision_scan_at_import"] = fn_name(orig)
+    bks = []
+    integ = selscan_integrations()
+    for n in ARGS.backends:
+        if n == "mamba_ssm" and not orig.__module__.startswith("mamba_ssm"):
+            RESULTS["skipped"].append("mambavision mamba_ssm: not installed")
+        elif n == "selscan" and (integ is None or not hasattr(integ, "use_in_mambavision")):
+            RESULTS["skipped"].append("mambavision selscan: use_in_mambavision missing")
+        elif n in ("mamba_ssm", "selscan", "selscan-scan"):
+            b = MVBackend(n, mv, orig)
+            try:
+                with b:
+                    RESULTS["env"][f"mambavision scan under {n}"] = fn_name(mv.selective_scan_fn)
+                bks.append(b)
+            except Exception as e:  # noqa: BLE001
+                RESULTS["errors"].append({"block": f"mambavision {n}", "error": repr(e)})
+                log(f"ERROR mambavision {n}: {e!r}")
+    if not bks:
+        return
+    torch.manual_seed(0)
+    # quick: MambaVision-T's layout at 1/20 of its width and depth (224x224 still: its windows need it)
+    small = dict(dim=32, in_dim=16, depths=[1, 1, 2, 1], num_heads=[2, 2, 4, 4]) if ARGS.quick else {}
+    model = mv.mamba_vision_T(pretrained=False, drop_path_rate=0.0, **small).to(ARGS.device)
+    model.train()
+    log(f"MambaVision-T: {sum(p.numel() for p in model.parameters()) / 1e6:.1f} M parameters, "
+        f"imported via {how}; backends {[b.name for b in bks]}")
+    # correctness: fp32 loss of a small batch against mamba_ssm's (or the first backend's)
+    g = torch.Generator().manual_seed(5)
+    xs = torch.randn(2, 3, 224, 224, generator=g).to(ARGS.device)
+    ys = torch.randint(0, 1000, (2,), generator=g).to(ARGS.device)
+    losses = {}
+    for b in list(bks):
+        try:
+            with b:
+                losses[b.name] = F.cross_entropy(model(xs), ys).item()
+        except Exception as e:  # noqa: BLE001
+            backend_failed("check MambaVision-T", b.name, e)
+            bks.remove(b)
+    if not losses:
+        return
+    refn = "mamba_ssm" if "mamba_ssm" in losses else next(iter(losses))
+    for bn, l in losses.items():
+        rel = abs(l - losses[refn]) / max(abs(losses[refn]), 1e-12)
+        verdict = "ref" if bn == refn else ("OK" if rel <= 1e-3 else "MISMATCH")
+        RESULTS["checks"].append({"model": "MambaVision-T", "mode": "fp32", "batch": 2, "backend": bn,
+                                  "reference": refn, "loss": l, "rel_loss_vs_ref": rel, "verdict": verdict})
+        log(f"  check MambaVision-T fp32 {bn:<13} loss {l:.6f} rel diff vs {refn} {rel:.2e} {verdict}")
+    B = ARGS.mv_batch
+    x = torch.randn(B, 3, 224, 224, generator=g).to(ARGS.device)
+    y = torch.randint(0, 1000, (B,), generator=g).to(ARGS.device)
+
+    def step():
+        with autocast():
+            loss = F.cross_entropy(model(x), y)
+        loss.backward()
+        return loss
+
+    peaks, ok = {}, []
+    for b in bks:
+        try:
+            with b:
+                for _ in range(ARGS.warmup):
+                    model.zero_grad(set_to_none=True)
+                    step()
+                if ARGS.device.type == "cuda":  # one step alone for the peak
+                    model.zero_grad(set_to_none=True)
+                    peak_reset()
+                    step()
+                    peaks[b.name] = peak_gib()
+            ok.append(b)
+        except Exception as e:  # noqa: BLE001
+            backend_failed("train MambaVision-T", b.name, e)
+    bks = ok
+    times = {b.name: [] for b in bks}
+    for _ in range(1 if ARGS.quick else ARGS.train_iters):
+        for b in bks:
+            with b:
+                model.zero_grad(set_to_none=True)
+                times[b.name].append(time_call(step)[0])
+    for b in bks:
+        row(f"train MambaVision-T{'-small' if ARGS.quick else ''} b{B} 224 bf16-autocast", b.name, statistics.median(times[b.name]), "s",
+            peak_gib=peaks.get(b.name), iters=len(times[b.name]), kind="time")
+    del model
+
+
+# ------------------------------------------------------------------------------------------------
+# >>mamba-lm: mamba_ssm's MambaLMHeadModel.generate(cg=True), its own kernels vs use_in_mamba_ssm()
+# ------------------------------------------------------------------------------------------------
+@guarded("mamba-lm")
+def case_mamba_lm(name):
+    if ARGS.device.type != "cuda":
+        RESULTS["skipped"].append("mamba-lm: needs mamba_ssm on a GPU")
+        return
+    try:
+        from mamba_ssm.models.config_mamba import MambaConfig
+        from mamba_ssm.models.mixer_seq_simple import MambaLMHeadModel
+    except Exception as e:  # noqa: BLE001
+        RESULTS["skipped"].append(f"mamba-lm: mamba_ssm not importable ({e!r})")
+        log(f"SKIP mamba-lm: {e!r}")
+        return
+    hidden, layers, vocab, _, _ = (QUICK_MODELS if ARGS.quick else MODELS)[name]
+    integ = selscan_integrations()
+    names = [n for n in ARGS.backends if n in ("mamba_ssm", "selscan")]
+    if "selscan" in names and (integ is None or not hasattr(integ, "use_in_mamba_ssm")):
+        names.remove("selscan")
+        RESULTS["skipped"].append("mamba-lm selscan: use_in_mamba_ssm missing")
+    if not names:
+        return
+    est = len(names) * len(ARGS.gen_batches) * (4 + (ARGS.gen_reps + 1) * ARGS.new_tokens * 0.004) + 10
+    if not fits(f"mamba-lm {name}", est):
+        return
+    torch.manual_seed(0)
+    cfg = MambaConfig(d_model=hidden, n_layer=layers, vocab_size=vocab, ssm_cfg={"layer": "Mamba1"},
+                      rms_norm=True, residual_in_fp32=True, fused_add_norm=True, pad_vocab_size_multiple=8)
+    model = MambaLMHeadModel(cfg, device=ARGS.device, dtype=torch.bfloat16).eval()
+    P, T = ARGS.prompt_len, ARGS.new_tokens
+    log(f"mamba_ssm MambaLMHeadModel {name} bf16: backends {names}")
+
+    import mamba_ssm.modules.mamba_simple as ms
+    ms_names = ["selective_scan_fn", "mamba_inner_fn", "causal_conv1d_fn", "causal_conv1d_update",
+                "selective_state_update"]
+
+    @contextlib.contextmanager
+    def on(bn):
+        if bn == "selscan":
+            integ.use_in_mamba_ssm(True)
+        RESULTS["env"][f"mamba_simple names under {bn}"] = {
+            n: fn_name(getattr(ms, n)) if getattr(ms, n, None) is not None else None for n in ms_names}
+        try:
+            yield
+        finally:
+            if bn == "selscan":
+                integ.use_in_mamba_ssm(False)
+
+    for batch in ARGS.gen_batches:
+        ids = token_batch(vocab, batch, P, seed=4 + batch)
+        res = {}
+        for bn in names:
+            try:
+                with on(bn), torch.no_grad():
+                    model._decoding_cache = None  # a fresh capture for this backend
+                    gen = lambda: model.generate(input_ids=ids, max_length=P + T, cg=True, top_k=1)  # noqa: E731
+                    t_cap, _ = time_call(gen)  # captures the decode graph
+                    ts, seq = [], None
+                    for _ in range(ARGS.gen_reps):
+                        t, seq = time_call(gen)
+                        ts.append(t)
+                    res[bn] = (statistics.median(ts), seq, t_cap)
+            except Exception as e:  # noqa: BLE001
+                backend_failed(f"mamba-lm {name} b{batch}", bn, e)
+            finally:
+                model._decoding_cache = None
+                gc.collect()
+        ref = res.get("mamba_ssm", (None, None))[1]
+        for bn, (t, seq, t_cap) in res.items():
+            row(f"mamba_ssm generate(cg=True) {name} bf16 b{batch} ({P}+{T})", bn, batch * T / t, "tok/s",
+                ms_per_token=round(1e3 * t / T, 3), first_call_s=round(t_cap, 2),
+                same_ids_as_mamba=same_prefix(seq, ref), kind="rate")
+    del model
+
+
+# ------------------------------------------------------------------------------------------------
+# >>report: environment, markdown table (ratios against mamba_ssm in the same run)
+# ------------------------------------------------------------------------------------------------
+def pkg_version(dist, mod=None):
+    """The installed distribution's version (no import: mambavision's import needs mamba_ssm);
+    a package built in place (selscan_torch) has no metadata: its __version__."""
+    import importlib.metadata as md
+    try:
+        return md.version(dist)
+    except md.PackageNotFoundError:
+        pass
+    try:
+        return getattr(__import__(mod or dist), "__version__", "?")
+    except Exception as e:  # noqa: BLE001
+        return f"absent ({type(e).__name__})"
+
+
+def environment(tf):
+    env = RESULTS["env"]
+    env.update({
+        "date_utc": time.strftime("%Y-%m-%d %H:%M", time.gmtime()),
+        "device": torch.cuda.get_device_name(0) if ARGS.device.type == "cuda" else platform.processor() or "cpu",
+        "cpu_threads": torch.get_num_threads(),
+        "python": platform.python_version(), "torch": torch.__version__, "cuda": torch.version.cuda,
+        "transformers": tf.version if tf else None,
+        "mamba_ssm": pkg_version("mamba_ssm"), "causal_conv1d": pkg_version("causal_conv1d"),
+        "selscan_torch": pkg_version("selscan_torch"), "mambavision": pkg_version("mambavision"),
+        "timm": pkg_version("timm"), "triton": pkg_version("triton"),
+        "args": {k: (sorted(v) if isinstance(v, set) else str(v) if isinstance(v, torch.device) else v)
+                 for k, v in vars(ARGS).items()},
+        "transformers_resolved_at_import": tf.resolved if tf else None,
+        "matmul_fp32_precision": torch.get_float32_matmul_precision(),
+    })
+    for mod in ("causal_conv1d", "mamba_ssm", "mamba_ssm.ops.selective_scan_interface",
+                "mamba_ssm.ops.triton.selective_state_update"):
+        try:
+            __import__(mod)
+            env[f"import {mod}"] = "ok"
+        except Exception as e:  # noqa: BLE001  (why transformers fell back, when it did)
+            env[f"import {mod}"] = repr(e)
+            if mod in ("causal_conv1d", "mamba_ssm") and "No module named" not in repr(e):
+                log(f"env import {mod} FAILED: {traceback.format_exc()[-1500:]}")
+    try:
+        import selscan_torch
+        env["selscan_torch_cuda_kernels"] = selscan_torch.has_cuda_kernels()
+        env["selscan_torch_path"] = os.path.dirname(selscan_torch.__file__)
+    except Exception as e:  # noqa: BLE001
+        env["selscan_torch_cuda_kernels"] = repr(e)
+    if ARGS.device.type == "cuda":
+        env["cuda_device_capability"] = ".".join(map(str, torch.cuda.get_device_capability(0)))
+    if tf is not None and "selscan" in ARGS.backends and Backend("selscan", tf).available() is None:
+        with Backend("selscan", tf):
+            env["transformers_under_use_in_transformers"] = cur = tf.current()
+        same = [n for n in tf.names if cur[n] == tf.resolved[n]]
+        if same:
+            RESULTS["skipped"].append(f"warning: under use_in_transformers() these names still run what transformers "
+                                      f"resolved at import: {same}")
+            log(f"WARNING use_in_transformers() left {same} as resolved at import")
+    for k in ("device", "torch", "transformers", "mamba_ssm", "causal_conv1d", "selscan_torch", "selscan_torch_cuda_kernels",
+              "selscan_torch_path", "mambavision"):
+        log(f"env {k}: {env[k]}")
+    if tf:
+        for n, r in tf.resolved.items():
+            log(f"env transformers {n} -> {r}")
+        for n, r in (env.get("transformers_under_use_in_transformers") or {}).items():
+            log(f"env use_in_transformers(): {n} -> {r}")
+
+
+def table():
+    lines = []
+    e = RESULTS["env"]
+    lines.append(f"### bench_models: {e.get('device')}, {e.get('date_utc')} UTC; torch {e.get('torch')}, "
+                 f"transformers {e.get('transformers')}, mamba_ssm {e.get('mamba_ssm')}, "
+                 f"causal_conv1d {e.get('causal_conv1d')}, selscan_torch {e.get('selscan_torch')}")
+    lines.append("")
+    lines.append("training: fwd + bwd of the LM loss under bf16 autocast, "
+                 + ("no optimizer step" if ARGS.optimizer == "none" else "plus fused AdamW step")
+                 + "; time = median step; x mamba = mamba_ssm time / this time, or this rate / mamba_ssm's rate")
+    lines.append("")
+    lines.append("| case | backend | value | x mamba | peak GiB | notes |")
+    lines.append("|---|---|---|---|---|---|")
+    by_case = {}
+    for r in RESULTS["rows"]:
+        by_case.setdefault(r["case"], []).append(r)
+    for case, rows in by_case.items():
+        ref = next((r for r in rows if r["backend"] == "mamba_ssm"), None)
+        for r in rows:
+            ratio = ""
+            if ref is not None and r["value"]:
+                x = ref["value"] / r["value"] if r["kind"] == "time" else r["value"] / ref["value"]
+                ratio = f"{x:.2f}x"
+            v = f"{r['value']:.4g} {r['unit']}"
+            notes = []
+            for k in ("ms_per_token", "decode_step_ms", "same_ids_as_mamba", "same_ids_as_eager", "loss"):
+                if r.get(k) is not None and not (k == "same_ids_as_mamba" and r["backend"] == "mamba_ssm"):
+                    notes.append(f"{k}={r[k]}")
+            pk = "" if r.get("peak_gib") is None else f"{r['peak_gib']:.2f}"
+            lines.append(f"| {case} | {r['backend']} | {v} | {ratio} | {pk} | {' '.join(notes)} |")
+    if RESULTS["checks"]:
+        lines.append("")
+        lines.append("| correctness check | backend | loss | rel diff vs ref | grads rel L2 | run-to-run | verdict |")
+        lines.append("|---|---|---|---|---|---|---|")
+        for c in RESULTS["checks"]:
+            gr = c.get("rel_l2_grads_vs_ref")
+            lines.append(f"| {c['model']} {c['mode']} (ref {c['reference']}) | {c['backend']} | {c['loss']:.6f} | "
+                         f"{c['rel_loss_vs_ref']:.2e} | {'' if gr is None else f'{gr:.2e}'} | "
+                         f"{c.get('grads_run_to_run', '')} | {c['verdict']} |")
+    for s in RESULTS["skipped"]:
+        lines.append(f"- skipped: {s}")
+    for e_ in RESULTS["errors"]:
+        lines.append(f"- ERROR in {e_['block']}: {e_['error']}")
+    return "\n".join(lines)
+
+
+def main():
+    global ARGS
+    ARGS = parse_args()
+    if ARGS.device.type == "cuda":
+        torch.cuda.init()
+    log(f"bench_models on {ARGS.device}: models {ARGS.models}, backends {ARGS.backends}, cases {sorted(ARGS.cases)}, "
+        f"deadline {ARGS.deadline_s or 'none'} s")
+    tf = None
+    try:
+        tf = Transformers()
+    except Exception as e:  # noqa: BLE001
+        RESULTS["errors"].append({"block": "transformers import", "error": repr(e)})
+        log(f"ERROR transformers: {e!r}")
+    environment(tf)
+    save()
+    small = ARGS.models[0]
+    if tf is not None:
+        if "check" in ARGS.cases:
+            case_check(tf, small)
+        if "train" in ARGS.cases:
+            for m in ARGS.models:
+                case_train(tf, m)
+    if "mambavision" in ARGS.cases:
+        case_mambavision()
+    infer = ARGS.cases & {"prefill", "gen", "graph"}
+    for i, m in enumerate(ARGS.models):
+        if tf is not None and infer:
+            case_inference(tf, m)
+        if "mamba-lm" in ARGS.cases:
+            case_mamba_lm(m)
+    RESULTS["env"]["total_s"] = round(elapsed(), 1)
+    save()
+    md = table()
+    if ARGS.md:
+        with open(ARGS.md, "w") as f:
+            f.write(md + "\n")
+    print("\n" + md, flush=True)
+    log(f"done in {elapsed():.0f} s" + (f"; JSON in {ARGS.out}" if ARGS.out else ""))
+    return 1 if any(c["verdict"] == "MISMATCH" for c in RESULTS["checks"]) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

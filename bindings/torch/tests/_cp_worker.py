@@ -1,0 +1,156 @@
+"""One rank of test_context_parallel.py's process group (not a test module itself).
+
+    python _cp_worker.py RANK WORLD INIT_FILE BACKEND DEVICE CASES_FILE OUT_FILE
+
+Loads the cases (full-sequence inputs and upstream gradients, written by the test), runs each
+through selscan_torch.context_parallel on this rank's shard, twice, and saves this rank's outputs
+and gradients (and whether the two runs agreed bitwise) for the test to compare with the
+single-process call.
+"""
+import os
+import sys
+import traceback
+
+import torch
+import torch.distributed as dist
+
+import selscan_torch.context_parallel as cp
+
+PER_TOKEN = ("u", "delta", "z")  # sharded along L (the last dim); a variable B / C too
+
+
+def bounds(lengths, r):
+    a = sum(lengths[:r])
+    return a, a + lengths[r]
+
+
+def local(name, t, a, b):
+    if t is None:
+        return None
+    if name in PER_TOKEN or (name in ("B", "C") and t.dim() >= 3):
+        return t[..., a:b]
+    return t
+
+
+def run_scan(case, g, gr, dev):
+    lengths = case["lengths"]
+    a, b = bounds(lengths, gr)
+    names = ("u", "delta", "A", "B", "C", "D", "z", "delta_bias", "h0")
+    res = []
+    for _ in range(2):
+        inp = {}
+        for k in names:
+            t = case["inputs"].get(k)
+            if t is None:
+                inp[k] = None
+                continue
+            t = local(k, t, a, b).detach().clone().to(dev)
+            inp[k] = t.requires_grad_(True)
+        out = cp.selective_scan_fn(inp["u"], inp["delta"], inp["A"], inp["B"], inp["C"], inp["D"], inp["z"],
+                                   inp["delta_bias"], case["softplus"], case["last"], group=g,
+                                   cu_seqlens=case["cu"], h0=inp["h0"] if gr == 0 else None)
+        y, last = out if case["last"] else (out, None)
+        loss = (y.float() * case["gy"][..., a:b].to(dev)).sum()
+        if last is not None and case["gl"] is not None:
+            loss = loss + (last * case["gl"][gr].to(dev)).sum()
+        loss.backward()
+        grads = {k: v.grad.cpu() for k, v in inp.items() if v is not None and v.grad is not None}
+        res.append(dict(y=y.detach().cpu(), last=None if last is None else last.detach().cpu(), grads=grads))
+    return res
+
+
+def run_block(case, g, gr, dev):
+    lengths = case["lengths"]
+    a, b = bounds(lengths, gr)
+    res = []
+    for _ in range(2):
+        m = cp.MambaMixerCP(**case["config"], group=g).to(dev)
+        m.load_state_dict({k: v.to(dev) for k, v in case["state"].items()})
+        h = case["hidden"][:, a:b].detach().clone().to(dev).requires_grad_(True)
+        mask = case.get("mask")
+        y = m(h, attention_mask=None if mask is None else mask[:, a:b].to(dev))
+        (y.float() * case["gy"][:, a:b].to(dev)).sum().backward()
+        grads = {"hidden": h.grad.cpu()}
+        grads.update({k: p.grad.cpu() for k, p in m.named_parameters()})
+        res.append(dict(y=y.detach().cpu(), last=None, grads=grads))
+    return res
+
+
+def run_errors(case, g, gr, dev):
+    msgs = {}
+    x = torch.randn(1, 4, 3, device=dev)
+    A = -torch.rand(4, 2, device=dev)
+    Bv = torch.randn(1, 2, 3, device=dev)
+    try:
+        cp.selective_scan_fn(x, x, A, Bv, Bv, return_last_state=True, group=g, cu_seqlens=[0, 3 * case["world"]])
+    except NotImplementedError as e:
+        msgs["packed_last"] = str(e)
+    try:
+        cp.selective_scan_fn(torch.randn(2, 4, 3, device=dev), torch.randn(2, 4, 3, device=dev), A,
+                             torch.randn(2, 2, 3, device=dev), torch.randn(2, 2, 3, device=dev), group=g,
+                             cu_seqlens=[0, 3 * case["world"]])
+    except ValueError as e:
+        msgs["packed_batch"] = str(e)
+    try:
+        cp.causal_conv1d_cp(torch.randn(1, 4, 2, device=dev), torch.randn(4, 4, device=dev), group=g)
+    except ValueError as e:
+        msgs["short_shard"] = str(e)
+    return [dict(msgs=msgs)]
+
+
+def main():
+    rank, world, init, backend, device, cases_file, out_file = sys.argv[1:8]
+    rank, world = int(rank), int(world)
+    torch.set_num_threads(1)
+    if device == "cuda":
+        torch.cuda.set_device(rank)
+        dev = torch.device("cuda", rank)
+    else:
+        dev = torch.device("cpu")
+    dist.init_process_group(backend, init_method="file://" + init, rank=rank, world_size=world)
+    cases = torch.load(cases_file)
+    # every group any case names, created in the same order on every rank
+    groups = {}
+    for c in cases:
+        key = tuple(c["group"]) if c.get("group") is not None else None
+        if key is not None and key not in groups:
+            groups[key] = dist.new_group(list(key))
+    out = []
+    for c in cases:
+        key = tuple(c["group"]) if c.get("group") is not None else None
+        g = groups.get(key)
+        if key is not None and rank not in key:
+            out.append(None)
+            continue
+        gr = key.index(rank) if key is not None else rank
+        try:
+            fn = {"scan": run_scan, "block": run_block, "errors": run_errors}[c["kind"]]
+            res = fn(c, g, gr, dev)
+            r0 = res[0]
+            same = all(_bitwise(r0, r) for r in res[1:])
+            out.append(dict(r0, same=same, error=None))
+        except Exception:  # reported by the test (the other ranks may then time out)
+            out.append(dict(error=traceback.format_exc()))
+            torch.save(out, out_file)
+            raise
+    torch.save(out, out_file)
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+def _bitwise(r1, r2):
+    def eq(a, b):
+        if a is None or b is None:
+            return a is None and b is None
+        return a.shape == b.shape and torch.equal(a.view(-1).view(torch.uint8) if a.dtype != torch.bool else a,
+                                                  b.view(-1).view(torch.uint8) if b.dtype != torch.bool else b)
+    if "msgs" in r1:
+        return True
+    if not (eq(r1["y"], r2["y"]) and eq(r1["last"], r2["last"])):
+        return False
+    return r1["grads"].keys() == r2["grads"].keys() and all(eq(r1["grads"][k], r2["grads"][k]) for k in r1["grads"])
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    main()

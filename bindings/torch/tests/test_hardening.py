@@ -1,0 +1,336 @@
+"""Issue 27 (framework ops under bad input): one test per cause found on the CPU build, each failing
+on the code before the fix. Every refusal must name the caller's argument and leave every input
+(the in-place state included) bit-identical; CPU always, CUDA where present.
+"""
+import re
+
+import pytest
+import torch
+
+import selscan_torch as st
+from selscan_torch.reference import selective_scan_ref, selective_state_update_ref
+
+HAS_CUDA = torch.cuda.is_available() and st.has_cuda_kernels()
+DEVICES = ["cpu"] + (["cuda"] if HAS_CUDA else [])
+ops = torch.ops.selscan
+
+
+def names(msg, arg):
+    """arg named in msg as a word (delta, not delta_bias)."""
+    return re.search(r"(?<![\w])" + re.escape(arg) + r"(?![\w])", msg) is not None
+
+
+def raises_naming(arg, fn, exc=(ValueError, TypeError)):
+    with pytest.raises(exc) as info:
+        fn()
+    assert names(str(info.value), arg), (arg, str(info.value))
+    return str(info.value)
+
+
+def scan_inputs(batch=2, dim=4, L=8, N=3, device="cpu", seed=0):
+    g = torch.Generator().manual_seed(seed)
+    r = lambda *s: torch.randn(*s, generator=g).to(device)  # noqa: E731
+    return dict(u=r(batch, dim, L), delta=r(batch, dim, L) * 0.5, A=(-(torch.rand(dim, N, generator=g) + 0.3)).to(device),
+                B=r(batch, N, L), C=r(batch, N, L), D=r(dim), z=r(batch, dim, L), delta_bias=r(dim) * 0.3,
+                h0=r(batch, dim, N))
+
+
+def step_inputs(batch=2, dim=4, N=3, n_cache=None, device="cpu", seed=0):
+    g = torch.Generator().manual_seed(seed)
+    r = lambda *s: torch.randn(*s, generator=g).to(device)  # noqa: E731
+    return dict(state=r(n_cache or batch, dim, N), x=r(batch, dim), dt=r(batch, dim) * 0.5,
+                A=(-(torch.rand(dim, N, generator=g) + 0.3)).to(device), B=r(batch, N), C=r(batch, N), D=r(dim),
+                z=r(batch, dim), dt_bias=r(dim) * 0.3)
+
+
+def snapshot(ts):
+    return [t.detach().clone() for t in ts if isinstance(t, torch.Tensor) and t.device.type != "meta"]
+
+
+def unchanged(ts, snap):
+    live = [t for t in ts if isinstance(t, torch.Tensor) and t.device.type != "meta"]
+    return all(torch.equal(a.detach(), b) for a, b in zip(live, snap))
+
+
+SCAN_ARGS = ["u", "delta", "A", "B", "C", "D", "z", "delta_bias", "h0"]
+STEP_ARGS = ["x", "dt", "A", "B", "C", "D", "z", "dt_bias"]
+
+
+def call_scan(x, **kw):
+    return st.selective_scan_fn(x["u"], x["delta"], x["A"], x["B"], x["C"], x["D"], x["z"], x["delta_bias"], True,
+                                True, h0=x["h0"], **kw)
+
+
+def call_step(s, **kw):
+    return st.selective_state_update(s["state"], s["x"], s["dt"], s["A"], s["B"], s["C"], s["D"], s["z"],
+                                     s["dt_bias"], True, **kw)
+
+
+# ---- 1. an in-place state whose elements overlap (heap overflow) -----------------------------------
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_1_expanded_state_refused_nothing_written(device):
+    s = step_inputs(device=device)
+    for shape, view in [((2, 4, 3), lambda b: b[:1].expand(2, 4, 3)),            # strides (0, 0, 0)
+                        ((2, 4, 3), lambda b: b[:12].view(1, 4, 3).expand(2, 4, 3)),  # (0, 3, 1)
+                        ((2, 4, 3), lambda b: b[:3].view(1, 1, 3).expand(2, 4, 3)),   # (0, 0, 1)
+                        ((2, 2, 2, 3), lambda b: b[:1].expand(2, 2, 2, 3))]:          # multi-head, all 0
+        base = torch.zeros(64, device=device)
+        state = view(base)
+        ss = dict(s, state=state)
+        if state.dim() == 4:
+            ss.update(x=s["x"].view(2, 2, 2), dt=s["dt"].view(2, 2, 2), z=s["z"].view(2, 2, 2),
+                      A=s["A"].view(2, 2, 3), D=s["D"].view(2, 2), dt_bias=s["dt_bias"].view(2, 2))
+        raises_naming("state", lambda: call_step(ss))
+        assert (base == 0).all(), "bytes written around the refused state"
+    # the raw op as well
+    base = torch.zeros(64, device=device)
+    raises_naming("state", lambda: ops.step(base[:1].expand(2, 4, 3), s["x"], s["dt"], s["A"], s["B"], s["C"], None,
+                                            None, None, None, False))
+    assert (base == 0).all()
+
+
+# ---- 2. meta tensors: among real ones, and all-meta shape checks ------------------------------------
+
+
+@pytest.mark.parametrize("arg", SCAN_ARGS)
+def test_2_meta_among_cpu_scan_refused(arg):
+    x = scan_inputs()
+    x[arg] = x[arg].to("meta")
+    raises_naming(arg, lambda: call_scan(x))
+    m = st.SelectiveScan(4, 3)
+    if arg in ("u", "delta", "B", "C", "z", "h0"):
+        raises_naming(arg, lambda: m(x["u"], x["delta"], x["B"], x["C"], z=x["z"], h0=x["h0"]))
+
+
+@pytest.mark.parametrize("arg", SCAN_ARGS + ["dy"])
+def test_2_meta_among_cpu_raw_ops_refused(arg):
+    x = scan_inputs()
+    y, hl, ck = ops.fwd(*[x[k] for k in SCAN_ARGS], None, True, True, True)
+    x["dy"] = torch.randn_like(y)
+    x[arg] = x[arg].to("meta")
+    if arg != "dy":
+        raises_naming(arg, lambda: ops.fwd(*[x[k] for k in SCAN_ARGS], None, True, True, True))
+    raises_naming(arg, lambda: ops.bwd(*[x[k] for k in SCAN_ARGS], None, x["dy"], hl, ck, True, [1] * 9))
+
+
+@pytest.mark.parametrize("arg", ["state"] + STEP_ARGS)
+def test_2_meta_among_cpu_step_refused(arg):
+    s = step_inputs()
+    s[arg] = s[arg].to("meta")
+    snap = snapshot(s.values())
+    raises_naming(arg, lambda: call_step(s))
+    raises_naming(arg, lambda: ops.step(s["state"], s["x"], s["dt"], s["A"], s["B"], s["C"], s["D"], s["z"],
+                                        s["dt_bias"], None, True))
+    assert unchanged(s.values(), snap)
+
+
+def test_2_all_meta_checks_shapes():
+    x = {k: v.to("meta") for k, v in scan_inputs(L=8).items()}
+    y, hl = call_scan(x)  # a good all-meta call: the shapes
+    assert y.shape == (2, 4, 8) and y.device.type == "meta" and hl.shape == (2, 4, 3)
+    bad = dict(x, delta=x["delta"][..., :5])
+    raises_naming("delta", lambda: call_scan(bad))
+    raises_naming("A", lambda: call_scan(dict(x, A=x["A"][:, :2].contiguous().T)))
+    raises_naming("h0", lambda: call_scan(dict(x, h0=x["h0"][:1])))
+    s = {k: v.to("meta") for k, v in step_inputs().items()}
+    assert call_step(s).shape == (2, 4)
+    raises_naming("dt", lambda: call_step(dict(s, dt=s["dt"][:, :3])))
+    raises_naming("state", lambda: call_step(dict(s, state=torch.empty(1, device="meta").expand(2, 4, 3))))
+
+
+# ---- 3. state_batch_indices: never truncated --------------------------------------------------------
+
+
+def test_3_state_batch_indices_not_truncated():
+    s = step_inputs(n_cache=3)
+    snap = snapshot(s.values())
+    for bad in ([0, 2**32 + 1], [0, 2**31], [3, 0]):
+        raises_naming("state_batch_indices", lambda: call_step(s, state_batch_indices=torch.tensor(bad)))
+        assert unchanged(s.values(), snap)
+    for bad in (torch.tensor([0.0, 1.7]), torch.tensor([0, 1], dtype=torch.complex64), torch.tensor([True, False])):
+        raises_naming("state_batch_indices", lambda: call_step(s, state_batch_indices=bad), TypeError)
+        assert unchanged(s.values(), snap)
+    # -2**63 is a negative entry: padding (out 0, no row touched), not row 0
+    idx = torch.tensor([-(2**63), 2])
+    ref_out, ref_state = selective_state_update_ref(s["state"], s["x"], s["dt"], s["A"], s["B"], s["C"], s["D"],
+                                                    s["z"], s["dt_bias"], True, idx)
+    state = s["state"].clone()
+    out = call_step(dict(s, state=state), state_batch_indices=idx)
+    assert (out[0] == 0).all() and torch.equal(state[:2], s["state"][:2])
+    assert torch.allclose(out.double(), ref_out, atol=1e-5) and torch.allclose(state.double(), ref_state, atol=1e-6)
+    # with dim 0 (nothing to compute) the range is still checked
+    s0 = step_inputs(dim=0, n_cache=3)
+    raises_naming("state_batch_indices", lambda: call_step(s0, state_batch_indices=torch.tensor([0, 5])))
+    raises_naming("state_batch_indices", lambda: ops.step(s0["state"], s0["x"], s0["dt"], s0["A"], s0["B"], s0["C"],
+                                                          None, None, None, torch.tensor([0, 5], dtype=torch.int32),
+                                                          False))
+
+
+# ---- 4. complex tensors refused, not made real ------------------------------------------------------
+
+
+@pytest.mark.parametrize("arg", ["delta", "z", "D", "delta_bias", "h0", "B", "C", "A"])
+def test_4_complex_scan_refused(arg):
+    x = scan_inputs()
+    x[arg] = torch.complex(x[arg], x[arg])
+    raises_naming(arg, lambda: call_scan(x), TypeError)
+
+
+@pytest.mark.parametrize("arg", STEP_ARGS)
+def test_4_complex_step_refused(arg):
+    s = step_inputs()
+    s[arg] = torch.complex(s[arg], s[arg])
+    snap = snapshot(s.values())
+    raises_naming(arg, lambda: call_step(s), TypeError)
+    assert unchanged(s.values(), snap)
+
+
+# ---- 5. cu_seqlens: always validated, integers only -------------------------------------------------
+
+
+def test_5_cu_seqlens_checked_whatever_the_sizes():
+    for dim, L in [(4, 0), (0, 6)]:
+        x = scan_inputs(batch=1, dim=dim, L=L)
+        x["h0"] = None
+        for bad in ([3, -7, 2], [0, 5, 2], [1, L], [0, L + 1]):
+            raises_naming("cu_seqlens", lambda: call_scan(x, cu_seqlens=bad))
+            raises_naming("cu_seqlens", lambda: ops.fwd(*[x[k] for k in SCAN_ARGS], torch.tensor(bad), False, True,
+                                                        False))
+    x = scan_inputs(batch=1, L=6)
+    x["h0"] = None
+    for bad in (torch.tensor([0.0, 2.5, 6.0]), [0, 2.5, 6], [0, True, 6], torch.tensor([0, 1, 6], dtype=torch.bool)):
+        raises_naming("cu_seqlens", lambda: call_scan(x, cu_seqlens=bad), TypeError)
+
+
+# ---- 6. cu_seqlens on meta (the wrapper) ------------------------------------------------------------
+
+
+def test_6_cu_seqlens_meta_named():
+    x = scan_inputs(batch=1, L=6)
+    x["h0"] = None
+    raises_naming("cu_seqlens", lambda: call_scan(x, cu_seqlens=torch.tensor([0, 2, 6], device="meta")))
+
+
+# ---- 7. autograd: no silent wrong gradients -----------------------------------------------------------
+
+
+def test_7_step_with_grad_refused_state_untouched():
+    s = step_inputs()
+    snap = snapshot(s.values())
+    for arg in STEP_ARGS:
+        t = dict(s)
+        t[arg] = s[arg].clone().requires_grad_(True)
+        with pytest.raises(RuntimeError) as info:
+            call_step(t)
+        assert names(str(info.value), arg) and "inference" in str(info.value)
+        assert unchanged(s.values(), snap)
+        with torch.no_grad():  # fine without grad mode
+            call_step(dict(t, state=s["state"].clone()))
+    # the raw op too
+    with pytest.raises(RuntimeError, match="x requires grad"):
+        ops.step(s["state"], s["x"].clone().requires_grad_(True), s["dt"], s["A"], s["B"], s["C"], None, None, None,
+                 None, False)
+    assert unchanged(s.values(), snap)
+    # the module's step: its parameters enter detached; the output claims no gradient
+    m = st.SelectiveScan(4, 3)
+    out = m.step(s["state"].clone(), s["x"], s["dt"], s["B"], s["C"])
+    assert not out.requires_grad
+
+
+def test_7_step_bumps_state_version():
+    s = step_inputs()
+    v = s["state"]._version
+    call_step(s)
+    assert s["state"]._version > v
+
+
+def test_7_double_backward_raises_not_zeros():
+    x = {k: v.double().float() for k, v in scan_inputs().items()}
+    u = x["u"].clone().requires_grad_(True)
+    y = st.selective_scan_fn(u, x["delta"], x["A"], x["B"], x["C"], x["D"], x["z"], x["delta_bias"], True)
+    g, = torch.autograd.grad(y.square().sum(), u, create_graph=True)
+    # the first derivative is right with create_graph=True
+    ud = x["u"].double().requires_grad_(True)
+    yr = selective_scan_ref(ud, x["delta"], x["A"], x["B"], x["C"], x["D"], x["z"], x["delta_bias"], True)
+    gr, = torch.autograd.grad(yr.square().sum(), ud)
+    assert torch.allclose(g.double(), gr, rtol=1e-4, atol=1e-4)
+    with pytest.raises(RuntimeError, match="double backward"):
+        torch.autograd.grad(g.sum(), u)
+
+
+# ---- 8. the multi-head step validates before it reshapes ----------------------------------------------
+
+
+def mh_inputs(batch=2, nh=2, hd=3, N=4, G=1, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    r = lambda *s: torch.randn(*s, generator=g)  # noqa: E731
+    return dict(state=r(batch, nh, hd, N), x=r(batch, nh, hd), dt=r(batch, nh, hd) * 0.5,
+                A=-(torch.rand(nh, hd, N, generator=g) + 0.3), B=r(batch, G, N), C=r(batch, G, N), D=r(nh, hd),
+                z=r(batch, nh, hd), dt_bias=r(nh, hd) * 0.3)
+
+
+def mh_ref(s):
+    b, nh, hd, N = s["state"].shape
+    flat = lambda t, *shape: t.reshape(*shape)  # noqa: E731
+    return selective_state_update_ref(flat(s["state"], b, nh * hd, N), flat(s["x"], b, -1), flat(s["dt"], b, -1),
+                                      flat(s["A"], nh * hd, N), s["B"], s["C"], flat(s["D"], -1), flat(s["z"], b, -1),
+                                      flat(s["dt_bias"], -1), True)
+
+
+def test_8_multihead_validates_first():
+    s = mh_inputs()
+    snap = snapshot(s.values())
+    for arg, bad in [("x", torch.tensor(1.0)), ("x", torch.randn(2, 6)), ("x", torch.randn(2, 3, 2)),
+                     ("dt", torch.tensor(1.0)), ("dt", torch.randn(2, 2, 2)), ("z", torch.randn(2, 6)),
+                     ("A", torch.randn(6, 4)), ("A", torch.tensor(1.0)), ("D", torch.randn(6)),
+                     ("dt_bias", torch.randn(3, 2)), ("B", torch.randn(2, 3, 4)), ("C", torch.tensor(1.0))]:
+        msg = raises_naming(arg, lambda: call_step(dict(s, **{arg: bad})), ValueError)
+        assert "is invalid for input of size" not in msg
+        assert unchanged(s.values(), snap)
+    raises_naming("state", lambda: call_step(dict(s, state=torch.randn(2, 2, 3, 4, 1))), ValueError)
+
+
+def test_8_multihead_noncontiguous_state():
+    s = mh_inputs(G=2)
+    ref_out, ref_state = mh_ref(s)
+    # mergeable (nheads, hdim) in a larger buffer (N sliced, every other batch row): in place, no copy
+    big = torch.zeros(4, 2, 3, 7)
+    view = big[::2, :, :, :4]
+    view.copy_(s["state"])
+    before = big.clone()
+    out = call_step(dict(s, state=view))
+    assert torch.allclose(out.double(), ref_out.view(out.shape), atol=1e-5)
+    assert torch.allclose(view.double(), ref_state.view(view.shape), atol=1e-6)
+    mask = torch.ones_like(big, dtype=torch.bool)
+    mask[::2, :, :, :4] = False
+    assert torch.equal(big[mask], before[mask])  # nothing outside the view written
+    # not mergeable (hdim outside nheads): refused, untouched (never a silent copy)
+    perm = s["state"].permute(0, 2, 1, 3).contiguous().permute(0, 2, 1, 3)
+    keep = perm.clone()
+    raises_naming("state", lambda: call_step(dict(s, state=perm)), ValueError)
+    assert torch.equal(perm, keep)
+
+
+# ---- 9. errors in the user's names ---------------------------------------------------------------------
+
+
+def test_9_step_errors_in_user_names():
+    s = step_inputs()
+    state = s["state"].clone()
+    msg = raises_naming("x", lambda: call_step(dict(s, state=state, x=state[:, :, 0])))  # x aliases the state
+    assert not names(msg, "u")
+    msg = raises_naming("dt_bias", lambda: call_step(dict(s, state=state, dt_bias=state[0, :, 1])))
+    assert not names(msg, "delta_bias")
+    msg = raises_naming("dt", lambda: call_step(dict(s, state=state, dt=state[:, :, 2])))
+    assert not names(msg, "delta")
+    assert torch.equal(state, s["state"])
+
+
+def test_9_transposed_u_names_u():
+    x = scan_inputs(batch=2, dim=4, L=8)
+    msg = raises_naming("u", lambda: call_scan(dict(x, u=x["u"].transpose(1, 2).contiguous())))
+    assert "transpose" in msg and not msg.startswith("selscan: delta")
+    # and a wrong A (u and delta agree) names A
+    raises_naming("A", lambda: call_scan(dict(x, A=torch.randn(5, 3))))
