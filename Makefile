@@ -30,7 +30,8 @@ run: $(BUILD)/quickstart
 
 # ---- tests (section owned by tests/) ----------------------------------------------------------
 # make test (the quick loop, about a minute on 2 cores): every tests/test_*.c (CUDA ones excluded)
-# built and run, tests/test_api again with SELSCAN_CPU=portable, and the build checks
+# built and run, tests/test_api and tests/test_conv again with SELSCAN_CPU=portable (test_conv with
+# avx2 too: SELSCAN_CPU never raises the path, so on a CPU without it that run repeats a lower one), and the build checks
 # (tests/build_checks.sh) without nvcc.
 # make test-all (what CI runs): make test's suites, the build checks with nvcc where it exists, the
 # CUDA test and quickstart compiled (tests/test_cuda.cu runs and skips cleanly, 0 passed, 0 failed,
@@ -49,11 +50,12 @@ TEST_SANFLAGS   ?= -std=gnu11 -O0 -g -Wall -Wextra -fsanitize=address,undefined 
 TEST_JOBS       ?= $(shell nproc 2>/dev/null || echo 2)
 TEST_SAN_ENV    := SELSCAN_TEST_QUICK=1 ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
 .PHONY: test-build test-build-quick test-all
-TEST_CUDA_BUILD := if $(MAKE) --no-print-directory -j2 $(BUILD)/test_cuda $(BUILD)/test_cuda_cl $(BUILD)/cuda_quickstart >$(BUILD)/cuda-build.log 2>&1; \
-    then echo 'nvcc: compiled test_cuda, test_cuda_cl and cuda_quickstart'; echo '1 passed, 0 failed'; \
+TEST_CUDA_BUILD := if $(MAKE) --no-print-directory -j2 $(BUILD)/test_cuda $(BUILD)/test_cuda_cl $(BUILD)/test_cuda_conv $(BUILD)/cuda_quickstart >$(BUILD)/cuda-build.log 2>&1; \
+    then echo 'nvcc: compiled test_cuda, test_cuda_cl, test_cuda_conv and cuda_quickstart'; echo '1 passed, 0 failed'; \
     else cat $(BUILD)/cuda-build.log; echo '0 passed, 1 failed'; exit 1; fi
 # the commands both targets run: the native suites, test_api on the portable path
-TEST_QUICK_CMDS := $(foreach b,$(TEST_BINS),./$(b)) "SELSCAN_CPU=portable ./$(BUILD)/tests/test_api"
+TEST_QUICK_CMDS := $(foreach b,$(TEST_BINS),./$(b)) "SELSCAN_CPU=portable ./$(BUILD)/tests/test_api" \
+    "SELSCAN_CPU=avx2 ./$(BUILD)/tests/test_conv" "SELSCAN_CPU=portable ./$(BUILD)/tests/test_conv"
 TEST_BUILD_CHECKS = "CC='$(CC)' CXX='$(CXX)' NVCC='$(1)' BUILD='$(BUILD)' bash tests/build_checks.sh"
 
 $(BUILD)/tests/selscan_impl.o: tests/selscan_impl.c selscan.h
@@ -95,7 +97,7 @@ test:
 test-all:
 	@$(MAKE) --no-print-directory -j$(TEST_JOBS) test-build
 	@bash tests/run.sh $(TEST_QUICK_CMDS) $(call TEST_BUILD_CHECKS,$(NVCC)) \
-	    $(if $(HAVE_NVCC),"$(TEST_CUDA_BUILD)" ./$(BUILD)/test_cuda ./$(BUILD)/test_cuda_cl) \
+	    $(if $(HAVE_NVCC),"$(TEST_CUDA_BUILD)" ./$(BUILD)/test_cuda ./$(BUILD)/test_cuda_cl ./$(BUILD)/test_cuda_conv) \
 	    $(foreach b,$(TEST_SAN_BINS),"$(TEST_SAN_ENV) ./$(b)") \
 	    $(if $(HAVE_ARM64),$(foreach b,$(ARM64_BINS),"$(ARM64_RUN) ./$(b)"),"echo 'skipped: arm64 suites (no $(ARM64_CC) or qemu-aarch64)'; echo '0 passed, 0 failed'")
 
@@ -117,11 +119,20 @@ bench: $(BUILD)/bench_cpu $(BUILD)/cpu_threads
 	./$(BUILD)/cpu_threads
 	./$(BUILD)/bench_cpu $(BENCH_THREADS) $(BENCH_FILTER)
 
+# make bench-conv: bench/bench_conv.c, the causal conv1d's fast CPU path (1 and BENCH_THREADS
+# threads) against its reference, with the bytes-moved floor of each call (bench/NOTES.md CONV-CPU-v1)
+.PHONY: bench-conv
+$(BUILD)/bench_conv: bench/bench_conv.c selscan.h | $(BUILD)
+	$(CC) -std=c99 $(WARN) $(CFLAGS) -I. $< -o $@ $(LDLIBS)
+
+bench-conv: $(BUILD)/bench_conv
+	./$(BUILD)/bench_conv $(BENCH_THREADS)
+
 
 # ---- CUDA -------------------------------------------------------------------------------------
 # cuda-build compiles every CUDA binary without running one (for CI machines with nvcc, no GPU).
 # test-cuda runs the GPU suite (prints "skipped: no GPU" and exits 0 without a device).
-CUDA_BINS := $(BUILD)/test_cuda $(BUILD)/test_cuda_cl $(BUILD)/bench_cuda $(BUILD)/cuda_quickstart
+CUDA_BINS := $(BUILD)/test_cuda $(BUILD)/test_cuda_cl $(BUILD)/test_cuda_conv $(BUILD)/bench_cuda $(BUILD)/cuda_quickstart
 .PHONY: cuda-build
 cuda-build: $(CUDA_BINS)
 
@@ -137,6 +148,10 @@ $(BUILD)/test_cuda: tests/test_cuda.cu selscan_cuda.cuh $(BUILD)/selscan_cpu.o |
 $(BUILD)/test_cuda_cl: tests/test_cuda.cu selscan_cuda.cuh $(BUILD)/selscan_cpu.o | $(BUILD)
 	$(NVCC) $(NVFLAGS) -DSELSCAN_VALIDATION_ONLY -DSELSCAN_CUDA_CHANNELS_LAST=1 -I. $< $(BUILD)/selscan_cpu.o -o $@
 
+# the causal conv1d's kernels (selscan_cuda.cuh >>conv) against the CPU reference
+$(BUILD)/test_cuda_conv: tests/test_cuda_conv.cu selscan_cuda.cuh $(BUILD)/selscan_cpu.o | $(BUILD)
+	$(NVCC) $(NVFLAGS) -DSELSCAN_VALIDATION_ONLY -I. $< $(BUILD)/selscan_cpu.o -o $@
+
 # the benchmark with the channels-last instantiations (SELSCAN_BENCH_LAYOUT=bld runs them)
 $(BUILD)/bench_cuda: bench/bench_cuda.cu selscan_cuda.cuh $(BUILD)/selscan_cpu.o | $(BUILD)
 	$(NVCC) $(NVFLAGS) -DSELSCAN_VALIDATION_ONLY -DSELSCAN_CUDA_CHANNELS_LAST=1 -I. $< $(BUILD)/selscan_cpu.o -o $@
@@ -144,26 +159,27 @@ $(BUILD)/bench_cuda: bench/bench_cuda.cu selscan_cuda.cuh $(BUILD)/selscan_cpu.o
 $(BUILD)/cuda_quickstart: examples/cuda_quickstart.cu selscan_cuda.cuh $(BUILD)/selscan_cpu.o | $(BUILD)
 	$(NVCC) $(NVFLAGS) -DSELSCAN_VALIDATION_ONLY -I. $< $(BUILD)/selscan_cpu.o -o $@
 
-test-cuda: $(BUILD)/test_cuda $(BUILD)/test_cuda_cl
+test-cuda: $(BUILD)/test_cuda $(BUILD)/test_cuda_cl $(BUILD)/test_cuda_conv
 	./$(BUILD)/test_cuda
 	./$(BUILD)/test_cuda_cl
+	./$(BUILD)/test_cuda_conv
 
 bench-cuda: $(BUILD)/bench_cuda
 	./$(BUILD)/bench_cuda
 
-# test-cuda-sanitize: both CUDA suites' quick matrix (SELSCAN_TEST_QUICK=1: every kernel and pass,
+# test-cuda-sanitize: the CUDA suites' quick matrix (SELSCAN_TEST_QUICK=1: every kernel and pass,
 # small) under compute-sanitizer's memcheck (with leak check), racecheck, initcheck and
-# synccheck: eight runs, side by side with make -j; a line per run with its error count, logs in
+# synccheck: twelve runs (test_cuda, test_cuda_cl, test_cuda_conv), side by side with make -j; a line per run with its error count, logs in
 # $(BUILD)/sanitize/; fails when a tool reports an error. Needs a GPU (minutes).
 SANITIZER       ?= compute-sanitizer
 SANITIZE_TOOLS  := memcheck racecheck initcheck synccheck
-SANITIZE_RUNS   := $(foreach t,$(SANITIZE_TOOLS),$(foreach b,test_cuda test_cuda_cl,sanitize-$(t)-$(b)))
+SANITIZE_RUNS   := $(foreach t,$(SANITIZE_TOOLS),$(foreach b,test_cuda test_cuda_cl test_cuda_conv,sanitize-$(t)-$(b)))
 SANITIZE_FLAGS_memcheck := --leak-check full
 .PHONY: test-cuda-sanitize $(SANITIZE_RUNS)
 test-cuda-sanitize: $(SANITIZE_RUNS)
 	@echo "test-cuda-sanitize: no errors ($(words $(SANITIZE_RUNS)) runs)"
 
-$(SANITIZE_RUNS): sanitize-%: $(BUILD)/test_cuda $(BUILD)/test_cuda_cl
+$(SANITIZE_RUNS): sanitize-%: $(BUILD)/test_cuda $(BUILD)/test_cuda_cl $(BUILD)/test_cuda_conv
 	@mkdir -p $(BUILD)/sanitize
 	@t=$(word 1,$(subst -, ,$*)); b=$(word 2,$(subst -, ,$*)); log=$(BUILD)/sanitize/$*.log; \
 	SELSCAN_TEST_QUICK=1 $(SANITIZER) --tool $$t $(SANITIZE_FLAGS_$(word 1,$(subst -, ,$*))) --error-exitcode 99 ./$(BUILD)/$$b >$$log 2>&1; rc=$$?; \

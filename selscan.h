@@ -1,4 +1,5 @@
 /* selscan.h - the selective scan of Mamba (S6) as a single-header C library.     v0.2.0
+ * With the causal depthwise conv1d before it (Mamba-1's conv, >>conv-api): a Mamba-1 mixer core.
  *
  * QUICK START (README.md has a complete program; every call returns a selscan_status)
  *
@@ -14,13 +15,16 @@
  *     selscan_step_cpu(&s);                                         decode step, in place: state, y
  *
  * CONTENTS (grep the >>tag)
- *     >>api          types, flags, status codes, every public declaration
+ *     >>api          types, flags, status codes, every public declaration; >>conv-api the causal
+ *                    conv1d's math, operands, types and entry points
  *     >>impl         implementation (SELSCAN_IMPLEMENTATION): >>convert dtype conversions,
  *                    >>validation shapes / strides / aliasing / diag, >>reference the scalar
- *                    oracle, >>step step validation and reference, >>fast the fast CPU path
- *                    (>>fast-tiles, >>fast-isa, >>fast-drivers, >>fast-parts, ...), >>entry the
- *                    public CPU entry points, >>fast-kernels the kernels compiled per
- *                    instruction set (>>fast-forward, >>fast-backward, >>fast-step)
+ *                    oracle, >>step step validation and reference, >>conv the conv's validation
+ *                    and >>conv-reference its scalar oracle, >>fast the fast CPU path
+ *                    (>>fast-tiles, >>fast-isa, >>fast-drivers, >>fast-parts, ...), >>conv-entry
+ *                    the conv's fast-path drivers and CPU entry points, >>entry the public CPU
+ *                    entry points, >>fast-kernels the kernels compiled per instruction set
+ *                    (>>fast-forward, >>fast-backward, >>fast-step, >>fast-conv)
  *     Measurements and the reasons behind the tuning: bench/NOTES.md (labels CPU-vN, CUDA-vN).
  *
  * Do this:
@@ -76,6 +80,10 @@
  *
  * Step (decode): one token for a batch of cached states, identical to the forward with L = 1,
  * h0 = state and h_last written back into state. See selscan_step_problem.
+ *
+ * Causal conv1d (Mamba-1's depthwise conv before the scan, with optional silu, init / final
+ * state, packed sequences, backward and the decode update): its own problem types and entry
+ * points, selscan_conv_*; the math and operands are in >>conv-api.
  *
  * ---------------------------------------------------------------------------------------------
  * OPERANDS: logical shapes, dtypes (T is the problem's dtype: f32, f16 or bf16)
@@ -416,8 +424,9 @@ SELSCAN_DEF selscan_status selscan_step_ref(const selscan_step_problem *s);
    channel stride is 1; results differ from _ref by rounding only: it may contract a * b + c).
    _part: the work split into n_parts (1 <= n_parts <= 2^24) parts for any thread pool (every
    part exactly once, concurrently); bitwise the same results for every n_parts (the plain forms
-   are n_parts = 1). Work items: blocks of channels (each over every batch row and step, so the
-   backward's dweight / dbias need no reduce step). */
+   are n_parts = 1). Work items: the forward (batch row, 64 channels), the backward 64 channels
+   over every batch row and step (so its dweight / dbias need no reduce step), the update (batch
+   row, 256 channels). The fast path's kernels use up to ~35 KB of stack. */
 SELSCAN_DEF selscan_status selscan_validate_conv(const selscan_conv_problem *p);
 SELSCAN_DEF selscan_status selscan_validate_conv_grads(const selscan_conv_problem *p, const selscan_conv_grads *g);
 SELSCAN_DEF selscan_status selscan_validate_conv_step(const selscan_conv_step_problem *s);
@@ -1497,6 +1506,11 @@ typedef struct selscan__cstp {
     selscan__ten state, x, w, bias, y;
     selscan_diag *diag;
 } selscan__cstp;
+
+/* channels a CPU work item (a multiple of every vector width: >>conv-entry); steps a chunk of a
+   block's staging in the fast path (a tile's: SELSCAN__FT, twice as many: the same buffers) */
+#define SELSCAN__CONV_CB 64
+#define SELSCAN__CONV_FT 32
 
 static selscan_status selscan__conv_check_width(int64_t w, selscan_diag *d) {
     if (w <= 0) SELSCAN__FAIL(d, SELSCAN_ERR_SHAPE, "width", "not positive");
@@ -3046,33 +3060,27 @@ SELSCAN_DEF selscan_status selscan_backward_cpu_ckpt_part(const selscan_problem 
    fixed order (no workspace, no reduce step); the update (batch row, SELSCAN__SNB channels).
    Blocks are multiples of every vector width, so a channel runs the same code whatever n_parts:
    bitwise the same results for every split. */
-#define SELSCAN__CONV_CB 64
 
 static selscan_status selscan__conv_forward_fast(const selscan_conv_problem *p, int64_t part, int64_t nparts, int isa) {
     selscan__cprob q;
     selscan_status st;
-    int64_t nblk, i0, i1, i, d0;
-    int vw;
+    int64_t nblk, i0, i1, i;
     if ((st = selscan__check_part(part, nparts, p ? p->diag : NULL)) != SELSCAN_OK) return st;
     if ((st = selscan__conv_validate_forward(p, &q)) != SELSCAN_OK) return st;
     isa = selscan__use_isa(isa);
-    vw = selscan__isa_width(isa);
     nblk = (q.dim + SELSCAN__CONV_CB - 1) / SELSCAN__CONV_CB;
     selscan__split(q.batch * nblk, part, nparts, &i0, &i1);
     for (i = i0; i < i1; i++) {
         const int64_t b = i / nblk, dlo = i % nblk * SELSCAN__CONV_CB, dhi = selscan__min64(dlo + SELSCAN__CONV_CB, q.dim);
-        for (d0 = dlo; d0 < dhi; d0 += vw) {
-            const int nl = SELSCAN__CAST(int, selscan__min64(vw, dhi - d0));
-            switch (isa) {
+        switch (isa) {
 #if defined(SELSCAN__HAVE_X86)
-            case SELSCAN__ISA_AVX512: selscan__conv_fwd_tile_avx512(&q, b, d0, nl); break;
-            case SELSCAN__ISA_AVX2: selscan__conv_fwd_tile_avx2(&q, b, d0, nl); break;
+        case SELSCAN__ISA_AVX512: selscan__conv_fwd_block_avx512(&q, b, dlo, dhi); break;
+        case SELSCAN__ISA_AVX2: selscan__conv_fwd_block_avx2(&q, b, dlo, dhi); break;
 #endif
 #if defined(SELSCAN__HAVE_NEON)
-            case SELSCAN__ISA_NEON: selscan__conv_fwd_tile_neon(&q, b, d0, nl); break;
+        case SELSCAN__ISA_NEON: selscan__conv_fwd_block_neon(&q, b, dlo, dhi); break;
 #endif
-            default: selscan__conv_fwd_tile_port(&q, b, d0, nl); break;
-            }
+        default: selscan__conv_fwd_block_port(&q, b, dlo, dhi); break;
         }
     }
     return SELSCAN_OK;
@@ -3083,28 +3091,23 @@ static selscan_status selscan__conv_backward_fast(const selscan_conv_problem *p,
     selscan__cprob q;
     selscan__cgrd r;
     selscan_status st;
-    int64_t nblk, i0, i1, i, d0;
-    int vw;
+    int64_t nblk, i0, i1, i;
     if ((st = selscan__check_part(part, nparts, p ? p->diag : NULL)) != SELSCAN_OK) return st;
     if ((st = selscan__conv_validate_backward(p, g, &q, &r)) != SELSCAN_OK) return st;
     isa = selscan__use_isa(isa);
-    vw = selscan__isa_width(isa);
     nblk = (q.dim + SELSCAN__CONV_CB - 1) / SELSCAN__CONV_CB;
     selscan__split(nblk, part, nparts, &i0, &i1);
     for (i = i0; i < i1; i++) {
         const int64_t dlo = i * SELSCAN__CONV_CB, dhi = selscan__min64(dlo + SELSCAN__CONV_CB, q.dim);
-        for (d0 = dlo; d0 < dhi; d0 += vw) {
-            const int nl = SELSCAN__CAST(int, selscan__min64(vw, dhi - d0));
-            switch (isa) {
+        switch (isa) {
 #if defined(SELSCAN__HAVE_X86)
-            case SELSCAN__ISA_AVX512: selscan__conv_bwd_tile_avx512(&q, &r, d0, nl); break;
-            case SELSCAN__ISA_AVX2: selscan__conv_bwd_tile_avx2(&q, &r, d0, nl); break;
+        case SELSCAN__ISA_AVX512: selscan__conv_bwd_block_avx512(&q, &r, dlo, dhi); break;
+        case SELSCAN__ISA_AVX2: selscan__conv_bwd_block_avx2(&q, &r, dlo, dhi); break;
 #endif
 #if defined(SELSCAN__HAVE_NEON)
-            case SELSCAN__ISA_NEON: selscan__conv_bwd_tile_neon(&q, &r, d0, nl); break;
+        case SELSCAN__ISA_NEON: selscan__conv_bwd_block_neon(&q, &r, dlo, dhi); break;
 #endif
-            default: selscan__conv_bwd_tile_port(&q, &r, d0, nl); break;
-            }
+        default: selscan__conv_bwd_block_port(&q, &r, dlo, dhi); break;
         }
     }
     return SELSCAN_OK;
@@ -4072,92 +4075,62 @@ static SELSCAN__ATTR void SELSCAN__SFX(selscan__step_block)(const selscan__stp *
     selscan__store_row(q->y.data, b * q->y.s[0] + dlo * q->y.s[1], q->y.s[1], yb, nd, q->dt);
 }
 
-/* ---- >>fast-conv: the causal conv1d's kernels, one tile of SELSCAN__VW channels ------------- */
-/* (>>conv-fast drives them.) Chunks of up to SELSCAN__FT steps of a tile are loaded, widened to
-   f32 and transposed to [step][lane] (LOADTILE: vector loads where channels are contiguous, 8 x 8
-   transposes where steps are), after the W-1 rows of inputs before the chunk, so every tap is one
-   vector load; the W weights and the bias are vectors in registers. Each lane (channel) runs the
-   reference's arithmetic in the reference's order, with fused multiply-adds where the
-   instruction set has them and the vector exponential in silu. */
+/* ---- >>fast-conv: the causal conv1d's kernels ------------------------------------------------ */
+/* (>>conv-entry drives them.) A group of channels is staged chunk by chunk (SELSCAN__CONV_FT
+   steps a block, SELSCAN__FT a tile, after the W-1 rows of inputs before the chunk) in f32 as [step][lane] rows of G lanes,
+   so every tap of a tile of SELSCAN__VW channels is one vector load; the W weights and the bias
+   are vectors in registers. Two stagings, one arithmetic: with channels contiguous in memory
+   (channels-last) a group is a whole block (G = SELSCAN__CONV_CB: a step's channels are one
+   contiguous run, read and written once), otherwise a tile (G = SELSCAN__VW, steps contiguous:
+   8 x 8 transposes). Each lane (channel) runs the reference's arithmetic in the reference's order,
+   with fused multiply-adds where the instruction set has them and the vector exponential in
+   silu; the staging does not change a lane's arithmetic. Stack: ~35 KB (backward), ~22 KB
+   (forward); tmp: the tile loads' transposing scratch (steps contiguous, G = SELSCAN__VW only). */
 
-/* y rows [0, nt) of a chunk from xb (H rows before it, then the chunk) */
+/* y rows [0, nt) of a tile: xb its first input row (H before the chunk), rows G floats apart */
 static SELSCAN__ATTR SELSCAN__INLINE void SELSCAN__SFX(selscan__conv_fwd_rows)(const int W, const int silu, const int nt,
-                                                                              const float *xb, float *yb,
+                                                                              const int G, const float *xb, float *yb,
                                                                               const float *wl, const float *bl) {
     const SELSCAN__VF w0 = SELSCAN__VLOAD(wl), w1 = SELSCAN__VLOAD(wl + SELSCAN__VW), vb = SELSCAN__VLOAD(bl);
     const SELSCAN__VF w2 = W > 2 ? SELSCAN__VLOAD(wl + 2 * SELSCAN__VW) : w0;
     const SELSCAN__VF w3 = W > 3 ? SELSCAN__VLOAD(wl + 3 * SELSCAN__VW) : w0;
     int t;
     for (t = 0; t < nt; t++) {
-        const float *xr = xb + t * SELSCAN__VW;
+        const float *xr = xb + t * G;
         SELSCAN__VF acc = SELSCAN__VFMA(w0, SELSCAN__VLOAD(xr), vb);
-        acc = SELSCAN__VFMA(w1, SELSCAN__VLOAD(xr + SELSCAN__VW), acc);
-        if (W > 2) acc = SELSCAN__VFMA(w2, SELSCAN__VLOAD(xr + 2 * SELSCAN__VW), acc);
-        if (W > 3) acc = SELSCAN__VFMA(w3, SELSCAN__VLOAD(xr + 3 * SELSCAN__VW), acc);
+        acc = SELSCAN__VFMA(w1, SELSCAN__VLOAD(xr + G), acc);
+        if (W > 2) acc = SELSCAN__VFMA(w2, SELSCAN__VLOAD(xr + 2 * G), acc);
+        if (W > 3) acc = SELSCAN__VFMA(w3, SELSCAN__VLOAD(xr + 3 * G), acc);
         if (silu) acc = SELSCAN__VMUL(acc, SELSCAN__SFX(selscan__vsigmoid)(acc));
-        SELSCAN__VSTORE(yb + t * SELSCAN__VW, acc);
+        SELSCAN__VSTORE(yb + t * G, acc);
     }
 }
 
-/* The forward of one tile (channels d0 .. d0 + nl - 1) of batch row b, every sequence. */
-static SELSCAN__ATTR void SELSCAN__SFX(selscan__conv_fwd_tile)(const selscan__cprob *q, int64_t b, int64_t d0, int nl) {
-    enum { VW = SELSCAN__VW, HM = SELSCAN_CONV_MAX_WIDTH - 1 };
-    float xb[(HM + SELSCAN__FT) * VW], yb[SELSCAN__FT * VW], tmp[SELSCAN__FT * VW], wl[(HM + 1) * VW], bl[VW];
-    const int W = SELSCAN__CAST(int, q->W), H = W - 1;
-    int64_t s, t0;
-    int k, l;
-    for (l = 0; l < VW; l++) {
-        for (k = 0; k <= HM; k++)
-            wl[k * VW + l] = l < nl && k < W ? SELSCAN__CAST(const float *, q->w.data)[SELSCAN__AT2(q->w, d0 + l, k)] : 0.0f;
-        bl[l] = l < nl && q->bias.data ? SELSCAN__CAST(const float *, q->bias.data)[SELSCAN__AT1(q->bias, d0 + l)] : 0.0f;
-    }
-    for (s = 0; s < selscan__conv_nseg(q); s++) {
-        int64_t s0, s1, row;
-        selscan__conv_seg(q, b, s, &s0, &s1, &row);
-        for (k = 0; k < H; k++)
-            for (l = 0; l < VW; l++)
-                xb[k * VW + l] = l < nl && q->h0.data ? selscan__load(q->h0.data, SELSCAN__AT3(q->h0, row, d0 + l, k), q->dt) : 0.0f;
-        for (t0 = s0; t0 < s1; t0 += SELSCAN__FT) {
-            const int nt = SELSCAN__CAST(int, selscan__min64(SELSCAN__FT, s1 - t0));
-            SELSCAN__LOADTILE(xb + H * VW, &q->x, b, d0, nl, VW, t0, nt, tmp);
-            switch (W) { /* the width a constant: taps in registers, the loop unrolled */
-            case 2: SELSCAN__SFX(selscan__conv_fwd_rows)(2, q->silu, nt, xb, yb, wl, bl); break;
-            case 3: SELSCAN__SFX(selscan__conv_fwd_rows)(3, q->silu, nt, xb, yb, wl, bl); break;
-            default: SELSCAN__SFX(selscan__conv_fwd_rows)(4, q->silu, nt, xb, yb, wl, bl); break;
-            }
-            SELSCAN__STORETILE(yb, &q->y, b, d0, nl, VW, t0, nt, tmp);
-            memmove(xb, xb + nt * VW, SELSCAN__CAST(size_t, H * VW) * 4); /* the last H inputs, for the next chunk */
-        }
-        if (q->hlast.data)
-            for (l = 0; l < nl; l++)
-                for (k = 0; k < H; k++) selscan__store(q->hlast.data, SELSCAN__AT3(q->hlast, row, d0 + l, k), q->dt, xb[k * VW + l]);
-    }
-}
-
-/* Backward, rows [0, nt) of a chunk: gb[t] (dy in) becomes dpre; dweight / dbias accumulate. */
+/* Backward, rows [0, nt) of a tile: gb[t] (dy in) becomes dpre; dweight / dbias accumulate. */
 static SELSCAN__ATTR SELSCAN__INLINE void SELSCAN__SFX(selscan__conv_dpre_rows)(const int W, const int silu, const int nt,
-                                                                               const float *xb, float *gb,
+                                                                               const int G, const float *xb, float *gb,
                                                                                const float *wl, const float *bl,
-                                                                               SELSCAN__VF *dw, SELSCAN__VF *db) {
+                                                                               float *acc) {
     const SELSCAN__VF w0 = SELSCAN__VLOAD(wl), w1 = SELSCAN__VLOAD(wl + SELSCAN__VW), vb = SELSCAN__VLOAD(bl);
     const SELSCAN__VF w2 = W > 2 ? SELSCAN__VLOAD(wl + 2 * SELSCAN__VW) : w0;
     const SELSCAN__VF w3 = W > 3 ? SELSCAN__VLOAD(wl + 3 * SELSCAN__VW) : w0;
     const SELSCAN__VF one = SELSCAN__VSET1(1.0f);
-    SELSCAN__VF a0 = dw[0], a1 = dw[1], a2 = dw[2], a3 = dw[3], ab = *db;
+    SELSCAN__VF a0 = SELSCAN__VLOAD(acc), a1 = SELSCAN__VLOAD(acc + SELSCAN__VW), a2 = SELSCAN__VLOAD(acc + 2 * SELSCAN__VW);
+    SELSCAN__VF a3 = SELSCAN__VLOAD(acc + 3 * SELSCAN__VW), ab = SELSCAN__VLOAD(acc + 4 * SELSCAN__VW);
     int t;
     for (t = 0; t < nt; t++) {
-        const float *xr = xb + t * SELSCAN__VW;
-        const SELSCAN__VF x0 = SELSCAN__VLOAD(xr), x1 = SELSCAN__VLOAD(xr + SELSCAN__VW);
-        const SELSCAN__VF x2 = W > 2 ? SELSCAN__VLOAD(xr + 2 * SELSCAN__VW) : x0;
-        const SELSCAN__VF x3 = W > 3 ? SELSCAN__VLOAD(xr + 3 * SELSCAN__VW) : x0;
-        SELSCAN__VF dp = SELSCAN__VLOAD(gb + t * SELSCAN__VW);
+        const float *xr = xb + t * G;
+        const SELSCAN__VF x0 = SELSCAN__VLOAD(xr), x1 = SELSCAN__VLOAD(xr + G);
+        const SELSCAN__VF x2 = W > 2 ? SELSCAN__VLOAD(xr + 2 * G) : x0;
+        const SELSCAN__VF x3 = W > 3 ? SELSCAN__VLOAD(xr + 3 * G) : x0;
+        SELSCAN__VF dp = SELSCAN__VLOAD(gb + t * G);
         if (silu) { /* dpre = dy s (1 + pre (1 - s)), pre recomputed */
             SELSCAN__VF pre = SELSCAN__VFMA(w1, x1, SELSCAN__VFMA(w0, x0, vb)), sg;
             if (W > 2) pre = SELSCAN__VFMA(w2, x2, pre);
             if (W > 3) pre = SELSCAN__VFMA(w3, x3, pre);
             sg = SELSCAN__SFX(selscan__vsigmoid)(pre);
             dp = SELSCAN__VMUL(dp, SELSCAN__VMUL(sg, SELSCAN__VFMA(pre, SELSCAN__VSUB(one, sg), one)));
-            SELSCAN__VSTORE(gb + t * SELSCAN__VW, dp);
+            SELSCAN__VSTORE(gb + t * G, dp);
         }
         ab = SELSCAN__VADD(ab, dp);
         a0 = SELSCAN__VFMA(dp, x0, a0);
@@ -4165,123 +4138,212 @@ static SELSCAN__ATTR SELSCAN__INLINE void SELSCAN__SFX(selscan__conv_dpre_rows)(
         if (W > 2) a2 = SELSCAN__VFMA(dp, x2, a2);
         if (W > 3) a3 = SELSCAN__VFMA(dp, x3, a3);
     }
-    dw[0] = a0; dw[1] = a1; dw[2] = a2; dw[3] = a3; *db = ab;
+    SELSCAN__VSTORE(acc, a0);
+    SELSCAN__VSTORE(acc + SELSCAN__VW, a1);
+    SELSCAN__VSTORE(acc + 2 * SELSCAN__VW, a2);
+    SELSCAN__VSTORE(acc + 3 * SELSCAN__VW, a3);
+    SELSCAN__VSTORE(acc + 4 * SELSCAN__VW, ab);
 }
 
-/* Backward, input gradients of n positions: ob[i] = sum_k w[k] gb[i + H - k], k = H .. 0 (the
-   reference's order: gb row i is the first dpre that reads position i). */
-static SELSCAN__ATTR SELSCAN__INLINE void SELSCAN__SFX(selscan__conv_dx_rows)(const int W, const int n, const float *gb,
-                                                                             float *ob, const float *wl) {
+/* Backward, input gradients of n positions of a tile: ob[i] = sum_k w[k] gb[i + H - k], k = H
+   .. 0 (the reference's order: row i of gb is the first dpre that reads position i). */
+static SELSCAN__ATTR SELSCAN__INLINE void SELSCAN__SFX(selscan__conv_dx_rows)(const int W, const int n, const int G,
+                                                                             const float *gb, float *ob, const float *wl) {
     const SELSCAN__VF w0 = SELSCAN__VLOAD(wl), w1 = SELSCAN__VLOAD(wl + SELSCAN__VW);
     const SELSCAN__VF w2 = W > 2 ? SELSCAN__VLOAD(wl + 2 * SELSCAN__VW) : w0;
     const SELSCAN__VF w3 = W > 3 ? SELSCAN__VLOAD(wl + 3 * SELSCAN__VW) : w0;
     const SELSCAN__VF zero = SELSCAN__VSET1(0.0f);
     int i;
     for (i = 0; i < n; i++) {
-        const float *g = gb + i * SELSCAN__VW;
+        const float *g = gb + i * G;
         SELSCAN__VF acc;
         if (W == 2) {
             acc = SELSCAN__VFMA(w1, SELSCAN__VLOAD(g), zero);
-            acc = SELSCAN__VFMA(w0, SELSCAN__VLOAD(g + SELSCAN__VW), acc);
+            acc = SELSCAN__VFMA(w0, SELSCAN__VLOAD(g + G), acc);
         } else if (W == 3) {
             acc = SELSCAN__VFMA(w2, SELSCAN__VLOAD(g), zero);
-            acc = SELSCAN__VFMA(w1, SELSCAN__VLOAD(g + SELSCAN__VW), acc);
-            acc = SELSCAN__VFMA(w0, SELSCAN__VLOAD(g + 2 * SELSCAN__VW), acc);
+            acc = SELSCAN__VFMA(w1, SELSCAN__VLOAD(g + G), acc);
+            acc = SELSCAN__VFMA(w0, SELSCAN__VLOAD(g + 2 * G), acc);
         } else {
             acc = SELSCAN__VFMA(w3, SELSCAN__VLOAD(g), zero);
-            acc = SELSCAN__VFMA(w2, SELSCAN__VLOAD(g + SELSCAN__VW), acc);
-            acc = SELSCAN__VFMA(w1, SELSCAN__VLOAD(g + 2 * SELSCAN__VW), acc);
-            acc = SELSCAN__VFMA(w0, SELSCAN__VLOAD(g + 3 * SELSCAN__VW), acc);
+            acc = SELSCAN__VFMA(w2, SELSCAN__VLOAD(g + G), acc);
+            acc = SELSCAN__VFMA(w1, SELSCAN__VLOAD(g + 2 * G), acc);
+            acc = SELSCAN__VFMA(w0, SELSCAN__VLOAD(g + 3 * G), acc);
         }
-        SELSCAN__VSTORE(ob + i * SELSCAN__VW, acc);
+        SELSCAN__VSTORE(ob + i * G, acc);
     }
 }
 
-static SELSCAN__ATTR SELSCAN__INLINE void SELSCAN__SFX(selscan__conv_dx_any)(const int W, const int n, const float *gb,
-                                                                            float *ob, const float *wl) {
-    switch (W) {
-    case 2: SELSCAN__SFX(selscan__conv_dx_rows)(2, n, gb, ob, wl); break;
-    case 3: SELSCAN__SFX(selscan__conv_dx_rows)(3, n, gb, ob, wl); break;
-    default: SELSCAN__SFX(selscan__conv_dx_rows)(4, n, gb, ob, wl); break;
+/* The group's tiles (a constant width each: taps in registers, loops unrolled). */
+static SELSCAN__ATTR void SELSCAN__SFX(selscan__conv_fwd_tiles)(const int W, const int silu, const int nt, const int G,
+                                                               const float *xb, float *yb, const float *wl,
+                                                               const float *bl) {
+    const int HM = SELSCAN_CONV_MAX_WIDTH - 1;
+    int j;
+    for (j = 0; j < G; j += SELSCAN__VW) {
+        const float *wj = wl + j * (HM + 1), *bj = bl + j;
+        switch (W) {
+        case 2: SELSCAN__SFX(selscan__conv_fwd_rows)(2, silu, nt, G, xb + j, yb + j, wj, bj); break;
+        case 3: SELSCAN__SFX(selscan__conv_fwd_rows)(3, silu, nt, G, xb + j, yb + j, wj, bj); break;
+        default: SELSCAN__SFX(selscan__conv_fwd_rows)(4, silu, nt, G, xb + j, yb + j, wj, bj); break;
+        }
+    }
+}
+static SELSCAN__ATTR void SELSCAN__SFX(selscan__conv_dpre_tiles)(const int W, const int silu, const int nt, const int G,
+                                                                const float *xb, float *gb, const float *wl,
+                                                                const float *bl, float *acc) {
+    const int HM = SELSCAN_CONV_MAX_WIDTH - 1;
+    int j;
+    for (j = 0; j < G; j += SELSCAN__VW) {
+        const float *wj = wl + j * (HM + 1), *bj = bl + j;
+        float *aj = acc + j * (HM + 2);
+        switch (W) {
+        case 2: SELSCAN__SFX(selscan__conv_dpre_rows)(2, silu, nt, G, xb + j, gb + j, wj, bj, aj); break;
+        case 3: SELSCAN__SFX(selscan__conv_dpre_rows)(3, silu, nt, G, xb + j, gb + j, wj, bj, aj); break;
+        default: SELSCAN__SFX(selscan__conv_dpre_rows)(4, silu, nt, G, xb + j, gb + j, wj, bj, aj); break;
+        }
+    }
+}
+static SELSCAN__ATTR void SELSCAN__SFX(selscan__conv_dx_tiles)(const int W, const int n, const int G, const float *gb,
+                                                              float *ob, const float *wl) {
+    const int HM = SELSCAN_CONV_MAX_WIDTH - 1;
+    int j;
+    for (j = 0; j < G; j += SELSCAN__VW) {
+        switch (W) {
+        case 2: SELSCAN__SFX(selscan__conv_dx_rows)(2, n, G, gb + j, ob + j, wl + j * (HM + 1)); break;
+        case 3: SELSCAN__SFX(selscan__conv_dx_rows)(3, n, G, gb + j, ob + j, wl + j * (HM + 1)); break;
+        default: SELSCAN__SFX(selscan__conv_dx_rows)(4, n, G, gb + j, ob + j, wl + j * (HM + 1)); break;
+        }
     }
 }
 
-/* n input-gradient rows of positions p0 .. p0 + n - 1 of sequence [s0, ..): dx, or hb
-   (dinit_state rows) before s0. */
+/* A group's parameters: lane c (channel d0 + c, c < G) of tile j = c - c % VW: weight k at
+   wl[j (HM + 1) + k VW + c % VW], bias at bl[c] (0 past nl). */
+static SELSCAN__ATTR void SELSCAN__SFX(selscan__conv_params)(const selscan__cprob *q, int64_t d0, int nl, int G, float *wl,
+                                                            float *bl) {
+    const int HM = SELSCAN_CONV_MAX_WIDTH - 1;
+    int c, k;
+    for (c = 0; c < G; c++) {
+        const int j = c - c % SELSCAN__VW, l = c % SELSCAN__VW;
+        for (k = 0; k <= HM; k++)
+            wl[j * (HM + 1) + k * SELSCAN__VW + l] =
+                c < nl && k < q->W ? SELSCAN__CAST(const float *, q->w.data)[SELSCAN__AT2(q->w, d0 + c, k)] : 0.0f;
+        bl[c] = c < nl && q->bias.data ? SELSCAN__CAST(const float *, q->bias.data)[SELSCAN__AT1(q->bias, d0 + c)] : 0.0f;
+    }
+}
+
+/* H rows of a (rows, dim, W-1) state tensor into h[k G + c] (zeros where absent or past nl). */
+static SELSCAN__ATTR void SELSCAN__SFX(selscan__conv_state_in)(const selscan__ten *t, selscan_dtype dt, int64_t row,
+                                                              int64_t d0, int nl, int G, int H, float *h) {
+    int k, c;
+    for (k = 0; k < H; k++)
+        for (c = 0; c < G; c++)
+            h[k * G + c] = c < nl && t->data ? selscan__load(t->data, SELSCAN__AT3(*t, row, d0 + c, k), dt) : 0.0f;
+}
+static SELSCAN__ATTR void SELSCAN__SFX(selscan__conv_state_out)(const selscan__ten *t, selscan_dtype dt, int64_t row,
+                                                               int64_t d0, int nl, int G, int H, const float *h) {
+    int k, c;
+    for (c = 0; c < nl; c++)
+        for (k = 0; k < H; k++) selscan__store(t->data, SELSCAN__AT3(*t, row, d0 + c, k), dt, h[k * G + c]);
+}
+
+/* The staging width of channels [dlo, dhi): the block when its channels are contiguous in every
+   tensor staged (x, y or dy, dx), else a tile. */
+static SELSCAN__ATTR int SELSCAN__SFX(selscan__conv_group)(const selscan__ten *a, const selscan__ten *b,
+                                                          const selscan__ten *c) {
+    return a->s[1] == 1 && (!b || !b->data || b->s[1] == 1) && (!c || !c->data || c->s[1] == 1) ? SELSCAN__CONV_CB
+                                                                                               : SELSCAN__VW;
+}
+
+/* The forward of channels [dlo, dhi) (at most SELSCAN__CONV_CB) of batch row b, every sequence. */
+static SELSCAN__ATTR void SELSCAN__SFX(selscan__conv_fwd_block)(const selscan__cprob *q, int64_t b, int64_t dlo, int64_t dhi) {
+    enum { HM = SELSCAN_CONV_MAX_WIDTH - 1, CB = SELSCAN__CONV_CB };
+    float xb[(HM + SELSCAN__CONV_FT) * CB], yb[SELSCAN__CONV_FT * CB], tmp[SELSCAN__FT * SELSCAN__VW], wl[(HM + 1) * CB], bl[CB];
+    const int W = SELSCAN__CAST(int, q->W), H = W - 1, G = SELSCAN__SFX(selscan__conv_group)(&q->x, &q->y, NULL);
+    const int FC = G == CB ? SELSCAN__CONV_FT : SELSCAN__FT; /* steps a chunk (the buffers hold either) */
+    int64_t d0, s, t0;
+    for (d0 = dlo; d0 < dhi; d0 += G) {
+        const int nl = SELSCAN__CAST(int, selscan__min64(G, dhi - d0));
+        SELSCAN__SFX(selscan__conv_params)(q, d0, nl, G, wl, bl);
+        for (s = 0; s < selscan__conv_nseg(q); s++) {
+            int64_t s0, s1, row;
+            selscan__conv_seg(q, b, s, &s0, &s1, &row);
+            SELSCAN__SFX(selscan__conv_state_in)(&q->h0, q->dt, row, d0, nl, G, H, xb);
+            for (t0 = s0; t0 < s1; t0 += FC) {
+                const int nt = SELSCAN__CAST(int, selscan__min64(FC, s1 - t0));
+                SELSCAN__LOADTILE(xb + H * G, &q->x, b, d0, nl, G, t0, nt, tmp);
+                SELSCAN__SFX(selscan__conv_fwd_tiles)(W, q->silu, nt, G, xb, yb, wl, bl);
+                SELSCAN__STORETILE(yb, &q->y, b, d0, nl, G, t0, nt, tmp);
+                memmove(xb, xb + nt * G, SELSCAN__CAST(size_t, H * G) * 4); /* the last H inputs, for the next chunk */
+            }
+            if (q->hlast.data) SELSCAN__SFX(selscan__conv_state_out)(&q->hlast, q->dt, row, d0, nl, G, H, xb);
+        }
+    }
+}
+
+/* n input-gradient rows (positions p0 .. p0 + n - 1 of the sequence starting at s0): dx, or the
+   rows of hb (dinit_state, [k][G]) for positions before s0. */
 static SELSCAN__ATTR void SELSCAN__SFX(selscan__conv_emit)(const selscan__cprob *q, const selscan__cgrd *r, int64_t b,
-                                                          int64_t d0, int nl, int64_t s0, int64_t p0, int n,
+                                                          int64_t d0, int nl, int G, int64_t s0, int64_t p0, int n,
                                                           const float *ob, float *hb, float *tmp) {
     const int H = SELSCAN__CAST(int, q->W) - 1;
     const int skip = p0 < s0 ? SELSCAN__CAST(int, selscan__min64(n, s0 - p0)) : 0;
     int i;
-    for (i = 0; i < skip; i++) memcpy(hb + (p0 + i - s0 + H) * SELSCAN__VW, ob + i * SELSCAN__VW, SELSCAN__VW * 4);
-    if (r->dx.data && n > skip) SELSCAN__STORETILE(ob + skip * SELSCAN__VW, &r->dx, b, d0, nl, SELSCAN__VW, p0 + skip, n - skip, tmp);
+    for (i = 0; i < skip; i++) memcpy(hb + (p0 + i - s0 + H) * G, ob + i * G, SELSCAN__CAST(size_t, G) * 4);
+    if (r->dx.data && n > skip) SELSCAN__STORETILE(ob + skip * G, &r->dx, b, d0, nl, G, p0 + skip, n - skip, tmp);
 }
 
-/* The backward of one tile over every batch row and sequence: dx, dinit_state, and this tile's
-   dweight / dbias (sums in the order batch row, sequence, step: no reduce step). */
-static SELSCAN__ATTR void SELSCAN__SFX(selscan__conv_bwd_tile)(const selscan__cprob *q, const selscan__cgrd *r,
-                                                              int64_t d0, int nl) {
-    enum { VW = SELSCAN__VW, HM = SELSCAN_CONV_MAX_WIDTH - 1 };
-    float xb[(HM + SELSCAN__FT) * VW], gb[(2 * HM + SELSCAN__FT) * VW], ob[SELSCAN__FT * VW], hb[HM * VW];
-    float tmp[SELSCAN__FT * VW], wl[(HM + 1) * VW], bl[VW];
+/* The backward of channels [dlo, dhi) (at most SELSCAN__CONV_CB) over every batch row and
+   sequence: dx, dinit_state, and their dweight / dbias (each lane summed in the order batch row,
+   sequence, step: no reduce step). */
+static SELSCAN__ATTR void SELSCAN__SFX(selscan__conv_bwd_block)(const selscan__cprob *q, const selscan__cgrd *r,
+                                                               int64_t dlo, int64_t dhi) {
+    enum { HM = SELSCAN_CONV_MAX_WIDTH - 1, CB = SELSCAN__CONV_CB };
+    float xb[(HM + SELSCAN__CONV_FT) * CB], gb[(2 * HM + SELSCAN__CONV_FT) * CB], ob[SELSCAN__CONV_FT * CB], tmp[SELSCAN__FT * SELSCAN__VW];
+    float wl[(HM + 1) * CB], bl[CB], hb[HM * CB], acc[(HM + 2) * CB];
     const int W = SELSCAN__CAST(int, q->W), H = W - 1, need_dx = r->dx.data || r->dh0.data;
-    SELSCAN__VF dw[4], db = SELSCAN__VSET1(0.0f);
-    int64_t b, s, t0;
-    int k, l;
-    for (k = 0; k < 4; k++) dw[k] = db;
-    for (l = 0; l < VW; l++) {
-        for (k = 0; k <= HM; k++)
-            wl[k * VW + l] = l < nl && k < W ? SELSCAN__CAST(const float *, q->w.data)[SELSCAN__AT2(q->w, d0 + l, k)] : 0.0f;
-        bl[l] = l < nl && q->bias.data ? SELSCAN__CAST(const float *, q->bias.data)[SELSCAN__AT1(q->bias, d0 + l)] : 0.0f;
-    }
-    for (b = 0; b < q->batch; b++)
-        for (s = 0; s < selscan__conv_nseg(q); s++) {
-            int64_t s0, s1, row;
-            selscan__conv_seg(q, b, s, &s0, &s1, &row);
-            for (k = 0; k < H; k++)
-                for (l = 0; l < VW; l++) {
-                    xb[k * VW + l] = l < nl && q->h0.data ? selscan__load(q->h0.data, SELSCAN__AT3(q->h0, row, d0 + l, k), q->dt) : 0.0f;
-                    gb[k * VW + l] = 0.0f; /* no dpre before the sequence */
+    const int G = SELSCAN__SFX(selscan__conv_group)(&q->x, &r->dy, &r->dx);
+    const int FC = G == CB ? SELSCAN__CONV_FT : SELSCAN__FT; /* steps a chunk (the buffers hold either) */
+    int64_t d0, b, s, t0;
+    int c, k;
+    for (d0 = dlo; d0 < dhi; d0 += G) {
+        const int nl = SELSCAN__CAST(int, selscan__min64(G, dhi - d0));
+        SELSCAN__SFX(selscan__conv_params)(q, d0, nl, G, wl, bl);
+        memset(acc, 0, sizeof acc); /* tile j: dweight k at acc[j (HM + 2) + k VW + lane], dbias at k = 4 */
+        for (b = 0; b < q->batch; b++)
+            for (s = 0; s < selscan__conv_nseg(q); s++) {
+                int64_t s0, s1, row;
+                selscan__conv_seg(q, b, s, &s0, &s1, &row);
+                SELSCAN__SFX(selscan__conv_state_in)(&q->h0, q->dt, row, d0, nl, G, H, xb);
+                memset(gb, 0, SELSCAN__CAST(size_t, H * G) * 4); /* no dpre before the sequence */
+                for (t0 = s0; t0 < s1; t0 += FC) {
+                    const int nt = SELSCAN__CAST(int, selscan__min64(FC, s1 - t0));
+                    SELSCAN__LOADTILE(xb + H * G, &q->x, b, d0, nl, G, t0, nt, tmp);
+                    SELSCAN__LOADTILE(gb + H * G, &r->dy, b, d0, nl, G, t0, nt, tmp);
+                    SELSCAN__SFX(selscan__conv_dpre_tiles)(W, q->silu, nt, G, xb, gb + H * G, wl, bl, acc);
+                    if (need_dx) { /* positions t0 - H .. t0 + nt - 1 - H are complete */
+                        SELSCAN__SFX(selscan__conv_dx_tiles)(W, nt, G, gb, ob, wl);
+                        SELSCAN__SFX(selscan__conv_emit)(q, r, b, d0, nl, G, s0, t0 - H, nt, ob, hb, tmp);
+                    }
+                    memmove(xb, xb + nt * G, SELSCAN__CAST(size_t, H * G) * 4);
+                    memmove(gb, gb + nt * G, SELSCAN__CAST(size_t, H * G) * 4);
                 }
-            for (t0 = s0; t0 < s1; t0 += SELSCAN__FT) {
-                const int nt = SELSCAN__CAST(int, selscan__min64(SELSCAN__FT, s1 - t0));
-                SELSCAN__LOADTILE(xb + H * VW, &q->x, b, d0, nl, VW, t0, nt, tmp);
-                SELSCAN__LOADTILE(gb + H * VW, &r->dy, b, d0, nl, VW, t0, nt, tmp);
-                switch (W) {
-                case 2: SELSCAN__SFX(selscan__conv_dpre_rows)(2, q->silu, nt, xb, gb + H * VW, wl, bl, dw, &db); break;
-                case 3: SELSCAN__SFX(selscan__conv_dpre_rows)(3, q->silu, nt, xb, gb + H * VW, wl, bl, dw, &db); break;
-                default: SELSCAN__SFX(selscan__conv_dpre_rows)(4, q->silu, nt, xb, gb + H * VW, wl, bl, dw, &db); break;
-                }
-                if (need_dx) { /* positions t0 - H .. t0 + nt - 1 - H are complete */
-                    SELSCAN__SFX(selscan__conv_dx_any)(W, nt, gb, ob, wl);
-                    SELSCAN__SFX(selscan__conv_emit)(q, r, b, d0, nl, s0, t0 - H, nt, ob, hb, tmp);
-                }
-                memmove(xb, xb + nt * VW, SELSCAN__CAST(size_t, H * VW) * 4);
-                memmove(gb, gb + nt * VW, SELSCAN__CAST(size_t, H * VW) * 4);
-            }
-            if (need_dx) { /* the last H positions: no dpre after the sequence; plus dfinal_state */
-                memset(gb + H * VW, 0, SELSCAN__CAST(size_t, H * VW) * 4);
-                SELSCAN__SFX(selscan__conv_dx_any)(W, H, gb, ob, wl);
-                if (r->dhlast.data)
-                    for (k = 0; k < H; k++)
-                        for (l = 0; l < nl; l++)
-                            ob[k * VW + l] += selscan__load(r->dhlast.data, SELSCAN__AT3(r->dhlast, row, d0 + l, k), q->dt);
-                SELSCAN__SFX(selscan__conv_emit)(q, r, b, d0, nl, s0, s1 - H, H, ob, hb, tmp);
-                if (r->dh0.data)
-                    for (l = 0; l < nl; l++)
+                if (need_dx) { /* the last H positions: no dpre after the sequence; plus dfinal_state */
+                    memset(gb + H * G, 0, SELSCAN__CAST(size_t, H * G) * 4);
+                    SELSCAN__SFX(selscan__conv_dx_tiles)(W, H, G, gb, ob, wl);
+                    if (r->dhlast.data)
                         for (k = 0; k < H; k++)
-                            selscan__store(r->dh0.data, SELSCAN__AT3(r->dh0, row, d0 + l, k), q->dt, hb[k * VW + l]);
+                            for (c = 0; c < nl; c++)
+                                ob[k * G + c] += selscan__load(r->dhlast.data, SELSCAN__AT3(r->dhlast, row, d0 + c, k), q->dt);
+                    SELSCAN__SFX(selscan__conv_emit)(q, r, b, d0, nl, G, s0, s1 - H, H, ob, hb, tmp);
+                    if (r->dh0.data) SELSCAN__SFX(selscan__conv_state_out)(&r->dh0, q->dt, row, d0, nl, G, H, hb);
+                }
             }
-        }
-    {
-        float v[(HM + 2) * VW];
-        for (k = 0; k < 4; k++) SELSCAN__VSTORE(v + k * VW, dw[k]);
-        SELSCAN__VSTORE(v + 4 * VW, db);
-        for (l = 0; l < nl; l++) {
-            for (k = 0; k < W; k++)
-                if (r->dw.data) SELSCAN__CAST(float *, r->dw.data)[SELSCAN__AT2(r->dw, d0 + l, k)] = v[k * VW + l];
-            if (r->dbias.data) SELSCAN__CAST(float *, r->dbias.data)[SELSCAN__AT1(r->dbias, d0 + l)] = v[4 * VW + l];
+        for (c = 0; c < nl; c++) {
+            const float *a = acc + (c - c % SELSCAN__VW) * (HM + 2) + c % SELSCAN__VW;
+            if (r->dw.data)
+                for (k = 0; k < W; k++) SELSCAN__CAST(float *, r->dw.data)[SELSCAN__AT2(r->dw, d0 + c, k)] = a[k * SELSCAN__VW];
+            if (r->dbias.data) SELSCAN__CAST(float *, r->dbias.data)[SELSCAN__AT1(r->dbias, d0 + c)] = a[4 * SELSCAN__VW];
         }
     }
 }

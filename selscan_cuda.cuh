@@ -1,4 +1,6 @@
-/* selscan_cuda.cuh - CUDA forward, backward and step kernels of selscan (Mamba's S6 scan).
+/* selscan_cuda.cuh - CUDA forward, backward and step kernels of selscan (Mamba's S6 scan), and of
+ * the causal depthwise conv1d before it (selscan_conv_*_cuda: see >>conv below and selscan.h
+ * >>conv-api).
  *
  * Declarations (includable from C and C++; needs cuda_runtime_api.h for cudaStream_t):
  *     #include "selscan_cuda.cuh"
@@ -56,6 +58,14 @@
  *   general kernels); dim, batch and L have no limit beyond a 2^31 - 1 block grid.
  * - exp() runs on the ex2.approx unit (relative error ~2^-22), softplus / sigmoid on the fast
  *   exp / log units: results match the CPU reference to ~1e-6 relative (f32), not bitwise.
+ * - The conv (selscan_conv_forward_cuda / _backward_cuda / _step_cuda): the same rules (host
+ *   validation with selscan.h's checks, statuses and diag, cu_seqlens on the host with its device
+ *   copy in ext->cu_seqlens_device, state_index a device pointer with rows outside [0, n_cache)
+ *   as padding, no allocation, the caller's stream). The forward and the update need no
+ *   workspace; the backward needs selscan_conv_workspace_size_cuda() bytes when dweight or dbias
+ *   is asked for (or ext->workspace_alloc). Deterministic (per-block partials, a fixed-order
+ *   reduce). Widths 2 to 4; any strides, coalesced for both the (batch, dim, L) and the
+ *   channels-last layouts; grids past 2^31 - 1 blocks: SELSCAN_ERR_UNSUPPORTED ("dim").
  *
  * TUNING (macros before the implementation's include; defaults measured on an H200, see
  * bench/NOTES.md): SELSCAN_CUDA_FWD_MINBLOCKS (6) and SELSCAN_CUDA_BWD_MINBLOCKS (3), the blocks
@@ -4087,6 +4097,451 @@ static selscan_status step(const selscan_step_problem *s, const selscan_cuda_ext
     return launch_step(q, step_tune{0, 0, -1, 0, 0, 0, 0, 0, 0}, stream, err, s->diag);
 }
 
+/* ---------------------------------------------------------------------------------------------- */
+/*              >>conv: causal depthwise conv1d (selscan.h >>conv-api), kernels and host          */
+/* ---------------------------------------------------------------------------------------------- */
+/* A block takes kConvTC channels of one batch row and kConvTL steps (the backward kConvTB such
+   tiles in turn): the tile's inputs with their W-1 (backward: 2 (W-1)) halo steps are staged in
+   shared memory as [step][channel] floats, loaded and stored with consecutive lanes along
+   whichever of the tensor's channel and step strides is the smaller (a warp reads 32 consecutive
+   steps of a row in the (batch, dim, L) layout, 32 consecutive channels in the channels-last
+   one), so every global access is coalesced in both layouts; the arithmetic reads shared memory
+   with lanes along channels (row stride kConvTC + 1: no bank conflicts either way). Sequence
+   starts and ends (packed sequences: a binary search of cu_seqlens) are found once per step and
+   tile. Each output runs the reference's order (bias, then the W taps; the backward's dx sum from
+   the last tap back), with fmaf and the fast sigmoid (sigm: ex2.approx). Backward: dpre is
+   recomputed from x over the tile plus its W-1 halo steps; dweight / dbias: each block sums its
+   steps per channel in registers (4 row groups a channel, added in a fixed order) into a
+   per-block partial in the workspace, and conv_reduce_kernel adds the partials of a channel in
+   block order: deterministic, no atomics. final_state and dinit_state: small kernels of one
+   thread an element (dinit recomputes the W dpre it needs). The update: one thread a (batch row,
+   channel), the taps in registers, the state rolled in place in one pass. */
+const int kConvTC = 32;                       /* channels a block */
+const int kConvTL = 64;                       /* steps a tile */
+const int kConvTB = 4;                        /* backward: tiles a block (its partial covers kConvTB * kConvTL steps) */
+const int kConvHM = SELSCAN_CONV_MAX_WIDTH - 1;
+const int kConvRS = kConvTC + 1;              /* shared row stride (floats) */
+
+struct conv_params {
+    int64_t batch, dim, L, nseq, rows, ncache, S, ntiles; /* ntiles: tiles (backward: blocks) a batch row */
+    int W, silu;
+    int clx, cly, cldy, cldx; /* lanes along channels (1) or steps (0) for that tensor's loads / stores */
+    const int64_t *cu;
+    const int32_t *idx;
+    ct x, w, bias, h0, y, hlast, dy, dhlast, dx, dw, dbias, dh0, state;
+    float *part; /* backward: per-block dweight / dbias partials, [block][dim][W + 1] */
+};
+
+/* The sequence of step q of batch row b: [s0, e) and its state row. */
+static __device__ __forceinline__ void conv_seg(const conv_params &P, int64_t b, int64_t q, int64_t &s0, int64_t &e, int64_t &row) {
+    if (!P.cu) { s0 = 0; e = P.L; row = b; return; }
+    int64_t lo = 0, hi = P.nseq; /* cu[lo] <= q < cu[hi] */
+    while (hi - lo > 1) {
+        const int64_t mid = lo + (hi - lo) / 2;
+        if (P.cu[mid] <= q) lo = mid;
+        else hi = mid;
+    }
+    s0 = P.cu[lo]; e = P.cu[lo + 1]; row = lo;
+}
+
+/* s[r * kConvRS + c] = X[b, d0 + c, p0 + r] for r < nr, c < nc (0 outside [0, L)); lanes along
+   channels (cl) or steps */
+template <typename T>
+static __device__ __forceinline__ void conv_load(float *s, const ct &X, int64_t b, int64_t d0, int nc, int64_t p0, int nr, int64_t L, int cl) {
+    const int n = nr * nc;
+    for (int e = static_cast<int>(threadIdx.x); e < n; e += kThreads) {
+        const int c = cl ? e % nc : e / nr, r = cl ? e / nc : e % nr;
+        const int64_t p = p0 + r;
+        s[r * kConvRS + c] = p >= 0 && p < L ? ld<T>(X.p, b * X.s[0] + (d0 + c) * X.s[1] + p * X.s[2]) : 0.0f;
+    }
+}
+
+/* the tile's weights [c][k] and biases (0 past nc) */
+static __device__ __forceinline__ void conv_params_in(const conv_params &P, int64_t d0, int nc, float *sw, float *sb) {
+    for (int e = static_cast<int>(threadIdx.x); e < kConvTC * SELSCAN_CONV_MAX_WIDTH; e += kThreads) {
+        const int c = e / SELSCAN_CONV_MAX_WIDTH, k = e % SELSCAN_CONV_MAX_WIDTH;
+        sw[e] = c < nc && k < P.W ? ldf(P.w, (d0 + c) * P.w.s[0] + k * P.w.s[1]) : 0.0f;
+        if (k == 0) sb[c] = c < nc && P.bias.p ? ldf(P.bias, (d0 + c) * P.bias.s[0]) : 0.0f;
+    }
+}
+
+/* xp at position pos of the sequence starting at s0 (state row row), channel d: staged x (row
+   sr of the tile) or init_state / 0 before s0 */
+template <typename T>
+static __device__ __forceinline__ float conv_xp(const conv_params &P, const float *sx, int sr, int c, int64_t pos, int64_t s0,
+                                                int64_t row, int64_t d, int H) {
+    if (pos >= s0) return sx[sr * kConvRS + c];
+    return P.h0.p ? ld<T>(P.h0.p, row * P.h0.s[0] + d * P.h0.s[1] + (H + pos - s0) * P.h0.s[2]) : 0.0f;
+}
+
+template <typename T, int W>
+static __global__ void __launch_bounds__(kThreads) conv_fwd_kernel(const conv_params P) {
+    constexpr int H = W - 1;
+    __shared__ float sx[(kConvTL + kConvHM) * kConvRS], sw[kConvTC * SELSCAN_CONV_MAX_WIDTH], sb[kConvTC];
+    __shared__ int64_t s_s0[kConvTL], s_row[kConvTL];
+    const int64_t ncb = (P.dim + kConvTC - 1) / kConvTC, blk = blockIdx.x;
+    const int64_t d0 = blk % ncb * kConvTC, bt = blk / ncb, b = bt / P.ntiles, t0 = bt % P.ntiles * kConvTL;
+    const int nc = static_cast<int>(min(static_cast<int64_t>(kConvTC), P.dim - d0));
+    const int nt = static_cast<int>(min(static_cast<int64_t>(kConvTL), P.L - t0));
+    for (int i = static_cast<int>(threadIdx.x); i < nt; i += kThreads) {
+        int64_t s0, e, row;
+        conv_seg(P, b, t0 + i, s0, e, row);
+        s_s0[i] = s0; s_row[i] = row;
+    }
+    conv_params_in(P, d0, nc, sw, sb);
+    conv_load<T>(sx, P.x, b, d0, nc, t0 - H, nt + H, P.L, P.clx);
+    __syncthreads();
+    for (int e = static_cast<int>(threadIdx.x); e < nt * nc; e += kThreads) {
+        const int c = P.cly ? e % nc : e / nt, i = P.cly ? e / nc : e % nt;
+        const int64_t t = t0 + i, d = d0 + c, s0 = s_s0[i];
+        float acc = sb[c];
+#pragma unroll
+        for (int k = 0; k < W; k++)
+            acc = fmaf(sw[c * SELSCAN_CONV_MAX_WIDTH + k], conv_xp<T>(P, sx, i + k, c, t - H + k, s0, s_row[i], d, H), acc);
+        if (P.silu) acc *= sigm(acc);
+        st<T>(P.y.p, b * P.y.s[0] + d * P.y.s[1] + t * P.y.s[2], acc);
+    }
+}
+
+/* final_state[s, d, j] = xp at e - H + j of sequence s: a copy of x or init_state (or 0) */
+template <typename T>
+static __global__ void __launch_bounds__(256) conv_final_kernel(const conv_params P) {
+    const int H = P.W - 1;
+    const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+    if (i >= P.rows * P.dim * H) return;
+    const int64_t s = i / (P.dim * H), d = i / H % P.dim, j = i % H;
+    const int64_t s0 = P.cu ? P.cu[s] : 0, e = P.cu ? P.cu[s + 1] : P.L, b = P.cu ? 0 : s, pos = e - H + j;
+    const T *src = static_cast<const T *>(pos >= s0 ? P.x.p : P.h0.p);
+    const int64_t off = pos >= s0 ? b * P.x.s[0] + d * P.x.s[1] + pos * P.x.s[2]
+                                  : s * P.h0.s[0] + d * P.h0.s[1] + (H + pos - s0) * P.h0.s[2];
+    T *dst = static_cast<T *>(P.hlast.p) + s * P.hlast.s[0] + d * P.hlast.s[1] + j * P.hlast.s[2];
+    if (src) *dst = src[off];
+    else st<T>(static_cast<void *>(dst), 0, 0.0f); /* (void *: no argument-dependent lookup of a user's st) */
+}
+
+/* dpre of step q (sequence [s0, ..), state row row) of channel d: x read from global memory */
+template <typename T>
+static __device__ __forceinline__ float conv_dpre_g(const conv_params &P, int64_t b, int64_t d, int64_t q, int64_t s0, int64_t row,
+                                                    const float *w, float bias) {
+    const int H = P.W - 1;
+    float pre = bias;
+    for (int k = 0; k < P.W; k++) {
+        const int64_t pos = q - H + k;
+        const float v = pos >= s0 ? ld<T>(P.x.p, b * P.x.s[0] + d * P.x.s[1] + pos * P.x.s[2])
+                                  : (P.h0.p ? ld<T>(P.h0.p, row * P.h0.s[0] + d * P.h0.s[1] + (H + pos - s0) * P.h0.s[2]) : 0.0f);
+        pre = fmaf(w[k], v, pre);
+    }
+    float dp = ld<T>(P.dy.p, b * P.dy.s[0] + d * P.dy.s[1] + q * P.dy.s[2]);
+    if (P.silu) {
+        const float sg = sigm(pre);
+        dp = dp * (sg * fmaf(pre, 1.0f - sg, 1.0f));
+    }
+    return dp;
+}
+
+template <typename T, int W>
+static __global__ void __launch_bounds__(kThreads) conv_bwd_kernel(const conv_params P) {
+    constexpr int H = W - 1;
+    __shared__ float sx[(kConvTL + 2 * kConvHM) * kConvRS], sg[(kConvTL + kConvHM) * kConvRS];
+    __shared__ float sw[kConvTC * SELSCAN_CONV_MAX_WIDTH], sb[kConvTC], sred[(SELSCAN_CONV_MAX_WIDTH + 1) * kThreads];
+    __shared__ int64_t s_s0[kConvTL + kConvHM], s_e[kConvTL + kConvHM], s_row[kConvTL + kConvHM];
+    const int tid = static_cast<int>(threadIdx.x), c = tid % kConvTC, rg = tid / kConvTC;
+    const int64_t ncb = (P.dim + kConvTC - 1) / kConvTC, blk = blockIdx.x;
+    const int64_t d0 = blk % ncb * kConvTC, bt = blk / ncb, b = bt / P.ntiles, tb = bt % P.ntiles;
+    const int nc = static_cast<int>(min(static_cast<int64_t>(kConvTC), P.dim - d0));
+    float acc[W + 1];
+#pragma unroll
+    for (int k = 0; k <= W; k++) acc[k] = 0.0f;
+    conv_params_in(P, d0, nc, sw, sb);
+    for (int sub = 0; sub < kConvTB; sub++) {
+        const int64_t t0 = (tb * kConvTB + sub) * kConvTL;
+        if (t0 >= P.L) break;
+        const int nt = static_cast<int>(min(static_cast<int64_t>(kConvTL), P.L - t0));
+        const int nq = static_cast<int>(min(static_cast<int64_t>(kConvTL + H), P.L - t0)); /* steps with a dpre */
+        __syncthreads(); /* the previous tile's readers are done */
+        for (int i = tid; i < nq; i += kThreads) {
+            int64_t s0, e, row;
+            conv_seg(P, b, t0 + i, s0, e, row);
+            s_s0[i] = s0; s_e[i] = e; s_row[i] = row;
+        }
+        conv_load<T>(sx, P.x, b, d0, nc, t0 - H, nq + H, P.L, P.clx);
+        conv_load<T>(sg, P.dy, b, d0, nc, t0, nq, P.L, P.cldy);
+        __syncthreads();
+        if (c < nc) /* dpre in place; the tile's own steps (r < nt) into the sums */
+            for (int r = rg; r < nq; r += kThreads / kConvTC) {
+                const int64_t q = t0 + r, s0 = s_s0[r], d = d0 + c;
+                float xv[W], pre = sb[c];
+#pragma unroll
+                for (int k = 0; k < W; k++) {
+                    xv[k] = conv_xp<T>(P, sx, r + k, c, q - H + k, s0, s_row[r], d, H);
+                    pre = fmaf(sw[c * SELSCAN_CONV_MAX_WIDTH + k], xv[k], pre);
+                }
+                float dp = sg[r * kConvRS + c];
+                if (P.silu) {
+                    const float sgm = sigm(pre);
+                    dp = dp * (sgm * fmaf(pre, 1.0f - sgm, 1.0f));
+                    sg[r * kConvRS + c] = dp;
+                }
+                if (r < nt) {
+                    acc[W] += dp;
+#pragma unroll
+                    for (int k = 0; k < W; k++) acc[k] = fmaf(dp, xv[k], acc[k]);
+                }
+            }
+        __syncthreads();
+        if (P.dx.p)
+            for (int e = tid; e < nt * nc; e += kThreads) {
+                const int cc = P.cldx ? e % nc : e / nt, i = P.cldx ? e / nc : e % nt;
+                const int64_t p = t0 + i, d = d0 + cc, end = s_e[i];
+                float v = 0.0f;
+#pragma unroll
+                for (int k = H; k >= 0; k--) /* dpre of p + H - k, inside p's sequence */
+                    if (p + H - k < end) v = fmaf(sw[cc * SELSCAN_CONV_MAX_WIDTH + k], sg[(i + H - k) * kConvRS + cc], v);
+                if (P.dhlast.p && p >= end - H)
+                    v += ld<T>(P.dhlast.p, s_row[i] * P.dhlast.s[0] + d * P.dhlast.s[1] + (p - (end - H)) * P.dhlast.s[2]);
+                st<T>(P.dx.p, b * P.dx.s[0] + d * P.dx.s[1] + p * P.dx.s[2], v);
+            }
+    }
+    if (!P.part) return;
+#pragma unroll
+    for (int k = 0; k <= W; k++) sred[k * kThreads + tid] = acc[k];
+    __syncthreads();
+    if (tid < nc) /* the row groups of channel tid, in order */
+        for (int k = 0; k <= W; k++) {
+            float s = sred[k * kThreads + tid];
+            for (int g = 1; g < kThreads / kConvTC; g++) s += sred[k * kThreads + g * kConvTC + tid];
+            P.part[(bt * P.dim + d0 + tid) * (W + 1) + k] = s;
+        }
+}
+
+/* dweight / dbias of (channel, k) = the blocks' partials added in block order */
+static __global__ void __launch_bounds__(256) conv_reduce_kernel(const conv_params P, int64_t nblk) {
+    const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x, n = P.dim * (P.W + 1);
+    if (i >= n) return;
+    float s = 0.0f;
+    for (int64_t j = 0; j < nblk; j++) s += P.part[j * n + i];
+    const int64_t d = i / (P.W + 1), k = i % (P.W + 1);
+    if (k < P.W) {
+        if (P.dw.p) static_cast<float *>(P.dw.p)[d * P.dw.s[0] + k * P.dw.s[1]] = s;
+    } else if (P.dbias.p) {
+        static_cast<float *>(P.dbias.p)[d * P.dbias.s[0]] = s;
+    }
+}
+
+/* dinit_state[s, d, j]: the dx of position s0 - H + j (before sequence s), from the dpre of
+   s0 .. s0 + j (recomputed), plus dfinal_state where that position is one of the last H */
+template <typename T>
+static __global__ void __launch_bounds__(256) conv_dinit_kernel(const conv_params P) {
+    const int H = P.W - 1;
+    const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+    if (i >= P.rows * P.dim * H) return;
+    const int64_t s = i / (P.dim * H), d = i / H % P.dim, j = i % H;
+    const int64_t s0 = P.cu ? P.cu[s] : 0, e = P.cu ? P.cu[s + 1] : P.L, b = P.cu ? 0 : s, p = s0 - H + j;
+    float w[SELSCAN_CONV_MAX_WIDTH];
+    for (int k = 0; k < P.W; k++) w[k] = ldf(P.w, d * P.w.s[0] + k * P.w.s[1]);
+    const float bias = P.bias.p ? ldf(P.bias, d * P.bias.s[0]) : 0.0f;
+    float v = 0.0f;
+    for (int k = H; k >= 0; k--) {
+        const int64_t q = p + H - k;
+        if (q >= s0 && q < e) v = fmaf(w[k], conv_dpre_g<T>(P, b, d, q, s0, s, w, bias), v);
+    }
+    if (P.dhlast.p && p >= e - H) v += ld<T>(P.dhlast.p, s * P.dhlast.s[0] + d * P.dhlast.s[1] + (p - (e - H)) * P.dhlast.s[2]);
+    st<T>(P.dh0.p, s * P.dh0.s[0] + d * P.dh0.s[1] + j * P.dh0.s[2], v);
+}
+
+/* The update: one thread a (batch row, channel); y of every token from a window of the state's
+   last H entries and the tokens, then the state rolled left by the token count in one ascending
+   pass (entry i takes entry i + L of [state, x]: read before it is written). */
+template <typename T>
+static __global__ void __launch_bounds__(kThreads) conv_step_kernel(const conv_params P) {
+    const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+    if (i >= P.batch * P.dim) return;
+    const int64_t b = i / P.dim, d = i % P.dim, row = P.idx ? P.idx[b] : b, L = P.L, S = P.S;
+    if (row < 0 || row >= P.ncache) { /* padding: y = 0, no state touched */
+        for (int64_t l = 0; l < L; l++) st<T>(P.y.p, b * P.y.s[0] + d * P.y.s[1] + l * P.y.s[2], 0.0f);
+        return;
+    }
+    const int H = P.W - 1;
+    T *sp = static_cast<T *>(P.state.p) + row * P.state.s[0] + d * P.state.s[1];
+    const T *xp = static_cast<const T *>(P.x.p) + b * P.x.s[0] + d * P.x.s[1];
+    const int64_t ss = P.state.s[2], xs = P.x.s[2];
+    float w[SELSCAN_CONV_MAX_WIDTH], win[SELSCAN_CONV_MAX_WIDTH];
+    for (int k = 0; k < SELSCAN_CONV_MAX_WIDTH; k++) w[k] = k < P.W ? ldf(P.w, d * P.w.s[0] + k * P.w.s[1]) : 0.0f;
+    const float bias = P.bias.p ? ldf(P.bias, d * P.bias.s[0]) : 0.0f;
+    for (int k = 0; k < H; k++) win[k] = ld<T>(static_cast<const void *>(sp), (S - H + k) * ss); /* void *: see conv_final_kernel */
+    for (int64_t l = 0; l < L; l++) {
+        float acc = bias;
+        win[H] = ld<T>(static_cast<const void *>(xp), l * xs);
+        for (int k = 0; k <= H; k++) acc = fmaf(w[k], win[k], acc);
+        if (P.silu) acc *= sigm(acc);
+        st<T>(P.y.p, b * P.y.s[0] + d * P.y.s[1] + l * P.y.s[2], acc);
+        for (int k = 0; k < H; k++) win[k] = win[k + 1];
+    }
+    for (int64_t j = 0; j < S; j++) {
+        const int64_t src = j + L;
+        sp[j * ss] = src < S ? sp[src * ss] : xp[(src - S) * xs];
+    }
+}
+
+/* ---- host side ---- */
+
+/* lanes along channels for a tensor's staging: its channel stride is the smaller (and steps are
+   not unit-stride) */
+static int conv_lanes_cl(const selscan__ten &t) { return t.data && t.s[2] != 1 && t.s[1] <= t.s[2] ? 1 : 0; }
+
+static void conv_fill(conv_params &P, const selscan__cprob &q, const int64_t *dcu) {
+    memset(&P, 0, sizeof P);
+    P.batch = q.batch; P.dim = q.dim; P.L = q.L; P.nseq = q.nseq; P.rows = q.rows;
+    P.W = static_cast<int>(q.W); P.silu = q.silu;
+    P.cu = q.cu ? dcu : NULL;
+    P.x = mk(q.x); P.w = mk(q.w); P.bias = mk(q.bias); P.h0 = mk(q.h0); P.y = mk(q.y); P.hlast = mk(q.hlast);
+    P.clx = conv_lanes_cl(q.x); P.cly = conv_lanes_cl(q.y);
+}
+
+/* Grid sizes of a conv call (1-D grids), checked: false when one is past 2^31 - 1 blocks or a
+   count overflows. tiles: steps a tile (forward kConvTL, backward kConvTB * kConvTL). */
+static bool conv_grids(const selscan__cprob &q, int64_t tiles, int64_t *ntiles, int64_t *main_blocks, int64_t *aux_blocks) {
+    sizecalc c;
+    *ntiles = cdiv(q.L, tiles);
+    *main_blocks = c.mul(c.mul(q.batch, *ntiles), cdiv(q.dim, kConvTC));
+    *aux_blocks = cdiv(c.mul(c.mul(q.rows, q.dim), q.W), 256);
+    return c.ok && *main_blocks <= kMaxGrid && *aux_blocks <= kMaxGrid && cdiv(c.mul(q.dim, q.W + 1), 256) <= kMaxGrid;
+}
+
+template <typename F> static void conv_with_width(int W, F &&f) {
+    if (W == 2) f(std::integral_constant<int, 2>());
+    else if (W == 3) f(std::integral_constant<int, 3>());
+    else f(std::integral_constant<int, 4>());
+}
+
+/* The device copy of cu_seqlens: given for packed sequences, not overlapping an output. */
+static selscan_status conv_check_cu(const selscan__cprob &q, const selscan_cuda_ext *x, const selscan__ten *const *outs, int nout,
+                                    selscan_diag *dg) {
+    if (!q.cu) return SELSCAN_OK;
+    if (!x || !x->cu_seqlens_device) return fail(dg, SELSCAN_ERR_NULL, "cu_seqlens_device", "missing (packed sequences)");
+    const selscan__ten cut = flat(x->cu_seqlens_device, (q.nseq + 1) * 8);
+    const selscan__ten *cup[] = {&cut};
+    for (int i = 0; i < nout; i++)
+        if (outs[i]->data && check_overlap(*outs[i], cup, 1, dg, "cu_seqlens_device", "overlaps an output") != SELSCAN_OK)
+            return SELSCAN_ERR_ALIAS;
+    return SELSCAN_OK;
+}
+
+static selscan_status conv_forward(const selscan_conv_problem *p, const selscan_cuda_ext *x, cudaStream_t stream) {
+    selscan__cprob q;
+    conv_params P;
+    selscan_status st;
+    int64_t ntl, nblk, naux;
+    cudaError_t *err = x ? x->cuda_error : NULL;
+    if ((st = selscan__conv_validate_forward(p, &q)) != SELSCAN_OK) return st;
+    selscan_diag *dg = p->diag;
+    const selscan__ten *outs[] = {&q.y, &q.hlast};
+    if ((st = conv_check_cu(q, x, outs, 2, dg)) != SELSCAN_OK) return st;
+    if (!conv_grids(q, kConvTL, &ntl, &nblk, &naux)) return fail_grid(dg);
+    conv_fill(P, q, x ? x->cu_seqlens_device : NULL);
+    P.ntiles = ntl;
+    selscan_cuda_detail::with_dtype(q.dt, [&](auto tag) {
+        using T = typename decltype(tag)::type;
+        conv_with_width(P.W, [&](auto wc) { conv_fwd_kernel<T, decltype(wc)::value><<<static_cast<unsigned>(nblk), kThreads, 0, stream>>>(P); });
+    });
+    SELSCAN__LAUNCHED();
+    if (q.hlast.data) {
+        selscan_cuda_detail::with_dtype(q.dt, [&](auto tag) {
+            conv_final_kernel<typename decltype(tag)::type><<<static_cast<unsigned>(naux), 256, 0, stream>>>(P);
+        });
+        SELSCAN__LAUNCHED();
+    }
+    return SELSCAN_OK;
+}
+
+/* The backward's workspace bytes (before the alignment slack): the per-block partials, when
+   dweight or dbias is asked for; -1 when the size overflows. */
+static int64_t conv_ws_need(const selscan__cprob &q, const selscan__cgrd &r) {
+    if (!r.dw.data && !r.dbias.data) return 0;
+    sizecalc c;
+    const int64_t n = c.al(c.mul(c.mul(q.batch, cdiv(q.L, static_cast<int64_t>(kConvTB) * kConvTL)), c.mul(q.dim, q.W + 1), 4));
+    return c.ok ? n : -1;
+}
+
+static selscan_status conv_workspace_size(const selscan_conv_problem *p, const selscan_conv_grads *g, size_t *bytes) {
+    selscan__cprob q;
+    selscan__cgrd r;
+    selscan_status st;
+    if (!bytes) return selscan__fail(p ? p->diag : NULL, SELSCAN_ERR_NULL, "bytes", "missing");
+    if ((st = selscan__conv_validate_backward(p, g, &q, &r)) != SELSCAN_OK) return st;
+    const int64_t need = conv_ws_need(q, r);
+    if (need < 0) return fail_size(p->diag);
+    *bytes = ws_reported(need);
+    return SELSCAN_OK;
+}
+
+static selscan_status conv_backward(const selscan_conv_problem *p, const selscan_conv_grads *g, const selscan_cuda_ext *x,
+                                    void *workspace, size_t bytes, cudaStream_t stream) {
+    selscan__cprob q;
+    selscan__cgrd r;
+    conv_params P;
+    selscan_status st;
+    int64_t ntb, nblk, naux;
+    char *ws;
+    cudaError_t *err = x ? x->cuda_error : NULL;
+    if ((st = selscan__conv_validate_backward(p, g, &q, &r)) != SELSCAN_OK) return st;
+    selscan_diag *dg = p->diag;
+    const selscan__ten *outs[] = {&r.dx, &r.dw, &r.dbias, &r.dh0};
+    if ((st = conv_check_cu(q, x, outs, 4, dg)) != SELSCAN_OK) return st;
+    if (!conv_grids(q, static_cast<int64_t>(kConvTB) * kConvTL, &ntb, &nblk, &naux)) return fail_grid(dg);
+    const int64_t need = conv_ws_need(q, r);
+    if (need < 0) return fail_size(dg);
+    if ((st = take_workspace(x, need, &workspace, &bytes, dg)) != SELSCAN_OK) return st;
+    if ((st = check_workspace(workspace, bytes, need, &ws, dg)) != SELSCAN_OK) return st;
+    if (ws) {
+        const selscan__ten wst = flat(ws, need), cut = flat(q.cu ? x->cu_seqlens_device : NULL, (q.nseq + 1) * 8);
+        const selscan__ten *all[] = {&q.x, &q.w, &q.bias, &q.h0, &r.dy, &r.dhlast, &r.dx, &r.dw, &r.dbias, &r.dh0, &cut};
+        if ((st = check_overlap(wst, all, 11, dg, "workspace", "overlaps an operand")) != SELSCAN_OK) return st;
+    }
+    conv_fill(P, q, x ? x->cu_seqlens_device : NULL);
+    P.ntiles = ntb;
+    P.dy = mk(r.dy); P.dhlast = mk(r.dhlast); P.dx = mk(r.dx); P.dw = mk(r.dw); P.dbias = mk(r.dbias); P.dh0 = mk(r.dh0);
+    P.cldy = conv_lanes_cl(r.dy); P.cldx = conv_lanes_cl(r.dx);
+    P.part = need ? reinterpret_cast<float *>(ws) : NULL;
+    if (P.dx.p || P.part) {
+        selscan_cuda_detail::with_dtype(q.dt, [&](auto tag) {
+            using T = typename decltype(tag)::type;
+            conv_with_width(P.W, [&](auto wc) { conv_bwd_kernel<T, decltype(wc)::value><<<static_cast<unsigned>(nblk), kThreads, 0, stream>>>(P); });
+        });
+        SELSCAN__LAUNCHED();
+    }
+    if (P.part) {
+        conv_reduce_kernel<<<nblocks(q.dim * (q.W + 1), 256), 256, 0, stream>>>(P, q.batch * ntb);
+        SELSCAN__LAUNCHED();
+    }
+    if (r.dh0.data) {
+        selscan_cuda_detail::with_dtype(q.dt, [&](auto tag) {
+            conv_dinit_kernel<typename decltype(tag)::type><<<static_cast<unsigned>(naux), 256, 0, stream>>>(P);
+        });
+        SELSCAN__LAUNCHED();
+    }
+    return SELSCAN_OK;
+}
+
+static selscan_status conv_step(const selscan_conv_step_problem *s, const selscan_cuda_ext *x, cudaStream_t stream) {
+    selscan__cstp q;
+    conv_params P;
+    cudaError_t *err = x ? x->cuda_error : NULL;
+    selscan_status st = selscan__conv_validate_step_ex(s, &q, 0);
+    if (st != SELSCAN_OK) return st;
+    const int64_t grid = cdiv(q.batch * q.dim, kThreads); /* batch * dim: checked by the validation */
+    if (grid > kMaxGrid) return fail_grid(s->diag);
+    memset(&P, 0, sizeof P);
+    P.batch = q.batch; P.dim = q.dim; P.L = q.L; P.S = q.S; P.ncache = q.ncache; P.W = static_cast<int>(q.W); P.silu = q.silu;
+    P.idx = q.idx;
+    P.state = mk(q.state); P.x = mk(q.x); P.w = mk(q.w); P.bias = mk(q.bias); P.y = mk(q.y);
+    selscan_cuda_detail::with_dtype(q.dt, [&](auto tag) {
+        conv_step_kernel<typename decltype(tag)::type><<<static_cast<unsigned>(grid), kThreads, 0, stream>>>(P);
+    });
+    SELSCAN__LAUNCHED();
+    return SELSCAN_OK;
+}
+
 } /* namespace selscan_cuda_detail */
 
 #undef SELSCAN__CU
@@ -4165,6 +4620,27 @@ SELSCAN_DEF selscan_status selscan_step_cuda_ex(const selscan_step_problem *s, c
 
 SELSCAN_DEF selscan_status selscan_step_cuda(const selscan_step_problem *s, cudaStream_t stream) {
     return selscan_cuda_detail::step(s, NULL, stream);
+}
+
+SELSCAN_DEF selscan_status selscan_conv_workspace_size_cuda(const selscan_conv_problem *p, const selscan_conv_grads *g,
+                                                            size_t *bytes) {
+    return selscan_cuda_detail::conv_workspace_size(p, g, bytes);
+}
+
+SELSCAN_DEF selscan_status selscan_conv_forward_cuda(const selscan_conv_problem *p, const selscan_cuda_ext *x,
+                                                     cudaStream_t stream) {
+    return selscan_cuda_detail::conv_forward(p, x, stream);
+}
+
+SELSCAN_DEF selscan_status selscan_conv_backward_cuda(const selscan_conv_problem *p, const selscan_conv_grads *g,
+                                                      const selscan_cuda_ext *x, void *workspace, size_t bytes,
+                                                      cudaStream_t stream) {
+    return selscan_cuda_detail::conv_backward(p, g, x, workspace, bytes, stream);
+}
+
+SELSCAN_DEF selscan_status selscan_conv_step_cuda(const selscan_conv_step_problem *s, const selscan_cuda_ext *x,
+                                                  cudaStream_t stream) {
+    return selscan_cuda_detail::conv_step(s, x, stream);
 }
 
 } /* extern "C" */

@@ -11,8 +11,8 @@
  * framework op runs it) and, in a second column, without (it then recomputes the checkpoint).
  * mamba: state-spaces/mamba selective_scan_cuda on an H200 (measured side by side on an H200, 2026-11-24).
  *
- * Usage: bench_cuda [--graphs] [case-name-substring | step | prefill] [f32|bf16] ("step": only the decode
- * step's table). --graphs: the decode step and the short-prefill forward timed under CUDA graph replay
+ * Usage: bench_cuda [--graphs] [case-name-substring | step | prefill | conv] [f32|bf16] ("step": only the decode
+ * step's table; "conv": only the causal conv1d's, bench_conv). --graphs: the decode step and the short-prefill forward timed under CUDA graph replay
  * (kernel time as a serving loop sees it; see bench_step_graphs), with the copy floors of the same run;
  * SELSCAN_BENCH_STEP_SWEEP=1 adds every step kernel shape (states a thread, rows a block) to that table,
  * SELSCAN_BENCH_STEP_BATCH=n keeps its shapes of batch n only. SELSCAN_BENCH_QUEUED=n: the training
@@ -516,6 +516,65 @@ static void bench_prefill_graphs(GraphTimer &gt, double bw, double ex2rate, cons
     }
 }
 
+
+/* The causal conv1d (selscan_cuda.cuh >>conv): forward (silu, bias) and backward (dx, dweight,
+   dbias) at Mamba-1 shapes, W = 4, f32 / bf16, x / y / dy / dx contiguous (bdl) or as the
+   channels-last view of a (batch, L, 2 dim) buffer (xz: transformers' layout). Floor: the bytes a
+   call must move (forward x + y, backward x + dy + dx) at the copy bandwidth of this run. */
+static void bench_conv(cudaStream_t stream, cudaEvent_t e0, cudaEvent_t e1, double bw, const char *only_dt) {
+    struct CC { const char *name; int64_t batch, dim, L; };
+    const CC cases[] = {{"130m-train", 8, 1536, 2048}, {"1.4b-train", 4, 4096, 2048}, {"prefill-1", 1, 4096, 512}};
+    printf("\nconv1d (W 4, silu, bias; median of 20 calls each synchronised) | fwd ms  x floor | bwd ms  x floor\n");
+    for (const CC &c : cases)
+        for (int di = 0; di < 2; di++)
+            for (int lay = 0; lay < 2; lay++) {
+                if (only_dt && strcmp(only_dt, di ? "bf16" : "f32") != 0) continue;
+                const selscan_dtype dt = di ? SELSCAN_BF16 : SELSCAN_F32;
+                const size_t es = di ? 2 : 4;
+                const int64_t n = c.batch * c.dim * c.L, nalloc = lay ? 2 * n : n, W = 4;
+                void *x = dalloc(nalloc * es), *y = dalloc(nalloc * es), *dy = dalloc(nalloc * es), *dx = dalloc(nalloc * es);
+                void *w = dalloc(c.dim * W * 4), *b = dalloc(c.dim * 4), *dw = dalloc(c.dim * W * 4), *db = dalloc(c.dim * 4);
+                dfill(x, nalloc, di, -1, 1, 5); dfill(dy, nalloc, di, -1, 1, 6); dfill(w, c.dim * W, false, -0.5f, 0.5f, 7);
+                dfill(b, c.dim, false, -0.5f, 0.5f, 8);
+                selscan_conv_problem p;
+                memset(&p, 0, sizeof p);
+                p.batch = c.batch; p.dim = c.dim; p.seqlen = c.L; p.width = W; p.dtype = dt; p.flags = SELSCAN_CONV_SILU;
+                p.x.data = x; p.y.data = y; p.weight.data = w; p.bias.data = b;
+                selscan_conv_grads g;
+                memset(&g, 0, sizeof g);
+                g.dy.data = dy; g.dx.data = dx; g.dweight.data = dw; g.dbias.data = db;
+                if (lay) { /* x = xz[:, :, :dim].transpose(1, 2) of a (batch, L, 2 dim) tensor */
+                    const int64_t st[4] = {c.L * 2 * c.dim, 1, 2 * c.dim, 0};
+                    memcpy(p.x.stride, st, sizeof st); memcpy(p.y.stride, st, sizeof st);
+                    memcpy(g.dy.stride, st, sizeof st); memcpy(g.dx.stride, st, sizeof st);
+                }
+                size_t wsb = 0;
+                OK(selscan_conv_workspace_size_cuda(&p, &g, &wsb));
+                void *ws = wsb ? dalloc(wsb) : NULL;
+                auto time_it = [&](bool bwd) {
+                    std::vector<float> t;
+                    for (int i = 0; i < 23; i++) {
+                        CU(cudaEventRecord(e0, stream));
+                        if (bwd) OK(selscan_conv_backward_cuda(&p, &g, NULL, ws, wsb, stream));
+                        else OK(selscan_conv_forward_cuda(&p, NULL, stream));
+                        CU(cudaEventRecord(e1, stream));
+                        CU(cudaEventSynchronize(e1));
+                        float ms;
+                        CU(cudaEventElapsedTime(&ms, e0, e1));
+                        if (i >= 3) t.push_back(ms);
+                    }
+                    return median(t);
+                };
+                const float f = time_it(false), bk = time_it(true);
+                const double ff = 2.0 * n * es / bw * 1e3, bf = 3.0 * n * es / bw * 1e3;
+                printf("%-11s %-5s %-3s (%lld, %lld, %lld) | %8.4f %6.2f | %8.4f %6.2f\n", c.name, di ? "bf16" : "f32", lay ? "xz" : "bdl",
+                       (long long)c.batch, (long long)c.dim, (long long)c.L, f, f / ff, bk, bk / bf);
+                fflush(stdout);
+                void *fr[] = {x, y, dy, dx, w, b, dw, db, ws};
+                for (void *q : fr) if (q) cudaFree(q);
+            }
+}
+
 int main(int argc, char **argv) {
     int ndev = 0;
     if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev == 0) {
@@ -702,5 +761,6 @@ int main(int argc, char **argv) {
     printf("columns: x flr = time / floor (targets: fwd <= 2, bwd <= 3, with 20 / 30 us minimums); vs mb = mamba time / ours;\n"
            "bwd uses the forward's checkpoint, nock recomputes it\n");
     if (!only || strstr("step", only)) bench_step(stream, e0, e1, bw, only_dt);
+    if (!only || strstr("conv", only)) bench_conv(stream, e0, e1, bw, only_dt);
     return 0;
 }
