@@ -1040,3 +1040,413 @@ TORCH_LIBRARY_IMPL(selscan, CUDA, m) {
   m.impl("step", &selscan_torch::Step);
 }
 #endif
+
+// ============================================================================================
+// >>conv: causal depthwise conv1d ops (selscan.h >>conv-api; issue 28 item 2)
+//
+//   selscan::conv_fwd  (x, weight, bias?, init_state?, cu_seqlens?, silu, return_final_state,
+//                       out_dim_major) -> (y, final_state)
+//   selscan::conv_bwd  (x, weight, bias?, init_state?, cu_seqlens?, dy, dfinal_state?, silu,
+//                       grad_mask[4]) -> [dx, dweight, dbias, dinit_state]
+//   selscan::conv_step (state!, x, weight, bias?, state_index?, silu) -> y
+//
+// x (batch, dim, L) T (any strides), weight (dim, W) f32, bias (dim) f32, init_state / final_state
+// (rows, dim, W-1) T with rows = batch (n_seqs with cu_seqlens). y has x's memory order (dense),
+// or (dim, batch, L) memory with out_dim_major (the layout the fused block's GEMMs read as one
+// (dim, batch * L) matrix). conv_fwd's autograd is C++ (ConvFunction, like the scan's). The Python
+// side (selscan_torch/conv.py) adds fake kernels and causal_conv1d's API.
+// ============================================================================================
+
+namespace selscan_torch {
+namespace {
+
+// A dense tensor of `sizes` whose memory order is t's (strides sorted, largest first; ties keep the
+// logical order): empty_like's rule for tensors that are not dense (a view such as xz[:, :d]).
+Tensor NewInOrderOf(const Tensor& t, at::IntArrayRef sizes, at::ScalarType dtype) {
+  const int64_t nd = t.dim();
+  std::vector<int64_t> perm(static_cast<size_t>(nd));
+  for (int64_t i = 0; i < nd; i++) perm[static_cast<size_t>(i)] = i;
+  std::stable_sort(perm.begin(), perm.end(), [&](int64_t a, int64_t b) {
+    const int64_t sa = t.size(a) == 1 ? 0 : t.stride(a), sb = t.size(b) == 1 ? 0 : t.stride(b);
+    return sa > sb;
+  });
+  bool identity = true;
+  for (int64_t i = 0; i < nd; i++) identity = identity && perm[static_cast<size_t>(i)] == i;
+  if (identity) return NewTensor(sizes, dtype, t);
+  std::vector<int64_t> psizes(static_cast<size_t>(nd)), inv(static_cast<size_t>(nd));
+  for (int64_t i = 0; i < nd; i++) {
+    psizes[static_cast<size_t>(i)] = sizes[static_cast<size_t>(perm[static_cast<size_t>(i)])];
+    inv[static_cast<size_t>(perm[static_cast<size_t>(i)])] = i;
+  }
+  return NewTensor(psizes, dtype, t).permute(inv);
+}
+
+// selscan's conv operand names -> causal_conv1d's argument names (errors name what the caller passed)
+constexpr NameMap kConvNames[] = {{"y", "out"},
+                                  {"init_state", "initial_states"},
+                                  {"final_state", "final_states"},
+                                  {"dinit_state", "dinitial_states"},
+                                  {"dfinal_state", "dfinal_states"},
+                                  {"seqlen", "L"}};
+constexpr NameMap kConvStepNames[] = {{"y", "out"}, {"state", "conv_state"}, {"state_index", "conv_state_indices"}};
+
+struct ConvSizes {
+  int64_t batch = 0, dim = 0, L = 0, W = 0, rows = 0, n_seqs = 0;
+};
+
+ConvSizes CheckConv(const Tensor& x, const Tensor& weight, const OptT& bias, const OptT& init_state,
+                    const OptT& cu_seqlens) {
+  ConvSizes s;
+  TORCH_CHECK_VALUE(x.dim() == 3, "selscan: x must have shape (batch, dim, seqlen), got ", Shape(x));
+  s.batch = x.size(0); s.dim = x.size(1); s.L = x.size(2);
+  (void)DtypeOf(x, "x");
+  TORCH_CHECK_VALUE(weight.dim() == 2 && weight.size(0) == s.dim, "selscan: weight must have shape (dim, width) with "
+                    "dim = ", s.dim, ", got ", Shape(weight));
+  s.W = weight.size(1);
+  TORCH_CHECK_NOT_IMPLEMENTED(s.W >= 2 && s.W <= SELSCAN_CONV_MAX_WIDTH, "selscan: the conv width (weight.shape[1]) "
+                              "must be 2 .. ", SELSCAN_CONV_MAX_WIDTH, ", got ", s.W);
+  CheckF32(weight, "weight");
+  SameDeviceAs(x, "x", weight, "weight");
+  if (bias) { CheckShape(*bias, {s.dim}, "bias", "(dim,)"); CheckF32(*bias, "bias"); SameDeviceAs(x, "x", *bias, "bias"); }
+  s.rows = s.batch;
+  if (cu_seqlens) {
+    TORCH_CHECK_VALUE(cu_seqlens->device().is_cpu(), "selscan: cu_seqlens must be a CPU tensor, got one on ",
+                      cu_seqlens->device());
+    TORCH_CHECK_TYPE(cu_seqlens->scalar_type() == at::kLong, "selscan: cu_seqlens must be int64, got ",
+                     cu_seqlens->scalar_type());
+    TORCH_CHECK_VALUE(cu_seqlens->dim() == 1 && cu_seqlens->size(0) >= 2,
+                      "selscan: cu_seqlens must have shape (n_seqs + 1,) with n_seqs >= 1, got ", Shape(*cu_seqlens));
+    TORCH_CHECK_VALUE(s.batch == 1, "selscan: packed sequences (cu_seqlens) need batch 1, got batch ", s.batch);
+    s.n_seqs = cu_seqlens->size(0) - 1;
+    s.rows = s.n_seqs;
+  }
+  if (init_state) {
+    CheckShape(*init_state, {s.rows, s.dim, s.W - 1}, "initial_states",
+               cu_seqlens ? "(n_seqs, dim, width - 1)" : "(batch, dim, width - 1)");
+    TORCH_CHECK_TYPE(init_state->scalar_type() == x.scalar_type(), "selscan: initial_states must have x's dtype ",
+                     x.scalar_type(), ", got ", init_state->scalar_type());
+    SameDeviceAs(x, "x", *init_state, "initial_states");
+  }
+  return s;
+}
+
+selscan_conv_problem BuildConv(const ConvSizes& s, const Tensor& x, const Tensor& weight, const OptT& bias,
+                               const OptT& init_state, const OptT& cu_host, bool silu) {
+  selscan_conv_problem p;
+  std::memset(&p, 0, sizeof p);
+  p.batch = s.batch; p.dim = s.dim; p.seqlen = s.L; p.width = s.W;
+  p.dtype = DtypeOf(x, "x");
+  p.flags = silu ? SELSCAN_CONV_SILU : 0u;
+  if (cu_host) {
+    p.cu_seqlens = cu_host->data_ptr<int64_t>();
+    p.n_seqs = s.n_seqs;
+  }
+  p.x = Operand<decltype(p.x)>(x);
+  p.weight = Operand<decltype(p.weight)>(weight);
+  p.bias = OptOperand<decltype(p.bias)>(bias);
+  p.init_state = OptOperand<decltype(p.init_state)>(init_state);
+  return p;
+}
+
+// CPU parts: blocks of channels (each over every row and step); a few dozen channels a part at least.
+int64_t ConvParts(int64_t dim) { return std::min<int64_t>(NumParts(), std::max<int64_t>(1, dim / 32)); }
+
+std::tuple<Tensor, Tensor> ConvForward(const Tensor& x_in, const Tensor& weight_in, const OptT& bias_in,
+                                       const OptT& init_in, const OptT& cu_seqlens, bool silu,
+                                       bool return_final_state, bool out_dim_major) {
+  const ConvSizes s = CheckConv(x_in, weight_in, bias_in, init_in, cu_seqlens);
+  const Tensor x = Readable(x_in), weight = Readable(weight_in);
+  const OptT bias = Readable(bias_in), init = Readable(init_in);
+  const bool cuda = x.is_cuda();
+#ifndef WITH_CUDA
+  TORCH_CHECK(!cuda, "selscan: this build of selscan_torch has no CUDA kernels (built without nvcc or with "
+              "SELSCAN_TORCH_CPU_ONLY=1); x is on ", x.device());
+#endif
+  const auto dtype = x.scalar_type();
+  Tensor y = out_dim_major ? NewTensor({s.dim, s.batch, s.L}, dtype, x).permute({1, 0, 2})
+                           : NewInOrderOf(x, x.sizes(), dtype);
+  Tensor fin = return_final_state ? NewTensor({s.rows, s.dim, s.W - 1}, dtype, x) : NewTensor({0}, dtype, x);
+  if (s.batch == 0 || s.dim == 0) return {y, fin};
+  if (s.L == 0 && !cu_seqlens) {  // nothing to convolve: the state passes through
+    if (return_final_state) {
+      if (init) fin.copy_(*init);
+      else fin.zero_();
+    }
+    return {y, fin};
+  }
+  const OptT cu_host = HostCuSeqlens(cu_seqlens);
+  selscan_conv_problem p = BuildConv(s, x, weight, bias, init, cu_host, silu);
+  p.y = Operand<decltype(p.y)>(y);
+  if (return_final_state) p.final_state = Operand<decltype(p.final_state)>(fin);
+  Diag diag(NamesOf(kConvNames));
+  diag.Attach(&p);
+  if (cuda) {
+#ifdef WITH_CUDA
+    const c10::cuda::CUDAGuard guard(x.device());
+    Tensor cu_dev;
+    if (cu_host) cu_dev = cu_host->to(x.device(), /*non_blocking=*/true);
+    const char* text = "";
+    Check(selscan_torch_cuda_conv_forward(&p, cu_host ? cu_dev.data_ptr<int64_t>() : nullptr, CurrentStream(x), &text),
+          "conv forward (CUDA)", diag, text);
+#endif
+  } else {
+    const int64_t n = ConvParts(s.dim);
+    RunParts(p, n, "conv forward (CPU)", NamesOf(kConvNames),
+             [&](selscan_conv_problem* q, int64_t i) { return selscan_conv_forward_cpu_part(q, i, n); });
+  }
+  return {y, fin};
+}
+
+enum { kConvDx = 0, kConvDweight, kConvDbias, kConvDinit, kConvNumGrads };
+
+std::vector<Tensor> ConvBackward(const Tensor& x_in, const Tensor& weight_in, const OptT& bias_in,
+                                 const OptT& init_in, const OptT& cu_seqlens, const Tensor& dy_in,
+                                 const OptT& dfinal_in, bool silu, at::IntArrayRef grad_mask) {
+  const ConvSizes s = CheckConv(x_in, weight_in, bias_in, init_in, cu_seqlens);
+  TORCH_CHECK_VALUE(grad_mask.size() == kConvNumGrads, "selscan: grad_mask must have 4 entries, got ",
+                    grad_mask.size());
+  CheckShape(dy_in, x_in.sizes(), "dy", "x's shape");
+  TORCH_CHECK_TYPE(dy_in.scalar_type() == x_in.scalar_type(), "selscan: dy must have x's dtype ", x_in.scalar_type(),
+                   ", got ", dy_in.scalar_type());
+  SameDeviceAs(x_in, "x", dy_in, "dy");
+  if (dfinal_in) {
+    CheckShape(*dfinal_in, {s.rows, s.dim, s.W - 1}, "dfinal_states", "final_states' shape");
+    TORCH_CHECK_TYPE(dfinal_in->scalar_type() == x_in.scalar_type(), "selscan: dfinal_states must have x's dtype");
+    SameDeviceAs(x_in, "x", *dfinal_in, "dfinal_states");
+  }
+  const Tensor x = Readable(x_in), weight = Readable(weight_in), dy = Readable(dy_in);
+  const OptT bias = Readable(bias_in), init = Readable(init_in), dfinal = Readable(dfinal_in);
+  const bool cuda = x.is_cuda();
+#ifndef WITH_CUDA
+  TORCH_CHECK(!cuda, "selscan: this build of selscan_torch has no CUDA kernels; x is on ", x.device());
+#endif
+  const auto dtype = x.scalar_type();
+  bool want[kConvNumGrads];
+  for (int i = 0; i < kConvNumGrads; i++) want[i] = grad_mask[static_cast<size_t>(i)] != 0;
+  std::vector<Tensor> out(kConvNumGrads);
+  out[kConvDx] = want[kConvDx] ? NewInOrderOf(x, x.sizes(), dtype) : NewF32({0}, x);
+  out[kConvDweight] = want[kConvDweight] ? NewF32({s.dim, s.W}, x) : NewF32({0}, x);
+  out[kConvDbias] = want[kConvDbias] ? NewF32({s.dim}, x) : NewF32({0}, x);
+  out[kConvDinit] = want[kConvDinit] ? NewTensor({s.rows, s.dim, s.W - 1}, dtype, x) : NewF32({0}, x);
+  if (s.batch == 0 || s.dim == 0 || (s.L == 0 && !cu_seqlens)) {  // zeros; dinit_state = dfinal_state
+    for (int i = 0; i < kConvNumGrads; i++)
+      if (want[i] && out[i].numel()) out[i].zero_();
+    if (want[kConvDinit] && dfinal && out[kConvDinit].numel()) out[kConvDinit].copy_(*dfinal);
+    return out;
+  }
+  const OptT cu_host = HostCuSeqlens(cu_seqlens);
+  selscan_conv_problem p = BuildConv(s, x, weight, bias, init, cu_host, silu);
+  selscan_conv_grads g;
+  std::memset(&g, 0, sizeof g);
+  g.dy = Operand<decltype(g.dy)>(dy);
+  g.dfinal_state = OptOperand<decltype(g.dfinal_state)>(dfinal);
+  auto grad = [&](int i) { return want[i] ? OptT(out[i]) : OptT(); };
+  g.dx = OptOperand<decltype(g.dx)>(grad(kConvDx));
+  g.dweight = OptOperand<decltype(g.dweight)>(grad(kConvDweight));
+  g.dbias = OptOperand<decltype(g.dbias)>(grad(kConvDbias));
+  g.dinit_state = OptOperand<decltype(g.dinit_state)>(grad(kConvDinit));
+  Diag diag(NamesOf(kConvNames));
+  diag.Attach(&p);
+  if (cuda) {
+#ifdef WITH_CUDA
+    const c10::cuda::CUDAGuard guard(x.device());
+    Tensor cu_dev;
+    if (cu_host) cu_dev = cu_host->to(x.device(), /*non_blocking=*/true);
+    DeviceWorkspace ws(x);
+    const char* text = "";
+    const selscan_status st = selscan_torch_cuda_conv_backward(
+        &p, &g, &DeviceWorkspace::Alloc, &ws, cu_host ? cu_dev.data_ptr<int64_t>() : nullptr, CurrentStream(x), &text);
+    ws.Rethrow();
+    Check(st, "conv backward (CUDA)", diag, text);
+#endif
+  } else {
+    const int64_t n = ConvParts(s.dim);
+    RunParts(p, n, "conv backward (CPU)", NamesOf(kConvNames),
+             [&](selscan_conv_problem* q, int64_t i) { return selscan_conv_backward_cpu_part(q, &g, i, n); });
+  }
+  return out;
+}
+
+Tensor ConvStep(const Tensor& state, const Tensor& x_in, const Tensor& weight_in, const OptT& bias_in,
+                const OptT& state_index, bool silu) {
+  TORCH_CHECK_VALUE(x_in.dim() == 2 || x_in.dim() == 3, "selscan: x must have shape (batch, dim) or "
+                    "(batch, dim, seqlen), got ", Shape(x_in));
+  const int64_t batch = x_in.size(0), dim = x_in.size(1), L = x_in.dim() == 3 ? x_in.size(2) : 1;
+  (void)DtypeOf(x_in, "x");
+  TORCH_CHECK_VALUE(weight_in.dim() == 2 && weight_in.size(0) == dim, "selscan: weight must have shape (dim, width) "
+                    "with dim = ", dim, ", got ", Shape(weight_in));
+  const int64_t W = weight_in.size(1);
+  TORCH_CHECK_NOT_IMPLEMENTED(W >= 2 && W <= SELSCAN_CONV_MAX_WIDTH, "selscan: the conv width (weight.shape[1]) "
+                              "must be 2 .. ", SELSCAN_CONV_MAX_WIDTH, ", got ", W);
+  CheckF32(weight_in, "weight");
+  SameDeviceAs(x_in, "x", weight_in, "weight");
+  TORCH_CHECK_VALUE(state.dim() == 3 && state.size(1) == dim && state.size(2) >= W - 1,
+                    "selscan: conv_state must have shape (batch, dim, state_len) with dim = ", dim,
+                    " and state_len >= width - 1 = ", W - 1, ", got ", Shape(state));
+  TORCH_CHECK_TYPE(state.scalar_type() == x_in.scalar_type(), "selscan: conv_state must have x's dtype ",
+                   x_in.scalar_type(), " (it is updated in place), got ", state.scalar_type());
+  SameDeviceAs(x_in, "x", state, "conv_state");
+  if (bias_in) {
+    CheckShape(*bias_in, {dim}, "bias", "(dim,)");
+    CheckF32(*bias_in, "bias");
+    SameDeviceAs(x_in, "x", *bias_in, "bias");
+  }
+  if (state_index) {
+    CheckShape(*state_index, {batch}, "conv_state_indices", "(batch,)");
+    TORCH_CHECK_TYPE(state_index->scalar_type() == at::kInt, "selscan: conv_state_indices must be int32 here "
+                     "(the Python wrapper converts int64)");
+    SameDeviceAs(x_in, "x", *state_index, "conv_state_indices");
+  } else {
+    TORCH_CHECK_VALUE(state.size(0) == batch, "selscan: conv_state must have batch = ", batch,
+                      " rows without conv_state_indices, got ", Shape(state));
+  }
+  Tensor y = NewInOrderOf(x_in, x_in.sizes(), x_in.scalar_type());
+  if (batch == 0 || dim == 0 || L == 0) return y;
+  const Tensor x = Readable(x_in), weight = Readable(weight_in);
+  const OptT bias = Readable(bias_in);
+  const Tensor sidx = state_index ? state_index->contiguous() : Tensor();
+  selscan_conv_step_problem s;
+  std::memset(&s, 0, sizeof s);
+  s.batch = batch; s.dim = dim; s.width = W; s.state_len = state.size(2); s.n_cache = state.size(0);
+  s.seqlen = L;
+  s.dtype = DtypeOf(x, "x");
+  s.flags = silu ? SELSCAN_CONV_SILU : 0u;
+  s.state_index = state_index ? sidx.data_ptr<int32_t>() : nullptr;
+  s.state = Operand<decltype(s.state)>(state);
+  s.x = Operand<decltype(s.x)>(x);
+  s.weight = Operand<decltype(s.weight)>(weight);
+  s.bias = OptOperand<decltype(s.bias)>(bias);
+  s.y = Operand<decltype(s.y)>(y);
+  if (x.dim() == 2) {  // (batch, dim): stride[2] is never stepped over (one token)
+    s.x.stride[2] = 1;
+    s.y.stride[2] = 1;
+  }
+  Diag diag(NamesOf(kConvStepNames));
+  diag.Attach(&s);
+  if (x.is_cuda()) {
+#ifdef WITH_CUDA
+    const c10::cuda::CUDAGuard guard(x.device());
+    const char* text = "";
+    Check(selscan_torch_cuda_conv_step(&s, CurrentStream(x), &text), "conv step (CUDA)", diag, text);
+#else
+    TORCH_CHECK(false, "selscan: this build of selscan_torch has no CUDA kernels; x is on ", x.device());
+#endif
+  } else {
+    const int64_t n = std::min<int64_t>(NumParts(), std::max<int64_t>(1, batch * ((dim + 255) / 256)));
+    RunParts(s, n, "conv step (CPU)", NamesOf(kConvStepNames),
+             [&](selscan_conv_step_problem* q, int64_t i) { return selscan_conv_step_cpu_part(q, i, n); });
+  }
+  return y;
+}
+
+// ---- conv_fwd's autograd (C++, the Autograd key; the scan's ScanFunction pattern) ----------------
+
+using ConvFwdOut = std::tuple<Tensor, Tensor>;
+using ConvFwdSig = ConvFwdOut(const Tensor&, const Tensor&, const OptT&, const OptT&, const OptT&, bool, bool, bool);
+using ConvBwdSig = std::vector<Tensor>(const Tensor&, const Tensor&, const OptT&, const OptT&, const OptT&,
+                                       const Tensor&, const OptT&, bool, at::IntArrayRef);
+
+const c10::TypedOperatorHandle<ConvFwdSig>& ConvFwdOp() {
+  static const auto op = c10::Dispatcher::singleton().findSchemaOrThrow("selscan::conv_fwd", "").typed<ConvFwdSig>();
+  return op;
+}
+const c10::TypedOperatorHandle<ConvBwdSig>& ConvBwdOp() {
+  static const auto op = c10::Dispatcher::singleton().findSchemaOrThrow("selscan::conv_bwd", "").typed<ConvBwdSig>();
+  return op;
+}
+
+class ConvFunction : public torch::autograd::Function<ConvFunction> {
+ public:
+  static torch::autograd::variable_list forward(torch::autograd::AutogradContext* ctx, const Tensor& x,
+                                                const Tensor& weight, const OptT& bias, const OptT& init_state,
+                                                const OptT& cu_seqlens, bool silu, bool return_final_state,
+                                                bool out_dim_major) {
+    at::AutoDispatchBelowADInplaceOrView guard;
+    auto out = ConvFwdOp().call(x, weight, bias, init_state, cu_seqlens, silu, return_final_state, out_dim_major);
+    ctx->save_for_backward({x, weight, bias.value_or(Tensor()), init_state.value_or(Tensor()),
+                            cu_seqlens.value_or(Tensor())});
+    ctx->saved_data["silu"] = silu;
+    int64_t present = 0;
+    if (bias.has_value() && bias->defined()) present |= 1;
+    if (init_state.has_value() && init_state->defined()) present |= 2;
+    ctx->saved_data["present"] = present;
+    ctx->set_materialize_grads(false);
+    return {std::get<0>(out), std::get<1>(out)};
+  }
+
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grads) {
+    const auto saved = ctx->get_saved_variables();
+    const bool silu = ctx->saved_data["silu"].toBool();
+    const int64_t present = ctx->saved_data["present"].toInt();
+    const Tensor& x = saved[0];
+    Tensor dy = grads[0];
+    Tensor dfinal = grads.size() > 1 ? grads[1] : Tensor();
+    if (dfinal.defined() && dfinal.dim() != 3) dfinal = Tensor();  // the (0,) placeholder
+    // grad_mask over (x, weight, bias, init_state); edge index = count of the present ones before
+    std::vector<int64_t> mask(kConvNumGrads, 0);
+    size_t edge = 0;
+    for (int i = 0; i < kConvNumGrads; i++) {
+      const bool here = i < 2 || ((present >> (i - 2)) & 1);
+      if (here) mask[static_cast<size_t>(i)] = ctx->needs_input_grad(edge++) ? 1 : 0;
+    }
+    torch::autograd::variable_list out(8);  // one per forward argument (after ctx)
+    bool any = false;
+    for (int64_t m : mask) any = any || m;
+    if (!any) return out;
+    if (!dy.defined()) dy = at::zeros_like(x);  // a loss on final_state alone
+    auto g = ConvBwdOp().call(saved[0], saved[1], Opt(saved[2]), Opt(saved[3]), Opt(saved[4]), dy, Opt(dfinal), silu,
+                              mask);
+    for (int i = 0; i < kConvNumGrads; i++)
+      if (mask[static_cast<size_t>(i)]) out[static_cast<size_t>(i)] = g[static_cast<size_t>(i)];
+    return out;
+  }
+};
+
+ConvFwdOut ConvForwardAutograd(const Tensor& x, const Tensor& weight, const OptT& bias, const OptT& init_state,
+                               const OptT& cu_seqlens, bool silu, bool return_final_state, bool out_dim_major) {
+  bool needs_grad = false;
+  if (at::GradMode::is_enabled()) {
+    needs_grad = x.requires_grad() || weight.requires_grad();
+    for (const OptT* t : {&bias, &init_state})
+      needs_grad = needs_grad || (t->has_value() && (*t)->defined() && (*t)->requires_grad());
+  }
+  if (!needs_grad) {
+    at::AutoDispatchBelowADInplaceOrView guard;
+    return ConvFwdOp().call(x, weight, bias, init_state, cu_seqlens, silu, return_final_state, out_dim_major);
+  }
+  auto r = ConvFunction::apply(x, weight, bias, init_state, cu_seqlens, silu, return_final_state, out_dim_major);
+  return {r[0], r[1]};
+}
+
+}  // namespace
+}  // namespace selscan_torch
+
+TORCH_LIBRARY_FRAGMENT(selscan, m) {
+  m.def("conv_fwd(Tensor x, Tensor weight, Tensor? bias, Tensor? init_state, Tensor? cu_seqlens, bool silu, "
+        "bool return_final_state, bool out_dim_major) -> (Tensor y, Tensor final_state)");
+  m.def("conv_bwd(Tensor x, Tensor weight, Tensor? bias, Tensor? init_state, Tensor? cu_seqlens, Tensor dy, "
+        "Tensor? dfinal_state, bool silu, int[] grad_mask) -> Tensor[]");
+  m.def("conv_step(Tensor(a!) state, Tensor x, Tensor weight, Tensor? bias, Tensor? state_index, bool silu) "
+        "-> Tensor");
+}
+
+TORCH_LIBRARY_IMPL(selscan, CPU, m) {
+  m.impl("conv_fwd", &selscan_torch::ConvForward);
+  m.impl("conv_bwd", &selscan_torch::ConvBackward);
+  m.impl("conv_step", &selscan_torch::ConvStep);
+}
+
+TORCH_LIBRARY_IMPL(selscan, Autograd, m) {
+  m.impl("conv_fwd", &selscan_torch::ConvForwardAutograd);
+  // the decode update has no derivative (inference): autograd passes it by, its output needs no grad
+  m.impl("conv_step", torch::CppFunction::makeFallthrough());
+}
+
+#ifdef WITH_CUDA
+TORCH_LIBRARY_IMPL(selscan, CUDA, m) {
+  m.impl("conv_fwd", &selscan_torch::ConvForward);
+  m.impl("conv_bwd", &selscan_torch::ConvBackward);
+  m.impl("conv_step", &selscan_torch::ConvStep);
+}
+#endif

@@ -65,4 +65,49 @@ selscan_status selscan_torch_cuda_step(const selscan_step_problem *s, void *stre
     return st;
 }
 
+// ---- >>conv: the causal conv1d launchers -----------------------------------------------------------
+
+selscan_status selscan_torch_cuda_conv_forward(const selscan_conv_problem *p, const int64_t *cu_seqlens_device,
+                                               void *stream, const char **cuda_error_text) {
+    cudaError_t err = cudaSuccess;
+    selscan_cuda_ext x = {};
+    x.cu_seqlens_device = cu_seqlens_device;
+    x.cuda_error = &err;
+    const selscan_status st = selscan_conv_forward_cuda(p, &x, static_cast<cudaStream_t>(stream));
+    if (cuda_error_text) *cuda_error_text = cuda_text(st, err);
+    return st;
+}
+
+selscan_status selscan_torch_cuda_conv_backward(const selscan_conv_problem *p, const selscan_conv_grads *g,
+                                                selscan_torch_alloc alloc, void *alloc_ctx,
+                                                const int64_t *cu_seqlens_device, void *stream,
+                                                const char **cuda_error_text) {
+    cudaError_t err = cudaSuccess;
+    selscan_cuda_ext x = {};
+    x.cu_seqlens_device = cu_seqlens_device;
+    x.cuda_error = &err;
+    if (cuda_error_text) *cuda_error_text = "";
+    size_t bytes = 0;
+    selscan_status st = selscan_conv_workspace_size_cuda(p, g, &bytes);
+    if (st != SELSCAN_OK) return st;
+    void *ws = NULL;
+    if (bytes > 0) {
+        ws = alloc(alloc_ctx, bytes);
+        if (!ws) return SELSCAN_ERR_WORKSPACE;
+    }
+    st = selscan_conv_backward_cuda(p, g, &x, ws, bytes, static_cast<cudaStream_t>(stream));
+    if (cuda_error_text) *cuda_error_text = cuda_text(st, err);
+    return st;
+}
+
+selscan_status selscan_torch_cuda_conv_step(const selscan_conv_step_problem *s, void *stream,
+                                            const char **cuda_error_text) {
+    cudaError_t err = cudaSuccess;
+    selscan_cuda_ext x = {};
+    x.cuda_error = &err;
+    const selscan_status st = selscan_conv_step_cuda(s, &x, static_cast<cudaStream_t>(stream));
+    if (cuda_error_text) *cuda_error_text = cuda_text(st, err);
+    return st;
+}
+
 }  // extern "C"

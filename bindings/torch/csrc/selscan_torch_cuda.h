@@ -34,6 +34,21 @@ selscan_status selscan_torch_cuda_backward(const selscan_problem *p, const selsc
 // selscan_step_cuda_ex on `stream`.
 selscan_status selscan_torch_cuda_step(const selscan_step_problem *s, void *stream, const char **cuda_error_text);
 
+// ---- >>conv: the causal conv1d launchers (selscan.h >>conv-api) ----------------------------------
+// selscan_conv_forward_cuda on `stream`; cu_seqlens_device: the device copy of p->cu_seqlens
+// (NULL without packed sequences).
+selscan_status selscan_torch_cuda_conv_forward(const selscan_conv_problem *p, const int64_t *cu_seqlens_device,
+                                               void *stream, const char **cuda_error_text);
+// selscan_conv_backward_cuda on `stream`, its workspace (selscan_conv_workspace_size_cuda bytes)
+// from alloc(alloc_ctx, bytes) when it needs one (dweight / dbias asked for).
+selscan_status selscan_torch_cuda_conv_backward(const selscan_conv_problem *p, const selscan_conv_grads *g,
+                                                selscan_torch_alloc alloc, void *alloc_ctx,
+                                                const int64_t *cu_seqlens_device, void *stream,
+                                                const char **cuda_error_text);
+// selscan_conv_step_cuda on `stream` (state_index: device memory).
+selscan_status selscan_torch_cuda_conv_step(const selscan_conv_step_problem *s, void *stream,
+                                            const char **cuda_error_text);
+
 #ifdef __cplusplus
 }
 #endif

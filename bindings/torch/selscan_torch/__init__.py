@@ -22,6 +22,9 @@ __all__ = [
     "SelectiveScan",
     "cpu_backend",
     "has_cuda_kernels",
+    "causal_conv1d_fn",
+    "causal_conv1d_update",
+    "mamba_inner_fn",
 ]
 __version__ = "0.2.0"
 
@@ -262,6 +265,11 @@ class SelectiveScan(torch.nn.Module):
 
     def extra_repr(self):
         return f"dim={self.dim}, d_state={self.d_state}"
+
+
+# ---- the conv and the fused Mamba-1 block (issue 28): causal_conv1d's and mamba_ssm's API -------
+from .conv import causal_conv1d_fn, causal_conv1d_update  # noqa: E402
+from .block import mamba_inner_fn  # noqa: E402
 
 
 def __getattr__(name):

@@ -1,0 +1,216 @@
+"""selscan's causal depthwise conv1d (Mamba-1's conv before the scan) with causal_conv1d's API.
+
+    from selscan_torch import causal_conv1d_fn, causal_conv1d_update
+
+The ops torch.ops.selscan.conv_fwd / conv_bwd / conv_step and conv_fwd's autograd are registered
+in C++ (csrc/selscan_torch.cpp, section >>conv); this module adds their fake kernels (so
+torch.compile(fullgraph=True) and CUDA graphs see the real output shapes and strides) and the two
+functions of causal_conv1d 1.x with its signatures and semantics:
+
+    y[b, d, t] = act(bias[d] + sum_k weight[d, k] * x[b, d, t - (W - 1) + k]),  act = silu or identity,
+
+with x before t = 0 taken from initial_states (zeros without it). Widths 2 .. 4. x any strides
+(channels-last x.transpose(1, 2) of a (batch, L, dim) tensor included, no copy); float32,
+float16, bfloat16. The sum runs in float32.
+"""
+import torch
+
+from . import _C  # noqa: F401  (loading the extension registers torch.ops.selscan)
+
+__all__ = ["causal_conv1d_fn", "causal_conv1d_update"]
+
+_ops = torch.ops.selscan
+_conv_fwd = _ops.conv_fwd.default
+_conv_step = _ops.conv_step.default
+_ACTIVATIONS = (None, "silu", "swish")
+
+
+# ---- fake (meta) kernels ---------------------------------------------------------------------
+
+
+def _dense_in_order_of(t, dtype=None):
+    """A dense tensor of t's sizes in t's memory order (strides sorted, largest first, size-1 dims
+    as stride 0, ties in logical order): the C++ ops' NewInOrderOf."""
+    dtype = t.dtype if dtype is None else dtype
+    nd = t.dim()
+    key = [0 if t.shape[i] == 1 else t.stride(i) for i in range(nd)]
+    perm = sorted(range(nd), key=lambda i: -key[i])  # sorted() is stable: ties keep the logical order
+    if perm == list(range(nd)):
+        return torch.empty(t.shape, dtype=dtype, device=t.device)
+    inv = [0] * nd
+    for j, i in enumerate(perm):
+        inv[i] = j
+    return torch.empty([t.shape[i] for i in perm], dtype=dtype, device=t.device).permute(inv)
+
+
+@torch.library.register_fake("selscan::conv_fwd")
+def _conv_fwd_fake(x, weight, bias, init_state, cu_seqlens, silu, return_final_state, out_dim_major):
+    batch, dim, L = x.shape
+    W = weight.shape[1]
+    if out_dim_major:
+        y = torch.empty((dim, batch, L), dtype=x.dtype, device=x.device).permute(1, 0, 2)
+    else:
+        y = _dense_in_order_of(x)
+    rows = cu_seqlens.shape[0] - 1 if cu_seqlens is not None else batch
+    fin = torch.empty((rows, dim, W - 1) if return_final_state else (0,), dtype=x.dtype, device=x.device)
+    return y, fin
+
+
+@torch.library.register_fake("selscan::conv_bwd")
+def _conv_bwd_fake(x, weight, bias, init_state, cu_seqlens, dy, dfinal_state, silu, grad_mask):
+    batch, dim, L = x.shape
+    W = weight.shape[1]
+    rows = cu_seqlens.shape[0] - 1 if cu_seqlens is not None else batch
+    f32 = dict(dtype=torch.float32, device=x.device)
+    empty = lambda: torch.empty((0,), **f32)  # noqa: E731
+    return [
+        _dense_in_order_of(x) if grad_mask[0] else empty(),
+        torch.empty((dim, W), **f32) if grad_mask[1] else empty(),
+        torch.empty((dim,), **f32) if grad_mask[2] else empty(),
+        torch.empty((rows, dim, W - 1), dtype=x.dtype, device=x.device) if grad_mask[3] else empty(),
+    ]
+
+
+@torch.library.register_fake("selscan::conv_step")
+def _conv_step_fake(state, x, weight, bias, state_index, silu):
+    return _dense_in_order_of(x)
+
+
+# ---- causal_conv1d's API -----------------------------------------------------------------------
+
+
+def _silu_flag(activation):
+    if activation not in _ACTIVATIONS:
+        raise NotImplementedError("activation must be None, silu, or swish")
+    return activation in ("silu", "swish")
+
+
+def _weight2d(weight):
+    if weight.dim() == 3 and weight.shape[1] == 1:  # nn.Conv1d's (dim, 1, W)
+        weight = weight.squeeze(1)
+    return weight if weight.dtype == torch.float32 else weight.to(torch.float32)
+
+
+def _f32(t):
+    return None if t is None else (t if t.dtype == torch.float32 else t.to(torch.float32))
+
+
+def _runs_to_offsets(row):
+    """seq_idx of one row (L,) -> (cu_seqlens int64 CPU, run ids, first run's id): a new
+    sequence starts wherever the id changes."""
+    ids = row.to(device="cpu", dtype=torch.int64)
+    L = ids.shape[0]
+    change = torch.nonzero(ids[1:] != ids[:-1]).flatten() + 1
+    starts = torch.cat([torch.zeros(1, dtype=torch.int64), change])
+    cu = torch.cat([starts, torch.tensor([L], dtype=torch.int64)])
+    return cu, ids[starts]
+
+
+def _conv_seq_idx(x, weight, bias, seq_idx, initial_states, silu):
+    """seq_idx (batch, L) int: the conv restarts wherever the id changes along L (causal_conv1d
+    compares ids inside each window: the same for ids that do not recur after a change, the
+    usual packed layout); positions with a negative id give 0. initial_states, when given,
+    continue each row's first sequence. Host sync (the run boundaries are read back)."""
+    batch, dim, L = x.shape
+    if seq_idx.shape != (batch, L):
+        raise ValueError(f"selscan: seq_idx must have shape (batch, seqlen) = {(batch, L)}, got {tuple(seq_idx.shape)}")
+    W = weight.shape[1]
+    outs = []
+    for b in range(batch):
+        cu, run_ids = _runs_to_offsets(seq_idx[b])
+        init = None
+        if initial_states is not None:
+            n = cu.shape[0] - 1
+            first = initial_states[b : b + 1]
+            init = torch.cat([first, first.new_zeros((n - 1, dim, W - 1))]) if n > 1 else first
+        y, _ = _conv_fwd(x[b : b + 1], weight, bias, init, cu, silu, False, False)
+        if bool((run_ids < 0).any()):
+            keep = (seq_idx[b] >= 0).to(y.dtype)
+            y = y * keep
+        outs.append(y)
+    return torch.cat(outs) if batch > 1 else outs[0]
+
+
+def causal_conv1d_fn(x, weight, bias=None, seq_idx=None, initial_states=None, return_final_states=False,
+                     final_states_out=None, activation=None):
+    """causal_conv1d.causal_conv1d_fn on selscan's conv (same signature and results).
+
+    x: (batch, dim, seqlen) any strides; weight: (dim, width), width 2 .. 4 (nn.Conv1d's
+    (dim, 1, width) accepted); bias: (dim,); seq_idx: (batch, seqlen) int, packed sequences (the
+    conv restarts where the id changes; negative ids give 0; no final states with it);
+    initial_states: (batch, dim, width - 1); final_states_out: (batch, dim, width - 1) written in
+    place when given; activation: None, "silu" or "swish". Returns out (x's shape and dtype) or
+    (out, final_states). Autograd: x, weight, bias and initial_states (and through final_states).
+    weight and bias are used in float32 (their gradients come back in their own dtype);
+    initial_states is cast to x's dtype.
+    """
+    silu = _silu_flag(activation)
+    weight = _weight2d(weight)
+    bias = _f32(bias)
+    if initial_states is not None and initial_states.dtype != x.dtype:
+        initial_states = initial_states.to(x.dtype)
+    if seq_idx is not None:
+        if return_final_states:
+            raise ValueError("If seq_idx is not None, we don't return final_states_out")
+        return _conv_seq_idx(x, weight, bias, seq_idx, initial_states, silu)
+    y, fin = _conv_fwd(x, weight, bias, initial_states, None, silu, bool(return_final_states), False)
+    if not return_final_states:
+        return y
+    if final_states_out is not None:
+        final_states_out.copy_(fin)
+        fin = final_states_out
+    return y, fin
+
+
+def _update_circular(x3, conv_state, weight, bias, silu, cache_seqlens, conv_state_indices):
+    """The circular-buffer update (cache_seqlens): the W-1 entries before cache_seqlens %
+    state_len are gathered, selscan's step runs on that window, and x is scattered back at
+    cache_seqlens + t (mod state_len). Negative conv_state_indices: out 0, no state touched."""
+    batch, dim, L = x3.shape
+    W = weight.shape[1]
+    state_len = conv_state.shape[-1]
+    dev = x3.device
+    if conv_state_indices is not None:
+        idx = conv_state_indices.to(device=dev, dtype=torch.int64)
+        valid = idx >= 0
+        rows = torch.where(valid, idx, torch.zeros_like(idx))
+    else:
+        valid = torch.ones(batch, dtype=torch.bool, device=dev)
+        rows = torch.arange(batch, device=dev)
+    seq = cache_seqlens.to(device=dev, dtype=torch.int64)
+    pos = torch.remainder(seq[:, None] + torch.arange(-(W - 1), 0, device=dev)[None, :], state_len)
+    window = conv_state[rows[:, None, None], torch.arange(dim, device=dev)[None, :, None], pos[:, None, :]]
+    window = window.contiguous()
+    step_index = torch.where(valid, torch.arange(batch, device=dev), torch.full_like(rows, -1)).to(torch.int32)
+    y = _conv_step(window, x3, weight, bias, step_index, silu)
+    keep = min(L, state_len)  # later tokens overwrite earlier ones: write only the survivors
+    wpos = torch.remainder(seq[:, None] + torch.arange(L - keep, L, device=dev)[None, :], state_len)
+    sel = torch.nonzero(valid).flatten()  # host sync: padding rows must not be written
+    if sel.numel():
+        r, p = rows[sel], wpos[sel]
+        conv_state[r[:, None, None], torch.arange(dim, device=dev)[None, :, None], p[:, None, :]] = \
+            x3[sel][:, :, L - keep:].to(conv_state.dtype)
+    return y
+
+
+def causal_conv1d_update(x, conv_state, weight, bias=None, activation=None, cache_seqlens=None,
+                         conv_state_indices=None):
+    """causal_conv1d.causal_conv1d_update on selscan's conv step: in place on conv_state.
+
+    x: (batch, dim) or (batch, dim, seqlen); conv_state: (batch, dim, state_len) with state_len >=
+    width - 1, x's dtype (or (n_cache, dim, state_len) with conv_state_indices (batch,) int: the
+    state row of each batch row; negative: padding, out 0 and no state touched); weight (dim,
+    width); bias (dim,); cache_seqlens (batch,) int: conv_state is a circular buffer written at
+    cache_seqlens % state_len. Returns out, x's shape and dtype. No autograd (inference).
+    """
+    silu = _silu_flag(activation)
+    weight = _weight2d(weight)
+    bias = _f32(bias)
+    if cache_seqlens is not None:
+        x3 = x.unsqueeze(-1) if x.dim() == 2 else x
+        if conv_state.dtype != x.dtype:
+            raise TypeError(f"selscan: conv_state must have x's dtype {x.dtype}, got {conv_state.dtype}")
+        y = _update_circular(x3, conv_state, weight, bias, silu, cache_seqlens, conv_state_indices)
+        return y.squeeze(-1) if x.dim() == 2 else y
+    idx = None if conv_state_indices is None else conv_state_indices.to(torch.int32)
+    return _conv_step(conv_state, x, weight, bias, idx, silu)

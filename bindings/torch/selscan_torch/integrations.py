@@ -1,0 +1,452 @@
+"""One line per client: run transformers' Mamba / FalconMamba, mamba_ssm's Mamba and NVlabs'
+MambaVision on selscan.
+
+    import selscan_torch.integrations as si
+    si.use_in_transformers()      # MambaForCausalLM / FalconMambaForCausalLM, CPU and CUDA
+    si.use_in_mamba_ssm()         # mamba_ssm's Mamba / MambaLMHeadModel, no selective_scan_cuda / causal_conv1d
+    si.use_in_mambavision()       # `import mambavision` without mamba_ssm installed
+
+Each call is idempotent, returns a handle whose .replaced lists what it replaced (also logged
+at INFO on the "selscan_torch" logger), and is undone by calling it with False, by
+handle.restore(), or by using the handle as a context manager:
+
+    with si.use_in_transformers():
+        model(**batch).loss.backward()
+
+What is replaced:
+- transformers: the five kernel entry points its Mamba-1 mixers call, as module attributes of
+  transformers.models.{mamba,falcon_mamba}.modeling_*: mamba_inner_fn, the selective scan, the
+  decode step, causal_conv1d_fn, causal_conv1d_update (5.x: mamba_selective_scan /
+  mamba_selective_state_update, resolved at call time; 4.x: selective_scan_fn /
+  selective_state_update / the causal_conv1d cache, plus the mixers' forward, which in 4.x takes
+  the kernel path only on CUDA: it is sent there on every device). FalconMamba's fused call is
+  computed as transformers' own PyTorch path computes it (the dt RMS norm on x_proj's dt_rank
+  slice, before dt_proj), not as mamba_ssm's kernel does (after dt_proj).
+- mamba_ssm: sys.modules["mamba_ssm.ops.selective_scan_interface"] (selscan's
+  selective_scan_fn / mamba_inner_fn), a causal_conv1d package where none is installed, a
+  mamba_ssm.ops.triton.selective_state_update module where it cannot be imported, and the names
+  mamba_ssm.modules.mamba_simple bound at its import (so an already imported Mamba switches too).
+- mambavision: what `import mambavision` needs of mamba_ssm (selective_scan_fn) as stand-in
+  modules when mamba_ssm is not installed, and mambavision's own module attribute when it is
+  already imported.
+"""
+import importlib
+import importlib.util
+import logging
+import sys
+import types
+
+import torch
+
+from . import block as _block
+from . import conv as _conv
+from . import selective_scan_fn as _selective_scan_fn
+from . import selective_state_update as _selective_state_update
+
+__all__ = ["use_in_transformers", "use_in_mamba_ssm", "use_in_mambavision", "Integration"]
+
+logger = logging.getLogger("selscan_torch")
+_ACTS = (None, "silu", "swish")
+
+
+# ---- adapters: selscan's functions, lenient where the clients' callers are ----------------------
+
+
+def selective_scan_fn(u, delta, A, B, C, D=None, z=None, delta_bias=None, delta_softplus=False,
+                      return_last_state=False, *args, **kwargs):
+    """mamba_ssm's selective_scan_fn on selscan; extra arguments of client wrappers
+    (transformers' use_mambapy, use_associative_scan, ...) are ignored."""
+    return _selective_scan_fn(u, delta, A, B, C, D, z, delta_bias, bool(delta_softplus), bool(return_last_state))
+
+
+def selective_state_update(state, x, dt, A, B, C, D=None, z=None, dt_bias=None, dt_softplus=False,
+                           state_batch_indices=None, **kwargs):
+    """mamba_ssm's selective_state_update on selscan. A state that is not float32 (mamba_ssm's
+    allocate_inference_cache uses the model's dtype) is updated through a float32 copy."""
+    if state.dtype == torch.float32:
+        return _selective_state_update(state, x, dt, A, B, C, D, z, dt_bias, dt_softplus, state_batch_indices)
+    s32 = state.float()
+    out = _selective_state_update(s32, x, dt, A, B, C, D, z, dt_bias, dt_softplus, state_batch_indices)
+    state.copy_(s32)
+    return out
+
+
+def causal_conv1d_fn(x, weight, bias=None, seq_idx=None, initial_states=None, return_final_states=False,
+                     final_states_out=None, activation=None, **kwargs):
+    return _conv.causal_conv1d_fn(x, weight, bias, seq_idx, initial_states, return_final_states, final_states_out,
+                                  activation)
+
+
+def causal_conv1d_update(x, conv_state, weight, bias=None, activation=None, cache_seqlens=None,
+                         conv_state_indices=None, **kwargs):
+    """causal_conv1d_update on selscan; a conv_state of another dtype than x (a float32 cache
+    under autocast) is updated through a copy in x's dtype."""
+    if conv_state.dtype == x.dtype:
+        return _conv.causal_conv1d_update(x, conv_state, weight, bias, activation, cache_seqlens, conv_state_indices)
+    tmp = conv_state.to(x.dtype)
+    out = _conv.causal_conv1d_update(x, tmp, weight, bias, activation, cache_seqlens, conv_state_indices)
+    conv_state.copy_(tmp)
+    return out
+
+
+def mamba_inner_fn(*args, **kwargs):
+    return _block.mamba_inner_fn(*args, **kwargs)
+
+
+# ---- patch bookkeeping ------------------------------------------------------------------------
+
+_MISSING = object()
+
+
+class Integration:
+    """What one use_in_*() call replaced; restore() (or leaving the with-block) undoes it."""
+
+    def __init__(self, client):
+        self.client = client
+        self.replaced = []  # human-readable: "module.attr" / "sys.modules[name]"
+        self._undo = []  # callables, run in reverse order
+        self.active = True
+
+    def _setattr(self, obj, name, value, label):
+        old = obj.__dict__.get(name, _MISSING) if isinstance(obj, (types.ModuleType, type)) else getattr(obj, name)
+
+        def undo():
+            if old is _MISSING:
+                try:
+                    delattr(obj, name)
+                except AttributeError:
+                    pass
+            else:
+                setattr(obj, name, old)
+
+        setattr(obj, name, value)
+        self._undo.append(undo)
+        self.replaced.append(label)
+
+    def _sysmod(self, name, module):
+        old = sys.modules.get(name, _MISSING)
+
+        def undo():
+            if old is _MISSING:
+                sys.modules.pop(name, None)
+            else:
+                sys.modules[name] = old
+
+        sys.modules[name] = module
+        self._undo.append(undo)
+        self.replaced.append(f"sys.modules[{name!r}]")
+
+    def restore(self):
+        if not self.active:
+            return []
+        for undo in reversed(self._undo):
+            undo()
+        self._undo.clear()
+        self.active = False
+        if _ACTIVE.get(self.client) is self:
+            del _ACTIVE[self.client]
+        logger.info("selscan_torch: %s integration removed (%d replacements undone)", self.client, len(self.replaced))
+        return list(self.replaced)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.restore()
+        return False
+
+    def __repr__(self):
+        state = "active" if self.active else "restored"
+        return f"<selscan_torch {self.client} integration, {state}: {', '.join(self.replaced) or 'nothing'}>"
+
+
+_ACTIVE = {}
+
+
+def _toggle(client, enable, install):
+    if not enable:
+        h = _ACTIVE.get(client)
+        return h.restore() if h is not None else []
+    if client in _ACTIVE:  # idempotent
+        return _ACTIVE[client]
+    h = Integration(client)
+    try:
+        install(h)
+    except BaseException:
+        h.restore()
+        raise
+    _ACTIVE[client] = h
+    logger.info("selscan_torch: %s now runs on selscan; replaced %s", client, ", ".join(h.replaced))
+    return h
+
+
+def _standin(name, package=False, **attrs):
+    m = types.ModuleType(name, f"selscan_torch stand-in for {name}")
+    m.__dict__.update(attrs)
+    m.__selscan_standin__ = True
+    if package:
+        m.__path__ = []
+    return m
+
+
+def _importable(name):
+    try:
+        return importlib.util.find_spec(name) is not None
+    except (ImportError, ValueError):
+        return False
+
+
+# ---- transformers -------------------------------------------------------------------------------
+
+_TF_MODULES = ("transformers.models.mamba.modeling_mamba", "transformers.models.falcon_mamba.modeling_falcon_mamba")
+_FALCON_DT_ONES = {}
+
+
+def _tf_inner(original):
+    def mamba_inner_fn(xz, conv1d_weight, conv1d_bias, x_proj_weight, delta_proj_weight, out_proj_weight,
+                       out_proj_bias, A, B=None, C=None, D=None, delta_bias=None, B_proj_bias=None, C_proj_bias=None,
+                       delta_softplus=True, checkpoint_lvl=1, b_rms_weight=None, c_rms_weight=None,
+                       dt_rms_weight=None, b_c_dt_rms_eps=1e-6, **kwargs):
+        pre = False
+        if dt_rms_weight is not None:
+            # transformers' FalconMamba PyTorch path: weightless RMS norm of x_proj's dt_rank slice
+            # before dt_proj (its dt_rms_weight is a buffer of ones of size intermediate_size)
+            R = delta_proj_weight.shape[1]
+            key = (xz.device, R)
+            if key not in _FALCON_DT_ONES:
+                _FALCON_DT_ONES[key] = torch.ones(R, dtype=torch.float32, device=xz.device)
+            dt_rms_weight, pre = _FALCON_DT_ONES[key], True
+        return _block.mamba_inner_fn(xz, conv1d_weight, conv1d_bias, x_proj_weight, delta_proj_weight,
+                                     out_proj_weight, out_proj_bias, A, B, C, D, delta_bias, B_proj_bias,
+                                     C_proj_bias, delta_softplus, checkpoint_lvl, b_rms_weight, c_rms_weight,
+                                     dt_rms_weight, b_c_dt_rms_eps, dt_rms_pre_proj=pre)
+
+    return mamba_inner_fn
+
+
+def _tf_conv_fn(original):
+    def causal_conv1d_fn_(x, weight, bias=None, seq_idx=None, initial_states=None, return_final_states=False,
+                          final_states_out=None, activation=None, **kwargs):
+        if activation not in _ACTS:  # an activation selscan's conv does not fuse: transformers' own
+            return original(x, weight, bias, activation=activation, **kwargs)
+        return causal_conv1d_fn(x, weight, bias, seq_idx, initial_states, return_final_states, final_states_out,
+                                activation)
+
+    return causal_conv1d_fn_
+
+
+def _tf_conv_update(original):
+    def causal_conv1d_update_(x, conv_state, weight, bias=None, activation=None, *args, **kwargs):
+        if activation not in _ACTS:
+            return original(x, conv_state, weight, bias, activation, *args, **kwargs)
+        return causal_conv1d_update(x, conv_state, weight, bias, activation, *args, **kwargs)
+
+    return causal_conv1d_update_
+
+
+def _tf_mixer_forward(self, hidden_states, *args, **kwargs):
+    # transformers 4.x: the kernel path, on every device (its forward takes it only on CUDA)
+    return self.cuda_kernels_forward(hidden_states, *args, **kwargs)
+
+
+def _install_transformers(h):
+    try:
+        import transformers
+    except ImportError as e:
+        raise ImportError("selscan_torch.use_in_transformers: transformers is not installed") from e
+    version = transformers.__version__
+    found = 0
+    for modname in _TF_MODULES:
+        try:
+            mod = importlib.import_module(modname)
+        except ImportError:
+            continue
+        g = mod.__dict__
+        mixers = [v for k, v in g.items() if isinstance(v, type) and k.endswith("Mixer") and k.startswith(
+            ("Mamba", "FalconMamba"))]
+        if "mamba_selective_scan" in g and "mamba_selective_state_update" in g and "mamba_inner_fn" in g:
+            # 5.x: module-level wrappers, looked up by the mixer's forward at call time
+            h._setattr(mod, "mamba_inner_fn", _tf_inner(g["mamba_inner_fn"]), f"{modname}.mamba_inner_fn")
+            h._setattr(mod, "mamba_selective_scan", selective_scan_fn, f"{modname}.mamba_selective_scan")
+            h._setattr(mod, "mamba_selective_state_update", selective_state_update,
+                       f"{modname}.mamba_selective_state_update")
+            h._setattr(mod, "causal_conv1d_fn", _tf_conv_fn(g["causal_conv1d_fn"]), f"{modname}.causal_conv1d_fn")
+            h._setattr(mod, "causal_conv1d_update", _tf_conv_update(g["causal_conv1d_update"]),
+                       f"{modname}.causal_conv1d_update")
+            found += 1
+        elif "selective_scan_fn" in g and "selective_state_update" in g and "mamba_inner_fn" in g and mixers and all(
+                hasattr(m, "cuda_kernels_forward") for m in mixers):
+            # 4.x: names bound at import (None without mamba_ssm), causal_conv1d resolved through a
+            # module-level cache or bound at import, forward takes the kernel path on CUDA only
+            torch_conv_fn = lambda x, w, b=None, activation=None, **kw: _torch_conv_fallback(x, w, b, activation)  # noqa
+            h._setattr(mod, "mamba_inner_fn", _tf_inner(None), f"{modname}.mamba_inner_fn")
+            h._setattr(mod, "selective_scan_fn", selective_scan_fn, f"{modname}.selective_scan_fn")
+            h._setattr(mod, "selective_state_update", selective_state_update, f"{modname}.selective_state_update")
+            conv_fn, conv_up = _tf_conv_fn(torch_conv_fn), _tf_conv_update(None)
+            if "_causal_conv1d_cache" in g:
+                h._setattr(mod, "_causal_conv1d_cache", (conv_up, conv_fn), f"{modname}._causal_conv1d_cache")
+            if "causal_conv1d_fn" in g:
+                h._setattr(mod, "causal_conv1d_fn", conv_fn, f"{modname}.causal_conv1d_fn")
+                h._setattr(mod, "causal_conv1d_update", conv_up, f"{modname}.causal_conv1d_update")
+            if "is_fast_path_available" in g:
+                h._setattr(mod, "is_fast_path_available", True, f"{modname}.is_fast_path_available")
+            for m in mixers:
+                h._setattr(m, "forward", _tf_mixer_forward, f"{modname}.{m.__name__}.forward")
+            found += 1
+        else:
+            raise RuntimeError(
+                f"selscan_torch.use_in_transformers: transformers {version} has none of the hook points selscan "
+                f"patches in {modname} (5.x: mamba_inner_fn / mamba_selective_scan / mamba_selective_state_update / "
+                f"causal_conv1d_fn / causal_conv1d_update; 4.x: mamba_inner_fn / selective_scan_fn / "
+                f"selective_state_update and the mixer's cuda_kernels_forward); tested with transformers 5.24")
+    if not found:
+        raise RuntimeError(f"selscan_torch.use_in_transformers: transformers {version} has no Mamba model modules")
+
+
+def _torch_conv_fallback(x, weight, bias, activation):
+    # transformers 4.x kernel path with an activation selscan's conv does not fuse: plain PyTorch
+    W = weight.shape[-1]
+    y = torch.nn.functional.conv1d(x.to(weight.dtype), weight.reshape(weight.shape[0], 1, W), bias,
+                                   padding=W - 1, groups=x.shape[1])[..., : x.shape[-1]]
+    from transformers.activations import ACT2FN
+
+    return ACT2FN[activation](y).to(x.dtype)
+
+
+def use_in_transformers(enable=True):
+    """Route transformers' MambaForCausalLM / FalconMambaForCausalLM mixers through selscan's
+    mamba_inner_fn (training), selective_scan_fn / causal_conv1d_fn (prefill) and
+    selective_state_update / causal_conv1d_update (decode), on CPU and CUDA. Returns an
+    Integration handle (enable=False: the list of what was restored)."""
+    return _toggle("transformers", enable, _install_transformers)
+
+
+# ---- mamba_ssm ----------------------------------------------------------------------------------
+
+
+def _rms_norm_forward(x, weight, bias, eps=1e-6, is_rms_norm=True):
+    xf = x.float()
+    if is_rms_norm:
+        y = xf * torch.rsqrt(xf.square().mean(-1, keepdim=True) + eps)
+    else:
+        y = torch.nn.functional.layer_norm(xf, (xf.shape[-1],), eps=eps)
+    y = y * weight.float()
+    if bias is not None:
+        y = y + bias.float()
+    return y.to(x.dtype)
+
+
+def _interface_module():
+    from . import reference as _ref
+    from . import reference_block as _refb
+
+    def selective_scan_ref(u, delta, A, B, C, D=None, z=None, delta_bias=None, delta_softplus=False,
+                           return_last_state=False):
+        r = _ref.selective_scan_ref(u, delta, A, B, C, D, z, delta_bias, delta_softplus, return_last_state,
+                                    dtype=torch.float32)
+        if return_last_state:
+            return r[0].to(u.dtype), r[1]
+        return r.to(u.dtype)
+
+    def mamba_inner_ref(xz, conv1d_weight, conv1d_bias, x_proj_weight, delta_proj_weight, out_proj_weight,
+                        out_proj_bias, A, B=None, C=None, D=None, delta_bias=None, B_proj_bias=None,
+                        C_proj_bias=None, delta_softplus=True):
+        return _refb.mamba_inner_ref(xz, conv1d_weight, conv1d_bias, x_proj_weight, delta_proj_weight,
+                                     out_proj_weight, out_proj_bias, A, B, C, D, delta_bias, B_proj_bias,
+                                     C_proj_bias, delta_softplus, dtype=torch.float32).to(xz.dtype)
+
+    return _standin("mamba_ssm.ops.selective_scan_interface", selective_scan_fn=selective_scan_fn,
+                    mamba_inner_fn=mamba_inner_fn, selective_scan_ref=selective_scan_ref,
+                    mamba_inner_ref=mamba_inner_ref, rms_norm_forward=_rms_norm_forward,
+                    causal_conv1d_fn=causal_conv1d_fn)
+
+
+def _install_causal_conv1d(h):
+    """A causal_conv1d package on selscan where none can be imported."""
+    if _importable("causal_conv1d"):
+        return False
+    iface = _standin("causal_conv1d.causal_conv1d_interface", causal_conv1d_fn=causal_conv1d_fn,
+                     causal_conv1d_update=causal_conv1d_update)
+    pkg = _standin("causal_conv1d", package=True, __version__="selscan", causal_conv1d_fn=causal_conv1d_fn,
+                   causal_conv1d_update=causal_conv1d_update, causal_conv1d_interface=iface)
+    h._sysmod("causal_conv1d", pkg)
+    h._sysmod("causal_conv1d.causal_conv1d_interface", iface)
+    return True
+
+
+def _install_mamba_ssm(h):
+    iface = _interface_module()
+    have_real = _importable("mamba_ssm")
+    if not have_real:
+        # packages on the path of the interface module, so `import mamba_ssm.ops....` resolves
+        triton = _standin("mamba_ssm.ops.triton", package=True)
+        ssu = _standin("mamba_ssm.ops.triton.selective_state_update", selective_state_update=selective_state_update)
+        ops = _standin("mamba_ssm.ops", package=True, selective_scan_interface=iface, triton=triton)
+        triton.selective_state_update = ssu
+        pkg = _standin("mamba_ssm", package=True, __version__="selscan", ops=ops,
+                       selective_scan_fn=selective_scan_fn, mamba_inner_fn=mamba_inner_fn)
+        for name, m in (("mamba_ssm", pkg), ("mamba_ssm.ops", ops), ("mamba_ssm.ops.triton", triton),
+                        ("mamba_ssm.ops.selective_scan_interface", iface),
+                        ("mamba_ssm.ops.triton.selective_state_update", ssu)):
+            h._sysmod(name, m)
+        _install_causal_conv1d(h)
+        return
+    h._sysmod("mamba_ssm.ops.selective_scan_interface", iface)
+    _install_causal_conv1d(h)
+    ssu_name = "mamba_ssm.ops.triton.selective_state_update"
+    try:
+        importlib.import_module(ssu_name)
+    except Exception:  # no triton: selscan's step in its place
+        h._sysmod(ssu_name, _standin(ssu_name, selective_state_update=selective_state_update))
+    # the names bound at import by modules that are already loaded (a fresh import binds ours)
+    names = dict(selective_scan_fn=selective_scan_fn, mamba_inner_fn=mamba_inner_fn, causal_conv1d_fn=causal_conv1d_fn,
+                 causal_conv1d_update=causal_conv1d_update, selective_state_update=selective_state_update)
+    for modname, attrs in (("mamba_ssm", ("selective_scan_fn", "mamba_inner_fn")),
+                           ("mamba_ssm.modules.mamba_simple", tuple(names))):
+        mod = sys.modules.get(modname)
+        if mod is None and modname == "mamba_ssm.modules.mamba_simple":
+            mod = importlib.import_module(modname)  # import it now, on the stand-ins
+        if mod is None:
+            continue
+        for a in attrs:
+            if a in mod.__dict__ and mod.__dict__[a] is not names[a]:
+                h._setattr(mod, a, names[a], f"{modname}.{a}")
+
+
+def use_in_mamba_ssm(enable=True):
+    """Make mamba_ssm's Mamba / MambaLMHeadModel run on selscan: no selective_scan_cuda and no
+    causal_conv1d needed (mamba_ssm's Python files installed, e.g. with MAMBA_SKIP_CUDA_BUILD=TRUE
+    MAMBA_FORCE_BUILD=TRUE pip install --no-deps --no-build-isolation mamba-ssm). Call before or
+    after importing mamba_ssm. Returns an Integration handle."""
+    return _toggle("mamba_ssm", enable, _install_mamba_ssm)
+
+
+# ---- mambavision -------------------------------------------------------------------------------
+
+
+def _install_mambavision(h):
+    if _importable("mamba_ssm") or "mamba_ssm" in sys.modules:
+        iface_name = "mamba_ssm.ops.selective_scan_interface"
+        try:
+            real = importlib.import_module(iface_name)
+        except Exception:
+            real = None
+        if real is None or not getattr(real, "__selscan_standin__", False):
+            h._sysmod(iface_name, _interface_module())
+    else:
+        iface = _interface_module()
+        ops = _standin("mamba_ssm.ops", package=True, selective_scan_interface=iface)
+        pkg = _standin("mamba_ssm", package=True, __version__="selscan", ops=ops, selective_scan_fn=selective_scan_fn,
+                       mamba_inner_fn=mamba_inner_fn)
+        for name, m in (("mamba_ssm", pkg), ("mamba_ssm.ops", ops), ("mamba_ssm.ops.selective_scan_interface", iface)):
+            h._sysmod(name, m)
+    mod = sys.modules.get("mambavision.models.mamba_vision")
+    if mod is not None and mod.__dict__.get("selective_scan_fn") is not selective_scan_fn:
+        h._setattr(mod, "selective_scan_fn", selective_scan_fn, "mambavision.models.mamba_vision.selective_scan_fn")
+
+
+def use_in_mambavision(enable=True):
+    """Make NVlabs' mambavision importable and run without mamba_ssm (its one kernel,
+    selective_scan_fn, on selscan). Call before `import mambavision` (or after: an imported
+    mambavision is switched too). Returns an Integration handle."""
+    return _toggle("mambavision", enable, _install_mambavision)

@@ -1,0 +1,285 @@
+"""selscan_torch.integrations against the clients' own PyTorch paths.
+
+- transformers (skipped when absent; CI installs it from PyPI): MambaForCausalLM and
+  FalconMambaForCausalLM, small random configs, integration on vs transformers' own PyTorch path:
+  training logits, loss and every parameter's gradient; eval logits; greedy generate() ids and
+  per-step logits (use_cache). CPU, and CUDA where present.
+- mamba_ssm (skipped unless its Python files import: MAMBA_SKIP_CUDA_BUILD=TRUE
+  MAMBA_FORCE_BUILD=TRUE pip install --no-deps --no-build-isolation mamba-ssm, plus einops):
+  MambaLMHeadModel on selscan vs mamba_ssm's own PyTorch fallbacks (no causal_conv1d, no Triton
+  step, a float64 reference scan): logits, gradients, greedy generate ids.
+- mambavision (skipped unless mambavision and timm import): a small MambaVision on selscan
+  without mamba_ssm vs a float64 reference scan: outputs and gradients.
+"""
+import importlib
+import importlib.util
+import sys
+import types
+
+import pytest
+import torch
+
+import selscan_torch as st
+import selscan_torch.integrations as si
+from selscan_torch.reference import selective_scan_ref
+
+HAS_CUDA = torch.cuda.is_available() and st.has_cuda_kernels()
+DEVICES = ["cpu"] + (["cuda"] if HAS_CUDA else [])
+
+
+def _have(*mods):
+    return all(importlib.util.find_spec(m) is not None for m in mods)
+
+
+def rel_err(a, b):
+    a, b = a.detach().double().cpu(), b.detach().double().cpu()
+    assert a.shape == b.shape, (a.shape, b.shape)
+    return ((a - b).abs().max() / b.abs().max().clamp(min=1e-30)).item()
+
+
+# ============================================================================================
+# transformers
+# ============================================================================================
+
+needs_tf = pytest.mark.skipif(not _have("transformers"), reason="transformers is not installed")
+
+
+def _tf_model(kind, device, seed=0):
+    import transformers
+
+    torch.manual_seed(seed)
+    if kind == "mamba":
+        cfg = transformers.MambaConfig(hidden_size=64, num_hidden_layers=2, vocab_size=100, state_size=16)
+        model = transformers.MambaForCausalLM(cfg)
+    else:
+        cfg = transformers.FalconMambaConfig(hidden_size=64, num_hidden_layers=2, vocab_size=100, state_size=16)
+        model = transformers.FalconMambaForCausalLM(cfg)
+    return model.to(device).float()
+
+
+def _tf_run(model, ids, gen_tokens=8, autocast=None):
+    device = ids.device
+    model.zero_grad(set_to_none=True)
+    model.train()
+    if autocast is not None:
+        with torch.autocast(device.type, dtype=autocast):
+            out = model(ids, labels=ids)
+    else:
+        out = model(ids, labels=ids)
+    out.loss.backward()
+    grads = {n: p.grad.detach().clone() for n, p in model.named_parameters() if p.grad is not None}
+    model.eval()
+    with torch.no_grad():
+        eval_logits = model(ids).logits
+        g = model.generate(ids[:, :6], attention_mask=torch.ones_like(ids[:, :6]), max_new_tokens=gen_tokens,
+                           do_sample=False, use_cache=True, return_dict_in_generate=True, output_logits=True,
+                           pad_token_id=0)
+    return dict(logits=out.logits.detach(), loss=out.loss.detach(), grads=grads, eval_logits=eval_logits,
+                ids=g.sequences, step_logits=torch.stack(g.logits))
+
+
+@needs_tf
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("kind", ["mamba", "falcon_mamba"])
+def test_transformers_on_vs_off(device, kind):
+    model = _tf_model(kind, device)
+    ids = torch.randint(0, 100, (2, 24), generator=torch.Generator().manual_seed(1)).to(device)
+    off = _tf_run(model, ids)
+    with si.use_in_transformers() as h:
+        assert h.active and len(h.replaced) >= 5
+        on = _tf_run(model, ids)
+    assert rel_err(on["logits"], off["logits"]) < 2e-5
+    assert abs(on["loss"].item() - off["loss"].item()) < 1e-5
+    assert set(on["grads"]) == set(off["grads"]) == {n for n, p in model.named_parameters() if p.requires_grad}
+    for n in off["grads"]:
+        assert rel_err(on["grads"][n], off["grads"][n]) < 2e-4, n
+    assert rel_err(on["eval_logits"], off["eval_logits"]) < 2e-5
+    assert torch.equal(on["ids"], off["ids"])
+    assert rel_err(on["step_logits"], off["step_logits"]) < 2e-5
+
+
+@needs_tf
+@pytest.mark.parametrize("kind", ["mamba", "falcon_mamba"])
+def test_transformers_bf16_autocast(kind):
+    """bfloat16 autocast training: both paths round differently; the loss and gradients agree to
+    bfloat16 precision (and selscan's path is checked against float64 in test_block)."""
+    model = _tf_model(kind, "cpu", seed=3)
+    ids = torch.randint(0, 100, (2, 32), generator=torch.Generator().manual_seed(2))
+    off = _tf_run(model, ids, gen_tokens=2, autocast=torch.bfloat16)
+    with si.use_in_transformers():
+        on = _tf_run(model, ids, gen_tokens=2, autocast=torch.bfloat16)
+    assert abs(on["loss"].item() - off["loss"].item()) < 2e-2 * abs(off["loss"].item())
+    for n in off["grads"]:
+        assert rel_err(on["grads"][n], off["grads"][n]) < 0.1, n
+
+
+def _resolve(label):
+    """'pkg.module.attr' or 'pkg.module.Class.attr' -> (owner object, attr)."""
+    parts = label.split(".")
+    for i in range(len(parts) - 1, 0, -1):
+        mod = sys.modules.get(".".join(parts[:i]))
+        if mod is not None:
+            owner = mod
+            for p in parts[i:-1]:
+                owner = getattr(owner, p)
+            return owner, parts[-1]
+    raise KeyError(label)
+
+
+def _value(label):
+    owner, attr = _resolve(label)
+    return owner.__dict__.get(attr, "<missing>")
+
+
+@needs_tf
+def test_transformers_lifecycle():
+    from transformers.models.mamba import modeling_mamba as mm  # noqa: F401  (imported before the patch)
+
+    h1 = si.use_in_transformers()
+    try:
+        assert si.use_in_transformers() is h1  # idempotent
+        assert any(lbl.startswith("transformers.models.mamba.modeling_mamba.") for lbl in h1.replaced)
+        assert "selscan_torch transformers integration, active" in repr(h1)
+        patched = {lbl: _value(lbl) for lbl in h1.replaced}
+    finally:
+        restored = si.use_in_transformers(False)
+    assert restored == h1.replaced and not h1.active
+    originals = {lbl: _value(lbl) for lbl in h1.replaced}
+    assert all(patched[lbl] is not originals[lbl] for lbl in patched)
+    assert si.use_in_transformers(False) == []  # nothing to undo
+    with si.use_in_transformers() as h2:
+        assert h2 is not h1 and h2.replaced == h1.replaced
+        assert all(_value(lbl) is not originals[lbl] for lbl in h2.replaced)
+    assert all(_value(lbl) is originals[lbl] for lbl in h1.replaced)
+
+
+@needs_tf
+def test_transformers_unknown_version_names_it(monkeypatch):
+    import transformers
+
+    fake = types.ModuleType("transformers.models.mamba.modeling_mamba")
+
+    class MambaMixer:  # neither the 5.x nor the 4.x hook points
+        pass
+
+    fake.MambaMixer = MambaMixer
+    monkeypatch.setitem(sys.modules, "transformers.models.mamba.modeling_mamba", fake)
+    with pytest.raises(RuntimeError, match=f"transformers {transformers.__version__}"):
+        si.use_in_transformers()
+    assert "transformers" not in si._ACTIVE
+
+
+# ============================================================================================
+# mamba_ssm
+# ============================================================================================
+
+needs_mamba_ssm = pytest.mark.skipif(not _have("mamba_ssm", "einops"),
+                                     reason="mamba_ssm's Python files (and einops) are not installed")
+
+
+def _ref_scan(u, delta, A, B, C, D=None, z=None, delta_bias=None, delta_softplus=False, return_last_state=False,
+              *args, **kwargs):
+    r = selective_scan_ref(u, delta, A, B, C, D, z, delta_bias, delta_softplus, return_last_state)
+    if return_last_state:
+        return r[0].to(u.dtype), r[1].float()
+    return r.to(u.dtype)
+
+
+def _ms_run(model, ids):
+    model.zero_grad(set_to_none=True)
+    logits = model(ids).logits
+    (logits.float().square().mean()).backward()
+    grads = {n: p.grad.detach().clone() for n, p in model.named_parameters() if p.grad is not None}
+    with torch.no_grad():
+        out = model.generate(ids[:, :5], max_length=14, cg=False, top_k=1)
+    seq = out if isinstance(out, torch.Tensor) else out.sequences
+    return logits.detach(), grads, seq
+
+
+@needs_mamba_ssm
+@pytest.mark.parametrize("device", DEVICES)
+def test_mamba_ssm_lm_head_model(device, monkeypatch):
+    with si.use_in_mamba_ssm() as h:
+        assert "sys.modules['mamba_ssm.ops.selective_scan_interface']" in h.replaced
+        from mamba_ssm.models.config_mamba import MambaConfig
+        from mamba_ssm.models.mixer_seq_simple import MambaLMHeadModel
+        import mamba_ssm.modules.mamba_simple as ms
+
+        assert ms.mamba_inner_fn is si.mamba_inner_fn and ms.selective_scan_fn is si.selective_scan_fn
+        assert ms.causal_conv1d_fn is not None and ms.selective_state_update is si.selective_state_update
+        torch.manual_seed(0)
+        norm = dict(rms_norm=False, fused_add_norm=False) if device == "cpu" else {}  # Triton norms: CUDA only
+        cfg = MambaConfig(d_model=64, n_layer=2, vocab_size=100, ssm_cfg={"layer": "Mamba1"},
+                          pad_vocab_size_multiple=8, **norm)
+        model = MambaLMHeadModel(cfg, device=device)
+        ids = torch.randint(0, 100, (2, 20), generator=torch.Generator().manual_seed(1)).to(device)
+        on = _ms_run(model, ids)
+        # mamba_ssm's own PyTorch fallbacks: nn.Conv1d, the float64 reference scan, the torch step
+        with monkeypatch.context() as mp:
+            for name in ("causal_conv1d_fn", "causal_conv1d_update", "selective_state_update"):
+                mp.setattr(ms, name, None)
+            mp.setattr(ms, "selective_scan_fn", _ref_scan)
+            off = _ms_run(model, ids)
+    assert rel_err(on[0], off[0]) < 2e-5
+    assert set(on[1]) == set(off[1])
+    for n in off[1]:
+        assert rel_err(on[1][n], off[1][n]) < 2e-4, n
+    assert torch.equal(on[2], off[2])
+
+
+@needs_mamba_ssm
+@pytest.mark.skipif(not HAS_CUDA, reason="needs a GPU (generate(cg=True) captures CUDA graphs)")
+def test_mamba_ssm_generate_cuda_graphs():
+    with si.use_in_mamba_ssm():
+        from mamba_ssm.models.config_mamba import MambaConfig
+        from mamba_ssm.models.mixer_seq_simple import MambaLMHeadModel
+
+        torch.manual_seed(0)
+        model = MambaLMHeadModel(MambaConfig(d_model=64, n_layer=2, vocab_size=100, ssm_cfg={"layer": "Mamba1"}),
+                                 device="cuda")
+        ids = torch.randint(0, 100, (2, 8), device="cuda")
+        a = model.generate(ids, max_length=20, cg=False, top_k=1)
+        b = model.generate(ids, max_length=20, cg=True, top_k=1)
+    a = a if isinstance(a, torch.Tensor) else a.sequences
+    b = b if isinstance(b, torch.Tensor) else b.sequences
+    assert torch.equal(a, b)
+
+
+# ============================================================================================
+# mambavision
+# ============================================================================================
+
+needs_mambavision = pytest.mark.skipif(not _have("mambavision", "timm", "einops"),
+                                       reason="mambavision / timm / einops are not installed")
+
+
+@needs_mambavision
+@pytest.mark.parametrize("device", DEVICES)
+def test_mambavision(device, monkeypatch):
+    with si.use_in_mambavision() as h:
+        assert h.replaced
+        from mambavision.models import mamba_vision as mv
+
+        assert mv.selective_scan_fn is si.selective_scan_fn
+        torch.manual_seed(0)
+        model = mv.MambaVision(depths=[1, 1, 2, 1], num_heads=[2, 2, 4, 4], window_size=[8, 8, 4, 2], dim=16,
+                               in_dim=8, mlp_ratio=2, resolution=64, drop_path_rate=0.0, num_classes=10).to(device)
+        x = torch.randn(2, 3, 64, 64, device=device)
+
+        def run():
+            model.zero_grad(set_to_none=True)
+            y = model(x)
+            y.square().sum().backward()
+            return y.detach(), {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+
+        on = run()
+        with monkeypatch.context() as mp:
+            mp.setattr(mv, "selective_scan_fn", _ref_scan)
+            off = run()
+    assert rel_err(on[0], off[0]) < 2e-5
+    # some gradients are 0 analytically (biases before a BatchNorm): rounding noise, measured
+    # against the largest gradient of the model
+    scale = max(g.abs().max().item() for g in off[1].values())
+    for n in off[1]:
+        err = (on[1][n] - off[1][n]).abs().max().item()
+        assert err <= 2e-4 * max(off[1][n].abs().max().item(), 1e-3 * scale), n
