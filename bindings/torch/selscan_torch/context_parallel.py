@@ -46,7 +46,7 @@ import torch.distributed as dist
 import torch.nn as nn
 import torch.nn.functional as F
 
-from . import _bc, _cast, _host_offsets
+from ._checks import cast as _cast, host_offsets as _host_offsets
 
 __all__ = ["selective_scan_fn", "causal_conv1d_cp", "MambaMixerCP", "all_reduce_grads", "shard"]
 
@@ -421,20 +421,19 @@ def selective_scan_fn(u, delta, A, B, C, D=None, z=None, delta_bias=None, delta_
     dtype = u.dtype
     if A.dtype != _F32:
         A = _cast(A, "A", _F32)
-    if delta.dtype != dtype:
-        delta = delta.to(dtype)
-    if z is not None and z.dtype != dtype:
-        z = z.to(dtype)
-    B = _bc(B, "B", dtype)
-    C = _bc(C, "C", dtype)
-    if D is not None and D.dtype != _F32:
-        D = D.to(_F32)
-    if delta_bias is not None and delta_bias.dtype != _F32:
-        delta_bias = delta_bias.to(_F32)
+    delta = _cast(delta, "delta", dtype)
+    if z is not None:
+        z = _cast(z, "z", dtype)
+    B = _cast(B, "B", _F32 if B.dim() == 2 else dtype)  # (dim, N) constant: float32, as selective_scan_fn
+    C = _cast(C, "C", _F32 if C.dim() == 2 else dtype)
+    if D is not None:
+        D = _cast(D, "D", _F32)
+    if delta_bias is not None:
+        delta_bias = _cast(delta_bias, "delta_bias", _F32)
     if rank != 0:
         h0 = None
-    if h0 is not None and h0.dtype != _F32:
-        h0 = h0.to(_F32)
+    if h0 is not None:
+        h0 = _cast(h0, "h0", _F32)
     if cu_seqlens is not None:
         cu_seqlens = _host_offsets(cu_seqlens)
         if u.shape[0] != 1:

@@ -182,7 +182,7 @@ def _update_circular(x3, conv_state, weight, bias, silu, cache_seqlens, conv_sta
     window = conv_state[rows[:, None, None], torch.arange(dim, device=dev)[None, :, None], pos[:, None, :]]
     window = window.contiguous()
     step_index = torch.where(valid, torch.arange(batch, device=dev), torch.full_like(rows, -1)).to(torch.int32)
-    y = _conv_step(window, x3, weight, bias, step_index, silu)
+    y = _step(window, x3, weight, bias, step_index, silu)
     keep = min(L, state_len)  # later tokens overwrite earlier ones: write only the survivors
     wpos = torch.remainder(seq[:, None] + torch.arange(L - keep, L, device=dev)[None, :], state_len)
     sel = torch.nonzero(valid).flatten()  # host sync: padding rows must not be written
@@ -191,6 +191,17 @@ def _update_circular(x3, conv_state, weight, bias, silu, cache_seqlens, conv_sta
         conv_state[r[:, None, None], torch.arange(dim, device=dev)[None, :, None], p[:, None, :]] = \
             x3[sel][:, :, L - keep:].to(conv_state.dtype)
     return y
+
+
+# Set by selscan_torch.onnx: during torch.onnx.export the update runs out of place and copies into the
+# state (ONNX has no in-place update; see selscan_torch/__init__.py's _onnx_step). None otherwise.
+_onnx_conv_step = None
+
+
+def _step(state, x, weight, bias, idx, silu):
+    if _onnx_conv_step is not None and torch.onnx.is_in_onnx_export():
+        return _onnx_conv_step(state, x, weight, bias, idx, silu)
+    return _conv_step(state, x, weight, bias, idx, silu)
 
 
 def causal_conv1d_update(x, conv_state, weight, bias=None, activation=None, cache_seqlens=None,
@@ -213,4 +224,4 @@ def causal_conv1d_update(x, conv_state, weight, bias=None, activation=None, cach
         y = _update_circular(x3, conv_state, weight, bias, silu, cache_seqlens, conv_state_indices)
         return y.squeeze(-1) if x.dim() == 2 else y
     idx = None if conv_state_indices is None else conv_state_indices.to(torch.int32)
-    return _conv_step(conv_state, x, weight, bias, idx, silu)
+    return _step(conv_state, x, weight, bias, idx, silu)
