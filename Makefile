@@ -192,8 +192,10 @@ $(SANITIZE_RUNS): sanitize-%: $(BUILD)/test_cuda $(BUILD)/test_cuda_cl $(BUILD)/
 # nvidia-* wheels, which `import torch` needs), pytest and ninja, unless TORCH_PY names a Python
 # that imports torch; then `pip install --no-build-isolation ./bindings/torch` (the extension against that
 # torch: CUDA kernels too where nvcc exists, SELSCAN_TORCH_CPU_ONLY=1 to skip them), then pytest
-# (GPU tests skip without a GPU). Ends with pytest's "N passed, N skipped" line.
+# (GPU tests skip without a GPU). TORCH_TEST_PINS (transformers, for the model integration tests)
+# are installed beside pytest. Ends with pytest's "N passed, N skipped" line.
 TORCH_VENV ?= $(BUILD)/torch-venv
+TORCH_TEST_PINS ?= transformers==5.24.0
 TORCH_PYTHON = $(or $(TORCH_PY),$(abspath $(TORCH_VENV))/bin/python)
 .PHONY: test-torch torch-install
 torch-install:
@@ -204,7 +206,7 @@ torch-install:
 	  "$$py" -m pip install -q --upgrade pip setuptools && \
 	  "$$py" -m pip install -q torch numpy || exit 1; \
 	fi; \
-	"$$py" -m pip install -q pytest ninja && \
+	"$$py" -m pip install -q pytest ninja $(TORCH_TEST_PINS) && \
 	echo "test-torch: building selscan_torch" && \
 	PATH="$$(dirname "$$py"):$$PATH" MAX_JOBS="$${MAX_JOBS:-2}" "$$py" -m pip install -q --no-build-isolation ./bindings/torch
 
