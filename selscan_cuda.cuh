@@ -17,6 +17,49 @@
  * and kernels static (internal linkage): a user's .cu file may have its own cdiv, mk, ld, ... around
  * the include. Only the launchers (and two static selscan__-prefixed helpers) are global.
  *
+ * CONTENTS (grep the >>tag)
+ *     >>cuda-impl       the implementation's start (namespace selscan_cuda_detail)
+ *     >>kparams         the parameters the scan kernels share      >>device-helpers  loads, math
+ *     >>fwd-general     fwd_kernel, carry_kernel, empty_seq_kernel
+ *     >>fwd-fast        fwd_fast_kernel                            >>fwd-short  fwd_short_kernel
+ *     >>bwd-general     bwd_kernel, bwd_local_kernel, carry_rev_kernel, reduce_*_kernel
+ *     >>bwd-fast        bwd_fast_kernel, bwd_fast_local_kernel
+ *     >>step            step_kernel, step_vec_kernel, step_loop_kernel, step_tma_kernel
+ *     >>plans           which kernel a problem gets (plan_forward, plan_fast_backward, ...)
+ *     >>launch          the launch sequences      >>entry  validation + plan + launch per entry
+ *     >>conv            the causal conv1d: conv_fwd / conv_final / conv_bwd / conv_reduce /
+ *                       conv_dinit / conv_step kernels and their host side
+ *     >>public          the extern "C" entry points
+ *
+ * KERNELS: which one runs (decided on the host in >>plans; DESIGN below says how each works)
+ *     kernel               chosen when                                           section
+ *     fwd_fast_kernel      unit L stride (any L strides with CHANNELS_LAST), variable  >>fwd-fast
+ *                          B / C, N <= 16, no packed sequences
+ *     fwd_short_kernel     the same problems with no checkpoint to write and under     >>fwd-short
+ *                          half a wave of fwd_fast blocks (batch-1 prefill)
+ *     fwd_kernel (+ carry) everything else; L split in chunks under half a wave        >>fwd-general
+ *     bwd_fast_kernel      as fwd_fast_kernel                                          >>bwd-fast
+ *     bwd_kernel (+ carry_rev, reduce_rows / reduce_bc) everything else                >>bwd-general
+ *     step_tma_kernel      N = 16, aligned variable B / C, unit channel strides, <=   >>step
+ *                          two tiles a block of one wave (sm_90 bulk copies)
+ *     step_loop_kernel     N = 16 aligned otherwise, batch 1 or >= two rows a thread   >>step
+ *     step_vec_kernel      float4 state rows (unit n stride, N % 4 == 0, N <= 128)     >>step
+ *     step_kernel          any other step                                              >>step
+ *     conv_*_kernel        every causal conv1d call (widths 2..4, any strides)         >>conv
+ *
+ * TUNING MACROS (define before the implementation's include; defaults measured on an H200:
+ * bench/DECISIONS.md has each value's measurement):
+ *     SELSCAN_CUDA_FWD_MINBLOCKS (6), SELSCAN_CUDA_BWD_MINBLOCKS (3)    general kernels' register budgets
+ *     SELSCAN_CUDA_FAST_FWD_MINBLOCKS (3), SELSCAN_CUDA_FAST_FWD4_MINBLOCKS (4),
+ *     SELSCAN_CUDA_FAST_FWD_GROUP (2)                                    fast forward
+ *     SELSCAN_CUDA_FAST_BWD_STATES (8), SELSCAN_CUDA_FAST_BWD_MINBLOCKS (3),
+ *     SELSCAN_CUDA_FAST_BWD4_MINBLOCKS (4)                               fast backward
+ *     SELSCAN_CUDA_SHORT_FWD_STATES (2)                                  short-prefill forward
+ *     SELSCAN_CUDA_STEP_MINBLOCKS (0), SELSCAN_CUDA_STEP_TMA_MINBLOCKS (0) step kernels (0: no bound)
+ *     SELSCAN_CUDA_CHANNELS_LAST (0)     1: fast kernels for any L strides too (compile time +50 %)
+ *     SELSCAN_CUDA_NO_PDL                no programmatic dependent launch (sm_90+)
+ *     SELSCAN__STEP_SWEEP (internal)     the benchmark's step variants (bench/bench_cuda.cu only)
+ *
  * CONTRACT (the CPU side's, plus):
  * - Every pointer in selscan_problem / selscan_grads / selscan_step_problem is DEVICE memory,
  *   except selscan_problem.cu_seqlens, which stays a HOST array (validated on the host exactly as
@@ -191,7 +234,7 @@ SELSCAN_DEF selscan_status selscan_conv_step_cuda(const selscan_conv_step_proble
 #endif /* SELSCAN_CUDA_CUH */
 
 /* ============================================================================================= */
-/*                                     IMPLEMENTATION                                            */
+/* >>cuda-impl       implementation (SELSCAN_CUDA_IMPLEMENTATION)                                */
 /* ============================================================================================= */
 #ifdef SELSCAN_CUDA_IMPLEMENTATION
 #ifndef SELSCAN__CUDA_IMPLEMENTED
@@ -216,7 +259,7 @@ SELSCAN_DEF selscan_status selscan_conv_step_cuda(const selscan_conv_step_proble
 namespace selscan_cuda_detail {
 
 /* ---------------------------------------------------------------------------------------------- */
-/*                                     kernel parameters                                          */
+/* >>kparams         kernel parameters                                                            */
 /* ---------------------------------------------------------------------------------------------- */
 
 #ifndef SELSCAN_CUDA_CHANNELS_LAST
@@ -261,7 +304,7 @@ static ct mk(const selscan__ten &t) {
 }
 
 /* ---------------------------------------------------------------------------------------------- */
-/*                                     device helpers                                             */
+/* >>device-helpers  device helpers                                                               */
 /* ---------------------------------------------------------------------------------------------- */
 
 template <typename T> static __device__ __forceinline__ float ld(const void *p, int64_t i);
@@ -401,7 +444,7 @@ static __device__ void seg_flags(const kparams &P, int64_t b, int64_t t, int *st
 }
 
 /* ---------------------------------------------------------------------------------------------- */
-/*                                        forward                                                 */
+/* >>fwd-general     forward, general kernels                                                     */
 /* ---------------------------------------------------------------------------------------------- */
 /* Block: CH channels of one (batch row, group) x one L chunk; thread (channel, j) holds states
    n = j*NPT .. j*NPT+NPT-1 in registers. Per time tile of kTL steps: stage dt, dt*u, u and the
@@ -648,7 +691,7 @@ static __global__ void __launch_bounds__(kThreads, SELSCAN_CUDA_FWD_MINBLOCKS) f
 }
 
 /* ---------------------------------------------------------------------------------------------- */
-/*                          forward, fast path (unit L stride, N <= 16)                           */
+/* >>fwd-fast        forward, fast path (unit L stride, N <= 16)                                  */
 /* ---------------------------------------------------------------------------------------------- */
 /* For the common layout (u, delta, z, y rows with unit L stride; B, C variable with unit L
    stride; N <= 16; no packed sequences). A thread keeps S states of one channel (TPC = NP / S
@@ -1087,7 +1130,7 @@ static __global__ void empty_seq_kernel(const int64_t *cu, int64_t nseq, int64_t
 }
 
 /* ---------------------------------------------------------------------------------------------- */
-/*             forward, short prefill (a channel's steps across a warp's lanes)                   */
+/* >>fwd-short       forward, short prefill (a channel's steps across a warp's lanes)             */
 /* ---------------------------------------------------------------------------------------------- */
 /* The fast forward's problems (unit L strides, variable B / C, N <= 16, no packed sequences)
    when its channels leave most of the GPU idle (batch-1 prefill: 1,536-5,120 channels are 3-10 k
@@ -1293,7 +1336,7 @@ static __global__ void __launch_bounds__(kShortWarps * 32) fwd_short_kernel(cons
 }
 
 /* ---------------------------------------------------------------------------------------------- */
-/*                                        backward                                                */
+/* >>bwd-general     backward, general kernels                                                    */
 /* ---------------------------------------------------------------------------------------------- */
 /* Block: CH channels of one (batch row, group), thread (channel, j) with 4 states. Walks the
    sub-tiles of kSub steps from last to first; in each it recomputes the states and decays from
@@ -1885,7 +1928,7 @@ static __global__ void reduce_bc_kernel(const float *w0, const float *w1, int64_
 }
 
 /* ---------------------------------------------------------------------------------------------- */
-/*                         backward, fast path (unit L stride, N <= 16)                           */
+/* >>bwd-fast        backward, fast path (unit L stride, N <= 16)                                 */
 /* ---------------------------------------------------------------------------------------------- */
 /* The backward of the fast forward's layout (and unit L stride dy, du, ddelta, dz), given the
    forward's 64-step checkpoint. A thread keeps S states of one channel, TPC threads a channel:
@@ -2350,7 +2393,7 @@ static __global__ void __launch_bounds__(kThreads) bwd_fast_local_kernel(const k
 }
 
 /* ---------------------------------------------------------------------------------------------- */
-/*                                          step                                                  */
+/* >>step            decode step kernels                                                          */
 /* ---------------------------------------------------------------------------------------------- */
 
 /* The step's y of channel d from its NT lanes' shares yp: summed, D x added, gated by silu(z) (Dd,
@@ -3002,7 +3045,7 @@ __global__ void __launch_bounds__(kThreads, MINB) step_tma_kernel(const step_par
 }
 
 /* ---------------------------------------------------------------------------------------------- */
-/*                                      host side: plans                                          */
+/* >>plans           host side: plans (which kernel, grids, workspace)                            */
 /* ---------------------------------------------------------------------------------------------- */
 
 const int kFwdNPT = 4;                  /* general forward: states a thread (8 and 16 measured slower, bench/NOTES.md) */
@@ -3376,7 +3419,7 @@ static selscan_status take_workspace(const selscan_cuda_ext *x, int64_t need, vo
 }
 
 /* ---------------------------------------------------------------------------------------------- */
-/*                                    host side: launches                                         */
+/* >>launch          host side: launches                                                          */
 /* ---------------------------------------------------------------------------------------------- */
 
 static selscan_status cuda_fail(cudaError_t e, cudaError_t *out) {
@@ -3982,7 +4025,7 @@ static selscan_status check_ext_cu(const selscan__prob &q, const selscan_cuda_ex
 }
 
 /* ---------------------------------------------------------------------------------------------- */
-/*                                   host side: entry points                                      */
+/* >>entry           host side: entry points                                                      */
 /* ---------------------------------------------------------------------------------------------- */
 
 static selscan_status checkpoint_size(const selscan_problem *p, size_t *bytes) {
@@ -4098,7 +4141,7 @@ static selscan_status step(const selscan_step_problem *s, const selscan_cuda_ext
 }
 
 /* ---------------------------------------------------------------------------------------------- */
-/*              >>conv: causal depthwise conv1d (selscan.h >>conv-api), kernels and host          */
+/* >>conv            causal depthwise conv1d (selscan.h >>conv-api), kernels and host             */
 /* ---------------------------------------------------------------------------------------------- */
 /* A block takes kConvTC channels of one batch row and kConvTL steps (the backward kConvTB such
    tiles in turn): the tile's inputs with their W-1 (backward: 2 (W-1)) halo steps are staged in
@@ -4548,7 +4591,7 @@ static selscan_status conv_step(const selscan_conv_step_problem *s, const selsca
 #undef SELSCAN__LAUNCHED
 
 /* ---------------------------------------------------------------------------------------------- */
-/*                                      public entries                                            */
+/* >>public          public entries                                                               */
 /* ---------------------------------------------------------------------------------------------- */
 
 /* The forward with its plan forced, for tuning (bench/bench_cuda.cu): npt < 0 runs the general
