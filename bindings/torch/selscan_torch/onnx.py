@@ -217,6 +217,9 @@ def _step_functional_fake(state, x, dt, A, B, C, D, z, dt_bias, state_index, dt_
 
 
 def _export_step(state, x, dt, A, B, C, D, z, dt_bias, state_index, dt_softplus):
+    # SelectiveStateUpdate takes B / C as (batch, G, N); the op also takes (batch, N) (one group)
+    B = B.unsqueeze(1) if B.dim() == 2 else B
+    C = C.unsqueeze(1) if C.dim() == 2 else C
     y, new_state = torch.ops.selscan.step_functional.default(state, x, dt, A, B, C, D, z, dt_bias, state_index,
                                                             dt_softplus)
     state.copy_(new_state)
