@@ -239,9 +239,10 @@ ifdef TF_PY
 TF_CFLAGS   := $(shell $(TF_PY) -c 'import tensorflow as tf; print(" ".join(tf.sysconfig.get_compile_flags()))' 2>/dev/null)
 TF_LFLAGS   := $(shell $(TF_PY) -c 'import tensorflow as tf; print(" ".join(tf.sysconfig.get_link_flags()))' 2>/dev/null)
 endif
-TF_INC      = $(patsubst -I%,-isystem %,$(TF_CFLAGS)) -I. -I$(TF_DIR)
+BIND_DIR    := bindings/common
+TF_INC      = $(patsubst -I%,-isystem %,$(TF_CFLAGS)) -I. -I$(TF_DIR) -I$(BIND_DIR)
 TF_OBJS     := $(TF_OUT)/selscan_tf.o $(if $(TF_GPU),$(TF_OUT)/selscan_tf_gpu.o $(TF_OUT)/selscan_tf_kernels.o)
-TF_HDRS     := $(TF_DIR)/selscan_tf_common.h $(TF_DIR)/selscan_tf_layout.h selscan.h $(TF_OUT)/tf_flags.txt
+TF_HDRS     := $(TF_DIR)/selscan_tf_common.h $(TF_DIR)/selscan_tf_layout.h $(BIND_DIR)/selscan_binding.h selscan.h $(TF_OUT)/tf_flags.txt
 .PHONY: tf-flags-check tf-gpu-check
 
 tf-op:
@@ -276,8 +277,8 @@ $(TF_OUT)/selscan_tf_kernels.o: $(TF_DIR)/selscan_tf_kernels.cu $(TF_DIR)/selsca
 	$(NVCC) $(TF_NVFLAGS) -Xcompiler -fPIC -Xcompiler -fvisibility=hidden -I. -I$(TF_DIR) -c $< -o $@
 
 # tf-gpu-check: runs the op's CUDA TU and stride mapping on a GPU against the CPU path (no TF needed).
-$(TF_OUT)/gpu_check: $(TF_DIR)/gpu_check.cu $(TF_OUT)/selscan_tf_kernels.o $(TF_DIR)/selscan_tf_layout.h $(TF_DIR)/selscan_tf_cuda.h selscan.h | $(TF_OUT)
-	$(NVCC) $(TF_NVFLAGS) -I. -I$(TF_DIR) $< $(TF_OUT)/selscan_tf_kernels.o -o $@
+$(TF_OUT)/gpu_check: $(TF_DIR)/gpu_check.cu $(TF_OUT)/selscan_tf_kernels.o $(TF_DIR)/selscan_tf_layout.h $(BIND_DIR)/selscan_binding.h $(TF_DIR)/selscan_tf_cuda.h selscan.h | $(TF_OUT)
+	$(NVCC) $(TF_NVFLAGS) -I. -I$(TF_DIR) -I$(BIND_DIR) $< $(TF_OUT)/selscan_tf_kernels.o -o $@
 
 tf-gpu-check: $(TF_OUT)/gpu_check
 	./$(TF_OUT)/gpu_check

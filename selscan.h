@@ -401,6 +401,11 @@ SELSCAN_DEF selscan_status selscan_step_cpu_part(const selscan_step_problem *s, 
    forward and an input of the backward (it may not overlap their outputs or the workspace); the
    forward writes every float of it (slots no chunk starts in are zeroed). */
 SELSCAN_DEF selscan_status selscan_checkpoint_size(const selscan_problem *p, size_t *bytes);
+/* selscan_checkpoint_used: 1 when the CPU backward reads a checkpoint for p (its chunk length is the
+   forward's: today N = p->dstate <= 64), 0 when it would ignore one (N > 64, or N < 1, or p NULL).
+   Only p->dstate is read. Bindings ask it before allocating a checkpoint, so that none writes a
+   buffer the backward will not read and none re-derives the rule. */
+SELSCAN_DEF int selscan_checkpoint_used(const selscan_problem *p);
 SELSCAN_DEF selscan_status selscan_forward_cpu_ckpt_part(const selscan_problem *p, int64_t part, int64_t n_parts, void *workspace, size_t workspace_bytes, float *ckpt, size_t ckpt_bytes);
 SELSCAN_DEF selscan_status selscan_backward_cpu_ckpt_part(const selscan_problem *p, const selscan_grads *g, int64_t part, int64_t n_parts, void *workspace, size_t workspace_bytes, const float *ckpt, size_t ckpt_bytes);
 /* The same without the parts API (n_parts = 1, the reduce included): workspace from
@@ -3036,6 +3041,10 @@ SELSCAN_DEF selscan_status selscan_checkpoint_size(const selscan_problem *p, siz
         return selscan__fail(p->diag, SELSCAN_ERR_SHAPE, "checkpoint", "size overflows");
     *bytes = SELSCAN__CAST(size_t, selscan__ck_bytes(&q));
     return SELSCAN_OK;
+}
+
+SELSCAN_DEF int selscan_checkpoint_used(const selscan_problem *p) {
+    return p && p->dstate >= 1 && selscan__bwd_T(p->dstate) == SELSCAN__FT; /* selscan__bwd_block's useck */
 }
 
 SELSCAN_DEF selscan_status selscan_forward_cpu_ckpt_part(const selscan_problem *p, int64_t part, int64_t n_parts,

@@ -12,6 +12,8 @@
      ckpt       selscan_forward_cpu_ckpt / selscan_backward_cpu_ckpt bitwise equal to the parts
                 forms; a backward part without its reduce leaves NaN in dA, dD, ddelta_bias and
                 fixed dB / dC.
+     ckpt used  selscan_checkpoint_used answers whether the CPU backward reads a checkpoint (a foreign
+                one changes the gradients exactly then; else the gradients are bitwise those without one).
      SELSCAN_CPU  when set, selscan_cpu_backend() reports the path it names (capped). */
 #include "../selscan.h" /* the implementation: tests/selscan_impl.c, linked by the Makefile */
 #include "common.h"
@@ -357,6 +359,42 @@ static void interleaved_step(void) {
     free(buf);
 }
 
+/* ------------------------------------------------------------------------ checkpoint used -- */
+/* selscan_checkpoint_used says whether the CPU backward reads a checkpoint: a checkpoint of 1e6
+   (not the forward's states) changes the gradients exactly when it answers 1; when it answers 0, the
+   gradients are bitwise those without a checkpoint. */
+static void checkpoint_used(int64_t N) {
+    size_t wb = 0, ckb = 0, i;
+    void *ws;
+    float *ck;
+    outs none;
+    int used, same;
+    char what[64];
+    make_problem(SELSCAN_F32, 0, 1, 8, 150, N);
+    used = selscan_checkpoint_used(&P.p);
+    CHECK(used == (N <= 64), "checkpoint_used(N=%lld) = %d", (long long)N, used);
+    selscan_workspace_size_parts(&P.p, &G.g, 2, &wb);
+    selscan_checkpoint_size(&P.p, &ckb);
+    ws = malloc(wb);
+    ck = (float *)malloc(ckb);
+    for (i = 0; i < ckb / 4; i++) ck[i] = 1e6f;
+    poison_all();
+    CHECK(bwd_parts(2, ws, wb, NULL, 0, 1) == SELSCAN_OK, "backward without checkpoint (N=%lld)", (long long)N);
+    outs_take(&none);
+    poison_all();
+    CHECK(bwd_parts(2, ws, wb, ck, ckb, 1) == SELSCAN_OK, "backward with checkpoint (N=%lld)", (long long)N);
+    same = 1;
+    for (i = 2; i <= 10; i++) same = same && tc_same(out_t((int)i), none.b[i]);
+    CHECK(same == !used, "N=%lld: a foreign checkpoint %s the gradients, but checkpoint_used = %d", (long long)N,
+          same ? "left" : "changed", used);
+    snprintf(what, sizeof what, "ignored checkpoint N=%lld", (long long)N);
+    if (!used) outs_same(&none, 2, 10, what); /* names the gradient that differs */
+    outs_free(&none);
+    free(ws);
+    free(ck);
+    free_problem();
+}
+
 /* ---------------------------------------------------------------------- forgotten reduce -- */
 static void forgotten_reduce(unsigned flags) {
     size_t wbp = 0, wfp = 0, ckb = 0;
@@ -562,6 +600,11 @@ int main(void) {
     interleaved_step();
     forgotten_reduce(0);
     forgotten_reduce(SELSCAN_FIXED_B | SELSCAN_FIXED_C);
+    checkpoint_used(1);
+    checkpoint_used(64);
+    checkpoint_used(65);
+    checkpoint_used(128);
+    CHECK(selscan_checkpoint_used(NULL) == 0, "checkpoint_used(NULL)");
     diag_table();
     return tc_finish();
 }

@@ -36,14 +36,14 @@
 
 namespace selscan_tf {
 
-absl::Status FromSelscan(selscan_status st, const char* where, const Sizes& s, const selscan_diag* diag) {
-  if (st == SELSCAN_OK) return absl::OkStatus();
-  std::string msg =
-      absl::StrCat(where, ": ", selscan_status_string(st), " [", selscan_status_name(st), "] (", s.ToString(), ")");
-  if (diag && diag->operand)
-    absl::StrAppend(&msg, ": operand ", diag->operand, diag->rule ? absl::StrCat(", ", diag->rule) : "");
-  if (st == SELSCAN_ERR_CUDA) return absl::InternalError(msg);
-  return absl::InvalidArgumentError(msg);
+absl::Status FromSelscan(selscan_status st, const char* where, const Sizes& s, const selscan_diag* diag,
+                         const char* cuda_text) {
+  const bind::Error e = bind::ErrorOf(st, where, diag ? bind::DiagText(*diag) : "", s.ToString(), cuda_text);
+  switch (e.kind) {
+    case bind::ErrorKind::kNone: return absl::OkStatus();
+    case bind::ErrorKind::kDevice: return absl::InternalError(e.message);
+    default: return absl::InvalidArgumentError(e.message);
+  }
 }
 
 namespace {
@@ -274,41 +274,20 @@ int64_t NumParts(OpKernelContext* ctx) {
   return std::max(1, ctx->device()->tensorflow_cpu_worker_threads()->num_threads);
 }
 
-// Runs fn(part) for part in [0, n_parts) on TF's CPU thread pool (inline when n_parts is 1).
+// Runs fn(&q, part) for part in [0, n_parts) on TF's CPU thread pool (bind::RunParts: each part on
+// its own copy q of p with its own diag; the first failing part's error).
 template <typename Fn>
-void ForEachPart(OpKernelContext* ctx, int64_t n_parts, const Fn& fn) {
-  if (n_parts <= 1) {
-    fn(0);
-    return;
-  }
-  auto* workers = ctx->device()->tensorflow_cpu_worker_threads()->workers;
-  using Params = tensorflow::thread::ThreadPool::SchedulingParams;
-  workers->ParallelFor(n_parts, Params::Fixed(1), [&](int64_t p0, int64_t p1) {
-    for (int64_t part = p0; part < p1; part++) fn(part);
-  });
+absl::Status RunParts(OpKernelContext* ctx, const selscan_problem& p, int64_t n_parts, const char* where,
+                      const Sizes& s, const Fn& fn) {
+  auto pool = [ctx](int64_t n, const auto& body) {
+    using Params = tensorflow::thread::ThreadPool::SchedulingParams;
+    ctx->device()->tensorflow_cpu_worker_threads()->workers->ParallelFor(
+        n, Params::Fixed(1), [&](int64_t p0, int64_t p1) {
+          for (int64_t part = p0; part < p1; part++) body(part);
+        });
+  };
+  return FromSelscan(bind::RunParts(p, n_parts, pool, fn), where, s);
 }
-
-// The first failing part's status, with the operand / rule selscan named in that part's diag.
-absl::Status FirstError(const std::vector<selscan_status>& sts, const std::vector<selscan_diag>& diags,
-                        const char* where, const Sizes& s) {
-  for (size_t i = 0; i < sts.size(); i++)
-    if (sts[i] != SELSCAN_OK) return FromSelscan(sts[i], where, s, &diags[i]);
-  return absl::OkStatus();
-}
-
-// Each part gets its own copy of the problem with its own selscan_diag (selscan writes the diag of
-// a failing call; parts run on different threads).
-struct PartState {
-  explicit PartState(int64_t n) : sts(static_cast<size_t>(n), SELSCAN_OK), diags(static_cast<size_t>(n)) {}
-  selscan_problem Problem(const selscan_problem& p, int64_t part) {
-    selscan_problem q = p;
-    diags[static_cast<size_t>(part)] = selscan_diag{nullptr, nullptr};
-    q.diag = &diags[static_cast<size_t>(part)];
-    return q;
-  }
-  std::vector<selscan_status> sts;
-  std::vector<selscan_diag> diags;
-};
 
 template <typename T>
 class SelscanForwardCpu : public OpKernel {
@@ -324,14 +303,13 @@ class SelscanForwardCpu : public OpKernel {
     const selscan_problem p =
         BuildProblem(ctx, o_, s, DtypeOf<T>::value, y, o_.return_last_state ? h_last : nullptr);
     // The checkpoint: the state entering every 64 steps, which the backward then reads instead of
-    // recomputing it (selscan_checkpoint_size bytes of floats; empty when not asked for).
-    selscan_diag diag = {nullptr, nullptr};
+    // recomputing it (selscan_checkpoint_size bytes of floats; empty when not asked for, for an
+    // empty problem, or where the CPU backward would not read one: bind::CpuCheckpointBytes).
     size_t ck_bytes = 0;
-    if (o_.save_checkpoint && !s.Empty()) {
-      selscan_problem q = p;
-      q.diag = &diag;
-      OP_REQUIRES_OK(ctx, FromSelscan(selscan_checkpoint_size(&q, &ck_bytes), "selscan_checkpoint_size", s, &diag));
-    }
+    OP_REQUIRES_OK(ctx, FromSelscan(bind::Call(p, [&](const selscan_problem* q) {
+                                      return bind::CpuCheckpointBytes(q, o_.save_checkpoint, &ck_bytes);
+                                    }),
+                                    "selscan_checkpoint_size", s));
     Tensor* checkpoint = nullptr;
     OP_REQUIRES_OK(ctx, ctx->allocate_output(2, TensorShape({static_cast<int64_t>(ck_bytes / 4)}), &checkpoint));
     if (s.Empty()) {  // nothing to scan: y is empty, h_last is h0 (or 0)
@@ -343,23 +321,18 @@ class SelscanForwardCpu : public OpKernel {
     }
     const int64_t n_parts = NumParts(ctx);
     size_t bytes = 0;
-    {
-      selscan_problem q = p;
-      q.diag = &diag;
-      OP_REQUIRES_OK(ctx, FromSelscan(selscan_workspace_size_parts(&q, nullptr, n_parts, &bytes),
-                                      "selscan_forward_cpu", s, &diag));
-    }
+    OP_REQUIRES_OK(ctx, FromSelscan(bind::Call(p, [&](const selscan_problem* q) {
+                                      return selscan_workspace_size_parts(q, nullptr, n_parts, &bytes);
+                                    }),
+                                    "selscan_forward_cpu", s));
     Tensor tmp;
     void* ws = nullptr;
     OP_REQUIRES_OK(ctx, AllocateWorkspace(ctx, bytes, &tmp, &ws));
-    PartState ps(n_parts);
     float* ck = ck_bytes ? checkpoint->flat<float>().data() : nullptr;
-    ForEachPart(ctx, n_parts, [&](int64_t part) {
-      const selscan_problem q = ps.Problem(p, part);
-      ps.sts[static_cast<size_t>(part)] = ck ? selscan_forward_cpu_ckpt_part(&q, part, n_parts, ws, bytes, ck, ck_bytes)
-                                             : selscan_forward_cpu_part(&q, part, n_parts, ws, bytes);
-    });
-    OP_REQUIRES_OK(ctx, FirstError(ps.sts, ps.diags, "selscan_forward_cpu", s));
+    OP_REQUIRES_OK(ctx, RunParts(ctx, p, n_parts, "selscan_forward_cpu", s, [&](const selscan_problem* q, int64_t part) {
+      return ck ? selscan_forward_cpu_ckpt_part(q, part, n_parts, ws, bytes, ck, ck_bytes)
+                : selscan_forward_cpu_part(q, part, n_parts, ws, bytes);
+    }));
   }
 
  private:
@@ -386,12 +359,11 @@ class SelscanBackwardCpu : public OpKernel {
     const selscan_problem p = BuildProblem(ctx, o_, s, DtypeOf<T>::value, nullptr, nullptr);
     const selscan_grads g = BuildGrads(ctx, o_, s, outs);
     const int64_t n_parts = NumParts(ctx);
-    selscan_diag diag = {nullptr, nullptr};
-    selscan_problem pd = p;
-    pd.diag = &diag;
     size_t bytes = 0;
-    OP_REQUIRES_OK(ctx, FromSelscan(selscan_workspace_size_parts(&pd, &g, n_parts, &bytes),
-                                    "selscan_backward_cpu", s, &diag));
+    OP_REQUIRES_OK(ctx, FromSelscan(bind::Call(p, [&](const selscan_problem* q) {
+                                      return selscan_workspace_size_parts(q, &g, n_parts, &bytes);
+                                    }),
+                                    "selscan_backward_cpu", s));
     Tensor tmp;
     void* ws = nullptr;
     OP_REQUIRES_OK(ctx, AllocateWorkspace(ctx, bytes, &tmp, &ws));
@@ -399,24 +371,20 @@ class SelscanBackwardCpu : public OpKernel {
     // or a GPU forward's, whose layout differs) is not read; the backward then recomputes it.
     const Tensor& ck_in = ctx->input(kCheckpoint);
     size_t ck_bytes = 0;
-    OP_REQUIRES_OK(ctx, FromSelscan(selscan_checkpoint_size(&pd, &ck_bytes), "selscan_checkpoint_size", s, &diag));
-    const float* ck = static_cast<size_t>(ck_in.NumElements()) * 4 == ck_bytes && ck_bytes > 0
-                          ? ck_in.flat<float>().data() : nullptr;
-    PartState ps(n_parts);
+    OP_REQUIRES_OK(ctx, FromSelscan(bind::Call(p, [&](const selscan_problem* q) {
+                                      return bind::CpuCheckpointToRead(q, ck_in.NumElements(), &ck_bytes);
+                                    }),
+                                    "selscan_checkpoint_size", s));
+    const float* ck = ck_bytes ? ck_in.flat<float>().data() : nullptr;
     // Phase 1: the scans (per-part partial sums into the shared workspace) ...
-    ForEachPart(ctx, n_parts, [&](int64_t part) {
-      const selscan_problem q = ps.Problem(p, part);
-      ps.sts[static_cast<size_t>(part)] =
-          ck ? selscan_backward_cpu_ckpt_part(&q, &g, part, n_parts, ws, bytes, ck, ck_bytes)
-             : selscan_backward_cpu_part(&q, &g, part, n_parts, ws, bytes);
-    });
-    OP_REQUIRES_OK(ctx, FirstError(ps.sts, ps.diags, "selscan_backward_cpu", s));
+    OP_REQUIRES_OK(ctx, RunParts(ctx, p, n_parts, "selscan_backward_cpu", s, [&](const selscan_problem* q, int64_t part) {
+      return ck ? selscan_backward_cpu_ckpt_part(q, &g, part, n_parts, ws, bytes, ck, ck_bytes)
+                : selscan_backward_cpu_part(q, &g, part, n_parts, ws, bytes);
+    }));
     // ... phase 2, once all parts are done: the fixed-order reductions (dA, dD, ddelta_bias, dB, dC).
-    ForEachPart(ctx, n_parts, [&](int64_t part) {
-      const selscan_problem q = ps.Problem(p, part);
-      ps.sts[static_cast<size_t>(part)] = selscan_backward_cpu_reduce(&q, &g, part, n_parts, ws, bytes);
-    });
-    OP_REQUIRES_OK(ctx, FirstError(ps.sts, ps.diags, "selscan_backward_cpu", s));
+    OP_REQUIRES_OK(ctx, RunParts(ctx, p, n_parts, "selscan_backward_cpu", s, [&](const selscan_problem* q, int64_t part) {
+      return selscan_backward_cpu_reduce(q, &g, part, n_parts, ws, bytes);
+    }));
   }
 
  private:

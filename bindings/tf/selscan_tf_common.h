@@ -77,7 +77,8 @@ inline absl::Status GroupRule(int64_t dim, int64_t G) {
                  ")");
 }
 
-// A's state size N (also B's and C's last axis): at least 1 unless the problem is empty.
+// A's state size N (also B's and C's last axis): at least 1 unless the problem is empty (the
+// layer's empty-problem rule, Sizes::StatesOk; the shape functions pass what they know).
 inline absl::Status StateRule(int64_t N, bool empty, const std::string& a_shape) {
   if (N >= 1 || empty) return absl::OkStatus();
   return Invalid("selscan: A must have shape (dim, N) with N >= 1 states, got ", a_shape);
@@ -195,10 +196,7 @@ inline void* OutDataOf(Tensor& t) { return t.data(); }          // an output
 // The problem of one call: inputs from the context, outputs y / h_last (h_last may be NULL).
 inline selscan_problem BuildProblem(OpKernelContext* ctx, const Options& o, const Sizes& s, selscan_dtype dtype,
                                     Tensor* y, Tensor* h_last) {
-  selscan_problem p = {};
-  p.batch = s.batch; p.dim = s.dim; p.seqlen = s.L; p.dstate = s.N; p.n_groups = s.G;
-  p.dtype = dtype;
-  p.flags = o.softplus ? SELSCAN_DELTA_SOFTPLUS : 0u;
+  selscan_problem p = bind::MakeProblem(s, dtype, o.softplus);
   p.u = SeqTensor(DataOf(ctx->input(kU)), s, o.bld);
   p.delta = SeqTensor(DataOf(ctx->input(kDelta)), s, o.bld);
   p.A = MatTensor(DataOf(ctx->input(kA)), s);
@@ -248,11 +246,15 @@ inline absl::Status AllocateGradOutputs(OpKernelContext* ctx, const Options& o, 
   return absl::OkStatus();
 }
 
-// selscan status -> TensorFlow status: InvalidArgument for validation failures, Internal for
-// CUDA failures, with selscan's own message and, when selscan filled `diag` (the problem's
-// selscan_diag), the operand and rule it names. Defined in selscan_tf.cc (the TU that holds
-// selscan's implementation).
-absl::Status FromSelscan(selscan_status st, const char* where, const Sizes& s, const selscan_diag* diag = nullptr);
+// selscan status -> TensorFlow status (the layer's message: bind::ErrorOf): Internal for CUDA
+// failures (with the CUDA error's text, cuda_text), InvalidArgument for the rest, with selscan's
+// own message, the argument and rule its diag names, and the sizes. Defined in selscan_tf.cc
+// (the TU that holds selscan's implementation).
+absl::Status FromSelscan(selscan_status st, const char* where, const Sizes& s, const selscan_diag* diag = nullptr,
+                         const char* cuda_text = "");
+inline absl::Status FromSelscan(const bind::Result& r, const char* where, const Sizes& s) {
+  return FromSelscan(r.status, where, s, &r.diag);
+}
 
 // A workspace of `bytes` bytes from allocate_temp on the op's device (host memory for CPU
 // kernels, device memory for GPU kernels), handed to selscan as it comes: selscan's sizes include

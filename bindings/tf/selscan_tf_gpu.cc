@@ -23,14 +23,6 @@ using tensorflow::DEVICE_GPU;
 using tensorflow::OpKernel;
 using GpuDevice = Eigen::GpuDevice;
 
-absl::Status FromSelscanCuda(selscan_status st, const char* where, const Sizes& s, const char* cuda_text,
-                             const selscan_diag* diag) {
-  absl::Status status = FromSelscan(st, where, s, diag);
-  if (st == SELSCAN_ERR_CUDA && cuda_text && *cuda_text)
-    return absl::InternalError(absl::StrCat(status.message(), ": ", cuda_text));
-  return status;
-}
-
 
 template <typename T>
 class SelscanForwardGpu : public OpKernel {
@@ -71,7 +63,7 @@ class SelscanForwardGpu : public OpKernel {
     OP_REQUIRES_OK(ctx, AllocateWorkspace(ctx, bytes, &tmp, &ws));
     const char* cuda_text = "";
     const selscan_status st = CudaForward(&p, ws, bytes, ck, ck_bytes, static_cast<void*>(dev.stream()), &cuda_text);
-    OP_REQUIRES_OK(ctx, FromSelscanCuda(st, "selscan_forward_cuda", s, cuda_text, &diag));
+    OP_REQUIRES_OK(ctx, FromSelscan(st, "selscan_forward_cuda", s, &diag, cuda_text));
   }
 
  private:
@@ -103,16 +95,10 @@ class SelscanBackwardGpu : public OpKernel {
     // The forward's checkpoint, when a GPU forward saved one: an empty tensor, or one of another
     // size (a CPU forward's, whose layout differs), is not read: the backward recomputes it.
     const Tensor& checkpoint = ctx->input(kCheckpoint);
-    const float* ck = nullptr;
     size_t ck_bytes = 0;
-    if (checkpoint.NumElements() > 0) {
-      size_t need = 0;
-      OP_REQUIRES_OK(ctx, FromSelscan(CudaCheckpointSize(&p, &need), "selscan_checkpoint_size_cuda", s, &diag));
-      if (static_cast<size_t>(checkpoint.NumElements()) * sizeof(float) == need) {
-        ck_bytes = need;
-        ck = checkpoint.flat<float>().data();
-      }
-    }
+    OP_REQUIRES_OK(ctx, FromSelscan(bind::CheckpointToRead(&p, checkpoint.NumElements(), CudaCheckpointSize, &ck_bytes),
+                                    "selscan_checkpoint_size_cuda", s, &diag));
+    const float* ck = ck_bytes ? checkpoint.flat<float>().data() : nullptr;
     size_t bytes = 0;
     OP_REQUIRES_OK(ctx, FromSelscan(CudaWorkspaceSize(&p, &g, ck != nullptr, &bytes), "selscan_backward_cuda", s,
                                     &diag));
@@ -122,7 +108,7 @@ class SelscanBackwardGpu : public OpKernel {
     const char* cuda_text = "";
     const selscan_status st =
         CudaBackward(&p, &g, ws, bytes, ck, ck_bytes, static_cast<void*>(dev.stream()), &cuda_text);
-    OP_REQUIRES_OK(ctx, FromSelscanCuda(st, "selscan_backward_cuda", s, cuda_text, &diag));
+    OP_REQUIRES_OK(ctx, FromSelscan(st, "selscan_backward_cuda", s, &diag, cuda_text));
   }
 
  private:

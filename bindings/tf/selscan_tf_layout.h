@@ -21,18 +21,14 @@
 #include <string>
 
 #include "selscan.h"
+#include "selscan_binding.h"  // bindings/common: the layer shared with the other bindings
 
 namespace selscan_tf {
 
-// Logical sizes of one call.
-struct Sizes {
-  int64_t batch = 0, dim = 0, L = 0, N = 0, G = 0;
-  bool Empty() const { return batch == 0 || dim == 0 || L == 0; }
-  std::string ToString() const {
-    return "batch=" + std::to_string(batch) + ", dim=" + std::to_string(dim) + ", seqlen=" + std::to_string(L) +
-           ", dstate=" + std::to_string(N) + ", n_groups=" + std::to_string(G);
-  }
-};
+namespace bind = selscan_binding;
+
+// Logical sizes of one call (the op has no packed sequences and no fixed B / C: rows = batch).
+using Sizes = bind::Sizes;
 
 // Element strides of each kind of operand, for its logical selscan shape. Inputs are
 // selscan_tensor (const data), outputs selscan_out_tensor: the *Tensor functions make inputs, the

@@ -31,6 +31,7 @@ from setuptools.command.build_ext import build_ext
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.normpath(os.path.join(HERE, os.pardir, os.pardir))  # selscan.h, selscan_cuda.cuh
+COMMON = os.path.normpath(os.path.join(HERE, os.pardir, "common"))  # selscan_binding.h, the shared layer
 DEFAULT_ARCHS = ("75", "80", "86", "89", "90")
 
 _TF_QUERY = (
@@ -101,7 +102,7 @@ class BuildOp(build_ext):
         info = tf_info()
         cxx = os.environ.get("CXX", "c++")
         cflags = [("-isystem" + f[2:]) if f.startswith("-I") else f for f in info["cflags"]]
-        inc = ["-I" + ROOT, "-I" + HERE]
+        inc = ["-I" + ROOT, "-I" + HERE, "-I" + COMMON]
         base = ["-O2", "-fPIC", "-fvisibility=hidden", "-Wall", "-Wno-unused-function"] + cflags + inc
 
         want = os.environ.get("SELSCAN_TF_CUDA", "auto").strip().lower()

@@ -28,6 +28,12 @@ for cand in (HERE, ROOT):
         break
 else:
     raise RuntimeError("selscan.h not found next to setup.py or in the repository root (two levels up)")
+# bindings/common/selscan_binding.h, the layer the bindings share: a sibling folder, or a copy next to setup.py.
+COMMON = next((d for d in (os.path.join(HERE, "common"), os.path.join(os.path.dirname(HERE), "common"))
+               if os.path.exists(os.path.join(d, "selscan_binding.h"))), None)
+if COMMON is None:
+    raise RuntimeError("selscan_binding.h not found in bindings/common or in common/ next to setup.py")
+INCLUDE.append(COMMON)
 # The ONNX Runtime custom-op library's source: bindings/onnxruntime (a sibling), or a copy next to setup.py.
 ORT_DIR = next((d for d in (os.path.join(HERE, "onnxruntime"), os.path.join(os.path.dirname(HERE), "onnxruntime"))
                 if os.path.exists(os.path.join(d, "selscan_ort.cc"))), None)

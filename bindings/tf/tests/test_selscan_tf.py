@@ -458,6 +458,12 @@ def test_checkpoint_attr():
         want = 2 * 6 * ((L + 63) // 64 + 1) * 4
         assert len(raw) == 3 and raw[2].shape == (want,), "CPU checkpoint output: %s" % (raw[2].shape,)
         assert ops.selscan_forward(*args, **kw)[2].shape == (0,)
+        # N > 64: the CPU backward would not read one (selscan_checkpoint_used), so none is written
+        big = Problem(rng, batch=1, dim=2, L=L, N=65, G=1).tensors("BLD")
+        e = tf.zeros([0])
+        raw65 = ops.selscan_forward(big["u"], big["delta"], big["A"], big["B"], big["C"], e, e, e, e,
+                                    save_checkpoint=True)
+        assert raw65[2].shape == (0,), "CPU checkpoint output for N=65: %s" % (raw65[2].shape,)
         outs = []
         for ck in (False, True):
             with tf.GradientTape() as tape:

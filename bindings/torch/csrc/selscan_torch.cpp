@@ -42,11 +42,26 @@
 
 #define SELSCAN_IMPLEMENTATION
 #include "selscan.h"
+#include "selscan_binding.h"  // bindings/common: the layer shared with the other bindings
+
+// _C.cpu_checkpoint_used(N): whether the CPU backward reads a checkpoint for N states, asked of the
+// library (selscan_checkpoint_used reads only dstate): the fake kernels' checkpoint size.
+static PyObject* CpuCheckpointUsed(PyObject*, PyObject* arg) {
+  const long long n = PyLong_AsLongLong(arg);
+  if (n == -1 && PyErr_Occurred()) return nullptr;
+  selscan_problem p;
+  std::memset(&p, 0, sizeof p);
+  p.dstate = n;
+  return PyBool_FromLong(selscan_checkpoint_used(&p));
+}
 
 // The extension module itself: importing it runs the static TORCH_LIBRARY registrations below.
 extern "C" PyMODINIT_FUNC PyInit__C(void) {
+  static PyMethodDef methods[] = {
+      {"cpu_checkpoint_used", CpuCheckpointUsed, METH_O, "selscan_checkpoint_used for a problem of N states"},
+      {nullptr, nullptr, 0, nullptr}};
   static struct PyModuleDef def = {PyModuleDef_HEAD_INIT, "_C", "selscan's PyTorch ops (torch.ops.selscan)", -1,
-                                   nullptr};
+                                   methods};
   return PyModule_Create(&def);
 }
 
@@ -58,31 +73,18 @@ using OptT = c10::optional<Tensor>;
 
 // ---- selscan operands from torch tensors -----------------------------------------------------
 
-// A selscan tensor (selscan_tensor for inputs, selscan_out_tensor for outputs) of t with the logical order of
-// t's dims. Size-1 dims get a non-zero stride, so that "all strides 0" never arises by accident;
-// *full_broadcast is set when every stride is 0 (then the caller copies).
+namespace bind = selscan_binding;
+
+// A selscan tensor (selscan_tensor for inputs, selscan_out_tensor for outputs) of t with the logical
+// order of t's dims (the layer's rules: bind::Operand).
 template <typename ST>
 ST Operand(const Tensor& t, bool* full_broadcast = nullptr) {
-  ST s;
-  std::memset(&s, 0, sizeof s);
-  s.data = t.data_ptr();
-  const int64_t nd = t.dim();
-  bool all0 = nd > 0;
-  for (int64_t i = 0; i < nd && i < 4; i++) {
-    int64_t st = t.stride(i);
-    if (t.size(i) == 1 && st == 0) st = std::max<int64_t>(1, t.numel());
-    s.stride[i] = st;
-    if (st != 0) all0 = false;
-  }
-  if (full_broadcast) *full_broadcast = all0;
-  return s;
+  return bind::Operand<ST>(t.data_ptr(), t.dim(), t.sizes().data(), t.strides().data(), full_broadcast);
 }
 
 // A tensor selscan can read through its strides: unchanged unless it is a full broadcast.
 Tensor Readable(const Tensor& t) {
-  bool all0 = false;
-  if (t.numel() > 1) (void)Operand<selscan_tensor>(t, &all0);
-  return all0 ? t.contiguous() : t;
+  return bind::FullBroadcast(t.dim(), t.sizes().data(), t.strides().data()) ? t.contiguous() : t;
 }
 OptT Readable(const OptT& t) { return t.has_value() ? OptT(Readable(*t)) : OptT(); }
 
@@ -99,14 +101,8 @@ ST BCOperand(const Tensor& t) {
 }
 
 template <typename ST>
-ST Absent() {
-  ST s;
-  std::memset(&s, 0, sizeof s);
-  return s;
-}
-template <typename ST>
 ST OptOperand(const OptT& t) {
-  return t.has_value() ? Operand<ST>(*t) : Absent<ST>();
+  return t.has_value() ? Operand<ST>(*t) : bind::Absent<ST>();
 }
 
 selscan_dtype DtypeOf(const Tensor& t, const char* name) {
@@ -128,11 +124,10 @@ static_assert(SELSCAN_VERSION >= 200, "selscan_torch needs selscan v0.2 (const i
 
 // ---- >>harden-names: selscan's operand names -> the user's argument names, per op ----------
 // selscan's diag names its own operands (the step's x is selscan's u, dt its delta, ...); errors
-// name what the caller passed. A rule "overlaps <operand>" is renamed the same way.
-struct NameMap {
-  const char* selscan;
-  const char* user;
-};
+// name what the caller passed (bind::Names; a rule "overlaps <operand>" is renamed the same way).
+using bind::NameMap;
+using bind::Names;
+using bind::NamesOf;
 constexpr NameMap kFwdNames[] = {{"y", "out"}, {"h_last", "last_state"}, {"seqlen", "L"}, {"dstate", "N"}};
 constexpr NameMap kStepNames[] = {{"u", "x"},
                                   {"delta", "dt"},
@@ -140,22 +135,6 @@ constexpr NameMap kStepNames[] = {{"u", "x"},
                                   {"state_index", "state_batch_indices"},
                                   {"y", "out"},
                                   {"dstate", "N"}};
-struct Names {
-  const NameMap* map = nullptr;
-  size_t n = 0;
-  std::string Of(const char* name) const {
-    for (size_t i = 0; i < n; i++)
-      if (std::strcmp(map[i].selscan, name) == 0) return map[i].user;
-    return name;
-  }
-  std::string Rule(const char* rule) const {  // "overlaps u" -> "overlaps x"
-    static const char kOv[] = "overlaps ";
-    if (std::strncmp(rule, kOv, sizeof kOv - 1) == 0) return kOv + Of(rule + sizeof kOv - 1);
-    return rule;
-  }
-};
-template <size_t K>
-Names NamesOf(const NameMap (&map)[K]) { return Names{map, K}; }
 
 // selscan's report of the failing operand (filled only on an error status), in the op's names.
 struct Diag {
@@ -165,31 +144,29 @@ struct Diag {
   explicit Diag(Names n) : names(n) {}
   template <typename P>
   void Attach(P* p) { p->diag = &d; }
-  std::string Text() const {
-    if (d.operand)
-      return std::string(" (argument '") + names.Of(d.operand) + "': " + (d.rule ? names.Rule(d.rule) : "invalid") +
-             ")";
-    return "";
-  }
+  std::string Text() const { return bind::DiagText(d, names); }
 };
 
 // selscan status -> Python exception: ValueError for validation failures (naming the argument
 // where selscan's diag says it), TypeError for dtypes, NotImplementedError for what a backend
 // cannot do, RuntimeError for CUDA failures.
-void CheckText(selscan_status st, const char* where, const std::string& diag_text, const char* cuda_text = "") {
-  if (st == SELSCAN_OK) return;
-  const std::string msg = std::string("selscan: ") + where + ": " + selscan_status_string(st) + " [" +
-                          selscan_status_name(st) + "]" + diag_text +
-                          (cuda_text && *cuda_text ? std::string(": ") + cuda_text : std::string());
-  switch (st) {
-    case SELSCAN_ERR_DTYPE: TORCH_CHECK_TYPE(false, msg);
-    case SELSCAN_ERR_UNSUPPORTED: TORCH_CHECK_NOT_IMPLEMENTED(false, msg);
-    case SELSCAN_ERR_CUDA: TORCH_CHECK(false, msg);
-    default: TORCH_CHECK_VALUE(false, msg);
+void Raise(const bind::Error& e) {
+  switch (e.kind) {
+    case bind::ErrorKind::kNone: return;
+    case bind::ErrorKind::kType: TORCH_CHECK_TYPE(false, e.message);
+    case bind::ErrorKind::kNotImplemented: TORCH_CHECK_NOT_IMPLEMENTED(false, e.message);
+    case bind::ErrorKind::kDevice: TORCH_CHECK(false, e.message);
+    case bind::ErrorKind::kValue: TORCH_CHECK_VALUE(false, e.message);
   }
+}
+void CheckText(selscan_status st, const char* where, const std::string& diag_text, const char* cuda_text = "") {
+  if (st != SELSCAN_OK) Raise(bind::ErrorOf(st, where, diag_text, "", cuda_text));
 }
 void Check(selscan_status st, const char* where, const Diag& diag, const char* cuda_text = "") {
   if (st != SELSCAN_OK) CheckText(st, where, diag.Text(), cuda_text);
+}
+void Check(const bind::Result& r, const char* where, const Names& names) {
+  if (!r.ok()) Raise(bind::ErrorOf(r, where, names));
 }
 // A refusal of the binding's own checks in selscan's form (status, the argument, the rule).
 void Refuse(selscan_status st, const char* where, const char* arg, const std::string& rule) {
@@ -198,11 +175,7 @@ void Refuse(selscan_status st, const char* where, const char* arg, const std::st
 
 // ---- argument checks (before anything reaches selscan: a clear message naming the argument) ----
 
-struct Sizes {
-  int64_t batch = 0, dim = 0, L = 0, N = 0, G = 1, rows = 0, n_seqs = 0;
-  bool fixed_B = false, fixed_C = false;
-  bool Empty() const { return batch == 0 || dim == 0 || L == 0; }
-};
+using Sizes = bind::Sizes;
 
 void SameDeviceAs(const Tensor& ref, const char* ref_name, const Tensor& t, const char* name) {
   TORCH_CHECK_VALUE(t.device() == ref.device(), "selscan: ", name, " is on ", t.device(), " but ", ref_name,
@@ -316,16 +289,7 @@ struct Scan {
 selscan_problem BuildProblem(const Sizes& s, const Tensor& u, const Tensor& delta, const Tensor& A, const Tensor& B,
                              const Tensor& C, const OptT& D, const OptT& z, const OptT& delta_bias, const OptT& h0,
                              const OptT& cu_host, bool softplus) {
-  selscan_problem p;
-  std::memset(&p, 0, sizeof p);
-  p.batch = s.batch; p.dim = s.dim; p.seqlen = s.L; p.dstate = s.N; p.n_groups = s.G;
-  p.dtype = DtypeOf(u, "u");
-  p.flags = (softplus ? SELSCAN_DELTA_SOFTPLUS : 0u) | (s.fixed_B ? SELSCAN_FIXED_B : 0u) |
-            (s.fixed_C ? SELSCAN_FIXED_C : 0u);
-  if (cu_host) {
-    p.cu_seqlens = cu_host->data_ptr<int64_t>();
-    p.n_seqs = s.n_seqs;
-  }
+  selscan_problem p = bind::MakeProblem(s, DtypeOf(u, "u"), softplus, cu_host ? cu_host->data_ptr<int64_t>() : nullptr);
   p.u = Operand<decltype(p.u)>(u);
   p.delta = Operand<decltype(p.delta)>(delta);
   p.A = Operand<decltype(p.A)>(A);
@@ -376,27 +340,16 @@ Workspace MakeWorkspace(size_t bytes, const Tensor& like) {
 // Parts for the CPU pool: one per intra-op thread (results do not depend on it).
 int64_t NumParts() { return std::max<int64_t>(1, at::get_num_threads()); }
 
-// Runs fn(&q, i) for the parts i = 0 .. n_parts - 1 on the intra-op pool, each on its own copy q
-// of the problem p (a part writes only q's diag, on an error), then raises the first failing
-// part's error, naming what selscan's diag names.
+// Runs fn(&q, i) for the parts i = 0 .. n_parts - 1 on the intra-op pool (bind::RunParts), then
+// raises the first failing part's error, naming what selscan's diag names.
 template <typename P, typename Fn>
 void RunParts(const P& p, int64_t n_parts, const char* where, const Names& names, const Fn& fn) {
-  const size_t n = static_cast<size_t>(n_parts);
-  std::vector<selscan_status> sts(n, SELSCAN_OK);
-  std::vector<Diag> diags(n, Diag(names));
-  auto part = [&](int64_t i) {
-    P q = p;
-    diags[static_cast<size_t>(i)].Attach(&q);
-    sts[static_cast<size_t>(i)] = fn(&q, i);
-  };
-  if (n_parts == 1) {
-    part(0);
-  } else {
-    at::parallel_for(0, n_parts, 1, [&](int64_t b, int64_t e) {
-      for (int64_t i = b; i < e; i++) part(i);
+  auto pool = [](int64_t n, const auto& body) {
+    at::parallel_for(0, n, 1, [&](int64_t b, int64_t e) {
+      for (int64_t i = b; i < e; i++) body(i);
     });
-  }
-  for (size_t i = 0; i < n; i++) Check(sts[i], where, diags[i]);
+  };
+  Check(bind::RunParts(p, n_parts, pool, fn), where, names);
 }
 
 OptT HostCuSeqlens(const OptT& cu) {
@@ -451,9 +404,6 @@ struct DeviceWorkspace {
 };
 #endif
 
-// CPU checkpoint use: the CPU backward ignores checkpoints for N > 64 (see selscan.h).
-constexpr int64_t kCpuCheckpointMaxN = 64;
-
 // ---- forward ----------------------------------------------------------------------------------
 
 std::tuple<Tensor, Tensor, Tensor> Forward(const Tensor& u_in, const Tensor& delta_in, const Tensor& A_in,
@@ -507,7 +457,7 @@ std::tuple<Tensor, Tensor, Tensor> Forward(const Tensor& u_in, const Tensor& del
     Check(st, "forward (CUDA)", diag, text);
 #endif
   } else {
-    if (save_checkpoint && s.N <= kCpuCheckpointMaxN) Check(selscan_checkpoint_size(&p, &ck_bytes), "checkpoint size", diag);
+    Check(bind::CpuCheckpointBytes(&p, save_checkpoint, &ck_bytes), "checkpoint size", diag);
     checkpoint = NewF32({static_cast<int64_t>(ck_bytes / 4)}, u);
     float* ck = ck_bytes ? checkpoint.data_ptr<float>() : nullptr;
     const int64_t n = NumParts();
@@ -592,10 +542,10 @@ std::vector<Tensor> Backward(const Tensor& u_in, const Tensor& delta_in, const T
     // The forward's checkpoint when a CUDA forward saved one (another size: not read).
     const float* ck = nullptr;
     size_t ck_bytes = 0;
-    if (checkpoint.numel() > 0 && checkpoint.is_cuda() && checkpoint.is_contiguous()) {
-      size_t need = 0;
-      Check(selscan_torch_cuda_checkpoint_size(&p, &need), "checkpoint size", diag);
-      if (static_cast<size_t>(checkpoint.numel()) * 4 == need) { ck = checkpoint.data_ptr<float>(); ck_bytes = need; }
+    if (checkpoint.is_cuda() && checkpoint.is_contiguous()) {
+      Check(bind::CheckpointToRead(&p, checkpoint.numel(), selscan_torch_cuda_checkpoint_size, &ck_bytes),
+            "checkpoint size", diag);
+      if (ck_bytes) ck = checkpoint.data_ptr<float>();
     }
     DeviceWorkspace ws(u);
     Tensor cu_dev;
@@ -610,10 +560,9 @@ std::vector<Tensor> Backward(const Tensor& u_in, const Tensor& delta_in, const T
   } else {
     const float* ck = nullptr;
     size_t ck_bytes = 0;
-    if (checkpoint.numel() > 0 && checkpoint.is_cpu() && checkpoint.is_contiguous()) {
-      size_t need = 0;
-      Check(selscan_checkpoint_size(&p, &need), "checkpoint size", diag);
-      if (static_cast<size_t>(checkpoint.numel()) * 4 == need) { ck = checkpoint.data_ptr<float>(); ck_bytes = need; }
+    if (checkpoint.is_cpu() && checkpoint.is_contiguous()) {
+      Check(bind::CpuCheckpointToRead(&p, checkpoint.numel(), &ck_bytes), "checkpoint size", diag);
+      if (ck_bytes) ck = checkpoint.data_ptr<float>();
     }
     const int64_t n = NumParts();
     size_t ws_bytes = 0;
@@ -640,9 +589,7 @@ std::vector<Tensor> Backward(const Tensor& u_in, const Tensor& delta_in, const T
 // an output whose explicit strides overlap.
 // (at::has_internal_overlap's "Yes"; the fake kernels' _checks.self_overlapping is the same rule.)
 void CheckInPlace(const Tensor& t, const char* name) {
-  bool overlap = false;
-  if (t.numel() > 0)
-    for (int64_t i = 0; i < t.dim(); i++) overlap = overlap || (t.size(i) > 1 && t.stride(i) == 0);
+  const bool overlap = bind::SelfOverlapping(t.dim(), t.sizes().data(), t.strides().data());
   TORCH_CHECK_VALUE(!overlap, "selscan: ", name,
                     " is updated in place but its elements overlap (an expand()ed or broadcast view, strides ",
                     t.strides(), " for shape ", Shape(t), "); pass a tensor with its own memory (e.g. .clone())");
@@ -652,9 +599,9 @@ void CheckInPlace(const Tensor& t, const char* name) {
 // contiguous and write past the tensor).
 template <typename ST>
 ST OutOperand(const Tensor& t, const char* name) {
-  bool all0 = false;
-  ST s = Operand<ST>(t, &all0);
-  TORCH_CHECK_VALUE(!all0 || t.numel() <= 1, "selscan: ", name, " has all strides 0 (overlapping elements)");
+  ST s;
+  TORCH_CHECK_VALUE(bind::OutOperand<ST>(t.data_ptr(), t.dim(), t.sizes().data(), t.strides().data(), &s),
+                    "selscan: ", name, " has all strides 0 (overlapping elements)");
   return s;
 }
 

@@ -31,7 +31,6 @@ __version__ = "0.2.0"
 _ops = torch.ops.selscan
 _fwd = _ops.fwd.default  # the overload itself: skips the packet's overload resolution a call
 _CHUNK = 64  # selscan's checkpoint interval (steps), the same on the CPU and CUDA sides
-_CPU_CHECKPOINT_MAX_N = 64  # the CPU backward reads checkpoints only for N <= 64
 
 
 def cpu_backend():
@@ -55,7 +54,7 @@ def _checkpoint_numel(device, batch, dim, L, N, n_seqs, packed):
     chunks = (L + _CHUNK - 1) // _CHUNK
     if device.type == "cuda":
         return batch * dim * chunks * N
-    if N > _CPU_CHECKPOINT_MAX_N:
+    if not _C.cpu_checkpoint_used(N):  # the library's rule (selscan_checkpoint_used): none the backward won't read
         return 0
     return batch * dim * (chunks + (n_seqs if packed else 1)) * N
 
