@@ -788,10 +788,6 @@ static void selscan__resolve_data(selscan__ten *r, void *data, const int64_t *st
     }
     for (i = nd; i < 4; i++) r->s[i] = 0;
 }
-/* NAME: a string literal (the operand's name in the API) */
-#define selscan__resolve(r, t, NAME, diag, nd, n0, n1, n2, n3, dt)                                                  \
-    selscan__resolve_data(r, SELSCAN__UNCONST((t)->data), (t)->stride, NAME, "overlaps " NAME, diag, nd, n0, n1, n2, \
-                          n3, dt)
 
 /* ---- >>operands: the operand tables (the OPERANDS lists in the docs, once) ----------------------
    X(c, field, ten, io, need, dims, dtype), one row per operand, c passed through:
@@ -804,8 +800,10 @@ static void selscan__resolve_data(selscan__ten *r, void *data, const int64_t *st
             SELSCAN_FIXED_C is set
    The order is the order of the checks: which error a call reports first. These drive the
    missing-operand checks, the resolve calls and the input / output lists of the stride and alias
-   checks; tests/test_operands.c checks the OPERANDS text at the top of this file against them.
-   The conv's operands (>>conv) are still written by hand. */
+   checks; tests/test_operands.c checks the OPERANDS texts (the scan's and the step's) against them
+   (the conv's, in >>conv-api, is not checked: its free-form layout would need its own parser).
+   The CUDA launchers' operand lists (selscan_cuda.cuh) are written by hand: they add buffers of
+   their own and index into the lists. */
 #define SELSCAN__SCAN_OPERANDS(X, c)                 \
     X(c, u, u, IN, REQ, SEQ, T)                      \
     X(c, delta, delta, IN, REQ, SEQ, T)              \
@@ -843,8 +841,30 @@ static void selscan__resolve_data(selscan__ten *r, void *data, const int64_t *st
     X(c, z, z, IN, OPT, TOK, T)                      \
     X(c, delta_bias, bias, IN, OPT, DIM, F32)        \
     X(c, y, y, OUT, REQ, TOK, T)
+/* the causal conv's (>>conv-api): selscan_conv_problem, selscan_conv_grads, selscan_conv_step_problem */
+#define SELSCAN__CONV_OPERANDS(X, c)                 \
+    X(c, x, x, IN, REQ, SEQ, T)                      \
+    X(c, weight, w, IN, REQ, DW, F32)                \
+    X(c, bias, bias, IN, OPT, DIM, F32)              \
+    X(c, init_state, h0, IN, OPT, CROWS, T)          \
+    X(c, y, y, OUT, FWD, SEQ, T)                     \
+    X(c, final_state, hlast, OUT, OPT, CROWS, T)
+#define SELSCAN__CONV_GRAD_OPERANDS(X, c)            \
+    X(c, dy, dy, IN, REQ, SEQ, T)                    \
+    X(c, dfinal_state, dhlast, IN, OPT, CROWS, T)    \
+    X(c, dx, dx, OUT, OPT, SEQ, T)                   \
+    X(c, dweight, dw, OUT, OPT, DW, F32)             \
+    X(c, dbias, dbias, OUT, OPT, DIM, F32)           \
+    X(c, dinit_state, dh0, OUT, OPT, CROWS, T)
+#define SELSCAN__CONV_STEP_OPERANDS(X, c)            \
+    X(c, state, state, OUT, REQ, CCACHE, T)          \
+    X(c, x, x, IN, REQ, SEQ, T)                      \
+    X(c, weight, w, IN, REQ, DW, F32)                \
+    X(c, bias, bias, IN, OPT, DIM, F32)              \
+    X(c, y, y, OUT, REQ, SEQ, T)
 
-/* dims: rank, n0, n1, n2, n3 from the validated sizes q (selscan__prob; TOK, BC1, CACHE: selscan__stp) */
+/* dims: rank, n0, n1, n2, n3 from the validated sizes q (selscan__prob; TOK, BC1, CACHE: selscan__stp;
+   DW, CROWS: selscan__cprob; CCACHE: selscan__cstp) */
 #define SELSCAN__DIMS_SEQ(q) 3, (q)->batch, (q)->dim, (q)->L, 1     /* (batch, dim, L) */
 #define SELSCAN__DIMS_BC(q) 4, (q)->batch, (q)->G, (q)->N, (q)->L  /* (batch, n_groups, N, L) */
 #define SELSCAN__DIMS_ROWS(q) 3, (q)->rows, (q)->dim, (q)->N, 1     /* (rows, dim, N) */
@@ -853,15 +873,9 @@ static void selscan__resolve_data(selscan__ten *r, void *data, const int64_t *st
 #define SELSCAN__DIMS_TOK(q) 2, (q)->batch, (q)->dim, 1, 1          /* (batch, dim) */
 #define SELSCAN__DIMS_BC1(q) 3, (q)->batch, (q)->G, (q)->N, 1       /* (batch, n_groups, N) */
 #define SELSCAN__DIMS_CACHE(q) 3, (q)->ncache, (q)->dim, (q)->N, 1  /* (n_cache, dim, N) */
-/* dtype: the element type, and whether the fixed (dim, N) f32 form applies */
-#define SELSCAN__DT_T(q) (q)->dt
-#define SELSCAN__DT_F32(q) SELSCAN_F32
-#define SELSCAN__DT_FIXB(q) (q)->dt
-#define SELSCAN__DT_FIXC(q) (q)->dt
-#define SELSCAN__FIXED_T(q) 0
-#define SELSCAN__FIXED_F32(q) 0
-#define SELSCAN__FIXED_FIXB(q) (q)->fixB
-#define SELSCAN__FIXED_FIXC(q) (q)->fixC
+#define SELSCAN__DIMS_DW(q) 2, (q)->dim, (q)->W, 1, 1               /* conv: (dim, W) */
+#define SELSCAN__DIMS_CROWS(q) 3, (q)->rows, (q)->dim, (q)->W - 1, 1 /* conv: (rows, dim, W-1) */
+#define SELSCAN__DIMS_CCACHE(q) 3, (q)->ncache, (q)->dim, (q)->S, 1 /* conv step: (n_cache, dim, state_len) */
 /* need: 1 when the operand must be present (fwd: the call needs y) */
 #define SELSCAN__NEED_REQ(fwd) 1
 #define SELSCAN__NEED_FWD(fwd) (fwd)
@@ -880,14 +894,18 @@ static void selscan__resolve_data(selscan__ten *r, void *data, const int64_t *st
    whether the call needs y, d the diag */
 #define SELSCAN__OPD_NULL(c, field, ten, io, need, dims, dtype) \
     if (SELSCAN__NEED_##need(need_y) && !(c)->field.data) SELSCAN__FAIL(d, SELSCAN_ERR_NULL, #field, MISSING);
-/* resolve c->field into dst->ten (sizes from q, diag d): `LIST(SELSCAN__OPD_RESOLVE, p)` with dst, q, d in scope */
-#define SELSCAN__OPD_RESOLVE(c, field, ten, io, need, dims, dtype)                                                  \
-    if (SELSCAN__FIXED_##dtype(q))                                                                                  \
-        selscan__resolve_data(&dst->ten, SELSCAN__UNCONST((c)->field.data), (c)->field.stride, #field,               \
-                              "overlaps " #field, d, SELSCAN__DIMS_DN(q), SELSCAN_F32);                             \
-    else                                                                                                            \
-        selscan__resolve_data(&dst->ten, SELSCAN__UNCONST((c)->field.data), (c)->field.stride, #field,               \
-                              "overlaps " #field, d, SELSCAN__DIMS_##dims(q), SELSCAN__DT_##dtype(q));
+/* resolve c->field into dst->ten (sizes from q, diag d): `LIST(SELSCAN__OPD_RESOLVE, p)` with dst, q, d
+   in scope. By the dtype column: T the problem's dtype, F32, FIXB / FIXC: (dim, N) f32 when fixed. */
+#define SELSCAN__OPD_RESOLVE(c, field, ten, io, need, dims, dtype) SELSCAN__RESOLVE_##dtype(c, field, ten, dims)
+#define SELSCAN__RESOLVE_AS(c, field, ten, dims, dt)                                                                \
+    selscan__resolve_data(&dst->ten, SELSCAN__UNCONST((c)->field.data), (c)->field.stride, #field, "overlaps " #field, \
+                          d, SELSCAN__DIMS_##dims(q), dt);
+#define SELSCAN__RESOLVE_T(c, field, ten, dims) SELSCAN__RESOLVE_AS(c, field, ten, dims, q->dt)
+#define SELSCAN__RESOLVE_F32(c, field, ten, dims) SELSCAN__RESOLVE_AS(c, field, ten, dims, SELSCAN_F32)
+#define SELSCAN__RESOLVE_FIXB(c, field, ten, dims) \
+    if (q->fixB) SELSCAN__RESOLVE_AS(c, field, ten, DN, SELSCAN_F32) else SELSCAN__RESOLVE_AS(c, field, ten, dims, q->dt)
+#define SELSCAN__RESOLVE_FIXC(c, field, ten, dims) \
+    if (q->fixC) SELSCAN__RESOLVE_AS(c, field, ten, DN, SELSCAN_F32) else SELSCAN__RESOLVE_AS(c, field, ten, dims, q->dt)
 #define SELSCAN__COUNT(a) SELSCAN__CAST(int, sizeof(a) / sizeof((a)[0]))
 
 /* Byte span [lo, hi) of a tensor; 0 if a stride is negative or the span overflows. */
@@ -1710,9 +1728,7 @@ static SELSCAN__MAYBE_UNUSED selscan_status selscan__conv_check_problem(const se
     if (p->dim <= 0) SELSCAN__FAIL(d, SELSCAN_ERR_SHAPE, "dim", NOT_POSITIVE);
     if (p->seqlen <= 0) SELSCAN__FAIL(d, SELSCAN_ERR_SHAPE, "seqlen", NOT_POSITIVE);
     if ((st = selscan__conv_check_width(p->width, d)) != SELSCAN_OK) return st;
-    if (!p->x.data) SELSCAN__FAIL(d, SELSCAN_ERR_NULL, "x", MISSING);
-    if (!p->weight.data) SELSCAN__FAIL(d, SELSCAN_ERR_NULL, "weight", MISSING);
-    if (need_y && !p->y.data) SELSCAN__FAIL(d, SELSCAN_ERR_NULL, "y", MISSING);
+    SELSCAN__CONV_OPERANDS(SELSCAN__OPD_NULL, p) /* x, weight; y when need_y */
     if (p->cu_seqlens) { /* the scan's rules (selscan__check_problem) */
         if (p->batch != 1) SELSCAN__FAIL(d, SELSCAN_ERR_SHAPE, "batch", BATCH_NOT_1);
         if (p->n_seqs <= 0 || !selscan__count_ok(p->n_seqs, p->dim, p->width, 1))
@@ -1732,15 +1748,13 @@ static SELSCAN__MAYBE_UNUSED selscan_status selscan__conv_check_problem(const se
     q->cu = p->cu_seqlens; q->nseq = p->n_seqs;
     if (!selscan__count_ok(q->batch, q->dim, q->L, 1) || !selscan__count_ok(q->rows, q->dim, q->W, 1))
         SELSCAN__FAIL(d, SELSCAN_ERR_SHAPE, "problem", COUNT_OVERFLOWS);
-    selscan__resolve(&q->x, &p->x, "x", d, 3, q->batch, q->dim, q->L, 1, q->dt);
-    selscan__resolve(&q->y, &p->y, "y", d, 3, q->batch, q->dim, q->L, 1, q->dt);
-    selscan__resolve(&q->w, &p->weight, "weight", d, 2, q->dim, q->W, 1, 1, SELSCAN_F32);
-    selscan__resolve(&q->bias, &p->bias, "bias", d, 1, q->dim, 1, 1, 1, SELSCAN_F32);
-    selscan__resolve(&q->h0, &p->init_state, "init_state", d, 3, q->rows, q->dim, q->W - 1, 1, q->dt);
-    selscan__resolve(&q->hlast, &p->final_state, "final_state", d, 3, q->rows, q->dim, q->W - 1, 1, q->dt);
     {
-        const selscan__ten *ins[] = {&q->x, &q->w, &q->bias, &q->h0};
-        for (i = 0; i < 4; i++)
+        selscan__cprob *dst = q;
+        SELSCAN__CONV_OPERANDS(SELSCAN__OPD_RESOLVE, p)
+    }
+    {
+        const selscan__ten *ins[] = {SELSCAN__CONV_OPERANDS(SELSCAN__OPD_INS, q)};
+        for (i = 0; i < SELSCAN__COUNT(ins); i++)
             if ((st = selscan__check_strides(ins[i], 0)) != SELSCAN_OK) return st;
     }
     return SELSCAN_OK;
@@ -1751,12 +1765,13 @@ static SELSCAN__MAYBE_UNUSED selscan_status selscan__conv_validate_forward(const
                                                                           selscan__cprob *q) {
     selscan_status st = selscan__conv_check_problem(p, q, 1);
     if (st != SELSCAN_OK) return st;
-    if ((st = selscan__check_strides(&q->y, 1)) != SELSCAN_OK) return st;
-    if ((st = selscan__check_strides(&q->hlast, 1)) != SELSCAN_OK) return st;
     {
-        const selscan__ten *outs[] = {&q->y, &q->hlast};
-        const selscan__ten *ins[] = {&q->x, &q->w, &q->bias, &q->h0};
-        return selscan__check_alias_d(outs, 2, ins, 4, q->cu, q->cu ? (q->nseq + 1) * 8 : 0, "overlaps cu_seqlens",
+        const selscan__ten *outs[] = {SELSCAN__CONV_OPERANDS(SELSCAN__OPD_OUTS, q)}; /* y, final_state */
+        const selscan__ten *ins[] = {SELSCAN__CONV_OPERANDS(SELSCAN__OPD_INS, q)};
+        int i;
+        for (i = 0; i < SELSCAN__COUNT(outs); i++)
+            if ((st = selscan__check_strides(outs[i], 1)) != SELSCAN_OK) return st;
+        return selscan__check_alias_d(outs, SELSCAN__COUNT(outs), ins, SELSCAN__COUNT(ins), q->cu, q->cu ? (q->nseq + 1) * 8 : 0, "overlaps cu_seqlens",
                                       NULL, 0, q->diag);
     }
 }
@@ -1772,20 +1787,19 @@ static SELSCAN__MAYBE_UNUSED selscan_status selscan__conv_validate_backward(cons
     d = q->diag;
     if (!g) SELSCAN__FAIL(d, SELSCAN_ERR_NULL, "grads", MISSING);
     if (!g->dy.data) SELSCAN__FAIL(d, SELSCAN_ERR_NULL, "dy", MISSING);
-    selscan__resolve(&r->dy, &g->dy, "dy", d, 3, q->batch, q->dim, q->L, 1, q->dt);
-    selscan__resolve(&r->dhlast, &g->dfinal_state, "dfinal_state", d, 3, q->rows, q->dim, q->W - 1, 1, q->dt);
-    selscan__resolve(&r->dx, &g->dx, "dx", d, 3, q->batch, q->dim, q->L, 1, q->dt);
-    selscan__resolve(&r->dw, &g->dweight, "dweight", d, 2, q->dim, q->W, 1, 1, SELSCAN_F32);
-    selscan__resolve(&r->dbias, &g->dbias, "dbias", d, 1, q->dim, 1, 1, 1, SELSCAN_F32);
-    selscan__resolve(&r->dh0, &g->dinit_state, "dinit_state", d, 3, q->rows, q->dim, q->W - 1, 1, q->dt);
-    if ((st = selscan__check_strides(&r->dy, 0)) != SELSCAN_OK) return st;
-    if ((st = selscan__check_strides(&r->dhlast, 0)) != SELSCAN_OK) return st;
     {
-        const selscan__ten *outs[] = {&r->dx, &r->dw, &r->dbias, &r->dh0};
-        const selscan__ten *ins[] = {&q->x, &q->w, &q->bias, &q->h0, &r->dy, &r->dhlast};
-        for (i = 0; i < 4; i++)
+        selscan__cgrd *dst = r;
+        SELSCAN__CONV_GRAD_OPERANDS(SELSCAN__OPD_RESOLVE, g)
+    }
+    {
+        const selscan__ten *gins[] = {SELSCAN__CONV_GRAD_OPERANDS(SELSCAN__OPD_INS, r)}; /* dy, dfinal_state */
+        const selscan__ten *outs[] = {SELSCAN__CONV_GRAD_OPERANDS(SELSCAN__OPD_OUTS, r)};
+        const selscan__ten *ins[] = {SELSCAN__CONV_OPERANDS(SELSCAN__OPD_INS, q) SELSCAN__CONV_GRAD_OPERANDS(SELSCAN__OPD_INS, r)};
+        for (i = 0; i < SELSCAN__COUNT(gins); i++)
+            if ((st = selscan__check_strides(gins[i], 0)) != SELSCAN_OK) return st;
+        for (i = 0; i < SELSCAN__COUNT(outs); i++)
             if ((st = selscan__check_strides(outs[i], 1)) != SELSCAN_OK) return st;
-        return selscan__check_alias_d(outs, 4, ins, 6, q->cu, q->cu ? (q->nseq + 1) * 8 : 0, "overlaps cu_seqlens",
+        return selscan__check_alias_d(outs, SELSCAN__COUNT(outs), ins, SELSCAN__COUNT(ins), q->cu, q->cu ? (q->nseq + 1) * 8 : 0, "overlaps cu_seqlens",
                                       NULL, 0, d);
     }
 }
@@ -1815,10 +1829,7 @@ static SELSCAN__MAYBE_UNUSED selscan_status selscan__conv_validate_step_ex(const
         SELSCAN__FAIL(d, SELSCAN_ERR_SHAPE, "n_cache", NOT_BATCH);
     if (s->state_index && !selscan__aligned(s->state_index, 4))
         SELSCAN__FAIL(d, SELSCAN_ERR_SHAPE, "state_index", MISALIGNED);
-    if (!s->state.data) SELSCAN__FAIL(d, SELSCAN_ERR_NULL, "state", MISSING);
-    if (!s->x.data) SELSCAN__FAIL(d, SELSCAN_ERR_NULL, "x", MISSING);
-    if (!s->weight.data) SELSCAN__FAIL(d, SELSCAN_ERR_NULL, "weight", MISSING);
-    if (!s->y.data) SELSCAN__FAIL(d, SELSCAN_ERR_NULL, "y", MISSING);
+    SELSCAN__CONV_STEP_OPERANDS(SELSCAN__OPD_NULL, s) /* state, x, weight, y */
     q->batch = s->batch; q->dim = s->dim; q->W = s->width; q->S = s->state_len;
     q->dt = s->dtype;
     q->silu = (s->flags & SELSCAN_CONV_SILU) != 0;
@@ -1831,19 +1842,18 @@ static SELSCAN__MAYBE_UNUSED selscan_status selscan__conv_validate_step_ex(const
             if (q->idx[i] >= q->ncache) SELSCAN__FAIL(d, SELSCAN_ERR_SHAPE, "state_index", INDEX_RANGE);
         if (!selscan__idx_unique(q->idx, q->batch)) SELSCAN__FAIL(d, SELSCAN_ERR_ALIAS, "state_index", ROW_TWICE);
     }
-    selscan__resolve(&q->state, &s->state, "state", d, 3, q->ncache, q->dim, q->S, 1, q->dt);
-    selscan__resolve(&q->x, &s->x, "x", d, 3, q->batch, q->dim, q->L, 1, q->dt);
-    selscan__resolve(&q->y, &s->y, "y", d, 3, q->batch, q->dim, q->L, 1, q->dt);
-    selscan__resolve(&q->w, &s->weight, "weight", d, 2, q->dim, q->W, 1, 1, SELSCAN_F32);
-    selscan__resolve(&q->bias, &s->bias, "bias", d, 1, q->dim, 1, 1, 1, SELSCAN_F32);
     {
-        const selscan__ten *ins[] = {&q->x, &q->w, &q->bias};
-        const selscan__ten *outs[] = {&q->state, &q->y};
-        for (i = 0; i < 3; i++)
+        selscan__cstp *dst = q;
+        SELSCAN__CONV_STEP_OPERANDS(SELSCAN__OPD_RESOLVE, s)
+    }
+    {
+        const selscan__ten *ins[] = {SELSCAN__CONV_STEP_OPERANDS(SELSCAN__OPD_INS, q)};
+        const selscan__ten *outs[] = {SELSCAN__CONV_STEP_OPERANDS(SELSCAN__OPD_OUTS, q)}; /* state, y */
+        for (i = 0; i < SELSCAN__COUNT(ins); i++)
             if ((st = selscan__check_strides(ins[i], 0)) != SELSCAN_OK) return st;
-        for (i = 0; i < 2; i++)
+        for (i = 0; i < SELSCAN__COUNT(outs); i++)
             if ((st = selscan__check_strides(outs[i], 1)) != SELSCAN_OK) return st;
-        return selscan__check_alias_d(outs, 2, ins, 3, q->idx, q->idx ? q->batch * 4 : 0, "overlaps state_index", NULL,
+        return selscan__check_alias_d(outs, SELSCAN__COUNT(outs), ins, SELSCAN__COUNT(ins), q->idx, q->idx ? q->batch * 4 : 0, "overlaps state_index", NULL,
                                       0, d);
     }
 }
