@@ -17,8 +17,9 @@
  * CONTENTS (grep the >>tag)
  *     >>api          types, flags, status codes, every public declaration; >>conv-api the causal
  *                    conv1d's math, operands, types and entry points
- *     >>impl         implementation (SELSCAN_IMPLEMENTATION): >>convert dtype conversions,
- *                    >>validation shapes / strides / aliasing / diag, >>reference the scalar
+ *     >>impl         implementation (SELSCAN_IMPLEMENTATION): >>convert dtype conversions (and
+ *                    the "adding a dtype" checklist), >>validation shapes / strides / aliasing /
+ *                    diag (>>operands: the operand tables it runs on), >>reference the scalar
  *                    oracle, >>step step validation and reference, >>conv the conv's validation
  *                    and >>conv-reference its scalar oracle, >>fast the fast CPU path
  *                    (>>fast-tiles, >>fast-isa, >>fast-drivers, >>fast-parts, ...), >>conv-entry
@@ -94,10 +95,12 @@
  *     B, C (SELSCAN_FIXED_*)  (dim, N)                  f32
  *     D, delta_bias           (dim)                     f32      optional
  *     h0, h_last              (rows, dim, N)            f32      optional; rows = batch or n_seqs
- *     dy, du, ddelta, dz      like u                    T
- *     dA, dD, ddelta_bias     like A, D                 f32
- *     dB, dC                  like B, C                 T (variable) or f32 (fixed)
- *     dh_last, dh0            like h0                   f32
+ *     dy                      like y                    T
+ *     dh_last                 like h_last               f32      optional
+ *     du, ddelta, dz          like u                    T        optional (every gradient out)
+ *     dA, dD, ddelta_bias     like A, D                 f32      optional
+ *     dB, dC                  like B, C                 T / f32  optional; T (variable), f32 (fixed)
+ *     dh0                     like h0                   f32      optional
  *
  * Every tensor is a data pointer plus element strides, one per logical dimension in the order
  * above (stride[0] for the first). All strides 0 means contiguous in that order. So both the
@@ -235,14 +238,60 @@ typedef struct selscan_out_tensor {
 
 /* Optional: which operand and which rule an error status is about. Give a pointer to one in
    selscan_problem.diag / selscan_step_problem.diag; on an error status every validate function,
-   size query and CPU entry point stores two static strings there, e.g. {"dB", "overlaps dC"},
+   size query and CPU entry point stores two static strings and a code there, e.g. {"dB",
+   "overlaps dC", SELSCAN_RULE_OVERLAPS}, {"workspace", "too small", SELSCAN_RULE_TOO_SMALL},
    {"workspace", "too small"}, {"cu_seqlens", "not increasing"}, {"n_parts", "out of range"};
    nothing is written on SELSCAN_OK. No allocation, no printing. (A NULL problem pointer has no
    diag to write to.) With the parts API every part stores the same strings: give each thread its
    own copy of the problem (or leave diag NULL). */
+/* Validation rules: one list, expanded into the enum selscan_rule (stable codes: match these, not
+   the text) and into selscan_rule_string() / selscan_rule_name(). Codes are only ever appended. The
+   text is selscan_diag.rule, except for SELSCAN_RULE_OVERLAPS, whose rule names the operand it
+   overlaps ("overlaps dC", "overlaps workspace", "overlaps cu_seqlens"). */
+#define SELSCAN__RULE_LIST(X)                                                                      \
+    X(SELSCAN_RULE_NONE, "")                                /* nothing stored (SELSCAN_OK) */        \
+    X(SELSCAN_RULE_MISSING, "missing")                      /* a required pointer is NULL */         \
+    X(SELSCAN_RULE_MISSING_N_SEQS, "missing (n_seqs given)")                                        \
+    X(SELSCAN_RULE_WITHOUT_Z, "asked for without z")        /* dz without z */                       \
+    X(SELSCAN_RULE_NOT_POSITIVE, "not positive")                                                    \
+    X(SELSCAN_RULE_NEGATIVE, "negative")                                                            \
+    X(SELSCAN_RULE_OUT_OF_RANGE, "out of range")                                                    \
+    X(SELSCAN_RULE_NOT_DIVIDING, "does not divide dim")     /* n_groups */                           \
+    X(SELSCAN_RULE_BATCH_NOT_1, "not 1 with cu_seqlens")                                            \
+    X(SELSCAN_RULE_FIRST_OFFSET, "first offset not 0")                                              \
+    X(SELSCAN_RULE_LAST_OFFSET, "last offset not seqlen")                                           \
+    X(SELSCAN_RULE_NOT_INCREASING, "not increasing")                                                \
+    X(SELSCAN_RULE_INDEX_RANGE, "not below n_cache")        /* state_index */                        \
+    X(SELSCAN_RULE_NOT_BATCH, "not batch without state_index") /* n_cache */                         \
+    X(SELSCAN_RULE_ROW_TWICE, "row used twice")             /* state_index */                        \
+    X(SELSCAN_RULE_WIDTH, "not 2 to 4")                     /* the conv's width */                   \
+    X(SELSCAN_RULE_BELOW_WIDTH, "below width - 1")          /* the conv step's state_len */          \
+    X(SELSCAN_RULE_COUNT_OVERFLOWS, "element count overflows")                                      \
+    X(SELSCAN_RULE_SIZE_OVERFLOWS, "size overflows")        /* workspace / checkpoint bytes */       \
+    X(SELSCAN_RULE_UNKNOWN_DTYPE, "unknown dtype")                                                  \
+    X(SELSCAN_RULE_UNKNOWN_FLAG, "unknown flag")                                                    \
+    X(SELSCAN_RULE_MISALIGNED, "misaligned")                                                        \
+    X(SELSCAN_RULE_NOT_FLOAT_ALIGNED, "not float-aligned")  /* checkpoint */                         \
+    X(SELSCAN_RULE_NEGATIVE_STRIDE, "negative stride")                                              \
+    X(SELSCAN_RULE_SPAN_OVERFLOWS, "span overflows")                                                \
+    X(SELSCAN_RULE_ELEMENTS_OVERLAP, "elements overlap")    /* an output's own elements */           \
+    X(SELSCAN_RULE_OVERLAPS, "overlaps another operand")    /* rule: "overlaps <operand>" */         \
+    X(SELSCAN_RULE_TOO_SMALL, "too small")                  /* workspace / checkpoint */             \
+    X(SELSCAN_RULE_NULL, "null")                            /* CUDA: workspace NULL */               \
+    X(SELSCAN_RULE_ALLOC_FAILED, "allocation failed")       /* CUDA: workspace_alloc */              \
+    X(SELSCAN_RULE_MISSING_PACKED, "missing (packed sequences)") /* CUDA: cu_seqlens_device */       \
+    X(SELSCAN_RULE_GRID, "grid over 2^31 - 1 blocks")       /* CUDA */                               \
+    X(SELSCAN_RULE_DSTATE_CUDA, "over 512 (CUDA)")          /* CUDA */                               \
+    X(SELSCAN_RULE_NO_STEP_KERNEL, "no step kernel of that shape (tuning)") /* CUDA, tuning only */
+
+#define SELSCAN__RULE_ENUM(name, text) name,
+typedef enum selscan_rule { SELSCAN__RULE_LIST(SELSCAN__RULE_ENUM) SELSCAN__RULE_COUNT } selscan_rule;
+#undef SELSCAN__RULE_ENUM
+
 typedef struct selscan_diag {
     const char *operand; /* "u", "delta", ..., "dB", "workspace", "checkpoint", "n_parts", ... */
     const char *rule;    /* e.g. "negative stride", "overlaps dC", "too small" */
+    selscan_rule code;   /* the rule's stable code (SELSCAN_RULE_*): what tests and bindings match */
 } selscan_diag;
 
 typedef struct selscan_problem {
@@ -261,16 +310,19 @@ typedef struct selscan_grads {
     selscan_out_tensor du, ddelta, dA, dB, dC, dD, dz, ddelta_bias, dh0; /* outgoing, each optional */
 } selscan_grads;
 
-/* One decode step for a batch of cached states (the scan's operand names, L = 1).
-     state       (n_cache, dim, N) f32, read and written in place; n_cache 0 means batch
-     u, delta, z, y (batch, dim) T; z optional
-     B, C        (batch, n_groups, N) T, or (dim, N) f32 with SELSCAN_FIXED_B / SELSCAN_FIXED_C
-     A (dim, N), D and delta_bias (dim): f32
+/* One decode step for a batch of cached states (the scan's operand names, L = 1). STEP OPERANDS:
+     state                   (n_cache, dim, N)       f32      read and written in place
+     u, delta, z, y          (batch, dim)            T        z optional
+     A                       (dim, N)                f32
+     B, C (variable)         (batch, n_groups, N)    T
+     B, C (SELSCAN_FIXED_*)  (dim, N)                f32
+     D, delta_bias           (dim)                   f32      optional
      state_index optional, batch int32 values: the state row of each batch row (row i when NULL);
                  a negative value marks padding: y is 0 for that row and no state is touched.
                  On the CPU the indices are validated (< n_cache, no row used twice:
                  SELSCAN_ERR_SHAPE / SELSCAN_ERR_ALIAS). On CUDA they live in device memory and
-                 cannot be read by the host: rows >= n_cache are treated as padding there. */
+                 cannot be read by the host: rows >= n_cache are treated as padding there.
+     n_cache 0 means batch. */
 typedef struct selscan_step_problem {
     int64_t batch, dim, dstate, n_groups, n_cache;
     selscan_dtype dtype;
@@ -361,6 +413,10 @@ typedef struct selscan_conv_step_problem {
 SELSCAN_DEF const char *selscan_status_string(selscan_status s);
 /* The enumerator's name of a status ("SELSCAN_ERR_SHAPE"), for error messages that name it. */
 SELSCAN_DEF const char *selscan_status_name(selscan_status s);
+/* A rule's text ("too small"; SELSCAN_RULE_OVERLAPS: "overlaps another operand") and its
+   enumerator's name ("SELSCAN_RULE_TOO_SMALL"); "unknown rule" out of range. */
+SELSCAN_DEF const char *selscan_rule_string(selscan_rule r);
+SELSCAN_DEF const char *selscan_rule_name(selscan_rule r);
 SELSCAN_DEF selscan_status selscan_validate(const selscan_problem *p);
 SELSCAN_DEF selscan_status selscan_validate_grads(const selscan_problem *p, const selscan_grads *g);
 SELSCAN_DEF selscan_status selscan_validate_step(const selscan_step_problem *s);
@@ -507,10 +563,54 @@ SELSCAN_DEF const char *selscan_status_name(selscan_status s) {
     return names[s];
 }
 
+SELSCAN_DEF const char *selscan_rule_string(selscan_rule r) {
+#define SELSCAN__RULE_TEXT(name, text) text,
+    static const char *const texts[] = {SELSCAN__RULE_LIST(SELSCAN__RULE_TEXT)};
+#undef SELSCAN__RULE_TEXT
+    if (SELSCAN__CAST(int, r) < 0 || SELSCAN__CAST(int, r) >= SELSCAN__CAST(int, SELSCAN__RULE_COUNT)) return "unknown rule";
+    return texts[r];
+}
+
+SELSCAN_DEF const char *selscan_rule_name(selscan_rule r) {
+#define SELSCAN__RULE_NAME(name, text) #name,
+    static const char *const names[] = {SELSCAN__RULE_LIST(SELSCAN__RULE_NAME)};
+#undef SELSCAN__RULE_NAME
+    if (SELSCAN__CAST(int, r) < 0 || SELSCAN__CAST(int, r) >= SELSCAN__CAST(int, SELSCAN__RULE_COUNT)) return "unknown rule";
+    return names[r];
+}
+
 #endif /* SELSCAN_VALIDATION_ONLY */
 /* --------------------------------------------------------------------------------------------- */
 /* >>convert                         dtype conversion                                            */
 /* --------------------------------------------------------------------------------------------- */
+
+/* ADDING A DTYPE: every place one touches (grep the names; keep this list current).
+   selscan.h
+     >>api         enum selscan_dtype (append: the values are ABI); the OPERANDS texts (scan and
+                   >>conv-api: T is "f32, f16 or bf16"), the default quiet NaN per dtype in WHAT
+                   IT COMPUTES; public converters if it needs them
+     >>convert     its to-f32 / from-f32 conversion (round to nearest even, NaN stays NaN) and
+                   selscan__load / selscan__store (the element access of every scalar path)
+     >>validation  selscan__dtype_ok (the last valid value), selscan__dtype_size
+     >>fast-tiles  selscan__cvt_row / the tile stores (the fast path's loads and stores, any ISA)
+     >>isa-avx2    selscan__ld8_avx2 / selscan__st8_avx2 (F16C for f16; bf16 by shifts),
+                   selscan__prefetch_rows_avx2's element size; >>isa-avx512, >>isa-neon likewise
+                   where they load T directly; f32-only shortcuts (q->dt == SELSCAN_F32 tests in
+                   >>fast-drivers) stay as they are
+   selscan_cuda.cuh
+     selscan_cuda_detail::with_dtype: the one selscan_dtype -> element type switch (every launch
+                   goes through it), plus ld<T> / st<T> for the element type
+     h16 / kparams::bf16: bwd_kernel is compiled once for both 2-byte types, a runtime flag picks
+                   bf16 (set where kparams is filled: P.bf16 = ...); a third 2-byte type needs a
+                   flag value there, a wider one its own bwd_kernel<T> instance
+     f32-vs-2-byte tuning choices (short_steps and the launchers test dt == SELSCAN_F32):
+                   decide per dtype
+   bindings/   each framework's dtype -> selscan_dtype map (torch: DtypeOf in selscan_torch.cpp,
+               tf: DtypeOf<T> in selscan_tf_common.h, onnxruntime: its ONNX element types) and
+               the dtype lists the ops register
+   tests/      common.h (tc_round, tc_encode, tc_esize, tc_dtname, the tolerances TOL_*_<dtype>) and
+               the dtype loops of the suites (test_forward, test_backward, test_fast, test_conv,
+               test_cuda*) */
 
 #ifndef SELSCAN_VALIDATION_ONLY
 static uint32_t selscan__f32_bits(float f) { uint32_t u; memcpy(&u, &f, 4); return u; }
@@ -583,20 +683,35 @@ static size_t selscan__dtype_size(selscan_dtype t) { return t == SELSCAN_F32 ? 4
 
 /* ---- diagnostics: every failing check names its operand and rule (selscan_diag) ---- */
 
-/* Stores (operand, rule) into d when d is non-NULL; both are static strings. The CUDA side calls
-   it too (selscan_cuda.cuh). */
-static void selscan__diag_set(selscan_diag *d, const char *operand, const char *rule) {
+/* Stores (operand, code, rule text) into d when d is non-NULL; the strings are static. The CUDA
+   side calls these too (selscan_cuda.cuh). */
+static void selscan__diag_set(selscan_diag *d, const char *operand, selscan_rule code, const char *rule) {
     if (d) {
         d->operand = operand;
         d->rule = rule;
+        d->code = code;
     }
 }
-static selscan_status selscan__fail(selscan_diag *d, selscan_status st, const char *operand, const char *rule) {
-    selscan__diag_set(d, operand, rule);
+/* a rule's text (selscan_rule_string without the public definition: SELSCAN_VALIDATION_ONLY) */
+static const char *selscan__rule_text(selscan_rule code) {
+#define SELSCAN__RULE_TEXT(name, text) text,
+    static const char *const texts[] = {SELSCAN__RULE_LIST(SELSCAN__RULE_TEXT)};
+#undef SELSCAN__RULE_TEXT
+    return SELSCAN__CAST(int, code) >= 0 && SELSCAN__CAST(int, code) < SELSCAN__CAST(int, SELSCAN__RULE_COUNT) ? texts[code] : "";
+}
+static selscan_status selscan__fail(selscan_diag *d, selscan_status st, const char *operand, selscan_rule code) {
+    selscan__diag_set(d, operand, code, selscan__rule_text(code));
     return st;
 }
-/* return status st, naming operand and rule in diag d */
-#define SELSCAN__FAIL(d, st, operand, rule) return selscan__fail((d), (st), (operand), (rule))
+/* SELSCAN_ERR_ALIAS, SELSCAN_RULE_OVERLAPS, with the rule text naming the other operand */
+static selscan_status selscan__fail_ovl(selscan_diag *d, const char *operand, const char *ovl) {
+    selscan__diag_set(d, operand, SELSCAN_RULE_OVERLAPS, ovl);
+    return SELSCAN_ERR_ALIAS;
+}
+/* return status st, naming operand and rule (SELSCAN_RULE_<RULE>) in diag d */
+#define SELSCAN__FAIL(d, st, operand, RULE) return selscan__fail((d), (st), (operand), SELSCAN_RULE_##RULE)
+/* return SELSCAN_ERR_ALIAS: operand overlaps another (ovl: "overlaps <name>") */
+#define SELSCAN__FAIL_OVL(d, operand, ovl) return selscan__fail_ovl((d), (operand), (ovl))
 
 /* A tensor with its strides resolved (defaults filled in) and its shape and dtype attached. */
 typedef struct selscan__ten {
@@ -678,10 +793,125 @@ static void selscan__resolve_data(selscan__ten *r, void *data, const int64_t *st
     }
     for (i = nd; i < 4; i++) r->s[i] = 0;
 }
-/* NAME: a string literal (the operand's name in the API) */
-#define selscan__resolve(r, t, NAME, diag, nd, n0, n1, n2, n3, dt)                                                  \
-    selscan__resolve_data(r, SELSCAN__UNCONST((t)->data), (t)->stride, NAME, "overlaps " NAME, diag, nd, n0, n1, n2, \
-                          n3, dt)
+
+/* ---- >>operands: the operand tables (the OPERANDS lists in the docs, once) ----------------------
+   X(c, field, ten, io, need, dims, dtype), one row per operand, c passed through:
+     field  the public struct's member, also the operand's name in selscan_diag
+     ten    the validated selscan__ten member it resolves into
+     io     IN (read) or OUT (written; the step's state, read and written, is OUT)
+     need   REQ required, FWD required by the forward only (y), OPT optional (NULL data: absent)
+     dims   the logical shape: SELSCAN__DIMS_<dims>(q) gives rank, n0 .. n3 from the sizes q
+     dtype  T (the problem's dtype), F32, or FIXB / FIXC: T, but (dim, N) f32 when SELSCAN_FIXED_B /
+            SELSCAN_FIXED_C is set
+   The order is the order of the checks: which error a call reports first. These drive the
+   missing-operand checks, the resolve calls and the input / output lists of the stride and alias
+   checks; tests/test_operands.c checks the OPERANDS texts (the scan's and the step's) against them
+   (the conv's, in >>conv-api, is not checked: its free-form layout would need its own parser).
+   The CUDA launchers' operand lists (selscan_cuda.cuh) are written by hand: they add buffers of
+   their own and index into the lists. */
+#define SELSCAN__SCAN_OPERANDS(X, c)                 \
+    X(c, u, u, IN, REQ, SEQ, T)                      \
+    X(c, delta, delta, IN, REQ, SEQ, T)              \
+    X(c, A, A, IN, REQ, DN, F32)                     \
+    X(c, B, B, IN, REQ, BC, FIXB)                    \
+    X(c, C, C, IN, REQ, BC, FIXC)                    \
+    X(c, D, D, IN, OPT, DIM, F32)                    \
+    X(c, z, z, IN, OPT, SEQ, T)                      \
+    X(c, delta_bias, bias, IN, OPT, DIM, F32)        \
+    X(c, h0, h0, IN, OPT, ROWS, F32)                 \
+    X(c, y, y, OUT, FWD, SEQ, T)                     \
+    X(c, h_last, hlast, OUT, OPT, ROWS, F32)
+/* the backward's (selscan_grads); dims and dtype are the problem's (dy like y, dB like B, ...) */
+#define SELSCAN__GRAD_OPERANDS(X, c)                 \
+    X(c, dy, dy, IN, REQ, SEQ, T)                    \
+    X(c, dh_last, dhlast, IN, OPT, ROWS, F32)        \
+    X(c, du, du, OUT, OPT, SEQ, T)                   \
+    X(c, ddelta, ddelta, OUT, OPT, SEQ, T)           \
+    X(c, dA, dA, OUT, OPT, DN, F32)                  \
+    X(c, dB, dB, OUT, OPT, BC, FIXB)                 \
+    X(c, dC, dC, OUT, OPT, BC, FIXC)                 \
+    X(c, dD, dD, OUT, OPT, DIM, F32)                 \
+    X(c, dz, dz, OUT, OPT, SEQ, T)                   \
+    X(c, ddelta_bias, dbias, OUT, OPT, DIM, F32)     \
+    X(c, dh0, dh0, OUT, OPT, ROWS, F32)
+/* the decode step's (selscan_step_problem): one token, so no L */
+#define SELSCAN__STEP_OPERANDS(X, c)                 \
+    X(c, state, state, OUT, REQ, CACHE, F32)         \
+    X(c, u, u, IN, REQ, TOK, T)                      \
+    X(c, delta, delta, IN, REQ, TOK, T)              \
+    X(c, A, A, IN, REQ, DN, F32)                     \
+    X(c, B, B, IN, REQ, BC1, FIXB)                   \
+    X(c, C, C, IN, REQ, BC1, FIXC)                   \
+    X(c, D, D, IN, OPT, DIM, F32)                    \
+    X(c, z, z, IN, OPT, TOK, T)                      \
+    X(c, delta_bias, bias, IN, OPT, DIM, F32)        \
+    X(c, y, y, OUT, REQ, TOK, T)
+/* the causal conv's (>>conv-api): selscan_conv_problem, selscan_conv_grads, selscan_conv_step_problem */
+#define SELSCAN__CONV_OPERANDS(X, c)                 \
+    X(c, x, x, IN, REQ, SEQ, T)                      \
+    X(c, weight, w, IN, REQ, DW, F32)                \
+    X(c, bias, bias, IN, OPT, DIM, F32)              \
+    X(c, init_state, h0, IN, OPT, CROWS, T)          \
+    X(c, y, y, OUT, FWD, SEQ, T)                     \
+    X(c, final_state, hlast, OUT, OPT, CROWS, T)
+#define SELSCAN__CONV_GRAD_OPERANDS(X, c)            \
+    X(c, dy, dy, IN, REQ, SEQ, T)                    \
+    X(c, dfinal_state, dhlast, IN, OPT, CROWS, T)    \
+    X(c, dx, dx, OUT, OPT, SEQ, T)                   \
+    X(c, dweight, dw, OUT, OPT, DW, F32)             \
+    X(c, dbias, dbias, OUT, OPT, DIM, F32)           \
+    X(c, dinit_state, dh0, OUT, OPT, CROWS, T)
+#define SELSCAN__CONV_STEP_OPERANDS(X, c)            \
+    X(c, state, state, OUT, REQ, CCACHE, T)          \
+    X(c, x, x, IN, REQ, SEQ, T)                      \
+    X(c, weight, w, IN, REQ, DW, F32)                \
+    X(c, bias, bias, IN, OPT, DIM, F32)              \
+    X(c, y, y, OUT, REQ, SEQ, T)
+
+/* dims: rank, n0, n1, n2, n3 from the validated sizes q (selscan__prob; TOK, BC1, CACHE: selscan__stp;
+   DW, CROWS: selscan__cprob; CCACHE: selscan__cstp) */
+#define SELSCAN__DIMS_SEQ(q) 3, (q)->batch, (q)->dim, (q)->L, 1     /* (batch, dim, L) */
+#define SELSCAN__DIMS_BC(q) 4, (q)->batch, (q)->G, (q)->N, (q)->L  /* (batch, n_groups, N, L) */
+#define SELSCAN__DIMS_ROWS(q) 3, (q)->rows, (q)->dim, (q)->N, 1     /* (rows, dim, N) */
+#define SELSCAN__DIMS_DN(q) 2, (q)->dim, (q)->N, 1, 1               /* (dim, N) */
+#define SELSCAN__DIMS_DIM(q) 1, (q)->dim, 1, 1, 1                   /* (dim) */
+#define SELSCAN__DIMS_TOK(q) 2, (q)->batch, (q)->dim, 1, 1          /* (batch, dim) */
+#define SELSCAN__DIMS_BC1(q) 3, (q)->batch, (q)->G, (q)->N, 1       /* (batch, n_groups, N) */
+#define SELSCAN__DIMS_CACHE(q) 3, (q)->ncache, (q)->dim, (q)->N, 1  /* (n_cache, dim, N) */
+#define SELSCAN__DIMS_DW(q) 2, (q)->dim, (q)->W, 1, 1               /* conv: (dim, W) */
+#define SELSCAN__DIMS_CROWS(q) 3, (q)->rows, (q)->dim, (q)->W - 1, 1 /* conv: (rows, dim, W-1) */
+#define SELSCAN__DIMS_CCACHE(q) 3, (q)->ncache, (q)->dim, (q)->S, 1 /* conv step: (n_cache, dim, state_len) */
+/* need: 1 when the operand must be present (fwd: the call needs y) */
+#define SELSCAN__NEED_REQ(fwd) 1
+#define SELSCAN__NEED_FWD(fwd) (fwd)
+#define SELSCAN__NEED_OPT(fwd) 0
+#define SELSCAN__IS_IN_IN(x) x,
+#define SELSCAN__IS_IN_OUT(x)
+#define SELSCAN__IS_OUT_IN(x)
+#define SELSCAN__IS_OUT_OUT(x) x,
+
+/* Row callbacks. c: the struct (pointer) holding the selscan__ten members. */
+/* &c->ten, for the inputs (OPD_INS) / outputs (OPD_OUTS) / all (OPD_ALL): `{LIST(SELSCAN__OPD_INS, q)}` */
+#define SELSCAN__OPD_INS(c, field, ten, io, need, dims, dtype) SELSCAN__IS_IN_##io(&(c)->ten)
+#define SELSCAN__OPD_OUTS(c, field, ten, io, need, dims, dtype) SELSCAN__IS_OUT_##io(&(c)->ten)
+#define SELSCAN__OPD_ALL(c, field, ten, io, need, dims, dtype) &(c)->ten,
+/* the missing-operand check: c is the public struct (pointer), need_y (in scope for FWD rows)
+   whether the call needs y, d the diag */
+#define SELSCAN__OPD_NULL(c, field, ten, io, need, dims, dtype) \
+    if (SELSCAN__NEED_##need(need_y) && !(c)->field.data) SELSCAN__FAIL(d, SELSCAN_ERR_NULL, #field, MISSING);
+/* resolve c->field into dst->ten (sizes from q, diag d): `LIST(SELSCAN__OPD_RESOLVE, p)` with dst, q, d
+   in scope. By the dtype column: T the problem's dtype, F32, FIXB / FIXC: (dim, N) f32 when fixed. */
+#define SELSCAN__OPD_RESOLVE(c, field, ten, io, need, dims, dtype) SELSCAN__RESOLVE_##dtype(c, field, ten, dims)
+#define SELSCAN__RESOLVE_AS(c, field, ten, dims, dt)                                                                \
+    selscan__resolve_data(&dst->ten, SELSCAN__UNCONST((c)->field.data), (c)->field.stride, #field, "overlaps " #field, \
+                          d, SELSCAN__DIMS_##dims(q), dt);
+#define SELSCAN__RESOLVE_T(c, field, ten, dims) SELSCAN__RESOLVE_AS(c, field, ten, dims, q->dt)
+#define SELSCAN__RESOLVE_F32(c, field, ten, dims) SELSCAN__RESOLVE_AS(c, field, ten, dims, SELSCAN_F32)
+#define SELSCAN__RESOLVE_FIXB(c, field, ten, dims) \
+    if (q->fixB) SELSCAN__RESOLVE_AS(c, field, ten, DN, SELSCAN_F32) else SELSCAN__RESOLVE_AS(c, field, ten, dims, q->dt)
+#define SELSCAN__RESOLVE_FIXC(c, field, ten, dims) \
+    if (q->fixC) SELSCAN__RESOLVE_AS(c, field, ten, DN, SELSCAN_F32) else SELSCAN__RESOLVE_AS(c, field, ten, dims, q->dt)
+#define SELSCAN__COUNT(a) SELSCAN__CAST(int, sizeof(a) / sizeof((a)[0]))
 
 /* Byte span [lo, hi) of a tensor; 0 if a stride is negative or the span overflows. */
 static int selscan__span(const selscan__ten *t, int64_t *bytes) {
@@ -711,10 +941,10 @@ static selscan_status selscan__check_strides(const selscan__ten *t, int is_outpu
     int i, j, k = 0;
     if (!t->data) return SELSCAN_OK;
     if (!selscan__aligned(t->data, selscan__dtype_size(t->dt))) /* misaligned elements */
-        SELSCAN__FAIL(t->diag, SELSCAN_ERR_STRIDE, selscan__name(t), "misaligned");
+        SELSCAN__FAIL(t->diag, SELSCAN_ERR_STRIDE, selscan__name(t), MISALIGNED);
     for (i = 0; i < t->nd; i++)
-        if (t->s[i] < 0) SELSCAN__FAIL(t->diag, SELSCAN_ERR_STRIDE, selscan__name(t), "negative stride");
-    if (!selscan__span(t, &bytes)) SELSCAN__FAIL(t->diag, SELSCAN_ERR_STRIDE, selscan__name(t), "span overflows");
+        if (t->s[i] < 0) SELSCAN__FAIL(t->diag, SELSCAN_ERR_STRIDE, selscan__name(t), NEGATIVE_STRIDE);
+    if (!selscan__span(t, &bytes)) SELSCAN__FAIL(t->diag, SELSCAN_ERR_STRIDE, selscan__name(t), SPAN_OVERFLOWS);
     if (!is_output) return SELSCAN_OK;
     for (i = 0; i < t->nd; i++) {
         if (t->n[i] <= 1) continue;
@@ -724,7 +954,7 @@ static selscan_status selscan__check_strides(const selscan__ten *t, int is_outpu
     {
         int64_t span = 1; /* elements covered by the dimensions so far */
         for (i = 0; i < k; i++) {
-            if (s[i] < span) SELSCAN__FAIL(t->diag, SELSCAN_ERR_STRIDE, selscan__name(t), "elements overlap");
+            if (s[i] < span) SELSCAN__FAIL(t->diag, SELSCAN_ERR_STRIDE, selscan__name(t), ELEMENTS_OVERLAP);
             span = s[i] * (n[i] - 1) + span;
         }
     }
@@ -803,19 +1033,19 @@ static selscan_status selscan__check_alias_d(const selscan__ten *const *outs, in
         if (!outs[i]->data) continue;
         for (j = i + 1; j < nout; j++)
             if (selscan__ten_overlap(outs[i], outs[j]))
-                SELSCAN__FAIL(d, SELSCAN_ERR_ALIAS, selscan__name(outs[i]), selscan__ovl(outs[j]));
+                SELSCAN__FAIL_OVL(d, selscan__name(outs[i]), selscan__ovl(outs[j]));
         for (j = 0; j < nin; j++)
             if (selscan__ten_overlap(outs[i], ins[j]))
-                SELSCAN__FAIL(d, SELSCAN_ERR_ALIAS, selscan__name(outs[i]), selscan__ovl(ins[j]));
+                SELSCAN__FAIL_OVL(d, selscan__name(outs[i]), selscan__ovl(ins[j]));
         if (selscan__overlap(outs[i]->data, bi, extra, extra_bytes))
-            SELSCAN__FAIL(d, SELSCAN_ERR_ALIAS, selscan__name(outs[i]), extra_ovl);
+            SELSCAN__FAIL_OVL(d, selscan__name(outs[i]), extra_ovl);
         if (selscan__overlap(outs[i]->data, bi, ws, ws_bytes))
-            SELSCAN__FAIL(d, SELSCAN_ERR_ALIAS, selscan__name(outs[i]), "overlaps workspace");
+            SELSCAN__FAIL_OVL(d, selscan__name(outs[i]), "overlaps workspace");
     }
     for (j = 0; j < nin; j++)
         if (selscan__overlap(ws, ws_bytes, ins[j]->data, selscan__bytes(ins[j])))
-            SELSCAN__FAIL(d, SELSCAN_ERR_ALIAS, "workspace", selscan__ovl(ins[j]));
-    if (selscan__overlap(ws, ws_bytes, extra, extra_bytes)) SELSCAN__FAIL(d, SELSCAN_ERR_ALIAS, "workspace", extra_ovl);
+            SELSCAN__FAIL_OVL(d, "workspace", selscan__ovl(ins[j]));
+    if (selscan__overlap(ws, ws_bytes, extra, extra_bytes)) SELSCAN__FAIL_OVL(d, "workspace", extra_ovl);
     return SELSCAN_OK;
 }
 
@@ -843,32 +1073,27 @@ static selscan_status selscan__check_problem(const selscan_problem *p, selscan__
     if (!p) return SELSCAN_ERR_NULL;
     d = p->diag;
     q->diag = d;
-    if (!selscan__dtype_ok(p->dtype)) SELSCAN__FAIL(d, SELSCAN_ERR_DTYPE, "dtype", "unknown dtype");
-    if (p->flags & ~SELSCAN__KNOWN_FLAGS) SELSCAN__FAIL(d, SELSCAN_ERR_UNSUPPORTED, "flags", "unknown flag");
+    if (!selscan__dtype_ok(p->dtype)) SELSCAN__FAIL(d, SELSCAN_ERR_DTYPE, "dtype", UNKNOWN_DTYPE);
+    if (p->flags & ~SELSCAN__KNOWN_FLAGS) SELSCAN__FAIL(d, SELSCAN_ERR_UNSUPPORTED, "flags", UNKNOWN_FLAG);
     G = p->n_groups == 0 ? 1 : p->n_groups;
-    if (p->batch <= 0) SELSCAN__FAIL(d, SELSCAN_ERR_SHAPE, "batch", "not positive");
-    if (p->dim <= 0) SELSCAN__FAIL(d, SELSCAN_ERR_SHAPE, "dim", "not positive");
-    if (p->seqlen <= 0) SELSCAN__FAIL(d, SELSCAN_ERR_SHAPE, "seqlen", "not positive");
-    if (p->dstate <= 0) SELSCAN__FAIL(d, SELSCAN_ERR_SHAPE, "dstate", "not positive");
-    if (G <= 0 || p->dim % G != 0) SELSCAN__FAIL(d, SELSCAN_ERR_SHAPE, "n_groups", "does not divide dim");
-    if (!p->u.data) SELSCAN__FAIL(d, SELSCAN_ERR_NULL, "u", "missing");
-    if (!p->delta.data) SELSCAN__FAIL(d, SELSCAN_ERR_NULL, "delta", "missing");
-    if (!p->A.data) SELSCAN__FAIL(d, SELSCAN_ERR_NULL, "A", "missing");
-    if (!p->B.data) SELSCAN__FAIL(d, SELSCAN_ERR_NULL, "B", "missing");
-    if (!p->C.data) SELSCAN__FAIL(d, SELSCAN_ERR_NULL, "C", "missing");
-    if (need_y && !p->y.data) SELSCAN__FAIL(d, SELSCAN_ERR_NULL, "y", "missing");
+    if (p->batch <= 0) SELSCAN__FAIL(d, SELSCAN_ERR_SHAPE, "batch", NOT_POSITIVE);
+    if (p->dim <= 0) SELSCAN__FAIL(d, SELSCAN_ERR_SHAPE, "dim", NOT_POSITIVE);
+    if (p->seqlen <= 0) SELSCAN__FAIL(d, SELSCAN_ERR_SHAPE, "seqlen", NOT_POSITIVE);
+    if (p->dstate <= 0) SELSCAN__FAIL(d, SELSCAN_ERR_SHAPE, "dstate", NOT_POSITIVE);
+    if (G <= 0 || p->dim % G != 0) SELSCAN__FAIL(d, SELSCAN_ERR_SHAPE, "n_groups", NOT_DIVIDING);
+    SELSCAN__SCAN_OPERANDS(SELSCAN__OPD_NULL, p) /* u, delta, A, B, C; y when need_y */
     if (p->cu_seqlens) {
         /* the row count is checked before cu_seqlens[n_seqs] is read (its index must exist) */
-        if (p->batch != 1) SELSCAN__FAIL(d, SELSCAN_ERR_SHAPE, "batch", "not 1 with cu_seqlens");
+        if (p->batch != 1) SELSCAN__FAIL(d, SELSCAN_ERR_SHAPE, "batch", BATCH_NOT_1);
         if (p->n_seqs <= 0 || !selscan__count_ok(p->n_seqs, p->dim, p->dstate, 1))
-            SELSCAN__FAIL(d, SELSCAN_ERR_SHAPE, "n_seqs", "out of range");
-        if (!selscan__aligned(p->cu_seqlens, 8)) SELSCAN__FAIL(d, SELSCAN_ERR_SHAPE, "cu_seqlens", "misaligned");
-        if (p->cu_seqlens[0] != 0) SELSCAN__FAIL(d, SELSCAN_ERR_SHAPE, "cu_seqlens", "first offset not 0");
-        if (p->cu_seqlens[p->n_seqs] != p->seqlen) SELSCAN__FAIL(d, SELSCAN_ERR_SHAPE, "cu_seqlens", "last offset not seqlen");
+            SELSCAN__FAIL(d, SELSCAN_ERR_SHAPE, "n_seqs", OUT_OF_RANGE);
+        if (!selscan__aligned(p->cu_seqlens, 8)) SELSCAN__FAIL(d, SELSCAN_ERR_SHAPE, "cu_seqlens", MISALIGNED);
+        if (p->cu_seqlens[0] != 0) SELSCAN__FAIL(d, SELSCAN_ERR_SHAPE, "cu_seqlens", FIRST_OFFSET);
+        if (p->cu_seqlens[p->n_seqs] != p->seqlen) SELSCAN__FAIL(d, SELSCAN_ERR_SHAPE, "cu_seqlens", LAST_OFFSET);
         for (i = 0; i < p->n_seqs; i++)
-            if (p->cu_seqlens[i + 1] < p->cu_seqlens[i]) SELSCAN__FAIL(d, SELSCAN_ERR_SHAPE, "cu_seqlens", "not increasing");
+            if (p->cu_seqlens[i + 1] < p->cu_seqlens[i]) SELSCAN__FAIL(d, SELSCAN_ERR_SHAPE, "cu_seqlens", NOT_INCREASING);
     } else if (p->n_seqs != 0) {
-        SELSCAN__FAIL(d, SELSCAN_ERR_NULL, "cu_seqlens", "missing (n_seqs given)");
+        SELSCAN__FAIL(d, SELSCAN_ERR_NULL, "cu_seqlens", MISSING_N_SEQS);
     }
     q->batch = p->batch; q->dim = p->dim; q->L = p->seqlen; q->N = p->dstate; q->G = G; q->dpg = p->dim / G;
     q->rows = p->cu_seqlens ? p->n_seqs : p->batch;
@@ -879,23 +1104,14 @@ static selscan_status selscan__check_problem(const selscan_problem *p, selscan__
     q->cu = p->cu_seqlens; q->nseq = p->n_seqs;
     if (!selscan__count_ok(q->batch, q->dim, q->L, 1) || !selscan__count_ok(q->batch, q->G, q->N, q->L) ||
         !selscan__count_ok(q->rows, q->dim, q->N, 1))
-        SELSCAN__FAIL(d, SELSCAN_ERR_SHAPE, "problem", "element count overflows");
-    selscan__resolve(&q->u, &p->u, "u", d, 3, q->batch, q->dim, q->L, 1, q->dt);
-    selscan__resolve(&q->delta, &p->delta, "delta", d, 3, q->batch, q->dim, q->L, 1, q->dt);
-    selscan__resolve(&q->z, &p->z, "z", d, 3, q->batch, q->dim, q->L, 1, q->dt);
-    selscan__resolve(&q->y, &p->y, "y", d, 3, q->batch, q->dim, q->L, 1, q->dt);
-    selscan__resolve(&q->A, &p->A, "A", d, 2, q->dim, q->N, 1, 1, SELSCAN_F32);
-    if (q->fixB) selscan__resolve(&q->B, &p->B, "B", d, 2, q->dim, q->N, 1, 1, SELSCAN_F32);
-    else selscan__resolve(&q->B, &p->B, "B", d, 4, q->batch, q->G, q->N, q->L, q->dt);
-    if (q->fixC) selscan__resolve(&q->C, &p->C, "C", d, 2, q->dim, q->N, 1, 1, SELSCAN_F32);
-    else selscan__resolve(&q->C, &p->C, "C", d, 4, q->batch, q->G, q->N, q->L, q->dt);
-    selscan__resolve(&q->D, &p->D, "D", d, 1, q->dim, 1, 1, 1, SELSCAN_F32);
-    selscan__resolve(&q->bias, &p->delta_bias, "delta_bias", d, 1, q->dim, 1, 1, 1, SELSCAN_F32);
-    selscan__resolve(&q->h0, &p->h0, "h0", d, 3, q->rows, q->dim, q->N, 1, SELSCAN_F32);
-    selscan__resolve(&q->hlast, &p->h_last, "h_last", d, 3, q->rows, q->dim, q->N, 1, SELSCAN_F32);
+        SELSCAN__FAIL(d, SELSCAN_ERR_SHAPE, "problem", COUNT_OVERFLOWS);
     {
-        const selscan__ten *ins[] = {&q->u, &q->delta, &q->A, &q->B, &q->C, &q->D, &q->z, &q->bias, &q->h0};
-        for (i = 0; i < SELSCAN__CAST(int64_t, sizeof ins / sizeof ins[0]); i++)
+        selscan__prob *dst = q;
+        SELSCAN__SCAN_OPERANDS(SELSCAN__OPD_RESOLVE, p)
+    }
+    {
+        const selscan__ten *ins[] = {SELSCAN__SCAN_OPERANDS(SELSCAN__OPD_INS, q)};
+        for (i = 0; i < SELSCAN__COUNT(ins); i++)
             if ((st = selscan__check_strides(ins[i], 0)) != SELSCAN_OK) return st;
     }
     return SELSCAN_OK;
@@ -905,27 +1121,19 @@ static selscan_status selscan__check_grads(const selscan__prob *q, const selscan
     selscan_status st;
     selscan_diag *d = q->diag;
     int i;
-    if (!g) SELSCAN__FAIL(d, SELSCAN_ERR_NULL, "grads", "missing");
-    if (!g->dy.data) SELSCAN__FAIL(d, SELSCAN_ERR_NULL, "dy", "missing");
-    if (g->dz.data && !q->z.data) SELSCAN__FAIL(d, SELSCAN_ERR_NULL, "dz", "asked for without z");
-    selscan__resolve(&r->dy, &g->dy, "dy", d, 3, q->batch, q->dim, q->L, 1, q->dt);
-    selscan__resolve(&r->dhlast, &g->dh_last, "dh_last", d, 3, q->rows, q->dim, q->N, 1, SELSCAN_F32);
-    selscan__resolve(&r->du, &g->du, "du", d, 3, q->batch, q->dim, q->L, 1, q->dt);
-    selscan__resolve(&r->ddelta, &g->ddelta, "ddelta", d, 3, q->batch, q->dim, q->L, 1, q->dt);
-    selscan__resolve(&r->dz, &g->dz, "dz", d, 3, q->batch, q->dim, q->L, 1, q->dt);
-    selscan__resolve(&r->dA, &g->dA, "dA", d, 2, q->dim, q->N, 1, 1, SELSCAN_F32);
-    if (q->fixB) selscan__resolve(&r->dB, &g->dB, "dB", d, 2, q->dim, q->N, 1, 1, SELSCAN_F32);
-    else selscan__resolve(&r->dB, &g->dB, "dB", d, 4, q->batch, q->G, q->N, q->L, q->dt);
-    if (q->fixC) selscan__resolve(&r->dC, &g->dC, "dC", d, 2, q->dim, q->N, 1, 1, SELSCAN_F32);
-    else selscan__resolve(&r->dC, &g->dC, "dC", d, 4, q->batch, q->G, q->N, q->L, q->dt);
-    selscan__resolve(&r->dD, &g->dD, "dD", d, 1, q->dim, 1, 1, 1, SELSCAN_F32);
-    selscan__resolve(&r->dbias, &g->ddelta_bias, "ddelta_bias", d, 1, q->dim, 1, 1, 1, SELSCAN_F32);
-    selscan__resolve(&r->dh0, &g->dh0, "dh0", d, 3, q->rows, q->dim, q->N, 1, SELSCAN_F32);
-    if ((st = selscan__check_strides(&r->dy, 0)) != SELSCAN_OK) return st;
-    if ((st = selscan__check_strides(&r->dhlast, 0)) != SELSCAN_OK) return st;
+    if (!g) SELSCAN__FAIL(d, SELSCAN_ERR_NULL, "grads", MISSING);
+    if (!g->dy.data) SELSCAN__FAIL(d, SELSCAN_ERR_NULL, "dy", MISSING);
+    if (g->dz.data && !q->z.data) SELSCAN__FAIL(d, SELSCAN_ERR_NULL, "dz", WITHOUT_Z);
     {
-        const selscan__ten *outs[] = {&r->du, &r->ddelta, &r->dA, &r->dB, &r->dC, &r->dD, &r->dz, &r->dbias, &r->dh0};
-        for (i = 0; i < 9; i++)
+        selscan__grd *dst = r;
+        SELSCAN__GRAD_OPERANDS(SELSCAN__OPD_RESOLVE, g)
+    }
+    {
+        const selscan__ten *ins[] = {SELSCAN__GRAD_OPERANDS(SELSCAN__OPD_INS, r)};   /* dy, dh_last */
+        const selscan__ten *outs[] = {SELSCAN__GRAD_OPERANDS(SELSCAN__OPD_OUTS, r)}; /* du .. dh0 */
+        for (i = 0; i < SELSCAN__COUNT(ins); i++)
+            if ((st = selscan__check_strides(ins[i], 0)) != SELSCAN_OK) return st;
+        for (i = 0; i < SELSCAN__COUNT(outs); i++)
             if ((st = selscan__check_strides(outs[i], 1)) != SELSCAN_OK) return st;
     }
     return SELSCAN_OK;
@@ -965,12 +1173,12 @@ static int64_t selscan__ws_backward_ref(const selscan__prob *q, const selscan__g
 
 /* An (already aligned-up) workspace of bytes bytes for a need of need bytes (need <= 0: none). */
 static selscan_status selscan__check_ws_d(const void *ws, size_t bytes, int64_t need, selscan_diag *d) {
-    if (!selscan__size_ok(need)) SELSCAN__FAIL(d, SELSCAN_ERR_SHAPE, "workspace", "size overflows"); /* 64 bits / size_t */
+    if (!selscan__size_ok(need)) SELSCAN__FAIL(d, SELSCAN_ERR_SHAPE, "workspace", SIZE_OVERFLOWS); /* 64 bits / size_t */
     if (need <= 0) return SELSCAN_OK;
-    if (!ws) SELSCAN__FAIL(d, SELSCAN_ERR_WORKSPACE, "workspace", "missing");
-    if (bytes < SELSCAN__CAST(size_t, need)) SELSCAN__FAIL(d, SELSCAN_ERR_WORKSPACE, "workspace", "too small");
+    if (!ws) SELSCAN__FAIL(d, SELSCAN_ERR_WORKSPACE, "workspace", MISSING);
+    if (bytes < SELSCAN__CAST(size_t, need)) SELSCAN__FAIL(d, SELSCAN_ERR_WORKSPACE, "workspace", TOO_SMALL);
     if (SELSCAN__RCAST(uintptr_t, ws) % SELSCAN_WORKSPACE_ALIGN != 0)
-        SELSCAN__FAIL(d, SELSCAN_ERR_WORKSPACE, "workspace", "misaligned");
+        SELSCAN__FAIL(d, SELSCAN_ERR_WORKSPACE, "workspace", MISALIGNED);
     return SELSCAN_OK;
 }
 static SELSCAN__MAYBE_UNUSED selscan_status selscan__check_ws(const void *ws, size_t bytes, int64_t need) {
@@ -982,14 +1190,15 @@ static SELSCAN__MAYBE_UNUSED selscan_status selscan__check_ws(const void *ws, si
 static selscan_status selscan__validate_forward_outputs(const selscan__prob *q, const void *ws, size_t ws_bytes,
                                                         int64_t ws_need) {
     selscan_status st;
-    if ((st = selscan__check_strides(&q->y, 1)) != SELSCAN_OK) return st;
-    if ((st = selscan__check_strides(&q->hlast, 1)) != SELSCAN_OK) return st;
+    const selscan__ten *outs[] = {SELSCAN__SCAN_OPERANDS(SELSCAN__OPD_OUTS, q)}; /* y, h_last */
+    const selscan__ten *ins[] = {SELSCAN__SCAN_OPERANDS(SELSCAN__OPD_INS, q)};
+    int i;
+    for (i = 0; i < SELSCAN__COUNT(outs); i++)
+        if ((st = selscan__check_strides(outs[i], 1)) != SELSCAN_OK) return st;
     if (ws_need >= 0 && (st = selscan__check_ws_d(ws, ws_bytes, ws_need, q->diag)) != SELSCAN_OK) return st;
     {
-        const selscan__ten *outs[] = {&q->y, &q->hlast};
-        const selscan__ten *ins[] = {&q->u, &q->delta, &q->A, &q->B, &q->C, &q->D, &q->z, &q->bias, &q->h0};
         int64_t cub = q->cu ? (q->nseq + 1) * 8 : 0;
-        return selscan__check_alias_d(outs, 2, ins, 9, q->cu, cub, "overlaps cu_seqlens", ws_need > 0 ? ws : NULL,
+        return selscan__check_alias_d(outs, SELSCAN__COUNT(outs), ins, SELSCAN__COUNT(ins), q->cu, cub, "overlaps cu_seqlens", ws_need > 0 ? ws : NULL,
                                       ws_need > 0 ? SELSCAN__CAST(int64_t, ws_bytes) : 0, q->diag);
     }
 }
@@ -1011,10 +1220,10 @@ static selscan_status selscan__validate_backward(const selscan_problem *p, const
     need = ws_kind ? selscan__ws_backward_ref(q, r) : -1;
     if (need >= 0 && (st = selscan__check_ws_d(ws, ws_bytes, need, q->diag)) != SELSCAN_OK) return st;
     {
-        const selscan__ten *outs[] = {&r->du, &r->ddelta, &r->dA, &r->dB, &r->dC, &r->dD, &r->dz, &r->dbias, &r->dh0};
-        const selscan__ten *ins[] = {&q->u, &q->delta, &q->A, &q->B, &q->C, &q->D, &q->z, &q->bias, &q->h0, &r->dy, &r->dhlast};
+        const selscan__ten *outs[] = {SELSCAN__GRAD_OPERANDS(SELSCAN__OPD_OUTS, r)};
+        const selscan__ten *ins[] = {SELSCAN__SCAN_OPERANDS(SELSCAN__OPD_INS, q) SELSCAN__GRAD_OPERANDS(SELSCAN__OPD_INS, r)};
         int64_t cub = q->cu ? (q->nseq + 1) * 8 : 0;
-        return selscan__check_alias_d(outs, 9, ins, 11, q->cu, cub, "overlaps cu_seqlens", need > 0 ? ws : NULL,
+        return selscan__check_alias_d(outs, SELSCAN__COUNT(outs), ins, SELSCAN__COUNT(ins), q->cu, cub, "overlaps cu_seqlens", need > 0 ? ws : NULL,
                                       need > 0 ? SELSCAN__CAST(int64_t, ws_bytes) : 0, q->diag);
     }
 }
@@ -1039,7 +1248,7 @@ SELSCAN_DEF selscan_status selscan_workspace_size(const selscan_problem *p, cons
     selscan__grd r;
     selscan_status st;
     int64_t ref, fast;
-    if (!bytes) return selscan__fail(p ? p->diag : NULL, SELSCAN_ERR_NULL, "bytes", "missing");
+    if (!bytes) return selscan__fail(p ? p->diag : NULL, SELSCAN_ERR_NULL, "bytes", SELSCAN_RULE_MISSING);
     if (g) {
         if ((st = selscan__validate_backward(p, g, &q, &r, NULL, 0, 0)) != SELSCAN_OK) return st;
         ref = selscan__ws_backward_ref(&q, &r);
@@ -1051,7 +1260,7 @@ SELSCAN_DEF selscan_status selscan_workspace_size(const selscan_problem *p, cons
     }
     /* enough for the reference and the fast path, plus the alignment slack (any pointer works) */
     if (!selscan__size_ok(ref) || !selscan__size_ok(fast) || !selscan__size_ok(selscan__with_slack(ref > fast ? ref : fast)))
-        return selscan__fail(p->diag, SELSCAN_ERR_SHAPE, "workspace", "size overflows"); /* 64 bits / size_t */
+        return selscan__fail(p->diag, SELSCAN_ERR_SHAPE, "workspace", SELSCAN_RULE_SIZE_OVERFLOWS); /* 64 bits / size_t */
     *bytes = SELSCAN__CAST(size_t, selscan__with_slack(ref > fast ? ref : fast));
     return SELSCAN_OK;
 }
@@ -1368,26 +1577,20 @@ static selscan_status selscan__validate_step_ex(const selscan_step_problem *s, s
     if (!s) return SELSCAN_ERR_NULL;
     d = s->diag;
     q->diag = d;
-    if (!selscan__dtype_ok(s->dtype)) SELSCAN__FAIL(d, SELSCAN_ERR_DTYPE, "dtype", "unknown dtype");
-    if (s->flags & ~SELSCAN__KNOWN_FLAGS) SELSCAN__FAIL(d, SELSCAN_ERR_UNSUPPORTED, "flags", "unknown flag");
+    if (!selscan__dtype_ok(s->dtype)) SELSCAN__FAIL(d, SELSCAN_ERR_DTYPE, "dtype", UNKNOWN_DTYPE);
+    if (s->flags & ~SELSCAN__KNOWN_FLAGS) SELSCAN__FAIL(d, SELSCAN_ERR_UNSUPPORTED, "flags", UNKNOWN_FLAG);
     G = s->n_groups == 0 ? 1 : s->n_groups;
     q->ncache = s->n_cache == 0 ? s->batch : s->n_cache;
-    if (s->batch <= 0) SELSCAN__FAIL(d, SELSCAN_ERR_SHAPE, "batch", "not positive");
-    if (s->dim <= 0) SELSCAN__FAIL(d, SELSCAN_ERR_SHAPE, "dim", "not positive");
-    if (s->dstate <= 0) SELSCAN__FAIL(d, SELSCAN_ERR_SHAPE, "dstate", "not positive");
-    if (G <= 0 || s->dim % G != 0) SELSCAN__FAIL(d, SELSCAN_ERR_SHAPE, "n_groups", "does not divide dim");
-    if (q->ncache <= 0) SELSCAN__FAIL(d, SELSCAN_ERR_SHAPE, "n_cache", "not positive");
+    if (s->batch <= 0) SELSCAN__FAIL(d, SELSCAN_ERR_SHAPE, "batch", NOT_POSITIVE);
+    if (s->dim <= 0) SELSCAN__FAIL(d, SELSCAN_ERR_SHAPE, "dim", NOT_POSITIVE);
+    if (s->dstate <= 0) SELSCAN__FAIL(d, SELSCAN_ERR_SHAPE, "dstate", NOT_POSITIVE);
+    if (G <= 0 || s->dim % G != 0) SELSCAN__FAIL(d, SELSCAN_ERR_SHAPE, "n_groups", NOT_DIVIDING);
+    if (q->ncache <= 0) SELSCAN__FAIL(d, SELSCAN_ERR_SHAPE, "n_cache", NOT_POSITIVE);
     if (!s->state_index && q->ncache != s->batch)
-        SELSCAN__FAIL(d, SELSCAN_ERR_SHAPE, "n_cache", "not batch without state_index");
+        SELSCAN__FAIL(d, SELSCAN_ERR_SHAPE, "n_cache", NOT_BATCH);
     if (s->state_index && !selscan__aligned(s->state_index, 4))
-        SELSCAN__FAIL(d, SELSCAN_ERR_SHAPE, "state_index", "misaligned");
-    if (!s->state.data) SELSCAN__FAIL(d, SELSCAN_ERR_NULL, "state", "missing");
-    if (!s->u.data) SELSCAN__FAIL(d, SELSCAN_ERR_NULL, "u", "missing");
-    if (!s->delta.data) SELSCAN__FAIL(d, SELSCAN_ERR_NULL, "delta", "missing");
-    if (!s->A.data) SELSCAN__FAIL(d, SELSCAN_ERR_NULL, "A", "missing");
-    if (!s->B.data) SELSCAN__FAIL(d, SELSCAN_ERR_NULL, "B", "missing");
-    if (!s->C.data) SELSCAN__FAIL(d, SELSCAN_ERR_NULL, "C", "missing");
-    if (!s->y.data) SELSCAN__FAIL(d, SELSCAN_ERR_NULL, "y", "missing");
+        SELSCAN__FAIL(d, SELSCAN_ERR_SHAPE, "state_index", MISALIGNED);
+    SELSCAN__STEP_OPERANDS(SELSCAN__OPD_NULL, s) /* state, u, delta, A, B, C, y */
     q->batch = s->batch; q->dim = s->dim; q->N = s->dstate; q->G = G; q->dpg = s->dim / G;
     q->dt = s->dtype;
     q->softplus = (s->flags & SELSCAN_DELTA_SOFTPLUS) != 0;
@@ -1396,32 +1599,24 @@ static selscan_status selscan__validate_step_ex(const selscan_step_problem *s, s
     q->idx = s->state_index;
     if (!selscan__count_ok(q->ncache, q->dim, q->N, 1) || !selscan__count_ok(q->batch, q->dim, 1, 1) ||
         !selscan__count_ok(q->batch, q->G, q->N, 1))
-        SELSCAN__FAIL(d, SELSCAN_ERR_SHAPE, "problem", "element count overflows");
+        SELSCAN__FAIL(d, SELSCAN_ERR_SHAPE, "problem", COUNT_OVERFLOWS);
     if (q->idx && idx_on_host) {
         for (i = 0; i < q->batch; i++)
-            if (q->idx[i] >= q->ncache) SELSCAN__FAIL(d, SELSCAN_ERR_SHAPE, "state_index", "not below n_cache");
-        if (!selscan__idx_unique(q->idx, q->batch)) SELSCAN__FAIL(d, SELSCAN_ERR_ALIAS, "state_index", "row used twice");
+            if (q->idx[i] >= q->ncache) SELSCAN__FAIL(d, SELSCAN_ERR_SHAPE, "state_index", INDEX_RANGE);
+        if (!selscan__idx_unique(q->idx, q->batch)) SELSCAN__FAIL(d, SELSCAN_ERR_ALIAS, "state_index", ROW_TWICE);
     }
-    selscan__resolve(&q->state, &s->state, "state", d, 3, q->ncache, q->dim, q->N, 1, SELSCAN_F32);
-    selscan__resolve(&q->u, &s->u, "u", d, 2, q->batch, q->dim, 1, 1, q->dt);
-    selscan__resolve(&q->delta, &s->delta, "delta", d, 2, q->batch, q->dim, 1, 1, q->dt);
-    selscan__resolve(&q->z, &s->z, "z", d, 2, q->batch, q->dim, 1, 1, q->dt);
-    selscan__resolve(&q->y, &s->y, "y", d, 2, q->batch, q->dim, 1, 1, q->dt);
-    selscan__resolve(&q->A, &s->A, "A", d, 2, q->dim, q->N, 1, 1, SELSCAN_F32);
-    if (q->fixB) selscan__resolve(&q->B, &s->B, "B", d, 2, q->dim, q->N, 1, 1, SELSCAN_F32);
-    else selscan__resolve(&q->B, &s->B, "B", d, 3, q->batch, q->G, q->N, 1, q->dt);
-    if (q->fixC) selscan__resolve(&q->C, &s->C, "C", d, 2, q->dim, q->N, 1, 1, SELSCAN_F32);
-    else selscan__resolve(&q->C, &s->C, "C", d, 3, q->batch, q->G, q->N, 1, q->dt);
-    selscan__resolve(&q->D, &s->D, "D", d, 1, q->dim, 1, 1, 1, SELSCAN_F32);
-    selscan__resolve(&q->bias, &s->delta_bias, "delta_bias", d, 1, q->dim, 1, 1, 1, SELSCAN_F32);
     {
-        const selscan__ten *ins[] = {&q->u, &q->delta, &q->A, &q->B, &q->C, &q->D, &q->z, &q->bias};
-        const selscan__ten *outs[] = {&q->state, &q->y};
-        for (i = 0; i < 8; i++)
+        selscan__stp *dst = q;
+        SELSCAN__STEP_OPERANDS(SELSCAN__OPD_RESOLVE, s)
+    }
+    {
+        const selscan__ten *ins[] = {SELSCAN__STEP_OPERANDS(SELSCAN__OPD_INS, q)};
+        const selscan__ten *outs[] = {SELSCAN__STEP_OPERANDS(SELSCAN__OPD_OUTS, q)}; /* state, y */
+        for (i = 0; i < SELSCAN__COUNT(ins); i++)
             if ((st = selscan__check_strides(ins[i], 0)) != SELSCAN_OK) return st;
-        for (i = 0; i < 2; i++)
+        for (i = 0; i < SELSCAN__COUNT(outs); i++)
             if ((st = selscan__check_strides(outs[i], 1)) != SELSCAN_OK) return st;
-        return selscan__check_alias_d(outs, 2, ins, 8, q->idx, q->idx ? q->batch * 4 : 0, "overlaps state_index", NULL, 0,
+        return selscan__check_alias_d(outs, SELSCAN__COUNT(outs), ins, SELSCAN__COUNT(ins), q->idx, q->idx ? q->batch * 4 : 0, "overlaps state_index", NULL, 0,
                                       d);
     }
 }
@@ -1518,8 +1713,8 @@ typedef struct selscan__cstp {
 #define SELSCAN__CONV_FT 32
 
 static selscan_status selscan__conv_check_width(int64_t w, selscan_diag *d) {
-    if (w <= 0) SELSCAN__FAIL(d, SELSCAN_ERR_SHAPE, "width", "not positive");
-    if (w < 2 || w > SELSCAN_CONV_MAX_WIDTH) SELSCAN__FAIL(d, SELSCAN_ERR_UNSUPPORTED, "width", "not 2 to 4");
+    if (w <= 0) SELSCAN__FAIL(d, SELSCAN_ERR_SHAPE, "width", NOT_POSITIVE);
+    if (w < 2 || w > SELSCAN_CONV_MAX_WIDTH) SELSCAN__FAIL(d, SELSCAN_ERR_UNSUPPORTED, "width", WIDTH);
     return SELSCAN_OK;
 }
 
@@ -1532,26 +1727,24 @@ static SELSCAN__MAYBE_UNUSED selscan_status selscan__conv_check_problem(const se
     if (!p) return SELSCAN_ERR_NULL;
     d = p->diag;
     q->diag = d;
-    if (!selscan__dtype_ok(p->dtype)) SELSCAN__FAIL(d, SELSCAN_ERR_DTYPE, "dtype", "unknown dtype");
-    if (p->flags & ~SELSCAN__CONV_KNOWN_FLAGS) SELSCAN__FAIL(d, SELSCAN_ERR_UNSUPPORTED, "flags", "unknown flag");
-    if (p->batch <= 0) SELSCAN__FAIL(d, SELSCAN_ERR_SHAPE, "batch", "not positive");
-    if (p->dim <= 0) SELSCAN__FAIL(d, SELSCAN_ERR_SHAPE, "dim", "not positive");
-    if (p->seqlen <= 0) SELSCAN__FAIL(d, SELSCAN_ERR_SHAPE, "seqlen", "not positive");
+    if (!selscan__dtype_ok(p->dtype)) SELSCAN__FAIL(d, SELSCAN_ERR_DTYPE, "dtype", UNKNOWN_DTYPE);
+    if (p->flags & ~SELSCAN__CONV_KNOWN_FLAGS) SELSCAN__FAIL(d, SELSCAN_ERR_UNSUPPORTED, "flags", UNKNOWN_FLAG);
+    if (p->batch <= 0) SELSCAN__FAIL(d, SELSCAN_ERR_SHAPE, "batch", NOT_POSITIVE);
+    if (p->dim <= 0) SELSCAN__FAIL(d, SELSCAN_ERR_SHAPE, "dim", NOT_POSITIVE);
+    if (p->seqlen <= 0) SELSCAN__FAIL(d, SELSCAN_ERR_SHAPE, "seqlen", NOT_POSITIVE);
     if ((st = selscan__conv_check_width(p->width, d)) != SELSCAN_OK) return st;
-    if (!p->x.data) SELSCAN__FAIL(d, SELSCAN_ERR_NULL, "x", "missing");
-    if (!p->weight.data) SELSCAN__FAIL(d, SELSCAN_ERR_NULL, "weight", "missing");
-    if (need_y && !p->y.data) SELSCAN__FAIL(d, SELSCAN_ERR_NULL, "y", "missing");
+    SELSCAN__CONV_OPERANDS(SELSCAN__OPD_NULL, p) /* x, weight; y when need_y */
     if (p->cu_seqlens) { /* the scan's rules (selscan__check_problem) */
-        if (p->batch != 1) SELSCAN__FAIL(d, SELSCAN_ERR_SHAPE, "batch", "not 1 with cu_seqlens");
+        if (p->batch != 1) SELSCAN__FAIL(d, SELSCAN_ERR_SHAPE, "batch", BATCH_NOT_1);
         if (p->n_seqs <= 0 || !selscan__count_ok(p->n_seqs, p->dim, p->width, 1))
-            SELSCAN__FAIL(d, SELSCAN_ERR_SHAPE, "n_seqs", "out of range");
-        if (!selscan__aligned(p->cu_seqlens, 8)) SELSCAN__FAIL(d, SELSCAN_ERR_SHAPE, "cu_seqlens", "misaligned");
-        if (p->cu_seqlens[0] != 0) SELSCAN__FAIL(d, SELSCAN_ERR_SHAPE, "cu_seqlens", "first offset not 0");
-        if (p->cu_seqlens[p->n_seqs] != p->seqlen) SELSCAN__FAIL(d, SELSCAN_ERR_SHAPE, "cu_seqlens", "last offset not seqlen");
+            SELSCAN__FAIL(d, SELSCAN_ERR_SHAPE, "n_seqs", OUT_OF_RANGE);
+        if (!selscan__aligned(p->cu_seqlens, 8)) SELSCAN__FAIL(d, SELSCAN_ERR_SHAPE, "cu_seqlens", MISALIGNED);
+        if (p->cu_seqlens[0] != 0) SELSCAN__FAIL(d, SELSCAN_ERR_SHAPE, "cu_seqlens", FIRST_OFFSET);
+        if (p->cu_seqlens[p->n_seqs] != p->seqlen) SELSCAN__FAIL(d, SELSCAN_ERR_SHAPE, "cu_seqlens", LAST_OFFSET);
         for (i = 0; i < p->n_seqs; i++)
-            if (p->cu_seqlens[i + 1] < p->cu_seqlens[i]) SELSCAN__FAIL(d, SELSCAN_ERR_SHAPE, "cu_seqlens", "not increasing");
+            if (p->cu_seqlens[i + 1] < p->cu_seqlens[i]) SELSCAN__FAIL(d, SELSCAN_ERR_SHAPE, "cu_seqlens", NOT_INCREASING);
     } else if (p->n_seqs != 0) {
-        SELSCAN__FAIL(d, SELSCAN_ERR_NULL, "cu_seqlens", "missing (n_seqs given)");
+        SELSCAN__FAIL(d, SELSCAN_ERR_NULL, "cu_seqlens", MISSING_N_SEQS);
     }
     q->batch = p->batch; q->dim = p->dim; q->L = p->seqlen; q->W = p->width;
     q->rows = p->cu_seqlens ? p->n_seqs : p->batch;
@@ -1559,16 +1752,14 @@ static SELSCAN__MAYBE_UNUSED selscan_status selscan__conv_check_problem(const se
     q->silu = (p->flags & SELSCAN_CONV_SILU) != 0;
     q->cu = p->cu_seqlens; q->nseq = p->n_seqs;
     if (!selscan__count_ok(q->batch, q->dim, q->L, 1) || !selscan__count_ok(q->rows, q->dim, q->W, 1))
-        SELSCAN__FAIL(d, SELSCAN_ERR_SHAPE, "problem", "element count overflows");
-    selscan__resolve(&q->x, &p->x, "x", d, 3, q->batch, q->dim, q->L, 1, q->dt);
-    selscan__resolve(&q->y, &p->y, "y", d, 3, q->batch, q->dim, q->L, 1, q->dt);
-    selscan__resolve(&q->w, &p->weight, "weight", d, 2, q->dim, q->W, 1, 1, SELSCAN_F32);
-    selscan__resolve(&q->bias, &p->bias, "bias", d, 1, q->dim, 1, 1, 1, SELSCAN_F32);
-    selscan__resolve(&q->h0, &p->init_state, "init_state", d, 3, q->rows, q->dim, q->W - 1, 1, q->dt);
-    selscan__resolve(&q->hlast, &p->final_state, "final_state", d, 3, q->rows, q->dim, q->W - 1, 1, q->dt);
+        SELSCAN__FAIL(d, SELSCAN_ERR_SHAPE, "problem", COUNT_OVERFLOWS);
     {
-        const selscan__ten *ins[] = {&q->x, &q->w, &q->bias, &q->h0};
-        for (i = 0; i < 4; i++)
+        selscan__cprob *dst = q;
+        SELSCAN__CONV_OPERANDS(SELSCAN__OPD_RESOLVE, p)
+    }
+    {
+        const selscan__ten *ins[] = {SELSCAN__CONV_OPERANDS(SELSCAN__OPD_INS, q)};
+        for (i = 0; i < SELSCAN__COUNT(ins); i++)
             if ((st = selscan__check_strides(ins[i], 0)) != SELSCAN_OK) return st;
     }
     return SELSCAN_OK;
@@ -1579,12 +1770,13 @@ static SELSCAN__MAYBE_UNUSED selscan_status selscan__conv_validate_forward(const
                                                                           selscan__cprob *q) {
     selscan_status st = selscan__conv_check_problem(p, q, 1);
     if (st != SELSCAN_OK) return st;
-    if ((st = selscan__check_strides(&q->y, 1)) != SELSCAN_OK) return st;
-    if ((st = selscan__check_strides(&q->hlast, 1)) != SELSCAN_OK) return st;
     {
-        const selscan__ten *outs[] = {&q->y, &q->hlast};
-        const selscan__ten *ins[] = {&q->x, &q->w, &q->bias, &q->h0};
-        return selscan__check_alias_d(outs, 2, ins, 4, q->cu, q->cu ? (q->nseq + 1) * 8 : 0, "overlaps cu_seqlens",
+        const selscan__ten *outs[] = {SELSCAN__CONV_OPERANDS(SELSCAN__OPD_OUTS, q)}; /* y, final_state */
+        const selscan__ten *ins[] = {SELSCAN__CONV_OPERANDS(SELSCAN__OPD_INS, q)};
+        int i;
+        for (i = 0; i < SELSCAN__COUNT(outs); i++)
+            if ((st = selscan__check_strides(outs[i], 1)) != SELSCAN_OK) return st;
+        return selscan__check_alias_d(outs, SELSCAN__COUNT(outs), ins, SELSCAN__COUNT(ins), q->cu, q->cu ? (q->nseq + 1) * 8 : 0, "overlaps cu_seqlens",
                                       NULL, 0, q->diag);
     }
 }
@@ -1598,22 +1790,21 @@ static SELSCAN__MAYBE_UNUSED selscan_status selscan__conv_validate_backward(cons
     int i;
     if (st != SELSCAN_OK) return st;
     d = q->diag;
-    if (!g) SELSCAN__FAIL(d, SELSCAN_ERR_NULL, "grads", "missing");
-    if (!g->dy.data) SELSCAN__FAIL(d, SELSCAN_ERR_NULL, "dy", "missing");
-    selscan__resolve(&r->dy, &g->dy, "dy", d, 3, q->batch, q->dim, q->L, 1, q->dt);
-    selscan__resolve(&r->dhlast, &g->dfinal_state, "dfinal_state", d, 3, q->rows, q->dim, q->W - 1, 1, q->dt);
-    selscan__resolve(&r->dx, &g->dx, "dx", d, 3, q->batch, q->dim, q->L, 1, q->dt);
-    selscan__resolve(&r->dw, &g->dweight, "dweight", d, 2, q->dim, q->W, 1, 1, SELSCAN_F32);
-    selscan__resolve(&r->dbias, &g->dbias, "dbias", d, 1, q->dim, 1, 1, 1, SELSCAN_F32);
-    selscan__resolve(&r->dh0, &g->dinit_state, "dinit_state", d, 3, q->rows, q->dim, q->W - 1, 1, q->dt);
-    if ((st = selscan__check_strides(&r->dy, 0)) != SELSCAN_OK) return st;
-    if ((st = selscan__check_strides(&r->dhlast, 0)) != SELSCAN_OK) return st;
+    if (!g) SELSCAN__FAIL(d, SELSCAN_ERR_NULL, "grads", MISSING);
+    if (!g->dy.data) SELSCAN__FAIL(d, SELSCAN_ERR_NULL, "dy", MISSING);
     {
-        const selscan__ten *outs[] = {&r->dx, &r->dw, &r->dbias, &r->dh0};
-        const selscan__ten *ins[] = {&q->x, &q->w, &q->bias, &q->h0, &r->dy, &r->dhlast};
-        for (i = 0; i < 4; i++)
+        selscan__cgrd *dst = r;
+        SELSCAN__CONV_GRAD_OPERANDS(SELSCAN__OPD_RESOLVE, g)
+    }
+    {
+        const selscan__ten *gins[] = {SELSCAN__CONV_GRAD_OPERANDS(SELSCAN__OPD_INS, r)}; /* dy, dfinal_state */
+        const selscan__ten *outs[] = {SELSCAN__CONV_GRAD_OPERANDS(SELSCAN__OPD_OUTS, r)};
+        const selscan__ten *ins[] = {SELSCAN__CONV_OPERANDS(SELSCAN__OPD_INS, q) SELSCAN__CONV_GRAD_OPERANDS(SELSCAN__OPD_INS, r)};
+        for (i = 0; i < SELSCAN__COUNT(gins); i++)
+            if ((st = selscan__check_strides(gins[i], 0)) != SELSCAN_OK) return st;
+        for (i = 0; i < SELSCAN__COUNT(outs); i++)
             if ((st = selscan__check_strides(outs[i], 1)) != SELSCAN_OK) return st;
-        return selscan__check_alias_d(outs, 4, ins, 6, q->cu, q->cu ? (q->nseq + 1) * 8 : 0, "overlaps cu_seqlens",
+        return selscan__check_alias_d(outs, SELSCAN__COUNT(outs), ins, SELSCAN__COUNT(ins), q->cu, q->cu ? (q->nseq + 1) * 8 : 0, "overlaps cu_seqlens",
                                       NULL, 0, d);
     }
 }
@@ -1628,50 +1819,46 @@ static SELSCAN__MAYBE_UNUSED selscan_status selscan__conv_validate_step_ex(const
     if (!s) return SELSCAN_ERR_NULL;
     d = s->diag;
     q->diag = d;
-    if (!selscan__dtype_ok(s->dtype)) SELSCAN__FAIL(d, SELSCAN_ERR_DTYPE, "dtype", "unknown dtype");
-    if (s->flags & ~SELSCAN__CONV_KNOWN_FLAGS) SELSCAN__FAIL(d, SELSCAN_ERR_UNSUPPORTED, "flags", "unknown flag");
+    if (!selscan__dtype_ok(s->dtype)) SELSCAN__FAIL(d, SELSCAN_ERR_DTYPE, "dtype", UNKNOWN_DTYPE);
+    if (s->flags & ~SELSCAN__CONV_KNOWN_FLAGS) SELSCAN__FAIL(d, SELSCAN_ERR_UNSUPPORTED, "flags", UNKNOWN_FLAG);
     q->ncache = s->n_cache == 0 ? s->batch : s->n_cache;
     q->L = s->seqlen == 0 ? 1 : s->seqlen;
-    if (s->batch <= 0) SELSCAN__FAIL(d, SELSCAN_ERR_SHAPE, "batch", "not positive");
-    if (s->dim <= 0) SELSCAN__FAIL(d, SELSCAN_ERR_SHAPE, "dim", "not positive");
-    if (q->L <= 0) SELSCAN__FAIL(d, SELSCAN_ERR_SHAPE, "seqlen", "negative");
+    if (s->batch <= 0) SELSCAN__FAIL(d, SELSCAN_ERR_SHAPE, "batch", NOT_POSITIVE);
+    if (s->dim <= 0) SELSCAN__FAIL(d, SELSCAN_ERR_SHAPE, "dim", NOT_POSITIVE);
+    if (q->L <= 0) SELSCAN__FAIL(d, SELSCAN_ERR_SHAPE, "seqlen", NEGATIVE);
     if ((st = selscan__conv_check_width(s->width, d)) != SELSCAN_OK) return st;
     if (s->state_len < s->width - 1 || s->state_len <= 0)
-        SELSCAN__FAIL(d, SELSCAN_ERR_SHAPE, "state_len", "below width - 1");
-    if (q->ncache <= 0) SELSCAN__FAIL(d, SELSCAN_ERR_SHAPE, "n_cache", "not positive");
+        SELSCAN__FAIL(d, SELSCAN_ERR_SHAPE, "state_len", BELOW_WIDTH);
+    if (q->ncache <= 0) SELSCAN__FAIL(d, SELSCAN_ERR_SHAPE, "n_cache", NOT_POSITIVE);
     if (!s->state_index && q->ncache != s->batch)
-        SELSCAN__FAIL(d, SELSCAN_ERR_SHAPE, "n_cache", "not batch without state_index");
+        SELSCAN__FAIL(d, SELSCAN_ERR_SHAPE, "n_cache", NOT_BATCH);
     if (s->state_index && !selscan__aligned(s->state_index, 4))
-        SELSCAN__FAIL(d, SELSCAN_ERR_SHAPE, "state_index", "misaligned");
-    if (!s->state.data) SELSCAN__FAIL(d, SELSCAN_ERR_NULL, "state", "missing");
-    if (!s->x.data) SELSCAN__FAIL(d, SELSCAN_ERR_NULL, "x", "missing");
-    if (!s->weight.data) SELSCAN__FAIL(d, SELSCAN_ERR_NULL, "weight", "missing");
-    if (!s->y.data) SELSCAN__FAIL(d, SELSCAN_ERR_NULL, "y", "missing");
+        SELSCAN__FAIL(d, SELSCAN_ERR_SHAPE, "state_index", MISALIGNED);
+    SELSCAN__CONV_STEP_OPERANDS(SELSCAN__OPD_NULL, s) /* state, x, weight, y */
     q->batch = s->batch; q->dim = s->dim; q->W = s->width; q->S = s->state_len;
     q->dt = s->dtype;
     q->silu = (s->flags & SELSCAN_CONV_SILU) != 0;
     q->idx = s->state_index;
     if (!selscan__count_ok(q->ncache, q->dim, q->S, 1) || !selscan__count_ok(q->batch, q->dim, q->L, 1) ||
         !selscan__count_ok(q->dim, q->W, 1, 1))
-        SELSCAN__FAIL(d, SELSCAN_ERR_SHAPE, "problem", "element count overflows");
+        SELSCAN__FAIL(d, SELSCAN_ERR_SHAPE, "problem", COUNT_OVERFLOWS);
     if (q->idx && idx_on_host) {
         for (i = 0; i < q->batch; i++)
-            if (q->idx[i] >= q->ncache) SELSCAN__FAIL(d, SELSCAN_ERR_SHAPE, "state_index", "not below n_cache");
-        if (!selscan__idx_unique(q->idx, q->batch)) SELSCAN__FAIL(d, SELSCAN_ERR_ALIAS, "state_index", "row used twice");
+            if (q->idx[i] >= q->ncache) SELSCAN__FAIL(d, SELSCAN_ERR_SHAPE, "state_index", INDEX_RANGE);
+        if (!selscan__idx_unique(q->idx, q->batch)) SELSCAN__FAIL(d, SELSCAN_ERR_ALIAS, "state_index", ROW_TWICE);
     }
-    selscan__resolve(&q->state, &s->state, "state", d, 3, q->ncache, q->dim, q->S, 1, q->dt);
-    selscan__resolve(&q->x, &s->x, "x", d, 3, q->batch, q->dim, q->L, 1, q->dt);
-    selscan__resolve(&q->y, &s->y, "y", d, 3, q->batch, q->dim, q->L, 1, q->dt);
-    selscan__resolve(&q->w, &s->weight, "weight", d, 2, q->dim, q->W, 1, 1, SELSCAN_F32);
-    selscan__resolve(&q->bias, &s->bias, "bias", d, 1, q->dim, 1, 1, 1, SELSCAN_F32);
     {
-        const selscan__ten *ins[] = {&q->x, &q->w, &q->bias};
-        const selscan__ten *outs[] = {&q->state, &q->y};
-        for (i = 0; i < 3; i++)
+        selscan__cstp *dst = q;
+        SELSCAN__CONV_STEP_OPERANDS(SELSCAN__OPD_RESOLVE, s)
+    }
+    {
+        const selscan__ten *ins[] = {SELSCAN__CONV_STEP_OPERANDS(SELSCAN__OPD_INS, q)};
+        const selscan__ten *outs[] = {SELSCAN__CONV_STEP_OPERANDS(SELSCAN__OPD_OUTS, q)}; /* state, y */
+        for (i = 0; i < SELSCAN__COUNT(ins); i++)
             if ((st = selscan__check_strides(ins[i], 0)) != SELSCAN_OK) return st;
-        for (i = 0; i < 2; i++)
+        for (i = 0; i < SELSCAN__COUNT(outs); i++)
             if ((st = selscan__check_strides(outs[i], 1)) != SELSCAN_OK) return st;
-        return selscan__check_alias_d(outs, 2, ins, 3, q->idx, q->idx ? q->batch * 4 : 0, "overlaps state_index", NULL,
+        return selscan__check_alias_d(outs, SELSCAN__COUNT(outs), ins, SELSCAN__COUNT(ins), q->idx, q->idx ? q->batch * 4 : 0, "overlaps state_index", NULL,
                                       0, d);
     }
 }
@@ -2728,8 +2915,8 @@ static int64_t selscan__ws_fast(const selscan__prob *q, const selscan__grd *r, i
 
 /* 1 <= n_parts <= 2^24 (far more than any machine's threads; keeps the sizes in range). */
 static selscan_status selscan__check_part(int64_t part, int64_t nparts, selscan_diag *d) {
-    if (nparts < 1 || nparts > (SELSCAN__CAST(int64_t, 1) << 24)) SELSCAN__FAIL(d, SELSCAN_ERR_SHAPE, "n_parts", "out of range");
-    if (part < 0 || part >= nparts) SELSCAN__FAIL(d, SELSCAN_ERR_SHAPE, "part", "out of range");
+    if (nparts < 1 || nparts > (SELSCAN__CAST(int64_t, 1) << 24)) SELSCAN__FAIL(d, SELSCAN_ERR_SHAPE, "n_parts", OUT_OF_RANGE);
+    if (part < 0 || part >= nparts) SELSCAN__FAIL(d, SELSCAN_ERR_SHAPE, "part", OUT_OF_RANGE);
     return SELSCAN_OK;
 }
 
@@ -2744,17 +2931,17 @@ static selscan_status selscan__check_ck(const selscan__prob *q, const void *ck, 
                                         size_t ws_bytes) {
     int i;
     selscan_diag *d = q->diag;
-    if (!selscan__size_ok(selscan__ck_bytes(q))) SELSCAN__FAIL(d, SELSCAN_ERR_SHAPE, "checkpoint", "size overflows");
-    if (!ck) SELSCAN__FAIL(d, SELSCAN_ERR_WORKSPACE, "checkpoint", "missing");
-    if (ck_bytes < SELSCAN__CAST(size_t, selscan__ck_bytes(q))) SELSCAN__FAIL(d, SELSCAN_ERR_WORKSPACE, "checkpoint", "too small");
-    if (SELSCAN__RCAST(uintptr_t, ck) % 4 != 0) SELSCAN__FAIL(d, SELSCAN_ERR_WORKSPACE, "checkpoint", "not float-aligned");
+    if (!selscan__size_ok(selscan__ck_bytes(q))) SELSCAN__FAIL(d, SELSCAN_ERR_SHAPE, "checkpoint", SIZE_OVERFLOWS);
+    if (!ck) SELSCAN__FAIL(d, SELSCAN_ERR_WORKSPACE, "checkpoint", MISSING);
+    if (ck_bytes < SELSCAN__CAST(size_t, selscan__ck_bytes(q))) SELSCAN__FAIL(d, SELSCAN_ERR_WORKSPACE, "checkpoint", TOO_SMALL);
+    if (SELSCAN__RCAST(uintptr_t, ck) % 4 != 0) SELSCAN__FAIL(d, SELSCAN_ERR_WORKSPACE, "checkpoint", NOT_FLOAT_ALIGNED);
     for (i = 0; i < nothers; i++)
         if (selscan__overlap(others[i]->data, selscan__bytes(others[i]), ck, SELSCAN__CAST(int64_t, ck_bytes)))
-            SELSCAN__FAIL(d, SELSCAN_ERR_ALIAS, "checkpoint", selscan__ovl(others[i]));
+            SELSCAN__FAIL_OVL(d, "checkpoint", selscan__ovl(others[i]));
     if (selscan__overlap(ws, SELSCAN__CAST(int64_t, ws_bytes), ck, SELSCAN__CAST(int64_t, ck_bytes)))
-        SELSCAN__FAIL(d, SELSCAN_ERR_ALIAS, "checkpoint", "overlaps workspace");
+        SELSCAN__FAIL_OVL(d, "checkpoint", "overlaps workspace");
     if (q->cu && selscan__overlap(q->cu, (q->nseq + 1) * 8, ck, SELSCAN__CAST(int64_t, ck_bytes)))
-        SELSCAN__FAIL(d, SELSCAN_ERR_ALIAS, "checkpoint", "overlaps cu_seqlens");
+        SELSCAN__FAIL_OVL(d, "checkpoint", "overlaps cu_seqlens");
     return SELSCAN_OK;
 }
 
@@ -2770,8 +2957,8 @@ static selscan_status selscan__forward_fast(const selscan_problem *p, int64_t pa
     st = selscan__validate_forward_outputs(&q, workspace, bytes, selscan__ws_fast_fwd(&q, nparts));
     if (st != SELSCAN_OK) return st;
     if (ckpt) {
-        const selscan__ten *all[] = {&q.u, &q.delta, &q.A, &q.B, &q.C, &q.D, &q.z, &q.bias, &q.h0, &q.y, &q.hlast};
-        if ((st = selscan__check_ck(&q, ckpt, ckpt_bytes, all, 11, workspace, bytes)) != SELSCAN_OK) return st;
+        const selscan__ten *all[] = {SELSCAN__SCAN_OPERANDS(SELSCAN__OPD_ALL, &q)};
+        if ((st = selscan__check_ck(&q, ckpt, ckpt_bytes, all, SELSCAN__COUNT(all), workspace, bytes)) != SELSCAN_OK) return st;
     }
     isa = selscan__use_isa(isa);
     W = selscan__isa_width(isa);
@@ -2808,17 +2995,17 @@ static selscan_status selscan__validate_bwd_fast(const selscan_problem *p, const
     need = shared_only ? selscan__align_up(selscan__smul(h.end, 4)) : selscan__ws_fast_bwd(q, r, nparts);
     if ((st = selscan__check_ws_d(ws, bytes, need, q->diag)) != SELSCAN_OK) return st;
     if (need > 0) {
-        const selscan__ten *outs[] = {&r->du, &r->ddelta, &r->dA, &r->dB, &r->dC, &r->dD, &r->dz, &r->dbias, &r->dh0};
-        const selscan__ten *ins[] = {&q->u, &q->delta, &q->A, &q->B, &q->C, &q->D, &q->z, &q->bias, &q->h0, &r->dy, &r->dhlast};
+        const selscan__ten *outs[] = {SELSCAN__GRAD_OPERANDS(SELSCAN__OPD_OUTS, r)};
+        const selscan__ten *ins[] = {SELSCAN__SCAN_OPERANDS(SELSCAN__OPD_INS, q) SELSCAN__GRAD_OPERANDS(SELSCAN__OPD_INS, r)};
         int i;
-        for (i = 0; i < 9; i++)
+        for (i = 0; i < SELSCAN__COUNT(outs); i++)
             if (selscan__overlap(outs[i]->data, selscan__bytes(outs[i]), ws, SELSCAN__CAST(int64_t, bytes)))
-                SELSCAN__FAIL(q->diag, SELSCAN_ERR_ALIAS, selscan__name(outs[i]), "overlaps workspace");
-        for (i = 0; i < 11; i++)
+                SELSCAN__FAIL_OVL(q->diag, selscan__name(outs[i]), "overlaps workspace");
+        for (i = 0; i < SELSCAN__COUNT(ins); i++)
             if (selscan__overlap(ins[i]->data, selscan__bytes(ins[i]), ws, SELSCAN__CAST(int64_t, bytes)))
-                SELSCAN__FAIL(q->diag, SELSCAN_ERR_ALIAS, "workspace", selscan__ovl(ins[i]));
+                SELSCAN__FAIL_OVL(q->diag, "workspace", selscan__ovl(ins[i]));
         if (q->cu && selscan__overlap(q->cu, (q->nseq + 1) * 8, ws, SELSCAN__CAST(int64_t, bytes)))
-            SELSCAN__FAIL(q->diag, SELSCAN_ERR_ALIAS, "workspace", "overlaps cu_seqlens");
+            SELSCAN__FAIL_OVL(q->diag, "workspace", "overlaps cu_seqlens");
     }
     return SELSCAN_OK;
 }
@@ -2838,8 +3025,8 @@ static selscan_status selscan__backward_fast(const selscan_problem *p, const sel
     ws = SELSCAN__CAST(float *, workspace);
     if ((st = selscan__validate_bwd_fast(p, g, &q, &r, workspace, bytes, nparts, 0)) != SELSCAN_OK) return st;
     if (ckpt) {
-        const selscan__ten *outs[] = {&r.du, &r.ddelta, &r.dA, &r.dB, &r.dC, &r.dD, &r.dz, &r.dbias, &r.dh0};
-        if ((st = selscan__check_ck(&q, ckpt, ckpt_bytes, outs, 9, workspace, bytes)) != SELSCAN_OK) return st;
+        const selscan__ten *outs[] = {SELSCAN__GRAD_OPERANDS(SELSCAN__OPD_OUTS, &r)};
+        if ((st = selscan__check_ck(&q, ckpt, ckpt_bytes, outs, SELSCAN__COUNT(outs), workspace, bytes)) != SELSCAN_OK) return st;
     }
     isa = selscan__use_isa(isa);
     selscan__bsh_map(&h, &q, &r);
@@ -2998,7 +3185,7 @@ SELSCAN_DEF selscan_status selscan_workspace_size_parts(const selscan_problem *p
     selscan__grd r;
     selscan_status st;
     int64_t need;
-    if (!bytes) return selscan__fail(p ? p->diag : NULL, SELSCAN_ERR_NULL, "bytes", "missing");
+    if (!bytes) return selscan__fail(p ? p->diag : NULL, SELSCAN_ERR_NULL, "bytes", SELSCAN_RULE_MISSING);
     if ((st = selscan__check_part(0, n_parts, p ? p->diag : NULL)) != SELSCAN_OK) return st;
     if (g) {
         if ((st = selscan__validate_backward(p, g, &q, &r, NULL, 0, 0)) != SELSCAN_OK) return st;
@@ -3008,7 +3195,7 @@ SELSCAN_DEF selscan_status selscan_workspace_size_parts(const selscan_problem *p
         need = selscan__ws_fast_fwd(&q, n_parts);
     }
     if (!selscan__size_ok(need) || !selscan__size_ok(selscan__with_slack(need))) /* 64 bits / size_t */
-        return selscan__fail(p->diag, SELSCAN_ERR_SHAPE, "workspace", "size overflows");
+        return selscan__fail(p->diag, SELSCAN_ERR_SHAPE, "workspace", SELSCAN_RULE_SIZE_OVERFLOWS);
     *bytes = SELSCAN__CAST(size_t, selscan__with_slack(need)); /* plus the alignment slack (any pointer works) */
     return SELSCAN_OK;
 }
@@ -3035,10 +3222,10 @@ SELSCAN_DEF selscan_status selscan_step_cpu_part(const selscan_step_problem *s, 
 SELSCAN_DEF selscan_status selscan_checkpoint_size(const selscan_problem *p, size_t *bytes) {
     selscan__prob q;
     selscan_status st;
-    if (!bytes) return selscan__fail(p ? p->diag : NULL, SELSCAN_ERR_NULL, "bytes", "missing");
+    if (!bytes) return selscan__fail(p ? p->diag : NULL, SELSCAN_ERR_NULL, "bytes", SELSCAN_RULE_MISSING);
     if ((st = selscan__check_problem(p, &q, 0)) != SELSCAN_OK) return st;
     if (!selscan__size_ok(selscan__ck_bytes(&q))) /* does not fit 64 bits / size_t */
-        return selscan__fail(p->diag, SELSCAN_ERR_SHAPE, "checkpoint", "size overflows");
+        return selscan__fail(p->diag, SELSCAN_ERR_SHAPE, "checkpoint", SELSCAN_RULE_SIZE_OVERFLOWS);
     *bytes = SELSCAN__CAST(size_t, selscan__ck_bytes(&q));
     return SELSCAN_OK;
 }
@@ -3050,7 +3237,7 @@ SELSCAN_DEF int selscan_checkpoint_used(const selscan_problem *p) {
 SELSCAN_DEF selscan_status selscan_forward_cpu_ckpt_part(const selscan_problem *p, int64_t part, int64_t n_parts,
                                                          void *workspace, size_t workspace_bytes, float *ckpt,
                                                          size_t ckpt_bytes) {
-    if (!ckpt) return selscan__fail(p ? p->diag : NULL, SELSCAN_ERR_NULL, "checkpoint", "missing");
+    if (!ckpt) return selscan__fail(p ? p->diag : NULL, SELSCAN_ERR_NULL, "checkpoint", SELSCAN_RULE_MISSING);
     return selscan__forward_fast(p, part, n_parts, workspace, workspace_bytes, SELSCAN__ISA_AVX512, ckpt, ckpt_bytes);
 }
 
@@ -3058,7 +3245,7 @@ SELSCAN_DEF selscan_status selscan_backward_cpu_ckpt_part(const selscan_problem 
                                                           int64_t part, int64_t n_parts, void *workspace,
                                                           size_t workspace_bytes, const float *ckpt,
                                                           size_t ckpt_bytes) {
-    if (!ckpt) return selscan__fail(p ? p->diag : NULL, SELSCAN_ERR_NULL, "checkpoint", "missing");
+    if (!ckpt) return selscan__fail(p ? p->diag : NULL, SELSCAN_ERR_NULL, "checkpoint", SELSCAN_RULE_MISSING);
     return selscan__backward_fast(p, g, part, n_parts, workspace, workspace_bytes, SELSCAN__ISA_AVX512, ckpt,
                                   ckpt_bytes);
 }

@@ -3087,13 +3087,12 @@ struct sizecalc {
 };
 
 /* an error status, with the operand and the rule stored in diag */
-static selscan_status fail(selscan_diag *dg, selscan_status st, const char *operand, const char *rule) {
-    selscan__diag_set(dg, operand, rule);
-    return st;
+static selscan_status fail(selscan_diag *dg, selscan_status st, const char *operand, selscan_rule code) {
+    return selscan__fail(dg, st, operand, code);
 }
-static selscan_status fail_size(selscan_diag *dg) { return fail(dg, SELSCAN_ERR_SHAPE, "workspace", "size overflows"); }
-static selscan_status fail_grid(selscan_diag *dg) { return fail(dg, SELSCAN_ERR_UNSUPPORTED, "dim", "grid over 2^31 - 1 blocks"); }
-static selscan_status fail_n(selscan_diag *dg) { return fail(dg, SELSCAN_ERR_UNSUPPORTED, "dstate", "over 512 (CUDA)"); }
+static selscan_status fail_size(selscan_diag *dg) { return fail(dg, SELSCAN_ERR_SHAPE, "workspace", SELSCAN_RULE_SIZE_OVERFLOWS); }
+static selscan_status fail_grid(selscan_diag *dg) { return fail(dg, SELSCAN_ERR_UNSUPPORTED, "dim", SELSCAN_RULE_GRID); }
+static selscan_status fail_n(selscan_diag *dg) { return fail(dg, SELSCAN_ERR_UNSUPPORTED, "dstate", SELSCAN_RULE_DSTATE_CUDA); }
 
 /* The grids of the small kernels a call may launch (chunk carries, empty sequences; the
    backward's row and dB / dC reductions): every x dimension within kMaxGrid. */
@@ -3401,10 +3400,10 @@ static size_t ws_reported(int64_t ws) { return ws ? static_cast<size_t>(ws + kWs
 static selscan_status check_workspace(void *workspace, size_t bytes, int64_t need, char **aligned, selscan_diag *dg) {
     *aligned = NULL;
     if (!need) return SELSCAN_OK;
-    if (!workspace) return fail(dg, SELSCAN_ERR_WORKSPACE, "workspace", "null");
+    if (!workspace) return fail(dg, SELSCAN_ERR_WORKSPACE, "workspace", SELSCAN_RULE_NULL);
     const uintptr_t p = reinterpret_cast<uintptr_t>(workspace);
     const size_t pad = static_cast<size_t>((kWsAlign - static_cast<int64_t>(p % kWsAlign)) % kWsAlign);
-    if (bytes < pad || bytes - pad < static_cast<size_t>(need)) return fail(dg, SELSCAN_ERR_WORKSPACE, "workspace", "too small");
+    if (bytes < pad || bytes - pad < static_cast<size_t>(need)) return fail(dg, SELSCAN_ERR_WORKSPACE, "workspace", SELSCAN_RULE_TOO_SMALL);
     *aligned = static_cast<char *>(workspace) + pad;
     return SELSCAN_OK;
 }
@@ -3415,7 +3414,7 @@ static selscan_status take_workspace(const selscan_cuda_ext *x, int64_t need, vo
     if (*workspace || !need || !x || !x->workspace_alloc) return SELSCAN_OK;
     *bytes = ws_reported(need);
     *workspace = x->workspace_alloc(x->workspace_ctx, *bytes);
-    return *workspace ? SELSCAN_OK : fail(dg, SELSCAN_ERR_WORKSPACE, "workspace", "allocation failed");
+    return *workspace ? SELSCAN_OK : fail(dg, SELSCAN_ERR_WORKSPACE, "workspace", SELSCAN_RULE_ALLOC_FAILED);
 }
 
 /* ---------------------------------------------------------------------------------------------- */
@@ -3791,7 +3790,7 @@ static selscan__ten flat(const void *p, int64_t bytes) {
 static selscan_status check_overlap(const selscan__ten &out, const selscan__ten *const *ins, int nin, selscan_diag *dg,
                                     const char *operand, const char *rule) {
     const selscan__ten *outs[] = {&out};
-    if (selscan__check_alias(outs, 1, ins, nin, NULL, 0, NULL, 0) != SELSCAN_OK) return fail(dg, SELSCAN_ERR_ALIAS, operand, rule);
+    if (selscan__check_alias(outs, 1, ins, nin, NULL, 0, NULL, 0) != SELSCAN_OK) return selscan__fail_ovl(dg, operand, rule);
     return SELSCAN_OK;
 }
 
@@ -3885,13 +3884,13 @@ template <typename T, int MINB> static int step_tma_bpsm() {
     });
 }
 static int step_tma_blocks_per_sm(selscan_dtype dt) {
-    return with_dtype(dt, [&](auto tag) {
+    return selscan_cuda_detail::with_dtype(dt, [&](auto tag) {
         using T = typename decltype(tag)::type;
         return step_tma_bpsm<T, SELSCAN_CUDA_STEP_TMA_MINBLOCKS>();
     });
 }
 static int step_loop_blocks_per_sm(selscan_dtype dt) {
-    return dt == SELSCAN_F32 ? step_loop_bpsm<float>() : dt == SELSCAN_F16 ? step_loop_bpsm<__half>() : step_loop_bpsm<__nv_bfloat16>();
+    return selscan_cuda_detail::with_dtype(dt, [&](auto tag) { return step_loop_bpsm<typename decltype(tag)::type>(); });
 }
 /* 16-byte loads of a B / C row: unit n stride, 16-byte aligned base and row strides */
 static bool step_rows_vec(const selscan__ten &t, bool fixed, size_t es) {
@@ -3908,7 +3907,7 @@ static selscan_status launch_step(const selscan__stp &q, step_tune tu, cudaStrea
        two lanes of 4, again the forward's split); channel blocks on the grid's y (at most 65535) */
     const int S = tu.S > 0 ? tu.S : q.N % 8 == 0 && q.N != 8 ? 8 : 4, R = tu.R > 0 ? tu.R : 1;
     if (vec && tu.S >= 0 && cdiv(q.dim, kThreads / pow2ceil(cdiv(q.N, S))) <= 65535 && q.dpg <= 0x7fffffff) {
-        const size_t es = q.dt == SELSCAN_F32 ? 4 : 2;
+        const size_t es = selscan__dtype_size(q.dt);
         /* 2-byte B / C rows of 4 states: 8-byte loads need 8-byte alignment only; a row of S
            states of either type is a whole number of 16-byte words otherwise */
         step_params sp;
@@ -3972,11 +3971,10 @@ static selscan_status launch_step(const selscan__stp &q, step_tune tu, cudaStrea
             if (q.batch >= 2 * slices || q.batch == 1 || tu.loop > 0) tu.loop_slices = cdiv(q.batch, cdiv(q.batch, slices));
             if (tu.loop_slices > 0x7fffffff) tu.loop_slices = 0;
         }
-        bool ok;
-        if (q.dt == SELSCAN_F32) ok = launch_step_vec_t<float>(tu, S, R, fast, sp, gr, pdl, stream);
-        else if (q.dt == SELSCAN_F16) ok = launch_step_vec_t<__half>(tu, S, R, fast, sp, gr, pdl, stream);
-        else ok = launch_step_vec_t<__nv_bfloat16>(tu, S, R, fast, sp, gr, pdl, stream);
-        if (!ok) return fail(dg, SELSCAN_ERR_UNSUPPORTED, "state", "no step kernel of that shape (tuning)");
+        const bool ok = selscan_cuda_detail::with_dtype(q.dt, [&](auto tag) {
+            return launch_step_vec_t<typename decltype(tag)::type>(tu, S, R, fast, sp, gr, pdl, stream);
+        });
+        if (!ok) return fail(dg, SELSCAN_ERR_UNSUPPORTED, "state", SELSCAN_RULE_NO_STEP_KERNEL);
         SELSCAN__LAUNCHED();
         return SELSCAN_OK;
     }
@@ -3994,15 +3992,11 @@ static selscan_status launch_step(const selscan__stp &q, step_tune tu, cudaStrea
         const int64_t grid = q.batch * cdiv(q.dim, kThreads / P.NT);
         if (grid > kMaxGrid) return fail_grid(dg);
         const unsigned gr = static_cast<unsigned>(grid);
-        if (spt == 8) {
-            if (q.dt == SELSCAN_F32) step_fast_kernel<float, 8><<<gr, kThreads, 0, stream>>>(P, avec);
-            else if (q.dt == SELSCAN_F16) step_fast_kernel<__half, 8><<<gr, kThreads, 0, stream>>>(P, avec);
-            else step_fast_kernel<__nv_bfloat16, 8><<<gr, kThreads, 0, stream>>>(P, avec);
-        } else {
-            if (q.dt == SELSCAN_F32) step_fast_kernel<float, 4><<<gr, kThreads, 0, stream>>>(P, avec);
-            else if (q.dt == SELSCAN_F16) step_fast_kernel<__half, 4><<<gr, kThreads, 0, stream>>>(P, avec);
-            else step_fast_kernel<__nv_bfloat16, 4><<<gr, kThreads, 0, stream>>>(P, avec);
-        }
+        selscan_cuda_detail::with_dtype(q.dt, [&](auto tag) {
+            using T = typename decltype(tag)::type;
+            if (spt == 8) step_fast_kernel<T, 8><<<gr, kThreads, 0, stream>>>(P, avec);
+            else step_fast_kernel<T, 4><<<gr, kThreads, 0, stream>>>(P, avec);
+        });
         SELSCAN__LAUNCHED();
         return SELSCAN_OK;
     }
@@ -4012,15 +4006,13 @@ static selscan_status launch_step(const selscan__stp &q, step_tune tu, cudaStrea
     const int64_t grid = q.batch * cdiv(q.dim, kThreads / P.NT);
     if (grid > kMaxGrid) return fail_grid(dg);
     const unsigned gr = static_cast<unsigned>(grid);
-    if (q.dt == SELSCAN_F32) step_kernel<float><<<gr, kThreads, 0, stream>>>(P);
-    else if (q.dt == SELSCAN_F16) step_kernel<__half><<<gr, kThreads, 0, stream>>>(P);
-    else step_kernel<__nv_bfloat16><<<gr, kThreads, 0, stream>>>(P);
+    selscan_cuda_detail::with_dtype(q.dt, [&](auto tag) { step_kernel<typename decltype(tag)::type><<<gr, kThreads, 0, stream>>>(P); });
     SELSCAN__LAUNCHED();
     return SELSCAN_OK;
 }
 
 static selscan_status check_ext_cu(const selscan__prob &q, const selscan_cuda_ext *x, selscan_diag *dg) {
-    if (q.cu && (!x || !x->cu_seqlens_device)) return fail(dg, SELSCAN_ERR_NULL, "cu_seqlens_device", "missing (packed sequences)");
+    if (q.cu && (!x || !x->cu_seqlens_device)) return fail(dg, SELSCAN_ERR_NULL, "cu_seqlens_device", SELSCAN_RULE_MISSING_PACKED);
     return SELSCAN_OK;
 }
 
@@ -4034,7 +4026,7 @@ static selscan_status checkpoint_size(const selscan_problem *p, size_t *bytes) {
     if (!bytes) return SELSCAN_ERR_NULL;
     if ((st = selscan__check_problem(p, &q, 0)) != SELSCAN_OK) return st;
     const int64_t b = checkpoint_bytes(q);
-    if (b < 0) return fail(p->diag, SELSCAN_ERR_SHAPE, "checkpoint", "size overflows");
+    if (b < 0) return fail(p->diag, SELSCAN_ERR_SHAPE, "checkpoint", SELSCAN_RULE_SIZE_OVERFLOWS);
     *bytes = static_cast<size_t>(b);
     return SELSCAN_OK;
 }
@@ -4079,8 +4071,8 @@ static selscan_status forward(const selscan_problem *p, const selscan_cuda_ext *
     if ((st = plan_forward(q, sm_count(), &fp, try_fast, ck != NULL, tu, dg)) != SELSCAN_OK) return st;
     if ((st = selscan__validate_forward_outputs(&q, NULL, 0, -1)) != SELSCAN_OK) return st;
     const int64_t ck_need = ck ? checkpoint_bytes(q) : 0;
-    if (ck_need < 0) return fail(dg, SELSCAN_ERR_SHAPE, "checkpoint", "size overflows");
-    if (ck && x->checkpoint_bytes < static_cast<size_t>(ck_need)) return fail(dg, SELSCAN_ERR_WORKSPACE, "checkpoint", "too small");
+    if (ck_need < 0) return fail(dg, SELSCAN_ERR_SHAPE, "checkpoint", SELSCAN_RULE_SIZE_OVERFLOWS);
+    if (ck && x->checkpoint_bytes < static_cast<size_t>(ck_need)) return fail(dg, SELSCAN_ERR_WORKSPACE, "checkpoint", SELSCAN_RULE_TOO_SMALL);
     const selscan__ten ckt = flat(ck, ck_need), cut = flat(q.cu ? x->cu_seqlens_device : NULL, (q.nseq + 1) * 8);
     const selscan__ten *all[] = {&q.u, &q.delta, &q.A, &q.B, &q.C, &q.D, &q.z, &q.bias, &q.h0, &q.y, &q.hlast, &cut, &ckt};
     if (ck && (st = check_overlap(ckt, all, 12, dg, "checkpoint", "overlaps an operand")) != SELSCAN_OK) return st;
@@ -4112,7 +4104,7 @@ static selscan_status backward(const selscan_problem *p, const selscan_grads *g,
     selscan_diag *dg = p->diag;
     if ((st = check_ext_cu(q, x, dg)) != SELSCAN_OK) return st;
     if ((st = plan_backward(q, r, ckin != NULL, sm_count(), &bp, dg)) != SELSCAN_OK) return st;
-    if (ckin && x->checkpoint_bytes < static_cast<size_t>(bp.ck_bytes)) return fail(dg, SELSCAN_ERR_WORKSPACE, "checkpoint", "too small");
+    if (ckin && x->checkpoint_bytes < static_cast<size_t>(bp.ck_bytes)) return fail(dg, SELSCAN_ERR_WORKSPACE, "checkpoint", SELSCAN_RULE_TOO_SMALL);
     {
         const selscan__ten ckt = flat(ckin, bp.ck_bytes), cut = flat(q.cu ? x->cu_seqlens_device : NULL, (q.nseq + 1) * 8);
         const selscan__ten *outs[] = {&r.du, &r.ddelta, &r.dA, &r.dB, &r.dC, &r.dD, &r.dz, &r.dbias, &r.dh0};
@@ -4461,7 +4453,7 @@ template <typename F> static void conv_with_width(int W, F &&f) {
 static selscan_status conv_check_cu(const selscan__cprob &q, const selscan_cuda_ext *x, const selscan__ten *const *outs, int nout,
                                     selscan_diag *dg) {
     if (!q.cu) return SELSCAN_OK;
-    if (!x || !x->cu_seqlens_device) return fail(dg, SELSCAN_ERR_NULL, "cu_seqlens_device", "missing (packed sequences)");
+    if (!x || !x->cu_seqlens_device) return fail(dg, SELSCAN_ERR_NULL, "cu_seqlens_device", SELSCAN_RULE_MISSING_PACKED);
     const selscan__ten cut = flat(x->cu_seqlens_device, (q.nseq + 1) * 8);
     const selscan__ten *cup[] = {&cut};
     for (int i = 0; i < nout; i++)
@@ -4510,7 +4502,7 @@ static selscan_status conv_workspace_size(const selscan_conv_problem *p, const s
     selscan__cprob q;
     selscan__cgrd r;
     selscan_status st;
-    if (!bytes) return selscan__fail(p ? p->diag : NULL, SELSCAN_ERR_NULL, "bytes", "missing");
+    if (!bytes) return selscan__fail(p ? p->diag : NULL, SELSCAN_ERR_NULL, "bytes", SELSCAN_RULE_MISSING);
     if ((st = selscan__conv_validate_backward(p, g, &q, &r)) != SELSCAN_OK) return st;
     const int64_t need = conv_ws_need(q, r);
     if (need < 0) return fail_size(p->diag);

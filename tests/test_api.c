@@ -134,7 +134,7 @@ static void workspace_any_pointer(selscan_dtype dt) {
         /* the parts' sizes are exact: padding + (reported - slack) passes, one byte less fails */
         {
             const size_t needf = wfp - 63 + pad_of(ws), needb = wbp - 63 + pad_of(ws);
-            selscan_diag dg = {NULL, NULL};
+            selscan_diag dg = {NULL, NULL, SELSCAN_RULE_NONE};
             selscan_problem p2 = P.p;
             poison_all();
             CHECK(fwd_parts(NP, ws, needf, NULL, 0) == SELSCAN_OK && bwd_parts(NP, ws, needb, NULL, 0, 1) == SELSCAN_OK,

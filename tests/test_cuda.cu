@@ -536,7 +536,7 @@ static void validation_tests() {
         void *w = NULL, *wbig = NULL;
         CU(cudaMalloc(&w, needb));
         CU(cudaMemset(du.d, 0xff, du.bytes));
-        selscan_diag dg = {NULL, NULL};
+        selscan_diag dg = {NULL, NULL, SELSCAN_RULE_NONE};
         q.diag = &dg;
         /* the reported size holds 255 bytes of alignment slack: 256 less is too small */
         selscan_status s = selscan_backward_cuda(&q, &g, w, needb - 256, 0);
@@ -596,7 +596,7 @@ static void validation_tests() {
         cudaFree(wbig);
     }
     {   /* the CUDA-only checks name their operand */
-        selscan_diag dg = {NULL, NULL};
+        selscan_diag dg = {NULL, NULL, SELSCAN_RULE_NONE};
         selscan_problem q = p;
         q.diag = &dg;
         selscan_cuda_ext x;
@@ -687,7 +687,7 @@ static void validation_tests() {
         memset(&x, 0, sizeof x);
         x.workspace_alloc = &Pool::alloc;
         x.workspace_ctx = &pool;
-        selscan_diag dg = {NULL, NULL};
+        selscan_diag dg = {NULL, NULL, SELSCAN_RULE_NONE};
         selscan_problem q = p;
         q.diag = &dg;
         size_t needb = 0;
@@ -787,7 +787,7 @@ static void host_validation_tests() {
     auto diag_is = [](const selscan_diag &d, const char *operand, const char *rule) {
         return d.operand && d.rule && !strcmp(d.operand, operand) && (!rule || !strcmp(d.rule, rule));
     };
-    selscan_diag dg = {NULL, NULL};
+    selscan_diag dg = {NULL, NULL, SELSCAN_RULE_NONE};
     selscan_problem p;
     memset(&p, 0, sizeof p);
     p.dtype = SELSCAN_F32;

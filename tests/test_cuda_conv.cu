@@ -229,7 +229,7 @@ static void run_case(const Cfg &c, int id) {
     ext.cu_seqlens_device = dcu;
     cudaError_t cerr = cudaSuccess;
     ext.cuda_error = &cerr;
-    selscan_diag dg = {NULL, NULL};
+    selscan_diag dg = {NULL, NULL, SELSCAN_RULE_NONE};
     p.diag = &dg;
 
     /* forward: CPU reference, then the GPU into poisoned outputs */

@@ -198,7 +198,7 @@ int main(void) {
         CHECK(selscan_validate(&p) == SELSCAN_ERR_STRIDE, "misaligned bf16 u accepted");
         /* the error names the operand and the rule (selscan_diag) */
         {
-            selscan_diag dg = {NULL, NULL};
+            selscan_diag dg = {NULL, NULL, SELSCAN_RULE_NONE};
             p.diag = &dg;
             CHECK(selscan_validate(&p) == SELSCAN_ERR_STRIDE && dg.operand && !strcmp(dg.operand, "u") && dg.rule &&
                       !strcmp(dg.rule, "misaligned"), "misaligned u: diag %s / %s", dg.operand ? dg.operand : "(null)",
@@ -209,7 +209,7 @@ int main(void) {
     /* a workspace size that overflows names the workspace; a misaligned *workspace* pointer is
        accepted (the size query's answer has the alignment slack), unlike misaligned tensors */
     {
-        selscan_diag dg = {NULL, NULL};
+        selscan_diag dg = {NULL, NULL, SELSCAN_RULE_NONE};
         static unsigned char ws[1 << 16] __attribute__((aligned(64)));
         huge_problem(&p, 4, (int64_t)1 << 55); /* passes the element-count check; its workspace does not fit */
         p.diag = &dg;

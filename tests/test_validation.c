@@ -74,11 +74,30 @@ static void fixture(tc_prob *X, tc_grads *Y, int packed, unsigned extra_flags) {
 /* Every error status names an operand and a rule in p->diag; nothing is written there on OK. */
 static selscan_diag dg;
 static const char *const dsent = "unset";
+/* The rule code (and operand) every entry point of the next case must report (RULE(...) sets
+   them; -1 / NULL: any). Every error also has a code whose text is the rule's (the overlap rules:
+   "overlaps <operand>"). */
+static int want_rule = -1;
+static const char *want_operand;
+#define RULE(code, operand, stmt) do { want_rule = (code); want_operand = (operand); stmt; want_rule = -1; want_operand = NULL; } while (0)
+static void diag_reset(void) { dg.operand = dg.rule = dsent; dg.code = SELSCAN__RULE_COUNT; }
 static void diag_check(const char *what, const char *fn, selscan_status st) {
-    if (st == SELSCAN_OK) CHECK(dg.operand == dsent && dg.rule == dsent, "%s: %s wrote diag on OK", what, fn);
-    else CHECK(dg.operand && dg.rule && dg.operand != dsent && dg.rule != dsent && *dg.operand && *dg.rule,
-               "%s: %s returned '%s' without naming the operand", what, fn, selscan_status_string(st));
-    dg.operand = dg.rule = dsent;
+    if (st == SELSCAN_OK) CHECK(dg.operand == dsent && dg.rule == dsent && dg.code == SELSCAN__RULE_COUNT, "%s: %s wrote diag on OK", what, fn);
+    else {
+        CHECK(dg.operand && dg.rule && dg.operand != dsent && dg.rule != dsent && *dg.operand && *dg.rule,
+              "%s: %s returned '%s' without naming the operand", what, fn, selscan_status_string(st));
+        CHECK(dg.code > SELSCAN_RULE_NONE && dg.code < SELSCAN__RULE_COUNT && dg.rule != dsent &&
+                  (dg.code == SELSCAN_RULE_OVERLAPS ? strncmp(dg.rule, "overlaps ", 9) == 0
+                                                    : strcmp(dg.rule, selscan_rule_string(dg.code)) == 0),
+              "%s: %s: rule code %d does not match the rule '%s'", what, fn, (int)dg.code, dg.rule != dsent ? dg.rule : "");
+        if (want_rule >= 0)
+            CHECK(dg.code == (selscan_rule)want_rule, "%s: %s reported %s, want %s", what, fn, selscan_rule_name(dg.code),
+                  selscan_rule_name((selscan_rule)want_rule));
+        if (want_operand)
+            CHECK(dg.operand != dsent && strcmp(dg.operand, want_operand) == 0, "%s: %s named operand '%s', want '%s'", what, fn,
+                  dg.operand != dsent ? dg.operand : "", want_operand);
+    }
+    diag_reset();
 }
 
 static void expect(const char *what, const selscan_problem *p0, const selscan_grads *g, void *wsF, size_t bF, void *wsB,
@@ -88,7 +107,7 @@ static void expect(const char *what, const selscan_problem *p0, const selscan_gr
     selscan_problem pd;
     const selscan_problem *p = p0;
     if (p0) { pd = *p0; pd.diag = &dg; p = &pd; }
-    dg.operand = dg.rule = dsent;
+    diag_reset();
 #define DG(fn) if (p0) diag_check(what, fn, st)
     snap_all();
     if (which & F_FWD) {
@@ -424,7 +443,7 @@ static void sexpect(const char *what, const selscan_step_problem *s0, selscan_st
     selscan_step_problem sd = *s0;
     const selscan_step_problem *s = &sd;
     sd.diag = &dg;
-    dg.operand = dg.rule = dsent;
+    diag_reset();
     snap_all();
     st = selscan_validate_step(s);
     CHECK(st == want, "%s: validate_step returned '%s', want '%s'", what, selscan_status_string(st), selscan_status_string(want));
@@ -536,7 +555,7 @@ static void step_overlap_rules(void) {
         for (s[1] = 0; s[1] < 14; s[1]++)
             for (s[2] = 0; s[2] < 14; s[2]++) {
                 selscan_step_problem p = S0;
-                selscan_diag d = {NULL, NULL};
+                selscan_diag d = {NULL, NULL, SELSCAN_RULE_NONE};
                 selscan_status st;
                 const int ovl = overlap_brute(3, sn, s) > 0;
                 if (s[0] == 0 && s[1] == 0 && s[2] == 0) continue;
@@ -563,7 +582,7 @@ static void step_overlap_rules(void) {
     for (s[0] = 0; s[0] < 14; s[0]++)
         for (s[1] = 0; s[1] < 14; s[1]++) {
             selscan_step_problem p = S0;
-            selscan_diag d = {NULL, NULL};
+            selscan_diag d = {NULL, NULL, SELSCAN_RULE_NONE};
             selscan_status st;
             if ((s[0] == 0 && s[1] == 0) || overlap_brute(2, yn, s) == 0) continue;
             p.y.stride[0] = s[0]; p.y.stride[1] = s[1];
@@ -581,6 +600,77 @@ static void step_overlap_rules(void) {
          sexpect("state expanded over N (12, 3, 0)", &s, SELSCAN_ERR_STRIDE));
     STEP(s.state.stride[0] = 0; s.state.stride[1] = 0; s.state.stride[2] = 1;
          sexpect("state one row of N for all (0, 0, 1)", &s, SELSCAN_ERR_STRIDE));
+}
+
+/* ------------------------------------------------------------------------- rule codes -- */
+/* The stable codes (selscan_rule) of a representative set of cases, matched by code and operand,
+   not by text: every entry point each case runs must report them. */
+static void rule_codes(void) {
+    const int ALL = F_FWD | F_BWD | F_VAL, FWD = F_FWD | F_VAL, BWD = F_BWD | F_VAL;
+    int64_t cu[4];
+    int i, j, ok = 1;
+    /* the list: distinct texts and names, round trips, out-of-range values */
+    for (i = 0; i < SELSCAN__RULE_COUNT; i++) {
+        const char *t = selscan_rule_string((selscan_rule)i), *nm = selscan_rule_name((selscan_rule)i);
+        ok &= t && nm && strncmp(nm, "SELSCAN_RULE_", 13) == 0 && (i == 0 || *t);
+        for (j = 0; j < i; j++)
+            ok &= strcmp(t, selscan_rule_string((selscan_rule)j)) != 0 && strcmp(nm, selscan_rule_name((selscan_rule)j)) != 0;
+    }
+    CHECK(ok, "rule texts and names distinct and non-empty");
+    CHECK(SELSCAN_RULE_NONE == 0 && strcmp(selscan_rule_name(SELSCAN_RULE_TOO_SMALL), "SELSCAN_RULE_TOO_SMALL") == 0 &&
+              strcmp(selscan_rule_string(SELSCAN_RULE_TOO_SMALL), "too small") == 0 &&
+              strcmp(selscan_rule_string((selscan_rule)-1), "unknown rule") == 0 &&
+              strcmp(selscan_rule_name(SELSCAN__RULE_COUNT), "unknown rule") == 0,
+          "rule names, texts and out-of-range codes");
+
+    RULE(SELSCAN_RULE_MISSING, "u", PROB(p.u.data = NULL; ex("code: u NULL", &p, &g, ALL, SELSCAN_ERR_NULL)));
+    RULE(SELSCAN_RULE_MISSING, "y", PROB(p.y.data = NULL; ex("code: y NULL", &p, &g, FWD, SELSCAN_ERR_NULL)));
+    RULE(SELSCAN_RULE_MISSING, "dy", PROB(g.dy.data = NULL; ex("code: dy NULL", &p, &g, BWD, SELSCAN_ERR_NULL)));
+    RULE(SELSCAN_RULE_WITHOUT_Z, "dz", PROB(p.z.data = NULL; ex("code: dz without z", &p, &g, BWD, SELSCAN_ERR_NULL)));
+    RULE(SELSCAN_RULE_NOT_POSITIVE, "batch", PROB(p.batch = 0; ex("code: batch 0", &p, &g, ALL, SELSCAN_ERR_SHAPE)));
+    RULE(SELSCAN_RULE_NOT_POSITIVE, "dstate", PROB(p.dstate = -3; ex("code: dstate -3", &p, &g, ALL, SELSCAN_ERR_SHAPE)));
+    RULE(SELSCAN_RULE_NOT_DIVIDING, "n_groups", PROB(p.n_groups = 3; ex("code: n_groups 3", &p, &g, ALL, SELSCAN_ERR_SHAPE)));
+    RULE(SELSCAN_RULE_COUNT_OVERFLOWS, "problem",
+         PROB(p.batch = (int64_t)1 << 31; p.dim = (int64_t)1 << 31; p.seqlen = (int64_t)1 << 31;
+              ex("code: count overflow", &p, &g, ALL, SELSCAN_ERR_SHAPE)));
+    RULE(SELSCAN_RULE_UNKNOWN_DTYPE, "dtype", PROB(p.dtype = (selscan_dtype)3; ex("code: dtype 3", &p, &g, ALL, SELSCAN_ERR_DTYPE)));
+    RULE(SELSCAN_RULE_UNKNOWN_FLAG, "flags", PROB(p.flags |= 8u; ex("code: flag 8", &p, &g, ALL, SELSCAN_ERR_UNSUPPORTED)));
+    RULE(SELSCAN_RULE_NEGATIVE_STRIDE, "B", PROB(p.B.stride[3] = -1; ex("code: B stride negative", &p, &g, ALL, SELSCAN_ERR_STRIDE)));
+    RULE(SELSCAN_RULE_SPAN_OVERFLOWS, "u",
+         PROB(p.u.stride[0] = INT64_MAX / 2; ex("code: u span overflows", &p, &g, ALL, SELSCAN_ERR_STRIDE)));
+    RULE(SELSCAN_RULE_MISALIGNED, "u",
+         PROB(p.u.data = (const char *)P.u.data + 1; ex("code: u misaligned", &p, &g, ALL, SELSCAN_ERR_STRIDE)));
+    RULE(SELSCAN_RULE_ELEMENTS_OVERLAP, "y",
+         PROB(p.y.stride[0] = 1; p.y.stride[1] = 1; p.y.stride[2] = 1; ex("code: y strides overlap", &p, &g, FWD, SELSCAN_ERR_STRIDE)));
+    RULE(SELSCAN_RULE_ELEMENTS_OVERLAP, "du", PROB(g.du.stride[2] = 0; ex("code: du stride 0", &p, &g, BWD, SELSCAN_ERR_STRIDE)));
+    RULE(SELSCAN_RULE_OVERLAPS, "y", PROB(p.y.data = P.u.data; ex("code: y == u", &p, &g, FWD, SELSCAN_ERR_ALIAS)));
+    RULE(SELSCAN_RULE_OVERLAPS, "du", PROB(g.du.data = P.delta.data; ex("code: du == delta", &p, &g, BWD, SELSCAN_ERR_ALIAS)));
+    RULE(SELSCAN_RULE_TOO_SMALL, "workspace",
+         PROB(expect("code: forward workspace one byte short", &p, &g, arena + 1, wsf - 1, arena, wsb, F_FWD | F_NOREF,
+                     SELSCAN_ERR_WORKSPACE)));
+    RULE(SELSCAN_RULE_MISSING, "workspace",
+         PROB(expect("code: backward workspace NULL", &p, &g, arena, wsf, NULL, wsb, F_BWD, SELSCAN_ERR_WORKSPACE)));
+    RULE(SELSCAN_RULE_OVERLAPS, NULL,
+         PROB(p.h_last.data = arena; expect("code: h_last at the workspace", &p, &g, arena, wsf, arena, wsb, F_FWD, SELSCAN_ERR_ALIAS)));
+#define PEX(what, want) expect(what, &p, &g, arena, wsfk, arena, wsbk, ALL, want)
+    RULE(SELSCAN_RULE_FIRST_OFFSET, "cu_seqlens",
+         PACK(memcpy(cu, PK.cu, sizeof cu); cu[0] = 1; p.cu_seqlens = cu; PEX("code: cu_seqlens[0] != 0", SELSCAN_ERR_SHAPE)));
+    RULE(SELSCAN_RULE_LAST_OFFSET, "cu_seqlens",
+         PACK(memcpy(cu, PK.cu, sizeof cu); cu[3] = 11; p.cu_seqlens = cu; PEX("code: last offset", SELSCAN_ERR_SHAPE)));
+    RULE(SELSCAN_RULE_NOT_INCREASING, "cu_seqlens",
+         PACK(memcpy(cu, PK.cu, sizeof cu); cu[1] = 6; cu[2] = 5; p.cu_seqlens = cu; PEX("code: decreasing", SELSCAN_ERR_SHAPE)));
+    RULE(SELSCAN_RULE_BATCH_NOT_1, "batch", PACK(p.batch = 2; PEX("code: batch 2 packed", SELSCAN_ERR_SHAPE)));
+    RULE(SELSCAN_RULE_OUT_OF_RANGE, "n_seqs", PACK(p.n_seqs = -1; PEX("code: n_seqs -1", SELSCAN_ERR_SHAPE)));
+    RULE(SELSCAN_RULE_MISSING_N_SEQS, "cu_seqlens", PACK(p.cu_seqlens = NULL; PEX("code: n_seqs without cu", SELSCAN_ERR_NULL)));
+#undef PEX
+    RULE(SELSCAN_RULE_MISSING, "state", STEP(s.state.data = NULL; sexpect("code: state NULL", &s, SELSCAN_ERR_NULL)));
+    RULE(SELSCAN_RULE_NOT_BATCH, "n_cache",
+         STEP(s.state_index = NULL; sexpect("code: n_cache != batch without index", &s, SELSCAN_ERR_SHAPE)));
+    RULE(SELSCAN_RULE_INDEX_RANGE, "state_index", STEP(s.n_cache = 4; sexpect("code: index >= n_cache", &s, SELSCAN_ERR_SHAPE)));
+    RULE(SELSCAN_RULE_ROW_TWICE, "state_index",
+         STEP(ix[2] = 4; s.state_index = ix; sexpect("code: duplicate index", &s, SELSCAN_ERR_ALIAS)));
+    RULE(SELSCAN_RULE_ELEMENTS_OVERLAP, "state", STEP(s.state.stride[0] = 11; sexpect("code: state rows overlap", &s, SELSCAN_ERR_STRIDE)));
+    RULE(SELSCAN_RULE_OVERLAPS, "y", STEP(s.y.data = sx.data; sexpect("code: step y == u", &s, SELSCAN_ERR_ALIAS)));
 }
 
 int main(void) {
@@ -637,6 +727,7 @@ int main(void) {
     step_fixture();
     step_rules();
     step_overlap_rules();
+    rule_codes();
     {
         int i;
         for (i = 0; i < nbufs; i++) free(bufs[i].snap);
