@@ -169,7 +169,7 @@ inline selscan_status CpuCheckpointToRead(const selscan_problem* p, int64_t nume
 // What a call returned: its status and, on an error, the operand / rule selscan's diag names.
 struct Result {
   selscan_status status = SELSCAN_OK;
-  selscan_diag diag = {nullptr, nullptr};
+  selscan_diag diag = {nullptr, nullptr, SELSCAN_RULE_NONE};
   bool ok() const { return status == SELSCAN_OK; }
 };
 
@@ -194,7 +194,7 @@ template <typename P, typename ParallelFor, typename Fn>
 Result RunParts(const P& p, int64_t n_parts, const ParallelFor& parallel_for, const Fn& fn) {
   const size_t n = static_cast<size_t>(n_parts < 1 ? 1 : n_parts);
   std::vector<selscan_status> sts(n, SELSCAN_OK);
-  std::vector<selscan_diag> diags(n, selscan_diag{nullptr, nullptr});
+  std::vector<selscan_diag> diags(n, selscan_diag{nullptr, nullptr, SELSCAN_RULE_NONE});
   auto part = [&](int64_t i) {
     P q = p;
     q.diag = &diags[static_cast<size_t>(i)];

@@ -223,7 +223,7 @@ OrtStatus *RunParts(const OrtKernelContext *ctx, const char *op, const P &p, int
   job.p = &p;
   job.fn = &fn;
   job.st.assign(static_cast<size_t>(n_parts), SELSCAN_OK);
-  job.diag.assign(static_cast<size_t>(n_parts), selscan_diag{nullptr, nullptr});
+  job.diag.assign(static_cast<size_t>(n_parts), selscan_diag{nullptr, nullptr, SELSCAN_RULE_NONE});
   if (n_parts == 1) {
     PartsJob<P, Fn>::Run(&job, 0);
   } else if (OrtStatus *st = g_api.KernelContext_ParallelFor(ctx, &PartsJob<P, Fn>::Run, static_cast<size_t>(n_parts),
@@ -369,7 +369,7 @@ OrtStatus *ScanCompute(const ScanKernel &k, OrtKernelContext *ctx) {
   p.D = In(D); p.z = In(z); p.delta_bias = In(bias); p.h0 = In(h0);
   p.y = Out(y);
   if (want_last) p.h_last = Out(last);
-  selscan_diag diag = {nullptr, nullptr};
+  selscan_diag diag = {nullptr, nullptr, SELSCAN_RULE_NONE};
   p.diag = &diag;
   // work items of the forward: (batch row, channel tile); a tile is at least 4 channels
   const int64_t n = NumParts(batch * ((dim + 3) / 4));
@@ -465,7 +465,7 @@ OrtStatus *StepCompute(const StepKernel &k, OrtKernelContext *ctx) {
   s.D = In(D); s.z = In(z); s.delta_bias = In(bias);
   s.y = Out(y);
   s.state = Out(state_out);
-  selscan_diag diag = {nullptr, nullptr};
+  selscan_diag diag = {nullptr, nullptr, SELSCAN_RULE_NONE};
   s.diag = &diag;
   // validate before the copy (the indices, the shapes against the state) ...
   selscan_status sst = selscan_validate_step(&s);
@@ -627,7 +627,7 @@ OrtStatus *ConvUpdateCompute(const ConvKernel &k, OrtKernelContext *ctx) {
   s.x = In(x); s.weight = In(w); s.bias = In(bias);
   s.y = Out(y);
   s.state = Out(state_out);
-  selscan_diag diag = {nullptr, nullptr};
+  selscan_diag diag = {nullptr, nullptr, SELSCAN_RULE_NONE};
   s.diag = &diag;
   selscan_status sst = selscan_validate_conv_step(&s);
   if (sst != SELSCAN_OK) return SelscanError(op, sst, diag);

@@ -45,7 +45,7 @@ class SelscanForwardGpu : public OpKernel {
       }
       return;
     }
-    selscan_diag diag = {nullptr, nullptr};  // the operand / rule of a validation error
+    selscan_diag diag = {nullptr, nullptr, SELSCAN_RULE_NONE};  // the operand / rule of a validation error
     selscan_problem p = BuildProblem(ctx, o_, s, DtypeOf<T>::value, y, o_.return_last_state ? h_last : nullptr);
     p.diag = &diag;
     // The checkpoint (an output, so that the backward can take it instead of recomputing it).
@@ -88,7 +88,7 @@ class SelscanBackwardGpu : public OpKernel {
         dev.memcpy(outs[kDh0]->data(), ctx->input(kDhLast).data(), outs[kDh0]->TotalBytes());
       return;
     }
-    selscan_diag diag = {nullptr, nullptr};
+    selscan_diag diag = {nullptr, nullptr, SELSCAN_RULE_NONE};
     selscan_problem p = BuildProblem(ctx, o_, s, DtypeOf<T>::value, nullptr, nullptr);
     p.diag = &diag;
     const selscan_grads g = BuildGrads(ctx, o_, s, outs);

@@ -138,7 +138,7 @@ constexpr NameMap kStepNames[] = {{"u", "x"},
 
 // selscan's report of the failing operand (filled only on an error status), in the op's names.
 struct Diag {
-  selscan_diag d = {nullptr, nullptr};
+  selscan_diag d = {nullptr, nullptr, SELSCAN_RULE_NONE};
   Names names;
   Diag() = default;
   explicit Diag(Names n) : names(n) {}
