@@ -1,7 +1,6 @@
 """Builds selscan_tf: the selscan TensorFlow op (_selscan_tf_ops.so) plus its Python package.
 
     pip install --no-build-isolation ./bindings/tf        # from a clone of selscan
-    pip install --no-build-isolation "git+https://github.com/<owner>/selscan#subdirectory=bindings/tf"
 
 The op is compiled against the TensorFlow installed in the interpreter that runs pip
 (tf.sysconfig's compile and link flags, hence its C++ ABI): a wheel built here only fits that
