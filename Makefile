@@ -141,15 +141,15 @@ cuda-build: $(CUDA_BINS)
 $(BUILD)/selscan_cpu.o: selscan.h | $(BUILD)
 	$(CC) -O2 -x c -DSELSCAN_IMPLEMENTATION -c $< -o $@
 
-$(BUILD)/test_cuda: tests/test_cuda.cu selscan_cuda.cuh $(BUILD)/selscan_cpu.o | $(BUILD)
+$(BUILD)/test_cuda: tests/test_cuda.cu tests/cuda_check.h selscan_cuda.cuh $(BUILD)/selscan_cpu.o | $(BUILD)
 	$(NVCC) $(NVFLAGS) -DSELSCAN_VALIDATION_ONLY -I. $< $(BUILD)/selscan_cpu.o -o $@
 
 # the same suite with SELSCAN_CUDA_CHANNELS_LAST=1: channels-last cases through the fast kernels
-$(BUILD)/test_cuda_cl: tests/test_cuda.cu selscan_cuda.cuh $(BUILD)/selscan_cpu.o | $(BUILD)
+$(BUILD)/test_cuda_cl: tests/test_cuda.cu tests/cuda_check.h selscan_cuda.cuh $(BUILD)/selscan_cpu.o | $(BUILD)
 	$(NVCC) $(NVFLAGS) -DSELSCAN_VALIDATION_ONLY -DSELSCAN_CUDA_CHANNELS_LAST=1 -I. $< $(BUILD)/selscan_cpu.o -o $@
 
 # the causal conv1d's kernels (selscan_cuda.cuh >>conv) against the CPU reference
-$(BUILD)/test_cuda_conv: tests/test_cuda_conv.cu selscan_cuda.cuh $(BUILD)/selscan_cpu.o | $(BUILD)
+$(BUILD)/test_cuda_conv: tests/test_cuda_conv.cu tests/cuda_check.h selscan_cuda.cuh $(BUILD)/selscan_cpu.o | $(BUILD)
 	$(NVCC) $(NVFLAGS) -DSELSCAN_VALIDATION_ONLY -I. $< $(BUILD)/selscan_cpu.o -o $@
 
 # the benchmark with the channels-last instantiations (SELSCAN_BENCH_LAYOUT=bld runs them)

@@ -24,25 +24,7 @@
 #include <vector>
 #include <algorithm>
 
-static int g_pass = 0, g_fail = 0;
-#define CHECK(cond, ...)                                                                           \
-    do {                                                                                           \
-        if (cond) g_pass++;                                                                        \
-        else {                                                                                     \
-            g_fail++;                                                                              \
-            printf("FAIL %s:%d: ", __FILE__, __LINE__);                                            \
-            printf(__VA_ARGS__);                                                                   \
-            printf("\n");                                                                          \
-        }                                                                                          \
-    } while (0)
-#define CU(call)                                                                                   \
-    do {                                                                                           \
-        cudaError_t e_ = (call);                                                                   \
-        if (e_ != cudaSuccess) {                                                                   \
-            printf("CUDA error %s at %s:%d\n", cudaGetErrorString(e_), __FILE__, __LINE__);        \
-            exit(1);                                                                               \
-        }                                                                                          \
-    } while (0)
+#include "cuda_check.h" /* g_pass / g_fail, CHECK, CU */
 
 /* Tolerances: relative error ||gpu - cpu|| / ||cpu|| per dtype (the GPU's exp is ex2.approx and
    its sums run in another order; T outputs are rounded to T by both sides). */

@@ -24,25 +24,7 @@
 #include <algorithm>
 #include <vector>
 
-static int g_pass = 0, g_fail = 0;
-#define CHECK(cond, ...)                                                                           \
-    do {                                                                                           \
-        if (cond) g_pass++;                                                                        \
-        else {                                                                                     \
-            g_fail++;                                                                              \
-            printf("FAIL %s:%d: ", __FILE__, __LINE__);                                            \
-            printf(__VA_ARGS__);                                                                   \
-            printf("\n");                                                                          \
-        }                                                                                          \
-    } while (0)
-#define CU(call)                                                                                   \
-    do {                                                                                           \
-        cudaError_t e_ = (call);                                                                   \
-        if (e_ != cudaSuccess) {                                                                   \
-            printf("CUDA error %s at %s:%d\n", cudaGetErrorString(e_), __FILE__, __LINE__);        \
-            exit(1);                                                                               \
-        }                                                                                          \
-    } while (0)
+#include "cuda_check.h" /* g_pass / g_fail, CHECK, CU */
 
 static uint64_t g_rng = 0xc0417d1ull;
 static double urand(double lo, double hi) {

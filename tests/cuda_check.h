@@ -1,0 +1,28 @@
+/* cuda_check.h - the CUDA suites' counters and checks (tests/test_cuda.cu, tests/test_cuda_conv.cu):
+   CHECK counts a pass or prints the failure, CU stops the suite on a failed CUDA call. */
+#ifndef SELSCAN_TESTS_CUDA_CHECK_H
+#define SELSCAN_TESTS_CUDA_CHECK_H
+#include <cuda_runtime.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+static int g_pass = 0, g_fail = 0;
+#define CHECK(cond, ...)                                                                           \
+    do {                                                                                           \
+        if (cond) g_pass++;                                                                        \
+        else {                                                                                     \
+            g_fail++;                                                                              \
+            printf("FAIL %s:%d: ", __FILE__, __LINE__);                                            \
+            printf(__VA_ARGS__);                                                                   \
+            printf("\n");                                                                          \
+        }                                                                                          \
+    } while (0)
+#define CU(call)                                                                                   \
+    do {                                                                                           \
+        cudaError_t e_ = (call);                                                                   \
+        if (e_ != cudaSuccess) {                                                                   \
+            printf("CUDA error %s at %s:%d\n", cudaGetErrorString(e_), __FILE__, __LINE__);        \
+            exit(1);                                                                               \
+        }                                                                                          \
+    } while (0)
+#endif
