@@ -1233,6 +1233,7 @@ Tensor ConvStep(const Tensor& state, const Tensor& x_in, const Tensor& weight_in
   TORCH_CHECK_TYPE(state.scalar_type() == x_in.scalar_type(), "selscan: conv_state must have x's dtype ",
                    x_in.scalar_type(), " (it is updated in place), got ", state.scalar_type());
   SameDeviceAs(x_in, "x", state, "conv_state");
+  CheckInPlace(state, "conv_state");  // an expand()ed state would be written past its view (>>harden-overlap)
   if (bias_in) {
     CheckShape(*bias_in, {dim}, "bias", "(dim,)");
     CheckF32(*bias_in, "bias");
@@ -1259,11 +1260,11 @@ Tensor ConvStep(const Tensor& state, const Tensor& x_in, const Tensor& weight_in
   s.dtype = DtypeOf(x, "x");
   s.flags = silu ? SELSCAN_CONV_SILU : 0u;
   s.state_index = state_index ? sidx.data_ptr<int32_t>() : nullptr;
-  s.state = Operand<decltype(s.state)>(state);
+  s.state = OutOperand<decltype(s.state)>(state, "conv_state");
   s.x = Operand<decltype(s.x)>(x);
   s.weight = Operand<decltype(s.weight)>(weight);
   s.bias = OptOperand<decltype(s.bias)>(bias);
-  s.y = Operand<decltype(s.y)>(y);
+  s.y = OutOperand<decltype(s.y)>(y, "out");
   if (x.dim() == 2) {  // (batch, dim): stride[2] is never stepped over (one token)
     s.x.stride[2] = 1;
     s.y.stride[2] = 1;

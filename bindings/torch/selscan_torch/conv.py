@@ -16,6 +16,7 @@ float16, bfloat16. The sum runs in float32.
 import torch
 
 from . import _C  # noqa: F401  (loading the extension registers torch.ops.selscan)
+from . import _checks
 
 __all__ = ["causal_conv1d_fn", "causal_conv1d_update"]
 
@@ -73,6 +74,9 @@ def _conv_bwd_fake(x, weight, bias, init_state, cu_seqlens, dy, dfinal_state, si
 
 @torch.library.register_fake("selscan::conv_step")
 def _conv_step_fake(state, x, weight, bias, state_index, silu):
+    if _checks.self_overlapping(state):  # the C++ op's CheckInPlace rule
+        raise ValueError(f"selscan: conv_state is updated in place but its elements overlap (strides "
+                         f"{tuple(state.stride())} for shape {tuple(state.shape)}); pass a tensor with its own memory")
     return _dense_in_order_of(x)
 
 

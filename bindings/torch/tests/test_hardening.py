@@ -91,6 +91,16 @@ def test_1_expanded_state_refused_nothing_written(device):
     assert (base == 0).all()
 
 
+@pytest.mark.parametrize("device", DEVICES)
+def test_1_expanded_conv_state_refused_nothing_written(device):
+    """The causal conv's decode update is in place too: an expand()ed conv_state is refused."""
+    for view in (lambda b: b[:1].expand(2, 4, 3), lambda b: b[:12].view(1, 4, 3).expand(2, 4, 3)):
+        base = torch.zeros(64, device=device)
+        x, w = torch.randn(2, 4, device=device), torch.randn(4, 4, device=device)
+        raises_naming("conv_state", lambda: st.causal_conv1d_update(x, view(base), w, None, "silu"))
+        assert (base == 0).all(), "bytes written around the refused conv_state"
+
+
 # ---- 2. meta tensors: among real ones, and all-meta shape checks ------------------------------------
 
 
