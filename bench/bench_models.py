@@ -9,6 +9,8 @@ Backends (--backends, compared in the same run on the same weights and inputs):
   torch         transformers' own PyTorch functions (the five kernel names of modeling_mamba rebound
                 to the functions under transformers' kernel wrappers): no fused block, a Python loop
                 over L in the scan. Timed for training at a short L only (--torch-train-len)
+  selscan-lvl0  (optional) selscan with mamba_inner_fn(checkpoint_lvl=0): the block keeps its conv
+                output, delta and the scan's checkpoint (more memory, no recomputation)
   selscan-scan  (optional) selscan's v0.2 drop-in: only the scan and the step rebound in transformers,
                 its unfused path around them with PyTorch's conv (what a user got before the block)
 
@@ -33,6 +35,12 @@ Cases (--cases):
               of cross entropy (drop_path 0), plus its fp32 loss vs mamba_ssm's
   mamba-lm    mamba_ssm's MambaLMHeadModel (bf16) greedy generate(cg=True), its own kernels against
               use_in_mamba_ssm(), batch --gen-batches
+  block       (optional) the fused block alone: mamba_inner_fn forward + backward at each model's layer
+              shape (xz = in_proj(h).transpose(1, 2) under bf16 autocast, as transformers calls it),
+              each backend's function; time and the memory the block adds (kept for the backward)
+  profile     (optional) one training step of the first model per backend under torch.profiler:
+              device time by kernel category (GEMM, scan, conv, copies, ...) and the top kernels, in
+              the JSON's "profile" (where the step's time goes: what a faster block can still win)
 Models: 130m shape (hidden 768, 24 layers, state 16, expand 2, conv 4, vocab 50280), training batch
 8 x 2048; 1.4b shape (hidden 2048, 48 layers), training batch 4 x 2048. Generation in bf16 and fp32
 for 130m, bf16 for 1.4b (--gen-dtypes / --gen-dtypes-large); torch in generation for 130m only.
@@ -341,7 +349,7 @@ class Backend:
         """None when usable, else why not."""
         if self.name == "mamba_ssm":
             return None if self.tf.has_mamba else f"transformers resolved {self.tf.resolved}"
-        if self.name == "selscan":
+        if self.name in ("selscan", "selscan-lvl0"):
             integ = selscan_integrations()
             if integ is None or not hasattr(integ, "use_in_transformers"):
                 return "selscan_torch.integrations.use_in_transformers missing"
@@ -366,12 +374,15 @@ class Backend:
             for n in ("mamba_inner_fn", "causal_conv1d_fn", "causal_conv1d_update"):
                 setattr(mm, n, tf.torch_fns[n])
             mm.mamba_selective_scan, mm.mamba_selective_state_update = scan_only_fns()
-        elif self.name == "selscan":
+        elif self.name in ("selscan", "selscan-lvl0"):
             selscan_integrations().use_in_transformers(True)
+            if self.name == "selscan-lvl0":  # the fused block keeping its conv output, delta and scan checkpoint
+                import functools
+                mm.mamba_inner_fn = functools.partial(mm.mamba_inner_fn, checkpoint_lvl=0)
         return self
 
     def __exit__(self, *exc):
-        if self.name == "selscan":
+        if self.name in ("selscan", "selscan-lvl0"):
             selscan_integrations().use_in_transformers(False)
         self.tf.restore()
         return False
@@ -547,6 +558,134 @@ def case_train(tf, name):
             # one timed step each, its warm-up the peak-memory step (the cases before warmed the rest)
             train_timing(tf, name, model, tb, batch, Lt, 1 if ARGS.quick else 3, 0, "train-torch",
                          max_iters={"torch": 1})
+    del model
+
+
+# ------------------------------------------------------------------------------------------------
+# >>block: mamba_inner_fn alone at a model's layer shape
+# ------------------------------------------------------------------------------------------------
+@guarded("block")
+def case_block(tf, name):
+    hidden, layers, vocab, batch, L = (QUICK_MODELS if ARGS.quick else MODELS)[name]
+    bks = backends_for(tf, [n for n in ARGS.backends if n not in ("torch", "selscan-scan")])
+    if not bks:
+        return
+    torch.manual_seed(0)
+    m = tf.mm.MambaMixer(mamba_config(tf, name), layer_idx=0).to(ARGS.device)
+    h = torch.randn(batch, L, hidden, device=ARGS.device, requires_grad=True)
+
+    def fwd():
+        with autocast():
+            xz = m.in_proj(h).transpose(1, 2)
+            return tf.mm.mamba_inner_fn(xz, m.conv1d.weight, m.conv1d.bias, m.x_proj.weight, m.dt_proj.weight,
+                                        m.out_proj.weight, None, -torch.exp(m.A_log.float()), None, None,
+                                        m.D.float(), delta_bias=m.dt_proj.bias.float(), delta_softplus=True)
+
+    dout = None
+    for b in bks:
+        with b:
+            try:
+                for _ in range(ARGS.warmup):
+                    out = fwd()
+                    dout = torch.randn_like(out) if dout is None else dout
+                    out.backward(dout)
+                sync()
+                base = torch.cuda.memory_allocated() if ARGS.device.type == "cuda" else 0
+                out = fwd()
+                kept = (torch.cuda.memory_allocated() - base) / 2**20 if ARGS.device.type == "cuda" else None
+                out.backward(dout)
+                del out
+                tf_, tb_ = [], []
+                for _ in range(max(3, ARGS.train_iters)):
+                    t, out = time_call(fwd)
+                    tf_.append(t)
+                    t, _ = time_call(lambda: out.backward(dout))
+                    tb_.append(t)
+                    del out
+                row(f"block {name} layer {batch}x{L} fwd", b.name, statistics.median(tf_), "s", kind="time")
+                row(f"block {name} layer {batch}x{L} bwd", b.name, statistics.median(tb_), "s", kind="time",
+                    kept_for_bwd_mib=None if kept is None else round(kept, 1))
+            except Exception as e:  # noqa: BLE001
+                backend_failed(f"block {name}", b.name, e)
+    del m, h
+
+
+# ------------------------------------------------------------------------------------------------
+# >>profile: where one training step's device time goes, by kernel category
+# ------------------------------------------------------------------------------------------------
+KERNEL_CATEGORIES = [  # (category, substrings of the kernel name, lowercased), first match wins
+    ("scan selscan", ["selscan", "fwd_fast", "bwd_fast", "fwd_short", "bwd_general", "fwd_general"]),
+    ("scan mamba_ssm", ["selective_scan"]),
+    ("conv", ["causal_conv1d", "conv_fwd", "conv_bwd", "conv1d", "cudnn", "depthwise"]),
+    ("gemm", ["gemm", "cutlass", "xmma", "nvjet", "cublas", "sm90_", "matmul"]),
+    ("loss / softmax", ["softmax", "nll", "cross_entropy", "log_softmax"]),
+    ("copy / cast", ["copy", "cast", "transpose", "cat_", "catarray"]),
+    ("reduce", ["reduce"]),
+    ("elementwise", ["elementwise", "vectorized", "unrolled"]),
+]
+
+
+def kernel_category(name):
+    n = name.lower()
+    for cat, keys in KERNEL_CATEGORIES:
+        if any(k in n for k in keys):
+            return cat
+    return "other"
+
+
+@guarded("profile")
+def case_profile(tf, name):
+    if ARGS.device.type != "cuda":
+        RESULTS["skipped"].append("profile: CUDA only")
+        return
+    from torch.profiler import ProfilerActivity, profile
+    hidden, layers, vocab, batch, L = (QUICK_MODELS if ARGS.quick else MODELS)[name]
+    bks = backends_for(tf, [n for n in ARGS.backends if n != "torch"])
+    model = build_lm(tf, name)
+    model.train()
+    ids = token_batch(vocab, batch, L, seed=2)
+
+    def step():
+        with autocast():
+            loss = model(input_ids=ids, labels=ids).loss
+        loss.backward()
+
+    out = RESULTS.setdefault("profile", {})
+    for b in bks:
+        try:
+            with b:
+                for _ in range(ARGS.warmup):
+                    model.zero_grad(set_to_none=True)
+                    step()
+                model.zero_grad(set_to_none=True)
+                sync()
+                with profile(activities=[ProfilerActivity.CUDA]) as prof:
+                    step()
+                    sync()
+            kern = {}
+            for e in prof.events():
+                if e.device_type == torch.autograd.DeviceType.CUDA and e.name and e.device_time_total:
+                    k = kern.setdefault(e.name, [0.0, 0])
+                    k[0] += e.device_time_total / 1e3
+                    k[1] += 1
+            cats = {}
+            for k, (ms, n) in kern.items():
+                c = cats.setdefault(kernel_category(k), [0.0, 0])
+                c[0] += ms
+                c[1] += n
+            total = sum(v[0] for v in cats.values())
+            top = sorted(kern.items(), key=lambda kv: -kv[1][0])[:30]
+            out[f"{name} {b.name}"] = {
+                "device_ms_total": round(total, 3),
+                "categories_ms": {c: [round(v[0], 3), v[1]] for c, v in sorted(cats.items(), key=lambda kv: -kv[1][0])},
+                "top_kernels_ms": [[k[:160], round(v[0], 3), v[1]] for k, v in top]}
+            log(f"  profile {name} {b.name}: device {total:.1f} ms: " + ", ".join(
+                f"{c} {v[0]:.1f}" for c, v in sorted(cats.items(), key=lambda kv: -kv[1][0])))
+            for k, v in top[:12]:
+                log(f"      {v[0]:8.2f} ms {v[1]:5d}x  {k[:110]}")
+        except Exception as e:  # noqa: BLE001
+            backend_failed(f"profile {name}", b.name, e)
+        model.zero_grad(set_to_none=True)
     del model
 
 
@@ -1118,6 +1257,11 @@ def main():
         if "train" in ARGS.cases:
             for m in ARGS.models:
                 case_train(tf, m)
+        if "block" in ARGS.cases:
+            for m in ARGS.models:
+                case_block(tf, m)
+        if "profile" in ARGS.cases:
+            case_profile(tf, small)
     if "mambavision" in ARGS.cases:
         case_mambavision()
     infer = ARGS.cases & {"prefill", "gen", "graph"}

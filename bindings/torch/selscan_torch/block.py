@@ -22,9 +22,13 @@ What it does beyond mamba_ssm's MambaInnerFn:
   stride is not 1, and copies B, C and the conv output's transposes.) One exception, on CUDA
   only: a z with an L stride other than 1 (transformers' channels-last xz) is copied for the
   scan, whose fast CUDA kernels need unit L strides (see _scan_z): half of mamba_ssm's xz copy.
-- Saved for the backward: xz, x_proj's output, the scan's output y and its checkpoint (and the
-  conv output and delta at checkpoint_lvl=0); at checkpoint_lvl=1 (the default) the conv and
-  delta (and the normalised B / C / delta) are recomputed in the backward, as in mamba_ssm.
+- Saved for the backward: xz, x_proj's output and the scan's output y; at checkpoint_lvl=1 (the
+  default) the conv output, delta (and the normalised B / C / delta) and the scan's states are
+  recomputed in the backward (mamba_ssm recomputes the first three; its scan keeps one state per
+  2048 steps, selscan's checkpoint one per 64: kept, it would cost rows * dim * L / 64 * N floats
+  a layer, 0.56 GiB over the 130m model's 24 layers at 8 x 2048, more than the recomputation's
+  time is worth where memory is the cost); checkpoint_lvl=0 keeps all four (more memory, a faster
+  backward).
 - The B / C / dt RMS norms (FalconMamba) are differentiated exactly (mamba_ssm's backward passes
   the normalised operands' gradients through as if there were no norm, and returns no gradient
   for the norm weights); with dt_rms_pre_proj=True (a selscan extension) the dt norm is applied to
@@ -157,7 +161,8 @@ class _MambaInnerFn(torch.autograd.Function):
             delta, Bv, Cv = _project(cfg, x_dbl, delta_proj_weight, B_proj_bias, C_proj_bias, b_rms, c_rms, dt_rms)
             Bs = Bv if cfg.var_B else B
             Cs = Cv if cfg.var_C else C
-            y, _, ck = _scan_fwd(conv_out, delta, A, Bs, Cs, D, z, delta_bias, None, None, cfg.softplus, False, True)
+            y, _, ck = _scan_fwd(conv_out, delta, A, Bs, Cs, D, z, delta_bias, None, None, cfg.softplus, False,
+                                 cfg.lvl == 0)
             out = F.linear(_cm_matrix(y).t(), out_proj_weight, out_proj_bias)  # (bL, d_model)
         keep = (conv_out, delta, Bv, Cv) if cfg.lvl == 0 else (None, None, None, None)
         ctx.save_for_backward(xz, conv_w, conv_b, x_dbl, x_proj_weight, delta_proj_weight, out_proj_weight, A, B, C,
@@ -259,7 +264,7 @@ def mamba_inner_fn(xz, conv1d_weight, conv1d_bias, x_proj_weight, delta_proj_wei
     variable) + N (C variable); delta_proj_weight (dim, dt_rank); out_proj_weight (d_model, dim);
     out_proj_bias (d_model,); A (dim, N) real; B / C: None (variable, from x_proj's output) or given
     as for selective_scan_fn; D, delta_bias (dim,); B_proj_bias / C_proj_bias (N,) added to the
-    variable B / C; checkpoint_lvl 0 (save the conv output and delta) or 1 (recompute them in the
+    variable B / C; checkpoint_lvl 0 (save the conv output, delta and the scan's checkpoint) or 1 (recompute them in the
     backward); b_rms_weight / c_rms_weight (N,) and dt_rms_weight (dim,): RMS norms of B, C and
     delta (FalconMamba), eps b_c_dt_rms_eps. dt_rms_pre_proj=True (keyword, selscan's): the dt
     norm applies to x_proj's dt_rank slice before delta_proj (dt_rms_weight then (dt_rank,)), as
