@@ -192,10 +192,13 @@ $(SANITIZE_RUNS): sanitize-%: $(BUILD)/test_cuda $(BUILD)/test_cuda_cl $(BUILD)/
 # nvidia-* wheels, which `import torch` needs), pytest and ninja, unless TORCH_PY names a Python
 # that imports torch; then `pip install --no-build-isolation ./bindings/torch` (the extension against that
 # torch: CUDA kernels too where nvcc exists, SELSCAN_TORCH_CPU_ONLY=1 to skip them), then pytest
-# (GPU tests skip without a GPU). TORCH_TEST_PINS (transformers, for the model integration tests)
-# are installed beside pytest. Ends with pytest's "N passed, N skipped" line.
+# (GPU tests skip without a GPU). TORCH_TEST_PINS (transformers, einops, timm: the model
+# integration tests) are installed beside pytest, then TORCH_TEST_PEERS with --no-deps (their pins
+# are old) and without mamba_ssm's CUDA build (its Python files: what use_in_mamba_ssm() runs
+# on; mambavision: what use_in_mambavision() runs). Ends with pytest's "N passed, N skipped" line.
 TORCH_VENV ?= $(BUILD)/torch-venv
-TORCH_TEST_PINS ?= transformers==5.24.0
+TORCH_TEST_PINS ?= transformers==5.24.0 einops timm
+TORCH_TEST_PEERS ?= mamba-ssm==2.3.2.post1 mambavision==1.2.0
 TORCH_PYTHON = $(or $(TORCH_PY),$(abspath $(TORCH_VENV))/bin/python)
 .PHONY: test-torch torch-install
 torch-install:
@@ -206,7 +209,9 @@ torch-install:
 	  "$$py" -m pip install -q --upgrade pip setuptools && \
 	  "$$py" -m pip install -q torch numpy || exit 1; \
 	fi; \
-	"$$py" -m pip install -q pytest ninja $(TORCH_TEST_PINS) && \
+	"$$py" -m pip install -q pytest ninja wheel packaging $(TORCH_TEST_PINS) && \
+	MAMBA_SKIP_CUDA_BUILD=TRUE MAMBA_FORCE_BUILD=TRUE "$$py" -m pip install -q --no-deps --no-build-isolation \
+	  $(TORCH_TEST_PEERS) && \
 	echo "test-torch: building selscan_torch" && \
 	PATH="$$(dirname "$$py"):$$PATH" MAX_JOBS="$${MAX_JOBS:-2}" "$$py" -m pip install -q --no-build-isolation ./bindings/torch
 

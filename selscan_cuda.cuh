@@ -4179,22 +4179,36 @@ static __device__ __forceinline__ void conv_seg(const conv_params &P, int64_t b,
     s0 = P.cu[lo]; e = P.cu[lo + 1]; row = lo;
 }
 
-/* s[r * kConvRS + c] = X[b, d0 + c, p0 + r] for r < nr, c < nc (0 outside [0, L)); lanes along
-   channels (cl) or steps */
-template <typename T>
-static __device__ __forceinline__ void conv_load(float *s, const ct &X, int64_t b, int64_t d0, int nc, int64_t p0, int nr, int64_t L, int cl) {
-    const int n = nr * nc;
-    for (int e = static_cast<int>(threadIdx.x); e < n; e += kThreads) {
-        const int c = cl ? e % nc : e / nr, r = cl ? e / nc : e % nr;
-        const int64_t p = p0 + r;
-        s[r * kConvRS + c] = p >= 0 && p < L ? ld<T>(X.p, b * X.s[0] + (d0 + c) * X.s[1] + p * X.s[2]) : 0.0f;
+/* The tile loops: f(c, i) for c < nc, i < n, a warp's lanes along channels (cl) or steps (a warp
+   a step / a channel at a time: no division an element; the access that cl makes coalesced). */
+template <typename F>
+static __device__ __forceinline__ void conv_tile_for(int nc, int n, int cl, F &&f) {
+    const int lane = static_cast<int>(threadIdx.x) % 32, warp = static_cast<int>(threadIdx.x) / 32;
+    if (cl) {
+        for (int i = warp; i < n; i += kThreads / 32)
+            for (int c = lane; c < nc; c += 32) f(c, i);
+    } else {
+        for (int c = warp; c < nc; c += kThreads / 32)
+            for (int i = lane; i < n; i += 32) f(c, i);
     }
 }
 
-/* the tile's weights [c][k] and biases (0 past nc) */
+/* s[r * kConvRS + c] = X[b, d0 + c, p0 + r] for r < nr, c < nc (0 outside [0, L)); lanes along
+   channels (cl) or steps. Shared rows have kConvRS = kConvTC + 1 floats: no bank conflict either way. */
+template <typename T>
+static __device__ __forceinline__ void conv_load(float *s, const ct &X, int64_t b, int64_t d0, int nc, int64_t p0, int nr, int64_t L, int cl) {
+    const int64_t base = b * X.s[0] + d0 * X.s[1], sc = X.s[1], sp = X.s[2];
+    conv_tile_for(nc, nr, cl, [&](int c, int r) {
+        const int64_t p = p0 + r;
+        s[r * kConvRS + c] = p >= 0 && p < L ? ld<T>(X.p, base + c * sc + p * sp) : 0.0f;
+    });
+}
+
+/* the tile's weights sw[k * kConvTC + c] (lanes along channels read distinct banks) and biases
+   (0 past nc) */
 static __device__ __forceinline__ void conv_params_in(const conv_params &P, int64_t d0, int nc, float *sw, float *sb) {
     for (int e = static_cast<int>(threadIdx.x); e < kConvTC * SELSCAN_CONV_MAX_WIDTH; e += kThreads) {
-        const int c = e / SELSCAN_CONV_MAX_WIDTH, k = e % SELSCAN_CONV_MAX_WIDTH;
+        const int k = e / kConvTC, c = e % kConvTC; /* kConvTC: a power of two */
         sw[e] = c < nc && k < P.W ? ldf(P.w, (d0 + c) * P.w.s[0] + k * P.w.s[1]) : 0.0f;
         if (k == 0) sb[c] = c < nc && P.bias.p ? ldf(P.bias, (d0 + c) * P.bias.s[0]) : 0.0f;
     }
@@ -4226,16 +4240,23 @@ static __global__ void __launch_bounds__(kThreads) conv_fwd_kernel(const conv_pa
     conv_params_in(P, d0, nc, sw, sb);
     conv_load<T>(sx, P.x, b, d0, nc, t0 - H, nt + H, P.L, P.clx);
     __syncthreads();
-    for (int e = static_cast<int>(threadIdx.x); e < nt * nc; e += kThreads) {
-        const int c = P.cly ? e % nc : e / nt, i = P.cly ? e / nc : e % nt;
-        const int64_t t = t0 + i, d = d0 + c, s0 = s_s0[i];
+    /* without packed sequences or init_state the staged zeros before step 0 are the inputs */
+    const bool plain = !P.cu && !P.h0.p;
+    const int64_t ybase = b * P.y.s[0] + d0 * P.y.s[1] + t0 * P.y.s[2];
+    conv_tile_for(nc, nt, P.cly, [&](int c, int i) {
         float acc = sb[c];
+        if (plain) {
 #pragma unroll
-        for (int k = 0; k < W; k++)
-            acc = fmaf(sw[c * SELSCAN_CONV_MAX_WIDTH + k], conv_xp<T>(P, sx, i + k, c, t - H + k, s0, s_row[i], d, H), acc);
+            for (int k = 0; k < W; k++) acc = fmaf(sw[k * kConvTC + c], sx[(i + k) * kConvRS + c], acc);
+        } else {
+            const int64_t t = t0 + i, s0 = s_s0[i];
+#pragma unroll
+            for (int k = 0; k < W; k++)
+                acc = fmaf(sw[k * kConvTC + c], conv_xp<T>(P, sx, i + k, c, t - H + k, s0, s_row[i], d0 + c, H), acc);
+        }
         if (P.silu) acc *= sigm(acc);
-        st<T>(P.y.p, b * P.y.s[0] + d * P.y.s[1] + t * P.y.s[2], acc);
-    }
+        st<T>(P.y.p, ybase + c * P.y.s[1] + i * P.y.s[2], acc);
+    });
 }
 
 /* final_state[s, d, j] = xp at e - H + j of sequence s: a copy of x or init_state (or 0) */
@@ -4309,7 +4330,7 @@ static __global__ void __launch_bounds__(kThreads) conv_bwd_kernel(const conv_pa
 #pragma unroll
                 for (int k = 0; k < W; k++) {
                     xv[k] = conv_xp<T>(P, sx, r + k, c, q - H + k, s0, s_row[r], d, H);
-                    pre = fmaf(sw[c * SELSCAN_CONV_MAX_WIDTH + k], xv[k], pre);
+                    pre = fmaf(sw[k * kConvTC + c], xv[k], pre);
                 }
                 float dp = sg[r * kConvRS + c];
                 if (P.silu) {
@@ -4324,18 +4345,19 @@ static __global__ void __launch_bounds__(kThreads) conv_bwd_kernel(const conv_pa
                 }
             }
         __syncthreads();
-        if (P.dx.p)
-            for (int e = tid; e < nt * nc; e += kThreads) {
-                const int cc = P.cldx ? e % nc : e / nt, i = P.cldx ? e / nc : e % nt;
-                const int64_t p = t0 + i, d = d0 + cc, end = s_e[i];
+        if (P.dx.p) {
+            const int64_t xbase = b * P.dx.s[0] + d0 * P.dx.s[1] + t0 * P.dx.s[2];
+            conv_tile_for(nc, nt, P.cldx, [&](int cc, int i) {
+                const int64_t p = t0 + i, end = s_e[i];
                 float v = 0.0f;
 #pragma unroll
                 for (int k = H; k >= 0; k--) /* dpre of p + H - k, inside p's sequence */
-                    if (p + H - k < end) v = fmaf(sw[cc * SELSCAN_CONV_MAX_WIDTH + k], sg[(i + H - k) * kConvRS + cc], v);
+                    if (p + H - k < end) v = fmaf(sw[k * kConvTC + cc], sg[(i + H - k) * kConvRS + cc], v);
                 if (P.dhlast.p && p >= end - H)
-                    v += ld<T>(P.dhlast.p, s_row[i] * P.dhlast.s[0] + d * P.dhlast.s[1] + (p - (end - H)) * P.dhlast.s[2]);
-                st<T>(P.dx.p, b * P.dx.s[0] + d * P.dx.s[1] + p * P.dx.s[2], v);
-            }
+                    v += ld<T>(P.dhlast.p, s_row[i] * P.dhlast.s[0] + (d0 + cc) * P.dhlast.s[1] + (p - (end - H)) * P.dhlast.s[2]);
+                st<T>(P.dx.p, xbase + cc * P.dx.s[1] + i * P.dx.s[2], v);
+            });
+        }
     }
     if (!P.part) return;
 #pragma unroll

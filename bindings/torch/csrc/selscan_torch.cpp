@@ -1171,7 +1171,9 @@ std::vector<Tensor> ConvBackward(const Tensor& x_in, const Tensor& weight_in, co
   bool want[kConvNumGrads];
   for (int i = 0; i < kConvNumGrads; i++) want[i] = grad_mask[static_cast<size_t>(i)] != 0;
   std::vector<Tensor> out(kConvNumGrads);
-  out[kConvDx] = want[kConvDx] ? NewInOrderOf(x, x.sizes(), dtype) : NewF32({0}, x);
+  // dx in dy's memory order: the gradient flows on in the layout the caller's backward produced
+  // (the fused block's channel-major dy gives a channel-major dx it concatenates without a transpose)
+  out[kConvDx] = want[kConvDx] ? NewInOrderOf(dy, x.sizes(), dtype) : NewF32({0}, x);
   out[kConvDweight] = want[kConvDweight] ? NewF32({s.dim, s.W}, x) : NewF32({0}, x);
   out[kConvDbias] = want[kConvDbias] ? NewF32({s.dim}, x) : NewF32({0}, x);
   out[kConvDinit] = want[kConvDinit] ? NewTensor({s.rows, s.dim, s.W - 1}, dtype, x) : NewF32({0}, x);

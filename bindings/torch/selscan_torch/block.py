@@ -70,10 +70,6 @@ def _cm_tensor(m, b, L):
     return m.view(m.shape[0], b, L).permute(1, 0, 2)
 
 
-def _dense_in_order_of(t):
-    return _conv._dense_in_order_of(t)
-
-
 def _scan_z(z):
     """z as the scan reads it. selscan's fast CUDA kernels take rows with unit L stride only
     (unless the extension was built with SELSCAN_TORCH_CHANNELS_LAST=1; otherwise its general
@@ -237,9 +233,14 @@ class _MambaInnerFn(torch.autograd.Function):
             dconv = _cm_tensor(dconv2d, b, L)
             cmask = [1, int(nig[1]), int(cfg.has_cb and nig[2]), 0]
             dx, dconv_w, dconv_b, _ = _conv_bwd(x, conv_w, conv_b, None, None, dconv, None, True, cmask)
-            dxz = _dense_in_order_of(xz)
-            dxz[:, :d].copy_(dx)
-            dxz[:, d:].copy_(dz)
+            # dxz in cm layout ((2 dim, batch, L) memory) whatever xz's: dx (dconv's layout) and dz
+            # (the scan's, cm on CUDA) go in as contiguous block copies, not transposes, and
+            # in_proj's backward reads the (batch * L, 2 dim) gradient as a column-major matrix
+            # view (transformers' xz = in_proj(h).transpose(1, 2)) or a row-major one (mamba_ssm's)
+            dxz_m = torch.empty((2 * d, b, L), dtype=xz.dtype, device=xz.device)
+            dxz_m[:d].copy_(dx.permute(1, 0, 2))
+            dxz_m[d:].copy_(dz.permute(1, 0, 2))
+            dxz = dxz_m.permute(1, 0, 2)
         return (dxz, dconv_w if nig[1] else None, dconv_b if cmask[2] else None, d_x_proj_w, d_dt_w, d_out_w,
                 d_out_b, dA if nig[7] else None, dB if (not cfg.var_B and nig[8]) else None,
                 dC if (not cfg.var_C and nig[9]) else None, dD if mask[5] else None, ddb if mask[7] else None,

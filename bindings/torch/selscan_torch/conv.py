@@ -65,7 +65,7 @@ def _conv_bwd_fake(x, weight, bias, init_state, cu_seqlens, dy, dfinal_state, si
     f32 = dict(dtype=torch.float32, device=x.device)
     empty = lambda: torch.empty((0,), **f32)  # noqa: E731
     return [
-        _dense_in_order_of(x) if grad_mask[0] else empty(),
+        _dense_in_order_of(dy) if grad_mask[0] else empty(),  # dx in dy's memory order (the C++ op's rule)
         torch.empty((dim, W), **f32) if grad_mask[1] else empty(),
         torch.empty((dim,), **f32) if grad_mask[2] else empty(),
         torch.empty((rows, dim, W - 1), dtype=x.dtype, device=x.device) if grad_mask[3] else empty(),

@@ -212,6 +212,9 @@ def test_mamba_ssm_lm_head_model(device, monkeypatch):
         cfg = MambaConfig(d_model=64, n_layer=2, vocab_size=100, ssm_cfg={"layer": "Mamba1"},
                           pad_vocab_size_multiple=8, **norm)
         model = MambaLMHeadModel(cfg, device=device)
+        # the decode cache's SSM state in float32 (selscan's step updates it in place), the conv state as asked
+        cache = model.allocate_inference_cache(2, 8, dtype=torch.bfloat16)
+        assert {(c.dtype, s.dtype) for c, s in cache.values()} == {(torch.bfloat16, torch.float32)}
         ids = torch.randint(0, 100, (2, 20), generator=torch.Generator().manual_seed(1)).to(device)
         on = _ms_run(model, ids)
         # mamba_ssm's own PyTorch fallbacks: nn.Conv1d, the float64 reference scan, the torch step
@@ -220,6 +223,8 @@ def test_mamba_ssm_lm_head_model(device, monkeypatch):
                 mp.setattr(ms, name, None)
             mp.setattr(ms, "selective_scan_fn", _ref_scan)
             off = _ms_run(model, ids)
+    cache = model.allocate_inference_cache(2, 8, dtype=torch.bfloat16)  # restored: mamba_ssm's own dtype again
+    assert {(c.dtype, s.dtype) for c, s in cache.values()} == {(torch.bfloat16, torch.bfloat16)}
     assert rel_err(on[0], off[0]) < 2e-5
     assert set(on[1]) == set(off[1])
     for n in off[1]:
