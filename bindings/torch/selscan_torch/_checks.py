@@ -74,6 +74,17 @@ def _f32_param(t, name, want, what, ref, ref_name):
     _same_device(ref, ref_name, t, name)
 
 
+def _optional_params(D, z, bias, bias_name, dim, ref, ref_name):
+    """The scan's and the step's optional D, z and delta / dt bias, where given: D and the bias
+    (dim,) float32, z like ref (u / x); all on ref's device."""
+    if D is not None:
+        _f32_param(D, "D", (dim,), "(dim,)", ref, ref_name)
+    if z is not None:
+        _like(z, "z", ref, ref_name)
+    if bias is not None:
+        _f32_param(bias, bias_name, (dim,), "(dim,)", ref, ref_name)
+
+
 def _overlap_refused(state):
     """The C++ CheckInPlace rule: state is updated in place, so its elements must not overlap."""
     _value(not self_overlapping(state), "state is updated in place but its elements overlap (an expand()ed or "
@@ -135,12 +146,7 @@ def check_scan(u, delta, A, B, C, D, z, delta_bias, h0, cu_seqlens):
         else:
             G = gC
     _value(G >= 1 and dim % G == 0, "the group count of B/C (", G, ") must divide dim (", dim, ")")
-    if D is not None:
-        _f32_param(D, "D", (dim,), "(dim,)", u, "u")
-    if z is not None:
-        _like(z, "z", u, "u")
-    if delta_bias is not None:
-        _f32_param(delta_bias, "delta_bias", (dim,), "(dim,)", u, "u")
+    _optional_params(D, z, delta_bias, "delta_bias", dim, u, "u")
     rows, n_seqs = batch, 0
     if cu_seqlens is not None:
         _value(cu_seqlens.device.type == "cpu", "cu_seqlens must be a CPU tensor (its values are validated on the "
@@ -211,12 +217,7 @@ def check_step(state, x, dt, A, B, C, D, z, dt_bias, state_index):
     gC = bc(C, "C")
     _value(gC == G, "C has ", gC, " groups but B has ", G)
     _value(G >= 1 and dim % G == 0, "ngroups of B/C (", G, ") must divide dim (", dim, ")")
-    if D is not None:
-        _f32_param(D, "D", (dim,), "(dim,)", x, "x")
-    if z is not None:
-        _like(z, "z", x, "x")
-    if dt_bias is not None:
-        _f32_param(dt_bias, "dt_bias", (dim,), "(dim,)", x, "x")
+    _optional_params(D, z, dt_bias, "dt_bias", dim, x, "x")
     if state_index is not None:
         _shape_is(state_index, (batch,), "state_batch_indices", "(batch,)")
         _type(state_index.dtype == torch.int32, "state_batch_indices must be int32 here (the Python wrapper "
