@@ -77,6 +77,9 @@
  *   tc_grads_api(G), tc_grads_poison(G)   rebuild G->g (every output passed) / poison all outputs
  *   TC_G_DU ... TC_G_DH0, TC_G_ALL   gradient selection bits (want) of tc_grads_make
  *   tc_ws(bytes) / tc_ws_free(p)     64-byte aligned workspace, filled with 0xCD
+ *   tc_run_cpu(p, g, fill)           selscan_forward_cpu (g NULL) / selscan_backward_cpu with a
+ *                                    workspace of the size selscan asks for (0xCD, or every byte
+ *                                    fill when fill >= 0); the size query's or the call's status
  *
  * fp64 oracle (written from DESIGN.md section 1, not from the library's code)
  *   tc_oracle_forward(P, y, hlast)   y (batch*dim*L), hlast (rows*dim*N), logical order; NULL ok
@@ -463,6 +466,18 @@ static inline void *tc_ws(size_t bytes) {
     return p;
 }
 static inline void tc_ws_free(void *p) { free(p); }
+
+static inline selscan_status tc_run_cpu(const selscan_problem *p, const selscan_grads *g, int fill) {
+    size_t bytes = 0;
+    void *ws;
+    selscan_status st = selscan_workspace_size(p, g, &bytes);
+    if (st != SELSCAN_OK) return st;
+    ws = tc_ws(bytes);
+    if (ws && fill >= 0) memset(ws, fill, bytes);
+    st = g ? selscan_backward_cpu(p, g, bytes ? ws : NULL, bytes) : selscan_forward_cpu(p, bytes ? ws : NULL, bytes);
+    tc_ws_free(ws);
+    return st;
+}
 
 /* ------------------------------------------------------------------------------- problems -- */
 typedef struct tc_cfg {

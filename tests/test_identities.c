@@ -9,27 +9,8 @@
 
 static double tol_ident(selscan_dtype dt) { return dt == SELSCAN_F32 ? TOL_IDENT : tc_tol_fwd(dt); }
 
-static selscan_status fwd(const selscan_problem *p) {
-    size_t bytes = 0;
-    void *ws;
-    selscan_status st = selscan_workspace_size(p, NULL, &bytes);
-    if (st != SELSCAN_OK) return st;
-    ws = tc_ws(bytes);
-    st = selscan_forward_cpu(p, bytes ? ws : NULL, bytes);
-    tc_ws_free(ws);
-    return st;
-}
-
-static selscan_status bwd(const selscan_problem *p, const selscan_grads *g) {
-    size_t bytes = 0;
-    void *ws;
-    selscan_status st = selscan_workspace_size(p, g, &bytes);
-    if (st != SELSCAN_OK) return st;
-    ws = tc_ws(bytes);
-    st = selscan_backward_cpu(p, g, bytes ? ws : NULL, bytes);
-    tc_ws_free(ws);
-    return st;
-}
+static selscan_status fwd(const selscan_problem *p) { return tc_run_cpu(p, NULL, -1); }
+static selscan_status bwd(const selscan_problem *p, const selscan_grads *g) { return tc_run_cpu(p, g, -1); }
 
 /* Relative difference of two tensors' stored values. */
 static double diff(const tc_tensor *a, const tc_tensor *b) {
@@ -92,6 +73,28 @@ static selscan_grads sub_grads(const tc_prob *P, const tc_grads *G, const tc_gra
     return g;
 }
 
+/* S: P's problem with its outputs in fresh buffers, for the calls on pieces of it; Gs likewise for
+   Gp's gradients, T for the gradients summed over the pieces (dA, dD, ddelta_bias, fixed dB / dC). */
+static void pieces_make(const tc_prob *P, const tc_grads *Gp, tc_prob *S, tc_grads *Gs, tc_grads *T) {
+    *S = *P;
+    like(&S->y, &P->y);
+    like(&S->hlast, &P->hlast);
+    *Gs = *Gp;
+    like(&Gs->du, &Gp->du); like(&Gs->ddelta, &Gp->ddelta); like(&Gs->dz, &Gp->dz); like(&Gs->dB, &Gp->dB);
+    like(&Gs->dC, &Gp->dC); like(&Gs->dh0, &Gp->dh0);
+    *T = *Gp;
+    like(&T->dA, &Gp->dA); like(&T->dD, &Gp->dD); like(&T->dbias, &Gp->dbias); like(&T->dB, &Gp->dB);
+    like(&T->dC, &Gp->dC);
+}
+
+static void pieces_free(tc_prob *S, tc_grads *Gs, tc_grads *T) {
+    tc_tensor_free(&S->y); tc_tensor_free(&S->hlast);
+    tc_tensor_free(&Gs->du); tc_tensor_free(&Gs->ddelta); tc_tensor_free(&Gs->dz); tc_tensor_free(&Gs->dB);
+    tc_tensor_free(&Gs->dC); tc_tensor_free(&Gs->dh0);
+    tc_tensor_free(&T->dA); tc_tensor_free(&T->dD); tc_tensor_free(&T->dbias); tc_tensor_free(&T->dB);
+    tc_tensor_free(&T->dC);
+}
+
 static const char *gn[9] = {"du", "ddelta", "dA", "dB", "dC", "dD", "dz", "ddelta_bias", "dh0"};
 static tc_tensor *gt(tc_grads *G, int k) {
     tc_tensor *t[9] = {&G->du, &G->ddelta, &G->dA, &G->dB, &G->dC, &G->dD, &G->dz, &G->dbias, &G->dh0};
@@ -131,15 +134,7 @@ static void packed_case(const tc_cfg *c) {
     if (!CHECK(fwd(&P.p) == SELSCAN_OK, "[packed] forward failed (%s)", desc) ||
         !CHECK(bwd(&P.p, &Gp.g) == SELSCAN_OK, "[packed] backward failed (%s)", desc))
         goto out0;
-    /* S: the same problem, its outputs in fresh buffers; Gs likewise, T for the summed grads */
-    S = P;
-    like(&S.y, &P.y);
-    like(&S.hlast, &P.hlast);
-    Gs = Gp;
-    like(&Gs.du, &Gp.du); like(&Gs.ddelta, &Gp.ddelta); like(&Gs.dz, &Gp.dz); like(&Gs.dB, &Gp.dB);
-    like(&Gs.dC, &Gp.dC); like(&Gs.dh0, &Gp.dh0);
-    T = Gp;
-    like(&T.dA, &Gp.dA); like(&T.dD, &Gp.dD); like(&T.dbias, &Gp.dbias); like(&T.dB, &Gp.dB); like(&T.dC, &Gp.dC);
+    pieces_make(&P, &Gp, &S, &Gs, &T);
     for (k = 0; k < 9; k++)
         if (summed(&P, k)) sums[k] = (double *)calloc((size_t)gt(&Gp, k)->count, sizeof(double));
     for (s = 0; s < c->nseq; s++) {
@@ -170,10 +165,7 @@ static void packed_case(const tc_cfg *c) {
     CHECK(diff(&S.hlast, &P.hlast) <= TOL_IDENT, "[packed] h_last differs by %.3g (%s)", diff(&S.hlast, &P.hlast), desc);
     compare_grads(&P, &Gp, &Gs, sums, "packed", desc);
 out:
-    tc_tensor_free(&S.y); tc_tensor_free(&S.hlast);
-    tc_tensor_free(&Gs.du); tc_tensor_free(&Gs.ddelta); tc_tensor_free(&Gs.dz); tc_tensor_free(&Gs.dB);
-    tc_tensor_free(&Gs.dC); tc_tensor_free(&Gs.dh0);
-    tc_tensor_free(&T.dA); tc_tensor_free(&T.dD); tc_tensor_free(&T.dbias); tc_tensor_free(&T.dB); tc_tensor_free(&T.dC);
+    pieces_free(&S, &Gs, &T);
     for (k = 0; k < 9; k++) free(sums[k]);
 out0:
     tc_grads_free(&Gp);
@@ -196,14 +188,7 @@ static void chain_case(const tc_cfg *c, int64_t split) {
     if (!CHECK(fwd(&P.p) == SELSCAN_OK, "[chain] forward failed (%s)", desc) ||
         !CHECK(bwd(&P.p, &Gp.g) == SELSCAN_OK, "[chain] backward failed (%s)", desc))
         goto out0;
-    S = P;
-    like(&S.y, &P.y);
-    like(&S.hlast, &P.hlast);
-    Gs = Gp;
-    like(&Gs.du, &Gp.du); like(&Gs.ddelta, &Gp.ddelta); like(&Gs.dz, &Gp.dz); like(&Gs.dB, &Gp.dB);
-    like(&Gs.dC, &Gp.dC); like(&Gs.dh0, &Gp.dh0);
-    T = Gp;
-    like(&T.dA, &Gp.dA); like(&T.dD, &Gp.dD); like(&T.dbias, &Gp.dbias); like(&T.dB, &Gp.dB); like(&T.dC, &Gp.dC);
+    pieces_make(&P, &Gp, &S, &Gs, &T);
     tc_tensor_make(&H, SELSCAN_F32, 3, c->batch, c->dim, c->N, 1, TC_LAYOUT_PADDED, 1);
     tc_tensor_make(&DH, SELSCAN_F32, 3, c->batch, c->dim, c->N, 1, TC_LAYOUT_PADDED, 1);
     for (k = 0; k < 9; k++)
@@ -235,10 +220,7 @@ static void chain_case(const tc_cfg *c, int64_t split) {
     }
 out:
     tc_tensor_free(&H); tc_tensor_free(&DH);
-    tc_tensor_free(&S.y); tc_tensor_free(&S.hlast);
-    tc_tensor_free(&Gs.du); tc_tensor_free(&Gs.ddelta); tc_tensor_free(&Gs.dz); tc_tensor_free(&Gs.dB);
-    tc_tensor_free(&Gs.dC); tc_tensor_free(&Gs.dh0);
-    tc_tensor_free(&T.dA); tc_tensor_free(&T.dD); tc_tensor_free(&T.dbias); tc_tensor_free(&T.dB); tc_tensor_free(&T.dC);
+    pieces_free(&S, &Gs, &T);
     for (k = 0; k < 9; k++) free(sums[k]);
 out0:
     tc_grads_free(&Gp);

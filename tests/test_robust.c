@@ -5,29 +5,9 @@
 #include "../selscan.h" /* the implementation: tests/selscan_impl.c, linked by the Makefile */
 #include "common.h"
 
-static selscan_status fwd(const selscan_problem *p, int fill) {
-    size_t bytes = 0;
-    void *ws;
-    selscan_status st = selscan_workspace_size(p, NULL, &bytes);
-    if (st != SELSCAN_OK) return st;
-    ws = tc_ws(bytes);
-    if (ws) memset(ws, fill, bytes);
-    st = selscan_forward_cpu(p, bytes ? ws : NULL, bytes);
-    tc_ws_free(ws);
-    return st;
-}
-
-static selscan_status bwd(const selscan_problem *p, const selscan_grads *g, int fill) {
-    size_t bytes = 0;
-    void *ws;
-    selscan_status st = selscan_workspace_size(p, g, &bytes);
-    if (st != SELSCAN_OK) return st;
-    ws = tc_ws(bytes);
-    if (ws) memset(ws, fill, bytes);
-    st = selscan_backward_cpu(p, g, bytes ? ws : NULL, bytes);
-    tc_ws_free(ws);
-    return st;
-}
+/* the CPU forward / backward on a workspace whose every byte is fill */
+static selscan_status fwd(const selscan_problem *p, int fill) { return tc_run_cpu(p, NULL, fill); }
+static selscan_status bwd(const selscan_problem *p, const selscan_grads *g, int fill) { return tc_run_cpu(p, g, fill); }
 
 static void base_cfg(tc_cfg *c, selscan_dtype dt) {
     memset(c, 0, sizeof *c);

@@ -156,6 +156,53 @@ selscan_out_tensor Out(const Tensor &t) {
   return s;
 }
 
+// The inputs of a kernel call, in the op's order (names[0..n)); the first n_required must be
+// present. *n_out: how many outputs the node has.
+OrtStatus *Inputs(const OrtKernelContext *ctx, const char *op, const char *const *names, size_t n, size_t n_required,
+                  Tensor *t, size_t *n_out) {
+  size_t n_in = 0;
+  if (OrtStatus *st = g_api.KernelContext_GetInputCount(ctx, &n_in)) return st;
+  if (OrtStatus *st = g_api.KernelContext_GetOutputCount(ctx, n_out)) return st;
+  for (size_t i = 0; i < n; i++)
+    if (OrtStatus *st = Input(ctx, n_in, i, names[i], &t[i])) return st;
+  for (size_t i = 0; i < n_required; i++)
+    if (!t[i].present)
+      return Error(ORT_INVALID_ARGUMENT, std::string("selscan ") + op + ": input '" + names[i] + "' is required");
+  return nullptr;
+}
+
+// The optional second output of SelectiveScan / CausalConv1d (last_state / final_state) and its
+// attribute (return_last_state / return_final_state; attr -1: not given). *want: the node has the
+// output and attr is not 0 (with attr 0 the output is an empty (0,) tensor, torch's placeholder);
+// attr 1 without the output is an error.
+OrtStatus *WantSecondOutput(const char *op, const char *attr_name, int64_t attr, const char *out_name, size_t n_out,
+                            bool *want) {
+  if (attr == 1 && n_out < 2)
+    return Error(ORT_INVALID_ARGUMENT, std::string("selscan ") + op + ": " + attr_name +
+                                           "=1 but the node has no second output (" + out_name + ")");
+  *want = n_out >= 2 && attr != 0;
+  return nullptr;
+}
+
+// That output, where the node has it: dims when *want, else (0,). *want stays true only where it
+// has a buffer.
+OrtStatus *SecondOutput(OrtKernelContext *ctx, size_t n_out, const char *name, const std::vector<int64_t> &dims,
+                        bool *want, Tensor *t) {
+  if (n_out < 2) return nullptr;
+  if (OrtStatus *st = Output(ctx, 1, name, *want ? dims : std::vector<int64_t>{0}, t, true)) return st;
+  *want = *want && t->present;
+  return nullptr;
+}
+
+// dst = src (dst's elements of esize bytes), or zeros where src is absent; nothing where dst is
+// empty or is src.
+void CopyOrZero(const Tensor &dst, const Tensor &src, size_t esize) {
+  if (!dst.numel || dst.data == src.data) return;
+  const size_t bytes = static_cast<size_t>(dst.numel) * esize;
+  if (src.present) std::memcpy(dst.data, src.data, bytes);
+  else std::memset(dst.data, 0, bytes);
+}
+
 // ---- >>ort-checks: argument checks with messages naming the input ------------------------------
 
 // Collects the first failed check of a kernel call as "selscan <Op>: <message>".
@@ -177,6 +224,46 @@ struct Checker {
     return Fail(std::string("input '") + t.name + "' must have shape " + what + " = " + ShapeText(want) + ", got " +
                 ShapeText(t.dims));
   }
+  // The leading rank check (what: the shape it names); false: return Status().
+  bool Rank(const Tensor &t, size_t rank, const char *what) {
+    if (t.rank() == rank) return true;
+    return Fail(std::string("input '") + t.name + "' must have shape " + what + ", got " + ShapeText(t.dims));
+  }
+  // t (where given) has ref's shape and type: delta / z like u, dt / z like x.
+  void Like(const Tensor &t, const Tensor &ref) {
+    if (!t.present) return;
+    Shape(t, ref.dims, (std::string(ref.name) + "'s shape").c_str());
+    Type(t, ref.type, (std::string(ref.name) + "'s type").c_str());
+  }
+  // An optional per-channel parameter (D, delta_bias, dt_bias, bias): (dim,) float.
+  void PerChannel(const Tensor &t, int64_t dim) {
+    if (!t.present) return;
+    Shape(t, {dim}, "(dim,)");
+    Type(t, ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT, "float");
+  }
+  // B's and C's group counts: equal, and dividing dim.
+  void Groups(int64_t gB, int64_t gC, int64_t dim) {
+    if (gC != gB) Fail("input 'C' has " + std::to_string(gC) + " groups but 'B' has " + std::to_string(gB));
+    if (!(gB >= 1 && dim % gB == 0))
+      Fail("the group count of B / C (" + std::to_string(gB) + ") must divide dim (" + std::to_string(dim) + ")");
+  }
+  // cu_seqlens where given: (n_seqs + 1,) int64, batch 1. *rows: the state rows (n_seqs, else batch).
+  void CuSeqlens(const Tensor &cu, int64_t batch, int64_t *rows, int64_t *n_seqs) {
+    *rows = batch;
+    *n_seqs = 0;
+    if (!cu.present) return;
+    Type(cu, ONNX_TENSOR_ELEMENT_DATA_TYPE_INT64, "int64");
+    if (!(cu.rank() == 1 && cu.dims[0] >= 2))
+      Fail("input 'cu_seqlens' must have shape (n_seqs + 1,) with n_seqs >= 1, got " + ShapeText(cu.dims));
+    if (batch != 1) Fail("packed sequences (cu_seqlens) need batch 1, got batch " + std::to_string(batch));
+    if (ok()) { *n_seqs = cu.dims[0] - 1; *rows = *n_seqs; }
+  }
+  // state_index where given: (batch,) int32.
+  void StateIndex(const Tensor &sidx, int64_t batch) {
+    if (!sidx.present) return;
+    Shape(sidx, {batch}, "(batch,)");
+    Type(sidx, ONNX_TENSOR_ELEMENT_DATA_TYPE_INT32, "int32");
+  }
   OrtStatus *Status() const { return ok() ? nullptr : Error(ORT_INVALID_ARGUMENT, msg); }
 };
 
@@ -184,6 +271,7 @@ selscan_dtype DtypeOf(ONNXTensorElementDataType t) {
   return t == ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT16 ? SELSCAN_F16
          : t == ONNX_TENSOR_ELEMENT_DATA_TYPE_BFLOAT16 ? SELSCAN_BF16 : SELSCAN_F32;
 }
+size_t ElemSize(ONNXTensorElementDataType t) { return t == ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT ? 4 : 2; }
 
 // selscan's status and diag -> an ONNX Runtime error naming the input.
 OrtStatus *SelscanError(const char *op, selscan_status st, const selscan_diag &d) {
@@ -260,41 +348,27 @@ struct ScanKernel {
 
 OrtStatus *ScanCompute(const ScanKernel &k, OrtKernelContext *ctx) {
   const char *op = "SelectiveScan";
-  size_t n_in = 0, n_out = 0;
-  if (OrtStatus *st = g_api.KernelContext_GetInputCount(ctx, &n_in)) return st;
-  if (OrtStatus *st = g_api.KernelContext_GetOutputCount(ctx, &n_out)) return st;
   static const char *const names[kScanInputs] = {"u", "delta", "A", "B", "C", "D", "z", "delta_bias", "h0", "cu_seqlens"};
   Tensor t[kScanInputs];
-  for (size_t i = 0; i < kScanInputs; i++)
-    if (OrtStatus *st = Input(ctx, n_in, i, names[i], &t[i])) return st;
-  Checker c{op, {}};
+  size_t n_out = 0;
+  if (OrtStatus *st = Inputs(ctx, op, names, kScanInputs, kD, t, &n_out)) return st;
   const Tensor &u = t[kU], &delta = t[kDelta], &A = t[kA], &B = t[kB], &C = t[kC], &D = t[kD], &z = t[kZ],
                &bias = t[kDeltaBias], &h0 = t[kH0], &cu = t[kCuSeqlens];
-  for (int i : {kU, kDelta, kA, kB, kC})
-    if (!t[i].present) return Error(ORT_INVALID_ARGUMENT, std::string("selscan SelectiveScan: input '") + names[i] +
-                                                              "' is required");
-  // return_last_state: the attribute when given, else whether the node has the output; a node with
-  // the output and return_last_state=0 gets an empty (0,) last_state (torch's placeholder)
-  const bool has_last_output = n_out >= 2;
-  if (k.last_state_attr == 1 && !has_last_output)
-    return Error(ORT_INVALID_ARGUMENT, "selscan SelectiveScan: return_last_state=1 but the node has no second output "
-                                       "(last_state)");
-  bool want_last = has_last_output && k.last_state_attr != 0;
-  const bool empty_last = has_last_output && k.last_state_attr == 0;
+  bool want_last = false;
+  if (OrtStatus *st = WantSecondOutput(op, "return_last_state", k.last_state_attr, "last_state", n_out, &want_last))
+    return st;
 
-  if (u.rank() != 3) c.Fail("input 'u' must have shape (batch, dim, L), got " + ShapeText(u.dims));
-  if (!c.ok()) return c.Status();
+  Checker c{op, {}};
+  if (!c.Rank(u, 3, "(batch, dim, L)")) return c.Status();
   const ONNXTensorElementDataType T = u.type;
   const int64_t batch = u.dims[0], dim = u.dims[1], L = u.dims[2];
   const ONNXTensorElementDataType F32 = ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT;
-  c.Shape(delta, u.dims, "u's shape");
-  c.Type(delta, T, "u's type");
+  c.Like(delta, u);
   if (A.rank() != 2 || A.dims[0] != dim)
     c.Fail("input 'A' must have shape (dim, N) with dim = " + std::to_string(dim) + ", got " + ShapeText(A.dims));
   c.Type(A, F32, "float");
   if (!c.ok()) return c.Status();
   const int64_t N = A.dims[1];
-  int64_t G = 1;
   bool fixed[2] = {false, false};
   int64_t groups[2] = {1, 1};
   const Tensor *bc[2] = {&B, &C};
@@ -315,22 +389,14 @@ OrtStatus *ScanCompute(const ScanKernel &k, OrtKernelContext *ctx) {
     }
   }
   if (!c.ok()) return c.Status();
-  if (!fixed[0] && !fixed[1] && groups[0] != groups[1])
-    c.Fail("input 'C' has " + std::to_string(groups[1]) + " groups but 'B' has " + std::to_string(groups[0]));
-  G = !fixed[0] ? groups[0] : groups[1];
-  if (!(G >= 1 && dim % G == 0))
-    c.Fail("the group count of B / C (" + std::to_string(G) + ") must divide dim (" + std::to_string(dim) + ")");
-  if (D.present) { c.Shape(D, {dim}, "(dim,)"); c.Type(D, F32, "float"); }
-  if (z.present) { c.Shape(z, u.dims, "u's shape"); c.Type(z, T, "u's type"); }
-  if (bias.present) { c.Shape(bias, {dim}, "(dim,)"); c.Type(bias, F32, "float"); }
-  int64_t rows = batch, n_seqs = 0;
-  if (cu.present) {
-    c.Type(cu, ONNX_TENSOR_ELEMENT_DATA_TYPE_INT64, "int64");
-    if (!(cu.rank() == 1 && cu.dims[0] >= 2))
-      c.Fail("input 'cu_seqlens' must have shape (n_seqs + 1,) with n_seqs >= 1, got " + ShapeText(cu.dims));
-    if (batch != 1) c.Fail("packed sequences (cu_seqlens) need batch 1, got batch " + std::to_string(batch));
-    if (c.ok()) { n_seqs = cu.dims[0] - 1; rows = n_seqs; }
-  }
+  // a B / C constant over time has no groups: the other one's count holds
+  const int64_t G = fixed[0] ? groups[1] : groups[0];
+  c.Groups(G, fixed[1] ? G : groups[1], dim);
+  c.PerChannel(D, dim);
+  c.Like(z, u);
+  c.PerChannel(bias, dim);
+  int64_t rows = 0, n_seqs = 0;
+  c.CuSeqlens(cu, batch, &rows, &n_seqs);
   if (h0.present) {
     c.Shape(h0, {rows, dim, N}, cu.present ? "(n_seqs, dim, N)" : "(batch, dim, N)");
     c.Type(h0, F32, "float");
@@ -339,20 +405,13 @@ OrtStatus *ScanCompute(const ScanKernel &k, OrtKernelContext *ctx) {
 
   Tensor y, last;
   if (OrtStatus *st = Output(ctx, 0, "y", u.dims, &y)) return st;
-  if (want_last || empty_last) {
-    const std::vector<int64_t> dims = want_last ? std::vector<int64_t>{rows, dim, N} : std::vector<int64_t>{0};
-    if (OrtStatus *st = Output(ctx, 1, "last_state", dims, &last, true)) return st;
-    want_last = want_last && last.present;
-  }
+  if (OrtStatus *st = SecondOutput(ctx, n_out, "last_state", {rows, dim, N}, &want_last, &last)) return st;
   const bool empty = batch == 0 || dim == 0 || L == 0;
   if (empty || N == 0) {  // nothing to scan: y is 0, the last state is h0 (or 0)
     if (!empty) return Error(ORT_INVALID_ARGUMENT, "selscan SelectiveScan: input 'A' must have N >= 1 states, got " +
                                                        ShapeText(A.dims));
-    if (y.numel) std::memset(y.data, 0, static_cast<size_t>(y.numel) * (T == F32 ? 4 : 2));
-    if (want_last && last.numel) {
-      if (h0.present) std::memcpy(last.data, h0.data, static_cast<size_t>(last.numel) * 4);
-      else std::memset(last.data, 0, static_cast<size_t>(last.numel) * 4);
-    }
+    if (y.numel) std::memset(y.data, 0, static_cast<size_t>(y.numel) * ElemSize(T));
+    if (want_last) CopyOrZero(last, h0, 4);
     return nullptr;
   }
   selscan_problem p;
@@ -395,24 +454,17 @@ struct StepKernel {
 
 OrtStatus *StepCompute(const StepKernel &k, OrtKernelContext *ctx) {
   const char *op = "SelectiveStateUpdate";
-  size_t n_in = 0, n_out = 0;
-  if (OrtStatus *st = g_api.KernelContext_GetInputCount(ctx, &n_in)) return st;
-  if (OrtStatus *st = g_api.KernelContext_GetOutputCount(ctx, &n_out)) return st;
   static const char *const names[kStepInputs] = {"state", "x", "dt", "A", "B", "C", "D", "z", "dt_bias", "state_index"};
   Tensor t[kStepInputs];
-  for (size_t i = 0; i < kStepInputs; i++)
-    if (OrtStatus *st = Input(ctx, n_in, i, names[i], &t[i])) return st;
-  for (int i : {kState, kX, kDt, kSA, kSB, kSC})
-    if (!t[i].present) return Error(ORT_INVALID_ARGUMENT, std::string("selscan SelectiveStateUpdate: input '") +
-                                                              names[i] + "' is required");
+  size_t n_out = 0;
+  if (OrtStatus *st = Inputs(ctx, op, names, kStepInputs, kSD, t, &n_out)) return st;
   if (n_out < 2)
     return Error(ORT_INVALID_ARGUMENT, "selscan SelectiveStateUpdate: the node needs both outputs (y, state_out)");
   const Tensor &state = t[kState], &x = t[kX], &dt = t[kDt], &A = t[kSA], &B = t[kSB], &C = t[kSC], &D = t[kSD],
                &z = t[kSZ], &bias = t[kDtBias], &sidx = t[kStateIndex];
   Checker c{op, {}};
   const ONNXTensorElementDataType F32 = ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT;
-  if (x.rank() != 2) c.Fail("input 'x' must have shape (batch, dim), got " + ShapeText(x.dims));
-  if (!c.ok()) return c.Status();
+  if (!c.Rank(x, 2, "(batch, dim)")) return c.Status();
   const ONNXTensorElementDataType T = x.type;
   const int64_t batch = x.dims[0], dim = x.dims[1];
   if (!(state.rank() == 3 && state.dims[1] == dim))
@@ -421,8 +473,7 @@ OrtStatus *StepCompute(const StepKernel &k, OrtKernelContext *ctx) {
   c.Type(state, F32, "float");
   if (!c.ok()) return c.Status();
   const int64_t n_cache = state.dims[0], N = state.dims[2];
-  c.Shape(dt, x.dims, "x's shape");
-  c.Type(dt, T, "x's type");
+  c.Like(dt, x);
   c.Shape(A, {dim, N}, "(dim, N)");
   c.Type(A, F32, "float");
   for (const Tensor *bc : {&B, &C}) {
@@ -433,24 +484,18 @@ OrtStatus *StepCompute(const StepKernel &k, OrtKernelContext *ctx) {
   }
   if (!c.ok()) return c.Status();
   const int64_t G = B.dims[1];
-  if (C.dims[1] != G) c.Fail("input 'C' has " + std::to_string(C.dims[1]) + " groups but 'B' has " + std::to_string(G));
-  if (!(G >= 1 && dim % G == 0))
-    c.Fail("the group count of B / C (" + std::to_string(G) + ") must divide dim (" + std::to_string(dim) + ")");
-  if (D.present) { c.Shape(D, {dim}, "(dim,)"); c.Type(D, F32, "float"); }
-  if (z.present) { c.Shape(z, x.dims, "x's shape"); c.Type(z, T, "x's type"); }
-  if (bias.present) { c.Shape(bias, {dim}, "(dim,)"); c.Type(bias, F32, "float"); }
-  if (sidx.present) {
-    c.Shape(sidx, {batch}, "(batch,)");
-    c.Type(sidx, ONNX_TENSOR_ELEMENT_DATA_TYPE_INT32, "int32");
-  }
+  c.Groups(G, C.dims[1], dim);
+  c.PerChannel(D, dim);
+  c.Like(z, x);
+  c.PerChannel(bias, dim);
+  c.StateIndex(sidx, batch);
   if (!c.ok()) return c.Status();
 
   Tensor y, state_out;
   if (OrtStatus *st = Output(ctx, 0, "y", x.dims, &y)) return st;
   if (OrtStatus *st = Output(ctx, 1, "state_out", state.dims, &state_out)) return st;
   if (batch == 0 || dim == 0) {
-    if (state_out.numel && state_out.data != state.data)
-      std::memcpy(state_out.data, state.data, static_cast<size_t>(state_out.numel) * 4);
+    CopyOrZero(state_out, state, 4);
     return nullptr;
   }
   if (N == 0) return Error(ORT_INVALID_ARGUMENT, "selscan SelectiveStateUpdate: input 'state' must have N >= 1, got " +
@@ -471,7 +516,7 @@ OrtStatus *StepCompute(const StepKernel &k, OrtKernelContext *ctx) {
   selscan_status sst = selscan_validate_step(&s);
   if (sst != SELSCAN_OK) return SelscanError(op, sst, diag);
   // ... then state_out = state, stepped in place
-  if (state_out.data != state.data) std::memcpy(state_out.data, state.data, static_cast<size_t>(state.numel) * 4);
+  CopyOrZero(state_out, state, 4);
   const int64_t n = NumParts(batch * ((dim + 255) / 256));
   return RunParts(ctx, op, s, n, [&](selscan_step_problem *q, int64_t part) {
     return selscan_step_cpu_part(q, part, n);
@@ -499,39 +544,24 @@ bool CheckWeight(Checker &c, const Tensor &w, int64_t dim) {
 
 OrtStatus *ConvCompute(const ConvKernel &k, OrtKernelContext *ctx) {
   const char *op = "CausalConv1d";
-  size_t n_in = 0, n_out = 0;
-  if (OrtStatus *st = g_api.KernelContext_GetInputCount(ctx, &n_in)) return st;
-  if (OrtStatus *st = g_api.KernelContext_GetOutputCount(ctx, &n_out)) return st;
   static const char *const names[kConvInputs] = {"x", "weight", "bias", "init_state", "cu_seqlens"};
   Tensor t[kConvInputs];
-  for (size_t i = 0; i < kConvInputs; i++)
-    if (OrtStatus *st = Input(ctx, n_in, i, names[i], &t[i])) return st;
+  size_t n_out = 0;
+  if (OrtStatus *st = Inputs(ctx, op, names, kConvInputs, kCBias, t, &n_out)) return st;
   const Tensor &x = t[kCx], &w = t[kCWeight], &bias = t[kCBias], &init = t[kCInit], &cu = t[kCCuSeqlens];
-  for (int i : {kCx, kCWeight})
-    if (!t[i].present) return Error(ORT_INVALID_ARGUMENT, std::string("selscan CausalConv1d: input '") + names[i] +
-                                                              "' is required");
-  const bool has_fin_output = n_out >= 2;
-  if (k.final_state_attr == 1 && !has_fin_output)
-    return Error(ORT_INVALID_ARGUMENT, "selscan CausalConv1d: return_final_state=1 but the node has no second output "
-                                       "(final_state)");
-  bool want_fin = has_fin_output && k.final_state_attr != 0;
+  bool want_fin = false;
+  if (OrtStatus *st = WantSecondOutput(op, "return_final_state", k.final_state_attr, "final_state", n_out, &want_fin))
+    return st;
   Checker c{op, {}};
-  if (x.rank() != 3) c.Fail("input 'x' must have shape (batch, dim, L), got " + ShapeText(x.dims));
-  if (!c.ok()) return c.Status();
+  if (!c.Rank(x, 3, "(batch, dim, L)")) return c.Status();
   const ONNXTensorElementDataType T = x.type;
   const int64_t batch = x.dims[0], dim = x.dims[1], L = x.dims[2];
   CheckWeight(c, w, dim);
   if (!c.ok()) return c.Status();
   const int64_t W = w.dims[1];
-  if (bias.present) { c.Shape(bias, {dim}, "(dim,)"); c.Type(bias, ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT, "float"); }
-  int64_t rows = batch, n_seqs = 0;
-  if (cu.present) {
-    c.Type(cu, ONNX_TENSOR_ELEMENT_DATA_TYPE_INT64, "int64");
-    if (!(cu.rank() == 1 && cu.dims[0] >= 2))
-      c.Fail("input 'cu_seqlens' must have shape (n_seqs + 1,) with n_seqs >= 1, got " + ShapeText(cu.dims));
-    if (batch != 1) c.Fail("packed sequences (cu_seqlens) need batch 1, got batch " + std::to_string(batch));
-    if (c.ok()) { n_seqs = cu.dims[0] - 1; rows = n_seqs; }
-  }
+  c.PerChannel(bias, dim);
+  int64_t rows = 0, n_seqs = 0;
+  c.CuSeqlens(cu, batch, &rows, &n_seqs);
   if (init.present) {
     c.Shape(init, {rows, dim, W - 1}, cu.present ? "(n_seqs, dim, width - 1)" : "(batch, dim, width - 1)");
     c.Type(init, T, "x's type");
@@ -539,18 +569,10 @@ OrtStatus *ConvCompute(const ConvKernel &k, OrtKernelContext *ctx) {
   if (!c.ok()) return c.Status();
   Tensor y, fin;
   if (OrtStatus *st = Output(ctx, 0, "y", x.dims, &y)) return st;
-  if (has_fin_output) {
-    const std::vector<int64_t> dims = want_fin ? std::vector<int64_t>{rows, dim, W - 1} : std::vector<int64_t>{0};
-    if (OrtStatus *st = Output(ctx, 1, "final_state", dims, &fin, true)) return st;
-    want_fin = want_fin && fin.present;
-  }
-  const size_t esize = T == ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT ? 4 : 2;
+  if (OrtStatus *st = SecondOutput(ctx, n_out, "final_state", {rows, dim, W - 1}, &want_fin, &fin)) return st;
   if (batch == 0 || dim == 0) return nullptr;
   if (L == 0 && !cu.present) {  // nothing to convolve: the state passes through
-    if (want_fin && fin.numel) {
-      if (init.present) std::memcpy(fin.data, init.data, static_cast<size_t>(fin.numel) * esize);
-      else std::memset(fin.data, 0, static_cast<size_t>(fin.numel) * esize);
-    }
+    if (want_fin) CopyOrZero(fin, init, ElemSize(T));
     return nullptr;
   }
   selscan_conv_problem p;
@@ -572,16 +594,10 @@ enum { kCuState = 0, kCuX, kCuWeight, kCuBias, kCuStateIndex, kConvUpdateInputs 
 
 OrtStatus *ConvUpdateCompute(const ConvKernel &k, OrtKernelContext *ctx) {
   const char *op = "CausalConv1dUpdate";
-  size_t n_in = 0, n_out = 0;
-  if (OrtStatus *st = g_api.KernelContext_GetInputCount(ctx, &n_in)) return st;
-  if (OrtStatus *st = g_api.KernelContext_GetOutputCount(ctx, &n_out)) return st;
   static const char *const names[kConvUpdateInputs] = {"state", "x", "weight", "bias", "state_index"};
   Tensor t[kConvUpdateInputs];
-  for (size_t i = 0; i < kConvUpdateInputs; i++)
-    if (OrtStatus *st = Input(ctx, n_in, i, names[i], &t[i])) return st;
-  for (int i : {kCuState, kCuX, kCuWeight})
-    if (!t[i].present) return Error(ORT_INVALID_ARGUMENT, std::string("selscan CausalConv1dUpdate: input '") +
-                                                              names[i] + "' is required");
+  size_t n_out = 0;
+  if (OrtStatus *st = Inputs(ctx, op, names, kConvUpdateInputs, kCuBias, t, &n_out)) return st;
   if (n_out < 2)
     return Error(ORT_INVALID_ARGUMENT, "selscan CausalConv1dUpdate: the node needs both outputs (y, state_out)");
   const Tensor &state = t[kCuState], &x = t[kCuX], &w = t[kCuWeight], &bias = t[kCuBias], &sidx = t[kCuStateIndex];
@@ -598,11 +614,9 @@ OrtStatus *ConvUpdateCompute(const ConvKernel &k, OrtKernelContext *ctx) {
     c.Fail("input 'state' must have shape (n_cache, dim, state_len) with dim = " + std::to_string(dim) +
            ", state_len >= width - 1 = " + std::to_string(W - 1) + ", got " + ShapeText(state.dims));
   c.Type(state, T, "x's type");
-  if (bias.present) { c.Shape(bias, {dim}, "(dim,)"); c.Type(bias, ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT, "float"); }
-  if (sidx.present) {
-    c.Shape(sidx, {batch}, "(batch,)");
-    c.Type(sidx, ONNX_TENSOR_ELEMENT_DATA_TYPE_INT32, "int32");
-  } else if (c.ok() && state.dims[0] != batch) {
+  c.PerChannel(bias, dim);
+  c.StateIndex(sidx, batch);
+  if (!sidx.present && c.ok() && state.dims[0] != batch) {
     c.Fail("input 'state' has " + std::to_string(state.dims[0]) + " rows but x has batch " + std::to_string(batch) +
            " (give state_index to address a larger cache)");
   }
@@ -610,10 +624,9 @@ OrtStatus *ConvUpdateCompute(const ConvKernel &k, OrtKernelContext *ctx) {
   Tensor y, state_out;
   if (OrtStatus *st = Output(ctx, 0, "y", x.dims, &y)) return st;
   if (OrtStatus *st = Output(ctx, 1, "state_out", state.dims, &state_out)) return st;
-  const size_t esize = T == ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT ? 4 : 2;
+  const size_t esize = ElemSize(T);
   if (batch == 0 || dim == 0 || seqlen == 0) {
-    if (state_out.numel && state_out.data != state.data)
-      std::memcpy(state_out.data, state.data, static_cast<size_t>(state_out.numel) * esize);
+    CopyOrZero(state_out, state, esize);
     if (y.numel) std::memset(y.data, 0, static_cast<size_t>(y.numel) * esize);
     return nullptr;
   }
@@ -631,7 +644,7 @@ OrtStatus *ConvUpdateCompute(const ConvKernel &k, OrtKernelContext *ctx) {
   s.diag = &diag;
   selscan_status sst = selscan_validate_conv_step(&s);
   if (sst != SELSCAN_OK) return SelscanError(op, sst, diag);
-  if (state_out.data != state.data) std::memcpy(state_out.data, state.data, static_cast<size_t>(state.numel) * esize);
+  CopyOrZero(state_out, state, esize);
   const int64_t n = NumParts(batch * dim);
   return RunParts(ctx, op, s, n, [&](selscan_conv_step_problem *q, int64_t part) {
     return selscan_conv_step_cpu_part(q, part, n);

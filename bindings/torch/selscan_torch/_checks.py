@@ -60,6 +60,38 @@ def _scan_dtype(t, name):
     _type(t.dtype in _SCAN_DTYPES, name, " must be float32, float16 or bfloat16, got ", t.dtype)
 
 
+def _like(t, name, ref, ref_name):
+    """t has ref's shape, dtype and device (delta / z / dy like u, dt / z like x)."""
+    _shape_is(t, ref.shape, name, ref_name + "'s shape")
+    _type(t.dtype == ref.dtype, name, " must have ", ref_name, "'s dtype ", ref.dtype, ", got ", t.dtype)
+    _same_device(ref, ref_name, t, name)
+
+
+def _f32_param(t, name, want, what, ref, ref_name):
+    """t is float32 of shape want (what: its description) on ref's device (A, D, the biases, states)."""
+    _shape_is(t, want, name, what)
+    _f32(t, name)
+    _same_device(ref, ref_name, t, name)
+
+
+def _optional_params(D, z, bias, bias_name, dim, ref, ref_name):
+    """The scan's and the step's optional D, z and delta / dt bias, where given: D and the bias
+    (dim,) float32, z like ref (u / x); all on ref's device."""
+    if D is not None:
+        _f32_param(D, "D", (dim,), "(dim,)", ref, ref_name)
+    if z is not None:
+        _like(z, "z", ref, ref_name)
+    if bias is not None:
+        _f32_param(bias, bias_name, (dim,), "(dim,)", ref, ref_name)
+
+
+def _overlap_refused(state):
+    """The C++ CheckInPlace rule: state is updated in place, so its elements must not overlap."""
+    _value(not self_overlapping(state), "state is updated in place but its elements overlap (an expand()ed or "
+           "broadcast view, strides ", list(state.stride()), " for shape ", _shape(state),
+           "); pass a tensor with its own memory (e.g. .clone())")
+
+
 def self_overlapping(t):
     """True when t's elements overlap each other (a dim of size > 1 with stride 0: an expand()ed or
     broadcast view) and t has elements: the C++ CheckInPlace rule for in-place outputs."""
@@ -86,9 +118,7 @@ def check_scan(u, delta, A, B, C, D, z, delta_bias, h0, cu_seqlens):
                " (a (batch, L, dim) tensor: pass u.transpose(1, 2))" if u_transposed else "")
         _value(False, "A must have shape (dim, N) with dim = ", u.shape[1], " (u's dim), got ", _shape(A))
     batch, dim, L = u.shape
-    _shape_is(delta, u.shape, "delta", "u's shape")
-    _type(delta.dtype == u.dtype, "delta must have u's dtype ", u.dtype, ", got ", delta.dtype)
-    _same_device(u, "u", delta, "delta")
+    _like(delta, "delta", u, "u")
     _f32(A, "A")
     _same_device(u, "u", A, "A")
     N = A.shape[1]
@@ -116,18 +146,7 @@ def check_scan(u, delta, A, B, C, D, z, delta_bias, h0, cu_seqlens):
         else:
             G = gC
     _value(G >= 1 and dim % G == 0, "the group count of B/C (", G, ") must divide dim (", dim, ")")
-    if D is not None:
-        _shape_is(D, (dim,), "D", "(dim,)")
-        _f32(D, "D")
-        _same_device(u, "u", D, "D")
-    if z is not None:
-        _shape_is(z, u.shape, "z", "u's shape")
-        _type(z.dtype == u.dtype, "z must have u's dtype ", u.dtype, ", got ", z.dtype)
-        _same_device(u, "u", z, "z")
-    if delta_bias is not None:
-        _shape_is(delta_bias, (dim,), "delta_bias", "(dim,)")
-        _f32(delta_bias, "delta_bias")
-        _same_device(u, "u", delta_bias, "delta_bias")
+    _optional_params(D, z, delta_bias, "delta_bias", dim, u, "u")
     rows, n_seqs = batch, 0
     if cu_seqlens is not None:
         _value(cu_seqlens.device.type == "cpu", "cu_seqlens must be a CPU tensor (its values are validated on the "
@@ -139,9 +158,8 @@ def check_scan(u, delta, A, B, C, D, z, delta_bias, h0, cu_seqlens):
         n_seqs = cu_seqlens.shape[0] - 1
         rows = n_seqs
     if h0 is not None:
-        _shape_is(h0, (rows, dim, N), "h0", "(n_seqs, dim, N)" if cu_seqlens is not None else "(batch, dim, N)")
-        _f32(h0, "h0")
-        _same_device(u, "u", h0, "h0")
+        _f32_param(h0, "h0", (rows, dim, N), "(n_seqs, dim, N)" if cu_seqlens is not None else "(batch, dim, N)", u,
+                   "u")
     return batch, dim, L, N, rows, n_seqs
 
 
@@ -159,13 +177,9 @@ def check_bwd(u, delta, A, B, C, D, z, delta_bias, h0, cu_seqlens, dy, dh_last, 
     sizes = check_scan(u, delta, A, B, C, D, z, delta_bias, h0, cu_seqlens)
     _, dim, _, N, rows, _ = sizes
     _value(len(grad_mask) == 9, "grad_mask must have 9 entries, got ", len(grad_mask))
-    _shape_is(dy, u.shape, "dy", "u's shape")
-    _type(dy.dtype == u.dtype, "dy must have u's dtype ", u.dtype, ", got ", dy.dtype)
-    _same_device(u, "u", dy, "dy")
+    _like(dy, "dy", u, "u")
     if dh_last is not None:
-        _shape_is(dh_last, (rows, dim, N), "dh_last", "last_state's shape")
-        _f32(dh_last, "dh_last")
-        _same_device(u, "u", dh_last, "dh_last")
+        _f32_param(dh_last, "dh_last", (rows, dim, N), "last_state's shape", u, "u")
     _type(checkpoint.numel() == 0 or checkpoint.dtype == _F32, "checkpoint must be float32")
     return sizes
 
@@ -177,9 +191,7 @@ def check_step(state, x, dt, A, B, C, D, z, dt_bias, state_index):
     _value(state.dim() == 3, "state must have shape (n_cache, dim, N), got ", _shape(state))
     _type(state.dtype == _F32, "state must be float32 (updated in place), got ", state.dtype)
     _same_device(x, "x", state, "state")
-    _value(not self_overlapping(state), "state is updated in place but its elements overlap (an expand()ed or "
-           "broadcast view, strides ", list(state.stride()), " for shape ", _shape(state),
-           "); pass a tensor with its own memory (e.g. .clone())")
+    _overlap_refused(state)
     _type(not A.is_complex(), "complex A is not supported (real A only)")
     if x.shape[1] != state.shape[1]:
         state_agrees_with_A = A.dim() == 2 and A.shape[0] == state.shape[1]
@@ -189,12 +201,8 @@ def check_step(state, x, dt, A, B, C, D, z, dt_bias, state_index):
                _shape(state))
     batch, dim = x.shape
     n_cache, N = state.shape[0], state.shape[2]
-    _shape_is(dt, x.shape, "dt", "x's shape")
-    _type(dt.dtype == x.dtype, "dt must have x's dtype ", x.dtype, ", got ", dt.dtype)
-    _same_device(x, "x", dt, "dt")
-    _shape_is(A, (dim, N), "A", "(dim, N)")
-    _f32(A, "A")
-    _same_device(x, "x", A, "A")
+    _like(dt, "dt", x, "x")
+    _f32_param(A, "A", (dim, N), "(dim, N)", x, "x")
 
     def bc(t, name):
         ok = (t.dim() == 2 and t.shape[0] == batch and t.shape[1] == N) or (
@@ -209,18 +217,7 @@ def check_step(state, x, dt, A, B, C, D, z, dt_bias, state_index):
     gC = bc(C, "C")
     _value(gC == G, "C has ", gC, " groups but B has ", G)
     _value(G >= 1 and dim % G == 0, "ngroups of B/C (", G, ") must divide dim (", dim, ")")
-    if D is not None:
-        _shape_is(D, (dim,), "D", "(dim,)")
-        _f32(D, "D")
-        _same_device(x, "x", D, "D")
-    if z is not None:
-        _shape_is(z, x.shape, "z", "x's shape")
-        _type(z.dtype == x.dtype, "z must have x's dtype ", x.dtype, ", got ", z.dtype)
-        _same_device(x, "x", z, "z")
-    if dt_bias is not None:
-        _shape_is(dt_bias, (dim,), "dt_bias", "(dim,)")
-        _f32(dt_bias, "dt_bias")
-        _same_device(x, "x", dt_bias, "dt_bias")
+    _optional_params(D, z, dt_bias, "dt_bias", dim, x, "x")
     if state_index is not None:
         _shape_is(state_index, (batch,), "state_batch_indices", "(batch,)")
         _type(state_index.dtype == torch.int32, "state_batch_indices must be int32 here (the Python wrapper "
@@ -326,9 +323,7 @@ def fold_heads(state, x, dt, A, B, C, D, z, dt_bias):
                _shape(t))
         G = t.shape[1] if t.dim() == 3 else 1
         _value(G >= 1 and nheads % G == 0, name, " has ", G, " groups, which must divide nheads = ", nheads)
-    _value(not self_overlapping(state), "state is updated in place but its elements overlap (an expand()ed or "
-           "broadcast view, strides ", list(state.stride()), " for shape ", _shape(state),
-           "); pass a tensor with its own memory (e.g. .clone())")
+    _overlap_refused(state)
     try:
         state = state.view(n_cache, nheads * hdim, N)
     except RuntimeError:

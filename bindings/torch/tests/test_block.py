@@ -11,21 +11,8 @@ import torch
 import torch.nn.functional as F
 
 import selscan_torch as st
+from _common import DEVICES, GTOL, TOL, cuda_only, rel_err
 from selscan_torch.reference_block import causal_conv1d_ref, causal_conv1d_update_ref, mamba_inner_ref
-
-HAS_CUDA = torch.cuda.is_available() and st.has_cuda_kernels()
-DEVICES = ["cpu"] + (["cuda"] if HAS_CUDA else [])
-cuda_only = pytest.mark.skipif(not HAS_CUDA, reason="needs a GPU and the CUDA kernels")
-TOL = {torch.float32: 2e-5, torch.float16: 4e-3, torch.bfloat16: 2.5e-2}
-GTOL = {torch.float32: 1e-4, torch.float16: 1e-2, torch.bfloat16: 5e-2}
-
-
-def rel_err(a, b):
-    a, b = a.detach().double().cpu(), b.detach().double().cpu()
-    assert a.shape == b.shape, (a.shape, b.shape)
-    if b.numel() == 0:
-        return 0.0
-    return ((a - b).abs().max() / b.abs().max().clamp(min=1e-30)).item()
 
 
 def gen(seed):

@@ -19,6 +19,7 @@ import torch
 import torch.nn.functional as F
 
 import selscan_torch as st
+from _common import rel_err, scan_inputs
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 WORKER = os.path.join(HERE, "_cp_worker.py")
@@ -27,14 +28,6 @@ GTOL = {torch.float32: 1e-5, torch.float16: 1e-2, torch.bfloat16: 3e-2}
 HAS_DIST = torch.distributed.is_available()
 N_GPU = torch.cuda.device_count() if torch.cuda.is_available() else 0
 HAS_CUDA = N_GPU > 0 and st.has_cuda_kernels()
-
-
-def rel_err(a, b):
-    a, b = a.detach().double().cpu(), b.detach().double().cpu()
-    assert a.shape == b.shape, (a.shape, b.shape)
-    if b.numel() == 0:
-        return 0.0
-    return ((a - b).abs().max() / b.abs().max().clamp(min=1e-30)).item()
 
 
 # ---- >>cases ----------------------------------------------------------------------------------------
@@ -46,21 +39,7 @@ def scan_case(name, world, lengths=None, batch=2, dim=6, N=5, bc="var3", G=2, dt
     lengths = lengths or [9] * R
     L = sum(lengths)
     g = torch.Generator().manual_seed(seed)
-
-    def r(*shape, scale=1.0, dt=dtype):
-        return (torch.randn(*shape, generator=g) * scale).to(dt)
-
-    x = dict(u=r(batch, dim, L), delta=r(batch, dim, L, scale=0.5),
-             A=-(torch.rand(dim, N, generator=g) + 0.2),
-             D=r(dim, dt=torch.float32) if D else None, z=r(batch, dim, L) if z else None,
-             delta_bias=r(dim, scale=0.3, dt=torch.float32) if bias else None,
-             h0=r(batch, dim, N, dt=torch.float32) if h0 else None)
-    if bc == "fixed":
-        x["B"], x["C"] = r(dim, N, dt=torch.float32), r(dim, N, dt=torch.float32)
-    elif bc == "var3":
-        x["B"], x["C"] = r(batch, N, L), r(batch, N, L)
-    else:
-        x["B"], x["C"] = r(batch, G, N, L), r(batch, G, N, L)
+    x = scan_inputs(g, batch, dim, L, N, bc, G, dtype, D, z, bias, batch if h0 else None, a_offset=0.2)
     gy = torch.randn(batch, dim, L, generator=g)
     gl = None
     if last:  # upstream gradient on every rank's last_state (the state after its shard), or the last rank's only

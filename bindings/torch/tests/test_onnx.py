@@ -19,6 +19,8 @@ pytest.importorskip("onnxscript")
 
 import selscan_torch as st  # noqa: E402
 import selscan_torch.onnx as sonnx  # noqa: E402
+from _common import TOL, rel_err  # noqa: E402
+from _common import make_inputs as make_scan  # noqa: E402  (CPU scan inputs by argument name)
 from onnx import TensorProto, helper  # noqa: E402
 from selscan_torch.reference import selective_scan_ref, selective_state_update_ref  # noqa: E402
 
@@ -27,17 +29,7 @@ try:
 except FileNotFoundError as e:  # built with SELSCAN_TORCH_NO_ORT=1
     pytest.skip(str(e), allow_module_level=True)
 
-TOL = {torch.float32: 2e-5, torch.float16: 4e-3, torch.bfloat16: 2.5e-2}
 ONNX_TYPE = {torch.float32: TensorProto.FLOAT, torch.float16: TensorProto.FLOAT16, torch.bfloat16: TensorProto.BFLOAT16}
-
-
-def rel_err(a, b):
-    a = torch.as_tensor(np.asarray(a)).double() if not torch.is_tensor(a) else a.detach().double()
-    b = torch.as_tensor(np.asarray(b)).double() if not torch.is_tensor(b) else b.detach().double()
-    assert a.shape == b.shape, (a.shape, b.shape)
-    if b.numel() == 0:
-        return 0.0
-    return ((a - b).abs().max() / b.abs().max().clamp(min=1e-30)).item()
 
 
 def session(model, threads=None):
@@ -107,27 +99,6 @@ def feed_dict(feeds):
             continue
         out[k] = v.numpy() if v.dtype in (torch.int64, torch.int32) else v.float().numpy()
     return out
-
-
-def make_scan(batch=2, dim=8, L=37, N=5, bc="var3", G=2, dtype=torch.float32, D=True, z=True, bias=True,
-              h0=False, seed=0, n_seqs=None):
-    g = torch.Generator().manual_seed(seed)
-
-    def r(*shape, scale=1.0, dt=dtype):
-        return (torch.randn(*shape, generator=g) * scale).to(dt)
-
-    rows = n_seqs if n_seqs is not None else batch
-    x = dict(u=r(batch, dim, L), delta=r(batch, dim, L, scale=0.5), A=-(torch.rand(dim, N, generator=g) + 0.3),
-             D=r(dim, dt=torch.float32) if D else None, z=r(batch, dim, L) if z else None,
-             delta_bias=r(dim, scale=0.3, dt=torch.float32) if bias else None,
-             h0=r(rows, dim, N, dt=torch.float32) if h0 else None)
-    if bc == "fixed":
-        x["B"], x["C"] = r(dim, N, dt=torch.float32), r(dim, N, dt=torch.float32)
-    elif bc == "var3":
-        x["B"], x["C"] = r(batch, N, L), r(batch, N, L)
-    else:
-        x["B"], x["C"] = r(batch, G, N, L), r(batch, G, N, L)
-    return x
 
 
 def run_scan_ort(x, dtype, softplus, last, cu=None, threads=None, last_attr=None):

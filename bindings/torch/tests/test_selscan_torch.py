@@ -13,48 +13,8 @@ import torch
 import torch.nn.functional as F
 
 import selscan_torch as st
+from _common import DEVICES, GTOL, TOL, cuda_only, make_inputs, rel_err
 from selscan_torch.reference import selective_scan_ref, selective_state_update_ref
-
-HAS_CUDA = torch.cuda.is_available() and st.has_cuda_kernels()
-DEVICES = ["cpu"] + (["cuda"] if HAS_CUDA else [])
-cuda_only = pytest.mark.skipif(not HAS_CUDA, reason="needs a GPU and the CUDA kernels")
-TOL = {torch.float32: 2e-5, torch.float16: 4e-3, torch.bfloat16: 2.5e-2}
-GTOL = {torch.float32: 1e-4, torch.float16: 1e-2, torch.bfloat16: 5e-2}
-
-
-def rel_err(a, b):
-    """max |a - b| over max |b| (scaled error, robust to tiny entries)."""
-    a, b = a.detach().double().cpu(), b.detach().double().cpu()
-    assert a.shape == b.shape, (a.shape, b.shape)
-    if b.numel() == 0:
-        return 0.0
-    return ((a - b).abs().max() / b.abs().max().clamp(min=1e-30)).item()
-
-
-def make_inputs(batch=2, dim=8, L=37, N=5, bc="var3", G=2, dtype=torch.float32, device="cpu", D=True, z=True,
-                bias=True, h0=False, seed=0, n_seqs=None):
-    g = torch.Generator().manual_seed(seed)
-
-    def r(*shape, scale=1.0, dt=dtype):
-        return (torch.randn(*shape, generator=g) * scale).to(dt).to(device)
-
-    rows = n_seqs if n_seqs is not None else batch
-    x = dict(
-        u=r(batch, dim, L),
-        delta=r(batch, dim, L, scale=0.5),
-        A=(-(torch.rand(dim, N, generator=g) + 0.3)).to(device),
-        D=r(dim, dt=torch.float32) if D else None,
-        z=r(batch, dim, L) if z else None,
-        delta_bias=r(dim, scale=0.3, dt=torch.float32) if bias else None,
-        h0=r(rows, dim, N, dt=torch.float32) if h0 else None,
-    )
-    if bc == "fixed":
-        x["B"], x["C"] = r(dim, N, dt=torch.float32), r(dim, N, dt=torch.float32)
-    elif bc == "var3":
-        x["B"], x["C"] = r(batch, N, L), r(batch, N, L)
-    else:
-        x["B"], x["C"] = r(batch, G, N, L), r(batch, G, N, L)
-    return x
 
 
 def run_op(x, softplus, last, grads=True, seed=1, cu=None):
