@@ -275,14 +275,14 @@ $(TF_OUT)/tf_flags.txt: tf-flags-check | $(TF_OUT)
 $(TF_OUT)/selscan_tf.o: $(TF_DIR)/selscan_tf.cc $(TF_HDRS) | $(TF_OUT)
 	$(CXX) $(TF_CXXFLAGS) $(TF_WARN) -fPIC -fvisibility=hidden $(TF_INC) -c $< -o $@
 
-$(TF_OUT)/selscan_tf_gpu.o: $(TF_DIR)/selscan_tf_gpu.cc $(TF_DIR)/selscan_tf_cuda.h $(TF_HDRS) | $(TF_OUT)
+$(TF_OUT)/selscan_tf_gpu.o: $(TF_DIR)/selscan_tf_gpu.cc $(BIND_DIR)/selscan_binding_cuda.h $(TF_HDRS) | $(TF_OUT)
 	$(CXX) $(TF_CXXFLAGS) $(TF_WARN) -fPIC -fvisibility=hidden -DGOOGLE_CUDA=1 $(TF_INC) -isystem $(CUDA_HOME)/include -c $< -o $@
 
-$(TF_OUT)/selscan_tf_kernels.o: $(TF_DIR)/selscan_tf_kernels.cu $(TF_DIR)/selscan_tf_cuda.h selscan_cuda.cuh selscan.h | $(TF_OUT)
-	$(NVCC) $(TF_NVFLAGS) -Xcompiler -fPIC -Xcompiler -fvisibility=hidden -I. -I$(TF_DIR) -c $< -o $@
+$(TF_OUT)/selscan_tf_kernels.o: $(TF_DIR)/selscan_tf_kernels.cu $(BIND_DIR)/selscan_binding_cuda.h selscan_cuda.cuh selscan.h | $(TF_OUT)
+	$(NVCC) $(TF_NVFLAGS) -Xcompiler -fPIC -Xcompiler -fvisibility=hidden -I. -I$(BIND_DIR) -c $< -o $@
 
 # tf-gpu-check: runs the op's CUDA TU and stride mapping on a GPU against the CPU path (no TF needed).
-$(TF_OUT)/gpu_check: $(TF_DIR)/gpu_check.cu $(TF_OUT)/selscan_tf_kernels.o $(TF_DIR)/selscan_tf_layout.h $(BIND_DIR)/selscan_binding.h $(TF_DIR)/selscan_tf_cuda.h selscan.h | $(TF_OUT)
+$(TF_OUT)/gpu_check: $(TF_DIR)/gpu_check.cu $(TF_OUT)/selscan_tf_kernels.o $(TF_DIR)/selscan_tf_layout.h $(BIND_DIR)/selscan_binding.h $(BIND_DIR)/selscan_binding_cuda.h selscan.h | $(TF_OUT)
 	$(NVCC) $(TF_NVFLAGS) -I. -I$(TF_DIR) -I$(BIND_DIR) $< $(TF_OUT)/selscan_tf_kernels.o -o $@
 
 tf-gpu-check: $(TF_OUT)/gpu_check

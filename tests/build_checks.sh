@@ -8,7 +8,9 @@
 #   unchanged, built as C99 and as C++17 by every compiler and run (malloc'ed buffers); a C++17
 #   program assigning const float * inputs without casts (tests/buildcheck/const_inputs.cpp), run;
 #   bindings/common/selscan_binding.h (the layer the framework bindings share) alone in C++17 with
-#   its unit checks (tests/buildcheck/binding_layer.cpp), run;
+#   its unit checks (tests/buildcheck/binding_layer.cpp), run; the declarations of their CUDA shim
+#   (bindings/common/selscan_binding_cuda.h) as C99 and C++17 without CUDA, its definitions in the
+#   SELSCAN_VALIDATION_ONLY nvcc TU below;
 #   a CUDA translation unit with SELSCAN_IMPLEMENTATION through nvcc when it exists (NVCC=none: skipped).
 #   An absent compiler is skipped (not counted). Compiles run in parallel (BUILD_JOBS, default nproc).
 # Environment: CC, CXX, NVCC, BUILD (output folder, default build). Last line: "N passed, N failed".
@@ -71,6 +73,8 @@ for c in "${ccs[@]}"; do
 done
 for c in "${ccs[@]}"; do
     t=$(tag "$c")
+    start "$c -std=c99 bindings/common/selscan_binding_cuda.h's declarations (no CUDA header)" \
+        $c -std=c99 $WARN -I. -fsyntax-only -x c bindings/common/selscan_binding_cuda.h
     start "$c -std=c99 README snippet, run" sh -c \
         "test -s $OUT/readme_snippet.c && $c -std=c99 $WARN -O1 -I. $OUT/readme_snippet.c -o $OUT/$t.snippet -lm && $OUT/$t.snippet"
 done
@@ -103,8 +107,8 @@ if [ "$NVCC" != none ] && have "$NVCC"; then
         $NVCC -arch=sm_90 -std=c++17 -O2 -c $SRC/cuda_tu.cu -o "$OUT/cuda_tu.o"
     start "$NVCC the same TU warnings-clean (-Werror all-warnings, host -Wall -Wextra -Werror)" \
         $NVCC -arch=sm_90 -std=c++17 -O0 -Werror all-warnings -Xcompiler -Wall,-Wextra,-Werror -c $SRC/cuda_tu.cu -o "$OUT/cuda_tu_w.o"
-    start "$NVCC SELSCAN_VALIDATION_ONLY TU warnings-clean, linked with a C implementation TU (no duplicate symbols)" \
-        sh -c "$NVCC -arch=sm_90 -std=c++17 -O0 -Werror all-warnings -Xcompiler -Wall,-Wextra,-Werror -Xptxas -O1 -c $SRC/cuda_vo.cu -o $OUT/cuda_vo.o && ${ccs[0]:-cc} -std=c99 -O0 -c $SRC/impl.c -o $OUT/impl_vo.o && ld -r $OUT/cuda_vo.o $OUT/impl_vo.o -o $OUT/cuda_vo_link.o"
+    start "$NVCC SELSCAN_VALIDATION_ONLY TU + the bindings' CUDA shim warnings-clean, linked with a C implementation TU (no duplicate symbols)" \
+        sh -c "$NVCC -arch=sm_90 -std=c++17 -O0 -Werror all-warnings -Xcompiler -Wall,-Wextra,-Werror -Xptxas -O1 -I. -c $SRC/cuda_vo.cu -o $OUT/cuda_vo.o && ${ccs[0]:-cc} -std=c99 -O0 -c $SRC/impl.c -o $OUT/impl_vo.o && ld -r $OUT/cuda_vo.o $OUT/impl_vo.o -o $OUT/cuda_vo_link.o"
     start "$NVCC a user's .cu with its own cdiv, mk, ld, st, flat, fill_problem, kparams, ... around the implementation (warnings-clean)" \
         $NVCC -arch=sm_90 -std=c++17 -O0 -Werror all-warnings -Xcompiler -Wall,-Wextra,-Werror -Xptxas -O1 -c $SRC/cuda_user_names.cu -o "$OUT/cuda_user_names.o"
 else

@@ -1,8 +1,11 @@
 // gpu_check.cu - runs the TensorFlow op's CUDA translation unit (selscan_tf_kernels.cu, through
-// the same wrappers selscan_tf_gpu.cc calls) with the op's own stride mapping
-// (selscan_tf_layout.h) on a GPU, without TensorFlow, and compares every output with selscan's
-// CPU path on the same host data. Both layouts, all three dtypes, every optional operand.
-// Then times a Mamba-sized case in both layouts. make tf-gpu-check builds and runs it.
+// the bindings' shared CUDA shim that selscan_tf_gpu.cc calls, bindings/common/selscan_binding_cuda.h)
+// with the op's own stride mapping (selscan_tf_layout.h's ScanProblem / ScanGrads) on a GPU,
+// without TensorFlow, and compares every output with selscan's CPU path on the same host data.
+// Both layouts, all three dtypes, every optional operand. The workspace comes as the op gets it:
+// through the shim's workspace_alloc (here cudaMalloc of exactly the bytes asked for, where the op
+// uses allocate_temp); a refused allocation must give SELSCAN_ERR_WORKSPACE with every output
+// untouched. Then times a Mamba-sized case in both layouts. make tf-gpu-check builds and runs it.
 //
 // What this does NOT run: the TensorFlow glue of selscan_tf_gpu.cc (OpKernel, allocate_temp,
 // TF's stream), which needs a CUDA build of TensorFlow.
@@ -13,12 +16,13 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <initializer_list>
 #include <string>
 #include <vector>
 
 #define SELSCAN_IMPLEMENTATION  // the CPU reference side, in this program
 #include "selscan.h"
-#include "selscan_tf_cuda.h"
+#include "selscan_binding_cuda.h"
 #include "selscan_tf_layout.h"
 
 using namespace selscan_tf;
@@ -100,6 +104,65 @@ static void Check(const char* what, const std::string& name, double err, double 
 
 static const char* DtName(selscan_dtype t) { return t == SELSCAN_F32 ? "f32" : t == SELSCAN_F16 ? "f16" : "bf16"; }
 
+// The workspace as the op gets it (the shim's workspace_alloc): device memory of the bytes selscan
+// asks for, kept until the call's kernels have run (a fresh Workspace a call here; TimeCase reuses
+// one, growing it, as a caching allocator would). refuse: answer NULL, as allocate_temp does when
+// the device is out of memory.
+struct Workspace {
+  void* ptr = nullptr;
+  size_t cap = 0;
+  int calls = 0;
+  bool refuse = false;
+  static void* Alloc(void* self, size_t bytes) {
+    auto* w = static_cast<Workspace*>(self);
+    w->calls++;
+    if (w->refuse) return nullptr;
+    if (bytes > w->cap) {
+      if (w->ptr) CUDA_OK(cudaFree(w->ptr));
+      CUDA_OK(cudaMalloc(&w->ptr, bytes));
+      w->cap = bytes;
+    }
+    return w->ptr;
+  }
+  selscan_binding_cuda_call Call(cudaStream_t stream) {
+    selscan_binding_cuda_call c = {};
+    c.stream = stream;
+    c.workspace_alloc = &Workspace::Alloc;
+    c.workspace_ctx = this;
+    return c;
+  }
+  ~Workspace() { if (ptr) cudaFree(ptr); }
+};
+
+// The refused workspace (NULL from workspace_alloc): SELSCAN_ERR_WORKSPACE, nothing launched (the
+// poisoned outputs unchanged); or OK where the call needed no workspace (never asked).
+static void CheckRefused(const char* what, const std::string& name, selscan_status st, const Workspace& ws,
+                         std::initializer_list<const Buf*> outs, cudaStream_t stream) {
+  bool untouched = true;
+  for (const Buf* b : outs) {
+    std::vector<unsigned char> got;
+    b->Download(&got, stream);
+    CUDA_OK(cudaStreamSynchronize(stream));
+    for (unsigned char c : got) untouched = untouched && c == 0x7f;
+  }
+  const bool ok = ws.calls == 0 ? st == SELSCAN_OK : ws.calls == 1 && st == SELSCAN_ERR_WORKSPACE && untouched;
+  (ok ? g_pass : g_fail)++;
+  std::printf("%s  %-44s %-8s workspace refused: %s, asked %d time(s), outputs %s\n", ok ? "ok  " : "FAIL",
+              name.c_str(), what, selscan_status_name(st), ws.calls, untouched ? "untouched" : "WRITTEN");
+}
+
+// The operands of one case, where they live (host or device bytes of the same buffers).
+static ScanData ScanOf(bool dev, bool all_options, Buf& u, Buf& delta, Buf& A, Buf& B, Buf& C, Buf& D, Buf& z,
+                       Buf& bias, Buf& h0, Buf* y, Buf* hl) {
+  auto P = [&](Buf& b) -> void* { return dev ? b.dev : static_cast<void*>(b.host.data()); };
+  ScanData d;
+  d.u = P(u); d.delta = P(delta); d.A = P(A); d.B = P(B); d.C = P(C);
+  if (all_options) { d.D = P(D); d.z = P(z); d.delta_bias = P(bias); d.h0 = P(h0); }
+  d.y = y ? P(*y) : nullptr;
+  d.h_last = hl && all_options ? P(*hl) : nullptr;
+  return d;
+}
+
 // One case: forward and backward on the GPU vs the CPU, in the op's layout.
 static void RunCase(Sizes s, bool bld, selscan_dtype dt, bool all_options, bool use_ck, cudaStream_t stream) {
   const int64_t seq = s.batch * s.dim * s.L, bc = s.batch * s.G * s.N * s.L, st = s.batch * s.dim * s.N;
@@ -123,51 +186,44 @@ static void RunCase(Sizes s, bool bld, selscan_dtype dt, bool all_options, bool 
   dy.Alloc(seq, dt); dy.Fill(-1, 1, true);
   dhl.Alloc(st, SELSCAN_F32); dhl.Fill(-1, 1, true);
   for (Buf* b : {&u, &delta, &A, &B, &C, &D, &z, &bias, &h0, &dy, &dhl}) b->Upload(stream);
-
-  auto problem = [&](bool dev) {
-    auto P = [&](Buf& b) -> void* { return dev ? b.dev : static_cast<void*>(b.host.data()); };
-    selscan_problem p = {};
-    p.batch = s.batch; p.dim = s.dim; p.seqlen = s.L; p.dstate = s.N; p.n_groups = s.G;
-    p.dtype = dt;
-    p.flags = all_options ? SELSCAN_DELTA_SOFTPLUS : 0u;
-    p.u = SeqTensor(P(u), s, bld);
-    p.delta = SeqTensor(P(delta), s, bld);
-    p.A = MatTensor(P(A), s);
-    p.B = BcTensor(P(B), s, bld);
-    p.C = BcTensor(P(C), s, bld);
-    p.D = VecTensor(all_options ? P(D) : nullptr);
-    p.z = SeqTensor(all_options ? P(z) : nullptr, s, bld);
-    p.delta_bias = VecTensor(all_options ? P(bias) : nullptr);
-    p.h0 = StateTensor(all_options ? P(h0) : nullptr, s);
-    p.y = SeqOut(P(y), s, bld);
-    p.h_last = StateOut(all_options ? P(hl) : nullptr, s);
-    return p;
+  auto problem = [&](bool dev, bool with_outputs) {
+    return ScanProblem(ScanOf(dev, all_options, u, delta, A, B, C, D, z, bias, h0, with_outputs ? &y : nullptr,
+                              with_outputs ? &hl : nullptr),
+                       s, bld, dt, all_options);
   };
 
   // ---- forward
-  selscan_problem pc = problem(false), pg = problem(true);
-  size_t wc = 0, wg = 0;
+  selscan_problem pc = problem(false, true), pg = problem(true, true);
+  size_t wc = 0;
   size_t ckb = 0;  // the forward's checkpoint, handed to the backward (as the op does)
   float* ck = nullptr;
   if (use_ck) {
-    if (CudaCheckpointSize(&pg, &ckb) != SELSCAN_OK) { Check("setup", name, INFINITY, 0); return; }
+    if (selscan_binding_cuda_checkpoint_size(&pg, &ckb) != SELSCAN_OK) { Check("setup", name, INFINITY, 0); return; }
     CUDA_OK(cudaMalloc(&ck, ckb));
   }
-  if (selscan_workspace_size(&pc, nullptr, &wc) != SELSCAN_OK ||
-      CudaWorkspaceSize(&pg, nullptr, use_ck, &wg) != SELSCAN_OK) {
+  if (selscan_workspace_size(&pc, nullptr, &wc) != SELSCAN_OK) {
     Check("setup", name, INFINITY, 0);
     return;
   }
   void* wsc = wc ? std::aligned_alloc(SELSCAN_WORKSPACE_ALIGN, (wc + 63) / 64 * 64) : nullptr;
-  void* wsg = nullptr;
-  if (wg) CUDA_OK(cudaMalloc(&wsg, wg));
   selscan_status stc = selscan_forward_cpu(&pc, wsc, wc);
+  std::free(wsc);
+  {  // a refused workspace first: nothing written
+    y.Poison(stream);
+    hl.Poison(stream);
+    Workspace ws;
+    ws.refuse = true;
+    selscan_binding_cuda_call call = ws.Call(stream);
+    CheckRefused("forward", name, selscan_binding_cuda_forward(&pg, ck, ckb, &call), ws, {&y, &hl}, stream);
+  }
+  Workspace wsf;
+  selscan_binding_cuda_call call = wsf.Call(stream);
   y.Poison(stream);
   hl.Poison(stream);
-  const char* cuda_text = "";
-  selscan_status stg = CudaForward(&pg, wsg, wg, ck, ckb, stream, &cuda_text);
+  selscan_status stg = selscan_binding_cuda_forward(&pg, ck, ckb, &call);
   if (stc != SELSCAN_OK || stg != SELSCAN_OK) {
-    std::printf("forward status cpu %s, gpu %s %s\n", selscan_status_string(stc), selscan_status_string(stg), cuda_text);
+    std::printf("forward status cpu %s, gpu %s %s\n", selscan_status_string(stc), selscan_status_string(stg),
+                call.cuda_error_text);
     Check("forward", name, INFINITY, 0);
   } else {
     std::vector<unsigned char> yg, hg;
@@ -178,8 +234,6 @@ static void RunCase(Sizes s, bool bld, selscan_dtype dt, bool all_options, bool 
     Check("y", name, RelErr(y, yg), tol);
     if (all_options) Check("h_last", name, RelErr(hl, hg), 1e-5);
   }
-  std::free(wsc);
-  if (wsg) cudaFree(wsg);
 
   // ---- backward (every gradient)
   Buf du, dd, dA, dB, dC, dD, dz, dbias, dh0;
@@ -187,39 +241,36 @@ static void RunCase(Sizes s, bool bld, selscan_dtype dt, bool all_options, bool 
   dD.Alloc(s.dim, SELSCAN_F32); dz.Alloc(seq, dt); dbias.Alloc(s.dim, SELSCAN_F32); dh0.Alloc(st, SELSCAN_F32);
   auto grads = [&](bool dev) {
     auto P = [&](Buf& b) -> void* { return dev ? b.dev : static_cast<void*>(b.host.data()); };
-    selscan_grads g = {};
-    g.dy = SeqTensor(P(dy), s, bld);
-    g.dh_last = StateTensor(all_options ? P(dhl) : nullptr, s);
-    g.du = SeqOut(P(du), s, bld);
-    g.ddelta = SeqOut(P(dd), s, bld);
-    g.dA = MatOut(P(dA), s);
-    g.dB = BcOut(P(dB), s, bld);
-    g.dC = BcOut(P(dC), s, bld);
-    g.dD = VecOut(all_options ? P(dD) : nullptr);
-    g.dz = SeqOut(all_options ? P(dz) : nullptr, s, bld);
-    g.ddelta_bias = VecOut(all_options ? P(dbias) : nullptr);
-    g.dh0 = StateOut(all_options ? P(dh0) : nullptr, s);
-    return g;
+    GradData d;
+    d.dy = P(dy); d.du = P(du); d.ddelta = P(dd); d.dA = P(dA); d.dB = P(dB); d.dC = P(dC);
+    if (all_options) { d.dh_last = P(dhl); d.dD = P(dD); d.dz = P(dz); d.ddelta_bias = P(dbias); d.dh0 = P(dh0); }
+    return ScanGrads(d, s, bld);
   };
-  pc = problem(false);
-  pg = problem(true);
-  pc.y = SeqOut(nullptr, s, bld);
-  pg.y = SeqOut(nullptr, s, bld);
-  pc.h_last = StateOut(nullptr, s);
-  pg.h_last = StateOut(nullptr, s);
+  pc = problem(false, false);
+  pg = problem(true, false);
   selscan_grads gc = grads(false), gg = grads(true);
-  if (selscan_workspace_size(&pc, &gc, &wc) != SELSCAN_OK || CudaWorkspaceSize(&pg, &gg, use_ck, &wg) != SELSCAN_OK) {
+  if (selscan_workspace_size(&pc, &gc, &wc) != SELSCAN_OK) {
     Check("setup bwd", name, INFINITY, 0);
     return;
   }
   wsc = wc ? std::aligned_alloc(SELSCAN_WORKSPACE_ALIGN, (wc + 63) / 64 * 64) : nullptr;
-  wsg = nullptr;
-  if (wg) CUDA_OK(cudaMalloc(&wsg, wg));
   stc = selscan_backward_cpu(&pc, &gc, wsc, wc);
+  std::free(wsc);
   for (Buf* b : {&du, &dd, &dA, &dB, &dC, &dD, &dz, &dbias, &dh0}) b->Poison(stream);
-  stg = CudaBackward(&pg, &gg, wsg, wg, ck, ckb, stream, &cuda_text);
+  {  // a refused workspace first: nothing written
+    Workspace ws;
+    ws.refuse = true;
+    selscan_binding_cuda_call c = ws.Call(stream);
+    CheckRefused("backward", name, selscan_binding_cuda_backward(&pg, &gg, ck, ckb, &c), ws,
+                 {&du, &dd, &dA, &dB, &dC, &dD, &dz, &dbias, &dh0}, stream);
+  }
+  for (Buf* b : {&du, &dd, &dA, &dB, &dC, &dD, &dz, &dbias, &dh0}) b->Poison(stream);
+  Workspace wsb;
+  call = wsb.Call(stream);
+  stg = selscan_binding_cuda_backward(&pg, &gg, ck, ckb, &call);
   if (stc != SELSCAN_OK || stg != SELSCAN_OK) {
-    std::printf("backward status cpu %s, gpu %s %s\n", selscan_status_string(stc), selscan_status_string(stg), cuda_text);
+    std::printf("backward status cpu %s, gpu %s %s\n", selscan_status_string(stc), selscan_status_string(stg),
+                call.cuda_error_text);
     Check("backward", name, INFINITY, 0);
   } else {
     const double tol_t = dt == SELSCAN_F32 ? 1e-4 : dt == SELSCAN_F16 ? 5e-3 : 2e-2;
@@ -234,8 +285,7 @@ static void RunCase(Sizes s, bool bld, selscan_dtype dt, bool all_options, bool 
     for (int i = 0; i < 9; i++)
       if (!gs[i].opt || all_options) Check(gs[i].n, name, RelErr(*gs[i].b, got[i]), gs[i].t ? tol_t : tol_f);
   }
-  std::free(wsc);
-  if (wsg) cudaFree(wsg);
+  CUDA_OK(cudaStreamSynchronize(stream));  // before the workspaces and the checkpoint go
   if (ck) cudaFree(ck);
 }
 
@@ -252,33 +302,25 @@ static void TimeCase(Sizes s, bool bld, selscan_dtype dt, cudaStream_t stream) {
   CUDA_OK(cudaMemcpyAsync(A, a.data(), a.size() * 4, cudaMemcpyHostToDevice, stream));
   CUDA_OK(cudaMemcpyAsync(D, v.data(), v.size() * 4, cudaMemcpyHostToDevice, stream));
   CUDA_OK(cudaMemcpyAsync(bias, v.data(), v.size() * 4, cudaMemcpyHostToDevice, stream));
-  selscan_problem p = {};
-  p.batch = s.batch; p.dim = s.dim; p.seqlen = s.L; p.dstate = s.N; p.n_groups = s.G;
-  p.dtype = dt;
-  p.flags = SELSCAN_DELTA_SOFTPLUS;
-  p.u = SeqTensor(u, s, bld); p.delta = SeqTensor(delta, s, bld); p.A = MatTensor(A, s);
-  p.B = BcTensor(B, s, bld); p.C = BcTensor(C, s, bld); p.D = VecTensor(D); p.z = SeqTensor(z, s, bld);
-  p.delta_bias = VecTensor(bias); p.y = SeqOut(y, s, bld);
-  selscan_grads g = {};
-  g.dy = SeqTensor(dy, s, bld); g.du = SeqOut(du, s, bld); g.ddelta = SeqOut(dd, s, bld);
-  g.dA = MatOut(dA, s); g.dB = BcOut(dB, s, bld); g.dC = BcOut(dC, s, bld); g.dD = VecOut(dD);
-  g.dz = SeqOut(dz, s, bld); g.ddelta_bias = VecOut(dbias);
-  size_t wf = 0, wb = 0, wfc = 0, wbc = 0, ckb = 0;
-  selscan_problem pb = p;
-  pb.y = SeqOut(nullptr, s, bld);
-  if (CudaWorkspaceSize(&p, nullptr, false, &wf) != SELSCAN_OK || CudaWorkspaceSize(&pb, &g, false, &wb) != SELSCAN_OK ||
-      CudaWorkspaceSize(&p, nullptr, true, &wfc) != SELSCAN_OK || CudaWorkspaceSize(&pb, &g, true, &wbc) != SELSCAN_OK ||
-      CudaCheckpointSize(&p, &ckb) != SELSCAN_OK) {
+  ScanData sd;
+  sd.u = u; sd.delta = delta; sd.A = A; sd.B = B; sd.C = C; sd.D = D; sd.z = z; sd.delta_bias = bias; sd.y = y;
+  const selscan_problem p = ScanProblem(sd, s, bld, dt, true);
+  sd.y = nullptr;
+  const selscan_problem pb = ScanProblem(sd, s, bld, dt, true);
+  GradData gd;
+  gd.dy = dy; gd.du = du; gd.ddelta = dd; gd.dA = dA; gd.dB = dB; gd.dC = dC; gd.dD = dD; gd.dz = dz;
+  gd.ddelta_bias = dbias;
+  const selscan_grads g = ScanGrads(gd, s, bld);
+  size_t ckb = 0;
+  if (selscan_binding_cuda_checkpoint_size(&p, &ckb) != SELSCAN_OK) {
     std::printf("timing setup failed\n");
     g_fail++;
     return;
   }
-  size_t wmax = wf;
-  for (size_t w : {wb, wfc, wbc}) wmax = w > wmax ? w : wmax;
-  void* ws = nullptr;
   float* ck = nullptr;
-  CUDA_OK(cudaMalloc(&ws, wmax + 1));
   CUDA_OK(cudaMalloc(&ck, ckb));
+  Workspace ws;  // grown during the warm-ups, then reused (a caching allocator's way)
+  selscan_binding_cuda_call call = ws.Call(stream);
   cudaEvent_t e0, e1;
   CUDA_OK(cudaEventCreate(&e0));
   CUDA_OK(cudaEventCreate(&e1));
@@ -289,10 +331,10 @@ static void TimeCase(Sizes s, bool bld, selscan_dtype dt, cudaStream_t stream) {
       if (r == 0) CUDA_OK(cudaEventRecord(e0, stream));
       selscan_status st;
       switch (pass) {
-        case 0: st = CudaForward(&p, ws, wf, nullptr, 0, stream, nullptr); break;
-        case 1: st = CudaBackward(&pb, &g, ws, wb, nullptr, 0, stream, nullptr); break;
-        case 2: st = CudaForward(&p, ws, wfc, ck, ckb, stream, nullptr); break;
-        default: st = CudaBackward(&pb, &g, ws, wbc, ck, ckb, stream, nullptr); break;
+        case 0: st = selscan_binding_cuda_forward(&p, nullptr, 0, &call); break;
+        case 1: st = selscan_binding_cuda_backward(&pb, &g, nullptr, 0, &call); break;
+        case 2: st = selscan_binding_cuda_forward(&p, ck, ckb, &call); break;
+        default: st = selscan_binding_cuda_backward(&pb, &g, ck, ckb, &call); break;
       }
       if (st != SELSCAN_OK) { std::printf("timing: %s\n", selscan_status_string(st)); g_fail++; return; }
     }
@@ -305,7 +347,7 @@ static void TimeCase(Sizes s, bool bld, selscan_dtype dt, cudaStream_t stream) {
               "backward %.3f ms\n", bld ? "BLD" : "BDL", DtName(dt), s.ToString().c_str(), ms[0], ms[1], ckb / 1e6,
               ms[2], ms[3]);
   cudaFree(ck);
-  for (void* q : {u, delta, A, B, C, D, z, bias, y, dy, du, dd, dA, dB, dC, dD, dz, dbias, ws}) cudaFree(q);
+  for (void* q : {u, delta, A, B, C, D, z, bias, y, dy, du, dd, dA, dB, dC, dD, dz, dbias}) cudaFree(q);
 }
 
 int main() {

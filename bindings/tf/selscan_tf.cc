@@ -8,10 +8,10 @@
 // present. Layouts and shapes: see selscan_tf_common.h and README.md.
 //
 // This translation unit holds selscan's implementation (SELSCAN_STATIC: private to this library),
-// the op registrations with their shape functions, and the CPU kernels, which run selscan's
-// partitioned CPU entry points (one part per thread) on TensorFlow's CPU thread pool. selscan
-// gives bitwise the same result for any number of parts, so results do not depend on the
-// machine's thread count.
+// the op registrations with their shape functions, and the CPU side of the op kernels (CpuOps; the
+// kernels themselves are selscan_tf_common.h's >>op-kernels), which runs selscan's partitioned CPU
+// entry points (one part per thread) on TensorFlow's CPU thread pool. selscan gives bitwise the
+// same result for any number of parts, so results do not depend on the machine's thread count.
 #include <algorithm>
 #include <cstring>
 #include <functional>
@@ -48,7 +48,6 @@ absl::Status FromSelscan(selscan_status st, const char* where, const Sizes& s, c
 
 namespace {
 
-using tensorflow::OpKernel;
 using tensorflow::shape_inference::DimensionHandle;
 using tensorflow::shape_inference::InferenceContext;
 using tensorflow::shape_inference::ShapeHandle;
@@ -289,117 +288,68 @@ absl::Status RunParts(OpKernelContext* ctx, const selscan_problem& p, int64_t n_
   return FromSelscan(bind::RunParts(p, n_parts, pool, fn), where, s);
 }
 
-template <typename T>
-class SelscanForwardCpu : public OpKernel {
- public:
-  explicit SelscanForwardCpu(OpKernelConstruction* c) : OpKernel(c) { OP_REQUIRES_OK(c, ReadOptions(c, false, &o_)); }
+// The CPU side of the op kernels (selscan_tf_common.h >>op-kernels): selscan's partitioned CPU entry
+// points on TF's CPU pool, the workspace from allocate_temp (host memory).
+struct CpuOps {
+  static void Copy(OpKernelContext*, void* dst, const void* src, size_t bytes) { std::memcpy(dst, src, bytes); }
+  static void Zero(OpKernelContext*, void* dst, size_t bytes) { std::memset(dst, 0, bytes); }
 
-  void Compute(OpKernelContext* ctx) override {
-    Sizes s;
-    OP_REQUIRES_OK(ctx, CheckInputs(ctx, o_, false, &s));
-    Tensor *y = nullptr, *h_last = nullptr;
-    OP_REQUIRES_OK(ctx, ctx->allocate_output(0, SeqShape(s, o_.bld), &y));
-    OP_REQUIRES_OK(ctx, ctx->allocate_output(1, o_.return_last_state ? StateShape(s) : TensorShape({0}), &h_last));
-    const selscan_problem p =
-        BuildProblem(ctx, o_, s, DtypeOf<T>::value, y, o_.return_last_state ? h_last : nullptr);
-    // The checkpoint: the state entering every 64 steps, which the backward then reads instead of
-    // recomputing it (selscan_checkpoint_size bytes of floats; empty when not asked for, for an
-    // empty problem, or where the CPU backward would not read one: bind::CpuCheckpointBytes).
-    size_t ck_bytes = 0;
-    OP_REQUIRES_OK(ctx, FromSelscan(bind::Call(p, [&](const selscan_problem* q) {
-                                      return bind::CpuCheckpointBytes(q, o_.save_checkpoint, &ck_bytes);
-                                    }),
-                                    "selscan_checkpoint_size", s));
-    Tensor* checkpoint = nullptr;
-    OP_REQUIRES_OK(ctx, ctx->allocate_output(2, TensorShape({static_cast<int64_t>(ck_bytes / 4)}), &checkpoint));
-    if (s.Empty()) {  // nothing to scan: y is empty, h_last is h0 (or 0)
-      if (o_.return_last_state && h_last->TotalBytes() > 0) {
-        if (o_.has_h0) std::memcpy(h_last->data(), ctx->input(kH0).data(), h_last->TotalBytes());
-        else std::memset(h_last->data(), 0, h_last->TotalBytes());
-      }
-      return;
-    }
-    const int64_t n_parts = NumParts(ctx);
-    size_t bytes = 0;
-    OP_REQUIRES_OK(ctx, FromSelscan(bind::Call(p, [&](const selscan_problem* q) {
-                                      return selscan_workspace_size_parts(q, nullptr, n_parts, &bytes);
-                                    }),
-                                    "selscan_forward_cpu", s));
-    Tensor tmp;
-    void* ws = nullptr;
-    OP_REQUIRES_OK(ctx, AllocateWorkspace(ctx, bytes, &tmp, &ws));
-    float* ck = ck_bytes ? checkpoint->flat<float>().data() : nullptr;
-    OP_REQUIRES_OK(ctx, RunParts(ctx, p, n_parts, "selscan_forward_cpu", s, [&](const selscan_problem* q, int64_t part) {
-      return ck ? selscan_forward_cpu_ckpt_part(q, part, n_parts, ws, bytes, ck, ck_bytes)
-                : selscan_forward_cpu_part(q, part, n_parts, ws, bytes);
-    }));
+  // selscan_checkpoint_size bytes of floats, or none where the CPU backward would not read one
+  // (bind::CpuCheckpointBytes).
+  static absl::Status CheckpointBytes(const selscan_problem& p, bool save, const Sizes& s, size_t* bytes) {
+    return FromSelscan(bind::Call(p, [&](const selscan_problem* q) { return bind::CpuCheckpointBytes(q, save, bytes); }),
+                       "selscan_checkpoint_size", s);
   }
 
- private:
-  Options o_;
-};
-
-template <typename T>
-class SelscanBackwardCpu : public OpKernel {
- public:
-  explicit SelscanBackwardCpu(OpKernelConstruction* c) : OpKernel(c) { OP_REQUIRES_OK(c, ReadOptions(c, true, &o_)); }
-
-  void Compute(OpKernelContext* ctx) override {
-    Sizes s;
-    OP_REQUIRES_OK(ctx, CheckInputs(ctx, o_, true, &s));
-    Tensor* outs[kNumGradOutputs] = {};
-    OP_REQUIRES_OK(ctx, AllocateGradOutputs(ctx, o_, outs));
-    if (s.Empty()) {  // all gradients 0, except dh0 = dh_last (the state passes through)
-      for (Tensor* t : outs)
-        if (t->TotalBytes() > 0) std::memset(t->data(), 0, t->TotalBytes());
-      if (o_.has_h0 && o_.has_dh_last && outs[kDh0]->TotalBytes() > 0)
-        std::memcpy(outs[kDh0]->data(), ctx->input(kDhLast).data(), outs[kDh0]->TotalBytes());
-      return;
-    }
-    const selscan_problem p = BuildProblem(ctx, o_, s, DtypeOf<T>::value, nullptr, nullptr);
-    const selscan_grads g = BuildGrads(ctx, o_, s, outs);
+  static absl::Status Forward(OpKernelContext* ctx, const selscan_problem& p, const Sizes& s, float* ck,
+                              size_t ck_bytes) {
     const int64_t n_parts = NumParts(ctx);
     size_t bytes = 0;
-    OP_REQUIRES_OK(ctx, FromSelscan(bind::Call(p, [&](const selscan_problem* q) {
-                                      return selscan_workspace_size_parts(q, &g, n_parts, &bytes);
-                                    }),
-                                    "selscan_backward_cpu", s));
+    TF_RETURN_IF_ERROR(FromSelscan(bind::Call(p, [&](const selscan_problem* q) {
+                                     return selscan_workspace_size_parts(q, nullptr, n_parts, &bytes);
+                                   }),
+                                   "selscan_forward_cpu", s));
     Tensor tmp;
     void* ws = nullptr;
-    OP_REQUIRES_OK(ctx, AllocateWorkspace(ctx, bytes, &tmp, &ws));
+    TF_RETURN_IF_ERROR(AllocateWorkspace(ctx, bytes, &tmp, &ws));
+    return RunParts(ctx, p, n_parts, "selscan_forward_cpu", s, [&](const selscan_problem* q, int64_t part) {
+      return ck ? selscan_forward_cpu_ckpt_part(q, part, n_parts, ws, bytes, ck, ck_bytes)
+                : selscan_forward_cpu_part(q, part, n_parts, ws, bytes);
+    });
+  }
+
+  static absl::Status Backward(OpKernelContext* ctx, const selscan_problem& p, const selscan_grads& g,
+                               const Sizes& s, const Tensor& ck_in) {
+    const int64_t n_parts = NumParts(ctx);
+    size_t bytes = 0;
+    TF_RETURN_IF_ERROR(FromSelscan(bind::Call(p, [&](const selscan_problem* q) {
+                                     return selscan_workspace_size_parts(q, &g, n_parts, &bytes);
+                                   }),
+                                   "selscan_backward_cpu", s));
+    Tensor tmp;
+    void* ws = nullptr;
+    TF_RETURN_IF_ERROR(AllocateWorkspace(ctx, bytes, &tmp, &ws));
     // The forward's checkpoint, when a CPU forward kept one: a checkpoint of another size (none,
     // or a GPU forward's, whose layout differs) is not read; the backward then recomputes it.
-    const Tensor& ck_in = ctx->input(kCheckpoint);
     size_t ck_bytes = 0;
-    OP_REQUIRES_OK(ctx, FromSelscan(bind::Call(p, [&](const selscan_problem* q) {
-                                      return bind::CpuCheckpointToRead(q, ck_in.NumElements(), &ck_bytes);
-                                    }),
-                                    "selscan_checkpoint_size", s));
+    TF_RETURN_IF_ERROR(FromSelscan(bind::Call(p, [&](const selscan_problem* q) {
+                                     return bind::CpuCheckpointToRead(q, ck_in.NumElements(), &ck_bytes);
+                                   }),
+                                   "selscan_checkpoint_size", s));
     const float* ck = ck_bytes ? ck_in.flat<float>().data() : nullptr;
     // Phase 1: the scans (per-part partial sums into the shared workspace) ...
-    OP_REQUIRES_OK(ctx, RunParts(ctx, p, n_parts, "selscan_backward_cpu", s, [&](const selscan_problem* q, int64_t part) {
+    TF_RETURN_IF_ERROR(RunParts(ctx, p, n_parts, "selscan_backward_cpu", s, [&](const selscan_problem* q, int64_t part) {
       return ck ? selscan_backward_cpu_ckpt_part(q, &g, part, n_parts, ws, bytes, ck, ck_bytes)
                 : selscan_backward_cpu_part(q, &g, part, n_parts, ws, bytes);
     }));
     // ... phase 2, once all parts are done: the fixed-order reductions (dA, dD, ddelta_bias, dB, dC).
-    OP_REQUIRES_OK(ctx, RunParts(ctx, p, n_parts, "selscan_backward_cpu", s, [&](const selscan_problem* q, int64_t part) {
+    return RunParts(ctx, p, n_parts, "selscan_backward_cpu", s, [&](const selscan_problem* q, int64_t part) {
       return selscan_backward_cpu_reduce(q, &g, part, n_parts, ws, bytes);
-    }));
+    });
   }
-
- private:
-  Options o_;
 };
 
-#define SELSCAN_TF_REGISTER_CPU(T)                                                                     \
-  REGISTER_KERNEL_BUILDER(Name("SelscanForward").Device(DEVICE_CPU).TypeConstraint<T>("T"),          \
-                          SelscanForwardCpu<T>);                                                       \
-  REGISTER_KERNEL_BUILDER(Name("SelscanBackward").Device(DEVICE_CPU).TypeConstraint<T>("T"),         \
-                          SelscanBackwardCpu<T>);
-SELSCAN_TF_REGISTER_CPU(float)
-SELSCAN_TF_REGISTER_CPU(Eigen::half)
-SELSCAN_TF_REGISTER_CPU(tensorflow::bfloat16)
-#undef SELSCAN_TF_REGISTER_CPU
+SELSCAN_TF_REGISTER_KERNELS(DEVICE_CPU, CpuOps);
 
 }  // namespace
 }  // namespace selscan_tf

@@ -1,6 +1,7 @@
 // selscan_tf_common.h - shared by the CPU (selscan_tf.cc) and GPU (selscan_tf_gpu.cc) kernels of the
-// TensorFlow op: attrs, input checks, and the mapping of TensorFlow tensors onto a selscan_problem
-// through element strides (no transposes, no copies).
+// TensorFlow op: attrs, input checks, the mapping of TensorFlow tensors onto a selscan_problem
+// through element strides (no transposes, no copies), and the op kernels themselves (>>op-kernels),
+// which leave only the device's calls to each TU.
 //
 // Memory layouts and strides: selscan_tf_layout.h.
 #ifndef SELSCAN_TF_COMMON_H_
@@ -196,37 +197,39 @@ inline void* OutDataOf(Tensor& t) { return t.data(); }          // an output
 // The problem of one call: inputs from the context, outputs y / h_last (h_last may be NULL).
 inline selscan_problem BuildProblem(OpKernelContext* ctx, const Options& o, const Sizes& s, selscan_dtype dtype,
                                     Tensor* y, Tensor* h_last) {
-  selscan_problem p = bind::MakeProblem(s, dtype, o.softplus);
-  p.u = SeqTensor(DataOf(ctx->input(kU)), s, o.bld);
-  p.delta = SeqTensor(DataOf(ctx->input(kDelta)), s, o.bld);
-  p.A = MatTensor(DataOf(ctx->input(kA)), s);
-  p.B = BcTensor(DataOf(ctx->input(kB)), s, o.bld);
-  p.C = BcTensor(DataOf(ctx->input(kC)), s, o.bld);
-  p.D = VecTensor(o.has_d ? DataOf(ctx->input(kD)) : nullptr);
-  p.z = SeqTensor(o.has_z ? DataOf(ctx->input(kZ)) : nullptr, s, o.bld);
-  p.delta_bias = VecTensor(o.has_bias ? DataOf(ctx->input(kDeltaBias)) : nullptr);
-  p.h0 = StateTensor(o.has_h0 ? DataOf(ctx->input(kH0)) : nullptr, s);
-  p.y = SeqOut(y ? OutDataOf(*y) : nullptr, s, o.bld);
-  p.h_last = StateOut(h_last ? OutDataOf(*h_last) : nullptr, s);
-  return p;
+  auto in = [&](bool present, int i) { return present ? DataOf(ctx->input(i)) : nullptr; };
+  ScanData d;
+  d.u = in(true, kU);
+  d.delta = in(true, kDelta);
+  d.A = in(true, kA);
+  d.B = in(true, kB);
+  d.C = in(true, kC);
+  d.D = in(o.has_d, kD);
+  d.z = in(o.has_z, kZ);
+  d.delta_bias = in(o.has_bias, kDeltaBias);
+  d.h0 = in(o.has_h0, kH0);
+  d.y = y ? OutDataOf(*y) : nullptr;
+  d.h_last = h_last ? OutDataOf(*h_last) : nullptr;
+  return ScanProblem(d, s, o.bld, dtype, o.softplus);
 }
 
 // The gradients of one call; outs[kNumGradOutputs] are the backward op's outputs (an output of
 // an absent optional operand is not computed).
 inline selscan_grads BuildGrads(OpKernelContext* ctx, const Options& o, const Sizes& s, Tensor* const* outs) {
-  selscan_grads g = {};
-  g.dy = SeqTensor(DataOf(ctx->input(kDy)), s, o.bld);
-  g.dh_last = StateTensor(o.has_dh_last ? DataOf(ctx->input(kDhLast)) : nullptr, s);
-  g.du = SeqOut(OutDataOf(*outs[kDu]), s, o.bld);
-  g.ddelta = SeqOut(OutDataOf(*outs[kDdelta]), s, o.bld);
-  g.dA = MatOut(OutDataOf(*outs[kDa]), s);
-  g.dB = BcOut(OutDataOf(*outs[kDb]), s, o.bld);
-  g.dC = BcOut(OutDataOf(*outs[kDc]), s, o.bld);
-  g.dD = VecOut(o.has_d ? OutDataOf(*outs[kDd]) : nullptr);
-  g.dz = SeqOut(o.has_z ? OutDataOf(*outs[kDz]) : nullptr, s, o.bld);
-  g.ddelta_bias = VecOut(o.has_bias ? OutDataOf(*outs[kDdeltaBias]) : nullptr);
-  g.dh0 = StateOut(o.has_h0 ? OutDataOf(*outs[kDh0]) : nullptr, s);
-  return g;
+  auto out = [&](bool present, int i) { return present ? OutDataOf(*outs[i]) : nullptr; };
+  GradData d;
+  d.dy = DataOf(ctx->input(kDy));
+  d.dh_last = o.has_dh_last ? DataOf(ctx->input(kDhLast)) : nullptr;
+  d.du = out(true, kDu);
+  d.ddelta = out(true, kDdelta);
+  d.dA = out(true, kDa);
+  d.dB = out(true, kDb);
+  d.dC = out(true, kDc);
+  d.dD = out(o.has_d, kDd);
+  d.dz = out(o.has_z, kDz);
+  d.ddelta_bias = out(o.has_bias, kDdeltaBias);
+  d.dh0 = out(o.has_h0, kDh0);
+  return ScanGrads(d, s, o.bld);
 }
 
 // Output shapes.
@@ -266,6 +269,89 @@ inline absl::Status AllocateWorkspace(OpKernelContext* ctx, size_t bytes, Tensor
   *ptr = tmp->data();
   return absl::OkStatus();
 }
+
+// ---- >>op-kernels: SelscanForward / SelscanBackward, written once for both devices -------------
+// The checks, the outputs, the empty-problem rule (>>bind-empty) and the problem's mapping are the
+// same on every device; Ops (CpuOps in selscan_tf.cc, GpuOps in selscan_tf_gpu.cc) supplies the rest:
+//   static void Copy(OpKernelContext*, void* dst, const void* src, size_t bytes);  // on the op's device
+//   static void Zero(OpKernelContext*, void* dst, size_t bytes);                   // (GPU: TF's stream)
+//   static absl::Status CheckpointBytes(const selscan_problem&, bool save, const Sizes&, size_t* bytes);
+//       the forward's checkpoint size on this device (0 when not saved); never asked for an empty problem
+//   static absl::Status Forward(OpKernelContext*, const selscan_problem&, const Sizes&, float* checkpoint,
+//                               size_t checkpoint_bytes);
+//   static absl::Status Backward(OpKernelContext*, const selscan_problem&, const selscan_grads&,
+//                                const Sizes&, const Tensor& checkpoint);
+//       the forward's checkpoint input: read only when it has this device's size (bind::CheckpointToRead)
+template <typename Ops, typename T>
+class SelscanForwardOp : public tensorflow::OpKernel {
+ public:
+  explicit SelscanForwardOp(OpKernelConstruction* c) : OpKernel(c) { OP_REQUIRES_OK(c, ReadOptions(c, false, &o_)); }
+
+  void Compute(OpKernelContext* ctx) override {
+    Sizes s;
+    OP_REQUIRES_OK(ctx, CheckInputs(ctx, o_, false, &s));
+    Tensor *y = nullptr, *h_last = nullptr, *checkpoint = nullptr;
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(0, SeqShape(s, o_.bld), &y));
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(1, o_.return_last_state ? StateShape(s) : TensorShape({0}), &h_last));
+    const selscan_problem p =
+        BuildProblem(ctx, o_, s, DtypeOf<T>::value, y, o_.return_last_state ? h_last : nullptr);
+    // The checkpoint: the state entering every 64 steps, an output so that the backward can read it
+    // instead of recomputing it (float32, the device's size and layout; empty when not asked for,
+    // for an empty problem, or where the device's backward would not read one).
+    size_t ck_bytes = 0;
+    if (!s.Empty()) OP_REQUIRES_OK(ctx, Ops::CheckpointBytes(p, o_.save_checkpoint, s, &ck_bytes));
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(2, TensorShape({static_cast<int64_t>(ck_bytes / sizeof(float))}),
+                                             &checkpoint));
+    if (s.Empty()) {  // nothing to scan: y is empty, h_last is h0 (or 0)
+      if (o_.return_last_state && h_last->TotalBytes() > 0) {
+        if (o_.has_h0) Ops::Copy(ctx, h_last->data(), ctx->input(kH0).data(), h_last->TotalBytes());
+        else Ops::Zero(ctx, h_last->data(), h_last->TotalBytes());
+      }
+      return;
+    }
+    OP_REQUIRES_OK(ctx, Ops::Forward(ctx, p, s, ck_bytes ? checkpoint->flat<float>().data() : nullptr, ck_bytes));
+  }
+
+ private:
+  Options o_;
+};
+
+template <typename Ops, typename T>
+class SelscanBackwardOp : public tensorflow::OpKernel {
+ public:
+  explicit SelscanBackwardOp(OpKernelConstruction* c) : OpKernel(c) { OP_REQUIRES_OK(c, ReadOptions(c, true, &o_)); }
+
+  void Compute(OpKernelContext* ctx) override {
+    Sizes s;
+    OP_REQUIRES_OK(ctx, CheckInputs(ctx, o_, true, &s));
+    Tensor* outs[kNumGradOutputs] = {};
+    OP_REQUIRES_OK(ctx, AllocateGradOutputs(ctx, o_, outs));
+    if (s.Empty()) {  // all gradients 0, except dh0 = dh_last (the state passes through)
+      for (Tensor* t : outs)
+        if (t->TotalBytes() > 0) Ops::Zero(ctx, t->data(), t->TotalBytes());
+      if (o_.has_h0 && o_.has_dh_last && outs[kDh0]->TotalBytes() > 0)
+        Ops::Copy(ctx, outs[kDh0]->data(), ctx->input(kDhLast).data(), outs[kDh0]->TotalBytes());
+      return;
+    }
+    const selscan_problem p = BuildProblem(ctx, o_, s, DtypeOf<T>::value, nullptr, nullptr);
+    const selscan_grads g = BuildGrads(ctx, o_, s, outs);
+    OP_REQUIRES_OK(ctx, Ops::Backward(ctx, p, g, s, ctx->input(kCheckpoint)));
+  }
+
+ private:
+  Options o_;
+};
+
+// Registers both ops' kernels on DEVICE (DEVICE_CPU / DEVICE_GPU) with Ops, for every dtype T.
+#define SELSCAN_TF_REGISTER_KERNELS_T(DEVICE, Ops, T)                                                     \
+  REGISTER_KERNEL_BUILDER(Name("SelscanForward").Device(DEVICE).TypeConstraint<T>("T"),                \
+                          ::selscan_tf::SelscanForwardOp<Ops, T>);                                       \
+  REGISTER_KERNEL_BUILDER(Name("SelscanBackward").Device(DEVICE).TypeConstraint<T>("T"),               \
+                          ::selscan_tf::SelscanBackwardOp<Ops, T>)
+#define SELSCAN_TF_REGISTER_KERNELS(DEVICE, Ops)                  \
+  SELSCAN_TF_REGISTER_KERNELS_T(DEVICE, Ops, float);              \
+  SELSCAN_TF_REGISTER_KERNELS_T(DEVICE, Ops, Eigen::half);        \
+  SELSCAN_TF_REGISTER_KERNELS_T(DEVICE, Ops, tensorflow::bfloat16)
 
 }  // namespace selscan_tf
 

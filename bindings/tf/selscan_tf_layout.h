@@ -1,6 +1,7 @@
 // selscan_tf_layout.h - how the TensorFlow op's tensors map onto selscan's logical operands,
-// through element strides (no transposes, no copies). Free of TensorFlow and CUDA headers, so
-// the GPU check (gpu_check.cu) uses exactly the op's mapping.
+// through element strides (no transposes, no copies), up to a whole problem (ScanProblem /
+// ScanGrads). Free of TensorFlow and CUDA headers, so the GPU check (gpu_check.cu) uses exactly
+// the op's mapping.
 //
 // Memory layouts (TensorFlow tensors are dense row-major):
 //
@@ -81,6 +82,50 @@ inline selscan_out_tensor BcOut(void* d, const Sizes& s, bool bld) { return BcT<
 inline selscan_out_tensor MatOut(void* d, const Sizes& s) { return MatT<selscan_out_tensor>(d, s); }
 inline selscan_out_tensor VecOut(void* d) { return VecT<selscan_out_tensor>(d); }
 inline selscan_out_tensor StateOut(void* d, const Sizes& s) { return StateT<selscan_out_tensor>(d, s); }
+
+// One call's operands in the op's layout: the data pointers (NULL: an absent optional operand, or
+// an output not computed) -> selscan's problem and gradients. The op (selscan_tf_common.h's
+// BuildProblem / BuildGrads) and gpu_check.cu both map through these.
+struct ScanData {
+  const void *u = nullptr, *delta = nullptr, *A = nullptr, *B = nullptr, *C = nullptr, *D = nullptr, *z = nullptr,
+             *delta_bias = nullptr, *h0 = nullptr;
+  void *y = nullptr, *h_last = nullptr;
+};
+inline selscan_problem ScanProblem(const ScanData& d, const Sizes& s, bool bld, selscan_dtype dtype, bool softplus) {
+  selscan_problem p = bind::MakeProblem(s, dtype, softplus);
+  p.u = SeqTensor(d.u, s, bld);
+  p.delta = SeqTensor(d.delta, s, bld);
+  p.A = MatTensor(d.A, s);
+  p.B = BcTensor(d.B, s, bld);
+  p.C = BcTensor(d.C, s, bld);
+  p.D = VecTensor(d.D);
+  p.z = SeqTensor(d.z, s, bld);
+  p.delta_bias = VecTensor(d.delta_bias);
+  p.h0 = StateTensor(d.h0, s);
+  p.y = SeqOut(d.y, s, bld);
+  p.h_last = StateOut(d.h_last, s);
+  return p;
+}
+struct GradData {
+  const void *dy = nullptr, *dh_last = nullptr;
+  void *du = nullptr, *ddelta = nullptr, *dA = nullptr, *dB = nullptr, *dC = nullptr, *dD = nullptr, *dz = nullptr,
+       *ddelta_bias = nullptr, *dh0 = nullptr;
+};
+inline selscan_grads ScanGrads(const GradData& d, const Sizes& s, bool bld) {
+  selscan_grads g = {};
+  g.dy = SeqTensor(d.dy, s, bld);
+  g.dh_last = StateTensor(d.dh_last, s);
+  g.du = SeqOut(d.du, s, bld);
+  g.ddelta = SeqOut(d.ddelta, s, bld);
+  g.dA = MatOut(d.dA, s);
+  g.dB = BcOut(d.dB, s, bld);
+  g.dC = BcOut(d.dC, s, bld);
+  g.dD = VecOut(d.dD);
+  g.dz = SeqOut(d.dz, s, bld);
+  g.ddelta_bias = VecOut(d.ddelta_bias);
+  g.dh0 = StateOut(d.dh0, s);
+  return g;
+}
 
 }  // namespace selscan_tf
 

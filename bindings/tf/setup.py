@@ -30,7 +30,7 @@ from setuptools.command.build_ext import build_ext
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.normpath(os.path.join(HERE, os.pardir, os.pardir))  # selscan.h, selscan_cuda.cuh
-COMMON = os.path.normpath(os.path.join(HERE, os.pardir, "common"))  # selscan_binding.h, the shared layer
+COMMON = os.path.normpath(os.path.join(HERE, os.pardir, "common"))  # selscan_binding*.h, the shared layer and CUDA shim
 DEFAULT_ARCHS = ("75", "80", "86", "89", "90")
 
 _TF_QUERY = (
@@ -142,7 +142,7 @@ class BuildOp(build_ext):
             gencode += ["-gencode", "arch=compute_%s,code=compute_%s" % (archs[-1], archs[-1])]
             o = os.path.join(tmp, "selscan_tf_kernels.o")
             jobs.append([nvcc, "-O3", "-std=c++17", "--threads", "0"] + gencode +
-                        ["-Xcompiler", "-fPIC", "-Xcompiler", "-fvisibility=hidden", "-I" + ROOT, "-I" + HERE, "-c",
+                        ["-Xcompiler", "-fPIC", "-Xcompiler", "-fvisibility=hidden", "-I" + ROOT, "-I" + COMMON, "-c",
                          os.path.join(HERE, "selscan_tf_kernels.cu"), "-o", o])
             objs.append(o)
             lib = os.path.join(cuda_home, "lib64")

@@ -5,6 +5,7 @@
 #define SELSCAN_IMPLEMENTATION
 #include "../../selscan.h"
 #include "../../bindings/common/selscan_binding.h"
+#include "../../bindings/common/selscan_binding_cuda.h"  // the CUDA shim's declarations: no CUDA header needed
 
 #include <cstdio>
 #include <cstdlib>

@@ -14,8 +14,9 @@
 // The Python side (selscan_torch/__init__.py) adds the fake kernels, autograd and mamba's API.
 //
 // CPU: selscan's parts API on at::parallel_for (bitwise the same for every thread count; the
-// backward's reduce phase after all parts). CUDA (WITH_CUDA): the launchers of
-// selscan_torch_cuda.cu on the current stream; workspace and checkpoint from torch's allocator.
+// backward's reduce phase after all parts). CUDA (WITH_CUDA): the bindings' shared CUDA shim
+// (bindings/common/selscan_binding_cuda.h, compiled in selscan_torch_cuda.cu) on the current
+// stream; workspace and checkpoint from torch's allocator (>>dispatch).
 #include <Python.h>
 
 #include <ATen/ATen.h>
@@ -37,12 +38,12 @@
 #include <ATen/cuda/EmptyTensor.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
-#include "selscan_torch_cuda.h"
 #endif
 
 #define SELSCAN_IMPLEMENTATION
 #include "selscan.h"
-#include "selscan_binding.h"  // bindings/common: the layer shared with the other bindings
+#include "selscan_binding.h"       // bindings/common: the layer shared with the other bindings
+#include "selscan_binding_cuda.h"  // bindings/common: their CUDA shim (no CUDA header; called WITH_CUDA only)
 
 // _C.cpu_checkpoint_used(N): whether the CPU backward reads a checkpoint for N states, asked of the
 // library (selscan_checkpoint_used reads only dstate): the fake kernels' checkpoint size.
@@ -339,6 +340,10 @@ Workspace MakeWorkspace(size_t bytes, const Tensor& like) {
 
 // Parts for the CPU pool: one per intra-op thread (results do not depend on it).
 int64_t NumParts() { return std::max<int64_t>(1, at::get_num_threads()); }
+// The decode steps' parts: blocks of 256 channels of a row, at most one per thread.
+int64_t StepParts(int64_t batch, int64_t dim) {
+  return std::min<int64_t>(NumParts(), std::max<int64_t>(1, batch * ((dim + 255) / 256)));
+}
 
 // Runs fn(&q, i) for the parts i = 0 .. n_parts - 1 on the intra-op pool (bind::RunParts), then
 // raises the first failing part's error, naming what selscan's diag names.
@@ -374,35 +379,78 @@ void CheckOffsetsValues(const OptT& cu, int64_t L, const char* where) {
              c10::str("not increasing (offset ", i + 1, " is ", o[i + 1], " after ", o[i], ")"));
 }
 
-#ifdef WITH_CUDA
-void* CurrentStream(const Tensor& t) {
-  return static_cast<void*>(c10::cuda::getCurrentCUDAStream(t.device().index()).stream());
+// ---- >>dispatch: one call on its tensors' device ------------------------------------------------
+
+// A CUDA tensor reaching a build without CUDA kernels: refused, naming the argument.
+void NeedKernels(const Tensor& t, const char* name) {
+#ifndef WITH_CUDA
+  TORCH_CHECK(!t.is_cuda(), "selscan: this build of selscan_torch has no CUDA kernels (built without nvcc or with "
+              "SELSCAN_TORCH_CPU_ONLY=1); ", name, " is on ", t.device());
+#else
+  (void)t;
+  (void)name;
+#endif
 }
 
-// The CUDA workspace, from torch's caching allocator when selscan asks for one (its
-// selscan_cuda_ext.workspace_alloc: after selscan's checks, only when the call needs a workspace
-// on this device, exactly its size). An allocation error is kept and rethrown once selscan has
-// returned (no exception crosses its frames).
-struct DeviceWorkspace {
-  explicit DeviceWorkspace(const Tensor& like) : like(like) {}
+#ifdef WITH_CUDA
+// One call through the CUDA shim on `like`'s device and current stream (a selscan_binding_cuda_call):
+// the workspace from torch's caching allocator when selscan asks for one (its workspace_alloc: after
+// selscan's checks, only when the call needs a workspace on this device, exactly its size), the
+// packed offsets' device copy (cu_host: their host copy, or none). An allocation error is kept and
+// rethrown once selscan has returned (no exception crosses its frames). Both tensors go when the
+// call has been enqueued: torch's caching allocator is stream-ordered.
+class CudaCall {
+ public:
+  CudaCall(const Tensor& like, const OptT& cu_host) : guard_(like.device()), like_(like) {
+    call.stream = static_cast<void*>(c10::cuda::getCurrentCUDAStream(like.device().index()).stream());
+    call.workspace_alloc = &CudaCall::Alloc;
+    call.workspace_ctx = this;
+    if (cu_host) {
+      cu_dev_ = cu_host->to(like.device(), /*non_blocking=*/true);
+      call.cu_seqlens_device = cu_dev_.data_ptr<int64_t>();
+    }
+  }
+  CudaCall(const CudaCall&) = delete;
+  CudaCall& operator=(const CudaCall&) = delete;
+  // Raises what failed: torch's allocation error first, then selscan's status (with the CUDA error's text).
+  void Check(selscan_status st, const char* where, const Diag& diag) const {
+    if (error_) std::rethrow_exception(error_);
+    selscan_torch::Check(st, where, diag, call.cuda_error_text);
+  }
+  selscan_binding_cuda_call call = {};
+
+ private:
   static void* Alloc(void* ctx, size_t bytes) {
-    auto* w = static_cast<DeviceWorkspace*>(ctx);
+    auto* c = static_cast<CudaCall*>(ctx);
     try {
-      w->buf = NewTensor({static_cast<int64_t>(bytes)}, at::kByte, w->like);
-      return w->buf.data_ptr();
+      c->ws_ = NewTensor({static_cast<int64_t>(bytes)}, at::kByte, c->like_);
+      return c->ws_.data_ptr();
     } catch (...) {
-      w->error = std::current_exception();
+      c->error_ = std::current_exception();
       return nullptr;
     }
   }
-  void Rethrow() const {
-    if (error) std::rethrow_exception(error);
-  }
-  const Tensor& like;
-  Tensor buf;  // alive until the op returns: the caching allocator is stream-ordered
-  std::exception_ptr error;
+  const c10::cuda::CUDAGuard guard_;
+  const Tensor& like_;
+  Tensor cu_dev_, ws_;
+  std::exception_ptr error_;
 };
 #endif
+
+// The device axis, written once for every op: on_cuda(CudaCall&) for a CUDA x (this build's
+// kernels; `name` names x in the refusal of a build without them), on_cpu() otherwise.
+template <typename OnCpu, typename OnCuda>
+void OnDevice(const Tensor& x, const char* name, const OptT& cu_host, const OnCpu& on_cpu, const OnCuda& on_cuda) {
+  if (!x.is_cuda()) return on_cpu();
+  NeedKernels(x, name);
+#ifdef WITH_CUDA
+  CudaCall c(x, cu_host);
+  on_cuda(c);
+#else
+  (void)cu_host;
+  (void)on_cuda;
+#endif
+}
 
 // ---- forward ----------------------------------------------------------------------------------
 
@@ -415,11 +463,7 @@ std::tuple<Tensor, Tensor, Tensor> Forward(const Tensor& u_in, const Tensor& del
   const Tensor u = Readable(u_in), delta = Readable(delta_in), A = Readable(A_in), B = Readable(B_in),
                C = Readable(C_in);
   const OptT D = Readable(D_in), z = Readable(z_in), delta_bias = Readable(delta_bias_in), h0 = Readable(h0_in);
-  const bool cuda = u.is_cuda();
-#ifndef WITH_CUDA
-  TORCH_CHECK(!cuda, "selscan: this build of selscan_torch has no CUDA kernels (built without nvcc or with "
-              "SELSCAN_TORCH_CPU_ONLY=1); u is on ", u.device());
-#endif
+  NeedKernels(u, "u");
   Tensor y = NewLike(u);
   Tensor h_last = NewF32(return_last_state ? at::IntArrayRef{s.rows, s.dim, s.N} : at::IntArrayRef{0}, u);
   if (s.Empty() || s.N == 0) {
@@ -440,23 +484,7 @@ std::tuple<Tensor, Tensor, Tensor> Forward(const Tensor& u_in, const Tensor& del
   diag.Attach(&p);
   size_t ck_bytes = 0;
   Tensor checkpoint;
-  if (cuda) {
-#ifdef WITH_CUDA
-    const c10::cuda::CUDAGuard guard(u.device());
-    if (save_checkpoint) Check(selscan_torch_cuda_checkpoint_size(&p, &ck_bytes), "checkpoint size", diag);
-    checkpoint = NewF32({static_cast<int64_t>(ck_bytes / 4)}, u);
-    float* ck = ck_bytes ? checkpoint.data_ptr<float>() : nullptr;
-    DeviceWorkspace ws(u);
-    Tensor cu_dev;
-    if (cu_host) cu_dev = cu_host->to(u.device(), /*non_blocking=*/true);
-    const char* text = "";
-    const selscan_status st = selscan_torch_cuda_forward(&p, &DeviceWorkspace::Alloc, &ws, ck, ck_bytes,
-                                                         cu_host ? cu_dev.data_ptr<int64_t>() : nullptr,
-                                                         CurrentStream(u), &text);
-    ws.Rethrow();
-    Check(st, "forward (CUDA)", diag, text);
-#endif
-  } else {
+  OnDevice(u, "u", cu_host, [&] {
     Check(bind::CpuCheckpointBytes(&p, save_checkpoint, &ck_bytes), "checkpoint size", diag);
     checkpoint = NewF32({static_cast<int64_t>(ck_bytes / 4)}, u);
     float* ck = ck_bytes ? checkpoint.data_ptr<float>() : nullptr;
@@ -468,7 +496,12 @@ std::tuple<Tensor, Tensor, Tensor> Forward(const Tensor& u_in, const Tensor& del
       return ck ? selscan_forward_cpu_ckpt_part(q, i, n, ws.ptr, ws.bytes, ck, ck_bytes)
                 : selscan_forward_cpu_part(q, i, n, ws.ptr, ws.bytes);
     });
-  }
+  }, [&](auto& c) {
+    if (save_checkpoint) Check(selscan_binding_cuda_checkpoint_size(&p, &ck_bytes), "checkpoint size", diag);
+    checkpoint = NewF32({static_cast<int64_t>(ck_bytes / 4)}, u);
+    float* ck = ck_bytes ? checkpoint.data_ptr<float>() : nullptr;
+    c.Check(selscan_binding_cuda_forward(&p, ck, ck_bytes, &c.call), "forward (CUDA)", diag);
+  });
   return {y, h_last, checkpoint};
 }
 
@@ -497,10 +530,7 @@ std::vector<Tensor> Backward(const Tensor& u_in, const Tensor& delta_in, const T
                C = Readable(C_in), dy = Readable(dy_in);
   const OptT D = Readable(D_in), z = Readable(z_in), delta_bias = Readable(delta_bias_in), h0 = Readable(h0_in),
              dh_last = Readable(dh_last_in);
-  const bool cuda = u.is_cuda();
-#ifndef WITH_CUDA
-  TORCH_CHECK(!cuda, "selscan: this build of selscan_torch has no CUDA kernels; u is on ", u.device());
-#endif
+  NeedKernels(u, "u");
   const bool present[kNumGrads] = {true, true, true, true, true, D.has_value(), z.has_value(),
                                    delta_bias.has_value(), h0.has_value()};
   const Tensor* like[kNumGrads] = {&u_in, &delta_in, &A_in, &B_in, &C_in, D ? &*D_in : nullptr, z ? &*z_in : nullptr,
@@ -536,28 +566,7 @@ std::vector<Tensor> Backward(const Tensor& u_in, const Tensor& delta_in, const T
   g.dh0 = OptOperand<decltype(g.dh0)>(grad(kDh0));
   Diag diag(NamesOf(kFwdNames));
   diag.Attach(&p);
-  if (cuda) {
-#ifdef WITH_CUDA
-    const c10::cuda::CUDAGuard guard(u.device());
-    // The forward's checkpoint when a CUDA forward saved one (another size: not read).
-    const float* ck = nullptr;
-    size_t ck_bytes = 0;
-    if (checkpoint.is_cuda() && checkpoint.is_contiguous()) {
-      Check(bind::CheckpointToRead(&p, checkpoint.numel(), selscan_torch_cuda_checkpoint_size, &ck_bytes),
-            "checkpoint size", diag);
-      if (ck_bytes) ck = checkpoint.data_ptr<float>();
-    }
-    DeviceWorkspace ws(u);
-    Tensor cu_dev;
-    if (cu_host) cu_dev = cu_host->to(u.device(), /*non_blocking=*/true);
-    const char* text = "";
-    const selscan_status st = selscan_torch_cuda_backward(&p, &g, &DeviceWorkspace::Alloc, &ws, ck, ck_bytes,
-                                                          cu_host ? cu_dev.data_ptr<int64_t>() : nullptr,
-                                                          CurrentStream(u), &text);
-    ws.Rethrow();
-    Check(st, "backward (CUDA)", diag, text);
-#endif
-  } else {
+  OnDevice(u, "u", cu_host, [&] {
     const float* ck = nullptr;
     size_t ck_bytes = 0;
     if (checkpoint.is_cpu() && checkpoint.is_contiguous()) {
@@ -577,7 +586,17 @@ std::vector<Tensor> Backward(const Tensor& u_in, const Tensor& delta_in, const T
     RunParts(p, n, "backward (CPU reduce)", NamesOf(kFwdNames), [&](selscan_problem* q, int64_t i) {
       return selscan_backward_cpu_reduce(q, &g, i, n, ws.ptr, ws.bytes);
     });
-  }
+  }, [&](auto& c) {
+    // The forward's checkpoint when a CUDA forward saved one (another size: not read).
+    const float* ck = nullptr;
+    size_t ck_bytes = 0;
+    if (checkpoint.is_cuda() && checkpoint.is_contiguous()) {
+      Check(bind::CheckpointToRead(&p, checkpoint.numel(), selscan_binding_cuda_checkpoint_size, &ck_bytes),
+            "checkpoint size", diag);
+      if (ck_bytes) ck = checkpoint.data_ptr<float>();
+    }
+    c.Check(selscan_binding_cuda_backward(&p, &g, ck, ck_bytes, &c.call), "backward (CUDA)", diag);
+  });
   return out;
 }
 
@@ -726,18 +745,10 @@ Tensor Step(const Tensor& state, const Tensor& x_in, const Tensor& dt_in, const 
   s.y = OutOperand<decltype(s.y)>(y, "out");
   Diag diag(NamesOf(kStepNames));
   diag.Attach(&s);
-  if (x.is_cuda()) {
-#ifdef WITH_CUDA
-    const c10::cuda::CUDAGuard guard(x.device());
-    const char* text = "";
-    Check(selscan_torch_cuda_step(&s, CurrentStream(x), &text), "step (CUDA)", diag, text);
-#else
-    TORCH_CHECK(false, "selscan: this build of selscan_torch has no CUDA kernels; x is on ", x.device());
-#endif
-  } else {
-    const int64_t n = std::min<int64_t>(NumParts(), std::max<int64_t>(1, batch * ((dim + 255) / 256)));
+  OnDevice(x, "x", OptT(), [&] {
+    const int64_t n = StepParts(batch, dim);
     RunParts(s, n, "step (CPU)", NamesOf(kStepNames), [&](selscan_step_problem* q, int64_t i) { return selscan_step_cpu_part(q, i, n); });
-  }
+  }, [&](auto& c) { c.Check(selscan_binding_cuda_step(&s, &c.call), "step (CUDA)", diag); });
   return y;
 }
 
@@ -1104,11 +1115,7 @@ std::tuple<Tensor, Tensor> ConvForward(const Tensor& x_in, const Tensor& weight_
   const ConvSizes s = CheckConv(x_in, weight_in, bias_in, init_in, cu_seqlens);
   const Tensor x = Readable(x_in), weight = Readable(weight_in);
   const OptT bias = Readable(bias_in), init = Readable(init_in);
-  const bool cuda = x.is_cuda();
-#ifndef WITH_CUDA
-  TORCH_CHECK(!cuda, "selscan: this build of selscan_torch has no CUDA kernels (built without nvcc or with "
-              "SELSCAN_TORCH_CPU_ONLY=1); x is on ", x.device());
-#endif
+  NeedKernels(x, "x");
   const auto dtype = x.scalar_type();
   Tensor y = out_dim_major ? NewTensor({s.dim, s.batch, s.L}, dtype, x).permute({1, 0, 2})
                            : NewInOrderOf(x, x.sizes(), dtype);
@@ -1127,20 +1134,11 @@ std::tuple<Tensor, Tensor> ConvForward(const Tensor& x_in, const Tensor& weight_
   if (return_final_state) p.final_state = Operand<decltype(p.final_state)>(fin);
   Diag diag(NamesOf(kConvNames));
   diag.Attach(&p);
-  if (cuda) {
-#ifdef WITH_CUDA
-    const c10::cuda::CUDAGuard guard(x.device());
-    Tensor cu_dev;
-    if (cu_host) cu_dev = cu_host->to(x.device(), /*non_blocking=*/true);
-    const char* text = "";
-    Check(selscan_torch_cuda_conv_forward(&p, cu_host ? cu_dev.data_ptr<int64_t>() : nullptr, CurrentStream(x), &text),
-          "conv forward (CUDA)", diag, text);
-#endif
-  } else {
+  OnDevice(x, "x", cu_host, [&] {
     const int64_t n = ConvParts(s.dim);
     RunParts(p, n, "conv forward (CPU)", NamesOf(kConvNames),
              [&](selscan_conv_problem* q, int64_t i) { return selscan_conv_forward_cpu_part(q, i, n); });
-  }
+  }, [&](auto& c) { c.Check(selscan_binding_cuda_conv_forward(&p, &c.call), "conv forward (CUDA)", diag); });
   return {y, fin};
 }
 
@@ -1163,10 +1161,7 @@ std::vector<Tensor> ConvBackward(const Tensor& x_in, const Tensor& weight_in, co
   }
   const Tensor x = Readable(x_in), weight = Readable(weight_in), dy = Readable(dy_in);
   const OptT bias = Readable(bias_in), init = Readable(init_in), dfinal = Readable(dfinal_in);
-  const bool cuda = x.is_cuda();
-#ifndef WITH_CUDA
-  TORCH_CHECK(!cuda, "selscan: this build of selscan_torch has no CUDA kernels; x is on ", x.device());
-#endif
+  NeedKernels(x, "x");
   const auto dtype = x.scalar_type();
   bool want[kConvNumGrads];
   for (int i = 0; i < kConvNumGrads; i++) want[i] = grad_mask[static_cast<size_t>(i)] != 0;
@@ -1196,23 +1191,11 @@ std::vector<Tensor> ConvBackward(const Tensor& x_in, const Tensor& weight_in, co
   g.dinit_state = OptOperand<decltype(g.dinit_state)>(grad(kConvDinit));
   Diag diag(NamesOf(kConvNames));
   diag.Attach(&p);
-  if (cuda) {
-#ifdef WITH_CUDA
-    const c10::cuda::CUDAGuard guard(x.device());
-    Tensor cu_dev;
-    if (cu_host) cu_dev = cu_host->to(x.device(), /*non_blocking=*/true);
-    DeviceWorkspace ws(x);
-    const char* text = "";
-    const selscan_status st = selscan_torch_cuda_conv_backward(
-        &p, &g, &DeviceWorkspace::Alloc, &ws, cu_host ? cu_dev.data_ptr<int64_t>() : nullptr, CurrentStream(x), &text);
-    ws.Rethrow();
-    Check(st, "conv backward (CUDA)", diag, text);
-#endif
-  } else {
+  OnDevice(x, "x", cu_host, [&] {
     const int64_t n = ConvParts(s.dim);
     RunParts(p, n, "conv backward (CPU)", NamesOf(kConvNames),
              [&](selscan_conv_problem* q, int64_t i) { return selscan_conv_backward_cpu_part(q, &g, i, n); });
-  }
+  }, [&](auto& c) { c.Check(selscan_binding_cuda_conv_backward(&p, &g, &c.call), "conv backward (CUDA)", diag); });
   return out;
 }
 
@@ -1273,19 +1256,11 @@ Tensor ConvStep(const Tensor& state, const Tensor& x_in, const Tensor& weight_in
   }
   Diag diag(NamesOf(kConvStepNames));
   diag.Attach(&s);
-  if (x.is_cuda()) {
-#ifdef WITH_CUDA
-    const c10::cuda::CUDAGuard guard(x.device());
-    const char* text = "";
-    Check(selscan_torch_cuda_conv_step(&s, CurrentStream(x), &text), "conv step (CUDA)", diag, text);
-#else
-    TORCH_CHECK(false, "selscan: this build of selscan_torch has no CUDA kernels; x is on ", x.device());
-#endif
-  } else {
-    const int64_t n = std::min<int64_t>(NumParts(), std::max<int64_t>(1, batch * ((dim + 255) / 256)));
+  OnDevice(x, "x", OptT(), [&] {
+    const int64_t n = StepParts(batch, dim);
     RunParts(s, n, "conv step (CPU)", NamesOf(kConvStepNames),
              [&](selscan_conv_step_problem* q, int64_t i) { return selscan_conv_step_cpu_part(q, i, n); });
-  }
+  }, [&](auto& c) { c.Check(selscan_binding_cuda_conv_step(&s, &c.call), "conv step (CUDA)", diag); });
   return y;
 }
 
