@@ -242,6 +242,14 @@ def time_call(fn):
     return time.perf_counter() - t, out
 
 
+def warm_up(model, step, n=None):
+    """n (default --warmup) calls of step() (grads dropped before each), then the grads dropped again."""
+    for _ in range(ARGS.warmup if n is None else n):
+        model.zero_grad(set_to_none=True)
+        step()
+    model.zero_grad(set_to_none=True)
+
+
 def peak_reset():
     if ARGS.device.type == "cuda":
         torch.cuda.synchronize()
@@ -511,10 +519,7 @@ def train_timing(tf, name, model, bks, batch, L, iters, warmup, label, max_iters
     for b in bks:
         try:
             with b:
-                for _ in range(warmup):
-                    model.zero_grad(set_to_none=True)
-                    step()
-                model.zero_grad(set_to_none=True)
+                warm_up(model, step, warmup)
                 peak_reset()
                 losses[b.name] = step().item()
                 peaks[b.name] = peak_gib()
@@ -654,10 +659,7 @@ def case_profile(tf, name):
     for b in bks:
         try:
             with b:
-                for _ in range(ARGS.warmup):
-                    model.zero_grad(set_to_none=True)
-                    step()
-                model.zero_grad(set_to_none=True)
+                warm_up(model, step)
                 sync()
                 with profile(activities=[ProfilerActivity.CUDA]) as prof:
                     step()
@@ -1021,11 +1023,8 @@ def case_mambavision():
     for b in bks:
         try:
             with b:
-                for _ in range(ARGS.warmup):
-                    model.zero_grad(set_to_none=True)
-                    step()
+                warm_up(model, step)
                 if ARGS.device.type == "cuda":  # one step alone for the peak
-                    model.zero_grad(set_to_none=True)
                     peak_reset()
                     step()
                     peaks[b.name] = peak_gib()
