@@ -29,7 +29,7 @@ run: $(BUILD)/quickstart
 	@if [ -n "$(HAVE_NVCC)" ] && nvidia-smi -L >/dev/null 2>&1; then $(MAKE) --no-print-directory $(BUILD)/cuda_quickstart && ./$(BUILD)/cuda_quickstart; fi
 
 # ---- tests (section owned by tests/) ----------------------------------------------------------
-# make test (the quick loop, about a minute on 2 cores): every tests/test_*.c (CUDA ones excluded)
+# make test (the quick loop, 2-5 min on 2 cores): every tests/test_*.c (CUDA ones excluded)
 # built and run, tests/test_api and tests/test_conv again with SELSCAN_CPU=portable (test_conv with
 # avx2 too: SELSCAN_CPU never raises the path, so on a CPU without it that run repeats a lower one), and the build checks
 # (tests/build_checks.sh) without nvcc.
