@@ -4193,15 +4193,49 @@ static __device__ __forceinline__ void conv_tile_for(int nc, int n, int cl, F &&
     }
 }
 
-/* s[r * kConvRS + c] = X[b, d0 + c, p0 + r] for r < nr, c < nc (0 outside [0, L)); lanes along
-   channels (cl) or steps. Shared rows have kConvRS = kConvTC + 1 floats: no bank conflict either way. */
-template <typename T>
+/* s[r * kConvRS + c] = X[b, d0 + c, p0 + r] for r < nr <= MAXR, c < nc (0 outside [0, L) and
+   past nc); lanes along channels (cl) or steps. Every load of a thread is issued before the first
+   is stored (registers, unrolled): a tile's loads are in flight at once instead of one latency
+   each (the loop of one load at a time measured 4-7x the copy floor, CONV-CUDA-v3). Shared rows
+   have kConvRS = kConvTC + 1 floats: no bank conflict either way. */
+template <typename T, int MAXR>
 static __device__ __forceinline__ void conv_load(float *s, const ct &X, int64_t b, int64_t d0, int nc, int64_t p0, int nr, int64_t L, int cl) {
+    constexpr int NW = kThreads / 32;
+    const int lane = static_cast<int>(threadIdx.x) % 32, warp = static_cast<int>(threadIdx.x) / 32;
     const int64_t base = b * X.s[0] + d0 * X.s[1], sc = X.s[1], sp = X.s[2];
-    conv_tile_for(nc, nr, cl, [&](int c, int r) {
-        const int64_t p = p0 + r;
-        s[r * kConvRS + c] = p >= 0 && p < L ? ld<T>(X.p, base + c * sc + p * sp) : 0.0f;
-    });
+    if (cl) { /* a warp a step, lanes along channels */
+        constexpr int K = (MAXR + NW - 1) / NW;
+        float v[K];
+#pragma unroll
+        for (int k = 0; k < K; k++) {
+            const int r = warp + k * NW;
+            const int64_t p = p0 + r;
+            v[k] = r < nr && lane < nc && p >= 0 && p < L ? ld<T>(X.p, base + lane * sc + p * sp) : 0.0f;
+        }
+#pragma unroll
+        for (int k = 0; k < K; k++) {
+            const int r = warp + k * NW;
+            if (r < nr) s[r * kConvRS + lane] = v[k];
+        }
+    } else { /* a warp a channel, lanes along steps */
+        constexpr int KC = kConvTC / NW, KR = (MAXR + 31) / 32;
+        float v[KC][KR];
+#pragma unroll
+        for (int i = 0; i < KC; i++)
+#pragma unroll
+            for (int j = 0; j < KR; j++) {
+                const int c = warp + i * NW, r = lane + j * 32;
+                const int64_t p = p0 + r;
+                v[i][j] = c < nc && r < nr && p >= 0 && p < L ? ld<T>(X.p, base + c * sc + p * sp) : 0.0f;
+            }
+#pragma unroll
+        for (int i = 0; i < KC; i++)
+#pragma unroll
+            for (int j = 0; j < KR; j++) {
+                const int c = warp + i * NW, r = lane + j * 32;
+                if (r < nr) s[r * kConvRS + c] = v[i][j];
+            }
+    }
 }
 
 /* the tile's weights sw[k * kConvTC + c] (lanes along channels read distinct banks) and biases
@@ -4238,7 +4272,7 @@ static __global__ void __launch_bounds__(kThreads) conv_fwd_kernel(const conv_pa
         s_s0[i] = s0; s_row[i] = row;
     }
     conv_params_in(P, d0, nc, sw, sb);
-    conv_load<T>(sx, P.x, b, d0, nc, t0 - H, nt + H, P.L, P.clx);
+    conv_load<T, kConvTL + kConvHM>(sx, P.x, b, d0, nc, t0 - H, nt + H, P.L, P.clx);
     __syncthreads();
     /* without packed sequences or init_state the staged zeros before step 0 are the inputs */
     const bool plain = !P.cu && !P.h0.p;
@@ -4320,8 +4354,8 @@ static __global__ void __launch_bounds__(kThreads) conv_bwd_kernel(const conv_pa
             conv_seg(P, b, t0 + i, s0, e, row);
             s_s0[i] = s0; s_e[i] = e; s_row[i] = row;
         }
-        conv_load<T>(sx, P.x, b, d0, nc, t0 - H, nq + H, P.L, P.clx);
-        conv_load<T>(sg, P.dy, b, d0, nc, t0, nq, P.L, P.cldy);
+        conv_load<T, kConvTL + 2 * kConvHM>(sx, P.x, b, d0, nc, t0 - H, nq + H, P.L, P.clx);
+        conv_load<T, kConvTL + kConvHM>(sg, P.dy, b, d0, nc, t0, nq, P.L, P.cldy);
         __syncthreads();
         if (c < nc) /* dpre in place; the tile's own steps (r < nt) into the sums */
             for (int r = rg; r < nq; r += kThreads / kConvTC) {

@@ -247,6 +247,47 @@ class _MambaInnerFn(torch.autograd.Function):
                 d_bpb, d_cpb, d_b_rms, d_c_rms, d_dt_rms, None)
 
 
+# ---- in_proj into the cm layout ---------------------------------------------------------------
+
+
+class _InProjCM(torch.autograd.Function):
+    """xz = weight @ h^T (+ bias): in_proj's output written as a (2 dim, batch * L) matrix, i.e. xz
+    in cm layout, which the block reads without a transpose (x for the conv, z for the scan). The
+    backward writes dh row-major ((batch * L, d_model), the layout of h), not the transposed view
+    autograd's mm would give the layers below."""
+
+    @staticmethod
+    def forward(ctx, h2d, weight, bias):
+        with torch.autocast(h2d.device.type, enabled=False):
+            out = torch.mm(weight, h2d.t()) if bias is None else torch.addmm(bias[:, None], weight, h2d.t())
+        ctx.save_for_backward(h2d, weight)
+        ctx.has_bias = bias is not None
+        return out
+
+    @staticmethod
+    def backward(ctx, dout):
+        h2d, weight = ctx.saved_tensors
+        nig = ctx.needs_input_grad
+        with torch.autocast(h2d.device.type, enabled=False):
+            dout = dout.to(weight.dtype)
+            dh = torch.mm(dout.t(), weight) if nig[0] else None
+            dw = torch.mm(dout, h2d) if nig[1] else None
+            db = dout.sum(1) if (ctx.has_bias and nig[2]) else None
+        return dh, dw, db
+
+
+def in_proj_cm(hidden_states, weight, bias=None):
+    """F.linear(hidden_states, weight, bias).transpose(1, 2) (transformers' xz) as one GEMM whose
+    output is already in cm layout: (batch, L, d_model) -> (batch, 2 dim, L) with (2 dim, batch, L)
+    memory. Autocast: as F.linear (weight, bias and hidden_states in the autocast dtype)."""
+    b, L, dm = hidden_states.shape
+    dev = hidden_states.device.type
+    cdt = torch.get_autocast_dtype(dev) if torch.is_autocast_enabled(dev) else hidden_states.dtype
+    h2d = _to(hidden_states.reshape(b * L, dm), cdt)
+    out = _InProjCM.apply(h2d, _to(weight, cdt), _to(bias, cdt))
+    return _cm_tensor(out, b, L)
+
+
 # ---- mamba_ssm's API --------------------------------------------------------------------------
 
 

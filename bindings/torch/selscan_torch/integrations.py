@@ -31,6 +31,7 @@ What is replaced:
   already imported.
 """
 import importlib
+import inspect
 import importlib.util
 import logging
 import sys
@@ -244,6 +245,45 @@ def _tf_conv_update(original):
     return causal_conv1d_update_
 
 
+def _tf_mixer_forward_cm(original, apply_mask):
+    """transformers 5.x MambaMixer.forward whose training step (no cache) computes in_proj straight
+    into the block's cm layout (block.in_proj_cm) and runs selscan's mamba_inner_fn on it: the same
+    computation as transformers' fused branch (mask, in_proj, A = -exp(A_log), mamba_inner_fn with
+    its arguments) without the channels-last xz, so neither z's transpose for the scan nor a
+    transposed gradient. Everything else (a cache, eval, generation) runs transformers' forward."""
+    def forward(self, hidden_states, cache=None, attention_mask=None, **kwargs):
+        if not (self.training and cache is None) or kwargs:
+            return original(self, hidden_states, cache, attention_mask, **kwargs)
+        hidden_states = apply_mask(hidden_states, attention_mask)
+        xz = _block.in_proj_cm(hidden_states, self.in_proj.weight, self.in_proj.bias)
+        A = -torch.exp(self.A_log.float())
+        return _block.mamba_inner_fn(xz, self.conv1d.weight, self.conv1d.bias if self.use_conv_bias else None,
+                                     self.x_proj.weight, self.dt_proj.weight, self.out_proj.weight,
+                                     self.out_proj.bias.float() if self.use_bias else None, A, None, None,
+                                     self.D.float(), delta_bias=self.dt_proj.bias.float(), delta_softplus=True)
+
+    forward.__wrapped__ = original
+    return forward
+
+
+def _tf_cm_hook(mod, g):
+    """The 5.x MambaMixer whose forward _tf_mixer_forward_cm can stand in for: its signature
+    (hidden_states, cache, attention_mask, **kwargs), the module's apply_mask_to_padding_states, and
+    the parameters that forward reads. None where any differs (that transformers keeps its own
+    forward; only the module-level kernels are selscan's)."""
+    m = g.get("MambaMixer")
+    mask = g.get("apply_mask_to_padding_states")
+    if not isinstance(m, type) or mask is None or "forward" not in m.__dict__:
+        return None
+    try:
+        params = list(inspect.signature(m.__dict__["forward"]).parameters)
+    except (TypeError, ValueError):
+        return None
+    if params[:4] != ["self", "hidden_states", "cache", "attention_mask"]:
+        return None
+    return m, mask
+
+
 def _tf_mixer_forward(self, hidden_states, *args, **kwargs):
     # transformers 4.x: the kernel path, on every device (its forward takes it only on CUDA)
     return self.cuda_kernels_forward(hidden_states, *args, **kwargs)
@@ -273,6 +313,11 @@ def _install_transformers(h):
             h._setattr(mod, "causal_conv1d_fn", _tf_conv_fn(g["causal_conv1d_fn"]), f"{modname}.causal_conv1d_fn")
             h._setattr(mod, "causal_conv1d_update", _tf_conv_update(g["causal_conv1d_update"]),
                        f"{modname}.causal_conv1d_update")
+            hook = _tf_cm_hook(mod, g)
+            if hook is not None:
+                mixer, mask = hook
+                h._setattr(mixer, "forward", _tf_mixer_forward_cm(mixer.__dict__["forward"], mask),
+                           f"{modname}.MambaMixer.forward")
             found += 1
         elif "selective_scan_fn" in g and "selective_state_update" in g and "mamba_inner_fn" in g and mixers and all(
                 hasattr(m, "cuda_kernels_forward") for m in mixers):
@@ -414,7 +459,7 @@ def _install_mamba_ssm(h):
     mixer = getattr(sys.modules.get("mamba_ssm.modules.mamba_simple"), "Mamba", None)
     if mixer is not None and "allocate_inference_cache" in mixer.__dict__:
         h._setattr(mixer, "allocate_inference_cache", _f32_ssm_cache(mixer.__dict__["allocate_inference_cache"]),
-                   "mamba_ssm.modules.mamba_simple.Mamba.allocate_inference_cache (float32 SSM state)")
+                   "mamba_ssm.modules.mamba_simple.Mamba.allocate_inference_cache")
 
 
 def _f32_ssm_cache(orig):

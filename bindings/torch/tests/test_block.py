@@ -508,6 +508,37 @@ def test_block_half_model(device):
         assert rel_err(grads[k], rgrads[k]) < 4 * GTOL[torch.bfloat16], k
 
 
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("bias", [False, True])
+@pytest.mark.parametrize("amp", [False, True])
+def test_in_proj_cm(device, bias, amp):
+    """block.in_proj_cm against transformers' F.linear(h, w, b).transpose(1, 2): values, the cm
+    layout, gradients of h / weight / bias (and their dtypes) under autocast too."""
+    from selscan_torch.block import in_proj_cm
+
+    g = gen(11)
+    h = torch.randn(3, 37, 24, generator=g).to(device).requires_grad_()
+    w = (0.2 * torch.randn(40, 24, generator=g)).to(device).requires_grad_()
+    b = torch.randn(40, generator=g).to(device).requires_grad_() if bias else None
+    gout = torch.randn(3, 40, 37, generator=g).to(device)
+    dt = torch.bfloat16
+    outs = []
+    for fn in (lambda: in_proj_cm(h, w, b), lambda: F.linear(h, w, b).transpose(1, 2)):
+        with torch.autocast(device, dtype=dt, enabled=amp):
+            y = fn()
+        grads = torch.autograd.grad(y, [t for t in (h, w, b) if t is not None], gout)
+        outs.append((y, grads))
+    (y, gr), (yr, grr) = outs
+    assert y.shape == yr.shape and y.dtype == yr.dtype
+    assert y.stride(2) == 1 and y.stride(0) == y.shape[2] and y.stride(1) == y.shape[0] * y.shape[2]  # cm layout
+    tol = 2e-2 if amp else 1e-5
+    assert rel_err(y, yr) < tol
+    for a, r in zip(gr, grr):
+        assert a.dtype == r.dtype and a.shape == r.shape
+        assert rel_err(a, r) < tol
+    assert gr[0].is_contiguous()  # dh in h's own (row-major) layout
+
+
 def test_block_checkpoint_levels_agree_bitwise():
     xz, p = block_inputs(seed=4, rms="post")
     o0, g0, gout = run_block(xz, p, lvl=0)
