@@ -245,16 +245,20 @@ def _tf_conv_update(original):
     return causal_conv1d_update_
 
 
-def _tf_mixer_forward_cm(original, apply_mask):
+def _tf_mixer_forward_cm(original, apply_mask, cache_name):
     """transformers 5.x MambaMixer.forward whose training step (no cache) computes in_proj straight
     into the block's cm layout (block.in_proj_cm) and runs selscan's mamba_inner_fn on it: the same
     computation as transformers' fused branch (mask, in_proj, A = -exp(A_log), mamba_inner_fn with
     its arguments) without the channels-last xz, so neither z's transpose for the scan nor a
-    transposed gradient. Everything else (a cache, eval, generation) runs transformers' forward."""
-    def forward(self, hidden_states, cache=None, attention_mask=None, **kwargs):
-        if not (self.training and cache is None) or kwargs:
-            return original(self, hidden_states, cache, attention_mask, **kwargs)
-        hidden_states = apply_mask(hidden_states, attention_mask)
+    transposed gradient. Everything else (a cache, eval, generation, an argument it does not know)
+    runs transformers' forward. cache_name: the forward's cache argument ("cache" since 5.2x,
+    "cache_params" before)."""
+    def forward(self, hidden_states, *args, **kwargs):
+        cache = args[0] if args else kwargs.get(cache_name)
+        mask = args[1] if len(args) > 1 else kwargs.get("attention_mask")
+        if len(args) > 2 or set(kwargs) - {cache_name, "attention_mask"} or not (self.training and cache is None):
+            return original(self, hidden_states, *args, **kwargs)
+        hidden_states = apply_mask(hidden_states, mask)
         xz = _block.in_proj_cm(hidden_states, self.in_proj.weight, self.in_proj.bias)
         A = -torch.exp(self.A_log.float())
         return _block.mamba_inner_fn(xz, self.conv1d.weight, self.conv1d.bias if self.use_conv_bias else None,
@@ -267,10 +271,10 @@ def _tf_mixer_forward_cm(original, apply_mask):
 
 
 def _tf_cm_hook(mod, g):
-    """The 5.x MambaMixer whose forward _tf_mixer_forward_cm can stand in for: its signature
-    (hidden_states, cache, attention_mask, **kwargs), the module's apply_mask_to_padding_states, and
-    the parameters that forward reads. None where any differs (that transformers keeps its own
-    forward; only the module-level kernels are selscan's)."""
+    """(MambaMixer, apply_mask_to_padding_states, the cache argument's name) where
+    _tf_mixer_forward_cm can stand in for the 5.x mixer's forward: its signature (hidden_states,
+    cache or cache_params, attention_mask, **kwargs) and the module's mask helper. None where they
+    differ (transformers then keeps its own forward; only the module-level kernels are selscan's)."""
     m = g.get("MambaMixer")
     mask = g.get("apply_mask_to_padding_states")
     if not isinstance(m, type) or mask is None or "forward" not in m.__dict__:
@@ -279,9 +283,10 @@ def _tf_cm_hook(mod, g):
         params = list(inspect.signature(m.__dict__["forward"]).parameters)
     except (TypeError, ValueError):
         return None
-    if params[:4] != ["self", "hidden_states", "cache", "attention_mask"]:
+    if len(params) < 4 or params[:2] != ["self", "hidden_states"] or params[2] not in ("cache", "cache_params") or \
+            params[3] != "attention_mask":
         return None
-    return m, mask
+    return m, mask, params[2]
 
 
 def _tf_mixer_forward(self, hidden_states, *args, **kwargs):
@@ -315,8 +320,8 @@ def _install_transformers(h):
                        f"{modname}.causal_conv1d_update")
             hook = _tf_cm_hook(mod, g)
             if hook is not None:
-                mixer, mask = hook
-                h._setattr(mixer, "forward", _tf_mixer_forward_cm(mixer.__dict__["forward"], mask),
+                mixer, mask, cache_name = hook
+                h._setattr(mixer, "forward", _tf_mixer_forward_cm(mixer.__dict__["forward"], mask, cache_name),
                            f"{modname}.MambaMixer.forward")
             found += 1
         elif "selective_scan_fn" in g and "selective_state_update" in g and "mamba_inner_fn" in g and mixers and all(
