@@ -4179,38 +4179,51 @@ static __device__ __forceinline__ void conv_seg(const conv_params &P, int64_t b,
     s0 = P.cu[lo]; e = P.cu[lo + 1]; row = lo;
 }
 
-/* The tile loops: f(c, i) for c < nc, i < n, a warp's lanes along channels (cl) or steps (a warp
-   a step / a channel at a time: no division an element; the access that cl makes coalesced). */
+/* The tile loops: f(c, i, off) for c < nc, i < n with off = c * s1 + i * s2, a warp's lanes along
+   channels (cl) or steps (a warp a step / a channel at a time: no division an element, the access
+   that cl makes coalesced). off is kept by additions: no 64-bit product an element (the kernels
+   were instruction-bound on index arithmetic, CONV-CUDA-v3). */
 template <typename F>
-static __device__ __forceinline__ void conv_tile_for(int nc, int n, int cl, F &&f) {
+static __device__ __forceinline__ void conv_tile_for(int nc, int n, int cl, int64_t s1, int64_t s2, F &&f) {
+    constexpr int NW = kThreads / 32;
     const int lane = static_cast<int>(threadIdx.x) % 32, warp = static_cast<int>(threadIdx.x) / 32;
     if (cl) {
-        for (int i = warp; i < n; i += kThreads / 32)
-            for (int c = lane; c < nc; c += 32) f(c, i);
+        int64_t oi = warp * s2 + lane * s1;
+        for (int i = warp; i < n; i += NW, oi += NW * s2) {
+            int64_t o = oi;
+            for (int c = lane; c < nc; c += 32, o += 32 * s1) f(c, i, o);
+        }
     } else {
-        for (int c = warp; c < nc; c += kThreads / 32)
-            for (int i = lane; i < n; i += 32) f(c, i);
+        int64_t oc = warp * s1 + lane * s2;
+        for (int c = warp; c < nc; c += NW, oc += NW * s1) {
+            int64_t o = oc;
+            for (int i = lane; i < n; i += 32, o += 32 * s2) f(c, i, o);
+        }
     }
 }
 
 /* s[r * kConvRS + c] = X[b, d0 + c, p0 + r] for r < nr <= MAXR, c < nc (0 outside [0, L) and
    past nc); lanes along channels (cl) or steps. Every load of a thread is issued before the first
    is stored (registers, unrolled): a tile's loads are in flight at once instead of one latency
-   each (the loop of one load at a time measured 4-7x the copy floor, CONV-CUDA-v3). Shared rows
-   have kConvRS = kConvTC + 1 floats: no bank conflict either way. */
+   each; offsets by additions, the bounds as a 32-bit row range. Shared rows have kConvRS =
+   kConvTC + 1 floats: no bank conflict either way. */
 template <typename T, int MAXR>
 static __device__ __forceinline__ void conv_load(float *s, const ct &X, int64_t b, int64_t d0, int nc, int64_t p0, int nr, int64_t L, int cl) {
     constexpr int NW = kThreads / 32;
     const int lane = static_cast<int>(threadIdx.x) % 32, warp = static_cast<int>(threadIdx.x) / 32;
-    const int64_t base = b * X.s[0] + d0 * X.s[1], sc = X.s[1], sp = X.s[2];
+    const T *xb = static_cast<const T *>(X.p) + b * X.s[0] + d0 * X.s[1] + p0 * X.s[2];
+    const int64_t sc = X.s[1], sp = X.s[2];
+    /* rows r with p0 + r in [0, L): [rlo, rhi) (nr <= MAXR keeps them small) */
+    const int rlo = p0 < 0 ? static_cast<int>(min(-p0, static_cast<int64_t>(nr))) : 0;
+    const int rhi = static_cast<int>(max(static_cast<int64_t>(rlo), min(static_cast<int64_t>(nr), L - p0)));
     if (cl) { /* a warp a step, lanes along channels */
         constexpr int K = (MAXR + NW - 1) / NW;
         float v[K];
+        const T *q = xb + lane * sc + warp * sp;
 #pragma unroll
         for (int k = 0; k < K; k++) {
             const int r = warp + k * NW;
-            const int64_t p = p0 + r;
-            v[k] = r < nr && lane < nc && p >= 0 && p < L ? ld<T>(X.p, base + lane * sc + p * sp) : 0.0f;
+            v[k] = r >= rlo && r < rhi && lane < nc ? ld<T>(static_cast<const void *>(q), k * NW * sp) : 0.0f;
         }
 #pragma unroll
         for (int k = 0; k < K; k++) {
@@ -4220,13 +4233,13 @@ static __device__ __forceinline__ void conv_load(float *s, const ct &X, int64_t 
     } else { /* a warp a channel, lanes along steps */
         constexpr int KC = kConvTC / NW, KR = (MAXR + 31) / 32;
         float v[KC][KR];
+        const T *q = xb + warp * sc + lane * sp;
 #pragma unroll
         for (int i = 0; i < KC; i++)
 #pragma unroll
             for (int j = 0; j < KR; j++) {
                 const int c = warp + i * NW, r = lane + j * 32;
-                const int64_t p = p0 + r;
-                v[i][j] = c < nc && r < nr && p >= 0 && p < L ? ld<T>(X.p, base + c * sc + p * sp) : 0.0f;
+                v[i][j] = c < nc && r >= rlo && r < rhi ? ld<T>(static_cast<const void *>(q), i * NW * sc + j * 32 * sp) : 0.0f;
             }
 #pragma unroll
         for (int i = 0; i < KC; i++)
@@ -4276,8 +4289,8 @@ static __global__ void __launch_bounds__(kThreads) conv_fwd_kernel(const conv_pa
     __syncthreads();
     /* without packed sequences or init_state the staged zeros before step 0 are the inputs */
     const bool plain = !P.cu && !P.h0.p;
-    const int64_t ybase = b * P.y.s[0] + d0 * P.y.s[1] + t0 * P.y.s[2];
-    conv_tile_for(nc, nt, P.cly, [&](int c, int i) {
+    T *yb = static_cast<T *>(P.y.p) + b * P.y.s[0] + d0 * P.y.s[1] + t0 * P.y.s[2];
+    conv_tile_for(nc, nt, P.cly, P.y.s[1], P.y.s[2], [&](int c, int i, int64_t o) {
         float acc = sb[c];
         if (plain) {
 #pragma unroll
@@ -4289,7 +4302,7 @@ static __global__ void __launch_bounds__(kThreads) conv_fwd_kernel(const conv_pa
                 acc = fmaf(sw[k * kConvTC + c], conv_xp<T>(P, sx, i + k, c, t - H + k, s0, s_row[i], d0 + c, H), acc);
         }
         if (P.silu) acc *= sigm(acc);
-        st<T>(P.y.p, ybase + c * P.y.s[1] + i * P.y.s[2], acc);
+        st<T>(static_cast<void *>(yb), o, acc);
     });
 }
 
@@ -4342,6 +4355,7 @@ static __global__ void __launch_bounds__(kThreads) conv_bwd_kernel(const conv_pa
     float acc[W + 1];
 #pragma unroll
     for (int k = 0; k <= W; k++) acc[k] = 0.0f;
+    const bool plain = !P.cu && !P.h0.p; /* the staged zeros before step 0 are the inputs */
     conv_params_in(P, d0, nc, sw, sb);
     for (int sub = 0; sub < kConvTB; sub++) {
         const int64_t t0 = (tb * kConvTB + sub) * kConvTL;
@@ -4363,7 +4377,7 @@ static __global__ void __launch_bounds__(kThreads) conv_bwd_kernel(const conv_pa
                 float xv[W], pre = sb[c];
 #pragma unroll
                 for (int k = 0; k < W; k++) {
-                    xv[k] = conv_xp<T>(P, sx, r + k, c, q - H + k, s0, s_row[r], d, H);
+                    xv[k] = plain ? sx[(r + k) * kConvRS + c] : conv_xp<T>(P, sx, r + k, c, q - H + k, s0, s_row[r], d, H);
                     pre = fmaf(sw[k * kConvTC + c], xv[k], pre);
                 }
                 float dp = sg[r * kConvRS + c];
@@ -4380,8 +4394,8 @@ static __global__ void __launch_bounds__(kThreads) conv_bwd_kernel(const conv_pa
             }
         __syncthreads();
         if (P.dx.p) {
-            const int64_t xbase = b * P.dx.s[0] + d0 * P.dx.s[1] + t0 * P.dx.s[2];
-            conv_tile_for(nc, nt, P.cldx, [&](int cc, int i) {
+            T *xb = static_cast<T *>(P.dx.p) + b * P.dx.s[0] + d0 * P.dx.s[1] + t0 * P.dx.s[2];
+            conv_tile_for(nc, nt, P.cldx, P.dx.s[1], P.dx.s[2], [&](int cc, int i, int64_t o) {
                 const int64_t p = t0 + i, end = s_e[i];
                 float v = 0.0f;
 #pragma unroll
@@ -4389,7 +4403,7 @@ static __global__ void __launch_bounds__(kThreads) conv_bwd_kernel(const conv_pa
                     if (p + H - k < end) v = fmaf(sw[k * kConvTC + cc], sg[(i + H - k) * kConvRS + cc], v);
                 if (P.dhlast.p && p >= end - H)
                     v += ld<T>(P.dhlast.p, s_row[i] * P.dhlast.s[0] + (d0 + cc) * P.dhlast.s[1] + (p - (end - H)) * P.dhlast.s[2]);
-                st<T>(P.dx.p, xbase + cc * P.dx.s[1] + i * P.dx.s[2], v);
+                st<T>(static_cast<void *>(xb), o, v);
             });
         }
     }
