@@ -386,10 +386,16 @@ class Backend:
             selscan_integrations().use_in_transformers(True)
             if self.name == "selscan-lvl0":  # the fused block keeping its conv output, delta and scan checkpoint
                 import functools
+                import selscan_torch.block as blk
                 mm.mamba_inner_fn = functools.partial(mm.mamba_inner_fn, checkpoint_lvl=0)
+                # the mixer's training forward under use_in_transformers() calls the block directly
+                self._blk, self._blk_fn = blk, blk.mamba_inner_fn
+                blk.mamba_inner_fn = functools.partial(self._blk_fn, checkpoint_lvl=0)
         return self
 
     def __exit__(self, *exc):
+        if getattr(self, "_blk", None) is not None:
+            self._blk.mamba_inner_fn, self._blk = self._blk_fn, None
         if self.name in ("selscan", "selscan-lvl0"):
             selscan_integrations().use_in_transformers(False)
         self.tf.restore()
