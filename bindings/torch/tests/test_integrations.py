@@ -131,6 +131,38 @@ def _value(label):
     return owner.__dict__.get(attr, "<missing>")
 
 
+def test_transformers_mixer_stand_in_signatures():
+    """The 5.x mixer stand-in: taken for the signatures of 5.1x (cache_params) and 5.2x (cache), not
+    for others; with a cache, in eval mode or with an argument it does not know, transformers' own
+    forward runs (the stand-in only replaces the training step without a cache)."""
+    calls = []
+
+    def make(cache_name):
+        ns = {}
+        exec(f"def forward(self, hidden_states, {cache_name}=None, attention_mask=None, **kwargs):\n"
+             f"    calls.append(('orig', {cache_name}, kwargs))\n    return 'orig'", {"calls": calls}, ns)
+        return type("MambaMixer", (torch.nn.Module,), {"forward": ns["forward"]})
+
+    mask = lambda h, m: h  # noqa: E731
+    for name in ("cache", "cache_params"):
+        mixer = make(name)
+        hook = si._tf_cm_hook(None, {"MambaMixer": mixer, "apply_mask_to_padding_states": mask})
+        assert hook is not None and hook[0] is mixer and hook[2] == name
+        fwd = si._tf_mixer_forward_cm(mixer.__dict__["forward"], mask, name)
+        m = mixer()
+        m.train()
+        calls.clear()
+        assert fwd(m, torch.zeros(1, 2, 3), **{name: "a cache"}) == "orig"  # a cache: transformers'
+        assert fwd(m, torch.zeros(1, 2, 3), "a cache") == "orig"
+        assert fwd(m, torch.zeros(1, 2, 3), None, None, extra=1) == "orig"  # an argument it does not know
+        m.eval()
+        assert fwd(m, torch.zeros(1, 2, 3)) == "orig"  # eval: transformers'
+        assert len(calls) == 4
+    other = type("MambaMixer", (torch.nn.Module,), {"forward": lambda self, hidden_states, cache_position=None: 0})
+    assert si._tf_cm_hook(None, {"MambaMixer": other, "apply_mask_to_padding_states": mask}) is None
+    assert si._tf_cm_hook(None, {"MambaMixer": make("cache")}) is None  # no mask helper
+
+
 @needs_tf
 def test_transformers_lifecycle():
     from transformers.models.mamba import modeling_mamba as mm  # noqa: F401  (imported before the patch)
