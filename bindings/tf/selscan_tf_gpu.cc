@@ -65,12 +65,28 @@ class GpuCall {
 
 // The GPU side of the op kernels (selscan_tf_common.h >>op-kernels).
 struct GpuOps {
+  // The step's state_batch_indices live in device memory (selscan treats rows >= n_cache as padding there).
+  static constexpr bool kIndexOnHost = false;
   static void Copy(OpKernelContext* ctx, void* dst, const void* src, size_t bytes) {
     ctx->eigen_device<GpuDevice>().memcpy(dst, src, bytes);
   }
   static void Zero(OpKernelContext* ctx, void* dst, size_t bytes) { ctx->eigen_device<GpuDevice>().memset(dst, 0, bytes); }
 
   // selscan_checkpoint_size_cuda when asked for (its layout differs from the CPU's).
+  // Packed sequences are not wired to the GPU kernels yet (the shim takes a device copy of the
+  // offsets, cu_seqlens_device): refused, before anything is launched.
+  static absl::Status Unpacked() {
+    return absl::UnimplementedError("selscan: packed sequences (cu_seqlens) run on the CPU only in selscan_tf; "
+                                    "place the op on the CPU (with tf.device('/CPU:0'))");
+  }
+
+  // The decode step through the shim, on the op's stream (no workspace).
+  static absl::Status Step(OpKernelContext* ctx, const selscan_step_problem& p, const Sizes& s) {
+    GpuCall c(ctx);
+    const bind::Result r = bind::Call(p, [&](const selscan_step_problem* q) { return selscan_binding_cuda_step(q, &c.call); });
+    return FromSelscan(r.status, "step (CUDA)", s, &r.diag, c.call.cuda_error_text, bind::NamesOf(bind::kStepNames));
+  }
+
   static absl::Status CheckpointBytes(const selscan_problem& p, bool save, const Sizes& s, size_t* bytes) {
     *bytes = 0;
     if (!save) return absl::OkStatus();
@@ -80,6 +96,7 @@ struct GpuOps {
 
   static absl::Status Forward(OpKernelContext* ctx, const selscan_problem& p, const Sizes& s, float* ck,
                               size_t ck_bytes) {
+    if (p.cu_seqlens) return Unpacked();
     GpuCall c(ctx);
     return c.Status(bind::Call(p, [&](const selscan_problem* q) {
                       return selscan_binding_cuda_forward(q, ck, ck_bytes, &c.call);
@@ -89,6 +106,7 @@ struct GpuOps {
 
   static absl::Status Backward(OpKernelContext* ctx, const selscan_problem& p, const selscan_grads& g,
                                const Sizes& s, const Tensor& ck_in) {
+    if (p.cu_seqlens) return Unpacked();
     // The forward's checkpoint, when a GPU forward saved one: an empty tensor, or one of another
     // size (a CPU forward's, whose layout differs), is not read: the backward recomputes it.
     size_t ck_bytes = 0;
