@@ -21,6 +21,7 @@ import tensorflow as tf  # noqa: E402
 
 from selscan_tf import selective_scan, selective_state_update  # noqa: E402
 from runner import run_tests  # noqa: E402
+from test_bad_input import raises  # noqa: E402
 from test_selscan_tf import TOL, Problem, ref_scan, rel_err, seq_from_layout  # noqa: E402
 
 STEP_KEYS = ("x", "dt", "z", "B", "C")  # the T-typed operands of the step
@@ -268,17 +269,6 @@ def test_packed_gradients_vs_separate():
 
 # ------------------------------------------------------------------------------------------------
 # bad input: errors naming the argument
-
-
-def raises(fn, *needles, types=(tf.errors.InvalidArgumentError, ValueError, TypeError)):
-    try:
-        fn()
-    except types as e:
-        msg = str(e)
-        for n in needles:
-            assert n in msg, "message lacks %r: %s" % (n, msg[:400])
-        return
-    raise AssertionError("accepted: expected an error naming %s" % (needles,))
 
 
 def test_packed_bad_input():
