@@ -345,7 +345,6 @@ absl::Status RunParts(OpKernelContext* ctx, const P& p, int64_t n_parts, const c
 // The CPU side of the op kernels (selscan_tf_common.h >>op-kernels): selscan's partitioned CPU entry
 // points on TF's CPU pool, the workspace from allocate_temp (host memory).
 struct CpuOps {
-  static constexpr bool kIndexOnHost = true;  // the step's state_batch_indices: checked by the kernel
   static void Copy(OpKernelContext*, void* dst, const void* src, size_t bytes) { std::memcpy(dst, src, bytes); }
   static void Zero(OpKernelContext*, void* dst, size_t bytes) { std::memset(dst, 0, bytes); }
 

@@ -386,7 +386,8 @@ class SelscanBackwardOp : public tensorflow::OpKernel {
 // (state, x, dt, A, B, C, D, z, dt_bias, state_batch_indices) -> (out, new_state): one decode token.
 // TensorFlow tensors are immutable, so the state is not updated in place: new_state is state's
 // buffer when TensorFlow can hand it over (no other user), else a copy, then updated by selscan's
-// step. Ops (as above) supplies, besides Copy:
+// step. state_batch_indices is a host input (checked here; the GPU side copies it to the device).
+// Ops (as above) supplies, besides Copy:
 //   static absl::Status Step(OpKernelContext*, const selscan_step_problem&, const Sizes&);
 enum StepInput { kStState = 0, kStX, kStDt, kStA, kStB, kStC, kStD, kStZ, kStDtBias, kStIndex };
 
@@ -476,9 +477,9 @@ class SelscanStepOp : public tensorflow::OpKernel {
   void Compute(OpKernelContext* ctx) override {
     Sizes s;
     OP_REQUIRES_OK(ctx, CheckStepInputs(ctx, o_, &s));
-    // The indices' values where they live in host memory (Ops::kIndexOnHost): checked before
-    // anything is written, also where selscan is not called (batch or dim 0).
-    if (o_.has_index && Ops::kIndexOnHost) {
+    // The indices' values (a host input on every device): checked before anything is written, also
+    // where selscan is not called (batch or dim 0).
+    if (o_.has_index) {
       const Tensor& idx = ctx->input(kStIndex);
       std::string rule;
       OP_REQUIRES_OK(ctx, HostRuleStatus(bind::StateIndexRule(idx.flat<int32_t>().data(), idx.NumElements(),
@@ -520,8 +521,9 @@ class SelscanStepOp : public tensorflow::OpKernel {
   REGISTER_KERNEL_BUILDER(                                                                              \
       Name("SelscanBackward").Device(DEVICE).TypeConstraint<T>("T").HostMemory("cu_seqlens"),           \
       ::selscan_tf::SelscanBackwardOp<Ops, T>);                                                         \
-  REGISTER_KERNEL_BUILDER(Name("SelscanStep").Device(DEVICE).TypeConstraint<T>("T"),                  \
-                          ::selscan_tf::SelscanStepOp<Ops, T>)
+  REGISTER_KERNEL_BUILDER(                                                                              \
+      Name("SelscanStep").Device(DEVICE).TypeConstraint<T>("T").HostMemory("state_batch_indices"),      \
+      ::selscan_tf::SelscanStepOp<Ops, T>)
 #define SELSCAN_TF_REGISTER_KERNELS(DEVICE, Ops)                  \
   SELSCAN_TF_REGISTER_KERNELS_T(DEVICE, Ops, float);              \
   SELSCAN_TF_REGISTER_KERNELS_T(DEVICE, Ops, Eigen::half);        \

@@ -222,8 +222,7 @@ def selective_scan(
     cu_seqlens: packed sequences (as selscan_torch's selective_scan_fn): (n_seqs + 1,) integer
     offsets (cast to int64; first 0, last L, non-decreasing) with batch 1; the L axis holds n_seqs
     sequences back to back, the state restarts at each from h0[s] (or 0), h0 and h_last have shape
-    (n_seqs, dim, N). Gradients flow as without it (none to cu_seqlens). CPU only for now: the GPU
-    kernels refuse it (UnimplementedError).
+    (n_seqs, dim, N). Gradients flow as without it (none to cu_seqlens).
     """
     if not isinstance(layout, str) or layout not in ("BLD", "BDL"):
         raise ValueError('selective_scan: layout must be "BLD" or "BDL", got %r' % (layout,))
@@ -320,7 +319,8 @@ def selective_state_update(state, x, dt, A, B, C, D=None, z=None, dt_bias=None, 
     (batch, dim) of one dtype T in {float32, float16, bfloat16} (never cast); A (dim, N); B, C
     (batch, N) or (batch, n_groups, N) of dtype T; D, dt_bias (dim,) (A, D, dt_bias cast to
     float32). state_batch_indices (batch,) integer (cast to int32): the state row of each batch
-    row; a negative entry is padding (out 0 for that row, no state touched). out has x's shape and
+    row; a negative entry is padding (out 0 for that row, no state touched); in range and no row
+    twice, or an error. out has x's shape and
     dtype. With dt_softplus, dt + dt_bias goes through softplus. Inference only: no gradient.
     """
     who = "selective_state_update"
