@@ -47,6 +47,11 @@ absl::Status FromSelscan(selscan_status st, const char* where, const Sizes& s, c
   }
 }
 
+absl::Status HostRuleStatus(selscan_status st, const char* where, const char* arg, const std::string& rule) {
+  if (st == SELSCAN_OK) return absl::OkStatus();
+  return Invalid(bind::ErrorOf(st, where, std::string(" (argument '") + arg + "': " + rule + ")").message);
+}
+
 namespace {
 
 using tensorflow::shape_inference::DimensionHandle;

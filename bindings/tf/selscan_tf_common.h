@@ -281,12 +281,9 @@ inline absl::Status FromSelscan(const bind::Result& r, const char* where, const 
   return FromSelscan(r.status, where, s, &r.diag, "", names);
 }
 
-// A host-side values rule of the layer (>>bind-host-rules) failing, as a TensorFlow status naming arg.
-inline absl::Status HostRuleStatus(selscan_status st, const char* where, const char* arg, const std::string& rule) {
-  if (st == SELSCAN_OK) return absl::OkStatus();
-  const bind::Error e = bind::ErrorOf(st, where, std::string(" (argument '") + arg + "': " + rule + ")");
-  return Invalid(e.message);
-}
+// A host-side values rule of the layer (>>bind-host-rules) failing, as a TensorFlow status naming
+// arg. Defined in selscan_tf.cc, as FromSelscan (selscan's status texts are private to that TU).
+absl::Status HostRuleStatus(selscan_status st, const char* where, const char* arg, const std::string& rule);
 
 // The offsets' values where selscan is not called (an empty problem; batch is 1 with cu_seqlens).
 inline absl::Status PackedValuesRule(OpKernelContext* ctx, const Options& o, const Sizes& s, const char* where) {
