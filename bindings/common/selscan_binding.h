@@ -10,7 +10,9 @@
 //   >>bind-checkpoint the checkpoint policy, asked of the library (selscan_checkpoint_used /
 //                     selscan_checkpoint_size), never re-derived here
 //   >>bind-parts      the CPU parts runner on the framework's pool, with per-part diag and the
-//                     first failing part's error
+//                     first failing part's error; the decode step's part count
+//   >>bind-host-rules the values rules of host-side index operands (cu_seqlens, state_batch_indices),
+//                     for where selscan is not called (an empty problem)
 //   >>bind-errors     status -> an error kind and the message text, naming the user's argument
 //                     through selscan's diag and a per-op name map
 // Nothing here throws or allocates framework memory: errors come back as an Error the binding
@@ -20,6 +22,7 @@
 #ifndef SELSCAN_BINDING_H_
 #define SELSCAN_BINDING_H_
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -212,6 +215,59 @@ Result RunParts(const P& p, int64_t n_parts, const ParallelFor& parallel_for, co
   return r;
 }
 
+// The decode step's parts: blocks of 256 channels of a row (selscan_step_cpu_part's work items),
+// at most one per thread of the framework's pool (n_threads).
+inline int64_t StepParts(int64_t n_threads, int64_t batch, int64_t dim) {
+  const int64_t items = batch * ((dim + 255) / 256);
+  const int64_t n = n_threads < items ? n_threads : items;
+  return n < 1 ? 1 : n;
+}
+
+// ---- >>bind-host-rules: host index operands, where selscan is not called ------------------------
+// selscan checks these values itself on every call it runs; a binding that skips the call (an
+// empty problem) checks them here, with the same rules, so that a bad value is refused whatever the
+// sizes. Each returns SELSCAN_OK, or the status with *rule set to the rule's text (with the values).
+
+// cu_seqlens (n offsets, n >= 2): first 0, last L, non-decreasing.
+inline selscan_status OffsetsRule(const int64_t* o, int64_t n, int64_t L, std::string* rule) {
+  if (o[0] != 0) {
+    *rule = "first offset not 0 (it is " + std::to_string(o[0]) + ")";
+    return SELSCAN_ERR_SHAPE;
+  }
+  if (o[n - 1] != L) {
+    *rule = "last offset not L (it is " + std::to_string(o[n - 1]) + ", L = " + std::to_string(L) + ")";
+    return SELSCAN_ERR_SHAPE;
+  }
+  for (int64_t i = 0; i + 1 < n; i++)
+    if (o[i + 1] < o[i]) {
+      *rule = "not increasing (offset " + std::to_string(i + 1) + " is " + std::to_string(o[i + 1]) + " after " +
+              std::to_string(o[i]) + ")";
+      return SELSCAN_ERR_SHAPE;
+    }
+  return SELSCAN_OK;
+}
+
+// state_batch_indices (n int32 rows of a cache of n_cache): every entry below n_cache, no row twice
+// (negative entries are padding).
+inline selscan_status StateIndexRule(const int32_t* v, int64_t n, int64_t n_cache, std::string* rule) {
+  std::vector<int32_t> rows;
+  rows.reserve(static_cast<size_t>(n > 0 ? n : 0));
+  for (int64_t i = 0; i < n; i++) {
+    if (v[i] >= n_cache) {
+      *rule = "not below n_cache (entry " + std::to_string(i) + " is " + std::to_string(v[i]) +
+              ", n_cache = " + std::to_string(n_cache) + ", state's first dim; negative entries are padding)";
+      return SELSCAN_ERR_SHAPE;
+    }
+    if (v[i] >= 0) rows.push_back(v[i]);
+  }
+  std::sort(rows.begin(), rows.end());
+  if (std::adjacent_find(rows.begin(), rows.end()) != rows.end()) {
+    *rule = "row used twice (each row is updated in place once)";
+    return SELSCAN_ERR_ALIAS;
+  }
+  return SELSCAN_OK;
+}
+
 // ---- >>bind-errors: status -> error kind and message --------------------------------------------
 
 // The kind of error a status is, for the framework's own exception / status type.
@@ -256,6 +312,15 @@ template <size_t K>
 Names NamesOf(const NameMap (&map)[K]) {
   return Names{map, K};
 }
+
+// The decode step's map (both packages name the step's arguments like mamba_ssm's
+// selective_state_update: x is selscan's u, dt its delta, ...).
+constexpr NameMap kStepNames[] = {{"u", "x"},
+                                  {"delta", "dt"},
+                                  {"delta_bias", "dt_bias"},
+                                  {"state_index", "state_batch_indices"},
+                                  {"y", "out"},
+                                  {"dstate", "N"}};
 
 // " (argument 'x': rule)" for the operand selscan's diag names, "" when it names none.
 inline std::string DiagText(const selscan_diag& d, const Names& names = Names()) {

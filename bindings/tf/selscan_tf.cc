@@ -1,9 +1,10 @@
 // selscan_tf.cc - TensorFlow custom op around selscan (the selective scan of Mamba, S6).
 //
-// Ops:
-//   SelscanForward  (u, delta, a, b, c, d, z, delta_bias, h0) -> (y, h_last)
-//   SelscanBackward (u, delta, a, b, c, d, z, delta_bias, h0, dy, dh_last)
+// Ops (named like selscan_torch's selscan::fwd / bwd / step):
+//   SelscanForward  (u, delta, a, b, c, d, z, delta_bias, h0, cu_seqlens) -> (y, h_last, checkpoint)
+//   SelscanBackward (u, delta, a, b, c, d, z, delta_bias, h0, cu_seqlens, dy, dh_last, checkpoint)
 //                   -> (du, ddelta, da, db, dc, dd, dz, ddelta_bias, dh0)
+//   SelscanStep     (state, x, dt, a, b, c, d, z, dt_bias, state_batch_indices) -> (out, new_state)
 // Optional operands are always wired (an empty tensor when absent); the has_* attrs say which are
 // present. Layouts and shapes: see selscan_tf_common.h and README.md.
 //
@@ -25,7 +26,7 @@
 #include "tensorflow/core/framework/shape_inference.h"
 #include "tensorflow/core/platform/threadpool.h"
 
-// selscan's implementation, private to this library (the step API is not used by the op).
+// selscan's implementation, private to this library.
 #define SELSCAN_STATIC
 #define SELSCAN_IMPLEMENTATION
 #pragma GCC diagnostic push
@@ -37,13 +38,18 @@
 namespace selscan_tf {
 
 absl::Status FromSelscan(selscan_status st, const char* where, const Sizes& s, const selscan_diag* diag,
-                         const char* cuda_text) {
-  const bind::Error e = bind::ErrorOf(st, where, diag ? bind::DiagText(*diag) : "", s.ToString(), cuda_text);
+                         const char* cuda_text, const bind::Names& names) {
+  const bind::Error e = bind::ErrorOf(st, where, diag ? bind::DiagText(*diag, names) : "", s.ToString(), cuda_text);
   switch (e.kind) {
     case bind::ErrorKind::kNone: return absl::OkStatus();
     case bind::ErrorKind::kDevice: return absl::InternalError(e.message);
     default: return absl::InvalidArgumentError(e.message);
   }
+}
+
+absl::Status HostRuleStatus(selscan_status st, const char* where, const char* arg, const std::string& rule) {
+  if (st == SELSCAN_OK) return absl::OkStatus();
+  return Invalid(bind::ErrorOf(st, where, std::string(" (argument '") + arg + "': " + rule + ")").message);
 }
 
 namespace {
@@ -58,7 +64,8 @@ using tensorflow::shape_inference::ShapeHandle;
 struct InferredDims {
   DimensionHandle batch, dim, L, N, G;
   ShapeHandle seq, bc;  // shapes of u-like and B-like tensors
-  bool bld = true, has_d = false, has_z = false, has_bias = false, has_h0 = false;
+  DimensionHandle rows;  // of h0 / h_last / dh0 / dh_last: batch, or n_seqs with cu_seqlens
+  bool bld = true, has_d = false, has_z = false, has_bias = false, has_h0 = false, has_cu = false;
 };
 
 // The kernels' checks (CheckInputs) as far as the shapes are known at trace time, in the same
@@ -72,6 +79,7 @@ absl::Status InferDims(InferenceContext* c, bool backward, InferredDims* d) {
   TF_RETURN_IF_ERROR(c->GetAttr("has_z", &d->has_z));
   TF_RETURN_IF_ERROR(c->GetAttr("has_delta_bias", &d->has_bias));
   TF_RETURN_IF_ERROR(c->GetAttr("has_h0", &d->has_h0));
+  TF_RETURN_IF_ERROR(c->GetAttr("has_cu_seqlens", &d->has_cu));
   if (backward) TF_RETURN_IF_ERROR(c->GetAttr("has_dh_last", &has_dh_last));
   d->bld = layout != "BDL";
   const int ld = d->bld ? 1 : 2, dd = d->bld ? 2 : 1;
@@ -107,6 +115,7 @@ absl::Status InferDims(InferenceContext* c, bool backward, InferredDims* d) {
   TF_RETURN_IF_ERROR(absent(d->has_z, kZ, "z", "has_z"));
   TF_RETURN_IF_ERROR(absent(d->has_bias, kDeltaBias, "delta_bias", "has_delta_bias"));
   TF_RETURN_IF_ERROR(absent(d->has_h0, kH0, "h0", "has_h0"));
+  TF_RETURN_IF_ERROR(absent(d->has_cu, kCuSeqlens, "cu_seqlens", "has_cu_seqlens"));
   if (backward) {
     TF_RETURN_IF_ERROR(absent(has_dh_last, kDhLast, "dh_last", "has_dh_last"));
     if (c->RankKnown(c->input(kCheckpoint)) && c->Rank(c->input(kCheckpoint)) != 1)
@@ -126,6 +135,19 @@ absl::Status InferDims(InferenceContext* c, bool backward, InferredDims* d) {
   d->batch = c->Dim(u, 0);
   d->L = c->Dim(u, ld);
   d->dim = c->Dim(u, dd);
+  d->rows = d->batch;
+  if (d->has_cu) {  // PackedShapeRule where the rank and sizes are known
+    ShapeHandle cu = c->input(kCuSeqlens);
+    if (c->RankKnown(cu)) {
+      const bool n_known = c->Rank(cu) == 1 && c->ValueKnown(c->Dim(cu, 0));
+      if (c->Rank(cu) != 1 || n_known)
+        TF_RETURN_IF_ERROR(PackedShapeRule(c->Rank(cu), n_known ? c->Value(c->Dim(cu, 0)) : 0,
+                                           c->ValueKnown(d->batch) ? c->Value(d->batch) : 1, str(cu)));
+      TF_RETURN_IF_ERROR(c->Subtract(c->Dim(cu, 0), 1, &d->rows));
+    } else {
+      d->rows = c->UnknownDim();
+    }
+  }
 
   ShapeHandle a;
   TF_RETURN_IF_ERROR(with_rank(kA, 2, "A", "(dim, N)", &a));
@@ -162,13 +184,17 @@ absl::Status InferDims(InferenceContext* c, bool backward, InferredDims* d) {
   TF_RETURN_IF_ERROR(vec_dim(d->has_bias, kDeltaBias, "delta_bias"));
   auto state = [&](bool present, int i, const char* name) -> absl::Status {
     if (!present) return absl::OkStatus();
-    TF_RETURN_IF_ERROR(with_rank(i, 3, name, "(batch, dim, N)", &t));
-    return merge(t, {{0, &d->batch}, {1, &d->dim}, {2, &d->N}}, name, [&] {
-      return "(batch, dim, N) = (" + dstr(d->batch) + ", " + dstr(d->dim) + ", " + dstr(d->N) + ")";
+    const char* want = d->has_cu ? "(n_seqs, dim, N)" : "(batch, dim, N)";
+    TF_RETURN_IF_ERROR(with_rank(i, 3, name, want, &t));
+    return merge(t, {{0, &d->rows}, {1, &d->dim}, {2, &d->N}}, name, [&] {
+      return std::string(want) + " = (" + dstr(d->rows) + ", " + dstr(d->dim) + ", " + dstr(d->N) + ")";
     });
   };
+  if (!d->has_cu) d->rows = d->batch;  // the same dim: what h0 / dh_last tell of it is merged back
   TF_RETURN_IF_ERROR(state(d->has_h0, kH0, "h0"));
+  if (!d->has_cu) d->batch = d->rows;
   if (has_dh_last) TF_RETURN_IF_ERROR(state(has_dh_last, kDhLast, "dh_last"));
+  if (!d->has_cu) d->batch = d->rows;
   d->seq = d->bld ? c->MakeShape({d->batch, d->L, d->dim}) : c->MakeShape({d->batch, d->dim, d->L});
   d->bc = d->bld ? c->MakeShape({d->batch, d->L, d->G, d->N}) : c->MakeShape({d->batch, d->G, d->N, d->L});
   return absl::OkStatus();
@@ -180,7 +206,7 @@ absl::Status ForwardShape(InferenceContext* c) {
   TF_RETURN_IF_ERROR(InferDims(c, false, &d));
   TF_RETURN_IF_ERROR(c->GetAttr("return_last_state", &ret));
   c->set_output(0, d.seq);
-  c->set_output(1, ret ? c->MakeShape({d.batch, d.dim, d.N}) : c->Vector(0));
+  c->set_output(1, ret ? c->MakeShape({d.rows, d.dim, d.N}) : c->Vector(0));
   bool ck = false;
   TF_RETURN_IF_ERROR(c->GetAttr("save_checkpoint", &ck));
   // Filled by either kernel (its size is selscan's business, and differs between the two).
@@ -199,7 +225,15 @@ absl::Status BackwardShape(InferenceContext* c) {
   c->set_output(kDd, d.has_d ? c->Vector(d.dim) : c->Vector(0));
   c->set_output(kDz, d.has_z ? d.seq : c->Vector(0));
   c->set_output(kDdeltaBias, d.has_bias ? c->Vector(d.dim) : c->Vector(0));
-  c->set_output(kDh0, d.has_h0 ? c->MakeShape({d.batch, d.dim, d.N}) : c->Vector(0));
+  c->set_output(kDh0, d.has_h0 ? c->MakeShape({d.rows, d.dim, d.N}) : c->Vector(0));
+  return absl::OkStatus();
+}
+
+// The step's outputs: out like x, new_state like state (the kernel checks the rest, naming the
+// argument).
+absl::Status StepShape(InferenceContext* c) {
+  c->set_output(0, c->input(kStX));
+  c->set_output(1, c->input(kStState));
   return absl::OkStatus();
 }
 
@@ -216,6 +250,7 @@ REGISTER_OP("SelscanForward")
     .Input("z: T")
     .Input("delta_bias: float")
     .Input("h0: float")
+    .Input("cu_seqlens: int64")
     .Output("y: T")
     .Output("h_last: float")
     .Output("checkpoint: float")
@@ -225,6 +260,7 @@ REGISTER_OP("SelscanForward")
     .Attr("has_z: bool = false")
     .Attr("has_delta_bias: bool = false")
     .Attr("has_h0: bool = false")
+    .Attr("has_cu_seqlens: bool = false")
     .Attr("return_last_state: bool = false")
     .Attr("save_checkpoint: bool = false")
     .Attr("layout: {'BLD', 'BDL'} = 'BLD'")
@@ -240,6 +276,7 @@ REGISTER_OP("SelscanBackward")
     .Input("z: T")
     .Input("delta_bias: float")
     .Input("h0: float")
+    .Input("cu_seqlens: int64")
     .Input("dy: T")
     .Input("dh_last: float")
     .Input("checkpoint: float")
@@ -258,9 +295,31 @@ REGISTER_OP("SelscanBackward")
     .Attr("has_z: bool = false")
     .Attr("has_delta_bias: bool = false")
     .Attr("has_h0: bool = false")
+    .Attr("has_cu_seqlens: bool = false")
     .Attr("has_dh_last: bool = false")
     .Attr("layout: {'BLD', 'BDL'} = 'BLD'")
     .SetShapeFn(selscan_tf::BackwardShape);
+
+REGISTER_OP("SelscanStep")
+    .Input("state: float")
+    .Input("x: T")
+    .Input("dt: T")
+    .Input("a: float")
+    .Input("b: T")
+    .Input("c: T")
+    .Input("d: float")
+    .Input("z: T")
+    .Input("dt_bias: float")
+    .Input("state_batch_indices: int32")
+    .Output("out: T")
+    .Output("new_state: float")
+    .Attr("T: {float, half, bfloat16}")
+    .Attr("dt_softplus: bool = false")
+    .Attr("has_d: bool = false")
+    .Attr("has_z: bool = false")
+    .Attr("has_dt_bias: bool = false")
+    .Attr("has_state_batch_indices: bool = false")
+    .SetShapeFn(selscan_tf::StepShape);
 
 namespace selscan_tf {
 namespace {
@@ -275,9 +334,9 @@ int64_t NumParts(OpKernelContext* ctx) {
 
 // Runs fn(&q, part) for part in [0, n_parts) on TF's CPU thread pool (bind::RunParts: each part on
 // its own copy q of p with its own diag; the first failing part's error).
-template <typename Fn>
-absl::Status RunParts(OpKernelContext* ctx, const selscan_problem& p, int64_t n_parts, const char* where,
-                      const Sizes& s, const Fn& fn) {
+template <typename P, typename Fn>
+absl::Status RunParts(OpKernelContext* ctx, const P& p, int64_t n_parts, const char* where, const Sizes& s,
+                      const Fn& fn, const bind::Names& names = bind::Names()) {
   auto pool = [ctx](int64_t n, const auto& body) {
     using Params = tensorflow::thread::ThreadPool::SchedulingParams;
     ctx->device()->tensorflow_cpu_worker_threads()->workers->ParallelFor(
@@ -285,7 +344,7 @@ absl::Status RunParts(OpKernelContext* ctx, const selscan_problem& p, int64_t n_
           for (int64_t part = p0; part < p1; part++) body(part);
         });
   };
-  return FromSelscan(bind::RunParts(p, n_parts, pool, fn), where, s);
+  return FromSelscan(bind::RunParts(p, n_parts, pool, fn), where, s, names);
 }
 
 // The CPU side of the op kernels (selscan_tf_common.h >>op-kernels): selscan's partitioned CPU entry
@@ -346,6 +405,15 @@ struct CpuOps {
     return RunParts(ctx, p, n_parts, "selscan_backward_cpu", s, [&](const selscan_problem* q, int64_t part) {
       return selscan_backward_cpu_reduce(q, &g, part, n_parts, ws, bytes);
     });
+  }
+
+  // The decode step: blocks of 256 channels of a row (bind::StepParts), no workspace.
+  static absl::Status Step(OpKernelContext* ctx, const selscan_step_problem& p, const Sizes& s) {
+    const int64_t n = bind::StepParts(NumParts(ctx), s.batch, s.dim);
+    return RunParts(
+        ctx, p, n, "step (CPU)", s,
+        [&](const selscan_step_problem* q, int64_t part) { return selscan_step_cpu_part(q, part, n); },
+        bind::NamesOf(bind::kStepNames));
   }
 };
 

@@ -32,14 +32,16 @@ absl::Status Invalid(const Args&... args) {
   return absl::InvalidArgumentError(absl::StrCat(args...));
 }
 
-// Input positions of both ops (the backward op appends dy and dh_last).
-enum Input { kU = 0, kDelta, kA, kB, kC, kD, kZ, kDeltaBias, kH0, kDy, kDhLast, kCheckpoint, kNumForwardInputs = 9 };
+// Input positions of both ops (the backward op appends dy, dh_last and checkpoint).
+enum Input {
+  kU = 0, kDelta, kA, kB, kC, kD, kZ, kDeltaBias, kH0, kCuSeqlens, kDy, kDhLast, kCheckpoint, kNumForwardInputs = 10
+};
 // Output positions of the backward op.
 enum GradOutput { kDu = 0, kDdelta, kDa, kDb, kDc, kDd, kDz, kDdeltaBias, kDh0, kNumGradOutputs };
 
 struct Options {
   bool softplus = false, has_d = false, has_z = false, has_bias = false, has_h0 = false;
-  bool return_last_state = false, has_dh_last = false, save_checkpoint = false;
+  bool return_last_state = false, has_dh_last = false, save_checkpoint = false, has_cu = false;
   bool bld = true;  // layout "BLD"; false: "BDL"
 };
 
@@ -50,6 +52,7 @@ inline absl::Status ReadOptions(OpKernelConstruction* c, bool backward, Options*
   TF_RETURN_IF_ERROR(c->GetAttr("has_z", &o->has_z));
   TF_RETURN_IF_ERROR(c->GetAttr("has_delta_bias", &o->has_bias));
   TF_RETURN_IF_ERROR(c->GetAttr("has_h0", &o->has_h0));
+  TF_RETURN_IF_ERROR(c->GetAttr("has_cu_seqlens", &o->has_cu));
   TF_RETURN_IF_ERROR(c->GetAttr("layout", &layout));
   if (backward) {
     TF_RETURN_IF_ERROR(c->GetAttr("has_dh_last", &o->has_dh_last));
@@ -98,6 +101,15 @@ inline absl::Status CheckpointRankRule(const std::string& shape) {
                  "tensor), got shape ", shape);
 }
 
+// Packed sequences: cu_seqlens (n_seqs + 1,) int64 offsets with batch 1 (the values: selscan's
+// validation, or PackedValuesRule where selscan is not called).
+inline absl::Status PackedShapeRule(int64_t rank, int64_t n, int64_t batch, const std::string& shape) {
+  if (rank != 1 || n < 2)
+    return Invalid("selscan: cu_seqlens must have shape (n_seqs + 1,) with n_seqs >= 1, got ", shape);
+  if (batch != 1) return Invalid("selscan: packed sequences (cu_seqlens) need batch 1, got batch ", batch);
+  return absl::OkStatus();
+}
+
 // Checks ranks and that all operands agree before anything is handed to selscan, so a bad shape
 // is an InvalidArgument error naming the argument and never an out-of-bounds read; the rules
 // above hold at every size, zero sizes included.
@@ -113,6 +125,7 @@ inline absl::Status CheckInputs(OpKernelContext* ctx, const Options& o, bool bac
   TF_RETURN_IF_ERROR(absent(o.has_z, kZ, "z", "has_z"));
   TF_RETURN_IF_ERROR(absent(o.has_bias, kDeltaBias, "delta_bias", "has_delta_bias"));
   TF_RETURN_IF_ERROR(absent(o.has_h0, kH0, "h0", "has_h0"));
+  TF_RETURN_IF_ERROR(absent(o.has_cu, kCuSeqlens, "cu_seqlens", "has_cu_seqlens"));
   if (backward) {
     TF_RETURN_IF_ERROR(absent(o.has_dh_last, kDhLast, "dh_last", "has_dh_last"));
     if (ctx->input(kCheckpoint).dims() != 1) return CheckpointRankRule(ctx->input(kCheckpoint).shape().DebugString());
@@ -123,6 +136,13 @@ inline absl::Status CheckInputs(OpKernelContext* ctx, const Options& o, bool bac
   s->batch = u.dim_size(0);
   s->dim = u.dim_size(o.bld ? 2 : 1);
   s->L = u.dim_size(o.bld ? 1 : 2);
+  s->rows = s->batch;
+  if (o.has_cu) {
+    const Tensor& cu = ctx->input(kCuSeqlens);
+    TF_RETURN_IF_ERROR(PackedShapeRule(cu.dims(), cu.dims() == 1 ? cu.dim_size(0) : 0, s->batch,
+                                       cu.shape().DebugString()));
+    s->n_seqs = s->rows = cu.dim_size(0) - 1;
+  }
   auto same_as_u = [&](int i, const char* name) -> absl::Status {
     const Tensor& t = ctx->input(i);
     if (t.shape() != u.shape())
@@ -166,9 +186,9 @@ inline absl::Status CheckInputs(OpKernelContext* ctx, const Options& o, bool bac
   auto state = [&](bool present, int i, const char* name) -> absl::Status {
     if (!present) return absl::OkStatus();
     const Tensor& t = ctx->input(i);
-    if (t.shape() != TensorShape({s->batch, s->dim, s->N}))
-      return Invalid("selscan: ", name, " must have shape (batch, dim, N) = (", s->batch, ", ", s->dim, ", ",
-                             s->N, "), got ", t.shape().DebugString());
+    if (t.shape() != TensorShape({s->rows, s->dim, s->N}))
+      return Invalid("selscan: ", name, " must have shape ", o.has_cu ? "(n_seqs, dim, N)" : "(batch, dim, N)", " = (",
+                     s->rows, ", ", s->dim, ", ", s->N, "), got ", t.shape().DebugString());
     return absl::OkStatus();
   };
   TF_RETURN_IF_ERROR(state(o.has_h0, kH0, "h0"));
@@ -210,7 +230,8 @@ inline selscan_problem BuildProblem(OpKernelContext* ctx, const Options& o, cons
   d.h0 = in(o.has_h0, kH0);
   d.y = y ? OutDataOf(*y) : nullptr;
   d.h_last = h_last ? OutDataOf(*h_last) : nullptr;
-  return ScanProblem(d, s, o.bld, dtype, o.softplus);
+  const int64_t* cu = o.has_cu ? ctx->input(kCuSeqlens).flat<int64_t>().data() : nullptr;
+  return ScanProblem(d, s, o.bld, dtype, o.softplus, cu);
 }
 
 // The gradients of one call; outs[kNumGradOutputs] are the backward op's outputs (an output of
@@ -236,7 +257,7 @@ inline selscan_grads BuildGrads(OpKernelContext* ctx, const Options& o, const Si
 inline TensorShape SeqShape(const Sizes& s, bool bld) {
   return bld ? TensorShape({s.batch, s.L, s.dim}) : TensorShape({s.batch, s.dim, s.L});
 }
-inline TensorShape StateShape(const Sizes& s) { return TensorShape({s.batch, s.dim, s.N}); }
+inline TensorShape StateShape(const Sizes& s) { return TensorShape({s.rows, s.dim, s.N}); }
 
 // Allocates the backward op's outputs (absent optional operands get an empty (0,) gradient).
 inline absl::Status AllocateGradOutputs(OpKernelContext* ctx, const Options& o, Tensor** outs) {
@@ -254,9 +275,23 @@ inline absl::Status AllocateGradOutputs(OpKernelContext* ctx, const Options& o, 
 // own message, the argument and rule its diag names, and the sizes. Defined in selscan_tf.cc
 // (the TU that holds selscan's implementation).
 absl::Status FromSelscan(selscan_status st, const char* where, const Sizes& s, const selscan_diag* diag = nullptr,
-                         const char* cuda_text = "");
-inline absl::Status FromSelscan(const bind::Result& r, const char* where, const Sizes& s) {
-  return FromSelscan(r.status, where, s, &r.diag);
+                         const char* cuda_text = "", const bind::Names& names = bind::Names());
+inline absl::Status FromSelscan(const bind::Result& r, const char* where, const Sizes& s,
+                                const bind::Names& names = bind::Names()) {
+  return FromSelscan(r.status, where, s, &r.diag, "", names);
+}
+
+// A host-side values rule of the layer (>>bind-host-rules) failing, as a TensorFlow status naming
+// arg. Defined in selscan_tf.cc, as FromSelscan (selscan's status texts are private to that TU).
+absl::Status HostRuleStatus(selscan_status st, const char* where, const char* arg, const std::string& rule);
+
+// The offsets' values where selscan is not called (an empty problem; batch is 1 with cu_seqlens).
+inline absl::Status PackedValuesRule(OpKernelContext* ctx, const Options& o, const Sizes& s, const char* where) {
+  if (!o.has_cu) return absl::OkStatus();
+  const Tensor& cu = ctx->input(kCuSeqlens);
+  std::string rule;
+  return HostRuleStatus(bind::OffsetsRule(cu.flat<int64_t>().data(), cu.NumElements(), s.L, &rule), where,
+                        "cu_seqlens", rule);
 }
 
 // A workspace of `bytes` bytes from allocate_temp on the op's device (host memory for CPU
@@ -303,6 +338,7 @@ class SelscanForwardOp : public tensorflow::OpKernel {
     OP_REQUIRES_OK(ctx, ctx->allocate_output(2, TensorShape({static_cast<int64_t>(ck_bytes / sizeof(float))}),
                                              &checkpoint));
     if (s.Empty()) {  // nothing to scan: y is empty, h_last is h0 (or 0)
+      OP_REQUIRES_OK(ctx, PackedValuesRule(ctx, o_, s, "forward"));
       if (o_.return_last_state && h_last->TotalBytes() > 0) {
         if (o_.has_h0) Ops::Copy(ctx, h_last->data(), ctx->input(kH0).data(), h_last->TotalBytes());
         else Ops::Zero(ctx, h_last->data(), h_last->TotalBytes());
@@ -327,6 +363,7 @@ class SelscanBackwardOp : public tensorflow::OpKernel {
     Tensor* outs[kNumGradOutputs] = {};
     OP_REQUIRES_OK(ctx, AllocateGradOutputs(ctx, o_, outs));
     if (s.Empty()) {  // all gradients 0, except dh0 = dh_last (the state passes through)
+      OP_REQUIRES_OK(ctx, PackedValuesRule(ctx, o_, s, "backward"));
       for (Tensor* t : outs)
         if (t->TotalBytes() > 0) Ops::Zero(ctx, t->data(), t->TotalBytes());
       if (o_.has_h0 && o_.has_dh_last && outs[kDh0]->TotalBytes() > 0)
@@ -342,12 +379,148 @@ class SelscanBackwardOp : public tensorflow::OpKernel {
   Options o_;
 };
 
-// Registers both ops' kernels on DEVICE (DEVICE_CPU / DEVICE_GPU) with Ops, for every dtype T.
+// ---- >>step-kernel: SelscanStep (selective_state_update), written once for both devices -------
+// (state, x, dt, A, B, C, D, z, dt_bias, state_batch_indices) -> (out, new_state): one decode token.
+// TensorFlow tensors are immutable, so the state is not updated in place: new_state is state's
+// buffer when TensorFlow can hand it over (no other user), else a copy, then updated by selscan's
+// step. state_batch_indices is a host input (checked here; the GPU side copies it to the device).
+// Ops (as above) supplies, besides Copy:
+//   static absl::Status Step(OpKernelContext*, const selscan_step_problem&, const Sizes&);
+enum StepInput { kStState = 0, kStX, kStDt, kStA, kStB, kStC, kStD, kStZ, kStDtBias, kStIndex };
+
+struct StepOptions {
+  bool softplus = false, has_d = false, has_z = false, has_bias = false, has_index = false;
+};
+
+inline absl::Status ReadStepOptions(OpKernelConstruction* c, StepOptions* o) {
+  TF_RETURN_IF_ERROR(c->GetAttr("dt_softplus", &o->softplus));
+  TF_RETURN_IF_ERROR(c->GetAttr("has_d", &o->has_d));
+  TF_RETURN_IF_ERROR(c->GetAttr("has_z", &o->has_z));
+  TF_RETURN_IF_ERROR(c->GetAttr("has_dt_bias", &o->has_bias));
+  return c->GetAttr("has_state_batch_indices", &o->has_index);
+}
+
+// The step's shape rules, naming selective_state_update's arguments. s: batch, dim, N, G,
+// rows = n_cache (state's first dim), L = 1.
+inline absl::Status CheckStepInputs(OpKernelContext* ctx, const StepOptions& o, Sizes* s) {
+  auto shape = [&](int i) { return ctx->input(i).shape().DebugString(); };
+  auto absent = [&](bool present, int i, const char* name, const char* attr) -> absl::Status {
+    if (present || ctx->input(i).NumElements() == 0) return absl::OkStatus();
+    return AbsentRule(name, attr, shape(i));
+  };
+  TF_RETURN_IF_ERROR(absent(o.has_d, kStD, "D", "has_d"));
+  TF_RETURN_IF_ERROR(absent(o.has_z, kStZ, "z", "has_z"));
+  TF_RETURN_IF_ERROR(absent(o.has_bias, kStDtBias, "dt_bias", "has_dt_bias"));
+  TF_RETURN_IF_ERROR(absent(o.has_index, kStIndex, "state_batch_indices", "has_state_batch_indices"));
+  const Tensor& x = ctx->input(kStX);
+  const Tensor& state = ctx->input(kStState);
+  if (x.dims() != 2) return Invalid("selscan: x must have shape (batch, dim), got ", shape(kStX));
+  if (state.dims() != 3) return Invalid("selscan: state must have shape (n_cache, dim, N), got ", shape(kStState));
+  s->batch = x.dim_size(0);
+  s->dim = x.dim_size(1);
+  s->L = 1;
+  s->rows = state.dim_size(0);
+  s->N = state.dim_size(2);
+  if (state.dim_size(1) != s->dim)
+    return Invalid("selscan: state must have shape (n_cache, dim, N) with dim = ", s->dim, " (x's dim), got ",
+                   shape(kStState));
+  auto same_as_x = [&](bool present, int i, const char* name) -> absl::Status {
+    if (!present || ctx->input(i).shape() == x.shape()) return absl::OkStatus();
+    return Invalid("selscan: ", name, " must have x's shape ", shape(kStX), ", got ", shape(i));
+  };
+  TF_RETURN_IF_ERROR(same_as_x(true, kStDt, "dt"));
+  TF_RETURN_IF_ERROR(same_as_x(o.has_z, kStZ, "z"));
+  if (ctx->input(kStA).shape() != TensorShape({s->dim, s->N}))
+    return Invalid("selscan: A must have shape (dim, N) = (", s->dim, ", ", s->N, "), got ", shape(kStA));
+  auto groups = [&](int i, const char* name, int64_t* G) -> absl::Status {
+    const Tensor& t = ctx->input(i);
+    const bool ok = (t.dims() == 2 && t.dim_size(0) == s->batch && t.dim_size(1) == s->N) ||
+                    (t.dims() == 3 && t.dim_size(0) == s->batch && t.dim_size(2) == s->N);
+    if (!ok)
+      return Invalid("selscan: ", name, " must have shape (batch, N) or (batch, n_groups, N) with batch = ", s->batch,
+                     ", N = ", s->N, ", got ", shape(i));
+    *G = t.dims() == 3 ? t.dim_size(1) : 1;
+    return absl::OkStatus();
+  };
+  int64_t gc = 1;
+  TF_RETURN_IF_ERROR(groups(kStB, "B", &s->G));
+  TF_RETURN_IF_ERROR(groups(kStC, "C", &gc));
+  if (gc != s->G) return Invalid("selscan: C has ", gc, " groups but B has ", s->G);
+  TF_RETURN_IF_ERROR(GroupRule(s->dim, s->G));
+  auto vec_dim = [&](bool present, int i, const char* name) -> absl::Status {
+    if (!present || ctx->input(i).shape() == TensorShape({s->dim})) return absl::OkStatus();
+    return Invalid("selscan: ", name, " must have shape (dim,) = (", s->dim, "), got ", shape(i));
+  };
+  TF_RETURN_IF_ERROR(vec_dim(o.has_d, kStD, "D"));
+  TF_RETURN_IF_ERROR(vec_dim(o.has_bias, kStDtBias, "dt_bias"));
+  if (o.has_index) {
+    if (ctx->input(kStIndex).shape() != TensorShape({s->batch}))
+      return Invalid("selscan: state_batch_indices must have shape (batch,) = (", s->batch, "), got ",
+                     shape(kStIndex));
+  } else if (s->rows != s->batch) {
+    return Invalid("selscan: state must have shape (batch, dim, N) with batch = ", s->batch,
+                   " without state_batch_indices, got ", shape(kStState));
+  }
+  if (s->N < 1 && s->batch > 0 && s->dim > 0)
+    return Invalid("selscan: state must have N >= 1, got ", shape(kStState));
+  return absl::OkStatus();
+}
+
+template <typename Ops, typename T>
+class SelscanStepOp : public tensorflow::OpKernel {
+ public:
+  explicit SelscanStepOp(OpKernelConstruction* c) : OpKernel(c) { OP_REQUIRES_OK(c, ReadStepOptions(c, &o_)); }
+
+  void Compute(OpKernelContext* ctx) override {
+    Sizes s;
+    OP_REQUIRES_OK(ctx, CheckStepInputs(ctx, o_, &s));
+    // The indices' values (a host input on every device): checked before anything is written, also
+    // where selscan is not called (batch or dim 0).
+    if (o_.has_index) {
+      const Tensor& idx = ctx->input(kStIndex);
+      std::string rule;
+      OP_REQUIRES_OK(ctx, HostRuleStatus(bind::StateIndexRule(idx.flat<int32_t>().data(), idx.NumElements(),
+                                                              s.rows, &rule),
+                                         "step", "state_batch_indices", rule));
+    }
+    const Tensor& state = ctx->input(kStState);
+    Tensor *out = nullptr, *new_state = nullptr;
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(0, ctx->input(kStX).shape(), &out));
+    OP_REQUIRES_OK(ctx, ctx->forward_input_or_allocate_output({kStState}, 1, state.shape(), &new_state));
+    if (new_state->data() != state.data() && state.TotalBytes() > 0)
+      Ops::Copy(ctx, new_state->data(), state.data(), state.TotalBytes());
+    if (s.batch == 0 || s.dim == 0) return;  // no token: the state passes through
+    auto in = [&](bool present, int i) { return present ? DataOf(ctx->input(i)) : nullptr; };
+    StepData d;
+    d.x = in(true, kStX);
+    d.dt = in(true, kStDt);
+    d.A = in(true, kStA);
+    d.B = in(true, kStB);
+    d.C = in(true, kStC);
+    d.D = in(o_.has_d, kStD);
+    d.z = in(o_.has_z, kStZ);
+    d.dt_bias = in(o_.has_bias, kStDtBias);
+    d.state_index = o_.has_index ? ctx->input(kStIndex).flat<int32_t>().data() : nullptr;
+    d.state = OutDataOf(*new_state);
+    d.out = OutDataOf(*out);
+    OP_REQUIRES_OK(ctx, Ops::Step(ctx, StepProblem(d, s, DtypeOf<T>::value, o_.softplus), s));
+  }
+
+ private:
+  StepOptions o_;
+};
+
+// Registers the three ops' kernels on DEVICE (DEVICE_CPU / DEVICE_GPU) with Ops, for every dtype T.
 #define SELSCAN_TF_REGISTER_KERNELS_T(DEVICE, Ops, T)                                                     \
-  REGISTER_KERNEL_BUILDER(Name("SelscanForward").Device(DEVICE).TypeConstraint<T>("T"),                \
-                          ::selscan_tf::SelscanForwardOp<Ops, T>);                                       \
-  REGISTER_KERNEL_BUILDER(Name("SelscanBackward").Device(DEVICE).TypeConstraint<T>("T"),               \
-                          ::selscan_tf::SelscanBackwardOp<Ops, T>)
+  REGISTER_KERNEL_BUILDER(                                                                              \
+      Name("SelscanForward").Device(DEVICE).TypeConstraint<T>("T").HostMemory("cu_seqlens"),            \
+      ::selscan_tf::SelscanForwardOp<Ops, T>);                                                          \
+  REGISTER_KERNEL_BUILDER(                                                                              \
+      Name("SelscanBackward").Device(DEVICE).TypeConstraint<T>("T").HostMemory("cu_seqlens"),           \
+      ::selscan_tf::SelscanBackwardOp<Ops, T>);                                                         \
+  REGISTER_KERNEL_BUILDER(                                                                              \
+      Name("SelscanStep").Device(DEVICE).TypeConstraint<T>("T").HostMemory("state_batch_indices"),      \
+      ::selscan_tf::SelscanStepOp<Ops, T>)
 #define SELSCAN_TF_REGISTER_KERNELS(DEVICE, Ops)                  \
   SELSCAN_TF_REGISTER_KERNELS_T(DEVICE, Ops, float);              \
   SELSCAN_TF_REGISTER_KERNELS_T(DEVICE, Ops, Eigen::half);        \

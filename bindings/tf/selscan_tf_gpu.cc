@@ -12,6 +12,7 @@
 #define EIGEN_USE_GPU
 
 #include <string>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "tensorflow/core/framework/op_kernel.h"
@@ -49,6 +50,25 @@ class GpuCall {
     return absl::Status(alloc_status_.code(), absl::StrCat(st.message(), ": allocate_temp: ", alloc_status_.message()));
   }
 
+  // A device copy of host memory (the packed sequences' offsets, the step's state_batch_indices:
+  // host inputs, so that their values are checked on the host), from allocate_temp on the op's
+  // stream (*keep holds it). The copy's source is a pageable std::vector: cudaMemcpyAsync has staged
+  // it when it returns, so nothing has to outlive the call (the input tensor may be pinned host
+  // memory, which an async copy would read later).
+  template <typename I>
+  absl::Status ToDevice(const I* src, int64_t n, Tensor* keep, const I** dst) {
+    const std::vector<I> host(src, src + n);
+    void* ptr = nullptr;
+    TF_RETURN_IF_ERROR(AllocateWorkspace(ctx_, host.size() * sizeof(I), keep, &ptr));
+    if (ptr) ctx_->eigen_device<GpuDevice>().memcpyHostToDevice(ptr, host.data(), host.size() * sizeof(I));
+    *dst = static_cast<const I*>(ptr);
+    return absl::OkStatus();
+  }
+  // Packed sequences: the offsets' device copy for the shim (call.cu_seqlens_device).
+  absl::Status Offsets(const selscan_problem& p) {
+    if (!p.cu_seqlens) return absl::OkStatus();
+    return ToDevice(p.cu_seqlens, p.n_seqs + 1, &cu_dev_, &call.cu_seqlens_device);
+  }
   selscan_binding_cuda_call call = {};
 
  private:
@@ -59,6 +79,10 @@ class GpuCall {
     return c->alloc_status_.ok() ? ptr : nullptr;
   }
   OpKernelContext* ctx_;
+  Tensor cu_dev_;  // the offsets' device copy (stream-ordered allocator, as the workspace)
+ public:
+  Tensor idx_dev_;  // the step's state_batch_indices' device copy
+ private:
   Tensor tmp_;  // the workspace: TF's GPU allocator is stream-ordered, so it may go once the call is enqueued
   absl::Status alloc_status_;
 };
@@ -71,6 +95,16 @@ struct GpuOps {
   static void Zero(OpKernelContext* ctx, void* dst, size_t bytes) { ctx->eigen_device<GpuDevice>().memset(dst, 0, bytes); }
 
   // selscan_checkpoint_size_cuda when asked for (its layout differs from the CPU's).
+  // The decode step through the shim, on the op's stream (no workspace); state_batch_indices (a
+  // host input, checked by the kernel) copied to the device.
+  static absl::Status Step(OpKernelContext* ctx, const selscan_step_problem& p_host, const Sizes& s) {
+    GpuCall c(ctx);
+    selscan_step_problem p = p_host;
+    if (p.state_index) TF_RETURN_IF_ERROR(c.ToDevice(p_host.state_index, s.batch, &c.idx_dev_, &p.state_index));
+    const bind::Result r = bind::Call(p, [&](const selscan_step_problem* q) { return selscan_binding_cuda_step(q, &c.call); });
+    return FromSelscan(r.status, "step (CUDA)", s, &r.diag, c.call.cuda_error_text, bind::NamesOf(bind::kStepNames));
+  }
+
   static absl::Status CheckpointBytes(const selscan_problem& p, bool save, const Sizes& s, size_t* bytes) {
     *bytes = 0;
     if (!save) return absl::OkStatus();
@@ -81,6 +115,7 @@ struct GpuOps {
   static absl::Status Forward(OpKernelContext* ctx, const selscan_problem& p, const Sizes& s, float* ck,
                               size_t ck_bytes) {
     GpuCall c(ctx);
+    TF_RETURN_IF_ERROR(c.Offsets(p));
     return c.Status(bind::Call(p, [&](const selscan_problem* q) {
                       return selscan_binding_cuda_forward(q, ck, ck_bytes, &c.call);
                     }),
@@ -99,6 +134,7 @@ struct GpuOps {
                                    "selscan_checkpoint_size_cuda", s));
     const float* ck = ck_bytes ? ck_in.flat<float>().data() : nullptr;
     GpuCall c(ctx);
+    TF_RETURN_IF_ERROR(c.Offsets(p));
     return c.Status(bind::Call(p, [&](const selscan_problem* q) {
                       return selscan_binding_cuda_backward(q, &g, ck, ck_bytes, &c.call);
                     }),

@@ -28,7 +28,7 @@ namespace selscan_tf {
 
 namespace bind = selscan_binding;
 
-// Logical sizes of one call (the op has no packed sequences and no fixed B / C: rows = batch).
+// Logical sizes of one call (no fixed B / C; rows = batch, or n_seqs with packed sequences).
 using Sizes = bind::Sizes;
 
 // Element strides of each kind of operand, for its logical selscan shape. Inputs are
@@ -91,8 +91,10 @@ struct ScanData {
              *delta_bias = nullptr, *h0 = nullptr;
   void *y = nullptr, *h_last = nullptr;
 };
-inline selscan_problem ScanProblem(const ScanData& d, const Sizes& s, bool bld, selscan_dtype dtype, bool softplus) {
-  selscan_problem p = bind::MakeProblem(s, dtype, softplus);
+// cu_seqlens: the packed sequences' offsets in host memory (NULL without; s.n_seqs of them + 1).
+inline selscan_problem ScanProblem(const ScanData& d, const Sizes& s, bool bld, selscan_dtype dtype, bool softplus,
+                                   const int64_t* cu_seqlens = nullptr) {
+  selscan_problem p = bind::MakeProblem(s, dtype, softplus, cu_seqlens);
   p.u = SeqTensor(d.u, s, bld);
   p.delta = SeqTensor(d.delta, s, bld);
   p.A = MatTensor(d.A, s);
@@ -125,6 +127,43 @@ inline selscan_grads ScanGrads(const GradData& d, const Sizes& s, bool bld) {
   g.ddelta_bias = VecOut(d.ddelta_bias);
   g.dh0 = StateOut(d.dh0, s);
   return g;
+}
+
+// The decode step (SelscanStep): state (n_cache, dim, N) float32, x / dt / z / out (batch, dim),
+// B / C (batch, G, N) (one group: (batch, N), the group axis never stepped over), A (dim, N),
+// D / dt_bias (dim). s: batch, dim, N, G, rows = n_cache.
+struct StepData {
+  const void *x = nullptr, *dt = nullptr, *A = nullptr, *B = nullptr, *C = nullptr, *D = nullptr, *z = nullptr,
+             *dt_bias = nullptr;
+  const int32_t* state_index = nullptr;
+  void *state = nullptr, *out = nullptr;
+};
+inline selscan_step_problem StepProblem(const StepData& d, const Sizes& s, selscan_dtype dtype, bool softplus) {
+  selscan_step_problem p = {};
+  p.batch = s.batch; p.dim = s.dim; p.dstate = s.N; p.n_groups = s.G; p.n_cache = s.rows;
+  p.dtype = dtype;
+  p.flags = softplus ? SELSCAN_DELTA_SOFTPLUS : 0u;
+  p.state_index = d.state_index;
+  auto row = [&](auto t, auto data) {  // (batch, dim)
+    t.data = data; t.stride[0] = s.dim; t.stride[1] = 1;
+    return t;
+  };
+  auto bc = [&](const void* data) {  // (batch, G, N)
+    selscan_tensor t = {};
+    t.data = data; t.stride[0] = s.G * s.N; t.stride[1] = s.N; t.stride[2] = 1;
+    return t;
+  };
+  p.state = StateOut(d.state, s);
+  p.u = row(selscan_tensor{}, d.x);
+  p.delta = row(selscan_tensor{}, d.dt);
+  p.A = MatTensor(d.A, s);
+  p.B = bc(d.B);
+  p.C = bc(d.C);
+  p.D = VecTensor(d.D);
+  p.z = row(selscan_tensor{}, d.z);
+  p.delta_bias = VecTensor(d.dt_bias);
+  p.y = row(selscan_out_tensor{}, d.out);
+  return p;
 }
 
 }  // namespace selscan_tf

@@ -108,6 +108,19 @@ int main() {
   EXPECT(bind::KindOf(SELSCAN_ERR_UNSUPPORTED) == bind::ErrorKind::kNotImplemented);
   EXPECT(bind::KindOf(SELSCAN_ERR_CUDA) == bind::ErrorKind::kDevice);
   EXPECT(bind::ErrorOf(SELSCAN_OK, "fwd", "").ok());
+  // host rules (cu_seqlens, state_batch_indices) where selscan is not called; the step's parts and names
+  std::string rule;
+  const int64_t good_cu[] = {0, 2, 2, 5}, bad_first[] = {1, 5}, bad_last[] = {0, 4}, bad_order[] = {0, 3, 2, 5};
+  EXPECT(bind::OffsetsRule(good_cu, 4, 5, &rule) == SELSCAN_OK);
+  EXPECT(bind::OffsetsRule(bad_first, 2, 5, &rule) == SELSCAN_ERR_SHAPE && rule.find("first offset") == 0);
+  EXPECT(bind::OffsetsRule(bad_last, 2, 5, &rule) == SELSCAN_ERR_SHAPE && rule.find("last offset") == 0);
+  EXPECT(bind::OffsetsRule(bad_order, 4, 5, &rule) == SELSCAN_ERR_SHAPE && rule.find("not increasing") == 0);
+  const int32_t idx_ok[] = {2, -1, 0}, idx_range[] = {0, 3}, idx_twice[] = {1, -1, 1};
+  EXPECT(bind::StateIndexRule(idx_ok, 3, 3, &rule) == SELSCAN_OK);
+  EXPECT(bind::StateIndexRule(idx_range, 2, 3, &rule) == SELSCAN_ERR_SHAPE && rule.find("not below n_cache") == 0);
+  EXPECT(bind::StateIndexRule(idx_twice, 3, 3, &rule) == SELSCAN_ERR_ALIAS && rule.find("row used twice") == 0);
+  EXPECT(bind::StepParts(8, 2, 300) == 4 && bind::StepParts(3, 2, 300) == 3 && bind::StepParts(8, 0, 0) == 1);
+  EXPECT(bind::NamesOf(bind::kStepNames).Of("state_index") == "state_batch_indices");
   std::printf("binding_layer: %s\n", failures ? "FAILED" : "ok");
   return failures ? 1 : 0;
 }

@@ -462,7 +462,8 @@ def raw_inputs(p):
     bc = lambda k: tf.constant(bc_to(x[k], p.layout, False), T)  # noqa: E731
     f32 = lambda k: tf.constant(x[k], tf.float32) if k in x else tf.zeros([0])  # noqa: E731
     ins = [seq("u"), seq("delta"), tf.constant(x["A"], tf.float32), bc("B"), bc("C"), f32("D"),
-           seq("z") if "z" in x else tf.zeros([0], T), f32("delta_bias"), f32("h0")]
+           seq("z") if "z" in x else tf.zeros([0], T), f32("delta_bias"), f32("h0"),
+           tf.zeros([0], tf.int64)]  # cu_seqlens: absent
     attrs = dict(delta_softplus=p.softplus, has_d="D" in x, has_z="z" in x, has_delta_bias="delta_bias" in x,
                  has_h0="h0" in x, layout=p.layout)
     return ins, attrs

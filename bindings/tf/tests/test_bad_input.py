@@ -25,6 +25,7 @@ from runner import run_tests  # noqa: E402
 ERRORS = (tf.errors.InvalidArgumentError, ValueError, TypeError)
 OPS = selscan_tf.load_ops()
 EMPTY = tf.zeros([0])
+NOCU = tf.zeros([0], tf.int64)  # the raw ops' cu_seqlens input, absent
 
 
 def raises(fn, *needles, types=ERRORS):
@@ -113,18 +114,18 @@ def test_raw_absent_operand_given():
     t = problem()
     u, dl, A, B, C = t["u"], t["delta"], t["A"], t["B"], t["C"]
     ones_d, state = tf.ones([4]), tf.ones([2, 4, 3])
-    fwd = lambda D=EMPTY, z=EMPTY, bias=EMPTY, h0=EMPTY: OPS.selscan_forward(u, dl, A, B, C, D, z, bias, h0)  # noqa: E731
+    fwd = lambda D=EMPTY, z=EMPTY, bias=EMPTY, h0=EMPTY: OPS.selscan_forward(u, dl, A, B, C, D, z, bias, h0, NOCU)  # noqa: E731
     raises(lambda: fwd(D=ones_d), "D is given", "has_d is false")
     raises(lambda: fwd(z=tf.ones_like(u)), "z is given", "has_z is false")
     raises(lambda: fwd(bias=ones_d), "delta_bias is given", "has_delta_bias is false")
     raises(lambda: fwd(h0=state), "h0 is given", "has_h0 is false")
-    raises(lambda: OPS.selscan_backward(u, dl, A, B, C, EMPTY, EMPTY, EMPTY, EMPTY, tf.ones_like(u), state, EMPTY),
+    raises(lambda: OPS.selscan_backward(u, dl, A, B, C, EMPTY, EMPTY, EMPTY, EMPTY, NOCU, tf.ones_like(u), state, EMPTY),
            "dh_last is given", "has_dh_last is false")
     # the same at trace time when the shape says non-empty
-    raises(lambda: graph(lambda d: OPS.selscan_forward(u, dl, A, B, C, d, EMPTY, EMPTY, EMPTY), tf.TensorSpec([4])),
+    raises(lambda: graph(lambda d: OPS.selscan_forward(u, dl, A, B, C, d, EMPTY, EMPTY, EMPTY, NOCU), tf.TensorSpec([4])),
            "D is given", types=(ValueError,))
     # an empty tensor of any shape stays the way to say "absent"
-    y = OPS.selscan_forward(u, dl, A, B, C, tf.zeros([0, 3]), EMPTY, EMPTY, EMPTY)[0]
+    y = OPS.selscan_forward(u, dl, A, B, C, tf.zeros([0, 3]), EMPTY, EMPTY, EMPTY, NOCU)[0]
     assert y.shape == u.shape
 
 
@@ -132,11 +133,11 @@ def test_raw_checkpoint_rank():
     """The backward's checkpoint must be a vector (before: any rank, read flat)."""
     t = problem()
     u, dl, A, B, C = t["u"], t["delta"], t["A"], t["B"], t["C"]
-    ck = OPS.selscan_forward(u, dl, A, B, C, EMPTY, EMPTY, EMPTY, EMPTY, save_checkpoint=True)[2]
+    ck = OPS.selscan_forward(u, dl, A, B, C, EMPTY, EMPTY, EMPTY, EMPTY, NOCU, save_checkpoint=True)[2]
     ck2 = tf.reshape(ck, [2, -1])
-    raises(lambda: OPS.selscan_backward(u, dl, A, B, C, EMPTY, EMPTY, EMPTY, EMPTY, tf.ones_like(u), EMPTY, ck2),
+    raises(lambda: OPS.selscan_backward(u, dl, A, B, C, EMPTY, EMPTY, EMPTY, EMPTY, NOCU, tf.ones_like(u), EMPTY, ck2),
            "checkpoint must have rank 1")
-    raises(lambda: graph(lambda c: OPS.selscan_backward(u, dl, A, B, C, EMPTY, EMPTY, EMPTY, EMPTY, u, EMPTY, c),
+    raises(lambda: graph(lambda c: OPS.selscan_backward(u, dl, A, B, C, EMPTY, EMPTY, EMPTY, EMPTY, NOCU, u, EMPTY, c),
                          tf.TensorSpec([2, None])), "checkpoint must have rank 1", types=(ValueError,))
 
 

@@ -452,7 +452,8 @@ def test_checkpoint_attr():
         prob = Problem(rng, batch=2, dim=6, L=L, N=4, G=2, D=True, z=True, softplus=True, h0=True,
                        return_last_state=True)
         t = prob.tensors("BLD")
-        args = (t["u"], t["delta"], t["A"], t["B"], t["C"], t["D"], t["z"], tf.zeros([0]), t["h0"])
+        args = (t["u"], t["delta"], t["A"], t["B"], t["C"], t["D"], t["z"], tf.zeros([0]), t["h0"],
+                tf.zeros([0], tf.int64))  # cu_seqlens: absent
         kw = dict(delta_softplus=True, has_d=True, has_z=True, has_h0=True)
         raw = ops.selscan_forward(*args, return_last_state=True, save_checkpoint=True, **kw)
         want = 2 * 6 * ((L + 63) // 64 + 1) * 4
@@ -461,7 +462,7 @@ def test_checkpoint_attr():
         # N > 64: the CPU backward would not read one (selscan_checkpoint_used), so none is written
         big = Problem(rng, batch=1, dim=2, L=L, N=65, G=1).tensors("BLD")
         e = tf.zeros([0])
-        raw65 = ops.selscan_forward(big["u"], big["delta"], big["A"], big["B"], big["C"], e, e, e, e,
+        raw65 = ops.selscan_forward(big["u"], big["delta"], big["A"], big["B"], big["C"], e, e, e, e, tf.zeros([0], tf.int64),
                                     save_checkpoint=True)
         assert raw65[2].shape == (0,), "CPU checkpoint output for N=65: %s" % (raw65[2].shape,)
         outs = []

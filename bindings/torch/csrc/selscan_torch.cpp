@@ -130,12 +130,7 @@ using bind::NameMap;
 using bind::Names;
 using bind::NamesOf;
 constexpr NameMap kFwdNames[] = {{"y", "out"}, {"h_last", "last_state"}, {"seqlen", "L"}, {"dstate", "N"}};
-constexpr NameMap kStepNames[] = {{"u", "x"},
-                                  {"delta", "dt"},
-                                  {"delta_bias", "dt_bias"},
-                                  {"state_index", "state_batch_indices"},
-                                  {"y", "out"},
-                                  {"dstate", "N"}};
+using bind::kStepNames;  // x, dt, dt_bias, state_batch_indices, out, N (shared with selscan_tf)
 
 // selscan's report of the failing operand (filled only on an error status), in the op's names.
 struct Diag {
@@ -341,9 +336,7 @@ Workspace MakeWorkspace(size_t bytes, const Tensor& like) {
 // Parts for the CPU pool: one per intra-op thread (results do not depend on it).
 int64_t NumParts() { return std::max<int64_t>(1, at::get_num_threads()); }
 // The decode steps' parts: blocks of 256 channels of a row, at most one per thread.
-int64_t StepParts(int64_t batch, int64_t dim) {
-  return std::min<int64_t>(NumParts(), std::max<int64_t>(1, batch * ((dim + 255) / 256)));
-}
+int64_t StepParts(int64_t batch, int64_t dim) { return bind::StepParts(NumParts(), batch, dim); }
 
 // Runs fn(&q, i) for the parts i = 0 .. n_parts - 1 on the intra-op pool (bind::RunParts), then
 // raises the first failing part's error, naming what selscan's diag names.
@@ -368,15 +361,9 @@ OptT HostCuSeqlens(const OptT& cu) {
 void CheckOffsetsValues(const OptT& cu, int64_t L, const char* where) {
   if (!cu) return;
   const Tensor h = cu->contiguous();
-  const int64_t* o = h.data_ptr<int64_t>();
-  const int64_t n = h.numel();
-  if (o[0] != 0) Refuse(SELSCAN_ERR_SHAPE, where, "cu_seqlens", c10::str("first offset not 0 (it is ", o[0], ")"));
-  if (o[n - 1] != L)
-    Refuse(SELSCAN_ERR_SHAPE, where, "cu_seqlens", c10::str("last offset not L (it is ", o[n - 1], ", L = ", L, ")"));
-  for (int64_t i = 0; i + 1 < n; i++)
-    if (o[i + 1] < o[i])
-      Refuse(SELSCAN_ERR_SHAPE, where, "cu_seqlens",
-             c10::str("not increasing (offset ", i + 1, " is ", o[i + 1], " after ", o[i], ")"));
+  std::string rule;
+  const selscan_status st = bind::OffsetsRule(h.data_ptr<int64_t>(), h.numel(), L, &rule);
+  if (st != SELSCAN_OK) Refuse(st, where, "cu_seqlens", rule);
 }
 
 // ---- >>dispatch: one call on its tensors' device ------------------------------------------------
@@ -628,19 +615,9 @@ ST OutOperand(const Tensor& t, const char* name) {
 // padding), checked before anything is written -- also where selscan is not called (batch or dim 0).
 void CheckStateIndexHost(const Tensor& idx, int64_t n_cache) {
   const Tensor h = idx.contiguous();
-  const int32_t* v = h.data_ptr<int32_t>();
-  std::vector<int32_t> rows;
-  rows.reserve(static_cast<size_t>(h.numel()));
-  for (int64_t i = 0; i < h.numel(); i++) {
-    if (v[i] >= n_cache)
-      Refuse(SELSCAN_ERR_SHAPE, "step", "state_batch_indices",
-             c10::str("not below n_cache (entry ", i, " is ", v[i], ", n_cache = ", n_cache,
-                      ", state's first dim; negative entries are padding)"));
-    if (v[i] >= 0) rows.push_back(v[i]);
-  }
-  std::sort(rows.begin(), rows.end());
-  if (std::adjacent_find(rows.begin(), rows.end()) != rows.end())
-    Refuse(SELSCAN_ERR_ALIAS, "step", "state_batch_indices", "row used twice (each row is updated in place once)");
+  std::string rule;
+  const selscan_status st = bind::StateIndexRule(h.data_ptr<int32_t>(), h.numel(), n_cache, &rule);
+  if (st != SELSCAN_OK) Refuse(st, "step", "state_batch_indices", rule);
 }
 
 // A (batch, ngroups, N) B / C operand of the step, or (batch, N) as one group (the group stride is

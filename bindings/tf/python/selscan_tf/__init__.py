@@ -1,8 +1,9 @@
 """selscan_tf: Mamba's selective scan (S6) as a TensorFlow op, backed by selscan.
 
-    from selscan_tf import selective_scan, SelectiveScan
+    from selscan_tf import selective_scan, selective_state_update, SelectiveScan
 
     y = selective_scan(u, delta, A, B, C, D=D, z=z, delta_bias=bias, delta_softplus=True)
+    out, state = selective_state_update(state, x, dt, A, B1, C1, D=D, dt_bias=bias, dt_softplus=True)
 
 Shapes, layout "BLD" (channels-last, the default; what Dense/Conv1D layers produce):
     u, delta, z, y   (batch, L, dim)
@@ -14,6 +15,8 @@ Both layouts:
     A                (dim, N)        float32 (Mamba: A = -exp(A_log))
     D, delta_bias    (dim,)          float32, optional
     h0, h_last       (batch, dim, N) float32, optional initial / returned final state
+    cu_seqlens       (n_seqs + 1,)   int64 offsets of packed sequences (batch 1); h0, h_last
+                                     then have n_seqs rows (see selective_scan)
 
 u, delta, z, B, C share one dtype T in {float32, float16, bfloat16}; y has dtype T. The op reads
 both layouts in place through strides (no transposes). Gradients flow to every input and from
@@ -35,6 +38,7 @@ import tensorflow as tf
 
 __all__ = [
     "selective_scan",
+    "selective_state_update",
     "SelectiveScan",
     "load_ops",
     "selective_scan_tf",
@@ -116,14 +120,23 @@ def _as_f32(x, name, who="selective_scan"):
     return x if x.dtype == tf.float32 else tf.cast(x, tf.float32)
 
 
-def _as_t(x, dtype, name, who="selective_scan"):
+def _as_t(x, dtype, name, who="selective_scan", ref="u", group="u, delta, z, B and C"):
     x = _to_tensor(x, name, who, dtype_hint=dtype)
     if x.dtype != dtype:
         raise TypeError(
-            "%s: %s has dtype %s but u has dtype %s (u, delta, z, B and C share one dtype)"
-            % (who, name, x.dtype.name, dtype.name)
+            "%s: %s has dtype %s but %s has dtype %s (%s share one dtype)"
+            % (who, name, x.dtype.name, ref, dtype.name, group)
         )
     return x
+
+
+def _as_index(x, name, dtype, who):
+    """An integer tensor (any integer dtype, cast to dtype: int64 offsets, int32 rows); a float,
+    bool or string one is refused with a TypeError naming the argument."""
+    x = _to_tensor(x, name, who, dtype_hint=dtype)
+    if not x.dtype.is_integer:
+        raise TypeError("%s: %s must be an integer tensor, got %s" % (who, name, x.dtype.name))
+    return x if x.dtype == dtype else tf.cast(x, dtype)
 
 
 def _as_bool(v, name, who="selective_scan"):
@@ -191,6 +204,7 @@ def selective_scan(
     return_last_state=False,
     layout="BLD",
     save_checkpoint=True,
+    cu_seqlens=None,
     name=None,
 ):
     """The selective scan of Mamba (S6); see the module docstring for shapes.
@@ -204,6 +218,11 @@ def selective_scan(
     save_checkpoint: the forward also keeps the state entering every 64 steps (float32; on a GPU
     batch * dim * ceil(L / 64) * N values, on the CPU batch * dim * (ceil(L / 64) + 1) * N) for the
     backward, which then skips recomputing it. Pass False for inference.
+
+    cu_seqlens: packed sequences (as selscan_torch's selective_scan_fn): (n_seqs + 1,) integer
+    offsets (cast to int64; first 0, last L, non-decreasing) with batch 1; the L axis holds n_seqs
+    sequences back to back, the state restarts at each from h0[s] (or 0), h0 and h_last have shape
+    (n_seqs, dim, N). Gradients flow as without it (none to cu_seqlens).
     """
     if not isinstance(layout, str) or layout not in ("BLD", "BDL"):
         raise ValueError('selective_scan: layout must be "BLD" or "BDL", got %r' % (layout,))
@@ -226,6 +245,8 @@ def selective_scan(
         z_ = _as_t(z, T, "z") if z is not None else tf.zeros([0], T)
         bias_ = _as_f32(delta_bias, "delta_bias") if delta_bias is not None else empty_f32
         h0_ = _as_f32(h0, "h0") if h0 is not None else empty_f32
+        cu_ = _as_index(cu_seqlens, "cu_seqlens", tf.int64, "selective_scan") if cu_seqlens is not None \
+            else tf.zeros([0], tf.int64)
         y, h_last, _checkpoint = ops.selscan_forward(
             u,
             delta,
@@ -236,11 +257,13 @@ def selective_scan(
             z_,
             bias_,
             h0_,
+            cu_,
             delta_softplus=delta_softplus,
             has_d=D is not None,
             has_z=z is not None,
             has_delta_bias=delta_bias is not None,
             has_h0=h0 is not None,
+            has_cu_seqlens=cu_seqlens is not None,
             return_last_state=return_last_state,
             save_checkpoint=save_checkpoint,
             layout=layout,
@@ -251,14 +274,14 @@ def selective_scan(
 @tf.RegisterGradient("SelscanForward")
 def _selscan_forward_grad(op, dy, dh_last, _dcheckpoint):
     attr = op.get_attr
-    has = {k: attr(k) for k in ("has_d", "has_z", "has_delta_bias", "has_h0")}
+    has = {k: attr(k) for k in ("has_d", "has_z", "has_delta_bias", "has_h0", "has_cu_seqlens")}
     if dy is None:
         dy = tf.zeros_like(op.outputs[0])
     has_dh_last = bool(attr("return_last_state")) and dh_last is not None
     if not has_dh_last:
         dh_last = tf.zeros([0], tf.float32)
     grads = _ops.selscan_backward(
-        *op.inputs[:9],
+        *op.inputs[:10],  # u .. h0, cu_seqlens
         dy,
         dh_last,
         op.outputs[2],  # the forward's checkpoint (empty unless it saved one)
@@ -278,7 +301,62 @@ def _selscan_forward_grad(op, dy, dh_last, _dcheckpoint):
         dz if has["has_z"] else None,
         dbias if has["has_delta_bias"] else None,
         dh0 if has["has_h0"] else None,
+        None,  # cu_seqlens: integer offsets
     ]
+
+
+@tf.autograph.experimental.do_not_convert
+def selective_state_update(state, x, dt, A, B, C, D=None, z=None, dt_bias=None, dt_softplus=False,
+                           state_batch_indices=None, name=None):
+    """One decode step (mamba_ssm's / selscan_torch's selective_state_update): the scan with L = 1
+    from state, for a batch of cached states. Returns (out, new_state).
+
+    TensorFlow tensors are immutable, so unlike selscan_torch's (which updates state in place and
+    returns out) this returns the updated state as new_state: use it as the next step's state
+    (rows not named by state_batch_indices, and padding rows, are copied through unchanged).
+
+    state (batch, dim, N) float32, or (n_cache, dim, N) with state_batch_indices; x, dt, z
+    (batch, dim) of one dtype T in {float32, float16, bfloat16} (never cast); A (dim, N); B, C
+    (batch, N) or (batch, n_groups, N) of dtype T; D, dt_bias (dim,) (A, D, dt_bias cast to
+    float32). state_batch_indices (batch,) integer (cast to int32): the state row of each batch
+    row; a negative entry is padding (out 0 for that row, no state touched); in range and no row
+    twice, or an error. out has x's shape and
+    dtype. With dt_softplus, dt + dt_bias goes through softplus. Inference only: no gradient.
+    """
+    who = "selective_state_update"
+    dt_softplus = _as_bool(dt_softplus, "dt_softplus", who)
+    _refuse_xla(who, "the scan in plain TensorFlow")
+    with tf.name_scope(name or "selective_state_update"):
+        state = _to_tensor(state, "state", who, dtype_hint=tf.float32)
+        if state.dtype != tf.float32:
+            raise TypeError("%s: state must be float32, got %s" % (who, state.dtype.name))
+        x = _to_tensor(x, "x", who, dtype_hint=tf.float32)
+        T = x.dtype
+        if T not in _FLOAT_TYPES:
+            raise TypeError("%s: x must be float32, float16 or bfloat16, got %s" % (who, T.name))
+        like_x = dict(who=who, ref="x", group="x, dt, z, B and C")
+        dt = _as_t(dt, T, "dt", **like_x)
+        A = _as_f32(A, "A", who)
+        B = _as_t(B, T, "B", **like_x)
+        C = _as_t(C, T, "C", **like_x)
+        empty_f32 = tf.zeros([0], tf.float32)
+        D_ = _as_f32(D, "D", who) if D is not None else empty_f32
+        z_ = _as_t(z, T, "z", **like_x) if z is not None else tf.zeros([0], T)
+        bias_ = _as_f32(dt_bias, "dt_bias", who) if dt_bias is not None else empty_f32
+        idx_ = _as_index(state_batch_indices, "state_batch_indices", tf.int32, who) \
+            if state_batch_indices is not None else tf.zeros([0], tf.int32)
+        out, new_state = _ops.selscan_step(
+            state, x, dt, A, B, C, D_, z_, bias_, idx_,
+            dt_softplus=dt_softplus,
+            has_d=D is not None,
+            has_z=z is not None,
+            has_dt_bias=dt_bias is not None,
+            has_state_batch_indices=state_batch_indices is not None,
+        )
+        return out, new_state
+
+
+tf.no_gradient("SelscanStep")
 
 
 _SECOND_ORDER_MSG = (
