@@ -270,7 +270,7 @@ def _tf_mixer_forward_cm(original, apply_mask, cache_name):
     return forward
 
 
-def _tf_cm_hook(mod, g):
+def _tf_cm_hook(g):
     """(MambaMixer, apply_mask_to_padding_states, the cache argument's name) where
     _tf_mixer_forward_cm can stand in for the 5.x mixer's forward: its signature (hidden_states,
     cache or cache_params, attention_mask, **kwargs) and the module's mask helper. None where they
@@ -318,7 +318,7 @@ def _install_transformers(h):
             h._setattr(mod, "causal_conv1d_fn", _tf_conv_fn(g["causal_conv1d_fn"]), f"{modname}.causal_conv1d_fn")
             h._setattr(mod, "causal_conv1d_update", _tf_conv_update(g["causal_conv1d_update"]),
                        f"{modname}.causal_conv1d_update")
-            hook = _tf_cm_hook(mod, g)
+            hook = _tf_cm_hook(g)
             if hook is not None:
                 mixer, mask, cache_name = hook
                 h._setattr(mixer, "forward", _tf_mixer_forward_cm(mixer.__dict__["forward"], mask, cache_name),

@@ -146,7 +146,7 @@ def test_transformers_mixer_stand_in_signatures():
     mask = lambda h, m: h  # noqa: E731
     for name in ("cache", "cache_params"):
         mixer = make(name)
-        hook = si._tf_cm_hook(None, {"MambaMixer": mixer, "apply_mask_to_padding_states": mask})
+        hook = si._tf_cm_hook({"MambaMixer": mixer, "apply_mask_to_padding_states": mask})
         assert hook is not None and hook[0] is mixer and hook[2] == name
         fwd = si._tf_mixer_forward_cm(mixer.__dict__["forward"], mask, name)
         m = mixer()
@@ -159,8 +159,8 @@ def test_transformers_mixer_stand_in_signatures():
         assert fwd(m, torch.zeros(1, 2, 3)) == "orig"  # eval: transformers'
         assert len(calls) == 4
     other = type("MambaMixer", (torch.nn.Module,), {"forward": lambda self, hidden_states, cache_position=None: 0})
-    assert si._tf_cm_hook(None, {"MambaMixer": other, "apply_mask_to_padding_states": mask}) is None
-    assert si._tf_cm_hook(None, {"MambaMixer": make("cache")}) is None  # no mask helper
+    assert si._tf_cm_hook({"MambaMixer": other, "apply_mask_to_padding_states": mask}) is None
+    assert si._tf_cm_hook({"MambaMixer": make("cache")}) is None  # no mask helper
 
 
 @needs_tf
