@@ -28,7 +28,8 @@
  *     >>plans           which kernel a problem gets (plan_forward, plan_fast_backward, ...)
  *     >>launch          the launch sequences      >>entry  validation + plan + launch per entry
  *     >>conv            the causal conv1d: conv_fwd / conv_final / conv_bwd / conv_reduce /
- *                       conv_dinit / conv_step kernels and their host side
+ *                       conv_dinit / conv_step kernels and their host side;
+ *                       >>conv-rows  conv_fwd_rows / conv_bwd_rows (unit L stride)
  *     >>public          the extern "C" entry points
  *
  * KERNELS: which one runs (decided on the host in >>plans; DESIGN below says how each works)
@@ -45,7 +46,9 @@
  *     step_loop_kernel     N = 16 aligned otherwise, batch 1 or >= two rows a thread   >>step
  *     step_vec_kernel      float4 state rows (unit n stride, N % 4 == 0, N <= 128)     >>step
  *     step_kernel          any other step                                              >>step
- *     conv_*_kernel        every causal conv1d call (widths 2..4, any strides)         >>conv
+ *     conv_fwd_rows_kernel unit L stride x / y (backward: x / dy / dx), no packed      >>conv-rows
+ *     conv_bwd_rows_kernel sequences, init_state or dfinal_state (the fused block's rows)
+ *     conv_*_kernel        every other causal conv1d call (widths 2..4, any strides)   >>conv
  *
  * TUNING MACROS (define before the implementation's include; defaults measured on an H200:
  * bench/DECISIONS.md has each value's measurement):
@@ -4433,6 +4436,169 @@ static __global__ void __launch_bounds__(256) conv_reduce_kernel(const conv_para
     }
 }
 
+/* ---- >>conv-rows: the unit-L-stride path (the fused block's (batch, dim, L) rows) ----
+   Where x, y (forward) / x, dy, dx (backward) have unit L stride and there are no packed
+   sequences, init_state or dfinal_state, a warp takes one (batch row, channel) row over a segment
+   of L: each lane holds K = 16 / sizeof(T) consecutive steps a pass (one 16-byte load an operand
+   where the row is aligned, load_raw's narrower loads where not), the W - 1 steps before its own
+   come from the lane before (a shuffle; lane 0 from the previous pass's lane 31, or from global
+   memory at the segment start), the next pass's loads are in flight while this one computes, and
+   nothing goes through shared memory: the staged tiles of conv_fwd_kernel / conv_bwd_kernel cost
+   2-byte loads, two shared-memory passes and index arithmetic (bf16 backward 6.7-8.1x its floor,
+   bench/NOTES.md CONV-CUDA-v3). Each output runs the reference's order, as the tiled kernels.
+   Backward: the dpre of the W - 1 steps after a lane's own (its dx needs them) are recomputed by
+   that lane from the next lane's x and dy (lane 31: the next pass's lane 0, prefetched; at the
+   segment's end only lane 0 loads the pass after); dweight / dbias: per-lane sums, a fixed
+   shuffle tree a warp, one partial a (batch row, segment, channel) for conv_reduce_kernel. */
+template <typename T> struct conv_rows_k { static constexpr int K = 16 / static_cast<int>(sizeof(T)); };
+
+/* the warp's row and segment [s0, s1); false past the grid's last row */
+static __device__ __forceinline__ bool conv_rows_at(const conv_params &P, int64_t nseg, int64_t seglen, int64_t *b, int64_t *d,
+                                                    int64_t *seg, int64_t *s0, int64_t *s1) {
+    const int64_t gw = static_cast<int64_t>(blockIdx.x) * (kThreads / 32) + threadIdx.x / 32;
+    if (gw >= P.batch * P.dim * nseg) return false;
+    const int64_t row = gw / nseg;
+    *seg = gw % nseg; *b = row / P.dim; *d = row % P.dim;
+    *s0 = *seg * seglen; *s1 = min(*s0 + seglen, P.L);
+    return true;
+}
+static __device__ __forceinline__ int conv_rows_n(int64_t lim, int64_t t, int K) { return static_cast<int>(max(static_cast<int64_t>(0), min(lim - t, static_cast<int64_t>(K)))); }
+
+template <typename T, int W>
+static __global__ void __launch_bounds__(kThreads) conv_fwd_rows_kernel(const conv_params P, int64_t nseg, int64_t seglen) {
+    constexpr int H = W - 1, K = conv_rows_k<T>::K, PASS = 32 * K;
+    const unsigned FULL = 0xffffffffu;
+    int64_t b, d, seg, s0, s1;
+    if (!conv_rows_at(P, nseg, seglen, &b, &d, &seg, &s0, &s1)) return; /* the whole warp */
+    const int lane = static_cast<int>(threadIdx.x) % 32;
+    const T *xr = static_cast<const T *>(P.x.p) + b * P.x.s[0] + d * P.x.s[1];
+    T *yr = static_cast<T *>(P.y.p) + b * P.y.s[0] + d * P.y.s[1];
+    float w[W], carry[H];
+#pragma unroll
+    for (int k = 0; k < W; k++) w[k] = ldf(P.w, d * P.w.s[0] + k * P.w.s[1]);
+    const float bias = P.bias.p ? ldf(P.bias, d * P.bias.s[0]) : 0.0f;
+#pragma unroll
+    for (int j = 0; j < H; j++) carry[j] = s0 - H + j >= 0 ? ld<T>(static_cast<const void *>(xr), s0 - H + j) : 0.0f;
+    rawv<T, K> cur, nxt;
+    load_raw<T, K>(cur, xr + s0 + lane * K, conv_rows_n(s1, s0 + lane * K, K), false);
+    for (int64_t t0 = s0; t0 < s1; t0 += PASS) {
+        const int64_t t = t0 + lane * K;
+        if (t0 + PASS < s1) load_raw<T, K>(nxt, xr + t + PASS, conv_rows_n(s1, t + PASS, K), false);
+        float xv[H + K]; /* x[t - H .. t + K) */
+#pragma unroll
+        for (int e = 0; e < K; e++) xv[H + e] = raw_get(cur, e);
+#pragma unroll
+        for (int j = 0; j < H; j++) {
+            const float up = __shfl_up_sync(FULL, xv[K + j], 1);
+            xv[j] = lane == 0 ? carry[j] : up;
+        }
+#pragma unroll
+        for (int j = 0; j < H; j++) carry[j] = __shfl_sync(FULL, xv[K + j], 31);
+        float out[K];
+#pragma unroll
+        for (int e = 0; e < K; e++) {
+            float acc = bias;
+#pragma unroll
+            for (int k = 0; k < W; k++) acc = fmaf(w[k], xv[e + k], acc);
+            if (P.silu) acc *= sigm(acc);
+            out[e] = acc;
+        }
+        const int n = conv_rows_n(s1, t, K);
+        if (n > 0) store_row<T, K>(yr + t, out, n);
+        cur = nxt;
+    }
+}
+
+template <typename T, int W>
+static __global__ void __launch_bounds__(kThreads) conv_bwd_rows_kernel(const conv_params P, int64_t nseg, int64_t seglen) {
+    constexpr int H = W - 1, K = conv_rows_k<T>::K, PASS = 32 * K;
+    const unsigned FULL = 0xffffffffu;
+    int64_t b, d, seg, s0, s1;
+    if (!conv_rows_at(P, nseg, seglen, &b, &d, &seg, &s0, &s1)) return; /* the whole warp */
+    const int lane = static_cast<int>(threadIdx.x) % 32, nl = (lane + 1) % 32;
+    const int64_t L = P.L;
+    const T *xr = static_cast<const T *>(P.x.p) + b * P.x.s[0] + d * P.x.s[1];
+    const T *gr = static_cast<const T *>(P.dy.p) + b * P.dy.s[0] + d * P.dy.s[1];
+    T *dxr = P.dx.p ? static_cast<T *>(P.dx.p) + b * P.dx.s[0] + d * P.dx.s[1] : NULL;
+    float w[W], carry[H], acc[W + 1];
+#pragma unroll
+    for (int k = 0; k < W; k++) w[k] = ldf(P.w, d * P.w.s[0] + k * P.w.s[1]);
+    const float bias = P.bias.p ? ldf(P.bias, d * P.bias.s[0]) : 0.0f;
+#pragma unroll
+    for (int k = 0; k <= W; k++) acc[k] = 0.0f;
+#pragma unroll
+    for (int j = 0; j < H; j++) carry[j] = s0 - H + j >= 0 ? ld<T>(static_cast<const void *>(xr), s0 - H + j) : 0.0f;
+    rawv<T, K> cx, cg, nx, ng;
+    {
+        const int n = conv_rows_n(s1, s0 + lane * K, K);
+        load_raw<T, K>(cx, xr + s0 + lane * K, n, false);
+        load_raw<T, K>(cg, gr + s0 + lane * K, n, false);
+    }
+    for (int64_t t0 = s0; t0 < s1; t0 += PASS) {
+        const int64_t t = t0 + lane * K, tn = t + PASS;
+        /* the next pass (inside the segment: every lane; after it: lane 0 only, for lane 31's halo) */
+        const int nn = conv_rows_n(t0 + PASS < s1 ? s1 : (lane == 0 ? L : tn), tn, K);
+        load_raw<T, K>(nx, xr + tn, nn, false);
+        load_raw<T, K>(ng, gr + tn, nn, false);
+        float xv[H + K + H], g[K + H]; /* x[t - H .. t + K + H), dy[t .. t + K + H) */
+#pragma unroll
+        for (int e = 0; e < K; e++) { xv[H + e] = raw_get(cx, e); g[e] = raw_get(cg, e); }
+#pragma unroll
+        for (int j = 0; j < H; j++) {
+            const float up = __shfl_up_sync(FULL, xv[K + j], 1);
+            const float rx = __shfl_sync(FULL, lane == 0 ? raw_get(nx, j) : xv[H + j], nl);
+            const float rg = __shfl_sync(FULL, lane == 0 ? raw_get(ng, j) : g[j], nl);
+            xv[j] = lane == 0 ? carry[j] : up;
+            xv[H + K + j] = rx;
+            g[K + j] = rg;
+        }
+#pragma unroll
+        for (int j = 0; j < H; j++) carry[j] = __shfl_sync(FULL, xv[K + j], 31);
+        float dp[K + H]; /* dpre of steps t .. t + K + H (0 past L) */
+#pragma unroll
+        for (int e = 0; e < K + H; e++) {
+            float pre = bias;
+#pragma unroll
+            for (int k = 0; k < W; k++) pre = fmaf(w[k], xv[e + k], pre);
+            float v = g[e];
+            if (P.silu) {
+                const float sgm = sigm(pre);
+                v = v * (sgm * fmaf(pre, 1.0f - sgm, 1.0f));
+            }
+            dp[e] = t + e < L ? v : 0.0f;
+        }
+        const int n = conv_rows_n(s1, t, K);
+#pragma unroll
+        for (int e = 0; e < K; e++)
+            if (e < n) {
+                acc[W] += dp[e];
+#pragma unroll
+                for (int k = 0; k < W; k++) acc[k] = fmaf(dp[e], xv[e + k], acc[k]);
+            }
+        if (dxr && n > 0) {
+            float out[K];
+#pragma unroll
+            for (int e = 0; e < K; e++) {
+                float v = 0.0f;
+#pragma unroll
+                for (int k = H; k >= 0; k--) /* dpre of t + e + H - k, inside the row */
+                    if (t + e + H - k < L) v = fmaf(w[k], dp[e + H - k], v);
+                out[e] = v;
+            }
+            store_row<T, K>(dxr + t, out, n);
+        }
+        cx = nx; cg = ng;
+    }
+    if (!P.part) return;
+#pragma unroll
+    for (int k = 0; k <= W; k++)
+#pragma unroll
+        for (int m = 16; m >= 1; m >>= 1) acc[k] += __shfl_xor_sync(FULL, acc[k], m);
+    if (lane == 0)
+#pragma unroll
+        for (int k = 0; k <= W; k++) P.part[((b * nseg + seg) * P.dim + d) * (W + 1) + k] = acc[k];
+}
+
 /* dinit_state[s, d, j]: the dx of position s0 - H + j (before sequence s), from the dpre of
    s0 .. s0 + j (recomputed), plus dfinal_state where that position is one of the last H */
 template <typename T>
@@ -4513,6 +4679,22 @@ static bool conv_grids(const selscan__cprob &q, int64_t tiles, int64_t *ntiles, 
     return c.ok && *main_blocks <= kMaxGrid && *aux_blocks <= kMaxGrid && cdiv(c.mul(q.dim, q.W + 1), 256) <= kMaxGrid;
 }
 
+/* The rows path (>>conv-rows): where it applies, and its segments. A warp a (row, segment);
+   segments as long as the row unless that leaves under ~16k warps (a few waves of an H100 /
+   H200: the short-batch, long-L calls), whole passes, never more a row than the tiled backward's
+   partials (cdiv(L, kConvTB * kConvTL)): the workspace size does not depend on the path. false:
+   the grid would pass 2^31 - 1 blocks. */
+static bool conv_rows_plan(const selscan__cprob &q, int64_t *nseg, int64_t *seglen, int64_t *blocks) {
+    const int64_t pass = 32 * (16 / static_cast<int64_t>(selscan__dtype_size(q.dt))), rows = q.batch * q.dim;
+    const int64_t ns = std::max(static_cast<int64_t>(1), std::min(cdiv(static_cast<int64_t>(16384), rows), cdiv(q.L, static_cast<int64_t>(kConvTB) * kConvTL)));
+    *seglen = cdiv(cdiv(q.L, ns), pass) * pass;
+    *nseg = cdiv(q.L, *seglen);
+    sizecalc c;
+    *blocks = cdiv(c.mul(rows, *nseg), static_cast<int64_t>(kThreads / 32));
+    return c.ok && *blocks <= kMaxGrid;
+}
+static bool conv_unit_l(const selscan__ten &t) { return !t.data || t.s[2] == 1; }
+
 template <typename F> static void conv_with_width(int W, F &&f) {
     if (W == 2) f(std::integral_constant<int, 2>());
     else if (W == 3) f(std::integral_constant<int, 3>());
@@ -4532,7 +4714,8 @@ static selscan_status conv_check_cu(const selscan__cprob &q, const selscan_cuda_
     return SELSCAN_OK;
 }
 
-static selscan_status conv_forward(const selscan_conv_problem *p, const selscan_cuda_ext *x, cudaStream_t stream) {
+/* rows < 0: never the rows path (tuning, bench/bench_cuda.cu; 0: wherever it applies) */
+static selscan_status conv_forward(const selscan_conv_problem *p, const selscan_cuda_ext *x, cudaStream_t stream, int rows = 0) {
     selscan__cprob q;
     conv_params P;
     selscan_status st;
@@ -4545,9 +4728,14 @@ static selscan_status conv_forward(const selscan_conv_problem *p, const selscan_
     if (!conv_grids(q, kConvTL, &ntl, &nblk, &naux)) return fail_grid(dg);
     conv_fill(P, q, x ? x->cu_seqlens_device : NULL);
     P.ntiles = ntl;
+    int64_t nseg = 0, seglen = 0, rblk = 0;
+    const bool use_rows = rows >= 0 && !q.cu && !q.h0.data && conv_unit_l(q.x) && conv_unit_l(q.y) && conv_rows_plan(q, &nseg, &seglen, &rblk);
     selscan_cuda_detail::with_dtype(q.dt, [&](auto tag) {
         using T = typename decltype(tag)::type;
-        conv_with_width(P.W, [&](auto wc) { conv_fwd_kernel<T, decltype(wc)::value><<<static_cast<unsigned>(nblk), kThreads, 0, stream>>>(P); });
+        conv_with_width(P.W, [&](auto wc) {
+            if (use_rows) conv_fwd_rows_kernel<T, decltype(wc)::value><<<static_cast<unsigned>(rblk), kThreads, 0, stream>>>(P, nseg, seglen);
+            else conv_fwd_kernel<T, decltype(wc)::value><<<static_cast<unsigned>(nblk), kThreads, 0, stream>>>(P);
+        });
     });
     SELSCAN__LAUNCHED();
     if (q.hlast.data) {
@@ -4581,7 +4769,7 @@ static selscan_status conv_workspace_size(const selscan_conv_problem *p, const s
 }
 
 static selscan_status conv_backward(const selscan_conv_problem *p, const selscan_conv_grads *g, const selscan_cuda_ext *x,
-                                    void *workspace, size_t bytes, cudaStream_t stream) {
+                                    void *workspace, size_t bytes, cudaStream_t stream, int rows = 0) {
     selscan__cprob q;
     selscan__cgrd r;
     conv_params P;
@@ -4608,15 +4796,21 @@ static selscan_status conv_backward(const selscan_conv_problem *p, const selscan
     P.dy = mk(r.dy); P.dhlast = mk(r.dhlast); P.dx = mk(r.dx); P.dw = mk(r.dw); P.dbias = mk(r.dbias); P.dh0 = mk(r.dh0);
     P.cldy = conv_lanes_cl(r.dy); P.cldx = conv_lanes_cl(r.dx);
     P.part = need ? reinterpret_cast<float *>(ws) : NULL;
+    int64_t nseg = 0, seglen = 0, rblk = 0;
+    const bool use_rows = rows >= 0 && !q.cu && !q.h0.data && !r.dhlast.data && conv_unit_l(q.x) && conv_unit_l(r.dy) &&
+                          conv_unit_l(r.dx) && conv_rows_plan(q, &nseg, &seglen, &rblk);
     if (P.dx.p || P.part) {
         selscan_cuda_detail::with_dtype(q.dt, [&](auto tag) {
             using T = typename decltype(tag)::type;
-            conv_with_width(P.W, [&](auto wc) { conv_bwd_kernel<T, decltype(wc)::value><<<static_cast<unsigned>(nblk), kThreads, 0, stream>>>(P); });
+            conv_with_width(P.W, [&](auto wc) {
+                if (use_rows) conv_bwd_rows_kernel<T, decltype(wc)::value><<<static_cast<unsigned>(rblk), kThreads, 0, stream>>>(P, nseg, seglen);
+                else conv_bwd_kernel<T, decltype(wc)::value><<<static_cast<unsigned>(nblk), kThreads, 0, stream>>>(P);
+            });
         });
         SELSCAN__LAUNCHED();
     }
     if (P.part) {
-        conv_reduce_kernel<<<nblocks(q.dim * (q.W + 1), 256), 256, 0, stream>>>(P, q.batch * ntb);
+        conv_reduce_kernel<<<nblocks(q.dim * (q.W + 1), 256), 256, 0, stream>>>(P, q.batch * (use_rows ? nseg : ntb));
         SELSCAN__LAUNCHED();
     }
     if (r.dh0.data) {
@@ -4680,6 +4874,19 @@ static SELSCAN__MAYBE_UNUSED selscan_status selscan__step_cuda_tuned(const selsc
     if (st != SELSCAN_OK) return st;
     return selscan_cuda_detail::launch_step(q, selscan_cuda_detail::step_tune{S, R, pdl, fast, minb, loop, 0, tma, 0}, stream, err,
                                             s->diag);
+}
+
+/* The conv forward / backward with the rows path (>>conv-rows) never taken (rows < 0) or
+   wherever it applies (0), for tuning and for tests of the tiled kernels (bench/bench_cuda.cu,
+   tests/test_cuda_conv.cu). */
+static SELSCAN__MAYBE_UNUSED selscan_status selscan__conv_forward_cuda_tuned(const selscan_conv_problem *p, const selscan_cuda_ext *x,
+                                                                             cudaStream_t stream, int rows) {
+    return selscan_cuda_detail::conv_forward(p, x, stream, rows);
+}
+static SELSCAN__MAYBE_UNUSED selscan_status selscan__conv_backward_cuda_tuned(const selscan_conv_problem *p, const selscan_conv_grads *g,
+                                                                              const selscan_cuda_ext *x, void *workspace, size_t bytes,
+                                                                              cudaStream_t stream, int rows) {
+    return selscan_cuda_detail::conv_backward(p, g, x, workspace, bytes, stream, rows);
 }
 
 extern "C" {

@@ -524,7 +524,7 @@ static void bench_prefill_graphs(GraphTimer &gt, double bw, double ex2rate, cons
 static void bench_conv(cudaStream_t stream, cudaEvent_t e0, cudaEvent_t e1, double bw, const char *only_dt) {
     struct CC { const char *name; int64_t batch, dim, L; };
     const CC cases[] = {{"130m-train", 8, 1536, 2048}, {"1.4b-train", 4, 4096, 2048}, {"prefill-1", 1, 4096, 512}};
-    printf("\nconv1d (W 4, silu, bias; median of 20 calls each synchronised) | fwd ms  x floor | bwd ms  x floor\n");
+    printf("\nconv1d (W 4, silu, bias; median of 20 calls each synchronised) | fwd ms  x floor | bwd ms  x floor [| tiled kernels forced: the same]\n");
     for (const CC &c : cases)
         for (int di = 0; di < 2; di++)
             for (int lay = 0; lay < 2; lay++) {
@@ -551,12 +551,12 @@ static void bench_conv(cudaStream_t stream, cudaEvent_t e0, cudaEvent_t e1, doub
                 size_t wsb = 0;
                 OK(selscan_conv_workspace_size_cuda(&p, &g, &wsb));
                 void *ws = wsb ? dalloc(wsb) : NULL;
-                auto time_it = [&](bool bwd) {
+                auto time_it = [&](bool bwd, int rows) {
                     std::vector<float> t;
                     for (int i = 0; i < 23; i++) {
                         CU(cudaEventRecord(e0, stream));
-                        if (bwd) OK(selscan_conv_backward_cuda(&p, &g, NULL, ws, wsb, stream));
-                        else OK(selscan_conv_forward_cuda(&p, NULL, stream));
+                        if (bwd) OK(selscan__conv_backward_cuda_tuned(&p, &g, NULL, ws, wsb, stream, rows));
+                        else OK(selscan__conv_forward_cuda_tuned(&p, NULL, stream, rows));
                         CU(cudaEventRecord(e1, stream));
                         CU(cudaEventSynchronize(e1));
                         float ms;
@@ -565,10 +565,15 @@ static void bench_conv(cudaStream_t stream, cudaEvent_t e0, cudaEvent_t e1, doub
                     }
                     return median(t);
                 };
-                const float f = time_it(false), bk = time_it(true);
+                const float f = time_it(false, 0), bk = time_it(true, 0);
                 const double ff = 2.0 * n * es / bw * 1e3, bf = 3.0 * n * es / bw * 1e3;
-                printf("%-11s %-5s %-3s (%lld, %lld, %lld) | %8.4f %6.2f | %8.4f %6.2f\n", c.name, di ? "bf16" : "f32", lay ? "xz" : "bdl",
+                printf("%-11s %-5s %-3s (%lld, %lld, %lld) | %8.4f %6.2f | %8.4f %6.2f", c.name, di ? "bf16" : "f32", lay ? "xz" : "bdl",
                        (long long)c.batch, (long long)c.dim, (long long)c.L, f, f / ff, bk, bk / bf);
+                if (!lay) { /* bdl runs the rows path (>>conv-rows): the tiled kernels beside it */
+                    const float ft = time_it(false, -1), bt = time_it(true, -1);
+                    printf(" | tiled %8.4f %6.2f | %8.4f %6.2f", ft, ft / ff, bt, bt / bf);
+                }
+                printf("\n");
                 fflush(stdout);
                 void *fr[] = {x, y, dy, dx, w, b, dw, db, ws};
                 for (void *q : fr) if (q) cudaFree(q);

@@ -2,8 +2,10 @@
  *
  * Random problems over every dtype, width (2, 3, 4), layout of x / y / dy / dx (contiguous with
  * zero strides, explicit, channels-last (batch, L, dim), padded with gaps, channels-last views of
- * a wider (batch, L, 2 dim) buffer: x = xz[:, :, :dim]), option (silu, bias, init_state,
- * final_state, dfinal_state, packed sequences with empty ones), L across tiles (1 .. 600):
+ * a wider (batch, L, 2 dim) buffer: x = xz[:, :, :dim]; unit step stride with misaligned rows),
+ * option (silu, bias, init_state, final_state, dfinal_state, packed sequences with empty ones),
+ * L across tiles (1 .. 600; the rows path's cases up to 9000, many segments a row), each call
+ * both on the automatic path (the rows kernels where they apply) and with the tiled kernels forced:
  * forward y (relative error) and final_state (bitwise: a copy of inputs); backward dx, dweight,
  * dbias, dinit_state (any subset), run twice and compared bitwise (deterministic); the decode
  * update (seqlen 1 and 3, state_len > W - 1, state_index with padding, out-of-range rows) against
@@ -96,7 +98,8 @@ struct Ten {
 };
 
 /* layout: 0 contiguous (zero strides), 1 explicit, 2 channels-last (last dim to position 1),
-   3 padded (gaps), 4 channels-last view of a buffer twice as wide in dim (x = xz[:, :, :dim]) */
+   3 padded (gaps), 4 channels-last view of a buffer twice as wide in dim (x = xz[:, :, :dim]),
+   5 unit step stride with rows one element apart, off an aligned address (misaligned rows) */
 static void make(Ten &t, selscan_dtype dt, int nd, int64_t n0, int64_t n1, int64_t n2, int layout, bool dev) {
     t = Ten();
     t.nd = nd; t.dt = dt;
@@ -105,6 +108,11 @@ static void make(Ten &t, selscan_dtype dt, int nd, int64_t n0, int64_t n1, int64
         const int64_t wd = layout == 4 ? 2 * t.n[1] : t.n[1];
         t.s[1] = 1; t.s[2] = wd; t.s[0] = wd * t.n[2];
         t.alloc = t.s[0] * t.n[0];
+    } else if (layout == 5) { /* unit step stride, rows one element apart, one element off the allocation (misaligned rows) */
+        t.s[nd - 1] = 1;
+        for (int k = nd - 2; k >= 0; k--) t.s[k] = t.s[k + 1] * t.n[k + 1] + 1;
+        t.base = 1;
+        t.alloc = 1 + t.s[0] * t.n[0];
     } else if (layout == 3) {
         int64_t acc = 1;
         for (int k = nd - 1; k >= 0; k--) { t.s[k] = acc * (k == nd - 1 ? 2 : 1) + (k == nd - 1 ? 0 : 3); acc = t.s[k] * t.n[k]; }
@@ -226,16 +234,20 @@ static void run_case(const Cfg &c, int id) {
     CHECK(st == SELSCAN_OK, "%s: cpu forward %s", name, selscan_status_name(st));
     const std::vector<unsigned char> yref(y.h, y.h + y.alloc * y.es()), hlref(hl.h, hl.h + hl.alloc * hl.es());
     set_fwd(true);
-    y.poison_dev(); hl.poison_dev();
-    st = selscan_conv_forward_cuda(&p, &ext, 0);
-    CU(cudaDeviceSynchronize());
-    CHECK(st == SELSCAN_OK, "%s: cuda forward %s (%s %s)", name, selscan_status_name(st), dg.operand ? dg.operand : "", dg.rule ? dg.rule : "");
-    {
+    /* every call twice: the automatic choice (the rows path where it applies) and the tiled
+       kernels forced (selscan__conv_*_cuda_tuned, rows < 0) */
+    for (int path = 0; path < 2; path++) {
+        const char *pn = path ? "tiled" : "auto";
+        y.poison_dev(); hl.poison_dev();
+        st = path ? selscan__conv_forward_cuda_tuned(&p, &ext, 0, -1) : selscan_conv_forward_cuda(&p, &ext, 0);
+        CU(cudaDeviceSynchronize());
+        CHECK(st == SELSCAN_OK, "%s (%s): cuda forward %s (%s %s)", name, pn, selscan_status_name(st), dg.operand ? dg.operand : "",
+              dg.rule ? dg.rule : "");
         const std::vector<unsigned char> yg = y.down(), hg = hl.down();
         const double e = rel_err(y, yg.data(), yref.data());
-        CHECK(e <= tol(c.dt, false), "%s: y rel err %.3g", name, e);
-        CHECK(gaps_clean(y, yg.data()), "%s: y gaps written", name);
-        if (c.hlast) CHECK(same_elems(hl, hg.data(), hlref.data()) && gaps_clean(hl, hg.data()), "%s: final_state differs", name);
+        CHECK(e <= tol(c.dt, false), "%s (%s): y rel err %.3g", name, pn, e);
+        CHECK(gaps_clean(y, yg.data()), "%s (%s): y gaps written", name, pn);
+        if (c.hlast) CHECK(same_elems(hl, hg.data(), hlref.data()) && gaps_clean(hl, hg.data()), "%s (%s): final_state differs", name, pn);
     }
 
     /* backward */
@@ -265,25 +277,29 @@ static void run_case(const Cfg &c, int id) {
     CHECK(((c.want & 6) != 0) == (wsb > 0), "%s: workspace %zu bytes with want %u", name, wsb, c.want);
     void *ws = NULL;
     if (wsb) CU(cudaMalloc(&ws, wsb + 1));
-    std::vector<unsigned char> first[4];
-    for (int rep = 0; rep < 2; rep++) {
-        for (Ten *t : outs) t->poison_dev();
-        if (ws) CU(cudaMemset(ws, 0xCD, wsb + 1));
-        /* the second run: the workspace one byte past an aligned address (any address works) */
-        st = selscan_conv_backward_cuda(&p, &g, &ext, rep && ws ? (char *)ws + 1 : ws, wsb, 0);
-        CU(cudaDeviceSynchronize());
-        CHECK(st == SELSCAN_OK, "%s: cuda backward %s (%s %s)", name, selscan_status_name(st), dg.operand ? dg.operand : "",
-              dg.rule ? dg.rule : "");
-        for (int k = 0; k < 4; k++) {
-            if (!(c.want & (1u << k))) continue;
-            const std::vector<unsigned char> gk = outs[k]->down();
-            if (rep == 0) {
-                const double e = rel_err(*outs[k], gk.data(), ref[k].data());
-                CHECK(e <= tol(k == 1 || k == 2 ? SELSCAN_F32 : c.dt, true), "%s: %s rel err %.3g", name, onames[k], e);
-                CHECK(gaps_clean(*outs[k], gk.data()), "%s: %s gaps written", name, onames[k]);
-                first[k] = gk;
-            } else {
-                CHECK(gk == first[k], "%s: %s not bitwise the same on a second run", name, onames[k]);
+    for (int path = 0; path < 2; path++) {
+        const char *pn = path ? "tiled" : "auto";
+        std::vector<unsigned char> first[4];
+        for (int rep = 0; rep < 2; rep++) {
+            for (Ten *t : outs) t->poison_dev();
+            if (ws) CU(cudaMemset(ws, 0xCD, wsb + 1));
+            /* the second run: the workspace one byte past an aligned address (any address works) */
+            void *wp = rep && ws ? (char *)ws + 1 : ws;
+            st = path ? selscan__conv_backward_cuda_tuned(&p, &g, &ext, wp, wsb, 0, -1) : selscan_conv_backward_cuda(&p, &g, &ext, wp, wsb, 0);
+            CU(cudaDeviceSynchronize());
+            CHECK(st == SELSCAN_OK, "%s (%s): cuda backward %s (%s %s)", name, pn, selscan_status_name(st), dg.operand ? dg.operand : "",
+                  dg.rule ? dg.rule : "");
+            for (int k = 0; k < 4; k++) {
+                if (!(c.want & (1u << k))) continue;
+                const std::vector<unsigned char> gk = outs[k]->down();
+                if (rep == 0) {
+                    const double e = rel_err(*outs[k], gk.data(), ref[k].data());
+                    CHECK(e <= tol(k == 1 || k == 2 ? SELSCAN_F32 : c.dt, true), "%s (%s): %s rel err %.3g", name, pn, onames[k], e);
+                    CHECK(gaps_clean(*outs[k], gk.data()), "%s (%s): %s gaps written", name, pn, onames[k]);
+                    first[k] = gk;
+                } else {
+                    CHECK(gk == first[k], "%s (%s): %s not bitwise the same on a second run", name, pn, onames[k]);
+                }
             }
         }
     }
@@ -447,8 +463,8 @@ int main() {
     /* a fixed sweep: every dtype x width x layout pair, all options on */
     for (int di = 0; di < 3; di++)
         for (int W = 2; W <= 4; W++)
-            for (int lay = 0; lay < 5; lay++) {
-                Cfg c = {dts[di], 2, 70, 150, W, true, true, true, true, true, 0, lay, (lay + 2) % 5, 15};
+            for (int lay = 0; lay < 6; lay++) {
+                Cfg c = {dts[di], 2, 70, 150, W, true, true, true, true, true, 0, lay, (lay + 2) % 6, 15};
                 run_case(c, id++);
             }
     /* random cases */
@@ -464,9 +480,29 @@ int main() {
         if (c.L < c.nseq) c.L = c.nseq;
         c.silu = urand(0, 1) < 0.6; c.bias = urand(0, 1) < 0.7; c.h0 = urand(0, 1) < 0.5; c.hlast = urand(0, 1) < 0.5;
         c.dhlast = urand(0, 1) < 0.5;
-        c.lx = irand(0, 4); c.ly = irand(0, 4);
+        c.lx = irand(0, 5); c.ly = irand(0, 5);
         c.want = (unsigned)irand(1, 15);
         run_case(c, id++);
+    }
+    /* the rows path (>>conv-rows): unit-stride layouts (aligned, misaligned), no init_state /
+       packed sequences / dfinal_state, L across lanes, passes and segments (batch 1 and few
+       channels: many segments a row) */
+    {
+        const int64_t Ls[] = {1, 2, 3, 5, 8, 9, 31, 129, 255, 256, 257, 1000, 4099, 9000};
+        for (int i = 0; i < (quick ? 24 : 84); i++) {
+            Cfg c;
+            c.dt = dts[i % 3];
+            c.W = 2 + (i / 3) % 3;
+            c.nseq = 0; c.h0 = false; c.dhlast = false;
+            c.L = Ls[(i * 5) % 14];
+            c.batch = irand(1, 3);
+            c.dim = c.L >= 1000 ? irand(1, 9) : irand(1, 70);
+            c.silu = (i / 9) % 2 == 0; c.bias = urand(0, 1) < 0.7; c.hlast = urand(0, 1) < 0.5;
+            const int lays[3] = {0, 1, 5};
+            c.lx = lays[irand(0, 2)]; c.ly = lays[irand(0, 2)];
+            c.want = (unsigned)irand(1, 15);
+            run_case(c, id++);
+        }
     }
     /* the update */
     int sid = 0;
