@@ -625,9 +625,11 @@ def case_block(tf, name):
 # >>profile: where one training step's device time goes, by kernel category
 # ------------------------------------------------------------------------------------------------
 KERNEL_CATEGORIES = [  # (category, substrings of the kernel name, lowercased), first match wins
+    # conv first: selscan's conv kernels live in namespace selscan_cuda_detail too
+    ("conv", ["causal_conv1d", "conv_fwd", "conv_bwd", "conv_reduce", "conv_final", "conv_dinit", "conv_step", "conv1d",
+              "cudnn", "depthwise"]),
     ("scan selscan", ["selscan", "fwd_fast", "bwd_fast", "fwd_short", "bwd_general", "fwd_general"]),
     ("scan mamba_ssm", ["selective_scan"]),
-    ("conv", ["causal_conv1d", "conv_fwd", "conv_bwd", "conv1d", "cudnn", "depthwise"]),
     ("gemm", ["gemm", "cutlass", "xmma", "nvjet", "cublas", "sm90_", "matmul"]),
     ("loss / softmax", ["softmax", "nll", "cross_entropy", "log_softmax"]),
     ("copy / cast", ["copy", "cast", "transpose", "cat_", "catarray"]),
@@ -649,7 +651,6 @@ def case_profile(tf, name):
     if ARGS.device.type != "cuda":
         RESULTS["skipped"].append("profile: CUDA only")
         return
-    from torch.profiler import ProfilerActivity, profile
     hidden, layers, vocab, batch, L = (QUICK_MODELS if ARGS.quick else MODELS)[name]
     bks = backends_for(tf, [n for n in ARGS.backends if n != "torch"])
     model = build_lm(tf, name)
@@ -661,40 +662,46 @@ def case_profile(tf, name):
             loss = model(input_ids=ids, labels=ids).loss
         loss.backward()
 
-    out = RESULTS.setdefault("profile", {})
     for b in bks:
         try:
             with b:
-                warm_up(model, step)
-                sync()
-                with profile(activities=[ProfilerActivity.CUDA]) as prof:
-                    step()
-                    sync()
-            kern = {}
-            for e in prof.events():
-                if e.device_type == torch.autograd.DeviceType.CUDA and e.name and e.device_time_total:
-                    k = kern.setdefault(e.name, [0.0, 0])
-                    k[0] += e.device_time_total / 1e3
-                    k[1] += 1
-            cats = {}
-            for k, (ms, n) in kern.items():
-                c = cats.setdefault(kernel_category(k), [0.0, 0])
-                c[0] += ms
-                c[1] += n
-            total = sum(v[0] for v in cats.values())
-            top = sorted(kern.items(), key=lambda kv: -kv[1][0])[:30]
-            out[f"{name} {b.name}"] = {
-                "device_ms_total": round(total, 3),
-                "categories_ms": {c: [round(v[0], 3), v[1]] for c, v in sorted(cats.items(), key=lambda kv: -kv[1][0])},
-                "top_kernels_ms": [[k[:160], round(v[0], 3), v[1]] for k, v in top]}
-            log(f"  profile {name} {b.name}: device {total:.1f} ms: " + ", ".join(
-                f"{c} {v[0]:.1f}" for c, v in sorted(cats.items(), key=lambda kv: -kv[1][0])))
-            for k, v in top[:12]:
-                log(f"      {v[0]:8.2f} ms {v[1]:5d}x  {k[:110]}")
+                profile_step(model, step, f"{name} {b.name}")
         except Exception as e:  # noqa: BLE001
             backend_failed(f"profile {name}", b.name, e)
         model.zero_grad(set_to_none=True)
     del model
+
+
+def profile_step(model, step, label):
+    """One step under torch.profiler (after warm_up): device time by kernel category and the top
+    kernels, into RESULTS["profile"][label] and the log."""
+    from torch.profiler import ProfilerActivity, profile
+    warm_up(model, step)
+    sync()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        step()
+        sync()
+    kern = {}
+    for e in prof.events():
+        if e.device_type == torch.autograd.DeviceType.CUDA and e.name and e.device_time_total:
+            k = kern.setdefault(e.name, [0.0, 0])
+            k[0] += e.device_time_total / 1e3
+            k[1] += 1
+    cats = {}
+    for k, (ms, n) in kern.items():
+        c = cats.setdefault(kernel_category(k), [0.0, 0])
+        c[0] += ms
+        c[1] += n
+    total = sum(v[0] for v in cats.values())
+    top = sorted(kern.items(), key=lambda kv: -kv[1][0])[:30]
+    RESULTS.setdefault("profile", {})[label] = {
+        "device_ms_total": round(total, 3),
+        "categories_ms": {c: [round(v[0], 3), v[1]] for c, v in sorted(cats.items(), key=lambda kv: -kv[1][0])},
+        "top_kernels_ms": [[k[:160], round(v[0], 3), v[1]] for k, v in top]}
+    log(f"  profile {label}: device {total:.1f} ms: " + ", ".join(
+        f"{c} {v[0]:.1f}" for c, v in sorted(cats.items(), key=lambda kv: -kv[1][0])))
+    for k, v in top[:12]:
+        log(f"      {v[0]:8.2f} ms {v[1]:5d}x  {k[:110]}")
 
 
 # ------------------------------------------------------------------------------------------------
@@ -1038,6 +1045,14 @@ def case_mambavision():
         except Exception as e:  # noqa: BLE001
             backend_failed("train MambaVision-T", b.name, e)
     bks = ok
+    if "profile" in ARGS.cases and ARGS.device.type == "cuda":  # where MambaVision's step goes
+        for b in bks:
+            try:
+                with b:
+                    profile_step(model, step, f"MambaVision-T b{B} {b.name}")
+            except Exception as e:  # noqa: BLE001
+                backend_failed("profile MambaVision-T", b.name, e)
+            model.zero_grad(set_to_none=True)
     times = {b.name: [] for b in bks}
     for _ in range(1 if ARGS.quick else ARGS.train_iters):
         for b in bks:
