@@ -279,6 +279,7 @@ struct ct { /* a tensor on the device: data + element strides */
 struct kparams {
     int64_t batch, dim, L, N, G, dpg, nseq, ncache;
     int softplus, fixB, fixC;
+    int prmT;       /* step_kernel: D and delta_bias are T (SELSCAN_STEP_PARAMS_T), else f32 */
     int bf16;       /* bwd_kernel with T = h16: bfloat16 (else binary16) */
     int NT, CH;     /* threads per channel, channels per block */
     int cl;         /* fast kernels: the channels-last (any L strides) instantiations */
@@ -335,6 +336,12 @@ template <> __device__ __forceinline__ void st<h16>(void *p, int64_t i, float v,
 }
 
 static __device__ __forceinline__ float ldf(const ct &t, int64_t i) { return static_cast<const float *>(t.p)[i]; }
+/* A decode step's parameter (D, delta_bias; the conv step's weight, bias): T where pT
+   (SELSCAN_STEP_PARAMS_T / SELSCAN_CONV_PARAMS_T; uniform over the grid), f32 otherwise. Loaded
+   once a thread: the branch costs nothing measurable. */
+template <typename T> static __device__ __forceinline__ float ldp(const void *p, int64_t i, int pT) {
+    return pT ? ld<T>(p, i) : ld<float>(p, i);
+}
 static __device__ __forceinline__ float ex2(float x) {
     float y;
     asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
@@ -2426,7 +2433,7 @@ static __global__ void __launch_bounds__(kThreads) step_kernel(const kparams P) 
         const int64_t g = d / P.dpg;
         x = ld<T>(P.u.p, b * P.u.s[0] + d * P.u.s[1]);
         float dt = ld<T>(P.delta.p, b * P.delta.s[0] + d * P.delta.s[1]);
-        if (P.bias.p) dt += ldf(P.bias, d * P.bias.s[0]);
+        if (P.bias.p) dt += ldp<T>(P.bias.p, d * P.bias.s[0], P.prmT);
         if (P.softplus) dt = softplus(dt);
         float *state = static_cast<float *>(P.h0.p);
         for (int64_t n = j; n < P.N; n += NT) {
@@ -2440,7 +2447,7 @@ static __global__ void __launch_bounds__(kThreads) step_kernel(const kparams P) 
         }
     }
     const bool lead = valid && !pad && j == 0;
-    const float Dd = lead && P.D.p ? ldf(P.D, d * P.D.s[0]) : 0.0f;
+    const float Dd = lead && P.D.p ? ldp<T>(P.D.p, d * P.D.s[0], P.prmT) : 0.0f;
     const float zz = lead && P.z.p ? ld<T>(P.z.p, b * P.z.s[0] + d * P.z.s[1]) : 0.0f;
     step_store_y<T>(P, b, d, NT, j, valid, !pad, yp, x, Dd, zz);
 }
@@ -2496,9 +2503,9 @@ static __global__ void __launch_bounds__(kThreads) step_fast_kernel(const kparam
     if (live) {
         x = ld<T>(P.u.p, b * P.u.s[0] + d * P.u.s[1]);
         dt = ld<T>(P.delta.p, b * P.delta.s[0] + d * P.delta.s[1]);
-        if (P.bias.p) bias = ldf(P.bias, d * P.bias.s[0]);
+        if (P.bias.p) bias = ldp<T>(P.bias.p, d * P.bias.s[0], P.prmT);
         if (j == 0 && P.z.p) zz = ld<T>(P.z.p, b * P.z.s[0] + d * P.z.s[1]);
-        if (j == 0 && P.D.p) Dd = ldf(P.D, d * P.D.s[0]);
+        if (j == 0 && P.D.p) Dd = ldp<T>(P.D.p, d * P.D.s[0], P.prmT);
     }
     float yp = 0.0f;
     if (own) {
@@ -2522,7 +2529,8 @@ static __global__ void __launch_bounds__(kThreads) step_fast_kernel(const kparam
 struct step_params {
     int64_t batch, dim, ncache;
     int dpg, N, NT, softplus, fixB, fixC, avec, bvec, cvec, G1;
-    int pf; /* step_tma_kernel: its first tiles into L2 before the PDL wait */
+    int pf;   /* step_tma_kernel: its first tiles into L2 before the PDL wait */
+    int prmT; /* D and delta_bias are T (SELSCAN_STEP_PARAMS_T), else f32 */
     const int32_t *idx;
     float *h;
     int64_t h0, h1;
@@ -2534,7 +2542,7 @@ struct step_params {
     int64_t a0, a1;
     const void *B, *C;
     int64_t b0, b1, b2, c0, c1, c2;
-    const float *D, *bias;
+    const void *D, *bias; /* f32, or T where prmT */
     int64_t Ds, bs;
 };
 
@@ -2711,8 +2719,8 @@ __global__ void __launch_bounds__(kThreads, MINB) step_vec_kernel(const step_par
             }
         }
     }
-    const float bias = valid && P.bias ? P.bias[d * P.bs] : 0.0f;
-    const float Dd = valid && P.D ? P.D[d * P.Ds] : 0.0f;
+    const float bias = valid && P.bias ? ldp<T>(P.bias, d * P.bs, P.prmT) : 0.0f;
+    const float Dd = valid && P.D ? ldp<T>(P.D, d * P.Ds, P.prmT) : 0.0f;
 #pragma unroll
     for (int k = 0; k < S; k++) A2[k] *= kLog2e;
 #pragma unroll
@@ -2824,8 +2832,8 @@ __global__ void __launch_bounds__(kThreads) step_loop_kernel(const step_params P
     }
 #pragma unroll
     for (int k = 0; k < 8; k++) A2[k] *= kLog2e;
-    const float bias = valid && P.bias ? P.bias[d * P.bs] : 0.0f;
-    const float Dd = valid && P.D ? P.D[d * P.Ds] : 0.0f;
+    const float bias = valid && P.bias ? ldp<T>(P.bias, d * P.bs, P.prmT) : 0.0f;
+    const float Dd = valid && P.D ? ldp<T>(P.D, d * P.Ds, P.prmT) : 0.0f;
     const int64_t g = !valid || P.G1 ? 0 : dl32 / P.dpg;
     for (; b < P.batch; b += stride) { /* the same trip count for every thread of the block */
         const float4 c0 = n0, c1 = n1;
@@ -3010,8 +3018,8 @@ __global__ void __launch_bounds__(kThreads, MINB) step_tma_kernel(const step_par
     }
 #pragma unroll
     for (int k = 0; k < 8; k++) A2[k] *= kLog2e;
-    const float bias = valid && P.bias ? P.bias[d * P.bs] : 0.0f;
-    const float Dd = valid && P.D ? P.D[d * P.Ds] : 0.0f;
+    const float bias = valid && P.bias ? ldp<T>(P.bias, d * P.bs, P.prmT) : 0.0f;
+    const float Dd = valid && P.D ? ldp<T>(P.D, d * P.Ds, P.prmT) : 0.0f;
     for (int64_t k = 0; k < ntile; k++) { /* the same trip count for every thread of the block */
         const int s = static_cast<int>(k % kTmaStages);
         const int64_t b = b0 + k * stride;
@@ -3929,8 +3937,9 @@ static selscan_status launch_step(const selscan__stp &q, step_tune tu, cudaStrea
         else { sp.b0 = q.B.s[0]; sp.b1 = q.B.s[1]; sp.b2 = q.B.s[2]; }
         if (q.fixC) { sp.c0 = q.C.s[0]; sp.c1 = 0; sp.c2 = q.C.s[1]; }
         else { sp.c0 = q.C.s[0]; sp.c1 = q.C.s[1]; sp.c2 = q.C.s[2]; }
-        sp.D = static_cast<const float *>(q.D.data); sp.Ds = q.D.s[0];
-        sp.bias = static_cast<const float *>(q.bias.data); sp.bs = q.bias.s[0];
+        sp.D = q.D.data; sp.Ds = q.D.s[0];
+        sp.bias = q.bias.data; sp.bs = q.bias.s[0];
+        sp.prmT = q.prmT;
         const int64_t cpb = kThreads / sp.NT, gx = cdiv(q.batch, R), gy = cdiv(q.dim, cpb);
         if (gx > kMaxGrid || gy > 65535) return fail_grid(dg);
         const dim3 gr(static_cast<unsigned>(gx), static_cast<unsigned>(gy));
@@ -3981,7 +3990,7 @@ static selscan_status launch_step(const selscan__stp &q, step_tune tu, cudaStrea
     kparams P;
     memset(&P, 0, sizeof P);
     P.batch = q.batch; P.dim = q.dim; P.N = q.N; P.G = q.G; P.dpg = q.dpg; P.ncache = q.ncache;
-    P.softplus = q.softplus; P.fixB = q.fixB; P.fixC = q.fixC; P.idx = q.idx;
+    P.softplus = q.softplus; P.fixB = q.fixB; P.fixC = q.fixC; P.idx = q.idx; P.prmT = q.prmT;
     P.bf16 = q.dt == SELSCAN_BF16;
     P.u = mk(q.u); P.delta = mk(q.delta); P.A = mk(q.A); P.B = mk(q.B); P.C = mk(q.C); P.D = mk(q.D);
     P.z = mk(q.z); P.bias = mk(q.bias); P.h0 = mk(q.state); P.y = mk(q.y);
@@ -4160,6 +4169,7 @@ const int kConvRS = kConvTC + 1;              /* shared row stride (floats) */
 struct conv_params {
     int64_t batch, dim, L, nseq, rows, ncache, S, ntiles; /* ntiles: tiles (backward: blocks) a batch row */
     int W, silu;
+    int prmT; /* conv_step_kernel: weight and bias are T (SELSCAN_CONV_PARAMS_T), else f32 */
     int clx, cly, cldy, cldx; /* lanes along channels (1) or steps (0) for that tensor's loads / stores */
     const int64_t *cu;
     const int32_t *idx;
@@ -4471,8 +4481,8 @@ static __global__ void __launch_bounds__(kThreads) conv_step_kernel(const conv_p
     const T *xp = static_cast<const T *>(P.x.p) + b * P.x.s[0] + d * P.x.s[1];
     const int64_t ss = P.state.s[2], xs = P.x.s[2];
     float w[SELSCAN_CONV_MAX_WIDTH], win[SELSCAN_CONV_MAX_WIDTH];
-    for (int k = 0; k < SELSCAN_CONV_MAX_WIDTH; k++) w[k] = k < P.W ? ldf(P.w, d * P.w.s[0] + k * P.w.s[1]) : 0.0f;
-    const float bias = P.bias.p ? ldf(P.bias, d * P.bias.s[0]) : 0.0f;
+    for (int k = 0; k < SELSCAN_CONV_MAX_WIDTH; k++) w[k] = k < P.W ? ldp<T>(P.w.p, d * P.w.s[0] + k * P.w.s[1], P.prmT) : 0.0f;
+    const float bias = P.bias.p ? ldp<T>(P.bias.p, d * P.bias.s[0], P.prmT) : 0.0f;
     for (int k = 0; k < H; k++) win[k] = ld<T>(static_cast<const void *>(sp), (S - H + k) * ss); /* void *: see conv_final_kernel */
     for (int64_t l = 0; l < L; l++) {
         float acc = bias;
@@ -4638,6 +4648,7 @@ static selscan_status conv_step(const selscan_conv_step_problem *s, const selsca
     if (grid > kMaxGrid) return fail_grid(s->diag);
     memset(&P, 0, sizeof P);
     P.batch = q.batch; P.dim = q.dim; P.L = q.L; P.S = q.S; P.ncache = q.ncache; P.W = static_cast<int>(q.W); P.silu = q.silu;
+    P.prmT = q.prmT;
     P.idx = q.idx;
     P.state = mk(q.state); P.x = mk(q.x); P.w = mk(q.w); P.bias = mk(q.bias); P.y = mk(q.y);
     selscan_cuda_detail::with_dtype(q.dt, [&](auto tag) {

@@ -218,6 +218,7 @@ static void problem_rules(void) {
     PROB(p.dtype = (selscan_dtype)3; ex("dtype 3", &p, &g, ALL, SELSCAN_ERR_DTYPE));
     PROB(p.dtype = (selscan_dtype)-1; ex("dtype -1", &p, &g, ALL, SELSCAN_ERR_DTYPE));
     PROB(p.flags |= 8u; ex("unknown flag 8", &p, &g, ALL, SELSCAN_ERR_UNSUPPORTED));
+    PROB(p.flags |= SELSCAN_STEP_PARAMS_T; ex("the step's SELSCAN_STEP_PARAMS_T", &p, &g, ALL, SELSCAN_ERR_UNSUPPORTED));
     PROB(p.flags |= 0x80000000u; ex("unknown flag 1<<31", &p, &g, ALL, SELSCAN_ERR_UNSUPPORTED));
 
     /* strides: negative, overflowing, overlapping outputs */
