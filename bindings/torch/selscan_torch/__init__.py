@@ -183,7 +183,8 @@ def selective_state_update(state, x, dt, A, B, C, D=None, z=None, dt_bias=None, 
 
     Single head: state (batch, dim, N) float32 (or (n_cache, dim, N) with state_batch_indices);
     x, dt, z: (batch, dim); A: (dim, N); B, C: (batch, N) or (batch, ngroups, N); D, dt_bias:
-    (dim,). Multi-head (Mamba-2 shapes): state (batch, nheads, dim, N), x / dt / z (batch, nheads,
+    (dim,), float32 or x's dtype (both in x's dtype, as a float16 / bfloat16 model has them: read
+    as they are, no conversion kernel; another floating dtype is cast to float32). Multi-head (Mamba-2 shapes): state (batch, nheads, dim, N), x / dt / z (batch, nheads,
     dim), A (nheads, dim, N), D / dt_bias (nheads, dim); the heads are folded into the channels.
     state_batch_indices (batch,) int: the state row of each batch row; negative: padding (out 0,
     no state touched). Returns out, x's shape and dtype. No autograd (inference): with grad mode on,
@@ -216,15 +217,18 @@ def selective_state_update(state, x, dt, A, B, C, D=None, z=None, dt_bias=None, 
             C = cast(C, "C", dtype)
         if A.dtype != f32:
             A = cast(A, "A", f32)
-        if D is not None and D.dtype != f32:
+        # D / dt_bias: float32 or x's dtype as they are (the op reads them in x's dtype when both are)
+        if D is not None and D.dtype != f32 and D.dtype != dtype:
             D = cast(D, "D", f32)
-        if dt_bias is not None and dt_bias.dtype != f32:
+        if dt_bias is not None and dt_bias.dtype != f32 and dt_bias.dtype != dtype:
             dt_bias = cast(dt_bias, "dt_bias", f32)
         idx = None if state_batch_indices is None else _checks.state_rows(state_batch_indices, state.shape[0])
     except AttributeError:
         _not_tensors(state=state, x=x, dt=dt, A=A, B=B, C=C, D=D, z=z, dt_bias=dt_bias)
         raise
-    if _onnx_step is not None and torch.onnx.is_in_onnx_export():  # see _onnx_step
+    if _onnx_step is not None and torch.onnx.is_in_onnx_export():  # see _onnx_step (its ONNX op: float32 D / dt_bias)
+        D = None if D is None else cast(D, "D", f32)
+        dt_bias = None if dt_bias is None else cast(dt_bias, "dt_bias", f32)
         out = _onnx_step(state, x, dt, A, B, C, D, z, dt_bias, idx, bool(dt_softplus))
     else:
         out = _ops.step(state, x, dt, A, B, C, D, z, dt_bias, idx, bool(dt_softplus))
