@@ -80,7 +80,8 @@
  * NaN the arithmetic gives.)
  *
  * Step (decode): one token for a batch of cached states, identical to the forward with L = 1,
- * h0 = state and h_last written back into state. See selscan_step_problem.
+ * h0 = state and h_last written back into state (rounded to T with SELSCAN_STEP_STATE_T). See
+ * selscan_step_problem.
  *
  * Causal conv1d (Mamba-1's depthwise conv before the scan, with optional silu, init / final
  * state, packed sequences, backward and the decode update): its own problem types and entry
@@ -222,7 +223,12 @@ typedef enum selscan_dtype { SELSCAN_F32 = 0, SELSCAN_F16, SELSCAN_BF16 } selsca
    the f32 parameter. For a model in f16 / bf16, whose D and dt_proj.bias are T: no conversion
    kernel before each step. */
 #define SELSCAN_STEP_PARAMS_T 8u /* D and delta_bias are T (the problem's dtype), not f32; A stays f32 */
-#define SELSCAN__STEP_KNOWN_FLAGS (SELSCAN__KNOWN_FLAGS | SELSCAN_STEP_PARAMS_T)
+/* The state is T (the cache of a f16 / bf16 model, which mamba_ssm and transformers allocate in the
+   model's dtype): loaded into f32, stepped in f32 (y from the f32 state, as with a f32 state), and
+   rounded to T (to nearest even) on the store. So y is bitwise that of a f32 state holding the same
+   values, and the new state is that f32 state's result rounded to T. */
+#define SELSCAN_STEP_STATE_T 16u
+#define SELSCAN__STEP_KNOWN_FLAGS (SELSCAN__KNOWN_FLAGS | SELSCAN_STEP_PARAMS_T | SELSCAN_STEP_STATE_T)
 
 /* The alignment the library gives its workspace internally. Nothing is required of the caller: any
    pointer works (malloc's included), because every selscan_workspace_size* answer includes
@@ -318,7 +324,7 @@ typedef struct selscan_grads {
 } selscan_grads;
 
 /* One decode step for a batch of cached states (the scan's operand names, L = 1). STEP OPERANDS:
-     state                   (n_cache, dim, N)       f32      read and written in place
+     state                   (n_cache, dim, N)       f32 / T  read and written in place; T with SELSCAN_STEP_STATE_T
      u, delta, z, y          (batch, dim)            T        z optional
      A                       (dim, N)                f32
      B, C (variable)         (batch, n_groups, N)    T
@@ -333,7 +339,7 @@ typedef struct selscan_grads {
 typedef struct selscan_step_problem {
     int64_t batch, dim, dstate, n_groups, n_cache;
     selscan_dtype dtype;
-    unsigned flags; /* the scan's flags (SELSCAN_DELTA_SOFTPLUS, SELSCAN_FIXED_*), SELSCAN_STEP_PARAMS_T */
+    unsigned flags; /* the scan's (SELSCAN_DELTA_SOFTPLUS, SELSCAN_FIXED_*), SELSCAN_STEP_PARAMS_T, SELSCAN_STEP_STATE_T */
     const int32_t *state_index;
     selscan_out_tensor state;                           /* read and written in place */
     selscan_tensor u, delta, A, B, C, D, z, delta_bias; /* inputs */
@@ -820,7 +826,7 @@ static void selscan__resolve_data(selscan__ten *r, void *data, const int64_t *st
      dims   the logical shape: SELSCAN__DIMS_<dims>(q) gives rank, n0 .. n3 from the sizes q
      dtype  T (the problem's dtype), F32, or FIXB / FIXC: T, but (dim, N) f32 when SELSCAN_FIXED_B /
             SELSCAN_FIXED_C is set, or PRM: f32, T when the step's SELSCAN_STEP_PARAMS_T (the conv
-            step's SELSCAN_CONV_PARAMS_T) is set
+            step's SELSCAN_CONV_PARAMS_T) is set, or STT: f32, T when SELSCAN_STEP_STATE_T is set
    The order is the order of the checks: which error a call reports first. These drive the
    missing-operand checks, the resolve calls and the input / output lists of the stride and alias
    checks; tests/test_operands.c checks the OPERANDS texts (the scan's and the step's) against them
@@ -854,7 +860,7 @@ static void selscan__resolve_data(selscan__ten *r, void *data, const int64_t *st
     X(c, dh0, dh0, OUT, OPT, ROWS, F32)
 /* the decode step's (selscan_step_problem): one token, so no L */
 #define SELSCAN__STEP_OPERANDS(X, c)                 \
-    X(c, state, state, OUT, REQ, CACHE, F32)         \
+    X(c, state, state, OUT, REQ, CACHE, STT)         \
     X(c, u, u, IN, REQ, TOK, T)                      \
     X(c, delta, delta, IN, REQ, TOK, T)              \
     X(c, A, A, IN, REQ, DN, F32)                     \
@@ -930,6 +936,7 @@ static void selscan__resolve_data(selscan__ten *r, void *data, const int64_t *st
 #define SELSCAN__RESOLVE_FIXC(c, field, ten, dims) \
     if (q->fixC) SELSCAN__RESOLVE_AS(c, field, ten, DN, SELSCAN_F32) else SELSCAN__RESOLVE_AS(c, field, ten, dims, q->dt)
 #define SELSCAN__RESOLVE_PRM(c, field, ten, dims) SELSCAN__RESOLVE_AS(c, field, ten, dims, q->prmT ? q->dt : SELSCAN_F32)
+#define SELSCAN__RESOLVE_STT(c, field, ten, dims) SELSCAN__RESOLVE_AS(c, field, ten, dims, q->stT ? q->dt : SELSCAN_F32)
 #define SELSCAN__COUNT(a) SELSCAN__CAST(int, sizeof(a) / sizeof((a)[0]))
 
 /* Byte span [lo, hi) of a tensor; 0 if a stride is negative or the span overflows. */
@@ -1547,6 +1554,7 @@ typedef struct selscan__stp {
     selscan_dtype dt;
     int softplus, fixB, fixC;
     int prmT; /* SELSCAN_STEP_PARAMS_T: D and delta_bias are T (their selscan__ten's dt says so) */
+    int stT;  /* SELSCAN_STEP_STATE_T: the state is T (state.dt) */
     const int32_t *idx;
     selscan__ten state, u, delta, A, B, C, D, z, bias, y;
     selscan_diag *diag; /* the step problem's diag (may be NULL) */
@@ -1617,6 +1625,7 @@ static selscan_status selscan__validate_step_ex(const selscan_step_problem *s, s
     q->fixB = (s->flags & SELSCAN_FIXED_B) != 0;
     q->fixC = (s->flags & SELSCAN_FIXED_C) != 0;
     q->prmT = (s->flags & SELSCAN_STEP_PARAMS_T) != 0;
+    q->stT = (s->flags & SELSCAN_STEP_STATE_T) != 0;
     q->idx = s->state_index;
     if (!selscan__count_ok(q->ncache, q->dim, q->N, 1) || !selscan__count_ok(q->batch, q->dim, 1, 1) ||
         !selscan__count_ok(q->batch, q->G, q->N, 1))
@@ -1659,7 +1668,6 @@ static void selscan__ref_step_all(const selscan__stp *q) {
         const int64_t row = q->idx ? q->idx[b] : b;
         for (d = 0; d < q->dim; d++) {
             const int64_t g = d / q->dpg;
-            float *h = SELSCAN__CAST(float *, q->state.data);
             float x, dt, y = 0.0f;
             if (row < 0) { selscan__store(q->y.data, SELSCAN__AT2(q->y, b, d), q->dt, 0.0f); continue; }
             x = selscan__load(q->u.data, SELSCAN__AT2(q->u, b, d), q->dt);
@@ -1671,9 +1679,11 @@ static void selscan__ref_step_all(const selscan__stp *q) {
                                          : selscan__load(q->B.data, SELSCAN__AT3(q->B, b, g, n), q->dt);
                 const float Cv = q->fixC ? SELSCAN__CAST(const float *, q->C.data)[SELSCAN__AT2(q->C, d, n)]
                                          : selscan__load(q->C.data, SELSCAN__AT3(q->C, b, g, n), q->dt);
-                float *hn = h + SELSCAN__AT3(q->state, row, d, n);
-                *hn = expf(dt * A[SELSCAN__AT2(q->A, d, n)]) * *hn + dt * Bv * x;
-                y += Cv * *hn;
+                const int64_t ho = SELSCAN__AT3(q->state, row, d, n);
+                /* in f32 (rounded to T on the store with SELSCAN_STEP_STATE_T; y from the f32 value) */
+                const float hn = expf(dt * A[SELSCAN__AT2(q->A, d, n)]) * selscan__load(q->state.data, ho, q->state.dt) + dt * Bv * x;
+                selscan__store(q->state.data, ho, q->state.dt, hn);
+                y += Cv * hn;
             }
             if (q->D.data) y += selscan__load(q->D.data, SELSCAN__AT1(q->D, d), q->D.dt) * x;
             if (q->z.data) {
@@ -4152,7 +4162,8 @@ static SELSCAN__ATTR void SELSCAN__SFX(selscan__step_block)(const selscan__stp *
             SELSCAN__VSTORE(zb + i, SELSCAN__VMUL(z, SELSCAN__SFX(selscan__vsigmoid)(z)));
         }
     }
-    if (N <= SELSCAN__SNA && N % W == 0 && q->state.s[2] == 1 && q->A.s[1] == 1 && !q->fixB && !q->fixC) {
+    if (N <= SELSCAN__SNA && N % W == 0 && q->state.s[2] == 1 && q->state.dt == SELSCAN_F32 && q->A.s[1] == 1 && !q->fixB &&
+        !q->fixC) {
         /* the common layout: B and C of a group widened once, no per-channel gathers or tails;
            W channels at a time: the W sums over n by one transposing reduction, D and z as
            vectors over the channels (no per-channel scalar tail). N = NV W with NV <= 4 and the
@@ -4238,15 +4249,18 @@ static SELSCAN__ATTR void SELSCAN__SFX(selscan__step_block)(const selscan__stp *
         const int64_t g = d / q->dpg;
         const SELSCAN__VF vdt = SELSCAN__VSET1(dtb[d - dlo]), vdx = SELSCAN__VSET1(dtb[d - dlo] * xb[d - dlo]);
         SELSCAN__VF yv = SELSCAN__VSET1(0.0f);
-        float *hrow = SELSCAN__CAST(float *, q->state.data) + row * q->state.s[0] + d * q->state.s[1];
+        /* the channel's state row (elements): stepped in place where f32 and unit-stride, else
+           through hb (gathered; a T state (SELSCAN_STEP_STATE_T) widened, rounded back on the store) */
+        const int64_t hoff = row * q->state.s[0] + d * q->state.s[1], hs = q->state.s[2];
+        const int hdirect = hs == 1 && q->state.dt == SELSCAN_F32;
         float y = 0.0f;
         for (nb = 0; nb < N; nb += SELSCAN__SNB) {
             const int64_t nn = selscan__min64(SELSCAN__SNB, N - nb), nv = nn / W * W;
-            float *hp = hrow + nb * q->state.s[2];
+            float *hp = hb;
             const float *Ap = SELSCAN__CAST(const float *, q->A.data) + d * q->A.s[0] + nb * q->A.s[1];
             const float *Bp, *Cp;
-            const int hdirect = q->state.s[2] == 1;
-            if (!hdirect) { for (n = 0; n < nn; n++) hb[n] = hp[n * q->state.s[2]]; hp = hb; }
+            if (hdirect) hp = SELSCAN__CAST(float *, q->state.data) + hoff + nb;
+            else selscan__cvt_row(hb, q->state.data, hoff + nb * hs, hs, nn, q->state.dt);
             if (q->A.s[1] != 1) { for (n = 0; n < nn; n++) Ab[n] = Ap[n * q->A.s[1]]; Ap = Ab; }
             if (q->fixB) {
                 Bp = SELSCAN__CAST(const float *, q->B.data) + d * q->B.s[0] + nb * q->B.s[1];
@@ -4286,8 +4300,7 @@ static SELSCAN__ATTR void SELSCAN__SFX(selscan__step_block)(const selscan__stp *
                 }
                 for (i = 0; nv + i < nn; i++) hp[nv + i] = th[i];
             }
-            if (!hdirect)
-                for (n = 0; n < nn; n++) hrow[(nb + n) * q->state.s[2]] = hb[n];
+            if (!hdirect) selscan__store_row(q->state.data, hoff + nb * hs, hs, hb, nn, q->state.dt);
         }
         y = SELSCAN__VHSUM(yv);
         if (q->D.data) y += selscan__load(q->D.data, SELSCAN__AT1(q->D, d), q->D.dt) * xb[d - dlo];

@@ -457,9 +457,10 @@ static void run_step_vs_forward(selscan_dtype T, int64_t batch, int64_t dim, int
     for (Ten *q : all) release(*q);
 }
 
-/* SELSCAN_STEP_PARAMS_T on the step kernel the tuning entry forces (selscan__step_cuda_tuned's S,
-   fast, loop, tma): D and delta_bias in T give bitwise the y and state of the same kernel with
-   those values in f32 without the flag, and match the CPU reference with the flag. */
+/* SELSCAN_STEP_PARAMS_T and SELSCAN_STEP_STATE_T on the step kernel the tuning entry forces
+   (selscan__step_cuda_tuned's S, fast, loop, tma): D and delta_bias in T (always) and the state in T
+   (stT) give bitwise the y of the same kernel with those values in f32 without the flags, and its
+   state (stT: rounded to T, to nearest even), and match the CPU reference with the flags. */
 struct step_force {
     const char *name;
     int S, fast, loop, tma; /* as selscan__step_cuda_tuned takes them */
@@ -472,11 +473,14 @@ static const step_force kForce[] = {
     {"step_tma_kernel", 0, 0, 0, 1},         /* N = 16, FAST operands, channel stride 16; sm_90 */
 };
 static void run_step_params_t(selscan_dtype T, int64_t batch, int64_t dim, int64_t N, int64_t G, unsigned flags, bool z, bool index,
-                              int layout, const step_force &f) {
+                              int layout, const step_force &f, bool stT) {
     const selscan_dtype F = SELSCAN_F32;
     const int64_t ncache = index ? batch + 2 : batch;
-    Ten st, x, dt, A, B, C, DT, bT, D32, b32, zt, y;
-    make(st, F, 3, ncache, dim, N, 1, layout); fill(st, -1, 1);
+    Ten st, st32, x, dt, A, B, C, DT, bT, D32, b32, zt, y;
+    make(st, stT ? T : F, 3, ncache, dim, N, 1, layout); fill(st, -1, 1);
+    make(st32, F, 3, ncache, dim, N, 1, layout); /* st's values in f32 */
+    for (int64_t i = 0; i < st.count(); i++) st32.set(i, st.get(st.h, i));
+    CU(cudaMemcpy(st32.d, st32.h, st32.bytes, cudaMemcpyHostToDevice));
     make(x, T, 2, batch, dim, 1, 1, layout); fill(x, -1, 1);
     make(dt, T, 2, batch, dim, 1, 1, layout); fill(dt, -2, 1);
     make(A, F, 2, dim, N, 1, 1, 1); fill(A, -4, -0.1);
@@ -504,14 +508,13 @@ static void run_step_params_t(selscan_dtype T, int64_t batch, int64_t dim, int64
         CU(cudaMalloc(&didx, batch * 4));
         CU(cudaMemcpy(didx, idx.data(), batch * 4, cudaMemcpyHostToDevice));
     }
-    const std::vector<unsigned char> st0((unsigned char *)st.h, (unsigned char *)st.h + st.bytes);
     auto problem = [&](bool dev, bool prm) {
         selscan_step_problem q;
         memset(&q, 0, sizeof q);
         q.batch = batch; q.dim = dim; q.dstate = N; q.n_groups = G; q.n_cache = ncache; q.dtype = T;
-        q.flags = flags | (prm ? SELSCAN_STEP_PARAMS_T : 0u);
+        q.flags = flags | (prm ? SELSCAN_STEP_PARAMS_T | (stT ? SELSCAN_STEP_STATE_T : 0u) : 0u);
         q.state_index = index ? (dev ? didx : idx_cpu.data()) : NULL;
-        q.state = st.out(dev); q.u = x.api(dev); q.delta = dt.api(dev); q.A = A.api(dev); q.B = B.api(dev); q.C = C.api(dev);
+        q.state = prm ? st.out(dev) : st32.out(dev); q.u = x.api(dev); q.delta = dt.api(dev); q.A = A.api(dev); q.B = B.api(dev); q.C = C.api(dev);
         q.D = prm ? DT.api(dev) : D32.api(dev);
         q.delta_bias = prm ? bT.api(dev) : b32.api(dev);
         if (z) q.z = zt.api(dev);
@@ -528,21 +531,27 @@ static void run_step_params_t(selscan_dtype T, int64_t batch, int64_t dim, int64
     selscan_status r = run(problem(true, true));
     CHECK(r == SELSCAN_OK, "params T (%s): gpu %s", f.name, selscan_status_string(r));
     const std::vector<unsigned char> yT = fetch(y), sT = fetch(st);
-    CU(cudaMemcpy(st.d, st0.data(), st.bytes, cudaMemcpyHostToDevice));
     r = run(problem(true, false));
     CHECK(r == SELSCAN_OK, "params T (%s): gpu f32 parameters %s", f.name, selscan_status_string(r));
-    const std::vector<unsigned char> y32 = fetch(y), s32 = fetch(st);
-    CHECK(yT == y32 && sT == s32, "params T (%s, dtype %d, batch %lld, dim %lld, N %lld, G %lld, layout %d): y %s, state %s than f32 parameters",
-          f.name, (int)T, (long long)batch, (long long)dim, (long long)N, (long long)G, layout, yT == y32 ? "bitwise" : "DIFFERS",
-          sT == s32 ? "bitwise" : "DIFFERS");
+    const std::vector<unsigned char> y32 = fetch(y), s32 = fetch(st32);
+    bool same_state = true; /* st's elements: st32's, rounded to T where st is T */
+    for (int64_t i = 0; i < st.count(); i++) {
+        const float v = st32.get(s32.data(), i);
+        const uint16_t want = T == SELSCAN_F16 ? selscan_f32_to_f16(v) : selscan_f32_to_bf16(v);
+        if (stT) same_state &= memcmp(sT.data() + st.off(i) * 2, &want, 2) == 0;
+        else same_state &= memcmp(sT.data() + st.off(i) * 4, &v, 4) == 0;
+    }
+    CHECK(yT == y32 && same_state, "params T%s (%s, dtype %d, batch %lld, dim %lld, N %lld, G %lld, layout %d): y %s, state %s than f32 values",
+          stT ? ", state T" : "", f.name, (int)T, (long long)batch, (long long)dim, (long long)N, (long long)G, layout,
+          yT == y32 ? "bitwise" : "DIFFERS", same_state ? "bitwise" : "DIFFERS");
     const selscan_step_problem h = problem(false, true);
     r = selscan_step_ref(&h); /* on the host copies: the state's initial values, y */
     CHECK(r == SELSCAN_OK, "params T: cpu %s", selscan_status_string(r));
     const double ey = rel_err(y, yT), es = rel_err(st, sT);
-    CHECK(ey <= tol_of(T, 0) && es <= 1e-5, "params T (%s, dtype %d, N %lld): y err %.3g, state err %.3g", f.name, (int)T,
-          (long long)N, ey, es);
+    CHECK(ey <= tol_of(T, 0) && es <= (stT ? tol_of(T, 0) : 1e-5), "params T%s (%s, dtype %d, N %lld): y err %.3g, state err %.3g",
+          stT ? ", state T" : "", f.name, (int)T, (long long)N, ey, es);
     if (didx) cudaFree(didx);
-    Ten *all[] = {&st, &x, &dt, &A, &B, &C, &DT, &bT, &D32, &b32, &zt, &y};
+    Ten *all[] = {&st, &st32, &x, &dt, &A, &B, &C, &DT, &bT, &D32, &b32, &zt, &y};
     for (Ten *p : all) release(*p);
 }
 
@@ -1112,19 +1121,21 @@ int main() {
         run_step_vs_forward((selscan_dtype)T, 1500, 128, 16, 1, SP, true, true, true, 1); /* forced, past its ring */
     }
     printf("%-32s %s\n", "step vs forward at L = 1", g_fail == b1 ? "ok" : "FAILED");
-    const int b3 = g_fail; /* SELSCAN_STEP_PARAMS_T on every step kernel, forced */
+    const int b3 = g_fail; /* SELSCAN_STEP_PARAMS_T and SELSCAN_STEP_STATE_T (f16 / bf16) on every step kernel, forced */
     for (int T = 0; T < 3; T++)
-        for (const step_force &f : kForce) {
-            /* N = 16 common operands (every kernel applies; channel stride 16 for the bulk-copy one) */
-            run_step_params_t((selscan_dtype)T, 5, 256, 16, 1, SP, true, true, 1, f);
-            run_step_params_t((selscan_dtype)T, 70, 128, 16, 2, 0, false, false, 1, f);
-            /* other N and layouts (the forced kernel where it applies, else the launcher's fallback) */
-            run_step_params_t((selscan_dtype)T, 3, 40, 8, 2, SP, true, true, 1, f);
-            run_step_params_t((selscan_dtype)T, 4, 37, 5, 1, SP, true, false, 3, f);
-            run_step_params_t((selscan_dtype)T, 2, 48, 64, 1, SP, false, true, 1, f);
-            run_step_params_t((selscan_dtype)T, 3, 24, 16, 1, SP, true, true, 4, f);
-        }
-    printf("%-32s %s\n", "step params in T", g_fail == b3 ? "ok" : "FAILED");
+        for (int stT = 0; stT < (T == 0 ? 1 : 2); stT++)
+            for (const step_force &f : kForce) {
+                /* N = 16 common operands (every kernel applies; channel stride 16 for the bulk-copy one) */
+                run_step_params_t((selscan_dtype)T, 5, 256, 16, 1, SP, true, true, 1, f, stT);
+                run_step_params_t((selscan_dtype)T, 70, 128, 16, 2, 0, false, false, 1, f, stT);
+                /* other N and layouts (the forced kernel where it applies, else the launcher's fallback) */
+                run_step_params_t((selscan_dtype)T, 3, 40, 8, 2, SP, true, true, 1, f, stT);
+                run_step_params_t((selscan_dtype)T, 4, 37, 5, 1, SP, true, false, 3, f, stT);
+                run_step_params_t((selscan_dtype)T, 2, 48, 64, 1, SP, false, true, 1, f, stT);
+                run_step_params_t((selscan_dtype)T, 3, 24, 16, 1, SP, true, true, 4, f, stT);
+                run_step_params_t((selscan_dtype)T, 2, 20, 12, 1, SP, true, true, 2, f, stT); /* channels-last: n stride != 1 */
+            }
+    printf("%-32s %s\n", "step params / state in T", g_fail == b3 ? "ok" : "FAILED");
     const int b2 = g_fail;
     validation_tests();
     printf("%-32s %s\n", "validation", g_fail == b2 ? "ok" : "FAILED");

@@ -7,7 +7,9 @@
 //                  ddelta_bias, dh0)
 //   selscan::step (state!, x, dt, A, B, C, D?, z?, dt_bias?, state_index?, dt_softplus) -> y
 //                 (D, dt_bias: float32 or x's dtype; all in x's dtype: passed as they are, with
-//                 selscan's SELSCAN_STEP_PARAMS_T, no conversion kernel a call)
+//                 selscan's SELSCAN_STEP_PARAMS_T, no conversion kernel a call; state float32 or
+//                 x's dtype, the latter with SELSCAN_STEP_STATE_T: stepped in float32, stored
+//                 rounded, no copy)
 //
 // Shapes are selscan's logical ones (mamba_ssm's): u (batch, dim, L), B/C (batch, G, N, L),
 // (batch, N, L) (one group) or (dim, N) f32 (fixed), A (dim, N) f32, ... Every tensor is handed to selscan as a pointer plus
@@ -666,7 +668,8 @@ Tensor Step(const Tensor& state, const Tensor& x_in, const Tensor& dt_in, const 
   TORCH_CHECK_VALUE(x_in.dim() == 2, "selscan: x must have shape (batch, dim), got ", Shape(x_in));
   (void)DtypeOf(x_in, "x");
   TORCH_CHECK_VALUE(state.dim() == 3, "selscan: state must have shape (n_cache, dim, N), got ", Shape(state));
-  TORCH_CHECK_TYPE(state.scalar_type() == at::kFloat, "selscan: state must be float32 (updated in place), got ",
+  TORCH_CHECK_TYPE(state.scalar_type() == at::kFloat || state.scalar_type() == x_in.scalar_type(),
+                   "selscan: state must be float32 or x's dtype ", x_in.scalar_type(), " (updated in place), got ",
                    state.scalar_type());
   SameDeviceAs(x_in, "x", state, "state");
   CheckInPlace(state, "state");
@@ -738,7 +741,8 @@ Tensor Step(const Tensor& state, const Tensor& x_in, const Tensor& dt_in, const 
   std::memset(&s, 0, sizeof s);
   s.batch = batch; s.dim = dim; s.dstate = N; s.n_groups = G; s.n_cache = n_cache;
   s.dtype = DtypeOf(x, "x");
-  s.flags = (dt_softplus ? SELSCAN_DELTA_SOFTPLUS : 0u) | (params_t ? SELSCAN_STEP_PARAMS_T : 0u);
+  s.flags = (dt_softplus ? SELSCAN_DELTA_SOFTPLUS : 0u) | (params_t ? SELSCAN_STEP_PARAMS_T : 0u) |
+            (state.scalar_type() != at::kFloat ? SELSCAN_STEP_STATE_T : 0u);  // x's dtype (checked above)
   s.state_index = state_index ? sidx.data_ptr<int32_t>() : nullptr;
   s.state = OutOperand<decltype(s.state)>(state, "state");
   s.u = Operand<decltype(s.u)>(x);  // mamba's x / dt are selscan's u / delta

@@ -199,7 +199,8 @@ def check_step(state, x, dt, A, B, C, D, z, dt_bias, state_index):
     _value(x.dim() == 2, "x must have shape (batch, dim), got ", _shape(x))
     _scan_dtype(x, "x")
     _value(state.dim() == 3, "state must have shape (n_cache, dim, N), got ", _shape(state))
-    _type(state.dtype == _F32, "state must be float32 (updated in place), got ", state.dtype)
+    _type(state.dtype in (_F32, x.dtype), "state must be float32 or x's dtype ", x.dtype, " (updated in place), got ",
+          state.dtype)
     _same_device(x, "x", state, "state")
     _overlap_refused(state)
     _type(not A.is_complex(), "complex A is not supported (real A only)")

@@ -1,13 +1,17 @@
-"""The decode steps' parameters in x's dtype (selscan's SELSCAN_STEP_PARAMS_T / SELSCAN_CONV_PARAMS_T).
+"""The decode steps' parameters and state in x's dtype (selscan's SELSCAN_STEP_PARAMS_T /
+SELSCAN_CONV_PARAMS_T / SELSCAN_STEP_STATE_T).
 
 selective_state_update's D / dt_bias and causal_conv1d_update's weight / bias may be float32 or x's
 dtype; a float16 / bfloat16 model passes them in its own dtype (mamba_ssm's Mamba.step does), and
-the ops then read them as they are: no conversion kernel a layer a token. Checked here: the results
-are bitwise those of float32 parameters of the same values (the op converts on load, the math is
-unchanged), against the float64 reference too; a mix of the two dtypes works (the op widens);
-another dtype is refused by the op (cast to float32 by the wrappers); the fake kernels agree
-(opcheck); and no cast or copy runs: no such aten op in the call (TorchDispatchMode for the
-wrapper, torch.profiler for the C++ op as well) and, on a GPU, one kernel a call.
+the ops then read them as they are: no conversion kernel a layer a token. The SSM state may be
+float32 or x's dtype too (mamba_ssm's and transformers' caches are in the model's dtype): stepped
+in float32, stored rounded, no copy. Checked here: the results are bitwise those of float32
+parameters of the same values (the op converts on load, the math is unchanged) and, for a state in
+x's dtype, y bitwise that of a float32 state of the same values and the state that state's result
+rounded; against the float64 reference too; a mix of the two dtypes works (the op widens); another
+dtype is refused by the op (cast to float32 by the wrappers); the fake kernels agree (opcheck); and
+no cast or copy runs: no such aten op in the call (TorchDispatchMode for the wrapper, torch.profiler
+for the C++ op as well) and, on a GPU, one kernel a call (and a CUDA graph replays it).
 
 CPU always; CUDA where a GPU and the extension's CUDA kernels are present (skipped otherwise).
 """
@@ -61,6 +65,75 @@ def test_step_params_in_x_dtype_bitwise(device, dtype, G, N, index):
                                                     s["dt_bias"].cpu(), True, None if idx is None else idx.cpu())
     assert rel_err(out_t, ref_out) < TOL[dtype]
     assert rel_err(state_t, ref_state) < 2e-6
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", HALVES)
+@pytest.mark.parametrize("G,N,index,params_t", [(1, 16, True, True), (2, 16, False, True), (1, 5, True, False),
+                                                (3, 64, False, True), (1, 8, True, True)])
+def test_step_state_in_x_dtype(device, dtype, G, N, index, params_t):
+    """A state in x's dtype: y bitwise that of a float32 state of the same values, the new state
+    that state's result rounded to x's dtype (to nearest even, as .to() rounds)."""
+    s = step_inputs(dtype, device, G=G, N=N, dim=24)
+    idx = torch.tensor([5, -1, 0, 2], dtype=torch.int32, device=device) if index else None
+    s["state"] = (s["state"] if index else s["state"][:4]).to(dtype)
+    D, b = (s["D"], s["dt_bias"]) if params_t else (s["D"].float(), s["dt_bias"].float())
+    state_t = s["state"].clone()
+    out_t = st.selective_state_update(state_t, s["x"], s["dt"], s["A"], s["B"], s["C"], D, s["z"], b, True,
+                                      state_batch_indices=idx)
+    state_f = s["state"].float()
+    out_f = st.selective_state_update(state_f, s["x"], s["dt"], s["A"], s["B"], s["C"], D.float(), s["z"], b.float(),
+                                      True, state_batch_indices=idx)
+    assert state_t.dtype == dtype and out_t.dtype == dtype
+    assert torch.equal(out_t, out_f)
+    assert torch.equal(state_t, state_f.to(dtype))
+    ref_out, ref_state = selective_state_update_ref(s["state"].cpu(), s["x"].cpu(), s["dt"].cpu(), s["A"].cpu(),
+                                                    s["B"].cpu(), s["C"].cpu(), s["D"].cpu(), s["z"].cpu(),
+                                                    s["dt_bias"].cpu(), True, None if idx is None else idx.cpu())
+    assert rel_err(out_t, ref_out) < TOL[dtype]
+    assert rel_err(state_t, ref_state) < TOL[dtype]
+    if index:
+        assert torch.equal(state_t[[1, 3, 4]], s["state"][[1, 3, 4]])  # untouched rows
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_step_state_other_dtype(device):
+    """A state neither float32 nor x's dtype: refused by the op and by selective_state_update;
+    the integrations' wrapper steps it through a float32 copy."""
+    import selscan_torch.integrations as si
+
+    s = step_inputs(torch.bfloat16, device)
+    state = s["state"][:4].half()
+    with pytest.raises(TypeError, match="state must be float32 or x's dtype"):
+        torch.ops.selscan.step(state, s["x"], s["dt"], s["A"], s["B"], s["C"], s["D"], s["z"], s["dt_bias"], None, True)
+    with pytest.raises(TypeError, match="state must be float32 or x's dtype"):
+        st.selective_state_update(state, s["x"], s["dt"], s["A"], s["B"], s["C"], s["D"], s["z"], s["dt_bias"], True)
+    s1, s2 = state.clone(), state.float()
+    o1 = si.selective_state_update(s1, s["x"], s["dt"], s["A"], s["B"], s["C"], s["D"], s["z"], s["dt_bias"], True)
+    o2 = st.selective_state_update(s2, s["x"], s["dt"], s["A"], s["B"], s["C"], s["D"], s["z"], s["dt_bias"], True)
+    assert torch.equal(o1, o2) and torch.equal(s1, s2.half())
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_step_state_multihead_and_opcheck(device):
+    """Mamba-2 shapes with a state in x's dtype (folded as a view, stepped in place); opcheck."""
+    batch, nh, hd, N = 2, 4, 3, 8
+    g = torch.Generator().manual_seed(9)
+    bf = torch.bfloat16
+    state = torch.randn(batch, nh, hd, N, generator=g).to(bf).to(device)
+    x = torch.randn(batch, nh, hd, generator=g).to(bf).to(device)
+    dt = torch.randn(batch, nh, hd, generator=g).to(bf).to(device)
+    A = (-(torch.rand(nh, hd, N, generator=g) + 0.5)).to(device)
+    B = torch.randn(batch, 2, N, generator=g).to(bf).to(device)
+    C = torch.randn(batch, 2, N, generator=g).to(bf).to(device)
+    D = torch.randn(nh, hd, generator=g).to(bf).to(device)
+    s1, s2 = state.clone(), state.float()
+    o1 = st.selective_state_update(s1, x, dt, A, B, C, D, dt_softplus=True)
+    o2 = st.selective_state_update(s2, x, dt, A, B, C, D, dt_softplus=True)
+    assert torch.equal(o1, o2) and torch.equal(s1, s2.to(bf))
+    s = step_inputs(bf, device)
+    torch.library.opcheck(torch.ops.selscan.step, (s["state"][:4].to(bf), s["x"], s["dt"], s["A"], s["B"], s["C"],
+                                                   s["D"], s["z"], s["dt_bias"], None, True))
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -199,10 +272,12 @@ def _casts(names):
     return [n for n in names if any(c in n for c in _CASTS) or n in ("aten::to", "aten.to") or n.startswith("aten.to.")]
 
 
-def _mamba_step_call(device, dtype):
+def _mamba_step_call(device, dtype, state_t=False):
     """One layer's decode as mamba_ssm's Mamba.step makes it (parameters in the model's dtype,
-    the conv weight a (dim, 1, W) view, a float32 SSM state)."""
+    the conv weight a (dim, 1, W) view, a float32 SSM state or (state_t) one in the model's dtype)."""
     s = step_inputs(dtype, device, batch=2, dim=16, N=16, n_cache=2)
+    if state_t:
+        s["state"] = s["state"].to(dtype)
     x, w, b, cstate = conv_inputs(dtype, device, batch=2, dim=16, W=4, state_len=4)
     w3 = w.unsqueeze(1)
 
@@ -216,27 +291,29 @@ def _mamba_step_call(device, dtype):
 
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("dtype", HALVES)
-def test_no_cast_dispatched(device, dtype):
+@pytest.mark.parametrize("state_t", [False, True])
+def test_no_cast_dispatched(device, dtype, state_t):
     """TorchDispatchMode: the wrappers dispatch the two ops and nothing that casts or copies; the
-    ops receive the caller's parameter tensors themselves (in x's dtype)."""
-    call, s = _mamba_step_call(device, dtype)
+    ops receive the caller's parameter tensors (and state) themselves."""
+    call, s = _mamba_step_call(device, dtype, state_t)
     with _Record() as rec:
         call()
     names = [n for n, _ in rec.calls]
     assert _casts(names) == [], names
     assert "selscan.conv_step.default" in names and "selscan.step.default" in names, names
     step_args = next(a for n, a in rec.calls if n == "selscan.step.default")
-    assert step_args[6] is s["D"] and step_args[8] is s["dt_bias"]
+    assert step_args[0] is s["state"] and step_args[6] is s["D"] and step_args[8] is s["dt_bias"]
     conv_args = next(a for n, a in rec.calls if n == "selscan.conv_step.default")
     assert conv_args[2].dtype == dtype and conv_args[3].dtype == dtype
 
 
 @pytest.mark.parametrize("dtype", HALVES)
-def test_no_cast_in_the_ops_cpu(dtype):
+@pytest.mark.parametrize("state_t", [False, True])
+def test_no_cast_in_the_ops_cpu(dtype, state_t):
     """torch.profiler (every aten op, the C++ kernels' own included): no cast or copy in one layer's
-    decode with parameters in x's dtype; with float32 parameters the same call has none either,
-    and with parameters of a third dtype the casts show (the probe sees them)."""
-    call, s = _mamba_step_call("cpu", dtype)
+    decode with parameters (and state) in x's dtype; with parameters of a third dtype the casts
+    show (the probe sees them)."""
+    call, s = _mamba_step_call("cpu", dtype, state_t)
     call()  # warm up
 
     def ops():
@@ -254,9 +331,11 @@ def test_no_cast_in_the_ops_cpu(dtype):
 
 @cuda_only
 @pytest.mark.parametrize("dtype", HALVES)
-def test_one_kernel_a_step_cuda(dtype):
-    """On the GPU: one kernel for the conv update and one for the step, parameters in x's dtype."""
-    call, _ = _mamba_step_call("cuda", dtype)
+@pytest.mark.parametrize("state_t", [False, True])
+def test_one_kernel_a_step_cuda(dtype, state_t):
+    """On the GPU: one kernel for the conv update and one for the step, parameters (and state) in
+    x's dtype."""
+    call, _ = _mamba_step_call("cuda", dtype, state_t)
     call()
     torch.cuda.synchronize()
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
@@ -264,3 +343,44 @@ def test_one_kernel_a_step_cuda(dtype):
         torch.cuda.synchronize()
     kernels = [e.name for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
     assert len(kernels) == 2, kernels
+
+
+@cuda_only
+@pytest.mark.parametrize("dtype", HALVES)
+def test_cuda_graph_decode_params_state_t(dtype):
+    """A decode loop (conv update + step, parameters and state in x's dtype, batch 5 x 256
+    channels, N = 16: the fast step kernels) captured in a CUDA graph: its replay equals the eager
+    loop bitwise."""
+    batch, dim, T = 5, 256, 6
+    s = step_inputs(dtype, "cuda", batch=batch, dim=dim, N=16, n_cache=batch)
+    s["state"] = s["state"].to(dtype)
+    x0, w, b, cstate0 = conv_inputs(dtype, "cuda", batch=batch, dim=dim, W=4, state_len=3)
+    xs = torch.randn(T, batch, dim, device="cuda").to(dtype)
+    state, cstate = s["state"].clone(), cstate0.clone()
+    x_buf = torch.empty(batch, dim, device="cuda", dtype=dtype)
+    outs = torch.empty(T, batch, dim, device="cuda", dtype=dtype)
+
+    def loop(state, cstate, out):
+        for t in range(T):
+            x_buf.copy_(xs[t])
+            xc = st.causal_conv1d_update(x_buf, cstate, w, b, "silu")
+            out[t] = st.selective_state_update(state, xc, s["dt"], s["A"], s["B"], s["C"], s["D"], s["z"],
+                                               s["dt_bias"], True)
+
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        loop(state, cstate, outs)  # warm up
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        loop(state, cstate, outs)
+    state.copy_(s["state"])
+    cstate.copy_(cstate0)
+    graph.replay()
+    torch.cuda.synchronize()
+    ref_state, ref_cstate = s["state"].clone(), cstate0.clone()
+    ref_outs = torch.empty_like(outs)
+    loop(ref_state, ref_cstate, ref_outs)
+    assert torch.equal(outs, ref_outs)
+    assert torch.equal(state, ref_state) and torch.equal(cstate, ref_cstate)
