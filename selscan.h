@@ -221,14 +221,16 @@ typedef enum selscan_dtype { SELSCAN_F32 = 0, SELSCAN_F16, SELSCAN_BF16 } selsca
    them: SELSCAN_ERR_UNSUPPORTED, {"flags", "unknown flag"}). The math is unchanged: every value is
    converted to f32 on load, so a parameter exactly representable in T gives bitwise the result of
    the f32 parameter. For a model in f16 / bf16, whose D and dt_proj.bias are T: no conversion
-   kernel before each step. */
-#define SELSCAN_STEP_PARAMS_T 8u /* D and delta_bias are T (the problem's dtype), not f32; A stays f32 */
+   kernel before each step (one flag each: transformers' Mamba passes D in T, dt_proj.bias in f32). */
+#define SELSCAN_STEP_D_T 8u           /* D is T (the problem's dtype), not f32 */
+#define SELSCAN_STEP_DELTA_BIAS_T 32u /* delta_bias is T, not f32 */
+#define SELSCAN_STEP_PARAMS_T (SELSCAN_STEP_D_T | SELSCAN_STEP_DELTA_BIAS_T) /* both; A stays f32 */
 /* The state is T (the cache of a f16 / bf16 model, which mamba_ssm and transformers allocate in the
    model's dtype): loaded into f32, stepped in f32 (y from the f32 state, as with a f32 state), and
    rounded to T (to nearest even) on the store. So y is bitwise that of a f32 state holding the same
    values, and the new state is that f32 state's result rounded to T. */
 #define SELSCAN_STEP_STATE_T 16u
-#define SELSCAN__STEP_KNOWN_FLAGS (SELSCAN__KNOWN_FLAGS | SELSCAN_STEP_PARAMS_T | SELSCAN_STEP_STATE_T)
+#define SELSCAN__STEP_KNOWN_FLAGS (SELSCAN__KNOWN_FLAGS | SELSCAN_STEP_D_T | SELSCAN_STEP_DELTA_BIAS_T | SELSCAN_STEP_STATE_T)
 
 /* The alignment the library gives its workspace internally. Nothing is required of the caller: any
    pointer works (malloc's included), because every selscan_workspace_size* answer includes
@@ -329,7 +331,7 @@ typedef struct selscan_grads {
      A                       (dim, N)                f32
      B, C (variable)         (batch, n_groups, N)    T
      B, C (SELSCAN_FIXED_*)  (dim, N)                f32
-     D, delta_bias           (dim)                   f32 / T  optional; T with SELSCAN_STEP_PARAMS_T
+     D, delta_bias           (dim)                   f32 / T  optional; T with SELSCAN_STEP_D_T / _DELTA_BIAS_T
      state_index optional, batch int32 values: the state row of each batch row (row i when NULL);
                  a negative value marks padding: y is 0 for that row and no state is touched.
                  On the CPU the indices are validated (< n_cache, no row used twice:
@@ -339,7 +341,7 @@ typedef struct selscan_grads {
 typedef struct selscan_step_problem {
     int64_t batch, dim, dstate, n_groups, n_cache;
     selscan_dtype dtype;
-    unsigned flags; /* the scan's (SELSCAN_DELTA_SOFTPLUS, SELSCAN_FIXED_*), SELSCAN_STEP_PARAMS_T, SELSCAN_STEP_STATE_T */
+    unsigned flags; /* the scan's (SELSCAN_DELTA_SOFTPLUS, SELSCAN_FIXED_*), SELSCAN_STEP_D_T, _DELTA_BIAS_T, _STATE_T */
     const int32_t *state_index;
     selscan_out_tensor state;                           /* read and written in place */
     selscan_tensor u, delta, A, B, C, D, z, delta_bias; /* inputs */
@@ -825,8 +827,9 @@ static void selscan__resolve_data(selscan__ten *r, void *data, const int64_t *st
      need   REQ required, FWD required by the forward only (y), OPT optional (NULL data: absent)
      dims   the logical shape: SELSCAN__DIMS_<dims>(q) gives rank, n0 .. n3 from the sizes q
      dtype  T (the problem's dtype), F32, or FIXB / FIXC: T, but (dim, N) f32 when SELSCAN_FIXED_B /
-            SELSCAN_FIXED_C is set, or PRM: f32, T when the step's SELSCAN_STEP_PARAMS_T (the conv
-            step's SELSCAN_CONV_PARAMS_T) is set, or STT: f32, T when SELSCAN_STEP_STATE_T is set
+            SELSCAN_FIXED_C is set, or PRM: f32, T when the struct's <ten>T is set (the step's DT /
+            biasT: SELSCAN_STEP_D_T / _DELTA_BIAS_T, the conv step's wT, biasT:
+            SELSCAN_CONV_PARAMS_T), or STT: f32, T when SELSCAN_STEP_STATE_T is set
    The order is the order of the checks: which error a call reports first. These drive the
    missing-operand checks, the resolve calls and the input / output lists of the stride and alias
    checks; tests/test_operands.c checks the OPERANDS texts (the scan's and the step's) against them
@@ -935,7 +938,7 @@ static void selscan__resolve_data(selscan__ten *r, void *data, const int64_t *st
     if (q->fixB) SELSCAN__RESOLVE_AS(c, field, ten, DN, SELSCAN_F32) else SELSCAN__RESOLVE_AS(c, field, ten, dims, q->dt)
 #define SELSCAN__RESOLVE_FIXC(c, field, ten, dims) \
     if (q->fixC) SELSCAN__RESOLVE_AS(c, field, ten, DN, SELSCAN_F32) else SELSCAN__RESOLVE_AS(c, field, ten, dims, q->dt)
-#define SELSCAN__RESOLVE_PRM(c, field, ten, dims) SELSCAN__RESOLVE_AS(c, field, ten, dims, q->prmT ? q->dt : SELSCAN_F32)
+#define SELSCAN__RESOLVE_PRM(c, field, ten, dims) SELSCAN__RESOLVE_AS(c, field, ten, dims, q->ten##T ? q->dt : SELSCAN_F32)
 #define SELSCAN__RESOLVE_STT(c, field, ten, dims) SELSCAN__RESOLVE_AS(c, field, ten, dims, q->stT ? q->dt : SELSCAN_F32)
 #define SELSCAN__COUNT(a) SELSCAN__CAST(int, sizeof(a) / sizeof((a)[0]))
 
@@ -1553,7 +1556,7 @@ typedef struct selscan__stp {
     int64_t batch, dim, N, G, dpg, ncache;
     selscan_dtype dt;
     int softplus, fixB, fixC;
-    int prmT; /* SELSCAN_STEP_PARAMS_T: D and delta_bias are T (their selscan__ten's dt says so) */
+    int DT, biasT; /* SELSCAN_STEP_D_T, SELSCAN_STEP_DELTA_BIAS_T: D, delta_bias are T (as their selscan__ten's dt) */
     int stT;  /* SELSCAN_STEP_STATE_T: the state is T (state.dt) */
     const int32_t *idx;
     selscan__ten state, u, delta, A, B, C, D, z, bias, y;
@@ -1624,7 +1627,8 @@ static selscan_status selscan__validate_step_ex(const selscan_step_problem *s, s
     q->softplus = (s->flags & SELSCAN_DELTA_SOFTPLUS) != 0;
     q->fixB = (s->flags & SELSCAN_FIXED_B) != 0;
     q->fixC = (s->flags & SELSCAN_FIXED_C) != 0;
-    q->prmT = (s->flags & SELSCAN_STEP_PARAMS_T) != 0;
+    q->DT = (s->flags & SELSCAN_STEP_D_T) != 0;
+    q->biasT = (s->flags & SELSCAN_STEP_DELTA_BIAS_T) != 0;
     q->stT = (s->flags & SELSCAN_STEP_STATE_T) != 0;
     q->idx = s->state_index;
     if (!selscan__count_ok(q->ncache, q->dim, q->N, 1) || !selscan__count_ok(q->batch, q->dim, 1, 1) ||
@@ -1733,7 +1737,7 @@ typedef struct selscan__cstp {
     int64_t batch, dim, W, S, ncache, L; /* S: state_len; L: tokens per row */
     selscan_dtype dt;
     int silu;
-    int prmT; /* SELSCAN_CONV_PARAMS_T: weight and bias are T (their selscan__ten's dt says so) */
+    int wT, biasT; /* SELSCAN_CONV_PARAMS_T: weight and bias are T (both; as their selscan__ten's dt) */
     const int32_t *idx;
     selscan__ten state, x, w, bias, y;
     selscan_diag *diag;
@@ -1870,7 +1874,7 @@ static SELSCAN__MAYBE_UNUSED selscan_status selscan__conv_validate_step_ex(const
     q->batch = s->batch; q->dim = s->dim; q->W = s->width; q->S = s->state_len;
     q->dt = s->dtype;
     q->silu = (s->flags & SELSCAN_CONV_SILU) != 0;
-    q->prmT = (s->flags & SELSCAN_CONV_PARAMS_T) != 0;
+    q->wT = q->biasT = (s->flags & SELSCAN_CONV_PARAMS_T) != 0;
     q->idx = s->state_index;
     if (!selscan__count_ok(q->ncache, q->dim, q->S, 1) || !selscan__count_ok(q->batch, q->dim, q->L, 1) ||
         !selscan__count_ok(q->dim, q->W, 1, 1))
@@ -4149,7 +4153,7 @@ static SELSCAN__ATTR void SELSCAN__SFX(selscan__step_block)(const selscan__stp *
         if (q->bias.s[0] == 1)
             for (; i + W <= nd; i += W) SELSCAN__VSTORE(dtb + i, SELSCAN__VADD(SELSCAN__VLOAD(dtb + i), SELSCAN__VLOAD(bp + i)));
         for (; i < nd; i++) dtb[i] += bp[i * q->bias.s[0]];
-    } else if (q->bias.data) { /* SELSCAN_STEP_PARAMS_T: widened first (the same sums) */
+    } else if (q->bias.data) { /* SELSCAN_STEP_DELTA_BIAS_T: widened first (the same sums) */
         selscan__cvt_row(pb, q->bias.data, SELSCAN__AT1(q->bias, dlo), q->bias.s[0], nd, q->bias.dt);
         for (i = 0; i < nd; i++) dtb[i] += pb[i];
     }

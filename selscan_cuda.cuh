@@ -154,7 +154,7 @@
  * grid: step_loop_kernel (the next row's state in flight while a row is computed); all launched
  * with programmatic dependent launch, and bitwise the forward's at L = 1 for N = 8 / 16. One
  * state a thread otherwise (step_kernel). Every step kernel reads D / delta_bias in T with
- * SELSCAN_STEP_PARAMS_T and keeps a T state with SELSCAN_STEP_STATE_T (the same kernels: a
+ * SELSCAN_STEP_D_T / _DELTA_BIAS_T and keeps a T state with SELSCAN_STEP_STATE_T (the same kernels: a
  * uniform branch at the loads and stores; the state's chunks then 8-byte aligned, 16 for the
  * bulk-copy kernel). L-chunk plans fill one wave on
  * the current device's multiprocessors (at most 160; workspace sizes assume 160).
@@ -282,7 +282,7 @@ struct ct { /* a tensor on the device: data + element strides */
 struct kparams {
     int64_t batch, dim, L, N, G, dpg, nseq, ncache;
     int softplus, fixB, fixC;
-    int prmT;       /* step_kernel: D and delta_bias are T (SELSCAN_STEP_PARAMS_T), else f32 */
+    int DT, biasT;  /* step_kernel: D, delta_bias are T (SELSCAN_STEP_D_T, _DELTA_BIAS_T), else f32 */
     int stT;        /* step_kernel: the state is T (SELSCAN_STEP_STATE_T), else f32 */
     int bf16;       /* bwd_kernel with T = h16: bfloat16 (else binary16) */
     int NT, CH;     /* threads per channel, channels per block */
@@ -341,7 +341,7 @@ template <> __device__ __forceinline__ void st<h16>(void *p, int64_t i, float v,
 
 static __device__ __forceinline__ float ldf(const ct &t, int64_t i) { return static_cast<const float *>(t.p)[i]; }
 /* A decode step's parameter (D, delta_bias; the conv step's weight, bias): T where pT
-   (SELSCAN_STEP_PARAMS_T / SELSCAN_CONV_PARAMS_T; uniform over the grid), f32 otherwise. Loaded
+   (SELSCAN_STEP_D_T, _DELTA_BIAS_T / SELSCAN_CONV_PARAMS_T; uniform over the grid), f32 otherwise. Loaded
    once a thread: the branch costs nothing measurable. */
 template <typename T> static __device__ __forceinline__ float ldp(const void *p, int64_t i, int pT) {
     return pT ? ld<T>(p, i) : ld<float>(p, i);
@@ -2442,7 +2442,7 @@ static __global__ void __launch_bounds__(kThreads) step_kernel(const kparams P) 
         const int64_t g = d / P.dpg;
         x = ld<T>(P.u.p, b * P.u.s[0] + d * P.u.s[1]);
         float dt = ld<T>(P.delta.p, b * P.delta.s[0] + d * P.delta.s[1]);
-        if (P.bias.p) dt += ldp<T>(P.bias.p, d * P.bias.s[0], P.prmT);
+        if (P.bias.p) dt += ldp<T>(P.bias.p, d * P.bias.s[0], P.biasT);
         if (P.softplus) dt = softplus(dt);
         for (int64_t n = j; n < P.N; n += NT) {
             const float Bv = P.fixB ? ldf(P.B, d * P.B.s[0] + n * P.B.s[1]) : ld<T>(P.B.p, b * P.B.s[0] + g * P.B.s[1] + n * P.B.s[2]);
@@ -2455,7 +2455,7 @@ static __global__ void __launch_bounds__(kThreads) step_kernel(const kparams P) 
         }
     }
     const bool lead = valid && !pad && j == 0;
-    const float Dd = lead && P.D.p ? ldp<T>(P.D.p, d * P.D.s[0], P.prmT) : 0.0f;
+    const float Dd = lead && P.D.p ? ldp<T>(P.D.p, d * P.D.s[0], P.DT) : 0.0f;
     const float zz = lead && P.z.p ? ld<T>(P.z.p, b * P.z.s[0] + d * P.z.s[1]) : 0.0f;
     step_store_y<T>(P, b, d, NT, j, valid, !pad, yp, x, Dd, zz);
 }
@@ -2511,9 +2511,9 @@ static __global__ void __launch_bounds__(kThreads) step_fast_kernel(const kparam
     if (live) {
         x = ld<T>(P.u.p, b * P.u.s[0] + d * P.u.s[1]);
         dt = ld<T>(P.delta.p, b * P.delta.s[0] + d * P.delta.s[1]);
-        if (P.bias.p) bias = ldp<T>(P.bias.p, d * P.bias.s[0], P.prmT);
+        if (P.bias.p) bias = ldp<T>(P.bias.p, d * P.bias.s[0], P.biasT);
         if (j == 0 && P.z.p) zz = ld<T>(P.z.p, b * P.z.s[0] + d * P.z.s[1]);
-        if (j == 0 && P.D.p) Dd = ldp<T>(P.D.p, d * P.D.s[0], P.prmT);
+        if (j == 0 && P.D.p) Dd = ldp<T>(P.D.p, d * P.D.s[0], P.DT);
     }
     float yp = 0.0f;
     if (own) {
@@ -2538,7 +2538,7 @@ struct step_params {
     int64_t batch, dim, ncache;
     int dpg, N, NT, softplus, fixB, fixC, avec, bvec, cvec, G1;
     int pf;   /* step_tma_kernel: its first tiles into L2 before the PDL wait */
-    int prmT; /* D and delta_bias are T (SELSCAN_STEP_PARAMS_T), else f32 */
+    int DT, biasT; /* D, delta_bias are T (SELSCAN_STEP_D_T, _DELTA_BIAS_T), else f32 */
     int hT;   /* the state is T (SELSCAN_STEP_STATE_T), else f32: see ld_state / st_state */
     const int32_t *idx;
     void *h; /* the state: f32, or T where hT */
@@ -2551,7 +2551,7 @@ struct step_params {
     int64_t a0, a1;
     const void *B, *C;
     int64_t b0, b1, b2, c0, c1, c2;
-    const void *D, *bias; /* f32, or T where prmT */
+    const void *D, *bias; /* f32, or T where DT / biasT */
     int64_t Ds, bs;
 };
 
@@ -2767,8 +2767,8 @@ __global__ void __launch_bounds__(kThreads, MINB) step_vec_kernel(const step_par
             }
         }
     }
-    const float bias = valid && P.bias ? ldp<T>(P.bias, d * P.bs, P.prmT) : 0.0f;
-    const float Dd = valid && P.D ? ldp<T>(P.D, d * P.Ds, P.prmT) : 0.0f;
+    const float bias = valid && P.bias ? ldp<T>(P.bias, d * P.bs, P.biasT) : 0.0f;
+    const float Dd = valid && P.D ? ldp<T>(P.D, d * P.Ds, P.DT) : 0.0f;
 #pragma unroll
     for (int k = 0; k < S; k++) A2[k] *= kLog2e;
 #pragma unroll
@@ -2884,8 +2884,8 @@ __global__ void __launch_bounds__(kThreads) step_loop_kernel(const step_params P
     }
 #pragma unroll
     for (int k = 0; k < 8; k++) A2[k] *= kLog2e;
-    const float bias = valid && P.bias ? ldp<T>(P.bias, d * P.bs, P.prmT) : 0.0f;
-    const float Dd = valid && P.D ? ldp<T>(P.D, d * P.Ds, P.prmT) : 0.0f;
+    const float bias = valid && P.bias ? ldp<T>(P.bias, d * P.bs, P.biasT) : 0.0f;
+    const float Dd = valid && P.D ? ldp<T>(P.D, d * P.Ds, P.DT) : 0.0f;
     const int64_t g = !valid || P.G1 ? 0 : dl32 / P.dpg;
     for (; b < P.batch; b += stride) { /* the same trip count for every thread of the block */
         float hv[8] = {n0[0], n0[1], n0[2], n0[3], n1[0], n1[1], n1[2], n1[3]}, Bv[8], Cv[8];
@@ -3074,8 +3074,8 @@ __global__ void __launch_bounds__(kThreads, MINB) step_tma_kernel(const step_par
     }
 #pragma unroll
     for (int k = 0; k < 8; k++) A2[k] *= kLog2e;
-    const float bias = valid && P.bias ? ldp<T>(P.bias, d * P.bs, P.prmT) : 0.0f;
-    const float Dd = valid && P.D ? ldp<T>(P.D, d * P.Ds, P.prmT) : 0.0f;
+    const float bias = valid && P.bias ? ldp<T>(P.bias, d * P.bs, P.biasT) : 0.0f;
+    const float Dd = valid && P.D ? ldp<T>(P.D, d * P.Ds, P.DT) : 0.0f;
     for (int64_t k = 0; k < ntile; k++) { /* the same trip count for every thread of the block */
         const int s = static_cast<int>(k % kTmaStages);
         const int64_t b = b0 + k * stride;
@@ -3998,7 +3998,7 @@ static selscan_status launch_step(const selscan__stp &q, step_tune tu, cudaStrea
         else { sp.c0 = q.C.s[0]; sp.c1 = q.C.s[1]; sp.c2 = q.C.s[2]; }
         sp.D = q.D.data; sp.Ds = q.D.s[0];
         sp.bias = q.bias.data; sp.bs = q.bias.s[0];
-        sp.prmT = q.prmT;
+        sp.DT = q.DT; sp.biasT = q.biasT;
         const int64_t cpb = kThreads / sp.NT, gx = cdiv(q.batch, R), gy = cdiv(q.dim, cpb);
         if (gx > kMaxGrid || gy > 65535) return fail_grid(dg);
         const dim3 gr(static_cast<unsigned>(gx), static_cast<unsigned>(gy));
@@ -4051,7 +4051,7 @@ static selscan_status launch_step(const selscan__stp &q, step_tune tu, cudaStrea
     kparams P;
     memset(&P, 0, sizeof P);
     P.batch = q.batch; P.dim = q.dim; P.N = q.N; P.G = q.G; P.dpg = q.dpg; P.ncache = q.ncache;
-    P.softplus = q.softplus; P.fixB = q.fixB; P.fixC = q.fixC; P.idx = q.idx; P.prmT = q.prmT; P.stT = q.stT;
+    P.softplus = q.softplus; P.fixB = q.fixB; P.fixC = q.fixC; P.idx = q.idx; P.DT = q.DT; P.biasT = q.biasT; P.stT = q.stT;
     P.bf16 = q.dt == SELSCAN_BF16;
     P.u = mk(q.u); P.delta = mk(q.delta); P.A = mk(q.A); P.B = mk(q.B); P.C = mk(q.C); P.D = mk(q.D);
     P.z = mk(q.z); P.bias = mk(q.bias); P.h0 = mk(q.state); P.y = mk(q.y);
@@ -4709,7 +4709,7 @@ static selscan_status conv_step(const selscan_conv_step_problem *s, const selsca
     if (grid > kMaxGrid) return fail_grid(s->diag);
     memset(&P, 0, sizeof P);
     P.batch = q.batch; P.dim = q.dim; P.L = q.L; P.S = q.S; P.ncache = q.ncache; P.W = static_cast<int>(q.W); P.silu = q.silu;
-    P.prmT = q.prmT;
+    P.prmT = q.wT; /* (= q.biasT: one flag) */
     P.idx = q.idx;
     P.state = mk(q.state); P.x = mk(q.x); P.w = mk(q.w); P.bias = mk(q.bias); P.y = mk(q.y);
     selscan_cuda_detail::with_dtype(q.dt, [&](auto tag) {

@@ -457,10 +457,11 @@ static void run_step_vs_forward(selscan_dtype T, int64_t batch, int64_t dim, int
     for (Ten *q : all) release(*q);
 }
 
-/* SELSCAN_STEP_PARAMS_T and SELSCAN_STEP_STATE_T on the step kernel the tuning entry forces
-   (selscan__step_cuda_tuned's S, fast, loop, tma): D and delta_bias in T (always) and the state in T
-   (stT) give bitwise the y of the same kernel with those values in f32 without the flags, and its
-   state (stT: rounded to T, to nearest even), and match the CPU reference with the flags. */
+/* SELSCAN_STEP_D_T, SELSCAN_STEP_DELTA_BIAS_T and SELSCAN_STEP_STATE_T on the step kernel the
+   tuning entry forces (selscan__step_cuda_tuned's S, fast, loop, tma): D (pm bit 0), delta_bias
+   (bit 1) and the state (stT) in T give bitwise the y of the same kernel with those values in f32
+   without the flags, and its state (stT: rounded to T, to nearest even), and match the CPU
+   reference with the flags. */
 struct step_force {
     const char *name;
     int S, fast, loop, tma; /* as selscan__step_cuda_tuned takes them */
@@ -473,7 +474,7 @@ static const step_force kForce[] = {
     {"step_tma_kernel", 0, 0, 0, 1},         /* N = 16, FAST operands, channel stride 16; sm_90 */
 };
 static void run_step_params_t(selscan_dtype T, int64_t batch, int64_t dim, int64_t N, int64_t G, unsigned flags, bool z, bool index,
-                              int layout, const step_force &f, bool stT) {
+                              int layout, const step_force &f, bool stT, int pm = 3) {
     const selscan_dtype F = SELSCAN_F32;
     const int64_t ncache = index ? batch + 2 : batch;
     Ten st, st32, x, dt, A, B, C, DT, bT, D32, b32, zt, y;
@@ -508,15 +509,17 @@ static void run_step_params_t(selscan_dtype T, int64_t batch, int64_t dim, int64
         CU(cudaMalloc(&didx, batch * 4));
         CU(cudaMemcpy(didx, idx.data(), batch * 4, cudaMemcpyHostToDevice));
     }
-    auto problem = [&](bool dev, bool prm) {
+    auto problem = [&](bool dev, bool tv) { /* tv: the T values with their flags, else all f32 */
         selscan_step_problem q;
         memset(&q, 0, sizeof q);
         q.batch = batch; q.dim = dim; q.dstate = N; q.n_groups = G; q.n_cache = ncache; q.dtype = T;
-        q.flags = flags | (prm ? SELSCAN_STEP_PARAMS_T | (stT ? SELSCAN_STEP_STATE_T : 0u) : 0u);
+        q.flags = flags | (tv ? (pm & 1 ? SELSCAN_STEP_D_T : 0u) | (pm & 2 ? SELSCAN_STEP_DELTA_BIAS_T : 0u) |
+                                    (stT ? SELSCAN_STEP_STATE_T : 0u)
+                              : 0u);
         q.state_index = index ? (dev ? didx : idx_cpu.data()) : NULL;
-        q.state = prm ? st.out(dev) : st32.out(dev); q.u = x.api(dev); q.delta = dt.api(dev); q.A = A.api(dev); q.B = B.api(dev); q.C = C.api(dev);
-        q.D = prm ? DT.api(dev) : D32.api(dev);
-        q.delta_bias = prm ? bT.api(dev) : b32.api(dev);
+        q.state = tv ? st.out(dev) : st32.out(dev); q.u = x.api(dev); q.delta = dt.api(dev); q.A = A.api(dev); q.B = B.api(dev); q.C = C.api(dev);
+        q.D = tv && (pm & 1) ? DT.api(dev) : D32.api(dev);
+        q.delta_bias = tv && (pm & 2) ? bT.api(dev) : b32.api(dev);
         if (z) q.z = zt.api(dev);
         q.y = y.out(dev);
         return q;
@@ -1121,7 +1124,7 @@ int main() {
         run_step_vs_forward((selscan_dtype)T, 1500, 128, 16, 1, SP, true, true, true, 1); /* forced, past its ring */
     }
     printf("%-32s %s\n", "step vs forward at L = 1", g_fail == b1 ? "ok" : "FAILED");
-    const int b3 = g_fail; /* SELSCAN_STEP_PARAMS_T and SELSCAN_STEP_STATE_T (f16 / bf16) on every step kernel, forced */
+    const int b3 = g_fail; /* SELSCAN_STEP_D_T / _DELTA_BIAS_T and SELSCAN_STEP_STATE_T (f16 / bf16) on every step kernel, forced */
     for (int T = 0; T < 3; T++)
         for (int stT = 0; stT < (T == 0 ? 1 : 2); stT++)
             for (const step_force &f : kForce) {
@@ -1134,6 +1137,9 @@ int main() {
                 run_step_params_t((selscan_dtype)T, 2, 48, 64, 1, SP, false, true, 1, f, stT);
                 run_step_params_t((selscan_dtype)T, 3, 24, 16, 1, SP, true, true, 4, f, stT);
                 run_step_params_t((selscan_dtype)T, 2, 20, 12, 1, SP, true, true, 2, f, stT); /* channels-last: n stride != 1 */
+                /* D alone in T (transformers' Mamba: dt_proj.bias cast to f32 by the caller), delta_bias alone */
+                run_step_params_t((selscan_dtype)T, 5, 256, 16, 1, SP, true, true, 1, f, stT, 1);
+                run_step_params_t((selscan_dtype)T, 3, 40, 8, 2, SP, true, false, 1, f, stT, 2);
             }
     printf("%-32s %s\n", "step params / state in T", g_fail == b3 ? "ok" : "FAILED");
     const int b2 = g_fail;

@@ -134,8 +134,8 @@ static void check_block(const char *what, const char *start, const char *stop, c
                     CHECK(dims_of(is_fixed_form ? "DN" : o->dims, want) && dims_text(col[1], got) &&
                               memcmp(want, got, sizeof want) == 0,
                           "%s: %s documented %s, the table says %s", what, nm, col[1], is_fixed_form ? "DN" : o->dims);
-                    /* f32, T with a flag: PRM (SELSCAN_STEP_PARAMS_T), STT (SELSCAN_STEP_STATE_T) */
-                    const char *flag = strcmp(o->dtype, "PRM") == 0 ? "T with SELSCAN_STEP_PARAMS_T"
+                    /* f32, T with a flag: PRM (SELSCAN_STEP_D_T / _DELTA_BIAS_T), STT (SELSCAN_STEP_STATE_T) */
+                    const char *flag = strcmp(o->dtype, "PRM") == 0 ? "T with SELSCAN_STEP_D_T / _DELTA_BIAS_T"
                                        : strcmp(o->dtype, "STT") == 0 ? "T with SELSCAN_STEP_STATE_T" : NULL;
                     CHECK(strcmp(col[2], strcmp(o->dtype, "F32") == 0 || is_fixed_form ? "f32" : flag ? "f32 / T" : "T") == 0,
                           "%s: %s documented dtype '%s', the table says %s%s", what, nm, col[2], o->dtype,

@@ -1,7 +1,8 @@
 /* test_step: selscan_step_cpu and selscan_step_ref against the fp64 oracle step, with and
    without state_index (cache rows chosen per batch row, n_cache > batch, negative = padding:
-   y == 0 and no state touched), every option, dtype and layout. SELSCAN_STEP_PARAMS_T (D and
-   delta_bias in T) and SELSCAN_STEP_STATE_T (the state in T): against the oracle, and against the
+   y == 0 and no state touched), every option, dtype and layout. SELSCAN_STEP_D_T,
+   SELSCAN_STEP_DELTA_BIAS_T (D, delta_bias in T; each alone or both: SELSCAN_STEP_PARAMS_T) and
+   SELSCAN_STEP_STATE_T (the state in T): against the oracle, and against the
    same call with those values in f32 without the flags: y bitwise, the state bitwise (or, in T,
    the f32 call's state rounded to T); their validation (spans and alignment in T, refused by the
    scan). */
@@ -16,7 +17,7 @@ typedef struct scfg {
     int64_t batch, dim, N, G, ncache;
     unsigned flags;
     int D, z, bias, idx, pad, layout;
-    int prmT; /* SELSCAN_STEP_PARAMS_T: D and delta_bias in T */
+    int prmT; /* bit 0: SELSCAN_STEP_D_T (D in T), bit 1: SELSCAN_STEP_DELTA_BIAS_T (delta_bias in T) */
     int stT;  /* SELSCAN_STEP_STATE_T: the state in T */
 } scfg;
 
@@ -26,9 +27,10 @@ static void step_case(const scfg *c) {
     const int fixB = (c->flags & SELSCAN_FIXED_B) != 0, fixC = (c->flags & SELSCAN_FIXED_C) != 0;
     const int sp = (c->flags & SELSCAN_DELTA_SOFTPLUS) != 0;
     const int64_t ncache = c->idx ? c->ncache : c->batch, dpg = c->dim / c->G;
-    const selscan_dtype pdt = c->prmT ? c->dt : SELSCAN_F32; /* D's and delta_bias' dtype */
-    const selscan_dtype sdt = c->stT ? c->dt : SELSCAN_F32;  /* the state's */
-    const unsigned tflags = (c->prmT ? SELSCAN_STEP_PARAMS_T : 0u) | (c->stT ? SELSCAN_STEP_STATE_T : 0u);
+    const selscan_dtype Ddt = c->prmT & 1 ? c->dt : SELSCAN_F32, bdt = c->prmT & 2 ? c->dt : SELSCAN_F32; /* D's, delta_bias' */
+    const selscan_dtype sdt = c->stT ? c->dt : SELSCAN_F32;                                                 /* the state's */
+    const unsigned tflags = (c->prmT & 1 ? SELSCAN_STEP_D_T : 0u) | (c->prmT & 2 ? SELSCAN_STEP_DELTA_BIAS_T : 0u) |
+                            (c->stT ? SELSCAN_STEP_STATE_T : 0u);
     tc_tensor x, dt, z, y, A, B, C, D, bias, st, D32, bias32, st32;
     int32_t *idx = NULL;
     double *yref, *sref, *h, *Bv, *Cv;
@@ -37,7 +39,8 @@ static void step_case(const scfg *c) {
     size_t k;
     snprintf(desc, sizeof desc, "%s batch %lld dim %lld N %lld G %lld n_cache %lld flags %u D%d z%d bias%d idx%d pad%d layout %d%s%s",
              tc_dtname(c->dt), (long long)c->batch, (long long)c->dim, (long long)c->N, (long long)c->G,
-             (long long)ncache, c->flags, c->D, c->z, c->bias, c->idx, c->pad, c->layout, c->prmT ? " params T" : "",
+             (long long)ncache, c->flags, c->D, c->z, c->bias, c->idx, c->pad, c->layout,
+             c->prmT == 3 ? " params T" : c->prmT == 1 ? " D T" : c->prmT == 2 ? " delta_bias T" : "",
              c->stT ? " state T" : "");
     tc_tensor_make(&x, c->dt, 2, c->batch, c->dim, 1, 1, lay(c), 1);
     tc_tensor_make(&dt, c->dt, 2, c->batch, c->dim, 1, 1, lay(c), 1);
@@ -48,8 +51,8 @@ static void step_case(const scfg *c) {
     else tc_tensor_make(&B, c->dt, 3, c->batch, c->G, c->N, 1, lay(c), 1);
     if (fixC) tc_tensor_make(&C, SELSCAN_F32, 2, c->dim, c->N, 1, 1, lay(c), 1);
     else tc_tensor_make(&C, c->dt, 3, c->batch, c->G, c->N, 1, lay(c), 1);
-    tc_tensor_make(&D, pdt, 1, c->dim, 1, 1, 1, lay(c), c->D);
-    tc_tensor_make(&bias, pdt, 1, c->dim, 1, 1, 1, lay(c), c->bias);
+    tc_tensor_make(&D, Ddt, 1, c->dim, 1, 1, 1, lay(c), c->D);
+    tc_tensor_make(&bias, bdt, 1, c->dim, 1, 1, 1, lay(c), c->bias);
     tc_tensor_make(&st, sdt, 3, ncache, c->dim, c->N, 1, lay(c), 1);
     tc_fill(&x, -2, 2);
     if (sp) tc_fill(&dt, -4, 3), tc_fill(&bias, -1, 1);
@@ -313,7 +316,7 @@ int main(void) {
         c.pad = (i / 3) % 3 == 2;
         c.ncache = c.batch + tc_randint(0, 5); /* n_cache > batch most of the time */
         c.layout = tc_coin(0.3) ? (int)tc_randint(0, TC_LAYOUT_PADDED) : -1;
-        c.prmT = tc_coin(0.4);
+        c.prmT = tc_coin(0.4) ? (int)tc_randint(1, 3) : 0;
         c.stT = tc_coin(0.4);
         step_case(&c);
     }
@@ -330,7 +333,7 @@ int main(void) {
         c.D = tc_coin(0.8); c.z = tc_coin(0.6); c.bias = tc_coin(0.8);
         c.idx = i % 2; c.pad = i % 5 == 1; c.ncache = c.batch + tc_randint(0, 2);
         c.layout = i % 6 < 4 ? TC_LAYOUT_CONTIG : -1;
-        c.prmT = 1;
+        c.prmT = i % 4 == 0 ? 1 : i % 4 == 1 ? 2 : 3;
         c.stT = i % 3 != 1;
         step_case(&c);
     }

@@ -6,10 +6,10 @@
 //                  checkpoint, delta_softplus, grad_mask[9]) -> (du, ddelta, dA, dB, dC, dD, dz,
 //                  ddelta_bias, dh0)
 //   selscan::step (state!, x, dt, A, B, C, D?, z?, dt_bias?, state_index?, dt_softplus) -> y
-//                 (D, dt_bias: float32 or x's dtype; all in x's dtype: passed as they are, with
-//                 selscan's SELSCAN_STEP_PARAMS_T, no conversion kernel a call; state float32 or
-//                 x's dtype, the latter with SELSCAN_STEP_STATE_T: stepped in float32, stored
-//                 rounded, no copy)
+//                 (D, dt_bias, state: each float32 or x's dtype, passed as they are: selscan's
+//                 SELSCAN_STEP_D_T / _DELTA_BIAS_T / _STATE_T for those in x's dtype, no
+//                 conversion or copy kernel a call; a state in x's dtype is stepped in float32
+//                 and stored rounded)
 //
 // Shapes are selscan's logical ones (mamba_ssm's): u (batch, dim, L), B/C (batch, G, N, L),
 // (batch, N, L) (one group) or (dim, N) f32 (fixed), A (dim, N) f32, ... Every tensor is handed to selscan as a pointer plus
@@ -190,15 +190,17 @@ void CheckF32(const Tensor& t, const char* name) {
 
 // ---- the decode steps' parameters: float32 or x's dtype -------------------------------------------
 // The steps' D / dt_bias (selscan::step) and weight / bias (selscan::conv_step) are float32 or x's
-// dtype. When every one given has x's dtype (a model in float16 / bfloat16: mamba_ssm's and
-// transformers' decode), they reach selscan as they are with its SELSCAN_STEP_PARAMS_T /
-// SELSCAN_CONV_PARAMS_T (read in x's dtype, converted on load: no conversion kernel a token).
-// Otherwise they go as float32, a mix's ones in x's dtype widened here (exact: one kernel each).
+// dtype (a model in float16 / bfloat16: mamba_ssm's and transformers' decode). The step's reach
+// selscan as they are, each with its flag (SELSCAN_STEP_D_T, SELSCAN_STEP_DELTA_BIAS_T: read in x's
+// dtype, converted on load; no conversion kernel a token). The conv step's have one flag for both
+// (SELSCAN_CONV_PARAMS_T): both in x's dtype go as they are, a mix as float32 (the ones in x's
+// dtype widened here: exact, one kernel each).
 void CheckStepParam(const Tensor& t, const Tensor& x, const char* name) {
   TORCH_CHECK_TYPE(t.scalar_type() == at::kFloat || t.scalar_type() == x.scalar_type(), "selscan: ", name,
                    " must be float32 or x's dtype ", x.scalar_type(), ", got ", t.scalar_type());
 }
 // Whether the given ones of ps are all in x's dtype (x not float32; at least one given).
+// (SELSCAN_CONV_PARAMS_T)
 bool StepParamsInT(const Tensor& x, std::initializer_list<const Tensor*> ps) {
   if (x.scalar_type() == at::kFloat) return false;
   bool any = false;
@@ -733,16 +735,16 @@ Tensor Step(const Tensor& state, const Tensor& x_in, const Tensor& dt_in, const 
   if (batch == 0 || dim == 0) return y;
   TORCH_CHECK_VALUE(N > 0, "selscan: state must have N >= 1, got ", Shape(state));
   const Tensor x = Readable(x_in), dt = Readable(dt_in), A = Readable(A_in), B = Readable(B_in), C = Readable(C_in);
-  const bool params_t = StepParamsInT(x_in, {Given(D_in), Given(dt_bias_in)});
-  const OptT D = Readable(params_t ? D_in : AsF32(D_in)), z = Readable(z_in);
-  const OptT dt_bias = Readable(params_t ? dt_bias_in : AsF32(dt_bias_in));
+  const OptT D = Readable(D_in), z = Readable(z_in), dt_bias = Readable(dt_bias_in);  // float32 or x's dtype
+  auto in_t = [&](const OptT& t) { return t.has_value() && t->scalar_type() != at::kFloat; };
   const Tensor sidx = state_index ? state_index->contiguous() : Tensor();
   selscan_step_problem s;
   std::memset(&s, 0, sizeof s);
   s.batch = batch; s.dim = dim; s.dstate = N; s.n_groups = G; s.n_cache = n_cache;
   s.dtype = DtypeOf(x, "x");
-  s.flags = (dt_softplus ? SELSCAN_DELTA_SOFTPLUS : 0u) | (params_t ? SELSCAN_STEP_PARAMS_T : 0u) |
-            (state.scalar_type() != at::kFloat ? SELSCAN_STEP_STATE_T : 0u);  // x's dtype (checked above)
+  s.flags = (dt_softplus ? SELSCAN_DELTA_SOFTPLUS : 0u) | (in_t(D) ? SELSCAN_STEP_D_T : 0u) |
+            (in_t(dt_bias) ? SELSCAN_STEP_DELTA_BIAS_T : 0u) |
+            (state.scalar_type() != at::kFloat ? SELSCAN_STEP_STATE_T : 0u);  // not float32: x's dtype (checked above)
   s.state_index = state_index ? sidx.data_ptr<int32_t>() : nullptr;
   s.state = OutOperand<decltype(s.state)>(state, "state");
   s.u = Operand<decltype(s.u)>(x);  // mamba's x / dt are selscan's u / delta

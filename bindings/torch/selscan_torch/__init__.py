@@ -185,8 +185,8 @@ def selective_state_update(state, x, dt, A, B, C, D=None, z=None, dt_bias=None, 
     state_batch_indices; in x's dtype, as mamba_ssm and transformers allocate it for a float16 /
     bfloat16 model, it is stepped in float32 and stored rounded, no copy);
     x, dt, z: (batch, dim); A: (dim, N); B, C: (batch, N) or (batch, ngroups, N); D, dt_bias:
-    (dim,), float32 or x's dtype (both in x's dtype, as a float16 / bfloat16 model has them: read
-    as they are, no conversion kernel; another floating dtype is cast to float32). Multi-head (Mamba-2 shapes): state (batch, nheads, dim, N), x / dt / z (batch, nheads,
+    (dim,), each float32 or x's dtype (a float16 / bfloat16 model's own: read as they are, no
+    conversion kernel; another floating dtype is cast to float32). Multi-head (Mamba-2 shapes): state (batch, nheads, dim, N), x / dt / z (batch, nheads,
     dim), A (nheads, dim, N), D / dt_bias (nheads, dim); the heads are folded into the channels.
     state_batch_indices (batch,) int: the state row of each batch row; negative: padding (out 0,
     no state touched). Returns out, x's shape and dtype. No autograd (inference): with grad mode on,
@@ -220,7 +220,7 @@ def selective_state_update(state, x, dt, A, B, C, D=None, z=None, dt_bias=None, 
             C = cast(C, "C", dtype)
         if A.dtype != f32:
             A = cast(A, "A", f32)
-        # D / dt_bias: float32 or x's dtype as they are (the op reads them in x's dtype when both are)
+        # D / dt_bias: float32 or x's dtype as they are (the op reads either in x's dtype)
         if D is not None and D.dtype != f32 and D.dtype != dtype:
             D = cast(D, "D", f32)
         if dt_bias is not None and dt_bias.dtype != f32 and dt_bias.dtype != dtype:

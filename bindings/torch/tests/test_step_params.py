@@ -1,5 +1,5 @@
-"""The decode steps' parameters and state in x's dtype (selscan's SELSCAN_STEP_PARAMS_T /
-SELSCAN_CONV_PARAMS_T / SELSCAN_STEP_STATE_T).
+"""The decode steps' parameters and state in x's dtype (selscan's SELSCAN_STEP_D_T /
+SELSCAN_STEP_DELTA_BIAS_T / SELSCAN_STEP_STATE_T / SELSCAN_CONV_PARAMS_T).
 
 selective_state_update's D / dt_bias and causal_conv1d_update's weight / bias may be float32 or x's
 dtype; a float16 / bfloat16 model passes them in its own dtype (mamba_ssm's Mamba.step does), and
@@ -138,7 +138,8 @@ def test_step_state_multihead_and_opcheck(device):
 
 @pytest.mark.parametrize("device", DEVICES)
 def test_step_params_one_given_and_mixed(device):
-    """Only D, only dt_bias, and a mix (D in x's dtype, dt_bias float32: the op widens D)."""
+    """Only D, only dt_bias, and mixes (D in x's dtype beside a float32 dt_bias, as transformers'
+    Mamba passes them, and the other way round): each read in its own dtype."""
     s = step_inputs(torch.bfloat16, device)
     idx = torch.tensor([5, -1, 0, 2], dtype=torch.int32, device=device)
     for D, b in [(s["D"], None), (None, s["dt_bias"]), (s["D"], s["dt_bias"].float()), (s["D"].float(), s["dt_bias"])]:
@@ -272,12 +273,15 @@ def _casts(names):
     return [n for n in names if any(c in n for c in _CASTS) or n in ("aten::to", "aten.to") or n.startswith("aten.to.")]
 
 
-def _mamba_step_call(device, dtype, state_t=False):
+def _mamba_step_call(device, dtype, state_t=False, bias_f32=False):
     """One layer's decode as mamba_ssm's Mamba.step makes it (parameters in the model's dtype,
-    the conv weight a (dim, 1, W) view, a float32 SSM state or (state_t) one in the model's dtype)."""
+    the conv weight a (dim, 1, W) view, a float32 SSM state or (state_t) one in the model's dtype);
+    bias_f32: dt_bias float32 beside D in the model's dtype (transformers' Mamba casts it itself)."""
     s = step_inputs(dtype, device, batch=2, dim=16, N=16, n_cache=2)
     if state_t:
         s["state"] = s["state"].to(dtype)
+    if bias_f32:
+        s["dt_bias"] = s["dt_bias"].float()
     x, w, b, cstate = conv_inputs(dtype, device, batch=2, dim=16, W=4, state_len=4)
     w3 = w.unsqueeze(1)
 
@@ -289,13 +293,16 @@ def _mamba_step_call(device, dtype, state_t=False):
     return call, s
 
 
+CALLS = [(False, False), (True, False), (True, True)]  # (state_t, bias_f32)
+
+
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("dtype", HALVES)
-@pytest.mark.parametrize("state_t", [False, True])
-def test_no_cast_dispatched(device, dtype, state_t):
+@pytest.mark.parametrize("state_t,bias_f32", CALLS)
+def test_no_cast_dispatched(device, dtype, state_t, bias_f32):
     """TorchDispatchMode: the wrappers dispatch the two ops and nothing that casts or copies; the
     ops receive the caller's parameter tensors (and state) themselves."""
-    call, s = _mamba_step_call(device, dtype, state_t)
+    call, s = _mamba_step_call(device, dtype, state_t, bias_f32)
     with _Record() as rec:
         call()
     names = [n for n, _ in rec.calls]
@@ -308,12 +315,12 @@ def test_no_cast_dispatched(device, dtype, state_t):
 
 
 @pytest.mark.parametrize("dtype", HALVES)
-@pytest.mark.parametrize("state_t", [False, True])
-def test_no_cast_in_the_ops_cpu(dtype, state_t):
+@pytest.mark.parametrize("state_t,bias_f32", CALLS)
+def test_no_cast_in_the_ops_cpu(dtype, state_t, bias_f32):
     """torch.profiler (every aten op, the C++ kernels' own included): no cast or copy in one layer's
-    decode with parameters (and state) in x's dtype; with parameters of a third dtype the casts
-    show (the probe sees them)."""
-    call, s = _mamba_step_call("cpu", dtype, state_t)
+    decode with parameters (and state) in x's dtype, or a float32 dt_bias beside them; with
+    parameters of a third dtype the casts show (the probe sees them)."""
+    call, s = _mamba_step_call("cpu", dtype, state_t, bias_f32)
     call()  # warm up
 
     def ops():
@@ -331,11 +338,11 @@ def test_no_cast_in_the_ops_cpu(dtype, state_t):
 
 @cuda_only
 @pytest.mark.parametrize("dtype", HALVES)
-@pytest.mark.parametrize("state_t", [False, True])
-def test_one_kernel_a_step_cuda(dtype, state_t):
+@pytest.mark.parametrize("state_t,bias_f32", CALLS)
+def test_one_kernel_a_step_cuda(dtype, state_t, bias_f32):
     """On the GPU: one kernel for the conv update and one for the step, parameters (and state) in
-    x's dtype."""
-    call, _ = _mamba_step_call("cuda", dtype, state_t)
+    x's dtype (or a float32 dt_bias beside them)."""
+    call, _ = _mamba_step_call("cuda", dtype, state_t, bias_f32)
     call()
     torch.cuda.synchronize()
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
