@@ -80,7 +80,8 @@
  * NaN the arithmetic gives.)
  *
  * Step (decode): one token for a batch of cached states, identical to the forward with L = 1,
- * h0 = state and h_last written back into state. See selscan_step_problem.
+ * h0 = state and h_last written back into state (rounded to T with SELSCAN_STEP_STATE_T). See
+ * selscan_step_problem.
  *
  * Causal conv1d (Mamba-1's depthwise conv before the scan, with optional silu, init / final
  * state, packed sequences, backward and the decode update): its own problem types and entry
@@ -216,6 +217,20 @@ typedef enum selscan_dtype { SELSCAN_F32 = 0, SELSCAN_F16, SELSCAN_BF16 } selsca
 #define SELSCAN_FIXED_B 2u        /* B is (dim, N) f32, constant over time */
 #define SELSCAN_FIXED_C 4u        /* C is (dim, N) f32, constant over time */
 #define SELSCAN__KNOWN_FLAGS (SELSCAN_DELTA_SOFTPLUS | SELSCAN_FIXED_B | SELSCAN_FIXED_C)
+/* The decode step's own flags (selscan_step_problem only; the scan's forward and backward refuse
+   them: SELSCAN_ERR_UNSUPPORTED, {"flags", "unknown flag"}). The math is unchanged: every value is
+   converted to f32 on load, so a parameter exactly representable in T gives bitwise the result of
+   the f32 parameter. For a model in f16 / bf16, whose D and dt_proj.bias are T: no conversion
+   kernel before each step (one flag each: transformers' Mamba passes D in T, dt_proj.bias in f32). */
+#define SELSCAN_STEP_D_T 8u           /* D is T (the problem's dtype), not f32 */
+#define SELSCAN_STEP_DELTA_BIAS_T 32u /* delta_bias is T, not f32 */
+#define SELSCAN_STEP_PARAMS_T (SELSCAN_STEP_D_T | SELSCAN_STEP_DELTA_BIAS_T) /* both; A stays f32 */
+/* The state is T (the cache of a f16 / bf16 model, which mamba_ssm and transformers allocate in the
+   model's dtype): loaded into f32, stepped in f32 (y from the f32 state, as with a f32 state), and
+   rounded to T (to nearest even) on the store. So y is bitwise that of a f32 state holding the same
+   values, and the new state is that f32 state's result rounded to T. */
+#define SELSCAN_STEP_STATE_T 16u
+#define SELSCAN__STEP_KNOWN_FLAGS (SELSCAN__KNOWN_FLAGS | SELSCAN_STEP_D_T | SELSCAN_STEP_DELTA_BIAS_T | SELSCAN_STEP_STATE_T)
 
 /* The alignment the library gives its workspace internally. Nothing is required of the caller: any
    pointer works (malloc's included), because every selscan_workspace_size* answer includes
@@ -311,12 +326,12 @@ typedef struct selscan_grads {
 } selscan_grads;
 
 /* One decode step for a batch of cached states (the scan's operand names, L = 1). STEP OPERANDS:
-     state                   (n_cache, dim, N)       f32      read and written in place
+     state                   (n_cache, dim, N)       f32 / T  read and written in place; T with SELSCAN_STEP_STATE_T
      u, delta, z, y          (batch, dim)            T        z optional
      A                       (dim, N)                f32
      B, C (variable)         (batch, n_groups, N)    T
      B, C (SELSCAN_FIXED_*)  (dim, N)                f32
-     D, delta_bias           (dim)                   f32      optional
+     D, delta_bias           (dim)                   f32 / T  optional; T with SELSCAN_STEP_D_T / _DELTA_BIAS_T
      state_index optional, batch int32 values: the state row of each batch row (row i when NULL);
                  a negative value marks padding: y is 0 for that row and no state is touched.
                  On the CPU the indices are validated (< n_cache, no row used twice:
@@ -326,7 +341,7 @@ typedef struct selscan_grads {
 typedef struct selscan_step_problem {
     int64_t batch, dim, dstate, n_groups, n_cache;
     selscan_dtype dtype;
-    unsigned flags;
+    unsigned flags; /* the scan's (SELSCAN_DELTA_SOFTPLUS, SELSCAN_FIXED_*), SELSCAN_STEP_D_T, _DELTA_BIAS_T, _STATE_T */
     const int32_t *state_index;
     selscan_out_tensor state;                           /* read and written in place */
     selscan_tensor u, delta, A, B, C, D, z, delta_bias; /* inputs */
@@ -358,10 +373,13 @@ typedef struct selscan_step_problem {
    state_len >= W-1 inputs, in place: each token shifts the state left by one and appends x; y
    uses the state's last W-1 entries and x (the forward continued by one token).
 
-   OPERANDS (T: the problem's dtype, f32 / f16 / bf16; weight and bias always f32)
+   OPERANDS (T: the problem's dtype, f32 / f16 / bf16; weight and bias f32, except the step's with
+   SELSCAN_CONV_PARAMS_T)
        x, y, dy, dx                 (batch, dim, L)             T
-       weight, dweight              (dim, W)                    f32
-       bias, dbias                  (dim)                       f32      optional
+       weight, dweight              (dim, W)                    f32      the step's: T with
+                                                                         SELSCAN_CONV_PARAMS_T
+       bias, dbias                  (dim)                       f32      optional (the step's: T
+                                                                         with SELSCAN_CONV_PARAMS_T)
        init_state, final_state,     (rows, dim, W-1)            T        optional; rows = batch
        dinit_state, dfinal_state                                         or n_seqs
      step:
@@ -374,8 +392,15 @@ typedef struct selscan_step_problem {
    (SELSCAN_ERR_ALIAS / SELSCAN_ERR_STRIDE); the step's state is the one operand read and written.
    No workspace on the CPU; CUDA's backward takes one (selscan_cuda.cuh). */
 #define SELSCAN_CONV_SILU 1u      /* act = silu */
+/* The step only (selscan_conv_step_problem): weight and bias are T, not f32 (a model in f16 / bf16
+   passes its conv1d parameters without a conversion kernel a token). Converted to f32 on load: the
+   math is unchanged, so parameters exactly representable in T give bitwise the f32 parameters'
+   result. The forward and backward refuse it (SELSCAN_ERR_UNSUPPORTED, {"flags", "unknown flag"}):
+   a prefill converts its parameters once a layer. */
+#define SELSCAN_CONV_PARAMS_T 2u
 #define SELSCAN_CONV_MAX_WIDTH 4 /* widths 2 .. 4 on every backend; others: SELSCAN_ERR_UNSUPPORTED */
 #define SELSCAN__CONV_KNOWN_FLAGS SELSCAN_CONV_SILU
+#define SELSCAN__CONV_STEP_KNOWN_FLAGS (SELSCAN_CONV_SILU | SELSCAN_CONV_PARAMS_T)
 
 typedef struct selscan_conv_problem {
     int64_t batch, dim, seqlen, width;
@@ -401,8 +426,8 @@ typedef struct selscan_conv_grads {
 typedef struct selscan_conv_step_problem {
     int64_t batch, dim, width, state_len, n_cache; /* state_len >= width - 1 */
     int64_t seqlen;                                /* tokens per row; 0 means 1 */
-    selscan_dtype dtype;                           /* T: state, x, y */
-    unsigned flags;                                /* SELSCAN_CONV_SILU */
+    selscan_dtype dtype;                           /* T: state, x, y (weight, bias: SELSCAN_CONV_PARAMS_T) */
+    unsigned flags;                                /* SELSCAN_CONV_SILU, SELSCAN_CONV_PARAMS_T */
     const int32_t *state_index;
     selscan_out_tensor state;      /* (n_cache, dim, state_len), read and written in place */
     selscan_tensor x, weight, bias; /* inputs (bias optional) */
@@ -802,7 +827,9 @@ static void selscan__resolve_data(selscan__ten *r, void *data, const int64_t *st
      need   REQ required, FWD required by the forward only (y), OPT optional (NULL data: absent)
      dims   the logical shape: SELSCAN__DIMS_<dims>(q) gives rank, n0 .. n3 from the sizes q
      dtype  T (the problem's dtype), F32, or FIXB / FIXC: T, but (dim, N) f32 when SELSCAN_FIXED_B /
-            SELSCAN_FIXED_C is set
+            SELSCAN_FIXED_C is set, or PRM: f32, T when the struct's <ten>T is set (the step's DT /
+            biasT: SELSCAN_STEP_D_T / _DELTA_BIAS_T, the conv step's wT, biasT:
+            SELSCAN_CONV_PARAMS_T), or STT: f32, T when SELSCAN_STEP_STATE_T is set
    The order is the order of the checks: which error a call reports first. These drive the
    missing-operand checks, the resolve calls and the input / output lists of the stride and alias
    checks; tests/test_operands.c checks the OPERANDS texts (the scan's and the step's) against them
@@ -836,15 +863,15 @@ static void selscan__resolve_data(selscan__ten *r, void *data, const int64_t *st
     X(c, dh0, dh0, OUT, OPT, ROWS, F32)
 /* the decode step's (selscan_step_problem): one token, so no L */
 #define SELSCAN__STEP_OPERANDS(X, c)                 \
-    X(c, state, state, OUT, REQ, CACHE, F32)         \
+    X(c, state, state, OUT, REQ, CACHE, STT)         \
     X(c, u, u, IN, REQ, TOK, T)                      \
     X(c, delta, delta, IN, REQ, TOK, T)              \
     X(c, A, A, IN, REQ, DN, F32)                     \
     X(c, B, B, IN, REQ, BC1, FIXB)                   \
     X(c, C, C, IN, REQ, BC1, FIXC)                   \
-    X(c, D, D, IN, OPT, DIM, F32)                    \
+    X(c, D, D, IN, OPT, DIM, PRM)                    \
     X(c, z, z, IN, OPT, TOK, T)                      \
-    X(c, delta_bias, bias, IN, OPT, DIM, F32)        \
+    X(c, delta_bias, bias, IN, OPT, DIM, PRM)        \
     X(c, y, y, OUT, REQ, TOK, T)
 /* the causal conv's (>>conv-api): selscan_conv_problem, selscan_conv_grads, selscan_conv_step_problem */
 #define SELSCAN__CONV_OPERANDS(X, c)                 \
@@ -864,8 +891,8 @@ static void selscan__resolve_data(selscan__ten *r, void *data, const int64_t *st
 #define SELSCAN__CONV_STEP_OPERANDS(X, c)            \
     X(c, state, state, OUT, REQ, CCACHE, T)          \
     X(c, x, x, IN, REQ, SEQ, T)                      \
-    X(c, weight, w, IN, REQ, DW, F32)                \
-    X(c, bias, bias, IN, OPT, DIM, F32)              \
+    X(c, weight, w, IN, REQ, DW, PRM)                \
+    X(c, bias, bias, IN, OPT, DIM, PRM)              \
     X(c, y, y, OUT, REQ, SEQ, T)
 
 /* dims: rank, n0, n1, n2, n3 from the validated sizes q (selscan__prob; TOK, BC1, CACHE: selscan__stp;
@@ -911,6 +938,8 @@ static void selscan__resolve_data(selscan__ten *r, void *data, const int64_t *st
     if (q->fixB) SELSCAN__RESOLVE_AS(c, field, ten, DN, SELSCAN_F32) else SELSCAN__RESOLVE_AS(c, field, ten, dims, q->dt)
 #define SELSCAN__RESOLVE_FIXC(c, field, ten, dims) \
     if (q->fixC) SELSCAN__RESOLVE_AS(c, field, ten, DN, SELSCAN_F32) else SELSCAN__RESOLVE_AS(c, field, ten, dims, q->dt)
+#define SELSCAN__RESOLVE_PRM(c, field, ten, dims) SELSCAN__RESOLVE_AS(c, field, ten, dims, q->ten##T ? q->dt : SELSCAN_F32)
+#define SELSCAN__RESOLVE_STT(c, field, ten, dims) SELSCAN__RESOLVE_AS(c, field, ten, dims, q->stT ? q->dt : SELSCAN_F32)
 #define SELSCAN__COUNT(a) SELSCAN__CAST(int, sizeof(a) / sizeof((a)[0]))
 
 /* Byte span [lo, hi) of a tensor; 0 if a stride is negative or the span overflows. */
@@ -1527,6 +1556,8 @@ typedef struct selscan__stp {
     int64_t batch, dim, N, G, dpg, ncache;
     selscan_dtype dt;
     int softplus, fixB, fixC;
+    int DT, biasT; /* SELSCAN_STEP_D_T, SELSCAN_STEP_DELTA_BIAS_T: D, delta_bias are T (as their selscan__ten's dt) */
+    int stT;  /* SELSCAN_STEP_STATE_T: the state is T (state.dt) */
     const int32_t *idx;
     selscan__ten state, u, delta, A, B, C, D, z, bias, y;
     selscan_diag *diag; /* the step problem's diag (may be NULL) */
@@ -1578,7 +1609,7 @@ static selscan_status selscan__validate_step_ex(const selscan_step_problem *s, s
     d = s->diag;
     q->diag = d;
     if (!selscan__dtype_ok(s->dtype)) SELSCAN__FAIL(d, SELSCAN_ERR_DTYPE, "dtype", UNKNOWN_DTYPE);
-    if (s->flags & ~SELSCAN__KNOWN_FLAGS) SELSCAN__FAIL(d, SELSCAN_ERR_UNSUPPORTED, "flags", UNKNOWN_FLAG);
+    if (s->flags & ~SELSCAN__STEP_KNOWN_FLAGS) SELSCAN__FAIL(d, SELSCAN_ERR_UNSUPPORTED, "flags", UNKNOWN_FLAG);
     G = s->n_groups == 0 ? 1 : s->n_groups;
     q->ncache = s->n_cache == 0 ? s->batch : s->n_cache;
     if (s->batch <= 0) SELSCAN__FAIL(d, SELSCAN_ERR_SHAPE, "batch", NOT_POSITIVE);
@@ -1596,6 +1627,9 @@ static selscan_status selscan__validate_step_ex(const selscan_step_problem *s, s
     q->softplus = (s->flags & SELSCAN_DELTA_SOFTPLUS) != 0;
     q->fixB = (s->flags & SELSCAN_FIXED_B) != 0;
     q->fixC = (s->flags & SELSCAN_FIXED_C) != 0;
+    q->DT = (s->flags & SELSCAN_STEP_D_T) != 0;
+    q->biasT = (s->flags & SELSCAN_STEP_DELTA_BIAS_T) != 0;
+    q->stT = (s->flags & SELSCAN_STEP_STATE_T) != 0;
     q->idx = s->state_index;
     if (!selscan__count_ok(q->ncache, q->dim, q->N, 1) || !selscan__count_ok(q->batch, q->dim, 1, 1) ||
         !selscan__count_ok(q->batch, q->G, q->N, 1))
@@ -1638,23 +1672,24 @@ static void selscan__ref_step_all(const selscan__stp *q) {
         const int64_t row = q->idx ? q->idx[b] : b;
         for (d = 0; d < q->dim; d++) {
             const int64_t g = d / q->dpg;
-            float *h = SELSCAN__CAST(float *, q->state.data);
             float x, dt, y = 0.0f;
             if (row < 0) { selscan__store(q->y.data, SELSCAN__AT2(q->y, b, d), q->dt, 0.0f); continue; }
             x = selscan__load(q->u.data, SELSCAN__AT2(q->u, b, d), q->dt);
             dt = selscan__load(q->delta.data, SELSCAN__AT2(q->delta, b, d), q->dt);
-            if (q->bias.data) dt += SELSCAN__CAST(const float *, q->bias.data)[SELSCAN__AT1(q->bias, d)];
+            if (q->bias.data) dt += selscan__load(q->bias.data, SELSCAN__AT1(q->bias, d), q->bias.dt);
             if (q->softplus) dt = selscan__softplus(dt);
             for (n = 0; n < q->N; n++) {
                 const float Bv = q->fixB ? SELSCAN__CAST(const float *, q->B.data)[SELSCAN__AT2(q->B, d, n)]
                                          : selscan__load(q->B.data, SELSCAN__AT3(q->B, b, g, n), q->dt);
                 const float Cv = q->fixC ? SELSCAN__CAST(const float *, q->C.data)[SELSCAN__AT2(q->C, d, n)]
                                          : selscan__load(q->C.data, SELSCAN__AT3(q->C, b, g, n), q->dt);
-                float *hn = h + SELSCAN__AT3(q->state, row, d, n);
-                *hn = expf(dt * A[SELSCAN__AT2(q->A, d, n)]) * *hn + dt * Bv * x;
-                y += Cv * *hn;
+                const int64_t ho = SELSCAN__AT3(q->state, row, d, n);
+                /* in f32 (rounded to T on the store with SELSCAN_STEP_STATE_T; y from the f32 value) */
+                const float hn = expf(dt * A[SELSCAN__AT2(q->A, d, n)]) * selscan__load(q->state.data, ho, q->state.dt) + dt * Bv * x;
+                selscan__store(q->state.data, ho, q->state.dt, hn);
+                y += Cv * hn;
             }
-            if (q->D.data) y += SELSCAN__CAST(const float *, q->D.data)[SELSCAN__AT1(q->D, d)] * x;
+            if (q->D.data) y += selscan__load(q->D.data, SELSCAN__AT1(q->D, d), q->D.dt) * x;
             if (q->z.data) {
                 const float z = selscan__load(q->z.data, SELSCAN__AT2(q->z, b, d), q->dt);
                 y *= z * selscan__sigmoid(z);
@@ -1702,6 +1737,7 @@ typedef struct selscan__cstp {
     int64_t batch, dim, W, S, ncache, L; /* S: state_len; L: tokens per row */
     selscan_dtype dt;
     int silu;
+    int wT, biasT; /* SELSCAN_CONV_PARAMS_T: weight and bias are T (both; as their selscan__ten's dt) */
     const int32_t *idx;
     selscan__ten state, x, w, bias, y;
     selscan_diag *diag;
@@ -1820,7 +1856,7 @@ static SELSCAN__MAYBE_UNUSED selscan_status selscan__conv_validate_step_ex(const
     d = s->diag;
     q->diag = d;
     if (!selscan__dtype_ok(s->dtype)) SELSCAN__FAIL(d, SELSCAN_ERR_DTYPE, "dtype", UNKNOWN_DTYPE);
-    if (s->flags & ~SELSCAN__CONV_KNOWN_FLAGS) SELSCAN__FAIL(d, SELSCAN_ERR_UNSUPPORTED, "flags", UNKNOWN_FLAG);
+    if (s->flags & ~SELSCAN__CONV_STEP_KNOWN_FLAGS) SELSCAN__FAIL(d, SELSCAN_ERR_UNSUPPORTED, "flags", UNKNOWN_FLAG);
     q->ncache = s->n_cache == 0 ? s->batch : s->n_cache;
     q->L = s->seqlen == 0 ? 1 : s->seqlen;
     if (s->batch <= 0) SELSCAN__FAIL(d, SELSCAN_ERR_SHAPE, "batch", NOT_POSITIVE);
@@ -1838,6 +1874,7 @@ static SELSCAN__MAYBE_UNUSED selscan_status selscan__conv_validate_step_ex(const
     q->batch = s->batch; q->dim = s->dim; q->W = s->width; q->S = s->state_len;
     q->dt = s->dtype;
     q->silu = (s->flags & SELSCAN_CONV_SILU) != 0;
+    q->wT = q->biasT = (s->flags & SELSCAN_CONV_PARAMS_T) != 0;
     q->idx = s->state_index;
     if (!selscan__count_ok(q->ncache, q->dim, q->S, 1) || !selscan__count_ok(q->batch, q->dim, q->L, 1) ||
         !selscan__count_ok(q->dim, q->W, 1, 1))
@@ -2008,14 +2045,14 @@ static void selscan__conv_ref_step(const selscan__cstp *q) {
     for (b = 0; b < q->batch; b++) {
         const int64_t row = q->idx ? q->idx[b] : b;
         for (d = 0; d < q->dim; d++) {
-            const float bias = q->bias.data ? SELSCAN__CAST(const float *, q->bias.data)[SELSCAN__AT1(q->bias, d)] : 0.0f;
+            const float bias = q->bias.data ? selscan__load(q->bias.data, SELSCAN__AT1(q->bias, d), q->bias.dt) : 0.0f;
             for (l = 0; l < q->L; l++) {
                 float acc = bias;
                 if (row < 0) { selscan__store(q->y.data, SELSCAN__AT3(q->y, b, d, l), q->dt, 0.0f); continue; }
                 for (k = 0; k < H; k++)
-                    acc += SELSCAN__CAST(const float *, q->w.data)[SELSCAN__AT2(q->w, d, k)] *
+                    acc += selscan__load(q->w.data, SELSCAN__AT2(q->w, d, k), q->w.dt) *
                            selscan__load(q->state.data, SELSCAN__AT3(q->state, row, d, q->S - H + k), q->dt);
-                acc += SELSCAN__CAST(const float *, q->w.data)[SELSCAN__AT2(q->w, d, H)] *
+                acc += selscan__load(q->w.data, SELSCAN__AT2(q->w, d, H), q->w.dt) *
                        selscan__load(q->x.data, SELSCAN__AT3(q->x, b, d, l), q->dt);
                 if (q->silu) acc = selscan__silu_f(acc);
                 selscan__store(q->y.data, SELSCAN__AT3(q->y, b, d, l), q->dt, acc);
@@ -3318,9 +3355,9 @@ static void selscan__conv_step_rows(const selscan__cstp *q, int64_t b, int64_t r
     int k;
     for (d = dlo; d < dhi; d++) {
         float w[SELSCAN_CONV_MAX_WIDTH];
-        const float bias = q->bias.data ? SELSCAN__CAST(const float *, q->bias.data)[SELSCAN__AT1(q->bias, d)] : 0.0f;
+        const float bias = q->bias.data ? selscan__load(q->bias.data, SELSCAN__AT1(q->bias, d), q->bias.dt) : 0.0f;
         char *st = SELSCAN__CAST(char *, q->state.data) + (row * q->state.s[0] + d * q->state.s[1]) * es;
-        for (k = 0; k <= H; k++) w[k] = SELSCAN__CAST(const float *, q->w.data)[SELSCAN__AT2(q->w, d, k)];
+        for (k = 0; k <= H; k++) w[k] = selscan__load(q->w.data, SELSCAN__AT2(q->w, d, k), q->w.dt);
         for (l = 0; l < q->L; l++) {
             const int64_t xo = SELSCAN__AT3(q->x, b, d, l);
             float acc = bias;
@@ -4101,7 +4138,7 @@ SELSCAN__SFX(selscan__step_rows)(const int NV, int ne, const float *dtb, const f
 static SELSCAN__ATTR void SELSCAN__SFX(selscan__step_block)(const selscan__stp *q, int64_t b, int64_t row, int64_t dlo,
                                                             int64_t dhi) {
     const int W = SELSCAN__VW;
-    float xb[SELSCAN__SNB], dtb[SELSCAN__SNB], zb[SELSCAN__SNB], yb[SELSCAN__SNB];
+    float xb[SELSCAN__SNB], dtb[SELSCAN__SNB], zb[SELSCAN__SNB], yb[SELSCAN__SNB], pb[SELSCAN__SNB];
     float hb[SELSCAN__SNB], Ab[SELSCAN__SNB], Bb[SELSCAN__SNB], Cb[SELSCAN__SNB];
     float th[SELSCAN__WMAX], tA[SELSCAN__WMAX], tB[SELSCAN__WMAX], tC[SELSCAN__WMAX];
     const int64_t nd = dhi - dlo, N = q->N;
@@ -4110,12 +4147,15 @@ static SELSCAN__ATTR void SELSCAN__SFX(selscan__step_block)(const selscan__stp *
     selscan__cvt_row(dtb, q->delta.data, b * q->delta.s[0] + dlo * q->delta.s[1], q->delta.s[1], nd, q->dt);
     if (q->z.data) selscan__cvt_row(zb, q->z.data, b * q->z.s[0] + dlo * q->z.s[1], q->z.s[1], nd, q->dt);
     for (i = nd; i < SELSCAN__SNB; i++) xb[i] = dtb[i] = zb[i] = 0.0f;
-    if (q->bias.data) { /* vectors where the bias is contiguous */
+    if (q->bias.data && q->bias.dt == SELSCAN_F32) { /* vectors where the bias is contiguous */
         const float *const bp = SELSCAN__CAST(const float *, q->bias.data) + SELSCAN__AT1(q->bias, dlo);
         i = 0;
         if (q->bias.s[0] == 1)
             for (; i + W <= nd; i += W) SELSCAN__VSTORE(dtb + i, SELSCAN__VADD(SELSCAN__VLOAD(dtb + i), SELSCAN__VLOAD(bp + i)));
         for (; i < nd; i++) dtb[i] += bp[i * q->bias.s[0]];
+    } else if (q->bias.data) { /* SELSCAN_STEP_DELTA_BIAS_T: widened first (the same sums) */
+        selscan__cvt_row(pb, q->bias.data, SELSCAN__AT1(q->bias, dlo), q->bias.s[0], nd, q->bias.dt);
+        for (i = 0; i < nd; i++) dtb[i] += pb[i];
     }
     for (i = 0; i < SELSCAN__SNB; i += W) {
         SELSCAN__VF x = SELSCAN__VLOAD(dtb + i);
@@ -4126,7 +4166,8 @@ static SELSCAN__ATTR void SELSCAN__SFX(selscan__step_block)(const selscan__stp *
             SELSCAN__VSTORE(zb + i, SELSCAN__VMUL(z, SELSCAN__SFX(selscan__vsigmoid)(z)));
         }
     }
-    if (N <= SELSCAN__SNA && N % W == 0 && q->state.s[2] == 1 && q->A.s[1] == 1 && !q->fixB && !q->fixC) {
+    if (N <= SELSCAN__SNA && N % W == 0 && q->state.s[2] == 1 && q->state.dt == SELSCAN_F32 && q->A.s[1] == 1 && !q->fixB &&
+        !q->fixC) {
         /* the common layout: B and C of a group widened once, no per-channel gathers or tails;
            W channels at a time: the W sums over n by one transposing reduction, D and z as
            vectors over the channels (no per-channel scalar tail). N = NV W with NV <= 4 and the
@@ -4142,7 +4183,7 @@ static SELSCAN__ATTR void SELSCAN__SFX(selscan__step_block)(const selscan__stp *
         SELSCAN__VF yv[SELSCAN__VW];
         int c;
         selscan__step_bc(q, b, g, Bb, Cb, &Bp, &Cp);
-        if (q->D.data) selscan__cvt_row(Db, q->D.data, SELSCAN__AT1(q->D, dlo), q->D.s[0], nd, SELSCAN_F32);
+        if (q->D.data) selscan__cvt_row(Db, q->D.data, SELSCAN__AT1(q->D, dlo), q->D.s[0], nd, q->D.dt);
         for (i = q->D.data ? nd : 0; i < SELSCAN__SNB; i++) Db[i] = 0.0f;
         /* dt x of every channel as vectors (each channel then broadcasts it from memory) */
         for (i = 0; i < SELSCAN__SNB; i += W) SELSCAN__VSTORE(dxb + i, SELSCAN__VMUL(SELSCAN__VLOAD(dtb + i), SELSCAN__VLOAD(xb + i)));
@@ -4212,15 +4253,18 @@ static SELSCAN__ATTR void SELSCAN__SFX(selscan__step_block)(const selscan__stp *
         const int64_t g = d / q->dpg;
         const SELSCAN__VF vdt = SELSCAN__VSET1(dtb[d - dlo]), vdx = SELSCAN__VSET1(dtb[d - dlo] * xb[d - dlo]);
         SELSCAN__VF yv = SELSCAN__VSET1(0.0f);
-        float *hrow = SELSCAN__CAST(float *, q->state.data) + row * q->state.s[0] + d * q->state.s[1];
+        /* the channel's state row (elements): stepped in place where f32 and unit-stride, else
+           through hb (gathered; a T state (SELSCAN_STEP_STATE_T) widened, rounded back on the store) */
+        const int64_t hoff = row * q->state.s[0] + d * q->state.s[1], hs = q->state.s[2];
+        const int hdirect = hs == 1 && q->state.dt == SELSCAN_F32;
         float y = 0.0f;
         for (nb = 0; nb < N; nb += SELSCAN__SNB) {
             const int64_t nn = selscan__min64(SELSCAN__SNB, N - nb), nv = nn / W * W;
-            float *hp = hrow + nb * q->state.s[2];
+            float *hp = hb;
             const float *Ap = SELSCAN__CAST(const float *, q->A.data) + d * q->A.s[0] + nb * q->A.s[1];
             const float *Bp, *Cp;
-            const int hdirect = q->state.s[2] == 1;
-            if (!hdirect) { for (n = 0; n < nn; n++) hb[n] = hp[n * q->state.s[2]]; hp = hb; }
+            if (hdirect) hp = SELSCAN__CAST(float *, q->state.data) + hoff + nb;
+            else selscan__cvt_row(hb, q->state.data, hoff + nb * hs, hs, nn, q->state.dt);
             if (q->A.s[1] != 1) { for (n = 0; n < nn; n++) Ab[n] = Ap[n * q->A.s[1]]; Ap = Ab; }
             if (q->fixB) {
                 Bp = SELSCAN__CAST(const float *, q->B.data) + d * q->B.s[0] + nb * q->B.s[1];
@@ -4260,11 +4304,10 @@ static SELSCAN__ATTR void SELSCAN__SFX(selscan__step_block)(const selscan__stp *
                 }
                 for (i = 0; nv + i < nn; i++) hp[nv + i] = th[i];
             }
-            if (!hdirect)
-                for (n = 0; n < nn; n++) hrow[(nb + n) * q->state.s[2]] = hb[n];
+            if (!hdirect) selscan__store_row(q->state.data, hoff + nb * hs, hs, hb, nn, q->state.dt);
         }
         y = SELSCAN__VHSUM(yv);
-        if (q->D.data) y += SELSCAN__CAST(const float *, q->D.data)[SELSCAN__AT1(q->D, d)] * xb[d - dlo];
+        if (q->D.data) y += selscan__load(q->D.data, SELSCAN__AT1(q->D, d), q->D.dt) * xb[d - dlo];
         if (q->z.data) y *= zb[d - dlo];
         yb[d - dlo] = y;
     }

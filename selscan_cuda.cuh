@@ -156,7 +156,10 @@
  * N = 16 with aligned variable B / C otherwise at batch 1 or >= two rows a thread of a one-wave
  * grid: step_loop_kernel (the next row's state in flight while a row is computed); all launched
  * with programmatic dependent launch, and bitwise the forward's at L = 1 for N = 8 / 16. One
- * state a thread otherwise (step_kernel). L-chunk plans fill one wave on
+ * state a thread otherwise (step_kernel). Every step kernel reads D / delta_bias in T with
+ * SELSCAN_STEP_D_T / _DELTA_BIAS_T and keeps a T state with SELSCAN_STEP_STATE_T (the same kernels: a
+ * uniform branch at the loads and stores; the state's chunks then 8-byte aligned, 16 for the
+ * bulk-copy kernel). L-chunk plans fill one wave on
  * the current device's multiprocessors (at most 160; workspace sizes assume 160).
  */
 #ifndef SELSCAN_CUDA_CUH
@@ -282,6 +285,8 @@ struct ct { /* a tensor on the device: data + element strides */
 struct kparams {
     int64_t batch, dim, L, N, G, dpg, nseq, ncache;
     int softplus, fixB, fixC;
+    int DT, biasT;  /* step_kernel: D, delta_bias are T (SELSCAN_STEP_D_T, _DELTA_BIAS_T), else f32 */
+    int stT;        /* step_kernel: the state is T (SELSCAN_STEP_STATE_T), else f32 */
     int bf16;       /* bwd_kernel with T = h16: bfloat16 (else binary16) */
     int NT, CH;     /* threads per channel, channels per block */
     int cl;         /* fast kernels: the channels-last (any L strides) instantiations */
@@ -338,6 +343,17 @@ template <> __device__ __forceinline__ void st<h16>(void *p, int64_t i, float v,
 }
 
 static __device__ __forceinline__ float ldf(const ct &t, int64_t i) { return static_cast<const float *>(t.p)[i]; }
+/* A decode step's parameter (D, delta_bias; the conv step's weight, bias): T where pT
+   (SELSCAN_STEP_D_T, _DELTA_BIAS_T / SELSCAN_CONV_PARAMS_T; uniform over the grid), f32 otherwise. Loaded
+   once a thread: the branch costs nothing measurable. */
+template <typename T> static __device__ __forceinline__ float ldp(const void *p, int64_t i, int pT) {
+    return pT ? ld<T>(p, i) : ld<float>(p, i);
+}
+/* ... and stored (step_kernel's state with SELSCAN_STEP_STATE_T: rounded to T, to nearest even) */
+template <typename T> static __device__ __forceinline__ void stp(void *p, int64_t i, float v, int pT) {
+    if (pT) st<T>(p, i, v);
+    else st<float>(p, i, v);
+}
 static __device__ __forceinline__ float ex2(float x) {
     float y;
     asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
@@ -2429,21 +2445,20 @@ static __global__ void __launch_bounds__(kThreads) step_kernel(const kparams P) 
         const int64_t g = d / P.dpg;
         x = ld<T>(P.u.p, b * P.u.s[0] + d * P.u.s[1]);
         float dt = ld<T>(P.delta.p, b * P.delta.s[0] + d * P.delta.s[1]);
-        if (P.bias.p) dt += ldf(P.bias, d * P.bias.s[0]);
+        if (P.bias.p) dt += ldp<T>(P.bias.p, d * P.bias.s[0], P.biasT);
         if (P.softplus) dt = softplus(dt);
-        float *state = static_cast<float *>(P.h0.p);
         for (int64_t n = j; n < P.N; n += NT) {
             const float Bv = P.fixB ? ldf(P.B, d * P.B.s[0] + n * P.B.s[1]) : ld<T>(P.B.p, b * P.B.s[0] + g * P.B.s[1] + n * P.B.s[2]);
             const float Cv = P.fixC ? ldf(P.C, d * P.C.s[0] + n * P.C.s[1]) : ld<T>(P.C.p, b * P.C.s[0] + g * P.C.s[1] + n * P.C.s[2]);
             const int64_t o = row * P.h0.s[0] + d * P.h0.s[1] + n * P.h0.s[2];
             const float a = ex2(dt * ldf(P.A, d * P.A.s[0] + n * P.A.s[1]) * kLog2e);
-            const float hn = fmaf(a, state[o], dt * Bv * x);
-            state[o] = hn;
+            const float hn = fmaf(a, ldp<T>(P.h0.p, o, P.stT), dt * Bv * x); /* f32; y from it, the state rounded if T */
+            stp<T>(P.h0.p, o, hn, P.stT);
             yp = fmaf(Cv, hn, yp);
         }
     }
     const bool lead = valid && !pad && j == 0;
-    const float Dd = lead && P.D.p ? ldf(P.D, d * P.D.s[0]) : 0.0f;
+    const float Dd = lead && P.D.p ? ldp<T>(P.D.p, d * P.D.s[0], P.DT) : 0.0f;
     const float zz = lead && P.z.p ? ld<T>(P.z.p, b * P.z.s[0] + d * P.z.s[1]) : 0.0f;
     step_store_y<T>(P, b, d, NT, j, valid, !pad, yp, x, Dd, zz);
 }
@@ -2499,9 +2514,9 @@ static __global__ void __launch_bounds__(kThreads) step_fast_kernel(const kparam
     if (live) {
         x = ld<T>(P.u.p, b * P.u.s[0] + d * P.u.s[1]);
         dt = ld<T>(P.delta.p, b * P.delta.s[0] + d * P.delta.s[1]);
-        if (P.bias.p) bias = ldf(P.bias, d * P.bias.s[0]);
+        if (P.bias.p) bias = ldp<T>(P.bias.p, d * P.bias.s[0], P.biasT);
         if (j == 0 && P.z.p) zz = ld<T>(P.z.p, b * P.z.s[0] + d * P.z.s[1]);
-        if (j == 0 && P.D.p) Dd = ldf(P.D, d * P.D.s[0]);
+        if (j == 0 && P.D.p) Dd = ldp<T>(P.D.p, d * P.D.s[0], P.DT);
     }
     float yp = 0.0f;
     if (own) {
@@ -2525,9 +2540,11 @@ static __global__ void __launch_bounds__(kThreads) step_fast_kernel(const kparam
 struct step_params {
     int64_t batch, dim, ncache;
     int dpg, N, NT, softplus, fixB, fixC, avec, bvec, cvec, G1;
-    int pf; /* step_tma_kernel: its first tiles into L2 before the PDL wait */
+    int pf;   /* step_tma_kernel: its first tiles into L2 before the PDL wait */
+    int DT, biasT; /* D, delta_bias are T (SELSCAN_STEP_D_T, _DELTA_BIAS_T), else f32 */
+    int hT;   /* the state is T (SELSCAN_STEP_STATE_T), else f32: see ld_state / st_state */
     const int32_t *idx;
-    float *h;
+    void *h; /* the state: f32, or T where hT */
     int64_t h0, h1;
     const void *u, *dl, *z;
     int64_t u0, u1, d0, d1, z0, z1;
@@ -2537,7 +2554,7 @@ struct step_params {
     int64_t a0, a1;
     const void *B, *C;
     int64_t b0, b1, b2, c0, c1, c2;
-    const float *D, *bias;
+    const void *D, *bias; /* f32, or T where DT / biasT */
     int64_t Ds, bs;
 };
 
@@ -2580,6 +2597,44 @@ template <typename T, int K> __device__ __forceinline__ void ld_vec(const void *
     }
 }
 
+/* K consecutive floats v stored as type T at base + off (rounded to nearest even for 2-byte
+   types), by 16- / 8-byte stores (the alignment ld_vec needs) */
+template <typename T, int K> __device__ __forceinline__ void st_vec(void *base, int64_t off, const float (&v)[K]) {
+    static_assert(K % 4 == 0, "rows by 8 or 16 bytes");
+    if constexpr (sizeof(T) == 4) {
+        float4 *p = reinterpret_cast<float4 *>(static_cast<float *>(base) + off);
+#pragma unroll
+        for (int i = 0; i < K / 4; i++) p[i] = make_float4(v[4 * i], v[4 * i + 1], v[4 * i + 2], v[4 * i + 3]);
+    } else {
+        uint32_t w[K / 2];
+#pragma unroll
+        for (int i = 0; i < K / 2; i++) w[i] = raw_bits<T>(v[2 * i]) | (raw_bits<T>(v[2 * i + 1]) << 16);
+        T *q = static_cast<T *>(base) + off;
+        if constexpr (K % 8 == 0) {
+#pragma unroll
+            for (int i = 0; i < K / 8; i++) reinterpret_cast<uint4 *>(q)[i] = make_uint4(w[4 * i], w[4 * i + 1], w[4 * i + 2], w[4 * i + 3]);
+        } else {
+            *reinterpret_cast<uint2 *>(q) = make_uint2(w[0], w[1]);
+        }
+    }
+}
+/* The float4 step kernels' state (step_params::h, hT uniform): K = 4 or 8 consecutive states at
+   element offset o (16-byte aligned in f32; 4 T states 8-byte, 8 T states 16-byte aligned: the
+   launcher's rule) loaded into f32 and stored back (SELSCAN_STEP_STATE_T: rounded to T, to nearest
+   even). f32 is the float4 accesses of before. */
+template <typename T, int K> static __device__ __forceinline__ void ld_state(const step_params &P, int64_t o, float (&v)[K]) {
+    if (P.hT) ld_vec<T, K>(P.h, o, v);
+    else ld_vec<float, K>(P.h, o, v);
+}
+template <typename T, int K> static __device__ __forceinline__ void st_state(const step_params &P, int64_t o, const float (&v)[K]) {
+    if (P.hT) st_vec<T, K>(P.h, o, v);
+    else st_vec<float, K>(P.h, o, v);
+}
+/* the address of the state's element o (bulk copies, prefetches) */
+template <typename T> static __device__ __forceinline__ const void *state_at(const step_params &P, int64_t o) {
+    return P.hT ? static_cast<const void *>(static_cast<const T *>(P.h) + o) : static_cast<const void *>(static_cast<const float *>(P.h) + o);
+}
+
 /* Decode step for float4-aligned state rows (unit n stride, N % 4 == 0, N <= 128). A thread has S
    states of a channel (S = 16, 8 or 4) as S / 4 chunks of 4 states interleaved across the NT =
    pow2ceil(N / S) lanes of the channel: lane j's chunk i holds states 4 (j + NT i) .. + 3, so each
@@ -2615,7 +2670,7 @@ __global__ void __launch_bounds__(kThreads, MINB) step_vec_kernel(const step_par
     for (int i = 0; i < NC; i++) cv_[i] = valid && 4 * (j + NT * i) < P.N;
     /* the state rows first (the long loads), then the rest */
     float hv[R][S], Bv[R][S], Cv[R][S], x[R], dl[R], zz[R];
-    float4 *hp[R];
+    int64_t ho[R]; /* the state row's element offset */
     bool live[R], inb[R];
 #pragma unroll
     for (int r = 0; r < R; r++) {
@@ -2623,12 +2678,13 @@ __global__ void __launch_bounds__(kThreads, MINB) step_vec_kernel(const step_par
         inb[r] = valid && b < P.batch;
         const int64_t row = inb[r] ? (P.idx ? static_cast<int64_t>(P.idx[b]) : b) : -1;
         live[r] = row >= 0 && row < P.ncache;
-        hp[r] = reinterpret_cast<float4 *>(P.h + (live[r] ? row * P.h0 + d * P.h1 : 0));
+        ho[r] = live[r] ? row * P.h0 + d * P.h1 : 0;
 #pragma unroll
         for (int i = 0; i < NC; i++) {
-            float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-            if (live[r] && cv_[i]) v = hp[r][j + NT * i];
-            hv[r][4 * i] = v.x; hv[r][4 * i + 1] = v.y; hv[r][4 * i + 2] = v.z; hv[r][4 * i + 3] = v.w;
+            float v[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+            if (live[r] && cv_[i]) ld_state<T, 4>(P, ho[r] + 4 * (j + NT * i), v);
+#pragma unroll
+            for (int q = 0; q < 4; q++) hv[r][4 * i + q] = v[q];
         }
     }
     const int64_t g = !valid || P.G1 ? 0 : dl32 / P.dpg;
@@ -2714,8 +2770,8 @@ __global__ void __launch_bounds__(kThreads, MINB) step_vec_kernel(const step_par
             }
         }
     }
-    const float bias = valid && P.bias ? P.bias[d * P.bs] : 0.0f;
-    const float Dd = valid && P.D ? P.D[d * P.Ds] : 0.0f;
+    const float bias = valid && P.bias ? ldp<T>(P.bias, d * P.bs, P.biasT) : 0.0f;
+    const float Dd = valid && P.D ? ldp<T>(P.D, d * P.Ds, P.DT) : 0.0f;
 #pragma unroll
     for (int k = 0; k < S; k++) A2[k] *= kLog2e;
 #pragma unroll
@@ -2725,8 +2781,10 @@ __global__ void __launch_bounds__(kThreads, MINB) step_vec_kernel(const step_par
         for (int k = 0; k < S; k++) hv[r][k] = fmaf(ex2(dt * A2[k]), hv[r][k], Bv[r][k] * dtx);
 #pragma unroll
         for (int i = 0; i < NC; i++)
-            if (live[r] && cv_[i])
-                hp[r][(j + NT * i)] = make_float4(hv[r][4 * i], hv[r][4 * i + 1], hv[r][4 * i + 2], hv[r][4 * i + 3]);
+            if (live[r] && cv_[i]) {
+                const float v[4] = {hv[r][4 * i], hv[r][4 * i + 1], hv[r][4 * i + 2], hv[r][4 * i + 3]};
+                st_state<T, 4>(P, ho[r] + 4 * (j + NT * i), v);
+            }
         float yp;
         if (S == 8 && NT == 2 && P.N == 16) {
             /* lane 0 owns states 0-3 (chunk 0) and 8-11, lane 1 4-7 and 12-15: each sends the
@@ -2801,22 +2859,24 @@ __global__ void __launch_bounds__(kThreads) step_loop_kernel(const step_params P
     const int64_t d = dl32, stride = gridDim.x;
     const bool valid = d < P.dim;
     /* one row's loads: the state's two chunks (states 4j .. 4j + 3 and 4j + 8 .. 4j + 11), u, delta, z */
-    auto fetch = [&](int64_t b, float4 &h0, float4 &h1, float4 *&hp, bool &live, float &x, float &dl, float &zz) {
+    auto fetch = [&](int64_t b, float (&h0)[4], float (&h1)[4], int64_t &ho, bool &live, float &x, float &dl, float &zz) {
         const int64_t row = valid && b < P.batch ? (P.idx ? static_cast<int64_t>(P.idx[b]) : b) : -1;
         live = row >= 0 && row < P.ncache;
-        hp = reinterpret_cast<float4 *>(P.h + (live ? row * P.h0 + d * P.h1 : 0));
-        h0 = h1 = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        ho = live ? row * P.h0 + d * P.h1 : 0;
+#pragma unroll
+        for (int q = 0; q < 4; q++) h0[q] = h1[q] = 0.0f;
         x = dl = zz = 0.0f;
         if (live) {
-            h0 = hp[j];
-            h1 = hp[j + 2];
+            ld_state<T, 4>(P, ho + 4 * j, h0);
+            ld_state<T, 4>(P, ho + 4 * j + 8, h1);
             x = ld<T>(P.u, b * P.u0 + d * P.u1);
             dl = ld<T>(P.dl, b * P.d0 + d * P.d1);
             if (j == 0 && P.z) zz = ld<T>(P.z, b * P.z0 + d * P.z1);
         }
     };
     int64_t b = blockIdx.x;
-    float4 n0, n1, *np;
+    float n0[4], n1[4];
+    int64_t np;
     bool nlive;
     float nx, ndl, nzz;
     fetch(b, n0, n1, np, nlive, nx, ndl, nzz);
@@ -2827,21 +2887,23 @@ __global__ void __launch_bounds__(kThreads) step_loop_kernel(const step_params P
     }
 #pragma unroll
     for (int k = 0; k < 8; k++) A2[k] *= kLog2e;
-    const float bias = valid && P.bias ? P.bias[d * P.bs] : 0.0f;
-    const float Dd = valid && P.D ? P.D[d * P.Ds] : 0.0f;
+    const float bias = valid && P.bias ? ldp<T>(P.bias, d * P.bs, P.biasT) : 0.0f;
+    const float Dd = valid && P.D ? ldp<T>(P.D, d * P.Ds, P.DT) : 0.0f;
     const int64_t g = !valid || P.G1 ? 0 : dl32 / P.dpg;
     for (; b < P.batch; b += stride) { /* the same trip count for every thread of the block */
-        const float4 c0 = n0, c1 = n1;
-        float4 *const cp = np;
+        float hv[8] = {n0[0], n0[1], n0[2], n0[3], n1[0], n1[1], n1[2], n1[3]}, Bv[8], Cv[8];
+        const int64_t cp = np;
         const bool live = nlive;
         const float x = nx, dl = ndl, zz = nzz;
         fetch(b + stride, n0, n1, np, nlive, nx, ndl, nzz);
         { /* the state two rows ahead into L2 (no registers): the next fetch then waits on L2 only */
             const int64_t b2 = b + 2 * stride;
             const int64_t row2 = valid && b2 < P.batch ? (P.idx ? static_cast<int64_t>(P.idx[b2]) : b2) : -1;
-            if (row2 >= 0 && row2 < P.ncache) pf<float>(P.h, row2 * P.h0 + d * P.h1 + 8 * j);
+            if (row2 >= 0 && row2 < P.ncache) {
+                if (P.hT) pf<T>(P.h, row2 * P.h0 + d * P.h1 + 8 * j);
+                else pf<float>(P.h, row2 * P.h0 + d * P.h1 + 8 * j);
+            }
         }
-        float hv[8] = {c0.x, c0.y, c0.z, c0.w, c1.x, c1.y, c1.z, c1.w}, Bv[8], Cv[8];
 #pragma unroll
         for (int k = 0; k < 8; k++) Bv[k] = Cv[k] = 0.0f;
         if (live) {
@@ -2859,8 +2921,9 @@ __global__ void __launch_bounds__(kThreads) step_loop_kernel(const step_params P
 #pragma unroll
         for (int k = 0; k < 8; k++) hv[k] = fmaf(ex2(dt * A2[k]), hv[k], Bv[k] * dtx);
         if (live) {
-            cp[j] = make_float4(hv[0], hv[1], hv[2], hv[3]);
-            cp[j + 2] = make_float4(hv[4], hv[5], hv[6], hv[7]);
+            const float v0[4] = {hv[0], hv[1], hv[2], hv[3]}, v1[4] = {hv[4], hv[5], hv[6], hv[7]};
+            st_state<T, 4>(P, cp + 4 * j, v0);
+            st_state<T, 4>(P, cp + 4 * j + 8, v1);
         }
         float e[4], f[8];
 #pragma unroll
@@ -2941,7 +3004,7 @@ static __device__ __forceinline__ void bulk_pf_l2(const void *src, uint32_t byte
 const int kTmaStages = 4;
 const int kTmaCh = kThreads / 2; /* channels a tile */
 struct tma_stage {
-    float4 h[kTmaCh * 4];     /* the states, 16 a channel */
+    float4 h[kTmaCh * 4];     /* the states, 16 a channel (T states, SELSCAN_STEP_STATE_T: its first half) */
     float4 x[3][kTmaCh / 4];  /* u, delta, z: 64 elements of 4 or 2 bytes each */
     float4 bc[2][4];          /* the B and C rows of the tile's group: 16 elements */
 };
@@ -2959,7 +3022,8 @@ __global__ void __launch_bounds__(kThreads, MINB) step_tma_kernel(const step_par
     const int64_t d0 = static_cast<int64_t>(blockIdx.y) * kTmaCh, d = d0 + c;
     const int64_t left = P.dim - d0;
     const uint32_t nch = static_cast<uint32_t>(left < kTmaCh ? left : kTmaCh);
-    const uint32_t es = sizeof(T), tbytes = nch * 64u, xbytes = nch * es, rbytes = 16u * es; /* nch * es: a multiple of 16 (launcher) */
+    /* the tile's states: 16 a channel of 4 bytes, or of sizeof(T) with SELSCAN_STEP_STATE_T */
+    const uint32_t es = sizeof(T), tbytes = nch * 16u * (P.hT ? es : 4u), xbytes = nch * es, rbytes = 16u * es; /* nch * es: a multiple of 16 (launcher) */
     const bool valid = d < P.dim;
     const int64_t stride = gridDim.x, b0 = blockIdx.x;
     const int64_t ntile = b0 < P.batch ? (P.batch - 1 - b0) / stride + 1 : 0;
@@ -2977,7 +3041,7 @@ __global__ void __launch_bounds__(kThreads, MINB) step_tma_kernel(const step_par
         for (int64_t k = 0; k < kTmaStages && k < ntile; k++) {
             const int64_t b = b0 + k * stride, row = row_of(b);
             if (row < 0) continue;
-            bulk_pf_l2(static_cast<const void *>(P.h + row * P.h0 + d0 * P.h1), tbytes);
+            bulk_pf_l2(state_at<T>(P, row * P.h0 + d0 * P.h1), tbytes);
             bulk_pf_l2(static_cast<const void *>(xs[0] + b * P.u0 + d0), xbytes);
             bulk_pf_l2(static_cast<const void *>(xs[1] + b * P.d0 + d0), xbytes);
             if (P.z) bulk_pf_l2(static_cast<const void *>(xs[2] + b * P.z0 + d0), xbytes);
@@ -2992,7 +3056,7 @@ __global__ void __launch_bounds__(kThreads, MINB) step_tma_kernel(const step_par
         rowof[s] = row;
         if (row >= 0) {
             mbar_arrive_tx(&full[s], tbytes + (P.z ? 3u : 2u) * xbytes + 2u * rbytes);
-            bulk_g2s(static_cast<void *>(ring[s].h), static_cast<const void *>(P.h + row * P.h0 + d0 * P.h1), tbytes, &full[s]);
+            bulk_g2s(static_cast<void *>(ring[s].h), state_at<T>(P, row * P.h0 + d0 * P.h1), tbytes, &full[s]);
             bulk_g2s(static_cast<void *>(ring[s].x[0]), static_cast<const void *>(xs[0] + b * P.u0 + d0), xbytes, &full[s]);
             bulk_g2s(static_cast<void *>(ring[s].x[1]), static_cast<const void *>(xs[1] + b * P.d0 + d0), xbytes, &full[s]);
             if (P.z) bulk_g2s(static_cast<void *>(ring[s].x[2]), static_cast<const void *>(xs[2] + b * P.z0 + d0), xbytes, &full[s]);
@@ -3013,8 +3077,8 @@ __global__ void __launch_bounds__(kThreads, MINB) step_tma_kernel(const step_par
     }
 #pragma unroll
     for (int k = 0; k < 8; k++) A2[k] *= kLog2e;
-    const float bias = valid && P.bias ? P.bias[d * P.bs] : 0.0f;
-    const float Dd = valid && P.D ? P.D[d * P.Ds] : 0.0f;
+    const float bias = valid && P.bias ? ldp<T>(P.bias, d * P.bs, P.biasT) : 0.0f;
+    const float Dd = valid && P.D ? ldp<T>(P.D, d * P.Ds, P.DT) : 0.0f;
     for (int64_t k = 0; k < ntile; k++) { /* the same trip count for every thread of the block */
         const int s = static_cast<int>(k % kTmaStages);
         const int64_t b = b0 + k * stride;
@@ -3025,8 +3089,12 @@ __global__ void __launch_bounds__(kThreads, MINB) step_tma_kernel(const step_par
 #pragma unroll
         for (int q = 0; q < 8; q++) hv[q] = Bv[q] = Cv[q] = 0.0f;
         if (live) {
-            const float4 h0 = ring[s].h[4 * c + 2 * j], h1 = ring[s].h[4 * c + 2 * j + 1];
-            hv[0] = h0.x; hv[1] = h0.y; hv[2] = h0.z; hv[3] = h0.w; hv[4] = h1.x; hv[5] = h1.y; hv[6] = h1.z; hv[7] = h1.w;
+            if (P.hT) { /* the tile's T states: channel c's 16 at element 16 c (32 bytes), lane j's 8 at + 8 j */
+                ld_vec<T, 8>(static_cast<const void *>(ring[s].h), 16 * c + 8 * j, hv);
+            } else {
+                const float4 h0 = ring[s].h[4 * c + 2 * j], h1 = ring[s].h[4 * c + 2 * j + 1];
+                hv[0] = h0.x; hv[1] = h0.y; hv[2] = h0.z; hv[3] = h0.w; hv[4] = h1.x; hv[5] = h1.y; hv[6] = h1.z; hv[7] = h1.w;
+            }
             x = ld<T>(static_cast<const void *>(ring[s].x[0]), c); /* void *: no argument-dependent lookup */
             dl = ld<T>(static_cast<const void *>(ring[s].x[1]), c);
             if (j == 0 && P.z) zz = ld<T>(static_cast<const void *>(ring[s].x[2]), c);
@@ -3038,11 +3106,7 @@ __global__ void __launch_bounds__(kThreads, MINB) step_tma_kernel(const step_par
         const float dt = dt_of(dl + bias, P.softplus != 0, true), dtx = dt * x;
 #pragma unroll
         for (int q = 0; q < 8; q++) hv[q] = fmaf(ex2(dt * A2[q]), hv[q], Bv[q] * dtx);
-        if (live) {
-            float4 *hp = reinterpret_cast<float4 *>(P.h + row * P.h0 + d * P.h1 + 8 * j);
-            hp[0] = make_float4(hv[0], hv[1], hv[2], hv[3]);
-            hp[1] = make_float4(hv[4], hv[5], hv[6], hv[7]);
-        }
+        if (live) st_state<T, 8>(P, row * P.h0 + d * P.h1 + 8 * j, hv);
         step_pair_y<T>(P, Cv, hv, j, valid, live, Dd, x, zz, b, d);
     }
 }
@@ -3798,7 +3862,8 @@ static selscan_status check_overlap(const selscan__ten &out, const selscan__ten 
 }
 
 /* The decode step's launch. float4-aligned state rows (unit n stride, N % 4 == 0, N <= 128,
-   16-byte aligned rows): step_vec_kernel with S states a thread and R batch rows a block, chosen
+   16-byte aligned rows; a T state, SELSCAN_STEP_STATE_T: 8-byte aligned chunks of 4, the same
+   kernels, their state loads and stores in T): step_vec_kernel with S states a thread and R batch rows a block, chosen
    from N and the batch (tu.S / tu.R > 0 force them, for tuning); else step_kernel. tu.pdl: < 0
    programmatic dependent launch where the device has it, 0 never. SELSCAN__STEP_SWEEP (the
    benchmark) compiles every (S, R) and keeps the earlier step_fast_kernel as tu.S = -1. */
@@ -3902,8 +3967,10 @@ static bool step_rows_vec(const selscan__ten &t, bool fixed, size_t es) {
     return t.s[2] == 1 && a % 16 == 0 && (t.s[0] * static_cast<int64_t>(es)) % 16 == 0 && (t.s[1] * static_cast<int64_t>(es)) % 16 == 0;
 }
 static selscan_status launch_step(const selscan__stp &q, step_tune tu, cudaStream_t stream, cudaError_t *err, selscan_diag *dg) {
+    /* the state's chunks of 4 (16 bytes in f32; 8 in T, SELSCAN_STEP_STATE_T) aligned */
+    const uintptr_t hes = q.stT ? selscan__dtype_size(q.dt) : 4u;
     const bool vec = q.N % 4 == 0 && q.N <= 128 && q.state.s[2] == 1 && q.state.s[1] % 4 == 0 && q.state.s[0] % 4 == 0 &&
-                     reinterpret_cast<uintptr_t>(q.state.data) % 16 == 0;
+                     reinterpret_cast<uintptr_t>(q.state.data) % (4u * hes) == 0;
     const bool avec = q.A.s[1] == 1 && q.A.s[0] % 4 == 0 && reinterpret_cast<uintptr_t>(q.A.data) % 16 == 0;
     const bool pdl = tu.pdl != 0 && pdl_available();
     /* 8 states a lane where N % 8 == 0 (N = 16: two lanes, the forward's split), else 4 (N = 8:
@@ -3921,7 +3988,7 @@ static selscan_status launch_step(const selscan__stp &q, step_tune tu, cudaStrea
         sp.bvec = step_rows_vec(q.B, q.fixB != 0, es);
         sp.cvec = step_rows_vec(q.C, q.fixC != 0, es);
         sp.idx = q.idx;
-        sp.h = static_cast<float *>(q.state.data); sp.h0 = q.state.s[0]; sp.h1 = q.state.s[1];
+        sp.h = q.state.data; sp.h0 = q.state.s[0]; sp.h1 = q.state.s[1]; sp.hT = q.stT;
         sp.u = q.u.data; sp.u0 = q.u.s[0]; sp.u1 = q.u.s[1];
         sp.dl = q.delta.data; sp.d0 = q.delta.s[0]; sp.d1 = q.delta.s[1];
         sp.z = q.z.data; sp.z0 = q.z.s[0]; sp.z1 = q.z.s[1];
@@ -3932,8 +3999,9 @@ static selscan_status launch_step(const selscan__stp &q, step_tune tu, cudaStrea
         else { sp.b0 = q.B.s[0]; sp.b1 = q.B.s[1]; sp.b2 = q.B.s[2]; }
         if (q.fixC) { sp.c0 = q.C.s[0]; sp.c1 = 0; sp.c2 = q.C.s[1]; }
         else { sp.c0 = q.C.s[0]; sp.c1 = q.C.s[1]; sp.c2 = q.C.s[2]; }
-        sp.D = static_cast<const float *>(q.D.data); sp.Ds = q.D.s[0];
-        sp.bias = static_cast<const float *>(q.bias.data); sp.bs = q.bias.s[0];
+        sp.D = q.D.data; sp.Ds = q.D.s[0];
+        sp.bias = q.bias.data; sp.bs = q.bias.s[0];
+        sp.DT = q.DT; sp.biasT = q.biasT;
         const int64_t cpb = kThreads / sp.NT, gx = cdiv(q.batch, R), gy = cdiv(q.dim, cpb);
         if (gx > kMaxGrid || gy > 65535) return fail_grid(dg);
         const dim3 gr(static_cast<unsigned>(gx), static_cast<unsigned>(gy));
@@ -3953,7 +4021,9 @@ static selscan_status launch_step(const selscan__stp &q, step_tune tu, cudaStrea
         auto xok = [&](const selscan__ten &t) {
             return !t.data || (t.s[1] == 1 && reinterpret_cast<uintptr_t>(t.data) % 16 == 0 && (t.s[0] * static_cast<int64_t>(es)) % 16 == 0);
         };
-        if (fast && S == 8 && R == 1 && sp.NT == 2 && q.state.s[1] == 16 && tu.tma >= 0 && (tu.tma > 0 || tu.loop == 0) &&
+        /* (T states: 32 bytes a channel; rows and lanes' 8 states 16-byte aligned) */
+        const bool hok = (q.state.s[0] * static_cast<int64_t>(hes)) % 16 == 0 && reinterpret_cast<uintptr_t>(q.state.data) % 16 == 0;
+        if (fast && S == 8 && R == 1 && sp.NT == 2 && q.state.s[1] == 16 && hok && tu.tma >= 0 && (tu.tma > 0 || tu.loop == 0) &&
             xok(q.u) && xok(q.delta) && xok(q.z) && (q.dim * static_cast<int64_t>(es)) % 16 == 0 && (q.G == 1 || q.dpg % kTmaCh == 0)) {
             const int bpsm = step_tma_blocks_per_sm(q.dt);
             const int64_t slots = sm_count() * bpsm;
@@ -3984,12 +4054,12 @@ static selscan_status launch_step(const selscan__stp &q, step_tune tu, cudaStrea
     kparams P;
     memset(&P, 0, sizeof P);
     P.batch = q.batch; P.dim = q.dim; P.N = q.N; P.G = q.G; P.dpg = q.dpg; P.ncache = q.ncache;
-    P.softplus = q.softplus; P.fixB = q.fixB; P.fixC = q.fixC; P.idx = q.idx;
+    P.softplus = q.softplus; P.fixB = q.fixB; P.fixC = q.fixC; P.idx = q.idx; P.DT = q.DT; P.biasT = q.biasT; P.stT = q.stT;
     P.bf16 = q.dt == SELSCAN_BF16;
     P.u = mk(q.u); P.delta = mk(q.delta); P.A = mk(q.A); P.B = mk(q.B); P.C = mk(q.C); P.D = mk(q.D);
     P.z = mk(q.z); P.bias = mk(q.bias); P.h0 = mk(q.state); P.y = mk(q.y);
 #ifdef SELSCAN__STEP_SWEEP
-    if (vec) { /* tu.S < 0: the earlier step_fast_kernel (8 or 4 states a thread), for comparisons */
+    if (vec && !q.stT) { /* tu.S < 0: the earlier step_fast_kernel (8 or 4 states a thread, f32 state), for comparisons */
         const int spt = q.N % 8 == 0 ? 8 : 4;
         P.NT = pow2ceil(q.N / spt);
         const int64_t grid = q.batch * cdiv(q.dim, kThreads / P.NT);
@@ -4163,6 +4233,7 @@ const int kConvRS = kConvTC + 1;              /* shared row stride (floats) */
 struct conv_params {
     int64_t batch, dim, L, nseq, rows, ncache, S, ntiles; /* ntiles: tiles (backward: blocks) a batch row */
     int W, silu;
+    int prmT; /* conv_step_kernel: weight and bias are T (SELSCAN_CONV_PARAMS_T), else f32 */
     int clx, cly, cldy, cldx; /* lanes along channels (1) or steps (0) for that tensor's loads / stores */
     const int64_t *cu;
     const int32_t *idx;
@@ -4637,8 +4708,8 @@ static __global__ void __launch_bounds__(kThreads) conv_step_kernel(const conv_p
     const T *xp = static_cast<const T *>(P.x.p) + b * P.x.s[0] + d * P.x.s[1];
     const int64_t ss = P.state.s[2], xs = P.x.s[2];
     float w[SELSCAN_CONV_MAX_WIDTH], win[SELSCAN_CONV_MAX_WIDTH];
-    for (int k = 0; k < SELSCAN_CONV_MAX_WIDTH; k++) w[k] = k < P.W ? ldf(P.w, d * P.w.s[0] + k * P.w.s[1]) : 0.0f;
-    const float bias = P.bias.p ? ldf(P.bias, d * P.bias.s[0]) : 0.0f;
+    for (int k = 0; k < SELSCAN_CONV_MAX_WIDTH; k++) w[k] = k < P.W ? ldp<T>(P.w.p, d * P.w.s[0] + k * P.w.s[1], P.prmT) : 0.0f;
+    const float bias = P.bias.p ? ldp<T>(P.bias.p, d * P.bias.s[0], P.prmT) : 0.0f;
     for (int k = 0; k < H; k++) win[k] = ld<T>(static_cast<const void *>(sp), (S - H + k) * ss); /* void *: see conv_final_kernel */
     for (int64_t l = 0; l < L; l++) {
         float acc = bias;
@@ -4832,6 +4903,7 @@ static selscan_status conv_step(const selscan_conv_step_problem *s, const selsca
     if (grid > kMaxGrid) return fail_grid(s->diag);
     memset(&P, 0, sizeof P);
     P.batch = q.batch; P.dim = q.dim; P.L = q.L; P.S = q.S; P.ncache = q.ncache; P.W = static_cast<int>(q.W); P.silu = q.silu;
+    P.prmT = q.wT; /* (= q.biasT: one flag) */
     P.idx = q.idx;
     P.state = mk(q.state); P.x = mk(q.x); P.w = mk(q.w); P.bias = mk(q.bias); P.y = mk(q.y);
     selscan_cuda_detail::with_dtype(q.dt, [&](auto tag) {

@@ -8,7 +8,8 @@
  *   parts       n_parts 1..7 and a few larger: every output bitwise the n_parts = 1 result
  *   packed      packed sequences (cu_seqlens) equal to separate calls per sequence
  *   step        the decode update against the forward one token at a time (and seqlen tokens at
- *               once), state_index with padding and unused rows, state_len > W - 1
+ *               once), state_index with padding and unused rows, state_len > W - 1; weight and
+ *               bias in T (SELSCAN_CONV_PARAMS_T) against the forward with their values in f32
  *   nan         NaN in x / dy reaches exactly the outputs it should
  *   validation  every rule: status, diag operand and rule, not one output byte written
  * Random layouts (contiguous, explicit strides, channels-last, permuted with padding, broadcast
@@ -504,10 +505,10 @@ static void test_step(int ncase, cv_step_fn step, int bitwise, const char *which
         cv_cfg c;
         cv_prob P;
         char buf[160];
-        const int use_idx = tc_coin(0.6);
+        const int use_idx = tc_coin(0.6), prmT = i % 4 >= 2;
         int64_t S, ncache, b, d, l, k, j;
         int32_t *idx;
-        tc_tensor state, state1, x1, y1, yall;
+        tc_tensor state, state1, x1, y1, yall, wT, bT;
         selscan_conv_step_problem sp;
         cv_cfg_random(&c, (selscan_dtype)(i % 3), 8000);
         c.nseq = 0;
@@ -516,6 +517,17 @@ static void test_step(int ncase, cv_step_fn step, int bitwise, const char *which
         c.hlast = 1;
         if (c.L > 24) c.L = tc_randint(1, 24);
         cv_make(&P, &c);
+        if (prmT) { /* weight and bias values exactly representable in T: the forward's f32 ones */
+            tc_tensor *pt[2];
+            int m;
+            pt[0] = &P.w; pt[1] = &P.bias;
+            for (m = 0; m < 2; m++) {
+                for (k = 0; k < pt[m]->count; k++) pt[m]->v[k] = tc_round(c.dt, pt[m]->v[k]);
+                if (pt[m]->mem) { tc_store(pt[m]); tc_load(pt[m]); }
+            }
+        }
+        tc_tensor_like(&wT, &P.w, prmT ? c.dt : SELSCAN_F32);
+        tc_tensor_like(&bT, &P.bias, prmT ? c.dt : SELSCAN_F32);
         CHECK(selscan_conv_forward_ref(&P.p) == SELSCAN_OK, "step %s: fwd", which);
         S = P.H + tc_randint(0, 3);
         ncache = use_idx ? c.batch + tc_randint(0, 3) : c.batch;
@@ -541,8 +553,9 @@ static void test_step(int ncase, cv_step_fn step, int bitwise, const char *which
         tc_tensor_make(&yall, c.dt, 3, c.batch, c.dim, c.L, 1, TC_LAYOUT_PADDED, 1);
         memset(&sp, 0, sizeof sp);
         sp.batch = c.batch; sp.dim = c.dim; sp.width = c.W; sp.state_len = S; sp.n_cache = use_idx ? ncache : 0;
-        sp.dtype = c.dt; sp.flags = c.silu ? SELSCAN_CONV_SILU : 0; sp.state_index = use_idx ? idx : NULL;
-        sp.weight = P.p.weight; sp.bias = P.p.bias;
+        sp.dtype = c.dt; sp.flags = (c.silu ? SELSCAN_CONV_SILU : 0) | (prmT ? SELSCAN_CONV_PARAMS_T : 0);
+        sp.state_index = use_idx ? idx : NULL;
+        sp.weight = tc_api(&wT); sp.bias = tc_api(&bT);
         for (l = 0; l < c.L; l++) {
             int ok = 1;
             for (b = 0; b < c.batch; b++)
@@ -612,6 +625,7 @@ static void test_step(int ncase, cv_step_fn step, int bitwise, const char *which
             CHECK(ok, "step %s %s: state's last W-1 entries differ from final_state", which, cv_describe(&P, buf, sizeof buf));
         }
         tc_tensor_free(&state); tc_tensor_free(&state1); tc_tensor_free(&x1); tc_tensor_free(&y1); tc_tensor_free(&yall);
+        tc_tensor_free(&wT); tc_tensor_free(&bT);
         free(idx);
         cv_free(&P);
     }
@@ -752,6 +766,29 @@ static void cv_expect(cv_prob *P, cv_grads *G, int run_fwd, selscan_status want,
     for (k = 0; k < 4; k++) free(sg[k]);
 }
 
+/* A step problem on every entry point (ref, fast, a part, validate): status, diag, outputs (the
+   bytes of o0 / o1, n0 / n1 bytes) untouched on an error. */
+static void cv_step_expect(const selscan_conv_step_problem *sp0, selscan_status want, const char *op, const char *rule,
+                           const char *what, const void *o0, size_t n0, const void *o1, size_t n1) {
+    int e;
+    for (e = 0; e < 4; e++) {
+        selscan_conv_step_problem sp = *sp0;
+        selscan_diag dg = {NULL, NULL, SELSCAN_RULE_NONE};
+        unsigned char *c0 = (unsigned char *)malloc(n0), *c1 = (unsigned char *)malloc(n1);
+        selscan_status got;
+        memcpy(c0, o0, n0);
+        memcpy(c1, o1, n1);
+        sp.diag = &dg;
+        got = e == 0 ? selscan_conv_step_ref(&sp) : e == 1 ? selscan_conv_step_cpu(&sp)
+              : e == 2 ? selscan_conv_step_cpu_part(&sp, 1, 3) : selscan_validate_conv_step(&sp);
+        CHECK(got == want && (want == SELSCAN_OK || cv_diag_is(&dg, op, rule)), "%s (entry %d): %s {%s, %s}, want %s {%s, %s}", what, e,
+              selscan_status_name(got), dg.operand ? dg.operand : "-", dg.rule ? dg.rule : "-", selscan_status_name(want), op, rule);
+        if (want != SELSCAN_OK) CHECK(memcmp(c0, o0, n0) == 0 && memcmp(c1, o1, n1) == 0, "%s: outputs written", what);
+        free(c0);
+        free(c1);
+    }
+}
+
 static void cv_valid_base(cv_prob *P, cv_grads *G, selscan_dtype dt, int nseq) {
     cv_cfg c;
     memset(&c, 0, sizeof c);
@@ -792,6 +829,7 @@ static void test_validation(void) {
     } while (0)
         CV_CASE(P.p.dtype = (selscan_dtype)7, SELSCAN_ERR_DTYPE, "dtype", "unknown dtype");
         CV_CASE(P.p.flags = 8, SELSCAN_ERR_UNSUPPORTED, "flags", "unknown flag");
+        CV_CASE(P.p.flags |= SELSCAN_CONV_PARAMS_T, SELSCAN_ERR_UNSUPPORTED, "flags", "unknown flag"); /* the step's only */
         CV_CASE(P.p.batch = 0, SELSCAN_ERR_SHAPE, "batch", "not positive");
         CV_CASE(P.p.batch = -3, SELSCAN_ERR_SHAPE, "batch", "not positive");
         CV_CASE(P.p.dim = 0, SELSCAN_ERR_SHAPE, "dim", "not positive");
@@ -904,7 +942,7 @@ static void test_validation(void) {
             idx[0] = 0; idx[1] = 2; idx[2] = -1;
             switch (k) {
             case 0: sp.dtype = (selscan_dtype)-1; want = SELSCAN_ERR_DTYPE; op = "dtype"; rule = "unknown dtype"; break;
-            case 1: sp.flags = 2; want = SELSCAN_ERR_UNSUPPORTED; op = "flags"; rule = "unknown flag"; break;
+            case 1: sp.flags = 4; want = SELSCAN_ERR_UNSUPPORTED; op = "flags"; rule = "unknown flag"; break;
             case 2: sp.batch = 0; op = "batch"; rule = "not positive"; break;
             case 3: sp.dim = -1; op = "dim"; rule = "not positive"; break;
             case 4: sp.seqlen = -2; op = "seqlen"; rule = "negative"; break;
@@ -945,6 +983,41 @@ static void test_validation(void) {
         }
         idx[0] = 0; idx[1] = 2; idx[2] = -1;
         CHECK(selscan_conv_step_cpu_part(&s0, 0, 0) == SELSCAN_ERR_SHAPE, "step n_parts 0");
+        { /* SELSCAN_CONV_PARAMS_T: weight and bias in T, their spans and alignment in T's elements */
+            unsigned char *buf = (unsigned char *)calloc(1, 256); /* weight (6 x 3 bf16, 36 bytes), then y */
+            tc_tensor bT;
+            const size_t ystate = (size_t)st.alloc * 2;
+            tc_tensor_make(&bT, SELSCAN_BF16, 1, 6, 1, 1, 1, TC_LAYOUT_CONTIG, 1);
+            tc_fill(&bT, -1, 1);
+            for (k = 0; k < 18; k++) { const uint16_t h = selscan_f32_to_bf16((float)w.v[k]); memcpy(buf + 2 * k, &h, 2); }
+            sp = s0;
+            sp.flags |= SELSCAN_CONV_PARAMS_T;
+            sp.weight.data = buf; memset(sp.weight.stride, 0, sizeof sp.weight.stride);
+            sp.bias = tc_api(&bT);
+            sp.y.data = buf + 36; memset(sp.y.stride, 0, sizeof sp.y.stride); /* right after weight's T span */
+            cv_step_expect(&sp, SELSCAN_OK, "", "", "params T: y right after weight's T span", st.mem, ystate, buf + 36, 36);
+            memset(buf + 36, 0xFF, 64);
+            {
+                selscan_conv_step_problem s2 = sp;
+                s2.flags &= ~SELSCAN_CONV_PARAMS_T; /* weight read as f32: 72 bytes, over y */
+                cv_step_expect(&s2, SELSCAN_ERR_ALIAS, "y", "overlaps weight", "params T: y inside weight's f32 span (no flag)",
+                               st.mem, ystate, buf + 36, 36);
+                s2 = sp; s2.y.data = buf + 34; /* y's first element is weight's last */
+                cv_step_expect(&s2, SELSCAN_ERR_ALIAS, "y", "overlaps weight", "params T: y over weight's last element", st.mem,
+                               ystate, buf + 34, 38);
+                s2 = sp; s2.weight.data = buf + 1;
+                cv_step_expect(&s2, SELSCAN_ERR_STRIDE, "weight", "misaligned", "params T: weight misaligned", st.mem, ystate,
+                               buf + 36, 36);
+                s2 = sp; s2.bias.stride[0] = -2;
+                cv_step_expect(&s2, SELSCAN_ERR_STRIDE, "bias", "negative stride", "params T: bias stride negative", st.mem,
+                               ystate, buf + 36, 36);
+                s2 = sp; s2.flags |= 4u;
+                cv_step_expect(&s2, SELSCAN_ERR_UNSUPPORTED, "flags", "unknown flag", "params T with an unknown flag", st.mem,
+                               ystate, buf + 36, 36);
+            }
+            tc_tensor_free(&bT);
+            free(buf);
+        }
         tc_tensor_free(&st); tc_tensor_free(&x); tc_tensor_free(&w); tc_tensor_free(&b); tc_tensor_free(&y);
     }
 }

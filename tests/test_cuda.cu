@@ -457,6 +457,107 @@ static void run_step_vs_forward(selscan_dtype T, int64_t batch, int64_t dim, int
     for (Ten *q : all) release(*q);
 }
 
+/* SELSCAN_STEP_D_T, SELSCAN_STEP_DELTA_BIAS_T and SELSCAN_STEP_STATE_T on the step kernel the
+   tuning entry forces (selscan__step_cuda_tuned's S, fast, loop, tma): D (pm bit 0), delta_bias
+   (bit 1) and the state (stT) in T give bitwise the y of the same kernel with those values in f32
+   without the flags, and its state (stT: rounded to T, to nearest even), and match the CPU
+   reference with the flags. */
+struct step_force {
+    const char *name;
+    int S, fast, loop, tma; /* as selscan__step_cuda_tuned takes them */
+};
+static const step_force kForce[] = {
+    {"step_kernel", -1, 0, -1, -1},          /* S < 0: the float4 kernels skipped */
+    {"step_vec_kernel", 0, -1, -1, -1},      /* its general form (every layout) */
+    {"step_vec_kernel FAST", 0, 0, -1, -1},  /* the common operands' form */
+    {"step_loop_kernel", 0, 0, 1, -1},       /* N = 16, FAST operands */
+    {"step_tma_kernel", 0, 0, 0, 1},         /* N = 16, FAST operands, channel stride 16; sm_90 */
+};
+static void run_step_params_t(selscan_dtype T, int64_t batch, int64_t dim, int64_t N, int64_t G, unsigned flags, bool z, bool index,
+                              int layout, const step_force &f, bool stT, int pm = 3) {
+    const selscan_dtype F = SELSCAN_F32;
+    const int64_t ncache = index ? batch + 2 : batch;
+    Ten st, st32, x, dt, A, B, C, DT, bT, D32, b32, zt, y;
+    make(st, stT ? T : F, 3, ncache, dim, N, 1, layout); fill(st, -1, 1);
+    make(st32, F, 3, ncache, dim, N, 1, layout); /* st's values in f32 */
+    for (int64_t i = 0; i < st.count(); i++) st32.set(i, st.get(st.h, i));
+    CU(cudaMemcpy(st32.d, st32.h, st32.bytes, cudaMemcpyHostToDevice));
+    make(x, T, 2, batch, dim, 1, 1, layout); fill(x, -1, 1);
+    make(dt, T, 2, batch, dim, 1, 1, layout); fill(dt, -2, 1);
+    make(A, F, 2, dim, N, 1, 1, 1); fill(A, -4, -0.1);
+    make(B, T, 3, batch, G, N, 1, layout); fill(B, -1, 1);
+    make(C, T, 3, batch, G, N, 1, layout); fill(C, -1, 1);
+    if (z) { make(zt, T, 2, batch, dim, 1, 1, layout); fill(zt, -2, 2); }
+    /* beside aligned operands: D one element past an aligned address, delta_bias strided */
+    make(DT, T, 1, dim, 1, 1, 1, layout == 1 ? 4 : 1); fill(DT, -1, 1);
+    make(bT, T, 1, dim, 1, 1, 1, layout == 1 ? 3 : 1); fill(bT, -0.5, 0.5);
+    make(D32, F, 1, dim, 1, 1, 1, 1);
+    make(b32, F, 1, dim, 1, 1, 1, 1);
+    for (int64_t i = 0; i < dim; i++) { D32.set(i, DT.get(DT.h, i)); b32.set(i, bT.get(bT.h, i)); }
+    CU(cudaMemcpy(D32.d, D32.h, D32.bytes, cudaMemcpyHostToDevice));
+    CU(cudaMemcpy(b32.d, b32.h, b32.bytes, cudaMemcpyHostToDevice));
+    make(y, T, 2, batch, dim, 1, 1, layout);
+    std::vector<int32_t> idx(batch), idx_cpu(batch);
+    int32_t *didx = NULL;
+    if (index) { /* cache rows reversed, padding: -1 and a row past n_cache */
+        for (int64_t i = 0; i < batch; i++) {
+            idx[i] = (int32_t)(ncache - 1 - i);
+            if (i % 4 == 1) idx[i] = -1;
+            if (i % 5 == 3) idx[i] = (int32_t)(ncache + 3);
+            idx_cpu[i] = idx[i] >= ncache ? -1 : idx[i];
+        }
+        CU(cudaMalloc(&didx, batch * 4));
+        CU(cudaMemcpy(didx, idx.data(), batch * 4, cudaMemcpyHostToDevice));
+    }
+    auto problem = [&](bool dev, bool tv) { /* tv: the T values with their flags, else all f32 */
+        selscan_step_problem q;
+        memset(&q, 0, sizeof q);
+        q.batch = batch; q.dim = dim; q.dstate = N; q.n_groups = G; q.n_cache = ncache; q.dtype = T;
+        q.flags = flags | (tv ? (pm & 1 ? SELSCAN_STEP_D_T : 0u) | (pm & 2 ? SELSCAN_STEP_DELTA_BIAS_T : 0u) |
+                                    (stT ? SELSCAN_STEP_STATE_T : 0u)
+                              : 0u);
+        q.state_index = index ? (dev ? didx : idx_cpu.data()) : NULL;
+        q.state = tv ? st.out(dev) : st32.out(dev); q.u = x.api(dev); q.delta = dt.api(dev); q.A = A.api(dev); q.B = B.api(dev); q.C = C.api(dev);
+        q.D = tv && (pm & 1) ? DT.api(dev) : D32.api(dev);
+        q.delta_bias = tv && (pm & 2) ? bT.api(dev) : b32.api(dev);
+        if (z) q.z = zt.api(dev);
+        q.y = y.out(dev);
+        return q;
+    };
+    cudaError_t cerr = cudaSuccess;
+    auto run = [&](const selscan_step_problem &q) {
+        poison(y);
+        const selscan_status r = selscan__step_cuda_tuned(&q, &cerr, 0, f.S, 0, -1, f.fast, 0, f.loop, f.tma);
+        CU(cudaDeviceSynchronize());
+        return r;
+    };
+    selscan_status r = run(problem(true, true));
+    CHECK(r == SELSCAN_OK, "params T (%s): gpu %s", f.name, selscan_status_string(r));
+    const std::vector<unsigned char> yT = fetch(y), sT = fetch(st);
+    r = run(problem(true, false));
+    CHECK(r == SELSCAN_OK, "params T (%s): gpu f32 parameters %s", f.name, selscan_status_string(r));
+    const std::vector<unsigned char> y32 = fetch(y), s32 = fetch(st32);
+    bool same_state = true; /* st's elements: st32's, rounded to T where st is T */
+    for (int64_t i = 0; i < st.count(); i++) {
+        const float v = st32.get(s32.data(), i);
+        const uint16_t want = T == SELSCAN_F16 ? selscan_f32_to_f16(v) : selscan_f32_to_bf16(v);
+        if (stT) same_state &= memcmp(sT.data() + st.off(i) * 2, &want, 2) == 0;
+        else same_state &= memcmp(sT.data() + st.off(i) * 4, &v, 4) == 0;
+    }
+    CHECK(yT == y32 && same_state, "params T%s (%s, dtype %d, batch %lld, dim %lld, N %lld, G %lld, layout %d): y %s, state %s than f32 values",
+          stT ? ", state T" : "", f.name, (int)T, (long long)batch, (long long)dim, (long long)N, (long long)G, layout,
+          yT == y32 ? "bitwise" : "DIFFERS", same_state ? "bitwise" : "DIFFERS");
+    const selscan_step_problem h = problem(false, true);
+    r = selscan_step_ref(&h); /* on the host copies: the state's initial values, y */
+    CHECK(r == SELSCAN_OK, "params T: cpu %s", selscan_status_string(r));
+    const double ey = rel_err(y, yT), es = rel_err(st, sT);
+    CHECK(ey <= tol_of(T, 0) && es <= (stT ? tol_of(T, 0) : 1e-5), "params T%s (%s, dtype %d, N %lld): y err %.3g, state err %.3g",
+          stT ? ", state T" : "", f.name, (int)T, (long long)N, ey, es);
+    if (didx) cudaFree(didx);
+    Ten *all[] = {&st, &st32, &x, &dt, &A, &B, &C, &DT, &bT, &D32, &b32, &zt, &y};
+    for (Ten *p : all) release(*p);
+}
+
 /* ---------------------------------------------------------------------------------------------- */
 
 static void validation_tests() {
@@ -824,6 +925,19 @@ static void host_validation_tests() {
         s = selscan_forward_cuda(&q, NULL, 0, 0);
         CHECK(s == SELSCAN_ERR_UNSUPPORTED, "host: N 513 fwd: %s", selscan_status_string(s));
     }
+    {   /* the step's SELSCAN_STEP_PARAMS_T: refused by the scan's forward and backward */
+        selscan_problem q = p;
+        q.batch = 1; q.dim = 4; q.seqlen = 8; q.dstate = 4; q.flags = SELSCAN_STEP_PARAMS_T;
+        q.y.data = fake(out1);
+        dg.operand = dg.rule = NULL;
+        s = selscan_forward_cuda(&q, NULL, 0, 0);
+        CHECK(s == SELSCAN_ERR_UNSUPPORTED && diag_is(dg, "flags", "unknown flag"), "host: fwd SELSCAN_STEP_PARAMS_T: %s",
+              selscan_status_string(s));
+        dg.operand = dg.rule = NULL;
+        s = selscan_backward_cuda(&q, &g, NULL, 0, 0);
+        CHECK(s == SELSCAN_ERR_UNSUPPORTED && diag_is(dg, "flags", "unknown flag"), "host: bwd SELSCAN_STEP_PARAMS_T: %s",
+              selscan_status_string(s));
+    }
     {   /* the step: 2^33 rows of one channel, past the grid limit */
         selscan_step_problem t;
         memset(&t, 0, sizeof t);
@@ -1010,6 +1124,24 @@ int main() {
         run_step_vs_forward((selscan_dtype)T, 1500, 128, 16, 1, SP, true, true, true, 1); /* forced, past its ring */
     }
     printf("%-32s %s\n", "step vs forward at L = 1", g_fail == b1 ? "ok" : "FAILED");
+    const int b3 = g_fail; /* SELSCAN_STEP_D_T / _DELTA_BIAS_T and SELSCAN_STEP_STATE_T (f16 / bf16) on every step kernel, forced */
+    for (int T = 0; T < 3; T++)
+        for (int stT = 0; stT < (T == 0 ? 1 : 2); stT++)
+            for (const step_force &f : kForce) {
+                /* N = 16 common operands (every kernel applies; channel stride 16 for the bulk-copy one) */
+                run_step_params_t((selscan_dtype)T, 5, 256, 16, 1, SP, true, true, 1, f, stT);
+                run_step_params_t((selscan_dtype)T, 70, 128, 16, 2, 0, false, false, 1, f, stT);
+                /* other N and layouts (the forced kernel where it applies, else the launcher's fallback) */
+                run_step_params_t((selscan_dtype)T, 3, 40, 8, 2, SP, true, true, 1, f, stT);
+                run_step_params_t((selscan_dtype)T, 4, 37, 5, 1, SP, true, false, 3, f, stT);
+                run_step_params_t((selscan_dtype)T, 2, 48, 64, 1, SP, false, true, 1, f, stT);
+                run_step_params_t((selscan_dtype)T, 3, 24, 16, 1, SP, true, true, 4, f, stT);
+                run_step_params_t((selscan_dtype)T, 2, 20, 12, 1, SP, true, true, 2, f, stT); /* channels-last: n stride != 1 */
+                /* D alone in T (transformers' Mamba: dt_proj.bias cast to f32 by the caller), delta_bias alone */
+                run_step_params_t((selscan_dtype)T, 5, 256, 16, 1, SP, true, true, 1, f, stT, 1);
+                run_step_params_t((selscan_dtype)T, 3, 40, 8, 2, SP, true, false, 1, f, stT, 2);
+            }
+    printf("%-32s %s\n", "step params / state in T", g_fail == b3 ? "ok" : "FAILED");
     const int b2 = g_fail;
     validation_tests();
     printf("%-32s %s\n", "validation", g_fail == b2 ? "ok" : "FAILED");

@@ -316,11 +316,14 @@ static void run_case(const Cfg &c, int id) {
 }
 
 /* The update against the CPU update: state (n_cache rows, state_len S), state_index with padding
-   (negative) and, on CUDA only, out-of-range rows (padding there too: the CPU reference gets -1). */
-static void run_step(selscan_dtype dt, int64_t batch, int64_t dim, int64_t W, int64_t S, int64_t L, bool silu, int mode, int id) {
+   (negative) and, on CUDA only, out-of-range rows (padding there too: the CPU reference gets -1).
+   prmT: weight and bias in T (SELSCAN_CONV_PARAMS_T), and the same update again with those
+   values in f32 without the flag: bitwise the same y and state. */
+static void run_step(selscan_dtype dt, int64_t batch, int64_t dim, int64_t W, int64_t S, int64_t L, bool silu, int mode, int id,
+                     bool prmT = false) {
     char name[160];
-    snprintf(name, sizeof name, "step %d: %s B%lld D%lld W%lld S%lld L%lld%s mode %d", id, dtn(dt), (long long)batch, (long long)dim,
-             (long long)W, (long long)S, (long long)L, silu ? " silu" : "", mode);
+    snprintf(name, sizeof name, "step %d: %s B%lld D%lld W%lld S%lld L%lld%s mode %d%s", id, dtn(dt), (long long)batch, (long long)dim,
+             (long long)W, (long long)S, (long long)L, silu ? " silu" : "", mode, prmT ? " params T" : "");
     const int64_t ncache = mode ? batch + 3 : batch;
     std::vector<int32_t> idx(batch), idx_cpu(batch);
     for (int64_t i = 0; i < batch; i++) idx[i] = (int32_t)(ncache - 1 - i);
@@ -332,18 +335,24 @@ static void run_step(selscan_dtype dt, int64_t batch, int64_t dim, int64_t W, in
         CU(cudaMalloc(&didx, batch * 4));
         CU(cudaMemcpy(didx, idx.data(), batch * 4, cudaMemcpyHostToDevice));
     }
-    Ten st, x, w, b, y;
+    Ten st, x, w, b, y, w32, b32;
+    const selscan_dtype pdt = prmT ? dt : SELSCAN_F32;
     make(st, dt, 3, ncache, dim, S, irand(0, 3), true);
     make(x, dt, 3, batch, dim, L, irand(0, 2), true);
-    make(w, SELSCAN_F32, 2, dim, W, 0, 1, true);
-    make(b, SELSCAN_F32, 1, dim, 0, 0, 1, true);
+    make(w, pdt, 2, dim, W, 0, prmT ? irand(1, 3) : 1, true);
+    make(b, pdt, 1, dim, 0, 0, prmT ? irand(1, 3) : 1, true);
     make(y, dt, 3, batch, dim, L, irand(0, 3), true);
     fill(st, -1, 1); fill(x, -1, 1); fill(w, -1, 1); fill(b, -0.5, 0.5);
-    for (Ten *t : {&st, &x, &w, &b}) t->up();
+    make(w32, SELSCAN_F32, 2, dim, W, 0, 1, true); /* w's and b's values in f32 (exact) */
+    make(b32, SELSCAN_F32, 1, dim, 0, 0, 1, true);
+    for (int64_t i = 0; i < w.count(); i++) w32.set(i, w.get(w.h, i));
+    for (int64_t i = 0; i < b.count(); i++) b32.set(i, b.get(b.h, i));
+    for (Ten *t : {&st, &x, &w, &b, &w32, &b32}) t->up();
+    const std::vector<unsigned char> st0(st.h, st.h + st.alloc * st.es());
     selscan_conv_step_problem s;
     memset(&s, 0, sizeof s);
     s.batch = batch; s.dim = dim; s.width = W; s.state_len = S; s.n_cache = mode ? ncache : 0; s.seqlen = L; s.dtype = dt;
-    s.flags = silu ? SELSCAN_CONV_SILU : 0;
+    s.flags = (silu ? SELSCAN_CONV_SILU : 0) | (prmT ? SELSCAN_CONV_PARAMS_T : 0);
     s.state_index = mode ? idx_cpu.data() : NULL;
     s.state = st.out(false); s.x = x.api(false); s.weight = w.api(false); s.bias = b.api(false); s.y = y.out(false);
     selscan_status r = selscan_conv_step_ref(&s);
@@ -358,7 +367,19 @@ static void run_step(selscan_dtype dt, int64_t batch, int64_t dim, int64_t W, in
     CHECK(rel_err(y, yg.data(), y.h) <= tol(dt, false), "%s: y rel err %.3g", name, rel_err(y, yg.data(), y.h));
     CHECK(same_elems(st, sg.data(), st.h) && gaps_clean(st, sg.data()), "%s: state differs from the CPU update", name);
     CHECK(gaps_clean(y, yg.data()), "%s: y gaps written", name);
-    for (Ten *t : {&st, &x, &w, &b, &y}) t->release();
+    if (prmT) { /* the f32 parameters of the same values, no flag: bitwise the same */
+        CU(cudaMemcpy(st.d, st0.data(), st0.size(), cudaMemcpyHostToDevice));
+        y.poison_dev();
+        s.flags &= ~SELSCAN_CONV_PARAMS_T;
+        s.weight = w32.api(true); s.bias = b32.api(true);
+        r = selscan_conv_step_cuda(&s, NULL, 0);
+        CU(cudaDeviceSynchronize());
+        CHECK(r == SELSCAN_OK, "%s: cuda (f32 parameters) %s", name, selscan_status_name(r));
+        const std::vector<unsigned char> y2 = y.down(), s2 = st.down();
+        CHECK(same_elems(y, y2.data(), yg.data()) && same_elems(st, s2.data(), sg.data()),
+              "%s: parameters in T differ from the same values in f32", name);
+    }
+    for (Ten *t : {&st, &x, &w, &b, &y, &w32, &b32}) t->release();
     if (didx) cudaFree(didx);
 }
 
@@ -383,6 +404,12 @@ static void host_validation_tests() {
     base();
     p.width = 5;
     CHECK(selscan_conv_forward_cuda(&p, NULL, 0) == SELSCAN_ERR_UNSUPPORTED && diag_is("width", "not 2 to 4"), "cuda: width 5");
+    base();
+    p.flags |= SELSCAN_CONV_PARAMS_T; /* the update's only */
+    CHECK(selscan_conv_forward_cuda(&p, NULL, 0) == SELSCAN_ERR_UNSUPPORTED && diag_is("flags", "unknown flag"),
+          "cuda: the forward refuses SELSCAN_CONV_PARAMS_T");
+    CHECK(selscan_conv_backward_cuda(&p, &g, NULL, NULL, 0, 0) == SELSCAN_ERR_UNSUPPORTED && diag_is("flags", "unknown flag"),
+          "cuda: the backward refuses SELSCAN_CONV_PARAMS_T");
     base();
     p.x.data = NULL;
     CHECK(selscan_conv_forward_cuda(&p, NULL, 0) == SELSCAN_ERR_NULL && diag_is("x", "missing"), "cuda: x missing");
@@ -517,6 +544,13 @@ int main() {
         const bool silu = urand(0, 1) < 0.5;
         const int mode = irand(0, 2);
         run_step(dts[i % 3], batch, dim, W, S, L, silu, mode, sid++);
+    }
+    /* weight and bias in T (SELSCAN_CONV_PARAMS_T): every dtype and width, padded parameter layouts */
+    for (int i = 0; i < (quick ? 6 : 24); i++) {
+        const int64_t batch = irand(1, 9), dim = irand(1, 300), W = 2 + i % 3, S = W - 1 + irand(0, 3), L = irand(1, 3);
+        const bool silu = urand(0, 1) < 0.6;
+        const int mode = irand(0, 2);
+        run_step(dts[i % 3], batch, dim, W, S, L, silu, mode, sid++, true);
     }
     printf("%d passed, %d failed\n", g_pass, g_fail);
     return g_fail ? 1 : 0;

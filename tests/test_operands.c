@@ -3,7 +3,8 @@
    SELSCAN__GRAD_OPERANDS, SELSCAN__STEP_OPERANDS): every operand documented once per variant,
    nothing documented that the tables lack, each row's logical shape evaluated from the
    SELSCAN__DIMS_* macros (sizes named in the text: batch, dim, L, N, n_groups, rows, n_cache), its
-   dtype (T / f32; B, C and dB, dC in a variable and a fixed row) and "optional" exactly for the
+   dtype (T / f32; B, C and dB, dC in a variable and a fixed row; "f32 / T" for the step's operands
+   a flag makes T, dtype PRM / STT, with the flag named in the row) and "optional" exactly for the
    optional operands. Gradient rows written "like u" must have u's shape and dtype class. */
 #define SELSCAN_IMPLEMENTATION
 #include "../selscan.h"
@@ -133,9 +134,13 @@ static void check_block(const char *what, const char *start, const char *stop, c
                     CHECK(dims_of(is_fixed_form ? "DN" : o->dims, want) && dims_text(col[1], got) &&
                               memcmp(want, got, sizeof want) == 0,
                           "%s: %s documented %s, the table says %s", what, nm, col[1], is_fixed_form ? "DN" : o->dims);
-                    CHECK(strcmp(col[2], strcmp(o->dtype, "F32") == 0 || is_fixed_form ? "f32" : "T") == 0,
+                    /* f32, T with a flag: PRM (SELSCAN_STEP_D_T / _DELTA_BIAS_T), STT (SELSCAN_STEP_STATE_T) */
+                    const char *flag = strcmp(o->dtype, "PRM") == 0 ? "T with SELSCAN_STEP_D_T / _DELTA_BIAS_T"
+                                       : strcmp(o->dtype, "STT") == 0 ? "T with SELSCAN_STEP_STATE_T" : NULL;
+                    CHECK(strcmp(col[2], strcmp(o->dtype, "F32") == 0 || is_fixed_form ? "f32" : flag ? "f32 / T" : "T") == 0,
                           "%s: %s documented dtype '%s', the table says %s%s", what, nm, col[2], o->dtype,
                           is_fixed_form ? " (fixed: f32)" : "");
+                    CHECK(!flag || strstr(col[3], flag) != NULL, "%s: %s (f32 / T) names its flag: '%s'", what, nm, col[3]);
                 }
                 { /* "optional": the whole row, or "<name> optional" */
                     char named[64];

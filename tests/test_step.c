@@ -1,6 +1,11 @@
 /* test_step: selscan_step_cpu and selscan_step_ref against the fp64 oracle step, with and
    without state_index (cache rows chosen per batch row, n_cache > batch, negative = padding:
-   y == 0 and no state touched), every option, dtype and layout. */
+   y == 0 and no state touched), every option, dtype and layout. SELSCAN_STEP_D_T,
+   SELSCAN_STEP_DELTA_BIAS_T (D, delta_bias in T; each alone or both: SELSCAN_STEP_PARAMS_T) and
+   SELSCAN_STEP_STATE_T (the state in T): against the oracle, and against the
+   same call with those values in f32 without the flags: y bitwise, the state bitwise (or, in T,
+   the f32 call's state rounded to T); their validation (spans and alignment in T, refused by the
+   scan). */
 #include "../selscan.h" /* the implementation: tests/selscan_impl.c, linked by the Makefile */
 #include "common.h"
 
@@ -12,6 +17,8 @@ typedef struct scfg {
     int64_t batch, dim, N, G, ncache;
     unsigned flags;
     int D, z, bias, idx, pad, layout;
+    int prmT; /* bit 0: SELSCAN_STEP_D_T (D in T), bit 1: SELSCAN_STEP_DELTA_BIAS_T (delta_bias in T) */
+    int stT;  /* SELSCAN_STEP_STATE_T: the state in T */
 } scfg;
 
 static int lay(const scfg *c) { return c->layout >= 0 ? c->layout : (int)tc_randint(0, TC_LAYOUT_PADDED); }
@@ -20,15 +27,21 @@ static void step_case(const scfg *c) {
     const int fixB = (c->flags & SELSCAN_FIXED_B) != 0, fixC = (c->flags & SELSCAN_FIXED_C) != 0;
     const int sp = (c->flags & SELSCAN_DELTA_SOFTPLUS) != 0;
     const int64_t ncache = c->idx ? c->ncache : c->batch, dpg = c->dim / c->G;
-    tc_tensor x, dt, z, y, A, B, C, D, bias, st;
+    const selscan_dtype Ddt = c->prmT & 1 ? c->dt : SELSCAN_F32, bdt = c->prmT & 2 ? c->dt : SELSCAN_F32; /* D's, delta_bias' */
+    const selscan_dtype sdt = c->stT ? c->dt : SELSCAN_F32;                                                 /* the state's */
+    const unsigned tflags = (c->prmT & 1 ? SELSCAN_STEP_D_T : 0u) | (c->prmT & 2 ? SELSCAN_STEP_DELTA_BIAS_T : 0u) |
+                            (c->stT ? SELSCAN_STEP_STATE_T : 0u);
+    tc_tensor x, dt, z, y, A, B, C, D, bias, st, D32, bias32, st32;
     int32_t *idx = NULL;
     double *yref, *sref, *h, *Bv, *Cv;
     int64_t b, d, n, i;
     char desc[200];
     size_t k;
-    snprintf(desc, sizeof desc, "%s batch %lld dim %lld N %lld G %lld n_cache %lld flags %u D%d z%d bias%d idx%d pad%d layout %d",
+    snprintf(desc, sizeof desc, "%s batch %lld dim %lld N %lld G %lld n_cache %lld flags %u D%d z%d bias%d idx%d pad%d layout %d%s%s",
              tc_dtname(c->dt), (long long)c->batch, (long long)c->dim, (long long)c->N, (long long)c->G,
-             (long long)ncache, c->flags, c->D, c->z, c->bias, c->idx, c->pad, c->layout);
+             (long long)ncache, c->flags, c->D, c->z, c->bias, c->idx, c->pad, c->layout,
+             c->prmT == 3 ? " params T" : c->prmT == 1 ? " D T" : c->prmT == 2 ? " delta_bias T" : "",
+             c->stT ? " state T" : "");
     tc_tensor_make(&x, c->dt, 2, c->batch, c->dim, 1, 1, lay(c), 1);
     tc_tensor_make(&dt, c->dt, 2, c->batch, c->dim, 1, 1, lay(c), 1);
     tc_tensor_make(&z, c->dt, 2, c->batch, c->dim, 1, 1, lay(c), c->z);
@@ -38,15 +51,19 @@ static void step_case(const scfg *c) {
     else tc_tensor_make(&B, c->dt, 3, c->batch, c->G, c->N, 1, lay(c), 1);
     if (fixC) tc_tensor_make(&C, SELSCAN_F32, 2, c->dim, c->N, 1, 1, lay(c), 1);
     else tc_tensor_make(&C, c->dt, 3, c->batch, c->G, c->N, 1, lay(c), 1);
-    tc_tensor_make(&D, SELSCAN_F32, 1, c->dim, 1, 1, 1, lay(c), c->D);
-    tc_tensor_make(&bias, SELSCAN_F32, 1, c->dim, 1, 1, 1, lay(c), c->bias);
-    tc_tensor_make(&st, SELSCAN_F32, 3, ncache, c->dim, c->N, 1, lay(c), 1);
+    tc_tensor_make(&D, Ddt, 1, c->dim, 1, 1, 1, lay(c), c->D);
+    tc_tensor_make(&bias, bdt, 1, c->dim, 1, 1, 1, lay(c), c->bias);
+    tc_tensor_make(&st, sdt, 3, ncache, c->dim, c->N, 1, lay(c), 1);
     tc_fill(&x, -2, 2);
     if (sp) tc_fill(&dt, -4, 3), tc_fill(&bias, -1, 1);
     else tc_fill(&dt, 0.01, 0.6), tc_fill(&bias, 0, 0.1);
     for (i = 0; i < A.count; i++) A.v[i] = (double)(float)-exp(tc_uniform(-3, 1.5));
     tc_store(&A);
     tc_fill(&B, -1, 1); tc_fill(&C, -1, 1); tc_fill(&D, -1, 1); tc_fill(&z, -3, 3); tc_fill(&st, -1, 1);
+    /* the same values in f32 (exact: T is a subset), for the call without the flags */
+    tc_tensor_like(&D32, &D, SELSCAN_F32);
+    tc_tensor_like(&bias32, &bias, SELSCAN_F32);
+    tc_tensor_like(&st32, &st, SELSCAN_F32);
     if (c->idx) { /* distinct rows from a shuffled [0, n_cache), some rows padding */
         int32_t *perm = (int32_t *)malloc(sizeof(int32_t) * (size_t)ncache);
         for (i = 0; i < ncache; i++) perm[i] = (int32_t)i;
@@ -89,7 +106,7 @@ static void step_case(const scfg *c) {
         memset(&s, 0, sizeof s);
         s.batch = c->batch; s.dim = c->dim; s.dstate = c->N; s.n_groups = c->G == 1 && tc_coin(0.5) ? 0 : c->G;
         s.n_cache = c->idx ? ncache : (tc_coin(0.5) ? 0 : c->batch);
-        s.dtype = c->dt; s.flags = c->flags; s.state_index = idx;
+        s.dtype = c->dt; s.flags = c->flags | tflags; s.state_index = idx;
         s.state = tc_out(&st); s.u = tc_api(&x); s.delta = tc_api(&dt); s.z = tc_api(&z); s.y = tc_out(&y);
         s.A = tc_api(&A); s.B = tc_api(&B); s.C = tc_api(&C); s.D = tc_api(&D); s.delta_bias = tc_api(&bias);
         tc_poison(&y);
@@ -114,14 +131,34 @@ static void step_case(const scfg *c) {
                 }
             }
             e = tc_rel_err_arr(got, want, ng);
-            CHECK(e <= TOL_STATE, "[step/%s] state rel err %.3g (%s)", impls[k].name, e, desc);
+            CHECK(e <= (c->stT ? tc_tol_fwd(c->dt) : TOL_STATE), "[step/%s] state rel err %.3g (%s)", impls[k].name, e, desc);
             CHECK(untouched, "[step/%s] a cache row no batch row uses changed (%s)", impls[k].name, desc);
             for (b = 0; b < c->batch; b++)
                 if (idx && idx[b] < 0)
                     for (d = 0; d < c->dim; d++) padzero &= tc_get(&y, b * c->dim + d) == 0.0;
             CHECK(padzero, "[step/%s] a padding row's y is not 0 (%s)", impls[k].name, desc);
+            if (tflags) { /* the call with f32 D / delta_bias / state of the same values, without the flags */
+                unsigned char *yT = tc_snapshot(&y), *s32 = tc_snapshot(&st32);
+                int sstate = 1;
+                tc_poison(&y);
+                s.flags = c->flags;
+                s.D = tc_api(&D32);
+                s.delta_bias = tc_api(&bias32);
+                s.state = tc_out(&st32);
+                r = impls[k].f(&s);
+                /* the state: bitwise in f32; in T, the f32 call's state rounded to T (to nearest even) */
+                for (i = 0; i < st.count; i++)
+                    sstate &= c->stT ? tc_get(&st, i) == tc_round(c->dt, tc_get(&st32, i)) : tc_get(&st, i) == tc_get(&st32, i);
+                CHECK(r == SELSCAN_OK && tc_same(&y, yT) && sstate,
+                      "[step/%s] T parameters / state differ from the same values in f32: status %s, y %s, state %s (%s)",
+                      impls[k].name, selscan_status_string(r), tc_same(&y, yT) ? "same" : "DIFFERS", sstate ? "same" : "DIFFERS",
+                      desc);
+                memcpy(st32.mem, s32, (size_t)st32.alloc * 4);
+                free(yT);
+                free(s32);
+            }
         }
-        memcpy(st.mem, st0, (size_t)st.alloc * 4); /* restore the cache for the next implementation */
+        memcpy(st.mem, st0, (size_t)st.alloc * tc_esize(st.dt)); /* restore the cache for the next implementation */
         free(st0);
         for (i = 0; i < 8; i++) free(snaps[i]);
         free(got);
@@ -130,6 +167,131 @@ static void step_case(const scfg *c) {
     free(yref); free(sref); free(Bv); free(Cv); free(idx);
     tc_tensor_free(&x); tc_tensor_free(&dt); tc_tensor_free(&z); tc_tensor_free(&y); tc_tensor_free(&A);
     tc_tensor_free(&B); tc_tensor_free(&C); tc_tensor_free(&D); tc_tensor_free(&bias); tc_tensor_free(&st);
+    tc_tensor_free(&D32); tc_tensor_free(&bias32); tc_tensor_free(&st32);
+}
+
+/* SELSCAN_STEP_PARAMS_T's and SELSCAN_STEP_STATE_T's validation: D and delta_bias, the state, are
+   T tensors (their spans, alignment and overlaps in T's elements); the scan's forward and backward
+   refuse the flags. Every failing call
+   names the operand and rule and writes nothing. */
+static void expect_step(const char *what, const selscan_step_problem *s0, selscan_status want, const char *op, const char *rule,
+                        const tc_tensor *st, const tc_tensor *y) {
+    static const struct { const char *name; step_fn f; } fns[] = {
+        {"cpu", selscan_step_cpu}, {"ref", selscan_step_ref}, {"validate", selscan_validate_step}};
+    size_t k;
+    for (k = 0; k < sizeof fns / sizeof fns[0]; k++) {
+        selscan_step_problem s = *s0;
+        selscan_diag dg = {NULL, NULL, SELSCAN_RULE_NONE};
+        unsigned char *ss = tc_snapshot(st), *sy = tc_snapshot(y);
+        selscan_status r;
+        s.diag = &dg;
+        r = fns[k].f(&s);
+        CHECK(r == want, "[params T/%s] %s: status %s, want %s", fns[k].name, what, selscan_status_name(r), selscan_status_name(want));
+        if (want != SELSCAN_OK) {
+            CHECK(dg.operand && dg.rule && strcmp(dg.operand, op) == 0 && strcmp(dg.rule, rule) == 0,
+                  "[params T/%s] %s: diag {%s, %s}, want {%s, %s}", fns[k].name, what, dg.operand ? dg.operand : "-",
+                  dg.rule ? dg.rule : "-", op, rule);
+            CHECK(tc_same(st, ss) && tc_same(y, sy), "[params T/%s] %s: an output was written", fns[k].name, what);
+        }
+        free(ss);
+        free(sy);
+    }
+}
+
+static void params_t_rules(void) {
+    const int64_t batch = 2, dim = 8, N = 4;
+    tc_tensor x, dt, A, B, C, D, bias, st, y;
+    unsigned char *buf = (unsigned char *)malloc(4096);
+    selscan_step_problem s0, s;
+    tc_tensor_make(&x, SELSCAN_BF16, 2, batch, dim, 1, 1, TC_LAYOUT_CONTIG, 1);
+    tc_tensor_make(&dt, SELSCAN_BF16, 2, batch, dim, 1, 1, TC_LAYOUT_CONTIG, 1);
+    tc_tensor_make(&A, SELSCAN_F32, 2, dim, N, 1, 1, TC_LAYOUT_CONTIG, 1);
+    tc_tensor_make(&B, SELSCAN_BF16, 3, batch, 1, N, 1, TC_LAYOUT_CONTIG, 1);
+    tc_tensor_make(&C, SELSCAN_BF16, 3, batch, 1, N, 1, TC_LAYOUT_CONTIG, 1);
+    tc_tensor_make(&D, SELSCAN_BF16, 1, dim, 1, 1, 1, TC_LAYOUT_CONTIG, 1);
+    tc_tensor_make(&bias, SELSCAN_BF16, 1, dim, 1, 1, 1, TC_LAYOUT_CONTIG, 1);
+    tc_tensor_make(&st, SELSCAN_F32, 3, batch, dim, N, 1, TC_LAYOUT_CONTIG, 1);
+    tc_tensor_make(&y, SELSCAN_BF16, 2, batch, dim, 1, 1, TC_LAYOUT_CONTIG, 1);
+    tc_fill(&x, -1, 1); tc_fill(&dt, 0, 1); tc_fill(&A, -2, -0.5); tc_fill(&B, -1, 1); tc_fill(&C, -1, 1);
+    tc_fill(&D, -1, 1); tc_fill(&bias, -1, 1); tc_fill(&st, -1, 1);
+    memset(&s0, 0, sizeof s0);
+    s0.batch = batch; s0.dim = dim; s0.dstate = N; s0.dtype = SELSCAN_BF16;
+    s0.flags = SELSCAN_DELTA_SOFTPLUS | SELSCAN_STEP_PARAMS_T;
+    s0.state = tc_out(&st); s0.u = tc_api(&x); s0.delta = tc_api(&dt); s0.A = tc_api(&A); s0.B = tc_api(&B);
+    s0.C = tc_api(&C); s0.D = tc_api(&D); s0.delta_bias = tc_api(&bias); s0.y = tc_out(&y);
+    expect_step("valid", &s0, SELSCAN_OK, "", "", &st, &y);
+    s = s0; s.D.data = (const char *)D.data + 1;
+    expect_step("D misaligned for T", &s, SELSCAN_ERR_STRIDE, "D", "misaligned", &st, &y);
+    s = s0; s.delta_bias.stride[0] = -1;
+    expect_step("delta_bias stride negative", &s, SELSCAN_ERR_STRIDE, "delta_bias", "negative stride", &st, &y);
+    s = s0; s.delta_bias.stride[0] = INT64_MAX / 4;
+    expect_step("delta_bias span overflows", &s, SELSCAN_ERR_STRIDE, "delta_bias", "span overflows", &st, &y);
+    /* D's span is dim elements of T: y just past it is disjoint with the flag, overlaps D read as f32 */
+    memset(buf, 0, 4096);
+    memcpy(buf, D.data, (size_t)dim * 2);
+    s = s0; s.D.data = buf; s.y.data = buf + dim * 2;
+    expect_step("y right after D's T span", &s, SELSCAN_OK, "", "", &st, &y);
+    s.flags &= ~SELSCAN_STEP_PARAMS_T;
+    memset(buf + dim * 2, 0xFF, (size_t)(batch * dim * 2));
+    {
+        tc_tensor yb = y; /* the view of buf that y is, for the untouched check */
+        yb.mem = buf + dim * 2; yb.data = yb.mem; yb.alloc = batch * dim;
+        expect_step("y inside D's f32 span (no flag)", &s, SELSCAN_ERR_ALIAS, "y", "overlaps D", &st, &yb);
+        s.flags |= SELSCAN_STEP_PARAMS_T;
+        s.y.data = buf + dim * 2 - 2; /* y's first element is D's last */
+        expect_step("y over D's last T element", &s, SELSCAN_ERR_ALIAS, "y", "overlaps D", &st, &yb);
+    }
+    /* SELSCAN_STEP_STATE_T: the state's span and alignment in T (bf16) */
+    {
+        unsigned char *sb = (unsigned char *)calloc(1, 4096);
+        const size_t sbytes = (size_t)(batch * dim * N * 2);
+        tc_tensor sv = st, yv = y; /* views of sb, for the untouched checks */
+        memset(sb, 0xFF, 4096);
+        sv.mem = sb; sv.data = sb; sv.alloc = batch * dim * N;
+        yv.mem = sb + sbytes; yv.data = yv.mem; yv.alloc = batch * dim;
+        s = s0;
+        s.flags |= SELSCAN_STEP_STATE_T;
+        s.state.data = sb; s.y.data = sb + sbytes; /* y right after the state's T span */
+        expect_step("state T, y right after it", &s, SELSCAN_OK, "", "", &sv, &yv);
+        s.flags &= ~SELSCAN_STEP_STATE_T; /* the state read as f32: twice the span, over y */
+        expect_step("y inside the state's f32 span (no flag)", &s, SELSCAN_ERR_ALIAS, "state", "overlaps y", &sv, &yv);
+        s = s0;
+        s.flags |= SELSCAN_STEP_STATE_T;
+        s.state.data = sb + 1;
+        expect_step("state misaligned for T", &s, SELSCAN_ERR_STRIDE, "state", "misaligned", &sv, &yv);
+        s.state.data = sb; s.state.stride[0] = dim * N; s.state.stride[1] = N; s.state.stride[2] = 0;
+        expect_step("state T elements overlap", &s, SELSCAN_ERR_STRIDE, "state", "elements overlap", &sv, &yv);
+        free(sb);
+    }
+    /* the scan refuses the step's flags */
+    {
+        selscan_problem p;
+        selscan_grads g;
+        selscan_diag dg = {NULL, NULL, SELSCAN_RULE_NONE};
+        memset(&p, 0, sizeof p);
+        memset(&g, 0, sizeof g);
+        p.batch = batch; p.dim = dim; p.seqlen = 1; p.dstate = N; p.dtype = SELSCAN_BF16;
+        p.flags = SELSCAN_STEP_PARAMS_T; p.diag = &dg;
+        p.u = s0.u; p.delta = s0.delta; p.A = s0.A; p.y = s0.y;
+        p.B = s0.B; p.C = s0.C; /* (batch, 1, N) read as (batch, G, N, L = 1): strides all 0, contiguous */
+        p.D = s0.D; p.delta_bias = s0.delta_bias;
+        g.dy = s0.u;
+        CHECK(selscan_validate(&p) == SELSCAN_ERR_UNSUPPORTED && dg.operand && strcmp(dg.operand, "flags") == 0 &&
+                  dg.code == SELSCAN_RULE_UNKNOWN_FLAG,
+              "[params T] the scan's forward refuses SELSCAN_STEP_PARAMS_T");
+        dg.operand = NULL;
+        CHECK(selscan_validate_grads(&p, &g) == SELSCAN_ERR_UNSUPPORTED && dg.operand && strcmp(dg.operand, "flags") == 0 &&
+                  dg.code == SELSCAN_RULE_UNKNOWN_FLAG,
+              "[params T] the scan's backward refuses SELSCAN_STEP_PARAMS_T");
+        p.flags = SELSCAN_STEP_STATE_T;
+        dg.operand = NULL;
+        CHECK(selscan_validate(&p) == SELSCAN_ERR_UNSUPPORTED && dg.operand && strcmp(dg.operand, "flags") == 0 &&
+                  dg.code == SELSCAN_RULE_UNKNOWN_FLAG,
+              "[state T] the scan's forward refuses SELSCAN_STEP_STATE_T");
+    }
+    free(buf);
+    tc_tensor_free(&x); tc_tensor_free(&dt); tc_tensor_free(&A); tc_tensor_free(&B); tc_tensor_free(&C);
+    tc_tensor_free(&D); tc_tensor_free(&bias); tc_tensor_free(&st); tc_tensor_free(&y);
 }
 
 int main(void) {
@@ -154,8 +316,28 @@ int main(void) {
         c.pad = (i / 3) % 3 == 2;
         c.ncache = c.batch + tc_randint(0, 5); /* n_cache > batch most of the time */
         c.layout = tc_coin(0.3) ? (int)tc_randint(0, TC_LAYOUT_PADDED) : -1;
+        c.prmT = tc_coin(0.4) ? (int)tc_randint(1, 3) : 0;
+        c.stT = tc_coin(0.4);
         step_case(&c);
     }
+    /* SELSCAN_STEP_PARAMS_T on the fast path's common layout (N = 16, 64, unit strides) and its others */
+    for (i = 0; i < (quick ? 6 : 36); i++) {
+        static const int64_t Ns[] = {16, 64, 8, 5};
+        memset(&c, 0, sizeof c);
+        c.dt = dts[i % 3];
+        c.G = i % 4 == 3 ? 2 : 1;
+        c.dim = c.G * tc_randint(1, 300);
+        c.N = Ns[(i / 3) % 4];
+        c.batch = tc_randint(1, 3);
+        c.flags = tc_coin(0.8) ? SELSCAN_DELTA_SOFTPLUS : 0u;
+        c.D = tc_coin(0.8); c.z = tc_coin(0.6); c.bias = tc_coin(0.8);
+        c.idx = i % 2; c.pad = i % 5 == 1; c.ncache = c.batch + tc_randint(0, 2);
+        c.layout = i % 6 < 4 ? TC_LAYOUT_CONTIG : -1;
+        c.prmT = i % 4 == 0 ? 1 : i % 4 == 1 ? 2 : 3;
+        c.stT = i % 3 != 1;
+        step_case(&c);
+    }
+    params_t_rules();
     /* dim beyond 65535, one row padding */
     memset(&c, 0, sizeof c);
     c.dt = SELSCAN_BF16; c.G = 1; c.dim = 70000; c.N = 2; c.batch = 2; c.flags = SELSCAN_DELTA_SOFTPLUS;

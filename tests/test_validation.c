@@ -218,6 +218,9 @@ static void problem_rules(void) {
     PROB(p.dtype = (selscan_dtype)3; ex("dtype 3", &p, &g, ALL, SELSCAN_ERR_DTYPE));
     PROB(p.dtype = (selscan_dtype)-1; ex("dtype -1", &p, &g, ALL, SELSCAN_ERR_DTYPE));
     PROB(p.flags |= 8u; ex("unknown flag 8", &p, &g, ALL, SELSCAN_ERR_UNSUPPORTED));
+    PROB(p.flags |= SELSCAN_STEP_PARAMS_T; ex("the step's SELSCAN_STEP_PARAMS_T", &p, &g, ALL, SELSCAN_ERR_UNSUPPORTED));
+    PROB(p.flags |= SELSCAN_STEP_STATE_T; ex("the step's SELSCAN_STEP_STATE_T", &p, &g, ALL, SELSCAN_ERR_UNSUPPORTED));
+    PROB(p.flags |= SELSCAN_STEP_DELTA_BIAS_T; ex("the step's SELSCAN_STEP_DELTA_BIAS_T", &p, &g, ALL, SELSCAN_ERR_UNSUPPORTED));
     PROB(p.flags |= 0x80000000u; ex("unknown flag 1<<31", &p, &g, ALL, SELSCAN_ERR_UNSUPPORTED));
 
     /* strides: negative, overflowing, overlapping outputs */
@@ -499,7 +502,7 @@ static void step_rules(void) {
     STEP(s.dstate = (int64_t)1 << 62; sexpect("step dstate 2^62", &s, SELSCAN_ERR_SHAPE));
     STEP(s.n_cache = (int64_t)1 << 62; sexpect("step n_cache 2^62", &s, SELSCAN_ERR_SHAPE));
     STEP(s.dtype = (selscan_dtype)7; sexpect("step dtype 7", &s, SELSCAN_ERR_DTYPE));
-    STEP(s.flags |= 16u; sexpect("step unknown flag", &s, SELSCAN_ERR_UNSUPPORTED));
+    STEP(s.flags |= 1u << 20; sexpect("step unknown flag", &s, SELSCAN_ERR_UNSUPPORTED));
     STEP(s.u.stride[1] = -1; sexpect("u stride negative", &s, SELSCAN_ERR_STRIDE));
     STEP(s.B.stride[2] = -1; sexpect("step B stride negative", &s, SELSCAN_ERR_STRIDE));
     STEP(s.A.stride[0] = -3; sexpect("step A stride negative", &s, SELSCAN_ERR_STRIDE));

@@ -6,6 +6,10 @@
 //                  checkpoint, delta_softplus, grad_mask[9]) -> (du, ddelta, dA, dB, dC, dD, dz,
 //                  ddelta_bias, dh0)
 //   selscan::step (state!, x, dt, A, B, C, D?, z?, dt_bias?, state_index?, dt_softplus) -> y
+//                 (D, dt_bias, state: each float32 or x's dtype, passed as they are: selscan's
+//                 SELSCAN_STEP_D_T / _DELTA_BIAS_T / _STATE_T for those in x's dtype, no
+//                 conversion or copy kernel a call; a state in x's dtype is stepped in float32
+//                 and stored rounded)
 //
 // Shapes are selscan's logical ones (mamba_ssm's): u (batch, dim, L), B/C (batch, G, N, L),
 // (batch, N, L) (one group) or (dim, N) f32 (fixed), A (dim, N) f32, ... Every tensor is handed to selscan as a pointer plus
@@ -31,6 +35,7 @@
 #include <cstdint>
 #include <cstring>
 #include <exception>
+#include <initializer_list>
 #include <string>
 #include <vector>
 
@@ -182,6 +187,33 @@ void SameDevice(const Tensor& ref, const Tensor& t, const char* name) { SameDevi
 void CheckF32(const Tensor& t, const char* name) {
   TORCH_CHECK_TYPE(t.scalar_type() == at::kFloat, "selscan: ", name, " must be float32, got ", t.scalar_type());
 }
+
+// ---- the decode steps' parameters: float32 or x's dtype -------------------------------------------
+// The steps' D / dt_bias (selscan::step) and weight / bias (selscan::conv_step) are float32 or x's
+// dtype (a model in float16 / bfloat16: mamba_ssm's and transformers' decode). The step's reach
+// selscan as they are, each with its flag (SELSCAN_STEP_D_T, SELSCAN_STEP_DELTA_BIAS_T: read in x's
+// dtype, converted on load; no conversion kernel a token). The conv step's have one flag for both
+// (SELSCAN_CONV_PARAMS_T): both in x's dtype go as they are, a mix as float32 (the ones in x's
+// dtype widened here: exact, one kernel each).
+void CheckStepParam(const Tensor& t, const Tensor& x, const char* name) {
+  TORCH_CHECK_TYPE(t.scalar_type() == at::kFloat || t.scalar_type() == x.scalar_type(), "selscan: ", name,
+                   " must be float32 or x's dtype ", x.scalar_type(), ", got ", t.scalar_type());
+}
+// Whether the given ones of ps are all in x's dtype (x not float32; at least one given).
+// (SELSCAN_CONV_PARAMS_T)
+bool StepParamsInT(const Tensor& x, std::initializer_list<const Tensor*> ps) {
+  if (x.scalar_type() == at::kFloat) return false;
+  bool any = false;
+  for (const Tensor* t : ps) {
+    if (!t) continue;
+    if (t->scalar_type() != x.scalar_type()) return false;
+    any = true;
+  }
+  return any;
+}
+const Tensor* Given(const OptT& t) { return t.has_value() ? &*t : nullptr; }
+Tensor AsF32(const Tensor& t) { return t.scalar_type() == at::kFloat ? t : t.to(at::kFloat); }
+OptT AsF32(const OptT& t) { return t.has_value() ? OptT(AsF32(*t)) : OptT(); }
 
 void CheckShape(const Tensor& t, at::IntArrayRef want, const char* name, const char* what) {
   TORCH_CHECK_VALUE(t.sizes() == want, "selscan: ", name, " must have shape ", what, " = ", want, ", got ", Shape(t));
@@ -638,7 +670,8 @@ Tensor Step(const Tensor& state, const Tensor& x_in, const Tensor& dt_in, const 
   TORCH_CHECK_VALUE(x_in.dim() == 2, "selscan: x must have shape (batch, dim), got ", Shape(x_in));
   (void)DtypeOf(x_in, "x");
   TORCH_CHECK_VALUE(state.dim() == 3, "selscan: state must have shape (n_cache, dim, N), got ", Shape(state));
-  TORCH_CHECK_TYPE(state.scalar_type() == at::kFloat, "selscan: state must be float32 (updated in place), got ",
+  TORCH_CHECK_TYPE(state.scalar_type() == at::kFloat || state.scalar_type() == x_in.scalar_type(),
+                   "selscan: state must be float32 or x's dtype ", x_in.scalar_type(), " (updated in place), got ",
                    state.scalar_type());
   SameDeviceAs(x_in, "x", state, "state");
   CheckInPlace(state, "state");
@@ -676,7 +709,7 @@ Tensor Step(const Tensor& state, const Tensor& x_in, const Tensor& dt_in, const 
   const int64_t G = groups(B_in);
   TORCH_CHECK_VALUE(groups(C_in) == G, "selscan: C has ", groups(C_in), " groups but B has ", G);
   TORCH_CHECK_VALUE(G >= 1 && dim % G == 0, "selscan: ngroups of B/C (", G, ") must divide dim (", dim, ")");
-  if (D_in) { CheckShape(*D_in, {dim}, "D", "(dim,)"); CheckF32(*D_in, "D"); SameDeviceAs(x_in, "x", *D_in, "D"); }
+  if (D_in) { CheckShape(*D_in, {dim}, "D", "(dim,)"); CheckStepParam(*D_in, x_in, "D"); SameDeviceAs(x_in, "x", *D_in, "D"); }
   if (z_in) {
     CheckShape(*z_in, x_in.sizes(), "z", "x's shape");
     TORCH_CHECK_TYPE(z_in->scalar_type() == x_in.scalar_type(), "selscan: z must have x's dtype ",
@@ -685,7 +718,7 @@ Tensor Step(const Tensor& state, const Tensor& x_in, const Tensor& dt_in, const 
   }
   if (dt_bias_in) {
     CheckShape(*dt_bias_in, {dim}, "dt_bias", "(dim,)");
-    CheckF32(*dt_bias_in, "dt_bias");
+    CheckStepParam(*dt_bias_in, x_in, "dt_bias");
     SameDeviceAs(x_in, "x", *dt_bias_in, "dt_bias");
   }
   if (state_index) {
@@ -702,13 +735,16 @@ Tensor Step(const Tensor& state, const Tensor& x_in, const Tensor& dt_in, const 
   if (batch == 0 || dim == 0) return y;
   TORCH_CHECK_VALUE(N > 0, "selscan: state must have N >= 1, got ", Shape(state));
   const Tensor x = Readable(x_in), dt = Readable(dt_in), A = Readable(A_in), B = Readable(B_in), C = Readable(C_in);
-  const OptT D = Readable(D_in), z = Readable(z_in), dt_bias = Readable(dt_bias_in);
+  const OptT D = Readable(D_in), z = Readable(z_in), dt_bias = Readable(dt_bias_in);  // float32 or x's dtype
+  auto in_t = [&](const OptT& t) { return t.has_value() && t->scalar_type() != at::kFloat; };
   const Tensor sidx = state_index ? state_index->contiguous() : Tensor();
   selscan_step_problem s;
   std::memset(&s, 0, sizeof s);
   s.batch = batch; s.dim = dim; s.dstate = N; s.n_groups = G; s.n_cache = n_cache;
   s.dtype = DtypeOf(x, "x");
-  s.flags = dt_softplus ? SELSCAN_DELTA_SOFTPLUS : 0u;
+  s.flags = (dt_softplus ? SELSCAN_DELTA_SOFTPLUS : 0u) | (in_t(D) ? SELSCAN_STEP_D_T : 0u) |
+            (in_t(dt_bias) ? SELSCAN_STEP_DELTA_BIAS_T : 0u) |
+            (state.scalar_type() != at::kFloat ? SELSCAN_STEP_STATE_T : 0u);  // not float32: x's dtype (checked above)
   s.state_index = state_index ? sidx.data_ptr<int32_t>() : nullptr;
   s.state = OutOperand<decltype(s.state)>(state, "state");
   s.u = Operand<decltype(s.u)>(x);  // mamba's x / dt are selscan's u / delta
@@ -985,7 +1021,8 @@ TORCH_LIBRARY_IMPL(selscan, CUDA, m) {
 //                       grad_mask[4]) -> [dx, dweight, dbias, dinit_state]
 //   selscan::conv_step (state!, x, weight, bias?, state_index?, silu) -> y
 //
-// x (batch, dim, L) T (any strides), weight (dim, W) f32, bias (dim) f32, init_state / final_state
+// x (batch, dim, L) T (any strides), weight (dim, W) f32, bias (dim) f32 (conv_step: f32 or T,
+// SELSCAN_CONV_PARAMS_T when both are T: see CheckStepParam), init_state / final_state
 // (rows, dim, W-1) T with rows = batch (n_seqs with cu_seqlens). y has x's memory order (dense),
 // or (dim, batch, L) memory with out_dim_major (the layout the fused block's GEMMs read as one
 // (dim, batch * L) matrix). conv_fwd's autograd is C++ (ConvFunction, like the scan's). The Python
@@ -1187,7 +1224,7 @@ Tensor ConvStep(const Tensor& state, const Tensor& x_in, const Tensor& weight_in
   const int64_t W = weight_in.size(1);
   TORCH_CHECK_NOT_IMPLEMENTED(W >= 2 && W <= SELSCAN_CONV_MAX_WIDTH, "selscan: the conv width (weight.shape[1]) "
                               "must be 2 .. ", SELSCAN_CONV_MAX_WIDTH, ", got ", W);
-  CheckF32(weight_in, "weight");
+  CheckStepParam(weight_in, x_in, "weight");
   SameDeviceAs(x_in, "x", weight_in, "weight");
   TORCH_CHECK_VALUE(state.dim() == 3 && state.size(1) == dim && state.size(2) >= W - 1,
                     "selscan: conv_state must have shape (batch, dim, state_len) with dim = ", dim,
@@ -1198,7 +1235,7 @@ Tensor ConvStep(const Tensor& state, const Tensor& x_in, const Tensor& weight_in
   CheckInPlace(state, "conv_state");  // an expand()ed state would be written past its view (>>harden-overlap)
   if (bias_in) {
     CheckShape(*bias_in, {dim}, "bias", "(dim,)");
-    CheckF32(*bias_in, "bias");
+    CheckStepParam(*bias_in, x_in, "bias");
     SameDeviceAs(x_in, "x", *bias_in, "bias");
   }
   if (state_index) {
@@ -1212,15 +1249,16 @@ Tensor ConvStep(const Tensor& state, const Tensor& x_in, const Tensor& weight_in
   }
   Tensor y = NewInOrderOf(x_in, x_in.sizes(), x_in.scalar_type());
   if (batch == 0 || dim == 0 || L == 0) return y;
-  const Tensor x = Readable(x_in), weight = Readable(weight_in);
-  const OptT bias = Readable(bias_in);
+  const bool params_t = StepParamsInT(x_in, {&weight_in, Given(bias_in)});
+  const Tensor x = Readable(x_in), weight = Readable(params_t ? weight_in : AsF32(weight_in));
+  const OptT bias = Readable(params_t ? bias_in : AsF32(bias_in));
   const Tensor sidx = state_index ? state_index->contiguous() : Tensor();
   selscan_conv_step_problem s;
   std::memset(&s, 0, sizeof s);
   s.batch = batch; s.dim = dim; s.width = W; s.state_len = state.size(2); s.n_cache = state.size(0);
   s.seqlen = L;
   s.dtype = DtypeOf(x, "x");
-  s.flags = silu ? SELSCAN_CONV_SILU : 0u;
+  s.flags = (silu ? SELSCAN_CONV_SILU : 0u) | (params_t ? SELSCAN_CONV_PARAMS_T : 0u);
   s.state_index = state_index ? sidx.data_ptr<int32_t>() : nullptr;
   s.state = OutOperand<decltype(s.state)>(state, "conv_state");
   s.x = Operand<decltype(s.x)>(x);

@@ -181,9 +181,12 @@ def selective_state_update(state, x, dt, A, B, C, D=None, z=None, dt_bias=None, 
                            state_batch_indices=None):
     """One decode step, in place on state: mamba_ssm's selective_state_update (Triton) signature.
 
-    Single head: state (batch, dim, N) float32 (or (n_cache, dim, N) with state_batch_indices);
+    Single head: state (batch, dim, N) float32 or x's dtype (or (n_cache, dim, N) with
+    state_batch_indices; in x's dtype, as mamba_ssm and transformers allocate it for a float16 /
+    bfloat16 model, it is stepped in float32 and stored rounded, no copy);
     x, dt, z: (batch, dim); A: (dim, N); B, C: (batch, N) or (batch, ngroups, N); D, dt_bias:
-    (dim,). Multi-head (Mamba-2 shapes): state (batch, nheads, dim, N), x / dt / z (batch, nheads,
+    (dim,), each float32 or x's dtype (a float16 / bfloat16 model's own: read as they are, no
+    conversion kernel; another floating dtype is cast to float32). Multi-head (Mamba-2 shapes): state (batch, nheads, dim, N), x / dt / z (batch, nheads,
     dim), A (nheads, dim, N), D / dt_bias (nheads, dim); the heads are folded into the channels.
     state_batch_indices (batch,) int: the state row of each batch row; negative: padding (out 0,
     no state touched). Returns out, x's shape and dtype. No autograd (inference): with grad mode on,
@@ -194,8 +197,9 @@ def selective_state_update(state, x, dt, A, B, C, D=None, z=None, dt_bias=None, 
     f32 = torch.float32
     cast = _checks.cast
     try:
-        if state.dtype != f32:
-            raise TypeError(f"selscan: state must be float32 (it is updated in place), got {state.dtype}")
+        if state.dtype != f32 and state.dtype != x.dtype:
+            raise TypeError(f"selscan: state must be float32 or x's dtype {x.dtype} (it is updated in place), got "
+                            f"{state.dtype}")
         out_shape = x.shape
         nd = state.dim()
         if nd == 4:  # (batch, nheads, hdim, N): checked in these shapes, then heads folded into channels
@@ -216,16 +220,22 @@ def selective_state_update(state, x, dt, A, B, C, D=None, z=None, dt_bias=None, 
             C = cast(C, "C", dtype)
         if A.dtype != f32:
             A = cast(A, "A", f32)
-        if D is not None and D.dtype != f32:
+        # D / dt_bias: float32 or x's dtype as they are (the op reads either in x's dtype)
+        if D is not None and D.dtype != f32 and D.dtype != dtype:
             D = cast(D, "D", f32)
-        if dt_bias is not None and dt_bias.dtype != f32:
+        if dt_bias is not None and dt_bias.dtype != f32 and dt_bias.dtype != dtype:
             dt_bias = cast(dt_bias, "dt_bias", f32)
         idx = None if state_batch_indices is None else _checks.state_rows(state_batch_indices, state.shape[0])
     except AttributeError:
         _not_tensors(state=state, x=x, dt=dt, A=A, B=B, C=C, D=D, z=z, dt_bias=dt_bias)
         raise
-    if _onnx_step is not None and torch.onnx.is_in_onnx_export():  # see _onnx_step
-        out = _onnx_step(state, x, dt, A, B, C, D, z, dt_bias, idx, bool(dt_softplus))
+    if _onnx_step is not None and torch.onnx.is_in_onnx_export():  # see _onnx_step (its ONNX op: float32 D / dt_bias / state)
+        D = None if D is None else cast(D, "D", f32)
+        dt_bias = None if dt_bias is None else cast(dt_bias, "dt_bias", f32)
+        s32 = state if state.dtype == f32 else state.float()
+        out = _onnx_step(s32, x, dt, A, B, C, D, z, dt_bias, idx, bool(dt_softplus))
+        if s32 is not state:
+            state.copy_(s32)
     else:
         out = _ops.step(state, x, dt, A, B, C, D, z, dt_bias, idx, bool(dt_softplus))
     return out.view(out_shape)

@@ -74,15 +74,25 @@ def _f32_param(t, name, want, what, ref, ref_name):
     _same_device(ref, ref_name, t, name)
 
 
-def _optional_params(D, z, bias, bias_name, dim, ref, ref_name):
+def step_param(t, name, want, what, x):
+    """A decode step's parameter (D, dt_bias; the conv step's weight, bias): shape want, float32 or
+    x's dtype (C++ CheckStepParam), on x's device."""
+    _shape_is(t, want, name, what)
+    _type(t.dtype == _F32 or t.dtype == x.dtype, name, " must be float32 or x's dtype ", x.dtype, ", got ", t.dtype)
+    _same_device(x, "x", t, name)
+
+
+def _optional_params(D, z, bias, bias_name, dim, ref, ref_name, step=False):
     """The scan's and the step's optional D, z and delta / dt bias, where given: D and the bias
-    (dim,) float32, z like ref (u / x); all on ref's device."""
+    (dim,) float32 (the step's: float32 or x's dtype), z like ref (u / x); all on ref's device."""
+    param = (lambda t, name: step_param(t, name, (dim,), "(dim,)", ref)) if step else (
+        lambda t, name: _f32_param(t, name, (dim,), "(dim,)", ref, ref_name))
     if D is not None:
-        _f32_param(D, "D", (dim,), "(dim,)", ref, ref_name)
+        param(D, "D")
     if z is not None:
         _like(z, "z", ref, ref_name)
     if bias is not None:
-        _f32_param(bias, bias_name, (dim,), "(dim,)", ref, ref_name)
+        param(bias, bias_name)
 
 
 def _overlap_refused(state):
@@ -189,7 +199,8 @@ def check_step(state, x, dt, A, B, C, D, z, dt_bias, state_index):
     _value(x.dim() == 2, "x must have shape (batch, dim), got ", _shape(x))
     _scan_dtype(x, "x")
     _value(state.dim() == 3, "state must have shape (n_cache, dim, N), got ", _shape(state))
-    _type(state.dtype == _F32, "state must be float32 (updated in place), got ", state.dtype)
+    _type(state.dtype in (_F32, x.dtype), "state must be float32 or x's dtype ", x.dtype, " (updated in place), got ",
+          state.dtype)
     _same_device(x, "x", state, "state")
     _overlap_refused(state)
     _type(not A.is_complex(), "complex A is not supported (real A only)")
@@ -217,7 +228,7 @@ def check_step(state, x, dt, A, B, C, D, z, dt_bias, state_index):
     gC = bc(C, "C")
     _value(gC == G, "C has ", gC, " groups but B has ", G)
     _value(G >= 1 and dim % G == 0, "ngroups of B/C (", G, ") must divide dim (", dim, ")")
-    _optional_params(D, z, dt_bias, "dt_bias", dim, x, "x")
+    _optional_params(D, z, dt_bias, "dt_bias", dim, x, "x", step=True)
     if state_index is not None:
         _shape_is(state_index, (batch,), "state_batch_indices", "(batch,)")
         _type(state_index.dtype == torch.int32, "state_batch_indices must be int32 here (the Python wrapper "

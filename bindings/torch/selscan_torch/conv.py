@@ -89,14 +89,15 @@ def _silu_flag(activation):
     return activation in ("silu", "swish")
 
 
-def _weight2d(weight):
+def _weight2d(weight, keep=None):
+    """weight as (dim, W); float32, or as it is where its dtype is keep (the update's x dtype)."""
     if weight.dim() == 3 and weight.shape[1] == 1:  # nn.Conv1d's (dim, 1, W)
         weight = weight.squeeze(1)
-    return weight if weight.dtype == torch.float32 else weight.to(torch.float32)
+    return weight if weight.dtype in (torch.float32, keep) else weight.to(torch.float32)
 
 
-def _f32(t):
-    return None if t is None else (t if t.dtype == torch.float32 else t.to(torch.float32))
+def _f32(t, keep=None):
+    return None if t is None else (t if t.dtype in (torch.float32, keep) else t.to(torch.float32))
 
 
 def _runs_to_offsets(row):
@@ -203,8 +204,8 @@ _onnx_conv_step = None
 
 
 def _step(state, x, weight, bias, idx, silu):
-    if _onnx_conv_step is not None and torch.onnx.is_in_onnx_export():
-        return _onnx_conv_step(state, x, weight, bias, idx, silu)
+    if _onnx_conv_step is not None and torch.onnx.is_in_onnx_export():  # its ONNX op: float32 weight / bias
+        return _onnx_conv_step(state, x, _f32(weight), _f32(bias), idx, silu)
     return _conv_step(state, x, weight, bias, idx, silu)
 
 
@@ -215,17 +216,21 @@ def causal_conv1d_update(x, conv_state, weight, bias=None, activation=None, cach
     x: (batch, dim) or (batch, dim, seqlen); conv_state: (batch, dim, state_len) with state_len >=
     width - 1, x's dtype (or (n_cache, dim, state_len) with conv_state_indices (batch,) int: the
     state row of each batch row; negative: padding, out 0 and no state touched); weight (dim,
-    width); bias (dim,); cache_seqlens (batch,) int: conv_state is a circular buffer written at
+    width); bias (dim,); weight and bias float32 or x's dtype (both in x's dtype, as a float16 /
+    bfloat16 model has them: read as they are, no conversion kernel; another floating dtype is cast
+    to float32); cache_seqlens (batch,) int: conv_state is a circular buffer written at
     cache_seqlens % state_len. Returns out, x's shape and dtype. No autograd (inference).
     """
     silu = _silu_flag(activation)
-    weight = _weight2d(weight)
-    bias = _f32(bias)
+    weight = _weight2d(weight, x.dtype)
+    bias = _f32(bias, x.dtype)
     if cache_seqlens is not None:
         x3 = x.unsqueeze(-1) if x.dim() == 2 else x
         if conv_state.dtype != x.dtype:
             raise TypeError(f"selscan: conv_state must have x's dtype {x.dtype}, got {conv_state.dtype}")
         y = _update_circular(x3, conv_state, weight, bias, silu, cache_seqlens, conv_state_indices)
         return y.squeeze(-1) if x.dim() == 2 else y
-    idx = None if conv_state_indices is None else conv_state_indices.to(torch.int32)
+    idx = conv_state_indices
+    if idx is not None and idx.dtype != torch.int32:
+        idx = idx.to(torch.int32)
     return _step(conv_state, x, weight, bias, idx, silu)

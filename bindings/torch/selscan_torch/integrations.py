@@ -62,9 +62,10 @@ def selective_scan_fn(u, delta, A, B, C, D=None, z=None, delta_bias=None, delta_
 
 def selective_state_update(state, x, dt, A, B, C, D=None, z=None, dt_bias=None, dt_softplus=False,
                            state_batch_indices=None, **kwargs):
-    """mamba_ssm's selective_state_update on selscan. A state that is not float32 (mamba_ssm's
-    allocate_inference_cache uses the model's dtype) is updated through a float32 copy."""
-    if state.dtype == torch.float32:
+    """mamba_ssm's selective_state_update on selscan. A state in float32 or x's dtype (mamba_ssm's
+    allocate_inference_cache and transformers' cache use the model's) is updated in place as it is;
+    one of another dtype through a float32 copy."""
+    if state.dtype == torch.float32 or state.dtype == getattr(x, "dtype", None):
         return _selective_state_update(state, x, dt, A, B, C, D, z, dt_bias, dt_softplus, state_batch_indices)
     s32 = state.float()
     out = _selective_state_update(s32, x, dt, A, B, C, D, z, dt_bias, dt_softplus, state_batch_indices)
@@ -468,11 +469,12 @@ def _install_mamba_ssm(h):
 
 
 def _f32_ssm_cache(orig):
-    """mamba_ssm's Mamba.allocate_inference_cache with a float32 SSM state. selscan's step updates
-    a float32 state in place; a state in the model's dtype (mamba_ssm's default) would go through a
-    float32 copy and back every token (two more kernels a layer a token, measured 0.75-0.81x
-    mamba_ssm's generate(cg=True) with them). float32 also spares the recurrence a rounding to
-    bf16 every token."""
+    """mamba_ssm's Mamba.allocate_inference_cache with a float32 SSM state: the recurrence is not
+    rounded to the model's dtype every token. (Written when selscan's step took a float32 state
+    only: a state in the model's dtype, mamba_ssm's default, then went through a float32 copy and
+    back every token, two more kernels a layer a token, measured 0.75-0.81x mamba_ssm's
+    generate(cg=True). The step now updates a state in the model's dtype in place as well
+    (SELSCAN_STEP_STATE_T), so this is a choice of accuracy over the state's size and traffic.)"""
     def allocate_inference_cache(self, batch_size, max_seqlen, dtype=None, **kwargs):
         conv_state, ssm_state = orig(self, batch_size, max_seqlen, dtype=dtype, **kwargs)
         if ssm_state.dtype != torch.float32:

@@ -527,9 +527,11 @@ def step_inputs(c, gen, nonfinite=False):
     else:
         xs, As, Ds, ss = (b, d), (d, N), (d,), (c["n_cache"], d, N)
     x = {}
-    state = gen.randn(*ss)
+    # the state in float32, or in x's dtype (a float16 / bfloat16 model's cache: stepped in place)
+    sdt = dt if dt != F32 and r.random() < 0.3 else F32
+    state = gen.randn(*ss, dtype=sdt)
     if c["heads"] and r.random() < 0.5:  # (nheads, hdim) mergeable: slice N / rows of a larger buffer
-        big = torch.full((ss[0] * 2, ss[1], ss[2], N + r.randint(0, 3)), float("nan")).to(gen.device)
+        big = torch.full((ss[0] * 2, ss[1], ss[2], N + r.randint(0, 3)), float("nan"), dtype=sdt).to(gen.device)
         view = big[::2, :, :, :N] if r.random() < 0.5 else big[: ss[0], :, :, :N]
         view.copy_(state.to(gen.device))
         x["state"] = view
@@ -601,8 +603,8 @@ def ref_step(x, c):
 
 
 def state_mask(state):
-    """Elements (float32 positions) of state's storage that state covers."""
-    n = state.untyped_storage().nbytes() // 4
+    """Elements (positions of state's dtype) of state's storage that state covers."""
+    n = state.untyped_storage().nbytes() // state.element_size()
     m = torch.zeros(n, dtype=torch.bool, device=state.device)
     m.as_strided(state.shape, state.stride(), state.storage_offset()).fill_(True)
     return m
@@ -611,7 +613,8 @@ def state_mask(state):
 def check_step_call(x, c, call):
     ref_out, ref_state = ref_step(x, c)
     state = x["state"]
-    before = storage_snapshot(state).view(torch.int32)
+    ints = torch.int32 if state.element_size() == 4 else torch.int16  # the storage as state's elements
+    before = storage_snapshot(state).view(ints)
     snap = Snap([v for k, v in x.items() if k != "state"])
     out = call()
     if snap.changed():
@@ -620,8 +623,10 @@ def check_step_call(x, c, call):
     if out.dtype != xx.dtype or tuple(out.shape) != tuple(xx.shape) or out.device != xx.device:
         raise CaseFail(f"out: {out.dtype} {tuple(out.shape)}, want x's dtype and shape")
     close("out", out, ref_out, TOL[xx.dtype])
+    if state.dtype != F32 and state.dtype != xx.dtype:
+        raise CaseFail(f"state's dtype changed to {state.dtype}")
     close("state", state, ref_state, STOL if xx.dtype == F32 else TOL[xx.dtype])
-    after = storage_snapshot(state).view(torch.int32)
+    after = storage_snapshot(state).view(ints)
     m = state_mask(state)
     if not torch.equal(after[~m], before[~m]):
         raise CaseFail("bytes outside the state view were written")
@@ -690,8 +695,8 @@ def mutate_step(x, c, gen, raw=False, kinds=STEP_KINDS, idx_kinds=IDX_KINDS):
                 return None
             x[k] = st_[0, :, 0]
         return x, ["state", k]
-    if kind == "statedtype":
-        x["state"] = x["state"].to(r.choice([F64, F16, BF16, torch.int32, torch.complex64]))
+    if kind == "statedtype":  # neither float32 nor x's dtype
+        x["state"] = x["state"].to(r.choice([t for t in (F64, F16, BF16, torch.int32, torch.complex64) if t != x["x"].dtype]))
         return x, ["state"]
     if kind == "staterank":
         x["state"] = r.choice([x["state"].sum(-1), x["state"].unsqueeze(0), x["state"].new_zeros(())])
