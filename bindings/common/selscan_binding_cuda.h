@@ -77,6 +77,9 @@ selscan_status selscan_binding_cuda_conv_backward(const selscan_conv_problem *p,
                                                   selscan_binding_cuda_call *call);
 /* selscan_conv_step_cuda (no workspace). */
 selscan_status selscan_binding_cuda_conv_step(const selscan_conv_step_problem *s, selscan_binding_cuda_call *call);
+/* 1 where the package's CUDA TU compiled the fast kernels for any L stride too
+   (SELSCAN_CUDA_CHANNELS_LAST), 0 where an operand with a non-unit L stride runs the general ones. */
+int selscan_binding_cuda_channels_last(void);
 
 #ifdef __cplusplus
 }
@@ -158,6 +161,8 @@ selscan_status selscan_binding_cuda_conv_step(const selscan_conv_step_problem *s
     selscan_binding_cuda_detail::Ext e(call);
     return e.Done(selscan_conv_step_cuda(s, &e.x, e.stream));
 }
+
+int selscan_binding_cuda_channels_last(void) { return SELSCAN_CUDA_CHANNELS_LAST ? 1 : 0; }
 
 }  /* extern "C" */
 

@@ -976,6 +976,14 @@ Tensor StepAutograd(const Tensor& state, const Tensor& x, const Tensor& dt, cons
 }
 
 std::string CpuBackend() { return selscan_cpu_backend(); }
+// whether the CUDA kernels take any L stride on the fast path (SELSCAN_TORCH_CHANNELS_LAST builds)
+bool CudaChannelsLast() {
+#ifdef WITH_CUDA
+  return selscan_binding_cuda_channels_last() != 0;
+#else
+  return false;
+#endif
+}
 
 }  // namespace
 }  // namespace selscan_torch
@@ -990,6 +998,7 @@ TORCH_LIBRARY(selscan, m) {
   m.def("step(Tensor(a!) state, Tensor x, Tensor dt, Tensor A, Tensor B, Tensor C, Tensor? D, Tensor? z, "
         "Tensor? dt_bias, Tensor? state_index, bool dt_softplus) -> Tensor");
   m.def("cpu_backend() -> str", &selscan_torch::CpuBackend);
+  m.def("cuda_channels_last() -> bool", &selscan_torch::CudaChannelsLast);
 }
 
 TORCH_LIBRARY_IMPL(selscan, CPU, m) {
