@@ -1082,10 +1082,12 @@ def case_mamba_lm(name):
         return
     hidden, layers, vocab, _, _ = (QUICK_MODELS if ARGS.quick else MODELS)[name]
     integ = selscan_integrations()
-    names = [n for n in ARGS.backends if n in ("mamba_ssm", "selscan")]
-    if "selscan" in names and (integ is None or not hasattr(integ, "use_in_mamba_ssm")):
-        names.remove("selscan")
-        RESULTS["skipped"].append("mamba-lm selscan: use_in_mamba_ssm missing")
+    # selscan-mstate: use_in_mamba_ssm(float32_state=False), the SSM state in the model's dtype
+    names = [n for n in ARGS.backends if n in ("mamba_ssm", "selscan", "selscan-mstate")]
+    for n in ("selscan", "selscan-mstate"):
+        if n in names and (integ is None or not hasattr(integ, "use_in_mamba_ssm")):
+            names.remove(n)
+            RESULTS["skipped"].append(f"mamba-lm {n}: use_in_mamba_ssm missing")
     if not names:
         return
     est = len(names) * len(ARGS.gen_batches) * (4 + (ARGS.gen_reps + 1) * ARGS.new_tokens * 0.004) + 10
@@ -1104,14 +1106,15 @@ def case_mamba_lm(name):
 
     @contextlib.contextmanager
     def on(bn):
-        if bn == "selscan":
-            integ.use_in_mamba_ssm(True)
+        ours = bn.startswith("selscan")
+        if ours:
+            integ.use_in_mamba_ssm(True, **({"float32_state": False} if bn == "selscan-mstate" else {}))
         RESULTS["env"][f"mamba_simple names under {bn}"] = {
             n: fn_name(getattr(ms, n)) if getattr(ms, n, None) is not None else None for n in ms_names}
         try:
             yield
         finally:
-            if bn == "selscan":
+            if ours:
                 integ.use_in_mamba_ssm(False)
 
     for batch in ARGS.gen_batches:

@@ -468,6 +468,9 @@ def _install_mamba_ssm(h):
                    "mamba_ssm.modules.mamba_simple.Mamba.allocate_inference_cache")
 
 
+_MAMBA_SSM_OPTS = {"float32_state": True}  # use_in_mamba_ssm's options, read at each call
+
+
 def _f32_ssm_cache(orig):
     """mamba_ssm's Mamba.allocate_inference_cache with a float32 SSM state: the recurrence is not
     rounded to the model's dtype every token. (Written when selscan's step took a float32 state
@@ -477,18 +480,25 @@ def _f32_ssm_cache(orig):
     (SELSCAN_STEP_STATE_T), so this is a choice of accuracy over the state's size and traffic.)"""
     def allocate_inference_cache(self, batch_size, max_seqlen, dtype=None, **kwargs):
         conv_state, ssm_state = orig(self, batch_size, max_seqlen, dtype=dtype, **kwargs)
-        if ssm_state.dtype != torch.float32:
+        if _MAMBA_SSM_OPTS["float32_state"] and ssm_state.dtype != torch.float32:
             ssm_state = torch.zeros(ssm_state.shape, dtype=torch.float32, device=ssm_state.device)
         return conv_state, ssm_state
     allocate_inference_cache.__wrapped__ = orig
     return allocate_inference_cache
 
 
-def use_in_mamba_ssm(enable=True):
+def use_in_mamba_ssm(enable=True, *, float32_state=True):
     """Make mamba_ssm's Mamba / MambaLMHeadModel run on selscan: no selective_scan_cuda and no
     causal_conv1d needed (mamba_ssm's Python files installed, e.g. with MAMBA_SKIP_CUDA_BUILD=TRUE
     MAMBA_FORCE_BUILD=TRUE pip install --no-deps --no-build-isolation mamba-ssm). Call before or
-    after importing mamba_ssm. Returns an Integration handle."""
+    after importing mamba_ssm. Returns an Integration handle.
+
+    float32_state: Mamba.allocate_inference_cache (generate's cache) gives a float32 SSM state
+    (default: the recurrence is not rounded to the model's dtype every token); False keeps
+    mamba_ssm's own, in the model's dtype (half the state's memory and traffic). selscan's step
+    updates either in place. A later call with enable=True changes the setting."""
+    if enable:
+        _MAMBA_SSM_OPTS["float32_state"] = bool(float32_state)
     return _toggle("mamba_ssm", enable, _install_mamba_ssm)
 
 

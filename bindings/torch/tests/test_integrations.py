@@ -247,6 +247,12 @@ def test_mamba_ssm_lm_head_model(device, monkeypatch):
         # the decode cache's SSM state in float32 (selscan's step updates it in place), the conv state as asked
         cache = model.allocate_inference_cache(2, 8, dtype=torch.bfloat16)
         assert {(c.dtype, s.dtype) for c, s in cache.values()} == {(torch.bfloat16, torch.float32)}
+        si.use_in_mamba_ssm(float32_state=False)  # mamba_ssm's own state dtype, the same handle
+        cache = model.allocate_inference_cache(2, 8, dtype=torch.bfloat16)
+        assert {(c.dtype, s.dtype) for c, s in cache.values()} == {(torch.bfloat16, torch.bfloat16)}
+        assert si.use_in_mamba_ssm() is h  # back to float32
+        cache = model.allocate_inference_cache(2, 8, dtype=torch.bfloat16)
+        assert {(c.dtype, s.dtype) for c, s in cache.values()} == {(torch.bfloat16, torch.float32)}
         ids = torch.randint(0, 100, (2, 20), generator=torch.Generator().manual_seed(1)).to(device)
         on = _ms_run(model, ids)
         # mamba_ssm's own PyTorch fallbacks: nn.Conv1d, the float64 reference scan, the torch step
