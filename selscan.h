@@ -1685,7 +1685,8 @@ static void selscan__ref_step_all(const selscan__stp *q) {
                                          : selscan__load(q->C.data, SELSCAN__AT3(q->C, b, g, n), q->dt);
                 const int64_t ho = SELSCAN__AT3(q->state, row, d, n);
                 /* in f32 (rounded to T on the store with SELSCAN_STEP_STATE_T; y from the f32 value) */
-                const float hn = expf(dt * A[SELSCAN__AT2(q->A, d, n)]) * selscan__load(q->state.data, ho, q->state.dt) + dt * Bv * x;
+                const float h = selscan__load(q->state.data, ho, q->state.dt);
+                const float hn = expf(dt * A[SELSCAN__AT2(q->A, d, n)]) * h + dt * Bv * x;
                 selscan__store(q->state.data, ho, q->state.dt, hn);
                 y += Cv * hn;
             }

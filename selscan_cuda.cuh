@@ -347,7 +347,12 @@ static __device__ __forceinline__ float ldf(const ct &t, int64_t i) { return sta
    (SELSCAN_STEP_D_T, _DELTA_BIAS_T / SELSCAN_CONV_PARAMS_T; uniform over the grid), f32 otherwise. Loaded
    once a thread: the branch costs nothing measurable. */
 template <typename T> static __device__ __forceinline__ float ldp(const void *p, int64_t i, int pT) {
-    return pT ? ld<T>(p, i) : ld<float>(p, i);
+    if constexpr (sizeof(T) == 4) {
+        return ld<float>(p, i);
+    } else { /* one address for both widths (fewer live registers in the step kernels than two loads' addresses) */
+        const void *a = static_cast<const char *>(p) + (i << (pT ? 1 : 2));
+        return pT ? ld<T>(a, 0) : ld<float>(a, 0);
+    }
 }
 /* ... and stored (step_kernel's state with SELSCAN_STEP_STATE_T: rounded to T, to nearest even) */
 template <typename T> static __device__ __forceinline__ void stp(void *p, int64_t i, float v, int pT) {
@@ -2542,9 +2547,9 @@ struct step_params {
     int dpg, N, NT, softplus, fixB, fixC, avec, bvec, cvec, G1;
     int pf;   /* step_tma_kernel: its first tiles into L2 before the PDL wait */
     int DT, biasT; /* D, delta_bias are T (SELSCAN_STEP_D_T, _DELTA_BIAS_T), else f32 */
-    int hT;   /* the state is T (SELSCAN_STEP_STATE_T), else f32: see ld_state / st_state */
+    int hT;   /* the state is T (SELSCAN_STEP_STATE_T), else f32: the launchers pick the kernels' H by it */
     const int32_t *idx;
-    void *h; /* the state: f32, or T where hT */
+    void *h; /* the state: H (the kernels' state type: float, or T where hT) */
     int64_t h0, h1;
     const void *u, *dl, *z;
     int64_t u0, u1, d0, d1, z0, z1;
@@ -2618,21 +2623,13 @@ template <typename T, int K> __device__ __forceinline__ void st_vec(void *base, 
         }
     }
 }
-/* The float4 step kernels' state (step_params::h, hT uniform): K = 4 or 8 consecutive states at
-   element offset o (16-byte aligned in f32; 4 T states 8-byte, 8 T states 16-byte aligned: the
-   launcher's rule) loaded into f32 and stored back (SELSCAN_STEP_STATE_T: rounded to T, to nearest
-   even). f32 is the float4 accesses of before. */
-template <typename T, int K> static __device__ __forceinline__ void ld_state(const step_params &P, int64_t o, float (&v)[K]) {
-    if (P.hT) ld_vec<T, K>(P.h, o, v);
-    else ld_vec<float, K>(P.h, o, v);
-}
-template <typename T, int K> static __device__ __forceinline__ void st_state(const step_params &P, int64_t o, const float (&v)[K]) {
-    if (P.hT) st_vec<T, K>(P.h, o, v);
-    else st_vec<float, K>(P.h, o, v);
-}
-/* the address of the state's element o (bulk copies, prefetches) */
-template <typename T> static __device__ __forceinline__ const void *state_at(const step_params &P, int64_t o) {
-    return P.hT ? static_cast<const void *>(static_cast<const T *>(P.h) + o) : static_cast<const void *>(static_cast<const float *>(P.h) + o);
+/* The float4 step kernels' state (step_params::h) has the element type H, a template parameter of
+   the kernels: float, or T with SELSCAN_STEP_STATE_T (compiled apart, so the f32 state's code is
+   the float4 accesses it always was). Its chunks of 4 or 8 states go through ld_vec / st_vec
+   (16-byte aligned in f32; 4 T states 8-byte, 8 T states 16-byte aligned: the launcher's rule),
+   stored rounded to T (to nearest even). The address of the state's element o (bulk copies): */
+template <typename H> static __device__ __forceinline__ const void *state_at(const step_params &P, int64_t o) {
+    return static_cast<const void *>(static_cast<const H *>(P.h) + o);
 }
 
 /* Decode step for float4-aligned state rows (unit n stride, N % 4 == 0, N <= 128). A thread has S
@@ -2653,8 +2650,9 @@ template <typename T> static __device__ __forceinline__ const void *state_at(con
 #endif
 /* NTC: the lanes a channel as a compile-time constant (0: P.NT at run time). FAST: the common
    operands (A, B, C rows 16-byte aligned with unit n stride, variable B / C, one group per
-   dpg known from P.G1), compiled without the other layouts' branches. */
-template <typename T, int S, int R, int NTC, bool FAST, int MINB>
+   dpg known from P.G1), compiled without the other layouts' branches. H: the state's element type
+   (float; T with SELSCAN_STEP_STATE_T). */
+template <typename T, typename H, int S, int R, int NTC, bool FAST, int MINB>
 __global__ void __launch_bounds__(kThreads, MINB) step_vec_kernel(const step_params P) {
     constexpr int NC = S / 4; /* chunks a lane */
     pdl_wait();
@@ -2670,7 +2668,7 @@ __global__ void __launch_bounds__(kThreads, MINB) step_vec_kernel(const step_par
     for (int i = 0; i < NC; i++) cv_[i] = valid && 4 * (j + NT * i) < P.N;
     /* the state rows first (the long loads), then the rest */
     float hv[R][S], Bv[R][S], Cv[R][S], x[R], dl[R], zz[R];
-    int64_t ho[R]; /* the state row's element offset */
+    H *hp[R]; /* the state rows */
     bool live[R], inb[R];
 #pragma unroll
     for (int r = 0; r < R; r++) {
@@ -2678,13 +2676,19 @@ __global__ void __launch_bounds__(kThreads, MINB) step_vec_kernel(const step_par
         inb[r] = valid && b < P.batch;
         const int64_t row = inb[r] ? (P.idx ? static_cast<int64_t>(P.idx[b]) : b) : -1;
         live[r] = row >= 0 && row < P.ncache;
-        ho[r] = live[r] ? row * P.h0 + d * P.h1 : 0;
+        hp[r] = static_cast<H *>(P.h) + (live[r] ? row * P.h0 + d * P.h1 : 0);
 #pragma unroll
         for (int i = 0; i < NC; i++) {
-            float v[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-            if (live[r] && cv_[i]) ld_state<T, 4>(P, ho[r] + 4 * (j + NT * i), v);
+            if constexpr (sizeof(H) == 4) { /* (the f32 state's code of before) */
+                float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+                if (live[r] && cv_[i]) v = reinterpret_cast<float4 *>(hp[r])[j + NT * i];
+                hv[r][4 * i] = v.x; hv[r][4 * i + 1] = v.y; hv[r][4 * i + 2] = v.z; hv[r][4 * i + 3] = v.w;
+            } else {
+                float v[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+                if (live[r] && cv_[i]) ld_vec<H, 4>(hp[r], 4 * (j + NT * i), v);
 #pragma unroll
-            for (int q = 0; q < 4; q++) hv[r][4 * i + q] = v[q];
+                for (int q = 0; q < 4; q++) hv[r][4 * i + q] = v[q];
+            }
         }
     }
     const int64_t g = !valid || P.G1 ? 0 : dl32 / P.dpg;
@@ -2783,7 +2787,7 @@ __global__ void __launch_bounds__(kThreads, MINB) step_vec_kernel(const step_par
         for (int i = 0; i < NC; i++)
             if (live[r] && cv_[i]) {
                 const float v[4] = {hv[r][4 * i], hv[r][4 * i + 1], hv[r][4 * i + 2], hv[r][4 * i + 3]};
-                st_state<T, 4>(P, ho[r] + 4 * (j + NT * i), v);
+                st_vec<H, 4>(hp[r], 4 * (j + NT * i), v);
             }
         float yp;
         if (S == 8 && NT == 2 && P.N == 16) {
@@ -2849,8 +2853,9 @@ static __device__ __forceinline__ void step_pair_y(const step_params &P, const f
    and each row's state, u, delta, z loaded one row ahead (register double buffer), so a thread
    always has its next state in flight while it computes the current one (step_vec_kernel with one
    row a thread spends most of a thread's life not loading: DRAM at 62 % of its peak, ncu).
-   Arithmetic and sums exactly step_vec_kernel's (bitwise the forward's at L = 1). */
-template <typename T>
+   Arithmetic and sums exactly step_vec_kernel's (bitwise the forward's at L = 1). H: the state's
+   element type (step_vec_kernel's). */
+template <typename T, typename H>
 __global__ void __launch_bounds__(kThreads) step_loop_kernel(const step_params P) {
     pdl_wait();
     pdl_launch_dependents();
@@ -2859,16 +2864,16 @@ __global__ void __launch_bounds__(kThreads) step_loop_kernel(const step_params P
     const int64_t d = dl32, stride = gridDim.x;
     const bool valid = d < P.dim;
     /* one row's loads: the state's two chunks (states 4j .. 4j + 3 and 4j + 8 .. 4j + 11), u, delta, z */
-    auto fetch = [&](int64_t b, float (&h0)[4], float (&h1)[4], int64_t &ho, bool &live, float &x, float &dl, float &zz) {
+    auto fetch = [&](int64_t b, float (&h0)[4], float (&h1)[4], H *&hp, bool &live, float &x, float &dl, float &zz) {
         const int64_t row = valid && b < P.batch ? (P.idx ? static_cast<int64_t>(P.idx[b]) : b) : -1;
         live = row >= 0 && row < P.ncache;
-        ho = live ? row * P.h0 + d * P.h1 : 0;
+        hp = static_cast<H *>(P.h) + (live ? row * P.h0 + d * P.h1 : 0);
 #pragma unroll
         for (int q = 0; q < 4; q++) h0[q] = h1[q] = 0.0f;
         x = dl = zz = 0.0f;
         if (live) {
-            ld_state<T, 4>(P, ho + 4 * j, h0);
-            ld_state<T, 4>(P, ho + 4 * j + 8, h1);
+            ld_vec<H, 4>(hp, 4 * j, h0);
+            ld_vec<H, 4>(hp, 4 * j + 8, h1);
             x = ld<T>(P.u, b * P.u0 + d * P.u1);
             dl = ld<T>(P.dl, b * P.d0 + d * P.d1);
             if (j == 0 && P.z) zz = ld<T>(P.z, b * P.z0 + d * P.z1);
@@ -2876,7 +2881,7 @@ __global__ void __launch_bounds__(kThreads) step_loop_kernel(const step_params P
     };
     int64_t b = blockIdx.x;
     float n0[4], n1[4];
-    int64_t np;
+    H *np;
     bool nlive;
     float nx, ndl, nzz;
     fetch(b, n0, n1, np, nlive, nx, ndl, nzz);
@@ -2892,17 +2897,14 @@ __global__ void __launch_bounds__(kThreads) step_loop_kernel(const step_params P
     const int64_t g = !valid || P.G1 ? 0 : dl32 / P.dpg;
     for (; b < P.batch; b += stride) { /* the same trip count for every thread of the block */
         float hv[8] = {n0[0], n0[1], n0[2], n0[3], n1[0], n1[1], n1[2], n1[3]}, Bv[8], Cv[8];
-        const int64_t cp = np;
+        H *const cp = np;
         const bool live = nlive;
         const float x = nx, dl = ndl, zz = nzz;
         fetch(b + stride, n0, n1, np, nlive, nx, ndl, nzz);
         { /* the state two rows ahead into L2 (no registers): the next fetch then waits on L2 only */
             const int64_t b2 = b + 2 * stride;
             const int64_t row2 = valid && b2 < P.batch ? (P.idx ? static_cast<int64_t>(P.idx[b2]) : b2) : -1;
-            if (row2 >= 0 && row2 < P.ncache) {
-                if (P.hT) pf<T>(P.h, row2 * P.h0 + d * P.h1 + 8 * j);
-                else pf<float>(P.h, row2 * P.h0 + d * P.h1 + 8 * j);
-            }
+            if (row2 >= 0 && row2 < P.ncache) pf<H>(P.h, row2 * P.h0 + d * P.h1 + 8 * j);
         }
 #pragma unroll
         for (int k = 0; k < 8; k++) Bv[k] = Cv[k] = 0.0f;
@@ -2922,8 +2924,8 @@ __global__ void __launch_bounds__(kThreads) step_loop_kernel(const step_params P
         for (int k = 0; k < 8; k++) hv[k] = fmaf(ex2(dt * A2[k]), hv[k], Bv[k] * dtx);
         if (live) {
             const float v0[4] = {hv[0], hv[1], hv[2], hv[3]}, v1[4] = {hv[4], hv[5], hv[6], hv[7]};
-            st_state<T, 4>(P, cp + 4 * j, v0);
-            st_state<T, 4>(P, cp + 4 * j + 8, v1);
+            st_vec<H, 4>(cp, 4 * j, v0);
+            st_vec<H, 4>(cp, 4 * j + 8, v1);
         }
         float e[4], f[8];
 #pragma unroll
@@ -3013,7 +3015,7 @@ struct tma_stage {
                                             SM; 10 (48 registers, no spills) measured 0.2 us slower at batch 1 / 16:
                                             bench/NOTES.md CUDA-v55) */
 #endif
-template <typename T, int MINB>
+template <typename T, typename H, int MINB> /* H: the state's element type (step_vec_kernel's) */
 __global__ void __launch_bounds__(kThreads, MINB) step_tma_kernel(const step_params P) {
     __shared__ __align__(128) tma_stage ring[kTmaStages];
     __shared__ __align__(8) uint64_t full[kTmaStages];
@@ -3022,8 +3024,8 @@ __global__ void __launch_bounds__(kThreads, MINB) step_tma_kernel(const step_par
     const int64_t d0 = static_cast<int64_t>(blockIdx.y) * kTmaCh, d = d0 + c;
     const int64_t left = P.dim - d0;
     const uint32_t nch = static_cast<uint32_t>(left < kTmaCh ? left : kTmaCh);
-    /* the tile's states: 16 a channel of 4 bytes, or of sizeof(T) with SELSCAN_STEP_STATE_T */
-    const uint32_t es = sizeof(T), tbytes = nch * 16u * (P.hT ? es : 4u), xbytes = nch * es, rbytes = 16u * es; /* nch * es: a multiple of 16 (launcher) */
+    /* the tile's states: 16 a channel of sizeof(H) bytes */
+    const uint32_t es = sizeof(T), tbytes = nch * 16u * static_cast<uint32_t>(sizeof(H)), xbytes = nch * es, rbytes = 16u * es; /* nch * es: a multiple of 16 (launcher) */
     const bool valid = d < P.dim;
     const int64_t stride = gridDim.x, b0 = blockIdx.x;
     const int64_t ntile = b0 < P.batch ? (P.batch - 1 - b0) / stride + 1 : 0;
@@ -3041,7 +3043,7 @@ __global__ void __launch_bounds__(kThreads, MINB) step_tma_kernel(const step_par
         for (int64_t k = 0; k < kTmaStages && k < ntile; k++) {
             const int64_t b = b0 + k * stride, row = row_of(b);
             if (row < 0) continue;
-            bulk_pf_l2(state_at<T>(P, row * P.h0 + d0 * P.h1), tbytes);
+            bulk_pf_l2(state_at<H>(P, row * P.h0 + d0 * P.h1), tbytes);
             bulk_pf_l2(static_cast<const void *>(xs[0] + b * P.u0 + d0), xbytes);
             bulk_pf_l2(static_cast<const void *>(xs[1] + b * P.d0 + d0), xbytes);
             if (P.z) bulk_pf_l2(static_cast<const void *>(xs[2] + b * P.z0 + d0), xbytes);
@@ -3056,7 +3058,7 @@ __global__ void __launch_bounds__(kThreads, MINB) step_tma_kernel(const step_par
         rowof[s] = row;
         if (row >= 0) {
             mbar_arrive_tx(&full[s], tbytes + (P.z ? 3u : 2u) * xbytes + 2u * rbytes);
-            bulk_g2s(static_cast<void *>(ring[s].h), state_at<T>(P, row * P.h0 + d0 * P.h1), tbytes, &full[s]);
+            bulk_g2s(static_cast<void *>(ring[s].h), state_at<H>(P, row * P.h0 + d0 * P.h1), tbytes, &full[s]);
             bulk_g2s(static_cast<void *>(ring[s].x[0]), static_cast<const void *>(xs[0] + b * P.u0 + d0), xbytes, &full[s]);
             bulk_g2s(static_cast<void *>(ring[s].x[1]), static_cast<const void *>(xs[1] + b * P.d0 + d0), xbytes, &full[s]);
             if (P.z) bulk_g2s(static_cast<void *>(ring[s].x[2]), static_cast<const void *>(xs[2] + b * P.z0 + d0), xbytes, &full[s]);
@@ -3089,8 +3091,8 @@ __global__ void __launch_bounds__(kThreads, MINB) step_tma_kernel(const step_par
 #pragma unroll
         for (int q = 0; q < 8; q++) hv[q] = Bv[q] = Cv[q] = 0.0f;
         if (live) {
-            if (P.hT) { /* the tile's T states: channel c's 16 at element 16 c (32 bytes), lane j's 8 at + 8 j */
-                ld_vec<T, 8>(static_cast<const void *>(ring[s].h), 16 * c + 8 * j, hv);
+            if constexpr (sizeof(H) == 2) { /* the tile's T states: channel c's 16 at element 16 c (32 bytes), lane j's 8 at + 8 j */
+                ld_vec<H, 8>(static_cast<const void *>(ring[s].h), 16 * c + 8 * j, hv);
             } else {
                 const float4 h0 = ring[s].h[4 * c + 2 * j], h1 = ring[s].h[4 * c + 2 * j + 1];
                 hv[0] = h0.x; hv[1] = h0.y; hv[2] = h0.z; hv[3] = h0.w; hv[4] = h1.x; hv[5] = h1.y; hv[6] = h1.z; hv[7] = h1.w;
@@ -3106,7 +3108,7 @@ __global__ void __launch_bounds__(kThreads, MINB) step_tma_kernel(const step_par
         const float dt = dt_of(dl + bias, P.softplus != 0, true), dtx = dt * x;
 #pragma unroll
         for (int q = 0; q < 8; q++) hv[q] = fmaf(ex2(dt * A2[q]), hv[q], Bv[q] * dtx);
-        if (live) st_state<T, 8>(P, row * P.h0 + d * P.h1 + 8 * j, hv);
+        if (live) st_vec<H, 8>(P.h, row * P.h0 + d * P.h1 + 8 * j, hv);
         step_pair_y<T>(P, Cv, hv, j, valid, live, Dd, x, zz, b, d);
     }
 }
@@ -3874,10 +3876,22 @@ struct step_tune {
                                         before the PDL wait never / always) */
     int64_t tma_slices;              /* (set by launch_step) its grid's row slices; 0: not used */
 };
+/* f(H) with H the state's element type: T where sp.hT (SELSCAN_STEP_STATE_T; 2-byte T only: a f32
+   T state is float), float otherwise */
+template <typename T, typename F> static auto with_state_type(const step_params &sp, F &&f) -> decltype(f(dtype_tag<float>())) {
+    if constexpr (sizeof(T) == 2) {
+        if (sp.hT) return f(dtype_tag<T>());
+    }
+    return f(dtype_tag<float>());
+}
 template <typename T, int S, int R, int NTC, bool FAST, int MINB>
 static void launch_step_vec(const step_params &sp, dim3 grid, bool pdl, cudaStream_t stream) {
-    if (pdl) launch_pdl(step_vec_kernel<T, S, R, NTC, FAST, MINB>, grid, kThreads, 0, stream, sp);
-    else step_vec_kernel<T, S, R, NTC, FAST, MINB><<<grid, kThreads, 0, stream>>>(sp);
+    with_state_type<T>(sp, [&](auto h) {
+        using H = typename decltype(h)::type;
+        if (pdl) launch_pdl(step_vec_kernel<T, H, S, R, NTC, FAST, MINB>, grid, kThreads, 0, stream, sp);
+        else step_vec_kernel<T, H, S, R, NTC, FAST, MINB><<<grid, kThreads, 0, stream>>>(sp);
+        return 0;
+    });
 }
 /* N = 16 (two lanes of 8 states) on the common operands: step_vec_kernel<T, 8, R, 2, true>;
    everything else: the run-time NT, every layout. tu.S / tu.R force the shape; tu.fast < 0:
@@ -3887,14 +3901,22 @@ static bool launch_step_vec_f(const step_tune &tu, bool fast, const step_params 
     if constexpr (S == 8 && R == 1) {
         if (sp.NT == 2 && fast && tu.tma_slices > 0) { /* the state by the bulk copy engine */
             dim3 g2(static_cast<unsigned>(tu.tma_slices), grid.y);
-            if (pdl) launch_pdl(step_tma_kernel<T, SELSCAN_CUDA_STEP_TMA_MINBLOCKS>, g2, kThreads, 0, stream, sp);
-            else step_tma_kernel<T, SELSCAN_CUDA_STEP_TMA_MINBLOCKS><<<g2, kThreads, 0, stream>>>(sp);
+            with_state_type<T>(sp, [&](auto h) {
+                using H = typename decltype(h)::type;
+                if (pdl) launch_pdl(step_tma_kernel<T, H, SELSCAN_CUDA_STEP_TMA_MINBLOCKS>, g2, kThreads, 0, stream, sp);
+                else step_tma_kernel<T, H, SELSCAN_CUDA_STEP_TMA_MINBLOCKS><<<g2, kThreads, 0, stream>>>(sp);
+                return 0;
+            });
             return true;
         }
         if (sp.NT == 2 && fast && tu.loop_slices > 0) { /* rows a thread in a one-wave grid */
             dim3 g2(static_cast<unsigned>(tu.loop_slices), grid.y);
-            if (pdl) launch_pdl(step_loop_kernel<T>, g2, kThreads, 0, stream, sp);
-            else step_loop_kernel<T><<<g2, kThreads, 0, stream>>>(sp);
+            with_state_type<T>(sp, [&](auto h) {
+                using H = typename decltype(h)::type;
+                if (pdl) launch_pdl(step_loop_kernel<T, H>, g2, kThreads, 0, stream, sp);
+                else step_loop_kernel<T, H><<<g2, kThreads, 0, stream>>>(sp);
+                return 0;
+            });
             return true;
         }
     }
@@ -3930,35 +3952,39 @@ static bool launch_step_vec_t(const step_tune &tu, int S, int R, bool fast, cons
 #endif
     return false;
 }
-/* Blocks an SM step_loop_kernel<T> holds (its registers), asked once a device; 8 when unknown */
-template <typename T> static int step_loop_bpsm() {
+/* Blocks an SM step_loop_kernel<T, H> holds (its registers), asked once a device; 8 when unknown */
+template <typename T, typename H> static int step_loop_bpsm() {
     static volatile int known[64];
     return per_device(known, 8, [](int) {
         int v = 0;
-        return cudaOccupancyMaxActiveBlocksPerMultiprocessor(&v, step_loop_kernel<T>, kThreads, 0) == cudaSuccess ? v : 0;
+        return cudaOccupancyMaxActiveBlocksPerMultiprocessor(&v, step_loop_kernel<T, H>, kThreads, 0) == cudaSuccess ? v : 0;
     });
 }
-/* step_tma_kernel<T, MINB>: blocks an SM (0: not runnable here: its binary predates sm_90 or the
+/* step_tma_kernel<T, H, MINB>: blocks an SM (0: not runnable here: its binary predates sm_90 or the
    device is older), asked once a device */
-template <typename T, int MINB> static int step_tma_bpsm() {
+template <typename T, typename H, int MINB> static int step_tma_bpsm() {
     static volatile int known[64];
     return per_device(known, 0, [](int dev) {
         cudaFuncAttributes fa;
         int major = 0, v = 0;
-        const bool ok = cudaFuncGetAttributes(&fa, step_tma_kernel<T, MINB>) == cudaSuccess && fa.binaryVersion >= 90 &&
+        const bool ok = cudaFuncGetAttributes(&fa, step_tma_kernel<T, H, MINB>) == cudaSuccess && fa.binaryVersion >= 90 &&
                         cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) == cudaSuccess && major >= 9 &&
-                        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&v, step_tma_kernel<T, MINB>, kThreads, 0) == cudaSuccess;
+                        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&v, step_tma_kernel<T, H, MINB>, kThreads, 0) == cudaSuccess;
         return ok ? v : 0;
     });
 }
-static int step_tma_blocks_per_sm(selscan_dtype dt) {
+/* (sp: its hT picks the state type) */
+static int step_tma_blocks_per_sm(selscan_dtype dt, const step_params &sp) {
     return selscan_cuda_detail::with_dtype(dt, [&](auto tag) {
         using T = typename decltype(tag)::type;
-        return step_tma_bpsm<T, SELSCAN_CUDA_STEP_TMA_MINBLOCKS>();
+        return with_state_type<T>(sp, [&](auto h) { return step_tma_bpsm<T, typename decltype(h)::type, SELSCAN_CUDA_STEP_TMA_MINBLOCKS>(); });
     });
 }
-static int step_loop_blocks_per_sm(selscan_dtype dt) {
-    return selscan_cuda_detail::with_dtype(dt, [&](auto tag) { return step_loop_bpsm<typename decltype(tag)::type>(); });
+static int step_loop_blocks_per_sm(selscan_dtype dt, const step_params &sp) {
+    return selscan_cuda_detail::with_dtype(dt, [&](auto tag) {
+        using T = typename decltype(tag)::type;
+        return with_state_type<T>(sp, [&](auto h) { return step_loop_bpsm<T, typename decltype(h)::type>(); });
+    });
 }
 /* 16-byte loads of a B / C row: unit n stride, 16-byte aligned base and row strides */
 static bool step_rows_vec(const selscan__ten &t, bool fixed, size_t es) {
@@ -4025,7 +4051,7 @@ static selscan_status launch_step(const selscan__stp &q, step_tune tu, cudaStrea
         const bool hok = (q.state.s[0] * static_cast<int64_t>(hes)) % 16 == 0 && reinterpret_cast<uintptr_t>(q.state.data) % 16 == 0;
         if (fast && S == 8 && R == 1 && sp.NT == 2 && q.state.s[1] == 16 && hok && tu.tma >= 0 && (tu.tma > 0 || tu.loop == 0) &&
             xok(q.u) && xok(q.delta) && xok(q.z) && (q.dim * static_cast<int64_t>(es)) % 16 == 0 && (q.G == 1 || q.dpg % kTmaCh == 0)) {
-            const int bpsm = step_tma_blocks_per_sm(q.dt);
+            const int bpsm = step_tma_blocks_per_sm(q.dt, sp);
             const int64_t slots = sm_count() * bpsm;
             if (bpsm > 0 && (tu.tma > 0 || q.batch <= 2 * slots / gy)) {
                 int64_t slices = slots / gy;
@@ -4037,7 +4063,7 @@ static selscan_status launch_step(const selscan__stp &q, step_tune tu, cudaStrea
             }
         }
         if (tu.tma_slices == 0 && fast && S == 8 && R == 1 && sp.NT == 2 && tu.loop >= 0) {
-            const int64_t slots = sm_count() * step_loop_blocks_per_sm(q.dt), slices = slots / gy > 1 ? slots / gy : 1;
+            const int64_t slots = sm_count() * step_loop_blocks_per_sm(q.dt, sp), slices = slots / gy > 1 ? slots / gy : 1;
             /* at least two rows a thread in one wave; batch 1 also (measured faster there: 2.21 / 2.24
                us against 2.33 / 2.87, f32 / bf16); step_vec_kernel in between (batch 16 x 5120: 4.40
                against 5.61 us; bench/NOTES.md "CUDA step under graphs") */
