@@ -1082,9 +1082,9 @@ def case_mamba_lm(name):
         return
     hidden, layers, vocab, _, _ = (QUICK_MODELS if ARGS.quick else MODELS)[name]
     integ = selscan_integrations()
-    # selscan-mstate: use_in_mamba_ssm(float32_state=False), the SSM state in the model's dtype
-    names = [n for n in ARGS.backends if n in ("mamba_ssm", "selscan", "selscan-mstate")]
-    for n in ("selscan", "selscan-mstate"):
+    # selscan-f32state: use_in_mamba_ssm(float32_state=True), a float32 SSM state
+    names = [n for n in ARGS.backends if n in ("mamba_ssm", "selscan", "selscan-f32state")]
+    for n in ("selscan", "selscan-f32state"):
         if n in names and (integ is None or not hasattr(integ, "use_in_mamba_ssm")):
             names.remove(n)
             RESULTS["skipped"].append(f"mamba-lm {n}: use_in_mamba_ssm missing")
@@ -1108,7 +1108,7 @@ def case_mamba_lm(name):
     def on(bn):
         ours = bn.startswith("selscan")
         if ours:
-            integ.use_in_mamba_ssm(True, **({"float32_state": False} if bn == "selscan-mstate" else {}))
+            integ.use_in_mamba_ssm(True, **({"float32_state": True} if bn == "selscan-f32state" else {}))
         RESULTS["env"][f"mamba_simple names under {bn}"] = {
             n: fn_name(getattr(ms, n)) if getattr(ms, n, None) is not None else None for n in ms_names}
         try:

@@ -805,6 +805,8 @@ BwdOp() {
 
 inline OptT Opt(const Tensor& t) { return t.defined() ? OptT(t) : OptT(); }
 
+bool CudaChannelsLast();  // below, beside CpuBackend
+
 class ScanFunction : public torch::autograd::Function<ScanFunction> {
  public:
   static torch::autograd::variable_list forward(torch::autograd::AutogradContext* ctx, const Tensor& u,
@@ -854,6 +856,12 @@ class ScanFunction : public torch::autograd::Function<ScanFunction> {
     for (int i = 0; i < 9; i++) any = any || mask[i];
     if (!any) return out;
     if (!dy.defined()) dy = at::zeros_like(u);  // a loss on last_state alone
+    // A dy whose L stride is not 1 (a gradient through a transpose: MambaVision's y) runs the general
+    // CUDA backward on builds without the channels-last kernels; where the saved u and delta have unit
+    // L strides (selective_scan_fn copies them so) a contiguous copy of dy is cheaper (MODELS-v5).
+    if (dy.is_cuda() && !CudaChannelsLast() && dy.dim() == 3 && u.dim() == 3 &&
+        dy.sym_stride(2) != 1 && u.sym_stride(2) == 1 && saved[1].sym_stride(2) == 1)
+      dy = dy.contiguous();
     auto g = BwdOp().call(saved[0], saved[1], saved[2], saved[3], saved[4], Opt(saved[5]), Opt(saved[6]),
                           Opt(saved[7]), Opt(saved[8]), Opt(saved[9]), dy, Opt(dlast), saved[10], softplus, mask);
     for (int i = 0; i < 9; i++)

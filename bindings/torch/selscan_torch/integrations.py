@@ -468,7 +468,7 @@ def _install_mamba_ssm(h):
                    "mamba_ssm.modules.mamba_simple.Mamba.allocate_inference_cache")
 
 
-_MAMBA_SSM_OPTS = {"float32_state": True}  # use_in_mamba_ssm's options, read at each call
+_MAMBA_SSM_OPTS = {"float32_state": False}  # use_in_mamba_ssm's options, read at each call
 
 
 def _f32_ssm_cache(orig):
@@ -487,18 +487,19 @@ def _f32_ssm_cache(orig):
     return allocate_inference_cache
 
 
-def use_in_mamba_ssm(enable=True, *, float32_state=True):
+def use_in_mamba_ssm(enable=True, *, float32_state=False):
     """Make mamba_ssm's Mamba / MambaLMHeadModel run on selscan: no selective_scan_cuda and no
     causal_conv1d needed (mamba_ssm's Python files installed, e.g. with MAMBA_SKIP_CUDA_BUILD=TRUE
     MAMBA_FORCE_BUILD=TRUE pip install --no-deps --no-build-isolation mamba-ssm). Call before or
     after importing mamba_ssm. Returns an Integration handle.
 
-    float32_state: Mamba.allocate_inference_cache (generate's cache) gives a float32 SSM state
-    (default: the recurrence is not rounded to the model's dtype every token); False keeps
-    mamba_ssm's own, in the model's dtype (half the state's memory and traffic). selscan's step
-    updates either in place. A later call with enable=True changes the setting."""
-    if enable:
-        _MAMBA_SSM_OPTS["float32_state"] = bool(float32_state)
+    float32_state: False (default) keeps mamba_ssm's SSM state, in the model's dtype, as mamba_ssm
+    does; True makes Mamba.allocate_inference_cache (generate's cache) give a float32 one (the
+    recurrence is not rounded to the model's dtype every token, at twice the state's memory and
+    traffic: generate(cg=True) 0.94x against 0.98x mamba_ssm's at 130m batch 64, bench/NOTES.md
+    MODELS-v5). selscan's step updates either in place. A later call with enable=True changes the
+    setting; use_in_mamba_ssm(False) restores mamba_ssm and the default."""
+    _MAMBA_SSM_OPTS["float32_state"] = bool(float32_state) if enable else False  # off: the default again
     return _toggle("mamba_ssm", enable, _install_mamba_ssm)
 
 

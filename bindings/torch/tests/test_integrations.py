@@ -244,13 +244,10 @@ def test_mamba_ssm_lm_head_model(device, monkeypatch):
         cfg = MambaConfig(d_model=64, n_layer=2, vocab_size=100, ssm_cfg={"layer": "Mamba1"},
                           pad_vocab_size_multiple=8, **norm)
         model = MambaLMHeadModel(cfg, device=device)
-        # the decode cache's SSM state in float32 (selscan's step updates it in place), the conv state as asked
-        cache = model.allocate_inference_cache(2, 8, dtype=torch.bfloat16)
-        assert {(c.dtype, s.dtype) for c, s in cache.values()} == {(torch.bfloat16, torch.float32)}
-        si.use_in_mamba_ssm(float32_state=False)  # mamba_ssm's own state dtype, the same handle
+        # the decode cache: mamba_ssm's own dtypes by default; float32_state=True: a float32 SSM state
         cache = model.allocate_inference_cache(2, 8, dtype=torch.bfloat16)
         assert {(c.dtype, s.dtype) for c, s in cache.values()} == {(torch.bfloat16, torch.bfloat16)}
-        assert si.use_in_mamba_ssm() is h  # back to float32
+        assert si.use_in_mamba_ssm(float32_state=True) is h  # the same handle, the option changed
         cache = model.allocate_inference_cache(2, 8, dtype=torch.bfloat16)
         assert {(c.dtype, s.dtype) for c, s in cache.values()} == {(torch.bfloat16, torch.float32)}
         ids = torch.randint(0, 100, (2, 20), generator=torch.Generator().manual_seed(1)).to(device)

@@ -586,3 +586,38 @@ def test_cuda_device_mismatch():
     x = make_inputs(bc="var3", device="cuda")
     with pytest.raises(ValueError, match="delta is on cpu"):
         st.selective_scan_fn(x["u"], x["delta"].cpu(), x["A"], x["B"], x["C"])
+
+
+@cuda_only
+def test_cuda_strided_gradient_runs_fast_kernels():
+    """MambaVision's pattern: delta a (b l, d) -> (b, d, l) view, y's gradient a slice of a (b, l, 2 d)
+    tensor (through cat + transpose: L stride 2 dim). Without the channels-last kernels the op copies
+    them to unit L strides: the results are then bitwise those of contiguous operands (the general
+    kernels, which the L-strided operands would otherwise run, round differently)."""
+    batch, dim, L, N = 4, 96, 196, 8
+    g = torch.Generator().manual_seed(11)
+    u = torch.randn(batch, dim, L, generator=g).cuda().bfloat16()
+    delta = (torch.randn(batch * L, dim, generator=g) * 0.5).cuda().bfloat16()
+    B = torch.randn(batch, N, L, generator=g).cuda().bfloat16()
+    C = torch.randn(batch, N, L, generator=g).cuda().bfloat16()
+    A = -(torch.rand(dim, N, generator=g) + 0.3).cuda()
+    D = torch.rand(dim, generator=g).cuda()
+    bias = torch.randn(dim, generator=g).cuda() * 0.2
+    gy = torch.randn(batch, L, 2 * dim, generator=g).cuda().bfloat16()[:, :, :dim].transpose(1, 2)
+
+    def run(strided):
+        ins = [t.detach().clone().requires_grad_() for t in (u, delta, B, C)]
+        dl = ins[1].view(batch, L, dim).transpose(1, 2)
+        y = st.selective_scan_fn(ins[0], dl if strided else dl.contiguous(), A, ins[2], ins[3], D, None, bias, True)
+        y.backward(gy if strided else gy.contiguous())
+        return y, [t.grad for t in ins]
+
+    assert gy.stride(2) != 1
+    y1, g1 = run(True)
+    y2, g2 = run(False)
+    if not st._CUDA_ANY_L_STRIDE:
+        assert torch.equal(y1, y2)
+        for a, b in zip(g1, g2):
+            assert torch.equal(a, b)
+    else:
+        assert rel_err(y1, y2) < 1e-2
