@@ -114,19 +114,25 @@ def test_step_state_other_dtype(device):
     assert torch.equal(o1, o2) and torch.equal(s1, s2.half())
 
 
+def multihead_inputs(device, seed, state_dtype):
+    """Mamba-2 shaped step inputs (batch 2, 4 heads of 3, N 8, 2 groups) in bf16, A float32, the
+    state in state_dtype: state, x, dt, A, B, C, D, dt_bias."""
+    batch, nh, hd, N = 2, 4, 3, 8
+    g = torch.Generator().manual_seed(seed)
+    bf = torch.bfloat16
+    state = torch.randn(batch, nh, hd, N, generator=g).to(state_dtype).to(device)
+    x, dt = (torch.randn(batch, nh, hd, generator=g).to(bf).to(device) for _ in range(2))
+    A = (-(torch.rand(nh, hd, N, generator=g) + 0.5)).to(device)
+    B, C = (torch.randn(batch, 2, N, generator=g).to(bf).to(device) for _ in range(2))
+    D, bias = (torch.randn(nh, hd, generator=g).to(bf).to(device) for _ in range(2))
+    return state, x, dt, A, B, C, D, bias
+
+
 @pytest.mark.parametrize("device", DEVICES)
 def test_step_state_multihead_and_opcheck(device):
     """Mamba-2 shapes with a state in x's dtype (folded as a view, stepped in place); opcheck."""
-    batch, nh, hd, N = 2, 4, 3, 8
-    g = torch.Generator().manual_seed(9)
     bf = torch.bfloat16
-    state = torch.randn(batch, nh, hd, N, generator=g).to(bf).to(device)
-    x = torch.randn(batch, nh, hd, generator=g).to(bf).to(device)
-    dt = torch.randn(batch, nh, hd, generator=g).to(bf).to(device)
-    A = (-(torch.rand(nh, hd, N, generator=g) + 0.5)).to(device)
-    B = torch.randn(batch, 2, N, generator=g).to(bf).to(device)
-    C = torch.randn(batch, 2, N, generator=g).to(bf).to(device)
-    D = torch.randn(nh, hd, generator=g).to(bf).to(device)
+    state, x, dt, A, B, C, D, _ = multihead_inputs(device, 9, bf)
     s1, s2 = state.clone(), state.float()
     o1 = st.selective_state_update(s1, x, dt, A, B, C, D, dt_softplus=True)
     o2 = st.selective_state_update(s2, x, dt, A, B, C, D, dt_softplus=True)
@@ -172,17 +178,7 @@ def test_step_params_other_dtype(device):
 @pytest.mark.parametrize("device", DEVICES)
 def test_step_params_multihead(device):
     """Mamba-2 shapes: D / dt_bias (nheads, hdim) in x's dtype, folded with the heads."""
-    batch, nh, hd, N = 2, 4, 3, 8
-    g = torch.Generator().manual_seed(7)
-    bf = torch.bfloat16
-    state = torch.randn(batch, nh, hd, N, generator=g).to(device)
-    x = torch.randn(batch, nh, hd, generator=g).to(bf).to(device)
-    dt = torch.randn(batch, nh, hd, generator=g).to(bf).to(device)
-    A = (-(torch.rand(nh, hd, N, generator=g) + 0.5)).to(device)
-    B = torch.randn(batch, 2, N, generator=g).to(bf).to(device)
-    C = torch.randn(batch, 2, N, generator=g).to(bf).to(device)
-    D = torch.randn(nh, hd, generator=g).to(bf).to(device)
-    bias = torch.randn(nh, hd, generator=g).to(bf).to(device)
+    state, x, dt, A, B, C, D, bias = multihead_inputs(device, 7, torch.float32)
     s1, s2 = state.clone(), state.clone()
     o1 = st.selective_state_update(s1, x, dt, A, B, C, D, dt_bias=bias, dt_softplus=True)
     o2 = st.selective_state_update(s2, x, dt, A, B, C, D.float(), dt_bias=bias.float(), dt_softplus=True)
