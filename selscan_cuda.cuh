@@ -343,6 +343,10 @@ template <> __device__ __forceinline__ void st<h16>(void *p, int64_t i, float v,
 }
 
 static __device__ __forceinline__ float ldf(const ct &t, int64_t i) { return static_cast<const float *>(t.p)[i]; }
+/* a value of T as float (no implicit conversion: PyTorch builds define __CUDA_NO_HALF_CONVERSIONS__) */
+static __device__ __forceinline__ float to_float(float v) { return v; }
+static __device__ __forceinline__ float to_float(__half v) { return __half2float(v); }
+static __device__ __forceinline__ float to_float(__nv_bfloat16 v) { return __bfloat162float(v); }
 /* A decode step's parameter (D, delta_bias; the conv step's weight, bias): T where pT
    (SELSCAN_STEP_D_T, _DELTA_BIAS_T / SELSCAN_CONV_PARAMS_T; uniform over the grid), f32 otherwise. Loaded
    once a thread: the branch costs nothing measurable. */
@@ -4717,10 +4721,11 @@ static __global__ void __launch_bounds__(256) conv_dinit_kernel(const conv_param
     st<T>(P.dh0.p, s * P.dh0.s[0] + d * P.dh0.s[1] + j * P.dh0.s[2], v);
 }
 
-/* The update: one thread a (batch row, channel); y of every token from a window of the state's
-   last H entries and the tokens, then the state rolled left by the token count in one ascending
-   pass (entry i takes entry i + L of [state, x]: read before it is written). */
-template <typename T>
+/* The update: one thread a (batch row, channel), W a template parameter (the window, taps and
+   the state's last H entries in registers, no local memory); y of every token from a window of
+   the state's last H entries and the tokens, then the state rolled left by the token count
+   (entry i takes entry i + L of [state, x]). */
+template <typename T, int W>
 static __global__ void __launch_bounds__(kThreads) conv_step_kernel(const conv_params P) {
     const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
     if (i >= P.batch * P.dim) return;
@@ -4729,26 +4734,40 @@ static __global__ void __launch_bounds__(kThreads) conv_step_kernel(const conv_p
         for (int64_t l = 0; l < L; l++) st<T>(P.y.p, b * P.y.s[0] + d * P.y.s[1] + l * P.y.s[2], 0.0f);
         return;
     }
-    const int H = P.W - 1;
+    constexpr int H = W - 1;
     T *sp = static_cast<T *>(P.state.p) + row * P.state.s[0] + d * P.state.s[1];
     const T *xp = static_cast<const T *>(P.x.p) + b * P.x.s[0] + d * P.x.s[1];
     const int64_t ss = P.state.s[2], xs = P.x.s[2];
-    float w[SELSCAN_CONV_MAX_WIDTH], win[SELSCAN_CONV_MAX_WIDTH];
-    for (int k = 0; k < SELSCAN_CONV_MAX_WIDTH; k++) w[k] = k < P.W ? ldp<T>(P.w.p, d * P.w.s[0] + k * P.w.s[1], P.prmT) : 0.0f;
+    float w[W], win[W];
+    T last[H]; /* the state's last H entries as stored (the roll rewrites them) */
+#pragma unroll
+    for (int k = 0; k < W; k++) w[k] = ldp<T>(P.w.p, d * P.w.s[0] + k * P.w.s[1], P.prmT);
     const float bias = P.bias.p ? ldp<T>(P.bias.p, d * P.bias.s[0], P.prmT) : 0.0f;
-    for (int k = 0; k < H; k++) win[k] = ld<T>(static_cast<const void *>(sp), (S - H + k) * ss); /* void *: see conv_final_kernel */
+#pragma unroll
+    for (int k = 0; k < H; k++) {
+        last[k] = sp[(S - H + k) * ss];
+        win[k] = to_float(last[k]);
+    }
     for (int64_t l = 0; l < L; l++) {
         float acc = bias;
-        win[H] = ld<T>(static_cast<const void *>(xp), l * xs);
+        win[H] = ld<T>(static_cast<const void *>(xp), l * xs); /* void *: see conv_final_kernel */
+#pragma unroll
         for (int k = 0; k <= H; k++) acc = fmaf(w[k], win[k], acc);
         if (P.silu) acc *= sigm(acc);
         st<T>(P.y.p, b * P.y.s[0] + d * P.y.s[1] + l * P.y.s[2], acc);
+#pragma unroll
         for (int k = 0; k < H; k++) win[k] = win[k + 1];
     }
-    for (int64_t j = 0; j < S; j++) {
-        const int64_t src = j + L;
-        sp[j * ss] = src < S ? sp[src * ss] : xp[(src - S) * xs];
-    }
+    /* the state rolled left by L: entry j takes entry j + L of [state, x], in three runs: entries
+       read ahead of their rewrite (j + L < S - H), the old last H from registers, the tokens. A
+       load then store an entry made the roll a chain of dependent round trips (the compiler cannot
+       tell the addresses apart); decode's usual S = W, L = 1 is now W stores and no load. */
+    const int64_t j1 = S - H - L; /* [0, j1): from the state; [j1, S - L): from last; [S - L, S): x */
+    for (int64_t j = 0; j < j1; j++) sp[j * ss] = sp[(j + L) * ss];
+#pragma unroll
+    for (int k = 0; k < H; k++)
+        if (j1 + k >= 0) sp[(j1 + k) * ss] = last[k];
+    for (int64_t j = S - L < 0 ? 0 : S - L; j < S; j++) sp[j * ss] = xp[(j + L - S) * xs];
 }
 
 /* ---- host side ---- */
@@ -4933,7 +4952,8 @@ static selscan_status conv_step(const selscan_conv_step_problem *s, const selsca
     P.idx = q.idx;
     P.state = mk(q.state); P.x = mk(q.x); P.w = mk(q.w); P.bias = mk(q.bias); P.y = mk(q.y);
     selscan_cuda_detail::with_dtype(q.dt, [&](auto tag) {
-        conv_step_kernel<typename decltype(tag)::type><<<static_cast<unsigned>(grid), kThreads, 0, stream>>>(P);
+        using T = typename decltype(tag)::type;
+        conv_with_width(P.W, [&](auto wc) { conv_step_kernel<T, decltype(wc)::value><<<static_cast<unsigned>(grid), kThreads, 0, stream>>>(P); });
     });
     SELSCAN__LAUNCHED();
     return SELSCAN_OK;

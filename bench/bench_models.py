@@ -1204,7 +1204,7 @@ def environment(tf):
             log(f"WARNING use_in_transformers() left {same} as resolved at import")
     for k in ("device", "torch", "transformers", "mamba_ssm", "causal_conv1d", "selscan_torch", "selscan_torch_cuda_kernels",
               "selscan_torch_path", "mambavision"):
-        log(f"env {k}: {env[k]}")
+        log(f"env {k}: {env.get(k, '(not importable)')}")
     if tf:
         for n, r in tf.resolved.items():
             log(f"env transformers {n} -> {r}")
