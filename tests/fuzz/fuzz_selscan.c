@@ -454,7 +454,9 @@ static void fz_decode(fz_rd *r, fz_case *c) {
         fz_ten *t = c->t;
         if (c->kind == 2) { /* step: (batch, dim) operands; state (ncache, dim, N) */
             c->ncache = fz_below(r, 3) ? 0 : fz_size(r, c->huge, 6);
-            fz_ten_set(&t[T_STATE], T_STATE, 3, c->ncache ? c->ncache : c->batch, c->dim, c->N, 1, SELSCAN_F32, 1);
+            /* the state in T with SELSCAN_STEP_STATE_T (D / delta_bias: below) */
+            fz_ten_set(&t[T_STATE], T_STATE, 3, c->ncache ? c->ncache : c->batch, c->dim, c->N, 1,
+                       (c->flags & SELSCAN_STEP_STATE_T) ? dt : SELSCAN_F32, 1);
             fz_ten_set(&t[T_U], T_U, 2, c->batch, c->dim, 1, 1, dt, 0);
             fz_ten_set(&t[T_DELTA], T_DELTA, 2, c->batch, c->dim, 1, 1, dt, 0);
             fz_ten_set(&t[T_Z], T_Z, 2, c->batch, c->dim, 1, 1, dt, 0);
@@ -508,8 +510,9 @@ static void fz_decode(fz_rd *r, fz_case *c) {
             }
         }
         fz_ten_set(&t[T_A], T_A, 2, c->dim, c->N, 1, 1, SELSCAN_F32, 0);
-        fz_ten_set(&t[T_D], T_D, 1, c->dim, 1, 1, 1, SELSCAN_F32, 0);
-        fz_ten_set(&t[T_BIAS], T_BIAS, 1, c->dim, 1, 1, 1, SELSCAN_F32, 0);
+        /* the step's D / delta_bias in T with SELSCAN_STEP_D_T / SELSCAN_STEP_DELTA_BIAS_T (the scan refuses those flags) */
+        fz_ten_set(&t[T_D], T_D, 1, c->dim, 1, 1, 1, c->kind == 2 && (c->flags & SELSCAN_STEP_D_T) ? dt : SELSCAN_F32, 0);
+        fz_ten_set(&t[T_BIAS], T_BIAS, 1, c->dim, 1, 1, 1, c->kind == 2 && (c->flags & SELSCAN_STEP_DELTA_BIAS_T) ? dt : SELSCAN_F32, 0);
         t[T_U].present = t[T_DELTA].present = t[T_A].present = t[T_B].present = t[T_C].present = 1;
         t[T_Y].present = fz_below(r, 32) != 0;
         t[T_D].present = fz_below(r, 2);
@@ -868,8 +871,8 @@ static void fz_stepcase(fz_rd *r, fz_case *c) {
             if (used || t->alias_of >= 0) continue;
             for (d = 0; d < c->dim; d++)
                 for (n = 0; n < c->N; n++) {
-                    const int64_t o = (row * t->rs[0] + d * t->rs[1] + n * t->rs[2]) * 4;
-                    FZ_CHECK(!memcmp(t->data[0] + o, t->snap + t->misalign + o, 4), "unreferenced state row written");
+                    const int64_t o = (row * t->rs[0] + d * t->rs[1] + n * t->rs[2]) * t->dsz;
+                    FZ_CHECK(!memcmp(t->data[0] + o, t->snap + t->misalign + o, (size_t)t->dsz), "unreferenced state row written");
                 }
         }
     }
@@ -880,7 +883,7 @@ static void fz_stepcase(fz_rd *r, fz_case *c) {
         FZ_CHECK(st == SELSCAN_OK, "step_ref refused what the fast step accepted");
         if (fz_numeric(c)) {
             fz_compare(c, T_Y, 0, 1, c->dtype == SELSCAN_F32 ? 1e-4 : 3e-2);
-            fz_compare(c, T_STATE, 0, 1, 1e-4);
+            fz_compare(c, T_STATE, 0, 1, c->t[T_STATE].dtype == SELSCAN_F32 ? 1e-4 : 3e-2); /* T: one rounding apart */
         }
     }
 }
