@@ -126,7 +126,8 @@ def parse_args():
     ap.add_argument("--gen-batches", default=None, help="default 1,16,64 (quick: 1,3)")
     ap.add_argument("--prompt-len", type=int, default=None, help="default 128 (quick: 12)")
     ap.add_argument("--new-tokens", type=int, default=None, help="default 64 (quick: 6)")
-    ap.add_argument("--gen-reps", type=int, default=2, help="timed generate calls per backend and batch")
+    ap.add_argument("--gen-reps", type=int, default=5,
+                    help="timed generate calls per backend and batch (batch 1 scatters +-10 %% with 2)")
     ap.add_argument("--train-iters", type=int, default=None, help="timed steps per backend (default 10, quick 2)")
     ap.add_argument("--warmup", type=int, default=2)
     ap.add_argument("--torch-train-len", type=int, default=256, help="L of the training case that times torch")
