@@ -425,6 +425,7 @@ static void fz_decode(fz_rd *r, fz_case *c) {
     if (fz_below(r, 64) == 0) c->dtype = fz_below(r, 2) ? 3 : -1;
     c->flags = fz_u8(r) & 7u;
     if (fz_below(r, 64) == 0) c->flags |= 8u << fz_below(r, 4);
+    else if (c->kind == 2 && fz_below(r, 4) == 0) c->flags |= (fz_u8(r) & 7u) << 3; /* the step's D_T / STATE_T / DELTA_BIAS_T together */
     c->batch = fz_size(r, c->huge, 3);
     c->dim = fz_size(r, c->huge, 40);
     c->L = fz_size(r, c->huge, 90);
