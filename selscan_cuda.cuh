@@ -4724,12 +4724,14 @@ static __global__ void __launch_bounds__(256) conv_dinit_kernel(const conv_param
 /* The update: one thread a (batch row, channel), W a template parameter (the window, taps and
    the state's last H entries in registers, no local memory); y of every token from a window of
    the state's last H entries and the tokens, then the state rolled left by the token count
-   (entry i takes entry i + L of [state, x]). */
+   (entry i takes entry i + L of [state, x]). Grid: channel blocks on x, batch rows on y (rows
+   blockIdx.y, + gridDim.y, ...): no 64-bit division a thread (a flat index split by dim cost
+   ~0.4 us a call against causal_conv1d's update in a decode graph, bench/NOTES.md CONV-CUDA-v6).
+   Launched with programmatic dependent launch: its blocks are resident while the kernel before
+   (in_proj's GEMM in decode) drains; every read waits for it (pdl_wait). */
 template <typename T, int W>
-static __global__ void __launch_bounds__(kThreads) conv_step_kernel(const conv_params P) {
-    const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-    if (i >= P.batch * P.dim) return;
-    const int64_t b = i / P.dim, d = i % P.dim, row = P.idx ? P.idx[b] : b, L = P.L, S = P.S;
+static __device__ __forceinline__ void conv_step_row(const conv_params &P, int64_t b, int64_t d) {
+    const int64_t row = P.idx ? P.idx[b] : b, L = P.L, S = P.S;
     if (row < 0 || row >= P.ncache) { /* padding: y = 0, no state touched */
         for (int64_t l = 0; l < L; l++) st<T>(P.y.p, b * P.y.s[0] + d * P.y.s[1] + l * P.y.s[2], 0.0f);
         return;
@@ -4768,6 +4770,14 @@ static __global__ void __launch_bounds__(kThreads) conv_step_kernel(const conv_p
     for (int k = 0; k < H; k++)
         if (j1 + k >= 0) sp[(j1 + k) * ss] = last[k];
     for (int64_t j = S - L < 0 ? 0 : S - L; j < S; j++) sp[j * ss] = xp[(j + L - S) * xs];
+}
+template <typename T, int W>
+static __global__ void __launch_bounds__(kThreads) conv_step_kernel(const conv_params P) {
+    pdl_wait();
+    pdl_launch_dependents();
+    const int64_t d = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+    if (d >= P.dim) return;
+    for (int64_t b = blockIdx.y; b < P.batch; b += gridDim.y) conv_step_row<T, W>(P, b, d);
 }
 
 /* ---- host side ---- */
@@ -4938,14 +4948,14 @@ static selscan_status conv_backward(const selscan_conv_problem *p, const selscan
     return SELSCAN_OK;
 }
 
-static selscan_status conv_step(const selscan_conv_step_problem *s, const selscan_cuda_ext *x, cudaStream_t stream) {
+static selscan_status conv_step(const selscan_conv_step_problem *s, const selscan_cuda_ext *x, cudaStream_t stream, bool pdl = true) {
     selscan__cstp q;
     conv_params P;
     cudaError_t *err = x ? x->cuda_error : NULL;
     selscan_status st = selscan__conv_validate_step_ex(s, &q, 0);
     if (st != SELSCAN_OK) return st;
-    const int64_t grid = cdiv(q.batch * q.dim, kThreads); /* batch * dim: checked by the validation */
-    if (grid > kMaxGrid) return fail_grid(s->diag);
+    const int64_t gx = cdiv(q.dim, kThreads), gy = q.batch < 65535 ? q.batch : 65535; /* rows beyond: a loop */
+    if (gx > kMaxGrid) return fail_grid(s->diag);
     memset(&P, 0, sizeof P);
     P.batch = q.batch; P.dim = q.dim; P.L = q.L; P.S = q.S; P.ncache = q.ncache; P.W = static_cast<int>(q.W); P.silu = q.silu;
     P.prmT = q.wT; /* (= q.biasT: one flag) */
@@ -4953,7 +4963,11 @@ static selscan_status conv_step(const selscan_conv_step_problem *s, const selsca
     P.state = mk(q.state); P.x = mk(q.x); P.w = mk(q.w); P.bias = mk(q.bias); P.y = mk(q.y);
     selscan_cuda_detail::with_dtype(q.dt, [&](auto tag) {
         using T = typename decltype(tag)::type;
-        conv_with_width(P.W, [&](auto wc) { conv_step_kernel<T, decltype(wc)::value><<<static_cast<unsigned>(grid), kThreads, 0, stream>>>(P); });
+        conv_with_width(P.W, [&](auto wc) {
+            const dim3 grid(static_cast<unsigned>(gx), static_cast<unsigned>(gy));
+            if (pdl) launch_pdl(conv_step_kernel<T, decltype(wc)::value>, grid, kThreads, 0, stream, P);
+            else conv_step_kernel<T, decltype(wc)::value><<<grid, kThreads, 0, stream>>>(P);
+        });
     });
     SELSCAN__LAUNCHED();
     return SELSCAN_OK;
@@ -5000,6 +5014,11 @@ static SELSCAN__MAYBE_UNUSED selscan_status selscan__step_cuda_tuned(const selsc
 static SELSCAN__MAYBE_UNUSED selscan_status selscan__conv_forward_cuda_tuned(const selscan_conv_problem *p, const selscan_cuda_ext *x,
                                                                              cudaStream_t stream, int rows) {
     return selscan_cuda_detail::conv_forward(p, x, stream, rows);
+}
+/* The conv step launched without programmatic dependent launch (pdl false), for tuning. */
+static SELSCAN__MAYBE_UNUSED selscan_status selscan__conv_step_cuda_tuned(const selscan_conv_step_problem *s, const selscan_cuda_ext *x,
+                                                                          cudaStream_t stream, bool pdl) {
+    return selscan_cuda_detail::conv_step(s, x, stream, pdl);
 }
 static SELSCAN__MAYBE_UNUSED selscan_status selscan__conv_backward_cuda_tuned(const selscan_conv_problem *p, const selscan_conv_grads *g,
                                                                               const selscan_cuda_ext *x, void *workspace, size_t bytes,

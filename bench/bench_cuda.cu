@@ -11,7 +11,7 @@
  * framework op runs it) and, in a second column, without (it then recomputes the checkpoint).
  * mamba: state-spaces/mamba selective_scan_cuda on an H200 (measured side by side on an H200, 2026-11-24).
  *
- * Usage: bench_cuda [--graphs] [case-name-substring | step | prefill | conv] [f32|bf16] ("step": only the decode
+ * Usage: bench_cuda [--graphs] [case-name-substring | step | decode | prefill | conv] [f32|bf16] ("step": only the decode
  * step's table; "conv": only the causal conv1d's, bench_conv). --graphs: the decode step and the short-prefill forward timed under CUDA graph replay
  * (kernel time as a serving loop sees it; see bench_step_graphs), with the copy floors of the same run;
  * SELSCAN_BENCH_STEP_SWEEP=1 adds every step kernel shape (states a thread, rows a block) to that table,
@@ -420,6 +420,76 @@ static void bench_step_graphs(GraphTimer &gt, double bw, const char *only_dt, bo
     }
 }
 
+/* The decode kernels as a model's graph runs them: each call after a plain kernel (a small
+   read-modify-write of batch x dim floats, as in_proj's / dt_proj's GEMM before the conv / the step:
+   no programmatic trigger), NG layers a graph, NG distinct states. us a call = (pred + call) - pred,
+   median of 11 replays. Step: bf16, the state in bf16 (SELSCAN_STEP_STATE_T, mamba_ssm's cache),
+   each kernel choice with programmatic dependent launch (pdl) and without; conv step: bf16, W 4,
+   silu, bias, pdl and without. (Back-to-back calls of one kernel, bench_step_graphs, overlap each
+   other's launch through pdl: a model's graph never does.) */
+static void bench_decode_model(GraphTimer &gt) {
+    static const int64_t shapes[][2] = {{1, 1536}, {16, 1536}, {64, 1536}, {1, 4096}, {16, 4096}, {64, 4096}};
+    /* S, R, fast, minb, loop, tma (selscan__step_cuda_tuned) */
+    static const int vs[][6] = {{0, 0, 0, 0, 0, 0}, {0, 0, 0, 0, 1, -1}, {0, 0, 0, 0, -1, -1}, {0, 0, 0, 0, 0, 1}};
+    printf("\ndecode kernels after a plain kernel (a model's graph), bf16, N 16, %d layers a graph: us a call (pdl / no pdl)\n", NG);
+    printf("%-12s | %7s | %13s %13s %13s %13s | %13s\n", "batch,dim", "pred", "step auto", "step loop", "step vec", "step tma", "conv W4");
+    for (const auto &sh : shapes) {
+        const int64_t B = sh[0], Dm = sh[1], N = 16, BD = B * Dm;
+        std::vector<void *> st(NG), cs(NG);
+        for (int k = 0; k < NG; k++) {
+            st[k] = dalloc(static_cast<size_t>(BD * N) * 2); dfill(st[k], BD * N, true, -1, 1, 300 + k);
+            cs[k] = dalloc(static_cast<size_t>(BD * 4) * 2); dfill(cs[k], BD * 4, true, -1, 1, 400 + k);
+        }
+        float4 *pb = static_cast<float4 *>(dalloc(static_cast<size_t>(BD) * 4));
+        CU(cudaMemset(pb, 0, static_cast<size_t>(BD) * 4));
+        const int64_t n4 = BD / 4;
+        auto pred = [&] {
+            rmw_kernel<<<static_cast<unsigned>((n4 + 255) / 256), 256, 0, gt.stream>>>(pb, n4);
+            CU(cudaGetLastError());
+        };
+        StepInputs in(B, Dm, N, true);
+        selscan_step_problem s = in.s;
+        s.flags |= SELSCAN_STEP_STATE_T;
+        const float tp = gt.time([&] { for (int i = 0; i < NG; i++) pred(); });
+        char name[32];
+        snprintf(name, sizeof name, "%lld,%lld", (long long)B, (long long)Dm);
+        printf("%-12s | %7.2f |", name, tp);
+        for (const auto &v : vs) {
+            float t[2];
+            for (int pdl = 0; pdl < 2; pdl++)
+                t[pdl] = gt.time([&] {
+                    for (int i = 0; i < NG; i++) {
+                        pred();
+                        s.state.data = st[i];
+                        OK(selscan__step_cuda_tuned(&s, NULL, gt.stream, v[0], v[1], pdl ? -1 : 0, v[2], v[3], v[4], v[5]));
+                    }
+                }) - tp;
+            printf(" %6.2f/%6.2f", t[1], t[0]);
+        }
+        void *w = dalloc(static_cast<size_t>(Dm) * 4 * 4), *cb = dalloc(static_cast<size_t>(Dm) * 4);
+        dfill(w, Dm * 4, false, -0.5f, 0.5f, 7);
+        dfill(cb, Dm, false, -0.5f, 0.5f, 8);
+        selscan_conv_step_problem c;
+        memset(&c, 0, sizeof c);
+        c.batch = B; c.dim = Dm; c.width = 4; c.state_len = 4; c.dtype = SELSCAN_BF16; c.flags = SELSCAN_CONV_SILU;
+        c.x.data = in.s.u.data; c.weight.data = w; c.bias.data = cb; c.y.data = in.s.y.data;
+        float tc[2];
+        for (int pdl = 0; pdl < 2; pdl++)
+            tc[pdl] = gt.time([&] {
+                for (int i = 0; i < NG; i++) {
+                    pred();
+                    c.state.data = cs[i];
+                    OK(selscan__conv_step_cuda_tuned(&c, NULL, gt.stream, pdl != 0));
+                }
+            }) - tp;
+        printf(" | %6.2f/%6.2f\n", tc[1], tc[0]);
+        fflush(stdout);
+        cudaFree(w); cudaFree(cb); cudaFree(pb);
+        for (void *q : st) cudaFree(q);
+        for (void *q : cs) cudaFree(q);
+    }
+}
+
 /* Short prefill forward under graphs: batch 1 (and lm-prefill), z, D, delta_bias, softplus, h_last
    written (what a decode loop needs next), no checkpoint; inputs rotate over sets as in the
    eager table. Also the eager figure of the same call for reference (20 queued calls between
@@ -660,6 +730,7 @@ int main(int argc, char **argv) {
         gt.flush = dalloc(gt.flush_bytes);
         const bool sweep = getenv("SELSCAN_BENCH_STEP_SWEEP") && atoi(getenv("SELSCAN_BENCH_STEP_SWEEP"));
         if (!only || strstr("step", only)) bench_step_graphs(gt, bw, only_dt, sweep);
+        if (!only || strstr("decode", only)) bench_decode_model(gt);
         if (!only || strstr("prefill", only)) bench_prefill_graphs(gt, bw, ex2rate, only_dt);
         cudaFree(gt.flush);
         return 0;

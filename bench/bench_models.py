@@ -34,7 +34,12 @@ Cases (--cases):
   mambavision NVlabs MambaVision-T training step, batch --mv-batch, 224x224, bf16 autocast, fwd + bwd
               of cross entropy (drop_path 0), plus its fp32 loss vs mamba_ssm's
   mamba-lm    mamba_ssm's MambaLMHeadModel (bf16) greedy generate(cg=True), its own kernels against
-              use_in_mamba_ssm(), batch --gen-batches
+              use_in_mamba_ssm(), batch --gen-batches; then its captured decode step replayed alone
+              (--ops-reps tokens, median of 5: no host work between tokens, the stabler figure)
+  ops         (optional) a layer's two decode kernels alone at each model's shape in mamba_ssm's
+              Mamba.step layout: conv update, step, and the pair (every combination of ours and the
+              peers'), each captured once per layer in one CUDA graph; us a layer, beside a 1-element
+              add (the graph's per-kernel floor)
   block       (optional) the fused block alone: mamba_inner_fn forward + backward at each model's layer
               shape (xz = in_proj(h).transpose(1, 2) under bf16 autocast, as transformers calls it),
               each backend's function; time and the memory the block adds (kept for the backward)
@@ -130,6 +135,7 @@ def parse_args():
                     help="timed generate calls per backend and batch (batch 1 scatters +-10 %% with 2)")
     ap.add_argument("--train-iters", type=int, default=None, help="timed steps per backend (default 10, quick 2)")
     ap.add_argument("--warmup", type=int, default=2)
+    ap.add_argument("--ops-reps", type=int, default=50, help="graph replays a timing in the ops case")
     ap.add_argument("--torch-train-len", type=int, default=256, help="L of the training case that times torch")
     ap.add_argument("--torch-gen-max-layers", type=int, default=30,
                     help="torch backend in prefill / generation only for models with at most this many layers")
@@ -1120,7 +1126,7 @@ def case_mamba_lm(name):
 
     for batch in ARGS.gen_batches:
         ids = token_batch(vocab, batch, P, seed=4 + batch)
-        res = {}
+        res, steps = {}, {}
         for bn in names:
             try:
                 with on(bn), torch.no_grad():
@@ -1132,6 +1138,15 @@ def case_mamba_lm(name):
                         t, seq = time_call(gen)
                         ts.append(t)
                     res[bn] = (statistics.median(ts), seq, t_cap)
+                    # its captured decode step alone (input copies, graph replay, logits clone), the
+                    # stabler figure: no host work between tokens
+                    run = getattr(model._decoding_cache, "callables", {}).get((batch, 1))
+                    if run is not None:
+                        nid, pos = ids[:, -1:], torch.full((batch, 1), P, dtype=torch.long, device=ids.device)
+                        with torch.inference_mode():  # generate's cache tensors are inference tensors
+                            st = sorted(time_call(lambda: [run(nid, pos, P) for _ in range(ARGS.ops_reps)])[0]
+                                        for _ in range(5))
+                        steps[bn] = 1e3 * st[2] / ARGS.ops_reps
             except Exception as e:  # noqa: BLE001
                 backend_failed(f"mamba-lm {name} b{batch}", bn, e)
             finally:
@@ -1142,7 +1157,113 @@ def case_mamba_lm(name):
             row(f"mamba_ssm generate(cg=True) {name} bf16 b{batch} ({P}+{T})", bn, batch * T / t, "tok/s",
                 ms_per_token=round(1e3 * t / T, 3), first_call_s=round(t_cap, 2),
                 same_ids_as_mamba=same_prefix(seq, ref), kind="rate")
+        for bn, ms in steps.items():
+            row(f"mamba_ssm decode step, its CUDA graph {name} bf16 b{batch}", bn, ms, "ms", kind="time")
     del model
+
+
+# ------------------------------------------------------------------------------------------------
+# >>ops: a layer's two decode kernels alone, in a CUDA graph (where decode's per-layer gap sits)
+# ------------------------------------------------------------------------------------------------
+def peer_decode_ops():
+    """mamba_ssm's Triton selective_state_update and causal_conv1d's update, or (None, None)."""
+    try:
+        from mamba_ssm.ops.triton.selective_state_update import selective_state_update as ssu
+    except Exception:  # noqa: BLE001
+        ssu = None
+    try:
+        from causal_conv1d import causal_conv1d_update as ccu
+    except Exception:  # noqa: BLE001
+        ccu = None
+    return ssu, ccu
+
+
+@guarded("ops")
+def case_ops(name):
+    """mamba_ssm's Mamba.step operands (bf16 model: x / z halves of in_proj's (batch, 2 d_inner)
+    output, B / C columns of x_proj's output, dt from F.linear, D float32, dt_proj.bias and both
+    states bf16), one state pair per layer; each op captured once per layer in one CUDA graph,
+    replayed (--ops-reps times, median of 5 timings): us a call, our conv update / step against
+    causal_conv1d's / mamba_ssm's, the layer's pair in every combination, and a 1-element add as
+    the graph's per-kernel floor."""
+    if ARGS.device.type != "cuda":
+        RESULTS["skipped"].append("ops: needs a GPU (CUDA graphs)")
+        return
+    integ = selscan_integrations()
+    if integ is None:
+        return
+    import selscan_torch
+    ssu, ccu = peer_decode_ops()
+    hidden, layers, _, _, _ = (QUICK_MODELS if ARGS.quick else MODELS)[name]
+    Dn, n, W = 2 * hidden, 16, 4
+    R = math.ceil(hidden / 16)
+    dev, bf = ARGS.device, torch.bfloat16
+    alog_ok = "A_is_log" in inspect.signature(selscan_torch.selective_state_update).parameters
+    for batch in ARGS.gen_batches:
+        g = torch.Generator(device=dev).manual_seed(batch)
+        rn = lambda *s, dtype=bf: torch.randn(*s, device=dev, generator=g).to(dtype)  # noqa: E731
+        L = []
+        for _ in range(layers):
+            xz = rn(batch, 2 * Dn)
+            xdb = rn(batch, R + 2 * n)
+            L.append(dict(x=xz[:, :Dn], z=xz[:, Dn:], B=xdb[:, R:R + n], C=xdb[:, R + n:], dt=rn(batch, Dn) * 0.5,
+                          cs=rn(batch, Dn, W), ss=rn(batch, Dn, n) * 0.1, w=rn(Dn, W) * 0.5, cb=rn(Dn),
+                          Alog=torch.log(torch.arange(1, n + 1, device=dev, dtype=torch.float32)).repeat(Dn, 1),
+                          Dp=torch.ones(Dn, device=dev), db=rn(Dn) - 4.0))
+        for l in L:
+            l["A"] = -torch.exp(l["Alog"])
+        conv = {"selscan": lambda l, x: integ.causal_conv1d_update(x, l["cs"], l["w"], l["cb"], "silu")}
+        step = {"selscan": lambda l, x: integ.selective_state_update(l["ss"], x, l["dt"], l["A"], l["B"], l["C"], l["Dp"],
+                                                                     z=l["z"], dt_bias=l["db"], dt_softplus=True)}
+        if alog_ok:
+            step["selscan-alog"] = lambda l, x: selscan_torch.selective_state_update(
+                l["ss"], x, l["dt"], l["Alog"], l["B"], l["C"], l["Dp"], z=l["z"], dt_bias=l["db"], dt_softplus=True,
+                A_is_log=True)
+        if ccu is not None:
+            conv["mamba_ssm"] = lambda l, x: ccu(x, l["cs"], l["w"], l["cb"], "silu")
+        if ssu is not None:
+            step["mamba_ssm"] = lambda l, x: ssu(l["ss"], x, l["dt"], l["A"], l["B"], l["C"], l["Dp"], z=l["z"],
+                                                 dt_bias=l["db"], dt_softplus=True)
+        one = torch.zeros(1, device=dev)
+        cases = {"floor (1-element add)": {"floor": lambda l: one.add_(1.0)}}
+        cases["conv update"] = {k: (lambda f: lambda l: f(l, l["x"]))(f) for k, f in conv.items()}
+        cases["step"] = {k: (lambda f: lambda l: f(l, l["x"]))(f) for k, f in step.items()}
+        cases["conv -> step"] = {}
+        for ck, cf in conv.items():
+            for sk, sf in step.items():
+                cases["conv -> step"][f"{ck}+{sk}" if ck != sk else ck] = (lambda cf, sf: lambda l: sf(l, cf(l, l["x"])))(cf, sf)
+        for cname, fns in cases.items():
+            for bn, f in fns.items():
+                try:
+                    us = graph_us(lambda: [f(l) for l in L], layers)
+                except Exception as e:  # noqa: BLE001
+                    backend_failed(f"ops {cname} {name} b{batch}", bn, e)
+                    continue
+                row(f"decode op {cname} {name} bf16 b{batch}", bn, us, "us/layer", kind="time")
+        del L
+        gc.collect()
+
+
+def graph_us(enqueue, per):
+    """us per item of enqueue() (per items) captured in one CUDA graph: median of 5 timings of
+    --ops-reps replays each (warm-up replays first)."""
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        for _ in range(2):
+            enqueue()
+    torch.cuda.current_stream().wait_stream(s)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        enqueue()
+    for _ in range(3):
+        graph.replay()
+    ts = []
+    for _ in range(5):
+        t, _ = time_call(lambda: [graph.replay() for _ in range(ARGS.ops_reps)])
+        ts.append(t)
+    del graph
+    return 1e6 * statistics.median(ts) / (ARGS.ops_reps * per)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -1294,6 +1415,8 @@ def main():
             case_inference(tf, m)
         if "mamba-lm" in ARGS.cases:
             case_mamba_lm(m)
+        if "ops" in ARGS.cases:
+            case_ops(m)
     RESULTS["env"]["total_s"] = round(elapsed(), 1)
     save()
     md = table()
