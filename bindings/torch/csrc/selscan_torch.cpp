@@ -409,7 +409,8 @@ void CheckOffsetsValues(const OptT& cu, int64_t L, const char* where) {
 // copy is cheaper: MambaVision-T's 6 layers' backward ran 1.03 ms on the general kernels (+ local
 // pass) against 0.47 ms fast (bench/NOTES.md MODELS-v5). The forward copies u, delta, z, B, C
 // (ForwardAutograd's copies are what autograd saves, so the backward has them too), the backward
-// dy. (sym_ sizes and strides: AOTAutograd runs the autograd kernel on symbolic fake tensors.)
+// dy; y is then contiguous, like the u copy (the fake kernel mirrors that: __init__.py _fwd_y_like).
+// (sym_ sizes and strides: AOTAutograd runs the autograd kernel on symbolic fake tensors.)
 
 bool CudaChannelsLast();  // below, beside CpuBackend
 

@@ -49,6 +49,19 @@ def has_cuda_kernels():
 # dispatcher then picks this kernel) is refused naming it, never answered with uninitialised memory.
 
 
+_CUDA_CHANNELS_LAST = bool(_ops.cuda_channels_last())
+
+
+def _fwd_y_like(u, A, B, C, cu_seqlens):
+    """y as the forward allocates it: like u, except on CUDA builds without the channels-last kernels
+    where the op copies an L-strided u of a fast-kernel problem (csrc/selscan_torch.cpp >>unit-l: this
+    mirrors its condition): contiguous, like the copy (its fast kernels write y with unit L stride)."""
+    if (not _CUDA_CHANNELS_LAST and u.is_cuda and cu_seqlens is None and u.shape[2] > 1 and B.dim() > 2
+            and C.dim() > 2 and A.shape[-1] <= 16 and u.stride(-1) != 1):
+        return torch.empty(u.shape, dtype=u.dtype, device=u.device)
+    return torch.empty_like(u)
+
+
 def _checkpoint_numel(device, batch, dim, L, N, n_seqs, packed):
     """Floats in the forward's checkpoint (selscan_checkpoint_size / _cuda; the layouts differ)."""
     chunks = (L + _CHUNK - 1) // _CHUNK
@@ -64,7 +77,7 @@ def _fwd_fake(u, delta, A, B, C, D, z, delta_bias, h0, cu_seqlens, delta_softplu
               save_checkpoint):
     batch, dim, L, N, rows, n_seqs = _checks.check_fwd(u, delta, A, B, C, D, z, delta_bias, h0, cu_seqlens)
     packed = cu_seqlens is not None
-    y = torch.empty_like(u)
+    y = _fwd_y_like(u, A, B, C, cu_seqlens)
     f32 = dict(dtype=torch.float32, device=u.device)
     last = torch.empty((rows, dim, N), **f32) if return_last_state else torch.empty((0,), **f32)
     empty = batch == 0 or dim == 0 or L == 0 or N == 0

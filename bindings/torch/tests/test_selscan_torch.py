@@ -681,6 +681,21 @@ def test_saved_operands_lstride(device, entry):
 
 @cuda_only
 @pytest.mark.parametrize("grads", [False, True])
+def test_cuda_lstride_opcheck(grads):
+    """opcheck with L-strided operands, u too (a (b, L, dim) transpose): the fake kernel's y has the
+    strides of the op's (contiguous where the op copies u: _fwd_y_like mirrors >>unit-l)."""
+    x = make_inputs(batch=2, dim=8, L=20, N=4, bc="var3", device="cuda")
+    lt = {k: x[k].transpose(1, 2).contiguous().transpose(1, 2) for k in ("u", "delta", "z", "B", "C")}
+    assert all(t.stride(-1) != 1 for t in lt.values())
+    args = (lt["u"].requires_grad_(grads), lt["delta"], x["A"], lt["B"], lt["C"], x["D"], lt["z"], x["delta_bias"],
+            None, None, True, False, True)
+    torch.library.opcheck(torch.ops.selscan.fwd, args)
+    y = torch.ops.selscan.fwd(*args)[0]
+    assert y.stride(-1) == (y.shape[1] if torch.ops.selscan.cuda_channels_last() else 1)  # like u, or its copy
+
+
+@cuda_only
+@pytest.mark.parametrize("grads", [False, True])
 def test_cuda_lstride_copies_after_checks(grads):
     """The op copies L-strided operands only after the argument checks: a bad one is refused naming
     it, as it would be without the copies (here a z of the wrong shape whose copy could not even be
