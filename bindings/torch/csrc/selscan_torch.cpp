@@ -14,7 +14,9 @@
 // Shapes are selscan's logical ones (mamba_ssm's): u (batch, dim, L), B/C (batch, G, N, L),
 // (batch, N, L) (one group) or (dim, N) f32 (fixed), A (dim, N) f32, ... Every tensor is handed to selscan as a pointer plus
 // its torch strides (no copies), except a tensor whose strides are all 0 (a full broadcast, which
-// selscan's "all strides 0 = contiguous" convention cannot express): that one is made contiguous.
+// selscan's "all strides 0 = contiguous" convention cannot express): that one is made contiguous;
+// and on CUDA builds without the channels-last kernels, the L-strided operands of a fast-kernel
+// problem (>>unit-l).
 // The Python side (selscan_torch/__init__.py) adds the fake kernels, autograd and mamba's API.
 //
 // CPU: selscan's parts API on at::parallel_for (bitwise the same for every thread count; the
@@ -398,6 +400,62 @@ void CheckOffsetsValues(const OptT& cu, int64_t L, const char* where) {
   if (st != SELSCAN_OK) Refuse(st, where, "cu_seqlens", rule);
 }
 
+// ---- >>unit-l: L-strided operands of the CUDA fast kernels' problems, copied ------------------
+//
+// The CUDA fast kernels (variable B / C, N <= 16, no packed sequences) read unit L strides only,
+// unless the channels-last kernels are built (SELSCAN_TORCH_CHANNELS_LAST, off by default for
+// their compile time): an L-strided operand (MambaVision's delta, a (b l, d) -> b d l view; a
+// gradient through a transpose) would send the whole problem to the general kernels. A contiguous
+// copy is cheaper: MambaVision-T's 6 layers' backward ran 1.03 ms on the general kernels (+ local
+// pass) against 0.47 ms fast (bench/NOTES.md MODELS-v5). The forward copies u, delta, z, B, C
+// (ForwardAutograd's copies are what autograd saves, so the backward has them too), the backward
+// dy; y is then contiguous, like the u copy (the fake kernel mirrors that: __init__.py _fwd_y_like).
+// (sym_ sizes and strides: AOTAutograd runs the autograd kernel on symbolic fake tensors.)
+
+bool CudaChannelsLast();  // below, beside CpuBackend
+
+// Whether the problem of u, A, B, C is one the CUDA fast kernels take with unit L strides, on a
+// build whose fast kernels take nothing else.
+bool CudaFastNeedsUnitL(const Tensor& u, const Tensor& A, const Tensor& B, const Tensor& C, bool packed) {
+#ifdef WITH_CUDA
+  return u.is_cuda() && !packed && u.dim() == 3 && u.sym_size(2) > 1 && B.dim() > 2 && C.dim() > 2 && A.dim() >= 1 &&
+         A.sym_size(-1) <= 16 && !CudaChannelsLast();
+#else
+  (void)u, (void)A, (void)B, (void)C, (void)packed;
+  return false;  // no CUDA kernels: a CUDA u is refused (NeedKernels), not copied
+#endif
+}
+// (batch, dim, L) u / delta / z and (batch, [G,] N, L) B / C: L is the last dim.
+bool LStrided(const Tensor& t) { return t.dim() > 0 && t.sym_stride(-1) != 1; }
+bool LStrided(const OptT& t) { return t.has_value() && t->defined() && LStrided(*t); }
+Tensor UnitL(const Tensor& t) { return LStrided(t) ? t.contiguous() : t; }
+OptT UnitL(const OptT& t) { return LStrided(t) ? OptT(t->contiguous()) : t; }
+
+// Whether any of the tensors has symbolic sizes or strides (a fake tensor of a dynamic-shape trace).
+bool AnySymbolic(std::initializer_list<const Tensor*> ts, std::initializer_list<const OptT*> opts) {
+  for (const Tensor* t : ts)
+    if (t->defined() && t->unsafeGetTensorImpl()->has_symbolic_sizes_strides()) return true;
+  for (const OptT* t : opts)
+    if (t->has_value() && (*t)->defined() && (*t)->unsafeGetTensorImpl()->has_symbolic_sizes_strides()) return true;
+  return false;
+}
+
+// Whether the forward's operands get copies: the policy applies and one of u, delta, z, B, C has an
+// L stride that is not 1.
+bool WantsUnitLCopies(const Tensor& u, const Tensor& delta, const Tensor& A, const Tensor& B, const Tensor& C,
+                      const OptT& z, bool packed) {
+  return CudaFastNeedsUnitL(u, A, B, C, packed) &&
+         (LStrided(u) || LStrided(delta) || LStrided(z) || LStrided(B) || LStrided(C));
+}
+// Those of u, delta, z, B, C whose L stride is not 1 replaced by contiguous copies.
+void ToUnitL(Tensor& u, Tensor& delta, Tensor& B, Tensor& C, OptT& z) {
+  u = UnitL(u);
+  delta = UnitL(delta);
+  z = UnitL(z);
+  B = UnitL(B);
+  C = UnitL(C);
+}
+
 // ---- >>dispatch: one call on its tensors' device ------------------------------------------------
 
 // A CUDA tensor reaching a build without CUDA kernels: refused, naming the argument.
@@ -479,10 +537,14 @@ std::tuple<Tensor, Tensor, Tensor> Forward(const Tensor& u_in, const Tensor& del
                                            const OptT& cu_seqlens, bool delta_softplus, bool return_last_state,
                                            bool save_checkpoint) {
   const Sizes s = CheckScan(u_in, delta_in, A_in, B_in, C_in, D_in, z_in, delta_bias_in, h0_in, cu_seqlens);
-  const Tensor u = Readable(u_in), delta = Readable(delta_in), A = Readable(A_in), B = Readable(B_in),
-               C = Readable(C_in);
-  const OptT D = Readable(D_in), z = Readable(z_in), delta_bias = Readable(delta_bias_in), h0 = Readable(h0_in);
-  NeedKernels(u, "u");
+  NeedKernels(u_in, "u");
+  // >>unit-l, after the checks (errors name the user's tensors); a no-op where ForwardAutograd copied
+  Tensor u_l = u_in, delta_l = delta_in, B_l = B_in, C_l = C_in;
+  OptT z_l = z_in;
+  if (WantsUnitLCopies(u_l, delta_l, A_in, B_l, C_l, z_l, cu_seqlens.has_value())) ToUnitL(u_l, delta_l, B_l, C_l, z_l);
+  const Tensor u = Readable(u_l), delta = Readable(delta_l), A = Readable(A_in), B = Readable(B_l),
+               C = Readable(C_l);
+  const OptT D = Readable(D_in), z = Readable(z_l), delta_bias = Readable(delta_bias_in), h0 = Readable(h0_in);
   Tensor y = NewLike(u);
   Tensor h_last = NewF32(return_last_state ? at::IntArrayRef{s.rows, s.dim, s.N} : at::IntArrayRef{0}, u);
   if (s.Empty() || s.N == 0) {
@@ -805,16 +867,24 @@ BwdOp() {
 
 inline OptT Opt(const Tensor& t) { return t.defined() ? OptT(t) : OptT(); }
 
-bool CudaChannelsLast();  // below, beside CpuBackend
-
 class ScanFunction : public torch::autograd::Function<ScanFunction> {
  public:
-  static torch::autograd::variable_list forward(torch::autograd::AutogradContext* ctx, const Tensor& u,
-                                                const Tensor& delta, const Tensor& A, const Tensor& B,
-                                                const Tensor& C, const OptT& D, const OptT& z,
+  static torch::autograd::variable_list forward(torch::autograd::AutogradContext* ctx, const Tensor& u_in,
+                                                const Tensor& delta_in, const Tensor& A, const Tensor& B_in,
+                                                const Tensor& C_in, const OptT& D, const OptT& z_in,
                                                 const OptT& delta_bias, const OptT& h0, const OptT& cu_seqlens,
                                                 bool delta_softplus, bool return_last_state) {
     at::AutoDispatchBelowADInplaceOrView guard;
+    // >>unit-l: the copies run the forward and are what is saved (the backward's fast kernels)
+    Tensor u = u_in, delta = delta_in, B = B_in, C = C_in;
+    OptT z = z_in;
+    if (WantsUnitLCopies(u, delta, A, B, C, z, cu_seqlens.has_value())) {
+      // the op's checks first, on the user's tensors, where they can run (not on symbolic sizes:
+      // the fake kernel checks the copies' same shapes, dtypes and devices)
+      if (!AnySymbolic({&u_in, &delta_in, &A, &B_in, &C_in}, {&D, &z_in, &delta_bias, &h0}))
+        (void)CheckScan(u_in, delta_in, A, B_in, C_in, D, z_in, delta_bias, h0, cu_seqlens);
+      ToUnitL(u, delta, B, C, z);
+    }
     auto out = FwdOp().call(u, delta, A, B, C, D, z, delta_bias, h0, cu_seqlens, delta_softplus, return_last_state,
                             /*save_checkpoint=*/true);
     const Tensor& checkpoint = std::get<2>(out);
@@ -856,12 +926,9 @@ class ScanFunction : public torch::autograd::Function<ScanFunction> {
     for (int i = 0; i < 9; i++) any = any || mask[i];
     if (!any) return out;
     if (!dy.defined()) dy = at::zeros_like(u);  // a loss on last_state alone
-    // A dy whose L stride is not 1 (a gradient through a transpose: MambaVision's y) runs the general
-    // CUDA backward on builds without the channels-last kernels; where the saved u and delta have unit
-    // L strides (selective_scan_fn copies them so) a contiguous copy of dy is cheaper (MODELS-v5).
-    if (dy.is_cuda() && !CudaChannelsLast() && dy.dim() == 3 && u.dim() == 3 &&
-        dy.sym_stride(2) != 1 && u.sym_stride(2) == 1 && saved[1].sym_stride(2) == 1)
-      dy = dy.contiguous();
+    // >>unit-l: an L-strided dy (a gradient through a transpose: MambaVision's y) copied; the saved
+    // operands are the forward's unit-L copies
+    if (dy.dim() == 3 && CudaFastNeedsUnitL(u, saved[2], saved[3], saved[4], saved[9].defined())) dy = UnitL(dy);
     auto g = BwdOp().call(saved[0], saved[1], saved[2], saved[3], saved[4], Opt(saved[5]), Opt(saved[6]),
                           Opt(saved[7]), Opt(saved[8]), Opt(saved[9]), dy, Opt(dlast), saved[10], softplus, mask);
     for (int i = 0; i < 9; i++)

@@ -31,12 +31,6 @@ __version__ = "0.2.0"
 _ops = torch.ops.selscan
 _fwd = _ops.fwd.default  # the overload itself: skips the packet's overload resolution a call
 _CHUNK = 64  # selscan's checkpoint interval (steps), the same on the CPU and CUDA sides
-_CUDA_ANY_L_STRIDE = bool(_ops.cuda_channels_last())
-
-
-def _unit_l(t):
-    """t, or a contiguous copy where its last (L) stride is not 1 (None passes)."""
-    return t if t is None or t.stride(-1) == 1 else t.contiguous()
 
 
 def cpu_backend():
@@ -55,6 +49,19 @@ def has_cuda_kernels():
 # dispatcher then picks this kernel) is refused naming it, never answered with uninitialised memory.
 
 
+_CUDA_CHANNELS_LAST = bool(_ops.cuda_channels_last())
+
+
+def _fwd_y_like(u, A, B, C, cu_seqlens):
+    """y as the forward allocates it: like u, except on CUDA builds without the channels-last kernels
+    where the op copies an L-strided u of a fast-kernel problem (csrc/selscan_torch.cpp >>unit-l: this
+    mirrors its condition): contiguous, like the copy (its fast kernels write y with unit L stride)."""
+    if (not _CUDA_CHANNELS_LAST and u.is_cuda and cu_seqlens is None and u.shape[2] > 1 and B.dim() > 2
+            and C.dim() > 2 and A.shape[-1] <= 16 and u.stride(-1) != 1):
+        return torch.empty(u.shape, dtype=u.dtype, device=u.device)
+    return torch.empty_like(u)
+
+
 def _checkpoint_numel(device, batch, dim, L, N, n_seqs, packed):
     """Floats in the forward's checkpoint (selscan_checkpoint_size / _cuda; the layouts differ)."""
     chunks = (L + _CHUNK - 1) // _CHUNK
@@ -70,7 +77,7 @@ def _fwd_fake(u, delta, A, B, C, D, z, delta_bias, h0, cu_seqlens, delta_softplu
               save_checkpoint):
     batch, dim, L, N, rows, n_seqs = _checks.check_fwd(u, delta, A, B, C, D, z, delta_bias, h0, cu_seqlens)
     packed = cu_seqlens is not None
-    y = torch.empty_like(u)
+    y = _fwd_y_like(u, A, B, C, cu_seqlens)
     f32 = dict(dtype=torch.float32, device=u.device)
     last = torch.empty((rows, dim, N), **f32) if return_last_state else torch.empty((0,), **f32)
     empty = batch == 0 or dim == 0 or L == 0 or N == 0
@@ -145,7 +152,8 @@ def selective_scan_fn(u, delta, A, B, C, D=None, z=None, delta_bias=None, delta_
     """
     # Casts only where a dtype differs (the common call passes through untouched); shapes, devices
     # and strides are checked once, in C++ (the fake kernel's _checks on meta / fake tensors). The
-    # checkpoint is saved by the C++ autograd kernel whenever an input requires grad.
+    # checkpoint is saved by the C++ autograd kernel whenever an input requires grad; on CUDA the op
+    # copies L-strided operands of a fast-kernel problem (csrc/selscan_torch.cpp >>unit-l).
     f32 = torch.float32
     cast = _checks.cast
     try:
@@ -178,13 +186,6 @@ def selective_scan_fn(u, delta, A, B, C, D=None, z=None, delta_bias=None, delta_
         raise
     if cu_seqlens is not None:
         cu_seqlens = _checks.host_offsets(cu_seqlens)
-    elif not _CUDA_ANY_L_STRIDE and u.is_cuda and u.dim() == 3 and u.shape[2] > 1 and B.dim() > 2 and C.dim() > 2 \
-            and A.shape[-1] <= 16:
-        # The CUDA fast kernels' problem, but an operand's L stride is not 1 (MambaVision's delta: a
-        # (b l, d) -> b d l view): without the channels-last kernels (SELSCAN_TORCH_CHANNELS_LAST=1,
-        # off by default for its compile time) that runs the general kernels: MambaVision-T's 6
-        # layers' backward 1.03 ms general (+ local pass) against 0.47 ms fast (bench/NOTES.md MODELS-v5).
-        u, delta, z, B, C = _unit_l(u), _unit_l(delta), _unit_l(z), _unit_l(B), _unit_l(C)
     y, last, _ = _fwd(u, delta, A, B, C, D, z, delta_bias, h0, cu_seqlens, bool(delta_softplus),
                           bool(return_last_state), False)
     return (y, last) if return_last_state else y

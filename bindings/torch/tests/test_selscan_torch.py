@@ -120,8 +120,8 @@ def test_packed_sequences(device, h0, dtype):
 @pytest.mark.parametrize("device", DEVICES)
 def test_strided_inputs_no_copies(device):
     """channels-last (batch, L, dim) tensors, B/C sliced out of one projection, every other step, broadcast D.
-    (No copies on the CPU; on CUDA without the channels-last kernels the L-strided operands are
-    copied to run the fast kernels: then bitwise the contiguous call's results.)"""
+    (No copies on the CPU; on CUDA without the channels-last kernels the op copies the L-strided
+    operands to run the fast kernels: then bitwise the contiguous call's results.)"""
     batch, dim, L, N, r = 2, 12, 50, 4, 3
     g = torch.Generator().manual_seed(3)
     u = torch.randn(batch, 2 * L, dim, generator=g).to(device)[:, ::2].transpose(1, 2)  # (b, dim, L) strided
@@ -143,7 +143,7 @@ def test_strided_inputs_no_copies(device):
     assert rel_err(y1, y2) < 1e-6
     for k in g1:
         assert rel_err(g1[k], g2[k]) < 1e-5, k
-    if device == "cuda" and not st._CUDA_ANY_L_STRIDE:  # the general kernels would round differently
+    if device == "cuda" and not torch.ops.selscan.cuda_channels_last():  # the general kernels would round differently
         assert torch.equal(y1, y2)
         for k in g1:
             assert torch.equal(g1[k], g2[k]), k
@@ -588,36 +588,121 @@ def test_cuda_device_mismatch():
         st.selective_scan_fn(x["u"], x["delta"].cpu(), x["A"], x["B"], x["C"])
 
 
+def _lstrided_inputs(device, batch=4, dim=96, L=196, N=8, dtype=torch.bfloat16, seed=11):
+    """MambaVision's pattern: delta a (b l, d) -> (b, d, l) view, z a (b, l, d) transpose, B / C slices
+    of one (b, l, r + 2 N) projection (L stride r + 2 N), y's gradient a slice of a (b, l, 2 d) tensor
+    (through cat + transpose: L stride 2 dim); u contiguous. Each L-strided operand's L stride is not 1."""
+    g = torch.Generator().manual_seed(seed)
+    r = 3
+    x = dict(
+        u=torch.randn(batch, dim, L, generator=g).to(device, dtype),
+        delta=(torch.randn(batch * L, dim, generator=g) * 0.5).to(device, dtype),  # viewed in the call
+        z=torch.randn(batch, L, dim, generator=g).to(device, dtype),  # transposed in the call
+        dbl=torch.randn(batch, L, r + 2 * N, generator=g).to(device, dtype),  # B / C sliced in the call
+        A=-(torch.rand(dim, N, generator=g) + 0.3).to(device),
+        D=torch.rand(dim, generator=g).to(device),
+        bias=(torch.randn(dim, generator=g) * 0.2).to(device),
+    )
+    gy = torch.randn(batch, L, 2 * dim, generator=g).to(device, dtype)[:, :, :dim].transpose(1, 2)
+    return x, gy, (batch, dim, L, N, r)
+
+
+def _lstrided_run(x, gy, sizes, strided, entry):
+    """y and the gradients of u, delta, z, the projection (B and C) through `entry`: "fn"
+    (selective_scan_fn), "op" (torch.ops.selscan.fwd, autograd) or "op_nograd" (the op without
+    autograd: no gradients); the operands L-strided (strided) or their contiguous copies."""
+    batch, dim, L, N, r = sizes
+    grads = entry != "op_nograd"
+    ins = {k: x[k].detach().clone().requires_grad_(grads) for k in ("u", "delta", "z", "dbl")}
+    dl = ins["delta"].view(batch, L, dim).transpose(1, 2)
+    z = ins["z"].transpose(1, 2)
+    B = ins["dbl"][..., r:r + N].transpose(1, 2)
+    C = ins["dbl"][..., r + N:].transpose(1, 2)
+    ops = [ins["u"], dl, B, C, z]
+    if strided:
+        assert all(t.stride(-1) != 1 for t in ops[1:]) and gy.stride(-1) != 1
+    else:
+        ops = [t.contiguous() for t in ops]
+    u, dl, B, C, z = ops
+    if entry == "fn":
+        y = st.selective_scan_fn(u, dl, x["A"], B, C, x["D"], z, x["bias"], True)
+    else:
+        y = torch.ops.selscan.fwd(u, dl, x["A"], B, C, x["D"], z, x["bias"], None, None, True, False, False)[0]
+    if not grads:
+        return y, []
+    y.backward(gy if strided else gy.contiguous())
+    return y, [ins[k].grad for k in ("u", "delta", "z", "dbl")]
+
+
 @cuda_only
-def test_cuda_strided_gradient_runs_fast_kernels():
-    """MambaVision's pattern: delta a (b l, d) -> (b, d, l) view, y's gradient a slice of a (b, l, 2 d)
-    tensor (through cat + transpose: L stride 2 dim). Without the channels-last kernels the op copies
-    them to unit L strides: the results are then bitwise those of contiguous operands (the general
-    kernels, which the L-strided operands would otherwise run, round differently)."""
-    batch, dim, L, N = 4, 96, 196, 8
-    g = torch.Generator().manual_seed(11)
-    u = torch.randn(batch, dim, L, generator=g).cuda().bfloat16()
-    delta = (torch.randn(batch * L, dim, generator=g) * 0.5).cuda().bfloat16()
-    B = torch.randn(batch, N, L, generator=g).cuda().bfloat16()
-    C = torch.randn(batch, N, L, generator=g).cuda().bfloat16()
-    A = -(torch.rand(dim, N, generator=g) + 0.3).cuda()
-    D = torch.rand(dim, generator=g).cuda()
-    bias = torch.randn(dim, generator=g).cuda() * 0.2
-    gy = torch.randn(batch, L, 2 * dim, generator=g).cuda().bfloat16()[:, :, :dim].transpose(1, 2)
-
-    def run(strided):
-        ins = [t.detach().clone().requires_grad_() for t in (u, delta, B, C)]
-        dl = ins[1].view(batch, L, dim).transpose(1, 2)
-        y = st.selective_scan_fn(ins[0], dl if strided else dl.contiguous(), A, ins[2], ins[3], D, None, bias, True)
-        y.backward(gy if strided else gy.contiguous())
-        return y, [t.grad for t in ins]
-
-    assert gy.stride(2) != 1
-    y1, g1 = run(True)
-    y2, g2 = run(False)
-    if not st._CUDA_ANY_L_STRIDE:
+@pytest.mark.parametrize("entry", ["fn", "op", "op_nograd"])
+def test_cuda_strided_operands_run_fast_kernels(entry):
+    """Without the channels-last kernels the op (selscan_torch.cpp >>unit-l: selective_scan_fn and a
+    direct torch.ops.selscan.fwd call alike, with or without autograd) copies L-strided u / delta / z /
+    B / C of a fast-kernel problem to unit L strides, and autograd saves the copies (and copies an
+    L-strided dy): the forward and backward then run the fast kernels, bitwise the results of
+    contiguous operands (the general kernels, which the L-strided operands would otherwise run,
+    round differently). With them, the fast kernels read the strides: equal to rounding."""
+    x, gy, sizes = _lstrided_inputs("cuda")
+    y1, g1 = _lstrided_run(x, gy, sizes, True, entry)
+    y2, g2 = _lstrided_run(x, gy, sizes, False, entry)
+    if not torch.ops.selscan.cuda_channels_last():
         assert torch.equal(y1, y2)
         for a, b in zip(g1, g2):
             assert torch.equal(a, b)
     else:
         assert rel_err(y1, y2) < 1e-2
+        for a, b in zip(g1, g2):
+            assert rel_err(a, b) < 5e-2
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("entry", ["fn", "op"])
+def test_saved_operands_lstride(device, entry):
+    """What autograd saves for the backward: the user's own u / delta / z / B / C on the CPU (read
+    through their strides, never copied) and on CUDA builds with the channels-last kernels; on CUDA
+    without them, unit-L-stride copies of the L-strided ones (so the backward runs the fast kernels)."""
+    x, gy, sizes = _lstrided_inputs(device, batch=2, dim=8, L=20, N=4, dtype=torch.float32)
+    saved = []
+
+    def pack(t):
+        saved.append(t)
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        _lstrided_run(x, gy, sizes, True, entry)
+    batch, dim, L, N, r = sizes
+    scan = [t for t in saved if t.dim() == 3 and t.shape[-1] == L]  # u, delta, z, B, C
+    assert len(scan) == 5, [tuple(t.shape) for t in saved]
+    copies = device == "cuda" and not torch.ops.selscan.cuda_channels_last()
+    n_lstrided = sum(t.stride(-1) != 1 for t in scan)
+    assert n_lstrided == (0 if copies else 4)  # u is contiguous; delta, z, B, C are not
+
+
+@cuda_only
+@pytest.mark.parametrize("grads", [False, True])
+def test_cuda_lstride_opcheck(grads):
+    """opcheck with L-strided operands, u too (a (b, L, dim) transpose): the fake kernel's y has the
+    strides of the op's (contiguous where the op copies u: _fwd_y_like mirrors >>unit-l)."""
+    x = make_inputs(batch=2, dim=8, L=20, N=4, bc="var3", device="cuda")
+    lt = {k: x[k].transpose(1, 2).contiguous().transpose(1, 2) for k in ("u", "delta", "z", "B", "C")}
+    assert all(t.stride(-1) != 1 for t in lt.values())
+    args = (lt["u"].requires_grad_(grads), lt["delta"], x["A"], lt["B"], lt["C"], x["D"], lt["z"], x["delta_bias"],
+            None, None, True, False, True)
+    torch.library.opcheck(torch.ops.selscan.fwd, args)
+    y = torch.ops.selscan.fwd(*args)[0]
+    assert y.stride(-1) == (y.shape[1] if torch.ops.selscan.cuda_channels_last() else 1)  # like u, or its copy
+
+
+@cuda_only
+@pytest.mark.parametrize("grads", [False, True])
+def test_cuda_lstride_copies_after_checks(grads):
+    """The op copies L-strided operands only after the argument checks: a bad one is refused naming
+    it, as it would be without the copies (here a z of the wrong shape whose copy could not even be
+    allocated: 2^41 elements, L stride 0)."""
+    x = make_inputs(batch=2, dim=8, L=37, N=4, bc="var3", device="cuda")
+    ins = {k: (v.detach().clone().requires_grad_(grads) if v is not None else None) for k, v in x.items()}
+    bad_z = torch.zeros((), device="cuda").expand(2, 2**20, 2**20)
+    with pytest.raises(ValueError, match="z must have shape"):
+        torch.ops.selscan.fwd(ins["u"], ins["delta"], ins["A"], ins["B"], ins["C"], ins["D"], bad_z,
+                              ins["delta_bias"], None, None, True, False, False)
