@@ -400,10 +400,6 @@ template <typename T> static __device__ __forceinline__ void pf(const void *p, i
    compiler can issue together. ex2 / lg2 flush denormals: exp(-|x|) below 2^-126 is 0, and
    log1p's argument 1 + e lies in [1, 2]. */
 const float kLog2e = 1.4426950408889634f;
-/* The step's A from its operand: A itself, or with SELSCAN_STEP_A_LOG (alog, uniform over the
-   grid) -exp(A_log) by expf, the accurate exp (not __expf): bitwise -expf(A_log) precomputed,
-   which is what -torch.exp(A_log) gives on CUDA. Once a thread per element, where A is loaded. */
-static __device__ __forceinline__ float a_of(float a, int alog) { return alog ? -expf(a) : a; }
 const float kLn2 = 0.6931471805599453f;
 static __device__ __forceinline__ float lg2(float x) {
     float y;
@@ -2429,6 +2425,11 @@ static __global__ void __launch_bounds__(kThreads) bwd_fast_local_kernel(const k
 /* ---------------------------------------------------------------------------------------------- */
 /* >>step            decode step kernels                                                          */
 /* ---------------------------------------------------------------------------------------------- */
+
+/* The step's A from its operand: A itself, or with SELSCAN_STEP_A_LOG (alog, uniform over the
+   grid) -exp(A_log) by expf, the accurate exp (not __expf): bitwise -expf(A_log) precomputed,
+   which is what -torch.exp(A_log) gives on CUDA. Once a thread per element, where A is loaded. */
+static __device__ __forceinline__ float a_of(float a, int alog) { return alog ? -expf(a) : a; }
 
 /* The step's y of channel d from its NT lanes' shares yp: summed, D x added, gated by silu(z) (Dd,
    zz: lane 0's); 0 on a padding row (!live). Lane 0 of the channel stores it. */
