@@ -80,7 +80,8 @@
  * NaN the arithmetic gives.)
  *
  * Step (decode): one token for a batch of cached states, identical to the forward with L = 1,
- * h0 = state and h_last written back into state (rounded to T with SELSCAN_STEP_STATE_T). See
+ * h0 = state and h_last written back into state (rounded to T with SELSCAN_STEP_STATE_T; with
+ * SELSCAN_STEP_A_LOG, A holds Mamba's A_log and the step uses A = -exp(A_log)). See
  * selscan_step_problem.
  *
  * Causal conv1d (Mamba-1's depthwise conv before the scan, with optional silu, init / final
@@ -230,7 +231,14 @@ typedef enum selscan_dtype { SELSCAN_F32 = 0, SELSCAN_F16, SELSCAN_BF16 } selsca
    rounded to T (to nearest even) on the store. So y is bitwise that of a f32 state holding the same
    values, and the new state is that f32 state's result rounded to T. */
 #define SELSCAN_STEP_STATE_T 16u
-#define SELSCAN__STEP_KNOWN_FLAGS (SELSCAN__KNOWN_FLAGS | SELSCAN_STEP_D_T | SELSCAN_STEP_DELTA_BIAS_T | SELSCAN_STEP_STATE_T)
+/* A holds Mamba's A_log (the parameter itself, (dim, N) f32): the step uses A = -exp(A_log) per
+   element, computed in f32 by the C library's expf (CUDA: expf, not __expf), so the result is
+   bitwise that of passing A = -expf(A_log) (on CUDA what -torch.exp(A_log) gives); nothing else
+   changes. Saves the two elementwise kernels (exp, neg) a model runs on A_log every token. The CPU
+   fast path computes the exponential with its vector exp (within 1.3 ulp of expf). */
+#define SELSCAN_STEP_A_LOG 64u
+#define SELSCAN__STEP_KNOWN_FLAGS \
+    (SELSCAN__KNOWN_FLAGS | SELSCAN_STEP_D_T | SELSCAN_STEP_DELTA_BIAS_T | SELSCAN_STEP_STATE_T | SELSCAN_STEP_A_LOG)
 
 /* The alignment the library gives its workspace internally. Nothing is required of the caller: any
    pointer works (malloc's included), because every selscan_workspace_size* answer includes
@@ -328,7 +336,7 @@ typedef struct selscan_grads {
 /* One decode step for a batch of cached states (the scan's operand names, L = 1). STEP OPERANDS:
      state                   (n_cache, dim, N)       f32 / T  read and written in place; T with SELSCAN_STEP_STATE_T
      u, delta, z, y          (batch, dim)            T        z optional
-     A                       (dim, N)                f32
+     A                       (dim, N)                f32      A_log (A = -exp(A_log)) with SELSCAN_STEP_A_LOG
      B, C (variable)         (batch, n_groups, N)    T
      B, C (SELSCAN_FIXED_*)  (dim, N)                f32
      D, delta_bias           (dim)                   f32 / T  optional; T with SELSCAN_STEP_D_T / _DELTA_BIAS_T
@@ -341,7 +349,7 @@ typedef struct selscan_grads {
 typedef struct selscan_step_problem {
     int64_t batch, dim, dstate, n_groups, n_cache;
     selscan_dtype dtype;
-    unsigned flags; /* the scan's (SELSCAN_DELTA_SOFTPLUS, SELSCAN_FIXED_*), SELSCAN_STEP_D_T, _DELTA_BIAS_T, _STATE_T */
+    unsigned flags; /* the scan's (SELSCAN_DELTA_SOFTPLUS, SELSCAN_FIXED_*), SELSCAN_STEP_D_T, _DELTA_BIAS_T, _STATE_T, _A_LOG */
     const int32_t *state_index;
     selscan_out_tensor state;                           /* read and written in place */
     selscan_tensor u, delta, A, B, C, D, z, delta_bias; /* inputs */
@@ -1558,6 +1566,7 @@ typedef struct selscan__stp {
     int softplus, fixB, fixC;
     int DT, biasT; /* SELSCAN_STEP_D_T, SELSCAN_STEP_DELTA_BIAS_T: D, delta_bias are T (as their selscan__ten's dt) */
     int stT;  /* SELSCAN_STEP_STATE_T: the state is T (state.dt) */
+    int alog; /* SELSCAN_STEP_A_LOG: A holds A_log (A = -expf(A_log)) */
     const int32_t *idx;
     selscan__ten state, u, delta, A, B, C, D, z, bias, y;
     selscan_diag *diag; /* the step problem's diag (may be NULL) */
@@ -1630,6 +1639,7 @@ static selscan_status selscan__validate_step_ex(const selscan_step_problem *s, s
     q->DT = (s->flags & SELSCAN_STEP_D_T) != 0;
     q->biasT = (s->flags & SELSCAN_STEP_DELTA_BIAS_T) != 0;
     q->stT = (s->flags & SELSCAN_STEP_STATE_T) != 0;
+    q->alog = (s->flags & SELSCAN_STEP_A_LOG) != 0;
     q->idx = s->state_index;
     if (!selscan__count_ok(q->ncache, q->dim, q->N, 1) || !selscan__count_ok(q->batch, q->dim, 1, 1) ||
         !selscan__count_ok(q->batch, q->G, q->N, 1))
@@ -1686,7 +1696,8 @@ static void selscan__ref_step_all(const selscan__stp *q) {
                 const int64_t ho = SELSCAN__AT3(q->state, row, d, n);
                 /* in f32 (rounded to T on the store with SELSCAN_STEP_STATE_T; y from the f32 value) */
                 const float h = selscan__load(q->state.data, ho, q->state.dt);
-                const float hn = expf(dt * A[SELSCAN__AT2(q->A, d, n)]) * h + dt * Bv * x;
+                const float a = q->alog ? -expf(A[SELSCAN__AT2(q->A, d, n)]) : A[SELSCAN__AT2(q->A, d, n)]; /* SELSCAN_STEP_A_LOG */
+                const float hn = expf(dt * a) * h + dt * Bv * x;
                 selscan__store(q->state.data, ho, q->state.dt, hn);
                 y += Cv * hn;
             }
@@ -4109,6 +4120,31 @@ SELSCAN__SFX(selscan__step_one)(const int k, const SELSCAN__VF a, float *hp, con
     return SELSCAN__VFMA(SELSCAN__VLOAD(Cp + k * W), h, acc);
 }
 
+/* SELSCAN_STEP_A_LOG: dst[i] = -exp(src[i s]), i < n (A from A_log, by the vector exp; a partial
+   last vector through zero-padded scratch) */
+static SELSCAN__ATTR SELSCAN__INLINE void SELSCAN__SFX(selscan__step_neg_exp)(float *dst, const float *src, int64_t s,
+                                                                            int64_t n) {
+    const int W = SELSCAN__VW;
+    float t[SELSCAN__WMAX];
+    int64_t i;
+    int j;
+    for (i = 0; i < n; i += W) {
+        const int m = n - i < W ? SELSCAN__CAST(int, n - i) : W;
+        SELSCAN__VF a;
+        if (s == 1 && m == W) a = SELSCAN__VLOAD(src + i);
+        else {
+            for (j = 0; j < W; j++) t[j] = j < m ? src[(i + j) * s] : 0.0f;
+            a = SELSCAN__VLOAD(t);
+        }
+        a = SELSCAN__VMUL(SELSCAN__SFX(selscan__vexp)(a), SELSCAN__VSET1(-1.0f)); /* -0 for exp 0, as -expf */
+        if (m == W) SELSCAN__VSTORE(dst + i, a);
+        else {
+            SELSCAN__VSTORE(t, a);
+            for (j = 0; j < m; j++) dst[i + j] = t[j];
+        }
+    }
+}
+
 static SELSCAN__ATTR SELSCAN__INLINE void
 SELSCAN__SFX(selscan__step_rows)(const int NV, int ne, const float *dtb, const float *dxb, float *h0, int64_t hs1,
                                  const float *A0, int64_t as0, const float *Bp, const float *Cp, SELSCAN__VF *yv,
@@ -4175,9 +4211,13 @@ static SELSCAN__ATTR void SELSCAN__SFX(selscan__step_block)(const selscan__stp *
            W channels in one group (the usual case): selscan__step_rows, hand-unrolled over n.
            Else first the exponentials of all W channels (a loop with nothing else live: the
            polynomial constants stay in registers), then the states, n unrolled by 2 W. */
-        const int64_t hs1 = q->state.s[1], as0 = q->A.s[0], NV = N / W;
+        const int64_t hs1 = q->state.s[1], NV = N / W;
+        /* A's rows of the W channels at i: at Ai, as0 apart (A itself, or with SELSCAN_STEP_A_LOG
+           -exp(A_log) of those channels in Al, rows of N) */
+        const int64_t as0 = q->alog ? N : q->A.s[0];
         float *const hrow = SELSCAN__CAST(float *, q->state.data) + row * q->state.s[0] + dlo * hs1;
-        const float *const Arow = SELSCAN__CAST(const float *, q->A.data) + dlo * as0;
+        const float *const Arow = SELSCAN__CAST(const float *, q->A.data) + dlo * q->A.s[0];
+        float Al[SELSCAN__WMAX * SELSCAN__SNA];
         int64_t g = dlo / q->dpg, gend = (g + 1) * q->dpg - dlo; /* channel index (from dlo) of the next group */
         const float *Bp, *Cp;
         float Db[SELSCAN__SNB], dxb[SELSCAN__SNB], ab[SELSCAN__WMAX * SELSCAN__SNA];
@@ -4190,9 +4230,13 @@ static SELSCAN__ATTR void SELSCAN__SFX(selscan__step_block)(const selscan__stp *
         for (i = 0; i < SELSCAN__SNB; i += W) SELSCAN__VSTORE(dxb + i, SELSCAN__VMUL(SELSCAN__VLOAD(dtb + i), SELSCAN__VLOAD(xb + i)));
         for (i = 0; i < nd; i += W) {
             const int ne = nd - i < W ? SELSCAN__CAST(int, nd - i) : W;
+            const float *const Ai = q->alog ? Al : Arow + i * q->A.s[0];
+            if (q->alog)
+                for (c = 0; c < ne; c++)
+                    SELSCAN__SFX(selscan__step_neg_exp)(Al + c * N, Arow + (i + c) * q->A.s[0], 1, N);
             if (i + ne <= gend && NV <= 4) {
                 float *const hp = hrow + i * hs1;
-                const float *const Ap = Arow + i * as0;
+                const float *const Ap = Ai;
                 const int64_t nrow = q->dim - dlo - i; /* channels of the state row from hp on */
                 if (NV == 1) SELSCAN__SFX(selscan__step_rows)(1, ne, dtb + i, dxb + i, hp, hs1, Ap, as0, Bp, Cp, yv,
                                                               nrow);
@@ -4207,7 +4251,7 @@ static SELSCAN__ATTR void SELSCAN__SFX(selscan__step_block)(const selscan__stp *
             }
             for (c = 0; c < ne; c++) {
                 const SELSCAN__VF vdt = SELSCAN__VSET1(dtb[i + c]);
-                const float *const Ap = Arow + (i + c) * as0;
+                const float *const Ap = Ai + c * as0;
                 for (n = 0; n < N; n += W) SELSCAN__VSTORE(ab + c * N + n,
                                                            SELSCAN__SFX(selscan__vexp)(SELSCAN__VMUL(vdt, SELSCAN__VLOAD(Ap + n))));
             }
@@ -4266,7 +4310,8 @@ static SELSCAN__ATTR void SELSCAN__SFX(selscan__step_block)(const selscan__stp *
             const float *Bp, *Cp;
             if (hdirect) hp = SELSCAN__CAST(float *, q->state.data) + hoff + nb;
             else selscan__cvt_row(hb, q->state.data, hoff + nb * hs, hs, nn, q->state.dt);
-            if (q->A.s[1] != 1) { for (n = 0; n < nn; n++) Ab[n] = Ap[n * q->A.s[1]]; Ap = Ab; }
+            if (q->alog) { SELSCAN__SFX(selscan__step_neg_exp)(Ab, Ap, q->A.s[1], nn); Ap = Ab; } /* SELSCAN_STEP_A_LOG */
+            else if (q->A.s[1] != 1) { for (n = 0; n < nn; n++) Ab[n] = Ap[n * q->A.s[1]]; Ap = Ab; }
             if (q->fixB) {
                 Bp = SELSCAN__CAST(const float *, q->B.data) + d * q->B.s[0] + nb * q->B.s[1];
                 if (q->B.s[1] != 1) { for (n = 0; n < nn; n++) Bb[n] = Bp[n * q->B.s[1]]; Bp = Bb; }

@@ -159,7 +159,8 @@
  * state a thread otherwise (step_kernel). Every step kernel reads D / delta_bias in T with
  * SELSCAN_STEP_D_T / _DELTA_BIAS_T and keeps a T state with SELSCAN_STEP_STATE_T (the same kernels: a
  * uniform branch at the loads and stores; the state's chunks then 8-byte aligned, 16 for the
- * bulk-copy kernel). L-chunk plans fill one wave on
+ * bulk-copy kernel), and takes A = -expf(A_log) from A_log with SELSCAN_STEP_A_LOG (once a
+ * thread, where A is loaded: a_of). L-chunk plans fill one wave on
  * the current device's multiprocessors (at most 160; workspace sizes assume 160).
  */
 #ifndef SELSCAN_CUDA_CUH
@@ -287,6 +288,7 @@ struct kparams {
     int softplus, fixB, fixC;
     int DT, biasT;  /* step_kernel: D, delta_bias are T (SELSCAN_STEP_D_T, _DELTA_BIAS_T), else f32 */
     int stT;        /* step_kernel: the state is T (SELSCAN_STEP_STATE_T), else f32 */
+    int alog;       /* step_kernel: A holds A_log (SELSCAN_STEP_A_LOG): A = -expf(A_log) */
     int bf16;       /* bwd_kernel with T = h16: bfloat16 (else binary16) */
     int NT, CH;     /* threads per channel, channels per block */
     int cl;         /* fast kernels: the channels-last (any L strides) instantiations */
@@ -2424,6 +2426,11 @@ static __global__ void __launch_bounds__(kThreads) bwd_fast_local_kernel(const k
 /* >>step            decode step kernels                                                          */
 /* ---------------------------------------------------------------------------------------------- */
 
+/* The step's A from its operand: A itself, or with SELSCAN_STEP_A_LOG (alog, uniform over the
+   grid) -exp(A_log) by expf, the accurate exp (not __expf): bitwise -expf(A_log) precomputed,
+   which is what -torch.exp(A_log) gives on CUDA. Once a thread per element, where A is loaded. */
+static __device__ __forceinline__ float a_of(float a, int alog) { return alog ? -expf(a) : a; }
+
 /* The step's y of channel d from its NT lanes' shares yp: summed, D x added, gated by silu(z) (Dd,
    zz: lane 0's); 0 on a padding row (!live). Lane 0 of the channel stores it. */
 template <typename T>
@@ -2460,7 +2467,7 @@ static __global__ void __launch_bounds__(kThreads) step_kernel(const kparams P) 
             const float Bv = P.fixB ? ldf(P.B, d * P.B.s[0] + n * P.B.s[1]) : ld<T>(P.B.p, b * P.B.s[0] + g * P.B.s[1] + n * P.B.s[2]);
             const float Cv = P.fixC ? ldf(P.C, d * P.C.s[0] + n * P.C.s[1]) : ld<T>(P.C.p, b * P.C.s[0] + g * P.C.s[1] + n * P.C.s[2]);
             const int64_t o = row * P.h0.s[0] + d * P.h0.s[1] + n * P.h0.s[2];
-            const float a = ex2(dt * ldf(P.A, d * P.A.s[0] + n * P.A.s[1]) * kLog2e);
+            const float a = ex2(dt * a_of(ldf(P.A, d * P.A.s[0] + n * P.A.s[1]), P.alog) * kLog2e);
             const float hn = fmaf(a, ldp<T>(P.h0.p, o, P.stT), dt * Bv * x); /* f32; y from it, the state rounded if T */
             stp<T>(P.h0.p, o, hn, P.stT);
             yp = fmaf(Cv, hn, yp);
@@ -2510,6 +2517,10 @@ static __global__ void __launch_bounds__(kThreads) step_fast_kernel(const kparam
 #pragma unroll
             for (int k = 0; k < S; k++) Av[k] = Ar[(n0 + k) * P.A.s[1]];
         }
+        if (P.alog) {
+#pragma unroll
+            for (int k = 0; k < S; k++) Av[k] = a_of(Av[k], 1);
+        }
         /* B / C row of (b, group) or, fixed, of channel d: element n at n * stride */
         const int64_t g = d / P.dpg;
         const int64_t bo = P.fixB ? d * P.B.s[0] : b * P.B.s[0] + g * P.B.s[1], bs = P.fixB ? P.B.s[1] : P.B.s[2];
@@ -2552,6 +2563,7 @@ struct step_params {
     int pf;   /* step_tma_kernel: its first tiles into L2 before the PDL wait */
     int DT, biasT; /* D, delta_bias are T (SELSCAN_STEP_D_T, _DELTA_BIAS_T), else f32 */
     int hT;   /* the state is T (SELSCAN_STEP_STATE_T), else f32: the launchers pick the kernels' H by it */
+    int alog; /* A holds A_log (SELSCAN_STEP_A_LOG): A = -expf(A_log), see a_of */
     const int32_t *idx;
     void *h; /* the state: H (the kernels' state type: float, or T where hT) */
     int64_t h0, h1;
@@ -2776,6 +2788,10 @@ __global__ void __launch_bounds__(kThreads, MINB) step_vec_kernel(const step_par
 #pragma unroll
                 for (int q = 0; q < 4; q++) A2[4 * i + q] = Ar[(n + q) * P.a1];
             }
+            if (P.alog) {
+#pragma unroll
+                for (int q = 0; q < 4; q++) A2[4 * i + q] = a_of(A2[4 * i + q], 1);
+            }
         }
     }
     const float bias = valid && P.bias ? ldp<T>(P.bias, d * P.bs, P.biasT) : 0.0f;
@@ -2893,6 +2909,10 @@ __global__ void __launch_bounds__(kThreads) step_loop_kernel(const step_params P
     if (valid) {
         const float4 a0 = reinterpret_cast<const float4 *>(P.A + d * P.a0)[j], a1 = reinterpret_cast<const float4 *>(P.A + d * P.a0)[j + 2];
         A2[0] = a0.x; A2[1] = a0.y; A2[2] = a0.z; A2[3] = a0.w; A2[4] = a1.x; A2[5] = a1.y; A2[6] = a1.z; A2[7] = a1.w;
+        if (P.alog) {
+#pragma unroll
+            for (int k = 0; k < 8; k++) A2[k] = a_of(A2[k], 1);
+        }
     }
 #pragma unroll
     for (int k = 0; k < 8; k++) A2[k] *= kLog2e;
@@ -3080,6 +3100,10 @@ __global__ void __launch_bounds__(kThreads, MINB) step_tma_kernel(const step_par
         const float4 *ap = reinterpret_cast<const float4 *>(P.A + d * P.a0 + 8 * j);
         const float4 a0 = ap[0], a1 = ap[1];
         A2[0] = a0.x; A2[1] = a0.y; A2[2] = a0.z; A2[3] = a0.w; A2[4] = a1.x; A2[5] = a1.y; A2[6] = a1.z; A2[7] = a1.w;
+        if (P.alog) {
+#pragma unroll
+            for (int k = 0; k < 8; k++) A2[k] = a_of(A2[k], 1);
+        }
     }
 #pragma unroll
     for (int k = 0; k < 8; k++) A2[k] *= kLog2e;
@@ -4031,7 +4055,7 @@ static selscan_status launch_step(const selscan__stp &q, step_tune tu, cudaStrea
         else { sp.c0 = q.C.s[0]; sp.c1 = q.C.s[1]; sp.c2 = q.C.s[2]; }
         sp.D = q.D.data; sp.Ds = q.D.s[0];
         sp.bias = q.bias.data; sp.bs = q.bias.s[0];
-        sp.DT = q.DT; sp.biasT = q.biasT;
+        sp.DT = q.DT; sp.biasT = q.biasT; sp.alog = q.alog;
         const int64_t cpb = kThreads / sp.NT, gx = cdiv(q.batch, R), gy = cdiv(q.dim, cpb);
         if (gx > kMaxGrid || gy > 65535) return fail_grid(dg);
         const dim3 gr(static_cast<unsigned>(gx), static_cast<unsigned>(gy));
@@ -4085,6 +4109,7 @@ static selscan_status launch_step(const selscan__stp &q, step_tune tu, cudaStrea
     memset(&P, 0, sizeof P);
     P.batch = q.batch; P.dim = q.dim; P.N = q.N; P.G = q.G; P.dpg = q.dpg; P.ncache = q.ncache;
     P.softplus = q.softplus; P.fixB = q.fixB; P.fixC = q.fixC; P.idx = q.idx; P.DT = q.DT; P.biasT = q.biasT; P.stT = q.stT;
+    P.alog = q.alog;
     P.bf16 = q.dt == SELSCAN_BF16;
     P.u = mk(q.u); P.delta = mk(q.delta); P.A = mk(q.A); P.B = mk(q.B); P.C = mk(q.C); P.D = mk(q.D);
     P.z = mk(q.z); P.bias = mk(q.bias); P.h0 = mk(q.state); P.y = mk(q.y);

@@ -457,11 +457,16 @@ static void run_step_vs_forward(selscan_dtype T, int64_t batch, int64_t dim, int
     for (Ten *q : all) release(*q);
 }
 
-/* SELSCAN_STEP_D_T, SELSCAN_STEP_DELTA_BIAS_T and SELSCAN_STEP_STATE_T on the step kernel the
-   tuning entry forces (selscan__step_cuda_tuned's S, fast, loop, tma): D (pm bit 0), delta_bias
-   (bit 1) and the state (stT) in T give bitwise the y of the same kernel with those values in f32
-   without the flags, and its state (stT: rounded to T, to nearest even), and match the CPU
-   reference with the flags. */
+/* SELSCAN_STEP_D_T, SELSCAN_STEP_DELTA_BIAS_T, SELSCAN_STEP_STATE_T and SELSCAN_STEP_A_LOG on the
+   step kernel the tuning entry forces (selscan__step_cuda_tuned's S, fast, loop, tma): D (pm bit
+   0), delta_bias (bit 1) and the state (stT) in T, and A given as A_log (bit 2; A in the case's
+   layout then), give bitwise the y of the same kernel with those values in f32 and A = -expf(A_log)
+   computed on the device, without the flags, and its state (stT: rounded to T, to nearest even),
+   and match the CPU reference with the flags. */
+static __global__ void neg_expf_kernel(const float *a, float *o, int64_t n) { /* o = -expf(a), elementwise */
+    const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+    if (i < n) o[i] = -expf(a[i]);
+}
 struct step_force {
     const char *name;
     int S, fast, loop, tma; /* as selscan__step_cuda_tuned takes them */
@@ -477,14 +482,26 @@ static void run_step_params_t(selscan_dtype T, int64_t batch, int64_t dim, int64
                               int layout, const step_force &f, bool stT, int pm = 3) {
     const selscan_dtype F = SELSCAN_F32;
     const int64_t ncache = index ? batch + 2 : batch;
-    Ten st, st32, x, dt, A, B, C, DT, bT, D32, b32, zt, y;
+    Ten st, st32, x, dt, A, Ae, B, C, DT, bT, D32, b32, zt, y;
     make(st, stT ? T : F, 3, ncache, dim, N, 1, layout); fill(st, -1, 1);
     make(st32, F, 3, ncache, dim, N, 1, layout); /* st's values in f32 */
     for (int64_t i = 0; i < st.count(); i++) st32.set(i, st.get(st.h, i));
     CU(cudaMemcpy(st32.d, st32.h, st32.bytes, cudaMemcpyHostToDevice));
     make(x, T, 2, batch, dim, 1, 1, layout); fill(x, -1, 1);
     make(dt, T, 2, batch, dim, 1, 1, layout); fill(dt, -2, 1);
-    make(A, F, 2, dim, N, 1, 1, 1); fill(A, -4, -0.1);
+    const bool alog = (pm & 4) != 0;
+    /* A, or A_log (Mamba's log(1 .. 16) and beyond) and Ae = -expf(A_log) by the device's expf */
+    make(A, F, 2, dim, N, 1, 1, alog ? layout : 1);
+    if (alog) {
+        fill(A, -2, 3);
+        make(Ae, F, 2, dim, N, 1, 1, layout);
+        const int64_t ne = static_cast<int64_t>(A.bytes / 4);
+        neg_expf_kernel<<<static_cast<unsigned>((ne + 127) / 128), 128>>>(static_cast<const float *>(A.d), static_cast<float *>(Ae.d), ne);
+        CU(cudaGetLastError());
+        CU(cudaMemcpy(Ae.h, Ae.d, Ae.bytes, cudaMemcpyDeviceToHost));
+    } else {
+        fill(A, -4, -0.1);
+    }
     make(B, T, 3, batch, G, N, 1, layout); fill(B, -1, 1);
     make(C, T, 3, batch, G, N, 1, layout); fill(C, -1, 1);
     if (z) { make(zt, T, 2, batch, dim, 1, 1, layout); fill(zt, -2, 2); }
@@ -514,10 +531,11 @@ static void run_step_params_t(selscan_dtype T, int64_t batch, int64_t dim, int64
         memset(&q, 0, sizeof q);
         q.batch = batch; q.dim = dim; q.dstate = N; q.n_groups = G; q.n_cache = ncache; q.dtype = T;
         q.flags = flags | (tv ? (pm & 1 ? SELSCAN_STEP_D_T : 0u) | (pm & 2 ? SELSCAN_STEP_DELTA_BIAS_T : 0u) |
-                                    (stT ? SELSCAN_STEP_STATE_T : 0u)
+                                    (stT ? SELSCAN_STEP_STATE_T : 0u) | (alog ? SELSCAN_STEP_A_LOG : 0u)
                               : 0u);
         q.state_index = index ? (dev ? didx : idx_cpu.data()) : NULL;
-        q.state = tv ? st.out(dev) : st32.out(dev); q.u = x.api(dev); q.delta = dt.api(dev); q.A = A.api(dev); q.B = B.api(dev); q.C = C.api(dev);
+        q.state = tv ? st.out(dev) : st32.out(dev); q.u = x.api(dev); q.delta = dt.api(dev); q.B = B.api(dev); q.C = C.api(dev);
+        q.A = alog && !tv ? Ae.api(dev) : A.api(dev);
         q.D = tv && (pm & 1) ? DT.api(dev) : D32.api(dev);
         q.delta_bias = tv && (pm & 2) ? bT.api(dev) : b32.api(dev);
         if (z) q.z = zt.api(dev);
@@ -544,17 +562,17 @@ static void run_step_params_t(selscan_dtype T, int64_t batch, int64_t dim, int64
         if (stT) same_state &= memcmp(sT.data() + st.off(i) * 2, &want, 2) == 0;
         else same_state &= memcmp(sT.data() + st.off(i) * 4, &v, 4) == 0;
     }
-    CHECK(yT == y32 && same_state, "params T%s (%s, dtype %d, batch %lld, dim %lld, N %lld, G %lld, layout %d): y %s, state %s than f32 values",
-          stT ? ", state T" : "", f.name, (int)T, (long long)batch, (long long)dim, (long long)N, (long long)G, layout,
+    CHECK(yT == y32 && same_state, "params T%s%s (%s, dtype %d, batch %lld, dim %lld, N %lld, G %lld, layout %d): y %s, state %s than f32 values",
+          stT ? ", state T" : "", alog ? ", A_log" : "", f.name, (int)T, (long long)batch, (long long)dim, (long long)N, (long long)G, layout,
           yT == y32 ? "bitwise" : "DIFFERS", same_state ? "bitwise" : "DIFFERS");
     const selscan_step_problem h = problem(false, true);
     r = selscan_step_ref(&h); /* on the host copies: the state's initial values, y */
     CHECK(r == SELSCAN_OK, "params T: cpu %s", selscan_status_string(r));
     const double ey = rel_err(y, yT), es = rel_err(st, sT);
-    CHECK(ey <= tol_of(T, 0) && es <= (stT ? tol_of(T, 0) : 1e-5), "params T%s (%s, dtype %d, N %lld): y err %.3g, state err %.3g",
-          stT ? ", state T" : "", f.name, (int)T, (long long)N, ey, es);
+    CHECK(ey <= tol_of(T, 0) && es <= (stT ? tol_of(T, 0) : 1e-5), "params T%s%s (%s, dtype %d, N %lld): y err %.3g, state err %.3g",
+          stT ? ", state T" : "", alog ? ", A_log" : "", f.name, (int)T, (long long)N, ey, es);
     if (didx) cudaFree(didx);
-    Ten *all[] = {&st, &st32, &x, &dt, &A, &B, &C, &DT, &bT, &D32, &b32, &zt, &y};
+    Ten *all[] = {&st, &st32, &x, &dt, &A, &Ae, &B, &C, &DT, &bT, &D32, &b32, &zt, &y};
     for (Ten *p : all) release(*p);
 }
 
@@ -1124,7 +1142,7 @@ int main() {
         run_step_vs_forward((selscan_dtype)T, 1500, 128, 16, 1, SP, true, true, true, 1); /* forced, past its ring */
     }
     printf("%-32s %s\n", "step vs forward at L = 1", g_fail == b1 ? "ok" : "FAILED");
-    const int b3 = g_fail; /* SELSCAN_STEP_D_T / _DELTA_BIAS_T and SELSCAN_STEP_STATE_T (f16 / bf16) on every step kernel, forced */
+    const int b3 = g_fail; /* SELSCAN_STEP_D_T / _DELTA_BIAS_T, SELSCAN_STEP_STATE_T (f16 / bf16) and SELSCAN_STEP_A_LOG on every step kernel, forced */
     for (int T = 0; T < 3; T++)
         for (int stT = 0; stT < (T == 0 ? 1 : 2); stT++)
             for (const step_force &f : kForce) {
@@ -1140,8 +1158,16 @@ int main() {
                 /* D alone in T (transformers' Mamba: dt_proj.bias cast to f32 by the caller), delta_bias alone */
                 run_step_params_t((selscan_dtype)T, 5, 256, 16, 1, SP, true, true, 1, f, stT, 1);
                 run_step_params_t((selscan_dtype)T, 3, 40, 8, 2, SP, true, false, 1, f, stT, 2);
+                /* A from A_log (SELSCAN_STEP_A_LOG): alone and with D / delta_bias in T, the common
+                   operands (every kernel) and other N and layouts (A strided, misaligned, padded) */
+                run_step_params_t((selscan_dtype)T, 5, 256, 16, 1, SP, true, true, 1, f, stT, 4);
+                run_step_params_t((selscan_dtype)T, 70, 128, 16, 2, 0, false, false, 1, f, stT, 7);
+                run_step_params_t((selscan_dtype)T, 3, 40, 8, 2, SP, true, true, 1, f, stT, 7);
+                run_step_params_t((selscan_dtype)T, 4, 37, 5, 1, SP, true, false, 3, f, stT, 4);
+                run_step_params_t((selscan_dtype)T, 2, 48, 64, 1, SP, false, true, 4, f, stT, 4);
+                run_step_params_t((selscan_dtype)T, 2, 20, 12, 1, SP, true, true, 2, f, stT, 7);
             }
-    printf("%-32s %s\n", "step params / state in T", g_fail == b3 ? "ok" : "FAILED");
+    printf("%-32s %s\n", "step params / state in T, A_log", g_fail == b3 ? "ok" : "FAILED");
     const int b2 = g_fail;
     validation_tests();
     printf("%-32s %s\n", "validation", g_fail == b2 ? "ok" : "FAILED");

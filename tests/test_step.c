@@ -5,7 +5,9 @@
    SELSCAN_STEP_STATE_T (the state in T): against the oracle, and against the
    same call with those values in f32 without the flags: y bitwise, the state bitwise (or, in T,
    the f32 call's state rounded to T); their validation (spans and alignment in T, refused by the
-   scan). */
+   scan). SELSCAN_STEP_A_LOG (A holds A_log): against the oracle with A = -exp(A_log) in double, and
+   against the same call with A = -expf(A_log) without the flag: the reference bitwise, the fast
+   path (its vector exp) within a few ulp. */
 #include "../selscan.h" /* the implementation: tests/selscan_impl.c, linked by the Makefile */
 #include "common.h"
 
@@ -19,6 +21,7 @@ typedef struct scfg {
     int D, z, bias, idx, pad, layout;
     int prmT; /* bit 0: SELSCAN_STEP_D_T (D in T), bit 1: SELSCAN_STEP_DELTA_BIAS_T (delta_bias in T) */
     int stT;  /* SELSCAN_STEP_STATE_T: the state in T */
+    int alog; /* SELSCAN_STEP_A_LOG: A holds A_log */
 } scfg;
 
 static int lay(const scfg *c) { return c->layout >= 0 ? c->layout : (int)tc_randint(0, TC_LAYOUT_PADDED); }
@@ -30,18 +33,18 @@ static void step_case(const scfg *c) {
     const selscan_dtype Ddt = c->prmT & 1 ? c->dt : SELSCAN_F32, bdt = c->prmT & 2 ? c->dt : SELSCAN_F32; /* D's, delta_bias' */
     const selscan_dtype sdt = c->stT ? c->dt : SELSCAN_F32;                                                 /* the state's */
     const unsigned tflags = (c->prmT & 1 ? SELSCAN_STEP_D_T : 0u) | (c->prmT & 2 ? SELSCAN_STEP_DELTA_BIAS_T : 0u) |
-                            (c->stT ? SELSCAN_STEP_STATE_T : 0u);
-    tc_tensor x, dt, z, y, A, B, C, D, bias, st, D32, bias32, st32;
+                            (c->stT ? SELSCAN_STEP_STATE_T : 0u) | (c->alog ? SELSCAN_STEP_A_LOG : 0u);
+    tc_tensor x, dt, z, y, A, B, C, D, bias, st, D32, bias32, st32, Ae;
     int32_t *idx = NULL;
-    double *yref, *sref, *h, *Bv, *Cv;
+    double *yref, *sref, *h, *Bv, *Cv, *Aor;
     int64_t b, d, n, i;
     char desc[200];
     size_t k;
-    snprintf(desc, sizeof desc, "%s batch %lld dim %lld N %lld G %lld n_cache %lld flags %u D%d z%d bias%d idx%d pad%d layout %d%s%s",
+    snprintf(desc, sizeof desc, "%s batch %lld dim %lld N %lld G %lld n_cache %lld flags %u D%d z%d bias%d idx%d pad%d layout %d%s%s%s",
              tc_dtname(c->dt), (long long)c->batch, (long long)c->dim, (long long)c->N, (long long)c->G,
              (long long)ncache, c->flags, c->D, c->z, c->bias, c->idx, c->pad, c->layout,
              c->prmT == 3 ? " params T" : c->prmT == 1 ? " D T" : c->prmT == 2 ? " delta_bias T" : "",
-             c->stT ? " state T" : "");
+             c->stT ? " state T" : "", c->alog ? " A_log" : "");
     tc_tensor_make(&x, c->dt, 2, c->batch, c->dim, 1, 1, lay(c), 1);
     tc_tensor_make(&dt, c->dt, 2, c->batch, c->dim, 1, 1, lay(c), 1);
     tc_tensor_make(&z, c->dt, 2, c->batch, c->dim, 1, 1, lay(c), c->z);
@@ -57,13 +60,23 @@ static void step_case(const scfg *c) {
     tc_fill(&x, -2, 2);
     if (sp) tc_fill(&dt, -4, 3), tc_fill(&bias, -1, 1);
     else tc_fill(&dt, 0.01, 0.6), tc_fill(&bias, 0, 0.1);
-    for (i = 0; i < A.count; i++) A.v[i] = (double)(float)-exp(tc_uniform(-3, 1.5));
+    /* A, or A_log (Mamba's log(1 .. 16) and beyond either side) */
+    for (i = 0; i < A.count; i++) A.v[i] = c->alog ? (double)(float)tc_uniform(-2, 3) : (double)(float)-exp(tc_uniform(-3, 1.5));
     tc_store(&A);
+    /* the oracle's A: -exp(A_log) in double with the flag; A's f32 values without it */
+    Aor = (double *)malloc(sizeof(double) * (size_t)A.count);
+    for (i = 0; i < A.count; i++) Aor[i] = c->alog ? -exp(A.v[i]) : A.v[i];
     tc_fill(&B, -1, 1); tc_fill(&C, -1, 1); tc_fill(&D, -1, 1); tc_fill(&z, -3, 3); tc_fill(&st, -1, 1);
     /* the same values in f32 (exact: T is a subset), for the call without the flags */
     tc_tensor_like(&D32, &D, SELSCAN_F32);
     tc_tensor_like(&bias32, &bias, SELSCAN_F32);
     tc_tensor_like(&st32, &st, SELSCAN_F32);
+    /* A = -expf(A_log) in f32 (what the reference computes), for the call without SELSCAN_STEP_A_LOG */
+    tc_tensor_like(&Ae, &A, SELSCAN_F32);
+    if (c->alog) {
+        for (i = 0; i < A.count; i++) Ae.v[i] = (double)-expf((float)A.v[i]);
+        tc_store(&Ae);
+    }
     if (c->idx) { /* distinct rows from a shuffled [0, n_cache), some rows padding */
         int32_t *perm = (int32_t *)malloc(sizeof(int32_t) * (size_t)ncache);
         for (i = 0; i < ncache; i++) perm[i] = (int32_t)i;
@@ -90,7 +103,7 @@ static void step_case(const scfg *c) {
                 Cv[n] = fixC ? C.v[d * c->N + n] : C.v[(b * c->G + g) * c->N + n];
             }
             yref[b * c->dim + d] = tc_oracle_step(c->N, h, x.v[b * c->dim + d], dt.v[b * c->dim + d], bias.v[d], sp,
-                                                  A.v + d * c->N, Bv, Cv, D.v[d], c->z ? &z.v[b * c->dim + d] : NULL);
+                                                  Aor + d * c->N, Bv, Cv, D.v[d], c->z ? &z.v[b * c->dim + d] : NULL);
         }
     }
     for (k = 0; k < sizeof impls / sizeof impls[0]; k++) {
@@ -137,24 +150,40 @@ static void step_case(const scfg *c) {
                 if (idx && idx[b] < 0)
                     for (d = 0; d < c->dim; d++) padzero &= tc_get(&y, b * c->dim + d) == 0.0;
             CHECK(padzero, "[step/%s] a padding row's y is not 0 (%s)", impls[k].name, desc);
-            if (tflags) { /* the call with f32 D / delta_bias / state of the same values, without the flags */
+            if (tflags) { /* the call with f32 D / delta_bias / state of the same values, A = -expf(A_log), without the flags */
                 unsigned char *yT = tc_snapshot(&y), *s32 = tc_snapshot(&st32);
-                int sstate = 1;
+                int sstate = 1, ysame;
+                /* the fast path's A from A_log by its vector exp: within a few ulp of expf's, so y and
+                   the state within a few ulp of the f32 call's (T: one rounding of T apart) */
+                const int near = c->alog && impls[k].f == selscan_step_cpu;
+                double *yw = (double *)malloc(sizeof(double) * (size_t)y.count); /* the flags' y */
+                for (i = 0; i < y.count; i++) yw[i] = tc_get(&y, i);
                 tc_poison(&y);
                 s.flags = c->flags;
                 s.D = tc_api(&D32);
                 s.delta_bias = tc_api(&bias32);
                 s.state = tc_out(&st32);
+                if (c->alog) s.A = tc_api(&Ae);
                 r = impls[k].f(&s);
                 /* the state: bitwise in f32; in T, the f32 call's state rounded to T (to nearest even) */
-                for (i = 0; i < st.count; i++)
-                    sstate &= c->stT ? tc_get(&st, i) == tc_round(c->dt, tc_get(&st32, i)) : tc_get(&st, i) == tc_get(&st32, i);
-                CHECK(r == SELSCAN_OK && tc_same(&y, yT) && sstate,
+                if (near) {
+                    double *sw = (double *)malloc(sizeof(double) * (size_t)st.count); /* the f32 call's state */
+                    for (i = 0; i < st.count; i++) sw[i] = tc_get(&st32, i);
+                    ysame = tc_rel_err(&y, yw) <= (c->dt == SELSCAN_F32 ? 1e-5 : tc_tol_fwd(c->dt));
+                    sstate = tc_rel_err(&st, sw) <= (c->stT ? tc_tol_fwd(c->dt) : 1e-5);
+                    free(sw);
+                } else {
+                    ysame = tc_same(&y, yT);
+                    for (i = 0; i < st.count; i++)
+                        sstate &= c->stT ? tc_get(&st, i) == tc_round(c->dt, tc_get(&st32, i)) : tc_get(&st, i) == tc_get(&st32, i);
+                }
+                CHECK(r == SELSCAN_OK && ysame && sstate,
                       "[step/%s] T parameters / state differ from the same values in f32: status %s, y %s, state %s (%s)",
-                      impls[k].name, selscan_status_string(r), tc_same(&y, yT) ? "same" : "DIFFERS", sstate ? "same" : "DIFFERS",
+                      impls[k].name, selscan_status_string(r), ysame ? "same" : "DIFFERS", sstate ? "same" : "DIFFERS",
                       desc);
                 memcpy(st32.mem, s32, (size_t)st32.alloc * 4);
                 free(yT);
+                free(yw);
                 free(s32);
             }
         }
@@ -164,10 +193,10 @@ static void step_case(const scfg *c) {
         free(got);
         free(want);
     }
-    free(yref); free(sref); free(Bv); free(Cv); free(idx);
+    free(yref); free(sref); free(Bv); free(Cv); free(idx); free(Aor);
     tc_tensor_free(&x); tc_tensor_free(&dt); tc_tensor_free(&z); tc_tensor_free(&y); tc_tensor_free(&A);
     tc_tensor_free(&B); tc_tensor_free(&C); tc_tensor_free(&D); tc_tensor_free(&bias); tc_tensor_free(&st);
-    tc_tensor_free(&D32); tc_tensor_free(&bias32); tc_tensor_free(&st32);
+    tc_tensor_free(&D32); tc_tensor_free(&bias32); tc_tensor_free(&st32); tc_tensor_free(&Ae);
 }
 
 /* SELSCAN_STEP_PARAMS_T's and SELSCAN_STEP_STATE_T's validation: D and delta_bias, the state, are
@@ -288,6 +317,15 @@ static void params_t_rules(void) {
         CHECK(selscan_validate(&p) == SELSCAN_ERR_UNSUPPORTED && dg.operand && strcmp(dg.operand, "flags") == 0 &&
                   dg.code == SELSCAN_RULE_UNKNOWN_FLAG,
               "[state T] the scan's forward refuses SELSCAN_STEP_STATE_T");
+        p.flags = SELSCAN_STEP_A_LOG;
+        dg.operand = NULL;
+        CHECK(selscan_validate(&p) == SELSCAN_ERR_UNSUPPORTED && dg.operand && strcmp(dg.operand, "flags") == 0 &&
+                  dg.code == SELSCAN_RULE_UNKNOWN_FLAG,
+              "[A_log] the scan's forward refuses SELSCAN_STEP_A_LOG");
+        dg.operand = NULL;
+        CHECK(selscan_validate_grads(&p, &g) == SELSCAN_ERR_UNSUPPORTED && dg.operand && strcmp(dg.operand, "flags") == 0 &&
+                  dg.code == SELSCAN_RULE_UNKNOWN_FLAG,
+              "[A_log] the scan's backward refuses SELSCAN_STEP_A_LOG");
     }
     free(buf);
     tc_tensor_free(&x); tc_tensor_free(&dt); tc_tensor_free(&A); tc_tensor_free(&B); tc_tensor_free(&C);
@@ -318,6 +356,7 @@ int main(void) {
         c.layout = tc_coin(0.3) ? (int)tc_randint(0, TC_LAYOUT_PADDED) : -1;
         c.prmT = tc_coin(0.4) ? (int)tc_randint(1, 3) : 0;
         c.stT = tc_coin(0.4);
+        c.alog = tc_coin(0.3);
         step_case(&c);
     }
     /* SELSCAN_STEP_PARAMS_T on the fast path's common layout (N = 16, 64, unit strides) and its others */
@@ -335,6 +374,7 @@ int main(void) {
         c.layout = i % 6 < 4 ? TC_LAYOUT_CONTIG : -1;
         c.prmT = i % 4 == 0 ? 1 : i % 4 == 1 ? 2 : 3;
         c.stT = i % 3 != 1;
+        c.alog = i % 5 < 2;
         step_case(&c);
     }
     params_t_rules();
@@ -342,6 +382,8 @@ int main(void) {
     memset(&c, 0, sizeof c);
     c.dt = SELSCAN_BF16; c.G = 1; c.dim = 70000; c.N = 2; c.batch = 2; c.flags = SELSCAN_DELTA_SOFTPLUS;
     c.D = c.z = c.bias = 1; c.idx = 1; c.pad = 1; c.ncache = 3; c.layout = -1;
+    step_case(&c);
+    c.alog = 1; /* and A from A_log */
     step_case(&c);
     return tc_finish();
 }

@@ -221,6 +221,7 @@ static void problem_rules(void) {
     PROB(p.flags |= SELSCAN_STEP_PARAMS_T; ex("the step's SELSCAN_STEP_PARAMS_T", &p, &g, ALL, SELSCAN_ERR_UNSUPPORTED));
     PROB(p.flags |= SELSCAN_STEP_STATE_T; ex("the step's SELSCAN_STEP_STATE_T", &p, &g, ALL, SELSCAN_ERR_UNSUPPORTED));
     PROB(p.flags |= SELSCAN_STEP_DELTA_BIAS_T; ex("the step's SELSCAN_STEP_DELTA_BIAS_T", &p, &g, ALL, SELSCAN_ERR_UNSUPPORTED));
+    PROB(p.flags |= SELSCAN_STEP_A_LOG; ex("the step's SELSCAN_STEP_A_LOG", &p, &g, ALL, SELSCAN_ERR_UNSUPPORTED));
     PROB(p.flags |= 0x80000000u; ex("unknown flag 1<<31", &p, &g, ALL, SELSCAN_ERR_UNSUPPORTED));
 
     /* strides: negative, overflowing, overlapping outputs */

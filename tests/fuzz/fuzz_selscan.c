@@ -226,7 +226,8 @@ static float fz_value(const fz_case *c, int id) {
         return sp[fz_next() % 6];
     }
     switch (id) {
-    case T_A: return (float)fz_unif(-1.5, -0.05);
+    case T_A: /* A, or A_log (the step's SELSCAN_STEP_A_LOG: A = -exp(A_log)) */
+        return c->kind == 2 && (c->flags & SELSCAN_STEP_A_LOG) ? (float)fz_unif(-2.0, 3.0) : (float)fz_unif(-1.5, -0.05);
     case T_DELTA: return (float)fz_unif(-1.0, 0.5);
     default: return (float)fz_unif(-1.0, 1.0);
     }
@@ -424,8 +425,9 @@ static void fz_decode(fz_rd *r, fz_case *c) {
     c->dtype = (int)fz_below(r, 3);
     if (fz_below(r, 64) == 0) c->dtype = fz_below(r, 2) ? 3 : -1;
     c->flags = fz_u8(r) & 7u;
-    if (fz_below(r, 64) == 0) c->flags |= 8u << fz_below(r, 4);
-    else if (c->kind == 2 && fz_below(r, 4) == 0) c->flags |= (fz_u8(r) & 7u) << 3; /* the step's D_T / STATE_T / DELTA_BIAS_T together */
+    if (fz_below(r, 64) == 0) c->flags |= 8u << fz_below(r, 5); /* one of 8 .. 64 (the step's), or 128 (unknown) */
+    else if (c->kind == 2 && fz_below(r, 4) == 0)
+        c->flags |= (fz_u8(r) & 15u) << 3; /* the step's D_T / STATE_T / DELTA_BIAS_T / A_LOG together */
     c->batch = fz_size(r, c->huge, 3);
     c->dim = fz_size(r, c->huge, 40);
     c->L = fz_size(r, c->huge, 90);

@@ -5,11 +5,13 @@
 //   selscan::bwd  (u, delta, A, B, C, D?, z?, delta_bias?, h0?, cu_seqlens?, dy, dh_last?,
 //                  checkpoint, delta_softplus, grad_mask[9]) -> (du, ddelta, dA, dB, dC, dD, dz,
 //                  ddelta_bias, dh0)
-//   selscan::step (state!, x, dt, A, B, C, D?, z?, dt_bias?, state_index?, dt_softplus) -> y
+//   selscan::step (state!, x, dt, A, B, C, D?, z?, dt_bias?, state_index?, dt_softplus,
+//                  A_is_log=False) -> y
 //                 (D, dt_bias, state: each float32 or x's dtype, passed as they are: selscan's
 //                 SELSCAN_STEP_D_T / _DELTA_BIAS_T / _STATE_T for those in x's dtype, no
 //                 conversion or copy kernel a call; a state in x's dtype is stepped in float32
-//                 and stored rounded)
+//                 and stored rounded. A_is_log: A is Mamba's A_log, selscan's SELSCAN_STEP_A_LOG
+//                 takes A = -exp(A_log) inside the step: no exp / neg kernels a token)
 //
 // Shapes are selscan's logical ones (mamba_ssm's): u (batch, dim, L), B/C (batch, G, N, L),
 // (batch, N, L) (one group) or (dim, N) f32 (fixed), A (dim, N) f32, ... Every tensor is handed to selscan as a pointer plus
@@ -728,7 +730,7 @@ ST StepBCOperand(const Tensor& t) {
 
 Tensor Step(const Tensor& state, const Tensor& x_in, const Tensor& dt_in, const Tensor& A_in, const Tensor& B_in,
             const Tensor& C_in, const OptT& D_in, const OptT& z_in, const OptT& dt_bias_in, const OptT& state_index,
-            bool dt_softplus) {
+            bool dt_softplus, bool A_is_log) {
   TORCH_CHECK_VALUE(x_in.dim() == 2, "selscan: x must have shape (batch, dim), got ", Shape(x_in));
   (void)DtypeOf(x_in, "x");
   TORCH_CHECK_VALUE(state.dim() == 3, "selscan: state must have shape (n_cache, dim, N), got ", Shape(state));
@@ -806,7 +808,8 @@ Tensor Step(const Tensor& state, const Tensor& x_in, const Tensor& dt_in, const 
   s.dtype = DtypeOf(x, "x");
   s.flags = (dt_softplus ? SELSCAN_DELTA_SOFTPLUS : 0u) | (in_t(D) ? SELSCAN_STEP_D_T : 0u) |
             (in_t(dt_bias) ? SELSCAN_STEP_DELTA_BIAS_T : 0u) |
-            (state.scalar_type() != at::kFloat ? SELSCAN_STEP_STATE_T : 0u);  // not float32: x's dtype (checked above)
+            (state.scalar_type() != at::kFloat ? SELSCAN_STEP_STATE_T : 0u) |  // not float32: x's dtype (checked above)
+            (A_is_log ? SELSCAN_STEP_A_LOG : 0u);                             // A holds A_log: A = -exp(A_log)
   s.state_index = state_index ? sidx.data_ptr<int32_t>() : nullptr;
   s.state = OutOperand<decltype(s.state)>(state, "state");
   s.u = Operand<decltype(s.u)>(x);  // mamba's x / dt are selscan's u / delta
@@ -1012,18 +1015,19 @@ std::vector<Tensor> BackwardAutograd(const Tensor& u, const Tensor& delta, const
 }
 
 const c10::TypedOperatorHandle<Tensor(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&,
-                                      const Tensor&, const OptT&, const OptT&, const OptT&, const OptT&, bool)>&
+                                      const Tensor&, const OptT&, const OptT&, const OptT&, const OptT&, bool, bool)>&
 StepOp() {
   static const auto op = c10::Dispatcher::singleton()
                              .findSchemaOrThrow("selscan::step", "")
                              .typed<Tensor(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&,
-                                           const Tensor&, const OptT&, const OptT&, const OptT&, const OptT&, bool)>();
+                                           const Tensor&, const OptT&, const OptT&, const OptT&, const OptT&, bool,
+                                           bool)>();
   return op;
 }
 
 Tensor StepAutograd(const Tensor& state, const Tensor& x, const Tensor& dt, const Tensor& A, const Tensor& B,
                     const Tensor& C, const OptT& D, const OptT& z, const OptT& dt_bias, const OptT& state_index,
-                    bool dt_softplus) {
+                    bool dt_softplus, bool A_is_log) {
   if (at::GradMode::is_enabled()) {
     const std::pair<const char*, const Tensor*> args[] = {{"state", &state}, {"x", &x}, {"dt", &dt}, {"A", &A},
                                                           {"B", &B},         {"C", &C}};
@@ -1044,7 +1048,7 @@ Tensor StepAutograd(const Tensor& state, const Tensor& x, const Tensor& dt, cons
   Tensor y;
   {
     at::AutoDispatchBelowADInplaceOrView guard;
-    y = StepOp().call(state, x, dt, A, B, C, D, z, dt_bias, state_index, dt_softplus);
+    y = StepOp().call(state, x, dt, A, B, C, D, z, dt_bias, state_index, dt_softplus, A_is_log);
   }
   torch::autograd::impl::bump_version(state);
   return y;
@@ -1071,7 +1075,7 @@ TORCH_LIBRARY(selscan, m) {
         "Tensor? h0, Tensor? cu_seqlens, Tensor dy, Tensor? dh_last, Tensor checkpoint, bool delta_softplus, "
         "int[] grad_mask) -> Tensor[]");
   m.def("step(Tensor(a!) state, Tensor x, Tensor dt, Tensor A, Tensor B, Tensor C, Tensor? D, Tensor? z, "
-        "Tensor? dt_bias, Tensor? state_index, bool dt_softplus) -> Tensor");
+        "Tensor? dt_bias, Tensor? state_index, bool dt_softplus, bool A_is_log=False) -> Tensor");
   m.def("cpu_backend() -> str", &selscan_torch::CpuBackend);
   m.def("cuda_channels_last() -> bool", &selscan_torch::CudaChannelsLast);
 }

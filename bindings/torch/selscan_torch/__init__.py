@@ -100,7 +100,7 @@ def _bwd_fake(u, delta, A, B, C, D, z, delta_bias, h0, cu_seqlens, dy, dh_last, 
 
 
 @torch.library.register_fake("selscan::step")
-def _step_fake(state, x, dt, A, B, C, D, z, dt_bias, state_index, dt_softplus):
+def _step_fake(state, x, dt, A, B, C, D, z, dt_bias, state_index, dt_softplus, A_is_log=False):
     _checks.check_step(state, x, dt, A, B, C, D, z, dt_bias, state_index)
     return torch.empty_like(x)
 
@@ -192,7 +192,7 @@ def selective_scan_fn(u, delta, A, B, C, D=None, z=None, delta_bias=None, delta_
 
 
 def selective_state_update(state, x, dt, A, B, C, D=None, z=None, dt_bias=None, dt_softplus=False,
-                           state_batch_indices=None):
+                           state_batch_indices=None, *, A_is_log=False):
     """One decode step, in place on state: mamba_ssm's selective_state_update (Triton) signature.
 
     Single head: state (batch, dim, N) float32 or x's dtype (or (n_cache, dim, N) with
@@ -207,6 +207,10 @@ def selective_state_update(state, x, dt, A, B, C, D=None, z=None, dt_bias=None, 
     an input requiring grad raises. A state whose elements overlap (an expand()ed view) is refused;
     a multi-head state is folded into channels as a view (refused where that is impossible: it is
     never copied).
+    A_is_log=True: A is Mamba's A_log (same shape; float32, another floating dtype cast to float32)
+    and the step uses A = -exp(A_log), computed inside the kernel in float32 (selscan's
+    SELSCAN_STEP_A_LOG; on CUDA bitwise the result of A = -torch.exp(A_log)): no exp / neg kernels
+    a token.
     """
     f32 = torch.float32
     cast = _checks.cast
@@ -244,6 +248,8 @@ def selective_state_update(state, x, dt, A, B, C, D=None, z=None, dt_bias=None, 
         _not_tensors(state=state, x=x, dt=dt, A=A, B=B, C=C, D=D, z=z, dt_bias=dt_bias)
         raise
     if _onnx_step is not None and torch.onnx.is_in_onnx_export():  # see _onnx_step (its ONNX op: float32 D / dt_bias / state)
+        if A_is_log:  # the ONNX op takes A itself: -exp(A_log) in the graph
+            A = -torch.exp(A)
         D = None if D is None else cast(D, "D", f32)
         dt_bias = None if dt_bias is None else cast(dt_bias, "dt_bias", f32)
         s32 = state if state.dtype == f32 else state.float()
@@ -251,7 +257,7 @@ def selective_state_update(state, x, dt, A, B, C, D=None, z=None, dt_bias=None, 
         if s32 is not state:
             state.copy_(s32)
     else:
-        out = _ops.step(state, x, dt, A, B, C, D, z, dt_bias, idx, bool(dt_softplus))
+        out = _ops.step(state, x, dt, A, B, C, D, z, dt_bias, idx, bool(dt_softplus), bool(A_is_log))
     return out.view(out_shape)
 
 

@@ -61,14 +61,16 @@ def selective_scan_fn(u, delta, A, B, C, D=None, z=None, delta_bias=None, delta_
 
 
 def selective_state_update(state, x, dt, A, B, C, D=None, z=None, dt_bias=None, dt_softplus=False,
-                           state_batch_indices=None, **kwargs):
+                           state_batch_indices=None, *, A_is_log=False, **kwargs):
     """mamba_ssm's selective_state_update on selscan. A state in float32 or x's dtype (mamba_ssm's
     allocate_inference_cache and transformers' cache use the model's) is updated in place as it is;
-    one of another dtype through a float32 copy."""
+    one of another dtype through a float32 copy. A_is_log: as selscan_torch.selective_state_update's."""
     if state.dtype == torch.float32 or state.dtype == getattr(x, "dtype", None):
-        return _selective_state_update(state, x, dt, A, B, C, D, z, dt_bias, dt_softplus, state_batch_indices)
+        return _selective_state_update(state, x, dt, A, B, C, D, z, dt_bias, dt_softplus, state_batch_indices,
+                                       A_is_log=A_is_log)
     s32 = state.float()
-    out = _selective_state_update(s32, x, dt, A, B, C, D, z, dt_bias, dt_softplus, state_batch_indices)
+    out = _selective_state_update(s32, x, dt, A, B, C, D, z, dt_bias, dt_softplus, state_batch_indices,
+                                  A_is_log=A_is_log)
     state.copy_(s32)
     return out
 
