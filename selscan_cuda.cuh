@@ -4752,8 +4752,9 @@ static __global__ void __launch_bounds__(256) conv_dinit_kernel(const conv_param
    (entry i takes entry i + L of [state, x]). Grid: channel blocks on x, batch rows on y (rows
    blockIdx.y, + gridDim.y, ...): no 64-bit division a thread (a flat index split by dim cost
    ~0.4 us a call against causal_conv1d's update in a decode graph, bench/NOTES.md CONV-CUDA-v6).
-   Launched with programmatic dependent launch: its blocks are resident while the kernel before
-   (in_proj's GEMM in decode) drains; every read waits for it (pdl_wait). */
+   Launched plainly: with programmatic dependent launch after a kernel that does not trigger it
+   (in_proj's GEMM in decode) it measured 0.13-0.17 us slower a call (CONV-CUDA-v6); the
+   griddepcontrol instructions stay for selscan__conv_step_cuda_tuned(pdl), no-ops otherwise. */
 template <typename T, int W>
 static __device__ __forceinline__ void conv_step_row(const conv_params &P, int64_t b, int64_t d) {
     const int64_t row = P.idx ? P.idx[b] : b, L = P.L, S = P.S;
@@ -4973,7 +4974,7 @@ static selscan_status conv_backward(const selscan_conv_problem *p, const selscan
     return SELSCAN_OK;
 }
 
-static selscan_status conv_step(const selscan_conv_step_problem *s, const selscan_cuda_ext *x, cudaStream_t stream, bool pdl = true) {
+static selscan_status conv_step(const selscan_conv_step_problem *s, const selscan_cuda_ext *x, cudaStream_t stream, bool pdl = false) {
     selscan__cstp q;
     conv_params P;
     cudaError_t *err = x ? x->cuda_error : NULL;
@@ -5040,7 +5041,7 @@ static SELSCAN__MAYBE_UNUSED selscan_status selscan__conv_forward_cuda_tuned(con
                                                                              cudaStream_t stream, int rows) {
     return selscan_cuda_detail::conv_forward(p, x, stream, rows);
 }
-/* The conv step launched without programmatic dependent launch (pdl false), for tuning. */
+/* The conv step with programmatic dependent launch (pdl true) or without (the default), for tuning. */
 static SELSCAN__MAYBE_UNUSED selscan_status selscan__conv_step_cuda_tuned(const selscan_conv_step_problem *s, const selscan_cuda_ext *x,
                                                                           cudaStream_t stream, bool pdl) {
     return selscan_cuda_detail::conv_step(s, x, stream, pdl);

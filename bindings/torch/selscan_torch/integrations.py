@@ -25,7 +25,9 @@ What is replaced:
 - mamba_ssm: sys.modules["mamba_ssm.ops.selective_scan_interface"] (selscan's
   selective_scan_fn / mamba_inner_fn), a causal_conv1d package where none is installed, a
   mamba_ssm.ops.triton.selective_state_update module where it cannot be imported, and the names
-  mamba_ssm.modules.mamba_simple bound at its import (so an already imported Mamba switches too).
+  mamba_ssm.modules.mamba_simple bound at its import (so an already imported Mamba switches too);
+  Mamba.step, whose A = -exp(A_log) moves into selscan's step kernel (two kernels fewer a layer
+  a decode token), and Mamba.allocate_inference_cache (use_in_mamba_ssm's float32_state).
 - mambavision: what `import mambavision` needs of mamba_ssm (selective_scan_fn) as stand-in
   modules when mamba_ssm is not installed, and mambavision's own module attribute when it is
   already imported.
@@ -468,6 +470,8 @@ def _install_mamba_ssm(h):
     if mixer is not None and "allocate_inference_cache" in mixer.__dict__:
         h._setattr(mixer, "allocate_inference_cache", _f32_ssm_cache(mixer.__dict__["allocate_inference_cache"]),
                    "mamba_ssm.modules.mamba_simple.Mamba.allocate_inference_cache")
+    if mixer is not None and "step" in mixer.__dict__:
+        h._setattr(mixer, "step", _mamba_step(mixer.__dict__["step"]), "mamba_ssm.modules.mamba_simple.Mamba.step")
 
 
 _MAMBA_SSM_OPTS = {"float32_state": False}  # use_in_mamba_ssm's options, read at each call
@@ -487,6 +491,30 @@ def _f32_ssm_cache(orig):
         return conv_state, ssm_state
     allocate_inference_cache.__wrapped__ = orig
     return allocate_inference_cache
+
+
+def _mamba_step(orig):
+    """mamba_ssm's Mamba.step (one decode token a layer) on selscan's conv step and step, with
+    A = -exp(A_log) computed inside the step kernel (A_is_log): mamba_ssm's step computes it every
+    token, two elementwise kernels a layer a token (~1.3 us each in a CUDA graph at batch 1,
+    bench/NOTES.md MODELS-v6). Otherwise mamba_ssm's computation: in_proj, the conv update, x_proj,
+    dt_proj without its bias, the step (dt_proj's bias and softplus inside), out_proj. A mixer
+    this does not cover (another activation) runs mamba_ssm's own step."""
+    import torch.nn.functional as F
+
+    def step(self, hidden_states, conv_state, ssm_state):
+        if self.activation not in ("silu", "swish") or hidden_states.shape[1] != 1:
+            return orig(self, hidden_states, conv_state, ssm_state)
+        xz = self.in_proj(hidden_states.squeeze(1))  # (batch, 2 d_inner)
+        x, z = xz.chunk(2, dim=-1)
+        x = causal_conv1d_update(x, conv_state, self.conv1d.weight.squeeze(1), self.conv1d.bias, self.activation)
+        dt, B, C = torch.split(self.x_proj(x), [self.dt_rank, self.d_state, self.d_state], dim=-1)
+        dt = F.linear(dt, self.dt_proj.weight)
+        y = selective_state_update(ssm_state, x, dt, self.A_log, B, C, self.D, z=z, dt_bias=self.dt_proj.bias,
+                                   dt_softplus=True, A_is_log=True)
+        return self.out_proj(y).unsqueeze(1), conv_state, ssm_state
+    step.__wrapped__ = orig
+    return step
 
 
 def use_in_mamba_ssm(enable=True, *, float32_state=False):

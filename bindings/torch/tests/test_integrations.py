@@ -239,6 +239,7 @@ def test_mamba_ssm_lm_head_model(device, monkeypatch):
 
         assert ms.mamba_inner_fn is si.mamba_inner_fn and ms.selective_scan_fn is si.selective_scan_fn
         assert ms.causal_conv1d_fn is not None and ms.selective_state_update is si.selective_state_update
+        assert "mamba_ssm.modules.mamba_simple.Mamba.step" in h.replaced  # A_log into the step kernel
         torch.manual_seed(0)
         norm = dict(rms_norm=False, fused_add_norm=False) if device == "cpu" else {}  # Triton norms: CUDA only
         cfg = MambaConfig(d_model=64, n_layer=2, vocab_size=100, ssm_cfg={"layer": "Mamba1"},
@@ -257,6 +258,7 @@ def test_mamba_ssm_lm_head_model(device, monkeypatch):
             for name in ("causal_conv1d_fn", "causal_conv1d_update", "selective_state_update"):
                 mp.setattr(ms, name, None)
             mp.setattr(ms, "selective_scan_fn", _ref_scan)
+            mp.setattr(ms.Mamba, "step", ms.Mamba.step.__wrapped__)  # mamba_ssm's own decode step
             off = _ms_run(model, ids)
     cache = model.allocate_inference_cache(2, 8, dtype=torch.bfloat16)  # restored: mamba_ssm's own dtype again
     assert {(c.dtype, s.dtype) for c, s in cache.values()} == {(torch.bfloat16, torch.bfloat16)}
