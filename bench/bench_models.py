@@ -1184,8 +1184,9 @@ def case_ops(name):
     output, B / C columns of x_proj's output, dt from F.linear, D float32, dt_proj.bias and both
     states bf16), one state pair per layer; each op captured once per layer in one CUDA graph,
     replayed (--ops-reps times, median of 5 timings): us a call, our conv update / step against
-    causal_conv1d's / mamba_ssm's, the layer's pair in every combination, and a 1-element add as
-    the graph's per-kernel floor."""
+    causal_conv1d's / mamba_ssm's, the layer's pair in every combination, the pair with Mamba.step's
+    A = -exp(A_log) (mamba_ssm: two elementwise kernels; selscan: inside the step), and a 1-element
+    add as the graph's per-kernel floor."""
     if ARGS.device.type != "cuda":
         RESULTS["skipped"].append("ops: needs a GPU (CUDA graphs)")
         return
@@ -1215,8 +1216,11 @@ def case_ops(name):
         conv = {"selscan": lambda l, x: integ.causal_conv1d_update(x, l["cs"], l["w"], l["cb"], "silu")}
         step = {"selscan": lambda l, x: integ.selective_state_update(l["ss"], x, l["dt"], l["A"], l["B"], l["C"], l["Dp"],
                                                                      z=l["z"], dt_bias=l["db"], dt_softplus=True)}
+        # Mamba.step's A = -exp(A_log) every token: mamba_ssm's two elementwise kernels, or inside
+        # selscan's step (A_is_log, what use_in_mamba_ssm's Mamba.step does)
+        step_alog = {"selscan (A in torch)": lambda l, x: step["selscan"](dict(l, A=-torch.exp(l["Alog"])), x)}
         if alog_ok:
-            step["selscan-alog"] = lambda l, x: selscan_torch.selective_state_update(
+            step_alog["selscan"] = lambda l, x: selscan_torch.selective_state_update(
                 l["ss"], x, l["dt"], l["Alog"], l["B"], l["C"], l["Dp"], z=l["z"], dt_bias=l["db"], dt_softplus=True,
                 A_is_log=True)
         if ccu is not None:
@@ -1224,6 +1228,7 @@ def case_ops(name):
         if ssu is not None:
             step["mamba_ssm"] = lambda l, x: ssu(l["ss"], x, l["dt"], l["A"], l["B"], l["C"], l["Dp"], z=l["z"],
                                                  dt_bias=l["db"], dt_softplus=True)
+            step_alog["mamba_ssm"] = lambda l, x: step["mamba_ssm"](dict(l, A=-torch.exp(l["Alog"])), x)
         one = torch.zeros(1, device=dev)
         cases = {"floor (1-element add)": {"floor": lambda l: one.add_(1.0)}}
         cases["conv update"] = {k: (lambda f: lambda l: f(l, l["x"]))(f) for k, f in conv.items()}
@@ -1232,6 +1237,8 @@ def case_ops(name):
         for ck, cf in conv.items():
             for sk, sf in step.items():
                 cases["conv -> step"][f"{ck}+{sk}" if ck != sk else ck] = (lambda cf, sf: lambda l: sf(l, cf(l, l["x"])))(cf, sf)
+        cases["conv -> step, A from A_log"] = {k: (lambda cf, sf: lambda l: sf(l, cf(l, l["x"])))(conv[k.split()[0]], f)
+                                                for k, f in step_alog.items() if k.split()[0] in conv}
         for cname, fns in cases.items():
             for bn, f in fns.items():
                 try:
