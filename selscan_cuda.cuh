@@ -4750,8 +4750,9 @@ static __global__ void __launch_bounds__(256) conv_dinit_kernel(const conv_param
    the state's last H entries in registers, no local memory); y of every token from a window of
    the state's last H entries and the tokens, then the state rolled left by the token count
    (entry i takes entry i + L of [state, x]). Grid: channel blocks on x, batch rows on y (rows
-   blockIdx.y, + gridDim.y, ...): no 64-bit division a thread (a flat index split by dim cost
-   ~0.4 us a call against causal_conv1d's update in a decode graph, bench/NOTES.md CONV-CUDA-v6).
+   blockIdx.y, + gridDim.y, ...): no 64-bit division a thread (predicted to close part of the
+   ~0.4 us a call it trails causal_conv1d's update by in a decode graph; measured no change,
+   bench/NOTES.md CONV-CUDA-v6).
    Launched plainly: with programmatic dependent launch after a kernel that does not trigger it
    (in_proj's GEMM in decode) it measured 0.13-0.17 us slower a call (CONV-CUDA-v6); the
    griddepcontrol instructions stay for selscan__conv_step_cuda_tuned(pdl), no-ops otherwise. */

@@ -11,8 +11,10 @@
 - mambavision (skipped unless mambavision and timm import): a small MambaVision on selscan
   without mamba_ssm vs a float64 reference scan: outputs and gradients.
 """
+import contextlib
 import importlib
 import importlib.util
+import inspect
 import sys
 import types
 
@@ -57,6 +59,27 @@ def _tf_model(kind, device, seed=0):
     return model.to(device).float()
 
 
+_TF_KERNEL_NAMES = ("mamba_inner_fn", "mamba_selective_scan", "mamba_selective_state_update", "causal_conv1d_fn",
+                    "causal_conv1d_update")
+
+
+@contextlib.contextmanager
+def _tf_own_path(kind):
+    """transformers' own PyTorch functions: where mamba_ssm / causal_conv1d are installed, its 5.x
+    kernel names resolve to those (CUDA-only; FalconMamba's fused call computed as mamba_ssm's
+    kernel does, not as transformers' PyTorch path does), so the reference path is forced to the
+    decorated bodies."""
+    mod = importlib.import_module(f"transformers.models.{kind}.modeling_{kind}")
+    saved = {n: mod.__dict__[n] for n in _TF_KERNEL_NAMES if hasattr(mod.__dict__.get(n), "__wrapped__")}
+    try:
+        for n, f in saved.items():
+            setattr(mod, n, inspect.unwrap(f))
+        yield
+    finally:
+        for n, f in saved.items():
+            setattr(mod, n, f)
+
+
 def _tf_run(model, ids, gen_tokens=8, autocast=None):
     device = ids.device
     model.zero_grad(set_to_none=True)
@@ -84,7 +107,8 @@ def _tf_run(model, ids, gen_tokens=8, autocast=None):
 def test_transformers_on_vs_off(device, kind):
     model = _tf_model(kind, device)
     ids = torch.randint(0, 100, (2, 24), generator=torch.Generator().manual_seed(1)).to(device)
-    off = _tf_run(model, ids)
+    with _tf_own_path(kind):
+        off = _tf_run(model, ids)
     with si.use_in_transformers() as h:
         assert h.active and len(h.replaced) >= 5
         on = _tf_run(model, ids)
@@ -105,7 +129,8 @@ def test_transformers_bf16_autocast(kind):
     bfloat16 precision (and selscan's path is checked against float64 in test_block)."""
     model = _tf_model(kind, "cpu", seed=3)
     ids = torch.randint(0, 100, (2, 32), generator=torch.Generator().manual_seed(2))
-    off = _tf_run(model, ids, gen_tokens=2, autocast=torch.bfloat16)
+    with _tf_own_path(kind):
+        off = _tf_run(model, ids, gen_tokens=2, autocast=torch.bfloat16)
     with si.use_in_transformers():
         on = _tf_run(model, ids, gen_tokens=2, autocast=torch.bfloat16)
     assert abs(on["loss"].item() - off["loss"].item()) < 2e-2 * abs(off["loss"].item())
