@@ -249,6 +249,21 @@ def time_call(fn):
     return time.perf_counter() - t, out
 
 
+def capture_graph(fn, warmups=2):
+    """fn() warmed up on a side stream (allocations outside the graph), then captured in one CUDA
+    graph: (graph, fn's outputs from the capture)."""
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(warmups):
+            fn()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = fn()
+    return graph, out
+
+
 def warm_up(model, step, n=None):
     """n (default --warmup) calls of step() (grads dropped before each), then the grads dropped again."""
     for _ in range(ARGS.warmup if n is None else n):
@@ -745,15 +760,7 @@ class GraphDecoder:
                 self.graph = type("EagerStep", (), {"replay": staticmethod(lambda: torch.no_grad()(step)())})()
                 return
             tok0 = self.tok.clone()
-            s = torch.cuda.Stream()
-            s.wait_stream(torch.cuda.current_stream())
-            with torch.cuda.stream(s):
-                for _ in range(3):
-                    step()
-            torch.cuda.current_stream().wait_stream(s)
-            self.graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(self.graph):
-                step()
+            self.graph, _ = capture_graph(step, warmups=3)
             self.tok.copy_(tok0)
 
     def generate(self, ids, new):
@@ -1254,22 +1261,14 @@ def case_ops(name):
 def graph_us(enqueue, per):
     """us per item of enqueue() (per items) captured in one CUDA graph: median of 5 timings of
     --ops-reps replays each (warm-up replays first)."""
-    s = torch.cuda.Stream()
-    s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):
-        for _ in range(2):
-            enqueue()
-    torch.cuda.current_stream().wait_stream(s)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        enqueue()
+    graph, keep = capture_graph(enqueue)  # noqa: F841 (the graph's outputs stay allocated while it is replayed)
     for _ in range(3):
         graph.replay()
     ts = []
     for _ in range(5):
         t, _ = time_call(lambda: [graph.replay() for _ in range(ARGS.ops_reps)])
         ts.append(t)
-    del graph
+    del graph, keep
     return 1e6 * statistics.median(ts) / (ARGS.ops_reps * per)
 
 
