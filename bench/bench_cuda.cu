@@ -454,18 +454,23 @@ static void bench_decode_model(GraphTimer &gt) {
         char name[32];
         snprintf(name, sizeof name, "%lld,%lld", (long long)B, (long long)Dm);
         printf("%-12s | %7.2f |", name, tp);
-        for (const auto &v : vs) {
+        /* "pdl / no pdl": us a call(layer i, pdl) after pred, pred's own time taken off */
+        auto after_pred = [&](auto call) {
             float t[2];
             for (int pdl = 0; pdl < 2; pdl++)
                 t[pdl] = gt.time([&] {
                     for (int i = 0; i < NG; i++) {
                         pred();
-                        s.state.data = st[i];
-                        OK(selscan__step_cuda_tuned(&s, NULL, gt.stream, v[0], v[1], pdl ? -1 : 0, v[2], v[3], v[4], v[5]));
+                        call(i, pdl != 0);
                     }
                 }) - tp;
             printf(" %6.2f/%6.2f", t[1], t[0]);
-        }
+        };
+        for (const auto &v : vs)
+            after_pred([&](int i, bool pdl) {
+                s.state.data = st[i];
+                OK(selscan__step_cuda_tuned(&s, NULL, gt.stream, v[0], v[1], pdl ? -1 : 0, v[2], v[3], v[4], v[5]));
+            });
         void *w = dalloc(static_cast<size_t>(Dm) * 4 * 4), *cb = dalloc(static_cast<size_t>(Dm) * 4);
         dfill(w, Dm * 4, false, -0.5f, 0.5f, 7);
         dfill(cb, Dm, false, -0.5f, 0.5f, 8);
@@ -473,16 +478,12 @@ static void bench_decode_model(GraphTimer &gt) {
         memset(&c, 0, sizeof c);
         c.batch = B; c.dim = Dm; c.width = 4; c.state_len = 4; c.dtype = SELSCAN_BF16; c.flags = SELSCAN_CONV_SILU;
         c.x.data = in.s.u.data; c.weight.data = w; c.bias.data = cb; c.y.data = in.s.y.data;
-        float tc[2];
-        for (int pdl = 0; pdl < 2; pdl++)
-            tc[pdl] = gt.time([&] {
-                for (int i = 0; i < NG; i++) {
-                    pred();
-                    c.state.data = cs[i];
-                    OK(selscan__conv_step_cuda_tuned(&c, NULL, gt.stream, pdl != 0));
-                }
-            }) - tp;
-        printf(" | %6.2f/%6.2f\n", tc[1], tc[0]);
+        printf(" |");
+        after_pred([&](int i, bool pdl) {
+            c.state.data = cs[i];
+            OK(selscan__conv_step_cuda_tuned(&c, NULL, gt.stream, pdl));
+        });
+        printf("\n");
         fflush(stdout);
         cudaFree(w); cudaFree(cb); cudaFree(pb);
         for (void *q : st) cudaFree(q);

@@ -300,32 +300,27 @@ static void params_t_rules(void) {
         memset(&p, 0, sizeof p);
         memset(&g, 0, sizeof g);
         p.batch = batch; p.dim = dim; p.seqlen = 1; p.dstate = N; p.dtype = SELSCAN_BF16;
-        p.flags = SELSCAN_STEP_PARAMS_T; p.diag = &dg;
+        p.diag = &dg;
         p.u = s0.u; p.delta = s0.delta; p.A = s0.A; p.y = s0.y;
         p.B = s0.B; p.C = s0.C; /* (batch, 1, N) read as (batch, G, N, L = 1): strides all 0, contiguous */
         p.D = s0.D; p.delta_bias = s0.delta_bias;
         g.dy = s0.u;
-        CHECK(selscan_validate(&p) == SELSCAN_ERR_UNSUPPORTED && dg.operand && strcmp(dg.operand, "flags") == 0 &&
-                  dg.code == SELSCAN_RULE_UNKNOWN_FLAG,
-              "[params T] the scan's forward refuses SELSCAN_STEP_PARAMS_T");
-        dg.operand = NULL;
-        CHECK(selscan_validate_grads(&p, &g) == SELSCAN_ERR_UNSUPPORTED && dg.operand && strcmp(dg.operand, "flags") == 0 &&
-                  dg.code == SELSCAN_RULE_UNKNOWN_FLAG,
-              "[params T] the scan's backward refuses SELSCAN_STEP_PARAMS_T");
-        p.flags = SELSCAN_STEP_STATE_T;
-        dg.operand = NULL;
-        CHECK(selscan_validate(&p) == SELSCAN_ERR_UNSUPPORTED && dg.operand && strcmp(dg.operand, "flags") == 0 &&
-                  dg.code == SELSCAN_RULE_UNKNOWN_FLAG,
-              "[state T] the scan's forward refuses SELSCAN_STEP_STATE_T");
-        p.flags = SELSCAN_STEP_A_LOG;
-        dg.operand = NULL;
-        CHECK(selscan_validate(&p) == SELSCAN_ERR_UNSUPPORTED && dg.operand && strcmp(dg.operand, "flags") == 0 &&
-                  dg.code == SELSCAN_RULE_UNKNOWN_FLAG,
-              "[A_log] the scan's forward refuses SELSCAN_STEP_A_LOG");
-        dg.operand = NULL;
-        CHECK(selscan_validate_grads(&p, &g) == SELSCAN_ERR_UNSUPPORTED && dg.operand && strcmp(dg.operand, "flags") == 0 &&
-                  dg.code == SELSCAN_RULE_UNKNOWN_FLAG,
-              "[A_log] the scan's backward refuses SELSCAN_STEP_A_LOG");
+        {
+            static const unsigned step_flags[] = {SELSCAN_STEP_PARAMS_T, SELSCAN_STEP_STATE_T, SELSCAN_STEP_A_LOG};
+            static const char *const names[] = {"SELSCAN_STEP_PARAMS_T", "SELSCAN_STEP_STATE_T", "SELSCAN_STEP_A_LOG"};
+            int k;
+            for (k = 0; k < 3; k++) {
+                p.flags = step_flags[k];
+                dg.operand = NULL;
+                CHECK(selscan_validate(&p) == SELSCAN_ERR_UNSUPPORTED && dg.operand && strcmp(dg.operand, "flags") == 0 &&
+                          dg.code == SELSCAN_RULE_UNKNOWN_FLAG,
+                      "the scan's forward refuses %s", names[k]);
+                dg.operand = NULL;
+                CHECK(selscan_validate_grads(&p, &g) == SELSCAN_ERR_UNSUPPORTED && dg.operand &&
+                          strcmp(dg.operand, "flags") == 0 && dg.code == SELSCAN_RULE_UNKNOWN_FLAG,
+                      "the scan's backward refuses %s", names[k]);
+            }
+        }
     }
     free(buf);
     tc_tensor_free(&x); tc_tensor_free(&dt); tc_tensor_free(&A); tc_tensor_free(&B); tc_tensor_free(&C);
