@@ -430,9 +430,10 @@ static void bench_step_graphs(GraphTimer &gt, double bw, const char *only_dt, bo
 static void bench_decode_model(GraphTimer &gt) {
     static const int64_t shapes[][2] = {{1, 1536}, {16, 1536}, {64, 1536}, {1, 4096}, {16, 4096}, {64, 4096}};
     /* S, R, fast, minb, loop, tma (selscan__step_cuda_tuned) */
-    static const int vs[][6] = {{0, 0, 0, 0, 0, 0}, {0, 0, 0, 0, 1, -1}, {0, 0, 0, 0, -1, -1}, {0, 0, 0, 0, 0, 1}};
+    static const int vs[][6] = {{0, 0, 0, 0, 0, 0}, {0, 0, 0, 0, 1, -1}, {0, 0, 0, 0, -1, -1}, {0, 0, 0, 0, 0, 1}, {4, 0, 0, 0, -1, -1}};
     printf("\ndecode kernels after a plain kernel (a model's graph), bf16, N 16, %d layers a graph: us a call (pdl / no pdl)\n", NG);
-    printf("%-12s | %7s | %13s %13s %13s %13s | %13s\n", "batch,dim", "pred", "step auto", "step loop", "step vec", "step tma", "conv W4");
+    printf("%-12s | %7s | %13s %13s %13s %13s %13s | %13s\n", "batch,dim", "pred", "step auto", "step loop", "step vec", "step tma",
+           "step vec S4", "conv W4");
     for (const auto &sh : shapes) {
         const int64_t B = sh[0], Dm = sh[1], N = 16, BD = B * Dm;
         std::vector<void *> st(NG), cs(NG);
