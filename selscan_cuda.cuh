@@ -24,7 +24,7 @@
  *     >>fwd-fast        fwd_fast_kernel                            >>fwd-short  fwd_short_kernel
  *     >>bwd-general     bwd_kernel, bwd_local_kernel, carry_rev_kernel, reduce_*_kernel
  *     >>bwd-fast        bwd_fast_kernel, bwd_fast_local_kernel
- *     >>step            step_kernel, step_vec_kernel, step_loop_kernel, step_tma_kernel
+ *     >>step            step_kernel, step_vec_kernel, step_loop_kernel, step_lat_kernel
  *     >>plans           which kernel a problem gets (plan_forward, plan_fast_backward, ...)
  *     >>launch          the launch sequences      >>entry  validation + plan + launch per entry
  *     >>conv            the causal conv1d: conv_fwd / conv_final / conv_bwd / conv_reduce /
@@ -41,9 +41,9 @@
  *     fwd_kernel (+ carry) everything else; L split in chunks under half a wave        >>fwd-general
  *     bwd_fast_kernel      as fwd_fast_kernel                                          >>bwd-fast
  *     bwd_kernel (+ carry_rev, reduce_rows / reduce_bc) everything else                >>bwd-general
- *     step_tma_kernel      N = 16, aligned variable B / C, unit channel strides, <=   >>step
- *                          two tiles a block of one wave (sm_90 bulk copies)
- *     step_loop_kernel     N = 16 aligned otherwise, batch 1 or >= two rows a thread   >>step
+ *     step_lat_kernel      N = 16, aligned variable B / C, a block a row of 64        >>step
+ *                          channels, at most 32 blocks an SM (decode's batches)
+ *     step_loop_kernel     N = 16 aligned otherwise, >= two rows a thread of a wave    >>step
  *     step_vec_kernel      float4 state rows (unit n stride, N % 4 == 0, N <= 128)     >>step
  *     step_kernel          any other step                                              >>step
  *     conv_fwd_rows_kernel unit L stride x / y (backward: x / dy / dx), no packed      >>conv-rows
@@ -58,7 +58,7 @@
  *     SELSCAN_CUDA_FAST_BWD_STATES (8), SELSCAN_CUDA_FAST_BWD_MINBLOCKS (3),
  *     SELSCAN_CUDA_FAST_BWD4_MINBLOCKS (4)                               fast backward
  *     SELSCAN_CUDA_SHORT_FWD_STATES (2)                                  short-prefill forward
- *     SELSCAN_CUDA_STEP_MINBLOCKS (0), SELSCAN_CUDA_STEP_TMA_MINBLOCKS (0) step kernels (0: no bound)
+ *     SELSCAN_CUDA_STEP_MINBLOCKS (0)                                   step_vec_kernel (0: no bound)
  *     SELSCAN_CUDA_CHANNELS_LAST (0)     1: fast kernels for any L strides too (compile time +50 %)
  *     SELSCAN_CUDA_NO_PDL                no programmatic dependent launch (sm_90+)
  *     SELSCAN__STEP_SWEEP (internal)     the benchmark's step variants (bench/bench_cuda.cu only)
@@ -150,16 +150,15 @@
  * (h16: a runtime flag picks binary16 or bfloat16): compile time, see bench/NOTES.md CUDA-v21.
  * The decode step (float4 state rows: unit n stride, N % 4 == 0, N <= 128, 16-byte aligned rows):
  * step_vec_kernel, 8 or 4 states a lane in 4-state chunks interleaved across a channel's lanes
- * (whole sectors a warp instruction); N = 16 with aligned variable B / C, channel stride 16 and
- * unit-stride aligned u / delta / z, up to two tiles (a row's 64 channels) a block of a wave:
- * step_tma_kernel (every operand of a tile by sm_90 bulk copies into a 4-stage mbarrier ring);
- * N = 16 with aligned variable B / C otherwise at batch 1 or >= two rows a thread of a one-wave
- * grid: step_loop_kernel (the next row's state in flight while a row is computed); all launched
- * with programmatic dependent launch, and bitwise the forward's at L = 1 for N = 8 / 16. One
+ * (whole sectors a warp instruction); N = 16 with aligned variable B / C, up to 32 blocks (a
+ * row's 64 channels) an SM: step_lat_kernel (every load of a thread issued before the first use,
+ * one memory round trip: a model runs the step after a GEMM, so latency is its cost); N = 16 with
+ * aligned variable B / C otherwise, >= two rows a thread of a one-wave grid: step_loop_kernel
+ * (the next row's state in flight while a row is computed); all launched with programmatic
+ * dependent launch, and bitwise the forward's at L = 1 for N = 8 / 16. One
  * state a thread otherwise (step_kernel). Every step kernel reads D / delta_bias in T with
  * SELSCAN_STEP_D_T / _DELTA_BIAS_T and keeps a T state with SELSCAN_STEP_STATE_T (the same kernels: a
- * uniform branch at the loads and stores; the state's chunks then 8-byte aligned, 16 for the
- * bulk-copy kernel), and takes A = -expf(A_log) from A_log with SELSCAN_STEP_A_LOG (once a
+ * uniform branch at the loads and stores; the state's chunks then 8-byte aligned), and takes A = -expf(A_log) from A_log with SELSCAN_STEP_A_LOG (once a
  * thread, where A is loaded: a_of). L-chunk plans fill one wave on
  * the current device's multiprocessors (at most 160; workspace sizes assume 160).
  */
@@ -2560,7 +2559,6 @@ static __global__ void __launch_bounds__(kThreads) step_fast_kernel(const kparam
 struct step_params {
     int64_t batch, dim, ncache;
     int dpg, N, NT, softplus, fixB, fixC, avec, bvec, cvec, G1;
-    int pf;   /* step_tma_kernel: its first tiles into L2 before the PDL wait */
     int DT, biasT; /* D, delta_bias are T (SELSCAN_STEP_D_T, _DELTA_BIAS_T), else f32 */
     int hT;   /* the state is T (SELSCAN_STEP_STATE_T), else f32: the launchers pick the kernels' H by it */
     int alog; /* A holds A_log (SELSCAN_STEP_A_LOG): A = -expf(A_log), see a_of */
@@ -2639,15 +2637,11 @@ template <typename T, int K> __device__ __forceinline__ void st_vec(void *base, 
         }
     }
 }
+
 /* The float4 step kernels' state (step_params::h) has the element type H, a template parameter of
    the kernels: float, or T with SELSCAN_STEP_STATE_T (compiled apart, so the f32 state's code is
-   the float4 accesses it always was). Its chunks of 4 or 8 states go through ld_vec / st_vec
-   (16-byte aligned in f32; 4 T states 8-byte, 8 T states 16-byte aligned: the launcher's rule),
-   stored rounded to T (to nearest even). The address of the state's element o (bulk copies): */
-template <typename H> static __device__ __forceinline__ const void *state_at(const step_params &P, int64_t o) {
-    return static_cast<const void *>(static_cast<const H *>(P.h) + o);
-}
-
+   the float4 accesses it always was). Its chunks of 4 states go through ld_vec / st_vec (16-byte
+   aligned in f32, 8-byte in T: the launcher's rule), stored rounded to T (to nearest even). */
 /* Decode step for float4-aligned state rows (unit n stride, N % 4 == 0, N <= 128). A thread has S
    states of a channel (S = 16, 8 or 4) as S / 4 chunks of 4 states interleaved across the NT =
    pow2ceil(N / S) lanes of the channel: lane j's chunk i holds states 4 (j + NT i) .. + 3, so each
@@ -2849,7 +2843,7 @@ __global__ void __launch_bounds__(kThreads, MINB) step_vec_kernel(const step_par
     }
 }
 
-/* The N = 16 step kernels' y (step_loop_kernel, step_tma_kernel): lane j of the channel's pair
+/* The N = 16 step kernels' y (step_loop_kernel, step_lat_kernel): lane j of the channel's pair
    holds states 8j..8j+7 in f and their C in Cv; each lane's chain, then the pair's sum (the
    forward's order at L = 1), D u and the gate; lane 0 stores y of (row b, channel d). Every lane
    of the warp calls it (the shuffle). */
@@ -2963,182 +2957,78 @@ __global__ void __launch_bounds__(kThreads) step_loop_kernel(const step_params P
     }
 }
 
-/* Hopper's bulk copy engine (sm_90): 1D bulk copies global -> shared completing on an mbarrier,
-   and bulk L2 prefetches. A no-op below sm_90: the launcher takes step_tma_kernel only where its
-   binary was built for sm_90 or later (step_tma_ok). */
-static __device__ __forceinline__ uint32_t smem_u32(const void *p) { return static_cast<uint32_t>(__cvta_generic_to_shared(p)); }
-static __device__ __forceinline__ void mbar_init(uint64_t *b, unsigned count) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(smem_u32(b)), "r"(count) : "memory");
-    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-#endif
-}
-static __device__ __forceinline__ void mbar_arrive(uint64_t *b) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    asm volatile("{ .reg .b64 st; mbarrier.arrive.shared::cta.b64 st, [%0]; }" ::"r"(smem_u32(b)) : "memory");
-#endif
-}
-static __device__ __forceinline__ void mbar_arrive_tx(uint64_t *b, uint32_t bytes) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    asm volatile("{ .reg .b64 st; mbarrier.arrive.expect_tx.shared::cta.b64 st, [%0], %1; }" ::"r"(smem_u32(b)), "r"(bytes) : "memory");
-#endif
-}
-static __device__ __forceinline__ void mbar_wait(uint64_t *b, uint32_t parity) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    uint32_t done = 0;
-    do {
-        asm volatile("{ .reg .pred p; mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2; selp.u32 %0, 1, 0, p; }"
-                     : "=r"(done)
-                     : "r"(smem_u32(b)), "r"(parity)
-                     : "memory");
-    } while (!done);
-#endif
-}
-/* bytes (a multiple of 16; 16-byte aligned addresses) from global src to shared dst, completing on b */
-static __device__ __forceinline__ void bulk_g2s(void *dst, const void *src, uint32_t bytes, uint64_t *b) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(smem_u32(dst)), "l"(src),
-                 "r"(bytes), "r"(smem_u32(b))
-                 : "memory");
-#endif
-}
-/* bytes (a multiple of 16, 16-byte aligned) at src into L2. L2 is where every SM's (and copy
-   engine's) writes to device memory land, so a prefetch issued while the kernel before is still
-   writing those bytes brings nothing stale into this kernel: its loads read L2. */
-static __device__ __forceinline__ void bulk_pf_l2(const void *src, uint32_t bytes) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(src), "r"(bytes) : "memory");
-#endif
-}
-
-/* Decode step, N = 16, the common operands (step_vec_kernel's FAST form), state rows of whole
-   channels back to back (channel stride 16), u / delta / z of unit channel stride and 16-byte
-   aligned rows, one group a tile (one group, or 64 | channels a group): every operand of a tile
-   streamed by the bulk copy engine. A block: 64 channels (blockIdx.y) of the batch rows
-   blockIdx.x, + gridDim.x, ... (a wave of blocks); a tile is one row's 64 x 16 states (4 KB,
-   contiguous) with the row's 64 u, delta, z and its B / C rows of the tile's group, read global ->
-   shared by bulk copies completing on the stage's mbarrier, kTmaStages tiles in flight a block
-   in a ring (thread 0 issues; every thread waits on its tile's phase and reads its operands; after
-   a block barrier thread 0 refills the stage with the tile kTmaStages ahead). Nothing is loaded
-   by a thread from global memory inside the loop: the state is written back from registers
-   (16-byte stores). Before griddepcontrol.wait (programmatic dependent launch) the block's first
-   tiles are prefetched into L2 only (see bulk_pf_l2) where P.pf (a block's whole work, at most two
-   tiles: a bare stream measured slower with it at 64 x 5120 and more): every read of the
-   kernel's comes after the wait. Two
-   lanes a channel, lane j holding states 8j .. 8j + 7: arithmetic and y sums exactly
-   step_loop_kernel's (bitwise the forward's at L = 1). */
-const int kTmaStages = 4;
-const int kTmaCh = kThreads / 2; /* channels a tile */
-struct tma_stage {
-    float4 h[kTmaCh * 4];     /* the states, 16 a channel (T states, SELSCAN_STEP_STATE_T: its first half) */
-    float4 x[3][kTmaCh / 4];  /* u, delta, z: 64 elements of 4 or 2 bytes each */
-    float4 bc[2][4];          /* the B and C rows of the tile's group: 16 elements */
-};
-#ifndef SELSCAN_CUDA_STEP_TMA_MINBLOCKS
-#define SELSCAN_CUDA_STEP_TMA_MINBLOCKS 0 /* blocks an SM its registers must allow (0: any; 54 registers, 9 blocks an
-                                            SM; 10 (48 registers, no spills) measured 0.2 us slower at batch 1 / 16:
-                                            bench/NOTES.md CUDA-v55) */
-#endif
-template <typename T, typename H, int MINB> /* H: the state's element type (step_vec_kernel's) */
-__global__ void __launch_bounds__(kThreads, MINB) step_tma_kernel(const step_params P) {
-    __shared__ __align__(128) tma_stage ring[kTmaStages];
-    __shared__ __align__(8) uint64_t full[kTmaStages];
-    __shared__ int64_t rowof[kTmaStages];
-    const int tid = static_cast<int>(threadIdx.x), j = tid & 1, c = tid >> 1;
-    const int64_t d0 = static_cast<int64_t>(blockIdx.y) * kTmaCh, d = d0 + c;
-    const int64_t left = P.dim - d0;
-    const uint32_t nch = static_cast<uint32_t>(left < kTmaCh ? left : kTmaCh);
-    /* the tile's states: 16 a channel of sizeof(H) bytes */
-    const uint32_t es = sizeof(T), tbytes = nch * 16u * static_cast<uint32_t>(sizeof(H)), xbytes = nch * es, rbytes = 16u * es; /* nch * es: a multiple of 16 (launcher) */
-    const bool valid = d < P.dim;
-    const int64_t stride = gridDim.x, b0 = blockIdx.x;
-    const int64_t ntile = b0 < P.batch ? (P.batch - 1 - b0) / stride + 1 : 0;
-    const int64_t g = P.G1 ? 0 : d0 / P.dpg; /* the tile's group */
-    auto row_of = [&](int64_t b) -> int64_t {
-        const int64_t row = P.idx ? static_cast<int64_t>(P.idx[b]) : b;
-        return row >= 0 && row < P.ncache ? row : -1;
-    };
-    const T *const xs[3] = {static_cast<const T *>(P.u), static_cast<const T *>(P.dl), static_cast<const T *>(P.z)};
-    if (tid == 0) {
-        for (int s = 0; s < kTmaStages; s++) mbar_init(&full[s], 1);
-    }
-    pdl_launch_dependents();
-    if (tid == 0 && P.pf) { /* L2 only, before the wait (a stale index only misplaces a prefetch) */
-        for (int64_t k = 0; k < kTmaStages && k < ntile; k++) {
-            const int64_t b = b0 + k * stride, row = row_of(b);
-            if (row < 0) continue;
-            bulk_pf_l2(state_at<H>(P, row * P.h0 + d0 * P.h1), tbytes);
-            bulk_pf_l2(static_cast<const void *>(xs[0] + b * P.u0 + d0), xbytes);
-            bulk_pf_l2(static_cast<const void *>(xs[1] + b * P.d0 + d0), xbytes);
-            if (P.z) bulk_pf_l2(static_cast<const void *>(xs[2] + b * P.z0 + d0), xbytes);
-            bulk_pf_l2(static_cast<const void *>(static_cast<const T *>(P.B) + b * P.b0 + g * P.b1), rbytes);
-            bulk_pf_l2(static_cast<const void *>(static_cast<const T *>(P.C) + b * P.c0 + g * P.c1), rbytes);
-        }
-    }
+/* Decode step, N = 16 on two lanes a channel with the common operands (step_loop_kernel's form),
+   one batch row a pair of lanes (blockIdx.x the row, blockIdx.y 64 channels), written for latency:
+   a model runs the step after a GEMM, without a programmatic trigger, so a call costs the chain
+   of dependent memory round trips a thread waits on, not bandwidth. Every load is issued first,
+   in one basic block (no branch: a lane past dim reads channel 0's operands, a missing z / D /
+   delta_bias reads another operand's element, and the loaded values are selected away), then
+   the state's loads (after P.idx where given); the conversions and the arithmetic follow. (The
+   other step kernels load behind branches, and the compiler puts each branch's conversions
+   right behind its loads: 4-5 round trips a thread, bench/NOTES.md CONV-CUDA-v7.) Arithmetic and
+   sums exactly step_loop_kernel's (bitwise the forward's at L = 1). H: the state's element type.
+   (32 channels a block measured level at batch 1 and 16, 5 % faster at 64 x 1536, 11 % slower
+   at 64 x 4096; 16 channels slower everywhere: CONV-CUDA-v7.) */
+template <typename T, typename H>
+__global__ void __launch_bounds__(kThreads) step_lat_kernel(const step_params P) {
     pdl_wait();
-    __syncthreads(); /* the barriers' initialisation */
-    auto issue = [&](int64_t k, int s) { /* thread 0: tile k into stage s */
-        const int64_t b = b0 + k * stride, row = row_of(b);
-        rowof[s] = row;
-        if (row >= 0) {
-            mbar_arrive_tx(&full[s], tbytes + (P.z ? 3u : 2u) * xbytes + 2u * rbytes);
-            bulk_g2s(static_cast<void *>(ring[s].h), state_at<H>(P, row * P.h0 + d0 * P.h1), tbytes, &full[s]);
-            bulk_g2s(static_cast<void *>(ring[s].x[0]), static_cast<const void *>(xs[0] + b * P.u0 + d0), xbytes, &full[s]);
-            bulk_g2s(static_cast<void *>(ring[s].x[1]), static_cast<const void *>(xs[1] + b * P.d0 + d0), xbytes, &full[s]);
-            if (P.z) bulk_g2s(static_cast<void *>(ring[s].x[2]), static_cast<const void *>(xs[2] + b * P.z0 + d0), xbytes, &full[s]);
-            bulk_g2s(static_cast<void *>(ring[s].bc[0]), static_cast<const void *>(static_cast<const T *>(P.B) + b * P.b0 + g * P.b1), rbytes, &full[s]);
-            bulk_g2s(static_cast<void *>(ring[s].bc[1]), static_cast<const void *>(static_cast<const T *>(P.C) + b * P.c0 + g * P.c1), rbytes, &full[s]);
-        } else {
-            mbar_arrive(&full[s]); /* a padding row: nothing to read, the phase completes at once */
-        }
-    };
-    if (tid == 0) {
-        for (int64_t k = 0; k < kTmaStages && k < ntile; k++) issue(k, static_cast<int>(k));
+    pdl_launch_dependents();
+    const int tid = static_cast<int>(threadIdx.x), j = tid & 1;
+    const int dl32 = static_cast<int>(blockIdx.y) * (kThreads / 2) + (tid >> 1);
+    const int64_t b = blockIdx.x;
+    const bool valid = dl32 < P.dim;
+    const int64_t d = valid ? dl32 : 0;
+    const int64_t g = P.G1 ? 0 : static_cast<int>(d) / P.dpg;
+    /* the operands' loads: A (f32, two float4: states 4j .. 4j + 3, 4j + 8 .. 4j + 11), B (the
+       same states), C (states 8j .. 8j + 7), u, delta, z, D, delta_bias */
+    const float4 *ap = reinterpret_cast<const float4 *>(P.A + d * P.a0);
+    const float4 a0 = ap[j], a1 = ap[j + 2];
+    float B0[4], B1[4], Cv[8];
+    const int64_t bo = b * P.b0 + g * P.b1;
+    ld_vec<T, 4>(P.B, bo + 4 * j, B0);
+    ld_vec<T, 4>(P.B, bo + 4 * j + 8, B1);
+    ld_vec<T, 8>(P.C, b * P.c0 + g * P.c1 + 8 * j, Cv);
+    const int64_t xo = b * P.u0 + d * P.u1;
+    const float x = ld<T>(P.u, xo), dl = ld<T>(P.dl, b * P.d0 + d * P.d1);
+    const float zl = P.z ? ld<T>(P.z, b * P.z0 + d * P.z1) : ld<T>(P.u, xo);
+    const float bl = ldp<T>(P.bias ? P.bias : static_cast<const void *>(P.A), P.bias ? d * P.bs : 0, P.bias ? P.biasT : 0);
+    const float Dl = ldp<T>(P.D ? P.D : static_cast<const void *>(P.A), P.D ? d * P.Ds : 0, P.D ? P.DT : 0);
+    /* the state row: after the index where there is one */
+    const int64_t row = valid ? (P.idx ? static_cast<int64_t>(P.idx[b]) : b) : -1;
+    const bool live = row >= 0 && row < P.ncache;
+    H *const hp = static_cast<H *>(P.h) + (live ? row * P.h0 + d * P.h1 : 0);
+    float h0[4] = {0.0f, 0.0f, 0.0f, 0.0f}, h1[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    if (live) {
+        ld_vec<H, 4>(hp, 4 * j, h0);
+        ld_vec<H, 4>(hp, 4 * j + 8, h1);
     }
-    float A2[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
-    if (valid) {
-        const float4 *ap = reinterpret_cast<const float4 *>(P.A + d * P.a0 + 8 * j);
-        const float4 a0 = ap[0], a1 = ap[1];
-        A2[0] = a0.x; A2[1] = a0.y; A2[2] = a0.z; A2[3] = a0.w; A2[4] = a1.x; A2[5] = a1.y; A2[6] = a1.z; A2[7] = a1.w;
-        if (P.alog) {
+    float A2[8] = {a0.x, a0.y, a0.z, a0.w, a1.x, a1.y, a1.z, a1.w};
+    if (P.alog) {
 #pragma unroll
-            for (int k = 0; k < 8; k++) A2[k] = a_of(A2[k], 1);
-        }
+        for (int k = 0; k < 8; k++) A2[k] = a_of(A2[k], 1);
     }
 #pragma unroll
     for (int k = 0; k < 8; k++) A2[k] *= kLog2e;
-    const float bias = valid && P.bias ? ldp<T>(P.bias, d * P.bs, P.biasT) : 0.0f;
-    const float Dd = valid && P.D ? ldp<T>(P.D, d * P.Ds, P.DT) : 0.0f;
-    for (int64_t k = 0; k < ntile; k++) { /* the same trip count for every thread of the block */
-        const int s = static_cast<int>(k % kTmaStages);
-        const int64_t b = b0 + k * stride;
-        mbar_wait(&full[s], static_cast<uint32_t>((k / kTmaStages) & 1));
-        const int64_t row = rowof[s];
-        const bool live = valid && row >= 0;
-        float hv[8], Bv[8], Cv[8], x = 0.0f, dl = 0.0f, zz = 0.0f;
+    const float bias = P.bias ? bl : 0.0f, Dd = P.D ? Dl : 0.0f, zz = P.z ? zl : 0.0f;
+    const float dt = dt_of(dl + bias, P.softplus != 0, true), dtx = dt * x;
+    float hv[8] = {h0[0], h0[1], h0[2], h0[3], h1[0], h1[1], h1[2], h1[3]};
+    const float Bv[8] = {B0[0], B0[1], B0[2], B0[3], B1[0], B1[1], B1[2], B1[3]};
 #pragma unroll
-        for (int q = 0; q < 8; q++) hv[q] = Bv[q] = Cv[q] = 0.0f;
-        if (live) {
-            if constexpr (sizeof(H) == 2) { /* the tile's T states: channel c's 16 at element 16 c (32 bytes), lane j's 8 at + 8 j */
-                ld_vec<H, 8>(static_cast<const void *>(ring[s].h), 16 * c + 8 * j, hv);
-            } else {
-                const float4 h0 = ring[s].h[4 * c + 2 * j], h1 = ring[s].h[4 * c + 2 * j + 1];
-                hv[0] = h0.x; hv[1] = h0.y; hv[2] = h0.z; hv[3] = h0.w; hv[4] = h1.x; hv[5] = h1.y; hv[6] = h1.z; hv[7] = h1.w;
-            }
-            x = ld<T>(static_cast<const void *>(ring[s].x[0]), c); /* void *: no argument-dependent lookup */
-            dl = ld<T>(static_cast<const void *>(ring[s].x[1]), c);
-            if (j == 0 && P.z) zz = ld<T>(static_cast<const void *>(ring[s].x[2]), c);
-            ld_vec<T, 8>(static_cast<const void *>(ring[s].bc[0]), 8 * j, Bv);
-            ld_vec<T, 8>(static_cast<const void *>(ring[s].bc[1]), 8 * j, Cv);
-        }
-        __syncthreads(); /* stage s read by every thread */
-        if (tid == 0 && k + kTmaStages < ntile) issue(k + kTmaStages, s);
-        const float dt = dt_of(dl + bias, P.softplus != 0, true), dtx = dt * x;
-#pragma unroll
-        for (int q = 0; q < 8; q++) hv[q] = fmaf(ex2(dt * A2[q]), hv[q], Bv[q] * dtx);
-        if (live) st_vec<H, 8>(P.h, row * P.h0 + d * P.h1 + 8 * j, hv);
-        step_pair_y<T>(P, Cv, hv, j, valid, live, Dd, x, zz, b, d);
+    for (int k = 0; k < 8; k++) hv[k] = fmaf(ex2(dt * A2[k]), hv[k], Bv[k] * dtx);
+    if (live) {
+        const float v0[4] = {hv[0], hv[1], hv[2], hv[3]}, v1[4] = {hv[4], hv[5], hv[6], hv[7]};
+        st_vec<H, 4>(hp, 4 * j, v0);
+        st_vec<H, 4>(hp, 4 * j + 8, v1);
     }
+    float e[4], f[8];
+#pragma unroll
+    for (int q = 0; q < 4; q++) e[q] = __shfl_xor_sync(0xffffffffu, j == 0 ? hv[4 + q] : hv[q], 1);
+#pragma unroll
+    for (int q = 0; q < 4; q++) {
+        f[q] = j == 0 ? hv[q] : e[q];
+        f[4 + q] = j == 0 ? e[q] : hv[4 + q];
+    }
+    step_pair_y<T>(P, Cv, f, j, dl32 < P.dim, live, Dd, x, zz, b, d);
 }
 
 /* ---------------------------------------------------------------------------------------------- */
@@ -3900,9 +3790,7 @@ static selscan_status check_overlap(const selscan__ten &out, const selscan__ten 
 struct step_tune {
     int S, R, pdl, fast, minb, loop; /* loop < 0: never step_loop_kernel, > 0: wherever it applies, 0: by the batch */
     int64_t loop_slices;             /* (set by launch_step) its grid's row slices; 0: not used */
-    int tma;                         /* step_tma_kernel: < 0 never, 0 by the rule, 1 forced (5 / 6: its L2 prefetch
-                                        before the PDL wait never / always) */
-    int64_t tma_slices;              /* (set by launch_step) its grid's row slices; 0: not used */
+    int lat;                         /* step_lat_kernel: < 0 never, 0 by the rule, 1 forced (launch_step: 1 where taken) */
 };
 /* f(H) with H the state's element type: T where sp.hT (SELSCAN_STEP_STATE_T; 2-byte T only: a f32
    T state is float), float otherwise */
@@ -3927,12 +3815,11 @@ static void launch_step_vec(const step_params &sp, dim3 grid, bool pdl, cudaStre
 template <typename T, int S, int R>
 static bool launch_step_vec_f(const step_tune &tu, bool fast, const step_params &sp, dim3 grid, bool pdl, cudaStream_t stream) {
     if constexpr (S == 8 && R == 1) {
-        if (sp.NT == 2 && fast && tu.tma_slices > 0) { /* the state by the bulk copy engine */
-            dim3 g2(static_cast<unsigned>(tu.tma_slices), grid.y);
+        if (sp.NT == 2 && fast && tu.lat > 0) { /* every load issued before the first use */
             with_state_type<T>(sp, [&](auto h) {
                 using H = typename decltype(h)::type;
-                if (pdl) launch_pdl(step_tma_kernel<T, H, SELSCAN_CUDA_STEP_TMA_MINBLOCKS>, g2, kThreads, 0, stream, sp);
-                else step_tma_kernel<T, H, SELSCAN_CUDA_STEP_TMA_MINBLOCKS><<<g2, kThreads, 0, stream>>>(sp);
+                if (pdl) launch_pdl(step_lat_kernel<T, H>, grid, kThreads, 0, stream, sp);
+                else step_lat_kernel<T, H><<<grid, kThreads, 0, stream>>>(sp);
                 return 0;
             });
             return true;
@@ -3986,26 +3873,6 @@ template <typename T, typename H> static int step_loop_bpsm() {
     return per_device(known, 8, [](int) {
         int v = 0;
         return cudaOccupancyMaxActiveBlocksPerMultiprocessor(&v, step_loop_kernel<T, H>, kThreads, 0) == cudaSuccess ? v : 0;
-    });
-}
-/* step_tma_kernel<T, H, MINB>: blocks an SM (0: not runnable here: its binary predates sm_90 or the
-   device is older), asked once a device */
-template <typename T, typename H, int MINB> static int step_tma_bpsm() {
-    static volatile int known[64];
-    return per_device(known, 0, [](int dev) {
-        cudaFuncAttributes fa;
-        int major = 0, v = 0;
-        const bool ok = cudaFuncGetAttributes(&fa, step_tma_kernel<T, H, MINB>) == cudaSuccess && fa.binaryVersion >= 90 &&
-                        cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) == cudaSuccess && major >= 9 &&
-                        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&v, step_tma_kernel<T, H, MINB>, kThreads, 0) == cudaSuccess;
-        return ok ? v : 0;
-    });
-}
-/* (sp: its hT picks the state type) */
-static int step_tma_blocks_per_sm(selscan_dtype dt, const step_params &sp) {
-    return selscan_cuda_detail::with_dtype(dt, [&](auto tag) {
-        using T = typename decltype(tag)::type;
-        return with_state_type<T>(sp, [&](auto h) { return step_tma_bpsm<T, typename decltype(h)::type, SELSCAN_CUDA_STEP_TMA_MINBLOCKS>(); });
     });
 }
 static int step_loop_blocks_per_sm(selscan_dtype dt, const step_params &sp) {
@@ -4064,33 +3931,15 @@ static selscan_status launch_step(const selscan__stp &q, step_tune tu, cudaStrea
         /* step_loop_kernel (N = 16, FAST form): gy channel blocks times row slices, a wave of blocks
            (the blocks an SM its registers allow, asked once a device) */
         tu.loop_slices = 0;
-        tu.tma_slices = 0;
-        /* step_tma_kernel (N = 16, FAST form, channel stride 16, u / delta / z rows of unit
-           channel stride and 16-byte aligned, whole 16-byte rows a tile, one group a tile): a wave
-           of blocks, gy channel blocks times row slices, where the tiles (rows x channel blocks)
-           are at most two a block of a wave (measured faster there than v50's kernels: batch 1,
-           16 and 64 x 2048; slower with more, 64 and 256 x 5120: bench/NOTES.md CUDA-v53); its
-           L2 prefetch before the PDL wait at most two tiles a block. tu.tma > 0 forces it (1: the
-           prefetch by that rule, 5: never, 6: always). */
-        auto xok = [&](const selscan__ten &t) {
-            return !t.data || (t.s[1] == 1 && reinterpret_cast<uintptr_t>(t.data) % 16 == 0 && (t.s[0] * static_cast<int64_t>(es)) % 16 == 0);
-        };
-        /* (T states: 32 bytes a channel; rows and lanes' 8 states 16-byte aligned) */
-        const bool hok = (q.state.s[0] * static_cast<int64_t>(hes)) % 16 == 0 && reinterpret_cast<uintptr_t>(q.state.data) % 16 == 0;
-        if (fast && S == 8 && R == 1 && sp.NT == 2 && q.state.s[1] == 16 && hok && tu.tma >= 0 && (tu.tma > 0 || tu.loop == 0) &&
-            xok(q.u) && xok(q.delta) && xok(q.z) && (q.dim * static_cast<int64_t>(es)) % 16 == 0 && (q.G == 1 || q.dpg % kTmaCh == 0)) {
-            const int bpsm = step_tma_blocks_per_sm(q.dt, sp);
-            const int64_t slots = sm_count() * bpsm;
-            if (bpsm > 0 && (tu.tma > 0 || q.batch <= 2 * slots / gy)) {
-                int64_t slices = slots / gy;
-                if (slices < 1) slices = 1;
-                if (slices > q.batch) slices = q.batch;
-                if (slices > kMaxGrid) slices = kMaxGrid;
-                tu.tma_slices = slices;
-                sp.pf = tu.tma == 6 || (tu.tma != 5 && q.batch <= 2 * slices);
-            }
-        }
-        if (tu.tma_slices == 0 && fast && S == 8 && R == 1 && sp.NT == 2 && tu.loop >= 0) {
+        /* step_lat_kernel (N = 16, FAST form): where its grid, a block a row and 64 channels, is at
+           most 32 blocks an SM (measured after a plain kernel, as a model runs the step after a GEMM:
+           0.1-0.45 us faster than the other kernels up to 64 x 1536 and 16 x 4096, 1 us faster than
+           step_loop_kernel at 64 x 4096 (4096 blocks); 1.2 us slower at 64 x 5120 (5120 blocks), f32
+           state, back to back; bench/NOTES.md CONV-CUDA-v7), or forced (tu.lat > 0); never where
+           tu.lat < 0 or another kernel or shape is forced */
+        const bool lat_rule = tu.lat == 0 && tu.S <= 0 && tu.R <= 0 && tu.loop <= 0 && q.batch * gy <= 32 * sm_count();
+        tu.lat = fast && S == 8 && R == 1 && sp.NT == 2 && (tu.lat > 0 || lat_rule);
+        if (!tu.lat && fast && S == 8 && R == 1 && sp.NT == 2 && tu.loop >= 0) {
             const int64_t slots = sm_count() * step_loop_blocks_per_sm(q.dt, sp), slices = slots / gy > 1 ? slots / gy : 1;
             /* at least two rows a thread in one wave; batch 1 also (measured faster there: 2.21 / 2.24
                us against 2.33 / 2.87, f32 / bf16); step_vec_kernel in between (batch 16 x 5120: 4.40
@@ -4257,7 +4106,7 @@ static selscan_status step(const selscan_step_problem *s, const selscan_cuda_ext
     selscan__stp q;
     selscan_status st = selscan__validate_step_ex(s, &q, 0);
     if (st != SELSCAN_OK) return st;
-    return launch_step(q, step_tune{0, 0, -1, 0, 0, 0, 0, 0, 0}, stream, err, s->diag);
+    return launch_step(q, step_tune{0, 0, -1, 0, 0, 0, 0, 0}, stream, err, s->diag);
 }
 
 /* ---------------------------------------------------------------------------------------------- */
@@ -4771,7 +4620,12 @@ static __device__ __forceinline__ void conv_step_row(const conv_params &P, int64
     T last[H]; /* the state's last H entries as stored (the roll rewrites them) */
 #pragma unroll
     for (int k = 0; k < W; k++) w[k] = ldp<T>(P.w.p, d * P.w.s[0] + k * P.w.s[1], P.prmT);
-    const float bias = P.bias.p ? ldp<T>(P.bias.p, d * P.bias.s[0], P.prmT) : 0.0f;
+    /* the bias (without one: the weight's element, selected away) and the first token loaded with
+       the weights and the state, not behind a branch: the compiler waits on a branch's loads at
+       its end, and a decode call (L = 1) then waited two round trips (bench/NOTES.md CONV-CUDA-v7) */
+    const float bl = ldp<T>(P.bias.p ? P.bias.p : P.w.p, P.bias.p ? d * P.bias.s[0] : d * P.w.s[0], P.prmT);
+    const float x0 = ld<T>(static_cast<const void *>(xp), 0); /* (L >= 1: validated) void *: see conv_final_kernel */
+    const float bias = P.bias.p ? bl : 0.0f;
 #pragma unroll
     for (int k = 0; k < H; k++) {
         last[k] = sp[(S - H + k) * ss];
@@ -4779,7 +4633,7 @@ static __device__ __forceinline__ void conv_step_row(const conv_params &P, int64
     }
     for (int64_t l = 0; l < L; l++) {
         float acc = bias;
-        win[H] = ld<T>(static_cast<const void *>(xp), l * xs); /* void *: see conv_final_kernel */
+        win[H] = l == 0 ? x0 : ld<T>(static_cast<const void *>(xp), l * xs);
 #pragma unroll
         for (int k = 0; k <= H; k++) acc = fmaf(w[k], win[k], acc);
         if (P.silu) acc *= sigm(acc);
@@ -5024,14 +4878,14 @@ static SELSCAN__MAYBE_UNUSED selscan_status selscan__forward_cuda_tuned(const se
 /* The step with its kernel's shape forced (S states a thread, R batch rows a block; 0: automatic;
    S = -1: the earlier kernel, with SELSCAN__STEP_SWEEP), programmatic dependent launch on (pdl < 0:
    where available) or off (0), the FAST form never (fast < 0), step_loop_kernel never (loop < 0)
-   or wherever it applies (loop > 0), step_tma_kernel never (tma < 0) or wherever it applies (tma
-   1; 5 / 6: its L2 prefetch before the PDL wait never / always), for tuning (bench/bench_cuda.cu). */
+   or wherever it applies (loop > 0), step_lat_kernel never (lat < 0) or wherever it applies (lat
+   1), for tuning (bench/bench_cuda.cu). */
 static SELSCAN__MAYBE_UNUSED selscan_status selscan__step_cuda_tuned(const selscan_step_problem *s, cudaError_t *err, cudaStream_t stream, int S,
-                                               int R, int pdl, int fast = 0, int minb = 0, int loop = 0, int tma = 0) {
+                                               int R, int pdl, int fast = 0, int minb = 0, int loop = 0, int lat = 0) {
     selscan__stp q;
     selscan_status st = selscan__validate_step_ex(s, &q, 0);
     if (st != SELSCAN_OK) return st;
-    return selscan_cuda_detail::launch_step(q, selscan_cuda_detail::step_tune{S, R, pdl, fast, minb, loop, 0, tma, 0}, stream, err,
+    return selscan_cuda_detail::launch_step(q, selscan_cuda_detail::step_tune{S, R, pdl, fast, minb, loop, 0, lat}, stream, err,
                                             s->diag);
 }
 

@@ -195,6 +195,12 @@ __global__ void rmw_kernel(float4 *p, int64_t n4) {
         p[i] = v;
     }
 }
+/* bytes (a multiple of 16, 16-byte aligned) at src into L2 by one bulk prefetch (sm_90) */
+static __device__ __forceinline__ void pf_l2(const void *src, uint32_t bytes) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(src), "r"(bytes) : "memory");
+#endif
+}
 /* The bound (issue 20): bare in-place read-scale-write streams of one state, timed like the step.
    rmw_wave_kernel: a one-wave grid (blocks = SMs x occupancy, or half of it), each block over
    chunks of K x 4 KB (chunk blockIdx.x, + gridDim.x, ...), each thread with K float4 loads in
@@ -208,7 +214,7 @@ __global__ void __launch_bounds__(256) rmw_wave_kernel(float4 *p, int64_t n4) {
         selscan_cuda_detail::pdl_launch_dependents();
         if (PDL == 2 && threadIdx.x == 0 && blockIdx.x < nch) {
             const int64_t c0 = static_cast<int64_t>(blockIdx.x) * cw, m = n4 - c0 < cw ? n4 - c0 : cw;
-            selscan_cuda_detail::bulk_pf_l2(p + c0, static_cast<uint32_t>(m * 16));
+            pf_l2(p + c0, static_cast<uint32_t>(m * 16));
         }
         selscan_cuda_detail::pdl_wait();
     }
@@ -225,53 +231,6 @@ __global__ void __launch_bounds__(256) rmw_wave_kernel(float4 *p, int64_t n4) {
                 w.x *= 0.999f; w.y *= 0.999f; w.z *= 0.999f; w.w *= 0.999f;
                 p[base + 256 * k] = w;
             }
-    }
-}
-/* rmw_tma_kernel: 128 threads a block, 4 KB tiles (tile blockIdx.x, + gridDim.x, ...) streamed
-   global -> shared by 1D bulk copies (cp.async.bulk ... mbarrier::complete_tx) into a 4-stage ring
-   guarded by mbarriers (thread 0 issues 4 tiles ahead), read from shared memory, scaled, written
-   back by 16-byte stores; PDL as rmw_wave_kernel's (2: the block's first 4 tiles into L2 before
-   the wait). The step_tma_kernel's pipeline without the step's arithmetic. */
-template <int PDL>
-__global__ void __launch_bounds__(128) rmw_tma_kernel(float4 *p, int64_t n4) {
-    using namespace selscan_cuda_detail;
-    __shared__ __align__(128) float4 ring[4][256];
-    __shared__ __align__(8) uint64_t full[4];
-    const int tid = threadIdx.x;
-    const int64_t nt = (n4 + 255) / 256, G = gridDim.x, t0 = blockIdx.x;
-    const int64_t my = t0 < nt ? (nt - 1 - t0) / G + 1 : 0;
-    auto bytes_of = [&](int64_t t) { return static_cast<uint32_t>((n4 - t * 256 < 256 ? n4 - t * 256 : 256) * 16); };
-    if (tid == 0)
-        for (int s = 0; s < 4; s++) mbar_init(&full[s], 1);
-    if (PDL) {
-        pdl_launch_dependents();
-        if (PDL == 2 && tid == 0)
-            for (int64_t k = 0; k < 4 && k < my; k++) bulk_pf_l2(p + (t0 + k * G) * 256, bytes_of(t0 + k * G));
-        pdl_wait();
-    }
-    __syncthreads();
-    if (tid == 0)
-        for (int64_t k = 0; k < 4 && k < my; k++) {
-            mbar_arrive_tx(&full[k], bytes_of(t0 + k * G));
-            bulk_g2s(ring[k], p + (t0 + k * G) * 256, bytes_of(t0 + k * G), &full[k]);
-        }
-    for (int64_t k = 0; k < my; k++) {
-        const int s = static_cast<int>(k & 3);
-        const int64_t t = t0 + k * G, m = n4 - t * 256;
-        mbar_wait(&full[s], static_cast<uint32_t>((k >> 2) & 1));
-        float4 v0 = make_float4(0, 0, 0, 0), v1 = v0;
-        if (tid < m) v0 = ring[s][tid];
-        if (tid + 128 < m) v1 = ring[s][tid + 128];
-        __syncthreads();
-        if (tid == 0 && k + 4 < my) {
-            const int64_t t4 = t0 + (k + 4) * G;
-            mbar_arrive_tx(&full[s], bytes_of(t4));
-            bulk_g2s(ring[s], p + t4 * 256, bytes_of(t4), &full[s]);
-        }
-        v0.x *= 0.999f; v0.y *= 0.999f; v0.z *= 0.999f; v0.w *= 0.999f;
-        v1.x *= 0.999f; v1.y *= 0.999f; v1.z *= 0.999f; v1.w *= 0.999f;
-        if (tid < m) p[t * 256 + tid] = v0;
-        if (tid + 128 < m) p[t * 256 + tid + 128] = v1;
     }
 }
 /* launch k over (grid, threads), with programmatic dependent launch when pdl */
@@ -356,7 +315,7 @@ static void bench_step_graphs(GraphTimer &gt, double bw, const char *only_dt, bo
                 });
             };
             const float before = step(-1, 0, 0), now = step(0, 0, -1), nowp = step(0, 0, 0);
-            const float prev = gt.time([&] { /* v50's choice (loop / vec kernels, no bulk copies) */
+            const float prev = gt.time([&] { /* v50's choice (loop / vec kernels, not the latency kernel) */
                 for (int i = 0; i < NG; i++) {
                     s.state.data = st[i];
                     OK(selscan__step_cuda_tuned(&s, NULL, gt.stream, 0, 0, -1, 0, 0, 0, -1));
@@ -386,20 +345,16 @@ static void bench_step_graphs(GraphTimer &gt, double bw, const char *only_dt, bo
                         for (int i = 0; i < NG; i++) launch_k(k, grid, threads, pdl, gt.stream, s4[i], n4);
                     });
                 };
-                printf("   bound (bare rmw, us): wave K2 %.2f | K4 %.2f, pdl %.2f, pdl+pf %.2f, half pdl+pf %.2f | K8 pdl+pf %.2f |"
-                       " tma %.2f, pdl %.2f, pdl+pf %.2f, half pdl+pf %.2f\n",
+                printf("   bound (bare rmw, us): wave K2 %.2f | K4 %.2f, pdl %.2f, pdl+pf %.2f, half pdl+pf %.2f | K8 pdl+pf %.2f\n",
                        wave(rmw_wave_kernel<2, 0>, 256, false, false), wave(rmw_wave_kernel<4, 0>, 256, false, false),
                        wave(rmw_wave_kernel<4, 1>, 256, true, false), wave(rmw_wave_kernel<4, 2>, 256, true, false),
-                       wave(rmw_wave_kernel<4, 2>, 256, true, true), wave(rmw_wave_kernel<8, 2>, 256, true, false),
-                       wave(rmw_tma_kernel<0>, 128, false, false), wave(rmw_tma_kernel<1>, 128, true, false),
-                       wave(rmw_tma_kernel<2>, 128, true, false), wave(rmw_tma_kernel<2>, 128, true, true));
+                       wave(rmw_wave_kernel<4, 2>, 256, true, true), wave(rmw_wave_kernel<8, 2>, 256, true, false));
                 fflush(stdout);
             }
             if (sweep) { /* (S, R, fast form: 1 allowed / -1 never, register bound, loop kernel: 0 auto, 1 forced, -1 never,
-                            bulk-copy kernel: 0 auto, -1 never, 1 forced, 5 / 6 forced with its L2 prefetch never / always) */
-                static const int vs[][6] = {{8, 1, 1, 0, 1, -1}, {8, 1, 1, 0, -1, -1}, {8, 1, 1, 0, 0, 1},
-                                            {8, 1, 1, 0, 0, 5},  {8, 1, 1, 0, 0, 6}};
-                printf("   sweep S,R,fast,minblocks,loop,tma pdl/no-pdl:");
+                            latency kernel: 0 auto, -1 never, 1 forced) */
+                static const int vs[][6] = {{8, 1, 1, 0, 1, -1}, {8, 1, 1, 0, -1, -1}, {8, 1, 1, 0, 0, 1}};
+                printf("   sweep S,R,fast,minblocks,loop,lat pdl/no-pdl:");
                 for (const auto &v : vs) {
                     auto f = [&](int pdl) {
                         return gt.time([&] {
@@ -429,11 +384,11 @@ static void bench_step_graphs(GraphTimer &gt, double bw, const char *only_dt, bo
    other's launch through pdl: a model's graph never does.) */
 static void bench_decode_model(GraphTimer &gt) {
     static const int64_t shapes[][2] = {{1, 1536}, {16, 1536}, {64, 1536}, {1, 4096}, {16, 4096}, {64, 4096}};
-    /* S, R, fast, minb, loop, tma (selscan__step_cuda_tuned) */
-    static const int vs[][6] = {{0, 0, 0, 0, 0, 0}, {0, 0, 0, 0, 1, -1}, {0, 0, 0, 0, -1, -1}, {0, 0, 0, 0, 0, 1}, {4, 0, 0, 0, -1, -1}};
+    /* S, R, fast, minb, loop, lat (selscan__step_cuda_tuned) */
+    static const int vs[][6] = {{0, 0, 0, 0, 0, 0}, {0, 0, 0, 0, 1, -1}, {0, 0, 0, 0, -1, -1}, {4, 0, 0, 0, -1, -1}, {0, 0, 0, 0, 0, 1}};
     printf("\ndecode kernels after a plain kernel (a model's graph), bf16, N 16, %d layers a graph: us a call (pdl / no pdl)\n", NG);
-    printf("%-12s | %7s | %13s %13s %13s %13s %13s | %13s\n", "batch,dim", "pred", "step auto", "step loop", "step vec", "step tma",
-           "step vec S4", "conv W4");
+    printf("%-12s | %7s | %13s %13s %13s %13s %13s | %13s\n", "batch,dim", "pred", "step auto", "step loop", "step vec", "step vec S4",
+           "step lat", "conv W4");
     for (const auto &sh : shapes) {
         const int64_t B = sh[0], Dm = sh[1], N = 16, BD = B * Dm;
         std::vector<void *> st(NG), cs(NG);

@@ -335,7 +335,7 @@ static void run_case(const Cfg &c) {
 /* ---------------------------------------------------------------------------------------------- */
 
 static void run_step_case(selscan_dtype T, int64_t batch, int64_t dim, int64_t N, int64_t G, unsigned flags, bool D,
-                          bool z, bool bias, bool index, int layout, int tma = 0) {
+                          bool z, bool bias, bool index, int layout, int lat = 0) {
     const selscan_dtype F = SELSCAN_F32;
     const int64_t ncache = index ? batch + 3 : batch;
     Ten st, x, dt, A, B, C, Dt, zt, bt, y;
@@ -383,8 +383,8 @@ static void run_step_case(selscan_dtype T, int64_t batch, int64_t dim, int64_t N
     selscan_cuda_ext sx;
     memset(&sx, 0, sizeof sx);
     sx.cuda_error = &cerr;
-    /* tma: the bulk-copy kernel forced wherever it applies (the launcher takes it up to two tiles a block) */
-    selscan_status r = tma ? selscan__step_cuda_tuned(&s[1], &cerr, 0, 0, 0, -1, 0, 0, 0, tma) : selscan_step_cuda_ex(&s[1], &sx, 0);
+    /* lat: step_lat_kernel forced wherever it applies (the launcher takes it up to 32 blocks an SM) */
+    selscan_status r = lat ? selscan__step_cuda_tuned(&s[1], &cerr, 0, 0, 0, -1, 0, 0, 0, lat) : selscan_step_cuda_ex(&s[1], &sx, 0);
     CHECK(r == SELSCAN_OK, "step: gpu %s", selscan_status_string(r));
     CU(cudaDeviceSynchronize());
     r = selscan_step_ref(&s[0]);
@@ -401,7 +401,7 @@ static void run_step_case(selscan_dtype T, int64_t batch, int64_t dim, int64_t N
    the updated state): bitwise equal y and state where both take their fast kernels (float4 state
    rows, N = 8 or 16, variable B / C). */
 static void run_step_vs_forward(selscan_dtype T, int64_t batch, int64_t dim, int64_t N, int64_t G, unsigned flags, bool D, bool z,
-                                bool bias, int tma = 0) {
+                                bool bias, int lat = 0) {
     const selscan_dtype F = SELSCAN_F32;
     Ten st, h0, hl, x, dt, A, B, C, Dt, zt, bt, y, y2;
     make(st, F, 3, batch, dim, N, 1, 1); fill(st, -1, 1);
@@ -446,7 +446,7 @@ static void run_step_vs_forward(selscan_dtype T, int64_t batch, int64_t dim, int
     if (z) s.z = zt.api(true);
     if (bias) s.delta_bias = bt.api(true);
     s.y = y.out(true);
-    r = tma ? selscan__step_cuda_tuned(&s, NULL, 0, 0, 0, -1, 0, 0, 0, tma) : selscan_step_cuda(&s, 0);
+    r = lat ? selscan__step_cuda_tuned(&s, NULL, 0, 0, 0, -1, 0, 0, 0, lat) : selscan_step_cuda(&s, 0);
     CHECK(r == SELSCAN_OK, "step vs forward: step %s", selscan_status_string(r));
     CU(cudaDeviceSynchronize());
     const std::vector<unsigned char> ys = fetch(y), yf = fetch(y2), hs = fetch(st), hf = fetch(hl);
@@ -458,7 +458,7 @@ static void run_step_vs_forward(selscan_dtype T, int64_t batch, int64_t dim, int
 }
 
 /* SELSCAN_STEP_D_T, SELSCAN_STEP_DELTA_BIAS_T, SELSCAN_STEP_STATE_T and SELSCAN_STEP_A_LOG on the
-   step kernel the tuning entry forces (selscan__step_cuda_tuned's S, fast, loop, tma): D (pm bit
+   step kernel the tuning entry forces (selscan__step_cuda_tuned's S, fast, loop, lat): D (pm bit
    0), delta_bias (bit 1) and the state (stT) in T, and A given as A_log (bit 2; A in the case's
    layout then), give bitwise the y of the same kernel with those values in f32 and A = -expf(A_log)
    computed on the device, without the flags, and its state (stT: rounded to T, to nearest even),
@@ -469,14 +469,14 @@ static __global__ void neg_expf_kernel(const float *a, float *o, int64_t n) { /*
 }
 struct step_force {
     const char *name;
-    int S, fast, loop, tma; /* as selscan__step_cuda_tuned takes them */
+    int S, fast, loop, lat; /* as selscan__step_cuda_tuned takes them */
 };
 static const step_force kForce[] = {
-    {"step_kernel", -1, 0, -1, -1},          /* S < 0: the float4 kernels skipped */
-    {"step_vec_kernel", 0, -1, -1, -1},      /* its general form (every layout) */
-    {"step_vec_kernel FAST", 0, 0, -1, -1},  /* the common operands' form */
-    {"step_loop_kernel", 0, 0, 1, -1},       /* N = 16, FAST operands */
-    {"step_tma_kernel", 0, 0, 0, 1},         /* N = 16, FAST operands, channel stride 16; sm_90 */
+    {"step_kernel", -1, 0, -1, -1},         /* S < 0: the float4 kernels skipped */
+    {"step_vec_kernel", 0, -1, -1, -1},     /* its general form (every layout) */
+    {"step_vec_kernel FAST", 0, 0, -1, -1}, /* the common operands' form */
+    {"step_loop_kernel", 0, 0, 1, -1},      /* N = 16, FAST operands */
+    {"step_lat_kernel", 0, 0, 0, 1},        /* N = 16, FAST operands */
 };
 static void run_step_params_t(selscan_dtype T, int64_t batch, int64_t dim, int64_t N, int64_t G, unsigned flags, bool z, bool index,
                               int layout, const step_force &f, bool stT, int pm = 3) {
@@ -548,7 +548,7 @@ static void run_step_params_t(selscan_dtype T, int64_t batch, int64_t dim, int64
     cudaError_t cerr = cudaSuccess;
     auto run = [&](const selscan_step_problem &q) {
         poison(y);
-        const selscan_status r = selscan__step_cuda_tuned(&q, &cerr, 0, f.S, 0, -1, f.fast, 0, f.loop, f.tma);
+        const selscan_status r = selscan__step_cuda_tuned(&q, &cerr, 0, f.S, 0, -1, f.fast, 0, f.loop, f.lat);
         CU(cudaDeviceSynchronize());
         return r;
     };
@@ -1124,15 +1124,21 @@ int main() {
         run_step_case(BF, 80, 2048, 16, 4, SP, true, true, true, false, 1);
         run_step_case(F16, 200, 640, 16, 5, 0, false, true, false, true, 1);
         run_step_case(BF, 2, 5, 16, 5, SP, true, true, true, false, 0);  /* a group a channel */
-        /* the bulk-copy kernel (N = 16, channel stride 16; the launcher's choice up to two tiles a
-           block): a partial last tile of 8 channels with padding rows, groups, no z; forced (tma 1 /
-           5 / 6) past its 4-stage ring (2000 x 128: ~6 tiles a block, and 64 x 5120) */
+        /* the latency kernel (N = 16; the launcher's choice up to 32 blocks an SM): a partial last
+           channel block with padding rows, groups, no z; and forced: batch 1 of a model's width,
+           index with padding rows, groups, no D / z / delta_bias, a group a channel, batches past
+           the rule (2000 x 128 / 200, 64 x 5120) */
         run_step_case(BF, 300, 200, 16, 1, SP, true, true, true, true, 1);
         run_step_case(F16, 33, 5120, 16, 2, 0, true, false, true, true, 1);
         run_step_case(F32, 16, 5120, 16, 1, SP, true, true, true, true, 1);
+        run_step_case(BF, 1, 1536, 16, 1, SP, true, true, true, false, 1, 1);
+        run_step_case(F32, 7, 200, 16, 2, SP, true, true, true, true, 1, 1);
+        run_step_case(F16, 33, 96, 16, 3, 0, false, false, false, true, 1, 1);
+        run_step_case(BF, 2, 5, 16, 5, SP, true, true, true, false, 0, 1);
+        run_step_case(F32, 1, 40, 16, 1, 0, false, true, false, false, 0, 1);
         run_step_case(F32, 2000, 128, 16, 1, SP, true, true, true, true, 1, 1);
-        run_step_case(BF, 2000, 200, 16, 2, SP, true, true, true, true, 1, 5);
-        run_step_case(F16, 64, 5120, 16, 1, SP, false, true, false, true, 1, 6);
+        run_step_case(BF, 2000, 200, 16, 2, SP, true, true, true, true, 1, 1);
+        run_step_case(F16, 64, 5120, 16, 1, SP, false, true, false, true, 1, 1);
     }
     printf("%-32s %s\n", "step", g_fail == before ? "ok" : "FAILED");
     const int b1 = g_fail; /* the step and the forward at L = 1 bitwise (N = 16 and 8, every dtype, groups) */
@@ -1141,8 +1147,11 @@ int main() {
         run_step_vs_forward((selscan_dtype)T, 3, 64, 8, 2, SP, false, false, true);
         run_step_vs_forward((selscan_dtype)T, 2, 40, 16, 4, 0, true, true, false);
         run_step_vs_forward((selscan_dtype)T, 64, 5120, 16, 2, SP, true, true, true); /* rows a thread */
-        run_step_vs_forward((selscan_dtype)T, 16, 5120, 16, 1, SP, true, true, true);  /* the bulk-copy kernel */
-        run_step_vs_forward((selscan_dtype)T, 1500, 128, 16, 1, SP, true, true, true, 1); /* forced, past its ring */
+        run_step_vs_forward((selscan_dtype)T, 16, 5120, 16, 1, SP, true, true, true);  /* the latency kernel */
+        run_step_vs_forward((selscan_dtype)T, 1500, 128, 16, 1, SP, true, true, true, 1); /* ... forced, past its rule */
+        run_step_vs_forward((selscan_dtype)T, 2, 40, 16, 4, 0, true, true, false, 1);
+        run_step_vs_forward((selscan_dtype)T, 1, 1536, 16, 1, SP, true, true, true, 1);
+        run_step_vs_forward((selscan_dtype)T, 3, 200, 16, 2, SP, true, true, true, 1);
     }
     printf("%-32s %s\n", "step vs forward at L = 1", g_fail == b1 ? "ok" : "FAILED");
     const int b3 = g_fail; /* SELSCAN_STEP_D_T / _DELTA_BIAS_T, SELSCAN_STEP_STATE_T (f16 / bf16) and SELSCAN_STEP_A_LOG on every step kernel, forced */
