@@ -359,6 +359,22 @@ template <typename T> static __device__ __forceinline__ float ldp(const void *p,
         return pT ? ld<T>(a, 0) : ld<float>(a, 0);
     }
 }
+/* ldp for step_lat_kernel, whose loads are one basic block: both widths by two unpredicated 2-byte
+   loads from one address (an f32's two halves, or the T element twice), the width selected after.
+   There ldp's two predicated loads into one register made the compiler wait for the first before
+   issuing the second, a memory round trip before the thread's later loads (this form: 0.12-0.47 us
+   a step faster, bench/NOTES.md CONV-CUDA-v7). In the conv step and the other step kernels it
+   measured slower (up to 0.36 us), so they keep ldp. */
+template <typename T> static __device__ __forceinline__ float ldp_unpred(const void *p, int64_t i, int pT) {
+    if constexpr (sizeof(T) == 4) {
+        return ld<float>(p, i);
+    } else {
+        const unsigned short *a = reinterpret_cast<const unsigned short *>(static_cast<const char *>(p) + (i << (pT ? 1 : 2)));
+        const uint32_t lo = a[0], hi = a[pT ? 0 : 1];
+        const float t = std::is_same<T, __nv_bfloat16>::value ? __uint_as_float(lo << 16) : __half2float(__ushort_as_half(static_cast<unsigned short>(lo)));
+        return pT ? t : __uint_as_float(lo | (hi << 16));
+    }
+}
 /* ... and stored (step_kernel's state with SELSCAN_STEP_STATE_T: rounded to T, to nearest even) */
 template <typename T> static __device__ __forceinline__ void stp(void *p, int64_t i, float v, int pT) {
     if (pT) st<T>(p, i, v);
@@ -2991,8 +3007,8 @@ __global__ void __launch_bounds__(kThreads) step_lat_kernel(const step_params P)
     const int64_t xo = b * P.u0 + d * P.u1;
     const float x = ld<T>(P.u, xo), dl = ld<T>(P.dl, b * P.d0 + d * P.d1);
     const float zl = P.z ? ld<T>(P.z, b * P.z0 + d * P.z1) : ld<T>(P.u, xo);
-    const float bl = ldp<T>(P.bias ? P.bias : static_cast<const void *>(P.A), P.bias ? d * P.bs : 0, P.bias ? P.biasT : 0);
-    const float Dl = ldp<T>(P.D ? P.D : static_cast<const void *>(P.A), P.D ? d * P.Ds : 0, P.D ? P.DT : 0);
+    const float bl = ldp_unpred<T>(P.bias ? P.bias : static_cast<const void *>(P.A), P.bias ? d * P.bs : 0, P.bias ? P.biasT : 0);
+    const float Dl = ldp_unpred<T>(P.D ? P.D : static_cast<const void *>(P.A), P.D ? d * P.Ds : 0, P.D ? P.DT : 0);
     /* the state row: after the index where there is one */
     const int64_t row = valid ? (P.idx ? static_cast<int64_t>(P.idx[b]) : b) : -1;
     const bool live = row >= 0 && row < P.ncache;

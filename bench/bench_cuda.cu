@@ -379,7 +379,8 @@ static void bench_step_graphs(GraphTimer &gt, double bw, const char *only_dt, bo
    read-modify-write of batch x dim floats, as in_proj's / dt_proj's GEMM before the conv / the step:
    no programmatic trigger), NG layers a graph, NG distinct states. us a call = (pred + call) - pred,
    median of 11 replays. Step: bf16, the state in bf16 (SELSCAN_STEP_STATE_T, mamba_ssm's cache),
-   each kernel choice with programmatic dependent launch (pdl) and without; conv step: bf16, W 4,
+   each kernel choice with programmatic dependent launch (pdl) and without, and the launcher's
+   choice with D / delta_bias in bf16 (SELSCAN_STEP_D_T / _DELTA_BIAS_T); conv step: bf16, W 4,
    silu, bias, pdl and without. (Back-to-back calls of one kernel, bench_step_graphs, overlap each
    other's launch through pdl: a model's graph never does.) */
 static void bench_decode_model(GraphTimer &gt) {
@@ -387,8 +388,8 @@ static void bench_decode_model(GraphTimer &gt) {
     /* S, R, fast, minb, loop, lat (selscan__step_cuda_tuned) */
     static const int vs[][6] = {{0, 0, 0, 0, 0, 0}, {0, 0, 0, 0, 1, -1}, {0, 0, 0, 0, -1, -1}, {4, 0, 0, 0, -1, -1}, {0, 0, 0, 0, 0, 1}};
     printf("\ndecode kernels after a plain kernel (a model's graph), bf16, N 16, %d layers a graph: us a call (pdl / no pdl)\n", NG);
-    printf("%-12s | %7s | %13s %13s %13s %13s %13s | %13s\n", "batch,dim", "pred", "step auto", "step loop", "step vec", "step vec S4",
-           "step lat", "conv W4");
+    printf("%-12s | %7s | %13s %13s %13s %13s %13s %13s | %13s\n", "batch,dim", "pred", "step auto", "step loop", "step vec",
+           "step vec S4", "step lat", "auto, D/bias T", "conv W4");
     for (const auto &sh : shapes) {
         const int64_t B = sh[0], Dm = sh[1], N = 16, BD = B * Dm;
         std::vector<void *> st(NG), cs(NG);
@@ -406,6 +407,12 @@ static void bench_decode_model(GraphTimer &gt) {
         StepInputs in(B, Dm, N, true);
         selscan_step_problem s = in.s;
         s.flags |= SELSCAN_STEP_STATE_T;
+        /* the same with D and delta_bias in bf16 (a bf16 model's own parameters, as mamba_ssm's step passes them) */
+        void *D16 = dalloc(static_cast<size_t>(Dm) * 2), *b16 = dalloc(static_cast<size_t>(Dm) * 2);
+        dfill(D16, Dm, true, -1, 1, 7); dfill(b16, Dm, true, -0.5f, 0.5f, 8);
+        selscan_step_problem sT = s;
+        sT.D.data = D16; sT.delta_bias.data = b16;
+        sT.flags |= SELSCAN_STEP_D_T | SELSCAN_STEP_DELTA_BIAS_T;
         const float tp = gt.time([&] { for (int i = 0; i < NG; i++) pred(); });
         char name[32];
         snprintf(name, sizeof name, "%lld,%lld", (long long)B, (long long)Dm);
@@ -427,6 +434,10 @@ static void bench_decode_model(GraphTimer &gt) {
                 s.state.data = st[i];
                 OK(selscan__step_cuda_tuned(&s, NULL, gt.stream, v[0], v[1], pdl ? -1 : 0, v[2], v[3], v[4], v[5]));
             });
+        after_pred([&](int i, bool pdl) {
+            sT.state.data = st[i];
+            OK(selscan__step_cuda_tuned(&sT, NULL, gt.stream, 0, 0, pdl ? -1 : 0));
+        });
         void *w = dalloc(static_cast<size_t>(Dm) * 4 * 4), *cb = dalloc(static_cast<size_t>(Dm) * 4);
         dfill(w, Dm * 4, false, -0.5f, 0.5f, 7);
         dfill(cb, Dm, false, -0.5f, 0.5f, 8);
@@ -441,7 +452,7 @@ static void bench_decode_model(GraphTimer &gt) {
         });
         printf("\n");
         fflush(stdout);
-        cudaFree(w); cudaFree(cb); cudaFree(pb);
+        cudaFree(w); cudaFree(cb); cudaFree(pb); cudaFree(D16); cudaFree(b16);
         for (void *q : st) cudaFree(q);
         for (void *q : cs) cudaFree(q);
     }
