@@ -364,7 +364,7 @@ template <typename T> static __device__ __forceinline__ float ldp(const void *p,
    There ldp's two predicated loads into one register made the compiler wait for the first before
    issuing the second, a memory round trip before the thread's later loads (this form: 0.12-0.47 us
    a step faster, bench/NOTES.md CONV-CUDA-v7). In the conv step and the other step kernels it
-   measured slower (up to 0.36 us), so they keep ldp. */
+   measured slower (up to 0.57 us), so they keep ldp. */
 template <typename T> static __device__ __forceinline__ float ldp_unpred(const void *p, int64_t i, int pT) {
     if constexpr (sizeof(T) == 4) {
         return ld<float>(p, i);
@@ -3954,12 +3954,13 @@ static selscan_status launch_step(const selscan__stp &q, step_tune tu, cudaStrea
            state, back to back; bench/NOTES.md CONV-CUDA-v7), or forced (tu.lat > 0); never where
            tu.lat < 0 or another kernel or shape is forced */
         const bool lat_rule = tu.lat == 0 && tu.S <= 0 && tu.R <= 0 && tu.loop <= 0 && q.batch * gy <= 32 * sm_count();
-        tu.lat = fast && S == 8 && R == 1 && sp.NT == 2 && (tu.lat > 0 || lat_rule);
-        if (!tu.lat && fast && S == 8 && R == 1 && sp.NT == 2 && tu.loop >= 0) {
+        tu.lat = fast && q.N == 16 && S == 8 && R == 1 && sp.NT == 2 && (tu.lat > 0 || lat_rule);
+        if (!tu.lat && fast && q.N == 16 && S == 8 && R == 1 && sp.NT == 2 && tu.loop >= 0) {
             const int64_t slots = sm_count() * step_loop_blocks_per_sm(q.dt, sp), slices = slots / gy > 1 ? slots / gy : 1;
-            /* at least two rows a thread in one wave; batch 1 also (measured faster there: 2.21 / 2.24
-               us against 2.33 / 2.87, f32 / bf16); step_vec_kernel in between (batch 16 x 5120: 4.40
-               against 5.61 us; bench/NOTES.md "CUDA step under graphs") */
+            /* at least two rows a thread in one wave (every batch past step_lat_kernel's range: the
+               loop kernel's at most 16 blocks an SM make 2 x slices <= 32 x SMs / gy < batch), batch
+               1, or forced; step_vec_kernel otherwise (only where step_lat_kernel is turned off, for
+               tuning; bench/NOTES.md "CUDA step under graphs") */
             if (q.batch >= 2 * slices || q.batch == 1 || tu.loop > 0) tu.loop_slices = cdiv(q.batch, cdiv(q.batch, slices));
             if (tu.loop_slices > 0x7fffffff) tu.loop_slices = 0;
         }
@@ -4894,8 +4895,9 @@ static SELSCAN__MAYBE_UNUSED selscan_status selscan__forward_cuda_tuned(const se
 /* The step with its kernel's shape forced (S states a thread, R batch rows a block; 0: automatic;
    S = -1: the earlier kernel, with SELSCAN__STEP_SWEEP), programmatic dependent launch on (pdl < 0:
    where available) or off (0), the FAST form never (fast < 0), step_loop_kernel never (loop < 0)
-   or wherever it applies (loop > 0), step_lat_kernel never (lat < 0) or wherever it applies (lat
-   1), for tuning (bench/bench_cuda.cu). */
+   or wherever it applies (loop > 0), step_lat_kernel never (lat < 0), by the launcher's rule (lat
+   0: not when S, R or loop is forced) or wherever it applies (lat 1), for tuning
+   (bench/bench_cuda.cu, tests/test_cuda.cu). */
 static SELSCAN__MAYBE_UNUSED selscan_status selscan__step_cuda_tuned(const selscan_step_problem *s, cudaError_t *err, cudaStream_t stream, int S,
                                                int R, int pdl, int fast = 0, int minb = 0, int loop = 0, int lat = 0) {
     selscan__stp q;

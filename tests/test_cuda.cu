@@ -1158,7 +1158,7 @@ int main() {
     for (int T = 0; T < 3; T++)
         for (int stT = 0; stT < (T == 0 ? 1 : 2); stT++)
             for (const step_force &f : kForce) {
-                /* N = 16 common operands (every kernel applies; channel stride 16 for the bulk-copy one) */
+                /* N = 16 common operands (every kernel applies) */
                 run_step_params_t((selscan_dtype)T, 5, 256, 16, 1, SP, true, true, 1, f, stT);
                 run_step_params_t((selscan_dtype)T, 70, 128, 16, 2, 0, false, false, 1, f, stT);
                 /* other N and layouts (the forced kernel where it applies, else the launcher's fallback) */

@@ -78,10 +78,11 @@ def test_step_a_log(device, dtype, G, N, index, state_t):
 
 @cuda_only
 @pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("batch,dim", [(1, 2048), (16, 1024), (64, 512), (3, 40)])
+@pytest.mark.parametrize("batch,dim", [(1, 2048), (16, 1024), (64, 512), (3, 40), (64, 5120)])
 def test_step_a_log_cuda_kernels_bitwise(dtype, batch, dim):
-    """N = 16 with the common operands at the batch sizes that pick the bulk-copy, row-looping and
-    vector step kernels: bitwise the call with A = -torch.exp(A_log)."""
+    """N = 16 with the common operands: the latency kernel (up to 32 blocks of 64 channels an SM)
+    and, at 64 x 5120 on an H100 / H200, the row-looping one: bitwise the call with A =
+    -torch.exp(A_log)."""
     s = alog_inputs(dtype, "cuda", batch=batch, dim=dim, N=16, n_cache=batch, seed=3)
     for state in (s["state"], s["state"].to(dtype)):
         got = step(s, state, s["A_log"], None, A_is_log=True)
