@@ -2877,6 +2877,29 @@ static __device__ __forceinline__ void step_pair_y(const step_params &P, const f
     }
 }
 
+/* The N = 16 pair kernels' end (step_loop_kernel, step_lat_kernel): lane j's 8 updated states hv
+   (4j .. 4j + 3, 4j + 8 .. 4j + 11) stored to the state row hp where live, exchanged across the
+   pair so lane j holds states 8j .. 8j + 7 (Cv's), and y by step_pair_y. Every lane of the warp
+   calls it (the shuffles). */
+template <typename T, typename H>
+static __device__ __forceinline__ void step_pair_store_y(const step_params &P, const float (&hv)[8], const float (&Cv)[8], H *hp, int j,
+                                                         bool valid, bool live, float Dd, float x, float zz, int64_t b, int64_t d) {
+    if (live) {
+        const float v0[4] = {hv[0], hv[1], hv[2], hv[3]}, v1[4] = {hv[4], hv[5], hv[6], hv[7]};
+        st_vec<H, 4>(hp, 4 * j, v0);
+        st_vec<H, 4>(hp, 4 * j + 8, v1);
+    }
+    float e[4], f[8];
+#pragma unroll
+    for (int q = 0; q < 4; q++) e[q] = __shfl_xor_sync(0xffffffffu, j == 0 ? hv[4 + q] : hv[q], 1);
+#pragma unroll
+    for (int q = 0; q < 4; q++) {
+        f[q] = j == 0 ? hv[q] : e[q];
+        f[4 + q] = j == 0 ? e[q] : hv[4 + q];
+    }
+    step_pair_y<T>(P, Cv, f, j, valid, live, Dd, x, zz, b, d);
+}
+
 /* Decode step, N = 16 on two lanes a channel with the common operands (step_vec_kernel's FAST
    form), for batches of several rows a thread: a grid of one wave (blockIdx.y: 64 channels,
    blockIdx.x: a slice of the batch rows, every gridDim.x-th row), A, D, delta_bias loaded once,
@@ -2956,20 +2979,7 @@ __global__ void __launch_bounds__(kThreads) step_loop_kernel(const step_params P
         const float dt = dt_of(dl + bias, P.softplus != 0, true), dtx = dt * x;
 #pragma unroll
         for (int k = 0; k < 8; k++) hv[k] = fmaf(ex2(dt * A2[k]), hv[k], Bv[k] * dtx);
-        if (live) {
-            const float v0[4] = {hv[0], hv[1], hv[2], hv[3]}, v1[4] = {hv[4], hv[5], hv[6], hv[7]};
-            st_vec<H, 4>(cp, 4 * j, v0);
-            st_vec<H, 4>(cp, 4 * j + 8, v1);
-        }
-        float e[4], f[8];
-#pragma unroll
-        for (int q = 0; q < 4; q++) e[q] = __shfl_xor_sync(0xffffffffu, j == 0 ? hv[4 + q] : hv[q], 1);
-#pragma unroll
-        for (int q = 0; q < 4; q++) {
-            f[q] = j == 0 ? hv[q] : e[q];
-            f[4 + q] = j == 0 ? e[q] : hv[4 + q];
-        }
-        step_pair_y<T>(P, Cv, f, j, valid, live, Dd, x, zz, b, d);
+        step_pair_store_y<T, H>(P, hv, Cv, cp, j, valid, live, Dd, x, zz, b, d);
     }
 }
 
@@ -3031,20 +3041,7 @@ __global__ void __launch_bounds__(kThreads) step_lat_kernel(const step_params P)
     const float Bv[8] = {B0[0], B0[1], B0[2], B0[3], B1[0], B1[1], B1[2], B1[3]};
 #pragma unroll
     for (int k = 0; k < 8; k++) hv[k] = fmaf(ex2(dt * A2[k]), hv[k], Bv[k] * dtx);
-    if (live) {
-        const float v0[4] = {hv[0], hv[1], hv[2], hv[3]}, v1[4] = {hv[4], hv[5], hv[6], hv[7]};
-        st_vec<H, 4>(hp, 4 * j, v0);
-        st_vec<H, 4>(hp, 4 * j + 8, v1);
-    }
-    float e[4], f[8];
-#pragma unroll
-    for (int q = 0; q < 4; q++) e[q] = __shfl_xor_sync(0xffffffffu, j == 0 ? hv[4 + q] : hv[q], 1);
-#pragma unroll
-    for (int q = 0; q < 4; q++) {
-        f[q] = j == 0 ? hv[q] : e[q];
-        f[4 + q] = j == 0 ? e[q] : hv[4 + q];
-    }
-    step_pair_y<T>(P, Cv, f, j, dl32 < P.dim, live, Dd, x, zz, b, d);
+    step_pair_store_y<T, H>(P, hv, Cv, hp, j, dl32 < P.dim, live, Dd, x, zz, b, d);
 }
 
 /* ---------------------------------------------------------------------------------------------- */
