@@ -306,9 +306,9 @@ ORT_DIR  := bindings/onnxruntime
 ORT_SO   := $(BUILD)/ort/libselscan_ort.so
 ORT_PINS ?= onnxruntime==1.32.0 onnx==1.23.2 onnxscript==0.7.2
 .PHONY: ort-ops test-onnx
-$(ORT_SO): $(ORT_DIR)/selscan_ort.cc $(ORT_DIR)/ort_abi.h selscan.h
+$(ORT_SO): $(ORT_DIR)/selscan_ort.cc $(ORT_DIR)/ort_abi.h selscan.h bindings/common/selscan_binding.h
 	@mkdir -p $(@D)
-	$(CXX) -std=c++17 -O2 $(WARN) -fPIC -fvisibility=hidden -shared -I. -I$(ORT_DIR) $< -o $@ $(LDLIBS)
+	$(CXX) -std=c++17 -O2 $(WARN) -fPIC -fvisibility=hidden -shared -I. -Ibindings/common -I$(ORT_DIR) $< -o $@ $(LDLIBS)
 
 ort-ops: $(ORT_SO)
 

@@ -24,8 +24,9 @@
 // come back as an ONNX Runtime status naming the op, the input and the rule, e.g.
 //   selscan SelectiveScan: input 'B' must have shape (dim, N), (batch, N, L) or (batch, G, N, L) ...
 //   selscan SelectiveScan: invalid size, group count, sequence offsets or index [SELSCAN_ERR_SHAPE]
-//     (input 'cu_seqlens': not increasing)
-// No exception crosses into ONNX Runtime; nothing is allocated but the workspace (operator new).
+//     (input 'cu_seqlens': not increasing (offset 2 is 10 after 20))
+// No exception crosses into ONNX Runtime; nothing is allocated but the workspace and the index
+// checks' scratch (operator new).
 //
 // ONNX Runtime loads the library with SessionOptions.register_custom_ops_library(path), which calls
 // RegisterCustomOps below. Build: make ort-ops (build/ort/libselscan_ort.so), or pip install
@@ -42,11 +43,14 @@
 #define SELSCAN_IMPLEMENTATION
 #define SELSCAN_STATIC
 #include "selscan.h"
+#include "selscan_binding.h"  // bindings/common: the host index rules (cu_seqlens, state_index)
 
 #define SELSCAN_ORT_DOMAIN "selscan"
 #define SELSCAN_ORT_OPSET 1
 
 namespace {
+
+namespace bind = selscan_binding;
 
 // ---- >>ort-api: the OrtApi entries (ort_abi.h), typed -------------------------------------------
 
@@ -209,10 +213,17 @@ void CopyOrZero(const Tensor &dst, const Tensor &src, size_t esize) {
 struct Checker {
   const char *op;
   std::string msg;
+  OrtErrorCode code = ORT_INVALID_ARGUMENT;  // the first failure's
   bool ok() const { return msg.empty(); }
-  bool Fail(const std::string &m) {
-    if (msg.empty()) msg = std::string("selscan ") + op + ": " + m;
+  bool Fail(const std::string &m, OrtErrorCode c = ORT_INVALID_ARGUMENT) {
+    if (msg.empty()) { msg = std::string("selscan ") + op + ": " + m; code = c; }
     return false;
+  }
+  // A rule of bindings/common failed on input `input`: worded like SelscanError (selscan's own
+  // message for the same rule where selscan is called).
+  bool Rule(selscan_status st, const char *input, const std::string &rule) {
+    return Fail(std::string(selscan_status_string(st)) + " [" + selscan_status_name(st) + "] (input '" + input +
+                "': " + rule + ")");
   }
   bool Type(const Tensor &t, ONNXTensorElementDataType want, const char *what) {
     if (t.type == want) return true;
@@ -247,8 +258,10 @@ struct Checker {
     if (!(gB >= 1 && dim % gB == 0))
       Fail("the group count of B / C (" + std::to_string(gB) + ") must divide dim (" + std::to_string(dim) + ")");
   }
-  // cu_seqlens where given: (n_seqs + 1,) int64, batch 1. *rows: the state rows (n_seqs, else batch).
-  void CuSeqlens(const Tensor &cu, int64_t batch, int64_t *rows, int64_t *n_seqs) {
+  // cu_seqlens where given: (n_seqs + 1,) int64, batch 1, offsets from 0 to L, non-decreasing.
+  // *rows: the state rows (n_seqs, else batch). The values are checked here whatever the sizes:
+  // selscan, which checks them too, is not called on an empty problem.
+  void CuSeqlens(const Tensor &cu, int64_t batch, int64_t L, int64_t *rows, int64_t *n_seqs) {
     *rows = batch;
     *n_seqs = 0;
     if (!cu.present) return;
@@ -256,15 +269,31 @@ struct Checker {
     if (!(cu.rank() == 1 && cu.dims[0] >= 2))
       Fail("input 'cu_seqlens' must have shape (n_seqs + 1,) with n_seqs >= 1, got " + ShapeText(cu.dims));
     if (batch != 1) Fail("packed sequences (cu_seqlens) need batch 1, got batch " + std::to_string(batch));
-    if (ok()) { *n_seqs = cu.dims[0] - 1; *rows = *n_seqs; }
+    if (!ok()) return;
+    std::string rule;
+    const selscan_status st = bind::OffsetsRule(static_cast<const int64_t *>(cu.data), cu.dims[0], L, &rule);
+    if (st != SELSCAN_OK) { Rule(st, "cu_seqlens", rule); return; }
+    *n_seqs = cu.dims[0] - 1;
+    *rows = *n_seqs;
   }
-  // state_index where given: (batch,) int32.
-  void StateIndex(const Tensor &sidx, int64_t batch) {
-    if (!sidx.present) return;
+  // state_index where given: (batch,) int32, every entry below n_cache (state's rows), no row twice;
+  // without it, state has batch rows. Checked here whatever the sizes (selscan is not called on an
+  // empty problem, and reads n_cache 0 as batch).
+  void StateIndex(const Tensor &sidx, int64_t batch, int64_t n_cache) {
+    if (!sidx.present) {
+      if (n_cache != batch)
+        Fail("input 'state' has " + std::to_string(n_cache) + " rows but x has batch " + std::to_string(batch) +
+             " (give state_index to address a larger cache)");
+      return;
+    }
     Shape(sidx, {batch}, "(batch,)");
     Type(sidx, ONNX_TENSOR_ELEMENT_DATA_TYPE_INT32, "int32");
+    if (!ok()) return;
+    std::string rule;
+    const selscan_status st = bind::StateIndexRule(static_cast<const int32_t *>(sidx.data), batch, n_cache, &rule);
+    if (st != SELSCAN_OK) Rule(st, "state_index", rule);
   }
-  OrtStatus *Status() const { return ok() ? nullptr : Error(ORT_INVALID_ARGUMENT, msg); }
+  OrtStatus *Status() const { return ok() ? nullptr : Error(code, msg); }
 };
 
 selscan_dtype DtypeOf(ONNXTensorElementDataType t) {
@@ -396,7 +425,7 @@ OrtStatus *ScanCompute(const ScanKernel &k, OrtKernelContext *ctx) {
   c.Like(z, u);
   c.PerChannel(bias, dim);
   int64_t rows = 0, n_seqs = 0;
-  c.CuSeqlens(cu, batch, &rows, &n_seqs);
+  c.CuSeqlens(cu, batch, L, &rows, &n_seqs);
   if (h0.present) {
     c.Shape(h0, {rows, dim, N}, cu.present ? "(n_seqs, dim, N)" : "(batch, dim, N)");
     c.Type(h0, F32, "float");
@@ -488,7 +517,7 @@ OrtStatus *StepCompute(const StepKernel &k, OrtKernelContext *ctx) {
   c.PerChannel(D, dim);
   c.Like(z, x);
   c.PerChannel(bias, dim);
-  c.StateIndex(sidx, batch);
+  c.StateIndex(sidx, batch, n_cache);
   if (!c.ok()) return c.Status();
 
   Tensor y, state_out;
@@ -534,11 +563,18 @@ struct ConvKernel {
   int64_t final_state_attr = -1;  // -1: not given
 };
 
-// The weight: (dim, W) float.
+// The weight: (dim, W) float, W = 2 .. SELSCAN_CONV_MAX_WIDTH. The width is checked here, before
+// any output is shaped by it (W - 1 < 0 would be ONNX Runtime's error) and whatever the sizes
+// (selscan, which refuses other widths the same way, is not called on an empty problem).
 bool CheckWeight(Checker &c, const Tensor &w, int64_t dim) {
   if (!(w.rank() == 2 && w.dims[0] == dim))
     return c.Fail("input 'weight' must have shape (dim, width) with dim = " + std::to_string(dim) + ", got " +
                   ShapeText(w.dims));
+  const int64_t W = w.dims[1];
+  if (!(W >= 2 && W <= SELSCAN_CONV_MAX_WIDTH))
+    return c.Fail("input 'weight' must have width (its second dim) 2 .. " + std::to_string(SELSCAN_CONV_MAX_WIDTH) +
+                      ", got " + ShapeText(w.dims),
+                  W <= 0 ? ORT_INVALID_ARGUMENT : ORT_NOT_IMPLEMENTED);
   return c.Type(w, ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT, "float");
 }
 
@@ -561,7 +597,7 @@ OrtStatus *ConvCompute(const ConvKernel &k, OrtKernelContext *ctx) {
   const int64_t W = w.dims[1];
   c.PerChannel(bias, dim);
   int64_t rows = 0, n_seqs = 0;
-  c.CuSeqlens(cu, batch, &rows, &n_seqs);
+  c.CuSeqlens(cu, batch, L, &rows, &n_seqs);
   if (init.present) {
     c.Shape(init, {rows, dim, W - 1}, cu.present ? "(n_seqs, dim, width - 1)" : "(batch, dim, width - 1)");
     c.Type(init, T, "x's type");
@@ -571,7 +607,7 @@ OrtStatus *ConvCompute(const ConvKernel &k, OrtKernelContext *ctx) {
   if (OrtStatus *st = Output(ctx, 0, "y", x.dims, &y)) return st;
   if (OrtStatus *st = SecondOutput(ctx, n_out, "final_state", {rows, dim, W - 1}, &want_fin, &fin)) return st;
   if (batch == 0 || dim == 0) return nullptr;
-  if (L == 0 && !cu.present) {  // nothing to convolve: the state passes through
+  if (L == 0) {  // nothing to convolve (packed: every sequence empty): the state passes through
     if (want_fin) CopyOrZero(fin, init, ElemSize(T));
     return nullptr;
   }
@@ -615,11 +651,8 @@ OrtStatus *ConvUpdateCompute(const ConvKernel &k, OrtKernelContext *ctx) {
            ", state_len >= width - 1 = " + std::to_string(W - 1) + ", got " + ShapeText(state.dims));
   c.Type(state, T, "x's type");
   c.PerChannel(bias, dim);
-  c.StateIndex(sidx, batch);
-  if (!sidx.present && c.ok() && state.dims[0] != batch) {
-    c.Fail("input 'state' has " + std::to_string(state.dims[0]) + " rows but x has batch " + std::to_string(batch) +
-           " (give state_index to address a larger cache)");
-  }
+  if (!c.ok()) return c.Status();
+  c.StateIndex(sidx, batch, state.dims[0]);
   if (!c.ok()) return c.Status();
   Tensor y, state_out;
   if (OrtStatus *st = Output(ctx, 0, "y", x.dims, &y)) return st;

@@ -376,6 +376,81 @@ def test_errors_name_the_input():
         session(model)
 
 
+# ---- issue 38: every argument checked whatever the sizes ------------------------------------------
+
+
+def run_conv_ort(c, outputs=("y", "final_state"), op="CausalConv1d"):
+    names = CONV_INPUTS if op == "CausalConv1d" else CONV_UPDATE_INPUTS
+    return session(conv_model(op, names, c, torch.float32, list(outputs), {})).run(None, feed_dict(c))
+
+
+@pytest.mark.parametrize("cu", [[3, -1], [0, 5], [4, 2]], ids=str)
+@pytest.mark.parametrize("empty", ["L0", "dim0"])
+def test_38_5_scan_empty_checks_cu_seqlens(cu, empty):
+    # selscan is not called on an empty problem: the offsets are checked all the same
+    L = 0 if empty == "L0" else 4
+    x = make_scan(batch=1, dim=0 if empty == "dim0" else 8, L=L, G=1)
+    run_scan_ort(x, torch.float32, True, True, cu=torch.tensor([0, L]))  # good offsets pass
+    with pytest.raises(Exception, match=r"SELSCAN_ERR_SHAPE\] \(input 'cu_seqlens': (first|last) offset"):
+        run_scan_ort(x, torch.float32, True, True, cu=torch.tensor(cu))
+
+
+@pytest.mark.parametrize("idx, match", [([0, 1, 7], r"input 'state_index'.*not below n_cache"),
+                                        ([0, 1, 1], r"input 'state_index'.*row used twice"),
+                                        (None, r"input 'state' has 4 rows but x has batch 3")])
+def test_38_5_step_dim_0_checks_state_index(idx, match):
+    s = make_step(batch=3, dim=0, n_cache=4)
+    run_step_ort(s, torch.float32, idx=torch.tensor([0, -1, 3], dtype=torch.int32))  # good indices pass
+    with pytest.raises(Exception, match=match):
+        run_step_ort(s, torch.float32, idx=None if idx is None else torch.tensor(idx, dtype=torch.int32))
+
+
+@conv_only
+@pytest.mark.parametrize("case", ["cu 3,-1", "cu 0,5", "cu 4,2", "width 9", "update index"])
+def test_38_5_conv_dim_0_checks_every_argument(case):
+    if case == "update index":
+        c = dict(state=torch.zeros(4, 0, 3), x=torch.zeros(3, 0), weight=torch.zeros(0, 4),
+                 state_index=torch.tensor([0, 1, 7], dtype=torch.int32))
+        with pytest.raises(Exception, match=r"input 'state_index'.*not below n_cache"):
+            run_conv_ort(c, ("y", "state_out"), op="CausalConv1dUpdate")
+        return
+    c = make_conv(batch=1, dim=0, L=4, W=9 if case == "width 9" else 4)
+    if case.startswith("cu"):
+        c["cu_seqlens"] = torch.tensor([int(v) for v in case[3:].split(",")])
+    match = r"input 'weight' must have width" if case == "width 9" else r"\(input 'cu_seqlens': (first|last) offset"
+    with pytest.raises(Exception, match=match):
+        run_conv_ort(c)
+
+
+@conv_only
+@pytest.mark.parametrize("init", [False, True])
+def test_38_6_conv_accepts_empty_packed_sequences(init):
+    cu = torch.tensor([0, 0, 0])  # L 0: two empty sequences, as SelectiveScan takes them
+    c = dict(make_conv(batch=1, L=0, init=init, rows=2), cu_seqlens=cu)
+    y, fin = run_conv_ort(c)
+    assert y.shape == (1, 24, 0)
+    assert np.array_equal(fin, c["init_state"].numpy() if init else np.zeros((2, 24, 3), np.float32))
+    x = make_scan(batch=1, L=0, h0=True, n_seqs=2)
+    _, last = run_scan_ort(x, torch.float32, True, True, cu=cu)
+    assert np.array_equal(last, x["h0"].numpy())
+    with pytest.raises(Exception, match=r"\(input 'cu_seqlens': last offset not L"):  # the same rule
+        run_conv_ort(dict(c, cu_seqlens=torch.tensor([0, 0, 1])))
+
+
+@conv_only
+@pytest.mark.parametrize("op, outputs", [("CausalConv1d", ("y", "final_state")), ("CausalConv1d", ("y",)),
+                                         ("CausalConv1dUpdate", ("y", "state_out"))])
+def test_38_7_conv_weight_width_0_names_weight(op, outputs):
+    # before final_state (width - 1 = -1 wide) is shaped: selscan's error, naming weight
+    if op == "CausalConv1d":
+        c = make_conv(W=0)
+    else:
+        c = dict(state=torch.zeros(2, 24, 3), x=torch.randn(2, 24), weight=torch.zeros(24, 0))
+    with pytest.raises(Exception, match=r"selscan .*input 'weight' must have width \(its second dim\) 2 \.\. 4, "
+                                        r"got \[24, 0\]"):
+        run_conv_ort(c, outputs, op=op)
+
+
 # ---- export: models calling selscan's functions -> selscan nodes -> ONNX Runtime ------------------
 
 
