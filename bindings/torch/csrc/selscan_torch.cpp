@@ -707,13 +707,14 @@ ST OutOperand(const Tensor& t, const char* name) {
   return s;
 }
 
-// state_batch_indices on the host (the CPU op): every entry below n_cache, no row twice (negative:
-// padding), checked before anything is written -- also where selscan is not called (batch or dim 0).
-void CheckStateIndexHost(const Tensor& idx, int64_t n_cache) {
+// State row indices on the host (the CPU ops: the step's state_batch_indices, the conv update's
+// conv_state_indices, named by arg): every entry below n_cache, no row twice (negative: padding),
+// checked before anything is written -- also where selscan is not called (batch, dim or L 0).
+void CheckStateIndexHost(const Tensor& idx, int64_t n_cache, const char* where, const char* arg) {
   const Tensor h = idx.contiguous();
   std::string rule;
   const selscan_status st = bind::StateIndexRule(h.data_ptr<int32_t>(), h.numel(), n_cache, &rule);
-  if (st != SELSCAN_OK) Refuse(st, "step", "state_batch_indices", rule);
+  if (st != SELSCAN_OK) Refuse(st, where, arg, rule);
 }
 
 // A (batch, ngroups, N) B / C operand of the step, or (batch, N) as one group (the group stride is
@@ -790,7 +791,7 @@ Tensor Step(const Tensor& state, const Tensor& x_in, const Tensor& dt_in, const 
     TORCH_CHECK_TYPE(state_index->scalar_type() == at::kInt, "selscan: state_batch_indices must be int32 here "
                      "(the Python wrapper converts other integer types), got ", state_index->scalar_type());
     SameDeviceAs(x_in, "x", *state_index, "state_batch_indices");
-    if (state_index->is_cpu()) CheckStateIndexHost(*state_index, n_cache);
+    if (state_index->is_cpu()) CheckStateIndexHost(*state_index, n_cache, "step", "state_batch_indices");
   } else {
     TORCH_CHECK_VALUE(n_cache == batch, "selscan: state must have shape (batch, dim, N) with batch = ", batch,
                       " without state_batch_indices, got ", Shape(state));
@@ -1222,8 +1223,8 @@ std::tuple<Tensor, Tensor> ConvForward(const Tensor& x_in, const Tensor& weight_
   Tensor y = out_dim_major ? NewTensor({s.dim, s.batch, s.L}, dtype, x).permute({1, 0, 2})
                            : NewInOrderOf(x, x.sizes(), dtype);
   Tensor fin = return_final_state ? NewTensor({s.rows, s.dim, s.W - 1}, dtype, x) : NewTensor({0}, dtype, x);
-  if (s.batch == 0 || s.dim == 0) return {y, fin};
-  if (s.L == 0 && !cu_seqlens) {  // nothing to convolve: the state passes through
+  if (s.batch == 0 || s.dim == 0 || s.L == 0) {  // nothing to convolve: each row's state passes through
+    CheckOffsetsValues(cu_seqlens, s.L, "conv forward");  // the scan's rule: empty sequences are valid
     if (return_final_state) {
       if (init) fin.copy_(*init);
       else fin.zero_();
@@ -1274,7 +1275,8 @@ std::vector<Tensor> ConvBackward(const Tensor& x_in, const Tensor& weight_in, co
   out[kConvDweight] = want[kConvDweight] ? NewF32({s.dim, s.W}, x) : NewF32({0}, x);
   out[kConvDbias] = want[kConvDbias] ? NewF32({s.dim}, x) : NewF32({0}, x);
   out[kConvDinit] = want[kConvDinit] ? NewTensor({s.rows, s.dim, s.W - 1}, dtype, x) : NewF32({0}, x);
-  if (s.batch == 0 || s.dim == 0 || (s.L == 0 && !cu_seqlens)) {  // zeros; dinit_state = dfinal_state
+  if (s.batch == 0 || s.dim == 0 || s.L == 0) {  // zeros; dinit_state = dfinal_state
+    CheckOffsetsValues(cu_seqlens, s.L, "conv backward");
     for (int i = 0; i < kConvNumGrads; i++)
       if (want[i] && out[i].numel()) out[i].zero_();
     if (want[kConvDinit] && dfinal && out[kConvDinit].numel()) out[kConvDinit].copy_(*dfinal);
@@ -1331,6 +1333,7 @@ Tensor ConvStep(const Tensor& state, const Tensor& x_in, const Tensor& weight_in
     TORCH_CHECK_TYPE(state_index->scalar_type() == at::kInt, "selscan: conv_state_indices must be int32 here "
                      "(the Python wrapper converts int64)");
     SameDeviceAs(x_in, "x", *state_index, "conv_state_indices");
+    if (state_index->is_cpu()) CheckStateIndexHost(*state_index, state.size(0), "conv step", "conv_state_indices");
   } else {
     TORCH_CHECK_VALUE(state.size(0) == batch, "selscan: conv_state must have batch = ", batch,
                       " rows without conv_state_indices, got ", Shape(state));

@@ -282,21 +282,30 @@ def host_offsets(cu_seqlens):
     return torch.tensor(list(cu_seqlens), dtype=torch.int64)
 
 
-def state_rows(idx, n_cache):
-    """state_batch_indices as the op takes it: int32 on its device. Integer dtypes only; checked
-    before narrowing: on the CPU every entry must be below n_cache (the op also refuses a row used
+def int_arg(t, name, shape, what):
+    """t an integer tensor of shape shape (what: its description), e.g. the conv update's cache_seqlens."""
+    tensor_arg(t, name)
+    _type(t.dtype in _INDEX_DTYPES, name, " must be an integer tensor, got ", t.dtype)
+    _shape_is(t, shape, name, what)
+
+
+def state_rows(idx, n_cache, name="state_batch_indices", where="step", state="state"):
+    """State row indices as the ops take them: int32 on their device. The rule of the decode
+    step's state_batch_indices and the conv update's conv_state_indices (name: the caller's
+    argument, where: the op, state: the cache it indexes). Integer dtypes only; checked before
+    narrowing: on the CPU every entry must be below n_cache (the op also refuses a row used
     twice); negative entries are padding (made -1). On other devices (no sync) an entry at or past
-    n_cache becomes an out-of-range row, which selscan's CUDA step treats as padding."""
-    tensor_arg(idx, "state_batch_indices")
-    _type(idx.dtype in _INDEX_DTYPES, "state_batch_indices must be an integer tensor, got ", idx.dtype)
+    n_cache becomes an out-of-range row, which selscan's CUDA kernels treat as padding."""
+    tensor_arg(idx, name)
+    _type(idx.dtype in _INDEX_DTYPES, name, " must be an integer tensor, got ", idx.dtype)
     if idx.dtype == torch.int32:
         return idx
     if idx.device.type == "cpu" and idx.numel() > 0:
         hi = int(idx.max())
         if hi >= n_cache:
-            _refuse_shape("step", "state_batch_indices", f"not below n_cache (entry {int(idx.argmax())} is {hi}, "
+            _refuse_shape(where, name, f"not below n_cache (entry {int(idx.argmax())} is {hi}, "
                           f"n_cache = {n_cache}, state's first dim; negative entries are padding)")
-    _value(n_cache <= _INT32_MAX, "state has ", n_cache, " rows, more than state_batch_indices' int32 rows reach")
+    _value(n_cache <= _INT32_MAX, state, " has ", n_cache, " rows, more than ", name, "' int32 rows reach")
     if idx.dtype == torch.int64:
         idx = idx.clamp(min=-1, max=_INT32_MAX)
     return idx.to(torch.int32)

@@ -119,6 +119,8 @@ def _conv_seq_idx(x, weight, bias, seq_idx, initial_states, silu):
     batch, dim, L = x.shape
     if seq_idx.shape != (batch, L):
         raise ValueError(f"selscan: seq_idx must have shape (batch, seqlen) = {(batch, L)}, got {tuple(seq_idx.shape)}")
+    if batch == 0 or L == 0:  # no token: no sequence to restart, the plain op's empty output
+        return _conv_fwd(x, weight, bias, initial_states, None, silu, False, False)[0]
     W = weight.shape[1]
     outs = []
     for b in range(batch):
@@ -167,17 +169,19 @@ def causal_conv1d_fn(x, weight, bias=None, seq_idx=None, initial_states=None, re
     return y, fin
 
 
-def _update_circular(x3, conv_state, weight, bias, silu, cache_seqlens, conv_state_indices):
+def _update_circular(x3, conv_state, weight, bias, silu, cache_seqlens, idx):
     """The circular-buffer update (cache_seqlens): the W-1 entries before cache_seqlens %
     state_len are gathered, selscan's step runs on that window, and x is scattered back at
-    cache_seqlens + t (mod state_len). Negative conv_state_indices: out 0, no state touched."""
+    cache_seqlens + t (mod state_len). idx: the rows as state_rows gives them (int32); negative
+    or (CUDA, unchecked) out of range: padding, out 0, no state touched."""
     batch, dim, L = x3.shape
     W = weight.shape[1]
     state_len = conv_state.shape[-1]
     dev = x3.device
-    if conv_state_indices is not None:
-        idx = conv_state_indices.to(device=dev, dtype=torch.int64)
-        valid = idx >= 0
+    _checks.int_arg(cache_seqlens, "cache_seqlens", (batch,), "(batch,)")
+    if idx is not None:
+        idx = idx.to(device=dev, dtype=torch.int64)
+        valid = (idx >= 0) & (idx < conv_state.shape[0])  # the op's padding rule
         rows = torch.where(valid, idx, torch.zeros_like(idx))
     else:
         valid = torch.ones(batch, dtype=torch.bool, device=dev)
@@ -224,13 +228,15 @@ def causal_conv1d_update(x, conv_state, weight, bias=None, activation=None, cach
     silu = _silu_flag(activation)
     weight = _weight2d(weight, x.dtype)
     bias = _f32(bias, x.dtype)
+    # the decode step's row rule: integers only, checked before narrowing to int32 (-2**63 is padding)
+    idx = None if conv_state_indices is None else _checks.state_rows(
+        conv_state_indices, conv_state.shape[0] if conv_state.dim() else 0, "conv_state_indices", "conv step",
+        "conv_state")
     if cache_seqlens is not None:
         x3 = x.unsqueeze(-1) if x.dim() == 2 else x
-        if conv_state.dtype != x.dtype:
-            raise TypeError(f"selscan: conv_state must have x's dtype {x.dtype}, got {conv_state.dtype}")
-        y = _update_circular(x3, conv_state, weight, bias, silu, cache_seqlens, conv_state_indices)
+        # the plain update's checks (the op's: shapes, dtypes, devices, state_len >= width - 1, rows in
+        # range and used once) on no token, so nothing is written: the window below hides them from the op
+        _conv_step(conv_state, x3[:, :, :0] if x3.dim() == 3 else x3, weight, bias, idx, silu)
+        y = _update_circular(x3, conv_state, weight, bias, silu, cache_seqlens, idx)
         return y.squeeze(-1) if x.dim() == 2 else y
-    idx = conv_state_indices
-    if idx is not None and idx.dtype != torch.int32:
-        idx = idx.to(torch.int32)
     return _step(conv_state, x, weight, bias, idx, silu)

@@ -344,3 +344,95 @@ def test_9_transposed_u_names_u():
     assert "transpose" in msg and not msg.startswith("selscan: delta")
     # and a wrong A (u and delta agree) names A
     raises_naming("A", lambda: call_scan(dict(x, A=torch.randn(5, 3))))
+
+
+# ---- issue 38: the causal conv's decode update and packed sequences ----------------------------------
+
+
+def conv_update_inputs(batch=2, dim=4, W=4, n_cache=3, state_len=3, device="cpu", seed=0):
+    g = torch.Generator().manual_seed(seed)
+    r = lambda *s: torch.randn(*s, generator=g).to(device)  # noqa: E731
+    return r(batch, dim), r(n_cache, dim, state_len), r(dim, W), r(dim)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("circular", [False, True])
+def test_38_3_conv_state_indices_not_truncated(device, circular):
+    """conv_state_indices follows state_batch_indices' rule: integers only, never narrowed to int32
+    silently; -2**63 is padding, not row 0; on the CPU rows checked in range (also with dim 0)."""
+    x, state, w, b = conv_update_inputs(state_len=5 if circular else 3, device=device)
+    kw = dict(cache_seqlens=torch.tensor([1, 6], device=device)) if circular else {}
+
+    def update(idx, s=state):
+        return st.causal_conv1d_update(x, s, w, b, "silu", conv_state_indices=idx, **kw)
+
+    snap = state.clone()
+    if device == "cpu":  # on CUDA an out-of-range row is padding (no sync), as in the step
+        for bad in ([0, 2**32 + 1], [0, 2**31], [3, 0]):
+            raises_naming("conv_state_indices", lambda: update(torch.tensor(bad)))
+            assert torch.equal(state, snap)
+    for bad in (torch.tensor([0.0, 1.0]), torch.tensor([0, 1], dtype=torch.complex64), torch.tensor([True, False])):
+        raises_naming("conv_state_indices", lambda: update(bad.to(device)), TypeError)
+        assert torch.equal(state, snap)
+    got, want = state.clone(), state.clone()
+    y = update(torch.tensor([-(2**63), 2], device=device), got)
+    y_ref = update(torch.tensor([-1, 2], dtype=torch.int32, device=device), want)
+    assert (y[0] == 0).all() and torch.equal(y, y_ref) and torch.equal(got, want)
+    assert torch.equal(got[:2], state[:2]) and not torch.equal(got[2], state[2])
+    if device == "cpu" and not circular:  # dim 0: nothing to compute, the rows still checked
+        x0, s0, w0, rows = torch.zeros(2, 0), torch.zeros(3, 0, 3), torch.zeros(0, 4), torch.tensor([0, 5])
+        raises_naming("conv_state_indices", lambda: st.causal_conv1d_update(x0, s0, w0, conv_state_indices=rows))
+        raises_naming("conv_state_indices", lambda: ops.conv_step(s0, x0, w0, None, rows.int(), False))
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_38_4_circular_update_refuses_what_the_plain_update_refuses(device):
+    """The circular update (cache_seqlens) refuses state_len < width - 1 and a row used twice with
+    the plain update's messages, before anything is written."""
+    x, state, w, b = conv_update_inputs(n_cache=2, state_len=5, device=device)
+
+    def same_refusal(state, idx):
+        msgs = []
+        for kw in ({}, dict(cache_seqlens=torch.tensor([1, 6], device=device))):
+            snap = state.clone()
+            with pytest.raises(ValueError) as info:
+                st.causal_conv1d_update(x, state, w, b, "silu", conv_state_indices=idx, **kw)
+            assert torch.equal(state, snap)
+            msgs.append(str(info.value))
+        assert msgs[0] == msgs[1], msgs
+        return msgs[0]
+
+    assert names(same_refusal(state[:, :, :2].clone(), None), "conv_state")  # width 4: state_len 2 < 3
+    if device == "cpu":  # rows are checked on the host (CUDA: no sync, as in the step)
+        for idx in (torch.tensor([1, 1]).int(), torch.tensor([1, 1]), torch.tensor([0, 2]).int()):
+            assert names(same_refusal(state, idx), "conv_state_indices")
+    seqlens = torch.tensor([1.0, 6.0], device=device)
+    raises_naming("cache_seqlens", lambda: st.causal_conv1d_update(x, state, w, b, cache_seqlens=seqlens), TypeError)
+    raises_naming("cache_seqlens", lambda: st.causal_conv1d_update(x, state, w, b, cache_seqlens=seqlens[:1].long()))
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_38_6_conv_empty_packed_sequences(device):
+    """Packed sequences with no token (L 0, cu_seqlens [0, 0, 0]) are valid, as for the scan: each
+    sequence's final state is its initial state (zeros without), its gradient passes through; the
+    offsets are still checked whatever the sizes."""
+    dim, W = 4, 4
+    g = torch.Generator().manual_seed(0)
+    r = lambda *s: torch.randn(*s, generator=g).to(device).requires_grad_(True)  # noqa: E731
+    x, w, b, init = r(1, dim, 0), r(dim, W), r(dim), r(2, dim, W - 1)
+    cu = torch.tensor([0, 0, 0])
+    y, fin = ops.conv_fwd(x, w, b, init, cu, True, True, False)
+    assert y.shape == (1, dim, 0) and torch.equal(fin, init)
+    dfin = torch.randn(2, dim, W - 1, generator=g).to(device)
+    (fin * dfin).sum().backward()
+    assert torch.equal(init.grad, dfin) and (w.grad == 0).all() and (b.grad == 0).all() and x.grad.shape == x.shape
+    y, fin = ops.conv_fwd(x.detach(), w.detach(), None, None, cu, False, True, False)
+    assert fin.shape == (2, dim, W - 1) and (fin == 0).all()
+    for dim_, bad in ((dim, [0, 1, 0]), (dim, [1, 0]), (0, [0, 3, 0])):
+        xb, wb = torch.zeros(1, dim_, 0, device=device), torch.zeros(dim_, W, device=device)
+        raises_naming("cu_seqlens", lambda: ops.conv_fwd(xb, wb, None, None, torch.tensor(bad), False, True, False))
+    # causal_conv1d_fn's packed path (seq_idx) with no token, or no row
+    for batch, L in ((2, 0), (0, 5)):
+        xs = torch.zeros(batch, dim, L, device=device)
+        seq_idx = torch.zeros(batch, L, dtype=torch.int32, device=device)
+        assert st.causal_conv1d_fn(xs, w.detach(), b.detach(), seq_idx=seq_idx, activation="silu").shape == xs.shape
