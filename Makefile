@@ -1,4 +1,4 @@
-# selscan: make run | test | test-all | bench | test-cuda | test-cuda-sanitize | bench-cuda | test-torch | tf-op | test-tf | ort-ops | test-onnx | clean
+# selscan: make run | test | test-all | bench | test-cuda | test-gpu | test-gpu-full | test-cuda-sanitize | bench-cuda | test-torch | tf-op | test-tf | ort-ops | test-onnx | clean
 # Compilers and flags can be overridden: make test CC=clang CFLAGS="-O1 -g"
 CC      ?= cc
 CXX     ?= c++
@@ -166,6 +166,18 @@ test-cuda: $(BUILD)/test_cuda $(BUILD)/test_cuda_cl $(BUILD)/test_cuda_conv
 
 bench-cuda: $(BUILD)/bench_cuda
 	./$(BUILD)/bench_cuda
+
+# test-gpu: the GPU gate, one sitting on a one-GPU machine (<= 8 min with its builds): the C CUDA
+# suites' quick matrix and compute-sanitizer memcheck over it, the torch package's CUDA tests (not
+# those marked gpu_full), the framework fuzz on CUDA, TF's gpu_check; one grand total last.
+# test-gpu-full PART=1|2|3: the exhaustive runs, each under 10 min. tests/gpu_gate.sh says what each
+# runs and needs (TORCH_PY: a Python with a CUDA torch, pytest, pytest-xdist; nothing downloaded).
+.PHONY: test-gpu test-gpu-full
+test-gpu:
+	@bash tests/gpu_gate.sh quick
+
+test-gpu-full:
+	@bash tests/gpu_gate.sh full $(PART)
 
 # test-cuda-sanitize: the CUDA suites' quick matrix (SELSCAN_TEST_QUICK=1: every kernel and pass,
 # small) under compute-sanitizer's memcheck (with leak check), racecheck, initcheck and

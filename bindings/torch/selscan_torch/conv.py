@@ -91,13 +91,16 @@ def _silu_flag(activation):
 
 def _weight2d(weight, keep=None):
     """weight as (dim, W); float32, or as it is where its dtype is keep (the update's x dtype)."""
+    _checks.tensor_arg(weight, "weight")
     if weight.dim() == 3 and weight.shape[1] == 1:  # nn.Conv1d's (dim, 1, W)
         weight = weight.squeeze(1)
-    return weight if weight.dtype in (torch.float32, keep) else weight.to(torch.float32)
+    return _f32(weight, keep, "weight")
 
 
-def _f32(t, keep=None):
-    return None if t is None else (t if t.dtype in (torch.float32, keep) else t.to(torch.float32))
+def _f32(t, keep=None, name="bias"):
+    """t float32, or as it is where its dtype is keep; another floating dtype cast, an integer,
+    bool or complex one refused naming it (_checks.cast, the scan's rule)."""
+    return None if t is None else (t if t.dtype in (torch.float32, keep) else _checks.cast(t, name, torch.float32))
 
 
 def _runs_to_offsets(row):
@@ -155,7 +158,7 @@ def causal_conv1d_fn(x, weight, bias=None, seq_idx=None, initial_states=None, re
     weight = _weight2d(weight)
     bias = _f32(bias)
     if initial_states is not None and initial_states.dtype != x.dtype:
-        initial_states = initial_states.to(x.dtype)
+        initial_states = _checks.cast(initial_states, "initial_states", x.dtype)
     if seq_idx is not None:
         if return_final_states:
             raise ValueError("If seq_idx is not None, we don't return final_states_out")
@@ -209,7 +212,7 @@ _onnx_conv_step = None
 
 def _step(state, x, weight, bias, idx, silu):
     if _onnx_conv_step is not None and torch.onnx.is_in_onnx_export():  # its ONNX op: float32 weight / bias
-        return _onnx_conv_step(state, x, _f32(weight), _f32(bias), idx, silu)
+        return _onnx_conv_step(state, x, _f32(weight, name="weight"), _f32(bias), idx, silu)
     return _conv_step(state, x, weight, bias, idx, silu)
 
 

@@ -3,6 +3,7 @@ on the code before the fix. Every refusal must name the caller's argument and le
 (the in-place state included) bit-identical; CPU always, CUDA where present.
 """
 import re
+import sys
 
 import pytest
 import torch
@@ -436,3 +437,15 @@ def test_38_6_conv_empty_packed_sequences(device):
         xs = torch.zeros(batch, dim, L, device=device)
         seq_idx = torch.zeros(batch, L, dtype=torch.int32, device=device)
         assert st.causal_conv1d_fn(xs, w.detach(), b.detach(), seq_idx=seq_idx, activation="silu").shape == xs.shape
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="ELF shared objects (Linux)")
+def test_38_extension_runs_on_the_shared_libstdcxx():
+    """Issue 38's CUDA crashes: a compiler that links libstdc++ statically (the GPU machines' CXX) put a
+    private libstdc++ into _C beside the shared one torch loads; the first error message that formatted
+    a number (a shape) crashed the process. setup.py links torch's libstdc++.so.6 then: _C must name it
+    among its NEEDED libraries (the string is in the dynamic string table only when it is linked)."""
+    import selscan_torch._C as ext
+
+    with open(ext.__file__, "rb") as f:
+        assert b"libstdc++.so.6" in f.read(), f"{ext.__file__} carries its own libstdc++ (no NEEDED libstdc++.so.6)"

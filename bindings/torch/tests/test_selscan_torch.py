@@ -90,7 +90,7 @@ def test_half_dtypes(device, dtype, bc):
 
 
 @pytest.mark.parametrize("device", DEVICES)
-@pytest.mark.parametrize("L", [1, 2, 63, 64, 65, 129, 1000, 4096])
+@pytest.mark.parametrize("L", [1, 2, 63, 64, 65, 129, 1000, pytest.param(4096, marks=pytest.mark.gpu_full)])
 def test_lengths(device, L):
     x = make_inputs(batch=1, dim=4, L=L, N=4, bc="var3", h0=True, device=device)
     check(x, True, True)
