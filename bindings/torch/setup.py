@@ -123,6 +123,7 @@ def ort_extension():
             [os.path.relpath(os.path.join(ORT_DIR, "selscan_ort.cc"), HERE)],
             include_dirs=INCLUDE[1:] + [ORT_DIR],
             extra_compile_args=["-O3", "-std=c++17", "-fvisibility=hidden"],
+            extra_link_args=shared_libstdcxx_args(),  # ONNX Runtime's process has its libstdc++ too
             language="c++",
         )
     ]
