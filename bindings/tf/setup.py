@@ -154,7 +154,10 @@ class BuildOp(build_ext):
             list(pool.map(run, jobs))
         out = self.get_ext_fullpath(ext.name)
         os.makedirs(os.path.dirname(out), exist_ok=True)
-        run([cxx, "-shared"] + objs + ["-o", out] + info["lflags"] + link_extra)
+        sys.path.insert(0, COMMON)
+        from libstdcxx_link import shared_libstdcxx_args  # bindings/common: the link rule every package shares
+
+        run([cxx, "-shared"] + objs + ["-o", out] + info["lflags"] + link_extra + shared_libstdcxx_args(cxx, "selscan_tf"))
         _say("built %s (%s) in %.1f s" % (out, why, time.time() - t_start))
 
 

@@ -35,6 +35,11 @@ COMMON = next((d for d in (os.path.join(HERE, "common"), os.path.join(os.path.di
 if COMMON is None:
     raise RuntimeError("selscan_binding.h not found in bindings/common or in common/ next to setup.py")
 INCLUDE.append(COMMON)
+sys.path.insert(0, COMMON)
+from libstdcxx_link import shared_libstdcxx_args  # noqa: E402  (bindings/common: the link rule every package shares)
+
+# cpp_extension compiles and links with $CXX (one path), setuptools' ORT library with the same
+LINK = shared_libstdcxx_args(os.environ.get("CXX", "c++"), "selscan_torch")
 # The ONNX Runtime custom-op library's source: bindings/onnxruntime (a sibling), or a copy next to setup.py.
 ORT_DIR = next((d for d in (os.path.join(HERE, "onnxruntime"), os.path.join(os.path.dirname(HERE), "onnxruntime"))
                 if os.path.exists(os.path.join(d, "selscan_ort.cc"))), None)
@@ -73,45 +78,6 @@ def default_arch():
     os.environ["TORCH_CUDA_ARCH_LIST"] = arch
 
 
-def shared_libstdcxx_args():
-    """Link arguments that keep _C on the libstdc++ torch has loaded (issue 38's CUDA crashes).
-
-    A compiler that links libstdc++ statically (seen on the GPU machines: CXX=/opt/gcc/bin/g++, whose
-    products have no NEEDED libstdc++.so.6) puts a private libstdc++ into _C beside the shared one that
-    torch loaded: the two copies' iostream and locale state clash, and the first number an error
-    message formats (a shape) crashed the process with SIGSEGV, on CPU and CUDA tensors alike. Where
-    the compiler's link does that, torch's own libstdc++.so.6 is linked by path: every libstdc++
-    symbol _C uses then resolves to it, and none is copied in from the archive."""
-    import subprocess
-    import tempfile
-
-    if not sys.platform.startswith("linux"):
-        return []
-    cxx = [os.environ.get("CXX", "c++")]  # the compiler torch.utils.cpp_extension links with (one path)
-    with tempfile.TemporaryDirectory() as tmp:
-        src, so = os.path.join(tmp, "probe.cpp"), os.path.join(tmp, "probe.so")
-        with open(src, "w") as f:
-            f.write("#include <sstream>\nstd::string f(long n) { std::ostringstream s; s << n; return s.str(); }\n")
-        try:
-            subprocess.run(cxx + ["-shared", "-fPIC", src, "-o", so], check=True, capture_output=True, timeout=120)
-            with open(so, "rb") as f:
-                if b"libstdc++.so" in f.read():  # a NEEDED entry: the shared runtime, nothing to do
-                    return []
-        except (OSError, subprocess.SubprocessError):
-            return []  # not a compiler this probe understands: its own link, as before
-    import torch  # noqa: F401  (loads the libstdc++ the extension will run beside)
-
-    with open("/proc/self/maps") as f:
-        for line in f:
-            path = line.split()[-1]
-            if os.path.basename(path).startswith("libstdc++.so"):
-                print(f"selscan_torch setup: {' '.join(cxx)} links libstdc++ statically; linking torch's {path}")
-                return [path]
-    raise RuntimeError(f"{' '.join(cxx)} links libstdc++ statically and torch loaded no shared libstdc++: a "
-                       "private copy in the extension would crash the process (set CXX to a compiler with a "
-                       "shared libstdc++)")
-
-
 def ort_extension():
     """libselscan_ort as selscan_torch/_selscan_ort*.so: a plain shared library (no Python, no torch,
     no ONNX Runtime linked: ONNX Runtime hands it its C API table when it loads it)."""
@@ -123,7 +89,7 @@ def ort_extension():
             [os.path.relpath(os.path.join(ORT_DIR, "selscan_ort.cc"), HERE)],
             include_dirs=INCLUDE[1:] + [ORT_DIR],
             extra_compile_args=["-O3", "-std=c++17", "-fvisibility=hidden"],
-            extra_link_args=shared_libstdcxx_args(),  # ONNX Runtime's process has its libstdc++ too
+            extra_link_args=LINK,  # ONNX Runtime's process has its libstdc++ too
             language="c++",
         )
     ]
@@ -133,7 +99,6 @@ def extensions():
     from torch.utils import cpp_extension
 
     cxx = ["-O3", "-fvisibility=hidden"]
-    link = shared_libstdcxx_args()
     sources = [os.path.join("csrc", "selscan_torch.cpp")]
     if want_cuda():
         default_arch()
@@ -148,14 +113,14 @@ def extensions():
                 include_dirs=INCLUDE,
                 define_macros=[("WITH_CUDA", None)],
                 extra_compile_args={"cxx": cxx, "nvcc": nvcc},
-                extra_link_args=link,
+                extra_link_args=LINK,
                 py_limited_api=False,
             )
         ]
     return [
         cpp_extension.CppExtension(
             "selscan_torch._C", sources, include_dirs=INCLUDE, extra_compile_args={"cxx": cxx},
-            extra_link_args=link,
+            extra_link_args=LINK,
         )
     ]
 
