@@ -19,7 +19,8 @@ whole sequence, exactly (to float32 rounding), forward and backward.
         single-device backward computes, split at the shard borders.
 
 >>cost  per rank and direction, one collective: the forward gathers batch*dim*(N+1) float32 (P is
-        rebuilt from sum dt and A on the receiving rank), the backward batch*dim*N. Compute: the
+        rebuilt from sum dt and A on the receiving rank), the backward batch*dim*N; before it
+        the ranks' agreement (>>the ranks' agreement below), 34 int64. Compute: the
         middle ranks run the scan twice forward (a zero-start pass for h_local, without D and z,
         then the exact pass) and twice backward (one for c with dh_last from their own outputs
         only, then the exact one); rank 0's first pass is already exact (forward) and the last
@@ -537,7 +538,10 @@ def selective_scan_fn(u, delta, A, B, C, D=None, z=None, delta_bias=None, delta_
     it (NotImplementedError).
 
     Every rank of the group must call it (it runs one all_gather), and every rank must run the
-    backward through its out (one all_gather there too). Gradients of A, D, delta_bias are this
+    backward through its out (one all_gather there too). The ranks must agree on batch, dim, N,
+    dtypes and options, and pass bitwise the same A, D, delta_bias, constant B / C and cu_seqlens:
+    one small all_gather checks that first (CHECK_RANKS), a ValueError on every rank otherwise (also
+    when one rank refuses its own arguments). Gradients of A, D, delta_bias are this
     shard's contributions: sum them over the group (all_reduce_grads). No double backward.
     """
     rank, world = _group_rank_world(group)
@@ -666,7 +670,8 @@ def causal_conv1d_cp(x, weight, bias=None, activation=None, group=None):
     """The causal depthwise conv of a sequence sharded along L: x (batch, dim, L_shard), weight
     (dim, W) or (dim, 1, W); the previous rank's last W-1 inputs (the halo, zeros on rank 0) are
     exchanged point to point, and their gradient sent back in the backward. Every shard must hold
-    at least W-1 tokens. activation None or "silu" / "swish"."""
+    at least W-1 tokens. activation None or "silu" / "swish". The ranks must agree on batch, dim,
+    W, dtypes, activation and bitwise on weight / bias (checked first, as selective_scan_fn)."""
     rank, world = _group_rank_world(group)
     return _conv(x, weight, bias, activation, group, rank, world, CHECK_RANKS)
 
@@ -744,6 +749,8 @@ class MambaMixerCP(nn.Module):
 
     forward(hidden_states (batch, L_shard, hidden_size)) -> (batch, L_shard, hidden_size).
     Parameter gradients are this shard's contributions: sum them over the group (all_reduce_grads).
+    The ranks agree once a forward (sizes, batch, dtype; A_log, D, dt_proj.bias, conv1d bitwise)
+    before the conv's halo, as selective_scan_fn.
     """
 
     def __init__(self, hidden_size, intermediate_size, state_size=16, conv_kernel=4, time_step_rank=None,

@@ -159,6 +159,8 @@ def cases_for(world):
                        cu=[0, 4, 9] if world == 2 else [0, 4, sum(fit([9, 0, 9], world))]))
     c.append(scan_case("packed_bf16_fixed", world, batch=1, last=False, bc="fixed", dtype=torch.bfloat16,
                        cu=[0, 10, L]))
+    # the ranks' agreement turned off (CHECK_RANKS = False): the packed layout gathers the lengths itself
+    c.append(dict(scan_case("packed_unchecked", world, batch=1, last=False, cu=[0, 4, 13, L]), check_ranks=False))
     c.append(scan_case("single_rank_group", world, group=[world - 1]))
     if world >= 3:
         c.append(scan_case("subgroup_1_2", world, group=[1, 2]))
