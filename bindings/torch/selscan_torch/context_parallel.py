@@ -583,7 +583,8 @@ def _scan(u, delta, A, B, C, D, z, delta_bias, delta_softplus, return_last_state
             if u.dim() == 3 and u.shape[0] != 1:
                 raise ValueError(f"selscan context_parallel: packed sequences (cu_seqlens) need batch 1, u is "
                                  f"{tuple(u.shape)}")
-        _checks.check_fwd(u, delta, A, B, C, D, z, delta_bias, h0, None)  # the op's rules, on this shard
+        if check and world > 1:  # the op's rules on this shard, before any collective (else the op's own)
+            _checks.check_fwd(u, delta, A, B, C, D, z, delta_bias, h0, None)
     except Exception as e:
         err = e
     softplus, last = bool(delta_softplus), bool(return_last_state)
