@@ -123,7 +123,7 @@ CHECK_RANKS = True  # the digest above, one all_gather a call (on CUDA one devic
 
 _KINDS = ("selective_scan_fn", "causal_conv1d_cp", "MambaMixerCP")
 _DTYPES = (torch.float32, torch.float16, torch.bfloat16, torch.float64)
-_DIGEST = 32  # int64 entries a rank sends: fixed, so ranks in different functions still match sizes
+_DIGEST = 32  # int64 a rank sends before the 2 sums: fixed, so ranks in different functions match sizes
 _MSG = 1024  # bytes of a rank's refusal sent to the others
 _DIFFERS = "differs"  # a meta entry shown as "differs across ranks" (a hash, not a readable value)
 
