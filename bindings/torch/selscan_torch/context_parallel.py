@@ -19,7 +19,8 @@ whole sequence, exactly (to float32 rounding), forward and backward.
         single-device backward computes, split at the shard borders.
 
 >>cost  per rank and direction, one collective: the forward gathers batch*dim*(N+1) float32 (P is
-        rebuilt from sum dt and A on the receiving rank), the backward batch*dim*N. Compute: the
+        rebuilt from sum dt and A on the receiving rank), the backward batch*dim*N; before it
+        the ranks' agreement (>>the ranks' agreement below), 34 int64. Compute: the
         middle ranks run the scan twice forward (a zero-start pass for h_local, without D and z,
         then the exact pass) and twice backward (one for c with dh_last from their own outputs
         only, then the exact one); rank 0's first pass is already exact (forward) and the last
@@ -41,11 +42,14 @@ whole sequence, exactly (to float32 rounding), forward and backward.
 
 Public: selective_scan_fn, causal_conv1d_cp, MambaMixerCP (the Mamba-1 block), all_reduce_grads, shard.
 """
+import hashlib
+
 import torch
 import torch.distributed as dist
 import torch.nn as nn
 import torch.nn.functional as F
 
+from . import _checks
 from ._checks import cast as _cast, host_offsets as _host_offsets
 
 __all__ = ["selective_scan_fn", "causal_conv1d_cp", "MambaMixerCP", "all_reduce_grads", "shard"]
@@ -106,6 +110,127 @@ def all_reduce_grads(params, group=None):
         g.copy_(flat[off:off + n].view_as(g))
         off += n
 
+
+# ---- >>the ranks' agreement --------------------------------------------------------------------------
+# The collectives below are sized by batch, dim and N, and the composition trusts every rank's A,
+# D, delta_bias and cu_seqlens to be the same: ranks that disagree would abort inside the
+# backend (mis-sized buffers) or return a wrong answer. So before its first collective each
+# function gathers one fixed-size int64 digest from every rank: whether the rank's own argument
+# checks passed, its shapes, dtypes and flags, and two integer sums of the replicated parameters'
+# bits. Every rank reads the same gathered rows, so every rank raises the same ValueError.
+
+CHECK_RANKS = True  # the digest above, one all_gather a call (on CUDA one device->host read)
+
+_KINDS = ("selective_scan_fn", "causal_conv1d_cp", "MambaMixerCP")
+_DTYPES = (torch.float32, torch.float16, torch.bfloat16, torch.float64)
+_DIGEST = 32  # int64 a rank sends before the 2 sums: fixed, so ranks in different functions match sizes
+_MSG = 1024  # bytes of a rank's refusal sent to the others
+_DIFFERS = "differs"  # a meta entry shown as "differs across ranks" (a hash, not a readable value)
+
+
+def _dtype_code(t):
+    return _DTYPES.index(t.dtype) if t.dtype in _DTYPES else len(_DTYPES)
+
+
+def _dtype_name(c):
+    return str(_DTYPES[c]) if c < len(_DTYPES) else "another dtype"
+
+
+def _given(c):
+    return "one" if c else "None"
+
+
+def _as_int(t):
+    """t's bit patterns as int32 (2-byte dtypes widened, 8-byte ones as two int32 a value)."""
+    t = t.detach().contiguous().reshape(-1)
+    return t.view(torch.int16).to(torch.int32) if t.element_size() == 2 else t.view(torch.int32)
+
+
+_WEIGHTS = {}  # (n, device) -> _bits' position weights, made once (the parameters' sizes repeat)
+
+
+def _bits(b):
+    """Two int64 sums of the int32 bit patterns b: plain, and weighted by pseudo-random weights 1
+    to 256 of the position (no overflow below 2**24 entries). Equal tensors give equal sums; a
+    changed value changes the first, values swapped or changed against each other the second.
+    Integer additions only (no float rounding): the same on every rank whatever its threads."""
+    key = (b.numel(), b.device)
+    w = _WEIGHTS.get(key)
+    if w is None:
+        if len(_WEIGHTS) > 16:
+            _WEIGHTS.clear()
+        w = torch.arange(b.numel(), dtype=torch.int64, device=b.device).mul_(40503).bitwise_right_shift_(5)
+        w = _WEIGHTS[key] = w.bitwise_and_(255).add_(1)
+    return torch.stack([b.sum(dtype=torch.int64), (b * w).sum()])
+
+
+def _device(group, *ts):
+    """Where this rank's digest lives: its first argument's device (that of a refused call too)."""
+    for t in ts:
+        if isinstance(t, torch.Tensor) and t.device.type != "meta":
+            return t.device
+    if dist.get_backend(group) == "nccl":
+        return torch.device("cuda", torch.cuda.current_device())
+    return torch.device("cpu")
+
+
+def _agree(kind, err, meta, values, group, world, device):
+    """Raises on every rank when the ranks disagree; returns every rank's meta values (world lists).
+
+    err: the exception this rank's own argument checks raised, or None. meta: (label, int, shown)
+    compared across ranks in order (label None: gathered, not compared, e.g. the shard's length;
+    shown: how a value reads in the message, _DIFFERS for hashes). values: (name, tensor or None),
+    the replicated parameters, compared bitwise (presence is compared in meta)."""
+    head = [_KINDS.index(kind), int(err is not None)] + [m[1] for m in meta]
+    head += [0] * (_DIGEST - 2 - len(head))
+    vals = [(n, v) for n, v in values if v is not None]
+    if err is None and vals:
+        dig = _bits(torch.cat([_as_int(v).to(device) for _, v in vals]))
+    else:
+        dig = torch.zeros(2, dtype=torch.int64, device=device)
+    mine = torch.cat([torch.tensor(head, dtype=torch.int64).to(device), dig])
+    got = _all_gather(mine, group, world).tolist()  # the one small collective (and read) of a call
+    pre = "selscan context_parallel: "
+    bad = [r for r in range(world) if got[r][1]]
+    if bad:  # a rank refused its own arguments: its message goes to the others (fixed size)
+        msg = b"" if err is None else str(err).encode()[:_MSG]
+        buf = torch.zeros(_MSG, dtype=torch.uint8)
+        if msg:
+            buf[:len(msg)] = torch.frombuffer(bytearray(msg), dtype=torch.uint8)
+        msgs = _all_gather(buf.to(device), group, world).cpu()
+        if err is not None:
+            raise err
+        r = bad[0]
+        text = bytes(msgs[r].tolist()).rstrip(b"\0").decode(errors="replace")
+        raise ValueError(f"{pre}rank {r} refused its arguments to {_KINDS[got[r][0]]}, so every rank stops: {text}")
+    for r in range(1, world):
+        if got[r][0] != got[0][0]:
+            raise ValueError(f"{pre}every rank of the group must call the same function: rank 0 called "
+                             f"{_KINDS[got[0][0]]}, rank {r} {_KINDS[got[r][0]]}")
+    for i, (label, _, shown) in enumerate(meta):
+        if label is None:
+            continue
+        for r in range(1, world):
+            a, b = got[0][2 + i], got[r][2 + i]
+            if a == b:
+                continue
+            if shown == _DIFFERS:
+                raise ValueError(f"{pre}{kind}: {label} differs across ranks (rank 0 vs rank {r}); every rank "
+                                 f"must pass the same {label}")
+            show = shown or str
+            raise ValueError(f"{pre}{kind}: the ranks disagree on {label}: rank 0 has {show(a)}, rank {r} has "
+                             f"{show(b)} (it must be the same on every rank)")
+    if any(g[-2:] != got[0][-2:] for g in got):  # name the parameter: one more collective, this path only
+        each = _all_gather(torch.cat([_bits(_as_int(v).to(device)) for _, v in vals]), group, world).tolist()
+        for j, (name, _) in enumerate(vals):
+            for r in range(1, world):
+                if each[r][2 * j:2 * j + 2] != each[0][2 * j:2 * j + 2]:
+                    raise ValueError(f"{pre}{kind}: {name} differs across ranks (rank 0 vs rank {r}); every rank "
+                                     f"must pass the same {name} (a replicated parameter: keep the replicas equal, "
+                                     f"e.g. all_reduce_grads before each optimizer step)")
+        raise ValueError(f"{pre}{kind}: the replicated parameters ({', '.join(n for n, _ in vals)}) differ "
+                         f"across ranks")
+    return [g[2:2 + len(meta)] for g in got]
 
 # ---- >>shard sum of dt (for P) ------------------------------------------------------------------
 
@@ -237,15 +362,18 @@ def _fwd(u, delta, A, B, C, D, z, delta_bias, h0, cu, softplus, want_last, save)
 
 
 def _cp_forward(u, delta, A, B, C, D, z, delta_bias, h0_user, packed_cu, softplus, return_last_state, group, rank,
-                world, save):
+                world, save, lengths=None):
     """The forward on this rank: (y, last or None, checkpoint, the h0 its scan ran from, the
-    gathered sums of dt (world, batch, dim) or None, the packed layout or None)."""
+    gathered sums of dt (world, batch, dim) or None, the packed layout or None). lengths: every
+    rank's shard length where the ranks' agreement already gathered them."""
     batch, dim, L = u.shape
     N = A.shape[1]
     packed = None
     cu = None
     if packed_cu is not None:
-        lengths = _all_gather(torch.tensor([L], dtype=torch.int64, device=u.device), group, world).view(-1).tolist()
+        if lengths is None:
+            lengths = _all_gather(torch.tensor([L], dtype=torch.int64, device=u.device), group,
+                                  world).view(-1).tolist()
         packed = _Packed(packed_cu, lengths, rank)
         cu = packed.local
 
@@ -311,9 +439,10 @@ def _cp_forward(u, delta, A, B, C, D, z, delta_bias, h0_user, packed_cu, softplu
 class _ContextParallelScan(torch.autograd.Function):
     @staticmethod
     def forward(ctx, u, delta, A, B, C, D, z, delta_bias, h0, cu_seqlens, softplus, return_last_state, group, rank,
-                world):
+                world, lengths):
         y, last, ck, h0_used, S_all, packed = _cp_forward(u, delta, A, B, C, D, z, delta_bias, h0, cu_seqlens,
-                                                          softplus, return_last_state, group, rank, world, save=True)
+                                                          softplus, return_last_state, group, rank, world, save=True,
+                                                          lengths=lengths)
         ctx.save_for_backward(u, delta, A, B, C, D, z, delta_bias)
         ctx.h0_used, ctx.ck, ctx.S_all, ctx.packed = h0_used, ck, S_all, packed
         ctx.softplus, ctx.group, ctx.rank, ctx.world = softplus, group, rank, world
@@ -383,7 +512,7 @@ class _ContextParallelScan(torch.autograd.Function):
                 _mark("bwd compose", u.device)
                 grads = bwd(as_rows(lam), mask)
                 _mark("bwd exact pass", u.device)
-        out = [None] * 15
+        out = [None] * 16
         for i in range(_NGRADS):
             if mask[i]:
                 out[i] = grads[i]
@@ -409,43 +538,88 @@ def selective_scan_fn(u, delta, A, B, C, D=None, z=None, delta_bias=None, delta_
     it (NotImplementedError).
 
     Every rank of the group must call it (it runs one all_gather), and every rank must run the
-    backward through its out (one all_gather there too). Gradients of A, D, delta_bias are this
+    backward through its out (one all_gather there too). The ranks must agree on batch, dim, N,
+    dtypes and options, and pass bitwise the same A, D, delta_bias, constant B / C and cu_seqlens:
+    one small all_gather checks that first (CHECK_RANKS), a ValueError on every rank otherwise (also
+    when one rank refuses its own arguments). Gradients of A, D, delta_bias are this
     shard's contributions: sum them over the group (all_reduce_grads). No double backward.
     """
     rank, world = _group_rank_world(group)
-    if cu_seqlens is not None and return_last_state:
-        raise NotImplementedError("selscan context_parallel: return_last_state with cu_seqlens is not supported "
-                                  "(the final states of packed sequences lie on the ranks holding their ends)")
-    if cu_seqlens is not None and h0 is not None:
-        raise NotImplementedError("selscan context_parallel: h0 with cu_seqlens is not supported")
-    dtype = u.dtype
-    if A.dtype != _F32:
-        A = _cast(A, "A", _F32)
-    delta = _cast(delta, "delta", dtype)
-    if z is not None:
-        z = _cast(z, "z", dtype)
-    B = _cast(B, "B", _F32 if B.dim() == 2 else dtype)  # (dim, N) constant: float32, as selective_scan_fn
-    C = _cast(C, "C", _F32 if C.dim() == 2 else dtype)
-    if D is not None:
-        D = _cast(D, "D", _F32)
-    if delta_bias is not None:
-        delta_bias = _cast(delta_bias, "delta_bias", _F32)
-    if rank != 0:
-        h0 = None
-    if h0 is not None:
-        h0 = _cast(h0, "h0", _F32)
-    if cu_seqlens is not None:
-        cu_seqlens = _host_offsets(cu_seqlens)
-        if u.shape[0] != 1:
-            raise ValueError(f"selscan context_parallel: packed sequences (cu_seqlens) need batch 1, u is {tuple(u.shape)}")
+    return _scan(u, delta, A, B, C, D, z, delta_bias, delta_softplus, return_last_state, group, rank, world,
+                 cu_seqlens, h0, CHECK_RANKS)
+
+
+def _scan(u, delta, A, B, C, D, z, delta_bias, delta_softplus, return_last_state, group, rank, world, cu_seqlens,
+          h0, check):
+    err = None
+    try:  # this rank's own checks: a refusal here stops every rank (check) instead of one
+        for t, name in ((u, "u"), (delta, "delta"), (A, "A"), (B, "B"), (C, "C")):
+            _checks.tensor_arg(t, name)
+        for t, name in ((D, "D"), (z, "z"), (delta_bias, "delta_bias"), (h0, "h0")):
+            _checks.tensor_arg(t, name, optional=True)
+        if cu_seqlens is not None and return_last_state:
+            raise NotImplementedError("selscan context_parallel: return_last_state with cu_seqlens is not supported "
+                                      "(the final states of packed sequences lie on the ranks holding their ends)")
+        if cu_seqlens is not None and h0 is not None:
+            raise NotImplementedError("selscan context_parallel: h0 with cu_seqlens is not supported")
+        dtype = u.dtype
+        if A.dtype != _F32:
+            A = _cast(A, "A", _F32)
+        delta = _cast(delta, "delta", dtype)
+        if z is not None:
+            z = _cast(z, "z", dtype)
+        B = _cast(B, "B", _F32 if B.dim() == 2 else dtype)  # (dim, N) constant: float32, as selective_scan_fn
+        C = _cast(C, "C", _F32 if C.dim() == 2 else dtype)
+        if D is not None:
+            D = _cast(D, "D", _F32)
+        if delta_bias is not None:
+            delta_bias = _cast(delta_bias, "delta_bias", _F32)
+        if rank != 0:
+            h0 = None
+        if h0 is not None:
+            h0 = _cast(h0, "h0", _F32)
+        if cu_seqlens is not None:
+            cu_seqlens = _host_offsets(cu_seqlens)
+            if u.dim() == 3 and u.shape[0] != 1:
+                raise ValueError(f"selscan context_parallel: packed sequences (cu_seqlens) need batch 1, u is "
+                                 f"{tuple(u.shape)}")
+        if check and world > 1:  # the op's rules on this shard, before any collective (else the op's own)
+            _checks.check_fwd(u, delta, A, B, C, D, z, delta_bias, h0, None)
+    except Exception as e:
+        err = e
     softplus, last = bool(delta_softplus), bool(return_last_state)
     tensors = (u, delta, A, B, C, D, z, delta_bias, h0)
-    if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors):
+    graph = err is None and torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors)
+    lengths = None
+    if check and world > 1:
+        meta, values = [], []
+        if err is None:
+            batch, dim, L = u.shape
+            cu = 0 if cu_seqlens is None else int.from_bytes(  # on the host: a real hash, not _bits
+                hashlib.blake2b(cu_seqlens.numpy().tobytes(), digest_size=8).digest(), "little", signed=True)
+            layout = lambda t: 0 if t.dim() == 2 else (t.shape[1] if t.dim() == 4 else 1)  # noqa: E731
+            meta = [("batch (u.shape[0])", batch, None), ("dim (u.shape[1])", dim, None), (None, L, None),
+                    ("N (A.shape[1])", A.shape[1], None), ("u's dtype", _dtype_code(u), _dtype_name),
+                    ("B's layout (0: (dim, N), else its groups)", layout(B), None),
+                    ("C's layout (0: (dim, N), else its groups)", layout(C), None),
+                    ("D", int(D is not None), _given), ("z", int(z is not None), _given),
+                    ("delta_bias", int(delta_bias is not None), _given), ("delta_softplus", int(softplus), bool),
+                    ("cu_seqlens", int(cu_seqlens is not None), _given),
+                    ("cu_seqlens' length", 0 if cu_seqlens is None else cu_seqlens.numel(), None),
+                    ("cu_seqlens", cu, _DIFFERS),
+                    ("the backward (an input requires grad: its backward has a collective too)", int(graph), bool)]
+            values = [("A", A), ("D", D), ("delta_bias", delta_bias), ("B", B if B.dim() == 2 else None),
+                      ("C", C if C.dim() == 2 else None)]
+        metas = _agree("selective_scan_fn", err, meta, values, group, world, _device(group, u, A))
+        lengths = [m[2] for m in metas]
+    elif err is not None:
+        raise err
+    if graph:
         y, hl = _ContextParallelScan.apply(u, delta, A, B, C, D, z, delta_bias, h0, cu_seqlens, softplus, last, group,
-                                           rank, world)
+                                           rank, world, lengths)
     else:
         y, hl, _, _, _, _ = _cp_forward(u, delta, A, B, C, D, z, delta_bias, h0, cu_seqlens, softplus, last, group,
-                                        rank, world, save=False)
+                                        rank, world, save=False, lengths=lengths)
     return (y, hl) if last else y
 
 
@@ -497,16 +671,62 @@ def causal_conv1d_cp(x, weight, bias=None, activation=None, group=None):
     """The causal depthwise conv of a sequence sharded along L: x (batch, dim, L_shard), weight
     (dim, W) or (dim, 1, W); the previous rank's last W-1 inputs (the halo, zeros on rank 0) are
     exchanged point to point, and their gradient sent back in the backward. Every shard must hold
-    at least W-1 tokens. activation None or "silu" / "swish"."""
+    at least W-1 tokens. activation None or "silu" / "swish". The ranks must agree on batch, dim,
+    W, dtypes, activation and bitwise on weight / bias (checked first, as selective_scan_fn)."""
     rank, world = _group_rank_world(group)
-    if weight.dim() == 3:
-        weight = weight.squeeze(1)
+    return _conv(x, weight, bias, activation, group, rank, world, CHECK_RANKS)
+
+
+_ACTIVATIONS = (None, "silu", "swish")
+
+
+def _conv(x, weight, bias, activation, group, rank, world, check):
+    err = None
+    try:  # this rank's own checks (before the halo exchange: a refusal stops every rank)
+        _checks.tensor_arg(x, "x")
+        _checks.tensor_arg(weight, "weight")
+        _checks.tensor_arg(bias, "bias", optional=True)
+        if activation not in _ACTIVATIONS:
+            raise ValueError(f"selscan context_parallel: activation must be None, 'silu' or 'swish', got "
+                             f"{activation!r}")
+        if x.dim() != 3:
+            raise ValueError(f"selscan context_parallel: x must have shape (batch, dim, L_shard), got "
+                             f"{list(x.shape)}")
+        if weight.dim() == 3 and weight.shape[1] == 1:
+            weight = weight.squeeze(1)
+        if weight.dim() != 2 or weight.shape[0] != x.shape[1] or weight.shape[1] < 1:
+            raise ValueError(f"selscan context_parallel: weight must have shape (dim, W) or (dim, 1, W) with dim = "
+                             f"{x.shape[1]} (x's dim) and W >= 1, got {list(weight.shape)}")
+        if bias is not None and tuple(bias.shape) != (x.shape[1],):
+            raise ValueError(f"selscan context_parallel: bias must have shape (dim,) = ({x.shape[1]},), got "
+                             f"{list(bias.shape)}")
+        for t, name in ((weight, "weight"), (bias, "bias")):
+            if t is not None and t.device != x.device:
+                raise ValueError(f"selscan context_parallel: {name} is on {t.device} but x is on {x.device}")
+        W, L = weight.shape[1], x.shape[-1]
+        if W > 1 and world > 1 and L < W - 1:
+            raise ValueError(f"selscan context_parallel: every shard must hold at least d_conv - 1 = {W - 1} tokens "
+                             f"for the conv's halo, this rank's x holds {L}")
+    except Exception as e:
+        err = e
+    if check and world > 1:
+        meta, values = [], []
+        if err is None:
+            graph = torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (x, weight, bias))
+            meta = [("batch (x.shape[0])", x.shape[0], None), ("dim (x.shape[1])", x.shape[1], None),
+                    (None, x.shape[2], None), ("W (weight.shape[-1])", weight.shape[1], None),
+                    ("x's dtype", _dtype_code(x), _dtype_name), ("weight's dtype", _dtype_code(weight), _dtype_name),
+                    ("bias", int(bias is not None), _given),
+                    ("bias's dtype", -1 if bias is None else _dtype_code(bias), _dtype_name),
+                    ("activation", _ACTIVATIONS.index(activation), lambda c: repr(_ACTIVATIONS[c])),
+                    ("the backward (an input requires grad: its backward has a collective too)", int(graph), bool)]
+            values = [("weight", weight), ("bias", bias)]
+        _agree("causal_conv1d_cp", err, meta, values, group, world, _device(group, x, weight))
+    elif err is not None:
+        raise err
     dim, W = weight.shape
     L = x.shape[-1]
     if W > 1 and world > 1:
-        if L < W - 1:
-            raise ValueError(f"selscan context_parallel: every shard must hold at least d_conv - 1 = {W - 1} tokens "
-                             f"for the conv's halo, this rank's holds {L}")
         halo = _Halo.apply(x[..., L - (W - 1):], group, rank, world)
         xx = torch.cat([halo, x], dim=-1)
     else:
@@ -514,8 +734,6 @@ def causal_conv1d_cp(x, weight, bias=None, activation=None, group=None):
     out = F.conv1d(xx, weight.unsqueeze(1), bias, groups=dim)
     if activation in ("silu", "swish"):
         out = F.silu(out)
-    elif activation is not None:
-        raise ValueError(f"selscan context_parallel: activation must be None, 'silu' or 'swish', got {activation!r}")
     return out
 
 
@@ -532,6 +750,8 @@ class MambaMixerCP(nn.Module):
 
     forward(hidden_states (batch, L_shard, hidden_size)) -> (batch, L_shard, hidden_size).
     Parameter gradients are this shard's contributions: sum them over the group (all_reduce_grads).
+    The ranks agree once a forward (sizes, batch, dtype; A_log, D, dt_proj.bias, conv1d bitwise)
+    before the conv's halo, as selective_scan_fn.
     """
 
     def __init__(self, hidden_size, intermediate_size, state_size=16, conv_kernel=4, time_step_rank=None,
@@ -579,14 +799,50 @@ class MambaMixerCP(nn.Module):
         return self
 
     def forward(self, hidden_states, attention_mask=None, **kwargs):
-        if kwargs.get("cache") is not None or kwargs.get("cache_params") is not None:
-            raise NotImplementedError("selscan context_parallel: MambaMixerCP runs training / prefill without a cache")
-        dtype = hidden_states.dtype
-        if attention_mask is not None:  # this shard's (batch, L_shard) mask, as transformers applies it
-            hidden_states = (hidden_states * attention_mask[:, :, None]).to(dtype)
-        xz = self.in_proj(hidden_states).transpose(1, 2)  # (batch, 2 d, L)
+        rank, world = _group_rank_world(self.group)
+        err = None
+        try:  # this rank's own checks and in_proj, before the first collective (one agreement a layer)
+            if kwargs.get("cache") is not None or kwargs.get("cache_params") is not None:
+                raise NotImplementedError("selscan context_parallel: MambaMixerCP runs training / prefill without a "
+                                          "cache")
+            _checks.tensor_arg(hidden_states, "hidden_states")
+            if hidden_states.dim() != 3 or hidden_states.shape[-1] != self.hidden_size:
+                raise ValueError(f"selscan context_parallel: hidden_states must have shape (batch, L_shard, "
+                                 f"hidden_size = {self.hidden_size}), got {list(hidden_states.shape)}")
+            batch, L = hidden_states.shape[:2]
+            if attention_mask is not None and tuple(attention_mask.shape) != (batch, L):
+                raise ValueError(f"selscan context_parallel: attention_mask must have shape (batch, L_shard) = "
+                                 f"{[batch, L]} (this rank's piece), got {list(attention_mask.shape)}")
+            W = self.conv_kernel_size
+            if W > 1 and world > 1 and L < W - 1:
+                raise ValueError(f"selscan context_parallel: every shard must hold at least d_conv - 1 = {W - 1} "
+                                 f"tokens for the conv's halo, this rank's hidden_states holds {L}")
+            dtype = hidden_states.dtype
+            if attention_mask is not None:  # this shard's (batch, L_shard) mask, as transformers applies it
+                hidden_states = (hidden_states * attention_mask[:, :, None]).to(dtype)
+            xz = self.in_proj(hidden_states).transpose(1, 2)  # (batch, 2 d, L)
+        except Exception as e:
+            err = e
+        if CHECK_RANKS and world > 1:
+            meta, values = [], []
+            if err is None:
+                graph = torch.is_grad_enabled() and xz.requires_grad
+                meta = [("batch (hidden_states.shape[0])", batch, None), (None, L, None),
+                        ("hidden_size", self.hidden_size, None), ("intermediate_size", self.intermediate_size, None),
+                        ("state_size", self.ssm_state_size, None), ("conv_kernel", W, None),
+                        ("time_step_rank", self.time_step_rank, None),
+                        ("in_proj's output dtype", _dtype_code(xz), _dtype_name),
+                        ("conv1d.bias", int(self.conv1d.bias is not None), _given),
+                        ("dt_proj.bias", int(self.dt_proj.bias is not None), _given),
+                        ("the backward (an input requires grad: its backward has collectives too)", int(graph), bool)]
+                values = [("A_log", self.A_log), ("D", self.D), ("dt_proj.bias", self.dt_proj.bias),
+                          ("conv1d.weight", self.conv1d.weight), ("conv1d.bias", self.conv1d.bias)]
+            _agree("MambaMixerCP", err, meta, values, self.group, world, _device(self.group, self.A_log))
+        elif err is not None:
+            raise err
+        # agreed: the conv and the scan below skip their own agreement
         x, z = xz.chunk(2, dim=1)
-        x = causal_conv1d_cp(x, self.conv1d.weight, self.conv1d.bias, activation="silu", group=self.group)
+        x = _conv(x, self.conv1d.weight, self.conv1d.bias, "silu", self.group, rank, world, False)
         if attention_mask is not None:
             x = (x * attention_mask[:, None, :]).to(x.dtype)
         dt, B, C = self.x_proj(x.transpose(1, 2)).split(
@@ -594,8 +850,8 @@ class MambaMixerCP(nn.Module):
         delta = self.dt_proj.weight @ dt.transpose(1, 2)  # (batch, d, L); the bias goes to the scan
         A = -torch.exp(self.A_log.float())
         bias = None if self.dt_proj.bias is None else self.dt_proj.bias.float()
-        y = selective_scan_fn(x, delta, A, B.transpose(1, 2), C.transpose(1, 2), self.D.float(), z, bias,
-                              delta_softplus=True, group=self.group)
+        y = _scan(x, delta, A, B.transpose(1, 2), C.transpose(1, 2), self.D.float(), z, bias, True, False, self.group,
+                  rank, world, None, None, False)
         return self.out_proj(y.transpose(1, 2).to(dtype))
 
     def extra_repr(self):

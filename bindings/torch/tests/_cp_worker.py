@@ -98,6 +98,62 @@ def run_errors(case, g, gr, dev):
     return [dict(msgs=msgs)]
 
 
+def _scan_disagree(s, g, dev):
+    """A scan whose arguments follow the spec s (this rank's); replicated parameters drawn from one
+    seed on every rank, shifted where s says so."""
+    batch, dim, N, L = s["batch"], s["dim"], s["N"], s["L"]
+    gen = torch.Generator().manual_seed(0)
+    A = -(torch.rand(dim, N, generator=gen) + 0.2)
+    D, bias = torch.randn(dim, generator=gen), torch.randn(dim, generator=gen)
+    A[0, 0] += s.get("dA", 0.0)
+    D[-1] += s.get("dD", 0.0)
+    bias[1] += s.get("dbias", 0.0)
+    u, delta, z = (torch.randn(batch, dim, L) for _ in range(3))
+    B, C = torch.randn(batch, N, L), torch.randn(batch, N, L)
+    if s.get("bad_delta"):  # this rank's own mistake: delta one token short
+        delta = delta[..., :-1]
+    inp = dict(u=u.to(s.get("dtype", torch.float32)), delta=delta, A=A.requires_grad_(True), B=B, C=C, D=D, z=z,
+               delta_bias=bias)
+    inp = {k: v.to(dev) for k, v in inp.items()}
+    before = {k: v.detach().clone() for k, v in inp.items()}
+    try:
+        cp.selective_scan_fn(inp["u"], inp["delta"], inp["A"], inp["B"], inp["C"], inp["D"], inp["z"],
+                             inp["delta_bias"], True, group=g, cu_seqlens=s.get("cu"))
+    finally:
+        s["untouched"] = all(torch.equal(before[k], v.detach()) for k, v in inp.items())
+
+
+def _conv_disagree(s, g, dev):
+    gen = torch.Generator().manual_seed(0)
+    weight, bias = torch.randn(s["dim"], s["W"], generator=gen), torch.randn(s["dim"], generator=gen)
+    weight[0, -1] += s.get("dweight", 0.0)
+    x = torch.randn(s["batch"], s["dim"], s["L"])
+    cp.causal_conv1d_cp(x.to(dev), weight.to(dev), bias.to(dev), "silu", group=g)
+
+
+def _block_disagree(s, g, dev):
+    torch.manual_seed(0)
+    m = cp.MambaMixerCP(8, s["inner"], state_size=4, conv_kernel=4, time_step_rank=3, group=g).to(dev)
+    with torch.no_grad():
+        m.A_log[0, 0] += s.get("dA_log", 0.0)
+    m(torch.randn(s["batch"], s["L"], 8, device=dev))
+
+
+def run_disagree(case, g, gr, dev):
+    """One call whose arguments differ across ranks (case["ranks"]: rank -> what it changes); the
+    error this rank raised, then a small valid scan: the group still works afterwards."""
+    spec = dict(case["base"], **case["ranks"].get(gr, {}))
+    err = None
+    try:
+        {"scan": _scan_disagree, "conv": _conv_disagree, "block": _block_disagree}[case["fn"]](spec, g, dev)
+    except Exception as e:
+        err = (type(e).__name__, str(e))
+    x = torch.ones(1, 2, 3, device=dev)
+    y = cp.selective_scan_fn(x, x, -torch.ones(2, 1, device=dev), torch.ones(1, 1, 3, device=dev),
+                             torch.ones(1, 1, 3, device=dev), group=g)
+    return [dict(err=err, untouched=spec.get("untouched"), after=y.detach().cpu())]
+
+
 def main():
     rank, world, init, backend, device, cases_file, out_file = sys.argv[1:8]
     rank, world = int(rank), int(world)
@@ -124,8 +180,10 @@ def main():
             continue
         gr = key.index(rank) if key is not None else rank
         try:
-            fn = {"scan": run_scan, "block": run_block, "errors": run_errors}[c["kind"]]
+            fn = {"scan": run_scan, "block": run_block, "errors": run_errors, "disagree": run_disagree}[c["kind"]]
+            cp.CHECK_RANKS = c.get("check_ranks", True)
             res = fn(c, g, gr, dev)
+            cp.CHECK_RANKS = True
             r0 = res[0]
             same = all(_bitwise(r0, r) for r in res[1:])
             out.append(dict(r0, same=same, error=None))
@@ -144,7 +202,7 @@ def _bitwise(r1, r2):
             return a is None and b is None
         return a.shape == b.shape and torch.equal(a.view(-1).view(torch.uint8) if a.dtype != torch.bool else a,
                                                   b.view(-1).view(torch.uint8) if b.dtype != torch.bool else b)
-    if "msgs" in r1:
+    if "msgs" in r1 or "err" in r1:
         return True
     if not (eq(r1["y"], r2["y"]) and eq(r1["last"], r2["last"])):
         return False

@@ -73,6 +73,57 @@ def fit(lengths, world, fill=9):
     return (list(lengths) + [fill] * world)[:world]
 
 
+# Issue 38, cause 1: ranks that disagree. One rank (or two) passes arguments that differ from the
+# others'. Before the fix, batch, dim or N aborted a rank inside gloo (mis-sized collectives), a
+# different A / D / delta_bias / cu_seqlens gave a silently wrong answer, and a refusal on one rank
+# left the others waiting. Expected now: a ValueError on every rank naming the argument, the same
+# message everywhere (the refusing rank raises its own), inputs untouched, and the group still
+# usable afterwards. They run last in each world's spawn (cases_for): no process start of their own.
+
+_SCAN = dict(batch=2, dim=6, N=5, L=9)
+_CONV = dict(batch=2, dim=6, W=4, L=9)
+_BLOCK = dict(batch=2, inner=12, L=7)
+CP38 = {  # name: (function, base arguments, {rank ("last": world - 1): changes}, text every message holds)
+    "scan_batch": ("scan", _SCAN, {"last": dict(batch=3)}, "the ranks disagree on batch (u.shape[0]): rank 0 has 2, "
+                   "rank {last} has 3"),
+    "scan_dim": ("scan", _SCAN, {1: dict(dim=7)}, "the ranks disagree on dim (u.shape[1]): rank 0 has 6, "
+                 "rank 1 has 7"),
+    "scan_N": ("scan", _SCAN, {"last": dict(N=6)}, "the ranks disagree on N (A.shape[1]): rank 0 has 5, "
+               "rank {last} has 6"),
+    "scan_A": ("scan", _SCAN, {1: dict(dA=0.5)}, "A differs across ranks (rank 0 vs rank 1)"),
+    "scan_D": ("scan", _SCAN, {"last": dict(dD=1e-3)}, "D differs across ranks (rank 0 vs rank {last})"),
+    "scan_delta_bias": ("scan", _SCAN, {1: dict(dbias=-0.25), "last": dict(dbias=0.25)},
+                        "delta_bias differs across ranks (rank 0 vs rank 1)"),
+    "scan_cu_seqlens": ("scan", dict(_SCAN, batch=1, cu=[0, 4, "L"]), {1: dict(cu=[0, 5, "L"])},
+                        "cu_seqlens differs across ranks (rank 0 vs rank 1)"),
+    "scan_cu_seqlens_given_by_one_rank": ("scan", dict(_SCAN, batch=1), {"last": dict(cu=[0, "L"])},
+                                          "the ranks disagree on cu_seqlens: rank 0 has None, rank {last} has one"),
+    "scan_dtype": ("scan", _SCAN, {1: dict(dtype=torch.bfloat16)}, "the ranks disagree on u's dtype: "
+                   "rank 0 has torch.float32, rank 1 has torch.bfloat16"),
+    "scan_refused_on_one_rank": ("scan", _SCAN, {1: dict(bad_delta=True)}, "delta must have shape"),
+    "conv_batch": ("conv", _CONV, {1: dict(batch=3)}, "the ranks disagree on batch (x.shape[0]): rank 0 has 2, "
+                   "rank 1 has 3"),
+    "conv_weight": ("conv", _CONV, {"last": dict(dweight=0.1)}, "weight differs across ranks (rank 0 vs rank {last})"),
+    "conv_short_shard_refused_on_one_rank": ("conv", _CONV, {1: dict(L=2)}, "at least d_conv - 1 = 3 tokens"),
+    "block_dim": ("block", _BLOCK, {"last": dict(inner=16)}, "the ranks disagree on intermediate_size: rank 0 has "
+                  "12, rank {last} has 16"),
+    "block_batch": ("block", _BLOCK, {1: dict(batch=1)}, "the ranks disagree on batch (hidden_states.shape[0]): "
+                    "rank 0 has 2, rank 1 has 1"),
+    "block_A_log": ("block", _BLOCK, {1: dict(dA_log=1e-4)}, "A_log differs across ranks (rank 0 vs rank 1)"),
+}
+
+
+def cp38_cases(world):
+    def resolve(spec):  # "L" in cu_seqlens: the whole sequence's length (shards of 9)
+        cu = spec.get("cu")
+        return spec if cu is None else dict(spec, cu=[9 * world if v == "L" else v for v in cu])
+
+    return [dict(kind="disagree", name="38_1_" + n, fn=fn, base=resolve(base),
+                 ranks={(world - 1 if r == "last" else r): resolve(ch) for r, ch in ranks.items()},
+                 text=text.format(last=world - 1), refused=n.endswith("refused_on_one_rank"), group=None)
+            for n, (fn, base, ranks, text) in CP38.items()]
+
+
 @functools.lru_cache(maxsize=None)
 def cases_for(world):
     c = [
@@ -108,6 +159,8 @@ def cases_for(world):
                        cu=[0, 4, 9] if world == 2 else [0, 4, sum(fit([9, 0, 9], world))]))
     c.append(scan_case("packed_bf16_fixed", world, batch=1, last=False, bc="fixed", dtype=torch.bfloat16,
                        cu=[0, 10, L]))
+    # the ranks' agreement turned off (CHECK_RANKS = False): the packed layout gathers the lengths itself
+    c.append(dict(scan_case("packed_unchecked", world, batch=1, last=False, cu=[0, 4, 13, L]), check_ranks=False))
     c.append(scan_case("single_rank_group", world, group=[world - 1]))
     if world >= 3:
         c.append(scan_case("subgroup_1_2", world, group=[1, 2]))
@@ -119,7 +172,7 @@ def cases_for(world):
         block_case("block_attention_mask", world, mask=True),
     ]
     c.append(dict(kind="errors", name="errors", world=world, group=None))
-    return c
+    return c + cp38_cases(world)  # last: ranks that disagree (issue 38)
 
 
 # ---- >>the single-process reference -------------------------------------------------------------
@@ -247,6 +300,8 @@ def check_case(case, per_rank, dev):
     for r, x in zip(ranks, res):
         assert x is not None and x["error"] is None, f"rank {r}: {x and x['error']}"
         assert x["same"], f"rank {r}: the two runs differ (not bitwise deterministic)"
+    if case["kind"] == "disagree":
+        return check_disagree(case, res)
     if case["kind"] == "errors":
         for x in res:
             m = x["msgs"]
@@ -298,7 +353,7 @@ needs_dist = pytest.mark.skipif(not HAS_DIST, reason="torch.distributed is not a
 
 
 @needs_dist
-@pytest.mark.parametrize("world,name", [(w, n) for w in (2, 3) for n in case_names(w)])
+@pytest.mark.parametrize("world,name", [(w, n) for w in (2, 3) for n in case_names(w) if not n.startswith("38_1_")])
 def test_cpu_gloo(tmp_path_factory, world, name):
     names = case_names(world)
     cases, got = results(tmp_path_factory, world, "gloo", "cpu")
@@ -321,6 +376,39 @@ def test_gpu_nccl(tmp_path_factory, world):
         except AssertionError as e:
             failures.append(f"{c['name']}: {e}")
     assert not failures, "\n".join(failures)
+
+
+# ---- >>issue 38, cause 1: ranks that disagree (the cases: CP38 above) -------------------------
+
+
+def check_disagree(case, got):
+    """Every rank raised the ValueError (the same one, except the refusing rank's own), inputs
+    untouched, and the small valid scan each rank ran afterwards is right (the group still works)."""
+    x1 = torch.ones(1, 2, 3 * len(got))
+    after = st.selective_scan_fn(x1, x1, -torch.ones(2, 1), torch.ones(1, 1, x1.shape[-1]),
+                                 torch.ones(1, 1, x1.shape[-1]))
+    msgs = []
+    for r, x in enumerate(got):
+        assert x is not None and x["error"] is None, f"rank {r}: {x and x['error']}"
+        assert x["err"] is not None, f"rank {r} raised nothing"
+        kind, msg = x["err"]
+        assert kind == "ValueError" and case["text"] in msg, (r, x["err"])
+        assert x["untouched"] in (None, True), f"rank {r}: an input was changed"
+        assert rel_err(x["after"], after[..., 3 * r:3 * r + 3]) <= 1e-6, (r, x["after"])
+        if case["refused"] and r in case["ranks"]:  # the refusing rank: its own error, as on one device
+            continue
+        if case["refused"]:
+            assert f"rank {min(case['ranks'])} refused its arguments" in msg, (r, msg)
+        msgs.append(msg)
+    assert len(set(msgs)) == 1, msgs  # the same message on every rank
+
+
+@needs_dist
+@pytest.mark.parametrize("world,name", [(w, n) for w in (2, 3) for n in CP38])
+def test_38_1_ranks_disagree(tmp_path_factory, world, name):
+    cases, got = results(tmp_path_factory, world, "gloo", "cpu")
+    i = case_names(world).index("38_1_" + name)
+    check_case(cases[i], [g[i] for g in got], "cpu")
 
 
 # ---- >>transformers' MambaMixer: the block's definition and from_mixer ------------------------------
