@@ -609,6 +609,9 @@ std::vector<Tensor> Backward(const Tensor& u_in, const Tensor& delta_in, const T
   }
   TORCH_CHECK_TYPE(checkpoint.numel() == 0 || checkpoint.scalar_type() == at::kFloat,
                    "selscan: checkpoint must be float32, got ", checkpoint.scalar_type());
+  // the forward makes it on u's device; one elsewhere would be skipped silently (a meta one
+  // sends the call to the fake kernel, whose _checks.check_bwd has the same rule)
+  SameDevice(u_in, checkpoint, "checkpoint");
   const Tensor u = Readable(u_in), delta = Readable(delta_in), A = Readable(A_in), B = Readable(B_in),
                C = Readable(C_in), dy = Readable(dy_in);
   const OptT D = Readable(D_in), z = Readable(z_in), delta_bias = Readable(delta_bias_in), h0 = Readable(h0_in),
@@ -802,6 +805,30 @@ Tensor Step(const Tensor& state, const Tensor& x_in, const Tensor& dt_in, const 
   const OptT D = Readable(D_in), z = Readable(z_in), dt_bias = Readable(dt_bias_in);  // float32 or x's dtype
   auto in_t = [&](const OptT& t) { return t.has_value() && t->scalar_type() != at::kFloat; };
   const Tensor sidx = state_index ? state_index->contiguous() : Tensor();
+  // An input read through a copy (a full broadcast made dense, strided indices made contiguous):
+  // selscan's alias check sees the copy, and updating state in place would change the caller's
+  // tensor behind its back (issue 38). Refused where it shares a byte with state, as selscan
+  // refuses the tensor itself; the wrapper's own copies: _checks.state_alias_refused.
+  auto copied = [&](const Tensor& in, const Tensor& used, const char* name) {
+    if (!used.is_same(in) &&
+        bind::ElementsMeet(in.data_ptr(), in.element_size(), in.dim(), in.sizes().data(), in.strides().data(),
+                           state.data_ptr(), state.element_size(), state.dim(), state.sizes().data(),
+                           state.strides().data()))
+      Refuse(SELSCAN_ERR_ALIAS, "step", "state", std::string("overlaps ") + name + "; updating state in place would "
+             "change " + name + ": pass " + name + " with its own memory, e.g. " + name + ".clone()");
+  };
+  auto copied_opt = [&](const OptT& in, const OptT& used, const char* name) {
+    if (in) copied(*in, *used, name);
+  };
+  copied(x_in, x, "x");
+  copied(dt_in, dt, "dt");
+  copied(A_in, A, "A");
+  copied(B_in, B, "B");
+  copied(C_in, C, "C");
+  copied_opt(D_in, D, "D");
+  copied_opt(z_in, z, "z");
+  copied_opt(dt_bias_in, dt_bias, "dt_bias");
+  if (state_index) copied(*state_index, sidx, "state_batch_indices");
   selscan_step_problem s;
   std::memset(&s, 0, sizeof s);
   s.batch = batch; s.dim = dim; s.dstate = N; s.n_groups = G; s.n_cache = n_cache;
