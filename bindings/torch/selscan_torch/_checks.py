@@ -134,14 +134,22 @@ def _elements_meet(a, a_base, b, b_base):
     return False
 
 
-def _address(t):
-    """t's first element's address; None where t has no memory (meta, fake tensors)."""
-    if t.device.type == "meta":
-        return None
+def _first_bytes(t, state):
+    """The byte addresses of t's and state's first elements, or None where they cannot share
+    memory (storages apart: the common case, answered without looking at strides). Tensors without
+    memory (meta, fake): views of one storage only, by their offsets in it."""
     try:
-        return t.data_ptr()
-    except RuntimeError:
+        if not (t.is_meta or state.is_meta):
+            ts, ss = t.untyped_storage(), state.untyped_storage()
+            p, q = ts.data_ptr(), ss.data_ptr()
+            if p + ts.nbytes() <= q or q + ss.nbytes() <= p:
+                return None
+            return t.data_ptr(), state.data_ptr()
+    except RuntimeError:  # a fake tensor's data pointer
+        pass
+    if not torch._C._is_alias_of(t, state):
         return None
+    return t.storage_offset() * t.element_size(), state.storage_offset() * state.element_size()
 
 
 def state_alias_refused(t, name, state):
@@ -149,15 +157,12 @@ def state_alias_refused(t, name, state):
     indices): the op's alias check (selscan's) sees the copy, and updating state in place would
     change t behind the caller's back (issue 38). Refused where t shares a byte with state, in the
     op's words (C++ Step refuses its own copies so: a full broadcast, strided indices)."""
-    # eager only: skipped while torch.compile traces (these calls would break the graph)
-    if torch.compiler.is_compiling() or t.numel() == 0 or state.numel() == 0 or t.device != state.device:
-        return  # (another device: refused by the op, naming t)
-    a, b = _address(t), _address(state)
-    if a is None or b is None:  # no memory: views of one storage, by their offsets in it
-        if not torch._C._is_alias_of(t, state):
-            return
-        a, b = t.storage_offset() * t.element_size(), state.storage_offset() * state.element_size()
-    if _elements_meet(t, a, state, b):
+    # eager only: skipped while torch.compile traces (these calls would break the graph); another
+    # device (another address space): refused by the op, naming t
+    if torch.compiler.is_compiling() or t.get_device() != state.get_device() or t.is_meta != state.is_meta:
+        return
+    first = _first_bytes(t, state)
+    if first is not None and t.numel() and state.numel() and _elements_meet(t, first[0], state, first[1]):
         raise ValueError(f"selscan: step: an output overlaps an input, another output or the workspace "
                          f"[SELSCAN_ERR_ALIAS] (argument 'state': overlaps {name}; updating state in place would "
                          f"change {name}: pass {name} with its own memory, e.g. {name}.clone())")
@@ -391,7 +396,8 @@ def fold_heads(state, x, dt, A, B, C, D, z, dt_bias):
     nheads, hdim), A (nheads, hdim, N), D / dt_bias (nheads, hdim), B / C (batch, ngroups, N) with
     ngroups dividing nheads) checked in the caller's names, then the heads folded into channels:
     state as a view (it is updated in place: never a copy; refused where (nheads, hdim) cannot be
-    merged), the others by reshape."""
+    merged), the others by reshape (a copy where their dims do not merge: one overlapping state is
+    refused then, as the op refuses the tensors it sees)."""
     step_state_rank(state, x, A)
     n_cache, nheads, hdim, N = state.shape
 
@@ -428,10 +434,11 @@ def fold_heads(state, x, dt, A, B, C, D, z, dt_bias):
                "(batch, nheads * hdim, N): its nheads and hdim dims do not merge, and the step updates it in place "
                "(never a copy); pass a state whose hdim dim is laid out inside its nheads dim (e.g. .contiguous())")
     dim = nheads * hdim
+    eager = not torch.compiler.is_compiling()
 
     def fold(t, name, *shape):
         f = t.reshape(*shape)
-        if not (torch.compiler.is_compiling() or torch._C._is_alias_of(f, t)):  # a copy: the op would see it, not t
+        if eager and not torch._C._is_alias_of(f, t):  # a copy: the op's alias check would see it, not t
             state_alias_refused(t, name, state4)
         return f
 
