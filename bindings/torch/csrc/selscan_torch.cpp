@@ -700,6 +700,21 @@ void CheckInPlace(const Tensor& t, const char* name) {
                     t.strides(), " for shape ", Shape(t), "); pass a tensor with its own memory (e.g. .clone())");
 }
 
+// An input read through a copy (a full broadcast made dense, strided indices made contiguous):
+// selscan's alias check sees the copy, and updating the in-place output (out) would change the
+// caller's tensor behind its back (issue 38). Refused where it shares a byte with out, as selscan
+// refuses the tensor itself (the Python wrapper's own copies: _checks.state_alias_refused).
+void CheckReadCopy(const Tensor& out, const char* out_name, const char* where, const Tensor& in, const Tensor& used,
+                   const char* name) {
+  if (used.is_same(in) ||
+      !bind::ElementsMeet(in.data_ptr(), in.element_size(), in.dim(), in.sizes().data(), in.strides().data(),
+                          out.data_ptr(), out.element_size(), out.dim(), out.sizes().data(), out.strides().data()))
+    return;
+  const std::string n = name;
+  Refuse(SELSCAN_ERR_ALIAS, where, out_name, "overlaps " + n + "; updating " + out_name + " in place would change " +
+         n + ": pass " + n + " with its own memory, e.g. " + n + ".clone()");
+}
+
 // An output operand: never "all strides 0" for more than one element (selscan would read that as
 // contiguous and write past the tensor).
 template <typename ST>
@@ -805,30 +820,18 @@ Tensor Step(const Tensor& state, const Tensor& x_in, const Tensor& dt_in, const 
   const OptT D = Readable(D_in), z = Readable(z_in), dt_bias = Readable(dt_bias_in);  // float32 or x's dtype
   auto in_t = [&](const OptT& t) { return t.has_value() && t->scalar_type() != at::kFloat; };
   const Tensor sidx = state_index ? state_index->contiguous() : Tensor();
-  // An input read through a copy (a full broadcast made dense, strided indices made contiguous):
-  // selscan's alias check sees the copy, and updating state in place would change the caller's
-  // tensor behind its back (issue 38). Refused where it shares a byte with state, as selscan
-  // refuses the tensor itself; the wrapper's own copies: _checks.state_alias_refused.
-  auto copied = [&](const Tensor& in, const Tensor& used, const char* name) {
-    if (!used.is_same(in) &&
-        bind::ElementsMeet(in.data_ptr(), in.element_size(), in.dim(), in.sizes().data(), in.strides().data(),
-                           state.data_ptr(), state.element_size(), state.dim(), state.sizes().data(),
-                           state.strides().data()))
-      Refuse(SELSCAN_ERR_ALIAS, "step", "state", std::string("overlaps ") + name + "; updating state in place would "
-             "change " + name + ": pass " + name + " with its own memory, e.g. " + name + ".clone()");
+  auto read_copy = [&](const Tensor& in, const Tensor& used, const char* name) {  // none may overlap state
+    CheckReadCopy(state, "state", "step", in, used, name);
   };
-  auto copied_opt = [&](const OptT& in, const OptT& used, const char* name) {
-    if (in) copied(*in, *used, name);
-  };
-  copied(x_in, x, "x");
-  copied(dt_in, dt, "dt");
-  copied(A_in, A, "A");
-  copied(B_in, B, "B");
-  copied(C_in, C, "C");
-  copied_opt(D_in, D, "D");
-  copied_opt(z_in, z, "z");
-  copied_opt(dt_bias_in, dt_bias, "dt_bias");
-  if (state_index) copied(*state_index, sidx, "state_batch_indices");
+  read_copy(x_in, x, "x");
+  read_copy(dt_in, dt, "dt");
+  read_copy(A_in, A, "A");
+  read_copy(B_in, B, "B");
+  read_copy(C_in, C, "C");
+  if (D_in) read_copy(*D_in, *D, "D");
+  if (z_in) read_copy(*z_in, *z, "z");
+  if (dt_bias_in) read_copy(*dt_bias_in, *dt_bias, "dt_bias");
+  if (state_index) read_copy(*state_index, sidx, "state_batch_indices");
   selscan_step_problem s;
   std::memset(&s, 0, sizeof s);
   s.batch = batch; s.dim = dim; s.dstate = N; s.n_groups = G; s.n_cache = n_cache;

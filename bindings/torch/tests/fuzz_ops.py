@@ -8,8 +8,10 @@ buffers, in-place state aliasing the inputs, meta tensors and mixed devices, mal
 row indices, NaN / Inf, autograd (gradients, double backward, the inference-only step).
 
   bad input:  an exception (ValueError / TypeError / NotImplementedError / RuntimeError) whose
-              message names the caller's argument; every input bit-identical afterwards (the
-              whole storage of each tensor: the in-place state and what lies around a view)
+              message names the caller's argument (where it is knowable, the refusal is about
+              it); every input bit-identical afterwards (the whole storage of each tensor: the
+              in-place state and what lies around a view) and its metadata (shape, strides,
+              storage offset, dtype) unchanged
   good input: the outputs of the float64 reference (selscan_torch.reference) within the dtype's
               tolerance, shapes and dtypes as documented, the in-place state updated as the
               reference says and nothing else written, inputs untouched

@@ -416,11 +416,12 @@ def test_38_9b_step_rank_mismatch_names_the_argument(heads):
 
 
 def refused_alias(arg, call, ins):
-    """call() refused, naming state and arg, with every input's values and metadata as before."""
-    snap, meta = snapshot(ins), metadata(ins)
+    """call() refused, naming state and arg, with every input's values and metadata (its version
+    counter too: nothing was updated in place) as before."""
+    snap, meta, versions = snapshot(ins), metadata(ins), [t._version for t in ins]
     msg = raises_naming(arg, call, ValueError)
     assert names(msg, "state"), msg
-    assert unchanged(ins, snap) and metadata(ins) == meta
+    assert unchanged(ins, snap) and metadata(ins) == meta and [t._version for t in ins] == versions
     return msg
 
 
