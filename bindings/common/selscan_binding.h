@@ -102,6 +102,50 @@ inline bool SelfOverlapping(int64_t ndim, const int64_t* sizes, const int64_t* s
   return false;
 }
 
+// Whether two strided tensors (data pointer, element size in bytes, sizes, element strides >= 0)
+// share a byte of their elements, exactly: a's distinct elements one by one (dims of size 1 or
+// stride 0 add none), each looked for in b's index space (b's dims by decreasing stride, each index
+// bounded by what the remaining dims can still reach). For an input a binding reads through a copy
+// (a full broadcast made dense, strided indices made contiguous), which selscan's own alias check
+// cannot see: there a has one element or a few.
+inline bool ElementsMeet(const void* a, int64_t a_es, int64_t a_nd, const int64_t* a_sizes, const int64_t* a_strides,
+                         const void* b, int64_t b_es, int64_t b_nd, const int64_t* b_sizes, const int64_t* b_strides) {
+  if (Numel(a_nd, a_sizes) == 0 || Numel(b_nd, b_sizes) == 0) return false;
+  struct Dim { int64_t s, n; };
+  auto stepping = [](int64_t nd, const int64_t* sizes, const int64_t* strides) {
+    std::vector<Dim> d;
+    for (int64_t i = 0; i < nd; i++)
+      if (sizes[i] > 1 && strides[i] != 0) d.push_back({strides[i], sizes[i]});
+    return d;
+  };
+  std::vector<Dim> ad = stepping(a_nd, a_sizes, a_strides), bd = stepping(b_nd, b_sizes, b_strides);
+  std::sort(bd.begin(), bd.end(), [](const Dim& x, const Dim& y) { return x.s > y.s; });
+  std::vector<int64_t> reach(bd.size() + 1, 0);  // the largest element offset dims k.. reach
+  for (size_t k = bd.size(); k-- > 0;) reach[k] = reach[k + 1] + (bd[k].n - 1) * bd[k].s;
+  auto floor_div = [](int64_t x, int64_t y) { return x / y - ((x % y != 0) && ((x < 0) != (y < 0))); };
+  // b has an element e (bytes [e * b_es, + b_es) from b) with lo <= e <= hi, e = sum of i_k * s_k
+  auto found = [&](auto&& self, size_t k, int64_t acc, int64_t lo, int64_t hi) -> bool {
+    if (k == bd.size()) return lo <= acc && acc <= hi;
+    const int64_t s = bd[k].s;
+    const int64_t i0 = std::max<int64_t>(0, -floor_div(-(lo - acc - reach[k + 1]), s));
+    const int64_t i1 = std::min<int64_t>(bd[k].n - 1, floor_div(hi - acc, s));
+    for (int64_t i = i0; i <= i1; i++)
+      if (self(self, k + 1, acc + i * s, lo, hi)) return true;
+    return false;
+  };
+  const int64_t base = static_cast<int64_t>(reinterpret_cast<intptr_t>(a) - reinterpret_cast<intptr_t>(b));
+  std::vector<int64_t> idx(ad.size(), 0);
+  for (;;) {
+    int64_t off = base;  // this element of a: bytes [off, off + a_es) from b
+    for (size_t k = 0; k < ad.size(); k++) off += idx[k] * ad[k].s * a_es;
+    const int64_t lo = floor_div(off, b_es), hi = floor_div(off + a_es - 1, b_es);
+    if (hi >= 0 && lo <= reach[0] && found(found, 0, 0, lo, hi)) return true;
+    size_t k = 0;  // the next element of a
+    while (k < ad.size() && ++idx[k] == ad[k].n) idx[k++] = 0;
+    if (k == ad.size()) return false;
+  }
+}
+
 // ---- >>bind-problem: sizes and flags -> a selscan_problem ---------------------------------------
 
 // The logical sizes of one scan call (selscan's names: batch, dim, seqlen L, dstate N, n_groups G).

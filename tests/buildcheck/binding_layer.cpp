@@ -43,6 +43,46 @@ int main() {
     EXPECT(!bind::SelfOverlapping(2, ex, st));  // empty
     EXPECT(!bind::SelfOverlapping(2, sz, exs));
   }
+  // ElementsMeet (an input read through a copy against the in-place output) against the bytes
+  // each covers, marked: random views of one buffer (interleaved, broadcast, 1-byte / 2-byte /
+  // 4-byte elements, unsorted strides)
+  {
+    unsigned r = 12345u;
+    auto rnd = [&](int n) { r = r * 1103515245u + 12345u; return static_cast<int64_t>((r >> 8) % n); };
+    unsigned char mem[4096];
+    int mismatches = 0;
+    for (int trial = 0; trial < 20000; trial++) {
+      int64_t es[2], nd[2], sz[2][3], st[2][3], off[2];
+      std::vector<int> cover(sizeof mem, 0);
+      for (int t = 0; t < 2; t++) {
+        es[t] = int64_t(1) << rnd(3);
+        nd[t] = 1 + rnd(3);
+        for (int i = 0; i < nd[t]; i++) {
+          sz[t][i] = rnd(4) + (rnd(8) == 0 ? 0 : 1);
+          st[t][i] = rnd(5) == 0 ? 0 : 1 + rnd(12);
+        }
+        off[t] = rnd(64) * es[t];
+      }
+      for (int t = 0; t < 2; t++) {
+        for (int64_t i0 = 0; i0 < sz[t][0]; i0++)
+          for (int64_t i1 = 0; i1 < (nd[t] > 1 ? sz[t][1] : 1); i1++)
+            for (int64_t i2 = 0; i2 < (nd[t] > 2 ? sz[t][2] : 1); i2++) {
+              const int64_t e = i0 * st[t][0] + (nd[t] > 1 ? i1 * st[t][1] : 0) + (nd[t] > 2 ? i2 * st[t][2] : 0);
+              for (int64_t k = 0; k < es[t]; k++) cover[off[t] + e * es[t] + k] |= 1 << t;
+            }
+      }
+      bool want = false;
+      for (int v : cover) want = want || v == 3;
+      const bool got = bind::ElementsMeet(mem + off[0], es[0], nd[0], sz[0], st[0], mem + off[1], es[1], nd[1], sz[1],
+                                          st[1]);
+      mismatches += got != want;
+    }
+    EXPECT(mismatches == 0);
+    const int64_t one[1] = {1}, z[1] = {0}, ssz[3] = {2, 3, 4}, sst[3] = {15, 5, 1};  // a state with a gap each row
+    EXPECT(bind::ElementsMeet(buf + 7, 4, 1, one, z, buf, 4, 3, ssz, sst));    // its element 7
+    EXPECT(!bind::ElementsMeet(buf + 4, 4, 1, one, z, buf, 4, 3, ssz, sst));   // the gap after row 0
+    EXPECT(!bind::ElementsMeet(buf + 30, 4, 1, one, z, buf, 4, 3, ssz, sst));  // past its end
+  }
   // the problem header and the empty-problem rule
   bind::Sizes s;
   s.batch = 1; s.dim = 2; s.L = 70; s.N = 4; s.G = 1; s.rows = 1; s.fixed_C = true;

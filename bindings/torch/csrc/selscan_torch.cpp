@@ -609,6 +609,9 @@ std::vector<Tensor> Backward(const Tensor& u_in, const Tensor& delta_in, const T
   }
   TORCH_CHECK_TYPE(checkpoint.numel() == 0 || checkpoint.scalar_type() == at::kFloat,
                    "selscan: checkpoint must be float32, got ", checkpoint.scalar_type());
+  // the forward makes it on u's device; one elsewhere would be skipped silently (a meta one
+  // sends the call to the fake kernel, whose _checks.check_bwd has the same rule)
+  SameDevice(u_in, checkpoint, "checkpoint");
   const Tensor u = Readable(u_in), delta = Readable(delta_in), A = Readable(A_in), B = Readable(B_in),
                C = Readable(C_in), dy = Readable(dy_in);
   const OptT D = Readable(D_in), z = Readable(z_in), delta_bias = Readable(delta_bias_in), h0 = Readable(h0_in),
@@ -695,6 +698,21 @@ void CheckInPlace(const Tensor& t, const char* name) {
   TORCH_CHECK_VALUE(!overlap, "selscan: ", name,
                     " is updated in place but its elements overlap (an expand()ed or broadcast view, strides ",
                     t.strides(), " for shape ", Shape(t), "); pass a tensor with its own memory (e.g. .clone())");
+}
+
+// An input read through a copy (a full broadcast made dense, strided indices made contiguous):
+// selscan's alias check sees the copy, and updating the in-place output (out) would change the
+// caller's tensor behind its back (issue 38). Refused where it shares a byte with out, as selscan
+// refuses the tensor itself (the Python wrapper's own copies: _checks.state_alias_refused).
+void CheckReadCopy(const Tensor& out, const char* out_name, const char* where, const Tensor& in, const Tensor& used,
+                   const char* name) {
+  if (used.is_same(in) ||
+      !bind::ElementsMeet(in.data_ptr(), in.element_size(), in.dim(), in.sizes().data(), in.strides().data(),
+                          out.data_ptr(), out.element_size(), out.dim(), out.sizes().data(), out.strides().data()))
+    return;
+  const std::string n = name;
+  Refuse(SELSCAN_ERR_ALIAS, where, out_name, "overlaps " + n + "; updating " + out_name + " in place would change " +
+         n + ": pass " + n + " with its own memory, e.g. " + n + ".clone()");
 }
 
 // An output operand: never "all strides 0" for more than one element (selscan would read that as
@@ -803,6 +821,18 @@ Tensor Step(const Tensor& state, const Tensor& x_in, const Tensor& dt_in, const 
   const OptT D = Readable(D_in), z = Readable(z_in), dt_bias = Readable(dt_bias_in);  // float32 or x's dtype
   auto in_t = [&](const OptT& t) { return t.has_value() && t->scalar_type() != at::kFloat; };
   const Tensor sidx = state_index ? state_index->contiguous() : Tensor();
+  auto read_copy = [&](const Tensor& in, const Tensor& used, const char* name) {  // none may overlap state
+    CheckReadCopy(state, "state", "step", in, used, name);
+  };
+  read_copy(x_in, x, "x");
+  read_copy(dt_in, dt, "dt");
+  read_copy(A_in, A, "A");
+  read_copy(B_in, B, "B");
+  read_copy(C_in, C, "C");
+  if (D_in) read_copy(*D_in, *D, "D");
+  if (z_in) read_copy(*z_in, *z, "z");
+  if (dt_bias_in) read_copy(*dt_bias_in, *dt_bias, "dt_bias");
+  if (state_index) read_copy(*state_index, sidx, "state_batch_indices");
   selscan_step_problem s;
   std::memset(&s, 0, sizeof s);
   s.batch = batch; s.dim = dim; s.dstate = N; s.n_groups = G; s.n_cache = n_cache;

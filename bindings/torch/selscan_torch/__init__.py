@@ -222,28 +222,28 @@ def selective_state_update(state, x, dt, A, B, C, D=None, z=None, dt_bias=None, 
         nd = state.dim()
         if nd == 4:  # (batch, nheads, hdim, N): checked in these shapes, then heads folded into channels
             state, x, dt, A, D, z, dt_bias = _checks.fold_heads(state, x, dt, A, B, C, D, z, dt_bias)
-        elif nd != 3:
-            raise ValueError(f"selscan: state must have shape (batch, dim, N) or (batch, nheads, hdim, N), got "
-                             f"{list(state.shape)}")
+        elif nd != 3 or x.dim() == 3:  # (a 3-D x with a 3-D state: which one is wrong, by A's rank)
+            _checks.step_state_rank(state, x, A)
         dtype = x.dtype
         if dtype not in _SCAN_DTYPES:
             raise TypeError(f"selscan: x must be float32, float16 or bfloat16, got {dtype}")
+        # a cast is a copy: state given, so that one overlapping it is refused (the op sees the copy)
         if dt.dtype != dtype:
-            dt = cast(dt, "dt", dtype)
+            dt = cast(dt, "dt", dtype, state)
         if z is not None and z.dtype != dtype:
-            z = cast(z, "z", dtype)
+            z = cast(z, "z", dtype, state)
         if B.dtype != dtype:  # (batch, N) or (batch, ngroups, N): the op takes both as they are
-            B = cast(B, "B", dtype)
+            B = cast(B, "B", dtype, state)
         if C.dtype != dtype:
-            C = cast(C, "C", dtype)
+            C = cast(C, "C", dtype, state)
         if A.dtype != f32:
-            A = cast(A, "A", f32)
+            A = cast(A, "A", f32, state)
         # D / dt_bias: float32 or x's dtype as they are (the op reads either in x's dtype)
         if D is not None and D.dtype != f32 and D.dtype != dtype:
-            D = cast(D, "D", f32)
+            D = cast(D, "D", f32, state)
         if dt_bias is not None and dt_bias.dtype != f32 and dt_bias.dtype != dtype:
-            dt_bias = cast(dt_bias, "dt_bias", f32)
-        idx = None if state_batch_indices is None else _checks.state_rows(state_batch_indices, state.shape[0])
+            dt_bias = cast(dt_bias, "dt_bias", f32, state)
+        idx = None if state_batch_indices is None else _checks.state_rows(state_batch_indices, state.shape[0], state_tensor=state)
     except AttributeError:
         _not_tensors(state=state, x=x, dt=dt, A=A, B=B, C=C, D=D, z=z, dt_bias=dt_bias)
         raise

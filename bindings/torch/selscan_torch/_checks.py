@@ -102,6 +102,72 @@ def _overlap_refused(state):
            "); pass a tensor with its own memory (e.g. .clone())")
 
 
+def _byte_starts(t, base):
+    """The byte address of each of t's elements, its first at base (an int64 CPU tensor: metadata
+    only, whatever t's device)."""
+    es = t.element_size()
+    pos = torch.tensor(base, dtype=torch.int64)
+    for n, st in zip(t.shape, t.stride()):
+        pos = pos.unsqueeze(-1) + torch.arange(n, dtype=torch.int64) * (st * es)
+    return pos.reshape(-1)
+
+
+def _elements_meet(a, a_base, b, b_base):
+    """Whether a and b (first elements at byte addresses a_base, b_base) share a byte of their
+    elements: exact, the bytes each covers marked where their byte ranges meet (bindings/common's
+    ElementsMeet is the same rule in C++)."""
+    ext = []
+    for t, base in ((a, a_base), (b, b_base)):
+        es = t.element_size()
+        ext.append((base, base + es + sum((n - 1) * st * es for n, st in zip(t.shape, t.stride()))))
+    lo, hi = max(ext[0][0], ext[1][0]), min(ext[0][1], ext[1][1])
+    if lo >= hi:
+        return False
+    mask = torch.zeros(hi - lo, dtype=torch.bool)
+    for k in range(a.element_size()):
+        p = _byte_starts(a, a_base + k - lo)
+        mask[p[(p >= 0) & (p < hi - lo)]] = True
+    for k in range(b.element_size()):
+        p = _byte_starts(b, b_base + k - lo)
+        if mask[p[(p >= 0) & (p < hi - lo)]].any():
+            return True
+    return False
+
+
+def _first_bytes(t, state):
+    """The byte addresses of t's and state's first elements, or None where they cannot share
+    memory (storages apart: the common case, answered without looking at strides). Tensors without
+    memory (meta, fake): views of one storage only, by their offsets in it."""
+    try:
+        if not (t.is_meta or state.is_meta):
+            ts, ss = t.untyped_storage(), state.untyped_storage()
+            p, q = ts.data_ptr(), ss.data_ptr()
+            if p + ts.nbytes() <= q or q + ss.nbytes() <= p:
+                return None
+            return t.data_ptr(), state.data_ptr()
+    except RuntimeError:  # a fake tensor's data pointer
+        pass
+    if not torch._C._is_alias_of(t, state):
+        return None
+    return t.storage_offset() * t.element_size(), state.storage_offset() * state.element_size()
+
+
+def state_alias_refused(t, name, state, where="step", state_name="state"):
+    """t is read through a copy the wrapper makes (a cast, heads folded by reshape, narrowed row
+    indices): the op's alias check (selscan's) sees the copy, and updating state in place would
+    change t behind the caller's back (issue 38). Refused where t shares a byte with state, in the
+    op's words (C++ Step refuses its own copies so: a full broadcast, strided indices)."""
+    # eager only: skipped while torch.compile traces (these calls would break the graph); another
+    # device (another address space): refused by the op, naming t
+    if torch.compiler.is_compiling() or t.get_device() != state.get_device() or t.is_meta != state.is_meta:
+        return
+    first = _first_bytes(t, state)
+    if first is not None and t.numel() and state.numel() and _elements_meet(t, first[0], state, first[1]):
+        raise ValueError(f"selscan: {where}: an output overlaps an input, another output or the workspace "
+                         f"[SELSCAN_ERR_ALIAS] (argument '{state_name}': overlaps {name}; updating {state_name} in "
+                         f"place would change {name}: pass {name} with its own memory, e.g. {name}.clone())")
+
+
 def self_overlapping(t):
     """True when t's elements overlap each other (a dim of size > 1 with stride 0: an expand()ed or
     broadcast view) and t has elements: the C++ CheckInPlace rule for in-place outputs."""
@@ -190,7 +256,9 @@ def check_bwd(u, delta, A, B, C, D, z, delta_bias, h0, cu_seqlens, dy, dh_last, 
     _like(dy, "dy", u, "u")
     if dh_last is not None:
         _f32_param(dh_last, "dh_last", (rows, dim, N), "last_state's shape", u, "u")
-    _type(checkpoint.numel() == 0 or checkpoint.dtype == _F32, "checkpoint must be float32")
+    _type(checkpoint.numel() == 0 or checkpoint.dtype == _F32, "checkpoint must be float32, got ", checkpoint.dtype)
+    # a meta checkpoint among real tensors lands here: refused, never answered with empty memory
+    _same_device(u, "u", checkpoint, "checkpoint")
     return sizes
 
 
@@ -251,14 +319,17 @@ def tensor_arg(t, name, optional=False):
           ", got ", type(t).__name__)
 
 
-def cast(t, name, dtype):
+def cast(t, name, dtype, state=None):
     """t in dtype: a floating-point tensor of another dtype is cast (t.to(dtype), rounding to
-    nearest; autograd flows through the cast); complex, integer and bool tensors are refused."""
+    nearest; autograd flows through the cast); complex, integer and bool tensors are refused.
+    state: the decode step's in-place state, which t (read through the copy) may not overlap."""
     if t.dtype == dtype:
         return t
     tensor_arg(t, name)
     _type(t.is_floating_point(), name, " must be a real floating-point tensor (it is cast to ", dtype,
           "), got ", t.dtype)
+    if state is not None:
+        state_alias_refused(t, name, state)
     return t.to(dtype)
 
 
@@ -289,7 +360,7 @@ def int_arg(t, name, shape, what):
     _shape_is(t, shape, name, what)
 
 
-def state_rows(idx, n_cache, name="state_batch_indices", where="step", state="state"):
+def state_rows(idx, n_cache, name="state_batch_indices", where="step", state="state", state_tensor=None):
     """State row indices as the ops take them: int32 on their device. The rule of the decode
     step's state_batch_indices and the conv update's conv_state_indices (name: the caller's
     argument, where: the op, state: the cache it indexes). Integer dtypes only; checked before
@@ -300,6 +371,8 @@ def state_rows(idx, n_cache, name="state_batch_indices", where="step", state="st
     _type(idx.dtype in _INDEX_DTYPES, name, " must be an integer tensor, got ", idx.dtype)
     if idx.dtype == torch.int32:
         return idx
+    if state_tensor is not None:  # narrowed below: a copy
+        state_alias_refused(idx, name, state_tensor, where, state)
     if idx.device.type == "cpu" and idx.numel() > 0:
         hi = int(idx.max())
         if hi >= n_cache:
@@ -311,12 +384,30 @@ def state_rows(idx, n_cache, name="state_batch_indices", where="step", state="st
     return idx.to(torch.int32)
 
 
+def step_state_rank(state, x, A):
+    """The step's form is the state's rank (3: single head, 4: multi-head), except where x and A
+    both have the other form's ranks: then the state is the odd one out and is named (issue 38: a
+    3-D state among Mamba-2 shapes blamed x)."""
+    nd = state.dim()
+    _value(nd in (3, 4), "state must have shape (batch, dim, N) or (batch, nheads, hdim, N), got ", _shape(state))
+    if not (isinstance(x, torch.Tensor) and isinstance(A, torch.Tensor)):
+        return  # named where it is checked
+    if nd == 3 and x.dim() == 3 and A.dim() == 3:
+        _value(False, "state must have shape (batch, nheads, hdim, N) for the multi-head x ", _shape(x),
+               " (batch, nheads, hdim) and A ", _shape(A), " (nheads, hdim, N), got ", _shape(state))
+    if nd == 4 and x.dim() == 2 and A.dim() == 2:
+        _value(False, "state must have shape (batch, dim, N) for the single-head x ", _shape(x), " (batch, dim) and A ",
+               _shape(A), " (dim, N), got ", _shape(state))
+
+
 def fold_heads(state, x, dt, A, B, C, D, z, dt_bias):
     """The multi-head step's shapes (Mamba-2: state (batch, nheads, hdim, N), x / dt / z (batch,
     nheads, hdim), A (nheads, hdim, N), D / dt_bias (nheads, hdim), B / C (batch, ngroups, N) with
     ngroups dividing nheads) checked in the caller's names, then the heads folded into channels:
     state as a view (it is updated in place: never a copy; refused where (nheads, hdim) cannot be
-    merged), the others by reshape."""
+    merged), the others by reshape (a copy where their dims do not merge: one overlapping state is
+    refused then, as the op refuses the tensors it sees)."""
+    step_state_rank(state, x, A)
     n_cache, nheads, hdim, N = state.shape
 
     def want(t, name, shape, what):
@@ -344,6 +435,7 @@ def fold_heads(state, x, dt, A, B, C, D, z, dt_bias):
         G = t.shape[1] if t.dim() == 3 else 1
         _value(G >= 1 and nheads % G == 0, name, " has ", G, " groups, which must divide nheads = ", nheads)
     _overlap_refused(state)
+    state4 = state
     try:
         state = state.view(n_cache, nheads * hdim, N)
     except RuntimeError:
@@ -351,10 +443,18 @@ def fold_heads(state, x, dt, A, B, C, D, z, dt_bias):
                "(batch, nheads * hdim, N): its nheads and hdim dims do not merge, and the step updates it in place "
                "(never a copy); pass a state whose hdim dim is laid out inside its nheads dim (e.g. .contiguous())")
     dim = nheads * hdim
-    x = x.reshape(batch, dim)
-    dt = dt.reshape(batch, dim)
-    z = None if z is None else z.reshape(batch, dim)
-    A = A.reshape(dim, N)
-    D = None if D is None else D.reshape(dim)
-    dt_bias = None if dt_bias is None else dt_bias.reshape(dim)
+    eager = not torch.compiler.is_compiling()
+
+    def fold(t, name, *shape):
+        f = t.reshape(*shape)
+        if eager and not torch._C._is_alias_of(f, t):  # a copy: the op's alias check would see it, not t
+            state_alias_refused(t, name, state4)
+        return f
+
+    x = fold(x, "x", batch, dim)
+    dt = fold(dt, "dt", batch, dim)
+    z = None if z is None else fold(z, "z", batch, dim)
+    A = fold(A, "A", dim, N)
+    D = None if D is None else fold(D, "D", dim)
+    dt_bias = None if dt_bias is None else fold(dt_bias, "dt_bias", dim)
     return state, x, dt, A, D, z, dt_bias

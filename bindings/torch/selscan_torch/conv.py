@@ -229,12 +229,18 @@ def causal_conv1d_update(x, conv_state, weight, bias=None, activation=None, cach
     cache_seqlens % state_len. Returns out, x's shape and dtype. No autograd (inference).
     """
     silu = _silu_flag(activation)
+    w_in, b_in = weight, bias
     weight = _weight2d(weight, x.dtype)
     bias = _f32(bias, x.dtype)
+    state_t = conv_state if isinstance(conv_state, torch.Tensor) else None
+    if state_t is not None:  # a cast is a copy: the op's alias check would not see the caller's tensor
+        for t_in, t, name in ((w_in, weight, "weight"), (b_in, bias, "bias")):
+            if t is not None and t.dtype != t_in.dtype:
+                _checks.state_alias_refused(t_in, name, state_t, "conv step", "conv_state")
     # the decode step's row rule: integers only, checked before narrowing to int32 (-2**63 is padding)
     idx = None if conv_state_indices is None else _checks.state_rows(
         conv_state_indices, conv_state.shape[0] if conv_state.dim() else 0, "conv_state_indices", "conv step",
-        "conv_state")
+        "conv_state", state_tensor=state_t)
     if cache_seqlens is not None:
         x3 = x.unsqueeze(-1) if x.dim() == 2 else x
         # the plain update's checks (the op's: shapes, dtypes, devices, state_len >= width - 1, rows in

@@ -8,8 +8,10 @@ buffers, in-place state aliasing the inputs, meta tensors and mixed devices, mal
 row indices, NaN / Inf, autograd (gradients, double backward, the inference-only step).
 
   bad input:  an exception (ValueError / TypeError / NotImplementedError / RuntimeError) whose
-              message names the caller's argument; every input bit-identical afterwards (the
-              whole storage of each tensor: the in-place state and what lies around a view)
+              message names the caller's argument (where it is knowable, the refusal is about
+              it); every input bit-identical afterwards (the whole storage of each tensor: the
+              in-place state and what lies around a view) and its metadata (shape, strides,
+              storage offset, dtype) unchanged
   good input: the outputs of the float64 reference (selscan_torch.reference) within the dtype's
               tolerance, shapes and dtypes as documented, the in-place state updated as the
               reference says and nothing else written, inputs untouched
@@ -97,24 +99,67 @@ def tensors_in(args):
     return out
 
 
-class Snap:
-    """Storage snapshots of every tensor among args, compared later bit for bit."""
+def metadata(t):
+    return (tuple(t.shape), t.stride(), t.storage_offset(), t.dtype, t.device)
 
-    def __init__(self, args):
-        self.items = [(t, storage_snapshot(t)) for t in tensors_in(args)]
+
+class Snap:
+    """Storage snapshots and metadata (shape, strides, storage offset, dtype) of every tensor among
+    args, compared later bit for bit. around: an in-place output (the step's state) that an input
+    may share a storage with (an input in its gaps): those bytes of the storage that the output
+    covers are not compared."""
+
+    def __init__(self, args, around=None):
+        self.items = [(t, storage_snapshot(t), metadata(t)) for t in tensors_in(args)]
+        self.around = around
 
     def changed(self, skip=()):
-        for t, s in self.items:
-            if s is None or any(t is k for k in skip):
+        for t, s, m in self.items:
+            if any(t is k for k in skip):
+                continue
+            if metadata(t) != m:
+                return True
+            if s is None:
                 continue
             now = storage_snapshot(t)
-            if now.shape != s.shape or not torch.equal(now, s):
+            if now.shape != s.shape:
+                return True
+            o = self.around
+            if o is not None and o.device.type != "meta" and t.untyped_storage().data_ptr() == \
+                    o.untyped_storage().data_ptr():
+                keep = ~byte_mask(o)
+                if not torch.equal(now[keep], s[keep]):
+                    return True
+            elif not torch.equal(now, s):
                 return True
         return False
 
 
-def expect_refusal(call, args, names):
-    """call() must raise one of EXC naming one of names; args bit-identical afterwards."""
+def byte_mask(t):
+    """The bytes of t's storage that t's elements cover."""
+    es = t.element_size()
+    nb = t.untyped_storage().nbytes()
+    m = torch.zeros(nb, dtype=torch.bool, device=t.device)
+    pos = torch.zeros(nb // es, dtype=torch.bool, device=t.device)
+    pos.as_strided(t.shape, t.stride(), t.storage_offset()).fill_(True)
+    m[: pos.numel() * es].view(-1, es)[:] = pos.unsqueeze(1)
+    return m
+
+
+def subject(msg):
+    """The argument a refusal is about: selscan's "(argument 'state': ...)", else the first word
+    after "selscan: " ("complex A is not supported" -> A)."""
+    m = re.search(r"\(argument '(\w+)'", msg)
+    if m:
+        return m.group(1)
+    m = re.match(r"selscan: (?:complex |variable )?(\w+)", msg)
+    return m.group(1) if m else None
+
+
+def expect_refusal(call, args, names, about=None):
+    """call() must raise one of EXC naming one of names (about: and about one of these, its
+    subject); args bit-identical afterwards, their metadata too."""
+    about = about if about is not None else getattr(names, "about", None)
     snap = Snap(args)
     try:
         call()
@@ -122,6 +167,8 @@ def expect_refusal(call, args, names):
         msg = str(e).split("\nException raised from")[0]
         if not any(named(msg, n) for n in names):
             raise CaseFail(f"refused, but the message does not name {names}: {type(e).__name__}: {msg[:400]}")
+        if about is not None and subject(msg) not in about:
+            raise CaseFail(f"refused, but about {subject(msg)!r}, not {about}: {type(e).__name__}: {msg[:400]}")
     except Exception as e:  # noqa: BLE001
         raise CaseFail(f"unexpected exception type {type(e).__name__} (want one naming {names}): {str(e)[:300]}")
     else:
@@ -544,6 +591,13 @@ def step_inputs(c, gen, nonfinite=False):
         x["dt"] = gen.broadcastable(xs, lambda s: gen.randn(*s, scale=0.5, dtype=dt))
     else:
         x["dt"] = gen.broadcastable(xs, lambda s: gen.rand(*s, lo=0.01, hi=0.6, dtype=dt))
+    if r.random() < 0.1 and sdt == dt:  # x and dt in the gaps of the state's memory (interleaved, none shared)
+        ss = tuple(x["state"].shape)
+        buf = torch.full(ss[:-1] + (N + 2,), float("nan"), dtype=sdt, device=gen.device)
+        buf[..., :N].copy_(x["state"])
+        buf[:b, ..., N].copy_(x["x"])
+        buf[:b, ..., N + 1].copy_(x["dt"])
+        x["state"], x["x"], x["dt"] = buf[..., :N], buf[:b, ..., N], buf[:b, ..., N + 1]
     x["A"] = gen.broadcastable(As, lambda s: gen.rand(*s, lo=-1.3, hi=-0.3))
     bs = (b, N) if c["Bform"] == "2d" else (b, G, N)
     x["B"] = gen.broadcastable(bs, lambda s: gen.randn(*s, dtype=dt))
@@ -615,7 +669,7 @@ def check_step_call(x, c, call):
     state = x["state"]
     ints = torch.int32 if state.element_size() == 4 else torch.int16  # the storage as state's elements
     before = storage_snapshot(state).view(ints)
-    snap = Snap([v for k, v in x.items() if k != "state"])
+    snap = Snap([v for k, v in x.items() if k != "state"], around=state)
     out = call()
     if snap.changed():
         raise CaseFail("an input other than state changed")
@@ -644,12 +698,50 @@ def case_step_good(gen):
         check_step_call(x, c, lambda: call_step(x, c))
 
 
-STEP_KINDS = ["expand", "expand", "alias", "statedtype", "staterank", "idx", "idx", "complex", "dtype", "shape",
-              "shape", "grad", "device", "nontensor", "perm4"]
-STEP_META_KINDS = ["expand", "statedtype", "staterank", "idx", "complex", "dtype", "shape", "shape", "nontensor",
-                   "perm4"]
+STEP_KINDS = ["expand", "expand", "alias", "alias-copy", "alias-copy", "statedtype", "staterank", "rank", "rank", "idx",
+              "idx", "complex", "dtype", "shape", "shape", "grad", "device", "nontensor", "perm4"]
+STEP_META_KINDS = ["expand", "statedtype", "staterank", "rank", "idx", "complex", "dtype", "shape", "shape",
+                   "nontensor", "perm4"]
 IDX_KINDS = ["hi", "hi", "2^31", "2^32+1", "float", "bool", "complex", "len", "2d", "dup", "list", "int64raw"]
 IDX_META_KINDS = ["float", "bool", "complex", "len", "2d", "list", "int64raw"]
+
+
+class Names(list):
+    """The names a refusal may use; about: those its subject must be one of (None: any)."""
+
+    def __init__(self, names, about=None):
+        super().__init__(names)
+        self.about = about
+
+
+def rank_changed(t, r):
+    """t with a rank added or dropped: 0-d, a dim added anywhere, one dropped, two merged."""
+    opts = [t.new_zeros(()), t.unsqueeze(r.randint(0, t.dim()))]
+    if t.dim() >= 1 and 0 not in t.shape:
+        opts.append(t.select(r.randrange(t.dim()), 0))
+    if t.dim() >= 2:
+        i = r.randrange(t.dim() - 1)
+        opts.append(t.flatten(i, i + 1))
+    return r.choice(opts)
+
+
+def state_view_like(st_, want, c, r):
+    """A view of the state's memory with want's shape (an input aliasing the state), or None."""
+    b, N = c["batch"], c["N"]
+    j = r.randrange(N)
+    if want.dim() == st_.dim() - 1 and tuple(want.shape[1:]) == tuple(st_.shape[1:-1]) and want.shape[0] <= st_.shape[0]:
+        return st_[: want.shape[0], ..., j]  # x / dt / z: (batch, dim) or (batch, nheads, hdim)
+    if tuple(want.shape) == tuple(st_.shape[1:]):
+        return st_[0]  # A
+    if tuple(want.shape) == tuple(st_.shape[1:-1]):
+        return st_[0, ..., j]  # D / dt_bias
+    if want.dim() in (2, 3) and want.shape[-1] == N and want.shape[0] <= st_.shape[0]:  # B / C
+        rows = slice(0, want.shape[0])
+        if want.dim() == 2:
+            return st_[(rows,) + (0,) * (st_.dim() - 2) + (slice(None),)]
+        if want.shape[1] <= st_.shape[1]:
+            return st_[(rows, slice(0, want.shape[1])) + (0,) * (st_.dim() - 3) + (slice(None),)]
+    return None
 
 
 def mutate_step(x, c, gen, raw=False, kinds=STEP_KINDS, idx_kinds=IDX_KINDS):
@@ -698,10 +790,53 @@ def mutate_step(x, c, gen, raw=False, kinds=STEP_KINDS, idx_kinds=IDX_KINDS):
     if kind == "statedtype":  # neither float32 nor x's dtype
         x["state"] = x["state"].to(r.choice([t for t in (F64, F16, BF16, torch.int32, torch.complex64) if t != x["x"].dtype]))
         return x, ["state"]
+    if kind == "alias-copy":  # an input aliasing the state that reaches the op as a copy (issue 38)
+        st_ = x["state"]
+        if b == 0 or st_.numel() == 0:
+            return None
+        how = r.choice(["bcast", "idx"] if raw else ["bcast", "bcast", "cast", "fold", "idx"])
+        if how == "bcast":  # a full broadcast of one of the state's elements: the op makes it dense
+            k = r.choice([k for k in present if k != "state"])
+            if st_.dtype != x[k].dtype and (raw or k == "x"):  # (the wrapper casts the others)
+                return None
+            x[k] = st_[tuple(r.randrange(s) for s in st_.shape)].expand(x[k].shape)
+            return x, Names(["state", k], about=["state", k])
+        if how == "cast":  # a view of the state in another dtype than the wrapper wants: cast
+            k = r.choice([k for k in present if k not in ("state", "x", "D", "dt_bias")])
+            want = F32 if k == "A" else x["x"].dtype
+            if st_.dtype == want:
+                return None
+            v = state_view_like(st_, x[k], c, r)
+            if v is None:
+                return None
+            x[k] = v
+            return x, Names(["state", k], about=["state", k])
+        if how == "fold":  # multi-head: a view of the state whose (nheads, hdim) dims do not merge
+            k = r.choice([k for k in present if k in ("x", "dt", "z", "D", "dt_bias")])
+            nh, hd = c.get("nh", 0), c.get("hd", 0)
+            if not c["heads"] or N < hd or (k == "x" and st_.dtype != x["x"].dtype):
+                return None
+            x[k] = st_[:b, :, 0, :hd] if k in ("x", "dt", "z") else st_[0, :, 0, :hd]
+            return x, Names(["state", k], about=["state", k])
+        # int32 row indices in the state's own memory, every other int32 (strided: the op copies them)
+        if not c["idx"] or st_.dtype != F32 or not st_.is_contiguous() or 2 * b > st_.numel():
+            return None
+        ints = st_.view(-1).view(torch.int32)
+        ints[0: 2 * b: 2] = torch.arange(b, dtype=torch.int32, device=st_.device)
+        x["state_batch_indices"] = ints[0: 2 * b: 2]  # (one entry: no copy; selscan's own check)
+        return x, Names(["state", "state_batch_indices"], about=["state", "state_batch_indices"])
     if kind == "staterank":
         x["state"] = r.choice([x["state"].sum(-1), x["state"].unsqueeze(0), x["state"].new_zeros(())])
-        # a 3-D state with Mamba-2's 3-D x: which of the two is meant is not knowable
-        return x, ["state", "x"] if c["heads"] else ["state"]
+        # a 3-D state among Mamba-2's shapes (x, A), a 4-D one among single-head ones: the state is named
+        return x, Names(["state"], about=["state"])
+    if kind == "rank":  # any argument with a rank added or dropped: that argument is named
+        k = r.choice(present)
+        t = rank_changed(x[k], r)
+        if k in ("B", "C") and t.dim() in (2, 3):
+            return None  # (batch, N) and (batch, ngroups, N) are both B / C forms
+        x[k] = t
+        bc = ["B", "C"] if k in ("B", "C") else [k]
+        return x, Names(bc, about=bc)
     if kind == "idx":
         nc = c["n_cache"]
         cuda = x["x"].device.type == "cuda"
@@ -937,10 +1072,11 @@ def case_raw_bwd(gen):
                           dy.to("meta" if gen.device == "cpu" else "cpu"), 1.0])
         names = ["dy"]
     elif kind == "dh_last":
-        a[11] = r.choice([_bad_shape(last, r), last.to(F64), last.to("meta")])
+        a[11] = r.choice([_bad_shape(last, r), last.to(F64), last.to("meta" if gen.device == "cpu" else "cpu")])
         names = ["dh_last"]
-    elif kind == "checkpoint":
-        a[12] = torch.zeros(5, dtype=torch.int32, device=ck.device)
+    elif kind == "checkpoint":  # not float32, or on another device than u (a meta one: the fake kernel)
+        other = "meta" if (gen.device == "cpu" or r.random() < 0.5) else "cpu"
+        a[12] = r.choice([torch.zeros(5, dtype=torch.int32, device=ck.device), ck.to(other)])
         names = ["checkpoint"]
     elif kind == "grad_mask":
         a[14] = mask[: r.randint(0, 8)]

@@ -449,3 +449,153 @@ def test_38_extension_runs_on_the_shared_libstdcxx():
 
     with open(ext.__file__, "rb") as f:
         assert b"libstdc++.so.6" in f.read(), f"{ext.__file__} carries its own libstdc++ (no NEEDED libstdc++.so.6)"
+
+
+# ---- issue 38, cause 9: left from the framework-op fuzz --------------------------------------------
+
+
+def metadata(ts):
+    return [(tuple(t.shape), t.stride(), t.storage_offset(), t.dtype, t.device) for t in ts
+            if isinstance(t, torch.Tensor)]
+
+
+def test_38_9a_bwd_tensor_on_another_device_refused():
+    """A checkpoint (or dy, dh_last) on another device than u: refused naming it. A meta one among
+    CPU tensors sends the call to the fake kernel, which returned empty memory (values ~1e36)."""
+    x = scan_inputs()
+    y, hl, ck = ops.fwd(*[x[k] for k in SCAN_ARGS], None, True, True, True)
+    assert ck.numel() > 0
+    dy, dl = torch.randn_like(y), torch.randn_like(hl)
+    others = ["meta"] + (["cuda"] if HAS_CUDA else [])
+    for other in others:
+        for arg in ("checkpoint", "dy", "dh_last"):
+            a = dict(dy=dy, dh_last=dl, checkpoint=ck)
+            a[arg] = a[arg].to(other)
+            ins = [x[k] for k in SCAN_ARGS] + list(a.values())
+            snap, meta = snapshot(ins), metadata(ins)
+            raises_naming(arg, lambda: ops.bwd(*[x[k] for k in SCAN_ARGS], None, a["dy"], a["dh_last"],
+                                               a["checkpoint"], True, [1] * 9), ValueError)
+            assert unchanged(ins, snap) and metadata(ins) == meta
+    # all meta but a CPU checkpoint: the fake kernel's rule
+    xm = {k: v.to("meta") for k, v in x.items()}
+    raises_naming("checkpoint", lambda: ops.bwd(*[xm[k] for k in SCAN_ARGS], None, dy.to("meta"), dl.to("meta"), ck,
+                                                True, [1] * 9), ValueError)
+    if HAS_CUDA:  # u on the GPU, the checkpoint on the CPU: the C++ rule (the CUDA kernel is picked)
+        xc = {k: v.cuda() for k, v in x.items()}
+        _, _, ckc = ops.fwd(*[xc[k] for k in SCAN_ARGS], None, True, True, True)
+        raises_naming("checkpoint", lambda: ops.bwd(*[xc[k] for k in SCAN_ARGS], None, dy.cuda(), dl.cuda(),
+                                                    ckc.cpu(), True, [1] * 9), ValueError)
+
+
+def rank_variants(t):
+    """t with one rank added or dropped (0-d, each dim dropped, a dim added anywhere, two merged)."""
+    out = [t.new_zeros(())]
+    out += [t.select(i, 0).clone() for i in range(t.dim())]
+    out += [t.unsqueeze(i).clone() for i in range(t.dim() + 1)]
+    out += [t.flatten(i, i + 1).clone() for i in range(t.dim() - 1)]
+    return out
+
+
+@pytest.mark.parametrize("heads", [True, False])
+def test_38_9b_step_rank_mismatch_names_the_argument(heads):
+    """Every argument of the step with a rank added or dropped: the error is about that argument (its
+    message starts with its name). A 3-D state among Mamba-2 shapes blamed x; a 4-D state among
+    single-head shapes blamed x too."""
+    base = mh_inputs(nh=4, hd=3, N=5, G=2, seed=3)
+    if not heads:
+        b, nh, hd, N = base["state"].shape
+        base = dict(base, state=base["state"].reshape(b, nh * hd, N), x=base["x"].reshape(b, -1),
+                    dt=base["dt"].reshape(b, -1), z=base["z"].reshape(b, -1), A=base["A"].reshape(nh * hd, N),
+                    D=base["D"].reshape(-1), dt_bias=base["dt_bias"].reshape(-1))
+    for arg in ["state", "x", "dt", "A", "B", "C", "D", "z", "dt_bias"]:
+        for bad in rank_variants(base[arg]):
+            if arg in ("B", "C") and bad.dim() in (2, 3):
+                continue  # (batch, N) and (batch, ngroups, N) are both B / C forms
+            s = dict(base, **{arg: bad})
+            snap, meta = snapshot(s.values()), metadata(s.values())
+            with pytest.raises(ValueError) as info:
+                call_step(s)
+            msg = str(info.value)
+            assert msg.startswith(f"selscan: {arg} "), (arg, tuple(bad.shape), msg)
+            assert unchanged(s.values(), snap) and metadata(s.values()) == meta
+
+
+def refused_alias(arg, call, ins):
+    """call() refused, naming state and arg, with every input's values and metadata (its version
+    counter too: nothing was updated in place) as before."""
+    snap, meta, versions = snapshot(ins), metadata(ins), [t._version for t in ins]
+    msg = raises_naming(arg, call, ValueError)
+    assert names(msg, "state"), msg
+    assert unchanged(ins, snap) and metadata(ins) == meta and [t._version for t in ins] == versions
+    return msg
+
+
+def test_38_9c_step_input_read_through_a_copy_overlapping_state_refused():
+    """An input sharing the state's memory reaches the op as a copy where the wrapper folds heads
+    (a view that does not merge), casts, or the op makes a full broadcast dense: selscan's alias
+    check saw the copy, and the in-place update changed the caller's input. Refused now, naming it
+    and state, nothing written."""
+    # the wrapper's copies: heads folded by reshape (x, dt, z, D, dt_bias as views that do not merge)
+    for arg in ("x", "dt", "z", "D", "dt_bias"):
+        s = mh_inputs(nh=4, hd=3, N=5)
+        shape = s[arg].shape
+        st_ = s["state"]
+        s[arg] = st_[:, :, 0, :3] if arg in ("x", "dt", "z") else st_[0, :, 1, :3]  # (b, nh, hd) / (nh, hd)
+        assert s[arg].shape == shape
+        refused_alias(arg, lambda: call_step(s), list(s.values()))
+    # the wrapper's casts: a float32 dt / B viewing a float32 state, x in bfloat16; A in bfloat16
+    # viewing a bfloat16 state (A is cast to float32)
+    s = step_inputs(batch=2, dim=4, N=3)
+    sb = {k: (v.bfloat16() if k in ("x", "z", "C") else v) for k, v in s.items()}
+    for arg, view in (("dt", lambda st_: st_[:, :, 1]), ("B", lambda st_: st_[:2, 0, :])):
+        t = dict(sb, state=sb["state"].clone(), B=sb["B"].bfloat16())
+        t[arg] = view(t["state"])
+        refused_alias(arg, lambda: call_step(t), list(t.values()))
+    t = {k: (v.bfloat16() if k != "A" else v) for k, v in s.items()}
+    t["A"] = t["state"][0]
+    refused_alias("A", lambda: call_step(t), list(t.values()))
+    # the op's copies: a full broadcast of one of state's elements (dense before selscan reads it),
+    # through the wrapper and the raw op
+    for arg in ("x", "dt", "A", "B", "C", "D", "z", "dt_bias"):
+        t = dict(s, state=s["state"].clone())
+        t[arg] = t["state"].view(-1)[7:8].expand(s[arg].shape)
+        refused_alias(arg, lambda: call_step(t), list(t.values()))
+        refused_alias(arg, lambda: ops.step(*[t[k] for k in ["state"] + STEP_ARGS], None, True), list(t.values()))
+    # ... and int32 row indices read through a contiguous copy (every other int32 of the state's
+    # memory: rows 0 and 1 as float bit patterns)
+    t = dict(s, state=torch.zeros(3, 4, 3))
+    t["state"].view(torch.int32).view(-1)[2] = 1
+    idx = t["state"].view(torch.int32).view(-1)[0:4:2]
+    assert idx.tolist() == [0, 1] and not idx.is_contiguous()
+    refused_alias("state_batch_indices", lambda: call_step(t, state_batch_indices=idx), list(t.values()) + [idx])
+
+
+def test_38_9c_step_input_in_the_state_gaps_exact():
+    """An input in the gaps of the state's memory (interleaved, no element shared): accepted, the
+    reference's result, the input's values and metadata untouched -- through the op as it is, a
+    folded copy and a cast (the alias checks are exact, not byte-range)."""
+    b, nh, hd, N = 2, 2, 3, 4
+    s = mh_inputs(batch=b, nh=nh, hd=hd, N=N)
+    for how in ("as-is", "folded-copy", "cast", "broadcast"):
+        buf = torch.randn(b, nh, hd, N + 2)
+        state = buf[..., :N]  # heads merge: a view
+        t = dict(s, state=state)
+        if how == "as-is":
+            t["x"] = buf[..., N]
+        elif how == "folded-copy":  # (nheads, hdim) do not merge (hdim stride 0): reshape copies x
+            t["x"] = buf[:, :, :1, N].expand(b, nh, hd)
+        elif how == "cast":
+            t["dt"] = buf[..., N + 1]
+            t = {k: (v.half() if k in ("x", "z", "B", "C") else v) for k, v in t.items()}
+        else:  # a full broadcast of a gap element: made dense by the op
+            t["D"] = buf[0, 0, 0, N:N + 1].expand(nh, hd)
+        ins = [v for k, v in t.items() if k != "state"]
+        keep = [v.clone() for v in ins]
+        meta = metadata(ins)
+        xdt = t["x"].dtype  # the reference reads what the op reads: dt in x's dtype
+        ref_out, ref_state = mh_ref({k: (v.clone() if k == "state" else v.to(xdt).float() if k == "dt" else v.float())
+                                     for k, v in t.items()})
+        out = call_step(t)
+        assert torch.allclose(out.double(), ref_out.view(out.shape), atol=2e-3), how
+        assert torch.allclose(state.double(), ref_state.view(state.shape), atol=2e-3), how
+        assert all(torch.equal(a, k) for a, k in zip(ins, keep)) and metadata(ins) == meta, how
