@@ -21,7 +21,10 @@ What is replaced:
   selective_state_update / the causal_conv1d cache, plus the mixers' forward, which in 4.x takes
   the kernel path only on CUDA: it is sent there on every device). FalconMamba's fused call is
   computed as transformers' own PyTorch path computes it (the dt RMS norm on x_proj's dt_rank
-  slice, before dt_proj), not as mamba_ssm's kernel does (after dt_proj).
+  slice, before dt_proj), not as mamba_ssm's kernel does (after dt_proj). 5.x: MambaMixer.forward
+  (training without a cache: in_proj into the block's layout) and FalconMambaMixer.forward (hands
+  attention_mask to the fused call); a padded attention_mask is applied to the conv's output too,
+  as transformers' PyTorch path applies it.
 - mamba_ssm: sys.modules["mamba_ssm.ops.selective_scan_interface"] (selscan's
   selective_scan_fn / mamba_inner_fn), a causal_conv1d package where none is installed, a
   mamba_ssm.ops.triton.selective_state_update module where it cannot be imported, and the names
@@ -32,12 +35,14 @@ What is replaced:
   modules when mamba_ssm is not installed, and mambavision's own module attribute when it is
   already imported.
 """
+import contextvars
 import importlib
 import inspect
 import importlib.util
 import logging
 import sys
 import types
+import weakref
 
 import torch
 
@@ -206,6 +211,29 @@ def _importable(name):
 
 _TF_MODULES = ("transformers.models.mamba.modeling_mamba", "transformers.models.falcon_mamba.modeling_falcon_mamba")
 _FALCON_DT_ONES = {}
+# the attention_mask of the mixer whose forward is running (_tf_mixer_forward_mask), for its fused call
+_TF_MASK = contextvars.ContextVar("selscan_tf_mask", default=None)
+_PAD_MEMO = [None]  # (weakref to the last mask, its _version, the answer)
+
+
+def _padding_mask(mask):
+    """attention_mask where applying it changes something (an entry other than 1), else None, so
+    that a batch without padding runs the unmasked block unchanged. Checked once per mask tensor
+    (and version): every layer of a forward gets the same mask, and on CUDA the check waits for
+    the device (one sync a forward, not one a layer)."""
+    if mask is None:
+        return None
+    try:
+        version = mask._version
+    except RuntimeError:  # an inference tensor: no version counter, no memo
+        version = None
+    memo = _PAD_MEMO[0]
+    if version is not None and memo is not None and memo[0]() is mask and memo[1] == version:
+        return mask if memo[2] else None
+    pad = bool((mask != 1).any())
+    if version is not None:
+        _PAD_MEMO[0] = (weakref.ref(mask), version, pad)
+    return mask if pad else None
 
 
 def _tf_inner(original):
@@ -225,7 +253,7 @@ def _tf_inner(original):
         return _block.mamba_inner_fn(xz, conv1d_weight, conv1d_bias, x_proj_weight, delta_proj_weight,
                                      out_proj_weight, out_proj_bias, A, B, C, D, delta_bias, B_proj_bias,
                                      C_proj_bias, delta_softplus, checkpoint_lvl, b_rms_weight, c_rms_weight,
-                                     dt_rms_weight, b_c_dt_rms_eps, dt_rms_pre_proj=pre)
+                                     dt_rms_weight, b_c_dt_rms_eps, dt_rms_pre_proj=pre, mask=_TF_MASK.get())
 
     return mamba_inner_fn
 
@@ -250,29 +278,70 @@ def _tf_conv_update(original):
     return causal_conv1d_update_
 
 
+def _tf_mixer_forward_mask(original, cache_name):
+    """A 5.x mixer's forward (FalconMamba's; MambaMixer's where its stand-in passes) around
+    transformers' own: in a training step without a cache with padding in attention_mask, the
+    mask goes to selscan's mamba_inner_fn (_tf_inner), which applies it to the conv's output as
+    transformers' PyTorch path does (its fused branch masks before in_proj only)."""
+    def forward(self, hidden_states, *args, **kwargs):
+        cache = args[0] if args else kwargs.get(cache_name)
+        mask = args[1] if len(args) > 1 else kwargs.get("attention_mask")
+        mask = _padding_mask(mask) if self.training and cache is None else None
+        if mask is None:  # no padding: transformers' forward as it is
+            return original(self, hidden_states, *args, **kwargs)
+        token = _TF_MASK.set(mask)
+        try:
+            return original(self, hidden_states, *args, **kwargs)
+        finally:
+            _TF_MASK.reset(token)
+
+    forward.__wrapped__ = original
+    return forward
+
+
 def _tf_mixer_forward_cm(original, apply_mask, cache_name):
     """transformers 5.x MambaMixer.forward whose training step (no cache) computes in_proj straight
     into the block's cm layout (block.in_proj_cm) and runs selscan's mamba_inner_fn on it: the same
     computation as transformers' fused branch (mask, in_proj, A = -exp(A_log), mamba_inner_fn with
     its arguments) without the channels-last xz, so neither z's transpose for the scan nor a
-    transposed gradient. Everything else (a cache, eval, generation, an argument it does not know)
-    runs transformers' forward. cache_name: the forward's cache argument ("cache" since 5.2x,
-    "cache_params" before)."""
+    transposed gradient. attention_mask is applied where transformers' PyTorch path applies it:
+    before in_proj and on the conv's output (block's mask; transformers' fused branch masks before
+    in_proj only). Everything else (a cache, eval, generation, an argument it does not know)
+    runs transformers' forward (through _tf_mixer_forward_mask). cache_name: the forward's cache
+    argument ("cache" since 5.2x, "cache_params" before)."""
+    fallback = _tf_mixer_forward_mask(original, cache_name)
+
     def forward(self, hidden_states, *args, **kwargs):
         cache = args[0] if args else kwargs.get(cache_name)
         mask = args[1] if len(args) > 1 else kwargs.get("attention_mask")
         if len(args) > 2 or set(kwargs) - {cache_name, "attention_mask"} or not (self.training and cache is None):
-            return original(self, hidden_states, *args, **kwargs)
+            return fallback(self, hidden_states, *args, **kwargs)
         hidden_states = apply_mask(hidden_states, mask)
         xz = _block.in_proj_cm(hidden_states, self.in_proj.weight, self.in_proj.bias)
         A = -torch.exp(self.A_log.float())
         return _block.mamba_inner_fn(xz, self.conv1d.weight, self.conv1d.bias if self.use_conv_bias else None,
                                      self.x_proj.weight, self.dt_proj.weight, self.out_proj.weight,
                                      self.out_proj.bias.float() if self.use_bias else None, A, None, None,
-                                     self.D.float(), delta_bias=self.dt_proj.bias.float(), delta_softplus=True)
+                                     self.D.float(), delta_bias=self.dt_proj.bias.float(), delta_softplus=True,
+                                     mask=_padding_mask(mask))
 
     forward.__wrapped__ = original
     return forward
+
+
+def _tf_cache_name(m):
+    """The cache argument's name where a 5.x mixer's forward has the signature (hidden_states,
+    cache or cache_params, attention_mask, **kwargs) the stand-ins read; else None."""
+    if not isinstance(m, type) or "forward" not in m.__dict__:
+        return None
+    try:
+        params = list(inspect.signature(m.__dict__["forward"]).parameters)
+    except (TypeError, ValueError):
+        return None
+    if len(params) < 4 or params[:2] != ["self", "hidden_states"] or params[2] not in ("cache", "cache_params") or \
+            params[3] != "attention_mask":
+        return None
+    return params[2]
 
 
 def _tf_cm_hook(g):
@@ -282,16 +351,10 @@ def _tf_cm_hook(g):
     differ (transformers then keeps its own forward; only the module-level kernels are selscan's)."""
     m = g.get("MambaMixer")
     mask = g.get("apply_mask_to_padding_states")
-    if not isinstance(m, type) or mask is None or "forward" not in m.__dict__:
+    cache_name = _tf_cache_name(m)
+    if mask is None or cache_name is None:
         return None
-    try:
-        params = list(inspect.signature(m.__dict__["forward"]).parameters)
-    except (TypeError, ValueError):
-        return None
-    if len(params) < 4 or params[:2] != ["self", "hidden_states"] or params[2] not in ("cache", "cache_params") or \
-            params[3] != "attention_mask":
-        return None
-    return m, mask, params[2]
+    return m, mask, cache_name
 
 
 def _tf_mixer_forward(self, hidden_states, *args, **kwargs):
@@ -328,6 +391,11 @@ def _install_transformers(h):
                 mixer, mask, cache_name = hook
                 h._setattr(mixer, "forward", _tf_mixer_forward_cm(mixer.__dict__["forward"], mask, cache_name),
                            f"{modname}.MambaMixer.forward")
+            for m in mixers:  # the others' fused call gets attention_mask through _tf_mixer_forward_mask
+                cache_name = _tf_cache_name(m)
+                if (hook is None or m is not hook[0]) and cache_name is not None:
+                    h._setattr(m, "forward", _tf_mixer_forward_mask(m.__dict__["forward"], cache_name),
+                               f"{modname}.{m.__name__}.forward")
             found += 1
         elif "selective_scan_fn" in g and "selective_state_update" in g and "mamba_inner_fn" in g and mixers and all(
                 hasattr(m, "cuda_kernels_forward") for m in mixers):
