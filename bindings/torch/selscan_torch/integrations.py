@@ -8,7 +8,10 @@ MambaVision on selscan.
 
 Each call is idempotent, returns a handle whose .replaced lists what it replaced (also logged
 at INFO on the "selscan_torch" logger), and is undone by calling it with False, by
-handle.restore(), or by using the handle as a context manager:
+handle.restore(), or by using the handle as a context manager. Restores may come in any order;
+after the last, sys.modules and every patched attribute are as before the first use_in_*:
+modules of mamba_ssm / causal_conv1d / mambavision imported meanwhile (on the stand-ins) leave
+sys.modules; other packages' modules the clients imported (transformers, triton, ...) stay.
 
     with si.use_in_transformers():
         model(**batch).loss.backward()
@@ -107,6 +110,43 @@ def mamba_inner_fn(*args, **kwargs):
 # ---- patch bookkeeping ------------------------------------------------------------------------
 
 _MISSING = object()
+# Every patched place (a sys.modules entry or an attribute) with its original value and the
+# values the active integrations put there, oldest first: restores in any order (use_in_mambavision
+# and use_in_mamba_ssm both stand in for mamba_ssm's interface) leave the newest remaining value
+# there, and the original once none remains.
+_SLOTS = {}  # (id(owner), name) -> [owner, name, original, [(handle, value), ...]]
+# Module namespaces an integration stands in for ("mamba_ssm", ...): the sys.modules entries under
+# each when the first integration covering it began, and the integrations covering it. Modules
+# imported there meanwhile were bound to selscan's stand-ins; they leave sys.modules when the last
+# of those integrations is restored, so a later import loads the client's own modules.
+_NAMESPACES = {}  # namespace -> [{name: module}, {handles}]
+
+
+def _get(owner, name):
+    if owner is sys.modules:
+        return sys.modules.get(name, _MISSING)
+    if isinstance(owner, (types.ModuleType, type)):
+        return owner.__dict__.get(name, _MISSING)
+    return getattr(owner, name, _MISSING)
+
+
+def _put(owner, name, value):
+    if owner is sys.modules:
+        if value is _MISSING:
+            sys.modules.pop(name, None)
+        else:
+            sys.modules[name] = value
+    elif value is _MISSING:
+        try:
+            delattr(owner, name)
+        except AttributeError:
+            pass
+    else:
+        setattr(owner, name, value)
+
+
+def _in_namespace(name, ns):
+    return name == ns or name.startswith(ns + ".")
 
 
 class Integration:
@@ -115,44 +155,64 @@ class Integration:
     def __init__(self, client):
         self.client = client
         self.replaced = []  # human-readable: "module.attr" / "sys.modules[name]"
-        self._undo = []  # callables, run in reverse order
+        self._slots = []  # _SLOTS keys, undone in reverse order
+        self._namespaces = []
         self.active = True
 
-    def _setattr(self, obj, name, value, label):
-        old = obj.__dict__.get(name, _MISSING) if isinstance(obj, (types.ModuleType, type)) else getattr(obj, name)
-
-        def undo():
-            if old is _MISSING:
-                try:
-                    delattr(obj, name)
-                except AttributeError:
-                    pass
-            else:
-                setattr(obj, name, old)
-
-        setattr(obj, name, value)
-        self._undo.append(undo)
+    def _patch(self, owner, name, value, label):
+        key = (id(owner), name)
+        slot = _SLOTS.get(key)
+        if slot is None:
+            slot = _SLOTS[key] = [owner, name, _get(owner, name), []]
+        slot[3].append((self, value))
+        _put(owner, name, value)
+        self._slots.append(key)
         self.replaced.append(label)
 
+    def _setattr(self, obj, name, value, label):
+        self._patch(obj, name, value, label)
+
     def _sysmod(self, name, module):
-        old = sys.modules.get(name, _MISSING)
+        self._patch(sys.modules, name, module, f"sys.modules[{name!r}]")
 
-        def undo():
-            if old is _MISSING:
-                sys.modules.pop(name, None)
-            else:
-                sys.modules[name] = old
-
-        sys.modules[name] = module
-        self._undo.append(undo)
-        self.replaced.append(f"sys.modules[{name!r}]")
+    def _own(self, ns):
+        """Cover module namespace ns (call before its stand-ins are installed or imported)."""
+        if ns in self._namespaces:
+            return
+        entry = _NAMESPACES.get(ns)
+        if entry is None:
+            entry = _NAMESPACES[ns] = [{k: m for k, m in sys.modules.items() if _in_namespace(k, ns)}, set()]
+        entry[1].add(self)
+        self._namespaces.append(ns)
 
     def restore(self):
         if not self.active:
             return []
-        for undo in reversed(self._undo):
-            undo()
-        self._undo.clear()
+        for key in reversed(self._slots):
+            slot = _SLOTS.get(key)
+            if slot is None:
+                continue
+            owner, name, original, layers = slot
+            top = bool(layers) and layers[-1][0] is self
+            layers[:] = [lv for lv in layers if lv[0] is not self]
+            if not layers:
+                _put(owner, name, original)
+                del _SLOTS[key]
+            elif top:  # an integration applied before this one is still on: its value
+                _put(owner, name, layers[-1][1])
+        self._slots.clear()
+        for ns in self._namespaces:
+            base, owners = _NAMESPACES[ns]
+            owners.discard(self)
+            if owners:
+                continue
+            del _NAMESPACES[ns]
+            for k in [k for k in sys.modules if _in_namespace(k, ns) and k not in base]:
+                del sys.modules[k]
+            for k, m in base.items():
+                if sys.modules.get(k) is not m:
+                    sys.modules[k] = m
+        self._namespaces.clear()
         self.active = False
         if _ACTIVE.get(self.client) is self:
             del _ACTIVE[self.client]
@@ -488,6 +548,7 @@ def _install_causal_conv1d(h):
     """A causal_conv1d package on selscan where none can be imported."""
     if _importable("causal_conv1d"):
         return False
+    h._own("causal_conv1d")
     iface = _standin("causal_conv1d.causal_conv1d_interface", causal_conv1d_fn=causal_conv1d_fn,
                      causal_conv1d_update=causal_conv1d_update)
     pkg = _standin("causal_conv1d", package=True, __version__="selscan", causal_conv1d_fn=causal_conv1d_fn,
@@ -498,6 +559,7 @@ def _install_causal_conv1d(h):
 
 
 def _install_mamba_ssm(h):
+    h._own("mamba_ssm")
     iface = _interface_module()
     have_real = _importable("mamba_ssm")
     if not have_real:
@@ -605,14 +667,12 @@ def use_in_mamba_ssm(enable=True, *, float32_state=False):
 
 
 def _install_mambavision(h):
+    h._own("mamba_ssm")
+    h._own("mambavision")
     if _importable("mamba_ssm") or "mamba_ssm" in sys.modules:
-        iface_name = "mamba_ssm.ops.selective_scan_interface"
-        try:
-            real = importlib.import_module(iface_name)
-        except Exception:
-            real = None
-        if real is None or not getattr(real, "__selscan_standin__", False):
-            h._sysmod(iface_name, _interface_module())
+        # the interface only (mamba_ssm's packages import as they are), nothing imported now; over
+        # use_in_mamba_ssm's stand-in too, so that either can be restored first
+        h._sysmod("mamba_ssm.ops.selective_scan_interface", _interface_module())
     else:
         iface = _interface_module()
         ops = _standin("mamba_ssm.ops", package=True, selective_scan_interface=iface)

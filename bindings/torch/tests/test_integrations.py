@@ -473,3 +473,68 @@ def test_38_2_unpadded_mask_keeps_fast_path(kind, monkeypatch):
     assert si._padding_mask(m) is m
     with torch.inference_mode():  # no version counter: checked every time
         assert si._padding_mask(torch.ones(2, 5)) is None and si._padding_mask(torch.zeros(2, 5)) is not None
+
+
+_STANDIN_NAMESPACES = ("mamba_ssm", "causal_conv1d", "mambavision")
+_IFACE = "mamba_ssm.ops.selective_scan_interface"
+
+
+def _namespace_modules():
+    return {k: m for k, m in sys.modules.items() if k.split(".")[0] in _STANDIN_NAMESPACES}
+
+
+@pytest.mark.parametrize("order", ["fifo", "lifo"])
+def test_38_8_mambavision_and_mamba_ssm_restore_sys_modules(order, monkeypatch):
+    """Issue 38 cause 8: use_in_mambavision() then use_in_mamba_ssm(), restored in either order:
+    while one is still on, the interface module is its stand-in; after both, sys.modules holds
+    exactly the modules it held before (the same objects; the modules imported on the stand-ins,
+    mamba_ssm's own where its Python files are installed, are gone) and every patched attribute
+    is back (before the fix: FIFO left use_in_mambavision's interface stand-in in sys.modules
+    (and took mamba_ssm's away while use_in_mamba_ssm was still on), LIFO the mamba_ssm modules
+    imported on the stand-ins)."""
+    assert not {"mamba_ssm", "mambavision"} & set(si._ACTIVE)
+    for k in _namespace_modules():  # what other tests imported there: this test starts without it
+        monkeypatch.delitem(sys.modules, k)
+    # mambavision imported before the integration: its module attribute is patched, then restored
+    fake = types.ModuleType("mambavision.models.mamba_vision")
+    own_scan = fake.selective_scan_fn = lambda *a, **k: None
+    monkeypatch.setitem(sys.modules, fake.__name__, fake)
+
+    def cycle():
+        v = si.use_in_mambavision()
+        try:
+            iface_v = sys.modules[_IFACE]
+            m = si.use_in_mamba_ssm()
+        except BaseException:
+            v.restore()
+            raise
+        try:
+            iface_m = sys.modules[_IFACE]
+            assert iface_v is not iface_m and fake.selective_scan_fn is si.selective_scan_fn
+            patched = [(*_resolve(lbl), _value(lbl)) for lbl in v.replaced + m.replaced if not lbl.startswith("sys.")]
+            first, second = (v, m) if order == "fifo" else (m, v)
+            first.restore()
+            assert sys.modules.get(_IFACE) is (iface_m if first is v else iface_v)  # the other one's, still on
+            second.restore()
+        finally:  # a failure leaves neither on for the next test
+            v.restore()
+            m.restore()
+        assert fake.selective_scan_fn is own_scan
+        for owner, attr, value in patched:
+            assert owner.__dict__.get(attr) is not value, attr
+        assert not [k for k, mod in sys.modules.items() if type(mod) is types.ModuleType and
+                    mod.__dict__.get("__selscan_standin__")]
+
+    # a first cycle loads what mamba_ssm's files import from other packages (transformers, triton,
+    # einops, ...) for good: real modules, not stand-ins; under the stand-ins' namespaces nothing
+    # may stay
+    before = _namespace_modules()
+    cycle()
+    after = _namespace_modules()
+    assert sorted(after) == sorted(before) and all(after[k] is before[k] for k in before)
+    # a second cycle: all of sys.modules exactly as before, the same module objects
+    before = dict(sys.modules)
+    cycle()
+    assert sorted(set(sys.modules) ^ set(before)) == []
+    assert [k for k, mod in before.items() if sys.modules[k] is not mod] == []
+    assert si._SLOTS == {} and si._NAMESPACES == {}
