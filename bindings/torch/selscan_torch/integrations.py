@@ -26,8 +26,9 @@ What is replaced:
   computed as transformers' own PyTorch path computes it (the dt RMS norm on x_proj's dt_rank
   slice, before dt_proj), not as mamba_ssm's kernel does (after dt_proj). 5.x: MambaMixer.forward
   (training without a cache: in_proj into the block's layout) and FalconMambaMixer.forward (hands
-  attention_mask to the fused call); a padded attention_mask is applied to the conv's output too,
-  as transformers' PyTorch path applies it.
+  attention_mask to the fused call). A padded attention_mask in training is applied where
+  transformers' PyTorch path applies it, which its fused branch does not: 5.x before in_proj and
+  on the conv's output, 4.x on x (in_proj's first half) and on the conv's output.
 - mamba_ssm: sys.modules["mamba_ssm.ops.selective_scan_interface"] (selscan's
   selective_scan_fn / mamba_inner_fn), a causal_conv1d package where none is installed, a
   mamba_ssm.ops.triton.selective_state_update module where it cannot be imported, and the names
@@ -271,8 +272,9 @@ def _importable(name):
 
 _TF_MODULES = ("transformers.models.mamba.modeling_mamba", "transformers.models.falcon_mamba.modeling_falcon_mamba")
 _FALCON_DT_ONES = {}
-# the attention_mask of the mixer whose forward is running (_tf_mixer_forward_mask), for its fused call
-_TF_MASK = contextvars.ContextVar("selscan_tf_mask", default=None)
+# (attention_mask, mask x too) of the mixer whose forward is running (_tf_mixer_forward_mask,
+# _tf_mixer_forward), for its fused call
+_TF_MASK = contextvars.ContextVar("selscan_tf_mask", default=(None, False))
 _PAD_MEMO = [None]  # (weakref to the last mask, its _version, the answer)
 
 
@@ -310,10 +312,14 @@ def _tf_inner(original):
             if key not in _FALCON_DT_ONES:
                 _FALCON_DT_ONES[key] = torch.ones(R, dtype=torch.float32, device=xz.device)
             dt_rms_weight, pre = _FALCON_DT_ONES[key], True
+        mask, mask_x = _TF_MASK.get()
+        if mask_x:  # 4.x's PyTorch path masks x (in_proj's output, not hidden_states) before the conv too
+            d = xz.shape[1] // 2
+            xz = torch.cat(((xz[:, :d] * mask[:, None, :]).to(xz.dtype), xz[:, d:]), dim=1)
         return _block.mamba_inner_fn(xz, conv1d_weight, conv1d_bias, x_proj_weight, delta_proj_weight,
                                      out_proj_weight, out_proj_bias, A, B, C, D, delta_bias, B_proj_bias,
                                      C_proj_bias, delta_softplus, checkpoint_lvl, b_rms_weight, c_rms_weight,
-                                     dt_rms_weight, b_c_dt_rms_eps, dt_rms_pre_proj=pre, mask=_TF_MASK.get())
+                                     dt_rms_weight, b_c_dt_rms_eps, dt_rms_pre_proj=pre, mask=mask)
 
     return mamba_inner_fn
 
@@ -349,7 +355,7 @@ def _tf_mixer_forward_mask(original, cache_name):
         mask = _padding_mask(mask) if self.training and cache is None else None
         if mask is None:  # no padding: transformers' forward as it is
             return original(self, hidden_states, *args, **kwargs)
-        token = _TF_MASK.set(mask)
+        token = _TF_MASK.set((mask, False))
         try:
             return original(self, hidden_states, *args, **kwargs)
         finally:
@@ -417,9 +423,31 @@ def _tf_cm_hook(g):
     return m, mask, cache_name
 
 
+def _tf_arg(fn, name, args, kwargs):
+    """Argument `name` of a call fn(self, hidden_states, *args, **kwargs); None where not given."""
+    if name in kwargs or not args:
+        return kwargs.get(name)
+    try:
+        i = list(inspect.signature(fn).parameters).index(name) - 2
+    except (TypeError, ValueError):
+        return None
+    return args[i] if 0 <= i < len(args) else None
+
+
 def _tf_mixer_forward(self, hidden_states, *args, **kwargs):
-    # transformers 4.x: the kernel path, on every device (its forward takes it only on CUDA)
-    return self.cuda_kernels_forward(hidden_states, *args, **kwargs)
+    # transformers 4.x: the kernel path, on every device (its forward takes it only on CUDA). Its
+    # fused training branch ignores attention_mask; its PyTorch path (slow_forward) masks x before
+    # the conv and the conv's output: a padded mask goes to _tf_inner for both
+    fwd = self.cuda_kernels_forward
+    if self.training and _tf_arg(fwd, "cache_params", args, kwargs) is None:
+        mask = _padding_mask(_tf_arg(fwd, "attention_mask", args, kwargs))
+        if mask is not None:
+            token = _TF_MASK.set((mask, True))
+            try:
+                return fwd(hidden_states, *args, **kwargs)
+            finally:
+                _TF_MASK.reset(token)
+    return fwd(hidden_states, *args, **kwargs)
 
 
 def _install_transformers(h):

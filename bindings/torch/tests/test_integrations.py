@@ -474,6 +474,15 @@ def test_38_2_unpadded_mask_keeps_fast_path(kind, monkeypatch):
     with torch.inference_mode():  # no version counter: checked every time
         assert si._padding_mask(torch.ones(2, 5)) is None and si._padding_mask(torch.zeros(2, 5)) is not None
 
+    def fwd_4x(self, hidden_states, cache_params=None, cache_position=None, attention_mask=None):
+        pass
+
+    # transformers 4.x's cuda_kernels_forward arguments, by keyword or by position
+    assert si._tf_arg(fwd_4x, "attention_mask", (None, None, "mask"), {}) == "mask"
+    assert si._tf_arg(fwd_4x, "attention_mask", (), {"attention_mask": "mask"}) == "mask"
+    assert si._tf_arg(fwd_4x, "cache_params", ("cache",), {}) == "cache"
+    assert si._tf_arg(fwd_4x, "attention_mask", ("cache",), {}) is None
+
 
 _STANDIN_NAMESPACES = ("mamba_ssm", "causal_conv1d", "mambavision")
 _IFACE = "mamba_ssm.ops.selective_scan_interface"
