@@ -285,6 +285,8 @@ def _padding_mask(mask):
     the device (one sync a forward, not one a layer)."""
     if mask is None:
         return None
+    if torch.compiler.is_compiling():  # no data-dependent branch (a graph break) in a traced forward
+        return mask
     try:
         version = mask._version
     except RuntimeError:  # an inference tensor: no version counter, no memo

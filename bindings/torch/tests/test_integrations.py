@@ -473,6 +473,9 @@ def test_38_2_unpadded_mask_keeps_fast_path(kind, monkeypatch):
     assert si._padding_mask(m) is m
     with torch.inference_mode():  # no version counter: checked every time
         assert si._padding_mask(torch.ones(2, 5)) is None and si._padding_mask(torch.zeros(2, 5)) is not None
+    # traced by torch.compile: no data-dependent branch (fullgraph), a given mask is applied
+    traced = torch.compile(lambda m, x: x if si._padding_mask(m) is None else x * m, fullgraph=True, backend="eager")
+    assert torch.equal(traced(torch.ones(2, 5), torch.full((2, 5), 3.0)), torch.full((2, 5), 3.0))
 
     def fwd_4x(self, hidden_states, cache_params=None, cache_position=None, attention_mask=None):
         pass
