@@ -116,10 +116,11 @@ _MISSING = object()
 # and use_in_mamba_ssm both stand in for mamba_ssm's interface) leave the newest remaining value
 # there, and the original once none remains.
 _SLOTS = {}  # (id(owner), name) -> [owner, name, original, [(handle, value), ...]]
-# Module namespaces an integration stands in for ("mamba_ssm", ...): the sys.modules entries under
-# each when the first integration covering it began, and the integrations covering it. Modules
-# imported there meanwhile were bound to selscan's stand-ins; they leave sys.modules when the last
-# of those integrations is restored, so a later import loads the client's own modules.
+# Module namespaces an integration stands in for or whose imports bind its stand-ins ("mamba_ssm",
+# "mambavision", ...): the sys.modules entries under each when the first integration covering it
+# began, and the integrations covering it. Modules imported there meanwhile were bound to selscan's
+# stand-ins; they leave sys.modules when the last of those integrations is restored, so a later
+# import loads the client's own modules.
 _NAMESPACES = {}  # namespace -> [{name: module}, {handles}]
 
 
@@ -590,6 +591,7 @@ def _install_causal_conv1d(h):
 
 def _install_mamba_ssm(h):
     h._own("mamba_ssm")
+    h._own("mambavision")  # its import binds the interface's selective_scan_fn too
     iface = _interface_module()
     have_real = _importable("mamba_ssm")
     if not have_real:

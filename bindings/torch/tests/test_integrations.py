@@ -523,6 +523,7 @@ def test_38_8_mambavision_and_mamba_ssm_restore_sys_modules(order, monkeypatch):
         try:
             iface_m = sys.modules[_IFACE]
             assert iface_v is not iface_m and fake.selective_scan_fn is si.selective_scan_fn
+            sys.modules["mambavision.imported_meanwhile"] = types.ModuleType("mambavision.imported_meanwhile")
             patched = [(*_resolve(lbl), _value(lbl)) for lbl in v.replaced + m.replaced if not lbl.startswith("sys.")]
             first, second = (v, m) if order == "fifo" else (m, v)
             first.restore()
