@@ -33,6 +33,9 @@ What it does beyond mamba_ssm's MambaInnerFn:
   the normalised operands' gradients through as if there were no norm, and returns no gradient
   for the norm weights); with dt_rms_pre_proj=True (a selscan extension) the dt norm is applied to
   x_proj's dt_rank slice before delta_proj, as transformers' FalconMamba PyTorch path does.
+- mask=attention_mask (a selscan extension): the conv's output is multiplied by the (batch, L)
+  mask before x_proj and the scan, as transformers' PyTorch path masks it (its fused branch does
+  not: the conv bias at pad positions then reaches the state), and its gradient likewise.
 - CPU and CUDA; deterministic (selscan's ops and plain GEMMs / sums).
 
 Autocast: as mamba_ssm's custom_fwd / custom_bwd: under autocast the three projection weights (and
@@ -147,12 +150,14 @@ def _project(cfg, x_dbl, delta_proj_weight, B_proj_bias, C_proj_bias, b_rms, c_r
 class _MambaInnerFn(torch.autograd.Function):
     @staticmethod
     def forward(ctx, xz, conv_w, conv_b, x_proj_weight, delta_proj_weight, out_proj_weight, out_proj_bias, A, B, C,
-                D, delta_bias, B_proj_bias, C_proj_bias, b_rms, c_rms, dt_rms, cfg):
+                D, delta_bias, B_proj_bias, C_proj_bias, b_rms, c_rms, dt_rms, pad, cfg):
         b, d, L = cfg.b, cfg.d, cfg.L
         x = xz[:, :d]
         z = _scan_z(xz[:, d:])
         with torch.autocast(cfg.dev, enabled=False):
             conv_out, _ = _conv_fwd(x, conv_w, conv_b, None, None, True, False, True)  # cm layout
+            if pad is not None:  # in place (fresh; layout kept): rounds as transformers' (h * mask).to(dtype)
+                conv_out.mul_(pad)
             x_dbl = x_proj_weight @ _cm_matrix(conv_out)  # (K, bL)
             delta, Bv, Cv = _project(cfg, x_dbl, delta_proj_weight, B_proj_bias, C_proj_bias, b_rms, c_rms, dt_rms)
             Bs = Bv if cfg.var_B else B
@@ -162,7 +167,7 @@ class _MambaInnerFn(torch.autograd.Function):
             out = F.linear(_cm_matrix(y).t(), out_proj_weight, out_proj_bias)  # (bL, d_model)
         keep = (conv_out, delta, Bv, Cv) if cfg.lvl == 0 else (None, None, None, None)
         ctx.save_for_backward(xz, conv_w, conv_b, x_dbl, x_proj_weight, delta_proj_weight, out_proj_weight, A, B, C,
-                              D, delta_bias, B_proj_bias, C_proj_bias, b_rms, c_rms, dt_rms, y, ck, *keep)
+                              D, delta_bias, B_proj_bias, C_proj_bias, b_rms, c_rms, dt_rms, pad, y, ck, *keep)
         ctx.cfg = cfg
         return out.view(b, L, out.shape[-1])
 
@@ -170,7 +175,7 @@ class _MambaInnerFn(torch.autograd.Function):
     def backward(ctx, dout):
         cfg = ctx.cfg
         (xz, conv_w, conv_b, x_dbl, x_proj_weight, delta_proj_weight, out_proj_weight, A, B, C, D, delta_bias,
-         B_proj_bias, C_proj_bias, b_rms, c_rms, dt_rms, y, ck, conv_out, delta, Bv, Cv) = ctx.saved_tensors
+         B_proj_bias, C_proj_bias, b_rms, c_rms, dt_rms, pad, y, ck, conv_out, delta, Bv, Cv) = ctx.saved_tensors
         b, d, L, R, N, K, eps = cfg.b, cfg.d, cfg.L, cfg.R, cfg.N, cfg.K, cfg.eps
         nig = ctx.needs_input_grad
         x = xz[:, :d]
@@ -183,6 +188,8 @@ class _MambaInnerFn(torch.autograd.Function):
             dy = _cm_tensor(out_proj_weight.t() @ dout2d.t(), b, L)  # (b, d, L) cm layout
             if cfg.lvl == 1:  # recompute the conv output and delta / B / C
                 conv_out, _ = _conv_fwd(x, conv_w, conv_b, None, None, True, False, True)
+                if pad is not None:
+                    conv_out.mul_(pad)
                 delta, Bv, Cv = _project(cfg, x_dbl, delta_proj_weight, B_proj_bias, C_proj_bias, b_rms, c_rms,
                                          dt_rms)
             Bs = Bv if cfg.var_B else B
@@ -231,6 +238,8 @@ class _MambaInnerFn(torch.autograd.Function):
             dconv2d = _cm_matrix(du)  # a view when du has u's cm layout (the scan's outputs do)
             dconv2d.addmm_(x_proj_weight.t(), dx_dbl)  # in place: du is the scan's fresh output
             dconv = _cm_tensor(dconv2d, b, L)
+            if pad is not None:
+                dconv.mul_(pad)  # the masked output's gradient -> the conv's
             cmask = [1, int(nig[1]), int(cfg.has_cb and nig[2]), 0]
             dx, dconv_w, dconv_b, _ = _conv_bwd(x, conv_w, conv_b, None, None, dconv, None, True, cmask)
             # dxz in cm layout ((2 dim, batch, L) memory) whatever xz's: dx (dconv's layout) and dz
@@ -244,7 +253,7 @@ class _MambaInnerFn(torch.autograd.Function):
         return (dxz, dconv_w if nig[1] else None, dconv_b if cmask[2] else None, d_x_proj_w, d_dt_w, d_out_w,
                 d_out_b, dA if nig[7] else None, dB if (not cfg.var_B and nig[8]) else None,
                 dC if (not cfg.var_C and nig[9]) else None, dD if mask[5] else None, ddb if mask[7] else None,
-                d_bpb, d_cpb, d_b_rms, d_c_rms, d_dt_rms, None)
+                d_bpb, d_cpb, d_b_rms, d_c_rms, d_dt_rms, None, None)
 
 
 # ---- in_proj into the cm layout ---------------------------------------------------------------
@@ -298,7 +307,7 @@ def _to(t, dtype):
 def mamba_inner_fn(xz, conv1d_weight, conv1d_bias, x_proj_weight, delta_proj_weight, out_proj_weight, out_proj_bias,
                    A, B=None, C=None, D=None, delta_bias=None, B_proj_bias=None, C_proj_bias=None,
                    delta_softplus=True, checkpoint_lvl=1, b_rms_weight=None, c_rms_weight=None, dt_rms_weight=None,
-                   b_c_dt_rms_eps=1e-6, *, dt_rms_pre_proj=False):
+                   b_c_dt_rms_eps=1e-6, *, dt_rms_pre_proj=False, mask=None):
     """mamba_ssm.ops.selective_scan_interface.mamba_inner_fn on selscan (same signature).
 
     xz: (batch, 2 * dim, L) any strides (in_proj's output transposed); conv1d_weight (dim, 1, W)
@@ -310,7 +319,10 @@ def mamba_inner_fn(xz, conv1d_weight, conv1d_bias, x_proj_weight, delta_proj_wei
     backward); b_rms_weight / c_rms_weight (N,) and dt_rms_weight (dim,): RMS norms of B, C and
     delta (FalconMamba), eps b_c_dt_rms_eps. dt_rms_pre_proj=True (keyword, selscan's): the dt
     norm applies to x_proj's dt_rank slice before delta_proj (dt_rms_weight then (dt_rank,)), as
-    transformers' FalconMamba PyTorch path computes. Returns (batch, L, d_model).
+    transformers' FalconMamba PyTorch path computes. mask (keyword, selscan's): None or a
+    (batch, L) tensor (an attention_mask, any dtype) multiplying the conv's output (after its
+    activation) before x_proj and the scan, as transformers' PyTorch path applies
+    attention_mask there. Returns (batch, L, d_model).
     """
     if checkpoint_lvl not in (0, 1):
         raise ValueError(f"selscan: checkpoint_lvl must be 0 or 1, got {checkpoint_lvl}")
@@ -350,6 +362,9 @@ def mamba_inner_fn(xz, conv1d_weight, conv1d_bias, x_proj_weight, delta_proj_wei
                        ("dt_rms_weight", dt_rms_weight, R if dt_rms_pre_proj else d)):
         if t is not None and tuple(t.shape) != (n,):
             raise ValueError(f"selscan: {name} must have shape ({n},), got {tuple(t.shape)}")
+    if mask is not None and (mask.dim() != 2 or tuple(mask.shape) != (b, L) or mask.device != xz.device):
+        raise ValueError(f"selscan: mask must have shape (batch, L) = ({b}, {L}) on {xz.device}, got "
+                         f"{tuple(mask.shape)} on {mask.device}")
     cfg = _Cfg()
     cfg.b, cfg.d, cfg.L, cfg.R, cfg.N, cfg.K = b, d, L, R, N, K
     cfg.var_B, cfg.var_C = B is None, C is None
@@ -371,6 +386,8 @@ def mamba_inner_fn(xz, conv1d_weight, conv1d_bias, x_proj_weight, delta_proj_wei
     if C is not None:
         C = _to(C, f32) if C.dim() == 2 else _to(C, cdt)
     B_proj_bias, C_proj_bias = _to(B_proj_bias, cdt), _to(C_proj_bias, cdt)
+    if mask is not None:
+        mask = mask.detach()[:, None, :]  # (batch, 1, L): broadcast over the channels
     return _MambaInnerFn.apply(xz, conv_w, conv_b, x_proj_weight, delta_proj_weight, out_proj_weight, out_proj_bias,
                                A, B, C, D, delta_bias, B_proj_bias, C_proj_bias, b_rms_weight, c_rms_weight,
-                               dt_rms_weight, cfg)
+                               dt_rms_weight, mask, cfg)

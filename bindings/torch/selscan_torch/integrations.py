@@ -8,7 +8,10 @@ MambaVision on selscan.
 
 Each call is idempotent, returns a handle whose .replaced lists what it replaced (also logged
 at INFO on the "selscan_torch" logger), and is undone by calling it with False, by
-handle.restore(), or by using the handle as a context manager:
+handle.restore(), or by using the handle as a context manager. Restores may come in any order;
+after the last, sys.modules and every patched attribute are as before the first use_in_*:
+modules of mamba_ssm / causal_conv1d / mambavision imported meanwhile (on the stand-ins) leave
+sys.modules; other packages' modules the clients imported (transformers, triton, ...) stay.
 
     with si.use_in_transformers():
         model(**batch).loss.backward()
@@ -21,7 +24,11 @@ What is replaced:
   selective_state_update / the causal_conv1d cache, plus the mixers' forward, which in 4.x takes
   the kernel path only on CUDA: it is sent there on every device). FalconMamba's fused call is
   computed as transformers' own PyTorch path computes it (the dt RMS norm on x_proj's dt_rank
-  slice, before dt_proj), not as mamba_ssm's kernel does (after dt_proj).
+  slice, before dt_proj), not as mamba_ssm's kernel does (after dt_proj). 5.x: MambaMixer.forward
+  (training without a cache: in_proj into the block's layout) and FalconMambaMixer.forward (hands
+  attention_mask to the fused call). A padded attention_mask in training is applied where
+  transformers' PyTorch path applies it, which its fused branch does not: 5.x before in_proj and
+  on the conv's output, 4.x on x (in_proj's first half) and on the conv's output.
 - mamba_ssm: sys.modules["mamba_ssm.ops.selective_scan_interface"] (selscan's
   selective_scan_fn / mamba_inner_fn), a causal_conv1d package where none is installed, a
   mamba_ssm.ops.triton.selective_state_update module where it cannot be imported, and the names
@@ -32,12 +39,14 @@ What is replaced:
   modules when mamba_ssm is not installed, and mambavision's own module attribute when it is
   already imported.
 """
+import contextvars
 import importlib
 import inspect
 import importlib.util
 import logging
 import sys
 import types
+import weakref
 
 import torch
 
@@ -102,6 +111,44 @@ def mamba_inner_fn(*args, **kwargs):
 # ---- patch bookkeeping ------------------------------------------------------------------------
 
 _MISSING = object()
+# Every patched place (a sys.modules entry or an attribute) with its original value and the
+# values the active integrations put there, oldest first: restores in any order (use_in_mambavision
+# and use_in_mamba_ssm both stand in for mamba_ssm's interface) leave the newest remaining value
+# there, and the original once none remains.
+_SLOTS = {}  # (id(owner), name) -> [owner, name, original, [(handle, value), ...]]
+# Module namespaces an integration stands in for or whose imports bind its stand-ins ("mamba_ssm",
+# "mambavision", ...): the sys.modules entries under each when the first integration covering it
+# began, and the integrations covering it. Modules imported there meanwhile were bound to selscan's
+# stand-ins; they leave sys.modules when the last of those integrations is restored, so a later
+# import loads the client's own modules.
+_NAMESPACES = {}  # namespace -> [{name: module}, {handles}]
+
+
+def _get(owner, name):
+    if owner is sys.modules:
+        return sys.modules.get(name, _MISSING)
+    if isinstance(owner, (types.ModuleType, type)):
+        return owner.__dict__.get(name, _MISSING)
+    return getattr(owner, name, _MISSING)
+
+
+def _put(owner, name, value):
+    if owner is sys.modules:
+        if value is _MISSING:
+            sys.modules.pop(name, None)
+        else:
+            sys.modules[name] = value
+    elif value is _MISSING:
+        try:
+            delattr(owner, name)
+        except AttributeError:
+            pass
+    else:
+        setattr(owner, name, value)
+
+
+def _in_namespace(name, ns):
+    return name == ns or name.startswith(ns + ".")
 
 
 class Integration:
@@ -110,44 +157,64 @@ class Integration:
     def __init__(self, client):
         self.client = client
         self.replaced = []  # human-readable: "module.attr" / "sys.modules[name]"
-        self._undo = []  # callables, run in reverse order
+        self._slots = []  # _SLOTS keys, undone in reverse order
+        self._namespaces = []
         self.active = True
 
-    def _setattr(self, obj, name, value, label):
-        old = obj.__dict__.get(name, _MISSING) if isinstance(obj, (types.ModuleType, type)) else getattr(obj, name)
-
-        def undo():
-            if old is _MISSING:
-                try:
-                    delattr(obj, name)
-                except AttributeError:
-                    pass
-            else:
-                setattr(obj, name, old)
-
-        setattr(obj, name, value)
-        self._undo.append(undo)
+    def _patch(self, owner, name, value, label):
+        key = (id(owner), name)
+        slot = _SLOTS.get(key)
+        if slot is None:
+            slot = _SLOTS[key] = [owner, name, _get(owner, name), []]
+        slot[3].append((self, value))
+        _put(owner, name, value)
+        self._slots.append(key)
         self.replaced.append(label)
 
+    def _setattr(self, obj, name, value, label):
+        self._patch(obj, name, value, label)
+
     def _sysmod(self, name, module):
-        old = sys.modules.get(name, _MISSING)
+        self._patch(sys.modules, name, module, f"sys.modules[{name!r}]")
 
-        def undo():
-            if old is _MISSING:
-                sys.modules.pop(name, None)
-            else:
-                sys.modules[name] = old
-
-        sys.modules[name] = module
-        self._undo.append(undo)
-        self.replaced.append(f"sys.modules[{name!r}]")
+    def _own(self, ns):
+        """Cover module namespace ns (call before its stand-ins are installed or imported)."""
+        if ns in self._namespaces:
+            return
+        entry = _NAMESPACES.get(ns)
+        if entry is None:
+            entry = _NAMESPACES[ns] = [{k: m for k, m in sys.modules.items() if _in_namespace(k, ns)}, set()]
+        entry[1].add(self)
+        self._namespaces.append(ns)
 
     def restore(self):
         if not self.active:
             return []
-        for undo in reversed(self._undo):
-            undo()
-        self._undo.clear()
+        for key in reversed(self._slots):
+            slot = _SLOTS.get(key)
+            if slot is None:
+                continue
+            owner, name, original, layers = slot
+            top = bool(layers) and layers[-1][0] is self
+            layers[:] = [lv for lv in layers if lv[0] is not self]
+            if not layers:
+                _put(owner, name, original)
+                del _SLOTS[key]
+            elif top:  # an integration applied before this one is still on: its value
+                _put(owner, name, layers[-1][1])
+        self._slots.clear()
+        for ns in self._namespaces:
+            base, owners = _NAMESPACES[ns]
+            owners.discard(self)
+            if owners:
+                continue
+            del _NAMESPACES[ns]
+            for k in [k for k in sys.modules if _in_namespace(k, ns) and k not in base]:
+                del sys.modules[k]
+            for k, m in base.items():
+                if sys.modules.get(k) is not m:
+                    sys.modules[k] = m
+        self._namespaces.clear()
         self.active = False
         if _ACTIVE.get(self.client) is self:
             del _ACTIVE[self.client]
@@ -206,6 +273,32 @@ def _importable(name):
 
 _TF_MODULES = ("transformers.models.mamba.modeling_mamba", "transformers.models.falcon_mamba.modeling_falcon_mamba")
 _FALCON_DT_ONES = {}
+# (attention_mask, mask x too) of the mixer whose forward is running (_tf_mixer_forward_mask,
+# _tf_mixer_forward), for its fused call
+_TF_MASK = contextvars.ContextVar("selscan_tf_mask", default=(None, False))
+_PAD_MEMO = [None]  # (weakref to the last mask, its _version, the answer)
+
+
+def _padding_mask(mask):
+    """attention_mask where applying it changes something (an entry other than 1), else None, so
+    that a batch without padding runs the unmasked block unchanged. Checked once per mask tensor
+    (and version): every layer of a forward gets the same mask, and on CUDA the check waits for
+    the device (one sync a forward, not one a layer)."""
+    if mask is None:
+        return None
+    if torch.compiler.is_compiling():  # no data-dependent branch (a graph break) in a traced forward
+        return mask
+    try:
+        version = mask._version
+    except RuntimeError:  # an inference tensor: no version counter, no memo
+        version = None
+    memo = _PAD_MEMO[0]
+    if version is not None and memo is not None and memo[0]() is mask and memo[1] == version:
+        return mask if memo[2] else None
+    pad = bool((mask != 1).any())
+    if version is not None:
+        _PAD_MEMO[0] = (weakref.ref(mask), version, pad)
+    return mask if pad else None
 
 
 def _tf_inner(original):
@@ -222,10 +315,14 @@ def _tf_inner(original):
             if key not in _FALCON_DT_ONES:
                 _FALCON_DT_ONES[key] = torch.ones(R, dtype=torch.float32, device=xz.device)
             dt_rms_weight, pre = _FALCON_DT_ONES[key], True
+        mask, mask_x = _TF_MASK.get()
+        if mask_x:  # 4.x's PyTorch path masks x (in_proj's output, not hidden_states) before the conv too
+            d = xz.shape[1] // 2
+            xz = torch.cat(((xz[:, :d] * mask[:, None, :]).to(xz.dtype), xz[:, d:]), dim=1)
         return _block.mamba_inner_fn(xz, conv1d_weight, conv1d_bias, x_proj_weight, delta_proj_weight,
                                      out_proj_weight, out_proj_bias, A, B, C, D, delta_bias, B_proj_bias,
                                      C_proj_bias, delta_softplus, checkpoint_lvl, b_rms_weight, c_rms_weight,
-                                     dt_rms_weight, b_c_dt_rms_eps, dt_rms_pre_proj=pre)
+                                     dt_rms_weight, b_c_dt_rms_eps, dt_rms_pre_proj=pre, mask=mask)
 
     return mamba_inner_fn
 
@@ -250,29 +347,70 @@ def _tf_conv_update(original):
     return causal_conv1d_update_
 
 
+def _tf_mixer_forward_mask(original, cache_name):
+    """A 5.x mixer's forward (FalconMamba's; MambaMixer's where its stand-in passes) around
+    transformers' own: in a training step without a cache with padding in attention_mask, the
+    mask goes to selscan's mamba_inner_fn (_tf_inner), which applies it to the conv's output as
+    transformers' PyTorch path does (its fused branch masks before in_proj only)."""
+    def forward(self, hidden_states, *args, **kwargs):
+        cache = args[0] if args else kwargs.get(cache_name)
+        mask = args[1] if len(args) > 1 else kwargs.get("attention_mask")
+        mask = _padding_mask(mask) if self.training and cache is None else None
+        if mask is None:  # no padding: transformers' forward as it is
+            return original(self, hidden_states, *args, **kwargs)
+        token = _TF_MASK.set((mask, False))
+        try:
+            return original(self, hidden_states, *args, **kwargs)
+        finally:
+            _TF_MASK.reset(token)
+
+    forward.__wrapped__ = original
+    return forward
+
+
 def _tf_mixer_forward_cm(original, apply_mask, cache_name):
     """transformers 5.x MambaMixer.forward whose training step (no cache) computes in_proj straight
     into the block's cm layout (block.in_proj_cm) and runs selscan's mamba_inner_fn on it: the same
     computation as transformers' fused branch (mask, in_proj, A = -exp(A_log), mamba_inner_fn with
     its arguments) without the channels-last xz, so neither z's transpose for the scan nor a
-    transposed gradient. Everything else (a cache, eval, generation, an argument it does not know)
-    runs transformers' forward. cache_name: the forward's cache argument ("cache" since 5.2x,
-    "cache_params" before)."""
+    transposed gradient. attention_mask is applied where transformers' PyTorch path applies it:
+    before in_proj and on the conv's output (block's mask; transformers' fused branch masks before
+    in_proj only). Everything else (a cache, eval, generation, an argument it does not know)
+    runs transformers' forward (through _tf_mixer_forward_mask). cache_name: the forward's cache
+    argument ("cache" since 5.2x, "cache_params" before)."""
+    fallback = _tf_mixer_forward_mask(original, cache_name)
+
     def forward(self, hidden_states, *args, **kwargs):
         cache = args[0] if args else kwargs.get(cache_name)
         mask = args[1] if len(args) > 1 else kwargs.get("attention_mask")
         if len(args) > 2 or set(kwargs) - {cache_name, "attention_mask"} or not (self.training and cache is None):
-            return original(self, hidden_states, *args, **kwargs)
+            return fallback(self, hidden_states, *args, **kwargs)
         hidden_states = apply_mask(hidden_states, mask)
         xz = _block.in_proj_cm(hidden_states, self.in_proj.weight, self.in_proj.bias)
         A = -torch.exp(self.A_log.float())
         return _block.mamba_inner_fn(xz, self.conv1d.weight, self.conv1d.bias if self.use_conv_bias else None,
                                      self.x_proj.weight, self.dt_proj.weight, self.out_proj.weight,
                                      self.out_proj.bias.float() if self.use_bias else None, A, None, None,
-                                     self.D.float(), delta_bias=self.dt_proj.bias.float(), delta_softplus=True)
+                                     self.D.float(), delta_bias=self.dt_proj.bias.float(), delta_softplus=True,
+                                     mask=_padding_mask(mask))
 
     forward.__wrapped__ = original
     return forward
+
+
+def _tf_cache_name(m):
+    """The cache argument's name where a 5.x mixer's forward has the signature (hidden_states,
+    cache or cache_params, attention_mask, **kwargs) the stand-ins read; else None."""
+    if not isinstance(m, type) or "forward" not in m.__dict__:
+        return None
+    try:
+        params = list(inspect.signature(m.__dict__["forward"]).parameters)
+    except (TypeError, ValueError):
+        return None
+    if len(params) < 4 or params[:2] != ["self", "hidden_states"] or params[2] not in ("cache", "cache_params") or \
+            params[3] != "attention_mask":
+        return None
+    return params[2]
 
 
 def _tf_cm_hook(g):
@@ -282,21 +420,37 @@ def _tf_cm_hook(g):
     differ (transformers then keeps its own forward; only the module-level kernels are selscan's)."""
     m = g.get("MambaMixer")
     mask = g.get("apply_mask_to_padding_states")
-    if not isinstance(m, type) or mask is None or "forward" not in m.__dict__:
+    cache_name = _tf_cache_name(m)
+    if mask is None or cache_name is None:
         return None
+    return m, mask, cache_name
+
+
+def _tf_arg(fn, name, args, kwargs):
+    """Argument `name` of a call fn(self, hidden_states, *args, **kwargs); None where not given."""
+    if name in kwargs or not args:
+        return kwargs.get(name)
     try:
-        params = list(inspect.signature(m.__dict__["forward"]).parameters)
+        i = list(inspect.signature(fn).parameters).index(name) - 2
     except (TypeError, ValueError):
         return None
-    if len(params) < 4 or params[:2] != ["self", "hidden_states"] or params[2] not in ("cache", "cache_params") or \
-            params[3] != "attention_mask":
-        return None
-    return m, mask, params[2]
+    return args[i] if 0 <= i < len(args) else None
 
 
 def _tf_mixer_forward(self, hidden_states, *args, **kwargs):
-    # transformers 4.x: the kernel path, on every device (its forward takes it only on CUDA)
-    return self.cuda_kernels_forward(hidden_states, *args, **kwargs)
+    # transformers 4.x: the kernel path, on every device (its forward takes it only on CUDA). Its
+    # fused training branch ignores attention_mask; its PyTorch path (slow_forward) masks x before
+    # the conv and the conv's output: a padded mask goes to _tf_inner for both
+    fwd = self.cuda_kernels_forward
+    if self.training and _tf_arg(fwd, "cache_params", args, kwargs) is None:
+        mask = _padding_mask(_tf_arg(fwd, "attention_mask", args, kwargs))
+        if mask is not None:
+            token = _TF_MASK.set((mask, True))
+            try:
+                return fwd(hidden_states, *args, **kwargs)
+            finally:
+                _TF_MASK.reset(token)
+    return fwd(hidden_states, *args, **kwargs)
 
 
 def _install_transformers(h):
@@ -328,6 +482,11 @@ def _install_transformers(h):
                 mixer, mask, cache_name = hook
                 h._setattr(mixer, "forward", _tf_mixer_forward_cm(mixer.__dict__["forward"], mask, cache_name),
                            f"{modname}.MambaMixer.forward")
+            for m in mixers:  # the others' fused call gets attention_mask through _tf_mixer_forward_mask
+                cache_name = _tf_cache_name(m)
+                if (hook is None or m is not hook[0]) and cache_name is not None:
+                    h._setattr(m, "forward", _tf_mixer_forward_mask(m.__dict__["forward"], cache_name),
+                               f"{modname}.{m.__name__}.forward")
             found += 1
         elif "selective_scan_fn" in g and "selective_state_update" in g and "mamba_inner_fn" in g and mixers and all(
                 hasattr(m, "cuda_kernels_forward") for m in mixers):
@@ -420,6 +579,7 @@ def _install_causal_conv1d(h):
     """A causal_conv1d package on selscan where none can be imported."""
     if _importable("causal_conv1d"):
         return False
+    h._own("causal_conv1d")
     iface = _standin("causal_conv1d.causal_conv1d_interface", causal_conv1d_fn=causal_conv1d_fn,
                      causal_conv1d_update=causal_conv1d_update)
     pkg = _standin("causal_conv1d", package=True, __version__="selscan", causal_conv1d_fn=causal_conv1d_fn,
@@ -430,6 +590,8 @@ def _install_causal_conv1d(h):
 
 
 def _install_mamba_ssm(h):
+    h._own("mamba_ssm")
+    h._own("mambavision")  # its import binds the interface's selective_scan_fn too
     iface = _interface_module()
     have_real = _importable("mamba_ssm")
     if not have_real:
@@ -537,14 +699,12 @@ def use_in_mamba_ssm(enable=True, *, float32_state=False):
 
 
 def _install_mambavision(h):
+    h._own("mamba_ssm")
+    h._own("mambavision")
     if _importable("mamba_ssm") or "mamba_ssm" in sys.modules:
-        iface_name = "mamba_ssm.ops.selective_scan_interface"
-        try:
-            real = importlib.import_module(iface_name)
-        except Exception:
-            real = None
-        if real is None or not getattr(real, "__selscan_standin__", False):
-            h._sysmod(iface_name, _interface_module())
+        # the interface only (mamba_ssm's packages import as they are), nothing imported now; over
+        # use_in_mamba_ssm's stand-in too, so that either can be restored first
+        h._sysmod("mamba_ssm.ops.selective_scan_interface", _interface_module())
     else:
         iface = _interface_module()
         ops = _standin("mamba_ssm.ops", package=True, selective_scan_interface=iface)

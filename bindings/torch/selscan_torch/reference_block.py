@@ -63,8 +63,9 @@ def _rms(x, w, eps):
 def mamba_inner_ref(xz, conv1d_weight, conv1d_bias, x_proj_weight, delta_proj_weight, out_proj_weight,
                     out_proj_bias, A, B=None, C=None, D=None, delta_bias=None, B_proj_bias=None, C_proj_bias=None,
                     delta_softplus=True, b_rms_weight=None, c_rms_weight=None, dt_rms_weight=None,
-                    b_c_dt_rms_eps=1e-6, dt_rms_pre_proj=False, dtype=torch.float64):
-    """mamba_inner_fn's math in `dtype` (every input cast to it): returns (batch, L, d_model)."""
+                    b_c_dt_rms_eps=1e-6, dt_rms_pre_proj=False, dtype=torch.float64, mask=None):
+    """mamba_inner_fn's math in `dtype` (every input cast to it): returns (batch, L, d_model).
+    mask: (batch, L) multiplying the conv's output, as mamba_inner_fn's."""
     c = lambda t: None if t is None else t.to(dtype)  # noqa: E731
     xz = c(xz)
     batch, two_d, L = xz.shape
@@ -73,6 +74,8 @@ def mamba_inner_ref(xz, conv1d_weight, conv1d_bias, x_proj_weight, delta_proj_we
     N = A.shape[1]
     x, z = xz[:, :d], xz[:, d:]
     xc, _ = causal_conv1d_ref(x, c(conv1d_weight).reshape(d, -1), c(conv1d_bias), activation="silu", dtype=dtype)
+    if mask is not None:
+        xc = xc * c(mask)[:, None, :]
     x_dbl = xc.transpose(1, 2) @ c(x_proj_weight).t()  # (b, L, K)
     low = x_dbl[..., :R]
     if dt_rms_weight is not None and dt_rms_pre_proj:

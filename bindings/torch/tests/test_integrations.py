@@ -46,15 +46,16 @@ def rel_err(a, b):
 needs_tf = pytest.mark.skipif(not _have("transformers"), reason="transformers is not installed")
 
 
-def _tf_model(kind, device, seed=0):
+def _tf_model(kind, device, seed=0, **config):
     import transformers
 
     torch.manual_seed(seed)
     if kind == "mamba":
-        cfg = transformers.MambaConfig(hidden_size=64, num_hidden_layers=2, vocab_size=100, state_size=16)
+        cfg = transformers.MambaConfig(hidden_size=64, num_hidden_layers=2, vocab_size=100, state_size=16, **config)
         model = transformers.MambaForCausalLM(cfg)
     else:
-        cfg = transformers.FalconMambaConfig(hidden_size=64, num_hidden_layers=2, vocab_size=100, state_size=16)
+        cfg = transformers.FalconMambaConfig(hidden_size=64, num_hidden_layers=2, vocab_size=100, state_size=16,
+                                             **config)
         model = transformers.FalconMambaForCausalLM(cfg)
     return model.to(device).float()
 
@@ -350,3 +351,203 @@ def test_mambavision(device, monkeypatch):
     for n in off[1]:
         err = (on[1][n] - off[1][n]).abs().max().item()
         assert err <= 2e-4 * max(off[1][n].abs().max().item(), 1e-3 * scale), n
+
+
+# ============================================================================================
+# issue 38
+# ============================================================================================
+
+
+def _pad_batch(side, L=16, seed=5):
+    """(ids, attention_mask, labels): row 0 unpadded, rows 1 and 2 padded by 5 and 11 tokens on
+    `side` (pad id 0, labels -100 there)."""
+    ids = torch.randint(1, 100, (3, L), generator=torch.Generator().manual_seed(seed))
+    mask = torch.ones(3, L, dtype=torch.long)
+    for row, n in ((1, 5), (2, 11)):
+        if side == "left":
+            mask[row, :n] = 0
+        else:
+            mask[row, L - n:] = 0
+    ids = ids.masked_fill(mask == 0, 0)
+    return ids, mask, ids.masked_fill(mask == 0, -100)
+
+
+def _tf_run_masked(model, ids, mask, labels):
+    model.zero_grad(set_to_none=True)
+    model.train()
+    out = model(ids, attention_mask=mask, labels=labels)
+    out.loss.backward()
+    grads = {n: p.grad.detach().clone() for n, p in model.named_parameters() if p.grad is not None}
+    model.eval()
+    with torch.no_grad():
+        eval_logits = model(ids, attention_mask=mask).logits
+    return dict(logits=out.logits.detach(), loss=out.loss.detach(), grads=grads, eval_logits=eval_logits)
+
+
+@needs_tf
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("side", ["left", "right"])
+@pytest.mark.parametrize("kind", ["mamba", "falcon_mamba"])
+def test_38_2_padding_mask_as_transformers(device, kind, side):
+    """Issue 38 cause 2: a padded batch in training (and eval) gives transformers' own PyTorch
+    path's logits, loss and gradients: attention_mask applied to the conv's output as well as
+    before in_proj (before the fix the fused path masked before in_proj only: the conv bias at pad
+    positions reached the state, the loss and gradients up to 0.8 relative off)."""
+    # in_proj / out_proj biases (use_bias) and a trained model's conv bias (transformers initialises
+    # it to 0): what reaches pad positions differs between the paths only through these biases
+    model = _tf_model(kind, device, seed=4, use_bias=True)
+    with torch.no_grad():
+        for i, layer in enumerate(model.backbone.layers):
+            for bias in (layer.mixer.conv1d.bias, layer.mixer.in_proj.bias):
+                bias.copy_(torch.randn(bias.shape, generator=torch.Generator().manual_seed(i)) * 0.5)
+    ids, mask, labels = (t.to(device) for t in _pad_batch(side))
+    with _tf_own_path(kind):
+        off = _tf_run_masked(model, ids, mask, labels)
+    with si.use_in_transformers():
+        on = _tf_run_masked(model, ids, mask, labels)
+    # float32 both ways, summed in other orders (GEMMs, the scan): bounds of test_transformers_on_vs_off
+    assert rel_err(on["logits"], off["logits"]) < 2e-5
+    assert abs(on["loss"].item() - off["loss"].item()) < 1e-5
+    assert set(on["grads"]) == set(off["grads"])
+    for n in off["grads"]:  # sums over the batch and sequence: 10x the logits' bound
+        assert rel_err(on["grads"][n], off["grads"][n]) < 2e-4, n
+    assert rel_err(on["eval_logits"], off["eval_logits"]) < 2e-5
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("lvl", [0, 1])
+def test_38_2_block_mask_against_reference(device, lvl):
+    """mamba_inner_fn(mask=...) against the float64 reference masking the conv's output, at both
+    checkpoint levels (the conv output kept masked / recomputed and masked again), with B / C / dt
+    RMS norms (FalconMamba's) and a bool mask, left and right padding in one batch."""
+    from test_block import block_inputs, ref_block, run_block
+
+    xz, p = block_inputs(batch=3, rms="pre", device=device, seed=lvl + 40)
+    mask = torch.ones(3, xz.shape[2], dtype=torch.bool, device=device)
+    mask[1, :6] = False
+    mask[2, -9:] = False
+    out, grads, gout = run_block(xz, p, lvl=lvl, pre=True, mask=mask)
+    ref, rgrads = ref_block(xz, p, gout, pre=True, mask=mask)
+    # float32 against float64: test_block's bounds (TOL / GTOL float32)
+    assert rel_err(out, ref) < 2e-5
+    assert set(grads) == set(rgrads)
+    for k in rgrads:
+        assert rel_err(grads[k], rgrads[k]) < 1e-4, k
+    unmasked, _, _ = run_block(xz, p, gout, lvl=lvl, pre=True)
+    assert torch.equal(out[0], unmasked[0])  # the unpadded row: bitwise the unmasked block's
+
+
+@needs_tf
+@pytest.mark.parametrize("kind", ["mamba", "falcon_mamba"])
+def test_38_2_unpadded_mask_keeps_fast_path(kind, monkeypatch):
+    """attention_mask None or all ones: selscan's block runs unmasked (no extra kernel; bitwise the
+    result without a mask); a mask with padding reaches it. The padding check is remembered per
+    mask tensor and version (a mask changed in place is checked again)."""
+    model = _tf_model(kind, "cpu", seed=6).train()
+    ids = torch.randint(1, 100, (2, 12), generator=torch.Generator().manual_seed(7))
+    seen = []
+    real = si._block.mamba_inner_fn
+
+    def spy(*args, **kwargs):
+        seen.append(kwargs.get("mask"))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(si._block, "mamba_inner_fn", spy)
+    with si.use_in_transformers():
+        outs = []
+        for mask in (None, torch.ones_like(ids), torch.ones(ids.shape, dtype=torch.bool)):
+            seen.clear()
+            outs.append(model(ids, attention_mask=mask).logits)
+            assert seen == [None, None]  # one call a layer, unmasked
+        assert torch.equal(outs[0], outs[1]) and torch.equal(outs[0], outs[2])
+        padded = torch.ones_like(ids)
+        padded[1, :4] = 0
+        seen.clear()
+        model(ids, attention_mask=padded)
+        assert len(seen) == 2 and all(m is padded for m in seen)
+    m = torch.ones(2, 5)
+    assert si._padding_mask(None) is None and si._padding_mask(m) is None
+    m[0, 0] = 0  # in place: a new version, checked again
+    assert si._padding_mask(m) is m
+    m[0, 0] = 0.5  # a mask that scales (transformers multiplies by it): applied
+    assert si._padding_mask(m) is m
+    with torch.inference_mode():  # no version counter: checked every time
+        assert si._padding_mask(torch.ones(2, 5)) is None and si._padding_mask(torch.zeros(2, 5)) is not None
+    # traced by torch.compile: no data-dependent branch (fullgraph), a given mask is applied
+    traced = torch.compile(lambda m, x: x if si._padding_mask(m) is None else x * m, fullgraph=True, backend="eager")
+    assert torch.equal(traced(torch.ones(2, 5), torch.full((2, 5), 3.0)), torch.full((2, 5), 3.0))
+
+    def fwd_4x(self, hidden_states, cache_params=None, cache_position=None, attention_mask=None):
+        pass
+
+    # transformers 4.x's cuda_kernels_forward arguments, by keyword or by position
+    assert si._tf_arg(fwd_4x, "attention_mask", (None, None, "mask"), {}) == "mask"
+    assert si._tf_arg(fwd_4x, "attention_mask", (), {"attention_mask": "mask"}) == "mask"
+    assert si._tf_arg(fwd_4x, "cache_params", ("cache",), {}) == "cache"
+    assert si._tf_arg(fwd_4x, "attention_mask", ("cache",), {}) is None
+
+
+_STANDIN_NAMESPACES = ("mamba_ssm", "causal_conv1d", "mambavision")
+_IFACE = "mamba_ssm.ops.selective_scan_interface"
+
+
+def _namespace_modules():
+    return {k: m for k, m in sys.modules.items() if k.split(".")[0] in _STANDIN_NAMESPACES}
+
+
+@pytest.mark.parametrize("order", ["fifo", "lifo"])
+def test_38_8_mambavision_and_mamba_ssm_restore_sys_modules(order, monkeypatch):
+    """Issue 38 cause 8: use_in_mambavision() then use_in_mamba_ssm(), restored in either order:
+    while one is still on, the interface module is its stand-in; after both, sys.modules holds
+    exactly the modules it held before (the same objects; the modules imported on the stand-ins,
+    mamba_ssm's own where its Python files are installed, are gone) and every patched attribute
+    is back (before the fix: FIFO left use_in_mambavision's interface stand-in in sys.modules
+    (and took mamba_ssm's away while use_in_mamba_ssm was still on), LIFO the mamba_ssm modules
+    imported on the stand-ins)."""
+    assert not {"mamba_ssm", "mambavision"} & set(si._ACTIVE)
+    for k in _namespace_modules():  # what other tests imported there: this test starts without it
+        monkeypatch.delitem(sys.modules, k)
+    # mambavision imported before the integration: its module attribute is patched, then restored
+    fake = types.ModuleType("mambavision.models.mamba_vision")
+    own_scan = fake.selective_scan_fn = lambda *a, **k: None
+    monkeypatch.setitem(sys.modules, fake.__name__, fake)
+
+    def cycle():
+        v = si.use_in_mambavision()
+        try:
+            iface_v = sys.modules[_IFACE]
+            m = si.use_in_mamba_ssm()
+        except BaseException:
+            v.restore()
+            raise
+        try:
+            iface_m = sys.modules[_IFACE]
+            assert iface_v is not iface_m and fake.selective_scan_fn is si.selective_scan_fn
+            sys.modules["mambavision.imported_meanwhile"] = types.ModuleType("mambavision.imported_meanwhile")
+            patched = [(*_resolve(lbl), _value(lbl)) for lbl in v.replaced + m.replaced if not lbl.startswith("sys.")]
+            first, second = (v, m) if order == "fifo" else (m, v)
+            first.restore()
+            assert sys.modules.get(_IFACE) is (iface_m if first is v else iface_v)  # the other one's, still on
+            second.restore()
+        finally:  # a failure leaves neither on for the next test
+            v.restore()
+            m.restore()
+        assert fake.selective_scan_fn is own_scan
+        for owner, attr, value in patched:
+            assert owner.__dict__.get(attr) is not value, attr
+        assert not [k for k, mod in sys.modules.items() if type(mod) is types.ModuleType and
+                    mod.__dict__.get("__selscan_standin__")]
+
+    # a first cycle loads what mamba_ssm's files import from other packages (transformers, triton,
+    # einops, ...) for good: real modules, not stand-ins; under the stand-ins' namespaces nothing
+    # may stay
+    before = _namespace_modules()
+    cycle()
+    after = _namespace_modules()
+    assert sorted(after) == sorted(before) and all(after[k] is before[k] for k in before)
+    # a second cycle: all of sys.modules exactly as before, the same module objects
+    before = dict(sys.modules)
+    cycle()
+    assert sorted(set(sys.modules) ^ set(before)) == []
+    assert [k for k, mod in before.items() if sys.modules[k] is not mod] == []
+    assert si._SLOTS == {} and si._NAMESPACES == {}
