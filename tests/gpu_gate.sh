@@ -53,8 +53,8 @@ nvidia-smi -L 2>/dev/null | head -4
     echo "gpu-gate: $PY has no CUDA torch or sees no GPU"; echo "0 passed, 1 failed"; exit 1; }
 
 # ---- builds, side by side ------------------------------------------------------------------------
-build_c() { $MAKE --no-print-directory -j"$JOBS" "$BUILD/test_cuda" "$BUILD/test_cuda_cl" "$BUILD/test_cuda_conv" &&
-            $MAKE --no-print-directory "$BUILD/tf_op/gpu_check" TF_NVFLAGS="-O3 -std=c++17 -arch=sm_90"; }
+build_c() { $MAKE --no-print-directory -j"$JOBS" "$BUILD/test_cuda" "$BUILD/test_cuda_cl" "$BUILD/test_cuda_conv" \
+            "$BUILD/tf_op/gpu_check" TF_NVFLAGS="-O3 -std=c++17 -arch=sm_90"; }
 build_torch() { MAX_JOBS=$JOBS TORCH_CUDA_ARCH_LIST=${TORCH_CUDA_ARCH_LIST:-9.0} SELSCAN_TORCH_NO_ORT=1 \
                 "$PY" -m pip install -q --no-build-isolation --no-deps --force-reinstall ./bindings/torch; }
 stamp "building"
@@ -71,13 +71,18 @@ c_suites() {  # $1: quick or full
     local env=""; [ "$1" = quick ] && env="SELSCAN_TEST_QUICK=1"
     bash tests/run.sh "$env ./$BUILD/test_cuda" "$env ./$BUILD/test_cuda_cl" "$env ./$BUILD/test_cuda_conv" | tail -5
 }
-memcheck() {
+memcheck() {  # the three runs side by side, each bounded (GATE_MEMCHECK_S)
     local b p=0 f=0 rc
     for b in test_cuda test_cuda_cl test_cuda_conv; do
-        SELSCAN_TEST_QUICK=1 compute-sanitizer --tool memcheck --leak-check full --error-exitcode 99 "./$BUILD/$b" >"$LOG/memcheck-$b.txt" 2>&1
-        rc=$?
-        echo "memcheck $b: $(grep -E 'ERROR SUMMARY' "$LOG/memcheck-$b.txt" | tail -1 | sed 's/^=* *//'); exit $rc"
-        if [ $rc -eq 0 ]; then p=$((p + 1)); else f=$((f + 1)); fi
+        ( SELSCAN_TEST_QUICK=1 timeout "${GATE_MEMCHECK_S:-330}" compute-sanitizer --tool memcheck --leak-check full \
+            --error-exitcode 99 "./$BUILD/$b" >"$LOG/memcheck-$b.txt" 2>&1; echo $? >"$LOG/memcheck-$b.rc" ) &
+    done
+    wait
+    for b in test_cuda test_cuda_cl test_cuda_conv; do
+        rc=$(cat "$LOG/memcheck-$b.rc")
+        echo "memcheck $b: $(grep -E 'ERROR SUMMARY' "$LOG/memcheck-$b.txt" | tail -1 | sed 's/^=* *//'); suite:" \
+            "$(grep -E '^[0-9]+ passed, [0-9]+ failed$' "$LOG/memcheck-$b.txt" | tail -1) (exit $rc)"
+        if [ "$rc" -eq 0 ]; then p=$((p + 1)); else f=$((f + 1)); fi
     done
     echo "$p passed, $f failed"
 }
