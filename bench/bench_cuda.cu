@@ -9,7 +9,9 @@
  * Times are medians of many calls timed with CUDA events, rotating over several input sets
  * when one set would fit in L2. The backward is timed with the forward's checkpoint (the way a
  * framework op runs it) and, in a second column, without (it then recomputes the checkpoint).
- * mamba: state-spaces/mamba selective_scan_cuda on an H200 (measured side by side on an H200, 2026-11-24).
+ * mamba: state-spaces/mamba's selective_scan_cuda times kept as constants (kCases[].peer_fwd / peer_bwd, ms):
+ * not run by this program. They came with 2c995ba (2026-11-22) from a reference file that is not in the
+ * repository; its machine and date are not recorded here. The in-process comparison is bench/bench_torch.py --mamba.
  *
  * Usage: bench_cuda [--graphs] [case-name-substring | step | decode | prefill | conv] [f32|bf16] ("step": only the decode
  * step's table; "conv": only the causal conv1d's, bench_conv). --graphs: the decode step and the short-prefill forward timed under CUDA graph replay
@@ -705,8 +707,10 @@ int main(int argc, char **argv) {
     }
     if (queued > 0) printf("timing: %d calls queued between two events, ms a call, median of 9\n", queued);
     else printf("timing: each call between two events and synchronised (its host work exposed), median\n");
+    printf("mb ref: state-spaces/mamba's times kept as constants since 2c995ba, not run here (in process: "
+           "bench/bench_torch.py --mamba)\n");
     printf("%-11s %-5s %4s | %9s %9s %7s %6s %9s %6s | %9s %9s %9s %6s %9s %6s\n", "case", "dtype", "", "fwd ms", "floor ms",
-           "GB/s", "x flr", "mamba ms", "vs mb", "bwd ms", "nock ms", "floor ms", "x flr", "mamba ms", "vs mb");
+           "GB/s", "x flr", "mb ref ms", "vs ref", "bwd ms", "nock ms", "floor ms", "x flr", "mb ref ms", "vs ref");
 
     for (const Case &c : kCases) {
         if (only && !strstr(c.name, only)) continue;
