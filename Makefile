@@ -34,8 +34,9 @@ run: $(BUILD)/quickstart
 # avx2 too: SELSCAN_CPU never raises the path, so on a CPU without it that run repeats a lower one), and the build checks
 # (tests/build_checks.sh) without nvcc.
 # make test-all (what CI runs): make test's suites, the build checks with nvcc where it exists, the
-# CUDA test and quickstart compiled (tests/test_cuda.cu runs and skips cleanly, 0 passed, 0 failed,
-# without a GPU), every suite again under AddressSanitizer + UBSan on a smaller random matrix
+# CUDA tests and quickstart compiled first (a build step, no test counted) and the CUDA suites run
+# (without a GPU they count only their host-side validation checks and print "skipped: no GPU" for
+# the GPU matrix), every suite again under AddressSanitizer + UBSan on a smaller random matrix
 # (SELSCAN_TEST_QUICK=1), and the suites for arm64 under qemu-user where the cross tools exist.
 # tests/run.sh sums the "N passed, N failed" lines into the last line of the output and fails when
 # anything failed. Suites that #define SELSCAN_IMPLEMENTATION build alone; the others link one
@@ -50,9 +51,11 @@ TEST_SANFLAGS   ?= -std=gnu11 -O0 -g -Wall -Wextra -fsanitize=address,undefined 
 TEST_JOBS       ?= $(shell nproc 2>/dev/null || echo 2)
 TEST_SAN_ENV    := SELSCAN_TEST_QUICK=1 ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
 .PHONY: test-build test-build-quick test-all
+# the CUDA programs' compile: a build step before the suites run (a compile is no passed test; a
+# failed one stops make test-all with its log, like a failed C build)
 TEST_CUDA_BUILD := if $(MAKE) --no-print-directory -j2 $(BUILD)/test_cuda $(BUILD)/test_cuda_cl $(BUILD)/test_cuda_conv $(BUILD)/cuda_quickstart >$(BUILD)/cuda-build.log 2>&1; \
-    then echo 'nvcc: compiled test_cuda, test_cuda_cl, test_cuda_conv and cuda_quickstart'; echo '1 passed, 0 failed'; \
-    else cat $(BUILD)/cuda-build.log; echo '0 passed, 1 failed'; exit 1; fi
+    then echo 'build: nvcc compiled test_cuda, test_cuda_cl, test_cuda_conv and cuda_quickstart'; \
+    else cat $(BUILD)/cuda-build.log; echo 'build: nvcc failed (log above: $(BUILD)/cuda-build.log)'; exit 1; fi
 # the commands both targets run: the native suites, test_api on the portable path
 TEST_QUICK_CMDS := $(foreach b,$(TEST_BINS),./$(b)) "SELSCAN_CPU=portable ./$(BUILD)/tests/test_api" \
     "SELSCAN_CPU=avx2 ./$(BUILD)/tests/test_conv" "SELSCAN_CPU=portable ./$(BUILD)/tests/test_conv"
@@ -96,8 +99,9 @@ test:
 
 test-all:
 	@$(MAKE) --no-print-directory -j$(TEST_JOBS) test-build
+	@$(if $(HAVE_NVCC),$(TEST_CUDA_BUILD))
 	@bash tests/run.sh $(TEST_QUICK_CMDS) $(call TEST_BUILD_CHECKS,$(NVCC)) \
-	    $(if $(HAVE_NVCC),"$(TEST_CUDA_BUILD)" ./$(BUILD)/test_cuda ./$(BUILD)/test_cuda_cl ./$(BUILD)/test_cuda_conv) \
+	    $(if $(HAVE_NVCC),./$(BUILD)/test_cuda ./$(BUILD)/test_cuda_cl ./$(BUILD)/test_cuda_conv) \
 	    $(foreach b,$(TEST_SAN_BINS),"$(TEST_SAN_ENV) ./$(b)") \
 	    $(if $(HAVE_ARM64),$(foreach b,$(ARM64_BINS),"$(ARM64_RUN) ./$(b)"),"echo 'skipped: arm64 suites (no $(ARM64_CC) or qemu-aarch64)'; echo '0 passed, 0 failed'")
 

@@ -263,10 +263,11 @@ typedef struct selscan_out_tensor {
    selscan_problem.diag / selscan_step_problem.diag; on an error status every validate function,
    size query and CPU entry point stores two static strings and a code there, e.g. {"dB",
    "overlaps dC", SELSCAN_RULE_OVERLAPS}, {"workspace", "too small", SELSCAN_RULE_TOO_SMALL},
-   {"workspace", "too small"}, {"cu_seqlens", "not increasing"}, {"n_parts", "out of range"};
-   nothing is written on SELSCAN_OK. No allocation, no printing. (A NULL problem pointer has no
-   diag to write to.) With the parts API every part stores the same strings: give each thread its
-   own copy of the problem (or leave diag NULL). */
+   {"workspace", "too small"}, {"cu_seqlens", "not increasing"}, {"n_parts", "out of range"},
+   {"batch * dim * seqlen", "element count overflows"} (a count rule names the sizes whose product
+   overflows); nothing is written on SELSCAN_OK. No allocation, no printing. (A NULL problem
+   pointer has no diag to write to.) With the parts API every part stores the same strings: give
+   each thread its own copy of the problem (or leave diag NULL). */
 /* Validation rules: one list, expanded into the enum selscan_rule (stable codes: match these, not
    the text) and into selscan_rule_string() / selscan_rule_name(). Codes are only ever appended. The
    text is selscan_diag.rule, except for SELSCAN_RULE_OVERLAPS, whose rule names the operand it
@@ -289,7 +290,7 @@ typedef struct selscan_out_tensor {
     X(SELSCAN_RULE_ROW_TWICE, "row used twice")             /* state_index */                        \
     X(SELSCAN_RULE_WIDTH, "not 2 to 4")                     /* the conv's width */                   \
     X(SELSCAN_RULE_BELOW_WIDTH, "below width - 1")          /* the conv step's state_len */          \
-    X(SELSCAN_RULE_COUNT_OVERFLOWS, "element count overflows")                                      \
+    X(SELSCAN_RULE_COUNT_OVERFLOWS, "element count overflows") /* operand: "batch * dim * seqlen" */ \
     X(SELSCAN_RULE_SIZE_OVERFLOWS, "size overflows")        /* workspace / checkpoint bytes */       \
     X(SELSCAN_RULE_UNKNOWN_DTYPE, "unknown dtype")                                                  \
     X(SELSCAN_RULE_UNKNOWN_FLAG, "unknown flag")                                                    \
@@ -393,7 +394,10 @@ typedef struct selscan_step_problem {
      step:
        state                        (n_cache, dim, state_len)   T        read and written in place
        x, y                         (batch, dim, seqlen)        T        seqlen 1: (batch, dim)
-                                                                         with any stride[2]
+                                                                         with any stride[2] >= 0
+                                                                         (not read; negative
+                                                                         strides are refused
+                                                                         everywhere)
    Element strides per logical dimension in the listed order, all zero = contiguous, like the
    scan's tensors: the channels-last (batch, L, dim) memory of x is x.stride = {L*dim, 1, dim}.
    Outputs may not share a byte with an input, another output or themselves
@@ -406,7 +410,9 @@ typedef struct selscan_step_problem {
    result. The forward and backward refuse it (SELSCAN_ERR_UNSUPPORTED, {"flags", "unknown flag"}):
    a prefill converts its parameters once a layer. */
 #define SELSCAN_CONV_PARAMS_T 2u
-#define SELSCAN_CONV_MAX_WIDTH 4 /* widths 2 .. 4 on every backend; others: SELSCAN_ERR_UNSUPPORTED */
+/* Widths 2 .. 4 on every backend. Width 1 and above 4: SELSCAN_ERR_UNSUPPORTED {"width", "not 2 to
+   4"}; 0 and below: SELSCAN_ERR_SHAPE {"width", "not positive"}, like every other size. */
+#define SELSCAN_CONV_MAX_WIDTH 4
 #define SELSCAN__CONV_KNOWN_FLAGS SELSCAN_CONV_SILU
 #define SELSCAN__CONV_STEP_KNOWN_FLAGS (SELSCAN_CONV_SILU | SELSCAN_CONV_PARAMS_T)
 
@@ -1139,9 +1145,12 @@ static selscan_status selscan__check_problem(const selscan_problem *p, selscan__
     q->fixB = (p->flags & SELSCAN_FIXED_B) != 0;
     q->fixC = (p->flags & SELSCAN_FIXED_C) != 0;
     q->cu = p->cu_seqlens; q->nseq = p->n_seqs;
-    if (!selscan__count_ok(q->batch, q->dim, q->L, 1) || !selscan__count_ok(q->batch, q->G, q->N, q->L) ||
-        !selscan__count_ok(q->rows, q->dim, q->N, 1))
-        SELSCAN__FAIL(d, SELSCAN_ERR_SHAPE, "problem", COUNT_OVERFLOWS);
+    /* the diag names the sizes whose product overflows (with cu_seqlens, n_seqs * dim * dstate
+       was checked above) */
+    if (!selscan__count_ok(q->batch, q->dim, q->L, 1)) SELSCAN__FAIL(d, SELSCAN_ERR_SHAPE, "batch * dim * seqlen", COUNT_OVERFLOWS);
+    if (!selscan__count_ok(q->batch, q->G, q->N, q->L))
+        SELSCAN__FAIL(d, SELSCAN_ERR_SHAPE, "batch * n_groups * dstate * seqlen", COUNT_OVERFLOWS);
+    if (!selscan__count_ok(q->rows, q->dim, q->N, 1)) SELSCAN__FAIL(d, SELSCAN_ERR_SHAPE, "batch * dim * dstate", COUNT_OVERFLOWS);
     {
         selscan__prob *dst = q;
         SELSCAN__SCAN_OPERANDS(SELSCAN__OPD_RESOLVE, p)
@@ -1641,9 +1650,9 @@ static selscan_status selscan__validate_step_ex(const selscan_step_problem *s, s
     q->stT = (s->flags & SELSCAN_STEP_STATE_T) != 0;
     q->alog = (s->flags & SELSCAN_STEP_A_LOG) != 0;
     q->idx = s->state_index;
-    if (!selscan__count_ok(q->ncache, q->dim, q->N, 1) || !selscan__count_ok(q->batch, q->dim, 1, 1) ||
-        !selscan__count_ok(q->batch, q->G, q->N, 1))
-        SELSCAN__FAIL(d, SELSCAN_ERR_SHAPE, "problem", COUNT_OVERFLOWS);
+    if (!selscan__count_ok(q->ncache, q->dim, q->N, 1)) SELSCAN__FAIL(d, SELSCAN_ERR_SHAPE, "n_cache * dim * dstate", COUNT_OVERFLOWS);
+    if (!selscan__count_ok(q->batch, q->dim, 1, 1)) SELSCAN__FAIL(d, SELSCAN_ERR_SHAPE, "batch * dim", COUNT_OVERFLOWS);
+    if (!selscan__count_ok(q->batch, q->G, q->N, 1)) SELSCAN__FAIL(d, SELSCAN_ERR_SHAPE, "batch * n_groups * dstate", COUNT_OVERFLOWS);
     if (q->idx && idx_on_host) {
         for (i = 0; i < q->batch; i++)
             if (q->idx[i] >= q->ncache) SELSCAN__FAIL(d, SELSCAN_ERR_SHAPE, "state_index", INDEX_RANGE);
@@ -1799,8 +1808,10 @@ static SELSCAN__MAYBE_UNUSED selscan_status selscan__conv_check_problem(const se
     q->dt = p->dtype;
     q->silu = (p->flags & SELSCAN_CONV_SILU) != 0;
     q->cu = p->cu_seqlens; q->nseq = p->n_seqs;
-    if (!selscan__count_ok(q->batch, q->dim, q->L, 1) || !selscan__count_ok(q->rows, q->dim, q->W, 1))
-        SELSCAN__FAIL(d, SELSCAN_ERR_SHAPE, "problem", COUNT_OVERFLOWS);
+    /* the diag names the sizes whose product overflows (the scan's rule; with cu_seqlens,
+       n_seqs * dim * width was checked above) */
+    if (!selscan__count_ok(q->batch, q->dim, q->L, 1)) SELSCAN__FAIL(d, SELSCAN_ERR_SHAPE, "batch * dim * seqlen", COUNT_OVERFLOWS);
+    if (!selscan__count_ok(q->rows, q->dim, q->W, 1)) SELSCAN__FAIL(d, SELSCAN_ERR_SHAPE, "batch * dim * width", COUNT_OVERFLOWS);
     {
         selscan__cprob *dst = q;
         SELSCAN__CONV_OPERANDS(SELSCAN__OPD_RESOLVE, p)
@@ -1888,9 +1899,9 @@ static SELSCAN__MAYBE_UNUSED selscan_status selscan__conv_validate_step_ex(const
     q->silu = (s->flags & SELSCAN_CONV_SILU) != 0;
     q->wT = q->biasT = (s->flags & SELSCAN_CONV_PARAMS_T) != 0;
     q->idx = s->state_index;
-    if (!selscan__count_ok(q->ncache, q->dim, q->S, 1) || !selscan__count_ok(q->batch, q->dim, q->L, 1) ||
-        !selscan__count_ok(q->dim, q->W, 1, 1))
-        SELSCAN__FAIL(d, SELSCAN_ERR_SHAPE, "problem", COUNT_OVERFLOWS);
+    if (!selscan__count_ok(q->ncache, q->dim, q->S, 1)) SELSCAN__FAIL(d, SELSCAN_ERR_SHAPE, "n_cache * dim * state_len", COUNT_OVERFLOWS);
+    if (!selscan__count_ok(q->batch, q->dim, q->L, 1)) SELSCAN__FAIL(d, SELSCAN_ERR_SHAPE, "batch * dim * seqlen", COUNT_OVERFLOWS);
+    if (!selscan__count_ok(q->dim, q->W, 1, 1)) SELSCAN__FAIL(d, SELSCAN_ERR_SHAPE, "dim * width", COUNT_OVERFLOWS);
     if (q->idx && idx_on_host) {
         for (i = 0; i < q->batch; i++)
             if (q->idx[i] >= q->ncache) SELSCAN__FAIL(d, SELSCAN_ERR_SHAPE, "state_index", INDEX_RANGE);
@@ -3388,8 +3399,10 @@ static selscan_status selscan__conv_step_fast(const selscan_conv_step_problem *s
     selscan__cstp q;
     selscan_status st;
     int64_t nblk, i0, i1, i, d, l;
+    int saved_errno;
     if ((st = selscan__check_part(part, nparts, sp ? sp->diag : NULL)) != SELSCAN_OK) return st;
     if ((st = selscan__conv_validate_step_ex(sp, &q, 1)) != SELSCAN_OK) return st;
+    saved_errno = errno; /* silu's libm expf may set ERANGE: the caller's errno is kept, as by the reference */
     nblk = (q.dim + SELSCAN__SNB - 1) / SELSCAN__SNB;
     selscan__split(q.batch * nblk, part, nparts, &i0, &i1);
     for (i = i0; i < i1; i++) {
@@ -3402,6 +3415,7 @@ static selscan_status selscan__conv_step_fast(const selscan_conv_step_problem *s
         }
         selscan__conv_step_rows(&q, b, row, dlo, dhi);
     }
+    errno = saved_errno;
     return SELSCAN_OK;
 }
 

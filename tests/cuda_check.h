@@ -1,5 +1,6 @@
 /* cuda_check.h - the CUDA suites' counters and checks (tests/test_cuda.cu, tests/test_cuda_conv.cu):
-   CHECK counts a pass or prints the failure, CU stops the suite on a failed CUDA call. */
+   CHECK counts a pass or prints the failure, CU stops the suite on a failed CUDA call,
+   report_no_gpu ends a run on a machine without a GPU. */
 #ifndef SELSCAN_TESTS_CUDA_CHECK_H
 #define SELSCAN_TESTS_CUDA_CHECK_H
 #include <cuda_runtime.h>
@@ -25,4 +26,13 @@ static int g_pass = 0, g_fail = 0;
             exit(1);                                                                               \
         }                                                                                          \
     } while (0)
+/* Without a device only the host-side validation checks ran: the suite's line counts those, as
+   what they are, and reports the GPU matrix as skipped; the last line keeps tests/run.sh's
+   "N passed, N failed". Returns the exit status. */
+static inline int report_no_gpu(const char *suite) {
+    printf("%s: host-side validation checks (no GPU needed): %d passed, %d failed\n", suite, g_pass, g_fail);
+    printf("%s: skipped: no GPU (the GPU matrix, every kernel against the CPU reference, did not run)\n", suite);
+    printf("%d passed, %d failed\n", g_pass, g_fail);
+    return g_fail ? 1 : 0;
+}
 #endif

@@ -2,8 +2,9 @@
 # tests/run.sh CMD...: runs each command (a test program or script, through sh -c), shows its
 # output, and sums the "N passed, N failed" lines they end with. A command that prints no such
 # line (a crash, a sanitizer abort) or exits non-zero with no failure counted adds 1 failure.
-# Prints a per-command summary, then the total "N passed, N failed" as the last line; exits 1 if
-# anything failed.
+# Prints a per-command summary (with the command's last "skipped: ..." note, e.g. a CUDA suite's
+# "skipped: no GPU", so a skip reads as one beside its counts), then the total "N passed, N failed"
+# as the last line; exits 1 if anything failed.
 tp=0
 tf=0
 summary=""
@@ -31,7 +32,9 @@ for cmd in "$@"; do
     fi
     tp=$((tp + p))
     tf=$((tf + f))
-    summary="$summary$(printf '%8d passed %6d failed %5d.%01ds  %s' "$p" "$f" $((ms / 1000)) $((ms % 1000 / 100)) "$cmd")
+    skip=$(grep -oE 'skipped: .*' "$tmp/out" | tail -1 | cut -c1-100)
+    summary="$summary$(printf '%8d passed %6d failed %5d.%01ds  %s%s' "$p" "$f" $((ms / 1000)) $((ms % 1000 / 100)) "$cmd" \
+        "${skip:+  ($skip)}")
 "
 done
 echo "== summary"

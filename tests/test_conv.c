@@ -12,10 +12,14 @@
  *               bias in T (SELSCAN_CONV_PARAMS_T) against the forward with their values in f32
  *   nan         NaN in x / dy reaches exactly the outputs it should
  *   validation  every rule: status, diag operand and rule, not one output byte written
+ *   errno       every entry point keeps the caller's errno (silu's expf overflows)
+ *   seqlen 1    x / y's stride[2] is not read (any value >= 0); a negative one is refused
  * Random layouts (contiguous, explicit strides, channels-last, permuted with padding, broadcast
  * inputs) on every case; gaps poisoned with 0xFF (NaN) so stray reads and writes show. */
 #include "../selscan.h"
 #include "common.h"
+#include <errno.h>
+#include <math.h>
 
 /* ------------------------------------------------------------------------------- problems -- */
 typedef struct cv_cfg {
@@ -840,7 +844,12 @@ static void test_validation(void) {
         CV_CASE(P.p.x.data = NULL, SELSCAN_ERR_NULL, "x", "missing");
         CV_CASE(P.p.weight.data = NULL, SELSCAN_ERR_NULL, "weight", "missing");
         CV_CASE(P.p.n_seqs = 2, SELSCAN_ERR_NULL, "cu_seqlens", "missing (n_seqs given)");
-        CV_CASE(P.p.batch = (int64_t)1 << 40; P.p.seqlen = (int64_t)1 << 40, SELSCAN_ERR_SHAPE, "problem", "element count overflows");
+        CV_CASE(P.p.width = -1, SELSCAN_ERR_SHAPE, "width", "not positive");
+        /* a count overflow names the sizes whose product overflows (issue 41: was "problem") */
+        CV_CASE(P.p.batch = (int64_t)1 << 40; P.p.seqlen = (int64_t)1 << 40, SELSCAN_ERR_SHAPE, "batch * dim * seqlen", "element count overflows");
+        CV_CASE(P.p.batch = (int64_t)1 << 62, SELSCAN_ERR_SHAPE, "batch * dim * seqlen", "element count overflows");
+        /* x's count fits (5 * 2^55), the state rows' bound (5 * 4 * 2^55) does not */
+        CV_CASE(P.p.batch = (int64_t)1 << 55; P.p.seqlen = 1, SELSCAN_ERR_SHAPE, "batch * dim * width", "element count overflows");
         CV_CASE(P.p.x.stride[1] = -1, SELSCAN_ERR_STRIDE, "x", "negative stride");
         CV_CASE(P.p.x.stride[0] = INT64_MAX / 2, SELSCAN_ERR_STRIDE, "x", "span overflows");
         CV_CASE(P.p.x.data = (const char *)P.p.x.data + 1, SELSCAN_ERR_STRIDE, "x", "misaligned");
@@ -931,7 +940,7 @@ static void test_validation(void) {
         s0.flags = SELSCAN_CONV_SILU; s0.state_index = idx;
         s0.state = tc_out(&st); s0.x = tc_api(&x); s0.weight = tc_api(&w); s0.bias = tc_api(&b); s0.y = tc_out(&y);
         CHECK(selscan_validate_conv_step(&s0) == SELSCAN_OK, "step base valid");
-        for (k = 0; k < 26; k++) {
+        for (k = 0; k < 28; k++) {
             selscan_status want = SELSCAN_ERR_SHAPE, got;
             const char *op = "", *rule = "";
             unsigned char *ss = tc_snapshot(&st), *sy;
@@ -963,10 +972,12 @@ static void test_validation(void) {
             case 19: sp.x.data = (const char *)sp.state.data + 2; want = SELSCAN_ERR_ALIAS; op = "state"; rule = "overlaps x"; break;
             case 20: memcpy(y.mem, idx, sizeof idx); free(sy); sy = tc_snapshot(&y); sp.state_index = (const int32_t *)(void *)y.mem;
                      want = SELSCAN_ERR_ALIAS; op = "y"; rule = "overlaps state_index"; break;
-            case 21: sp.batch = (int64_t)1 << 40; sp.seqlen = (int64_t)1 << 40; sp.state_index = NULL; sp.n_cache = 0; op = "problem"; rule = "element count overflows"; break;
+            case 21: sp.batch = (int64_t)1 << 40; sp.seqlen = (int64_t)1 << 40; sp.state_index = NULL; sp.n_cache = 0; op = "batch * dim * seqlen"; rule = "element count overflows"; break;
             case 22: sp.bias.data = (const char *)sp.bias.data + 1; want = SELSCAN_ERR_STRIDE; op = "bias"; rule = "misaligned"; break;
             case 23: sp.width = 0; op = "width"; rule = "not positive"; break;
             case 24: sp.y.data = (void *)(uintptr_t)sp.weight.data; want = SELSCAN_ERR_ALIAS; op = "y"; rule = "overlaps weight"; break;
+            case 25: sp.batch = (int64_t)1 << 62; op = "batch * dim * seqlen"; rule = "element count overflows"; break;
+            case 26: sp.n_cache = (int64_t)1 << 60; op = "n_cache * dim * state_len"; rule = "element count overflows"; break;
             default: sp.state_len = 0; sp.width = 2; op = "state_len"; rule = "below width - 1"; break;
             }
             for (e = 0; e < 4; e++) {
@@ -1022,9 +1033,91 @@ static void test_validation(void) {
     }
 }
 
+/* errno (issue 41): silu's sigmoid of a pre-activation of -400 is expf(400), which overflows and
+   sets ERANGE in a C library with math errno (glibc). Every entry point keeps the caller's errno:
+   the fast step called libm's expf and left ERANGE where the reference kept it. Runs on the vector
+   path SELSCAN_CPU picks (make test runs this suite on native, avx2 and portable). */
+static void test_errno(void) {
+    static float x[2 * 4], w[4], y[2 * 4], st[2 * 5], dy[2 * 4], dx[2 * 4], dw[4], db[1];
+    volatile float big = 400.0f; /* volatile: the control's expf is not folded at compile time */
+    selscan_conv_problem p;
+    selscan_conv_grads g;
+    selscan_conv_step_problem s;
+    selscan_status r;
+    int i, e;
+    volatile float inf;
+    errno = 0;
+    inf = expf(big);
+    (void)inf;
+    if (errno != ERANGE) { /* no math errno here: nothing the entry points could leave */
+        printf("test_conv: errno checks skipped: libm's expf does not set ERANGE here\n");
+        return;
+    }
+    for (i = 0; i < 8; i++) { x[i] = -100.0f; dy[i] = 1.0f; }
+    for (i = 0; i < 4; i++) w[i] = 1.0f;
+    for (i = 0; i < 10; i++) st[i] = -100.0f;
+    memset(&p, 0, sizeof p);
+    p.batch = 2; p.dim = 1; p.seqlen = 4; p.width = 4; p.dtype = SELSCAN_F32; p.flags = SELSCAN_CONV_SILU;
+    p.x.data = x; p.weight.data = w; p.y.data = y;
+    memset(&g, 0, sizeof g);
+    g.dy.data = dy; g.dx.data = dx; g.dweight.data = dw; g.dbias.data = db;
+    memset(&s, 0, sizeof s);
+    s.batch = 2; s.dim = 1; s.width = 4; s.state_len = 5; s.seqlen = 4; s.dtype = SELSCAN_F32; s.flags = SELSCAN_CONV_SILU;
+    s.state.data = st; s.x.data = x; s.weight.data = w; s.y.data = y;
+    for (e = 0; e < 7; e++) {
+        static const char *const names[] = {"forward_ref", "forward_cpu", "backward_ref", "backward_cpu",
+                                            "step_ref", "step_cpu", "step_cpu_part"};
+        errno = 12345;
+        r = e == 0 ? selscan_conv_forward_ref(&p) : e == 1 ? selscan_conv_forward_cpu(&p)
+            : e == 2 ? selscan_conv_backward_ref(&p, &g) : e == 3 ? selscan_conv_backward_cpu(&p, &g)
+            : e == 4 ? selscan_conv_step_ref(&s) : e == 5 ? selscan_conv_step_cpu(&s) : selscan_conv_step_cpu_part(&s, 1, 2);
+        CHECK(r == SELSCAN_OK && errno == 12345, "errno: conv %s (%s path): status %s, errno %d, want the caller's 12345", names[e],
+              selscan_cpu_backend(), selscan_status_name(r), errno);
+    }
+}
+
+/* seqlen 1 (>>conv-api: "(batch, dim) with any stride[2] >= 0"): stride[2] is never read, so a
+   huge one gives the contiguous result; a negative one is refused like every negative stride. */
+static void test_seqlen1_stride(void) {
+    static float x[2 * 3], w[3 * 4], y[2 * 3], y1[2 * 3], st[2 * 3 * 3], st0[2 * 3 * 3], st1[2 * 3 * 3];
+    selscan_conv_problem p;
+    selscan_conv_step_problem s;
+    selscan_diag dg;
+    int i, k;
+    for (i = 0; i < 6; i++) x[i] = 0.25f * (float)(i - 2);
+    for (i = 0; i < 12; i++) w[i] = 0.5f - 0.125f * (float)i;
+    for (i = 0; i < 18; i++) st0[i] = 0.1f * (float)(i % 7) - 0.3f;
+    for (k = 0; k < 2; k++) { /* 0: the forward, 1: the step */
+        memset(&p, 0, sizeof p);
+        p.batch = 2; p.dim = 3; p.seqlen = 1; p.width = 4; p.dtype = SELSCAN_F32; p.flags = SELSCAN_CONV_SILU;
+        p.x.data = x; p.weight.data = w; p.y.data = y;
+        memset(&s, 0, sizeof s);
+        s.batch = 2; s.dim = 3; s.width = 4; s.state_len = 3; s.dtype = SELSCAN_F32; s.flags = SELSCAN_CONV_SILU;
+        s.state.data = st; s.x.data = x; s.weight.data = w; s.y.data = y;
+        memcpy(st, st0, sizeof st);
+        CHECK((k ? selscan_conv_step_cpu(&s) : selscan_conv_forward_cpu(&p)) == SELSCAN_OK, "seqlen 1 (%s): contiguous", k ? "step" : "fwd");
+        memcpy(y1, y, sizeof y1);
+        memcpy(st1, st, sizeof st1);
+        memset(y, 0xFF, sizeof y);
+        memcpy(st, st0, sizeof st);
+        p.x.stride[0] = s.x.stride[0] = 3; p.x.stride[1] = s.x.stride[1] = 1; p.x.stride[2] = s.x.stride[2] = INT64_MAX;
+        p.y.stride[0] = s.y.stride[0] = 3; p.y.stride[1] = s.y.stride[1] = 1; p.y.stride[2] = s.y.stride[2] = INT64_MAX / 4;
+        CHECK((k ? selscan_conv_step_cpu(&s) : selscan_conv_forward_cpu(&p)) == SELSCAN_OK && memcmp(y, y1, sizeof y) == 0 &&
+                  memcmp(st, st1, sizeof st) == 0,
+              "seqlen 1 (%s): a huge stride[2] gives the contiguous result", k ? "step" : "fwd");
+        p.x.stride[2] = s.x.stride[2] = -1;
+        dg.operand = dg.rule = NULL;
+        p.diag = s.diag = &dg;
+        CHECK((k ? selscan_conv_step_cpu(&s) : selscan_conv_forward_cpu(&p)) == SELSCAN_ERR_STRIDE && cv_diag_is(&dg, "x", "negative stride"),
+              "seqlen 1 (%s): stride[2] -1 refused", k ? "step" : "fwd");
+    }
+}
+
 int main(void) {
     const int q = tc_quick();
     tc_init("test_conv");
+    test_errno();
+    test_seqlen1_stride();
     test_validation();
     test_oracle(q ? 30 : 120);
     test_fd(q ? 8 : 40);

@@ -987,9 +987,7 @@ int main() {
     host_validation_tests();
     int ndev = 0;
     if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev == 0) {
-        printf("test_cuda%s: no GPU: host-side validation only\n%d passed, %d failed\n", SELSCAN_CUDA_CHANNELS_LAST ? " (SELSCAN_CUDA_CHANNELS_LAST)" : "",
-               g_pass, g_fail);
-        return g_fail ? 1 : 0;
+        return report_no_gpu(SELSCAN_CUDA_CHANNELS_LAST ? "test_cuda (SELSCAN_CUDA_CHANNELS_LAST)" : "test_cuda");
     }
     cudaDeviceProp prop;
     CU(cudaGetDeviceProperties(&prop, 0));

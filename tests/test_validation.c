@@ -634,9 +634,17 @@ static void rule_codes(void) {
     RULE(SELSCAN_RULE_NOT_POSITIVE, "batch", PROB(p.batch = 0; ex("code: batch 0", &p, &g, ALL, SELSCAN_ERR_SHAPE)));
     RULE(SELSCAN_RULE_NOT_POSITIVE, "dstate", PROB(p.dstate = -3; ex("code: dstate -3", &p, &g, ALL, SELSCAN_ERR_SHAPE)));
     RULE(SELSCAN_RULE_NOT_DIVIDING, "n_groups", PROB(p.n_groups = 3; ex("code: n_groups 3", &p, &g, ALL, SELSCAN_ERR_SHAPE)));
-    RULE(SELSCAN_RULE_COUNT_OVERFLOWS, "problem",
+    /* a count overflow names the sizes whose product overflows (issue 41: was "problem") */
+    RULE(SELSCAN_RULE_COUNT_OVERFLOWS, "batch * dim * seqlen",
          PROB(p.batch = (int64_t)1 << 31; p.dim = (int64_t)1 << 31; p.seqlen = (int64_t)1 << 31;
               ex("code: count overflow", &p, &g, ALL, SELSCAN_ERR_SHAPE)));
+    RULE(SELSCAN_RULE_COUNT_OVERFLOWS, "batch * dim * seqlen",
+         PROB(p.batch = (int64_t)1 << 62; ex("code: batch 2^62", &p, &g, ALL, SELSCAN_ERR_SHAPE)));
+    RULE(SELSCAN_RULE_COUNT_OVERFLOWS, "batch * n_groups * dstate * seqlen",
+         PROB(p.dstate = (int64_t)1 << 40; p.seqlen = (int64_t)1 << 30; ex("code: B's count overflows", &p, &g, ALL, SELSCAN_ERR_SHAPE)));
+    RULE(SELSCAN_RULE_COUNT_OVERFLOWS, "batch * dim * dstate", /* only the state's (batch, dim, N) */
+         PROB(p.dim = (int64_t)1 << 40; p.n_groups = 1; p.dstate = (int64_t)1 << 30; p.seqlen = 1;
+              ex("code: the state's count overflows", &p, &g, ALL, SELSCAN_ERR_SHAPE)));
     RULE(SELSCAN_RULE_UNKNOWN_DTYPE, "dtype", PROB(p.dtype = (selscan_dtype)3; ex("code: dtype 3", &p, &g, ALL, SELSCAN_ERR_DTYPE)));
     RULE(SELSCAN_RULE_UNKNOWN_FLAG, "flags", PROB(p.flags |= 8u; ex("code: flag 8", &p, &g, ALL, SELSCAN_ERR_UNSUPPORTED)));
     RULE(SELSCAN_RULE_NEGATIVE_STRIDE, "B", PROB(p.B.stride[3] = -1; ex("code: B stride negative", &p, &g, ALL, SELSCAN_ERR_STRIDE)));
@@ -675,6 +683,12 @@ static void rule_codes(void) {
          STEP(ix[2] = 4; s.state_index = ix; sexpect("code: duplicate index", &s, SELSCAN_ERR_ALIAS)));
     RULE(SELSCAN_RULE_ELEMENTS_OVERLAP, "state", STEP(s.state.stride[0] = 11; sexpect("code: state rows overlap", &s, SELSCAN_ERR_STRIDE)));
     RULE(SELSCAN_RULE_OVERLAPS, "y", STEP(s.y.data = sx.data; sexpect("code: step y == u", &s, SELSCAN_ERR_ALIAS)));
+    RULE(SELSCAN_RULE_COUNT_OVERFLOWS, "n_cache * dim * dstate",
+         STEP(s.dstate = (int64_t)1 << 60; sexpect("code: step state count overflows", &s, SELSCAN_ERR_SHAPE)));
+    RULE(SELSCAN_RULE_COUNT_OVERFLOWS, "batch * dim",
+         STEP(s.batch = (int64_t)1 << 62; sexpect("code: step batch 2^62", &s, SELSCAN_ERR_SHAPE)));
+    RULE(SELSCAN_RULE_COUNT_OVERFLOWS, "batch * n_groups * dstate",
+         STEP(s.batch = (int64_t)1 << 40; s.dstate = (int64_t)1 << 20; sexpect("code: step B's count overflows", &s, SELSCAN_ERR_SHAPE)));
 }
 
 int main(void) {
