@@ -29,11 +29,12 @@ run: $(BUILD)/quickstart
 	@if [ -n "$(HAVE_NVCC)" ] && nvidia-smi -L >/dev/null 2>&1; then $(MAKE) --no-print-directory $(BUILD)/cuda_quickstart && ./$(BUILD)/cuda_quickstart; fi
 
 # ---- tests (section owned by tests/) ----------------------------------------------------------
-# make test (the quick loop, 2-5 min on 2 cores): every tests/test_*.c (CUDA ones excluded)
-# built and run, tests/test_api and tests/test_conv again with SELSCAN_CPU=portable (test_conv with
-# avx2 too: SELSCAN_CPU never raises the path, so on a CPU without it that run repeats a lower one), and the build checks
-# (tests/build_checks.sh) without nvcc.
-# make test-all (what CI runs): make test's suites, the build checks with nvcc where it exists, the
+# make test (the quick loop: at most 3 min of CPU on 2 cores, bench/RESULTS.md "Test loop"): every
+# tests/test_*.c (CUDA ones excluded) built and run, tests/test_api and tests/test_conv again with
+# SELSCAN_CPU=portable (test_conv with avx2 too: SELSCAN_CPU never raises the path, so on a CPU
+# without it that run repeats a lower one).
+# make test-all (what CI runs): make test's suites, the build checks (tests/build_checks.sh: every
+# compiler and language mode, the README snippet; with nvcc where it exists), the
 # CUDA tests and quickstart compiled first (a build step, no test counted) and the CUDA suites run
 # (without a GPU they count only their host-side validation checks and print "skipped: no GPU" for
 # the GPU matrix), every suite again under AddressSanitizer + UBSan on a smaller random matrix
@@ -95,7 +96,7 @@ test-build: $(TEST_BINS) $(TEST_SAN_BINS) $(if $(HAVE_ARM64),$(ARM64_BINS))
 
 test:
 	@$(MAKE) --no-print-directory -j$(TEST_JOBS) test-build-quick
-	@bash tests/run.sh $(TEST_QUICK_CMDS) $(call TEST_BUILD_CHECKS,none)
+	@bash tests/run.sh $(TEST_QUICK_CMDS)
 
 test-all:
 	@$(MAKE) --no-print-directory -j$(TEST_JOBS) test-build
