@@ -529,6 +529,10 @@ OrtStatus *StepCompute(const StepKernel &k, OrtKernelContext *ctx) {
   }
   if (N == 0) return Error(ORT_INVALID_ARGUMENT, "selscan SelectiveStateUpdate: input 'state' must have N >= 1, got " +
                                                      ShapeText(state.dims));
+  if (n_cache == 0) {  // an empty cache: every row is padding (checked above), y 0; selscan reads n_cache 0 as batch
+    std::memset(y.data, 0, static_cast<size_t>(y.numel) * ElemSize(T));
+    return nullptr;
+  }
   selscan_step_problem s;
   std::memset(&s, 0, sizeof s);
   s.batch = batch; s.dim = dim; s.dstate = N; s.n_groups = G; s.n_cache = n_cache;
@@ -661,6 +665,10 @@ OrtStatus *ConvUpdateCompute(const ConvKernel &k, OrtKernelContext *ctx) {
   if (batch == 0 || dim == 0 || seqlen == 0) {
     CopyOrZero(state_out, state, esize);
     if (y.numel) std::memset(y.data, 0, static_cast<size_t>(y.numel) * esize);
+    return nullptr;
+  }
+  if (state.dims[0] == 0) {  // an empty cache: every row is padding (checked above), y 0 (selscan: n_cache 0 = batch)
+    std::memset(y.data, 0, static_cast<size_t>(y.numel) * esize);
     return nullptr;
   }
   selscan_conv_step_problem s;

@@ -817,6 +817,9 @@ Tensor Step(const Tensor& state, const Tensor& x_in, const Tensor& dt_in, const 
   Tensor y = NewLike(x_in);
   if (batch == 0 || dim == 0) return y;
   TORCH_CHECK_VALUE(N > 0, "selscan: state must have N >= 1, got ", Shape(state));
+  // an empty cache: every row is padding (checked above on the host; on CUDA rows >= n_cache are
+  // padding), so out is 0. Not selscan's call: its n_cache 0 means batch (issue 38, host run)
+  if (n_cache == 0) return y.zero_();
   const Tensor x = Readable(x_in), dt = Readable(dt_in), A = Readable(A_in), B = Readable(B_in), C = Readable(C_in);
   const OptT D = Readable(D_in), z = Readable(z_in), dt_bias = Readable(dt_bias_in);  // float32 or x's dtype
   auto in_t = [&](const OptT& t) { return t.has_value() && t->scalar_type() != at::kFloat; };
@@ -1370,10 +1373,21 @@ Tensor ConvStep(const Tensor& state, const Tensor& x_in, const Tensor& weight_in
   }
   Tensor y = NewInOrderOf(x_in, x_in.sizes(), x_in.scalar_type());
   if (batch == 0 || dim == 0 || L == 0) return y;
+  // an empty cache: every row is padding, out 0 (selscan reads n_cache 0 as batch): Step's rule
+  if (state.size(0) == 0) return y.zero_();
   const bool params_t = StepParamsInT(x_in, {&weight_in, Given(bias_in)});
   const Tensor x = Readable(x_in), weight = Readable(params_t ? weight_in : AsF32(weight_in));
   const OptT bias = Readable(params_t ? bias_in : AsF32(bias_in));
   const Tensor sidx = state_index ? state_index->contiguous() : Tensor();
+  // inputs read through a copy (a full broadcast, a weight / bias cast to float32, strided indices)
+  // hide their overlap with conv_state from selscan's alias check: refused as Step refuses them
+  auto read_copy = [&](const Tensor& in, const Tensor& used, const char* name) {
+    CheckReadCopy(state, "conv_state", "conv step", in, used, name);
+  };
+  read_copy(x_in, x, "x");
+  read_copy(weight_in, weight, "weight");
+  if (bias_in) read_copy(*bias_in, *bias, "bias");
+  if (state_index) read_copy(*state_index, sidx, "conv_state_indices");
   selscan_conv_step_problem s;
   std::memset(&s, 0, sizeof s);
   s.batch = batch; s.dim = dim; s.width = W; s.state_len = state.size(2); s.n_cache = state.size(0);

@@ -308,6 +308,72 @@ def check_step(state, x, dt, A, B, C, D, z, dt_bias, state_index):
     _value(batch == 0 or dim == 0 or N > 0, "state must have N >= 1, got ", _shape(state))
 
 
+# selscan.h's SELSCAN_CONV_MAX_WIDTH (the C++ ops refuse wider weights in the same words;
+# test_conv_fake_width_matches_the_op checks the two agree)
+CONV_MAX_WIDTH = 4
+
+
+def _conv_width(weight, dim):
+    _value(weight.dim() == 2 and weight.shape[0] == dim, "weight must have shape (dim, width) with dim = ", dim,
+           ", got ", _shape(weight))
+    W = weight.shape[1]
+    if not 2 <= W <= CONV_MAX_WIDTH:
+        raise NotImplementedError(f"selscan: the conv width (weight.shape[1]) must be 2 .. {CONV_MAX_WIDTH}, got {W}")
+    return W
+
+
+def check_conv(x, weight, bias, init_state, cu_seqlens):
+    """selscan::conv_fwd / conv_bwd's rules (C++ CheckConv): the conv's fake kernels refuse what the
+    op refuses, a meta tensor among real ones included (issue 38: they returned an output)."""
+    _value(x.dim() == 3, "x must have shape (batch, dim, seqlen), got ", _shape(x))
+    _scan_dtype(x, "x")
+    batch, dim, _ = x.shape
+    W = _conv_width(weight, dim)
+    _f32(weight, "weight")
+    _same_device(x, "x", weight, "weight")
+    if bias is not None:
+        _f32_param(bias, "bias", (dim,), "(dim,)", x, "x")
+    rows = batch
+    if cu_seqlens is not None:
+        _value(cu_seqlens.device.type == "cpu", "cu_seqlens must be a CPU tensor, got one on ", cu_seqlens.device)
+        _type(cu_seqlens.dtype == torch.int64, "cu_seqlens must be int64, got ", cu_seqlens.dtype)
+        _value(cu_seqlens.dim() == 1 and cu_seqlens.shape[0] >= 2,
+               "cu_seqlens must have shape (n_seqs + 1,) with n_seqs >= 1, got ", _shape(cu_seqlens))
+        _value(batch == 1, "packed sequences (cu_seqlens) need batch 1, got batch ", batch)
+        rows = cu_seqlens.shape[0] - 1
+    if init_state is not None:
+        _shape_is(init_state, (rows, dim, W - 1), "initial_states",
+                  "(n_seqs, dim, width - 1)" if cu_seqlens is not None else "(batch, dim, width - 1)")
+        _type(init_state.dtype == x.dtype, "initial_states must have x's dtype ", x.dtype, ", got ", init_state.dtype)
+        _same_device(x, "x", init_state, "initial_states")
+    return rows, W
+
+
+def check_conv_step(state, x, weight, bias, state_index):
+    """selscan::conv_step's rules (C++ ConvStep), for its fake kernel."""
+    _value(x.dim() in (2, 3), "x must have shape (batch, dim) or (batch, dim, seqlen), got ", _shape(x))
+    batch, dim = x.shape[0], x.shape[1]
+    _scan_dtype(x, "x")
+    W = _conv_width(weight, dim)
+    step_param(weight, "weight", (dim, W), "(dim, width)", x)
+    _value(state.dim() == 3 and state.shape[1] == dim and state.shape[2] >= W - 1,
+           "conv_state must have shape (batch, dim, state_len) with dim = ", dim, " and state_len >= width - 1 = ",
+           W - 1, ", got ", _shape(state))
+    _type(state.dtype == x.dtype, "conv_state must have x's dtype ", x.dtype, " (it is updated in place), got ",
+          state.dtype)
+    _same_device(x, "x", state, "conv_state")
+    if bias is not None:
+        step_param(bias, "bias", (dim,), "(dim,)", x)
+    if state_index is not None:
+        _shape_is(state_index, (batch,), "conv_state_indices", "(batch,)")
+        _type(state_index.dtype == torch.int32, "conv_state_indices must be int32 here (the Python wrapper "
+              "converts int64)")
+        _same_device(x, "x", state_index, "conv_state_indices")
+    else:
+        _value(state.shape[0] == batch, "conv_state must have batch = ", batch, " rows without conv_state_indices, "
+               "got ", _shape(state))
+
+
 # ---- the wrappers' rules: what is cast, what is refused ------------------------------------------
 
 

@@ -46,6 +46,7 @@ def _dense_in_order_of(t, dtype=None):
 
 @torch.library.register_fake("selscan::conv_fwd")
 def _conv_fwd_fake(x, weight, bias, init_state, cu_seqlens, silu, return_final_state, out_dim_major):
+    _checks.check_conv(x, weight, bias, init_state, cu_seqlens)
     batch, dim, L = x.shape
     W = weight.shape[1]
     if out_dim_major:
@@ -59,6 +60,12 @@ def _conv_fwd_fake(x, weight, bias, init_state, cu_seqlens, silu, return_final_s
 
 @torch.library.register_fake("selscan::conv_bwd")
 def _conv_bwd_fake(x, weight, bias, init_state, cu_seqlens, dy, dfinal_state, silu, grad_mask):
+    rows, W = _checks.check_conv(x, weight, bias, init_state, cu_seqlens)
+    _checks._like(dy, "dy", x, "x")
+    if dfinal_state is not None:
+        _checks._shape_is(dfinal_state, (rows, x.shape[1], W - 1), "dfinal_states", "final_states' shape")
+        _checks._type(dfinal_state.dtype == x.dtype, "dfinal_states must have x's dtype")
+        _checks._same_device(x, "x", dfinal_state, "dfinal_states")
     batch, dim, L = x.shape
     W = weight.shape[1]
     rows = cu_seqlens.shape[0] - 1 if cu_seqlens is not None else batch
@@ -74,6 +81,7 @@ def _conv_bwd_fake(x, weight, bias, init_state, cu_seqlens, dy, dfinal_state, si
 
 @torch.library.register_fake("selscan::conv_step")
 def _conv_step_fake(state, x, weight, bias, state_index, silu):
+    _checks.check_conv_step(state, x, weight, bias, state_index)
     if _checks.self_overlapping(state):  # the C++ op's CheckInPlace rule
         raise ValueError(f"selscan: conv_state is updated in place but its elements overlap (strides "
                          f"{tuple(state.stride())} for shape {tuple(state.shape)}); pass a tensor with its own memory")
@@ -155,6 +163,7 @@ def causal_conv1d_fn(x, weight, bias=None, seq_idx=None, initial_states=None, re
     initial_states is cast to x's dtype.
     """
     silu = _silu_flag(activation)
+    _checks.tensor_arg(x, "x")
     weight = _weight2d(weight)
     bias = _f32(bias)
     if initial_states is not None and initial_states.dtype != x.dtype:
@@ -182,6 +191,8 @@ def _update_circular(x3, conv_state, weight, bias, silu, cache_seqlens, idx):
     state_len = conv_state.shape[-1]
     dev = x3.device
     _checks.int_arg(cache_seqlens, "cache_seqlens", (batch,), "(batch,)")
+    if conv_state.shape[0] == 0:  # an empty cache: every row is padding (checked by the op), out 0
+        return torch.zeros_like(x3)
     if idx is not None:
         idx = idx.to(device=dev, dtype=torch.int64)
         valid = (idx >= 0) & (idx < conv_state.shape[0])  # the op's padding rule
@@ -229,6 +240,8 @@ def causal_conv1d_update(x, conv_state, weight, bias=None, activation=None, cach
     cache_seqlens % state_len. Returns out, x's shape and dtype. No autograd (inference).
     """
     silu = _silu_flag(activation)
+    _checks.tensor_arg(x, "x")
+    _checks.tensor_arg(conv_state, "conv_state")
     w_in, b_in = weight, bias
     weight = _weight2d(weight, x.dtype)
     bias = _f32(bias, x.dtype)
@@ -242,6 +255,12 @@ def causal_conv1d_update(x, conv_state, weight, bias=None, activation=None, cach
         conv_state_indices, conv_state.shape[0] if conv_state.dim() else 0, "conv_state_indices", "conv step",
         "conv_state", state_tensor=state_t)
     if cache_seqlens is not None:
+        # the window below is a copy and x is scattered into conv_state: an input sharing conv_state's
+        # memory would be changed (and read after), which the plain update's alias check refuses
+        for t, name in ((x, "x"), (w_in, "weight"), (b_in, "bias"), (cache_seqlens, "cache_seqlens"),
+                        (conv_state_indices, "conv_state_indices")):
+            if isinstance(t, torch.Tensor):
+                _checks.state_alias_refused(t, name, conv_state, "conv step", "conv_state")
         x3 = x.unsqueeze(-1) if x.dim() == 2 else x
         # the plain update's checks (the op's: shapes, dtypes, devices, state_len >= width - 1, rows in
         # range and used once) on no token, so nothing is written: the window below hides them from the op

@@ -599,3 +599,105 @@ def test_38_9c_step_input_in_the_state_gaps_exact():
         assert torch.allclose(out.double(), ref_out.view(out.shape), atol=2e-3), how
         assert torch.allclose(state.double(), ref_state.view(state.shape), atol=2e-3), how
         assert all(torch.equal(a, k) for a, k in zip(ins, keep)) and metadata(ins) == meta, how
+
+
+# ---- issue 38, the hostile run on the merged fixes ---------------------------------------------------
+
+
+def test_38_host_conv_update_input_read_through_a_copy_overlapping_conv_state_refused():
+    """The conv update's op reads some inputs through a copy (a full broadcast made dense, a weight /
+    bias widened to float32 where the other is float32, strided int32 indices made contiguous):
+    selscan's alias check saw the copy and the update changed the caller's input. Refused, as the
+    scan's step refuses them, naming conv_state and the input, nothing written."""
+    def cases():
+        s = torch.randn(2, 4, 4)  # x: one element of the state, broadcast
+        yield "x", s, lambda: st.causal_conv1d_update(s.view(-1)[5:6].expand(2, 4), s, torch.randn(4, 4))
+        s = torch.randn(2, 4, 4)
+        yield "weight", s, lambda: st.causal_conv1d_update(torch.randn(2, 4), s, s.view(-1)[3:4].expand(4, 4))
+        s = torch.randn(2, 4, 4).bfloat16()  # bfloat16 weight + float32 bias: the weight is widened
+        yield "weight", s, lambda: st.causal_conv1d_update(torch.randn(2, 4).bfloat16(), s, s[1], torch.randn(4))
+        s = torch.randn(2, 4, 4).bfloat16()  # float32 weight + bfloat16 bias: the bias is widened
+        yield "bias", s, lambda: st.causal_conv1d_update(torch.randn(2, 4).bfloat16(), s, torch.randn(4, 4), s[1, 0])
+        s = torch.zeros(3, 4, 4)  # int32 rows 0, 1: every other int32 of the state's memory
+        s.view(torch.int32).view(-1)[2] = 1
+        idx = s.view(torch.int32).view(-1)[0:4:2]
+        yield "conv_state_indices", s, lambda: st.causal_conv1d_update(torch.randn(2, 4), s, torch.randn(4, 4),
+                                                                       conv_state_indices=idx)
+        s = torch.zeros(3, 4, 4)
+        s.view(torch.int32).view(-1)[2] = 1
+        idx = s.view(torch.int32).view(-1)[0:4:2]
+        yield "conv_state_indices", s, lambda: ops.conv_step(s, torch.randn(2, 4), torch.randn(4, 4), None, idx, False)
+
+    for arg, s, call in cases():
+        snap, version = s.clone(), s._version
+        msg = raises_naming(arg, call, ValueError)
+        assert names(msg, "conv_state") and "SELSCAN_ERR_ALIAS" in msg, msg
+        assert torch.equal(s, snap) and s._version == version
+
+
+def test_38_host_circular_update_input_overlapping_conv_state_refused():
+    """The circular update (cache_seqlens) steps a gathered copy of the window and scatters x into
+    conv_state: an input sharing conv_state's memory (x, weight, bias, cache_seqlens, rows) was
+    changed by the scatter. Refused as the plain update refuses it, nothing written."""
+    cs = torch.tensor([0, 1])
+    calls = {
+        "x": lambda s: st.causal_conv1d_update(s[:, :, 1], s, torch.randn(4, 4), cache_seqlens=cs),
+        "weight": lambda s: st.causal_conv1d_update(torch.randn(2, 4), s, s[0], cache_seqlens=cs),
+        "bias": lambda s: st.causal_conv1d_update(torch.randn(2, 4), s, torch.randn(4, 4), s[1, 0], cache_seqlens=cs),
+        "cache_seqlens": lambda s: st.causal_conv1d_update(torch.randn(2, 4), s, torch.randn(4, 4),
+                                                           cache_seqlens=s.view(torch.int32)[0, 0, :2]),
+    }
+    for arg, call in calls.items():
+        s = torch.randn(2, 4, 4)
+        if arg == "cache_seqlens":
+            s.view(torch.int32)[0, 0, :2] = torch.tensor([3, 5], dtype=torch.int32)
+        snap = s.clone()
+        msg = raises_naming(arg, lambda: call(s), ValueError)
+        assert names(msg, "conv_state"), msg
+        assert torch.equal(s, snap)
+
+
+@pytest.mark.parametrize("circular", [False, True])
+def test_38_host_empty_cache_all_padding(circular):
+    """A cache of 0 rows with every row index padding: out 0, as padding gives (selscan's n_cache 0
+    means batch: the op answered 'state missing'; the circular update raised IndexError)."""
+    kw = dict(cache_seqlens=torch.tensor([0, 1])) if circular else {}
+    y = st.causal_conv1d_update(torch.randn(2, 4), torch.zeros(0, 4, 3), torch.randn(4, 4),
+                                conv_state_indices=torch.tensor([-1, -1]), **kw)
+    assert y.shape == (2, 4) and not y.any()
+    if not circular:
+        s = step_inputs(batch=2, n_cache=1)
+        s["state"] = s["state"][:0]
+        y = call_step(s, state_batch_indices=torch.tensor([-1, -1]))
+        assert y.shape == (2, 4) and not y.any()
+        with pytest.raises(ValueError, match="state_batch_indices"):
+            call_step(s, state_batch_indices=torch.tensor([-1, 0]))
+
+
+def test_38_host_conv_fakes_refuse_what_the_ops_refuse():
+    """A meta tensor among CPU ones goes to the conv ops' fake kernels, which returned an output
+    unchecked: now they refuse it naming the argument, as the scan's fakes do."""
+    x, w = torch.randn(2, 4, 6), torch.randn(4, 3)
+    raises_naming("weight", lambda: st.causal_conv1d_fn(x, w.to("meta")))
+    raises_naming("weight", lambda: st.causal_conv1d_fn(x.to("meta"), w))
+    raises_naming("initial_states", lambda: st.causal_conv1d_fn(x, w, initial_states=torch.zeros(2, 4, 2,
+                                                                                                 device="meta")))
+    raises_naming("bias", lambda: ops.conv_fwd(x.to("meta"), w.to("meta"), torch.zeros(5, device="meta"), None, None,
+                                               False, False, False))
+    xs, s = torch.randn(2, 4), torch.randn(3, 4, 3)
+    raises_naming("conv_state", lambda: st.causal_conv1d_update(xs, s.to("meta"), torch.randn(4, 4),
+                                                                conv_state_indices=torch.tensor([0, 1])))
+    raises_naming("conv_state_indices", lambda: st.causal_conv1d_update(
+        xs, s, torch.randn(4, 4), conv_state_indices=torch.tensor([0, 1], dtype=torch.int32, device="meta")))
+    raises_naming("conv_state", lambda: st.causal_conv1d_update(xs.to("meta"), s, torch.randn(4, 4, device="meta"),
+                                                                conv_state_indices=torch.tensor([0, 1])))
+    raises_naming("x", lambda: st.causal_conv1d_fn([1.0], w), TypeError)
+    # the width bound the fakes use is the op's (selscan.h's SELSCAN_CONV_MAX_WIDTH)
+    from selscan_torch import _checks
+    W = _checks.CONV_MAX_WIDTH
+    st.causal_conv1d_fn(x, torch.randn(4, W))
+    with pytest.raises(NotImplementedError, match=rf"2 \.\. {W}, got {W + 1}") as info:
+        st.causal_conv1d_fn(x, torch.randn(4, W + 1))
+    with pytest.raises(NotImplementedError) as meta_info:
+        st.causal_conv1d_fn(x.to("meta"), torch.randn(4, W + 1, device="meta"))
+    assert str(meta_info.value) == str(info.value).split("\n")[0]

@@ -831,3 +831,23 @@ def test_export_transformers_mamba_decode():
         with torch.no_grad():  # the greedy tokens are transformers' own generate()'s
             gen = model.generate(ids, max_new_tokens=5, do_sample=False, use_cache=True)
     assert torch.equal(torch.cat(tokens, dim=1), gen[:, 9:])
+
+
+@pytest.mark.parametrize("op", ["SelectiveStateUpdate", "CausalConv1dUpdate"])
+def test_38_host_empty_cache_all_padding(op):
+    """A cache of 0 rows with every state_index padding: y 0, state_out empty (selscan reads
+    n_cache 0 as batch: the op answered 'input state: missing'); a row index is still refused."""
+    idx = torch.tensor([-1, -1], dtype=torch.int32)
+    if op == "SelectiveStateUpdate":
+        s = make_step(batch=2, dim=4, N=3, n_cache=1)
+        s["state"] = s["state"][:0]
+        run = lambda i: run_step_ort(s, torch.float32, idx=i)  # noqa: E731
+    else:
+        if not HAS_CONV:
+            pytest.skip("no conv ops")
+        c = dict(state=torch.zeros(0, 4, 3), x=torch.randn(2, 4), weight=torch.randn(4, 4))
+        run = lambda i: run_conv_ort(dict(c, state_index=i), ("y", "state_out"), op=op)  # noqa: E731
+    y, state_out = run(idx)
+    assert y.shape == (2, 4) and not y.any() and state_out.shape[0] == 0
+    with pytest.raises(Exception, match=r"input 'state_index'.*not below n_cache"):
+        run(torch.tensor([-1, 0], dtype=torch.int32))
