@@ -164,6 +164,11 @@ def causal_conv1d_fn(x, weight, bias=None, seq_idx=None, initial_states=None, re
     """
     silu = _silu_flag(activation)
     _checks.tensor_arg(x, "x")
+    if return_final_states and final_states_out is not None:  # written after y: an input it overlaps would change
+        _checks.tensor_arg(final_states_out, "final_states_out")
+        for t, name in ((x, "x"), (weight, "weight"), (bias, "bias"), (initial_states, "initial_states")):
+            if isinstance(t, torch.Tensor):
+                _checks.state_alias_refused(t, name, final_states_out, "conv", "final_states_out")
     weight = _weight2d(weight)
     bias = _f32(bias)
     if initial_states is not None and initial_states.dtype != x.dtype:

@@ -701,3 +701,20 @@ def test_38_host_conv_fakes_refuse_what_the_ops_refuse():
     with pytest.raises(NotImplementedError) as meta_info:
         st.causal_conv1d_fn(x.to("meta"), torch.randn(4, W + 1, device="meta"))
     assert str(meta_info.value) == str(info.value).split("\n")[0]
+
+
+def test_38_host_final_states_out_overlapping_an_input_refused():
+    """final_states_out is written after the conv: a view of x (or of the initial states) among the
+    inputs would have changed them behind the caller's back; refused naming both, nothing written."""
+    g = torch.Generator().manual_seed(5)
+    x = torch.randn(2, 8, 12, generator=g)
+    w, b = torch.randn(8, 4, generator=g), torch.randn(8, generator=g)
+    init = torch.randn(2, 8, 3, generator=g)
+    for name, out in (("x", x[:, :, :3]), ("initial_states", init)):
+        before = (x.clone(), init.clone())
+        with pytest.raises(ValueError, match=rf"final_states_out.*overlaps {name}"):
+            st.causal_conv1d_fn(x, w, b, initial_states=init, return_final_states=True, final_states_out=out)
+        assert torch.equal(x, before[0]) and torch.equal(init, before[1])
+    y, fin = st.causal_conv1d_fn(x, w, b, initial_states=init, return_final_states=True,
+                                 final_states_out=torch.empty(2, 8, 3))
+    assert fin.shape == (2, 8, 3)
