@@ -17,6 +17,7 @@
 # full (make test-gpu-full PART=1|2|3, each part < 10 min): 1 the C suites' whole matrix, both layouts,
 #   and the sanitizer's four tools; 2 every torch CUDA test, gpu_full ones too (without the fuzz); 3 the
 #   CUDA fuzz at its full count.
+# GATE_SKIP_TORCH_BUILD=1: the torch package as an earlier part of the same sitting installed it.
 # Every part ends with an "N passed, N failed" line; tests/run.sh sums them into the grand total,
 # the last line, and the exit status is 1 when anything failed. Logs: $BUILD/gpu-gate/.
 set -u
@@ -60,7 +61,11 @@ build_torch() { MAX_JOBS=$JOBS TORCH_CUDA_ARCH_LIST=${TORCH_CUDA_ARCH_LIST:-9.0}
                 "$PY" -m pip install -q --no-build-isolation --no-deps --force-reinstall ./bindings/torch; }
 stamp "building"
 bg build-c build_c
-bg build-torch build_torch
+if [ -n "${GATE_SKIP_TORCH_BUILD:-}" ]; then  # a second part in the same sitting: the package is installed
+    echo "skipped (GATE_SKIP_TORCH_BUILD)" >"$LOG/build-torch.log"; echo 0 >"$LOG/build-torch.rc"
+else
+    bg build-torch build_torch
+fi
 wait
 for b in build-c build-torch; do
     if [ "$(cat "$LOG/$b.rc")" != 0 ]; then tail -40 "$LOG/$b.log"; echo "gpu-gate: $b failed"; echo "0 passed, 1 failed"; exit 1; fi
