@@ -67,7 +67,10 @@ def _group_rank_world(group):
     if not (dist.is_available() and dist.is_initialized()):
         raise RuntimeError("selscan context_parallel: torch.distributed is not initialised "
                            "(call torch.distributed.init_process_group first)")
-    return dist.get_rank(group), dist.get_world_size(group)
+    rank = dist.get_rank(group)
+    if rank < 0:  # torch answers -1 outside the group: the shapes built from it failed with no word on why
+        raise ValueError("selscan context_parallel: this process is not a member of `group` (only its ranks may call)")
+    return rank, dist.get_world_size(group)
 
 
 def _all_gather(t, group, world):
@@ -85,8 +88,12 @@ def shard(t, dim=-1, group=None, rank=None, world=None):
     """This rank's contiguous shard of a full tensor along `dim` (rank order = sequence order).
     Lengths differ by at most one when `world` does not divide the length (the first ranks get
     the longer shards)."""
-    if rank is None or world is None:
-        rank, world = _group_rank_world(group)
+    if rank is None or world is None:  # fill in only what is missing: a given rank or world is kept
+        r, w = _group_rank_world(group)
+        rank = r if rank is None else rank
+        world = w if world is None else world
+    if not 0 <= rank < world:
+        raise ValueError(f"selscan context_parallel: shard: rank must lie in [0, world = {world}), got {rank}")
     n = t.shape[dim]
     base, extra = divmod(n, world)
     start = rank * base + min(rank, extra)
@@ -96,19 +103,45 @@ def shard(t, dim=-1, group=None, rank=None, world=None):
 def all_reduce_grads(params, group=None):
     """Sums the .grad of `params` (a module or an iterable of parameters) over the group: after
     the backward of a context-parallel model, every rank then holds the single-device gradient
-    of the whole sequence. One all_reduce over a flat buffer (the same order on every rank)."""
+    of the whole sequence. One all_reduce over a flat buffer (the same order on every rank; float64
+    gradients in a float64 one), after the ranks' agreement on which parameters have a .grad, their
+    shapes and dtypes (a ValueError on every rank otherwise)."""
     if isinstance(params, nn.Module):
         params = params.parameters()
+    params = list(params)
+    rank, world = _group_rank_world(group)
     grads = [p.grad for p in params if p.grad is not None]
-    if not grads:
-        return
-    flat = torch.cat([g.reshape(-1).to(_F32) for g in grads])
-    dist.all_reduce(flat, group=group)
-    off = 0
-    for g in grads:
-        n = g.numel()
-        g.copy_(flat[off:off + n].view_as(g))
-        off += n
+    err = None
+    try:
+        for g in grads:
+            if not g.is_floating_point():
+                raise TypeError(f"selscan context_parallel: all_reduce_grads sums floating-point gradients, got one "
+                                f"of dtype {g.dtype}")
+    except Exception as e:
+        err = e
+    if world > 1 and CHECK_RANKS:
+        # the flat buffers' sizes follow which parameters have a .grad and their shapes: ranks that
+        # differ would abort inside the backend (or sum mismatched entries), so agree first
+        meta = []
+        if err is None:
+            desc = repr([(i, tuple(p.grad.shape), str(p.grad.dtype)) for i, p in enumerate(params) if p.grad is not None])
+            meta = [("the number of parameters", len(params), None), ("the number of them with a .grad", len(grads), None),
+                    ("which parameters have a .grad, their shapes and dtypes", _hash(desc.encode()), _DIFFERS)]
+        _agree("all_reduce_grads", err, meta, [], group, world, _device(group, *grads))
+    elif err is not None:
+        raise err
+    # float64 gradients are summed in float64 (a float32 sum would round them), the others in float32
+    for wide in (False, True):
+        part = [g for g in grads if (g.dtype == torch.float64) == wide]
+        if not part:
+            continue
+        flat = torch.cat([g.reshape(-1).to(torch.float64 if wide else _F32) for g in part])
+        dist.all_reduce(flat, group=group)
+        off = 0
+        for g in part:
+            n = g.numel()
+            g.copy_(flat[off:off + n].view_as(g))
+            off += n
 
 
 # ---- >>the ranks' agreement --------------------------------------------------------------------------
@@ -121,11 +154,16 @@ def all_reduce_grads(params, group=None):
 
 CHECK_RANKS = True  # the digest above, one all_gather a call (on CUDA one device->host read)
 
-_KINDS = ("selective_scan_fn", "causal_conv1d_cp", "MambaMixerCP")
+_KINDS = ("selective_scan_fn", "causal_conv1d_cp", "MambaMixerCP", "all_reduce_grads")
 _DTYPES = (torch.float32, torch.float16, torch.bfloat16, torch.float64)
 _DIGEST = 32  # int64 a rank sends before the 2 sums: fixed, so ranks in different functions match sizes
 _MSG = 1024  # bytes of a rank's refusal sent to the others
 _DIFFERS = "differs"  # a meta entry shown as "differs across ranks" (a hash, not a readable value)
+
+
+def _hash(b):
+    """A signed int64 hash of bytes b (host side)."""
+    return int.from_bytes(hashlib.blake2b(b, digest_size=8).digest(), "little", signed=True)
 
 
 def _dtype_code(t):
@@ -583,7 +621,9 @@ def _scan(u, delta, A, B, C, D, z, delta_bias, delta_softplus, return_last_state
             if u.dim() == 3 and u.shape[0] != 1:
                 raise ValueError(f"selscan context_parallel: packed sequences (cu_seqlens) need batch 1, u is "
                                  f"{tuple(u.shape)}")
-        if check and world > 1:  # the op's rules on this shard, before any collective (else the op's own)
+        if world > 1:  # the op's rules on this shard, before any collective: rank 0 runs the op before the
+            # all_gather, the last rank after it, so a refusal left to the op stops rank 0 alone and the
+            # last rank waits or aborts in the collective (also when MambaMixerCP already agreed: check False)
             _checks.check_fwd(u, delta, A, B, C, D, z, delta_bias, h0, None)
     except Exception as e:
         err = e
@@ -595,8 +635,7 @@ def _scan(u, delta, A, B, C, D, z, delta_bias, delta_softplus, return_last_state
         meta, values = [], []
         if err is None:
             batch, dim, L = u.shape
-            cu = 0 if cu_seqlens is None else int.from_bytes(  # on the host: a real hash, not _bits
-                hashlib.blake2b(cu_seqlens.numpy().tobytes(), digest_size=8).digest(), "little", signed=True)
+            cu = 0 if cu_seqlens is None else _hash(cu_seqlens.numpy().tobytes())  # on the host: not _bits
             layout = lambda t: 0 if t.dim() == 2 else (t.shape[1] if t.dim() == 4 else 1)  # noqa: E731
             meta = [("batch (u.shape[0])", batch, None), ("dim (u.shape[1])", dim, None), (None, L, None),
                     ("N (A.shape[1])", A.shape[1], None), ("u's dtype", _dtype_code(u), _dtype_name),
@@ -703,6 +742,13 @@ def _conv(x, weight, bias, activation, group, rank, world, check):
         for t, name in ((weight, "weight"), (bias, "bias")):
             if t is not None and t.device != x.device:
                 raise ValueError(f"selscan context_parallel: {name} is on {t.device} but x is on {x.device}")
+        # F.conv1d below needs one floating dtype: x's; weight / bias are cast to it as causal_conv1d_fn
+        # does (an integer / bool one is refused here, not by F.conv1d after the halo exchange)
+        if not x.is_floating_point():
+            raise TypeError(f"selscan context_parallel: x must be a real floating-point tensor, got {x.dtype}")
+        weight = _cast(weight, "weight", x.dtype)
+        if bias is not None:
+            bias = _cast(bias, "bias", x.dtype)
         W, L = weight.shape[1], x.shape[-1]
         if W > 1 and world > 1 and L < W - 1:
             raise ValueError(f"selscan context_parallel: every shard must hold at least d_conv - 1 = {W - 1} tokens "
@@ -726,6 +772,9 @@ def _conv(x, weight, bias, activation, group, rank, world, check):
         raise err
     dim, W = weight.shape
     L = x.shape[-1]
+    if L == 0:  # an empty shard (W 1, or one rank): F.conv1d refuses an input shorter than the kernel
+        out = x * weight[:, -1:] if bias is None else x * weight[:, -1:] + bias[:, None]
+        return F.silu(out) if activation in ("silu", "swish") else out
     if W > 1 and world > 1:
         halo = _Halo.apply(x[..., L - (W - 1):], group, rank, world)
         xx = torch.cat([halo, x], dim=-1)
@@ -806,6 +855,9 @@ class MambaMixerCP(nn.Module):
                 raise NotImplementedError("selscan context_parallel: MambaMixerCP runs training / prefill without a "
                                           "cache")
             _checks.tensor_arg(hidden_states, "hidden_states")
+            if hidden_states.dtype not in (torch.float32, torch.float16, torch.bfloat16):  # the scan's dtypes
+                raise TypeError(f"selscan context_parallel: hidden_states must be float32, float16 or bfloat16, got "
+                                f"{hidden_states.dtype}")
             if hidden_states.dim() != 3 or hidden_states.shape[-1] != self.hidden_size:
                 raise ValueError(f"selscan context_parallel: hidden_states must have shape (batch, L_shard, "
                                  f"hidden_size = {self.hidden_size}), got {list(hidden_states.shape)}")

@@ -154,6 +154,82 @@ def run_disagree(case, g, gr, dev):
     return [dict(err=err, untouched=spec.get("untouched"), after=y.detach().cpu())]
 
 
+def run_cp2(case, g, gr, dev):
+    """Hostile calls found after the issue-38 hardening (test_38_cp_*): each sub-call's error (type,
+    message) or None, and a small valid scan after it (the group still works)."""
+    world = case["world"]
+    got = {}
+
+    def attempt(name, fn):
+        try:
+            fn()
+            got[name] = None
+        except Exception as e:
+            got[name] = (type(e).__name__, str(e))
+        x = torch.ones(1, 2, 3, device=dev)
+        y = cp.selective_scan_fn(x, x, -torch.ones(2, 1, device=dev), torch.ones(1, 1, 3, device=dev),
+                                 torch.ones(1, 1, 3, device=dev), group=g)
+        got[name + ":after"] = y.detach().cpu()
+
+    def grads_presence():  # a .grad on rank 0 only: the flat buffers' sizes differed (gloo aborted)
+        p, q = torch.nn.Parameter(torch.ones(3, device=dev)), torch.nn.Parameter(torch.ones(2, device=dev))
+        p.grad = torch.ones_like(p)
+        if gr == 0:
+            q.grad = torch.ones_like(q)
+        cp.all_reduce_grads([p, q], group=g)
+
+    def grads_vs_scan():  # rank 0 in all_reduce_grads, the others in a scan
+        if gr == 0:
+            p = torch.nn.Parameter(torch.ones(34, device=dev))
+            p.grad = torch.ones_like(p)
+            cp.all_reduce_grads([p], group=g)
+        else:
+            x = torch.ones(1, 2, 3, device=dev)
+            cp.selective_scan_fn(x, x, -torch.ones(2, 1, device=dev), torch.ones(1, 1, 3, device=dev),
+                                 torch.ones(1, 1, 3, device=dev), group=g)
+
+    def grads_f64():  # float64 gradients were summed in float32
+        p = torch.nn.Parameter(torch.zeros(1, dtype=torch.float64, device=dev))
+        p.grad = torch.full_like(p, 1.0 + 1e-12 * (gr + 1))
+        cp.all_reduce_grads([p], group=g)
+        got["f64_sum"] = p.grad.item()
+
+    def block_f64():  # the scan refused float64 on rank 0 only (before the all_gather): the others aborted
+        torch.manual_seed(0)
+        cp.MambaMixerCP(4, 6, 2, 3, 2, group=g).to(dev).double()(torch.randn(1, 5, 4, dtype=torch.float64, device=dev))
+
+    def conv_int_weight():  # F.conv1d refused it after the halo exchange, a RuntimeError naming nothing
+        cp.causal_conv1d_cp(torch.randn(1, 2, 5, device=dev), torch.ones(2, 4, dtype=torch.int8, device=dev), group=g)
+
+    def conv_empty_w1():  # width 1: no halo, so an empty shard is valid; F.conv1d refused L 0
+        L = 0 if gr == 1 else 3
+        x = torch.arange(2.0 * L, device=dev).view(1, 2, L).requires_grad_(True)
+        w, b = torch.tensor([[2.0], [3.0]], device=dev), torch.tensor([0.5, -1.0], device=dev)
+        y = cp.causal_conv1d_cp(x, w.to(torch.bfloat16), b, group=g)  # a bf16 weight is cast to x's dtype
+        y.sum().backward()
+        got["conv_w1"] = (y.detach().cpu(), (x.detach() * w + b[:, None]).cpu(), tuple(x.grad.shape))
+
+    attempt("grads_presence", grads_presence)
+    attempt("grads_vs_scan", grads_vs_scan)
+    attempt("grads_f64", grads_f64)
+    attempt("block_f64", block_f64)
+    attempt("conv_int_weight", conv_int_weight)
+    attempt("conv_empty_w1", conv_empty_w1)
+    if world >= 3:  # a process outside the subgroup calls: torch's rank -1 made a "negative dimension" error
+        sub = dist.new_group([1, 2])
+        try:
+            x = torch.ones(1, 2, 3, device=dev)
+            cp.selective_scan_fn(x, x, -torch.ones(2, 1, device=dev), torch.ones(1, 1, 3, device=dev),
+                                 torch.ones(1, 1, 3, device=dev), group=sub)
+            got["nonmember"] = None
+        except Exception as e:
+            got["nonmember"] = (type(e).__name__, str(e))
+    t = torch.arange(10)
+    got["shard"] = (cp.shard(t, rank=(gr + 1) % world, group=g).tolist(),
+                    cp.shard(t, rank=(gr + 1) % world, world=world).tolist())
+    return [dict(msgs=got)]
+
+
 def main():
     rank, world, init, backend, device, cases_file, out_file = sys.argv[1:8]
     rank, world = int(rank), int(world)
@@ -180,7 +256,8 @@ def main():
             continue
         gr = key.index(rank) if key is not None else rank
         try:
-            fn = {"scan": run_scan, "block": run_block, "errors": run_errors, "disagree": run_disagree}[c["kind"]]
+            fn = {"scan": run_scan, "block": run_block, "errors": run_errors, "disagree": run_disagree,
+                  "cp2": run_cp2}[c["kind"]]
             cp.CHECK_RANKS = c.get("check_ranks", True)
             res = fn(c, g, gr, dev)
             cp.CHECK_RANKS = True

@@ -172,6 +172,7 @@ def cases_for(world):
         block_case("block_attention_mask", world, mask=True),
     ]
     c.append(dict(kind="errors", name="errors", world=world, group=None))
+    c.append(dict(kind="cp2", name="38_cp2", world=world, group=None))  # checked by test_38_cp_* below
     return c + cp38_cases(world)  # last: ranks that disagree (issue 38)
 
 
@@ -302,6 +303,8 @@ def check_case(case, per_rank, dev):
         assert x["same"], f"rank {r}: the two runs differ (not bitwise deterministic)"
     if case["kind"] == "disagree":
         return check_disagree(case, res)
+    if case["kind"] == "cp2":  # checked by test_38_cp_* below
+        return
     if case["kind"] == "errors":
         for x in res:
             m = x["msgs"]
@@ -353,7 +356,7 @@ needs_dist = pytest.mark.skipif(not HAS_DIST, reason="torch.distributed is not a
 
 
 @needs_dist
-@pytest.mark.parametrize("world,name", [(w, n) for w in (2, 3) for n in case_names(w) if not n.startswith("38_1_")])
+@pytest.mark.parametrize("world,name", [(w, n) for w in (2, 3) for n in case_names(w) if not n.startswith("38_")])
 def test_cpu_gloo(tmp_path_factory, world, name):
     names = case_names(world)
     cases, got = results(tmp_path_factory, world, "gloo", "cpu")
@@ -456,3 +459,85 @@ def test_block_matches_transformers(tmp_path):
         assert rel_err(fresh(case["hidden"]), y_ref) <= 1e-5
     finally:
         dist.destroy_process_group()
+
+
+# ---- >>issue 38, after the hardening: a hostile run's failures (the worker's run_cp2) --------------
+
+
+def cp2(tmp_path_factory, world):
+    cases, got = results(tmp_path_factory, world, "gloo", "cpu")
+    i = case_names(world).index("38_cp2")
+    for r, g in enumerate(got):
+        assert g[i] is not None and g[i]["error"] is None, f"rank {r}: {g[i] and g[i]['error']}"
+    return [g[i]["msgs"] for g in got]
+
+
+def assert_after(m, name, world, r):
+    x1 = torch.ones(1, 2, 3 * world)
+    after = st.selective_scan_fn(x1, x1, -torch.ones(2, 1), torch.ones(1, 1, 3 * world), torch.ones(1, 1, 3 * world))
+    assert rel_err(m[name + ":after"], after[..., 3 * r:3 * r + 3]) <= 1e-6, (name, r)
+
+
+@needs_dist
+@pytest.mark.parametrize("world", [2, 3])
+def test_38_cp_all_reduce_grads_ranks_disagree(tmp_path_factory, world):
+    """all_reduce_grads had no agreement: a .grad on one rank only (or a rank in another function)
+    aborted a rank inside gloo; float64 gradients were summed in float32."""
+    msgs = cp2(tmp_path_factory, world)
+    for r, m in enumerate(msgs):
+        kind, text = m["grads_presence"]
+        assert kind == "ValueError" and "the number of them with a .grad" in text, (r, m["grads_presence"])
+        kind, text = m["grads_vs_scan"]
+        assert kind == "ValueError" and "must call the same function" in text and "all_reduce_grads" in text, r
+        assert m["grads_f64"] is None
+        assert abs(m["f64_sum"] - sum(1.0 + 1e-12 * (q + 1) for q in range(world))) < 1e-14, m["f64_sum"]
+        for name in ("grads_presence", "grads_vs_scan", "grads_f64"):
+            assert_after(m, name, world, r)
+
+
+@needs_dist
+@pytest.mark.parametrize("world", [2, 3])
+def test_38_cp_block_refusal_on_every_rank(tmp_path_factory, world):
+    """MambaMixerCP in float64: the scan's own refusal came on rank 0 (its op runs before the
+    all_gather) while the last rank waited in the collective (gloo aborted it)."""
+    msgs = cp2(tmp_path_factory, world)
+    for r, m in enumerate(msgs):
+        assert m["block_f64"] is not None and m["block_f64"][0] == "TypeError", (r, m["block_f64"])
+        assert "hidden_states must be float32" in m["block_f64"][1], (r, m["block_f64"])
+        assert_after(m, "block_f64", world, r)
+
+
+@needs_dist
+@pytest.mark.parametrize("world", [2, 3])
+def test_38_cp_conv_dtypes_and_empty_shard(tmp_path_factory, world):
+    """causal_conv1d_cp: an int8 weight reached F.conv1d (a RuntimeError naming nothing); a bf16
+    weight with float32 x was refused there (causal_conv1d_fn casts it); width 1 with an empty
+    shard (no halo needed) was refused by F.conv1d."""
+    msgs = cp2(tmp_path_factory, world)
+    for r, m in enumerate(msgs):
+        kind, text = m["conv_int_weight"]
+        assert kind == "TypeError" and "weight" in text, (r, m["conv_int_weight"])
+        assert m["conv_empty_w1"] is None, (r, m["conv_empty_w1"])
+        y, ref, gshape = m["conv_w1"]
+        assert y.shape == ref.shape and gshape == tuple(ref.shape) and rel_err(y, ref) <= 1e-6, r
+        for name in ("conv_int_weight", "conv_empty_w1"):
+            assert_after(m, name, world, r)
+
+
+@needs_dist
+@pytest.mark.parametrize("world", [2, 3])
+def test_38_cp_shard_keeps_a_given_rank(tmp_path_factory, world):
+    """shard(t, rank=r) without world replaced r by the caller's own rank."""
+    for r, m in enumerate(cp2(tmp_path_factory, world)):
+        got, want = m["shard"]
+        assert got == want, (r, got, want)
+
+
+@needs_dist
+def test_38_cp_nonmember_of_the_group(tmp_path_factory):
+    """A process outside `group` calls: a ValueError saying so (was a RuntimeError about a negative
+    dimension); the members' call is unaffected."""
+    msgs = cp2(tmp_path_factory, 3)
+    assert msgs[0]["nonmember"] is not None and msgs[0]["nonmember"][0] == "ValueError", msgs[0]["nonmember"]
+    assert "not a member" in msgs[0]["nonmember"][1]
+    assert msgs[1]["nonmember"] is None and msgs[2]["nonmember"] is None, (msgs[1]["nonmember"], msgs[2]["nonmember"])
