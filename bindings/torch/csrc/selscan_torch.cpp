@@ -65,14 +65,55 @@ static PyObject* CpuCheckpointUsed(PyObject*, PyObject* arg) {
   return PyBool_FromLong(selscan_checkpoint_used(&p));
 }
 
+// A sequence of Python ints as int64 (false with a Python error set otherwise).
+static bool Int64s(PyObject* seq, std::vector<int64_t>* out) {
+  PyObject* f = PySequence_Fast(seq, "sizes / strides must be a sequence of ints");
+  if (!f) return false;
+  const Py_ssize_t n = PySequence_Fast_GET_SIZE(f);
+  out->resize(static_cast<size_t>(n));
+  for (Py_ssize_t i = 0; i < n; i++) {
+    (*out)[static_cast<size_t>(i)] = PyLong_AsLongLong(PySequence_Fast_GET_ITEM(f, i));
+    if ((*out)[static_cast<size_t>(i)] == -1 && PyErr_Occurred()) break;
+  }
+  Py_DECREF(f);
+  return !PyErr_Occurred();
+}
+
+// _C.elements_meet(a_byte, a_elem_size, a_sizes, a_strides, b_byte, b_elem_size, b_sizes, b_strides):
+// bindings/common's ElementsMeet (whether two strided tensors share a byte) for the Python wrappers'
+// own copies (_checks.state_alias_refused), which pass byte addresses (or storage offsets) as ints.
+static PyObject* ElementsMeetPy(PyObject*, PyObject* args) {
+  long long a, ae, b, be;
+  PyObject *as, *ast, *bs, *bst;
+  if (!PyArg_ParseTuple(args, "LLOOLLOO", &a, &ae, &as, &ast, &b, &be, &bs, &bst)) return nullptr;
+  std::vector<int64_t> asz, astr, bsz, bstr;
+  if (!Int64s(as, &asz) || !Int64s(ast, &astr) || !Int64s(bs, &bsz) || !Int64s(bst, &bstr)) return nullptr;
+  if (asz.size() != astr.size() || bsz.size() != bstr.size()) {
+    PyErr_SetString(PyExc_ValueError, "sizes and strides differ in length");
+    return nullptr;
+  }
+  const bool meet = selscan_binding::ElementsMeet(
+      reinterpret_cast<const void*>(static_cast<intptr_t>(a)), ae, static_cast<int64_t>(asz.size()), asz.data(),
+      astr.data(), reinterpret_cast<const void*>(static_cast<intptr_t>(b)), be, static_cast<int64_t>(bsz.size()),
+      bsz.data(), bstr.data());
+  return PyBool_FromLong(meet);
+}
+
 // The extension module itself: importing it runs the static TORCH_LIBRARY registrations below.
+// CONV_MAX_WIDTH: selscan.h's SELSCAN_CONV_MAX_WIDTH (the conv fake kernels' width bound).
 extern "C" PyMODINIT_FUNC PyInit__C(void) {
   static PyMethodDef methods[] = {
       {"cpu_checkpoint_used", CpuCheckpointUsed, METH_O, "selscan_checkpoint_used for a problem of N states"},
+      {"elements_meet", ElementsMeetPy, METH_VARARGS, "whether two strided tensors share a byte (ElementsMeet)"},
       {nullptr, nullptr, 0, nullptr}};
   static struct PyModuleDef def = {PyModuleDef_HEAD_INIT, "_C", "selscan's PyTorch ops (torch.ops.selscan)", -1,
                                    methods};
-  return PyModule_Create(&def);
+  PyObject* m = PyModule_Create(&def);
+  if (m && PyModule_AddIntConstant(m, "CONV_MAX_WIDTH", SELSCAN_CONV_MAX_WIDTH) != 0) {
+    Py_DECREF(m);
+    return nullptr;
+  }
+  return m;
 }
 
 namespace selscan_torch {

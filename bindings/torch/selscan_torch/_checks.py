@@ -17,6 +17,8 @@ devices, TypeError for dtypes, like the C++ side (TORCH_CHECK_VALUE / TORCH_CHEC
 """
 import torch
 
+from . import _C  # noqa: F401  (selscan.h constants and the shared layer's ElementsMeet)
+
 _SCAN_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 _F32 = torch.float32
 _INT32_MIN, _INT32_MAX = -(2**31), 2**31 - 1
@@ -102,38 +104,6 @@ def _overlap_refused(state):
            "); pass a tensor with its own memory (e.g. .clone())")
 
 
-def _byte_starts(t, base):
-    """The byte address of each of t's elements, its first at base (an int64 CPU tensor: metadata
-    only, whatever t's device)."""
-    es = t.element_size()
-    pos = torch.tensor(base, dtype=torch.int64)
-    for n, st in zip(t.shape, t.stride()):
-        pos = pos.unsqueeze(-1) + torch.arange(n, dtype=torch.int64) * (st * es)
-    return pos.reshape(-1)
-
-
-def _elements_meet(a, a_base, b, b_base):
-    """Whether a and b (first elements at byte addresses a_base, b_base) share a byte of their
-    elements: exact, the bytes each covers marked where their byte ranges meet (bindings/common's
-    ElementsMeet is the same rule in C++)."""
-    ext = []
-    for t, base in ((a, a_base), (b, b_base)):
-        es = t.element_size()
-        ext.append((base, base + es + sum((n - 1) * st * es for n, st in zip(t.shape, t.stride()))))
-    lo, hi = max(ext[0][0], ext[1][0]), min(ext[0][1], ext[1][1])
-    if lo >= hi:
-        return False
-    mask = torch.zeros(hi - lo, dtype=torch.bool)
-    for k in range(a.element_size()):
-        p = _byte_starts(a, a_base + k - lo)
-        mask[p[(p >= 0) & (p < hi - lo)]] = True
-    for k in range(b.element_size()):
-        p = _byte_starts(b, b_base + k - lo)
-        if mask[p[(p >= 0) & (p < hi - lo)]].any():
-            return True
-    return False
-
-
 def _first_bytes(t, state):
     """The byte addresses of t's and state's first elements, or None where they cannot share
     memory (storages apart: the common case, answered without looking at strides). Tensors without
@@ -162,7 +132,9 @@ def state_alias_refused(t, name, state, where="step", state_name="state"):
     if torch.compiler.is_compiling() or t.get_device() != state.get_device() or t.is_meta != state.is_meta:
         return
     first = _first_bytes(t, state)
-    if first is not None and t.numel() and state.numel() and _elements_meet(t, first[0], state, first[1]):
+    if first is not None and t.numel() and state.numel() and _C.elements_meet(
+            first[0], t.element_size(), tuple(t.shape), t.stride(), first[1], state.element_size(), tuple(state.shape),
+            state.stride()):  # bindings/common's ElementsMeet, the rule C++ CheckReadCopy applies
         raise ValueError(f"selscan: {where}: an output overlaps an input, another output or the workspace "
                          f"[SELSCAN_ERR_ALIAS] (argument '{state_name}': overlaps {name}; updating {state_name} in "
                          f"place would change {name}: pass {name} with its own memory, e.g. {name}.clone())")
@@ -308,9 +280,9 @@ def check_step(state, x, dt, A, B, C, D, z, dt_bias, state_index):
     _value(batch == 0 or dim == 0 or N > 0, "state must have N >= 1, got ", _shape(state))
 
 
-# selscan.h's SELSCAN_CONV_MAX_WIDTH (the C++ ops refuse wider weights in the same words;
-# test_conv_fake_width_matches_the_op checks the two agree)
-CONV_MAX_WIDTH = 4
+# selscan.h's SELSCAN_CONV_MAX_WIDTH, from the extension (the C++ ops refuse wider weights in the
+# same words; test_conv_fake_width_matches_the_op checks the two agree)
+CONV_MAX_WIDTH = _C.CONV_MAX_WIDTH
 
 
 def _conv_width(weight, dim):

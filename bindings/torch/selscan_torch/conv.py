@@ -250,22 +250,20 @@ def causal_conv1d_update(x, conv_state, weight, bias=None, activation=None, cach
     w_in, b_in = weight, bias
     weight = _weight2d(weight, x.dtype)
     bias = _f32(bias, x.dtype)
-    state_t = conv_state if isinstance(conv_state, torch.Tensor) else None
-    if state_t is not None:  # a cast is a copy: the op's alias check would not see the caller's tensor
-        for t_in, t, name in ((w_in, weight, "weight"), (b_in, bias, "bias")):
-            if t is not None and t.dtype != t_in.dtype:
-                _checks.state_alias_refused(t_in, name, state_t, "conv step", "conv_state")
+    # an input the op reads through a copy hides its overlap with conv_state from the op's alias
+    # check: a cast weight / bias here, every input with cache_seqlens (the window below is a copy,
+    # and x is scattered into conv_state), the narrowed indices (state_rows)
+    circular = cache_seqlens is not None
+    for t_in, t, name in ((x, x, "x"), (w_in, weight, "weight"), (b_in, bias, "bias"),
+                          (cache_seqlens, cache_seqlens, "cache_seqlens"),
+                          (conv_state_indices, conv_state_indices, "conv_state_indices")):
+        if isinstance(t_in, torch.Tensor) and (circular or t.dtype != t_in.dtype):
+            _checks.state_alias_refused(t_in, name, conv_state, "conv step", "conv_state")
     # the decode step's row rule: integers only, checked before narrowing to int32 (-2**63 is padding)
     idx = None if conv_state_indices is None else _checks.state_rows(
         conv_state_indices, conv_state.shape[0] if conv_state.dim() else 0, "conv_state_indices", "conv step",
-        "conv_state", state_tensor=state_t)
-    if cache_seqlens is not None:
-        # the window below is a copy and x is scattered into conv_state: an input sharing conv_state's
-        # memory would be changed (and read after), which the plain update's alias check refuses
-        for t, name in ((x, "x"), (w_in, "weight"), (b_in, "bias"), (cache_seqlens, "cache_seqlens"),
-                        (conv_state_indices, "conv_state_indices")):
-            if isinstance(t, torch.Tensor):
-                _checks.state_alias_refused(t, name, conv_state, "conv step", "conv_state")
+        "conv_state", state_tensor=None if circular else conv_state)
+    if circular:
         x3 = x.unsqueeze(-1) if x.dim() == 2 else x
         # the plain update's checks (the op's: shapes, dtypes, devices, state_len >= width - 1, rows in
         # range and used once) on no token, so nothing is written: the window below hides them from the op

@@ -426,14 +426,22 @@ def _tf_cm_hook(g):
     return m, mask, cache_name
 
 
+_ARG_POS = {}  # (function, argument name) -> its position among *args (-1: none): one signature a mixer
+
+
 def _tf_arg(fn, name, args, kwargs):
     """Argument `name` of a call fn(self, hidden_states, *args, **kwargs); None where not given."""
     if name in kwargs or not args:
         return kwargs.get(name)
-    try:
-        i = list(inspect.signature(fn).parameters).index(name) - 2
-    except (TypeError, ValueError):
-        return None
+    key = (getattr(fn, "__func__", fn), name)
+    i = _ARG_POS.get(key)
+    if i is None:  # inspect.signature costs tens of us: once per mixer class, not once a layer a step
+        try:  # a bound method's signature has no self: *args start after hidden_states
+            params = [p for p in inspect.signature(fn).parameters if p != "self"]
+            i = params.index(name) - 1
+        except (TypeError, ValueError):
+            i = -1
+        _ARG_POS[key] = i
     return args[i] if 0 <= i < len(args) else None
 
 

@@ -551,3 +551,19 @@ def test_38_8_mambavision_and_mamba_ssm_restore_sys_modules(order, monkeypatch):
     assert sorted(set(sys.modules) ^ set(before)) == []
     assert [k for k, mod in before.items() if sys.modules[k] is not mod] == []
     assert si._SLOTS == {} and si._NAMESPACES == {}
+
+
+def test_38_2_mixer_arguments_found_positionally():
+    """The 4.x mixer stand-in finds cache_params / attention_mask passed positionally too (it read
+    the bound method's signature two places off: attention_mask came back as cache_position)."""
+    from selscan_torch.integrations import _tf_arg
+
+    class Mixer:
+        def cuda_kernels_forward(self, hidden_states, cache_params=None, cache_position=None, attention_mask=None):
+            pass
+
+    fwd = Mixer().cuda_kernels_forward
+    assert _tf_arg(fwd, "attention_mask", ("cache", "pos", "mask"), {}) == "mask"
+    assert _tf_arg(fwd, "cache_params", ("cache",), {}) == "cache"
+    assert _tf_arg(fwd, "attention_mask", ("cache",), {}) is None
+    assert _tf_arg(fwd, "attention_mask", (), {"attention_mask": "kw"}) == "kw"
