@@ -18,8 +18,9 @@ Cases (--cases):
   check       correctness guard: one small batch through MambaForCausalLM (train mode, so the fused
               path), fp32 and bf16 autocast: the loss and every parameter's gradient of each backend
               against the reference (mamba_ssm if present, else torch); MISMATCH when the loss's
-              relative difference or any parameter's gradient rel L2 is over its tolerance
-              (CHECK_LOSS_TOL, CHECK_GRAD_TOL, each with its reason)
+              relative difference or any parameter's gradient error is over its bound (fp32: rel L2
+              against the reference; bf16: error against the reference's fp32 gradients beyond twice
+              the reference's own bf16 error; CHECK_LOSS_TOL, CHECK_GRAD_TOL_FP32, CHECK_BF16_K)
   train       training step of MambaForCausalLM, random init: bf16 autocast, forward + backward of the
               LM loss, NO optimizer step (grads dropped before each step; --optimizer adamw adds
               a fused AdamW step); CUDA events, warm-up, backends interleaved round by round, median;
@@ -510,17 +511,31 @@ def grads_vs_ref(g, ref_g):
 #   wrong kernel (a wrong conv / gate / bias moves the loss by far more).
 CHECK_LOSS_TOL = {False: 2e-4, True: 2e-2}
 # gradients, every parameter's rel L2 (a wrong gradient formula is off by O(1): dD x 1.5 gives 0.5):
-#   fp32 1e-3: the peers' kernels build with --use_fast_math (expf ~1e-6 relative) and sum in other
-#   orders, amplified through 24-48 random-init layers (an estimate: 5.5e-7 measured against torch
-#   on the CPU tiny model, not yet on a GPU against mamba_ssm);
-#   bf16 0.1: ~25 units of bf16 rounding (2^-8), the backends round GEMM inputs / outputs at other
-#   points (1.45e-2 measured, dt_proj.bias, CPU tiny model against torch).
-CHECK_GRAD_TOL = {False: 1e-3, True: 1e-1}
+#   fp32, against the reference backend, 1e-3: the peers' kernels build with --use_fast_math (expf ~1e-6
+#   relative) and sum in other orders, amplified through 24-48 random-init layers (6.6e-4 measured at
+#   130m on an H200 against mamba_ssm, 2026-12-02);
+#   bf16 autocast, against the reference backend's fp32 gradients (the truth the dtype rounds away from):
+#   each parameter's error at most CHECK_BF16_K times the reference backend's own bf16 error on the same
+#   parameter, plus one bf16 unit (2^-8) for parameters the reference happens to get almost exactly.
+#   Backends round GEMM inputs and outputs at other points, and at random init that rounding is amplified
+#   through the layers to O(1) on some parameters for every backend (mamba_ssm's own A_log gradients at
+#   130m), so a fixed tolerance against the other backend's bf16 gradient cannot tell rounding from a bug;
+#   twice the peer's own error in the same dtype can (a backend rounding worse than the peer, or wrong).
+CHECK_GRAD_TOL_FP32 = 1e-3
+CHECK_BF16_K = 2.0
+BF16_UNIT = 2.0 ** -8
 
 
-def check_verdict(rel_loss, worst_grad, amp):
-    """The guard: "OK" when the loss and every parameter's gradient are within tolerance."""
-    return "OK" if rel_loss <= CHECK_LOSS_TOL[amp] and worst_grad <= CHECK_GRAD_TOL[amp] else "MISMATCH"
+def check_verdict(rel_loss, worst_excess, amp):
+    """The guard: "OK" when the loss is within tolerance and no parameter's gradient error exceeds its bound
+    (worst_excess: fp32, the worst rel L2 against the reference; bf16, the worst of err - K * ref_err)."""
+    grad_ok = worst_excess <= BF16_UNIT if amp else worst_excess <= CHECK_GRAD_TOL_FP32
+    return "OK" if rel_loss <= CHECK_LOSS_TOL[amp] and grad_ok else "MISMATCH"
+
+
+def per_param_err(g, truth):
+    """Each parameter's gradient rel L2 against the truth."""
+    return {n: rel_l2((g[n] - truth[n]).norm().item(), truth[n].norm().item()) for n in truth}
 
 
 @guarded("check")
@@ -534,6 +549,7 @@ def case_check(tf, name):
     cfg = model.config
     batch, L = (2, 32) if ARGS.quick else (2, 256)
     ids = token_batch(cfg.vocab_size, batch, L, seed=1)
+    truth = None  # the reference backend's fp32 gradients: what the bf16 rows are measured against
     for amp in (False, True):
         mode = "bf16-autocast" if amp else "fp32"
         res = {}
@@ -542,22 +558,31 @@ def case_check(tf, name):
                 res[b.name] = loss_and_grads(model, ids, amp)
                 res[b.name] = res[b.name] + (loss_and_grads(model, ids, amp)[1],)  # a second run: repeatable?
         ref_loss, ref_g, _ = res[ref_name]
+        if not amp:
+            truth = ref_g
+        ref_err = per_param_err(ref_g, truth) if amp else None
         for bn, (l, g, g2) in res.items():
             rel_loss = abs(l - ref_loss) / max(abs(ref_loss), 1e-12)
             rel_g, (worst_n, worst_g) = grads_vs_ref(g, ref_g)
+            if amp:  # each parameter's error against fp32, beyond K times the reference backend's own
+                err = per_param_err(g, truth)
+                worst_n, worst_x = max(((n, err[n] - CHECK_BF16_K * ref_err[n]) for n in err), key=lambda t: t[1])
+                bound = f"err vs fp32 {err[worst_n]:.2e} <= {CHECK_BF16_K:g} x {ref_name}'s {ref_err[worst_n]:.2e} + 2^-8"
+            else:
+                worst_x = worst_g
+                bound = f"{worst_g:.2e} <= {CHECK_GRAD_TOL_FP32:.0e}"
             rep = "bitwise" if all(torch.equal(g[n], g2[n]) for n in g) else f"{grads_vs_ref(g2, g)[0]:.1e}"
-            verdict = "ref" if bn == ref_name else check_verdict(rel_loss, worst_g, amp)
+            verdict = "ref" if bn == ref_name else check_verdict(rel_loss, worst_x, amp)
             if bn.startswith("selscan") and ref_name == "mamba_ssm" and all(torch.equal(g[n], ref_g[n]) for n in g):
                 verdict = "IDENTICAL to mamba_ssm: backend not switched?"
             c = {"model": name, "mode": mode, "batch": batch, "L": L, "backend": bn, "reference": ref_name,
                  "loss": l, "rel_loss_vs_ref": rel_loss, "rel_l2_grads_vs_ref": rel_g,
-                 "worst_param": worst_n, "worst_param_rel_l2": worst_g,
-                 "tol_loss": CHECK_LOSS_TOL[amp], "tol_grad": CHECK_GRAD_TOL[amp],
-                 "grads_run_to_run": rep, "verdict": verdict}
+                 "worst_param": worst_n, "worst_param_bound": bound,
+                 "tol_loss": CHECK_LOSS_TOL[amp], "grads_run_to_run": rep, "verdict": verdict}
             RESULTS["checks"].append(c)
             log(f"  check {name} {mode:<13} {bn:<13} loss {l:.6f}  rel diff vs {ref_name} {rel_loss:.2e} "
-                f"(tol {CHECK_LOSS_TOL[amp]:.0e})  grads rel L2 {rel_g:.2e}, worst {worst_n} {worst_g:.2e} "
-                f"(tol {CHECK_GRAD_TOL[amp]:.0e})  run-to-run {rep}  {verdict}")
+                f"(tol {CHECK_LOSS_TOL[amp]:.0e})  grads rel L2 vs {ref_name} {rel_g:.2e}; worst parameter "
+                f"{worst_n}: {bound}  run-to-run {rep}  {verdict}")
         del res
     del model
 
@@ -1410,12 +1435,12 @@ def table():
             lines.append(f"| {case} | {r['backend']} | {v} | {ratio} | {pk} | {' '.join(notes)} |")
     if RESULTS["checks"]:
         lines.append("")
-        lines.append("| correctness check | backend | loss | rel diff vs ref | grads rel L2 | worst parameter | "
+        lines.append("| correctness check | backend | loss | rel diff vs ref | grads rel L2 | worst parameter: its bound | "
                      "run-to-run | verdict |")
         lines.append("|---|---|---|---|---|---|---|---|")
         for c in RESULTS["checks"]:
             gr, wn = c.get("rel_l2_grads_vs_ref"), c.get("worst_param")
-            worst = "" if wn is None else f"{wn} {c['worst_param_rel_l2']:.2e}"
+            worst = "" if wn is None else f"{wn}: {c['worst_param_bound']}"
             lines.append(f"| {c['model']} {c['mode']} (ref {c['reference']}) | {c['backend']} | {c['loss']:.6f} | "
                          f"{c['rel_loss_vs_ref']:.2e} | {'' if gr is None else f'{gr:.2e}'} | {worst} | "
                          f"{c.get('grads_run_to_run', '')} | {c['verdict']} |")
