@@ -166,8 +166,11 @@ def test_step_a_log_onnx_branch(monkeypatch):
         y = torch.ops.selscan.step(state, x, dt, A, *rest)
         return y
 
-    monkeypatch.setattr(st, "_onnx_step", export_step)
     monkeypatch.setattr(torch.onnx, "is_in_onnx_export", lambda: True)
-    state = s["state"][:4].clone()
-    step(s, state, s["A_log"], None, A_is_log=True)
+    prev = st._register_onnx_step(export_step)  # the hook selscan_torch.onnx registers its export step with
+    try:
+        state = s["state"][:4].clone()
+        step(s, state, s["A_log"], None, A_is_log=True)
+    finally:
+        assert st._register_onnx_step(prev) is export_step
     assert torch.equal(seen["A"], -torch.exp(s["A_log"]))
