@@ -70,16 +70,19 @@ class Clock:
         return (b - a) * 1e3
 
 
-def inputs(batch, dim, L, N, dtype, dev, seed):
+def inputs(batch, dim, L, N, dtype, dev, seed, param_seed=None):
+    """This rank's shard of u / delta / B / C / z from seed, the replicated A / D / delta_bias from
+    param_seed (default seed): the same on every rank (context_parallel checks that they are)."""
     g = torch.Generator(device=dev).manual_seed(seed)
+    gp = torch.Generator(device=dev).manual_seed(seed if param_seed is None else param_seed)
 
-    def r(*shape, scale=1.0, dt=dtype):
-        return (torch.randn(*shape, generator=g, device=dev, dtype=torch.float32) * scale).to(dt)
+    def r(*shape, scale=1.0, dt=dtype, gen=g):
+        return (torch.randn(*shape, generator=gen, device=dev, dtype=torch.float32) * scale).to(dt)
 
     x = dict(u=r(batch, dim, L), delta=r(batch, dim, L, scale=0.5), B=r(batch, N, L), C=r(batch, N, L),
              z=r(batch, dim, L))
-    p = dict(A=-(torch.rand(dim, N, generator=g, device=dev) + 0.1), D=r(dim, dt=torch.float32),
-             bias=r(dim, scale=0.3, dt=torch.float32) - 3.0)
+    p = dict(A=-(torch.rand(dim, N, generator=gp, device=dev) + 0.1), D=r(dim, dt=torch.float32, gen=gp),
+             bias=r(dim, scale=0.3, dt=torch.float32, gen=gp) - 3.0)
     for t in list(x.values()) + list(p.values()):
         t.requires_grad_(True)
     return x, p
@@ -200,7 +203,7 @@ def main():
         return dict(zip(("fwd", "bwd", "total", "mem"), res.tolist()))
 
     def run_cp(L_shard, seed):
-        x, p = inputs(b, d, L_shard, N, dtype, dev, seed + rank)
+        x, p = inputs(b, d, L_shard, N, dtype, dev, seed + rank, param_seed=seed)
         r = time_steps(cp_fn, x, p, dev, clock, args.warmup, args.iters)
         s = time_steps(one_fn, x, p, dev, clock, args.warmup, args.iters)  # the shard alone, no exchange
         del x, p
@@ -239,7 +242,7 @@ def main():
             gib = 2.0 ** 30
             say(f"| {Ls} | {Ls * world} | {r['fwd']:.2f} | {r['bwd']:.2f} | {r['total']:.2f} | {s['total']:.2f} | "
                 f"{r['total'] / s['total']:.2f} | {r['mem'] / gib:.2f} | {s['mem'] / gib:.2f} |")
-    say(f"\ndt sum: {'fused (torch.compile)' if cp.COMPILE_DT_SUM else 'eager torch ops'}")
+    say(f"\ndt sum: {'fused (torch.compile)' if cuda and cp.COMPILE_DT_SUM else 'eager torch ops'}")
     say(f"exchange alone (the forward's and the backward's all_gather): {exch:.3f} ms; "
         f"bytes a rank sends: {4 * b * d * (2 * N + 1)} ({b}*{d}*(N+1) + {b}*{d}*N float32)")
     if rank == 0 and args.json:
