@@ -1283,9 +1283,10 @@ def case_ops(name):
                           Dp=torch.ones(Dn, device=dev), db=rn(Dn) - 4.0))
         for l in L:
             l["A"] = -torch.exp(l["Alog"])
-        conv = {"selscan": lambda l, x: integ.causal_conv1d_update(x, l["cs"], l["w"], l["cb"], "silu")}
-        step = {"selscan": lambda l, x: integ.selective_state_update(l["ss"], x, l["dt"], l["A"], l["B"], l["C"], l["Dp"],
-                                                                     z=l["z"], dt_bias=l["db"], dt_softplus=True)}
+        conv = {"selscan": lambda l, x: integ._standin_causal_conv1d_update(x, l["cs"], l["w"], l["cb"], "silu")}
+        ssu = integ._standin_selective_state_update  # what use_in_mamba_ssm's Mamba.step calls
+        step = {"selscan": lambda l, x: ssu(l["ss"], x, l["dt"], l["A"], l["B"], l["C"], l["Dp"], z=l["z"],
+                                            dt_bias=l["db"], dt_softplus=True)}
         # Mamba.step's A = -exp(A_log) every token: mamba_ssm's two elementwise kernels, or inside
         # selscan's step (A_is_log, what use_in_mamba_ssm's Mamba.step does)
         step_alog = {"selscan (A in torch)": lambda l, x: step["selscan"](dict(l, A=-torch.exp(l["Alog"])), x)}

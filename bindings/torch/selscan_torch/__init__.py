@@ -115,10 +115,22 @@ def _step_fake(state, x, dt, A, B, C, D, z, dt_bias, state_index, dt_softplus, A
 
 # ---- the mamba_ssm-compatible API -------------------------------------------------------------
 
-# Set by selscan_torch.onnx: during torch.onnx.export the decode step runs as a functional op and a
-# copy into state (ONNX has no in-place update, and torch.onnx cannot translate torch.export's
-# functional wrapper of an in-place custom op). None otherwise: the step's eager path is untouched.
+# The decode step's path during torch.onnx.export: ONNX has no in-place update, and torch.onnx cannot
+# translate torch.export's functional wrapper of an in-place custom op, so while an export runs
+# selective_state_update hands the step to the function registered here (selscan_torch.onnx
+# registers a functional op plus a copy into state). None until then: the eager path never looks
+# past this None.
 _onnx_step = None
+
+
+def _register_onnx_step(fn):
+    """Registers fn(state, x, dt, A, B, C, D, z, dt_bias, state_index, dt_softplus) -> y as
+    selective_state_update's path while torch.onnx.is_in_onnx_export(): fn steps state (float32)
+    in place; A is A itself (A_is_log already applied), D / dt_bias float32 or None, state_index
+    int32 or None, B / C (batch, N) or (batch, G, N). None unregisters. Returns the previous one."""
+    global _onnx_step
+    prev, _onnx_step = _onnx_step, fn
+    return prev
 
 
 _SCAN_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
@@ -247,7 +259,7 @@ def selective_state_update(state, x, dt, A, B, C, D=None, z=None, dt_bias=None, 
     except AttributeError:
         _not_tensors(state=state, x=x, dt=dt, A=A, B=B, C=C, D=D, z=z, dt_bias=dt_bias)
         raise
-    if _onnx_step is not None and torch.onnx.is_in_onnx_export():  # see _onnx_step (its ONNX op: float32 D / dt_bias / state)
+    if _onnx_step is not None and torch.onnx.is_in_onnx_export():  # _register_onnx_step (float32 D / dt_bias / state)
         if A_is_log:  # the ONNX op takes A itself: -exp(A_log) in the graph
             A = -torch.exp(A)
         D = None if D is None else cast(D, "D", f32)

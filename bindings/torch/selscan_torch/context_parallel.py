@@ -330,11 +330,11 @@ def _dt_sum(delta, delta_bias, delta_softplus):
     return S
 
 
-OVERLAP_DT_SUM = True  # CUDA: the shard's sum of dt on a side stream during the zero-start pass
 _SIDE = {}
 
 
 def _side_stream(device):
+    """The stream the shard's sum of dt runs on beside the zero-start pass (CUDA; None: inline)."""
     if device.type != "cuda":
         return None
     if device not in _SIDE:
@@ -380,23 +380,18 @@ class _Packed:
 # ---- >>the scan across ranks ------------------------------------------------------------------------
 
 
-TRACE = None  # a list: (phase, CUDA event or perf_counter time) appended as the scan runs (bench)
-
-
-def _mark(name, device):
-    if TRACE is not None:
-        if device.type == "cuda":
-            e = torch.cuda.Event(enable_timing=True)
-            e.record()
-            TRACE.append((name, e))
-        else:
-            import time
-
-            TRACE.append((name, time.perf_counter()))
+# The scan's passes, the collectives and the dt sum's stream are module-level functions (_fwd, _bwd,
+# _all_gather, _side_stream) looked up at call time: bench/bench_context_parallel.py wraps them from
+# outside (--trace: the phases of a step; --no-overlap: the dt sum inline). This module carries no
+# instrumentation and no bench switch.
 
 
 def _fwd(u, delta, A, B, C, D, z, delta_bias, h0, cu, softplus, want_last, save):
     return _ops.fwd(u, delta, A, B, C, D, z, delta_bias, h0, cu, softplus, want_last, save)
+
+
+def _bwd(u, delta, A, B, C, D, z, delta_bias, h0, cu, dy, dh_last, ck, softplus, grad_mask):
+    return _ops.bwd(u, delta, A, B, C, D, z, delta_bias, h0, cu, dy, dh_last, ck, softplus, grad_mask)
 
 
 def _cp_forward(u, delta, A, B, C, D, z, delta_bias, h0_user, packed_cu, softplus, return_last_state, group, rank,
@@ -433,7 +428,7 @@ def _cp_forward(u, delta, A, B, C, D, z, delta_bias, h0_user, packed_cu, softplu
         h_local = last_row(last)
     elif not final:
         # on a GPU the sum of dt runs on a side stream, beside the zero-start pass (both only read)
-        side = _side_stream(u.device) if OVERLAP_DT_SUM else None
+        side = _side_stream(u.device)
         if side is not None:
             side.wait_stream(torch.cuda.current_stream(u.device))
             with torch.cuda.stream(side):
@@ -450,9 +445,7 @@ def _cp_forward(u, delta, A, B, C, D, z, delta_bias, h0_user, packed_cu, softplu
         h_local = zeros_bdn()
     payload = torch.cat([S.to(_F32).reshape(-1), h_local.reshape(-1)])
     # 2. one all_gather, then every rank composes the maps of the ranks before it, in order
-    _mark("fwd local pass", u.device)
     got = _all_gather(payload, group, world)
-    _mark("fwd all_gather", u.device)
     S_all = got[:, :batch * dim].reshape(world, batch, dim)
     H_all = got[:, batch * dim:].reshape(world, batch, dim, N)
     if first:
@@ -468,9 +461,7 @@ def _cp_forward(u, delta, A, B, C, D, z, delta_bias, h0_user, packed_cu, softplu
     else:
         h0 = h
     # 3. the exact pass
-    _mark("fwd compose", u.device)
     y, last, ck = _fwd(u, delta, A, B, C, D, z, delta_bias, h0, cu, softplus, return_last_state, save)
-    _mark("fwd exact pass", u.device)
     return y, (last if return_last_state else None), ck, h0, S_all, packed
 
 
@@ -508,7 +499,7 @@ class _ContextParallelScan(torch.autograd.Function):
         mask = [m if p else 0 for m, p in zip(mask, present)]
 
         def bwd(dh_last, grad_mask):
-            return _ops.bwd(u, delta, A, B, C, D, z, delta_bias, h0, cu, dy, dh_last, ck, ctx.softplus, grad_mask)
+            return _bwd(u, delta, A, B, C, D, z, delta_bias, h0, cu, dy, dh_last, ck, ctx.softplus, grad_mask)
 
         def as_rows(lam):  # the gradient at the shard's end, in dh_last's layout
             if packed is None:
@@ -538,18 +529,14 @@ class _ContextParallelScan(torch.autograd.Function):
             if packed is not None:
                 c = c[:1] if packed.cont[rank] else torch.zeros_like(c[:1])
             # 2. one all_gather; mu = sum over later ranks q of (P_{r+1} ... P_{q-1}) c_q
-            _mark("bwd local pass", u.device)
             got = _all_gather(c, group, world)
-            _mark("bwd all_gather", u.device)
             if not final:
                 mu = got[world - 1].clone()
                 for q in range(world - 2, rank, -1):
                     P = _transfer(S_all, A, q) if (packed is None or packed.thru[q]) else None
                     mu = got[q] + (P * mu if P is not None else 0)
                 lam = mu if e is None else mu + e
-                _mark("bwd compose", u.device)
                 grads = bwd(as_rows(lam), mask)
-                _mark("bwd exact pass", u.device)
         out = [None] * 16
         for i in range(_NGRADS):
             if mask[i]:

@@ -221,9 +221,19 @@ def _update_circular(x3, conv_state, weight, bias, silu, cache_seqlens, idx):
     return y
 
 
-# Set by selscan_torch.onnx: during torch.onnx.export the update runs out of place and copies into the
-# state (ONNX has no in-place update; see selscan_torch/__init__.py's _onnx_step). None otherwise.
+# The conv update's path during torch.onnx.export (ONNX has no in-place update; as selscan_torch's
+# _register_onnx_step for the scan's step): selscan_torch.onnx registers an out-of-place op plus a
+# copy into the state. None until then: the eager path never looks past this None.
 _onnx_conv_step = None
+
+
+def _register_onnx_conv_step(fn):
+    """Registers fn(state, x, weight, bias, state_index, silu) -> y as causal_conv1d_update's path
+    while torch.onnx.is_in_onnx_export(): fn updates state in place; weight / bias float32 (bias
+    None or not), state_index int32 or None. None unregisters. Returns the previous one."""
+    global _onnx_conv_step
+    prev, _onnx_conv_step = _onnx_conv_step, fn
+    return prev
 
 
 def _step(state, x, weight, bias, idx, silu):

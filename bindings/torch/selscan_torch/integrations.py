@@ -62,17 +62,20 @@ _ACTS = (None, "silu", "swish")
 
 
 # ---- adapters: selscan's functions, lenient where the clients' callers are ----------------------
+# What the use_in_*() calls put in the clients' places (their module attributes and stand-in
+# modules), named _standin_*: the package's own selscan_torch.selective_scan_fn & co. keep theirs
+# (imported here as _selective_scan_fn / _selective_state_update; conv and block as modules).
 
 
-def selective_scan_fn(u, delta, A, B, C, D=None, z=None, delta_bias=None, delta_softplus=False,
-                      return_last_state=False, *args, **kwargs):
+def _standin_selective_scan_fn(u, delta, A, B, C, D=None, z=None, delta_bias=None, delta_softplus=False,
+                               return_last_state=False, *args, **kwargs):
     """mamba_ssm's selective_scan_fn on selscan; extra arguments of client wrappers
     (transformers' use_mambapy, use_associative_scan, ...) are ignored."""
     return _selective_scan_fn(u, delta, A, B, C, D, z, delta_bias, bool(delta_softplus), bool(return_last_state))
 
 
-def selective_state_update(state, x, dt, A, B, C, D=None, z=None, dt_bias=None, dt_softplus=False,
-                           state_batch_indices=None, *, A_is_log=False, **kwargs):
+def _standin_selective_state_update(state, x, dt, A, B, C, D=None, z=None, dt_bias=None, dt_softplus=False,
+                                    state_batch_indices=None, *, A_is_log=False, **kwargs):
     """mamba_ssm's selective_state_update on selscan. A state in float32 or x's dtype (mamba_ssm's
     allocate_inference_cache and transformers' cache use the model's) is updated in place as it is;
     one of another dtype through a float32 copy. A_is_log: as selscan_torch.selective_state_update's."""
@@ -86,14 +89,14 @@ def selective_state_update(state, x, dt, A, B, C, D=None, z=None, dt_bias=None, 
     return out
 
 
-def causal_conv1d_fn(x, weight, bias=None, seq_idx=None, initial_states=None, return_final_states=False,
-                     final_states_out=None, activation=None, **kwargs):
+def _standin_causal_conv1d_fn(x, weight, bias=None, seq_idx=None, initial_states=None, return_final_states=False,
+                              final_states_out=None, activation=None, **kwargs):
     return _conv.causal_conv1d_fn(x, weight, bias, seq_idx, initial_states, return_final_states, final_states_out,
                                   activation)
 
 
-def causal_conv1d_update(x, conv_state, weight, bias=None, activation=None, cache_seqlens=None,
-                         conv_state_indices=None, **kwargs):
+def _standin_causal_conv1d_update(x, conv_state, weight, bias=None, activation=None, cache_seqlens=None,
+                                  conv_state_indices=None, **kwargs):
     """causal_conv1d_update on selscan; a conv_state of another dtype than x (a float32 cache
     under autocast) is updated through a copy in x's dtype."""
     if conv_state.dtype == x.dtype:
@@ -104,7 +107,7 @@ def causal_conv1d_update(x, conv_state, weight, bias=None, activation=None, cach
     return out
 
 
-def mamba_inner_fn(*args, **kwargs):
+def _standin_mamba_inner_fn(*args, **kwargs):
     return _block.mamba_inner_fn(*args, **kwargs)
 
 
@@ -332,8 +335,8 @@ def _tf_conv_fn(original):
                           final_states_out=None, activation=None, **kwargs):
         if activation not in _ACTS:  # an activation selscan's conv does not fuse: transformers' own
             return original(x, weight, bias, activation=activation, **kwargs)
-        return causal_conv1d_fn(x, weight, bias, seq_idx, initial_states, return_final_states, final_states_out,
-                                activation)
+        return _standin_causal_conv1d_fn(x, weight, bias, seq_idx, initial_states, return_final_states,
+                                         final_states_out, activation)
 
     return causal_conv1d_fn_
 
@@ -342,7 +345,7 @@ def _tf_conv_update(original):
     def causal_conv1d_update_(x, conv_state, weight, bias=None, activation=None, *args, **kwargs):
         if activation not in _ACTS:
             return original(x, conv_state, weight, bias, activation, *args, **kwargs)
-        return causal_conv1d_update(x, conv_state, weight, bias, activation, *args, **kwargs)
+        return _standin_causal_conv1d_update(x, conv_state, weight, bias, activation, *args, **kwargs)
 
     return causal_conv1d_update_
 
@@ -479,8 +482,8 @@ def _install_transformers(h):
         if "mamba_selective_scan" in g and "mamba_selective_state_update" in g and "mamba_inner_fn" in g:
             # 5.x: module-level wrappers, looked up by the mixer's forward at call time
             h._setattr(mod, "mamba_inner_fn", _tf_inner(g["mamba_inner_fn"]), f"{modname}.mamba_inner_fn")
-            h._setattr(mod, "mamba_selective_scan", selective_scan_fn, f"{modname}.mamba_selective_scan")
-            h._setattr(mod, "mamba_selective_state_update", selective_state_update,
+            h._setattr(mod, "mamba_selective_scan", _standin_selective_scan_fn, f"{modname}.mamba_selective_scan")
+            h._setattr(mod, "mamba_selective_state_update", _standin_selective_state_update,
                        f"{modname}.mamba_selective_state_update")
             h._setattr(mod, "causal_conv1d_fn", _tf_conv_fn(g["causal_conv1d_fn"]), f"{modname}.causal_conv1d_fn")
             h._setattr(mod, "causal_conv1d_update", _tf_conv_update(g["causal_conv1d_update"]),
@@ -502,8 +505,9 @@ def _install_transformers(h):
             # module-level cache or bound at import, forward takes the kernel path on CUDA only
             torch_conv_fn = lambda x, w, b=None, activation=None, **kw: _torch_conv_fallback(x, w, b, activation)  # noqa
             h._setattr(mod, "mamba_inner_fn", _tf_inner(None), f"{modname}.mamba_inner_fn")
-            h._setattr(mod, "selective_scan_fn", selective_scan_fn, f"{modname}.selective_scan_fn")
-            h._setattr(mod, "selective_state_update", selective_state_update, f"{modname}.selective_state_update")
+            h._setattr(mod, "selective_scan_fn", _standin_selective_scan_fn, f"{modname}.selective_scan_fn")
+            h._setattr(mod, "selective_state_update", _standin_selective_state_update,
+                       f"{modname}.selective_state_update")
             conv_fn, conv_up = _tf_conv_fn(torch_conv_fn), _tf_conv_update(None)
             if "_causal_conv1d_cache" in g:
                 h._setattr(mod, "_causal_conv1d_cache", (conv_up, conv_fn), f"{modname}._causal_conv1d_cache")
@@ -577,10 +581,10 @@ def _interface_module():
                                      out_proj_weight, out_proj_bias, A, B, C, D, delta_bias, B_proj_bias,
                                      C_proj_bias, delta_softplus, dtype=torch.float32).to(xz.dtype)
 
-    return _standin("mamba_ssm.ops.selective_scan_interface", selective_scan_fn=selective_scan_fn,
-                    mamba_inner_fn=mamba_inner_fn, selective_scan_ref=selective_scan_ref,
+    return _standin("mamba_ssm.ops.selective_scan_interface", selective_scan_fn=_standin_selective_scan_fn,
+                    mamba_inner_fn=_standin_mamba_inner_fn, selective_scan_ref=selective_scan_ref,
                     mamba_inner_ref=mamba_inner_ref, rms_norm_forward=_rms_norm_forward,
-                    causal_conv1d_fn=causal_conv1d_fn)
+                    causal_conv1d_fn=_standin_causal_conv1d_fn)
 
 
 def _install_causal_conv1d(h):
@@ -588,10 +592,10 @@ def _install_causal_conv1d(h):
     if _importable("causal_conv1d"):
         return False
     h._own("causal_conv1d")
-    iface = _standin("causal_conv1d.causal_conv1d_interface", causal_conv1d_fn=causal_conv1d_fn,
-                     causal_conv1d_update=causal_conv1d_update)
-    pkg = _standin("causal_conv1d", package=True, __version__="selscan", causal_conv1d_fn=causal_conv1d_fn,
-                   causal_conv1d_update=causal_conv1d_update, causal_conv1d_interface=iface)
+    iface = _standin("causal_conv1d.causal_conv1d_interface", causal_conv1d_fn=_standin_causal_conv1d_fn,
+                     causal_conv1d_update=_standin_causal_conv1d_update)
+    pkg = _standin("causal_conv1d", package=True, __version__="selscan", causal_conv1d_fn=_standin_causal_conv1d_fn,
+                   causal_conv1d_update=_standin_causal_conv1d_update, causal_conv1d_interface=iface)
     h._sysmod("causal_conv1d", pkg)
     h._sysmod("causal_conv1d.causal_conv1d_interface", iface)
     return True
@@ -605,11 +609,12 @@ def _install_mamba_ssm(h):
     if not have_real:
         # packages on the path of the interface module, so `import mamba_ssm.ops....` resolves
         triton = _standin("mamba_ssm.ops.triton", package=True)
-        ssu = _standin("mamba_ssm.ops.triton.selective_state_update", selective_state_update=selective_state_update)
+        ssu = _standin("mamba_ssm.ops.triton.selective_state_update",
+                       selective_state_update=_standin_selective_state_update)
         ops = _standin("mamba_ssm.ops", package=True, selective_scan_interface=iface, triton=triton)
         triton.selective_state_update = ssu
         pkg = _standin("mamba_ssm", package=True, __version__="selscan", ops=ops,
-                       selective_scan_fn=selective_scan_fn, mamba_inner_fn=mamba_inner_fn)
+                       selective_scan_fn=_standin_selective_scan_fn, mamba_inner_fn=_standin_mamba_inner_fn)
         for name, m in (("mamba_ssm", pkg), ("mamba_ssm.ops", ops), ("mamba_ssm.ops.triton", triton),
                         ("mamba_ssm.ops.selective_scan_interface", iface),
                         ("mamba_ssm.ops.triton.selective_state_update", ssu)):
@@ -622,10 +627,11 @@ def _install_mamba_ssm(h):
     try:
         importlib.import_module(ssu_name)
     except Exception:  # no triton: selscan's step in its place
-        h._sysmod(ssu_name, _standin(ssu_name, selective_state_update=selective_state_update))
+        h._sysmod(ssu_name, _standin(ssu_name, selective_state_update=_standin_selective_state_update))
     # the names bound at import by modules that are already loaded (a fresh import binds ours)
-    names = dict(selective_scan_fn=selective_scan_fn, mamba_inner_fn=mamba_inner_fn, causal_conv1d_fn=causal_conv1d_fn,
-                 causal_conv1d_update=causal_conv1d_update, selective_state_update=selective_state_update)
+    names = dict(selective_scan_fn=_standin_selective_scan_fn, mamba_inner_fn=_standin_mamba_inner_fn,
+                 causal_conv1d_fn=_standin_causal_conv1d_fn, causal_conv1d_update=_standin_causal_conv1d_update,
+                 selective_state_update=_standin_selective_state_update)
     for modname, attrs in (("mamba_ssm", ("selective_scan_fn", "mamba_inner_fn")),
                            ("mamba_ssm.modules.mamba_simple", tuple(names))):
         mod = sys.modules.get(modname)
@@ -677,11 +683,12 @@ def _mamba_step(orig):
             return orig(self, hidden_states, conv_state, ssm_state)
         xz = self.in_proj(hidden_states.squeeze(1))  # (batch, 2 d_inner)
         x, z = xz.chunk(2, dim=-1)
-        x = causal_conv1d_update(x, conv_state, self.conv1d.weight.squeeze(1), self.conv1d.bias, self.activation)
+        x = _standin_causal_conv1d_update(x, conv_state, self.conv1d.weight.squeeze(1), self.conv1d.bias,
+                                          self.activation)
         dt, B, C = torch.split(self.x_proj(x), [self.dt_rank, self.d_state, self.d_state], dim=-1)
         dt = F.linear(dt, self.dt_proj.weight)
-        y = selective_state_update(ssm_state, x, dt, self.A_log, B, C, self.D, z=z, dt_bias=self.dt_proj.bias,
-                                   dt_softplus=True, A_is_log=True)
+        y = _standin_selective_state_update(ssm_state, x, dt, self.A_log, B, C, self.D, z=z,
+                                            dt_bias=self.dt_proj.bias, dt_softplus=True, A_is_log=True)
         return self.out_proj(y).unsqueeze(1), conv_state, ssm_state
     step.__wrapped__ = orig
     return step
@@ -716,13 +723,14 @@ def _install_mambavision(h):
     else:
         iface = _interface_module()
         ops = _standin("mamba_ssm.ops", package=True, selective_scan_interface=iface)
-        pkg = _standin("mamba_ssm", package=True, __version__="selscan", ops=ops, selective_scan_fn=selective_scan_fn,
-                       mamba_inner_fn=mamba_inner_fn)
+        pkg = _standin("mamba_ssm", package=True, __version__="selscan", ops=ops,
+                       selective_scan_fn=_standin_selective_scan_fn, mamba_inner_fn=_standin_mamba_inner_fn)
         for name, m in (("mamba_ssm", pkg), ("mamba_ssm.ops", ops), ("mamba_ssm.ops.selective_scan_interface", iface)):
             h._sysmod(name, m)
     mod = sys.modules.get("mambavision.models.mamba_vision")
-    if mod is not None and mod.__dict__.get("selective_scan_fn") is not selective_scan_fn:
-        h._setattr(mod, "selective_scan_fn", selective_scan_fn, "mambavision.models.mamba_vision.selective_scan_fn")
+    if mod is not None and mod.__dict__.get("selective_scan_fn") is not _standin_selective_scan_fn:
+        h._setattr(mod, "selective_scan_fn", _standin_selective_scan_fn,
+                   "mambavision.models.mamba_vision.selective_scan_fn")
 
 
 def use_in_mambavision(enable=True):

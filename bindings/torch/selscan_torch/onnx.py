@@ -3,6 +3,9 @@ on selscan's kernels.
 
     import selscan_torch.onnx                    # the export translations, registered on import
     torch.onnx.export(model, args, "model.onnx", dynamo=True)
+    # or, through torch's public API alone (any torch with the dynamo exporter):
+    torch.onnx.export(model, args, "model.onnx", dynamo=True,
+                      custom_translation_table=selscan_torch.onnx.custom_translation_table())
 
     import onnxruntime as ort
     so = ort.SessionOptions()
@@ -22,10 +25,14 @@ ONNX Runtime's C API, no torch inside); it runs the ops on ONNX Runtime's intra-
 export needs onnx and onnxscript, the run onnxruntime (>= 1.17); none of them is imported by
 `import selscan_torch`.
 
-Importing this module registers the translations with torch.onnx's default registry (a private
-torch interface: when a torch release moves it, a warning says so and the explicit forms still
-work): export(model, args, f) here, or torch.onnx.export(..., custom_translation_table=
-custom_translation_table()).
+Importing this module also adds the translations to the registry a plain torch.onnx.export(...,
+dynamo=True) builds (_add_to_torch_default_registry, the one place that touches torch's private
+modules; torch >= 2.7). Where that is not possible (an older torch, or a release that moved the
+registry) the import warns and the explicit forms work as ever: torch.onnx.export(...,
+custom_translation_table=custom_translation_table()), or export(model, args, f) here.
+
+It also registers the decode steps' export path with the modules that own the steps
+(selscan_torch._register_onnx_step, selscan_torch.conv._register_onnx_conv_step).
 """
 
 import glob
@@ -195,9 +202,10 @@ def register_schemas():
 # selscan::step updates its state in place. ONNX has no in-place update, and torch.onnx cannot
 # translate the functional wrapper torch.export puts around an in-place custom op
 # (auto_functionalized_v2). So while torch.onnx.export runs, selective_state_update calls
-# step_functional (new state out of place) and copies the new state into `state`: torch.export turns
-# the copy into a graph output (or a write into the buffer / view state came from), and
-# step_functional into SelectiveStateUpdate.
+# _export_step (registered with selscan_torch._register_onnx_step below): step_functional (new state
+# out of place), then a copy of the new state into `state`. torch.export turns the copy into a graph
+# output (or a write into the buffer / view state came from), and step_functional into
+# SelectiveStateUpdate.
 
 
 @torch.library.custom_op("selscan::step_functional", mutates_args=())
@@ -226,11 +234,11 @@ def _export_step(state, x, dt, A, B, C, D, z, dt_bias, state_index, dt_softplus)
     return y
 
 
-_selscan._onnx_step = _export_step
+_selscan._register_onnx_step(_export_step)
 
 # The causal conv1d's decode update, the same way (where selscan_torch has the conv ops): conv.py's
-# causal_conv1d_update routes selscan::conv_step through selscan_torch.conv._onnx_conv_step during
-# an ONNX export.
+# causal_conv1d_update routes selscan::conv_step through the function registered with
+# selscan_torch.conv._register_onnx_conv_step during an ONNX export.
 HAS_CONV = hasattr(torch.ops.selscan, "conv_step")
 if HAS_CONV:
 
@@ -254,7 +262,7 @@ if HAS_CONV:
 
     from . import conv as _conv
 
-    _conv._onnx_conv_step = _export_conv_step
+    _conv._register_onnx_conv_step(_export_conv_step)
 
 
 # ---- translations: torch.ops.selscan.* -> selscan nodes -------------------------------------------
@@ -307,7 +315,11 @@ def _conv_step_functional(state, x, weight, bias=None, state_index=None, silu=Fa
 
 
 def custom_translation_table():
-    """The translations for torch.onnx.export(..., dynamo=True, custom_translation_table=...)."""
+    """The translations of the selscan ops, {torch op overload: onnxscript function}, for torch's
+    public API: torch.onnx.export(model, args, f, dynamo=True,
+    custom_translation_table=selscan_torch.onnx.custom_translation_table()). Works whether or not
+    the import could add them to torch's default registry (merge it with a table of your own with
+    {**custom_translation_table(), **mine}). A new dict each call."""
     table = {
         torch.ops.selscan.fwd.default: _fwd,
         torch.ops.selscan.step_functional.default: _step_functional,
@@ -328,38 +340,58 @@ def export(model, args=(), f=None, **kwargs):
 
 
 # ---- plain torch.onnx.export: the translations in torch's default registry ------------------------
+# torch.onnx.export(..., dynamo=True) builds its registry, on every export, from a list torch keeps in
+# a private module (torch.onnx._internal.exporter._torchlib._torchlib_registry._registry: the ATen
+# translations, moved there from onnxscript in torch 2.7; tested with 2.15). Adding selscan's
+# translations to it is what lets a plain export know the selscan ops; it is done here and nowhere
+# else, and a torch without it falls back to custom_translation_table() with a warning.
+
+_TORCH_DEFAULT_REGISTRY_SINCE = (2, 7)
+_EXPLICIT = ("pass custom_translation_table=selscan_torch.onnx.custom_translation_table() to torch.onnx.export "
+             "(or use selscan_torch.onnx.export)")
 
 
-def _install():
-    """Adds the translations to the registry torch.onnx.export builds by default, so that a plain
-    torch.onnx.export(..., dynamo=True) emits selscan nodes. torch keeps that registry in a private
-    module; where it is not found, a warning says so and export() / custom_translation_table()
-    remain."""
+def _torch_version():
+    """(major, minor) of the running torch."""
+    try:
+        return tuple(int(p) for p in torch.__version__.split("+")[0].split(".")[:2])
+    except ValueError:  # a version string without two leading integers
+        return (0, 0)
+
+
+def _add_to_torch_default_registry():
+    """Adds the translations to the registry a plain torch.onnx.export(..., dynamo=True) builds, so
+    that it emits selscan nodes without custom_translation_table. True when done (or already
+    done); False, with a warning naming the explicit form, where this torch has no such registry
+    (torch < 2.7) or keeps it elsewhere. Never raises."""
+    version = _torch_version()
+    if version < _TORCH_DEFAULT_REGISTRY_SINCE:
+        warnings.warn(f"selscan_torch.onnx: torch {torch.__version__} has no default ONNX translation registry "
+                      f"selscan can add to (torch >= 2.7 has); a plain torch.onnx.export(..., dynamo=True) will not "
+                      f"know the selscan ops: {_EXPLICIT}", stacklevel=2)
+        return False
     try:
         from torch.onnx._internal.exporter import _registration
         from torch.onnx._internal.exporter._torchlib import _torchlib_registry as reg
-    except Exception as e:  # a torch without the dynamo exporter or with another layout
-        warnings.warn(f"selscan_torch.onnx: plain torch.onnx.export will not know the selscan ops ({e}); "
-                      "use selscan_torch.onnx.export or custom_translation_table()", stacklevel=3)
-        return False
-    try:
+
         reg.get_torchlib_ops()  # torch's own registrations first (it registers lazily)
-        done = {id(m.onnx_function) for m in reg._registry}
+        registry = reg._registry
+        done = {id(m.onnx_function) for m in registry}
         for target, fn in custom_translation_table().items():
-            if id(fn) in done:
-                continue
-            reg._registry.append(_registration.OnnxDecompMeta(onnx_function=fn, fx_target=target, signature=None,
-                                                              is_custom=True, is_complex=False))
+            if id(fn) not in done:
+                registry.append(_registration.OnnxDecompMeta(onnx_function=fn, fx_target=target, signature=None,
+                                                             is_custom=True, is_complex=False))
         return True
-    except Exception as e:
-        warnings.warn(f"selscan_torch.onnx: could not add the selscan ops to torch.onnx's registry ({e}); use "
-                      "selscan_torch.onnx.export or custom_translation_table()", stacklevel=3)
+    except Exception as e:  # a torch that moved or reshaped its private registry
+        warnings.warn(f"selscan_torch.onnx: could not add the selscan ops to torch {torch.__version__}'s default "
+                      f"ONNX registry ({type(e).__name__}: {e}); a plain torch.onnx.export(..., dynamo=True) will "
+                      f"not know them: {_EXPLICIT}", stacklevel=2)
         return False
 
 
 try:
     import onnxscript  # noqa: F401
-
-    _installed = _install()
 except ImportError:  # the export needs onnxscript; ort_library() does not
-    _installed = False
+    _registered_by_default = False
+else:
+    _registered_by_default = _add_to_torch_default_registry()

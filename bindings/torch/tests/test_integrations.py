@@ -263,8 +263,8 @@ def test_mamba_ssm_lm_head_model(device, monkeypatch):
         from mamba_ssm.models.mixer_seq_simple import MambaLMHeadModel
         import mamba_ssm.modules.mamba_simple as ms
 
-        assert ms.mamba_inner_fn is si.mamba_inner_fn and ms.selective_scan_fn is si.selective_scan_fn
-        assert ms.causal_conv1d_fn is not None and ms.selective_state_update is si.selective_state_update
+        assert ms.mamba_inner_fn is si._standin_mamba_inner_fn and ms.selective_scan_fn is si._standin_selective_scan_fn
+        assert ms.causal_conv1d_fn is not None and ms.selective_state_update is si._standin_selective_state_update
         assert "mamba_ssm.modules.mamba_simple.Mamba.step" in h.replaced  # A_log into the step kernel
         torch.manual_seed(0)
         norm = dict(rms_norm=False, fused_add_norm=False) if device == "cpu" else {}  # Triton norms: CUDA only
@@ -328,7 +328,7 @@ def test_mambavision(device, monkeypatch):
         assert h.replaced
         from mambavision.models import mamba_vision as mv
 
-        assert mv.selective_scan_fn is si.selective_scan_fn
+        assert mv.selective_scan_fn is si._standin_selective_scan_fn
         torch.manual_seed(0)
         model = mv.MambaVision(depths=[1, 1, 2, 1], num_heads=[2, 2, 4, 4], window_size=[8, 8, 4, 2], dim=16,
                                in_dim=8, mlp_ratio=2, resolution=64, drop_path_rate=0.0, num_classes=10).to(device)
@@ -522,7 +522,7 @@ def test_38_8_mambavision_and_mamba_ssm_restore_sys_modules(order, monkeypatch):
             raise
         try:
             iface_m = sys.modules[_IFACE]
-            assert iface_v is not iface_m and fake.selective_scan_fn is si.selective_scan_fn
+            assert iface_v is not iface_m and fake.selective_scan_fn is si._standin_selective_scan_fn
             sys.modules["mambavision.imported_meanwhile"] = types.ModuleType("mambavision.imported_meanwhile")
             patched = [(*_resolve(lbl), _value(lbl)) for lbl in v.replaced + m.replaced if not lbl.startswith("sys.")]
             first, second = (v, m) if order == "fifo" else (m, v)

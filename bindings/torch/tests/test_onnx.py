@@ -706,20 +706,136 @@ def test_export_selective_scan_module():
     assert rel_err(y, y_t) < 1e-5 and rel_err(state_out, state_t) < 1e-5
 
 
-def test_explicit_table_and_export_helper(tmp_path):
-    """The forms that do not rely on the registration at import: custom_translation_table() and
-    selscan_torch.onnx.export (which writes the file)."""
+# ---- the two export routes: torch's default registry (the import) and the explicit table ----------
+
+
+def _selscan_entries(registry):
+    return [m for m in registry if getattr(m.fx_target, "namespace", None) == "selscan"]
+
+
+@pytest.fixture
+def without_default_registration(monkeypatch):
+    """torch's default translation registry without the entries `import selscan_torch.onnx` added:
+    what a torch where the import could not add them exports with."""
+    from torch.onnx._internal.exporter._torchlib import _torchlib_registry as reg
+
+    kept = [m for m in reg.get_torchlib_ops() if getattr(m.fx_target, "namespace", None) != "selscan"]
+    monkeypatch.setattr(reg, "_registry", kept)
+    return reg
+
+
+CONV_EXPORT = HAS_CONV and sonnx.HAS_CONV  # the conv ops in both the library and selscan_torch
+
+
+class DecodeStep(torch.nn.Module):
+    """One decode token on selscan's own in-place updates: the conv update (where selscan has it)
+    and the scan's step, on explicit states returned as outputs."""
+
+    def __init__(self, dim=8, N=4, W=4):
+        super().__init__()
+        g = torch.Generator().manual_seed(3)
+        self.w = torch.nn.Parameter(torch.randn(dim, W, generator=g) * 0.5)
+        self.b = torch.nn.Parameter(torch.randn(dim, generator=g))
+        self.A = torch.nn.Parameter(-torch.rand(dim, N, generator=g) - 0.1)
+        self.D = torch.nn.Parameter(torch.randn(dim, generator=g))
+
+    def forward(self, x, conv_state, ssm_state, dt, B, C):
+        if CONV_EXPORT:
+            x = st.causal_conv1d_update(x, conv_state, self.w, self.b, "silu")
+        y = st.selective_state_update(ssm_state, x, dt, self.A, B, C, self.D, dt_softplus=True)
+        return y, conv_state, ssm_state
+
+
+def _decode_args(batch=2, dim=8, N=4, W=4):
+    g = torch.Generator().manual_seed(4)
+    r = lambda *shape: torch.randn(*shape, generator=g)  # noqa: E731
+    return (r(batch, dim), r(batch, dim, W - 1), r(batch, dim, N), r(batch, dim), r(batch, N), r(batch, N))
+
+
+def test_default_registry_route():
+    """`import selscan_torch.onnx` added every translation of custom_translation_table() to torch's
+    default registry, once (adding again adds nothing): a plain torch.onnx.export(dynamo=True), as
+    the export() helper above calls it, emits selscan nodes."""
+    from torch.onnx._internal.exporter._torchlib import _torchlib_registry as reg
+
+    assert sonnx._registered_by_default is True
+    table = sonnx.custom_translation_table()
+    entries = _selscan_entries(reg._registry)
+    assert {m.fx_target: m.onnx_function for m in entries} == table and len(entries) == len(table)
+    assert sonnx._add_to_torch_default_registry() is True
+    assert len(_selscan_entries(reg._registry)) == len(table)
+    args = _decode_args()
+    proto = export(DecodeStep(), tuple(a.clone() for a in args))
+    assert ("selscan", "SelectiveStateUpdate") in op_types(proto)
+    assert CONV_EXPORT == (("selscan", "CausalConv1dUpdate") in op_types(proto))
+
+
+def test_explicit_table_route(without_default_registration, tmp_path):
+    """torch's public API alone: with selscan's entries out of torch's default registry, a plain
+    torch.onnx.export cannot translate the selscan ops; torch.onnx.export(...,
+    custom_translation_table=custom_translation_table()) exports prefill (scan) and decode (step,
+    conv update) as selscan nodes, and selscan_torch.onnx.export (which writes the file) too."""
     torch.manual_seed(0)
     block = MambaBlock().eval()
     h = torch.randn(1, 9, 16)
-    path = str(tmp_path / "block.onnx")
     with torch.no_grad():
-        sonnx.export(block, (h,), path)
+        with pytest.raises(torch.onnx.OnnxExporterError):
+            torch.onnx.export(block, (h,), dynamo=True)
         prog = torch.onnx.export(block, (h,), dynamo=True, custom_translation_table=sonnx.custom_translation_table())
-    proto = onnx.load(path)
+        path = str(tmp_path / "block.onnx")
+        sonnx.export(block, (h,), path)
+    for proto in (prog.model_proto, onnx.load(path)):
+        onnx.checker.check_model(proto, full_check=True)
+        assert ("selscan", "SelectiveScan") in op_types(proto)
+        assert rel_err(run_proto(proto, (h,))[0], block(h)) < 1e-5
+    step, args = DecodeStep().eval(), _decode_args()
+    with torch.no_grad():
+        prog = torch.onnx.export(step, tuple(a.clone() for a in args), dynamo=True,
+                                 custom_translation_table=sonnx.custom_translation_table())
+        y_t, conv_t, ssm_t = step(*(a.clone() for a in args))
+    proto = prog.model_proto
     onnx.checker.check_model(proto, full_check=True)
-    assert ("selscan", "SelectiveScan") in op_types(proto) and ("selscan", "SelectiveScan") in op_types(prog.model_proto)
-    assert rel_err(run_proto(proto, (h,))[0], block(h)) < 1e-5
+    ops = op_types(proto)
+    assert ("selscan", "SelectiveStateUpdate") in ops and CONV_EXPORT == (("selscan", "CausalConv1dUpdate") in ops)
+    y, conv, ssm = run_proto(proto, args)
+    assert rel_err(y, y_t) < 1e-5 and rel_err(ssm, ssm_t) < 1e-5 and rel_err(conv, conv_t) < 1e-6
+
+
+def test_default_registry_degrades_to_the_explicit_table(monkeypatch, without_default_registration):
+    """Where torch has no default registry selscan can add to (torch < 2.7, or a release that moved
+    it), the registration warns naming custom_translation_table, returns False and raises nothing."""
+    reg = without_default_registration
+    before = list(reg._registry)
+    monkeypatch.setattr(torch, "__version__", "2.5.1")
+    with pytest.warns(UserWarning, match=r"torch 2\.5\.1 .*custom_translation_table=selscan_torch\.onnx"):
+        assert sonnx._add_to_torch_default_registry() is False
+    assert reg._registry == before
+    monkeypatch.setattr(torch, "__version__", "2.99.0")
+    monkeypatch.delattr(reg, "_registry")
+    with pytest.warns(UserWarning, match=r"could not add the selscan ops.*custom_translation_table=selscan_torch\.onnx"):
+        assert sonnx._add_to_torch_default_registry() is False
+
+
+def test_import_on_a_torch_without_the_registry():
+    """`import selscan_torch.onnx` under a torch that reports 2.5 (a fresh interpreter): one warning,
+    no error; the hooks and the explicit table are there."""
+    import os
+    import subprocess
+    import sys
+
+    code = ("import warnings, torch\n"
+            "torch.__version__ = '2.5.0'\n"
+            "with warnings.catch_warnings(record=True) as w:\n"
+            "    warnings.simplefilter('always')\n"
+            "    import selscan_torch, selscan_torch.onnx as so\n"
+            "msgs = [str(x.message) for x in w if 'selscan_torch.onnx' in str(x.message)]\n"
+            "assert len(msgs) == 1 and 'custom_translation_table=' in msgs[0], msgs\n"
+            "assert so._registered_by_default is False and len(so.custom_translation_table()) >= 2\n"
+            "assert selscan_torch._onnx_step is not None\n"
+            "print('ok')\n")
+    env = dict(os.environ, PYTHONPATH=os.path.dirname(os.path.dirname(os.path.abspath(st.__file__))))
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
+    assert r.returncode == 0 and r.stdout.strip() == "ok", r.stdout + r.stderr
 
 
 # ---- transformers' MambaForCausalLM through selscan_torch.integrations -------------------------

@@ -141,21 +141,18 @@ def test_step_a_log_rules(device):
 
 @pytest.mark.parametrize("device", DEVICES)
 def test_step_a_log_integrations_forwards(device):
-    """selscan_torch.integrations.selective_state_update passes A_is_log on (a state in x's dtype
-    in place, and one of another dtype through its float32 copy)."""
-    import selscan_torch.integrations as si
+    """selscan_torch.integrations' decode-step stand-in (_standin_selective_state_update) passes
+    A_is_log on (a state in x's dtype in place, and one of another dtype through its float32 copy)."""
+    from selscan_torch.integrations import _standin_selective_state_update as ssu
 
     s = alog_inputs(torch.bfloat16, device)
     for state in (s["state"][:4].to(torch.bfloat16), s["state"][:4].half()):
         s1, s2 = state.clone(), state.clone()
-        o1 = si.selective_state_update(s1, s["x"], s["dt"], s["A_log"], s["B"], s["C"], s["D"], s["z"], s["dt_bias"],
-                                       True, A_is_log=True)
-        o2 = si.selective_state_update(s2, s["x"], s["dt"], -torch.exp(s["A_log"]), s["B"], s["C"], s["D"], s["z"],
-                                       s["dt_bias"], True)
+        o1 = ssu(s1, s["x"], s["dt"], s["A_log"], s["B"], s["C"], s["D"], s["z"], s["dt_bias"], True, A_is_log=True)
+        o2 = ssu(s2, s["x"], s["dt"], -torch.exp(s["A_log"]), s["B"], s["C"], s["D"], s["z"], s["dt_bias"], True)
         check_same(device, torch.bfloat16, (o1, s1), (o2, s2))
         s3 = state.clone()
-        o3 = si.selective_state_update(s3, s["x"], s["dt"], s["A_log"], s["B"], s["C"], s["D"], s["z"], s["dt_bias"],
-                                       True, A_is_log=False)
+        o3 = ssu(s3, s["x"], s["dt"], s["A_log"], s["B"], s["C"], s["D"], s["z"], s["dt_bias"], True, A_is_log=False)
         assert not torch.equal(o3, o1)  # A_log read as A: another result (the keyword is not dropped)
 
 
@@ -169,8 +166,11 @@ def test_step_a_log_onnx_branch(monkeypatch):
         y = torch.ops.selscan.step(state, x, dt, A, *rest)
         return y
 
-    monkeypatch.setattr(st, "_onnx_step", export_step)
     monkeypatch.setattr(torch.onnx, "is_in_onnx_export", lambda: True)
-    state = s["state"][:4].clone()
-    step(s, state, s["A_log"], None, A_is_log=True)
+    prev = st._register_onnx_step(export_step)  # the hook selscan_torch.onnx registers its export step with
+    try:
+        state = s["state"][:4].clone()
+        step(s, state, s["A_log"], None, A_is_log=True)
+    finally:
+        assert st._register_onnx_step(prev) is export_step
     assert torch.equal(seen["A"], -torch.exp(s["A_log"]))
