@@ -43,16 +43,18 @@ if not kept:
     sys.exit(f"build_peers: no gencode list found in {path}")
 open(path, "w").write("\n".join(lines))
 EOF
-    echo "build_peers: $(basename "$sd") for sm_$arch"
-    (cd "$dir" && $py -m pip install -q --no-build-isolation --no-deps --no-index --target "$target" .)
+    local t=$SECONDS log="$target/.build_$(basename "$sd" .tar.gz).log"
+    echo "build_peers: $(basename "$sd") for sm_$arch (log: $log)"
+    (cd "$dir" && $py -m pip install -v --no-build-isolation --no-deps --no-index --target "$target" .) > "$log" 2>&1 ||
+        { tail -40 "$log"; return 1; }
+    echo "build_peers: $(basename "$sd") built in $((SECONDS - t)) s"
 }
 t0=$SECONDS
-build 'causal_conv1d-*.tar.gz' > "$work/conv.log" 2>&1 &
+build 'causal_conv1d-*.tar.gz' &
 conv=$!
 build 'mamba_ssm-*.tar.gz'
-wait $conv || { tail -30 "$work/conv.log"; exit 1; }
-cat "$work/conv.log"
-PYTHONPATH="$target${PYTHONPATH:+:$PYTHONPATH}" $py -c "import selective_scan_cuda, causal_conv1d_cuda, mamba_ssm, causal_conv1d; \
+wait $conv
+PYTHONPATH="$target${PYTHONPATH:+:$PYTHONPATH}" $py -c "import torch, selective_scan_cuda, causal_conv1d_cuda, mamba_ssm, causal_conv1d; \
 print('build_peers: usable: mamba_ssm', mamba_ssm.__version__, '+ causal_conv1d', causal_conv1d.__version__)"
 echo "build_peers: done in $((SECONDS - t0)) s into $target"
 rm -rf "$work"
