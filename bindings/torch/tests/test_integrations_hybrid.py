@@ -23,8 +23,10 @@ import inspect
 import pytest
 import torch
 
+import selscan_torch as st
 import selscan_torch.integrations as si
 
+DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() and st.has_cuda_kernels() else [])
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("transformers") is None,
                                 reason="transformers is not installed")
 
@@ -39,7 +41,7 @@ def rel_err(a, b):
     return ((a - b).abs().max() / b.abs().max().clamp(min=1e-30)).item()
 
 
-def _hy_model(kind, seed=0, **config):
+def _hy_model(kind, seed=0, device="cpu", **config):
     """A small random Jamba (layers mamba, mamba, attention, mamba; one MLP each) or Zamba (5 Mamba
     layers, 2 of them hybrid with the shared attention block; 2 Mamba heads) with in_proj /
     out_proj biases, and the conv bias, dt projection and Jamba's norm weights moved off their
@@ -48,7 +50,7 @@ def _hy_model(kind, seed=0, **config):
 
     torch.manual_seed(seed)
     common = dict(vocab_size=100, hidden_size=64, intermediate_size=128, mamba_d_state=16, mamba_expand=2,
-                  mamba_proj_bias=True, pad_token_id=0)
+                  mamba_proj_bias=True, pad_token_id=0)  # in_proj / out_proj biases (off by default)
     common.update(config)
     if kind == "jamba":
         cfg = transformers.JambaConfig(num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=2,
@@ -63,7 +65,7 @@ def _hy_model(kind, seed=0, **config):
         for n, p in model.named_parameters():
             if ".mamba." in n and any(k in n for k in ("conv1d.bias", "in_proj.bias", "dt_proj", "layernorm")):
                 p.add_(torch.randn(p.shape, generator=gen) * 0.3)
-    return model.float()
+    return model.to(device).float()
 
 
 @contextlib.contextmanager
@@ -141,14 +143,15 @@ def _mixers(model, kind):
     return [m for m in model.modules() if type(m).__name__ == _MODULES[kind][1]]
 
 
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("padded", [False, True], ids=["unpadded", "left_padded"])
 @pytest.mark.parametrize("kind", ["jamba", "zamba"])
-def test_hybrid_on_vs_off(kind, padded, monkeypatch):
-    model = _hy_model(kind)
+def test_hybrid_on_vs_off(kind, padded, device, monkeypatch):
+    model = _hy_model(kind, device=device)
     if padded:
-        ids, mask = _left_padded()
+        ids, mask = (t.to(device) for t in _left_padded())
     else:
-        ids, mask = torch.randint(1, 100, (3, 16), generator=torch.Generator().manual_seed(5)), None
+        ids, mask = torch.randint(1, 100, (3, 16), generator=torch.Generator().manual_seed(5)).to(device), None
     with _own_path(kind):
         off, _ = _hy_run(model, ids, mask)
     with si.use_in_transformers() as h, _spies(monkeypatch) as calls:
@@ -178,26 +181,35 @@ def test_hybrid_on_vs_off(kind, padded, monkeypatch):
 
 @pytest.mark.parametrize("kind", ["jamba", "zamba"])
 def test_hybrid_bf16_autocast(kind):
-    """bfloat16 autocast training without a cache (the fused block): both paths round differently;
-    loss and gradients agree to bfloat16 precision (test_integrations' bound for Mamba)."""
-    model = _hy_model(kind, seed=3).train()
+    """bfloat16 autocast training without a cache (the fused block), both paths against the float32
+    result: selscan's loss within bfloat16 precision, and each parameter's gradient no further from
+    float32 than 3x transformers' own bfloat16 path is (+ 1e-2, bfloat16's rounding: a wrong formula
+    is off by O(1)). Measured up to 1.9x (Jamba): the fused block rounds Jamba's normalised B / C to
+    bfloat16 for the scan, as mamba_ssm's kernels do, where transformers' JambaRMSNorm returns float32
+    (a float32 weight times the bfloat16 normalised input); Zamba 1.2x. Without in_proj / out_proj
+    biases (the configs' default)."""
+    model = _hy_model(kind, seed=3, mamba_proj_bias=False).train()
     ids = torch.randint(1, 100, (2, 16), generator=torch.Generator().manual_seed(2))
 
-    def run():
+    def run(amp=True):
         model.zero_grad(set_to_none=True)
-        with torch.autocast("cpu", dtype=torch.bfloat16):
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=amp):
             loss = model(ids, labels=ids, use_cache=False).loss
         loss.backward()
         return loss.detach().float(), {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
 
+    def l2(a, b):
+        return ((a.double() - b.double()).norm() / b.double().norm().clamp(min=1e-30)).item()
+
     with _own_path(kind):
+        ref = run(amp=False)
         off = run()
     with si.use_in_transformers():
         on = run()
-    assert abs(on[0].item() - off[0].item()) < 2e-2 * abs(off[0].item())
-    assert set(on[1]) == set(off[1])
-    for n in off[1]:
-        assert rel_err(on[1][n], off[1][n]) < 0.1, n
+    assert abs(on[0].item() - ref[0].item()) < 2e-2 * abs(ref[0].item())
+    assert set(on[1]) == set(off[1]) == set(ref[1])
+    for n in ref[1]:
+        assert l2(on[1][n], ref[1][n]) <= 3 * l2(off[1][n], ref[1][n]) + 1e-2, n
 
 
 class _Hook:  # an accelerate hook's interface, doing nothing
