@@ -628,9 +628,10 @@ def _hy_jamba_forward(original, apply_mask, cache_name):
     def forward(self, hidden_states, *args, **kwargs):
         ok, mask = _hy_fused_args(self, args, kwargs, cache_name)
         norms = [getattr(self, n, None) for n in ("dt_layernorm", "b_layernorm", "c_layernorm")]
-        if ok and all(n is not None for n in norms):
+        if ok:  # the three norms with one eps (the block takes one), and dt_proj's bias for the scan
             eps = {getattr(n, "variance_epsilon", None) for n in norms}
-            ok = len(eps) == 1 and None not in eps and self.dt_proj.bias is not None
+            ok = len(eps) == 1 and None not in eps and all(getattr(n, "weight", None) is not None for n in norms) \
+                and self.dt_proj.bias is not None
         if not ok:
             return original(self, hidden_states, *args, **kwargs)
         dt_norm, b_norm, c_norm = norms
