@@ -49,8 +49,17 @@ Cases (--cases):
   profile     (optional) one training step of the first model per backend under torch.profiler:
               device time by kernel category (GEMM, scan, conv, copies, ...) and the top kernels, in
               the JSON's "profile" (where the step's time goes: what a faster block can still win)
+  hybrid      (--models jamba-small,zamba-small) transformers' JambaForCausalLM / ZambaForCausalLM,
+              random init: under "check" the fp32 / bf16-autocast loss and gradients (use_cache=False,
+              the fused block on selscan) against mamba_ssm (else torch), under "train" the
+              bf16-autocast training step (use_cache=False; torch at --torch-train-len beside the
+              others), under "gen" greedy generate in the first --gen-dtypes dtype (ids compared
+              with mamba_ssm's and torch's). mamba_ssm here is transformers' own unfused Jamba / Zamba
+              forward on mamba_ssm + causal_conv1d (its mixers have no fused branch)
 Models: 130m shape (hidden 768, 24 layers, state 16, expand 2, conv 4, vocab 50280), training batch
-8 x 2048; 1.4b shape (hidden 2048, 48 layers), training batch 4 x 2048. Generation in bf16 and fp32
+8 x 2048; 1.4b shape (hidden 2048, 48 layers), training batch 4 x 2048. jamba-small: hidden 1024, 8
+layers (2 attention, MLPs, no experts), vocab 32000; zamba-small: hidden 1024, 13 Mamba layers (2
+with the shared attention block), 2 Mamba heads, vocab 32000; both trained at 4 x 2048. Generation in bf16 and fp32
 for 130m, bf16 for 1.4b (--gen-dtypes / --gen-dtypes-large); torch in generation for 130m only.
 
 Peers: mamba_ssm 2.3.2.post1 (its Mamba-1 kernel selective_scan_cuda built from source) +
@@ -79,6 +88,9 @@ The bench alone (peers and selscan_torch already built on a warm machine: the ma
 A GPU smoke test of every code path on tiny models (~1 min): add --quick --device cuda.
 Here (CPU, no peers, ~20 s idle / ~1-2 min on a loaded VM; graphs emulated by eager steps):
   PYTHONPATH=bindings/torch python bench/bench_models.py --quick
+Jamba / Zamba alone (GPU; here add --quick --device cpu, ~1-2 min on a loaded 2-core VM):
+  PYTHONPATH=/tmp/peers:bindings/torch python3 bench/bench_models.py --models jamba-small,zamba-small \
+    --cases check,train,gen --out $OUT/bench_hybrid.json --md $OUT/bench_hybrid.md
 Exit status 1 when a correctness check says MISMATCH (loss or gradients) or finds selscan's
 gradients bitwise mamba_ssm's (the backend not switched). Progress lines are flushed as they come; the
 markdown table is printed last ("x mamba" = speed relative to mamba_ssm in the same run, > 1:
@@ -129,7 +141,8 @@ def parse_args():
     ap.add_argument("--backends", default="selscan,mamba_ssm,torch",
                     help="comma list of selscan, mamba_ssm, torch, selscan-scan")
     ap.add_argument("--cases", default="check,train,mambavision,prefill,gen,graph,mamba-lm")
-    ap.add_argument("--models", default=None, help="comma list (default: 130m,1.4b; quick: tiny)")
+    ap.add_argument("--models", default=None,
+                    help="comma list (default: 130m,1.4b; quick: tiny); jamba-small / zamba-small: the hybrid case")
     ap.add_argument("--gen-dtypes", default="bf16,fp32", help="model dtypes for prefill / generation")
     ap.add_argument("--gen-dtypes-large", default="bf16", help="the same for models with > 30 layers")
     ap.add_argument("--gen-batches", default=None, help="default 1,16,64 (quick: 1,3)")
@@ -979,6 +992,213 @@ def case_inference(tf, name):
 
 
 # ------------------------------------------------------------------------------------------------
+# >>hybrid: transformers' Jamba / Zamba (random init): training step and greedy generate
+# ------------------------------------------------------------------------------------------------
+# --models jamba-small,zamba-small (with or without Mamba models; --quick shrinks them to seconds on
+# a CPU). Backends: selscan = use_in_transformers() (the fused block without a cache, with Jamba's
+# dt / B / C norms, one block per Zamba Mamba head; selscan's scan / step / conv in generation);
+# mamba_ssm = what transformers resolved at import for the module's four kernel names (mamba_ssm +
+# causal_conv1d: its unfused forward, the norms in PyTorch); torch = the PyTorch bodies under
+# transformers' kernel wrappers (a Python loop over L: training timed at --torch-train-len).
+HYBRID_MODELS = {  # name: (module, model class, config class, config, quick config, train batch, train L)
+    "jamba-small": ("transformers.models.jamba.modeling_jamba", "JambaForCausalLM", "JambaConfig",
+                    dict(hidden_size=1024, intermediate_size=2816, num_hidden_layers=8, num_attention_heads=16,
+                         num_key_value_heads=8, attn_layer_period=4, attn_layer_offset=2, num_experts=1,
+                         vocab_size=32000),
+                    dict(hidden_size=64, intermediate_size=128, num_hidden_layers=4, num_attention_heads=4,
+                         num_key_value_heads=2, attn_layer_period=4, attn_layer_offset=2, num_experts=1,
+                         vocab_size=512),
+                    4, 2048),
+    "zamba-small": ("transformers.models.zamba.modeling_zamba", "ZambaForCausalLM", "ZambaConfig",
+                    dict(hidden_size=1024, intermediate_size=4096, num_hidden_layers=13, num_attention_heads=16,
+                         num_key_value_heads=16, n_mamba_heads=2, attn_layer_period=6, attn_layer_offset=4,
+                         vocab_size=32000),
+                    dict(hidden_size=64, intermediate_size=128, num_hidden_layers=5, num_attention_heads=4,
+                         num_key_value_heads=4, n_mamba_heads=2, attn_layer_period=2, attn_layer_offset=1,
+                         vocab_size=512),
+                    4, 2048),
+}
+HYBRID_KERNELS = ["mamba_selective_scan", "mamba_selective_state_update", "causal_conv1d_fn", "causal_conv1d_update"]
+
+
+class HybridBackend:
+    """A context that runs one hybrid module (Jamba's / Zamba's) on one backend and undoes it."""
+
+    def __init__(self, name, mod):
+        self.name, self.mod = name, mod
+        self.orig = {n: getattr(mod, n) for n in HYBRID_KERNELS}
+        self.resolved = {n: fn_name(f) for n, f in self.orig.items()}
+
+    def available(self):
+        if self.name == "mamba_ssm":
+            mods = [r.split(".")[0] for r in self.resolved.values()]
+            ok = mods[:2] == ["mamba_ssm"] * 2 and mods[2:] == ["causal_conv1d"] * 2
+            return None if ok else f"transformers resolved {self.resolved}"
+        if self.name == "selscan":
+            integ = selscan_integrations()
+            return None if integ is not None and hasattr(integ, "use_in_transformers") else "no selscan_torch"
+        return None if self.name == "torch" else "not a hybrid backend"
+
+    def restore(self):
+        for n, f in self.orig.items():
+            setattr(self.mod, n, f)
+
+    def __enter__(self):
+        self.restore()
+        if self.name == "torch":
+            for n, f in self.orig.items():
+                setattr(self.mod, n, inspect.unwrap(f))
+        elif self.name == "selscan":
+            selscan_integrations().use_in_transformers(True)
+        return self
+
+    def __exit__(self, *exc):
+        if self.name == "selscan":
+            selscan_integrations().use_in_transformers(False)
+        self.restore()
+        return False
+
+
+def build_hybrid(name, dtype=torch.float32):
+    import importlib
+    modname, cls, cfg_cls, full, quick, _, _ = HYBRID_MODELS[name]
+    mod = importlib.import_module(modname)
+    torch.manual_seed(0)
+    cfg = getattr(mod, cfg_cls)(mamba_d_state=16, mamba_expand=2, mamba_d_conv=4, pad_token_id=0, bos_token_id=0,
+                                eos_token_id=0, **(quick if ARGS.quick else full))
+    with torch.device(ARGS.device):
+        model = getattr(mod, cls)(cfg)
+    model.to(device=ARGS.device, dtype=dtype)
+    gc_ = model.generation_config
+    gc_.eos_token_id, gc_.pad_token_id, gc_.bos_token_id = None, 0, None
+    log(f"built {cls} {name}: {sum(p.numel() for p in model.parameters()) / 1e6:.1f} M parameters, {dtype}")
+    return mod, model
+
+
+@guarded("hybrid")
+def case_hybrid(name):
+    _, _, _, _, _, batch, L = HYBRID_MODELS[name]
+    if ARGS.quick:
+        batch, L = 2, 32
+    if not fits(f"hybrid {name}", 0 if ARGS.quick else 60):
+        return
+    mod, model = build_hybrid(name)
+    bks = []
+    for n in ARGS.backends:
+        if n not in ("selscan", "mamba_ssm", "torch"):
+            continue
+        b = HybridBackend(n, mod)
+        why = b.available()
+        if why is None:
+            bks.append(b)
+        else:
+            RESULTS["skipped"].append(f"hybrid {name} backend {n}: unavailable ({why})")
+            log(f"SKIP hybrid {name} backend {n}: {why}")
+    vocab = model.config.vocab_size
+    ref_name = "mamba_ssm" if any(b.name == "mamba_ssm" for b in bks) else "torch"
+    # --- check: fp32 and bf16-autocast loss and gradients against the reference (training, no cache) ---
+    if "check" in ARGS.cases and any(b.name == ref_name for b in bks):
+        ids = token_batch(vocab, 2, 32 if ARGS.quick else 256, seed=1)
+        model.train()
+        for amp in (False, True):
+            res = {}
+            for b in bks:
+                with b:
+                    model.zero_grad(set_to_none=True)
+                    with autocast(amp):
+                        loss = model(input_ids=ids, labels=ids, use_cache=False).loss
+                    loss.backward()
+                    res[b.name] = (loss.item(), {n: (p.grad if p.grad is not None else torch.zeros_like(p))
+                                                 .detach().float().reshape(-1).clone()
+                                                 for n, p in model.named_parameters()})
+            model.zero_grad(set_to_none=True)
+            ref_loss, ref_g = res[ref_name]
+            for bn, (l, g) in res.items():
+                rel_loss = abs(l - ref_loss) / max(abs(ref_loss), 1e-12)
+                rel_g, (worst_n, worst_g) = grads_vs_ref(g, ref_g)
+                verdict = "ref" if bn == ref_name else check_verdict(rel_loss, worst_g, amp)
+                mode = "bf16-autocast" if amp else "fp32"
+                RESULTS["checks"].append({"model": name, "mode": mode, "batch": 2, "L": ids.shape[1], "backend": bn,
+                                          "reference": ref_name, "loss": l, "rel_loss_vs_ref": rel_loss,
+                                          "rel_l2_grads_vs_ref": rel_g, "worst_param": worst_n,
+                                          "worst_param_rel_l2": worst_g, "tol_loss": CHECK_LOSS_TOL[amp],
+                                          "tol_grad": CHECK_GRAD_TOL[amp], "verdict": verdict})
+                log(f"  check {name} {mode:<13} {bn:<13} loss {l:.6f}  rel diff vs {ref_name} {rel_loss:.2e}  "
+                    f"grads rel L2 {rel_g:.2e}, worst {worst_n} {worst_g:.2e}  {verdict}")
+            del res
+    # --- train: bf16 autocast fwd + bwd, no cache (use_cache=False: the fused block on selscan) ---
+    if "train" in ARGS.cases:
+        model.train()
+        Lt = ARGS.torch_train_len
+        has_torch = any(b.name == "torch" for b in bks)
+        sets = ([(L, [b for b in bks if b.name != "torch"]), (Lt, bks)] if has_torch and Lt < L else [(L, bks)])
+        for Lx, names in sets:  # torch (a Python loop over L) at --torch-train-len, with the others beside it
+            if not names:
+                continue
+            ids = token_batch(vocab, batch, Lx, seed=2)
+
+            def step():
+                with autocast():
+                    loss = model(input_ids=ids, labels=ids, use_cache=False).loss
+                loss.backward()
+                return loss
+
+            case = f"train {name} {batch}x{Lx} bf16-autocast"
+            iters = ARGS.train_iters if Lx == L else (1 if ARGS.quick else 3)
+            peaks, losses, times = {}, {}, {}
+            for b in names:
+                try:
+                    with b:
+                        warm_up(model, step)
+                        peak_reset()
+                        losses[b.name] = step().item()
+                        peaks[b.name] = peak_gib()
+                        times[b.name] = []
+                except Exception as e:  # noqa: BLE001
+                    backend_failed(case, b.name, e)
+            for _ in range(iters):
+                for b in names:
+                    if b.name in times:
+                        with b:
+                            model.zero_grad(set_to_none=True)
+                            times[b.name].append(time_call(step)[0])
+            model.zero_grad(set_to_none=True)
+            for bn, ts in times.items():
+                row(case, bn, statistics.median(ts), "s", peak_gib=peaks[bn], loss=round(losses[bn], 5),
+                    iters=len(ts), kind="time")
+            del ids
+    # --- gen: greedy generate (eager, DynamicCache), the model in the first --gen-dtypes dtype ---
+    if "gen" in ARGS.cases:
+        dn = ARGS.gen_dtypes[0]
+        model.to(DTYPES[dn]).eval()
+        P, T = ARGS.prompt_len, ARGS.new_tokens
+        for gb in ARGS.gen_batches:
+            if not fits(f"gen {name} b{gb}", 0 if ARGS.quick else 20):
+                continue
+            ids = token_batch(vocab, gb, P, seed=4 + gb)
+            res = {}
+            with torch.no_grad():
+                for b in bks:
+                    try:
+                        with b:
+                            hf_generate(model, ids, min(T, 4), disable_compile=True)
+                            ts, seq = [], None
+                            for _ in range(ARGS.gen_reps):
+                                t, seq = time_call(lambda: hf_generate(model, ids, T, disable_compile=True))
+                                ts.append(t)
+                            res[b.name] = (statistics.median(ts), seq)
+                    except Exception as e:  # noqa: BLE001
+                        backend_failed(f"gen {name} {dn} b{gb}", b.name, e)
+            ref, tref = res.get("mamba_ssm", (None, None))[1], res.get("torch", (None, None))[1]
+            for bn, (t, seq) in res.items():
+                row(f"gen eager {name} {dn} b{gb} ({P}+{T})", bn, gb * T / t, "tok/s",
+                    ms_per_token=round(1e3 * t / T, 3), same_ids_as_mamba=same_prefix(seq, ref),
+                    same_ids_as_torch=None if bn == "torch" else same_prefix(seq, tref), kind="rate")
+            del res
+    del model
+
+
+# ------------------------------------------------------------------------------------------------
 # >>mambavision: NVlabs MambaVision-T training step (mamba_ssm's selective_scan_fn vs selscan)
 # ------------------------------------------------------------------------------------------------
 def import_mambavision():
@@ -1429,7 +1649,8 @@ def table():
                 ratio = f"{x:.2f}x"
             v = f"{r['value']:.4g} {r['unit']}"
             notes = []
-            for k in ("ms_per_token", "decode_step_ms", "same_ids_as_mamba", "same_ids_as_eager", "loss"):
+            for k in ("ms_per_token", "decode_step_ms", "same_ids_as_mamba", "same_ids_as_eager", "same_ids_as_torch",
+                      "loss"):
                 if r.get(k) is not None and not (k == "same_ids_as_mamba" and r["backend"] == "mamba_ssm"):
                     notes.append(f"{k}={r[k]}")
             pk = "" if r.get("peak_gib") is None else f"{r['peak_gib']:.2f}"
@@ -1467,8 +1688,10 @@ def main():
         log(f"ERROR transformers: {e!r}")
     environment(tf)
     save()
-    small = ARGS.models[0]
-    if tf is not None:
+    hybrids = [m for m in ARGS.models if m in HYBRID_MODELS]  # Jamba / Zamba: case_hybrid
+    ARGS.models = [m for m in ARGS.models if m not in HYBRID_MODELS]
+    small = ARGS.models[0] if ARGS.models else None
+    if tf is not None and small is not None:
         if "check" in ARGS.cases:
             case_check(tf, small)
         if "train" in ARGS.cases:
@@ -1481,6 +1704,8 @@ def main():
             case_profile(tf, small)
     if "mambavision" in ARGS.cases:
         case_mambavision()
+    for m in hybrids:
+        case_hybrid(m)
     infer = ARGS.cases & {"prefill", "gen", "graph"}
     for i, m in enumerate(ARGS.models):
         if tf is not None and infer:

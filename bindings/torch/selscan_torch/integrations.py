@@ -3,6 +3,7 @@ MambaVision on selscan.
 
     import selscan_torch.integrations as si
     si.use_in_transformers()      # MambaForCausalLM / FalconMambaForCausalLM, CPU and CUDA
+                                  # (and JambaForCausalLM / ZambaForCausalLM's Mamba mixers, 5.x)
     si.use_in_mamba_ssm()         # mamba_ssm's Mamba / MambaLMHeadModel, no selective_scan_cuda / causal_conv1d
     si.use_in_mambavision()       # `import mambavision` without mamba_ssm installed
 
@@ -29,6 +30,12 @@ What is replaced:
   attention_mask to the fused call). A padded attention_mask in training is applied where
   transformers' PyTorch path applies it, which its fused branch does not: 5.x before in_proj and
   on the conv's output, 4.x on x (in_proj's first half) and on the conv's output.
+- transformers 5.x Jamba / Zamba (section "transformers: Jamba / Zamba" below): the four kernel
+  names of transformers.models.{jamba,zamba}.modeling_* (mamba_selective_scan,
+  mamba_selective_state_update, causal_conv1d_fn, causal_conv1d_update: prefill, decode, a training
+  step with a cache) and JambaMambaMixer.forward / ZambaMambaMixer.forward, which without a cache run
+  selscan's fused block (Jamba: with its dt / B / C RMS norms; Zamba: one block per Mamba head).
+  transformers 4.x's Jamba / Zamba are left as they are.
 - mamba_ssm: sys.modules["mamba_ssm.ops.selective_scan_interface"] (selscan's
   selective_scan_fn / mamba_inner_fn), a causal_conv1d package where none is installed, a
   mamba_ssm.ops.triton.selective_state_update module where it cannot be imported, and the names
@@ -525,6 +532,7 @@ def _install_transformers(h):
                 f"patches in {modname} (5.x: mamba_inner_fn / mamba_selective_scan / mamba_selective_state_update / "
                 f"causal_conv1d_fn / causal_conv1d_update; 4.x: mamba_inner_fn / selective_scan_fn / "
                 f"selective_state_update and the mixer's cuda_kernels_forward); tested with transformers 5.24")
+    found += _install_transformers_hybrids(h)  # Jamba / Zamba: their own section below
     if not found:
         raise RuntimeError(f"selscan_torch.use_in_transformers: transformers {version} has no Mamba model modules")
 
@@ -543,8 +551,178 @@ def use_in_transformers(enable=True):
     """Route transformers' MambaForCausalLM / FalconMambaForCausalLM mixers through selscan's
     mamba_inner_fn (training), selective_scan_fn / causal_conv1d_fn (prefill) and
     selective_state_update / causal_conv1d_update (decode), on CPU and CUDA. Returns an
-    Integration handle (enable=False: the list of what was restored)."""
+    Integration handle (enable=False: the list of what was restored). transformers 5.x's
+    JambaForCausalLM / ZambaForCausalLM too: their Mamba mixers' kernels, and the fused block
+    without a cache (_install_transformers_hybrids)."""
     return _toggle("transformers", enable, _install_transformers)
+
+
+# ---- transformers: Jamba / Zamba (the hybrid Mamba-1 families, issue 42) -------------------------
+# transformers 5.x's JambaMambaMixer and ZambaMambaMixer call four kernels by their module-level
+# names, looked up at call time: mamba_selective_scan, mamba_selective_state_update,
+# causal_conv1d_fn, causal_conv1d_update (each decorated with use_kernel_func_from_hub_with_fallback:
+# a hub kernel under use_kernels=True, else mamba_ssm / causal_conv1d when they import, else the
+# decorated PyTorch body). Their forward has no fused branch and no device gate: it runs these on
+# any device, unfused (Jamba imports a mamba_inner_fn it never calls). selscan rebinds the four
+# names (prefill, decode, and a training step with a cache: transformers' own forward on selscan's
+# kernels), and stands in for the mixers' forward where there is no cache (training with
+# use_cache=False or gradient checkpointing; a forward without a cache): selscan's fused block,
+# which takes Jamba's dt / B / C RMS norms (the dt norm on x_proj's dt_rank slice, before dt_proj)
+# and, one block a head, Zamba's n_mamba_heads heads. attention_mask is applied where transformers'
+# forward applies it: before in_proj and on the conv's output.
+
+from . import selective_scan_fn as _hy_scan_op  # noqa: E402  (the package's ops, this section's names)
+from . import selective_state_update as _hy_step_op  # noqa: E402
+
+_TF_HYBRID_MODULES = (("transformers.models.jamba.modeling_jamba", "JambaMambaMixer"),
+                      ("transformers.models.zamba.modeling_zamba", "ZambaMambaMixer"))
+_TF_HYBRID_KERNELS = ("mamba_selective_scan", "mamba_selective_state_update", "causal_conv1d_fn",
+                      "causal_conv1d_update")
+_TF_HYBRID_ACCELERATE_CHILDREN = ("conv1d", "dt_proj", "in_proj", "x_proj", "out_proj")
+
+
+def _hy_selective_scan(u, delta, A, B, C, D=None, z=None, delta_bias=None, delta_softplus=False,
+                       return_last_state=False, *args, **kwargs):
+    """transformers 5.x's mamba_selective_scan (Jamba's / Zamba's) on selscan: its PyTorch-only
+    options (use_mambapy, use_associative_scan) are ignored, as its mamba_ssm resolution does."""
+    return _hy_scan_op(u, delta, A, B, C, D, z, delta_bias, bool(delta_softplus), bool(return_last_state))
+
+
+def _hy_selective_state_update(state, hidden_states, dt, A, B, C, D=None, dt_bias=None, dt_softplus=False, z=None,
+                               **kwargs):
+    """transformers 5.x's mamba_selective_state_update (its argument order: dt_bias, dt_softplus, z)
+    on selscan's step, in place on state (float32 or the model's dtype as it is; another dtype
+    through a float32 copy). Zamba passes one head's strided slice of its (batch, heads, hdim, N)
+    state: updated in place as it is."""
+    if state.dtype == torch.float32 or state.dtype == hidden_states.dtype:
+        return _hy_step_op(state, hidden_states, dt, A, B, C, D, z, dt_bias, bool(dt_softplus))
+    s32 = state.float()
+    out = _hy_step_op(s32, hidden_states, dt, A, B, C, D, z, dt_bias, bool(dt_softplus))
+    state.copy_(s32)
+    return out
+
+
+def _hy_fused_args(self, args, kwargs, cache_name):
+    """(take the fused block?, attention_mask) for a Jamba / Zamba mixer forward(hidden_states,
+    cache, attention_mask, **kwargs): only without a cache, without packed sequences (seq_idx /
+    cu_seqlens, which transformers hands to the conv), with silu, no quantized config and no
+    accelerate hooks (the block reads the weights directly, where transformers'
+    force_accelerate_hooks would fire them). Other keywords (the model's **kwargs passed down, e.g.
+    the Trainer's num_items_in_batch) are ignored, as the mixers ignore them."""
+    if len(args) > 2 or "cache_params" in kwargs:  # the deprecated name: transformers' forward maps it
+        return False, None
+    cache = args[0] if args else kwargs.get(cache_name)
+    mask = args[1] if len(args) > 1 else kwargs.get("attention_mask")
+    if cache is not None or kwargs.get("seq_idx") is not None or kwargs.get("cu_seqlens") is not None:
+        return False, None
+    if getattr(self, "activation", None) not in ("silu", "swish") or hasattr(self.config, "_is_quantized"):
+        return False, None
+    if getattr(self, "_hf_hook", None) is not None or any(
+            getattr(getattr(self, c, None), "_hf_hook", None) is not None for c in _TF_HYBRID_ACCELERATE_CHILDREN):
+        return False, None
+    return True, mask
+
+
+def _hy_jamba_forward(original, apply_mask, cache_name):
+    """transformers 5.x JambaMambaMixer.forward: without a cache, selscan's fused block with
+    Jamba's three RMS norms (dt_layernorm on x_proj's dt_rank slice before dt_proj, b_layernorm,
+    c_layernorm, one eps: config.rms_norm_eps), computed as transformers' forward computes them and
+    differentiated exactly (the norm weights get their gradients). Otherwise transformers' forward
+    (on the rebound kernels)."""
+    def forward(self, hidden_states, *args, **kwargs):
+        ok, mask = _hy_fused_args(self, args, kwargs, cache_name)
+        norms = [getattr(self, n, None) for n in ("dt_layernorm", "b_layernorm", "c_layernorm")]
+        if ok:  # the three norms with one eps (the block takes one), and dt_proj's bias for the scan
+            eps = {getattr(n, "variance_epsilon", None) for n in norms}
+            ok = len(eps) == 1 and None not in eps and all(getattr(n, "weight", None) is not None for n in norms) \
+                and self.dt_proj.bias is not None
+        if not ok:
+            return original(self, hidden_states, *args, **kwargs)
+        dt_norm, b_norm, c_norm = norms
+        hidden_states = apply_mask(hidden_states, mask)
+        xz = _block.in_proj_cm(hidden_states, self.in_proj.weight, self.in_proj.bias)
+        A = -torch.exp(self.A_log.float())
+        return _block.mamba_inner_fn(xz, self.conv1d.weight, self.conv1d.bias if self.use_conv_bias else None,
+                                     self.x_proj.weight, self.dt_proj.weight, self.out_proj.weight,
+                                     self.out_proj.bias if self.use_bias else None, A, None, None, self.D.float(),
+                                     delta_bias=self.dt_proj.bias.float(), delta_softplus=True,
+                                     b_rms_weight=b_norm.weight, c_rms_weight=c_norm.weight,
+                                     dt_rms_weight=dt_norm.weight, b_c_dt_rms_eps=dt_norm.variance_epsilon,
+                                     dt_rms_pre_proj=True, mask=_padding_mask(mask))
+
+    forward.__wrapped__ = original
+    return forward
+
+
+def _hy_zamba_forward(original, apply_mask, cache_name):
+    """transformers 5.x ZambaMambaMixer.forward: without a cache, selscan's fused block once a
+    Mamba head (x_proj / dt_proj / A / D / dt bias are per head; the conv is depthwise, so a head's
+    channels are a slice of it; out_proj is split by its input columns and the heads' outputs
+    summed, its bias added once). in_proj interleaves x and z channel by channel ((d, 2) rows): its
+    weight is permuted (a copy, differentiable) so that one GEMM writes each head's [x; z] as one
+    block in the block's layout. Otherwise transformers' forward (on the rebound kernels)."""
+    def forward(self, hidden_states, *args, **kwargs):
+        ok, mask = _hy_fused_args(self, args, kwargs, cache_name)
+        if not ok or getattr(self, "n_mamba_heads", None) is None or self.dt_proj_bias is None:
+            return original(self, hidden_states, *args, **kwargs)
+        H, hd, dm = self.n_mamba_heads, self.mamba_head_dim, self.hidden_size
+        hidden_states = apply_mask(hidden_states, mask)
+        w = self.in_proj.weight.view(H, hd, 2, dm).transpose(1, 2).reshape(2 * H * hd, dm)
+        b = self.in_proj.bias
+        if b is not None:
+            b = b.view(H, hd, 2).transpose(1, 2).reshape(2 * H * hd)
+        xz = _block.in_proj_cm(hidden_states, w, b)  # (batch, [x_0; z_0; x_1; z_1; ...], L)
+        A = -torch.exp(self.A_log.float())
+        D, dt_bias, pad = self.D.float(), self.dt_proj_bias.float(), _padding_mask(mask)
+        conv_b = self.conv1d.bias if self.use_conv_bias else None
+        out = None
+        for h in range(H):
+            c = slice(h * hd, (h + 1) * hd)
+            y = _block.mamba_inner_fn(xz[:, 2 * h * hd:2 * (h + 1) * hd], self.conv1d.weight[c],
+                                      None if conv_b is None else conv_b[c], self.x_proj_weight[h],
+                                      self.dt_proj_weight[h], self.out_proj.weight[:, c],
+                                      self.out_proj.bias if (self.use_bias and h == 0) else None, A[h], None, None,
+                                      D[h], delta_bias=dt_bias[h], delta_softplus=True, mask=pad)
+            out = y if out is None else out + y
+        return out
+
+    forward.__wrapped__ = original
+    return forward
+
+
+_HY_FORWARDS = {"JambaMambaMixer": _hy_jamba_forward, "ZambaMambaMixer": _hy_zamba_forward}
+
+
+def _install_transformers_hybrids(h):
+    """Jamba's and Zamba's mixers (transformers 5.x) on selscan: the four kernel names of their
+    modules, and the mixers' forward (the fused block without a cache). A module without these hook
+    points (transformers 4.x: is_fast_path_available / cuda_kernels_forward) is left as it is and
+    logged. Returns the number of modules covered."""
+    covered = 0
+    for modname, mixer_name in _TF_HYBRID_MODULES:
+        try:
+            mod = importlib.import_module(modname)
+        except ImportError:
+            continue
+        g = mod.__dict__
+        mixer = g.get(mixer_name)
+        if mixer is None or not all(callable(g.get(n)) for n in _TF_HYBRID_KERNELS):
+            logger.info("selscan_torch: %s has none of the 5.x kernel names (%s): left as it is", modname,
+                        ", ".join(_TF_HYBRID_KERNELS))
+            continue
+        h._setattr(mod, "mamba_selective_scan", _hy_selective_scan, f"{modname}.mamba_selective_scan")
+        h._setattr(mod, "mamba_selective_state_update", _hy_selective_state_update,
+                   f"{modname}.mamba_selective_state_update")
+        h._setattr(mod, "causal_conv1d_fn", _tf_conv_fn(g["causal_conv1d_fn"]), f"{modname}.causal_conv1d_fn")
+        h._setattr(mod, "causal_conv1d_update", _tf_conv_update(g["causal_conv1d_update"]),
+                   f"{modname}.causal_conv1d_update")
+        cache_name = _tf_cache_name(mixer)
+        mask = g.get("apply_mask_to_padding_states")
+        if cache_name is not None and mask is not None:
+            h._setattr(mixer, "forward", _HY_FORWARDS[mixer_name](mixer.__dict__["forward"], mask, cache_name),
+                       f"{modname}.{mixer_name}.forward")
+        covered += 1
+    return covered
 
 
 # ---- mamba_ssm ----------------------------------------------------------------------------------
