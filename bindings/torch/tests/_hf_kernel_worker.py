@@ -23,7 +23,6 @@ nothing is changed ("gate": "met"). mamba_ssm and causal_conv1d are made unimpor
 transformers' own path is its PyTorch functions wherever the test runs.
 """
 import copy
-import importlib
 import importlib.metadata
 import inspect
 import json

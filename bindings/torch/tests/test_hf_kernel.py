@@ -167,7 +167,8 @@ def route(tmp_path_factory):
     return get
 
 
-DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(not HAS_CUDA, reason="needs a GPU and the CUDA kernels"))]
+DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(not HAS_CUDA,
+                                                                reason="needs a GPU and the CUDA kernels"))]
 
 
 @needs_kernels
