@@ -1,4 +1,4 @@
-# selscan: make run | test | test-all | bench | test-cuda | test-gpu | test-gpu-full | test-cuda-sanitize | bench-cuda | test-torch | tf-op | test-tf | ort-ops | test-onnx | clean
+# selscan: make run | test | test-all | bench | test-cuda | test-gpu | test-gpu-full | test-cuda-sanitize | bench-cuda | test-torch | hf-kernel | tf-op | test-tf | ort-ops | test-onnx | clean
 # Compilers and flags can be overridden: make test CC=clang CFLAGS="-O1 -g"
 CC      ?= cc
 CXX     ?= c++
@@ -210,11 +210,11 @@ $(SANITIZE_RUNS): sanitize-%: $(BUILD)/test_cuda $(BUILD)/test_cuda_cl $(BUILD)/
 # that imports torch; then `pip install --no-build-isolation ./bindings/torch` (the extension against that
 # torch: CUDA kernels too where nvcc exists, SELSCAN_TORCH_CPU_ONLY=1 to skip them), then pytest
 # (GPU tests skip without a GPU). TORCH_TEST_PINS (transformers, einops, timm: the model
-# integration tests) are installed beside pytest, then TORCH_TEST_PEERS with --no-deps (their pins
+# integration tests; kernels: the hf-kernel route's) are installed beside pytest, then TORCH_TEST_PEERS with --no-deps (their pins
 # are old) and without mamba_ssm's CUDA build (its Python files: what use_in_mamba_ssm() runs
 # on; mambavision: what use_in_mambavision() runs). Ends with pytest's "N passed, N skipped" line.
 TORCH_VENV ?= $(BUILD)/torch-venv
-TORCH_TEST_PINS ?= transformers==5.24.0 einops timm
+TORCH_TEST_PINS ?= transformers==5.24.0 einops timm kernels==0.17.2
 TORCH_TEST_PEERS ?= mamba-ssm==2.3.2.post1 mambavision==1.2.0
 TORCH_PYTHON = $(or $(TORCH_PY),$(abspath $(TORCH_VENV))/bin/python)
 .PHONY: test-torch torch-install
@@ -234,6 +234,18 @@ torch-install:
 
 test-torch: torch-install
 	@cd bindings/torch/tests && "$(TORCH_PYTHON)" -m pytest -q -p no:cacheprovider .
+
+# hf-kernel: selscan as a Hugging Face `kernels` repository in $(HF_KERNEL_DIR) (under build/, which git
+# ignores): noarch variants build/torch-cpu and build/torch-cuda of one pure-Python package that
+# exposes selscan_torch's functions under mamba_ssm's / causal_conv1d's names, and layers for
+# transformers' Mamba-1 kernel entry points, loaded by kernels.LocalLayerRepository (the recipe:
+# bindings/torch/README.md "Through Hugging Face kernels"). Written by python3's standard library
+# alone; where it is loaded, selscan_torch must be installed. Tested by make test-torch
+# (bindings/torch/tests/test_hf_kernel.py; kernels is in TORCH_TEST_PINS).
+HF_KERNEL_DIR ?= $(BUILD)/hf-kernel
+.PHONY: hf-kernel
+hf-kernel:
+	@python3 bindings/torch/hf_kernel/generate.py $(HF_KERNEL_DIR)
 
 # ---- TensorFlow op ----------------------------------------------------------------------------
 # The package (CI: make test-tf): bindings/tf is a pip-installable Python package, selscan_tf,
