@@ -66,14 +66,14 @@ $(BUILD)/tests/selscan_impl.o: tests/selscan_impl.c selscan.h
 	@mkdir -p $(@D)
 	$(CC) $(TEST_CFLAGS) -I. -c $< -o $@
 
-$(BUILD)/tests/%: tests/%.c tests/common.h selscan.h $(BUILD)/tests/selscan_impl.o
+$(BUILD)/tests/%: tests/%.c tests/common.h tests/tol_lowp.h selscan.h $(BUILD)/tests/selscan_impl.o
 	$(CC) $(TEST_CFLAGS) -I. $< $(if $(filter $<,$(TEST_STANDALONE)),,$(BUILD)/tests/selscan_impl.o) -o $@ $(LDLIBS)
 
 $(BUILD)/tests-san/selscan_impl.o: tests/selscan_impl.c selscan.h
 	@mkdir -p $(@D)
 	$(CC) $(TEST_SANFLAGS) -I. -c $< -o $@
 
-$(BUILD)/tests-san/%: tests/%.c tests/common.h selscan.h $(BUILD)/tests-san/selscan_impl.o
+$(BUILD)/tests-san/%: tests/%.c tests/common.h tests/tol_lowp.h selscan.h $(BUILD)/tests-san/selscan_impl.o
 	$(CC) $(TEST_SANFLAGS) -I. $< $(if $(filter $<,$(TEST_STANDALONE)),,$(BUILD)/tests-san/selscan_impl.o) -o $@ $(LDLIBS)
 
 # The same suites for arm64 (NEON and portable paths), run under qemu-user by make test-all where
@@ -84,7 +84,7 @@ $(BUILD)/arm64/selscan_impl.o: tests/selscan_impl.c selscan.h
 	@mkdir -p $(@D)
 	$(ARM64_CC) $(TEST_CFLAGS) -I. -c $< -o $@
 
-$(BUILD)/arm64/%: tests/%.c tests/common.h selscan.h $(BUILD)/arm64/selscan_impl.o
+$(BUILD)/arm64/%: tests/%.c tests/common.h tests/tol_lowp.h selscan.h $(BUILD)/arm64/selscan_impl.o
 	$(ARM64_CC) $(TEST_CFLAGS) -I. $< $(if $(filter $<,$(TEST_STANDALONE)),,$(BUILD)/arm64/selscan_impl.o) -o $@ $(LDLIBS)
 
 # test_fast_pcache and test_fast_portable are tests/test_fast.c built with other macros
@@ -146,15 +146,15 @@ cuda-build: $(CUDA_BINS)
 $(BUILD)/selscan_cpu.o: selscan.h | $(BUILD)
 	$(CC) -O2 -x c -DSELSCAN_IMPLEMENTATION -c $< -o $@
 
-$(BUILD)/test_cuda: tests/test_cuda.cu tests/cuda_check.h selscan_cuda.cuh $(BUILD)/selscan_cpu.o | $(BUILD)
+$(BUILD)/test_cuda: tests/test_cuda.cu tests/cuda_check.h tests/tol_lowp.h selscan_cuda.cuh $(BUILD)/selscan_cpu.o | $(BUILD)
 	$(NVCC) $(NVFLAGS) -DSELSCAN_VALIDATION_ONLY -I. $< $(BUILD)/selscan_cpu.o -o $@
 
 # the same suite with SELSCAN_CUDA_CHANNELS_LAST=1: channels-last cases through the fast kernels
-$(BUILD)/test_cuda_cl: tests/test_cuda.cu tests/cuda_check.h selscan_cuda.cuh $(BUILD)/selscan_cpu.o | $(BUILD)
+$(BUILD)/test_cuda_cl: tests/test_cuda.cu tests/cuda_check.h tests/tol_lowp.h selscan_cuda.cuh $(BUILD)/selscan_cpu.o | $(BUILD)
 	$(NVCC) $(NVFLAGS) -DSELSCAN_VALIDATION_ONLY -DSELSCAN_CUDA_CHANNELS_LAST=1 -I. $< $(BUILD)/selscan_cpu.o -o $@
 
 # the causal conv1d's kernels (selscan_cuda.cuh >>conv) against the CPU reference
-$(BUILD)/test_cuda_conv: tests/test_cuda_conv.cu tests/cuda_check.h selscan_cuda.cuh $(BUILD)/selscan_cpu.o | $(BUILD)
+$(BUILD)/test_cuda_conv: tests/test_cuda_conv.cu tests/cuda_check.h tests/tol_lowp.h selscan_cuda.cuh $(BUILD)/selscan_cpu.o | $(BUILD)
 	$(NVCC) $(NVFLAGS) -DSELSCAN_VALIDATION_ONLY -I. $< $(BUILD)/selscan_cpu.o -o $@
 
 # the benchmark with the channels-last instantiations (SELSCAN_BENCH_LAYOUT=bld runs them)
