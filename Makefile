@@ -299,7 +299,7 @@ $(TF_OUT)/selscan_tf_kernels.o: $(TF_DIR)/selscan_tf_kernels.cu $(BIND_DIR)/sels
 	$(NVCC) $(TF_NVFLAGS) -Xcompiler -fPIC -Xcompiler -fvisibility=hidden -I. -I$(BIND_DIR) -c $< -o $@
 
 # tf-gpu-check: runs the op's CUDA TU and stride mapping on a GPU against the CPU path (no TF needed).
-$(TF_OUT)/gpu_check: $(TF_DIR)/gpu_check.cu $(TF_OUT)/selscan_tf_kernels.o $(TF_DIR)/selscan_tf_layout.h $(BIND_DIR)/selscan_binding.h $(BIND_DIR)/selscan_binding_cuda.h selscan.h | $(TF_OUT)
+$(TF_OUT)/gpu_check: $(TF_DIR)/gpu_check.cu $(TF_OUT)/selscan_tf_kernels.o $(TF_DIR)/selscan_tf_layout.h $(BIND_DIR)/selscan_binding.h $(BIND_DIR)/selscan_binding_cuda.h selscan.h tests/tol_lowp.h | $(TF_OUT)
 	$(NVCC) $(TF_NVFLAGS) -I. -I$(TF_DIR) -I$(BIND_DIR) $< $(TF_OUT)/selscan_tf_kernels.o -o $@
 
 tf-gpu-check: $(TF_OUT)/gpu_check
@@ -352,7 +352,7 @@ FUZZ_CI_SEED ?= 1
 FUZZ_CI_RUNS ?= 40000
 FUZZ_FLAGS   ?= -std=gnu11 -g -O1 -Wall -Wextra -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all
 .PHONY: fuzz fuzz-ci
-$(BUILD)/fuzz/fuzz_selscan: tests/fuzz/fuzz_selscan.c selscan.h
+$(BUILD)/fuzz/fuzz_selscan: tests/fuzz/fuzz_selscan.c tests/tol_lowp.h selscan.h
 	@mkdir -p $(@D)
 	$(FUZZ_CC) $(FUZZ_FLAGS) -I. $< -o $@ -lm
 

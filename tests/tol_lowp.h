@@ -1,6 +1,7 @@
 /* tests/tol_lowp.h - the one rule for the f16 / bf16 tolerances of the C suites (through
- * common.h) and the CUDA suites (through cuda_check.h); the torch tests' _common.lowp_tol states
- * the same rule. Include after selscan.h (selscan_dtype).
+ * common.h), the CUDA suites (through cuda_check.h) and tests/fuzz/fuzz_selscan.c; the torch
+ * tests' _common.lowp_tol and the TF tests' lowp_tol state the same rule. Include after selscan.h
+ * (selscan_dtype).
  *
  *   tc_unit_roundoff(dt)         u = 2^-p, the unit roundoff of round-to-nearest in dt (p
  *                                significand bits, the implicit one counted): 2^-24 f32, 2^-11
