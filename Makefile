@@ -66,14 +66,14 @@ $(BUILD)/tests/selscan_impl.o: tests/selscan_impl.c selscan.h
 	@mkdir -p $(@D)
 	$(CC) $(TEST_CFLAGS) -I. -c $< -o $@
 
-$(BUILD)/tests/%: tests/%.c tests/common.h selscan.h $(BUILD)/tests/selscan_impl.o
+$(BUILD)/tests/%: tests/%.c tests/common.h tests/tol_lowp.h selscan.h $(BUILD)/tests/selscan_impl.o
 	$(CC) $(TEST_CFLAGS) -I. $< $(if $(filter $<,$(TEST_STANDALONE)),,$(BUILD)/tests/selscan_impl.o) -o $@ $(LDLIBS)
 
 $(BUILD)/tests-san/selscan_impl.o: tests/selscan_impl.c selscan.h
 	@mkdir -p $(@D)
 	$(CC) $(TEST_SANFLAGS) -I. -c $< -o $@
 
-$(BUILD)/tests-san/%: tests/%.c tests/common.h selscan.h $(BUILD)/tests-san/selscan_impl.o
+$(BUILD)/tests-san/%: tests/%.c tests/common.h tests/tol_lowp.h selscan.h $(BUILD)/tests-san/selscan_impl.o
 	$(CC) $(TEST_SANFLAGS) -I. $< $(if $(filter $<,$(TEST_STANDALONE)),,$(BUILD)/tests-san/selscan_impl.o) -o $@ $(LDLIBS)
 
 # The same suites for arm64 (NEON and portable paths), run under qemu-user by make test-all where
@@ -84,7 +84,7 @@ $(BUILD)/arm64/selscan_impl.o: tests/selscan_impl.c selscan.h
 	@mkdir -p $(@D)
 	$(ARM64_CC) $(TEST_CFLAGS) -I. -c $< -o $@
 
-$(BUILD)/arm64/%: tests/%.c tests/common.h selscan.h $(BUILD)/arm64/selscan_impl.o
+$(BUILD)/arm64/%: tests/%.c tests/common.h tests/tol_lowp.h selscan.h $(BUILD)/arm64/selscan_impl.o
 	$(ARM64_CC) $(TEST_CFLAGS) -I. $< $(if $(filter $<,$(TEST_STANDALONE)),,$(BUILD)/arm64/selscan_impl.o) -o $@ $(LDLIBS)
 
 # test_fast_pcache and test_fast_portable are tests/test_fast.c built with other macros
@@ -146,15 +146,15 @@ cuda-build: $(CUDA_BINS)
 $(BUILD)/selscan_cpu.o: selscan.h | $(BUILD)
 	$(CC) -O2 -x c -DSELSCAN_IMPLEMENTATION -c $< -o $@
 
-$(BUILD)/test_cuda: tests/test_cuda.cu tests/cuda_check.h selscan_cuda.cuh $(BUILD)/selscan_cpu.o | $(BUILD)
+$(BUILD)/test_cuda: tests/test_cuda.cu tests/cuda_check.h tests/tol_lowp.h selscan_cuda.cuh $(BUILD)/selscan_cpu.o | $(BUILD)
 	$(NVCC) $(NVFLAGS) -DSELSCAN_VALIDATION_ONLY -I. $< $(BUILD)/selscan_cpu.o -o $@
 
 # the same suite with SELSCAN_CUDA_CHANNELS_LAST=1: channels-last cases through the fast kernels
-$(BUILD)/test_cuda_cl: tests/test_cuda.cu tests/cuda_check.h selscan_cuda.cuh $(BUILD)/selscan_cpu.o | $(BUILD)
+$(BUILD)/test_cuda_cl: tests/test_cuda.cu tests/cuda_check.h tests/tol_lowp.h selscan_cuda.cuh $(BUILD)/selscan_cpu.o | $(BUILD)
 	$(NVCC) $(NVFLAGS) -DSELSCAN_VALIDATION_ONLY -DSELSCAN_CUDA_CHANNELS_LAST=1 -I. $< $(BUILD)/selscan_cpu.o -o $@
 
 # the causal conv1d's kernels (selscan_cuda.cuh >>conv) against the CPU reference
-$(BUILD)/test_cuda_conv: tests/test_cuda_conv.cu tests/cuda_check.h selscan_cuda.cuh $(BUILD)/selscan_cpu.o | $(BUILD)
+$(BUILD)/test_cuda_conv: tests/test_cuda_conv.cu tests/cuda_check.h tests/tol_lowp.h selscan_cuda.cuh $(BUILD)/selscan_cpu.o | $(BUILD)
 	$(NVCC) $(NVFLAGS) -DSELSCAN_VALIDATION_ONLY -I. $< $(BUILD)/selscan_cpu.o -o $@
 
 # the benchmark with the channels-last instantiations (SELSCAN_BENCH_LAYOUT=bld runs them)
@@ -311,7 +311,7 @@ $(TF_OUT)/selscan_tf_kernels.o: $(TF_DIR)/selscan_tf_kernels.cu $(BIND_DIR)/sels
 	$(NVCC) $(TF_NVFLAGS) -Xcompiler -fPIC -Xcompiler -fvisibility=hidden -I. -I$(BIND_DIR) -c $< -o $@
 
 # tf-gpu-check: runs the op's CUDA TU and stride mapping on a GPU against the CPU path (no TF needed).
-$(TF_OUT)/gpu_check: $(TF_DIR)/gpu_check.cu $(TF_OUT)/selscan_tf_kernels.o $(TF_DIR)/selscan_tf_layout.h $(BIND_DIR)/selscan_binding.h $(BIND_DIR)/selscan_binding_cuda.h selscan.h | $(TF_OUT)
+$(TF_OUT)/gpu_check: $(TF_DIR)/gpu_check.cu $(TF_OUT)/selscan_tf_kernels.o $(TF_DIR)/selscan_tf_layout.h $(BIND_DIR)/selscan_binding.h $(BIND_DIR)/selscan_binding_cuda.h selscan.h tests/tol_lowp.h | $(TF_OUT)
 	$(NVCC) $(TF_NVFLAGS) -I. -I$(TF_DIR) -I$(BIND_DIR) $< $(TF_OUT)/selscan_tf_kernels.o -o $@
 
 tf-gpu-check: $(TF_OUT)/gpu_check
@@ -364,7 +364,7 @@ FUZZ_CI_SEED ?= 1
 FUZZ_CI_RUNS ?= 40000
 FUZZ_FLAGS   ?= -std=gnu11 -g -O1 -Wall -Wextra -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all
 .PHONY: fuzz fuzz-ci
-$(BUILD)/fuzz/fuzz_selscan: tests/fuzz/fuzz_selscan.c selscan.h
+$(BUILD)/fuzz/fuzz_selscan: tests/fuzz/fuzz_selscan.c tests/tol_lowp.h selscan.h
 	@mkdir -p $(@D)
 	$(FUZZ_CC) $(FUZZ_FLAGS) -I. $< -o $@ -lm
 

@@ -1,11 +1,13 @@
 /* cuda_check.h - the CUDA suites' counters and checks (tests/test_cuda.cu, tests/test_cuda_conv.cu):
    CHECK counts a pass or prints the failure, CU stops the suite on a failed CUDA call,
-   report_no_gpu ends a run on a machine without a GPU. */
+   report_no_gpu ends a run on a machine without a GPU; tol_lowp.h's f16 / bf16 tolerance rule.
+   Include after selscan_cuda.cuh. */
 #ifndef SELSCAN_TESTS_CUDA_CHECK_H
 #define SELSCAN_TESTS_CUDA_CHECK_H
 #include <cuda_runtime.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include "tol_lowp.h"
 
 static int g_pass = 0, g_fail = 0;
 #define CHECK(cond, ...)                                                                           \

@@ -68,6 +68,44 @@ static void one(const tc_cfg *c, const char *tag) {
     tc_prob_free(&P);
 }
 
+/* tc_tol_lowp's bound is not vacuous: an f16 / bf16 forward's y passes tc_tol_fwd (k = 1), and the
+   same y with an error of 4x that bound added (each element moved by 4 tol rms(y_ref) at a random
+   sign, rounded back to dt: an error of 4 tol in tc_rel_err, give or take u) fails it. */
+static void tolerance_self_check(void) {
+    int di;
+    for (di = 0; di < 2; di++) {
+        const selscan_dtype dt = di ? SELSCAN_BF16 : SELSCAN_F16;
+        const double tol = tc_tol_fwd(dt);
+        tc_cfg c;
+        tc_prob P;
+        double *yref, *href, rms = 0, e, e4;
+        size_t bytes = 0;
+        void *ws;
+        int64_t i, ny;
+        base_cfg(&c, dt);
+        tc_prob_make(&P, &c);
+        ny = P.y.count;
+        yref = (double *)malloc(sizeof(double) * (size_t)ny);
+        href = (double *)malloc(sizeof(double) * (size_t)(P.rows * c.dim * c.N));
+        tc_oracle_forward(&P, yref, href);
+        selscan_workspace_size(&P.p, NULL, &bytes);
+        ws = tc_ws(bytes);
+        CHECK(selscan_forward_cpu(&P.p, bytes ? ws : NULL, bytes) == SELSCAN_OK, "[self-check %s] forward", tc_dtname(dt));
+        tc_ws_free(ws);
+        e = tc_rel_err(&P.y, yref);
+        CHECK(e <= tol, "[self-check %s] y rel err %.3g > %.3g", tc_dtname(dt), e, tol);
+        for (i = 0; i < ny; i++) rms += yref[i] * yref[i];
+        rms = sqrt(rms / (double)ny);
+        for (i = 0; i < ny; i++) P.y.v[i] = tc_round(dt, tc_get(&P.y, i) + (tc_coin(0.5) ? 4 : -4) * tol * rms);
+        tc_store(&P.y);
+        e4 = tc_rel_err(&P.y, yref);
+        CHECK(e4 > tol, "[self-check %s] y with an error of 4x the bound passes: rel err %.3g <= %.3g", tc_dtname(dt), e4, tol);
+        free(yref);
+        free(href);
+        tc_prob_free(&P);
+    }
+}
+
 int main(void) {
     const selscan_dtype dts[] = {SELSCAN_F32, SELSCAN_F16, SELSCAN_BF16};
     const int quick = tc_quick();
@@ -159,5 +197,6 @@ int main(void) {
             c.bcast = tc_coin(0.3);
             one(&c, "random");
         }
+    tolerance_self_check();
     return tc_finish();
 }

@@ -25,6 +25,7 @@
  * CPU has, not only the widest. */
 #define SELSCAN_IMPLEMENTATION
 #include "../../selscan.h"
+#include "../tol_lowp.h" /* tc_tol_lowp: the f16 / bf16 tolerance rule */
 
 #include <errno.h>
 #include <math.h>
@@ -732,7 +733,7 @@ static void fz_forward(fz_rd *r, fz_case *c) {
         fz_ws_exact(&rw, rb);
         st = selscan_forward_ref(&pr, rw.ptr, rw.bytes);
         if (st == SELSCAN_OK && fz_numeric(c)) {
-            fz_compare(c, T_Y, 0, 1, c->dtype == SELSCAN_F32 ? 2e-3 : 3e-2);
+            fz_compare(c, T_Y, 0, 1, tc_tol_lowp((selscan_dtype)c->dtype, 2e-3, 2)); /* k = 2: fast and reference each round to T */
             fz_compare(c, T_HLAST, 0, 1, 2e-3);
         }
         fz_ws_free(&rw);
@@ -800,7 +801,7 @@ static void fz_backward(fz_rd *r, fz_case *c) {
         fz_ws_exact(&rw, rb);
         st = selscan_backward_ref(&pr, &gr, rw.ptr, rw.bytes);
         if (st == SELSCAN_OK && fz_numeric(c) && c->L <= 64)
-            for (i = T_DU; i <= T_DH0; i++) fz_compare(c, i, 0, 1, c->t[i].dtype == SELSCAN_F32 ? 5e-3 : 4e-2);
+            for (i = T_DU; i <= T_DH0; i++) fz_compare(c, i, 0, 1, tc_tol_lowp((selscan_dtype)c->t[i].dtype, 5e-3, 2)); /* k = 2, as y */
         fz_ws_free(&rw);
     }
     /* with the forward's checkpoint: bitwise the same gradients */
@@ -885,8 +886,8 @@ static void fz_stepcase(fz_rd *r, fz_case *c) {
         st = selscan_step_ref(&sr);
         FZ_CHECK(st == SELSCAN_OK, "step_ref refused what the fast step accepted");
         if (fz_numeric(c)) {
-            fz_compare(c, T_Y, 0, 1, c->dtype == SELSCAN_F32 ? 1e-4 : 3e-2);
-            fz_compare(c, T_STATE, 0, 1, c->t[T_STATE].dtype == SELSCAN_F32 ? 1e-4 : 3e-2); /* T: one rounding apart */
+            fz_compare(c, T_Y, 0, 1, tc_tol_lowp((selscan_dtype)c->dtype, 1e-4, 2)); /* k = 2: each side rounds its own f32 value */
+            fz_compare(c, T_STATE, 0, 1, tc_tol_lowp((selscan_dtype)c->t[T_STATE].dtype, 1e-4, 2));
         }
     }
 }

@@ -82,8 +82,8 @@ def test_step_vs_reference():
                 y_ref, h_ref = ref_step(x, sp)
                 e = rel_err(tf.cast(out, tf.float64).numpy(), y_ref)
                 assert e <= TOL[dtype], "out %s G=%d: rel err %.3g" % (dtype.name, G, e)
-                e = rel_err(new_state.numpy(), h_ref)
-                assert e <= TOL[dtype], "new_state %s G=%d: rel err %.3g" % (dtype.name, G, e)
+                e = rel_err(new_state.numpy(), h_ref)  # float32: no rounding to dtype
+                assert e <= TOL[tf.float32], "new_state %s G=%d: rel err %.3g" % (dtype.name, G, e)
                 n += 1
     return "%d cases" % n
 

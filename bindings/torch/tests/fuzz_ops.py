@@ -60,18 +60,19 @@ class CaseFail(Exception):
 
 def _worker_imports():
     global torch, st, ops, selective_scan_ref, selective_state_update_ref
-    global F32, F16, BF16, F64, TOL, GTOL, STOL, SCALE_FLOOR
+    global F32, F16, BF16, F64, TOL32, GTOL32, STOL, SCALE_FLOOR, lowp_tol
     import torch  # noqa: F811
     import selscan_torch as st  # noqa: F811
     from selscan_torch.reference import selective_scan_ref, selective_state_update_ref  # noqa: F811
+    from _common import lowp_tol  # noqa: F811  (this folder is sys.path[0]: the script's own)
 
     torch.set_num_threads(1)
     ops = torch.ops.selscan
     F32, F16, BF16, F64 = torch.float32, torch.float16, torch.bfloat16, torch.float64
-    # max |out - ref| / max |ref| (scaled error) by the dtype of the op's low-precision tensors
-    TOL = {F32: 1e-4, F16: 5e-3, BF16: 3e-2}
-    GTOL = {F32: 1e-3, F16: 3e-2, BF16: 1e-1}
-    STOL = 1e-5  # float32 state / last_state in a float32 problem
+    # scaled error (scaled_err) of outputs (TOL32) and gradients (GTOL32) in float32; a float16 /
+    # bfloat16 result adds its roundings to those dtypes (tol_of: _common.lowp_tol)
+    TOL32, GTOL32 = 1e-4, 1e-3
+    STOL = 1e-5  # a float32 state / last_state (any problem's: computed in float32 from its inputs)
     SCALE_FLOOR = 1e-2
 
 
@@ -206,9 +207,21 @@ def scaled_err(a, b):
     return (d / b[fin].abs().max().clamp(min=SCALE_FLOOR)).item()
 
 
+def tol_of(f32_tol, *dtypes):
+    """The scaled-error bound of a result that passed through `dtypes` after the op's float32
+    arithmetic (the op's dtype for it, then the caller's, e.g. a gradient cast back to its leaf's):
+    lowp_tol with k = the number of distinct float16 / bfloat16 ones (each rounds once; a cast to the
+    dtype already held is exact), u of the coarsest; f32_tol alone when there is none."""
+    lows = {t for t in dtypes if t in (F16, BF16)}
+    if not lows:
+        return f32_tol
+    return lowp_tol(BF16 if BF16 in lows else F16, f32_tol, len(lows))
+
+
 def close(what, a, b, tol):
-    if a.dtype in (F16, BF16):  # the reference as the output dtype holds it (f16 overflows to Inf)
-        b = b.to(a.dtype)
+    if a.dtype in (F16, BF16):  # where the reference overflows the output dtype (f16: to Inf), that Inf
+        br = b.to(a.dtype).to(b.dtype)
+        b = torch.where(torch.isinf(br) & torch.isfinite(b), br, b)
     e = scaled_err(a, b)
     if not e <= tol:
         raise CaseFail(f"{what}: scaled error {e:.3g} > {tol:g}")
@@ -368,12 +381,12 @@ def check_scan_result(out, x, c):
     if y.dtype != u.dtype or tuple(y.shape) != tuple(u.shape) or y.device != u.device:
         raise CaseFail(f"out: {y.dtype} {tuple(y.shape)} {y.device}, want u's dtype, shape and device")
     yr, lr = ref_scan(x, c)
-    close("out", y, yr, TOL[u.dtype])
+    close("out", y, yr, tol_of(TOL32, y.dtype))
     if c["last"]:
         rows = len(c["cu"]) - 1 if c["cu"] else c["batch"]
         if last.dtype != F32 or tuple(last.shape) != (rows, c["dim"], c["N"]):
             raise CaseFail(f"last_state: {last.dtype} {tuple(last.shape)}")
-        close("last_state", last, lr, STOL if u.dtype == F32 else TOL[u.dtype])
+        close("last_state", last, lr, STOL)  # float32 (checked above)
 
 
 def case_scan_good(gen, c=None):
@@ -676,10 +689,10 @@ def check_step_call(x, c, call):
     xx = x["x"]
     if out.dtype != xx.dtype or tuple(out.shape) != tuple(xx.shape) or out.device != xx.device:
         raise CaseFail(f"out: {out.dtype} {tuple(out.shape)}, want x's dtype and shape")
-    close("out", out, ref_out, TOL[xx.dtype])
+    close("out", out, ref_out, tol_of(TOL32, out.dtype))
     if state.dtype != F32 and state.dtype != xx.dtype:
         raise CaseFail(f"state's dtype changed to {state.dtype}")
-    close("state", state, ref_state, STOL if xx.dtype == F32 else TOL[xx.dtype])
+    close("state", state, ref_state, tol_of(STOL, state.dtype))
     after = storage_snapshot(state).view(ints)
     m = state_mask(state)
     if not torch.equal(after[~m], before[~m]):
@@ -1053,7 +1066,6 @@ def case_raw_bwd(gen):
         if snap.changed():
             raise CaseFail("an input changed")
         ref = ref_grads(x, c, dy, dlast)
-        tol = GTOL[x["u"].dtype]
         for i, k in enumerate(GRAD_NAMES):
             want = mask[i] and x[k] is not None
             if not want:
@@ -1062,7 +1074,7 @@ def case_raw_bwd(gen):
                 continue
             if g[i].dtype != x[k].dtype or tuple(g[i].shape) != tuple(x[k].shape):
                 raise CaseFail(f"d{k}: {g[i].dtype} {tuple(g[i].shape)}, want {k}'s dtype and shape")
-            close(f"d{k}", g[i], ref[k], tol)
+            close(f"d{k}", g[i], ref[k], tol_of(GTOL32, g[i].dtype))  # exact_dtypes: x[k]'s dtype is the op's
         return
     # bad: the bwd's own arguments, or one of the scan's
     kind = r.choice(["dy", "dy", "dh_last", "checkpoint", "grad_mask", "scan"])
@@ -1232,7 +1244,7 @@ def case_autograd(gen):
     # reference: the wrapper's casts are part of the graph (a float64 D gets a float64 gradient);
     # the gradient reaching out is dy in out's dtype
     ref = ref_grads(x, c, dy.to(y.dtype), dlast)
-    tol = GTOL[x["u"].dtype]
+    op_dtypes = {k: v.dtype for k, v in cast_like_wrapper(x, x["u"].dtype).items() if v is not None}
     for k in GRAD_NAMES:
         v = leaves[k]
         if v is None or not v.requires_grad:
@@ -1243,7 +1255,7 @@ def case_autograd(gen):
             continue
         if v.grad.dtype != v.dtype or v.grad.shape != v.shape:
             raise CaseFail(f"{k}.grad: {v.grad.dtype} {tuple(v.grad.shape)}")
-        close(f"{k}.grad", v.grad, ref[k], max(tol, GTOL[v.dtype] if v.dtype in GTOL else 0))
+        close(f"{k}.grad", v.grad, ref[k], tol_of(GTOL32, op_dtypes[k], v.dtype))  # the op's dtype, then the cast back
 
 
 # ---- CUDA: devices and streams ---------------------------------------------------------------------------

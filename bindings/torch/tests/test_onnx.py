@@ -141,7 +141,8 @@ def test_scan_op_half_dtypes(dtype, bc):
     y_t, last_t = st.selective_scan_fn(x["u"], x["delta"], x["A"], x["B"], x["C"], **args)
     assert torch.equal(torch.from_numpy(y), y_t.float()) and torch.equal(torch.from_numpy(last), last_t)
     y_r, last_r = selective_scan_ref(x["u"], x["delta"], x["A"], x["B"], x["C"], **args)
-    assert rel_err(y, y_r.to(dtype)) < TOL[dtype] and rel_err(last, last_r) < TOL[dtype]
+    # y: the op rounds its float32 result to dtype once (TOL[dtype]); last_state is float32: no rounding
+    assert rel_err(y, y_r) < TOL[dtype] and rel_err(last, last_r) < TOL[torch.float32]
 
 
 @pytest.mark.parametrize("threads", [1, 2, 3])
@@ -223,7 +224,8 @@ def test_step_op(dtype, G, indexed):
     assert torch.equal(torch.from_numpy(y), y_t.float()) and torch.equal(torch.from_numpy(state_out), ref_state)
     y_r, st_r = selective_state_update_ref(s["state"], s["x"], s["dt"], s["A"], s["B"], s["C"], s["D"], s["z"],
                                            dt_bias=s["dt_bias"], dt_softplus=True, state_batch_indices=idx)
-    assert rel_err(y, y_r.to(dtype)) < TOL[dtype] and rel_err(state_out, st_r) < TOL[dtype]
+    # y: one rounding to dtype (TOL[dtype]); the state is float32: no rounding
+    assert rel_err(y, y_r) < TOL[dtype] and rel_err(state_out, st_r) < TOL[torch.float32]
     if indexed:  # rows no batch row points at are copied through unchanged
         assert np.array_equal(state_out[[1, 2, 3]], s["state"][[1, 2, 3]].numpy())
 
@@ -297,7 +299,7 @@ def test_conv_op(dtype, W, opts):
     model = conv_model("CausalConv1d", CONV_INPUTS, c, dtype, ["y", "final_state"], {"silu": silu})
     y, fin = session(model).run(None, feed_dict(c))
     y_r, fin_r = conv_ref(c["x"], c["weight"], c["bias"], c["init_state"], bool(silu))
-    assert rel_err(y, y_r.to(dtype)) < TOL[dtype] and np.array_equal(fin, fin_r.to(dtype).float().numpy())
+    assert rel_err(y, y_r) < TOL[dtype] and np.array_equal(fin, fin_r.to(dtype).float().numpy())  # y: one rounding
 
 
 @conv_only

@@ -12,17 +12,24 @@ import pytest
 import torch
 
 import selscan_torch as st
+from _common import lowp_tol
 from selscan_torch.reference import selective_scan_ref
 
 if not (torch.cuda.is_available() and st.has_cuda_kernels()):
     pytest.skip("needs a GPU and selscan_torch's CUDA kernels", allow_module_level=True)
 mamba = pytest.importorskip("mamba_ssm.ops.selective_scan_interface", reason="mamba_ssm's kernel is not installed")
 
-# out / gradient tolerances against the float64 reference (max |err| / max |ref|); the two kernels
-# round differently (bf16 inputs, fast exponentials), so each is held to the reference, and to
-# each other with the sum of both tolerances
-TOL = {torch.float32: 2e-4, torch.bfloat16: 3e-2}
-GTOL = {torch.float32: 1e-3, torch.bfloat16: 6e-2}
+# out / gradient tolerances against the float64 reference on the same bf16-rounded inputs and
+# cotangent (max |err| / max |ref|): float32 as measured (fast exponentials, another summation
+# order); a bfloat16 result by _common.lowp_tol with k = its roundings to bfloat16 (both kernels
+# compute in float32): 1 -- the result's own -- except mamba's dz, 2 (its backward reads the bf16 out
+# its forward saved: mamba_ssm 2.3.2.post1 selective_scan_bwd_kernel.cuh). Each kernel is held to the
+# reference, and to the other with the sum of both bounds.
+TOL32, GTOL32 = 2e-4, 1e-3
+
+
+def bound(t, f32_tol, k=1):
+    return lowp_tol(t.dtype, f32_tol, k)
 
 
 def rel_err(a, b):
@@ -80,23 +87,23 @@ def test_same_call_same_answer(bc, D, z, bias, softplus, dtype):
     gy = torch.randn(x["u"].shape, generator=torch.Generator().manual_seed(1)).cuda()
     ys, hs, gs = run(st.selective_scan_fn, x, softplus, True, gy)
     ym, hm, gm = run(mamba.selective_scan_fn, x, softplus, True, gy)
-    yr, hr, gr = run(ref_fn, x, softplus, True, gy.double())
+    yr, hr, gr = run(ref_fn, x, softplus, True, gy.to(dtype).double())  # the kernels get gy in y's dtype
     assert ys.dtype == ym.dtype == dtype and ys.shape == ym.shape
     assert hs.shape == hm.shape and hs.dtype == hm.dtype == torch.float32
-    t, gt = TOL[dtype], GTOL[dtype]
-    assert rel_err(hs, hr) < t, ("selscan", "last_state", rel_err(hs, hr))
+    assert rel_err(hs, hr) < TOL32, ("selscan", "last_state", rel_err(hs, hr))  # float32: no rounding
     # mamba's last_state with a constant (dim, N) B is the state divided by B (its kernel scans
     # delta * u and folds B into C for out; mamba_ssm 2.3.2.post1, seen on an H200): selscan returns
     # the state itself, B included
     hm_state = hm * x["B"][None] if bc == "fixed" else hm
-    assert rel_err(hm_state, hr) < t, ("mamba", "last_state", rel_err(hm_state, hr))
-    for name, a, b, r, tol in [("out", ys, ym, yr, t)]:
-        assert rel_err(a, r) < tol, ("selscan", name, rel_err(a, r))
-        assert rel_err(b, r) < tol, ("mamba", name, rel_err(b, r))
-        assert rel_err(a, b) < 2 * tol, ("selscan vs mamba", name, rel_err(a, b))
+    assert rel_err(hm_state, hr) < TOL32, ("mamba", "last_state", rel_err(hm_state, hr))
+    t = bound(ys, TOL32)
+    assert rel_err(ys, yr) < t, ("selscan", "out", rel_err(ys, yr))
+    assert rel_err(ym, yr) < t, ("mamba", "out", rel_err(ym, yr))
+    assert rel_err(ys, ym) < 2 * t, ("selscan vs mamba", "out", rel_err(ys, ym))
     assert set(gs) == set(gm)
     for k in gs:
         assert gs[k].shape == gm[k].shape and gs[k].dtype == gm[k].dtype, k
-        assert rel_err(gs[k], gr[k]) < gt, ("selscan", k, rel_err(gs[k], gr[k]))
-        assert rel_err(gm[k], gr[k]) < gt, ("mamba", k, rel_err(gm[k], gr[k]))
-        assert rel_err(gs[k], gm[k]) < 2 * gt, ("selscan vs mamba", k, rel_err(gs[k], gm[k]))
+        ts, tm = bound(gs[k], GTOL32), bound(gm[k], GTOL32, 2 if k == "z" else 1)
+        assert rel_err(gs[k], gr[k]) < ts, ("selscan", k, rel_err(gs[k], gr[k]))
+        assert rel_err(gm[k], gr[k]) < tm, ("mamba", k, rel_err(gm[k], gr[k]))
+        assert rel_err(gs[k], gm[k]) < ts + tm, ("selscan vs mamba", k, rel_err(gs[k], gm[k]))
