@@ -25,9 +25,10 @@
  *                    and >>conv-reference its scalar oracle, >>ssd the SSD scan's validation
  *                    and >>ssd-reference its scalar oracle, >>fast the fast CPU path
  *                    (>>fast-tiles, >>fast-isa, >>fast-drivers, >>fast-parts, ...), >>conv-entry
- *                    the conv's fast-path drivers and CPU entry points, >>entry the public CPU
- *                    entry points, >>fast-kernels the kernels compiled per instruction set
- *                    (>>fast-forward, >>fast-backward, >>fast-step, >>fast-conv)
+ *                    the conv's fast-path drivers and CPU entry points, >>ssd-entry the SSD
+ *                    forward's, >>entry the public CPU entry points, >>fast-kernels the kernels
+ *                    compiled per instruction set (>>fast-forward, >>fast-backward, >>fast-step,
+ *                    >>fast-conv, >>fast-ssd)
  *     Measurements and the reasons behind the tuning: bench/NOTES.md (labels CPU-vN, CUDA-vN).
  *
  * Do this:
@@ -93,8 +94,8 @@
  * Mamba-2's SSD scan (mamba_chunk_scan_combined's math: one scalar decay per head, B and C shared
  * by groups of heads, D per head or per channel, the z gate, dt_bias / softplus / dt limits,
  * initial and final states, packed sequences by seq_idx or cu_seqlens; backward of every input):
- * its own problem types and entry points, selscan_ssd_* (the exact scalar reference); the math
- * and operands are in >>ssd-api.
+ * its own problem types and entry points, selscan_ssd_* (the exact scalar reference, forward
+ * and backward; a fast CPU forward with the parts API); the math and operands are in >>ssd-api.
  *
  * ---------------------------------------------------------------------------------------------
  * OPERANDS: logical shapes, dtypes (T is the problem's dtype: f32, f16 or bf16)
@@ -660,6 +661,19 @@ SELSCAN_DEF selscan_status selscan_ssd_forward_ref(const selscan_ssd_problem *p,
                                                    size_t workspace_bytes);
 SELSCAN_DEF selscan_status selscan_ssd_backward_ref(const selscan_ssd_problem *p, const selscan_ssd_grads *g,
                                                     void *workspace, size_t workspace_bytes);
+/* The fast CPU forward (>>ssd-entry): vectorized over a head's channels on the vector path of
+   selscan_cpu_backend(); the same contract and workspace (selscan_ssd_workspace_size covers both);
+   results differ from selscan_ssd_forward_ref by rounding only (fused multiply-adds, the sum over
+   the states in two partial sums). _part: the work split into n_parts (1 <= n_parts <= 2^24) parts
+   for any thread pool (every part exactly once, concurrently, on one workspace of
+   selscan_ssd_workspace_size_parts(p, n_parts) bytes), bitwise the same results for every n_parts;
+   work items: (batch row, head, block of 64 channels). No fast backward yet: selscan_ssd_backward_ref. */
+SELSCAN_DEF selscan_status selscan_ssd_forward_cpu(const selscan_ssd_problem *p, void *workspace,
+                                                   size_t workspace_bytes);
+SELSCAN_DEF selscan_status selscan_ssd_workspace_size_parts(const selscan_ssd_problem *p, int64_t n_parts,
+                                                            size_t *bytes);
+SELSCAN_DEF selscan_status selscan_ssd_forward_cpu_part(const selscan_ssd_problem *p, int64_t part, int64_t n_parts,
+                                                        void *workspace, size_t workspace_bytes);
 
 /* dtype conversions used by the library (round to nearest even, NaN stays NaN). */
 SELSCAN_DEF float selscan_f16_to_f32(uint16_t h);
@@ -2379,14 +2393,14 @@ static SELSCAN__MAYBE_UNUSED selscan_status selscan__ssd_check_problem(const sel
 
 static int64_t selscan__ssd_cu_bytes(const selscan__sprob *q) { return q->cu ? (q->nseq + 1) * 8 : 0; }
 
-/* a workspace size (bytes, aligned up) of an entry point: r NULL for the forward */
-typedef int64_t (*selscan__ssd_wsfn)(const selscan__sprob *q, const selscan__sgrd *r);
+/* a workspace size (bytes) of an entry point for nparts parts: r NULL for the forward */
+typedef int64_t (*selscan__ssd_wsfn)(const selscan__sprob *q, const selscan__sgrd *r, int64_t nparts);
 
 /* The forward: problem, outputs' strides, workspace (ws_need NULL: not checked; ws aligned up),
    aliasing. */
 static SELSCAN__MAYBE_UNUSED selscan_status selscan__ssd_validate_forward(const selscan_ssd_problem *p, selscan__sprob *q,
                                                                          const void *ws, size_t ws_bytes,
-                                                                         selscan__ssd_wsfn ws_need) {
+                                                                         selscan__ssd_wsfn ws_need, int64_t nparts) {
     selscan_status st = selscan__ssd_check_problem(p, q, 1);
     int64_t need = -1;
     int i;
@@ -2397,7 +2411,7 @@ static SELSCAN__MAYBE_UNUSED selscan_status selscan__ssd_validate_forward(const 
         for (i = 0; i < SELSCAN__COUNT(outs); i++)
             if ((st = selscan__check_strides(outs[i], 1)) != SELSCAN_OK) return st;
         if (ws_need) {
-            need = ws_need(q, NULL);
+            need = ws_need(q, NULL, nparts);
             if ((st = selscan__check_ws_d(ws, ws_bytes, need, q->diag)) != SELSCAN_OK) return st;
         }
         return selscan__check_alias_d(outs, SELSCAN__COUNT(outs), ins, SELSCAN__COUNT(ins), q->cu,
@@ -2410,7 +2424,8 @@ static SELSCAN__MAYBE_UNUSED selscan_status selscan__ssd_validate_forward(const 
 static SELSCAN__MAYBE_UNUSED selscan_status selscan__ssd_validate_backward(const selscan_ssd_problem *p,
                                                                           const selscan_ssd_grads *g, selscan__sprob *q,
                                                                           selscan__sgrd *r, const void *ws,
-                                                                          size_t ws_bytes, selscan__ssd_wsfn ws_need) {
+                                                                          size_t ws_bytes, selscan__ssd_wsfn ws_need,
+                                                                          int64_t nparts) {
     selscan_status st = selscan__ssd_check_problem(p, q, 0);
     selscan_diag *d;
     int64_t need = -1;
@@ -2434,7 +2449,7 @@ static SELSCAN__MAYBE_UNUSED selscan_status selscan__ssd_validate_backward(const
         for (i = 0; i < SELSCAN__COUNT(outs); i++)
             if ((st = selscan__check_strides(outs[i], 1)) != SELSCAN_OK) return st;
         if (ws_need) {
-            need = ws_need(q, r);
+            need = ws_need(q, r, nparts);
             if ((st = selscan__check_ws_d(ws, ws_bytes, need, d)) != SELSCAN_OK) return st;
         }
         return selscan__check_alias_d(outs, SELSCAN__COUNT(outs), ins, SELSCAN__COUNT(ins), q->cu,
@@ -2447,8 +2462,10 @@ static SELSCAN__MAYBE_UNUSED selscan_status selscan__ssd_validate_backward(const
    Forward: one channel's state (N floats). Backward: one channel's states over a sequence
    ((L + 1) * N), its state gradient (N), the head's ddt sums (L), and f32 (L, N) sums of variable
    dB and dC over the group's heads and channels when they are asked for. */
-static SELSCAN__MAYBE_UNUSED int64_t selscan__ssd_ws_ref(const selscan__sprob *q, const selscan__sgrd *r) {
+static SELSCAN__MAYBE_UNUSED int64_t selscan__ssd_ws_ref(const selscan__sprob *q, const selscan__sgrd *r,
+                                                         int64_t nparts) {
     int64_t floats;
+    (void)nparts; /* one pass */
     if (!r) return selscan__align_up(selscan__smul(q->N, 4));
     floats = selscan__sadd(selscan__smul(selscan__sadd(q->L, 2), q->N), q->L);
     if (r->dB.data) floats = selscan__sadd(floats, selscan__smul(q->L, q->N));
@@ -2457,15 +2474,18 @@ static SELSCAN__MAYBE_UNUSED int64_t selscan__ssd_ws_ref(const selscan__sprob *q
 }
 
 #ifndef SELSCAN_VALIDATION_ONLY
+/* The fast forward's workspace for nparts parts (>>ssd-entry). */
+static int64_t selscan__ssd_ws_fast(const selscan__sprob *q, const selscan__sgrd *r, int64_t nparts);
+
 SELSCAN_DEF selscan_status selscan_validate_ssd(const selscan_ssd_problem *p) {
     selscan__sprob q;
-    return selscan__ssd_validate_forward(p, &q, NULL, 0, NULL);
+    return selscan__ssd_validate_forward(p, &q, NULL, 0, NULL, 0);
 }
 
 SELSCAN_DEF selscan_status selscan_validate_ssd_grads(const selscan_ssd_problem *p, const selscan_ssd_grads *g) {
     selscan__sprob q;
     selscan__sgrd r;
-    return selscan__ssd_validate_backward(p, g, &q, &r, NULL, 0, NULL);
+    return selscan__ssd_validate_backward(p, g, &q, &r, NULL, 0, NULL, 0);
 }
 
 SELSCAN_DEF selscan_status selscan_ssd_workspace_size(const selscan_ssd_problem *p, const selscan_ssd_grads *g,
@@ -2473,15 +2493,20 @@ SELSCAN_DEF selscan_status selscan_ssd_workspace_size(const selscan_ssd_problem 
     selscan__sprob q;
     selscan__sgrd r;
     selscan_status st;
-    int64_t need;
+    int64_t need, fast;
     if (!bytes) return selscan__fail(p ? p->diag : NULL, SELSCAN_ERR_NULL, "bytes", SELSCAN_RULE_MISSING);
     if (g) {
-        if ((st = selscan__ssd_validate_backward(p, g, &q, &r, NULL, 0, NULL)) != SELSCAN_OK) return st;
-        need = selscan__ssd_ws_ref(&q, &r);
+        if ((st = selscan__ssd_validate_backward(p, g, &q, &r, NULL, 0, NULL, 0)) != SELSCAN_OK) return st;
+        need = selscan__ssd_ws_ref(&q, &r, 1);
+        fast = selscan__ssd_ws_fast(&q, &r, 1);
     } else {
-        if ((st = selscan__ssd_validate_forward(p, &q, NULL, 0, NULL)) != SELSCAN_OK) return st;
-        need = selscan__ssd_ws_ref(&q, NULL);
+        if ((st = selscan__ssd_validate_forward(p, &q, NULL, 0, NULL, 0)) != SELSCAN_OK) return st;
+        need = selscan__ssd_ws_ref(&q, NULL, 1);
+        fast = selscan__ssd_ws_fast(&q, NULL, 1);
     }
+    if (!selscan__size_ok(fast))
+        return selscan__fail(p->diag, SELSCAN_ERR_SHAPE, "workspace", SELSCAN_RULE_SIZE_OVERFLOWS);
+    if (fast > need) need = fast; /* enough for the reference and the fast path */
     /* plus the alignment slack (any pointer works) */
     if (!selscan__size_ok(need) || !selscan__size_ok(selscan__with_slack(need)))
         return selscan__fail(p->diag, SELSCAN_ERR_SHAPE, "workspace",
@@ -2604,7 +2629,7 @@ SELSCAN_DEF selscan_status selscan_ssd_forward_ref(const selscan_ssd_problem *p,
     selscan__sprob q;
     selscan_status st;
     workspace = selscan__ws_align(workspace, workspace_bytes, &workspace_bytes);
-    st = selscan__ssd_validate_forward(p, &q, workspace, workspace_bytes, selscan__ssd_ws_ref);
+    st = selscan__ssd_validate_forward(p, &q, workspace, workspace_bytes, selscan__ssd_ws_ref, 1);
     if (st != SELSCAN_OK) return st;
     { /* the caller's errno is kept (see selscan_forward_ref) */
         const int saved_errno = errno;
@@ -2744,7 +2769,7 @@ SELSCAN_DEF selscan_status selscan_ssd_backward_ref(const selscan_ssd_problem *p
     selscan__sgrd r;
     selscan_status st;
     workspace = selscan__ws_align(workspace, workspace_bytes, &workspace_bytes);
-    st = selscan__ssd_validate_backward(p, g, &q, &r, workspace, workspace_bytes, selscan__ssd_ws_ref);
+    st = selscan__ssd_validate_backward(p, g, &q, &r, workspace, workspace_bytes, selscan__ssd_ws_ref, 1);
     if (st != SELSCAN_OK) return st;
     { /* the caller's errno is kept (see selscan_forward_ref) */
         const int saved_errno = errno;
@@ -4064,6 +4089,149 @@ SELSCAN_DEF selscan_status selscan_conv_step_cpu(const selscan_conv_step_problem
     return selscan_conv_step_cpu_part(s, 0, 1);
 }
 
+/* ---- >>ssd-entry: the SSD forward's fast path (drivers) and its CPU entry points -------------
+   A work item is a block of up to SELSCAN__SSD_PB channels of one head of one batch row; items
+   are split into n_parts contiguous ranges and are independent, so the result does not depend on
+   n_parts. Per sequence of the row, the item's states (N rows of the block's channels, padded to a
+   multiple of every vector width) live in the part's scratch; each chunk of SELSCAN__SSD_T steps
+   is staged there in f32 (x, dt B, C, the decays, the gate z silu(z)), run by the kernel
+   selscan__ssd_fwd_chunk_<isa> (>>fast-ssd: vectorized over channels, 8 states in registers),
+   and finished here (D x, the gate, the store). dt, the decay a = expf(dt A), dt B and the gate
+   are computed as the reference computes them; the kernel's fused multiply-adds and its two
+   partial sums over n differ from the reference by rounding only. */
+#define SELSCAN__SSD_PB 64 /* channels of a head per work item (a multiple of every vector width) */
+#define SELSCAN__SSD_T 32  /* steps per staged chunk */
+
+static int64_t selscan__ssd_pw(const selscan__sprob *q) { return selscan__r16(selscan__min64(q->P, SELSCAN__SSD_PB)); }
+
+/* floats of one part's scratch: the states (N pw), x, y, the gate (3 T pw), dt B and C (2 T N),
+   the decays (T); each region a multiple of 16 floats (64 bytes) */
+static int64_t selscan__ssd_part_floats(const selscan__sprob *q) {
+    const int64_t pw = selscan__ssd_pw(q);
+    int64_t f = selscan__smul(q->N, pw);
+    f = selscan__sadd(f, 3 * SELSCAN__SSD_T * pw);
+    f = selscan__sadd(f, selscan__smul(2 * SELSCAN__SSD_T, selscan__r16(q->N)));
+    return selscan__sadd(f, selscan__r16(SELSCAN__SSD_T));
+}
+
+/* the fast forward's workspace for n_parts parts (bytes; saturated); the backward has no fast path */
+static int64_t selscan__ssd_ws_fast(const selscan__sprob *q, const selscan__sgrd *r, int64_t nparts) {
+    if (r) return 0;
+    return selscan__smul(selscan__smul(selscan__ssd_part_floats(q), 4), nparts);
+}
+
+/* One work item: channels [p0, p0 + np) of head h in batch row b; f: the part's scratch. */
+static void selscan__ssd_fwd_item(const selscan__sprob *q, int64_t b, int64_t h, int64_t p0, int64_t np, float *f,
+                                  int isa) {
+    const int64_t N = q->N, pw = selscan__ssd_pw(q), g = h / q->hpg, T = SELSCAN__SSD_T, NR = selscan__r16(N);
+    float *const S = f, *const xb = S + N * pw, *const yb = xb + T * pw, *const zb = yb + T * pw;
+    float *const dB = zb + T * pw, *const Cb = dB + T * NR, *const av = Cb + T * NR;
+    const float Ah = SELSCAN__CAST(const float *, q->A.data)[SELSCAN__AT1(q->A, h)];
+    selscan__sseg s;
+    int64_t c0, i, p, n;
+    selscan__ssd_seg_start(&s);
+    while (selscan__ssd_seg_next(q, b, &s)) {
+        memset(S, 0, SELSCAN__CAST(size_t, N * pw) * 4);
+        if (s.first && q->h0.data)
+            for (p = 0; p < np; p++)
+                for (n = 0; n < N; n++)
+                    S[n * pw + p] = SELSCAN__CAST(const float *, q->h0.data)[SELSCAN__AT4(q->h0, s.row, h, p0 + p, n)];
+        for (c0 = s.t0; c0 < s.t1; c0 += T) {
+            const int nt = SELSCAN__CAST(int, selscan__min64(T, s.t1 - c0));
+            for (i = 0; i < nt; i++) { /* stage: the reference's dt, a, dt B; x (0 past np), y 0, the gate */
+                const int64_t t = c0 + i;
+                const float dt = selscan__ssd_dt(q, b, t, h, NULL, NULL);
+                av[i] = expf(dt * Ah);
+                selscan__cvt_row(dB + i * NR, q->B.data, SELSCAN__AT4(q->B, b, t, g, 0), q->B.s[3], N, q->dt);
+                selscan__cvt_row(Cb + i * NR, q->C.data, SELSCAN__AT4(q->C, b, t, g, 0), q->C.s[3], N, q->dt);
+                for (n = 0; n < N; n++) dB[i * NR + n] = dt * dB[i * NR + n];
+                selscan__cvt_row(xb + i * pw, q->x.data, SELSCAN__AT4(q->x, b, t, h, p0), q->x.s[3], np, q->dt);
+                for (p = np; p < pw; p++) xb[i * pw + p] = 0.0f;
+                memset(yb + i * pw, 0, SELSCAN__CAST(size_t, pw) * 4);
+                if (q->z.data) {
+                    selscan__cvt_row(zb + i * pw, q->z.data, SELSCAN__AT4(q->z, b, t, h, p0), q->z.s[3], np, q->dt);
+                    for (p = 0; p < np; p++) zb[i * pw + p] *= selscan__sigmoid(zb[i * pw + p]);
+                }
+            }
+            switch (isa) {
+#if defined(SELSCAN__HAVE_X86)
+            case SELSCAN__ISA_AVX512: selscan__ssd_fwd_chunk_avx512(S, pw, N, NR, nt, xb, av, dB, Cb, yb); break;
+            case SELSCAN__ISA_AVX2: selscan__ssd_fwd_chunk_avx2(S, pw, N, NR, nt, xb, av, dB, Cb, yb); break;
+#endif
+#if defined(SELSCAN__HAVE_NEON)
+            case SELSCAN__ISA_NEON: selscan__ssd_fwd_chunk_neon(S, pw, N, NR, nt, xb, av, dB, Cb, yb); break;
+#endif
+            default: selscan__ssd_fwd_chunk_port(S, pw, N, NR, nt, xb, av, dB, Cb, yb); break;
+            }
+            for (i = 0; i < nt; i++) { /* finish: + D x, the gate, the store */
+                float *const yr = yb + i * pw;
+                const float *const xr = xb + i * pw;
+                for (p = 0; p < np; p++) {
+                    yr[p] += selscan__ssd_Dv(q, h, p0 + p) * xr[p];
+                    if (q->z.data) yr[p] *= zb[i * pw + p];
+                }
+                selscan__store_row(q->y.data, SELSCAN__AT4(q->y, b, c0 + i, h, p0), q->y.s[3], yr, np, q->dt);
+            }
+        }
+        if (s.last && q->hlast.data)
+            for (p = 0; p < np; p++)
+                for (n = 0; n < N; n++)
+                    SELSCAN__CAST(float *, q->hlast.data)[SELSCAN__AT4(q->hlast, s.row, h, p0 + p, n)] = S[n * pw + p];
+    }
+}
+
+static selscan_status selscan__ssd_forward_fast(const selscan_ssd_problem *p, int64_t part, int64_t nparts,
+                                                void *workspace, size_t workspace_bytes) {
+    selscan__sprob q;
+    selscan_status st;
+    int64_t npb, i0, i1, i, need;
+    int isa;
+    if ((st = selscan__check_part(part, nparts, p ? p->diag : NULL)) != SELSCAN_OK) return st;
+    workspace = selscan__ws_align(workspace, workspace_bytes, &workspace_bytes);
+    if ((st = selscan__ssd_validate_forward(p, &q, workspace, workspace_bytes, selscan__ssd_ws_fast, nparts)) !=
+        SELSCAN_OK)
+        return st;
+    isa = selscan__cpu_isa();
+    need = selscan__ssd_part_floats(&q);
+    npb = (q.P + SELSCAN__SSD_PB - 1) / SELSCAN__SSD_PB;
+    selscan__split(q.batch * q.H * npb, part, nparts, &i0, &i1);
+    { /* the caller's errno is kept (see selscan_forward_ref) */
+        const int saved_errno = errno;
+        float *const f = SELSCAN__CAST(float *, workspace) + part * need;
+        for (i = i0; i < i1; i++) {
+            const int64_t b = i / (q.H * npb), h = i / npb % q.H, p0 = i % npb * SELSCAN__SSD_PB;
+            selscan__ssd_fwd_item(&q, b, h, p0, selscan__min64(SELSCAN__SSD_PB, q.P - p0), f, isa);
+        }
+        errno = saved_errno;
+    }
+    return SELSCAN_OK;
+}
+
+SELSCAN_DEF selscan_status selscan_ssd_workspace_size_parts(const selscan_ssd_problem *p, int64_t n_parts,
+                                                            size_t *bytes) {
+    selscan__sprob q;
+    selscan_status st;
+    int64_t need;
+    if (!bytes) return selscan__fail(p ? p->diag : NULL, SELSCAN_ERR_NULL, "bytes", SELSCAN_RULE_MISSING);
+    if ((st = selscan__check_part(0, n_parts, p ? p->diag : NULL)) != SELSCAN_OK) return st;
+    if ((st = selscan__ssd_validate_forward(p, &q, NULL, 0, NULL, 0)) != SELSCAN_OK) return st;
+    need = selscan__ssd_ws_fast(&q, NULL, n_parts);
+    if (!selscan__size_ok(need) || !selscan__size_ok(selscan__with_slack(need)))
+        return selscan__fail(p->diag, SELSCAN_ERR_SHAPE, "workspace", SELSCAN_RULE_SIZE_OVERFLOWS);
+    *bytes = SELSCAN__CAST(size_t, selscan__with_slack(need));
+    return SELSCAN_OK;
+}
+
+SELSCAN_DEF selscan_status selscan_ssd_forward_cpu_part(const selscan_ssd_problem *p, int64_t part, int64_t n_parts,
+                                                        void *workspace, size_t workspace_bytes) {
+    return selscan__ssd_forward_fast(p, part, n_parts, workspace, workspace_bytes);
+}
+
+SELSCAN_DEF selscan_status selscan_ssd_forward_cpu(const selscan_ssd_problem *p, void *workspace,
+                                                   size_t workspace_bytes) {
+    return selscan__ssd_forward_fast(p, 0, 1, workspace, workspace_bytes);
+}
+
 /* --------------------------------------------------------------------------------------------- */
 /* >>entry                          public CPU entry points                                      */
 /* --------------------------------------------------------------------------------------------- */
@@ -5270,6 +5438,70 @@ static SELSCAN__ATTR void SELSCAN__SFX(selscan__conv_bwd_block)(const selscan__c
             if (r->dbias.data) SELSCAN__CAST(float *, r->dbias.data)[SELSCAN__AT1(r->dbias, d0 + c)] = a[4 * SELSCAN__VW];
         }
     }
+}
+
+/* ---- >>fast-ssd: the SSD forward's inner tile (>>ssd-entry drives it) ----------------------- */
+/* One vector of W channels and k <= 8 states n0 .. n0 + k - 1 over nt steps, the states in
+   registers: S <- a S + (dt B) x, then y += sum over the k states of C S, in two partial sums (even
+   and odd n: two chains of dependent FMAs, not one) added in a fixed order. S: the states, rows ps
+   floats apart (n-major); x, y: the step rows, ts floats apart; a: the decays; dB (dt B), Cb: one
+   row per step, nr floats apart (from n0). k is a constant where inlined (8): the states are
+   registers. */
+static SELSCAN__ATTR SELSCAN__INLINE void SELSCAN__SFX(selscan__ssd_fwd_nblk)(const int k, float *S, int64_t ps, int nt,
+                                                                              int64_t ts, const float *x,
+                                                                              const float *a, const float *dB,
+                                                                              const float *Cb, int64_t nr, float *y) {
+    const SELSCAN__VF zero = SELSCAN__VSET1(0.0f);
+    SELSCAN__VF s0 = zero, s1 = zero, s2 = zero, s3 = zero, s4 = zero, s5 = zero, s6 = zero, s7 = zero;
+    int i;
+    if (k > 0) s0 = SELSCAN__VLOAD(S);
+    if (k > 1) s1 = SELSCAN__VLOAD(S + ps);
+    if (k > 2) s2 = SELSCAN__VLOAD(S + 2 * ps);
+    if (k > 3) s3 = SELSCAN__VLOAD(S + 3 * ps);
+    if (k > 4) s4 = SELSCAN__VLOAD(S + 4 * ps);
+    if (k > 5) s5 = SELSCAN__VLOAD(S + 5 * ps);
+    if (k > 6) s6 = SELSCAN__VLOAD(S + 6 * ps);
+    if (k > 7) s7 = SELSCAN__VLOAD(S + 7 * ps);
+    for (i = 0; i < nt; i++) {
+        const SELSCAN__VF xv = SELSCAN__VLOAD(x + i * ts), av = SELSCAN__VSET1(a[i]);
+        const float *const db = dB + i * nr, *const cb = Cb + i * nr;
+        SELSCAN__VF e = SELSCAN__VLOAD(y + i * ts), o = zero;
+#define SELSCAN__SSD_ST(j, acc)                                                                          \
+    if (k > j) {                                                                                        \
+        s##j = SELSCAN__VFMA(av, s##j, SELSCAN__VMUL(SELSCAN__VSET1(db[j]), xv));                       \
+        acc = SELSCAN__VFMA(SELSCAN__VSET1(cb[j]), s##j, acc);                                          \
+    }
+        SELSCAN__SSD_ST(0, e) SELSCAN__SSD_ST(1, o) SELSCAN__SSD_ST(2, e) SELSCAN__SSD_ST(3, o)
+        SELSCAN__SSD_ST(4, e) SELSCAN__SSD_ST(5, o) SELSCAN__SSD_ST(6, e) SELSCAN__SSD_ST(7, o)
+#undef SELSCAN__SSD_ST
+        SELSCAN__VSTORE(y + i * ts, SELSCAN__VADD(e, o));
+    }
+    if (k > 0) SELSCAN__VSTORE(S, s0);
+    if (k > 1) SELSCAN__VSTORE(S + ps, s1);
+    if (k > 2) SELSCAN__VSTORE(S + 2 * ps, s2);
+    if (k > 3) SELSCAN__VSTORE(S + 3 * ps, s3);
+    if (k > 4) SELSCAN__VSTORE(S + 4 * ps, s4);
+    if (k > 5) SELSCAN__VSTORE(S + 5 * ps, s5);
+    if (k > 6) SELSCAN__VSTORE(S + 6 * ps, s6);
+    if (k > 7) SELSCAN__VSTORE(S + 7 * ps, s7);
+}
+
+/* A chunk of nt steps of a block of pw channels (a multiple of every W): for each vector of
+   channels, the states 8 at a time in increasing n (so y's sums over n run in one fixed order).
+   S: N rows of pw floats; xb, yb: nt rows of pw; a: nt; dB, Cb: nt rows of N, nr floats apart. */
+static SELSCAN__ATTR void SELSCAN__SFX(selscan__ssd_fwd_chunk)(float *S, int64_t pw, int64_t N, int64_t nr, int nt,
+                                                             const float *xb, const float *a, const float *dB,
+                                                             const float *Cb, float *yb) {
+    int64_t pv, n0;
+    for (pv = 0; pv < pw; pv += SELSCAN__VW)
+        for (n0 = 0; n0 < N; n0 += 8) {
+            if (N - n0 >= 8)
+                SELSCAN__SFX(selscan__ssd_fwd_nblk)(8, S + n0 * pw + pv, pw, nt, pw, xb + pv, a, dB + n0, Cb + n0, nr,
+                                                    yb + pv);
+            else
+                SELSCAN__SFX(selscan__ssd_fwd_nblk)
+                (SELSCAN__CAST(int, N - n0), S + n0 * pw + pv, pw, nt, pw, xb + pv, a, dB + n0, Cb + n0, nr, yb + pv);
+        }
 }
 
 /* the pass's definitions (>>fast-isa defines them again for the next pass) */

@@ -1,16 +1,20 @@
-/* test_ssd: Mamba-2's SSD scan (selscan_ssd_*, >>ssd-api). The forward against a float64 naive
-   recurrence written here from the math of >>ssd-api (not from the library's code); every gradient
-   of the backward against central finite differences (Richardson-extrapolated) of that float64
-   forward's loss sum(dy * y) + sum(dfinal_state * final_state), over every combination of the
-   options (D per head / per channel / absent, z, dt_bias, softplus, dt limits, initial_state,
-   dfinal_state, seq_idx / cu_seqlens / neither, n_groups 1 and > 1) in f32, and over random
-   combinations in f16 / bf16; any subset of gradients (the others untouched, nothing written
-   outside the requested elements, inputs unchanged); bitwise repeatability; the packed-sequence
-   identities (seq_idx vs cu_seqlens); validation (each operand's missing pointer, negative stride,
-   span overflow, misalignment, own-element overlap and overlap with another operand or the
-   workspace, every size and flag rule: its status, its operand and rule in diag, no output byte
-   written); NaN propagation (NaN in any input shows in y; every NaN the backward writes is the
-   default quiet NaN). */
+/* test_ssd: Mamba-2's SSD scan (selscan_ssd_*, >>ssd-api), against a float64 naive recurrence
+   written here from the math of >>ssd-api (not from the library's code):
+   - the forward, the reference and the fast CPU forward (whose parts API must give bitwise
+     forward_cpu's result for every n_parts), every element within the f32 rounding bound scaled by
+     the absolute sum of its terms (bound());
+   - every gradient of the backward against central finite differences (Richardson-extrapolated)
+     of the float64 loss sum(dy * y) + sum(dfinal_state * final_state), element-wise within the same
+     kind of bound: every combination of the options (D per head / per channel / absent, z,
+     dt_bias, softplus, dt limits, initial_state, dfinal_state, seq_idx / cu_seqlens / neither,
+     n_groups 1 and > 1) in f32, random combinations in f16 / bf16; any subset of gradients (the
+     others untouched, nothing written outside the requested elements, inputs unchanged);
+   - bitwise repeatability; seq_idx against cu_seqlens describing the same sequences;
+   - validation: each operand's missing pointer, negative stride, span overflow, misalignment,
+     own-element overlap and overlap with another operand or the workspace, every size, flag,
+     sequence and workspace rule: the status, the operand and rule in diag, no output byte written;
+   - NaN propagation: a NaN in any input shows in y; every NaN the backward writes is the default
+     quiet NaN. */
 #include "../selscan.h" /* the implementation: tests/selscan_impl.c, linked by the Makefile */
 #include "common.h"
 
@@ -30,6 +34,7 @@ typedef struct scfg {
     int layout;                /* TC_LAYOUT_* for every tensor, -1: random per tensor */
     int bcast;                 /* random input layouts may broadcast (forward only) */
     int bigdt;                 /* with softplus: some dt_raw + dt_bias > 20 (softplus' threshold) */
+    int parts;                 /* forward tests: the fast path's parts too */
 } scfg;
 
 typedef struct sprob {
@@ -451,16 +456,20 @@ static void grads_free(sgrads *G) {
     for (k = 0; k < NG; k++) tc_tensor_free(&G->out[k]);
 }
 
-static selscan_status run_fwd(const selscan_ssd_problem *p) {
+typedef selscan_status (*fwd_fn)(const selscan_ssd_problem *, void *, size_t);
+static const struct { const char *name; fwd_fn f; } fwds[] = {{"ref", selscan_ssd_forward_ref}, {"cpu", selscan_ssd_forward_cpu}};
+
+static selscan_status run_fwd_with(const selscan_ssd_problem *p, fwd_fn f) {
     size_t bytes = 0;
     void *ws;
     selscan_status st = selscan_ssd_workspace_size(p, NULL, &bytes);
     if (st != SELSCAN_OK) return st;
     ws = tc_ws(bytes);
-    st = selscan_ssd_forward_ref(p, bytes ? ws : NULL, bytes);
+    st = f(p, bytes ? ws : NULL, bytes);
     tc_ws_free(ws);
     return st;
 }
+static selscan_status run_fwd(const selscan_ssd_problem *p) { return run_fwd_with(p, selscan_ssd_forward_ref); }
 
 /* A backward with poisoned outputs and a fresh workspace: status, the requested outputs all
    written and nothing outside them, the others untouched, inputs unchanged. */
@@ -493,6 +502,36 @@ static int run_bwd(sprob *S, sgrads *G, const char *desc) {
 }
 
 /* ------------------------------------------------------------------------------ forward -- */
+/* The fast forward split into n_parts parts (run one after the other, on one workspace of
+   selscan_ssd_workspace_size_parts bytes): bitwise the result of selscan_ssd_forward_cpu. */
+static void parts_case(sprob *S, const char *desc) {
+    static const int64_t nps[] = {2, 3, 7, 64};
+    unsigned char *y1, *f1;
+    size_t k;
+    tc_poison(&S->y);
+    tc_poison(&S->hlast);
+    if (!CHECK(run_fwd_with(&S->p, selscan_ssd_forward_cpu) == SELSCAN_OK, "parts: forward_cpu (%s)", desc)) return;
+    y1 = tc_snapshot(&S->y);
+    f1 = tc_snapshot(&S->hlast);
+    for (k = 0; k < sizeof nps / sizeof nps[0]; k++) {
+        size_t bytes = 0;
+        void *ws;
+        int64_t part;
+        selscan_status st = selscan_ssd_workspace_size_parts(&S->p, nps[k], &bytes);
+        int ok = st == SELSCAN_OK;
+        tc_poison(&S->y);
+        tc_poison(&S->hlast);
+        ws = tc_ws(bytes);
+        for (part = nps[k] - 1; ok && part >= 0; part--) /* any order */
+            ok &= selscan_ssd_forward_cpu_part(&S->p, part, nps[k], ws, bytes) == SELSCAN_OK;
+        tc_ws_free(ws);
+        CHECK(ok && tc_same(&S->y, y1) && tc_same(&S->hlast, f1), "parts: %lld parts not bitwise forward_cpu's (%s)",
+              (long long)nps[k], desc);
+    }
+    free(y1);
+    free(f1);
+}
+
 static double worst_fwd; /* the largest error seen relative to its tolerance (printed) */
 
 static void fwd_case(const scfg *c) {
@@ -502,6 +541,7 @@ static void fwd_case(const scfg *c) {
     unsigned char *snap;
     selscan_status st;
     int64_t bad, at;
+    int k;
     prob_make(&S, c);
     describe(&S, desc, sizeof desc);
     y = (double *)malloc(sizeof(double) * (size_t)S.x.count);
@@ -511,21 +551,27 @@ static void fwd_case(const scfg *c) {
     oracle(&S, 0, y, fin);
     oracle(&S, 1, ym, fm);
     snap = tc_snapshot(&S.x);
-    st = run_fwd(&S.p);
-    if (CHECK(st == SELSCAN_OK, "forward status %s (%s)", selscan_status_string(st), desc)) {
-        CHECK(tc_same(&S.x, snap), "forward: x changed (%s)", desc);
-        CHECK(tc_unwritten(&S.y) == 0 && tc_gaps_dirty(&S.y) == 0, "forward: y not all written or written outside (%s)",
-              desc);
+    for (k = 0; k < 2; k++) {
+        const char *nm = fwds[k].name;
+        tc_poison(&S.y);
+        tc_poison(&S.hlast);
+        st = run_fwd_with(&S.p, fwds[k].f);
+        if (!CHECK(st == SELSCAN_OK, "forward %s: status %s (%s)", nm, selscan_status_string(st), desc)) continue;
+        CHECK(tc_same(&S.x, snap), "forward %s: x changed (%s)", nm, desc);
+        CHECK(tc_unwritten(&S.y) == 0 && tc_gaps_dirty(&S.y) == 0,
+              "forward %s: y not all written or written outside (%s)", nm, desc);
         bad = check_elems(c, &S.y, y, ym, 0.0, &worst_fwd, &at);
-        CHECK(bad == 0, "forward: %lld elements of y out of bound, the first [%lld] %.9g vs %.9g (%s)", (long long)bad,
-              (long long)at, at >= 0 ? tc_get(&S.y, at) : 0.0, at >= 0 ? y[at] : 0.0, desc);
+        CHECK(bad == 0, "forward %s: %lld elements of y out of bound, the first [%lld] %.9g vs %.9g (%s)", nm,
+              (long long)bad, (long long)at, at >= 0 ? tc_get(&S.y, at) : 0.0, at >= 0 ? y[at] : 0.0, desc);
         if (c->hlast) {
             bad = check_elems(c, &S.hlast, fin, fm, 0.0, &worst_fwd, &at);
-            CHECK(tc_gaps_dirty(&S.hlast) == 0, "forward: final_state written outside (%s)", desc);
-            CHECK(bad == 0, "forward: %lld elements of final_state out of bound, the first [%lld] %.9g vs %.9g (%s)",
-                  (long long)bad, (long long)at, at >= 0 ? tc_get(&S.hlast, at) : 0.0, at >= 0 ? fin[at] : 0.0, desc);
+            CHECK(tc_unwritten(&S.hlast) == 0 && tc_gaps_dirty(&S.hlast) == 0,
+                  "forward %s: final_state not all written or written outside (%s)", nm, desc);
+            CHECK(bad == 0, "forward %s: %lld elements of final_state out of bound, the first [%lld] %.9g vs %.9g (%s)",
+                  nm, (long long)bad, (long long)at, at >= 0 ? tc_get(&S.hlast, at) : 0.0, at >= 0 ? fin[at] : 0.0, desc);
         }
     }
+    if (c->parts) parts_case(&S, desc);
     free(snap);
     free(y);
     free(ym);
@@ -570,12 +616,30 @@ static void forward_tests(void) {
             scfg c;
             cfg_random(&c, dts[k], 20000);
             c.bcast = tc_coin(0.3); /* broadcast inputs (stride 0) read like any other */
+            c.parts = tc_coin(0.2);
             fwd_case(&c);
         }
-    { /* a longer sequence, the shapes of a model's head (L 257, P 16, N 32) */
+    /* the fast path's blocks: several chunks (L past 32, sequences across them), heads of more than
+       one block of 64 channels (the last partial), states not a multiple of 8, every vector's
+       lanes; and a longer sequence in a model's head shape (L 257, P 64, N 32) */
+    for (i = 0; i < (tc_quick() ? 3 : 12); i++) {
+        static const int64_t Ps[] = {1, 7, 8, 17, 64, 65, 80, 130};
+        scfg c;
+        cfg_random(&c, dts[i % 3], 1);
+        c.batch = c.seq == 2 ? 1 : tc_randint(1, 2);
+        c.L = tc_randint(33, 100);
+        c.G = tc_randint(1, 2);
+        c.H = c.G * tc_randint(1, 2);
+        c.P = Ps[tc_randint(0, 7)];
+        c.N = tc_randint(1, 20);
+        if (c.seq == 2) c.nseq = (int)tc_randint(1, 5);
+        c.parts = 1;
+        fwd_case(&c);
+    }
+    {
         scfg c;
         cfg_random(&c, SELSCAN_F32, 1);
-        c.batch = 1; c.L = 257; c.H = 2; c.G = 1; c.P = 16; c.N = 32; c.seq = 1; c.nseq = 0;
+        c.batch = 1; c.L = 257; c.H = 2; c.G = 1; c.P = 64; c.N = 32; c.seq = 1; c.nseq = 0; c.parts = 1;
         fwd_case(&c);
     }
     printf("forward: largest error of an f32 output %.3g of its bound\n", worst_fwd);
@@ -889,7 +953,9 @@ static void nan_tests(void) {
 }
 
 /* --------------------------------------------------------------------------- validation -- */
-enum { F_VAL = 1, F_VALG = 2, F_WSF = 4, F_WSB = 8, F_FWD = 16, F_BWD = 32 };
+/* the entry points; F_FWD runs forward_ref, forward_cpu and forward_cpu_part (part 1 of 2) alike,
+   F_WSF workspace_size (forward) and workspace_size_parts alike */
+enum { F_VAL = 1, F_VALG = 2, F_WSF = 4, F_WSB = 8, F_FWD = 16, F_BWD = 32, F_CPU = 64, F_PART = 128, F_WSP = 256 };
 #define F_ALLF (F_VAL | F_WSF | F_FWD)
 #define F_ALLB (F_VALG | F_WSB | F_BWD)
 #define F_ALL (F_ALLF | F_ALLB)
@@ -926,6 +992,13 @@ static void vbase_free(vbase *V) {
     tc_ws_free(V->ws);
 }
 
+static void poison_outs(vbase *V) {
+    int k;
+    for (k = 0; k < NG; k++) tc_poison(&V->G.out[k]);
+    tc_poison(&V->S.y);
+    tc_poison(&V->S.hlast);
+}
+
 /* every output's bytes (y, final_state, the gradients): poisoned before, compared after */
 static int outputs_untouched(vbase *V) {
     int k, ok = 1;
@@ -940,7 +1013,9 @@ static int outputs_untouched(vbase *V) {
 static void expect(const char *what, vbase *V, const selscan_ssd_problem *p, const selscan_ssd_grads *g, int fns,
                    selscan_status want, const char *operand, selscan_rule code, const char *rule_text) {
     int f;
-    for (f = 1; f <= F_BWD; f <<= 1) {
+    if (fns & F_FWD) fns |= F_CPU | F_PART;
+    if (fns & F_WSF) fns |= F_WSP;
+    for (f = 1; f <= F_WSP; f <<= 1) {
         selscan_status st = SELSCAN_OK;
         const char *fn = "";
         size_t bytes = 12345;
@@ -957,6 +1032,9 @@ static void expect(const char *what, vbase *V, const selscan_ssd_problem *p, con
         case F_WSF: st = selscan_ssd_workspace_size(p, NULL, &bytes); fn = "workspace_size(fwd)"; break;
         case F_WSB: st = selscan_ssd_workspace_size(p, g, &bytes); fn = "workspace_size(bwd)"; break;
         case F_FWD: st = selscan_ssd_forward_ref(p, V->ws, V->wsb); fn = "forward_ref"; break;
+        case F_CPU: st = selscan_ssd_forward_cpu(p, V->ws, V->wsb); fn = "forward_cpu"; break;
+        case F_PART: st = selscan_ssd_forward_cpu_part(p, 1, 2, V->ws, V->wsb); fn = "forward_cpu_part"; break;
+        case F_WSP: st = selscan_ssd_workspace_size_parts(p, 2, &bytes); fn = "workspace_size_parts"; break;
         case F_BWD: st = selscan_ssd_backward_ref(p, g, V->ws, V->wsb); fn = "backward_ref"; break;
         }
         CHECK(st == want, "%s: %s returned %s, want %s", what, fn, selscan_status_name(st), selscan_status_name(want));
@@ -1227,13 +1305,41 @@ static void validation_tests(void) {
             st = selscan_ssd_backward_ref(&p, &g, (char *)V.ws + 3, need); /* any pointer: aligned up inside */
             CHECK(st == SELSCAN_OK, "backward: unaligned workspace pointer: %s", selscan_status_name(st));
             selscan_ssd_workspace_size(&V.S.p, NULL, &need);
-            for (k = 0; k < NG; k++) tc_poison(&V.G.out[k]);
-            tc_poison(&V.S.y);
-            st = selscan_ssd_forward_ref(&p, V.ws, need - 64);
+            poison_outs(&V);
+            st = selscan_ssd_forward_ref(&p, V.ws, 63); /* the reference's state: 3 floats, 64 bytes aligned up */
             CHECK(st == SELSCAN_ERR_WORKSPACE && dg.code == SELSCAN_RULE_TOO_SMALL && outputs_untouched(&V),
-                  "forward: workspace too small: %s", selscan_status_name(st));
+                  "forward_ref: workspace too small: %s", selscan_status_name(st));
+            st = selscan_ssd_forward_ref(&p, V.ws, 64);
+            CHECK(st == SELSCAN_OK, "forward_ref: workspace of its own size: %s", selscan_status_name(st));
+            poison_outs(&V);
+            st = selscan_ssd_forward_cpu(&p, V.ws, need - 64);
+            CHECK(st == SELSCAN_ERR_WORKSPACE && dg.code == SELSCAN_RULE_TOO_SMALL && outputs_untouched(&V),
+                  "forward_cpu: workspace too small: %s", selscan_status_name(st));
             st = selscan_ssd_forward_ref(&p, (char *)V.ws + 5, need);
-            CHECK(st == SELSCAN_OK, "forward: unaligned workspace pointer: %s", selscan_status_name(st));
+            CHECK(st == SELSCAN_OK, "forward_ref: unaligned workspace pointer: %s", selscan_status_name(st));
+            st = selscan_ssd_forward_cpu(&p, (char *)V.ws + 5, need);
+            CHECK(st == SELSCAN_OK, "forward_cpu: unaligned workspace pointer: %s", selscan_status_name(st));
+            { /* parts: all share one workspace of workspace_size_parts bytes */
+                size_t pb = 0;
+                CHECK(selscan_ssd_workspace_size_parts(&p, 3, &pb) == SELSCAN_OK && pb > need - 63,
+                      "workspace_size_parts: 3 parts");
+                poison_outs(&V);
+                st = selscan_ssd_forward_cpu_part(&p, 2, 3, V.ws, pb - 64);
+                CHECK(st == SELSCAN_ERR_WORKSPACE && dg.code == SELSCAN_RULE_TOO_SMALL && outputs_untouched(&V),
+                      "forward_cpu_part: workspace too small: %s", selscan_status_name(st));
+                st = selscan_ssd_forward_cpu_part(&p, 3, 3, V.ws, pb);
+                CHECK(st == SELSCAN_ERR_SHAPE && dg.code == SELSCAN_RULE_OUT_OF_RANGE && strcmp(dg.operand, "part") == 0 &&
+                          outputs_untouched(&V),
+                      "forward_cpu_part: part 3 of 3: %s", selscan_status_name(st));
+                st = selscan_ssd_forward_cpu_part(&p, 0, 0, V.ws, pb);
+                CHECK(st == SELSCAN_ERR_SHAPE && dg.code == SELSCAN_RULE_OUT_OF_RANGE && strcmp(dg.operand, "n_parts") == 0,
+                      "forward_cpu_part: 0 parts: %s", selscan_status_name(st));
+                st = selscan_ssd_workspace_size_parts(&p, (int64_t)1 << 25, &pb);
+                CHECK(st == SELSCAN_ERR_SHAPE && strcmp(dg.operand, "n_parts") == 0, "workspace_size_parts: 2^25 parts");
+                dg.operand = dsent;
+                CHECK(selscan_ssd_workspace_size_parts(&p, 2, NULL) == SELSCAN_ERR_NULL && strcmp(dg.operand, "bytes") == 0,
+                      "workspace_size_parts: bytes NULL");
+            }
         }
         dg.operand = dsent;
         CHECK(selscan_ssd_workspace_size(&p, NULL, NULL) == SELSCAN_ERR_NULL && strcmp(dg.operand, "bytes") == 0,
