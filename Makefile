@@ -30,9 +30,9 @@ run: $(BUILD)/quickstart
 
 # ---- tests (section owned by tests/) ----------------------------------------------------------
 # make test (the quick loop: at most 3 min of CPU on 2 cores, bench/RESULTS.md "Test loop"): every
-# tests/test_*.c (CUDA ones excluded) built and run, tests/test_api and tests/test_conv again with
-# SELSCAN_CPU=portable (test_conv with avx2 too: SELSCAN_CPU never raises the path, so on a CPU
-# without it that run repeats a lower one).
+# tests/test_*.c (CUDA ones excluded) built and run, tests/test_api, tests/test_conv and
+# tests/test_ssd again with SELSCAN_CPU=portable (test_conv with avx2 too: SELSCAN_CPU never raises
+# the path, so on a CPU without it that run repeats a lower one).
 # make test-all (what CI runs): make test's suites, the build checks (tests/build_checks.sh: every
 # compiler and language mode, the README snippet; with nvcc where it exists), the
 # CUDA tests and quickstart compiled first (a build step, no test counted) and the CUDA suites run
@@ -59,7 +59,8 @@ TEST_CUDA_BUILD := if $(MAKE) --no-print-directory -j2 $(BUILD)/test_cuda $(BUIL
     else cat $(BUILD)/cuda-build.log; echo 'build: nvcc failed (log above: $(BUILD)/cuda-build.log)'; exit 1; fi
 # the commands both targets run: the native suites, test_api on the portable path
 TEST_QUICK_CMDS := $(foreach b,$(TEST_BINS),./$(b)) "SELSCAN_CPU=portable ./$(BUILD)/tests/test_api" \
-    "SELSCAN_CPU=avx2 ./$(BUILD)/tests/test_conv" "SELSCAN_CPU=portable ./$(BUILD)/tests/test_conv"
+    "SELSCAN_CPU=avx2 ./$(BUILD)/tests/test_conv" "SELSCAN_CPU=portable ./$(BUILD)/tests/test_conv" \
+    "SELSCAN_CPU=portable ./$(BUILD)/tests/test_ssd"
 TEST_BUILD_CHECKS = "CC='$(CC)' CXX='$(CXX)' NVCC='$(1)' BUILD='$(BUILD)' bash tests/build_checks.sh"
 
 $(BUILD)/tests/selscan_impl.o: tests/selscan_impl.c selscan.h

@@ -16,16 +16,19 @@
  *
  * CONTENTS (grep the >>tag)
  *     >>api          types, flags, status codes, every public declaration; >>conv-api the causal
- *                    conv1d's math, operands, types and entry points
+ *                    conv1d's math, operands, types and entry points; >>ssd-api Mamba-2's SSD
+ *                    scan's math, operands, types and entry points
  *     >>impl         implementation (SELSCAN_IMPLEMENTATION): >>convert dtype conversions (and
  *                    the "adding a dtype" checklist), >>validation shapes / strides / aliasing /
  *                    diag (>>operands: the operand tables it runs on), >>reference the scalar
  *                    oracle, >>step step validation and reference, >>conv the conv's validation
- *                    and >>conv-reference its scalar oracle, >>fast the fast CPU path
+ *                    and >>conv-reference its scalar oracle, >>ssd the SSD scan's validation
+ *                    and >>ssd-reference its scalar oracle, >>fast the fast CPU path
  *                    (>>fast-tiles, >>fast-isa, >>fast-drivers, >>fast-parts, ...), >>conv-entry
- *                    the conv's fast-path drivers and CPU entry points, >>entry the public CPU
- *                    entry points, >>fast-kernels the kernels compiled per instruction set
- *                    (>>fast-forward, >>fast-backward, >>fast-step, >>fast-conv)
+ *                    the conv's fast-path drivers and CPU entry points, >>ssd-entry the SSD
+ *                    forward's, >>entry the public CPU entry points, >>fast-kernels the kernels
+ *                    compiled per instruction set (>>fast-forward, >>fast-backward, >>fast-step,
+ *                    >>fast-conv, >>fast-ssd)
  *     Measurements and the reasons behind the tuning: bench/NOTES.md (labels CPU-vN, CUDA-vN).
  *
  * Do this:
@@ -87,6 +90,12 @@
  * Causal conv1d (Mamba-1's depthwise conv before the scan, with optional silu, init / final
  * state, packed sequences, backward and the decode update): its own problem types and entry
  * points, selscan_conv_*; the math and operands are in >>conv-api.
+ *
+ * Mamba-2's SSD scan (mamba_chunk_scan_combined's math: one scalar decay per head, B and C shared
+ * by groups of heads, D per head or per channel, the z gate, dt_bias / softplus / dt limits,
+ * initial and final states, packed sequences by seq_idx or cu_seqlens; backward of every input):
+ * its own problem types and entry points, selscan_ssd_* (the exact scalar reference, forward
+ * and backward; a fast CPU forward with the parts API); the math and operands are in >>ssd-api.
  *
  * ---------------------------------------------------------------------------------------------
  * OPERANDS: logical shapes, dtypes (T is the problem's dtype: f32, f16 or bf16)
@@ -306,7 +315,14 @@ typedef struct selscan_out_tensor {
     X(SELSCAN_RULE_MISSING_PACKED, "missing (packed sequences)") /* CUDA: cu_seqlens_device */       \
     X(SELSCAN_RULE_GRID, "grid over 2^31 - 1 blocks")       /* CUDA */                               \
     X(SELSCAN_RULE_DSTATE_CUDA, "over 512 (CUDA)")          /* CUDA */                               \
-    X(SELSCAN_RULE_NO_STEP_KERNEL, "no step kernel of that shape (tuning)") /* CUDA, tuning only */
+    X(SELSCAN_RULE_NO_STEP_KERNEL, "no step kernel of that shape (tuning)") /* CUDA, tuning only */ \
+    SELSCAN__SSD_RULE_LIST(X)
+
+/* the SSD scan's rules (>>ssd-api), after the list above */
+#define SELSCAN__SSD_RULE_LIST(X)                                                                  \
+    X(SELSCAN_RULE_NOT_DIVIDING_NHEADS, "does not divide nheads") /* SSD: n_groups */              \
+    X(SELSCAN_RULE_DT_LIMIT, "dt_min above dt_max, or NaN")      /* SSD: dt_min / dt_max */         \
+    X(SELSCAN_RULE_WITH_CU_SEQLENS, "given with cu_seqlens")     /* SSD: seq_idx */
 
 #define SELSCAN__RULE_ENUM(name, text) name,
 typedef enum selscan_rule { SELSCAN__RULE_LIST(SELSCAN__RULE_ENUM) SELSCAN__RULE_COUNT } selscan_rule;
@@ -540,6 +556,124 @@ SELSCAN_DEF selscan_status selscan_conv_step_cpu_part(const selscan_conv_step_pr
 SELSCAN_DEF selscan_status selscan_conv_forward_ref(const selscan_conv_problem *p);
 SELSCAN_DEF selscan_status selscan_conv_backward_ref(const selscan_conv_problem *p, const selscan_conv_grads *g);
 SELSCAN_DEF selscan_status selscan_conv_step_ref(const selscan_conv_step_problem *s);
+
+/* ---- >>ssd-api: Mamba-2's SSD scan (state-spaces/mamba's mamba_chunk_scan_combined) ----------
+   WHAT IT COMPUTES (every backend computes exactly this). H = nheads heads of P = headdim
+   channels each, N = dstate, G = n_groups (dividing H), head h in group g = h / (H / G). For each
+   batch row b, head h, channel p and step t = 0 .. L-1, with the state S[p, 0..N-1] of (b, h, p)
+   starting at initial_state[b,h,p,:] (0 when absent):
+
+       dt      = dt_raw[b,t,h] + dt_bias[h]                    (bias 0 when absent)
+       dt      = softplus(dt) with SELSCAN_SSD_DT_SOFTPLUS      softplus(x) = x > 20 ? x : log1p(exp(x))
+       dt      = dt < dt_min ? dt_min : dt > dt_max ? dt_max : dt    with SELSCAN_SSD_DT_LIMIT
+       a       = exp(dt * A[h])                                one decay per (b, t, h)
+       S[p,n]  = a * S[p,n] + dt * B[b,t,g,n] * x[b,t,h,p]
+       y0      = sum_n C[b,t,g,n] * S[p,n] + Dv * x[b,t,h,p]    Dv = D[h], or D[h,p] with
+                                                               SELSCAN_SSD_D_HEADDIM; 0 when absent
+       y[b,t,h,p] = z ? y0 * silu(z[b,t,h,p]) : y0             silu(x) = x / (1 + exp(-x))
+
+   This is the math of mamba_chunk_scan_combined (its chunking is a way of computing it): D is
+   added before the gate, the gate is y0 * silu(z), dt_bias is added before the softplus, the
+   clamp follows the softplus. One difference: mamba_ssm always clamps, to dt_limit = (0, inf) by
+   default, which changes dt only where dt is negative (no softplus); here the clamp is applied only
+   with SELSCAN_SSD_DT_LIMIT (dt_min = 0, dt_max = INFINITY gives mamba_ssm's default). A NaN dt
+   stays NaN through the clamp. Every value is converted to f32 on load and computed in f32; y is
+   rounded to T on the store. final_state[b,h,p,:] (optional) receives S after the last step.
+
+   Sequence boundaries (packed sequences), either of:
+     seq_idx   (batch, L) int32: the state restarts from 0 at every t > 0 where seq_idx[b,t] !=
+               seq_idx[b,t-1] (only neighbours' equality matters, any values); initial_state
+               enters at t = 0 and final_state is the state after t = L-1 (the row's last
+               sequence's). mamba_ssm's rule for seq_idx, with one difference: it gives
+               initial_states to the tokens whose seq_idx is 0, which is the first sequence when
+               seq_idx starts at 0 (as mamba_ssm builds it from cu_seqlens); here the first
+               sequence gets it whatever its seq_idx value.
+     cu_seqlens (n_seqs + 1 int64 offsets, first 0, last L, non-decreasing) with batch 1: as for
+               the Mamba-1 scan, the L axis holds n_seqs sequences back to back; the state restarts
+               at each sequence start from initial_state[s] (or 0) and final_state[s] is the state
+               at the end of sequence s (mamba_ssm's varlen_states); initial_state, final_state and
+               their gradients have n_seqs rows. An empty sequence's final_state is its
+               initial_state.
+   Not both: SELSCAN_ERR_SHAPE {"seq_idx", "given with cu_seqlens"}.
+
+   Backward: from dy (and optionally dfinal_state), any subset of dx, ddt, dA, dB, dC, dD, dz,
+   ddt_bias, dinitial_state (NULL data: not computed). dD, ddt_bias and dinitial_state may be asked
+   for without D, dt_bias or initial_state (gradients at 0; dD has D's shape as the flags give it);
+   dz needs z. ddt is the gradient of dt_raw: the clamp passes it where dt_min <= dt <= dt_max and
+   gives 0 outside (mamba_ssm's rule), softplus' derivative is sigmoid(x) for x <= 20 and 1 above.
+   Every sum (dA, dD, ddt_bias over batch rows, steps and channels; ddt over the head's channels and
+   states; dB, dC over the group's heads and channels) runs in a fixed order: bitwise the same
+   result every call. NaN in gives NaN out; every NaN the backward writes into a gradient is the
+   default quiet NaN (as the Mamba-1 scan's: f32 0x7fc00000, f16 0x7e00, bf16 0x7fc0).
+
+   OPERANDS (T: the problem's dtype, f32 / f16 / bf16; L = seqlen)
+       x, z, y                 (batch, L, H, P)        T        z optional
+       dt                      (batch, L, H)           T        dt_raw above
+       A                       (H)                     f32
+       B, C                    (batch, L, G, N)        T
+       D                       (H)                     f32      optional; (H, P) with SELSCAN_SSD_D_HEADDIM
+       dt_bias                 (H)                     f32      optional
+       seq_idx                 (batch, L)              int32    optional
+       initial_state, final_state (rows, H, P, N)      f32      optional; rows = batch or n_seqs
+       dy                      like y                  T
+       dfinal_state            like final_state        f32      optional
+       dx, ddt, dz             like x, dt, z           T        optional (every gradient out)
+       dA, dD, ddt_bias        like A, D, dt_bias      f32      optional
+       dB, dC                  like B, C               T        optional
+       dinitial_state          like initial_state      f32      optional
+   The listed orders are mamba_chunk_scan_combined's (x (batch, seqlen, nheads, headdim), ...);
+   element strides per logical dimension in that order, all zero = contiguous, like the scan's
+   tensors (a head-major x of (batch, H, L, P) memory: x.stride = {H*L*P, P, L*P, 1}). Inputs may
+   broadcast (stride 0); outputs may not share a byte with an input, another output, themselves or
+   the workspace. The scan's contract: every entry point validates all it reads and writes nothing
+   on an error, naming the operand and rule in diag; no allocation; 64-bit indexing. The workspace:
+   selscan_ssd_workspace_size() bytes (g NULL: the forward's), any pointer (aligned up inside). */
+#define SELSCAN_SSD_DT_SOFTPLUS 1u /* dt = softplus(dt_raw + dt_bias) */
+#define SELSCAN_SSD_DT_LIMIT 2u    /* dt clamped to [dt_min, dt_max] (mamba_ssm's dt_limit) */
+#define SELSCAN_SSD_D_HEADDIM 4u   /* D (and dD) is (nheads, headdim): one per channel, not per head */
+#define SELSCAN__SSD_KNOWN_FLAGS (SELSCAN_SSD_DT_SOFTPLUS | SELSCAN_SSD_DT_LIMIT | SELSCAN_SSD_D_HEADDIM)
+
+typedef struct selscan_ssd_problem {
+    int64_t batch, seqlen, nheads, headdim, dstate, n_groups; /* n_groups 0 means 1 */
+    selscan_dtype dtype;                                      /* T */
+    unsigned flags;                /* SELSCAN_SSD_DT_SOFTPLUS | SELSCAN_SSD_DT_LIMIT | SELSCAN_SSD_D_HEADDIM */
+    float dt_min, dt_max;          /* with SELSCAN_SSD_DT_LIMIT: dt_min <= dt_max, no NaN (infinities ok) */
+    const int64_t *cu_seqlens;     /* optional packed sequences: n_seqs + 1 offsets (batch 1) */
+    int64_t n_seqs;                /* 0 unless cu_seqlens is given */
+    selscan_tensor x, dt, A, B, C, D, z, dt_bias, seq_idx, initial_state; /* inputs */
+    selscan_out_tensor y, final_state;                                    /* outputs (final_state optional) */
+    selscan_diag *diag;                                                   /* optional: see selscan_diag */
+} selscan_ssd_problem;
+
+typedef struct selscan_ssd_grads {
+    selscan_tensor dy, dfinal_state;                                            /* incoming (dfinal_state optional) */
+    selscan_out_tensor dx, ddt, dA, dB, dC, dD, dz, ddt_bias, dinitial_state; /* outgoing, each optional */
+} selscan_ssd_grads;
+
+/* SSD entry points: the scan's contract (validate everything, outputs untouched on any error,
+   diag names the operand and rule). _ref: the exact scalar reference (f32, expf). */
+SELSCAN_DEF selscan_status selscan_validate_ssd(const selscan_ssd_problem *p);
+SELSCAN_DEF selscan_status selscan_validate_ssd_grads(const selscan_ssd_problem *p, const selscan_ssd_grads *g);
+/* Workspace bytes for the SSD entry points; g NULL: forward. */
+SELSCAN_DEF selscan_status selscan_ssd_workspace_size(const selscan_ssd_problem *p, const selscan_ssd_grads *g,
+                                                      size_t *bytes);
+SELSCAN_DEF selscan_status selscan_ssd_forward_ref(const selscan_ssd_problem *p, void *workspace,
+                                                   size_t workspace_bytes);
+SELSCAN_DEF selscan_status selscan_ssd_backward_ref(const selscan_ssd_problem *p, const selscan_ssd_grads *g,
+                                                    void *workspace, size_t workspace_bytes);
+/* The fast CPU forward (>>ssd-entry): vectorized over a head's channels on the vector path of
+   selscan_cpu_backend(); the same contract and workspace (selscan_ssd_workspace_size covers both);
+   results differ from selscan_ssd_forward_ref by rounding only (fused multiply-adds, the sum over
+   the states in two partial sums). _part: the work split into n_parts (1 <= n_parts <= 2^24) parts
+   for any thread pool (every part exactly once, concurrently, on one workspace of
+   selscan_ssd_workspace_size_parts(p, n_parts) bytes), bitwise the same results for every n_parts;
+   work items: (batch row, head, block of 64 channels). No fast backward yet: selscan_ssd_backward_ref. */
+SELSCAN_DEF selscan_status selscan_ssd_forward_cpu(const selscan_ssd_problem *p, void *workspace,
+                                                   size_t workspace_bytes);
+SELSCAN_DEF selscan_status selscan_ssd_workspace_size_parts(const selscan_ssd_problem *p, int64_t n_parts,
+                                                            size_t *bytes);
+SELSCAN_DEF selscan_status selscan_ssd_forward_cpu_part(const selscan_ssd_problem *p, int64_t part, int64_t n_parts,
+                                                        void *workspace, size_t workspace_bytes);
 
 /* dtype conversions used by the library (round to nearest even, NaN stays NaN). */
 SELSCAN_DEF float selscan_f16_to_f32(uint16_t h);
@@ -2132,6 +2266,522 @@ SELSCAN_DEF selscan_status selscan_conv_step_ref(const selscan_conv_step_problem
     return SELSCAN_OK;
 }
 
+#endif /* SELSCAN_VALIDATION_ONLY */
+/* --------------------------------------------------------------------------------------------- */
+/* >>ssd                     Mamba-2's SSD scan: validation and reference                          */
+/* --------------------------------------------------------------------------------------------- */
+/* The math and the operands: >>ssd-api. Validation here (also compiled with
+   SELSCAN_VALIDATION_ONLY, like the conv's), on the operand tables below and the scan's machinery
+   (>>operands, >>validation); then >>ssd-reference, the exact scalar oracle. */
+
+typedef struct selscan__sprob {
+    int64_t batch, L, H, P, N, G, hpg, rows; /* hpg: heads per group; rows: state rows (batch or n_seqs) */
+    selscan_dtype dt;                        /* T (the name the operand tables' RESOLVE_T reads) */
+    int softplus, limit, Dhd;                /* SELSCAN_SSD_DT_SOFTPLUS, _DT_LIMIT, _D_HEADDIM */
+    float dtmin, dtmax;
+    const int64_t *cu;
+    int64_t nseq;
+    selscan__ten x, delta, A, B, C, D, z, bias, seqidx, h0, y, hlast; /* delta: dt; h0 / hlast: initial / final_state */
+    selscan_diag *diag;
+} selscan__sprob;
+
+typedef struct selscan__sgrd {
+    selscan__ten dy, dhlast, dx, ddelta, dA, dB, dC, dD, dz, dbias, dh0;
+} selscan__sgrd;
+
+/* The SSD operand tables (the >>operands columns; the OPERANDS list of >>ssd-api, once). dtype I32:
+   int32 elements (seq_idx), resolved as 4-byte elements for the stride, span and alias checks. */
+#define SELSCAN__SSD_OPERANDS(X, c)                      \
+    X(c, x, x, IN, REQ, SSD_X, T)                        \
+    X(c, dt, delta, IN, REQ, SSD_DT, T)                  \
+    X(c, A, A, IN, REQ, SSD_H, F32)                      \
+    X(c, B, B, IN, REQ, SSD_BC, T)                       \
+    X(c, C, C, IN, REQ, SSD_BC, T)                       \
+    X(c, D, D, IN, OPT, SSD_D, F32)                      \
+    X(c, z, z, IN, OPT, SSD_X, T)                        \
+    X(c, dt_bias, bias, IN, OPT, SSD_H, F32)             \
+    X(c, seq_idx, seqidx, IN, OPT, SSD_SEQ, I32)         \
+    X(c, initial_state, h0, IN, OPT, SSD_ROWS, F32)      \
+    X(c, y, y, OUT, FWD, SSD_X, T)                       \
+    X(c, final_state, hlast, OUT, OPT, SSD_ROWS, F32)
+#define SELSCAN__SSD_GRAD_OPERANDS(X, c)                 \
+    X(c, dy, dy, IN, REQ, SSD_X, T)                      \
+    X(c, dfinal_state, dhlast, IN, OPT, SSD_ROWS, F32)   \
+    X(c, dx, dx, OUT, OPT, SSD_X, T)                     \
+    X(c, ddt, ddelta, OUT, OPT, SSD_DT, T)               \
+    X(c, dA, dA, OUT, OPT, SSD_H, F32)                   \
+    X(c, dB, dB, OUT, OPT, SSD_BC, T)                    \
+    X(c, dC, dC, OUT, OPT, SSD_BC, T)                    \
+    X(c, dD, dD, OUT, OPT, SSD_D, F32)                   \
+    X(c, dz, dz, OUT, OPT, SSD_X, T)                     \
+    X(c, ddt_bias, dbias, OUT, OPT, SSD_H, F32)          \
+    X(c, dinitial_state, dh0, OUT, OPT, SSD_ROWS, F32)
+/* dims of the SSD operands from the validated sizes q (selscan__sprob) */
+#define SELSCAN__DIMS_SSD_X(q) 4, (q)->batch, (q)->L, (q)->H, (q)->P     /* (batch, L, H, P) */
+#define SELSCAN__DIMS_SSD_DT(q) 3, (q)->batch, (q)->L, (q)->H, 1         /* (batch, L, H) */
+#define SELSCAN__DIMS_SSD_H(q) 1, (q)->H, 1, 1, 1                        /* (H) */
+#define SELSCAN__DIMS_SSD_BC(q) 4, (q)->batch, (q)->L, (q)->G, (q)->N    /* (batch, L, G, N) */
+#define SELSCAN__DIMS_SSD_D(q) (q)->Dhd ? 2 : 1, (q)->H, (q)->Dhd ? (q)->P : 1, 1, 1 /* (H) or (H, P) */
+#define SELSCAN__DIMS_SSD_SEQ(q) 2, (q)->batch, (q)->L, 1, 1             /* (batch, L) */
+#define SELSCAN__DIMS_SSD_ROWS(q) 4, (q)->rows, (q)->H, (q)->P, (q)->N   /* (rows, H, P, N) */
+#define SELSCAN__RESOLVE_I32(c, field, ten, dims) SELSCAN__RESOLVE_AS(c, field, ten, dims, SELSCAN_F32)
+
+/* Sizes, flags, pointers, sequence offsets and the inputs' strides (the outputs: below). */
+static SELSCAN__MAYBE_UNUSED selscan_status selscan__ssd_check_problem(const selscan_ssd_problem *p, selscan__sprob *q,
+                                                                       int need_y) {
+    int64_t G, i;
+    selscan_status st;
+    selscan_diag *d;
+    if (!p) return SELSCAN_ERR_NULL;
+    d = p->diag;
+    q->diag = d;
+    if (!selscan__dtype_ok(p->dtype)) SELSCAN__FAIL(d, SELSCAN_ERR_DTYPE, "dtype", UNKNOWN_DTYPE);
+    if (p->flags & ~SELSCAN__SSD_KNOWN_FLAGS) SELSCAN__FAIL(d, SELSCAN_ERR_UNSUPPORTED, "flags", UNKNOWN_FLAG);
+    G = p->n_groups == 0 ? 1 : p->n_groups;
+    if (p->batch <= 0) SELSCAN__FAIL(d, SELSCAN_ERR_SHAPE, "batch", NOT_POSITIVE);
+    if (p->seqlen <= 0) SELSCAN__FAIL(d, SELSCAN_ERR_SHAPE, "seqlen", NOT_POSITIVE);
+    if (p->nheads <= 0) SELSCAN__FAIL(d, SELSCAN_ERR_SHAPE, "nheads", NOT_POSITIVE);
+    if (p->headdim <= 0) SELSCAN__FAIL(d, SELSCAN_ERR_SHAPE, "headdim", NOT_POSITIVE);
+    if (p->dstate <= 0) SELSCAN__FAIL(d, SELSCAN_ERR_SHAPE, "dstate", NOT_POSITIVE);
+    if (G <= 0 || p->nheads % G != 0) SELSCAN__FAIL(d, SELSCAN_ERR_SHAPE, "n_groups", NOT_DIVIDING_NHEADS);
+    /* written so that a NaN fails too */
+    if ((p->flags & SELSCAN_SSD_DT_LIMIT) && !(p->dt_min <= p->dt_max))
+        SELSCAN__FAIL(d, SELSCAN_ERR_SHAPE, "dt_min", DT_LIMIT);
+    SELSCAN__SSD_OPERANDS(SELSCAN__OPD_NULL, p) /* x, dt, A, B, C; y when need_y */
+    if (p->cu_seqlens) { /* the scan's rules (selscan__check_problem) */
+        if (p->seq_idx.data) SELSCAN__FAIL(d, SELSCAN_ERR_SHAPE, "seq_idx", WITH_CU_SEQLENS);
+        if (p->batch != 1) SELSCAN__FAIL(d, SELSCAN_ERR_SHAPE, "batch", BATCH_NOT_1);
+        if (p->n_seqs <= 0 || !selscan__count_ok(p->n_seqs, p->nheads, p->headdim, p->dstate))
+            SELSCAN__FAIL(d, SELSCAN_ERR_SHAPE, "n_seqs", OUT_OF_RANGE);
+        if (!selscan__aligned(p->cu_seqlens, 8)) SELSCAN__FAIL(d, SELSCAN_ERR_SHAPE, "cu_seqlens", MISALIGNED);
+        if (p->cu_seqlens[0] != 0) SELSCAN__FAIL(d, SELSCAN_ERR_SHAPE, "cu_seqlens", FIRST_OFFSET);
+        if (p->cu_seqlens[p->n_seqs] != p->seqlen) SELSCAN__FAIL(d, SELSCAN_ERR_SHAPE, "cu_seqlens", LAST_OFFSET);
+        for (i = 0; i < p->n_seqs; i++)
+            if (p->cu_seqlens[i + 1] < p->cu_seqlens[i])
+                SELSCAN__FAIL(d, SELSCAN_ERR_SHAPE, "cu_seqlens", NOT_INCREASING);
+    } else if (p->n_seqs != 0) {
+        SELSCAN__FAIL(d, SELSCAN_ERR_NULL, "cu_seqlens", MISSING_N_SEQS);
+    }
+    q->batch = p->batch; q->L = p->seqlen; q->H = p->nheads; q->P = p->headdim; q->N = p->dstate;
+    q->G = G; q->hpg = p->nheads / G;
+    q->rows = p->cu_seqlens ? p->n_seqs : p->batch;
+    q->dt = p->dtype;
+    q->softplus = (p->flags & SELSCAN_SSD_DT_SOFTPLUS) != 0;
+    q->limit = (p->flags & SELSCAN_SSD_DT_LIMIT) != 0;
+    q->Dhd = (p->flags & SELSCAN_SSD_D_HEADDIM) != 0;
+    q->dtmin = p->dt_min; q->dtmax = p->dt_max;
+    q->cu = p->cu_seqlens; q->nseq = p->n_seqs;
+    /* the diag names the sizes whose product overflows (with cu_seqlens, the states' was checked
+       above); x's count bounds dt's, seq_idx's and D's */
+    if (!selscan__count_ok(q->batch, q->L, q->H, q->P))
+        SELSCAN__FAIL(d, SELSCAN_ERR_SHAPE, "batch * seqlen * nheads * headdim", COUNT_OVERFLOWS);
+    if (!selscan__count_ok(q->batch, q->L, q->G, q->N))
+        SELSCAN__FAIL(d, SELSCAN_ERR_SHAPE, "batch * seqlen * n_groups * dstate", COUNT_OVERFLOWS);
+    if (!selscan__count_ok(q->rows, q->H, q->P, q->N))
+        SELSCAN__FAIL(d, SELSCAN_ERR_SHAPE, "batch * nheads * headdim * dstate", COUNT_OVERFLOWS);
+    {
+        selscan__sprob *dst = q;
+        SELSCAN__SSD_OPERANDS(SELSCAN__OPD_RESOLVE, p)
+    }
+    {
+        const selscan__ten *ins[] = {SELSCAN__SSD_OPERANDS(SELSCAN__OPD_INS, q)};
+        for (i = 0; i < SELSCAN__COUNT(ins); i++)
+            if ((st = selscan__check_strides(ins[i], 0)) != SELSCAN_OK) return st;
+    }
+    return SELSCAN_OK;
+}
+
+static int64_t selscan__ssd_cu_bytes(const selscan__sprob *q) { return q->cu ? (q->nseq + 1) * 8 : 0; }
+
+/* a workspace size (bytes) of an entry point for nparts parts: r NULL for the forward */
+typedef int64_t (*selscan__ssd_wsfn)(const selscan__sprob *q, const selscan__sgrd *r, int64_t nparts);
+
+/* The forward: problem, outputs' strides, workspace (ws_need NULL: not checked; ws aligned up),
+   aliasing. */
+static SELSCAN__MAYBE_UNUSED selscan_status selscan__ssd_validate_forward(const selscan_ssd_problem *p, selscan__sprob *q,
+                                                                         const void *ws, size_t ws_bytes,
+                                                                         selscan__ssd_wsfn ws_need, int64_t nparts) {
+    selscan_status st = selscan__ssd_check_problem(p, q, 1);
+    int64_t need = -1;
+    int i;
+    if (st != SELSCAN_OK) return st;
+    {
+        const selscan__ten *outs[] = {SELSCAN__SSD_OPERANDS(SELSCAN__OPD_OUTS, q)}; /* y, final_state */
+        const selscan__ten *ins[] = {SELSCAN__SSD_OPERANDS(SELSCAN__OPD_INS, q)};
+        for (i = 0; i < SELSCAN__COUNT(outs); i++)
+            if ((st = selscan__check_strides(outs[i], 1)) != SELSCAN_OK) return st;
+        if (ws_need) {
+            need = ws_need(q, NULL, nparts);
+            if ((st = selscan__check_ws_d(ws, ws_bytes, need, q->diag)) != SELSCAN_OK) return st;
+        }
+        return selscan__check_alias_d(outs, SELSCAN__COUNT(outs), ins, SELSCAN__COUNT(ins), q->cu,
+                                      selscan__ssd_cu_bytes(q), "overlaps cu_seqlens", need > 0 ? ws : NULL,
+                                      need > 0 ? SELSCAN__CAST(int64_t, ws_bytes) : 0, q->diag);
+    }
+}
+
+/* The backward: problem (y not needed), gradients' shapes and strides, workspace, aliasing. */
+static SELSCAN__MAYBE_UNUSED selscan_status selscan__ssd_validate_backward(const selscan_ssd_problem *p,
+                                                                          const selscan_ssd_grads *g, selscan__sprob *q,
+                                                                          selscan__sgrd *r, const void *ws,
+                                                                          size_t ws_bytes, selscan__ssd_wsfn ws_need,
+                                                                          int64_t nparts) {
+    selscan_status st = selscan__ssd_check_problem(p, q, 0);
+    selscan_diag *d;
+    int64_t need = -1;
+    int i;
+    if (st != SELSCAN_OK) return st;
+    d = q->diag;
+    if (!g) SELSCAN__FAIL(d, SELSCAN_ERR_NULL, "grads", MISSING);
+    if (!g->dy.data) SELSCAN__FAIL(d, SELSCAN_ERR_NULL, "dy", MISSING);
+    if (g->dz.data && !q->z.data) SELSCAN__FAIL(d, SELSCAN_ERR_NULL, "dz", WITHOUT_Z);
+    {
+        selscan__sgrd *dst = r;
+        SELSCAN__SSD_GRAD_OPERANDS(SELSCAN__OPD_RESOLVE, g)
+    }
+    {
+        const selscan__ten *gins[] = {SELSCAN__SSD_GRAD_OPERANDS(SELSCAN__OPD_INS, r)}; /* dy, dfinal_state */
+        const selscan__ten *outs[] = {SELSCAN__SSD_GRAD_OPERANDS(SELSCAN__OPD_OUTS, r)};
+        const selscan__ten *ins[] = {SELSCAN__SSD_OPERANDS(SELSCAN__OPD_INS, q)
+                                         SELSCAN__SSD_GRAD_OPERANDS(SELSCAN__OPD_INS, r)};
+        for (i = 0; i < SELSCAN__COUNT(gins); i++)
+            if ((st = selscan__check_strides(gins[i], 0)) != SELSCAN_OK) return st;
+        for (i = 0; i < SELSCAN__COUNT(outs); i++)
+            if ((st = selscan__check_strides(outs[i], 1)) != SELSCAN_OK) return st;
+        if (ws_need) {
+            need = ws_need(q, r, nparts);
+            if ((st = selscan__check_ws_d(ws, ws_bytes, need, d)) != SELSCAN_OK) return st;
+        }
+        return selscan__check_alias_d(outs, SELSCAN__COUNT(outs), ins, SELSCAN__COUNT(ins), q->cu,
+                                      selscan__ssd_cu_bytes(q), "overlaps cu_seqlens", need > 0 ? ws : NULL,
+                                      need > 0 ? SELSCAN__CAST(int64_t, ws_bytes) : 0, d);
+    }
+}
+
+/* Workspace bytes of the reference (aligned up; saturated: selscan__size_ok refuses SELSCAN__SAT).
+   Forward: one channel's state (N floats). Backward: one channel's states over a sequence
+   ((L + 1) * N), its state gradient (N), the head's ddt sums (L), and f32 (L, N) sums of variable
+   dB and dC over the group's heads and channels when they are asked for. */
+static SELSCAN__MAYBE_UNUSED int64_t selscan__ssd_ws_ref(const selscan__sprob *q, const selscan__sgrd *r,
+                                                         int64_t nparts) {
+    int64_t floats;
+    (void)nparts; /* one pass */
+    if (!r) return selscan__align_up(selscan__smul(q->N, 4));
+    floats = selscan__sadd(selscan__smul(selscan__sadd(q->L, 2), q->N), q->L);
+    if (r->dB.data) floats = selscan__sadd(floats, selscan__smul(q->L, q->N));
+    if (r->dC.data) floats = selscan__sadd(floats, selscan__smul(q->L, q->N));
+    return selscan__align_up(selscan__smul(floats, 4));
+}
+
+#ifndef SELSCAN_VALIDATION_ONLY
+/* The fast forward's workspace for nparts parts (>>ssd-entry). */
+static int64_t selscan__ssd_ws_fast(const selscan__sprob *q, const selscan__sgrd *r, int64_t nparts);
+
+SELSCAN_DEF selscan_status selscan_validate_ssd(const selscan_ssd_problem *p) {
+    selscan__sprob q;
+    return selscan__ssd_validate_forward(p, &q, NULL, 0, NULL, 0);
+}
+
+SELSCAN_DEF selscan_status selscan_validate_ssd_grads(const selscan_ssd_problem *p, const selscan_ssd_grads *g) {
+    selscan__sprob q;
+    selscan__sgrd r;
+    return selscan__ssd_validate_backward(p, g, &q, &r, NULL, 0, NULL, 0);
+}
+
+SELSCAN_DEF selscan_status selscan_ssd_workspace_size(const selscan_ssd_problem *p, const selscan_ssd_grads *g,
+                                                      size_t *bytes) {
+    selscan__sprob q;
+    selscan__sgrd r;
+    selscan_status st;
+    int64_t need, fast;
+    if (!bytes) return selscan__fail(p ? p->diag : NULL, SELSCAN_ERR_NULL, "bytes", SELSCAN_RULE_MISSING);
+    if (g) {
+        if ((st = selscan__ssd_validate_backward(p, g, &q, &r, NULL, 0, NULL, 0)) != SELSCAN_OK) return st;
+        need = selscan__ssd_ws_ref(&q, &r, 1);
+        fast = selscan__ssd_ws_fast(&q, &r, 1);
+    } else {
+        if ((st = selscan__ssd_validate_forward(p, &q, NULL, 0, NULL, 0)) != SELSCAN_OK) return st;
+        need = selscan__ssd_ws_ref(&q, NULL, 1);
+        fast = selscan__ssd_ws_fast(&q, NULL, 1);
+    }
+    if (!selscan__size_ok(fast))
+        return selscan__fail(p->diag, SELSCAN_ERR_SHAPE, "workspace", SELSCAN_RULE_SIZE_OVERFLOWS);
+    if (fast > need) need = fast; /* enough for the reference and the fast path */
+    /* plus the alignment slack (any pointer works) */
+    if (!selscan__size_ok(need) || !selscan__size_ok(selscan__with_slack(need)))
+        return selscan__fail(p->diag, SELSCAN_ERR_SHAPE, "workspace",
+                             SELSCAN_RULE_SIZE_OVERFLOWS); /* 64 bits / size_t */
+    *bytes = SELSCAN__CAST(size_t, selscan__with_slack(need));
+    return SELSCAN_OK;
+}
+
+/* ---- >>ssd-reference: the exact scalar oracle ------------------------------------------------ */
+/* One (batch row, head, channel) at a time, the state's N values in f32, the math of >>ssd-api in
+   its order with expf / log1pf. The backward recomputes a sequence's states forward (kept whole in
+   the workspace), then walks it backward; sums over channels go through f32 accumulators of the
+   head (ddt) or group (dB, dC) and are stored once, so every sum has one fixed order. */
+
+/* A sequence of batch row b: [t0, t1), its state row, whether it starts from initial_state and
+   whether it ends in final_state. selscan__ssd_seg_next walks a row's sequences (k counts them). */
+typedef struct selscan__sseg {
+    int64_t t0, t1, row, k;
+    int first, last;
+} selscan__sseg;
+
+static void selscan__ssd_seg_start(selscan__sseg *s) {
+    s->t0 = s->t1 = s->row = s->k = 0;
+    s->first = s->last = 0;
+}
+static int selscan__ssd_seg_next(const selscan__sprob *q, int64_t b, selscan__sseg *s) {
+    if (q->cu) { /* cu_seqlens: sequence k uses state row k */
+        if (s->k >= q->nseq) return 0;
+        s->t0 = q->cu[s->k]; s->t1 = q->cu[s->k + 1]; s->row = s->k;
+        s->first = s->last = 1;
+    } else {     /* one row per batch row, cut where seq_idx changes */
+        if (s->k > 0 && s->t1 >= q->L) return 0;
+        s->t0 = s->k > 0 ? s->t1 : 0;
+        s->t1 = s->t0 + 1;
+        if (q->seqidx.data) {
+            const int32_t *si = SELSCAN__CAST(const int32_t *, q->seqidx.data);
+            while (s->t1 < q->L && si[SELSCAN__AT2(q->seqidx, b, s->t1)] == si[SELSCAN__AT2(q->seqidx, b, s->t1 - 1)])
+                s->t1++;
+        } else {
+            s->t1 = q->L;
+        }
+        s->row = b;
+        s->first = s->t0 == 0;
+        s->last = s->t1 == q->L;
+    }
+    s->k++;
+    return 1;
+}
+
+/* dt of (b, t, h): after the bias, the softplus and the clamp; *pre (optional) the value before
+   the clamp, *raw (optional) the value before the softplus. */
+static float selscan__ssd_dt(const selscan__sprob *q, int64_t b, int64_t t, int64_t h, float *raw, float *pre) {
+    float v = selscan__load(q->delta.data, SELSCAN__AT3(q->delta, b, t, h), q->dt);
+    if (q->bias.data) v += SELSCAN__CAST(const float *, q->bias.data)[SELSCAN__AT1(q->bias, h)];
+    if (raw) *raw = v;
+    if (q->softplus) v = selscan__softplus(v);
+    if (pre) *pre = v;
+    if (q->limit) v = v < q->dtmin ? q->dtmin : v > q->dtmax ? q->dtmax : v; /* NaN stays NaN */
+    return v;
+}
+
+static float selscan__ssd_Dv(const selscan__sprob *q, int64_t h, int64_t p) {
+    if (!q->D.data) return 0.0f;
+    return SELSCAN__CAST(const float *, q->D.data)[q->Dhd ? SELSCAN__AT2(q->D, h, p) : SELSCAN__AT1(q->D, h)];
+}
+
+/* The state entering a sequence into S: initial_state's row, or 0. */
+static void selscan__ssd_init_state(const selscan__sprob *q, const selscan__sseg *s, int64_t h, int64_t p, float *S) {
+    int64_t n;
+    for (n = 0; n < q->N; n++)
+        S[n] = s->first && q->h0.data ? SELSCAN__CAST(const float *, q->h0.data)[SELSCAN__AT4(q->h0, s->row, h, p, n)]
+                                      : 0.0f;
+}
+
+/* One step of channel (b, h, p): S <- a S + dt B x; returns sum_n C S. */
+static float selscan__ssd_step(const selscan__sprob *q, int64_t b, int64_t t, int64_t g, float a, float dt, float x,
+                               float *S) {
+    float acc = 0.0f;
+    int64_t n;
+    for (n = 0; n < q->N; n++) {
+        S[n] = a * S[n] + dt * selscan__load(q->B.data, SELSCAN__AT4(q->B, b, t, g, n), q->dt) * x;
+        acc += selscan__load(q->C.data, SELSCAN__AT4(q->C, b, t, g, n), q->dt) * S[n];
+    }
+    return acc;
+}
+
+static void selscan__ssd_ref_forward(const selscan__sprob *q, float *S) {
+    const float *A = SELSCAN__CAST(const float *, q->A.data);
+    int64_t b, h, p, t, n;
+    for (b = 0; b < q->batch; b++)
+        for (h = 0; h < q->H; h++) {
+            const int64_t g = h / q->hpg;
+            const float Ah = A[SELSCAN__AT1(q->A, h)];
+            for (p = 0; p < q->P; p++) {
+                const float Dv = selscan__ssd_Dv(q, h, p);
+                selscan__sseg s;
+                selscan__ssd_seg_start(&s);
+                while (selscan__ssd_seg_next(q, b, &s)) {
+                    selscan__ssd_init_state(q, &s, h, p, S);
+                    for (t = s.t0; t < s.t1; t++) {
+                        const float x = selscan__load(q->x.data, SELSCAN__AT4(q->x, b, t, h, p), q->dt);
+                        const float dt = selscan__ssd_dt(q, b, t, h, NULL, NULL);
+                        float y = selscan__ssd_step(q, b, t, g, expf(dt * Ah), dt, x, S) + Dv * x;
+                        if (q->z.data) {
+                            const float z = selscan__load(q->z.data, SELSCAN__AT4(q->z, b, t, h, p), q->dt);
+                            y *= z * selscan__sigmoid(z);
+                        }
+                        selscan__store(q->y.data, SELSCAN__AT4(q->y, b, t, h, p), q->dt, y);
+                    }
+                    if (s.last && q->hlast.data)
+                        for (n = 0; n < q->N; n++)
+                            SELSCAN__CAST(float *, q->hlast.data)[SELSCAN__AT4(q->hlast, s.row, h, p, n)] = S[n];
+                }
+            }
+        }
+}
+
+SELSCAN_DEF selscan_status selscan_ssd_forward_ref(const selscan_ssd_problem *p, void *workspace,
+                                                   size_t workspace_bytes) {
+    selscan__sprob q;
+    selscan_status st;
+    workspace = selscan__ws_align(workspace, workspace_bytes, &workspace_bytes);
+    st = selscan__ssd_validate_forward(p, &q, workspace, workspace_bytes, selscan__ssd_ws_ref, 1);
+    if (st != SELSCAN_OK) return st;
+    { /* the caller's errno is kept (see selscan_forward_ref) */
+        const int saved_errno = errno;
+        selscan__ssd_ref_forward(&q, SELSCAN__CAST(float *, workspace));
+        errno = saved_errno;
+    }
+    return SELSCAN_OK;
+}
+
+/* Backward of one sequence of channel (b, h, p). hs: (t1 - t0 + 1) * N floats, dh: N; ddt: the
+   head's (L) sums of dt's gradient (before the clamp's and softplus' factors); dBacc / dCacc: the
+   group's f32 (L, N) sums or NULL; *dA, *dD: this channel's sums. */
+static void selscan__ssd_ref_backward_seq(const selscan__sprob *q, const selscan__sgrd *r, int64_t b, int64_t h,
+                                          int64_t p, const selscan__sseg *s, float *hs, float *dh, float *ddt,
+                                          float *dBacc, float *dCacc, float *dA, float *dD) {
+    const int64_t N = q->N, g = h / q->hpg;
+    const float Ah = SELSCAN__CAST(const float *, q->A.data)[SELSCAN__AT1(q->A, h)];
+    const float Dv = selscan__ssd_Dv(q, h, p);
+    int64_t t, n;
+    /* hs[(t - t0) * N ..]: the state entering step t; the last row: the state after t1 - 1 */
+    selscan__ssd_init_state(q, s, h, p, hs);
+    for (t = s->t0; t < s->t1; t++) {
+        float *S = hs + (t - s->t0 + 1) * N;
+        const float x = selscan__load(q->x.data, SELSCAN__AT4(q->x, b, t, h, p), q->dt);
+        const float dt = selscan__ssd_dt(q, b, t, h, NULL, NULL);
+        memcpy(S, S - N, SELSCAN__CAST(size_t, N) * 4);
+        selscan__ssd_step(q, b, t, g, expf(dt * Ah), dt, x, S);
+    }
+    for (n = 0; n < N; n++)
+        dh[n] = s->last && r->dhlast.data
+                    ? SELSCAN__CAST(const float *, r->dhlast.data)[SELSCAN__AT4(r->dhlast, s->row, h, p, n)]
+                    : 0.0f;
+    for (t = s->t1 - 1; t >= s->t0; t--) {
+        const float *S = hs + (t - s->t0 + 1) * N, *Sp = S - N;
+        const float x = selscan__load(q->x.data, SELSCAN__AT4(q->x, b, t, h, p), q->dt);
+        const float dt = selscan__ssd_dt(q, b, t, h, NULL, NULL);
+        const float a = expf(dt * Ah);
+        const float dyv = selscan__load(r->dy.data, SELSCAN__AT4(r->dy, b, t, h, p), q->dt);
+        float dy0 = dyv, dx, da = 0.0f, dBx = 0.0f;
+        if (q->z.data) {
+            const float z = selscan__load(q->z.data, SELSCAN__AT4(q->z, b, t, h, p), q->dt);
+            const float sg = selscan__sigmoid(z);
+            dy0 = dyv * z * sg;
+            if (r->dz.data) {
+                float y0 = 0.0f;
+                for (n = 0; n < N; n++) y0 += selscan__load(q->C.data, SELSCAN__AT4(q->C, b, t, g, n), q->dt) * S[n];
+                y0 += Dv * x;
+                selscan__store(r->dz.data, SELSCAN__AT4(r->dz, b, t, h, p), q->dt,
+                               selscan__canon(dyv * y0 * sg * (1.0f + z * (1.0f - sg))));
+            }
+        }
+        *dD += dy0 * x;
+        dx = dy0 * Dv;
+        for (n = 0; n < N; n++) {
+            const float Cv = selscan__load(q->C.data, SELSCAN__AT4(q->C, b, t, g, n), q->dt);
+            const float Bv = selscan__load(q->B.data, SELSCAN__AT4(q->B, b, t, g, n), q->dt);
+            const float dhn = dh[n] + dy0 * Cv; /* gradient of the state after step t */
+            if (dCacc) dCacc[t * N + n] += dy0 * S[n];
+            da += dhn * Sp[n]; /* of a */
+            dBx += dhn * Bv;   /* of dt * x */
+            dx += dhn * dt * Bv;
+            if (dBacc) dBacc[t * N + n] += dhn * dt * x;
+            dh[n] = dhn * a; /* gradient of the state entering step t */
+        }
+        ddt[t] += da * a * Ah + dBx * x;
+        *dA += da * a * dt;
+        if (r->dx.data) selscan__store(r->dx.data, SELSCAN__AT4(r->dx, b, t, h, p), q->dt, selscan__canon(dx));
+    }
+    if (s->first && r->dh0.data)
+        for (n = 0; n < N; n++)
+            SELSCAN__CAST(float *, r->dh0.data)[SELSCAN__AT4(r->dh0, s->row, h, p, n)] = selscan__canon(dh[n]);
+}
+
+static void selscan__ssd_ref_backward(const selscan__sprob *q, const selscan__sgrd *r, float *ws) {
+    const int64_t N = q->N, L = q->L;
+    float *hs = ws, *dh = hs + (L + 1) * N, *ddt = dh + N, *acc = ddt + L, *dBacc = NULL, *dCacc = NULL;
+    float *const dA = SELSCAN__CAST(float *, r->dA.data), *const dD = SELSCAN__CAST(float *, r->dD.data);
+    float *const dbias = SELSCAN__CAST(float *, r->dbias.data);
+    int64_t b, g, h, p, t, n;
+    if (r->dB.data) { dBacc = acc; acc += L * N; }
+    if (r->dC.data) dCacc = acc;
+    for (h = 0; h < q->H; h++) { /* the sums over batch rows start at 0 */
+        if (dA) dA[SELSCAN__AT1(r->dA, h)] = 0.0f;
+        if (dbias) dbias[SELSCAN__AT1(r->dbias, h)] = 0.0f;
+        if (dD && q->Dhd) for (p = 0; p < q->P; p++) dD[SELSCAN__AT2(r->dD, h, p)] = 0.0f;
+        else if (dD) dD[SELSCAN__AT1(r->dD, h)] = 0.0f;
+    }
+    for (b = 0; b < q->batch; b++)
+        for (g = 0; g < q->G; g++) {
+            if (dBacc) memset(dBacc, 0, SELSCAN__CAST(size_t, L * N) * 4);
+            if (dCacc) memset(dCacc, 0, SELSCAN__CAST(size_t, L * N) * 4);
+            for (h = g * q->hpg; h < (g + 1) * q->hpg; h++) {
+                float dAh = 0.0f, dbh = 0.0f;
+                memset(ddt, 0, SELSCAN__CAST(size_t, L) * 4);
+                for (p = 0; p < q->P; p++) {
+                    float dDp = 0.0f;
+                    selscan__sseg s;
+                    selscan__ssd_seg_start(&s);
+                    while (selscan__ssd_seg_next(q, b, &s))
+                        selscan__ssd_ref_backward_seq(q, r, b, h, p, &s, hs, dh, ddt, dBacc, dCacc, &dAh, &dDp);
+                    if (dD) dD[q->Dhd ? SELSCAN__AT2(r->dD, h, p) : SELSCAN__AT1(r->dD, h)] += dDp;
+                }
+                for (t = 0; t < L; t++) { /* dt's gradient through the clamp and the softplus */
+                    float raw, pre, v = ddt[t];
+                    selscan__ssd_dt(q, b, t, h, &raw, &pre);
+                    if (q->limit && (pre < q->dtmin || pre > q->dtmax)) v = 0.0f; /* clamped: no gradient */
+                    if (q->softplus && raw <= SELSCAN__SOFTPLUS_THRESHOLD) v *= selscan__sigmoid(raw);
+                    dbh += v;
+                    if (r->ddelta.data)
+                        selscan__store(r->ddelta.data, SELSCAN__AT3(r->ddelta, b, t, h), q->dt, selscan__canon(v));
+                }
+                if (dA) dA[SELSCAN__AT1(r->dA, h)] += dAh;
+                if (dbias) dbias[SELSCAN__AT1(r->dbias, h)] += dbh;
+            }
+            for (t = 0; t < L; t++)
+                for (n = 0; n < N; n++) {
+                    if (dBacc)
+                        selscan__store(r->dB.data, SELSCAN__AT4(r->dB, b, t, g, n), q->dt,
+                                       selscan__canon(dBacc[t * N + n]));
+                    if (dCacc)
+                        selscan__store(r->dC.data, SELSCAN__AT4(r->dC, b, t, g, n), q->dt,
+                                       selscan__canon(dCacc[t * N + n]));
+                }
+        }
+    for (h = 0; h < q->H; h++) { /* the sums' NaNs: the default quiet NaN (see selscan__canon) */
+        float *v;
+        if (dA) { v = dA + SELSCAN__AT1(r->dA, h); *v = selscan__canon(*v); }
+        if (dbias) { v = dbias + SELSCAN__AT1(r->dbias, h); *v = selscan__canon(*v); }
+        if (dD && q->Dhd) for (p = 0; p < q->P; p++) { v = dD + SELSCAN__AT2(r->dD, h, p); *v = selscan__canon(*v); }
+        else if (dD) { v = dD + SELSCAN__AT1(r->dD, h); *v = selscan__canon(*v); }
+    }
+}
+
+SELSCAN_DEF selscan_status selscan_ssd_backward_ref(const selscan_ssd_problem *p, const selscan_ssd_grads *g,
+                                                    void *workspace, size_t workspace_bytes) {
+    selscan__sprob q;
+    selscan__sgrd r;
+    selscan_status st;
+    workspace = selscan__ws_align(workspace, workspace_bytes, &workspace_bytes);
+    st = selscan__ssd_validate_backward(p, g, &q, &r, workspace, workspace_bytes, selscan__ssd_ws_ref, 1);
+    if (st != SELSCAN_OK) return st;
+    { /* the caller's errno is kept (see selscan_forward_ref) */
+        const int saved_errno = errno;
+        selscan__ssd_ref_backward(&q, &r, SELSCAN__CAST(float *, workspace));
+        errno = saved_errno;
+    }
+    return SELSCAN_OK;
+}
+
+#endif /* SELSCAN_VALIDATION_ONLY: >>ssd */
+#ifndef SELSCAN_VALIDATION_ONLY
+
 /* --------------------------------------------------------------------------------------------- */
 /* >>fast                              fast CPU path                                             */
 /* --------------------------------------------------------------------------------------------- */
@@ -3439,6 +4089,149 @@ SELSCAN_DEF selscan_status selscan_conv_step_cpu(const selscan_conv_step_problem
     return selscan_conv_step_cpu_part(s, 0, 1);
 }
 
+/* ---- >>ssd-entry: the SSD forward's fast path (drivers) and its CPU entry points -------------
+   A work item is a block of up to SELSCAN__SSD_PB channels of one head of one batch row; items
+   are split into n_parts contiguous ranges and are independent, so the result does not depend on
+   n_parts. Per sequence of the row, the item's states (N rows of the block's channels, padded to a
+   multiple of every vector width) live in the part's scratch; each chunk of SELSCAN__SSD_T steps
+   is staged there in f32 (x, dt B, C, the decays, the gate z silu(z)), run by the kernel
+   selscan__ssd_fwd_chunk_<isa> (>>fast-ssd: vectorized over channels, 8 states in registers),
+   and finished here (D x, the gate, the store). dt, the decay a = expf(dt A), dt B and the gate
+   are computed as the reference computes them; the kernel's fused multiply-adds and its two
+   partial sums over n differ from the reference by rounding only. */
+#define SELSCAN__SSD_PB 64 /* channels of a head per work item (a multiple of every vector width) */
+#define SELSCAN__SSD_T 32  /* steps per staged chunk */
+
+static int64_t selscan__ssd_pw(const selscan__sprob *q) { return selscan__r16(selscan__min64(q->P, SELSCAN__SSD_PB)); }
+
+/* floats of one part's scratch: the states (N pw), x, y, the gate (3 T pw), dt B and C (2 T N),
+   the decays (T); each region a multiple of 16 floats (64 bytes) */
+static int64_t selscan__ssd_part_floats(const selscan__sprob *q) {
+    const int64_t pw = selscan__ssd_pw(q);
+    int64_t f = selscan__smul(q->N, pw);
+    f = selscan__sadd(f, 3 * SELSCAN__SSD_T * pw);
+    f = selscan__sadd(f, selscan__smul(2 * SELSCAN__SSD_T, selscan__r16(q->N)));
+    return selscan__sadd(f, selscan__r16(SELSCAN__SSD_T));
+}
+
+/* the fast forward's workspace for n_parts parts (bytes; saturated); the backward has no fast path */
+static int64_t selscan__ssd_ws_fast(const selscan__sprob *q, const selscan__sgrd *r, int64_t nparts) {
+    if (r) return 0;
+    return selscan__smul(selscan__smul(selscan__ssd_part_floats(q), 4), nparts);
+}
+
+/* One work item: channels [p0, p0 + np) of head h in batch row b; f: the part's scratch. */
+static void selscan__ssd_fwd_item(const selscan__sprob *q, int64_t b, int64_t h, int64_t p0, int64_t np, float *f,
+                                  int isa) {
+    const int64_t N = q->N, pw = selscan__ssd_pw(q), g = h / q->hpg, T = SELSCAN__SSD_T, NR = selscan__r16(N);
+    float *const S = f, *const xb = S + N * pw, *const yb = xb + T * pw, *const zb = yb + T * pw;
+    float *const dB = zb + T * pw, *const Cb = dB + T * NR, *const av = Cb + T * NR;
+    const float Ah = SELSCAN__CAST(const float *, q->A.data)[SELSCAN__AT1(q->A, h)];
+    selscan__sseg s;
+    int64_t c0, i, p, n;
+    selscan__ssd_seg_start(&s);
+    while (selscan__ssd_seg_next(q, b, &s)) {
+        memset(S, 0, SELSCAN__CAST(size_t, N * pw) * 4);
+        if (s.first && q->h0.data)
+            for (p = 0; p < np; p++)
+                for (n = 0; n < N; n++)
+                    S[n * pw + p] = SELSCAN__CAST(const float *, q->h0.data)[SELSCAN__AT4(q->h0, s.row, h, p0 + p, n)];
+        for (c0 = s.t0; c0 < s.t1; c0 += T) {
+            const int nt = SELSCAN__CAST(int, selscan__min64(T, s.t1 - c0));
+            for (i = 0; i < nt; i++) { /* stage: the reference's dt, a, dt B; x (0 past np), y 0, the gate */
+                const int64_t t = c0 + i;
+                const float dt = selscan__ssd_dt(q, b, t, h, NULL, NULL);
+                av[i] = expf(dt * Ah);
+                selscan__cvt_row(dB + i * NR, q->B.data, SELSCAN__AT4(q->B, b, t, g, 0), q->B.s[3], N, q->dt);
+                selscan__cvt_row(Cb + i * NR, q->C.data, SELSCAN__AT4(q->C, b, t, g, 0), q->C.s[3], N, q->dt);
+                for (n = 0; n < N; n++) dB[i * NR + n] = dt * dB[i * NR + n];
+                selscan__cvt_row(xb + i * pw, q->x.data, SELSCAN__AT4(q->x, b, t, h, p0), q->x.s[3], np, q->dt);
+                for (p = np; p < pw; p++) xb[i * pw + p] = 0.0f;
+                memset(yb + i * pw, 0, SELSCAN__CAST(size_t, pw) * 4);
+                if (q->z.data) {
+                    selscan__cvt_row(zb + i * pw, q->z.data, SELSCAN__AT4(q->z, b, t, h, p0), q->z.s[3], np, q->dt);
+                    for (p = 0; p < np; p++) zb[i * pw + p] *= selscan__sigmoid(zb[i * pw + p]);
+                }
+            }
+            switch (isa) {
+#if defined(SELSCAN__HAVE_X86)
+            case SELSCAN__ISA_AVX512: selscan__ssd_fwd_chunk_avx512(S, pw, N, NR, nt, xb, av, dB, Cb, yb); break;
+            case SELSCAN__ISA_AVX2: selscan__ssd_fwd_chunk_avx2(S, pw, N, NR, nt, xb, av, dB, Cb, yb); break;
+#endif
+#if defined(SELSCAN__HAVE_NEON)
+            case SELSCAN__ISA_NEON: selscan__ssd_fwd_chunk_neon(S, pw, N, NR, nt, xb, av, dB, Cb, yb); break;
+#endif
+            default: selscan__ssd_fwd_chunk_port(S, pw, N, NR, nt, xb, av, dB, Cb, yb); break;
+            }
+            for (i = 0; i < nt; i++) { /* finish: + D x, the gate, the store */
+                float *const yr = yb + i * pw;
+                const float *const xr = xb + i * pw;
+                for (p = 0; p < np; p++) {
+                    yr[p] += selscan__ssd_Dv(q, h, p0 + p) * xr[p];
+                    if (q->z.data) yr[p] *= zb[i * pw + p];
+                }
+                selscan__store_row(q->y.data, SELSCAN__AT4(q->y, b, c0 + i, h, p0), q->y.s[3], yr, np, q->dt);
+            }
+        }
+        if (s.last && q->hlast.data)
+            for (p = 0; p < np; p++)
+                for (n = 0; n < N; n++)
+                    SELSCAN__CAST(float *, q->hlast.data)[SELSCAN__AT4(q->hlast, s.row, h, p0 + p, n)] = S[n * pw + p];
+    }
+}
+
+static selscan_status selscan__ssd_forward_fast(const selscan_ssd_problem *p, int64_t part, int64_t nparts,
+                                                void *workspace, size_t workspace_bytes) {
+    selscan__sprob q;
+    selscan_status st;
+    int64_t npb, i0, i1, i, need;
+    int isa;
+    if ((st = selscan__check_part(part, nparts, p ? p->diag : NULL)) != SELSCAN_OK) return st;
+    workspace = selscan__ws_align(workspace, workspace_bytes, &workspace_bytes);
+    if ((st = selscan__ssd_validate_forward(p, &q, workspace, workspace_bytes, selscan__ssd_ws_fast, nparts)) !=
+        SELSCAN_OK)
+        return st;
+    isa = selscan__cpu_isa();
+    need = selscan__ssd_part_floats(&q);
+    npb = (q.P + SELSCAN__SSD_PB - 1) / SELSCAN__SSD_PB;
+    selscan__split(q.batch * q.H * npb, part, nparts, &i0, &i1);
+    { /* the caller's errno is kept (see selscan_forward_ref) */
+        const int saved_errno = errno;
+        float *const f = SELSCAN__CAST(float *, workspace) + part * need;
+        for (i = i0; i < i1; i++) {
+            const int64_t b = i / (q.H * npb), h = i / npb % q.H, p0 = i % npb * SELSCAN__SSD_PB;
+            selscan__ssd_fwd_item(&q, b, h, p0, selscan__min64(SELSCAN__SSD_PB, q.P - p0), f, isa);
+        }
+        errno = saved_errno;
+    }
+    return SELSCAN_OK;
+}
+
+SELSCAN_DEF selscan_status selscan_ssd_workspace_size_parts(const selscan_ssd_problem *p, int64_t n_parts,
+                                                            size_t *bytes) {
+    selscan__sprob q;
+    selscan_status st;
+    int64_t need;
+    if (!bytes) return selscan__fail(p ? p->diag : NULL, SELSCAN_ERR_NULL, "bytes", SELSCAN_RULE_MISSING);
+    if ((st = selscan__check_part(0, n_parts, p ? p->diag : NULL)) != SELSCAN_OK) return st;
+    if ((st = selscan__ssd_validate_forward(p, &q, NULL, 0, NULL, 0)) != SELSCAN_OK) return st;
+    need = selscan__ssd_ws_fast(&q, NULL, n_parts);
+    if (!selscan__size_ok(need) || !selscan__size_ok(selscan__with_slack(need)))
+        return selscan__fail(p->diag, SELSCAN_ERR_SHAPE, "workspace", SELSCAN_RULE_SIZE_OVERFLOWS);
+    *bytes = SELSCAN__CAST(size_t, selscan__with_slack(need));
+    return SELSCAN_OK;
+}
+
+SELSCAN_DEF selscan_status selscan_ssd_forward_cpu_part(const selscan_ssd_problem *p, int64_t part, int64_t n_parts,
+                                                        void *workspace, size_t workspace_bytes) {
+    return selscan__ssd_forward_fast(p, part, n_parts, workspace, workspace_bytes);
+}
+
+SELSCAN_DEF selscan_status selscan_ssd_forward_cpu(const selscan_ssd_problem *p, void *workspace,
+                                                   size_t workspace_bytes) {
+    return selscan__ssd_forward_fast(p, 0, 1, workspace, workspace_bytes);
+}
+
 /* --------------------------------------------------------------------------------------------- */
 /* >>entry                          public CPU entry points                                      */
 /* --------------------------------------------------------------------------------------------- */
@@ -4645,6 +5438,70 @@ static SELSCAN__ATTR void SELSCAN__SFX(selscan__conv_bwd_block)(const selscan__c
             if (r->dbias.data) SELSCAN__CAST(float *, r->dbias.data)[SELSCAN__AT1(r->dbias, d0 + c)] = a[4 * SELSCAN__VW];
         }
     }
+}
+
+/* ---- >>fast-ssd: the SSD forward's inner tile (>>ssd-entry drives it) ----------------------- */
+/* One vector of W channels and k <= 8 states n0 .. n0 + k - 1 over nt steps, the states in
+   registers: S <- a S + (dt B) x, then y += sum over the k states of C S, in two partial sums (even
+   and odd n: two chains of dependent FMAs, not one) added in a fixed order. S: the states, rows ps
+   floats apart (n-major); x, y: the step rows, ts floats apart; a: the decays; dB (dt B), Cb: one
+   row per step, nr floats apart (from n0). k is a constant where inlined (8): the states are
+   registers. */
+static SELSCAN__ATTR SELSCAN__INLINE void SELSCAN__SFX(selscan__ssd_fwd_nblk)(const int k, float *S, int64_t ps, int nt,
+                                                                              int64_t ts, const float *x,
+                                                                              const float *a, const float *dB,
+                                                                              const float *Cb, int64_t nr, float *y) {
+    const SELSCAN__VF zero = SELSCAN__VSET1(0.0f);
+    SELSCAN__VF s0 = zero, s1 = zero, s2 = zero, s3 = zero, s4 = zero, s5 = zero, s6 = zero, s7 = zero;
+    int i;
+    if (k > 0) s0 = SELSCAN__VLOAD(S);
+    if (k > 1) s1 = SELSCAN__VLOAD(S + ps);
+    if (k > 2) s2 = SELSCAN__VLOAD(S + 2 * ps);
+    if (k > 3) s3 = SELSCAN__VLOAD(S + 3 * ps);
+    if (k > 4) s4 = SELSCAN__VLOAD(S + 4 * ps);
+    if (k > 5) s5 = SELSCAN__VLOAD(S + 5 * ps);
+    if (k > 6) s6 = SELSCAN__VLOAD(S + 6 * ps);
+    if (k > 7) s7 = SELSCAN__VLOAD(S + 7 * ps);
+    for (i = 0; i < nt; i++) {
+        const SELSCAN__VF xv = SELSCAN__VLOAD(x + i * ts), av = SELSCAN__VSET1(a[i]);
+        const float *const db = dB + i * nr, *const cb = Cb + i * nr;
+        SELSCAN__VF e = SELSCAN__VLOAD(y + i * ts), o = zero;
+#define SELSCAN__SSD_ST(j, acc)                                                                          \
+    if (k > j) {                                                                                        \
+        s##j = SELSCAN__VFMA(av, s##j, SELSCAN__VMUL(SELSCAN__VSET1(db[j]), xv));                       \
+        acc = SELSCAN__VFMA(SELSCAN__VSET1(cb[j]), s##j, acc);                                          \
+    }
+        SELSCAN__SSD_ST(0, e) SELSCAN__SSD_ST(1, o) SELSCAN__SSD_ST(2, e) SELSCAN__SSD_ST(3, o)
+        SELSCAN__SSD_ST(4, e) SELSCAN__SSD_ST(5, o) SELSCAN__SSD_ST(6, e) SELSCAN__SSD_ST(7, o)
+#undef SELSCAN__SSD_ST
+        SELSCAN__VSTORE(y + i * ts, SELSCAN__VADD(e, o));
+    }
+    if (k > 0) SELSCAN__VSTORE(S, s0);
+    if (k > 1) SELSCAN__VSTORE(S + ps, s1);
+    if (k > 2) SELSCAN__VSTORE(S + 2 * ps, s2);
+    if (k > 3) SELSCAN__VSTORE(S + 3 * ps, s3);
+    if (k > 4) SELSCAN__VSTORE(S + 4 * ps, s4);
+    if (k > 5) SELSCAN__VSTORE(S + 5 * ps, s5);
+    if (k > 6) SELSCAN__VSTORE(S + 6 * ps, s6);
+    if (k > 7) SELSCAN__VSTORE(S + 7 * ps, s7);
+}
+
+/* A chunk of nt steps of a block of pw channels (a multiple of every W): for each vector of
+   channels, the states 8 at a time in increasing n (so y's sums over n run in one fixed order).
+   S: N rows of pw floats; xb, yb: nt rows of pw; a: nt; dB, Cb: nt rows of N, nr floats apart. */
+static SELSCAN__ATTR void SELSCAN__SFX(selscan__ssd_fwd_chunk)(float *S, int64_t pw, int64_t N, int64_t nr, int nt,
+                                                             const float *xb, const float *a, const float *dB,
+                                                             const float *Cb, float *yb) {
+    int64_t pv, n0;
+    for (pv = 0; pv < pw; pv += SELSCAN__VW)
+        for (n0 = 0; n0 < N; n0 += 8) {
+            if (N - n0 >= 8)
+                SELSCAN__SFX(selscan__ssd_fwd_nblk)(8, S + n0 * pw + pv, pw, nt, pw, xb + pv, a, dB + n0, Cb + n0, nr,
+                                                    yb + pv);
+            else
+                SELSCAN__SFX(selscan__ssd_fwd_nblk)
+                (SELSCAN__CAST(int, N - n0), S + n0 * pw + pv, pw, nt, pw, xb + pv, a, dB + n0, Cb + n0, nr, yb + pv);
+        }
 }
 
 /* the pass's definitions (>>fast-isa defines them again for the next pass) */
