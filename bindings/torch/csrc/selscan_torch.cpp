@@ -54,68 +54,6 @@
 #include "selscan_binding.h"       // bindings/common: the layer shared with the other bindings
 #include "selscan_binding_cuda.h"  // bindings/common: their CUDA shim (no CUDA header; called WITH_CUDA only)
 
-// _C.cpu_checkpoint_used(N): whether the CPU backward reads a checkpoint for N states, asked of the
-// library (selscan_checkpoint_used reads only dstate): the fake kernels' checkpoint size.
-static PyObject* CpuCheckpointUsed(PyObject*, PyObject* arg) {
-  const long long n = PyLong_AsLongLong(arg);
-  if (n == -1 && PyErr_Occurred()) return nullptr;
-  selscan_problem p;
-  std::memset(&p, 0, sizeof p);
-  p.dstate = n;
-  return PyBool_FromLong(selscan_checkpoint_used(&p));
-}
-
-// A sequence of Python ints as int64 (false with a Python error set otherwise).
-static bool Int64s(PyObject* seq, std::vector<int64_t>* out) {
-  PyObject* f = PySequence_Fast(seq, "sizes / strides must be a sequence of ints");
-  if (!f) return false;
-  const Py_ssize_t n = PySequence_Fast_GET_SIZE(f);
-  out->resize(static_cast<size_t>(n));
-  for (Py_ssize_t i = 0; i < n; i++) {
-    (*out)[static_cast<size_t>(i)] = PyLong_AsLongLong(PySequence_Fast_GET_ITEM(f, i));
-    if ((*out)[static_cast<size_t>(i)] == -1 && PyErr_Occurred()) break;
-  }
-  Py_DECREF(f);
-  return !PyErr_Occurred();
-}
-
-// _C.elements_meet(a_byte, a_elem_size, a_sizes, a_strides, b_byte, b_elem_size, b_sizes, b_strides):
-// bindings/common's ElementsMeet (whether two strided tensors share a byte) for the Python wrappers'
-// own copies (_checks.state_alias_refused), which pass byte addresses (or storage offsets) as ints.
-static PyObject* ElementsMeetPy(PyObject*, PyObject* args) {
-  long long a, ae, b, be;
-  PyObject *as, *ast, *bs, *bst;
-  if (!PyArg_ParseTuple(args, "LLOOLLOO", &a, &ae, &as, &ast, &b, &be, &bs, &bst)) return nullptr;
-  std::vector<int64_t> asz, astr, bsz, bstr;
-  if (!Int64s(as, &asz) || !Int64s(ast, &astr) || !Int64s(bs, &bsz) || !Int64s(bst, &bstr)) return nullptr;
-  if (asz.size() != astr.size() || bsz.size() != bstr.size()) {
-    PyErr_SetString(PyExc_ValueError, "sizes and strides differ in length");
-    return nullptr;
-  }
-  const bool meet = selscan_binding::ElementsMeet(
-      reinterpret_cast<const void*>(static_cast<intptr_t>(a)), ae, static_cast<int64_t>(asz.size()), asz.data(),
-      astr.data(), reinterpret_cast<const void*>(static_cast<intptr_t>(b)), be, static_cast<int64_t>(bsz.size()),
-      bsz.data(), bstr.data());
-  return PyBool_FromLong(meet);
-}
-
-// The extension module itself: importing it runs the static TORCH_LIBRARY registrations below.
-// CONV_MAX_WIDTH: selscan.h's SELSCAN_CONV_MAX_WIDTH (the conv fake kernels' width bound).
-extern "C" PyMODINIT_FUNC PyInit__C(void) {
-  static PyMethodDef methods[] = {
-      {"cpu_checkpoint_used", CpuCheckpointUsed, METH_O, "selscan_checkpoint_used for a problem of N states"},
-      {"elements_meet", ElementsMeetPy, METH_VARARGS, "whether two strided tensors share a byte (ElementsMeet)"},
-      {nullptr, nullptr, 0, nullptr}};
-  static struct PyModuleDef def = {PyModuleDef_HEAD_INIT, "_C", "selscan's PyTorch ops (torch.ops.selscan)", -1,
-                                   methods};
-  PyObject* m = PyModule_Create(&def);
-  if (m && PyModule_AddIntConstant(m, "CONV_MAX_WIDTH", SELSCAN_CONV_MAX_WIDTH) != 0) {
-    Py_DECREF(m);
-    return nullptr;
-  }
-  return m;
-}
-
 namespace selscan_torch {
 namespace {
 
@@ -156,17 +94,6 @@ ST OptOperand(const OptT& t) {
   return t.has_value() ? Operand<ST>(*t) : bind::Absent<ST>();
 }
 
-selscan_dtype DtypeOf(const Tensor& t, const char* name) {
-  switch (t.scalar_type()) {
-    case at::kFloat: return SELSCAN_F32;
-    case at::kHalf: return SELSCAN_F16;
-    case at::kBFloat16: return SELSCAN_BF16;
-    default:
-      TORCH_CHECK_TYPE(false, "selscan: ", name, " must be float32, float16 or bfloat16, got ", t.scalar_type());
-  }
-  return SELSCAN_F32;
-}
-
 std::string Shape(const Tensor& t) { return c10::str(t.sizes()); }
 
 // ---- errors ----------------------------------------------------------------------------------
@@ -179,7 +106,9 @@ static_assert(SELSCAN_VERSION >= 200, "selscan_torch needs selscan v0.2 (const i
 using bind::NameMap;
 using bind::Names;
 using bind::NamesOf;
-constexpr NameMap kFwdNames[] = {{"y", "out"}, {"h_last", "last_state"}, {"seqlen", "L"}, {"dstate", "N"}};
+constexpr NameMap kFwdNames[] = {{"y", "out"},        {"h_last", "last_state"}, {"seqlen", "L"},
+                                 {"dstate", "A"},     {"n_groups", "B"},         {"batch", "u"},
+                                 {"n_seqs", "cu_seqlens"}};
 using bind::kStepNames;  // x, dt, dt_bias, state_batch_indices, out, N (shared with selscan_tf)
 
 // selscan's report of the failing operand (filled only on an error status), in the op's names.
@@ -219,150 +148,192 @@ void Refuse(selscan_status st, const char* where, const char* arg, const std::st
   CheckText(st, where, std::string(" (argument '") + arg + "': " + rule + ")");
 }
 
-// ---- argument checks (before anything reaches selscan: a clear message naming the argument) ----
-
 using Sizes = bind::Sizes;
-
-void SameDeviceAs(const Tensor& ref, const char* ref_name, const Tensor& t, const char* name) {
-  TORCH_CHECK_VALUE(t.device() == ref.device(), "selscan: ", name, " is on ", t.device(), " but ", ref_name,
-                    " is on ", ref.device());
-}
-void SameDevice(const Tensor& ref, const Tensor& t, const char* name) { SameDeviceAs(ref, "u", t, name); }
-
-void CheckF32(const Tensor& t, const char* name) {
-  TORCH_CHECK_TYPE(t.scalar_type() == at::kFloat, "selscan: ", name, " must be float32, got ", t.scalar_type());
-}
 
 // ---- the decode steps' parameters: float32 or x's dtype -------------------------------------------
 // The steps' D / dt_bias (selscan::step) and weight / bias (selscan::conv_step) are float32 or x's
-// dtype (a model in float16 / bfloat16: mamba_ssm's and transformers' decode). The step's reach
-// selscan as they are, each with its flag (SELSCAN_STEP_D_T, SELSCAN_STEP_DELTA_BIAS_T: read in x's
-// dtype, converted on load; no conversion kernel a token). The conv step's have one flag for both
-// (SELSCAN_CONV_PARAMS_T): both in x's dtype go as they are, a mix as float32 (the ones in x's
-// dtype widened here: exact, one kernel each).
-void CheckStepParam(const Tensor& t, const Tensor& x, const char* name) {
-  TORCH_CHECK_TYPE(t.scalar_type() == at::kFloat || t.scalar_type() == x.scalar_type(), "selscan: ", name,
-                   " must be float32 or x's dtype ", x.scalar_type(), ", got ", t.scalar_type());
-}
-// Whether the given ones of ps are all in x's dtype (x not float32; at least one given).
-// (SELSCAN_CONV_PARAMS_T)
-bool StepParamsInT(const Tensor& x, std::initializer_list<const Tensor*> ps) {
-  if (x.scalar_type() == at::kFloat) return false;
-  bool any = false;
-  for (const Tensor* t : ps) {
-    if (!t) continue;
-    if (t->scalar_type() != x.scalar_type()) return false;
-    any = true;
-  }
-  return any;
-}
-const Tensor* Given(const OptT& t) { return t.has_value() ? &*t : nullptr; }
+// dtype (a model in float16 / bfloat16: mamba_ssm's and transformers' decode; the common check's
+// rule). The step's reach selscan as they are, each with its flag (SELSCAN_STEP_D_T,
+// SELSCAN_STEP_DELTA_BIAS_T: read in x's dtype, converted on load; no conversion kernel a token).
+// The conv step's have one flag for both (SELSCAN_CONV_PARAMS_T): both in x's dtype go as they
+// are, a mix as float32 (the ones in x's dtype widened here: exact, one kernel each).
 Tensor AsF32(const Tensor& t) { return t.scalar_type() == at::kFloat ? t : t.to(at::kFloat); }
 OptT AsF32(const OptT& t) { return t.has_value() ? OptT(AsF32(*t)) : OptT(); }
 
-void CheckShape(const Tensor& t, at::IntArrayRef want, const char* name, const char* what) {
-  TORCH_CHECK_VALUE(t.sizes() == want, "selscan: ", name, " must have shape ", what, " = ", want, ", got ", Shape(t));
+// ---- >>args: the argument checks, bindings/common's (selscan_binding_args.h) ---------------------
+// Every op's tensors are described (sizes, strides, dtype, device; no data) and checked by the
+// common layer against selscan's operand tables and size rules; the fake kernels ask the same
+// check through _C.check_args (selscan_torch/_checks.py: check_op), so a meta or fake call is
+// refused in the same words. Errors name the caller's argument (the per-op name maps above).
+
+enum class Op { kFwd = 0, kBwd, kStep, kConvFwd, kConvBwd, kConvStep };
+
+bind::Type TypeOf(at::ScalarType st) {
+  switch (st) {
+    case at::kFloat: return bind::Type::kF32;
+    case at::kHalf: return bind::Type::kF16;
+    case at::kBFloat16: return bind::Type::kBF16;
+    case at::kInt: return bind::Type::kI32;
+    case at::kLong: return bind::Type::kI64;
+    default: return bind::Type::kOther;
+  }
+}
+// str(torch dtype): the name the fake kernels pass for a dtype (the same in both paths' messages)
+const char* TypeName(at::ScalarType st) {
+  switch (st) {
+    case at::kFloat: return "torch.float32";
+    case at::kHalf: return "torch.float16";
+    case at::kBFloat16: return "torch.bfloat16";
+    case at::kDouble: return "torch.float64";
+    case at::kLong: return "torch.int64";
+    case at::kInt: return "torch.int32";
+    case at::kShort: return "torch.int16";
+    case at::kChar: return "torch.int8";
+    case at::kByte: return "torch.uint8";
+    case at::kBool: return "torch.bool";
+    case at::kComplexHalf: return "torch.complex32";
+    case at::kComplexFloat: return "torch.complex64";
+    case at::kComplexDouble: return "torch.complex128";
+    default: return c10::toString(st);
+  }
+}
+int64_t DeviceKey(const c10::Device& d) {
+  return (static_cast<int64_t>(d.type()) << 16) | static_cast<int64_t>(static_cast<uint16_t>(d.index() + 1));
+}
+std::string DeviceName(int64_t key) {
+  return c10::Device(static_cast<c10::DeviceType>(key >> 16), static_cast<c10::DeviceIndex>((key & 0xffff) - 1)).str();
+}
+bool IsCudaKey(int64_t key) { return (key >> 16) == static_cast<int64_t>(c10::DeviceType::CUDA); }
+
+bind::Arg ArgOf(const c10::Device& d, at::ScalarType st) {  // without its sizes
+  bind::Arg a;
+  a.present = true;
+  a.type = TypeOf(st);
+  a.type_name = TypeName(st);
+  a.device = DeviceKey(d);
+  a.host = d.is_cpu();
+  return a;
+}
+bind::Arg ArgOf(const Tensor& t) {
+  if (!t.defined()) return bind::Arg();
+  bind::Arg a = ArgOf(t.device(), t.scalar_type());
+  a.ndim = t.dim();
+  a.sizes = t.sizes().data();
+  a.strides = t.strides().data();
+  return a;
+}
+bind::Arg ArgOf(const OptT& t) { return t.has_value() ? ArgOf(*t) : bind::Arg(); }
+
+// selscan's conv operand names -> causal_conv1d's argument names (errors name what the caller passed)
+constexpr NameMap kConvNames[] = {{"y", "out"},
+                                  {"init_state", "initial_states"},
+                                  {"final_state", "final_states"},
+                                  {"dinit_state", "dinitial_states"},
+                                  {"dfinal_state", "dfinal_states"},
+                                  {"seqlen", "L"},
+                                  {"width", "weight"},
+                                  {"batch", "x"},
+                                  {"n_seqs", "cu_seqlens"}};
+constexpr NameMap kConvStepNames[] = {{"y", "out"},           {"state", "conv_state"}, {"state_index", "conv_state_indices"},
+                                      {"width", "weight"},     {"state_len", "conv_state"}, {"n_cache", "conv_state"},
+                                      {"batch", "x"}};
+
+const char* WhereOf(Op op) {
+  static const char* const where[] = {"forward", "backward", "step", "conv forward", "conv backward", "conv step"};
+  return where[static_cast<int>(op)];
+}
+Names NamesOfOp(Op op) {
+  switch (op) {
+    case Op::kFwd: case Op::kBwd: return NamesOf(kFwdNames);
+    case Op::kStep: return NamesOf(kStepNames);
+    case Op::kConvFwd: case Op::kConvBwd: return NamesOf(kConvNames);
+    default: return NamesOf(kConvStepNames);
+  }
+}
+// The op's arguments in its schema's order (fwd: u, delta, A, B, C, D, z, delta_bias, h0, cu_seqlens;
+// bwd: then dy, dh_last, checkpoint; step: state, x, dt, A, B, C, D, z, dt_bias, state_index;
+// conv_fwd: x, weight, bias, init_state, cu_seqlens; conv_bwd: then dy, dfinal_state; conv_step:
+// state, x, weight, bias, state_index), checked; values: the host offsets / state rows, or none.
+bind::Refusal CheckArgs(Op op, const bind::Arg* a, const int64_t* cu_values, const int32_t* idx_values,
+                        bind::Checked* k) {
+  bind::Forms f;
+  f.device_name = &DeviceName;
+  f.names = NamesOfOp(op);
+  switch (op) {
+    case Op::kFwd: case Op::kBwd: {
+      bind::ScanArgs s;
+      s.u = a[0]; s.delta = a[1]; s.A = a[2]; s.B = a[3]; s.C = a[4]; s.D = a[5]; s.z = a[6]; s.delta_bias = a[7];
+      s.h0 = a[8]; s.cu_seqlens = a[9]; s.cu_values = cu_values;
+      if (op == Op::kBwd) {
+        s.backward = true;
+        s.dy = a[10]; s.dh_last = a[11]; s.checkpoint = a[12];
+      }
+      f.fixed_bc = f.groupless_bc = true;  // (dim, N) constant over time; (batch, N, L): one group
+      return bind::CheckScanArgs(s, f, k);
+    }
+    case Op::kStep: {
+      bind::StepArgs s;
+      s.state = a[0]; s.u = a[1]; s.delta = a[2]; s.A = a[3]; s.B = a[4]; s.C = a[5]; s.D = a[6]; s.z = a[7];
+      s.delta_bias = a[8]; s.state_index = a[9]; s.index_values = idx_values;
+      f.groupless_bc = true;  // (batch, N): one group
+      return bind::CheckStepArgs(s, f, k);
+    }
+    case Op::kConvFwd: case Op::kConvBwd: {
+      bind::ConvArgs s;
+      s.x = a[0]; s.weight = a[1]; s.bias = a[2]; s.init_state = a[3]; s.cu_seqlens = a[4]; s.cu_values = cu_values;
+      if (op == Op::kConvBwd) {
+        s.backward = true;
+        s.dy = a[5]; s.dfinal_state = a[6];
+      }
+      return bind::CheckConvArgs(s, f, k);
+    }
+    default: {
+      bind::ConvStepArgs s;
+      s.state = a[0]; s.x = a[1]; s.weight = a[2]; s.bias = a[3]; s.state_index = a[4]; s.index_values = idx_values;
+      return bind::CheckConvStepArgs(s, f, k);
+    }
+  }
 }
 
-Sizes CheckScan(const Tensor& u, const Tensor& delta, const Tensor& A, const Tensor& B, const Tensor& C,
-                const OptT& D, const OptT& z, const OptT& delta_bias, const OptT& h0, const OptT& cu_seqlens) {
-  Sizes s;
-  TORCH_CHECK_VALUE(u.dim() == 3, "selscan: u must have shape (batch, dim, L), got ", Shape(u));
-  (void)DtypeOf(u, "u");
-  TORCH_CHECK_TYPE(!A.is_complex(), "selscan: complex A is not supported (real A only)");
-  TORCH_CHECK_VALUE(A.dim() == 2, "selscan: A must have shape (dim, N), got ", Shape(A));
-  // u is checked on its own before the others are compared with it (>>harden-plausible): where u
-  // and A disagree on dim, the one that disagrees with the rest is named (a (batch, L, dim) u passed
-  // without its transpose is u's error, not delta's)
-  if (u.size(1) != A.size(0)) {
-    const bool u_transposed = u.size(2) == A.size(0);
-    const bool delta_agrees = delta.dim() == 3 && delta.sizes() == u.sizes();
-    TORCH_CHECK_VALUE(!u_transposed && delta_agrees, "selscan: u must have shape (batch, dim, L) with dim = ",
-                      A.size(0), " (A's first dim), got ", Shape(u),
-                      u_transposed ? " (a (batch, L, dim) tensor: pass u.transpose(1, 2))" : "");
-    TORCH_CHECK_VALUE(false, "selscan: A must have shape (dim, N) with dim = ", u.size(1), " (u's dim), got ",
-                      Shape(A));
-  }
-  s.batch = u.size(0); s.dim = u.size(1); s.L = u.size(2);
-  CheckShape(delta, u.sizes(), "delta", "u's shape");
-  TORCH_CHECK_TYPE(delta.scalar_type() == u.scalar_type(), "selscan: delta must have u's dtype ", u.scalar_type(),
-                   ", got ", delta.scalar_type());
-  SameDevice(u, delta, "delta");
-  CheckF32(A, "A");
-  SameDevice(u, A, "A");
-  s.N = A.size(1);
-  auto bc = [&](const Tensor& t, const char* name, bool* fixed) {
-    SameDevice(u, t, name);
-    if (t.dim() == 2) {
-      *fixed = true;
-      CheckShape(t, {s.dim, s.N}, name, "(dim, N) (fixed)");
-      CheckF32(t, name);
-    } else {
-      const int64_t o = t.dim() == 3 ? 1 : 2;  // (batch, N, L): one group, no view needed
-      TORCH_CHECK_VALUE((t.dim() == 3 || t.dim() == 4) && t.size(0) == s.batch && t.size(o) == s.N &&
-                            t.size(o + 1) == s.L,
-                        "selscan: ", name, " must have shape (dim, N), (batch, N, L) or (batch, G, N, L) with batch = ",
-                        s.batch, ", N = ", s.N, ", L = ", s.L, ", got ", Shape(t));
-      TORCH_CHECK_TYPE(t.scalar_type() == u.scalar_type(), "selscan: variable ", name, " must have u's dtype ",
-                       u.scalar_type(), ", got ", t.scalar_type());
-    }
-  };
-  bc(B, "B", &s.fixed_B);
-  bc(C, "C", &s.fixed_C);
-  auto groups = [](const Tensor& t) { return t.dim() == 4 ? t.size(1) : int64_t(1); };
-  if (!s.fixed_B) s.G = groups(B);
-  if (!s.fixed_C) {
-    if (!s.fixed_B) {
-      TORCH_CHECK_VALUE(groups(C) == s.G, "selscan: C has ", groups(C), " groups but B has ", s.G);
-    } else {
-      s.G = groups(C);
+// The op's tensors checked (the host values of cu_seqlens / state rows where they are CPU tensors of
+// the right dtype): the sizes found, or the framework's error.
+struct Checked {
+  bind::Checked k;
+  OptT host;  // the contiguous host copy of cu_seqlens / state_index whose values were checked
+};
+Checked Check(Op op, const bind::Arg* args, const OptT& values) {
+  Checked c;
+  const int64_t* cu = nullptr;
+  const int32_t* idx = nullptr;
+  if (values && values->defined() && values->is_cpu() && values->dim() == 1) {
+    const bool rows = op == Op::kStep || op == Op::kConvStep;
+    if (!rows && values->scalar_type() == at::kLong) {
+      c.host = values->contiguous();
+      cu = c.host->data_ptr<int64_t>();
+    } else if (rows && values->scalar_type() == at::kInt) {
+      c.host = values->contiguous();
+      idx = c.host->data_ptr<int32_t>();
     }
   }
-  TORCH_CHECK_VALUE(s.G >= 1 && s.dim % s.G == 0, "selscan: the group count of B/C (", s.G,
-                    ") must divide dim (", s.dim, ")");
-  if (D) { CheckShape(*D, {s.dim}, "D", "(dim,)"); CheckF32(*D, "D"); SameDevice(u, *D, "D"); }
-  if (z) {
-    CheckShape(*z, u.sizes(), "z", "u's shape");
-    TORCH_CHECK_TYPE(z->scalar_type() == u.scalar_type(), "selscan: z must have u's dtype ", u.scalar_type(),
-                     ", got ", z->scalar_type());
-    SameDevice(u, *z, "z");
-  }
-  if (delta_bias) {
-    CheckShape(*delta_bias, {s.dim}, "delta_bias", "(dim,)");
-    CheckF32(*delta_bias, "delta_bias");
-    SameDevice(u, *delta_bias, "delta_bias");
-  }
-  s.rows = s.batch;
-  if (cu_seqlens) {
-    TORCH_CHECK_VALUE(cu_seqlens->device().is_cpu(), "selscan: cu_seqlens must be a CPU tensor (its values are "
-                      "validated on the host), got one on ", cu_seqlens->device());
-    TORCH_CHECK_TYPE(cu_seqlens->scalar_type() == at::kLong, "selscan: cu_seqlens must be int64, got ",
-                     cu_seqlens->scalar_type());
-    TORCH_CHECK_VALUE(cu_seqlens->dim() == 1 && cu_seqlens->size(0) >= 2,
-                      "selscan: cu_seqlens must have shape (n_seqs + 1,) with n_seqs >= 1, got ", Shape(*cu_seqlens));
-    TORCH_CHECK_VALUE(s.batch == 1, "selscan: packed sequences (cu_seqlens) need batch 1, got batch ", s.batch);
-    s.n_seqs = cu_seqlens->size(0) - 1;
-    s.rows = s.n_seqs;
-  }
-  if (h0) {
-    CheckShape(*h0, {s.rows, s.dim, s.N}, "h0", cu_seqlens ? "(n_seqs, dim, N)" : "(batch, dim, N)");
-    CheckF32(*h0, "h0");
-    SameDevice(u, *h0, "h0");
-  }
-  return s;
+  const bind::Refusal r = CheckArgs(op, args, cu, idx, &c.k);
+  if (!r.ok()) Raise(bind::ErrorOf(r, WhereOf(op), NamesOfOp(op)));
+  return c;
+}
+Checked CheckScan(Op op, const Tensor& u, const Tensor& delta, const Tensor& A, const Tensor& B, const Tensor& C,
+                  const OptT& D, const OptT& z, const OptT& delta_bias, const OptT& h0, const OptT& cu_seqlens,
+                  const Tensor& dy = Tensor(), const OptT& dh_last = OptT(), const Tensor& checkpoint = Tensor()) {
+  const bind::Arg args[] = {ArgOf(u), ArgOf(delta), ArgOf(A), ArgOf(B), ArgOf(C), ArgOf(D), ArgOf(z),
+                            ArgOf(delta_bias), ArgOf(h0), ArgOf(cu_seqlens), ArgOf(dy), ArgOf(dh_last),
+                            ArgOf(checkpoint)};
+  return Check(op, args, cu_seqlens);
 }
 
 // ---- problem building -------------------------------------------------------------------------
 
-struct Scan {
-  selscan_problem p;
-  Tensor cu_host;  // contiguous int64 CPU copy when needed
-};
-
-selscan_problem BuildProblem(const Sizes& s, const Tensor& u, const Tensor& delta, const Tensor& A, const Tensor& B,
-                             const Tensor& C, const OptT& D, const OptT& z, const OptT& delta_bias, const OptT& h0,
-                             const OptT& cu_host, bool softplus) {
-  selscan_problem p = bind::MakeProblem(s, DtypeOf(u, "u"), softplus, cu_host ? cu_host->data_ptr<int64_t>() : nullptr);
+selscan_problem BuildProblem(const bind::Checked& k, const Tensor& u, const Tensor& delta, const Tensor& A,
+                             const Tensor& B, const Tensor& C, const OptT& D, const OptT& z, const OptT& delta_bias,
+                             const OptT& h0, const OptT& cu_host, bool softplus) {
+  selscan_problem p = bind::MakeProblem(k.s, k.dtype, softplus, cu_host ? cu_host->data_ptr<int64_t>() : nullptr);
   p.u = Operand<decltype(p.u)>(u);
   p.delta = Operand<decltype(p.delta)>(delta);
   p.A = Operand<decltype(p.A)>(A);
@@ -427,69 +398,97 @@ void RunParts(const P& p, int64_t n_parts, const char* where, const Names& names
   Check(bind::RunParts(p, n_parts, pool, fn), where, names);
 }
 
-OptT HostCuSeqlens(const OptT& cu) {
-  if (!cu) return OptT();
-  return cu->contiguous();
-}
-
-// >>harden-offsets: the offsets' values, checked by the binding where selscan is not called (an
-// empty problem: batch, dim or L 0): the rules of selscan's validation (first 0, last L,
-// non-decreasing), reported the same way, so that a bad cu_seqlens is refused whatever the sizes.
-void CheckOffsetsValues(const OptT& cu, int64_t L, const char* where) {
-  if (!cu) return;
-  const Tensor h = cu->contiguous();
-  std::string rule;
-  const selscan_status st = bind::OffsetsRule(h.data_ptr<int64_t>(), h.numel(), L, &rule);
-  if (st != SELSCAN_OK) Refuse(st, where, "cu_seqlens", rule);
-}
-
 // ---- >>unit-l: L-strided operands of the CUDA fast kernels' problems, copied ------------------
 //
-// The CUDA fast kernels (variable B / C, N <= 16, no packed sequences) read unit L strides only,
-// unless the channels-last kernels are built (SELSCAN_TORCH_CHANNELS_LAST, off by default for
-// their compile time): an L-strided operand (MambaVision's delta, a (b l, d) -> b d l view; a
-// gradient through a transpose) would send the whole problem to the general kernels. A contiguous
-// copy is cheaper: MambaVision-T's 6 layers' backward ran 1.03 ms on the general kernels (+ local
-// pass) against 0.47 ms fast (bench/NOTES.md MODELS-v5). The forward copies u, delta, z, B, C
-// (ForwardAutograd's copies are what autograd saves, so the backward has them too), the backward
-// dy; y is then contiguous, like the u copy (the fake kernel mirrors that: __init__.py _fwd_y_like).
-// (sym_ sizes and strides: AOTAutograd runs the autograd kernel on symbolic fake tensors.)
+// The CUDA fast kernels read unit L strides only, unless the channels-last kernels are built
+// (SELSCAN_TORCH_CHANNELS_LAST, off by default for their compile time): an L-strided operand
+// (MambaVision's delta, a (b l, d) -> b d l view; a gradient through a transpose) would send the
+// whole problem to the general kernels. A contiguous copy is cheaper: MambaVision-T's 6 layers'
+// backward ran 1.03 ms on the general kernels (+ local pass) against 0.47 ms fast (bench/NOTES.md
+// MODELS-v5). Which problems the fast kernels take is selscan's plan's answer
+// (selscan_binding_cuda_fast_forward), never restated here: the forward copies u, delta, z, B, C
+// where the plan takes the problem with unit L strides and not as it is (ForwardAutograd's copies
+// are what autograd saves, so the backward has them too), the backward dy; y is then contiguous,
+// like the u copy (the fake kernel asks the same question: _C.fwd_unit_l).
 
-bool CudaChannelsLast();  // below, beside CpuBackend
-
-// Whether the problem of u, A, B, C is one the CUDA fast kernels take with unit L strides, on a
-// build whose fast kernels take nothing else.
-bool CudaFastNeedsUnitL(const Tensor& u, const Tensor& A, const Tensor& B, const Tensor& C, bool packed) {
-#ifdef WITH_CUDA
-  return u.is_cuda() && !packed && u.dim() == 3 && u.sym_size(2) > 1 && B.dim() > 2 && C.dim() > 2 && A.dim() >= 1 &&
-         A.sym_size(-1) <= 16 && !CudaChannelsLast();
-#else
-  (void)u, (void)A, (void)B, (void)C, (void)packed;
-  return false;  // no CUDA kernels: a CUDA u is refused (NeedKernels), not copied
-#endif
-}
 // (batch, dim, L) u / delta / z and (batch, [G,] N, L) B / C: L is the last dim.
+bool LStrided(const bind::Arg& t) { return t.present && t.ndim > 0 && t.strides && t.strides[t.ndim - 1] != 1; }
 bool LStrided(const Tensor& t) { return t.dim() > 0 && t.sym_stride(-1) != 1; }
 bool LStrided(const OptT& t) { return t.has_value() && t->defined() && LStrided(*t); }
 Tensor UnitL(const Tensor& t) { return LStrided(t) ? t.contiguous() : t; }
 OptT UnitL(const OptT& t) { return LStrided(t) ? OptT(t->contiguous()) : t; }
 
-// Whether any of the tensors has symbolic sizes or strides (a fake tensor of a dynamic-shape trace).
-bool AnySymbolic(std::initializer_list<const Tensor*> ts, std::initializer_list<const OptT*> opts) {
-  for (const Tensor* t : ts)
-    if (t->defined() && t->unsafeGetTensorImpl()->has_symbolic_sizes_strides()) return true;
-  for (const OptT* t : opts)
-    if (t->has_value() && (*t)->defined() && (*t)->unsafeGetTensorImpl()->has_symbolic_sizes_strides()) return true;
-  return false;
+// Whether the forward of args (the fwd schema's order, checked: k) copies u, delta, z, B and C to
+// unit L strides: a CUDA u, one of them L-strided, and selscan's plan takes the problem on its fast
+// kernels with unit L strides but not as it is. y_like: the strides y has (u's; the backward: dy's).
+bool WantsUnitL(const bind::Arg* a, const bind::Checked& k, const bind::Arg* y_like = nullptr) {
+#ifdef WITH_CUDA
+  const bind::Arg& yl = y_like ? *y_like : a[0];
+  if (!IsCudaKey(a[0].device) || a[9].present || k.s.Empty() ||
+      !(LStrided(a[0]) || LStrided(a[1]) || LStrided(a[6]) || LStrided(a[3]) || LStrided(a[4]) || LStrided(yl)))
+    return false;
+  static const float kSome[1] = {0.f};  // the plan tests pointers for NULL only
+  auto operand = [&](const bind::Arg& t, bool unit, auto* st, bool bc) {
+    using ST = std::remove_pointer_t<decltype(st)>;
+    if (!t.present) return bind::Absent<ST>();
+    ST o = bind::Operand<ST>(const_cast<float*>(kSome), t.ndim, t.sizes, t.strides);
+    if (bc && t.ndim == 3) {  // (batch, N, L): one group (BCOperand)
+      o.stride[3] = o.stride[2];
+      o.stride[2] = o.stride[1];
+      o.stride[1] = std::max<int64_t>(1, bind::Numel(t.ndim, t.sizes));
+    }
+    if (unit) std::memset(o.stride, 0, sizeof o.stride);  // contiguous
+    return o;
+  };
+  auto fast = [&](bool unit) {
+    selscan_problem p = bind::MakeProblem(k.s, k.dtype, false);
+    p.u = operand(a[0], unit, &p.u, false);
+    p.delta = operand(a[1], unit, &p.delta, false);
+    p.A = operand(a[2], unit, &p.A, false);
+    p.B = operand(a[3], unit, &p.B, true);
+    p.C = operand(a[4], unit, &p.C, true);
+    p.D = operand(a[5], unit, &p.D, false);
+    p.z = operand(a[6], unit, &p.z, false);
+    p.delta_bias = operand(a[7], unit, &p.delta_bias, false);
+    p.h0 = operand(a[8], unit, &p.h0, false);
+    p.y = operand(yl, unit, &p.y, false);
+    return selscan_binding_cuda_fast_forward(&p) != 0;
+  };
+  return fast(true) && !fast(false);
+#else
+  (void)a, (void)k, (void)y_like;
+  return false;  // no CUDA kernels: a CUDA u is refused (NeedKernels), not copied
+#endif
 }
 
-// Whether the forward's operands get copies: the policy applies and one of u, delta, z, B, C has an
-// L stride that is not 1.
-bool WantsUnitLCopies(const Tensor& u, const Tensor& delta, const Tensor& A, const Tensor& B, const Tensor& C,
-                      const OptT& z, bool packed) {
-  return CudaFastNeedsUnitL(u, A, B, C, packed) &&
-         (LStrided(u) || LStrided(delta) || LStrided(z) || LStrided(B) || LStrided(C));
-}
+// The args of tensors whose sizes may be symbolic (AOTAutograd runs the autograd kernel on the
+// fake tensors of a dynamic-shape trace): concrete sizes and strides (guard_int: the trace is
+// specialized on them, as the plan's answer depends on them).
+struct ConcreteArgs {
+  std::vector<std::vector<int64_t>> sizes, strides;
+  std::vector<bind::Arg> a;
+  explicit ConcreteArgs(std::initializer_list<const Tensor*> ts) {
+    sizes.reserve(ts.size());
+    strides.reserve(ts.size());
+    for (const Tensor* t : ts) {
+      bind::Arg x;
+      if (t && t->defined()) {
+        x = ArgOf(t->device(), t->scalar_type());
+        std::vector<int64_t> sz, st;
+        for (const c10::SymInt& v : t->sym_sizes()) sz.push_back(v.guard_int(__FILE__, __LINE__));
+        for (const c10::SymInt& v : t->sym_strides()) st.push_back(v.guard_int(__FILE__, __LINE__));
+        sizes.push_back(std::move(sz));
+        strides.push_back(std::move(st));
+        x.ndim = static_cast<int64_t>(sizes.back().size());
+        x.sizes = sizes.back().data();
+        x.strides = strides.back().data();
+      }
+      a.push_back(x);
+    }
+  }
+};
+const Tensor* Ptr(const OptT& t) { return t.has_value() && t->defined() ? &*t : nullptr; }
+
 // Those of u, delta, z, B, C whose L stride is not 1 replaced by contiguous copies.
 void ToUnitL(Tensor& u, Tensor& delta, Tensor& B, Tensor& C, OptT& z) {
   u = UnitL(u);
@@ -579,20 +578,21 @@ std::tuple<Tensor, Tensor, Tensor> Forward(const Tensor& u_in, const Tensor& del
                                            const OptT& z_in, const OptT& delta_bias_in, const OptT& h0_in,
                                            const OptT& cu_seqlens, bool delta_softplus, bool return_last_state,
                                            bool save_checkpoint) {
-  const Sizes s = CheckScan(u_in, delta_in, A_in, B_in, C_in, D_in, z_in, delta_bias_in, h0_in, cu_seqlens);
+  const bind::Arg args[] = {ArgOf(u_in), ArgOf(delta_in), ArgOf(A_in), ArgOf(B_in), ArgOf(C_in),
+                            ArgOf(D_in), ArgOf(z_in), ArgOf(delta_bias_in), ArgOf(h0_in), ArgOf(cu_seqlens)};
+  const Checked c = Check(Op::kFwd, args, cu_seqlens);
+  const Sizes& s = c.k.s;
   NeedKernels(u_in, "u");
   // >>unit-l, after the checks (errors name the user's tensors); a no-op where ForwardAutograd copied
   Tensor u_l = u_in, delta_l = delta_in, B_l = B_in, C_l = C_in;
   OptT z_l = z_in;
-  if (WantsUnitLCopies(u_l, delta_l, A_in, B_l, C_l, z_l, cu_seqlens.has_value())) ToUnitL(u_l, delta_l, B_l, C_l, z_l);
+  if (WantsUnitL(args, c.k)) ToUnitL(u_l, delta_l, B_l, C_l, z_l);
   const Tensor u = Readable(u_l), delta = Readable(delta_l), A = Readable(A_in), B = Readable(B_l),
                C = Readable(C_l);
   const OptT D = Readable(D_in), z = Readable(z_l), delta_bias = Readable(delta_bias_in), h0 = Readable(h0_in);
   Tensor y = NewLike(u);
   Tensor h_last = NewF32(return_last_state ? at::IntArrayRef{s.rows, s.dim, s.N} : at::IntArrayRef{0}, u);
-  if (s.Empty() || s.N == 0) {
-    TORCH_CHECK_VALUE(s.N > 0 || s.Empty(), "selscan: A must have N >= 1 states, got ", Shape(A));
-    CheckOffsetsValues(cu_seqlens, s.L, "forward");
+  if (s.Empty()) {  // (the offsets' values were checked: the rules hold whatever the sizes)
     if (y.numel()) y.zero_();
     if (return_last_state && h_last.numel()) {
       if (h0) h_last.copy_(*h0);
@@ -600,15 +600,14 @@ std::tuple<Tensor, Tensor, Tensor> Forward(const Tensor& u_in, const Tensor& del
     }
     return {y, h_last, NewF32({0}, u)};
   }
-  const OptT cu_host = HostCuSeqlens(cu_seqlens);
-  selscan_problem p = BuildProblem(s, u, delta, A, B, C, D, z, delta_bias, h0, cu_host, delta_softplus);
+  selscan_problem p = BuildProblem(c.k, u, delta, A, B, C, D, z, delta_bias, h0, c.host, delta_softplus);
   p.y = Operand<decltype(p.y)>(y);
   if (return_last_state) p.h_last = Operand<decltype(p.h_last)>(h_last);
   Diag diag(NamesOf(kFwdNames));
   diag.Attach(&p);
   size_t ck_bytes = 0;
   Tensor checkpoint;
-  OnDevice(u, "u", cu_host, [&] {
+  OnDevice(u, "u", c.host, [&] {
     Check(bind::CpuCheckpointBytes(&p, save_checkpoint, &ck_bytes), "checkpoint size", diag);
     checkpoint = NewF32({static_cast<int64_t>(ck_bytes / 4)}, u);
     float* ck = ck_bytes ? checkpoint.data_ptr<float>() : nullptr;
@@ -620,11 +619,11 @@ std::tuple<Tensor, Tensor, Tensor> Forward(const Tensor& u_in, const Tensor& del
       return ck ? selscan_forward_cpu_ckpt_part(q, i, n, ws.ptr, ws.bytes, ck, ck_bytes)
                 : selscan_forward_cpu_part(q, i, n, ws.ptr, ws.bytes);
     });
-  }, [&](auto& c) {
+  }, [&](auto& cc) {
     if (save_checkpoint) Check(selscan_binding_cuda_checkpoint_size(&p, &ck_bytes), "checkpoint size", diag);
     checkpoint = NewF32({static_cast<int64_t>(ck_bytes / 4)}, u);
     float* ck = ck_bytes ? checkpoint.data_ptr<float>() : nullptr;
-    c.Check(selscan_binding_cuda_forward(&p, ck, ck_bytes, &c.call), "forward (CUDA)", diag);
+    cc.Check(selscan_binding_cuda_forward(&p, ck, ck_bytes, &cc.call), "forward (CUDA)", diag);
   });
   return {y, h_last, checkpoint};
 }
@@ -637,22 +636,11 @@ std::vector<Tensor> Backward(const Tensor& u_in, const Tensor& delta_in, const T
                              const Tensor& C_in, const OptT& D_in, const OptT& z_in, const OptT& delta_bias_in,
                              const OptT& h0_in, const OptT& cu_seqlens, const Tensor& dy_in, const OptT& dh_last_in,
                              const Tensor& checkpoint, bool delta_softplus, at::IntArrayRef grad_mask) {
-  const Sizes s = CheckScan(u_in, delta_in, A_in, B_in, C_in, D_in, z_in, delta_bias_in, h0_in, cu_seqlens);
+  // (the checkpoint on u's device: the forward makes it there; one elsewhere would be skipped silently)
+  const Checked c = CheckScan(Op::kBwd, u_in, delta_in, A_in, B_in, C_in, D_in, z_in, delta_bias_in, h0_in, cu_seqlens,
+                              dy_in, dh_last_in, checkpoint);
+  const Sizes& s = c.k.s;
   TORCH_CHECK_VALUE(grad_mask.size() == kNumGrads, "selscan: grad_mask must have 9 entries, got ", grad_mask.size());
-  CheckShape(dy_in, u_in.sizes(), "dy", "u's shape");
-  TORCH_CHECK_TYPE(dy_in.scalar_type() == u_in.scalar_type(), "selscan: dy must have u's dtype ", u_in.scalar_type(),
-                   ", got ", dy_in.scalar_type());
-  SameDevice(u_in, dy_in, "dy");
-  if (dh_last_in) {
-    CheckShape(*dh_last_in, {s.rows, s.dim, s.N}, "dh_last", "last_state's shape");
-    CheckF32(*dh_last_in, "dh_last");
-    SameDevice(u_in, *dh_last_in, "dh_last");
-  }
-  TORCH_CHECK_TYPE(checkpoint.numel() == 0 || checkpoint.scalar_type() == at::kFloat,
-                   "selscan: checkpoint must be float32, got ", checkpoint.scalar_type());
-  // the forward makes it on u's device; one elsewhere would be skipped silently (a meta one
-  // sends the call to the fake kernel, whose _checks.check_bwd has the same rule)
-  SameDevice(u_in, checkpoint, "checkpoint");
   const Tensor u = Readable(u_in), delta = Readable(delta_in), A = Readable(A_in), B = Readable(B_in),
                C = Readable(C_in), dy = Readable(dy_in);
   const OptT D = Readable(D_in), z = Readable(z_in), delta_bias = Readable(delta_bias_in), h0 = Readable(h0_in),
@@ -668,15 +656,13 @@ std::vector<Tensor> Backward(const Tensor& u_in, const Tensor& delta_in, const T
     want[i] = present[i] && grad_mask[i] != 0;
     out[i] = want[i] ? NewLike(*like[i]) : NewF32({0}, u);
   }
-  if (s.Empty() || s.N == 0) {  // every gradient 0, except dh0 = dh_last (the state passes through)
-    CheckOffsetsValues(cu_seqlens, s.L, "backward");
+  if (s.Empty()) {  // every gradient 0, except dh0 = dh_last (the state passes through)
     for (int i = 0; i < kNumGrads; i++)
       if (want[i] && out[i].numel()) out[i].zero_();
     if (want[kDh0] && dh_last && out[kDh0].numel()) out[kDh0].copy_(*dh_last);
     return out;
   }
-  const OptT cu_host = HostCuSeqlens(cu_seqlens);
-  selscan_problem p = BuildProblem(s, u, delta, A, B, C, D, z, delta_bias, h0, cu_host, delta_softplus);
+  selscan_problem p = BuildProblem(c.k, u, delta, A, B, C, D, z, delta_bias, h0, c.host, delta_softplus);
   selscan_grads g;
   std::memset(&g, 0, sizeof g);
   g.dy = Operand<decltype(g.dy)>(dy);
@@ -693,7 +679,7 @@ std::vector<Tensor> Backward(const Tensor& u_in, const Tensor& delta_in, const T
   g.dh0 = OptOperand<decltype(g.dh0)>(grad(kDh0));
   Diag diag(NamesOf(kFwdNames));
   diag.Attach(&p);
-  OnDevice(u, "u", cu_host, [&] {
+  OnDevice(u, "u", c.host, [&] {
     const float* ck = nullptr;
     size_t ck_bytes = 0;
     if (checkpoint.is_cpu() && checkpoint.is_contiguous()) {
@@ -713,7 +699,7 @@ std::vector<Tensor> Backward(const Tensor& u_in, const Tensor& delta_in, const T
     RunParts(p, n, "backward (CPU reduce)", NamesOf(kFwdNames), [&](selscan_problem* q, int64_t i) {
       return selscan_backward_cpu_reduce(q, &g, i, n, ws.ptr, ws.bytes);
     });
-  }, [&](auto& c) {
+  }, [&](auto& cc) {
     // The forward's checkpoint when a CUDA forward saved one (another size: not read).
     const float* ck = nullptr;
     size_t ck_bytes = 0;
@@ -722,24 +708,12 @@ std::vector<Tensor> Backward(const Tensor& u_in, const Tensor& delta_in, const T
             "checkpoint size", diag);
       if (ck_bytes) ck = checkpoint.data_ptr<float>();
     }
-    c.Check(selscan_binding_cuda_backward(&p, &g, ck, ck_bytes, &c.call), "backward (CUDA)", diag);
+    cc.Check(selscan_binding_cuda_backward(&p, &g, ck, ck_bytes, &cc.call), "backward (CUDA)", diag);
   });
   return out;
 }
 
 // ---- decode step ------------------------------------------------------------------------------
-
-// The in-place state: refused when its elements overlap each other (an expand()ed or broadcast
-// view: strides 0 on a dim of size > 1), whatever selscan's "all strides 0 = contiguous" would
-// make of its strides (>>harden-overlap). Other overlapping strides reach selscan, which refuses
-// an output whose explicit strides overlap.
-// (at::has_internal_overlap's "Yes"; the fake kernels' _checks.self_overlapping is the same rule.)
-void CheckInPlace(const Tensor& t, const char* name) {
-  const bool overlap = bind::SelfOverlapping(t.dim(), t.sizes().data(), t.strides().data());
-  TORCH_CHECK_VALUE(!overlap, "selscan: ", name,
-                    " is updated in place but its elements overlap (an expand()ed or broadcast view, strides ",
-                    t.strides(), " for shape ", Shape(t), "); pass a tensor with its own memory (e.g. .clone())");
-}
 
 // An input read through a copy (a full broadcast made dense, strided indices made contiguous):
 // selscan's alias check sees the copy, and updating the in-place output (out) would change the
@@ -766,16 +740,6 @@ ST OutOperand(const Tensor& t, const char* name) {
   return s;
 }
 
-// State row indices on the host (the CPU ops: the step's state_batch_indices, the conv update's
-// conv_state_indices, named by arg): every entry below n_cache, no row twice (negative: padding),
-// checked before anything is written -- also where selscan is not called (batch, dim or L 0).
-void CheckStateIndexHost(const Tensor& idx, int64_t n_cache, const char* where, const char* arg) {
-  const Tensor h = idx.contiguous();
-  std::string rule;
-  const selscan_status st = bind::StateIndexRule(h.data_ptr<int32_t>(), h.numel(), n_cache, &rule);
-  if (st != SELSCAN_OK) Refuse(st, where, arg, rule);
-}
-
 // A (batch, ngroups, N) B / C operand of the step, or (batch, N) as one group (the group stride is
 // never stepped over; a non-zero one keeps "all strides 0" from arising).
 template <typename ST>
@@ -791,79 +755,17 @@ ST StepBCOperand(const Tensor& t) {
 Tensor Step(const Tensor& state, const Tensor& x_in, const Tensor& dt_in, const Tensor& A_in, const Tensor& B_in,
             const Tensor& C_in, const OptT& D_in, const OptT& z_in, const OptT& dt_bias_in, const OptT& state_index,
             bool dt_softplus, bool A_is_log) {
-  TORCH_CHECK_VALUE(x_in.dim() == 2, "selscan: x must have shape (batch, dim), got ", Shape(x_in));
-  (void)DtypeOf(x_in, "x");
-  TORCH_CHECK_VALUE(state.dim() == 3, "selscan: state must have shape (n_cache, dim, N), got ", Shape(state));
-  TORCH_CHECK_TYPE(state.scalar_type() == at::kFloat || state.scalar_type() == x_in.scalar_type(),
-                   "selscan: state must be float32 or x's dtype ", x_in.scalar_type(), " (updated in place), got ",
-                   state.scalar_type());
-  SameDeviceAs(x_in, "x", state, "state");
-  CheckInPlace(state, "state");
-  TORCH_CHECK_TYPE(!A_in.is_complex(), "selscan: complex A is not supported (real A only)");
-  // x is checked against state and A before the others are compared with it: the one of x and
-  // state that disagrees with A on dim is named
-  if (x_in.size(1) != state.size(1)) {
-    const bool state_agrees_with_A = A_in.dim() == 2 && A_in.size(0) == state.size(1);
-    TORCH_CHECK_VALUE(!state_agrees_with_A, "selscan: x must have shape (batch, dim) with dim = ", state.size(1),
-                      " (state's and A's dim), got ", Shape(x_in));
-    TORCH_CHECK_VALUE(false, "selscan: state must have shape (n_cache, dim, N) with dim = ", x_in.size(1),
-                      " (x's dim), got ", Shape(state));
-  }
-  const int64_t batch = x_in.size(0), dim = x_in.size(1);
-  const int64_t n_cache = state.size(0), N = state.size(2);
-  CheckShape(dt_in, x_in.sizes(), "dt", "x's shape");
-  TORCH_CHECK_TYPE(dt_in.scalar_type() == x_in.scalar_type(), "selscan: dt must have x's dtype ",
-                   x_in.scalar_type(), ", got ", dt_in.scalar_type());
-  SameDeviceAs(x_in, "x", dt_in, "dt");
-  CheckShape(A_in, {dim, N}, "A", "(dim, N)");
-  CheckF32(A_in, "A");
-  SameDeviceAs(x_in, "x", A_in, "A");
-  auto bc = [&](const Tensor& t, const char* name) {
-    const bool ok = (t.dim() == 2 && t.size(0) == batch && t.size(1) == N) ||
-                    (t.dim() == 3 && t.size(0) == batch && t.size(2) == N);
-    TORCH_CHECK_VALUE(ok, "selscan: ", name, " must have shape (batch, N) or (batch, ngroups, N) with batch = ", batch,
-                      ", N = ", N, ", got ", Shape(t));
-    TORCH_CHECK_TYPE(t.scalar_type() == x_in.scalar_type(), "selscan: ", name, " must have x's dtype ",
-                     x_in.scalar_type(), ", got ", t.scalar_type());
-    SameDeviceAs(x_in, "x", t, name);
-  };
-  bc(B_in, "B");
-  bc(C_in, "C");
-  auto groups = [](const Tensor& t) { return t.dim() == 3 ? t.size(1) : int64_t(1); };
-  const int64_t G = groups(B_in);
-  TORCH_CHECK_VALUE(groups(C_in) == G, "selscan: C has ", groups(C_in), " groups but B has ", G);
-  TORCH_CHECK_VALUE(G >= 1 && dim % G == 0, "selscan: ngroups of B/C (", G, ") must divide dim (", dim, ")");
-  if (D_in) { CheckShape(*D_in, {dim}, "D", "(dim,)"); CheckStepParam(*D_in, x_in, "D"); SameDeviceAs(x_in, "x", *D_in, "D"); }
-  if (z_in) {
-    CheckShape(*z_in, x_in.sizes(), "z", "x's shape");
-    TORCH_CHECK_TYPE(z_in->scalar_type() == x_in.scalar_type(), "selscan: z must have x's dtype ",
-                     x_in.scalar_type(), ", got ", z_in->scalar_type());
-    SameDeviceAs(x_in, "x", *z_in, "z");
-  }
-  if (dt_bias_in) {
-    CheckShape(*dt_bias_in, {dim}, "dt_bias", "(dim,)");
-    CheckStepParam(*dt_bias_in, x_in, "dt_bias");
-    SameDeviceAs(x_in, "x", *dt_bias_in, "dt_bias");
-  }
-  if (state_index) {
-    CheckShape(*state_index, {batch}, "state_batch_indices", "(batch,)");
-    TORCH_CHECK_TYPE(state_index->scalar_type() == at::kInt, "selscan: state_batch_indices must be int32 here "
-                     "(the Python wrapper converts other integer types), got ", state_index->scalar_type());
-    SameDeviceAs(x_in, "x", *state_index, "state_batch_indices");
-    if (state_index->is_cpu()) CheckStateIndexHost(*state_index, n_cache, "step", "state_batch_indices");
-  } else {
-    TORCH_CHECK_VALUE(n_cache == batch, "selscan: state must have shape (batch, dim, N) with batch = ", batch,
-                      " without state_batch_indices, got ", Shape(state));
-  }
+  const bind::Arg args[] = {ArgOf(state), ArgOf(x_in),    ArgOf(dt_in),      ArgOf(A_in),       ArgOf(B_in),
+                            ArgOf(C_in),  ArgOf(D_in),    ArgOf(z_in),       ArgOf(dt_bias_in), ArgOf(state_index)};
+  const Checked c = Check(Op::kStep, args, state_index);  // (CPU indices: their values too)
+  const int64_t batch = c.k.s.batch, dim = c.k.s.dim, n_cache = c.k.n_cache, N = c.k.s.N, G = c.k.s.G;
   Tensor y = NewLike(x_in);
   if (batch == 0 || dim == 0) return y;
-  TORCH_CHECK_VALUE(N > 0, "selscan: state must have N >= 1, got ", Shape(state));
   // an empty cache: every row is padding (checked above on the host; on CUDA rows >= n_cache are
   // padding), so out is 0. Not selscan's call: its n_cache 0 means batch (issue 38, host run)
   if (n_cache == 0) return y.zero_();
   const Tensor x = Readable(x_in), dt = Readable(dt_in), A = Readable(A_in), B = Readable(B_in), C = Readable(C_in);
   const OptT D = Readable(D_in), z = Readable(z_in), dt_bias = Readable(dt_bias_in);  // float32 or x's dtype
-  auto in_t = [&](const OptT& t) { return t.has_value() && t->scalar_type() != at::kFloat; };
   const Tensor sidx = state_index ? state_index->contiguous() : Tensor();
   auto read_copy = [&](const Tensor& in, const Tensor& used, const char* name) {  // none may overlap state
     CheckReadCopy(state, "state", "step", in, used, name);
@@ -880,11 +782,9 @@ Tensor Step(const Tensor& state, const Tensor& x_in, const Tensor& dt_in, const 
   selscan_step_problem s;
   std::memset(&s, 0, sizeof s);
   s.batch = batch; s.dim = dim; s.dstate = N; s.n_groups = G; s.n_cache = n_cache;
-  s.dtype = DtypeOf(x, "x");
-  s.flags = (dt_softplus ? SELSCAN_DELTA_SOFTPLUS : 0u) | (in_t(D) ? SELSCAN_STEP_D_T : 0u) |
-            (in_t(dt_bias) ? SELSCAN_STEP_DELTA_BIAS_T : 0u) |
-            (state.scalar_type() != at::kFloat ? SELSCAN_STEP_STATE_T : 0u) |  // not float32: x's dtype (checked above)
-            (A_is_log ? SELSCAN_STEP_A_LOG : 0u);                             // A holds A_log: A = -exp(A_log)
+  s.dtype = c.k.dtype;
+  s.flags = c.k.flags |  // D, dt_bias, state in x's dtype: SELSCAN_STEP_D_T, _DELTA_BIAS_T, _STATE_T
+            (dt_softplus ? SELSCAN_DELTA_SOFTPLUS : 0u) | (A_is_log ? SELSCAN_STEP_A_LOG : 0u);  // A holds A_log
   s.state_index = state_index ? sidx.data_ptr<int32_t>() : nullptr;
   s.state = OutOperand<decltype(s.state)>(state, "state");
   s.u = Operand<decltype(s.u)>(x);  // mamba's x / dt are selscan's u / delta
@@ -901,7 +801,7 @@ Tensor Step(const Tensor& state, const Tensor& x_in, const Tensor& dt_in, const 
   OnDevice(x, "x", OptT(), [&] {
     const int64_t n = StepParts(batch, dim);
     RunParts(s, n, "step (CPU)", NamesOf(kStepNames), [&](selscan_step_problem* q, int64_t i) { return selscan_step_cpu_part(q, i, n); });
-  }, [&](auto& c) { c.Check(selscan_binding_cuda_step(&s, &c.call), "step (CUDA)", diag); });
+  }, [&](auto& cc) { cc.Check(selscan_binding_cuda_step(&s, &cc.call), "step (CUDA)", diag); });
   return y;
 }
 
@@ -956,12 +856,11 @@ class ScanFunction : public torch::autograd::Function<ScanFunction> {
     // >>unit-l: the copies run the forward and are what is saved (the backward's fast kernels)
     Tensor u = u_in, delta = delta_in, B = B_in, C = C_in;
     OptT z = z_in;
-    if (WantsUnitLCopies(u, delta, A, B, C, z, cu_seqlens.has_value())) {
-      // the op's checks first, on the user's tensors, where they can run (not on symbolic sizes:
-      // the fake kernel checks the copies' same shapes, dtypes and devices)
-      if (!AnySymbolic({&u_in, &delta_in, &A, &B_in, &C_in}, {&D, &z_in, &delta_bias, &h0}))
-        (void)CheckScan(u_in, delta_in, A, B_in, C_in, D, z_in, delta_bias, h0, cu_seqlens);
-      ToUnitL(u, delta, B, C, z);
+    if (u_in.is_cuda() && !cu_seqlens.has_value()) {  // (the CPU kernels take any strides; packed: never fast)
+      const ConcreteArgs ca({&u_in, &delta_in, &A, &B_in, &C_in, Ptr(D), Ptr(z_in), Ptr(delta_bias), Ptr(h0), nullptr});
+      // the op's checks first, on the user's tensors (errors name them, not the copies)
+      const Checked c = Check(Op::kFwd, ca.a.data(), OptT());
+      if (WantsUnitL(ca.a.data(), c.k)) ToUnitL(u, delta, B, C, z);
     }
     auto out = FwdOp().call(u, delta, A, B, C, D, z, delta_bias, h0, cu_seqlens, delta_softplus, return_last_state,
                             /*save_checkpoint=*/true);
@@ -1006,7 +905,12 @@ class ScanFunction : public torch::autograd::Function<ScanFunction> {
     if (!dy.defined()) dy = at::zeros_like(u);  // a loss on last_state alone
     // >>unit-l: an L-strided dy (a gradient through a transpose: MambaVision's y) copied; the saved
     // operands are the forward's unit-L copies
-    if (dy.dim() == 3 && CudaFastNeedsUnitL(u, saved[2], saved[3], saved[4], saved[9].defined())) dy = UnitL(dy);
+    if (dy.dim() == 3 && u.is_cuda() && !saved[9].defined() && LStrided(dy)) {
+      const ConcreteArgs ca({&saved[0], &saved[1], &saved[2], &saved[3], &saved[4], &saved[5], &saved[6], &saved[7],
+                             &saved[8], nullptr, &dy});
+      const Checked c = Check(Op::kFwd, ca.a.data(), OptT());
+      if (WantsUnitL(ca.a.data(), c.k, &ca.a[10])) dy = UnitL(dy);
+    }
     auto g = BwdOp().call(saved[0], saved[1], saved[2], saved[3], saved[4], Opt(saved[5]), Opt(saved[6]),
                           Opt(saved[7]), Opt(saved[8]), Opt(saved[9]), dy, Opt(dlast), saved[10], softplus, mask);
     for (int i = 0; i < 9; i++)
@@ -1185,7 +1089,7 @@ TORCH_LIBRARY_IMPL(selscan, CUDA, m) {
 //   selscan::conv_step (state!, x, weight, bias?, state_index?, silu) -> y
 //
 // x (batch, dim, L) T (any strides), weight (dim, W) f32, bias (dim) f32 (conv_step: f32 or T,
-// SELSCAN_CONV_PARAMS_T when both are T: see CheckStepParam), init_state / final_state
+// SELSCAN_CONV_PARAMS_T when both are T), init_state / final_state
 // (rows, dim, W-1) T with rows = batch (n_seqs with cu_seqlens). y has x's memory order (dense),
 // or (dim, batch, L) memory with out_dim_major (the layout the fused block's GEMMs read as one
 // (dim, batch * L) matrix). conv_fwd's autograd is C++ (ConvFunction, like the scan's). The Python
@@ -1216,52 +1120,23 @@ Tensor NewInOrderOf(const Tensor& t, at::IntArrayRef sizes, at::ScalarType dtype
   return NewTensor(psizes, dtype, t).permute(inv);
 }
 
-// selscan's conv operand names -> causal_conv1d's argument names (errors name what the caller passed)
-constexpr NameMap kConvNames[] = {{"y", "out"},
-                                  {"init_state", "initial_states"},
-                                  {"final_state", "final_states"},
-                                  {"dinit_state", "dinitial_states"},
-                                  {"dfinal_state", "dfinal_states"},
-                                  {"seqlen", "L"}};
-constexpr NameMap kConvStepNames[] = {{"y", "out"}, {"state", "conv_state"}, {"state_index", "conv_state_indices"}};
-
 struct ConvSizes {
   int64_t batch = 0, dim = 0, L = 0, W = 0, rows = 0, n_seqs = 0;
+  selscan_dtype dtype = SELSCAN_F32;
+  OptT cu_host;  // the contiguous host copy of cu_seqlens whose values were checked
 };
 
-ConvSizes CheckConv(const Tensor& x, const Tensor& weight, const OptT& bias, const OptT& init_state,
-                    const OptT& cu_seqlens) {
+// The conv's arguments checked by the common layer (conv_fwd; conv_bwd with dy, dfinal_state).
+ConvSizes CheckConv(Op op, const Tensor& x, const Tensor& weight, const OptT& bias, const OptT& init_state,
+                    const OptT& cu_seqlens, const Tensor& dy = Tensor(), const OptT& dfinal = OptT()) {
+  const bind::Arg args[] = {ArgOf(x), ArgOf(weight), ArgOf(bias), ArgOf(init_state), ArgOf(cu_seqlens),
+                            ArgOf(dy), ArgOf(dfinal)};
+  const Checked c = Check(op, args, cu_seqlens);
   ConvSizes s;
-  TORCH_CHECK_VALUE(x.dim() == 3, "selscan: x must have shape (batch, dim, seqlen), got ", Shape(x));
-  s.batch = x.size(0); s.dim = x.size(1); s.L = x.size(2);
-  (void)DtypeOf(x, "x");
-  TORCH_CHECK_VALUE(weight.dim() == 2 && weight.size(0) == s.dim, "selscan: weight must have shape (dim, width) with "
-                    "dim = ", s.dim, ", got ", Shape(weight));
-  s.W = weight.size(1);
-  TORCH_CHECK_NOT_IMPLEMENTED(s.W >= 2 && s.W <= SELSCAN_CONV_MAX_WIDTH, "selscan: the conv width (weight.shape[1]) "
-                              "must be 2 .. ", SELSCAN_CONV_MAX_WIDTH, ", got ", s.W);
-  CheckF32(weight, "weight");
-  SameDeviceAs(x, "x", weight, "weight");
-  if (bias) { CheckShape(*bias, {s.dim}, "bias", "(dim,)"); CheckF32(*bias, "bias"); SameDeviceAs(x, "x", *bias, "bias"); }
-  s.rows = s.batch;
-  if (cu_seqlens) {
-    TORCH_CHECK_VALUE(cu_seqlens->device().is_cpu(), "selscan: cu_seqlens must be a CPU tensor, got one on ",
-                      cu_seqlens->device());
-    TORCH_CHECK_TYPE(cu_seqlens->scalar_type() == at::kLong, "selscan: cu_seqlens must be int64, got ",
-                     cu_seqlens->scalar_type());
-    TORCH_CHECK_VALUE(cu_seqlens->dim() == 1 && cu_seqlens->size(0) >= 2,
-                      "selscan: cu_seqlens must have shape (n_seqs + 1,) with n_seqs >= 1, got ", Shape(*cu_seqlens));
-    TORCH_CHECK_VALUE(s.batch == 1, "selscan: packed sequences (cu_seqlens) need batch 1, got batch ", s.batch);
-    s.n_seqs = cu_seqlens->size(0) - 1;
-    s.rows = s.n_seqs;
-  }
-  if (init_state) {
-    CheckShape(*init_state, {s.rows, s.dim, s.W - 1}, "initial_states",
-               cu_seqlens ? "(n_seqs, dim, width - 1)" : "(batch, dim, width - 1)");
-    TORCH_CHECK_TYPE(init_state->scalar_type() == x.scalar_type(), "selscan: initial_states must have x's dtype ",
-                     x.scalar_type(), ", got ", init_state->scalar_type());
-    SameDeviceAs(x, "x", *init_state, "initial_states");
-  }
+  s.batch = c.k.s.batch; s.dim = c.k.s.dim; s.L = c.k.s.L; s.W = c.k.width; s.rows = c.k.s.rows;
+  s.n_seqs = c.k.s.n_seqs;
+  s.dtype = c.k.dtype;
+  s.cu_host = c.host;
   return s;
 }
 
@@ -1270,7 +1145,7 @@ selscan_conv_problem BuildConv(const ConvSizes& s, const Tensor& x, const Tensor
   selscan_conv_problem p;
   std::memset(&p, 0, sizeof p);
   p.batch = s.batch; p.dim = s.dim; p.seqlen = s.L; p.width = s.W;
-  p.dtype = DtypeOf(x, "x");
+  p.dtype = s.dtype;
   p.flags = silu ? SELSCAN_CONV_SILU : 0u;
   if (cu_host) {
     p.cu_seqlens = cu_host->data_ptr<int64_t>();
@@ -1289,7 +1164,7 @@ int64_t ConvParts(int64_t dim) { return std::min<int64_t>(NumParts(), std::max<i
 std::tuple<Tensor, Tensor> ConvForward(const Tensor& x_in, const Tensor& weight_in, const OptT& bias_in,
                                        const OptT& init_in, const OptT& cu_seqlens, bool silu,
                                        bool return_final_state, bool out_dim_major) {
-  const ConvSizes s = CheckConv(x_in, weight_in, bias_in, init_in, cu_seqlens);
+  const ConvSizes s = CheckConv(Op::kConvFwd, x_in, weight_in, bias_in, init_in, cu_seqlens);
   const Tensor x = Readable(x_in), weight = Readable(weight_in);
   const OptT bias = Readable(bias_in), init = Readable(init_in);
   NeedKernels(x, "x");
@@ -1298,24 +1173,22 @@ std::tuple<Tensor, Tensor> ConvForward(const Tensor& x_in, const Tensor& weight_
                            : NewInOrderOf(x, x.sizes(), dtype);
   Tensor fin = return_final_state ? NewTensor({s.rows, s.dim, s.W - 1}, dtype, x) : NewTensor({0}, dtype, x);
   if (s.batch == 0 || s.dim == 0 || s.L == 0) {  // nothing to convolve: each row's state passes through
-    CheckOffsetsValues(cu_seqlens, s.L, "conv forward");  // the scan's rule: empty sequences are valid
     if (return_final_state) {
       if (init) fin.copy_(*init);
       else fin.zero_();
     }
     return {y, fin};
   }
-  const OptT cu_host = HostCuSeqlens(cu_seqlens);
-  selscan_conv_problem p = BuildConv(s, x, weight, bias, init, cu_host, silu);
+  selscan_conv_problem p = BuildConv(s, x, weight, bias, init, s.cu_host, silu);
   p.y = Operand<decltype(p.y)>(y);
   if (return_final_state) p.final_state = Operand<decltype(p.final_state)>(fin);
   Diag diag(NamesOf(kConvNames));
   diag.Attach(&p);
-  OnDevice(x, "x", cu_host, [&] {
+  OnDevice(x, "x", s.cu_host, [&] {
     const int64_t n = ConvParts(s.dim);
     RunParts(p, n, "conv forward (CPU)", NamesOf(kConvNames),
              [&](selscan_conv_problem* q, int64_t i) { return selscan_conv_forward_cpu_part(q, i, n); });
-  }, [&](auto& c) { c.Check(selscan_binding_cuda_conv_forward(&p, &c.call), "conv forward (CUDA)", diag); });
+  }, [&](auto& cc) { cc.Check(selscan_binding_cuda_conv_forward(&p, &cc.call), "conv forward (CUDA)", diag); });
   return {y, fin};
 }
 
@@ -1324,18 +1197,9 @@ enum { kConvDx = 0, kConvDweight, kConvDbias, kConvDinit, kConvNumGrads };
 std::vector<Tensor> ConvBackward(const Tensor& x_in, const Tensor& weight_in, const OptT& bias_in,
                                  const OptT& init_in, const OptT& cu_seqlens, const Tensor& dy_in,
                                  const OptT& dfinal_in, bool silu, at::IntArrayRef grad_mask) {
-  const ConvSizes s = CheckConv(x_in, weight_in, bias_in, init_in, cu_seqlens);
+  const ConvSizes s = CheckConv(Op::kConvBwd, x_in, weight_in, bias_in, init_in, cu_seqlens, dy_in, dfinal_in);
   TORCH_CHECK_VALUE(grad_mask.size() == kConvNumGrads, "selscan: grad_mask must have 4 entries, got ",
                     grad_mask.size());
-  CheckShape(dy_in, x_in.sizes(), "dy", "x's shape");
-  TORCH_CHECK_TYPE(dy_in.scalar_type() == x_in.scalar_type(), "selscan: dy must have x's dtype ", x_in.scalar_type(),
-                   ", got ", dy_in.scalar_type());
-  SameDeviceAs(x_in, "x", dy_in, "dy");
-  if (dfinal_in) {
-    CheckShape(*dfinal_in, {s.rows, s.dim, s.W - 1}, "dfinal_states", "final_states' shape");
-    TORCH_CHECK_TYPE(dfinal_in->scalar_type() == x_in.scalar_type(), "selscan: dfinal_states must have x's dtype");
-    SameDeviceAs(x_in, "x", *dfinal_in, "dfinal_states");
-  }
   const Tensor x = Readable(x_in), weight = Readable(weight_in), dy = Readable(dy_in);
   const OptT bias = Readable(bias_in), init = Readable(init_in), dfinal = Readable(dfinal_in);
   NeedKernels(x, "x");
@@ -1350,14 +1214,12 @@ std::vector<Tensor> ConvBackward(const Tensor& x_in, const Tensor& weight_in, co
   out[kConvDbias] = want[kConvDbias] ? NewF32({s.dim}, x) : NewF32({0}, x);
   out[kConvDinit] = want[kConvDinit] ? NewTensor({s.rows, s.dim, s.W - 1}, dtype, x) : NewF32({0}, x);
   if (s.batch == 0 || s.dim == 0 || s.L == 0) {  // zeros; dinit_state = dfinal_state
-    CheckOffsetsValues(cu_seqlens, s.L, "conv backward");
     for (int i = 0; i < kConvNumGrads; i++)
       if (want[i] && out[i].numel()) out[i].zero_();
     if (want[kConvDinit] && dfinal && out[kConvDinit].numel()) out[kConvDinit].copy_(*dfinal);
     return out;
   }
-  const OptT cu_host = HostCuSeqlens(cu_seqlens);
-  selscan_conv_problem p = BuildConv(s, x, weight, bias, init, cu_host, silu);
+  selscan_conv_problem p = BuildConv(s, x, weight, bias, init, s.cu_host, silu);
   selscan_conv_grads g;
   std::memset(&g, 0, sizeof g);
   g.dy = Operand<decltype(g.dy)>(dy);
@@ -1369,54 +1231,24 @@ std::vector<Tensor> ConvBackward(const Tensor& x_in, const Tensor& weight_in, co
   g.dinit_state = OptOperand<decltype(g.dinit_state)>(grad(kConvDinit));
   Diag diag(NamesOf(kConvNames));
   diag.Attach(&p);
-  OnDevice(x, "x", cu_host, [&] {
+  OnDevice(x, "x", s.cu_host, [&] {
     const int64_t n = ConvParts(s.dim);
     RunParts(p, n, "conv backward (CPU)", NamesOf(kConvNames),
              [&](selscan_conv_problem* q, int64_t i) { return selscan_conv_backward_cpu_part(q, &g, i, n); });
-  }, [&](auto& c) { c.Check(selscan_binding_cuda_conv_backward(&p, &g, &c.call), "conv backward (CUDA)", diag); });
+  }, [&](auto& cc) { cc.Check(selscan_binding_cuda_conv_backward(&p, &g, &cc.call), "conv backward (CUDA)", diag); });
   return out;
 }
 
 Tensor ConvStep(const Tensor& state, const Tensor& x_in, const Tensor& weight_in, const OptT& bias_in,
                 const OptT& state_index, bool silu) {
-  TORCH_CHECK_VALUE(x_in.dim() == 2 || x_in.dim() == 3, "selscan: x must have shape (batch, dim) or "
-                    "(batch, dim, seqlen), got ", Shape(x_in));
-  const int64_t batch = x_in.size(0), dim = x_in.size(1), L = x_in.dim() == 3 ? x_in.size(2) : 1;
-  (void)DtypeOf(x_in, "x");
-  TORCH_CHECK_VALUE(weight_in.dim() == 2 && weight_in.size(0) == dim, "selscan: weight must have shape (dim, width) "
-                    "with dim = ", dim, ", got ", Shape(weight_in));
-  const int64_t W = weight_in.size(1);
-  TORCH_CHECK_NOT_IMPLEMENTED(W >= 2 && W <= SELSCAN_CONV_MAX_WIDTH, "selscan: the conv width (weight.shape[1]) "
-                              "must be 2 .. ", SELSCAN_CONV_MAX_WIDTH, ", got ", W);
-  CheckStepParam(weight_in, x_in, "weight");
-  SameDeviceAs(x_in, "x", weight_in, "weight");
-  TORCH_CHECK_VALUE(state.dim() == 3 && state.size(1) == dim && state.size(2) >= W - 1,
-                    "selscan: conv_state must have shape (batch, dim, state_len) with dim = ", dim,
-                    " and state_len >= width - 1 = ", W - 1, ", got ", Shape(state));
-  TORCH_CHECK_TYPE(state.scalar_type() == x_in.scalar_type(), "selscan: conv_state must have x's dtype ",
-                   x_in.scalar_type(), " (it is updated in place), got ", state.scalar_type());
-  SameDeviceAs(x_in, "x", state, "conv_state");
-  CheckInPlace(state, "conv_state");  // an expand()ed state would be written past its view (>>harden-overlap)
-  if (bias_in) {
-    CheckShape(*bias_in, {dim}, "bias", "(dim,)");
-    CheckStepParam(*bias_in, x_in, "bias");
-    SameDeviceAs(x_in, "x", *bias_in, "bias");
-  }
-  if (state_index) {
-    CheckShape(*state_index, {batch}, "conv_state_indices", "(batch,)");
-    TORCH_CHECK_TYPE(state_index->scalar_type() == at::kInt, "selscan: conv_state_indices must be int32 here "
-                     "(the Python wrapper converts int64)");
-    SameDeviceAs(x_in, "x", *state_index, "conv_state_indices");
-    if (state_index->is_cpu()) CheckStateIndexHost(*state_index, state.size(0), "conv step", "conv_state_indices");
-  } else {
-    TORCH_CHECK_VALUE(state.size(0) == batch, "selscan: conv_state must have batch = ", batch,
-                      " rows without conv_state_indices, got ", Shape(state));
-  }
+  const bind::Arg args[] = {ArgOf(state), ArgOf(x_in), ArgOf(weight_in), ArgOf(bias_in), ArgOf(state_index)};
+  const Checked c = Check(Op::kConvStep, args, state_index);  // (CPU indices: their values too)
+  const int64_t batch = c.k.s.batch, dim = c.k.s.dim, L = c.k.s.L, W = c.k.width;
   Tensor y = NewInOrderOf(x_in, x_in.sizes(), x_in.scalar_type());
   if (batch == 0 || dim == 0 || L == 0) return y;
   // an empty cache: every row is padding, out 0 (selscan reads n_cache 0 as batch): Step's rule
   if (state.size(0) == 0) return y.zero_();
-  const bool params_t = StepParamsInT(x_in, {&weight_in, Given(bias_in)});
+  const bool params_t = (c.k.flags & SELSCAN_CONV_PARAMS_T) != 0;  // else those in x's dtype widened
   const Tensor x = Readable(x_in), weight = Readable(params_t ? weight_in : AsF32(weight_in));
   const OptT bias = Readable(params_t ? bias_in : AsF32(bias_in));
   const Tensor sidx = state_index ? state_index->contiguous() : Tensor();
@@ -1433,7 +1265,7 @@ Tensor ConvStep(const Tensor& state, const Tensor& x_in, const Tensor& weight_in
   std::memset(&s, 0, sizeof s);
   s.batch = batch; s.dim = dim; s.width = W; s.state_len = state.size(2); s.n_cache = state.size(0);
   s.seqlen = L;
-  s.dtype = DtypeOf(x, "x");
+  s.dtype = c.k.dtype;
   s.flags = (silu ? SELSCAN_CONV_SILU : 0u) | (params_t ? SELSCAN_CONV_PARAMS_T : 0u);
   s.state_index = state_index ? sidx.data_ptr<int32_t>() : nullptr;
   s.state = OutOperand<decltype(s.state)>(state, "conv_state");
@@ -1451,7 +1283,7 @@ Tensor ConvStep(const Tensor& state, const Tensor& x_in, const Tensor& weight_in
     const int64_t n = StepParts(batch, dim);
     RunParts(s, n, "conv step (CPU)", NamesOf(kConvStepNames),
              [&](selscan_conv_step_problem* q, int64_t i) { return selscan_conv_step_cpu_part(q, i, n); });
-  }, [&](auto& c) { c.Check(selscan_binding_cuda_conv_step(&s, &c.call), "conv step (CUDA)", diag); });
+  }, [&](auto& cc) { cc.Check(selscan_binding_cuda_conv_step(&s, &cc.call), "conv step (CUDA)", diag); });
   return y;
 }
 
@@ -1566,3 +1398,235 @@ TORCH_LIBRARY_IMPL(selscan, CUDA, m) {
   m.impl("conv_step", &selscan_torch::ConvStep);
 }
 #endif
+
+// ============================================================================================
+// >>py: the extension module _C (importing it runs the TORCH_LIBRARY registrations above) and what
+// it answers the Python side: the common layer's argument checks and the library's answers for the
+// fake kernels (selscan_torch/_checks.py), which ask instead of restating a rule.
+// ============================================================================================
+
+namespace selscan_torch {
+namespace {
+
+// A sequence of Python ints as int64 (false with a Python error set otherwise).
+bool Int64s(PyObject* seq, std::vector<int64_t>* out) {
+  PyObject* f = PySequence_Fast(seq, "sizes / strides must be a sequence of ints");
+  if (!f) return false;
+  const Py_ssize_t n = PySequence_Fast_GET_SIZE(f);
+  out->resize(static_cast<size_t>(n));
+  for (Py_ssize_t i = 0; i < n; i++) {
+    (*out)[static_cast<size_t>(i)] = PyLong_AsLongLong(PySequence_Fast_GET_ITEM(f, i));
+    if ((*out)[static_cast<size_t>(i)] == -1 && PyErr_Occurred()) break;
+  }
+  Py_DECREF(f);
+  return !PyErr_Occurred();
+}
+
+// The ops' arguments as Python describes them: each None or (sizes, strides, str(dtype),
+// str(device)); a size not known (symbolic) is -1.
+struct PyArgs {
+  std::vector<std::vector<int64_t>> sizes, strides;
+  std::vector<std::string> types;
+  std::vector<bind::Arg> a;
+  bool Parse(PyObject* seq) {
+    PyObject* f = PySequence_Fast(seq, "args must be a sequence");
+    if (!f) return false;
+    const Py_ssize_t n = PySequence_Fast_GET_SIZE(f);
+    sizes.resize(static_cast<size_t>(n));  // no reallocation after: the Args point into these
+    strides.resize(static_cast<size_t>(n));
+    types.resize(static_cast<size_t>(n));
+    a.assign(static_cast<size_t>(n), bind::Arg());
+    bool ok = true;
+    for (Py_ssize_t i = 0; i < n && ok; i++) {
+      PyObject* o = PySequence_Fast_GET_ITEM(f, i);
+      if (o == Py_None) continue;
+      PyObject *sz, *st;
+      const char *ty, *dev;
+      ok = PyArg_ParseTuple(o, "OOss", &sz, &st, &ty, &dev) && Int64s(sz, &sizes[static_cast<size_t>(i)]) &&
+           Int64s(st, &strides[static_cast<size_t>(i)]);
+      if (!ok) break;
+      types[static_cast<size_t>(i)] = ty;
+      c10::ScalarType stype = c10::ScalarType::Undefined;
+      for (at::ScalarType t : {at::kFloat, at::kHalf, at::kBFloat16, at::kInt, at::kLong})
+        if (types[static_cast<size_t>(i)] == TypeName(t)) stype = t;
+      bind::Arg& x = a[static_cast<size_t>(i)];
+      try {
+        x = ArgOf(c10::Device(std::string(dev)), stype == c10::ScalarType::Undefined ? at::kDouble : stype);
+      } catch (const std::exception& e) {
+        PyErr_SetString(PyExc_ValueError, e.what());
+        ok = false;
+        break;
+      }
+      x.type = stype == c10::ScalarType::Undefined ? bind::Type::kOther : TypeOf(stype);
+      x.type_name = types[static_cast<size_t>(i)].c_str();
+      x.ndim = static_cast<int64_t>(sizes[static_cast<size_t>(i)].size());
+      x.sizes = sizes[static_cast<size_t>(i)].data();
+      x.strides = strides[static_cast<size_t>(i)].size() == sizes[static_cast<size_t>(i)].size()
+                      ? strides[static_cast<size_t>(i)].data() : nullptr;
+    }
+    Py_DECREF(f);
+    return ok;
+  }
+};
+
+bool OpOf(const char* name, Op* op, size_t* n_args) {
+  static const struct { const char* name; Op op; size_t n; } ops[] = {
+      {"fwd", Op::kFwd, 10}, {"bwd", Op::kBwd, 13}, {"step", Op::kStep, 10},
+      {"conv_fwd", Op::kConvFwd, 5}, {"conv_bwd", Op::kConvBwd, 7}, {"conv_step", Op::kConvStep, 5}};
+  for (const auto& o : ops)
+    if (std::strcmp(o.name, name) == 0) {
+      *op = o.op;
+      *n_args = o.n;
+      return true;
+    }
+  PyErr_Format(PyExc_ValueError, "selscan: no op %s", name);
+  return false;
+}
+
+const char* ExceptionName(bind::ErrorKind k) {
+  switch (k) {
+    case bind::ErrorKind::kType: return "TypeError";
+    case bind::ErrorKind::kNotImplemented: return "NotImplementedError";
+    case bind::ErrorKind::kDevice: return "RuntimeError";
+    default: return "ValueError";
+  }
+}
+
+// _C.check_args(op, args) -> (refusal, sizes): the op's argument check (the one its kernels run)
+// on described tensors (the fake kernels'). refusal: None, or (exception name, message, rule code,
+// the argument's name); sizes: (batch, dim, L, N, G, rows, n_seqs, n_cache, width, state_len), -1
+// where not known.
+PyObject* CheckArgsPy(PyObject*, PyObject* args) {
+  const char* name;
+  PyObject* seq;
+  if (!PyArg_ParseTuple(args, "sO", &name, &seq)) return nullptr;
+  Op op;
+  size_t n = 0;
+  PyArgs pa;
+  if (!OpOf(name, &op, &n) || !pa.Parse(seq)) return nullptr;
+  if (pa.a.size() != n) return PyErr_Format(PyExc_ValueError, "selscan: %s takes %zu arguments", name, n);
+  bind::Checked k;
+  const bind::Refusal r = CheckArgs(op, pa.a.data(), nullptr, nullptr, &k);
+  if (!r.ok()) {
+    const bind::Error e = bind::ErrorOf(r, WhereOf(op), NamesOfOp(op));
+    const std::string arg = NamesOfOp(op).Of(r.operand ? r.operand : "");
+    return Py_BuildValue("(ssis)O", ExceptionName(e.kind), e.message.c_str(), static_cast<int>(r.code), arg.c_str(),
+                         Py_None);
+  }
+  return Py_BuildValue("O(LLLLLLLLLL)", Py_None, static_cast<long long>(k.s.batch), static_cast<long long>(k.s.dim),
+                       static_cast<long long>(k.s.L), static_cast<long long>(k.s.N), static_cast<long long>(k.s.G),
+                       static_cast<long long>(k.s.rows), static_cast<long long>(k.s.n_seqs),
+                       static_cast<long long>(k.n_cache), static_cast<long long>(k.width),
+                       static_cast<long long>(k.state_len));
+}
+
+// _C.fwd_unit_l(args) -> bool: whether selscan::fwd copies the L-strided operands of these (the
+// fwd schema's, described) to unit L strides: selscan's CUDA plan's answer (>>unit-l), which the fake
+// kernel follows for y's layout (contiguous where the op copies u).
+PyObject* FwdUnitLPy(PyObject*, PyObject* seq) {
+  PyArgs pa;
+  if (!pa.Parse(seq)) return nullptr;
+  if (pa.a.size() != 10) return PyErr_Format(PyExc_ValueError, "selscan: fwd takes 10 arguments");
+  bind::Checked k;
+  const bool copies = CheckArgs(Op::kFwd, pa.a.data(), nullptr, nullptr, &k).ok() && WantsUnitL(pa.a.data(), k);
+  return PyBool_FromLong(copies);
+}
+
+// _C.checkpoint_numel(device, batch, dim, L, N, G, n_seqs) -> int: the floats of the checkpoint the
+// forward saves on that device (str(torch.device)): selscan_checkpoint_size (0 where the CPU
+// backward would not read one), selscan_checkpoint_size_cuda on CUDA; a valid, non-empty problem.
+PyObject* CheckpointNumelPy(PyObject*, PyObject* args) {
+  const char* dev;
+  long long batch, dim, L, N, G, n_seqs;
+  if (!PyArg_ParseTuple(args, "sLLLLLL", &dev, &batch, &dim, &L, &N, &G, &n_seqs)) return nullptr;
+  bind::Sizes s;
+  s.batch = batch; s.dim = dim; s.L = L; s.N = N; s.G = G; s.n_seqs = n_seqs; s.rows = n_seqs ? n_seqs : batch;
+  std::vector<int64_t> cu;
+  if (n_seqs > 0) {  // offsets that pass: the size does not depend on them
+    cu.assign(static_cast<size_t>(n_seqs + 1), L);
+    cu[0] = 0;
+  }
+  selscan_problem p = bind::MakeProblem(s, SELSCAN_F32, false, n_seqs > 0 ? cu.data() : nullptr);
+  static const float kSome[1] = {0.f};  // required operands present (contiguous); nothing is read
+  p.u.data = p.delta.data = p.A.data = p.B.data = p.C.data = kSome;
+  size_t bytes = 0;
+  bind::Result r;
+  try {
+    const c10::Device d{std::string(dev)};
+    if (d.is_cuda()) {
+#ifdef WITH_CUDA
+      r = bind::Call(p, [&](const selscan_problem* q) { return selscan_binding_cuda_checkpoint_size(q, &bytes); });
+#else
+      PyErr_Format(PyExc_RuntimeError, "selscan: this build of selscan_torch has no CUDA kernels (built without nvcc or "
+                   "with SELSCAN_TORCH_CPU_ONLY=1); u is on %s", dev);  // NeedKernels' words
+      return nullptr;
+#endif
+    } else {
+      r = bind::Call(p, [&](const selscan_problem* q) { return bind::CpuCheckpointBytes(q, true, &bytes); });
+    }
+  } catch (const std::exception& e) {
+    PyErr_SetString(PyExc_ValueError, e.what());
+    return nullptr;
+  }
+  if (!r.ok()) {
+    PyErr_SetString(PyExc_ValueError, bind::ErrorOf(r, "checkpoint size", NamesOf(kFwdNames)).message.c_str());
+    return nullptr;
+  }
+  return PyLong_FromLongLong(static_cast<long long>(bytes / sizeof(float)));
+}
+
+// _C.error_message(status name, where, argument, rule) -> str: the message of a refusal the Python
+// wrappers make themselves (their own copies' overlap with an in-place state), in the layer's words.
+PyObject* ErrorMessagePy(PyObject*, PyObject* args) {
+  const char *status, *where, *arg, *rule;
+  if (!PyArg_ParseTuple(args, "ssss", &status, &where, &arg, &rule)) return nullptr;
+  for (int i = 0; i < SELSCAN__STATUS_COUNT; i++)
+    if (std::strcmp(selscan_status_name(static_cast<selscan_status>(i)), status) == 0)
+      return PyUnicode_FromString(
+          bind::ErrorOf(static_cast<selscan_status>(i), where, std::string(" (argument '") + arg + "': " + rule + ")")
+              .message.c_str());
+  return PyErr_Format(PyExc_ValueError, "selscan: no status %s", status);
+}
+
+// _C.elements_meet(a_byte, a_elem_size, a_sizes, a_strides, b_byte, b_elem_size, b_sizes, b_strides):
+// bindings/common's ElementsMeet (whether two strided tensors share a byte) for the Python wrappers'
+// own copies (_checks.state_alias_refused), which pass byte addresses (or storage offsets) as ints.
+PyObject* ElementsMeetPy(PyObject*, PyObject* args) {
+  long long a, ae, b, be;
+  PyObject *as, *ast, *bs, *bst;
+  if (!PyArg_ParseTuple(args, "LLOOLLOO", &a, &ae, &as, &ast, &b, &be, &bs, &bst)) return nullptr;
+  std::vector<int64_t> asz, astr, bsz, bstr;
+  if (!Int64s(as, &asz) || !Int64s(ast, &astr) || !Int64s(bs, &bsz) || !Int64s(bst, &bstr)) return nullptr;
+  if (asz.size() != astr.size() || bsz.size() != bstr.size()) {
+    PyErr_SetString(PyExc_ValueError, "sizes and strides differ in length");
+    return nullptr;
+  }
+  const bool meet = bind::ElementsMeet(
+      reinterpret_cast<const void*>(static_cast<intptr_t>(a)), ae, static_cast<int64_t>(asz.size()), asz.data(),
+      astr.data(), reinterpret_cast<const void*>(static_cast<intptr_t>(b)), be, static_cast<int64_t>(bsz.size()),
+      bsz.data(), bstr.data());
+  return PyBool_FromLong(meet);
+}
+
+}  // namespace
+}  // namespace selscan_torch
+
+// CONV_MAX_WIDTH: selscan.h's SELSCAN_CONV_MAX_WIDTH (for tests and callers; the checks are the library's).
+extern "C" PyMODINIT_FUNC PyInit__C(void) {
+  using namespace selscan_torch;
+  static PyMethodDef methods[] = {
+      {"check_args", CheckArgsPy, METH_VARARGS, "the common layer's argument check of an op on described tensors"},
+      {"fwd_unit_l", FwdUnitLPy, METH_O, "whether selscan::fwd copies L-strided operands (selscan's CUDA plan)"},
+      {"checkpoint_numel", CheckpointNumelPy, METH_VARARGS, "the forward's checkpoint floats on a device"},
+      {"error_message", ErrorMessagePy, METH_VARARGS, "a refusal's message in the common layer's words"},
+      {"elements_meet", ElementsMeetPy, METH_VARARGS, "whether two strided tensors share a byte (ElementsMeet)"},
+      {nullptr, nullptr, 0, nullptr}};
+  static struct PyModuleDef def = {PyModuleDef_HEAD_INIT, "_C", "selscan's PyTorch ops (torch.ops.selscan)", -1,
+                                   methods};
+  PyObject* m = PyModule_Create(&def);
+  if (m && PyModule_AddIntConstant(m, "CONV_MAX_WIDTH", SELSCAN_CONV_MAX_WIDTH) != 0) {
+    Py_DECREF(m);
+    return nullptr;
+  }
+  return m;
+}
