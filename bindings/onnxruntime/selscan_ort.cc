@@ -20,13 +20,15 @@
 //
 // The math is selscan.h's (the forward of selscan_torch.selective_scan_fn, the decode step of
 // selective_state_update). Kernels run selscan's parts API on ONNX Runtime's intra-op thread pool
-// (OrtApi::KernelContext_ParallelFor; results are bitwise the same for any thread count). Errors
-// come back as an ONNX Runtime status naming the op, the input and the rule, e.g.
-//   selscan SelectiveScan: input 'B' must have shape (dim, N), (batch, N, L) or (batch, G, N, L) ...
-//   selscan SelectiveScan: invalid size, group count, sequence offsets or index [SELSCAN_ERR_SHAPE]
-//     (input 'cu_seqlens': not increasing (offset 2 is 10 after 20))
-// No exception crosses into ONNX Runtime; nothing is allocated but the workspace and the index
-// checks' scratch (operator new).
+// (OrtApi::KernelContext_ParallelFor through bindings/common's parts runner; results are bitwise the
+// same for any thread count). The arguments are checked by bindings/common (selscan's operand
+// tables and size rules); errors come back as an ONNX Runtime status in the layer's words, naming
+// the op, the input and selscan's rule, e.g.
+//   selscan: SelectiveScan: invalid size, group count, sequence offsets or index [SELSCAN_ERR_SHAPE]
+//     (input 'B': wrong shape: want (batch, N, L) = [2, 5, 37], got [2, 5, 36])
+//   selscan: SelectiveScan: ... [SELSCAN_ERR_SHAPE] (input 'cu_seqlens': not increasing: batch=1, ...)
+// No exception crosses into ONNX Runtime; nothing is allocated but the workspace and the checks'
+// scratch (operator new).
 //
 // ONNX Runtime loads the library with SessionOptions.register_custom_ops_library(path), which calls
 // RegisterCustomOps below. Build: make ort-ops (build/ort/libselscan_ort.so), or pip install
@@ -36,6 +38,7 @@
 #include <new>
 #include <string>
 #include <thread>
+#include <type_traits>
 #include <vector>
 
 #include "ort_abi.h"
@@ -43,7 +46,7 @@
 #define SELSCAN_IMPLEMENTATION
 #define SELSCAN_STATIC
 #include "selscan.h"
-#include "selscan_binding.h"  // bindings/common: the host index rules (cu_seqlens, state_index)
+#include "selscan_binding.h"  // bindings/common: the argument checks, the parts runner, the messages
 
 #define SELSCAN_ORT_DOMAIN "selscan"
 #define SELSCAN_ORT_OPSET 1
@@ -255,46 +258,30 @@ OrtStatus *SelscanError(const char *op, selscan_status st, const selscan_diag &d
 
 // ---- >>ort-parts: selscan's parts on ONNX Runtime's intra-op pool -------------------------------
 
-// Parts per call: one per hardware thread (ONNX Runtime's C API does not tell the pool's size; the
-// results are bitwise the same for every split, and a pool with fewer threads runs several parts
-// each), at most the number of work items.
-int64_t NumParts(int64_t items) {
-  int64_t hw = static_cast<int64_t>(std::thread::hardware_concurrency());
-  return std::max<int64_t>(1, std::min<int64_t>(std::max<int64_t>(hw, 1), items));
-}
+// Threads of the parts: one part per hardware thread (ONNX Runtime's C API does not tell the pool's
+// size; the results are bitwise the same for every split, and a pool with fewer threads runs several
+// parts each), at most the number of work items.
+int64_t Threads() { return std::max<int64_t>(1, static_cast<int64_t>(std::thread::hardware_concurrency())); }
+int64_t NumParts(int64_t items) { return std::max<int64_t>(1, std::min<int64_t>(Threads(), items)); }
 
-template <typename P, typename Fn>
-struct PartsJob {
-  const P *p;
-  const Fn *fn;
-  std::vector<selscan_status> st;
-  std::vector<selscan_diag> diag;
-  static void Run(void *user, size_t i) {
-    PartsJob *j = static_cast<PartsJob *>(user);
-    P q = *j->p;  // each part its own copy: a part writes only its diag
-    q.diag = &j->diag[i];
-    j->st[i] = (*j->fn)(&q, static_cast<int64_t>(i));
-  }
-};
-
-// Runs fn(&q, part) for every part on the pool; the first failing part's status as an error.
+// Runs fn(&q, part) for every part on ONNX Runtime's pool: bindings/common's parts runner
+// (bind::RunParts: each part its own copy and diag, the first failing part's error), the pool
+// through KernelContext_ParallelFor.
 template <typename P, typename Fn>
 OrtStatus *RunParts(const OrtKernelContext *ctx, const char *op, const bind::Names &names, const P &p, int64_t n_parts,
                     const Fn &fn) {
-  PartsJob<P, Fn> job;
-  job.p = &p;
-  job.fn = &fn;
-  job.st.assign(static_cast<size_t>(n_parts), SELSCAN_OK);
-  job.diag.assign(static_cast<size_t>(n_parts), selscan_diag{nullptr, nullptr, SELSCAN_RULE_NONE});
-  if (n_parts == 1) {
-    PartsJob<P, Fn>::Run(&job, 0);
-  } else if (OrtStatus *st = g_api.KernelContext_ParallelFor(ctx, &PartsJob<P, Fn>::Run, static_cast<size_t>(n_parts),
-                                                             0, &job)) {
-    return st;
-  }
-  for (size_t i = 0; i < job.st.size(); i++)
-    if (job.st[i] != SELSCAN_OK) return SelscanError(op, job.st[i], job.diag[i], names);
-  return nullptr;
+  OrtStatus *pool_error = nullptr;
+  auto pool = [&](int64_t n, const auto &body) {
+    using Body = std::decay_t<decltype(body)>;
+    struct Job {
+      const Body *body;
+      static void Run(void *user, size_t i) { (*static_cast<Job *>(user)->body)(static_cast<int64_t>(i)); }
+    } job{&body};
+    pool_error = g_api.KernelContext_ParallelFor(ctx, &Job::Run, static_cast<size_t>(n), 0, &job);
+  };
+  const bind::Result r = bind::RunParts(p, n_parts, pool, fn);
+  if (pool_error) return pool_error;  // (no part ran)
+  return r.ok() ? nullptr : SelscanError(op, r.status, r.diag, names);
 }
 
 // A workspace buffer (operator new: any pointer works, selscan aligns it up inside).
@@ -446,7 +433,7 @@ OrtStatus *StepCompute(const StepKernel &kern, OrtKernelContext *ctx) {
   if (sst != SELSCAN_OK) return SelscanError(op, sst, diag, names);
   // ... then state_out = state, stepped in place
   CopyOrZero(state_out, state, 4);
-  const int64_t n = NumParts(batch * ((dim + 255) / 256));
+  const int64_t n = bind::StepParts(Threads(), batch, dim);  // blocks of 256 channels of a row
   return RunParts(ctx, op, names, s, n, [&](selscan_step_problem *q, int64_t part) {
     return selscan_step_cpu_part(q, part, n);
   });
