@@ -52,7 +52,7 @@ def has_cuda_kernels():
 
 def _fwd_y_like(u, args):
     """y as the forward allocates it: like u, except where the op copies an L-strided u to unit L
-    strides for selscan's fast CUDA kernels (csrc/selscan_torch.cpp >>unit-l; the plan's answer,
+    strides for selscan's fast CUDA kernels (csrc/scan.cpp >>unit-l; the plan's answer,
     _C.fwd_unit_l, asked on concrete sizes: a CUDA trace is specialized on them): contiguous, like
     the copy."""
     if u.is_cuda and _C.fwd_unit_l(tuple(_checks.describe(t, concrete=True) for t in args)):
@@ -107,7 +107,7 @@ def _step_fake(state, x, dt, A, B, C, D, z, dt_bias, state_index, dt_softplus, A
 
 
 # ---- autograd ---------------------------------------------------------------------------------
-# selscan::fwd's autograd kernel is C++ (csrc/selscan_torch.cpp, ScanFunction on the Autograd
+# selscan::fwd's autograd kernel is C++ (csrc/scan.cpp, ScanFunction on the Autograd
 # dispatch key): the forward saves the checkpoint whenever an input requires grad, the backward
 # calls selscan::bwd for the gradients autograd asks for. (Python's torch.library.register_autograd
 # cost 100-250 us a call: bench/NOTES.md CUDA-torch-v1.) selscan::bwd's autograd kernel makes a
@@ -151,7 +151,7 @@ def selective_scan_fn(u, delta, A, B, C, D=None, z=None, delta_bias=None, delta_
     # Casts only where a dtype differs (the common call passes through untouched); shapes, devices
     # and strides are checked once, in C++ (the fake kernel asks the same check on meta / fake tensors). The
     # checkpoint is saved by the C++ autograd kernel whenever an input requires grad; on CUDA the op
-    # copies L-strided operands of a fast-kernel problem (csrc/selscan_torch.cpp >>unit-l).
+    # copies L-strided operands of a fast-kernel problem (csrc/scan.cpp >>unit-l).
     f32 = torch.float32
     cast = _checks.cast
     try:
