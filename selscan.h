@@ -663,8 +663,9 @@ SELSCAN_DEF const char *selscan_rule_name(selscan_rule r) {
                    flag value there, a wider one its own bwd_kernel<T> instance
      f32-vs-2-byte tuning choices (short_steps and the launchers test dt == SELSCAN_F32):
                    decide per dtype
-   bindings/   each framework's dtype -> selscan_dtype map (torch: DtypeOf in selscan_torch.cpp,
-               tf: DtypeOf<T> in selscan_tf_common.h, onnxruntime: its ONNX element types) and
+   bindings/   each framework's dtype -> bindings/common's Type map (torch: TypeOf in
+               csrc/selscan_torch.h, tf: TypeOf in selscan_tf.cc and DtypeOf<T> in selscan_tf_common.h,
+               onnxruntime: TypeOf of its ONNX element types; the common layer's DtypeOfType) and
                the dtype lists the ops register
    tests/      common.h (tc_round, tc_encode, tc_esize, tc_dtname, the tolerances TOL_*_<dtype>) and
                the dtype loops of the suites (test_forward, test_backward, test_fast, test_conv,
