@@ -277,7 +277,7 @@ endif
 BIND_DIR    := bindings/common
 TF_INC      = $(patsubst -I%,-isystem %,$(TF_CFLAGS)) -I. -I$(TF_DIR) -I$(BIND_DIR)
 TF_OBJS     := $(TF_OUT)/selscan_tf.o $(if $(TF_GPU),$(TF_OUT)/selscan_tf_gpu.o $(TF_OUT)/selscan_tf_kernels.o)
-TF_HDRS     := $(TF_DIR)/selscan_tf_common.h $(TF_DIR)/selscan_tf_layout.h $(BIND_DIR)/selscan_binding.h selscan.h $(TF_OUT)/tf_flags.txt
+TF_HDRS     := $(TF_DIR)/selscan_tf_common.h $(TF_DIR)/selscan_tf_layout.h $(BIND_DIR)/selscan_binding.h $(BIND_DIR)/selscan_binding_args.h selscan.h $(TF_OUT)/tf_flags.txt
 .PHONY: tf-flags-check tf-gpu-check
 
 tf-op:
@@ -336,7 +336,7 @@ ORT_DIR  := bindings/onnxruntime
 ORT_SO   := $(BUILD)/ort/libselscan_ort.so
 ORT_PINS ?= onnxruntime==1.32.0 onnx==1.23.2 onnxscript==0.7.2
 .PHONY: ort-ops test-onnx
-$(ORT_SO): $(ORT_DIR)/selscan_ort.cc $(ORT_DIR)/ort_abi.h selscan.h bindings/common/selscan_binding.h
+$(ORT_SO): $(ORT_DIR)/selscan_ort.cc $(ORT_DIR)/ort_abi.h selscan.h bindings/common/selscan_binding.h bindings/common/selscan_binding_args.h
 	@mkdir -p $(@D)
 	$(CXX) -std=c++17 -O2 $(WARN) -fPIC -fvisibility=hidden -shared -I. -Ibindings/common -I$(ORT_DIR) $< -o $@ $(LDLIBS)
 

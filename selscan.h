@@ -316,6 +316,11 @@ typedef struct selscan_out_tensor {
     X(SELSCAN_RULE_GRID, "grid over 2^31 - 1 blocks")       /* CUDA */                               \
     X(SELSCAN_RULE_DSTATE_CUDA, "over 512 (CUDA)")          /* CUDA */                               \
     X(SELSCAN_RULE_NO_STEP_KERNEL, "no step kernel of that shape (tuning)") /* CUDA, tuning only */ \
+    /* bindings/common's argument checks of a framework's tensors (never selscan's own calls) */     \
+    X(SELSCAN_RULE_SHAPE, "wrong shape")                    /* rank or sizes against the others */   \
+    X(SELSCAN_RULE_DTYPE, "wrong dtype")                    /* element type */                       \
+    X(SELSCAN_RULE_DEVICE, "on another device")             /* not on the reference operand's */     \
+    X(SELSCAN_RULE_NOT_HOST, "not in host memory")          /* values read on the host */          \
     SELSCAN__SSD_RULE_LIST(X)
 
 /* the SSD scan's rules (>>ssd-api), after the list above */
@@ -475,6 +480,17 @@ SELSCAN_DEF const char *selscan_rule_name(selscan_rule r);
 SELSCAN_DEF selscan_status selscan_validate(const selscan_problem *p);
 SELSCAN_DEF selscan_status selscan_validate_grads(const selscan_problem *p, const selscan_grads *g);
 SELSCAN_DEF selscan_status selscan_validate_step(const selscan_step_problem *s);
+/* The size rules alone (what bindings/common checks a framework call's arguments with, issue 39):
+   the rules a problem's dtype, flags, sizes and host index values obey, with the codes, diag and
+   order of the validation (it runs these same functions), but without the operands (no pointer or
+   stride is read) and with empty problems accepted: batch, dim or seqlen 0 (the step: batch or dim)
+   is an empty problem, which a binding answers without calling selscan (dstate may then be 0
+   too; a negative size is SELSCAN_RULE_NEGATIVE). Packed sequences: n_seqs > 0; cu_seqlens' values
+   are checked where the pointer is given (NULL: not known here, e.g. in a graph's shape function).
+   The steps: has_index says a state_index is given (its pointer, when not NULL, is host memory
+   whose values are checked); n_cache is read as it is (0: a cache of no rows), not as batch. */
+SELSCAN_DEF selscan_status selscan_check_sizes(const selscan_problem *p);
+SELSCAN_DEF selscan_status selscan_check_step_sizes(const selscan_step_problem *s, int has_index);
 /* Workspace bytes for the CPU entry points; g NULL: forward. */
 SELSCAN_DEF selscan_status selscan_workspace_size(const selscan_problem *p, const selscan_grads *g, size_t *bytes);
 SELSCAN_DEF selscan_status selscan_forward_cpu(const selscan_problem *p, void *workspace, size_t workspace_bytes);
@@ -546,6 +562,9 @@ SELSCAN_DEF selscan_status selscan_step_ref(const selscan_step_problem *s);
 SELSCAN_DEF selscan_status selscan_validate_conv(const selscan_conv_problem *p);
 SELSCAN_DEF selscan_status selscan_validate_conv_grads(const selscan_conv_problem *p, const selscan_conv_grads *g);
 SELSCAN_DEF selscan_status selscan_validate_conv_step(const selscan_conv_step_problem *s);
+/* The conv's size rules alone: see selscan_check_sizes. */
+SELSCAN_DEF selscan_status selscan_check_conv_sizes(const selscan_conv_problem *p);
+SELSCAN_DEF selscan_status selscan_check_conv_step_sizes(const selscan_conv_step_problem *s, int has_index);
 SELSCAN_DEF selscan_status selscan_conv_forward_cpu(const selscan_conv_problem *p);
 SELSCAN_DEF selscan_status selscan_conv_backward_cpu(const selscan_conv_problem *p, const selscan_conv_grads *g);
 SELSCAN_DEF selscan_status selscan_conv_step_cpu(const selscan_conv_step_problem *s);
@@ -778,8 +797,9 @@ SELSCAN_DEF const char *selscan_rule_name(selscan_rule r) {
                    flag value there, a wider one its own bwd_kernel<T> instance
      f32-vs-2-byte tuning choices (short_steps and the launchers test dt == SELSCAN_F32):
                    decide per dtype
-   bindings/   each framework's dtype -> selscan_dtype map (torch: DtypeOf in selscan_torch.cpp,
-               tf: DtypeOf<T> in selscan_tf_common.h, onnxruntime: its ONNX element types) and
+   bindings/   each framework's dtype -> bindings/common's Type map (torch: TypeOf in
+               csrc/selscan_torch.h, tf: TypeOf in selscan_tf.cc and DtypeOf<T> in selscan_tf_common.h,
+               onnxruntime: TypeOf of its ONNX element types; the common layer's DtypeOfType) and
                the dtype lists the ops register
    tests/      common.h (tc_round, tc_encode, tc_esize, tc_dtname, the tolerances TOL_*_<dtype>) and
                the dtype loops of the suites (test_forward, test_backward, test_fast, test_conv,
@@ -1241,6 +1261,74 @@ static int selscan__dtype_ok(selscan_dtype t) {
     return SELSCAN__CAST(int, t) >= 0 && SELSCAN__CAST(int, t) <= SELSCAN__CAST(int, SELSCAN_BF16);
 }
 
+/* ---- >>size-rules: the rules of sizes, flags and host values, once -------------------------------
+   Each problem kind's in two parts around the missing-operand check (the order of the checks is
+   the order of the errors): the validation runs them with empty_ok 0, selscan_check_*sizes (what
+   bindings/common asks) with empty_ok 1: 0 taken for batch, dim and seqlen (an empty problem,
+   then dstate too: zero_ok), a negative size refused, packed sequences whose offsets are not
+   given (n_seqs > 0, cu_seqlens NULL) taken without their values. */
+static selscan_status selscan__size_rule(selscan_diag *d, const char *name, int64_t v, int zero_ok) {
+    if (zero_ok && v < 0) SELSCAN__FAIL(d, SELSCAN_ERR_SHAPE, name, NEGATIVE);
+    if (!zero_ok && v <= 0) SELSCAN__FAIL(d, SELSCAN_ERR_SHAPE, name, NOT_POSITIVE);
+    return SELSCAN_OK;
+}
+#define SELSCAN__SIZE_RULE(d, name, v, zero_ok)                                               \
+    do {                                                                                      \
+        selscan_status st_ = selscan__size_rule((d), (name), (v), (zero_ok));                 \
+        if (st_ != SELSCAN_OK) return st_;                                                    \
+    } while (0)
+
+/* packed sequences (cu_seqlens; values where the pointer is given, n_seqs given without it when
+   values_optional): the scan's and the conv's rule; per_row: the state's elements a row */
+static selscan_status selscan__packed_rules(const int64_t *cu, int64_t n_seqs, int64_t batch, int64_t seqlen, int64_t dim,
+                                            int64_t per_row, int values_optional, selscan_diag *d) {
+    int64_t i;
+    if (cu || (values_optional && n_seqs != 0)) {
+        /* the row count is checked before cu_seqlens[n_seqs] is read (its index must exist) */
+        if (batch != 1) SELSCAN__FAIL(d, SELSCAN_ERR_SHAPE, "batch", BATCH_NOT_1);
+        if (n_seqs <= 0 || !selscan__count_ok(n_seqs, dim, per_row, 1)) SELSCAN__FAIL(d, SELSCAN_ERR_SHAPE, "n_seqs", OUT_OF_RANGE);
+        if (!cu) return SELSCAN_OK;
+        if (!selscan__aligned(cu, 8)) SELSCAN__FAIL(d, SELSCAN_ERR_SHAPE, "cu_seqlens", MISALIGNED);
+        if (cu[0] != 0) SELSCAN__FAIL(d, SELSCAN_ERR_SHAPE, "cu_seqlens", FIRST_OFFSET);
+        if (cu[n_seqs] != seqlen) SELSCAN__FAIL(d, SELSCAN_ERR_SHAPE, "cu_seqlens", LAST_OFFSET);
+        for (i = 0; i < n_seqs; i++)
+            if (cu[i + 1] < cu[i]) SELSCAN__FAIL(d, SELSCAN_ERR_SHAPE, "cu_seqlens", NOT_INCREASING);
+    } else if (n_seqs != 0) {
+        SELSCAN__FAIL(d, SELSCAN_ERR_NULL, "cu_seqlens", MISSING_N_SEQS);
+    }
+    return SELSCAN_OK;
+}
+
+/* the scan's: before the operands (dtype, flags, sizes, n_groups) */
+static selscan_status selscan__scan_sizes1(const selscan_problem *p, int empty_ok, selscan_diag *d) {
+    const int64_t G = p->n_groups == 0 ? 1 : p->n_groups;
+    const int empty = empty_ok && (p->batch == 0 || p->dim == 0 || p->seqlen == 0);
+    if (!selscan__dtype_ok(p->dtype)) SELSCAN__FAIL(d, SELSCAN_ERR_DTYPE, "dtype", UNKNOWN_DTYPE);
+    if (p->flags & ~SELSCAN__KNOWN_FLAGS) SELSCAN__FAIL(d, SELSCAN_ERR_UNSUPPORTED, "flags", UNKNOWN_FLAG);
+    SELSCAN__SIZE_RULE(d, "batch", p->batch, empty_ok);
+    SELSCAN__SIZE_RULE(d, "dim", p->dim, empty_ok);
+    SELSCAN__SIZE_RULE(d, "seqlen", p->seqlen, empty_ok);
+    SELSCAN__SIZE_RULE(d, "dstate", p->dstate, empty);
+    if (G <= 0 || p->dim % G != 0) SELSCAN__FAIL(d, SELSCAN_ERR_SHAPE, "n_groups", NOT_DIVIDING);
+    return SELSCAN_OK;
+}
+
+/* the scan's: after the operands (packed sequences, element counts) */
+static selscan_status selscan__scan_sizes2(const selscan_problem *p, int empty_ok, selscan_diag *d) {
+    const int64_t G = p->n_groups == 0 ? 1 : p->n_groups;
+    const int packed = p->cu_seqlens || (empty_ok && p->n_seqs != 0);
+    const int64_t rows = packed ? p->n_seqs : p->batch;
+    selscan_status st = selscan__packed_rules(p->cu_seqlens, p->n_seqs, p->batch, p->seqlen, p->dim, p->dstate, empty_ok, d);
+    if (st != SELSCAN_OK) return st;
+    /* the diag names the sizes whose product overflows (with cu_seqlens, n_seqs * dim * dstate
+       was checked above) */
+    if (!selscan__count_ok(p->batch, p->dim, p->seqlen, 1)) SELSCAN__FAIL(d, SELSCAN_ERR_SHAPE, "batch * dim * seqlen", COUNT_OVERFLOWS);
+    if (!selscan__count_ok(p->batch, G, p->dstate, p->seqlen))
+        SELSCAN__FAIL(d, SELSCAN_ERR_SHAPE, "batch * n_groups * dstate * seqlen", COUNT_OVERFLOWS);
+    if (!selscan__count_ok(rows, p->dim, p->dstate, 1)) SELSCAN__FAIL(d, SELSCAN_ERR_SHAPE, "batch * dim * dstate", COUNT_OVERFLOWS);
+    return SELSCAN_OK;
+}
+
 /* Sizes, flags, pointers, sequence offsets and strides of a problem (not aliasing, which needs
    the outputs of the pass). need_y: the forward's y is required. */
 static selscan_status selscan__check_problem(const selscan_problem *p, selscan__prob *q, int need_y) {
@@ -1250,28 +1338,10 @@ static selscan_status selscan__check_problem(const selscan_problem *p, selscan__
     if (!p) return SELSCAN_ERR_NULL;
     d = p->diag;
     q->diag = d;
-    if (!selscan__dtype_ok(p->dtype)) SELSCAN__FAIL(d, SELSCAN_ERR_DTYPE, "dtype", UNKNOWN_DTYPE);
-    if (p->flags & ~SELSCAN__KNOWN_FLAGS) SELSCAN__FAIL(d, SELSCAN_ERR_UNSUPPORTED, "flags", UNKNOWN_FLAG);
-    G = p->n_groups == 0 ? 1 : p->n_groups;
-    if (p->batch <= 0) SELSCAN__FAIL(d, SELSCAN_ERR_SHAPE, "batch", NOT_POSITIVE);
-    if (p->dim <= 0) SELSCAN__FAIL(d, SELSCAN_ERR_SHAPE, "dim", NOT_POSITIVE);
-    if (p->seqlen <= 0) SELSCAN__FAIL(d, SELSCAN_ERR_SHAPE, "seqlen", NOT_POSITIVE);
-    if (p->dstate <= 0) SELSCAN__FAIL(d, SELSCAN_ERR_SHAPE, "dstate", NOT_POSITIVE);
-    if (G <= 0 || p->dim % G != 0) SELSCAN__FAIL(d, SELSCAN_ERR_SHAPE, "n_groups", NOT_DIVIDING);
+    if ((st = selscan__scan_sizes1(p, 0, d)) != SELSCAN_OK) return st;
     SELSCAN__SCAN_OPERANDS(SELSCAN__OPD_NULL, p) /* u, delta, A, B, C; y when need_y */
-    if (p->cu_seqlens) {
-        /* the row count is checked before cu_seqlens[n_seqs] is read (its index must exist) */
-        if (p->batch != 1) SELSCAN__FAIL(d, SELSCAN_ERR_SHAPE, "batch", BATCH_NOT_1);
-        if (p->n_seqs <= 0 || !selscan__count_ok(p->n_seqs, p->dim, p->dstate, 1))
-            SELSCAN__FAIL(d, SELSCAN_ERR_SHAPE, "n_seqs", OUT_OF_RANGE);
-        if (!selscan__aligned(p->cu_seqlens, 8)) SELSCAN__FAIL(d, SELSCAN_ERR_SHAPE, "cu_seqlens", MISALIGNED);
-        if (p->cu_seqlens[0] != 0) SELSCAN__FAIL(d, SELSCAN_ERR_SHAPE, "cu_seqlens", FIRST_OFFSET);
-        if (p->cu_seqlens[p->n_seqs] != p->seqlen) SELSCAN__FAIL(d, SELSCAN_ERR_SHAPE, "cu_seqlens", LAST_OFFSET);
-        for (i = 0; i < p->n_seqs; i++)
-            if (p->cu_seqlens[i + 1] < p->cu_seqlens[i]) SELSCAN__FAIL(d, SELSCAN_ERR_SHAPE, "cu_seqlens", NOT_INCREASING);
-    } else if (p->n_seqs != 0) {
-        SELSCAN__FAIL(d, SELSCAN_ERR_NULL, "cu_seqlens", MISSING_N_SEQS);
-    }
+    if ((st = selscan__scan_sizes2(p, 0, d)) != SELSCAN_OK) return st;
+    G = p->n_groups == 0 ? 1 : p->n_groups;
     q->batch = p->batch; q->dim = p->dim; q->L = p->seqlen; q->N = p->dstate; q->G = G; q->dpg = p->dim / G;
     q->rows = p->cu_seqlens ? p->n_seqs : p->batch;
     q->dt = p->dtype;
@@ -1279,12 +1349,6 @@ static selscan_status selscan__check_problem(const selscan_problem *p, selscan__
     q->fixB = (p->flags & SELSCAN_FIXED_B) != 0;
     q->fixC = (p->flags & SELSCAN_FIXED_C) != 0;
     q->cu = p->cu_seqlens; q->nseq = p->n_seqs;
-    /* the diag names the sizes whose product overflows (with cu_seqlens, n_seqs * dim * dstate
-       was checked above) */
-    if (!selscan__count_ok(q->batch, q->dim, q->L, 1)) SELSCAN__FAIL(d, SELSCAN_ERR_SHAPE, "batch * dim * seqlen", COUNT_OVERFLOWS);
-    if (!selscan__count_ok(q->batch, q->G, q->N, q->L))
-        SELSCAN__FAIL(d, SELSCAN_ERR_SHAPE, "batch * n_groups * dstate * seqlen", COUNT_OVERFLOWS);
-    if (!selscan__count_ok(q->rows, q->dim, q->N, 1)) SELSCAN__FAIL(d, SELSCAN_ERR_SHAPE, "batch * dim * dstate", COUNT_OVERFLOWS);
     {
         selscan__prob *dst = q;
         SELSCAN__SCAN_OPERANDS(SELSCAN__OPD_RESOLVE, p)
@@ -1418,6 +1482,13 @@ SELSCAN_DEF selscan_status selscan_validate_grads(const selscan_problem *p, cons
     selscan__prob q;
     selscan__grd r;
     return selscan__validate_backward(p, g, &q, &r, NULL, 0, 0);
+}
+
+SELSCAN_DEF selscan_status selscan_check_sizes(const selscan_problem *p) {
+    selscan_status st;
+    if (!p) return SELSCAN_ERR_NULL;
+    if ((st = selscan__scan_sizes1(p, 1, p->diag)) != SELSCAN_OK) return st;
+    return selscan__scan_sizes2(p, 1, p->diag);
 }
 
 /* The fast CPU path's workspace for n_parts parts (defined in the fast CPU path section). */
@@ -1753,6 +1824,44 @@ static int selscan__idx_unique(const int32_t *idx, int64_t n) {
     }
 }
 
+/* >>size-rules of the step: before the operands (n_cache as the entry points read it: 0 is batch,
+   unless empty_ok: as it is) */
+static selscan_status selscan__step_sizes1(const selscan_step_problem *s, int empty_ok, int has_index, selscan_diag *d) {
+    const int64_t G = s->n_groups == 0 ? 1 : s->n_groups;
+    const int64_t ncache = s->n_cache == 0 && !empty_ok ? s->batch : s->n_cache;
+    const int empty = empty_ok && (s->batch == 0 || s->dim == 0);
+    if (!selscan__dtype_ok(s->dtype)) SELSCAN__FAIL(d, SELSCAN_ERR_DTYPE, "dtype", UNKNOWN_DTYPE);
+    if (s->flags & ~SELSCAN__STEP_KNOWN_FLAGS) SELSCAN__FAIL(d, SELSCAN_ERR_UNSUPPORTED, "flags", UNKNOWN_FLAG);
+    SELSCAN__SIZE_RULE(d, "batch", s->batch, empty_ok);
+    SELSCAN__SIZE_RULE(d, "dim", s->dim, empty_ok);
+    SELSCAN__SIZE_RULE(d, "dstate", s->dstate, empty);
+    if (G <= 0 || s->dim % G != 0) SELSCAN__FAIL(d, SELSCAN_ERR_SHAPE, "n_groups", NOT_DIVIDING);
+    SELSCAN__SIZE_RULE(d, "n_cache", ncache, empty_ok);
+    if (!has_index && ncache != s->batch) SELSCAN__FAIL(d, SELSCAN_ERR_SHAPE, "n_cache", NOT_BATCH);
+    if (s->state_index && !selscan__aligned(s->state_index, 4))
+        SELSCAN__FAIL(d, SELSCAN_ERR_SHAPE, "state_index", MISALIGNED);
+    return SELSCAN_OK;
+}
+
+/* host state rows (the steps' state_index: batch entries): every one below n_cache, no row twice */
+static selscan_status selscan__index_rules(const int32_t *idx, int64_t batch, int64_t ncache, selscan_diag *d) {
+    int64_t i;
+    for (i = 0; i < batch; i++)
+        if (idx[i] >= ncache) SELSCAN__FAIL(d, SELSCAN_ERR_SHAPE, "state_index", INDEX_RANGE);
+    if (!selscan__idx_unique(idx, batch)) SELSCAN__FAIL(d, SELSCAN_ERR_ALIAS, "state_index", ROW_TWICE);
+    return SELSCAN_OK;
+}
+
+/* the step's: after the operands (element counts; the host indices' values, idx_on_host) */
+static selscan_status selscan__step_sizes2(const selscan_step_problem *s, int64_t ncache, int idx_on_host, selscan_diag *d) {
+    const int64_t G = s->n_groups == 0 ? 1 : s->n_groups;
+    if (!selscan__count_ok(ncache, s->dim, s->dstate, 1)) SELSCAN__FAIL(d, SELSCAN_ERR_SHAPE, "n_cache * dim * dstate", COUNT_OVERFLOWS);
+    if (!selscan__count_ok(s->batch, s->dim, 1, 1)) SELSCAN__FAIL(d, SELSCAN_ERR_SHAPE, "batch * dim", COUNT_OVERFLOWS);
+    if (!selscan__count_ok(s->batch, G, s->dstate, 1)) SELSCAN__FAIL(d, SELSCAN_ERR_SHAPE, "batch * n_groups * dstate", COUNT_OVERFLOWS);
+    if (s->state_index && idx_on_host) return selscan__index_rules(s->state_index, s->batch, ncache, d);
+    return SELSCAN_OK;
+}
+
 static selscan_status selscan__validate_step_ex(const selscan_step_problem *s, selscan__stp *q, int idx_on_host) {
     int64_t G, i;
     selscan_status st;
@@ -1760,19 +1869,9 @@ static selscan_status selscan__validate_step_ex(const selscan_step_problem *s, s
     if (!s) return SELSCAN_ERR_NULL;
     d = s->diag;
     q->diag = d;
-    if (!selscan__dtype_ok(s->dtype)) SELSCAN__FAIL(d, SELSCAN_ERR_DTYPE, "dtype", UNKNOWN_DTYPE);
-    if (s->flags & ~SELSCAN__STEP_KNOWN_FLAGS) SELSCAN__FAIL(d, SELSCAN_ERR_UNSUPPORTED, "flags", UNKNOWN_FLAG);
+    if ((st = selscan__step_sizes1(s, 0, s->state_index != NULL, d)) != SELSCAN_OK) return st;
     G = s->n_groups == 0 ? 1 : s->n_groups;
     q->ncache = s->n_cache == 0 ? s->batch : s->n_cache;
-    if (s->batch <= 0) SELSCAN__FAIL(d, SELSCAN_ERR_SHAPE, "batch", NOT_POSITIVE);
-    if (s->dim <= 0) SELSCAN__FAIL(d, SELSCAN_ERR_SHAPE, "dim", NOT_POSITIVE);
-    if (s->dstate <= 0) SELSCAN__FAIL(d, SELSCAN_ERR_SHAPE, "dstate", NOT_POSITIVE);
-    if (G <= 0 || s->dim % G != 0) SELSCAN__FAIL(d, SELSCAN_ERR_SHAPE, "n_groups", NOT_DIVIDING);
-    if (q->ncache <= 0) SELSCAN__FAIL(d, SELSCAN_ERR_SHAPE, "n_cache", NOT_POSITIVE);
-    if (!s->state_index && q->ncache != s->batch)
-        SELSCAN__FAIL(d, SELSCAN_ERR_SHAPE, "n_cache", NOT_BATCH);
-    if (s->state_index && !selscan__aligned(s->state_index, 4))
-        SELSCAN__FAIL(d, SELSCAN_ERR_SHAPE, "state_index", MISALIGNED);
     SELSCAN__STEP_OPERANDS(SELSCAN__OPD_NULL, s) /* state, u, delta, A, B, C, y */
     q->batch = s->batch; q->dim = s->dim; q->N = s->dstate; q->G = G; q->dpg = s->dim / G;
     q->dt = s->dtype;
@@ -1784,14 +1883,7 @@ static selscan_status selscan__validate_step_ex(const selscan_step_problem *s, s
     q->stT = (s->flags & SELSCAN_STEP_STATE_T) != 0;
     q->alog = (s->flags & SELSCAN_STEP_A_LOG) != 0;
     q->idx = s->state_index;
-    if (!selscan__count_ok(q->ncache, q->dim, q->N, 1)) SELSCAN__FAIL(d, SELSCAN_ERR_SHAPE, "n_cache * dim * dstate", COUNT_OVERFLOWS);
-    if (!selscan__count_ok(q->batch, q->dim, 1, 1)) SELSCAN__FAIL(d, SELSCAN_ERR_SHAPE, "batch * dim", COUNT_OVERFLOWS);
-    if (!selscan__count_ok(q->batch, q->G, q->N, 1)) SELSCAN__FAIL(d, SELSCAN_ERR_SHAPE, "batch * n_groups * dstate", COUNT_OVERFLOWS);
-    if (q->idx && idx_on_host) {
-        for (i = 0; i < q->batch; i++)
-            if (q->idx[i] >= q->ncache) SELSCAN__FAIL(d, SELSCAN_ERR_SHAPE, "state_index", INDEX_RANGE);
-        if (!selscan__idx_unique(q->idx, q->batch)) SELSCAN__FAIL(d, SELSCAN_ERR_ALIAS, "state_index", ROW_TWICE);
-    }
+    if ((st = selscan__step_sizes2(s, q->ncache, idx_on_host, d)) != SELSCAN_OK) return st;
     {
         selscan__stp *dst = q;
         SELSCAN__STEP_OPERANDS(SELSCAN__OPD_RESOLVE, s)
@@ -1816,6 +1908,13 @@ static selscan_status selscan__validate_step(const selscan_step_problem *s, sels
 SELSCAN_DEF selscan_status selscan_validate_step(const selscan_step_problem *s) {
     selscan__stp q;
     return selscan__validate_step(s, &q);
+}
+
+SELSCAN_DEF selscan_status selscan_check_step_sizes(const selscan_step_problem *s, int has_index) {
+    selscan_status st;
+    if (!s) return SELSCAN_ERR_NULL;
+    if ((st = selscan__step_sizes1(s, 1, has_index || s->state_index, s->diag)) != SELSCAN_OK) return st;
+    return selscan__step_sizes2(s, s->n_cache, 1, s->diag);
 }
 
 static void selscan__ref_step_all(const selscan__stp *q) {
@@ -1910,6 +2009,29 @@ static selscan_status selscan__conv_check_width(int64_t w, selscan_diag *d) {
 }
 
 /* Sizes, flags, pointers, sequence offsets and the inputs' strides (the outputs: below). */
+/* >>size-rules of the conv: before the operands (dtype, flags, sizes, width) */
+static selscan_status selscan__conv_sizes1(const selscan_conv_problem *p, int empty_ok, selscan_diag *d) {
+    if (!selscan__dtype_ok(p->dtype)) SELSCAN__FAIL(d, SELSCAN_ERR_DTYPE, "dtype", UNKNOWN_DTYPE);
+    if (p->flags & ~SELSCAN__CONV_KNOWN_FLAGS) SELSCAN__FAIL(d, SELSCAN_ERR_UNSUPPORTED, "flags", UNKNOWN_FLAG);
+    SELSCAN__SIZE_RULE(d, "batch", p->batch, empty_ok);
+    SELSCAN__SIZE_RULE(d, "dim", p->dim, empty_ok);
+    SELSCAN__SIZE_RULE(d, "seqlen", p->seqlen, empty_ok);
+    return selscan__conv_check_width(p->width, d);
+}
+
+/* the conv's: after the operands (packed sequences: the scan's rules; element counts) */
+static selscan_status selscan__conv_sizes2(const selscan_conv_problem *p, int empty_ok, selscan_diag *d) {
+    const int packed = p->cu_seqlens || (empty_ok && p->n_seqs != 0);
+    selscan_status st = selscan__packed_rules(p->cu_seqlens, p->n_seqs, p->batch, p->seqlen, p->dim, p->width, empty_ok, d);
+    if (st != SELSCAN_OK) return st;
+    /* the diag names the sizes whose product overflows (the scan's rule; with cu_seqlens,
+       n_seqs * dim * width was checked above) */
+    if (!selscan__count_ok(p->batch, p->dim, p->seqlen, 1)) SELSCAN__FAIL(d, SELSCAN_ERR_SHAPE, "batch * dim * seqlen", COUNT_OVERFLOWS);
+    if (!selscan__count_ok(packed ? p->n_seqs : p->batch, p->dim, p->width, 1))
+        SELSCAN__FAIL(d, SELSCAN_ERR_SHAPE, "batch * dim * width", COUNT_OVERFLOWS);
+    return SELSCAN_OK;
+}
+
 static SELSCAN__MAYBE_UNUSED selscan_status selscan__conv_check_problem(const selscan_conv_problem *p,
                                                                         selscan__cprob *q, int need_y) {
     selscan_status st;
@@ -1918,34 +2040,14 @@ static SELSCAN__MAYBE_UNUSED selscan_status selscan__conv_check_problem(const se
     if (!p) return SELSCAN_ERR_NULL;
     d = p->diag;
     q->diag = d;
-    if (!selscan__dtype_ok(p->dtype)) SELSCAN__FAIL(d, SELSCAN_ERR_DTYPE, "dtype", UNKNOWN_DTYPE);
-    if (p->flags & ~SELSCAN__CONV_KNOWN_FLAGS) SELSCAN__FAIL(d, SELSCAN_ERR_UNSUPPORTED, "flags", UNKNOWN_FLAG);
-    if (p->batch <= 0) SELSCAN__FAIL(d, SELSCAN_ERR_SHAPE, "batch", NOT_POSITIVE);
-    if (p->dim <= 0) SELSCAN__FAIL(d, SELSCAN_ERR_SHAPE, "dim", NOT_POSITIVE);
-    if (p->seqlen <= 0) SELSCAN__FAIL(d, SELSCAN_ERR_SHAPE, "seqlen", NOT_POSITIVE);
-    if ((st = selscan__conv_check_width(p->width, d)) != SELSCAN_OK) return st;
+    if ((st = selscan__conv_sizes1(p, 0, d)) != SELSCAN_OK) return st;
     SELSCAN__CONV_OPERANDS(SELSCAN__OPD_NULL, p) /* x, weight; y when need_y */
-    if (p->cu_seqlens) { /* the scan's rules (selscan__check_problem) */
-        if (p->batch != 1) SELSCAN__FAIL(d, SELSCAN_ERR_SHAPE, "batch", BATCH_NOT_1);
-        if (p->n_seqs <= 0 || !selscan__count_ok(p->n_seqs, p->dim, p->width, 1))
-            SELSCAN__FAIL(d, SELSCAN_ERR_SHAPE, "n_seqs", OUT_OF_RANGE);
-        if (!selscan__aligned(p->cu_seqlens, 8)) SELSCAN__FAIL(d, SELSCAN_ERR_SHAPE, "cu_seqlens", MISALIGNED);
-        if (p->cu_seqlens[0] != 0) SELSCAN__FAIL(d, SELSCAN_ERR_SHAPE, "cu_seqlens", FIRST_OFFSET);
-        if (p->cu_seqlens[p->n_seqs] != p->seqlen) SELSCAN__FAIL(d, SELSCAN_ERR_SHAPE, "cu_seqlens", LAST_OFFSET);
-        for (i = 0; i < p->n_seqs; i++)
-            if (p->cu_seqlens[i + 1] < p->cu_seqlens[i]) SELSCAN__FAIL(d, SELSCAN_ERR_SHAPE, "cu_seqlens", NOT_INCREASING);
-    } else if (p->n_seqs != 0) {
-        SELSCAN__FAIL(d, SELSCAN_ERR_NULL, "cu_seqlens", MISSING_N_SEQS);
-    }
+    if ((st = selscan__conv_sizes2(p, 0, d)) != SELSCAN_OK) return st;
     q->batch = p->batch; q->dim = p->dim; q->L = p->seqlen; q->W = p->width;
     q->rows = p->cu_seqlens ? p->n_seqs : p->batch;
     q->dt = p->dtype;
     q->silu = (p->flags & SELSCAN_CONV_SILU) != 0;
     q->cu = p->cu_seqlens; q->nseq = p->n_seqs;
-    /* the diag names the sizes whose product overflows (the scan's rule; with cu_seqlens,
-       n_seqs * dim * width was checked above) */
-    if (!selscan__count_ok(q->batch, q->dim, q->L, 1)) SELSCAN__FAIL(d, SELSCAN_ERR_SHAPE, "batch * dim * seqlen", COUNT_OVERFLOWS);
-    if (!selscan__count_ok(q->rows, q->dim, q->W, 1)) SELSCAN__FAIL(d, SELSCAN_ERR_SHAPE, "batch * dim * width", COUNT_OVERFLOWS);
     {
         selscan__cprob *dst = q;
         SELSCAN__CONV_OPERANDS(SELSCAN__OPD_RESOLVE, p)
@@ -2002,6 +2104,37 @@ static SELSCAN__MAYBE_UNUSED selscan_status selscan__conv_validate_backward(cons
     }
 }
 
+/* >>size-rules of the conv's update: before the operands (n_cache as selscan__step_sizes1 reads it) */
+static selscan_status selscan__conv_step_sizes1(const selscan_conv_step_problem *s, int empty_ok, int has_index,
+                                                selscan_diag *d) {
+    selscan_status st;
+    const int64_t ncache = s->n_cache == 0 && !empty_ok ? s->batch : s->n_cache;
+    if (!selscan__dtype_ok(s->dtype)) SELSCAN__FAIL(d, SELSCAN_ERR_DTYPE, "dtype", UNKNOWN_DTYPE);
+    if (s->flags & ~SELSCAN__CONV_STEP_KNOWN_FLAGS) SELSCAN__FAIL(d, SELSCAN_ERR_UNSUPPORTED, "flags", UNKNOWN_FLAG);
+    SELSCAN__SIZE_RULE(d, "batch", s->batch, empty_ok);
+    SELSCAN__SIZE_RULE(d, "dim", s->dim, empty_ok);
+    if (s->seqlen < 0) SELSCAN__FAIL(d, SELSCAN_ERR_SHAPE, "seqlen", NEGATIVE); /* 0 means 1 */
+    if ((st = selscan__conv_check_width(s->width, d)) != SELSCAN_OK) return st;
+    if (s->state_len < s->width - 1 || s->state_len <= 0)
+        SELSCAN__FAIL(d, SELSCAN_ERR_SHAPE, "state_len", BELOW_WIDTH);
+    SELSCAN__SIZE_RULE(d, "n_cache", ncache, empty_ok);
+    if (!has_index && ncache != s->batch) SELSCAN__FAIL(d, SELSCAN_ERR_SHAPE, "n_cache", NOT_BATCH);
+    if (s->state_index && !selscan__aligned(s->state_index, 4))
+        SELSCAN__FAIL(d, SELSCAN_ERR_SHAPE, "state_index", MISALIGNED);
+    return SELSCAN_OK;
+}
+
+/* the update's: after the operands (element counts; the host indices' values, idx_on_host) */
+static selscan_status selscan__conv_step_sizes2(const selscan_conv_step_problem *s, int64_t ncache, int idx_on_host,
+                                                selscan_diag *d) {
+    const int64_t L = s->seqlen == 0 ? 1 : s->seqlen;
+    if (!selscan__count_ok(ncache, s->dim, s->state_len, 1)) SELSCAN__FAIL(d, SELSCAN_ERR_SHAPE, "n_cache * dim * state_len", COUNT_OVERFLOWS);
+    if (!selscan__count_ok(s->batch, s->dim, L, 1)) SELSCAN__FAIL(d, SELSCAN_ERR_SHAPE, "batch * dim * seqlen", COUNT_OVERFLOWS);
+    if (!selscan__count_ok(s->dim, s->width, 1, 1)) SELSCAN__FAIL(d, SELSCAN_ERR_SHAPE, "dim * width", COUNT_OVERFLOWS);
+    if (s->state_index && idx_on_host) return selscan__index_rules(s->state_index, s->batch, ncache, d);
+    return SELSCAN_OK;
+}
+
 /* The decode update. idx_on_host: state_index is host memory and checked here (CPU); 0 for a
    device pointer (CUDA), never dereferenced. */
 static SELSCAN__MAYBE_UNUSED selscan_status selscan__conv_validate_step_ex(const selscan_conv_step_problem *s,
@@ -2012,35 +2145,16 @@ static SELSCAN__MAYBE_UNUSED selscan_status selscan__conv_validate_step_ex(const
     if (!s) return SELSCAN_ERR_NULL;
     d = s->diag;
     q->diag = d;
-    if (!selscan__dtype_ok(s->dtype)) SELSCAN__FAIL(d, SELSCAN_ERR_DTYPE, "dtype", UNKNOWN_DTYPE);
-    if (s->flags & ~SELSCAN__CONV_STEP_KNOWN_FLAGS) SELSCAN__FAIL(d, SELSCAN_ERR_UNSUPPORTED, "flags", UNKNOWN_FLAG);
+    if ((st = selscan__conv_step_sizes1(s, 0, s->state_index != NULL, d)) != SELSCAN_OK) return st;
     q->ncache = s->n_cache == 0 ? s->batch : s->n_cache;
     q->L = s->seqlen == 0 ? 1 : s->seqlen;
-    if (s->batch <= 0) SELSCAN__FAIL(d, SELSCAN_ERR_SHAPE, "batch", NOT_POSITIVE);
-    if (s->dim <= 0) SELSCAN__FAIL(d, SELSCAN_ERR_SHAPE, "dim", NOT_POSITIVE);
-    if (q->L <= 0) SELSCAN__FAIL(d, SELSCAN_ERR_SHAPE, "seqlen", NEGATIVE);
-    if ((st = selscan__conv_check_width(s->width, d)) != SELSCAN_OK) return st;
-    if (s->state_len < s->width - 1 || s->state_len <= 0)
-        SELSCAN__FAIL(d, SELSCAN_ERR_SHAPE, "state_len", BELOW_WIDTH);
-    if (q->ncache <= 0) SELSCAN__FAIL(d, SELSCAN_ERR_SHAPE, "n_cache", NOT_POSITIVE);
-    if (!s->state_index && q->ncache != s->batch)
-        SELSCAN__FAIL(d, SELSCAN_ERR_SHAPE, "n_cache", NOT_BATCH);
-    if (s->state_index && !selscan__aligned(s->state_index, 4))
-        SELSCAN__FAIL(d, SELSCAN_ERR_SHAPE, "state_index", MISALIGNED);
     SELSCAN__CONV_STEP_OPERANDS(SELSCAN__OPD_NULL, s) /* state, x, weight, y */
     q->batch = s->batch; q->dim = s->dim; q->W = s->width; q->S = s->state_len;
     q->dt = s->dtype;
     q->silu = (s->flags & SELSCAN_CONV_SILU) != 0;
     q->wT = q->biasT = (s->flags & SELSCAN_CONV_PARAMS_T) != 0;
     q->idx = s->state_index;
-    if (!selscan__count_ok(q->ncache, q->dim, q->S, 1)) SELSCAN__FAIL(d, SELSCAN_ERR_SHAPE, "n_cache * dim * state_len", COUNT_OVERFLOWS);
-    if (!selscan__count_ok(q->batch, q->dim, q->L, 1)) SELSCAN__FAIL(d, SELSCAN_ERR_SHAPE, "batch * dim * seqlen", COUNT_OVERFLOWS);
-    if (!selscan__count_ok(q->dim, q->W, 1, 1)) SELSCAN__FAIL(d, SELSCAN_ERR_SHAPE, "dim * width", COUNT_OVERFLOWS);
-    if (q->idx && idx_on_host) {
-        for (i = 0; i < q->batch; i++)
-            if (q->idx[i] >= q->ncache) SELSCAN__FAIL(d, SELSCAN_ERR_SHAPE, "state_index", INDEX_RANGE);
-        if (!selscan__idx_unique(q->idx, q->batch)) SELSCAN__FAIL(d, SELSCAN_ERR_ALIAS, "state_index", ROW_TWICE);
-    }
+    if ((st = selscan__conv_step_sizes2(s, q->ncache, idx_on_host, d)) != SELSCAN_OK) return st;
     {
         selscan__cstp *dst = q;
         SELSCAN__CONV_STEP_OPERANDS(SELSCAN__OPD_RESOLVE, s)
@@ -2072,6 +2186,20 @@ SELSCAN_DEF selscan_status selscan_validate_conv_grads(const selscan_conv_proble
 SELSCAN_DEF selscan_status selscan_validate_conv_step(const selscan_conv_step_problem *s) {
     selscan__cstp q;
     return selscan__conv_validate_step_ex(s, &q, 1);
+}
+
+SELSCAN_DEF selscan_status selscan_check_conv_sizes(const selscan_conv_problem *p) {
+    selscan_status st;
+    if (!p) return SELSCAN_ERR_NULL;
+    if ((st = selscan__conv_sizes1(p, 1, p->diag)) != SELSCAN_OK) return st;
+    return selscan__conv_sizes2(p, 1, p->diag);
+}
+
+SELSCAN_DEF selscan_status selscan_check_conv_step_sizes(const selscan_conv_step_problem *s, int has_index) {
+    selscan_status st;
+    if (!s) return SELSCAN_ERR_NULL;
+    if ((st = selscan__conv_step_sizes1(s, 1, has_index || s->state_index, s->diag)) != SELSCAN_OK) return st;
+    return selscan__conv_step_sizes2(s, s->n_cache, 1, s->diag);
 }
 
 /* ---- >>conv-reference: the exact scalar oracle ---------------------------------------------- */

@@ -3417,6 +3417,18 @@ static selscan_status take_workspace(const selscan_cuda_ext *x, int64_t need, vo
     return *workspace ? SELSCAN_OK : fail(dg, SELSCAN_ERR_WORKSPACE, "workspace", SELSCAN_RULE_ALLOC_FAILED);
 }
 
+/* Whether the fast forward kernels this TU compiled take p (a valid problem: its sizes, flags and
+   strides; data pointers only tested for NULL, no device asked): the plan's own answer for the
+   bindings (bindings/common's selscan_binding_cuda_fast_forward), which copy L-strided operands
+   to unit L strides where that sends a problem to the fast kernels, instead of restating the
+   plan's conditions. */
+static bool fast_forward_takes(const selscan_problem *p) {
+    selscan__prob q;
+    fwd_plan pl;
+    if (selscan__check_problem(p, &q, 1) != SELSCAN_OK) return false;
+    return plan_forward(q, kPlanMaxSMs, &pl, true, false, fwd_tune{0, 0, 0}, NULL) == SELSCAN_OK && pl.fastS != 0;
+}
+
 /* ---------------------------------------------------------------------------------------------- */
 /* >>launch          host side: launches                                                          */
 /* ---------------------------------------------------------------------------------------------- */

@@ -691,6 +691,73 @@ static void rule_codes(void) {
          STEP(s.batch = (int64_t)1 << 40; s.dstate = (int64_t)1 << 20; sexpect("code: step B's count overflows", &s, SELSCAN_ERR_SHAPE)));
 }
 
+/* ------------------------------------------------------------------ size rules alone -- */
+/* selscan_check_*sizes (issue 39: what bindings/common asks before it builds a problem): the
+   validation's size rules with its codes, without operands, with empty problems accepted. */
+static int sizes_code(selscan_status st, selscan_status want, selscan_rule rule, const char *operand) {
+    if (st != want) return 0;
+    if (st == SELSCAN_OK) return dg.code == SELSCAN__RULE_COUNT; /* nothing written on OK */
+    return dg.code == rule && strcmp(dg.operand, operand) == 0 && strcmp(dg.rule, selscan_rule_string(rule)) == 0;
+}
+static void size_rules_alone(void) {
+    selscan_problem p;
+    selscan_step_problem s;
+    selscan_conv_problem c;
+    selscan_conv_step_problem cs;
+    int64_t cu[3] = {0, 5, 9}, bad[3] = {0, 7, 5};
+    int32_t idx[2] = {1, 3}, dup[2] = {2, 2};
+#define SZ(init, call, want, rule, opd) \
+    do { init; diag_reset(); CHECK(sizes_code(call, want, rule, opd), "sizes: %s", #init); } while (0)
+#define SCAN0 memset(&p, 0, sizeof p); p.batch = 2; p.dim = 8; p.seqlen = 9; p.dstate = 4; p.n_groups = 2; p.diag = &dg
+    SZ(SCAN0, selscan_check_sizes(&p), SELSCAN_OK, SELSCAN_RULE_NONE, "");
+    SZ(SCAN0; p.u.data = NULL, selscan_check_sizes(&p), SELSCAN_OK, SELSCAN_RULE_NONE, ""); /* operands not read */
+    SZ(SCAN0; p.n_groups = 3, selscan_check_sizes(&p), SELSCAN_ERR_SHAPE, SELSCAN_RULE_NOT_DIVIDING, "n_groups");
+    SZ(SCAN0; p.dim = 0; p.n_groups = 3, selscan_check_sizes(&p), SELSCAN_OK, SELSCAN_RULE_NONE, ""); /* empty */
+    SZ(SCAN0; p.dim = 0; p.n_groups = -1, selscan_check_sizes(&p), SELSCAN_ERR_SHAPE, SELSCAN_RULE_NOT_DIVIDING, "n_groups");
+    SZ(SCAN0; p.seqlen = 0; p.dstate = 0, selscan_check_sizes(&p), SELSCAN_OK, SELSCAN_RULE_NONE, "");
+    SZ(SCAN0; p.dstate = 0, selscan_check_sizes(&p), SELSCAN_ERR_SHAPE, SELSCAN_RULE_NOT_POSITIVE, "dstate");
+    SZ(SCAN0; p.batch = -1, selscan_check_sizes(&p), SELSCAN_ERR_SHAPE, SELSCAN_RULE_NEGATIVE, "batch");
+    SZ(SCAN0; p.n_seqs = 2, selscan_check_sizes(&p), SELSCAN_ERR_SHAPE, SELSCAN_RULE_BATCH_NOT_1, "batch");
+    SZ(SCAN0; p.batch = 1; p.n_seqs = 2, selscan_check_sizes(&p), SELSCAN_OK, SELSCAN_RULE_NONE, ""); /* values unknown */
+    SZ(SCAN0; p.batch = 1; p.n_seqs = 2; p.cu_seqlens = cu, selscan_check_sizes(&p), SELSCAN_OK, SELSCAN_RULE_NONE, "");
+    SZ(SCAN0; p.batch = 1; p.n_seqs = 2; p.cu_seqlens = bad, selscan_check_sizes(&p), SELSCAN_ERR_SHAPE,
+       SELSCAN_RULE_LAST_OFFSET, "cu_seqlens");
+    SZ(SCAN0; p.batch = 1; p.seqlen = 0; p.n_seqs = 2; p.cu_seqlens = cu, selscan_check_sizes(&p), SELSCAN_ERR_SHAPE,
+       SELSCAN_RULE_LAST_OFFSET, "cu_seqlens"); /* the offsets whatever the sizes */
+    SZ(SCAN0; p.flags = 1u << 9, selscan_check_sizes(&p), SELSCAN_ERR_UNSUPPORTED, SELSCAN_RULE_UNKNOWN_FLAG, "flags");
+#define STEP0 memset(&s, 0, sizeof s); s.batch = 2; s.dim = 8; s.dstate = 4; s.n_groups = 2; s.n_cache = 2; s.diag = &dg
+    SZ(STEP0, selscan_check_step_sizes(&s, 0), SELSCAN_OK, SELSCAN_RULE_NONE, "");
+    SZ(STEP0; s.n_cache = 0, selscan_check_step_sizes(&s, 0), SELSCAN_ERR_SHAPE, SELSCAN_RULE_NOT_BATCH, "n_cache");
+    SZ(STEP0; s.n_cache = 0, selscan_check_step_sizes(&s, 1), SELSCAN_OK, SELSCAN_RULE_NONE, ""); /* rows unknown */
+    SZ(STEP0; s.n_cache = 4; s.state_index = idx, selscan_check_step_sizes(&s, 1), SELSCAN_OK, SELSCAN_RULE_NONE, "");
+    SZ(STEP0; s.n_cache = 3; s.state_index = idx, selscan_check_step_sizes(&s, 1), SELSCAN_ERR_SHAPE,
+       SELSCAN_RULE_INDEX_RANGE, "state_index");
+    SZ(STEP0; s.n_cache = 4; s.dim = 0; s.state_index = dup, selscan_check_step_sizes(&s, 1), SELSCAN_ERR_ALIAS,
+       SELSCAN_RULE_ROW_TWICE, "state_index"); /* the rows whatever the sizes */
+    SZ(STEP0; s.n_groups = 3, selscan_check_step_sizes(&s, 0), SELSCAN_ERR_SHAPE, SELSCAN_RULE_NOT_DIVIDING, "n_groups");
+    SZ(STEP0; s.batch = 0; s.n_cache = 0; s.dstate = 0, selscan_check_step_sizes(&s, 0), SELSCAN_OK, SELSCAN_RULE_NONE, "");
+#define CONV0 memset(&c, 0, sizeof c); c.batch = 1; c.dim = 8; c.seqlen = 9; c.width = 4; c.diag = &dg
+    SZ(CONV0, selscan_check_conv_sizes(&c), SELSCAN_OK, SELSCAN_RULE_NONE, "");
+    SZ(CONV0; c.dim = 0; c.width = 5, selscan_check_conv_sizes(&c), SELSCAN_ERR_UNSUPPORTED, SELSCAN_RULE_WIDTH, "width");
+    SZ(CONV0; c.width = 0, selscan_check_conv_sizes(&c), SELSCAN_ERR_SHAPE, SELSCAN_RULE_NOT_POSITIVE, "width");
+    SZ(CONV0; c.n_seqs = 2; c.cu_seqlens = bad, selscan_check_conv_sizes(&c), SELSCAN_ERR_SHAPE, SELSCAN_RULE_LAST_OFFSET,
+       "cu_seqlens");
+#define CSTEP0 memset(&cs, 0, sizeof cs); cs.batch = 2; cs.dim = 8; cs.width = 4; cs.state_len = 3; cs.n_cache = 2; cs.diag = &dg
+    SZ(CSTEP0, selscan_check_conv_step_sizes(&cs, 0), SELSCAN_OK, SELSCAN_RULE_NONE, "");
+    SZ(CSTEP0; cs.state_len = 2, selscan_check_conv_step_sizes(&cs, 0), SELSCAN_ERR_SHAPE, SELSCAN_RULE_BELOW_WIDTH,
+       "state_len");
+    SZ(CSTEP0; cs.n_cache = 3, selscan_check_conv_step_sizes(&cs, 0), SELSCAN_ERR_SHAPE, SELSCAN_RULE_NOT_BATCH, "n_cache");
+    SZ(CSTEP0; cs.n_cache = 3; cs.dim = 0; cs.state_index = idx, selscan_check_conv_step_sizes(&cs, 1), SELSCAN_ERR_SHAPE,
+       SELSCAN_RULE_INDEX_RANGE, "state_index");
+#undef SZ
+#undef SCAN0
+#undef STEP0
+#undef CONV0
+#undef CSTEP0
+    CHECK(selscan_check_sizes(NULL) == SELSCAN_ERR_NULL && selscan_check_step_sizes(NULL, 0) == SELSCAN_ERR_NULL,
+          "sizes: NULL problems");
+}
+
 int main(void) {
     tc_init("test_validation");
     CHECK(strcmp(selscan_status_name(SELSCAN_ERR_SHAPE), "SELSCAN_ERR_SHAPE") == 0 &&
@@ -746,6 +813,7 @@ int main(void) {
     step_rules();
     step_overlap_rules();
     rule_codes();
+    size_rules_alone();
     {
         int i;
         for (i = 0; i < nbufs; i++) free(bufs[i].snap);

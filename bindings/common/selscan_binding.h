@@ -1,7 +1,7 @@
 // selscan_binding.h - the framework-free layer every selscan binding shares (C++17, header-only,
 // no framework header: the PyTorch package, the TensorFlow package and the ones to come).
 //
-// A binding checks its arguments in its own words, then hands this layer plain numbers:
+// A binding describes its arguments to this layer's checks (>>bind-args), then hands it plain numbers:
 //   >>bind-operands   (data pointer, sizes, element strides) -> selscan_tensor / selscan_out_tensor,
 //                     with the rules selscan cannot see (a multi-element tensor never has all
 //                     strides 0; an in-place output may not overlap itself)
@@ -11,8 +11,9 @@
 //                     selscan_checkpoint_size), never re-derived here
 //   >>bind-parts      the CPU parts runner on the framework's pool, with per-part diag and the
 //                     first failing part's error; the decode step's part count
-//   >>bind-host-rules the values rules of host-side index operands (cu_seqlens, state_batch_indices),
-//                     for where selscan is not called (an empty problem)
+//   >>bind-args       the argument checks of a framework call (selscan_binding_args.h): ranks, sizes,
+//                     dtypes, devices from selscan's operand tables; the size and host-value rules
+//                     (also where selscan is not called, an empty problem) asked of the library
 //   >>bind-errors     status -> an error kind and the message text, naming the user's argument
 //                     through selscan's diag and a per-op name map
 // Nothing here throws or allocates framework memory: errors come back as an Error the binding
@@ -267,51 +268,6 @@ inline int64_t StepParts(int64_t n_threads, int64_t batch, int64_t dim) {
   return n < 1 ? 1 : n;
 }
 
-// ---- >>bind-host-rules: host index operands, where selscan is not called ------------------------
-// selscan checks these values itself on every call it runs; a binding that skips the call (an
-// empty problem) checks them here, with the same rules, so that a bad value is refused whatever the
-// sizes. Each returns SELSCAN_OK, or the status with *rule set to the rule's text (with the values).
-
-// cu_seqlens (n offsets, n >= 2): first 0, last L, non-decreasing.
-inline selscan_status OffsetsRule(const int64_t* o, int64_t n, int64_t L, std::string* rule) {
-  if (o[0] != 0) {
-    *rule = "first offset not 0 (it is " + std::to_string(o[0]) + ")";
-    return SELSCAN_ERR_SHAPE;
-  }
-  if (o[n - 1] != L) {
-    *rule = "last offset not L (it is " + std::to_string(o[n - 1]) + ", L = " + std::to_string(L) + ")";
-    return SELSCAN_ERR_SHAPE;
-  }
-  for (int64_t i = 0; i + 1 < n; i++)
-    if (o[i + 1] < o[i]) {
-      *rule = "not increasing (offset " + std::to_string(i + 1) + " is " + std::to_string(o[i + 1]) + " after " +
-              std::to_string(o[i]) + ")";
-      return SELSCAN_ERR_SHAPE;
-    }
-  return SELSCAN_OK;
-}
-
-// state_batch_indices (n int32 rows of a cache of n_cache): every entry below n_cache, no row twice
-// (negative entries are padding).
-inline selscan_status StateIndexRule(const int32_t* v, int64_t n, int64_t n_cache, std::string* rule) {
-  std::vector<int32_t> rows;
-  rows.reserve(static_cast<size_t>(n > 0 ? n : 0));
-  for (int64_t i = 0; i < n; i++) {
-    if (v[i] >= n_cache) {
-      *rule = "not below n_cache (entry " + std::to_string(i) + " is " + std::to_string(v[i]) +
-              ", n_cache = " + std::to_string(n_cache) + ", state's first dim; negative entries are padding)";
-      return SELSCAN_ERR_SHAPE;
-    }
-    if (v[i] >= 0) rows.push_back(v[i]);
-  }
-  std::sort(rows.begin(), rows.end());
-  if (std::adjacent_find(rows.begin(), rows.end()) != rows.end()) {
-    *rule = "row used twice (each row is updated in place once)";
-    return SELSCAN_ERR_ALIAS;
-  }
-  return SELSCAN_OK;
-}
-
 // ---- >>bind-errors: status -> error kind and message --------------------------------------------
 
 // The kind of error a status is, for the framework's own exception / status type.
@@ -341,6 +297,7 @@ struct NameMap {
 struct Names {
   const NameMap* map = nullptr;
   size_t n = 0;
+  const char* noun = "argument";  // what the messages call one: "(argument 'x': ...)" (ONNX Runtime: input)
   std::string Of(const char* name) const {
     for (size_t i = 0; i < n; i++)
       if (std::strcmp(map[i].selscan, name) == 0) return map[i].user;
@@ -353,23 +310,21 @@ struct Names {
   }
 };
 template <size_t K>
-Names NamesOf(const NameMap (&map)[K]) {
-  return Names{map, K};
+Names NamesOf(const NameMap (&map)[K], const char* noun = "argument") {
+  return Names{map, K, noun};
 }
 
 // The decode step's map (both packages name the step's arguments like mamba_ssm's
 // selective_state_update: x is selscan's u, dt its delta, ...).
-constexpr NameMap kStepNames[] = {{"u", "x"},
-                                  {"delta", "dt"},
-                                  {"delta_bias", "dt_bias"},
-                                  {"state_index", "state_batch_indices"},
-                                  {"y", "out"},
-                                  {"dstate", "N"}};
+constexpr NameMap kStepNames[] = {{"u", "x"},          {"delta", "dt"},       {"delta_bias", "dt_bias"},
+                                  {"state_index", "state_batch_indices"}, {"y", "out"},
+                                  {"dstate", "state"},  {"n_cache", "state"},  {"n_groups", "B"},
+                                  {"batch", "x"}};
 
 // " (argument 'x': rule)" for the operand selscan's diag names, "" when it names none.
 inline std::string DiagText(const selscan_diag& d, const Names& names = Names()) {
   if (!d.operand) return "";
-  return std::string(" (argument '") + names.Of(d.operand) + "': " + (d.rule ? names.Rule(d.rule) : "invalid") + ")";
+  return std::string(" (") + names.noun + " '" + names.Of(d.operand) + "': " + (d.rule ? names.Rule(d.rule) : "invalid") + ")";
 }
 
 // An error for the framework to raise: its kind and message.
@@ -396,5 +351,7 @@ inline Error ErrorOf(const Result& r, const char* where, const Names& names = Na
 }
 
 }  // namespace selscan_binding
+
+#include "selscan_binding_args.h"  // >>bind-args: the argument checks
 
 #endif  // SELSCAN_BINDING_H_

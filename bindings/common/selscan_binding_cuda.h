@@ -77,6 +77,12 @@ selscan_status selscan_binding_cuda_conv_backward(const selscan_conv_problem *p,
                                                   selscan_binding_cuda_call *call);
 /* selscan_conv_step_cuda (no workspace). */
 selscan_status selscan_binding_cuda_conv_step(const selscan_conv_step_problem *s, selscan_binding_cuda_call *call);
+/* 1 where the fast forward kernels of the package's CUDA TU take p (a valid problem; its sizes,
+   flags and strides, pointers only tested for NULL; no device asked): selscan_cuda.cuh's plan,
+   asked instead of restated (a binding copies L-strided operands to unit L strides where the
+   copies would send the problem to the fast kernels, that is where p's unit-L form is taken and p
+   is not); 0 for an invalid problem. */
+int selscan_binding_cuda_fast_forward(const selscan_problem *p);
 /* 1 where the package's CUDA TU compiled the fast kernels for any L stride too
    (SELSCAN_CUDA_CHANNELS_LAST), 0 where an operand with a non-unit L stride runs the general ones. */
 int selscan_binding_cuda_channels_last(void);
@@ -163,6 +169,8 @@ selscan_status selscan_binding_cuda_conv_step(const selscan_conv_step_problem *s
 }
 
 int selscan_binding_cuda_channels_last(void) { return SELSCAN_CUDA_CHANNELS_LAST ? 1 : 0; }
+
+int selscan_binding_cuda_fast_forward(const selscan_problem *p) { return selscan_cuda_detail::fast_forward_takes(p) ? 1 : 0; }
 
 }  /* extern "C" */
 

@@ -20,13 +20,15 @@
 //
 // The math is selscan.h's (the forward of selscan_torch.selective_scan_fn, the decode step of
 // selective_state_update). Kernels run selscan's parts API on ONNX Runtime's intra-op thread pool
-// (OrtApi::KernelContext_ParallelFor; results are bitwise the same for any thread count). Errors
-// come back as an ONNX Runtime status naming the op, the input and the rule, e.g.
-//   selscan SelectiveScan: input 'B' must have shape (dim, N), (batch, N, L) or (batch, G, N, L) ...
-//   selscan SelectiveScan: invalid size, group count, sequence offsets or index [SELSCAN_ERR_SHAPE]
-//     (input 'cu_seqlens': not increasing (offset 2 is 10 after 20))
-// No exception crosses into ONNX Runtime; nothing is allocated but the workspace and the index
-// checks' scratch (operator new).
+// (OrtApi::KernelContext_ParallelFor through bindings/common's parts runner; results are bitwise the
+// same for any thread count). The arguments are checked by bindings/common (selscan's operand
+// tables and size rules); errors come back as an ONNX Runtime status in the layer's words, naming
+// the op, the input and selscan's rule, e.g.
+//   selscan: SelectiveScan: invalid size, group count, sequence offsets or index [SELSCAN_ERR_SHAPE]
+//     (input 'B': wrong shape: want (batch, N, L) = [2, 5, 37], got [2, 5, 36])
+//   selscan: SelectiveScan: ... [SELSCAN_ERR_SHAPE] (input 'cu_seqlens': not increasing: batch=1, ...)
+// No exception crosses into ONNX Runtime; nothing is allocated but the workspace and the checks'
+// scratch (operator new).
 //
 // ONNX Runtime loads the library with SessionOptions.register_custom_ops_library(path), which calls
 // RegisterCustomOps below. Build: make ort-ops (build/ort/libselscan_ort.so), or pip install
@@ -36,6 +38,7 @@
 #include <new>
 #include <string>
 #include <thread>
+#include <type_traits>
 #include <vector>
 
 #include "ort_abi.h"
@@ -43,7 +46,7 @@
 #define SELSCAN_IMPLEMENTATION
 #define SELSCAN_STATIC
 #include "selscan.h"
-#include "selscan_binding.h"  // bindings/common: the host index rules (cu_seqlens, state_index)
+#include "selscan_binding.h"  // bindings/common: the argument checks, the parts runner, the messages
 
 #define SELSCAN_ORT_DOMAIN "selscan"
 #define SELSCAN_ORT_OPSET 1
@@ -86,12 +89,6 @@ const char *TypeName(ONNXTensorElementDataType t) {
     case ONNX_TENSOR_ELEMENT_DATA_TYPE_DOUBLE: return "double";
     default: return "another type";
   }
-}
-
-std::string ShapeText(const std::vector<int64_t> &d) {
-  std::string s = "[";
-  for (size_t i = 0; i < d.size(); i++) s += (i ? ", " : "") + std::to_string(d[i]);
-  return s + "]";
 }
 
 struct Tensor {
@@ -207,94 +204,45 @@ void CopyOrZero(const Tensor &dst, const Tensor &src, size_t esize) {
   else std::memset(dst.data, 0, bytes);
 }
 
-// ---- >>ort-checks: argument checks with messages naming the input ------------------------------
+// ---- >>ort-checks: the arguments, checked by bindings/common (selscan_binding_args.h) ---------------
 
-// Collects the first failed check of a kernel call as "selscan <Op>: <message>".
-struct Checker {
-  const char *op;
-  std::string msg;
-  OrtErrorCode code = ORT_INVALID_ARGUMENT;  // the first failure's
-  bool ok() const { return msg.empty(); }
-  bool Fail(const std::string &m, OrtErrorCode c = ORT_INVALID_ARGUMENT) {
-    if (msg.empty()) { msg = std::string("selscan ") + op + ": " + m; code = c; }
-    return false;
+// Each op's input names where they are not selscan's operand names, and the sizes its rules name.
+constexpr bind::NameMap kScanNames[] = {{"dstate", "A"}, {"n_groups", "B"}, {"batch", "u"}, {"n_seqs", "cu_seqlens"}};
+constexpr bind::NameMap kStepNames[] = {{"u", "x"},       {"delta", "dt"},    {"delta_bias", "dt_bias"},
+                                        {"dstate", "state"}, {"n_cache", "state"}, {"n_groups", "B"},
+                                        {"batch", "x"}};
+constexpr bind::NameMap kConvNames[] = {{"width", "weight"}, {"batch", "x"}, {"n_seqs", "cu_seqlens"}};
+constexpr bind::NameMap kConvUpdateNames[] = {{"width", "weight"}, {"state_len", "state"}, {"n_cache", "state"},
+                                              {"batch", "x"}};
+
+bind::Type TypeOf(ONNXTensorElementDataType t) {
+  switch (t) {
+    case ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT: return bind::Type::kF32;
+    case ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT16: return bind::Type::kF16;
+    case ONNX_TENSOR_ELEMENT_DATA_TYPE_BFLOAT16: return bind::Type::kBF16;
+    case ONNX_TENSOR_ELEMENT_DATA_TYPE_INT32: return bind::Type::kI32;
+    case ONNX_TENSOR_ELEMENT_DATA_TYPE_INT64: return bind::Type::kI64;
+    default: return bind::Type::kOther;
   }
-  // A rule of bindings/common failed on input `input`: worded like SelscanError (selscan's own
-  // message for the same rule where selscan is called).
-  bool Rule(selscan_status st, const char *input, const std::string &rule) {
-    return Fail(std::string(selscan_status_string(st)) + " [" + selscan_status_name(st) + "] (input '" + input +
-                "': " + rule + ")");
-  }
-  bool Type(const Tensor &t, ONNXTensorElementDataType want, const char *what) {
-    if (t.type == want) return true;
-    return Fail(std::string("input '") + t.name + "' must be " + what + " (" + TypeName(want) + "), got " +
-                TypeName(t.type));
-  }
-  bool Shape(const Tensor &t, const std::vector<int64_t> &want, const char *what) {
-    if (t.dims == want) return true;
-    return Fail(std::string("input '") + t.name + "' must have shape " + what + " = " + ShapeText(want) + ", got " +
-                ShapeText(t.dims));
-  }
-  // The leading rank check (what: the shape it names); false: return Status().
-  bool Rank(const Tensor &t, size_t rank, const char *what) {
-    if (t.rank() == rank) return true;
-    return Fail(std::string("input '") + t.name + "' must have shape " + what + ", got " + ShapeText(t.dims));
-  }
-  // t (where given) has ref's shape and type: delta / z like u, dt / z like x.
-  void Like(const Tensor &t, const Tensor &ref) {
-    if (!t.present) return;
-    Shape(t, ref.dims, (std::string(ref.name) + "'s shape").c_str());
-    Type(t, ref.type, (std::string(ref.name) + "'s type").c_str());
-  }
-  // An optional per-channel parameter (D, delta_bias, dt_bias, bias): (dim,) float.
-  void PerChannel(const Tensor &t, int64_t dim) {
-    if (!t.present) return;
-    Shape(t, {dim}, "(dim,)");
-    Type(t, ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT, "float");
-  }
-  // B's and C's group counts: equal, and dividing dim.
-  void Groups(int64_t gB, int64_t gC, int64_t dim) {
-    if (gC != gB) Fail("input 'C' has " + std::to_string(gC) + " groups but 'B' has " + std::to_string(gB));
-    if (!(gB >= 1 && dim % gB == 0))
-      Fail("the group count of B / C (" + std::to_string(gB) + ") must divide dim (" + std::to_string(dim) + ")");
-  }
-  // cu_seqlens where given: (n_seqs + 1,) int64, batch 1, offsets from 0 to L, non-decreasing.
-  // *rows: the state rows (n_seqs, else batch). The values are checked here whatever the sizes:
-  // selscan, which checks them too, is not called on an empty problem.
-  void CuSeqlens(const Tensor &cu, int64_t batch, int64_t L, int64_t *rows, int64_t *n_seqs) {
-    *rows = batch;
-    *n_seqs = 0;
-    if (!cu.present) return;
-    Type(cu, ONNX_TENSOR_ELEMENT_DATA_TYPE_INT64, "int64");
-    if (!(cu.rank() == 1 && cu.dims[0] >= 2))
-      Fail("input 'cu_seqlens' must have shape (n_seqs + 1,) with n_seqs >= 1, got " + ShapeText(cu.dims));
-    if (batch != 1) Fail("packed sequences (cu_seqlens) need batch 1, got batch " + std::to_string(batch));
-    if (!ok()) return;
-    std::string rule;
-    const selscan_status st = bind::OffsetsRule(static_cast<const int64_t *>(cu.data), cu.dims[0], L, &rule);
-    if (st != SELSCAN_OK) { Rule(st, "cu_seqlens", rule); return; }
-    *n_seqs = cu.dims[0] - 1;
-    *rows = *n_seqs;
-  }
-  // state_index where given: (batch,) int32, every entry below n_cache (state's rows), no row twice;
-  // without it, state has batch rows. Checked here whatever the sizes (selscan is not called on an
-  // empty problem, and reads n_cache 0 as batch).
-  void StateIndex(const Tensor &sidx, int64_t batch, int64_t n_cache) {
-    if (!sidx.present) {
-      if (n_cache != batch)
-        Fail("input 'state' has " + std::to_string(n_cache) + " rows but x has batch " + std::to_string(batch) +
-             " (give state_index to address a larger cache)");
-      return;
-    }
-    Shape(sidx, {batch}, "(batch,)");
-    Type(sidx, ONNX_TENSOR_ELEMENT_DATA_TYPE_INT32, "int32");
-    if (!ok()) return;
-    std::string rule;
-    const selscan_status st = bind::StateIndexRule(static_cast<const int32_t *>(sidx.data), batch, n_cache, &rule);
-    if (st != SELSCAN_OK) Rule(st, "state_index", rule);
-  }
-  OrtStatus *Status() const { return ok() ? nullptr : Error(code, msg); }
-};
+}
+
+// An input as the checks see it: dense, row-major, host memory.
+bind::Arg ArgOf(const Tensor &t) {
+  bind::Arg a;
+  a.present = t.present;
+  if (!t.present) return a;
+  a.ndim = static_cast<int64_t>(t.dims.size());
+  a.sizes = t.dims.data();
+  a.type = TypeOf(t.type);
+  a.type_name = TypeName(t.type);
+  return a;
+}
+
+// A refused argument as ONNX Runtime's error (NOT_IMPLEMENTED for what selscan does not support).
+OrtStatus *Refused(const bind::Refusal &r, const char *op, const bind::Names &names) {
+  const bind::Error e = bind::ErrorOf(r, op, names);
+  return Error(e.kind == bind::ErrorKind::kNotImplemented ? ORT_NOT_IMPLEMENTED : ORT_INVALID_ARGUMENT, e.message);
+}
 
 selscan_dtype DtypeOf(ONNXTensorElementDataType t) {
   return t == ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT16 ? SELSCAN_F16
@@ -302,54 +250,38 @@ selscan_dtype DtypeOf(ONNXTensorElementDataType t) {
 }
 size_t ElemSize(ONNXTensorElementDataType t) { return t == ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT ? 4 : 2; }
 
-// selscan's status and diag -> an ONNX Runtime error naming the input.
-OrtStatus *SelscanError(const char *op, selscan_status st, const selscan_diag &d) {
-  std::string m = std::string("selscan ") + op + ": " + selscan_status_string(st) + " [" + selscan_status_name(st) + "]";
-  if (d.operand) m += std::string(" (input '") + d.operand + "': " + (d.rule ? d.rule : "invalid") + ")";
-  return Error(st == SELSCAN_ERR_UNSUPPORTED ? ORT_NOT_IMPLEMENTED : ORT_INVALID_ARGUMENT, m);
+// selscan's status and diag -> an ONNX Runtime error naming the input (the layer's message).
+OrtStatus *SelscanError(const char *op, selscan_status st, const selscan_diag &d, const bind::Names &names) {
+  return Error(st == SELSCAN_ERR_UNSUPPORTED ? ORT_NOT_IMPLEMENTED : ORT_INVALID_ARGUMENT,
+               bind::ErrorOf(st, op, bind::DiagText(d, names)).message);
 }
 
 // ---- >>ort-parts: selscan's parts on ONNX Runtime's intra-op pool -------------------------------
 
-// Parts per call: one per hardware thread (ONNX Runtime's C API does not tell the pool's size; the
-// results are bitwise the same for every split, and a pool with fewer threads runs several parts
-// each), at most the number of work items.
-int64_t NumParts(int64_t items) {
-  int64_t hw = static_cast<int64_t>(std::thread::hardware_concurrency());
-  return std::max<int64_t>(1, std::min<int64_t>(std::max<int64_t>(hw, 1), items));
-}
+// Threads of the parts: one part per hardware thread (ONNX Runtime's C API does not tell the pool's
+// size; the results are bitwise the same for every split, and a pool with fewer threads runs several
+// parts each), at most the number of work items.
+int64_t Threads() { return std::max<int64_t>(1, static_cast<int64_t>(std::thread::hardware_concurrency())); }
+int64_t NumParts(int64_t items) { return std::max<int64_t>(1, std::min<int64_t>(Threads(), items)); }
 
+// Runs fn(&q, part) for every part on ONNX Runtime's pool: bindings/common's parts runner
+// (bind::RunParts: each part its own copy and diag, the first failing part's error), the pool
+// through KernelContext_ParallelFor.
 template <typename P, typename Fn>
-struct PartsJob {
-  const P *p;
-  const Fn *fn;
-  std::vector<selscan_status> st;
-  std::vector<selscan_diag> diag;
-  static void Run(void *user, size_t i) {
-    PartsJob *j = static_cast<PartsJob *>(user);
-    P q = *j->p;  // each part its own copy: a part writes only its diag
-    q.diag = &j->diag[i];
-    j->st[i] = (*j->fn)(&q, static_cast<int64_t>(i));
-  }
-};
-
-// Runs fn(&q, part) for every part on the pool; the first failing part's status as an error.
-template <typename P, typename Fn>
-OrtStatus *RunParts(const OrtKernelContext *ctx, const char *op, const P &p, int64_t n_parts, const Fn &fn) {
-  PartsJob<P, Fn> job;
-  job.p = &p;
-  job.fn = &fn;
-  job.st.assign(static_cast<size_t>(n_parts), SELSCAN_OK);
-  job.diag.assign(static_cast<size_t>(n_parts), selscan_diag{nullptr, nullptr, SELSCAN_RULE_NONE});
-  if (n_parts == 1) {
-    PartsJob<P, Fn>::Run(&job, 0);
-  } else if (OrtStatus *st = g_api.KernelContext_ParallelFor(ctx, &PartsJob<P, Fn>::Run, static_cast<size_t>(n_parts),
-                                                             0, &job)) {
-    return st;
-  }
-  for (size_t i = 0; i < job.st.size(); i++)
-    if (job.st[i] != SELSCAN_OK) return SelscanError(op, job.st[i], job.diag[i]);
-  return nullptr;
+OrtStatus *RunParts(const OrtKernelContext *ctx, const char *op, const bind::Names &names, const P &p, int64_t n_parts,
+                    const Fn &fn) {
+  OrtStatus *pool_error = nullptr;
+  auto pool = [&](int64_t n, const auto &body) {
+    using Body = std::decay_t<decltype(body)>;
+    struct Job {
+      const Body *body;
+      static void Run(void *user, size_t i) { (*static_cast<Job *>(user)->body)(static_cast<int64_t>(i)); }
+    } job{&body};
+    pool_error = g_api.KernelContext_ParallelFor(ctx, &Job::Run, static_cast<size_t>(n), 0, &job);
+  };
+  const bind::Result r = bind::RunParts(p, n_parts, pool, fn);
+  if (pool_error) return pool_error;  // (no part ran)
+  return r.ok() ? nullptr : SelscanError(op, r.status, r.diag, names);
 }
 
 // A workspace buffer (operator new: any pointer works, selscan aligns it up inside).
@@ -375,70 +307,38 @@ struct ScanKernel {
   int64_t last_state_attr = -1;  // -1: not given
 };
 
-OrtStatus *ScanCompute(const ScanKernel &k, OrtKernelContext *ctx) {
+OrtStatus *ScanCompute(const ScanKernel &kern, OrtKernelContext *ctx) {
   const char *op = "SelectiveScan";
-  static const char *const names[kScanInputs] = {"u", "delta", "A", "B", "C", "D", "z", "delta_bias", "h0", "cu_seqlens"};
+  static const char *const input_names[kScanInputs] = {"u", "delta", "A", "B", "C", "D", "z", "delta_bias", "h0", "cu_seqlens"};
   Tensor t[kScanInputs];
   size_t n_out = 0;
-  if (OrtStatus *st = Inputs(ctx, op, names, kScanInputs, kD, t, &n_out)) return st;
+  if (OrtStatus *st = Inputs(ctx, op, input_names, kScanInputs, kD, t, &n_out)) return st;
   const Tensor &u = t[kU], &delta = t[kDelta], &A = t[kA], &B = t[kB], &C = t[kC], &D = t[kD], &z = t[kZ],
                &bias = t[kDeltaBias], &h0 = t[kH0], &cu = t[kCuSeqlens];
   bool want_last = false;
-  if (OrtStatus *st = WantSecondOutput(op, "return_last_state", k.last_state_attr, "last_state", n_out, &want_last))
+  if (OrtStatus *st = WantSecondOutput(op, "return_last_state", kern.last_state_attr, "last_state", n_out, &want_last))
     return st;
 
-  Checker c{op, {}};
-  if (!c.Rank(u, 3, "(batch, dim, L)")) return c.Status();
+  const bind::Names names = bind::NamesOf(kScanNames, "input");
+  bind::ScanArgs args;
+  args.u = ArgOf(u); args.delta = ArgOf(delta); args.A = ArgOf(A); args.B = ArgOf(B); args.C = ArgOf(C);
+  args.D = ArgOf(D); args.z = ArgOf(z); args.delta_bias = ArgOf(bias); args.h0 = ArgOf(h0); args.cu_seqlens = ArgOf(cu);
+  args.cu_values = cu.present && cu.type == ONNX_TENSOR_ELEMENT_DATA_TYPE_INT64 ? static_cast<const int64_t *>(cu.data)
+                                                                                : nullptr;
+  bind::Forms forms;
+  forms.fixed_bc = forms.groupless_bc = true;  // B / C: (dim, N) float constant over time, (batch, N, L) one group
+  forms.names = names;
+  bind::Checked k;
+  const bind::Refusal r = bind::CheckScanArgs(args, forms, &k);
+  if (!r.ok()) return Refused(r, op, names);
   const ONNXTensorElementDataType T = u.type;
-  const int64_t batch = u.dims[0], dim = u.dims[1], L = u.dims[2];
-  const ONNXTensorElementDataType F32 = ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT;
-  c.Like(delta, u);
-  if (A.rank() != 2 || A.dims[0] != dim)
-    c.Fail("input 'A' must have shape (dim, N) with dim = " + std::to_string(dim) + ", got " + ShapeText(A.dims));
-  c.Type(A, F32, "float");
-  if (!c.ok()) return c.Status();
-  const int64_t N = A.dims[1];
-  bool fixed[2] = {false, false};
-  int64_t groups[2] = {1, 1};
-  const Tensor *bc[2] = {&B, &C};
-  for (int i = 0; i < 2; i++) {
-    const Tensor &x = *bc[i];
-    if (x.rank() == 2) {
-      fixed[i] = true;
-      c.Shape(x, {dim, N}, "(dim, N) (constant over time)");
-      c.Type(x, F32, "float when constant over time");
-    } else {
-      const size_t o = x.rank() == 3 ? 1 : 2;
-      if (!((x.rank() == 3 || x.rank() == 4) && x.dims[0] == batch && x.dims[o] == N && x.dims[o + 1] == L))
-        c.Fail(std::string("input '") + x.name + "' must have shape (dim, N), (batch, N, L) or (batch, G, N, L) with "
-               "batch = " + std::to_string(batch) + ", N = " + std::to_string(N) + ", L = " + std::to_string(L) +
-               ", got " + ShapeText(x.dims));
-      c.Type(x, T, "u's type when it varies over time");
-      groups[i] = x.rank() == 4 ? x.dims[1] : 1;
-    }
-  }
-  if (!c.ok()) return c.Status();
-  // a B / C constant over time has no groups: the other one's count holds
-  const int64_t G = fixed[0] ? groups[1] : groups[0];
-  c.Groups(G, fixed[1] ? G : groups[1], dim);
-  c.PerChannel(D, dim);
-  c.Like(z, u);
-  c.PerChannel(bias, dim);
-  int64_t rows = 0, n_seqs = 0;
-  c.CuSeqlens(cu, batch, L, &rows, &n_seqs);
-  if (h0.present) {
-    c.Shape(h0, {rows, dim, N}, cu.present ? "(n_seqs, dim, N)" : "(batch, dim, N)");
-    c.Type(h0, F32, "float");
-  }
-  if (!c.ok()) return c.Status();
+  const int64_t batch = k.s.batch, dim = k.s.dim, L = k.s.L, N = k.s.N, G = k.s.G, rows = k.s.rows,
+                n_seqs = k.s.n_seqs;
 
   Tensor y, last;
   if (OrtStatus *st = Output(ctx, 0, "y", u.dims, &y)) return st;
   if (OrtStatus *st = SecondOutput(ctx, n_out, "last_state", {rows, dim, N}, &want_last, &last)) return st;
-  const bool empty = batch == 0 || dim == 0 || L == 0;
-  if (empty || N == 0) {  // nothing to scan: y is 0, the last state is h0 (or 0)
-    if (!empty) return Error(ORT_INVALID_ARGUMENT, "selscan SelectiveScan: input 'A' must have N >= 1 states, got " +
-                                                       ShapeText(A.dims));
+  if (k.s.Empty()) {  // nothing to scan: y is 0, the last state is h0 (or 0)
     if (y.numel) std::memset(y.data, 0, static_cast<size_t>(y.numel) * ElemSize(T));
     if (want_last) CopyOrZero(last, h0, 4);
     return nullptr;
@@ -447,8 +347,7 @@ OrtStatus *ScanCompute(const ScanKernel &k, OrtKernelContext *ctx) {
   std::memset(&p, 0, sizeof p);
   p.batch = batch; p.dim = dim; p.seqlen = L; p.dstate = N; p.n_groups = G;
   p.dtype = DtypeOf(T);
-  p.flags = (k.softplus ? SELSCAN_DELTA_SOFTPLUS : 0u) | (fixed[0] ? SELSCAN_FIXED_B : 0u) |
-            (fixed[1] ? SELSCAN_FIXED_C : 0u);
+  p.flags = (kern.softplus ? SELSCAN_DELTA_SOFTPLUS : 0u) | k.flags;  // SELSCAN_FIXED_*: the forms of B, C
   if (cu.present) {
     p.cu_seqlens = static_cast<const int64_t *>(cu.data);
     p.n_seqs = n_seqs;
@@ -463,12 +362,12 @@ OrtStatus *ScanCompute(const ScanKernel &k, OrtKernelContext *ctx) {
   const int64_t n = NumParts(batch * ((dim + 3) / 4));
   size_t ws_bytes = 0;
   selscan_status sst = selscan_workspace_size_parts(&p, nullptr, n, &ws_bytes);
-  if (sst != SELSCAN_OK) return SelscanError(op, sst, diag);
+  if (sst != SELSCAN_OK) return SelscanError(op, sst, diag, names);
   Workspace ws;
   if (!ws.Make(ws_bytes)) return Error(ORT_FAIL, "selscan SelectiveScan: out of memory for the workspace (" +
                                                      std::to_string(ws_bytes) + " bytes)");
   void *wp = ws.ptr();
-  return RunParts(ctx, op, p, n, [&](selscan_problem *q, int64_t part) {
+  return RunParts(ctx, op, names, p, n, [&](selscan_problem *q, int64_t part) {
     return selscan_forward_cpu_part(q, part, n, wp, ws_bytes);
   });
 }
@@ -481,44 +380,30 @@ struct StepKernel {
   int64_t softplus = 0;
 };
 
-OrtStatus *StepCompute(const StepKernel &k, OrtKernelContext *ctx) {
+OrtStatus *StepCompute(const StepKernel &kern, OrtKernelContext *ctx) {
   const char *op = "SelectiveStateUpdate";
-  static const char *const names[kStepInputs] = {"state", "x", "dt", "A", "B", "C", "D", "z", "dt_bias", "state_index"};
+  static const char *const input_names[kStepInputs] = {"state", "x", "dt", "A", "B", "C", "D", "z", "dt_bias", "state_index"};
   Tensor t[kStepInputs];
   size_t n_out = 0;
-  if (OrtStatus *st = Inputs(ctx, op, names, kStepInputs, kSD, t, &n_out)) return st;
+  if (OrtStatus *st = Inputs(ctx, op, input_names, kStepInputs, kSD, t, &n_out)) return st;
   if (n_out < 2)
     return Error(ORT_INVALID_ARGUMENT, "selscan SelectiveStateUpdate: the node needs both outputs (y, state_out)");
   const Tensor &state = t[kState], &x = t[kX], &dt = t[kDt], &A = t[kSA], &B = t[kSB], &C = t[kSC], &D = t[kSD],
                &z = t[kSZ], &bias = t[kDtBias], &sidx = t[kStateIndex];
-  Checker c{op, {}};
-  const ONNXTensorElementDataType F32 = ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT;
-  if (!c.Rank(x, 2, "(batch, dim)")) return c.Status();
+  const bind::Names names = bind::NamesOf(kStepNames, "input");
+  bind::StepArgs args;
+  args.state = ArgOf(state); args.u = ArgOf(x); args.delta = ArgOf(dt); args.A = ArgOf(A); args.B = ArgOf(B);
+  args.C = ArgOf(C); args.D = ArgOf(D); args.z = ArgOf(z); args.delta_bias = ArgOf(bias);
+  args.state_index = ArgOf(sidx);
+  args.index_values = sidx.present && sidx.type == ONNX_TENSOR_ELEMENT_DATA_TYPE_INT32
+                          ? static_cast<const int32_t *>(sidx.data) : nullptr;
+  bind::Forms forms;
+  forms.names = names;
+  bind::Checked k;
+  const bind::Refusal r = bind::CheckStepArgs(args, forms, &k);  // (the indices' values whatever the sizes)
+  if (!r.ok()) return Refused(r, op, names);
   const ONNXTensorElementDataType T = x.type;
-  const int64_t batch = x.dims[0], dim = x.dims[1];
-  if (!(state.rank() == 3 && state.dims[1] == dim))
-    c.Fail("input 'state' must have shape (n_cache, dim, N) with dim = " + std::to_string(dim) + ", got " +
-           ShapeText(state.dims));
-  c.Type(state, F32, "float");
-  if (!c.ok()) return c.Status();
-  const int64_t n_cache = state.dims[0], N = state.dims[2];
-  c.Like(dt, x);
-  c.Shape(A, {dim, N}, "(dim, N)");
-  c.Type(A, F32, "float");
-  for (const Tensor *bc : {&B, &C}) {
-    if (!(bc->rank() == 3 && bc->dims[0] == batch && bc->dims[2] == N))
-      c.Fail(std::string("input '") + bc->name + "' must have shape (batch, G, N) with batch = " +
-             std::to_string(batch) + ", N = " + std::to_string(N) + ", got " + ShapeText(bc->dims));
-    c.Type(*bc, T, "x's type");
-  }
-  if (!c.ok()) return c.Status();
-  const int64_t G = B.dims[1];
-  c.Groups(G, C.dims[1], dim);
-  c.PerChannel(D, dim);
-  c.Like(z, x);
-  c.PerChannel(bias, dim);
-  c.StateIndex(sidx, batch, n_cache);
-  if (!c.ok()) return c.Status();
+  const int64_t batch = k.s.batch, dim = k.s.dim, N = k.s.N, G = k.s.G, n_cache = k.n_cache;
 
   Tensor y, state_out;
   if (OrtStatus *st = Output(ctx, 0, "y", x.dims, &y)) return st;
@@ -527,8 +412,6 @@ OrtStatus *StepCompute(const StepKernel &k, OrtKernelContext *ctx) {
     CopyOrZero(state_out, state, 4);
     return nullptr;
   }
-  if (N == 0) return Error(ORT_INVALID_ARGUMENT, "selscan SelectiveStateUpdate: input 'state' must have N >= 1, got " +
-                                                     ShapeText(state.dims));
   if (n_cache == 0) {  // an empty cache: every row is padding (checked above), y 0; selscan reads n_cache 0 as batch
     std::memset(y.data, 0, static_cast<size_t>(y.numel) * ElemSize(T));
     return nullptr;
@@ -537,7 +420,7 @@ OrtStatus *StepCompute(const StepKernel &k, OrtKernelContext *ctx) {
   std::memset(&s, 0, sizeof s);
   s.batch = batch; s.dim = dim; s.dstate = N; s.n_groups = G; s.n_cache = n_cache;
   s.dtype = DtypeOf(T);
-  s.flags = k.softplus ? SELSCAN_DELTA_SOFTPLUS : 0u;
+  s.flags = kern.softplus ? SELSCAN_DELTA_SOFTPLUS : 0u;
   s.state_index = sidx.present ? static_cast<const int32_t *>(sidx.data) : nullptr;
   s.u = In(x); s.delta = In(dt); s.A = In(A); s.B = In(B); s.C = In(C);
   s.D = In(D); s.z = In(z); s.delta_bias = In(bias);
@@ -547,11 +430,11 @@ OrtStatus *StepCompute(const StepKernel &k, OrtKernelContext *ctx) {
   s.diag = &diag;
   // validate before the copy (the indices, the shapes against the state) ...
   selscan_status sst = selscan_validate_step(&s);
-  if (sst != SELSCAN_OK) return SelscanError(op, sst, diag);
+  if (sst != SELSCAN_OK) return SelscanError(op, sst, diag, names);
   // ... then state_out = state, stepped in place
   CopyOrZero(state_out, state, 4);
-  const int64_t n = NumParts(batch * ((dim + 255) / 256));
-  return RunParts(ctx, op, s, n, [&](selscan_step_problem *q, int64_t part) {
+  const int64_t n = bind::StepParts(Threads(), batch, dim);  // blocks of 256 channels of a row
+  return RunParts(ctx, op, names, s, n, [&](selscan_step_problem *q, int64_t part) {
     return selscan_step_cpu_part(q, part, n);
   });
 }
@@ -567,46 +450,29 @@ struct ConvKernel {
   int64_t final_state_attr = -1;  // -1: not given
 };
 
-// The weight: (dim, W) float, W = 2 .. SELSCAN_CONV_MAX_WIDTH. The width is checked here, before
-// any output is shaped by it (W - 1 < 0 would be ONNX Runtime's error) and whatever the sizes
-// (selscan, which refuses other widths the same way, is not called on an empty problem).
-bool CheckWeight(Checker &c, const Tensor &w, int64_t dim) {
-  if (!(w.rank() == 2 && w.dims[0] == dim))
-    return c.Fail("input 'weight' must have shape (dim, width) with dim = " + std::to_string(dim) + ", got " +
-                  ShapeText(w.dims));
-  const int64_t W = w.dims[1];
-  if (!(W >= 2 && W <= SELSCAN_CONV_MAX_WIDTH))
-    return c.Fail("input 'weight' must have width (its second dim) 2 .. " + std::to_string(SELSCAN_CONV_MAX_WIDTH) +
-                      ", got " + ShapeText(w.dims),
-                  W <= 0 ? ORT_INVALID_ARGUMENT : ORT_NOT_IMPLEMENTED);
-  return c.Type(w, ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT, "float");
-}
-
-OrtStatus *ConvCompute(const ConvKernel &k, OrtKernelContext *ctx) {
+OrtStatus *ConvCompute(const ConvKernel &kern, OrtKernelContext *ctx) {
   const char *op = "CausalConv1d";
-  static const char *const names[kConvInputs] = {"x", "weight", "bias", "init_state", "cu_seqlens"};
+  static const char *const input_names[kConvInputs] = {"x", "weight", "bias", "init_state", "cu_seqlens"};
   Tensor t[kConvInputs];
   size_t n_out = 0;
-  if (OrtStatus *st = Inputs(ctx, op, names, kConvInputs, kCBias, t, &n_out)) return st;
+  if (OrtStatus *st = Inputs(ctx, op, input_names, kConvInputs, kCBias, t, &n_out)) return st;
   const Tensor &x = t[kCx], &w = t[kCWeight], &bias = t[kCBias], &init = t[kCInit], &cu = t[kCCuSeqlens];
   bool want_fin = false;
-  if (OrtStatus *st = WantSecondOutput(op, "return_final_state", k.final_state_attr, "final_state", n_out, &want_fin))
+  if (OrtStatus *st = WantSecondOutput(op, "return_final_state", kern.final_state_attr, "final_state", n_out, &want_fin))
     return st;
-  Checker c{op, {}};
-  if (!c.Rank(x, 3, "(batch, dim, L)")) return c.Status();
+  const bind::Names names = bind::NamesOf(kConvNames, "input");
+  bind::ConvArgs args;
+  args.x = ArgOf(x); args.weight = ArgOf(w); args.bias = ArgOf(bias); args.init_state = ArgOf(init);
+  args.cu_seqlens = ArgOf(cu);
+  args.cu_values = cu.present && cu.type == ONNX_TENSOR_ELEMENT_DATA_TYPE_INT64 ? static_cast<const int64_t *>(cu.data)
+                                                                                : nullptr;
+  bind::Forms forms;
+  forms.names = names;
+  bind::Checked k;
+  const bind::Refusal r = bind::CheckConvArgs(args, forms, &k);  // the width before a state is shaped by it
+  if (!r.ok()) return Refused(r, op, names);
   const ONNXTensorElementDataType T = x.type;
-  const int64_t batch = x.dims[0], dim = x.dims[1], L = x.dims[2];
-  CheckWeight(c, w, dim);
-  if (!c.ok()) return c.Status();
-  const int64_t W = w.dims[1];
-  c.PerChannel(bias, dim);
-  int64_t rows = 0, n_seqs = 0;
-  c.CuSeqlens(cu, batch, L, &rows, &n_seqs);
-  if (init.present) {
-    c.Shape(init, {rows, dim, W - 1}, cu.present ? "(n_seqs, dim, width - 1)" : "(batch, dim, width - 1)");
-    c.Type(init, T, "x's type");
-  }
-  if (!c.ok()) return c.Status();
+  const int64_t batch = k.s.batch, dim = k.s.dim, L = k.s.L, W = k.width, rows = k.s.rows, n_seqs = k.s.n_seqs;
   Tensor y, fin;
   if (OrtStatus *st = Output(ctx, 0, "y", x.dims, &y)) return st;
   if (OrtStatus *st = SecondOutput(ctx, n_out, "final_state", {rows, dim, W - 1}, &want_fin, &fin)) return st;
@@ -619,45 +485,41 @@ OrtStatus *ConvCompute(const ConvKernel &k, OrtKernelContext *ctx) {
   std::memset(&p, 0, sizeof p);
   p.batch = batch; p.dim = dim; p.seqlen = L; p.width = W;
   p.dtype = DtypeOf(T);
-  p.flags = k.silu ? SELSCAN_CONV_SILU : 0u;
+  p.flags = kern.silu ? SELSCAN_CONV_SILU : 0u;
   if (cu.present) { p.cu_seqlens = static_cast<const int64_t *>(cu.data); p.n_seqs = n_seqs; }
   p.x = In(x); p.weight = In(w); p.bias = In(bias); p.init_state = In(init);
   p.y = Out(y);
   if (want_fin) p.final_state = Out(fin);
   const int64_t n = NumParts(dim);
-  return RunParts(ctx, op, p, n, [&](selscan_conv_problem *q, int64_t part) {
+  return RunParts(ctx, op, names, p, n, [&](selscan_conv_problem *q, int64_t part) {
     return selscan_conv_forward_cpu_part(q, part, n);
   });
 }
 
 enum { kCuState = 0, kCuX, kCuWeight, kCuBias, kCuStateIndex, kConvUpdateInputs };
 
-OrtStatus *ConvUpdateCompute(const ConvKernel &k, OrtKernelContext *ctx) {
+OrtStatus *ConvUpdateCompute(const ConvKernel &kern, OrtKernelContext *ctx) {
   const char *op = "CausalConv1dUpdate";
-  static const char *const names[kConvUpdateInputs] = {"state", "x", "weight", "bias", "state_index"};
+  static const char *const input_names[kConvUpdateInputs] = {"state", "x", "weight", "bias", "state_index"};
   Tensor t[kConvUpdateInputs];
   size_t n_out = 0;
-  if (OrtStatus *st = Inputs(ctx, op, names, kConvUpdateInputs, kCuBias, t, &n_out)) return st;
+  if (OrtStatus *st = Inputs(ctx, op, input_names, kConvUpdateInputs, kCuBias, t, &n_out)) return st;
   if (n_out < 2)
     return Error(ORT_INVALID_ARGUMENT, "selscan CausalConv1dUpdate: the node needs both outputs (y, state_out)");
   const Tensor &state = t[kCuState], &x = t[kCuX], &w = t[kCuWeight], &bias = t[kCuBias], &sidx = t[kCuStateIndex];
-  Checker c{op, {}};
-  if (x.rank() != 2 && x.rank() != 3)
-    c.Fail("input 'x' must have shape (batch, dim) or (batch, dim, seqlen), got " + ShapeText(x.dims));
-  if (!c.ok()) return c.Status();
+  const bind::Names names = bind::NamesOf(kConvUpdateNames, "input");
+  bind::ConvStepArgs args;
+  args.state = ArgOf(state); args.x = ArgOf(x); args.weight = ArgOf(w); args.bias = ArgOf(bias);
+  args.state_index = ArgOf(sidx);
+  args.index_values = sidx.present && sidx.type == ONNX_TENSOR_ELEMENT_DATA_TYPE_INT32
+                          ? static_cast<const int32_t *>(sidx.data) : nullptr;
+  bind::Forms forms;
+  forms.names = names;
+  bind::Checked k;
+  const bind::Refusal r = bind::CheckConvStepArgs(args, forms, &k);
+  if (!r.ok()) return Refused(r, op, names);
   const ONNXTensorElementDataType T = x.type;
-  const int64_t batch = x.dims[0], dim = x.dims[1], seqlen = x.rank() == 3 ? x.dims[2] : 1;
-  CheckWeight(c, w, dim);
-  if (!c.ok()) return c.Status();
-  const int64_t W = w.dims[1];
-  if (!(state.rank() == 3 && state.dims[1] == dim && state.dims[2] >= W - 1))
-    c.Fail("input 'state' must have shape (n_cache, dim, state_len) with dim = " + std::to_string(dim) +
-           ", state_len >= width - 1 = " + std::to_string(W - 1) + ", got " + ShapeText(state.dims));
-  c.Type(state, T, "x's type");
-  c.PerChannel(bias, dim);
-  if (!c.ok()) return c.Status();
-  c.StateIndex(sidx, batch, state.dims[0]);
-  if (!c.ok()) return c.Status();
+  const int64_t batch = k.s.batch, dim = k.s.dim, seqlen = k.s.L, W = k.width;
   Tensor y, state_out;
   if (OrtStatus *st = Output(ctx, 0, "y", x.dims, &y)) return st;
   if (OrtStatus *st = Output(ctx, 1, "state_out", state.dims, &state_out)) return st;
@@ -676,7 +538,7 @@ OrtStatus *ConvUpdateCompute(const ConvKernel &k, OrtKernelContext *ctx) {
   s.batch = batch; s.dim = dim; s.width = W; s.state_len = state.dims[2]; s.n_cache = state.dims[0];
   s.seqlen = seqlen;
   s.dtype = DtypeOf(T);
-  s.flags = k.silu ? SELSCAN_CONV_SILU : 0u;
+  s.flags = kern.silu ? SELSCAN_CONV_SILU : 0u;
   s.state_index = sidx.present ? static_cast<const int32_t *>(sidx.data) : nullptr;
   s.x = In(x); s.weight = In(w); s.bias = In(bias);
   s.y = Out(y);
@@ -684,10 +546,10 @@ OrtStatus *ConvUpdateCompute(const ConvKernel &k, OrtKernelContext *ctx) {
   selscan_diag diag = {nullptr, nullptr, SELSCAN_RULE_NONE};
   s.diag = &diag;
   selscan_status sst = selscan_validate_conv_step(&s);
-  if (sst != SELSCAN_OK) return SelscanError(op, sst, diag);
+  if (sst != SELSCAN_OK) return SelscanError(op, sst, diag, names);
   CopyOrZero(state_out, state, esize);
   const int64_t n = NumParts(batch * dim);
-  return RunParts(ctx, op, s, n, [&](selscan_conv_step_problem *q, int64_t part) {
+  return RunParts(ctx, op, names, s, n, [&](selscan_conv_step_problem *q, int64_t part) {
     return selscan_conv_step_cpu_part(q, part, n);
   });
 }

@@ -47,9 +47,137 @@ absl::Status FromSelscan(selscan_status st, const char* where, const Sizes& s, c
   }
 }
 
-absl::Status HostRuleStatus(selscan_status st, const char* where, const char* arg, const std::string& rule) {
-  if (st == SELSCAN_OK) return absl::OkStatus();
-  return Invalid(bind::ErrorOf(st, where, std::string(" (argument '") + arg + "': " + rule + ")").message);
+// ---- >>rules: the arguments, checked by bindings/common --------------------------------------------
+
+namespace {
+
+// The ops' argument names where they are not selscan's operand names, and the sizes its rules name.
+constexpr bind::NameMap kScanNames[] = {{"dstate", "A"}, {"n_groups", "B"}, {"batch", "u"}, {"n_seqs", "cu_seqlens"}};
+// Layout BLD: the user's axis of each logical axis of (batch, dim, L) and (batch, G, N, L) operands.
+const int kSeqBLD[] = {0, 2, 1}, kBcBLD[] = {0, 2, 3, 1};
+
+bind::Type TypeOf(tensorflow::DataType t) {
+  switch (t) {
+    case tensorflow::DT_FLOAT: return bind::Type::kF32;
+    case tensorflow::DT_HALF: return bind::Type::kF16;
+    case tensorflow::DT_BFLOAT16: return bind::Type::kBF16;
+    case tensorflow::DT_INT32: return bind::Type::kI32;
+    case tensorflow::DT_INT64: return bind::Type::kI64;
+    default: return bind::Type::kOther;
+  }
+}
+
+// The sizes of the args one check describes (kept while the check runs).
+struct ArgSizes {
+  std::vector<std::vector<int64_t>> sizes;
+  ArgSizes() { sizes.reserve(16); }  // no reallocation: the Args point into these
+  // a kernel's input (present: its has_* attr)
+  bind::Arg Of(const Tensor& t, bool present = true) {
+    bind::Arg a;
+    a.present = present;
+    if (!present) return a;
+    const auto dims = t.shape().dim_sizes();  // (a copy: one begin / end pair)
+    sizes.emplace_back(dims.begin(), dims.end());
+    a.ndim = static_cast<int64_t>(sizes.back().size());
+    a.sizes = sizes.back().data();
+    a.type = TypeOf(t.dtype());
+    return a;
+  }
+  // a shape function's input (rank or sizes may be unknown: -1); the dtype is the op's (its attrs)
+  bind::Arg Of(tensorflow::shape_inference::InferenceContext* c, int i, bind::Type type, bool present = true) {
+    bind::Arg a;
+    a.present = present;
+    if (!present) return a;
+    const auto x = c->input(i);
+    a.type = type;
+    if (!c->RankKnown(x)) {
+      a.ndim = -1;
+      return a;
+    }
+    std::vector<int64_t> v;
+    for (int k = 0; k < c->Rank(x); k++) v.push_back(c->ValueKnown(c->Dim(x, k)) ? c->Value(c->Dim(x, k)) : -1);
+    sizes.push_back(std::move(v));
+    a.ndim = static_cast<int64_t>(sizes.back().size());
+    a.sizes = sizes.back().data();
+    return a;
+  }
+};
+
+absl::Status Refused(const bind::Refusal& r, const char* where, const bind::Names& names) {
+  return absl::InvalidArgumentError(bind::ErrorOf(r, where, names).message);
+}
+
+bind::Forms ScanForms(bool bld) {
+  bind::Forms f;
+  f.names = bind::NamesOf(kScanNames);
+  if (bld) {
+    f.seq_perm = kSeqBLD;
+    f.bc_perm = kBcBLD;
+  }
+  return f;
+}
+
+}  // namespace
+
+absl::Status CheckInputs(OpKernelContext* ctx, const Options& o, bool backward, Sizes* s) {
+  auto absent = [&](bool present, int i, const char* name, const char* attr) -> absl::Status {
+    const Tensor& t = ctx->input(i);
+    if (present || t.NumElements() == 0) return absl::OkStatus();
+    return AbsentRule(name, attr, t.shape().DebugString());
+  };
+  TF_RETURN_IF_ERROR(absent(o.has_d, kD, "D", "has_d"));
+  TF_RETURN_IF_ERROR(absent(o.has_z, kZ, "z", "has_z"));
+  TF_RETURN_IF_ERROR(absent(o.has_bias, kDeltaBias, "delta_bias", "has_delta_bias"));
+  TF_RETURN_IF_ERROR(absent(o.has_h0, kH0, "h0", "has_h0"));
+  TF_RETURN_IF_ERROR(absent(o.has_cu, kCuSeqlens, "cu_seqlens", "has_cu_seqlens"));
+  if (backward) TF_RETURN_IF_ERROR(absent(o.has_dh_last, kDhLast, "dh_last", "has_dh_last"));
+  ArgSizes z;
+  bind::ScanArgs a;
+  a.u = z.Of(ctx->input(kU)); a.delta = z.Of(ctx->input(kDelta)); a.A = z.Of(ctx->input(kA));
+  a.B = z.Of(ctx->input(kB)); a.C = z.Of(ctx->input(kC)); a.D = z.Of(ctx->input(kD), o.has_d);
+  a.z = z.Of(ctx->input(kZ), o.has_z); a.delta_bias = z.Of(ctx->input(kDeltaBias), o.has_bias);
+  a.h0 = z.Of(ctx->input(kH0), o.has_h0); a.cu_seqlens = z.Of(ctx->input(kCuSeqlens), o.has_cu);
+  if (o.has_cu && ctx->input(kCuSeqlens).dims() == 1) a.cu_values = ctx->input(kCuSeqlens).flat<int64_t>().data();
+  if (backward) {
+    a.backward = true;
+    a.dy = z.Of(ctx->input(kDy));
+    a.dh_last = z.Of(ctx->input(kDhLast), o.has_dh_last);
+    a.checkpoint = z.Of(ctx->input(kCheckpoint));
+  }
+  const bind::Forms forms = ScanForms(o.bld);
+  bind::Checked k;
+  const bind::Refusal r = bind::CheckScanArgs(a, forms, &k);
+  if (!r.ok()) return Refused(r, backward ? "backward" : "forward", forms.names);
+  *s = k.s;
+  return absl::OkStatus();
+}
+
+absl::Status CheckStepInputs(OpKernelContext* ctx, const StepOptions& o, Sizes* s) {
+  auto absent = [&](bool present, int i, const char* name, const char* attr) -> absl::Status {
+    if (present || ctx->input(i).NumElements() == 0) return absl::OkStatus();
+    return AbsentRule(name, attr, ctx->input(i).shape().DebugString());
+  };
+  TF_RETURN_IF_ERROR(absent(o.has_d, kStD, "D", "has_d"));
+  TF_RETURN_IF_ERROR(absent(o.has_z, kStZ, "z", "has_z"));
+  TF_RETURN_IF_ERROR(absent(o.has_bias, kStDtBias, "dt_bias", "has_dt_bias"));
+  TF_RETURN_IF_ERROR(absent(o.has_index, kStIndex, "state_batch_indices", "has_state_batch_indices"));
+  ArgSizes z;
+  bind::StepArgs a;
+  a.state = z.Of(ctx->input(kStState)); a.u = z.Of(ctx->input(kStX)); a.delta = z.Of(ctx->input(kStDt));
+  a.A = z.Of(ctx->input(kStA)); a.B = z.Of(ctx->input(kStB)); a.C = z.Of(ctx->input(kStC));
+  a.D = z.Of(ctx->input(kStD), o.has_d); a.z = z.Of(ctx->input(kStZ), o.has_z);
+  a.delta_bias = z.Of(ctx->input(kStDtBias), o.has_bias);
+  a.state_index = z.Of(ctx->input(kStIndex), o.has_index);
+  if (o.has_index && ctx->input(kStIndex).dims() == 1) a.index_values = ctx->input(kStIndex).flat<int32_t>().data();
+  bind::Forms forms;
+  forms.groupless_bc = true;  // B / C (batch, N): one group
+  forms.names = bind::NamesOf(bind::kStepNames);
+  bind::Checked k;
+  const bind::Refusal r = bind::CheckStepArgs(a, forms, &k);
+  if (!r.ok()) return Refused(r, "step", forms.names);
+  *s = k.s;
+  s->rows = k.n_cache;
+  return absl::OkStatus();
 }
 
 namespace {
@@ -68,9 +196,8 @@ struct InferredDims {
   bool bld = true, has_d = false, has_z = false, has_bias = false, has_h0 = false, has_cu = false;
 };
 
-// The kernels' checks (CheckInputs) as far as the shapes are known at trace time, in the same
-// order and with the same messages naming the argument: TensorFlow's own Merge / WithRank errors
-// would name only node inputs and shapes.
+// The kernels' checks (the common layer's, as CheckInputs) on the shapes known at trace time (an
+// unknown rank or size: taken as it may be), and the sizes they find for the outputs.
 absl::Status InferDims(InferenceContext* c, bool backward, InferredDims* d) {
   std::string layout;
   bool has_dh_last = false;
@@ -82,119 +209,46 @@ absl::Status InferDims(InferenceContext* c, bool backward, InferredDims* d) {
   TF_RETURN_IF_ERROR(c->GetAttr("has_cu_seqlens", &d->has_cu));
   if (backward) TF_RETURN_IF_ERROR(c->GetAttr("has_dh_last", &has_dh_last));
   d->bld = layout != "BDL";
-  const int ld = d->bld ? 1 : 2, dd = d->bld ? 2 : 1;
-  const char* lay = d->bld ? "(batch, L, dim) for layout BLD" : "(batch, dim, L) for layout BDL";
-  const char* blay = d->bld ? "(batch, L, n_groups, N) for layout BLD" : "(batch, n_groups, N, L) for layout BDL";
-  auto str = [&](ShapeHandle x) { return c->DebugString(x); };
-  auto with_rank = [&](int i, int r, const char* name, const char* what, ShapeHandle* out) -> absl::Status {
-    if (c->WithRank(c->input(i), r, out).ok()) return absl::OkStatus();
-    return Invalid("selscan: ", name, " must have rank ", r, " ", what, ", got shape ", str(c->input(i)));
-  };
-  // Merges the listed axes of operand x into the known dims; on a conflict, "name must have shape want".
-  auto merge = [&](ShapeHandle x, std::initializer_list<std::pair<int, DimensionHandle*>> axes, const char* name,
-                   const std::function<std::string()>& want) -> absl::Status {
-    for (const auto& ax : axes) {
-      DimensionHandle m;
-      if (!c->Merge(c->Dim(x, ax.first), *ax.second, &m).ok())
-        return Invalid("selscan: ", name, " must have shape ", want(), ", got ", str(x));
-    }
-    for (const auto& ax : axes) TF_RETURN_IF_ERROR(c->Merge(c->Dim(x, ax.first), *ax.second, ax.second));
-    return absl::OkStatus();
-  };
-  auto dstr = [&](DimensionHandle x) { return c->ValueKnown(x) ? std::to_string(c->Value(x)) : std::string("?"); };
-
   auto known_nonzero = [&](DimensionHandle x) { return c->ValueKnown(x) && c->Value(x) > 0; };
   auto absent = [&](bool present, int i, const char* name, const char* attr) -> absl::Status {
     ShapeHandle x = c->input(i);
     if (present || !c->RankKnown(x)) return absl::OkStatus();
     for (int k = 0; k < c->Rank(x); k++)
       if (!known_nonzero(c->Dim(x, k))) return absl::OkStatus();  // possibly empty: the kernel decides
-    return AbsentRule(name, attr, str(x));
+    return AbsentRule(name, attr, c->DebugString(x));
   };
   TF_RETURN_IF_ERROR(absent(d->has_d, kD, "D", "has_d"));
   TF_RETURN_IF_ERROR(absent(d->has_z, kZ, "z", "has_z"));
   TF_RETURN_IF_ERROR(absent(d->has_bias, kDeltaBias, "delta_bias", "has_delta_bias"));
   TF_RETURN_IF_ERROR(absent(d->has_h0, kH0, "h0", "has_h0"));
   TF_RETURN_IF_ERROR(absent(d->has_cu, kCuSeqlens, "cu_seqlens", "has_cu_seqlens"));
+  if (backward) TF_RETURN_IF_ERROR(absent(has_dh_last, kDhLast, "dh_last", "has_dh_last"));
+  tensorflow::DataType t_attr;
+  TF_RETURN_IF_ERROR(c->GetAttr("T", &t_attr));
+  const bind::Type T = TypeOf(t_attr), F = bind::Type::kF32;
+  ArgSizes z;
+  bind::ScanArgs a;
+  a.u = z.Of(c, kU, T); a.delta = z.Of(c, kDelta, T); a.A = z.Of(c, kA, F); a.B = z.Of(c, kB, T);
+  a.C = z.Of(c, kC, T); a.D = z.Of(c, kD, F, d->has_d); a.z = z.Of(c, kZ, T, d->has_z);
+  a.delta_bias = z.Of(c, kDeltaBias, F, d->has_bias); a.h0 = z.Of(c, kH0, F, d->has_h0);
+  a.cu_seqlens = z.Of(c, kCuSeqlens, bind::Type::kI64, d->has_cu);
   if (backward) {
-    TF_RETURN_IF_ERROR(absent(has_dh_last, kDhLast, "dh_last", "has_dh_last"));
-    if (c->RankKnown(c->input(kCheckpoint)) && c->Rank(c->input(kCheckpoint)) != 1)
-      return CheckpointRankRule(str(c->input(kCheckpoint)));
+    a.backward = true;
+    a.dy = z.Of(c, kDy, T);
+    a.dh_last = z.Of(c, kDhLast, F, has_dh_last);
+    a.checkpoint = z.Of(c, kCheckpoint, F);
   }
-
-  ShapeHandle u, t;
-  TF_RETURN_IF_ERROR(with_rank(kU, 3, "u", lay, &u));
-  auto same_as_u = [&](int i, const char* name) -> absl::Status {
-    TF_RETURN_IF_ERROR(with_rank(i, 3, name, lay, &t));
-    if (!c->Merge(u, t, &u).ok()) return Invalid("selscan: ", name, " must have u's shape ", str(u), ", got ", str(t));
-    return absl::OkStatus();
-  };
-  TF_RETURN_IF_ERROR(same_as_u(kDelta, "delta"));
-  if (d->has_z) TF_RETURN_IF_ERROR(same_as_u(kZ, "z"));
-  if (backward) TF_RETURN_IF_ERROR(same_as_u(kDy, "dy"));
-  d->batch = c->Dim(u, 0);
-  d->L = c->Dim(u, ld);
-  d->dim = c->Dim(u, dd);
-  d->rows = d->batch;
-  if (d->has_cu) {  // PackedShapeRule where the rank and sizes are known
-    ShapeHandle cu = c->input(kCuSeqlens);
-    if (c->RankKnown(cu)) {
-      const bool n_known = c->Rank(cu) == 1 && c->ValueKnown(c->Dim(cu, 0));
-      if (c->Rank(cu) != 1 || n_known)
-        TF_RETURN_IF_ERROR(PackedShapeRule(c->Rank(cu), n_known ? c->Value(c->Dim(cu, 0)) : 0,
-                                           c->ValueKnown(d->batch) ? c->Value(d->batch) : 1, str(cu)));
-      TF_RETURN_IF_ERROR(c->Subtract(c->Dim(cu, 0), 1, &d->rows));
-    } else {
-      d->rows = c->UnknownDim();
-    }
-  }
-
-  ShapeHandle a;
-  TF_RETURN_IF_ERROR(with_rank(kA, 2, "A", "(dim, N)", &a));
-  TF_RETURN_IF_ERROR(merge(a, {{0, &d->dim}}, "A", [&] { return "(dim, N) with dim=" + dstr(d->dim); }));
-  d->N = c->Dim(a, 1);
-
-  ShapeHandle b, cc;
-  TF_RETURN_IF_ERROR(with_rank(kB, 4, "B", blay, &b));
-  d->G = c->Dim(b, d->bld ? 2 : 1);
-  auto bc_want = [&] {
-    return std::string(blay) + " = " +
-           (d->bld ? "[" + dstr(d->batch) + "," + dstr(d->L) + "," + dstr(d->G) + "," + dstr(d->N) + "]"
-                   : "[" + dstr(d->batch) + "," + dstr(d->G) + "," + dstr(d->N) + "," + dstr(d->L) + "]");
-  };
-  if (d->bld)  // (batch, L, G, N)
-    TF_RETURN_IF_ERROR(merge(b, {{0, &d->batch}, {1, &d->L}, {3, &d->N}}, "B", bc_want));
-  else  // (batch, G, N, L)
-    TF_RETURN_IF_ERROR(merge(b, {{0, &d->batch}, {2, &d->N}, {3, &d->L}}, "B", bc_want));
-  TF_RETURN_IF_ERROR(with_rank(kC, 4, "C", blay, &cc));
-  if (!c->Merge(b, cc, &b).ok()) return Invalid("selscan: C must have B's shape ", str(b), ", got ", str(cc));
-  d->G = c->Dim(b, d->bld ? 2 : 1);
-  // The kernels' rules (selscan_tf_common.h >>rules) where the sizes are known.
-  if (c->ValueKnown(d->N) && c->Value(d->N) == 0 && known_nonzero(d->batch) && known_nonzero(d->dim) &&
-      known_nonzero(d->L))
-    return StateRule(0, false, str(a));
-  if (c->ValueKnown(d->G) && (c->Value(d->G) < 1 || (c->ValueKnown(d->dim) && c->Value(d->dim) % c->Value(d->G) != 0)))
-    return GroupRule(c->ValueKnown(d->dim) ? c->Value(d->dim) : -1, c->Value(d->G));
-  auto vec_dim = [&](bool present, int i, const char* name) -> absl::Status {
-    if (!present) return absl::OkStatus();
-    TF_RETURN_IF_ERROR(with_rank(i, 1, name, "(dim,)", &t));
-    return merge(t, {{0, &d->dim}}, name, [&] { return "(dim,) = (" + dstr(d->dim) + ")"; });
-  };
-  TF_RETURN_IF_ERROR(vec_dim(d->has_d, kD, "D"));
-  TF_RETURN_IF_ERROR(vec_dim(d->has_bias, kDeltaBias, "delta_bias"));
-  auto state = [&](bool present, int i, const char* name) -> absl::Status {
-    if (!present) return absl::OkStatus();
-    const char* want = d->has_cu ? "(n_seqs, dim, N)" : "(batch, dim, N)";
-    TF_RETURN_IF_ERROR(with_rank(i, 3, name, want, &t));
-    return merge(t, {{0, &d->rows}, {1, &d->dim}, {2, &d->N}}, name, [&] {
-      return std::string(want) + " = (" + dstr(d->rows) + ", " + dstr(d->dim) + ", " + dstr(d->N) + ")";
-    });
-  };
-  if (!d->has_cu) d->rows = d->batch;  // the same dim: what h0 / dh_last tell of it is merged back
-  TF_RETURN_IF_ERROR(state(d->has_h0, kH0, "h0"));
-  if (!d->has_cu) d->batch = d->rows;
-  if (has_dh_last) TF_RETURN_IF_ERROR(state(has_dh_last, kDhLast, "dh_last"));
-  if (!d->has_cu) d->batch = d->rows;
+  const bind::Forms forms = ScanForms(d->bld);
+  bind::Checked k;
+  const bind::Refusal r = bind::CheckScanArgs(a, forms, &k);
+  if (!r.ok()) return Refused(r, backward ? "backward" : "forward", forms.names);
+  auto dim = [&](int64_t v) { return v < 0 ? c->UnknownDim() : c->MakeDim(v); };
+  d->batch = dim(k.s.batch);
+  d->dim = dim(k.s.dim);
+  d->L = dim(k.s.L);
+  d->N = dim(k.s.N);
+  d->G = dim(a.B.ndim == 4 && k.s.G >= 0 ? k.s.G : -1);
+  d->rows = dim(k.s.rows);
   d->seq = d->bld ? c->MakeShape({d->batch, d->L, d->dim}) : c->MakeShape({d->batch, d->dim, d->L});
   d->bc = d->bld ? c->MakeShape({d->batch, d->L, d->G, d->N}) : c->MakeShape({d->batch, d->G, d->N, d->L});
   return absl::OkStatus();

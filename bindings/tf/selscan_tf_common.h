@@ -66,27 +66,13 @@ inline absl::Status ReadOptions(OpKernelConstruction* c, bool backward, Options*
   return absl::OkStatus();
 }
 
-// ---- shape rules (>>rules) ----------------------------------------------------------------------
-// One message per rule, used by both the kernels' checks (CheckInputs) and the shape functions
-// (selscan_tf.cc), so eager calls and graphs refuse the same inputs with the same words. Every
-// message names the user's argument (u, delta, A, B, C, D, z, delta_bias, h0, dy, dh_last,
-// checkpoint), never one of selscan's internal sizes alone.
-
-// The group axis of B and C: n_groups >= 1 dividing dim, whatever the other sizes (also when the
-// problem is empty, as in the PyTorch package).
-inline absl::Status GroupRule(int64_t dim, int64_t G) {
-  if (G >= 1 && dim % G == 0) return absl::OkStatus();
-  return Invalid("selscan: the group count of B and C (their n_groups axis, ", G,
-                 ") must be >= 1 and divide dim (u's channel axis, ", dim < 0 ? std::string("?") : std::to_string(dim),
-                 ")");
-}
-
-// A's state size N (also B's and C's last axis): at least 1 unless the problem is empty (the
-// layer's empty-problem rule, Sizes::StatesOk; the shape functions pass what they know).
-inline absl::Status StateRule(int64_t N, bool empty, const std::string& a_shape) {
-  if (N >= 1 || empty) return absl::OkStatus();
-  return Invalid("selscan: A must have shape (dim, N) with N >= 1 states, got ", a_shape);
-}
+// ---- the arguments (>>rules) ------------------------------------------------------------------------
+// Checked by bindings/common (selscan_binding_args.h: selscan's operand tables and size rules, the
+// library's rule texts), from the kernels (CheckInputs, CheckStepInputs) and the shape functions
+// (selscan_tf.cc), so eager calls and graphs refuse the same inputs with the same words, naming the
+// user's argument (u, delta, A, B, C, D, z, delta_bias, h0, dy, dh_last, checkpoint, cu_seqlens; the
+// step's x, dt, dt_bias, state, state_batch_indices). TensorFlow's own rule: an optional operand is
+// wired always, absent when its has_* attr is false.
 
 // An optional operand whose has_* attr is false must be an empty tensor: a non-empty one would be
 // ignored without a word (a D the caller thinks applied, a dh_last whose gradient is lost).
@@ -95,106 +81,9 @@ inline absl::Status AbsentRule(const char* name, const char* attr, const std::st
                  " is false: pass an empty tensor for an absent operand, or set ", attr, "=True");
 }
 
-// The backward's checkpoint input: a vector (the forward's checkpoint output, or empty).
-inline absl::Status CheckpointRankRule(const std::string& shape) {
-  return Invalid("selscan: checkpoint must have rank 1 (SelscanForward's checkpoint output, or an empty "
-                 "tensor), got shape ", shape);
-}
-
-// Packed sequences: cu_seqlens (n_seqs + 1,) int64 offsets with batch 1 (the values: selscan's
-// validation, or PackedValuesRule where selscan is not called).
-inline absl::Status PackedShapeRule(int64_t rank, int64_t n, int64_t batch, const std::string& shape) {
-  if (rank != 1 || n < 2)
-    return Invalid("selscan: cu_seqlens must have shape (n_seqs + 1,) with n_seqs >= 1, got ", shape);
-  if (batch != 1) return Invalid("selscan: packed sequences (cu_seqlens) need batch 1, got batch ", batch);
-  return absl::OkStatus();
-}
-
-// Checks ranks and that all operands agree before anything is handed to selscan, so a bad shape
-// is an InvalidArgument error naming the argument and never an out-of-bounds read; the rules
-// above hold at every size, zero sizes included.
-inline absl::Status CheckInputs(OpKernelContext* ctx, const Options& o, bool backward, Sizes* s) {
-  const char* lay = o.bld ? "(batch, L, dim) for layout BLD" : "(batch, dim, L) for layout BDL";
-  const char* blay = o.bld ? "(batch, L, n_groups, N) for layout BLD" : "(batch, n_groups, N, L) for layout BDL";
-  auto absent = [&](bool present, int i, const char* name, const char* attr) -> absl::Status {
-    const Tensor& t = ctx->input(i);
-    if (present || t.NumElements() == 0) return absl::OkStatus();
-    return AbsentRule(name, attr, t.shape().DebugString());
-  };
-  TF_RETURN_IF_ERROR(absent(o.has_d, kD, "D", "has_d"));
-  TF_RETURN_IF_ERROR(absent(o.has_z, kZ, "z", "has_z"));
-  TF_RETURN_IF_ERROR(absent(o.has_bias, kDeltaBias, "delta_bias", "has_delta_bias"));
-  TF_RETURN_IF_ERROR(absent(o.has_h0, kH0, "h0", "has_h0"));
-  TF_RETURN_IF_ERROR(absent(o.has_cu, kCuSeqlens, "cu_seqlens", "has_cu_seqlens"));
-  if (backward) {
-    TF_RETURN_IF_ERROR(absent(o.has_dh_last, kDhLast, "dh_last", "has_dh_last"));
-    if (ctx->input(kCheckpoint).dims() != 1) return CheckpointRankRule(ctx->input(kCheckpoint).shape().DebugString());
-  }
-  const Tensor& u = ctx->input(kU);
-  if (u.dims() != 3)
-    return Invalid("selscan: u must have rank 3 ", lay, ", got shape ", u.shape().DebugString());
-  s->batch = u.dim_size(0);
-  s->dim = u.dim_size(o.bld ? 2 : 1);
-  s->L = u.dim_size(o.bld ? 1 : 2);
-  s->rows = s->batch;
-  if (o.has_cu) {
-    const Tensor& cu = ctx->input(kCuSeqlens);
-    TF_RETURN_IF_ERROR(PackedShapeRule(cu.dims(), cu.dims() == 1 ? cu.dim_size(0) : 0, s->batch,
-                                       cu.shape().DebugString()));
-    s->n_seqs = s->rows = cu.dim_size(0) - 1;
-  }
-  auto same_as_u = [&](int i, const char* name) -> absl::Status {
-    const Tensor& t = ctx->input(i);
-    if (t.shape() != u.shape())
-      return Invalid("selscan: ", name, " must have u's shape ", u.shape().DebugString(), ", got ",
-                             t.shape().DebugString());
-    return absl::OkStatus();
-  };
-  TF_RETURN_IF_ERROR(same_as_u(kDelta, "delta"));
-  if (o.has_z) TF_RETURN_IF_ERROR(same_as_u(kZ, "z"));
-  if (backward) TF_RETURN_IF_ERROR(same_as_u(kDy, "dy"));
-
-  const Tensor& A = ctx->input(kA);
-  if (A.dims() != 2 || A.dim_size(0) != s->dim)
-    return Invalid("selscan: A must have shape (dim, N) with dim=", s->dim, ", got ", A.shape().DebugString());
-  s->N = A.dim_size(1);
-  TF_RETURN_IF_ERROR(StateRule(s->N, s->Empty(), A.shape().DebugString()));
-
-  const Tensor& B = ctx->input(kB);
-  const Tensor& C = ctx->input(kC);
-  if (B.dims() != 4)
-    return Invalid("selscan: B must have rank 4 ", blay, ", got shape ", B.shape().DebugString());
-  s->G = B.dim_size(o.bld ? 2 : 1);
-  {
-    const TensorShape want = o.bld ? TensorShape({s->batch, s->L, s->G, s->N}) : TensorShape({s->batch, s->G, s->N, s->L});
-    if (B.shape() != want)
-      return Invalid("selscan: B must have shape ", blay, " = ", want.DebugString(), ", got ",
-                             B.shape().DebugString());
-    if (C.shape() != want)
-      return Invalid("selscan: C must have B's shape ", want.DebugString(), ", got ", C.shape().DebugString());
-  }
-  TF_RETURN_IF_ERROR(GroupRule(s->dim, s->G));
-  auto vec_dim = [&](bool present, int i, const char* name) -> absl::Status {
-    if (!present) return absl::OkStatus();
-    const Tensor& t = ctx->input(i);
-    if (t.dims() != 1 || t.dim_size(0) != s->dim)
-      return Invalid("selscan: ", name, " must have shape (dim,) = (", s->dim, "), got ", t.shape().DebugString());
-    return absl::OkStatus();
-  };
-  TF_RETURN_IF_ERROR(vec_dim(o.has_d, kD, "D"));
-  TF_RETURN_IF_ERROR(vec_dim(o.has_bias, kDeltaBias, "delta_bias"));
-  auto state = [&](bool present, int i, const char* name) -> absl::Status {
-    if (!present) return absl::OkStatus();
-    const Tensor& t = ctx->input(i);
-    if (t.shape() != TensorShape({s->rows, s->dim, s->N}))
-      return Invalid("selscan: ", name, " must have shape ", o.has_cu ? "(n_seqs, dim, N)" : "(batch, dim, N)", " = (",
-                     s->rows, ", ", s->dim, ", ", s->N, "), got ", t.shape().DebugString());
-    return absl::OkStatus();
-  };
-  TF_RETURN_IF_ERROR(state(o.has_h0, kH0, "h0"));
-  if (backward) TF_RETURN_IF_ERROR(state(o.has_dh_last, kDhLast, "dh_last"));
-  return absl::OkStatus();
-}
+// The kernels' checks: the has_* attrs' rule, then the common layer's (s: the sizes; defined in
+// selscan_tf.cc, the TU with selscan's implementation, which the checks call).
+absl::Status CheckInputs(OpKernelContext* ctx, const Options& o, bool backward, Sizes* s);
 
 template <typename T>
 struct DtypeOf;
@@ -281,18 +170,6 @@ inline absl::Status FromSelscan(const bind::Result& r, const char* where, const 
   return FromSelscan(r.status, where, s, &r.diag, "", names);
 }
 
-// A host-side values rule of the layer (>>bind-host-rules) failing, as a TensorFlow status naming
-// arg. Defined in selscan_tf.cc, as FromSelscan (selscan's status texts are private to that TU).
-absl::Status HostRuleStatus(selscan_status st, const char* where, const char* arg, const std::string& rule);
-
-// The offsets' values where selscan is not called (an empty problem; batch is 1 with cu_seqlens).
-inline absl::Status PackedValuesRule(OpKernelContext* ctx, const Options& o, const Sizes& s, const char* where) {
-  if (!o.has_cu) return absl::OkStatus();
-  const Tensor& cu = ctx->input(kCuSeqlens);
-  std::string rule;
-  return HostRuleStatus(bind::OffsetsRule(cu.flat<int64_t>().data(), cu.NumElements(), s.L, &rule), where,
-                        "cu_seqlens", rule);
-}
 
 // A workspace of `bytes` bytes from allocate_temp on the op's device (host memory for CPU
 // kernels, device memory for GPU kernels), handed to selscan as it comes: selscan's sizes include
@@ -337,8 +214,7 @@ class SelscanForwardOp : public tensorflow::OpKernel {
     if (!s.Empty()) OP_REQUIRES_OK(ctx, Ops::CheckpointBytes(p, o_.save_checkpoint, s, &ck_bytes));
     OP_REQUIRES_OK(ctx, ctx->allocate_output(2, TensorShape({static_cast<int64_t>(ck_bytes / sizeof(float))}),
                                              &checkpoint));
-    if (s.Empty()) {  // nothing to scan: y is empty, h_last is h0 (or 0)
-      OP_REQUIRES_OK(ctx, PackedValuesRule(ctx, o_, s, "forward"));
+    if (s.Empty()) {  // nothing to scan: y is empty, h_last is h0 (or 0) (the offsets' values were checked)
       if (o_.return_last_state && h_last->TotalBytes() > 0) {
         if (o_.has_h0) Ops::Copy(ctx, h_last->data(), ctx->input(kH0).data(), h_last->TotalBytes());
         else Ops::Zero(ctx, h_last->data(), h_last->TotalBytes());
@@ -363,7 +239,6 @@ class SelscanBackwardOp : public tensorflow::OpKernel {
     Tensor* outs[kNumGradOutputs] = {};
     OP_REQUIRES_OK(ctx, AllocateGradOutputs(ctx, o_, outs));
     if (s.Empty()) {  // all gradients 0, except dh0 = dh_last (the state passes through)
-      OP_REQUIRES_OK(ctx, PackedValuesRule(ctx, o_, s, "backward"));
       for (Tensor* t : outs)
         if (t->TotalBytes() > 0) Ops::Zero(ctx, t->data(), t->TotalBytes());
       if (o_.has_h0 && o_.has_dh_last && outs[kDh0]->TotalBytes() > 0)
@@ -400,71 +275,9 @@ inline absl::Status ReadStepOptions(OpKernelConstruction* c, StepOptions* o) {
   return c->GetAttr("has_state_batch_indices", &o->has_index);
 }
 
-// The step's shape rules, naming selective_state_update's arguments. s: batch, dim, N, G,
-// rows = n_cache (state's first dim), L = 1.
-inline absl::Status CheckStepInputs(OpKernelContext* ctx, const StepOptions& o, Sizes* s) {
-  auto shape = [&](int i) { return ctx->input(i).shape().DebugString(); };
-  auto absent = [&](bool present, int i, const char* name, const char* attr) -> absl::Status {
-    if (present || ctx->input(i).NumElements() == 0) return absl::OkStatus();
-    return AbsentRule(name, attr, shape(i));
-  };
-  TF_RETURN_IF_ERROR(absent(o.has_d, kStD, "D", "has_d"));
-  TF_RETURN_IF_ERROR(absent(o.has_z, kStZ, "z", "has_z"));
-  TF_RETURN_IF_ERROR(absent(o.has_bias, kStDtBias, "dt_bias", "has_dt_bias"));
-  TF_RETURN_IF_ERROR(absent(o.has_index, kStIndex, "state_batch_indices", "has_state_batch_indices"));
-  const Tensor& x = ctx->input(kStX);
-  const Tensor& state = ctx->input(kStState);
-  if (x.dims() != 2) return Invalid("selscan: x must have shape (batch, dim), got ", shape(kStX));
-  if (state.dims() != 3) return Invalid("selscan: state must have shape (n_cache, dim, N), got ", shape(kStState));
-  s->batch = x.dim_size(0);
-  s->dim = x.dim_size(1);
-  s->L = 1;
-  s->rows = state.dim_size(0);
-  s->N = state.dim_size(2);
-  if (state.dim_size(1) != s->dim)
-    return Invalid("selscan: state must have shape (n_cache, dim, N) with dim = ", s->dim, " (x's dim), got ",
-                   shape(kStState));
-  auto same_as_x = [&](bool present, int i, const char* name) -> absl::Status {
-    if (!present || ctx->input(i).shape() == x.shape()) return absl::OkStatus();
-    return Invalid("selscan: ", name, " must have x's shape ", shape(kStX), ", got ", shape(i));
-  };
-  TF_RETURN_IF_ERROR(same_as_x(true, kStDt, "dt"));
-  TF_RETURN_IF_ERROR(same_as_x(o.has_z, kStZ, "z"));
-  if (ctx->input(kStA).shape() != TensorShape({s->dim, s->N}))
-    return Invalid("selscan: A must have shape (dim, N) = (", s->dim, ", ", s->N, "), got ", shape(kStA));
-  auto groups = [&](int i, const char* name, int64_t* G) -> absl::Status {
-    const Tensor& t = ctx->input(i);
-    const bool ok = (t.dims() == 2 && t.dim_size(0) == s->batch && t.dim_size(1) == s->N) ||
-                    (t.dims() == 3 && t.dim_size(0) == s->batch && t.dim_size(2) == s->N);
-    if (!ok)
-      return Invalid("selscan: ", name, " must have shape (batch, N) or (batch, n_groups, N) with batch = ", s->batch,
-                     ", N = ", s->N, ", got ", shape(i));
-    *G = t.dims() == 3 ? t.dim_size(1) : 1;
-    return absl::OkStatus();
-  };
-  int64_t gc = 1;
-  TF_RETURN_IF_ERROR(groups(kStB, "B", &s->G));
-  TF_RETURN_IF_ERROR(groups(kStC, "C", &gc));
-  if (gc != s->G) return Invalid("selscan: C has ", gc, " groups but B has ", s->G);
-  TF_RETURN_IF_ERROR(GroupRule(s->dim, s->G));
-  auto vec_dim = [&](bool present, int i, const char* name) -> absl::Status {
-    if (!present || ctx->input(i).shape() == TensorShape({s->dim})) return absl::OkStatus();
-    return Invalid("selscan: ", name, " must have shape (dim,) = (", s->dim, "), got ", shape(i));
-  };
-  TF_RETURN_IF_ERROR(vec_dim(o.has_d, kStD, "D"));
-  TF_RETURN_IF_ERROR(vec_dim(o.has_bias, kStDtBias, "dt_bias"));
-  if (o.has_index) {
-    if (ctx->input(kStIndex).shape() != TensorShape({s->batch}))
-      return Invalid("selscan: state_batch_indices must have shape (batch,) = (", s->batch, "), got ",
-                     shape(kStIndex));
-  } else if (s->rows != s->batch) {
-    return Invalid("selscan: state must have shape (batch, dim, N) with batch = ", s->batch,
-                   " without state_batch_indices, got ", shape(kStState));
-  }
-  if (s->N < 1 && s->batch > 0 && s->dim > 0)
-    return Invalid("selscan: state must have N >= 1, got ", shape(kStState));
-  return absl::OkStatus();
-}
+// The step's checks (as CheckInputs; the indices' values too, whatever the sizes). s: batch, dim, N,
+// G, rows = n_cache (state's first dim), L = 1.
+absl::Status CheckStepInputs(OpKernelContext* ctx, const StepOptions& o, Sizes* s);
 
 template <typename Ops, typename T>
 class SelscanStepOp : public tensorflow::OpKernel {
@@ -473,16 +286,7 @@ class SelscanStepOp : public tensorflow::OpKernel {
 
   void Compute(OpKernelContext* ctx) override {
     Sizes s;
-    OP_REQUIRES_OK(ctx, CheckStepInputs(ctx, o_, &s));
-    // The indices' values (a host input on every device): checked before anything is written, also
-    // where selscan is not called (batch or dim 0).
-    if (o_.has_index) {
-      const Tensor& idx = ctx->input(kStIndex);
-      std::string rule;
-      OP_REQUIRES_OK(ctx, HostRuleStatus(bind::StateIndexRule(idx.flat<int32_t>().data(), idx.NumElements(),
-                                                              s.rows, &rule),
-                                         "step", "state_batch_indices", rule));
-    }
+    OP_REQUIRES_OK(ctx, CheckStepInputs(ctx, o_, &s));  // (the indices: a host input, checked before anything is written)
     const Tensor& state = ctx->input(kStState);
     Tensor *out = nullptr, *new_state = nullptr;
     OP_REQUIRES_OK(ctx, ctx->allocate_output(0, ctx->input(kStX).shape(), &out));

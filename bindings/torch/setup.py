@@ -99,7 +99,8 @@ def extensions():
     from torch.utils import cpp_extension
 
     cxx = ["-O3", "-fvisibility=hidden"]
-    sources = [os.path.join("csrc", "selscan_torch.cpp")]
+    # the registration, checks and _C module (selscan's implementation); the ops by family
+    sources = [os.path.join("csrc", f) for f in ("selscan_torch.cpp", "scan.cpp", "step.cpp", "conv.cpp")]
     if want_cuda():
         default_arch()
         nvcc = ["-O3", "-Xcompiler", "-fvisibility=hidden"]

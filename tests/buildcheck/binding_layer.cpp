@@ -1,7 +1,8 @@
 // binding_layer.cpp: bindings/common/selscan_binding.h, the layer the framework bindings share,
 // compiled alone (C++17, no framework) and run: operand strides and their refusals, the parts
-// runner's first error whatever the pool's order, the checkpoint policy the library answers, and
-// the error kinds and messages with a per-op name map. Exits 1 on the first failure.
+// runner's first error whatever the pool's order, the checkpoint policy the library answers, the
+// argument checks (selscan_binding_args.h), and the error kinds and messages with a per-op name map.
+// Exits 1 on the first failure.
 #define SELSCAN_IMPLEMENTATION
 #include "../../selscan.h"
 #include "../../bindings/common/selscan_binding.h"
@@ -148,17 +149,140 @@ int main() {
   EXPECT(bind::KindOf(SELSCAN_ERR_UNSUPPORTED) == bind::ErrorKind::kNotImplemented);
   EXPECT(bind::KindOf(SELSCAN_ERR_CUDA) == bind::ErrorKind::kDevice);
   EXPECT(bind::ErrorOf(SELSCAN_OK, "fwd", "").ok());
-  // host rules (cu_seqlens, state_batch_indices) where selscan is not called; the step's parts and names
-  std::string rule;
-  const int64_t good_cu[] = {0, 2, 2, 5}, bad_first[] = {1, 5}, bad_last[] = {0, 4}, bad_order[] = {0, 3, 2, 5};
-  EXPECT(bind::OffsetsRule(good_cu, 4, 5, &rule) == SELSCAN_OK);
-  EXPECT(bind::OffsetsRule(bad_first, 2, 5, &rule) == SELSCAN_ERR_SHAPE && rule.find("first offset") == 0);
-  EXPECT(bind::OffsetsRule(bad_last, 2, 5, &rule) == SELSCAN_ERR_SHAPE && rule.find("last offset") == 0);
-  EXPECT(bind::OffsetsRule(bad_order, 4, 5, &rule) == SELSCAN_ERR_SHAPE && rule.find("not increasing") == 0);
-  const int32_t idx_ok[] = {2, -1, 0}, idx_range[] = {0, 3}, idx_twice[] = {1, -1, 1};
-  EXPECT(bind::StateIndexRule(idx_ok, 3, 3, &rule) == SELSCAN_OK);
-  EXPECT(bind::StateIndexRule(idx_range, 2, 3, &rule) == SELSCAN_ERR_SHAPE && rule.find("not below n_cache") == 0);
-  EXPECT(bind::StateIndexRule(idx_twice, 3, 3, &rule) == SELSCAN_ERR_ALIAS && rule.find("row used twice") == 0);
+  // >>bind-args: the argument checks (selscan's operand tables and size rules)
+  {
+    auto arg = [](std::vector<int64_t>& sz, bind::Type t) {
+      bind::Arg a;
+      a.present = true;
+      a.ndim = static_cast<int64_t>(sz.size());
+      a.sizes = sz.data();
+      a.type = t;
+      return a;
+    };
+    using T = bind::Type;
+    std::vector<int64_t> u{2, 8, 12}, A{8, 4}, B{2, 2, 4, 12}, B3{2, 4, 12}, Bfix{8, 4}, ut{2, 12, 8}, Bg{2, 3, 4, 12},
+        h0{2, 8, 4}, cu{3}, u1{1, 8, 12}, B1{1, 4, 12}, A0{8, 0}, B0{2, 2, 0, 12}, e{0, 8, 12}, Be{0, 2, 0, 12};
+    bind::ScanArgs good;
+    good.u = good.delta = arg(u, T::kF16);
+    good.A = arg(A, T::kF32);
+    good.B = good.C = arg(B, T::kF16);
+    bind::Forms f;
+    f.fixed_bc = f.groupless_bc = true;
+    auto scan = [&](const bind::ScanArgs& a, bind::Checked* k = nullptr) {
+      bind::Checked kk;
+      return bind::CheckScanArgs(a, f, k ? k : &kk);
+    };
+    bind::Checked k;
+    EXPECT(scan(good, &k).ok() && k.s.batch == 2 && k.s.dim == 8 && k.s.L == 12 && k.s.N == 4 && k.s.G == 2 &&
+           k.dtype == SELSCAN_F16 && k.flags == 0);
+    bind::ScanArgs a = good;
+    a.B = arg(B3, T::kF16);
+    a.C = arg(Bfix, T::kF32);
+    EXPECT(scan(a, &k).ok() && k.s.G == 1 && k.flags == SELSCAN_FIXED_C);  // one group; constant C
+    a = good;
+    a.u = arg(ut, T::kF16);  // (batch, L, dim): u named (the others have dim 8), with the swap
+    bind::Refusal r = scan(a);
+    EXPECT(r.code == SELSCAN_RULE_SHAPE && std::string(r.operand) == "u" &&
+           r.detail.find("[2, 8, 12], got [2, 12, 8]") != std::string::npos && r.detail.find("transpose(1, 2)") != std::string::npos);
+    a = good;
+    a.B = a.C = arg(Bg, T::kF16);  // 3 groups of 8 channels: the library's rule, its operand and text
+    r = scan(a);
+    EXPECT(r.status == SELSCAN_ERR_SHAPE && r.code == SELSCAN_RULE_NOT_DIVIDING && std::string(r.operand) == "n_groups" &&
+           r.rule == selscan_rule_string(SELSCAN_RULE_NOT_DIVIDING));
+    a = good;
+    a.D = arg(A, T::kF32);  // D (dim,) given (dim, N)
+    r = scan(a);
+    EXPECT(r.code == SELSCAN_RULE_SHAPE && std::string(r.operand) == "D" && r.detail.find("want (dim,) = [8]") == 0);
+    a = good;
+    a.delta = arg(u, T::kF32);  // u's dtype wanted
+    r = scan(a);
+    EXPECT(r.status == SELSCAN_ERR_DTYPE && r.code == SELSCAN_RULE_DTYPE && std::string(r.operand) == "delta");
+    a = good;
+    a.A.device = 7;  // another device
+    r = scan(a);
+    EXPECT(r.code == SELSCAN_RULE_DEVICE && std::string(r.operand) == "A" &&
+           bind::ErrorOf(r, "forward").kind == bind::ErrorKind::kValue);
+    a = good;
+    a.A = arg(A0, T::kF32);
+    a.B = a.C = arg(B0, T::kF16);  // N = 0 on a non-empty problem: the library's dstate rule
+    r = scan(a);
+    EXPECT(r.code == SELSCAN_RULE_NOT_POSITIVE && std::string(r.operand) == "dstate");
+    a.u = a.delta = arg(e, T::kF16);
+    a.B = a.C = arg(Be, T::kF16);
+    EXPECT(scan(a, &k).ok() && k.s.Empty());  // ... taken where the problem is empty
+    a = good;
+    a.u = a.delta = arg(u1, T::kF16);
+    a.B = a.C = arg(B1, T::kF16);
+    a.cu_seqlens = arg(cu, T::kI64);
+    a.h0 = arg(h0, T::kF32);  // 2 sequences: h0 has n_seqs rows
+    int64_t offs[3] = {0, 5, 12}, bad[3] = {0, 13, 12};
+    a.cu_values = offs;
+    EXPECT(scan(a, &k).ok() && k.s.rows == 2 && k.s.n_seqs == 2);
+    std::vector<int64_t> cu1{1};
+    bind::ScanArgs a1 = a;
+    a1.cu_seqlens = arg(cu1, T::kI64);  // one offset: no sequence (values known or not)
+    a1.h0 = bind::Arg();
+    r = scan(a1);
+    EXPECT(r.code == SELSCAN_RULE_OUT_OF_RANGE && std::string(r.operand) == "n_seqs");
+    a1.cu_values = offs;
+    EXPECT(scan(a1).code == SELSCAN_RULE_OUT_OF_RANGE);
+    a.cu_values = bad;  // the offsets' values: the library's rule
+    r = scan(a);
+    EXPECT(r.code == SELSCAN_RULE_NOT_INCREASING && std::string(r.operand) == "cu_seqlens");
+    a.u = a.delta = arg(u, T::kF16);
+    a.cu_values = offs;
+    r = scan(a);  // batch 2 with cu_seqlens: h0's rows (n_seqs) first, then the library's batch rule
+    EXPECT(r.code == SELSCAN_RULE_SHAPE || r.code == SELSCAN_RULE_BATCH_NOT_1);
+    a = good;
+    a.backward = true;  // dy required
+    r = scan(a);
+    EXPECT(r.status == SELSCAN_ERR_NULL && r.code == SELSCAN_RULE_MISSING && std::string(r.operand) == "dy");
+    // unknown sizes (a shape function): taken as they may be; a layout's axis order
+    std::vector<int64_t> uq{-1, 12, 8}, Bq{2, 12, 2, -1};
+    const int seq[] = {0, 2, 1}, bc[] = {0, 2, 3, 1};
+    bind::Forms tf;
+    tf.seq_perm = seq;
+    tf.bc_perm = bc;
+    a = good;
+    a.u = a.delta = arg(uq, T::kF32);
+    a.B = a.C = arg(Bq, T::kF32);
+    EXPECT(bind::CheckScanArgs(a, tf, &k).ok() && k.s.batch == 2 && k.s.dim == 8 && k.s.L == 12 && k.s.N == 4);
+    // the step: the state's rows and the indices' values (the library's rules, whatever the sizes)
+    std::vector<int64_t> st{4, 8, 4}, x{2, 8}, Bs{2, 4}, idx{2}, x0{2, 0}, st0{4, 0, 4};
+    bind::StepArgs s;
+    s.state = arg(st, T::kF32);
+    s.u = s.delta = arg(x, T::kBF16);
+    s.A = arg(A, T::kF32);
+    s.B = s.C = arg(Bs, T::kBF16);
+    bind::Forms fs;
+    fs.groupless_bc = true;
+    r = bind::CheckStepArgs(s, fs, &k);
+    EXPECT(r.code == SELSCAN_RULE_NOT_BATCH && std::string(r.operand) == "n_cache");  // 4 rows, batch 2, no index
+    s.state_index = arg(idx, T::kI32);
+    int32_t rows[2] = {3, -1}, twice[2] = {1, 1};
+    s.index_values = rows;
+    EXPECT(bind::CheckStepArgs(s, fs, &k).ok() && k.n_cache == 4 && k.s.G == 1);
+    s.state = arg(st0, T::kBF16);
+    s.u = s.delta = arg(x0, T::kBF16);
+    std::vector<int64_t> A00{0, 4};
+    s.A = arg(A00, T::kF32);
+    s.index_values = twice;  // dim 0: not called, the rows still refused
+    r = bind::CheckStepArgs(s, fs, &k);
+    EXPECT(r.status == SELSCAN_ERR_ALIAS && r.code == SELSCAN_RULE_ROW_TWICE);
+    // the conv: the width's rule first (NOT_IMPLEMENTED past 4), the update's token x
+    std::vector<int64_t> cx{2, 8, 12}, w5{8, 5}, w4{8, 4}, cst{2, 8, 3}, cxt{2, 8};
+    bind::ConvArgs c;
+    c.x = arg(cx, T::kF32);
+    c.weight = arg(w5, T::kF32);
+    r = bind::CheckConvArgs(c, bind::Forms(), &k);
+    EXPECT(r.code == SELSCAN_RULE_WIDTH && bind::ErrorOf(r, "conv").kind == bind::ErrorKind::kNotImplemented);
+    bind::ConvStepArgs cs;
+    cs.state = arg(cst, T::kBF16);
+    cs.x = arg(cxt, T::kBF16);
+    cs.weight = arg(w4, T::kBF16);
+    EXPECT(bind::CheckConvStepArgs(cs, bind::Forms(), &k).ok() && k.s.L == 1 && k.width == 4 &&
+           k.flags == SELSCAN_CONV_PARAMS_T);
+  }
   EXPECT(bind::StepParts(8, 2, 300) == 4 && bind::StepParts(3, 2, 300) == 3 && bind::StepParts(8, 0, 0) == 1);
   EXPECT(bind::NamesOf(bind::kStepNames).Of("state_index") == "state_batch_indices");
   std::printf("binding_layer: %s\n", failures ? "FAILED" : "ok");

@@ -535,13 +535,13 @@ def case_raw(rng):
             needle = "dh_last is given"
         else:  # flagged, wrong shape
             dh, extra["has_dh_last"] = tf.ones([p.batch + 1, p.dim, p.N]), True
-            needle = "dh_last must have shape"
+            needle = "argument 'dh_last': wrong shape"
     elif k == "checkpoint":
         ck_in = tf.zeros([2, 3]) if rng.random() < 0.5 else tf.zeros([])
-        needle = "checkpoint must have rank 1"
+        needle = "argument 'checkpoint': wrong shape"
     elif k == "dy":
         dy = tf.zeros([p.batch + 1] + list(dy.shape[1:]), T)
-        needle = "dy must have u's shape"
+        needle = "argument 'dy': wrong shape"
     else:  # present but empty
         # (with dim 0 an empty D / delta_bias is the right shape: then z or h0)
         k2 = (["D", "delta_bias"] if p.dim else [])[:2] + ["h0", "z"]
@@ -549,7 +549,7 @@ def case_raw(rng):
         attr = {"D": "has_d", "z": "has_z", "delta_bias": "has_delta_bias", "h0": "has_h0"}[k2]
         attrs[attr] = True
         ins[NAMES9.index(k2)] = tf.zeros([0], T if k2 == "z" else tf.float32)
-        needle = "%s must have" % k2
+        needle = "argument '%s': wrong shape" % k2
     a = dict(zip(NAMES9, ins))
     snap = snapshot(a)
     try:
@@ -623,7 +623,7 @@ def _bad_shape(rng, p, a):
         if k == "u":
             peers = ("u", "delta")
     a[k] = new if not isinstance(v, np.ndarray) or isinstance(new, np.ndarray) else new.numpy()
-    return "%s %s -> %s" % (k, tuple(t.shape), tuple(new.shape)), tuple("%s must" % n for n in peers)
+    return "%s %s -> %s" % (k, tuple(t.shape), tuple(new.shape)), tuple(x for n in peers for x in ("%s must" % n, "argument '%s'" % n))
 
 
 def case_bad(rng):
@@ -643,13 +643,13 @@ def case_bad(rng):
         g = int(bad_g[rng.integers(len(bad_g))])
         shp = (p.batch, p.L, g, p.N) if p.layout == "BLD" else (p.batch, g, p.N, p.L)
         a["B"], a["C"] = tf.zeros(shp, p.dtype), tf.zeros(shp, p.dtype)
-        what, needles = "groups=%d" % g, ("group count of B and C",)
+        what, needles = "groups=%d" % g, ("argument 'B': does not divide dim",)
     elif kind < 73:  # N = 0 on a non-empty problem
         shp = (p.batch, p.L, 1, 0) if p.layout == "BLD" else (p.batch, 1, 0, p.L)
         a["A"] = tf.zeros([p.dim, 0])
         a["B"], a["C"] = tf.zeros(shp, p.dtype), tf.zeros(shp, p.dtype)
         a.pop("h0", None)
-        what, needles = "N=0", ("A must have shape (dim, N) with N >= 1",)
+        what, needles = "N=0", ("argument 'A': not positive",)
     elif kind < 85:  # not a dense tensor
         keys = ["u", "delta", "A", "B", "C"] + [k for k in ("D", "z", "delta_bias", "h0") if k in a]
         k = keys[rng.integers(len(keys))]

@@ -70,19 +70,19 @@ def test_zero_size_rules():
         ue, de = u[:batch, :L], dl[:batch, :L]
         for G in (0, 3):  # 3 does not divide dim 4
             Bg = tf.zeros([batch, L, G, 3])
-            raises(lambda: selective_scan(ue, de, A, Bg, Bg), "group count of B and C")
+            raises(lambda: selective_scan(ue, de, A, Bg, Bg), "argument 'B': does not divide dim")
             if G:  # static shapes: the shape function, same words
                 raises(lambda: graph(lambda x: selective_scan(x, x, A, Bg, Bg), tf.TensorSpec(ue.shape)),
-                       "group count of B and C")
+                       "argument 'B': does not divide dim")
     # dim 0 with 0 groups
     B0 = tf.zeros([2, 5, 0, 3])
-    raises(lambda: selective_scan(u[..., :0], dl[..., :0], A[:0], B0, B0), "group count of B and C")
+    raises(lambda: selective_scan(u[..., :0], dl[..., :0], A[:0], B0, B0), "argument 'B': does not divide dim")
     # N = 0 on a non-empty problem: A named, not selscan's internal 'dstate'
     msg = raises(lambda: selective_scan(u, dl, tf.zeros([4, 0]), tf.zeros([2, 5, 0]), tf.zeros([2, 5, 0])),
-                 "A must have shape (dim, N) with N >= 1")
+                 "argument 'A': not positive")
     assert "dstate" not in msg, msg
     raises(lambda: graph(lambda a: selective_scan(u, dl, a, tf.zeros([2, 5, 0]), tf.zeros([2, 5, 0])),
-                         tf.TensorSpec([4, 0])), "A must have shape (dim, N) with N >= 1")
+                         tf.TensorSpec([4, 0])), "argument 'A': not positive")
     # what stays legal: an empty problem with N = 0, dim 0 with a group count that divides it
     y, h = selective_scan(u[:0], dl[:0], tf.zeros([4, 0]), tf.zeros([0, 5, 0]), tf.zeros([0, 5, 0]),
                           return_last_state=True)
@@ -97,15 +97,15 @@ def test_graph_messages_name_the_argument():
     t = problem()
     u, dl, A, B, C = t["u"], t["delta"], t["A"], t["B"], t["C"]
     raises(lambda: graph(lambda x: selective_scan(x, x, A, B, C), tf.TensorSpec([None, None, 7])),
-           "A must have shape (dim, N)", types=(ValueError,))
+           "argument 'A': wrong shape: want (dim, N)", types=(ValueError,))
     raises(lambda: graph(lambda b: selective_scan(u, dl, A, b, C), tf.TensorSpec([None, 6, None, None])),
-           "B must have shape", types=(ValueError,))
+           "argument 'B': wrong shape", types=(ValueError,))
     raises(lambda: graph(lambda c: selective_scan(u, dl, A, B, c), tf.TensorSpec([None, 6, None, None])),
-           "C must have B's shape", types=(ValueError,))
+           "argument 'C': wrong shape", types=(ValueError,))
     raises(lambda: graph(lambda d: selective_scan(u, dl, A, B, C, D=d), tf.TensorSpec([5])),
-           "D must have shape (dim,)", types=(ValueError,))
+           "argument 'D': wrong shape: want (dim,)", types=(ValueError,))
     raises(lambda: graph(lambda h: selective_scan(u, dl, A, B, C, h0=h), tf.TensorSpec([None, 4, 2])),
-           "h0 must have shape (batch, dim, N)", types=(ValueError,))
+           "argument 'h0': wrong shape: want (batch, dim, N)", types=(ValueError,))
 
 
 def test_raw_absent_operand_given():
@@ -136,9 +136,9 @@ def test_raw_checkpoint_rank():
     ck = OPS.selscan_forward(u, dl, A, B, C, EMPTY, EMPTY, EMPTY, EMPTY, NOCU, save_checkpoint=True)[2]
     ck2 = tf.reshape(ck, [2, -1])
     raises(lambda: OPS.selscan_backward(u, dl, A, B, C, EMPTY, EMPTY, EMPTY, EMPTY, NOCU, tf.ones_like(u), EMPTY, ck2),
-           "checkpoint must have rank 1")
+           "argument 'checkpoint': wrong shape: want (n,)")
     raises(lambda: graph(lambda c: OPS.selscan_backward(u, dl, A, B, C, EMPTY, EMPTY, EMPTY, EMPTY, NOCU, u, EMPTY, c),
-                         tf.TensorSpec([2, None])), "checkpoint must have rank 1", types=(ValueError,))
+                         tf.TensorSpec([2, None])), "argument 'checkpoint': wrong shape", types=(ValueError,))
 
 
 # ------------------------------------------------------------------------------------------------

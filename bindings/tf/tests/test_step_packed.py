@@ -281,14 +281,14 @@ def test_packed_bad_input():
     call = lambda cu_, h0=None, **kw: packed_call(dict(t, **kw), "BLD", cu_, h0)  # noqa: E731
     u2 = tf.concat([t["u"], t["u"]], 0)
     raises(lambda: selective_scan(u2, u2, t["A"], tf.concat([t["B"]] * 2, 0), tf.concat([t["C"]] * 2, 0),
-                                  cu_seqlens=cu), "cu_seqlens", "batch 1")
-    raises(lambda: call(cu[None]), "cu_seqlens must have shape (n_seqs + 1,)")
-    raises(lambda: call(cu[:1]), "cu_seqlens must have shape (n_seqs + 1,)")
+                                  cu_seqlens=cu), "argument 'u': not 1 with cu_seqlens")
+    raises(lambda: call(cu[None]), "argument 'cu_seqlens': wrong shape: want (n_seqs + 1,)")
+    raises(lambda: call(cu[:1]), "argument 'cu_seqlens': out of range")  # n_seqs 0
     raises(lambda: call(cu.astype(np.float32)), "cu_seqlens", types=(TypeError,))
     raises(lambda: call(np.array([1, 3, 7])), "'cu_seqlens'", "first offset")
     raises(lambda: call(np.array([0, 3, 6])), "'cu_seqlens'", "last offset")
     raises(lambda: call(np.array([0, 5, 3, 7])), "'cu_seqlens'", "not increasing")
-    raises(lambda: call(cu, h0=tf.zeros([1, prob.dim, prob.N])), "h0 must have shape (n_seqs, dim, N)")
+    raises(lambda: call(cu, h0=tf.zeros([1, prob.dim, prob.N])), "argument 'h0': wrong shape: want (n_seqs, dim, N)")
     # an empty problem (L = 0): selscan is not called, the binding layer's rule refuses
     e = {k: (v[:, :0] if k in ("u", "delta", "z", "B", "C") else v) for k, v in t.items()}
     raises(lambda: packed_call(e, "BLD", np.array([0, 1])), "'cu_seqlens'", "last offset")
@@ -297,7 +297,7 @@ def test_packed_bad_input():
     # at trace time (graph construction): the known shapes are checked
     f = tf.function(lambda c: selective_scan(u2, u2, t["A"], tf.concat([t["B"]] * 2, 0), tf.concat([t["C"]] * 2, 0),
                                              cu_seqlens=c))
-    raises(lambda: f.get_concrete_function(tf.TensorSpec([3], tf.int64)), "cu_seqlens", "batch 1", types=(ValueError,))
+    raises(lambda: f.get_concrete_function(tf.TensorSpec([3], tf.int64)), "argument 'u': not 1 with cu_seqlens", types=(ValueError,))
     # the backward checks the offsets too (a raw call)
     ops = __import__("selscan_tf").load_ops()
     E = tf.zeros([0])
@@ -319,25 +319,25 @@ def test_step_bad_input():
                                       z=a.get("z"), dt_bias=a.get("dt_bias"), dt_softplus=True,
                                       state_batch_indices=a.get("idx"))
 
-    raises(lambda: call(x=tf.zeros([2, 4, 1])), "x must have shape (batch, dim)")
-    raises(lambda: call(state=tf.zeros([2, 4])), "state must have shape")
-    raises(lambda: call(state=tf.zeros([2, 5, 3])), "state must have shape", "x's dim")
+    raises(lambda: call(x=tf.zeros([2, 4, 1])), "argument 'x': wrong shape: want (batch, dim)")
+    raises(lambda: call(state=tf.zeros([2, 4])), "argument 'state': wrong shape")
+    raises(lambda: call(state=tf.zeros([2, 5, 3])), "argument 'state': wrong shape", "= [2, 4, 3]")  # x's dim
     raises(lambda: call(state=tf.zeros([2, 4, 3], tf.float64)), "state must be float32", types=(TypeError,))
     raises(lambda: call(dt=tf.zeros([2, 4], tf.float16)), "dt has dtype float16", types=(TypeError,))
     raises(lambda: call(x=tf.zeros([2, 4], tf.int32)), "x must be float32", types=(TypeError,))
-    raises(lambda: call(dt=tf.zeros([2, 3])), "dt must have x's shape")
-    raises(lambda: call(z=tf.zeros([1, 4])), "z must have x's shape")
-    raises(lambda: call(A=tf.zeros([4, 2])), "A must have shape (dim, N)")
-    raises(lambda: call(B=tf.zeros([2, 1, 2])), "B must have shape")
-    raises(lambda: call(C=tf.zeros([2, 2, 3]), B=tf.zeros([2, 1, 3])), "C has 2 groups but B has 1")
-    raises(lambda: call(B=tf.zeros([2, 3, 3]), C=tf.zeros([2, 3, 3])), "group count of B and C")
-    raises(lambda: call(D=tf.zeros([5])), "D must have shape (dim,)")
-    raises(lambda: call(dt_bias=tf.zeros([3])), "dt_bias must have shape (dim,)")
+    raises(lambda: call(dt=tf.zeros([2, 3])), "argument 'dt': wrong shape")
+    raises(lambda: call(z=tf.zeros([1, 4])), "argument 'z': wrong shape")
+    raises(lambda: call(A=tf.zeros([4, 2])), "argument 'A': wrong shape: want (dim, N)")
+    raises(lambda: call(B=tf.zeros([2, 1, 2])), "argument 'B': wrong shape")
+    raises(lambda: call(C=tf.zeros([2, 2, 3]), B=tf.zeros([2, 1, 3])), "argument 'C': wrong shape: want (batch, G, N) = [2, 1, 3]")
+    raises(lambda: call(B=tf.zeros([2, 3, 3]), C=tf.zeros([2, 3, 3])), "argument 'B': does not divide dim")
+    raises(lambda: call(D=tf.zeros([5])), "argument 'D': wrong shape: want (dim,)")
+    raises(lambda: call(dt_bias=tf.zeros([3])), "argument 'dt_bias': wrong shape: want (dim,)")
     raises(lambda: call(idx=np.array([0, 2])), "'state_batch_indices'", "not below n_cache")
     raises(lambda: call(idx=np.array([1, 1])), "'state_batch_indices'", "row used twice")
-    raises(lambda: call(idx=np.array([0])), "state_batch_indices must have shape (batch,)")
+    raises(lambda: call(idx=np.array([0])), "argument 'state_batch_indices': wrong shape: want (batch,)")
     raises(lambda: call(idx=np.array([0.0, 1.0])), "state_batch_indices must be an integer", types=(TypeError,))
-    raises(lambda: call(state=tf.zeros([3, 4, 3])), "without state_batch_indices")
+    raises(lambda: call(state=tf.zeros([3, 4, 3])), "argument 'state': not batch without state_index")
     raises(lambda: selective_state_update(t["state"], t["x"], t["dt"], t["A"], t["B"], t["C"], dt_softplus="yes"),
            "dt_softplus must be a bool", types=(TypeError,))
     # the empty problem checks the indices too (selscan is not called)

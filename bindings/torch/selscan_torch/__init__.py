@@ -30,7 +30,6 @@ __version__ = "0.2.0"
 
 _ops = torch.ops.selscan
 _fwd = _ops.fwd.default  # the overload itself: skips the packet's overload resolution a call
-_CHUNK = 64  # selscan's checkpoint interval (steps), the same on the CPU and CUDA sides
 
 
 def cpu_backend():
@@ -44,51 +43,53 @@ def has_cuda_kernels():
 
 
 # ---- fake (meta) kernels: output shapes for torch.compile / FakeTensor ----------------------------
-# Each checks its arguments with the C++ kernel's rules first (_checks: shapes, dtypes, devices), so
-# an all-meta call is refused where a CPU one would be, and a meta tensor among real ones (the
-# dispatcher then picks this kernel) is refused naming it, never answered with uninitialised memory.
+# Each checks its arguments with the C++ kernels' own check first (_checks.check_op: bindings/common's,
+# through _C), so an all-meta call is refused where a CPU one would be, and a meta tensor among real
+# ones (the dispatcher then picks this kernel) is refused naming it, never answered with uninitialised
+# memory. What the library decides (the checkpoint's size, the CUDA plan's unit-L copies) is asked of
+# it through _C, never restated here.
 
 
-_CUDA_CHANNELS_LAST = bool(_ops.cuda_channels_last())
-
-
-def _fwd_y_like(u, A, B, C, cu_seqlens):
-    """y as the forward allocates it: like u, except on CUDA builds without the channels-last kernels
-    where the op copies an L-strided u of a fast-kernel problem (csrc/selscan_torch.cpp >>unit-l: this
-    mirrors its condition): contiguous, like the copy (its fast kernels write y with unit L stride)."""
-    if (not _CUDA_CHANNELS_LAST and u.is_cuda and cu_seqlens is None and u.shape[2] > 1 and B.dim() > 2
-            and C.dim() > 2 and A.shape[-1] <= 16 and u.stride(-1) != 1):
+def _fwd_y_like(u, args):
+    """y as the forward allocates it: like u, except where the op copies an L-strided u to unit L
+    strides for selscan's fast CUDA kernels (csrc/scan.cpp >>unit-l; the plan's answer,
+    _C.fwd_unit_l, asked on concrete sizes: a CUDA trace is specialized on them): contiguous, like
+    the copy."""
+    if u.is_cuda and _C.fwd_unit_l(tuple(_checks.describe(t, concrete=True) for t in args)):
         return torch.empty(u.shape, dtype=u.dtype, device=u.device)
     return torch.empty_like(u)
 
 
-def _checkpoint_numel(device, batch, dim, L, N, n_seqs, packed):
-    """Floats in the forward's checkpoint (selscan_checkpoint_size / _cuda; the layouts differ)."""
-    chunks = (L + _CHUNK - 1) // _CHUNK
-    if device.type == "cuda":
-        return batch * dim * chunks * N
-    if not _C.cpu_checkpoint_used(N):  # the library's rule (selscan_checkpoint_used): none the backward won't read
-        return 0
-    return batch * dim * (chunks + (n_seqs if packed else 1)) * N
+def _checkpoint_numel(u, sizes):
+    """Floats in the forward's checkpoint on u's device: selscan_checkpoint_size / _cuda (the
+    layouts differ; none where the CPU backward would not read one), asked of the library. Symbolic
+    sizes (a dynamic-shape trace): a size the op decides (the library's rule is not restated here)."""
+    batch, dim, L, N, G, _, n_seqs = sizes[:7]
+    if min(batch, dim, L, N, G, n_seqs) < 0:
+        return torch.library.get_ctx().new_dynamic_size()
+    return _C.checkpoint_numel(str(u.device), batch, dim, L, N, G, n_seqs)
 
 
 @torch.library.register_fake("selscan::fwd")
 def _fwd_fake(u, delta, A, B, C, D, z, delta_bias, h0, cu_seqlens, delta_softplus, return_last_state,
               save_checkpoint):
-    batch, dim, L, N, rows, n_seqs = _checks.check_fwd(u, delta, A, B, C, D, z, delta_bias, h0, cu_seqlens)
-    packed = cu_seqlens is not None
-    y = _fwd_y_like(u, A, B, C, cu_seqlens)
+    args = (u, delta, A, B, C, D, z, delta_bias, h0, cu_seqlens)
+    sizes = _checks.check_op("fwd", *args)
+    y = _fwd_y_like(u, args)
     f32 = dict(dtype=torch.float32, device=u.device)
-    last = torch.empty((rows, dim, N), **f32) if return_last_state else torch.empty((0,), **f32)
-    empty = batch == 0 or dim == 0 or L == 0 or N == 0
-    n = 0 if (empty or not save_checkpoint) else _checkpoint_numel(u.device, batch, dim, L, N, n_seqs, packed)
+    rows = u.shape[0] if cu_seqlens is None else cu_seqlens.shape[0] - 1
+    last = torch.empty((rows, u.shape[1], A.shape[1]), **f32) if return_last_state else torch.empty((0,), **f32)
+    empty = u.shape[0] == 0 or u.shape[1] == 0 or u.shape[2] == 0 or A.shape[1] == 0
+    n = 0 if (empty or not save_checkpoint) else _checkpoint_numel(u, sizes)
     return y, last, torch.empty((n,), **f32)
 
 
 @torch.library.register_fake("selscan::bwd")
 def _bwd_fake(u, delta, A, B, C, D, z, delta_bias, h0, cu_seqlens, dy, dh_last, checkpoint, delta_softplus,
               grad_mask):
-    _checks.check_bwd(u, delta, A, B, C, D, z, delta_bias, h0, cu_seqlens, dy, dh_last, checkpoint, grad_mask)
+    _checks.check_op("bwd", u, delta, A, B, C, D, z, delta_bias, h0, cu_seqlens, dy, dh_last, checkpoint)
+    if len(grad_mask) != 9:
+        raise ValueError(f"selscan: grad_mask must have 9 entries, got {len(grad_mask)}")
     like = (u, delta, A, B, C, D, z, delta_bias, h0)
     out = []
     for t, m in zip(like, grad_mask):
@@ -101,12 +102,12 @@ def _bwd_fake(u, delta, A, B, C, D, z, delta_bias, h0, cu_seqlens, dy, dh_last, 
 
 @torch.library.register_fake("selscan::step")
 def _step_fake(state, x, dt, A, B, C, D, z, dt_bias, state_index, dt_softplus, A_is_log=False):
-    _checks.check_step(state, x, dt, A, B, C, D, z, dt_bias, state_index)
+    _checks.check_op("step", state, x, dt, A, B, C, D, z, dt_bias, state_index)
     return torch.empty_like(x)
 
 
 # ---- autograd ---------------------------------------------------------------------------------
-# selscan::fwd's autograd kernel is C++ (csrc/selscan_torch.cpp, ScanFunction on the Autograd
+# selscan::fwd's autograd kernel is C++ (csrc/scan.cpp, ScanFunction on the Autograd
 # dispatch key): the forward saves the checkpoint whenever an input requires grad, the backward
 # calls selscan::bwd for the gradients autograd asks for. (Python's torch.library.register_autograd
 # cost 100-250 us a call: bench/NOTES.md CUDA-torch-v1.) selscan::bwd's autograd kernel makes a
@@ -131,9 +132,6 @@ def _register_onnx_step(fn):
     global _onnx_step
     prev, _onnx_step = _onnx_step, fn
     return prev
-
-
-_SCAN_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 
 
 def _not_tensors(**args):
@@ -163,15 +161,13 @@ def selective_scan_fn(u, delta, A, B, C, D=None, z=None, delta_bias=None, delta_
     copied").
     """
     # Casts only where a dtype differs (the common call passes through untouched); shapes, devices
-    # and strides are checked once, in C++ (the fake kernel's _checks on meta / fake tensors). The
+    # and strides are checked once, in C++ (the fake kernel asks the same check on meta / fake tensors). The
     # checkpoint is saved by the C++ autograd kernel whenever an input requires grad; on CUDA the op
-    # copies L-strided operands of a fast-kernel problem (csrc/selscan_torch.cpp >>unit-l).
+    # copies L-strided operands of a fast-kernel problem (csrc/scan.cpp >>unit-l).
     f32 = torch.float32
     cast = _checks.cast
     try:
-        dtype = u.dtype
-        if dtype not in _SCAN_DTYPES:
-            raise TypeError(f"selscan: u must be float32, float16 or bfloat16, got {dtype}")
+        dtype = u.dtype  # (the op refuses a u of another dtype, naming it: casts to it are harmless before)
         if A.dtype != f32:
             A = cast(A, "A", f32)
         if delta.dtype != dtype:
@@ -227,18 +223,13 @@ def selective_state_update(state, x, dt, A, B, C, D=None, z=None, dt_bias=None, 
     f32 = torch.float32
     cast = _checks.cast
     try:
-        if state.dtype != f32 and state.dtype != x.dtype:
-            raise TypeError(f"selscan: state must be float32 or x's dtype {x.dtype} (it is updated in place), got "
-                            f"{state.dtype}")
         out_shape = x.shape
         nd = state.dim()
         if nd == 4:  # (batch, nheads, hdim, N): checked in these shapes, then heads folded into channels
             state, x, dt, A, D, z, dt_bias = _checks.fold_heads(state, x, dt, A, B, C, D, z, dt_bias)
         elif nd != 3 or x.dim() == 3:  # (a 3-D x with a 3-D state: which one is wrong, by A's rank)
             _checks.step_state_rank(state, x, A)
-        dtype = x.dtype
-        if dtype not in _SCAN_DTYPES:
-            raise TypeError(f"selscan: x must be float32, float16 or bfloat16, got {dtype}")
+        dtype = x.dtype  # (state and x of other dtypes: refused by the op, naming them)
         # a cast is a copy: state given, so that one overlapping it is refused (the op sees the copy)
         if dt.dtype != dtype:
             dt = cast(dt, "dt", dtype, state)

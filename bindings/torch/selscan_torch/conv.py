@@ -3,7 +3,7 @@
     from selscan_torch import causal_conv1d_fn, causal_conv1d_update
 
 The ops torch.ops.selscan.conv_fwd / conv_bwd / conv_step and conv_fwd's autograd are registered
-in C++ (csrc/selscan_torch.cpp, section >>conv); this module adds their fake kernels (so
+in C++ (csrc/conv.cpp); this module adds their fake kernels (so
 torch.compile(fullgraph=True) and CUDA graphs see the real output shapes and strides) and the two
 functions of causal_conv1d 1.x with its signatures and semantics:
 
@@ -46,7 +46,7 @@ def _dense_in_order_of(t, dtype=None):
 
 @torch.library.register_fake("selscan::conv_fwd")
 def _conv_fwd_fake(x, weight, bias, init_state, cu_seqlens, silu, return_final_state, out_dim_major):
-    _checks.check_conv(x, weight, bias, init_state, cu_seqlens)
+    _checks.check_op("conv_fwd", x, weight, bias, init_state, cu_seqlens)  # the C++ ops' check
     batch, dim, L = x.shape
     W = weight.shape[1]
     if out_dim_major:
@@ -60,12 +60,7 @@ def _conv_fwd_fake(x, weight, bias, init_state, cu_seqlens, silu, return_final_s
 
 @torch.library.register_fake("selscan::conv_bwd")
 def _conv_bwd_fake(x, weight, bias, init_state, cu_seqlens, dy, dfinal_state, silu, grad_mask):
-    rows, W = _checks.check_conv(x, weight, bias, init_state, cu_seqlens)
-    _checks._like(dy, "dy", x, "x")
-    if dfinal_state is not None:
-        _checks._shape_is(dfinal_state, (rows, x.shape[1], W - 1), "dfinal_states", "final_states' shape")
-        _checks._type(dfinal_state.dtype == x.dtype, "dfinal_states must have x's dtype")
-        _checks._same_device(x, "x", dfinal_state, "dfinal_states")
+    _checks.check_op("conv_bwd", x, weight, bias, init_state, cu_seqlens, dy, dfinal_state)
     batch, dim, L = x.shape
     W = weight.shape[1]
     rows = cu_seqlens.shape[0] - 1 if cu_seqlens is not None else batch
@@ -81,10 +76,7 @@ def _conv_bwd_fake(x, weight, bias, init_state, cu_seqlens, dy, dfinal_state, si
 
 @torch.library.register_fake("selscan::conv_step")
 def _conv_step_fake(state, x, weight, bias, state_index, silu):
-    _checks.check_conv_step(state, x, weight, bias, state_index)
-    if _checks.self_overlapping(state):  # the C++ op's CheckInPlace rule
-        raise ValueError(f"selscan: conv_state is updated in place but its elements overlap (strides "
-                         f"{tuple(state.stride())} for shape {tuple(state.shape)}); pass a tensor with its own memory")
+    _checks.check_op("conv_step", state, x, weight, bias, state_index)  # (an overlapping conv_state too)
     return _dense_in_order_of(x)
 
 

@@ -103,7 +103,7 @@ CP38 = {  # name: (function, base arguments, {rank ("last": world - 1): changes}
                                           "the ranks disagree on cu_seqlens: rank 0 has None, rank {last} has one"),
     "scan_dtype": ("scan", _SCAN, {1: dict(dtype=torch.bfloat16)}, "the ranks disagree on u's dtype: "
                    "rank 0 has torch.float32, rank 1 has torch.bfloat16"),
-    "scan_refused_on_one_rank": ("scan", _SCAN, {1: dict(bad_delta=True)}, "delta must have shape"),
+    "scan_refused_on_one_rank": ("scan", _SCAN, {1: dict(bad_delta=True)}, "argument 'delta': wrong shape"),
     "conv_batch": ("conv", _CONV, {1: dict(batch=3)}, "the ranks disagree on batch (x.shape[0]): rank 0 has 2, "
                    "rank 1 has 3"),
     "conv_weight": ("conv", _CONV, {"last": dict(dweight=0.1)}, "weight differs across ranks (rank 0 vs rank {last})"),

@@ -414,21 +414,21 @@ def test_errors_name_the_argument():
     u, delta, A, B, C = x["u"], x["delta"], x["A"], x["B"], x["C"]
     with pytest.raises(ValueError, match="delta"):
         st.selective_scan_fn(u, delta[:, :, :-1], A, B, C)
-    with pytest.raises(ValueError, match="A must have shape"):
+    with pytest.raises(ValueError, match="argument 'A': wrong shape"):
         st.selective_scan_fn(u, delta, A[:-1], B, C)
-    with pytest.raises(ValueError, match="B must have shape"):
+    with pytest.raises(ValueError, match="argument 'B': wrong shape"):
         st.selective_scan_fn(u, delta, A, B[:, :, :-1], C)
-    with pytest.raises(ValueError, match="C has 1 groups but B has 2"):
+    with pytest.raises(ValueError, match="argument 'C': wrong shape"):
         st.selective_scan_fn(u, delta, A, torch.randn(2, 2, 5, 37), C)
-    with pytest.raises(ValueError, match="must divide dim"):
+    with pytest.raises(ValueError, match="argument 'B': does not divide dim"):
         st.selective_scan_fn(u, delta, A, torch.randn(2, 3, 5, 37), torch.randn(2, 3, 5, 37))
-    with pytest.raises(ValueError, match="D must have shape"):
+    with pytest.raises(ValueError, match="argument 'D': wrong shape"):
         st.selective_scan_fn(u, delta, A, B, C, D=torch.randn(3))
-    with pytest.raises(ValueError, match="h0 must have shape"):
+    with pytest.raises(ValueError, match="argument 'h0': wrong shape"):
         st.selective_scan_fn(u, delta, A, B, C, h0=torch.randn(2, 8, 4))
     with pytest.raises(TypeError, match="complex"):
         st.selective_scan_fn(u, delta, torch.complex(A, A), B, C)
-    with pytest.raises(TypeError, match="u must be float32, float16 or bfloat16"):
+    with pytest.raises(TypeError, match="argument 'u': wrong dtype: want float32, float16 or bfloat16"):
         st.selective_scan_fn(u.double(), delta, A, B, C)
     with pytest.raises(ValueError, match="cu_seqlens"):  # packed sequences need batch 1
         st.selective_scan_fn(u, delta, A, B, C, cu_seqlens=[0, 10, 37])
@@ -436,7 +436,7 @@ def test_errors_name_the_argument():
     with pytest.raises(ValueError, match="SELSCAN_ERR_SHAPE"):  # offsets not ending at L: selscan's message
         st.selective_scan_fn(u1, d1, A, B1, C1, cu_seqlens=[0, 10, 30])
     s = make_step_inputs()
-    with pytest.raises(TypeError, match="state must be float32"):
+    with pytest.raises(TypeError, match="argument 'state': wrong dtype: want float32"):
         st.selective_state_update(s["state"].double(), s["x"], s["dt"], s["A"], s["B"], s["C"])
     with pytest.raises(ValueError, match="state_batch_indices"):
         st.selective_state_update(s["state"], s["x"], s["dt"], s["A"], s["B"], s["C"],
@@ -587,7 +587,7 @@ def test_cuda_graph_decode_loop():
 @cuda_only
 def test_cuda_device_mismatch():
     x = make_inputs(bc="var3", device="cuda")
-    with pytest.raises(ValueError, match="delta is on cpu"):
+    with pytest.raises(ValueError, match="argument 'delta': on another device: want cuda:0 .u's., got cpu"):
         st.selective_scan_fn(x["u"], x["delta"].cpu(), x["A"], x["B"], x["C"])
 
 
@@ -707,6 +707,6 @@ def test_cuda_lstride_copies_after_checks(grads):
     x = make_inputs(batch=2, dim=8, L=37, N=4, bc="var3", device="cuda")
     ins = {k: (v.detach().clone().requires_grad_(grads) if v is not None else None) for k, v in x.items()}
     bad_z = torch.zeros((), device="cuda").expand(2, 2**20, 2**20)
-    with pytest.raises(ValueError, match="z must have shape"):
+    with pytest.raises(ValueError, match="argument 'z': wrong shape"):
         torch.ops.selscan.fwd(ins["u"], ins["delta"], ins["A"], ins["B"], ins["C"], ins["D"], bad_z,
                               ins["delta_bias"], None, None, True, False, False)

@@ -104,9 +104,9 @@ def test_step_state_other_dtype(device):
 
     s = step_inputs(torch.bfloat16, device)
     state = s["state"][:4].half()
-    with pytest.raises(TypeError, match="state must be float32 or x's dtype"):
+    with pytest.raises(TypeError, match="argument 'state': wrong dtype: want float32 or"):
         torch.ops.selscan.step(state, s["x"], s["dt"], s["A"], s["B"], s["C"], s["D"], s["z"], s["dt_bias"], None, True)
-    with pytest.raises(TypeError, match="state must be float32 or x's dtype"):
+    with pytest.raises(TypeError, match="argument 'state': wrong dtype: want float32 or"):
         st.selective_state_update(state, s["x"], s["dt"], s["A"], s["B"], s["C"], s["D"], s["z"], s["dt_bias"], True)
     s1, s2 = state.clone(), state.float()
     o1 = si._standin_selective_state_update(s1, s["x"], s["dt"], s["A"], s["B"], s["C"], s["D"], s["z"], s["dt_bias"],
@@ -162,12 +162,12 @@ def test_step_params_other_dtype(device):
     s = step_inputs(torch.bfloat16, device)
     state = s["state"][:4].clone()
     args = [state, s["x"], s["dt"], s["A"], s["B"], s["C"], s["D"].half(), s["z"], s["dt_bias"], None, True]
-    with pytest.raises(TypeError, match="D must be float32 or x's dtype"):
+    with pytest.raises(TypeError, match="argument 'D': wrong dtype: want float32 or"):
         torch.ops.selscan.step(*args)
     args[6], args[8] = s["D"], s["dt_bias"].double()
-    with pytest.raises(TypeError, match="dt_bias must be float32 or x's dtype"):
+    with pytest.raises(TypeError, match="argument 'dt_bias': wrong dtype: want float32 or"):
         torch.ops.selscan.step(*args)
-    with pytest.raises(TypeError, match="dt_bias must be float32 or x's dtype"):  # the fake kernel's rule
+    with pytest.raises(TypeError, match="argument 'dt_bias': wrong dtype: want float32 or"):  # the fake kernel's rule
         with torch._subclasses.FakeTensorMode() as m:
             torch.ops.selscan.step(*[m.from_tensor(a) if isinstance(a, torch.Tensor) else a for a in args])
     s4 = dict(s, state=s["state"][:4].clone())
@@ -235,9 +235,9 @@ def test_conv_update_params_in_x_dtype_bitwise(device, dtype, W, state_len, L, a
 @pytest.mark.parametrize("device", DEVICES)
 def test_conv_update_params_other_dtype_and_opcheck(device):
     x, w, b, state = conv_inputs(torch.bfloat16, device)
-    with pytest.raises(TypeError, match="weight must be float32 or x's dtype"):
+    with pytest.raises(TypeError, match="argument 'weight': wrong dtype: want float32 or"):
         torch.ops.selscan.conv_step(state.clone(), x, w.half(), b, None, True)
-    with pytest.raises(TypeError, match="bias must be float32 or x's dtype"):
+    with pytest.raises(TypeError, match="argument 'bias': wrong dtype: want float32 or"):
         torch.ops.selscan.conv_step(state.clone(), x, w, b.double(), None, True)
     s1, s2 = state.clone(), state.clone()  # the wrapper casts another floating dtype to float32
     y1 = st.causal_conv1d_update(x, s1, w.half(), b, "silu")
