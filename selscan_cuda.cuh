@@ -2494,81 +2494,6 @@ static __global__ void __launch_bounds__(kThreads) step_kernel(const kparams P) 
     step_store_y<T>(P, b, d, NT, j, valid, !pad, yp, x, Dd, zz);
 }
 
-/* (The previous decode step, kept as bench_cuda --graphs' "before" baseline: compiled only with
-   SELSCAN__STEP_SWEEP.) Decode step for float4-aligned state rows (unit n stride, N % 4 == 0, N <= 128): S = 8 (N % 8
-   == 0) or 4 states a thread, NT = pow2ceil(N / S) threads a channel, every load of a thread issued
-   before its first use; A by float4 when its rows are aligned (avec).
-   (step_kernel's one state a thread ran at ~500 GB/s on an H200, 8-9x its floor: per thread a chain
-   of dependent loads and 64-bit index products for 4 bytes of state; bench/NOTES.md CUDA-v37.) */
-template <typename T, int S>
-static __global__ void __launch_bounds__(kThreads) step_fast_kernel(const kparams P, const bool avec) {
-    const int NT = P.NT, CPB = kThreads / NT;
-    const int64_t nblk = (P.dim + CPB - 1) / CPB;
-    const int64_t b = blockIdx.x / nblk, d = (blockIdx.x % nblk) * CPB + threadIdx.x / NT;
-    const int j = threadIdx.x % NT, n0 = S * j;
-    const bool valid = d < P.dim;
-    const int64_t row = P.idx ? static_cast<int64_t>(P.idx[b]) : b;
-    const bool live = valid && row >= 0 && row < P.ncache, own = live && n0 < P.N;
-    float hv[S], Av[S], Bv[S], Cv[S];
-#pragma unroll
-    for (int k = 0; k < S; k++) hv[k] = Av[k] = Bv[k] = Cv[k] = 0.0f;
-    float4 *hp = NULL;
-    float x = 0.0f, dt = 0.0f, zz = 0.0f, Dd = 0.0f, bias = 0.0f;
-    if (own) {
-        hp = reinterpret_cast<float4 *>(static_cast<float *>(P.h0.p) + row * P.h0.s[0] + d * P.h0.s[1] + n0);
-#pragma unroll
-        for (int k = 0; k < S; k += 4) {
-            const float4 v = hp[k / 4];
-            hv[k] = v.x; hv[k + 1] = v.y; hv[k + 2] = v.z; hv[k + 3] = v.w;
-        }
-        const float *Ar = static_cast<const float *>(P.A.p) + d * P.A.s[0];
-        if (avec) {
-#pragma unroll
-            for (int k = 0; k < S; k += 4) {
-                const float4 v = *reinterpret_cast<const float4 *>(Ar + n0 + k);
-                Av[k] = v.x; Av[k + 1] = v.y; Av[k + 2] = v.z; Av[k + 3] = v.w;
-            }
-        } else {
-#pragma unroll
-            for (int k = 0; k < S; k++) Av[k] = Ar[(n0 + k) * P.A.s[1]];
-        }
-        if (P.alog) {
-#pragma unroll
-            for (int k = 0; k < S; k++) Av[k] = a_of(Av[k], 1);
-        }
-        /* B / C row of (b, group) or, fixed, of channel d: element n at n * stride */
-        const int64_t g = d / P.dpg;
-        const int64_t bo = P.fixB ? d * P.B.s[0] : b * P.B.s[0] + g * P.B.s[1], bs = P.fixB ? P.B.s[1] : P.B.s[2];
-        const int64_t co = P.fixC ? d * P.C.s[0] : b * P.C.s[0] + g * P.C.s[1], cs = P.fixC ? P.C.s[1] : P.C.s[2];
-#pragma unroll
-        for (int k = 0; k < S; k++) {
-            Bv[k] = P.fixB ? ldf(P.B, bo + (n0 + k) * bs) : ld<T>(P.B.p, bo + (n0 + k) * bs);
-            Cv[k] = P.fixC ? ldf(P.C, co + (n0 + k) * cs) : ld<T>(P.C.p, co + (n0 + k) * cs);
-        }
-    }
-    if (live) {
-        x = ld<T>(P.u.p, b * P.u.s[0] + d * P.u.s[1]);
-        dt = ld<T>(P.delta.p, b * P.delta.s[0] + d * P.delta.s[1]);
-        if (P.bias.p) bias = ldp<T>(P.bias.p, d * P.bias.s[0], P.biasT);
-        if (j == 0 && P.z.p) zz = ld<T>(P.z.p, b * P.z.s[0] + d * P.z.s[1]);
-        if (j == 0 && P.D.p) Dd = ldp<T>(P.D.p, d * P.D.s[0], P.DT);
-    }
-    float yp = 0.0f;
-    if (own) {
-        dt += bias;
-        if (P.softplus) dt = softplus(dt);
-        const float dtx = dt * x, dtl = dt * kLog2e;
-#pragma unroll
-        for (int k = 0; k < S; k++) {
-            hv[k] = fmaf(ex2(dtl * Av[k]), hv[k], dtx * Bv[k]);
-            yp = fmaf(Cv[k], hv[k], yp);
-        }
-#pragma unroll
-        for (int k = 0; k < S; k += 4) hp[k / 4] = make_float4(hv[k], hv[k + 1], hv[k + 2], hv[k + 3]);
-    }
-    step_store_y<T>(P, b, d, NT, j, valid, live, yp, x, Dd, zz);
-}
-
 /* The decode step's own parameters (a fraction of kparams' size: a graph replays the launch
    with its parameters, so fewer bytes a launch) for step_vec_kernel. B / C: element n of the row
    of (batch b, group g) at b * b0 + g * b1 + n * b2, or fixed (f32, (dim, N)) at d * b0 + n * b2. */
@@ -2662,8 +2587,8 @@ template <typename T, int K> __device__ __forceinline__ void st_vec(void *base, 
    states of a channel (S = 16, 8 or 4) as S / 4 chunks of 4 states interleaved across the NT =
    pow2ceil(N / S) lanes of the channel: lane j's chunk i holds states 4 (j + NT i) .. + 3, so each
    16-byte load or store instruction of a warp covers whole 32-byte sectors of the state, of A and
-   of B / C (the earlier kernel's lanes held S consecutive states: every instruction touched each
-   sector half). A block: kThreads / NT channels (blockIdx.y) of R batch rows (blockIdx.x), A, D,
+   of B / C (the retired step_fast_kernel's lanes held S consecutive states: every instruction
+   touched each sector half; bench/NOTES.md CUDA-v37). A block: kThreads / NT channels (blockIdx.y) of R batch rows (blockIdx.x), A, D,
    delta_bias loaded once for the R rows; every load of the R rows issued before the first use;
    B / C chunks by 16- or 8-byte loads where unit-stride and aligned (bvec / cvec), A by float4 where
    aligned (avec). Launched with programmatic dependent launch where available: it waits for the
@@ -3799,7 +3724,7 @@ static selscan_status check_overlap(const selscan__ten &out, const selscan__ten 
    kernels, their state loads and stores in T): step_vec_kernel with S states a thread and R batch rows a block, chosen
    from N and the batch (tu.S / tu.R > 0 force them, for tuning); else step_kernel. tu.pdl: < 0
    programmatic dependent launch where the device has it, 0 never. SELSCAN__STEP_SWEEP (the
-   benchmark) compiles every (S, R) and keeps the earlier step_fast_kernel as tu.S = -1. */
+   benchmark) compiles every (S, R); tu.S < 0: step_kernel. */
 struct step_tune {
     int S, R, pdl, fast, minb, loop; /* loop < 0: never step_loop_kernel, > 0: wherever it applies, 0: by the batch */
     int64_t loop_slices;             /* (set by launch_step) its grid's row slices; 0: not used */
@@ -3976,22 +3901,6 @@ static selscan_status launch_step(const selscan__stp &q, step_tune tu, cudaStrea
     P.bf16 = q.dt == SELSCAN_BF16;
     P.u = mk(q.u); P.delta = mk(q.delta); P.A = mk(q.A); P.B = mk(q.B); P.C = mk(q.C); P.D = mk(q.D);
     P.z = mk(q.z); P.bias = mk(q.bias); P.h0 = mk(q.state); P.y = mk(q.y);
-#ifdef SELSCAN__STEP_SWEEP
-    if (vec && !q.stT) { /* tu.S < 0: the earlier step_fast_kernel (8 or 4 states a thread, f32 state), for comparisons */
-        const int spt = q.N % 8 == 0 ? 8 : 4;
-        P.NT = pow2ceil(q.N / spt);
-        const int64_t grid = q.batch * cdiv(q.dim, kThreads / P.NT);
-        if (grid > kMaxGrid) return fail_grid(dg);
-        const unsigned gr = static_cast<unsigned>(grid);
-        selscan_cuda_detail::with_dtype(q.dt, [&](auto tag) {
-            using T = typename decltype(tag)::type;
-            if (spt == 8) step_fast_kernel<T, 8><<<gr, kThreads, 0, stream>>>(P, avec);
-            else step_fast_kernel<T, 4><<<gr, kThreads, 0, stream>>>(P, avec);
-        });
-        SELSCAN__LAUNCHED();
-        return SELSCAN_OK;
-    }
-#endif
     /* one state a thread */
     P.NT = q.N >= 32 ? 32 : pow2ceil(q.N);
     const int64_t grid = q.batch * cdiv(q.dim, kThreads / P.NT);
@@ -4890,7 +4799,7 @@ static SELSCAN__MAYBE_UNUSED selscan_status selscan__forward_cuda_tuned(const se
 }
 
 /* The step with its kernel's shape forced (S states a thread, R batch rows a block; 0: automatic;
-   S = -1: the earlier kernel, with SELSCAN__STEP_SWEEP), programmatic dependent launch on (pdl < 0:
+   S < 0: step_kernel, the float4 kernels skipped), programmatic dependent launch on (pdl < 0:
    where available) or off (0), the FAST form never (fast < 0), step_loop_kernel never (loop < 0)
    or wherever it applies (loop > 0), step_lat_kernel never (lat < 0), by the launcher's rule (lat
    0: not when S, R or loop is forced) or wherever it applies (lat 1), for tuning
