@@ -27,6 +27,7 @@
  */
 #define SELSCAN_IMPLEMENTATION
 #define SELSCAN_CUDA_IMPLEMENTATION
+#define SELSCAN__CUDA_TUNING /* selscan_cuda.cuh >>bench: the selscan__*_cuda_tuned entries */
 #define SELSCAN__STEP_SWEEP /* the step launcher's every (S, R), for the --graphs table */
 #include "selscan_cuda.cuh"
 
