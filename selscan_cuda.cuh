@@ -18,7 +18,7 @@
  * the include. Only the launchers (and two static selscan__-prefixed helpers) are global.
  *
  * CONTENTS (grep the >>tag)
- *     >>cuda-impl       the implementation's start (namespace selscan_cuda_detail)
+ *     >>cuda-impl       the implementation's start      >>tuning  the tuning macros and their defaults
  *     >>kparams         the parameters the scan kernels share      >>device-helpers  loads, math
  *     >>fwd-general     fwd_kernel, carry_kernel, empty_seq_kernel
  *     >>fwd-fast        fwd_fast_kernel                            >>fwd-short  fwd_short_kernel
@@ -52,19 +52,9 @@
  *     conv_bwd_rows_kernel sequences, init_state or dfinal_state (the fused block's rows)
  *     conv_*_kernel        every other causal conv1d call (widths 2..4, any strides)   >>conv
  *
- * TUNING MACROS (define before the implementation's include; defaults measured on an H200:
- * bench/DECISIONS.md has each value's measurement):
- *     SELSCAN_CUDA_FWD_MINBLOCKS (6), SELSCAN_CUDA_BWD_MINBLOCKS (3)    general kernels' register budgets
- *     SELSCAN_CUDA_FAST_FWD_MINBLOCKS (3), SELSCAN_CUDA_FAST_FWD4_MINBLOCKS (4),
- *     SELSCAN_CUDA_FAST_FWD_GROUP (2)                                    fast forward
- *     SELSCAN_CUDA_FAST_BWD_STATES (8), SELSCAN_CUDA_FAST_BWD_MINBLOCKS (3),
- *     SELSCAN_CUDA_FAST_BWD4_MINBLOCKS (4)                               fast backward
- *     SELSCAN_CUDA_SHORT_FWD_STATES (2)                                  short-prefill forward
- *     SELSCAN_CUDA_STEP_MINBLOCKS (0)                                   step_vec_kernel (0: no bound)
- *     SELSCAN_CUDA_CHANNELS_LAST (0)     1: fast kernels for any L strides too (compile time +50 %)
- *     SELSCAN_CUDA_NO_PDL                no programmatic dependent launch (sm_90+)
- *     SELSCAN__CUDA_TUNING (internal)    >>bench, the forced plans (bench/bench_cuda.cu, CUDA tests)
- *     SELSCAN__STEP_SWEEP (internal)     with it, the step's sweep shapes (bench/bench_cuda.cu only)
+ * TUNING MACROS: defined before the implementation's include, they set the kernels' register
+ * budgets, states a thread and which instantiations are compiled; >>tuning is where each is set,
+ * with its default (measured on an H200: bench/DECISIONS.md) and what it does.
  *
  * CONTRACT (the CPU side's, plus):
  * - Every pointer in selscan_problem / selscan_grads / selscan_step_problem is DEVICE memory,
@@ -115,19 +105,6 @@
  *   is asked for (or ext->workspace_alloc). Deterministic (per-block partials, a fixed-order
  *   reduce). Widths 2 to 4; any strides, coalesced for both the (batch, dim, L) and the
  *   channels-last layouts; grids past 2^31 - 1 blocks: SELSCAN_ERR_UNSUPPORTED ("dim").
- *
- * TUNING (macros before the implementation's include; defaults measured on an H200, see
- * bench/NOTES.md): SELSCAN_CUDA_FWD_MINBLOCKS (6) and SELSCAN_CUDA_BWD_MINBLOCKS (3), the blocks
- * per SM the general forward / backward kernels' register budgets must allow;
- * SELSCAN_CUDA_FAST_FWD_MINBLOCKS (3; N <= 8: SELSCAN_CUDA_FAST_FWD4_MINBLOCKS, 4),
- * SELSCAN_CUDA_FAST_FWD_GROUP (2), SELSCAN_CUDA_FAST_BWD_STATES
- * (8; 4 is slower on the H200), SELSCAN_CUDA_FAST_BWD_MINBLOCKS (3) and
- * SELSCAN_CUDA_FAST_BWD4_MINBLOCKS (4, with 4 states a thread) for the fast paths;
- * SELSCAN_CUDA_NO_PDL: no programmatic dependent launch between a call's kernels (sm_90+).
- * SELSCAN_CUDA_CHANNELS_LAST (0): 1 also compiles the fast kernels for any L strides (e.g. a
- * TensorFlow op's (batch, L, dim) tensors; 8 states a thread), which otherwise run the general
- * kernels: channels-last forward and backward ~2x faster on the H200, compile time ~+50 %
- * (bench/NOTES.md CUDA-v42).
  *
  * DESIGN: the forward and the backward of the common layout (rows with unit L stride, variable
  * B/C, N <= 16, no packed sequences; any L strides with SELSCAN_CUDA_CHANNELS_LAST, their CL
@@ -261,6 +238,55 @@ SELSCAN_DEF selscan_status selscan_conv_step_cuda(const selscan_conv_step_proble
 #include <cuda_bf16.h>
 #include <type_traits>
 
+/* ---------------------------------------------------------------------------------------------- */
+/* >>tuning          tuning macros: the only place they are set                                   */
+/* ---------------------------------------------------------------------------------------------- */
+/* Define one before the implementation's include to override its default. Defaults measured on
+   an H200 (bench/DECISIONS.md has each value's measurement, bench/NOTES.md the runs). MINBLOCKS:
+   the blocks an SM a kernel's register budget must allow (its __launch_bounds__). */
+#ifndef SELSCAN_CUDA_FWD_MINBLOCKS
+#define SELSCAN_CUDA_FWD_MINBLOCKS 6       /* fwd_kernel (the general forward) */
+#endif
+#ifndef SELSCAN_CUDA_BWD_MINBLOCKS
+#define SELSCAN_CUDA_BWD_MINBLOCKS 3       /* bwd_kernel (the general backward) */
+#endif
+#ifndef SELSCAN_CUDA_FAST_FWD_MINBLOCKS
+#define SELSCAN_CUDA_FAST_FWD_MINBLOCKS 3  /* fwd_fast_kernel with 8 states a thread */
+#endif
+#ifndef SELSCAN_CUDA_FAST_FWD4_MINBLOCKS
+#define SELSCAN_CUDA_FAST_FWD4_MINBLOCKS 4 /* fwd_fast_kernel with 4 states a thread (N <= 8) */
+#endif
+#ifndef SELSCAN_CUDA_FAST_FWD_GROUP
+#define SELSCAN_CUDA_FAST_FWD_GROUP 2      /* fwd_fast_kernel: steps whose exponentials it computes together */
+#endif
+#ifndef SELSCAN_CUDA_FAST_BWD_STATES
+#define SELSCAN_CUDA_FAST_BWD_STATES 8     /* bwd_fast_kernel: states a thread, 8 (2 threads a channel) or 4 (4; slower on the H200) */
+#endif
+#ifndef SELSCAN_CUDA_FAST_BWD_MINBLOCKS
+#define SELSCAN_CUDA_FAST_BWD_MINBLOCKS 3  /* bwd_fast_kernel with 8 states a thread */
+#endif
+#ifndef SELSCAN_CUDA_FAST_BWD4_MINBLOCKS
+#define SELSCAN_CUDA_FAST_BWD4_MINBLOCKS 4 /* bwd_fast_kernel with 4 states a thread */
+#endif
+#ifndef SELSCAN_CUDA_SHORT_FWD_STATES
+#define SELSCAN_CUDA_SHORT_FWD_STATES 2    /* fwd_short_kernel: states it scans together (K < 16; K = 16 scans one) */
+#endif
+#ifndef SELSCAN_CUDA_STEP_MINBLOCKS
+#define SELSCAN_CUDA_STEP_MINBLOCKS 0      /* step_vec_kernel's FAST form (0: no bound) */
+#endif
+/* SELSCAN_CUDA_CHANNELS_LAST 1 also compiles the fast kernels for any L strides (e.g. a TensorFlow
+   op's (batch, L, dim) tensors; 8 states a thread), which otherwise run the general kernels:
+   channels-last forward and backward ~2x faster on the H200, compile time ~+50 % (bench/NOTES.md
+   CUDA-v42). */
+#ifndef SELSCAN_CUDA_CHANNELS_LAST
+#define SELSCAN_CUDA_CHANNELS_LAST 0
+#endif
+/* Flags (undefined by default): SELSCAN_CUDA_NO_PDL, no programmatic dependent launch between a
+   call's kernels (sm_90+). Internal, for this repository's benchmark and tests only:
+   SELSCAN__CUDA_TUNING compiles >>bench, the entries that force the plans' choices
+   (bench/bench_cuda.cu, tests/test_cuda.cu, tests/test_cuda_conv.cu); SELSCAN__STEP_SWEEP, with
+   it, the step's sweep shapes (bench/bench_cuda.cu). */
+
 /* Every internal name of the CUDA implementation lives in this namespace (functions and kernels
    static: internal linkage), so a user's .cu file may define its own cdiv, mk, ld, ... around the
    include; the public entries below are the only global names it adds (and the
@@ -271,9 +297,6 @@ namespace selscan_cuda_detail {
 /* >>kparams         kernel parameters                                                            */
 /* ---------------------------------------------------------------------------------------------- */
 
-#ifndef SELSCAN_CUDA_CHANNELS_LAST
-#define SELSCAN_CUDA_CHANNELS_LAST 0 /* the fast kernels' any-stride instantiations (see TUNING) */
-#endif
 const int kThreads = 128;               /* every kernel's block */
 const int kTL = 32;                     /* forward time tile */
 const int kCK = SELSCAN_CUDA_CHECKPOINT_INTERVAL;
@@ -505,9 +528,6 @@ static size_t fwd_smem(int NT, int NPT, int CH) {
     return (static_cast<size_t>(2 * kTL * (NPAD + 4) + 3 * CH * TP + kThreads * TP) + 2 * kTL + 2) * 4;
 }
 
-#ifndef SELSCAN_CUDA_FWD_MINBLOCKS
-#define SELSCAN_CUDA_FWD_MINBLOCKS 6 /* blocks per SM the forward's registers allow (bench/NOTES.md) */
-#endif
 template <typename T, int NPT, bool LOCAL>
 static __global__ void __launch_bounds__(kThreads, SELSCAN_CUDA_FWD_MINBLOCKS) fwd_kernel(const kparams P) {
     extern __shared__ float4 smem4[];
@@ -916,15 +936,6 @@ template <int TPC> static __device__ __forceinline__ void reduce_scatter(float (
     }
 }
 
-#ifndef SELSCAN_CUDA_FAST_FWD_GROUP
-#define SELSCAN_CUDA_FAST_FWD_GROUP 2 /* steps whose exponentials the fast forward computes together */
-#endif
-#ifndef SELSCAN_CUDA_FAST_FWD_MINBLOCKS
-#define SELSCAN_CUDA_FAST_FWD_MINBLOCKS 3 /* blocks per SM the fast forward's registers allow */
-#endif
-#ifndef SELSCAN_CUDA_FAST_FWD4_MINBLOCKS
-#define SELSCAN_CUDA_FAST_FWD4_MINBLOCKS 4 /* the same for its 4-states-a-thread form (N <= 8) */
-#endif
 template <int S> constexpr int fast_fwd_minblocks() { return S == 4 ? SELSCAN_CUDA_FAST_FWD4_MINBLOCKS : SELSCAN_CUDA_FAST_FWD_MINBLOCKS; }
 template <typename T, int S, int TPC, bool LOCAL, bool CL>
 static __global__ void __launch_bounds__(kThreads, fast_fwd_minblocks<S>()) fwd_fast_kernel(const kparams P) {
@@ -1196,9 +1207,6 @@ static __global__ void empty_seq_kernel(const int64_t *cu, int64_t nseq, int64_t
    and B = C = 0. The sum over states into y runs in state order (deterministic). */
 
 const int kShortWarps = 4; /* channels (warps) a block */
-#ifndef SELSCAN_CUDA_SHORT_FWD_STATES
-#define SELSCAN_CUDA_SHORT_FWD_STATES 2 /* states the short-prefill forward scans together */
-#endif
 /* shared memory of fwd_short_kernel: two buffers of the B / C chunk (raw T, NS rows of 32 K), then
    the warps' A log2(e) */
 template <typename T, int K, int NS> constexpr size_t short_smem() {
@@ -1491,9 +1499,6 @@ static __device__ __forceinline__ void warp_scatter_248(const float v[4], int NT
     if ((lane & 7 & ~(NT - 1)) == 0) row[(grp * NPAD + j * 4 + f.k) * SPs] = f.x;
 }
 
-#ifndef SELSCAN_CUDA_BWD_MINBLOCKS
-#define SELSCAN_CUDA_BWD_MINBLOCKS 3 /* blocks per SM the backward's registers must allow (bench/NOTES.md) */
-#endif
 template <typename T>
 static __global__ void __launch_bounds__(kThreads, SELSCAN_CUDA_BWD_MINBLOCKS) bwd_kernel(const kparams P) {
     const bool BF = P.bf16 != 0;
@@ -2020,15 +2025,6 @@ template <int S, int TPC> struct bwd_fast_smem {
     float red[kBT][kThreads / 32][32]; /* the tile's per-warp dB / dC sums */
 };
 
-#ifndef SELSCAN_CUDA_FAST_BWD_STATES
-#define SELSCAN_CUDA_FAST_BWD_STATES 8 /* states a thread of the fast backward (8 or 4) */
-#endif
-#ifndef SELSCAN_CUDA_FAST_BWD_MINBLOCKS
-#define SELSCAN_CUDA_FAST_BWD_MINBLOCKS 3 /* blocks an SM its registers allow (8 states a thread) */
-#endif
-#ifndef SELSCAN_CUDA_FAST_BWD4_MINBLOCKS
-#define SELSCAN_CUDA_FAST_BWD4_MINBLOCKS 4 /* the same with 4 states a thread */
-#endif
 template <int S> constexpr int fast_bwd_minblocks() { return S == 4 ? SELSCAN_CUDA_FAST_BWD4_MINBLOCKS : SELSCAN_CUDA_FAST_BWD_MINBLOCKS; }
 template <typename T, int S, int TPC, bool CL>
 static __global__ void __launch_bounds__(kThreads, fast_bwd_minblocks<S>()) bwd_fast_kernel(const kparams P) {
@@ -2599,9 +2595,6 @@ template <typename T, int K> __device__ __forceinline__ void st_vec(void *base, 
    Arithmetic as the forward's at L = 1 (exponent dt (A log2 e), B (dt u), D u by an FMA, the gate),
    and y summed as the forward sums it for N = 8 and 16 (a chain over states 0 .. N/2 - 1, one over
    N/2 .. N - 1, added): state and y bitwise the forward's there (tests/test_cuda.cu). */
-#ifndef SELSCAN_CUDA_STEP_MINBLOCKS
-#define SELSCAN_CUDA_STEP_MINBLOCKS 0 /* blocks an SM the fast step kernel's registers must allow (0: any) */
-#endif
 /* NTC: the lanes a channel as a compile-time constant (0: P.NT at run time). FAST: the common
    operands (A, B, C rows 16-byte aligned with unit n stride, variable B / C, one group per
    dpg known from P.G1), compiled without the other layouts' branches. H: the state's element type
