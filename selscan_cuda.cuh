@@ -19,7 +19,8 @@
  *
  * CONTENTS (grep the >>tag)
  *     >>cuda-impl       the implementation's start      >>tuning  the tuning macros and their defaults
- *     >>kparams         the parameters the scan kernels share      >>device-helpers  loads, math
+ *     >>kparams         the kernels' parameters: scan_params (forward), bwd_params (backward),
+ *                       step1_params (step_kernel)                 >>device-helpers  loads, math
  *     >>fwd-general     fwd_kernel, carry_kernel, empty_seq_kernel
  *     >>fwd-fast        fwd_fast_kernel                            >>fwd-short  fwd_short_kernel
  *     >>bwd-general     bwd_kernel, bwd_local_kernel, carry_rev_kernel, reduce_*_kernel
@@ -308,27 +309,78 @@ struct ct { /* a tensor on the device: data + element strides */
     int64_t s[4];
 };
 
-struct kparams {
-    int64_t batch, dim, L, N, G, dpg, nseq, ncache;
+/* The kernels' parameters, a struct a family: scan_params (forward), bwd_params (backward),
+   step1_params (step_kernel); the float4 step kernels take step_params (>>step), the conv's
+   conv_params (>>conv). The order of the fields is part of the kernels' code: the compiler's
+   loads of neighbouring 4-byte fields decide register allocation (scan_params with NT, CH right
+   after fixC cost fwd_kernel 36 more bytes of spills). These orders keep every kernel's machine
+   code as it was with the single struct they were split from (kparams: the step's, the backward's
+   and the forward's fields together), the parameters' constant-bank offsets aside (ptxas -v and
+   the SASS of the PTX before and after, sm_90). Check again after moving a field. */
+
+/* The forward's kernels (fwd_kernel, fwd_fast_kernel, fwd_short_kernel): the problem, the
+   kernels' layout, L chunks, the checkpoint */
+struct scan_params {
+    int64_t batch, dim, L, N, G, dpg, nseq;
+    int64_t ncb;    /* blocks per (batch row, group) */
     int softplus, fixB, fixC;
-    int DT, biasT;  /* step_kernel: D, delta_bias are T (SELSCAN_STEP_D_T, _DELTA_BIAS_T), else f32 */
-    int stT;        /* step_kernel: the state is T (SELSCAN_STEP_STATE_T), else f32 */
-    int alog;       /* step_kernel: A holds A_log (SELSCAN_STEP_A_LOG): A = -expf(A_log) */
+    int cl;         /* the fast forward's channels-last (any L strides) instantiation (host only) */
+    int NT, CH;     /* threads per channel, channels per block */
+    int64_t lchunk, nlch; /* L chunking */
+    const int64_t *cu;
+    ct u, delta, A, B, C, D, z, bias, h0, y, hlast;
+    float *ck;
+    int64_t nck, ckmask; /* checkpoint: entries per row, interval - 1 */
+    int ckshift;         /* log2 of the interval */
+    float *S, *P, *Hin;  /* L chunks: end states, decay products, carried-in states */
+};
+
+/* The backward's kernels (bwd_kernel, bwd_local_kernel, bwd_fast_kernel, bwd_fast_local_kernel):
+   scan_params' fields (ncb after the 4-byte ones here) and the backward's own: the gradients,
+   the per-block partial sums */
+struct bwd_params {
+    int64_t batch, dim, L, N, G, dpg, nseq;
+    int softplus, fixB, fixC;
     int bf16;       /* bwd_kernel with T = h16: bfloat16 (else binary16) */
     int NT, CH;     /* threads per channel, channels per block */
-    int cl;         /* fast kernels: the channels-last (any L strides) instantiations */
+    int cl;         /* the fast backward's channels-last instantiation (host only) */
     int64_t ncb;    /* blocks per (batch row, group) */
-    int64_t lchunk, nlch; /* forward L chunking */
+    int64_t lchunk, nlch; /* L chunking */
     const int64_t *cu;
-    const int32_t *idx;
     ct u, delta, A, B, C, D, z, bias, h0, y, hlast;
     ct dy, dhlast, du, ddelta, dz, dh0;
     float *ck;
     int64_t nck, ckmask; /* checkpoint: entries per row, interval - 1 */
     int ckshift;         /* log2 of the interval */
-    float *S, *P, *Hin;
+    float *S, *P, *Hin;  /* Hin: the L chunks' entering state gradients */
     float *scr; /* fast backward: per-block scratch (tile states) */
     float *wdA, *wdD, *wdbias, *wdBf, *wdCf, *wdB, *wdC;
+};
+/* The fields the two share: the backward's forward passes run on scan_of(its parameters) */
+#define SELSCAN__SCAN_FIELDS(X)                                                                           \
+    X(batch) X(dim) X(L) X(N) X(G) X(dpg) X(nseq) X(softplus) X(fixB) X(fixC) X(cl) X(NT) X(CH) X(ncb) X(lchunk) \
+    X(nlch) X(cu) X(u) X(delta) X(A) X(B) X(C) X(D) X(z) X(bias) X(h0) X(y) X(hlast) X(ck) X(nck) X(ckmask)     \
+    X(ckshift) X(S) X(P) X(Hin)
+static scan_params scan_of(const bwd_params &b) {
+    scan_params f;
+    memset(&f, 0, sizeof f);
+#define SELSCAN__COPY(m) f.m = b.m;
+    SELSCAN__SCAN_FIELDS(SELSCAN__COPY)
+#undef SELSCAN__COPY
+    return f;
+}
+#undef SELSCAN__SCAN_FIELDS
+
+/* step_kernel's (one state a thread; the float4 step kernels take step_params, >>step) */
+struct step1_params {
+    int64_t dim, N, dpg, ncache;
+    int softplus, fixB, fixC;
+    int DT, biasT;  /* D, delta_bias are T (SELSCAN_STEP_D_T, _DELTA_BIAS_T), else f32 */
+    int stT;        /* the state is T (SELSCAN_STEP_STATE_T), else f32 */
+    int alog;       /* A holds A_log (SELSCAN_STEP_A_LOG): A = -expf(A_log) */
+    const int32_t *idx;
+    ct state, u, delta, A, B, C, D, z, bias, y;
+    int NT;         /* threads per channel */
 };
 
 static ct mk(const selscan__ten &t) {
@@ -352,7 +404,7 @@ template <> __device__ __forceinline__ void st<__half>(void *p, int64_t i, float
 template <> __device__ __forceinline__ void st<__nv_bfloat16>(void *p, int64_t i, float v) { static_cast<__nv_bfloat16 *>(p)[i] = __float2bfloat16_rn(v); }
 
 /* The general backward (bwd_kernel, the largest kernel) is built for two element types only,
-   float and h16: a 2-byte float that is binary16 or bfloat16 by the flag bf (kparams::bf16, the
+   float and h16: a 2-byte float that is binary16 or bfloat16 by the flag bf (bwd_params::bf16, the
    same for the whole grid). One instantiation for both halves costs a select an element loaded
    and saves a sixth of the header's compile time (bench/NOTES.md CUDA-v21); the forward kept its three
    (measured: up to 12 % slower with h16). */
@@ -498,7 +550,7 @@ static __device__ __forceinline__ int64_t wbase(const pairwalk &w, const ct &X, 
 static __device__ __forceinline__ int64_t wstep(const pairwalk &w, const ct &X) { return w.dc * X.s[1] + w.dt * X.s[2]; }
 
 /* Segment of position t: writes the state row starting at t (or -1) and ending at t (or -1). */
-static __device__ void seg_flags(const kparams &P, int64_t b, int64_t t, int *start, int *end) {
+template <typename Prm> static __device__ void seg_flags(const Prm &P, int64_t b, int64_t t, int *start, int *end) {
     if (!P.cu) {
         *start = t == 0 ? static_cast<int>(b) : -1;
         *end = t == P.L - 1 ? static_cast<int>(b) : -1;
@@ -529,7 +581,7 @@ static size_t fwd_smem(int NT, int NPT, int CH) {
 }
 
 template <typename T, int NPT, bool LOCAL>
-static __global__ void __launch_bounds__(kThreads, SELSCAN_CUDA_FWD_MINBLOCKS) fwd_kernel(const kparams P) {
+static __global__ void __launch_bounds__(kThreads, SELSCAN_CUDA_FWD_MINBLOCKS) fwd_kernel(const scan_params P) {
     extern __shared__ float4 smem4[];
     const int TP = kTL + 1, NT = P.NT, CH = P.CH, NPAD = NT * NPT, BS = NPAD + 4; /* B/C row stride: fewer bank conflicts */
     float *s_B = reinterpret_cast<float *>(smem4);
@@ -938,7 +990,7 @@ template <int TPC> static __device__ __forceinline__ void reduce_scatter(float (
 
 template <int S> constexpr int fast_fwd_minblocks() { return S == 4 ? SELSCAN_CUDA_FAST_FWD4_MINBLOCKS : SELSCAN_CUDA_FAST_FWD_MINBLOCKS; }
 template <typename T, int S, int TPC, bool LOCAL, bool CL>
-static __global__ void __launch_bounds__(kThreads, fast_fwd_minblocks<S>()) fwd_fast_kernel(const kparams P) {
+static __global__ void __launch_bounds__(kThreads, fast_fwd_minblocks<S>()) fwd_fast_kernel(const scan_params P) {
     if (LOCAL) pdl_launch_dependents(); /* only before a small kernel (the carry): see pdl_wait */
     pdl_wait();
     constexpr int NP = S * TPC, OWN = kFL / TPC, RS = 2 * NP + 4; /* B/C row: (B, C) per state, padded */
@@ -1259,7 +1311,7 @@ template <typename T, int K> static __device__ __forceinline__ void short_row(co
 }
 
 template <typename T, int K, int NS, int SG>
-static __global__ void __launch_bounds__(kShortWarps * 32) fwd_short_kernel(const kparams P) {
+static __global__ void __launch_bounds__(kShortWarps * 32) fwd_short_kernel(const scan_params P) {
     pdl_wait();
     constexpr int CL = 32 * K, SEG = K * static_cast<int>(sizeof(T)), ROWB = CL * static_cast<int>(sizeof(T)), NPC = ROWB / 16,
                   EPP = 16 / static_cast<int>(sizeof(T));
@@ -1500,7 +1552,7 @@ static __device__ __forceinline__ void warp_scatter_248(const float v[4], int NT
 }
 
 template <typename T>
-static __global__ void __launch_bounds__(kThreads, SELSCAN_CUDA_BWD_MINBLOCKS) bwd_kernel(const kparams P) {
+static __global__ void __launch_bounds__(kThreads, SELSCAN_CUDA_BWD_MINBLOCKS) bwd_kernel(const bwd_params P) {
     const bool BF = P.bf16 != 0;
     extern __shared__ float4 smem4[];
     float *sm = reinterpret_cast<float *>(smem4);
@@ -1842,7 +1894,7 @@ static __global__ void __launch_bounds__(kThreads, SELSCAN_CUDA_BWD_MINBLOCKS) b
    when zero enters from the right (V, dh_last injected at sequence ends) and the product of its
    decays (M, 0 when a sequence ends inside). Thread: (row, channel, 4 states, chunk). */
 template <typename T>
-static __global__ void __launch_bounds__(kThreads) bwd_local_kernel(const kparams P, float *V, float *M) {
+static __global__ void __launch_bounds__(kThreads) bwd_local_kernel(const bwd_params P, float *V, float *M) {
     const int64_t NT = P.NT;
     int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
     if (i >= P.batch * P.dim * NT * P.nlch) return;
@@ -2027,7 +2079,7 @@ template <int S, int TPC> struct bwd_fast_smem {
 
 template <int S> constexpr int fast_bwd_minblocks() { return S == 4 ? SELSCAN_CUDA_FAST_BWD4_MINBLOCKS : SELSCAN_CUDA_FAST_BWD_MINBLOCKS; }
 template <typename T, int S, int TPC, bool CL>
-static __global__ void __launch_bounds__(kThreads, fast_bwd_minblocks<S>()) bwd_fast_kernel(const kparams P) {
+static __global__ void __launch_bounds__(kThreads, fast_bwd_minblocks<S>()) bwd_fast_kernel(const bwd_params P) {
     pdl_launch_dependents();
     pdl_wait();
     using SM = bwd_fast_smem<S, TPC>;
@@ -2343,7 +2395,7 @@ static __global__ void __launch_bounds__(kThreads, fast_bwd_minblocks<S>()) bwd_
    sends to the state entering it, and M = exp(A sum dt), its decay product. Needs no states: 4
    instructions an element. Tiles of kFL steps, the next tile's loads in flight during the walk. */
 template <typename T, int S, int TPC, bool CL>
-static __global__ void __launch_bounds__(kThreads) bwd_fast_local_kernel(const kparams P, float *V, float *M) {
+static __global__ void __launch_bounds__(kThreads) bwd_fast_local_kernel(const bwd_params P, float *V, float *M) {
     pdl_launch_dependents();
     pdl_wait();
     constexpr int NP = S * TPC, CH = kThreads / TPC, OWN = kFL / TPC, RB = (NP * kFL + kThreads - 1) / kThreads;
@@ -2448,7 +2500,7 @@ static __device__ __forceinline__ float a_of(float a, int alog) { return alog ? 
 /* The step's y of channel d from its NT lanes' shares yp: summed, D x added, gated by silu(z) (Dd,
    zz: lane 0's); 0 on a padding row (!live). Lane 0 of the channel stores it. */
 template <typename T>
-static __device__ __forceinline__ void step_store_y(const kparams &P, int64_t b, int64_t d, int NT, int j, bool valid, bool live,
+static __device__ __forceinline__ void step_store_y(const step1_params &P, int64_t b, int64_t d, int NT, int j, bool valid, bool live,
                                              float yp, float x, float Dd, float zz) {
     for (int m = NT / 2; m >= 1; m >>= 1) yp += __shfl_xor_sync(0xffffffffu, yp, m);
     if (valid && j == 0) {
@@ -2462,7 +2514,7 @@ static __device__ __forceinline__ void step_store_y(const kparams &P, int64_t b,
 }
 
 template <typename T>
-static __global__ void __launch_bounds__(kThreads) step_kernel(const kparams P) {
+static __global__ void __launch_bounds__(kThreads) step_kernel(const step1_params P) {
     const int NT = P.NT, CPB = kThreads / NT;
     const int64_t nblk = (P.dim + CPB - 1) / CPB;
     const int64_t b = blockIdx.x / nblk, d = (blockIdx.x % nblk) * CPB + threadIdx.x / NT;
@@ -2480,10 +2532,10 @@ static __global__ void __launch_bounds__(kThreads) step_kernel(const kparams P) 
         for (int64_t n = j; n < P.N; n += NT) {
             const float Bv = P.fixB ? ldf(P.B, d * P.B.s[0] + n * P.B.s[1]) : ld<T>(P.B.p, b * P.B.s[0] + g * P.B.s[1] + n * P.B.s[2]);
             const float Cv = P.fixC ? ldf(P.C, d * P.C.s[0] + n * P.C.s[1]) : ld<T>(P.C.p, b * P.C.s[0] + g * P.C.s[1] + n * P.C.s[2]);
-            const int64_t o = row * P.h0.s[0] + d * P.h0.s[1] + n * P.h0.s[2];
+            const int64_t o = row * P.state.s[0] + d * P.state.s[1] + n * P.state.s[2];
             const float a = ex2(dt * a_of(ldf(P.A, d * P.A.s[0] + n * P.A.s[1]), P.alog) * kLog2e);
-            const float hn = fmaf(a, ldp<T>(P.h0.p, o, P.stT), dt * Bv * x); /* f32; y from it, the state rounded if T */
-            stp<T>(P.h0.p, o, hn, P.stT);
+            const float hn = fmaf(a, ldp<T>(P.state.p, o, P.stT), dt * Bv * x); /* f32; y from it, the state rounded if T */
+            stp<T>(P.state.p, o, hn, P.stT);
             yp = fmaf(Cv, hn, yp);
         }
     }
@@ -2493,8 +2545,9 @@ static __global__ void __launch_bounds__(kThreads) step_kernel(const kparams P) 
     step_store_y<T>(P, b, d, NT, j, valid, !pad, yp, x, Dd, zz);
 }
 
-/* The decode step's own parameters (a fraction of kparams' size: a graph replays the launch
-   with its parameters, so fewer bytes a launch) for step_vec_kernel. B / C: element n of the row
+/* The float4 step kernels' parameters (flat pointers and strides, about half step1_params' size: a
+   graph replays the launch with its parameters, so fewer bytes a launch): step_vec_kernel,
+   step_loop_kernel, step_lat_kernel. B / C: element n of the row
    of (batch b, group g) at b * b0 + g * b1 + n * b2, or fixed (f32, (dim, N)) at d * b0 + n * b2. */
 struct step_params {
     int64_t batch, dim, ncache;
@@ -3454,11 +3507,11 @@ static void launch_pdl(void (*k)(KArgs...), dim3 grid, dim3 block, size_t smem, 
 /* blocks of t threads for n; the plans checked it fits a grid */
 static unsigned nblocks(int64_t n, int t) { return static_cast<unsigned>(cdiv(n, t)); }
 
-static void fill_problem(kparams &P, const selscan__prob &q, const int64_t *dcu) {
+/* P (scan_params or bwd_params) zeroed, then the problem's fields */
+template <typename Prm> static void fill_problem(Prm &P, const selscan__prob &q, const int64_t *dcu) {
     memset(&P, 0, sizeof P);
     P.batch = q.batch; P.dim = q.dim; P.L = q.L; P.N = q.N; P.G = q.G; P.dpg = q.dpg; P.nseq = q.nseq;
     P.softplus = q.softplus; P.fixB = q.fixB; P.fixC = q.fixC;
-    P.bf16 = q.dt == SELSCAN_BF16;
     P.cu = q.cu ? dcu : NULL;
     P.u = mk(q.u); P.delta = mk(q.delta); P.A = mk(q.A); P.B = mk(q.B); P.C = mk(q.C); P.D = mk(q.D);
     P.z = mk(q.z); P.bias = mk(q.bias); P.h0 = mk(q.h0); P.y = mk(q.y); P.hlast = mk(q.hlast);
@@ -3469,7 +3522,7 @@ static void fill_problem(kparams &P, const selscan__prob &q, const int64_t *dcu)
 
 /* the general forward kernel (LOCAL: pass 1 of the L-chunked forward) */
 template <bool LOCAL>
-static selscan_status launch_fwd(selscan_dtype dt, const kparams &P, unsigned grid, cudaStream_t stream, cudaError_t *err) {
+static selscan_status launch_fwd(selscan_dtype dt, const scan_params &P, unsigned grid, cudaStream_t stream, cudaError_t *err) {
     return selscan_cuda_detail::with_dtype(dt, [&](auto tag) {
         using T = typename decltype(tag)::type;
         const size_t smem = fwd_smem(P.NT, kFwdNPT, P.CH);
@@ -3484,7 +3537,7 @@ static selscan_status launch_fwd(selscan_dtype dt, const kparams &P, unsigned gr
 
 /* The L-chunked forward's buffers in the workspace: chunk end states S, decay products P and the
    carried-in states Hin (count floats each, 256-byte aligned; Hin is the checkpoint when into_ck). */
-static void chunk_buffers(kparams &P, char *ws, int64_t count, bool into_ck) {
+static void chunk_buffers(scan_params &P, char *ws, int64_t count, bool into_ck) {
     const int64_t part = cdiv(count * 4, kWsAlign) * kWsAlign;
     P.S = reinterpret_cast<float *>(ws);
     P.P = reinterpret_cast<float *>(ws + part);
@@ -3492,7 +3545,7 @@ static void chunk_buffers(kparams &P, char *ws, int64_t count, bool into_ck) {
 }
 
 /* the fast forward kernel for P's N and layout */
-template <bool LOCAL> static void launch_fwd_fast(selscan_dtype dt, const kparams &P, unsigned grid, cudaStream_t stream) {
+template <bool LOCAL> static void launch_fwd_fast(selscan_dtype dt, const scan_params &P, unsigned grid, cudaStream_t stream) {
     selscan_cuda_detail::with_dtype(dt, [&](auto tag) {
         using T = typename decltype(tag)::type;
 #if SELSCAN_CUDA_CHANNELS_LAST
@@ -3505,7 +3558,7 @@ template <bool LOCAL> static void launch_fwd_fast(selscan_dtype dt, const kparam
 }
 
 /* The fast forward: [chunk scans, carry,] scan. */
-static selscan_status run_fast_forward(const selscan__prob &q, kparams P, const fwd_plan &fp, char *ws, cudaStream_t stream,
+static selscan_status run_fast_forward(const selscan__prob &q, scan_params P, const fwd_plan &fp, char *ws, cudaStream_t stream,
                                        cudaError_t *err) {
     P.ncb = fp.ncb; P.lchunk = fp.lchunk; P.nlch = fp.nlch; P.cl = fp.fastCL;
     const unsigned grid = static_cast<unsigned>(q.batch * q.G * fp.ncb * fp.nlch);
@@ -3525,7 +3578,7 @@ static selscan_status run_fast_forward(const selscan__prob &q, kparams P, const 
 
 /* The short-prefill forward: one launch, kShortWarps channels a block, K steps a lane, the
    states padded to 8 or 16. */
-template <typename T, int K, int NS> static selscan_status launch_fwd_short_t(const kparams &P, unsigned grid, cudaStream_t stream,
+template <typename T, int K, int NS> static selscan_status launch_fwd_short_t(const scan_params &P, unsigned grid, cudaStream_t stream,
                                                                            cudaError_t *err) {
     constexpr int SG = K >= 16 ? 1 : SELSCAN_CUDA_SHORT_FWD_STATES, smem = static_cast<int>(short_smem<T, K, NS>());
     static volatile int done[64];
@@ -3534,10 +3587,10 @@ template <typename T, int K, int NS> static selscan_status launch_fwd_short_t(co
     SELSCAN__LAUNCHED();
     return SELSCAN_OK;
 }
-template <typename T, int K> static selscan_status launch_fwd_short_k(const kparams &P, unsigned grid, cudaStream_t stream, cudaError_t *err) {
+template <typename T, int K> static selscan_status launch_fwd_short_k(const scan_params &P, unsigned grid, cudaStream_t stream, cudaError_t *err) {
     return P.N <= 8 ? launch_fwd_short_t<T, K, 8>(P, grid, stream, err) : launch_fwd_short_t<T, K, 16>(P, grid, stream, err);
 }
-static selscan_status run_short_forward(const selscan__prob &q, kparams P, const fwd_plan &fp, cudaStream_t stream, cudaError_t *err) {
+static selscan_status run_short_forward(const selscan__prob &q, scan_params P, const fwd_plan &fp, cudaStream_t stream, cudaError_t *err) {
     P.ncb = cdiv(q.dpg, kShortWarps);
     const unsigned grid = static_cast<unsigned>(q.batch * q.G * P.ncb);
     return selscan_cuda_detail::with_dtype(q.dt, [&](auto tag) -> selscan_status {
@@ -3562,7 +3615,7 @@ static selscan_status run_empty_seqs(const selscan__prob &q, const int64_t *dcu,
 }
 
 /* The general forward: [pass 1, carry,] pass 3. */
-static selscan_status run_forward(const selscan__prob &q, kparams P, const fwd_plan &fp, char *ws, cudaStream_t stream,
+static selscan_status run_forward(const selscan__prob &q, scan_params P, const fwd_plan &fp, char *ws, cudaStream_t stream,
                                   cudaError_t *err) {
     selscan_status st;
     P.NT = fp.NT; P.CH = fp.CH; P.ncb = fp.ncb; P.lchunk = fp.lchunk; P.nlch = fp.nlch;
@@ -3583,7 +3636,7 @@ static selscan_status run_forward(const selscan__prob &q, kparams P, const fwd_p
    channel): by N and SELSCAN_CUDA_FAST_BWD_STATES (the channels-last instantiation only with 8
    states and 2 threads a channel) */
 template <typename T, int S, int TPC, bool CL>
-static selscan_status launch_bwd_fast_t(const kparams &P, unsigned grid, cudaStream_t stream, cudaError_t *err) {
+static selscan_status launch_bwd_fast_t(const bwd_params &P, unsigned grid, cudaStream_t stream, cudaError_t *err) {
     const int smem = static_cast<int>(sizeof(bwd_fast_smem<S, TPC>));
     static volatile int done[64];
     SELSCAN__CU(allow_smem(reinterpret_cast<const void *>(bwd_fast_kernel<T, S, TPC, CL>), smem, done));
@@ -3591,7 +3644,7 @@ static selscan_status launch_bwd_fast_t(const kparams &P, unsigned grid, cudaStr
     SELSCAN__LAUNCHED();
     return SELSCAN_OK;
 }
-static selscan_status launch_bwd_fast(selscan_dtype dt, const kparams &P, unsigned grid, cudaStream_t s, cudaError_t *err) {
+static selscan_status launch_bwd_fast(selscan_dtype dt, const bwd_params &P, unsigned grid, cudaStream_t s, cudaError_t *err) {
     return selscan_cuda_detail::with_dtype(dt, [&](auto tag) -> selscan_status {
         using T = typename decltype(tag)::type;
         if constexpr (kFastBwdS == 4) return launch_bwd_fast_t<T, 4, 4, false>(P, grid, s, err);
@@ -3602,7 +3655,7 @@ static selscan_status launch_bwd_fast(selscan_dtype dt, const kparams &P, unsign
     });
 }
 /* the L-chunk pass of the fast backward (the same shapes) */
-static void launch_bwd_fast_local(selscan_dtype dt, const kparams &P, unsigned grid, float *V, float *M, cudaStream_t s) {
+static void launch_bwd_fast_local(selscan_dtype dt, const bwd_params &P, unsigned grid, float *V, float *M, cudaStream_t s) {
     selscan_cuda_detail::with_dtype(dt, [&](auto tag) {
         using T = typename decltype(tag)::type;
         if constexpr (kFastBwdS == 4) launch_pdl(bwd_fast_local_kernel<T, 4, 4, false>, grid, kThreads, 0, s, P, V, M);
@@ -3617,9 +3670,9 @@ static void launch_bwd_fast_local(selscan_dtype dt, const kparams &P, unsigned g
 /* The general backward's checkpoint: the state entering every kSub steps into ck16, from the
    forward's 64-step checkpoint ckin (a rescan writing every kSub steps) or, without one, by pass 1
    with kSub-step chunks and a carry. */
-static selscan_status run_ck16(const selscan__prob &q, const kparams &P, const bwd_plan &bp, const float *ckin, char *ws,
+static selscan_status run_ck16(const selscan__prob &q, const bwd_params &P, const bwd_plan &bp, const float *ckin, char *ws,
                                cudaStream_t stream, cudaError_t *err) {
-    kparams F = P;
+    scan_params F = scan_of(P);
     F.y.p = NULL;
     F.hlast.p = NULL;
     F.NT = bp.fp.NT; F.CH = bp.fp.CH; F.ncb = bp.fp.ncb; F.lchunk = bp.fp.lchunk; F.nlch = bp.fp.nlch;
@@ -3649,7 +3702,7 @@ static selscan_status run_ck16(const selscan__prob &q, const kparams &P, const b
    reverse carry,] the main kernel (fast or general), then the fixed-order reductions of its
    per-block partial sums (row sums: dA, dD, ddelta_bias, fixed dB / dC; dB / dC over the channel
    blocks) and dh0 of empty sequences. ckin: the forward's checkpoint or NULL. */
-static selscan_status run_backward(const selscan__prob &q, const selscan__grd &r, kparams P, const bwd_plan &bp, const float *ckin,
+static selscan_status run_backward(const selscan__prob &q, const selscan__grd &r, bwd_params P, const bwd_plan &bp, const float *ckin,
                                    char *ws, cudaStream_t stream, cudaError_t *err) {
     selscan_status st;
     P.dy = mk(r.dy); P.dhlast = mk(r.dhlast); P.du = mk(r.du); P.ddelta = mk(r.ddelta); P.dz = mk(r.dz);
@@ -3658,7 +3711,7 @@ static selscan_status run_backward(const selscan__prob &q, const selscan__grd &r
         P.ck = ckin ? const_cast<float *>(ckin) : reinterpret_cast<float *>(ws + bp.off_ck16);
         P.nck = bp.nck;
         if (!ckin) {
-            kparams F = P;
+            scan_params F = scan_of(P);
             F.y.p = NULL;
             F.hlast.p = NULL;
             if ((st = run_fast_forward(q, F, bp.fp, ws + bp.off_fws, stream, err)) != SELSCAN_OK) return st;
@@ -3915,14 +3968,13 @@ static int64_t step_loop_grid(const selscan__stp &q, int64_t slices) {
 }
 /* step_kernel: one state a thread, any operands */
 static selscan_status launch_step_one(const selscan__stp &q, cudaStream_t stream, cudaError_t *err, selscan_diag *dg) {
-    kparams P;
+    step1_params P;
     memset(&P, 0, sizeof P);
-    P.batch = q.batch; P.dim = q.dim; P.N = q.N; P.G = q.G; P.dpg = q.dpg; P.ncache = q.ncache;
+    P.dim = q.dim; P.N = q.N; P.dpg = q.dpg; P.ncache = q.ncache;
     P.softplus = q.softplus; P.fixB = q.fixB; P.fixC = q.fixC; P.idx = q.idx; P.DT = q.DT; P.biasT = q.biasT; P.stT = q.stT;
     P.alog = q.alog;
-    P.bf16 = q.dt == SELSCAN_BF16;
-    P.u = mk(q.u); P.delta = mk(q.delta); P.A = mk(q.A); P.B = mk(q.B); P.C = mk(q.C); P.D = mk(q.D);
-    P.z = mk(q.z); P.bias = mk(q.bias); P.h0 = mk(q.state); P.y = mk(q.y);
+    P.state = mk(q.state); P.u = mk(q.u); P.delta = mk(q.delta); P.A = mk(q.A); P.B = mk(q.B); P.C = mk(q.C); P.D = mk(q.D);
+    P.z = mk(q.z); P.bias = mk(q.bias); P.y = mk(q.y);
     P.NT = q.N >= 32 ? 32 : pow2ceil(q.N);
     const int64_t grid = q.batch * cdiv(q.dim, kThreads / P.NT);
     if (grid > kMaxGrid) return fail_grid(dg);
@@ -4011,7 +4063,7 @@ static selscan_status forward_begin(const selscan_problem *p, const selscan_cuda
 /* The forward after its plan fp: the outputs, checkpoint and workspace checked, then the launches */
 static selscan_status forward_run(const selscan_problem *p, const selscan_cuda_ext *x, const selscan__prob &q, const fwd_plan &fp,
                                   void *workspace, size_t bytes, cudaStream_t stream) {
-    kparams P;
+    scan_params P;
     selscan_status st;
     char *ws;
     cudaError_t *err = x ? x->cuda_error : NULL;
@@ -4053,7 +4105,7 @@ static selscan_status backward(const selscan_problem *p, const selscan_grads *g,
     selscan__prob q;
     selscan__grd r;
     bwd_plan bp;
-    kparams P;
+    bwd_params P;
     selscan_status st;
     char *ws;
     cudaError_t *err = x ? x->cuda_error : NULL;
@@ -4079,6 +4131,7 @@ static selscan_status backward(const selscan_problem *p, const selscan_grads *g,
         if (ws && (st = check_overlap(wst, all, 22, dg, "workspace", "overlaps an operand")) != SELSCAN_OK) return st;
     }
     fill_problem(P, q, x ? x->cu_seqlens_device : NULL);
+    P.bf16 = q.dt == SELSCAN_BF16;
     return run_backward(q, r, P, bp, ckin, ws, stream, err);
 }
 
