@@ -848,8 +848,9 @@ static void selscan__resolve_data(selscan__ten *r, void *data, const int64_t *st
    missing-operand checks, the resolve calls and the input / output lists of the stride and alias
    checks; tests/test_operands.c checks the OPERANDS texts (the scan's and the step's) against them
    (the conv's, in >>conv-api, is not checked: its free-form layout would need its own parser).
-   The CUDA launchers' operand lists (selscan_cuda.cuh) are written by hand: they add buffers of
-   their own and index into the lists. */
+   The CUDA launchers (selscan_cuda.cuh) build their alias-check lists and their kernels'
+   parameters from these too, their own buffers (workspace, checkpoint, cu_seqlens_device) added
+   after the rows. */
 #define SELSCAN__SCAN_OPERANDS(X, c)                 \
     X(c, u, u, IN, REQ, SEQ, T)                      \
     X(c, delta, delta, IN, REQ, SEQ, T)              \

@@ -389,6 +389,18 @@ static ct mk(const selscan__ten &t) {
     for (int i = 0; i < 4; i++) r.s[i] = t.s[i];
     return r;
 }
+/* Row callbacks of selscan.h's operand tables (>>operands) filling a kernel's parameters: P.ten =
+   mk(c->ten) for each row (c: the validated struct, a pointer; P, the parameters, in scope).
+   _GRAD: the gradients the backward kernels read or write per element (dims SEQ, ROWS); the
+   parameters' (dims DN, BC, DIM: dA, dB, dC, dD, ddelta_bias) go through per-block partial sums
+   in the workspace (bwd_params::wd*) and the reduction kernels instead. */
+#define SELSCAN__CUDA_CT(c, field, ten, io, need, dims, dtype) P.ten = mk((c)->ten);
+#define SELSCAN__CUDA_CT_GRAD(c, field, ten, io, need, dims, dtype) SELSCAN__CUDA_CT_GRAD_##dims(c, ten)
+#define SELSCAN__CUDA_CT_GRAD_SEQ(c, ten) P.ten = mk((c)->ten);
+#define SELSCAN__CUDA_CT_GRAD_ROWS(c, ten) P.ten = mk((c)->ten);
+#define SELSCAN__CUDA_CT_GRAD_DN(c, ten)
+#define SELSCAN__CUDA_CT_GRAD_BC(c, ten)
+#define SELSCAN__CUDA_CT_GRAD_DIM(c, ten)
 
 /* ---------------------------------------------------------------------------------------------- */
 /* >>device-helpers  device helpers                                                               */
@@ -3513,8 +3525,7 @@ template <typename Prm> static void fill_problem(Prm &P, const selscan__prob &q,
     P.batch = q.batch; P.dim = q.dim; P.L = q.L; P.N = q.N; P.G = q.G; P.dpg = q.dpg; P.nseq = q.nseq;
     P.softplus = q.softplus; P.fixB = q.fixB; P.fixC = q.fixC;
     P.cu = q.cu ? dcu : NULL;
-    P.u = mk(q.u); P.delta = mk(q.delta); P.A = mk(q.A); P.B = mk(q.B); P.C = mk(q.C); P.D = mk(q.D);
-    P.z = mk(q.z); P.bias = mk(q.bias); P.h0 = mk(q.h0); P.y = mk(q.y); P.hlast = mk(q.hlast);
+    SELSCAN__SCAN_OPERANDS(SELSCAN__CUDA_CT, &q)
     P.nck = cdiv(q.L, kCK);
     P.ckmask = kCK - 1;
     P.ckshift = 6;
@@ -3705,8 +3716,7 @@ static selscan_status run_ck16(const selscan__prob &q, const bwd_params &P, cons
 static selscan_status run_backward(const selscan__prob &q, const selscan__grd &r, bwd_params P, const bwd_plan &bp, const float *ckin,
                                    char *ws, cudaStream_t stream, cudaError_t *err) {
     selscan_status st;
-    P.dy = mk(r.dy); P.dhlast = mk(r.dhlast); P.du = mk(r.du); P.ddelta = mk(r.ddelta); P.dz = mk(r.dz);
-    P.dh0 = mk(r.dh0);
+    SELSCAN__GRAD_OPERANDS(SELSCAN__CUDA_CT_GRAD, &r)
     if (bp.fastTPC) { /* the fast path reads the 64-step checkpoint: the forward's, or written here */
         P.ck = ckin ? const_cast<float *>(ckin) : reinterpret_cast<float *>(ws + bp.off_ck16);
         P.nck = bp.nck;
@@ -3973,8 +3983,7 @@ static selscan_status launch_step_one(const selscan__stp &q, cudaStream_t stream
     P.dim = q.dim; P.N = q.N; P.dpg = q.dpg; P.ncache = q.ncache;
     P.softplus = q.softplus; P.fixB = q.fixB; P.fixC = q.fixC; P.idx = q.idx; P.DT = q.DT; P.biasT = q.biasT; P.stT = q.stT;
     P.alog = q.alog;
-    P.state = mk(q.state); P.u = mk(q.u); P.delta = mk(q.delta); P.A = mk(q.A); P.B = mk(q.B); P.C = mk(q.C); P.D = mk(q.D);
-    P.z = mk(q.z); P.bias = mk(q.bias); P.y = mk(q.y);
+    SELSCAN__STEP_OPERANDS(SELSCAN__CUDA_CT, &q)
     P.NT = q.N >= 32 ? 32 : pow2ceil(q.N);
     const int64_t grid = q.batch * cdiv(q.dim, kThreads / P.NT);
     if (grid > kMaxGrid) return fail_grid(dg);
@@ -4074,15 +4083,17 @@ static selscan_status forward_run(const selscan_problem *p, const selscan_cuda_e
     if (ck_need < 0) return fail(dg, SELSCAN_ERR_SHAPE, "checkpoint", SELSCAN_RULE_SIZE_OVERFLOWS);
     if (ck && x->checkpoint_bytes < static_cast<size_t>(ck_need)) return fail(dg, SELSCAN_ERR_WORKSPACE, "checkpoint", SELSCAN_RULE_TOO_SMALL);
     const selscan__ten ckt = flat(ck, ck_need), cut = flat(q.cu ? x->cu_seqlens_device : NULL, (q.nseq + 1) * 8);
-    const selscan__ten *all[] = {&q.u, &q.delta, &q.A, &q.B, &q.C, &q.D, &q.z, &q.bias, &q.h0, &q.y, &q.hlast, &cut, &ckt};
-    if (ck && (st = check_overlap(ckt, all, 12, dg, "checkpoint", "overlaps an operand")) != SELSCAN_OK) return st;
-    if (q.cu && ((st = check_overlap(q.y, &all[11], 1, dg, "cu_seqlens_device", "overlaps y")) != SELSCAN_OK ||
-                 (st = check_overlap(q.hlast, &all[11], 1, dg, "cu_seqlens_device", "overlaps h_last")) != SELSCAN_OK))
+    /* every operand, then cu_seqlens_device, then the checkpoint */
+    const selscan__ten *all[] = {SELSCAN__SCAN_OPERANDS(SELSCAN__OPD_ALL, &q) &cut, &ckt}, *cup[] = {&cut};
+    const int nall = SELSCAN__COUNT(all);
+    if (ck && (st = check_overlap(ckt, all, nall - 1, dg, "checkpoint", "overlaps an operand")) != SELSCAN_OK) return st;
+    if (q.cu && ((st = check_overlap(q.y, cup, 1, dg, "cu_seqlens_device", "overlaps y")) != SELSCAN_OK ||
+                 (st = check_overlap(q.hlast, cup, 1, dg, "cu_seqlens_device", "overlaps h_last")) != SELSCAN_OK))
         return st;
     if ((st = take_workspace(x, fp.ws_used, &workspace, &bytes, dg)) != SELSCAN_OK) return st;
     if ((st = check_workspace(workspace, bytes, fp.ws_used, &ws, dg)) != SELSCAN_OK) return st;
     const selscan__ten wst = flat(ws, fp.ws_used);
-    if (ws && (st = check_overlap(wst, all, 13, dg, "workspace", "overlaps an operand")) != SELSCAN_OK) return st;
+    if (ws && (st = check_overlap(wst, all, nall, dg, "workspace", "overlaps an operand")) != SELSCAN_OK) return st;
     fill_problem(P, q, x ? x->cu_seqlens_device : NULL);
     P.ck = ck;
     if (fp.shortK) return run_short_forward(q, P, fp, stream, err);
@@ -4117,18 +4128,19 @@ static selscan_status backward(const selscan_problem *p, const selscan_grads *g,
     if (ckin && x->checkpoint_bytes < static_cast<size_t>(bp.ck_bytes)) return fail(dg, SELSCAN_ERR_WORKSPACE, "checkpoint", SELSCAN_RULE_TOO_SMALL);
     {
         const selscan__ten ckt = flat(ckin, bp.ck_bytes), cut = flat(q.cu ? x->cu_seqlens_device : NULL, (q.nseq + 1) * 8);
-        const selscan__ten *outs[] = {&r.du, &r.ddelta, &r.dA, &r.dB, &r.dC, &r.dD, &r.dz, &r.dbias, &r.dh0};
-        const selscan__ten *all[] = {&r.du, &r.ddelta, &r.dA, &r.dB, &r.dC, &r.dD, &r.dz, &r.dbias, &r.dh0, &q.u, &q.delta, &q.A,
-                                     &q.B, &q.C, &q.D, &q.z, &q.bias, &q.h0, &r.dy, &r.dhlast, &ckt, &cut};
+        const selscan__ten *outs[] = {SELSCAN__GRAD_OPERANDS(SELSCAN__OPD_OUTS, &r)};
+        /* the gradients, the inputs (the problem's, then dy, dh_last), the checkpoint, cu_seqlens_device */
+        const selscan__ten *all[] = {SELSCAN__GRAD_OPERANDS(SELSCAN__OPD_OUTS, &r) SELSCAN__SCAN_OPERANDS(SELSCAN__OPD_INS, &q)
+                                         SELSCAN__GRAD_OPERANDS(SELSCAN__OPD_INS, &r) &ckt, &cut};
         const selscan__ten *ckp[] = {&ckt}, *cup[] = {&cut};
-        for (int i = 0; i < 9; i++) {
+        for (int i = 0; i < SELSCAN__COUNT(outs); i++) {
             if (ckin && (st = check_overlap(*outs[i], ckp, 1, dg, "checkpoint", "overlaps an output")) != SELSCAN_OK) return st;
             if (q.cu && (st = check_overlap(*outs[i], cup, 1, dg, "cu_seqlens_device", "overlaps an output")) != SELSCAN_OK) return st;
         }
         if ((st = take_workspace(x, bp.ws, &workspace, &bytes, dg)) != SELSCAN_OK) return st;
         if ((st = check_workspace(workspace, bytes, bp.ws, &ws, dg)) != SELSCAN_OK) return st;
         const selscan__ten wst = flat(ws, bp.ws);
-        if (ws && (st = check_overlap(wst, all, 22, dg, "workspace", "overlaps an operand")) != SELSCAN_OK) return st;
+        if (ws && (st = check_overlap(wst, all, SELSCAN__COUNT(all), dg, "workspace", "overlaps an operand")) != SELSCAN_OK) return st;
     }
     fill_problem(P, q, x ? x->cu_seqlens_device : NULL);
     P.bf16 = q.dt == SELSCAN_BF16;
@@ -4706,7 +4718,7 @@ static void conv_fill(conv_params &P, const selscan__cprob &q, const int64_t *dc
     P.batch = q.batch; P.dim = q.dim; P.L = q.L; P.nseq = q.nseq; P.rows = q.rows;
     P.W = static_cast<int>(q.W); P.silu = q.silu;
     P.cu = q.cu ? dcu : NULL;
-    P.x = mk(q.x); P.w = mk(q.w); P.bias = mk(q.bias); P.h0 = mk(q.h0); P.y = mk(q.y); P.hlast = mk(q.hlast);
+    SELSCAN__CONV_OPERANDS(SELSCAN__CUDA_CT, &q)
     P.clx = conv_lanes_cl(q.x); P.cly = conv_lanes_cl(q.y);
 }
 
@@ -4765,16 +4777,16 @@ struct conv_plan {
 };
 
 /* The conv forward before its launches: validation, its parameters and plan */
-static selscan_status conv_forward_begin(const selscan_conv_problem *p, const selscan_cuda_ext *x, selscan__cprob *q, conv_params *P,
+static selscan_status conv_forward_begin(const selscan_conv_problem *p, const selscan_cuda_ext *x, selscan__cprob *q, conv_params &P,
                                          conv_plan *pl) {
     selscan_status st;
     if ((st = selscan__conv_validate_forward(p, q)) != SELSCAN_OK) return st;
     selscan_diag *dg = p->diag;
-    const selscan__ten *outs[] = {&q->y, &q->hlast};
-    if ((st = conv_check_cu(*q, x, outs, 2, dg)) != SELSCAN_OK) return st;
+    const selscan__ten *outs[] = {SELSCAN__CONV_OPERANDS(SELSCAN__OPD_OUTS, q)};
+    if ((st = conv_check_cu(*q, x, outs, SELSCAN__COUNT(outs), dg)) != SELSCAN_OK) return st;
     if (!conv_grids(*q, kConvTL, &pl->ntiles, &pl->nblk, &pl->naux)) return fail_grid(dg);
-    conv_fill(*P, *q, x ? x->cu_seqlens_device : NULL);
-    P->ntiles = pl->ntiles;
+    conv_fill(P, *q, x ? x->cu_seqlens_device : NULL);
+    P.ntiles = pl->ntiles;
     pl->nseg = pl->seglen = pl->rblk = 0;
     pl->rows = !q->cu && !q->h0.data && conv_unit_l(q->x) && conv_unit_l(q->y) && conv_rows_plan(*q, &pl->nseg, &pl->seglen, &pl->rblk);
     return SELSCAN_OK;
@@ -4801,7 +4813,7 @@ static selscan_status conv_forward(const selscan_conv_problem *p, const selscan_
     selscan__cprob q;
     conv_params P;
     conv_plan pl;
-    const selscan_status st = conv_forward_begin(p, x, &q, &P, &pl);
+    const selscan_status st = conv_forward_begin(p, x, &q, P, &pl);
     return st != SELSCAN_OK ? st : conv_forward_run(q, P, pl, stream, x ? x->cuda_error : NULL);
 }
 
@@ -4829,14 +4841,14 @@ static selscan_status conv_workspace_size(const selscan_conv_problem *p, const s
 /* The conv backward before its launches: validation, the workspace (P.part: the partials), its
    parameters and plan */
 static selscan_status conv_backward_begin(const selscan_conv_problem *p, const selscan_conv_grads *g, const selscan_cuda_ext *x,
-                                          void *workspace, size_t bytes, selscan__cprob *q, selscan__cgrd *r, conv_params *P,
+                                          void *workspace, size_t bytes, selscan__cprob *q, selscan__cgrd *r, conv_params &P,
                                           conv_plan *pl) {
     selscan_status st;
     char *ws;
     if ((st = selscan__conv_validate_backward(p, g, q, r)) != SELSCAN_OK) return st;
     selscan_diag *dg = p->diag;
-    const selscan__ten *outs[] = {&r->dx, &r->dw, &r->dbias, &r->dh0};
-    if ((st = conv_check_cu(*q, x, outs, 4, dg)) != SELSCAN_OK) return st;
+    const selscan__ten *outs[] = {SELSCAN__CONV_GRAD_OPERANDS(SELSCAN__OPD_OUTS, r)};
+    if ((st = conv_check_cu(*q, x, outs, SELSCAN__COUNT(outs), dg)) != SELSCAN_OK) return st;
     if (!conv_grids(*q, static_cast<int64_t>(kConvTB) * kConvTL, &pl->ntiles, &pl->nblk, &pl->naux)) return fail_grid(dg);
     const int64_t need = conv_ws_need(*q, *r);
     if (need < 0) return fail_size(dg);
@@ -4844,14 +4856,14 @@ static selscan_status conv_backward_begin(const selscan_conv_problem *p, const s
     if ((st = check_workspace(workspace, bytes, need, &ws, dg)) != SELSCAN_OK) return st;
     if (ws) {
         const selscan__ten wst = flat(ws, need), cut = flat(q->cu ? x->cu_seqlens_device : NULL, (q->nseq + 1) * 8);
-        const selscan__ten *all[] = {&q->x, &q->w, &q->bias, &q->h0, &r->dy, &r->dhlast, &r->dx, &r->dw, &r->dbias, &r->dh0, &cut};
-        if ((st = check_overlap(wst, all, 11, dg, "workspace", "overlaps an operand")) != SELSCAN_OK) return st;
+        const selscan__ten *all[] = {SELSCAN__CONV_OPERANDS(SELSCAN__OPD_INS, q) SELSCAN__CONV_GRAD_OPERANDS(SELSCAN__OPD_ALL, r) &cut};
+        if ((st = check_overlap(wst, all, SELSCAN__COUNT(all), dg, "workspace", "overlaps an operand")) != SELSCAN_OK) return st;
     }
-    conv_fill(*P, *q, x ? x->cu_seqlens_device : NULL);
-    P->ntiles = pl->ntiles;
-    P->dy = mk(r->dy); P->dhlast = mk(r->dhlast); P->dx = mk(r->dx); P->dw = mk(r->dw); P->dbias = mk(r->dbias); P->dh0 = mk(r->dh0);
-    P->cldy = conv_lanes_cl(r->dy); P->cldx = conv_lanes_cl(r->dx);
-    P->part = need ? reinterpret_cast<float *>(ws) : NULL;
+    conv_fill(P, *q, x ? x->cu_seqlens_device : NULL);
+    P.ntiles = pl->ntiles;
+    SELSCAN__CONV_GRAD_OPERANDS(SELSCAN__CUDA_CT, r)
+    P.cldy = conv_lanes_cl(r->dy); P.cldx = conv_lanes_cl(r->dx);
+    P.part = need ? reinterpret_cast<float *>(ws) : NULL;
     pl->nseg = pl->seglen = pl->rblk = 0;
     pl->rows = !q->cu && !q->h0.data && !r->dhlast.data && conv_unit_l(q->x) && conv_unit_l(r->dy) && conv_unit_l(r->dx) &&
                conv_rows_plan(*q, &pl->nseg, &pl->seglen, &pl->rblk);
@@ -4887,22 +4899,22 @@ static selscan_status conv_backward(const selscan_conv_problem *p, const selscan
     selscan__cgrd r;
     conv_params P;
     conv_plan pl;
-    const selscan_status st = conv_backward_begin(p, g, x, workspace, bytes, &q, &r, &P, &pl);
+    const selscan_status st = conv_backward_begin(p, g, x, workspace, bytes, &q, &r, P, &pl);
     return st != SELSCAN_OK ? st : conv_backward_run(q, r, P, pl, stream, x ? x->cuda_error : NULL);
 }
 
 /* The conv update before its launch: validation, its parameters and grid (channel blocks on x,
    batch rows on y, at most 65535: rows beyond it a loop) */
-static selscan_status conv_step_begin(const selscan_conv_step_problem *s, selscan__cstp *q, conv_params *P, dim3 *grid) {
+static selscan_status conv_step_begin(const selscan_conv_step_problem *s, selscan__cstp *q, conv_params &P, dim3 *grid) {
     selscan_status st = selscan__conv_validate_step_ex(s, q, 0);
     if (st != SELSCAN_OK) return st;
     const int64_t gx = cdiv(q->dim, kThreads), gy = q->batch < 65535 ? q->batch : 65535;
     if (gx > kMaxGrid) return fail_grid(s->diag);
-    memset(P, 0, sizeof *P);
-    P->batch = q->batch; P->dim = q->dim; P->L = q->L; P->S = q->S; P->ncache = q->ncache; P->W = static_cast<int>(q->W); P->silu = q->silu;
-    P->prmT = q->wT; /* (= q->biasT: one flag) */
-    P->idx = q->idx;
-    P->state = mk(q->state); P->x = mk(q->x); P->w = mk(q->w); P->bias = mk(q->bias); P->y = mk(q->y);
+    memset(&P, 0, sizeof P);
+    P.batch = q->batch; P.dim = q->dim; P.L = q->L; P.S = q->S; P.ncache = q->ncache; P.W = static_cast<int>(q->W); P.silu = q->silu;
+    P.prmT = q->wT; /* (= q->biasT: one flag) */
+    P.idx = q->idx;
+    SELSCAN__CONV_STEP_OPERANDS(SELSCAN__CUDA_CT, q)
     *grid = dim3(static_cast<unsigned>(gx), static_cast<unsigned>(gy));
     return SELSCAN_OK;
 }
@@ -4912,7 +4924,7 @@ static selscan_status conv_step(const selscan_conv_step_problem *s, const selsca
     conv_params P;
     dim3 grid;
     cudaError_t *err = x ? x->cuda_error : NULL;
-    const selscan_status st = conv_step_begin(s, &q, &P, &grid);
+    const selscan_status st = conv_step_begin(s, &q, P, &grid);
     if (st != SELSCAN_OK) return st;
     selscan_cuda_detail::with_dtype(q.dt, [&](auto tag) {
         using T = typename decltype(tag)::type;
@@ -5140,7 +5152,7 @@ static selscan_status conv_forward_tuned(const selscan_conv_problem *p, const se
     selscan__cprob q;
     conv_params P;
     conv_plan pl;
-    const selscan_status st = conv_forward_begin(p, x, &q, &P, &pl);
+    const selscan_status st = conv_forward_begin(p, x, &q, P, &pl);
     if (st != SELSCAN_OK) return st;
     if (rows < 0) pl.rows = false;
     return conv_forward_run(q, P, pl, stream, x ? x->cuda_error : NULL);
@@ -5151,7 +5163,7 @@ static selscan_status conv_backward_tuned(const selscan_conv_problem *p, const s
     selscan__cgrd r;
     conv_params P;
     conv_plan pl;
-    const selscan_status st = conv_backward_begin(p, g, x, workspace, bytes, &q, &r, &P, &pl);
+    const selscan_status st = conv_backward_begin(p, g, x, workspace, bytes, &q, &r, P, &pl);
     if (st != SELSCAN_OK) return st;
     if (rows < 0) pl.rows = false;
     return conv_backward_run(q, r, P, pl, stream, x ? x->cuda_error : NULL);
@@ -5162,7 +5174,7 @@ static selscan_status conv_step_tuned(const selscan_conv_step_problem *s, const 
     conv_params P;
     dim3 grid;
     cudaError_t *err = x ? x->cuda_error : NULL;
-    const selscan_status st = conv_step_begin(s, &q, &P, &grid);
+    const selscan_status st = conv_step_begin(s, &q, P, &grid);
     if (st != SELSCAN_OK) return st;
     selscan_cuda_detail::with_dtype(q.dt, [&](auto tag) {
         using T = typename decltype(tag)::type;
@@ -5228,6 +5240,13 @@ static SELSCAN__MAYBE_UNUSED selscan_status selscan__conv_step_cuda_tuned(const 
 
 #undef SELSCAN__CU
 #undef SELSCAN__LAUNCHED
+#undef SELSCAN__CUDA_CT
+#undef SELSCAN__CUDA_CT_GRAD
+#undef SELSCAN__CUDA_CT_GRAD_SEQ
+#undef SELSCAN__CUDA_CT_GRAD_ROWS
+#undef SELSCAN__CUDA_CT_GRAD_DN
+#undef SELSCAN__CUDA_CT_GRAD_BC
+#undef SELSCAN__CUDA_CT_GRAD_DIM
 
 #endif /* SELSCAN__CUDA_IMPLEMENTED */
 #endif /* SELSCAN_CUDA_IMPLEMENTATION */
