@@ -1739,7 +1739,7 @@ SELSCAN_DEF selscan_status selscan_step_ref(const selscan_step_problem *s) {
 /* --------------------------------------------------------------------------------------------- */
 /* The math and the operands: >>conv-api. Validation here (also compiled with
    SELSCAN_VALIDATION_ONLY: the CUDA launchers use it), then >>conv-reference, the exact scalar
-   oracle. The fast path: >>conv-fast (drivers and entry points) and >>fast-conv (the kernels). */
+   oracle. The fast path: >>conv-entry (drivers and entry points) and >>fast-conv (the kernels). */
 
 typedef struct selscan__cprob {
     int64_t batch, dim, L, W, rows; /* rows: state rows (batch or n_seqs) */

@@ -15,7 +15,8 @@
  * linkage, no duplicate symbols; call the launchers from that TU).
  * Every internal name (helpers, kernels, types) lives in namespace selscan_cuda_detail, functions
  * and kernels static (internal linkage): a user's .cu file may have its own cdiv, mk, ld, ... around
- * the include. Only the launchers (and two static selscan__-prefixed helpers) are global.
+ * the include. Only the launchers are global (with SELSCAN__CUDA_TUNING, also >>bench's static
+ * selscan__*_cuda_tuned entries).
  *
  * CONTENTS (grep the >>tag)
  *     >>cuda-impl       the implementation's start      >>tuning  the tuning macros and their defaults
@@ -290,8 +291,8 @@ SELSCAN_DEF selscan_status selscan_conv_step_cuda(const selscan_conv_step_proble
 
 /* Every internal name of the CUDA implementation lives in this namespace (functions and kernels
    static: internal linkage), so a user's .cu file may define its own cdiv, mk, ld, ... around the
-   include; the public entries below are the only global names it adds (and the
-   selscan__-prefixed helpers above and below). */
+   include; the public entries below are the only global names it adds (and, with
+   SELSCAN__CUDA_TUNING, >>bench's static selscan__*_cuda_tuned entries). */
 namespace selscan_cuda_detail {
 
 /* ---------------------------------------------------------------------------------------------- */
