@@ -639,8 +639,8 @@ SELSCAN_DEF const char *selscan_rule_name(selscan_rule r) {
    selscan_cuda.cuh
      selscan_cuda_detail::with_dtype: the one selscan_dtype -> element type switch (every launch
                    goes through it), plus ld<T> / st<T> for the element type
-     h16 / kparams::bf16: bwd_kernel is compiled once for both 2-byte types, a runtime flag picks
-                   bf16 (set where kparams is filled: P.bf16 = ...); a third 2-byte type needs a
+     h16 / bwd_params::bf16: bwd_kernel is compiled once for both 2-byte types, a runtime flag
+                   picks bf16 (set where backward() fills it: P.bf16 = ...); a third 2-byte type needs a
                    flag value there, a wider one its own bwd_kernel<T> instance
      f32-vs-2-byte tuning choices (short_steps and the launchers test dt == SELSCAN_F32):
                    decide per dtype
