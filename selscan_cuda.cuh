@@ -314,7 +314,7 @@ struct ct { /* a tensor on the device: data + element strides */
    step1_params (step_kernel); the float4 step kernels take step_params (>>step), the conv's
    conv_params (>>conv). The order of the fields is part of the kernels' code: the compiler's
    loads of neighbouring 4-byte fields decide register allocation (scan_params with NT, CH right
-   after fixC cost fwd_kernel 36 more bytes of spills). These orders keep every kernel's machine
+   after fixC gave fwd_kernel 28-36 more bytes of spill stores). These orders keep every kernel's machine
    code as it was with the single struct they were split from (kparams: the step's, the backward's
    and the forward's fields together), the parameters' constant-bank offsets aside (ptxas -v and
    the SASS of the PTX before and after, sm_90). Check again after moving a field. */
@@ -2558,10 +2558,10 @@ static __global__ void __launch_bounds__(kThreads) step_kernel(const step1_param
     step_store_y<T>(P, b, d, NT, j, valid, !pad, yp, x, Dd, zz);
 }
 
-/* The float4 step kernels' parameters (flat pointers and strides, about half step1_params' size: a
-   graph replays the launch with its parameters, so fewer bytes a launch): step_vec_kernel,
-   step_loop_kernel, step_lat_kernel. B / C: element n of the row
-   of (batch b, group g) at b * b0 + g * b1 + n * b2, or fixed (f32, (dim, N)) at d * b0 + n * b2. */
+/* The float4 step kernels' parameters (step_vec_kernel, step_loop_kernel, step_lat_kernel): flat
+   pointers and strides, about half step1_params' size (a graph replays the launch with its
+   parameters: fewer bytes a launch). B / C: element n of the row of (batch b, group g) at
+   b * b0 + g * b1 + n * b2, or fixed (f32, (dim, N)) at d * b0 + n * b2. */
 struct step_params {
     int64_t batch, dim, ncache;
     int dpg, N, NT, softplus, fixB, fixC, avec, bvec, cvec, G1;
@@ -2653,14 +2653,15 @@ template <typename T, int K> __device__ __forceinline__ void st_vec(void *base, 
    pow2ceil(N / S) lanes of the channel: lane j's chunk i holds states 4 (j + NT i) .. + 3, so each
    16-byte load or store instruction of a warp covers whole 32-byte sectors of the state, of A and
    of B / C (the retired step_fast_kernel's lanes held S consecutive states: every instruction
-   touched each sector half; bench/NOTES.md CUDA-v37). A block: kThreads / NT channels (blockIdx.y) of R batch rows (blockIdx.x), A, D,
-   delta_bias loaded once for the R rows; every load of the R rows issued before the first use;
-   B / C chunks by 16- or 8-byte loads where unit-stride and aligned (bvec / cvec), A by float4 where
-   aligned (avec). Launched with programmatic dependent launch where available: it waits for the
-   kernel before it to complete before touching memory and lets the next one launch at once.
-   Arithmetic as the forward's at L = 1 (exponent dt (A log2 e), B (dt u), D u by an FMA, the gate),
-   and y summed as the forward sums it for N = 8 and 16 (a chain over states 0 .. N/2 - 1, one over
-   N/2 .. N - 1, added): state and y bitwise the forward's there (tests/test_cuda.cu). */
+   touched each sector half; bench/NOTES.md CUDA-v37). A block: kThreads / NT channels (blockIdx.y)
+   of R batch rows (blockIdx.x), A, D, delta_bias loaded once for the R rows; every load of the R
+   rows issued before the first use; B / C chunks by 16- or 8-byte loads where unit-stride and
+   aligned (bvec / cvec), A by float4 where aligned (avec). Launched with programmatic dependent
+   launch where available: it waits for the kernel before it to complete before touching memory and
+   lets the next one launch at once. Arithmetic as the forward's at L = 1 (exponent dt (A log2 e), B
+   (dt u), D u by an FMA, the gate), and y summed as the forward sums it for N = 8 and 16 (a chain
+   over states 0 .. N/2 - 1, one over N/2 .. N - 1, added): state and y bitwise the forward's there
+   (tests/test_cuda.cu). */
 /* NTC: the lanes a channel as a compile-time constant (0: P.NT at run time). FAST: the common
    operands (A, B, C rows 16-byte aligned with unit n stride, variable B / C, one group per
    dpg known from P.G1), compiled without the other layouts' branches. H: the state's element type
