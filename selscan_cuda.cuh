@@ -5019,7 +5019,7 @@ SELSCAN_DEF selscan_status selscan_conv_step_cuda(const selscan_conv_step_proble
    Nothing above depends on this section; it adds no kernel instantiation, except the step's
    sweep shapes with SELSCAN__STEP_SWEEP too (bench/bench_cuda.cu): step_vec_kernel with R = 2
    batch rows a block, S = 16 states a lane, and the FAST form's register bounds of 12 / 16
-   blocks an SM (bench/DECISIONS.md: CUDA-v48, v51 / v52). */
+   blocks an SM (bench/DECISIONS.md: CUDA-v37, v48, v51 / v52: all slower). */
 #ifdef SELSCAN__CUDA_TUNING
 namespace selscan_cuda_detail {
 
