@@ -792,8 +792,8 @@ SELSCAN_DEF const char *selscan_rule_name(selscan_rule r) {
    selscan_cuda.cuh
      selscan_cuda_detail::with_dtype: the one selscan_dtype -> element type switch (every launch
                    goes through it), plus ld<T> / st<T> for the element type
-     h16 / kparams::bf16: bwd_kernel is compiled once for both 2-byte types, a runtime flag picks
-                   bf16 (set where kparams is filled: P.bf16 = ...); a third 2-byte type needs a
+     h16 / bwd_params::bf16: bwd_kernel is compiled once for both 2-byte types, a runtime flag
+                   picks bf16 (set where backward() fills it: P.bf16 = ...); a third 2-byte type needs a
                    flag value there, a wider one its own bwd_kernel<T> instance
      f32-vs-2-byte tuning choices (short_steps and the launchers test dt == SELSCAN_F32):
                    decide per dtype
@@ -1002,8 +1002,9 @@ static void selscan__resolve_data(selscan__ten *r, void *data, const int64_t *st
    missing-operand checks, the resolve calls and the input / output lists of the stride and alias
    checks; tests/test_operands.c checks the OPERANDS texts (the scan's and the step's) against them
    (the conv's, in >>conv-api, is not checked: its free-form layout would need its own parser).
-   The CUDA launchers' operand lists (selscan_cuda.cuh) are written by hand: they add buffers of
-   their own and index into the lists. */
+   The CUDA launchers (selscan_cuda.cuh) build their alias-check lists and their kernels'
+   parameters from these too, their own buffers (workspace, checkpoint, cu_seqlens_device) added
+   after the rows. */
 #define SELSCAN__SCAN_OPERANDS(X, c)                 \
     X(c, u, u, IN, REQ, SEQ, T)                      \
     X(c, delta, delta, IN, REQ, SEQ, T)              \
@@ -1971,7 +1972,7 @@ SELSCAN_DEF selscan_status selscan_step_ref(const selscan_step_problem *s) {
 /* --------------------------------------------------------------------------------------------- */
 /* The math and the operands: >>conv-api. Validation here (also compiled with
    SELSCAN_VALIDATION_ONLY: the CUDA launchers use it), then >>conv-reference, the exact scalar
-   oracle. The fast path: >>conv-fast (drivers and entry points) and >>fast-conv (the kernels). */
+   oracle. The fast path: >>conv-entry (drivers and entry points) and >>fast-conv (the kernels). */
 
 typedef struct selscan__cprob {
     int64_t batch, dim, L, W, rows; /* rows: state rows (batch or n_seqs) */

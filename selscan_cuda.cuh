@@ -15,11 +15,13 @@
  * linkage, no duplicate symbols; call the launchers from that TU).
  * Every internal name (helpers, kernels, types) lives in namespace selscan_cuda_detail, functions
  * and kernels static (internal linkage): a user's .cu file may have its own cdiv, mk, ld, ... around
- * the include. Only the launchers (and two static selscan__-prefixed helpers) are global.
+ * the include. Only the launchers are global (with SELSCAN__CUDA_TUNING, also >>bench's static
+ * selscan__*_cuda_tuned entries).
  *
  * CONTENTS (grep the >>tag)
- *     >>cuda-impl       the implementation's start (namespace selscan_cuda_detail)
- *     >>kparams         the parameters the scan kernels share      >>device-helpers  loads, math
+ *     >>cuda-impl       the implementation's start      >>tuning  the tuning macros and their defaults
+ *     >>kparams         the kernels' parameters: scan_params (forward), bwd_params (backward),
+ *                       step1_params (step_kernel)                 >>device-helpers  loads, math
  *     >>fwd-general     fwd_kernel, carry_kernel, empty_seq_kernel
  *     >>fwd-fast        fwd_fast_kernel                            >>fwd-short  fwd_short_kernel
  *     >>bwd-general     bwd_kernel, bwd_local_kernel, carry_rev_kernel, reduce_*_kernel
@@ -31,6 +33,8 @@
  *                       conv_dinit / conv_step kernels and their host side;
  *                       >>conv-rows  conv_fwd_rows / conv_bwd_rows (unit L stride)
  *     >>public          the extern "C" entry points
+ *     >>bench           bench-only (SELSCAN__CUDA_TUNING): the selscan__*_cuda_tuned entries that
+ *                       force the plans' choices (bench/bench_cuda.cu, the CUDA tests)
  *
  * KERNELS: which one runs (decided on the host in >>plans; DESIGN below says how each works)
  *     kernel               chosen when                                           section
@@ -50,18 +54,9 @@
  *     conv_bwd_rows_kernel sequences, init_state or dfinal_state (the fused block's rows)
  *     conv_*_kernel        every other causal conv1d call (widths 2..4, any strides)   >>conv
  *
- * TUNING MACROS (define before the implementation's include; defaults measured on an H200:
- * bench/DECISIONS.md has each value's measurement):
- *     SELSCAN_CUDA_FWD_MINBLOCKS (6), SELSCAN_CUDA_BWD_MINBLOCKS (3)    general kernels' register budgets
- *     SELSCAN_CUDA_FAST_FWD_MINBLOCKS (3), SELSCAN_CUDA_FAST_FWD4_MINBLOCKS (4),
- *     SELSCAN_CUDA_FAST_FWD_GROUP (2)                                    fast forward
- *     SELSCAN_CUDA_FAST_BWD_STATES (8), SELSCAN_CUDA_FAST_BWD_MINBLOCKS (3),
- *     SELSCAN_CUDA_FAST_BWD4_MINBLOCKS (4)                               fast backward
- *     SELSCAN_CUDA_SHORT_FWD_STATES (2)                                  short-prefill forward
- *     SELSCAN_CUDA_STEP_MINBLOCKS (0)                                   step_vec_kernel (0: no bound)
- *     SELSCAN_CUDA_CHANNELS_LAST (0)     1: fast kernels for any L strides too (compile time +50 %)
- *     SELSCAN_CUDA_NO_PDL                no programmatic dependent launch (sm_90+)
- *     SELSCAN__STEP_SWEEP (internal)     the benchmark's step variants (bench/bench_cuda.cu only)
+ * TUNING MACROS: defined before the implementation's include, they set the kernels' register
+ * budgets, states a thread and which instantiations are compiled; >>tuning is where each is set,
+ * with its default (measured on an H200: bench/DECISIONS.md) and what it does.
  *
  * CONTRACT (the CPU side's, plus):
  * - Every pointer in selscan_problem / selscan_grads / selscan_step_problem is DEVICE memory,
@@ -112,19 +107,6 @@
  *   is asked for (or ext->workspace_alloc). Deterministic (per-block partials, a fixed-order
  *   reduce). Widths 2 to 4; any strides, coalesced for both the (batch, dim, L) and the
  *   channels-last layouts; grids past 2^31 - 1 blocks: SELSCAN_ERR_UNSUPPORTED ("dim").
- *
- * TUNING (macros before the implementation's include; defaults measured on an H200, see
- * bench/NOTES.md): SELSCAN_CUDA_FWD_MINBLOCKS (6) and SELSCAN_CUDA_BWD_MINBLOCKS (3), the blocks
- * per SM the general forward / backward kernels' register budgets must allow;
- * SELSCAN_CUDA_FAST_FWD_MINBLOCKS (3; N <= 8: SELSCAN_CUDA_FAST_FWD4_MINBLOCKS, 4),
- * SELSCAN_CUDA_FAST_FWD_GROUP (2), SELSCAN_CUDA_FAST_BWD_STATES
- * (8; 4 is slower on the H200), SELSCAN_CUDA_FAST_BWD_MINBLOCKS (3) and
- * SELSCAN_CUDA_FAST_BWD4_MINBLOCKS (4, with 4 states a thread) for the fast paths;
- * SELSCAN_CUDA_NO_PDL: no programmatic dependent launch between a call's kernels (sm_90+).
- * SELSCAN_CUDA_CHANNELS_LAST (0): 1 also compiles the fast kernels for any L strides (e.g. a
- * TensorFlow op's (batch, L, dim) tensors; 8 states a thread), which otherwise run the general
- * kernels: channels-last forward and backward ~2x faster on the H200, compile time ~+50 %
- * (bench/NOTES.md CUDA-v42).
  *
  * DESIGN: the forward and the backward of the common layout (rows with unit L stride, variable
  * B/C, N <= 16, no packed sequences; any L strides with SELSCAN_CUDA_CHANNELS_LAST, their CL
@@ -258,19 +240,65 @@ SELSCAN_DEF selscan_status selscan_conv_step_cuda(const selscan_conv_step_proble
 #include <cuda_bf16.h>
 #include <type_traits>
 
+/* ---------------------------------------------------------------------------------------------- */
+/* >>tuning          tuning macros: the only place they are set                                   */
+/* ---------------------------------------------------------------------------------------------- */
+/* Define one before the implementation's include to override its default. Defaults measured on
+   an H200 (bench/DECISIONS.md has each value's measurement, bench/NOTES.md the runs). MINBLOCKS:
+   the blocks an SM a kernel's register budget must allow (its __launch_bounds__). */
+#ifndef SELSCAN_CUDA_FWD_MINBLOCKS
+#define SELSCAN_CUDA_FWD_MINBLOCKS 6       /* fwd_kernel (the general forward) */
+#endif
+#ifndef SELSCAN_CUDA_BWD_MINBLOCKS
+#define SELSCAN_CUDA_BWD_MINBLOCKS 3       /* bwd_kernel (the general backward) */
+#endif
+#ifndef SELSCAN_CUDA_FAST_FWD_MINBLOCKS
+#define SELSCAN_CUDA_FAST_FWD_MINBLOCKS 3  /* fwd_fast_kernel with 8 states a thread */
+#endif
+#ifndef SELSCAN_CUDA_FAST_FWD4_MINBLOCKS
+#define SELSCAN_CUDA_FAST_FWD4_MINBLOCKS 4 /* fwd_fast_kernel with 4 states a thread (N <= 8) */
+#endif
+#ifndef SELSCAN_CUDA_FAST_FWD_GROUP
+#define SELSCAN_CUDA_FAST_FWD_GROUP 2      /* fwd_fast_kernel: steps whose exponentials it computes together */
+#endif
+#ifndef SELSCAN_CUDA_FAST_BWD_STATES
+#define SELSCAN_CUDA_FAST_BWD_STATES 8     /* bwd_fast_kernel: states a thread, 8 (2 threads a channel) or 4 (4; slower on the H200) */
+#endif
+#ifndef SELSCAN_CUDA_FAST_BWD_MINBLOCKS
+#define SELSCAN_CUDA_FAST_BWD_MINBLOCKS 3  /* bwd_fast_kernel with 8 states a thread */
+#endif
+#ifndef SELSCAN_CUDA_FAST_BWD4_MINBLOCKS
+#define SELSCAN_CUDA_FAST_BWD4_MINBLOCKS 4 /* bwd_fast_kernel with 4 states a thread */
+#endif
+#ifndef SELSCAN_CUDA_SHORT_FWD_STATES
+#define SELSCAN_CUDA_SHORT_FWD_STATES 2    /* fwd_short_kernel: states it scans together (K < 16; K = 16 scans one) */
+#endif
+#ifndef SELSCAN_CUDA_STEP_MINBLOCKS
+#define SELSCAN_CUDA_STEP_MINBLOCKS 0      /* step_vec_kernel's FAST form (0: no bound) */
+#endif
+/* SELSCAN_CUDA_CHANNELS_LAST 1 also compiles the fast kernels for any L strides (e.g. a TensorFlow
+   op's (batch, L, dim) tensors; 8 states a thread), which otherwise run the general kernels:
+   channels-last forward and backward ~2x faster on the H200, compile time ~+50 % (bench/NOTES.md
+   CUDA-v42). */
+#ifndef SELSCAN_CUDA_CHANNELS_LAST
+#define SELSCAN_CUDA_CHANNELS_LAST 0
+#endif
+/* Flags (undefined by default): SELSCAN_CUDA_NO_PDL, no programmatic dependent launch between a
+   call's kernels (sm_90+). Internal, for this repository's benchmark and tests only:
+   SELSCAN__CUDA_TUNING compiles >>bench, the entries that force the plans' choices
+   (bench/bench_cuda.cu, tests/test_cuda.cu, tests/test_cuda_conv.cu); SELSCAN__STEP_SWEEP, with
+   it, the step's sweep shapes (bench/bench_cuda.cu). */
+
 /* Every internal name of the CUDA implementation lives in this namespace (functions and kernels
    static: internal linkage), so a user's .cu file may define its own cdiv, mk, ld, ... around the
-   include; the public entries below are the only global names it adds (and the
-   selscan__-prefixed helpers above and below). */
+   include; the public entries below are the only global names it adds (and, with
+   SELSCAN__CUDA_TUNING, >>bench's static selscan__*_cuda_tuned entries). */
 namespace selscan_cuda_detail {
 
 /* ---------------------------------------------------------------------------------------------- */
 /* >>kparams         kernel parameters                                                            */
 /* ---------------------------------------------------------------------------------------------- */
 
-#ifndef SELSCAN_CUDA_CHANNELS_LAST
-#define SELSCAN_CUDA_CHANNELS_LAST 0 /* the fast kernels' any-stride instantiations (see TUNING) */
-#endif
 const int kThreads = 128;               /* every kernel's block */
 const int kTL = 32;                     /* forward time tile */
 const int kCK = SELSCAN_CUDA_CHECKPOINT_INTERVAL;
@@ -282,27 +310,78 @@ struct ct { /* a tensor on the device: data + element strides */
     int64_t s[4];
 };
 
-struct kparams {
-    int64_t batch, dim, L, N, G, dpg, nseq, ncache;
+/* The kernels' parameters, a struct a family: scan_params (forward), bwd_params (backward),
+   step1_params (step_kernel); the float4 step kernels take step_params (>>step), the conv's
+   conv_params (>>conv). The order of the fields is part of the kernels' code: the compiler's
+   loads of neighbouring 4-byte fields decide register allocation (scan_params with NT, CH right
+   after fixC gave fwd_kernel 28-36 more bytes of spill stores). These orders keep every kernel's machine
+   code as it was with the single struct they were split from (kparams: the step's, the backward's
+   and the forward's fields together), the parameters' constant-bank offsets aside (ptxas -v and
+   the SASS of the PTX before and after, sm_90). Check again after moving a field. */
+
+/* The forward's kernels (fwd_kernel, fwd_fast_kernel, fwd_short_kernel): the problem, the
+   kernels' layout, L chunks, the checkpoint */
+struct scan_params {
+    int64_t batch, dim, L, N, G, dpg, nseq;
+    int64_t ncb;    /* blocks per (batch row, group) */
     int softplus, fixB, fixC;
-    int DT, biasT;  /* step_kernel: D, delta_bias are T (SELSCAN_STEP_D_T, _DELTA_BIAS_T), else f32 */
-    int stT;        /* step_kernel: the state is T (SELSCAN_STEP_STATE_T), else f32 */
-    int alog;       /* step_kernel: A holds A_log (SELSCAN_STEP_A_LOG): A = -expf(A_log) */
+    int cl;         /* the fast forward's channels-last (any L strides) instantiation (host only) */
+    int NT, CH;     /* threads per channel, channels per block */
+    int64_t lchunk, nlch; /* L chunking */
+    const int64_t *cu;
+    ct u, delta, A, B, C, D, z, bias, h0, y, hlast;
+    float *ck;
+    int64_t nck, ckmask; /* checkpoint: entries per row, interval - 1 */
+    int ckshift;         /* log2 of the interval */
+    float *S, *P, *Hin;  /* L chunks: end states, decay products, carried-in states */
+};
+
+/* The backward's kernels (bwd_kernel, bwd_local_kernel, bwd_fast_kernel, bwd_fast_local_kernel):
+   scan_params' fields (ncb after the 4-byte ones here) and the backward's own: the gradients,
+   the per-block partial sums */
+struct bwd_params {
+    int64_t batch, dim, L, N, G, dpg, nseq;
+    int softplus, fixB, fixC;
     int bf16;       /* bwd_kernel with T = h16: bfloat16 (else binary16) */
     int NT, CH;     /* threads per channel, channels per block */
-    int cl;         /* fast kernels: the channels-last (any L strides) instantiations */
+    int cl;         /* the fast backward's channels-last instantiation (host only) */
     int64_t ncb;    /* blocks per (batch row, group) */
-    int64_t lchunk, nlch; /* forward L chunking */
+    int64_t lchunk, nlch; /* L chunking */
     const int64_t *cu;
-    const int32_t *idx;
     ct u, delta, A, B, C, D, z, bias, h0, y, hlast;
     ct dy, dhlast, du, ddelta, dz, dh0;
     float *ck;
     int64_t nck, ckmask; /* checkpoint: entries per row, interval - 1 */
     int ckshift;         /* log2 of the interval */
-    float *S, *P, *Hin;
+    float *S, *P, *Hin;  /* Hin: the L chunks' entering state gradients */
     float *scr; /* fast backward: per-block scratch (tile states) */
     float *wdA, *wdD, *wdbias, *wdBf, *wdCf, *wdB, *wdC;
+};
+/* The fields the two share: the backward's forward passes run on scan_of(its parameters) */
+#define SELSCAN__SCAN_FIELDS(X)                                                                           \
+    X(batch) X(dim) X(L) X(N) X(G) X(dpg) X(nseq) X(softplus) X(fixB) X(fixC) X(cl) X(NT) X(CH) X(ncb) X(lchunk) \
+    X(nlch) X(cu) X(u) X(delta) X(A) X(B) X(C) X(D) X(z) X(bias) X(h0) X(y) X(hlast) X(ck) X(nck) X(ckmask)     \
+    X(ckshift) X(S) X(P) X(Hin)
+static scan_params scan_of(const bwd_params &b) {
+    scan_params f;
+    memset(&f, 0, sizeof f);
+#define SELSCAN__COPY(m) f.m = b.m;
+    SELSCAN__SCAN_FIELDS(SELSCAN__COPY)
+#undef SELSCAN__COPY
+    return f;
+}
+#undef SELSCAN__SCAN_FIELDS
+
+/* step_kernel's (one state a thread; the float4 step kernels take step_params, >>step) */
+struct step1_params {
+    int64_t dim, N, dpg, ncache;
+    int softplus, fixB, fixC;
+    int DT, biasT;  /* D, delta_bias are T (SELSCAN_STEP_D_T, _DELTA_BIAS_T), else f32 */
+    int stT;        /* the state is T (SELSCAN_STEP_STATE_T), else f32 */
+    int alog;       /* A holds A_log (SELSCAN_STEP_A_LOG): A = -expf(A_log) */
+    const int32_t *idx;
+    ct state, u, delta, A, B, C, D, z, bias, y;
+    int NT;         /* threads per channel */
 };
 
 static ct mk(const selscan__ten &t) {
@@ -311,6 +390,18 @@ static ct mk(const selscan__ten &t) {
     for (int i = 0; i < 4; i++) r.s[i] = t.s[i];
     return r;
 }
+/* Row callbacks of selscan.h's operand tables (>>operands) filling a kernel's parameters: P.ten =
+   mk(c->ten) for each row (c: the validated struct, a pointer; P, the parameters, in scope).
+   _GRAD: the gradients the backward kernels read or write per element (dims SEQ, ROWS); the
+   parameters' (dims DN, BC, DIM: dA, dB, dC, dD, ddelta_bias) go through per-block partial sums
+   in the workspace (bwd_params::wd*) and the reduction kernels instead. */
+#define SELSCAN__CUDA_CT(c, field, ten, io, need, dims, dtype) P.ten = mk((c)->ten);
+#define SELSCAN__CUDA_CT_GRAD(c, field, ten, io, need, dims, dtype) SELSCAN__CUDA_CT_GRAD_##dims(c, ten)
+#define SELSCAN__CUDA_CT_GRAD_SEQ(c, ten) P.ten = mk((c)->ten);
+#define SELSCAN__CUDA_CT_GRAD_ROWS(c, ten) P.ten = mk((c)->ten);
+#define SELSCAN__CUDA_CT_GRAD_DN(c, ten)
+#define SELSCAN__CUDA_CT_GRAD_BC(c, ten)
+#define SELSCAN__CUDA_CT_GRAD_DIM(c, ten)
 
 /* ---------------------------------------------------------------------------------------------- */
 /* >>device-helpers  device helpers                                                               */
@@ -326,7 +417,7 @@ template <> __device__ __forceinline__ void st<__half>(void *p, int64_t i, float
 template <> __device__ __forceinline__ void st<__nv_bfloat16>(void *p, int64_t i, float v) { static_cast<__nv_bfloat16 *>(p)[i] = __float2bfloat16_rn(v); }
 
 /* The general backward (bwd_kernel, the largest kernel) is built for two element types only,
-   float and h16: a 2-byte float that is binary16 or bfloat16 by the flag bf (kparams::bf16, the
+   float and h16: a 2-byte float that is binary16 or bfloat16 by the flag bf (bwd_params::bf16, the
    same for the whole grid). One instantiation for both halves costs a select an element loaded
    and saves a sixth of the header's compile time (bench/NOTES.md CUDA-v21); the forward kept its three
    (measured: up to 12 % slower with h16). */
@@ -472,7 +563,7 @@ static __device__ __forceinline__ int64_t wbase(const pairwalk &w, const ct &X, 
 static __device__ __forceinline__ int64_t wstep(const pairwalk &w, const ct &X) { return w.dc * X.s[1] + w.dt * X.s[2]; }
 
 /* Segment of position t: writes the state row starting at t (or -1) and ending at t (or -1). */
-static __device__ void seg_flags(const kparams &P, int64_t b, int64_t t, int *start, int *end) {
+template <typename Prm> static __device__ void seg_flags(const Prm &P, int64_t b, int64_t t, int *start, int *end) {
     if (!P.cu) {
         *start = t == 0 ? static_cast<int>(b) : -1;
         *end = t == P.L - 1 ? static_cast<int>(b) : -1;
@@ -502,11 +593,8 @@ static size_t fwd_smem(int NT, int NPT, int CH) {
     return (static_cast<size_t>(2 * kTL * (NPAD + 4) + 3 * CH * TP + kThreads * TP) + 2 * kTL + 2) * 4;
 }
 
-#ifndef SELSCAN_CUDA_FWD_MINBLOCKS
-#define SELSCAN_CUDA_FWD_MINBLOCKS 6 /* blocks per SM the forward's registers allow (bench/NOTES.md) */
-#endif
 template <typename T, int NPT, bool LOCAL>
-static __global__ void __launch_bounds__(kThreads, SELSCAN_CUDA_FWD_MINBLOCKS) fwd_kernel(const kparams P) {
+static __global__ void __launch_bounds__(kThreads, SELSCAN_CUDA_FWD_MINBLOCKS) fwd_kernel(const scan_params P) {
     extern __shared__ float4 smem4[];
     const int TP = kTL + 1, NT = P.NT, CH = P.CH, NPAD = NT * NPT, BS = NPAD + 4; /* B/C row stride: fewer bank conflicts */
     float *s_B = reinterpret_cast<float *>(smem4);
@@ -913,18 +1001,9 @@ template <int TPC> static __device__ __forceinline__ void reduce_scatter(float (
     }
 }
 
-#ifndef SELSCAN_CUDA_FAST_FWD_GROUP
-#define SELSCAN_CUDA_FAST_FWD_GROUP 2 /* steps whose exponentials the fast forward computes together */
-#endif
-#ifndef SELSCAN_CUDA_FAST_FWD_MINBLOCKS
-#define SELSCAN_CUDA_FAST_FWD_MINBLOCKS 3 /* blocks per SM the fast forward's registers allow */
-#endif
-#ifndef SELSCAN_CUDA_FAST_FWD4_MINBLOCKS
-#define SELSCAN_CUDA_FAST_FWD4_MINBLOCKS 4 /* the same for its 4-states-a-thread form (N <= 8) */
-#endif
 template <int S> constexpr int fast_fwd_minblocks() { return S == 4 ? SELSCAN_CUDA_FAST_FWD4_MINBLOCKS : SELSCAN_CUDA_FAST_FWD_MINBLOCKS; }
 template <typename T, int S, int TPC, bool LOCAL, bool CL>
-static __global__ void __launch_bounds__(kThreads, fast_fwd_minblocks<S>()) fwd_fast_kernel(const kparams P) {
+static __global__ void __launch_bounds__(kThreads, fast_fwd_minblocks<S>()) fwd_fast_kernel(const scan_params P) {
     if (LOCAL) pdl_launch_dependents(); /* only before a small kernel (the carry): see pdl_wait */
     pdl_wait();
     constexpr int NP = S * TPC, OWN = kFL / TPC, RS = 2 * NP + 4; /* B/C row: (B, C) per state, padded */
@@ -1193,9 +1272,6 @@ static __global__ void empty_seq_kernel(const int64_t *cu, int64_t nseq, int64_t
    and B = C = 0. The sum over states into y runs in state order (deterministic). */
 
 const int kShortWarps = 4; /* channels (warps) a block */
-#ifndef SELSCAN_CUDA_SHORT_FWD_STATES
-#define SELSCAN_CUDA_SHORT_FWD_STATES 2 /* states the short-prefill forward scans together */
-#endif
 /* shared memory of fwd_short_kernel: two buffers of the B / C chunk (raw T, NS rows of 32 K), then
    the warps' A log2(e) */
 template <typename T, int K, int NS> constexpr size_t short_smem() {
@@ -1248,7 +1324,7 @@ template <typename T, int K> static __device__ __forceinline__ void short_row(co
 }
 
 template <typename T, int K, int NS, int SG>
-static __global__ void __launch_bounds__(kShortWarps * 32) fwd_short_kernel(const kparams P) {
+static __global__ void __launch_bounds__(kShortWarps * 32) fwd_short_kernel(const scan_params P) {
     pdl_wait();
     constexpr int CL = 32 * K, SEG = K * static_cast<int>(sizeof(T)), ROWB = CL * static_cast<int>(sizeof(T)), NPC = ROWB / 16,
                   EPP = 16 / static_cast<int>(sizeof(T));
@@ -1488,11 +1564,8 @@ static __device__ __forceinline__ void warp_scatter_248(const float v[4], int NT
     if ((lane & 7 & ~(NT - 1)) == 0) row[(grp * NPAD + j * 4 + f.k) * SPs] = f.x;
 }
 
-#ifndef SELSCAN_CUDA_BWD_MINBLOCKS
-#define SELSCAN_CUDA_BWD_MINBLOCKS 3 /* blocks per SM the backward's registers must allow (bench/NOTES.md) */
-#endif
 template <typename T>
-static __global__ void __launch_bounds__(kThreads, SELSCAN_CUDA_BWD_MINBLOCKS) bwd_kernel(const kparams P) {
+static __global__ void __launch_bounds__(kThreads, SELSCAN_CUDA_BWD_MINBLOCKS) bwd_kernel(const bwd_params P) {
     const bool BF = P.bf16 != 0;
     extern __shared__ float4 smem4[];
     float *sm = reinterpret_cast<float *>(smem4);
@@ -1834,7 +1907,7 @@ static __global__ void __launch_bounds__(kThreads, SELSCAN_CUDA_BWD_MINBLOCKS) b
    when zero enters from the right (V, dh_last injected at sequence ends) and the product of its
    decays (M, 0 when a sequence ends inside). Thread: (row, channel, 4 states, chunk). */
 template <typename T>
-static __global__ void __launch_bounds__(kThreads) bwd_local_kernel(const kparams P, float *V, float *M) {
+static __global__ void __launch_bounds__(kThreads) bwd_local_kernel(const bwd_params P, float *V, float *M) {
     const int64_t NT = P.NT;
     int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
     if (i >= P.batch * P.dim * NT * P.nlch) return;
@@ -2017,18 +2090,9 @@ template <int S, int TPC> struct bwd_fast_smem {
     float red[kBT][kThreads / 32][32]; /* the tile's per-warp dB / dC sums */
 };
 
-#ifndef SELSCAN_CUDA_FAST_BWD_STATES
-#define SELSCAN_CUDA_FAST_BWD_STATES 8 /* states a thread of the fast backward (8 or 4) */
-#endif
-#ifndef SELSCAN_CUDA_FAST_BWD_MINBLOCKS
-#define SELSCAN_CUDA_FAST_BWD_MINBLOCKS 3 /* blocks an SM its registers allow (8 states a thread) */
-#endif
-#ifndef SELSCAN_CUDA_FAST_BWD4_MINBLOCKS
-#define SELSCAN_CUDA_FAST_BWD4_MINBLOCKS 4 /* the same with 4 states a thread */
-#endif
 template <int S> constexpr int fast_bwd_minblocks() { return S == 4 ? SELSCAN_CUDA_FAST_BWD4_MINBLOCKS : SELSCAN_CUDA_FAST_BWD_MINBLOCKS; }
 template <typename T, int S, int TPC, bool CL>
-static __global__ void __launch_bounds__(kThreads, fast_bwd_minblocks<S>()) bwd_fast_kernel(const kparams P) {
+static __global__ void __launch_bounds__(kThreads, fast_bwd_minblocks<S>()) bwd_fast_kernel(const bwd_params P) {
     pdl_launch_dependents();
     pdl_wait();
     using SM = bwd_fast_smem<S, TPC>;
@@ -2344,7 +2408,7 @@ static __global__ void __launch_bounds__(kThreads, fast_bwd_minblocks<S>()) bwd_
    sends to the state entering it, and M = exp(A sum dt), its decay product. Needs no states: 4
    instructions an element. Tiles of kFL steps, the next tile's loads in flight during the walk. */
 template <typename T, int S, int TPC, bool CL>
-static __global__ void __launch_bounds__(kThreads) bwd_fast_local_kernel(const kparams P, float *V, float *M) {
+static __global__ void __launch_bounds__(kThreads) bwd_fast_local_kernel(const bwd_params P, float *V, float *M) {
     pdl_launch_dependents();
     pdl_wait();
     constexpr int NP = S * TPC, CH = kThreads / TPC, OWN = kFL / TPC, RB = (NP * kFL + kThreads - 1) / kThreads;
@@ -2449,7 +2513,7 @@ static __device__ __forceinline__ float a_of(float a, int alog) { return alog ? 
 /* The step's y of channel d from its NT lanes' shares yp: summed, D x added, gated by silu(z) (Dd,
    zz: lane 0's); 0 on a padding row (!live). Lane 0 of the channel stores it. */
 template <typename T>
-static __device__ __forceinline__ void step_store_y(const kparams &P, int64_t b, int64_t d, int NT, int j, bool valid, bool live,
+static __device__ __forceinline__ void step_store_y(const step1_params &P, int64_t b, int64_t d, int NT, int j, bool valid, bool live,
                                              float yp, float x, float Dd, float zz) {
     for (int m = NT / 2; m >= 1; m >>= 1) yp += __shfl_xor_sync(0xffffffffu, yp, m);
     if (valid && j == 0) {
@@ -2463,7 +2527,7 @@ static __device__ __forceinline__ void step_store_y(const kparams &P, int64_t b,
 }
 
 template <typename T>
-static __global__ void __launch_bounds__(kThreads) step_kernel(const kparams P) {
+static __global__ void __launch_bounds__(kThreads) step_kernel(const step1_params P) {
     const int NT = P.NT, CPB = kThreads / NT;
     const int64_t nblk = (P.dim + CPB - 1) / CPB;
     const int64_t b = blockIdx.x / nblk, d = (blockIdx.x % nblk) * CPB + threadIdx.x / NT;
@@ -2481,10 +2545,10 @@ static __global__ void __launch_bounds__(kThreads) step_kernel(const kparams P) 
         for (int64_t n = j; n < P.N; n += NT) {
             const float Bv = P.fixB ? ldf(P.B, d * P.B.s[0] + n * P.B.s[1]) : ld<T>(P.B.p, b * P.B.s[0] + g * P.B.s[1] + n * P.B.s[2]);
             const float Cv = P.fixC ? ldf(P.C, d * P.C.s[0] + n * P.C.s[1]) : ld<T>(P.C.p, b * P.C.s[0] + g * P.C.s[1] + n * P.C.s[2]);
-            const int64_t o = row * P.h0.s[0] + d * P.h0.s[1] + n * P.h0.s[2];
+            const int64_t o = row * P.state.s[0] + d * P.state.s[1] + n * P.state.s[2];
             const float a = ex2(dt * a_of(ldf(P.A, d * P.A.s[0] + n * P.A.s[1]), P.alog) * kLog2e);
-            const float hn = fmaf(a, ldp<T>(P.h0.p, o, P.stT), dt * Bv * x); /* f32; y from it, the state rounded if T */
-            stp<T>(P.h0.p, o, hn, P.stT);
+            const float hn = fmaf(a, ldp<T>(P.state.p, o, P.stT), dt * Bv * x); /* f32; y from it, the state rounded if T */
+            stp<T>(P.state.p, o, hn, P.stT);
             yp = fmaf(Cv, hn, yp);
         }
     }
@@ -2494,84 +2558,10 @@ static __global__ void __launch_bounds__(kThreads) step_kernel(const kparams P) 
     step_store_y<T>(P, b, d, NT, j, valid, !pad, yp, x, Dd, zz);
 }
 
-/* (The previous decode step, kept as bench_cuda --graphs' "before" baseline: compiled only with
-   SELSCAN__STEP_SWEEP.) Decode step for float4-aligned state rows (unit n stride, N % 4 == 0, N <= 128): S = 8 (N % 8
-   == 0) or 4 states a thread, NT = pow2ceil(N / S) threads a channel, every load of a thread issued
-   before its first use; A by float4 when its rows are aligned (avec).
-   (step_kernel's one state a thread ran at ~500 GB/s on an H200, 8-9x its floor: per thread a chain
-   of dependent loads and 64-bit index products for 4 bytes of state; bench/NOTES.md CUDA-v37.) */
-template <typename T, int S>
-static __global__ void __launch_bounds__(kThreads) step_fast_kernel(const kparams P, const bool avec) {
-    const int NT = P.NT, CPB = kThreads / NT;
-    const int64_t nblk = (P.dim + CPB - 1) / CPB;
-    const int64_t b = blockIdx.x / nblk, d = (blockIdx.x % nblk) * CPB + threadIdx.x / NT;
-    const int j = threadIdx.x % NT, n0 = S * j;
-    const bool valid = d < P.dim;
-    const int64_t row = P.idx ? static_cast<int64_t>(P.idx[b]) : b;
-    const bool live = valid && row >= 0 && row < P.ncache, own = live && n0 < P.N;
-    float hv[S], Av[S], Bv[S], Cv[S];
-#pragma unroll
-    for (int k = 0; k < S; k++) hv[k] = Av[k] = Bv[k] = Cv[k] = 0.0f;
-    float4 *hp = NULL;
-    float x = 0.0f, dt = 0.0f, zz = 0.0f, Dd = 0.0f, bias = 0.0f;
-    if (own) {
-        hp = reinterpret_cast<float4 *>(static_cast<float *>(P.h0.p) + row * P.h0.s[0] + d * P.h0.s[1] + n0);
-#pragma unroll
-        for (int k = 0; k < S; k += 4) {
-            const float4 v = hp[k / 4];
-            hv[k] = v.x; hv[k + 1] = v.y; hv[k + 2] = v.z; hv[k + 3] = v.w;
-        }
-        const float *Ar = static_cast<const float *>(P.A.p) + d * P.A.s[0];
-        if (avec) {
-#pragma unroll
-            for (int k = 0; k < S; k += 4) {
-                const float4 v = *reinterpret_cast<const float4 *>(Ar + n0 + k);
-                Av[k] = v.x; Av[k + 1] = v.y; Av[k + 2] = v.z; Av[k + 3] = v.w;
-            }
-        } else {
-#pragma unroll
-            for (int k = 0; k < S; k++) Av[k] = Ar[(n0 + k) * P.A.s[1]];
-        }
-        if (P.alog) {
-#pragma unroll
-            for (int k = 0; k < S; k++) Av[k] = a_of(Av[k], 1);
-        }
-        /* B / C row of (b, group) or, fixed, of channel d: element n at n * stride */
-        const int64_t g = d / P.dpg;
-        const int64_t bo = P.fixB ? d * P.B.s[0] : b * P.B.s[0] + g * P.B.s[1], bs = P.fixB ? P.B.s[1] : P.B.s[2];
-        const int64_t co = P.fixC ? d * P.C.s[0] : b * P.C.s[0] + g * P.C.s[1], cs = P.fixC ? P.C.s[1] : P.C.s[2];
-#pragma unroll
-        for (int k = 0; k < S; k++) {
-            Bv[k] = P.fixB ? ldf(P.B, bo + (n0 + k) * bs) : ld<T>(P.B.p, bo + (n0 + k) * bs);
-            Cv[k] = P.fixC ? ldf(P.C, co + (n0 + k) * cs) : ld<T>(P.C.p, co + (n0 + k) * cs);
-        }
-    }
-    if (live) {
-        x = ld<T>(P.u.p, b * P.u.s[0] + d * P.u.s[1]);
-        dt = ld<T>(P.delta.p, b * P.delta.s[0] + d * P.delta.s[1]);
-        if (P.bias.p) bias = ldp<T>(P.bias.p, d * P.bias.s[0], P.biasT);
-        if (j == 0 && P.z.p) zz = ld<T>(P.z.p, b * P.z.s[0] + d * P.z.s[1]);
-        if (j == 0 && P.D.p) Dd = ldp<T>(P.D.p, d * P.D.s[0], P.DT);
-    }
-    float yp = 0.0f;
-    if (own) {
-        dt += bias;
-        if (P.softplus) dt = softplus(dt);
-        const float dtx = dt * x, dtl = dt * kLog2e;
-#pragma unroll
-        for (int k = 0; k < S; k++) {
-            hv[k] = fmaf(ex2(dtl * Av[k]), hv[k], dtx * Bv[k]);
-            yp = fmaf(Cv[k], hv[k], yp);
-        }
-#pragma unroll
-        for (int k = 0; k < S; k += 4) hp[k / 4] = make_float4(hv[k], hv[k + 1], hv[k + 2], hv[k + 3]);
-    }
-    step_store_y<T>(P, b, d, NT, j, valid, live, yp, x, Dd, zz);
-}
-
-/* The decode step's own parameters (a fraction of kparams' size: a graph replays the launch
-   with its parameters, so fewer bytes a launch) for step_vec_kernel. B / C: element n of the row
-   of (batch b, group g) at b * b0 + g * b1 + n * b2, or fixed (f32, (dim, N)) at d * b0 + n * b2. */
+/* The float4 step kernels' parameters (step_vec_kernel, step_loop_kernel, step_lat_kernel): flat
+   pointers and strides, about half step1_params' size (a graph replays the launch with its
+   parameters: fewer bytes a launch). B / C: element n of the row of (batch b, group g) at
+   b * b0 + g * b1 + n * b2, or fixed (f32, (dim, N)) at d * b0 + n * b2. */
 struct step_params {
     int64_t batch, dim, ncache;
     int dpg, N, NT, softplus, fixB, fixC, avec, bvec, cvec, G1;
@@ -2662,18 +2652,16 @@ template <typename T, int K> __device__ __forceinline__ void st_vec(void *base, 
    states of a channel (S = 16, 8 or 4) as S / 4 chunks of 4 states interleaved across the NT =
    pow2ceil(N / S) lanes of the channel: lane j's chunk i holds states 4 (j + NT i) .. + 3, so each
    16-byte load or store instruction of a warp covers whole 32-byte sectors of the state, of A and
-   of B / C (the earlier kernel's lanes held S consecutive states: every instruction touched each
-   sector half). A block: kThreads / NT channels (blockIdx.y) of R batch rows (blockIdx.x), A, D,
-   delta_bias loaded once for the R rows; every load of the R rows issued before the first use;
-   B / C chunks by 16- or 8-byte loads where unit-stride and aligned (bvec / cvec), A by float4 where
-   aligned (avec). Launched with programmatic dependent launch where available: it waits for the
-   kernel before it to complete before touching memory and lets the next one launch at once.
-   Arithmetic as the forward's at L = 1 (exponent dt (A log2 e), B (dt u), D u by an FMA, the gate),
-   and y summed as the forward sums it for N = 8 and 16 (a chain over states 0 .. N/2 - 1, one over
-   N/2 .. N - 1, added): state and y bitwise the forward's there (tests/test_cuda.cu). */
-#ifndef SELSCAN_CUDA_STEP_MINBLOCKS
-#define SELSCAN_CUDA_STEP_MINBLOCKS 0 /* blocks an SM the fast step kernel's registers must allow (0: any) */
-#endif
+   of B / C (the retired step_fast_kernel's lanes held S consecutive states: every instruction
+   touched each sector half; bench/NOTES.md CUDA-v37). A block: kThreads / NT channels (blockIdx.y)
+   of R batch rows (blockIdx.x), A, D, delta_bias loaded once for the R rows; every load of the R
+   rows issued before the first use; B / C chunks by 16- or 8-byte loads where unit-stride and
+   aligned (bvec / cvec), A by float4 where aligned (avec). Launched with programmatic dependent
+   launch where available: it waits for the kernel before it to complete before touching memory and
+   lets the next one launch at once. Arithmetic as the forward's at L = 1 (exponent dt (A log2 e), B
+   (dt u), D u by an FMA, the gate), and y summed as the forward sums it for N = 8 and 16 (a chain
+   over states 0 .. N/2 - 1, one over N/2 .. N - 1, added): state and y bitwise the forward's there
+   (tests/test_cuda.cu). */
 /* NTC: the lanes a channel as a compile-time constant (0: P.NT at run time). FAST: the common
    operands (A, B, C rows 16-byte aligned with unit n stride, variable B / C, one group per
    dpg known from P.G1), compiled without the other layouts' branches. H: the state's element type
@@ -3113,15 +3101,6 @@ struct fwd_plan {
     int shortK;          /* short-prefill forward (fwd_short_kernel) with K steps a lane; 0: not used */
 };
 
-/* The forward's plan forced, for tuning (bench/bench_cuda.cu; zero: the automatic choice):
-   nlch > 0 the general kernel's L chunks, lchunk > 0 the fast forward's chunk length in steps,
-   shortk the short-prefill forward never (< 0) or wherever it applies with K = shortk (4 / 8 /
-   16; 16 only for 2-byte types, f32 runs 8). */
-struct fwd_tune {
-    int64_t nlch, lchunk;
-    int shortk;
-};
-
 /* A positive value of the current device, ask(dev), asked once a device and kept in known (0:
    not asked yet, -1: could not be asked); fallback when it cannot be asked. Concurrent first
    calls store the same value. */
@@ -3198,67 +3177,110 @@ static int short_steps(const selscan__prob &q, int64_t sblocks, int64_t sms) {
     return q.L >= 1024 && one_wave ? 16 : 8;
 }
 
-/* The fast forward's configuration for q (fastS 0 when it does not apply): two threads a channel
-   with 4 (N <= 8) or 8 (N <= 16) states each (N <= 8 with 8 states and one thread a channel ran
-   1.3-1.7x slower: half the threads, 168 registers; bench/NOTES.md CUDA-v25); when the channels give
-   under half a wave of blocks, L chunks as in the general kernel (chunk scans from 0, carry,
-   rescan) to fill one. need_y: y is written (the backward's checkpoint pass writes none). */
-static void plan_fast_forward(const selscan__prob &q, int64_t sms, fwd_plan *pl, bool need_y, bool ck, const fwd_tune &tu) {
-    pl->fastS = pl->fastCL = pl->shortK = 0;
+/* The fast forward's layout for q: two threads a channel with 4 (N <= 8) or 8 (N <= 16) states
+   each (N <= 8 with 8 states and one thread a channel ran 1.3-1.7x slower: half the threads, 168
+   registers; bench/NOTES.md CUDA-v25). false where the fast forward does not apply (the general
+   kernels then). need_y: y is written (the backward's checkpoint pass writes none). */
+struct fast_fwd_layout {
+    int S;                      /* states a thread */
+    int cl;                     /* the channels-last (any L strides) instantiation */
+    int64_t ncb, blocks, nck;   /* channel blocks a (batch row, group), blocks of one L chunk, checkpoint intervals */
+};
+static bool fast_forward_layout(const selscan__prob &q, bool need_y, fast_fwd_layout *fl) {
     const bool ok = !q.cu && !q.fixB && !q.fixC && (q.y.data || !need_y) && q.N <= 16 && fast_lstride(q.u) && fast_lstride(q.delta) &&
                     fast_lstride(q.y) && fast_lstride(q.z);
-    if (!ok || !fast_steps_fit(q)) return;
+    if (!ok || !fast_steps_fit(q)) return false;
     /* channels-last (an L stride not 1): the any-stride instantiation, which has 8 states a thread */
     const bool cl = !(unit_inputs(q) && unit_lstride(q.y));
-    if (cl && !SELSCAN_CUDA_CHANNELS_LAST) return; /* not compiled: the general kernels */
-    const int tpc = 2, S = q.N <= 8 && !cl ? 4 : 8;
+    if (cl && !SELSCAN_CUDA_CHANNELS_LAST) return false; /* not compiled: the general kernels */
+    const int tpc = 2;
     sizecalc c;
-    const int64_t ncb = cdiv(q.dpg, kThreads / tpc), blocks = c.mul(q.batch, q.G, ncb), nck = cdiv(q.L, kCK);
-    if (!c.ok) return;
-    const int64_t nl = lchunk_count(blocks, fast_fwd_slots(S, sms), nck);
-    int64_t lchunk = cdiv(nck, nl) * kCK;
-    /* chunks pay off only when they shorten the serial chain enough: chunked, the forward runs two
-       passes of lchunk steps (chunk scans, rescan) and a carry, against one pass of L steps; a pass
-       costs ~5 us before its first step and a step ~0.09 us when few blocks run (H200: L = 128 in
-       two chunks 22 us, in one 17; bench/NOTES.md CUDA-v60). So one pass unless chunks save 64 steps. */
-    if (q.L - 2 * lchunk < 64) lchunk = q.L;
-    if (tu.lchunk > 0) lchunk = cdiv(tu.lchunk, kFL) * kFL;
+    fl->S = q.N <= 8 && !cl ? 4 : 8;
+    fl->cl = cl;
+    fl->ncb = cdiv(q.dpg, kThreads / tpc);
+    fl->blocks = c.mul(q.batch, q.G, fl->ncb);
+    fl->nck = cdiv(q.L, kCK);
+    return c.ok;
+}
+
+/* The fast forward's L chunk in steps: when the channels give under half a wave of blocks, L
+   chunks as in the general kernel (chunk scans from 0, carry, rescan) to fill one. Chunks pay off
+   only when they shorten the serial chain enough: chunked, the forward runs two passes of lchunk
+   steps (chunk scans, rescan) and a carry, against one pass of L steps; a pass costs ~5 us before
+   its first step and a step ~0.09 us when few blocks run (H200: L = 128 in two chunks 22 us, in
+   one 17; bench/NOTES.md CUDA-v60). So one pass (lchunk = L) unless chunks save 64 steps. */
+static int64_t fast_forward_lchunk(const selscan__prob &q, const fast_fwd_layout &fl, int64_t sms) {
+    const int64_t nl = lchunk_count(fl.blocks, fast_fwd_slots(fl.S, sms), fl.nck);
+    const int64_t lchunk = cdiv(fl.nck, nl) * kCK;
+    return q.L - 2 * lchunk < 64 ? q.L : lchunk;
+}
+
+/* The fast forward with L chunks of lchunk steps into pl (fastS, fastCL, ncb, nlch, lchunk, ws);
+   false, pl unchanged, where its grid or workspace does not fit (the general kernels then, whose
+   plan refuses what they cannot run). */
+static bool fast_forward_chunks(const selscan__prob &q, const fast_fwd_layout &fl, int64_t lchunk, fwd_plan *pl) {
+    sizecalc c;
     const int64_t nlch = cdiv(q.L, lchunk);
-    const int64_t grid = c.mul(blocks, nlch), ws = nlch > 1 ? c.mul(3, c.al(c.mul(q.batch, q.dim, c.mul(nlch, q.N, 4)))) : 0;
-    if (!c.ok || grid > kMaxGrid) return; /* the general kernels (whose plan refuses what they cannot run) */
-    pl->fastS = S;
-    pl->fastCL = cl;
-    pl->ncb = ncb;
+    const int64_t grid = c.mul(fl.blocks, nlch), ws = nlch > 1 ? c.mul(3, c.al(c.mul(q.batch, q.dim, c.mul(nlch, q.N, 4)))) : 0;
+    if (!c.ok || grid > kMaxGrid) return false;
+    pl->fastS = fl.S;
+    pl->fastCL = fl.cl;
+    pl->ncb = fl.ncb;
     pl->nlch = nlch;
     pl->lchunk = lchunk;
     pl->ws = ws;
-    /* the short-prefill forward (fwd_short_kernel) where the fast forward would run under half a
-       wave of blocks (L chunks, or too few channels for even one chunk a block to pay) on rows
-       long enough for a warp's 32 lanes (L >= 64); y wanted, no checkpoint (it keeps no state
-       at the checkpoint steps). It uses no workspace (ws_used 0); ws stays the fast forward's, so
-       that the reported size does not depend on which kernel a device runs. */
-    const bool short_ok = need_y && !ck && !cl && q.L >= 64; /* need_y: ok above checked y is given */
-    const int64_t sblocks = c.mul(q.batch, q.G, cdiv(q.dpg, kShortWarps));
-    if (!short_ok || !c.ok || sblocks > kMaxGrid || tu.shortk < 0) return;
-    if (tu.shortk > 0) pl->shortK = tu.shortk <= 4 ? 4 : tu.shortk >= 16 ? 16 : 8;
-    else if (c.mul(blocks, 2) <= fast_fwd_slots(S, sms)) pl->shortK = short_steps(q, sblocks, sms);
+    return true;
 }
 
-/* The forward's plan: the general kernel's layout and L chunks (nlch_force: that many, for the
-   benchmark's tuning; 0 automatic), then the fast forward where it applies (try_fast). */
-static selscan_status plan_forward(const selscan__prob &q, int64_t sms, fwd_plan *pl, bool try_fast, bool ck, const fwd_tune &tu,
-                                   selscan_diag *dg) {
+/* Where the short-prefill forward (fwd_short_kernel) can run the fast forward's problem: rows long
+   enough for a warp's 32 lanes (L >= 64), y wanted, no checkpoint (it keeps no state at the
+   checkpoint steps), unit L strides; *sblocks its grid. It uses no workspace (ws_used 0); ws stays
+   the fast forward's, so that the reported size does not depend on which kernel a device runs. */
+static bool short_forward_fits(const selscan__prob &q, const fast_fwd_layout &fl, bool need_y, bool ck, int64_t *sblocks) {
+    const bool short_ok = need_y && !ck && !fl.cl && q.L >= 64; /* need_y: fast_forward_layout checked y is given */
+    sizecalc c;
+    *sblocks = c.mul(q.batch, q.G, cdiv(q.dpg, kShortWarps));
+    return short_ok && c.ok && *sblocks <= kMaxGrid;
+}
+/* Its steps a lane where the fast forward would run under half a wave of blocks (L chunks, or too
+   few channels for even one chunk a block to pay); 0: the fast forward */
+static int short_forward_steps(const selscan__prob &q, const fast_fwd_layout &fl, int64_t sblocks, int64_t sms) {
+    sizecalc c;
+    return c.mul(fl.blocks, 2) <= fast_fwd_slots(fl.S, sms) ? short_steps(q, sblocks, sms) : 0;
+}
+
+/* The fast forward's plan for q (fastS 0 when it does not apply), and the short-prefill forward
+   where it replaces it (shortK). */
+static void plan_fast_forward(const selscan__prob &q, int64_t sms, fwd_plan *pl, bool need_y, bool ck) {
+    pl->fastS = pl->fastCL = pl->shortK = 0;
+    fast_fwd_layout fl;
+    int64_t sblocks;
+    if (!fast_forward_layout(q, need_y, &fl) || !fast_forward_chunks(q, fl, fast_forward_lchunk(q, fl, sms), pl)) return;
+    if (short_forward_fits(q, fl, need_y, ck, &sblocks)) pl->shortK = short_forward_steps(q, fl, sblocks, sms);
+}
+
+/* The general forward's layout (NT, CH, ncb; no fast kernel yet) and its blocks of one L chunk */
+static selscan_status plan_forward_layout(const selscan__prob &q, fwd_plan *pl, int64_t *blocks, selscan_diag *dg) {
     if (q.N > kMaxN) return fail_n(dg);
     sizecalc c;
     pl->NT = pow2ceil(cdiv(q.N, kFwdNPT));
     pl->CH = kThreads / pl->NT;
     pl->ncb = cdiv(q.dpg, pl->CH);
     pl->fastS = pl->fastCL = pl->shortK = 0;
-    const int64_t nck = cdiv(q.L, kCK), blocks = c.mul(q.batch, q.G, pl->ncb);
-    if (!c.ok) return fail_size(dg);
-    /* L chunks (2x the exponentials) only when the channels give less than one wave of blocks,
-       then as many as fill one wave (SELSCAN_CUDA_FWD_MINBLOCKS an SM): a block's steps are a serial chain */
-    int64_t nl = tu.nlch > 0 ? tu.nlch : lchunk_count(blocks, sms * SELSCAN_CUDA_FWD_MINBLOCKS, nck);
+    *blocks = c.mul(q.batch, q.G, pl->ncb);
+    return c.ok ? SELSCAN_OK : fail_size(dg);
+}
+/* The general forward's L chunks (2x the exponentials) only when the channels give less than one
+   wave of blocks, then as many as fill one wave (SELSCAN_CUDA_FWD_MINBLOCKS an SM): a block's
+   steps are a serial chain */
+static int64_t forward_lchunks(const selscan__prob &q, int64_t blocks, int64_t sms) {
+    return lchunk_count(blocks, sms * SELSCAN_CUDA_FWD_MINBLOCKS, cdiv(q.L, kCK));
+}
+/* The general forward in nl L chunks (at most one a checkpoint interval): lchunk, nlch, ws, and
+   the grids checked */
+static selscan_status plan_forward_chunks(const selscan__prob &q, int64_t blocks, int64_t nl, fwd_plan *pl, selscan_diag *dg) {
+    sizecalc c;
+    const int64_t nck = cdiv(q.L, kCK);
     if (nl > nck) nl = nck;
     pl->lchunk = cdiv(nck, nl) * kCK;
     pl->nlch = cdiv(q.L, pl->lchunk);
@@ -3267,7 +3289,17 @@ static selscan_status plan_forward(const selscan__prob &q, int64_t sms, fwd_plan
     const bool aux = aux_grids_fit(q, false, c);
     if (!c.ok) return fail_size(dg);
     if (grid > kMaxGrid || !aux) return fail_grid(dg);
-    if (try_fast) plan_fast_forward(q, sms, pl, true, ck, tu);
+    return SELSCAN_OK;
+}
+
+/* The forward's plan: the general kernel's layout and L chunks, then the fast forward where it
+   applies (try_fast). */
+static selscan_status plan_forward(const selscan__prob &q, int64_t sms, fwd_plan *pl, bool try_fast, bool ck, selscan_diag *dg) {
+    selscan_status st;
+    int64_t blocks;
+    if ((st = plan_forward_layout(q, pl, &blocks, dg)) != SELSCAN_OK) return st;
+    if ((st = plan_forward_chunks(q, blocks, forward_lchunks(q, blocks, sms), pl, dg)) != SELSCAN_OK) return st;
+    if (try_fast) plan_fast_forward(q, sms, pl, true, ck);
     pl->ws_used = pl->shortK ? 0 : pl->ws;
     return SELSCAN_OK;
 }
@@ -3334,7 +3366,7 @@ static bool plan_fast_backward(const selscan__prob &q, const selscan__grd &r, bo
     pl->nlch = cdiv(q.L, pl->lchunk);
     int64_t o = 0;
     if (!have_ck) {
-        plan_fast_forward(q, sms, &pl->fp, false, true, fwd_tune{0, 0, 0});
+        plan_fast_forward(q, sms, &pl->fp, false, true);
         if (!pl->fp.fastS) return false;
         pl->off_ck16 = o; o = c.add(o, c.al(pl->ck_bytes)); /* the 64-step checkpoint */
         pl->off_fws = o; o = c.add(o, pl->fp.ws);
@@ -3376,7 +3408,7 @@ static selscan_status plan_backward(const selscan__prob &q, const selscan__grd &
     pl->lchunk = cdiv(pl->nck16, nl) * kSub;
     pl->nlch = cdiv(q.L, pl->lchunk);
     pl->ws = plan_partials(q, r, pl, o, c);
-    if ((st = plan_forward(q, sms, &pl->fp, false, true, fwd_tune{0, 0, 0}, dg)) != SELSCAN_OK) return st;
+    if ((st = plan_forward(q, sms, &pl->fp, false, true, dg)) != SELSCAN_OK) return st;
     if (have_ck) { pl->fp.lchunk = kCK; pl->fp.nlch = pl->nck; }    /* from the given checkpoint */
     else { pl->fp.lchunk = kSub; pl->fp.nlch = pl->nck16; }         /* pass 1 + carry */
     const int64_t grid = c.mul(blocks, pl->nlch), fgrid = c.mul(q.batch, q.G, pl->fp.ncb, pl->fp.nlch);
@@ -3501,14 +3533,13 @@ static void launch_pdl(void (*k)(KArgs...), dim3 grid, dim3 block, size_t smem, 
 /* blocks of t threads for n; the plans checked it fits a grid */
 static unsigned nblocks(int64_t n, int t) { return static_cast<unsigned>(cdiv(n, t)); }
 
-static void fill_problem(kparams &P, const selscan__prob &q, const int64_t *dcu) {
+/* P (scan_params or bwd_params) zeroed, then the problem's fields */
+template <typename Prm> static void fill_problem(Prm &P, const selscan__prob &q, const int64_t *dcu) {
     memset(&P, 0, sizeof P);
     P.batch = q.batch; P.dim = q.dim; P.L = q.L; P.N = q.N; P.G = q.G; P.dpg = q.dpg; P.nseq = q.nseq;
     P.softplus = q.softplus; P.fixB = q.fixB; P.fixC = q.fixC;
-    P.bf16 = q.dt == SELSCAN_BF16;
     P.cu = q.cu ? dcu : NULL;
-    P.u = mk(q.u); P.delta = mk(q.delta); P.A = mk(q.A); P.B = mk(q.B); P.C = mk(q.C); P.D = mk(q.D);
-    P.z = mk(q.z); P.bias = mk(q.bias); P.h0 = mk(q.h0); P.y = mk(q.y); P.hlast = mk(q.hlast);
+    SELSCAN__SCAN_OPERANDS(SELSCAN__CUDA_CT, &q)
     P.nck = cdiv(q.L, kCK);
     P.ckmask = kCK - 1;
     P.ckshift = 6;
@@ -3516,7 +3547,7 @@ static void fill_problem(kparams &P, const selscan__prob &q, const int64_t *dcu)
 
 /* the general forward kernel (LOCAL: pass 1 of the L-chunked forward) */
 template <bool LOCAL>
-static selscan_status launch_fwd(selscan_dtype dt, const kparams &P, unsigned grid, cudaStream_t stream, cudaError_t *err) {
+static selscan_status launch_fwd(selscan_dtype dt, const scan_params &P, unsigned grid, cudaStream_t stream, cudaError_t *err) {
     return selscan_cuda_detail::with_dtype(dt, [&](auto tag) {
         using T = typename decltype(tag)::type;
         const size_t smem = fwd_smem(P.NT, kFwdNPT, P.CH);
@@ -3531,7 +3562,7 @@ static selscan_status launch_fwd(selscan_dtype dt, const kparams &P, unsigned gr
 
 /* The L-chunked forward's buffers in the workspace: chunk end states S, decay products P and the
    carried-in states Hin (count floats each, 256-byte aligned; Hin is the checkpoint when into_ck). */
-static void chunk_buffers(kparams &P, char *ws, int64_t count, bool into_ck) {
+static void chunk_buffers(scan_params &P, char *ws, int64_t count, bool into_ck) {
     const int64_t part = cdiv(count * 4, kWsAlign) * kWsAlign;
     P.S = reinterpret_cast<float *>(ws);
     P.P = reinterpret_cast<float *>(ws + part);
@@ -3539,7 +3570,7 @@ static void chunk_buffers(kparams &P, char *ws, int64_t count, bool into_ck) {
 }
 
 /* the fast forward kernel for P's N and layout */
-template <bool LOCAL> static void launch_fwd_fast(selscan_dtype dt, const kparams &P, unsigned grid, cudaStream_t stream) {
+template <bool LOCAL> static void launch_fwd_fast(selscan_dtype dt, const scan_params &P, unsigned grid, cudaStream_t stream) {
     selscan_cuda_detail::with_dtype(dt, [&](auto tag) {
         using T = typename decltype(tag)::type;
 #if SELSCAN_CUDA_CHANNELS_LAST
@@ -3552,7 +3583,7 @@ template <bool LOCAL> static void launch_fwd_fast(selscan_dtype dt, const kparam
 }
 
 /* The fast forward: [chunk scans, carry,] scan. */
-static selscan_status run_fast_forward(const selscan__prob &q, kparams P, const fwd_plan &fp, char *ws, cudaStream_t stream,
+static selscan_status run_fast_forward(const selscan__prob &q, scan_params P, const fwd_plan &fp, char *ws, cudaStream_t stream,
                                        cudaError_t *err) {
     P.ncb = fp.ncb; P.lchunk = fp.lchunk; P.nlch = fp.nlch; P.cl = fp.fastCL;
     const unsigned grid = static_cast<unsigned>(q.batch * q.G * fp.ncb * fp.nlch);
@@ -3572,7 +3603,7 @@ static selscan_status run_fast_forward(const selscan__prob &q, kparams P, const 
 
 /* The short-prefill forward: one launch, kShortWarps channels a block, K steps a lane, the
    states padded to 8 or 16. */
-template <typename T, int K, int NS> static selscan_status launch_fwd_short_t(const kparams &P, unsigned grid, cudaStream_t stream,
+template <typename T, int K, int NS> static selscan_status launch_fwd_short_t(const scan_params &P, unsigned grid, cudaStream_t stream,
                                                                            cudaError_t *err) {
     constexpr int SG = K >= 16 ? 1 : SELSCAN_CUDA_SHORT_FWD_STATES, smem = static_cast<int>(short_smem<T, K, NS>());
     static volatile int done[64];
@@ -3581,10 +3612,10 @@ template <typename T, int K, int NS> static selscan_status launch_fwd_short_t(co
     SELSCAN__LAUNCHED();
     return SELSCAN_OK;
 }
-template <typename T, int K> static selscan_status launch_fwd_short_k(const kparams &P, unsigned grid, cudaStream_t stream, cudaError_t *err) {
+template <typename T, int K> static selscan_status launch_fwd_short_k(const scan_params &P, unsigned grid, cudaStream_t stream, cudaError_t *err) {
     return P.N <= 8 ? launch_fwd_short_t<T, K, 8>(P, grid, stream, err) : launch_fwd_short_t<T, K, 16>(P, grid, stream, err);
 }
-static selscan_status run_short_forward(const selscan__prob &q, kparams P, const fwd_plan &fp, cudaStream_t stream, cudaError_t *err) {
+static selscan_status run_short_forward(const selscan__prob &q, scan_params P, const fwd_plan &fp, cudaStream_t stream, cudaError_t *err) {
     P.ncb = cdiv(q.dpg, kShortWarps);
     const unsigned grid = static_cast<unsigned>(q.batch * q.G * P.ncb);
     return selscan_cuda_detail::with_dtype(q.dt, [&](auto tag) -> selscan_status {
@@ -3609,7 +3640,7 @@ static selscan_status run_empty_seqs(const selscan__prob &q, const int64_t *dcu,
 }
 
 /* The general forward: [pass 1, carry,] pass 3. */
-static selscan_status run_forward(const selscan__prob &q, kparams P, const fwd_plan &fp, char *ws, cudaStream_t stream,
+static selscan_status run_forward(const selscan__prob &q, scan_params P, const fwd_plan &fp, char *ws, cudaStream_t stream,
                                   cudaError_t *err) {
     selscan_status st;
     P.NT = fp.NT; P.CH = fp.CH; P.ncb = fp.ncb; P.lchunk = fp.lchunk; P.nlch = fp.nlch;
@@ -3630,7 +3661,7 @@ static selscan_status run_forward(const selscan__prob &q, kparams P, const fwd_p
    channel): by N and SELSCAN_CUDA_FAST_BWD_STATES (the channels-last instantiation only with 8
    states and 2 threads a channel) */
 template <typename T, int S, int TPC, bool CL>
-static selscan_status launch_bwd_fast_t(const kparams &P, unsigned grid, cudaStream_t stream, cudaError_t *err) {
+static selscan_status launch_bwd_fast_t(const bwd_params &P, unsigned grid, cudaStream_t stream, cudaError_t *err) {
     const int smem = static_cast<int>(sizeof(bwd_fast_smem<S, TPC>));
     static volatile int done[64];
     SELSCAN__CU(allow_smem(reinterpret_cast<const void *>(bwd_fast_kernel<T, S, TPC, CL>), smem, done));
@@ -3638,7 +3669,7 @@ static selscan_status launch_bwd_fast_t(const kparams &P, unsigned grid, cudaStr
     SELSCAN__LAUNCHED();
     return SELSCAN_OK;
 }
-static selscan_status launch_bwd_fast(selscan_dtype dt, const kparams &P, unsigned grid, cudaStream_t s, cudaError_t *err) {
+static selscan_status launch_bwd_fast(selscan_dtype dt, const bwd_params &P, unsigned grid, cudaStream_t s, cudaError_t *err) {
     return selscan_cuda_detail::with_dtype(dt, [&](auto tag) -> selscan_status {
         using T = typename decltype(tag)::type;
         if constexpr (kFastBwdS == 4) return launch_bwd_fast_t<T, 4, 4, false>(P, grid, s, err);
@@ -3649,7 +3680,7 @@ static selscan_status launch_bwd_fast(selscan_dtype dt, const kparams &P, unsign
     });
 }
 /* the L-chunk pass of the fast backward (the same shapes) */
-static void launch_bwd_fast_local(selscan_dtype dt, const kparams &P, unsigned grid, float *V, float *M, cudaStream_t s) {
+static void launch_bwd_fast_local(selscan_dtype dt, const bwd_params &P, unsigned grid, float *V, float *M, cudaStream_t s) {
     selscan_cuda_detail::with_dtype(dt, [&](auto tag) {
         using T = typename decltype(tag)::type;
         if constexpr (kFastBwdS == 4) launch_pdl(bwd_fast_local_kernel<T, 4, 4, false>, grid, kThreads, 0, s, P, V, M);
@@ -3664,9 +3695,9 @@ static void launch_bwd_fast_local(selscan_dtype dt, const kparams &P, unsigned g
 /* The general backward's checkpoint: the state entering every kSub steps into ck16, from the
    forward's 64-step checkpoint ckin (a rescan writing every kSub steps) or, without one, by pass 1
    with kSub-step chunks and a carry. */
-static selscan_status run_ck16(const selscan__prob &q, const kparams &P, const bwd_plan &bp, const float *ckin, char *ws,
+static selscan_status run_ck16(const selscan__prob &q, const bwd_params &P, const bwd_plan &bp, const float *ckin, char *ws,
                                cudaStream_t stream, cudaError_t *err) {
-    kparams F = P;
+    scan_params F = scan_of(P);
     F.y.p = NULL;
     F.hlast.p = NULL;
     F.NT = bp.fp.NT; F.CH = bp.fp.CH; F.ncb = bp.fp.ncb; F.lchunk = bp.fp.lchunk; F.nlch = bp.fp.nlch;
@@ -3696,16 +3727,15 @@ static selscan_status run_ck16(const selscan__prob &q, const kparams &P, const b
    reverse carry,] the main kernel (fast or general), then the fixed-order reductions of its
    per-block partial sums (row sums: dA, dD, ddelta_bias, fixed dB / dC; dB / dC over the channel
    blocks) and dh0 of empty sequences. ckin: the forward's checkpoint or NULL. */
-static selscan_status run_backward(const selscan__prob &q, const selscan__grd &r, kparams P, const bwd_plan &bp, const float *ckin,
+static selscan_status run_backward(const selscan__prob &q, const selscan__grd &r, bwd_params P, const bwd_plan &bp, const float *ckin,
                                    char *ws, cudaStream_t stream, cudaError_t *err) {
     selscan_status st;
-    P.dy = mk(r.dy); P.dhlast = mk(r.dhlast); P.du = mk(r.du); P.ddelta = mk(r.ddelta); P.dz = mk(r.dz);
-    P.dh0 = mk(r.dh0);
+    SELSCAN__GRAD_OPERANDS(SELSCAN__CUDA_CT_GRAD, &r)
     if (bp.fastTPC) { /* the fast path reads the 64-step checkpoint: the forward's, or written here */
         P.ck = ckin ? const_cast<float *>(ckin) : reinterpret_cast<float *>(ws + bp.off_ck16);
         P.nck = bp.nck;
         if (!ckin) {
-            kparams F = P;
+            scan_params F = scan_of(P);
             F.y.p = NULL;
             F.hlast.p = NULL;
             if ((st = run_fast_forward(q, F, bp.fp, ws + bp.off_fws, stream, err)) != SELSCAN_OK) return st;
@@ -3808,15 +3838,10 @@ static selscan_status check_overlap(const selscan__ten &out, const selscan__ten 
 
 /* The decode step's launch. float4-aligned state rows (unit n stride, N % 4 == 0, N <= 128,
    16-byte aligned rows; a T state, SELSCAN_STEP_STATE_T: 8-byte aligned chunks of 4, the same
-   kernels, their state loads and stores in T): step_vec_kernel with S states a thread and R batch rows a block, chosen
-   from N and the batch (tu.S / tu.R > 0 force them, for tuning); else step_kernel. tu.pdl: < 0
-   programmatic dependent launch where the device has it, 0 never. SELSCAN__STEP_SWEEP (the
-   benchmark) compiles every (S, R) and keeps the earlier step_fast_kernel as tu.S = -1. */
-struct step_tune {
-    int S, R, pdl, fast, minb, loop; /* loop < 0: never step_loop_kernel, > 0: wherever it applies, 0: by the batch */
-    int64_t loop_slices;             /* (set by launch_step) its grid's row slices; 0: not used */
-    int lat;                         /* step_lat_kernel: < 0 never, 0 by the rule, 1 forced (launch_step: 1 where taken) */
-};
+   kernels, their state loads and stores in T): step_vec_kernel with S states a thread (from N),
+   or for N = 16 on the common operands step_lat_kernel / step_loop_kernel (from the batch), one
+   batch row a block, with programmatic dependent launch where the device has it; else
+   step_kernel. (The benchmark's forced shapes and sweep: >>bench.) */
 /* f(H) with H the state's element type: T where sp.hT (SELSCAN_STEP_STATE_T; 2-byte T only: a f32
    T state is float), float otherwise */
 template <typename T, typename F> static auto with_state_type(const step_params &sp, F &&f) -> decltype(f(dtype_tag<float>())) {
@@ -3834,63 +3859,46 @@ static void launch_step_vec(const step_params &sp, dim3 grid, bool pdl, cudaStre
         return 0;
     });
 }
-/* N = 16 (two lanes of 8 states) on the common operands: step_vec_kernel<T, 8, R, 2, true>;
-   everything else: the run-time NT, every layout. tu.S / tu.R force the shape; tu.fast < 0:
-   never the FAST form; tu.minb (SELSCAN__STEP_SWEEP): its register bound. */
-template <typename T, int S, int R>
-static bool launch_step_vec_f(const step_tune &tu, bool fast, const step_params &sp, dim3 grid, bool pdl, cudaStream_t stream) {
-    if constexpr (S == 8 && R == 1) {
-        if (sp.NT == 2 && fast && tu.lat > 0) { /* every load issued before the first use */
+
+/* A float4 step launch: S states a lane (8 or 4 here), one batch row a block; fast: the common
+   operands' FAST form; lat: step_lat_kernel; loop_slices > 0: step_loop_kernel with that many
+   row slices on the grid's x (0: not used) */
+struct step_choice {
+    int S;
+    bool fast, lat;
+    int64_t loop_slices;
+};
+/* N = 16 (two lanes of 8 states) on the common operands: step_lat_kernel, step_loop_kernel or
+   step_vec_kernel<T, 8, 1, 2, true> as c says; everything else: step_vec_kernel with the run-time
+   NT, every layout. */
+template <typename T, int S>
+static void launch_step_vec_s(const step_choice &c, const step_params &sp, dim3 grid, bool pdl, cudaStream_t stream) {
+    if constexpr (S == 8) {
+        if (sp.NT == 2 && c.fast && c.lat) { /* every load issued before the first use */
             with_state_type<T>(sp, [&](auto h) {
                 using H = typename decltype(h)::type;
                 if (pdl) launch_pdl(step_lat_kernel<T, H>, grid, kThreads, 0, stream, sp);
                 else step_lat_kernel<T, H><<<grid, kThreads, 0, stream>>>(sp);
                 return 0;
             });
-            return true;
+            return;
         }
-        if (sp.NT == 2 && fast && tu.loop_slices > 0) { /* rows a thread in a one-wave grid */
-            dim3 g2(static_cast<unsigned>(tu.loop_slices), grid.y);
+        if (sp.NT == 2 && c.fast && c.loop_slices > 0) { /* rows a thread in a one-wave grid */
+            dim3 g2(static_cast<unsigned>(c.loop_slices), grid.y);
             with_state_type<T>(sp, [&](auto h) {
                 using H = typename decltype(h)::type;
                 if (pdl) launch_pdl(step_loop_kernel<T, H>, g2, kThreads, 0, stream, sp);
                 else step_loop_kernel<T, H><<<g2, kThreads, 0, stream>>>(sp);
                 return 0;
             });
-            return true;
+            return;
+        }
+        if (sp.NT == 2 && c.fast) {
+            launch_step_vec<T, S, 1, 2, true, SELSCAN_CUDA_STEP_MINBLOCKS>(sp, grid, pdl, stream);
+            return;
         }
     }
-    if constexpr (S == 8) {
-        if (sp.NT == 2 && fast) {
-#ifdef SELSCAN__STEP_SWEEP
-            if (tu.minb == 12) { launch_step_vec<T, S, R, 2, true, 12>(sp, grid, pdl, stream); return true; }
-            if (tu.minb == 16) { launch_step_vec<T, S, R, 2, true, 16>(sp, grid, pdl, stream); return true; }
-#endif
-            launch_step_vec<T, S, R, 2, true, SELSCAN_CUDA_STEP_MINBLOCKS>(sp, grid, pdl, stream);
-            return true;
-        }
-    }
-    (void)tu;
-    (void)fast;
-    launch_step_vec<T, S, R, 0, false, 0>(sp, grid, pdl, stream);
-    return true;
-}
-template <typename T, int S>
-static bool launch_step_vec_r(const step_tune &tu, int R, bool fast, const step_params &sp, dim3 grid, bool pdl, cudaStream_t stream) {
-    if (R == 1) return launch_step_vec_f<T, S, 1>(tu, fast, sp, grid, pdl, stream);
-#ifdef SELSCAN__STEP_SWEEP
-    if (R == 2) return launch_step_vec_f<T, S, 2>(tu, fast, sp, grid, pdl, stream);
-#endif
-    return false;
-}
-template <typename T>
-static bool launch_step_vec_t(const step_tune &tu, int S, int R, bool fast, const step_params &sp, dim3 grid, bool pdl, cudaStream_t stream) {
-    if (S == 8) return launch_step_vec_r<T, 8>(tu, R, fast, sp, grid, pdl, stream);
-    if (S == 4) return launch_step_vec_r<T, 4>(tu, R, fast, sp, grid, pdl, stream);
-#ifdef SELSCAN__STEP_SWEEP
-    if (S == 16) return launch_step_vec_r<T, 16>(tu, R, fast, sp, grid, pdl, stream);
-#endif
-    return false;
+    launch_step_vec<T, S, 1, 0, false, 0>(sp, grid, pdl, stream);
 }
 /* Blocks an SM step_loop_kernel<T, H> holds (its registers), asked once a device; 8 when unknown */
 template <typename T, typename H> static int step_loop_bpsm() {
@@ -3912,104 +3920,114 @@ static bool step_rows_vec(const selscan__ten &t, bool fixed, size_t es) {
     if (fixed) return t.s[1] == 1 && a % 16 == 0 && (t.s[0] * 4) % 16 == 0;
     return t.s[2] == 1 && a % 16 == 0 && (t.s[0] * static_cast<int64_t>(es)) % 16 == 0 && (t.s[1] * static_cast<int64_t>(es)) % 16 == 0;
 }
-static selscan_status launch_step(const selscan__stp &q, step_tune tu, cudaStream_t stream, cudaError_t *err, selscan_diag *dg) {
-    /* the state's chunks of 4 (16 bytes in f32; 8 in T, SELSCAN_STEP_STATE_T) aligned */
+/* The float4 step kernels apply to q with S states a lane: the state's chunks of 4 (16 bytes in
+   f32; 8 in T, SELSCAN_STEP_STATE_T) aligned, the channel blocks within the grid's y (65535) */
+static bool step_vec_fits(const selscan__stp &q, int S) {
     const uintptr_t hes = q.stT ? selscan__dtype_size(q.dt) : 4u;
     const bool vec = q.N % 4 == 0 && q.N <= 128 && q.state.s[2] == 1 && q.state.s[1] % 4 == 0 && q.state.s[0] % 4 == 0 &&
                      reinterpret_cast<uintptr_t>(q.state.data) % (4u * hes) == 0;
-    const bool avec = q.A.s[1] == 1 && q.A.s[0] % 4 == 0 && reinterpret_cast<uintptr_t>(q.A.data) % 16 == 0;
-    const bool pdl = tu.pdl != 0 && pdl_available();
-    /* 8 states a lane where N % 8 == 0 (N = 16: two lanes, the forward's split), else 4 (N = 8:
-       two lanes of 4, again the forward's split); channel blocks on the grid's y (at most 65535) */
-    const int S = tu.S > 0 ? tu.S : q.N % 8 == 0 && q.N != 8 ? 8 : 4, R = tu.R > 0 ? tu.R : 1;
-    if (vec && tu.S >= 0 && cdiv(q.dim, kThreads / pow2ceil(cdiv(q.N, S))) <= 65535 && q.dpg <= 0x7fffffff) {
-        const size_t es = selscan__dtype_size(q.dt);
-        /* 2-byte B / C rows of 4 states: 8-byte loads need 8-byte alignment only; a row of S
-           states of either type is a whole number of 16-byte words otherwise */
-        step_params sp;
-        memset(&sp, 0, sizeof sp);
-        sp.batch = q.batch; sp.dim = q.dim; sp.dpg = static_cast<int>(q.dpg); sp.ncache = q.ncache;
-        sp.N = static_cast<int>(q.N); sp.NT = pow2ceil(cdiv(q.N, S)); sp.softplus = q.softplus; sp.fixB = q.fixB; sp.fixC = q.fixC;
-        sp.avec = avec;
-        sp.bvec = step_rows_vec(q.B, q.fixB != 0, es);
-        sp.cvec = step_rows_vec(q.C, q.fixC != 0, es);
-        sp.idx = q.idx;
-        sp.h = q.state.data; sp.h0 = q.state.s[0]; sp.h1 = q.state.s[1]; sp.hT = q.stT;
-        sp.u = q.u.data; sp.u0 = q.u.s[0]; sp.u1 = q.u.s[1];
-        sp.dl = q.delta.data; sp.d0 = q.delta.s[0]; sp.d1 = q.delta.s[1];
-        sp.z = q.z.data; sp.z0 = q.z.s[0]; sp.z1 = q.z.s[1];
-        sp.y = q.y.data; sp.y0 = q.y.s[0]; sp.y1 = q.y.s[1];
-        sp.A = static_cast<const float *>(q.A.data); sp.a0 = q.A.s[0]; sp.a1 = q.A.s[1];
-        sp.B = q.B.data; sp.C = q.C.data;
-        if (q.fixB) { sp.b0 = q.B.s[0]; sp.b1 = 0; sp.b2 = q.B.s[1]; }
-        else { sp.b0 = q.B.s[0]; sp.b1 = q.B.s[1]; sp.b2 = q.B.s[2]; }
-        if (q.fixC) { sp.c0 = q.C.s[0]; sp.c1 = 0; sp.c2 = q.C.s[1]; }
-        else { sp.c0 = q.C.s[0]; sp.c1 = q.C.s[1]; sp.c2 = q.C.s[2]; }
-        sp.D = q.D.data; sp.Ds = q.D.s[0];
-        sp.bias = q.bias.data; sp.bs = q.bias.s[0];
-        sp.DT = q.DT; sp.biasT = q.biasT; sp.alog = q.alog;
-        const int64_t cpb = kThreads / sp.NT, gx = cdiv(q.batch, R), gy = cdiv(q.dim, cpb);
-        if (gx > kMaxGrid || gy > 65535) return fail_grid(dg);
-        const dim3 gr(static_cast<unsigned>(gx), static_cast<unsigned>(gy));
-        sp.G1 = q.G == 1;
-        const bool fast = tu.fast >= 0 && sp.avec && sp.bvec && sp.cvec && !sp.fixB && !sp.fixC;
-        /* step_loop_kernel (N = 16, FAST form): gy channel blocks times row slices, a wave of blocks
-           (the blocks an SM its registers allow, asked once a device) */
-        tu.loop_slices = 0;
-        /* step_lat_kernel (N = 16, FAST form): where its grid, a block a row and 64 channels, is at
-           most 32 blocks an SM (measured after a plain kernel, as a model runs the step after a GEMM:
-           0.1-0.45 us faster than the other kernels up to 64 x 1536 and 16 x 4096, 1 us faster than
-           step_loop_kernel at 64 x 4096 (4096 blocks); 1.2 us slower at 64 x 5120 (5120 blocks), f32
-           state, back to back; bench/NOTES.md CONV-CUDA-v7), or forced (tu.lat > 0); never where
-           tu.lat < 0 or another kernel or shape is forced */
-        const bool lat_rule = tu.lat == 0 && tu.S <= 0 && tu.R <= 0 && tu.loop <= 0 && q.batch * gy <= 32 * sm_count();
-        tu.lat = fast && q.N == 16 && S == 8 && R == 1 && sp.NT == 2 && (tu.lat > 0 || lat_rule);
-        if (!tu.lat && fast && q.N == 16 && S == 8 && R == 1 && sp.NT == 2 && tu.loop >= 0) {
-            const int64_t slots = sm_count() * step_loop_blocks_per_sm(q.dt, sp), slices = slots / gy > 1 ? slots / gy : 1;
-            /* at least two rows a thread in one wave (every batch past step_lat_kernel's range: the
-               loop kernel's at most 16 blocks an SM make 2 x slices <= 32 x SMs / gy < batch), batch
-               1, or forced; step_vec_kernel otherwise (only where step_lat_kernel is turned off, for
-               tuning; bench/NOTES.md "CUDA step under graphs") */
-            if (q.batch >= 2 * slices || q.batch == 1 || tu.loop > 0) tu.loop_slices = cdiv(q.batch, cdiv(q.batch, slices));
-            if (tu.loop_slices > 0x7fffffff) tu.loop_slices = 0;
-        }
-        const bool ok = selscan_cuda_detail::with_dtype(q.dt, [&](auto tag) {
-            return launch_step_vec_t<typename decltype(tag)::type>(tu, S, R, fast, sp, gr, pdl, stream);
-        });
-        if (!ok) return fail(dg, SELSCAN_ERR_UNSUPPORTED, "state", SELSCAN_RULE_NO_STEP_KERNEL);
-        SELSCAN__LAUNCHED();
-        return SELSCAN_OK;
-    }
-    kparams P;
+    return vec && cdiv(q.dim, kThreads / pow2ceil(cdiv(q.N, S))) <= 65535 && q.dpg <= 0x7fffffff;
+}
+/* The float4 step kernels' parameters for S states a lane and R batch rows a block, and their
+   grid (batch rows on x, channel blocks on y) */
+static selscan_status step_vec_setup(const selscan__stp &q, int S, int R, step_params *spp, dim3 *grid, selscan_diag *dg) {
+    step_params &sp = *spp;
+    const size_t es = selscan__dtype_size(q.dt);
+    /* 2-byte B / C rows of 4 states: 8-byte loads need 8-byte alignment only; a row of S
+       states of either type is a whole number of 16-byte words otherwise */
+    memset(&sp, 0, sizeof sp);
+    sp.batch = q.batch; sp.dim = q.dim; sp.dpg = static_cast<int>(q.dpg); sp.ncache = q.ncache;
+    sp.N = static_cast<int>(q.N); sp.NT = pow2ceil(cdiv(q.N, S)); sp.softplus = q.softplus; sp.fixB = q.fixB; sp.fixC = q.fixC;
+    sp.avec = q.A.s[1] == 1 && q.A.s[0] % 4 == 0 && reinterpret_cast<uintptr_t>(q.A.data) % 16 == 0;
+    sp.bvec = step_rows_vec(q.B, q.fixB != 0, es);
+    sp.cvec = step_rows_vec(q.C, q.fixC != 0, es);
+    sp.idx = q.idx;
+    sp.h = q.state.data; sp.h0 = q.state.s[0]; sp.h1 = q.state.s[1]; sp.hT = q.stT;
+    sp.u = q.u.data; sp.u0 = q.u.s[0]; sp.u1 = q.u.s[1];
+    sp.dl = q.delta.data; sp.d0 = q.delta.s[0]; sp.d1 = q.delta.s[1];
+    sp.z = q.z.data; sp.z0 = q.z.s[0]; sp.z1 = q.z.s[1];
+    sp.y = q.y.data; sp.y0 = q.y.s[0]; sp.y1 = q.y.s[1];
+    sp.A = static_cast<const float *>(q.A.data); sp.a0 = q.A.s[0]; sp.a1 = q.A.s[1];
+    sp.B = q.B.data; sp.C = q.C.data;
+    if (q.fixB) { sp.b0 = q.B.s[0]; sp.b1 = 0; sp.b2 = q.B.s[1]; }
+    else { sp.b0 = q.B.s[0]; sp.b1 = q.B.s[1]; sp.b2 = q.B.s[2]; }
+    if (q.fixC) { sp.c0 = q.C.s[0]; sp.c1 = 0; sp.c2 = q.C.s[1]; }
+    else { sp.c0 = q.C.s[0]; sp.c1 = q.C.s[1]; sp.c2 = q.C.s[2]; }
+    sp.D = q.D.data; sp.Ds = q.D.s[0];
+    sp.bias = q.bias.data; sp.bs = q.bias.s[0];
+    sp.DT = q.DT; sp.biasT = q.biasT; sp.alog = q.alog;
+    const int64_t cpb = kThreads / sp.NT, gx = cdiv(q.batch, R), gy = cdiv(q.dim, cpb);
+    if (gx > kMaxGrid || gy > 65535) return fail_grid(dg);
+    *grid = dim3(static_cast<unsigned>(gx), static_cast<unsigned>(gy));
+    sp.G1 = q.G == 1;
+    return SELSCAN_OK;
+}
+/* the common operands (the FAST form): A, B, C rows 16-byte aligned with unit n stride, variable B / C */
+static bool step_fast_operands(const step_params &sp) { return sp.avec && sp.bvec && sp.cvec && !sp.fixB && !sp.fixC; }
+/* N = 16 as two lanes of 8 states on the common operands, one batch row a block: where
+   step_lat_kernel and step_loop_kernel can run */
+static bool step_pair_form(const selscan__stp &q, const step_choice &c, int R, const step_params &sp) {
+    return c.fast && q.N == 16 && c.S == 8 && R == 1 && sp.NT == 2;
+}
+/* step_lat_kernel's rule: its grid, a block a row and 64 channels, at most 32 blocks an SM
+   (measured after a plain kernel, as a model runs the step after a GEMM: 0.1-0.45 us faster than
+   the other kernels up to 64 x 1536 and 16 x 4096, 1 us faster than step_loop_kernel at 64 x 4096
+   (4096 blocks); 1.2 us slower at 64 x 5120 (5120 blocks), f32 state, back to back;
+   bench/NOTES.md CONV-CUDA-v7). gy: the grid's channel blocks. */
+static bool step_lat_rule(const selscan__stp &q, int64_t gy) { return q.batch * gy <= 32 * sm_count(); }
+/* step_loop_kernel's row slices: gy channel blocks times slices fill a wave of blocks (the blocks
+   an SM its registers allow, asked once a device) */
+static int64_t step_loop_slices(const selscan__stp &q, const step_params &sp, int64_t gy) {
+    const int64_t slots = sm_count() * step_loop_blocks_per_sm(q.dt, sp);
+    return slots / gy > 1 ? slots / gy : 1;
+}
+/* its rule: at least two rows a thread in one wave (every batch past step_lat_kernel's range: the
+   loop kernel's at most 16 blocks an SM make 2 x slices <= 32 x SMs / gy < batch), or batch 1;
+   step_vec_kernel otherwise (bench/NOTES.md "CUDA step under graphs") */
+static bool step_loop_rule(const selscan__stp &q, int64_t slices) { return q.batch >= 2 * slices || q.batch == 1; }
+/* its grid's x for `slices` (0: past 2^31 - 1) */
+static int64_t step_loop_grid(const selscan__stp &q, int64_t slices) {
+    const int64_t n = cdiv(q.batch, cdiv(q.batch, slices));
+    return n > 0x7fffffff ? 0 : n;
+}
+/* step_kernel: one state a thread, any operands */
+static selscan_status launch_step_one(const selscan__stp &q, cudaStream_t stream, cudaError_t *err, selscan_diag *dg) {
+    step1_params P;
     memset(&P, 0, sizeof P);
-    P.batch = q.batch; P.dim = q.dim; P.N = q.N; P.G = q.G; P.dpg = q.dpg; P.ncache = q.ncache;
+    P.dim = q.dim; P.N = q.N; P.dpg = q.dpg; P.ncache = q.ncache;
     P.softplus = q.softplus; P.fixB = q.fixB; P.fixC = q.fixC; P.idx = q.idx; P.DT = q.DT; P.biasT = q.biasT; P.stT = q.stT;
     P.alog = q.alog;
-    P.bf16 = q.dt == SELSCAN_BF16;
-    P.u = mk(q.u); P.delta = mk(q.delta); P.A = mk(q.A); P.B = mk(q.B); P.C = mk(q.C); P.D = mk(q.D);
-    P.z = mk(q.z); P.bias = mk(q.bias); P.h0 = mk(q.state); P.y = mk(q.y);
-#ifdef SELSCAN__STEP_SWEEP
-    if (vec && !q.stT) { /* tu.S < 0: the earlier step_fast_kernel (8 or 4 states a thread, f32 state), for comparisons */
-        const int spt = q.N % 8 == 0 ? 8 : 4;
-        P.NT = pow2ceil(q.N / spt);
-        const int64_t grid = q.batch * cdiv(q.dim, kThreads / P.NT);
-        if (grid > kMaxGrid) return fail_grid(dg);
-        const unsigned gr = static_cast<unsigned>(grid);
-        selscan_cuda_detail::with_dtype(q.dt, [&](auto tag) {
-            using T = typename decltype(tag)::type;
-            if (spt == 8) step_fast_kernel<T, 8><<<gr, kThreads, 0, stream>>>(P, avec);
-            else step_fast_kernel<T, 4><<<gr, kThreads, 0, stream>>>(P, avec);
-        });
-        SELSCAN__LAUNCHED();
-        return SELSCAN_OK;
-    }
-#endif
-    /* one state a thread */
+    SELSCAN__STEP_OPERANDS(SELSCAN__CUDA_CT, &q)
     P.NT = q.N >= 32 ? 32 : pow2ceil(q.N);
     const int64_t grid = q.batch * cdiv(q.dim, kThreads / P.NT);
     if (grid > kMaxGrid) return fail_grid(dg);
     const unsigned gr = static_cast<unsigned>(grid);
     selscan_cuda_detail::with_dtype(q.dt, [&](auto tag) { step_kernel<typename decltype(tag)::type><<<gr, kThreads, 0, stream>>>(P); });
+    SELSCAN__LAUNCHED();
+    return SELSCAN_OK;
+}
+static selscan_status launch_step(const selscan__stp &q, cudaStream_t stream, cudaError_t *err, selscan_diag *dg) {
+    const bool pdl = pdl_available();
+    /* 8 states a lane where N % 8 == 0 (N = 16: two lanes, the forward's split), else 4 (N = 8:
+       two lanes of 4, again the forward's split) */
+    step_choice c = {q.N % 8 == 0 && q.N != 8 ? 8 : 4, false, false, 0};
+    if (!step_vec_fits(q, c.S)) return launch_step_one(q, stream, err, dg);
+    step_params sp;
+    dim3 grid;
+    selscan_status st;
+    if ((st = step_vec_setup(q, c.S, 1, &sp, &grid, dg)) != SELSCAN_OK) return st;
+    c.fast = step_fast_operands(sp);
+    const bool lat_rule = step_lat_rule(q, grid.y), pair = step_pair_form(q, c, 1, sp);
+    c.lat = pair && lat_rule;
+    if (pair && !c.lat) {
+        const int64_t slices = step_loop_slices(q, sp, grid.y);
+        if (step_loop_rule(q, slices)) c.loop_slices = step_loop_grid(q, slices);
+    }
+    selscan_cuda_detail::with_dtype(q.dt, [&](auto tag) {
+        using T = typename decltype(tag)::type;
+        if (c.S == 8) launch_step_vec_s<T, 8>(c, sp, grid, pdl, stream);
+        else launch_step_vec_s<T, 4>(c, sp, grid, pdl, stream);
+    });
     SELSCAN__LAUNCHED();
     return SELSCAN_OK;
 }
@@ -4052,40 +4070,44 @@ static selscan_status workspace_size(const selscan_problem *p, const selscan_gra
     } else {
         fwd_plan fp;
         if ((st = selscan__validate_forward(p, &q, NULL, 0, -1)) != SELSCAN_OK) return st;
-        if ((st = plan_forward(q, kPlanMaxSMs, &fp, true, false, fwd_tune{0, 0, 0}, p->diag)) != SELSCAN_OK) return st;
+        if ((st = plan_forward(q, kPlanMaxSMs, &fp, true, false, p->diag)) != SELSCAN_OK) return st;
         *bytes = ws_reported(fp.ws);
     }
     return SELSCAN_OK;
 }
 
-/* try_fast false: the general kernel; tu: the plan forced (the benchmark's tuning) */
-static selscan_status forward(const selscan_problem *p, const selscan_cuda_ext *x, void *workspace, size_t bytes,
-                              cudaStream_t stream, bool try_fast, const fwd_tune &tu) {
-    selscan__prob q;
-    fwd_plan fp;
-    kparams P;
+/* The forward's checks before its plan: the problem, the packed sequences' device copy */
+static selscan_status forward_begin(const selscan_problem *p, const selscan_cuda_ext *x, selscan__prob *q) {
+    selscan_status st;
+    if ((st = selscan__check_problem(p, q, 1)) != SELSCAN_OK) return st;
+    return check_ext_cu(*q, x, p->diag);
+}
+
+/* The forward after its plan fp: the outputs, checkpoint and workspace checked, then the launches */
+static selscan_status forward_run(const selscan_problem *p, const selscan_cuda_ext *x, const selscan__prob &q, const fwd_plan &fp,
+                                  void *workspace, size_t bytes, cudaStream_t stream) {
+    scan_params P;
     selscan_status st;
     char *ws;
     cudaError_t *err = x ? x->cuda_error : NULL;
-    if ((st = selscan__check_problem(p, &q, 1)) != SELSCAN_OK) return st;
     selscan_diag *dg = p->diag;
-    if ((st = check_ext_cu(q, x, dg)) != SELSCAN_OK) return st;
     float *ck = x ? x->checkpoint_out : NULL;
-    if ((st = plan_forward(q, sm_count(), &fp, try_fast, ck != NULL, tu, dg)) != SELSCAN_OK) return st;
     if ((st = selscan__validate_forward_outputs(&q, NULL, 0, -1)) != SELSCAN_OK) return st;
     const int64_t ck_need = ck ? checkpoint_bytes(q) : 0;
     if (ck_need < 0) return fail(dg, SELSCAN_ERR_SHAPE, "checkpoint", SELSCAN_RULE_SIZE_OVERFLOWS);
     if (ck && x->checkpoint_bytes < static_cast<size_t>(ck_need)) return fail(dg, SELSCAN_ERR_WORKSPACE, "checkpoint", SELSCAN_RULE_TOO_SMALL);
     const selscan__ten ckt = flat(ck, ck_need), cut = flat(q.cu ? x->cu_seqlens_device : NULL, (q.nseq + 1) * 8);
-    const selscan__ten *all[] = {&q.u, &q.delta, &q.A, &q.B, &q.C, &q.D, &q.z, &q.bias, &q.h0, &q.y, &q.hlast, &cut, &ckt};
-    if (ck && (st = check_overlap(ckt, all, 12, dg, "checkpoint", "overlaps an operand")) != SELSCAN_OK) return st;
-    if (q.cu && ((st = check_overlap(q.y, &all[11], 1, dg, "cu_seqlens_device", "overlaps y")) != SELSCAN_OK ||
-                 (st = check_overlap(q.hlast, &all[11], 1, dg, "cu_seqlens_device", "overlaps h_last")) != SELSCAN_OK))
+    /* every operand, then cu_seqlens_device, then the checkpoint */
+    const selscan__ten *all[] = {SELSCAN__SCAN_OPERANDS(SELSCAN__OPD_ALL, &q) &cut, &ckt}, *cup[] = {&cut};
+    const int nall = SELSCAN__COUNT(all);
+    if (ck && (st = check_overlap(ckt, all, nall - 1, dg, "checkpoint", "overlaps an operand")) != SELSCAN_OK) return st;
+    if (q.cu && ((st = check_overlap(q.y, cup, 1, dg, "cu_seqlens_device", "overlaps y")) != SELSCAN_OK ||
+                 (st = check_overlap(q.hlast, cup, 1, dg, "cu_seqlens_device", "overlaps h_last")) != SELSCAN_OK))
         return st;
     if ((st = take_workspace(x, fp.ws_used, &workspace, &bytes, dg)) != SELSCAN_OK) return st;
     if ((st = check_workspace(workspace, bytes, fp.ws_used, &ws, dg)) != SELSCAN_OK) return st;
     const selscan__ten wst = flat(ws, fp.ws_used);
-    if (ws && (st = check_overlap(wst, all, 13, dg, "workspace", "overlaps an operand")) != SELSCAN_OK) return st;
+    if (ws && (st = check_overlap(wst, all, nall, dg, "workspace", "overlaps an operand")) != SELSCAN_OK) return st;
     fill_problem(P, q, x ? x->cu_seqlens_device : NULL);
     P.ck = ck;
     if (fp.shortK) return run_short_forward(q, P, fp, stream, err);
@@ -4093,12 +4115,22 @@ static selscan_status forward(const selscan_problem *p, const selscan_cuda_ext *
     return run_forward(q, P, fp, ws, stream, err);
 }
 
+/* The forward: checks, the plan (plan_forward, on this device), the launches */
+static selscan_status forward(const selscan_problem *p, const selscan_cuda_ext *x, void *workspace, size_t bytes, cudaStream_t stream) {
+    selscan__prob q;
+    fwd_plan fp;
+    selscan_status st;
+    if ((st = forward_begin(p, x, &q)) != SELSCAN_OK) return st;
+    if ((st = plan_forward(q, sm_count(), &fp, true, x && x->checkpoint_out, p->diag)) != SELSCAN_OK) return st;
+    return forward_run(p, x, q, fp, workspace, bytes, stream);
+}
+
 static selscan_status backward(const selscan_problem *p, const selscan_grads *g, const selscan_cuda_ext *x, void *workspace,
                                size_t bytes, cudaStream_t stream) {
     selscan__prob q;
     selscan__grd r;
     bwd_plan bp;
-    kparams P;
+    bwd_params P;
     selscan_status st;
     char *ws;
     cudaError_t *err = x ? x->cuda_error : NULL;
@@ -4110,20 +4142,22 @@ static selscan_status backward(const selscan_problem *p, const selscan_grads *g,
     if (ckin && x->checkpoint_bytes < static_cast<size_t>(bp.ck_bytes)) return fail(dg, SELSCAN_ERR_WORKSPACE, "checkpoint", SELSCAN_RULE_TOO_SMALL);
     {
         const selscan__ten ckt = flat(ckin, bp.ck_bytes), cut = flat(q.cu ? x->cu_seqlens_device : NULL, (q.nseq + 1) * 8);
-        const selscan__ten *outs[] = {&r.du, &r.ddelta, &r.dA, &r.dB, &r.dC, &r.dD, &r.dz, &r.dbias, &r.dh0};
-        const selscan__ten *all[] = {&r.du, &r.ddelta, &r.dA, &r.dB, &r.dC, &r.dD, &r.dz, &r.dbias, &r.dh0, &q.u, &q.delta, &q.A,
-                                     &q.B, &q.C, &q.D, &q.z, &q.bias, &q.h0, &r.dy, &r.dhlast, &ckt, &cut};
+        const selscan__ten *outs[] = {SELSCAN__GRAD_OPERANDS(SELSCAN__OPD_OUTS, &r)};
+        /* the gradients, the inputs (the problem's, then dy, dh_last), the checkpoint, cu_seqlens_device */
+        const selscan__ten *all[] = {SELSCAN__GRAD_OPERANDS(SELSCAN__OPD_OUTS, &r) SELSCAN__SCAN_OPERANDS(SELSCAN__OPD_INS, &q)
+                                         SELSCAN__GRAD_OPERANDS(SELSCAN__OPD_INS, &r) &ckt, &cut};
         const selscan__ten *ckp[] = {&ckt}, *cup[] = {&cut};
-        for (int i = 0; i < 9; i++) {
+        for (int i = 0; i < SELSCAN__COUNT(outs); i++) {
             if (ckin && (st = check_overlap(*outs[i], ckp, 1, dg, "checkpoint", "overlaps an output")) != SELSCAN_OK) return st;
             if (q.cu && (st = check_overlap(*outs[i], cup, 1, dg, "cu_seqlens_device", "overlaps an output")) != SELSCAN_OK) return st;
         }
         if ((st = take_workspace(x, bp.ws, &workspace, &bytes, dg)) != SELSCAN_OK) return st;
         if ((st = check_workspace(workspace, bytes, bp.ws, &ws, dg)) != SELSCAN_OK) return st;
         const selscan__ten wst = flat(ws, bp.ws);
-        if (ws && (st = check_overlap(wst, all, 22, dg, "workspace", "overlaps an operand")) != SELSCAN_OK) return st;
+        if (ws && (st = check_overlap(wst, all, SELSCAN__COUNT(all), dg, "workspace", "overlaps an operand")) != SELSCAN_OK) return st;
     }
     fill_problem(P, q, x ? x->cu_seqlens_device : NULL);
+    P.bf16 = q.dt == SELSCAN_BF16;
     return run_backward(q, r, P, bp, ckin, ws, stream, err);
 }
 
@@ -4132,7 +4166,7 @@ static selscan_status step(const selscan_step_problem *s, const selscan_cuda_ext
     selscan__stp q;
     selscan_status st = selscan__validate_step_ex(s, &q, 0);
     if (st != SELSCAN_OK) return st;
-    return launch_step(q, step_tune{0, 0, -1, 0, 0, 0, 0, 0}, stream, err, s->diag);
+    return launch_step(q, stream, err, s->diag);
 }
 
 /* ---------------------------------------------------------------------------------------------- */
@@ -4698,7 +4732,7 @@ static void conv_fill(conv_params &P, const selscan__cprob &q, const int64_t *dc
     P.batch = q.batch; P.dim = q.dim; P.L = q.L; P.nseq = q.nseq; P.rows = q.rows;
     P.W = static_cast<int>(q.W); P.silu = q.silu;
     P.cu = q.cu ? dcu : NULL;
-    P.x = mk(q.x); P.w = mk(q.w); P.bias = mk(q.bias); P.h0 = mk(q.h0); P.y = mk(q.y); P.hlast = mk(q.hlast);
+    SELSCAN__CONV_OPERANDS(SELSCAN__CUDA_CT, &q)
     P.clx = conv_lanes_cl(q.x); P.cly = conv_lanes_cl(q.y);
 }
 
@@ -4747,37 +4781,54 @@ static selscan_status conv_check_cu(const selscan__cprob &q, const selscan_cuda_
     return SELSCAN_OK;
 }
 
-/* rows < 0: never the rows path (tuning, bench/bench_cuda.cu; 0: wherever it applies) */
-static selscan_status conv_forward(const selscan_conv_problem *p, const selscan_cuda_ext *x, cudaStream_t stream, int rows = 0) {
-    selscan__cprob q;
-    conv_params P;
+/* A conv call's launches: the tiled kernels' grids (ntiles: tiles, backward: blocks, a batch row;
+   nblk the main kernel's blocks, naux final_state's / dinit_state's) and the rows path
+   (>>conv-rows: rows, with nseg segments of seglen steps a row in rblk blocks) where it applies */
+struct conv_plan {
+    int64_t ntiles, nblk, naux;
+    bool rows;
+    int64_t nseg, seglen, rblk;
+};
+
+/* The conv forward before its launches: validation, its parameters and plan */
+static selscan_status conv_forward_begin(const selscan_conv_problem *p, const selscan_cuda_ext *x, selscan__cprob *q, conv_params &P,
+                                         conv_plan *pl) {
     selscan_status st;
-    int64_t ntl, nblk, naux;
-    cudaError_t *err = x ? x->cuda_error : NULL;
-    if ((st = selscan__conv_validate_forward(p, &q)) != SELSCAN_OK) return st;
+    if ((st = selscan__conv_validate_forward(p, q)) != SELSCAN_OK) return st;
     selscan_diag *dg = p->diag;
-    const selscan__ten *outs[] = {&q.y, &q.hlast};
-    if ((st = conv_check_cu(q, x, outs, 2, dg)) != SELSCAN_OK) return st;
-    if (!conv_grids(q, kConvTL, &ntl, &nblk, &naux)) return fail_grid(dg);
-    conv_fill(P, q, x ? x->cu_seqlens_device : NULL);
-    P.ntiles = ntl;
-    int64_t nseg = 0, seglen = 0, rblk = 0;
-    const bool use_rows = rows >= 0 && !q.cu && !q.h0.data && conv_unit_l(q.x) && conv_unit_l(q.y) && conv_rows_plan(q, &nseg, &seglen, &rblk);
+    const selscan__ten *outs[] = {SELSCAN__CONV_OPERANDS(SELSCAN__OPD_OUTS, q)};
+    if ((st = conv_check_cu(*q, x, outs, SELSCAN__COUNT(outs), dg)) != SELSCAN_OK) return st;
+    if (!conv_grids(*q, kConvTL, &pl->ntiles, &pl->nblk, &pl->naux)) return fail_grid(dg);
+    conv_fill(P, *q, x ? x->cu_seqlens_device : NULL);
+    P.ntiles = pl->ntiles;
+    pl->nseg = pl->seglen = pl->rblk = 0;
+    pl->rows = !q->cu && !q->h0.data && conv_unit_l(q->x) && conv_unit_l(q->y) && conv_rows_plan(*q, &pl->nseg, &pl->seglen, &pl->rblk);
+    return SELSCAN_OK;
+}
+static selscan_status conv_forward_run(const selscan__cprob &q, const conv_params &P, const conv_plan &pl, cudaStream_t stream,
+                                       cudaError_t *err) {
     selscan_cuda_detail::with_dtype(q.dt, [&](auto tag) {
         using T = typename decltype(tag)::type;
         conv_with_width(P.W, [&](auto wc) {
-            if (use_rows) conv_fwd_rows_kernel<T, decltype(wc)::value><<<static_cast<unsigned>(rblk), kThreads, 0, stream>>>(P, nseg, seglen);
-            else conv_fwd_kernel<T, decltype(wc)::value><<<static_cast<unsigned>(nblk), kThreads, 0, stream>>>(P);
+            if (pl.rows) conv_fwd_rows_kernel<T, decltype(wc)::value><<<static_cast<unsigned>(pl.rblk), kThreads, 0, stream>>>(P, pl.nseg, pl.seglen);
+            else conv_fwd_kernel<T, decltype(wc)::value><<<static_cast<unsigned>(pl.nblk), kThreads, 0, stream>>>(P);
         });
     });
     SELSCAN__LAUNCHED();
     if (q.hlast.data) {
         selscan_cuda_detail::with_dtype(q.dt, [&](auto tag) {
-            conv_final_kernel<typename decltype(tag)::type><<<static_cast<unsigned>(naux), 256, 0, stream>>>(P);
+            conv_final_kernel<typename decltype(tag)::type><<<static_cast<unsigned>(pl.naux), 256, 0, stream>>>(P);
         });
         SELSCAN__LAUNCHED();
     }
     return SELSCAN_OK;
+}
+static selscan_status conv_forward(const selscan_conv_problem *p, const selscan_cuda_ext *x, cudaStream_t stream) {
+    selscan__cprob q;
+    conv_params P;
+    conv_plan pl;
+    const selscan_status st = conv_forward_begin(p, x, &q, P, &pl);
+    return st != SELSCAN_OK ? st : conv_forward_run(q, P, pl, stream, x ? x->cuda_error : NULL);
 }
 
 /* The backward's workspace bytes (before the alignment slack): the per-block partials, when
@@ -4801,80 +4852,97 @@ static selscan_status conv_workspace_size(const selscan_conv_problem *p, const s
     return SELSCAN_OK;
 }
 
-static selscan_status conv_backward(const selscan_conv_problem *p, const selscan_conv_grads *g, const selscan_cuda_ext *x,
-                                    void *workspace, size_t bytes, cudaStream_t stream, int rows = 0) {
-    selscan__cprob q;
-    selscan__cgrd r;
-    conv_params P;
+/* The conv backward before its launches: validation, the workspace (P.part: the partials), its
+   parameters and plan */
+static selscan_status conv_backward_begin(const selscan_conv_problem *p, const selscan_conv_grads *g, const selscan_cuda_ext *x,
+                                          void *workspace, size_t bytes, selscan__cprob *q, selscan__cgrd *r, conv_params &P,
+                                          conv_plan *pl) {
     selscan_status st;
-    int64_t ntb, nblk, naux;
     char *ws;
-    cudaError_t *err = x ? x->cuda_error : NULL;
-    if ((st = selscan__conv_validate_backward(p, g, &q, &r)) != SELSCAN_OK) return st;
+    if ((st = selscan__conv_validate_backward(p, g, q, r)) != SELSCAN_OK) return st;
     selscan_diag *dg = p->diag;
-    const selscan__ten *outs[] = {&r.dx, &r.dw, &r.dbias, &r.dh0};
-    if ((st = conv_check_cu(q, x, outs, 4, dg)) != SELSCAN_OK) return st;
-    if (!conv_grids(q, static_cast<int64_t>(kConvTB) * kConvTL, &ntb, &nblk, &naux)) return fail_grid(dg);
-    const int64_t need = conv_ws_need(q, r);
+    const selscan__ten *outs[] = {SELSCAN__CONV_GRAD_OPERANDS(SELSCAN__OPD_OUTS, r)};
+    if ((st = conv_check_cu(*q, x, outs, SELSCAN__COUNT(outs), dg)) != SELSCAN_OK) return st;
+    if (!conv_grids(*q, static_cast<int64_t>(kConvTB) * kConvTL, &pl->ntiles, &pl->nblk, &pl->naux)) return fail_grid(dg);
+    const int64_t need = conv_ws_need(*q, *r);
     if (need < 0) return fail_size(dg);
     if ((st = take_workspace(x, need, &workspace, &bytes, dg)) != SELSCAN_OK) return st;
     if ((st = check_workspace(workspace, bytes, need, &ws, dg)) != SELSCAN_OK) return st;
     if (ws) {
-        const selscan__ten wst = flat(ws, need), cut = flat(q.cu ? x->cu_seqlens_device : NULL, (q.nseq + 1) * 8);
-        const selscan__ten *all[] = {&q.x, &q.w, &q.bias, &q.h0, &r.dy, &r.dhlast, &r.dx, &r.dw, &r.dbias, &r.dh0, &cut};
-        if ((st = check_overlap(wst, all, 11, dg, "workspace", "overlaps an operand")) != SELSCAN_OK) return st;
+        const selscan__ten wst = flat(ws, need), cut = flat(q->cu ? x->cu_seqlens_device : NULL, (q->nseq + 1) * 8);
+        const selscan__ten *all[] = {SELSCAN__CONV_OPERANDS(SELSCAN__OPD_INS, q) SELSCAN__CONV_GRAD_OPERANDS(SELSCAN__OPD_ALL, r) &cut};
+        if ((st = check_overlap(wst, all, SELSCAN__COUNT(all), dg, "workspace", "overlaps an operand")) != SELSCAN_OK) return st;
     }
-    conv_fill(P, q, x ? x->cu_seqlens_device : NULL);
-    P.ntiles = ntb;
-    P.dy = mk(r.dy); P.dhlast = mk(r.dhlast); P.dx = mk(r.dx); P.dw = mk(r.dw); P.dbias = mk(r.dbias); P.dh0 = mk(r.dh0);
-    P.cldy = conv_lanes_cl(r.dy); P.cldx = conv_lanes_cl(r.dx);
+    conv_fill(P, *q, x ? x->cu_seqlens_device : NULL);
+    P.ntiles = pl->ntiles;
+    SELSCAN__CONV_GRAD_OPERANDS(SELSCAN__CUDA_CT, r)
+    P.cldy = conv_lanes_cl(r->dy); P.cldx = conv_lanes_cl(r->dx);
     P.part = need ? reinterpret_cast<float *>(ws) : NULL;
-    int64_t nseg = 0, seglen = 0, rblk = 0;
-    const bool use_rows = rows >= 0 && !q.cu && !q.h0.data && !r.dhlast.data && conv_unit_l(q.x) && conv_unit_l(r.dy) &&
-                          conv_unit_l(r.dx) && conv_rows_plan(q, &nseg, &seglen, &rblk);
+    pl->nseg = pl->seglen = pl->rblk = 0;
+    pl->rows = !q->cu && !q->h0.data && !r->dhlast.data && conv_unit_l(q->x) && conv_unit_l(r->dy) && conv_unit_l(r->dx) &&
+               conv_rows_plan(*q, &pl->nseg, &pl->seglen, &pl->rblk);
+    return SELSCAN_OK;
+}
+static selscan_status conv_backward_run(const selscan__cprob &q, const selscan__cgrd &r, const conv_params &P, const conv_plan &pl,
+                                        cudaStream_t stream, cudaError_t *err) {
     if (P.dx.p || P.part) {
         selscan_cuda_detail::with_dtype(q.dt, [&](auto tag) {
             using T = typename decltype(tag)::type;
             conv_with_width(P.W, [&](auto wc) {
-                if (use_rows) conv_bwd_rows_kernel<T, decltype(wc)::value><<<static_cast<unsigned>(rblk), kThreads, 0, stream>>>(P, nseg, seglen);
-                else conv_bwd_kernel<T, decltype(wc)::value><<<static_cast<unsigned>(nblk), kThreads, 0, stream>>>(P);
+                if (pl.rows) conv_bwd_rows_kernel<T, decltype(wc)::value><<<static_cast<unsigned>(pl.rblk), kThreads, 0, stream>>>(P, pl.nseg, pl.seglen);
+                else conv_bwd_kernel<T, decltype(wc)::value><<<static_cast<unsigned>(pl.nblk), kThreads, 0, stream>>>(P);
             });
         });
         SELSCAN__LAUNCHED();
     }
     if (P.part) {
-        conv_reduce_kernel<<<nblocks(q.dim * (q.W + 1), 256), 256, 0, stream>>>(P, q.batch * (use_rows ? nseg : ntb));
+        conv_reduce_kernel<<<nblocks(q.dim * (q.W + 1), 256), 256, 0, stream>>>(P, q.batch * (pl.rows ? pl.nseg : pl.ntiles));
         SELSCAN__LAUNCHED();
     }
     if (r.dh0.data) {
         selscan_cuda_detail::with_dtype(q.dt, [&](auto tag) {
-            conv_dinit_kernel<typename decltype(tag)::type><<<static_cast<unsigned>(naux), 256, 0, stream>>>(P);
+            conv_dinit_kernel<typename decltype(tag)::type><<<static_cast<unsigned>(pl.naux), 256, 0, stream>>>(P);
         });
         SELSCAN__LAUNCHED();
     }
     return SELSCAN_OK;
 }
-
-static selscan_status conv_step(const selscan_conv_step_problem *s, const selscan_cuda_ext *x, cudaStream_t stream, bool pdl = false) {
-    selscan__cstp q;
+static selscan_status conv_backward(const selscan_conv_problem *p, const selscan_conv_grads *g, const selscan_cuda_ext *x,
+                                    void *workspace, size_t bytes, cudaStream_t stream) {
+    selscan__cprob q;
+    selscan__cgrd r;
     conv_params P;
-    cudaError_t *err = x ? x->cuda_error : NULL;
-    selscan_status st = selscan__conv_validate_step_ex(s, &q, 0);
+    conv_plan pl;
+    const selscan_status st = conv_backward_begin(p, g, x, workspace, bytes, &q, &r, P, &pl);
+    return st != SELSCAN_OK ? st : conv_backward_run(q, r, P, pl, stream, x ? x->cuda_error : NULL);
+}
+
+/* The conv update before its launch: validation, its parameters and grid (channel blocks on x,
+   batch rows on y, at most 65535: rows beyond it a loop) */
+static selscan_status conv_step_begin(const selscan_conv_step_problem *s, selscan__cstp *q, conv_params &P, dim3 *grid) {
+    selscan_status st = selscan__conv_validate_step_ex(s, q, 0);
     if (st != SELSCAN_OK) return st;
-    const int64_t gx = cdiv(q.dim, kThreads), gy = q.batch < 65535 ? q.batch : 65535; /* rows beyond: a loop */
+    const int64_t gx = cdiv(q->dim, kThreads), gy = q->batch < 65535 ? q->batch : 65535;
     if (gx > kMaxGrid) return fail_grid(s->diag);
     memset(&P, 0, sizeof P);
-    P.batch = q.batch; P.dim = q.dim; P.L = q.L; P.S = q.S; P.ncache = q.ncache; P.W = static_cast<int>(q.W); P.silu = q.silu;
-    P.prmT = q.wT; /* (= q.biasT: one flag) */
-    P.idx = q.idx;
-    P.state = mk(q.state); P.x = mk(q.x); P.w = mk(q.w); P.bias = mk(q.bias); P.y = mk(q.y);
+    P.batch = q->batch; P.dim = q->dim; P.L = q->L; P.S = q->S; P.ncache = q->ncache; P.W = static_cast<int>(q->W); P.silu = q->silu;
+    P.prmT = q->wT; /* (= q->biasT: one flag) */
+    P.idx = q->idx;
+    SELSCAN__CONV_STEP_OPERANDS(SELSCAN__CUDA_CT, q)
+    *grid = dim3(static_cast<unsigned>(gx), static_cast<unsigned>(gy));
+    return SELSCAN_OK;
+}
+/* The conv update, launched plainly (see conv_step_kernel) */
+static selscan_status conv_step(const selscan_conv_step_problem *s, const selscan_cuda_ext *x, cudaStream_t stream) {
+    selscan__cstp q;
+    conv_params P;
+    dim3 grid;
+    cudaError_t *err = x ? x->cuda_error : NULL;
+    const selscan_status st = conv_step_begin(s, &q, P, &grid);
+    if (st != SELSCAN_OK) return st;
     selscan_cuda_detail::with_dtype(q.dt, [&](auto tag) {
         using T = typename decltype(tag)::type;
-        conv_with_width(P.W, [&](auto wc) {
-            const dim3 grid(static_cast<unsigned>(gx), static_cast<unsigned>(gy));
-            if (pdl) launch_pdl(conv_step_kernel<T, decltype(wc)::value>, grid, kThreads, 0, stream, P);
-            else conv_step_kernel<T, decltype(wc)::value><<<grid, kThreads, 0, stream>>>(P);
-        });
+        conv_with_width(P.W, [&](auto wc) { conv_step_kernel<T, decltype(wc)::value><<<grid, kThreads, 0, stream>>>(P); });
     });
     SELSCAN__LAUNCHED();
     return SELSCAN_OK;
@@ -4882,57 +4950,9 @@ static selscan_status conv_step(const selscan_conv_step_problem *s, const selsca
 
 } /* namespace selscan_cuda_detail */
 
-#undef SELSCAN__CU
-#undef SELSCAN__LAUNCHED
-
 /* ---------------------------------------------------------------------------------------------- */
 /* >>public          public entries                                                               */
 /* ---------------------------------------------------------------------------------------------- */
-
-/* The forward with its plan forced, for tuning (bench/bench_cuda.cu): npt < 0 runs the general
-   kernel where the fast one would apply (other values: the automatic choice); nlch > 0 forces
-   the general kernel's L chunks (its workspace then holds 3 * batch * dim * nlch * N floats, each
-   third 256-byte aligned, plus 255 bytes of alignment slack); lchunk > 0 the fast forward's L
-   chunks of that many steps (the same workspace); shortk < 0 never the short-prefill forward,
-   4 / 8 / 16 wherever it applies with that many steps a lane (0: the automatic choice). */
-static SELSCAN__MAYBE_UNUSED selscan_status selscan__forward_cuda_tuned(const selscan_problem *p, const selscan_cuda_ext *x, void *workspace,
-                                                  size_t bytes, cudaStream_t stream, int npt, int64_t nlch, int64_t lchunk = 0,
-                                                  int shortk = 0) {
-    return selscan_cuda_detail::forward(p, x, workspace, bytes, stream, npt >= 0, selscan_cuda_detail::fwd_tune{nlch, lchunk, shortk});
-}
-
-/* The step with its kernel's shape forced (S states a thread, R batch rows a block; 0: automatic;
-   S = -1: the earlier kernel, with SELSCAN__STEP_SWEEP), programmatic dependent launch on (pdl < 0:
-   where available) or off (0), the FAST form never (fast < 0), step_loop_kernel never (loop < 0)
-   or wherever it applies (loop > 0), step_lat_kernel never (lat < 0), by the launcher's rule (lat
-   0: not when S, R or loop is forced) or wherever it applies (lat 1), for tuning
-   (bench/bench_cuda.cu, tests/test_cuda.cu). */
-static SELSCAN__MAYBE_UNUSED selscan_status selscan__step_cuda_tuned(const selscan_step_problem *s, cudaError_t *err, cudaStream_t stream, int S,
-                                               int R, int pdl, int fast = 0, int minb = 0, int loop = 0, int lat = 0) {
-    selscan__stp q;
-    selscan_status st = selscan__validate_step_ex(s, &q, 0);
-    if (st != SELSCAN_OK) return st;
-    return selscan_cuda_detail::launch_step(q, selscan_cuda_detail::step_tune{S, R, pdl, fast, minb, loop, 0, lat}, stream, err,
-                                            s->diag);
-}
-
-/* The conv forward / backward with the rows path (>>conv-rows) never taken (rows < 0) or
-   wherever it applies (0), for tuning and for tests of the tiled kernels (bench/bench_cuda.cu,
-   tests/test_cuda_conv.cu). */
-static SELSCAN__MAYBE_UNUSED selscan_status selscan__conv_forward_cuda_tuned(const selscan_conv_problem *p, const selscan_cuda_ext *x,
-                                                                             cudaStream_t stream, int rows) {
-    return selscan_cuda_detail::conv_forward(p, x, stream, rows);
-}
-/* The conv step with programmatic dependent launch (pdl true) or without (the default), for tuning. */
-static SELSCAN__MAYBE_UNUSED selscan_status selscan__conv_step_cuda_tuned(const selscan_conv_step_problem *s, const selscan_cuda_ext *x,
-                                                                          cudaStream_t stream, bool pdl) {
-    return selscan_cuda_detail::conv_step(s, x, stream, pdl);
-}
-static SELSCAN__MAYBE_UNUSED selscan_status selscan__conv_backward_cuda_tuned(const selscan_conv_problem *p, const selscan_conv_grads *g,
-                                                                              const selscan_cuda_ext *x, void *workspace, size_t bytes,
-                                                                              cudaStream_t stream, int rows) {
-    return selscan_cuda_detail::conv_backward(p, g, x, workspace, bytes, stream, rows);
-}
 
 extern "C" {
 
@@ -4951,12 +4971,12 @@ SELSCAN_DEF selscan_status selscan_workspace_size_cuda_ex(const selscan_problem 
 
 SELSCAN_DEF selscan_status selscan_forward_cuda_ex(const selscan_problem *p, const selscan_cuda_ext *x,
                                                    void *workspace, size_t bytes, cudaStream_t stream) {
-    return selscan__forward_cuda_tuned(p, x, workspace, bytes, stream, 0, 0);
+    return selscan_cuda_detail::forward(p, x, workspace, bytes, stream);
 }
 
 SELSCAN_DEF selscan_status selscan_forward_cuda(const selscan_problem *p, void *workspace, size_t bytes,
                                                 cudaStream_t stream) {
-    return selscan__forward_cuda_tuned(p, NULL, workspace, bytes, stream, 0, 0);
+    return selscan_cuda_detail::forward(p, NULL, workspace, bytes, stream);
 }
 
 SELSCAN_DEF selscan_status selscan_backward_cuda_ex(const selscan_problem *p, const selscan_grads *g,
@@ -5001,6 +5021,246 @@ SELSCAN_DEF selscan_status selscan_conv_step_cuda(const selscan_conv_step_proble
 }
 
 } /* extern "C" */
+
+/* ============================================================================================= */
+/* >>bench           bench-only: forced plans and kernels (SELSCAN__CUDA_TUNING)                 */
+/* ============================================================================================= */
+/* Compiled only where SELSCAN__CUDA_TUNING is defined before the implementation's include
+   (bench/bench_cuda.cu; tests/test_cuda.cu and tests/test_cuda_conv.cu, to reach every kernel):
+   entries that force what the plans above choose by rule, for the benchmark's tuning tables.
+   Nothing above depends on this section; it adds no kernel instantiation, except the step's
+   sweep shapes with SELSCAN__STEP_SWEEP too (bench/bench_cuda.cu): step_vec_kernel with R = 2
+   batch rows a block, S = 16 states a lane, and the FAST form's register bounds of 12 / 16
+   blocks an SM (bench/DECISIONS.md: CUDA-v37, v48, v51 / v52: all slower). */
+#ifdef SELSCAN__CUDA_TUNING
+namespace selscan_cuda_detail {
+
+/* The forward's plan forced (zero: the rule): nlch > 0 the general kernel's L chunks, lchunk > 0
+   the fast forward's chunk length in steps (rounded up to kFL), shortk the short-prefill forward
+   never (< 0) or wherever it applies with K = shortk (4 / 8 / 16; 16 only for 2-byte types, f32
+   runs 8). */
+struct fwd_tune {
+    int64_t nlch, lchunk;
+    int shortk;
+};
+/* plan_fast_forward (need_y) with tu's forcing */
+static void plan_fast_forward_tuned(const selscan__prob &q, int64_t sms, fwd_plan *pl, bool ck, const fwd_tune &tu) {
+    pl->fastS = pl->fastCL = pl->shortK = 0;
+    fast_fwd_layout fl;
+    int64_t sblocks;
+    if (!fast_forward_layout(q, true, &fl)) return;
+    const int64_t lchunk = tu.lchunk > 0 ? cdiv(tu.lchunk, kFL) * kFL : fast_forward_lchunk(q, fl, sms);
+    if (!fast_forward_chunks(q, fl, lchunk, pl)) return;
+    if (!short_forward_fits(q, fl, true, ck, &sblocks) || tu.shortk < 0) return;
+    if (tu.shortk > 0) pl->shortK = tu.shortk <= 4 ? 4 : tu.shortk >= 16 ? 16 : 8;
+    else pl->shortK = short_forward_steps(q, fl, sblocks, sms);
+}
+/* plan_forward with tu's forcing; try_fast false: the general kernel */
+static selscan_status plan_forward_tuned(const selscan__prob &q, int64_t sms, fwd_plan *pl, bool try_fast, bool ck, const fwd_tune &tu,
+                                         selscan_diag *dg) {
+    selscan_status st;
+    int64_t blocks;
+    if ((st = plan_forward_layout(q, pl, &blocks, dg)) != SELSCAN_OK) return st;
+    const int64_t nl = tu.nlch > 0 ? tu.nlch : forward_lchunks(q, blocks, sms);
+    if ((st = plan_forward_chunks(q, blocks, nl, pl, dg)) != SELSCAN_OK) return st;
+    if (try_fast) plan_fast_forward_tuned(q, sms, pl, ck, tu);
+    pl->ws_used = pl->shortK ? 0 : pl->ws;
+    return SELSCAN_OK;
+}
+static selscan_status forward_tuned(const selscan_problem *p, const selscan_cuda_ext *x, void *workspace, size_t bytes,
+                                    cudaStream_t stream, bool try_fast, const fwd_tune &tu) {
+    selscan__prob q;
+    fwd_plan fp;
+    selscan_status st;
+    if ((st = forward_begin(p, x, &q)) != SELSCAN_OK) return st;
+    if ((st = plan_forward_tuned(q, sm_count(), &fp, try_fast, x && x->checkpoint_out, tu, p->diag)) != SELSCAN_OK) return st;
+    return forward_run(p, x, q, fp, workspace, bytes, stream);
+}
+
+/* The step's kernel forced (zero: the rule): S states a lane (< 0: step_kernel, the float4
+   kernels skipped), R batch rows a block, pdl: < 0 programmatic dependent launch where the device
+   has it, 0 never; fast < 0: never the FAST form; minb: the FAST form's register bound (12 or 16
+   blocks an SM, SELSCAN__STEP_SWEEP); loop < 0: never step_loop_kernel, > 0: wherever it
+   applies; lat < 0: never step_lat_kernel, 0: by its rule where nothing else is forced, > 0:
+   wherever it applies. */
+struct step_tune {
+    int S, R, pdl, fast, minb, loop, lat;
+};
+/* step_vec_kernel in the sweep's shapes: R batch rows a block (R = 1: launch_step_vec_s, the
+   launcher's kernels), the FAST form's register bound minb where 12 or 16 */
+template <typename T, int S, int R>
+static void launch_step_vec_sweep(int minb, const step_choice &c, const step_params &sp, dim3 grid, bool pdl, cudaStream_t stream) {
+    if constexpr (S == 8) {
+        if (sp.NT == 2 && c.fast && !c.lat && c.loop_slices == 0 && (minb == 12 || minb == 16)) {
+            if (minb == 12) launch_step_vec<T, S, R, 2, true, 12>(sp, grid, pdl, stream);
+            else launch_step_vec<T, S, R, 2, true, 16>(sp, grid, pdl, stream);
+            return;
+        }
+    }
+    if constexpr (R == 1) {
+        launch_step_vec_s<T, S>(c, sp, grid, pdl, stream);
+    } else {
+        if constexpr (S == 8) {
+            if (sp.NT == 2 && c.fast) {
+                launch_step_vec<T, S, R, 2, true, SELSCAN_CUDA_STEP_MINBLOCKS>(sp, grid, pdl, stream);
+                return;
+            }
+        }
+        launch_step_vec<T, S, R, 0, false, 0>(sp, grid, pdl, stream);
+    }
+}
+template <typename T, int R>
+static bool launch_step_vec_sweep_r(int minb, const step_choice &c, const step_params &sp, dim3 grid, bool pdl, cudaStream_t stream) {
+    if (c.S == 8) launch_step_vec_sweep<T, 8, R>(minb, c, sp, grid, pdl, stream);
+    else if (c.S == 4) launch_step_vec_sweep<T, 4, R>(minb, c, sp, grid, pdl, stream);
+    else if (c.S == 16) launch_step_vec_sweep<T, 16, R>(minb, c, sp, grid, pdl, stream);
+    else return false;
+    return true;
+}
+/* the float4 kernel of c with R rows a block and tu.minb; false: no kernel of that shape compiled
+   (without SELSCAN__STEP_SWEEP: the launcher's, S 8 or 4 and R 1, minb ignored) */
+template <typename T>
+static bool launch_step_vec_tuned(const step_tune &tu, int R, const step_choice &c, const step_params &sp, dim3 grid, bool pdl,
+                                  cudaStream_t stream) {
+#ifdef SELSCAN__STEP_SWEEP
+    if (R == 1) return launch_step_vec_sweep_r<T, 1>(tu.minb, c, sp, grid, pdl, stream);
+    if (R == 2) return launch_step_vec_sweep_r<T, 2>(tu.minb, c, sp, grid, pdl, stream);
+    return false;
+#else
+    (void)tu;
+    if (R != 1 || (c.S != 8 && c.S != 4)) return false;
+    if (c.S == 8) launch_step_vec_s<T, 8>(c, sp, grid, pdl, stream);
+    else launch_step_vec_s<T, 4>(c, sp, grid, pdl, stream);
+    return true;
+#endif
+}
+/* launch_step with tu's forcing */
+static selscan_status launch_step_tuned(const selscan__stp &q, const step_tune &tu, cudaStream_t stream, cudaError_t *err,
+                                        selscan_diag *dg) {
+    const bool pdl = tu.pdl != 0 && pdl_available();
+    const int R = tu.R > 0 ? tu.R : 1;
+    step_choice c = {tu.S > 0 ? tu.S : q.N % 8 == 0 && q.N != 8 ? 8 : 4, false, false, 0};
+    if (tu.S < 0 || !step_vec_fits(q, c.S)) return launch_step_one(q, stream, err, dg);
+    step_params sp;
+    dim3 grid;
+    selscan_status st;
+    if ((st = step_vec_setup(q, c.S, R, &sp, &grid, dg)) != SELSCAN_OK) return st;
+    c.fast = tu.fast >= 0 && step_fast_operands(sp);
+    const bool lat_rule = tu.lat == 0 && tu.S <= 0 && tu.R <= 0 && tu.loop <= 0 && step_lat_rule(q, grid.y);
+    const bool pair = step_pair_form(q, c, R, sp);
+    c.lat = pair && (tu.lat > 0 || lat_rule);
+    if (pair && !c.lat && tu.loop >= 0) {
+        const int64_t slices = step_loop_slices(q, sp, grid.y);
+        if (step_loop_rule(q, slices) || tu.loop > 0) c.loop_slices = step_loop_grid(q, slices);
+    }
+    const bool ok = selscan_cuda_detail::with_dtype(q.dt, [&](auto tag) {
+        return launch_step_vec_tuned<typename decltype(tag)::type>(tu, R, c, sp, grid, pdl, stream);
+    });
+    if (!ok) return fail(dg, SELSCAN_ERR_UNSUPPORTED, "state", SELSCAN_RULE_NO_STEP_KERNEL);
+    SELSCAN__LAUNCHED();
+    return SELSCAN_OK;
+}
+
+/* The conv forward / backward with the rows path never taken (rows < 0) or by its rule (0) */
+static selscan_status conv_forward_tuned(const selscan_conv_problem *p, const selscan_cuda_ext *x, cudaStream_t stream, int rows) {
+    selscan__cprob q;
+    conv_params P;
+    conv_plan pl;
+    const selscan_status st = conv_forward_begin(p, x, &q, P, &pl);
+    if (st != SELSCAN_OK) return st;
+    if (rows < 0) pl.rows = false;
+    return conv_forward_run(q, P, pl, stream, x ? x->cuda_error : NULL);
+}
+static selscan_status conv_backward_tuned(const selscan_conv_problem *p, const selscan_conv_grads *g, const selscan_cuda_ext *x,
+                                          void *workspace, size_t bytes, cudaStream_t stream, int rows) {
+    selscan__cprob q;
+    selscan__cgrd r;
+    conv_params P;
+    conv_plan pl;
+    const selscan_status st = conv_backward_begin(p, g, x, workspace, bytes, &q, &r, P, &pl);
+    if (st != SELSCAN_OK) return st;
+    if (rows < 0) pl.rows = false;
+    return conv_backward_run(q, r, P, pl, stream, x ? x->cuda_error : NULL);
+}
+/* The conv update with programmatic dependent launch (pdl) or plainly, as conv_step */
+static selscan_status conv_step_tuned(const selscan_conv_step_problem *s, const selscan_cuda_ext *x, cudaStream_t stream, bool pdl) {
+    selscan__cstp q;
+    conv_params P;
+    dim3 grid;
+    cudaError_t *err = x ? x->cuda_error : NULL;
+    const selscan_status st = conv_step_begin(s, &q, P, &grid);
+    if (st != SELSCAN_OK) return st;
+    selscan_cuda_detail::with_dtype(q.dt, [&](auto tag) {
+        using T = typename decltype(tag)::type;
+        conv_with_width(P.W, [&](auto wc) {
+            if (pdl) launch_pdl(conv_step_kernel<T, decltype(wc)::value>, grid, kThreads, 0, stream, P);
+            else conv_step_kernel<T, decltype(wc)::value><<<grid, kThreads, 0, stream>>>(P);
+        });
+    });
+    SELSCAN__LAUNCHED();
+    return SELSCAN_OK;
+}
+
+} /* namespace selscan_cuda_detail */
+
+/* The forward with its plan forced: npt < 0 runs the general kernel where the fast one would apply
+   (other values: the automatic choice); nlch > 0 forces the general kernel's L chunks (its
+   workspace then holds 3 * batch * dim * nlch * N floats, each third 256-byte aligned, plus 255
+   bytes of alignment slack); lchunk > 0 the fast forward's L chunks of that many steps (the same
+   workspace); shortk < 0 never the short-prefill forward, 4 / 8 / 16 wherever it applies with
+   that many steps a lane (0: the automatic choice). (bench/bench_cuda.cu, tests/test_cuda.cu) */
+static SELSCAN__MAYBE_UNUSED selscan_status selscan__forward_cuda_tuned(const selscan_problem *p, const selscan_cuda_ext *x, void *workspace,
+                                                                        size_t bytes, cudaStream_t stream, int npt, int64_t nlch,
+                                                                        int64_t lchunk = 0, int shortk = 0) {
+    return selscan_cuda_detail::forward_tuned(p, x, workspace, bytes, stream, npt >= 0,
+                                              selscan_cuda_detail::fwd_tune{nlch, lchunk, shortk});
+}
+
+/* The step with its kernel's shape forced (S states a thread, R batch rows a block; 0: automatic;
+   S < 0: step_kernel, the float4 kernels skipped), programmatic dependent launch on (pdl < 0:
+   where available) or off (0), the FAST form never (fast < 0), its register bound (minb, with
+   SELSCAN__STEP_SWEEP), step_loop_kernel never (loop < 0) or wherever it applies (loop > 0),
+   step_lat_kernel never (lat < 0), by the launcher's rule (lat 0: not when S, R or loop is
+   forced) or wherever it applies (lat 1) (bench/bench_cuda.cu, tests/test_cuda.cu). A shape not
+   compiled: SELSCAN_ERR_UNSUPPORTED (SELSCAN_RULE_NO_STEP_KERNEL). */
+static SELSCAN__MAYBE_UNUSED selscan_status selscan__step_cuda_tuned(const selscan_step_problem *s, cudaError_t *err, cudaStream_t stream,
+                                                                     int S, int R, int pdl, int fast = 0, int minb = 0, int loop = 0,
+                                                                     int lat = 0) {
+    selscan__stp q;
+    selscan_status st = selscan__validate_step_ex(s, &q, 0);
+    if (st != SELSCAN_OK) return st;
+    return selscan_cuda_detail::launch_step_tuned(q, selscan_cuda_detail::step_tune{S, R, pdl, fast, minb, loop, lat}, stream, err,
+                                                  s->diag);
+}
+
+/* The conv forward / backward with the rows path (>>conv-rows) never taken (rows < 0) or
+   wherever it applies (0): the tiled kernels' tests and tuning (bench/bench_cuda.cu,
+   tests/test_cuda_conv.cu). */
+static SELSCAN__MAYBE_UNUSED selscan_status selscan__conv_forward_cuda_tuned(const selscan_conv_problem *p, const selscan_cuda_ext *x,
+                                                                             cudaStream_t stream, int rows) {
+    return selscan_cuda_detail::conv_forward_tuned(p, x, stream, rows);
+}
+static SELSCAN__MAYBE_UNUSED selscan_status selscan__conv_backward_cuda_tuned(const selscan_conv_problem *p, const selscan_conv_grads *g,
+                                                                              const selscan_cuda_ext *x, void *workspace, size_t bytes,
+                                                                              cudaStream_t stream, int rows) {
+    return selscan_cuda_detail::conv_backward_tuned(p, g, x, workspace, bytes, stream, rows);
+}
+/* The conv step with programmatic dependent launch (pdl true) or without (conv_step's way). */
+static SELSCAN__MAYBE_UNUSED selscan_status selscan__conv_step_cuda_tuned(const selscan_conv_step_problem *s, const selscan_cuda_ext *x,
+                                                                          cudaStream_t stream, bool pdl) {
+    return selscan_cuda_detail::conv_step_tuned(s, x, stream, pdl);
+}
+#endif /* SELSCAN__CUDA_TUNING */
+
+#undef SELSCAN__CU
+#undef SELSCAN__LAUNCHED
+#undef SELSCAN__CUDA_CT
+#undef SELSCAN__CUDA_CT_GRAD
+#undef SELSCAN__CUDA_CT_GRAD_SEQ
+#undef SELSCAN__CUDA_CT_GRAD_ROWS
+#undef SELSCAN__CUDA_CT_GRAD_DN
+#undef SELSCAN__CUDA_CT_GRAD_BC
+#undef SELSCAN__CUDA_CT_GRAD_DIM
 
 #endif /* SELSCAN__CUDA_IMPLEMENTED */
 #endif /* SELSCAN_CUDA_IMPLEMENTATION */

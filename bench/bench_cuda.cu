@@ -27,7 +27,8 @@
  */
 #define SELSCAN_IMPLEMENTATION
 #define SELSCAN_CUDA_IMPLEMENTATION
-#define SELSCAN__STEP_SWEEP /* the step launcher's every (S, R) and its earlier kernel, for the --graphs table */
+#define SELSCAN__CUDA_TUNING /* selscan_cuda.cuh >>bench: the selscan__*_cuda_tuned entries */
+#define SELSCAN__STEP_SWEEP /* the step launcher's every (S, R), for the --graphs table */
 #include "selscan_cuda.cuh"
 
 #include <cuda_runtime.h>
@@ -291,10 +292,10 @@ static void bench_step_graphs(GraphTimer &gt, double bw, const char *only_dt, bo
     /* mamba_ssm's selective_state_update (Triton) under graphs: the issue's table (timed 2026-11-24 by the project; its method names no L2 flush) */
     static const double peer[5][2] = {{2.22, 1.95}, {4.52, 4.91}, {12.72, 13.8}, {53.73, 51.33}, {6.29, 6.5}};
     printf("\nstep under CUDA graphs (%d calls a graph, %d distinct f32 states, L2 flushed before each replay; softplus, D, z,\n"
-           "delta_bias, variable B / C): us a call, median of 11 replays. before: the earlier kernel (step_fast_kernel);\n"
+           "delta_bias, variable B / C): us a call, median of 11 replays. v50: the launcher's choice without step_lat_kernel;\n"
            "now: the launcher's choice, with programmatic dependent launch (pdl) and without; floor: state read + written at %.0f GB/s\n",
            NG, NG, bw / 1e9);
-    printf("%-14s %-5s | %8s %8s %8s %8s | %8s %8s %8s | %7s %7s | %8s\n", "batch,dim,N", "dtype", "before", "v50", "now", "now-pdl",
+    printf("%-14s %-5s | %8s %8s %8s | %8s %8s %8s | %7s %7s | %8s\n", "batch,dim,N", "dtype", "v50", "now", "now-pdl",
            "copy", "rmw", "floor", "x floor", "x rmw", "json-mb");
     int si = 0;
     const int64_t only_batch = getenv("SELSCAN_BENCH_STEP_BATCH") ? atoll(getenv("SELSCAN_BENCH_STEP_BATCH")) : 0;
@@ -316,7 +317,7 @@ static void bench_step_graphs(GraphTimer &gt, double bw, const char *only_dt, bo
                     }
                 });
             };
-            const float before = step(-1, 0, 0), now = step(0, 0, -1), nowp = step(0, 0, 0);
+            const float now = step(0, 0, -1), nowp = step(0, 0, 0);
             const float prev = gt.time([&] { /* v50's choice (loop / vec kernels, not the latency kernel) */
                 for (int i = 0; i < NG; i++) {
                     s.state.data = st[i];
@@ -336,8 +337,8 @@ static void bench_step_graphs(GraphTimer &gt, double bw, const char *only_dt, bo
             const double floor_us = 2.0 * sbytes / bw * 1e6;
             char name[64];
             snprintf(name, sizeof name, "%lld,%lld,%lld", (long long)B, (long long)Dm, (long long)N);
-            printf("%-14s %-5s | %8.2f %8.2f %8.2f %8.2f | %8.2f %8.2f %8.2f | %7.2f %7.2f | %8.2f\n", name, di ? "bf16" : "f32", before,
-                   prev, now, nowp, copy, rmw, floor_us, now / floor_us, now / rmw, peer[si][di]);
+            printf("%-14s %-5s | %8.2f %8.2f %8.2f | %8.2f %8.2f %8.2f | %7.2f %7.2f | %8.2f\n", name, di ? "bf16" : "f32", prev, now, nowp,
+                   copy, rmw, floor_us, now / floor_us, now / rmw, peer[si][di]);
             fflush(stdout);
             if (di == 0 && (!only_dt || strcmp(only_dt, "f32") == 0)) { /* the bound: bare in-place streams, same method */
                 float4 *const *s4 = reinterpret_cast<float4 *const *>(st.data());

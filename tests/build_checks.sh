@@ -109,7 +109,7 @@ if [ "$NVCC" != none ] && have "$NVCC"; then
         $NVCC -arch=sm_90 -std=c++17 -O0 -Werror all-warnings -Xcompiler -Wall,-Wextra,-Werror -c $SRC/cuda_tu.cu -o "$OUT/cuda_tu_w.o"
     start "$NVCC SELSCAN_VALIDATION_ONLY TU + the bindings' CUDA shim warnings-clean, linked with a C implementation TU (no duplicate symbols)" \
         sh -c "$NVCC -arch=sm_90 -std=c++17 -O0 -Werror all-warnings -Xcompiler -Wall,-Wextra,-Werror -Xptxas -O1 -I. -c $SRC/cuda_vo.cu -o $OUT/cuda_vo.o && ${ccs[0]:-cc} -std=c99 -O0 -c $SRC/impl.c -o $OUT/impl_vo.o && ld -r $OUT/cuda_vo.o $OUT/impl_vo.o -o $OUT/cuda_vo_link.o"
-    start "$NVCC a user's .cu with its own cdiv, mk, ld, st, flat, fill_problem, kparams, ... around the implementation (warnings-clean)" \
+    start "$NVCC a user's .cu with its own cdiv, mk, ld, st, flat, fill_problem, scan_params, ... around the implementation (warnings-clean)" \
         $NVCC -arch=sm_90 -std=c++17 -O0 -Werror all-warnings -Xcompiler -Wall,-Wextra,-Werror -Xptxas -O1 -c $SRC/cuda_user_names.cu -o "$OUT/cuda_user_names.o"
 else
     skip "nvcc (not found)"

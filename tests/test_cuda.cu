@@ -14,6 +14,7 @@
  */
 #define SELSCAN_IMPLEMENTATION
 #define SELSCAN_CUDA_IMPLEMENTATION
+#define SELSCAN__CUDA_TUNING /* selscan_cuda.cuh >>bench: selscan__forward_cuda_tuned, selscan__step_cuda_tuned */
 #include "selscan_cuda.cuh"
 
 #include <cuda_runtime.h>

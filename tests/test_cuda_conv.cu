@@ -16,6 +16,7 @@
  */
 #define SELSCAN_IMPLEMENTATION
 #define SELSCAN_CUDA_IMPLEMENTATION
+#define SELSCAN__CUDA_TUNING /* selscan_cuda.cuh >>bench: selscan__conv_*_cuda_tuned (the tiled kernels forced) */
 #include "selscan_cuda.cuh"
 
 #include <cuda_runtime.h>

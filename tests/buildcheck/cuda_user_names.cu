@@ -1,5 +1,5 @@
 // Build check: a user's .cu file that has its own helpers, types and kernels named like the CUDA
-// implementation's internals (cdiv, al, mk, ld, st, flat, fill_problem, kparams, ...), defined
+// implementation's internals (cdiv, al, mk, ld, st, flat, fill_problem, scan_params, ...), defined
 // before and after the implementation's include, compiles warnings-clean: the implementation's
 // names live in namespace selscan_cuda_detail, none in the user's global namespace.
 #include <stddef.h>
@@ -17,6 +17,7 @@ static int pow2ceil(int64_t x) {
 static unsigned nblocks(int64_t n, int t) { return static_cast<unsigned>(cdiv(n, t)); }
 struct ct { void *p; int64_t s[4]; };
 struct kparams { int64_t batch, dim; };
+struct scan_params { int64_t batch; };
 struct h16 { unsigned short bits; };
 struct fwd_plan { int n; };
 struct bwd_plan { int n; };
@@ -26,6 +27,7 @@ const int kThreads = 256;
 const int kCK = 32;
 static ct mk(void *p) { ct r = {p, {1, 0, 0, 0}}; return r; }
 static void fill_problem(kparams &P, int64_t b, int64_t d) { P.batch = b; P.dim = d; }
+static scan_params scan_of(const kparams &P) { scan_params r = {P.batch}; return r; }
 static int flat(const void *p, int64_t bytes) { return p ? static_cast<int>(bytes) : 0; }
 template <typename T> __device__ float ld(const void *p, int64_t i) { return static_cast<float>(static_cast<const T *>(p)[i]); }
 template <typename T> __device__ void st(void *p, int64_t i, float v) { static_cast<T *>(p)[i] = static_cast<T>(v); }
@@ -63,7 +65,7 @@ int cuda_user_names_check(void) {
     dtype_tag<int> t = {4};
     h16 h = {5};
     int64_t n = cdiv(P.batch * P.dim, kThreads) + static_cast<int64_t>(al(7)) + pow2ceil(9) + nblocks(100, kCK) + mk(NULL).s[0];
-    n += flat(&n, 8) + f.n + b.n + c.v + t.v + h.bits + sm_count() + fail("x");
+    n += flat(&n, 8) + f.n + b.n + c.v + t.v + h.bits + sm_count() + fail("x") + scan_of(P).batch;
     n += with_dtype(SELSCAN_BF16, [](int v) { return v; });
     selscan_status s1 = forward(NULL, NULL, 0, 0), s2 = backward(NULL, NULL, NULL, 0, 0), s3 = step(NULL, NULL, 0);
     void (*k0)(float *, int64_t) = carry_kernel;
