@@ -3458,7 +3458,7 @@ static bool fast_forward_takes(const selscan_problem *p) {
     selscan__prob q;
     fwd_plan pl;
     if (selscan__check_problem(p, &q, 1) != SELSCAN_OK) return false;
-    return plan_forward(q, kPlanMaxSMs, &pl, true, false, fwd_tune{0, 0, 0}, NULL) == SELSCAN_OK && pl.fastS != 0;
+    return plan_forward(q, kPlanMaxSMs, &pl, true, false, NULL) == SELSCAN_OK && pl.fastS != 0;
 }
 
 /* ---------------------------------------------------------------------------------------------- */
