@@ -609,8 +609,9 @@ def _hy_fused_args(self, args, kwargs, cache_name):
     accelerate hooks (the block reads the weights directly, where transformers'
     force_accelerate_hooks would fire them). Other keywords (the model's **kwargs passed down, e.g.
     the Trainer's num_items_in_batch) are ignored, as the mixers ignore them."""
-    if len(args) > 2 or "cache_params" in kwargs:  # the deprecated name: transformers' forward maps it
-        return False, None
+    if len(args) > 2 or (cache_name != "cache_params" and "cache_params" in kwargs):
+        return False, None  # the deprecated name where the forward's is `cache` (5.24): transformers maps it
+                            # (5.17's forward names its cache argument cache_params itself)
     cache = args[0] if args else kwargs.get(cache_name)
     mask = args[1] if len(args) > 1 else kwargs.get("attention_mask")
     if cache is not None or kwargs.get("seq_idx") is not None or kwargs.get("cu_seqlens") is not None:
