@@ -3454,7 +3454,7 @@ static selscan_status take_workspace(const selscan_cuda_ext *x, int64_t need, vo
    bindings (bindings/common's selscan_binding_cuda_fast_forward), which copy L-strided operands
    to unit L strides where that sends a problem to the fast kernels, instead of restating the
    plan's conditions. */
-static bool fast_forward_takes(const selscan_problem *p) {
+static inline bool fast_forward_takes(const selscan_problem *p) { /* inline: unused where no binding asks (-Wunused-function) */
     selscan__prob q;
     fwd_plan pl;
     if (selscan__check_problem(p, &q, 1) != SELSCAN_OK) return false;
