@@ -640,7 +640,7 @@ def _lstrided_run(x, gy, sizes, strided, entry):
 @cuda_only
 @pytest.mark.parametrize("entry", ["fn", "op", "op_nograd"])
 def test_cuda_strided_operands_run_fast_kernels(entry):
-    """Without the channels-last kernels the op (selscan_torch.cpp >>unit-l: selective_scan_fn and a
+    """Without the channels-last kernels the op (csrc/scan.cpp >>unit-l: selective_scan_fn and a
     direct torch.ops.selscan.fwd call alike, with or without autograd) copies L-strided u / delta / z /
     B / C of a fast-kernel problem to unit L strides, and autograd saves the copies (and copies an
     L-strided dy): the forward and backward then run the fast kernels, bitwise the results of
