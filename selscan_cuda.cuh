@@ -5182,8 +5182,9 @@ static selscan_status conv_backward_tuned(const selscan_conv_problem *p, const s
     if (rows < 0) pl.rows = false;
     return conv_backward_run(q, r, P, pl, stream, x ? x->cuda_error : NULL);
 }
-/* The conv update with programmatic dependent launch (pdl) or plainly, as conv_step */
+/* The conv update with programmatic dependent launch (pdl), or plainly: conv_step itself */
 static selscan_status conv_step_tuned(const selscan_conv_step_problem *s, const selscan_cuda_ext *x, cudaStream_t stream, bool pdl) {
+    if (!pdl) return conv_step(s, x, stream);
     selscan__cstp q;
     conv_params P;
     dim3 grid;
@@ -5192,10 +5193,7 @@ static selscan_status conv_step_tuned(const selscan_conv_step_problem *s, const 
     if (st != SELSCAN_OK) return st;
     selscan_cuda_detail::with_dtype(q.dt, [&](auto tag) {
         using T = typename decltype(tag)::type;
-        conv_with_width(P.W, [&](auto wc) {
-            if (pdl) launch_pdl(conv_step_kernel<T, decltype(wc)::value>, grid, kThreads, 0, stream, P);
-            else conv_step_kernel<T, decltype(wc)::value><<<grid, kThreads, 0, stream>>>(P);
-        });
+        conv_with_width(P.W, [&](auto wc) { launch_pdl(conv_step_kernel<T, decltype(wc)::value>, grid, kThreads, 0, stream, P); });
     });
     SELSCAN__LAUNCHED();
     return SELSCAN_OK;
