@@ -226,6 +226,12 @@ bind::Type TypeOf(ONNXTensorElementDataType t) {
   }
 }
 
+// state_index's values for the checks to read on the host (int32 only; another type is refused by its dtype rule)
+const int32_t *IndexValues(const Tensor &sidx) {
+  return sidx.present && sidx.type == ONNX_TENSOR_ELEMENT_DATA_TYPE_INT32 ? static_cast<const int32_t *>(sidx.data)
+                                                                          : nullptr;
+}
+
 // An input as the checks see it: dense, row-major, host memory.
 bind::Arg ArgOf(const Tensor &t) {
   bind::Arg a;
@@ -395,8 +401,7 @@ OrtStatus *StepCompute(const StepKernel &kern, OrtKernelContext *ctx) {
   args.state = ArgOf(state); args.u = ArgOf(x); args.delta = ArgOf(dt); args.A = ArgOf(A); args.B = ArgOf(B);
   args.C = ArgOf(C); args.D = ArgOf(D); args.z = ArgOf(z); args.delta_bias = ArgOf(bias);
   args.state_index = ArgOf(sidx);
-  args.index_values = sidx.present && sidx.type == ONNX_TENSOR_ELEMENT_DATA_TYPE_INT32
-                          ? static_cast<const int32_t *>(sidx.data) : nullptr;
+  args.index_values = IndexValues(sidx);
   bind::Forms forms;
   forms.names = names;
   bind::Checked k;
@@ -511,8 +516,7 @@ OrtStatus *ConvUpdateCompute(const ConvKernel &kern, OrtKernelContext *ctx) {
   bind::ConvStepArgs args;
   args.state = ArgOf(state); args.x = ArgOf(x); args.weight = ArgOf(w); args.bias = ArgOf(bias);
   args.state_index = ArgOf(sidx);
-  args.index_values = sidx.present && sidx.type == ONNX_TENSOR_ELEMENT_DATA_TYPE_INT32
-                          ? static_cast<const int32_t *>(sidx.data) : nullptr;
+  args.index_values = IndexValues(sidx);
   bind::Forms forms;
   forms.names = names;
   bind::Checked k;
