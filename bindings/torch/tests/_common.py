@@ -1,6 +1,10 @@
 """What the selscan_torch test files share (imported as `_common`: pytest puts this folder on
 sys.path): the devices tested, the tolerances against the float64 reference (lowp_tol: the one
 rule for float16 / bfloat16 results), the scaled error, and the scan's random inputs."""
+import contextlib
+import importlib
+import inspect
+
 import pytest
 import torch
 
@@ -87,3 +91,19 @@ def make_inputs(batch=2, dim=8, L=37, N=5, bc="var3", G=2, dtype=torch.float32, 
     rows = n_seqs if n_seqs is not None else batch
     return scan_inputs(torch.Generator().manual_seed(seed), batch, dim, L, N, bc, G, dtype, D, z, bias,
                        rows if h0 else None, device=device)
+
+
+@contextlib.contextmanager
+def transformers_own_path(module_name, names):
+    """transformers' own PyTorch functions in module_name: where mamba_ssm / causal_conv1d import (a CUDA
+    machine), transformers' decorated kernel names resolve to those, so a reference run puts the decorated
+    PyTorch bodies (inspect.unwrap) in their places, and back after."""
+    mod = importlib.import_module(module_name)
+    saved = {n: mod.__dict__[n] for n in names if hasattr(mod.__dict__.get(n), "__wrapped__")}
+    try:
+        for n, f in saved.items():
+            setattr(mod, n, inspect.unwrap(f))
+        yield
+    finally:
+        for n, f in saved.items():
+            setattr(mod, n, f)

@@ -24,7 +24,7 @@ import torch
 
 import selscan_torch as st
 import selscan_torch.integrations as si
-from _common import lowp_tol
+from _common import lowp_tol, transformers_own_path
 from selscan_torch.reference import selective_scan_ref
 
 HAS_CUDA = torch.cuda.is_available() and st.has_cuda_kernels()
@@ -66,21 +66,10 @@ _TF_KERNEL_NAMES = ("mamba_inner_fn", "mamba_selective_scan", "mamba_selective_s
                     "causal_conv1d_update")
 
 
-@contextlib.contextmanager
 def _tf_own_path(kind):
-    """transformers' own PyTorch functions: where mamba_ssm / causal_conv1d are installed, its 5.x
-    kernel names resolve to those (CUDA-only; FalconMamba's fused call computed as mamba_ssm's
-    kernel does, not as transformers' PyTorch path does), so the reference path is forced to the
-    decorated bodies."""
-    mod = importlib.import_module(f"transformers.models.{kind}.modeling_{kind}")
-    saved = {n: mod.__dict__[n] for n in _TF_KERNEL_NAMES if hasattr(mod.__dict__.get(n), "__wrapped__")}
-    try:
-        for n, f in saved.items():
-            setattr(mod, n, inspect.unwrap(f))
-        yield
-    finally:
-        for n, f in saved.items():
-            setattr(mod, n, f)
+    """transformers' own PyTorch functions (FalconMamba's fused call under mamba_ssm computes as
+    mamba_ssm's kernel does, not as transformers' PyTorch path does)."""
+    return transformers_own_path(f"transformers.models.{kind}.modeling_{kind}", _TF_KERNEL_NAMES)
 
 
 def _tf_run(model, ids, gen_tokens=8, autocast=None):

@@ -25,6 +25,7 @@ import torch
 
 import selscan_torch as st
 import selscan_torch.integrations as si
+from _common import transformers_own_path
 
 DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() and st.has_cuda_kernels() else [])
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("transformers") is None,
@@ -68,19 +69,9 @@ def _hy_model(kind, seed=0, device="cpu", **config):
     return model.to(device).float()
 
 
-@contextlib.contextmanager
 def _own_path(kind):
-    """transformers' own PyTorch functions: where mamba_ssm / causal_conv1d import (a CUDA machine),
-    the kernel names resolve to those; the reference is the decorated PyTorch bodies."""
-    mod = importlib.import_module(_MODULES[kind][0])
-    saved = {n: mod.__dict__[n] for n in _KERNELS if hasattr(mod.__dict__.get(n), "__wrapped__")}
-    try:
-        for n, f in saved.items():
-            setattr(mod, n, inspect.unwrap(f))
-        yield
-    finally:
-        for n, f in saved.items():
-            setattr(mod, n, f)
+    """transformers' own PyTorch functions for the hybrid's four kernel names."""
+    return transformers_own_path(_MODULES[kind][0], _KERNELS)
 
 
 @contextlib.contextmanager
