@@ -551,6 +551,24 @@ def per_param_err(g, truth):
     return {n: rel_l2((g[n] - truth[n]).norm().item(), truth[n].norm().item()) for n in truth}
 
 
+def guard_row(bn, l, g, ref_name, ref_loss, ref_g, truth, amp):
+    """One backend's row of the guard (the LM check and the hybrid check alike): its loss against the
+    reference backend's; its gradients, fp32 against the reference backend's, bf16 against the reference
+    backend's fp32 ones (truth) within CHECK_BF16_K x the reference's own bf16 error + 2^-8 per parameter.
+    Returns (rel_loss, rel L2 of all gradients vs the reference, worst parameter, its bound, verdict)."""
+    rel_loss = abs(l - ref_loss) / max(abs(ref_loss), 1e-12)
+    rel_g, (worst_n, worst_g) = grads_vs_ref(g, ref_g)
+    if amp:  # each parameter's error against fp32, beyond K times the reference backend's own
+        err, ref_err = per_param_err(g, truth), per_param_err(ref_g, truth)
+        worst_n, worst_x = max(((n, err[n] - CHECK_BF16_K * ref_err[n]) for n in err), key=lambda t: t[1])
+        bound = f"err vs fp32 {err[worst_n]:.2e} <= {CHECK_BF16_K:g} x {ref_name}'s {ref_err[worst_n]:.2e} + 2^-8"
+    else:
+        worst_x = worst_g
+        bound = f"{worst_g:.2e} <= {CHECK_GRAD_TOL_FP32:.0e}"
+    verdict = "ref" if bn == ref_name else check_verdict(rel_loss, worst_x, amp)
+    return rel_loss, rel_g, worst_n, bound, verdict
+
+
 @guarded("check")
 def case_check(tf, name):
     bks = backends_for(tf, ARGS.backends)
@@ -573,19 +591,9 @@ def case_check(tf, name):
         ref_loss, ref_g, _ = res[ref_name]
         if not amp:
             truth = ref_g
-        ref_err = per_param_err(ref_g, truth) if amp else None
         for bn, (l, g, g2) in res.items():
-            rel_loss = abs(l - ref_loss) / max(abs(ref_loss), 1e-12)
-            rel_g, (worst_n, worst_g) = grads_vs_ref(g, ref_g)
-            if amp:  # each parameter's error against fp32, beyond K times the reference backend's own
-                err = per_param_err(g, truth)
-                worst_n, worst_x = max(((n, err[n] - CHECK_BF16_K * ref_err[n]) for n in err), key=lambda t: t[1])
-                bound = f"err vs fp32 {err[worst_n]:.2e} <= {CHECK_BF16_K:g} x {ref_name}'s {ref_err[worst_n]:.2e} + 2^-8"
-            else:
-                worst_x = worst_g
-                bound = f"{worst_g:.2e} <= {CHECK_GRAD_TOL_FP32:.0e}"
+            rel_loss, rel_g, worst_n, bound, verdict = guard_row(bn, l, g, ref_name, ref_loss, ref_g, truth, amp)
             rep = "bitwise" if all(torch.equal(g[n], g2[n]) for n in g) else f"{grads_vs_ref(g2, g)[0]:.1e}"
-            verdict = "ref" if bn == ref_name else check_verdict(rel_loss, worst_x, amp)
             if bn.startswith("selscan") and ref_name == "mamba_ssm" and all(torch.equal(g[n], ref_g[n]) for n in g):
                 verdict = "IDENTICAL to mamba_ssm: backend not switched?"
             c = {"model": name, "mode": mode, "batch": batch, "L": L, "backend": bn, "reference": ref_name,
@@ -1100,6 +1108,7 @@ def case_hybrid(name):
     if "check" in ARGS.cases and any(b.name == ref_name for b in bks):
         ids = token_batch(vocab, 2, 32 if ARGS.quick else 256, seed=1)
         model.train()
+        truth = None
         for amp in (False, True):
             res = {}
             for b in bks:
@@ -1113,18 +1122,18 @@ def case_hybrid(name):
                                                  for n, p in model.named_parameters()})
             model.zero_grad(set_to_none=True)
             ref_loss, ref_g = res[ref_name]
+            if not amp:
+                truth = ref_g  # the reference backend's fp32 gradients: what the bf16 rows are measured against
             for bn, (l, g) in res.items():
-                rel_loss = abs(l - ref_loss) / max(abs(ref_loss), 1e-12)
-                rel_g, (worst_n, worst_g) = grads_vs_ref(g, ref_g)
-                verdict = "ref" if bn == ref_name else check_verdict(rel_loss, worst_g, amp)
+                rel_loss, rel_g, worst_n, bound, verdict = guard_row(bn, l, g, ref_name, ref_loss, ref_g, truth, amp)
                 mode = "bf16-autocast" if amp else "fp32"
                 RESULTS["checks"].append({"model": name, "mode": mode, "batch": 2, "L": ids.shape[1], "backend": bn,
                                           "reference": ref_name, "loss": l, "rel_loss_vs_ref": rel_loss,
                                           "rel_l2_grads_vs_ref": rel_g, "worst_param": worst_n,
-                                          "worst_param_rel_l2": worst_g, "tol_loss": CHECK_LOSS_TOL[amp],
-                                          "tol_grad": CHECK_GRAD_TOL[amp], "verdict": verdict})
-                log(f"  check {name} {mode:<13} {bn:<13} loss {l:.6f}  rel diff vs {ref_name} {rel_loss:.2e}  "
-                    f"grads rel L2 {rel_g:.2e}, worst {worst_n} {worst_g:.2e}  {verdict}")
+                                          "worst_param_bound": bound, "tol_loss": CHECK_LOSS_TOL[amp],
+                                          "verdict": verdict})
+                log(f"  check {name} {mode:<13} {bn:<13} loss {l:.6f}  rel diff vs {ref_name} {rel_loss:.2e} "
+                    f"(tol {CHECK_LOSS_TOL[amp]:.0e})  grads rel L2 {rel_g:.2e}; worst parameter {worst_n}: {bound}  {verdict}")
             del res
     # --- train: bf16 autocast fwd + bwd, no cache (use_cache=False: the fused block on selscan) ---
     if "train" in ARGS.cases:
