@@ -1004,7 +1004,7 @@ def case_inference(tf, name):
 # ------------------------------------------------------------------------------------------------
 # --models jamba-small,zamba-small (with or without Mamba models; --quick shrinks them to seconds on
 # a CPU). Backends: selscan = use_in_transformers() (the fused block without a cache, with Jamba's
-# dt / B / C norms, one block per Zamba Mamba head; selscan's scan / step / conv in generation);
+# dt / B / C norms; Zamba one grouped scan for its heads; selscan's scan / step / conv in generation);
 # mamba_ssm = what transformers resolved at import for the module's four kernel names (mamba_ssm +
 # causal_conv1d: its unfused forward, the norms in PyTorch); torch = the PyTorch bodies under
 # transformers' kernel wrappers (a Python loop over L: training timed at --torch-train-len).

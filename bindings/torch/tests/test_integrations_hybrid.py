@@ -2,8 +2,8 @@
 (issue 42 item 4), against transformers' own PyTorch path: small random configs on the CPU, float32.
 
 Each model is run both ways (integration on / transformers' own functions):
-- a training step without a cache (use_cache=False: selscan's fused block, with Jamba's dt / B / C
-  RMS norms, one block per Zamba Mamba head) and one with a cache (transformers' forward on
+- a training step without a cache (use_cache=False: Jamba on selscan's fused block with its dt / B /
+  C RMS norms; Zamba on one grouped scan for its Mamba heads) and one with a cache (transformers' forward on
   selscan's rebound scan and conv: its prefill path, differentiated): logits, loss, every
   parameter's gradient;
 - greedy generate(): ids and every step's logits (prefill, then the decode step);
@@ -151,9 +151,11 @@ def test_hybrid_on_vs_off(kind, padded, device, monkeypatch):
         on, seen = _hy_run(model, ids, mask, calls)
     n_mixers = len(_mixers(model, kind))
     heads = model.config.n_mamba_heads if kind == "zamba" else 1
-    # which path ran: the fused block without a cache (one a layer, Zamba one a head), transformers'
-    # forward on selscan's conv and scan with one, then the conv update and step when decoding
-    assert seen[False] == dict(block=n_mixers * heads, scan=0, step=0, conv=0, conv_update=0)
+    # which path ran without a cache: Jamba the fused block (one a layer), Zamba one conv and one
+    # grouped scan a layer (its heads the scan's groups); with one transformers' forward on selscan's
+    # conv and scan (Zamba: a scan a head), then the conv update and step when decoding
+    no_cache = dict(block=0, scan=n_mixers, conv=n_mixers) if kind == "zamba" else dict(block=n_mixers, scan=0, conv=0)
+    assert seen[False] == dict(step=0, conv_update=0, **no_cache)
     assert seen[True] == dict(block=0, scan=n_mixers * heads, step=0, conv=n_mixers, conv_update=0)
     g = seen["generate"]
     assert g["block"] == 0 and g["scan"] == n_mixers * heads and g["conv"] == n_mixers
@@ -213,7 +215,7 @@ class _Hook:  # an accelerate hook's interface, doing nothing
 
 @pytest.mark.parametrize("kind", ["jamba", "zamba"])
 def test_hybrid_fused_only_where_it_applies(kind, monkeypatch):
-    """The mixer stand-in takes the fused block without a cache, other keywords ignored (the
+    """The mixer stand-in runs without a cache, other keywords ignored (the
     Trainer's num_items_in_batch); transformers' forward (on selscan's kernels) with packed
     sequences (seq_idx), a quantized config, an accelerate hook on a child it reads, another
     activation or the deprecated cache_params; each gives transformers' own result."""
@@ -223,11 +225,12 @@ def test_hybrid_fused_only_where_it_applies(kind, monkeypatch):
     with _own_path(kind):
         ref = mixer(x)
     with si.use_in_transformers(), _spies(monkeypatch) as calls:
-        def ran_block(**kwargs):
-            before = calls["block"]
+        def ran_block(**kwargs):  # the stand-in ran: Jamba's fused block, Zamba's one grouped scan
+            before = dict(calls)  # (transformers' forward on the rebound scan: one a head)
             out = mixer(x, **kwargs)
             assert rel_err(out, ref) < 2e-5
-            return calls["block"] > before
+            ran = {k: calls[k] - before[k] for k in calls}
+            return ran["block"] == 1 if kind == "jamba" else ran["scan"] == 1
 
         assert ran_block() and ran_block(num_items_in_batch=torch.tensor(7))
         assert not ran_block(seq_idx=torch.zeros(2, 8, dtype=torch.int32))  # one sequence a row: same result
