@@ -686,13 +686,31 @@ SELSCAN_DEF selscan_status selscan_ssd_backward_ref(const selscan_ssd_problem *p
    the states in two partial sums). _part: the work split into n_parts (1 <= n_parts <= 2^24) parts
    for any thread pool (every part exactly once, concurrently, on one workspace of
    selscan_ssd_workspace_size_parts(p, n_parts) bytes), bitwise the same results for every n_parts;
-   work items: (batch row, head, block of 64 channels). No fast backward yet: selscan_ssd_backward_ref. */
+   work items: (batch row, head, block of 64 channels).
+   The fast CPU backward likewise (>>ssd-entry: a head's states vectorized over dstate, chunks of
+   16 steps recomputed from checkpoints and walked back), results differing from
+   selscan_ssd_backward_ref by rounding only (fused multiply-adds, sums over states and channels
+   in another fixed order); bitwise deterministic: the same gradients for every n_parts and thread
+   schedule. _part then _reduce, as the scan's (selscan_backward_cpu_part): every part of
+   selscan_ssd_backward_cpu_part exactly once, then (after all of them) every part of
+   selscan_ssd_backward_cpu_reduce, on one workspace of selscan_ssd_workspace_size_parts(p, g,
+   n_parts) bytes; work items: (batch row, head); the reduce adds the per-item partials of dB, dC
+   (over a group's heads) and dA, dD, ddt_bias (over batch rows) in one fixed order.
+   selscan_ssd_workspace_size_parts: g NULL for the forward's parts. */
 SELSCAN_DEF selscan_status selscan_ssd_forward_cpu(const selscan_ssd_problem *p, void *workspace,
                                                    size_t workspace_bytes);
-SELSCAN_DEF selscan_status selscan_ssd_workspace_size_parts(const selscan_ssd_problem *p, int64_t n_parts,
-                                                            size_t *bytes);
+SELSCAN_DEF selscan_status selscan_ssd_workspace_size_parts(const selscan_ssd_problem *p, const selscan_ssd_grads *g,
+                                                            int64_t n_parts, size_t *bytes);
 SELSCAN_DEF selscan_status selscan_ssd_forward_cpu_part(const selscan_ssd_problem *p, int64_t part, int64_t n_parts,
                                                         void *workspace, size_t workspace_bytes);
+SELSCAN_DEF selscan_status selscan_ssd_backward_cpu(const selscan_ssd_problem *p, const selscan_ssd_grads *g,
+                                                    void *workspace, size_t workspace_bytes);
+SELSCAN_DEF selscan_status selscan_ssd_backward_cpu_part(const selscan_ssd_problem *p, const selscan_ssd_grads *g,
+                                                         int64_t part, int64_t n_parts, void *workspace,
+                                                         size_t workspace_bytes);
+SELSCAN_DEF selscan_status selscan_ssd_backward_cpu_reduce(const selscan_ssd_problem *p, const selscan_ssd_grads *g,
+                                                           int64_t part, int64_t n_parts, void *workspace,
+                                                           size_t workspace_bytes);
 
 /* dtype conversions used by the library (round to nearest even, NaN stays NaN). */
 SELSCAN_DEF float selscan_f16_to_f32(uint16_t h);
@@ -4243,9 +4261,15 @@ static int64_t selscan__ssd_part_floats(const selscan__sprob *q) {
     return selscan__sadd(f, selscan__r16(SELSCAN__SSD_T));
 }
 
-/* the fast forward's workspace for n_parts parts (bytes; saturated); the backward has no fast path */
+static int64_t selscan__ssd_bscr_floats(const selscan__sprob *q);
+static int64_t selscan__ssd_ws_bwd_shared(const selscan__sprob *q, const selscan__sgrd *r, int64_t nparts);
+
+/* the fast path's workspace for n_parts parts (bytes; saturated): the forward's, or the
+   backward's shared partials then one scratch per part */
 static int64_t selscan__ssd_ws_fast(const selscan__sprob *q, const selscan__sgrd *r, int64_t nparts) {
-    if (r) return 0;
+    if (r)
+        return selscan__sadd(selscan__ssd_ws_bwd_shared(q, r, 1),
+                             selscan__smul(selscan__align_up(selscan__smul(selscan__ssd_bscr_floats(q), 4)), nparts));
     return selscan__smul(selscan__smul(selscan__ssd_part_floats(q), 4), nparts);
 }
 
@@ -4336,15 +4360,20 @@ static selscan_status selscan__ssd_forward_fast(const selscan_ssd_problem *p, in
     return SELSCAN_OK;
 }
 
-SELSCAN_DEF selscan_status selscan_ssd_workspace_size_parts(const selscan_ssd_problem *p, int64_t n_parts,
-                                                            size_t *bytes) {
+SELSCAN_DEF selscan_status selscan_ssd_workspace_size_parts(const selscan_ssd_problem *p, const selscan_ssd_grads *g,
+                                                            int64_t n_parts, size_t *bytes) {
     selscan__sprob q;
+    selscan__sgrd r;
     selscan_status st;
     int64_t need;
     if (!bytes) return selscan__fail(p ? p->diag : NULL, SELSCAN_ERR_NULL, "bytes", SELSCAN_RULE_MISSING);
     if ((st = selscan__check_part(0, n_parts, p ? p->diag : NULL)) != SELSCAN_OK) return st;
-    if ((st = selscan__ssd_validate_forward(p, &q, NULL, 0, NULL, 0)) != SELSCAN_OK) return st;
-    need = selscan__ssd_ws_fast(&q, NULL, n_parts);
+    if (g) {
+        if ((st = selscan__ssd_validate_backward(p, g, &q, &r, NULL, 0, NULL, 0)) != SELSCAN_OK) return st;
+    } else if ((st = selscan__ssd_validate_forward(p, &q, NULL, 0, NULL, 0)) != SELSCAN_OK) {
+        return st;
+    }
+    need = selscan__ssd_ws_fast(&q, g ? &r : NULL, n_parts);
     if (!selscan__size_ok(need) || !selscan__size_ok(selscan__with_slack(need)))
         return selscan__fail(p->diag, SELSCAN_ERR_SHAPE, "workspace", SELSCAN_RULE_SIZE_OVERFLOWS);
     *bytes = SELSCAN__CAST(size_t, selscan__with_slack(need));
@@ -4361,6 +4390,330 @@ SELSCAN_DEF selscan_status selscan_ssd_forward_cpu(const selscan_ssd_problem *p,
     return selscan__ssd_forward_fast(p, 0, 1, workspace, workspace_bytes);
 }
 
+
+/* ---- the SSD backward's fast path (drivers; kernels: the end of >>fast-ssd) ------------------
+   A work item is one head h of one batch row b (all its P channels); items are split into
+   n_parts contiguous ranges. Per sequence of the row: a forward pass keeps the state entering
+   every chunk of SELSCAN__SSD_BT steps (checkpoints, P x NR floats each); then, chunk by chunk
+   from the last, the chunk's states are recomputed from its checkpoint (selscan__ssd_adv) and
+   walked back one step at a time (selscan__ssd_bwd_step: the state's gradient dh, dB / dC rows,
+   the decay's gradient and dx's sums over n), the layout vectorized over the states. dt, the
+   decay expf(dt A), the gate and the clamp / softplus factors are computed as the reference
+   computes them. What an item writes: dx, dz, ddt (its head's sums over channels and states are
+   all inside the item) and dinitial_state directly; the sums over heads (dB, dC over the group's
+   heads) and over batch rows (dA, dD, ddt_bias) as partials in the workspace's shared region, at
+   the item's own place; selscan_ssd_backward_cpu_reduce then adds them in one fixed order (heads,
+   batch rows ascending). No item's arithmetic depends on the part it runs in and every sum runs
+   in an order fixed by the problem alone: bitwise the same gradients for every n_parts (and
+   every thread schedule). */
+#define SELSCAN__SSD_BT 16 /* steps per backward chunk (the recomputed states: (BT + 1) P NR floats) */
+
+/* the shared region's partials (float offsets, -1: not asked for) */
+typedef struct selscan__ssh {
+    int64_t B, C, A, bias, D, end;
+} selscan__ssh;
+
+static void selscan__ssd_ssh_map(selscan__ssh *o, const selscan__sprob *q, const selscan__sgrd *r) {
+    const int64_t items = selscan__smul(q->batch, q->H), rows = selscan__smul(items, selscan__smul(q->L, selscan__r16(q->N)));
+    int64_t e = 0;
+    o->B = o->C = o->A = o->bias = o->D = -1;
+    if (r->dB.data) { o->B = e; e = selscan__sadd(e, rows); }
+    if (r->dC.data) { o->C = e; e = selscan__sadd(e, rows); }
+    if (r->dA.data) { o->A = e; e = selscan__sadd(e, selscan__r16(items)); }
+    if (r->dbias.data) { o->bias = e; e = selscan__sadd(e, selscan__r16(items)); }
+    if (r->dD.data) { o->D = e; e = selscan__sadd(e, selscan__r16(selscan__smul(items, q->Dhd ? q->P : 1))); }
+    o->end = e;
+}
+
+/* floats of one part's scratch: the checkpoints (ceil(L / BT) P NR), the chunk's states
+   ((BT + 1) P NR), dh (P NR), B, C (BT NR each), two spare rows (dB, dC not asked for), x, dt x,
+   dy0, the dz factor, dx's sums, y0 (BT P16 each), a, dt, da (16 each), ddt (r16(L)), dD's (P16) */
+static int64_t selscan__ssd_bscr_floats(const selscan__sprob *q) {
+    const int64_t NR = selscan__r16(q->N), P16 = selscan__r16(q->P), PN = selscan__smul(q->P, NR);
+    int64_t f = selscan__smul((q->L + SELSCAN__SSD_BT - 1) / SELSCAN__SSD_BT, PN);
+    f = selscan__sadd(f, selscan__smul(SELSCAN__SSD_BT + 2, PN));
+    f = selscan__sadd(f, selscan__smul(2 * SELSCAN__SSD_BT + 2, NR));
+    f = selscan__sadd(f, selscan__smul(6 * SELSCAN__SSD_BT + 1, P16));
+    return selscan__sadd(f, selscan__sadd(48, selscan__r16(q->L)));
+}
+
+static int64_t selscan__ssd_ws_bwd_shared(const selscan__sprob *q, const selscan__sgrd *r, int64_t nparts) {
+    selscan__ssh o;
+    (void)nparts;
+    selscan__ssd_ssh_map(&o, q, r);
+    return selscan__align_up(selscan__smul(o.end, 4));
+}
+
+/* the ISA's kernel (>>fast-ssd) */
+#if defined(SELSCAN__HAVE_X86)
+#define SELSCAN__SSD_X86(name, args)                                     \
+    case SELSCAN__ISA_AVX512: selscan__##name##_avx512 args; break; \
+    case SELSCAN__ISA_AVX2: selscan__##name##_avx2 args; break;
+#else
+#define SELSCAN__SSD_X86(name, args)
+#endif
+#if defined(SELSCAN__HAVE_NEON)
+#define SELSCAN__SSD_NEON(name, args) case SELSCAN__ISA_NEON: selscan__##name##_neon args; break;
+#else
+#define SELSCAN__SSD_NEON(name, args)
+#endif
+#define SELSCAN__SSD_CALL(isa, name, args)                                     \
+    switch (isa) {                                                             \
+        SELSCAN__SSD_X86(name, args) SELSCAN__SSD_NEON(name, args) default: selscan__##name##_port args; break; \
+    }
+
+/* Stage steps [t0, t0 + nt) of head h in batch row b: a, dt, B (rows of NR, pad 0), x, u = dt x;
+   with full: C, and dy0 (dy through the gate) and the dz factor dy sg (1 + z (1 - sg)). */
+static void selscan__ssd_bwd_stage(const selscan__sprob *q, const selscan__sgrd *r, int64_t b, int64_t h, int64_t t0,
+                                   int nt, int full, float *av, float *dtv, float *Bs, float *Cs, float *xs, float *us,
+                                   float *g, float *zf) {
+    const int64_t N = q->N, NR = selscan__r16(N), P = q->P, P16 = selscan__r16(P), gi = h / q->hpg;
+    const float Ah = SELSCAN__CAST(const float *, q->A.data)[SELSCAN__AT1(q->A, h)];
+    int64_t p, n;
+    int i;
+    for (i = 0; i < nt; i++) {
+        const int64_t t = t0 + i;
+        const float dt = selscan__ssd_dt(q, b, t, h, NULL, NULL);
+        float *const x = xs + i * P16, *const u = us + i * P16;
+        av[i] = expf(dt * Ah);
+        dtv[i] = dt;
+        selscan__cvt_row(Bs + i * NR, q->B.data, SELSCAN__AT4(q->B, b, t, gi, 0), q->B.s[3], N, q->dt);
+        for (n = N; n < NR; n++) Bs[i * NR + n] = 0.0f;
+        selscan__cvt_row(x, q->x.data, SELSCAN__AT4(q->x, b, t, h, 0), q->x.s[3], P, q->dt);
+        for (p = 0; p < P; p++) u[p] = dt * x[p];
+        if (!full) continue;
+        selscan__cvt_row(Cs + i * NR, q->C.data, SELSCAN__AT4(q->C, b, t, gi, 0), q->C.s[3], N, q->dt);
+        for (n = N; n < NR; n++) Cs[i * NR + n] = 0.0f;
+        selscan__cvt_row(g + i * P16, r->dy.data, SELSCAN__AT4(r->dy, b, t, h, 0), r->dy.s[3], P, q->dt);
+        if (q->z.data) {
+            float *const gr = g + i * P16, *const zr = zf + i * P16;
+            selscan__cvt_row(zr, q->z.data, SELSCAN__AT4(q->z, b, t, h, 0), q->z.s[3], P, q->dt);
+            for (p = 0; p < P; p++) {
+                const float z = zr[p], sg = selscan__sigmoid(z), dyv = gr[p];
+                gr[p] = dyv * z * sg;
+                zr[p] = dyv * sg * (1.0f + z * (1.0f - sg));
+            }
+        }
+    }
+}
+
+/* One work item: head h of batch row b; sh: the shared partials (o), f: the part's scratch. */
+static void selscan__ssd_bwd_item(const selscan__sprob *q, const selscan__sgrd *r, const selscan__ssh *o, float *sh,
+                                  int64_t b, int64_t h, float *f, int isa) {
+    const int64_t N = q->N, NR = selscan__r16(N), P = q->P, P16 = selscan__r16(P), PN = P * NR, L = q->L;
+    const int64_t BT = SELSCAN__SSD_BT, item = b * q->H + h;
+    float *const ck = f, *const hs = ck + (L + BT - 1) / BT * PN, *const dh = hs + (BT + 1) * PN;
+    float *const Bs = dh + PN, *const Cs = Bs + BT * NR, *const junkB = Cs + BT * NR, *const junkC = junkB + NR;
+    float *const xs = junkC + NR, *const us = xs + BT * P16, *const g = us + BT * P16, *const zf = g + BT * P16;
+    float *const bx = zf + BT * P16, *const y0 = bx + BT * P16, *const dDa = y0 + BT * P16;
+    float *const av = dDa + P16, *const dtv = av + 16, *const da = dtv + 16, *const ddt = da + 16;
+    float *const dBp = o->B >= 0 ? sh + o->B + item * L * NR : NULL, *const dCp = o->C >= 0 ? sh + o->C + item * L * NR : NULL;
+    const float Ah = SELSCAN__CAST(const float *, q->A.data)[SELSCAN__AT1(q->A, h)];
+    const int wantz = r->dz.data != NULL;
+    float dAs = 0.0f, dbs = 0.0f;
+    selscan__sseg s;
+    int64_t p, n, t, c;
+    int i;
+    memset(ddt, 0, SELSCAN__CAST(size_t, L) * 4);
+    memset(dDa, 0, SELSCAN__CAST(size_t, P) * 4);
+    selscan__ssd_seg_start(&s);
+    while (selscan__ssd_seg_next(q, b, &s)) {
+        const int64_t nc = (s.t1 - s.t0 + BT - 1) / BT;
+        /* the checkpoints: the state entering each chunk */
+        memset(ck, 0, SELSCAN__CAST(size_t, PN) * 4);
+        if (s.first && q->h0.data)
+            for (p = 0; p < P; p++)
+                for (n = 0; n < N; n++)
+                    ck[p * NR + n] = SELSCAN__CAST(const float *, q->h0.data)[SELSCAN__AT4(q->h0, s.row, h, p, n)];
+        for (c = 0; c + 1 < nc; c++) {
+            float *const nx = ck + (c + 1) * PN;
+            memcpy(nx, ck + c * PN, SELSCAN__CAST(size_t, PN) * 4);
+            selscan__ssd_bwd_stage(q, r, b, h, s.t0 + c * BT, SELSCAN__CAST(int, BT), 0, av, dtv, Bs, Cs, xs, us, g, zf);
+            SELSCAN__SSD_CALL(isa, ssd_adv, (nx, P, NR, SELSCAN__CAST(int, BT), av, us, P16, Bs, NULL))
+        }
+        /* the state's gradient after the sequence */
+        memset(dh, 0, SELSCAN__CAST(size_t, PN) * 4);
+        if (s.last && r->dhlast.data)
+            for (p = 0; p < P; p++)
+                for (n = 0; n < N; n++)
+                    dh[p * NR + n] = SELSCAN__CAST(const float *, r->dhlast.data)[SELSCAN__AT4(r->dhlast, s.row, h, p, n)];
+        for (c = nc - 1; c >= 0; c--) {
+            const int64_t t0 = s.t0 + c * BT;
+            const int nt = SELSCAN__CAST(int, selscan__min64(BT, s.t1 - t0));
+            selscan__ssd_bwd_stage(q, r, b, h, t0, nt, 1, av, dtv, Bs, Cs, xs, us, g, zf);
+            memcpy(hs, ck + c * PN, SELSCAN__CAST(size_t, PN) * 4);
+            SELSCAN__SSD_CALL(isa, ssd_adv, (hs, P, NR, nt, av, us, P16, Bs, hs))
+            if (dBp) memset(dBp + t0 * NR, 0, SELSCAN__CAST(size_t, nt * NR) * 4);
+            if (dCp) memset(dCp + t0 * NR, 0, SELSCAN__CAST(size_t, nt * NR) * 4);
+            for (i = nt - 1; i >= 0; i--) {
+                const float *const S1 = hs + (i + 1) * PN;
+                t = t0 + i;
+                SELSCAN__SSD_CALL(isa, ssd_bwd_step,
+                                  (P, NR, S1, S1 - PN, dh, Bs + i * NR, Cs + i * NR, dBp ? dBp + t * NR : junkB,
+                                   dCp ? dCp + t * NR : junkC, g + i * P16, us + i * P16, av[i], bx + i * P16, da + i))
+                if (wantz) SELSCAN__SSD_CALL(isa, ssd_dot, (P, NR, S1, Cs + i * NR, y0 + i * P16))
+            }
+            for (i = nt - 1; i >= 0; i--) { /* finish the chunk's steps, the last first (the reference's order) */
+                const float *const x = xs + i * P16, *const gr = g + i * P16, *const bxr = bx + i * P16;
+                float *const dx = y0 + i * P16; /* y0 is read before dx is written over it */
+                float acc = da[i] * av[i] * Ah;
+                t = t0 + i;
+                for (p = 0; p < P; p++) {
+                    const float Dv = selscan__ssd_Dv(q, h, p);
+                    acc += x[p] * bxr[p];
+                    dDa[p] += gr[p] * x[p];
+                    if (wantz) zf[i * P16 + p] = selscan__canon(zf[i * P16 + p] * (dx[p] + Dv * x[p]));
+                    dx[p] = selscan__canon(gr[p] * Dv + dtv[i] * bxr[p]);
+                }
+                ddt[t] += acc;
+                dAs += da[i] * av[i] * dtv[i];
+                if (r->dx.data) selscan__store_row(r->dx.data, SELSCAN__AT4(r->dx, b, t, h, 0), r->dx.s[3], dx, P, q->dt);
+                if (wantz) selscan__store_row(r->dz.data, SELSCAN__AT4(r->dz, b, t, h, 0), r->dz.s[3], zf + i * P16, P, q->dt);
+            }
+        }
+        if (s.first && r->dh0.data)
+            for (p = 0; p < P; p++)
+                for (n = 0; n < N; n++)
+                    SELSCAN__CAST(float *, r->dh0.data)[SELSCAN__AT4(r->dh0, s.row, h, p, n)] = selscan__canon(dh[p * NR + n]);
+    }
+    for (t = 0; t < L; t++) { /* dt's gradient through the clamp and the softplus (the reference's rule) */
+        float raw, pre, v = ddt[t];
+        selscan__ssd_dt(q, b, t, h, &raw, &pre);
+        if (q->limit && (pre < q->dtmin || pre > q->dtmax)) v = 0.0f;
+        if (q->softplus && raw <= SELSCAN__SOFTPLUS_THRESHOLD) v *= selscan__sigmoid(raw);
+        dbs += v;
+        if (r->ddelta.data) selscan__store(r->ddelta.data, SELSCAN__AT3(r->ddelta, b, t, h), q->dt, selscan__canon(v));
+    }
+    if (o->A >= 0) sh[o->A + item] = dAs;
+    if (o->bias >= 0) sh[o->bias + item] = dbs;
+    if (o->D >= 0) {
+        if (q->Dhd) {
+            for (p = 0; p < P; p++) sh[o->D + item * P + p] = dDa[p];
+        } else {
+            float sD = 0.0f;
+            for (p = 0; p < P; p++) sD += dDa[p];
+            sh[o->D + item] = sD;
+        }
+    }
+}
+
+static selscan_status selscan__ssd_backward_fast(const selscan_ssd_problem *p, const selscan_ssd_grads *g, int64_t part,
+                                                 int64_t nparts, void *workspace, size_t workspace_bytes) {
+    selscan__sprob q;
+    selscan__sgrd r;
+    selscan__ssh o;
+    selscan_status st;
+    int64_t i0, i1, i, h, k, nD, per;
+    float *sh, *f;
+    int isa;
+    if ((st = selscan__check_part(part, nparts, p ? p->diag : NULL)) != SELSCAN_OK) return st;
+    workspace = selscan__ws_align(workspace, workspace_bytes, &workspace_bytes); /* every part aligns it alike */
+    st = selscan__ssd_validate_backward(p, g, &q, &r, workspace, workspace_bytes, selscan__ssd_ws_fast, nparts);
+    if (st != SELSCAN_OK) return st;
+    isa = selscan__cpu_isa();
+    selscan__ssd_ssh_map(&o, &q, &r);
+    sh = SELSCAN__CAST(float *, workspace);
+    per = selscan__align_up(selscan__ssd_bscr_floats(&q) * 4);
+    f = SELSCAN__RCAST(float *, SELSCAN__CAST(char *, workspace) + selscan__ssd_ws_bwd_shared(&q, &r, 1) + part * per);
+    { /* NaN into this part's share of the outputs only the reduce writes (a forgotten reduce shows) */
+        const float nan = selscan__nan_f32();
+        nD = q.Dhd ? q.P : 1;
+        selscan__split(q.H, part, nparts, &i0, &i1);
+        for (h = i0; h < i1; h++) {
+            if (r.dA.data) SELSCAN__CAST(float *, r.dA.data)[SELSCAN__AT1(r.dA, h)] = nan;
+            if (r.dbias.data) SELSCAN__CAST(float *, r.dbias.data)[SELSCAN__AT1(r.dbias, h)] = nan;
+            for (k = 0; r.dD.data && k < nD; k++)
+                SELSCAN__CAST(float *, r.dD.data)[q.Dhd ? SELSCAN__AT2(r.dD, h, k) : SELSCAN__AT1(r.dD, h)] = nan;
+        }
+    }
+    selscan__split(q.batch * q.H, part, nparts, &i0, &i1);
+    { /* the caller's errno is kept (see selscan_forward_ref) */
+        const int saved_errno = errno;
+        for (i = i0; i < i1; i++) selscan__ssd_bwd_item(&q, &r, &o, sh, i / q.H, i % q.H, f, isa);
+        errno = saved_errno;
+    }
+    return SELSCAN_OK;
+}
+
+/* The sums over heads (dB, dC: rows (b, g, t) split over the parts) and over batch rows (dA,
+   ddt_bias, dD: heads split over the parts), each in increasing head / batch row. */
+static selscan_status selscan__ssd_backward_reduce(const selscan_ssd_problem *p, const selscan_ssd_grads *g,
+                                                   int64_t part, int64_t nparts, void *workspace,
+                                                   size_t workspace_bytes) {
+    selscan__sprob q;
+    selscan__sgrd r;
+    selscan__ssh o;
+    selscan_status st;
+    int64_t i0, i1, i, b, h, k, n, NR, nD;
+    const float *sh;
+    if ((st = selscan__check_part(part, nparts, p ? p->diag : NULL)) != SELSCAN_OK) return st;
+    workspace = selscan__ws_align(workspace, workspace_bytes, &workspace_bytes); /* as the parts aligned it */
+    st = selscan__ssd_validate_backward(p, g, &q, &r, workspace, workspace_bytes, selscan__ssd_ws_bwd_shared, nparts);
+    if (st != SELSCAN_OK) return st;
+    selscan__ssd_ssh_map(&o, &q, &r);
+    sh = SELSCAN__CAST(const float *, workspace);
+    NR = selscan__r16(q.N);
+    nD = q.Dhd ? q.P : 1;
+    selscan__split(q.H, part, nparts, &i0, &i1);
+    for (h = i0; h < i1; h++) {
+        float sA = 0.0f, sb = 0.0f;
+        for (b = 0; b < q.batch; b++) {
+            if (o.A >= 0) sA += sh[o.A + b * q.H + h];
+            if (o.bias >= 0) sb += sh[o.bias + b * q.H + h];
+        }
+        if (o.A >= 0) SELSCAN__CAST(float *, r.dA.data)[SELSCAN__AT1(r.dA, h)] = selscan__canon(sA);
+        if (o.bias >= 0) SELSCAN__CAST(float *, r.dbias.data)[SELSCAN__AT1(r.dbias, h)] = selscan__canon(sb);
+        for (k = 0; o.D >= 0 && k < nD; k++) {
+            float sD = 0.0f;
+            for (b = 0; b < q.batch; b++) sD += sh[o.D + (b * q.H + h) * nD + k];
+            SELSCAN__CAST(float *, r.dD.data)[q.Dhd ? SELSCAN__AT2(r.dD, h, k) : SELSCAN__AT1(r.dD, h)] = selscan__canon(sD);
+        }
+    }
+    if (o.B >= 0 || o.C >= 0) {
+        selscan__split(q.batch * q.G * q.L, part, nparts, &i0, &i1);
+        for (i = i0; i < i1; i++) { /* row (b, g, t) */
+            const int64_t t = i % q.L, gi = i / q.L % q.G, bb = i / (q.L * q.G);
+            int which;
+            for (which = 0; which < 2; which++) {
+                const int64_t off = which ? o.C : o.B;
+                const selscan__ten *dst = which ? &r.dC : &r.dB;
+                int64_t n0;
+                if (off < 0) continue;
+                for (n0 = 0; n0 < q.N; n0 += 256) { /* blocks of states */
+                    float acc[256];
+                    const int64_t nn = selscan__min64(256, q.N - n0);
+                    for (n = 0; n < nn; n++) acc[n] = 0.0f;
+                    for (h = gi * q.hpg; h < (gi + 1) * q.hpg; h++) {
+                        const float *src = sh + off + ((bb * q.H + h) * q.L + t) * NR + n0;
+                        for (n = 0; n < nn; n++) acc[n] += src[n];
+                    }
+                    for (n = 0; n < nn; n++) acc[n] = selscan__canon(acc[n]);
+                    selscan__store_row(dst->data, SELSCAN__AT4(*dst, bb, t, gi, n0), dst->s[3], acc, nn, q.dt);
+                }
+            }
+        }
+    }
+    return SELSCAN_OK;
+}
+
+SELSCAN_DEF selscan_status selscan_ssd_backward_cpu_part(const selscan_ssd_problem *p, const selscan_ssd_grads *g,
+                                                         int64_t part, int64_t n_parts, void *workspace,
+                                                         size_t workspace_bytes) {
+    return selscan__ssd_backward_fast(p, g, part, n_parts, workspace, workspace_bytes);
+}
+
+SELSCAN_DEF selscan_status selscan_ssd_backward_cpu_reduce(const selscan_ssd_problem *p, const selscan_ssd_grads *g,
+                                                           int64_t part, int64_t n_parts, void *workspace,
+                                                           size_t workspace_bytes) {
+    return selscan__ssd_backward_reduce(p, g, part, n_parts, workspace, workspace_bytes);
+}
+
+SELSCAN_DEF selscan_status selscan_ssd_backward_cpu(const selscan_ssd_problem *p, const selscan_ssd_grads *g,
+                                                    void *workspace, size_t workspace_bytes) {
+    selscan_status st = selscan__ssd_backward_fast(p, g, 0, 1, workspace, workspace_bytes);
+    if (st != SELSCAN_OK) return st;
+    return selscan__ssd_backward_reduce(p, g, 0, 1, workspace, workspace_bytes);
+}
 /* --------------------------------------------------------------------------------------------- */
 /* >>entry                          public CPU entry points                                      */
 /* --------------------------------------------------------------------------------------------- */
@@ -5633,6 +5986,107 @@ static SELSCAN__ATTR void SELSCAN__SFX(selscan__ssd_fwd_chunk)(float *S, int64_t
         }
 }
 
+
+/* ---- the SSD backward's kernels (>>ssd-entry's backward drives them) ----------------------------
+   The backward's layout is the transpose of the forward's: vectorized over the states n (a
+   channel's N states contiguous, rows NR = r16(N) floats apart, the pad lanes 0), so that the
+   sums over the channels (dB, dC, the decay's gradient) are lane-wise adds and only dx's sum
+   over n is a horizontal one. */
+
+/* nt steps of the recurrence S[p,:] <- a S[p,:] + (dt x)[p] B for P channels: S (P rows of NR),
+   a: the decays, u (dt x): nt rows of us floats, Bs: nt rows of NR. hs NULL: S updated in place;
+   else the state after step i stored in hs + (i + 1) * P * NR (S itself, row 0, left as it is). */
+static SELSCAN__ATTR void SELSCAN__SFX(selscan__ssd_adv)(float *S, int64_t P, int64_t NR, int nt, const float *a,
+                                                       const float *u, int64_t us, const float *Bs, float *hs) {
+    const int64_t PN = P * NR;
+    int64_t p, nv;
+    int i;
+    for (p = 0; p < P; p++)
+        for (nv = 0; nv < NR; nv += SELSCAN__VW) {
+            SELSCAN__VF s = SELSCAN__VLOAD(S + p * NR + nv);
+            for (i = 0; i < nt; i++) {
+                s = SELSCAN__VFMA(SELSCAN__VSET1(a[i]), s,
+                                  SELSCAN__VMUL(SELSCAN__VSET1(u[i * us + p]), SELSCAN__VLOAD(Bs + i * NR + nv)));
+                if (hs) SELSCAN__VSTORE(hs + (i + 1) * PN + p * NR + nv, s);
+            }
+            if (!hs) SELSCAN__VSTORE(S + p * NR + nv, s);
+        }
+}
+
+/* One step back for k <= 4 channels (rows NR apart): with g = dy0 (the gradient of y before the
+   gate and D), u = dt x, per state lane: dhn = dh + g C (the gradient of the state after the
+   step), dC += g S1, da += dhn S0, bx += dhn B (dx's sum, horizontal at the end), dB += dhn u,
+   dh <- dhn a. S1 / S0: the states after / before the step. da: 4 partial sums added in order. */
+static SELSCAN__ATTR SELSCAN__INLINE void SELSCAN__SFX(selscan__ssd_bwd_pblk)(const int k, int64_t NR, const float *S1,
+                                                                              const float *S0, float *dh,
+                                                                              const float *Bi, const float *Ci,
+                                                                              float *dBr, float *dCr, const float *g,
+                                                                              const float *u, SELSCAN__VF av,
+                                                                              SELSCAN__VF *da, float *bx) {
+    const SELSCAN__VF zero = SELSCAN__VSET1(0.0f);
+    SELSCAN__VF g0 = zero, g1 = zero, g2 = zero, g3 = zero, u0 = zero, u1 = zero, u2 = zero, u3 = zero;
+    SELSCAN__VF b0 = zero, b1 = zero, b2 = zero, b3 = zero, d0 = zero, d1 = zero, d2 = zero, d3 = zero;
+    int64_t nv;
+    if (k > 0) { g0 = SELSCAN__VSET1(g[0]); u0 = SELSCAN__VSET1(u[0]); }
+    if (k > 1) { g1 = SELSCAN__VSET1(g[1]); u1 = SELSCAN__VSET1(u[1]); }
+    if (k > 2) { g2 = SELSCAN__VSET1(g[2]); u2 = SELSCAN__VSET1(u[2]); }
+    if (k > 3) { g3 = SELSCAN__VSET1(g[3]); u3 = SELSCAN__VSET1(u[3]); }
+    for (nv = 0; nv < NR; nv += SELSCAN__VW) {
+        const SELSCAN__VF Bv = SELSCAN__VLOAD(Bi + nv), Cv = SELSCAN__VLOAD(Ci + nv);
+        SELSCAN__VF dBa = SELSCAN__VLOAD(dBr + nv), dCa = SELSCAN__VLOAD(dCr + nv), hn;
+#define SELSCAN__SSD_BJ(j)                                                                           \
+    if (k > j) {                                                                                    \
+        hn = SELSCAN__VFMA(g##j, Cv, SELSCAN__VLOAD(dh + j * NR + nv));                              \
+        dCa = SELSCAN__VFMA(g##j, SELSCAN__VLOAD(S1 + j * NR + nv), dCa);                            \
+        d##j = SELSCAN__VFMA(hn, SELSCAN__VLOAD(S0 + j * NR + nv), d##j);                            \
+        b##j = SELSCAN__VFMA(hn, Bv, b##j);                                                          \
+        dBa = SELSCAN__VFMA(hn, u##j, dBa);                                                          \
+        SELSCAN__VSTORE(dh + j * NR + nv, SELSCAN__VMUL(hn, av));                                    \
+    }
+        SELSCAN__SSD_BJ(0) SELSCAN__SSD_BJ(1) SELSCAN__SSD_BJ(2) SELSCAN__SSD_BJ(3)
+#undef SELSCAN__SSD_BJ
+        SELSCAN__VSTORE(dBr + nv, dBa);
+        SELSCAN__VSTORE(dCr + nv, dCa);
+    }
+    *da = SELSCAN__VADD(*da, SELSCAN__VADD(SELSCAN__VADD(d0, d1), SELSCAN__VADD(d2, d3)));
+    if (k > 0) bx[0] = SELSCAN__VHSUM(b0);
+    if (k > 1) bx[1] = SELSCAN__VHSUM(b1);
+    if (k > 2) bx[2] = SELSCAN__VHSUM(b2);
+    if (k > 3) bx[3] = SELSCAN__VHSUM(b3);
+}
+
+/* One step back for all P channels (4 at a time, in increasing p: every sum in one fixed order):
+   S1, S0, dh: P rows of NR; Bi, Ci, dBr, dCr: rows of NR; g, u, bx: P floats; *da: the sum over
+   channels and states of dhn S0 (the gradient of the decay a, before its factor). */
+static SELSCAN__ATTR void SELSCAN__SFX(selscan__ssd_bwd_step)(int64_t P, int64_t NR, const float *S1, const float *S0,
+                                                            float *dh, const float *Bi, const float *Ci, float *dBr,
+                                                            float *dCr, const float *g, const float *u, float a,
+                                                            float *bx, float *da) {
+    SELSCAN__VF dv = SELSCAN__VSET1(0.0f);
+    const SELSCAN__VF av = SELSCAN__VSET1(a);
+    int64_t p = 0, o;
+    for (; p + 4 <= P; p += 4) {
+        o = p * NR;
+        SELSCAN__SFX(selscan__ssd_bwd_pblk)(4, NR, S1 + o, S0 + o, dh + o, Bi, Ci, dBr, dCr, g + p, u + p, av, &dv, bx + p);
+    }
+    for (; p < P; p++) {
+        o = p * NR;
+        SELSCAN__SFX(selscan__ssd_bwd_pblk)(1, NR, S1 + o, S0 + o, dh + o, Bi, Ci, dBr, dCr, g + p, u + p, av, &dv, bx + p);
+    }
+    *da = SELSCAN__VHSUM(dv);
+}
+
+/* out[p] = sum_n C[n] S[p, n] for P rows of NR (y before D and the gate, for dz) */
+static SELSCAN__ATTR void SELSCAN__SFX(selscan__ssd_dot)(int64_t P, int64_t NR, const float *S, const float *Ci,
+                                                       float *out) {
+    int64_t p, nv;
+    for (p = 0; p < P; p++) {
+        SELSCAN__VF acc = SELSCAN__VSET1(0.0f);
+        for (nv = 0; nv < NR; nv += SELSCAN__VW)
+            acc = SELSCAN__VFMA(SELSCAN__VLOAD(Ci + nv), SELSCAN__VLOAD(S + p * NR + nv), acc);
+        out[p] = SELSCAN__VHSUM(acc);
+    }
+}
 /* the pass's definitions (>>fast-isa defines them again for the next pass) */
 #undef SELSCAN__KSFX
 #undef SELSCAN__ATTR

@@ -471,9 +471,15 @@ static selscan_status run_fwd_with(const selscan_ssd_problem *p, fwd_fn f) {
 }
 static selscan_status run_fwd(const selscan_ssd_problem *p) { return run_fwd_with(p, selscan_ssd_forward_ref); }
 
-/* A backward with poisoned outputs and a fresh workspace: status, the requested outputs all
-   written and nothing outside them, the others untouched, inputs unchanged. */
-static int run_bwd(sprob *S, sgrads *G, const char *desc) {
+/* the backwards: the reference and the fast CPU path (one call: part then reduce) */
+typedef selscan_status (*bwd_fn)(const selscan_ssd_problem *, const selscan_ssd_grads *, void *, size_t);
+static const struct { const char *name; bwd_fn f; } bwds[] = {{"ref", selscan_ssd_backward_ref},
+                                                             {"cpu", selscan_ssd_backward_cpu}};
+#define NBWD 2
+
+/* A backward (bwds[which]) with poisoned outputs and a fresh workspace: status, the requested
+   outputs all written and nothing outside them, the others untouched, inputs unchanged. */
+static int run_bwd_with(sprob *S, sgrads *G, const char *desc0, int which) {
     tc_tensor *ins[] = {&S->x, &S->dt, &S->A, &S->B, &S->C, &S->D, &S->z, &S->bias, &S->h0, &G->dy, &G->dfin};
     unsigned char *snaps[11];
     size_t bytes = 0;
@@ -481,12 +487,14 @@ static int run_bwd(sprob *S, sgrads *G, const char *desc) {
     selscan_status st;
     int i, same = 1, ok;
     int64_t unwritten = 0, dirty = 0;
+    char desc[340];
+    snprintf(desc, sizeof desc, "backward_%s: %s", bwds[which].name, desc0);
     for (i = 0; i < 11; i++) snaps[i] = tc_snapshot(ins[i]);
     for (i = 0; i < NG; i++) tc_poison(&G->out[i]);
     st = selscan_ssd_workspace_size(&S->p, &G->g, &bytes);
     CHECK(st == SELSCAN_OK, "workspace_size: %s (%s)", selscan_status_string(st), desc);
     ws = tc_ws(bytes);
-    st = selscan_ssd_backward_ref(&S->p, &G->g, bytes ? ws : NULL, bytes);
+    st = bwds[which].f(&S->p, &G->g, bytes ? ws : NULL, bytes);
     tc_ws_free(ws);
     ok = CHECK(st == SELSCAN_OK, "backward status %s (%s)", selscan_status_string(st), desc);
     for (i = 0; i < 11; i++) { same &= tc_same(ins[i], snaps[i]); free(snaps[i]); }
@@ -500,6 +508,7 @@ static int run_bwd(sprob *S, sgrads *G, const char *desc) {
           (long long)unwritten, (long long)dirty, desc);
     return 1;
 }
+static int run_bwd(sprob *S, sgrads *G, const char *desc) { return run_bwd_with(S, G, desc, 0); }
 
 /* ------------------------------------------------------------------------------ forward -- */
 /* The fast forward split into n_parts parts (run one after the other, on one workspace of
@@ -517,7 +526,7 @@ static void parts_case(sprob *S, const char *desc) {
         size_t bytes = 0;
         void *ws;
         int64_t part;
-        selscan_status st = selscan_ssd_workspace_size_parts(&S->p, nps[k], &bytes);
+        selscan_status st = selscan_ssd_workspace_size_parts(&S->p, NULL, nps[k], &bytes);
         int ok = st == SELSCAN_OK;
         tc_poison(&S->y);
         tc_poison(&S->hlast);
@@ -657,7 +666,7 @@ static void fd_case(const scfg *c, unsigned want) {
     char desc[300];
     double *fd[NG], *an[NG], *mag[NG], floor, lmag = 0;
     int64_t i, bad, at;
-    int k;
+    int k, w;
     prob_make(&S, c);
     grads_make(&G, &S, want);
     describe(&S, desc, sizeof desc);
@@ -688,14 +697,16 @@ static void fd_case(const scfg *c, unsigned want) {
         CHECK(e == 0, "test's own analytic %s differs from the finite differences in %g elements (%s)", gnames[k], e,
               desc);
     }
-    if (run_bwd(&S, &G, desc))
-        for (k = 0; k < NG; k++) {
-            if (!(G.want >> k & 1)) continue;
-            bad = check_elems(c, &G.out[k], fd[k], mag[k], floor, &worst_bwd, &at);
-            CHECK(bad == 0, "%s: %lld elements out of bound, the first [%lld] %.9g vs %.9g (terms' size %.3g) (%s)",
-                  gnames[k], (long long)bad, (long long)at, at >= 0 ? tc_get(&G.out[k], at) : 0.0,
-                  at >= 0 ? fd[k][at] : 0.0, at >= 0 ? mag[k][at] : 0.0, desc);
-        }
+    for (w = 0; w < NBWD; w++)
+        if (run_bwd_with(&S, &G, desc, w))
+            for (k = 0; k < NG; k++) {
+                if (!(G.want >> k & 1)) continue;
+                bad = check_elems(c, &G.out[k], fd[k], mag[k], floor, &worst_bwd, &at);
+                CHECK(bad == 0,
+                      "backward_%s %s: %lld elements out of bound, the first [%lld] %.9g vs %.9g (terms' size %.3g) (%s)",
+                      bwds[w].name, gnames[k], (long long)bad, (long long)at, at >= 0 ? tc_get(&G.out[k], at) : 0.0,
+                      at >= 0 ? fd[k][at] : 0.0, at >= 0 ? mag[k][at] : 0.0, desc);
+            }
     for (k = 0; k < NG; k++) { free(fd[k]); free(an[k]); free(mag[k]); }
     grads_free(&G);
     prob_free(&S);
@@ -1034,7 +1045,7 @@ static void expect(const char *what, vbase *V, const selscan_ssd_problem *p, con
         case F_FWD: st = selscan_ssd_forward_ref(p, V->ws, V->wsb); fn = "forward_ref"; break;
         case F_CPU: st = selscan_ssd_forward_cpu(p, V->ws, V->wsb); fn = "forward_cpu"; break;
         case F_PART: st = selscan_ssd_forward_cpu_part(p, 1, 2, V->ws, V->wsb); fn = "forward_cpu_part"; break;
-        case F_WSP: st = selscan_ssd_workspace_size_parts(p, 2, &bytes); fn = "workspace_size_parts"; break;
+        case F_WSP: st = selscan_ssd_workspace_size_parts(p, NULL, 2, &bytes); fn = "workspace_size_parts"; break;
         case F_BWD: st = selscan_ssd_backward_ref(p, g, V->ws, V->wsb); fn = "backward_ref"; break;
         }
         CHECK(st == want, "%s: %s returned %s, want %s", what, fn, selscan_status_name(st), selscan_status_name(want));
@@ -1299,11 +1310,37 @@ static void validation_tests(void) {
             CHECK(st == SELSCAN_ERR_WORKSPACE && dg.code == SELSCAN_RULE_MISSING &&
                       strcmp(dg.operand, "workspace") == 0 && outputs_untouched(&V),
                   "backward: NULL workspace: %s", selscan_status_name(st));
-            st = selscan_ssd_backward_ref(&p, &g, V.ws, need - 64); /* the slack is 63 bytes */
+            /* the size covers both backwards; the fast one's is the larger here (the slack is 63 bytes) */
+            st = selscan_ssd_backward_cpu(&p, &g, V.ws, need - 64);
             CHECK(st == SELSCAN_ERR_WORKSPACE && dg.code == SELSCAN_RULE_TOO_SMALL && outputs_untouched(&V),
-                  "backward: workspace too small: %s", selscan_status_name(st));
+                  "backward_cpu: workspace too small: %s", selscan_status_name(st));
+            st = selscan_ssd_backward_ref(&p, &g, V.ws, 63);
+            CHECK(st == SELSCAN_ERR_WORKSPACE && dg.code == SELSCAN_RULE_TOO_SMALL && outputs_untouched(&V),
+                  "backward_ref: workspace too small: %s", selscan_status_name(st));
             st = selscan_ssd_backward_ref(&p, &g, (char *)V.ws + 3, need); /* any pointer: aligned up inside */
             CHECK(st == SELSCAN_OK, "backward: unaligned workspace pointer: %s", selscan_status_name(st));
+            st = selscan_ssd_backward_cpu(&p, &g, (char *)V.ws + 3, need);
+            CHECK(st == SELSCAN_OK, "backward_cpu: unaligned workspace pointer: %s", selscan_status_name(st));
+            { /* the backward's parts: one workspace of workspace_size_parts(p, g) bytes */
+                size_t pb = 0;
+                CHECK(selscan_ssd_workspace_size_parts(&p, &g, 3, &pb) == SELSCAN_OK && pb > need,
+                      "workspace_size_parts(g): 3 parts");
+                poison_outs(&V);
+                st = selscan_ssd_backward_cpu_part(&p, &g, 2, 3, V.ws, pb - 64);
+                CHECK(st == SELSCAN_ERR_WORKSPACE && dg.code == SELSCAN_RULE_TOO_SMALL && outputs_untouched(&V),
+                      "backward_cpu_part: workspace too small: %s", selscan_status_name(st));
+                st = selscan_ssd_backward_cpu_reduce(&p, &g, 3, 3, V.ws, pb);
+                CHECK(st == SELSCAN_ERR_SHAPE && dg.code == SELSCAN_RULE_OUT_OF_RANGE && strcmp(dg.operand, "part") == 0 &&
+                          outputs_untouched(&V),
+                      "backward_cpu_reduce: part 3 of 3: %s", selscan_status_name(st));
+                st = selscan_ssd_backward_cpu_part(&p, &g, 0, 0, V.ws, pb);
+                CHECK(st == SELSCAN_ERR_SHAPE && dg.code == SELSCAN_RULE_OUT_OF_RANGE && strcmp(dg.operand, "n_parts") == 0 &&
+                          outputs_untouched(&V),
+                      "backward_cpu_part: 0 parts: %s", selscan_status_name(st));
+                st = selscan_ssd_backward_cpu_reduce(&p, &g, 0, 2, NULL, pb);
+                CHECK(st == SELSCAN_ERR_WORKSPACE && dg.code == SELSCAN_RULE_MISSING && outputs_untouched(&V),
+                      "backward_cpu_reduce: NULL workspace: %s", selscan_status_name(st));
+            }
             selscan_ssd_workspace_size(&V.S.p, NULL, &need);
             poison_outs(&V);
             st = selscan_ssd_forward_ref(&p, V.ws, 63); /* the reference's state: 3 floats, 64 bytes aligned up */
@@ -1321,7 +1358,7 @@ static void validation_tests(void) {
             CHECK(st == SELSCAN_OK, "forward_cpu: unaligned workspace pointer: %s", selscan_status_name(st));
             { /* parts: all share one workspace of workspace_size_parts bytes */
                 size_t pb = 0;
-                CHECK(selscan_ssd_workspace_size_parts(&p, 3, &pb) == SELSCAN_OK && pb > need - 63,
+                CHECK(selscan_ssd_workspace_size_parts(&p, NULL, 3, &pb) == SELSCAN_OK && pb > need - 63,
                       "workspace_size_parts: 3 parts");
                 poison_outs(&V);
                 st = selscan_ssd_forward_cpu_part(&p, 2, 3, V.ws, pb - 64);
@@ -1334,10 +1371,10 @@ static void validation_tests(void) {
                 st = selscan_ssd_forward_cpu_part(&p, 0, 0, V.ws, pb);
                 CHECK(st == SELSCAN_ERR_SHAPE && dg.code == SELSCAN_RULE_OUT_OF_RANGE && strcmp(dg.operand, "n_parts") == 0,
                       "forward_cpu_part: 0 parts: %s", selscan_status_name(st));
-                st = selscan_ssd_workspace_size_parts(&p, (int64_t)1 << 25, &pb);
+                st = selscan_ssd_workspace_size_parts(&p, NULL, (int64_t)1 << 25, &pb);
                 CHECK(st == SELSCAN_ERR_SHAPE && strcmp(dg.operand, "n_parts") == 0, "workspace_size_parts: 2^25 parts");
                 dg.operand = dsent;
-                CHECK(selscan_ssd_workspace_size_parts(&p, 2, NULL) == SELSCAN_ERR_NULL && strcmp(dg.operand, "bytes") == 0,
+                CHECK(selscan_ssd_workspace_size_parts(&p, NULL, 2, NULL) == SELSCAN_ERR_NULL && strcmp(dg.operand, "bytes") == 0,
                       "workspace_size_parts: bytes NULL");
             }
         }
