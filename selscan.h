@@ -4426,7 +4426,7 @@ static void selscan__ssd_ssh_map(selscan__ssh *o, const selscan__sprob *q, const
 }
 
 /* floats of one part's scratch: the checkpoints (ceil(L / BT) P NR), the chunk's states
-   ((BT + 1) P NR), dh (P NR), B, C (BT NR each), two spare rows (dB, dC not asked for), x, dt x,
+   (BT P NR, + 1 row of slack), dh (P NR), B, C (BT NR each), two spare rows (dB, dC not asked for), x, dt x,
    dy0, the dz factor, dx's sums, y0 (BT P16 each), a, dt, da (16 each), ddt (r16(L)), dD's (P16) */
 static int64_t selscan__ssd_bscr_floats(const selscan__sprob *q) {
     const int64_t NR = selscan__r16(q->N), P16 = selscan__r16(q->P), PN = selscan__smul(q->P, NR);
@@ -4526,10 +4526,8 @@ static void selscan__ssd_bwd_item(const selscan__sprob *q, const selscan__sgrd *
                 for (n = 0; n < N; n++)
                     ck[p * NR + n] = SELSCAN__CAST(const float *, q->h0.data)[SELSCAN__AT4(q->h0, s.row, h, p, n)];
         for (c = 0; c + 1 < nc; c++) {
-            float *const nx = ck + (c + 1) * PN;
-            memcpy(nx, ck + c * PN, SELSCAN__CAST(size_t, PN) * 4);
             selscan__ssd_bwd_stage(q, r, b, h, s.t0 + c * BT, SELSCAN__CAST(int, BT), 0, av, dtv, Bs, Cs, xs, us, g, zf);
-            SELSCAN__SSD_CALL(isa, ssd_adv, (nx, P, NR, SELSCAN__CAST(int, BT), av, us, P16, Bs, NULL))
+            SELSCAN__SSD_CALL(isa, ssd_adv, (ck + c * PN, P, NR, SELSCAN__CAST(int, BT), av, us, P16, Bs, ck + (c + 1) * PN, 0))
         }
         /* the state's gradient after the sequence */
         memset(dh, 0, SELSCAN__CAST(size_t, PN) * 4);
@@ -4541,17 +4539,16 @@ static void selscan__ssd_bwd_item(const selscan__sprob *q, const selscan__sgrd *
             const int64_t t0 = s.t0 + c * BT;
             const int nt = SELSCAN__CAST(int, selscan__min64(BT, s.t1 - t0));
             selscan__ssd_bwd_stage(q, r, b, h, t0, nt, 1, av, dtv, Bs, Cs, xs, us, g, zf);
-            memcpy(hs, ck + c * PN, SELSCAN__CAST(size_t, PN) * 4);
-            SELSCAN__SSD_CALL(isa, ssd_adv, (hs, P, NR, nt, av, us, P16, Bs, hs))
+            SELSCAN__SSD_CALL(isa, ssd_adv, (ck + c * PN, P, NR, nt, av, us, P16, Bs, hs, 1))
             if (dBp) memset(dBp + t0 * NR, 0, SELSCAN__CAST(size_t, nt * NR) * 4);
             if (dCp) memset(dCp + t0 * NR, 0, SELSCAN__CAST(size_t, nt * NR) * 4);
             for (i = nt - 1; i >= 0; i--) {
-                const float *const S1 = hs + (i + 1) * PN;
+                const float *const S1 = hs + i * PN, *const S0 = i ? S1 - PN : ck + c * PN;
                 t = t0 + i;
                 SELSCAN__SSD_CALL(isa, ssd_bwd_step,
-                                  (P, NR, S1, S1 - PN, dh, Bs + i * NR, Cs + i * NR, dBp ? dBp + t * NR : junkB,
-                                   dCp ? dCp + t * NR : junkC, g + i * P16, us + i * P16, av[i], bx + i * P16, da + i))
-                if (wantz) SELSCAN__SSD_CALL(isa, ssd_dot, (P, NR, S1, Cs + i * NR, y0 + i * P16))
+                                  (P, NR, S1, S0, dh, Bs + i * NR, Cs + i * NR, dBp ? dBp + t * NR : junkB,
+                                   dCp ? dCp + t * NR : junkC, g + i * P16, us + i * P16, av[i], bx + i * P16, da + i,
+                                   wantz ? y0 + i * P16 : NULL))
             }
             for (i = nt - 1; i >= 0; i--) { /* finish the chunk's steps, the last first (the reference's order) */
                 const float *const x = xs + i * P16, *const gr = g + i * P16, *const bxr = bx + i * P16;
@@ -5993,38 +5990,81 @@ static SELSCAN__ATTR void SELSCAN__SFX(selscan__ssd_fwd_chunk)(float *S, int64_t
    sums over the channels (dB, dC, the decay's gradient) are lane-wise adds and only dx's sum
    over n is a horizontal one. */
 
-/* nt steps of the recurrence S[p,:] <- a S[p,:] + (dt x)[p] B for P channels: S (P rows of NR),
-   a: the decays, u (dt x): nt rows of us floats, Bs: nt rows of NR. hs NULL: S updated in place;
-   else the state after step i stored in hs + (i + 1) * P * NR (S itself, row 0, left as it is). */
-static SELSCAN__ATTR void SELSCAN__SFX(selscan__ssd_adv)(float *S, int64_t P, int64_t NR, int nt, const float *a,
-                                                       const float *u, int64_t us, const float *Bs, float *hs) {
-    const int64_t PN = P * NR;
-    int64_t p, nv;
+/* nt steps of the recurrence S[p,:] <- a S[p,:] + (dt x)[p] B for k <= 4 vectors of the P NR
+   state floats (flat index j: channel j / NR, states j % NR), each in a register over the steps.
+   st: store every step's state into hs (row i, rows PN floats apart), else the last into hs. */
+static SELSCAN__ATTR SELSCAN__INLINE void SELSCAN__SFX(selscan__ssd_adv_blk)(const int k, const int st,
+                                                                             const float *S, int64_t j, int64_t NR,
+                                                                             int64_t PN, int nt, const float *a,
+                                                                             const float *u, int64_t us,
+                                                                             const float *Bs, float *hs) {
+    const int64_t p0 = j / NR, n0 = j % NR, p1 = (j + SELSCAN__VW) / NR, n1 = (j + SELSCAN__VW) % NR;
+    const int64_t p2 = (j + 2 * SELSCAN__VW) / NR, n2 = (j + 2 * SELSCAN__VW) % NR;
+    const int64_t p3 = (j + 3 * SELSCAN__VW) / NR, n3 = (j + 3 * SELSCAN__VW) % NR;
+    SELSCAN__VF s0, s1 = SELSCAN__VSET1(0.0f), s2 = s1, s3 = s1;
     int i;
-    for (p = 0; p < P; p++)
-        for (nv = 0; nv < NR; nv += SELSCAN__VW) {
-            SELSCAN__VF s = SELSCAN__VLOAD(S + p * NR + nv);
-            for (i = 0; i < nt; i++) {
-                s = SELSCAN__VFMA(SELSCAN__VSET1(a[i]), s,
-                                  SELSCAN__VMUL(SELSCAN__VSET1(u[i * us + p]), SELSCAN__VLOAD(Bs + i * NR + nv)));
-                if (hs) SELSCAN__VSTORE(hs + (i + 1) * PN + p * NR + nv, s);
-            }
-            if (!hs) SELSCAN__VSTORE(S + p * NR + nv, s);
+    s0 = SELSCAN__VLOAD(S + j);
+    if (k > 1) s1 = SELSCAN__VLOAD(S + j + SELSCAN__VW);
+    if (k > 2) s2 = SELSCAN__VLOAD(S + j + 2 * SELSCAN__VW);
+    if (k > 3) s3 = SELSCAN__VLOAD(S + j + 3 * SELSCAN__VW);
+    for (i = 0; i < nt; i++) {
+        const SELSCAN__VF av = SELSCAN__VSET1(a[i]);
+        const float *const ur = u + i * us, *const br = Bs + i * NR;
+        s0 = SELSCAN__VFMA(av, s0, SELSCAN__VMUL(SELSCAN__VSET1(ur[p0]), SELSCAN__VLOAD(br + n0)));
+        if (k > 1) s1 = SELSCAN__VFMA(av, s1, SELSCAN__VMUL(SELSCAN__VSET1(ur[p1]), SELSCAN__VLOAD(br + n1)));
+        if (k > 2) s2 = SELSCAN__VFMA(av, s2, SELSCAN__VMUL(SELSCAN__VSET1(ur[p2]), SELSCAN__VLOAD(br + n2)));
+        if (k > 3) s3 = SELSCAN__VFMA(av, s3, SELSCAN__VMUL(SELSCAN__VSET1(ur[p3]), SELSCAN__VLOAD(br + n3)));
+        if (st) {
+            float *const hr = hs + i * PN + j;
+            SELSCAN__VSTORE(hr, s0);
+            if (k > 1) SELSCAN__VSTORE(hr + SELSCAN__VW, s1);
+            if (k > 2) SELSCAN__VSTORE(hr + 2 * SELSCAN__VW, s2);
+            if (k > 3) SELSCAN__VSTORE(hr + 3 * SELSCAN__VW, s3);
         }
+    }
+    if (!st) {
+        SELSCAN__VSTORE(hs + j, s0);
+        if (k > 1) SELSCAN__VSTORE(hs + j + SELSCAN__VW, s1);
+        if (k > 2) SELSCAN__VSTORE(hs + j + 2 * SELSCAN__VW, s2);
+        if (k > 3) SELSCAN__VSTORE(hs + j + 3 * SELSCAN__VW, s3);
+    }
+}
+
+/* nt steps of the recurrence for P channels from the state S (P rows of NR), a: the decays, u
+   (dt x): nt rows of us floats, Bs: nt rows of NR. all: the state after step i into hs + i P NR;
+   else only the last step's, into hs (which may be S). Four vectors at a time (four independent
+   chains of dependent FMAs). */
+static SELSCAN__ATTR void SELSCAN__SFX(selscan__ssd_adv)(const float *S, int64_t P, int64_t NR, int nt, const float *a,
+                                                       const float *u, int64_t us, const float *Bs, float *hs,
+                                                       int all) {
+    const int64_t PN = P * NR;
+    int64_t j = 0;
+    if (all) {
+        for (; j + 4 * SELSCAN__VW <= PN; j += 4 * SELSCAN__VW)
+            SELSCAN__SFX(selscan__ssd_adv_blk)(4, 1, S, j, NR, PN, nt, a, u, us, Bs, hs);
+        for (; j < PN; j += SELSCAN__VW) SELSCAN__SFX(selscan__ssd_adv_blk)(1, 1, S, j, NR, PN, nt, a, u, us, Bs, hs);
+    } else {
+        for (; j + 4 * SELSCAN__VW <= PN; j += 4 * SELSCAN__VW)
+            SELSCAN__SFX(selscan__ssd_adv_blk)(4, 0, S, j, NR, PN, nt, a, u, us, Bs, hs);
+        for (; j < PN; j += SELSCAN__VW) SELSCAN__SFX(selscan__ssd_adv_blk)(1, 0, S, j, NR, PN, nt, a, u, us, Bs, hs);
+    }
 }
 
 /* One step back for k <= 4 channels (rows NR apart): with g = dy0 (the gradient of y before the
    gate and D), u = dt x, per state lane: dhn = dh + g C (the gradient of the state after the
    step), dC += g S1, da += dhn S0, bx += dhn B (dx's sum, horizontal at the end), dB += dhn u,
-   dh <- dhn a. S1 / S0: the states after / before the step. da: 4 partial sums added in order. */
-static SELSCAN__ATTR SELSCAN__INLINE void SELSCAN__SFX(selscan__ssd_bwd_pblk)(const int k, int64_t NR, const float *S1,
+   dh <- dhn a. S1 / S0: the states after / before the step. da: 4 partial sums added in order.
+   wz: also y0 = sum_n C S1 of each channel (for dz) into y. */
+static SELSCAN__ATTR SELSCAN__INLINE void SELSCAN__SFX(selscan__ssd_bwd_pblk)(const int k, const int wz, int64_t NR,
+                                                                              const float *S1,
                                                                               const float *S0, float *dh,
                                                                               const float *Bi, const float *Ci,
                                                                               float *dBr, float *dCr, const float *g,
                                                                               const float *u, SELSCAN__VF av,
-                                                                              SELSCAN__VF *da, float *bx) {
+                                                                              SELSCAN__VF *da, float *bx, float *y) {
     const SELSCAN__VF zero = SELSCAN__VSET1(0.0f);
     SELSCAN__VF g0 = zero, g1 = zero, g2 = zero, g3 = zero, u0 = zero, u1 = zero, u2 = zero, u3 = zero;
+    SELSCAN__VF y0 = zero, y1 = zero, y2 = zero, y3 = zero;
     SELSCAN__VF b0 = zero, b1 = zero, b2 = zero, b3 = zero, d0 = zero, d1 = zero, d2 = zero, d3 = zero;
     int64_t nv;
     if (k > 0) { g0 = SELSCAN__VSET1(g[0]); u0 = SELSCAN__VSET1(u[0]); }
@@ -6036,8 +6076,10 @@ static SELSCAN__ATTR SELSCAN__INLINE void SELSCAN__SFX(selscan__ssd_bwd_pblk)(co
         SELSCAN__VF dBa = SELSCAN__VLOAD(dBr + nv), dCa = SELSCAN__VLOAD(dCr + nv), hn;
 #define SELSCAN__SSD_BJ(j)                                                                           \
     if (k > j) {                                                                                    \
+        const SELSCAN__VF s1v = SELSCAN__VLOAD(S1 + j * NR + nv);                                    \
         hn = SELSCAN__VFMA(g##j, Cv, SELSCAN__VLOAD(dh + j * NR + nv));                              \
-        dCa = SELSCAN__VFMA(g##j, SELSCAN__VLOAD(S1 + j * NR + nv), dCa);                            \
+        dCa = SELSCAN__VFMA(g##j, s1v, dCa);                                                         \
+        if (wz) y##j = SELSCAN__VFMA(Cv, s1v, y##j);                                                 \
         d##j = SELSCAN__VFMA(hn, SELSCAN__VLOAD(S0 + j * NR + nv), d##j);                            \
         b##j = SELSCAN__VFMA(hn, Bv, b##j);                                                          \
         dBa = SELSCAN__VFMA(hn, u##j, dBa);                                                          \
@@ -6053,40 +6095,40 @@ static SELSCAN__ATTR SELSCAN__INLINE void SELSCAN__SFX(selscan__ssd_bwd_pblk)(co
     if (k > 1) bx[1] = SELSCAN__VHSUM(b1);
     if (k > 2) bx[2] = SELSCAN__VHSUM(b2);
     if (k > 3) bx[3] = SELSCAN__VHSUM(b3);
+    if (wz && k > 0) y[0] = SELSCAN__VHSUM(y0);
+    if (wz && k > 1) y[1] = SELSCAN__VHSUM(y1);
+    if (wz && k > 2) y[2] = SELSCAN__VHSUM(y2);
+    if (wz && k > 3) y[3] = SELSCAN__VHSUM(y3);
 }
 
 /* One step back for all P channels (4 at a time, in increasing p: every sum in one fixed order):
    S1, S0, dh: P rows of NR; Bi, Ci, dBr, dCr: rows of NR; g, u, bx: P floats; *da: the sum over
-   channels and states of dhn S0 (the gradient of the decay a, before its factor). */
+   channels and states of dhn S0 (the gradient of the decay a, before its factor); y (P floats,
+   NULL: not wanted): y0 = sum_n C S1 per channel. */
 static SELSCAN__ATTR void SELSCAN__SFX(selscan__ssd_bwd_step)(int64_t P, int64_t NR, const float *S1, const float *S0,
                                                             float *dh, const float *Bi, const float *Ci, float *dBr,
                                                             float *dCr, const float *g, const float *u, float a,
-                                                            float *bx, float *da) {
+                                                            float *bx, float *da, float *y) {
     SELSCAN__VF dv = SELSCAN__VSET1(0.0f);
     const SELSCAN__VF av = SELSCAN__VSET1(a);
     int64_t p = 0, o;
+#define SELSCAN__SSD_PB4(k, wz)                                                                             \
+    SELSCAN__SFX(selscan__ssd_bwd_pblk)(k, wz, NR, S1 + o, S0 + o, dh + o, Bi, Ci, dBr, dCr, g + p, u + p, av, &dv, \
+                                        bx + p, y ? y + p : NULL)
     for (; p + 4 <= P; p += 4) {
         o = p * NR;
-        SELSCAN__SFX(selscan__ssd_bwd_pblk)(4, NR, S1 + o, S0 + o, dh + o, Bi, Ci, dBr, dCr, g + p, u + p, av, &dv, bx + p);
+        if (y) SELSCAN__SSD_PB4(4, 1);
+        else SELSCAN__SSD_PB4(4, 0);
     }
     for (; p < P; p++) {
         o = p * NR;
-        SELSCAN__SFX(selscan__ssd_bwd_pblk)(1, NR, S1 + o, S0 + o, dh + o, Bi, Ci, dBr, dCr, g + p, u + p, av, &dv, bx + p);
+        if (y) SELSCAN__SSD_PB4(1, 1);
+        else SELSCAN__SSD_PB4(1, 0);
     }
+#undef SELSCAN__SSD_PB4
     *da = SELSCAN__VHSUM(dv);
 }
 
-/* out[p] = sum_n C[n] S[p, n] for P rows of NR (y before D and the gate, for dz) */
-static SELSCAN__ATTR void SELSCAN__SFX(selscan__ssd_dot)(int64_t P, int64_t NR, const float *S, const float *Ci,
-                                                       float *out) {
-    int64_t p, nv;
-    for (p = 0; p < P; p++) {
-        SELSCAN__VF acc = SELSCAN__VSET1(0.0f);
-        for (nv = 0; nv < NR; nv += SELSCAN__VW)
-            acc = SELSCAN__VFMA(SELSCAN__VLOAD(Ci + nv), SELSCAN__VLOAD(S + p * NR + nv), acc);
-        out[p] = SELSCAN__VHSUM(acc);
-    }
-}
 /* the pass's definitions (>>fast-isa defines them again for the next pass) */
 #undef SELSCAN__KSFX
 #undef SELSCAN__ATTR
