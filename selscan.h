@@ -6101,7 +6101,8 @@ static SELSCAN__ATTR SELSCAN__INLINE void SELSCAN__SFX(selscan__ssd_bwd_pblk)(co
     if (wz && k > 3) y[3] = SELSCAN__VHSUM(y3);
 }
 
-/* One step back for all P channels (4 at a time, in increasing p: every sum in one fixed order):
+/* One step back for all P channels (4 or 2 at a time by the ISA's registers, in increasing p:
+   every sum in one fixed order for a given ISA):
    S1, S0, dh: P rows of NR; Bi, Ci, dBr, dCr: rows of NR; g, u, bx: P floats; *da: the sum over
    channels and states of dhn S0 (the gradient of the decay a, before its factor); y (P floats,
    NULL: not wanted): y0 = sum_n C S1 per channel. */
@@ -6115,10 +6116,17 @@ static SELSCAN__ATTR void SELSCAN__SFX(selscan__ssd_bwd_step)(int64_t P, int64_t
 #define SELSCAN__SSD_PB4(k, wz)                                                                             \
     SELSCAN__SFX(selscan__ssd_bwd_pblk)(k, wz, NR, S1 + o, S0 + o, dh + o, Bi, Ci, dBr, dCr, g + p, u + p, av, &dv, \
                                         bx + p, y ? y + p : NULL)
-    for (; p + 4 <= P; p += 4) {
+    if (SELSCAN__VW == 16 || SELSCAN__VW == 4) { /* avx512, neon: 32 registers, 4 channels at a time */
+        for (; p + 4 <= P; p += 4) {
+            o = p * NR;
+            if (y) SELSCAN__SSD_PB4(4, 1);
+            else SELSCAN__SSD_PB4(4, 0);
+        }
+    }
+    for (; p + 2 <= P; p += 2) { /* avx2, portable: 16 registers, 2 (4 spills) */
         o = p * NR;
-        if (y) SELSCAN__SSD_PB4(4, 1);
-        else SELSCAN__SSD_PB4(4, 0);
+        if (y) SELSCAN__SSD_PB4(2, 1);
+        else SELSCAN__SSD_PB4(2, 0);
     }
     for (; p < P; p++) {
         o = p * NR;
