@@ -26,7 +26,7 @@
  *                    and >>ssd-reference its scalar oracle, >>fast the fast CPU path
  *                    (>>fast-tiles, >>fast-isa, >>fast-drivers, >>fast-parts, ...), >>conv-entry
  *                    the conv's fast-path drivers and CPU entry points, >>ssd-entry the SSD
- *                    forward's, >>entry the public CPU entry points, >>fast-kernels the kernels
+ *                    forward's and backward's, >>entry the public CPU entry points, >>fast-kernels the kernels
  *                    compiled per instruction set (>>fast-forward, >>fast-backward, >>fast-step,
  *                    >>fast-conv, >>fast-ssd)
  *     Measurements and the reasons behind the tuning: bench/NOTES.md (labels CPU-vN, CUDA-vN).
@@ -95,7 +95,8 @@
  * by groups of heads, D per head or per channel, the z gate, dt_bias / softplus / dt limits,
  * initial and final states, packed sequences by seq_idx or cu_seqlens; backward of every input):
  * its own problem types and entry points, selscan_ssd_* (the exact scalar reference, forward
- * and backward; a fast CPU forward with the parts API); the math and operands are in >>ssd-api.
+ * and backward; a fast CPU forward and backward with the parts API); the math and operands are
+ * in >>ssd-api.
  *
  * ---------------------------------------------------------------------------------------------
  * OPERANDS: logical shapes, dtypes (T is the problem's dtype: f32, f16 or bf16)
@@ -5919,7 +5920,7 @@ static SELSCAN__ATTR void SELSCAN__SFX(selscan__conv_bwd_block)(const selscan__c
     }
 }
 
-/* ---- >>fast-ssd: the SSD forward's inner tile (>>ssd-entry drives it) ----------------------- */
+/* ---- >>fast-ssd: the SSD forward's inner tile and the backward's kernels (>>ssd-entry) ------- */
 /* One vector of W channels and k <= 8 states n0 .. n0 + k - 1 over nt steps, the states in
    registers: S <- a S + (dt B) x, then y += sum over the k states of C S, in two partial sums (even
    and odd n: two chains of dependent FMAs, not one) added in a fixed order. S: the states, rows ps
