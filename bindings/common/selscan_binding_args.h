@@ -118,15 +118,23 @@ struct Refusal {
   bool ok() const { return status == SELSCAN_OK; }
 };
 
-// What a check found: the sizes (Sizes: -1 where not known), selscan's dtype and the flags the
-// argument forms say (SELSCAN_FIXED_*, the steps' SELSCAN_STEP_*_T; SELSCAN_CONV_PARAMS_T when the
-// conv update's weight and bias (given) are both T), n_cache, the conv's width and state_len.
+// What a check found: the sizes (Sizes: -1 where not known; the steps' rows: n_cache), selscan's
+// dtype and the flags the argument forms say (SELSCAN_FIXED_*, the steps' SELSCAN_STEP_*_T;
+// SELSCAN_CONV_PARAMS_T when the conv update's weight and bias (given) are both T), n_cache, the
+// conv's width and state_len.
 struct Checked {
   Sizes s;
   selscan_dtype dtype = SELSCAN_F32;
   unsigned flags = 0;
   int64_t n_cache = 0, width = 0, state_len = 0;
   bool params_mixed = false;  // the conv update: weight and bias, one T and one float32
+  bool step = false;          // a decode step's (the step's, the conv update's)
+  // >>bind-empty, every op's: the call has nothing for selscan to compute, and the binding answers
+  // it without calling selscan (whose entry points refuse a size 0 and read a step's n_cache 0 as
+  // batch). The scan and the conv: Sizes::Empty (the outputs' rule there). The steps: no token
+  // (batch, dim or L 0) or a cache of no rows (n_cache 0: every batch row is padding, as the check
+  // made sure): y is 0 and the state passes through (untouched in place, copied out of place).
+  bool Empty() const { return s.Empty() || (step && n_cache == 0); }
 };
 
 // The framework's error for a refusal: "selscan: <where>: <status text> [<STATUS>] (argument 'x':
@@ -657,6 +665,7 @@ inline Refusal CheckStepArgs(const StepArgs& a, const Forms& forms, Checked* out
   k.s.G = c.q.G.v == kUnset ? 1 : c.V(c.q.G);
   k.n_cache = c.V(c.q.ncache);
   k.s.rows = k.n_cache;
+  k.step = true;
   k.dtype = DtypeOfType(c.T);
   const bool t = c.T != Type::kF32;
   k.flags = (t && a.D.present && a.D.type == c.T ? SELSCAN_STEP_D_T : 0u) |
@@ -717,6 +726,8 @@ inline Refusal CheckConvStepArgs(const ConvStepArgs& a, const Forms& forms, Chec
   k.width = c.V(c.q.W);
   k.state_len = c.V(c.q.S);
   k.n_cache = c.V(c.q.ncache);
+  k.s.rows = k.n_cache;
+  k.step = true;
   k.dtype = DtypeOfType(c.T);
   const bool t = c.T != Type::kF32;
   const bool wT = a.weight.present && a.weight.type == c.T, bT = a.bias.present && a.bias.type == c.T;

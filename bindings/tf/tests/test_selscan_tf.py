@@ -24,7 +24,7 @@ import tensorflow as tf  # noqa: E402
 
 import selscan_tf  # noqa: E402
 from selscan_tf import SelectiveScan, selective_scan  # noqa: E402
-from runner import run_tests  # noqa: E402
+from runner import raises as expect_error, run_tests  # noqa: E402
 
 # ---- low-precision tolerances (issue 41 item 5): the one rule of the TF tests, as the torch tests'
 # _common.lowp_tol and the C suites' tc_tol_lowp (tests/tol_lowp.h) state it.
@@ -437,17 +437,6 @@ def test_tf_function():
         cf = tf.function(step).get_concrete_function(*[t[k] for k in keys])
         shapes = [tuple(o.shape) for o in cf.outputs[:2]]
         assert shapes[0] == tuple(t["u"].shape) and shapes[1] == (2, 6, 4), "inferred shapes %s" % shapes
-
-
-def expect_error(fn, *needles, types=(tf.errors.InvalidArgumentError, ValueError, TypeError)):
-    try:
-        fn()
-    except types as e:
-        msg = str(e)
-        for n in needles:
-            assert n in msg, "error message lacks %r: %s" % (n, msg[:400])
-        return
-    raise AssertionError("no error raised (wanted %s)" % (needles,))
 
 
 def test_bad_shapes():

@@ -20,8 +20,7 @@ sys.path.insert(0, HERE)
 import tensorflow as tf  # noqa: E402
 
 from selscan_tf import selective_scan, selective_state_update  # noqa: E402
-from runner import run_tests  # noqa: E402
-from test_bad_input import raises  # noqa: E402
+from runner import raises, run_tests  # noqa: E402
 from test_selscan_tf import TOL, Problem, ref_scan, rel_err, seq_from_layout  # noqa: E402
 
 STEP_KEYS = ("x", "dt", "z", "B", "C")  # the T-typed operands of the step

@@ -48,9 +48,10 @@ SCAN_INPUTS = ["u", "delta", "A", "B", "C", "D", "z", "delta_bias", "h0", "cu_se
 STEP_INPUTS = ["state", "x", "dt", "A", "B", "C", "D", "z", "dt_bias", "state_index"]
 
 
-def one_node_model(op, input_names, feeds, t_inputs, T, outputs, t_outputs, attrs):
+def one_node_model(op, input_names, feeds, t_inputs, T, outputs, t_outputs, attrs, ranks=None):
     """A model of one selscan node. feeds: name -> torch tensor (absent: None); t_inputs: the names
-    of T inputs (fed as float and cast); outputs: the node's output names ("" skips one)."""
+    of T inputs (fed as float and cast); outputs: the node's output names ("" skips one); ranks:
+    output name -> rank (default: out_rank)."""
     nodes, graph_in, node_in = [], [], []
     for name in input_names:
         t = feeds.get(name)
@@ -79,7 +80,8 @@ def one_node_model(op, input_names, feeds, t_inputs, T, outputs, t_outputs, attr
             continue
         if o in t_outputs and T != torch.float32:
             nodes.append(helper.make_node("Cast", [o + "_t"], [o], to=TensorProto.FLOAT))
-        graph_out.append(helper.make_tensor_value_info(o, TensorProto.FLOAT, [None] * out_rank(op, o, attrs)))
+        rank = ranks[o] if ranks is not None else out_rank(op, o, attrs)
+        graph_out.append(helper.make_tensor_value_info(o, TensorProto.FLOAT, [None] * rank))
     graph = helper.make_graph(nodes, op, graph_in, graph_out)
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18), helper.make_opsetid("selscan", 1)])
     model.ir_version = 9
@@ -251,32 +253,9 @@ def conv_ref(x, weight, bias=None, init=None, silu=False):
 
 
 def conv_model(op, names, feeds, dtype, outputs, attrs):
-    t_in = {"x", "init_state", "state"}
-    t_out = {"y", "final_state", "state_out"}
     ranks = {"y": feeds["x"].dim(), "final_state": 3 if attrs.get("return_final_state", 1) else 1, "state_out": 3}
-    nodes, graph_in, node_in = [], [], []
-    for name in names:
-        t = feeds.get(name)
-        if t is None:
-            node_in.append("")
-            continue
-        ty = {torch.int64: TensorProto.INT64, torch.int32: TensorProto.INT32}.get(t.dtype, TensorProto.FLOAT)
-        graph_in.append(helper.make_tensor_value_info(name, ty, list(t.shape)))
-        if name in t_in and dtype != torch.float32:
-            nodes.append(helper.make_node("Cast", [name], [name + "_t"], to=ONNX_TYPE[dtype]))
-            node_in.append(name + "_t")
-        else:
-            node_in.append(name)
-    while node_in and node_in[-1] == "":
-        node_in.pop()
-    cast = dtype != torch.float32
-    nodes.append(helper.make_node(op, node_in, [o + "_t" if cast else o for o in outputs], domain="selscan", **attrs))
-    if cast:
-        nodes += [helper.make_node("Cast", [o + "_t"], [o], to=TensorProto.FLOAT) for o in outputs]
-    graph_out = [helper.make_tensor_value_info(o, TensorProto.FLOAT, [None] * ranks[o]) for o in outputs]
-    model = helper.make_model(helper.make_graph(nodes, op, graph_in, graph_out),
-                              opset_imports=[helper.make_opsetid("", 18), helper.make_opsetid("selscan", 1)])
-    model.ir_version = 9
+    model = one_node_model(op, names, feeds, {"x", "init_state", "state"}, dtype, outputs,
+                           {"y", "final_state", "state_out"}, attrs, ranks=ranks)
     onnx.checker.check_model(model)
     return model
 
