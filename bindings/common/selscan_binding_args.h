@@ -130,11 +130,8 @@ struct Checked {
   bool params_mixed = false;  // the conv update: weight and bias, one T and one float32
   bool step = false;          // a decode step's (the step's, the conv update's)
   // >>bind-empty, every op's: the call has nothing for selscan to compute, and the binding answers
-  // it without calling selscan (whose entry points refuse a size 0 and read a step's n_cache 0 as
-  // batch). The scan and the conv: Sizes::Empty (the outputs' rule there). The steps: no token
-  // (batch, dim or L 0) or a cache of no rows (n_cache 0: every batch row is padding, as the check
-  // made sure): y is 0 and the state passes through (untouched in place, copied out of place).
-  bool Empty() const { return s.Empty() || (step && n_cache == 0); }
+  // it without calling selscan: Sizes::Empty (the scan, the conv) or Sizes::StepEmpty (the steps).
+  bool Empty() const { return step ? s.StepEmpty() : s.Empty(); }
 };
 
 // The framework's error for a refusal: "selscan: <where>: <status text> [<STATUS>] (argument 'x':

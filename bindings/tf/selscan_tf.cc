@@ -184,7 +184,6 @@ absl::Status CheckStepInputs(OpKernelContext* ctx, const StepOptions& o, Sizes* 
   const bind::Refusal r = bind::CheckStepArgs(a, forms, &k);
   if (!r.ok()) return Refused(r, "step", forms.names);
   *s = k.s;
-  s->rows = k.n_cache;
   return absl::OkStatus();
 }
 
