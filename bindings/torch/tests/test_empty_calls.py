@@ -83,14 +83,16 @@ def test_conv(case):
 UPDATE_SIZES = {"batch0": (0, 4, 1, 2), "dim0": (2, 0, 1, 2), "L0": (2, 4, 0, 2), "ncache0": (2, 4, 1, 0)}
 
 
+@pytest.mark.parametrize("circular", [False, True])
 @pytest.mark.parametrize("case", sorted(UPDATE_SIZES))
-def test_conv_update(case):
+def test_conv_update(case, circular):
     batch, dim, L, n_cache = UPDATE_SIZES[case]
     g = torch.Generator().manual_seed(4)
     state = torch.randn(n_cache, dim, 3, generator=g)
     x, w, b = torch.randn(batch, dim, L, generator=g), torch.randn(dim, 4, generator=g), torch.randn(dim, generator=g)
     idx = torch.full((batch,), -1, dtype=torch.int32)
     snap = _snap(state, x, w, b, idx)
-    y = st.causal_conv1d_update(x, state, w, b, activation="silu", conv_state_indices=idx)
+    kw = dict(cache_seqlens=torch.zeros(batch, dtype=torch.int32)) if circular else {}
+    y = st.causal_conv1d_update(x, state, w, b, activation="silu", conv_state_indices=idx, **kw)
     assert y.shape == (batch, dim, L) and not y.any()
     assert _same((state, x, w, b, idx), snap)
