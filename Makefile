@@ -331,7 +331,9 @@ $(TF_SO): $(TF_OBJS)
 # with SessionOptions.register_custom_ops_library (selscan_torch builds the same library:
 # selscan_torch.onnx.ort_library()). test-onnx: bindings/torch/tests/test_onnx.py in the torch venv
 # of test-torch (selscan_torch installed there first when it is not yet; onnxruntime, onnx and
-# onnxscript installed there, ORT_PINS to change them).
+# onnxscript installed there, ORT_PINS to change them), twice: on the wheel's copy of the library,
+# then on the standalone $(ORT_SO) (SELSCAN_ORT_LIBRARY, which ort_library() returns), so that
+# both artifacts are tested.
 ORT_DIR  := bindings/onnxruntime
 ORT_SO   := $(BUILD)/ort/libselscan_ort.so
 ORT_PINS ?= onnxruntime==1.32.0 onnx==1.23.2 onnxscript==0.7.2
@@ -342,11 +344,15 @@ $(ORT_SO): $(ORT_DIR)/selscan_ort.cc $(ORT_DIR)/ort_abi.h selscan.h bindings/com
 
 ort-ops: $(ORT_SO)
 
-test-onnx:
+test-onnx: $(ORT_SO)
 	@py="$(TORCH_PYTHON)"; \
 	if ! (cd /tmp && "$$py" -c 'import selscan_torch.onnx' >/dev/null 2>&1); then $(MAKE) --no-print-directory torch-install || exit 1; fi; \
 	"$$py" -m pip install -q $(ORT_PINS) && \
-	cd bindings/torch/tests && "$$py" -m pytest -q -p no:cacheprovider test_onnx.py
+	cd bindings/torch/tests && \
+	echo "test-onnx: on selscan_torch's library (selscan_torch.onnx.ort_library())" && \
+	env -u SELSCAN_ORT_LIBRARY "$$py" -m pytest -q -p no:cacheprovider test_onnx.py && \
+	echo "test-onnx: on the standalone library $(ORT_SO) (make ort-ops)" && \
+	SELSCAN_ORT_LIBRARY="$(abspath $(ORT_SO))" "$$py" -m pytest -q -p no:cacheprovider test_onnx.py
 
 clean:
 	rm -rf $(BUILD)

@@ -368,7 +368,7 @@ typedef struct selscan_grads {
                  On the CPU the indices are validated (< n_cache, no row used twice:
                  SELSCAN_ERR_SHAPE / SELSCAN_ERR_ALIAS). On CUDA they live in device memory and
                  cannot be read by the host: rows >= n_cache are treated as padding there.
-     n_cache 0 means batch. */
+     n_cache 0 means batch here (selscan_check_step_sizes reads it as no rows: >>n-cache). */
 typedef struct selscan_step_problem {
     int64_t batch, dim, dstate, n_groups, n_cache;
     selscan_dtype dtype;
@@ -455,8 +455,8 @@ typedef struct selscan_conv_grads {
 } selscan_conv_grads;
 
 /* The decode update: state_index optional, batch int32 values: the state row of each batch row
-   (row i when NULL, then n_cache must be batch; n_cache 0 means batch); a negative value marks
-   padding: y is 0 for that row and no state is touched. On the CPU the indices are validated
+   (row i when NULL, then n_cache must be batch; n_cache 0 means batch, as the step's: >>n-cache);
+   a negative value marks padding: y is 0 for that row and no state is touched. On the CPU the indices are validated
    (< n_cache, no row used twice: SELSCAN_ERR_SHAPE / SELSCAN_ERR_ALIAS), as for the scan's step;
    on CUDA they are device memory: rows >= n_cache are padding there. */
 typedef struct selscan_conv_step_problem {
@@ -489,7 +489,8 @@ SELSCAN_DEF selscan_status selscan_validate_step(const selscan_step_problem *s);
    too; a negative size is SELSCAN_RULE_NEGATIVE). Packed sequences: n_seqs > 0; cu_seqlens' values
    are checked where the pointer is given (NULL: not known here, e.g. in a graph's shape function).
    The steps: has_index says a state_index is given (its pointer, when not NULL, is host memory
-   whose values are checked); n_cache is read as it is (0: a cache of no rows), not as batch. */
+   whose values are checked); n_cache is read as it is (0: a cache of no rows), not as batch
+   (>>n-cache: why, and who answers such a call). */
 SELSCAN_DEF selscan_status selscan_check_sizes(const selscan_problem *p);
 SELSCAN_DEF selscan_status selscan_check_step_sizes(const selscan_step_problem *s, int has_index);
 /* Workspace bytes for the CPU entry points; g NULL: forward. */
@@ -1844,11 +1845,21 @@ static int selscan__idx_unique(const int32_t *idx, int64_t n) {
     }
 }
 
-/* >>size-rules of the step: before the operands (n_cache as the entry points read it: 0 is batch,
-   unless empty_ok: as it is) */
+/* >>n-cache: the steps' (the step's, the conv update's) state rows, read in one place. The entry
+   points (validation, CPU and CUDA runs: as_is 0) read n_cache 0 as batch, so that a zeroed struct
+   steps rows 0 .. batch - 1. selscan_check_*sizes (as_is 1, empty_ok) read it as it is: a binding
+   describes a framework's state tensor, whose rows may be 0 (a cache of no rows: every batch row
+   padding, no state_index row >= 0 allowed); such a call, like one with batch or dim 0, is an
+   empty problem a binding answers itself (y 0, the state untouched: bindings/common >>bind-empty)
+   and never hands to an entry point, which would refuse it or read it as batch rows. */
+static int64_t selscan__cache_rows(int64_t n_cache, int64_t batch, int as_is) {
+    return n_cache == 0 && !as_is ? batch : n_cache;
+}
+
+/* >>size-rules of the step: before the operands (n_cache as >>n-cache reads it: as it is when empty_ok) */
 static selscan_status selscan__step_sizes1(const selscan_step_problem *s, int empty_ok, int has_index, selscan_diag *d) {
     const int64_t G = s->n_groups == 0 ? 1 : s->n_groups;
-    const int64_t ncache = s->n_cache == 0 && !empty_ok ? s->batch : s->n_cache;
+    const int64_t ncache = selscan__cache_rows(s->n_cache, s->batch, empty_ok);
     const int empty = empty_ok && (s->batch == 0 || s->dim == 0);
     if (!selscan__dtype_ok(s->dtype)) SELSCAN__FAIL(d, SELSCAN_ERR_DTYPE, "dtype", UNKNOWN_DTYPE);
     if (s->flags & ~SELSCAN__STEP_KNOWN_FLAGS) SELSCAN__FAIL(d, SELSCAN_ERR_UNSUPPORTED, "flags", UNKNOWN_FLAG);
@@ -1891,7 +1902,7 @@ static selscan_status selscan__validate_step_ex(const selscan_step_problem *s, s
     q->diag = d;
     if ((st = selscan__step_sizes1(s, 0, s->state_index != NULL, d)) != SELSCAN_OK) return st;
     G = s->n_groups == 0 ? 1 : s->n_groups;
-    q->ncache = s->n_cache == 0 ? s->batch : s->n_cache;
+    q->ncache = selscan__cache_rows(s->n_cache, s->batch, 0);
     SELSCAN__STEP_OPERANDS(SELSCAN__OPD_NULL, s) /* state, u, delta, A, B, C, y */
     q->batch = s->batch; q->dim = s->dim; q->N = s->dstate; q->G = G; q->dpg = s->dim / G;
     q->dt = s->dtype;
@@ -2124,11 +2135,11 @@ static SELSCAN__MAYBE_UNUSED selscan_status selscan__conv_validate_backward(cons
     }
 }
 
-/* >>size-rules of the conv's update: before the operands (n_cache as selscan__step_sizes1 reads it) */
+/* >>size-rules of the conv's update: before the operands (n_cache as >>n-cache reads it, as the step's) */
 static selscan_status selscan__conv_step_sizes1(const selscan_conv_step_problem *s, int empty_ok, int has_index,
                                                 selscan_diag *d) {
     selscan_status st;
-    const int64_t ncache = s->n_cache == 0 && !empty_ok ? s->batch : s->n_cache;
+    const int64_t ncache = selscan__cache_rows(s->n_cache, s->batch, empty_ok);
     if (!selscan__dtype_ok(s->dtype)) SELSCAN__FAIL(d, SELSCAN_ERR_DTYPE, "dtype", UNKNOWN_DTYPE);
     if (s->flags & ~SELSCAN__CONV_STEP_KNOWN_FLAGS) SELSCAN__FAIL(d, SELSCAN_ERR_UNSUPPORTED, "flags", UNKNOWN_FLAG);
     SELSCAN__SIZE_RULE(d, "batch", s->batch, empty_ok);
@@ -2166,7 +2177,7 @@ static SELSCAN__MAYBE_UNUSED selscan_status selscan__conv_validate_step_ex(const
     d = s->diag;
     q->diag = d;
     if ((st = selscan__conv_step_sizes1(s, 0, s->state_index != NULL, d)) != SELSCAN_OK) return st;
-    q->ncache = s->n_cache == 0 ? s->batch : s->n_cache;
+    q->ncache = selscan__cache_rows(s->n_cache, s->batch, 0);
     q->L = s->seqlen == 0 ? 1 : s->seqlen;
     SELSCAN__CONV_STEP_OPERANDS(SELSCAN__OPD_NULL, s) /* state, x, weight, y */
     q->batch = s->batch; q->dim = s->dim; q->W = s->width; q->S = s->state_len;

@@ -154,6 +154,9 @@ def parse_args():
     ap.add_argument("--warmup", type=int, default=2)
     ap.add_argument("--ops-reps", type=int, default=50, help="graph replays a timing in the ops case")
     ap.add_argument("--torch-train-len", type=int, default=256, help="L of the training case that times torch")
+    ap.add_argument("--hybrid-train-lens", default=None,
+                    help="comma list of the hybrid models' training lengths, each with --train-iters steps "
+                         "(default: the config's 2048, and --torch-train-len with 3 steps where torch runs)")
     ap.add_argument("--torch-gen-max-layers", type=int, default=30,
                     help="torch backend in prefill / generation only for models with at most this many layers")
     ap.add_argument("--optimizer", choices=["none", "adamw"], default="none")
@@ -1141,6 +1144,9 @@ def case_hybrid(name):
         Lt = ARGS.torch_train_len
         has_torch = any(b.name == "torch" for b in bks)
         sets = ([(L, [b for b in bks if b.name != "torch"]), (Lt, bks)] if has_torch and Lt < L else [(L, bks)])
+        if ARGS.hybrid_train_lens:  # chosen lengths, torch only at those <= --torch-train-len
+            sets = [(int(x), [b for b in bks if b.name != "torch" or int(x) <= Lt])
+                    for x in ARGS.hybrid_train_lens.split(",")]
         for Lx, names in sets:  # torch (a Python loop over L) at --torch-train-len, with the others beside it
             if not names:
                 continue
@@ -1153,7 +1159,7 @@ def case_hybrid(name):
                 return loss
 
             case = f"train {name} {batch}x{Lx} bf16-autocast"
-            iters = ARGS.train_iters if Lx == L else (1 if ARGS.quick else 3)
+            iters = ARGS.train_iters if Lx == L or ARGS.hybrid_train_lens else (1 if ARGS.quick else 3)
             peaks, losses, times = {}, {}, {}
             for b in names:
                 try:

@@ -758,6 +758,93 @@ static void size_rules_alone(void) {
           "sizes: NULL problems");
 }
 
+/* ------------------------------------------------------------ empty calls, n_cache 0 -- */
+/* issue 39 (>>n-cache): a step's n_cache 0 is batch at the entry points and a cache of no rows for
+   selscan_check_*sizes; a size 0 is refused by the entry points (a status naming it, nothing
+   written) and accepted by the size checks as an empty problem, which a binding answers itself. */
+static int all_equal(const float *a, const float *b, int n) { return memcmp(a, b, (size_t)n * sizeof *a) == 0; }
+static int all_zero(const float *a, int n) {
+    int i, ok = 1;
+    for (i = 0; i < n; i++) ok &= a[i] == 0.0f;
+    return ok;
+}
+static int refused_size(selscan_status st, const char *operand) { /* a size 0 refused, by name */
+    return st == SELSCAN_ERR_SHAPE && dg.code == SELSCAN_RULE_NOT_POSITIVE && strcmp(dg.operand, operand) == 0;
+}
+/* The entry point's rules on a decode step problem P (run: its CPU entry point; batch rows nb; its
+   state nst floats, y ny floats; st0 / st1 / y0 / y1 scratch, keep the state's values, pad
+   nb padding indices): n_cache 0 without state_index is n_cache = batch (bitwise); n_cache 0
+   with every row padding touches nothing and gives y 0; batch 0 and dim 0 are refused by name,
+   nothing written. */
+#define EMPTY_ENTRY(what, P, run, nb, nst, ny, st0, st1, keep, y0, y1, pad)                                         \
+    do {                                                                                                           \
+        int i_;                                                                                                    \
+        memcpy(st0, keep, (nst) * sizeof(float));                                                                  \
+        memcpy(st1, keep, (nst) * sizeof(float));                                                                  \
+        (P).state_index = NULL; (P).n_cache = 0; (P).state.data = st0; (P).y.data = y0;                            \
+        CHECK(run(&(P)) == SELSCAN_OK, what ": n_cache 0 (batch) runs");                                           \
+        (P).n_cache = (nb); (P).state.data = st1; (P).y.data = y1;                                                 \
+        CHECK(run(&(P)) == SELSCAN_OK && all_equal(st0, st1, nst) && all_equal(y0, y1, ny),                        \
+              what ": n_cache 0 is n_cache = batch, bitwise");                                                     \
+        memcpy(st0, keep, (nst) * sizeof(float));                                                                  \
+        for (i_ = 0; i_ < (ny); i_++) y0[i_] = 7.0f;                                                               \
+        (P).n_cache = 0; (P).state_index = pad; (P).state.data = st0; (P).y.data = y0;                             \
+        CHECK(run(&(P)) == SELSCAN_OK && all_equal(st0, keep, nst) && all_zero(y0, ny),                            \
+              what ": n_cache 0 all padding: y 0, state untouched");                                               \
+        (P).state_index = NULL; (P).batch = 0; diag_reset();                                                       \
+        CHECK(refused_size(run(&(P)), "batch") && all_equal(st0, keep, nst) && all_zero(y0, ny),                  \
+              what ": batch 0 refused, nothing written");                                                          \
+        (P).batch = (nb); (P).dim = 0; diag_reset();                                                               \
+        CHECK(refused_size(run(&(P)), "dim") && all_equal(st0, keep, nst) && all_zero(y0, ny),                    \
+              what ": dim 0 refused, nothing written");                                                            \
+    } while (0)
+
+static void empty_rules(void) {
+    float st0[3 * 4 * 3], st1[3 * 4 * 3], keep[3 * 4 * 3], y0[3 * 4], y1[3 * 4];
+    float cst0[2 * 3 * 2], cst1[2 * 3 * 2], ckeep[2 * 3 * 2], cx[2 * 3], cw[3 * 3], cy0[2 * 3], cy1[2 * 3];
+    int32_t pad[3] = {-1, -1, INT32_MIN}, row[3] = {-1, 0, -1}, cpad[2] = {-1, -1};
+    selscan_step_problem s;
+    selscan_conv_step_problem cs;
+    int i;
+    /* the step (S0's operands, a dense state and y of batch 3 rows) */
+    for (i = 0; i < 36; i++) keep[i] = (float)(i % 7) - 3.0f;
+    s = S0;
+    s.diag = &dg;
+    memset(s.state.stride, 0, sizeof s.state.stride);
+    memset(s.y.stride, 0, sizeof s.y.stride);
+    EMPTY_ENTRY("empty: step", s, selscan_step_cpu, 3, 36, 12, st0, st1, keep, y0, y1, pad);
+    /* the size checks: n_cache 0 is no rows (every batch row padding), batch / dim 0 an empty problem */
+    s = S0; s.diag = &dg; s.n_cache = 0; s.state_index = pad; diag_reset();
+    CHECK(selscan_check_step_sizes(&s, 1) == SELSCAN_OK, "empty: check_step_sizes n_cache 0, all padding");
+    s.state_index = row; diag_reset();
+    CHECK(selscan_check_step_sizes(&s, 1) == SELSCAN_ERR_SHAPE && dg.code == SELSCAN_RULE_INDEX_RANGE,
+          "empty: check_step_sizes n_cache 0, a row index refused");
+    s.dim = 0; diag_reset();
+    CHECK(selscan_check_step_sizes(&s, 1) == SELSCAN_ERR_SHAPE && dg.code == SELSCAN_RULE_INDEX_RANGE,
+          "empty: check_step_sizes dim 0 still checks the rows");
+    s.state_index = pad; diag_reset();
+    CHECK(selscan_check_step_sizes(&s, 1) == SELSCAN_OK, "empty: check_step_sizes dim 0");
+    s = S0; s.diag = &dg; s.batch = 0; s.n_cache = 0; s.state_index = NULL; diag_reset();
+    CHECK(selscan_check_step_sizes(&s, 0) == SELSCAN_OK, "empty: check_step_sizes batch 0, n_cache 0");
+
+    /* the conv update (batch 2, dim 3, width 3, state_len 2; dense operands): the same rules */
+    for (i = 0; i < 12; i++) ckeep[i] = (float)(i % 5) - 2.0f;
+    for (i = 0; i < 6; i++) cx[i] = (float)i * 0.25f - 0.5f;
+    for (i = 0; i < 9; i++) cw[i] = (float)(i % 4) * 0.5f - 0.75f;
+    memset(&cs, 0, sizeof cs);
+    cs.batch = 2; cs.dim = 3; cs.width = 3; cs.state_len = 2; cs.dtype = SELSCAN_F32; cs.diag = &dg;
+    cs.x.data = cx; cs.weight.data = cw;
+    EMPTY_ENTRY("empty: conv step", cs, selscan_conv_step_cpu, 2, 12, 6, cst0, cst1, ckeep, cy0, cy1, cpad);
+    cs.batch = 2; cs.dim = 3; cs.n_cache = 0; cs.state_index = cpad; diag_reset();
+    CHECK(selscan_check_conv_step_sizes(&cs, 1) == SELSCAN_OK, "empty: check_conv_step_sizes n_cache 0, all padding");
+    cs.state_index = NULL; diag_reset();
+    CHECK(selscan_check_conv_step_sizes(&cs, 0) == SELSCAN_ERR_SHAPE && dg.code == SELSCAN_RULE_NOT_BATCH,
+          "empty: check_conv_step_sizes n_cache 0 without state_index: not batch");
+    cs.batch = 0; diag_reset();
+    CHECK(selscan_check_conv_step_sizes(&cs, 0) == SELSCAN_OK, "empty: check_conv_step_sizes batch 0, n_cache 0");
+}
+#undef EMPTY_ENTRY
+
 int main(void) {
     tc_init("test_validation");
     CHECK(strcmp(selscan_status_name(SELSCAN_ERR_SHAPE), "SELSCAN_ERR_SHAPE") == 0 &&
@@ -814,6 +901,7 @@ int main(void) {
     step_overlap_rules();
     rule_codes();
     size_rules_alone();
+    empty_rules();
     {
         int i;
         for (i = 0; i < nbufs; i++) free(bufs[i].snap);

@@ -157,7 +157,14 @@ struct Sizes {
   // >>bind-empty: a problem with no step to take (batch, dim or L 0). selscan is not called: the
   // forward's y is empty and h_last is h0 (or 0); the backward's gradients are 0, except dh0 =
   // dh_last (the state passes through). N = 0 is refused unless the problem is empty (StatesOk).
-  bool Empty() const { return batch == 0 || dim == 0 || L == 0; }
+  static bool Empty(int64_t batch, int64_t dim, int64_t L) { return batch == 0 || dim == 0 || L == 0; }
+  bool Empty() const { return Empty(batch, dim, L); }
+  // >>bind-empty of the decode steps (the step's, the conv update's; rows: n_cache, as
+  // CheckStepArgs / CheckConvStepArgs set it): no token (batch, dim or L 0), or a cache of no rows
+  // (n_cache 0: every batch row is padding, as the checks made sure). selscan is not called (its
+  // entry points refuse a size 0 and read n_cache 0 as batch: selscan.h >>n-cache): y is 0 and
+  // the state passes through (untouched in place, copied out of place).
+  bool StepEmpty() const { return Empty() || rows == 0; }
   bool StatesOk() const { return N >= 1 || Empty(); }
   std::string ToString() const {
     return "batch=" + std::to_string(batch) + ", dim=" + std::to_string(dim) + ", seqlen=" + std::to_string(L) +
@@ -189,7 +196,7 @@ inline selscan_problem MakeProblem(const Sizes& s, selscan_dtype dtype, bool del
 // (selscan_checkpoint_used); else selscan_checkpoint_size. A checkpoint is a vector of floats.
 inline selscan_status CpuCheckpointBytes(const selscan_problem* p, bool save, size_t* bytes) {
   *bytes = 0;
-  if (!save || p->batch == 0 || p->dim == 0 || p->seqlen == 0 || !selscan_checkpoint_used(p)) return SELSCAN_OK;
+  if (!save || Sizes::Empty(p->batch, p->dim, p->seqlen) || !selscan_checkpoint_used(p)) return SELSCAN_OK;
   return selscan_checkpoint_size(p, bytes);
 }
 

@@ -118,15 +118,20 @@ struct Refusal {
   bool ok() const { return status == SELSCAN_OK; }
 };
 
-// What a check found: the sizes (Sizes: -1 where not known), selscan's dtype and the flags the
-// argument forms say (SELSCAN_FIXED_*, the steps' SELSCAN_STEP_*_T; SELSCAN_CONV_PARAMS_T when the
-// conv update's weight and bias (given) are both T), n_cache, the conv's width and state_len.
+// What a check found: the sizes (Sizes: -1 where not known; the steps' rows: n_cache), selscan's
+// dtype and the flags the argument forms say (SELSCAN_FIXED_*, the steps' SELSCAN_STEP_*_T;
+// SELSCAN_CONV_PARAMS_T when the conv update's weight and bias (given) are both T), n_cache, the
+// conv's width and state_len.
 struct Checked {
   Sizes s;
   selscan_dtype dtype = SELSCAN_F32;
   unsigned flags = 0;
   int64_t n_cache = 0, width = 0, state_len = 0;
   bool params_mixed = false;  // the conv update: weight and bias, one T and one float32
+  bool step = false;          // a decode step's (the step's, the conv update's)
+  // >>bind-empty, every op's: the call has nothing for selscan to compute, and the binding answers
+  // it without calling selscan: Sizes::Empty (the scan, the conv) or Sizes::StepEmpty (the steps).
+  bool Empty() const { return step ? s.StepEmpty() : s.Empty(); }
 };
 
 // The framework's error for a refusal: "selscan: <where>: <status text> [<STATUS>] (argument 'x':
@@ -222,14 +227,20 @@ inline std::string SizesText(const Arg& a) {
   return s + "]";
 }
 
+// Packed sequences: n_seqs from cu_seqlens' length (kAny: not known).
+inline int64_t SeqsOf(const Arg& cu_seqlens) {
+  const int64_t n = cu_seqlens.ndim == 1 ? cu_seqlens.sizes[0] : kAny;
+  return n < 0 ? kAny : n - 1;
+}
+
 template <typename Args>
 class Checker {
  public:
-  Checker(const Args& args, const Forms& f, Refusal* r) : a(&args), forms(f), ref(r) {}
+  Checker(const Args& args, const Forms& f) : a(&args), forms(f) {}
   const Args* a;
   Cells q;
   Forms forms;
-  Refusal* ref;
+  Refusal ref;  // what the check refused (ok: nothing yet)
   std::vector<Row> rows;
   Type T = Type::kF32;
   const Arg* dev_ref = nullptr;  // the operand whose device the others must be on
@@ -242,6 +253,13 @@ class Checker {
     r.full = full; r.fixed = fixed; r.dt = dt;
     rows.push_back(r);
   }
+  // The state rows (before the operands): n_seqs with packed sequences (cu_seqlens present; its
+  // length shown as a size of its own, host memory), else batch. Whether the sequences are packed.
+  bool Sequences(const Arg& cu_seqlens) {
+    if (!cu_seqlens.present) q.rows.alias = &q.batch;
+    else if (cu_seqlens.ndim == 1) q.rows.v = SeqsOf(cu_seqlens);
+    return cu_seqlens.present;
+  }
   // a vector operand selscan's tables do not list (cu_seqlens, state_index, checkpoint)
   void AddVector(const char* name, const Arg* arg, Dim n, Dt dt, bool host_only) {
     Row r;
@@ -251,16 +269,18 @@ class Checker {
   }
 
   bool Fail(selscan_status st, selscan_rule code, const char* operand, std::string detail) {
-    ref->status = st;
-    ref->code = code;
-    ref->operand = operand;
-    ref->rule = selscan_rule_string(code);
-    ref->detail = std::move(detail);
+    ref.status = st;
+    ref.code = code;
+    ref.operand = operand;
+    ref.rule = selscan_rule_string(code);
+    ref.detail = std::move(detail);
     return false;
   }
 
-  // T: the problem's dtype, from its first operand (u, x)
-  bool TypeFrom(const Arg& t, const char* name) {
+  // The problem's first operand (u, x): T is its dtype, the others must be on its device.
+  bool Start(const Arg& t, const char* name) {
+    dev_ref = &t;
+    dev_ref_name = name;
     if (!t.present) return true;
     if (IsFloat(t.type)) {
       T = t.type;
@@ -514,12 +534,18 @@ class Checker {
   // a size rule of the library (selscan_check_*sizes) failed: its status, rule and operand
   bool Library(selscan_status st, const selscan_diag& d, const std::string& sizes) {
     if (st == SELSCAN_OK) return true;
-    ref->status = st;
-    ref->code = d.code;
-    ref->operand = d.operand;
-    ref->rule = d.rule ? d.rule : "";
-    ref->detail = sizes;
+    ref.status = st;
+    ref.code = d.code;
+    ref.operand = d.operand;
+    ref.rule = d.rule ? d.rule : "";
+    ref.detail = sizes;
     return false;
+  }
+  // the library's size rules answered (st, d; known: the sizes for the detail): the refusal, or
+  // ok with the sizes found in *out
+  Refusal Finish(selscan_status st, const selscan_diag& d, const std::string& known, const Checked& k, Checked* out) {
+    if (Library(st, d, known)) *out = k;
+    return ref;
   }
   std::string Known(std::initializer_list<const Cell*> cs) const {
     std::string s;
@@ -534,6 +560,51 @@ class Checker {
 // A size not known taken as one that passes every rule it meets (the rule is decided when known).
 inline int64_t Or(int64_t v, int64_t dflt) { return v < 0 ? dflt : v; }
 
+// The found sizes' state rows: n_seqs with packed sequences (kAny: not known), else batch (set before).
+inline void SetRows(Sizes* s, const Arg& cu_seqlens) {
+  s->n_seqs = cu_seqlens.present ? SeqsOf(cu_seqlens) : 0;
+  s->rows = cu_seqlens.present ? s->n_seqs : s->batch;
+}
+
+// A library problem, zeroed, its diag d.
+template <typename P>
+P Problem(selscan_diag* d) {
+  P p;
+  std::memset(&p, 0, sizeof p);
+  *d = {nullptr, nullptr, SELSCAN_RULE_NONE};
+  p.diag = d;
+  return p;
+}
+
+// The packed sequences of a library problem (the scan's, the conv's): n_seqs + 1 offsets (not
+// known: 1 sequence); fewer than 2: no sequence, refused (n_seqs -1); the values where the host has
+// them and L is known.
+template <typename P>
+void SetPacked(P* p, const Arg& cu_seqlens, const int64_t* values, int64_t L) {
+  const int64_t n = cu_seqlens.ndim == 1 ? cu_seqlens.sizes[0] : -1;
+  p->n_seqs = n < 0 ? 1 : n >= 2 ? n - 1 : -1;
+  if (n >= 2 && L >= 0) p->cu_seqlens = values;
+}
+
+// The steps' state rows (the step's, the conv update's): n_cache as shown (not known: one that
+// passes, 1 with state_index, else batch); the indices where the host has them and the sizes are known.
+template <typename S>
+void SetCache(S* s, const Checked& k, const Arg& state_index, const int32_t* values) {
+  s->n_cache = k.n_cache < 0 ? (state_index.present ? 1 : s->batch) : k.n_cache;
+  if (k.s.batch >= 0 && k.n_cache >= 0) s->state_index = values;
+}
+
+// The conv's width first: it shapes the states (W - 1), whatever the sizes (selscan_check_conv_sizes' rule).
+template <typename Args>
+bool WidthFirst(Checker<Args>& c, const Arg& weight) {
+  if (!weight.present || weight.ndim != 2 || weight.sizes[1] < 0) return true;
+  selscan_diag d;
+  selscan_conv_problem p = Problem<selscan_conv_problem>(&d);
+  p.batch = p.dim = p.seqlen = 1;
+  p.width = weight.sizes[1];
+  return c.Library(selscan_check_conv_sizes(&p), d, "width=" + std::to_string(p.width));
+}
+
 }  // namespace args_detail
 
 // ---- the four checks ---------------------------------------------------------------------------
@@ -541,46 +612,32 @@ inline int64_t Or(int64_t v, int64_t dflt) { return v < 0 ? dflt : v; }
 // The scan's arguments (forward; backward with a.backward): Refusal ok, or the first rule broken.
 inline Refusal CheckScanArgs(const ScanArgs& a, const Forms& forms, Checked* out) {
   using namespace args_detail;
-  Refusal ref;
-  Checker<ScanArgs> c(a, forms, &ref);
-  if (!c.TypeFrom(a.u, "u")) return ref;
-  c.dev_ref = &a.u;
-  c.dev_ref_name = "u";
-  const bool packed = a.cu_seqlens.present;
-  if (!packed) c.q.rows.alias = &c.q.batch;
+  Checker<ScanArgs> c(a, forms);
+  if (!c.Start(a.u, "u")) return c.ref;
+  const bool packed = c.Sequences(a.cu_seqlens);
   SELSCAN__SCAN_OPERANDS(SELSCAN_BINDING__ROW, &c)
   if (a.backward) {
     SELSCAN__GRAD_OPERANDS(SELSCAN_BINDING__ROW, &c)
     c.AddVector("checkpoint", &a.checkpoint, Dim(c.q.floats), kF32OrEmpty, false);
   }
   c.AddVector("cu_seqlens", &a.cu_seqlens, Dim(c.q.offsets), kI64, true);
-  if (packed && a.cu_seqlens.ndim == 1) c.q.rows.v = a.cu_seqlens.sizes[0] < 0 ? kAny : a.cu_seqlens.sizes[0] - 1;
-  if (!c.Rows()) return ref;
+  if (!c.Rows()) return c.ref;
   bool fixB = false, fixC = false;
   for (const Row& r : c.rows) {
     if (r.arg == &a.B) fixB = r.is_fixed;
     if (r.arg == &a.C) fixC = r.is_fixed;
   }
-  int64_t n_seqs = 0;
-  if (packed) {
-    const int64_t n = a.cu_seqlens.ndim == 1 ? a.cu_seqlens.sizes[0] : kAny;
-    n_seqs = n < 0 ? kAny : n - 1;
-    c.q.rows.v = n_seqs;
-  }
   Checked k;
   k.s.batch = c.V(c.q.batch); k.s.dim = c.V(c.q.dim); k.s.L = c.V(c.q.L); k.s.N = c.V(c.q.N);
   k.s.G = c.q.G.v == kUnset ? 1 : c.V(c.q.G);  // no group axis shown (B and C constant): one group
-  k.s.n_seqs = packed ? n_seqs : 0;
-  k.s.rows = packed ? n_seqs : k.s.batch;
+  SetRows(&k.s, a.cu_seqlens);
   k.s.fixed_B = fixB;
   k.s.fixed_C = fixC;
   k.dtype = DtypeOfType(c.T);
   k.flags = (fixB ? SELSCAN_FIXED_B : 0u) | (fixC ? SELSCAN_FIXED_C : 0u);
   // the library's size rules (an unknown size: one that passes them)
-  selscan_problem p;
-  std::memset(&p, 0, sizeof p);
-  selscan_diag d = {nullptr, nullptr, SELSCAN_RULE_NONE};
-  p.diag = &d;
+  selscan_diag d;
+  selscan_problem p = Problem<selscan_problem>(&d);
   p.dtype = k.dtype;
   p.flags = k.flags;
   p.n_groups = k.s.G == 0 ? -1 : Or(k.s.G, 1);  // a group axis of 0 is no group (selscan's n_groups 0 means 1)
@@ -589,41 +646,30 @@ inline Refusal CheckScanArgs(const ScanArgs& a, const Forms& forms, Checked* out
   p.seqlen = Or(k.s.L, 1);
   p.dstate = Or(k.s.N, 1);
   if (k.s.N == 0 && (k.s.batch < 0 || k.s.dim < 0 || k.s.L < 0)) p.dstate = 1;  // empty or not: not known
-  if (packed) {
-    // n_seqs + 1 offsets (not known: 1 sequence); fewer than 2: no sequence, refused (n_seqs -1)
-    const int64_t n = a.cu_seqlens.ndim == 1 ? a.cu_seqlens.sizes[0] : -1;
-    p.n_seqs = n < 0 ? 1 : n >= 2 ? n - 1 : -1;
-    if (n >= 2 && k.s.L >= 0) p.cu_seqlens = a.cu_values;
-  }
-  if (!c.Library(selscan_check_sizes(&p), d, c.Known({&c.q.batch, &c.q.dim, &c.q.L, &c.q.N, &c.q.G}))) return ref;
-  *out = k;
-  return ref;
+  if (packed) SetPacked(&p, a.cu_seqlens, a.cu_values, k.s.L);
+  return c.Finish(selscan_check_sizes(&p), d, c.Known({&c.q.batch, &c.q.dim, &c.q.L, &c.q.N, &c.q.G}), k, out);
 }
 
 inline Refusal CheckStepArgs(const StepArgs& a, const Forms& forms, Checked* out) {
   using namespace args_detail;
-  Refusal ref;
-  Checker<StepArgs> c(a, forms, &ref);
-  if (!c.TypeFrom(a.u, "u")) return ref;
-  c.dev_ref = &a.u;
-  c.dev_ref_name = "u";
+  Checker<StepArgs> c(a, forms);
+  if (!c.Start(a.u, "u")) return c.ref;
   SELSCAN__STEP_OPERANDS(SELSCAN_BINDING__ROW, &c)
   c.AddVector("state_index", &a.state_index, Dim(c.q.batch), kI32, false);
-  if (!c.Rows()) return ref;
+  if (!c.Rows()) return c.ref;
   Checked k;
   k.s.batch = c.V(c.q.batch); k.s.dim = c.V(c.q.dim); k.s.L = 1; k.s.N = c.V(c.q.N);
   k.s.G = c.q.G.v == kUnset ? 1 : c.V(c.q.G);
   k.n_cache = c.V(c.q.ncache);
   k.s.rows = k.n_cache;
+  k.step = true;
   k.dtype = DtypeOfType(c.T);
   const bool t = c.T != Type::kF32;
   k.flags = (t && a.D.present && a.D.type == c.T ? SELSCAN_STEP_D_T : 0u) |
             (t && a.delta_bias.present && a.delta_bias.type == c.T ? SELSCAN_STEP_DELTA_BIAS_T : 0u) |
             (t && a.state.present && a.state.type == c.T ? SELSCAN_STEP_STATE_T : 0u);
-  selscan_step_problem s;
-  std::memset(&s, 0, sizeof s);
-  selscan_diag d = {nullptr, nullptr, SELSCAN_RULE_NONE};
-  s.diag = &d;
+  selscan_diag d;
+  selscan_step_problem s = Problem<selscan_step_problem>(&d);
   s.dtype = k.dtype;
   s.flags = k.flags;
   s.n_groups = k.s.G == 0 ? -1 : Or(k.s.G, 1);  // (as the scan's)
@@ -631,105 +677,61 @@ inline Refusal CheckStepArgs(const StepArgs& a, const Forms& forms, Checked* out
   s.batch = Or(k.s.batch, 1);
   s.dstate = Or(k.s.N, 1);
   if (k.s.N == 0 && (k.s.batch < 0 || k.s.dim < 0)) s.dstate = 1;
-  s.n_cache = k.n_cache < 0 ? (a.state_index.present ? 1 : s.batch) : k.n_cache;
-  if (k.s.batch >= 0 && k.n_cache >= 0) s.state_index = a.index_values;
-  if (!c.Library(selscan_check_step_sizes(&s, a.state_index.present), d,
-                 c.Known({&c.q.batch, &c.q.dim, &c.q.N, &c.q.G, &c.q.ncache})))
-    return ref;
-  *out = k;
-  return ref;
+  SetCache(&s, k, a.state_index, a.index_values);
+  return c.Finish(selscan_check_step_sizes(&s, a.state_index.present), d,
+                  c.Known({&c.q.batch, &c.q.dim, &c.q.N, &c.q.G, &c.q.ncache}), k, out);
 }
 
 inline Refusal CheckConvArgs(const ConvArgs& a, const Forms& forms, Checked* out) {
   using namespace args_detail;
-  Refusal ref;
-  Checker<ConvArgs> c(a, forms, &ref);
-  if (!c.TypeFrom(a.x, "x")) return ref;
-  c.dev_ref = &a.x;
-  c.dev_ref_name = "x";
-  const bool packed = a.cu_seqlens.present;
-  if (!packed) c.q.rows.alias = &c.q.batch;
-  // the width first: it shapes the states (W - 1), whatever the sizes (selscan_check_conv_sizes' rule)
-  if (a.weight.present && a.weight.ndim == 2 && a.weight.sizes[1] >= 0) {
-    selscan_conv_problem p;
-    std::memset(&p, 0, sizeof p);
-    selscan_diag d = {nullptr, nullptr, SELSCAN_RULE_NONE};
-    p.diag = &d;
-    p.batch = p.dim = p.seqlen = 1;
-    p.width = a.weight.sizes[1];
-    if (!c.Library(selscan_check_conv_sizes(&p), d, "width=" + std::to_string(p.width))) return ref;
-  }
+  Checker<ConvArgs> c(a, forms);
+  if (!c.Start(a.x, "x")) return c.ref;
+  const bool packed = c.Sequences(a.cu_seqlens);
+  if (!WidthFirst(c, a.weight)) return c.ref;
   SELSCAN__CONV_OPERANDS(SELSCAN_BINDING__ROW, &c)
   if (a.backward) SELSCAN__CONV_GRAD_OPERANDS(SELSCAN_BINDING__ROW, &c)
   c.AddVector("cu_seqlens", &a.cu_seqlens, Dim(c.q.offsets), kI64, true);
-  if (packed && a.cu_seqlens.ndim == 1) c.q.rows.v = a.cu_seqlens.sizes[0] < 0 ? kAny : a.cu_seqlens.sizes[0] - 1;
-  if (!c.Rows()) return ref;
-  int64_t n_seqs = 0;
-  if (packed) {
-    const int64_t n = a.cu_seqlens.ndim == 1 ? a.cu_seqlens.sizes[0] : kAny;
-    n_seqs = n < 0 ? kAny : n - 1;
-  }
+  if (!c.Rows()) return c.ref;
   Checked k;
   k.s.batch = c.V(c.q.batch); k.s.dim = c.V(c.q.dim); k.s.L = c.V(c.q.L);
   k.width = c.V(c.q.W);
-  k.s.n_seqs = packed ? n_seqs : 0;
-  k.s.rows = packed ? n_seqs : k.s.batch;
+  SetRows(&k.s, a.cu_seqlens);
   k.dtype = DtypeOfType(c.T);
-  selscan_conv_problem p;
-  std::memset(&p, 0, sizeof p);
-  selscan_diag d = {nullptr, nullptr, SELSCAN_RULE_NONE};
-  p.diag = &d;
+  selscan_diag d;
+  selscan_conv_problem p = Problem<selscan_conv_problem>(&d);
   p.dtype = k.dtype;
   p.batch = Or(k.s.batch, 1);
   p.dim = Or(k.s.dim, 1);
   p.seqlen = Or(k.s.L, 1);
   p.width = Or(k.width, 2);
-  if (packed) {
-    // n_seqs + 1 offsets (not known: 1 sequence); fewer than 2: no sequence, refused (n_seqs -1)
-    const int64_t n = a.cu_seqlens.ndim == 1 ? a.cu_seqlens.sizes[0] : -1;
-    p.n_seqs = n < 0 ? 1 : n >= 2 ? n - 1 : -1;
-    if (n >= 2 && k.s.L >= 0) p.cu_seqlens = a.cu_values;
-  }
-  if (!c.Library(selscan_check_conv_sizes(&p), d, c.Known({&c.q.batch, &c.q.dim, &c.q.L, &c.q.W}))) return ref;
-  *out = k;
-  return ref;
+  if (packed) SetPacked(&p, a.cu_seqlens, a.cu_values, k.s.L);
+  return c.Finish(selscan_check_conv_sizes(&p), d, c.Known({&c.q.batch, &c.q.dim, &c.q.L, &c.q.W}), k, out);
 }
 
 inline Refusal CheckConvStepArgs(const ConvStepArgs& a, const Forms& forms, Checked* out) {
   using namespace args_detail;
-  Refusal ref;
   Forms f = forms;
   f.token_x = true;
-  Checker<ConvStepArgs> c(a, f, &ref);
-  if (!c.TypeFrom(a.x, "x")) return ref;
-  c.dev_ref = &a.x;
-  c.dev_ref_name = "x";
-  if (a.weight.present && a.weight.ndim == 2 && a.weight.sizes[1] >= 0) {  // the width first, as the conv's
-    selscan_conv_problem p;
-    std::memset(&p, 0, sizeof p);
-    selscan_diag d = {nullptr, nullptr, SELSCAN_RULE_NONE};
-    p.diag = &d;
-    p.batch = p.dim = p.seqlen = 1;
-    p.width = a.weight.sizes[1];
-    if (!c.Library(selscan_check_conv_sizes(&p), d, "width=" + std::to_string(p.width))) return ref;
-  }
+  Checker<ConvStepArgs> c(a, f);
+  if (!c.Start(a.x, "x")) return c.ref;
+  if (!WidthFirst(c, a.weight)) return c.ref;
   SELSCAN__CONV_STEP_OPERANDS(SELSCAN_BINDING__ROW, &c)
   c.AddVector("state_index", &a.state_index, Dim(c.q.batch), kI32, false);
-  if (!c.Rows()) return ref;
+  if (!c.Rows()) return c.ref;
   Checked k;
   k.s.batch = c.V(c.q.batch); k.s.dim = c.V(c.q.dim); k.s.L = c.q.L.v == kUnset ? 1 : c.V(c.q.L);
   k.width = c.V(c.q.W);
   k.state_len = c.V(c.q.S);
   k.n_cache = c.V(c.q.ncache);
+  k.s.rows = k.n_cache;
+  k.step = true;
   k.dtype = DtypeOfType(c.T);
   const bool t = c.T != Type::kF32;
   const bool wT = a.weight.present && a.weight.type == c.T, bT = a.bias.present && a.bias.type == c.T;
   k.flags = t && wT && (!a.bias.present || bT) ? SELSCAN_CONV_PARAMS_T : 0u;
   k.params_mixed = t && a.bias.present && wT != bT;
-  selscan_conv_step_problem s;
-  std::memset(&s, 0, sizeof s);
-  selscan_diag d = {nullptr, nullptr, SELSCAN_RULE_NONE};
-  s.diag = &d;
+  selscan_diag d;
+  selscan_conv_step_problem s = Problem<selscan_conv_step_problem>(&d);
   s.dtype = k.dtype;
   s.flags = k.flags;
   s.batch = Or(k.s.batch, 1);
@@ -737,13 +739,9 @@ inline Refusal CheckConvStepArgs(const ConvStepArgs& a, const Forms& forms, Chec
   s.seqlen = Or(k.s.L, 1);
   s.width = Or(k.width, 2);
   s.state_len = Or(k.state_len, s.width - 1 < 1 ? 1 : s.width - 1);
-  s.n_cache = k.n_cache < 0 ? (a.state_index.present ? 1 : s.batch) : k.n_cache;
-  if (k.s.batch >= 0 && k.n_cache >= 0) s.state_index = a.index_values;
-  if (!c.Library(selscan_check_conv_step_sizes(&s, a.state_index.present), d,
-                 c.Known({&c.q.batch, &c.q.dim, &c.q.W, &c.q.S, &c.q.ncache})))
-    return ref;
-  *out = k;
-  return ref;
+  SetCache(&s, k, a.state_index, a.index_values);
+  return c.Finish(selscan_check_conv_step_sizes(&s, a.state_index.present), d,
+                  c.Known({&c.q.batch, &c.q.dim, &c.q.W, &c.q.S, &c.q.ncache}), k, out);
 }
 
 #undef SELSCAN_BINDING__ROW

@@ -157,31 +157,86 @@ selscan_out_tensor Out(const Tensor &t) {
   return s;
 }
 
-// The inputs of a kernel call, in the op's order (names[0..n)); the first n_required must be
-// present. *n_out: how many outputs the node has.
-OrtStatus *Inputs(const OrtKernelContext *ctx, const char *op, const char *const *names, size_t n, size_t n_required,
-                  Tensor *t, size_t *n_out) {
+// ---- >>ort-op-table: each op's name, inputs and outputs (the kernels' and the OrtCustomOp's) ----------
+
+enum OpKind { kSelectiveScan = 0, kSelectiveStateUpdate, kCausalConv1d, kCausalConv1dUpdate };
+enum { kU = 0, kDelta, kA, kB, kC, kD, kZ, kDeltaBias, kH0, kCuSeqlens, kScanInputs };
+enum { kState = 0, kX, kDt, kSA, kSB, kSC, kSD, kSZ, kDtBias, kStateIndex, kStepInputs };
+enum { kCx = 0, kCWeight, kCBias, kCInit, kCCuSeqlens, kConvInputs };
+enum { kCuState = 0, kCuX, kCuWeight, kCuBias, kCuStateIndex, kConvUpdateInputs };
+
+// An input's or output's type: 'T' (the kernel's dtype), a fixed type, or any (checked at run time).
+enum TypeSlot { kSlotT = 0, kSlotF32, kSlotI32, kSlotI64, kSlotAny };
+
+struct OpInfo {
+  const char *name;
+  size_t n_inputs, n_required;  // the inputs before the first optional one are required
+  const char *input_names[10];
+  TypeSlot inputs[10];
+  TypeSlot outputs[2];
+  const char *flag_attr;    // the op's 0 / 1 attribute (delta_softplus, dt_softplus, silu)
+  const char *second_attr;  // the optional second output's attribute; nullptr: both outputs required (y, state_out)
+  const char *second_name;  // the second output's name
+};
+
+const OpInfo kOpInfo[] = {
+    // SelectiveScan(u, delta, A, B, C, D?, z?, delta_bias?, h0?, cu_seqlens?) -> (y, last_state?);
+    // B / C: T over time, float when constant
+    {"SelectiveScan", kScanInputs, kD,
+     {"u", "delta", "A", "B", "C", "D", "z", "delta_bias", "h0", "cu_seqlens"},
+     {kSlotT, kSlotT, kSlotF32, kSlotAny, kSlotAny, kSlotF32, kSlotT, kSlotF32, kSlotF32, kSlotI64},
+     {kSlotT, kSlotF32}, "delta_softplus", "return_last_state", "last_state"},
+    // SelectiveStateUpdate(state, x, dt, A, B, C, D?, z?, dt_bias?, state_index?) -> (y, state_out)
+    {"SelectiveStateUpdate", kStepInputs, kSD,
+     {"state", "x", "dt", "A", "B", "C", "D", "z", "dt_bias", "state_index"},
+     {kSlotF32, kSlotT, kSlotT, kSlotF32, kSlotT, kSlotT, kSlotF32, kSlotT, kSlotF32, kSlotI32},
+     {kSlotT, kSlotF32}, "dt_softplus", nullptr, "state_out"},
+    // CausalConv1d(x, weight, bias?, init_state?, cu_seqlens?) -> (y, final_state?)
+    {"CausalConv1d", kConvInputs, kCBias, {"x", "weight", "bias", "init_state", "cu_seqlens"},
+     {kSlotT, kSlotF32, kSlotF32, kSlotT, kSlotI64}, {kSlotT, kSlotT}, "silu", "return_final_state", "final_state"},
+    // CausalConv1dUpdate(state, x, weight, bias?, state_index?) -> (y, state_out)
+    {"CausalConv1dUpdate", kConvUpdateInputs, kCuBias, {"state", "x", "weight", "bias", "state_index"},
+     {kSlotT, kSlotT, kSlotF32, kSlotF32, kSlotI32}, {kSlotT, kSlotT}, "silu", nullptr, "state_out"},
+};
+
+// A kernel: its op's kind and attributes (kOpInfo's flag_attr and second_attr; -1: not given).
+struct Kernel {
+  OpKind kind;
+  int64_t flag = 0;
+  int64_t second = -1;
+};
+
+// One call of a kernel: its op's name, its inputs (kOpInfo's order), the node's output count and
+// whether the optional second output (the scan's last_state, the conv's final_state) is wanted.
+template <size_t N>
+struct Call {
+  const char *op = "";
+  Tensor t[N];
+  size_t n_out = 0;
+  bool want_second = false;
+};
+
+// The call's inputs: the required ones present; both outputs where the second is not optional.
+// The optional second output is wanted where the node has it and its attribute is not 0 (with 0
+// it is an empty (0,) tensor, torch's placeholder); the attribute 1 without it is an error.
+template <size_t N>
+OrtStatus *Read(const OrtKernelContext *ctx, const Kernel &k, Call<N> *c) {
+  const OpInfo &info = kOpInfo[k.kind];
+  const std::string op = c->op = info.name;
   size_t n_in = 0;
   if (OrtStatus *st = g_api.KernelContext_GetInputCount(ctx, &n_in)) return st;
-  if (OrtStatus *st = g_api.KernelContext_GetOutputCount(ctx, n_out)) return st;
-  for (size_t i = 0; i < n; i++)
-    if (OrtStatus *st = Input(ctx, n_in, i, names[i], &t[i])) return st;
-  for (size_t i = 0; i < n_required; i++)
-    if (!t[i].present)
-      return Error(ORT_INVALID_ARGUMENT, std::string("selscan ") + op + ": input '" + names[i] + "' is required");
-  return nullptr;
-}
-
-// The optional second output of SelectiveScan / CausalConv1d (last_state / final_state) and its
-// attribute (return_last_state / return_final_state; attr -1: not given). *want: the node has the
-// output and attr is not 0 (with attr 0 the output is an empty (0,) tensor, torch's placeholder);
-// attr 1 without the output is an error.
-OrtStatus *WantSecondOutput(const char *op, const char *attr_name, int64_t attr, const char *out_name, size_t n_out,
-                            bool *want) {
-  if (attr == 1 && n_out < 2)
-    return Error(ORT_INVALID_ARGUMENT, std::string("selscan ") + op + ": " + attr_name +
-                                           "=1 but the node has no second output (" + out_name + ")");
-  *want = n_out >= 2 && attr != 0;
+  if (OrtStatus *st = g_api.KernelContext_GetOutputCount(ctx, &c->n_out)) return st;
+  for (size_t i = 0; i < info.n_inputs; i++)
+    if (OrtStatus *st = Input(ctx, n_in, i, info.input_names[i], &c->t[i])) return st;
+  for (size_t i = 0; i < info.n_required; i++)
+    if (!c->t[i].present)
+      return Error(ORT_INVALID_ARGUMENT, "selscan " + op + ": input '" + info.input_names[i] + "' is required");
+  if (!info.second_attr && c->n_out < 2)
+    return Error(ORT_INVALID_ARGUMENT, "selscan " + op + ": the node needs both outputs (y, state_out)");
+  if (info.second_attr && k.second == 1 && c->n_out < 2)
+    return Error(ORT_INVALID_ARGUMENT, "selscan " + op + ": " + info.second_attr +
+                                           "=1 but the node has no second output (" + info.second_name + ")");
+  c->want_second = info.second_attr && c->n_out >= 2 && k.second != 0;
   return nullptr;
 }
 
@@ -250,6 +305,23 @@ OrtStatus *Refused(const bind::Refusal &r, const char *op, const bind::Names &na
   return Error(e.kind == bind::ErrorKind::kNotImplemented ? ORT_NOT_IMPLEMENTED : ORT_INVALID_ARGUMENT, e.message);
 }
 
+// The call's arguments checked by bindings/common (check: its bind::Check*Args; forms: the ones the
+// op allows besides selscan's own, names: the op's) into *k: nullptr, or the refusal as an error.
+template <typename Args>
+OrtStatus *Check(bind::Refusal (*check)(const Args &, const bind::Forms &, bind::Checked *), const Args &args,
+                 bind::Forms forms, const char *op, const bind::Names &names, bind::Checked *k) {
+  forms.names = names;
+  const bind::Refusal r = check(args, forms, k);
+  return r.ok() ? nullptr : Refused(r, op, names);
+}
+
+// A step's state_index as the checks see it, with its values (the host's).
+template <typename Args>
+void SetIndex(Args *args, const Tensor &sidx) {
+  args->state_index = ArgOf(sidx);
+  args->index_values = IndexValues(sidx);
+}
+
 selscan_dtype DtypeOf(ONNXTensorElementDataType t) {
   return t == ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT16 ? SELSCAN_F16
          : t == ONNX_TENSOR_ELEMENT_DATA_TYPE_BFLOAT16 ? SELSCAN_BF16 : SELSCAN_F32;
@@ -304,26 +376,41 @@ struct Workspace {
   void *ptr() { return buf.empty() ? nullptr : buf.data(); }
 };
 
+// y = 0 (its elements of esize bytes), for an empty call.
+void Zero(const Tensor &y, size_t esize) {
+  if (y.numel) std::memset(y.data, 0, static_cast<size_t>(y.numel) * esize);
+}
+
+// An empty call's outputs (bind::Checked::Empty, >>bind-empty): y 0; the state (the scan's and the
+// conv's second output, wanted: h0 / init_state or 0; the steps' state_out: state) passes through.
+void EmptyCall(const Tensor &y, const Tensor *state_out, const Tensor &state_in, size_t y_esize, size_t state_esize) {
+  Zero(y, y_esize);
+  if (state_out) CopyOrZero(*state_out, state_in, state_esize);
+}
+
+// A decode step (the step's, the conv update's) on state_out: s validated (the indices, the shapes
+// against the state) before state_out = state is written, then stepped in place over n parts.
+template <typename S, typename Part>
+OrtStatus *RunStep(const OrtKernelContext *ctx, const char *op, const bind::Names &names, S &s,
+                   selscan_status (*validate)(const S *), const Tensor &state_out, const Tensor &state, size_t esize,
+                   int64_t n, const Part &part) {
+  selscan_diag diag = {nullptr, nullptr, SELSCAN_RULE_NONE};
+  s.diag = &diag;
+  s.state = Out(state_out);
+  const selscan_status sst = validate(&s);
+  if (sst != SELSCAN_OK) return SelscanError(op, sst, diag, names);
+  CopyOrZero(state_out, state, esize);
+  return RunParts(ctx, op, names, s, n, part);
+}
+
 // ---- >>ort-scan: SelectiveScan ------------------------------------------------------------------
 
-enum { kU = 0, kDelta, kA, kB, kC, kD, kZ, kDeltaBias, kH0, kCuSeqlens, kScanInputs };
-
-struct ScanKernel {
-  int64_t softplus = 0;
-  int64_t last_state_attr = -1;  // -1: not given
-};
-
-OrtStatus *ScanCompute(const ScanKernel &kern, OrtKernelContext *ctx) {
-  const char *op = "SelectiveScan";
-  static const char *const input_names[kScanInputs] = {"u", "delta", "A", "B", "C", "D", "z", "delta_bias", "h0", "cu_seqlens"};
-  Tensor t[kScanInputs];
-  size_t n_out = 0;
-  if (OrtStatus *st = Inputs(ctx, op, input_names, kScanInputs, kD, t, &n_out)) return st;
-  const Tensor &u = t[kU], &delta = t[kDelta], &A = t[kA], &B = t[kB], &C = t[kC], &D = t[kD], &z = t[kZ],
-               &bias = t[kDeltaBias], &h0 = t[kH0], &cu = t[kCuSeqlens];
-  bool want_last = false;
-  if (OrtStatus *st = WantSecondOutput(op, "return_last_state", kern.last_state_attr, "last_state", n_out, &want_last))
-    return st;
+OrtStatus *ScanCompute(const Kernel &kern, OrtKernelContext *ctx) {
+  Call<kScanInputs> c;
+  if (OrtStatus *st = Read(ctx, kern, &c)) return st;
+  const Tensor &u = c.t[kU], &delta = c.t[kDelta], &A = c.t[kA], &B = c.t[kB], &C = c.t[kC], &D = c.t[kD],
+               &z = c.t[kZ], &bias = c.t[kDeltaBias], &h0 = c.t[kH0], &cu = c.t[kCuSeqlens];
+  bool want_last = c.want_second;
 
   const bind::Names names = bind::NamesOf(kScanNames, "input");
   bind::ScanArgs args;
@@ -333,27 +420,24 @@ OrtStatus *ScanCompute(const ScanKernel &kern, OrtKernelContext *ctx) {
                                                                                 : nullptr;
   bind::Forms forms;
   forms.fixed_bc = forms.groupless_bc = true;  // B / C: (dim, N) float constant over time, (batch, N, L) one group
-  forms.names = names;
   bind::Checked k;
-  const bind::Refusal r = bind::CheckScanArgs(args, forms, &k);
-  if (!r.ok()) return Refused(r, op, names);
+  if (OrtStatus *st = Check(bind::CheckScanArgs, args, forms, c.op, names, &k)) return st;
   const ONNXTensorElementDataType T = u.type;
   const int64_t batch = k.s.batch, dim = k.s.dim, L = k.s.L, N = k.s.N, G = k.s.G, rows = k.s.rows,
                 n_seqs = k.s.n_seqs;
 
   Tensor y, last;
   if (OrtStatus *st = Output(ctx, 0, "y", u.dims, &y)) return st;
-  if (OrtStatus *st = SecondOutput(ctx, n_out, "last_state", {rows, dim, N}, &want_last, &last)) return st;
-  if (k.s.Empty()) {  // nothing to scan: y is 0, the last state is h0 (or 0)
-    if (y.numel) std::memset(y.data, 0, static_cast<size_t>(y.numel) * ElemSize(T));
-    if (want_last) CopyOrZero(last, h0, 4);
+  if (OrtStatus *st = SecondOutput(ctx, c.n_out, "last_state", {rows, dim, N}, &want_last, &last)) return st;
+  if (k.Empty()) {  // nothing to scan: y is 0, the last state is h0 (or 0)
+    EmptyCall(y, want_last ? &last : nullptr, h0, ElemSize(T), 4);
     return nullptr;
   }
   selscan_problem p;
   std::memset(&p, 0, sizeof p);
   p.batch = batch; p.dim = dim; p.seqlen = L; p.dstate = N; p.n_groups = G;
   p.dtype = DtypeOf(T);
-  p.flags = (kern.softplus ? SELSCAN_DELTA_SOFTPLUS : 0u) | k.flags;  // SELSCAN_FIXED_*: the forms of B, C
+  p.flags = (kern.flag ? SELSCAN_DELTA_SOFTPLUS : 0u) | k.flags;  // SELSCAN_FIXED_*: the forms of B, C
   if (cu.present) {
     p.cu_seqlens = static_cast<const int64_t *>(cu.data);
     p.n_seqs = n_seqs;
@@ -368,233 +452,134 @@ OrtStatus *ScanCompute(const ScanKernel &kern, OrtKernelContext *ctx) {
   const int64_t n = NumParts(batch * ((dim + 3) / 4));
   size_t ws_bytes = 0;
   selscan_status sst = selscan_workspace_size_parts(&p, nullptr, n, &ws_bytes);
-  if (sst != SELSCAN_OK) return SelscanError(op, sst, diag, names);
+  if (sst != SELSCAN_OK) return SelscanError(c.op, sst, diag, names);
   Workspace ws;
   if (!ws.Make(ws_bytes)) return Error(ORT_FAIL, "selscan SelectiveScan: out of memory for the workspace (" +
                                                      std::to_string(ws_bytes) + " bytes)");
   void *wp = ws.ptr();
-  return RunParts(ctx, op, names, p, n, [&](selscan_problem *q, int64_t part) {
+  return RunParts(ctx, c.op, names, p, n, [&](selscan_problem *q, int64_t part) {
     return selscan_forward_cpu_part(q, part, n, wp, ws_bytes);
   });
 }
 
 // ---- >>ort-step: SelectiveStateUpdate -----------------------------------------------------------
 
-enum { kState = 0, kX, kDt, kSA, kSB, kSC, kSD, kSZ, kDtBias, kStateIndex, kStepInputs };
-
-struct StepKernel {
-  int64_t softplus = 0;
-};
-
-OrtStatus *StepCompute(const StepKernel &kern, OrtKernelContext *ctx) {
-  const char *op = "SelectiveStateUpdate";
-  static const char *const input_names[kStepInputs] = {"state", "x", "dt", "A", "B", "C", "D", "z", "dt_bias", "state_index"};
-  Tensor t[kStepInputs];
-  size_t n_out = 0;
-  if (OrtStatus *st = Inputs(ctx, op, input_names, kStepInputs, kSD, t, &n_out)) return st;
-  if (n_out < 2)
-    return Error(ORT_INVALID_ARGUMENT, "selscan SelectiveStateUpdate: the node needs both outputs (y, state_out)");
-  const Tensor &state = t[kState], &x = t[kX], &dt = t[kDt], &A = t[kSA], &B = t[kSB], &C = t[kSC], &D = t[kSD],
-               &z = t[kSZ], &bias = t[kDtBias], &sidx = t[kStateIndex];
+OrtStatus *StepCompute(const Kernel &kern, OrtKernelContext *ctx) {
+  Call<kStepInputs> c;
+  if (OrtStatus *st = Read(ctx, kern, &c)) return st;
+  const Tensor &state = c.t[kState], &x = c.t[kX], &dt = c.t[kDt], &A = c.t[kSA], &B = c.t[kSB], &C = c.t[kSC],
+               &D = c.t[kSD], &z = c.t[kSZ], &bias = c.t[kDtBias], &sidx = c.t[kStateIndex];
   const bind::Names names = bind::NamesOf(kStepNames, "input");
   bind::StepArgs args;
   args.state = ArgOf(state); args.u = ArgOf(x); args.delta = ArgOf(dt); args.A = ArgOf(A); args.B = ArgOf(B);
   args.C = ArgOf(C); args.D = ArgOf(D); args.z = ArgOf(z); args.delta_bias = ArgOf(bias);
-  args.state_index = ArgOf(sidx);
-  args.index_values = IndexValues(sidx);
-  bind::Forms forms;
-  forms.names = names;
-  bind::Checked k;
-  const bind::Refusal r = bind::CheckStepArgs(args, forms, &k);  // (the indices' values whatever the sizes)
-  if (!r.ok()) return Refused(r, op, names);
+  SetIndex(&args, sidx);
+  bind::Checked k;  // (the indices' values whatever the sizes)
+  if (OrtStatus *st = Check(bind::CheckStepArgs, args, bind::Forms(), c.op, names, &k)) return st;
   const ONNXTensorElementDataType T = x.type;
   const int64_t batch = k.s.batch, dim = k.s.dim, N = k.s.N, G = k.s.G, n_cache = k.n_cache;
 
   Tensor y, state_out;
   if (OrtStatus *st = Output(ctx, 0, "y", x.dims, &y)) return st;
   if (OrtStatus *st = Output(ctx, 1, "state_out", state.dims, &state_out)) return st;
-  if (batch == 0 || dim == 0) {
-    CopyOrZero(state_out, state, 4);
-    return nullptr;
-  }
-  if (n_cache == 0) {  // an empty cache: every row is padding (checked above), y 0; selscan reads n_cache 0 as batch
-    std::memset(y.data, 0, static_cast<size_t>(y.numel) * ElemSize(T));
+  if (k.Empty()) {  // no token, or no cache row (every row padding): y 0, the state passes through
+    EmptyCall(y, &state_out, state, ElemSize(T), 4);
     return nullptr;
   }
   selscan_step_problem s;
   std::memset(&s, 0, sizeof s);
   s.batch = batch; s.dim = dim; s.dstate = N; s.n_groups = G; s.n_cache = n_cache;
   s.dtype = DtypeOf(T);
-  s.flags = kern.softplus ? SELSCAN_DELTA_SOFTPLUS : 0u;
+  s.flags = kern.flag ? SELSCAN_DELTA_SOFTPLUS : 0u;
   s.state_index = sidx.present ? static_cast<const int32_t *>(sidx.data) : nullptr;
   s.u = In(x); s.delta = In(dt); s.A = In(A); s.B = In(B); s.C = In(C);
   s.D = In(D); s.z = In(z); s.delta_bias = In(bias);
   s.y = Out(y);
-  s.state = Out(state_out);
-  selscan_diag diag = {nullptr, nullptr, SELSCAN_RULE_NONE};
-  s.diag = &diag;
-  // validate before the copy (the indices, the shapes against the state) ...
-  selscan_status sst = selscan_validate_step(&s);
-  if (sst != SELSCAN_OK) return SelscanError(op, sst, diag, names);
-  // ... then state_out = state, stepped in place
-  CopyOrZero(state_out, state, 4);
   const int64_t n = bind::StepParts(Threads(), batch, dim);  // blocks of 256 channels of a row
-  return RunParts(ctx, op, names, s, n, [&](selscan_step_problem *q, int64_t part) {
-    return selscan_step_cpu_part(q, part, n);
-  });
+  return RunStep(ctx, c.op, names, s, selscan_validate_step, state_out, state, 4, n,
+                 [&](selscan_step_problem *q, int64_t part) { return selscan_step_cpu_part(q, part, n); });
 }
 
 // ---- >>ort-conv: CausalConv1d, CausalConv1dUpdate (selscan.h's causal conv1d, where it has it) ----
 #ifdef SELSCAN_CONV_SILU
 #define SELSCAN_ORT_HAS_CONV 1
 
-enum { kCx = 0, kCWeight, kCBias, kCInit, kCCuSeqlens, kConvInputs };
-
-struct ConvKernel {
-  int64_t silu = 0;
-  int64_t final_state_attr = -1;  // -1: not given
-};
-
-OrtStatus *ConvCompute(const ConvKernel &kern, OrtKernelContext *ctx) {
-  const char *op = "CausalConv1d";
-  static const char *const input_names[kConvInputs] = {"x", "weight", "bias", "init_state", "cu_seqlens"};
-  Tensor t[kConvInputs];
-  size_t n_out = 0;
-  if (OrtStatus *st = Inputs(ctx, op, input_names, kConvInputs, kCBias, t, &n_out)) return st;
-  const Tensor &x = t[kCx], &w = t[kCWeight], &bias = t[kCBias], &init = t[kCInit], &cu = t[kCCuSeqlens];
-  bool want_fin = false;
-  if (OrtStatus *st = WantSecondOutput(op, "return_final_state", kern.final_state_attr, "final_state", n_out, &want_fin))
-    return st;
+OrtStatus *ConvCompute(const Kernel &kern, OrtKernelContext *ctx) {
+  Call<kConvInputs> c;
+  if (OrtStatus *st = Read(ctx, kern, &c)) return st;
+  const Tensor &x = c.t[kCx], &w = c.t[kCWeight], &bias = c.t[kCBias], &init = c.t[kCInit], &cu = c.t[kCCuSeqlens];
+  bool want_fin = c.want_second;
   const bind::Names names = bind::NamesOf(kConvNames, "input");
   bind::ConvArgs args;
   args.x = ArgOf(x); args.weight = ArgOf(w); args.bias = ArgOf(bias); args.init_state = ArgOf(init);
   args.cu_seqlens = ArgOf(cu);
   args.cu_values = cu.present && cu.type == ONNX_TENSOR_ELEMENT_DATA_TYPE_INT64 ? static_cast<const int64_t *>(cu.data)
                                                                                 : nullptr;
-  bind::Forms forms;
-  forms.names = names;
-  bind::Checked k;
-  const bind::Refusal r = bind::CheckConvArgs(args, forms, &k);  // the width before a state is shaped by it
-  if (!r.ok()) return Refused(r, op, names);
+  bind::Checked k;  // (the width before a state is shaped by it)
+  if (OrtStatus *st = Check(bind::CheckConvArgs, args, bind::Forms(), c.op, names, &k)) return st;
   const ONNXTensorElementDataType T = x.type;
   const int64_t batch = k.s.batch, dim = k.s.dim, L = k.s.L, W = k.width, rows = k.s.rows, n_seqs = k.s.n_seqs;
   Tensor y, fin;
   if (OrtStatus *st = Output(ctx, 0, "y", x.dims, &y)) return st;
-  if (OrtStatus *st = SecondOutput(ctx, n_out, "final_state", {rows, dim, W - 1}, &want_fin, &fin)) return st;
-  if (batch == 0 || dim == 0) return nullptr;
-  if (L == 0) {  // nothing to convolve (packed: every sequence empty): the state passes through
-    if (want_fin) CopyOrZero(fin, init, ElemSize(T));
+  if (OrtStatus *st = SecondOutput(ctx, c.n_out, "final_state", {rows, dim, W - 1}, &want_fin, &fin)) return st;
+  if (k.Empty()) {  // nothing to convolve (packed: every sequence empty): the state passes through
+    EmptyCall(y, want_fin ? &fin : nullptr, init, ElemSize(T), ElemSize(T));
     return nullptr;
   }
   selscan_conv_problem p;
   std::memset(&p, 0, sizeof p);
   p.batch = batch; p.dim = dim; p.seqlen = L; p.width = W;
   p.dtype = DtypeOf(T);
-  p.flags = kern.silu ? SELSCAN_CONV_SILU : 0u;
+  p.flags = kern.flag ? SELSCAN_CONV_SILU : 0u;
   if (cu.present) { p.cu_seqlens = static_cast<const int64_t *>(cu.data); p.n_seqs = n_seqs; }
   p.x = In(x); p.weight = In(w); p.bias = In(bias); p.init_state = In(init);
   p.y = Out(y);
   if (want_fin) p.final_state = Out(fin);
   const int64_t n = NumParts(dim);
-  return RunParts(ctx, op, names, p, n, [&](selscan_conv_problem *q, int64_t part) {
+  return RunParts(ctx, c.op, names, p, n, [&](selscan_conv_problem *q, int64_t part) {
     return selscan_conv_forward_cpu_part(q, part, n);
   });
 }
 
-enum { kCuState = 0, kCuX, kCuWeight, kCuBias, kCuStateIndex, kConvUpdateInputs };
-
-OrtStatus *ConvUpdateCompute(const ConvKernel &kern, OrtKernelContext *ctx) {
-  const char *op = "CausalConv1dUpdate";
-  static const char *const input_names[kConvUpdateInputs] = {"state", "x", "weight", "bias", "state_index"};
-  Tensor t[kConvUpdateInputs];
-  size_t n_out = 0;
-  if (OrtStatus *st = Inputs(ctx, op, input_names, kConvUpdateInputs, kCuBias, t, &n_out)) return st;
-  if (n_out < 2)
-    return Error(ORT_INVALID_ARGUMENT, "selscan CausalConv1dUpdate: the node needs both outputs (y, state_out)");
-  const Tensor &state = t[kCuState], &x = t[kCuX], &w = t[kCuWeight], &bias = t[kCuBias], &sidx = t[kCuStateIndex];
+OrtStatus *ConvUpdateCompute(const Kernel &kern, OrtKernelContext *ctx) {
+  Call<kConvUpdateInputs> c;
+  if (OrtStatus *st = Read(ctx, kern, &c)) return st;
+  const Tensor &state = c.t[kCuState], &x = c.t[kCuX], &w = c.t[kCuWeight], &bias = c.t[kCuBias],
+               &sidx = c.t[kCuStateIndex];
   const bind::Names names = bind::NamesOf(kConvUpdateNames, "input");
   bind::ConvStepArgs args;
   args.state = ArgOf(state); args.x = ArgOf(x); args.weight = ArgOf(w); args.bias = ArgOf(bias);
-  args.state_index = ArgOf(sidx);
-  args.index_values = IndexValues(sidx);
-  bind::Forms forms;
-  forms.names = names;
+  SetIndex(&args, sidx);
   bind::Checked k;
-  const bind::Refusal r = bind::CheckConvStepArgs(args, forms, &k);
-  if (!r.ok()) return Refused(r, op, names);
+  if (OrtStatus *st = Check(bind::CheckConvStepArgs, args, bind::Forms(), c.op, names, &k)) return st;
   const ONNXTensorElementDataType T = x.type;
   const int64_t batch = k.s.batch, dim = k.s.dim, seqlen = k.s.L, W = k.width;
   Tensor y, state_out;
   if (OrtStatus *st = Output(ctx, 0, "y", x.dims, &y)) return st;
   if (OrtStatus *st = Output(ctx, 1, "state_out", state.dims, &state_out)) return st;
   const size_t esize = ElemSize(T);
-  if (batch == 0 || dim == 0 || seqlen == 0) {
-    CopyOrZero(state_out, state, esize);
-    if (y.numel) std::memset(y.data, 0, static_cast<size_t>(y.numel) * esize);
-    return nullptr;
-  }
-  if (state.dims[0] == 0) {  // an empty cache: every row is padding (checked above), y 0 (selscan: n_cache 0 = batch)
-    std::memset(y.data, 0, static_cast<size_t>(y.numel) * esize);
+  if (k.Empty()) {  // no token, or no cache row (every row padding): y 0, the state passes through
+    EmptyCall(y, &state_out, state, esize, esize);
     return nullptr;
   }
   selscan_conv_step_problem s;
   std::memset(&s, 0, sizeof s);
-  s.batch = batch; s.dim = dim; s.width = W; s.state_len = state.dims[2]; s.n_cache = state.dims[0];
+  s.batch = batch; s.dim = dim; s.width = W; s.state_len = k.state_len; s.n_cache = k.n_cache;
   s.seqlen = seqlen;
   s.dtype = DtypeOf(T);
-  s.flags = kern.silu ? SELSCAN_CONV_SILU : 0u;
+  s.flags = kern.flag ? SELSCAN_CONV_SILU : 0u;
   s.state_index = sidx.present ? static_cast<const int32_t *>(sidx.data) : nullptr;
   s.x = In(x); s.weight = In(w); s.bias = In(bias);
   s.y = Out(y);
-  s.state = Out(state_out);
-  selscan_diag diag = {nullptr, nullptr, SELSCAN_RULE_NONE};
-  s.diag = &diag;
-  selscan_status sst = selscan_validate_conv_step(&s);
-  if (sst != SELSCAN_OK) return SelscanError(op, sst, diag, names);
-  CopyOrZero(state_out, state, esize);
   const int64_t n = NumParts(batch * dim);
-  return RunParts(ctx, op, names, s, n, [&](selscan_conv_step_problem *q, int64_t part) {
-    return selscan_conv_step_cpu_part(q, part, n);
-  });
+  return RunStep(ctx, c.op, names, s, selscan_validate_conv_step, state_out, state, esize, n,
+                 [&](selscan_conv_step_problem *q, int64_t part) { return selscan_conv_step_cpu_part(q, part, n); });
 }
 #else
 #define SELSCAN_ORT_HAS_CONV 0
-struct ConvKernel {
-  int64_t silu = 0;
-  int64_t final_state_attr = -1;
-};
 #endif
 
 // ---- >>ort-ops: the OrtCustomOp tables ----------------------------------------------------------
-
-enum OpKind { kSelectiveScan = 0, kSelectiveStateUpdate, kCausalConv1d, kCausalConv1dUpdate };
-
-// An input's or output's type: 'T' (the kernel's dtype), a fixed type, or any (checked at run time).
-enum TypeSlot { kSlotT = 0, kSlotF32, kSlotI32, kSlotI64, kSlotAny };
-
-struct OpInfo {
-  const char *name;
-  size_t n_inputs, n_required;  // the inputs before the first optional one are required
-  TypeSlot inputs[10];
-  TypeSlot outputs[2];
-  bool second_output_optional;
-};
-
-const OpInfo kOpInfo[] = {
-    // SelectiveScan(u, delta, A, B, C, D?, z?, delta_bias?, h0?, cu_seqlens?) -> (y, last_state?);
-    // B / C: T over time, float when constant
-    {"SelectiveScan", kScanInputs, kD,
-     {kSlotT, kSlotT, kSlotF32, kSlotAny, kSlotAny, kSlotF32, kSlotT, kSlotF32, kSlotF32, kSlotI64},
-     {kSlotT, kSlotF32}, true},
-    // SelectiveStateUpdate(state, x, dt, A, B, C, D?, z?, dt_bias?, state_index?) -> (y, state_out)
-    {"SelectiveStateUpdate", kStepInputs, kSD,
-     {kSlotF32, kSlotT, kSlotT, kSlotF32, kSlotT, kSlotT, kSlotF32, kSlotT, kSlotF32, kSlotI32},
-     {kSlotT, kSlotF32}, false},
-    // CausalConv1d(x, weight, bias?, init_state?, cu_seqlens?) -> (y, final_state?)
-    {"CausalConv1d", 5, 2, {kSlotT, kSlotF32, kSlotF32, kSlotT, kSlotI64}, {kSlotT, kSlotT}, true},
-    // CausalConv1dUpdate(state, x, weight, bias?, state_index?) -> (y, state_out)
-    {"CausalConv1dUpdate", 5, 3, {kSlotT, kSlotT, kSlotF32, kSlotF32, kSlotI32}, {kSlotT, kSlotT}, false},
-};
 
 struct OpDef {
   OrtCustomOp base;  // first member: ONNX Runtime hands back &base
@@ -629,21 +614,13 @@ OrtCustomOpInputOutputCharacteristic SELSCAN_ORT_CALL GetInputCharacteristic(con
   return i < Info(op).n_required ? INPUT_OUTPUT_REQUIRED : INPUT_OUTPUT_OPTIONAL;
 }
 OrtCustomOpInputOutputCharacteristic SELSCAN_ORT_CALL GetOutputCharacteristic(const OrtCustomOp *op, size_t i) {
-  return (i == 0 || !Info(op).second_output_optional) ? INPUT_OUTPUT_REQUIRED : INPUT_OUTPUT_OPTIONAL;
+  return (i == 0 || !Info(op).second_attr) ? INPUT_OUTPUT_REQUIRED : INPUT_OUTPUT_OPTIONAL;
 }
 OrtMemType SELSCAN_ORT_CALL GetInputMemoryType(const OrtCustomOp *, size_t) { return OrtMemTypeDefault; }
 int SELSCAN_ORT_CALL VariadicMinArity(const OrtCustomOp *) { return 1; }
 int SELSCAN_ORT_CALL VariadicHomogeneity(const OrtCustomOp *) { return 1; }
 int SELSCAN_ORT_CALL GetStartVersion(const OrtCustomOp *) { return SELSCAN_ORT_OPSET; }
 int SELSCAN_ORT_CALL GetEndVersion(const OrtCustomOp *) { return 1000; }  // ONNX Runtime's "no end"
-
-// A kernel: the op's kind plus its attributes.
-struct Kernel {
-  OpKind kind;
-  ScanKernel scan;
-  StepKernel step;
-  ConvKernel conv;
-};
 
 // An optional int attribute (0 or 1); *out keeps its default when the node does not set it.
 OrtStatus *BoolAttr(const OrtKernelInfo *info, const char *op, const char *name, int64_t *out) {
@@ -666,20 +643,9 @@ OrtStatus *SELSCAN_ORT_CALL CreateKernelV2(const OrtCustomOp *op, const OrtApi *
   Kernel *k = new (std::nothrow) Kernel();
   if (!k) return Error(ORT_FAIL, "selscan: out of memory");
   k->kind = Def(op).kind;
-  const char *name = Info(op).name;
-  OrtStatus *st = nullptr;
-  switch (k->kind) {
-    case kSelectiveScan:
-      st = BoolAttr(info, name, "delta_softplus", &k->scan.softplus);
-      if (!st) st = BoolAttr(info, name, "return_last_state", &k->scan.last_state_attr);
-      break;
-    case kSelectiveStateUpdate: st = BoolAttr(info, name, "dt_softplus", &k->step.softplus); break;
-    case kCausalConv1d:
-      st = BoolAttr(info, name, "silu", &k->conv.silu);
-      if (!st) st = BoolAttr(info, name, "return_final_state", &k->conv.final_state_attr);
-      break;
-    case kCausalConv1dUpdate: st = BoolAttr(info, name, "silu", &k->conv.silu); break;
-  }
+  const OpInfo &in = Info(op);
+  OrtStatus *st = BoolAttr(info, in.name, in.flag_attr, &k->flag);
+  if (!st && in.second_attr) st = BoolAttr(info, in.name, in.second_attr, &k->second);
   if (st) {
     delete k;
     return st;
@@ -690,11 +656,11 @@ OrtStatus *SELSCAN_ORT_CALL CreateKernelV2(const OrtCustomOp *op, const OrtApi *
 
 OrtStatus *Compute(const Kernel &k, OrtKernelContext *ctx) {
   switch (k.kind) {
-    case kSelectiveScan: return ScanCompute(k.scan, ctx);
-    case kSelectiveStateUpdate: return StepCompute(k.step, ctx);
+    case kSelectiveScan: return ScanCompute(k, ctx);
+    case kSelectiveStateUpdate: return StepCompute(k, ctx);
 #if SELSCAN_ORT_HAS_CONV
-    case kCausalConv1d: return ConvCompute(k.conv, ctx);
-    case kCausalConv1dUpdate: return ConvUpdateCompute(k.conv, ctx);
+    case kCausalConv1d: return ConvCompute(k, ctx);
+    case kCausalConv1dUpdate: return ConvUpdateCompute(k, ctx);
 #endif
     default: return Error(ORT_NOT_IMPLEMENTED, "selscan: op not built into this library");
   }

@@ -117,20 +117,32 @@ bind::Forms ScanForms(bool bld) {
   return f;
 }
 
+// An optional input: given (its has_* attr), its index, name and attr.
+struct Optional {
+  bool present;
+  int i;
+  const char* name;
+  const char* attr;
+};
+// An optional input not given must be empty (AbsentRule otherwise).
+absl::Status CheckAbsent(OpKernelContext* ctx, std::initializer_list<Optional> inputs) {
+  for (const Optional& o : inputs) {
+    if (o.present) continue;
+    const Tensor& t = ctx->input(o.i);
+    if (t.NumElements() != 0) return AbsentRule(o.name, o.attr, t.shape().DebugString());
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::Status CheckInputs(OpKernelContext* ctx, const Options& o, bool backward, Sizes* s) {
-  auto absent = [&](bool present, int i, const char* name, const char* attr) -> absl::Status {
-    const Tensor& t = ctx->input(i);
-    if (present || t.NumElements() == 0) return absl::OkStatus();
-    return AbsentRule(name, attr, t.shape().DebugString());
-  };
-  TF_RETURN_IF_ERROR(absent(o.has_d, kD, "D", "has_d"));
-  TF_RETURN_IF_ERROR(absent(o.has_z, kZ, "z", "has_z"));
-  TF_RETURN_IF_ERROR(absent(o.has_bias, kDeltaBias, "delta_bias", "has_delta_bias"));
-  TF_RETURN_IF_ERROR(absent(o.has_h0, kH0, "h0", "has_h0"));
-  TF_RETURN_IF_ERROR(absent(o.has_cu, kCuSeqlens, "cu_seqlens", "has_cu_seqlens"));
-  if (backward) TF_RETURN_IF_ERROR(absent(o.has_dh_last, kDhLast, "dh_last", "has_dh_last"));
+  TF_RETURN_IF_ERROR(CheckAbsent(ctx, {{o.has_d, kD, "D", "has_d"},
+                                       {o.has_z, kZ, "z", "has_z"},
+                                       {o.has_bias, kDeltaBias, "delta_bias", "has_delta_bias"},
+                                       {o.has_h0, kH0, "h0", "has_h0"},
+                                       {o.has_cu, kCuSeqlens, "cu_seqlens", "has_cu_seqlens"},
+                                       {o.has_dh_last || !backward, kDhLast, "dh_last", "has_dh_last"}}));
   ArgSizes z;
   bind::ScanArgs a;
   a.u = z.Of(ctx->input(kU)); a.delta = z.Of(ctx->input(kDelta)); a.A = z.Of(ctx->input(kA));
@@ -153,14 +165,10 @@ absl::Status CheckInputs(OpKernelContext* ctx, const Options& o, bool backward, 
 }
 
 absl::Status CheckStepInputs(OpKernelContext* ctx, const StepOptions& o, Sizes* s) {
-  auto absent = [&](bool present, int i, const char* name, const char* attr) -> absl::Status {
-    if (present || ctx->input(i).NumElements() == 0) return absl::OkStatus();
-    return AbsentRule(name, attr, ctx->input(i).shape().DebugString());
-  };
-  TF_RETURN_IF_ERROR(absent(o.has_d, kStD, "D", "has_d"));
-  TF_RETURN_IF_ERROR(absent(o.has_z, kStZ, "z", "has_z"));
-  TF_RETURN_IF_ERROR(absent(o.has_bias, kStDtBias, "dt_bias", "has_dt_bias"));
-  TF_RETURN_IF_ERROR(absent(o.has_index, kStIndex, "state_batch_indices", "has_state_batch_indices"));
+  TF_RETURN_IF_ERROR(CheckAbsent(ctx, {{o.has_d, kStD, "D", "has_d"},
+                                       {o.has_z, kStZ, "z", "has_z"},
+                                       {o.has_bias, kStDtBias, "dt_bias", "has_dt_bias"},
+                                       {o.has_index, kStIndex, "state_batch_indices", "has_state_batch_indices"}}));
   ArgSizes z;
   bind::StepArgs a;
   a.state = z.Of(ctx->input(kStState)); a.u = z.Of(ctx->input(kStX)); a.delta = z.Of(ctx->input(kStDt));
@@ -176,7 +184,6 @@ absl::Status CheckStepInputs(OpKernelContext* ctx, const StepOptions& o, Sizes* 
   const bind::Refusal r = bind::CheckStepArgs(a, forms, &k);
   if (!r.ok()) return Refused(r, "step", forms.names);
   *s = k.s;
-  s->rows = k.n_cache;
   return absl::OkStatus();
 }
 
@@ -294,43 +301,39 @@ absl::Status StepShape(InferenceContext* c) {
 }  // namespace
 }  // namespace selscan_tf
 
+// The scan's inputs and its attributes before the op's own, the forward's and the backward's (the
+// attributes' order is the ops' as before).
+#define SELSCAN_TF_SCAN_OP                \
+    .Input("u: T")                        \
+    .Input("delta: T")                    \
+    .Input("a: float")                    \
+    .Input("b: T")                        \
+    .Input("c: T")                        \
+    .Input("d: float")                    \
+    .Input("z: T")                        \
+    .Input("delta_bias: float")           \
+    .Input("h0: float")                   \
+    .Input("cu_seqlens: int64")           \
+    .Attr("T: {float, half, bfloat16}")   \
+    .Attr("delta_softplus: bool = false") \
+    .Attr("has_d: bool = false")          \
+    .Attr("has_z: bool = false")          \
+    .Attr("has_delta_bias: bool = false") \
+    .Attr("has_h0: bool = false")         \
+    .Attr("has_cu_seqlens: bool = false")
+
 REGISTER_OP("SelscanForward")
-    .Input("u: T")
-    .Input("delta: T")
-    .Input("a: float")
-    .Input("b: T")
-    .Input("c: T")
-    .Input("d: float")
-    .Input("z: T")
-    .Input("delta_bias: float")
-    .Input("h0: float")
-    .Input("cu_seqlens: int64")
+    SELSCAN_TF_SCAN_OP
     .Output("y: T")
     .Output("h_last: float")
     .Output("checkpoint: float")
-    .Attr("T: {float, half, bfloat16}")
-    .Attr("delta_softplus: bool = false")
-    .Attr("has_d: bool = false")
-    .Attr("has_z: bool = false")
-    .Attr("has_delta_bias: bool = false")
-    .Attr("has_h0: bool = false")
-    .Attr("has_cu_seqlens: bool = false")
     .Attr("return_last_state: bool = false")
     .Attr("save_checkpoint: bool = false")
     .Attr("layout: {'BLD', 'BDL'} = 'BLD'")
     .SetShapeFn(selscan_tf::ForwardShape);
 
 REGISTER_OP("SelscanBackward")
-    .Input("u: T")
-    .Input("delta: T")
-    .Input("a: float")
-    .Input("b: T")
-    .Input("c: T")
-    .Input("d: float")
-    .Input("z: T")
-    .Input("delta_bias: float")
-    .Input("h0: float")
-    .Input("cu_seqlens: int64")
+    SELSCAN_TF_SCAN_OP
     .Input("dy: T")
     .Input("dh_last: float")
     .Input("checkpoint: float")
@@ -343,16 +346,11 @@ REGISTER_OP("SelscanBackward")
     .Output("dz: T")
     .Output("ddelta_bias: float")
     .Output("dh0: float")
-    .Attr("T: {float, half, bfloat16}")
-    .Attr("delta_softplus: bool = false")
-    .Attr("has_d: bool = false")
-    .Attr("has_z: bool = false")
-    .Attr("has_delta_bias: bool = false")
-    .Attr("has_h0: bool = false")
-    .Attr("has_cu_seqlens: bool = false")
     .Attr("has_dh_last: bool = false")
     .Attr("layout: {'BLD', 'BDL'} = 'BLD'")
     .SetShapeFn(selscan_tf::BackwardShape);
+
+#undef SELSCAN_TF_SCAN_OP
 
 REGISTER_OP("SelscanStep")
     .Input("state: float")
@@ -414,17 +412,24 @@ struct CpuOps {
                        "selscan_checkpoint_size", s);
   }
 
+  // The workspace of n_parts parts (g: the backward's), from allocate_temp (kept alive by tmp).
+  static absl::Status Workspace(OpKernelContext* ctx, const selscan_problem& p, const selscan_grads* g,
+                                int64_t n_parts, const char* where, const Sizes& s, Tensor* tmp, void** ws,
+                                size_t* bytes) {
+    TF_RETURN_IF_ERROR(FromSelscan(bind::Call(p, [&](const selscan_problem* q) {
+                                     return selscan_workspace_size_parts(q, g, n_parts, bytes);
+                                   }),
+                                   where, s));
+    return AllocateWorkspace(ctx, *bytes, tmp, ws);
+  }
+
   static absl::Status Forward(OpKernelContext* ctx, const selscan_problem& p, const Sizes& s, float* ck,
                               size_t ck_bytes) {
     const int64_t n_parts = NumParts(ctx);
     size_t bytes = 0;
-    TF_RETURN_IF_ERROR(FromSelscan(bind::Call(p, [&](const selscan_problem* q) {
-                                     return selscan_workspace_size_parts(q, nullptr, n_parts, &bytes);
-                                   }),
-                                   "selscan_forward_cpu", s));
     Tensor tmp;
     void* ws = nullptr;
-    TF_RETURN_IF_ERROR(AllocateWorkspace(ctx, bytes, &tmp, &ws));
+    TF_RETURN_IF_ERROR(Workspace(ctx, p, nullptr, n_parts, "selscan_forward_cpu", s, &tmp, &ws, &bytes));
     return RunParts(ctx, p, n_parts, "selscan_forward_cpu", s, [&](const selscan_problem* q, int64_t part) {
       return ck ? selscan_forward_cpu_ckpt_part(q, part, n_parts, ws, bytes, ck, ck_bytes)
                 : selscan_forward_cpu_part(q, part, n_parts, ws, bytes);
@@ -435,13 +440,9 @@ struct CpuOps {
                                const Sizes& s, const Tensor& ck_in) {
     const int64_t n_parts = NumParts(ctx);
     size_t bytes = 0;
-    TF_RETURN_IF_ERROR(FromSelscan(bind::Call(p, [&](const selscan_problem* q) {
-                                     return selscan_workspace_size_parts(q, &g, n_parts, &bytes);
-                                   }),
-                                   "selscan_backward_cpu", s));
     Tensor tmp;
     void* ws = nullptr;
-    TF_RETURN_IF_ERROR(AllocateWorkspace(ctx, bytes, &tmp, &ws));
+    TF_RETURN_IF_ERROR(Workspace(ctx, p, &g, n_parts, "selscan_backward_cpu", s, &tmp, &ws, &bytes));
     // The forward's checkpoint, when a CPU forward kept one: a checkpoint of another size (none,
     // or a GPU forward's, whose layout differs) is not read; the backward then recomputes it.
     size_t ck_bytes = 0;

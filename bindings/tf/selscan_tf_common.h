@@ -293,7 +293,10 @@ class SelscanStepOp : public tensorflow::OpKernel {
     OP_REQUIRES_OK(ctx, ctx->forward_input_or_allocate_output({kStState}, 1, state.shape(), &new_state));
     if (new_state->data() != state.data() && state.TotalBytes() > 0)
       Ops::Copy(ctx, new_state->data(), state.data(), state.TotalBytes());
-    if (s.batch == 0 || s.dim == 0) return;  // no token: the state passes through
+    if (s.StepEmpty()) {  // no token, or no cache row (every row padding): out 0, the state passes through
+      if (out->TotalBytes() > 0) Ops::Zero(ctx, out->data(), out->TotalBytes());
+      return;
+    }
     auto in = [&](bool present, int i) { return present ? DataOf(ctx->input(i)) : nullptr; };
     StepData d;
     d.x = in(true, kStX);

@@ -96,6 +96,13 @@ int main() {
   EXPECT(e.Empty() && e.StatesOk());
   e.L = 70;
   EXPECT(!e.StatesOk());
+  // the steps' (rows: n_cache): no token, or a cache of no rows
+  bind::Sizes t = s;
+  EXPECT(!t.StepEmpty());
+  t.rows = 0;
+  EXPECT(t.StepEmpty() && !t.Empty());
+  t.rows = 1; t.dim = 0;
+  EXPECT(t.StepEmpty() && t.Empty() && bind::Sizes::Empty(1, 0, 70));
   // the checkpoint policy on a valid problem (dense inputs, fixed C): asked of the library
   std::vector<float> u(140, 0.5f), dl(140, 0.1f), A(2 * 65, -1.0f), B(2 * 65 * 70, 0.2f), C(2 * 65, 0.3f), y(140);
   p.flags = SELSCAN_FIXED_C;
@@ -261,7 +268,17 @@ int main() {
     s.state_index = arg(idx, T::kI32);
     int32_t rows[2] = {3, -1}, twice[2] = {1, 1};
     s.index_values = rows;
-    EXPECT(bind::CheckStepArgs(s, fs, &k).ok() && k.n_cache == 4 && k.s.G == 1);
+    EXPECT(bind::CheckStepArgs(s, fs, &k).ok() && k.n_cache == 4 && k.s.G == 1 && k.s.rows == 4 && !k.Empty());
+    {  // a cache of no rows, every batch row padding: an empty call (>>bind-empty), not one refused
+      std::vector<int64_t> stn{0, 8, 4};
+      int32_t pad[2] = {-1, -1};
+      bind::StepArgs sn = s;
+      sn.state = arg(stn, T::kF32);
+      sn.index_values = pad;
+      EXPECT(bind::CheckStepArgs(sn, fs, &k).ok() && k.n_cache == 0 && k.Empty() && !k.s.Empty());
+      sn.index_values = rows;  // a row index into no rows: refused
+      EXPECT(bind::CheckStepArgs(sn, fs, &k).code == SELSCAN_RULE_INDEX_RANGE);
+    }
     s.state = arg(st0, T::kBF16);
     s.u = s.delta = arg(x0, T::kBF16);
     std::vector<int64_t> A00{0, 4};
@@ -281,7 +298,11 @@ int main() {
     cs.x = arg(cxt, T::kBF16);
     cs.weight = arg(w4, T::kBF16);
     EXPECT(bind::CheckConvStepArgs(cs, bind::Forms(), &k).ok() && k.s.L == 1 && k.width == 4 &&
-           k.flags == SELSCAN_CONV_PARAMS_T);
+           k.flags == SELSCAN_CONV_PARAMS_T && k.n_cache == 2 && k.s.rows == 2 && !k.Empty());
+    std::vector<int64_t> cx0{2, 8, 0};  // seqlen 0: no token
+    cs.x = arg(cx0, T::kBF16);
+    EXPECT(bind::CheckConvStepArgs(cs, bind::Forms(), &k).ok() && k.s.L == 0 && k.Empty());
+    EXPECT(bind::CheckScanArgs(a, tf, &k).ok() && !k.Empty());  // the scan's: Sizes::Empty alone
   }
   EXPECT(bind::StepParts(8, 2, 300) == 4 && bind::StepParts(3, 2, 300) == 3 && bind::StepParts(8, 0, 0) == 1);
   EXPECT(bind::NamesOf(bind::kStepNames).Of("state_index") == "state_batch_indices");

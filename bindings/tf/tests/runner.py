@@ -6,6 +6,23 @@ import time
 import traceback
 
 
+def raises(fn, *needles, types=None):
+    """fn() must raise one of `types` (default: TensorFlow's InvalidArgumentError, ValueError or
+    TypeError) whose message holds every needle; returns the message."""
+    if types is None:
+        import tensorflow as tf
+
+        types = (tf.errors.InvalidArgumentError, ValueError, TypeError)
+    try:
+        fn()
+    except types as e:
+        msg = str(e)
+        for n in needles:
+            assert n in msg, "message lacks %r: %s" % (n, msg[:500])
+        return msg
+    raise AssertionError("no error raised (wanted %s)" % (needles,))
+
+
 def run_tests(tests, width=28):
     t_all = time.time()
     passed = failed = 0

@@ -20,24 +20,12 @@ import tensorflow as tf  # noqa: E402
 
 import selscan_tf  # noqa: E402
 from selscan_tf import MambaVisionMixer, SelectiveScan, selective_scan  # noqa: E402
-from runner import run_tests  # noqa: E402
+from runner import raises, run_tests  # noqa: E402
 
 ERRORS = (tf.errors.InvalidArgumentError, ValueError, TypeError)
 OPS = selscan_tf.load_ops()
 EMPTY = tf.zeros([0])
 NOCU = tf.zeros([0], tf.int64)  # the raw ops' cu_seqlens input, absent
-
-
-def raises(fn, *needles, types=ERRORS):
-    """fn() must raise one of `types` whose message holds every needle; returns the message."""
-    try:
-        fn()
-    except types as e:
-        msg = str(e)
-        for n in needles:
-            assert n in msg, "message lacks %r: %s" % (n, msg[:500])
-        return msg
-    raise AssertionError("no error raised (wanted %s)" % (needles,))
 
 
 def problem(batch=2, L=5, dim=4, N=3, G=1, seed=0):

@@ -24,7 +24,7 @@ import tensorflow as tf  # noqa: E402
 
 import selscan_tf  # noqa: E402
 from selscan_tf import SelectiveScan, selective_scan  # noqa: E402
-from runner import run_tests  # noqa: E402
+from runner import raises as expect_error, run_tests  # noqa: E402
 
 # ---- low-precision tolerances (issue 41 item 5): the one rule of the TF tests, as the torch tests'
 # _common.lowp_tol and the C suites' tc_tol_lowp (tests/tol_lowp.h) state it.
@@ -439,17 +439,6 @@ def test_tf_function():
         assert shapes[0] == tuple(t["u"].shape) and shapes[1] == (2, 6, 4), "inferred shapes %s" % shapes
 
 
-def expect_error(fn, *needles, types=(tf.errors.InvalidArgumentError, ValueError, TypeError)):
-    try:
-        fn()
-    except types as e:
-        msg = str(e)
-        for n in needles:
-            assert n in msg, "error message lacks %r: %s" % (n, msg[:400])
-        return
-    raise AssertionError("no error raised (wanted %s)" % (needles,))
-
-
 def test_bad_shapes():
     """Bad shapes give Python exceptions with selscan's or a clear shape message, eager and in graphs."""
     rng = np.random.default_rng(10)
@@ -534,20 +523,22 @@ def test_checkpoint_attr():
 
 
 def test_empty():
-    """Empty batch or L: empty outputs; h_last is h0; gradients zero, dh0 = dh_last."""
+    """Empty batch, dim or L: empty outputs; h_last is h0; gradients zero, dh0 = dh_last."""
     rng = np.random.default_rng(11)
-    for batch, L in ((0, 5), (2, 0)):
+    for batch, dim, L in ((0, 4, 5), (2, 4, 0), (2, 0, 5)):
         t = {
-            "u": tf.zeros([batch, L, 4]), "delta": tf.zeros([batch, L, 4]), "A": -tf.ones([4, 3]),
+            "u": tf.zeros([batch, L, dim]), "delta": tf.zeros([batch, L, dim]), "A": -tf.ones([dim, 3]),
             "B": tf.zeros([batch, L, 1, 3]), "C": tf.zeros([batch, L, 1, 3]),
-            "h0": tf.constant(rng.standard_normal((batch, 4, 3)), tf.float32),
+            "h0": tf.constant(rng.standard_normal((batch, dim, 3)), tf.float32),
         }
+        before = {k: v.numpy().copy() for k, v in t.items()}
         with tf.GradientTape() as tape:
             tape.watch(t["h0"])
             y, h = selective_scan(t["u"], t["delta"], t["A"], t["B"], t["C"], h0=t["h0"], return_last_state=True)
             loss = tf.reduce_sum(h * 3.0)
-        assert y.shape == (batch, L, 4) and h.shape == (batch, 4, 3)
+        assert y.shape == (batch, L, dim) and h.shape == (batch, dim, 3)
         assert np.array_equal(h.numpy(), t["h0"].numpy())
+        assert all(np.array_equal(t[k].numpy(), before[k]) for k in t), "an input changed"
         dh0 = tape.gradient(loss, t["h0"])
         assert np.allclose(dh0.numpy(), 3.0)
 

@@ -20,8 +20,7 @@ sys.path.insert(0, HERE)
 import tensorflow as tf  # noqa: E402
 
 from selscan_tf import selective_scan, selective_state_update  # noqa: E402
-from runner import run_tests  # noqa: E402
-from test_bad_input import raises  # noqa: E402
+from runner import raises, run_tests  # noqa: E402
 from test_selscan_tf import TOL, Problem, ref_scan, rel_err, seq_from_layout  # noqa: E402
 
 STEP_KEYS = ("x", "dt", "z", "B", "C")  # the T-typed operands of the step
@@ -129,12 +128,25 @@ def test_step_immutable_state():
 
 
 def test_step_empty():
-    """batch 0 (or dim 0): an empty out, the state passed through."""
+    """An empty step (bindings/common >>bind-empty): batch 0, dim 0, or a cache of no rows with
+    every row padding (issue 39: that one was refused as "state: missing"): out 0, the state passed
+    through, the inputs untouched, in eager and in a tf.function; n_cache 0 without indices refused."""
     rng = np.random.default_rng(4)
-    x = step_problem(rng, batch=0, n_cache=2)
-    out, new_state = call_step(x, tf.float32, True, state_batch_indices=np.zeros([0], np.int32))
-    assert out.shape == (0, 6)
-    assert np.array_equal(new_state.numpy(), x["state"].astype(np.float32))
+    for batch, dim, n_cache in ((0, 6, 2), (3, 0, 2), (3, 6, 0)):
+        x = step_problem(rng, batch=batch, dim=dim, n_cache=n_cache or 1)
+        x["state"] = x["state"][:n_cache]
+        before = {k: v.copy() for k, v in x.items()}
+        idx = np.full([batch], -1, np.int32)
+        for mode in ("eager", "graph"):
+            run = lambda: call_step(x, tf.float32, True, state_batch_indices=idx)  # noqa: E731
+            out, new_state = run() if mode == "eager" else tf.function(run, autograph=False)()
+            where = "batch %d dim %d n_cache %d %s" % (batch, dim, n_cache, mode)
+            assert out.shape == (batch, dim) and not np.any(out.numpy()), where
+            assert np.array_equal(new_state.numpy(), x["state"].astype(np.float32)), where
+        assert all(np.array_equal(x[k], before[k]) for k in x), "an input changed"
+    x = step_problem(rng, batch=3, n_cache=1)
+    x["state"] = x["state"][:0]
+    raises(lambda: call_step(x, tf.float32, True), "not batch without state_index")
 
 
 def test_decode_loop_equals_scan():

@@ -471,6 +471,19 @@ def _tf_mixer_forward(self, hidden_states, *args, **kwargs):
     return fwd(hidden_states, *args, **kwargs)
 
 
+def _set_tf5_kernels(h, mod, modname, selective_scan, selective_state_update):
+    """The four kernel names of a transformers 5.x module (Mamba's, Jamba's, Zamba's): its
+    mamba_selective_scan / mamba_selective_state_update the given ones, its causal_conv1d_fn /
+    causal_conv1d_update selscan's around the module's own."""
+    g = mod.__dict__
+    h._setattr(mod, "mamba_selective_scan", selective_scan, f"{modname}.mamba_selective_scan")
+    h._setattr(mod, "mamba_selective_state_update", selective_state_update,
+               f"{modname}.mamba_selective_state_update")
+    h._setattr(mod, "causal_conv1d_fn", _tf_conv_fn(g["causal_conv1d_fn"]), f"{modname}.causal_conv1d_fn")
+    h._setattr(mod, "causal_conv1d_update", _tf_conv_update(g["causal_conv1d_update"]),
+               f"{modname}.causal_conv1d_update")
+
+
 def _install_transformers(h):
     try:
         import transformers
@@ -489,12 +502,7 @@ def _install_transformers(h):
         if "mamba_selective_scan" in g and "mamba_selective_state_update" in g and "mamba_inner_fn" in g:
             # 5.x: module-level wrappers, looked up by the mixer's forward at call time
             h._setattr(mod, "mamba_inner_fn", _tf_inner(g["mamba_inner_fn"]), f"{modname}.mamba_inner_fn")
-            h._setattr(mod, "mamba_selective_scan", _standin_selective_scan_fn, f"{modname}.mamba_selective_scan")
-            h._setattr(mod, "mamba_selective_state_update", _standin_selective_state_update,
-                       f"{modname}.mamba_selective_state_update")
-            h._setattr(mod, "causal_conv1d_fn", _tf_conv_fn(g["causal_conv1d_fn"]), f"{modname}.causal_conv1d_fn")
-            h._setattr(mod, "causal_conv1d_update", _tf_conv_update(g["causal_conv1d_update"]),
-                       f"{modname}.causal_conv1d_update")
+            _set_tf5_kernels(h, mod, modname, _standin_selective_scan_fn, _standin_selective_state_update)
             hook = _tf_cm_hook(g)
             if hook is not None:
                 mixer, mask, cache_name = hook
@@ -708,12 +716,7 @@ def _install_transformers_hybrids(h):
             logger.info("selscan_torch: %s has none of the 5.x kernel names (%s): left as it is", modname,
                         ", ".join(_TF_HYBRID_KERNELS))
             continue
-        h._setattr(mod, "mamba_selective_scan", _hy_selective_scan, f"{modname}.mamba_selective_scan")
-        h._setattr(mod, "mamba_selective_state_update", _hy_selective_state_update,
-                   f"{modname}.mamba_selective_state_update")
-        h._setattr(mod, "causal_conv1d_fn", _tf_conv_fn(g["causal_conv1d_fn"]), f"{modname}.causal_conv1d_fn")
-        h._setattr(mod, "causal_conv1d_update", _tf_conv_update(g["causal_conv1d_update"]),
-                   f"{modname}.causal_conv1d_update")
+        _set_tf5_kernels(h, mod, modname, _hy_selective_scan, _hy_selective_state_update)
         cache_name = _tf_cache_name(mixer)
         mask = g.get("apply_mask_to_padding_states")
         if cache_name is not None and mask is not None:

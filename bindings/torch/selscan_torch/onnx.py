@@ -208,15 +208,29 @@ def register_schemas():
 # SelectiveStateUpdate.
 
 
+def _out_of_place(inplace_op, state, *args):
+    """inplace_op(a copy of state, *args) -> (its output, the updated copy): a decode step's
+    functional form."""
+    new_state = state.clone()
+    return inplace_op(new_state, *args), new_state
+
+
+def _through_functional(functional_op, state, *args):
+    """functional_op(state, *args), the new state copied into state (what torch.export turns into a
+    graph output or a write into state's buffer); returns the op's output."""
+    y, new_state = functional_op(state, *args)
+    state.copy_(new_state)
+    return y
+
+
 @torch.library.custom_op("selscan::step_functional", mutates_args=())
 def step_functional(state: torch.Tensor, x: torch.Tensor, dt: torch.Tensor, A: torch.Tensor, B: torch.Tensor,
                     C: torch.Tensor, D: Optional[torch.Tensor], z: Optional[torch.Tensor],
                     dt_bias: Optional[torch.Tensor], state_index: Optional[torch.Tensor],
                     dt_softplus: bool) -> tuple[torch.Tensor, torch.Tensor]:
     """selscan::step out of place: (y, the stepped copy of state)."""
-    new_state = state.clone()
-    y = torch.ops.selscan.step.default(new_state, x, dt, A, B, C, D, z, dt_bias, state_index, dt_softplus)
-    return y, new_state
+    return _out_of_place(torch.ops.selscan.step.default, state, x, dt, A, B, C, D, z, dt_bias, state_index,
+                         dt_softplus)
 
 
 @step_functional.register_fake
@@ -228,10 +242,8 @@ def _export_step(state, x, dt, A, B, C, D, z, dt_bias, state_index, dt_softplus)
     # SelectiveStateUpdate takes B / C as (batch, G, N); the op also takes (batch, N) (one group)
     B = B.unsqueeze(1) if B.dim() == 2 else B
     C = C.unsqueeze(1) if C.dim() == 2 else C
-    y, new_state = torch.ops.selscan.step_functional.default(state, x, dt, A, B, C, D, z, dt_bias, state_index,
-                                                            dt_softplus)
-    state.copy_(new_state)
-    return y
+    return _through_functional(torch.ops.selscan.step_functional.default, state, x, dt, A, B, C, D, z, dt_bias,
+                               state_index, dt_softplus)
 
 
 _selscan._register_onnx_step(_export_step)
@@ -247,18 +259,15 @@ if HAS_CONV:
                              bias: Optional[torch.Tensor], state_index: Optional[torch.Tensor],
                              silu: bool) -> tuple[torch.Tensor, torch.Tensor]:
         """selscan::conv_step out of place: (y, the updated copy of state)."""
-        new_state = state.clone()
-        y = torch.ops.selscan.conv_step.default(new_state, x, weight, bias, state_index, silu)
-        return y, new_state
+        return _out_of_place(torch.ops.selscan.conv_step.default, state, x, weight, bias, state_index, silu)
 
     @conv_step_functional.register_fake
     def _conv_step_functional_fake(state, x, weight, bias, state_index, silu):
         return torch.empty_like(x), torch.empty_like(state)
 
     def _export_conv_step(state, x, weight, bias, state_index, silu):
-        y, new_state = torch.ops.selscan.conv_step_functional.default(state, x, weight, bias, state_index, silu)
-        state.copy_(new_state)
-        return y
+        return _through_functional(torch.ops.selscan.conv_step_functional.default, state, x, weight, bias,
+                                   state_index, silu)
 
     from . import conv as _conv
 

@@ -195,22 +195,18 @@ def run_kind(kind, device, repo, mapping_for):
             "grad_names": [sorted(grads), sorted(grads32)],
         }
 
-    # the recipe: training (fused mamba_inner_fn), training on the non-fused path, inference
-    with use_kernel_mapping(mapping_for(NAMES)):
-        kernelize(model, mode=Mode.TRAINING)
-    res["resolved_training"] = resolution(model, repo)
-    with OpCounter() as c:
-        loss, grads = train_step(model, ids)
-    res["ops_training"] = c.counts
-    res["training"] = compare(loss, grads)
+    def training(key, names, **mapping_kw):  # kernelized for training with the names' kernels, one step
+        with use_kernel_mapping(mapping_for(names), **mapping_kw):
+            kernelize(model, mode=Mode.TRAINING)
+        res["resolved_" + key] = resolution(model, repo)
+        with OpCounter() as c:
+            loss, grads = train_step(model, ids)
+        res["ops_" + key] = c.counts
+        res[key] = compare(loss, grads)
 
-    with use_kernel_mapping(mapping_for(tuple(n for n in NAMES if n != "mamba_inner_fn")), inherit_mapping=False):
-        kernelize(model, mode=Mode.TRAINING)
-    res["resolved_training_unfused"] = resolution(model, repo)
-    with OpCounter() as c:
-        loss, grads = train_step(model, ids)
-    res["ops_training_unfused"] = c.counts
-    res["training_unfused"] = compare(loss, grads)
+    # the recipe: training (fused mamba_inner_fn), training on the non-fused path, inference
+    training("training", NAMES)
+    training("training_unfused", tuple(n for n in NAMES if n != "mamba_inner_fn"), inherit_mapping=False)
 
     with use_kernel_mapping(mapping_for(NAMES)):
         kernelize(model, mode=Mode.INFERENCE)

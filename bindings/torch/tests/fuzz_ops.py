@@ -537,15 +537,24 @@ def mutate_scan(x, c, gen, raw=False, kinds=SCAN_KINDS):
     return None
 
 
+def first_mutation(attempt, tries=50):
+    """attempt() until it returns a mutation (None: the kind it drew does not apply to the case), at
+    most `tries` times; None when none did."""
+    for _ in range(tries):
+        m = attempt()
+        if m is not None:
+            return m
+    return None
+
+
 def case_scan_bad(gen):
     r = gen.rng
-    for _ in range(50):
+
+    def attempt():
         c = scan_cfg(r, zero_ok=r.random() < 0.2, distinct=True)
-        x = scan_inputs(c, gen)
-        m = mutate_scan(x, c, gen)
-        if m is not None:
-            break
-    x, c, names = m
+        return mutate_scan(scan_inputs(c, gen), c, gen)
+
+    x, c, names = first_mutation(attempt)
     args = list(x.values()) + ([c["cu"]] if isinstance(c["cu"], torch.Tensor) else [])
     expect_refusal(lambda: call_scan(x, c), args, names)
 
@@ -931,13 +940,13 @@ def mutate_step(x, c, gen, raw=False, kinds=STEP_KINDS, idx_kinds=IDX_KINDS):
 
 def case_step_bad(gen):
     r = gen.rng
-    for _ in range(50):
+
+    def attempt():
         c = step_cfg(r, zero_ok=r.random() < 0.1, distinct=True)
-        x = step_inputs(c, gen)
-        m = mutate_step(x, c, gen)
-        if m is not None:
-            break
-    x, names = m
+        m = mutate_step(step_inputs(c, gen), c, gen)
+        return None if m is None else (c, m)
+
+    c, (x, names) = first_mutation(attempt)
     expect_refusal(lambda: call_step(x, c), list(x.values()), names)
 
 
@@ -1014,13 +1023,15 @@ def case_raw_fwd(gen):
         if not c["last"] and tuple(last.shape) != (0,):
             raise CaseFail("last_state placeholder not (0,)")
         return
-    for _ in range(50):
+    def attempt():  # this case first, then others
+        nonlocal c, x
         m = mutate_scan(x, dict(c, cu=c["cu"]), gen, raw=True)
-        if m is not None:
-            break
-        c = scan_cfg(r, distinct=True)
-        x = exact_dtypes(scan_inputs(c, gen))
-    x2, c2, names = m
+        if m is None:
+            c = scan_cfg(r, distinct=True)
+            x = exact_dtypes(scan_inputs(c, gen))
+        return m
+
+    x2, c2, names = first_mutation(attempt)
     cu2 = c2["cu"]
     if isinstance(cu2, list):
         cu2 = torch.tensor(cu2, dtype=torch.int64)
@@ -1134,11 +1145,7 @@ def case_raw_step(gen):
         with torch.no_grad():
             check_step_call(x, c, lambda: call(x))
         return
-    for _ in range(50):
-        m = mutate_step(x, c, gen, raw=True)
-        if m is not None:
-            break
-    x2, names = m
+    x2, names = first_mutation(lambda: mutate_step(x, c, gen, raw=True))
     if c.get("grad"):
         expect_refusal(lambda: call(x2), list(x2.values()), names)
     else:
@@ -1176,11 +1183,8 @@ def case_meta(gen):
                     raise CaseFail(f"meta output {b.dtype} {tuple(b.shape)} {b.device}, real {a.dtype} "
                                    f"{tuple(a.shape)}")
             return
-        for _ in range(50):  # structural mutations only (values are not known on meta)
-            m = mutate_scan(x, c, gen, kinds=SCAN_META_KINDS)
-            if m is not None:
-                break
-        x2, c2, names = m
+        # structural mutations only (values are not known on meta)
+        x2, c2, names = first_mutation(lambda: mutate_scan(x, c, gen, kinds=SCAN_META_KINDS))
         expect_refusal(lambda: call_scan(x2, c2), list(x2.values()), names)
         expect_refusal(lambda: call_scan({k: to_meta(v) for k, v in x2.items()}, c2), [], names)
         return
@@ -1199,11 +1203,7 @@ def case_meta(gen):
         if fake.device.type != "meta" or fake.shape != real.shape or fake.dtype != real.dtype:
             raise CaseFail(f"meta step output {fake.dtype} {tuple(fake.shape)}, real {real.dtype} {tuple(real.shape)}")
         return
-    for _ in range(50):
-        m = mutate_step(x, c, gen, kinds=STEP_META_KINDS, idx_kinds=IDX_META_KINDS)
-        if m is not None:
-            break
-    x2, names = m
+    x2, names = first_mutation(lambda: mutate_step(x, c, gen, kinds=STEP_META_KINDS, idx_kinds=IDX_META_KINDS))
     with torch.no_grad():
         expect_refusal(lambda: call_step(x2, c), list(x2.values()), names)
         expect_refusal(lambda: call_step({k: to_meta(v) for k, v in x2.items()}, c), [], names)

@@ -7,6 +7,7 @@ the package was built without the library (SELSCAN_TORCH_NO_ORT=1).
 """
 import ctypes
 import math
+import os
 
 import numpy as np
 import pytest
@@ -48,9 +49,10 @@ SCAN_INPUTS = ["u", "delta", "A", "B", "C", "D", "z", "delta_bias", "h0", "cu_se
 STEP_INPUTS = ["state", "x", "dt", "A", "B", "C", "D", "z", "dt_bias", "state_index"]
 
 
-def one_node_model(op, input_names, feeds, t_inputs, T, outputs, t_outputs, attrs):
+def one_node_model(op, input_names, feeds, t_inputs, T, outputs, t_outputs, attrs, ranks=None):
     """A model of one selscan node. feeds: name -> torch tensor (absent: None); t_inputs: the names
-    of T inputs (fed as float and cast); outputs: the node's output names ("" skips one)."""
+    of T inputs (fed as float and cast); outputs: the node's output names ("" skips one); ranks:
+    output name -> rank (default: out_rank)."""
     nodes, graph_in, node_in = [], [], []
     for name in input_names:
         t = feeds.get(name)
@@ -79,7 +81,8 @@ def one_node_model(op, input_names, feeds, t_inputs, T, outputs, t_outputs, attr
             continue
         if o in t_outputs and T != torch.float32:
             nodes.append(helper.make_node("Cast", [o + "_t"], [o], to=TensorProto.FLOAT))
-        graph_out.append(helper.make_tensor_value_info(o, TensorProto.FLOAT, [None] * out_rank(op, o, attrs)))
+        rank = ranks[o] if ranks is not None else out_rank(op, o, attrs)
+        graph_out.append(helper.make_tensor_value_info(o, TensorProto.FLOAT, [None] * rank))
     graph = helper.make_graph(nodes, op, graph_in, graph_out)
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18), helper.make_opsetid("selscan", 1)])
     model.ir_version = 9
@@ -251,32 +254,9 @@ def conv_ref(x, weight, bias=None, init=None, silu=False):
 
 
 def conv_model(op, names, feeds, dtype, outputs, attrs):
-    t_in = {"x", "init_state", "state"}
-    t_out = {"y", "final_state", "state_out"}
     ranks = {"y": feeds["x"].dim(), "final_state": 3 if attrs.get("return_final_state", 1) else 1, "state_out": 3}
-    nodes, graph_in, node_in = [], [], []
-    for name in names:
-        t = feeds.get(name)
-        if t is None:
-            node_in.append("")
-            continue
-        ty = {torch.int64: TensorProto.INT64, torch.int32: TensorProto.INT32}.get(t.dtype, TensorProto.FLOAT)
-        graph_in.append(helper.make_tensor_value_info(name, ty, list(t.shape)))
-        if name in t_in and dtype != torch.float32:
-            nodes.append(helper.make_node("Cast", [name], [name + "_t"], to=ONNX_TYPE[dtype]))
-            node_in.append(name + "_t")
-        else:
-            node_in.append(name)
-    while node_in and node_in[-1] == "":
-        node_in.pop()
-    cast = dtype != torch.float32
-    nodes.append(helper.make_node(op, node_in, [o + "_t" if cast else o for o in outputs], domain="selscan", **attrs))
-    if cast:
-        nodes += [helper.make_node("Cast", [o + "_t"], [o], to=TensorProto.FLOAT) for o in outputs]
-    graph_out = [helper.make_tensor_value_info(o, TensorProto.FLOAT, [None] * ranks[o]) for o in outputs]
-    model = helper.make_model(helper.make_graph(nodes, op, graph_in, graph_out),
-                              opset_imports=[helper.make_opsetid("", 18), helper.make_opsetid("selscan", 1)])
-    model.ir_version = 9
+    model = one_node_model(op, names, feeds, {"x", "init_state", "state"}, dtype, outputs,
+                           {"y", "final_state", "state_out"}, attrs, ranks=ranks)
     onnx.checker.check_model(model)
     return model
 
@@ -968,3 +948,84 @@ def test_38_host_empty_cache_all_padding(op):
     assert y.shape == (2, 4) and not y.any() and state_out.shape[0] == 0
     with pytest.raises(Exception, match=r"input 'state_index'.*not below n_cache"):
         run(torch.tensor([-1, 0], dtype=torch.int32))
+
+
+# ---- issue 39: the standalone library, and every empty call -----------------------------------------
+
+
+def test_39_library_is_the_one_asked_for():
+    """LIB is SELSCAN_ORT_LIBRARY where set (make test-onnx's second run: the standalone `make
+    ort-ops` artifact), else the wheel's copy next to selscan_torch.onnx."""
+    env = os.environ.get("SELSCAN_ORT_LIBRARY")
+    if env:
+        assert os.path.samefile(LIB, env)
+    else:
+        assert os.path.dirname(os.path.abspath(LIB)) == os.path.dirname(os.path.abspath(sonnx.__file__))
+
+
+def _snapshot(feeds):
+    return {k: v.clone() for k, v in feeds.items() if v is not None}
+
+
+def _untouched(feeds, snap):
+    return all(torch.equal(feeds[k], v) for k, v in snap.items())
+
+
+@pytest.mark.parametrize("case", ["batch0", "dim0", "L0"])
+def test_39_scan_empty_calls(case):
+    """An empty scan (batch, dim or L 0, N 0 with it): y empty, last_state h0; inputs untouched."""
+    batch, dim, L = {"batch0": (0, 8, 5), "dim0": (2, 0, 5), "L0": (2, 8, 0)}[case]
+    x = make_scan(batch=batch, dim=dim, L=L, G=1, h0=True)
+    snap = _snapshot(x)
+    y, last = run_scan_ort(x, torch.float32, True, True)
+    assert y.shape == (batch, dim, L) and np.array_equal(last, x["h0"].numpy())
+    assert _untouched(x, snap)
+    x = make_scan(batch=batch, dim=dim, L=L, N=0, G=1)  # N 0 only on an empty problem
+    y, last = run_scan_ort(x, torch.float32, True, True)
+    assert y.shape == (batch, dim, L) and last.shape == (batch, dim, 0)
+
+
+@pytest.mark.parametrize("case", ["batch0", "dim0", "ncache0"])
+def test_39_step_empty_calls(case):
+    """An empty step (batch or dim 0, or a cache of no rows with every row padding): y 0,
+    state_out = state; inputs untouched; n_cache 0 without state_index refused by name."""
+    batch, dim, n_cache = {"batch0": (0, 4, 2), "dim0": (2, 0, 2), "ncache0": (2, 4, 0)}[case]
+    s = make_step(batch=batch, dim=dim, N=3, n_cache=n_cache or 1)
+    s["state"] = s["state"][:n_cache]
+    idx = torch.full((batch,), -1, dtype=torch.int32)
+    snap = _snapshot(dict(s, state_index=idx))
+    y, state_out = run_step_ort(s, torch.float32, idx=idx)
+    assert y.shape == (batch, dim) and not y.any() and np.array_equal(state_out, s["state"].numpy())
+    assert _untouched(dict(s, state_index=idx), snap)
+    if case == "ncache0":
+        with pytest.raises(Exception, match=r"input 'state'.*not batch without state_index"):
+            run_step_ort(s, torch.float32)
+
+
+@conv_only
+@pytest.mark.parametrize("case", ["batch0", "dim0", "L0"])
+def test_39_conv_empty_calls(case):
+    """An empty conv (batch, dim or L 0): y empty, final_state init_state; inputs untouched."""
+    batch, dim, L = {"batch0": (0, 6, 5), "dim0": (2, 0, 5), "L0": (2, 6, 0)}[case]
+    c = make_conv(batch=batch, dim=dim, L=L, W=3, init=True)
+    snap = _snapshot(c)
+    y, fin = run_conv_ort(c)
+    assert y.shape == (batch, dim, L) and np.array_equal(fin, c["init_state"].numpy())
+    assert _untouched(c, snap)
+
+
+@conv_only
+@pytest.mark.parametrize("case", ["batch0", "dim0", "L0", "ncache0"])
+def test_39_conv_update_empty_calls(case):
+    """An empty conv update (batch, dim or seqlen 0, or a cache of no rows with every row padding):
+    y 0, state_out = state; inputs untouched."""
+    batch, dim, L, n_cache = {"batch0": (0, 4, 1, 2), "dim0": (2, 0, 1, 2), "L0": (2, 4, 0, 2),
+                              "ncache0": (2, 4, 1, 0)}[case]
+    g = torch.Generator().manual_seed(3)
+    c = dict(state=torch.randn(n_cache, dim, 3, generator=g), x=torch.randn(batch, dim, L, generator=g),
+             weight=torch.randn(dim, 4, generator=g), bias=torch.randn(dim, generator=g),
+             state_index=torch.full((batch,), -1, dtype=torch.int32))
+    snap = _snapshot(c)
+    y, state_out = run_conv_ort(c, ("y", "state_out"), op="CausalConv1dUpdate")
+    assert y.shape == (batch, dim, L) and not y.any() and np.array_equal(state_out, c["state"].numpy())
+    assert _untouched(c, snap)

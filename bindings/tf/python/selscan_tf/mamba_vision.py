@@ -365,6 +365,33 @@ def _to_numpy(v):
     return np.asarray(v)
 
 
+def _checked_arrays(who, mine, want, prefix, has="", whose="", sizes=""):
+    """The float32 arrays of `want` ({name: shape}) from `mine` ({name: value}, the state dict's keys
+    inside `prefix` without it): a ValueError from `who` for a name not in `want` (`has`: what the
+    message adds), for one missing, or for a shape other than `want`'s (`whose`: "this layer",
+    `sizes`: what the message adds)."""
+    unknown = sorted(set(mine) - set(want))
+    if unknown:
+        raise ValueError("%s: unexpected parameters %s%s" % (who, ", ".join(prefix + u for u in unknown), has))
+    missing = sorted(set(want) - set(mine))
+    if missing:
+        raise ValueError("%s: missing parameters %s" % (who, ", ".join(prefix + m for m in missing)))
+    arrays = {}
+    for name, shape in want.items():
+        a = _to_numpy(mine[name])
+        if tuple(a.shape) != tuple(shape):
+            raise ValueError("%s: %s%s has shape %s, %s needs %s%s" % (who, prefix, name, tuple(a.shape), whose,
+                                                                     tuple(shape), sizes))
+        arrays[name] = a.astype(np.float32)
+    return arrays
+
+
+def _assign(pairs):
+    """var.assign(value) for each (variable, array) pair."""
+    for var, value in pairs:
+        var.assign(np.ascontiguousarray(value))
+
+
 def load_mixer_state_dict(layer, state_dict, prefix=""):
     """Copies a PyTorch MambaVisionMixer's parameters into `layer` (a MambaVisionMixer).
 
@@ -378,22 +405,10 @@ def load_mixer_state_dict(layer, state_dict, prefix=""):
         layer.build((None, None, layer.d_model))
     want = mixer_state_dict_shapes(layer)
     mine = {k[len(prefix):]: v for k, v in state_dict.items() if k.startswith(prefix)}
-    unknown = sorted(set(mine) - set(want))
-    if unknown:
-        raise ValueError("load_mixer_state_dict: unexpected parameters %s (a mixer has %s)"
-                         % (", ".join(prefix + u for u in unknown), ", ".join(sorted(want))))
-    missing = sorted(set(want) - set(mine))
-    if missing:
-        raise ValueError("load_mixer_state_dict: missing parameters %s" % ", ".join(prefix + m for m in missing))
-    arrays = {}
-    for name, shape in want.items():
-        a = _to_numpy(mine[name])
-        if tuple(a.shape) != tuple(shape):
-            raise ValueError("load_mixer_state_dict: %s%s has shape %s, this layer needs %s (d_model=%d, d_state=%d, "
-                             "d_conv=%d, expand=%s, dt_rank=%d)" % (prefix, name, tuple(a.shape), tuple(shape),
-                                                                     layer.d_model, layer.d_state, layer.d_conv,
-                                                                     layer.expand, layer.dt_rank))
-        arrays[name] = a.astype(np.float32)
+    arrays = _checked_arrays("load_mixer_state_dict", mine, want, prefix,
+                             has=" (a mixer has %s)" % ", ".join(sorted(want)), whose="this layer",
+                             sizes=" (d_model=%d, d_state=%d, d_conv=%d, expand=%s, dt_rank=%d)"
+                             % (layer.d_model, layer.d_state, layer.d_conv, layer.expand, layer.dt_rank))
     assign = [
         (layer.in_proj_kernel, arrays["in_proj.weight"].T),
         (layer.conv1d_x_kernel, arrays["conv1d_x.weight"][:, 0, :].T),
@@ -407,8 +422,7 @@ def load_mixer_state_dict(layer, state_dict, prefix=""):
     ]
     if layer.bias:
         assign += [(layer.in_proj_bias, arrays["in_proj.bias"]), (layer.out_proj_bias, arrays["out_proj.bias"])]
-    for var, value in assign:
-        var.assign(np.ascontiguousarray(value))
+    _assign(assign)
     return sorted(want)
 
 
@@ -429,19 +443,7 @@ def load_block_state_dict(block, state_dict, prefix=""):
     if block.gamma_1 is not None:
         want.update({"gamma_1": (dim,), "gamma_2": (dim,)})
     own = {k: v for k, v in mine.items() if not k.startswith("mixer.")}
-    unknown = sorted(set(own) - set(want))
-    if unknown:
-        raise ValueError("load_block_state_dict: unexpected parameters %s" % ", ".join(prefix + u for u in unknown))
-    missing = sorted(set(want) - set(own))
-    if missing:
-        raise ValueError("load_block_state_dict: missing parameters %s" % ", ".join(prefix + m for m in missing))
-    arrays = {}
-    for name, shape in want.items():
-        a = _to_numpy(own[name])
-        if tuple(a.shape) != shape:
-            raise ValueError("load_block_state_dict: %s%s has shape %s, this block needs %s"
-                             % (prefix, name, tuple(a.shape), shape))
-        arrays[name] = a.astype(np.float32)
+    arrays = _checked_arrays("load_block_state_dict", own, want, prefix, whose="this block")
     # the mixer first: it checks its own parameters before anything is assigned
     mixer_names = load_mixer_state_dict(block.mixer, state_dict, prefix=prefix + "mixer.")
     assign = [(block.norm1.gamma, arrays["norm1.weight"]), (block.norm1.beta, arrays["norm1.bias"]),
@@ -450,6 +452,5 @@ def load_block_state_dict(block, state_dict, prefix=""):
               (block.fc2.kernel, arrays["mlp.fc2.weight"].T), (block.fc2.bias, arrays["mlp.fc2.bias"])]
     if block.gamma_1 is not None:
         assign += [(block.gamma_1, arrays["gamma_1"]), (block.gamma_2, arrays["gamma_2"])]
-    for var, value in assign:
-        var.assign(np.ascontiguousarray(value))
+    _assign(assign)
     return sorted(want) + ["mixer." + n for n in mixer_names]
