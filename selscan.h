@@ -3951,6 +3951,30 @@ static selscan_status selscan__backward_fast(const selscan_problem *p, const sel
     return SELSCAN_OK;
 }
 
+/* The reduces' sums of per-item partials, each in one fixed order (increasing k), NaN canonical:
+   selscan__psum: sum_k ws[off + k * stride], k < nk; selscan__psum_rows: nk rows of n floats
+   (kstride apart from src) added lane-wise in blocks of 256 and stored into dst's row (element
+   offset doff, element stride ds) in dtype dt. */
+static float selscan__psum(const float *ws, int64_t off, int64_t stride, int64_t nk) {
+    float s = 0.0f;
+    int64_t k;
+    for (k = 0; k < nk; k++) s += ws[off + k * stride];
+    return selscan__canon(s);
+}
+static void selscan__psum_rows(const float *src, int64_t kstride, int64_t nk, int64_t n, void *dst, int64_t doff,
+                               int64_t ds, selscan_dtype dt) {
+    int64_t j0, j, k;
+    for (j0 = 0; j0 < n; j0 += 256) {
+        float acc[256];
+        const int64_t nb = selscan__min64(256, n - j0);
+        for (j = 0; j < nb; j++) acc[j] = 0.0f;
+        for (k = 0; k < nk; k++)
+            for (j = 0; j < nb; j++) acc[j] += src[k * kstride + j0 + j];
+        for (j = 0; j < nb; j++) acc[j] = selscan__canon(acc[j]);
+        selscan__store_row(dst, doff + j0 * ds, ds, acc, nb, dt);
+    }
+}
+
 static selscan_status selscan__backward_reduce(const selscan_problem *p, const selscan_grads *g, int64_t part,
                                                int64_t nparts, void *workspace, size_t bytes) {
     selscan__prob q;
@@ -3958,32 +3982,23 @@ static selscan_status selscan__backward_reduce(const selscan_problem *p, const s
     selscan__bsh h;
     selscan_status st;
     const float *ws;
-    int64_t i0, i1, i, b, n, t, k;
+    int64_t i0, i1, i, n;
     if ((st = selscan__check_part(part, nparts, p ? p->diag : NULL)) != SELSCAN_OK) return st;
     workspace = selscan__ws_align(workspace, bytes, &bytes); /* as the parts aligned it */
     ws = SELSCAN__CAST(const float *, workspace);
     if ((st = selscan__validate_bwd_fast(p, g, &q, &r, workspace, bytes, 1, 1)) != SELSCAN_OK) return st;
     selscan__bsh_map(&h, &q, &r);
     selscan__split(q.dim, part, nparts, &i0, &i1);
-    for (i = i0; i < i1; i++) {
-        float sD = 0.0f, sb = 0.0f;
-        for (b = 0; b < q.batch; b++) {
-            if (h.D >= 0) sD += ws[h.D + b * q.dim + i];
-            if (h.bias >= 0) sb += ws[h.bias + b * q.dim + i];
-        }
-        if (h.D >= 0) SELSCAN__CAST(float *, r.dD.data)[SELSCAN__AT1(r.dD, i)] = selscan__canon(sD);
-        if (h.bias >= 0) SELSCAN__CAST(float *, r.dbias.data)[SELSCAN__AT1(r.dbias, i)] = selscan__canon(sb);
+    for (i = i0; i < i1; i++) { /* the sums over batch rows */
+        const int64_t sN = q.dim * q.N;
+        if (h.D >= 0) SELSCAN__CAST(float *, r.dD.data)[SELSCAN__AT1(r.dD, i)] = selscan__psum(ws, h.D + i, q.dim, q.batch);
+        if (h.bias >= 0)
+            SELSCAN__CAST(float *, r.dbias.data)[SELSCAN__AT1(r.dbias, i)] = selscan__psum(ws, h.bias + i, q.dim, q.batch);
         for (n = 0; n < q.N; n++) {
-            float sA = 0.0f, sBf = 0.0f, sCf = 0.0f;
-            for (b = 0; b < q.batch; b++) {
-                const int64_t o = (b * q.dim + i) * q.N + n;
-                if (h.A >= 0) sA += ws[h.A + o];
-                if (h.Bf >= 0) sBf += ws[h.Bf + o];
-                if (h.Cf >= 0) sCf += ws[h.Cf + o];
-            }
-            if (h.A >= 0) SELSCAN__CAST(float *, r.dA.data)[SELSCAN__AT2(r.dA, i, n)] = selscan__canon(sA);
-            if (h.Bf >= 0) SELSCAN__CAST(float *, r.dB.data)[SELSCAN__AT2(r.dB, i, n)] = selscan__canon(sBf);
-            if (h.Cf >= 0) SELSCAN__CAST(float *, r.dC.data)[SELSCAN__AT2(r.dC, i, n)] = selscan__canon(sCf);
+            const int64_t o = i * q.N + n;
+            if (h.A >= 0) SELSCAN__CAST(float *, r.dA.data)[SELSCAN__AT2(r.dA, i, n)] = selscan__psum(ws, h.A + o, sN, q.batch);
+            if (h.Bf >= 0) SELSCAN__CAST(float *, r.dB.data)[SELSCAN__AT2(r.dB, i, n)] = selscan__psum(ws, h.Bf + o, sN, q.batch);
+            if (h.Cf >= 0) SELSCAN__CAST(float *, r.dC.data)[SELSCAN__AT2(r.dC, i, n)] = selscan__psum(ws, h.Cf + o, sN, q.batch);
         }
     }
     if (h.B >= 0 || h.C >= 0) {
@@ -3994,19 +4009,9 @@ static selscan_status selscan__backward_reduce(const selscan_problem *p, const s
             for (which = 0; which < 2; which++) {
                 const int64_t off = which ? h.C : h.B;
                 const selscan__ten *dst = which ? &r.dC : &r.dB;
-                if (off < 0) continue;
-                for (t = 0; t < q.L; t += 256) { /* blocks of steps, the blocks' partials summed in order */
-                    float acc[256];
-                    const int64_t nt = selscan__min64(256, q.L - t);
-                    int64_t i2;
-                    for (i2 = 0; i2 < nt; i2++) acc[i2] = 0.0f;
-                    for (k = 0; k < h.nbg; k++) {
-                        const float *src = ws + off + ((bg * h.nbg + k) * q.N + nn) * selscan__prow(q.L) + t;
-                        for (i2 = 0; i2 < nt; i2++) acc[i2] += src[i2];
-                    }
-                    for (i2 = 0; i2 < nt; i2++) acc[i2] = selscan__canon(acc[i2]);
-                    selscan__store_row(dst->data, SELSCAN__AT4(*dst, bb, gg, nn, t), dst->s[3], acc, nt, q.dt);
-                }
+                if (off < 0) continue; /* the blocks' partials summed in order */
+                selscan__psum_rows(ws + off + (bg * h.nbg * q.N + nn) * selscan__prow(q.L), q.N * selscan__prow(q.L),
+                                   h.nbg, q.L, dst->data, SELSCAN__AT4(*dst, bb, gg, nn, 0), dst->s[3], q.dt);
             }
         }
     }
@@ -4653,7 +4658,7 @@ static selscan_status selscan__ssd_backward_reduce(const selscan_ssd_problem *p,
     selscan__sgrd r;
     selscan__ssh o;
     selscan_status st;
-    int64_t i0, i1, i, b, h, k, n, NR, nD;
+    int64_t i0, i1, i, h, k, NR, nD;
     const float *sh;
     if ((st = selscan__check_part(part, nparts, p ? p->diag : NULL)) != SELSCAN_OK) return st;
     workspace = selscan__ws_align(workspace, workspace_bytes, &workspace_bytes); /* as the parts aligned it */
@@ -4664,19 +4669,13 @@ static selscan_status selscan__ssd_backward_reduce(const selscan_ssd_problem *p,
     NR = selscan__r16(q.N);
     nD = q.Dhd ? q.P : 1;
     selscan__split(q.H, part, nparts, &i0, &i1);
-    for (h = i0; h < i1; h++) {
-        float sA = 0.0f, sb = 0.0f;
-        for (b = 0; b < q.batch; b++) {
-            if (o.A >= 0) sA += sh[o.A + b * q.H + h];
-            if (o.bias >= 0) sb += sh[o.bias + b * q.H + h];
-        }
-        if (o.A >= 0) SELSCAN__CAST(float *, r.dA.data)[SELSCAN__AT1(r.dA, h)] = selscan__canon(sA);
-        if (o.bias >= 0) SELSCAN__CAST(float *, r.dbias.data)[SELSCAN__AT1(r.dbias, h)] = selscan__canon(sb);
-        for (k = 0; o.D >= 0 && k < nD; k++) {
-            float sD = 0.0f;
-            for (b = 0; b < q.batch; b++) sD += sh[o.D + (b * q.H + h) * nD + k];
-            SELSCAN__CAST(float *, r.dD.data)[q.Dhd ? SELSCAN__AT2(r.dD, h, k) : SELSCAN__AT1(r.dD, h)] = selscan__canon(sD);
-        }
+    for (h = i0; h < i1; h++) { /* the sums over batch rows */
+        if (o.A >= 0) SELSCAN__CAST(float *, r.dA.data)[SELSCAN__AT1(r.dA, h)] = selscan__psum(sh, o.A + h, q.H, q.batch);
+        if (o.bias >= 0)
+            SELSCAN__CAST(float *, r.dbias.data)[SELSCAN__AT1(r.dbias, h)] = selscan__psum(sh, o.bias + h, q.H, q.batch);
+        for (k = 0; o.D >= 0 && k < nD; k++)
+            SELSCAN__CAST(float *, r.dD.data)[q.Dhd ? SELSCAN__AT2(r.dD, h, k) : SELSCAN__AT1(r.dD, h)] =
+                selscan__psum(sh, o.D + h * nD + k, q.H * nD, q.batch);
     }
     if (o.B >= 0 || o.C >= 0) {
         selscan__split(q.batch * q.G * q.L, part, nparts, &i0, &i1);
@@ -4686,19 +4685,9 @@ static selscan_status selscan__ssd_backward_reduce(const selscan_ssd_problem *p,
             for (which = 0; which < 2; which++) {
                 const int64_t off = which ? o.C : o.B;
                 const selscan__ten *dst = which ? &r.dC : &r.dB;
-                int64_t n0;
-                if (off < 0) continue;
-                for (n0 = 0; n0 < q.N; n0 += 256) { /* blocks of states */
-                    float acc[256];
-                    const int64_t nn = selscan__min64(256, q.N - n0);
-                    for (n = 0; n < nn; n++) acc[n] = 0.0f;
-                    for (h = gi * q.hpg; h < (gi + 1) * q.hpg; h++) {
-                        const float *src = sh + off + ((bb * q.H + h) * q.L + t) * NR + n0;
-                        for (n = 0; n < nn; n++) acc[n] += src[n];
-                    }
-                    for (n = 0; n < nn; n++) acc[n] = selscan__canon(acc[n]);
-                    selscan__store_row(dst->data, SELSCAN__AT4(*dst, bb, t, gi, n0), dst->s[3], acc, nn, q.dt);
-                }
+                if (off < 0) continue; /* the group's heads' partials summed in order */
+                selscan__psum_rows(sh + off + ((bb * q.H + gi * q.hpg) * q.L + t) * NR, q.L * NR, q.hpg, q.N, dst->data,
+                                   SELSCAN__AT4(*dst, bb, t, gi, 0), dst->s[3], q.dt);
             }
         }
     }

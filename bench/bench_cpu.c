@@ -110,14 +110,11 @@ static void run_jobs(job *jobs, int64_t n) {
     for (i = 1; i < n; i++) pthread_join(th[i], NULL);
 }
 
-static int run_phase(int kind, const selscan_problem *p, const selscan_grads *g, int64_t n, void *ws, size_t bytes) {
+/* n copies of proto (kind, problem, workspace) as parts 0 .. n-1 on n threads */
+static int run_phase_job(const job *proto, int64_t n) {
     job jobs[64];
     int64_t i;
-    memset(jobs, 0, sizeof jobs);
-    for (i = 0; i < n; i++) {
-        jobs[i].kind = kind; jobs[i].p = p; jobs[i].g = g;
-        jobs[i].ws = ws; jobs[i].bytes = bytes;
-    }
+    for (i = 0; i < n; i++) jobs[i] = *proto;
     run_jobs(jobs, n);
     for (i = 0; i < n; i++)
         if (jobs[i].st != SELSCAN_OK) {
@@ -125,6 +122,13 @@ static int run_phase(int kind, const selscan_problem *p, const selscan_grads *g,
             return 0;
         }
     return 1;
+}
+
+static int run_phase(int kind, const selscan_problem *p, const selscan_grads *g, int64_t n, void *ws, size_t bytes) {
+    job j;
+    memset(&j, 0, sizeof j);
+    j.kind = kind; j.p = p; j.g = g; j.ws = ws; j.bytes = bytes;
+    return run_phase_job(&j, n);
 }
 
 /* mode: 0 fast on n threads, 1 reference */
@@ -261,19 +265,10 @@ static const scase scases[] = {
 /* the SSD's phase kind (6 / 7 / 8) on n threads */
 static int ssd_phase(int kind, const selscan_ssd_problem *p, const selscan_ssd_grads *g, int64_t n, void *ws,
                      size_t bytes) {
-    job jobs[64];
-    int64_t i;
-    memset(jobs, 0, sizeof jobs);
-    for (i = 0; i < n; i++) {
-        jobs[i].kind = kind; jobs[i].sp = p; jobs[i].sg = g;
-        jobs[i].ws = ws; jobs[i].bytes = bytes;
-    }
-    run_jobs(jobs, n);
-    for (i = 0; i < n; i++)
-        if (jobs[i].st != SELSCAN_OK) {
-            fprintf(stderr, "error: %s\n", selscan_status_string(jobs[i].st));
-            exit(1);
-        }
+    job j;
+    memset(&j, 0, sizeof j);
+    j.kind = kind; j.sp = p; j.sg = g; j.ws = ws; j.bytes = bytes;
+    if (!run_phase_job(&j, n)) exit(1);
     return 1;
 }
 
