@@ -4423,7 +4423,7 @@ SELSCAN_DEF selscan_status selscan_ssd_forward_cpu(const selscan_ssd_problem *p,
    batch rows ascending). No item's arithmetic depends on the part it runs in and every sum runs
    in an order fixed by the problem alone: bitwise the same gradients for every n_parts (and
    every thread schedule). */
-#define SELSCAN__SSD_BT 16 /* steps per backward chunk (the recomputed states: (BT + 1) P NR floats) */
+#define SELSCAN__SSD_BT 16 /* steps per backward chunk (the recomputed states: BT P NR floats) */
 
 /* the shared region's partials (float offsets, -1: not asked for) */
 typedef struct selscan__ssh {
@@ -4442,15 +4442,16 @@ static void selscan__ssd_ssh_map(selscan__ssh *o, const selscan__sprob *q, const
     o->end = e;
 }
 
-/* floats of one part's scratch: the checkpoints (ceil(L / BT) P NR), the chunk's states
-   (BT P NR, + 1 row of slack), dh (P NR), B, C (BT NR each), two spare rows (dB, dC not asked for), x, dt x,
-   dy0, the dz factor, dx's sums, y0 (BT P16 each), a, dt, da (16 each), ddt (r16(L)), dD's (P16) */
+/* floats of one part's scratch: the checkpoints (ceil(L / BT) P NR), the chunk's states (BT P
+   NR), dh (P NR), B, C (BT NR each), two spare rows (dB, dC not asked for), x, dt x, dy0, the dz
+   factor, dx's sums, y0 (BT P16 each), dD's sums and D (P16 each), a, dt, da (16 each), ddt
+   (r16(L)) */
 static int64_t selscan__ssd_bscr_floats(const selscan__sprob *q) {
     const int64_t NR = selscan__r16(q->N), P16 = selscan__r16(q->P), PN = selscan__smul(q->P, NR);
     int64_t f = selscan__smul((q->L + SELSCAN__SSD_BT - 1) / SELSCAN__SSD_BT, PN);
-    f = selscan__sadd(f, selscan__smul(SELSCAN__SSD_BT + 2, PN));
+    f = selscan__sadd(f, selscan__smul(SELSCAN__SSD_BT + 1, PN));
     f = selscan__sadd(f, selscan__smul(2 * SELSCAN__SSD_BT + 2, NR));
-    f = selscan__sadd(f, selscan__smul(6 * SELSCAN__SSD_BT + 1, P16));
+    f = selscan__sadd(f, selscan__smul(6 * SELSCAN__SSD_BT + 2, P16));
     return selscan__sadd(f, selscan__sadd(48, selscan__r16(q->L)));
 }
 
@@ -4519,11 +4520,11 @@ static void selscan__ssd_bwd_item(const selscan__sprob *q, const selscan__sgrd *
                                   int64_t b, int64_t h, float *f, int isa) {
     const int64_t N = q->N, NR = selscan__r16(N), P = q->P, P16 = selscan__r16(P), PN = P * NR, L = q->L;
     const int64_t BT = SELSCAN__SSD_BT, item = b * q->H + h;
-    float *const ck = f, *const hs = ck + (L + BT - 1) / BT * PN, *const dh = hs + (BT + 1) * PN;
+    float *const ck = f, *const hs = ck + (L + BT - 1) / BT * PN, *const dh = hs + BT * PN;
     float *const Bs = dh + PN, *const Cs = Bs + BT * NR, *const junkB = Cs + BT * NR, *const junkC = junkB + NR;
     float *const xs = junkC + NR, *const us = xs + BT * P16, *const g = us + BT * P16, *const zf = g + BT * P16;
-    float *const bx = zf + BT * P16, *const y0 = bx + BT * P16, *const dDa = y0 + BT * P16;
-    float *const av = dDa + P16, *const dtv = av + 16, *const da = dtv + 16, *const ddt = da + 16;
+    float *const bx = zf + BT * P16, *const y0 = bx + BT * P16, *const dDa = y0 + BT * P16, *const Dr = dDa + P16;
+    float *const av = Dr + P16, *const dtv = av + 16, *const da = dtv + 16, *const ddt = da + 16;
     float *const dBp = o->B >= 0 ? sh + o->B + item * L * NR : NULL, *const dCp = o->C >= 0 ? sh + o->C + item * L * NR : NULL;
     const float Ah = SELSCAN__CAST(const float *, q->A.data)[SELSCAN__AT1(q->A, h)];
     const int wantz = r->dz.data != NULL;
@@ -4533,6 +4534,7 @@ static void selscan__ssd_bwd_item(const selscan__sprob *q, const selscan__sgrd *
     int i;
     memset(ddt, 0, SELSCAN__CAST(size_t, L) * 4);
     memset(dDa, 0, SELSCAN__CAST(size_t, P) * 4);
+    for (p = 0; p < P; p++) Dr[p] = selscan__ssd_Dv(q, h, p);
     selscan__ssd_seg_start(&s);
     while (selscan__ssd_seg_next(q, b, &s)) {
         const int64_t nc = (s.t1 - s.t0 + BT - 1) / BT;
@@ -4573,7 +4575,7 @@ static void selscan__ssd_bwd_item(const selscan__sprob *q, const selscan__sgrd *
                 float acc = da[i] * av[i] * Ah;
                 t = t0 + i;
                 for (p = 0; p < P; p++) {
-                    const float Dv = selscan__ssd_Dv(q, h, p);
+                    const float Dv = Dr[p];
                     acc += x[p] * bxr[p];
                     dDa[p] += gr[p] * x[p];
                     if (wantz) zf[i * P16 + p] = selscan__canon(zf[i * P16 + p] * (dx[p] + Dv * x[p]));
