@@ -697,7 +697,9 @@ SELSCAN_DEF selscan_status selscan_ssd_backward_ref(const selscan_ssd_problem *p
    selscan_ssd_backward_cpu_part exactly once, then (after all of them) every part of
    selscan_ssd_backward_cpu_reduce, on one workspace of selscan_ssd_workspace_size_parts(p, g,
    n_parts) bytes; work items: (batch row, head); the reduce adds the per-item partials of dB, dC
-   (over a group's heads) and dA, dD, ddt_bias (over batch rows) in one fixed order.
+   (over a group's heads) and dA, dD, ddt_bias (over batch rows) in one fixed order. Its workspace:
+   those partials (2 batch nheads seqlen r16(dstate) floats with dB and dC asked for, r16(n) = n
+   rounded up to 16) and per part about (seqlen / 16 + 17) headdim r16(dstate) floats.
    selscan_ssd_workspace_size_parts: g NULL for the forward's parts. */
 SELSCAN_DEF selscan_status selscan_ssd_forward_cpu(const selscan_ssd_problem *p, void *workspace,
                                                    size_t workspace_bytes);
@@ -4534,6 +4536,7 @@ static void selscan__ssd_bwd_item(const selscan__sprob *q, const selscan__sgrd *
     int i;
     memset(ddt, 0, SELSCAN__CAST(size_t, L) * 4);
     memset(dDa, 0, SELSCAN__CAST(size_t, P) * 4);
+    memset(junkB, 0, SELSCAN__CAST(size_t, 2 * NR) * 4); /* (dB / dC not asked for: summed, never read) */
     for (p = 0; p < P; p++) Dr[p] = selscan__ssd_Dv(q, h, p);
     selscan__ssd_seg_start(&s);
     while (selscan__ssd_seg_next(q, b, &s)) {
