@@ -131,19 +131,57 @@ static int run_phase(int kind, const selscan_problem *p, const selscan_grads *g,
     return run_phase_job(&j, n);
 }
 
-/* mode: 0 fast on n threads, 1 reference */
-static double time_fwd(const selscan_problem *p, int mode, int64_t n, int reps) {
-    size_t bytes;
+/* One timed call: the scan (p, g; g NULL: forward) or, with sp, the SSD scan (sp, sg); mode 0:
+   fast on n threads (the backward: parts, then the reduce's parts), 1: reference, 2: the scan's
+   fast backward with the forward's checkpoints (g_ck) */
+typedef struct tcall {
+    const selscan_problem *p;
+    const selscan_grads *g;
+    const selscan_ssd_problem *sp;
+    const selscan_ssd_grads *sg;
+    int mode;
+    int64_t n;
+} tcall;
+
+static void ssd_phase(int kind, const selscan_ssd_problem *p, const selscan_ssd_grads *g, int64_t n, void *ws,
+                      size_t bytes);
+
+static size_t tcall_bytes(const tcall *c) {
+    size_t bytes = 0;
+    if (c->sp && c->mode == 1) selscan_ssd_workspace_size(c->sp, c->sg, &bytes);
+    else if (c->sp) selscan_ssd_workspace_size_parts(c->sp, c->sg, c->n, &bytes);
+    else if (c->mode == 1) selscan_workspace_size(c->p, c->g, &bytes);
+    else selscan_workspace_size_parts(c->p, c->g, c->n, &bytes);
+    return bytes;
+}
+
+static void tcall_run(const tcall *c, void *ws, size_t bytes) {
+    if (c->sp) {
+        if (c->mode == 1 && c->sg) selscan_ssd_backward_ref(c->sp, c->sg, ws, bytes);
+        else if (c->mode == 1) selscan_ssd_forward_ref(c->sp, ws, bytes);
+        else if (c->sg) { ssd_phase(7, c->sp, c->sg, c->n, ws, bytes); ssd_phase(8, c->sp, c->sg, c->n, ws, bytes); }
+        else ssd_phase(6, c->sp, NULL, c->n, ws, bytes);
+    } else if (c->mode == 1) {
+        if (c->g) selscan_backward_ref(c->p, c->g, ws, bytes);
+        else selscan_forward_ref(c->p, ws, bytes);
+    } else if (c->g) {
+        run_phase(c->mode == 2 ? 3 : 1, c->p, c->g, c->n, ws, bytes);
+        run_phase(2, c->p, c->g, c->n, ws, bytes);
+    } else {
+        run_phase(0, c->p, NULL, c->n, ws, bytes);
+    }
+}
+
+/* the best of reps wall times of the call, on one workspace */
+static double best_of(const tcall *c, int reps) {
+    const size_t bytes = tcall_bytes(c);
     void *ws = NULL;
     double best = 1e30;
     int r;
-    if (mode == 1) selscan_workspace_size(p, NULL, &bytes);
-    else selscan_workspace_size_parts(p, NULL, n, &bytes);
     if (posix_memalign(&ws, 64, bytes ? bytes : 64)) abort();
     for (r = 0; r < reps; r++) {
         double t0 = now(), t;
-        if (mode == 1) selscan_forward_ref(p, ws, bytes);
-        else run_phase(0, p, NULL, n, ws, bytes);
+        tcall_run(c, ws, bytes);
         t = now() - t0;
         if (t < best) best = t;
     }
@@ -151,24 +189,16 @@ static double time_fwd(const selscan_problem *p, int mode, int64_t n, int reps) 
     return best;
 }
 
+/* mode: 0 fast on n threads, 1 reference */
+static double time_fwd(const selscan_problem *p, int mode, int64_t n, int reps) {
+    const tcall c = {p, NULL, NULL, NULL, mode, n};
+    return best_of(&c, reps);
+}
+
 /* mode: 0 fast, 1 reference, 2 fast with the forward's checkpoints (g_ck) */
 static double time_bwd(const selscan_problem *p, const selscan_grads *g, int mode, int64_t n, int reps) {
-    size_t bytes;
-    void *ws = NULL;
-    double best = 1e30;
-    int r;
-    if (mode == 1) selscan_workspace_size(p, g, &bytes);
-    else selscan_workspace_size_parts(p, g, n, &bytes);
-    if (posix_memalign(&ws, 64, bytes ? bytes : 64)) abort();
-    for (r = 0; r < reps; r++) {
-        double t0 = now(), t;
-        if (mode == 1) selscan_backward_ref(p, g, ws, bytes);
-        else { run_phase(mode == 2 ? 3 : 1, p, g, n, ws, bytes); run_phase(2, p, g, n, ws, bytes); }
-        t = now() - t0;
-        if (t < best) best = t;
-    }
-    free(ws);
-    return best;
+    const tcall c = {p, g, NULL, NULL, mode, n};
+    return best_of(&c, reps);
 }
 
 /* the step (s) or else a copy of count floats, on n threads; wall seconds */
@@ -263,40 +293,18 @@ static const scase scases[] = {
 };
 
 /* the SSD's phase kind (6 / 7 / 8) on n threads */
-static int ssd_phase(int kind, const selscan_ssd_problem *p, const selscan_ssd_grads *g, int64_t n, void *ws,
-                     size_t bytes) {
+static void ssd_phase(int kind, const selscan_ssd_problem *p, const selscan_ssd_grads *g, int64_t n, void *ws,
+                      size_t bytes) {
     job j;
     memset(&j, 0, sizeof j);
     j.kind = kind; j.sp = p; j.sg = g; j.ws = ws; j.bytes = bytes;
     if (!run_phase_job(&j, n)) exit(1);
-    return 1;
 }
 
-/* g NULL: the forward. mode 0: fast on n threads (parts, then the reduce's parts), 1: reference */
+/* g NULL: the forward. mode 0: fast on n threads, 1: reference */
 static double ssd_time(const selscan_ssd_problem *p, const selscan_ssd_grads *g, int mode, int64_t n, int reps) {
-    size_t bytes = 0;
-    void *ws = NULL;
-    double best = 1e30;
-    int r;
-    if (mode == 1) selscan_ssd_workspace_size(p, g, &bytes);
-    else selscan_ssd_workspace_size_parts(p, g, n, &bytes);
-    if (posix_memalign(&ws, 64, bytes ? bytes : 64)) abort();
-    for (r = 0; r < reps; r++) {
-        double t0 = now(), t;
-        if (mode == 1) {
-            if (g) selscan_ssd_backward_ref(p, g, ws, bytes);
-            else selscan_ssd_forward_ref(p, ws, bytes);
-        } else if (g) {
-            ssd_phase(7, p, g, n, ws, bytes);
-            ssd_phase(8, p, g, n, ws, bytes);
-        } else {
-            ssd_phase(6, p, NULL, n, ws, bytes);
-        }
-        t = now() - t0;
-        if (t < best) best = t;
-    }
-    free(ws);
-    return best;
+    const tcall c = {NULL, NULL, p, g, mode, n};
+    return best_of(&c, reps);
 }
 
 /* Mamba2's options: softplus on dt + dt_bias, D per head, z, initial and final state (and its
