@@ -26,7 +26,7 @@
  *                    and >>ssd-reference its scalar oracle, >>fast the fast CPU path
  *                    (>>fast-tiles, >>fast-isa, >>fast-drivers, >>fast-parts, ...), >>conv-entry
  *                    the conv's fast-path drivers and CPU entry points, >>ssd-entry the SSD
- *                    forward's, >>entry the public CPU entry points, >>fast-kernels the kernels
+ *                    forward's and backward's, >>entry the public CPU entry points, >>fast-kernels the kernels
  *                    compiled per instruction set (>>fast-forward, >>fast-backward, >>fast-step,
  *                    >>fast-conv, >>fast-ssd)
  *     Measurements and the reasons behind the tuning: bench/NOTES.md (labels CPU-vN, CUDA-vN).
@@ -95,7 +95,8 @@
  * by groups of heads, D per head or per channel, the z gate, dt_bias / softplus / dt limits,
  * initial and final states, packed sequences by seq_idx or cu_seqlens; backward of every input):
  * its own problem types and entry points, selscan_ssd_* (the exact scalar reference, forward
- * and backward; a fast CPU forward with the parts API); the math and operands are in >>ssd-api.
+ * and backward; a fast CPU forward and backward with the parts API); the math and operands are
+ * in >>ssd-api.
  *
  * ---------------------------------------------------------------------------------------------
  * OPERANDS: logical shapes, dtypes (T is the problem's dtype: f32, f16 or bf16)
@@ -687,13 +688,33 @@ SELSCAN_DEF selscan_status selscan_ssd_backward_ref(const selscan_ssd_problem *p
    the states in two partial sums). _part: the work split into n_parts (1 <= n_parts <= 2^24) parts
    for any thread pool (every part exactly once, concurrently, on one workspace of
    selscan_ssd_workspace_size_parts(p, n_parts) bytes), bitwise the same results for every n_parts;
-   work items: (batch row, head, block of 64 channels). No fast backward yet: selscan_ssd_backward_ref. */
+   work items: (batch row, head, block of 64 channels).
+   The fast CPU backward likewise (>>ssd-entry: a head's states vectorized over dstate, chunks of
+   16 steps recomputed from checkpoints and walked back), results differing from
+   selscan_ssd_backward_ref by rounding only (fused multiply-adds, sums over states and channels
+   in another fixed order); bitwise deterministic: the same gradients for every n_parts and thread
+   schedule. _part then _reduce, as the scan's (selscan_backward_cpu_part): every part of
+   selscan_ssd_backward_cpu_part exactly once, then (after all of them) every part of
+   selscan_ssd_backward_cpu_reduce, on one workspace of selscan_ssd_workspace_size_parts(p, g,
+   n_parts) bytes; work items: (batch row, head); the reduce adds the per-item partials of dB, dC
+   (over a group's heads) and dA, dD, ddt_bias (over batch rows) in one fixed order. Its workspace:
+   those partials (2 batch nheads seqlen r16(dstate) floats with dB and dC asked for, r16(n) = n
+   rounded up to 16) and per part about (seqlen / 16 + 17) headdim r16(dstate) floats.
+   selscan_ssd_workspace_size_parts: g NULL for the forward's parts. */
 SELSCAN_DEF selscan_status selscan_ssd_forward_cpu(const selscan_ssd_problem *p, void *workspace,
                                                    size_t workspace_bytes);
-SELSCAN_DEF selscan_status selscan_ssd_workspace_size_parts(const selscan_ssd_problem *p, int64_t n_parts,
-                                                            size_t *bytes);
+SELSCAN_DEF selscan_status selscan_ssd_workspace_size_parts(const selscan_ssd_problem *p, const selscan_ssd_grads *g,
+                                                            int64_t n_parts, size_t *bytes);
 SELSCAN_DEF selscan_status selscan_ssd_forward_cpu_part(const selscan_ssd_problem *p, int64_t part, int64_t n_parts,
                                                         void *workspace, size_t workspace_bytes);
+SELSCAN_DEF selscan_status selscan_ssd_backward_cpu(const selscan_ssd_problem *p, const selscan_ssd_grads *g,
+                                                    void *workspace, size_t workspace_bytes);
+SELSCAN_DEF selscan_status selscan_ssd_backward_cpu_part(const selscan_ssd_problem *p, const selscan_ssd_grads *g,
+                                                         int64_t part, int64_t n_parts, void *workspace,
+                                                         size_t workspace_bytes);
+SELSCAN_DEF selscan_status selscan_ssd_backward_cpu_reduce(const selscan_ssd_problem *p, const selscan_ssd_grads *g,
+                                                           int64_t part, int64_t n_parts, void *workspace,
+                                                           size_t workspace_bytes);
 
 /* dtype conversions used by the library (round to nearest even, NaN stays NaN). */
 SELSCAN_DEF float selscan_f16_to_f32(uint16_t h);
@@ -3932,6 +3953,30 @@ static selscan_status selscan__backward_fast(const selscan_problem *p, const sel
     return SELSCAN_OK;
 }
 
+/* The reduces' sums of per-item partials, each in one fixed order (increasing k), NaN canonical:
+   selscan__psum: sum_k ws[off + k * stride], k < nk; selscan__psum_rows: nk rows of n floats
+   (kstride apart from src) added lane-wise in blocks of 256 and stored into dst's row (element
+   offset doff, element stride ds) in dtype dt. */
+static float selscan__psum(const float *ws, int64_t off, int64_t stride, int64_t nk) {
+    float s = 0.0f;
+    int64_t k;
+    for (k = 0; k < nk; k++) s += ws[off + k * stride];
+    return selscan__canon(s);
+}
+static void selscan__psum_rows(const float *src, int64_t kstride, int64_t nk, int64_t n, void *dst, int64_t doff,
+                               int64_t ds, selscan_dtype dt) {
+    int64_t j0, j, k;
+    for (j0 = 0; j0 < n; j0 += 256) {
+        float acc[256];
+        const int64_t nb = selscan__min64(256, n - j0);
+        for (j = 0; j < nb; j++) acc[j] = 0.0f;
+        for (k = 0; k < nk; k++)
+            for (j = 0; j < nb; j++) acc[j] += src[k * kstride + j0 + j];
+        for (j = 0; j < nb; j++) acc[j] = selscan__canon(acc[j]);
+        selscan__store_row(dst, doff + j0 * ds, ds, acc, nb, dt);
+    }
+}
+
 static selscan_status selscan__backward_reduce(const selscan_problem *p, const selscan_grads *g, int64_t part,
                                                int64_t nparts, void *workspace, size_t bytes) {
     selscan__prob q;
@@ -3939,32 +3984,23 @@ static selscan_status selscan__backward_reduce(const selscan_problem *p, const s
     selscan__bsh h;
     selscan_status st;
     const float *ws;
-    int64_t i0, i1, i, b, n, t, k;
+    int64_t i0, i1, i, n;
     if ((st = selscan__check_part(part, nparts, p ? p->diag : NULL)) != SELSCAN_OK) return st;
     workspace = selscan__ws_align(workspace, bytes, &bytes); /* as the parts aligned it */
     ws = SELSCAN__CAST(const float *, workspace);
     if ((st = selscan__validate_bwd_fast(p, g, &q, &r, workspace, bytes, 1, 1)) != SELSCAN_OK) return st;
     selscan__bsh_map(&h, &q, &r);
     selscan__split(q.dim, part, nparts, &i0, &i1);
-    for (i = i0; i < i1; i++) {
-        float sD = 0.0f, sb = 0.0f;
-        for (b = 0; b < q.batch; b++) {
-            if (h.D >= 0) sD += ws[h.D + b * q.dim + i];
-            if (h.bias >= 0) sb += ws[h.bias + b * q.dim + i];
-        }
-        if (h.D >= 0) SELSCAN__CAST(float *, r.dD.data)[SELSCAN__AT1(r.dD, i)] = selscan__canon(sD);
-        if (h.bias >= 0) SELSCAN__CAST(float *, r.dbias.data)[SELSCAN__AT1(r.dbias, i)] = selscan__canon(sb);
+    for (i = i0; i < i1; i++) { /* the sums over batch rows */
+        const int64_t sN = q.dim * q.N;
+        if (h.D >= 0) SELSCAN__CAST(float *, r.dD.data)[SELSCAN__AT1(r.dD, i)] = selscan__psum(ws, h.D + i, q.dim, q.batch);
+        if (h.bias >= 0)
+            SELSCAN__CAST(float *, r.dbias.data)[SELSCAN__AT1(r.dbias, i)] = selscan__psum(ws, h.bias + i, q.dim, q.batch);
         for (n = 0; n < q.N; n++) {
-            float sA = 0.0f, sBf = 0.0f, sCf = 0.0f;
-            for (b = 0; b < q.batch; b++) {
-                const int64_t o = (b * q.dim + i) * q.N + n;
-                if (h.A >= 0) sA += ws[h.A + o];
-                if (h.Bf >= 0) sBf += ws[h.Bf + o];
-                if (h.Cf >= 0) sCf += ws[h.Cf + o];
-            }
-            if (h.A >= 0) SELSCAN__CAST(float *, r.dA.data)[SELSCAN__AT2(r.dA, i, n)] = selscan__canon(sA);
-            if (h.Bf >= 0) SELSCAN__CAST(float *, r.dB.data)[SELSCAN__AT2(r.dB, i, n)] = selscan__canon(sBf);
-            if (h.Cf >= 0) SELSCAN__CAST(float *, r.dC.data)[SELSCAN__AT2(r.dC, i, n)] = selscan__canon(sCf);
+            const int64_t o = i * q.N + n;
+            if (h.A >= 0) SELSCAN__CAST(float *, r.dA.data)[SELSCAN__AT2(r.dA, i, n)] = selscan__psum(ws, h.A + o, sN, q.batch);
+            if (h.Bf >= 0) SELSCAN__CAST(float *, r.dB.data)[SELSCAN__AT2(r.dB, i, n)] = selscan__psum(ws, h.Bf + o, sN, q.batch);
+            if (h.Cf >= 0) SELSCAN__CAST(float *, r.dC.data)[SELSCAN__AT2(r.dC, i, n)] = selscan__psum(ws, h.Cf + o, sN, q.batch);
         }
     }
     if (h.B >= 0 || h.C >= 0) {
@@ -3975,19 +4011,9 @@ static selscan_status selscan__backward_reduce(const selscan_problem *p, const s
             for (which = 0; which < 2; which++) {
                 const int64_t off = which ? h.C : h.B;
                 const selscan__ten *dst = which ? &r.dC : &r.dB;
-                if (off < 0) continue;
-                for (t = 0; t < q.L; t += 256) { /* blocks of steps, the blocks' partials summed in order */
-                    float acc[256];
-                    const int64_t nt = selscan__min64(256, q.L - t);
-                    int64_t i2;
-                    for (i2 = 0; i2 < nt; i2++) acc[i2] = 0.0f;
-                    for (k = 0; k < h.nbg; k++) {
-                        const float *src = ws + off + ((bg * h.nbg + k) * q.N + nn) * selscan__prow(q.L) + t;
-                        for (i2 = 0; i2 < nt; i2++) acc[i2] += src[i2];
-                    }
-                    for (i2 = 0; i2 < nt; i2++) acc[i2] = selscan__canon(acc[i2]);
-                    selscan__store_row(dst->data, SELSCAN__AT4(*dst, bb, gg, nn, t), dst->s[3], acc, nt, q.dt);
-                }
+                if (off < 0) continue; /* the blocks' partials summed in order */
+                selscan__psum_rows(ws + off + (bg * h.nbg * q.N + nn) * selscan__prow(q.L), q.N * selscan__prow(q.L),
+                                   h.nbg, q.L, dst->data, SELSCAN__AT4(*dst, bb, gg, nn, 0), dst->s[3], q.dt);
             }
         }
     }
@@ -4254,9 +4280,15 @@ static int64_t selscan__ssd_part_floats(const selscan__sprob *q) {
     return selscan__sadd(f, selscan__r16(SELSCAN__SSD_T));
 }
 
-/* the fast forward's workspace for n_parts parts (bytes; saturated); the backward has no fast path */
+static int64_t selscan__ssd_bscr_floats(const selscan__sprob *q);
+static int64_t selscan__ssd_ws_bwd_shared(const selscan__sprob *q, const selscan__sgrd *r, int64_t nparts);
+
+/* the fast path's workspace for n_parts parts (bytes; saturated): the forward's, or the
+   backward's shared partials then one scratch per part */
 static int64_t selscan__ssd_ws_fast(const selscan__sprob *q, const selscan__sgrd *r, int64_t nparts) {
-    if (r) return 0;
+    if (r)
+        return selscan__sadd(selscan__ssd_ws_bwd_shared(q, r, 1),
+                             selscan__smul(selscan__align_up(selscan__smul(selscan__ssd_bscr_floats(q), 4)), nparts));
     return selscan__smul(selscan__smul(selscan__ssd_part_floats(q), 4), nparts);
 }
 
@@ -4347,15 +4379,20 @@ static selscan_status selscan__ssd_forward_fast(const selscan_ssd_problem *p, in
     return SELSCAN_OK;
 }
 
-SELSCAN_DEF selscan_status selscan_ssd_workspace_size_parts(const selscan_ssd_problem *p, int64_t n_parts,
-                                                            size_t *bytes) {
+SELSCAN_DEF selscan_status selscan_ssd_workspace_size_parts(const selscan_ssd_problem *p, const selscan_ssd_grads *g,
+                                                            int64_t n_parts, size_t *bytes) {
     selscan__sprob q;
+    selscan__sgrd r;
     selscan_status st;
     int64_t need;
     if (!bytes) return selscan__fail(p ? p->diag : NULL, SELSCAN_ERR_NULL, "bytes", SELSCAN_RULE_MISSING);
     if ((st = selscan__check_part(0, n_parts, p ? p->diag : NULL)) != SELSCAN_OK) return st;
-    if ((st = selscan__ssd_validate_forward(p, &q, NULL, 0, NULL, 0)) != SELSCAN_OK) return st;
-    need = selscan__ssd_ws_fast(&q, NULL, n_parts);
+    if (g) {
+        if ((st = selscan__ssd_validate_backward(p, g, &q, &r, NULL, 0, NULL, 0)) != SELSCAN_OK) return st;
+    } else if ((st = selscan__ssd_validate_forward(p, &q, NULL, 0, NULL, 0)) != SELSCAN_OK) {
+        return st;
+    }
+    need = selscan__ssd_ws_fast(&q, g ? &r : NULL, n_parts);
     if (!selscan__size_ok(need) || !selscan__size_ok(selscan__with_slack(need)))
         return selscan__fail(p->diag, SELSCAN_ERR_SHAPE, "workspace", SELSCAN_RULE_SIZE_OVERFLOWS);
     *bytes = SELSCAN__CAST(size_t, selscan__with_slack(need));
@@ -4372,6 +4409,314 @@ SELSCAN_DEF selscan_status selscan_ssd_forward_cpu(const selscan_ssd_problem *p,
     return selscan__ssd_forward_fast(p, 0, 1, workspace, workspace_bytes);
 }
 
+
+/* ---- the SSD backward's fast path (drivers; kernels: the end of >>fast-ssd) ------------------
+   A work item is one head h of one batch row b (all its P channels); items are split into
+   n_parts contiguous ranges. Per sequence of the row: a forward pass keeps the state entering
+   every chunk of SELSCAN__SSD_BT steps (checkpoints, P x NR floats each); then, chunk by chunk
+   from the last, the chunk's states are recomputed from its checkpoint (selscan__ssd_adv) and
+   walked back one step at a time (selscan__ssd_bwd_step: the state's gradient dh, dB / dC rows,
+   the decay's gradient and dx's sums over n), the layout vectorized over the states. dt, the
+   decay expf(dt A), the gate and the clamp / softplus factors are computed as the reference
+   computes them. What an item writes: dx, dz, ddt (its head's sums over channels and states are
+   all inside the item) and dinitial_state directly; the sums over heads (dB, dC over the group's
+   heads) and over batch rows (dA, dD, ddt_bias) as partials in the workspace's shared region, at
+   the item's own place; selscan_ssd_backward_cpu_reduce then adds them in one fixed order (heads,
+   batch rows ascending). No item's arithmetic depends on the part it runs in and every sum runs
+   in an order fixed by the problem alone: bitwise the same gradients for every n_parts (and
+   every thread schedule). */
+#define SELSCAN__SSD_BT 16 /* steps per backward chunk (the recomputed states: BT P NR floats) */
+
+/* the shared region's partials (float offsets, -1: not asked for) */
+typedef struct selscan__ssh {
+    int64_t B, C, A, bias, D, end;
+} selscan__ssh;
+
+static void selscan__ssd_ssh_map(selscan__ssh *o, const selscan__sprob *q, const selscan__sgrd *r) {
+    const int64_t items = selscan__smul(q->batch, q->H), rows = selscan__smul(items, selscan__smul(q->L, selscan__r16(q->N)));
+    int64_t e = 0;
+    o->B = o->C = o->A = o->bias = o->D = -1;
+    if (r->dB.data) { o->B = e; e = selscan__sadd(e, rows); }
+    if (r->dC.data) { o->C = e; e = selscan__sadd(e, rows); }
+    if (r->dA.data) { o->A = e; e = selscan__sadd(e, selscan__r16(items)); }
+    if (r->dbias.data) { o->bias = e; e = selscan__sadd(e, selscan__r16(items)); }
+    if (r->dD.data) { o->D = e; e = selscan__sadd(e, selscan__r16(selscan__smul(items, q->Dhd ? q->P : 1))); }
+    o->end = e;
+}
+
+/* floats of one part's scratch: the checkpoints (ceil(L / BT) P NR), the chunk's states (BT P
+   NR), dh (P NR), B, C (BT NR each), two spare rows (dB, dC not asked for), x, dt x, dy0, the dz
+   factor, dx's sums, y0 (BT P16 each), dD's sums and D (P16 each), a, dt, da (16 each), ddt
+   (r16(L)) */
+static int64_t selscan__ssd_bscr_floats(const selscan__sprob *q) {
+    const int64_t NR = selscan__r16(q->N), P16 = selscan__r16(q->P), PN = selscan__smul(q->P, NR);
+    int64_t f = selscan__smul((q->L + SELSCAN__SSD_BT - 1) / SELSCAN__SSD_BT, PN);
+    f = selscan__sadd(f, selscan__smul(SELSCAN__SSD_BT + 1, PN));
+    f = selscan__sadd(f, selscan__smul(2 * SELSCAN__SSD_BT + 2, NR));
+    f = selscan__sadd(f, selscan__smul(6 * SELSCAN__SSD_BT + 2, P16));
+    return selscan__sadd(f, selscan__sadd(48, selscan__r16(q->L)));
+}
+
+static int64_t selscan__ssd_ws_bwd_shared(const selscan__sprob *q, const selscan__sgrd *r, int64_t nparts) {
+    selscan__ssh o;
+    (void)nparts;
+    selscan__ssd_ssh_map(&o, q, r);
+    return selscan__align_up(selscan__smul(o.end, 4));
+}
+
+/* the ISA's kernel (>>fast-ssd) */
+#if defined(SELSCAN__HAVE_X86)
+#define SELSCAN__SSD_X86(name, args)                                     \
+    case SELSCAN__ISA_AVX512: selscan__##name##_avx512 args; break; \
+    case SELSCAN__ISA_AVX2: selscan__##name##_avx2 args; break;
+#else
+#define SELSCAN__SSD_X86(name, args)
+#endif
+#if defined(SELSCAN__HAVE_NEON)
+#define SELSCAN__SSD_NEON(name, args) case SELSCAN__ISA_NEON: selscan__##name##_neon args; break;
+#else
+#define SELSCAN__SSD_NEON(name, args)
+#endif
+#define SELSCAN__SSD_CALL(isa, name, args)                                     \
+    switch (isa) {                                                             \
+        SELSCAN__SSD_X86(name, args) SELSCAN__SSD_NEON(name, args) default: selscan__##name##_port args; break; \
+    }
+
+/* Stage steps [t0, t0 + nt) of head h in batch row b: a, dt, B (rows of NR, pad 0), x, u = dt x;
+   with full: C, and dy0 (dy through the gate) and the dz factor dy sg (1 + z (1 - sg)). */
+static void selscan__ssd_bwd_stage(const selscan__sprob *q, const selscan__sgrd *r, int64_t b, int64_t h, int64_t t0,
+                                   int nt, int full, float *av, float *dtv, float *Bs, float *Cs, float *xs, float *us,
+                                   float *g, float *zf) {
+    const int64_t N = q->N, NR = selscan__r16(N), P = q->P, P16 = selscan__r16(P), gi = h / q->hpg;
+    const float Ah = SELSCAN__CAST(const float *, q->A.data)[SELSCAN__AT1(q->A, h)];
+    int64_t p, n;
+    int i;
+    for (i = 0; i < nt; i++) {
+        const int64_t t = t0 + i;
+        const float dt = selscan__ssd_dt(q, b, t, h, NULL, NULL);
+        float *const x = xs + i * P16, *const u = us + i * P16;
+        av[i] = expf(dt * Ah);
+        dtv[i] = dt;
+        selscan__cvt_row(Bs + i * NR, q->B.data, SELSCAN__AT4(q->B, b, t, gi, 0), q->B.s[3], N, q->dt);
+        for (n = N; n < NR; n++) Bs[i * NR + n] = 0.0f;
+        selscan__cvt_row(x, q->x.data, SELSCAN__AT4(q->x, b, t, h, 0), q->x.s[3], P, q->dt);
+        for (p = 0; p < P; p++) u[p] = dt * x[p];
+        if (!full) continue;
+        selscan__cvt_row(Cs + i * NR, q->C.data, SELSCAN__AT4(q->C, b, t, gi, 0), q->C.s[3], N, q->dt);
+        for (n = N; n < NR; n++) Cs[i * NR + n] = 0.0f;
+        selscan__cvt_row(g + i * P16, r->dy.data, SELSCAN__AT4(r->dy, b, t, h, 0), r->dy.s[3], P, q->dt);
+        if (q->z.data) {
+            float *const gr = g + i * P16, *const zr = zf + i * P16;
+            selscan__cvt_row(zr, q->z.data, SELSCAN__AT4(q->z, b, t, h, 0), q->z.s[3], P, q->dt);
+            for (p = 0; p < P; p++) {
+                const float z = zr[p], sg = selscan__sigmoid(z), dyv = gr[p];
+                gr[p] = dyv * z * sg;
+                zr[p] = dyv * sg * (1.0f + z * (1.0f - sg));
+            }
+        }
+    }
+}
+
+/* One work item: head h of batch row b; sh: the shared partials (o), f: the part's scratch. */
+static void selscan__ssd_bwd_item(const selscan__sprob *q, const selscan__sgrd *r, const selscan__ssh *o, float *sh,
+                                  int64_t b, int64_t h, float *f, int isa) {
+    const int64_t N = q->N, NR = selscan__r16(N), P = q->P, P16 = selscan__r16(P), PN = P * NR, L = q->L;
+    const int64_t BT = SELSCAN__SSD_BT, item = b * q->H + h;
+    float *const ck = f, *const hs = ck + (L + BT - 1) / BT * PN, *const dh = hs + BT * PN;
+    float *const Bs = dh + PN, *const Cs = Bs + BT * NR, *const junkB = Cs + BT * NR, *const junkC = junkB + NR;
+    float *const xs = junkC + NR, *const us = xs + BT * P16, *const g = us + BT * P16, *const zf = g + BT * P16;
+    float *const bx = zf + BT * P16, *const y0 = bx + BT * P16, *const dDa = y0 + BT * P16, *const Dr = dDa + P16;
+    float *const av = Dr + P16, *const dtv = av + 16, *const da = dtv + 16, *const ddt = da + 16;
+    float *const dBp = o->B >= 0 ? sh + o->B + item * L * NR : NULL, *const dCp = o->C >= 0 ? sh + o->C + item * L * NR : NULL;
+    const float Ah = SELSCAN__CAST(const float *, q->A.data)[SELSCAN__AT1(q->A, h)];
+    const int wantz = r->dz.data != NULL;
+    float dAs = 0.0f, dbs = 0.0f;
+    selscan__sseg s;
+    int64_t p, n, t, c;
+    int i;
+    memset(ddt, 0, SELSCAN__CAST(size_t, L) * 4);
+    memset(dDa, 0, SELSCAN__CAST(size_t, P) * 4);
+    memset(junkB, 0, SELSCAN__CAST(size_t, 2 * NR) * 4); /* (dB / dC not asked for: summed, never read) */
+    for (p = 0; p < P; p++) Dr[p] = selscan__ssd_Dv(q, h, p);
+    selscan__ssd_seg_start(&s);
+    while (selscan__ssd_seg_next(q, b, &s)) {
+        const int64_t nc = (s.t1 - s.t0 + BT - 1) / BT;
+        /* the checkpoints: the state entering each chunk */
+        memset(ck, 0, SELSCAN__CAST(size_t, PN) * 4);
+        if (s.first && q->h0.data)
+            for (p = 0; p < P; p++)
+                for (n = 0; n < N; n++)
+                    ck[p * NR + n] = SELSCAN__CAST(const float *, q->h0.data)[SELSCAN__AT4(q->h0, s.row, h, p, n)];
+        for (c = 0; c + 1 < nc; c++) {
+            selscan__ssd_bwd_stage(q, r, b, h, s.t0 + c * BT, SELSCAN__CAST(int, BT), 0, av, dtv, Bs, Cs, xs, us, g, zf);
+            SELSCAN__SSD_CALL(isa, ssd_adv, (ck + c * PN, P, NR, SELSCAN__CAST(int, BT), av, us, P16, Bs, ck + (c + 1) * PN, 0))
+        }
+        /* the state's gradient after the sequence */
+        memset(dh, 0, SELSCAN__CAST(size_t, PN) * 4);
+        if (s.last && r->dhlast.data)
+            for (p = 0; p < P; p++)
+                for (n = 0; n < N; n++)
+                    dh[p * NR + n] = SELSCAN__CAST(const float *, r->dhlast.data)[SELSCAN__AT4(r->dhlast, s.row, h, p, n)];
+        for (c = nc - 1; c >= 0; c--) {
+            const int64_t t0 = s.t0 + c * BT;
+            const int nt = SELSCAN__CAST(int, selscan__min64(BT, s.t1 - t0));
+            selscan__ssd_bwd_stage(q, r, b, h, t0, nt, 1, av, dtv, Bs, Cs, xs, us, g, zf);
+            SELSCAN__SSD_CALL(isa, ssd_adv, (ck + c * PN, P, NR, nt, av, us, P16, Bs, hs, 1))
+            if (dBp) memset(dBp + t0 * NR, 0, SELSCAN__CAST(size_t, nt * NR) * 4);
+            if (dCp) memset(dCp + t0 * NR, 0, SELSCAN__CAST(size_t, nt * NR) * 4);
+            for (i = nt - 1; i >= 0; i--) {
+                const float *const S1 = hs + i * PN, *const S0 = i ? S1 - PN : ck + c * PN;
+                t = t0 + i;
+                SELSCAN__SSD_CALL(isa, ssd_bwd_step,
+                                  (P, NR, S1, S0, dh, Bs + i * NR, Cs + i * NR, dBp ? dBp + t * NR : junkB,
+                                   dCp ? dCp + t * NR : junkC, g + i * P16, us + i * P16, av[i], bx + i * P16, da + i,
+                                   wantz ? y0 + i * P16 : NULL))
+            }
+            for (i = nt - 1; i >= 0; i--) { /* finish the chunk's steps, the last first (the reference's order) */
+                const float *const x = xs + i * P16, *const gr = g + i * P16, *const bxr = bx + i * P16;
+                float *const dx = y0 + i * P16; /* y0 is read before dx is written over it */
+                float acc = da[i] * av[i] * Ah;
+                t = t0 + i;
+                for (p = 0; p < P; p++) {
+                    const float Dv = Dr[p];
+                    acc += x[p] * bxr[p];
+                    dDa[p] += gr[p] * x[p];
+                    if (wantz) zf[i * P16 + p] = selscan__canon(zf[i * P16 + p] * (dx[p] + Dv * x[p]));
+                    dx[p] = selscan__canon(gr[p] * Dv + dtv[i] * bxr[p]);
+                }
+                ddt[t] += acc;
+                dAs += da[i] * av[i] * dtv[i];
+                if (r->dx.data) selscan__store_row(r->dx.data, SELSCAN__AT4(r->dx, b, t, h, 0), r->dx.s[3], dx, P, q->dt);
+                if (wantz) selscan__store_row(r->dz.data, SELSCAN__AT4(r->dz, b, t, h, 0), r->dz.s[3], zf + i * P16, P, q->dt);
+            }
+        }
+        if (s.first && r->dh0.data)
+            for (p = 0; p < P; p++)
+                for (n = 0; n < N; n++)
+                    SELSCAN__CAST(float *, r->dh0.data)[SELSCAN__AT4(r->dh0, s.row, h, p, n)] = selscan__canon(dh[p * NR + n]);
+    }
+    for (t = 0; t < L; t++) { /* dt's gradient through the clamp and the softplus (the reference's rule) */
+        float raw, pre, v = ddt[t];
+        selscan__ssd_dt(q, b, t, h, &raw, &pre);
+        if (q->limit && (pre < q->dtmin || pre > q->dtmax)) v = 0.0f;
+        if (q->softplus && raw <= SELSCAN__SOFTPLUS_THRESHOLD) v *= selscan__sigmoid(raw);
+        dbs += v;
+        if (r->ddelta.data) selscan__store(r->ddelta.data, SELSCAN__AT3(r->ddelta, b, t, h), q->dt, selscan__canon(v));
+    }
+    if (o->A >= 0) sh[o->A + item] = dAs;
+    if (o->bias >= 0) sh[o->bias + item] = dbs;
+    if (o->D >= 0) {
+        if (q->Dhd) {
+            for (p = 0; p < P; p++) sh[o->D + item * P + p] = dDa[p];
+        } else {
+            float sD = 0.0f;
+            for (p = 0; p < P; p++) sD += dDa[p];
+            sh[o->D + item] = sD;
+        }
+    }
+}
+
+static selscan_status selscan__ssd_backward_fast(const selscan_ssd_problem *p, const selscan_ssd_grads *g, int64_t part,
+                                                 int64_t nparts, void *workspace, size_t workspace_bytes) {
+    selscan__sprob q;
+    selscan__sgrd r;
+    selscan__ssh o;
+    selscan_status st;
+    int64_t i0, i1, i, h, k, nD, per;
+    float *sh, *f;
+    int isa;
+    if ((st = selscan__check_part(part, nparts, p ? p->diag : NULL)) != SELSCAN_OK) return st;
+    workspace = selscan__ws_align(workspace, workspace_bytes, &workspace_bytes); /* every part aligns it alike */
+    st = selscan__ssd_validate_backward(p, g, &q, &r, workspace, workspace_bytes, selscan__ssd_ws_fast, nparts);
+    if (st != SELSCAN_OK) return st;
+    isa = selscan__cpu_isa();
+    selscan__ssd_ssh_map(&o, &q, &r);
+    sh = SELSCAN__CAST(float *, workspace);
+    per = selscan__align_up(selscan__ssd_bscr_floats(&q) * 4);
+    f = SELSCAN__RCAST(float *, SELSCAN__CAST(char *, workspace) + selscan__ssd_ws_bwd_shared(&q, &r, 1) + part * per);
+    { /* NaN into this part's share of the outputs only the reduce writes (a forgotten reduce shows) */
+        const float nan = selscan__nan_f32();
+        nD = q.Dhd ? q.P : 1;
+        selscan__split(q.H, part, nparts, &i0, &i1);
+        for (h = i0; h < i1; h++) {
+            if (r.dA.data) SELSCAN__CAST(float *, r.dA.data)[SELSCAN__AT1(r.dA, h)] = nan;
+            if (r.dbias.data) SELSCAN__CAST(float *, r.dbias.data)[SELSCAN__AT1(r.dbias, h)] = nan;
+            for (k = 0; r.dD.data && k < nD; k++)
+                SELSCAN__CAST(float *, r.dD.data)[q.Dhd ? SELSCAN__AT2(r.dD, h, k) : SELSCAN__AT1(r.dD, h)] = nan;
+        }
+    }
+    selscan__split(q.batch * q.H, part, nparts, &i0, &i1);
+    { /* the caller's errno is kept (see selscan_forward_ref) */
+        const int saved_errno = errno;
+        for (i = i0; i < i1; i++) selscan__ssd_bwd_item(&q, &r, &o, sh, i / q.H, i % q.H, f, isa);
+        errno = saved_errno;
+    }
+    return SELSCAN_OK;
+}
+
+/* The sums over heads (dB, dC: rows (b, g, t) split over the parts) and over batch rows (dA,
+   ddt_bias, dD: heads split over the parts), each in increasing head / batch row. */
+static selscan_status selscan__ssd_backward_reduce(const selscan_ssd_problem *p, const selscan_ssd_grads *g,
+                                                   int64_t part, int64_t nparts, void *workspace,
+                                                   size_t workspace_bytes) {
+    selscan__sprob q;
+    selscan__sgrd r;
+    selscan__ssh o;
+    selscan_status st;
+    int64_t i0, i1, i, h, k, NR, nD;
+    const float *sh;
+    if ((st = selscan__check_part(part, nparts, p ? p->diag : NULL)) != SELSCAN_OK) return st;
+    workspace = selscan__ws_align(workspace, workspace_bytes, &workspace_bytes); /* as the parts aligned it */
+    st = selscan__ssd_validate_backward(p, g, &q, &r, workspace, workspace_bytes, selscan__ssd_ws_bwd_shared, nparts);
+    if (st != SELSCAN_OK) return st;
+    selscan__ssd_ssh_map(&o, &q, &r);
+    sh = SELSCAN__CAST(const float *, workspace);
+    NR = selscan__r16(q.N);
+    nD = q.Dhd ? q.P : 1;
+    selscan__split(q.H, part, nparts, &i0, &i1);
+    for (h = i0; h < i1; h++) { /* the sums over batch rows */
+        if (o.A >= 0) SELSCAN__CAST(float *, r.dA.data)[SELSCAN__AT1(r.dA, h)] = selscan__psum(sh, o.A + h, q.H, q.batch);
+        if (o.bias >= 0)
+            SELSCAN__CAST(float *, r.dbias.data)[SELSCAN__AT1(r.dbias, h)] = selscan__psum(sh, o.bias + h, q.H, q.batch);
+        for (k = 0; o.D >= 0 && k < nD; k++)
+            SELSCAN__CAST(float *, r.dD.data)[q.Dhd ? SELSCAN__AT2(r.dD, h, k) : SELSCAN__AT1(r.dD, h)] =
+                selscan__psum(sh, o.D + h * nD + k, q.H * nD, q.batch);
+    }
+    if (o.B >= 0 || o.C >= 0) {
+        selscan__split(q.batch * q.G * q.L, part, nparts, &i0, &i1);
+        for (i = i0; i < i1; i++) { /* row (b, g, t) */
+            const int64_t t = i % q.L, gi = i / q.L % q.G, bb = i / (q.L * q.G);
+            int which;
+            for (which = 0; which < 2; which++) {
+                const int64_t off = which ? o.C : o.B;
+                const selscan__ten *dst = which ? &r.dC : &r.dB;
+                if (off < 0) continue; /* the group's heads' partials summed in order */
+                selscan__psum_rows(sh + off + ((bb * q.H + gi * q.hpg) * q.L + t) * NR, q.L * NR, q.hpg, q.N, dst->data,
+                                   SELSCAN__AT4(*dst, bb, t, gi, 0), dst->s[3], q.dt);
+            }
+        }
+    }
+    return SELSCAN_OK;
+}
+
+SELSCAN_DEF selscan_status selscan_ssd_backward_cpu_part(const selscan_ssd_problem *p, const selscan_ssd_grads *g,
+                                                         int64_t part, int64_t n_parts, void *workspace,
+                                                         size_t workspace_bytes) {
+    return selscan__ssd_backward_fast(p, g, part, n_parts, workspace, workspace_bytes);
+}
+
+SELSCAN_DEF selscan_status selscan_ssd_backward_cpu_reduce(const selscan_ssd_problem *p, const selscan_ssd_grads *g,
+                                                           int64_t part, int64_t n_parts, void *workspace,
+                                                           size_t workspace_bytes) {
+    return selscan__ssd_backward_reduce(p, g, part, n_parts, workspace, workspace_bytes);
+}
+
+SELSCAN_DEF selscan_status selscan_ssd_backward_cpu(const selscan_ssd_problem *p, const selscan_ssd_grads *g,
+                                                    void *workspace, size_t workspace_bytes) {
+    selscan_status st = selscan__ssd_backward_fast(p, g, 0, 1, workspace, workspace_bytes);
+    if (st != SELSCAN_OK) return st;
+    return selscan__ssd_backward_reduce(p, g, 0, 1, workspace, workspace_bytes);
+}
 /* --------------------------------------------------------------------------------------------- */
 /* >>entry                          public CPU entry points                                      */
 /* --------------------------------------------------------------------------------------------- */
@@ -5580,7 +5925,7 @@ static SELSCAN__ATTR void SELSCAN__SFX(selscan__conv_bwd_block)(const selscan__c
     }
 }
 
-/* ---- >>fast-ssd: the SSD forward's inner tile (>>ssd-entry drives it) ----------------------- */
+/* ---- >>fast-ssd: the SSD forward's inner tile and the backward's kernels (>>ssd-entry) ------- */
 /* One vector of W channels and k <= 8 states n0 .. n0 + k - 1 over nt steps, the states in
    registers: S <- a S + (dt B) x, then y += sum over the k states of C S, in two partial sums (even
    and odd n: two chains of dependent FMAs, not one) added in a fixed order. S: the states, rows ps
@@ -5642,6 +5987,160 @@ static SELSCAN__ATTR void SELSCAN__SFX(selscan__ssd_fwd_chunk)(float *S, int64_t
                 SELSCAN__SFX(selscan__ssd_fwd_nblk)
                 (SELSCAN__CAST(int, N - n0), S + n0 * pw + pv, pw, nt, pw, xb + pv, a, dB + n0, Cb + n0, nr, yb + pv);
         }
+}
+
+
+/* ---- the SSD backward's kernels (>>ssd-entry's backward drives them) ----------------------------
+   The backward's layout is the transpose of the forward's: vectorized over the states n (a
+   channel's N states contiguous, rows NR = r16(N) floats apart, the pad lanes 0), so that the
+   sums over the channels (dB, dC, the decay's gradient) are lane-wise adds and only dx's sum
+   over n is a horizontal one. */
+
+/* nt steps of the recurrence S[p,:] <- a S[p,:] + (dt x)[p] B for k <= 4 vectors of the P NR
+   state floats (flat index j: channel j / NR, states j % NR), each in a register over the steps.
+   st: store every step's state into hs (row i, rows PN floats apart), else the last into hs. */
+static SELSCAN__ATTR SELSCAN__INLINE void SELSCAN__SFX(selscan__ssd_adv_blk)(const int k, const int st,
+                                                                             const float *S, int64_t j, int64_t NR,
+                                                                             int64_t PN, int nt, const float *a,
+                                                                             const float *u, int64_t us,
+                                                                             const float *Bs, float *hs) {
+    const int64_t p0 = j / NR, n0 = j % NR, p1 = (j + SELSCAN__VW) / NR, n1 = (j + SELSCAN__VW) % NR;
+    const int64_t p2 = (j + 2 * SELSCAN__VW) / NR, n2 = (j + 2 * SELSCAN__VW) % NR;
+    const int64_t p3 = (j + 3 * SELSCAN__VW) / NR, n3 = (j + 3 * SELSCAN__VW) % NR;
+    SELSCAN__VF s0, s1 = SELSCAN__VSET1(0.0f), s2 = s1, s3 = s1;
+    int i;
+    s0 = SELSCAN__VLOAD(S + j);
+    if (k > 1) s1 = SELSCAN__VLOAD(S + j + SELSCAN__VW);
+    if (k > 2) s2 = SELSCAN__VLOAD(S + j + 2 * SELSCAN__VW);
+    if (k > 3) s3 = SELSCAN__VLOAD(S + j + 3 * SELSCAN__VW);
+    for (i = 0; i < nt; i++) {
+        const SELSCAN__VF av = SELSCAN__VSET1(a[i]);
+        const float *const ur = u + i * us, *const br = Bs + i * NR;
+        s0 = SELSCAN__VFMA(av, s0, SELSCAN__VMUL(SELSCAN__VSET1(ur[p0]), SELSCAN__VLOAD(br + n0)));
+        if (k > 1) s1 = SELSCAN__VFMA(av, s1, SELSCAN__VMUL(SELSCAN__VSET1(ur[p1]), SELSCAN__VLOAD(br + n1)));
+        if (k > 2) s2 = SELSCAN__VFMA(av, s2, SELSCAN__VMUL(SELSCAN__VSET1(ur[p2]), SELSCAN__VLOAD(br + n2)));
+        if (k > 3) s3 = SELSCAN__VFMA(av, s3, SELSCAN__VMUL(SELSCAN__VSET1(ur[p3]), SELSCAN__VLOAD(br + n3)));
+        if (st) {
+            float *const hr = hs + i * PN + j;
+            SELSCAN__VSTORE(hr, s0);
+            if (k > 1) SELSCAN__VSTORE(hr + SELSCAN__VW, s1);
+            if (k > 2) SELSCAN__VSTORE(hr + 2 * SELSCAN__VW, s2);
+            if (k > 3) SELSCAN__VSTORE(hr + 3 * SELSCAN__VW, s3);
+        }
+    }
+    if (!st) {
+        SELSCAN__VSTORE(hs + j, s0);
+        if (k > 1) SELSCAN__VSTORE(hs + j + SELSCAN__VW, s1);
+        if (k > 2) SELSCAN__VSTORE(hs + j + 2 * SELSCAN__VW, s2);
+        if (k > 3) SELSCAN__VSTORE(hs + j + 3 * SELSCAN__VW, s3);
+    }
+}
+
+/* nt steps of the recurrence for P channels from the state S (P rows of NR), a: the decays, u
+   (dt x): nt rows of us floats, Bs: nt rows of NR. all: the state after step i into hs + i P NR;
+   else only the last step's, into hs (which may be S). Four vectors at a time (four independent
+   chains of dependent FMAs). */
+static SELSCAN__ATTR void SELSCAN__SFX(selscan__ssd_adv)(const float *S, int64_t P, int64_t NR, int nt, const float *a,
+                                                       const float *u, int64_t us, const float *Bs, float *hs,
+                                                       int all) {
+    const int64_t PN = P * NR;
+    int64_t j = 0;
+    if (all) {
+        for (; j + 4 * SELSCAN__VW <= PN; j += 4 * SELSCAN__VW)
+            SELSCAN__SFX(selscan__ssd_adv_blk)(4, 1, S, j, NR, PN, nt, a, u, us, Bs, hs);
+        for (; j < PN; j += SELSCAN__VW) SELSCAN__SFX(selscan__ssd_adv_blk)(1, 1, S, j, NR, PN, nt, a, u, us, Bs, hs);
+    } else {
+        for (; j + 4 * SELSCAN__VW <= PN; j += 4 * SELSCAN__VW)
+            SELSCAN__SFX(selscan__ssd_adv_blk)(4, 0, S, j, NR, PN, nt, a, u, us, Bs, hs);
+        for (; j < PN; j += SELSCAN__VW) SELSCAN__SFX(selscan__ssd_adv_blk)(1, 0, S, j, NR, PN, nt, a, u, us, Bs, hs);
+    }
+}
+
+/* One step back for k <= 4 channels (rows NR apart): with g = dy0 (the gradient of y before the
+   gate and D), u = dt x, per state lane: dhn = dh + g C (the gradient of the state after the
+   step), dC += g S1, da += dhn S0, bx += dhn B (dx's sum, horizontal at the end), dB += dhn u,
+   dh <- dhn a. S1 / S0: the states after / before the step. da: 4 partial sums added in order.
+   wz: also y0 = sum_n C S1 of each channel (for dz) into y. */
+static SELSCAN__ATTR SELSCAN__INLINE void SELSCAN__SFX(selscan__ssd_bwd_pblk)(const int k, const int wz, int64_t NR,
+                                                                              const float *S1,
+                                                                              const float *S0, float *dh,
+                                                                              const float *Bi, const float *Ci,
+                                                                              float *dBr, float *dCr, const float *g,
+                                                                              const float *u, SELSCAN__VF av,
+                                                                              SELSCAN__VF *da, float *bx, float *y) {
+    const SELSCAN__VF zero = SELSCAN__VSET1(0.0f);
+    SELSCAN__VF g0 = zero, g1 = zero, g2 = zero, g3 = zero, u0 = zero, u1 = zero, u2 = zero, u3 = zero;
+    SELSCAN__VF y0 = zero, y1 = zero, y2 = zero, y3 = zero;
+    SELSCAN__VF b0 = zero, b1 = zero, b2 = zero, b3 = zero, d0 = zero, d1 = zero, d2 = zero, d3 = zero;
+    int64_t nv;
+    if (k > 0) { g0 = SELSCAN__VSET1(g[0]); u0 = SELSCAN__VSET1(u[0]); }
+    if (k > 1) { g1 = SELSCAN__VSET1(g[1]); u1 = SELSCAN__VSET1(u[1]); }
+    if (k > 2) { g2 = SELSCAN__VSET1(g[2]); u2 = SELSCAN__VSET1(u[2]); }
+    if (k > 3) { g3 = SELSCAN__VSET1(g[3]); u3 = SELSCAN__VSET1(u[3]); }
+    for (nv = 0; nv < NR; nv += SELSCAN__VW) {
+        const SELSCAN__VF Bv = SELSCAN__VLOAD(Bi + nv), Cv = SELSCAN__VLOAD(Ci + nv);
+        SELSCAN__VF dBa = SELSCAN__VLOAD(dBr + nv), dCa = SELSCAN__VLOAD(dCr + nv), hn;
+#define SELSCAN__SSD_BJ(j)                                                                           \
+    if (k > j) {                                                                                    \
+        const SELSCAN__VF s1v = SELSCAN__VLOAD(S1 + j * NR + nv);                                    \
+        hn = SELSCAN__VFMA(g##j, Cv, SELSCAN__VLOAD(dh + j * NR + nv));                              \
+        dCa = SELSCAN__VFMA(g##j, s1v, dCa);                                                         \
+        if (wz) y##j = SELSCAN__VFMA(Cv, s1v, y##j);                                                 \
+        d##j = SELSCAN__VFMA(hn, SELSCAN__VLOAD(S0 + j * NR + nv), d##j);                            \
+        b##j = SELSCAN__VFMA(hn, Bv, b##j);                                                          \
+        dBa = SELSCAN__VFMA(hn, u##j, dBa);                                                          \
+        SELSCAN__VSTORE(dh + j * NR + nv, SELSCAN__VMUL(hn, av));                                    \
+    }
+        SELSCAN__SSD_BJ(0) SELSCAN__SSD_BJ(1) SELSCAN__SSD_BJ(2) SELSCAN__SSD_BJ(3)
+#undef SELSCAN__SSD_BJ
+        SELSCAN__VSTORE(dBr + nv, dBa);
+        SELSCAN__VSTORE(dCr + nv, dCa);
+    }
+    *da = SELSCAN__VADD(*da, SELSCAN__VADD(SELSCAN__VADD(d0, d1), SELSCAN__VADD(d2, d3)));
+    if (k > 0) bx[0] = SELSCAN__VHSUM(b0);
+    if (k > 1) bx[1] = SELSCAN__VHSUM(b1);
+    if (k > 2) bx[2] = SELSCAN__VHSUM(b2);
+    if (k > 3) bx[3] = SELSCAN__VHSUM(b3);
+    if (wz && k > 0) y[0] = SELSCAN__VHSUM(y0);
+    if (wz && k > 1) y[1] = SELSCAN__VHSUM(y1);
+    if (wz && k > 2) y[2] = SELSCAN__VHSUM(y2);
+    if (wz && k > 3) y[3] = SELSCAN__VHSUM(y3);
+}
+
+/* One step back for all P channels (4 or 2 at a time by the ISA's registers, in increasing p:
+   every sum in one fixed order for a given ISA):
+   S1, S0, dh: P rows of NR; Bi, Ci, dBr, dCr: rows of NR; g, u, bx: P floats; *da: the sum over
+   channels and states of dhn S0 (the gradient of the decay a, before its factor); y (P floats,
+   NULL: not wanted): y0 = sum_n C S1 per channel. */
+static SELSCAN__ATTR void SELSCAN__SFX(selscan__ssd_bwd_step)(int64_t P, int64_t NR, const float *S1, const float *S0,
+                                                            float *dh, const float *Bi, const float *Ci, float *dBr,
+                                                            float *dCr, const float *g, const float *u, float a,
+                                                            float *bx, float *da, float *y) {
+    SELSCAN__VF dv = SELSCAN__VSET1(0.0f);
+    const SELSCAN__VF av = SELSCAN__VSET1(a);
+    int64_t p = 0, o;
+#define SELSCAN__SSD_PB4(k, wz)                                                                             \
+    SELSCAN__SFX(selscan__ssd_bwd_pblk)(k, wz, NR, S1 + o, S0 + o, dh + o, Bi, Ci, dBr, dCr, g + p, u + p, av, &dv, \
+                                        bx + p, y ? y + p : NULL)
+    if (SELSCAN__VW == 16 || SELSCAN__VW == 4) { /* avx512, neon: 32 registers, 4 channels at a time */
+        for (; p + 4 <= P; p += 4) {
+            o = p * NR;
+            if (y) SELSCAN__SSD_PB4(4, 1);
+            else SELSCAN__SSD_PB4(4, 0);
+        }
+    }
+    for (; p + 2 <= P; p += 2) { /* avx2, portable: 16 registers, 2 (4 spills) */
+        o = p * NR;
+        if (y) SELSCAN__SSD_PB4(2, 1);
+        else SELSCAN__SSD_PB4(2, 0);
+    }
+    for (; p < P; p++) {
+        o = p * NR;
+        if (y) SELSCAN__SSD_PB4(1, 1);
+        else SELSCAN__SSD_PB4(1, 0);
+    }
+#undef SELSCAN__SSD_PB4
+    *da = SELSCAN__VHSUM(dv);
 }
 
 /* the pass's definitions (>>fast-isa defines them again for the next pass) */

@@ -2,6 +2,8 @@
    scalar reference (1 thread), forward and backward, f32 and bf16, on the cases of DESIGN.md
    section 5 and small ones. Prints a table: best-of-k wall times in ms, ratios, element rate
    (batch*dim*L*N per second).
+   Then Mamba-2's SSD scan (cases "ssd-*": selscan_ssd_forward_cpu / selscan_ssd_backward_cpu on 1
+   and all threads against the references on 1 thread; Melem/s = batch*L*nheads*headdim*dstate).
    Usage: bench_cpu [threads] [case-filter]. SELSCAN_BENCH_QUICK=1: fewer repetitions. */
 #define _POSIX_C_SOURCE 200809L
 #define SELSCAN_IMPLEMENTATION
@@ -65,8 +67,11 @@ static size_t g_ckbytes;
 
 typedef struct job {
     int kind; /* 0 fwd part, 1 bwd part, 2 reduce, 3 bwd part with checkpoints, 4 step part,
-                 5 slice of a copy of count floats from src to dst */
+                 5 slice of a copy of count floats from src to dst; 6 / 7 / 8 the SSD's fwd part,
+                 bwd part, reduce */
     const selscan_problem *p;
+    const selscan_ssd_problem *sp;
+    const selscan_ssd_grads *sg;
     const selscan_grads *g;
     const selscan_step_problem *s;
     float *dst;
@@ -84,6 +89,9 @@ static void *run_job(void *a) {
     else if (j->kind == 1) j->st = selscan_backward_cpu_part(j->p, j->g, j->part, j->n, j->ws, j->bytes);
     else if (j->kind == 3) j->st = selscan_backward_cpu_ckpt_part(j->p, j->g, j->part, j->n, j->ws, j->bytes, g_ck, g_ckbytes);
     else if (j->kind == 4) j->st = selscan_step_cpu_part(j->s, j->part, j->n);
+    else if (j->kind == 6) j->st = selscan_ssd_forward_cpu_part(j->sp, j->part, j->n, j->ws, j->bytes);
+    else if (j->kind == 7) j->st = selscan_ssd_backward_cpu_part(j->sp, j->sg, j->part, j->n, j->ws, j->bytes);
+    else if (j->kind == 8) j->st = selscan_ssd_backward_cpu_reduce(j->sp, j->sg, j->part, j->n, j->ws, j->bytes);
     else if (j->kind == 5) {
         const size_t lo = j->count * (size_t)j->part / (size_t)j->n, hi = j->count * (size_t)(j->part + 1) / (size_t)j->n;
         memcpy(j->dst + lo, j->src + lo, (hi - lo) * 4);
@@ -102,14 +110,11 @@ static void run_jobs(job *jobs, int64_t n) {
     for (i = 1; i < n; i++) pthread_join(th[i], NULL);
 }
 
-static int run_phase(int kind, const selscan_problem *p, const selscan_grads *g, int64_t n, void *ws, size_t bytes) {
+/* n copies of proto (kind, problem, workspace) as parts 0 .. n-1 on n threads */
+static int run_phase_job(const job *proto, int64_t n) {
     job jobs[64];
     int64_t i;
-    memset(jobs, 0, sizeof jobs);
-    for (i = 0; i < n; i++) {
-        jobs[i].kind = kind; jobs[i].p = p; jobs[i].g = g;
-        jobs[i].ws = ws; jobs[i].bytes = bytes;
-    }
+    for (i = 0; i < n; i++) jobs[i] = *proto;
     run_jobs(jobs, n);
     for (i = 0; i < n; i++)
         if (jobs[i].st != SELSCAN_OK) {
@@ -119,19 +124,64 @@ static int run_phase(int kind, const selscan_problem *p, const selscan_grads *g,
     return 1;
 }
 
-/* mode: 0 fast on n threads, 1 reference */
-static double time_fwd(const selscan_problem *p, int mode, int64_t n, int reps) {
-    size_t bytes;
+static int run_phase(int kind, const selscan_problem *p, const selscan_grads *g, int64_t n, void *ws, size_t bytes) {
+    job j;
+    memset(&j, 0, sizeof j);
+    j.kind = kind; j.p = p; j.g = g; j.ws = ws; j.bytes = bytes;
+    return run_phase_job(&j, n);
+}
+
+/* One timed call: the scan (p, g; g NULL: forward) or, with sp, the SSD scan (sp, sg); mode 0:
+   fast on n threads (the backward: parts, then the reduce's parts), 1: reference, 2: the scan's
+   fast backward with the forward's checkpoints (g_ck) */
+typedef struct tcall {
+    const selscan_problem *p;
+    const selscan_grads *g;
+    const selscan_ssd_problem *sp;
+    const selscan_ssd_grads *sg;
+    int mode;
+    int64_t n;
+} tcall;
+
+static void ssd_phase(int kind, const selscan_ssd_problem *p, const selscan_ssd_grads *g, int64_t n, void *ws,
+                      size_t bytes);
+
+static size_t tcall_bytes(const tcall *c) {
+    size_t bytes = 0;
+    if (c->sp && c->mode == 1) selscan_ssd_workspace_size(c->sp, c->sg, &bytes);
+    else if (c->sp) selscan_ssd_workspace_size_parts(c->sp, c->sg, c->n, &bytes);
+    else if (c->mode == 1) selscan_workspace_size(c->p, c->g, &bytes);
+    else selscan_workspace_size_parts(c->p, c->g, c->n, &bytes);
+    return bytes;
+}
+
+static void tcall_run(const tcall *c, void *ws, size_t bytes) {
+    if (c->sp) {
+        if (c->mode == 1 && c->sg) selscan_ssd_backward_ref(c->sp, c->sg, ws, bytes);
+        else if (c->mode == 1) selscan_ssd_forward_ref(c->sp, ws, bytes);
+        else if (c->sg) { ssd_phase(7, c->sp, c->sg, c->n, ws, bytes); ssd_phase(8, c->sp, c->sg, c->n, ws, bytes); }
+        else ssd_phase(6, c->sp, NULL, c->n, ws, bytes);
+    } else if (c->mode == 1) {
+        if (c->g) selscan_backward_ref(c->p, c->g, ws, bytes);
+        else selscan_forward_ref(c->p, ws, bytes);
+    } else if (c->g) {
+        run_phase(c->mode == 2 ? 3 : 1, c->p, c->g, c->n, ws, bytes);
+        run_phase(2, c->p, c->g, c->n, ws, bytes);
+    } else {
+        run_phase(0, c->p, NULL, c->n, ws, bytes);
+    }
+}
+
+/* the best of reps wall times of the call, on one workspace */
+static double best_of(const tcall *c, int reps) {
+    const size_t bytes = tcall_bytes(c);
     void *ws = NULL;
     double best = 1e30;
     int r;
-    if (mode == 1) selscan_workspace_size(p, NULL, &bytes);
-    else selscan_workspace_size_parts(p, NULL, n, &bytes);
     if (posix_memalign(&ws, 64, bytes ? bytes : 64)) abort();
     for (r = 0; r < reps; r++) {
         double t0 = now(), t;
-        if (mode == 1) selscan_forward_ref(p, ws, bytes);
-        else run_phase(0, p, NULL, n, ws, bytes);
+        tcall_run(c, ws, bytes);
         t = now() - t0;
         if (t < best) best = t;
     }
@@ -139,24 +189,16 @@ static double time_fwd(const selscan_problem *p, int mode, int64_t n, int reps) 
     return best;
 }
 
+/* mode: 0 fast on n threads, 1 reference */
+static double time_fwd(const selscan_problem *p, int mode, int64_t n, int reps) {
+    const tcall c = {p, NULL, NULL, NULL, mode, n};
+    return best_of(&c, reps);
+}
+
 /* mode: 0 fast, 1 reference, 2 fast with the forward's checkpoints (g_ck) */
 static double time_bwd(const selscan_problem *p, const selscan_grads *g, int mode, int64_t n, int reps) {
-    size_t bytes;
-    void *ws = NULL;
-    double best = 1e30;
-    int r;
-    if (mode == 1) selscan_workspace_size(p, g, &bytes);
-    else selscan_workspace_size_parts(p, g, n, &bytes);
-    if (posix_memalign(&ws, 64, bytes ? bytes : 64)) abort();
-    for (r = 0; r < reps; r++) {
-        double t0 = now(), t;
-        if (mode == 1) selscan_backward_ref(p, g, ws, bytes);
-        else { run_phase(mode == 2 ? 3 : 1, p, g, n, ws, bytes); run_phase(2, p, g, n, ws, bytes); }
-        t = now() - t0;
-        if (t < best) best = t;
-    }
-    free(ws);
-    return best;
+    const tcall c = {p, g, NULL, NULL, mode, n};
+    return best_of(&c, reps);
 }
 
 /* the step (s) or else a copy of count floats, on n threads; wall seconds */
@@ -234,6 +276,104 @@ static void bench_step(int64_t nthr, int quick) {
         free(s.state.data); free(s.y.data); free(src); free(dst);
         free_in(s.u.data); free_in(s.delta.data); free_in(s.z.data); free_in(s.A.data); free_in(s.B.data);
         free_in(s.C.data); free_in(s.D.data); free_in(s.delta_bias.data);
+    }
+}
+
+/* ---- Mamba-2's SSD scan ---- */
+typedef struct scase {
+    const char *name;
+    int64_t batch, L, H, P, N, G;
+    int ref_reps; /* 0: skip the reference */
+    const char *note;
+} scase;
+
+static const scase scases[] = {
+    {"ssd-small", 1, 128, 4, 64, 64, 1, 3, ""},
+    {"ssd-2.7b/L512", 1, 512, 24, 64, 128, 1, 1, "Mamba2-2.7b's layer (80 heads) at 24 heads, L 512"},
+};
+
+/* the SSD's phase kind (6 / 7 / 8) on n threads */
+static void ssd_phase(int kind, const selscan_ssd_problem *p, const selscan_ssd_grads *g, int64_t n, void *ws,
+                      size_t bytes) {
+    job j;
+    memset(&j, 0, sizeof j);
+    j.kind = kind; j.sp = p; j.sg = g; j.ws = ws; j.bytes = bytes;
+    if (!run_phase_job(&j, n)) exit(1);
+}
+
+/* g NULL: the forward. mode 0: fast on n threads, 1: reference */
+static double ssd_time(const selscan_ssd_problem *p, const selscan_ssd_grads *g, int mode, int64_t n, int reps) {
+    const tcall c = {NULL, NULL, p, g, mode, n};
+    return best_of(&c, reps);
+}
+
+/* Mamba2's options: softplus on dt + dt_bias, D per head, z, initial and final state (and its
+   gradient); every gradient asked for */
+static void bench_ssd(int64_t nthr, int quick, const char *filter) {
+    size_t c;
+    int d;
+    printf("\nMamba-2 SSD scan: softplus, dt_bias, D per head, z, initial / final state, every gradient; ms, best of k\n");
+    printf("%-14s %-5s %-4s %9s %9s %9s %8s %8s %10s %10s  %s\n", "case", "dtype", "pass", "ref 1t", "fast 1t",
+           "fast Nt", "ref/1t", "1t/Nt", "Melem/s 1t", "Melem/s Nt", "note");
+    for (c = 0; c < sizeof scases / sizeof scases[0]; c++) {
+        const scase *k = &scases[c];
+        if (filter && !strstr(k->name, filter)) continue;
+        for (d = 0; d < 2; d++) {
+            const selscan_dtype dt = d ? SELSCAN_BF16 : SELSCAN_F32;
+            const size_t nx = (size_t)(k->batch * k->L * k->H * k->P), nbc = (size_t)(k->batch * k->L * k->G * k->N);
+            const size_t ndt = (size_t)(k->batch * k->L * k->H), ns = (size_t)(k->batch * k->H * k->P * k->N);
+            const double elems = (double)nx * (double)k->N;
+            const int reps = quick ? 1 : (elems > 5e7 ? 3 : 10);
+            uint64_t seed = 11;
+            selscan_ssd_problem p;
+            selscan_ssd_grads g;
+            double tr, t1, tn;
+            int pass;
+            size_t i;
+            memset(&p, 0, sizeof p);
+            memset(&g, 0, sizeof g);
+            p.batch = k->batch; p.seqlen = k->L; p.nheads = k->H; p.headdim = k->P; p.dstate = k->N;
+            p.n_groups = k->G; p.dtype = dt; p.flags = SELSCAN_SSD_DT_SOFTPLUS;
+            p.x.data = fill(nx, dt, &seed, -2, 2);
+            p.dt.data = fill(ndt, dt, &seed, -4, 1);
+            p.A.data = fill((size_t)k->H, SELSCAN_F32, &seed, -4, -0.5f);
+            p.B.data = fill(nbc, dt, &seed, -1, 1);
+            p.C.data = fill(nbc, dt, &seed, -1, 1);
+            p.D.data = fill((size_t)k->H, SELSCAN_F32, &seed, -1, 1);
+            p.z.data = fill(nx, dt, &seed, -3, 3);
+            p.dt_bias.data = fill((size_t)k->H, SELSCAN_F32, &seed, -1, 1);
+            p.initial_state.data = fill(ns, SELSCAN_F32, &seed, -1, 1);
+            p.y.data = fill(nx, dt, &seed, 0, 0);
+            p.final_state.data = fill(ns, SELSCAN_F32, &seed, 0, 0);
+            g.dy.data = fill(nx, dt, &seed, -1, 1);
+            g.dfinal_state.data = fill(ns, SELSCAN_F32, &seed, -1, 1);
+            g.dx.data = fill(nx, dt, &seed, 0, 0);
+            g.ddt.data = fill(ndt, dt, &seed, 0, 0);
+            g.dA.data = fill((size_t)k->H, SELSCAN_F32, &seed, 0, 0);
+            g.dB.data = fill(nbc, dt, &seed, 0, 0);
+            g.dC.data = fill(nbc, dt, &seed, 0, 0);
+            g.dD.data = fill((size_t)k->H, SELSCAN_F32, &seed, 0, 0);
+            g.dz.data = fill(nx, dt, &seed, 0, 0);
+            g.ddt_bias.data = fill((size_t)k->H, SELSCAN_F32, &seed, 0, 0);
+            g.dinitial_state.data = fill(ns, SELSCAN_F32, &seed, 0, 0);
+            for (pass = 0; pass < 2; pass++) {
+                const selscan_ssd_grads *gg = pass ? &g : NULL;
+                tr = k->ref_reps ? ssd_time(&p, gg, 1, 1, k->ref_reps) : 0;
+                t1 = ssd_time(&p, gg, 0, 1, reps);
+                tn = ssd_time(&p, gg, 0, nthr, reps);
+                printf("%-14s %-5s %-4s %9.2f %9.2f %9.2f %8.1f %8.2f %10.0f %10.0f  %s\n", k->name, d ? "bf16" : "f32",
+                       pass ? "bwd" : "fwd", tr * 1e3, t1 * 1e3, tn * 1e3, tr / t1, t1 / tn, elems / t1 * 1e-6,
+                       elems / tn * 1e-6, k->note);
+                fflush(stdout);
+            }
+            {
+                const void *ptrs[] = {p.x.data, p.dt.data, p.A.data, p.B.data, p.C.data, p.D.data, p.z.data,
+                                      p.dt_bias.data, p.initial_state.data, p.y.data, p.final_state.data, g.dy.data,
+                                      g.dfinal_state.data, g.dx.data, g.ddt.data, g.dA.data, g.dB.data, g.dC.data,
+                                      g.dD.data, g.dz.data, g.ddt_bias.data, g.dinitial_state.data};
+                for (i = 0; i < sizeof ptrs / sizeof ptrs[0]; i++) free_in(ptrs[i]);
+            }
+        }
     }
 }
 
@@ -325,5 +465,6 @@ int main(int argc, char **argv) {
         }
     }
     if (!filter || strstr("step", filter)) bench_step(nthr, quick);
+    if (!filter || strstr(filter, "ssd")) bench_ssd(nthr, quick, filter);
     return 0;
 }

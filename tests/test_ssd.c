@@ -471,9 +471,15 @@ static selscan_status run_fwd_with(const selscan_ssd_problem *p, fwd_fn f) {
 }
 static selscan_status run_fwd(const selscan_ssd_problem *p) { return run_fwd_with(p, selscan_ssd_forward_ref); }
 
-/* A backward with poisoned outputs and a fresh workspace: status, the requested outputs all
-   written and nothing outside them, the others untouched, inputs unchanged. */
-static int run_bwd(sprob *S, sgrads *G, const char *desc) {
+/* the backwards: the reference and the fast CPU path (one call: part then reduce) */
+typedef selscan_status (*bwd_fn)(const selscan_ssd_problem *, const selscan_ssd_grads *, void *, size_t);
+static const struct { const char *name; bwd_fn f; } bwds[] = {{"ref", selscan_ssd_backward_ref},
+                                                             {"cpu", selscan_ssd_backward_cpu}};
+#define NBWD 2
+
+/* A backward (bwds[which]) with poisoned outputs and a fresh workspace: status, the requested
+   outputs all written and nothing outside them, the others untouched, inputs unchanged. */
+static int run_bwd_with(sprob *S, sgrads *G, const char *desc0, int which) {
     tc_tensor *ins[] = {&S->x, &S->dt, &S->A, &S->B, &S->C, &S->D, &S->z, &S->bias, &S->h0, &G->dy, &G->dfin};
     unsigned char *snaps[11];
     size_t bytes = 0;
@@ -481,12 +487,14 @@ static int run_bwd(sprob *S, sgrads *G, const char *desc) {
     selscan_status st;
     int i, same = 1, ok;
     int64_t unwritten = 0, dirty = 0;
+    char desc[340];
+    snprintf(desc, sizeof desc, "backward_%s: %s", bwds[which].name, desc0);
     for (i = 0; i < 11; i++) snaps[i] = tc_snapshot(ins[i]);
     for (i = 0; i < NG; i++) tc_poison(&G->out[i]);
     st = selscan_ssd_workspace_size(&S->p, &G->g, &bytes);
     CHECK(st == SELSCAN_OK, "workspace_size: %s (%s)", selscan_status_string(st), desc);
     ws = tc_ws(bytes);
-    st = selscan_ssd_backward_ref(&S->p, &G->g, bytes ? ws : NULL, bytes);
+    st = bwds[which].f(&S->p, &G->g, bytes ? ws : NULL, bytes);
     tc_ws_free(ws);
     ok = CHECK(st == SELSCAN_OK, "backward status %s (%s)", selscan_status_string(st), desc);
     for (i = 0; i < 11; i++) { same &= tc_same(ins[i], snaps[i]); free(snaps[i]); }
@@ -500,6 +508,7 @@ static int run_bwd(sprob *S, sgrads *G, const char *desc) {
           (long long)unwritten, (long long)dirty, desc);
     return 1;
 }
+static int run_bwd(sprob *S, sgrads *G, const char *desc) { return run_bwd_with(S, G, desc, 0); }
 
 /* ------------------------------------------------------------------------------ forward -- */
 /* The fast forward split into n_parts parts (run one after the other, on one workspace of
@@ -517,7 +526,7 @@ static void parts_case(sprob *S, const char *desc) {
         size_t bytes = 0;
         void *ws;
         int64_t part;
-        selscan_status st = selscan_ssd_workspace_size_parts(&S->p, nps[k], &bytes);
+        selscan_status st = selscan_ssd_workspace_size_parts(&S->p, NULL, nps[k], &bytes);
         int ok = st == SELSCAN_OK;
         tc_poison(&S->y);
         tc_poison(&S->hlast);
@@ -657,7 +666,7 @@ static void fd_case(const scfg *c, unsigned want) {
     char desc[300];
     double *fd[NG], *an[NG], *mag[NG], floor, lmag = 0;
     int64_t i, bad, at;
-    int k;
+    int k, w;
     prob_make(&S, c);
     grads_make(&G, &S, want);
     describe(&S, desc, sizeof desc);
@@ -688,14 +697,16 @@ static void fd_case(const scfg *c, unsigned want) {
         CHECK(e == 0, "test's own analytic %s differs from the finite differences in %g elements (%s)", gnames[k], e,
               desc);
     }
-    if (run_bwd(&S, &G, desc))
-        for (k = 0; k < NG; k++) {
-            if (!(G.want >> k & 1)) continue;
-            bad = check_elems(c, &G.out[k], fd[k], mag[k], floor, &worst_bwd, &at);
-            CHECK(bad == 0, "%s: %lld elements out of bound, the first [%lld] %.9g vs %.9g (terms' size %.3g) (%s)",
-                  gnames[k], (long long)bad, (long long)at, at >= 0 ? tc_get(&G.out[k], at) : 0.0,
-                  at >= 0 ? fd[k][at] : 0.0, at >= 0 ? mag[k][at] : 0.0, desc);
-        }
+    for (w = 0; w < NBWD; w++)
+        if (run_bwd_with(&S, &G, desc, w))
+            for (k = 0; k < NG; k++) {
+                if (!(G.want >> k & 1)) continue;
+                bad = check_elems(c, &G.out[k], fd[k], mag[k], floor, &worst_bwd, &at);
+                CHECK(bad == 0,
+                      "backward_%s %s: %lld elements out of bound, the first [%lld] %.9g vs %.9g (terms' size %.3g) (%s)",
+                      bwds[w].name, gnames[k], (long long)bad, (long long)at, at >= 0 ? tc_get(&G.out[k], at) : 0.0,
+                      at >= 0 ? fd[k][at] : 0.0, at >= 0 ? mag[k][at] : 0.0, desc);
+            }
     for (k = 0; k < NG; k++) { free(fd[k]); free(an[k]); free(mag[k]); }
     grads_free(&G);
     prob_free(&S);
@@ -756,9 +767,92 @@ static void backward_tests(void) {
     printf("backward: largest error of an f32 output %.3g of its bound\n", worst_bwd);
 }
 
+/* The fast backward's parts (part calls in reverse order, then the reduce's in another order, on
+   one workspace of workspace_size_parts(p, g, n) bytes): bitwise backward_cpu's gradients, which
+   G's outputs hold on entry. */
+static void bwd_parts_case(sprob *S, sgrads *G, const char *desc) {
+    static const int64_t nps[] = {2, 3, 7, 64};
+    unsigned char *snap[NG];
+    size_t k;
+    int j;
+    for (j = 0; j < NG; j++) snap[j] = tc_snapshot(&G->out[j]);
+    for (k = 0; k < sizeof nps / sizeof nps[0]; k++) {
+        size_t bytes = 0;
+        void *ws;
+        int64_t part;
+        int ok = selscan_ssd_workspace_size_parts(&S->p, &G->g, nps[k], &bytes) == SELSCAN_OK, same = 1;
+        for (j = 0; j < NG; j++) tc_poison(&G->out[j]);
+        ws = tc_ws(bytes);
+        for (part = nps[k] - 1; ok && part >= 0; part--)
+            ok &= selscan_ssd_backward_cpu_part(&S->p, &G->g, part, nps[k], ws, bytes) == SELSCAN_OK;
+        for (part = 0; ok && part < nps[k]; part++) /* odd parts first, then even */
+            ok &= selscan_ssd_backward_cpu_reduce(&S->p, &G->g, (2 * part + 1) % (nps[k] | 1) % nps[k], nps[k], ws,
+                                                  bytes) == SELSCAN_OK;
+        tc_ws_free(ws);
+        for (j = 0; j < NG; j++) same &= tc_same(&G->out[j], snap[j]);
+        CHECK(ok && same, "backward parts: %lld parts not bitwise backward_cpu's (%s)", (long long)nps[k], desc);
+    }
+    for (j = 0; j < NG; j++) free(snap[j]);
+}
+
+/* The fast backward on shapes past its blocks (several chunks of 16 steps, sequences across
+   them, channels not a multiple of 4, states not a multiple of the vector widths): both
+   backwards against the float64 analytic gradients (oracle_bwd) within bound() of their terms'
+   absolute sums (no finite differences: too many inputs), then the parts bitwise. */
+static void bwd_big_case(const scfg *c) {
+    sprob S;
+    sgrads G;
+    char desc[300];
+    double *an[NG], *mag[NG];
+    int64_t bad, at;
+    int k, w;
+    prob_make(&S, c);
+    grads_make(&G, &S, (1u << NG) - 1);
+    describe(&S, desc, sizeof desc);
+    for (k = 0; k < NG; k++) {
+        an[k] = (double *)malloc(sizeof(double) * (size_t)grad_input(&S, k)->count);
+        mag[k] = (double *)malloc(sizeof(double) * (size_t)grad_input(&S, k)->count);
+    }
+    oracle_bwd(&S, 0, G.dy.v, c->hlast ? G.dfin.v : NULL, an);
+    oracle_bwd(&S, 1, G.dy.v, c->hlast ? G.dfin.v : NULL, mag);
+    for (w = 0; w < NBWD; w++)
+        if (run_bwd_with(&S, &G, desc, w))
+            for (k = 0; k < NG; k++) {
+                if (!(G.want >> k & 1)) continue;
+                bad = check_elems(c, &G.out[k], an[k], mag[k], 0.0, &worst_bwd, &at);
+                CHECK(bad == 0,
+                      "big backward_%s %s: %lld elements out of bound, the first [%lld] %.9g vs %.9g (terms' size %.3g) (%s)",
+                      bwds[w].name, gnames[k], (long long)bad, (long long)at, at >= 0 ? tc_get(&G.out[k], at) : 0.0,
+                      at >= 0 ? an[k][at] : 0.0, at >= 0 ? mag[k][at] : 0.0, desc);
+            }
+    bwd_parts_case(&S, &G, desc); /* G holds backward_cpu's (the last run) */
+    for (k = 0; k < NG; k++) { free(an[k]); free(mag[k]); }
+    grads_free(&G);
+    prob_free(&S);
+}
+
+static void bwd_big_tests(void) {
+    static const int64_t Ps[] = {1, 3, 4, 5, 13, 64};
+    static const int64_t Ns[] = {1, 7, 16, 17, 33, 64};
+    int i;
+    for (i = 0; i < (tc_quick() ? 3 : 9); i++) {
+        scfg c;
+        cfg_random(&c, i % 3 == 0 ? SELSCAN_F32 : i % 3 == 1 ? SELSCAN_F16 : SELSCAN_BF16, 1);
+        c.batch = c.seq == 2 ? 1 : tc_randint(1, 2);
+        c.L = tc_randint(17, 70);
+        c.G = tc_randint(1, 2);
+        c.H = c.G * tc_randint(1, 2);
+        c.P = Ps[tc_randint(0, 5)];
+        c.N = Ns[tc_randint(0, 5)];
+        if (c.seq == 2) c.nseq = (int)tc_randint(1, 5);
+        if (i == 0) { c.P = 64; c.N = 64; c.L = 40; c.seq = 1; c.batch = 1; c.H = c.G; } /* a model's head shape */
+        bwd_big_case(&c);
+    }
+}
+
 /* bitwise: the same call twice gives the same bytes (forward and every gradient) */
 static void repeat_tests(void) {
-    int i, k;
+    int i, k, w;
     for (i = 0; i < 12; i++) {
         scfg c;
         sprob S;
@@ -775,12 +869,14 @@ static void repeat_tests(void) {
         tc_poison(&S.y);
         run_fwd(&S.p);
         same &= tc_same(&S.y, snap[NG]);
-        run_bwd(&S, &G, desc);
-        for (k = 0; k < NG; k++) snap[k] = tc_snapshot(&G.out[k]);
-        run_bwd(&S, &G, desc);
-        for (k = 0; k < NG; k++) same &= tc_same(&G.out[k], snap[k]);
+        for (w = 0; w < NBWD; w++) {
+            run_bwd_with(&S, &G, desc, w);
+            for (k = 0; k < NG; k++) snap[k] = tc_snapshot(&G.out[k]);
+            run_bwd_with(&S, &G, desc, w);
+            for (k = 0; k < NG; k++) { same &= tc_same(&G.out[k], snap[k]); free(snap[k]); }
+        }
         CHECK(same, "repeat: not bitwise the same (%s)", desc);
-        for (k = 0; k <= NG; k++) free(snap[k]);
+        free(snap[NG]);
         grads_free(&G);
         prob_free(&S);
     }
@@ -890,6 +986,7 @@ static void nan_tests(void) {
             sgrads G;
             tc_tensor *in;
             int64_t e, j, nan_y = 0, nan_other = 0, bad_nan = 0, nan_grads = 0;
+            int w;
             char desc[300];
             cfg_random(&c, i == 0 ? SELSCAN_F32 : i == 1 ? SELSCAN_F16 : SELSCAN_BF16, 3000);
             c.batch = 2; c.seq = 0; c.D = c.z = c.bias = c.h0 = c.hlast = 1; c.layout = -1;
@@ -910,18 +1007,22 @@ static void nan_tests(void) {
             CHECK(nan_y > 0, "NaN in %s: no NaN in y (%s)", names[k], desc);
             if (k == 0 || k == 1 || k == 3 || k == 4 || k == 6 || k == 8)
                 CHECK(nan_other == 0, "NaN in %s (batch row 0): NaN in batch row 1's y (%s)", names[k], desc);
-            run_bwd(&S, &G, desc);
-            for (j = 0; j < NG; j++) {
-                int64_t m;
-                if (!(G.want >> j & 1)) continue;
-                for (m = 0; m < G.out[j].count; m++)
-                    if (isnan(tc_get(&G.out[j], m))) {
-                        nan_grads++;
-                        bad_nan += !is_canon_nan(G.out[j].dt, &G.out[j], m);
-                    }
+            for (w = 0; w < NBWD; w++) {
+                nan_grads = bad_nan = 0;
+                run_bwd_with(&S, &G, desc, w);
+                for (j = 0; j < NG; j++) {
+                    int64_t m;
+                    if (!(G.want >> j & 1)) continue;
+                    for (m = 0; m < G.out[j].count; m++)
+                        if (isnan(tc_get(&G.out[j], m))) {
+                            nan_grads++;
+                            bad_nan += !is_canon_nan(G.out[j].dt, &G.out[j], m);
+                        }
+                }
+                CHECK(nan_grads > 0 && bad_nan == 0,
+                      "NaN in %s: backward_%s: %lld NaN gradients, %lld not the default quiet NaN (%s)", names[k],
+                      bwds[w].name, (long long)nan_grads, (long long)bad_nan, desc);
             }
-            CHECK(nan_grads > 0 && bad_nan == 0, "NaN in %s: %lld NaN gradients, %lld not the default quiet NaN (%s)",
-                  names[k], (long long)nan_grads, (long long)bad_nan, desc);
             grads_free(&G);
             prob_free(&S);
         }
@@ -930,6 +1031,7 @@ static void nan_tests(void) {
         sprob S;
         sgrads G;
         int64_t j, m, nan_grads = 0, bad_nan = 0;
+        int w;
         char desc[300];
         cfg_random(&c, SELSCAN_BF16, 3000);
         c.z = c.D = 1;
@@ -937,16 +1039,20 @@ static void nan_tests(void) {
         grads_make(&G, &S, (1u << NG) - 1);
         describe(&S, desc, sizeof desc);
         put_nan(&G.dy, G.dy.count - 1);
-        run_bwd(&S, &G, desc);
-        for (j = 0; j < NG; j++)
-            if (G.want >> j & 1)
-                for (m = 0; m < G.out[j].count; m++)
-                    if (isnan(tc_get(&G.out[j], m))) {
-                        nan_grads++;
-                        bad_nan += !is_canon_nan(G.out[j].dt, &G.out[j], m);
-                    }
-        CHECK(nan_grads > 0 && bad_nan == 0, "NaN in dy: %lld NaN gradients, %lld not the default quiet NaN (%s)",
-              (long long)nan_grads, (long long)bad_nan, desc);
+        for (w = 0; w < NBWD; w++) {
+            nan_grads = bad_nan = 0;
+            run_bwd_with(&S, &G, desc, w);
+            for (j = 0; j < NG; j++)
+                if (G.want >> j & 1)
+                    for (m = 0; m < G.out[j].count; m++)
+                        if (isnan(tc_get(&G.out[j], m))) {
+                            nan_grads++;
+                            bad_nan += !is_canon_nan(G.out[j].dt, &G.out[j], m);
+                        }
+            CHECK(nan_grads > 0 && bad_nan == 0,
+                  "NaN in dy: backward_%s: %lld NaN gradients, %lld not the default quiet NaN (%s)", bwds[w].name,
+                  (long long)nan_grads, (long long)bad_nan, desc);
+        }
         grads_free(&G);
         prob_free(&S);
     }
@@ -954,8 +1060,11 @@ static void nan_tests(void) {
 
 /* --------------------------------------------------------------------------- validation -- */
 /* the entry points; F_FWD runs forward_ref, forward_cpu and forward_cpu_part (part 1 of 2) alike,
-   F_WSF workspace_size (forward) and workspace_size_parts alike */
-enum { F_VAL = 1, F_VALG = 2, F_WSF = 4, F_WSB = 8, F_FWD = 16, F_BWD = 32, F_CPU = 64, F_PART = 128, F_WSP = 256 };
+   F_WSF workspace_size (forward) and workspace_size_parts alike; F_BWD backward_ref, backward_cpu,
+   backward_cpu_part and backward_cpu_reduce (part 1 of 2) alike, F_WSB workspace_size (backward)
+   and workspace_size_parts(p, g) alike */
+enum { F_VAL = 1, F_VALG = 2, F_WSF = 4, F_WSB = 8, F_FWD = 16, F_BWD = 32, F_CPU = 64, F_PART = 128, F_WSP = 256,
+       F_BCPU = 512, F_BPART = 1024, F_BRED = 2048, F_WSPB = 4096, F_ONLY = 8192 /* no others added */ };
 #define F_ALLF (F_VAL | F_WSF | F_FWD)
 #define F_ALLB (F_VALG | F_WSB | F_BWD)
 #define F_ALL (F_ALLF | F_ALLB)
@@ -1015,7 +1124,9 @@ static void expect(const char *what, vbase *V, const selscan_ssd_problem *p, con
     int f;
     if (fns & F_FWD) fns |= F_CPU | F_PART;
     if (fns & F_WSF) fns |= F_WSP;
-    for (f = 1; f <= F_WSP; f <<= 1) {
+    if ((fns & F_BWD) && !(fns & F_ONLY)) fns |= F_BCPU | F_BPART | F_BRED;
+    if ((fns & F_WSB) && !(fns & F_ONLY)) fns |= F_WSPB;
+    for (f = 1; f <= F_WSPB; f <<= 1) {
         selscan_status st = SELSCAN_OK;
         const char *fn = "";
         size_t bytes = 12345;
@@ -1034,8 +1145,12 @@ static void expect(const char *what, vbase *V, const selscan_ssd_problem *p, con
         case F_FWD: st = selscan_ssd_forward_ref(p, V->ws, V->wsb); fn = "forward_ref"; break;
         case F_CPU: st = selscan_ssd_forward_cpu(p, V->ws, V->wsb); fn = "forward_cpu"; break;
         case F_PART: st = selscan_ssd_forward_cpu_part(p, 1, 2, V->ws, V->wsb); fn = "forward_cpu_part"; break;
-        case F_WSP: st = selscan_ssd_workspace_size_parts(p, 2, &bytes); fn = "workspace_size_parts"; break;
+        case F_WSP: st = selscan_ssd_workspace_size_parts(p, NULL, 2, &bytes); fn = "workspace_size_parts"; break;
         case F_BWD: st = selscan_ssd_backward_ref(p, g, V->ws, V->wsb); fn = "backward_ref"; break;
+        case F_BCPU: st = selscan_ssd_backward_cpu(p, g, V->ws, V->wsb); fn = "backward_cpu"; break;
+        case F_BPART: st = selscan_ssd_backward_cpu_part(p, g, 1, 2, V->ws, V->wsb); fn = "backward_cpu_part"; break;
+        case F_BRED: st = selscan_ssd_backward_cpu_reduce(p, g, 1, 2, V->ws, V->wsb); fn = "backward_cpu_reduce"; break;
+        case F_WSPB: st = selscan_ssd_workspace_size_parts(p, g, 2, &bytes); fn = "workspace_size_parts(g)"; break;
         }
         CHECK(st == want, "%s: %s returned %s, want %s", what, fn, selscan_status_name(st), selscan_status_name(want));
         if (want == SELSCAN_OK) {
@@ -1280,8 +1395,11 @@ static void validation_tests(void) {
         memset(p.C.stride, 0, sizeof p.C.stride); p.C.stride[0] = 1;
         g2.dy.data = V.G.g.dy.data; g2.dy.stride[0] = 1;
         g2.dB.data = (void *)((uintptr_t)1 << 62);
-        expect("workspace size overflows", &V, &p, &g2, F_WSB | F_BWD, SELSCAN_ERR_SHAPE, "workspace",
+        expect("workspace size overflows", &V, &p, &g2, F_WSB | F_BWD | F_ONLY, SELSCAN_ERR_SHAPE, "workspace",
                SELSCAN_RULE_SIZE_OVERFLOWS, NULL);
+        /* the fast backward's own need (2^60 bytes of dB partials) fits: too small */
+        expect("fast backward's workspace 2^60", &V, &p, &g2, F_BCPU | F_BPART | F_BRED, SELSCAN_ERR_WORKSPACE,
+               "workspace", SELSCAN_RULE_TOO_SMALL, NULL);
         g2.dB.data = NULL; /* without dB: 2^60 bytes, accepted by the size query */
         expect("workspace size 2^60", &V, &p, &g2, F_WSB | F_VALG, SELSCAN_OK, NULL, SELSCAN_RULE_NONE, NULL);
     }
@@ -1299,11 +1417,37 @@ static void validation_tests(void) {
             CHECK(st == SELSCAN_ERR_WORKSPACE && dg.code == SELSCAN_RULE_MISSING &&
                       strcmp(dg.operand, "workspace") == 0 && outputs_untouched(&V),
                   "backward: NULL workspace: %s", selscan_status_name(st));
-            st = selscan_ssd_backward_ref(&p, &g, V.ws, need - 64); /* the slack is 63 bytes */
+            /* the size covers both backwards; the fast one's is the larger here (the slack is 63 bytes) */
+            st = selscan_ssd_backward_cpu(&p, &g, V.ws, need - 64);
             CHECK(st == SELSCAN_ERR_WORKSPACE && dg.code == SELSCAN_RULE_TOO_SMALL && outputs_untouched(&V),
-                  "backward: workspace too small: %s", selscan_status_name(st));
+                  "backward_cpu: workspace too small: %s", selscan_status_name(st));
+            st = selscan_ssd_backward_ref(&p, &g, V.ws, 63);
+            CHECK(st == SELSCAN_ERR_WORKSPACE && dg.code == SELSCAN_RULE_TOO_SMALL && outputs_untouched(&V),
+                  "backward_ref: workspace too small: %s", selscan_status_name(st));
             st = selscan_ssd_backward_ref(&p, &g, (char *)V.ws + 3, need); /* any pointer: aligned up inside */
             CHECK(st == SELSCAN_OK, "backward: unaligned workspace pointer: %s", selscan_status_name(st));
+            st = selscan_ssd_backward_cpu(&p, &g, (char *)V.ws + 3, need);
+            CHECK(st == SELSCAN_OK, "backward_cpu: unaligned workspace pointer: %s", selscan_status_name(st));
+            { /* the backward's parts: one workspace of workspace_size_parts(p, g) bytes */
+                size_t pb = 0;
+                CHECK(selscan_ssd_workspace_size_parts(&p, &g, 3, &pb) == SELSCAN_OK && pb > need,
+                      "workspace_size_parts(g): 3 parts");
+                poison_outs(&V);
+                st = selscan_ssd_backward_cpu_part(&p, &g, 2, 3, V.ws, pb - 64);
+                CHECK(st == SELSCAN_ERR_WORKSPACE && dg.code == SELSCAN_RULE_TOO_SMALL && outputs_untouched(&V),
+                      "backward_cpu_part: workspace too small: %s", selscan_status_name(st));
+                st = selscan_ssd_backward_cpu_reduce(&p, &g, 3, 3, V.ws, pb);
+                CHECK(st == SELSCAN_ERR_SHAPE && dg.code == SELSCAN_RULE_OUT_OF_RANGE && strcmp(dg.operand, "part") == 0 &&
+                          outputs_untouched(&V),
+                      "backward_cpu_reduce: part 3 of 3: %s", selscan_status_name(st));
+                st = selscan_ssd_backward_cpu_part(&p, &g, 0, 0, V.ws, pb);
+                CHECK(st == SELSCAN_ERR_SHAPE && dg.code == SELSCAN_RULE_OUT_OF_RANGE && strcmp(dg.operand, "n_parts") == 0 &&
+                          outputs_untouched(&V),
+                      "backward_cpu_part: 0 parts: %s", selscan_status_name(st));
+                st = selscan_ssd_backward_cpu_reduce(&p, &g, 0, 2, NULL, pb);
+                CHECK(st == SELSCAN_ERR_WORKSPACE && dg.code == SELSCAN_RULE_MISSING && outputs_untouched(&V),
+                      "backward_cpu_reduce: NULL workspace: %s", selscan_status_name(st));
+            }
             selscan_ssd_workspace_size(&V.S.p, NULL, &need);
             poison_outs(&V);
             st = selscan_ssd_forward_ref(&p, V.ws, 63); /* the reference's state: 3 floats, 64 bytes aligned up */
@@ -1321,7 +1465,7 @@ static void validation_tests(void) {
             CHECK(st == SELSCAN_OK, "forward_cpu: unaligned workspace pointer: %s", selscan_status_name(st));
             { /* parts: all share one workspace of workspace_size_parts bytes */
                 size_t pb = 0;
-                CHECK(selscan_ssd_workspace_size_parts(&p, 3, &pb) == SELSCAN_OK && pb > need - 63,
+                CHECK(selscan_ssd_workspace_size_parts(&p, NULL, 3, &pb) == SELSCAN_OK && pb > need - 63,
                       "workspace_size_parts: 3 parts");
                 poison_outs(&V);
                 st = selscan_ssd_forward_cpu_part(&p, 2, 3, V.ws, pb - 64);
@@ -1334,10 +1478,10 @@ static void validation_tests(void) {
                 st = selscan_ssd_forward_cpu_part(&p, 0, 0, V.ws, pb);
                 CHECK(st == SELSCAN_ERR_SHAPE && dg.code == SELSCAN_RULE_OUT_OF_RANGE && strcmp(dg.operand, "n_parts") == 0,
                       "forward_cpu_part: 0 parts: %s", selscan_status_name(st));
-                st = selscan_ssd_workspace_size_parts(&p, (int64_t)1 << 25, &pb);
+                st = selscan_ssd_workspace_size_parts(&p, NULL, (int64_t)1 << 25, &pb);
                 CHECK(st == SELSCAN_ERR_SHAPE && strcmp(dg.operand, "n_parts") == 0, "workspace_size_parts: 2^25 parts");
                 dg.operand = dsent;
-                CHECK(selscan_ssd_workspace_size_parts(&p, 2, NULL) == SELSCAN_ERR_NULL && strcmp(dg.operand, "bytes") == 0,
+                CHECK(selscan_ssd_workspace_size_parts(&p, NULL, 2, NULL) == SELSCAN_ERR_NULL && strcmp(dg.operand, "bytes") == 0,
                       "workspace_size_parts: bytes NULL");
             }
         }
@@ -1400,6 +1544,7 @@ int main(void) {
     validation_tests();
     forward_tests();
     backward_tests();
+    bwd_big_tests();
     repeat_tests();
     packed_identity_tests();
     nan_tests();
