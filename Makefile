@@ -1,4 +1,4 @@
-# selscan: make run | test | test-all | bench | test-cuda | test-gpu | test-gpu-full | test-cuda-sanitize | bench-cuda | test-torch | hf-kernel | tf-op | test-tf | ort-ops | test-onnx | clean
+# selscan: make run | run-ssd | test | test-all | bench | test-cuda | test-gpu | test-gpu-full | test-cuda-sanitize | bench-cuda | test-torch | hf-kernel | tf-op | test-tf | ort-ops | test-onnx | clean
 # Compilers and flags can be overridden: make test CC=clang CFLAGS="-O1 -g"
 CC      ?= cc
 CXX     ?= c++
@@ -14,7 +14,7 @@ ARM64_CC  ?= aarch64-linux-gnu-gcc
 ARM64_RUN ?= qemu-aarch64 -L /usr/aarch64-linux-gnu
 HAVE_ARM64 := $(shell command -v $(ARM64_CC) >/dev/null 2>&1 && command -v $(firstword $(ARM64_RUN)) >/dev/null 2>&1 && echo 1)
 
-.PHONY: run test bench clean test-cuda bench-cuda tf-op test-tf
+.PHONY: run run-ssd test bench clean test-cuda bench-cuda tf-op test-tf
 .DEFAULT_GOAL := run
 
 $(BUILD):
@@ -23,6 +23,13 @@ $(BUILD):
 # ---- examples ---------------------------------------------------------------------------------
 $(BUILD)/quickstart: examples/quickstart.c selscan.h | $(BUILD)
 	$(CC) -std=c99 $(WARN) $(CFLAGS) -I. $< -o $@ $(LDLIBS)
+
+$(BUILD)/ssd_quickstart: examples/ssd_quickstart.c selscan.h | $(BUILD)
+	$(CC) -std=c99 $(WARN) $(CFLAGS) -I. $< -o $@ $(LDLIBS)
+
+# make run-ssd: examples/ssd_quickstart.c, Mamba-2's SSD scan of one layer (forward + backward, checked)
+run-ssd: $(BUILD)/ssd_quickstart
+	./$(BUILD)/ssd_quickstart
 
 run: $(BUILD)/quickstart
 	./$(BUILD)/quickstart
@@ -60,7 +67,7 @@ TEST_CUDA_BUILD := if $(MAKE) --no-print-directory -j2 $(BUILD)/test_cuda $(BUIL
 # the commands both targets run: the native suites, test_api on the portable path
 TEST_QUICK_CMDS := $(foreach b,$(TEST_BINS),./$(b)) "SELSCAN_CPU=portable ./$(BUILD)/tests/test_api" \
     "SELSCAN_CPU=avx2 ./$(BUILD)/tests/test_conv" "SELSCAN_CPU=portable ./$(BUILD)/tests/test_conv" \
-    "SELSCAN_CPU=portable ./$(BUILD)/tests/test_ssd"
+    "SELSCAN_CPU=portable ./$(BUILD)/tests/test_ssd" ./$(BUILD)/ssd_quickstart
 TEST_BUILD_CHECKS = "CC='$(CC)' CXX='$(CXX)' NVCC='$(1)' BUILD='$(BUILD)' bash tests/build_checks.sh"
 
 $(BUILD)/tests/selscan_impl.o: tests/selscan_impl.c selscan.h
@@ -91,9 +98,9 @@ $(BUILD)/arm64/%: tests/%.c tests/common.h tests/tol_lowp.h selscan.h $(BUILD)/a
 # test_fast_pcache and test_fast_portable are tests/test_fast.c built with other macros
 $(foreach d,tests tests-san arm64,$(BUILD)/$(d)/test_fast_pcache $(BUILD)/$(d)/test_fast_portable): tests/test_fast.c
 
-test-build-quick: $(TEST_BINS)
+test-build-quick: $(TEST_BINS) $(BUILD)/ssd_quickstart
 
-test-build: $(TEST_BINS) $(TEST_SAN_BINS) $(if $(HAVE_ARM64),$(ARM64_BINS))
+test-build: $(TEST_BINS) $(BUILD)/ssd_quickstart $(TEST_SAN_BINS) $(if $(HAVE_ARM64),$(ARM64_BINS))
 
 test:
 	@$(MAKE) --no-print-directory -j$(TEST_JOBS) test-build-quick
