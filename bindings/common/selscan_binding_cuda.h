@@ -65,9 +65,8 @@ selscan_status selscan_binding_cuda_checkpoint_size(const selscan_problem *p, si
 selscan_status selscan_binding_cuda_forward(const selscan_problem *p, float *checkpoint, size_t checkpoint_bytes,
                                             selscan_binding_cuda_call *call);
 /* selscan_backward_cuda_ex; checkpoint (NULL: none, the states are recomputed) read. */
-selscan_status selscan_binding_cuda_backward(const selscan_problem *p, const selscan_grads *g,
-                                             const float *checkpoint, size_t checkpoint_bytes,
-                                             selscan_binding_cuda_call *call);
+selscan_status selscan_binding_cuda_backward(const selscan_problem *p, const selscan_grads *g, const float *checkpoint,
+                                             size_t checkpoint_bytes, selscan_binding_cuda_call *call);
 /* selscan_step_cuda_ex (no workspace, no packed sequences). */
 selscan_status selscan_binding_cuda_step(const selscan_step_problem *s, selscan_binding_cuda_call *call);
 /* selscan_conv_forward_cuda (no workspace). */
@@ -122,7 +121,7 @@ struct Ext {
     }
 };
 
-}  // namespace selscan_binding_cuda_detail
+} // namespace selscan_binding_cuda_detail
 
 extern "C" {
 
@@ -138,9 +137,8 @@ selscan_status selscan_binding_cuda_forward(const selscan_problem *p, float *che
     return e.Done(selscan_forward_cuda_ex(p, &e.x, NULL, 0, e.stream));
 }
 
-selscan_status selscan_binding_cuda_backward(const selscan_problem *p, const selscan_grads *g,
-                                             const float *checkpoint, size_t checkpoint_bytes,
-                                             selscan_binding_cuda_call *call) {
+selscan_status selscan_binding_cuda_backward(const selscan_problem *p, const selscan_grads *g, const float *checkpoint,
+                                             size_t checkpoint_bytes, selscan_binding_cuda_call *call) {
     selscan_binding_cuda_detail::Ext e(call);
     e.x.checkpoint_in = checkpoint;
     e.x.checkpoint_bytes = checkpoint ? checkpoint_bytes : 0;
@@ -170,8 +168,10 @@ selscan_status selscan_binding_cuda_conv_step(const selscan_conv_step_problem *s
 
 int selscan_binding_cuda_channels_last(void) { return SELSCAN_CUDA_CHANNELS_LAST ? 1 : 0; }
 
-int selscan_binding_cuda_fast_forward(const selscan_problem *p) { return selscan_cuda_detail::fast_forward_takes(p) ? 1 : 0; }
+int selscan_binding_cuda_fast_forward(const selscan_problem *p) {
+    return selscan_cuda_detail::fast_forward_takes(p) ? 1 : 0;
+}
 
-}  /* extern "C" */
+} /* extern "C" */
 
 #endif /* SELSCAN_BINDING_CUDA_IMPLEMENTATION */

@@ -85,7 +85,8 @@ struct OrtCustomOp {
     void(SELSCAN_ORT_CALL *KernelCompute)(void *op_kernel, OrtKernelContext *context);
     void(SELSCAN_ORT_CALL *KernelDestroy)(void *op_kernel);
     OrtCustomOpInputOutputCharacteristic(SELSCAN_ORT_CALL *GetInputCharacteristic)(const OrtCustomOp *op, size_t index);
-    OrtCustomOpInputOutputCharacteristic(SELSCAN_ORT_CALL *GetOutputCharacteristic)(const OrtCustomOp *op, size_t index);
+    OrtCustomOpInputOutputCharacteristic(SELSCAN_ORT_CALL *GetOutputCharacteristic)(const OrtCustomOp *op,
+                                                                                    size_t index);
     OrtMemType(SELSCAN_ORT_CALL *GetInputMemoryType)(const OrtCustomOp *op, size_t index);
     int(SELSCAN_ORT_CALL *GetVariadicInputMinArity)(const OrtCustomOp *op);
     int(SELSCAN_ORT_CALL *GetVariadicInputHomogeneity)(const OrtCustomOp *op);
@@ -100,26 +101,26 @@ struct OrtCustomOp {
 };
 
 /* The OrtApi entries the library calls: X(index, name, return type, parameters). */
-#define SELSCAN_ORT_ENTRIES(X)                                                                                   \
-    X(0, CreateStatus, OrtStatus *, (OrtErrorCode code, const char *msg))                                       \
-    X(2, GetErrorMessage, const char *, (const OrtStatus *status))                                              \
-    X(26, CreateCustomOpDomain, OrtStatus *, (const char *domain, OrtCustomOpDomain **out))                     \
-    X(27, CustomOpDomain_Add, OrtStatus *, (OrtCustomOpDomain * domain, const OrtCustomOp *op))                 \
-    X(28, AddCustomOpDomain, OrtStatus *, (OrtSessionOptions * options, OrtCustomOpDomain *domain))             \
-    X(51, GetTensorMutableData, OrtStatus *, (OrtValue * value, void **out))                                    \
+#define SELSCAN_ORT_ENTRIES(X)                                                                                        \
+    X(0, CreateStatus, OrtStatus *, (OrtErrorCode code, const char *msg))                                             \
+    X(2, GetErrorMessage, const char *, (const OrtStatus *status))                                                    \
+    X(26, CreateCustomOpDomain, OrtStatus *, (const char *domain, OrtCustomOpDomain **out))                           \
+    X(27, CustomOpDomain_Add, OrtStatus *, (OrtCustomOpDomain * domain, const OrtCustomOp *op))                       \
+    X(28, AddCustomOpDomain, OrtStatus *, (OrtSessionOptions * options, OrtCustomOpDomain * domain))                  \
+    X(51, GetTensorMutableData, OrtStatus *, (OrtValue * value, void **out))                                          \
     X(60, GetTensorElementType, OrtStatus *, (const OrtTensorTypeAndShapeInfo *info, ONNXTensorElementDataType *out)) \
-    X(61, GetDimensionsCount, OrtStatus *, (const OrtTensorTypeAndShapeInfo *info, size_t *out))                \
-    X(62, GetDimensions, OrtStatus *, (const OrtTensorTypeAndShapeInfo *info, int64_t *dims, size_t n))         \
-    X(65, GetTensorTypeAndShape, OrtStatus *, (const OrtValue *value, OrtTensorTypeAndShapeInfo **out))         \
-    X(86, KernelInfoGetAttribute_int64, OrtStatus *, (const OrtKernelInfo *info, const char *name, int64_t *out)) \
-    X(88, KernelContext_GetInputCount, OrtStatus *, (const OrtKernelContext *ctx, size_t *out))                 \
-    X(89, KernelContext_GetOutputCount, OrtStatus *, (const OrtKernelContext *ctx, size_t *out))                \
-    X(90, KernelContext_GetInput, OrtStatus *, (const OrtKernelContext *ctx, size_t index, const OrtValue **out)) \
-    X(91, KernelContext_GetOutput, OrtStatus *,                                                                 \
-      (OrtKernelContext * ctx, size_t index, const int64_t *dims, size_t n, OrtValue **out))                    \
-    X(93, ReleaseStatus, void, (OrtStatus * status))                                                             \
-    X(99, ReleaseTensorTypeAndShapeInfo, void, (OrtTensorTypeAndShapeInfo * info))                               \
-    X(274, KernelContext_ParallelFor, OrtStatus *,                                                               \
+    X(61, GetDimensionsCount, OrtStatus *, (const OrtTensorTypeAndShapeInfo *info, size_t *out))                      \
+    X(62, GetDimensions, OrtStatus *, (const OrtTensorTypeAndShapeInfo *info, int64_t *dims, size_t n))               \
+    X(65, GetTensorTypeAndShape, OrtStatus *, (const OrtValue *value, OrtTensorTypeAndShapeInfo **out))               \
+    X(86, KernelInfoGetAttribute_int64, OrtStatus *, (const OrtKernelInfo *info, const char *name, int64_t *out))     \
+    X(88, KernelContext_GetInputCount, OrtStatus *, (const OrtKernelContext *ctx, size_t *out))                       \
+    X(89, KernelContext_GetOutputCount, OrtStatus *, (const OrtKernelContext *ctx, size_t *out))                      \
+    X(90, KernelContext_GetInput, OrtStatus *, (const OrtKernelContext *ctx, size_t index, const OrtValue **out))     \
+    X(91, KernelContext_GetOutput, OrtStatus *,                                                                       \
+      (OrtKernelContext * ctx, size_t index, const int64_t *dims, size_t n, OrtValue **out))                          \
+    X(93, ReleaseStatus, void, (OrtStatus * status))                                                                  \
+    X(99, ReleaseTensorTypeAndShapeInfo, void, (OrtTensorTypeAndShapeInfo * info))                                    \
+    X(274, KernelContext_ParallelFor, OrtStatus *,                                                                    \
       (const OrtKernelContext *ctx, void (*fn)(void *, size_t), size_t total, size_t num_batch, void *user))
 
 #ifdef __cplusplus

@@ -46,7 +46,7 @@
 #define SELSCAN_IMPLEMENTATION
 #define SELSCAN_STATIC
 #include "selscan.h"
-#include "selscan_binding.h"  // bindings/common: the argument checks, the parts runner, the messages
+#include "selscan_binding.h" // bindings/common: the argument checks, the parts runner, the messages
 
 #define SELSCAN_ORT_DOMAIN "selscan"
 #define SELSCAN_ORT_OPSET 1
@@ -59,18 +59,17 @@ namespace bind = selscan_binding;
 
 struct Api {
 #define SELSCAN_ORT_MEMBER(idx, name, ret, params) ret(SELSCAN_ORT_CALL *name) params = nullptr;
-  SELSCAN_ORT_ENTRIES(SELSCAN_ORT_MEMBER)
+    SELSCAN_ORT_ENTRIES(SELSCAN_ORT_MEMBER)
 #undef SELSCAN_ORT_MEMBER
 };
 
-Api g_api;  // set once by RegisterCustomOps (the same table for every session)
+Api g_api; // set once by RegisterCustomOps (the same table for every session)
 
 void LoadApi(const OrtApi *table) {
-  typedef void (*AnyFn)(void);
-  const AnyFn *fn = reinterpret_cast<const AnyFn *>(table);
-#define SELSCAN_ORT_LOAD(idx, name, ret, params) \
-  g_api.name = reinterpret_cast<ret(SELSCAN_ORT_CALL *) params>(fn[idx]);
-  SELSCAN_ORT_ENTRIES(SELSCAN_ORT_LOAD)
+    typedef void (*AnyFn)(void);
+    const AnyFn *fn = reinterpret_cast<const AnyFn *>(table);
+#define SELSCAN_ORT_LOAD(idx, name, ret, params) g_api.name = reinterpret_cast<ret(SELSCAN_ORT_CALL *) params>(fn[idx]);
+    SELSCAN_ORT_ENTRIES(SELSCAN_ORT_LOAD)
 #undef SELSCAN_ORT_LOAD
 }
 
@@ -80,7 +79,7 @@ OrtStatus *Error(OrtErrorCode code, const std::string &msg) { return g_api.Creat
 // ---- >>ort-tensors: inputs and outputs --------------------------------------------------------
 
 const char *TypeName(ONNXTensorElementDataType t) {
-  switch (t) {
+    switch (t) {
     case ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT: return "float";
     case ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT16: return "float16";
     case ONNX_TENSOR_ELEMENT_DATA_TYPE_BFLOAT16: return "bfloat16";
@@ -88,73 +87,73 @@ const char *TypeName(ONNXTensorElementDataType t) {
     case ONNX_TENSOR_ELEMENT_DATA_TYPE_INT64: return "int64";
     case ONNX_TENSOR_ELEMENT_DATA_TYPE_DOUBLE: return "double";
     default: return "another type";
-  }
+    }
 }
 
 struct Tensor {
-  bool present = false;
-  const char *name = "";
-  ONNXTensorElementDataType type = ONNX_TENSOR_ELEMENT_DATA_TYPE_UNDEFINED;
-  std::vector<int64_t> dims;
-  void *data = nullptr;
-  int64_t numel = 0;
-  size_t rank() const { return dims.size(); }
+    bool present = false;
+    const char *name = "";
+    ONNXTensorElementDataType type = ONNX_TENSOR_ELEMENT_DATA_TYPE_UNDEFINED;
+    std::vector<int64_t> dims;
+    void *data = nullptr;
+    int64_t numel = 0;
+    size_t rank() const { return dims.size(); }
 };
 
 // Type and shape of an OrtValue.
 OrtStatus *Describe(const OrtValue *v, Tensor *t) {
-  OrtTensorTypeAndShapeInfo *info = nullptr;
-  if (OrtStatus *st = g_api.GetTensorTypeAndShape(v, &info)) return st;
-  size_t n = 0;
-  OrtStatus *st = g_api.GetTensorElementType(info, &t->type);
-  if (!st) st = g_api.GetDimensionsCount(info, &n);
-  if (!st) {
-    t->dims.assign(n, 0);
-    if (n) st = g_api.GetDimensions(info, t->dims.data(), n);
-  }
-  g_api.ReleaseTensorTypeAndShapeInfo(info);
-  if (st) return st;
-  t->numel = 1;
-  for (int64_t d : t->dims) t->numel *= d;
-  return g_api.GetTensorMutableData(const_cast<OrtValue *>(v), &t->data);
+    OrtTensorTypeAndShapeInfo *info = nullptr;
+    if (OrtStatus *st = g_api.GetTensorTypeAndShape(v, &info)) return st;
+    size_t n = 0;
+    OrtStatus *st = g_api.GetTensorElementType(info, &t->type);
+    if (!st) st = g_api.GetDimensionsCount(info, &n);
+    if (!st) {
+        t->dims.assign(n, 0);
+        if (n) st = g_api.GetDimensions(info, t->dims.data(), n);
+    }
+    g_api.ReleaseTensorTypeAndShapeInfo(info);
+    if (st) return st;
+    t->numel = 1;
+    for (int64_t d : t->dims) t->numel *= d;
+    return g_api.GetTensorMutableData(const_cast<OrtValue *>(v), &t->data);
 }
 
 // Input i (absent: an optional input the node leaves out, or past the node's inputs).
 OrtStatus *Input(const OrtKernelContext *ctx, size_t n_inputs, size_t i, const char *name, Tensor *t) {
-  t->name = name;
-  t->present = false;
-  if (i >= n_inputs) return nullptr;
-  const OrtValue *v = nullptr;
-  if (OrtStatus *st = g_api.KernelContext_GetInput(ctx, i, &v)) return st;
-  if (!v) return nullptr;
-  t->present = true;
-  return Describe(v, t);
+    t->name = name;
+    t->present = false;
+    if (i >= n_inputs) return nullptr;
+    const OrtValue *v = nullptr;
+    if (OrtStatus *st = g_api.KernelContext_GetInput(ctx, i, &v)) return st;
+    if (!v) return nullptr;
+    t->present = true;
+    return Describe(v, t);
 }
 
 // Output i with the given shape (an optional output the node names "" has no buffer: absent).
 OrtStatus *Output(OrtKernelContext *ctx, size_t i, const char *name, const std::vector<int64_t> &dims, Tensor *t,
                   bool optional = false) {
-  t->name = name;
-  t->present = false;
-  OrtValue *v = nullptr;
-  if (OrtStatus *st = g_api.KernelContext_GetOutput(ctx, i, dims.data(), dims.size(), &v)) return st;
-  if (!v && optional) return nullptr;
-  if (!v) return Error(ORT_FAIL, std::string("selscan: no buffer for output '") + name + "'");
-  t->present = true;
-  return Describe(v, t);
+    t->name = name;
+    t->present = false;
+    OrtValue *v = nullptr;
+    if (OrtStatus *st = g_api.KernelContext_GetOutput(ctx, i, dims.data(), dims.size(), &v)) return st;
+    if (!v && optional) return nullptr;
+    if (!v) return Error(ORT_FAIL, std::string("selscan: no buffer for output '") + name + "'");
+    t->present = true;
+    return Describe(v, t);
 }
 
-selscan_tensor In(const Tensor &t) {  // contiguous: all strides 0
-  selscan_tensor s;
-  std::memset(&s, 0, sizeof s);
-  s.data = t.present ? t.data : nullptr;
-  return s;
+selscan_tensor In(const Tensor &t) { // contiguous: all strides 0
+    selscan_tensor s;
+    std::memset(&s, 0, sizeof s);
+    s.data = t.present ? t.data : nullptr;
+    return s;
 }
 selscan_out_tensor Out(const Tensor &t) {
-  selscan_out_tensor s;
-  std::memset(&s, 0, sizeof s);
-  s.data = t.present ? t.data : nullptr;
-  return s;
+    selscan_out_tensor s;
+    std::memset(&s, 0, sizeof s);
+    s.data = t.present ? t.data : nullptr;
+    return s;
 }
 
 // ---- >>ort-op-table: each op's name, inputs and outputs (the kernels' and the OrtCustomOp's) ----------
@@ -169,169 +168,191 @@ enum { kCuState = 0, kCuX, kCuWeight, kCuBias, kCuStateIndex, kConvUpdateInputs 
 enum TypeSlot { kSlotT = 0, kSlotF32, kSlotI32, kSlotI64, kSlotAny };
 
 struct OpInfo {
-  const char *name;
-  size_t n_inputs, n_required;  // the inputs before the first optional one are required
-  const char *input_names[10];
-  TypeSlot inputs[10];
-  TypeSlot outputs[2];
-  const char *flag_attr;    // the op's 0 / 1 attribute (delta_softplus, dt_softplus, silu)
-  const char *second_attr;  // the optional second output's attribute; nullptr: both outputs required (y, state_out)
-  const char *second_name;  // the second output's name
+    const char *name;
+    size_t n_inputs, n_required; // the inputs before the first optional one are required
+    const char *input_names[10];
+    TypeSlot inputs[10];
+    TypeSlot outputs[2];
+    const char *flag_attr;   // the op's 0 / 1 attribute (delta_softplus, dt_softplus, silu)
+    const char *second_attr; // the optional second output's attribute; nullptr: both outputs required (y, state_out)
+    const char *second_name; // the second output's name
 };
 
 const OpInfo kOpInfo[] = {
     // SelectiveScan(u, delta, A, B, C, D?, z?, delta_bias?, h0?, cu_seqlens?) -> (y, last_state?);
     // B / C: T over time, float when constant
-    {"SelectiveScan", kScanInputs, kD,
+    {"SelectiveScan",
+     kScanInputs,
+     kD,
      {"u", "delta", "A", "B", "C", "D", "z", "delta_bias", "h0", "cu_seqlens"},
      {kSlotT, kSlotT, kSlotF32, kSlotAny, kSlotAny, kSlotF32, kSlotT, kSlotF32, kSlotF32, kSlotI64},
-     {kSlotT, kSlotF32}, "delta_softplus", "return_last_state", "last_state"},
+     {kSlotT, kSlotF32},
+     "delta_softplus",
+     "return_last_state",
+     "last_state"},
     // SelectiveStateUpdate(state, x, dt, A, B, C, D?, z?, dt_bias?, state_index?) -> (y, state_out)
-    {"SelectiveStateUpdate", kStepInputs, kSD,
+    {"SelectiveStateUpdate",
+     kStepInputs,
+     kSD,
      {"state", "x", "dt", "A", "B", "C", "D", "z", "dt_bias", "state_index"},
      {kSlotF32, kSlotT, kSlotT, kSlotF32, kSlotT, kSlotT, kSlotF32, kSlotT, kSlotF32, kSlotI32},
-     {kSlotT, kSlotF32}, "dt_softplus", nullptr, "state_out"},
+     {kSlotT, kSlotF32},
+     "dt_softplus",
+     nullptr,
+     "state_out"},
     // CausalConv1d(x, weight, bias?, init_state?, cu_seqlens?) -> (y, final_state?)
-    {"CausalConv1d", kConvInputs, kCBias, {"x", "weight", "bias", "init_state", "cu_seqlens"},
-     {kSlotT, kSlotF32, kSlotF32, kSlotT, kSlotI64}, {kSlotT, kSlotT}, "silu", "return_final_state", "final_state"},
+    {"CausalConv1d",
+     kConvInputs,
+     kCBias,
+     {"x", "weight", "bias", "init_state", "cu_seqlens"},
+     {kSlotT, kSlotF32, kSlotF32, kSlotT, kSlotI64},
+     {kSlotT, kSlotT},
+     "silu",
+     "return_final_state",
+     "final_state"},
     // CausalConv1dUpdate(state, x, weight, bias?, state_index?) -> (y, state_out)
-    {"CausalConv1dUpdate", kConvUpdateInputs, kCuBias, {"state", "x", "weight", "bias", "state_index"},
-     {kSlotT, kSlotT, kSlotF32, kSlotF32, kSlotI32}, {kSlotT, kSlotT}, "silu", nullptr, "state_out"},
+    {"CausalConv1dUpdate",
+     kConvUpdateInputs,
+     kCuBias,
+     {"state", "x", "weight", "bias", "state_index"},
+     {kSlotT, kSlotT, kSlotF32, kSlotF32, kSlotI32},
+     {kSlotT, kSlotT},
+     "silu",
+     nullptr,
+     "state_out"},
 };
 
 // A kernel: its op's kind and attributes (kOpInfo's flag_attr and second_attr; -1: not given).
 struct Kernel {
-  OpKind kind;
-  int64_t flag = 0;
-  int64_t second = -1;
+    OpKind kind;
+    int64_t flag = 0;
+    int64_t second = -1;
 };
 
 // One call of a kernel: its op's name, its inputs (kOpInfo's order), the node's output count and
 // whether the optional second output (the scan's last_state, the conv's final_state) is wanted.
-template <size_t N>
-struct Call {
-  const char *op = "";
-  Tensor t[N];
-  size_t n_out = 0;
-  bool want_second = false;
+template <size_t N> struct Call {
+    const char *op = "";
+    Tensor t[N];
+    size_t n_out = 0;
+    bool want_second = false;
 };
 
 // The call's inputs: the required ones present; both outputs where the second is not optional.
 // The optional second output is wanted where the node has it and its attribute is not 0 (with 0
 // it is an empty (0,) tensor, torch's placeholder); the attribute 1 without it is an error.
-template <size_t N>
-OrtStatus *Read(const OrtKernelContext *ctx, const Kernel &k, Call<N> *c) {
-  const OpInfo &info = kOpInfo[k.kind];
-  const std::string op = c->op = info.name;
-  size_t n_in = 0;
-  if (OrtStatus *st = g_api.KernelContext_GetInputCount(ctx, &n_in)) return st;
-  if (OrtStatus *st = g_api.KernelContext_GetOutputCount(ctx, &c->n_out)) return st;
-  for (size_t i = 0; i < info.n_inputs; i++)
-    if (OrtStatus *st = Input(ctx, n_in, i, info.input_names[i], &c->t[i])) return st;
-  for (size_t i = 0; i < info.n_required; i++)
-    if (!c->t[i].present)
-      return Error(ORT_INVALID_ARGUMENT, "selscan " + op + ": input '" + info.input_names[i] + "' is required");
-  if (!info.second_attr && c->n_out < 2)
-    return Error(ORT_INVALID_ARGUMENT, "selscan " + op + ": the node needs both outputs (y, state_out)");
-  if (info.second_attr && k.second == 1 && c->n_out < 2)
-    return Error(ORT_INVALID_ARGUMENT, "selscan " + op + ": " + info.second_attr +
-                                           "=1 but the node has no second output (" + info.second_name + ")");
-  c->want_second = info.second_attr && c->n_out >= 2 && k.second != 0;
-  return nullptr;
+template <size_t N> OrtStatus *Read(const OrtKernelContext *ctx, const Kernel &k, Call<N> *c) {
+    const OpInfo &info = kOpInfo[k.kind];
+    const std::string op = c->op = info.name;
+    size_t n_in = 0;
+    if (OrtStatus *st = g_api.KernelContext_GetInputCount(ctx, &n_in)) return st;
+    if (OrtStatus *st = g_api.KernelContext_GetOutputCount(ctx, &c->n_out)) return st;
+    for (size_t i = 0; i < info.n_inputs; i++)
+        if (OrtStatus *st = Input(ctx, n_in, i, info.input_names[i], &c->t[i])) return st;
+    for (size_t i = 0; i < info.n_required; i++)
+        if (!c->t[i].present)
+            return Error(ORT_INVALID_ARGUMENT, "selscan " + op + ": input '" + info.input_names[i] + "' is required");
+    if (!info.second_attr && c->n_out < 2)
+        return Error(ORT_INVALID_ARGUMENT, "selscan " + op + ": the node needs both outputs (y, state_out)");
+    if (info.second_attr && k.second == 1 && c->n_out < 2)
+        return Error(ORT_INVALID_ARGUMENT, "selscan " + op + ": " + info.second_attr +
+                                               "=1 but the node has no second output (" + info.second_name + ")");
+    c->want_second = info.second_attr && c->n_out >= 2 && k.second != 0;
+    return nullptr;
 }
 
 // That output, where the node has it: dims when *want, else (0,). *want stays true only where it
 // has a buffer.
 OrtStatus *SecondOutput(OrtKernelContext *ctx, size_t n_out, const char *name, const std::vector<int64_t> &dims,
                         bool *want, Tensor *t) {
-  if (n_out < 2) return nullptr;
-  if (OrtStatus *st = Output(ctx, 1, name, *want ? dims : std::vector<int64_t>{0}, t, true)) return st;
-  *want = *want && t->present;
-  return nullptr;
+    if (n_out < 2) return nullptr;
+    if (OrtStatus *st = Output(ctx, 1, name, *want ? dims : std::vector<int64_t>{0}, t, true)) return st;
+    *want = *want && t->present;
+    return nullptr;
 }
 
 // dst = src (dst's elements of esize bytes), or zeros where src is absent; nothing where dst is
 // empty or is src.
 void CopyOrZero(const Tensor &dst, const Tensor &src, size_t esize) {
-  if (!dst.numel || dst.data == src.data) return;
-  const size_t bytes = static_cast<size_t>(dst.numel) * esize;
-  if (src.present) std::memcpy(dst.data, src.data, bytes);
-  else std::memset(dst.data, 0, bytes);
+    if (!dst.numel || dst.data == src.data) return;
+    const size_t bytes = static_cast<size_t>(dst.numel) * esize;
+    if (src.present) std::memcpy(dst.data, src.data, bytes);
+    else std::memset(dst.data, 0, bytes);
 }
 
 // ---- >>ort-checks: the arguments, checked by bindings/common (selscan_binding_args.h) ---------------
 
 // Each op's input names where they are not selscan's operand names, and the sizes its rules name.
 constexpr bind::NameMap kScanNames[] = {{"dstate", "A"}, {"n_groups", "B"}, {"batch", "u"}, {"n_seqs", "cu_seqlens"}};
-constexpr bind::NameMap kStepNames[] = {{"u", "x"},       {"delta", "dt"},    {"delta_bias", "dt_bias"},
+constexpr bind::NameMap kStepNames[] = {{"u", "x"},          {"delta", "dt"},      {"delta_bias", "dt_bias"},
                                         {"dstate", "state"}, {"n_cache", "state"}, {"n_groups", "B"},
                                         {"batch", "x"}};
 constexpr bind::NameMap kConvNames[] = {{"width", "weight"}, {"batch", "x"}, {"n_seqs", "cu_seqlens"}};
-constexpr bind::NameMap kConvUpdateNames[] = {{"width", "weight"}, {"state_len", "state"}, {"n_cache", "state"},
-                                              {"batch", "x"}};
+constexpr bind::NameMap kConvUpdateNames[] = {
+    {"width", "weight"}, {"state_len", "state"}, {"n_cache", "state"}, {"batch", "x"}};
 
 bind::Type TypeOf(ONNXTensorElementDataType t) {
-  switch (t) {
+    switch (t) {
     case ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT: return bind::Type::kF32;
     case ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT16: return bind::Type::kF16;
     case ONNX_TENSOR_ELEMENT_DATA_TYPE_BFLOAT16: return bind::Type::kBF16;
     case ONNX_TENSOR_ELEMENT_DATA_TYPE_INT32: return bind::Type::kI32;
     case ONNX_TENSOR_ELEMENT_DATA_TYPE_INT64: return bind::Type::kI64;
     default: return bind::Type::kOther;
-  }
+    }
 }
 
 // state_index's values for the checks to read on the host (int32 only; another type is refused by its dtype rule)
 const int32_t *IndexValues(const Tensor &sidx) {
-  return sidx.present && sidx.type == ONNX_TENSOR_ELEMENT_DATA_TYPE_INT32 ? static_cast<const int32_t *>(sidx.data)
-                                                                          : nullptr;
+    return sidx.present && sidx.type == ONNX_TENSOR_ELEMENT_DATA_TYPE_INT32 ? static_cast<const int32_t *>(sidx.data)
+                                                                            : nullptr;
 }
 
 // An input as the checks see it: dense, row-major, host memory.
 bind::Arg ArgOf(const Tensor &t) {
-  bind::Arg a;
-  a.present = t.present;
-  if (!t.present) return a;
-  a.ndim = static_cast<int64_t>(t.dims.size());
-  a.sizes = t.dims.data();
-  a.type = TypeOf(t.type);
-  a.type_name = TypeName(t.type);
-  return a;
+    bind::Arg a;
+    a.present = t.present;
+    if (!t.present) return a;
+    a.ndim = static_cast<int64_t>(t.dims.size());
+    a.sizes = t.dims.data();
+    a.type = TypeOf(t.type);
+    a.type_name = TypeName(t.type);
+    return a;
 }
 
 // A refused argument as ONNX Runtime's error (NOT_IMPLEMENTED for what selscan does not support).
 OrtStatus *Refused(const bind::Refusal &r, const char *op, const bind::Names &names) {
-  const bind::Error e = bind::ErrorOf(r, op, names);
-  return Error(e.kind == bind::ErrorKind::kNotImplemented ? ORT_NOT_IMPLEMENTED : ORT_INVALID_ARGUMENT, e.message);
+    const bind::Error e = bind::ErrorOf(r, op, names);
+    return Error(e.kind == bind::ErrorKind::kNotImplemented ? ORT_NOT_IMPLEMENTED : ORT_INVALID_ARGUMENT, e.message);
 }
 
 // The call's arguments checked by bindings/common (check: its bind::Check*Args; forms: the ones the
 // op allows besides selscan's own, names: the op's) into *k: nullptr, or the refusal as an error.
-template <typename Args>
-OrtStatus *Check(bind::Refusal (*check)(const Args &, const bind::Forms &, bind::Checked *), const Args &args,
-                 bind::Forms forms, const char *op, const bind::Names &names, bind::Checked *k) {
-  forms.names = names;
-  const bind::Refusal r = check(args, forms, k);
-  return r.ok() ? nullptr : Refused(r, op, names);
+template <typename Args> OrtStatus *Check(bind::Refusal (*check)(const Args &, const bind::Forms &, bind::Checked *),
+                                          const Args &args, bind::Forms forms, const char *op, const bind::Names &names,
+                                          bind::Checked *k) {
+    forms.names = names;
+    const bind::Refusal r = check(args, forms, k);
+    return r.ok() ? nullptr : Refused(r, op, names);
 }
 
 // A step's state_index as the checks see it, with its values (the host's).
-template <typename Args>
-void SetIndex(Args *args, const Tensor &sidx) {
-  args->state_index = ArgOf(sidx);
-  args->index_values = IndexValues(sidx);
+template <typename Args> void SetIndex(Args *args, const Tensor &sidx) {
+    args->state_index = ArgOf(sidx);
+    args->index_values = IndexValues(sidx);
 }
 
 selscan_dtype DtypeOf(ONNXTensorElementDataType t) {
-  return t == ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT16 ? SELSCAN_F16
-         : t == ONNX_TENSOR_ELEMENT_DATA_TYPE_BFLOAT16 ? SELSCAN_BF16 : SELSCAN_F32;
+    return t == ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT16    ? SELSCAN_F16
+           : t == ONNX_TENSOR_ELEMENT_DATA_TYPE_BFLOAT16 ? SELSCAN_BF16
+                                                         : SELSCAN_F32;
 }
 size_t ElemSize(ONNXTensorElementDataType t) { return t == ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT ? 4 : 2; }
 
 // selscan's status and diag -> an ONNX Runtime error naming the input (the layer's message).
 OrtStatus *SelscanError(const char *op, selscan_status st, const selscan_diag &d, const bind::Names &names) {
-  return Error(st == SELSCAN_ERR_UNSUPPORTED ? ORT_NOT_IMPLEMENTED : ORT_INVALID_ARGUMENT,
-               bind::ErrorOf(st, op, bind::DiagText(d, names)).message);
+    return Error(st == SELSCAN_ERR_UNSUPPORTED ? ORT_NOT_IMPLEMENTED : ORT_INVALID_ARGUMENT,
+                 bind::ErrorOf(st, op, bind::DiagText(d, names)).message);
 }
 
 // ---- >>ort-parts: selscan's parts on ONNX Runtime's intra-op pool -------------------------------
@@ -345,47 +366,45 @@ int64_t NumParts(int64_t items) { return std::max<int64_t>(1, std::min<int64_t>(
 // Runs fn(&q, part) for every part on ONNX Runtime's pool: bindings/common's parts runner
 // (bind::RunParts: each part its own copy and diag, the first failing part's error), the pool
 // through KernelContext_ParallelFor.
-template <typename P, typename Fn>
-OrtStatus *RunParts(const OrtKernelContext *ctx, const char *op, const bind::Names &names, const P &p, int64_t n_parts,
-                    const Fn &fn) {
-  OrtStatus *pool_error = nullptr;
-  auto pool = [&](int64_t n, const auto &body) {
-    using Body = std::decay_t<decltype(body)>;
-    struct Job {
-      const Body *body;
-      static void Run(void *user, size_t i) { (*static_cast<Job *>(user)->body)(static_cast<int64_t>(i)); }
-    } job{&body};
-    pool_error = g_api.KernelContext_ParallelFor(ctx, &Job::Run, static_cast<size_t>(n), 0, &job);
-  };
-  const bind::Result r = bind::RunParts(p, n_parts, pool, fn);
-  if (pool_error) return pool_error;  // (no part ran)
-  return r.ok() ? nullptr : SelscanError(op, r.status, r.diag, names);
+template <typename P, typename Fn> OrtStatus *RunParts(const OrtKernelContext *ctx, const char *op,
+                                                       const bind::Names &names, const P &p, int64_t n_parts,
+                                                       const Fn &fn) {
+    OrtStatus *pool_error = nullptr;
+    auto pool = [&](int64_t n, const auto &body) {
+        using Body = std::decay_t<decltype(body)>;
+        struct Job {
+            const Body *body;
+            static void Run(void *user, size_t i) { (*static_cast<Job *>(user)->body)(static_cast<int64_t>(i)); }
+        } job{&body};
+        pool_error = g_api.KernelContext_ParallelFor(ctx, &Job::Run, static_cast<size_t>(n), 0, &job);
+    };
+    const bind::Result r = bind::RunParts(p, n_parts, pool, fn);
+    if (pool_error) return pool_error; // (no part ran)
+    return r.ok() ? nullptr : SelscanError(op, r.status, r.diag, names);
 }
 
 // A workspace buffer (operator new: any pointer works, selscan aligns it up inside).
 struct Workspace {
-  std::vector<unsigned char> buf;
-  bool Make(size_t bytes) {
-    try {
-      buf.resize(bytes);
-    } catch (const std::bad_alloc &) {
-      return false;
+    std::vector<unsigned char> buf;
+    bool Make(size_t bytes) {
+        try {
+            buf.resize(bytes);
+        } catch (const std::bad_alloc &) { return false; }
+        return true;
     }
-    return true;
-  }
-  void *ptr() { return buf.empty() ? nullptr : buf.data(); }
+    void *ptr() { return buf.empty() ? nullptr : buf.data(); }
 };
 
 // y = 0 (its elements of esize bytes), for an empty call.
 void Zero(const Tensor &y, size_t esize) {
-  if (y.numel) std::memset(y.data, 0, static_cast<size_t>(y.numel) * esize);
+    if (y.numel) std::memset(y.data, 0, static_cast<size_t>(y.numel) * esize);
 }
 
 // An empty call's outputs (bind::Checked::Empty, >>bind-empty): y 0; the state (the scan's and the
 // conv's second output, wanted: h0 / init_state or 0; the steps' state_out: state) passes through.
 void EmptyCall(const Tensor &y, const Tensor *state_out, const Tensor &state_in, size_t y_esize, size_t state_esize) {
-  Zero(y, y_esize);
-  if (state_out) CopyOrZero(*state_out, state_in, state_esize);
+    Zero(y, y_esize);
+    if (state_out) CopyOrZero(*state_out, state_in, state_esize);
 }
 
 // A decode step (the step's, the conv update's) on state_out: s validated (the indices, the shapes
@@ -394,110 +413,147 @@ template <typename S, typename Part>
 OrtStatus *RunStep(const OrtKernelContext *ctx, const char *op, const bind::Names &names, S &s,
                    selscan_status (*validate)(const S *), const Tensor &state_out, const Tensor &state, size_t esize,
                    int64_t n, const Part &part) {
-  selscan_diag diag = {nullptr, nullptr, SELSCAN_RULE_NONE};
-  s.diag = &diag;
-  s.state = Out(state_out);
-  const selscan_status sst = validate(&s);
-  if (sst != SELSCAN_OK) return SelscanError(op, sst, diag, names);
-  CopyOrZero(state_out, state, esize);
-  return RunParts(ctx, op, names, s, n, part);
+    selscan_diag diag = {nullptr, nullptr, SELSCAN_RULE_NONE};
+    s.diag = &diag;
+    s.state = Out(state_out);
+    const selscan_status sst = validate(&s);
+    if (sst != SELSCAN_OK) return SelscanError(op, sst, diag, names);
+    CopyOrZero(state_out, state, esize);
+    return RunParts(ctx, op, names, s, n, part);
 }
 
 // ---- >>ort-scan: SelectiveScan ------------------------------------------------------------------
 
 OrtStatus *ScanCompute(const Kernel &kern, OrtKernelContext *ctx) {
-  Call<kScanInputs> c;
-  if (OrtStatus *st = Read(ctx, kern, &c)) return st;
-  const Tensor &u = c.t[kU], &delta = c.t[kDelta], &A = c.t[kA], &B = c.t[kB], &C = c.t[kC], &D = c.t[kD],
-               &z = c.t[kZ], &bias = c.t[kDeltaBias], &h0 = c.t[kH0], &cu = c.t[kCuSeqlens];
-  bool want_last = c.want_second;
+    Call<kScanInputs> c;
+    if (OrtStatus *st = Read(ctx, kern, &c)) return st;
+    const Tensor &u = c.t[kU], &delta = c.t[kDelta], &A = c.t[kA], &B = c.t[kB], &C = c.t[kC], &D = c.t[kD],
+                 &z = c.t[kZ], &bias = c.t[kDeltaBias], &h0 = c.t[kH0], &cu = c.t[kCuSeqlens];
+    bool want_last = c.want_second;
 
-  const bind::Names names = bind::NamesOf(kScanNames, "input");
-  bind::ScanArgs args;
-  args.u = ArgOf(u); args.delta = ArgOf(delta); args.A = ArgOf(A); args.B = ArgOf(B); args.C = ArgOf(C);
-  args.D = ArgOf(D); args.z = ArgOf(z); args.delta_bias = ArgOf(bias); args.h0 = ArgOf(h0); args.cu_seqlens = ArgOf(cu);
-  args.cu_values = cu.present && cu.type == ONNX_TENSOR_ELEMENT_DATA_TYPE_INT64 ? static_cast<const int64_t *>(cu.data)
-                                                                                : nullptr;
-  bind::Forms forms;
-  forms.fixed_bc = forms.groupless_bc = true;  // B / C: (dim, N) float constant over time, (batch, N, L) one group
-  bind::Checked k;
-  if (OrtStatus *st = Check(bind::CheckScanArgs, args, forms, c.op, names, &k)) return st;
-  const ONNXTensorElementDataType T = u.type;
-  const int64_t batch = k.s.batch, dim = k.s.dim, L = k.s.L, N = k.s.N, G = k.s.G, rows = k.s.rows,
-                n_seqs = k.s.n_seqs;
+    const bind::Names names = bind::NamesOf(kScanNames, "input");
+    bind::ScanArgs args;
+    args.u = ArgOf(u);
+    args.delta = ArgOf(delta);
+    args.A = ArgOf(A);
+    args.B = ArgOf(B);
+    args.C = ArgOf(C);
+    args.D = ArgOf(D);
+    args.z = ArgOf(z);
+    args.delta_bias = ArgOf(bias);
+    args.h0 = ArgOf(h0);
+    args.cu_seqlens = ArgOf(cu);
+    args.cu_values =
+        cu.present && cu.type == ONNX_TENSOR_ELEMENT_DATA_TYPE_INT64 ? static_cast<const int64_t *>(cu.data) : nullptr;
+    bind::Forms forms;
+    forms.fixed_bc = forms.groupless_bc = true; // B / C: (dim, N) float constant over time, (batch, N, L) one group
+    bind::Checked k;
+    if (OrtStatus *st = Check(bind::CheckScanArgs, args, forms, c.op, names, &k)) return st;
+    const ONNXTensorElementDataType T = u.type;
+    const int64_t batch = k.s.batch, dim = k.s.dim, L = k.s.L, N = k.s.N, G = k.s.G, rows = k.s.rows,
+                  n_seqs = k.s.n_seqs;
 
-  Tensor y, last;
-  if (OrtStatus *st = Output(ctx, 0, "y", u.dims, &y)) return st;
-  if (OrtStatus *st = SecondOutput(ctx, c.n_out, "last_state", {rows, dim, N}, &want_last, &last)) return st;
-  if (k.Empty()) {  // nothing to scan: y is 0, the last state is h0 (or 0)
-    EmptyCall(y, want_last ? &last : nullptr, h0, ElemSize(T), 4);
-    return nullptr;
-  }
-  selscan_problem p;
-  std::memset(&p, 0, sizeof p);
-  p.batch = batch; p.dim = dim; p.seqlen = L; p.dstate = N; p.n_groups = G;
-  p.dtype = DtypeOf(T);
-  p.flags = (kern.flag ? SELSCAN_DELTA_SOFTPLUS : 0u) | k.flags;  // SELSCAN_FIXED_*: the forms of B, C
-  if (cu.present) {
-    p.cu_seqlens = static_cast<const int64_t *>(cu.data);
-    p.n_seqs = n_seqs;
-  }
-  p.u = In(u); p.delta = In(delta); p.A = In(A); p.B = In(B); p.C = In(C);
-  p.D = In(D); p.z = In(z); p.delta_bias = In(bias); p.h0 = In(h0);
-  p.y = Out(y);
-  if (want_last) p.h_last = Out(last);
-  selscan_diag diag = {nullptr, nullptr, SELSCAN_RULE_NONE};
-  p.diag = &diag;
-  // work items of the forward: (batch row, channel tile); a tile is at least 4 channels
-  const int64_t n = NumParts(batch * ((dim + 3) / 4));
-  size_t ws_bytes = 0;
-  selscan_status sst = selscan_workspace_size_parts(&p, nullptr, n, &ws_bytes);
-  if (sst != SELSCAN_OK) return SelscanError(c.op, sst, diag, names);
-  Workspace ws;
-  if (!ws.Make(ws_bytes)) return Error(ORT_FAIL, "selscan SelectiveScan: out of memory for the workspace (" +
-                                                     std::to_string(ws_bytes) + " bytes)");
-  void *wp = ws.ptr();
-  return RunParts(ctx, c.op, names, p, n, [&](selscan_problem *q, int64_t part) {
-    return selscan_forward_cpu_part(q, part, n, wp, ws_bytes);
-  });
+    Tensor y, last;
+    if (OrtStatus *st = Output(ctx, 0, "y", u.dims, &y)) return st;
+    if (OrtStatus *st = SecondOutput(ctx, c.n_out, "last_state", {rows, dim, N}, &want_last, &last)) return st;
+    if (k.Empty()) { // nothing to scan: y is 0, the last state is h0 (or 0)
+        EmptyCall(y, want_last ? &last : nullptr, h0, ElemSize(T), 4);
+        return nullptr;
+    }
+    selscan_problem p;
+    std::memset(&p, 0, sizeof p);
+    p.batch = batch;
+    p.dim = dim;
+    p.seqlen = L;
+    p.dstate = N;
+    p.n_groups = G;
+    p.dtype = DtypeOf(T);
+    p.flags = (kern.flag ? SELSCAN_DELTA_SOFTPLUS : 0u) | k.flags; // SELSCAN_FIXED_*: the forms of B, C
+    if (cu.present) {
+        p.cu_seqlens = static_cast<const int64_t *>(cu.data);
+        p.n_seqs = n_seqs;
+    }
+    p.u = In(u);
+    p.delta = In(delta);
+    p.A = In(A);
+    p.B = In(B);
+    p.C = In(C);
+    p.D = In(D);
+    p.z = In(z);
+    p.delta_bias = In(bias);
+    p.h0 = In(h0);
+    p.y = Out(y);
+    if (want_last) p.h_last = Out(last);
+    selscan_diag diag = {nullptr, nullptr, SELSCAN_RULE_NONE};
+    p.diag = &diag;
+    // work items of the forward: (batch row, channel tile); a tile is at least 4 channels
+    const int64_t n = NumParts(batch * ((dim + 3) / 4));
+    size_t ws_bytes = 0;
+    selscan_status sst = selscan_workspace_size_parts(&p, nullptr, n, &ws_bytes);
+    if (sst != SELSCAN_OK) return SelscanError(c.op, sst, diag, names);
+    Workspace ws;
+    if (!ws.Make(ws_bytes))
+        return Error(ORT_FAIL,
+                     "selscan SelectiveScan: out of memory for the workspace (" + std::to_string(ws_bytes) + " bytes)");
+    void *wp = ws.ptr();
+    return RunParts(ctx, c.op, names, p, n, [&](selscan_problem *q, int64_t part) {
+        return selscan_forward_cpu_part(q, part, n, wp, ws_bytes);
+    });
 }
 
 // ---- >>ort-step: SelectiveStateUpdate -----------------------------------------------------------
 
 OrtStatus *StepCompute(const Kernel &kern, OrtKernelContext *ctx) {
-  Call<kStepInputs> c;
-  if (OrtStatus *st = Read(ctx, kern, &c)) return st;
-  const Tensor &state = c.t[kState], &x = c.t[kX], &dt = c.t[kDt], &A = c.t[kSA], &B = c.t[kSB], &C = c.t[kSC],
-               &D = c.t[kSD], &z = c.t[kSZ], &bias = c.t[kDtBias], &sidx = c.t[kStateIndex];
-  const bind::Names names = bind::NamesOf(kStepNames, "input");
-  bind::StepArgs args;
-  args.state = ArgOf(state); args.u = ArgOf(x); args.delta = ArgOf(dt); args.A = ArgOf(A); args.B = ArgOf(B);
-  args.C = ArgOf(C); args.D = ArgOf(D); args.z = ArgOf(z); args.delta_bias = ArgOf(bias);
-  SetIndex(&args, sidx);
-  bind::Checked k;  // (the indices' values whatever the sizes)
-  if (OrtStatus *st = Check(bind::CheckStepArgs, args, bind::Forms(), c.op, names, &k)) return st;
-  const ONNXTensorElementDataType T = x.type;
-  const int64_t batch = k.s.batch, dim = k.s.dim, N = k.s.N, G = k.s.G, n_cache = k.n_cache;
+    Call<kStepInputs> c;
+    if (OrtStatus *st = Read(ctx, kern, &c)) return st;
+    const Tensor &state = c.t[kState], &x = c.t[kX], &dt = c.t[kDt], &A = c.t[kSA], &B = c.t[kSB], &C = c.t[kSC],
+                 &D = c.t[kSD], &z = c.t[kSZ], &bias = c.t[kDtBias], &sidx = c.t[kStateIndex];
+    const bind::Names names = bind::NamesOf(kStepNames, "input");
+    bind::StepArgs args;
+    args.state = ArgOf(state);
+    args.u = ArgOf(x);
+    args.delta = ArgOf(dt);
+    args.A = ArgOf(A);
+    args.B = ArgOf(B);
+    args.C = ArgOf(C);
+    args.D = ArgOf(D);
+    args.z = ArgOf(z);
+    args.delta_bias = ArgOf(bias);
+    SetIndex(&args, sidx);
+    bind::Checked k; // (the indices' values whatever the sizes)
+    if (OrtStatus *st = Check(bind::CheckStepArgs, args, bind::Forms(), c.op, names, &k)) return st;
+    const ONNXTensorElementDataType T = x.type;
+    const int64_t batch = k.s.batch, dim = k.s.dim, N = k.s.N, G = k.s.G, n_cache = k.n_cache;
 
-  Tensor y, state_out;
-  if (OrtStatus *st = Output(ctx, 0, "y", x.dims, &y)) return st;
-  if (OrtStatus *st = Output(ctx, 1, "state_out", state.dims, &state_out)) return st;
-  if (k.Empty()) {  // no token, or no cache row (every row padding): y 0, the state passes through
-    EmptyCall(y, &state_out, state, ElemSize(T), 4);
-    return nullptr;
-  }
-  selscan_step_problem s;
-  std::memset(&s, 0, sizeof s);
-  s.batch = batch; s.dim = dim; s.dstate = N; s.n_groups = G; s.n_cache = n_cache;
-  s.dtype = DtypeOf(T);
-  s.flags = kern.flag ? SELSCAN_DELTA_SOFTPLUS : 0u;
-  s.state_index = sidx.present ? static_cast<const int32_t *>(sidx.data) : nullptr;
-  s.u = In(x); s.delta = In(dt); s.A = In(A); s.B = In(B); s.C = In(C);
-  s.D = In(D); s.z = In(z); s.delta_bias = In(bias);
-  s.y = Out(y);
-  const int64_t n = bind::StepParts(Threads(), batch, dim);  // blocks of 256 channels of a row
-  return RunStep(ctx, c.op, names, s, selscan_validate_step, state_out, state, 4, n,
-                 [&](selscan_step_problem *q, int64_t part) { return selscan_step_cpu_part(q, part, n); });
+    Tensor y, state_out;
+    if (OrtStatus *st = Output(ctx, 0, "y", x.dims, &y)) return st;
+    if (OrtStatus *st = Output(ctx, 1, "state_out", state.dims, &state_out)) return st;
+    if (k.Empty()) { // no token, or no cache row (every row padding): y 0, the state passes through
+        EmptyCall(y, &state_out, state, ElemSize(T), 4);
+        return nullptr;
+    }
+    selscan_step_problem s;
+    std::memset(&s, 0, sizeof s);
+    s.batch = batch;
+    s.dim = dim;
+    s.dstate = N;
+    s.n_groups = G;
+    s.n_cache = n_cache;
+    s.dtype = DtypeOf(T);
+    s.flags = kern.flag ? SELSCAN_DELTA_SOFTPLUS : 0u;
+    s.state_index = sidx.present ? static_cast<const int32_t *>(sidx.data) : nullptr;
+    s.u = In(x);
+    s.delta = In(dt);
+    s.A = In(A);
+    s.B = In(B);
+    s.C = In(C);
+    s.D = In(D);
+    s.z = In(z);
+    s.delta_bias = In(bias);
+    s.y = Out(y);
+    const int64_t n = bind::StepParts(Threads(), batch, dim); // blocks of 256 channels of a row
+    return RunStep(ctx, c.op, names, s, selscan_validate_step, state_out, state, 4, n,
+                   [&](selscan_step_problem *q, int64_t part) { return selscan_step_cpu_part(q, part, n); });
 }
 
 // ---- >>ort-conv: CausalConv1d, CausalConv1dUpdate (selscan.h's causal conv1d, where it has it) ----
@@ -505,75 +561,95 @@ OrtStatus *StepCompute(const Kernel &kern, OrtKernelContext *ctx) {
 #define SELSCAN_ORT_HAS_CONV 1
 
 OrtStatus *ConvCompute(const Kernel &kern, OrtKernelContext *ctx) {
-  Call<kConvInputs> c;
-  if (OrtStatus *st = Read(ctx, kern, &c)) return st;
-  const Tensor &x = c.t[kCx], &w = c.t[kCWeight], &bias = c.t[kCBias], &init = c.t[kCInit], &cu = c.t[kCCuSeqlens];
-  bool want_fin = c.want_second;
-  const bind::Names names = bind::NamesOf(kConvNames, "input");
-  bind::ConvArgs args;
-  args.x = ArgOf(x); args.weight = ArgOf(w); args.bias = ArgOf(bias); args.init_state = ArgOf(init);
-  args.cu_seqlens = ArgOf(cu);
-  args.cu_values = cu.present && cu.type == ONNX_TENSOR_ELEMENT_DATA_TYPE_INT64 ? static_cast<const int64_t *>(cu.data)
-                                                                                : nullptr;
-  bind::Checked k;  // (the width before a state is shaped by it)
-  if (OrtStatus *st = Check(bind::CheckConvArgs, args, bind::Forms(), c.op, names, &k)) return st;
-  const ONNXTensorElementDataType T = x.type;
-  const int64_t batch = k.s.batch, dim = k.s.dim, L = k.s.L, W = k.width, rows = k.s.rows, n_seqs = k.s.n_seqs;
-  Tensor y, fin;
-  if (OrtStatus *st = Output(ctx, 0, "y", x.dims, &y)) return st;
-  if (OrtStatus *st = SecondOutput(ctx, c.n_out, "final_state", {rows, dim, W - 1}, &want_fin, &fin)) return st;
-  if (k.Empty()) {  // nothing to convolve (packed: every sequence empty): the state passes through
-    EmptyCall(y, want_fin ? &fin : nullptr, init, ElemSize(T), ElemSize(T));
-    return nullptr;
-  }
-  selscan_conv_problem p;
-  std::memset(&p, 0, sizeof p);
-  p.batch = batch; p.dim = dim; p.seqlen = L; p.width = W;
-  p.dtype = DtypeOf(T);
-  p.flags = kern.flag ? SELSCAN_CONV_SILU : 0u;
-  if (cu.present) { p.cu_seqlens = static_cast<const int64_t *>(cu.data); p.n_seqs = n_seqs; }
-  p.x = In(x); p.weight = In(w); p.bias = In(bias); p.init_state = In(init);
-  p.y = Out(y);
-  if (want_fin) p.final_state = Out(fin);
-  const int64_t n = NumParts(dim);
-  return RunParts(ctx, c.op, names, p, n, [&](selscan_conv_problem *q, int64_t part) {
-    return selscan_conv_forward_cpu_part(q, part, n);
-  });
+    Call<kConvInputs> c;
+    if (OrtStatus *st = Read(ctx, kern, &c)) return st;
+    const Tensor &x = c.t[kCx], &w = c.t[kCWeight], &bias = c.t[kCBias], &init = c.t[kCInit], &cu = c.t[kCCuSeqlens];
+    bool want_fin = c.want_second;
+    const bind::Names names = bind::NamesOf(kConvNames, "input");
+    bind::ConvArgs args;
+    args.x = ArgOf(x);
+    args.weight = ArgOf(w);
+    args.bias = ArgOf(bias);
+    args.init_state = ArgOf(init);
+    args.cu_seqlens = ArgOf(cu);
+    args.cu_values =
+        cu.present && cu.type == ONNX_TENSOR_ELEMENT_DATA_TYPE_INT64 ? static_cast<const int64_t *>(cu.data) : nullptr;
+    bind::Checked k; // (the width before a state is shaped by it)
+    if (OrtStatus *st = Check(bind::CheckConvArgs, args, bind::Forms(), c.op, names, &k)) return st;
+    const ONNXTensorElementDataType T = x.type;
+    const int64_t batch = k.s.batch, dim = k.s.dim, L = k.s.L, W = k.width, rows = k.s.rows, n_seqs = k.s.n_seqs;
+    Tensor y, fin;
+    if (OrtStatus *st = Output(ctx, 0, "y", x.dims, &y)) return st;
+    if (OrtStatus *st = SecondOutput(ctx, c.n_out, "final_state", {rows, dim, W - 1}, &want_fin, &fin)) return st;
+    if (k.Empty()) { // nothing to convolve (packed: every sequence empty): the state passes through
+        EmptyCall(y, want_fin ? &fin : nullptr, init, ElemSize(T), ElemSize(T));
+        return nullptr;
+    }
+    selscan_conv_problem p;
+    std::memset(&p, 0, sizeof p);
+    p.batch = batch;
+    p.dim = dim;
+    p.seqlen = L;
+    p.width = W;
+    p.dtype = DtypeOf(T);
+    p.flags = kern.flag ? SELSCAN_CONV_SILU : 0u;
+    if (cu.present) {
+        p.cu_seqlens = static_cast<const int64_t *>(cu.data);
+        p.n_seqs = n_seqs;
+    }
+    p.x = In(x);
+    p.weight = In(w);
+    p.bias = In(bias);
+    p.init_state = In(init);
+    p.y = Out(y);
+    if (want_fin) p.final_state = Out(fin);
+    const int64_t n = NumParts(dim);
+    return RunParts(ctx, c.op, names, p, n,
+                    [&](selscan_conv_problem *q, int64_t part) { return selscan_conv_forward_cpu_part(q, part, n); });
 }
 
 OrtStatus *ConvUpdateCompute(const Kernel &kern, OrtKernelContext *ctx) {
-  Call<kConvUpdateInputs> c;
-  if (OrtStatus *st = Read(ctx, kern, &c)) return st;
-  const Tensor &state = c.t[kCuState], &x = c.t[kCuX], &w = c.t[kCuWeight], &bias = c.t[kCuBias],
-               &sidx = c.t[kCuStateIndex];
-  const bind::Names names = bind::NamesOf(kConvUpdateNames, "input");
-  bind::ConvStepArgs args;
-  args.state = ArgOf(state); args.x = ArgOf(x); args.weight = ArgOf(w); args.bias = ArgOf(bias);
-  SetIndex(&args, sidx);
-  bind::Checked k;
-  if (OrtStatus *st = Check(bind::CheckConvStepArgs, args, bind::Forms(), c.op, names, &k)) return st;
-  const ONNXTensorElementDataType T = x.type;
-  const int64_t batch = k.s.batch, dim = k.s.dim, seqlen = k.s.L, W = k.width;
-  Tensor y, state_out;
-  if (OrtStatus *st = Output(ctx, 0, "y", x.dims, &y)) return st;
-  if (OrtStatus *st = Output(ctx, 1, "state_out", state.dims, &state_out)) return st;
-  const size_t esize = ElemSize(T);
-  if (k.Empty()) {  // no token, or no cache row (every row padding): y 0, the state passes through
-    EmptyCall(y, &state_out, state, esize, esize);
-    return nullptr;
-  }
-  selscan_conv_step_problem s;
-  std::memset(&s, 0, sizeof s);
-  s.batch = batch; s.dim = dim; s.width = W; s.state_len = k.state_len; s.n_cache = k.n_cache;
-  s.seqlen = seqlen;
-  s.dtype = DtypeOf(T);
-  s.flags = kern.flag ? SELSCAN_CONV_SILU : 0u;
-  s.state_index = sidx.present ? static_cast<const int32_t *>(sidx.data) : nullptr;
-  s.x = In(x); s.weight = In(w); s.bias = In(bias);
-  s.y = Out(y);
-  const int64_t n = NumParts(batch * dim);
-  return RunStep(ctx, c.op, names, s, selscan_validate_conv_step, state_out, state, esize, n,
-                 [&](selscan_conv_step_problem *q, int64_t part) { return selscan_conv_step_cpu_part(q, part, n); });
+    Call<kConvUpdateInputs> c;
+    if (OrtStatus *st = Read(ctx, kern, &c)) return st;
+    const Tensor &state = c.t[kCuState], &x = c.t[kCuX], &w = c.t[kCuWeight], &bias = c.t[kCuBias],
+                 &sidx = c.t[kCuStateIndex];
+    const bind::Names names = bind::NamesOf(kConvUpdateNames, "input");
+    bind::ConvStepArgs args;
+    args.state = ArgOf(state);
+    args.x = ArgOf(x);
+    args.weight = ArgOf(w);
+    args.bias = ArgOf(bias);
+    SetIndex(&args, sidx);
+    bind::Checked k;
+    if (OrtStatus *st = Check(bind::CheckConvStepArgs, args, bind::Forms(), c.op, names, &k)) return st;
+    const ONNXTensorElementDataType T = x.type;
+    const int64_t batch = k.s.batch, dim = k.s.dim, seqlen = k.s.L, W = k.width;
+    Tensor y, state_out;
+    if (OrtStatus *st = Output(ctx, 0, "y", x.dims, &y)) return st;
+    if (OrtStatus *st = Output(ctx, 1, "state_out", state.dims, &state_out)) return st;
+    const size_t esize = ElemSize(T);
+    if (k.Empty()) { // no token, or no cache row (every row padding): y 0, the state passes through
+        EmptyCall(y, &state_out, state, esize, esize);
+        return nullptr;
+    }
+    selscan_conv_step_problem s;
+    std::memset(&s, 0, sizeof s);
+    s.batch = batch;
+    s.dim = dim;
+    s.width = W;
+    s.state_len = k.state_len;
+    s.n_cache = k.n_cache;
+    s.seqlen = seqlen;
+    s.dtype = DtypeOf(T);
+    s.flags = kern.flag ? SELSCAN_CONV_SILU : 0u;
+    s.state_index = sidx.present ? static_cast<const int32_t *>(sidx.data) : nullptr;
+    s.x = In(x);
+    s.weight = In(w);
+    s.bias = In(bias);
+    s.y = Out(y);
+    const int64_t n = NumParts(batch * dim);
+    return RunStep(ctx, c.op, names, s, selscan_validate_conv_step, state_out, state, esize, n,
+                   [&](selscan_conv_step_problem *q, int64_t part) { return selscan_conv_step_cpu_part(q, part, n); });
 }
 #else
 #define SELSCAN_ORT_HAS_CONV 0
@@ -582,80 +658,80 @@ OrtStatus *ConvUpdateCompute(const Kernel &kern, OrtKernelContext *ctx) {
 // ---- >>ort-ops: the OrtCustomOp tables ----------------------------------------------------------
 
 struct OpDef {
-  OrtCustomOp base;  // first member: ONNX Runtime hands back &base
-  OpKind kind;
-  ONNXTensorElementDataType T;
+    OrtCustomOp base; // first member: ONNX Runtime hands back &base
+    OpKind kind;
+    ONNXTensorElementDataType T;
 };
 
 const OpDef &Def(const OrtCustomOp *op) { return *reinterpret_cast<const OpDef *>(op); }
 const OpInfo &Info(const OrtCustomOp *op) { return kOpInfo[Def(op).kind]; }
 
 ONNXTensorElementDataType SlotType(TypeSlot s, ONNXTensorElementDataType T) {
-  switch (s) {
+    switch (s) {
     case kSlotT: return T;
     case kSlotF32: return ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT;
     case kSlotI32: return ONNX_TENSOR_ELEMENT_DATA_TYPE_INT32;
     case kSlotI64: return ONNX_TENSOR_ELEMENT_DATA_TYPE_INT64;
     default: return ONNX_TENSOR_ELEMENT_DATA_TYPE_UNDEFINED;
-  }
+    }
 }
 
 const char *SELSCAN_ORT_CALL GetName(const OrtCustomOp *op) { return Info(op).name; }
-const char *SELSCAN_ORT_CALL GetExecutionProviderType(const OrtCustomOp *) { return nullptr; }  // the CPU
+const char *SELSCAN_ORT_CALL GetExecutionProviderType(const OrtCustomOp *) { return nullptr; } // the CPU
 size_t SELSCAN_ORT_CALL GetInputTypeCount(const OrtCustomOp *op) { return Info(op).n_inputs; }
 ONNXTensorElementDataType SELSCAN_ORT_CALL GetInputType(const OrtCustomOp *op, size_t i) {
-  return SlotType(Info(op).inputs[i], Def(op).T);
+    return SlotType(Info(op).inputs[i], Def(op).T);
 }
 size_t SELSCAN_ORT_CALL GetOutputTypeCount(const OrtCustomOp *) { return 2; }
 ONNXTensorElementDataType SELSCAN_ORT_CALL GetOutputType(const OrtCustomOp *op, size_t i) {
-  return SlotType(Info(op).outputs[i], Def(op).T);
+    return SlotType(Info(op).outputs[i], Def(op).T);
 }
 OrtCustomOpInputOutputCharacteristic SELSCAN_ORT_CALL GetInputCharacteristic(const OrtCustomOp *op, size_t i) {
-  return i < Info(op).n_required ? INPUT_OUTPUT_REQUIRED : INPUT_OUTPUT_OPTIONAL;
+    return i < Info(op).n_required ? INPUT_OUTPUT_REQUIRED : INPUT_OUTPUT_OPTIONAL;
 }
 OrtCustomOpInputOutputCharacteristic SELSCAN_ORT_CALL GetOutputCharacteristic(const OrtCustomOp *op, size_t i) {
-  return (i == 0 || !Info(op).second_attr) ? INPUT_OUTPUT_REQUIRED : INPUT_OUTPUT_OPTIONAL;
+    return (i == 0 || !Info(op).second_attr) ? INPUT_OUTPUT_REQUIRED : INPUT_OUTPUT_OPTIONAL;
 }
 OrtMemType SELSCAN_ORT_CALL GetInputMemoryType(const OrtCustomOp *, size_t) { return OrtMemTypeDefault; }
 int SELSCAN_ORT_CALL VariadicMinArity(const OrtCustomOp *) { return 1; }
 int SELSCAN_ORT_CALL VariadicHomogeneity(const OrtCustomOp *) { return 1; }
 int SELSCAN_ORT_CALL GetStartVersion(const OrtCustomOp *) { return SELSCAN_ORT_OPSET; }
-int SELSCAN_ORT_CALL GetEndVersion(const OrtCustomOp *) { return 1000; }  // ONNX Runtime's "no end"
+int SELSCAN_ORT_CALL GetEndVersion(const OrtCustomOp *) { return 1000; } // ONNX Runtime's "no end"
 
 // An optional int attribute (0 or 1); *out keeps its default when the node does not set it.
 OrtStatus *BoolAttr(const OrtKernelInfo *info, const char *op, const char *name, int64_t *out) {
-  int64_t v = 0;
-  OrtStatus *st = g_api.KernelInfoGetAttribute_int64(info, name, &v);
-  if (st) {  // absent (ONNX Runtime reports a missing attribute as an error): the default
-    g_api.ReleaseStatus(st);
+    int64_t v = 0;
+    OrtStatus *st = g_api.KernelInfoGetAttribute_int64(info, name, &v);
+    if (st) { // absent (ONNX Runtime reports a missing attribute as an error): the default
+        g_api.ReleaseStatus(st);
+        return nullptr;
+    }
+    if (v != 0 && v != 1)
+        return Error(ORT_INVALID_ARGUMENT, std::string("selscan ") + op + ": attribute '" + name +
+                                               "' must be 0 or 1, got " + std::to_string(v));
+    *out = v;
     return nullptr;
-  }
-  if (v != 0 && v != 1)
-    return Error(ORT_INVALID_ARGUMENT, std::string("selscan ") + op + ": attribute '" + name + "' must be 0 or 1, got " +
-                                           std::to_string(v));
-  *out = v;
-  return nullptr;
 }
 
 OrtStatus *SELSCAN_ORT_CALL CreateKernelV2(const OrtCustomOp *op, const OrtApi *, const OrtKernelInfo *info,
                                            void **kernel) {
-  *kernel = nullptr;
-  Kernel *k = new (std::nothrow) Kernel();
-  if (!k) return Error(ORT_FAIL, "selscan: out of memory");
-  k->kind = Def(op).kind;
-  const OpInfo &in = Info(op);
-  OrtStatus *st = BoolAttr(info, in.name, in.flag_attr, &k->flag);
-  if (!st && in.second_attr) st = BoolAttr(info, in.name, in.second_attr, &k->second);
-  if (st) {
-    delete k;
-    return st;
-  }
-  *kernel = k;
-  return nullptr;
+    *kernel = nullptr;
+    Kernel *k = new (std::nothrow) Kernel();
+    if (!k) return Error(ORT_FAIL, "selscan: out of memory");
+    k->kind = Def(op).kind;
+    const OpInfo &in = Info(op);
+    OrtStatus *st = BoolAttr(info, in.name, in.flag_attr, &k->flag);
+    if (!st && in.second_attr) st = BoolAttr(info, in.name, in.second_attr, &k->second);
+    if (st) {
+        delete k;
+        return st;
+    }
+    *kernel = k;
+    return nullptr;
 }
 
 OrtStatus *Compute(const Kernel &k, OrtKernelContext *ctx) {
-  switch (k.kind) {
+    switch (k.kind) {
     case kSelectiveScan: return ScanCompute(k, ctx);
     case kSelectiveStateUpdate: return StepCompute(k, ctx);
 #if SELSCAN_ORT_HAS_CONV
@@ -663,51 +739,49 @@ OrtStatus *Compute(const Kernel &k, OrtKernelContext *ctx) {
     case kCausalConv1dUpdate: return ConvUpdateCompute(k, ctx);
 #endif
     default: return Error(ORT_NOT_IMPLEMENTED, "selscan: op not built into this library");
-  }
+    }
 }
 
 OrtStatus *SELSCAN_ORT_CALL KernelComputeV2(void *kernel, OrtKernelContext *ctx) {
-  try {
-    return Compute(*static_cast<const Kernel *>(kernel), ctx);
-  } catch (const std::bad_alloc &) {
-    return Error(ORT_FAIL, "selscan: out of memory");
-  } catch (...) {
-    return Error(ORT_RUNTIME_EXCEPTION, "selscan: unexpected C++ exception");
-  }
+    try {
+        return Compute(*static_cast<const Kernel *>(kernel), ctx);
+    } catch (const std::bad_alloc &) { return Error(ORT_FAIL, "selscan: out of memory"); } catch (...) {
+        return Error(ORT_RUNTIME_EXCEPTION, "selscan: unexpected C++ exception");
+    }
 }
 
 void SELSCAN_ORT_CALL KernelDestroy(void *kernel) { delete static_cast<Kernel *>(kernel); }
 
 OpDef MakeOp(OpKind kind, ONNXTensorElementDataType T) {
-  OpDef d;
-  std::memset(&d, 0, sizeof d);
-  d.base.version = SELSCAN_ORT_API_VERSION;
-  d.base.GetName = &GetName;
-  d.base.GetExecutionProviderType = &GetExecutionProviderType;
-  d.base.GetInputType = &GetInputType;
-  d.base.GetInputTypeCount = &GetInputTypeCount;
-  d.base.GetOutputType = &GetOutputType;
-  d.base.GetOutputTypeCount = &GetOutputTypeCount;
-  d.base.KernelDestroy = &KernelDestroy;
-  d.base.GetInputCharacteristic = &GetInputCharacteristic;
-  d.base.GetOutputCharacteristic = &GetOutputCharacteristic;
-  d.base.GetInputMemoryType = &GetInputMemoryType;
-  d.base.GetVariadicInputMinArity = &VariadicMinArity;
-  d.base.GetVariadicInputHomogeneity = &VariadicHomogeneity;
-  d.base.GetVariadicOutputMinArity = &VariadicMinArity;
-  d.base.GetVariadicOutputHomogeneity = &VariadicHomogeneity;
-  d.base.CreateKernelV2 = &CreateKernelV2;
-  d.base.KernelComputeV2 = &KernelComputeV2;
-  d.base.GetStartVersion = &GetStartVersion;
-  d.base.GetEndVersion = &GetEndVersion;
-  d.kind = kind;
-  d.T = T;
-  return d;
+    OpDef d;
+    std::memset(&d, 0, sizeof d);
+    d.base.version = SELSCAN_ORT_API_VERSION;
+    d.base.GetName = &GetName;
+    d.base.GetExecutionProviderType = &GetExecutionProviderType;
+    d.base.GetInputType = &GetInputType;
+    d.base.GetInputTypeCount = &GetInputTypeCount;
+    d.base.GetOutputType = &GetOutputType;
+    d.base.GetOutputTypeCount = &GetOutputTypeCount;
+    d.base.KernelDestroy = &KernelDestroy;
+    d.base.GetInputCharacteristic = &GetInputCharacteristic;
+    d.base.GetOutputCharacteristic = &GetOutputCharacteristic;
+    d.base.GetInputMemoryType = &GetInputMemoryType;
+    d.base.GetVariadicInputMinArity = &VariadicMinArity;
+    d.base.GetVariadicInputHomogeneity = &VariadicHomogeneity;
+    d.base.GetVariadicOutputMinArity = &VariadicMinArity;
+    d.base.GetVariadicOutputHomogeneity = &VariadicHomogeneity;
+    d.base.CreateKernelV2 = &CreateKernelV2;
+    d.base.KernelComputeV2 = &KernelComputeV2;
+    d.base.GetStartVersion = &GetStartVersion;
+    d.base.GetEndVersion = &GetEndVersion;
+    d.kind = kind;
+    d.T = T;
+    return d;
 }
 
-#define SELSCAN_ORT_KERNELS(kind)                                                                      \
-  MakeOp(kind, ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT), MakeOp(kind, ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT16), \
-      MakeOp(kind, ONNX_TENSOR_ELEMENT_DATA_TYPE_BFLOAT16)
+#define SELSCAN_ORT_KERNELS(kind)                                                                           \
+    MakeOp(kind, ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT), MakeOp(kind, ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT16), \
+        MakeOp(kind, ONNX_TENSOR_ELEMENT_DATA_TYPE_BFLOAT16)
 
 // Static: ONNX Runtime keeps pointers to the ops for the life of every session using them.
 OpDef g_ops[] = {
@@ -719,31 +793,32 @@ OpDef g_ops[] = {
 #endif
 };
 
-}  // namespace
+} // namespace
 
 // ---- >>ort-register: the library's entry point ----------------------------------------------------
 
 // Called by ONNX Runtime's register_custom_ops_library. Each call adds one "selscan" domain to the
 // session options; the domain is never released (sessions keep using it; a few bytes a call).
 extern "C" SELSCAN_ORT_EXPORT OrtStatus *SELSCAN_ORT_CALL RegisterCustomOps(OrtSessionOptions *options,
-                                                                           const OrtApiBase *base) {
-  if (!base) return nullptr;
-  const OrtApi *api = base->GetApi(SELSCAN_ORT_API_VERSION);
-  if (!api) {  // an older ONNX Runtime: its version-1 table still makes the error
-    const OrtApi *v1 = base->GetApi(1);
-    if (!v1) return nullptr;
-    typedef void (*AnyFn)(void);  // entry 0, CreateStatus, is all a version-1 table is sure to have
-    g_api.CreateStatus = reinterpret_cast<OrtStatus *(SELSCAN_ORT_CALL *)(OrtErrorCode, const char *)>(
-        reinterpret_cast<const AnyFn *>(v1)[0]);
-    return Error(ORT_FAIL, std::string("selscan: libselscan_ort needs ONNX Runtime >= 1.17 (C API version 17); this is ") +
-                               (base->GetVersionString ? base->GetVersionString() : "older"));
-  }
-  LoadApi(api);
-  OrtCustomOpDomain *domain = nullptr;
-  if (OrtStatus *st = g_api.CreateCustomOpDomain(SELSCAN_ORT_DOMAIN, &domain)) return st;
-  for (OpDef &op : g_ops)
-    if (OrtStatus *st = g_api.CustomOpDomain_Add(domain, &op.base)) return st;
-  return g_api.AddCustomOpDomain(options, domain);
+                                                                            const OrtApiBase *base) {
+    if (!base) return nullptr;
+    const OrtApi *api = base->GetApi(SELSCAN_ORT_API_VERSION);
+    if (!api) { // an older ONNX Runtime: its version-1 table still makes the error
+        const OrtApi *v1 = base->GetApi(1);
+        if (!v1) return nullptr;
+        typedef void (*AnyFn)(void); // entry 0, CreateStatus, is all a version-1 table is sure to have
+        g_api.CreateStatus = reinterpret_cast<OrtStatus *(SELSCAN_ORT_CALL *)(OrtErrorCode, const char *)>(
+            reinterpret_cast<const AnyFn *>(v1)[0]);
+        return Error(ORT_FAIL,
+                     std::string("selscan: libselscan_ort needs ONNX Runtime >= 1.17 (C API version 17); this is ") +
+                         (base->GetVersionString ? base->GetVersionString() : "older"));
+    }
+    LoadApi(api);
+    OrtCustomOpDomain *domain = nullptr;
+    if (OrtStatus *st = g_api.CreateCustomOpDomain(SELSCAN_ORT_DOMAIN, &domain)) return st;
+    for (OpDef &op : g_ops)
+        if (OrtStatus *st = g_api.CustomOpDomain_Add(domain, &op.base)) return st;
+    return g_api.AddCustomOpDomain(options, domain);
 }
 
 // For diagnostics (ctypes): selscan's version, and whether the causal conv1d ops are built in (they
