@@ -554,15 +554,16 @@ def per_param_err(g, truth):
     return {n: rel_l2((g[n] - truth[n]).norm().item(), truth[n].norm().item()) for n in truth}
 
 
-def guard_row(bn, l, g, ref_name, ref_loss, ref_g, truth, amp):
+def guard_row(bn, l, g, ref_name, ref_loss, ref_g, truth, ref_err, amp):
     """One backend's row of the guard (the LM check and the hybrid check alike): its loss against the
     reference backend's; its gradients, fp32 against the reference backend's, bf16 against the reference
-    backend's fp32 ones (truth) within CHECK_BF16_K x the reference's own bf16 error + 2^-8 per parameter.
+    backend's fp32 ones (truth) within CHECK_BF16_K x the reference's own bf16 error (ref_err:
+    per_param_err(ref_g, truth), computed once a mode by the caller) + 2^-8 per parameter.
     Returns (rel_loss, rel L2 of all gradients vs the reference, worst parameter, its bound, verdict)."""
     rel_loss = abs(l - ref_loss) / max(abs(ref_loss), 1e-12)
     rel_g, (worst_n, worst_g) = grads_vs_ref(g, ref_g)
     if amp:  # each parameter's error against fp32, beyond K times the reference backend's own
-        err, ref_err = per_param_err(g, truth), per_param_err(ref_g, truth)
+        err = per_param_err(g, truth)
         worst_n, worst_x = max(((n, err[n] - CHECK_BF16_K * ref_err[n]) for n in err), key=lambda t: t[1])
         bound = f"err vs fp32 {err[worst_n]:.2e} <= {CHECK_BF16_K:g} x {ref_name}'s {ref_err[worst_n]:.2e} + 2^-8"
     else:
@@ -594,8 +595,10 @@ def case_check(tf, name):
         ref_loss, ref_g, _ = res[ref_name]
         if not amp:
             truth = ref_g
+        ref_err = per_param_err(ref_g, truth) if amp else None
         for bn, (l, g, g2) in res.items():
-            rel_loss, rel_g, worst_n, bound, verdict = guard_row(bn, l, g, ref_name, ref_loss, ref_g, truth, amp)
+            rel_loss, rel_g, worst_n, bound, verdict = guard_row(bn, l, g, ref_name, ref_loss, ref_g, truth, ref_err,
+                                                                 amp)
             rep = "bitwise" if all(torch.equal(g[n], g2[n]) for n in g) else f"{grads_vs_ref(g2, g)[0]:.1e}"
             if bn.startswith("selscan") and ref_name == "mamba_ssm" and all(torch.equal(g[n], ref_g[n]) for n in g):
                 verdict = "IDENTICAL to mamba_ssm: backend not switched?"
@@ -1127,8 +1130,10 @@ def case_hybrid(name):
             ref_loss, ref_g = res[ref_name]
             if not amp:
                 truth = ref_g  # the reference backend's fp32 gradients: what the bf16 rows are measured against
+            ref_err = per_param_err(ref_g, truth) if amp else None
             for bn, (l, g) in res.items():
-                rel_loss, rel_g, worst_n, bound, verdict = guard_row(bn, l, g, ref_name, ref_loss, ref_g, truth, amp)
+                rel_loss, rel_g, worst_n, bound, verdict = guard_row(bn, l, g, ref_name, ref_loss, ref_g, truth,
+                                                                     ref_err, amp)
                 mode = "bf16-autocast" if amp else "fp32"
                 RESULTS["checks"].append({"model": name, "mode": mode, "batch": 2, "L": ids.shape[1], "backend": bn,
                                           "reference": ref_name, "loss": l, "rel_loss_vs_ref": rel_loss,
