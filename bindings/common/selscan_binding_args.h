@@ -111,6 +111,89 @@ struct ConvStepArgs {
     const int32_t *index_values = nullptr;
 };
 
+// ---- >>args-order: each op's inputs in the one order every binding lists them -------------------
+// (torch's schemas, the ONNX Runtime ops' and the TensorFlow ops' inputs; a backward appends its
+// extra inputs). A binding describes its inputs into an array in this order and takes the op's Args
+// from it (ScanArgsOf, ...): the order and the member each position fills are written here only.
+enum ScanInput {
+    kScanU = 0,
+    kScanDelta,
+    kScanA,
+    kScanB,
+    kScanC,
+    kScanD,
+    kScanZ,
+    kScanDeltaBias,
+    kScanH0,
+    kScanCuSeqlens,
+    kScanFwdInputs,
+    kScanDy = kScanFwdInputs,
+    kScanDhLast,
+    kScanCheckpoint,
+    kScanBwdInputs
+};
+enum StepInput {
+    kStepState = 0,
+    kStepX,
+    kStepDt,
+    kStepA,
+    kStepB,
+    kStepC,
+    kStepD,
+    kStepZ,
+    kStepDtBias,
+    kStepIndex,
+    kStepInputs
+};
+enum ConvInput {
+    kConvX = 0,
+    kConvWeight,
+    kConvBias,
+    kConvInitState,
+    kConvCuSeqlens,
+    kConvFwdInputs,
+    kConvDy = kConvFwdInputs,
+    kConvDfinalState,
+    kConvBwdInputs
+};
+enum ConvStepInput { kConvStepState = 0, kConvStepX, kConvStepWeight, kConvStepBias, kConvStepIndex, kConvStepInputs };
+
+// in: kScanFwdInputs Args (kScanBwdInputs with backward); cu_values: cu_seqlens' host values or nullptr
+inline ScanArgs ScanArgsOf(const Arg *in, bool backward, const int64_t *cu_values) {
+    ScanArgs s;
+    s.u = in[kScanU], s.delta = in[kScanDelta], s.A = in[kScanA], s.B = in[kScanB], s.C = in[kScanC];
+    s.D = in[kScanD], s.z = in[kScanZ], s.delta_bias = in[kScanDeltaBias], s.h0 = in[kScanH0];
+    s.cu_seqlens = in[kScanCuSeqlens], s.cu_values = cu_values;
+    if (backward) {
+        s.backward = true;
+        s.dy = in[kScanDy], s.dh_last = in[kScanDhLast], s.checkpoint = in[kScanCheckpoint];
+    }
+    return s;
+}
+inline StepArgs StepArgsOf(const Arg *in, const int32_t *index_values) {
+    StepArgs s;
+    s.state = in[kStepState], s.u = in[kStepX], s.delta = in[kStepDt], s.A = in[kStepA], s.B = in[kStepB];
+    s.C = in[kStepC], s.D = in[kStepD], s.z = in[kStepZ], s.delta_bias = in[kStepDtBias];
+    s.state_index = in[kStepIndex], s.index_values = index_values;
+    return s;
+}
+inline ConvArgs ConvArgsOf(const Arg *in, bool backward, const int64_t *cu_values) {
+    ConvArgs s;
+    s.x = in[kConvX], s.weight = in[kConvWeight], s.bias = in[kConvBias], s.init_state = in[kConvInitState];
+    s.cu_seqlens = in[kConvCuSeqlens], s.cu_values = cu_values;
+    if (backward) {
+        s.backward = true;
+        s.dy = in[kConvDy], s.dfinal_state = in[kConvDfinalState];
+    }
+    return s;
+}
+inline ConvStepArgs ConvStepArgsOf(const Arg *in, const int32_t *index_values) {
+    ConvStepArgs s;
+    s.state = in[kConvStepState], s.x = in[kConvStepX], s.weight = in[kConvStepWeight], s.bias = in[kConvStepBias];
+    s.state_index = in[kConvStepIndex], s.index_values = index_values;
+    return s;
+}
+
 // What a check refused: selscan's status and rule, selscan's operand name (a binding's name map
 // gives the user's), the detail (wanted and given; or the sizes of a size rule).
 struct Refusal {

@@ -34,6 +34,7 @@
 // RegisterCustomOps below. Build: make ort-ops (build/ort/libselscan_ort.so), or pip install
 // ./bindings/torch (selscan_torch.onnx.ort_library() returns its path).
 #include <algorithm>
+#include <array>
 #include <cstring>
 #include <new>
 #include <string>
@@ -159,10 +160,9 @@ selscan_out_tensor Out(const Tensor &t) {
 // ---- >>ort-op-table: each op's name, inputs and outputs (the kernels' and the OrtCustomOp's) ----------
 
 enum OpKind { kSelectiveScan = 0, kSelectiveStateUpdate, kCausalConv1d, kCausalConv1dUpdate };
-enum { kU = 0, kDelta, kA, kB, kC, kD, kZ, kDeltaBias, kH0, kCuSeqlens, kScanInputs };
-enum { kState = 0, kX, kDt, kSA, kSB, kSC, kSD, kSZ, kDtBias, kStateIndex, kStepInputs };
-enum { kCx = 0, kCWeight, kCBias, kCInit, kCCuSeqlens, kConvInputs };
-enum { kCuState = 0, kCuX, kCuWeight, kCuBias, kCuStateIndex, kConvUpdateInputs };
+// The ops' inputs: bindings/common's order (>>args-order; the forwards' inputs only)
+constexpr size_t kScanInputs = bind::kScanFwdInputs, kStepInputs = bind::kStepInputs,
+                 kConvInputs = bind::kConvFwdInputs, kConvUpdateInputs = bind::kConvStepInputs;
 
 // An input's or output's type: 'T' (the kernel's dtype), a fixed type, or any (checked at run time).
 enum TypeSlot { kSlotT = 0, kSlotF32, kSlotI32, kSlotI64, kSlotAny };
@@ -183,7 +183,7 @@ const OpInfo kOpInfo[] = {
     // B / C: T over time, float when constant
     {"SelectiveScan",
      kScanInputs,
-     kD,
+     bind::kScanD,
      {"u", "delta", "A", "B", "C", "D", "z", "delta_bias", "h0", "cu_seqlens"},
      {kSlotT, kSlotT, kSlotF32, kSlotAny, kSlotAny, kSlotF32, kSlotT, kSlotF32, kSlotF32, kSlotI64},
      {kSlotT, kSlotF32},
@@ -193,7 +193,7 @@ const OpInfo kOpInfo[] = {
     // SelectiveStateUpdate(state, x, dt, A, B, C, D?, z?, dt_bias?, state_index?) -> (y, state_out)
     {"SelectiveStateUpdate",
      kStepInputs,
-     kSD,
+     bind::kStepD,
      {"state", "x", "dt", "A", "B", "C", "D", "z", "dt_bias", "state_index"},
      {kSlotF32, kSlotT, kSlotT, kSlotF32, kSlotT, kSlotT, kSlotF32, kSlotT, kSlotF32, kSlotI32},
      {kSlotT, kSlotF32},
@@ -203,7 +203,7 @@ const OpInfo kOpInfo[] = {
     // CausalConv1d(x, weight, bias?, init_state?, cu_seqlens?) -> (y, final_state?)
     {"CausalConv1d",
      kConvInputs,
-     kCBias,
+     bind::kConvBias,
      {"x", "weight", "bias", "init_state", "cu_seqlens"},
      {kSlotT, kSlotF32, kSlotF32, kSlotT, kSlotI64},
      {kSlotT, kSlotT},
@@ -213,7 +213,7 @@ const OpInfo kOpInfo[] = {
     // CausalConv1dUpdate(state, x, weight, bias?, state_index?) -> (y, state_out)
     {"CausalConv1dUpdate",
      kConvUpdateInputs,
-     kCuBias,
+     bind::kConvStepBias,
      {"state", "x", "weight", "bias", "state_index"},
      {kSlotT, kSlotT, kSlotF32, kSlotF32, kSlotI32},
      {kSlotT, kSlotT},
@@ -308,6 +308,12 @@ const int32_t *IndexValues(const Tensor &sidx) {
                                                                             : nullptr;
 }
 
+// cu_seqlens' values for the checks to read on the host (int64 only; another type is refused by its dtype rule)
+const int64_t *CuValues(const Tensor &cu) {
+    return cu.present && cu.type == ONNX_TENSOR_ELEMENT_DATA_TYPE_INT64 ? static_cast<const int64_t *>(cu.data)
+                                                                        : nullptr;
+}
+
 // An input as the checks see it: dense, row-major, host memory.
 bind::Arg ArgOf(const Tensor &t) {
     bind::Arg a;
@@ -336,10 +342,11 @@ template <typename Args> OrtStatus *Check(bind::Refusal (*check)(const Args &, c
     return r.ok() ? nullptr : Refused(r, op, names);
 }
 
-// A step's state_index as the checks see it, with its values (the host's).
-template <typename Args> void SetIndex(Args *args, const Tensor &sidx) {
-    args->state_index = ArgOf(sidx);
-    args->index_values = IndexValues(sidx);
+// A call's inputs as the checks see them, in the op's order (bindings/common's >>args-order).
+template <size_t N> std::array<bind::Arg, N> ArgsOf(const Call<N> &c) {
+    std::array<bind::Arg, N> a;
+    for (size_t i = 0; i < N; i++) a[i] = ArgOf(c.t[i]);
+    return a;
 }
 
 selscan_dtype DtypeOf(ONNXTensorElementDataType t) {
@@ -427,24 +434,13 @@ OrtStatus *RunStep(const OrtKernelContext *ctx, const char *op, const bind::Name
 OrtStatus *ScanCompute(const Kernel &kern, OrtKernelContext *ctx) {
     Call<kScanInputs> c;
     if (OrtStatus *st = Read(ctx, kern, &c)) return st;
-    const Tensor &u = c.t[kU], &delta = c.t[kDelta], &A = c.t[kA], &B = c.t[kB], &C = c.t[kC], &D = c.t[kD],
-                 &z = c.t[kZ], &bias = c.t[kDeltaBias], &h0 = c.t[kH0], &cu = c.t[kCuSeqlens];
+    const Tensor &u = c.t[bind::kScanU], &delta = c.t[bind::kScanDelta], &A = c.t[bind::kScanA], &B = c.t[bind::kScanB],
+                 &C = c.t[bind::kScanC], &D = c.t[bind::kScanD], &z = c.t[bind::kScanZ],
+                 &bias = c.t[bind::kScanDeltaBias], &h0 = c.t[bind::kScanH0], &cu = c.t[bind::kScanCuSeqlens];
     bool want_last = c.want_second;
 
     const bind::Names names = bind::NamesOf(kScanNames, "input");
-    bind::ScanArgs args;
-    args.u = ArgOf(u);
-    args.delta = ArgOf(delta);
-    args.A = ArgOf(A);
-    args.B = ArgOf(B);
-    args.C = ArgOf(C);
-    args.D = ArgOf(D);
-    args.z = ArgOf(z);
-    args.delta_bias = ArgOf(bias);
-    args.h0 = ArgOf(h0);
-    args.cu_seqlens = ArgOf(cu);
-    args.cu_values =
-        cu.present && cu.type == ONNX_TENSOR_ELEMENT_DATA_TYPE_INT64 ? static_cast<const int64_t *>(cu.data) : nullptr;
+    const bind::ScanArgs args = bind::ScanArgsOf(ArgsOf(c).data(), false, CuValues(cu));
     bind::Forms forms;
     forms.fixed_bc = forms.groupless_bc = true; // B / C: (dim, N) float constant over time, (batch, N, L) one group
     bind::Checked k;
@@ -506,20 +502,11 @@ OrtStatus *ScanCompute(const Kernel &kern, OrtKernelContext *ctx) {
 OrtStatus *StepCompute(const Kernel &kern, OrtKernelContext *ctx) {
     Call<kStepInputs> c;
     if (OrtStatus *st = Read(ctx, kern, &c)) return st;
-    const Tensor &state = c.t[kState], &x = c.t[kX], &dt = c.t[kDt], &A = c.t[kSA], &B = c.t[kSB], &C = c.t[kSC],
-                 &D = c.t[kSD], &z = c.t[kSZ], &bias = c.t[kDtBias], &sidx = c.t[kStateIndex];
+    const Tensor &state = c.t[bind::kStepState], &x = c.t[bind::kStepX], &dt = c.t[bind::kStepDt],
+                 &A = c.t[bind::kStepA], &B = c.t[bind::kStepB], &C = c.t[bind::kStepC], &D = c.t[bind::kStepD],
+                 &z = c.t[bind::kStepZ], &bias = c.t[bind::kStepDtBias], &sidx = c.t[bind::kStepIndex];
     const bind::Names names = bind::NamesOf(kStepNames, "input");
-    bind::StepArgs args;
-    args.state = ArgOf(state);
-    args.u = ArgOf(x);
-    args.delta = ArgOf(dt);
-    args.A = ArgOf(A);
-    args.B = ArgOf(B);
-    args.C = ArgOf(C);
-    args.D = ArgOf(D);
-    args.z = ArgOf(z);
-    args.delta_bias = ArgOf(bias);
-    SetIndex(&args, sidx);
+    const bind::StepArgs args = bind::StepArgsOf(ArgsOf(c).data(), IndexValues(sidx));
     bind::Checked k; // (the indices' values whatever the sizes)
     if (OrtStatus *st = Check(bind::CheckStepArgs, args, bind::Forms(), c.op, names, &k)) return st;
     const ONNXTensorElementDataType T = x.type;
@@ -563,17 +550,11 @@ OrtStatus *StepCompute(const Kernel &kern, OrtKernelContext *ctx) {
 OrtStatus *ConvCompute(const Kernel &kern, OrtKernelContext *ctx) {
     Call<kConvInputs> c;
     if (OrtStatus *st = Read(ctx, kern, &c)) return st;
-    const Tensor &x = c.t[kCx], &w = c.t[kCWeight], &bias = c.t[kCBias], &init = c.t[kCInit], &cu = c.t[kCCuSeqlens];
+    const Tensor &x = c.t[bind::kConvX], &w = c.t[bind::kConvWeight], &bias = c.t[bind::kConvBias],
+                 &init = c.t[bind::kConvInitState], &cu = c.t[bind::kConvCuSeqlens];
     bool want_fin = c.want_second;
     const bind::Names names = bind::NamesOf(kConvNames, "input");
-    bind::ConvArgs args;
-    args.x = ArgOf(x);
-    args.weight = ArgOf(w);
-    args.bias = ArgOf(bias);
-    args.init_state = ArgOf(init);
-    args.cu_seqlens = ArgOf(cu);
-    args.cu_values =
-        cu.present && cu.type == ONNX_TENSOR_ELEMENT_DATA_TYPE_INT64 ? static_cast<const int64_t *>(cu.data) : nullptr;
+    const bind::ConvArgs args = bind::ConvArgsOf(ArgsOf(c).data(), false, CuValues(cu));
     bind::Checked k; // (the width before a state is shaped by it)
     if (OrtStatus *st = Check(bind::CheckConvArgs, args, bind::Forms(), c.op, names, &k)) return st;
     const ONNXTensorElementDataType T = x.type;
@@ -611,15 +592,10 @@ OrtStatus *ConvCompute(const Kernel &kern, OrtKernelContext *ctx) {
 OrtStatus *ConvUpdateCompute(const Kernel &kern, OrtKernelContext *ctx) {
     Call<kConvUpdateInputs> c;
     if (OrtStatus *st = Read(ctx, kern, &c)) return st;
-    const Tensor &state = c.t[kCuState], &x = c.t[kCuX], &w = c.t[kCuWeight], &bias = c.t[kCuBias],
-                 &sidx = c.t[kCuStateIndex];
+    const Tensor &state = c.t[bind::kConvStepState], &x = c.t[bind::kConvStepX], &w = c.t[bind::kConvStepWeight],
+                 &bias = c.t[bind::kConvStepBias], &sidx = c.t[bind::kConvStepIndex];
     const bind::Names names = bind::NamesOf(kConvUpdateNames, "input");
-    bind::ConvStepArgs args;
-    args.state = ArgOf(state);
-    args.x = ArgOf(x);
-    args.weight = ArgOf(w);
-    args.bias = ArgOf(bias);
-    SetIndex(&args, sidx);
+    const bind::ConvStepArgs args = bind::ConvStepArgsOf(ArgsOf(c).data(), IndexValues(sidx));
     bind::Checked k;
     if (OrtStatus *st = Check(bind::CheckConvStepArgs, args, bind::Forms(), c.op, names, &k)) return st;
     const ONNXTensorElementDataType T = x.type;

@@ -137,31 +137,21 @@ absl::Status CheckAbsent(OpKernelContext *ctx, std::initializer_list<Optional> i
 } // namespace
 
 absl::Status CheckInputs(OpKernelContext *ctx, const Options &o, bool backward, Sizes *s) {
-    TF_RETURN_IF_ERROR(CheckAbsent(ctx, {{o.has_d, kD, "D", "has_d"},
-                                         {o.has_z, kZ, "z", "has_z"},
-                                         {o.has_bias, kDeltaBias, "delta_bias", "has_delta_bias"},
-                                         {o.has_h0, kH0, "h0", "has_h0"},
-                                         {o.has_cu, kCuSeqlens, "cu_seqlens", "has_cu_seqlens"},
-                                         {o.has_dh_last || !backward, kDhLast, "dh_last", "has_dh_last"}}));
+    TF_RETURN_IF_ERROR(CheckAbsent(ctx, {{o.has_d, bind::kScanD, "D", "has_d"},
+                                         {o.has_z, bind::kScanZ, "z", "has_z"},
+                                         {o.has_bias, bind::kScanDeltaBias, "delta_bias", "has_delta_bias"},
+                                         {o.has_h0, bind::kScanH0, "h0", "has_h0"},
+                                         {o.has_cu, bind::kScanCuSeqlens, "cu_seqlens", "has_cu_seqlens"},
+                                         {o.has_dh_last || !backward, bind::kScanDhLast, "dh_last", "has_dh_last"}}));
+    const bool given[bind::kScanBwdInputs] = {true,       true,     true,     true, true,          o.has_d, o.has_z,
+                                              o.has_bias, o.has_h0, o.has_cu, true, o.has_dh_last, true};
     ArgSizes z;
-    bind::ScanArgs a;
-    a.u = z.Of(ctx->input(kU));
-    a.delta = z.Of(ctx->input(kDelta));
-    a.A = z.Of(ctx->input(kA));
-    a.B = z.Of(ctx->input(kB));
-    a.C = z.Of(ctx->input(kC));
-    a.D = z.Of(ctx->input(kD), o.has_d);
-    a.z = z.Of(ctx->input(kZ), o.has_z);
-    a.delta_bias = z.Of(ctx->input(kDeltaBias), o.has_bias);
-    a.h0 = z.Of(ctx->input(kH0), o.has_h0);
-    a.cu_seqlens = z.Of(ctx->input(kCuSeqlens), o.has_cu);
-    if (o.has_cu && ctx->input(kCuSeqlens).dims() == 1) a.cu_values = ctx->input(kCuSeqlens).flat<int64_t>().data();
-    if (backward) {
-        a.backward = true;
-        a.dy = z.Of(ctx->input(kDy));
-        a.dh_last = z.Of(ctx->input(kDhLast), o.has_dh_last);
-        a.checkpoint = z.Of(ctx->input(kCheckpoint));
-    }
+    bind::Arg in[bind::kScanBwdInputs];
+    for (int i = 0; i < (backward ? bind::kScanBwdInputs : bind::kScanFwdInputs); i++)
+        in[i] = z.Of(ctx->input(i), given[i]);
+    const Tensor &cu = ctx->input(bind::kScanCuSeqlens);
+    const bind::ScanArgs a =
+        bind::ScanArgsOf(in, backward, o.has_cu && cu.dims() == 1 ? cu.flat<int64_t>().data() : nullptr);
     const bind::Forms forms = ScanForms(o.bld);
     bind::Checked k;
     const bind::Refusal r = bind::CheckScanArgs(a, forms, &k);
@@ -171,23 +161,19 @@ absl::Status CheckInputs(OpKernelContext *ctx, const Options &o, bool backward, 
 }
 
 absl::Status CheckStepInputs(OpKernelContext *ctx, const StepOptions &o, Sizes *s) {
-    TF_RETURN_IF_ERROR(CheckAbsent(ctx, {{o.has_d, kStD, "D", "has_d"},
-                                         {o.has_z, kStZ, "z", "has_z"},
-                                         {o.has_bias, kStDtBias, "dt_bias", "has_dt_bias"},
-                                         {o.has_index, kStIndex, "state_batch_indices", "has_state_batch_indices"}}));
+    TF_RETURN_IF_ERROR(
+        CheckAbsent(ctx, {{o.has_d, bind::kStepD, "D", "has_d"},
+                          {o.has_z, bind::kStepZ, "z", "has_z"},
+                          {o.has_bias, bind::kStepDtBias, "dt_bias", "has_dt_bias"},
+                          {o.has_index, bind::kStepIndex, "state_batch_indices", "has_state_batch_indices"}}));
+    const bool given[bind::kStepInputs] = {true, true,    true,    true,       true,
+                                           true, o.has_d, o.has_z, o.has_bias, o.has_index};
     ArgSizes z;
-    bind::StepArgs a;
-    a.state = z.Of(ctx->input(kStState));
-    a.u = z.Of(ctx->input(kStX));
-    a.delta = z.Of(ctx->input(kStDt));
-    a.A = z.Of(ctx->input(kStA));
-    a.B = z.Of(ctx->input(kStB));
-    a.C = z.Of(ctx->input(kStC));
-    a.D = z.Of(ctx->input(kStD), o.has_d);
-    a.z = z.Of(ctx->input(kStZ), o.has_z);
-    a.delta_bias = z.Of(ctx->input(kStDtBias), o.has_bias);
-    a.state_index = z.Of(ctx->input(kStIndex), o.has_index);
-    if (o.has_index && ctx->input(kStIndex).dims() == 1) a.index_values = ctx->input(kStIndex).flat<int32_t>().data();
+    bind::Arg in[bind::kStepInputs];
+    for (int i = 0; i < bind::kStepInputs; i++) in[i] = z.Of(ctx->input(i), given[i]);
+    const Tensor &idx = ctx->input(bind::kStepIndex);
+    const bind::StepArgs a =
+        bind::StepArgsOf(in, o.has_index && idx.dims() == 1 ? idx.flat<int32_t>().data() : nullptr);
     bind::Forms forms;
     forms.groupless_bc = true; // B / C (batch, N): one group
     forms.names = bind::NamesOf(bind::kStepNames);
@@ -235,33 +221,23 @@ absl::Status InferDims(InferenceContext *c, bool backward, InferredDims *d) {
             if (!known_nonzero(c->Dim(x, k))) return absl::OkStatus(); // possibly empty: the kernel decides
         return AbsentRule(name, attr, c->DebugString(x));
     };
-    TF_RETURN_IF_ERROR(absent(d->has_d, kD, "D", "has_d"));
-    TF_RETURN_IF_ERROR(absent(d->has_z, kZ, "z", "has_z"));
-    TF_RETURN_IF_ERROR(absent(d->has_bias, kDeltaBias, "delta_bias", "has_delta_bias"));
-    TF_RETURN_IF_ERROR(absent(d->has_h0, kH0, "h0", "has_h0"));
-    TF_RETURN_IF_ERROR(absent(d->has_cu, kCuSeqlens, "cu_seqlens", "has_cu_seqlens"));
-    if (backward) TF_RETURN_IF_ERROR(absent(has_dh_last, kDhLast, "dh_last", "has_dh_last"));
+    TF_RETURN_IF_ERROR(absent(d->has_d, bind::kScanD, "D", "has_d"));
+    TF_RETURN_IF_ERROR(absent(d->has_z, bind::kScanZ, "z", "has_z"));
+    TF_RETURN_IF_ERROR(absent(d->has_bias, bind::kScanDeltaBias, "delta_bias", "has_delta_bias"));
+    TF_RETURN_IF_ERROR(absent(d->has_h0, bind::kScanH0, "h0", "has_h0"));
+    TF_RETURN_IF_ERROR(absent(d->has_cu, bind::kScanCuSeqlens, "cu_seqlens", "has_cu_seqlens"));
+    if (backward) TF_RETURN_IF_ERROR(absent(has_dh_last, bind::kScanDhLast, "dh_last", "has_dh_last"));
     tensorflow::DataType t_attr;
     TF_RETURN_IF_ERROR(c->GetAttr("T", &t_attr));
     const bind::Type T = TypeOf(t_attr), F = bind::Type::kF32;
+    const bind::Type I = bind::Type::kI64, type[bind::kScanBwdInputs] = {T, T, F, T, T, F, T, F, F, I, T, F, F};
+    const bool given[bind::kScanBwdInputs] = {true,        true,      true,      true, true,        d->has_d, d->has_z,
+                                              d->has_bias, d->has_h0, d->has_cu, true, has_dh_last, true};
     ArgSizes z;
-    bind::ScanArgs a;
-    a.u = z.Of(c, kU, T);
-    a.delta = z.Of(c, kDelta, T);
-    a.A = z.Of(c, kA, F);
-    a.B = z.Of(c, kB, T);
-    a.C = z.Of(c, kC, T);
-    a.D = z.Of(c, kD, F, d->has_d);
-    a.z = z.Of(c, kZ, T, d->has_z);
-    a.delta_bias = z.Of(c, kDeltaBias, F, d->has_bias);
-    a.h0 = z.Of(c, kH0, F, d->has_h0);
-    a.cu_seqlens = z.Of(c, kCuSeqlens, bind::Type::kI64, d->has_cu);
-    if (backward) {
-        a.backward = true;
-        a.dy = z.Of(c, kDy, T);
-        a.dh_last = z.Of(c, kDhLast, F, has_dh_last);
-        a.checkpoint = z.Of(c, kCheckpoint, F);
-    }
+    bind::Arg in[bind::kScanBwdInputs];
+    for (int i = 0; i < (backward ? bind::kScanBwdInputs : bind::kScanFwdInputs); i++)
+        in[i] = z.Of(c, i, type[i], given[i]);
+    const bind::ScanArgs a = bind::ScanArgsOf(in, backward, nullptr);
     const bind::Forms forms = ScanForms(d->bld);
     bind::Checked k;
     const bind::Refusal r = bind::CheckScanArgs(a, forms, &k);
@@ -310,8 +286,8 @@ absl::Status BackwardShape(InferenceContext *c) {
 // The step's outputs: out like x, new_state like state (the kernel checks the rest, naming the
 // argument).
 absl::Status StepShape(InferenceContext *c) {
-    c->set_output(0, c->input(kStX));
-    c->set_output(1, c->input(kStState));
+    c->set_output(0, c->input(bind::kStepX));
+    c->set_output(1, c->input(bind::kStepState));
     return absl::OkStatus();
 }
 

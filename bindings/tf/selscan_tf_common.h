@@ -31,23 +31,8 @@ template <typename... Args> absl::Status Invalid(const Args &...args) {
     return absl::InvalidArgumentError(absl::StrCat(args...));
 }
 
-// Input positions of both ops (the backward op appends dy, dh_last and checkpoint).
-enum Input {
-    kU = 0,
-    kDelta,
-    kA,
-    kB,
-    kC,
-    kD,
-    kZ,
-    kDeltaBias,
-    kH0,
-    kCuSeqlens,
-    kDy,
-    kDhLast,
-    kCheckpoint,
-    kNumForwardInputs = 10
-};
+// Input positions: bindings/common's order (>>args-order: bind::kScanU, ..., the backward op
+// appending dy, dh_last, checkpoint; bind::kStepState, ...).
 // Output positions of the backward op.
 enum GradOutput { kDu = 0, kDdelta, kDa, kDb, kDc, kDd, kDz, kDdeltaBias, kDh0, kNumGradOutputs };
 
@@ -110,18 +95,18 @@ inline selscan_problem BuildProblem(OpKernelContext *ctx, const Options &o, cons
                                     Tensor *y, Tensor *h_last) {
     auto in = [&](bool present, int i) { return present ? DataOf(ctx->input(i)) : nullptr; };
     ScanData d;
-    d.u = in(true, kU);
-    d.delta = in(true, kDelta);
-    d.A = in(true, kA);
-    d.B = in(true, kB);
-    d.C = in(true, kC);
-    d.D = in(o.has_d, kD);
-    d.z = in(o.has_z, kZ);
-    d.delta_bias = in(o.has_bias, kDeltaBias);
-    d.h0 = in(o.has_h0, kH0);
+    d.u = in(true, bind::kScanU);
+    d.delta = in(true, bind::kScanDelta);
+    d.A = in(true, bind::kScanA);
+    d.B = in(true, bind::kScanB);
+    d.C = in(true, bind::kScanC);
+    d.D = in(o.has_d, bind::kScanD);
+    d.z = in(o.has_z, bind::kScanZ);
+    d.delta_bias = in(o.has_bias, bind::kScanDeltaBias);
+    d.h0 = in(o.has_h0, bind::kScanH0);
     d.y = y ? OutDataOf(*y) : nullptr;
     d.h_last = h_last ? OutDataOf(*h_last) : nullptr;
-    const int64_t *cu = o.has_cu ? ctx->input(kCuSeqlens).flat<int64_t>().data() : nullptr;
+    const int64_t *cu = o.has_cu ? ctx->input(bind::kScanCuSeqlens).flat<int64_t>().data() : nullptr;
     return ScanProblem(d, s, o.bld, dtype, o.softplus, cu);
 }
 
@@ -130,8 +115,8 @@ inline selscan_problem BuildProblem(OpKernelContext *ctx, const Options &o, cons
 inline selscan_grads BuildGrads(OpKernelContext *ctx, const Options &o, const Sizes &s, Tensor *const *outs) {
     auto out = [&](bool present, int i) { return present ? OutDataOf(*outs[i]) : nullptr; };
     GradData d;
-    d.dy = DataOf(ctx->input(kDy));
-    d.dh_last = o.has_dh_last ? DataOf(ctx->input(kDhLast)) : nullptr;
+    d.dy = DataOf(ctx->input(bind::kScanDy));
+    d.dh_last = o.has_dh_last ? DataOf(ctx->input(bind::kScanDhLast)) : nullptr;
     d.du = out(true, kDu);
     d.ddelta = out(true, kDdelta);
     d.dA = out(true, kDa);
@@ -152,10 +137,11 @@ inline TensorShape StateShape(const Sizes &s) { return TensorShape({s.rows, s.di
 
 // Allocates the backward op's outputs (absent optional operands get an empty (0,) gradient).
 inline absl::Status AllocateGradOutputs(OpKernelContext *ctx, const Options &o, Tensor **outs) {
-    const int src[kNumGradOutputs] = {kU, kDelta, kA, kB, kC, kD, kZ, kDeltaBias, kH0};
+    // gradient i is input i's (u .. h0: bindings/common's order)
+    static_assert(int(kDh0) == int(bind::kScanH0) && int(kDdeltaBias) == int(bind::kScanDeltaBias), "gradient i is input i's");
     const bool present[kNumGradOutputs] = {true, true, true, true, true, o.has_d, o.has_z, o.has_bias, o.has_h0};
     for (int i = 0; i < kNumGradOutputs; i++) {
-        const TensorShape shape = present[i] ? ctx->input(src[i]).shape() : TensorShape({0});
+        const TensorShape shape = present[i] ? ctx->input(i).shape() : TensorShape({0});
         TF_RETURN_IF_ERROR(ctx->allocate_output(i, shape, &outs[i]));
     }
     return absl::OkStatus();
@@ -217,7 +203,7 @@ template <typename Ops, typename T> class SelscanForwardOp : public tensorflow::
             ctx, ctx->allocate_output(2, TensorShape({static_cast<int64_t>(ck_bytes / sizeof(float))}), &checkpoint));
         if (s.Empty()) { // nothing to scan: y is empty, h_last is h0 (or 0) (the offsets' values were checked)
             if (o_.return_last_state && h_last->TotalBytes() > 0) {
-                if (o_.has_h0) Ops::Copy(ctx, h_last->data(), ctx->input(kH0).data(), h_last->TotalBytes());
+                if (o_.has_h0) Ops::Copy(ctx, h_last->data(), ctx->input(bind::kScanH0).data(), h_last->TotalBytes());
                 else Ops::Zero(ctx, h_last->data(), h_last->TotalBytes());
             }
             return;
@@ -242,12 +228,12 @@ template <typename Ops, typename T> class SelscanBackwardOp : public tensorflow:
             for (Tensor *t : outs)
                 if (t->TotalBytes() > 0) Ops::Zero(ctx, t->data(), t->TotalBytes());
             if (o_.has_h0 && o_.has_dh_last && outs[kDh0]->TotalBytes() > 0)
-                Ops::Copy(ctx, outs[kDh0]->data(), ctx->input(kDhLast).data(), outs[kDh0]->TotalBytes());
+                Ops::Copy(ctx, outs[kDh0]->data(), ctx->input(bind::kScanDhLast).data(), outs[kDh0]->TotalBytes());
             return;
         }
         const selscan_problem p = BuildProblem(ctx, o_, s, DtypeOf<T>::value, nullptr, nullptr);
         const selscan_grads g = BuildGrads(ctx, o_, s, outs);
-        OP_REQUIRES_OK(ctx, Ops::Backward(ctx, p, g, s, ctx->input(kCheckpoint)));
+        OP_REQUIRES_OK(ctx, Ops::Backward(ctx, p, g, s, ctx->input(bind::kScanCheckpoint)));
     }
 
   private:
@@ -261,7 +247,6 @@ template <typename Ops, typename T> class SelscanBackwardOp : public tensorflow:
 // step. state_batch_indices is a host input (checked here; the GPU side copies it to the device).
 // Ops (as above) supplies, besides Copy:
 //   static absl::Status Step(OpKernelContext*, const selscan_step_problem&, const Sizes&);
-enum StepInput { kStState = 0, kStX, kStDt, kStA, kStB, kStC, kStD, kStZ, kStDtBias, kStIndex };
 
 struct StepOptions {
     bool softplus = false, has_d = false, has_z = false, has_bias = false, has_index = false;
@@ -287,10 +272,10 @@ template <typename Ops, typename T> class SelscanStepOp : public tensorflow::OpK
         Sizes s;
         OP_REQUIRES_OK(ctx,
                        CheckStepInputs(ctx, o_, &s)); // (the indices: a host input, checked before anything is written)
-        const Tensor &state = ctx->input(kStState);
+        const Tensor &state = ctx->input(bind::kStepState);
         Tensor *out = nullptr, *new_state = nullptr;
-        OP_REQUIRES_OK(ctx, ctx->allocate_output(0, ctx->input(kStX).shape(), &out));
-        OP_REQUIRES_OK(ctx, ctx->forward_input_or_allocate_output({kStState}, 1, state.shape(), &new_state));
+        OP_REQUIRES_OK(ctx, ctx->allocate_output(0, ctx->input(bind::kStepX).shape(), &out));
+        OP_REQUIRES_OK(ctx, ctx->forward_input_or_allocate_output({bind::kStepState}, 1, state.shape(), &new_state));
         if (new_state->data() != state.data() && state.TotalBytes() > 0)
             Ops::Copy(ctx, new_state->data(), state.data(), state.TotalBytes());
         if (s.StepEmpty()) { // no token, or no cache row (every row padding): out 0, the state passes through
@@ -299,15 +284,15 @@ template <typename Ops, typename T> class SelscanStepOp : public tensorflow::OpK
         }
         auto in = [&](bool present, int i) { return present ? DataOf(ctx->input(i)) : nullptr; };
         StepData d;
-        d.x = in(true, kStX);
-        d.dt = in(true, kStDt);
-        d.A = in(true, kStA);
-        d.B = in(true, kStB);
-        d.C = in(true, kStC);
-        d.D = in(o_.has_d, kStD);
-        d.z = in(o_.has_z, kStZ);
-        d.dt_bias = in(o_.has_bias, kStDtBias);
-        d.state_index = o_.has_index ? ctx->input(kStIndex).flat<int32_t>().data() : nullptr;
+        d.x = in(true, bind::kStepX);
+        d.dt = in(true, bind::kStepDt);
+        d.A = in(true, bind::kStepA);
+        d.B = in(true, bind::kStepB);
+        d.C = in(true, bind::kStepC);
+        d.D = in(o_.has_d, bind::kStepD);
+        d.z = in(o_.has_z, bind::kStepZ);
+        d.dt_bias = in(o_.has_bias, bind::kStepDtBias);
+        d.state_index = o_.has_index ? ctx->input(bind::kStepIndex).flat<int32_t>().data() : nullptr;
         d.state = OutDataOf(*new_state);
         d.out = OutDataOf(*out);
         OP_REQUIRES_OK(ctx, Ops::Step(ctx, StepProblem(d, s, DtypeOf<T>::value, o_.softplus), s));

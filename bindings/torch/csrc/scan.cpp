@@ -245,7 +245,10 @@ class ScanFunction : public torch::autograd::Function<ScanFunction> {
     // >>unit-l: the copies run the forward and are what is saved (the backward's fast kernels)
     Tensor u = u_in, delta = delta_in, B = B_in, C = C_in;
     OptT z = z_in;
-    if (u_in.is_cuda() && !cu_seqlens.has_value()) {  // (the CPU kernels take any strides; packed: never fast)
+    // (the CPU kernels take any strides; packed: never fast; all of them unit-L already, the common
+    // call: nothing to copy, and the op's own check runs once, in Forward)
+    if (u_in.is_cuda() && !cu_seqlens.has_value() &&
+        (LStrided(u_in) || LStrided(delta_in) || LStrided(B_in) || LStrided(C_in) || LStrided(z_in))) {
       const ConcreteArgs ca({&u_in, &delta_in, &A, &B_in, &C_in, Ptr(D), Ptr(z_in), Ptr(delta_bias), Ptr(h0), nullptr});
       // the op's checks first, on the user's tensors (errors name them, not the copies)
       const Checked c = Check(Op::kFwd, ca.a.data(), OptT());

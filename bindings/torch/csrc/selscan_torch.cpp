@@ -8,48 +8,24 @@
 
 namespace selscan_torch {
 
-// The op's arguments in its schema's order (fwd: u, delta, A, B, C, D, z, delta_bias, h0, cu_seqlens;
-// bwd: then dy, dh_last, checkpoint; step: state, x, dt, A, B, C, D, z, dt_bias, state_index;
-// conv_fwd: x, weight, bias, init_state, cu_seqlens; conv_bwd: then dy, dfinal_state; conv_step:
-// state, x, weight, bias, state_index), checked; values: the host offsets / state rows, or none.
+// The op's arguments in its schema's order (bindings/common's >>args-order), checked; values: the
+// host offsets / state rows, or none.
 bind::Refusal CheckArgs(Op op, const bind::Arg* a, const int64_t* cu_values, const int32_t* idx_values,
                         bind::Checked* k) {
   bind::Forms f;
   f.device_name = &DeviceName;
   f.names = NamesOfOp(op);
   switch (op) {
-    case Op::kFwd: case Op::kBwd: {
-      bind::ScanArgs s;
-      s.u = a[0]; s.delta = a[1]; s.A = a[2]; s.B = a[3]; s.C = a[4]; s.D = a[5]; s.z = a[6]; s.delta_bias = a[7];
-      s.h0 = a[8]; s.cu_seqlens = a[9]; s.cu_values = cu_values;
-      if (op == Op::kBwd) {
-        s.backward = true;
-        s.dy = a[10]; s.dh_last = a[11]; s.checkpoint = a[12];
-      }
+    case Op::kFwd: case Op::kBwd:
       f.fixed_bc = f.groupless_bc = true;  // (dim, N) constant over time; (batch, N, L): one group
-      return bind::CheckScanArgs(s, f, k);
-    }
-    case Op::kStep: {
-      bind::StepArgs s;
-      s.state = a[0]; s.u = a[1]; s.delta = a[2]; s.A = a[3]; s.B = a[4]; s.C = a[5]; s.D = a[6]; s.z = a[7];
-      s.delta_bias = a[8]; s.state_index = a[9]; s.index_values = idx_values;
+      return bind::CheckScanArgs(bind::ScanArgsOf(a, op == Op::kBwd, cu_values), f, k);
+    case Op::kStep:
       f.groupless_bc = true;  // (batch, N): one group
-      return bind::CheckStepArgs(s, f, k);
-    }
-    case Op::kConvFwd: case Op::kConvBwd: {
-      bind::ConvArgs s;
-      s.x = a[0]; s.weight = a[1]; s.bias = a[2]; s.init_state = a[3]; s.cu_seqlens = a[4]; s.cu_values = cu_values;
-      if (op == Op::kConvBwd) {
-        s.backward = true;
-        s.dy = a[5]; s.dfinal_state = a[6];
-      }
-      return bind::CheckConvArgs(s, f, k);
-    }
-    default: {
-      bind::ConvStepArgs s;
-      s.state = a[0]; s.x = a[1]; s.weight = a[2]; s.bias = a[3]; s.state_index = a[4]; s.index_values = idx_values;
-      return bind::CheckConvStepArgs(s, f, k);
-    }
+      return bind::CheckStepArgs(bind::StepArgsOf(a, idx_values), f, k);
+    case Op::kConvFwd: case Op::kConvBwd:
+      return bind::CheckConvArgs(bind::ConvArgsOf(a, op == Op::kConvBwd, cu_values), f, k);
+    default:
+      return bind::CheckConvStepArgs(bind::ConvStepArgsOf(a, idx_values), f, k);
   }
 }
 

@@ -449,9 +449,10 @@ inline OptT UnitL(const OptT& t) { return LStrided(t) ? OptT(t->contiguous()) : 
 // kernels with unit L strides but not as it is. y_like: the strides y has (u's; the backward: dy's).
 inline bool WantsUnitL(const bind::Arg* a, const bind::Checked& k, const bind::Arg* y_like = nullptr) {
 #ifdef WITH_CUDA
-  const bind::Arg& yl = y_like ? *y_like : a[0];
-  if (!IsCudaKey(a[0].device) || a[9].present || k.s.Empty() ||
-      !(LStrided(a[0]) || LStrided(a[1]) || LStrided(a[6]) || LStrided(a[3]) || LStrided(a[4]) || LStrided(yl)))
+  const bind::ScanArgs s = bind::ScanArgsOf(a, false, nullptr);
+  const bind::Arg& yl = y_like ? *y_like : s.u;
+  if (!IsCudaKey(s.u.device) || s.cu_seqlens.present || k.s.Empty() ||
+      !(LStrided(s.u) || LStrided(s.delta) || LStrided(s.z) || LStrided(s.B) || LStrided(s.C) || LStrided(yl)))
     return false;
   static const float kSome[1] = {0.f};  // the plan tests pointers for NULL only
   auto operand = [&](const bind::Arg& t, bool unit, auto* st, bool bc) {
@@ -468,15 +469,15 @@ inline bool WantsUnitL(const bind::Arg* a, const bind::Checked& k, const bind::A
   };
   auto fast = [&](bool unit) {
     selscan_problem p = bind::MakeProblem(k.s, k.dtype, false);
-    p.u = operand(a[0], unit, &p.u, false);
-    p.delta = operand(a[1], unit, &p.delta, false);
-    p.A = operand(a[2], unit, &p.A, false);
-    p.B = operand(a[3], unit, &p.B, true);
-    p.C = operand(a[4], unit, &p.C, true);
-    p.D = operand(a[5], unit, &p.D, false);
-    p.z = operand(a[6], unit, &p.z, false);
-    p.delta_bias = operand(a[7], unit, &p.delta_bias, false);
-    p.h0 = operand(a[8], unit, &p.h0, false);
+    p.u = operand(s.u, unit, &p.u, false);
+    p.delta = operand(s.delta, unit, &p.delta, false);
+    p.A = operand(s.A, unit, &p.A, false);
+    p.B = operand(s.B, unit, &p.B, true);
+    p.C = operand(s.C, unit, &p.C, true);
+    p.D = operand(s.D, unit, &p.D, false);
+    p.z = operand(s.z, unit, &p.z, false);
+    p.delta_bias = operand(s.delta_bias, unit, &p.delta_bias, false);
+    p.h0 = operand(s.h0, unit, &p.h0, false);
     p.y = operand(yl, unit, &p.y, false);
     return selscan_binding_cuda_fast_forward(&p) != 0;
   };
