@@ -335,6 +335,27 @@ inline int64_t SeqsOf(const Arg &cu_seqlens) {
     return n < 0 ? kAny : n - 1;
 }
 
+// The rows of one check, in place (no allocation a call: the checks run on every op call). Capacity
+// for the largest op (the scan's backward: its operand table and the vectors); one more is a
+// programming error, refused (SELSCAN_ERR_UNSUPPORTED) by Rows.
+struct RowList {
+    static constexpr size_t kCap = 40;
+    Row r[kCap];
+    size_t n = 0;
+    bool overflow = false;
+    void push_back(const Row &x) {
+        if (n < kCap) r[n++] = x;
+        else overflow = true;
+    }
+    size_t size() const { return n; }
+    Row &operator[](size_t i) { return r[i]; }
+    const Row &operator[](size_t i) const { return r[i]; }
+    Row *begin() { return r; }
+    Row *end() { return r + n; }
+    const Row *begin() const { return r; }
+    const Row *end() const { return r + n; }
+};
+
 template <typename Args> class Checker {
   public:
     Checker(const Args &args, const Forms &f) : a(&args), forms(f) {}
@@ -342,7 +363,7 @@ template <typename Args> class Checker {
     Cells q;
     Forms forms;
     Refusal ref; // what the check refused (ok: nothing yet)
-    std::vector<Row> rows;
+    RowList rows;
     Type T = Type::kF32;
     const Arg *dev_ref = nullptr; // the operand whose device the others must be on
     const char *dev_ref_name = "";
@@ -617,6 +638,8 @@ template <typename Args> class Checker {
     }
 
     bool Rows() {
+        if (rows.overflow)
+            return Fail(SELSCAN_ERR_UNSUPPORTED, SELSCAN_RULE_NONE, "", "more operands than RowList holds");
         for (Row &r : rows) ChooseForm(r);
         for (size_t k = 0; k < rows.size(); k++) {
             Row &r = rows[k];
@@ -657,20 +680,22 @@ template <typename Args> class Checker {
         return x.v == kUnset ? kAny : x.v;
     }
 
-    // a size rule of the library (selscan_check_*sizes) failed: its status, rule and operand
-    bool Library(selscan_status st, const selscan_diag &d, const std::string &sizes) {
-        if (st == SELSCAN_OK) return true;
+    // a size rule of the library (selscan_check_*sizes) failed (st, d): its status, rule and operand
+    bool Library(selscan_status st, const selscan_diag &d, std::string sizes) {
         ref.status = st;
         ref.code = d.code;
         ref.operand = d.operand;
         ref.rule = d.rule ? d.rule : "";
-        ref.detail = sizes;
+        ref.detail = std::move(sizes);
         return false;
     }
-    // the library's size rules answered (st, d; known: the sizes for the detail): the refusal, or
-    // ok with the sizes found in *out
-    Refusal Finish(selscan_status st, const selscan_diag &d, const std::string &known, const Checked &k, Checked *out) {
-        if (Library(st, d, known)) *out = k;
+    // the library's size rules answered (st, d; known: the cells whose sizes the detail shows, its
+    // text written only for a refusal: an accepted call allocates nothing here): the refusal, or ok
+    // with the sizes found in *out
+    Refusal Finish(selscan_status st, const selscan_diag &d, std::initializer_list<const Cell *> known,
+                   const Checked &k, Checked *out) {
+        if (st == SELSCAN_OK) *out = k;
+        else Library(st, d, Known(known));
         return ref;
     }
     std::string Known(std::initializer_list<const Cell *> cs) const {
@@ -724,7 +749,8 @@ template <typename Args> bool WidthFirst(Checker<Args> &c, const Arg &weight) {
     selscan_conv_problem p = Problem<selscan_conv_problem>(&d);
     p.batch = p.dim = p.seqlen = 1;
     p.width = weight.sizes[1];
-    return c.Library(selscan_check_conv_sizes(&p), d, "width=" + std::to_string(p.width));
+    const selscan_status st = selscan_check_conv_sizes(&p);
+    return st == SELSCAN_OK || c.Library(st, d, "width=" + std::to_string(p.width));
 }
 
 } // namespace args_detail
@@ -772,7 +798,7 @@ inline Refusal CheckScanArgs(const ScanArgs &a, const Forms &forms, Checked *out
     p.dstate = Or(k.s.N, 1);
     if (k.s.N == 0 && (k.s.batch < 0 || k.s.dim < 0 || k.s.L < 0)) p.dstate = 1; // empty or not: not known
     if (packed) SetPacked(&p, a.cu_seqlens, a.cu_values, k.s.L);
-    return c.Finish(selscan_check_sizes(&p), d, c.Known({&c.q.batch, &c.q.dim, &c.q.L, &c.q.N, &c.q.G}), k, out);
+    return c.Finish(selscan_check_sizes(&p), d, {&c.q.batch, &c.q.dim, &c.q.L, &c.q.N, &c.q.G}, k, out);
 }
 
 inline Refusal CheckStepArgs(const StepArgs &a, const Forms &forms, Checked *out) {
@@ -807,7 +833,7 @@ inline Refusal CheckStepArgs(const StepArgs &a, const Forms &forms, Checked *out
     if (k.s.N == 0 && (k.s.batch < 0 || k.s.dim < 0)) s.dstate = 1;
     SetCache(&s, k, a.state_index, a.index_values);
     return c.Finish(selscan_check_step_sizes(&s, a.state_index.present), d,
-                    c.Known({&c.q.batch, &c.q.dim, &c.q.N, &c.q.G, &c.q.ncache}), k, out);
+                    {&c.q.batch, &c.q.dim, &c.q.N, &c.q.G, &c.q.ncache}, k, out);
 }
 
 inline Refusal CheckConvArgs(const ConvArgs &a, const Forms &forms, Checked *out) {
@@ -835,7 +861,7 @@ inline Refusal CheckConvArgs(const ConvArgs &a, const Forms &forms, Checked *out
     p.seqlen = Or(k.s.L, 1);
     p.width = Or(k.width, 2);
     if (packed) SetPacked(&p, a.cu_seqlens, a.cu_values, k.s.L);
-    return c.Finish(selscan_check_conv_sizes(&p), d, c.Known({&c.q.batch, &c.q.dim, &c.q.L, &c.q.W}), k, out);
+    return c.Finish(selscan_check_conv_sizes(&p), d, {&c.q.batch, &c.q.dim, &c.q.L, &c.q.W}, k, out);
 }
 
 inline Refusal CheckConvStepArgs(const ConvStepArgs &a, const Forms &forms, Checked *out) {
@@ -873,7 +899,7 @@ inline Refusal CheckConvStepArgs(const ConvStepArgs &a, const Forms &forms, Chec
     s.state_len = Or(k.state_len, s.width - 1 < 1 ? 1 : s.width - 1);
     SetCache(&s, k, a.state_index, a.index_values);
     return c.Finish(selscan_check_conv_step_sizes(&s, a.state_index.present), d,
-                    c.Known({&c.q.batch, &c.q.dim, &c.q.W, &c.q.S, &c.q.ncache}), k, out);
+                    {&c.q.batch, &c.q.dim, &c.q.W, &c.q.S, &c.q.ncache}, k, out);
 }
 
 #undef SELSCAN_BINDING__ROW
