@@ -33,33 +33,27 @@ Checked CheckScan(Op op, const Tensor& u, const Tensor& delta, const Tensor& A, 
 
 // The args of tensors whose sizes may be symbolic (AOTAutograd runs the autograd kernel on the
 // fake tensors of a dynamic-shape trace): concrete sizes and strides (guard_int: the trace is
-// specialized on them, as the plan's answer depends on them), held in place (no allocation: this
-// runs on CUDA training calls). A rank above 4 (refused by the op's own check, which names it) is
-// described as not known.
+// specialized on them, as the plan's answer depends on them).
 struct ConcreteArgs {
-  static constexpr size_t kMax = 13, kRank = 4;
-  int64_t sizes[kMax][kRank], strides[kMax][kRank];
-  bind::Arg a[kMax];
+  std::vector<std::vector<int64_t>> sizes, strides;
+  std::vector<bind::Arg> a;
   explicit ConcreteArgs(std::initializer_list<const Tensor*> ts) {
-    TORCH_INTERNAL_ASSERT(ts.size() <= kMax);
-    size_t i = 0;
+    sizes.reserve(ts.size());
+    strides.reserve(ts.size());
     for (const Tensor* t : ts) {
-      bind::Arg& x = a[i];
+      bind::Arg x;
       if (t && t->defined()) {
         x = ArgOf(t->device(), t->scalar_type());
-        const size_t nd = static_cast<size_t>(t->dim());
-        x.ndim = -1;
-        if (nd <= kRank) {
-          for (size_t d = 0; d < nd; d++) {
-            sizes[i][d] = t->sym_sizes()[d].guard_int(__FILE__, __LINE__);
-            strides[i][d] = t->sym_strides()[d].guard_int(__FILE__, __LINE__);
-          }
-          x.ndim = static_cast<int64_t>(nd);
-          x.sizes = sizes[i];
-          x.strides = strides[i];
-        }
+        std::vector<int64_t> sz, st;
+        for (const c10::SymInt& v : t->sym_sizes()) sz.push_back(v.guard_int(__FILE__, __LINE__));
+        for (const c10::SymInt& v : t->sym_strides()) st.push_back(v.guard_int(__FILE__, __LINE__));
+        sizes.push_back(std::move(sz));
+        strides.push_back(std::move(st));
+        x.ndim = static_cast<int64_t>(sizes.back().size());
+        x.sizes = sizes.back().data();
+        x.strides = strides.back().data();
       }
-      i++;
+      a.push_back(x);
     }
   }
 };
@@ -257,8 +251,8 @@ class ScanFunction : public torch::autograd::Function<ScanFunction> {
         (LStrided(u_in) || LStrided(delta_in) || LStrided(B_in) || LStrided(C_in) || LStrided(z_in))) {
       const ConcreteArgs ca({&u_in, &delta_in, &A, &B_in, &C_in, Ptr(D), Ptr(z_in), Ptr(delta_bias), Ptr(h0), nullptr});
       // the op's checks first, on the user's tensors (errors name them, not the copies)
-      const Checked c = Check(Op::kFwd, ca.a, OptT());
-      if (WantsUnitL(ca.a, c.k)) ToUnitL(u, delta, B, C, z);
+      const Checked c = Check(Op::kFwd, ca.a.data(), OptT());
+      if (WantsUnitL(ca.a.data(), c.k)) ToUnitL(u, delta, B, C, z);
     }
     auto out = FwdOp().call(u, delta, A, B, C, D, z, delta_bias, h0, cu_seqlens, delta_softplus, return_last_state,
                             /*save_checkpoint=*/true);
@@ -294,8 +288,8 @@ class ScanFunction : public torch::autograd::Function<ScanFunction> {
     if (dy.dim() == 3 && u.is_cuda() && !saved[9].defined() && LStrided(dy)) {
       const ConcreteArgs ca({&saved[0], &saved[1], &saved[2], &saved[3], &saved[4], &saved[5], &saved[6], &saved[7],
                              &saved[8], nullptr, &dy});
-      const Checked c = Check(Op::kFwd, ca.a, OptT());
-      if (WantsUnitL(ca.a, c.k, &ca.a[10])) dy = UnitL(dy);
+      const Checked c = Check(Op::kFwd, ca.a.data(), OptT());
+      if (WantsUnitL(ca.a.data(), c.k, &ca.a[10])) dy = UnitL(dy);
     }
     auto g = BwdOp().call(saved[0], saved[1], saved[2], saved[3], saved[4], Opt(saved[5]), Opt(saved[6]),
                           Opt(saved[7]), Opt(saved[8]), Opt(saved[9]), dy, Opt(dlast), saved[10], softplus, mask);
