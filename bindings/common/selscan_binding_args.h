@@ -26,6 +26,8 @@
 #include <cstdint>
 #include <cstring>
 #include <initializer_list>
+#include <new>
+#include <type_traits>
 #include <string>
 #include <vector>
 
@@ -335,26 +337,27 @@ inline int64_t SeqsOf(const Arg &cu_seqlens) {
     return n < 0 ? kAny : n - 1;
 }
 
-// The rows of one check, in place (no allocation a call: the checks run on every op call). Capacity
-// for the largest op (the scan's backward: its operand table and the vectors); one more is a
-// programming error, refused (SELSCAN_ERR_UNSUPPORTED) by Rows.
+// The rows of one check, in place (no allocation a call, and only the rows added are written: the
+// checks run on every op call). Capacity for the largest op (the scan's backward: 24 rows); one more
+// is a programming error, refused (SELSCAN_ERR_UNSUPPORTED) by Rows.
 struct RowList {
     static constexpr size_t kCap = 40;
-    Row r[kCap];
+    alignas(Row) unsigned char buf[kCap * sizeof(Row)]; // a row is made when added: no kCap rows set up a call
     size_t n = 0;
     bool overflow = false;
     void push_back(const Row &x) {
-        if (n < kCap) r[n++] = x;
+        if (n < kCap) new (buf + n++ * sizeof(Row)) Row(x);
         else overflow = true;
     }
     size_t size() const { return n; }
-    Row &operator[](size_t i) { return r[i]; }
-    const Row &operator[](size_t i) const { return r[i]; }
-    Row *begin() { return r; }
-    Row *end() { return r + n; }
-    const Row *begin() const { return r; }
-    const Row *end() const { return r + n; }
+    Row *begin() { return std::launder(reinterpret_cast<Row *>(buf)); }
+    const Row *begin() const { return std::launder(reinterpret_cast<const Row *>(buf)); }
+    Row *end() { return begin() + n; }
+    const Row *end() const { return begin() + n; }
+    Row &operator[](size_t i) { return begin()[i]; }
+    const Row &operator[](size_t i) const { return begin()[i]; }
 };
+static_assert(std::is_trivially_destructible<Row>::value, "RowList never destroys its rows");
 
 template <typename Args> class Checker {
   public:

@@ -449,11 +449,14 @@ inline OptT UnitL(const OptT& t) { return LStrided(t) ? OptT(t->contiguous()) : 
 // kernels with unit L strides but not as it is. y_like: the strides y has (u's; the backward: dy's).
 inline bool WantsUnitL(const bind::Arg* a, const bind::Checked& k, const bind::Arg* y_like = nullptr) {
 #ifdef WITH_CUDA
-  const bind::ScanArgs s = bind::ScanArgsOf(a, false, nullptr);
-  const bind::Arg& yl = y_like ? *y_like : s.u;
-  if (!IsCudaKey(s.u.device) || s.cu_seqlens.present || k.s.Empty() ||
-      !(LStrided(s.u) || LStrided(s.delta) || LStrided(s.z) || LStrided(s.B) || LStrided(s.C) || LStrided(yl)))
+  // (positions of bindings/common's >>args-order, read in place: this runs on every CUDA forward)
+  const bind::Arg &u = a[bind::kScanU], &delta = a[bind::kScanDelta], &B = a[bind::kScanB], &C = a[bind::kScanC],
+                  &z = a[bind::kScanZ];
+  const bind::Arg& yl = y_like ? *y_like : u;
+  if (!IsCudaKey(u.device) || a[bind::kScanCuSeqlens].present || k.s.Empty() ||
+      !(LStrided(u) || LStrided(delta) || LStrided(z) || LStrided(B) || LStrided(C) || LStrided(yl)))
     return false;
+  const bind::ScanArgs s = bind::ScanArgsOf(a, false, nullptr);
   static const float kSome[1] = {0.f};  // the plan tests pointers for NULL only
   auto operand = [&](const bind::Arg& t, bool unit, auto* st, bool bc) {
     using ST = std::remove_pointer_t<decltype(st)>;
