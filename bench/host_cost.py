@@ -1,6 +1,8 @@
 """bench/host_cost.py: the host time of one selscan_torch call at sizes where the kernel is negligible
 (a host-bound loop: wall time a call, median of 7 rounds), for before / after comparisons of the
-binding's per-call overhead. Run it with each package first on PYTHONPATH, alternating.
+binding's per-call overhead. Run it with each package first on PYTHONPATH, alternating, in several
+processes a package, and compare the minima: on the GPU machines one package's processes differ by up to
+1.7x (bench/RESULTS.md "The CUDA-only share, measured again").
 
     PYTHONPATH=<package dir> python3 bench/host_cost.py [--device cuda|cpu] [--threads 1]
 
