@@ -284,7 +284,7 @@ endif
 BIND_DIR    := bindings/common
 TF_INC      = $(patsubst -I%,-isystem %,$(TF_CFLAGS)) -I. -I$(TF_DIR) -I$(BIND_DIR)
 TF_OBJS     := $(TF_OUT)/selscan_tf.o $(if $(TF_GPU),$(TF_OUT)/selscan_tf_gpu.o $(TF_OUT)/selscan_tf_kernels.o)
-TF_HDRS     := $(TF_DIR)/selscan_tf_common.h $(TF_DIR)/selscan_tf_layout.h $(BIND_DIR)/selscan_binding.h $(BIND_DIR)/selscan_binding_args.h selscan.h $(TF_OUT)/tf_flags.txt
+TF_HDRS     := $(TF_DIR)/selscan_tf_common.h $(TF_DIR)/selscan_tf_layout.h $(BIND_DIR)/selscan_binding.h selscan.h $(TF_OUT)/tf_flags.txt
 .PHONY: tf-flags-check tf-gpu-check
 
 tf-op:
@@ -312,14 +312,14 @@ $(TF_OUT)/tf_flags.txt: tf-flags-check | $(TF_OUT)
 $(TF_OUT)/selscan_tf.o: $(TF_DIR)/selscan_tf.cc $(TF_HDRS) | $(TF_OUT)
 	$(CXX) $(TF_CXXFLAGS) $(TF_WARN) -fPIC -fvisibility=hidden $(TF_INC) -c $< -o $@
 
-$(TF_OUT)/selscan_tf_gpu.o: $(TF_DIR)/selscan_tf_gpu.cc $(BIND_DIR)/selscan_binding_cuda.h $(TF_HDRS) | $(TF_OUT)
+$(TF_OUT)/selscan_tf_gpu.o: $(TF_DIR)/selscan_tf_gpu.cc $(TF_HDRS) | $(TF_OUT)
 	$(CXX) $(TF_CXXFLAGS) $(TF_WARN) -fPIC -fvisibility=hidden -DGOOGLE_CUDA=1 $(TF_INC) -isystem $(CUDA_HOME)/include -c $< -o $@
 
-$(TF_OUT)/selscan_tf_kernels.o: $(TF_DIR)/selscan_tf_kernels.cu $(BIND_DIR)/selscan_binding_cuda.h selscan_cuda.cuh selscan.h | $(TF_OUT)
+$(TF_OUT)/selscan_tf_kernels.o: $(TF_DIR)/selscan_tf_kernels.cu $(BIND_DIR)/selscan_binding.h selscan_cuda.cuh selscan.h | $(TF_OUT)
 	$(NVCC) $(TF_NVFLAGS) -Xcompiler -fPIC -Xcompiler -fvisibility=hidden -I. -I$(BIND_DIR) -c $< -o $@
 
 # tf-gpu-check: runs the op's CUDA TU and stride mapping on a GPU against the CPU path (no TF needed).
-$(TF_OUT)/gpu_check: $(TF_DIR)/gpu_check.cu $(TF_OUT)/selscan_tf_kernels.o $(TF_DIR)/selscan_tf_layout.h $(BIND_DIR)/selscan_binding.h $(BIND_DIR)/selscan_binding_cuda.h selscan.h tests/tol_lowp.h | $(TF_OUT)
+$(TF_OUT)/gpu_check: $(TF_DIR)/gpu_check.cu $(TF_OUT)/selscan_tf_kernels.o $(TF_DIR)/selscan_tf_layout.h $(BIND_DIR)/selscan_binding.h selscan.h tests/tol_lowp.h | $(TF_OUT)
 	$(NVCC) $(TF_NVFLAGS) -I. -I$(TF_DIR) -I$(BIND_DIR) $< $(TF_OUT)/selscan_tf_kernels.o -o $@
 
 tf-gpu-check: $(TF_OUT)/gpu_check
@@ -345,7 +345,7 @@ ORT_DIR  := bindings/onnxruntime
 ORT_SO   := $(BUILD)/ort/libselscan_ort.so
 ORT_PINS ?= onnxruntime==1.32.0 onnx==1.23.2 onnxscript==0.7.2
 .PHONY: ort-ops test-onnx
-$(ORT_SO): $(ORT_DIR)/selscan_ort.cc $(ORT_DIR)/ort_abi.h selscan.h bindings/common/selscan_binding.h bindings/common/selscan_binding_args.h
+$(ORT_SO): $(ORT_DIR)/selscan_ort.cc $(ORT_DIR)/ort_abi.h selscan.h bindings/common/selscan_binding.h
 	@mkdir -p $(@D)
 	$(CXX) -std=c++17 -O2 $(WARN) -fPIC -fvisibility=hidden -shared -I. -Ibindings/common -I$(ORT_DIR) $< -o $@ $(LDLIBS)
 

@@ -8,9 +8,8 @@
 #   unchanged, built as C99 and as C++17 by every compiler and run (malloc'ed buffers); a C++17
 #   program assigning const float * inputs without casts (tests/buildcheck/const_inputs.cpp), run;
 #   bindings/common/selscan_binding.h (the layer the framework bindings share) alone in C++17 with
-#   its unit checks (tests/buildcheck/binding_layer.cpp), run; the declarations of their CUDA shim
-#   (bindings/common/selscan_binding_cuda.h) as C99 and C++17 without CUDA, its definitions in the
-#   SELSCAN_VALIDATION_ONLY nvcc TU below;
+#   its unit checks (tests/buildcheck/binding_layer.cpp), run: its CUDA shim's declarations (>>bind-cuda)
+#   without CUDA there, their definitions in the SELSCAN_VALIDATION_ONLY nvcc TU below;
 #   a CUDA translation unit with SELSCAN_IMPLEMENTATION through nvcc when it exists (NVCC=none: skipped).
 #   An absent compiler is skipped (not counted). Compiles run in parallel (BUILD_JOBS, default nproc).
 # Environment: CC, CXX, NVCC, BUILD (output folder, default build). Last line: "N passed, N failed".
@@ -73,8 +72,6 @@ for c in "${ccs[@]}"; do
 done
 for c in "${ccs[@]}"; do
     t=$(tag "$c")
-    start "$c -std=c99 bindings/common/selscan_binding_cuda.h's declarations (no CUDA header)" \
-        $c -std=c99 $WARN -I. -fsyntax-only -x c bindings/common/selscan_binding_cuda.h
     start "$c -std=c99 README snippet, run" sh -c \
         "test -s $OUT/readme_snippet.c && $c -std=c99 $WARN -O1 -I. $OUT/readme_snippet.c -o $OUT/$t.snippet -lm && $OUT/$t.snippet"
 done

@@ -280,7 +280,7 @@ void CopyOrZero(const Tensor &dst, const Tensor &src, size_t esize) {
     else std::memset(dst.data, 0, bytes);
 }
 
-// ---- >>ort-checks: the arguments, checked by bindings/common (selscan_binding_args.h) ---------------
+// ---- >>ort-checks: the arguments, checked by bindings/common (>>bind-args) --------------------------
 
 // Each op's input names where they are not selscan's operand names, and the sizes its rules name.
 constexpr bind::NameMap kScanNames[] = {{"dstate", "A"}, {"n_groups", "B"}, {"batch", "u"}, {"n_seqs", "cu_seqlens"}};

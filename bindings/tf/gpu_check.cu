@@ -1,5 +1,5 @@
 // gpu_check.cu - runs the TensorFlow op's CUDA translation unit (selscan_tf_kernels.cu, through
-// the bindings' shared CUDA shim that selscan_tf_gpu.cc calls, bindings/common/selscan_binding_cuda.h)
+// the bindings' shared CUDA shim that selscan_tf_gpu.cc calls, bindings/common/selscan_binding.h >>bind-cuda)
 // with the op's own stride mapping (selscan_tf_layout.h's ScanProblem / ScanGrads) on a GPU,
 // without TensorFlow, and compares every output with selscan's CPU path on the same host data.
 // Both layouts, all three dtypes, every optional operand. The workspace comes as the op gets it:
@@ -22,7 +22,7 @@
 
 #define SELSCAN_IMPLEMENTATION // the CPU reference side, in this program
 #include "selscan.h"
-#include "selscan_binding_cuda.h"
+#include "selscan_binding.h"
 #include "selscan_tf_layout.h"
 #include "tests/tol_lowp.h" // tc_tol_lowp: the f16 / bf16 tolerance rule of the C / CUDA suites
 

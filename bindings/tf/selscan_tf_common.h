@@ -64,7 +64,7 @@ inline absl::Status ReadOptions(OpKernelConstruction *c, bool backward, Options 
 }
 
 // ---- the arguments (>>rules) ------------------------------------------------------------------------
-// Checked by bindings/common (selscan_binding_args.h: selscan's operand tables and size rules, the
+// Checked by bindings/common (selscan_binding.h >>bind-args: selscan's operand tables and size rules, the
 // library's rule texts), from the kernels (CheckInputs, CheckStepInputs) and the shape functions
 // (selscan_tf.cc), so eager calls and graphs refuse the same inputs with the same words, naming the
 // user's argument (u, delta, A, B, C, D, z, delta_bias, h0, dy, dh_last, checkpoint, cu_seqlens; the

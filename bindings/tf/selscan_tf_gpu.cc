@@ -2,7 +2,7 @@
 //
 // A host-compiler translation unit: it includes TensorFlow's headers but no CUDA header. The
 // kernels live in selscan_tf_kernels.cu (nvcc, no TensorFlow headers) behind the bindings' shared
-// CUDA shim (bindings/common/selscan_binding_cuda.h); this TU is the GPU side of the op kernels
+// CUDA shim (bindings/common/selscan_binding.h >>bind-cuda); this TU is the GPU side of the op kernels
 // (GpuOps; the kernels themselves are selscan_tf_common.h's >>op-kernels). Everything runs on
 // TensorFlow's own compute stream for the op (ctx->eigen_device<Eigen::GpuDevice>().stream()): no
 // default stream, no synchronization; the workspace comes from allocate_temp (TF's stream-ordered
@@ -17,7 +17,7 @@
 #include "absl/strings/str_cat.h"
 #include "tensorflow/core/framework/op_kernel.h"
 #include "unsupported/Eigen/CXX11/Tensor"
-#include "selscan_binding_cuda.h" // bindings/common: the CUDA shim shared with the other bindings
+#include "selscan_binding.h" // bindings/common: the CUDA shim (>>bind-cuda) shared with the other bindings
 #include "selscan_tf_common.h"
 
 namespace selscan_tf {

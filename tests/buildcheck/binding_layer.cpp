@@ -1,12 +1,11 @@
 // binding_layer.cpp: bindings/common/selscan_binding.h, the layer the framework bindings share,
 // compiled alone (C++17, no framework) and run: operand strides and their refusals, the parts
 // runner's first error whatever the pool's order, the checkpoint policy the library answers, the
-// argument checks (selscan_binding_args.h), and the error kinds and messages with a per-op name map.
+// argument checks (>>bind-args), and the error kinds and messages with a per-op name map.
 // Exits 1 on the first failure.
 #define SELSCAN_IMPLEMENTATION
 #include "../../selscan.h"
 #include "../../bindings/common/selscan_binding.h"
-#include "../../bindings/common/selscan_binding_cuda.h" // the CUDA shim's declarations: no CUDA header needed
 
 #include <cstdio>
 #include <cstdlib>

@@ -30,7 +30,7 @@
 //
 // CPU: selscan's parts API on at::parallel_for (bitwise the same for every thread count; the
 // backward's reduce phase after all parts). CUDA (WITH_CUDA): the bindings' shared CUDA shim
-// (bindings/common/selscan_binding_cuda.h, compiled in selscan_torch_cuda.cu) on the current
+// (bindings/common/selscan_binding.h >>bind-cuda, compiled in selscan_torch_cuda.cu) on the current
 // stream; workspace and checkpoint from torch's allocator (>>dispatch).
 #ifndef SELSCAN_TORCH_H_
 #define SELSCAN_TORCH_H_
@@ -61,8 +61,7 @@
 #endif
 
 #include "selscan.h"
-#include "selscan_binding.h"       // bindings/common: the layer shared with the other bindings
-#include "selscan_binding_cuda.h"  // bindings/common: their CUDA shim (no CUDA header; called WITH_CUDA only)
+#include "selscan_binding.h"  // bindings/common: the layer shared with the other bindings, its CUDA shim too
 
 namespace selscan_torch {
 
@@ -169,7 +168,7 @@ using Sizes = bind::Sizes;
 inline Tensor AsF32(const Tensor& t) { return t.scalar_type() == at::kFloat ? t : t.to(at::kFloat); }
 inline OptT AsF32(const OptT& t) { return t.has_value() ? OptT(AsF32(*t)) : OptT(); }
 
-// ---- >>args: the argument checks, bindings/common's (selscan_binding_args.h) ---------------------
+// ---- >>args: the argument checks, bindings/common's (>>bind-args) ----------------------------------
 // Every op's tensors are described (sizes, strides, dtype, device; no data) and checked by the
 // common layer against selscan's operand tables and size rules; the fake kernels ask the same
 // check through _C.check_args (selscan_torch/_checks.py: check_op), so a meta or fake call is

@@ -1,7 +1,7 @@
 // selscan_torch_cuda.cu - the CUDA kernels of the PyTorch ops. Compiled by nvcc WITHOUT any torch
 // header: selscan's validation helpers (SELSCAN_VALIDATION_ONLY: the CPU entry points come from
 // selscan_torch.cpp), the kernels and launchers of selscan_cuda.cuh, and the wrappers of the
-// bindings' shared CUDA shim (bindings/common/selscan_binding_cuda.h), which the ops' TUs call.
+// bindings' shared CUDA shim (bindings/common/selscan_binding.h >>bind-cuda), which the ops' TUs call.
 #define SELSCAN_IMPLEMENTATION
 #define SELSCAN_VALIDATION_ONLY
 #define SELSCAN_CUDA_IMPLEMENTATION
@@ -10,4 +10,4 @@
 #endif
 #include "selscan_cuda.cuh"
 #define SELSCAN_BINDING_CUDA_IMPLEMENTATION
-#include "selscan_binding_cuda.h"
+#include "selscan_binding.h"
