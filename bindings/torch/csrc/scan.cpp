@@ -35,25 +35,35 @@ Checked CheckScan(Op op, const Tensor& u, const Tensor& delta, const Tensor& A, 
 // fake tensors of a dynamic-shape trace): concrete sizes and strides (guard_int: the trace is
 // specialized on them, as the plan's answer depends on them).
 struct ConcreteArgs {
-  std::vector<std::vector<int64_t>> sizes, strides;
-  std::vector<bind::Arg> a;
+  static constexpr size_t kMax = 11;  // the bwd schema's tensors
+  static constexpr int64_t kMaxRank = 8;
+  int64_t sizes[kMax][kMaxRank], strides[kMax][kMaxRank];
+  bind::Arg a[kMax];
+  // false: a tensor of rank > kMaxRank, not described (the op's own check refuses it, naming it);
+  // the caller then skips the unit-L question. (In place: this runs on every CUDA training call
+  // with an L-strided operand, and a sum() loss's dy is one; vectors cost 22 allocations a call.)
+  bool ok = true;
   explicit ConcreteArgs(std::initializer_list<const Tensor*> ts) {
-    sizes.reserve(ts.size());
-    strides.reserve(ts.size());
+    TORCH_INTERNAL_ASSERT(ts.size() <= kMax);
+    size_t i = 0;
     for (const Tensor* t : ts) {
-      bind::Arg x;
+      bind::Arg& x = a[i];
       if (t && t->defined()) {
+        const int64_t nd = t->dim();
+        if (nd > kMaxRank) {
+          ok = false;
+          return;
+        }
         x = ArgOf(t->device(), t->scalar_type());
-        std::vector<int64_t> sz, st;
-        for (const c10::SymInt& v : t->sym_sizes()) sz.push_back(v.guard_int(__FILE__, __LINE__));
-        for (const c10::SymInt& v : t->sym_strides()) st.push_back(v.guard_int(__FILE__, __LINE__));
-        sizes.push_back(std::move(sz));
-        strides.push_back(std::move(st));
-        x.ndim = static_cast<int64_t>(sizes.back().size());
-        x.sizes = sizes.back().data();
-        x.strides = strides.back().data();
+        for (int64_t d = 0; d < nd; d++) {
+          sizes[i][d] = t->sym_size(d).guard_int(__FILE__, __LINE__);
+          strides[i][d] = t->sym_stride(d).guard_int(__FILE__, __LINE__);
+        }
+        x.ndim = nd;
+        x.sizes = sizes[i];
+        x.strides = strides[i];
       }
-      a.push_back(x);
+      i++;
     }
   }
 };
@@ -250,9 +260,10 @@ class ScanFunction : public torch::autograd::Function<ScanFunction> {
     if (u_in.is_cuda() && !cu_seqlens.has_value() &&
         (LStrided(u_in) || LStrided(delta_in) || LStrided(B_in) || LStrided(C_in) || LStrided(z_in))) {
       const ConcreteArgs ca({&u_in, &delta_in, &A, &B_in, &C_in, Ptr(D), Ptr(z_in), Ptr(delta_bias), Ptr(h0), nullptr});
-      // the op's checks first, on the user's tensors (errors name them, not the copies)
-      const Checked c = Check(Op::kFwd, ca.a.data(), OptT());
-      if (WantsUnitL(ca.a.data(), c.k)) ToUnitL(u, delta, B, C, z);
+      if (ca.ok) {  // the op's checks first, on the user's tensors (errors name them, not the copies)
+        const Checked c = Check(Op::kFwd, ca.a, OptT());
+        if (WantsUnitL(ca.a, c.k)) ToUnitL(u, delta, B, C, z);
+      }
     }
     auto out = FwdOp().call(u, delta, A, B, C, D, z, delta_bias, h0, cu_seqlens, delta_softplus, return_last_state,
                             /*save_checkpoint=*/true);
@@ -288,8 +299,7 @@ class ScanFunction : public torch::autograd::Function<ScanFunction> {
     if (dy.dim() == 3 && u.is_cuda() && !saved[9].defined() && LStrided(dy)) {
       const ConcreteArgs ca({&saved[0], &saved[1], &saved[2], &saved[3], &saved[4], &saved[5], &saved[6], &saved[7],
                              &saved[8], nullptr, &dy});
-      const Checked c = Check(Op::kFwd, ca.a.data(), OptT());
-      if (WantsUnitL(ca.a.data(), c.k, &ca.a[10])) dy = UnitL(dy);
+      if (ca.ok && WantsUnitL(ca.a, Check(Op::kFwd, ca.a, OptT()).k, &ca.a[10])) dy = UnitL(dy);
     }
     auto g = BwdOp().call(saved[0], saved[1], saved[2], saved[3], saved[4], Opt(saved[5]), Opt(saved[6]),
                           Opt(saved[7]), Opt(saved[8]), Opt(saved[9]), dy, Opt(dlast), saved[10], softplus, mask);
