@@ -721,3 +721,20 @@ def test_38_host_final_states_out_overlapping_an_input_refused():
     y, fin = st.causal_conv1d_fn(x, w, b, initial_states=init, return_final_states=True,
                                  final_states_out=torch.empty(2, 8, 3))
     assert fin.shape == (2, 8, 3)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("arg", ["u", "delta", "z", "B"])
+def test_39_high_rank_l_strided_with_grad_refused(device, arg):
+    """A training call whose operand has a rank past what the CUDA forward's unit-L question describes
+    in place (> 8), L-strided: refused by the op's own check naming it (the question skipped), no
+    crash, no copy; a rank-4 one too (the check of described tensors)."""
+    for rank in (9, 4):
+        x = scan_inputs(device=device, seed=3)
+        for k in ("u", "delta", "z", "B", "C", "D", "delta_bias", "A"):
+            x[k] = x[k].requires_grad_()
+        t = x[arg].detach()
+        bad = t.reshape((1,) * (rank - t.dim()) + tuple(t.shape)).transpose(-1, -2).contiguous().transpose(-1, -2)
+        assert bad.stride(-1) != 1 and bad.dim() == rank
+        x[arg] = bad.requires_grad_()
+        raises_naming(arg, lambda: call_scan(x))
