@@ -17,10 +17,11 @@
  * CONTENTS (grep the >>tag)
  *     >>api          types, flags, status codes, every public declaration; >>conv-api the causal
  *                    conv1d's math, operands, types and entry points; >>ssd-api Mamba-2's SSD
- *                    scan's math, operands, types and entry points
+ *                    scan's math, operands, types and entry points; >>operands the operand
+ *                    tables validation runs on (the bindings' argument checks read them too)
  *     >>impl         implementation (SELSCAN_IMPLEMENTATION): >>convert dtype conversions (and
  *                    the "adding a dtype" checklist), >>validation shapes / strides / aliasing /
- *                    diag (>>operands: the operand tables it runs on), >>reference the scalar
+ *                    diag (on the >>operands tables), >>reference the scalar
  *                    oracle, >>step step validation and reference, >>conv the conv's validation
  *                    and >>conv-reference its scalar oracle, >>ssd the SSD scan's validation
  *                    and >>ssd-reference its scalar oracle, >>fast the fast CPU path
@@ -725,6 +726,98 @@ SELSCAN_DEF uint16_t selscan_f32_to_bf16(float f);
 #ifdef __cplusplus
 }
 #endif
+
+/* ---- >>operands: the operand tables (the OPERANDS lists in the docs, once) ----------------------
+   X(c, field, ten, io, need, dims, dtype), one row per operand, c passed through:
+     field  the public struct's member, also the operand's name in selscan_diag
+     ten    the validated selscan__ten member it resolves into
+     io     IN (read) or OUT (written; the step's state, read and written, is OUT)
+     need   REQ required, FWD required by the forward only (y), OPT optional (NULL data: absent)
+     dims   the logical shape: SELSCAN__DIMS_<dims>(q) gives rank, n0 .. n3 from the sizes q
+     dtype  T (the problem's dtype), F32, or FIXB / FIXC: T, but (dim, N) f32 when SELSCAN_FIXED_B /
+            SELSCAN_FIXED_C is set, or PRM: f32, T when the struct's <ten>T is set (the step's DT /
+            biasT: SELSCAN_STEP_D_T / _DELTA_BIAS_T, the conv step's wT, biasT:
+            SELSCAN_CONV_PARAMS_T), or STT: f32, T when SELSCAN_STEP_STATE_T is set
+   The order is the order of the checks: which error a call reports first. These drive the
+   missing-operand checks, the resolve calls and the input / output lists of the stride and alias
+   checks; tests/test_operands.c checks the OPERANDS texts (the scan's and the step's) against them
+   (the conv's, in >>conv-api, is not checked: its free-form layout would need its own parser).
+   The CUDA launchers (selscan_cuda.cuh) build their alias-check lists and their kernels'
+   parameters from these too, their own buffers (workspace, checkpoint, cu_seqlens_device) added
+   after the rows. Declared with the API, not in >>impl: the bindings' argument checks
+   (bindings/common/selscan_binding.h) read them in any translation unit. */
+#define SELSCAN__SCAN_OPERANDS(X, c)                 \
+    X(c, u, u, IN, REQ, SEQ, T)                      \
+    X(c, delta, delta, IN, REQ, SEQ, T)              \
+    X(c, A, A, IN, REQ, DN, F32)                     \
+    X(c, B, B, IN, REQ, BC, FIXB)                    \
+    X(c, C, C, IN, REQ, BC, FIXC)                    \
+    X(c, D, D, IN, OPT, DIM, F32)                    \
+    X(c, z, z, IN, OPT, SEQ, T)                      \
+    X(c, delta_bias, bias, IN, OPT, DIM, F32)        \
+    X(c, h0, h0, IN, OPT, ROWS, F32)                 \
+    X(c, y, y, OUT, FWD, SEQ, T)                     \
+    X(c, h_last, hlast, OUT, OPT, ROWS, F32)
+/* the backward's (selscan_grads); dims and dtype are the problem's (dy like y, dB like B, ...) */
+#define SELSCAN__GRAD_OPERANDS(X, c)                 \
+    X(c, dy, dy, IN, REQ, SEQ, T)                    \
+    X(c, dh_last, dhlast, IN, OPT, ROWS, F32)        \
+    X(c, du, du, OUT, OPT, SEQ, T)                   \
+    X(c, ddelta, ddelta, OUT, OPT, SEQ, T)           \
+    X(c, dA, dA, OUT, OPT, DN, F32)                  \
+    X(c, dB, dB, OUT, OPT, BC, FIXB)                 \
+    X(c, dC, dC, OUT, OPT, BC, FIXC)                 \
+    X(c, dD, dD, OUT, OPT, DIM, F32)                 \
+    X(c, dz, dz, OUT, OPT, SEQ, T)                   \
+    X(c, ddelta_bias, dbias, OUT, OPT, DIM, F32)     \
+    X(c, dh0, dh0, OUT, OPT, ROWS, F32)
+/* the decode step's (selscan_step_problem): one token, so no L */
+#define SELSCAN__STEP_OPERANDS(X, c)                 \
+    X(c, state, state, OUT, REQ, CACHE, STT)         \
+    X(c, u, u, IN, REQ, TOK, T)                      \
+    X(c, delta, delta, IN, REQ, TOK, T)              \
+    X(c, A, A, IN, REQ, DN, F32)                     \
+    X(c, B, B, IN, REQ, BC1, FIXB)                   \
+    X(c, C, C, IN, REQ, BC1, FIXC)                   \
+    X(c, D, D, IN, OPT, DIM, PRM)                    \
+    X(c, z, z, IN, OPT, TOK, T)                      \
+    X(c, delta_bias, bias, IN, OPT, DIM, PRM)        \
+    X(c, y, y, OUT, REQ, TOK, T)
+/* the causal conv's (>>conv-api): selscan_conv_problem, selscan_conv_grads, selscan_conv_step_problem */
+#define SELSCAN__CONV_OPERANDS(X, c)                 \
+    X(c, x, x, IN, REQ, SEQ, T)                      \
+    X(c, weight, w, IN, REQ, DW, F32)                \
+    X(c, bias, bias, IN, OPT, DIM, F32)              \
+    X(c, init_state, h0, IN, OPT, CROWS, T)          \
+    X(c, y, y, OUT, FWD, SEQ, T)                     \
+    X(c, final_state, hlast, OUT, OPT, CROWS, T)
+#define SELSCAN__CONV_GRAD_OPERANDS(X, c)            \
+    X(c, dy, dy, IN, REQ, SEQ, T)                    \
+    X(c, dfinal_state, dhlast, IN, OPT, CROWS, T)    \
+    X(c, dx, dx, OUT, OPT, SEQ, T)                   \
+    X(c, dweight, dw, OUT, OPT, DW, F32)             \
+    X(c, dbias, dbias, OUT, OPT, DIM, F32)           \
+    X(c, dinit_state, dh0, OUT, OPT, CROWS, T)
+#define SELSCAN__CONV_STEP_OPERANDS(X, c)            \
+    X(c, state, state, OUT, REQ, CCACHE, T)          \
+    X(c, x, x, IN, REQ, SEQ, T)                      \
+    X(c, weight, w, IN, REQ, DW, PRM)                \
+    X(c, bias, bias, IN, OPT, DIM, PRM)              \
+    X(c, y, y, OUT, REQ, SEQ, T)
+
+/* dims: rank, n0, n1, n2, n3 from the validated sizes q (selscan__prob; TOK, BC1, CACHE: selscan__stp;
+   DW, CROWS: selscan__cprob; CCACHE: selscan__cstp) */
+#define SELSCAN__DIMS_SEQ(q) 3, (q)->batch, (q)->dim, (q)->L, 1     /* (batch, dim, L) */
+#define SELSCAN__DIMS_BC(q) 4, (q)->batch, (q)->G, (q)->N, (q)->L  /* (batch, n_groups, N, L) */
+#define SELSCAN__DIMS_ROWS(q) 3, (q)->rows, (q)->dim, (q)->N, 1     /* (rows, dim, N) */
+#define SELSCAN__DIMS_DN(q) 2, (q)->dim, (q)->N, 1, 1               /* (dim, N) */
+#define SELSCAN__DIMS_DIM(q) 1, (q)->dim, 1, 1, 1                   /* (dim) */
+#define SELSCAN__DIMS_TOK(q) 2, (q)->batch, (q)->dim, 1, 1          /* (batch, dim) */
+#define SELSCAN__DIMS_BC1(q) 3, (q)->batch, (q)->G, (q)->N, 1       /* (batch, n_groups, N) */
+#define SELSCAN__DIMS_CACHE(q) 3, (q)->ncache, (q)->dim, (q)->N, 1  /* (n_cache, dim, N) */
+#define SELSCAN__DIMS_DW(q) 2, (q)->dim, (q)->W, 1, 1               /* conv: (dim, W) */
+#define SELSCAN__DIMS_CROWS(q) 3, (q)->rows, (q)->dim, (q)->W - 1, 1 /* conv: (rows, dim, W-1) */
+#define SELSCAN__DIMS_CCACHE(q) 3, (q)->ncache, (q)->dim, (q)->S, 1 /* conv step: (n_cache, dim, state_len) */
 #endif /* SELSCAN_H */
 
 /* ============================================================================================= */
@@ -1009,96 +1102,6 @@ static void selscan__resolve_data(selscan__ten *r, void *data, const int64_t *st
     for (i = nd; i < 4; i++) r->s[i] = 0;
 }
 
-/* ---- >>operands: the operand tables (the OPERANDS lists in the docs, once) ----------------------
-   X(c, field, ten, io, need, dims, dtype), one row per operand, c passed through:
-     field  the public struct's member, also the operand's name in selscan_diag
-     ten    the validated selscan__ten member it resolves into
-     io     IN (read) or OUT (written; the step's state, read and written, is OUT)
-     need   REQ required, FWD required by the forward only (y), OPT optional (NULL data: absent)
-     dims   the logical shape: SELSCAN__DIMS_<dims>(q) gives rank, n0 .. n3 from the sizes q
-     dtype  T (the problem's dtype), F32, or FIXB / FIXC: T, but (dim, N) f32 when SELSCAN_FIXED_B /
-            SELSCAN_FIXED_C is set, or PRM: f32, T when the struct's <ten>T is set (the step's DT /
-            biasT: SELSCAN_STEP_D_T / _DELTA_BIAS_T, the conv step's wT, biasT:
-            SELSCAN_CONV_PARAMS_T), or STT: f32, T when SELSCAN_STEP_STATE_T is set
-   The order is the order of the checks: which error a call reports first. These drive the
-   missing-operand checks, the resolve calls and the input / output lists of the stride and alias
-   checks; tests/test_operands.c checks the OPERANDS texts (the scan's and the step's) against them
-   (the conv's, in >>conv-api, is not checked: its free-form layout would need its own parser).
-   The CUDA launchers (selscan_cuda.cuh) build their alias-check lists and their kernels'
-   parameters from these too, their own buffers (workspace, checkpoint, cu_seqlens_device) added
-   after the rows. */
-#define SELSCAN__SCAN_OPERANDS(X, c)                 \
-    X(c, u, u, IN, REQ, SEQ, T)                      \
-    X(c, delta, delta, IN, REQ, SEQ, T)              \
-    X(c, A, A, IN, REQ, DN, F32)                     \
-    X(c, B, B, IN, REQ, BC, FIXB)                    \
-    X(c, C, C, IN, REQ, BC, FIXC)                    \
-    X(c, D, D, IN, OPT, DIM, F32)                    \
-    X(c, z, z, IN, OPT, SEQ, T)                      \
-    X(c, delta_bias, bias, IN, OPT, DIM, F32)        \
-    X(c, h0, h0, IN, OPT, ROWS, F32)                 \
-    X(c, y, y, OUT, FWD, SEQ, T)                     \
-    X(c, h_last, hlast, OUT, OPT, ROWS, F32)
-/* the backward's (selscan_grads); dims and dtype are the problem's (dy like y, dB like B, ...) */
-#define SELSCAN__GRAD_OPERANDS(X, c)                 \
-    X(c, dy, dy, IN, REQ, SEQ, T)                    \
-    X(c, dh_last, dhlast, IN, OPT, ROWS, F32)        \
-    X(c, du, du, OUT, OPT, SEQ, T)                   \
-    X(c, ddelta, ddelta, OUT, OPT, SEQ, T)           \
-    X(c, dA, dA, OUT, OPT, DN, F32)                  \
-    X(c, dB, dB, OUT, OPT, BC, FIXB)                 \
-    X(c, dC, dC, OUT, OPT, BC, FIXC)                 \
-    X(c, dD, dD, OUT, OPT, DIM, F32)                 \
-    X(c, dz, dz, OUT, OPT, SEQ, T)                   \
-    X(c, ddelta_bias, dbias, OUT, OPT, DIM, F32)     \
-    X(c, dh0, dh0, OUT, OPT, ROWS, F32)
-/* the decode step's (selscan_step_problem): one token, so no L */
-#define SELSCAN__STEP_OPERANDS(X, c)                 \
-    X(c, state, state, OUT, REQ, CACHE, STT)         \
-    X(c, u, u, IN, REQ, TOK, T)                      \
-    X(c, delta, delta, IN, REQ, TOK, T)              \
-    X(c, A, A, IN, REQ, DN, F32)                     \
-    X(c, B, B, IN, REQ, BC1, FIXB)                   \
-    X(c, C, C, IN, REQ, BC1, FIXC)                   \
-    X(c, D, D, IN, OPT, DIM, PRM)                    \
-    X(c, z, z, IN, OPT, TOK, T)                      \
-    X(c, delta_bias, bias, IN, OPT, DIM, PRM)        \
-    X(c, y, y, OUT, REQ, TOK, T)
-/* the causal conv's (>>conv-api): selscan_conv_problem, selscan_conv_grads, selscan_conv_step_problem */
-#define SELSCAN__CONV_OPERANDS(X, c)                 \
-    X(c, x, x, IN, REQ, SEQ, T)                      \
-    X(c, weight, w, IN, REQ, DW, F32)                \
-    X(c, bias, bias, IN, OPT, DIM, F32)              \
-    X(c, init_state, h0, IN, OPT, CROWS, T)          \
-    X(c, y, y, OUT, FWD, SEQ, T)                     \
-    X(c, final_state, hlast, OUT, OPT, CROWS, T)
-#define SELSCAN__CONV_GRAD_OPERANDS(X, c)            \
-    X(c, dy, dy, IN, REQ, SEQ, T)                    \
-    X(c, dfinal_state, dhlast, IN, OPT, CROWS, T)    \
-    X(c, dx, dx, OUT, OPT, SEQ, T)                   \
-    X(c, dweight, dw, OUT, OPT, DW, F32)             \
-    X(c, dbias, dbias, OUT, OPT, DIM, F32)           \
-    X(c, dinit_state, dh0, OUT, OPT, CROWS, T)
-#define SELSCAN__CONV_STEP_OPERANDS(X, c)            \
-    X(c, state, state, OUT, REQ, CCACHE, T)          \
-    X(c, x, x, IN, REQ, SEQ, T)                      \
-    X(c, weight, w, IN, REQ, DW, PRM)                \
-    X(c, bias, bias, IN, OPT, DIM, PRM)              \
-    X(c, y, y, OUT, REQ, SEQ, T)
-
-/* dims: rank, n0, n1, n2, n3 from the validated sizes q (selscan__prob; TOK, BC1, CACHE: selscan__stp;
-   DW, CROWS: selscan__cprob; CCACHE: selscan__cstp) */
-#define SELSCAN__DIMS_SEQ(q) 3, (q)->batch, (q)->dim, (q)->L, 1     /* (batch, dim, L) */
-#define SELSCAN__DIMS_BC(q) 4, (q)->batch, (q)->G, (q)->N, (q)->L  /* (batch, n_groups, N, L) */
-#define SELSCAN__DIMS_ROWS(q) 3, (q)->rows, (q)->dim, (q)->N, 1     /* (rows, dim, N) */
-#define SELSCAN__DIMS_DN(q) 2, (q)->dim, (q)->N, 1, 1               /* (dim, N) */
-#define SELSCAN__DIMS_DIM(q) 1, (q)->dim, 1, 1, 1                   /* (dim) */
-#define SELSCAN__DIMS_TOK(q) 2, (q)->batch, (q)->dim, 1, 1          /* (batch, dim) */
-#define SELSCAN__DIMS_BC1(q) 3, (q)->batch, (q)->G, (q)->N, 1       /* (batch, n_groups, N) */
-#define SELSCAN__DIMS_CACHE(q) 3, (q)->ncache, (q)->dim, (q)->N, 1  /* (n_cache, dim, N) */
-#define SELSCAN__DIMS_DW(q) 2, (q)->dim, (q)->W, 1, 1               /* conv: (dim, W) */
-#define SELSCAN__DIMS_CROWS(q) 3, (q)->rows, (q)->dim, (q)->W - 1, 1 /* conv: (rows, dim, W-1) */
-#define SELSCAN__DIMS_CCACHE(q) 3, (q)->ncache, (q)->dim, (q)->S, 1 /* conv step: (n_cache, dim, state_len) */
 /* need: 1 when the operand must be present (fwd: the call needs y) */
 #define SELSCAN__NEED_REQ(fwd) 1
 #define SELSCAN__NEED_FWD(fwd) (fwd)

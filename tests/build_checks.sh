@@ -9,7 +9,8 @@
 #   program assigning const float * inputs without casts (tests/buildcheck/const_inputs.cpp), run;
 #   bindings/common/selscan_binding.h (the layer the framework bindings share) alone in C++17 with
 #   its unit checks (tests/buildcheck/binding_layer.cpp), run: its CUDA shim's declarations (>>bind-cuda)
-#   without CUDA there, their definitions in the SELSCAN_VALIDATION_ONLY nvcc TU below;
+#   without CUDA there, their definitions in the SELSCAN_VALIDATION_ONLY nvcc TU below; its argument
+#   checks in a TU without selscan's implementation (tests/buildcheck/binding_no_impl.cpp), compiled;
 #   a CUDA translation unit with SELSCAN_IMPLEMENTATION through nvcc when it exists (NVCC=none: skipped).
 #   An absent compiler is skipped (not counted). Compiles run in parallel (BUILD_JOBS, default nproc).
 # Environment: CC, CXX, NVCC, BUILD (output folder, default build). Last line: "N passed, N failed".
@@ -81,6 +82,8 @@ for c in "${cxxs[@]}"; do
         "test -s $OUT/readme_snippet.c && $c -std=c++17 $WARN -O1 -I. -x c++ $OUT/readme_snippet.c -o $OUT/$t.snippet && $OUT/$t.snippet"
     start "$c -std=c++17 const float * inputs without casts, run" sh -c \
         "$c -std=c++17 $WARN -O1 $SRC/const_inputs.cpp -o $OUT/$t.const_inputs && $OUT/$t.const_inputs"
+    start "$c -std=c++17 bindings/common's argument checks without selscan's implementation" \
+        $c -std=c++17 $WARN -I. -c $SRC/binding_no_impl.cpp -o "$OUT/$t.binding_no_impl.o"
     start "$c -std=c++17 bindings/common/selscan_binding.h alone (no framework), run" sh -c \
         "$c -std=c++17 $WARN -O1 -I. $SRC/binding_layer.cpp -o $OUT/$t.binding_layer -lm -lpthread && $OUT/$t.binding_layer"
 done

@@ -388,9 +388,9 @@ inline Error ErrorOf(const Result &r, const char *where, const Names &names = Na
 // Unknown ranks or sizes (< 0: a graph's shape function, a symbolic size) are taken as they may be.
 // The binding raises its framework's exception from the Refusal (ErrorOf, with its name map).
 //
-// The types below need selscan.h alone; the checks need its implementation in the translation unit
-// (they read its operand tables and call selscan_check_*sizes): a binding's TU without it (TensorFlow's
-// GPU TU) calls the checks of the TU that has it.
+// The checks compile in any translation unit (selscan.h's >>operands tables are declared with its
+// API); they call the library's size rules (selscan_check_*sizes), so the program links a TU that
+// holds selscan's implementation.
 namespace selscan_binding {
 
 // ---- >>args-arg: a framework tensor, described --------------------------------------------------
@@ -594,9 +594,7 @@ inline Error ErrorOf(const Refusal &r, const char *where, const Names &names = N
 
 } // namespace selscan_binding
 
-// ---- >>args-check: the checks (in a TU with selscan.h's implementation) -------------------------
-#if defined(SELSCAN__SCAN_OPERANDS) && !defined(SELSCAN_BINDING_ARGS_IMPL_)
-#define SELSCAN_BINDING_ARGS_IMPL_
+// ---- >>args-check: the checks ------------------------------------------------------------------
 namespace selscan_binding {
 namespace args_detail {
 
@@ -1271,7 +1269,6 @@ inline Refusal CheckConvStepArgs(const ConvStepArgs &a, const Forms &forms, Chec
 #undef SELSCAN_BINDING__IS_OUT_OUT
 
 } // namespace selscan_binding
-#endif // the checks
 
 /* ============================================================================================
  * >>bind-cuda: the CUDA shim every selscan binding shares

@@ -1,52 +1,12 @@
 // selscan_torch.cpp - selscan's selective scan as PyTorch 2 custom ops: the registration (the ops'
-// schemas; their kernels: scan.cpp, step.cpp, conv.cpp), the argument checks (bindings/common's, in
-// this TU with selscan's implementation: the checks read its operand tables) and the _C module with
-// what it answers the Python side. What the TUs share: selscan_torch.h.
+// schemas; their kernels: scan.cpp, step.cpp, conv.cpp), selscan's implementation (this TU) and the
+// _C module with what it answers the Python side. What the TUs share: selscan_torch.h.
 #define SELSCAN_IMPLEMENTATION
 #include "selscan.h"
 #include "selscan_torch.h"
 
 namespace selscan_torch {
 
-// The op's arguments in its schema's order (bindings/common's >>args-order), checked; values: the
-// host offsets / state rows, or none.
-bind::Refusal CheckArgs(Op op, const bind::Arg* a, const int64_t* cu_values, const int32_t* idx_values,
-                        bind::Checked* k) {
-  bind::Forms f;
-  f.device_name = &DeviceName;
-  f.names = NamesOfOp(op);
-  switch (op) {
-    case Op::kFwd: case Op::kBwd:
-      f.fixed_bc = f.groupless_bc = true;  // (dim, N) constant over time; (batch, N, L): one group
-      return bind::CheckScanArgs(bind::ScanArgsOf(a, op == Op::kBwd, cu_values), f, k);
-    case Op::kStep:
-      f.groupless_bc = true;  // (batch, N): one group
-      return bind::CheckStepArgs(bind::StepArgsOf(a, idx_values), f, k);
-    case Op::kConvFwd: case Op::kConvBwd:
-      return bind::CheckConvArgs(bind::ConvArgsOf(a, op == Op::kConvBwd, cu_values), f, k);
-    default:
-      return bind::CheckConvStepArgs(bind::ConvStepArgsOf(a, idx_values), f, k);
-  }
-}
-
-Checked Check(Op op, const bind::Arg* args, const OptT& values) {
-  Checked c;
-  const int64_t* cu = nullptr;
-  const int32_t* idx = nullptr;
-  if (values && values->defined() && values->is_cpu() && values->dim() == 1) {
-    const bool rows = op == Op::kStep || op == Op::kConvStep;
-    if (!rows && values->scalar_type() == at::kLong) {
-      c.host = values->contiguous();
-      cu = c.host->data_ptr<int64_t>();
-    } else if (rows && values->scalar_type() == at::kInt) {
-      c.host = values->contiguous();
-      idx = c.host->data_ptr<int32_t>();
-    }
-  }
-  const bind::Refusal r = CheckArgs(op, args, cu, idx, &c.k);
-  if (!r.ok()) Raise(bind::ErrorOf(r, WhereOf(op), NamesOfOp(op)));
-  return c;
-}
 namespace {
 
 std::string CpuBackend() { return selscan_cpu_backend(); }

@@ -1,7 +1,7 @@
 // selscan_torch.h - what the PyTorch ops' translation units share (csrc/: selscan_torch.cpp, the
-// registration, the argument checks and the _C module; scan.cpp; step.cpp; conv.cpp): selscan operands
-// from torch tensors, errors and the per-op name maps, the common layer's argument checks (declared
-// here, defined in selscan_torch.cpp, the one TU with selscan's implementation), outputs and
+// registration, selscan's implementation and the _C module; scan.cpp; step.cpp; conv.cpp): selscan
+// operands from torch tensors, errors and the per-op name maps, the common layer's argument checks
+// (Check: each op's TU runs them in place), outputs and
 // workspaces from torch's allocator, the CPU parts runner on ATen's pool, the device axis (CPU /
 // CUDA through the bindings' shared shim), and the autograd helpers the scan and the conv share.
 //
@@ -264,12 +264,47 @@ struct Checked {
   bind::Checked k;
   OptT host;  // the contiguous host copy of cu_seqlens / state_index whose values were checked
 };
-// The op's arguments in its schema's order, checked (bindings/common: CheckArgs); with the values
-// of a host cu_seqlens / state_index (values, where CPU tensors of the ops' dtypes). Raises the
-// op's error naming the argument. Defined in selscan_torch.cpp (selscan's implementation).
-Checked Check(Op op, const bind::Arg* args, const OptT& values);
-bind::Refusal CheckArgs(Op op, const bind::Arg* a, const int64_t* cu_values, const int32_t* idx_values,
-                        bind::Checked* k);
+// The op's arguments in its schema's order (bindings/common's >>args-order), checked; values: the
+// host offsets / state rows, or none.
+inline bind::Refusal CheckArgs(Op op, const bind::Arg* a, const int64_t* cu_values, const int32_t* idx_values,
+                               bind::Checked* k) {
+  bind::Forms f;
+  f.device_name = &DeviceName;
+  f.names = NamesOfOp(op);
+  switch (op) {
+    case Op::kFwd: case Op::kBwd:
+      f.fixed_bc = f.groupless_bc = true;  // (dim, N) constant over time; (batch, N, L): one group
+      return bind::CheckScanArgs(bind::ScanArgsOf(a, op == Op::kBwd, cu_values), f, k);
+    case Op::kStep:
+      f.groupless_bc = true;  // (batch, N): one group
+      return bind::CheckStepArgs(bind::StepArgsOf(a, idx_values), f, k);
+    case Op::kConvFwd: case Op::kConvBwd:
+      return bind::CheckConvArgs(bind::ConvArgsOf(a, op == Op::kConvBwd, cu_values), f, k);
+    default:
+      return bind::CheckConvStepArgs(bind::ConvStepArgsOf(a, idx_values), f, k);
+  }
+}
+// The op's arguments in its schema's order, checked (CheckArgs); with the values of a host
+// cu_seqlens / state_index (values, where CPU tensors of the ops' dtypes). Raises the op's error
+// naming the argument.
+inline Checked Check(Op op, const bind::Arg* args, const OptT& values) {
+  Checked c;
+  const int64_t* cu = nullptr;
+  const int32_t* idx = nullptr;
+  if (values && values->defined() && values->is_cpu() && values->dim() == 1) {
+    const bool rows = op == Op::kStep || op == Op::kConvStep;
+    if (!rows && values->scalar_type() == at::kLong) {
+      c.host = values->contiguous();
+      cu = c.host->data_ptr<int64_t>();
+    } else if (rows && values->scalar_type() == at::kInt) {
+      c.host = values->contiguous();
+      idx = c.host->data_ptr<int32_t>();
+    }
+  }
+  const bind::Refusal r = CheckArgs(op, args, cu, idx, &c.k);
+  if (!r.ok()) Raise(bind::ErrorOf(r, WhereOf(op), NamesOfOp(op)));
+  return c;
+}
 
 // ---- outputs ----------------------------------------------------------------------------------
 
