@@ -33,16 +33,8 @@ def timed(fn, sync, calls, rounds=7, warm=300):
     return statistics.median(r), r
 
 
-def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
-    ap.add_argument("--threads", type=int, default=None, help="torch.set_num_threads (CPU)")
-    ap.add_argument("--calls", type=int, default=2000)
-    a = ap.parse_args()
-    if a.threads:
-        torch.set_num_threads(a.threads)
-    dev = a.device
-    sync = torch.cuda.synchronize if dev == "cuda" else (lambda: None)
+def cases(dev):
+    """The calls timed, as (name, key, fn) on device dev (bench/host_prof.py samples them by key)."""
     g = torch.Generator().manual_seed(0)
 
     def t(*s, rg=False):
@@ -72,10 +64,23 @@ def main():
         with torch.no_grad():
             torch.ops.selscan.step.default(st, x, dt, As, Bs, Cs, Ds, zs, bs, None, True, False)
 
+    return [("scan forward, no grad", "fwd", fwd_nograd), ("scan forward, with grad", "fwdgrad", fwd),
+            ("scan forward + backward", "fwdbwd", lambda: fwd().sum().backward()),
+            ("step (selective_state_update)", "ssu", step), ("step (torch.ops.selscan.step)", "step", step_op)]
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    ap.add_argument("--threads", type=int, default=None, help="torch.set_num_threads (CPU)")
+    ap.add_argument("--calls", type=int, default=2000)
+    a = ap.parse_args()
+    if a.threads:
+        torch.set_num_threads(a.threads)
+    dev = a.device
+    sync = torch.cuda.synchronize if dev == "cuda" else (lambda: None)
     print(f"selscan_torch from {ss.__file__}; torch {torch.__version__}; device {dev}")
-    for name, fn in [("scan forward, no grad", fwd_nograd), ("scan forward, with grad", fwd),
-                     ("scan forward + backward", lambda: fwd().sum().backward()),
-                     ("step (selective_state_update)", step), ("step (torch.ops.selscan.step)", step_op)]:
+    for name, _, fn in cases(dev):
         med, r = timed(fn, sync, a.calls)
         print(f"{name:32s} {med:8.2f} us a call  (rounds {' '.join(f'{v:.1f}' for v in r)})")
 

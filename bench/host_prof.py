@@ -5,9 +5,9 @@ machines): bench/host_prof.c samples the stacks, this runs the calls and resolve
     LD_PRELOAD=$PWD/build/libhostprof.so PYTHONPATH=<package> python3 bench/host_prof.py run CASE OUT.raw
     python3 bench/host_prof.py report A.raw [B.raw]     # B given: B - A, per call
 
-CASE: step (torch.ops.selscan.step, b1 dim 1536 N 16 float32), fwd (the scan forward without grad, b1
-dim 64 L 16 N 16), fwdgrad (with grad), fwdbwd (forward + sum().backward()); the cases of
-bench/host_cost.py. The report gives microseconds of the calling thread's wall time a call by shared
+CASE: bench/host_cost.py's cases by key: fwd (the scan forward without grad, b1 dim 64 L 16 N 16),
+fwdgrad (with grad), fwdbwd (forward + sum().backward()), ssu (selective_state_update, b1 dim 1536
+N 16 float32), step (torch.ops.selscan.step, the same sizes). The report gives microseconds of the calling thread's wall time a call by shared
 object and by function (self: the interrupted function; total: on the stack), from samples at 10 kHz
 of wall time, each standing for the loop's wall time (less the sampler's own) over the samples."""
 import bisect
@@ -22,36 +22,14 @@ HZ = 10000
 
 def run(case, out, calls=20000):
     import torch
-    import selscan_torch as ss
 
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import host_cost  # the cases (and selscan_torch as PYTHONPATH finds it)
+
+    ss = host_cost.ss
     dev = "cuda" if torch.cuda.is_available() else "cpu"
     sync = torch.cuda.synchronize if dev == "cuda" else (lambda: None)
-    g = torch.Generator().manual_seed(0)
-
-    def t(*s, rg=False):
-        return torch.randn(*s, generator=g).to(dev).requires_grad_(rg)
-
-    b, d, L, N = 1, 64, 16, 16
-    u, dl, z = t(b, d, L, rg=True), t(b, d, L, rg=True), t(b, d, L, rg=True)
-    A = (-torch.rand(d, N, generator=g)).to(dev).requires_grad_()
-    B, C, D, bias = t(b, N, L, rg=True), t(b, N, L, rg=True), t(d, rg=True), t(d, rg=True)
-    ds = 1536
-    st, x, dt = t(1, ds, N), t(1, ds), t(1, ds)
-    As = -torch.rand(ds, N, generator=g).to(dev)
-    Bs, Cs, Ds, zs, bs = t(1, N), t(1, N), t(ds), t(1, ds), t(ds)
-
-    def fwd():
-        return ss.selective_scan_fn(u, dl, A, B, C, D, z, bias, delta_softplus=True)
-
-    def fwd_nograd():
-        with torch.no_grad():
-            fwd()
-
-    def step():
-        with torch.no_grad():
-            torch.ops.selscan.step.default(st, x, dt, As, Bs, Cs, Ds, zs, bs, None, True, False)
-
-    fn = {"step": step, "fwd": fwd_nograd, "fwdgrad": fwd, "fwdbwd": lambda: fwd().sum().backward()}[case]
+    fn = {key: f for _, key, f in host_cost.cases(dev)}[case]
     if case == "fwdbwd":
         calls //= 10
     for _ in range(500):
