@@ -1,4 +1,4 @@
-# selscan: make run | run-ssd | test | test-all | bench | test-cuda | test-gpu | test-gpu-full | test-cuda-sanitize | bench-cuda | test-torch | hf-kernel | tf-op | test-tf | ort-ops | test-onnx | clean
+# selscan: make run | run-ssd | test | test-all | bench | test-cuda | test-gpu | test-gpu-full | test-cuda-sanitize | bench-cuda | test-torch | wheel | hf-kernel | tf-op | test-tf | ort-ops | test-onnx | clean
 # Compilers and flags can be overridden: make test CC=clang CFLAGS="-O1 -g"
 CC      ?= cc
 CXX     ?= c++
@@ -215,8 +215,9 @@ $(SANITIZE_RUNS): sanitize-%: $(BUILD)/test_cuda $(BUILD)/test_cuda_cl $(BUILD)/
 # ---- PyTorch package --------------------------------------------------------------------------
 # test-torch: a venv $(TORCH_VENV) with torch from PyPI (the CUDA build: ~2 min and ~5 GB with its
 # nvidia-* wheels, which `import torch` needs), pytest and ninja, unless TORCH_PY names a Python
-# that imports torch; then `pip install --no-build-isolation ./bindings/torch` (the extension against that
-# torch: CUDA kernels too where nvcc exists, SELSCAN_TORCH_CPU_ONLY=1 to skip them), then pytest
+# that imports torch; then `make wheel` against that torch (CUDA kernels too where nvcc exists, for
+# TORCH_CUDA_ARCH_LIST, default 9.0; SELSCAN_TORCH_CPU_ONLY=1 to skip them) and the wheel installed with
+# no compiler on the PATH, then pytest
 # (GPU tests skip without a GPU). TORCH_TEST_PINS (transformers, einops, timm: the model
 # integration tests; kernels: the hf-kernel route's) are installed beside pytest, then TORCH_TEST_PEERS with --no-deps (their pins
 # are old) and without mamba_ssm's CUDA build (its Python files: what use_in_mamba_ssm() runs
@@ -237,8 +238,25 @@ torch-install:
 	"$$py" -m pip install -q pytest ninja wheel packaging $(TORCH_TEST_PINS) && \
 	MAMBA_SKIP_CUDA_BUILD=TRUE MAMBA_FORCE_BUILD=TRUE "$$py" -m pip install -q --no-deps --no-build-isolation \
 	  $(TORCH_TEST_PEERS) && \
-	echo "test-torch: building selscan_torch" && \
-	PATH="$$(dirname "$$py"):$$PATH" MAX_JOBS="$${MAX_JOBS:-2}" "$$py" -m pip install -q --no-build-isolation ./bindings/torch
+	$(MAKE) --no-print-directory wheel TORCH_PY="$$py" WHEEL_CUDA_ARCHS="$${TORCH_CUDA_ARCH_LIST:-9.0}" && \
+	whl=$$(ls -t dist/selscan_torch-*.whl | head -1) && \
+	echo "test-torch: installing $$whl with no compiler on the PATH" && \
+	PATH="$$(dirname "$$py")" CC=false CXX=false "$$py" -m pip install -q --no-deps --force-reinstall "$$whl"
+
+# wheel: a binary wheel of the PyTorch package into dist/, built against TORCH_PY's torch (default: the
+# test-torch venv's). It installs with no compiler (pip install dist/selscan_torch-*.whl) into an
+# environment with the same torch major.minor (its requirement says so; the package uses torch's C++
+# ABI, and its import names the mismatch otherwise): CPU kernels for every vector path and, where nvcc
+# and a CUDA torch are, CUDA kernels for WHEEL_CUDA_ARCHS (T4 / Turing to Blackwell, PTX of the newest).
+WHEEL_CUDA_ARCHS ?= 7.5;8.0;8.6;8.9;9.0;10.0;12.0+PTX
+.PHONY: wheel
+wheel:
+	@py="$(TORCH_PYTHON)"; mkdir -p dist && t0=$$(date +%s) && \
+	echo "wheel: building selscan_torch against $$("$$py" -c 'import torch; print(torch.__version__)') (CUDA archs $(WHEEL_CUDA_ARCHS) where nvcc is)" && \
+	PATH="$$(dirname "$$py"):$$PATH" MAX_JOBS="$${MAX_JOBS:-$$(nproc)}" TORCH_CUDA_ARCH_LIST="$(WHEEL_CUDA_ARCHS)" \
+	  "$$py" -m pip wheel -q --no-build-isolation --no-deps ./bindings/torch -w dist && \
+	whl=$$(ls -t dist/selscan_torch-*.whl | head -1) && \
+	echo "wheel: $$whl, $$(du -m "$$whl" | cut -f1) MB, built in $$(( $$(date +%s) - t0 )) s"
 
 test-torch: torch-install
 	@cd bindings/torch/tests && "$(TORCH_PYTHON)" -m pytest -q -p no:cacheprovider .

@@ -45,6 +45,19 @@ ORT_DIR = next((d for d in (os.path.join(HERE, "onnxruntime"), os.path.join(os.p
                 if os.path.exists(os.path.join(d, "selscan_ort.cc"))), None)
 
 
+def torch_pin():
+    """The torch this build compiles against, as the wheel's requirement and as selscan_torch/_build.py
+    (the package's import compares it with the running torch). The package uses torch's C++ ABI, which
+    changes between minor versions: its binary fits the major.minor it was built against only."""
+    import torch
+
+    major, minor = (int(v) for v in torch.__version__.split("+")[0].split(".")[:2])
+    with open(os.path.join(HERE, "selscan_torch", "_build.py"), "w") as f:
+        f.write("# written by setup.py: the torch this build of selscan_torch was compiled against\n")
+        f.write(f"TORCH = {torch.__version__!r}\nTORCH_MAJOR_MINOR = ({major}, {minor})\n")
+    return [f"torch>={major}.{minor},<{major}.{minor + 1}"]
+
+
 def want_cuda():
     import torch
     from torch.utils import cpp_extension
@@ -142,5 +155,6 @@ setup(
     ext_modules=extensions() + ort_extension(),
     cmdclass={"build_ext": build_ext_cls()},
     python_requires=">=3.9",
+    install_requires=torch_pin(),
     zip_safe=False,
 )

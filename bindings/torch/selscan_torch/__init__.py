@@ -13,8 +13,19 @@ import math
 
 import torch
 
-from . import _C  # noqa: F401  (loading the extension registers torch.ops.selscan)
-from . import _checks
+try:
+    from ._build import TORCH as _BUILT_TORCH, TORCH_MAJOR_MINOR as _BUILT_MM
+except ImportError:  # a tree whose setup.py has not run: nothing to compare
+    _BUILT_TORCH = None
+if _BUILT_TORCH is not None and tuple(int(v) for v in torch.__version__.split("+")[0].split(".")[:2]) != _BUILT_MM:
+    # the extension uses torch's C++ ABI, which changes between minor versions: loading it anyway
+    # fails on an undefined symbol at best
+    raise ImportError(f"selscan_torch was built against torch {_BUILT_TORCH}, and this is torch {torch.__version__}: "
+                      f"install a selscan_torch built for this torch (pip install --no-build-isolation "
+                      f"./bindings/torch rebuilds it against the installed one)")
+
+from . import _C  # noqa: F401,E402  (loading the extension registers torch.ops.selscan)
+from . import _checks  # noqa: E402
 
 __all__ = [
     "selective_scan_fn",
