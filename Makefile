@@ -216,7 +216,7 @@ $(SANITIZE_RUNS): sanitize-%: $(BUILD)/test_cuda $(BUILD)/test_cuda_cl $(BUILD)/
 # test-torch: a venv $(TORCH_VENV) with torch from PyPI (the CUDA build: ~2 min and ~5 GB with its
 # nvidia-* wheels, which `import torch` needs), pytest and ninja, unless TORCH_PY names a Python
 # that imports torch; then `make wheel` against that torch (CUDA kernels too where nvcc exists, for
-# TORCH_CUDA_ARCH_LIST, default 9.0; SELSCAN_TORCH_CPU_ONLY=1 to skip them) and the wheel installed with
+# TORCH_CUDA_ARCH_LIST, default the visible GPU's, else 9.0; SELSCAN_TORCH_CPU_ONLY=1 to skip them) and the wheel installed with
 # no compiler on the PATH, then pytest
 # (GPU tests skip without a GPU). TORCH_TEST_PINS (transformers, einops, timm: the model
 # integration tests; kernels: the hf-kernel route's) are installed beside pytest, then TORCH_TEST_PEERS with --no-deps (their pins
@@ -238,7 +238,7 @@ torch-install:
 	"$$py" -m pip install -q pytest ninja wheel packaging $(TORCH_TEST_PINS) && \
 	MAMBA_SKIP_CUDA_BUILD=TRUE MAMBA_FORCE_BUILD=TRUE "$$py" -m pip install -q --no-deps --no-build-isolation \
 	  $(TORCH_TEST_PEERS) && \
-	$(MAKE) --no-print-directory wheel TORCH_PY="$$py" WHEEL_CUDA_ARCHS="$${TORCH_CUDA_ARCH_LIST:-9.0}" && \
+	$(MAKE) --no-print-directory wheel TORCH_PY="$$py" WHEEL_CUDA_ARCHS="$${TORCH_CUDA_ARCH_LIST:-}" && \
 	whl=$$(ls -t dist/selscan_torch-*.whl | head -1) && \
 	echo "test-torch: installing $$whl with no compiler on the PATH" && \
 	PATH="$$(dirname "$$py")" CC=false CXX=false "$$py" -m pip install -q --no-deps --force-reinstall "$$whl"
@@ -247,13 +247,14 @@ torch-install:
 # test-torch venv's). It installs with no compiler (pip install dist/selscan_torch-*.whl) into an
 # environment with the same torch major.minor (its requirement says so; the package uses torch's C++
 # ABI, and its import names the mismatch otherwise): CPU kernels for every vector path and, where nvcc
-# and a CUDA torch are, CUDA kernels for WHEEL_CUDA_ARCHS (T4 / Turing to Blackwell, PTX of the newest).
+# and a CUDA torch are, CUDA kernels for WHEEL_CUDA_ARCHS (T4 / Turing to Blackwell, PTX of the newest;
+# empty: setup.py's default, the visible GPU's, else 9.0).
 WHEEL_CUDA_ARCHS ?= 7.5;8.0;8.6;8.9;9.0;10.0;12.0+PTX
 .PHONY: wheel
 wheel:
 	@py="$(TORCH_PYTHON)"; mkdir -p dist && t0=$$(date +%s) && \
-	echo "wheel: building selscan_torch against $$("$$py" -c 'import torch; print(torch.__version__)') (CUDA archs $(WHEEL_CUDA_ARCHS) where nvcc is)" && \
-	PATH="$$(dirname "$$py"):$$PATH" MAX_JOBS="$${MAX_JOBS:-$$(nproc)}" TORCH_CUDA_ARCH_LIST="$(WHEEL_CUDA_ARCHS)" \
+	echo "wheel: building selscan_torch against $$("$$py" -c 'import torch; print(torch.__version__)') (CUDA archs $(or $(WHEEL_CUDA_ARCHS),the visible GPU's / 9.0) where nvcc is)" && \
+	PATH="$$(dirname "$$py"):$$PATH" MAX_JOBS="$${MAX_JOBS:-$$(nproc)}" $(if $(WHEEL_CUDA_ARCHS),TORCH_CUDA_ARCH_LIST="$(WHEEL_CUDA_ARCHS)") \
 	  "$$py" -m pip wheel -q --no-build-isolation --no-deps ./bindings/torch -w dist && \
 	whl=$$(ls -t dist/selscan_torch-*.whl | head -1) && \
 	echo "wheel: $$whl, $$(du -m "$$whl" | cut -f1) MB, built in $$(( $$(date +%s) - t0 )) s"
