@@ -1,4 +1,4 @@
-# selscan: make run | run-ssd | test | test-all | bench | test-cuda | test-gpu | test-gpu-full | test-cuda-sanitize | bench-cuda | test-torch | wheel | hf-kernel | tf-op | test-tf | ort-ops | test-onnx | clean
+# selscan: make run | run-ssd | test | test-all | bench | test-cuda | test-gpu | test-gpu-full | test-cuda-sanitize | bench-cuda | test-torch | wheel | hf-kernel | tf-op | wheel-tf | test-tf | ort-ops | test-onnx | clean
 # Compilers and flags can be overridden: make test CC=clang CFLAGS="-O1 -g"
 CC      ?= cc
 CXX     ?= c++
@@ -257,7 +257,7 @@ wheel:
 	PATH="$$(dirname "$$py"):$$PATH" MAX_JOBS="$${MAX_JOBS:-$$(nproc)}" $(if $(WHEEL_CUDA_ARCHS),TORCH_CUDA_ARCH_LIST="$(WHEEL_CUDA_ARCHS)") \
 	  "$$py" -m pip wheel -q --no-build-isolation --no-deps ./bindings/torch -w dist && \
 	whl=$$(ls -t dist/selscan_torch-*.whl | head -1) && \
-	echo "wheel: $$whl, $$(du -m "$$whl" | cut -f1) MB, built in $$(( $$(date +%s) - t0 )) s"
+	echo "wheel: $$whl, $$(awk "BEGIN { printf \"%.1f\", $$(stat -c %s "$$whl") / 1048576 }") MB, built in $$(( $$(date +%s) - t0 )) s"
 
 test-torch: torch-install
 	@cd bindings/torch/tests && "$(TORCH_PYTHON)" -m pytest -q -p no:cacheprovider .
@@ -279,7 +279,7 @@ hf-kernel:
 # whose setup.py compiles the op against the installed TensorFlow (tf.sysconfig flags; GPU kernels
 # when nvcc and a CUDA TensorFlow are there). test-tf: a virtual environment $(TF_VENV) with a CPU
 # TensorFlow, scikit-learn, setuptools and wheel from PyPI (TF_PY=/path/to/python uses that one),
-# `pip install --no-build-isolation ./bindings/tf`, then bindings/tf/tests/run_all.sh: every
+# `make wheel-tf` with it and the wheel installed with no compiler on the PATH, then bindings/tf/tests/run_all.sh: every
 # tests/test_*.py (the op; hostile inputs; the MambaVision mixer against a float64 reference,
 # serialization, XLA; the learning test) and the fuzz harness tests/fuzz_tf_ops.py (CI budget;
 # TF_FUZZ_ARGS="--cases N --seed S" for more), ending on "TOTAL: N passed, M failed".
@@ -314,10 +314,24 @@ test-tf:
 	@py="$$($(TF_DIR)/tf_python.sh --install $(TF_VENV))" && case "$$py" in /*) ;; *) py="$$PWD/$$py" ;; esac && \
 	{ "$$py" -c 'import sklearn, setuptools, wheel' 2>/dev/null || \
 	  "$$py" -m pip install -q --disable-pip-version-check scikit-learn setuptools wheel; } && \
-	t0=$$(date +%s) && \
-	"$$py" -m pip install -q --disable-pip-version-check --no-build-isolation --no-deps --force-reinstall ./$(TF_DIR) && \
-	echo "test-tf: pip built and installed selscan_tf from source in $$(( $$(date +%s) - t0 )) s" || exit 1; \
+	$(MAKE) --no-print-directory wheel-tf TF_PY="$$py" && \
+	whl=$$(ls -t dist/selscan_tf-*.whl | head -1) && \
+	echo "test-tf: installing $$whl with no compiler on the PATH" && \
+	PATH="$$(dirname "$$py")" CC=false CXX=false NVCC=false "$$py" -m pip install -q --disable-pip-version-check --no-deps \
+	  --force-reinstall "$$whl" || exit 1; \
 	$(TF_DIR)/tests/run_all.sh "$$py" $(BUILD)
+
+# wheel-tf: a binary wheel of the TensorFlow package in dist/, built against TF_PY's TensorFlow (make
+# tf-op's search: TF_PY, a python3 that imports tensorflow, $(TF_VENV)): the op for the CPU and, where
+# nvcc and a CUDA TensorFlow are, its GPU kernels (setup.py: sm_75 ... sm_90 + PTX; SELSCAN_TF_CUDA,
+# SELSCAN_TF_CUDA_ARCHS). It installs with no compiler into an environment with the same TensorFlow
+# major.minor (the op uses TensorFlow's C++ ABI; the import names a mismatch).
+.PHONY: wheel-tf
+wheel-tf:
+	@py="$$($(TF_DIR)/tf_python.sh --find $(TF_VENV))" && mkdir -p dist && t0=$$(date +%s) && \
+	"$$py" -m pip wheel -q --disable-pip-version-check --no-build-isolation --no-deps ./$(TF_DIR) -w dist && \
+	whl=$$(ls -t dist/selscan_tf-*.whl | head -1) && \
+	echo "wheel-tf: $$whl, $$(awk "BEGIN { printf \"%.1f\", $$(stat -c %s "$$whl") / 1048576 }") MB, built in $$(( $$(date +%s) - t0 )) s"
 
 $(TF_OUT):
 	mkdir -p $(TF_OUT)

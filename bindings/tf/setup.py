@@ -158,6 +158,13 @@ class BuildOp(build_ext):
         from libstdcxx_link import shared_libstdcxx_args  # bindings/common: the link rule every package shares
 
         run([cxx, "-shared"] + objs + ["-o", out] + info["lflags"] + link_extra + shared_libstdcxx_args(cxx, "selscan_tf"))
+        # the TensorFlow this op was compiled against, next to it: the package's import compares it with the
+        # running one (the op uses TensorFlow's C++ ABI, which changes between minor versions). Not a pin
+        # in install_requires: tensorflow, tensorflow-cpu and tf-nightly are different distributions.
+        major, minor = (int(v) for v in info["version"].split(".")[:2])
+        with open(os.path.join(os.path.dirname(out), "_build.py"), "w") as f:
+            f.write("# written by setup.py: the TensorFlow this build of selscan_tf was compiled against\n")
+            f.write("TENSORFLOW = %r\nTENSORFLOW_MAJOR_MINOR = (%d, %d)\n" % (info["version"], major, minor))
         _say("built %s (%s) in %.1f s" % (out, why, time.time() - t_start))
 
 

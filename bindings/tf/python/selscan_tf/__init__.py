@@ -55,6 +55,23 @@ _LIB_NAME = "_selscan_tf_ops.so"
 _HERE = os.path.dirname(os.path.abspath(__file__))
 
 
+def _check_build():
+    """The op's binary fits the TensorFlow major.minor it was compiled against (its C++ ABI): under
+    another one, say so instead of failing on an undefined symbol. No _build.py (make tf-op's
+    library on a source tree): nothing to compare."""
+    try:
+        from ._build import TENSORFLOW, TENSORFLOW_MAJOR_MINOR
+    except ImportError:
+        return
+    running = tuple(int(v) for v in tf.__version__.split(".")[:2])
+    if running != tuple(TENSORFLOW_MAJOR_MINOR):
+        raise ImportError(
+            "selscan_tf was built against TensorFlow %s, and this is TensorFlow %s: install a selscan_tf built "
+            "for this TensorFlow (pip install --no-build-isolation ./bindings/tf rebuilds it against the installed "
+            "one)" % (TENSORFLOW, tf.__version__)
+        )
+
+
 def _load_library():
     """Loads _selscan_tf_ops.so once, at import: $SELSCAN_TF_OPS, else next to this file (where
     pip puts it), else build/tf_op/ of the selscan checkout (make tf-op's output; for a source tree on PYTHONPATH)."""
@@ -76,6 +93,8 @@ def _load_library():
     )
 
 
+if not os.environ.get("SELSCAN_TF_OPS"):  # (a library named by hand is the caller's choice)
+    _check_build()
 _ops, LIBRARY_PATH = _load_library()
 
 
