@@ -58,6 +58,14 @@ def torch_pin():
     return [f"torch>={major}.{minor},<{major}.{minor + 1}"]
 
 
+def abi3_tag():
+    """The wheel's abi3 tag: the Python version torch's BuildExtension limits the C API to."""
+    from torch.utils import cpp_extension
+
+    v = int(getattr(cpp_extension, "min_supported_cpython", "0x030A0000"), 16)
+    return f"cp{v >> 24}{(v >> 16) & 0xFF}"
+
+
 def want_cuda():
     import torch
     from torch.utils import cpp_extension
@@ -104,6 +112,7 @@ def ort_extension():
             extra_compile_args=["-O3", "-std=c++17", "-fvisibility=hidden"],
             extra_link_args=LINK,  # ONNX Runtime's process has its libstdc++ too
             language="c++",
+            py_limited_api=True,  # (no Python in it at all: the wheel's abi3 tag holds for it)
         )
     ]
 
@@ -112,6 +121,9 @@ def extensions():
     from torch.utils import cpp_extension
 
     cxx = ["-O3", "-fvisibility=hidden"]
+    # _C is built for Python's stable ABI (abi3; torch's BuildExtension defines Py_LIMITED_API as the
+    # oldest Python that torch supports): its module uses the limited C API only and no torch Python
+    # binding (torch_python), so one build serves every Python of a torch version
     # the registration, checks and _C module (selscan's implementation); the ops by family
     sources = [os.path.join("csrc", f) for f in ("selscan_torch.cpp", "scan.cpp", "step.cpp", "conv.cpp")]
     if want_cuda():
@@ -128,13 +140,13 @@ def extensions():
                 define_macros=[("WITH_CUDA", None)],
                 extra_compile_args={"cxx": cxx, "nvcc": nvcc},
                 extra_link_args=LINK,
-                py_limited_api=False,
+                py_limited_api=True,
             )
         ]
     return [
         cpp_extension.CppExtension(
             "selscan_torch._C", sources, include_dirs=INCLUDE, extra_compile_args={"cxx": cxx},
-            extra_link_args=LINK,
+            extra_link_args=LINK, py_limited_api=True,
         )
     ]
 
@@ -156,5 +168,6 @@ setup(
     cmdclass={"build_ext": build_ext_cls()},
     python_requires=">=3.9",
     install_requires=torch_pin(),
+    options={"bdist_wheel": {"py_limited_api": abi3_tag()}},  # one wheel for every Python torch takes (abi3)
     zip_safe=False,
 )

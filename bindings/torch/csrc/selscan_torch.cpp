@@ -54,17 +54,19 @@ namespace selscan_torch {
 namespace {
 
 // A sequence of Python ints as int64 (false with a Python error set otherwise).
+// (Python's limited API only: the module is built for the stable ABI, abi3.)
 bool Int64s(PyObject* seq, std::vector<int64_t>* out) {
-  PyObject* f = PySequence_Fast(seq, "sizes / strides must be a sequence of ints");
-  if (!f) return false;
-  const Py_ssize_t n = PySequence_Fast_GET_SIZE(f);
+  const Py_ssize_t n = PySequence_Size(seq);
+  if (n < 0) return false;
   out->resize(static_cast<size_t>(n));
   for (Py_ssize_t i = 0; i < n; i++) {
-    (*out)[static_cast<size_t>(i)] = PyLong_AsLongLong(PySequence_Fast_GET_ITEM(f, i));
-    if ((*out)[static_cast<size_t>(i)] == -1 && PyErr_Occurred()) break;
+    PyObject* v = PySequence_GetItem(seq, i);
+    if (!v) return false;
+    (*out)[static_cast<size_t>(i)] = PyLong_AsLongLong(v);
+    Py_DECREF(v);
+    if ((*out)[static_cast<size_t>(i)] == -1 && PyErr_Occurred()) return false;
   }
-  Py_DECREF(f);
-  return !PyErr_Occurred();
+  return true;
 }
 
 // The ops' arguments as Python describes them: each None or (sizes, strides, str(dtype),
@@ -74,16 +76,20 @@ struct PyArgs {
   std::vector<std::string> types;
   std::vector<bind::Arg> a;
   bool Parse(PyObject* seq) {
-    PyObject* f = PySequence_Fast(seq, "args must be a sequence");
-    if (!f) return false;
-    const Py_ssize_t n = PySequence_Fast_GET_SIZE(f);
+    const Py_ssize_t n = PySequence_Size(seq);
+    if (n < 0) return false;
     sizes.resize(static_cast<size_t>(n));  // no reallocation after: the Args point into these
     strides.resize(static_cast<size_t>(n));
     types.resize(static_cast<size_t>(n));
     a.assign(static_cast<size_t>(n), bind::Arg());
     bool ok = true;
     for (Py_ssize_t i = 0; i < n && ok; i++) {
-      PyObject* o = PySequence_Fast_GET_ITEM(f, i);
+      struct Ref {  // the item, alive while its strings (ty, dev) are read
+        PyObject* p;
+        ~Ref() { Py_XDECREF(p); }
+      } item{PySequence_GetItem(seq, i)};
+      PyObject* o = item.p;
+      if (!o) return false;
       if (o == Py_None) continue;
       PyObject *sz, *st;
       const char *ty, *dev;
@@ -109,7 +115,6 @@ struct PyArgs {
       x.strides = strides[static_cast<size_t>(i)].size() == sizes[static_cast<size_t>(i)].size()
                       ? strides[static_cast<size_t>(i)].data() : nullptr;
     }
-    Py_DECREF(f);
     return ok;
   }
 };
