@@ -253,6 +253,7 @@ WHEEL_CUDA_ARCHS ?= 7.5;8.0;8.6;8.9;9.0;10.0;12.0+PTX
 .PHONY: wheel
 wheel:
 	@py="$(TORCH_PYTHON)"; mkdir -p dist && t0=$$(date +%s) && \
+	rm -rf bindings/torch/build/lib.* bindings/torch/build/bdist.* && \
 	echo "wheel: building selscan_torch against $$("$$py" -c 'import torch; print(torch.__version__)') (CUDA archs $(or $(WHEEL_CUDA_ARCHS),the visible GPU's / 9.0) where nvcc is)" && \
 	PATH="$$(dirname "$$py"):$$PATH" MAX_JOBS="$${MAX_JOBS:-$$(nproc)}" $(if $(WHEEL_CUDA_ARCHS),TORCH_CUDA_ARCH_LIST="$(WHEEL_CUDA_ARCHS)") \
 	  "$$py" -m pip wheel -q --no-build-isolation --no-deps ./bindings/torch -w dist && \
@@ -329,6 +330,7 @@ test-tf:
 .PHONY: wheel-tf
 wheel-tf:
 	@py="$$($(TF_DIR)/tf_python.sh --find $(TF_VENV))" && mkdir -p dist && t0=$$(date +%s) && \
+	rm -rf $(TF_DIR)/build/lib.* $(TF_DIR)/build/bdist.* && \
 	"$$py" -m pip wheel -q --disable-pip-version-check --no-build-isolation --no-deps ./$(TF_DIR) -w dist && \
 	whl=$$(ls -t dist/selscan_tf-*.whl | head -1) && \
 	echo "wheel-tf: $$whl, $$(awk "BEGIN { printf \"%.1f\", $$(stat -c %s "$$whl") / 1048576 }") MB, built in $$(( $$(date +%s) - t0 )) s"
