@@ -14,6 +14,7 @@ a CUDA build of torch are present, CPU kernels only otherwise. Environment:
                                     with the C++ compiler alone, no ONNX Runtime needed at build time)
     MAX_JOBS                        parallel compile jobs (torch.utils.cpp_extension, ninja)
 """
+import glob
 import os
 import sys
 
@@ -156,6 +157,13 @@ def build_ext_cls():
 
     return cpp_extension.BuildExtension.with_options(use_ninja=True)
 
+
+# Builds before abi3 left _C.cpython-*.so (and the ORT library's) in the package folder (in-place builds),
+# which Python would import before the new _C.abi3.so: removed.
+for _stale in glob.glob(os.path.join(HERE, "selscan_torch", "_C.cpython-*.so")) + glob.glob(
+        os.path.join(HERE, "selscan_torch", "_selscan_ort.cpython-*.so")):
+    print(f"selscan_torch setup: removing {_stale} (an earlier, per-Python build; this one is abi3)")
+    os.remove(_stale)
 
 setup(
     name="selscan-torch",
