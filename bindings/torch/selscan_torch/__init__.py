@@ -17,10 +17,12 @@ try:
     from ._build import TORCH as _BUILT_TORCH, TORCH_MAJOR_MINOR as _BUILT_MM
 except ImportError:  # a tree whose setup.py has not run: nothing to compare
     _BUILT_TORCH = None
-if _BUILT_TORCH is not None and tuple(int(v) for v in torch.__version__.split("+")[0].split(".")[:2]) != _BUILT_MM:
+# (torch.version.__version__: the installed build's own record, which code that fakes torch.__version__
+# leaves alone)
+if _BUILT_TORCH is not None and tuple(int(v) for v in torch.version.__version__.split("+")[0].split(".")[:2]) != _BUILT_MM:
     # the extension uses torch's C++ ABI, which changes between minor versions: loading it anyway
     # fails on an undefined symbol at best
-    raise ImportError(f"selscan_torch was built against torch {_BUILT_TORCH}, and this is torch {torch.__version__}: "
+    raise ImportError(f"selscan_torch was built against torch {_BUILT_TORCH}, and this is torch {torch.version.__version__}: "
                       f"install a selscan_torch built for this torch (pip install --no-build-isolation "
                       f"./bindings/torch rebuilds it against the installed one)")
 
