@@ -125,7 +125,7 @@ def extensions():
     # _C is built for Python's stable ABI (abi3; torch's BuildExtension defines Py_LIMITED_API as the
     # oldest Python that torch supports): its module uses the limited C API only and no torch Python
     # binding (torch_python), so one build serves every Python of a torch version
-    # the registration, checks and _C module (selscan's implementation); the ops by family
+    # the registration and _C module (selscan's implementation); the ops by family, each running the checks
     sources = [os.path.join("csrc", f) for f in ("selscan_torch.cpp", "scan.cpp", "step.cpp", "conv.cpp")]
     if want_cuda():
         default_arch()
