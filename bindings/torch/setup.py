@@ -59,12 +59,13 @@ def torch_pin():
     return [f"torch>={major}.{minor},<{major}.{minor + 1}"]
 
 
-def abi3_tag():
-    """The wheel's abi3 tag: the Python version torch's BuildExtension limits the C API to."""
+def abi3_python():
+    """(major, minor) of the Python torch's BuildExtension limits the C API to: the wheel's abi3 tag
+    and the package's python_requires."""
     from torch.utils import cpp_extension
 
     v = int(getattr(cpp_extension, "min_supported_cpython", "0x030A0000"), 16)
-    return f"cp{v >> 24}{(v >> 16) & 0xFF}"
+    return v >> 24, (v >> 16) & 0xFF
 
 
 def want_cuda():
@@ -174,8 +175,8 @@ setup(
     packages=["selscan_torch"],
     ext_modules=extensions() + ort_extension(),
     cmdclass={"build_ext": build_ext_cls()},
-    python_requires=">=3.9",
+    python_requires=">={}.{}".format(*abi3_python()),
     install_requires=torch_pin(),
-    options={"bdist_wheel": {"py_limited_api": abi3_tag()}},  # one wheel for every Python torch takes (abi3)
+    options={"bdist_wheel": {"py_limited_api": "cp{}{}".format(*abi3_python())}},  # one wheel for every Python torch takes
     zip_safe=False,
 )
