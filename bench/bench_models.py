@@ -21,7 +21,7 @@ Cases (--cases):
               relative difference or any parameter's gradient error is over its bound (fp32: rel L2
               against the reference; bf16: error against the reference's fp32 gradients beyond twice
               the reference's own bf16 error; CHECK_LOSS_TOL, CHECK_GRAD_TOL_FP32, CHECK_BF16_K)
-  train       training step of MambaForCausalLM, random init: bf16 autocast, forward + backward of the
+  train       training step of MambaForCausalLM, random init: bf16 autocast (--train-precision fp32: none), forward + backward of the
               LM loss, NO optimizer step (grads dropped before each step; --optimizer adamw adds
               a fused AdamW step); CUDA events, warm-up, backends interleaved round by round, median;
               peak memory = torch.cuda.max_memory_allocated over one step (reset per backend)
@@ -159,6 +159,9 @@ def parse_args():
                          "(default: the config's 2048, and --torch-train-len with 3 steps where torch runs)")
     ap.add_argument("--torch-gen-max-layers", type=int, default=30,
                     help="torch backend in prefill / generation only for models with at most this many layers")
+    ap.add_argument("--train-precision", choices=["bf16-autocast", "fp32"], default="bf16-autocast",
+                    help="the training cases' precision (fp32: no autocast; where a peer cannot train under "
+                         "autocast, e.g. mamba_ssm on Jamba)")
     ap.add_argument("--optimizer", choices=["none", "adamw"], default="none")
     ap.add_argument("--mv-batch", type=int, default=None, help="MambaVision batch (default 64, quick 1)")
     ap.add_argument("--hf-compile", action="store_true",
@@ -615,7 +618,7 @@ def case_check(tf, name):
 
 
 # ------------------------------------------------------------------------------------------------
-# >>train: bf16-autocast training step of MambaForCausalLM
+# >>train: training step of MambaForCausalLM (bf16 autocast; --train-precision fp32 without)
 # ------------------------------------------------------------------------------------------------
 def train_timing(tf, name, model, bks, batch, L, iters, warmup, label, max_iters=None):
     ids = token_batch(model.config.vocab_size, batch, L, seed=2)
@@ -624,15 +627,17 @@ def train_timing(tf, name, model, bks, batch, L, iters, warmup, label, max_iters
     if ARGS.optimizer == "adamw":
         opt = torch.optim.AdamW(params, lr=1e-6, fused=ARGS.device.type == "cuda")
 
+    amp = ARGS.train_precision == "bf16-autocast"
+
     def step():
-        with autocast():
+        with autocast(amp):
             loss = model(input_ids=ids, labels=ids).loss
         loss.backward()
         if opt is not None:
             opt.step()
         return loss
 
-    case = f"train {name} {batch}x{L} bf16-autocast{' +adamw' if opt else ''}"
+    case = f"train {name} {batch}x{L} {ARGS.train_precision}{' +adamw' if opt else ''}"
     peaks, losses, ok = {}, {}, []
     for b in bks:
         try:
