@@ -1148,7 +1148,7 @@ def case_hybrid(name):
                 log(f"  check {name} {mode:<13} {bn:<13} loss {l:.6f}  rel diff vs {ref_name} {rel_loss:.2e} "
                     f"(tol {CHECK_LOSS_TOL[amp]:.0e})  grads rel L2 {rel_g:.2e}; worst parameter {worst_n}: {bound}  {verdict}")
             del res
-    # --- train: bf16 autocast fwd + bwd, no cache (use_cache=False: the fused block on selscan) ---
+    # --- train: fwd + bwd (--train-precision), no cache (use_cache=False: the fused block on selscan) ---
     if "train" in ARGS.cases:
         model.train()
         Lt = ARGS.torch_train_len
@@ -1163,12 +1163,12 @@ def case_hybrid(name):
             ids = token_batch(vocab, batch, Lx, seed=2)
 
             def step():
-                with autocast():
+                with autocast(ARGS.train_precision == "bf16-autocast"):
                     loss = model(input_ids=ids, labels=ids, use_cache=False).loss
                 loss.backward()
                 return loss
 
-            case = f"train {name} {batch}x{Lx} bf16-autocast"
+            case = f"train {name} {batch}x{Lx} {ARGS.train_precision}"
             iters = ARGS.train_iters if Lx == L or ARGS.hybrid_train_lens else (1 if ARGS.quick else 3)
             peaks, losses, times = {}, {}, {}
             for b in names:
