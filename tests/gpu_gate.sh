@@ -18,6 +18,9 @@
 #   and the sanitizer's four tools; 2 every torch CUDA test, gpu_full ones too (without the fuzz); 3 the
 #   CUDA fuzz at its full count.
 # GATE_SKIP_TORCH_BUILD=1: the torch package as an earlier part of the same sitting installed it.
+# Optional test dependencies come from TORCH_PY's environment or PYTHONPATH (e.g. a `pip install --target`
+# folder carried to the machine): transformers for the model tests, kernels (Makefile TORCH_TEST_PINS) for
+# the kernels route's CUDA tests; the torch part's log lists every skip with its reason.
 # Every part ends with an "N passed, N failed" line; tests/run.sh sums them into the grand total,
 # the last line, and the exit status is 1 when anything failed. Logs: $BUILD/gpu-gate/.
 set -u
@@ -98,9 +101,10 @@ torch_tests() {  # $1: pytest's -m expression (empty: every test)
     # xdist's workers share the GPU; 2 CPU threads each (16 a worker starved the CPU references)
     "$PY" -c 'import xdist' 2>/dev/null && opt+=(-n "${GATE_PYTEST_WORKERS:-8}")
     "$PY" -c 'import pytest_timeout' 2>/dev/null && opt+=(--timeout 300)
-    (cd bindings/torch/tests && OMP_NUM_THREADS=2 "$PY" -m pytest -q -p no:cacheprovider "${opt[@]}" \
+    # -rs: every skip's reason in the log (what the GPU did not run is part of the result)
+    (cd bindings/torch/tests && OMP_NUM_THREADS=2 "$PY" -m pytest -q -rs -p no:cacheprovider "${opt[@]}" \
         -k "cuda and not test_fuzz_ops" "${m[@]}" --durations=15 . >"../../../$LOG/pytest.txt" 2>&1)
-    grep -E '^(FAILED|ERROR) |passed|failed' "$LOG/pytest.txt" | tail -25
+    grep -E '^(FAILED|ERROR|SKIPPED) |passed|failed' "$LOG/pytest.txt" | tail -25
     pytest_total "$LOG/pytest.txt"
 }
 fuzz() {  # $1: cases
