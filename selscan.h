@@ -382,7 +382,8 @@ typedef struct selscan_step_problem {
 } selscan_step_problem;
 
 /* ---- >>conv-api: causal depthwise conv1d (Mamba-1's conv before the scan) ---------------------
-   WHAT IT COMPUTES (every backend computes exactly this; W = width, 2 <= W <= SELSCAN_CONV_MAX_WIDTH)
+   WHAT IT COMPUTES (every backend computes exactly this; W = width, SELSCAN_CONV_MIN_WIDTH <= W <=
+   SELSCAN_CONV_MAX_WIDTH)
 
        y[b,d,t] = act( bias[d] + sum_{k=0}^{W-1} weight[d,k] * xp[b,d,t-(W-1)+k] )
 
@@ -434,7 +435,10 @@ typedef struct selscan_step_problem {
    a prefill converts its parameters once a layer. */
 #define SELSCAN_CONV_PARAMS_T 2u
 /* Widths 2 .. 4 on every backend. Width 1 and above 4: SELSCAN_ERR_UNSUPPORTED {"width", "not 2 to
-   4"}; 0 and below: SELSCAN_ERR_SHAPE {"width", "not positive"}, like every other size. */
+   4"}; 0 and below: SELSCAN_ERR_SHAPE {"width", "not positive"}, like every other size. (A framework
+   integration that stands in for a model's conv asks these two, and keeps the model's own conv for
+   another width.) */
+#define SELSCAN_CONV_MIN_WIDTH 2
 #define SELSCAN_CONV_MAX_WIDTH 4
 #define SELSCAN__CONV_KNOWN_FLAGS SELSCAN_CONV_SILU
 #define SELSCAN__CONV_STEP_KNOWN_FLAGS (SELSCAN_CONV_SILU | SELSCAN_CONV_PARAMS_T)
@@ -2040,7 +2044,7 @@ typedef struct selscan__cstp {
 
 static selscan_status selscan__conv_check_width(int64_t w, selscan_diag *d) {
     if (w <= 0) SELSCAN__FAIL(d, SELSCAN_ERR_SHAPE, "width", NOT_POSITIVE);
-    if (w < 2 || w > SELSCAN_CONV_MAX_WIDTH) SELSCAN__FAIL(d, SELSCAN_ERR_UNSUPPORTED, "width", WIDTH);
+    if (w < SELSCAN_CONV_MIN_WIDTH || w > SELSCAN_CONV_MAX_WIDTH) SELSCAN__FAIL(d, SELSCAN_ERR_UNSUPPORTED, "width", WIDTH);
     return SELSCAN_OK;
 }
 

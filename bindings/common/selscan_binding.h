@@ -305,7 +305,8 @@ inline ErrorKind KindOf(selscan_status st) {
 }
 
 // >>bind-names: selscan's operand names -> the user's argument names, one map per op (the step's
-// x is selscan's u, dt its delta, ...); a rule "overlaps <operand>" is renamed the same way.
+// x is selscan's u, dt its delta, ...); the operand a rule names ("overlaps <operand>", "... without
+// <operand>") is renamed the same way.
 struct NameMap {
     const char *selscan;
     const char *user;
@@ -319,9 +320,12 @@ struct Names {
             if (std::strcmp(map[i].selscan, name) == 0) return map[i].user;
         return name;
     }
-    std::string Rule(const char *rule) const { // "overlaps u" -> "overlaps x"
+    std::string Rule(const char *rule) const { // "overlaps u" -> "overlaps x"; "... without state_index" too
         static const char kOv[] = "overlaps ";
         if (std::strncmp(rule, kOv, sizeof kOv - 1) == 0) return kOv + Of(rule + sizeof kOv - 1);
+        static const char kWithout[] = " without ";
+        if (const char *w = std::strstr(rule, kWithout))
+            return std::string(rule, static_cast<size_t>(w - rule)) + kWithout + Of(w + sizeof kWithout - 1);
         return rule;
     }
 };

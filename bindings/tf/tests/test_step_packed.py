@@ -146,7 +146,7 @@ def test_step_empty():
         assert all(np.array_equal(x[k], before[k]) for k in x), "an input changed"
     x = step_problem(rng, batch=3, n_cache=1)
     x["state"] = x["state"][:0]
-    raises(lambda: call_step(x, tf.float32, True), "not batch without state_index")
+    raises(lambda: call_step(x, tf.float32, True), "not batch without state_batch_indices")
 
 
 def test_decode_loop_equals_scan():
@@ -349,7 +349,7 @@ def test_step_bad_input():
     raises(lambda: call(idx=np.array([1, 1])), "'state_batch_indices'", "row used twice")
     raises(lambda: call(idx=np.array([0])), "argument 'state_batch_indices': wrong shape: want (batch,)")
     raises(lambda: call(idx=np.array([0.0, 1.0])), "state_batch_indices must be an integer", types=(TypeError,))
-    raises(lambda: call(state=tf.zeros([3, 4, 3])), "argument 'state': not batch without state_index")
+    raises(lambda: call(state=tf.zeros([3, 4, 3])), "argument 'state': not batch without state_batch_indices")
     raises(lambda: selective_state_update(t["state"], t["x"], t["dt"], t["A"], t["B"], t["C"], dt_softplus="yes"),
            "dt_softplus must be a bool", types=(TypeError,))
     # the empty problem checks the indices too (selscan is not called)

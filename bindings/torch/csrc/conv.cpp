@@ -270,6 +270,49 @@ ConvFwdOut ConvForwardAutograd(const Tensor& x, const Tensor& weight, const OptT
   return {r[0], r[1]};
 }
 
+// conv_bwd is not differentiable (>>harden-autograd, as the scan's bwd): with grad mode on (a backward
+// with create_graph=True) and an input requiring grad, its outputs hang off this node, whose backward
+// raises: a double backward through causal_conv1d_fn is an error, never silent zeros.
+class ConvBackwardFunction : public torch::autograd::Function<ConvBackwardFunction> {
+ public:
+  static torch::autograd::variable_list forward(torch::autograd::AutogradContext* ctx, const Tensor& x,
+                                                const Tensor& weight, const OptT& bias, const OptT& init_state,
+                                                const OptT& cu_seqlens, const Tensor& dy, const OptT& dfinal_state,
+                                                bool silu, std::vector<int64_t> grad_mask) {
+    (void)ctx;
+    at::AutoDispatchBelowADInplaceOrView guard;
+    return ConvBwdOp().call(x, weight, bias, init_state, cu_seqlens, dy, dfinal_state, silu, grad_mask);
+  }
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grads) {
+    (void)ctx;
+    (void)grads;
+    TORCH_CHECK(false, "selscan: double backward (differentiating the gradients of causal_conv1d_fn, e.g. after "
+                "create_graph=True) is not supported: selscan's conv backward is not differentiable");
+    return {};
+  }
+};
+
+std::vector<Tensor> ConvBackwardAutograd(const Tensor& x, const Tensor& weight, const OptT& bias,
+                                         const OptT& init_state, const OptT& cu_seqlens, const Tensor& dy,
+                                         const OptT& dfinal_state, bool silu, at::IntArrayRef grad_mask) {
+  if (NeedsGrad({&x, &weight, &dy}, {&bias, &init_state, &dfinal_state}))
+    return ConvBackwardFunction::apply(x, weight, bias, init_state, cu_seqlens, dy, dfinal_state, silu,
+                                       grad_mask.vec());
+  at::AutoDispatchBelowADInplaceOrView guard;
+  return ConvBwdOp().call(x, weight, bias, init_state, cu_seqlens, dy, dfinal_state, silu, grad_mask);
+}
+
+// conv_step: the decode update, inference-only as the scan's step (InferenceOnlyUpdate).
+using ConvStepSig = Tensor(const Tensor&, const Tensor&, const Tensor&, const OptT&, const OptT&, bool);
+Tensor ConvStepAutograd(const Tensor& state, const Tensor& x, const Tensor& weight, const OptT& bias,
+                        const OptT& state_index, bool silu) {
+  static const auto op = OpHandle<ConvStepSig>("selscan::conv_step");
+  return InferenceOnlyUpdate("the conv update (causal_conv1d_update)",
+                             {{"conv_state", &state}, {"x", &x}, {"weight", &weight}, {"bias", Ptr(bias)}}, state,
+                             [&] { return op.call(state, x, weight, bias, state_index, silu); });
+}
+
 }  // namespace
 }  // namespace selscan_torch
 
@@ -281,8 +324,8 @@ TORCH_LIBRARY_IMPL(selscan, CPU, m) {
 
 TORCH_LIBRARY_IMPL(selscan, Autograd, m) {
   m.impl("conv_fwd", &selscan_torch::ConvForwardAutograd);
-  // the decode update has no derivative (inference): autograd passes it by, its output needs no grad
-  m.impl("conv_step", torch::CppFunction::makeFallthrough());
+  m.impl("conv_bwd", &selscan_torch::ConvBackwardAutograd);
+  m.impl("conv_step", &selscan_torch::ConvStepAutograd);
 }
 
 #ifdef WITH_CUDA

@@ -67,7 +67,6 @@ struct ConcreteArgs {
     }
   }
 };
-const Tensor* Ptr(const OptT& t) { return t.has_value() && t->defined() ? &*t : nullptr; }
 
 // Those of u, delta, z, B, C whose L stride is not 1 replaced by contiguous copies.
 void ToUnitL(Tensor& u, Tensor& delta, Tensor& B, Tensor& C, OptT& z) {

@@ -274,7 +274,8 @@ extern "C" PyMODINIT_FUNC PyInit__C(void) {
   static struct PyModuleDef def = {PyModuleDef_HEAD_INIT, "_C", "selscan's PyTorch ops (torch.ops.selscan)", -1,
                                    methods};
   PyObject* m = PyModule_Create(&def);
-  if (m && PyModule_AddIntConstant(m, "CONV_MAX_WIDTH", SELSCAN_CONV_MAX_WIDTH) != 0) {
+  if (m && (PyModule_AddIntConstant(m, "CONV_MIN_WIDTH", SELSCAN_CONV_MIN_WIDTH) != 0 ||
+            PyModule_AddIntConstant(m, "CONV_MAX_WIDTH", SELSCAN_CONV_MAX_WIDTH) != 0)) {
     Py_DECREF(m);
     return nullptr;
   }

@@ -574,6 +574,35 @@ inline bool AnyOf(const std::vector<int64_t>& mask) {
   return false;
 }
 
+// >>harden-autograd, the decode updates (selscan::step, selscan::conv_step): no derivative, so with
+// grad mode on an input requiring grad is refused before anything is written (an output claiming
+// requires_grad would get no gradient); an inference-tensor state only under inference mode; the
+// update (call, below autograd) bumps state's version counter (autograd's check on tensors saved for
+// backward). what: the user's function, named in the refusal.
+struct NamedArg {
+  const char* name;
+  const Tensor* t;
+};
+template <typename Call>
+Tensor InferenceOnlyUpdate(const char* what, std::initializer_list<NamedArg> args, const Tensor& state, Call call) {
+  if (at::GradMode::is_enabled())
+    for (const NamedArg& a : args)
+      TORCH_CHECK(!(a.t && a.t->defined() && a.t->requires_grad()), "selscan: ", what,
+                  " is inference-only (no autograd), but ", a.name, " requires grad; call it under torch.no_grad() / "
+                  "torch.inference_mode() or pass ", a.name, ".detach()");
+  TORCH_CHECK_VALUE(!state.is_inference() || c10::InferenceMode::is_enabled(),
+                    "selscan: state is an inference tensor (made under torch.inference_mode()); an in-place update "
+                    "of it must run under torch.inference_mode() too");
+  Tensor y;
+  {
+    at::AutoDispatchBelowADInplaceOrView guard;
+    y = call();
+  }
+  torch::autograd::impl::bump_version(state);
+  return y;
+}
+inline const Tensor* Ptr(const OptT& t) { return t.has_value() && t->defined() ? &*t : nullptr; }  // (nullptr: absent)
+
 // An empty problem's gradients: each asked for zeroed (out[i], want[i]).
 inline void ZeroGrads(std::vector<Tensor>& out, const bool* want) {
   for (size_t i = 0; i < out.size(); i++)

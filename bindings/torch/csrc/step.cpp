@@ -79,30 +79,13 @@ const c10::TypedOperatorHandle<StepSig>& StepOp() {
 Tensor StepAutograd(const Tensor& state, const Tensor& x, const Tensor& dt, const Tensor& A, const Tensor& B,
                     const Tensor& C, const OptT& D, const OptT& z, const OptT& dt_bias, const OptT& state_index,
                     bool dt_softplus, bool A_is_log) {
-  if (at::GradMode::is_enabled()) {
-    const std::pair<const char*, const Tensor*> args[] = {{"state", &state}, {"x", &x}, {"dt", &dt}, {"A", &A},
-                                                          {"B", &B},         {"C", &C}};
-    const std::pair<const char*, const OptT*> opts[] = {{"D", &D}, {"z", &z}, {"dt_bias", &dt_bias}};
-    auto refuse = [](const char* name) {
-      TORCH_CHECK(false, "selscan: the decode step (selective_state_update) is inference-only (no autograd), but ",
-                  name, " requires grad; call it under torch.no_grad() / torch.inference_mode() or pass ", name,
-                  ".detach()");
-    };
-    for (const auto& a : args)
-      if (a.second->requires_grad()) refuse(a.first);
-    for (const auto& a : opts)
-      if (a.second->has_value() && (*a.second)->defined() && (*a.second)->requires_grad()) refuse(a.first);
-  }
-  TORCH_CHECK_VALUE(!state.is_inference() || c10::InferenceMode::is_enabled(),
-                    "selscan: state is an inference tensor (made under torch.inference_mode()); an in-place update "
-                    "of it must run under torch.inference_mode() too");
-  Tensor y;
-  {
-    at::AutoDispatchBelowADInplaceOrView guard;
-    y = StepOp().call(state, x, dt, A, B, C, D, z, dt_bias, state_index, dt_softplus, A_is_log);
-  }
-  torch::autograd::impl::bump_version(state);
-  return y;
+  return InferenceOnlyUpdate("the decode step (selective_state_update)",
+                             {{"state", &state}, {"x", &x}, {"dt", &dt}, {"A", &A}, {"B", &B}, {"C", &C},
+                              {"D", Ptr(D)}, {"z", Ptr(z)}, {"dt_bias", Ptr(dt_bias)}},
+                             state, [&] {
+                               return StepOp().call(state, x, dt, A, B, C, D, z, dt_bias, state_index, dt_softplus,
+                                                    A_is_log);
+                             });
 }
 
 }  // namespace

@@ -46,6 +46,7 @@ import torch
 import torch.nn.functional as F
 
 from . import _C  # noqa: F401
+from . import _checks
 from . import conv as _conv  # noqa: F401  (registers the conv ops' fake kernels)
 
 __all__ = ["mamba_inner_fn"]
@@ -292,16 +293,18 @@ def in_proj_cm(hidden_states, weight, bias=None):
     b, L, dm = hidden_states.shape
     dev = hidden_states.device.type
     cdt = torch.get_autocast_dtype(dev) if torch.is_autocast_enabled(dev) else hidden_states.dtype
-    h2d = _to(hidden_states.reshape(b * L, dm), cdt)
-    out = _InProjCM.apply(h2d, _to(weight, cdt), _to(bias, cdt))
+    h2d = _to(hidden_states.reshape(b * L, dm), "hidden_states", cdt)
+    out = _InProjCM.apply(h2d, _to(weight, "weight", cdt), _to(bias, "bias", cdt))
     return _cm_tensor(out, b, L)
 
 
 # ---- mamba_ssm's API --------------------------------------------------------------------------
 
 
-def _to(t, dtype):
-    return None if t is None else (t if t.dtype == dtype else t.to(dtype))
+def _to(t, name, dtype):
+    """t in dtype (None stays None): a floating-point tensor cast, complex / integer / bool refused
+    naming the argument (_checks.cast: never a silent real part or truncation)."""
+    return None if t is None else _checks.cast(t, name, dtype)
 
 
 def mamba_inner_fn(xz, conv1d_weight, conv1d_bias, x_proj_weight, delta_proj_weight, out_proj_weight, out_proj_bias,
@@ -326,6 +329,18 @@ def mamba_inner_fn(xz, conv1d_weight, conv1d_bias, x_proj_weight, delta_proj_wei
     """
     if checkpoint_lvl not in (0, 1):
         raise ValueError(f"selscan: checkpoint_lvl must be 0 or 1, got {checkpoint_lvl}")
+    for name, t, optional in (("xz", xz, False), ("conv1d_weight", conv1d_weight, False),
+                              ("conv1d_bias", conv1d_bias, True), ("x_proj_weight", x_proj_weight, False),
+                              ("delta_proj_weight", delta_proj_weight, False),
+                              ("out_proj_weight", out_proj_weight, False),
+                              ("out_proj_bias", out_proj_bias, True), ("A", A, False), ("B", B, True), ("C", C, True),
+                              ("D", D, True), ("delta_bias", delta_bias, True), ("B_proj_bias", B_proj_bias, True),
+                              ("C_proj_bias", C_proj_bias, True), ("b_rms_weight", b_rms_weight, True),
+                              ("c_rms_weight", c_rms_weight, True), ("dt_rms_weight", dt_rms_weight, True)):
+        _checks.tensor_arg(t, name, optional)
+        if t is not None and t.device != xz.device:  # (F.linear would take a meta weight beside CPU tensors)
+            raise ValueError(f"selscan: {name} is on {t.device}, but xz is on {xz.device}: every tensor of "
+                             "mamba_inner_fn on one device")
     if A.is_complex():
         raise TypeError("selscan: complex A is not supported (real A only)")
     if xz.dim() != 3 or xz.shape[1] % 2:
@@ -375,17 +390,19 @@ def mamba_inner_fn(xz, conv1d_weight, conv1d_bias, x_proj_weight, delta_proj_wei
     cfg.dev = dev
     f32 = torch.float32
     # dtypes (outside the Function: autograd returns each gradient in its argument's own dtype)
-    xz = _to(xz, cdt)
-    conv_w = _to(conv1d_weight.reshape(d, W), f32)
-    conv_b = _to(conv1d_bias, f32)
-    x_proj_weight, delta_proj_weight = _to(x_proj_weight, cdt), _to(delta_proj_weight, cdt)
-    out_proj_weight, out_proj_bias = _to(out_proj_weight, cdt), _to(out_proj_bias, cdt)
-    A, D, delta_bias = _to(A, f32), _to(D, f32), _to(delta_bias, f32)
+    xz = _to(xz, "xz", cdt)
+    conv_w = _to(conv1d_weight.reshape(d, W), "conv1d_weight", f32)
+    conv_b = _to(conv1d_bias, "conv1d_bias", f32)
+    x_proj_weight, delta_proj_weight = _to(x_proj_weight, "x_proj_weight", cdt), \
+        _to(delta_proj_weight, "delta_proj_weight", cdt)
+    out_proj_weight, out_proj_bias = _to(out_proj_weight, "out_proj_weight", cdt), \
+        _to(out_proj_bias, "out_proj_bias", cdt)
+    A, D, delta_bias = _to(A, "A", f32), _to(D, "D", f32), _to(delta_bias, "delta_bias", f32)
     if B is not None:
-        B = _to(B, f32) if B.dim() == 2 else _to(B, cdt)
+        B = _to(B, "B", f32 if B.dim() == 2 else cdt)
     if C is not None:
-        C = _to(C, f32) if C.dim() == 2 else _to(C, cdt)
-    B_proj_bias, C_proj_bias = _to(B_proj_bias, cdt), _to(C_proj_bias, cdt)
+        C = _to(C, "C", f32 if C.dim() == 2 else cdt)
+    B_proj_bias, C_proj_bias = _to(B_proj_bias, "B_proj_bias", cdt), _to(C_proj_bias, "C_proj_bias", cdt)
     if mask is not None:
         mask = mask.detach()[:, None, :]  # (batch, 1, L): broadcast over the channels
     return _MambaInnerFn.apply(xz, conv_w, conv_b, x_proj_weight, delta_proj_weight, out_proj_weight, out_proj_bias,

@@ -26,6 +26,13 @@ _conv_step = _ops.conv_step.default
 _ACTIVATIONS = (None, "silu", "swish")
 
 
+def width_supported(weight):
+    """Whether selscan's conv takes weight's width (its last dimension): selscan.h's
+    SELSCAN_CONV_MIN_WIDTH .. SELSCAN_CONV_MAX_WIDTH (2 .. 4); the ops refuse another with
+    NotImplementedError. For callers that keep a model's own conv for other widths."""
+    return _C.CONV_MIN_WIDTH <= weight.shape[-1] <= _C.CONV_MAX_WIDTH
+
+
 # ---- fake (meta) kernels ---------------------------------------------------------------------
 
 
@@ -172,7 +179,12 @@ def causal_conv1d_fn(x, weight, bias=None, seq_idx=None, initial_states=None, re
     y, fin = _conv_fwd(x, weight, bias, initial_states, None, silu, bool(return_final_states), False)
     if not return_final_states:
         return y
-    if final_states_out is not None:
+    if final_states_out is not None:  # causal_conv1d's buffer: exactly final_states' shape, dtype, device
+        _checks._value(final_states_out.shape == fin.shape and final_states_out.device == fin.device,
+                       "final_states_out must have shape ", tuple(fin.shape), " on ", fin.device,
+                       " (final_states'), got ", tuple(final_states_out.shape), " on ", final_states_out.device)
+        _checks._type(final_states_out.dtype == fin.dtype, "final_states_out must be ", fin.dtype,
+                      " (x's dtype, as final_states), got ", final_states_out.dtype)
         final_states_out.copy_(fin)
         fin = final_states_out
     return y, fin

@@ -162,7 +162,10 @@ def _in_namespace(name, ns):
 
 
 class Integration:
-    """What one use_in_*() call replaced; restore() (or leaving the with-block) undoes it."""
+    """What one use_in_*() call replaced; restore() (or leaving the with-block) undoes it. A second
+    use_in_*() call for the same client returns the same handle and counts as a holder: leaving a
+    with-block undoes the replacements only when no other holder (an enclosing with-block, an
+    earlier call outside any) remains; restore() and use_in_*(False) undo them whatever holds."""
 
     def __init__(self, client):
         self.client = client
@@ -170,6 +173,7 @@ class Integration:
         self._slots = []  # _SLOTS keys, undone in reverse order
         self._namespaces = []
         self.active = True
+        self._holders = 1  # use_in_*() calls that returned this handle and have not left their with-block
 
     def _patch(self, owner, name, value, label):
         key = (id(owner), name)
@@ -235,7 +239,9 @@ class Integration:
         return self
 
     def __exit__(self, *exc):
-        self.restore()
+        self._holders -= 1
+        if self._holders <= 0:
+            self.restore()
         return False
 
     def __repr__(self):
@@ -250,7 +256,8 @@ def _toggle(client, enable, install):
     if not enable:
         h = _ACTIVE.get(client)
         return h.restore() if h is not None else []
-    if client in _ACTIVE:  # idempotent
+    if client in _ACTIVE:  # idempotent: the same handle, one more holder
+        _ACTIVE[client]._holders += 1
         return _ACTIVE[client]
     h = Integration(client)
     try:
@@ -286,14 +293,17 @@ _FALCON_DT_ONES = {}
 # (attention_mask, mask x too) of the mixer whose forward is running (_tf_mixer_forward_mask,
 # _tf_mixer_forward), for its fused call
 _TF_MASK = contextvars.ContextVar("selscan_tf_mask", default=(None, False))
-_PAD_MEMO = [None]  # (weakref to the last mask, its _version, the answer)
+_PAD_MEMO = [None]  # (weakref to the last mask, its _version, the answer, the last layer_idx it served)
 
 
-def _padding_mask(mask):
+def _padding_mask(mask, layer):
     """attention_mask where applying it changes something (an entry other than 1), else None, so
-    that a batch without padding runs the unmasked block unchanged. Checked once per mask tensor
-    (and version): every layer of a forward gets the same mask, and on CUDA the check waits for
-    the device (one sync a forward, not one a layer)."""
+    that a batch without padding runs the unmasked block unchanged. Checked once per forward: every
+    layer of a forward gets the same mask, and on CUDA the check waits for the device (one sync a
+    forward, not one a layer). The answer is reused only by a later layer of the same forward (a
+    higher layer_idx of the mixer, `layer`, on the same mask tensor and version): a repeated or
+    lower index starts a new forward, so a mask whose contents changed without a version bump
+    (refilled through numpy or .data, a caller's own buffer) is looked at again."""
     if mask is None:
         return None
     if torch.compiler.is_compiling():  # no data-dependent branch (a graph break) in a traced forward
@@ -302,20 +312,31 @@ def _padding_mask(mask):
         version = mask._version
     except RuntimeError:  # an inference tensor: no version counter, no memo
         version = None
+    if not isinstance(layer, int):
+        version = None  # no layer index: no way to tell one forward from the next
     memo = _PAD_MEMO[0]
-    if version is not None and memo is not None and memo[0]() is mask and memo[1] == version:
+    if version is not None and memo is not None and memo[0]() is mask and memo[1] == version and layer > memo[3]:
+        _PAD_MEMO[0] = memo[:3] + (layer,)
         return mask if memo[2] else None
     pad = bool((mask != 1).any())
-    if version is not None:
-        _PAD_MEMO[0] = (weakref.ref(mask), version, pad)
+    _PAD_MEMO[0] = (weakref.ref(mask), version, pad, layer) if version is not None else None
     return mask if pad else None
 
 
 def _tf_inner(original):
+    own = _tf_own(original)
+
     def mamba_inner_fn(xz, conv1d_weight, conv1d_bias, x_proj_weight, delta_proj_weight, out_proj_weight,
                        out_proj_bias, A, B=None, C=None, D=None, delta_bias=None, B_proj_bias=None, C_proj_bias=None,
                        delta_softplus=True, checkpoint_lvl=1, b_rms_weight=None, c_rms_weight=None,
                        dt_rms_weight=None, b_c_dt_rms_eps=1e-6, **kwargs):
+        if own is not None and not _conv.width_supported(conv1d_weight):
+            # a conv width selscan does not take: 5.x's placeholder returns None, and transformers
+            # runs its unfused path (its conv there: _tf_conv_fn, transformers' own for this width)
+            return own(xz, conv1d_weight, conv1d_bias, x_proj_weight, delta_proj_weight, out_proj_weight,
+                            out_proj_bias, A, B, C, D, delta_bias=delta_bias, delta_softplus=delta_softplus,
+                            b_rms_weight=b_rms_weight, c_rms_weight=c_rms_weight, dt_rms_weight=dt_rms_weight,
+                            b_c_dt_rms_eps=b_c_dt_rms_eps, **kwargs)
         pre = False
         if dt_rms_weight is not None:
             # transformers' FalconMamba PyTorch path: weightless RMS norm of x_proj's dt_rank slice
@@ -337,9 +358,20 @@ def _tf_inner(original):
     return mamba_inner_fn
 
 
+def _tf_own(original):
+    """transformers' own PyTorch body of a kernel name it decorates (use_kernel_func_from_hub_with_fallback
+    resolves the decorated name to mamba_ssm / causal_conv1d where they import: for a conv width those
+    do not take either, only the PyTorch body is right)."""
+    return None if original is None else inspect.unwrap(original)
+
+
 def _tf_conv_fn(original):
+    own = _tf_own(original)
+
     def causal_conv1d_fn_(x, weight, bias=None, seq_idx=None, initial_states=None, return_final_states=False,
                           final_states_out=None, activation=None, **kwargs):
+        if not _conv.width_supported(weight):  # a width selscan's conv does not take: transformers' own
+            return own(x, weight, bias, activation=activation, **kwargs)
         if activation not in _ACTS:  # an activation selscan's conv does not fuse: transformers' own
             return original(x, weight, bias, activation=activation, **kwargs)
         return _standin_causal_conv1d_fn(x, weight, bias, seq_idx, initial_states, return_final_states,
@@ -349,7 +381,11 @@ def _tf_conv_fn(original):
 
 
 def _tf_conv_update(original):
+    own = _tf_own(original)
+
     def causal_conv1d_update_(x, conv_state, weight, bias=None, activation=None, *args, **kwargs):
+        if own is not None and not _conv.width_supported(weight):  # (4.x: no original; its mixers keep
+            return own(x, conv_state, weight, bias, activation, *args, **kwargs)  # their own path for these)
         if activation not in _ACTS:
             return original(x, conv_state, weight, bias, activation, *args, **kwargs)
         return _standin_causal_conv1d_update(x, conv_state, weight, bias, activation, *args, **kwargs)
@@ -365,7 +401,7 @@ def _tf_mixer_forward_mask(original, cache_name):
     def forward(self, hidden_states, *args, **kwargs):
         cache = args[0] if args else kwargs.get(cache_name)
         mask = args[1] if len(args) > 1 else kwargs.get("attention_mask")
-        mask = _padding_mask(mask) if self.training and cache is None else None
+        mask = _padding_mask(mask, getattr(self, "layer_idx", None)) if self.training and cache is None else None
         if mask is None:  # no padding: transformers' forward as it is
             return original(self, hidden_states, *args, **kwargs)
         token = _TF_MASK.set((mask, False))
@@ -393,7 +429,8 @@ def _tf_mixer_forward_cm(original, apply_mask, cache_name):
     def forward(self, hidden_states, *args, **kwargs):
         cache = args[0] if args else kwargs.get(cache_name)
         mask = args[1] if len(args) > 1 else kwargs.get("attention_mask")
-        if len(args) > 2 or set(kwargs) - {cache_name, "attention_mask"} or not (self.training and cache is None):
+        if len(args) > 2 or set(kwargs) - {cache_name, "attention_mask"} or not (self.training and cache is None) \
+                or not _conv.width_supported(self.conv1d.weight):
             return fallback(self, hidden_states, *args, **kwargs)
         hidden_states = apply_mask(hidden_states, mask)
         xz = _block.in_proj_cm(hidden_states, self.in_proj.weight, self.in_proj.bias)
@@ -402,7 +439,7 @@ def _tf_mixer_forward_cm(original, apply_mask, cache_name):
                                      self.x_proj.weight, self.dt_proj.weight, self.out_proj.weight,
                                      self.out_proj.bias.float() if self.use_bias else None, A, None, None,
                                      self.D.float(), delta_bias=self.dt_proj.bias.float(), delta_softplus=True,
-                                     mask=_padding_mask(mask))
+                                     mask=_padding_mask(mask, getattr(self, "layer_idx", None)))
 
     forward.__wrapped__ = original
     return forward
@@ -459,9 +496,11 @@ def _tf_mixer_forward(self, hidden_states, *args, **kwargs):
     # transformers 4.x: the kernel path, on every device (its forward takes it only on CUDA). Its
     # fused training branch ignores attention_mask; its PyTorch path (slow_forward) masks x before
     # the conv and the conv's output: a padded mask goes to _tf_inner for both
+    if not _conv.width_supported(self.conv1d.weight) and hasattr(self, "slow_forward"):
+        return self.slow_forward(hidden_states, *args, **kwargs)  # a conv width selscan does not take
     fwd = self.cuda_kernels_forward
     if self.training and _tf_arg(fwd, "cache_params", args, kwargs) is None:
-        mask = _padding_mask(_tf_arg(fwd, "attention_mask", args, kwargs))
+        mask = _padding_mask(_tf_arg(fwd, "attention_mask", args, kwargs), getattr(self, "layer_idx", None))
         if mask is not None:
             token = _TF_MASK.set((mask, True))
             try:
@@ -625,7 +664,8 @@ def _hy_fused_args(self, args, kwargs, cache_name):
     mask = args[1] if len(args) > 1 else kwargs.get("attention_mask")
     if cache is not None or kwargs.get("seq_idx") is not None or kwargs.get("cu_seqlens") is not None:
         return False, None
-    if getattr(self, "activation", None) not in ("silu", "swish") or hasattr(self.config, "_is_quantized"):
+    if getattr(self, "activation", None) not in ("silu", "swish") or hasattr(self.config, "_is_quantized") or \
+            not _conv.width_supported(self.conv1d.weight):
         return False, None
     if getattr(self, "_hf_hook", None) is not None or any(
             getattr(getattr(self, c, None), "_hf_hook", None) is not None for c in _TF_HYBRID_ACCELERATE_CHILDREN):
@@ -658,7 +698,8 @@ def _hy_jamba_forward(original, apply_mask, cache_name):
                                      delta_bias=self.dt_proj.bias.float(), delta_softplus=True,
                                      b_rms_weight=b_norm.weight, c_rms_weight=c_norm.weight,
                                      dt_rms_weight=dt_norm.weight, b_c_dt_rms_eps=dt_norm.variance_epsilon,
-                                     dt_rms_pre_proj=True, mask=_padding_mask(mask))
+                                     dt_rms_pre_proj=True,
+                                     mask=_padding_mask(mask, getattr(self, "layer_idx", None)))
 
     forward.__wrapped__ = original
     return forward

@@ -346,7 +346,7 @@ def test_conv_compile_fullgraph(device):
 
     def f(x, w, b, s, state, xt):
         y, fin = st.causal_conv1d_fn(x, w, b, initial_states=s, return_final_states=True, activation="silu")
-        u = st.causal_conv1d_update(xt, state, w, b, "silu")
+        u = st.causal_conv1d_update(xt, state, w.detach(), b.detach(), "silu")  # (inference-only: refuses grad)
         return y, fin, u
 
     backend = "inductor" if device == "cuda" else "aot_eager"

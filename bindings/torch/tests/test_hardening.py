@@ -272,6 +272,65 @@ def test_7_double_backward_raises_not_zeros():
         torch.autograd.grad(g.sum(), u)
 
 
+def test_7_conv_double_backward_raises_not_zeros():
+    """causal_conv1d_fn's backward is not differentiable: a second derivative is an error (it was
+    silently zero: conv_bwd had no autograd kernel; a hostile user's run, sixth session)."""
+    g = torch.Generator().manual_seed(3)
+    x = torch.randn(2, 4, 9, generator=g).requires_grad_(True)
+    w = torch.randn(4, 3, generator=g).requires_grad_(True)
+    y = st.causal_conv1d_fn(x, w, None, activation="silu")
+    gx, = torch.autograd.grad(y.square().sum(), x, create_graph=True)
+    xd, wd = x.detach().double().requires_grad_(True), w.detach().double()
+    yd = torch.nn.functional.silu(torch.nn.functional.conv1d(xd, wd[:, None], padding=2, groups=4)[..., :9])
+    gr, = torch.autograd.grad(yd.square().sum(), xd)
+    assert torch.allclose(gx.double(), gr, rtol=1e-4, atol=1e-5)  # the first derivative is right
+    with pytest.raises(RuntimeError, match="double backward"):
+        torch.autograd.grad(gx.sum(), [x, w])
+
+
+def test_7_conv_update_with_grad_refused_state_untouched():
+    """causal_conv1d_update is inference-only, as the scan's step: with grad mode on, an input
+    requiring grad is refused naming it, nothing written (it passed autograd by: an output without a
+    gradient); under no_grad it runs and bumps conv_state's version."""
+    g = torch.Generator().manual_seed(4)
+    state, x = torch.randn(2, 4, 3, generator=g), torch.randn(2, 4, generator=g)
+    w, b = torch.randn(4, 4, generator=g), torch.randn(4, generator=g)
+    snap = snapshot([state, x, w, b])
+    for name in ("conv_state", "x", "weight", "bias"):
+        args = dict(conv_state=state, x=x, weight=w, bias=b)
+        args[name] = args[name].clone().requires_grad_(True)
+        with pytest.raises(RuntimeError) as info:
+            st.causal_conv1d_update(args["x"], args["conv_state"], args["weight"], args["bias"], "silu")
+        assert names(str(info.value), name) and "inference" in str(info.value)
+        assert unchanged([state, x, w, b], snap)
+    v = state._version
+    with torch.no_grad():
+        st.causal_conv1d_update(x, state, w.requires_grad_(True), b, "silu")
+    assert state._version > v
+
+
+def test_7_block_refuses_complex_integer_and_other_devices():
+    """mamba_inner_fn casts only real floating-point arguments (complex and integer ones refused
+    naming them, as selective_scan_fn does; it dropped the imaginary part), and takes every tensor on
+    xz's device (a meta out_proj_weight gave out_proj_bias broadcast, F.linear taking it)."""
+    g = torch.Generator().manual_seed(5)
+    b, d, L, N, R, dm = 2, 4, 5, 3, 2, 3
+    r = lambda *s: torch.randn(*s, generator=g)  # noqa: E731
+    args = dict(xz=r(b, 2 * d, L), conv1d_weight=r(d, 1, 4), conv1d_bias=r(d), x_proj_weight=r(R + 2 * N, d),
+                delta_proj_weight=r(d, R), out_proj_weight=r(dm, d), out_proj_bias=r(dm),
+                A=-torch.rand(d, N, generator=g), D=r(d), delta_bias=r(d))
+    for k in ("D", "delta_bias", "conv1d_bias", "conv1d_weight", "out_proj_bias", "x_proj_weight"):
+        bad = dict(args, **{k: args[k].to(torch.complex64)})
+        raises_naming(k, lambda: st.mamba_inner_fn(**bad), TypeError)
+    for k in ("D", "delta_bias"):
+        bad = dict(args, **{k: torch.ones(d, dtype=torch.int64)})
+        raises_naming(k, lambda: st.mamba_inner_fn(**bad), TypeError)
+    for k in ("out_proj_weight", "out_proj_bias", "D"):
+        bad = dict(args, **{k: args[k].to("meta")})
+        raises_naming(k, lambda: st.mamba_inner_fn(**bad), ValueError)
+    raises_naming("x_proj_weight", lambda: st.mamba_inner_fn(**dict(args, x_proj_weight=None)), TypeError)
+
+
 # ---- 8. the multi-head step validates before it reshapes ----------------------------------------------
 
 
@@ -738,3 +797,23 @@ def test_39_high_rank_l_strided_with_grad_refused(device, arg):
         assert bad.stride(-1) != 1 and bad.dim() == rank
         x[arg] = bad.requires_grad_()
         raises_naming(arg, lambda: call_scan(x))
+
+
+def test_conv_final_states_out_checked_before_written():
+    """causal_conv1d_fn's final_states_out: causal_conv1d's buffer of final_states' exact shape,
+    dtype and device; another refused naming it, nothing written (it was broadcast into, or cast
+    to an integer buffer, by a plain copy_). The step's state_batch_indices named in its rule too."""
+    g = torch.Generator().manual_seed(6)
+    x, w = torch.randn(2, 4, 7, generator=g), torch.randn(4, 3, generator=g)
+    for bad, exc in ((torch.zeros(5, 2, 4, 2), ValueError), (torch.zeros(2, 4, 1), ValueError),
+                     (torch.zeros(2, 4, 2, dtype=torch.int32), TypeError)):
+        snap = bad.clone()
+        raises_naming("final_states_out", lambda: st.causal_conv1d_fn(x, w, None, return_final_states=True,
+                                                                      final_states_out=bad), exc)
+        assert torch.equal(bad, snap)
+    buf = torch.zeros(2, 4, 2)
+    y, fin = st.causal_conv1d_fn(x, w, None, return_final_states=True, final_states_out=buf)
+    assert fin is buf and torch.equal(buf, x[:, :, -2:])
+    s = step_inputs()
+    msg = raises_naming("state", lambda: call_step(dict(s, state=s["state"][:1])))
+    assert "without state_batch_indices" in msg, msg

@@ -115,6 +115,26 @@ def test_transformers_on_vs_off(device, kind):
 
 
 @needs_tf
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("kind", ["mamba", "falcon_mamba"])
+def test_transformers_conv_width_selscan_does_not_take(device, kind):
+    """conv_kernel 5 (selscan's conv takes 2 .. 4): training, eval and generate as transformers' own
+    (its PyTorch conv; selscan's scan and step where transformers calls them). Before: every path
+    raised NotImplementedError under the integration (a hostile user's run, sixth session)."""
+    model = _tf_model(kind, device, conv_kernel=5)
+    ids = torch.randint(0, 100, (2, 24), generator=torch.Generator().manual_seed(1)).to(device)
+    with _tf_own_path(kind):
+        off = _tf_run(model, ids)
+    with si.use_in_transformers():
+        on = _tf_run(model, ids)
+    assert rel_err(on["logits"], off["logits"]) < 2e-5
+    for n in off["grads"]:
+        assert rel_err(on["grads"][n], off["grads"][n]) < 2e-4, n
+    assert rel_err(on["eval_logits"], off["eval_logits"]) < 2e-5
+    assert torch.equal(on["ids"], off["ids"])
+
+
+@needs_tf
 @pytest.mark.parametrize("kind", ["mamba", "falcon_mamba"])
 def test_transformers_bf16_autocast(kind):
     """bfloat16 autocast training: the loss and gradients of selscan's path against the same model
@@ -444,8 +464,9 @@ def test_38_2_block_mask_against_reference(device, lvl):
 @pytest.mark.parametrize("kind", ["mamba", "falcon_mamba"])
 def test_38_2_unpadded_mask_keeps_fast_path(kind, monkeypatch):
     """attention_mask None or all ones: selscan's block runs unmasked (no extra kernel; bitwise the
-    result without a mask); a mask with padding reaches it. The padding check is remembered per
-    mask tensor and version (a mask changed in place is checked again)."""
+    result without a mask); a mask with padding reaches it. The padding check is remembered for the
+    later layers of one forward (mask tensor, version, a rising layer index; a mask changed in place,
+    or the next forward, is checked again)."""
     model = _tf_model(kind, "cpu", seed=6).train()
     ids = torch.randint(1, 100, (2, 12), generator=torch.Generator().manual_seed(7))
     seen = []
@@ -469,15 +490,22 @@ def test_38_2_unpadded_mask_keeps_fast_path(kind, monkeypatch):
         model(ids, attention_mask=padded)
         assert len(seen) == 2 and all(m is padded for m in seen)
     m = torch.ones(2, 5)
-    assert si._padding_mask(None) is None and si._padding_mask(m) is None
+    assert si._padding_mask(None, 0) is None and si._padding_mask(m, 0) is None
     m[0, 0] = 0  # in place: a new version, checked again
-    assert si._padding_mask(m) is m
+    assert si._padding_mask(m, 1) is m
     m[0, 0] = 0.5  # a mask that scales (transformers multiplies by it): applied
-    assert si._padding_mask(m) is m
+    assert si._padding_mask(m, 2) is m
+    # the answer reused by the later layers of one forward only: a layer index not above the last
+    # (the next forward) looks again, so a change without a version bump (.data, numpy) is seen
+    m.data[0, 0] = 1
+    assert si._padding_mask(m, 3) is m and si._padding_mask(m, 0) is None
+    m.data[0, 0] = 0
+    assert si._padding_mask(m, 0) is m and si._padding_mask(m, None) is m
     with torch.inference_mode():  # no version counter: checked every time
-        assert si._padding_mask(torch.ones(2, 5)) is None and si._padding_mask(torch.zeros(2, 5)) is not None
+        assert si._padding_mask(torch.ones(2, 5), 0) is None and si._padding_mask(torch.zeros(2, 5), 1) is not None
     # traced by torch.compile: no data-dependent branch (fullgraph), a given mask is applied
-    traced = torch.compile(lambda m, x: x if si._padding_mask(m) is None else x * m, fullgraph=True, backend="eager")
+    traced = torch.compile(lambda m, x: x if si._padding_mask(m, 0) is None else x * m, fullgraph=True,
+                           backend="eager")
     assert torch.equal(traced(torch.ones(2, 5), torch.full((2, 5), 3.0)), torch.full((2, 5), 3.0))
 
     def fwd_4x(self, hidden_states, cache_params=None, cache_position=None, attention_mask=None):

@@ -268,3 +268,70 @@ def test_hybrid_lifecycle():
         assert {n: mods[k].__dict__[n] for n in _KERNELS} == originals[k][0]
         assert all(mods[k].__dict__[n] is originals[k][0][n] for n in _KERNELS)
         assert getattr(mods[k], cls).__dict__["forward"] is originals[k][1]
+
+
+# ---- found by a hostile user's run (sixth session) ------------------------------------------------
+
+
+@pytest.mark.parametrize("width", [1, 5])
+@pytest.mark.parametrize("kind", ["jamba", "zamba"])
+def test_hybrid_conv_width_selscan_does_not_take(kind, width, monkeypatch):
+    """A conv width outside selscan's (2 .. 4, selscan.h SELSCAN_CONV_MIN_WIDTH / _MAX_WIDTH, which
+    transformers runs with its own conv): the model runs as transformers' own (training with and
+    without a cache, generate), selscan's conv and fused block never called (the scan and step still
+    selscan's). Before: every path raised NotImplementedError."""
+    model = _hy_model(kind, mamba_d_conv=width)
+    ids, mask = _left_padded()
+    with _own_path(kind):
+        off, _ = _hy_run(model, ids, mask)
+    with si.use_in_transformers(), _spies(monkeypatch) as calls:
+        on, seen = _hy_run(model, ids, mask, calls)
+    for phase in (False, True, "generate"):
+        assert seen[phase]["block"] == seen[phase]["conv"] == seen[phase]["conv_update"] == 0, (phase, seen[phase])
+    assert seen[True]["scan"] > 0 and seen["generate"]["step"] > 0
+    for use_cache in (False, True):
+        a, b = on[use_cache], off[use_cache]
+        assert rel_err(a["logits"], b["logits"]) < 2e-5, use_cache
+        for n in b["grads"]:
+            assert rel_err(a["grads"][n], b["grads"][n]) < 2e-4, (use_cache, n)
+    assert torch.equal(on["ids"], off["ids"])
+
+
+def test_hybrid_mask_refilled_in_place_is_looked_at_again():
+    """An attention_mask whose contents change without a version bump (a torch.from_numpy buffer
+    refilled through numpy): the padding answer is not reused across calls of the same layer (it
+    was: the mixer skipped the mask, 40 % off on the padded row's real tokens)."""
+    import numpy as np
+
+    model = _hy_model("jamba", seed=4)
+    mixer = _mixers(model, "jamba")[0].train()
+    x = torch.randn(2, 6, 64, generator=torch.Generator().manual_seed(9))
+    buf = np.ones((2, 6), dtype=np.int64)
+    mask = torch.from_numpy(buf)
+    with si.use_in_transformers():
+        mixer(x, attention_mask=mask)  # all ones: no padding
+        buf[1, :3] = 0  # left padding, the tensor's version unchanged
+        on = mixer(x, attention_mask=mask)
+    with _own_path("jamba"):
+        off = mixer(x, attention_mask=mask)
+    assert rel_err(on, off) < 2e-5
+
+
+def test_integration_nested_with_keeps_the_outer():
+    """A with-block inside another (the same handle): leaving the inner one keeps the integration
+    until the outer one ends; an earlier call outside any block keeps it past both."""
+    jamba = importlib.import_module(_MODULES["jamba"][0])
+    own = jamba.__dict__["mamba_selective_scan"]
+    with si.use_in_transformers() as outer:
+        with si.use_in_transformers() as inner:
+            assert inner is outer
+        assert outer.active and jamba.mamba_selective_scan is si._hy_selective_scan
+    assert not outer.active and jamba.mamba_selective_scan is own
+    h = si.use_in_transformers()
+    try:
+        with si.use_in_transformers():
+            pass
+        assert h.active and jamba.mamba_selective_scan is si._hy_selective_scan
+    finally:
+        h.restore()
+    assert jamba.mamba_selective_scan is own
