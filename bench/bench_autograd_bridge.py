@@ -5,7 +5,8 @@ registers CPU / CUDA kernels only, and the autograd of selscan::fwd, selscan::co
 refusal of selscan::step would move to Python. This script measures that move without building a second
 package: --autograd python replaces the package's C++ Autograd-key kernels, in this process only, with
 Python ones that do what the C++ ones do (the checkpoint saved when a gradient can be asked for, the
-gradients autograd asks for, the step's refusal of inputs requiring grad), and --autograd cpp leaves the
+gradients autograd asks for, the decode updates' refusal of inputs requiring grad and state's version
+bump), and --autograd cpp leaves the
 package as built. Not mirrored: the CUDA unit-L copies of L-strided operands (the cases here are unit-L).
 
     python3 bench/bench_autograd_bridge.py --autograd cpp|python [--calls N]
@@ -100,14 +101,31 @@ def _conv_autograd(x, weight, bias, init_state, cu, silu, final, dim_major):
         return _ops.conv_fwd.default(x, weight, bias, init_state, cu, silu, final, dim_major)
 
 
-def _step_autograd(state, x, dt, A, B, C, D, z, dt_bias, state_index, softplus, A_is_log=False):
+def _inference_only(state, named, call):
+    """The C++ InferenceOnlyUpdate's steps: grad refusal, inference-tensor state, the update below
+    autograd, state's version bumped."""
     if torch.is_grad_enabled():
-        for name, t in (("state", state), ("x", x), ("dt", dt), ("A", A), ("B", B), ("C", C), ("D", D), ("z", z),
-                        ("dt_bias", dt_bias)):
+        for name, t in named:
             if t is not None and t.requires_grad:
-                raise RuntimeError(f"selscan: the decode step is inference-only, but {name} requires grad")
+                raise RuntimeError(f"selscan: the decode update is inference-only, but {name} requires grad")
+    if state.is_inference() and not torch.is_inference_mode_enabled():
+        raise ValueError("selscan: state is an inference tensor; update it under torch.inference_mode()")
     with _below():
-        return _ops.step.default(state, x, dt, A, B, C, D, z, dt_bias, state_index, softplus, A_is_log)
+        y = call()
+    torch.autograd.graph.increment_version(state)
+    return y
+
+
+def _step_autograd(state, x, dt, A, B, C, D, z, dt_bias, state_index, softplus, A_is_log=False):
+    return _inference_only(state, (("state", state), ("x", x), ("dt", dt), ("A", A), ("B", B), ("C", C), ("D", D),
+                                   ("z", z), ("dt_bias", dt_bias)),
+                           lambda: _ops.step.default(state, x, dt, A, B, C, D, z, dt_bias, state_index, softplus,
+                                                     A_is_log))
+
+
+def _conv_step_autograd(state, x, weight, bias, state_index, silu):
+    return _inference_only(state, (("conv_state", state), ("x", x), ("weight", weight), ("bias", bias)),
+                           lambda: _ops.conv_step.default(state, x, weight, bias, state_index, silu))
 
 
 _LIB = None
@@ -123,6 +141,8 @@ def use_python_autograd():
         _LIB.impl("fwd", _fwd_autograd, "Autograd")
         _LIB.impl("conv_fwd", _conv_autograd, "Autograd")
         _LIB.impl("step", _step_autograd, "Autograd")
+        _LIB.impl("conv_step", _conv_step_autograd, "Autograd")  # (the double-backward refusals of bwd /
+        # conv_bwd are not replaced: these kernels call them below autograd)
 
 
 def cases(dev):

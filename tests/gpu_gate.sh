@@ -101,8 +101,9 @@ torch_tests() {  # $1: pytest's -m expression (empty: every test)
     # xdist's workers share the GPU; 2 CPU threads each (16 a worker starved the CPU references)
     "$PY" -c 'import xdist' 2>/dev/null && opt+=(-n "${GATE_PYTEST_WORKERS:-8}")
     "$PY" -c 'import pytest_timeout' 2>/dev/null && opt+=(--timeout 300)
-    # -rs: every skip's reason in the log (what the GPU did not run is part of the result)
-    (cd bindings/torch/tests && OMP_NUM_THREADS=2 "$PY" -m pytest -q -rs -p no:cacheprovider "${opt[@]}" \
+    # -rfEs: failures, errors and every skip's reason in the summary (what the GPU did not run is part
+    # of the result; -r replaces pytest's default fE, so both are named again)
+    (cd bindings/torch/tests && OMP_NUM_THREADS=2 "$PY" -m pytest -q -rfEs -p no:cacheprovider "${opt[@]}" \
         -k "cuda and not test_fuzz_ops" "${m[@]}" --durations=15 . >"../../../$LOG/pytest.txt" 2>&1)
     grep -E '^(FAILED|ERROR|SKIPPED) |passed|failed' "$LOG/pytest.txt" | tail -25
     pytest_total "$LOG/pytest.txt"

@@ -42,7 +42,8 @@ from libstdcxx_link import shared_libstdcxx_args  # noqa: E402  (bindings/common
 # cpp_extension compiles and links with $CXX (one path), setuptools' ORT library with the same
 # --strip-debug: no DWARF in the shipped objects (setuptools compiles with Python's -g; the debug
 # sections were most of the CPU part of _C, and a wheel carried them); the symbol table stays.
-LINK = shared_libstdcxx_args(os.environ.get("CXX", "c++"), "selscan_torch") + ["-Wl,--strip-debug"]
+LINK = shared_libstdcxx_args(os.environ.get("CXX", "c++"), "selscan_torch") + (
+    ["-Wl,--strip-debug"] if sys.platform.startswith("linux") else [])  # (GNU ld / lld; not Apple's or MSVC's)
 # The ONNX Runtime custom-op library's source: bindings/onnxruntime (a sibling), or a copy next to setup.py.
 ORT_DIR = next((d for d in (os.path.join(HERE, "onnxruntime"), os.path.join(os.path.dirname(HERE), "onnxruntime"))
                 if os.path.exists(os.path.join(d, "selscan_ort.cc"))), None)

@@ -261,7 +261,8 @@ PyObject* ElementsMeetPy(PyObject*, PyObject* args) {
 }  // namespace
 }  // namespace selscan_torch
 
-// CONV_MAX_WIDTH: selscan.h's SELSCAN_CONV_MAX_WIDTH (for tests and callers; the checks are the library's).
+// CONV_MIN_WIDTH / CONV_MAX_WIDTH: selscan.h's SELSCAN_CONV_MIN_WIDTH / _MAX_WIDTH (for tests and callers such as
+// the integrations' width fallback; the checks are the library's).
 extern "C" PyMODINIT_FUNC PyInit__C(void) {
   using namespace selscan_torch;
   static PyMethodDef methods[] = {

@@ -179,6 +179,8 @@ def selective_scan_fn(u, delta, A, B, C, D=None, z=None, delta_bias=None, delta_
     # copies L-strided operands of a fast-kernel problem (csrc/scan.cpp >>unit-l).
     f32 = torch.float32
     cast = _checks.cast
+    if not isinstance(u, torch.Tensor):  # (a numpy u has a dtype too: its casts would fail unnamed)
+        _checks.tensor_arg(u, "u")
     try:
         dtype = u.dtype  # (the op refuses a u of another dtype, naming it: casts to it are harmless before)
         if A.dtype != f32:

@@ -338,6 +338,8 @@ def mamba_inner_fn(xz, conv1d_weight, conv1d_bias, x_proj_weight, delta_proj_wei
                               ("C_proj_bias", C_proj_bias, True), ("b_rms_weight", b_rms_weight, True),
                               ("c_rms_weight", c_rms_weight, True), ("dt_rms_weight", dt_rms_weight, True)):
         _checks.tensor_arg(t, name, optional)
+        if t is not None and name.endswith("rms_weight"):  # used as they are (float32 in the norm): real only
+            _checks._type(t.is_floating_point(), name, " must be a real floating-point tensor, got ", t.dtype)
         if t is not None and t.device != xz.device:  # (F.linear would take a meta weight beside CPU tensors)
             raise ValueError(f"selscan: {name} is on {t.device}, but xz is on {xz.device}: every tensor of "
                              "mamba_inner_fn on one device")
@@ -351,7 +353,7 @@ def mamba_inner_fn(xz, conv1d_weight, conv1d_bias, x_proj_weight, delta_proj_wei
     cdt = torch.get_autocast_dtype(dev) if torch.is_autocast_enabled(dev) else xz.dtype
     if cdt not in (torch.float32, torch.float16, torch.bfloat16):
         raise TypeError(f"selscan: xz must be float32, float16 or bfloat16, got {cdt}")
-    W = conv1d_weight.shape[-1]
+    W = conv1d_weight.shape[-1] if conv1d_weight.dim() else 0
     if conv1d_weight.numel() != d * W or conv1d_weight.dim() not in (2, 3) or conv1d_weight.shape[0] != d:
         raise ValueError(f"selscan: conv1d_weight must have shape (dim, 1, width) or (dim, width) with dim = {d}, "
                          f"got {tuple(conv1d_weight.shape)}")
@@ -373,6 +375,9 @@ def mamba_inner_fn(xz, conv1d_weight, conv1d_bias, x_proj_weight, delta_proj_wei
     if out_proj_weight.dim() != 2 or out_proj_weight.shape[1] != d:
         raise ValueError(f"selscan: out_proj_weight must have shape (d_model, dim) with dim = {d}, got "
                          f"{tuple(out_proj_weight.shape)}")
+    if out_proj_bias is not None and tuple(out_proj_bias.shape) != (out_proj_weight.shape[0],):
+        raise ValueError(f"selscan: out_proj_bias must have shape (d_model,) = ({out_proj_weight.shape[0]},), got "
+                         f"{tuple(out_proj_bias.shape)}")
     for name, t, n in (("b_rms_weight", b_rms_weight, N), ("c_rms_weight", c_rms_weight, N),
                        ("dt_rms_weight", dt_rms_weight, R if dt_rms_pre_proj else d)):
         if t is not None and tuple(t.shape) != (n,):

@@ -107,6 +107,7 @@ def _weight2d(weight, keep=None):
 def _f32(t, keep=None, name="bias"):
     """t float32, or as it is where its dtype is keep; another floating dtype cast, an integer,
     bool or complex one refused naming it (_checks.cast, the scan's rule)."""
+    _checks.tensor_arg(t, name, optional=True)
     return None if t is None else (t if t.dtype in (torch.float32, keep) else _checks.cast(t, name, torch.float32))
 
 
@@ -170,9 +171,13 @@ def causal_conv1d_fn(x, weight, bias=None, seq_idx=None, initial_states=None, re
                 _checks.state_alias_refused(t, name, final_states_out, "conv", "final_states_out")
     weight = _weight2d(weight)
     bias = _f32(bias)
+    _checks.tensor_arg(initial_states, "initial_states", optional=True)
     if initial_states is not None and initial_states.dtype != x.dtype:
         initial_states = _checks.cast(initial_states, "initial_states", x.dtype)
     if seq_idx is not None:
+        _checks.tensor_arg(seq_idx, "seq_idx")
+        _checks._type(seq_idx.dtype in _checks._INDEX_DTYPES, "seq_idx must be an integer tensor (int32 as "
+                      "causal_conv1d's), got ", seq_idx.dtype)
         if return_final_states:
             raise ValueError("If seq_idx is not None, we don't return final_states_out")
         return _conv_seq_idx(x, weight, bias, seq_idx, initial_states, silu)

@@ -163,9 +163,9 @@ def _in_namespace(name, ns):
 
 class Integration:
     """What one use_in_*() call replaced; restore() (or leaving the with-block) undoes it. A second
-    use_in_*() call for the same client returns the same handle and counts as a holder: leaving a
-    with-block undoes the replacements only when no other holder (an enclosing with-block, an
-    earlier call outside any) remains; restore() and use_in_*(False) undo them whatever holds."""
+    use_in_*() call for the same client returns the same handle; leaving a with-block undoes the
+    replacements only where that block's call made them (a block nested in another, or after an
+    earlier call, leaves them to their maker); restore() and use_in_*(False) undo them always."""
 
     def __init__(self, client):
         self.client = client
@@ -173,7 +173,8 @@ class Integration:
         self._slots = []  # _SLOTS keys, undone in reverse order
         self._namespaces = []
         self.active = True
-        self._holders = 1  # use_in_*() calls that returned this handle and have not left their with-block
+        self._made_by_last_call = True  # whether the latest use_in_*() call returning this handle made it
+        self._blocks = []  # one entry a with-block entered: whether its call made the replacements
 
     def _patch(self, owner, name, value, label):
         key = (id(owner), name)
@@ -236,11 +237,12 @@ class Integration:
         return list(self.replaced)
 
     def __enter__(self):
+        self._blocks.append(self._made_by_last_call)
+        self._made_by_last_call = False  # (a later `with handle:` of the same call is not its maker)
         return self
 
     def __exit__(self, *exc):
-        self._holders -= 1
-        if self._holders <= 0:
+        if self._blocks.pop() if self._blocks else True:
             self.restore()
         return False
 
@@ -256,8 +258,8 @@ def _toggle(client, enable, install):
     if not enable:
         h = _ACTIVE.get(client)
         return h.restore() if h is not None else []
-    if client in _ACTIVE:  # idempotent: the same handle, one more holder
-        _ACTIVE[client]._holders += 1
+    if client in _ACTIVE:  # idempotent: the same handle (a with-block on it leaves the restore to its maker)
+        _ACTIVE[client]._made_by_last_call = False
         return _ACTIVE[client]
     h = Integration(client)
     try:
@@ -293,7 +295,8 @@ _FALCON_DT_ONES = {}
 # (attention_mask, mask x too) of the mixer whose forward is running (_tf_mixer_forward_mask,
 # _tf_mixer_forward), for its fused call
 _TF_MASK = contextvars.ContextVar("selscan_tf_mask", default=(None, False))
-_PAD_MEMO = [None]  # (weakref to the last mask, its _version, the answer, the last layer_idx it served)
+_PAD_MEMO = [None]  # (weakref to the last mask, its _version, the answer, the last layer_idx it served,
+#                     the autograd graph task it was asked in: -1 outside a backward)
 
 
 def _padding_mask(mask, layer):
@@ -303,7 +306,8 @@ def _padding_mask(mask, layer):
     forward, not one a layer). The answer is reused only by a later layer of the same forward (a
     higher layer_idx of the mixer, `layer`, on the same mask tensor and version): a repeated or
     lower index starts a new forward, so a mask whose contents changed without a version bump
-    (refilled through numpy or .data, a caller's own buffer) is looked at again."""
+    (refilled through numpy or .data, a caller's own buffer) is looked at again. Within one
+    backward (gradient checkpointing recomputes the layers in falling order) any layer reuses it."""
     if mask is None:
         return None
     if torch.compiler.is_compiling():  # no data-dependent branch (a graph break) in a traced forward
@@ -314,12 +318,14 @@ def _padding_mask(mask, layer):
         version = None
     if not isinstance(layer, int):
         version = None  # no layer index: no way to tell one forward from the next
+    task = torch._C._current_graph_task_id()
     memo = _PAD_MEMO[0]
-    if version is not None and memo is not None and memo[0]() is mask and memo[1] == version and layer > memo[3]:
-        _PAD_MEMO[0] = memo[:3] + (layer,)
+    if version is not None and memo is not None and memo[0]() is mask and memo[1] == version and (
+            layer > memo[3] or (task != -1 and task == memo[4])):
+        _PAD_MEMO[0] = memo[:3] + (layer, task)
         return mask if memo[2] else None
     pad = bool((mask != 1).any())
-    _PAD_MEMO[0] = (weakref.ref(mask), version, pad, layer) if version is not None else None
+    _PAD_MEMO[0] = (weakref.ref(mask), version, pad, layer, task) if version is not None else None
     return mask if pad else None
 
 
@@ -334,7 +340,8 @@ def _tf_inner(original):
             # a conv width selscan does not take: 5.x's placeholder returns None, and transformers
             # runs its unfused path (its conv there: _tf_conv_fn, transformers' own for this width)
             return own(xz, conv1d_weight, conv1d_bias, x_proj_weight, delta_proj_weight, out_proj_weight,
-                            out_proj_bias, A, B, C, D, delta_bias=delta_bias, delta_softplus=delta_softplus,
+                            out_proj_bias, A, B, C, D, delta_bias=delta_bias, B_proj_bias=B_proj_bias,
+                            C_proj_bias=C_proj_bias, delta_softplus=delta_softplus, checkpoint_lvl=checkpoint_lvl,
                             b_rms_weight=b_rms_weight, c_rms_weight=c_rms_weight, dt_rms_weight=dt_rms_weight,
                             b_c_dt_rms_eps=b_c_dt_rms_eps, **kwargs)
         pre = False
@@ -371,6 +378,10 @@ def _tf_conv_fn(original):
     def causal_conv1d_fn_(x, weight, bias=None, seq_idx=None, initial_states=None, return_final_states=False,
                           final_states_out=None, activation=None, **kwargs):
         if not _conv.width_supported(weight):  # a width selscan's conv does not take: transformers' own
+            if seq_idx is not None or initial_states is not None or return_final_states or final_states_out is not None:
+                raise NotImplementedError(f"selscan_torch.use_in_transformers: a conv of width {weight.shape[-1]} "
+                                          "with seq_idx / initial_states / final states: neither selscan's conv "
+                                          "(widths 2 .. 4) nor transformers' own PyTorch conv takes them")
             return own(x, weight, bias, activation=activation, **kwargs)
         if activation not in _ACTS:  # an activation selscan's conv does not fuse: transformers' own
             return original(x, weight, bias, activation=activation, **kwargs)

@@ -295,14 +295,14 @@ def test_7_conv_update_with_grad_refused_state_untouched():
     g = torch.Generator().manual_seed(4)
     state, x = torch.randn(2, 4, 3, generator=g), torch.randn(2, 4, generator=g)
     w, b = torch.randn(4, 4, generator=g), torch.randn(4, generator=g)
-    snap = snapshot([state, x, w, b])
     for name in ("conv_state", "x", "weight", "bias"):
         args = dict(conv_state=state, x=x, weight=w, bias=b)
         args[name] = args[name].clone().requires_grad_(True)
+        snap = snapshot(args.values())  # (the clone requiring grad included: conv_state's is the one written)
         with pytest.raises(RuntimeError) as info:
             st.causal_conv1d_update(args["x"], args["conv_state"], args["weight"], args["bias"], "silu")
         assert names(str(info.value), name) and "inference" in str(info.value)
-        assert unchanged([state, x, w, b], snap)
+        assert unchanged(args.values(), snap)
     v = state._version
     with torch.no_grad():
         st.causal_conv1d_update(x, state, w.requires_grad_(True), b, "silu")
@@ -817,3 +817,28 @@ def test_conv_final_states_out_checked_before_written():
     s = step_inputs()
     msg = raises_naming("state", lambda: call_step(dict(s, state=s["state"][:1])))
     assert "without state_batch_indices" in msg, msg
+
+
+def test_dropin_arguments_named():
+    """What is not a tensor, or not one of the peers' shapes / dtypes, is refused naming the user's
+    argument (before: numpy u, a float bias or initial_states, a float or list seq_idx, a 0-dim
+    conv1d_weight and a mis-sized out_proj_bias gave PyTorch's own errors, or were accepted)."""
+    g = torch.Generator().manual_seed(7)
+    x, w = torch.randn(2, 4, 7, generator=g), torch.randn(4, 3, generator=g)
+    u = torch.randn(1, 4, 5, generator=g)
+    raises_naming("u", lambda: st.selective_scan_fn(u.numpy(), u, -torch.rand(4, 2), torch.randn(1, 2, 5),
+                                                    torch.randn(1, 2, 5)), TypeError)
+    raises_naming("bias", lambda: st.causal_conv1d_fn(x, w, 1.0), TypeError)
+    raises_naming("initial_states", lambda: st.causal_conv1d_fn(x, w, None, initial_states=1.0), TypeError)
+    raises_naming("seq_idx", lambda: st.causal_conv1d_fn(x, w, None, seq_idx=torch.zeros(2, 7)), TypeError)
+    raises_naming("seq_idx", lambda: st.causal_conv1d_fn(x, w, None, seq_idx=[[0] * 7] * 2), TypeError)
+    assert torch.equal(st.causal_conv1d_fn(x, w, None, seq_idx=torch.zeros(2, 7, dtype=torch.int32)),
+                       st.causal_conv1d_fn(x, w, None))
+    b, d, L, N, R, dm = 2, 4, 5, 3, 2, 3
+    args = dict(xz=torch.randn(b, 2 * d, L, generator=g), conv1d_weight=torch.randn(d, 1, 4, generator=g),
+                conv1d_bias=None, x_proj_weight=torch.randn(R + 2 * N, d, generator=g),
+                delta_proj_weight=torch.randn(d, R, generator=g), out_proj_weight=torch.randn(dm, d, generator=g),
+                out_proj_bias=torch.randn(dm, generator=g), A=-torch.rand(d, N, generator=g))
+    raises_naming("conv1d_weight", lambda: st.mamba_inner_fn(**dict(args, conv1d_weight=torch.tensor(1.0))))
+    raises_naming("out_proj_bias", lambda: st.mamba_inner_fn(**dict(args, out_proj_bias=torch.randn(dm + 1))))
+    assert st.mamba_inner_fn(**args).shape == (b, L, dm)

@@ -319,7 +319,8 @@ def test_hybrid_mask_refilled_in_place_is_looked_at_again():
 
 def test_integration_nested_with_keeps_the_outer():
     """A with-block inside another (the same handle): leaving the inner one keeps the integration
-    until the outer one ends; an earlier call outside any block keeps it past both."""
+    until the outer one ends; an earlier call outside any block keeps it past a later block; a
+    plain call inside a block leaves the restore to the block."""
     jamba = importlib.import_module(_MODULES["jamba"][0])
     own = jamba.__dict__["mamba_selective_scan"]
     with si.use_in_transformers() as outer:
@@ -335,3 +336,6 @@ def test_integration_nested_with_keeps_the_outer():
     finally:
         h.restore()
     assert jamba.mamba_selective_scan is own
+    with si.use_in_transformers() as h:  # a call inside the block, not a block of its own (a helper's)
+        si.use_in_transformers()
+    assert not h.active and jamba.mamba_selective_scan is own
