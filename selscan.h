@@ -279,6 +279,8 @@ typedef struct selscan_out_tensor {
    overflows); nothing is written on SELSCAN_OK. No allocation, no printing. (A NULL problem
    pointer has no diag to write to.) With the parts API every part stores the same strings: give
    each thread its own copy of the problem (or leave diag NULL). */
+#define SELSCAN__STR(x) #x
+#define SELSCAN__XSTR(x) SELSCAN__STR(x) /* a macro's value as a string literal */
 /* Validation rules: one list, expanded into the enum selscan_rule (stable codes: match these, not
    the text) and into selscan_rule_string() / selscan_rule_name(). Codes are only ever appended. The
    text is selscan_diag.rule, except for SELSCAN_RULE_OVERLAPS, whose rule names the operand it
@@ -299,7 +301,8 @@ typedef struct selscan_out_tensor {
     X(SELSCAN_RULE_INDEX_RANGE, "not below n_cache")        /* state_index */                        \
     X(SELSCAN_RULE_NOT_BATCH, "not batch without state_index") /* n_cache */                         \
     X(SELSCAN_RULE_ROW_TWICE, "row used twice")             /* state_index */                        \
-    X(SELSCAN_RULE_WIDTH, "not 2 to 4")                     /* the conv's width */                   \
+    X(SELSCAN_RULE_WIDTH, "not " SELSCAN__XSTR(SELSCAN_CONV_MIN_WIDTH) " to "                       \
+      SELSCAN__XSTR(SELSCAN_CONV_MAX_WIDTH))                 /* the conv's width: "not 2 to 4" */     \
     X(SELSCAN_RULE_BELOW_WIDTH, "below width - 1")          /* the conv step's state_len */          \
     X(SELSCAN_RULE_COUNT_OVERFLOWS, "element count overflows") /* operand: "batch * dim * seqlen" */ \
     X(SELSCAN_RULE_SIZE_OVERFLOWS, "size overflows")        /* workspace / checkpoint bytes */       \
@@ -329,7 +332,8 @@ typedef struct selscan_out_tensor {
 #define SELSCAN__SSD_RULE_LIST(X)                                                                  \
     X(SELSCAN_RULE_NOT_DIVIDING_NHEADS, "does not divide nheads") /* SSD: n_groups */              \
     X(SELSCAN_RULE_DT_LIMIT, "dt_min above dt_max, or NaN")      /* SSD: dt_min / dt_max */         \
-    X(SELSCAN_RULE_WITH_CU_SEQLENS, "given with cu_seqlens")     /* SSD: seq_idx */
+    X(SELSCAN_RULE_WITH_CU_SEQLENS, "given with cu_seqlens")     /* SSD: seq_idx */              \
+    X(SELSCAN_RULE_NO_SEQUENCE, "no sequence (cu_seqlens needs n_seqs + 1 >= 2 offsets)") /* n_seqs */
 
 #define SELSCAN__RULE_ENUM(name, text) name,
 typedef enum selscan_rule { SELSCAN__RULE_LIST(SELSCAN__RULE_ENUM) SELSCAN__RULE_COUNT } selscan_rule;
@@ -1316,7 +1320,8 @@ static selscan_status selscan__packed_rules(const int64_t *cu, int64_t n_seqs, i
     if (cu || (values_optional && n_seqs != 0)) {
         /* the row count is checked before cu_seqlens[n_seqs] is read (its index must exist) */
         if (batch != 1) SELSCAN__FAIL(d, SELSCAN_ERR_SHAPE, "batch", BATCH_NOT_1);
-        if (n_seqs <= 0 || !selscan__count_ok(n_seqs, dim, per_row, 1)) SELSCAN__FAIL(d, SELSCAN_ERR_SHAPE, "n_seqs", OUT_OF_RANGE);
+        if (n_seqs <= 0) SELSCAN__FAIL(d, SELSCAN_ERR_SHAPE, "n_seqs", NO_SEQUENCE);
+        if (!selscan__count_ok(n_seqs, dim, per_row, 1)) SELSCAN__FAIL(d, SELSCAN_ERR_SHAPE, "n_seqs", OUT_OF_RANGE);
         if (!cu) return SELSCAN_OK;
         if (!selscan__aligned(cu, 8)) SELSCAN__FAIL(d, SELSCAN_ERR_SHAPE, "cu_seqlens", MISALIGNED);
         if (cu[0] != 0) SELSCAN__FAIL(d, SELSCAN_ERR_SHAPE, "cu_seqlens", FIRST_OFFSET);
@@ -2519,7 +2524,8 @@ static SELSCAN__MAYBE_UNUSED selscan_status selscan__ssd_check_problem(const sel
     if (p->cu_seqlens) { /* the scan's rules (selscan__check_problem) */
         if (p->seq_idx.data) SELSCAN__FAIL(d, SELSCAN_ERR_SHAPE, "seq_idx", WITH_CU_SEQLENS);
         if (p->batch != 1) SELSCAN__FAIL(d, SELSCAN_ERR_SHAPE, "batch", BATCH_NOT_1);
-        if (p->n_seqs <= 0 || !selscan__count_ok(p->n_seqs, p->nheads, p->headdim, p->dstate))
+        if (p->n_seqs <= 0) SELSCAN__FAIL(d, SELSCAN_ERR_SHAPE, "n_seqs", NO_SEQUENCE);
+        if (!selscan__count_ok(p->n_seqs, p->nheads, p->headdim, p->dstate))
             SELSCAN__FAIL(d, SELSCAN_ERR_SHAPE, "n_seqs", OUT_OF_RANGE);
         if (!selscan__aligned(p->cu_seqlens, 8)) SELSCAN__FAIL(d, SELSCAN_ERR_SHAPE, "cu_seqlens", MISALIGNED);
         if (p->cu_seqlens[0] != 0) SELSCAN__FAIL(d, SELSCAN_ERR_SHAPE, "cu_seqlens", FIRST_OFFSET);

@@ -902,8 +902,8 @@ static void test_validation(void) {
         cv_free(&P);                                                                                                 \
     } while (0)
         CV_CASE_SEQ(P.p.batch = 2, SELSCAN_ERR_SHAPE, "batch", "not 1 with cu_seqlens");
-        CV_CASE_SEQ(P.p.n_seqs = 0, SELSCAN_ERR_SHAPE, "n_seqs", "out of range");
-        CV_CASE_SEQ(P.p.n_seqs = -1, SELSCAN_ERR_SHAPE, "n_seqs", "out of range");
+        CV_CASE_SEQ(P.p.n_seqs = 0, SELSCAN_ERR_SHAPE, "n_seqs", "no sequence (cu_seqlens needs n_seqs + 1 >= 2 offsets)");
+        CV_CASE_SEQ(P.p.n_seqs = -1, SELSCAN_ERR_SHAPE, "n_seqs", "no sequence (cu_seqlens needs n_seqs + 1 >= 2 offsets)");
         CV_CASE_SEQ(P.cu[0] = 1, SELSCAN_ERR_SHAPE, "cu_seqlens", "first offset not 0");
         CV_CASE_SEQ(P.cu[3] = 8, SELSCAN_ERR_SHAPE, "cu_seqlens", "last offset not seqlen");
         CV_CASE_SEQ(P.cu[1] = 5; P.cu[2] = 4, SELSCAN_ERR_SHAPE, "cu_seqlens", "not increasing");

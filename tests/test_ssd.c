@@ -1509,8 +1509,8 @@ static void validation_tests(void) {
                    SELSCAN_RULE_WITH_CU_SEQLENS, NULL);
         }
         CASE(p.batch = 2, SELSCAN_ERR_SHAPE, "batch", BATCH_NOT_1, F_ALL);
-        CASE(p.n_seqs = 0, SELSCAN_ERR_SHAPE, "n_seqs", OUT_OF_RANGE, F_ALL);
-        CASE(p.n_seqs = -1, SELSCAN_ERR_SHAPE, "n_seqs", OUT_OF_RANGE, F_ALL);
+        CASE(p.n_seqs = 0, SELSCAN_ERR_SHAPE, "n_seqs", NO_SEQUENCE, F_ALL);
+        CASE(p.n_seqs = -1, SELSCAN_ERR_SHAPE, "n_seqs", NO_SEQUENCE, F_ALL);
         CASE(p.cu_seqlens = (const int64_t *)((const char *)cu + 4), SELSCAN_ERR_SHAPE, "cu_seqlens", MISALIGNED,
              F_ALL);
         cu[0] = 1;

@@ -672,7 +672,7 @@ static void rule_codes(void) {
     RULE(SELSCAN_RULE_NOT_INCREASING, "cu_seqlens",
          PACK(memcpy(cu, PK.cu, sizeof cu); cu[1] = 6; cu[2] = 5; p.cu_seqlens = cu; PEX("code: decreasing", SELSCAN_ERR_SHAPE)));
     RULE(SELSCAN_RULE_BATCH_NOT_1, "batch", PACK(p.batch = 2; PEX("code: batch 2 packed", SELSCAN_ERR_SHAPE)));
-    RULE(SELSCAN_RULE_OUT_OF_RANGE, "n_seqs", PACK(p.n_seqs = -1; PEX("code: n_seqs -1", SELSCAN_ERR_SHAPE)));
+    RULE(SELSCAN_RULE_NO_SEQUENCE, "n_seqs", PACK(p.n_seqs = -1; PEX("code: n_seqs -1", SELSCAN_ERR_SHAPE)));
     RULE(SELSCAN_RULE_MISSING_N_SEQS, "cu_seqlens", PACK(p.cu_seqlens = NULL; PEX("code: n_seqs without cu", SELSCAN_ERR_NULL)));
 #undef PEX
     RULE(SELSCAN_RULE_MISSING, "state", STEP(s.state.data = NULL; sexpect("code: state NULL", &s, SELSCAN_ERR_NULL)));

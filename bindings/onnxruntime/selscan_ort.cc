@@ -674,13 +674,19 @@ int SELSCAN_ORT_CALL VariadicHomogeneity(const OrtCustomOp *) { return 1; }
 int SELSCAN_ORT_CALL GetStartVersion(const OrtCustomOp *) { return SELSCAN_ORT_OPSET; }
 int SELSCAN_ORT_CALL GetEndVersion(const OrtCustomOp *) { return 1000; } // ONNX Runtime's "no end"
 
-// An optional int attribute (0 or 1); *out keeps its default when the node does not set it.
+// An optional int attribute (0 or 1); *out keeps its default when the node does not set it. ONNX
+// Runtime answers a missing attribute and one of another type (a float, a string, a list) alike with
+// an error status; only its message tells them apart ("No attribute with name:'...'is defined.",
+// unchanged since its first release): anything else is the wrong type, refused (never the default).
 OrtStatus *BoolAttr(const OrtKernelInfo *info, const char *op, const char *name, int64_t *out) {
     int64_t v = 0;
     OrtStatus *st = g_api.KernelInfoGetAttribute_int64(info, name, &v);
-    if (st) { // absent (ONNX Runtime reports a missing attribute as an error): the default
+    if (st) {
+        const bool absent = std::strncmp(g_api.GetErrorMessage(st), "No attribute with name", 22) == 0;
         g_api.ReleaseStatus(st);
-        return nullptr;
+        if (absent) return nullptr;
+        return Error(ORT_INVALID_ARGUMENT, std::string("selscan ") + op + ": attribute '" + name +
+                                               "' must be an int (0 or 1), got another type");
     }
     if (v != 0 && v != 1)
         return Error(ORT_INVALID_ARGUMENT, std::string("selscan ") + op + ": attribute '" + name +

@@ -263,9 +263,9 @@ int main() {
         a1.cu_seqlens = arg(cu1, T::kI64); // one offset: no sequence (values known or not)
         a1.h0 = bind::Arg();
         r = scan(a1);
-        EXPECT(r.code == SELSCAN_RULE_OUT_OF_RANGE && std::string(r.operand) == "n_seqs");
+        EXPECT(r.code == SELSCAN_RULE_NO_SEQUENCE && std::string(r.operand) == "n_seqs");
         a1.cu_values = offs;
-        EXPECT(scan(a1).code == SELSCAN_RULE_OUT_OF_RANGE);
+        EXPECT(scan(a1).code == SELSCAN_RULE_NO_SEQUENCE);
         a.cu_values = bad; // the offsets' values: the library's rule
         r = scan(a);
         EXPECT(r.code == SELSCAN_RULE_NOT_INCREASING && std::string(r.operand) == "cu_seqlens");

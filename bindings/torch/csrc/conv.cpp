@@ -270,26 +270,15 @@ ConvFwdOut ConvForwardAutograd(const Tensor& x, const Tensor& weight, const OptT
   return {r[0], r[1]};
 }
 
-// conv_bwd is not differentiable (>>harden-autograd, as the scan's bwd): with grad mode on (a backward
-// with create_graph=True) and an input requiring grad, its outputs hang off this node, whose backward
-// raises: a double backward through causal_conv1d_fn is an error, never silent zeros.
-class ConvBackwardFunction : public torch::autograd::Function<ConvBackwardFunction> {
- public:
-  static torch::autograd::variable_list forward(torch::autograd::AutogradContext* ctx, const Tensor& x,
+// conv_bwd is not differentiable: NotDifferentiable (selscan_torch.h), as the scan's bwd.
+struct ConvBackwardFunction : NotDifferentiable<ConvBackwardFunction> {
+  static constexpr const char* kFunction = "causal_conv1d_fn";
+  static torch::autograd::variable_list forward(torch::autograd::AutogradContext*, const Tensor& x,
                                                 const Tensor& weight, const OptT& bias, const OptT& init_state,
                                                 const OptT& cu_seqlens, const Tensor& dy, const OptT& dfinal_state,
                                                 bool silu, std::vector<int64_t> grad_mask) {
-    (void)ctx;
     at::AutoDispatchBelowADInplaceOrView guard;
     return ConvBwdOp().call(x, weight, bias, init_state, cu_seqlens, dy, dfinal_state, silu, grad_mask);
-  }
-  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
-                                                 torch::autograd::variable_list grads) {
-    (void)ctx;
-    (void)grads;
-    TORCH_CHECK(false, "selscan: double backward (differentiating the gradients of causal_conv1d_fn, e.g. after "
-                "create_graph=True) is not supported: selscan's conv backward is not differentiable");
-    return {};
   }
 };
 

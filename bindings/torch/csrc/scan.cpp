@@ -323,34 +323,22 @@ FwdOut ForwardAutograd(const Tensor& u, const Tensor& delta, const Tensor& A, co
 
 // ---- >>harden-autograd: what has no derivative says so ---------------------------------------
 //
-// selscan::bwd is not differentiable: with grad mode on (a backward with create_graph=True) and an
-// input requiring grad, its outputs hang off ScanBackwardFunction, whose backward raises. A double
-// backward through selective_scan_fn is an error, never silent zeros; a first backward with
-// create_graph=True that is not differentiated again works as before.
+// selscan::bwd is not differentiable: NotDifferentiable (selscan_torch.h).
 // selscan::step is inference-only: with grad mode on, an input requiring grad is refused before
 // anything is written (an output claiming requires_grad would get no gradient). The step's
 // in-place update bumps state's version counter (autograd's check on tensors saved for backward).
 
-class ScanBackwardFunction : public torch::autograd::Function<ScanBackwardFunction> {
- public:
-  static torch::autograd::variable_list forward(torch::autograd::AutogradContext* ctx, const Tensor& u,
+struct ScanBackwardFunction : NotDifferentiable<ScanBackwardFunction> {
+  static constexpr const char* kFunction = "selective_scan_fn";
+  static torch::autograd::variable_list forward(torch::autograd::AutogradContext*, const Tensor& u,
                                                 const Tensor& delta, const Tensor& A, const Tensor& B,
                                                 const Tensor& C, const OptT& D, const OptT& z,
                                                 const OptT& delta_bias, const OptT& h0, const OptT& cu_seqlens,
                                                 const Tensor& dy, const OptT& dh_last, const Tensor& checkpoint,
                                                 bool delta_softplus, std::vector<int64_t> grad_mask) {
-    (void)ctx;
     at::AutoDispatchBelowADInplaceOrView guard;
     return BwdOp().call(u, delta, A, B, C, D, z, delta_bias, h0, cu_seqlens, dy, dh_last, checkpoint, delta_softplus,
                         grad_mask);
-  }
-  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
-                                                 torch::autograd::variable_list grads) {
-    (void)ctx;
-    (void)grads;
-    TORCH_CHECK(false, "selscan: double backward (differentiating the gradients of selective_scan_fn, e.g. after "
-                "create_graph=True) is not supported: selscan's backward is not differentiable");
-    return {};
   }
 };
 

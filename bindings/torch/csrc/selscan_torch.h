@@ -574,6 +574,20 @@ inline bool AnyOf(const std::vector<int64_t>& mask) {
   return false;
 }
 
+// >>harden-autograd, the backward ops (selscan::bwd, selscan::conv_bwd): no derivative, so with grad
+// mode on (a backward with create_graph=True) and an input requiring grad, their outputs hang off a
+// node derived from this one (Op: its forward runs the op below autograd; Op::kFunction names the
+// user's function), whose backward raises: a double backward is an error, never silent zeros; a
+// first backward with create_graph=True that is not differentiated again works as before.
+template <typename Op>
+struct NotDifferentiable : torch::autograd::Function<Op> {
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext*, torch::autograd::variable_list) {
+    TORCH_CHECK(false, "selscan: double backward (differentiating the gradients of ", Op::kFunction,
+                ", e.g. after create_graph=True) is not supported: selscan's backward of it is not differentiable");
+    return {};
+  }
+};
+
 // >>harden-autograd, the decode updates (selscan::step, selscan::conv_step): no derivative, so with
 // grad mode on an input requiring grad is refused before anything is written (an output claiming
 // requires_grad would get no gradient); an inference-tensor state only under inference mode; the

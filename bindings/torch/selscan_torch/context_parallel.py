@@ -468,7 +468,7 @@ def _cp_forward(u, delta, A, B, C, D, z, delta_bias, h0_user, packed_cu, softplu
 class _ContextParallelScan(torch.autograd.Function):
     @staticmethod
     def forward(ctx, u, delta, A, B, C, D, z, delta_bias, h0, cu_seqlens, softplus, return_last_state, group, rank,
-                world, lengths):
+                world, lengths, token):
         y, last, ck, h0_used, S_all, packed = _cp_forward(u, delta, A, B, C, D, z, delta_bias, h0, cu_seqlens,
                                                           softplus, return_last_state, group, rank, world, save=True,
                                                           lengths=lengths)
@@ -537,7 +537,7 @@ class _ContextParallelScan(torch.autograd.Function):
                     mu = got[q] + (P * mu if P is not None else 0)
                 lam = mu if e is None else mu + e
                 grads = bwd(as_rows(lam), mask)
-        out = [None] * 16
+        out = [None] * 17
         for i in range(_NGRADS):
             if mask[i]:
                 out[i] = grads[i]
@@ -633,16 +633,28 @@ def _scan(u, delta, A, B, C, D, z, delta_bias, delta_softplus, return_last_state
                     ("cu_seqlens", int(cu_seqlens is not None), _given),
                     ("cu_seqlens' length", 0 if cu_seqlens is None else cu_seqlens.numel(), None),
                     ("cu_seqlens", cu, _DIFFERS),
-                    ("the backward (an input requires grad: its backward has a collective too)", int(graph), bool)]
+                    (None, 2 if graph else int(torch.is_grad_enabled()), None)]  # the backward: below
             values = [("A", A), ("D", D), ("delta_bias", delta_bias), ("B", B if B.dim() == 2 else None),
                       ("C", C if C.dim() == 2 else None)]
         metas = _agree("selective_scan_fn", err, meta, values, group, world, _device(group, u, A))
         lengths = [m[2] for m in metas]
+        # a rank whose own inputs need no gradient still runs the backward when another rank's do (h0 on rank 0
+        # alone: its gradient flows back through every later shard): a token input gives its y a grad_fn
+        graph_group = any(m[-1] == 2 for m in metas)
+        off = [r for r, m in enumerate(metas) if m[-1] == 0]
+        if graph_group and off:
+            need = next(r for r, m in enumerate(metas) if m[-1] == 2)
+            raise ValueError(f"selscan context_parallel: selective_scan_fn: rank {need}'s inputs require grad but "
+                             f"rank {off[0]} runs with grad disabled (its backward has a collective too: every "
+                             f"rank must run with grad enabled, or none)")
     elif err is not None:
         raise err
-    if graph:
+    else:
+        graph_group = graph
+    if graph_group:
+        token = None if graph else torch.empty(0, device=u.device, requires_grad=True)
         y, hl = _ContextParallelScan.apply(u, delta, A, B, C, D, z, delta_bias, h0, cu_seqlens, softplus, last, group,
-                                           rank, world, lengths)
+                                           rank, world, lengths, token)
     else:
         y, hl, _, _, _, _ = _cp_forward(u, delta, A, B, C, D, z, delta_bias, h0, cu_seqlens, softplus, last, group,
                                         rank, world, save=False, lengths=lengths)

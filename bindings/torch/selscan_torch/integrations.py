@@ -329,6 +329,16 @@ def _padding_mask(mask, layer):
     return mask if pad else None
 
 
+def _mixer_padding(mixer, mask):
+    """_padding_mask for a mixer's forward (its layer_idx, where it has one)."""
+    return _padding_mask(mask, getattr(mixer, "layer_idx", None))
+
+
+def _mixer_width_supported(mixer):
+    """Whether selscan's conv takes the mixer's conv width (else transformers' own path runs)."""
+    return _conv.width_supported(mixer.conv1d.weight)
+
+
 def _tf_inner(original):
     own = _tf_own(original)
 
@@ -340,10 +350,10 @@ def _tf_inner(original):
             # a conv width selscan does not take: 5.x's placeholder returns None, and transformers
             # runs its unfused path (its conv there: _tf_conv_fn, transformers' own for this width)
             return own(xz, conv1d_weight, conv1d_bias, x_proj_weight, delta_proj_weight, out_proj_weight,
-                            out_proj_bias, A, B, C, D, delta_bias=delta_bias, B_proj_bias=B_proj_bias,
-                            C_proj_bias=C_proj_bias, delta_softplus=delta_softplus, checkpoint_lvl=checkpoint_lvl,
-                            b_rms_weight=b_rms_weight, c_rms_weight=c_rms_weight, dt_rms_weight=dt_rms_weight,
-                            b_c_dt_rms_eps=b_c_dt_rms_eps, **kwargs)
+                       out_proj_bias, A, B, C, D, delta_bias=delta_bias, B_proj_bias=B_proj_bias,
+                       C_proj_bias=C_proj_bias, delta_softplus=delta_softplus, checkpoint_lvl=checkpoint_lvl,
+                       b_rms_weight=b_rms_weight, c_rms_weight=c_rms_weight, dt_rms_weight=dt_rms_weight,
+                       b_c_dt_rms_eps=b_c_dt_rms_eps, **kwargs)
         pre = False
         if dt_rms_weight is not None:
             # transformers' FalconMamba PyTorch path: weightless RMS norm of x_proj's dt_rank slice
@@ -381,7 +391,8 @@ def _tf_conv_fn(original):
             if seq_idx is not None or initial_states is not None or return_final_states or final_states_out is not None:
                 raise NotImplementedError(f"selscan_torch.use_in_transformers: a conv of width {weight.shape[-1]} "
                                           "with seq_idx / initial_states / final states: neither selscan's conv "
-                                          "(widths 2 .. 4) nor transformers' own PyTorch conv takes them")
+                                          f"(widths {_conv._C.CONV_MIN_WIDTH} .. {_conv._C.CONV_MAX_WIDTH}) nor "
+                                          "transformers' own PyTorch conv takes them")
             return own(x, weight, bias, activation=activation, **kwargs)
         if activation not in _ACTS:  # an activation selscan's conv does not fuse: transformers' own
             return original(x, weight, bias, activation=activation, **kwargs)
@@ -412,7 +423,7 @@ def _tf_mixer_forward_mask(original, cache_name):
     def forward(self, hidden_states, *args, **kwargs):
         cache = args[0] if args else kwargs.get(cache_name)
         mask = args[1] if len(args) > 1 else kwargs.get("attention_mask")
-        mask = _padding_mask(mask, getattr(self, "layer_idx", None)) if self.training and cache is None else None
+        mask = _mixer_padding(self, mask) if self.training and cache is None else None
         if mask is None:  # no padding: transformers' forward as it is
             return original(self, hidden_states, *args, **kwargs)
         token = _TF_MASK.set((mask, False))
@@ -441,7 +452,7 @@ def _tf_mixer_forward_cm(original, apply_mask, cache_name):
         cache = args[0] if args else kwargs.get(cache_name)
         mask = args[1] if len(args) > 1 else kwargs.get("attention_mask")
         if len(args) > 2 or set(kwargs) - {cache_name, "attention_mask"} or not (self.training and cache is None) \
-                or not _conv.width_supported(self.conv1d.weight):
+                or not _mixer_width_supported(self):
             return fallback(self, hidden_states, *args, **kwargs)
         hidden_states = apply_mask(hidden_states, mask)
         xz = _block.in_proj_cm(hidden_states, self.in_proj.weight, self.in_proj.bias)
@@ -450,7 +461,7 @@ def _tf_mixer_forward_cm(original, apply_mask, cache_name):
                                      self.x_proj.weight, self.dt_proj.weight, self.out_proj.weight,
                                      self.out_proj.bias.float() if self.use_bias else None, A, None, None,
                                      self.D.float(), delta_bias=self.dt_proj.bias.float(), delta_softplus=True,
-                                     mask=_padding_mask(mask, getattr(self, "layer_idx", None)))
+                                     mask=_mixer_padding(self, mask))
 
     forward.__wrapped__ = original
     return forward
@@ -507,11 +518,11 @@ def _tf_mixer_forward(self, hidden_states, *args, **kwargs):
     # transformers 4.x: the kernel path, on every device (its forward takes it only on CUDA). Its
     # fused training branch ignores attention_mask; its PyTorch path (slow_forward) masks x before
     # the conv and the conv's output: a padded mask goes to _tf_inner for both
-    if not _conv.width_supported(self.conv1d.weight) and hasattr(self, "slow_forward"):
+    if not _mixer_width_supported(self) and hasattr(self, "slow_forward"):
         return self.slow_forward(hidden_states, *args, **kwargs)  # a conv width selscan does not take
     fwd = self.cuda_kernels_forward
     if self.training and _tf_arg(fwd, "cache_params", args, kwargs) is None:
-        mask = _padding_mask(_tf_arg(fwd, "attention_mask", args, kwargs), getattr(self, "layer_idx", None))
+        mask = _mixer_padding(self, _tf_arg(fwd, "attention_mask", args, kwargs))
         if mask is not None:
             token = _TF_MASK.set((mask, True))
             try:
@@ -676,7 +687,7 @@ def _hy_fused_args(self, args, kwargs, cache_name):
     if cache is not None or kwargs.get("seq_idx") is not None or kwargs.get("cu_seqlens") is not None:
         return False, None
     if getattr(self, "activation", None) not in ("silu", "swish") or hasattr(self.config, "_is_quantized") or \
-            not _conv.width_supported(self.conv1d.weight):
+            not _mixer_width_supported(self):
         return False, None
     if getattr(self, "_hf_hook", None) is not None or any(
             getattr(getattr(self, c, None), "_hf_hook", None) is not None for c in _TF_HYBRID_ACCELERATE_CHILDREN):
@@ -710,7 +721,7 @@ def _hy_jamba_forward(original, apply_mask, cache_name):
                                      b_rms_weight=b_norm.weight, c_rms_weight=c_norm.weight,
                                      dt_rms_weight=dt_norm.weight, b_c_dt_rms_eps=dt_norm.variance_epsilon,
                                      dt_rms_pre_proj=True,
-                                     mask=_padding_mask(mask, getattr(self, "layer_idx", None)))
+                                     mask=_mixer_padding(self, mask))
 
     forward.__wrapped__ = original
     return forward

@@ -45,7 +45,7 @@ def run_scan(case, g, gr, dev):
                 inp[k] = None
                 continue
             t = local(k, t, a, b).detach().clone().to(dev)
-            inp[k] = t.requires_grad_(True)
+            inp[k] = t.requires_grad_(case.get("grad") is None or k in case["grad"])
         out = cp.selective_scan_fn(inp["u"], inp["delta"], inp["A"], inp["B"], inp["C"], inp["D"], inp["z"],
                                    inp["delta_bias"], case["softplus"], case["last"], group=g,
                                    cu_seqlens=case["cu"], h0=inp["h0"] if gr == 0 else None)

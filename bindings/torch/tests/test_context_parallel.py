@@ -37,7 +37,8 @@ HAS_CUDA = N_GPU > 0 and st.has_cuda_kernels()
 
 
 def scan_case(name, world, lengths=None, batch=2, dim=6, N=5, bc="var3", G=2, dtype=torch.float32, D=True, z=True,
-              bias=True, softplus=True, last=True, grad_last_all=True, h0=False, cu=None, group=None, seed=0):
+              bias=True, softplus=True, last=True, grad_last_all=True, h0=False, cu=None, group=None, seed=0,
+              grad=None):
     R = len(group) if group is not None else world
     lengths = lengths or [9] * R
     L = sum(lengths)
@@ -49,7 +50,7 @@ def scan_case(name, world, lengths=None, batch=2, dim=6, N=5, bc="var3", G=2, dt
         gl = [torch.randn(batch, dim, N, generator=g) * (1.0 if (grad_last_all or q == R - 1) else 0.0)
               for q in range(R)]
     return dict(kind="scan", name=name, inputs=x, softplus=softplus, last=last, cu=cu, lengths=lengths,
-                gy=gy, gl=gl, group=group, dtype=dtype)
+                gy=gy, gl=gl, group=group, dtype=dtype, grad=grad)  # grad: the inputs requiring grad (None: all)
 
 
 def block_case(name, world, lengths=None, batch=2, hidden=8, inner=12, N=4, W=4, rank=3, use_bias=False,
@@ -137,6 +138,8 @@ def cases_for(world):
         scan_case("no_last_state", world, last=False),
         scan_case("last_grad_on_last_rank_only", world, grad_last_all=False),
         scan_case("h0_on_rank0", world, h0=True),
+        # h0 the only input requiring grad, given on rank 0 alone: the later ranks still run the backward
+        scan_case("h0_grad_alone", world, h0=True, grad=("h0",)),
         scan_case("softplus_only", world, D=False, z=False, bias=True, last=False, N=3, batch=1),
         scan_case("unequal_shards", world, lengths=fit([5, 1, 13, 8], world)),
         scan_case("empty_shard", world, lengths=[0, 9] if world == 2 else fit([6, 0, 7], world)),
@@ -183,7 +186,9 @@ def cases_for(world):
 
 
 def scan_reference(case, dev):
-    x = {k: (None if v is None else v.detach().clone().to(dev).requires_grad_(True)) for k, v in case["inputs"].items()}
+    want = case["grad"]
+    x = {k: (None if v is None else v.detach().clone().to(dev).requires_grad_(want is None or k in want))
+         for k, v in case["inputs"].items()}
     args = (x["A"], x["D"], x["delta_bias"])
     L = x["u"].shape[-1]
 

@@ -503,6 +503,27 @@ def test_38_2_unpadded_mask_keeps_fast_path(kind, monkeypatch):
     assert si._padding_mask(m, 0) is m and si._padding_mask(m, None) is m
     with torch.inference_mode():  # no version counter: checked every time
         assert si._padding_mask(torch.ones(2, 5), 0) is None and si._padding_mask(torch.zeros(2, 5), 1) is not None
+    # within one backward (gradient checkpointing recomputes the layers in falling order) any layer
+    # reuses the answer; after it, a lower layer (the next forward) looks again
+    m = torch.ones(2, 5)
+    seen = []
+
+    class Recompute(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x):
+            return x.clone()
+
+        @staticmethod
+        def backward(ctx, g):
+            seen.append(si._padding_mask(m, 3))
+            m.data[0, 0] = 0  # refilled without a version bump: not seen within this backward
+            seen.append(si._padding_mask(m, 2))
+            seen.append(si._padding_mask(m, 1))
+            return g
+
+    Recompute.apply(torch.zeros(3, requires_grad=True)).sum().backward()
+    assert seen == [None, None, None]
+    assert si._padding_mask(m, 0) is m
     # traced by torch.compile: no data-dependent branch (fullgraph), a given mask is applied
     traced = torch.compile(lambda m, x: x if si._padding_mask(m, 0) is None else x * m, fullgraph=True,
                            backend="eager")

@@ -358,6 +358,55 @@ def test_errors_name_the_input():
         session(model)
 
 
+@pytest.mark.parametrize("value", [1.0, "1", [1], [1.0]], ids=["float", "string", "ints", "floats"])
+@pytest.mark.parametrize("op", ["SelectiveScan", "SelectiveStateUpdate", "CausalConv1d", "CausalConv1dUpdate"])
+def test_attribute_of_another_type_refused(op, value):
+    # ONNX Runtime answers a missing attribute and a mistyped one alike: a float / string / list 0-1 flag
+    # was taken as absent, its default (0) silently used
+    if op.startswith("Causal") and not HAS_CONV:
+        pytest.skip("the conv ops are not built into this library")
+    if op == "SelectiveScan":
+        feeds, names, t_in, outs, flag = make_scan(), SCAN_INPUTS, {"u", "delta", "z", "B", "C"}, ["y"], "delta_softplus"
+    elif op == "SelectiveStateUpdate":
+        feeds, names, t_in, outs, flag = make_step(), STEP_INPUTS, {"x", "dt", "B", "C", "z"}, ["y", "state_out"], \
+            "dt_softplus"
+    else:
+        c = make_conv()
+        feeds = c if op == "CausalConv1d" else dict(state=torch.randn(2, 24, 3), x=c["x"][:, :, 0],
+                                                    weight=c["weight"], bias=c["bias"])
+        names = CONV_INPUTS if op == "CausalConv1d" else CONV_UPDATE_INPUTS
+        t_in, outs, flag = {"x", "init_state", "state"}, (["y"] if op == "CausalConv1d" else ["y", "state_out"]), "silu"
+    model = one_node_model(op, names, feeds, t_in, torch.float32, outs, set(outs), {flag: value},
+                           ranks={o: 2 if o == "y" and op.endswith("Update") else 3 for o in outs})
+    with pytest.raises(Exception, match=rf"attribute '{flag}' must be an int \(0 or 1\), got another type"):
+        session(model).run(None, feed_dict(feeds))
+
+
+def test_misspelled_attribute_named_by_the_checker():
+    # ONNX Runtime gives a custom kernel no list of its node's attributes; the registered schemas do
+    sonnx.register_schemas()
+    model = one_node_model("SelectiveScan", SCAN_INPUTS, make_scan(), {"u", "delta", "z", "B", "C"}, torch.float32,
+                           ["y"], {"y"}, {"delta_softpuls": 1})
+    with pytest.raises(Exception, match="Unrecognized attribute: delta_softpuls"):
+        onnx.checker.check_model(model)
+
+
+@pytest.mark.parametrize("cu", [[], [0]], ids=["no_offset", "one_offset"])
+@pytest.mark.parametrize("op", ["SelectiveScan", "CausalConv1d"])
+def test_cu_seqlens_without_a_sequence_says_so(op, cu):
+    cu = torch.tensor(cu, dtype=torch.int64)
+    match = r"input 'cu_seqlens': no sequence \(cu_seqlens needs n_seqs \+ 1 >= 2 offsets\)"
+    if op == "SelectiveScan":
+        with pytest.raises(Exception, match=match):
+            run_scan_ort(make_scan(batch=1), torch.float32, True, False, cu=cu)
+        return
+    if not HAS_CONV:
+        pytest.skip("the conv ops are not built into this library")
+    c = dict(make_conv(batch=1), cu_seqlens=cu)
+    with pytest.raises(Exception, match=match):
+        run_conv_ort(c, outputs=("y",))
+
+
 # ---- issue 38: every argument checked whatever the sizes ------------------------------------------
 
 
