@@ -738,13 +738,15 @@ SELSCAN_DEF uint16_t selscan_f32_to_bf16(float f);
 /* ---- >>operands: the operand tables (the OPERANDS lists in the docs, once) ----------------------
    X(c, field, ten, io, need, dims, dtype), one row per operand, c passed through:
      field  the public struct's member, also the operand's name in selscan_diag
-     ten    the validated selscan__ten member it resolves into
+     ten    the validated selscan__ten member it resolves into: the field's own name for the scan and
+            the step (one name from a binding to the kernel); the conv's and the SSD's short names
+            (w, h0, hlast, bias, delta) let their code read like the scan's it was written after
      io     IN (read) or OUT (written; the step's state, read and written, is OUT)
      need   REQ required, FWD required by the forward only (y), OPT optional (NULL data: absent)
      dims   the logical shape: SELSCAN__DIMS_<dims>(q) gives rank, n0 .. n3 from the sizes q
      dtype  T (the problem's dtype), F32, or FIXB / FIXC: T, but (dim, N) f32 when SELSCAN_FIXED_B /
             SELSCAN_FIXED_C is set, or PRM: f32, T when the struct's <ten>T is set (the step's DT /
-            biasT: SELSCAN_STEP_D_T / _DELTA_BIAS_T, the conv step's wT, biasT:
+            delta_biasT: SELSCAN_STEP_D_T / _DELTA_BIAS_T, the conv step's wT, biasT:
             SELSCAN_CONV_PARAMS_T), or STT: f32, T when SELSCAN_STEP_STATE_T is set
    The order is the order of the checks: which error a call reports first. These drive the
    missing-operand checks, the resolve calls and the input / output lists of the stride and alias
@@ -762,14 +764,14 @@ SELSCAN_DEF uint16_t selscan_f32_to_bf16(float f);
     X(c, C, C, IN, REQ, BC, FIXC)                    \
     X(c, D, D, IN, OPT, DIM, F32)                    \
     X(c, z, z, IN, OPT, SEQ, T)                      \
-    X(c, delta_bias, bias, IN, OPT, DIM, F32)        \
+    X(c, delta_bias, delta_bias, IN, OPT, DIM, F32)  \
     X(c, h0, h0, IN, OPT, ROWS, F32)                 \
     X(c, y, y, OUT, FWD, SEQ, T)                     \
-    X(c, h_last, hlast, OUT, OPT, ROWS, F32)
+    X(c, h_last, h_last, OUT, OPT, ROWS, F32)
 /* the backward's (selscan_grads); dims and dtype are the problem's (dy like y, dB like B, ...) */
 #define SELSCAN__GRAD_OPERANDS(X, c)                 \
     X(c, dy, dy, IN, REQ, SEQ, T)                    \
-    X(c, dh_last, dhlast, IN, OPT, ROWS, F32)        \
+    X(c, dh_last, dh_last, IN, OPT, ROWS, F32)       \
     X(c, du, du, OUT, OPT, SEQ, T)                   \
     X(c, ddelta, ddelta, OUT, OPT, SEQ, T)           \
     X(c, dA, dA, OUT, OPT, DN, F32)                  \
@@ -777,7 +779,7 @@ SELSCAN_DEF uint16_t selscan_f32_to_bf16(float f);
     X(c, dC, dC, OUT, OPT, BC, FIXC)                 \
     X(c, dD, dD, OUT, OPT, DIM, F32)                 \
     X(c, dz, dz, OUT, OPT, SEQ, T)                   \
-    X(c, ddelta_bias, dbias, OUT, OPT, DIM, F32)     \
+    X(c, ddelta_bias, ddelta_bias, OUT, OPT, DIM, F32) \
     X(c, dh0, dh0, OUT, OPT, ROWS, F32)
 /* the decode step's (selscan_step_problem): one token, so no L */
 #define SELSCAN__STEP_OPERANDS(X, c)                 \
@@ -789,7 +791,7 @@ SELSCAN_DEF uint16_t selscan_f32_to_bf16(float f);
     X(c, C, C, IN, REQ, BC1, FIXC)                   \
     X(c, D, D, IN, OPT, DIM, PRM)                    \
     X(c, z, z, IN, OPT, TOK, T)                      \
-    X(c, delta_bias, bias, IN, OPT, DIM, PRM)        \
+    X(c, delta_bias, delta_bias, IN, OPT, DIM, PRM)  \
     X(c, y, y, OUT, REQ, TOK, T)
 /* the causal conv's (>>conv-api): selscan_conv_problem, selscan_conv_grads, selscan_conv_step_problem */
 #define SELSCAN__CONV_OPERANDS(X, c)                 \
@@ -1048,12 +1050,12 @@ typedef struct selscan__prob {
     int softplus, fixB, fixC;
     const int64_t *cu;
     int64_t nseq;
-    selscan__ten u, delta, A, B, C, D, z, bias, h0, y, hlast;
+    selscan__ten u, delta, A, B, C, D, z, delta_bias, h0, y, h_last;
     selscan_diag *diag; /* the problem's diag (may be NULL) */
 } selscan__prob;
 
 typedef struct selscan__grd {
-    selscan__ten dy, dhlast, du, ddelta, dA, dB, dC, dD, dz, dbias, dh0;
+    selscan__ten dy, dh_last, du, ddelta, dA, dB, dC, dD, dz, ddelta_bias, dh0;
 } selscan__grd;
 
 /* a * b into *out; 0 on overflow (all operands non-negative). */
@@ -1581,7 +1583,7 @@ static void selscan__seg(const selscan__prob *q, int64_t b, int64_t k, int64_t *
 /* dt of one step, before (raw) and after the optional softplus. */
 static float selscan__dt(const selscan__prob *q, int64_t b, int64_t d, int64_t t, float *raw) {
     float x = selscan__load(q->delta.data, SELSCAN__AT3(q->delta, b, d, t), q->dt);
-    if (q->bias.data) x += SELSCAN__CAST(const float *, q->bias.data)[SELSCAN__AT1(q->bias, d)];
+    if (q->delta_bias.data) x += SELSCAN__CAST(const float *, q->delta_bias.data)[SELSCAN__AT1(q->delta_bias, d)];
     if (raw) *raw = x;
     return q->softplus ? selscan__softplus(x) : x;
 }
@@ -1627,9 +1629,9 @@ static void selscan__ref_forward(const selscan__prob *q, float *h) {
                     }
                     selscan__store(q->y.data, SELSCAN__AT3(q->y, b, d, t), q->dt, y);
                 }
-                if (q->hlast.data)
+                if (q->h_last.data)
                     for (n = 0; n < q->N; n++)
-                        SELSCAN__CAST(float *, q->hlast.data)[SELSCAN__AT3(q->hlast, row, d, n)] = h[n];
+                        SELSCAN__CAST(float *, q->h_last.data)[SELSCAN__AT3(q->h_last, row, d, n)] = h[n];
             }
         }
 }
@@ -1654,7 +1656,7 @@ static void selscan__zero_sums(const selscan__prob *q, const selscan__grd *r) {
     int64_t d, n;
     for (d = 0; d < q->dim; d++) {
         if (r->dD.data) SELSCAN__CAST(float *, r->dD.data)[SELSCAN__AT1(r->dD, d)] = 0.0f;
-        if (r->dbias.data) SELSCAN__CAST(float *, r->dbias.data)[SELSCAN__AT1(r->dbias, d)] = 0.0f;
+        if (r->ddelta_bias.data) SELSCAN__CAST(float *, r->ddelta_bias.data)[SELSCAN__AT1(r->ddelta_bias, d)] = 0.0f;
         for (n = 0; n < q->N; n++) {
             if (r->dA.data) SELSCAN__CAST(float *, r->dA.data)[SELSCAN__AT2(r->dA, d, n)] = 0.0f;
             if (r->dB.data && q->fixB) SELSCAN__CAST(float *, r->dB.data)[SELSCAN__AT2(r->dB, d, n)] = 0.0f;
@@ -1672,7 +1674,7 @@ static void selscan__ref_backward_segment(const selscan__prob *q, const selscan_
     const int64_t N = q->N, K = SELSCAN__CHUNK, g = d / q->dpg;
     const float *A = SELSCAN__CAST(const float *, q->A.data);
     const float Dd = q->D.data ? SELSCAN__CAST(const float *, q->D.data)[SELSCAN__AT1(q->D, d)] : 0.0f;
-    float dD = 0.0f, dbias = 0.0f;
+    float dD = 0.0f, ddelta_bias = 0.0f;
     int64_t t, n, c, nck = (t1 - t0 + K - 1) / K;
 
     /* Forward: ck[c] = state entering chunk c (ck[0] = h0). */
@@ -1689,7 +1691,7 @@ static void selscan__ref_backward_segment(const selscan__prob *q, const selscan_
 
     /* dh = dh_last (or 0), then the chunks backward. */
     for (n = 0; n < N; n++)
-        dh[n] = r->dhlast.data ? SELSCAN__CAST(const float *, r->dhlast.data)[SELSCAN__AT3(r->dhlast, row, d, n)] : 0.0f;
+        dh[n] = r->dh_last.data ? SELSCAN__CAST(const float *, r->dh_last.data)[SELSCAN__AT3(r->dh_last, row, d, n)] : 0.0f;
     for (c = nck - 1; c >= 0; c--) {
         const int64_t c0 = t0 + c * K, c1 = c0 + K < t1 ? c0 + K : t1;
         /* hs[(i+1)*N ..] = state after step c0 + i; hs[0 ..] = state entering the chunk. */
@@ -1741,7 +1743,7 @@ static void selscan__ref_backward_segment(const selscan__prob *q, const selscan_
                 dh[n] = dhn * a; /* gradient of the state before step t */
             }
             if (q->softplus && raw <= SELSCAN__SOFTPLUS_THRESHOLD) ddt *= selscan__sigmoid(raw);
-            dbias += ddt;
+            ddelta_bias += ddt;
             if (r->du.data) selscan__store(r->du.data, SELSCAN__AT3(r->du, b, d, t), q->dt, selscan__canon(du));
             if (r->ddelta.data) selscan__store(r->ddelta.data, SELSCAN__AT3(r->ddelta, b, d, t), q->dt, selscan__canon(ddt));
         }
@@ -1749,7 +1751,7 @@ static void selscan__ref_backward_segment(const selscan__prob *q, const selscan_
     if (r->dh0.data)
         for (n = 0; n < N; n++) SELSCAN__CAST(float *, r->dh0.data)[SELSCAN__AT3(r->dh0, row, d, n)] = selscan__canon(dh[n]);
     if (r->dD.data) SELSCAN__CAST(float *, r->dD.data)[SELSCAN__AT1(r->dD, d)] += dD;
-    if (r->dbias.data) SELSCAN__CAST(float *, r->dbias.data)[SELSCAN__AT1(r->dbias, d)] += dbias;
+    if (r->ddelta_bias.data) SELSCAN__CAST(float *, r->ddelta_bias.data)[SELSCAN__AT1(r->ddelta_bias, d)] += ddelta_bias;
 }
 
 static void selscan__ref_backward(const selscan__prob *q, const selscan__grd *r, float *ws) {
@@ -1779,7 +1781,7 @@ static void selscan__ref_backward(const selscan__prob *q, const selscan__grd *r,
     for (d = 0; d < q->dim; d++) { /* the sums' NaNs: the default quiet NaN (see selscan__canon) */
         float *x;
         if (r->dD.data) { x = SELSCAN__CAST(float *, r->dD.data) + SELSCAN__AT1(r->dD, d); *x = selscan__canon(*x); }
-        if (r->dbias.data) { x = SELSCAN__CAST(float *, r->dbias.data) + SELSCAN__AT1(r->dbias, d); *x = selscan__canon(*x); }
+        if (r->ddelta_bias.data) { x = SELSCAN__CAST(float *, r->ddelta_bias.data) + SELSCAN__AT1(r->ddelta_bias, d); *x = selscan__canon(*x); }
         for (n = 0; n < N; n++) {
             if (r->dA.data) { x = SELSCAN__CAST(float *, r->dA.data) + SELSCAN__AT2(r->dA, d, n); *x = selscan__canon(*x); }
             if (r->dB.data && q->fixB) { x = SELSCAN__CAST(float *, r->dB.data) + SELSCAN__AT2(r->dB, d, n); *x = selscan__canon(*x); }
@@ -1813,11 +1815,11 @@ typedef struct selscan__stp {
     int64_t batch, dim, N, G, dpg, ncache;
     selscan_dtype dt;
     int softplus, fixB, fixC;
-    int DT, biasT; /* SELSCAN_STEP_D_T, SELSCAN_STEP_DELTA_BIAS_T: D, delta_bias are T (as their selscan__ten's dt) */
+    int DT, delta_biasT; /* SELSCAN_STEP_D_T, SELSCAN_STEP_DELTA_BIAS_T: D, delta_bias are T (their selscan__ten's dt) */
     int stT;  /* SELSCAN_STEP_STATE_T: the state is T (state.dt) */
     int alog; /* SELSCAN_STEP_A_LOG: A holds A_log (A = -expf(A_log)) */
     const int32_t *idx;
-    selscan__ten state, u, delta, A, B, C, D, z, bias, y;
+    selscan__ten state, u, delta, A, B, C, D, z, delta_bias, y;
     selscan_diag *diag; /* the step problem's diag (may be NULL) */
 } selscan__stp;
 
@@ -1924,7 +1926,7 @@ static selscan_status selscan__validate_step_ex(const selscan_step_problem *s, s
     q->fixB = (s->flags & SELSCAN_FIXED_B) != 0;
     q->fixC = (s->flags & SELSCAN_FIXED_C) != 0;
     q->DT = (s->flags & SELSCAN_STEP_D_T) != 0;
-    q->biasT = (s->flags & SELSCAN_STEP_DELTA_BIAS_T) != 0;
+    q->delta_biasT = (s->flags & SELSCAN_STEP_DELTA_BIAS_T) != 0;
     q->stT = (s->flags & SELSCAN_STEP_STATE_T) != 0;
     q->alog = (s->flags & SELSCAN_STEP_A_LOG) != 0;
     q->idx = s->state_index;
@@ -1973,7 +1975,7 @@ static void selscan__ref_step_all(const selscan__stp *q) {
             if (row < 0) { selscan__store(q->y.data, SELSCAN__AT2(q->y, b, d), q->dt, 0.0f); continue; }
             x = selscan__load(q->u.data, SELSCAN__AT2(q->u, b, d), q->dt);
             dt = selscan__load(q->delta.data, SELSCAN__AT2(q->delta, b, d), q->dt);
-            if (q->bias.data) dt += selscan__load(q->bias.data, SELSCAN__AT1(q->bias, d), q->bias.dt);
+            if (q->delta_bias.data) dt += selscan__load(q->delta_bias.data, SELSCAN__AT1(q->delta_bias, d), q->delta_bias.dt);
             if (q->softplus) dt = selscan__softplus(dt);
             for (n = 0; n < q->N; n++) {
                 const float Bv = q->fixB ? SELSCAN__CAST(const float *, q->B.data)[SELSCAN__AT2(q->B, d, n)]
@@ -3233,7 +3235,7 @@ static float selscan__tile_params(const selscan__prob *q, int64_t d0, int nl, in
     for (l = 0; l < W; l++) {
         const int in = l < nl;
         Dv[l] = in && q->D.data ? SELSCAN__CAST(const float *, q->D.data)[SELSCAN__AT1(q->D, d0 + l)] : 0.0f;
-        bv[l] = in && q->bias.data ? SELSCAN__CAST(const float *, q->bias.data)[SELSCAN__AT1(q->bias, d0 + l)] : 0.0f;
+        bv[l] = in && q->delta_bias.data ? SELSCAN__CAST(const float *, q->delta_bias.data)[SELSCAN__AT1(q->delta_bias, d0 + l)] : 0.0f;
     }
     return amax;
 }
@@ -3412,7 +3414,7 @@ static int64_t selscan__bscr_floats(int64_t N, int64_t L, int na) {
 
 /* Shared backward partials (floats): offsets, -1 where not needed. */
 typedef struct selscan__bsh {
-    int64_t A, Bf, Cf, D, bias, B, C, end, nbg;
+    int64_t A, Bf, Cf, D, delta_bias, B, C, end, nbg;
 } selscan__bsh;
 
 /* Row stride (floats) of the per-block dB / dC partials [N][rows]: 64-byte aligned and not a
@@ -3427,7 +3429,7 @@ static void selscan__bsh_map(selscan__bsh *h, const selscan__prob *q, const sels
     h->Bf = r->dB.data && q->fixB ? (o += bdn) - bdn : -1;
     h->Cf = r->dC.data && q->fixC ? (o += bdn) - bdn : -1;
     h->D = r->dD.data ? (o += bd) - bd : -1;
-    h->bias = r->dbias.data ? (o += bd) - bd : -1;
+    h->delta_bias = r->ddelta_bias.data ? (o += bd) - bd : -1;
     {
         const int64_t nb = selscan__smul(selscan__smul(q->batch * q->G, h->nbg), selscan__smul(q->N, selscan__prow(q->L)));
         h->B = r->dB.data && !q->fixB ? (o = selscan__sadd(o, nb)) - nb : -1;
@@ -3923,7 +3925,7 @@ static selscan_status selscan__backward_fast(const selscan_problem *p, const sel
         selscan__split(q.dim, part, nparts, &i0, &i1);
         for (d = i0; d < i1; d++) {
             if (h.D >= 0) SELSCAN__CAST(float *, r.dD.data)[SELSCAN__AT1(r.dD, d)] = nan;
-            if (h.bias >= 0) SELSCAN__CAST(float *, r.dbias.data)[SELSCAN__AT1(r.dbias, d)] = nan;
+            if (h.delta_bias >= 0) SELSCAN__CAST(float *, r.ddelta_bias.data)[SELSCAN__AT1(r.ddelta_bias, d)] = nan;
             for (n = 0; n < q.N; n++) {
                 if (h.A >= 0) SELSCAN__CAST(float *, r.dA.data)[SELSCAN__AT2(r.dA, d, n)] = nan;
                 if (h.Bf >= 0) SELSCAN__CAST(float *, r.dB.data)[SELSCAN__AT2(r.dB, d, n)] = nan;
@@ -3960,7 +3962,7 @@ static selscan_status selscan__backward_fast(const selscan_problem *p, const sel
                     if (h.Cf >= 0) ws[h.Cf + o] = s.dCf[x];
                 }
                 if (h.D >= 0) ws[h.D + b * q.dim + d] = s.dD[j * W + l];
-                if (h.bias >= 0) ws[h.bias + b * q.dim + d] = s.db[j * W + l];
+                if (h.delta_bias >= 0) ws[h.delta_bias + b * q.dim + d] = s.db[j * W + l];
             }
     }
     return SELSCAN_OK;
@@ -4007,8 +4009,8 @@ static selscan_status selscan__backward_reduce(const selscan_problem *p, const s
     for (i = i0; i < i1; i++) { /* the sums over batch rows */
         const int64_t sN = q.dim * q.N;
         if (h.D >= 0) SELSCAN__CAST(float *, r.dD.data)[SELSCAN__AT1(r.dD, i)] = selscan__psum(ws, h.D + i, q.dim, q.batch);
-        if (h.bias >= 0)
-            SELSCAN__CAST(float *, r.dbias.data)[SELSCAN__AT1(r.dbias, i)] = selscan__psum(ws, h.bias + i, q.dim, q.batch);
+        if (h.delta_bias >= 0)
+            SELSCAN__CAST(float *, r.ddelta_bias.data)[SELSCAN__AT1(r.ddelta_bias, i)] = selscan__psum(ws, h.delta_bias + i, q.dim, q.batch);
         for (n = 0; n < q.N; n++) {
             const int64_t o = i * q.N + n;
             if (h.A >= 0) SELSCAN__CAST(float *, r.dA.data)[SELSCAN__AT2(r.dA, i, n)] = selscan__psum(ws, h.A + o, sN, q.batch);
@@ -4841,13 +4843,13 @@ static SELSCAN__ATTR SELSCAN__INLINE SELSCAN__VF SELSCAN__SFX(selscan__vsigmoid)
 
 /* ---- >>fast-prep: a chunk's inputs loaded and prepared -------------------------------------- */
 
-/* Load one chunk of a tile: dt (bias, softplus), dt*u, u; z as silu gate (sg NULL) or raw z with
+/* Load one chunk of a tile: dt (delta_bias, softplus), dt*u, u; z as silu gate (sg NULL) or raw z with
    its sigmoid in sg; sp (optional): softplus' derivative factor; dy (optional). */
 static SELSCAN__ATTR int SELSCAN__SFX(selscan__prep)(const selscan__prob *q, int64_t b, int64_t d0, int nl, int64_t c0,
                                                      int nt, const float *bv, float *dt, float *dtu, float *u, float *z,
                                                      float *sg, float *sp, float *tmp, float lim) {
     const int W = SELSCAN__VW;
-    const SELSCAN__VF bias = SELSCAN__VLOAD(bv), one = SELSCAN__VSET1(1.0f), zero = SELSCAN__VSET1(0.0f);
+    const SELSCAN__VF delta_bias = SELSCAN__VLOAD(bv), one = SELSCAN__VSET1(1.0f), zero = SELSCAN__VSET1(0.0f);
     SELSCAN__VF vm = zero, vs = zero;
     float fm[SELSCAN__WMAX], fs[SELSCAN__WMAX];
     int t, l, ok = 1;
@@ -4855,7 +4857,7 @@ static SELSCAN__ATTR int SELSCAN__SFX(selscan__prep)(const selscan__prob *q, int
     SELSCAN__LOADTILE(u, &q->u, b, d0, nl, W, c0, nt, tmp);
     if (q->z.data && z) SELSCAN__LOADTILE(z, &q->z, b, d0, nl, W, c0, nt, tmp);
     for (t = 0; t < nt; t++) {
-        SELSCAN__VF x = SELSCAN__VADD(SELSCAN__VLOAD(dt + t * W), bias);
+        SELSCAN__VF x = SELSCAN__VADD(SELSCAN__VLOAD(dt + t * W), delta_bias);
         if (q->softplus) { /* softplus = max(x, 0) + log1p(e), sigmoid from the same e = exp(-|x|) */
             const SELSCAN__VF e = SELSCAN__SFX(selscan__vexp)(SELSCAN__VSUB(zero, SELSCAN__VMAX(x, SELSCAN__VSUB(zero, x))));
             if (sp) {
@@ -4887,7 +4889,7 @@ static SELSCAN__ATTR int SELSCAN__SFX(selscan__prep)(const selscan__prob *q, int
 }
 
 /* The walk back's inputs of one chunk of a tile, rows TS floats apart in w (selscan__wk_rows):
-   dt (bias, softplus), dt u, u, softplus' derivative (selscan__prep), and with z dy0 = dy silu(z)
+   dt (delta_bias, softplus), dt u, u, softplus' derivative (selscan__prep), and with z dy0 = dy silu(z)
    and dyg = dy silu'(z) (dz = dyg y0; without z the walk reads dy itself). z, sg, dy: scratch.
    Returns selscan__prep's fast-exponential flag. */
 static SELSCAN__ATTR int SELSCAN__SFX(selscan__wprep)(const selscan__prob *q, const selscan__grd *r, int64_t b,
@@ -5013,7 +5015,7 @@ static SELSCAN__ATTR void SELSCAN__SFX(selscan__fwd_tile)(const selscan__prob *q
             }
             SELSCAN__STORETILE(s->y, &q->y, b, d0, nl, W, c0, nt, s->tmp);
         }
-        if (q->hlast.data) selscan__state_out(&q->hlast, row, d0, nl, W, N, s->h, 0);
+        if (q->h_last.data) selscan__state_out(&q->h_last, row, d0, nl, W, N, s->h, 0);
     }
     if (ckp) selscan__ck_zero(q, ckp, b, d0, nl, cknext, selscan__ck_slots(q));
 }
@@ -5320,7 +5322,7 @@ static SELSCAN__ATTR void SELSCAN__SFX(selscan__bwd_block)(const selscan__prob *
             selscan__state_in(&q->h0, row, d0, nl, W, N, ck);
             if (useck) /* the forward's chunk states */
                 for (c = 1; c < nck; c++) selscan__ck_get(q, ckp, b, d0, nl, W, (t0 + c * T) / SELSCAN__FT + k, ck + c * NW);
-            selscan__state_in(&r->dhlast, row, d0, nl, W, N, s->dh + j * NW);
+            selscan__state_in(&r->dh_last, row, d0, nl, W, N, s->dh + j * NW);
         }
         for (c = 0; c + 1 < nck && (usepc || !useck); c++) {
             const int64_t cs = t0 + c * T;
@@ -5489,14 +5491,14 @@ static SELSCAN__ATTR void SELSCAN__SFX(selscan__step_block)(const selscan__stp *
     selscan__cvt_row(dtb, q->delta.data, b * q->delta.s[0] + dlo * q->delta.s[1], q->delta.s[1], nd, q->dt);
     if (q->z.data) selscan__cvt_row(zb, q->z.data, b * q->z.s[0] + dlo * q->z.s[1], q->z.s[1], nd, q->dt);
     for (i = nd; i < SELSCAN__SNB; i++) xb[i] = dtb[i] = zb[i] = 0.0f;
-    if (q->bias.data && q->bias.dt == SELSCAN_F32) { /* vectors where the bias is contiguous */
-        const float *const bp = SELSCAN__CAST(const float *, q->bias.data) + SELSCAN__AT1(q->bias, dlo);
+    if (q->delta_bias.data && q->delta_bias.dt == SELSCAN_F32) { /* vectors where delta_bias is contiguous */
+        const float *const bp = SELSCAN__CAST(const float *, q->delta_bias.data) + SELSCAN__AT1(q->delta_bias, dlo);
         i = 0;
-        if (q->bias.s[0] == 1)
+        if (q->delta_bias.s[0] == 1)
             for (; i + W <= nd; i += W) SELSCAN__VSTORE(dtb + i, SELSCAN__VADD(SELSCAN__VLOAD(dtb + i), SELSCAN__VLOAD(bp + i)));
-        for (; i < nd; i++) dtb[i] += bp[i * q->bias.s[0]];
-    } else if (q->bias.data) { /* SELSCAN_STEP_DELTA_BIAS_T: widened first (the same sums) */
-        selscan__cvt_row(pb, q->bias.data, SELSCAN__AT1(q->bias, dlo), q->bias.s[0], nd, q->bias.dt);
+        for (; i < nd; i++) dtb[i] += bp[i * q->delta_bias.s[0]];
+    } else if (q->delta_bias.data) { /* SELSCAN_STEP_DELTA_BIAS_T: widened first (the same sums) */
+        selscan__cvt_row(pb, q->delta_bias.data, SELSCAN__AT1(q->delta_bias, dlo), q->delta_bias.s[0], nd, q->delta_bias.dt);
         for (i = 0; i < nd; i++) dtb[i] += pb[i];
     }
     for (i = 0; i < SELSCAN__SNB; i += W) {

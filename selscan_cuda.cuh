@@ -329,7 +329,7 @@ struct scan_params {
     int NT, CH;     /* threads per channel, channels per block */
     int64_t lchunk, nlch; /* L chunking */
     const int64_t *cu;
-    ct u, delta, A, B, C, D, z, bias, h0, y, hlast;
+    ct u, delta, A, B, C, D, z, delta_bias, h0, y, h_last;
     float *ck;
     int64_t nck, ckmask; /* checkpoint: entries per row, interval - 1 */
     int ckshift;         /* log2 of the interval */
@@ -348,19 +348,19 @@ struct bwd_params {
     int64_t ncb;    /* blocks per (batch row, group) */
     int64_t lchunk, nlch; /* L chunking */
     const int64_t *cu;
-    ct u, delta, A, B, C, D, z, bias, h0, y, hlast;
-    ct dy, dhlast, du, ddelta, dz, dh0;
+    ct u, delta, A, B, C, D, z, delta_bias, h0, y, h_last;
+    ct dy, dh_last, du, ddelta, dz, dh0;
     float *ck;
     int64_t nck, ckmask; /* checkpoint: entries per row, interval - 1 */
     int ckshift;         /* log2 of the interval */
     float *S, *P, *Hin;  /* Hin: the L chunks' entering state gradients */
     float *scr; /* fast backward: per-block scratch (tile states) */
-    float *wdA, *wdD, *wdbias, *wdBf, *wdCf, *wdB, *wdC;
+    float *wdA, *wdD, *wddelta_bias, *wdBf, *wdCf, *wdB, *wdC;
 };
 /* The fields the two share: the backward's forward passes run on scan_of(its parameters) */
 #define SELSCAN__SCAN_FIELDS(X)                                                                           \
     X(batch) X(dim) X(L) X(N) X(G) X(dpg) X(nseq) X(softplus) X(fixB) X(fixC) X(cl) X(NT) X(CH) X(ncb) X(lchunk) \
-    X(nlch) X(cu) X(u) X(delta) X(A) X(B) X(C) X(D) X(z) X(bias) X(h0) X(y) X(hlast) X(ck) X(nck) X(ckmask)     \
+    X(nlch) X(cu) X(u) X(delta) X(A) X(B) X(C) X(D) X(z) X(delta_bias) X(h0) X(y) X(h_last) X(ck) X(nck) X(ckmask)     \
     X(ckshift) X(S) X(P) X(Hin)
 static scan_params scan_of(const bwd_params &b) {
     scan_params f;
@@ -376,11 +376,11 @@ static scan_params scan_of(const bwd_params &b) {
 struct step1_params {
     int64_t dim, N, dpg, ncache;
     int softplus, fixB, fixC;
-    int DT, biasT;  /* D, delta_bias are T (SELSCAN_STEP_D_T, _DELTA_BIAS_T), else f32 */
+    int DT, delta_biasT;  /* D, delta_bias are T (SELSCAN_STEP_D_T, _DELTA_BIAS_T), else f32 */
     int stT;        /* the state is T (SELSCAN_STEP_STATE_T), else f32 */
     int alog;       /* A holds A_log (SELSCAN_STEP_A_LOG): A = -expf(A_log) */
     const int32_t *idx;
-    ct state, u, delta, A, B, C, D, z, bias, y;
+    ct state, u, delta, A, B, C, D, z, delta_bias, y;
     int NT;         /* threads per channel */
 };
 
@@ -528,7 +528,7 @@ static __device__ __forceinline__ void softplus_dsig(float x, float *sp, float *
     *sp = x > SELSCAN__SOFTPLUS_THRESHOLD ? x : fmaxf(x, 0.0f) + l;
     *dsig = x > SELSCAN__SOFTPLUS_THRESHOLD ? 1.0f : __fdividef(x >= 0.0f ? 1.0f : e, 1.0f + e);
 }
-/* dt of a (channel, step) from x = delta + bias: softplus(x) when sp (uniform), x otherwise, 0 on
+/* dt of a (channel, step) from x = delta + delta_bias: softplus(x) when sp (uniform), x otherwise, 0 on
    padding (!v). softplus is evaluated whatever sp and v are, then selected: written as a
    conditional expression around it, it became a branch region an evaluation, which serialized a
    tile's 4-8 evaluations (their exponential and logarithm latencies added up; bench/NOTES.md CUDA-v38). */
@@ -649,7 +649,7 @@ static __global__ void __launch_bounds__(kThreads, SELSCAN_CUDA_FWD_MINBLOCKS) f
             const bool in = c < CH && tt < kTL, v = c < nchb && tt < tn;
             float x = v ? ld<T>(P.delta.p, od) : 0.0f;
             const float uu = v ? ld<T>(P.u.p, ou) : 0.0f;
-            x += v && P.bias.p ? ldf(P.bias, (c0 + c) * P.bias.s[0]) : 0.0f;
+            x += v && P.delta_bias.p ? ldf(P.delta_bias, (c0 + c) * P.delta_bias.s[0]) : 0.0f;
             const float dt = v ? (sp ? softplus(x) : x) : 0.0f; /* dt_of measured slower here (v38) */
             if (in) {
                 s_dt[c * TP + tt] = dt;
@@ -780,11 +780,11 @@ static __global__ void __launch_bounds__(kThreads, SELSCAN_CUDA_FWD_MINBLOCKS) f
                     }
                     core(tt, std::false_type());
                     const int en = s_end[tt];
-                    if (!LOCAL && en >= 0 && P.hlast.p) {
+                    if (!LOCAL && en >= 0 && P.h_last.p) {
 #pragma unroll
                         for (int k = 0; k < NPT; k++) {
                             const int64_t n = j * NPT + k;
-                            if (n < P.N) static_cast<float *>(P.hlast.p)[en * P.hlast.s[0] + d * P.hlast.s[1] + n * P.hlast.s[2]] = h[k];
+                            if (n < P.N) static_cast<float *>(P.h_last.p)[en * P.h_last.s[0] + d * P.h_last.s[1] + n * P.h_last.s[2]] = h[k];
                         }
                     }
                 }
@@ -1047,7 +1047,7 @@ static __global__ void __launch_bounds__(kThreads, fast_fwd_minblocks<S>()) fwd_
     }
     float sumdt = 0.0f; /* LOCAL: the chunk's decay product is exp(A sum dt) */
     const float Dd = active && P.D.p ? ldf(P.D, d * P.D.s[0]) : 0.0f;
-    const float bias = active && P.bias.p ? ldf(P.bias, d * P.bias.s[0]) : 0.0f;
+    const float delta_bias = active && P.delta_bias.p ? ldf(P.delta_bias, d * P.delta_bias.s[0]) : 0.0f;
     const bool sp = P.softplus != 0, hz = zrow != NULL, hy = P.y.p != NULL; /* no y: checkpoint only */
 
     /* B / C tile (NP x kFL) through registers as raw bits (converted when stored after the scan, so
@@ -1109,7 +1109,7 @@ static __global__ void __launch_bounds__(kThreads, fast_fwd_minblocks<S>()) fwd_
     auto stage_dt = [&](int buf, int nown) {
 #pragma unroll
         for (int k = 0; k < OWN; k++) {
-            const float uu = raw_get<T, OWN>(ru, k), x = raw_get<T, OWN>(rd, k) + bias;
+            const float uu = raw_get<T, OWN>(ru, k), x = raw_get<T, OWN>(rd, k) + delta_bias;
             const float dt = dt_of(x, sp, k < nown);
             s_dt[buf][(j * OWN + k) * CH + chl] = make_float2(dt, dt * uu);
         }
@@ -1198,11 +1198,11 @@ static __global__ void __launch_bounds__(kThreads, fast_fwd_minblocks<S>()) fwd_
             }
         }
     }
-    if (!LOCAL && P.hlast.p && active && lc == P.nlch - 1) {
+    if (!LOCAL && P.h_last.p && active && lc == P.nlch - 1) {
 #pragma unroll
         for (int k = 0; k < S; k++) {
             const int64_t n = j * S + k;
-            if (n < N) static_cast<float *>(P.hlast.p)[b * P.hlast.s[0] + d * P.hlast.s[1] + n * P.hlast.s[2]] = h[k];
+            if (n < N) static_cast<float *>(P.h_last.p)[b * P.h_last.s[0] + d * P.h_last.s[1] + n * P.h_last.s[2]] = h[k];
         }
     }
 }
@@ -1377,7 +1377,7 @@ static __global__ void __launch_bounds__(kShortWarps * 32) fwd_short_kernel(cons
     if (lane < NS) s_A[w * NS + lane] = nl ? ldf(P.A, d * P.A.s[0] + lane * P.A.s[1]) * kLog2e : 0.0f;
     float carry = nl && P.h0.p ? ldf(P.h0, b * P.h0.s[0] + d * P.h0.s[1] + lane * P.h0.s[2]) : 0.0f;
     const float Dd = active && P.D.p ? ldf(P.D, d * P.D.s[0]) : 0.0f;
-    const float bias = active && P.bias.p ? ldf(P.bias, d * P.bias.s[0]) : 0.0f;
+    const float delta_bias = active && P.delta_bias.p ? ldf(P.delta_bias, d * P.delta_bias.s[0]) : 0.0f;
     const bool sp = P.softplus != 0, hz = zrow != NULL;
 
     rawv<T, K> ru, rd, rz, nu, nd, nz;
@@ -1399,7 +1399,7 @@ static __global__ void __launch_bounds__(kShortWarps * 32) fwd_short_kernel(cons
         float dt[K], dtu[K], yv[K], sdt = 0.0f; /* sdt: the lane's sum of dt (its decay product is exp(A sdt)) */
 #pragma unroll
         for (int k = 0; k < K; k++) {
-            dt[k] = dt_of(raw_get<T, K>(rd, k) + bias, sp, k < nown);
+            dt[k] = dt_of(raw_get<T, K>(rd, k) + delta_bias, sp, k < nown);
             dtu[k] = dt[k] * raw_get<T, K>(ru, k);
             sdt += dt[k];
             yv[k] = 0.0f;
@@ -1453,7 +1453,7 @@ static __global__ void __launch_bounds__(kShortWarps * 32) fwd_short_kernel(cons
         if (nown > 0) store_row<T, K>(yrow + t0, yv, nown);
         ru = nu; rd = nd; rz = nz;
     }
-    if (P.hlast.p && nl) static_cast<float *>(P.hlast.p)[b * P.hlast.s[0] + d * P.hlast.s[1] + lane * P.hlast.s[2]] = carry;
+    if (P.h_last.p && nl) static_cast<float *>(P.h_last.p)[b * P.h_last.s[0] + d * P.h_last.s[1] + lane * P.h_last.s[2]] = carry;
 }
 
 /* ---------------------------------------------------------------------------------------------- */
@@ -1629,7 +1629,7 @@ static __global__ void __launch_bounds__(kThreads, SELSCAN_CUDA_BWD_MINBLOCKS) b
             float uu = v ? ld<T>(P.u.p, ou, BF) : 0.0f;
             const float dy = v && full ? ld<T>(P.dy.p, ody, BF) : 0.0f;
             const float zz = v && full && hz ? ld<T>(P.z.p, oz, BF) : 0.0f;
-            x += v && P.bias.p ? ldf(P.bias, (c0 + c) * P.bias.s[0]) : 0.0f;
+            x += v && P.delta_bias.p ? ldf(P.delta_bias, (c0 + c) * P.delta_bias.s[0]) : 0.0f;
             const float dt = v ? (sp ? softplus(x) : x) : 0.0f; /* as fwd_kernel's staging */
             const float dsp = sp && x <= SELSCAN__SOFTPLUS_THRESHOLD ? sigm(x) : 1.0f;
             const float sg = sigm(zz);
@@ -1784,7 +1784,7 @@ static __global__ void __launch_bounds__(kThreads, SELSCAN_CUDA_BWD_MINBLOCKS) b
                     if (en >= 0) {
 #pragma unroll
                         for (int k = 0; k < NPT; k++)
-                            dh[k] = P.dhlast.p && nv[k] ? ldf(P.dhlast, en * P.dhlast.s[0] + d * P.dhlast.s[1] + (j * NPT + k) * P.dhlast.s[2]) : 0.0f;
+                            dh[k] = P.dh_last.p && nv[k] ? ldf(P.dh_last, en * P.dh_last.s[0] + d * P.dh_last.s[1] + (j * NPT + k) * P.dh_last.s[2]) : 0.0f;
                     }
                     const float dt = s_dt[chl * SP + tt], dtu = s_dtu[chl * SP + tt], dy0 = s_dy0[chl * SP + tt];
                     float Bv[NPT], Cv[NPT];
@@ -1899,7 +1899,7 @@ static __global__ void __launch_bounds__(kThreads, SELSCAN_CUDA_BWD_MINBLOCKS) b
     if (tid < nchb) {
         const int64_t o = prow * P.dim + c0 + tid;
         if (P.wdD) P.wdD[o] = accD;
-        if (P.wdbias) P.wdbias[o] = accBias;
+        if (P.wddelta_bias) P.wddelta_bias[o] = accBias;
     }
 }
 
@@ -1926,7 +1926,7 @@ static __global__ void __launch_bounds__(kThreads) bwd_local_kernel(const bwd_pa
         dh[k] = 0.0f;
         m[k] = 1.0f;
     }
-    const float bias = P.bias.p ? ldf(P.bias, d * P.bias.s[0]) : 0.0f;
+    const float delta_bias = P.delta_bias.p ? ldf(P.delta_bias, d * P.delta_bias.s[0]) : 0.0f;
 #pragma unroll 4
     for (int64_t t = t1 - 1; t >= t0; t--) { /* branch-free body: the loads of 4 steps overlap */
         int sg, en;
@@ -1934,11 +1934,11 @@ static __global__ void __launch_bounds__(kThreads) bwd_local_kernel(const bwd_pa
 #pragma unroll
         for (int k = 0; k < NPT; k++) {
             const int64_t n = j * NPT + k;
-            const float dl = en >= 0 && P.dhlast.p && n < P.N ? ldf(P.dhlast, en * P.dhlast.s[0] + d * P.dhlast.s[1] + n * P.dhlast.s[2]) : 0.0f;
+            const float dl = en >= 0 && P.dh_last.p && n < P.N ? ldf(P.dh_last, en * P.dh_last.s[0] + d * P.dh_last.s[1] + n * P.dh_last.s[2]) : 0.0f;
             dh[k] = en >= 0 ? dl : dh[k];
             m[k] = en >= 0 ? 0.0f : m[k];
         }
-        const float x = ld<T>(P.delta.p, b * P.delta.s[0] + d * P.delta.s[1] + t * P.delta.s[2]) + bias;
+        const float x = ld<T>(P.delta.p, b * P.delta.s[0] + d * P.delta.s[1] + t * P.delta.s[2]) + delta_bias;
         const float dt = P.softplus ? softplus(x) : x;
         float dy0 = ld<T>(P.dy.p, b * P.dy.s[0] + d * P.dy.s[1] + t * P.dy.s[2]);
         if (P.z.p) {
@@ -2127,11 +2127,11 @@ static __global__ void __launch_bounds__(kThreads, fast_bwd_minblocks<S>()) bwd_
         A2[k] = nv ? ldf(P.A, d * P.A.s[0] + n * P.A.s[1]) * kLog2e : 0.0f;
         dA[k] = 0.0f;
         if (!nv) dh[k] = 0.0f;
-        else if (lc == P.nlch - 1) dh[k] = P.dhlast.p ? ldf(P.dhlast, b * P.dhlast.s[0] + d * P.dhlast.s[1] + n * P.dhlast.s[2]) : 0.0f;
+        else if (lc == P.nlch - 1) dh[k] = P.dh_last.p ? ldf(P.dh_last, b * P.dh_last.s[0] + d * P.dh_last.s[1] + n * P.dh_last.s[2]) : 0.0f;
         else dh[k] = P.Hin[(bd * P.nlch + lc) * N + n]; /* from the chunks to the right */
     }
     const float Dd = active && P.D.p ? ldf(P.D, d * P.D.s[0]) : 0.0f;
-    const float bias = active && P.bias.p ? ldf(P.bias, d * P.bias.s[0]) : 0.0f;
+    const float delta_bias = active && P.delta_bias.p ? ldf(P.delta_bias, d * P.delta_bias.s[0]) : 0.0f;
     const bool sp = P.softplus != 0, hz = P.z.p != NULL;
     float accD = 0.0f, accBias = 0.0f; /* over the own steps */
 
@@ -2210,7 +2210,7 @@ static __global__ void __launch_bounds__(kThreads, fast_bwd_minblocks<S>()) bwd_
                 const int nown = own_count(ts + it * kBT, te);
 #pragma unroll
                 for (int k = 0; k < OWN; k++) {
-                    const float x = raw_get<T, OWN>(rd, k) + bias;
+                    const float x = raw_get<T, OWN>(rd, k) + delta_bias;
                     const float dt = dt_of(x, sp, k < nown);
                     sm.ch[j * OWN + k][chl] = make_float4(dt, dt * raw_get<T, OWN>(ru, k), 0.0f, 0.0f);
                 }
@@ -2269,7 +2269,7 @@ static __global__ void __launch_bounds__(kThreads, fast_bwd_minblocks<S>()) bwd_
 #pragma unroll
                 for (int k = 0; k < OWN; k++) {
                     const bool v = k < nown;
-                    const float x = raw_get<T, OWN>(rd, k) + bias;
+                    const float x = raw_get<T, OWN>(rd, k) + delta_bias;
                     float spx, dspx; /* evaluated whatever sp is, then selected (see dt_of) */
                     softplus_dsig(x, &spx, &dspx);
                     float dt = sp ? spx : x;
@@ -2398,7 +2398,7 @@ static __global__ void __launch_bounds__(kThreads, fast_bwd_minblocks<S>()) bwd_
     }
     if (active && j == 0) {
         if (P.wdD) P.wdD[prow * P.dim + d] = accD;
-        if (P.wdbias) P.wdbias[prow * P.dim + d] = accBias;
+        if (P.wddelta_bias) P.wddelta_bias[prow * P.dim + d] = accBias;
     }
 }
 
@@ -2431,9 +2431,9 @@ static __global__ void __launch_bounds__(kThreads) bwd_fast_local_kernel(const b
         const int64_t n = j * S + k;
         const bool nv = active && n < N;
         A2[k] = nv ? ldf(P.A, d * P.A.s[0] + n * P.A.s[1]) * kLog2e : 0.0f;
-        dh[k] = nv && lc == P.nlch - 1 && P.dhlast.p ? ldf(P.dhlast, b * P.dhlast.s[0] + d * P.dhlast.s[1] + n * P.dhlast.s[2]) : 0.0f;
+        dh[k] = nv && lc == P.nlch - 1 && P.dh_last.p ? ldf(P.dh_last, b * P.dh_last.s[0] + d * P.dh_last.s[1] + n * P.dh_last.s[2]) : 0.0f;
     }
-    const float bias = active && P.bias.p ? ldf(P.bias, d * P.bias.s[0]) : 0.0f;
+    const float delta_bias = active && P.delta_bias.p ? ldf(P.delta_bias, d * P.delta_bias.s[0]) : 0.0f;
     const bool sp = P.softplus != 0, hz = P.z.p != NULL;
     float sumdt = 0.0f;
     raw_t<T, OWN, CL> rd, ry, rz;
@@ -2461,7 +2461,7 @@ static __global__ void __launch_bounds__(kThreads) bwd_fast_local_kernel(const b
 #pragma unroll
         for (int k = 0; k < OWN; k++) {
             const bool v = k < nown;
-            const float x = raw_get<T, OWN>(rd, k) + bias;
+            const float x = raw_get<T, OWN>(rd, k) + delta_bias;
             const float dt = dt_of(x, sp, v);
             const float dy = v ? raw_get<T, OWN>(ry, k) : 0.0f;
             const float zz = hz && v ? raw_get<T, OWN>(rz, k) : 0.0f;
@@ -2540,7 +2540,7 @@ static __global__ void __launch_bounds__(kThreads) step_kernel(const step1_param
         const int64_t g = d / P.dpg;
         x = ld<T>(P.u.p, b * P.u.s[0] + d * P.u.s[1]);
         float dt = ld<T>(P.delta.p, b * P.delta.s[0] + d * P.delta.s[1]);
-        if (P.bias.p) dt += ldp<T>(P.bias.p, d * P.bias.s[0], P.biasT);
+        if (P.delta_bias.p) dt += ldp<T>(P.delta_bias.p, d * P.delta_bias.s[0], P.delta_biasT);
         if (P.softplus) dt = softplus(dt);
         for (int64_t n = j; n < P.N; n += NT) {
             const float Bv = P.fixB ? ldf(P.B, d * P.B.s[0] + n * P.B.s[1]) : ld<T>(P.B.p, b * P.B.s[0] + g * P.B.s[1] + n * P.B.s[2]);
@@ -2565,7 +2565,7 @@ static __global__ void __launch_bounds__(kThreads) step_kernel(const step1_param
 struct step_params {
     int64_t batch, dim, ncache;
     int dpg, N, NT, softplus, fixB, fixC, avec, bvec, cvec, G1;
-    int DT, biasT; /* D, delta_bias are T (SELSCAN_STEP_D_T, _DELTA_BIAS_T), else f32 */
+    int DT, delta_biasT; /* D, delta_bias are T (SELSCAN_STEP_D_T, _DELTA_BIAS_T), else f32 */
     int hT;   /* the state is T (SELSCAN_STEP_STATE_T), else f32: the launchers pick the kernels' H by it */
     int alog; /* A holds A_log (SELSCAN_STEP_A_LOG): A = -expf(A_log), see a_of */
     const int32_t *idx;
@@ -2579,7 +2579,7 @@ struct step_params {
     int64_t a0, a1;
     const void *B, *C;
     int64_t b0, b1, b2, c0, c1, c2;
-    const void *D, *bias; /* f32, or T where DT / biasT */
+    const void *D, *delta_bias; /* f32, or T where DT / delta_biasT */
     int64_t Ds, bs;
 };
 
@@ -2792,13 +2792,13 @@ __global__ void __launch_bounds__(kThreads, MINB) step_vec_kernel(const step_par
             }
         }
     }
-    const float bias = valid && P.bias ? ldp<T>(P.bias, d * P.bs, P.biasT) : 0.0f;
+    const float delta_bias = valid && P.delta_bias ? ldp<T>(P.delta_bias, d * P.bs, P.delta_biasT) : 0.0f;
     const float Dd = valid && P.D ? ldp<T>(P.D, d * P.Ds, P.DT) : 0.0f;
 #pragma unroll
     for (int k = 0; k < S; k++) A2[k] *= kLog2e;
 #pragma unroll
     for (int r = 0; r < R; r++) {
-        const float dt = dt_of(dl[r] + bias, P.softplus != 0, true), dtx = dt * x[r];
+        const float dt = dt_of(dl[r] + delta_bias, P.softplus != 0, true), dtx = dt * x[r];
 #pragma unroll
         for (int k = 0; k < S; k++) hv[r][k] = fmaf(ex2(dt * A2[k]), hv[r][k], Bv[r][k] * dtx);
 #pragma unroll
@@ -2937,7 +2937,7 @@ __global__ void __launch_bounds__(kThreads) step_loop_kernel(const step_params P
     }
 #pragma unroll
     for (int k = 0; k < 8; k++) A2[k] *= kLog2e;
-    const float bias = valid && P.bias ? ldp<T>(P.bias, d * P.bs, P.biasT) : 0.0f;
+    const float delta_bias = valid && P.delta_bias ? ldp<T>(P.delta_bias, d * P.bs, P.delta_biasT) : 0.0f;
     const float Dd = valid && P.D ? ldp<T>(P.D, d * P.Ds, P.DT) : 0.0f;
     const int64_t g = !valid || P.G1 ? 0 : dl32 / P.dpg;
     for (; b < P.batch; b += stride) { /* the same trip count for every thread of the block */
@@ -2964,7 +2964,7 @@ __global__ void __launch_bounds__(kThreads) step_loop_kernel(const step_params P
             for (int q = 0; q < 4; q++) Bv[4 + q] = t[q];
             ld_vec<T, 8>(P.C, co + 8 * j, Cv);
         }
-        const float dt = dt_of(dl + bias, P.softplus != 0, true), dtx = dt * x;
+        const float dt = dt_of(dl + delta_bias, P.softplus != 0, true), dtx = dt * x;
 #pragma unroll
         for (int k = 0; k < 8; k++) hv[k] = fmaf(ex2(dt * A2[k]), hv[k], Bv[k] * dtx);
         step_pair_store_y<T, H>(P, hv, Cv, cp, j, valid, live, Dd, x, zz, b, d);
@@ -3005,7 +3005,7 @@ __global__ void __launch_bounds__(kThreads) step_lat_kernel(const step_params P)
     const int64_t xo = b * P.u0 + d * P.u1;
     const float x = ld<T>(P.u, xo), dl = ld<T>(P.dl, b * P.d0 + d * P.d1);
     const float zl = P.z ? ld<T>(P.z, b * P.z0 + d * P.z1) : ld<T>(P.u, xo);
-    const float bl = ldp_unpred<T>(P.bias ? P.bias : static_cast<const void *>(P.A), P.bias ? d * P.bs : 0, P.bias ? P.biasT : 0);
+    const float bl = ldp_unpred<T>(P.delta_bias ? P.delta_bias : static_cast<const void *>(P.A), P.delta_bias ? d * P.bs : 0, P.delta_bias ? P.delta_biasT : 0);
     const float Dl = ldp_unpred<T>(P.D ? P.D : static_cast<const void *>(P.A), P.D ? d * P.Ds : 0, P.D ? P.DT : 0);
     /* the state row: after the index where there is one */
     const int64_t row = valid ? (P.idx ? static_cast<int64_t>(P.idx[b]) : b) : -1;
@@ -3023,8 +3023,8 @@ __global__ void __launch_bounds__(kThreads) step_lat_kernel(const step_params P)
     }
 #pragma unroll
     for (int k = 0; k < 8; k++) A2[k] *= kLog2e;
-    const float bias = P.bias ? bl : 0.0f, Dd = P.D ? Dl : 0.0f, zz = P.z ? zl : 0.0f;
-    const float dt = dt_of(dl + bias, P.softplus != 0, true), dtx = dt * x;
+    const float delta_bias = P.delta_bias ? bl : 0.0f, Dd = P.D ? Dl : 0.0f, zz = P.z ? zl : 0.0f;
+    const float dt = dt_of(dl + delta_bias, P.softplus != 0, true), dtx = dt * x;
     float hv[8] = {h0[0], h0[1], h0[2], h0[3], h1[0], h1[1], h1[2], h1[3]};
     const float Bv[8] = {B0[0], B0[1], B0[2], B0[3], B1[0], B1[1], B1[2], B1[3]};
 #pragma unroll
@@ -3331,7 +3331,7 @@ static int64_t plan_partials(const selscan__prob &q, const selscan__grd &r, bwd_
     const int64_t prows = c.mul(rows, pl->nlch); /* partial sums per (chunk, batch row) */
     pl->off_dA = o; o = c.add(o, r.dA.data ? c.al(c.mul(prows, q.N, 4)) : 0);
     pl->off_dD = o; o = c.add(o, r.dD.data ? c.al(c.mul(prows, 4)) : 0);
-    pl->off_dbias = o; o = c.add(o, r.dbias.data ? c.al(c.mul(prows, 4)) : 0);
+    pl->off_dbias = o; o = c.add(o, r.ddelta_bias.data ? c.al(c.mul(prows, 4)) : 0);
     pl->off_dBf = o; o = c.add(o, r.dB.data && q.fixB ? c.al(c.mul(prows, q.N, 4)) : 0);
     pl->off_dCf = o; o = c.add(o, r.dC.data && q.fixC ? c.al(c.mul(prows, q.N, 4)) : 0);
     const int64_t bc = c.al(c.mul(c.mul(pl->ncb, q.batch, q.G), c.mul(q.N, q.L, 4)));
@@ -3653,7 +3653,7 @@ static selscan_status run_forward(const selscan__prob &q, scan_params P, const f
         SELSCAN__LAUNCHED();
     }
     if ((st = launch_fwd<false>(q.dt, P, grid, stream, err)) != SELSCAN_OK) return st;
-    if (q.cu && q.hlast.data) return run_empty_seqs(q, P.cu, P.h0, P.hlast, stream, err);
+    if (q.cu && q.h_last.data) return run_empty_seqs(q, P.cu, P.h0, P.h_last, stream, err);
     return SELSCAN_OK;
 }
 
@@ -3699,7 +3699,7 @@ static selscan_status run_ck16(const selscan__prob &q, const bwd_params &P, cons
                                cudaStream_t stream, cudaError_t *err) {
     scan_params F = scan_of(P);
     F.y.p = NULL;
-    F.hlast.p = NULL;
+    F.h_last.p = NULL;
     F.NT = bp.fp.NT; F.CH = bp.fp.CH; F.ncb = bp.fp.ncb; F.lchunk = bp.fp.lchunk; F.nlch = bp.fp.nlch;
     const unsigned grid = static_cast<unsigned>(q.batch * q.G * bp.fp.ncb * bp.fp.nlch);
     float *ck16 = reinterpret_cast<float *>(ws + bp.off_ck16);
@@ -3737,7 +3737,7 @@ static selscan_status run_backward(const selscan__prob &q, const selscan__grd &r
         if (!ckin) {
             scan_params F = scan_of(P);
             F.y.p = NULL;
-            F.hlast.p = NULL;
+            F.h_last.p = NULL;
             if ((st = run_fast_forward(q, F, bp.fp, ws + bp.off_fws, stream, err)) != SELSCAN_OK) return st;
         }
     } else {
@@ -3763,7 +3763,7 @@ static selscan_status run_backward(const selscan__prob &q, const selscan__grd &r
     }
     P.wdA = r.dA.data ? reinterpret_cast<float *>(ws + bp.off_dA) : NULL;
     P.wdD = r.dD.data ? reinterpret_cast<float *>(ws + bp.off_dD) : NULL;
-    P.wdbias = r.dbias.data ? reinterpret_cast<float *>(ws + bp.off_dbias) : NULL;
+    P.wddelta_bias = r.ddelta_bias.data ? reinterpret_cast<float *>(ws + bp.off_dbias) : NULL;
     P.wdBf = r.dB.data && q.fixB ? reinterpret_cast<float *>(ws + bp.off_dBf) : NULL;
     P.wdCf = r.dC.data && q.fixC ? reinterpret_cast<float *>(ws + bp.off_dCf) : NULL;
     P.wdB = r.dB.data && !q.fixB ? reinterpret_cast<float *>(ws + bp.off_dB) : NULL;
@@ -3793,7 +3793,7 @@ static selscan_status run_backward(const selscan__prob &q, const selscan__grd &r
         };
         if (P.wdA) job(P.wdA, q.N, r.dA);
         if (P.wdD) job(P.wdD, 1, r.dD);
-        if (P.wdbias) job(P.wdbias, 1, r.dbias);
+        if (P.wddelta_bias) job(P.wddelta_bias, 1, r.ddelta_bias);
         if (P.wdBf) job(P.wdBf, q.N, r.dB);
         if (P.wdCf) job(P.wdCf, q.N, r.dC);
         if (nj) {
@@ -3811,7 +3811,7 @@ static selscan_status run_backward(const selscan__prob &q, const selscan__grd &r
         });
         SELSCAN__LAUNCHED();
     }
-    if (q.cu && r.dh0.data) return run_empty_seqs(q, P.cu, P.dhlast, P.dh0, stream, err);
+    if (q.cu && r.dh0.data) return run_empty_seqs(q, P.cu, P.dh_last, P.dh0, stream, err);
     return SELSCAN_OK;
 }
 
@@ -3954,8 +3954,8 @@ static selscan_status step_vec_setup(const selscan__stp &q, int S, int R, step_p
     if (q.fixC) { sp.c0 = q.C.s[0]; sp.c1 = 0; sp.c2 = q.C.s[1]; }
     else { sp.c0 = q.C.s[0]; sp.c1 = q.C.s[1]; sp.c2 = q.C.s[2]; }
     sp.D = q.D.data; sp.Ds = q.D.s[0];
-    sp.bias = q.bias.data; sp.bs = q.bias.s[0];
-    sp.DT = q.DT; sp.biasT = q.biasT; sp.alog = q.alog;
+    sp.delta_bias = q.delta_bias.data; sp.bs = q.delta_bias.s[0];
+    sp.DT = q.DT; sp.delta_biasT = q.delta_biasT; sp.alog = q.alog;
     const int64_t cpb = kThreads / sp.NT, gx = cdiv(q.batch, R), gy = cdiv(q.dim, cpb);
     if (gx > kMaxGrid || gy > 65535) return fail_grid(dg);
     *grid = dim3(static_cast<unsigned>(gx), static_cast<unsigned>(gy));
@@ -3995,7 +3995,7 @@ static selscan_status launch_step_one(const selscan__stp &q, cudaStream_t stream
     step1_params P;
     memset(&P, 0, sizeof P);
     P.dim = q.dim; P.N = q.N; P.dpg = q.dpg; P.ncache = q.ncache;
-    P.softplus = q.softplus; P.fixB = q.fixB; P.fixC = q.fixC; P.idx = q.idx; P.DT = q.DT; P.biasT = q.biasT; P.stT = q.stT;
+    P.softplus = q.softplus; P.fixB = q.fixB; P.fixC = q.fixC; P.idx = q.idx; P.DT = q.DT; P.delta_biasT = q.delta_biasT; P.stT = q.stT;
     P.alog = q.alog;
     SELSCAN__STEP_OPERANDS(SELSCAN__CUDA_CT, &q)
     P.NT = q.N >= 32 ? 32 : pow2ceil(q.N);
@@ -4102,7 +4102,7 @@ static selscan_status forward_run(const selscan_problem *p, const selscan_cuda_e
     const int nall = SELSCAN__COUNT(all);
     if (ck && (st = check_overlap(ckt, all, nall - 1, dg, "checkpoint", "overlaps an operand")) != SELSCAN_OK) return st;
     if (q.cu && ((st = check_overlap(q.y, cup, 1, dg, "cu_seqlens_device", "overlaps y")) != SELSCAN_OK ||
-                 (st = check_overlap(q.hlast, cup, 1, dg, "cu_seqlens_device", "overlaps h_last")) != SELSCAN_OK))
+                 (st = check_overlap(q.h_last, cup, 1, dg, "cu_seqlens_device", "overlaps h_last")) != SELSCAN_OK))
         return st;
     if ((st = take_workspace(x, fp.ws_used, &workspace, &bytes, dg)) != SELSCAN_OK) return st;
     if ((st = check_workspace(workspace, bytes, fp.ws_used, &ws, dg)) != SELSCAN_OK) return st;

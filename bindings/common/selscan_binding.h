@@ -1356,6 +1356,50 @@ int selscan_binding_cuda_channels_last(void);
 
 #ifdef __cplusplus
 }
+
+namespace selscan_binding {
+// >>unit-l: whether a CUDA scan forward of args (>>args-order, checked: k) should copy u, delta, z,
+// B and C to unit L strides: one of them (or y, whose strides are y_like's: u's, the backward's
+// dy's) L-strided, and selscan's plan (selscan_binding_cuda_fast_forward) takes the problem on its
+// fast kernels with unit L strides but not as it is. Calls the CUDA shim: a binding's CUDA build only.
+inline bool ScanWantsUnitL(const Arg *a, const Checked &k, const Arg *y_like = nullptr) {
+    auto l_strided = [](const Arg &t) { return t.present && t.ndim > 0 && t.strides && t.strides[t.ndim - 1] != 1; };
+    const Arg &u = a[kScanU], &delta = a[kScanDelta], &B = a[kScanB], &C = a[kScanC], &z = a[kScanZ];
+    const Arg &yl = y_like ? *y_like : u;
+    if (a[kScanCuSeqlens].present || k.s.Empty() ||
+        !(l_strided(u) || l_strided(delta) || l_strided(z) || l_strided(B) || l_strided(C) || l_strided(yl)))
+        return false;
+    const ScanArgs s = ScanArgsOf(a, false, nullptr);
+    static const float kSome[1] = {0.f}; // the plan tests pointers for NULL only
+    auto operand = [&](const Arg &t, bool unit, auto *st, bool bc) {
+        using ST = std::remove_pointer_t<decltype(st)>;
+        if (!t.present) return Absent<ST>();
+        ST o = Operand<ST>(const_cast<float *>(kSome), t.ndim, t.sizes, t.strides);
+        if (bc && t.ndim == 3) { // (batch, N, L): one group
+            o.stride[3] = o.stride[2];
+            o.stride[2] = o.stride[1];
+            o.stride[1] = std::max<int64_t>(1, Numel(t.ndim, t.sizes));
+        }
+        if (unit) std::memset(o.stride, 0, sizeof o.stride); // contiguous
+        return o;
+    };
+    auto fast = [&](bool unit) {
+        selscan_problem p = MakeProblem(k.s, k.dtype, false);
+        p.u = operand(s.u, unit, &p.u, false);
+        p.delta = operand(s.delta, unit, &p.delta, false);
+        p.A = operand(s.A, unit, &p.A, false);
+        p.B = operand(s.B, unit, &p.B, true);
+        p.C = operand(s.C, unit, &p.C, true);
+        p.D = operand(s.D, unit, &p.D, false);
+        p.z = operand(s.z, unit, &p.z, false);
+        p.delta_bias = operand(s.delta_bias, unit, &p.delta_bias, false);
+        p.h0 = operand(s.h0, unit, &p.h0, false);
+        p.y = operand(yl, unit, &p.y, false);
+        return selscan_binding_cuda_fast_forward(&p) != 0;
+    };
+    return fast(true) && !fast(false);
+}
+} // namespace selscan_binding
 #endif
 
 #endif // SELSCAN_BINDING_H_

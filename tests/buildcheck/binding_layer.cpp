@@ -13,6 +13,15 @@
 
 namespace bind = selscan_binding;
 
+// The CUDA shim's plan query, stood in for (this check links no CUDA): the fast kernels take a problem
+// whose u has a unit L stride (kFastAsIs: any problem); the last problem asked is kept.
+static bool kFastAsIs = false;
+static selscan_problem g_asked;
+extern "C" int selscan_binding_cuda_fast_forward(const selscan_problem *p) {
+    g_asked = *p;
+    return kFastAsIs || p->u.stride[2] <= 1;
+}
+
 static int failures = 0;
 #define EXPECT(cond)                                                    \
     do {                                                                \
@@ -339,6 +348,30 @@ int main() {
     }
     EXPECT(bind::StepParts(8, 2, 300) == 4 && bind::StepParts(3, 2, 300) == 3 && bind::StepParts(8, 0, 0) == 1);
     EXPECT(bind::NamesOf(bind::kStepNames).Of("state_index") == "state_batch_indices");
+    // >>unit-l: ScanWantsUnitL copies L-strided operands where the plan takes the unit-L form only
+    {
+        const int64_t sz[3] = {2, 8, 16}, unit[3] = {128, 16, 1}, lstr[3] = {128, 1, 8}, a_sz[2] = {8, 4},
+                      a_st[2] = {4, 1}, bc_sz[4] = {2, 1, 4, 16}, bc_st[4] = {64, 64, 16, 1}, d_sz[1] = {8}, d_st[1] = {1};
+        auto arg = [](int64_t nd, const int64_t *sz, const int64_t *st, bind::Type t) {
+            bind::Arg a;
+            a.present = true, a.ndim = nd, a.sizes = sz, a.strides = st, a.type = t;
+            return a;
+        };
+        bind::Arg in[bind::kScanFwdInputs];
+        in[bind::kScanU] = in[bind::kScanDelta] = arg(3, sz, unit, bind::Type::kF32);
+        in[bind::kScanA] = arg(2, a_sz, a_st, bind::Type::kF32);
+        in[bind::kScanB] = in[bind::kScanC] = arg(4, bc_sz, bc_st, bind::Type::kF32);
+        in[bind::kScanDeltaBias] = arg(1, d_sz, d_st, bind::Type::kF32);
+        bind::Checked k;
+        const bind::Refusal r = bind::CheckScanArgs(bind::ScanArgsOf(in, false, nullptr), bind::Forms(), &k);
+        if (!r.ok()) std::printf("refused: %s %s\n", r.operand, r.rule.c_str());
+        EXPECT(r.ok());
+        EXPECT(!bind::ScanWantsUnitL(in, k)); // nothing L-strided: nothing to copy
+        in[bind::kScanU] = arg(3, sz, lstr, bind::Type::kF32);
+        EXPECT(bind::ScanWantsUnitL(in, k) && g_asked.delta_bias.data && g_asked.u.stride[2] == 8);
+        kFastAsIs = true; // the fast kernels take it as it is: no copy
+        EXPECT(!bind::ScanWantsUnitL(in, k));
+    }
     std::printf("binding_layer: %s\n", failures ? "FAILED" : "ok");
     return failures ? 1 : 0;
 }

@@ -472,53 +472,17 @@ ST OutOperand(const Tensor& t, const char* name) {
 // like the u copy (the fake kernel asks the same question: _C.fwd_unit_l).
 
 // (batch, dim, L) u / delta / z and (batch, [G,] N, L) B / C: L is the last dim.
-inline bool LStrided(const bind::Arg& t) { return t.present && t.ndim > 0 && t.strides && t.strides[t.ndim - 1] != 1; }
 inline bool LStrided(const Tensor& t) { return t.dim() > 0 && t.sym_stride(-1) != 1; }
 inline bool LStrided(const OptT& t) { return t.has_value() && t->defined() && LStrided(*t); }
 inline Tensor UnitL(const Tensor& t) { return LStrided(t) ? t.contiguous() : t; }
 inline OptT UnitL(const OptT& t) { return LStrided(t) ? OptT(t->contiguous()) : t; }
 
 // Whether the forward of args (the fwd schema's order, checked: k) copies u, delta, z, B and C to
-// unit L strides: a CUDA u, one of them L-strided, and selscan's plan takes the problem on its fast
-// kernels with unit L strides but not as it is. y_like: the strides y has (u's; the backward: dy's).
+// unit L strides (>>unit-l): a CUDA u, and bindings/common's ScanWantsUnitL (selscan's plan asked).
+// y_like: the strides y has (u's; the backward: dy's).
 inline bool WantsUnitL(const bind::Arg* a, const bind::Checked& k, const bind::Arg* y_like = nullptr) {
 #ifdef WITH_CUDA
-  // (positions of bindings/common's >>args-order, read in place: this runs on every CUDA forward)
-  const bind::Arg &u = a[bind::kScanU], &delta = a[bind::kScanDelta], &B = a[bind::kScanB], &C = a[bind::kScanC],
-                  &z = a[bind::kScanZ];
-  const bind::Arg& yl = y_like ? *y_like : u;
-  if (!IsCudaKey(u.device) || a[bind::kScanCuSeqlens].present || k.s.Empty() ||
-      !(LStrided(u) || LStrided(delta) || LStrided(z) || LStrided(B) || LStrided(C) || LStrided(yl)))
-    return false;
-  const bind::ScanArgs s = bind::ScanArgsOf(a, false, nullptr);
-  static const float kSome[1] = {0.f};  // the plan tests pointers for NULL only
-  auto operand = [&](const bind::Arg& t, bool unit, auto* st, bool bc) {
-    using ST = std::remove_pointer_t<decltype(st)>;
-    if (!t.present) return bind::Absent<ST>();
-    ST o = bind::Operand<ST>(const_cast<float*>(kSome), t.ndim, t.sizes, t.strides);
-    if (bc && t.ndim == 3) {  // (batch, N, L): one group (BCOperand)
-      o.stride[3] = o.stride[2];
-      o.stride[2] = o.stride[1];
-      o.stride[1] = std::max<int64_t>(1, bind::Numel(t.ndim, t.sizes));
-    }
-    if (unit) std::memset(o.stride, 0, sizeof o.stride);  // contiguous
-    return o;
-  };
-  auto fast = [&](bool unit) {
-    selscan_problem p = bind::MakeProblem(k.s, k.dtype, false);
-    p.u = operand(s.u, unit, &p.u, false);
-    p.delta = operand(s.delta, unit, &p.delta, false);
-    p.A = operand(s.A, unit, &p.A, false);
-    p.B = operand(s.B, unit, &p.B, true);
-    p.C = operand(s.C, unit, &p.C, true);
-    p.D = operand(s.D, unit, &p.D, false);
-    p.z = operand(s.z, unit, &p.z, false);
-    p.delta_bias = operand(s.delta_bias, unit, &p.delta_bias, false);
-    p.h0 = operand(s.h0, unit, &p.h0, false);
-    p.y = operand(yl, unit, &p.y, false);
-    return selscan_binding_cuda_fast_forward(&p) != 0;
-  };
-  return fast(true) && !fast(false);
+  return IsCudaKey(a[bind::kScanU].device) && bind::ScanWantsUnitL(a, k, y_like);
 #else
   (void)a, (void)k, (void)y_like;
   return false;  // no CUDA kernels: a CUDA u is refused (NeedKernels), not copied
