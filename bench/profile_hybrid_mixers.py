@@ -4,7 +4,7 @@ transformers Jamba / Zamba training step, on each backend, and what that share b
 The models are bench_models.py's (HYBRID_MODELS: jamba-small, zamba-small, random init). A step is
 forward + backward of the causal-LM loss (no optimizer). Timed twice per backend: the plain step
 (CUDA events around it), then the step with module hooks that put CUDA events around every Mamba
-mixer's forward (forward pre-hook / hook) and backward (full backward pre-hook / hook); the hooks'
+mixer's forward (module hooks) and backward (tensor hooks on its output and input); the hooks'
 own cost is the difference of the two step times, printed. From the mixers' time M and the step's T:
 R = T - M, the time outside the mixers (attention, MLP, norms, embeddings, loss), which no mixer
 kernel changes. Where two backends run in one process, the step ratio x = T_peer / T_selscan and the
@@ -31,29 +31,50 @@ def mixers(model):
 
 
 class MixerClock:
-    """CUDA events around every mixer's forward and backward; total() after a synchronize."""
+    """CUDA events around every mixer's forward (module hooks) and backward (tensor hooks: its
+    output's gradient arriving starts it, its input's gradient computed ends it; the mixers take
+    hidden_states by keyword, which module backward hooks do not see); total() after a synchronize."""
 
     def __init__(self, model):
         self.pairs, self.handles, self.open = [], [], {}
         for m in mixers(model):
-            self.handles += [m.register_forward_pre_hook(self._start("f")), m.register_forward_hook(self._stop("f")),
-                             m.register_full_backward_pre_hook(self._start("b")),
-                             m.register_full_backward_hook(self._stop("b"))]
+            self.handles += [m.register_forward_pre_hook(self._pre, with_kwargs=True),
+                             m.register_forward_hook(self._post)]
 
-    def _event(self):
+    @staticmethod
+    def _event():
         e = torch.cuda.Event(enable_timing=True)
         e.record()
         return e
 
-    def _start(self, kind):
-        def hook(mod, *_):
-            self.open[(id(mod), kind)] = self._event()
-        return hook
+    @staticmethod
+    def _first_tensor(x):
+        if isinstance(x, torch.Tensor):
+            return x
+        if isinstance(x, (tuple, list)):
+            return next((t for t in x if isinstance(t, torch.Tensor)), None)
+        return None
 
-    def _stop(self, kind):
-        def hook(mod, *_):
-            self.pairs.append((kind, self.open.pop((id(mod), kind)), self._event()))
-        return hook
+    def _pre(self, mod, args, kwargs):
+        self.open[(id(mod), "f")] = self._event()
+        x = self._first_tensor(args) if args else kwargs.get("hidden_states")
+        if x is not None and x.requires_grad:
+            key = (id(mod), "b")
+
+            def end(grad):
+                if key in self.open:
+                    self.pairs.append(("b", self.open.pop(key), self._event()))
+            x.register_hook(end)
+
+    def _post(self, mod, args, out):
+        self.pairs.append(("f", self.open.pop((id(mod), "f")), self._event()))
+        y = self._first_tensor(out)
+        if y is not None and y.requires_grad:
+            key = (id(mod), "b")
+
+            def start(grad):
+                self.open[key] = self._event()
+            y.register_hook(start)
 
     def total(self):
         f = sum(a.elapsed_time(b) for k, a, b in self.pairs if k == "f")
