@@ -738,15 +738,15 @@ SELSCAN_DEF uint16_t selscan_f32_to_bf16(float f);
 /* ---- >>operands: the operand tables (the OPERANDS lists in the docs, once) ----------------------
    X(c, field, ten, io, need, dims, dtype), one row per operand, c passed through:
      field  the public struct's member, also the operand's name in selscan_diag
-     ten    the validated selscan__ten member it resolves into: the field's own name for the scan and
-            the step (one name from a binding to the kernel); the conv's and the SSD's short names
-            (w, h0, hlast, bias, delta) let their code read like the scan's it was written after
+     ten    the validated selscan__ten member it resolves into: the field's own name (one name from
+            a binding to the kernel), except the SSD's dt, resolved as delta (every resolved
+            struct's dt is its dtype)
      io     IN (read) or OUT (written; the step's state, read and written, is OUT)
      need   REQ required, FWD required by the forward only (y), OPT optional (NULL data: absent)
      dims   the logical shape: SELSCAN__DIMS_<dims>(q) gives rank, n0 .. n3 from the sizes q
      dtype  T (the problem's dtype), F32, or FIXB / FIXC: T, but (dim, N) f32 when SELSCAN_FIXED_B /
             SELSCAN_FIXED_C is set, or PRM: f32, T when the struct's <ten>T is set (the step's DT /
-            delta_biasT: SELSCAN_STEP_D_T / _DELTA_BIAS_T, the conv step's wT, biasT:
+            delta_biasT: SELSCAN_STEP_D_T / _DELTA_BIAS_T, the conv step's weightT, biasT:
             SELSCAN_CONV_PARAMS_T), or STT: f32, T when SELSCAN_STEP_STATE_T is set
    The order is the order of the checks: which error a call reports first. These drive the
    missing-operand checks, the resolve calls and the input / output lists of the stride and alias
@@ -796,22 +796,22 @@ SELSCAN_DEF uint16_t selscan_f32_to_bf16(float f);
 /* the causal conv's (>>conv-api): selscan_conv_problem, selscan_conv_grads, selscan_conv_step_problem */
 #define SELSCAN__CONV_OPERANDS(X, c)                 \
     X(c, x, x, IN, REQ, SEQ, T)                      \
-    X(c, weight, w, IN, REQ, DW, F32)                \
+    X(c, weight, weight, IN, REQ, DW, F32)           \
     X(c, bias, bias, IN, OPT, DIM, F32)              \
-    X(c, init_state, h0, IN, OPT, CROWS, T)          \
+    X(c, init_state, init_state, IN, OPT, CROWS, T)  \
     X(c, y, y, OUT, FWD, SEQ, T)                     \
-    X(c, final_state, hlast, OUT, OPT, CROWS, T)
+    X(c, final_state, final_state, OUT, OPT, CROWS, T)
 #define SELSCAN__CONV_GRAD_OPERANDS(X, c)            \
     X(c, dy, dy, IN, REQ, SEQ, T)                    \
-    X(c, dfinal_state, dhlast, IN, OPT, CROWS, T)    \
+    X(c, dfinal_state, dfinal_state, IN, OPT, CROWS, T) \
     X(c, dx, dx, OUT, OPT, SEQ, T)                   \
-    X(c, dweight, dw, OUT, OPT, DW, F32)             \
+    X(c, dweight, dweight, OUT, OPT, DW, F32)        \
     X(c, dbias, dbias, OUT, OPT, DIM, F32)           \
-    X(c, dinit_state, dh0, OUT, OPT, CROWS, T)
+    X(c, dinit_state, dinit_state, OUT, OPT, CROWS, T)
 #define SELSCAN__CONV_STEP_OPERANDS(X, c)            \
     X(c, state, state, OUT, REQ, CCACHE, T)          \
     X(c, x, x, IN, REQ, SEQ, T)                      \
-    X(c, weight, w, IN, REQ, DW, PRM)                \
+    X(c, weight, weight, IN, REQ, DW, PRM)           \
     X(c, bias, bias, IN, OPT, DIM, PRM)              \
     X(c, y, y, OUT, REQ, SEQ, T)
 
@@ -2026,21 +2026,21 @@ typedef struct selscan__cprob {
     int silu;
     const int64_t *cu;
     int64_t nseq;
-    selscan__ten x, w, bias, h0, y, hlast; /* h0 / hlast: init_state / final_state */
+    selscan__ten x, weight, bias, init_state, y, final_state;
     selscan_diag *diag;
 } selscan__cprob;
 
 typedef struct selscan__cgrd {
-    selscan__ten dy, dhlast, dx, dw, dbias, dh0; /* dhlast / dh0: dfinal_state / dinit_state */
+    selscan__ten dy, dfinal_state, dx, dweight, dbias, dinit_state;
 } selscan__cgrd;
 
 typedef struct selscan__cstp {
     int64_t batch, dim, W, S, ncache, L; /* S: state_len; L: tokens per row */
     selscan_dtype dt;
     int silu;
-    int wT, biasT; /* SELSCAN_CONV_PARAMS_T: weight and bias are T (both; as their selscan__ten's dt) */
+    int weightT, biasT; /* SELSCAN_CONV_PARAMS_T: weight and bias are T (both; as their selscan__ten's dt) */
     const int32_t *idx;
-    selscan__ten state, x, w, bias, y;
+    selscan__ten state, x, weight, bias, y;
     selscan_diag *diag;
 } selscan__cstp;
 
@@ -2199,7 +2199,7 @@ static SELSCAN__MAYBE_UNUSED selscan_status selscan__conv_validate_step_ex(const
     q->batch = s->batch; q->dim = s->dim; q->W = s->width; q->S = s->state_len;
     q->dt = s->dtype;
     q->silu = (s->flags & SELSCAN_CONV_SILU) != 0;
-    q->wT = q->biasT = (s->flags & SELSCAN_CONV_PARAMS_T) != 0;
+    q->weightT = q->biasT = (s->flags & SELSCAN_CONV_PARAMS_T) != 0;
     q->idx = s->state_index;
     if ((st = selscan__conv_step_sizes2(s, q->ncache, idx_on_host, d)) != SELSCAN_OK) return st;
     {
@@ -2282,12 +2282,12 @@ static void selscan__conv_ref_forward(const selscan__cprob *q) {
         for (d = 0; d < q->dim; d++) {
             float w[SELSCAN_CONV_MAX_WIDTH], win[SELSCAN_CONV_MAX_WIDTH];
             const float bias = q->bias.data ? SELSCAN__CAST(const float *, q->bias.data)[SELSCAN__AT1(q->bias, d)] : 0.0f;
-            for (k = 0; k <= H; k++) w[k] = SELSCAN__CAST(const float *, q->w.data)[SELSCAN__AT2(q->w, d, k)];
+            for (k = 0; k <= H; k++) w[k] = SELSCAN__CAST(const float *, q->weight.data)[SELSCAN__AT2(q->weight, d, k)];
             for (s = 0; s < selscan__conv_nseg(q); s++) {
                 int64_t t0, t1, row;
                 selscan__conv_seg(q, b, s, &t0, &t1, &row);
                 for (k = 0; k < H; k++)
-                    win[k] = q->h0.data ? selscan__load(q->h0.data, SELSCAN__AT3(q->h0, row, d, k), q->dt) : 0.0f;
+                    win[k] = q->init_state.data ? selscan__load(q->init_state.data, SELSCAN__AT3(q->init_state, row, d, k), q->dt) : 0.0f;
                 for (t = t0; t < t1; t++) {
                     float acc = bias;
                     win[H] = selscan__load(q->x.data, SELSCAN__AT3(q->x, b, d, t), q->dt);
@@ -2296,8 +2296,8 @@ static void selscan__conv_ref_forward(const selscan__cprob *q) {
                     selscan__store(q->y.data, SELSCAN__AT3(q->y, b, d, t), q->dt, acc);
                     for (k = 0; k < H; k++) win[k] = win[k + 1];
                 }
-                if (q->hlast.data)
-                    for (k = 0; k < H; k++) selscan__store(q->hlast.data, SELSCAN__AT3(q->hlast, row, d, k), q->dt, win[k]);
+                if (q->final_state.data)
+                    for (k = 0; k < H; k++) selscan__store(q->final_state.data, SELSCAN__AT3(q->final_state, row, d, k), q->dt, win[k]);
             }
         }
 }
@@ -2308,8 +2308,8 @@ static void selscan__conv_ref_put(const selscan__cprob *q, const selscan__cgrd *
                                   int64_t t0, int64_t pos, float v) {
     if (pos >= t0) {
         if (r->dx.data) selscan__store(r->dx.data, SELSCAN__AT3(r->dx, b, d, pos), q->dt, v);
-    } else if (r->dh0.data) {
-        selscan__store(r->dh0.data, SELSCAN__AT3(r->dh0, row, d, pos - t0 + q->W - 1), q->dt, v);
+    } else if (r->dinit_state.data) {
+        selscan__store(r->dinit_state.data, SELSCAN__AT3(r->dinit_state, row, d, pos - t0 + q->W - 1), q->dt, v);
     }
 }
 
@@ -2321,7 +2321,7 @@ static void selscan__conv_ref_backward(const selscan__cprob *q, const selscan__c
         float w[SELSCAN_CONV_MAX_WIDTH], dw[SELSCAN_CONV_MAX_WIDTH], db = 0.0f;
         const float bias = q->bias.data ? SELSCAN__CAST(const float *, q->bias.data)[SELSCAN__AT1(q->bias, d)] : 0.0f;
         for (k = 0; k <= H; k++) {
-            w[k] = SELSCAN__CAST(const float *, q->w.data)[SELSCAN__AT2(q->w, d, k)];
+            w[k] = SELSCAN__CAST(const float *, q->weight.data)[SELSCAN__AT2(q->weight, d, k)];
             dw[k] = 0.0f;
         }
         for (b = 0; b < q->batch; b++)
@@ -2330,7 +2330,7 @@ static void selscan__conv_ref_backward(const selscan__cprob *q, const selscan__c
                 int64_t t0, t1, row;
                 selscan__conv_seg(q, b, s, &t0, &t1, &row);
                 for (k = 0; k < H; k++) {
-                    win[k] = q->h0.data ? selscan__load(q->h0.data, SELSCAN__AT3(q->h0, row, d, k), q->dt) : 0.0f;
+                    win[k] = q->init_state.data ? selscan__load(q->init_state.data, SELSCAN__AT3(q->init_state, row, d, k), q->dt) : 0.0f;
                     dacc[k] = 0.0f;
                 }
                 for (t = t0; t < t1; t++) {
@@ -2353,12 +2353,12 @@ static void selscan__conv_ref_backward(const selscan__cprob *q, const selscan__c
                 }
                 for (k = 0; k < H; k++) { /* the last H positions, plus dfinal_state */
                     float v = dacc[k];
-                    if (r->dhlast.data) v += selscan__load(r->dhlast.data, SELSCAN__AT3(r->dhlast, row, d, k), q->dt);
+                    if (r->dfinal_state.data) v += selscan__load(r->dfinal_state.data, SELSCAN__AT3(r->dfinal_state, row, d, k), q->dt);
                     selscan__conv_ref_put(q, r, b, d, row, t0, t1 - H + k, v);
                 }
             }
         for (k = 0; k <= H; k++)
-            if (r->dw.data) SELSCAN__CAST(float *, r->dw.data)[SELSCAN__AT2(r->dw, d, k)] = dw[k];
+            if (r->dweight.data) SELSCAN__CAST(float *, r->dweight.data)[SELSCAN__AT2(r->dweight, d, k)] = dw[k];
         if (r->dbias.data) SELSCAN__CAST(float *, r->dbias.data)[SELSCAN__AT1(r->dbias, d)] = db;
     }
 }
@@ -2382,9 +2382,9 @@ static void selscan__conv_ref_step(const selscan__cstp *q) {
                 float acc = bias;
                 if (row < 0) { selscan__store(q->y.data, SELSCAN__AT3(q->y, b, d, l), q->dt, 0.0f); continue; }
                 for (k = 0; k < H; k++)
-                    acc += selscan__load(q->w.data, SELSCAN__AT2(q->w, d, k), q->w.dt) *
+                    acc += selscan__load(q->weight.data, SELSCAN__AT2(q->weight, d, k), q->weight.dt) *
                            selscan__load(q->state.data, SELSCAN__AT3(q->state, row, d, q->S - H + k), q->dt);
-                acc += selscan__load(q->w.data, SELSCAN__AT2(q->w, d, H), q->w.dt) *
+                acc += selscan__load(q->weight.data, SELSCAN__AT2(q->weight, d, H), q->weight.dt) *
                        selscan__load(q->x.data, SELSCAN__AT3(q->x, b, d, l), q->dt);
                 if (q->silu) acc = selscan__silu_f(acc);
                 selscan__store(q->y.data, SELSCAN__AT3(q->y, b, d, l), q->dt, acc);
@@ -2456,12 +2456,12 @@ typedef struct selscan__sprob {
     float dtmin, dtmax;
     const int64_t *cu;
     int64_t nseq;
-    selscan__ten x, delta, A, B, C, D, z, bias, seqidx, h0, y, hlast; /* delta: dt; h0 / hlast: initial / final_state */
+    selscan__ten x, delta, A, B, C, D, z, dt_bias, seq_idx, initial_state, y, final_state; /* delta: dt (dt: the dtype) */
     selscan_diag *diag;
 } selscan__sprob;
 
 typedef struct selscan__sgrd {
-    selscan__ten dy, dhlast, dx, ddelta, dA, dB, dC, dD, dz, dbias, dh0;
+    selscan__ten dy, dfinal_state, dx, ddt, dA, dB, dC, dD, dz, ddt_bias, dinitial_state;
 } selscan__sgrd;
 
 /* The SSD operand tables (the >>operands columns; the OPERANDS list of >>ssd-api, once). dtype I32:
@@ -2474,23 +2474,23 @@ typedef struct selscan__sgrd {
     X(c, C, C, IN, REQ, SSD_BC, T)                       \
     X(c, D, D, IN, OPT, SSD_D, F32)                      \
     X(c, z, z, IN, OPT, SSD_X, T)                        \
-    X(c, dt_bias, bias, IN, OPT, SSD_H, F32)             \
-    X(c, seq_idx, seqidx, IN, OPT, SSD_SEQ, I32)         \
-    X(c, initial_state, h0, IN, OPT, SSD_ROWS, F32)      \
+    X(c, dt_bias, dt_bias, IN, OPT, SSD_H, F32)          \
+    X(c, seq_idx, seq_idx, IN, OPT, SSD_SEQ, I32)        \
+    X(c, initial_state, initial_state, IN, OPT, SSD_ROWS, F32) \
     X(c, y, y, OUT, FWD, SSD_X, T)                       \
-    X(c, final_state, hlast, OUT, OPT, SSD_ROWS, F32)
+    X(c, final_state, final_state, OUT, OPT, SSD_ROWS, F32)
 #define SELSCAN__SSD_GRAD_OPERANDS(X, c)                 \
     X(c, dy, dy, IN, REQ, SSD_X, T)                      \
-    X(c, dfinal_state, dhlast, IN, OPT, SSD_ROWS, F32)   \
+    X(c, dfinal_state, dfinal_state, IN, OPT, SSD_ROWS, F32) \
     X(c, dx, dx, OUT, OPT, SSD_X, T)                     \
-    X(c, ddt, ddelta, OUT, OPT, SSD_DT, T)               \
+    X(c, ddt, ddt, OUT, OPT, SSD_DT, T)                  \
     X(c, dA, dA, OUT, OPT, SSD_H, F32)                   \
     X(c, dB, dB, OUT, OPT, SSD_BC, T)                    \
     X(c, dC, dC, OUT, OPT, SSD_BC, T)                    \
     X(c, dD, dD, OUT, OPT, SSD_D, F32)                   \
     X(c, dz, dz, OUT, OPT, SSD_X, T)                     \
-    X(c, ddt_bias, dbias, OUT, OPT, SSD_H, F32)          \
-    X(c, dinitial_state, dh0, OUT, OPT, SSD_ROWS, F32)
+    X(c, ddt_bias, ddt_bias, OUT, OPT, SSD_H, F32)       \
+    X(c, dinitial_state, dinitial_state, OUT, OPT, SSD_ROWS, F32)
 /* dims of the SSD operands from the validated sizes q (selscan__sprob) */
 #define SELSCAN__DIMS_SSD_X(q) 4, (q)->batch, (q)->L, (q)->H, (q)->P     /* (batch, L, H, P) */
 #define SELSCAN__DIMS_SSD_DT(q) 3, (q)->batch, (q)->L, (q)->H, 1         /* (batch, L, H) */
@@ -2717,9 +2717,9 @@ static int selscan__ssd_seg_next(const selscan__sprob *q, int64_t b, selscan__ss
         if (s->k > 0 && s->t1 >= q->L) return 0;
         s->t0 = s->k > 0 ? s->t1 : 0;
         s->t1 = s->t0 + 1;
-        if (q->seqidx.data) {
-            const int32_t *si = SELSCAN__CAST(const int32_t *, q->seqidx.data);
-            while (s->t1 < q->L && si[SELSCAN__AT2(q->seqidx, b, s->t1)] == si[SELSCAN__AT2(q->seqidx, b, s->t1 - 1)])
+        if (q->seq_idx.data) {
+            const int32_t *si = SELSCAN__CAST(const int32_t *, q->seq_idx.data);
+            while (s->t1 < q->L && si[SELSCAN__AT2(q->seq_idx, b, s->t1)] == si[SELSCAN__AT2(q->seq_idx, b, s->t1 - 1)])
                 s->t1++;
         } else {
             s->t1 = q->L;
@@ -2736,7 +2736,7 @@ static int selscan__ssd_seg_next(const selscan__sprob *q, int64_t b, selscan__ss
    the clamp, *raw (optional) the value before the softplus. */
 static float selscan__ssd_dt(const selscan__sprob *q, int64_t b, int64_t t, int64_t h, float *raw, float *pre) {
     float v = selscan__load(q->delta.data, SELSCAN__AT3(q->delta, b, t, h), q->dt);
-    if (q->bias.data) v += SELSCAN__CAST(const float *, q->bias.data)[SELSCAN__AT1(q->bias, h)];
+    if (q->dt_bias.data) v += SELSCAN__CAST(const float *, q->dt_bias.data)[SELSCAN__AT1(q->dt_bias, h)];
     if (raw) *raw = v;
     if (q->softplus) v = selscan__softplus(v);
     if (pre) *pre = v;
@@ -2753,7 +2753,7 @@ static float selscan__ssd_Dv(const selscan__sprob *q, int64_t h, int64_t p) {
 static void selscan__ssd_init_state(const selscan__sprob *q, const selscan__sseg *s, int64_t h, int64_t p, float *S) {
     int64_t n;
     for (n = 0; n < q->N; n++)
-        S[n] = s->first && q->h0.data ? SELSCAN__CAST(const float *, q->h0.data)[SELSCAN__AT4(q->h0, s->row, h, p, n)]
+        S[n] = s->first && q->initial_state.data ? SELSCAN__CAST(const float *, q->initial_state.data)[SELSCAN__AT4(q->initial_state, s->row, h, p, n)]
                                       : 0.0f;
 }
 
@@ -2792,9 +2792,9 @@ static void selscan__ssd_ref_forward(const selscan__sprob *q, float *S) {
                         }
                         selscan__store(q->y.data, SELSCAN__AT4(q->y, b, t, h, p), q->dt, y);
                     }
-                    if (s.last && q->hlast.data)
+                    if (s.last && q->final_state.data)
                         for (n = 0; n < q->N; n++)
-                            SELSCAN__CAST(float *, q->hlast.data)[SELSCAN__AT4(q->hlast, s.row, h, p, n)] = S[n];
+                            SELSCAN__CAST(float *, q->final_state.data)[SELSCAN__AT4(q->final_state, s.row, h, p, n)] = S[n];
                 }
             }
         }
@@ -2835,8 +2835,8 @@ static void selscan__ssd_ref_backward_seq(const selscan__sprob *q, const selscan
         selscan__ssd_step(q, b, t, g, expf(dt * Ah), dt, x, S);
     }
     for (n = 0; n < N; n++)
-        dh[n] = s->last && r->dhlast.data
-                    ? SELSCAN__CAST(const float *, r->dhlast.data)[SELSCAN__AT4(r->dhlast, s->row, h, p, n)]
+        dh[n] = s->last && r->dfinal_state.data
+                    ? SELSCAN__CAST(const float *, r->dfinal_state.data)[SELSCAN__AT4(r->dfinal_state, s->row, h, p, n)]
                     : 0.0f;
     for (t = s->t1 - 1; t >= s->t0; t--) {
         const float *S = hs + (t - s->t0 + 1) * N, *Sp = S - N;
@@ -2874,22 +2874,22 @@ static void selscan__ssd_ref_backward_seq(const selscan__sprob *q, const selscan
         *dA += da * a * dt;
         if (r->dx.data) selscan__store(r->dx.data, SELSCAN__AT4(r->dx, b, t, h, p), q->dt, selscan__canon(dx));
     }
-    if (s->first && r->dh0.data)
+    if (s->first && r->dinitial_state.data)
         for (n = 0; n < N; n++)
-            SELSCAN__CAST(float *, r->dh0.data)[SELSCAN__AT4(r->dh0, s->row, h, p, n)] = selscan__canon(dh[n]);
+            SELSCAN__CAST(float *, r->dinitial_state.data)[SELSCAN__AT4(r->dinitial_state, s->row, h, p, n)] = selscan__canon(dh[n]);
 }
 
 static void selscan__ssd_ref_backward(const selscan__sprob *q, const selscan__sgrd *r, float *ws) {
     const int64_t N = q->N, L = q->L;
     float *hs = ws, *dh = hs + (L + 1) * N, *ddt = dh + N, *acc = ddt + L, *dBacc = NULL, *dCacc = NULL;
     float *const dA = SELSCAN__CAST(float *, r->dA.data), *const dD = SELSCAN__CAST(float *, r->dD.data);
-    float *const dbias = SELSCAN__CAST(float *, r->dbias.data);
+    float *const dbias = SELSCAN__CAST(float *, r->ddt_bias.data);
     int64_t b, g, h, p, t, n;
     if (r->dB.data) { dBacc = acc; acc += L * N; }
     if (r->dC.data) dCacc = acc;
     for (h = 0; h < q->H; h++) { /* the sums over batch rows start at 0 */
         if (dA) dA[SELSCAN__AT1(r->dA, h)] = 0.0f;
-        if (dbias) dbias[SELSCAN__AT1(r->dbias, h)] = 0.0f;
+        if (dbias) dbias[SELSCAN__AT1(r->ddt_bias, h)] = 0.0f;
         if (dD && q->Dhd) for (p = 0; p < q->P; p++) dD[SELSCAN__AT2(r->dD, h, p)] = 0.0f;
         else if (dD) dD[SELSCAN__AT1(r->dD, h)] = 0.0f;
     }
@@ -2914,11 +2914,11 @@ static void selscan__ssd_ref_backward(const selscan__sprob *q, const selscan__sg
                     if (q->limit && (pre < q->dtmin || pre > q->dtmax)) v = 0.0f; /* clamped: no gradient */
                     if (q->softplus && raw <= SELSCAN__SOFTPLUS_THRESHOLD) v *= selscan__sigmoid(raw);
                     dbh += v;
-                    if (r->ddelta.data)
-                        selscan__store(r->ddelta.data, SELSCAN__AT3(r->ddelta, b, t, h), q->dt, selscan__canon(v));
+                    if (r->ddt.data)
+                        selscan__store(r->ddt.data, SELSCAN__AT3(r->ddt, b, t, h), q->dt, selscan__canon(v));
                 }
                 if (dA) dA[SELSCAN__AT1(r->dA, h)] += dAh;
-                if (dbias) dbias[SELSCAN__AT1(r->dbias, h)] += dbh;
+                if (dbias) dbias[SELSCAN__AT1(r->ddt_bias, h)] += dbh;
             }
             for (t = 0; t < L; t++)
                 for (n = 0; n < N; n++) {
@@ -2933,7 +2933,7 @@ static void selscan__ssd_ref_backward(const selscan__sprob *q, const selscan__sg
     for (h = 0; h < q->H; h++) { /* the sums' NaNs: the default quiet NaN (see selscan__canon) */
         float *v;
         if (dA) { v = dA + SELSCAN__AT1(r->dA, h); *v = selscan__canon(*v); }
-        if (dbias) { v = dbias + SELSCAN__AT1(r->dbias, h); *v = selscan__canon(*v); }
+        if (dbias) { v = dbias + SELSCAN__AT1(r->ddt_bias, h); *v = selscan__canon(*v); }
         if (dD && q->Dhd) for (p = 0; p < q->P; p++) { v = dD + SELSCAN__AT2(r->dD, h, p); *v = selscan__canon(*v); }
         else if (dD) { v = dD + SELSCAN__AT1(r->dD, h); *v = selscan__canon(*v); }
     }
@@ -4211,7 +4211,7 @@ static void selscan__conv_step_rows(const selscan__cstp *q, int64_t b, int64_t r
         float w[SELSCAN_CONV_MAX_WIDTH];
         const float bias = q->bias.data ? selscan__load(q->bias.data, SELSCAN__AT1(q->bias, d), q->bias.dt) : 0.0f;
         char *st = SELSCAN__CAST(char *, q->state.data) + (row * q->state.s[0] + d * q->state.s[1]) * es;
-        for (k = 0; k <= H; k++) w[k] = selscan__load(q->w.data, SELSCAN__AT2(q->w, d, k), q->w.dt);
+        for (k = 0; k <= H; k++) w[k] = selscan__load(q->weight.data, SELSCAN__AT2(q->weight, d, k), q->weight.dt);
         for (l = 0; l < q->L; l++) {
             const int64_t xo = SELSCAN__AT3(q->x, b, d, l);
             float acc = bias;
@@ -4319,10 +4319,10 @@ static void selscan__ssd_fwd_item(const selscan__sprob *q, int64_t b, int64_t h,
     selscan__ssd_seg_start(&s);
     while (selscan__ssd_seg_next(q, b, &s)) {
         memset(S, 0, SELSCAN__CAST(size_t, N * pw) * 4);
-        if (s.first && q->h0.data)
+        if (s.first && q->initial_state.data)
             for (p = 0; p < np; p++)
                 for (n = 0; n < N; n++)
-                    S[n * pw + p] = SELSCAN__CAST(const float *, q->h0.data)[SELSCAN__AT4(q->h0, s.row, h, p0 + p, n)];
+                    S[n * pw + p] = SELSCAN__CAST(const float *, q->initial_state.data)[SELSCAN__AT4(q->initial_state, s.row, h, p0 + p, n)];
         for (c0 = s.t0; c0 < s.t1; c0 += T) {
             const int nt = SELSCAN__CAST(int, selscan__min64(T, s.t1 - c0));
             for (i = 0; i < nt; i++) { /* stage: the reference's dt, a, dt B; x (0 past np), y 0, the gate */
@@ -4360,10 +4360,10 @@ static void selscan__ssd_fwd_item(const selscan__sprob *q, int64_t b, int64_t h,
                 selscan__store_row(q->y.data, SELSCAN__AT4(q->y, b, c0 + i, h, p0), q->y.s[3], yr, np, q->dt);
             }
         }
-        if (s.last && q->hlast.data)
+        if (s.last && q->final_state.data)
             for (p = 0; p < np; p++)
                 for (n = 0; n < N; n++)
-                    SELSCAN__CAST(float *, q->hlast.data)[SELSCAN__AT4(q->hlast, s.row, h, p0 + p, n)] = S[n * pw + p];
+                    SELSCAN__CAST(float *, q->final_state.data)[SELSCAN__AT4(q->final_state, s.row, h, p0 + p, n)] = S[n * pw + p];
     }
 }
 
@@ -4454,7 +4454,7 @@ static void selscan__ssd_ssh_map(selscan__ssh *o, const selscan__sprob *q, const
     if (r->dB.data) { o->B = e; e = selscan__sadd(e, rows); }
     if (r->dC.data) { o->C = e; e = selscan__sadd(e, rows); }
     if (r->dA.data) { o->A = e; e = selscan__sadd(e, selscan__r16(items)); }
-    if (r->dbias.data) { o->bias = e; e = selscan__sadd(e, selscan__r16(items)); }
+    if (r->ddt_bias.data) { o->bias = e; e = selscan__sadd(e, selscan__r16(items)); }
     if (r->dD.data) { o->D = e; e = selscan__sadd(e, selscan__r16(selscan__smul(items, q->Dhd ? q->P : 1))); }
     o->end = e;
 }
@@ -4558,20 +4558,20 @@ static void selscan__ssd_bwd_item(const selscan__sprob *q, const selscan__sgrd *
         const int64_t nc = (s.t1 - s.t0 + BT - 1) / BT;
         /* the checkpoints: the state entering each chunk */
         memset(ck, 0, SELSCAN__CAST(size_t, PN) * 4);
-        if (s.first && q->h0.data)
+        if (s.first && q->initial_state.data)
             for (p = 0; p < P; p++)
                 for (n = 0; n < N; n++)
-                    ck[p * NR + n] = SELSCAN__CAST(const float *, q->h0.data)[SELSCAN__AT4(q->h0, s.row, h, p, n)];
+                    ck[p * NR + n] = SELSCAN__CAST(const float *, q->initial_state.data)[SELSCAN__AT4(q->initial_state, s.row, h, p, n)];
         for (c = 0; c + 1 < nc; c++) {
             selscan__ssd_bwd_stage(q, r, b, h, s.t0 + c * BT, SELSCAN__CAST(int, BT), 0, av, dtv, Bs, Cs, xs, us, g, zf);
             SELSCAN__SSD_CALL(isa, ssd_adv, (ck + c * PN, P, NR, SELSCAN__CAST(int, BT), av, us, P16, Bs, ck + (c + 1) * PN, 0))
         }
         /* the state's gradient after the sequence */
         memset(dh, 0, SELSCAN__CAST(size_t, PN) * 4);
-        if (s.last && r->dhlast.data)
+        if (s.last && r->dfinal_state.data)
             for (p = 0; p < P; p++)
                 for (n = 0; n < N; n++)
-                    dh[p * NR + n] = SELSCAN__CAST(const float *, r->dhlast.data)[SELSCAN__AT4(r->dhlast, s.row, h, p, n)];
+                    dh[p * NR + n] = SELSCAN__CAST(const float *, r->dfinal_state.data)[SELSCAN__AT4(r->dfinal_state, s.row, h, p, n)];
         for (c = nc - 1; c >= 0; c--) {
             const int64_t t0 = s.t0 + c * BT;
             const int nt = SELSCAN__CAST(int, selscan__min64(BT, s.t1 - t0));
@@ -4605,10 +4605,10 @@ static void selscan__ssd_bwd_item(const selscan__sprob *q, const selscan__sgrd *
                 if (wantz) selscan__store_row(r->dz.data, SELSCAN__AT4(r->dz, b, t, h, 0), r->dz.s[3], zf + i * P16, P, q->dt);
             }
         }
-        if (s.first && r->dh0.data)
+        if (s.first && r->dinitial_state.data)
             for (p = 0; p < P; p++)
                 for (n = 0; n < N; n++)
-                    SELSCAN__CAST(float *, r->dh0.data)[SELSCAN__AT4(r->dh0, s.row, h, p, n)] = selscan__canon(dh[p * NR + n]);
+                    SELSCAN__CAST(float *, r->dinitial_state.data)[SELSCAN__AT4(r->dinitial_state, s.row, h, p, n)] = selscan__canon(dh[p * NR + n]);
     }
     for (t = 0; t < L; t++) { /* dt's gradient through the clamp and the softplus (the reference's rule) */
         float raw, pre, v = ddt[t];
@@ -4616,7 +4616,7 @@ static void selscan__ssd_bwd_item(const selscan__sprob *q, const selscan__sgrd *
         if (q->limit && (pre < q->dtmin || pre > q->dtmax)) v = 0.0f;
         if (q->softplus && raw <= SELSCAN__SOFTPLUS_THRESHOLD) v *= selscan__sigmoid(raw);
         dbs += v;
-        if (r->ddelta.data) selscan__store(r->ddelta.data, SELSCAN__AT3(r->ddelta, b, t, h), q->dt, selscan__canon(v));
+        if (r->ddt.data) selscan__store(r->ddt.data, SELSCAN__AT3(r->ddt, b, t, h), q->dt, selscan__canon(v));
     }
     if (o->A >= 0) sh[o->A + item] = dAs;
     if (o->bias >= 0) sh[o->bias + item] = dbs;
@@ -4655,7 +4655,7 @@ static selscan_status selscan__ssd_backward_fast(const selscan_ssd_problem *p, c
         selscan__split(q.H, part, nparts, &i0, &i1);
         for (h = i0; h < i1; h++) {
             if (r.dA.data) SELSCAN__CAST(float *, r.dA.data)[SELSCAN__AT1(r.dA, h)] = nan;
-            if (r.dbias.data) SELSCAN__CAST(float *, r.dbias.data)[SELSCAN__AT1(r.dbias, h)] = nan;
+            if (r.ddt_bias.data) SELSCAN__CAST(float *, r.ddt_bias.data)[SELSCAN__AT1(r.ddt_bias, h)] = nan;
             for (k = 0; r.dD.data && k < nD; k++)
                 SELSCAN__CAST(float *, r.dD.data)[q.Dhd ? SELSCAN__AT2(r.dD, h, k) : SELSCAN__AT1(r.dD, h)] = nan;
         }
@@ -4692,7 +4692,7 @@ static selscan_status selscan__ssd_backward_reduce(const selscan_ssd_problem *p,
     for (h = i0; h < i1; h++) { /* the sums over batch rows */
         if (o.A >= 0) SELSCAN__CAST(float *, r.dA.data)[SELSCAN__AT1(r.dA, h)] = selscan__psum(sh, o.A + h, q.H, q.batch);
         if (o.bias >= 0)
-            SELSCAN__CAST(float *, r.dbias.data)[SELSCAN__AT1(r.dbias, h)] = selscan__psum(sh, o.bias + h, q.H, q.batch);
+            SELSCAN__CAST(float *, r.ddt_bias.data)[SELSCAN__AT1(r.ddt_bias, h)] = selscan__psum(sh, o.bias + h, q.H, q.batch);
         for (k = 0; o.D >= 0 && k < nD; k++)
             SELSCAN__CAST(float *, r.dD.data)[q.Dhd ? SELSCAN__AT2(r.dD, h, k) : SELSCAN__AT1(r.dD, h)] =
                 selscan__psum(sh, o.D + h * nD + k, q.H * nD, q.batch);
@@ -5819,7 +5819,7 @@ static SELSCAN__ATTR void SELSCAN__SFX(selscan__conv_params)(const selscan__cpro
         const int j = c - c % SELSCAN__VW, l = c % SELSCAN__VW;
         for (k = 0; k <= HM; k++)
             wl[j * (HM + 1) + k * SELSCAN__VW + l] =
-                c < nl && k < q->W ? SELSCAN__CAST(const float *, q->w.data)[SELSCAN__AT2(q->w, d0 + c, k)] : 0.0f;
+                c < nl && k < q->W ? SELSCAN__CAST(const float *, q->weight.data)[SELSCAN__AT2(q->weight, d0 + c, k)] : 0.0f;
         bl[c] = c < nl && q->bias.data ? SELSCAN__CAST(const float *, q->bias.data)[SELSCAN__AT1(q->bias, d0 + c)] : 0.0f;
     }
 }
@@ -5860,7 +5860,7 @@ static SELSCAN__ATTR void SELSCAN__SFX(selscan__conv_fwd_block)(const selscan__c
         for (s = 0; s < selscan__conv_nseg(q); s++) {
             int64_t s0, s1, row;
             selscan__conv_seg(q, b, s, &s0, &s1, &row);
-            SELSCAN__SFX(selscan__conv_state_in)(&q->h0, q->dt, row, d0, nl, G, H, xb);
+            SELSCAN__SFX(selscan__conv_state_in)(&q->init_state, q->dt, row, d0, nl, G, H, xb);
             for (t0 = s0; t0 < s1; t0 += FC) {
                 const int nt = SELSCAN__CAST(int, selscan__min64(FC, s1 - t0));
                 SELSCAN__LOADTILE(xb + H * G, &q->x, b, d0, nl, G, t0, nt, tmp);
@@ -5868,7 +5868,7 @@ static SELSCAN__ATTR void SELSCAN__SFX(selscan__conv_fwd_block)(const selscan__c
                 SELSCAN__STORETILE(yb, &q->y, b, d0, nl, G, t0, nt, tmp);
                 memmove(xb, xb + nt * G, SELSCAN__CAST(size_t, H * G) * 4); /* the last H inputs, for the next chunk */
             }
-            if (q->hlast.data) SELSCAN__SFX(selscan__conv_state_out)(&q->hlast, q->dt, row, d0, nl, G, H, xb);
+            if (q->final_state.data) SELSCAN__SFX(selscan__conv_state_out)(&q->final_state, q->dt, row, d0, nl, G, H, xb);
         }
     }
 }
@@ -5893,7 +5893,7 @@ static SELSCAN__ATTR void SELSCAN__SFX(selscan__conv_bwd_block)(const selscan__c
     enum { HM = SELSCAN_CONV_MAX_WIDTH - 1, CB = SELSCAN__CONV_CB };
     float xb[(HM + SELSCAN__CONV_FT) * CB], gb[(2 * HM + SELSCAN__CONV_FT) * CB], ob[SELSCAN__CONV_FT * CB], tmp[SELSCAN__FT * SELSCAN__VW];
     float wl[(HM + 1) * CB], bl[CB], hb[HM * CB], acc[(HM + 2) * CB];
-    const int W = SELSCAN__CAST(int, q->W), H = W - 1, need_dx = r->dx.data || r->dh0.data;
+    const int W = SELSCAN__CAST(int, q->W), H = W - 1, need_dx = r->dx.data || r->dinit_state.data;
     const int G = SELSCAN__SFX(selscan__conv_group)(&q->x, &r->dy, &r->dx);
     const int FC = G == CB ? SELSCAN__CONV_FT : SELSCAN__FT; /* steps a chunk (the buffers hold either) */
     int64_t d0, b, s, t0;
@@ -5906,7 +5906,7 @@ static SELSCAN__ATTR void SELSCAN__SFX(selscan__conv_bwd_block)(const selscan__c
             for (s = 0; s < selscan__conv_nseg(q); s++) {
                 int64_t s0, s1, row;
                 selscan__conv_seg(q, b, s, &s0, &s1, &row);
-                SELSCAN__SFX(selscan__conv_state_in)(&q->h0, q->dt, row, d0, nl, G, H, xb);
+                SELSCAN__SFX(selscan__conv_state_in)(&q->init_state, q->dt, row, d0, nl, G, H, xb);
                 memset(gb, 0, SELSCAN__CAST(size_t, H * G) * 4); /* no dpre before the sequence */
                 for (t0 = s0; t0 < s1; t0 += FC) {
                     const int nt = SELSCAN__CAST(int, selscan__min64(FC, s1 - t0));
@@ -5923,18 +5923,18 @@ static SELSCAN__ATTR void SELSCAN__SFX(selscan__conv_bwd_block)(const selscan__c
                 if (need_dx) { /* the last H positions: no dpre after the sequence; plus dfinal_state */
                     memset(gb + H * G, 0, SELSCAN__CAST(size_t, H * G) * 4);
                     SELSCAN__SFX(selscan__conv_dx_tiles)(W, H, G, gb, ob, wl);
-                    if (r->dhlast.data)
+                    if (r->dfinal_state.data)
                         for (k = 0; k < H; k++)
                             for (c = 0; c < nl; c++)
-                                ob[k * G + c] += selscan__load(r->dhlast.data, SELSCAN__AT3(r->dhlast, row, d0 + c, k), q->dt);
+                                ob[k * G + c] += selscan__load(r->dfinal_state.data, SELSCAN__AT3(r->dfinal_state, row, d0 + c, k), q->dt);
                     SELSCAN__SFX(selscan__conv_emit)(q, r, b, d0, nl, G, s0, s1 - H, H, ob, hb, tmp);
-                    if (r->dh0.data) SELSCAN__SFX(selscan__conv_state_out)(&r->dh0, q->dt, row, d0, nl, G, H, hb);
+                    if (r->dinit_state.data) SELSCAN__SFX(selscan__conv_state_out)(&r->dinit_state, q->dt, row, d0, nl, G, H, hb);
                 }
             }
         for (c = 0; c < nl; c++) {
             const float *a = acc + (c - c % SELSCAN__VW) * (HM + 2) + c % SELSCAN__VW;
-            if (r->dw.data)
-                for (k = 0; k < W; k++) SELSCAN__CAST(float *, r->dw.data)[SELSCAN__AT2(r->dw, d0 + c, k)] = a[k * SELSCAN__VW];
+            if (r->dweight.data)
+                for (k = 0; k < W; k++) SELSCAN__CAST(float *, r->dweight.data)[SELSCAN__AT2(r->dweight, d0 + c, k)] = a[k * SELSCAN__VW];
             if (r->dbias.data) SELSCAN__CAST(float *, r->dbias.data)[SELSCAN__AT1(r->dbias, d0 + c)] = a[4 * SELSCAN__VW];
         }
     }

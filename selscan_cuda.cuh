@@ -4201,7 +4201,7 @@ struct conv_params {
     int clx, cly, cldy, cldx; /* lanes along channels (1) or steps (0) for that tensor's loads / stores */
     const int64_t *cu;
     const int32_t *idx;
-    ct x, w, bias, h0, y, hlast, dy, dhlast, dx, dw, dbias, dh0, state;
+    ct x, weight, bias, init_state, y, final_state, dy, dfinal_state, dx, dweight, dbias, dinit_state, state;
     float *part; /* backward: per-block dweight / dbias partials, [block][dim][W + 1] */
 };
 
@@ -4294,7 +4294,7 @@ static __device__ __forceinline__ void conv_load(float *s, const ct &X, int64_t 
 static __device__ __forceinline__ void conv_params_in(const conv_params &P, int64_t d0, int nc, float *sw, float *sb) {
     for (int e = static_cast<int>(threadIdx.x); e < kConvTC * SELSCAN_CONV_MAX_WIDTH; e += kThreads) {
         const int k = e / kConvTC, c = e % kConvTC; /* kConvTC: a power of two */
-        sw[e] = c < nc && k < P.W ? ldf(P.w, (d0 + c) * P.w.s[0] + k * P.w.s[1]) : 0.0f;
+        sw[e] = c < nc && k < P.W ? ldf(P.weight, (d0 + c) * P.weight.s[0] + k * P.weight.s[1]) : 0.0f;
         if (k == 0) sb[c] = c < nc && P.bias.p ? ldf(P.bias, (d0 + c) * P.bias.s[0]) : 0.0f;
     }
 }
@@ -4305,7 +4305,7 @@ template <typename T>
 static __device__ __forceinline__ float conv_xp(const conv_params &P, const float *sx, int sr, int c, int64_t pos, int64_t s0,
                                                 int64_t row, int64_t d, int H) {
     if (pos >= s0) return sx[sr * kConvRS + c];
-    return P.h0.p ? ld<T>(P.h0.p, row * P.h0.s[0] + d * P.h0.s[1] + (H + pos - s0) * P.h0.s[2]) : 0.0f;
+    return P.init_state.p ? ld<T>(P.init_state.p, row * P.init_state.s[0] + d * P.init_state.s[1] + (H + pos - s0) * P.init_state.s[2]) : 0.0f;
 }
 
 template <typename T, int W>
@@ -4326,7 +4326,7 @@ static __global__ void __launch_bounds__(kThreads) conv_fwd_kernel(const conv_pa
     conv_load<T, kConvTL + kConvHM>(sx, P.x, b, d0, nc, t0 - H, nt + H, P.L, P.clx);
     __syncthreads();
     /* without packed sequences or init_state the staged zeros before step 0 are the inputs */
-    const bool plain = !P.cu && !P.h0.p;
+    const bool plain = !P.cu && !P.init_state.p;
     T *yb = static_cast<T *>(P.y.p) + b * P.y.s[0] + d0 * P.y.s[1] + t0 * P.y.s[2];
     conv_tile_for(nc, nt, P.cly, P.y.s[1], P.y.s[2], [&](int c, int i, int64_t o) {
         float acc = sb[c];
@@ -4352,10 +4352,10 @@ static __global__ void __launch_bounds__(256) conv_final_kernel(const conv_param
     if (i >= P.rows * P.dim * H) return;
     const int64_t s = i / (P.dim * H), d = i / H % P.dim, j = i % H;
     const int64_t s0 = P.cu ? P.cu[s] : 0, e = P.cu ? P.cu[s + 1] : P.L, b = P.cu ? 0 : s, pos = e - H + j;
-    const T *src = static_cast<const T *>(pos >= s0 ? P.x.p : P.h0.p);
+    const T *src = static_cast<const T *>(pos >= s0 ? P.x.p : P.init_state.p);
     const int64_t off = pos >= s0 ? b * P.x.s[0] + d * P.x.s[1] + pos * P.x.s[2]
-                                  : s * P.h0.s[0] + d * P.h0.s[1] + (H + pos - s0) * P.h0.s[2];
-    T *dst = static_cast<T *>(P.hlast.p) + s * P.hlast.s[0] + d * P.hlast.s[1] + j * P.hlast.s[2];
+                                  : s * P.init_state.s[0] + d * P.init_state.s[1] + (H + pos - s0) * P.init_state.s[2];
+    T *dst = static_cast<T *>(P.final_state.p) + s * P.final_state.s[0] + d * P.final_state.s[1] + j * P.final_state.s[2];
     if (src) *dst = src[off];
     else st<T>(static_cast<void *>(dst), 0, 0.0f); /* (void *: no argument-dependent lookup of a user's st) */
 }
@@ -4369,7 +4369,7 @@ static __device__ __forceinline__ float conv_dpre_g(const conv_params &P, int64_
     for (int k = 0; k < P.W; k++) {
         const int64_t pos = q - H + k;
         const float v = pos >= s0 ? ld<T>(P.x.p, b * P.x.s[0] + d * P.x.s[1] + pos * P.x.s[2])
-                                  : (P.h0.p ? ld<T>(P.h0.p, row * P.h0.s[0] + d * P.h0.s[1] + (H + pos - s0) * P.h0.s[2]) : 0.0f);
+                                  : (P.init_state.p ? ld<T>(P.init_state.p, row * P.init_state.s[0] + d * P.init_state.s[1] + (H + pos - s0) * P.init_state.s[2]) : 0.0f);
         pre = fmaf(w[k], v, pre);
     }
     float dp = ld<T>(P.dy.p, b * P.dy.s[0] + d * P.dy.s[1] + q * P.dy.s[2]);
@@ -4393,7 +4393,7 @@ static __global__ void __launch_bounds__(kThreads) conv_bwd_kernel(const conv_pa
     float acc[W + 1];
 #pragma unroll
     for (int k = 0; k <= W; k++) acc[k] = 0.0f;
-    const bool plain = !P.cu && !P.h0.p; /* the staged zeros before step 0 are the inputs */
+    const bool plain = !P.cu && !P.init_state.p; /* the staged zeros before step 0 are the inputs */
     conv_params_in(P, d0, nc, sw, sb);
     for (int sub = 0; sub < kConvTB; sub++) {
         const int64_t t0 = (tb * kConvTB + sub) * kConvTL;
@@ -4439,8 +4439,8 @@ static __global__ void __launch_bounds__(kThreads) conv_bwd_kernel(const conv_pa
 #pragma unroll
                 for (int k = H; k >= 0; k--) /* dpre of p + H - k, inside p's sequence */
                     if (p + H - k < end) v = fmaf(sw[k * kConvTC + cc], sg[(i + H - k) * kConvRS + cc], v);
-                if (P.dhlast.p && p >= end - H)
-                    v += ld<T>(P.dhlast.p, s_row[i] * P.dhlast.s[0] + (d0 + cc) * P.dhlast.s[1] + (p - (end - H)) * P.dhlast.s[2]);
+                if (P.dfinal_state.p && p >= end - H)
+                    v += ld<T>(P.dfinal_state.p, s_row[i] * P.dfinal_state.s[0] + (d0 + cc) * P.dfinal_state.s[1] + (p - (end - H)) * P.dfinal_state.s[2]);
                 st<T>(static_cast<void *>(xb), o, v);
             });
         }
@@ -4465,7 +4465,7 @@ static __global__ void __launch_bounds__(256) conv_reduce_kernel(const conv_para
     for (int64_t j = 0; j < nblk; j++) s += P.part[j * n + i];
     const int64_t d = i / (P.W + 1), k = i % (P.W + 1);
     if (k < P.W) {
-        if (P.dw.p) static_cast<float *>(P.dw.p)[d * P.dw.s[0] + k * P.dw.s[1]] = s;
+        if (P.dweight.p) static_cast<float *>(P.dweight.p)[d * P.dweight.s[0] + k * P.dweight.s[1]] = s;
     } else if (P.dbias.p) {
         static_cast<float *>(P.dbias.p)[d * P.dbias.s[0]] = s;
     }
@@ -4510,7 +4510,7 @@ static __global__ void __launch_bounds__(kThreads) conv_fwd_rows_kernel(const co
     T *yr = static_cast<T *>(P.y.p) + b * P.y.s[0] + d * P.y.s[1];
     float w[W], carry[H];
 #pragma unroll
-    for (int k = 0; k < W; k++) w[k] = ldf(P.w, d * P.w.s[0] + k * P.w.s[1]);
+    for (int k = 0; k < W; k++) w[k] = ldf(P.weight, d * P.weight.s[0] + k * P.weight.s[1]);
     const float bias = P.bias.p ? ldf(P.bias, d * P.bias.s[0]) : 0.0f;
 #pragma unroll
     for (int j = 0; j < H; j++) carry[j] = s0 - H + j >= 0 ? ld<T>(static_cast<const void *>(xr), s0 - H + j) : 0.0f;
@@ -4557,7 +4557,7 @@ static __global__ void __launch_bounds__(kThreads) conv_bwd_rows_kernel(const co
     T *dxr = P.dx.p ? static_cast<T *>(P.dx.p) + b * P.dx.s[0] + d * P.dx.s[1] : NULL;
     float w[W], carry[H], acc[W + 1];
 #pragma unroll
-    for (int k = 0; k < W; k++) w[k] = ldf(P.w, d * P.w.s[0] + k * P.w.s[1]);
+    for (int k = 0; k < W; k++) w[k] = ldf(P.weight, d * P.weight.s[0] + k * P.weight.s[1]);
     const float bias = P.bias.p ? ldf(P.bias, d * P.bias.s[0]) : 0.0f;
 #pragma unroll
     for (int k = 0; k <= W; k++) acc[k] = 0.0f;
@@ -4644,15 +4644,15 @@ static __global__ void __launch_bounds__(256) conv_dinit_kernel(const conv_param
     const int64_t s = i / (P.dim * H), d = i / H % P.dim, j = i % H;
     const int64_t s0 = P.cu ? P.cu[s] : 0, e = P.cu ? P.cu[s + 1] : P.L, b = P.cu ? 0 : s, p = s0 - H + j;
     float w[SELSCAN_CONV_MAX_WIDTH];
-    for (int k = 0; k < P.W; k++) w[k] = ldf(P.w, d * P.w.s[0] + k * P.w.s[1]);
+    for (int k = 0; k < P.W; k++) w[k] = ldf(P.weight, d * P.weight.s[0] + k * P.weight.s[1]);
     const float bias = P.bias.p ? ldf(P.bias, d * P.bias.s[0]) : 0.0f;
     float v = 0.0f;
     for (int k = H; k >= 0; k--) {
         const int64_t q = p + H - k;
         if (q >= s0 && q < e) v = fmaf(w[k], conv_dpre_g<T>(P, b, d, q, s0, s, w, bias), v);
     }
-    if (P.dhlast.p && p >= e - H) v += ld<T>(P.dhlast.p, s * P.dhlast.s[0] + d * P.dhlast.s[1] + (p - (e - H)) * P.dhlast.s[2]);
-    st<T>(P.dh0.p, s * P.dh0.s[0] + d * P.dh0.s[1] + j * P.dh0.s[2], v);
+    if (P.dfinal_state.p && p >= e - H) v += ld<T>(P.dfinal_state.p, s * P.dfinal_state.s[0] + d * P.dfinal_state.s[1] + (p - (e - H)) * P.dfinal_state.s[2]);
+    st<T>(P.dinit_state.p, s * P.dinit_state.s[0] + d * P.dinit_state.s[1] + j * P.dinit_state.s[2], v);
 }
 
 /* The update: one thread a (batch row, channel), W a template parameter (the window, taps and
@@ -4679,11 +4679,11 @@ static __device__ __forceinline__ void conv_step_row(const conv_params &P, int64
     float w[W], win[W];
     T last[H]; /* the state's last H entries as stored (the roll rewrites them) */
 #pragma unroll
-    for (int k = 0; k < W; k++) w[k] = ldp<T>(P.w.p, d * P.w.s[0] + k * P.w.s[1], P.prmT);
+    for (int k = 0; k < W; k++) w[k] = ldp<T>(P.weight.p, d * P.weight.s[0] + k * P.weight.s[1], P.prmT);
     /* the bias (without one: the weight's element, selected away) and the first token loaded with
        the weights and the state, not behind a branch: the compiler waits on a branch's loads at
        its end, and a decode call (L = 1) then waited two round trips (bench/NOTES.md CONV-CUDA-v7) */
-    const float bl = ldp<T>(P.bias.p ? P.bias.p : P.w.p, P.bias.p ? d * P.bias.s[0] : d * P.w.s[0], P.prmT);
+    const float bl = ldp<T>(P.bias.p ? P.bias.p : P.weight.p, P.bias.p ? d * P.bias.s[0] : d * P.weight.s[0], P.prmT);
     const float x0 = ld<T>(static_cast<const void *>(xp), 0); /* (L >= 1: validated) void *: see conv_final_kernel */
     const float bias = P.bias.p ? bl : 0.0f;
 #pragma unroll
@@ -4802,7 +4802,7 @@ static selscan_status conv_forward_begin(const selscan_conv_problem *p, const se
     conv_fill(P, *q, x ? x->cu_seqlens_device : NULL);
     P.ntiles = pl->ntiles;
     pl->nseg = pl->seglen = pl->rblk = 0;
-    pl->rows = !q->cu && !q->h0.data && conv_unit_l(q->x) && conv_unit_l(q->y) && conv_rows_plan(*q, &pl->nseg, &pl->seglen, &pl->rblk);
+    pl->rows = !q->cu && !q->init_state.data && conv_unit_l(q->x) && conv_unit_l(q->y) && conv_rows_plan(*q, &pl->nseg, &pl->seglen, &pl->rblk);
     return SELSCAN_OK;
 }
 static selscan_status conv_forward_run(const selscan__cprob &q, const conv_params &P, const conv_plan &pl, cudaStream_t stream,
@@ -4815,7 +4815,7 @@ static selscan_status conv_forward_run(const selscan__cprob &q, const conv_param
         });
     });
     SELSCAN__LAUNCHED();
-    if (q.hlast.data) {
+    if (q.final_state.data) {
         selscan_cuda_detail::with_dtype(q.dt, [&](auto tag) {
             conv_final_kernel<typename decltype(tag)::type><<<static_cast<unsigned>(pl.naux), 256, 0, stream>>>(P);
         });
@@ -4834,7 +4834,7 @@ static selscan_status conv_forward(const selscan_conv_problem *p, const selscan_
 /* The backward's workspace bytes (before the alignment slack): the per-block partials, when
    dweight or dbias is asked for; -1 when the size overflows. */
 static int64_t conv_ws_need(const selscan__cprob &q, const selscan__cgrd &r) {
-    if (!r.dw.data && !r.dbias.data) return 0;
+    if (!r.dweight.data && !r.dbias.data) return 0;
     sizecalc c;
     const int64_t n = c.al(c.mul(c.mul(q.batch, cdiv(q.L, static_cast<int64_t>(kConvTB) * kConvTL)), c.mul(q.dim, q.W + 1), 4));
     return c.ok ? n : -1;
@@ -4879,7 +4879,7 @@ static selscan_status conv_backward_begin(const selscan_conv_problem *p, const s
     P.cldy = conv_lanes_cl(r->dy); P.cldx = conv_lanes_cl(r->dx);
     P.part = need ? reinterpret_cast<float *>(ws) : NULL;
     pl->nseg = pl->seglen = pl->rblk = 0;
-    pl->rows = !q->cu && !q->h0.data && !r->dhlast.data && conv_unit_l(q->x) && conv_unit_l(r->dy) && conv_unit_l(r->dx) &&
+    pl->rows = !q->cu && !q->init_state.data && !r->dfinal_state.data && conv_unit_l(q->x) && conv_unit_l(r->dy) && conv_unit_l(r->dx) &&
                conv_rows_plan(*q, &pl->nseg, &pl->seglen, &pl->rblk);
     return SELSCAN_OK;
 }
@@ -4899,7 +4899,7 @@ static selscan_status conv_backward_run(const selscan__cprob &q, const selscan__
         conv_reduce_kernel<<<nblocks(q.dim * (q.W + 1), 256), 256, 0, stream>>>(P, q.batch * (pl.rows ? pl.nseg : pl.ntiles));
         SELSCAN__LAUNCHED();
     }
-    if (r.dh0.data) {
+    if (r.dinit_state.data) {
         selscan_cuda_detail::with_dtype(q.dt, [&](auto tag) {
             conv_dinit_kernel<typename decltype(tag)::type><<<static_cast<unsigned>(pl.naux), 256, 0, stream>>>(P);
         });
@@ -4926,7 +4926,7 @@ static selscan_status conv_step_begin(const selscan_conv_step_problem *s, selsca
     if (gx > kMaxGrid) return fail_grid(s->diag);
     memset(&P, 0, sizeof P);
     P.batch = q->batch; P.dim = q->dim; P.L = q->L; P.S = q->S; P.ncache = q->ncache; P.W = static_cast<int>(q->W); P.silu = q->silu;
-    P.prmT = q->wT; /* (= q->biasT: one flag) */
+    P.prmT = q->weightT; /* (= q->biasT: one flag) */
     P.idx = q->idx;
     SELSCAN__CONV_STEP_OPERANDS(SELSCAN__CUDA_CT, q)
     *grid = dim3(static_cast<unsigned>(gx), static_cast<unsigned>(gy));
