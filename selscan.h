@@ -270,6 +270,8 @@ typedef struct selscan_out_tensor {
     int64_t stride[4];
 } selscan_out_tensor;
 
+#define SELSCAN__STR(x) #x
+#define SELSCAN__XSTR(x) SELSCAN__STR(x) /* a macro's value as a string literal */
 /* Optional: which operand and which rule an error status is about. Give a pointer to one in
    selscan_problem.diag / selscan_step_problem.diag; on an error status every validate function,
    size query and CPU entry point stores two static strings and a code there, e.g. {"dB",
@@ -279,8 +281,6 @@ typedef struct selscan_out_tensor {
    overflows); nothing is written on SELSCAN_OK. No allocation, no printing. (A NULL problem
    pointer has no diag to write to.) With the parts API every part stores the same strings: give
    each thread its own copy of the problem (or leave diag NULL). */
-#define SELSCAN__STR(x) #x
-#define SELSCAN__XSTR(x) SELSCAN__STR(x) /* a macro's value as a string literal */
 /* Validation rules: one list, expanded into the enum selscan_rule (stable codes: match these, not
    the text) and into selscan_rule_string() / selscan_rule_name(). Codes are only ever appended. The
    text is selscan_diag.rule, except for SELSCAN_RULE_OVERLAPS, whose rule names the operand it
@@ -326,13 +326,15 @@ typedef struct selscan_out_tensor {
     X(SELSCAN_RULE_DTYPE, "wrong dtype")                    /* element type */                       \
     X(SELSCAN_RULE_DEVICE, "on another device")             /* not on the reference operand's */     \
     X(SELSCAN_RULE_NOT_HOST, "not in host memory")          /* values read on the host */          \
-    SELSCAN__SSD_RULE_LIST(X)
+    SELSCAN__LATER_RULE_LIST(X)
 
-/* the SSD scan's rules (>>ssd-api), after the list above */
-#define SELSCAN__SSD_RULE_LIST(X)                                                                  \
+/* the rules appended after the list above (codes are only ever appended): the SSD scan's (>>ssd-api),
+   then the packed sequences' "no sequence" (every scan's and the conv's n_seqs <= 0, until then
+   SELSCAN_RULE_OUT_OF_RANGE) */
+#define SELSCAN__LATER_RULE_LIST(X)                                                                \
     X(SELSCAN_RULE_NOT_DIVIDING_NHEADS, "does not divide nheads") /* SSD: n_groups */              \
-    X(SELSCAN_RULE_DT_LIMIT, "dt_min above dt_max, or NaN")      /* SSD: dt_min / dt_max */         \
-    X(SELSCAN_RULE_WITH_CU_SEQLENS, "given with cu_seqlens")     /* SSD: seq_idx */              \
+    X(SELSCAN_RULE_DT_LIMIT, "dt_min above dt_max, or NaN")      /* SSD: dt_min / dt_max */        \
+    X(SELSCAN_RULE_WITH_CU_SEQLENS, "given with cu_seqlens")     /* SSD: seq_idx */                \
     X(SELSCAN_RULE_NO_SEQUENCE, "no sequence (cu_seqlens needs n_seqs + 1 >= 2 offsets)") /* n_seqs */
 
 #define SELSCAN__RULE_ENUM(name, text) name,
@@ -756,63 +758,63 @@ SELSCAN_DEF uint16_t selscan_f32_to_bf16(float f);
    parameters from these too, their own buffers (workspace, checkpoint, cu_seqlens_device) added
    after the rows. Declared with the API, not in >>impl: the bindings' argument checks
    (bindings/common/selscan_binding.h) read them in any translation unit. */
-#define SELSCAN__SCAN_OPERANDS(X, c)                 \
-    X(c, u, u, IN, REQ, SEQ, T)                      \
-    X(c, delta, delta, IN, REQ, SEQ, T)              \
-    X(c, A, A, IN, REQ, DN, F32)                     \
-    X(c, B, B, IN, REQ, BC, FIXB)                    \
-    X(c, C, C, IN, REQ, BC, FIXC)                    \
-    X(c, D, D, IN, OPT, DIM, F32)                    \
-    X(c, z, z, IN, OPT, SEQ, T)                      \
-    X(c, delta_bias, delta_bias, IN, OPT, DIM, F32)  \
-    X(c, h0, h0, IN, OPT, ROWS, F32)                 \
-    X(c, y, y, OUT, FWD, SEQ, T)                     \
+#define SELSCAN__SCAN_OPERANDS(X, c)                \
+    X(c, u, u, IN, REQ, SEQ, T)                     \
+    X(c, delta, delta, IN, REQ, SEQ, T)             \
+    X(c, A, A, IN, REQ, DN, F32)                    \
+    X(c, B, B, IN, REQ, BC, FIXB)                   \
+    X(c, C, C, IN, REQ, BC, FIXC)                   \
+    X(c, D, D, IN, OPT, DIM, F32)                   \
+    X(c, z, z, IN, OPT, SEQ, T)                     \
+    X(c, delta_bias, delta_bias, IN, OPT, DIM, F32) \
+    X(c, h0, h0, IN, OPT, ROWS, F32)                \
+    X(c, y, y, OUT, FWD, SEQ, T)                    \
     X(c, h_last, h_last, OUT, OPT, ROWS, F32)
 /* the backward's (selscan_grads); dims and dtype are the problem's (dy like y, dB like B, ...) */
-#define SELSCAN__GRAD_OPERANDS(X, c)                 \
-    X(c, dy, dy, IN, REQ, SEQ, T)                    \
-    X(c, dh_last, dh_last, IN, OPT, ROWS, F32)       \
-    X(c, du, du, OUT, OPT, SEQ, T)                   \
-    X(c, ddelta, ddelta, OUT, OPT, SEQ, T)           \
-    X(c, dA, dA, OUT, OPT, DN, F32)                  \
-    X(c, dB, dB, OUT, OPT, BC, FIXB)                 \
-    X(c, dC, dC, OUT, OPT, BC, FIXC)                 \
-    X(c, dD, dD, OUT, OPT, DIM, F32)                 \
-    X(c, dz, dz, OUT, OPT, SEQ, T)                   \
+#define SELSCAN__GRAD_OPERANDS(X, c)                   \
+    X(c, dy, dy, IN, REQ, SEQ, T)                      \
+    X(c, dh_last, dh_last, IN, OPT, ROWS, F32)         \
+    X(c, du, du, OUT, OPT, SEQ, T)                     \
+    X(c, ddelta, ddelta, OUT, OPT, SEQ, T)             \
+    X(c, dA, dA, OUT, OPT, DN, F32)                    \
+    X(c, dB, dB, OUT, OPT, BC, FIXB)                   \
+    X(c, dC, dC, OUT, OPT, BC, FIXC)                   \
+    X(c, dD, dD, OUT, OPT, DIM, F32)                   \
+    X(c, dz, dz, OUT, OPT, SEQ, T)                     \
     X(c, ddelta_bias, ddelta_bias, OUT, OPT, DIM, F32) \
     X(c, dh0, dh0, OUT, OPT, ROWS, F32)
 /* the decode step's (selscan_step_problem): one token, so no L */
-#define SELSCAN__STEP_OPERANDS(X, c)                 \
-    X(c, state, state, OUT, REQ, CACHE, STT)         \
-    X(c, u, u, IN, REQ, TOK, T)                      \
-    X(c, delta, delta, IN, REQ, TOK, T)              \
-    X(c, A, A, IN, REQ, DN, F32)                     \
-    X(c, B, B, IN, REQ, BC1, FIXB)                   \
-    X(c, C, C, IN, REQ, BC1, FIXC)                   \
-    X(c, D, D, IN, OPT, DIM, PRM)                    \
-    X(c, z, z, IN, OPT, TOK, T)                      \
-    X(c, delta_bias, delta_bias, IN, OPT, DIM, PRM)  \
+#define SELSCAN__STEP_OPERANDS(X, c)                \
+    X(c, state, state, OUT, REQ, CACHE, STT)        \
+    X(c, u, u, IN, REQ, TOK, T)                     \
+    X(c, delta, delta, IN, REQ, TOK, T)             \
+    X(c, A, A, IN, REQ, DN, F32)                    \
+    X(c, B, B, IN, REQ, BC1, FIXB)                  \
+    X(c, C, C, IN, REQ, BC1, FIXC)                  \
+    X(c, D, D, IN, OPT, DIM, PRM)                   \
+    X(c, z, z, IN, OPT, TOK, T)                     \
+    X(c, delta_bias, delta_bias, IN, OPT, DIM, PRM) \
     X(c, y, y, OUT, REQ, TOK, T)
 /* the causal conv's (>>conv-api): selscan_conv_problem, selscan_conv_grads, selscan_conv_step_problem */
-#define SELSCAN__CONV_OPERANDS(X, c)                 \
-    X(c, x, x, IN, REQ, SEQ, T)                      \
-    X(c, weight, weight, IN, REQ, DW, F32)           \
-    X(c, bias, bias, IN, OPT, DIM, F32)              \
-    X(c, init_state, init_state, IN, OPT, CROWS, T)  \
-    X(c, y, y, OUT, FWD, SEQ, T)                     \
+#define SELSCAN__CONV_OPERANDS(X, c)                  \
+    X(c, x, x, IN, REQ, SEQ, T)                       \
+    X(c, weight, weight, IN, REQ, DW, F32)            \
+    X(c, bias, bias, IN, OPT, DIM, F32)               \
+    X(c, init_state, init_state, IN, OPT, CROWS, T)   \
+    X(c, y, y, OUT, FWD, SEQ, T)                      \
     X(c, final_state, final_state, OUT, OPT, CROWS, T)
-#define SELSCAN__CONV_GRAD_OPERANDS(X, c)            \
-    X(c, dy, dy, IN, REQ, SEQ, T)                    \
+#define SELSCAN__CONV_GRAD_OPERANDS(X, c)               \
+    X(c, dy, dy, IN, REQ, SEQ, T)                       \
     X(c, dfinal_state, dfinal_state, IN, OPT, CROWS, T) \
-    X(c, dx, dx, OUT, OPT, SEQ, T)                   \
-    X(c, dweight, dweight, OUT, OPT, DW, F32)        \
-    X(c, dbias, dbias, OUT, OPT, DIM, F32)           \
+    X(c, dx, dx, OUT, OPT, SEQ, T)                      \
+    X(c, dweight, dweight, OUT, OPT, DW, F32)           \
+    X(c, dbias, dbias, OUT, OPT, DIM, F32)              \
     X(c, dinit_state, dinit_state, OUT, OPT, CROWS, T)
-#define SELSCAN__CONV_STEP_OPERANDS(X, c)            \
-    X(c, state, state, OUT, REQ, CCACHE, T)          \
-    X(c, x, x, IN, REQ, SEQ, T)                      \
-    X(c, weight, weight, IN, REQ, DW, PRM)           \
-    X(c, bias, bias, IN, OPT, DIM, PRM)              \
+#define SELSCAN__CONV_STEP_OPERANDS(X, c)        \
+    X(c, state, state, OUT, REQ, CCACHE, T)      \
+    X(c, x, x, IN, REQ, SEQ, T)                  \
+    X(c, weight, weight, IN, REQ, DW, PRM)       \
+    X(c, bias, bias, IN, OPT, DIM, PRM)          \
     X(c, y, y, OUT, REQ, SEQ, T)
 
 /* dims: rank, n0, n1, n2, n3 from the validated sizes q (selscan__prob; TOK, BC1, CACHE: selscan__stp;
@@ -2461,35 +2463,35 @@ typedef struct selscan__sprob {
 } selscan__sprob;
 
 typedef struct selscan__sgrd {
-    selscan__ten dy, dfinal_state, dx, ddt, dA, dB, dC, dD, dz, ddt_bias, dinitial_state;
+    selscan__ten dy, dfinal_state, dx, ddelta, dA, dB, dC, dD, dz, ddt_bias, dinitial_state; /* ddelta: ddt (as delta: dt) */
 } selscan__sgrd;
 
 /* The SSD operand tables (the >>operands columns; the OPERANDS list of >>ssd-api, once). dtype I32:
    int32 elements (seq_idx), resolved as 4-byte elements for the stride, span and alias checks. */
-#define SELSCAN__SSD_OPERANDS(X, c)                      \
-    X(c, x, x, IN, REQ, SSD_X, T)                        \
-    X(c, dt, delta, IN, REQ, SSD_DT, T)                  \
-    X(c, A, A, IN, REQ, SSD_H, F32)                      \
-    X(c, B, B, IN, REQ, SSD_BC, T)                       \
-    X(c, C, C, IN, REQ, SSD_BC, T)                       \
-    X(c, D, D, IN, OPT, SSD_D, F32)                      \
-    X(c, z, z, IN, OPT, SSD_X, T)                        \
-    X(c, dt_bias, dt_bias, IN, OPT, SSD_H, F32)          \
-    X(c, seq_idx, seq_idx, IN, OPT, SSD_SEQ, I32)        \
+#define SELSCAN__SSD_OPERANDS(X, c)                            \
+    X(c, x, x, IN, REQ, SSD_X, T)                              \
+    X(c, dt, delta, IN, REQ, SSD_DT, T)                        \
+    X(c, A, A, IN, REQ, SSD_H, F32)                            \
+    X(c, B, B, IN, REQ, SSD_BC, T)                             \
+    X(c, C, C, IN, REQ, SSD_BC, T)                             \
+    X(c, D, D, IN, OPT, SSD_D, F32)                            \
+    X(c, z, z, IN, OPT, SSD_X, T)                              \
+    X(c, dt_bias, dt_bias, IN, OPT, SSD_H, F32)                \
+    X(c, seq_idx, seq_idx, IN, OPT, SSD_SEQ, I32)              \
     X(c, initial_state, initial_state, IN, OPT, SSD_ROWS, F32) \
-    X(c, y, y, OUT, FWD, SSD_X, T)                       \
+    X(c, y, y, OUT, FWD, SSD_X, T)                             \
     X(c, final_state, final_state, OUT, OPT, SSD_ROWS, F32)
-#define SELSCAN__SSD_GRAD_OPERANDS(X, c)                 \
-    X(c, dy, dy, IN, REQ, SSD_X, T)                      \
-    X(c, dfinal_state, dfinal_state, IN, OPT, SSD_ROWS, F32) \
-    X(c, dx, dx, OUT, OPT, SSD_X, T)                     \
-    X(c, ddt, ddt, OUT, OPT, SSD_DT, T)                  \
-    X(c, dA, dA, OUT, OPT, SSD_H, F32)                   \
-    X(c, dB, dB, OUT, OPT, SSD_BC, T)                    \
-    X(c, dC, dC, OUT, OPT, SSD_BC, T)                    \
-    X(c, dD, dD, OUT, OPT, SSD_D, F32)                   \
-    X(c, dz, dz, OUT, OPT, SSD_X, T)                     \
-    X(c, ddt_bias, ddt_bias, OUT, OPT, SSD_H, F32)       \
+#define SELSCAN__SSD_GRAD_OPERANDS(X, c)                         \
+    X(c, dy, dy, IN, REQ, SSD_X, T)                              \
+    X(c, dfinal_state, dfinal_state, IN, OPT, SSD_ROWS, F32)     \
+    X(c, dx, dx, OUT, OPT, SSD_X, T)                             \
+    X(c, ddt, ddelta, OUT, OPT, SSD_DT, T)                          \
+    X(c, dA, dA, OUT, OPT, SSD_H, F32)                           \
+    X(c, dB, dB, OUT, OPT, SSD_BC, T)                            \
+    X(c, dC, dC, OUT, OPT, SSD_BC, T)                            \
+    X(c, dD, dD, OUT, OPT, SSD_D, F32)                           \
+    X(c, dz, dz, OUT, OPT, SSD_X, T)                             \
+    X(c, ddt_bias, ddt_bias, OUT, OPT, SSD_H, F32)               \
     X(c, dinitial_state, dinitial_state, OUT, OPT, SSD_ROWS, F32)
 /* dims of the SSD operands from the validated sizes q (selscan__sprob) */
 #define SELSCAN__DIMS_SSD_X(q) 4, (q)->batch, (q)->L, (q)->H, (q)->P     /* (batch, L, H, P) */
@@ -2883,13 +2885,13 @@ static void selscan__ssd_ref_backward(const selscan__sprob *q, const selscan__sg
     const int64_t N = q->N, L = q->L;
     float *hs = ws, *dh = hs + (L + 1) * N, *ddt = dh + N, *acc = ddt + L, *dBacc = NULL, *dCacc = NULL;
     float *const dA = SELSCAN__CAST(float *, r->dA.data), *const dD = SELSCAN__CAST(float *, r->dD.data);
-    float *const dbias = SELSCAN__CAST(float *, r->ddt_bias.data);
+    float *const ddt_bias = SELSCAN__CAST(float *, r->ddt_bias.data);
     int64_t b, g, h, p, t, n;
     if (r->dB.data) { dBacc = acc; acc += L * N; }
     if (r->dC.data) dCacc = acc;
     for (h = 0; h < q->H; h++) { /* the sums over batch rows start at 0 */
         if (dA) dA[SELSCAN__AT1(r->dA, h)] = 0.0f;
-        if (dbias) dbias[SELSCAN__AT1(r->ddt_bias, h)] = 0.0f;
+        if (ddt_bias) ddt_bias[SELSCAN__AT1(r->ddt_bias, h)] = 0.0f;
         if (dD && q->Dhd) for (p = 0; p < q->P; p++) dD[SELSCAN__AT2(r->dD, h, p)] = 0.0f;
         else if (dD) dD[SELSCAN__AT1(r->dD, h)] = 0.0f;
     }
@@ -2914,11 +2916,11 @@ static void selscan__ssd_ref_backward(const selscan__sprob *q, const selscan__sg
                     if (q->limit && (pre < q->dtmin || pre > q->dtmax)) v = 0.0f; /* clamped: no gradient */
                     if (q->softplus && raw <= SELSCAN__SOFTPLUS_THRESHOLD) v *= selscan__sigmoid(raw);
                     dbh += v;
-                    if (r->ddt.data)
-                        selscan__store(r->ddt.data, SELSCAN__AT3(r->ddt, b, t, h), q->dt, selscan__canon(v));
+                    if (r->ddelta.data)
+                        selscan__store(r->ddelta.data, SELSCAN__AT3(r->ddelta, b, t, h), q->dt, selscan__canon(v));
                 }
                 if (dA) dA[SELSCAN__AT1(r->dA, h)] += dAh;
-                if (dbias) dbias[SELSCAN__AT1(r->ddt_bias, h)] += dbh;
+                if (ddt_bias) ddt_bias[SELSCAN__AT1(r->ddt_bias, h)] += dbh;
             }
             for (t = 0; t < L; t++)
                 for (n = 0; n < N; n++) {
@@ -2933,7 +2935,7 @@ static void selscan__ssd_ref_backward(const selscan__sprob *q, const selscan__sg
     for (h = 0; h < q->H; h++) { /* the sums' NaNs: the default quiet NaN (see selscan__canon) */
         float *v;
         if (dA) { v = dA + SELSCAN__AT1(r->dA, h); *v = selscan__canon(*v); }
-        if (dbias) { v = dbias + SELSCAN__AT1(r->ddt_bias, h); *v = selscan__canon(*v); }
+        if (ddt_bias) { v = ddt_bias + SELSCAN__AT1(r->ddt_bias, h); *v = selscan__canon(*v); }
         if (dD && q->Dhd) for (p = 0; p < q->P; p++) { v = dD + SELSCAN__AT2(r->dD, h, p); *v = selscan__canon(*v); }
         else if (dD) { v = dD + SELSCAN__AT1(r->dD, h); *v = selscan__canon(*v); }
     }
@@ -4444,17 +4446,17 @@ SELSCAN_DEF selscan_status selscan_ssd_forward_cpu(const selscan_ssd_problem *p,
 
 /* the shared region's partials (float offsets, -1: not asked for) */
 typedef struct selscan__ssh {
-    int64_t B, C, A, bias, D, end;
+    int64_t B, C, A, dt_bias, D, end;
 } selscan__ssh;
 
 static void selscan__ssd_ssh_map(selscan__ssh *o, const selscan__sprob *q, const selscan__sgrd *r) {
     const int64_t items = selscan__smul(q->batch, q->H), rows = selscan__smul(items, selscan__smul(q->L, selscan__r16(q->N)));
     int64_t e = 0;
-    o->B = o->C = o->A = o->bias = o->D = -1;
+    o->B = o->C = o->A = o->dt_bias = o->D = -1;
     if (r->dB.data) { o->B = e; e = selscan__sadd(e, rows); }
     if (r->dC.data) { o->C = e; e = selscan__sadd(e, rows); }
     if (r->dA.data) { o->A = e; e = selscan__sadd(e, selscan__r16(items)); }
-    if (r->ddt_bias.data) { o->bias = e; e = selscan__sadd(e, selscan__r16(items)); }
+    if (r->ddt_bias.data) { o->dt_bias = e; e = selscan__sadd(e, selscan__r16(items)); }
     if (r->dD.data) { o->D = e; e = selscan__sadd(e, selscan__r16(selscan__smul(items, q->Dhd ? q->P : 1))); }
     o->end = e;
 }
@@ -4616,10 +4618,10 @@ static void selscan__ssd_bwd_item(const selscan__sprob *q, const selscan__sgrd *
         if (q->limit && (pre < q->dtmin || pre > q->dtmax)) v = 0.0f;
         if (q->softplus && raw <= SELSCAN__SOFTPLUS_THRESHOLD) v *= selscan__sigmoid(raw);
         dbs += v;
-        if (r->ddt.data) selscan__store(r->ddt.data, SELSCAN__AT3(r->ddt, b, t, h), q->dt, selscan__canon(v));
+        if (r->ddelta.data) selscan__store(r->ddelta.data, SELSCAN__AT3(r->ddelta, b, t, h), q->dt, selscan__canon(v));
     }
     if (o->A >= 0) sh[o->A + item] = dAs;
-    if (o->bias >= 0) sh[o->bias + item] = dbs;
+    if (o->dt_bias >= 0) sh[o->dt_bias + item] = dbs;
     if (o->D >= 0) {
         if (q->Dhd) {
             for (p = 0; p < P; p++) sh[o->D + item * P + p] = dDa[p];
@@ -4691,8 +4693,8 @@ static selscan_status selscan__ssd_backward_reduce(const selscan_ssd_problem *p,
     selscan__split(q.H, part, nparts, &i0, &i1);
     for (h = i0; h < i1; h++) { /* the sums over batch rows */
         if (o.A >= 0) SELSCAN__CAST(float *, r.dA.data)[SELSCAN__AT1(r.dA, h)] = selscan__psum(sh, o.A + h, q.H, q.batch);
-        if (o.bias >= 0)
-            SELSCAN__CAST(float *, r.ddt_bias.data)[SELSCAN__AT1(r.ddt_bias, h)] = selscan__psum(sh, o.bias + h, q.H, q.batch);
+        if (o.dt_bias >= 0)
+            SELSCAN__CAST(float *, r.ddt_bias.data)[SELSCAN__AT1(r.ddt_bias, h)] = selscan__psum(sh, o.dt_bias + h, q.H, q.batch);
         for (k = 0; o.D >= 0 && k < nD; k++)
             SELSCAN__CAST(float *, r.dD.data)[q.Dhd ? SELSCAN__AT2(r.dD, h, k) : SELSCAN__AT1(r.dD, h)] =
                 selscan__psum(sh, o.D + h * nD + k, q.H * nD, q.batch);

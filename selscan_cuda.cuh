@@ -360,8 +360,8 @@ struct bwd_params {
 /* The fields the two share: the backward's forward passes run on scan_of(its parameters) */
 #define SELSCAN__SCAN_FIELDS(X)                                                                           \
     X(batch) X(dim) X(L) X(N) X(G) X(dpg) X(nseq) X(softplus) X(fixB) X(fixC) X(cl) X(NT) X(CH) X(ncb) X(lchunk) \
-    X(nlch) X(cu) X(u) X(delta) X(A) X(B) X(C) X(D) X(z) X(delta_bias) X(h0) X(y) X(h_last) X(ck) X(nck) X(ckmask)     \
-    X(ckshift) X(S) X(P) X(Hin)
+    X(nlch) X(cu) X(u) X(delta) X(A) X(B) X(C) X(D) X(z) X(delta_bias) X(h0) X(y) X(h_last) X(ck) X(nck)         \
+    X(ckmask) X(ckshift) X(S) X(P) X(Hin)
 static scan_params scan_of(const bwd_params &b) {
     scan_params f;
     memset(&f, 0, sizeof f);
@@ -1614,7 +1614,7 @@ static __global__ void __launch_bounds__(kThreads, SELSCAN_CUDA_BWD_MINBLOCKS) b
         s_acc[k * kThreads + tid] = 0.0f;
         s_acc[(k + NPT) * kThreads + tid] = 0.0f;
     }
-    float accD = 0.0f, accBias = 0.0f;
+    float accD = 0.0f, accDeltaBias = 0.0f;
 
     /* Loads one sub-tile [ts, ts + tn) into shared memory; full: everything phase B needs. */
     auto load_tile = [&](int64_t ts, int tn, bool full) {
@@ -1883,7 +1883,7 @@ static __global__ void __launch_bounds__(kThreads, SELSCAN_CUDA_BWD_MINBLOCKS) b
 #pragma unroll
                 for (int tt = 0; tt < kSub; tt++) {
                     accD += s_cD[tid * SP + tt];
-                    accBias += s_cb[tid * SP + tt];
+                    accDeltaBias += s_cb[tid * SP + tt];
                 }
         }
     }
@@ -1899,7 +1899,7 @@ static __global__ void __launch_bounds__(kThreads, SELSCAN_CUDA_BWD_MINBLOCKS) b
     if (tid < nchb) {
         const int64_t o = prow * P.dim + c0 + tid;
         if (P.wdD) P.wdD[o] = accD;
-        if (P.wddelta_bias) P.wddelta_bias[o] = accBias;
+        if (P.wddelta_bias) P.wddelta_bias[o] = accDeltaBias;
     }
 }
 
@@ -2133,7 +2133,7 @@ static __global__ void __launch_bounds__(kThreads, fast_bwd_minblocks<S>()) bwd_
     const float Dd = active && P.D.p ? ldf(P.D, d * P.D.s[0]) : 0.0f;
     const float delta_bias = active && P.delta_bias.p ? ldf(P.delta_bias, d * P.delta_bias.s[0]) : 0.0f;
     const bool sp = P.softplus != 0, hz = P.z.p != NULL;
-    float accD = 0.0f, accBias = 0.0f; /* over the own steps */
+    float accD = 0.0f, accDeltaBias = 0.0f; /* over the own steps */
 
     /* own steps [tb + j*OWN, +OWN) of the tile at tb, inside [tb, te) */
     auto own_count = [&](int tb, int te) {
@@ -2358,7 +2358,7 @@ static __global__ void __launch_bounds__(kThreads, fast_bwd_minblocks<S>()) bwd_
                     vd[k] = ddt;
                     vz[k] = o.y * fmaf(Dd, c.w, s.z);
                     accD = fmaf(c.z, c.w, accD);
-                    accBias += ddt;
+                    accDeltaBias += ddt;
                 }
                 if (nown > 0) {
                     if (P.du.p) store_seq<T, OWN>(row(P.du), t0, vu, nown, lstride<CL>(P.du));
@@ -2394,11 +2394,11 @@ static __global__ void __launch_bounds__(kThreads, fast_bwd_minblocks<S>()) bwd_
 #pragma unroll
     for (int m = 1; m < TPC; m *= 2) {
         accD += __shfl_xor_sync(0xffffffffu, accD, m);
-        accBias += __shfl_xor_sync(0xffffffffu, accBias, m);
+        accDeltaBias += __shfl_xor_sync(0xffffffffu, accDeltaBias, m);
     }
     if (active && j == 0) {
         if (P.wdD) P.wdD[prow * P.dim + d] = accD;
-        if (P.wddelta_bias) P.wddelta_bias[prow * P.dim + d] = accBias;
+        if (P.wddelta_bias) P.wddelta_bias[prow * P.dim + d] = accDeltaBias;
     }
 }
 
@@ -3309,7 +3309,7 @@ struct bwd_plan {
     int64_t ncb, nck, nck16, nlch, lchunk;
     int64_t ck_bytes; /* the forward's (64-step) checkpoint */
     int64_t ws;       /* workspace bytes, before the alignment slack; offsets of its parts: */
-    int64_t off_ck16, off_S, off_P, off_V, off_M, off_Din, off_dA, off_dD, off_dbias, off_dBf, off_dCf, off_dB, off_dC;
+    int64_t off_ck16, off_S, off_P, off_V, off_M, off_Din, off_dA, off_dD, off_ddelta_bias, off_dBf, off_dCf, off_dB, off_dC;
     int64_t off_fws;  /* fast path without a checkpoint: the forward's L-chunk buffers */
     int64_t off_scr;  /* fast path: per-block scratch */
     fwd_plan fp;      /* the pass that writes the kSub-step checkpoint (the fast path: the 64-step one) */
@@ -3331,7 +3331,7 @@ static int64_t plan_partials(const selscan__prob &q, const selscan__grd &r, bwd_
     const int64_t prows = c.mul(rows, pl->nlch); /* partial sums per (chunk, batch row) */
     pl->off_dA = o; o = c.add(o, r.dA.data ? c.al(c.mul(prows, q.N, 4)) : 0);
     pl->off_dD = o; o = c.add(o, r.dD.data ? c.al(c.mul(prows, 4)) : 0);
-    pl->off_dbias = o; o = c.add(o, r.ddelta_bias.data ? c.al(c.mul(prows, 4)) : 0);
+    pl->off_ddelta_bias = o; o = c.add(o, r.ddelta_bias.data ? c.al(c.mul(prows, 4)) : 0);
     pl->off_dBf = o; o = c.add(o, r.dB.data && q.fixB ? c.al(c.mul(prows, q.N, 4)) : 0);
     pl->off_dCf = o; o = c.add(o, r.dC.data && q.fixC ? c.al(c.mul(prows, q.N, 4)) : 0);
     const int64_t bc = c.al(c.mul(c.mul(pl->ncb, q.batch, q.G), c.mul(q.N, q.L, 4)));
@@ -3763,7 +3763,7 @@ static selscan_status run_backward(const selscan__prob &q, const selscan__grd &r
     }
     P.wdA = r.dA.data ? reinterpret_cast<float *>(ws + bp.off_dA) : NULL;
     P.wdD = r.dD.data ? reinterpret_cast<float *>(ws + bp.off_dD) : NULL;
-    P.wddelta_bias = r.ddelta_bias.data ? reinterpret_cast<float *>(ws + bp.off_dbias) : NULL;
+    P.wddelta_bias = r.ddelta_bias.data ? reinterpret_cast<float *>(ws + bp.off_ddelta_bias) : NULL;
     P.wdBf = r.dB.data && q.fixB ? reinterpret_cast<float *>(ws + bp.off_dBf) : NULL;
     P.wdCf = r.dC.data && q.fixC ? reinterpret_cast<float *>(ws + bp.off_dCf) : NULL;
     P.wdB = r.dB.data && !q.fixB ? reinterpret_cast<float *>(ws + bp.off_dB) : NULL;

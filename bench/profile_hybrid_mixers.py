@@ -161,10 +161,10 @@ def main():
                 rows[bn] = (T, M)
                 print(f"| {name} | {batch} x {L} | {bn} | {T:.4f} | {Th:.4f} | {f:.4f} + {bw:.4f} = {M:.4f} | "
                       f"{M / T:.0%} | {T - M:.4f} |", flush=True)
-            if "selscan" in rows and "mamba_ssm" in rows:
+            if "selscan" in rows and "mamba_ssm" in rows and rows["selscan"][1] > 0:
                 (Ts, Ms), (Tp, Mp) = rows["selscan"], rows["mamba_ssm"]
                 print(f"|  | {batch} x {L} | step x = {Tp / Ts:.2f}, mixer x = {Mp / Ms:.2f} |||||")
-            elif "selscan" in rows:
+            elif "selscan" in rows and rows["selscan"][1] > 0:  # (no mixer found: nothing to bound)
                 Ts, Ms = rows["selscan"]
                 need = args.goal + (args.goal - 1) * (Ts - Ms) / Ms
                 print(f"|  | {batch} x {L} | a step ratio of {args.goal}x needs mixers {need:.2f}x faster than the "

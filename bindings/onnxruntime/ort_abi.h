@@ -112,7 +112,10 @@ struct OrtCustomOp {
     X(61, GetDimensionsCount, OrtStatus *, (const OrtTensorTypeAndShapeInfo *info, size_t *out))                      \
     X(62, GetDimensions, OrtStatus *, (const OrtTensorTypeAndShapeInfo *info, int64_t *dims, size_t n))               \
     X(65, GetTensorTypeAndShape, OrtStatus *, (const OrtValue *value, OrtTensorTypeAndShapeInfo **out))               \
+    X(85, KernelInfoGetAttribute_float, OrtStatus *, (const OrtKernelInfo *info, const char *name, float *out))       \
     X(86, KernelInfoGetAttribute_int64, OrtStatus *, (const OrtKernelInfo *info, const char *name, int64_t *out))     \
+    X(87, KernelInfoGetAttribute_string, OrtStatus *,                                                                 \
+      (const OrtKernelInfo *info, const char *name, char *out, size_t *size))                                         \
     X(88, KernelContext_GetInputCount, OrtStatus *, (const OrtKernelContext *ctx, size_t *out))                       \
     X(89, KernelContext_GetOutputCount, OrtStatus *, (const OrtKernelContext *ctx, size_t *out))                      \
     X(90, KernelContext_GetInput, OrtStatus *, (const OrtKernelContext *ctx, size_t index, const OrtValue **out))     \

@@ -674,19 +674,35 @@ int SELSCAN_ORT_CALL VariadicHomogeneity(const OrtCustomOp *) { return 1; }
 int SELSCAN_ORT_CALL GetStartVersion(const OrtCustomOp *) { return SELSCAN_ORT_OPSET; }
 int SELSCAN_ORT_CALL GetEndVersion(const OrtCustomOp *) { return 1000; } // ONNX Runtime's "no end"
 
-// An optional int attribute (0 or 1); *out keeps its default when the node does not set it. ONNX
-// Runtime answers a missing attribute and one of another type (a float, a string, a list) alike with
-// an error status; only its message tells them apart ("No attribute with name:'...'is defined.",
-// unchanged since its first release): anything else is the wrong type, refused (never the default).
+// Whether the node carries attribute `name` with a type other than int. ONNX Runtime answers a missing
+// attribute and a mistyped one alike (an error status), so: a float or a string read that succeeds, or
+// (a list: no reader in the ABI the library uses) ONNX Runtime's own words, "Attribute name and type
+// don't match" ("Attibute" in older releases); anything else reads as absent, so that a reworded
+// message can never refuse a node that leaves an optional attribute out.
+bool OtherTypeAttr(const OrtKernelInfo *info, const char *name, const char *int_error) {
+    if (std::strstr(int_error, "type don't match")) return true;
+    float f = 0.f;
+    size_t n = 0;
+    for (OrtStatus *st : {g_api.KernelInfoGetAttribute_float(info, name, &f),
+                          g_api.KernelInfoGetAttribute_string(info, name, nullptr, &n)}) {
+        if (!st) return true;
+        g_api.ReleaseStatus(st);
+    }
+    return false;
+}
+
+// An optional int attribute (0 or 1); *out keeps its default when the node does not set it; one of
+// another type is refused (never taken as absent: its default would be a silent wrong answer).
 OrtStatus *BoolAttr(const OrtKernelInfo *info, const char *op, const char *name, int64_t *out) {
     int64_t v = 0;
     OrtStatus *st = g_api.KernelInfoGetAttribute_int64(info, name, &v);
     if (st) {
-        const bool absent = std::strncmp(g_api.GetErrorMessage(st), "No attribute with name", 22) == 0;
+        const std::string why = g_api.GetErrorMessage(st);
         g_api.ReleaseStatus(st);
-        if (absent) return nullptr;
+        if (!OtherTypeAttr(info, name, why.c_str())) return nullptr; // absent: the default
         return Error(ORT_INVALID_ARGUMENT, std::string("selscan ") + op + ": attribute '" + name +
-                                               "' must be an int (0 or 1), got another type");
+                                               "' must be an int (0 or 1), got another type (ONNX Runtime: " +
+                                               why + ")");
     }
     if (v != 0 && v != 1)
         return Error(ORT_INVALID_ARGUMENT, std::string("selscan ") + op + ": attribute '" + name +

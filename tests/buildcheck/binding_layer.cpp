@@ -14,12 +14,12 @@
 namespace bind = selscan_binding;
 
 // The CUDA shim's plan query, stood in for (this check links no CUDA): the fast kernels take a problem
-// whose u has a unit L stride (kFastAsIs: any problem); the last problem asked is kept.
-static bool kFastAsIs = false;
+// whose u and y have unit L strides (g_fast_as_is: any problem); the last problem asked is kept.
+static bool g_fast_as_is = false;
 static selscan_problem g_asked;
 extern "C" int selscan_binding_cuda_fast_forward(const selscan_problem *p) {
     g_asked = *p;
-    return kFastAsIs || p->u.stride[2] <= 1;
+    return g_fast_as_is || (p->u.stride[2] <= 1 && p->y.stride[2] <= 1);
 }
 
 static int failures = 0;
@@ -351,7 +351,8 @@ int main() {
     // >>unit-l: ScanWantsUnitL copies L-strided operands where the plan takes the unit-L form only
     {
         const int64_t sz[3] = {2, 8, 16}, unit[3] = {128, 16, 1}, lstr[3] = {128, 1, 8}, a_sz[2] = {8, 4},
-                      a_st[2] = {4, 1}, bc_sz[4] = {2, 1, 4, 16}, bc_st[4] = {64, 64, 16, 1}, d_sz[1] = {8}, d_st[1] = {1};
+                      a_st[2] = {4, 1}, bc_sz[4] = {2, 1, 4, 16}, bc_st[4] = {64, 64, 16, 1}, d_sz[1] = {8},
+                      d_st[1] = {1};
         auto arg = [](int64_t nd, const int64_t *sz, const int64_t *st, bind::Type t) {
             bind::Arg a;
             a.present = true, a.ndim = nd, a.sizes = sz, a.strides = st, a.type = t;
@@ -369,7 +370,17 @@ int main() {
         EXPECT(!bind::ScanWantsUnitL(in, k)); // nothing L-strided: nothing to copy
         in[bind::kScanU] = arg(3, sz, lstr, bind::Type::kF32);
         EXPECT(bind::ScanWantsUnitL(in, k) && g_asked.delta_bias.data && g_asked.u.stride[2] == 8);
-        kFastAsIs = true; // the fast kernels take it as it is: no copy
+        const bind::Arg dy = arg(3, sz, lstr, bind::Type::kF32);
+        in[bind::kScanU] = arg(3, sz, unit, bind::Type::kF32);
+        EXPECT(bind::ScanWantsUnitL(in, k, &dy) && g_asked.y.stride[2] == 8); // y: the L-strided dy's strides
+        EXPECT(!bind::ScanWantsUnitL(in, k)); // (y like u: unit)
+        std::vector<int64_t> cu_sz{3};
+        const int64_t cu_st[1] = {1};
+        in[bind::kScanU] = arg(3, sz, lstr, bind::Type::kF32);
+        in[bind::kScanCuSeqlens] = arg(1, cu_sz.data(), cu_st, bind::Type::kI64);
+        EXPECT(!bind::ScanWantsUnitL(in, k)); // packed sequences: the general kernels, nothing copied
+        in[bind::kScanCuSeqlens] = bind::Arg();
+        g_fast_as_is = true; // the fast kernels take it as it is: no copy
         EXPECT(!bind::ScanWantsUnitL(in, k));
     }
     std::printf("binding_layer: %s\n", failures ? "FAILED" : "ok");

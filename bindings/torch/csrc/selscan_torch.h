@@ -547,7 +547,8 @@ template <typename Op>
 struct NotDifferentiable : torch::autograd::Function<Op> {
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext*, torch::autograd::variable_list) {
     TORCH_CHECK(false, "selscan: double backward (differentiating the gradients of ", Op::kFunction,
-                ", e.g. after create_graph=True) is not supported: selscan's backward of it is not differentiable");
+                ", e.g. after create_graph=True) is not supported: selscan's backward of ", Op::kFunction,
+                " is not differentiable");
     return {};
   }
 };

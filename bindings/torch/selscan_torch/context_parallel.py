@@ -536,7 +536,8 @@ class _ContextParallelScan(torch.autograd.Function):
                     P = _transfer(S_all, A, q) if (packed is None or packed.thru[q]) else None
                     mu = got[q] + (P * mu if P is not None else 0)
                 lam = mu if e is None else mu + e
-                grads = bwd(as_rows(lam), mask)
+                # nothing to compute here (a rank holding only the token, its y a link in h0's chain): skip
+                grads = bwd(as_rows(lam), mask) if any(mask) else [None] * _NGRADS
         out = [None] * 17
         for i in range(_NGRADS):
             if mask[i]:
@@ -557,7 +558,11 @@ def selective_scan_fn(u, delta, A, B, C, D=None, z=None, delta_bias=None, delta_
     exact state after this rank's last token: on the last rank, the last state of the whole
     sequence. A gradient flowing into any rank's last_state is propagated.
 
-    h0 (batch, dim, N): the state before the sequence's first token, read on rank 0 only.
+    h0 (batch, dim, N): the state before the sequence's first token, read on rank 0 only. When any
+    rank's inputs require grad (h0 on rank 0 alone, say), every rank records the backward (its y and
+    last state require grad) and must run it; grad disabled on one rank then is refused. That
+    agreement needs the cross-rank check (CHECK_RANKS, the default): unchecked, every rank's inputs
+    must require grad alike.
     cu_seqlens: the packed sequences' offsets along the WHOLE sequence (the same on every rank,
     batch 1; sequences may cross shard borders); return_last_state and h0 are not supported with
     it (NotImplementedError).
@@ -645,8 +650,8 @@ def _scan(u, delta, A, B, C, D, z, delta_bias, delta_softplus, return_last_state
         if graph_group and off:
             need = next(r for r, m in enumerate(metas) if m[-1] == 2)
             raise ValueError(f"selscan context_parallel: selective_scan_fn: rank {need}'s inputs require grad but "
-                             f"rank {off[0]} runs with grad disabled (its backward has a collective too: every "
-                             f"rank must run with grad enabled, or none)")
+                             f"rank {off[0]} runs with grad disabled (selective_scan_fn's backward has collectives "
+                             f"on every rank: every rank must run with grad enabled, or none)")
     elif err is not None:
         raise err
     else:

@@ -57,6 +57,7 @@ import weakref
 
 import torch
 
+from . import _C
 from . import block as _block
 from . import conv as _conv
 from . import selective_scan_fn as _selective_scan_fn
@@ -391,7 +392,7 @@ def _tf_conv_fn(original):
             if seq_idx is not None or initial_states is not None or return_final_states or final_states_out is not None:
                 raise NotImplementedError(f"selscan_torch.use_in_transformers: a conv of width {weight.shape[-1]} "
                                           "with seq_idx / initial_states / final states: neither selscan's conv "
-                                          f"(widths {_conv._C.CONV_MIN_WIDTH} .. {_conv._C.CONV_MAX_WIDTH}) nor "
+                                          f"(widths {_C.CONV_MIN_WIDTH} .. {_C.CONV_MAX_WIDTH}) nor "
                                           "transformers' own PyTorch conv takes them")
             return own(x, weight, bias, activation=activation, **kwargs)
         if activation not in _ACTS:  # an activation selscan's conv does not fuse: transformers' own

@@ -7,6 +7,7 @@ through selscan_torch.context_parallel on this rank's shard, twice, and saves th
 and gradients (and whether the two runs agreed bitwise) for the test to compare with the
 single-process call.
 """
+import contextlib
 import os
 import sys
 import traceback
@@ -117,8 +118,9 @@ def _scan_disagree(s, g, dev):
     inp = {k: v.to(dev) for k, v in inp.items()}
     before = {k: v.detach().clone() for k, v in inp.items()}
     try:
-        cp.selective_scan_fn(inp["u"], inp["delta"], inp["A"], inp["B"], inp["C"], inp["D"], inp["z"],
-                             inp["delta_bias"], True, group=g, cu_seqlens=s.get("cu"))
+        with torch.no_grad() if s.get("no_grad") else contextlib.nullcontext():
+            cp.selective_scan_fn(inp["u"], inp["delta"], inp["A"], inp["B"], inp["C"], inp["D"], inp["z"],
+                                 inp["delta_bias"], True, group=g, cu_seqlens=s.get("cu"))
     finally:
         s["untouched"] = all(torch.equal(before[k], v.detach()) for k, v in inp.items())
 

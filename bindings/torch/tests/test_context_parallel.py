@@ -105,6 +105,9 @@ CP38 = {  # name: (function, base arguments, {rank ("last": world - 1): changes}
     "scan_dtype": ("scan", _SCAN, {1: dict(dtype=torch.bfloat16)}, "the ranks disagree on u's dtype: "
                    "rank 0 has torch.float32, rank 1 has torch.bfloat16"),
     "scan_refused_on_one_rank": ("scan", _SCAN, {1: dict(bad_delta=True)}, "argument 'delta': wrong shape"),
+    # one rank under no_grad while the others' A requires grad: the backward's collectives would hang
+    "scan_grad_disabled_on_one_rank": ("scan", _SCAN, {1: dict(no_grad=True)},
+                                       "rank 0's inputs require grad but rank 1 runs with grad disabled"),
     "conv_batch": ("conv", _CONV, {1: dict(batch=3)}, "the ranks disagree on batch (x.shape[0]): rank 0 has 2, "
                    "rank 1 has 3"),
     "conv_weight": ("conv", _CONV, {"last": dict(dweight=0.1)}, "weight differs across ranks (rank 0 vs rank {last})"),

@@ -18,8 +18,15 @@ SOURCES = [p for p in sorted((ROOT / "bindings").rglob("*"))
 def library_texts():
     """The rule and status texts of selscan.h's lists (SELSCAN__RULE_LIST, SELSCAN__STATUS_LIST), those
     of two words or more (a one-word text, "missing", "negative", is a word any message may use)."""
-    text = HEADER.read_text()
-    rules = re.findall(r'X\(SELSCAN_RULE_\w+,\s*"([^"]+)"\)', text)
+    text = HEADER.read_text().replace("\\\n", " ")  # the lists' line continuations
+    macros = dict(re.findall(r"#define (SELSCAN_\w+) (\S+)", text))
+    # a text: string literals and SELSCAN__XSTR(<macro>) (a macro's value as a literal), side by side
+    piece = r'"[^"]*"|SELSCAN__XSTR\(\w+\)'
+    rows = re.findall(rf"X\((SELSCAN_RULE_\w+),\s*((?:(?:{piece})\s*)+)\)", text)
+    names = set(re.findall(r"X\((SELSCAN_RULE_\w+),", text))
+    assert {n for n, _ in rows} == names, sorted(names - {n for n, _ in rows})  # every rule's text read
+    rules = ["".join(m[1:-1] if m.startswith('"') else macros[m[len("SELSCAN__XSTR("):-1]]
+                     for m in re.findall(piece, expr)) for _, expr in rows]
     statuses = re.findall(r'X\(SELSCAN_(?:OK|ERR_\w+),\s*"([^"]+)"\)', text)
     return sorted(t for t in set(rules + statuses) if " " in t)
 
@@ -90,6 +97,7 @@ def py_literals(src):
 def test_rule_texts_found():
     texts = library_texts()
     assert "does not divide dim" in texts and "not below n_cache" in texts and "wrong shape" in texts, texts
+    assert "not 2 to 4" in texts and "no sequence (cu_seqlens needs n_seqs + 1 >= 2 offsets)" in texts, texts
     assert len(SOURCES) > 10 and any(p.name == "selscan_binding.h" for p in SOURCES)
 
 
