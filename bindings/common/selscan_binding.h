@@ -747,9 +747,12 @@ template <typename Args> class Checker {
     }
     // The state rows (before the operands): n_seqs with packed sequences (cu_seqlens present; its
     // length shown as a size of its own, host memory), else batch. Whether the sequences are packed.
+    // Fewer than 2 offsets: rows left unknown, so that the library's "no sequence" is the refusal,
+    // not an h0 / state shape that follows from it.
     bool Sequences(const Arg &cu_seqlens) {
         if (!cu_seqlens.present) q.rows.alias = &q.batch;
-        else if (cu_seqlens.ndim == 1) q.rows.v = SeqsOf(cu_seqlens);
+        else if (cu_seqlens.ndim == 1 && (cu_seqlens.sizes[0] < 0 || cu_seqlens.sizes[0] >= 2))
+            q.rows.v = SeqsOf(cu_seqlens);
         return cu_seqlens.present;
     }
     // a vector operand selscan's tables do not list (cu_seqlens, state_index, checkpoint)

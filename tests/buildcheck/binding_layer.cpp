@@ -275,6 +275,11 @@ int main() {
         EXPECT(r.code == SELSCAN_RULE_NO_SEQUENCE && std::string(r.operand) == "n_seqs");
         a1.cu_values = offs;
         EXPECT(scan(a1).code == SELSCAN_RULE_NO_SEQUENCE);
+        std::vector<int64_t> h0_1{1, 8, 4};
+        a1.h0 = arg(h0_1, T::kF32); // an h0 beside it: still "no sequence", not h0's row count
+        r = scan(a1);
+        EXPECT(r.code == SELSCAN_RULE_NO_SEQUENCE && std::string(r.operand) == "n_seqs");
+        a1.h0 = bind::Arg();
         a.cu_values = bad; // the offsets' values: the library's rule
         r = scan(a);
         EXPECT(r.code == SELSCAN_RULE_NOT_INCREASING && std::string(r.operand) == "cu_seqlens");

@@ -343,8 +343,17 @@ def _side_stream(device):
 
 
 def _transfer(S_all, A, r):
-    """P_r = exp(A * S_r): (batch, dim, N) float32 from the gathered (world, batch, dim) sums."""
-    return torch.exp(S_all[r].to(torch.float64)[..., None] * A.detach().to(torch.float64)).to(_F32)
+    """P_r = exp(A * S_r): (batch, dim, N) float64 from the gathered (world, batch, dim) sums (a
+    shard's decay product, which float32 would round to inf or 0 where each step's factor is finite)."""
+    return torch.exp(S_all[r].to(torch.float64)[..., None] * A.detach().to(torch.float64))
+
+
+def _compose(H, P, h):
+    """H + P h in float64, h a float64 state: an exactly zero state stays zero whatever P (the
+    sequential scan multiplies a zero state by finite factors; inf * 0 would be NaN)."""
+    if P is None:  # the state does not pass through this shard (packed sequences)
+        return H.to(torch.float64)
+    return H.to(torch.float64) + torch.where(h == 0, torch.zeros_like(h), P * h)
 
 
 # ---- >>packed sequences: the shard's local segments ----------------------------------------------
@@ -450,10 +459,10 @@ def _cp_forward(u, delta, A, B, C, D, z, delta_bias, h0_user, packed_cu, softplu
     H_all = got[:, batch * dim:].reshape(world, batch, dim, N)
     if first:
         return y, (last if return_last_state else None), ck, h0_user, S_all, packed
-    h = H_all[0].clone()
+    h = H_all[0].to(torch.float64)
     for q in range(1, rank):
-        P = _transfer(S_all, A, q) if (packed is None or packed.thru[q]) else None
-        h = H_all[q] + (P * h if P is not None else 0)
+        h = _compose(H_all[q], _transfer(S_all, A, q) if (packed is None or packed.thru[q]) else None, h)
+    h = h.to(_F32)
     if packed is not None:
         h0 = torch.zeros(packed.n_local, dim, N, dtype=_F32, device=u.device)
         if packed.cont[rank]:
@@ -531,10 +540,11 @@ class _ContextParallelScan(torch.autograd.Function):
             # 2. one all_gather; mu = sum over later ranks q of (P_{r+1} ... P_{q-1}) c_q
             got = _all_gather(c, group, world)
             if not final:
-                mu = got[world - 1].clone()
+                mu = got[world - 1].to(torch.float64)
                 for q in range(world - 2, rank, -1):
-                    P = _transfer(S_all, A, q) if (packed is None or packed.thru[q]) else None
-                    mu = got[q] + (P * mu if P is not None else 0)
+                    mu = _compose(got[q], _transfer(S_all, A, q) if (packed is None or packed.thru[q]) else None,
+                                  mu)
+                mu = mu.to(_F32)
                 lam = mu if e is None else mu + e
                 # nothing to compute here (a rank holding only the token, its y a link in h0's chain): skip
                 grads = bwd(as_rows(lam), mask) if any(mask) else [None] * _NGRADS
@@ -610,6 +620,10 @@ def _scan(u, delta, A, B, C, D, z, delta_bias, delta_softplus, return_last_state
             h0 = _cast(h0, "h0", _F32)
         if cu_seqlens is not None:
             cu_seqlens = _host_offsets(cu_seqlens)
+            if cu_seqlens.dim() != 1 or cu_seqlens.numel() < 2:  # (here: a rank refusing alone would hang)
+                raise ValueError(f"selscan context_parallel: cu_seqlens must be a 1-D tensor of n_seqs + 1 >= 2 "
+                                 f"offsets (the first 0, the last the total length), got shape "
+                                 f"{list(cu_seqlens.shape)}")
             if u.dim() == 3 and u.shape[0] != 1:
                 raise ValueError(f"selscan context_parallel: packed sequences (cu_seqlens) need batch 1, u is "
                                  f"{tuple(u.shape)}")
@@ -714,8 +728,10 @@ def causal_conv1d_cp(x, weight, bias=None, activation=None, group=None):
     """The causal depthwise conv of a sequence sharded along L: x (batch, dim, L_shard), weight
     (dim, W) or (dim, 1, W); the previous rank's last W-1 inputs (the halo, zeros on rank 0) are
     exchanged point to point, and their gradient sent back in the backward. Every shard must hold
-    at least W-1 tokens. activation None or "silu" / "swish". The ranks must agree on batch, dim,
-    W, dtypes, activation and bitwise on weight / bias (checked first, as selective_scan_fn)."""
+    at least W-1 tokens. activation None or "silu" / "swish". y in x's dtype; weight and bias read
+    in float32 and the sums in float32, as causal_conv1d_fn. The ranks must agree on batch, dim, W,
+    dtypes, activation, whether x requires grad, and bitwise on weight / bias (checked first, as
+    selective_scan_fn)."""
     rank, world = _group_rank_world(group)
     return _conv(x, weight, bias, activation, group, rank, world, CHECK_RANKS)
 
@@ -746,13 +762,13 @@ def _conv(x, weight, bias, activation, group, rank, world, check):
         for t, name in ((weight, "weight"), (bias, "bias")):
             if t is not None and t.device != x.device:
                 raise ValueError(f"selscan context_parallel: {name} is on {t.device} but x is on {x.device}")
-        # F.conv1d below needs one floating dtype: x's; weight / bias are cast to it as causal_conv1d_fn
-        # does (an integer / bool one is refused here, not by F.conv1d after the halo exchange)
+        # as causal_conv1d_fn: weight / bias in float32, the sums in float32, y in x's dtype (an integer /
+        # bool weight is refused here, not by F.conv1d after the halo exchange)
         if not x.is_floating_point():
             raise TypeError(f"selscan context_parallel: x must be a real floating-point tensor, got {x.dtype}")
-        weight = _cast(weight, "weight", x.dtype)
+        weight = _cast(weight, "weight", _F32)
         if bias is not None:
-            bias = _cast(bias, "bias", x.dtype)
+            bias = _cast(bias, "bias", _F32)
         W, L = weight.shape[1], x.shape[-1]
         if W > 1 and world > 1 and L < W - 1:
             raise ValueError(f"selscan context_parallel: every shard must hold at least d_conv - 1 = {W - 1} tokens "
@@ -769,7 +785,10 @@ def _conv(x, weight, bias, activation, group, rank, world, check):
                     ("bias", int(bias is not None), _given),
                     ("bias's dtype", -1 if bias is None else _dtype_code(bias), _dtype_name),
                     ("activation", _ACTIVATIONS.index(activation), lambda c: repr(_ACTIVATIONS[c])),
-                    ("the backward (an input requires grad: its backward has a collective too)", int(graph), bool)]
+                    ("the backward (an input requires grad: its backward has a collective too)", int(graph), bool),
+                    # the halo's backward (x's gradient) exchanges with the neighbours: every rank or none
+                    ("x's gradient (x requires grad: its halo's backward exchanges with the neighbours)",
+                     int(graph and x.requires_grad), bool)]
             values = [("weight", weight), ("bias", bias)]
         _agree("causal_conv1d_cp", err, meta, values, group, world, _device(group, x, weight))
     elif err is not None:
@@ -777,17 +796,17 @@ def _conv(x, weight, bias, activation, group, rank, world, check):
     dim, W = weight.shape
     L = x.shape[-1]
     if L == 0:  # an empty shard (W 1, or one rank): F.conv1d refuses an input shorter than the kernel
-        out = x * weight[:, -1:] if bias is None else x * weight[:, -1:] + bias[:, None]
-        return F.silu(out) if activation in ("silu", "swish") else out
+        out = x.float() * weight[:, -1:] if bias is None else x.float() * weight[:, -1:] + bias[:, None]
+        return (F.silu(out) if activation in ("silu", "swish") else out).to(x.dtype)
     if W > 1 and world > 1:
         halo = _Halo.apply(x[..., L - (W - 1):], group, rank, world)
         xx = torch.cat([halo, x], dim=-1)
     else:
         xx = F.pad(x, (W - 1, 0))
-    out = F.conv1d(xx, weight.unsqueeze(1), bias, groups=dim)
+    out = F.conv1d(xx.float(), weight.unsqueeze(1), bias, groups=dim)
     if activation in ("silu", "swish"):
         out = F.silu(out)
-    return out
+    return out.to(x.dtype)
 
 
 # ---- >>the Mamba-1 block ----------------------------------------------------------------------------

@@ -15,6 +15,7 @@ import traceback
 import torch
 import torch.distributed as dist
 
+import selscan_torch as st
 import selscan_torch.context_parallel as cp
 
 PER_TOKEN = ("u", "delta", "z")  # sharded along L (the last dim); a variable B / C too
@@ -207,10 +208,41 @@ def run_cp2(case, g, gr, dev):
         L = 0 if gr == 1 else 3
         x = torch.arange(2.0 * L, device=dev).view(1, 2, L).requires_grad_(True)
         w, b = torch.tensor([[2.0], [3.0]], device=dev), torch.tensor([0.5, -1.0], device=dev)
-        y = cp.causal_conv1d_cp(x, w.to(torch.bfloat16), b, group=g)  # a bf16 weight is cast to x's dtype
+        y = cp.causal_conv1d_cp(x, w.to(torch.bfloat16), b, group=g)  # a bf16 weight is read in float32
         y.sum().backward()
         got["conv_w1"] = (y.detach().cpu(), (x.detach() * w + b[:, None]).cpu(), tuple(x.grad.shape))
 
+    def positive_A():  # A > 0 and a middle shard whose decay product exp(A sum dt) overflows float32, the
+        # state entering it exactly 0: the composition made inf * 0 = NaN where the sequential scan is finite
+        L, dim, N = 4, 2, 2
+        gen = torch.Generator().manual_seed(0)
+        u = torch.zeros(1, dim, world * L)
+        u[..., 2 * L - 1] = 1.0
+        u[..., 2 * L:] = torch.randn(1, dim, (world - 2) * L, generator=gen)
+        delta = torch.full((1, dim, world * L), 0.01)
+        delta[..., L:2 * L] = 25.0  # sum dt 100 on rank 1: exp(100) > float32's largest
+        A = torch.ones(dim, N)
+        B, C = torch.randn(1, N, world * L, generator=gen), torch.randn(1, N, world * L, generator=gen)
+        a, b = gr * L, (gr + 1) * L
+        y = cp.selective_scan_fn(u[..., a:b].to(dev), delta[..., a:b].to(dev), A.to(dev), B[..., a:b].to(dev),
+                                 C[..., a:b].to(dev), group=g)
+        got["positive_A_y"] = (y.cpu(), st.selective_scan_fn(u, delta, A, B, C)[..., a:b])
+
+    def conv_x_grad_one_rank():  # x requiring grad on rank 0 only: the halo's backward waited forever
+        x = torch.randn(1, 2, 5, device=dev).requires_grad_(gr == 0)
+        w = torch.full((2, 4), 0.5, device=dev, requires_grad=True)
+        cp.causal_conv1d_cp(x, w, group=g).sum().backward()
+
+    def cu_seqlens_2d():  # a 2-D cu_seqlens on rank 0 only: a TypeError there alone, the others waited
+        x = torch.ones(1, 2, 3, device=dev)
+        cu = [[0, 3 * world]] if gr == 0 else [0, 3 * world]
+        cp.selective_scan_fn(x, x, -torch.ones(2, 1, device=dev), torch.ones(1, 1, 3, device=dev),
+                             torch.ones(1, 1, 3, device=dev), group=g,
+                             cu_seqlens=torch.tensor(cu) if gr == 0 else cu)
+
+    attempt("positive_A", positive_A)
+    attempt("conv_x_grad_one_rank", conv_x_grad_one_rank)
+    attempt("cu_seqlens_2d", cu_seqlens_2d)
     attempt("grads_presence", grads_presence)
     attempt("grads_vs_scan", grads_vs_scan)
     attempt("grads_f64", grads_f64)

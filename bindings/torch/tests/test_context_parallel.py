@@ -545,6 +545,24 @@ def test_38_cp_shard_keeps_a_given_rank(tmp_path_factory, world):
 
 
 @needs_dist
+@pytest.mark.parametrize("world", [2, 3])
+def test_seventh_session_hostile_cp(tmp_path_factory, world):
+    """Found by a hostile user after the h0-gradient change: a positive A whose shard's decay product
+    overflows float32 gave NaN where the sequential scan is finite (inf * 0 in the composition); x
+    requiring grad on one rank only hung the conv's halo backward; a 2-D cu_seqlens on one rank
+    raised there alone (a TypeError) while the others waited."""
+    msgs = cp2(tmp_path_factory, world)
+    for r, m in enumerate(msgs):
+        assert m["positive_A"] is None, (r, m["positive_A"])
+        y, want = m["positive_A_y"]
+        assert torch.isfinite(y).all() and rel_err(y, want) <= 1e-5, (r, y, want)
+        for name, text in (("conv_x_grad_one_rank", "the ranks disagree on x's gradient"),
+                           ("cu_seqlens_2d", "cu_seqlens must be a 1-D tensor of n_seqs + 1 >= 2 offsets")):
+            assert m[name] is not None and m[name][0] == "ValueError" and text in m[name][1], (r, name, m[name])
+            assert_after(m, name, world, r)
+
+
+@needs_dist
 def test_38_cp_nonmember_of_the_group(tmp_path_factory):
     """A process outside `group` calls: a ValueError saying so (was a RuntimeError about a negative
     dimension); the members' call is unaffected."""
