@@ -49,17 +49,28 @@ ORT_DIR = next((d for d in (os.path.join(HERE, "onnxruntime"), os.path.join(os.p
                 if os.path.exists(os.path.join(d, "selscan_ort.cc"))), None)
 
 
+# The oldest torch whose stable ABI (torch/csrc/stable) has everything the ops use: the extension is
+# compiled against it (TORCH_TARGET_VERSION, TORCH_STABLE_ONLY: no other torch header compiles), so
+# one binary loads in that torch and every later one, whichever torch builds it.
+TORCH_MIN = (2, 11)
+STABLE_MACROS = [("TORCH_STABLE_ONLY", None),
+                 ("TORCH_TARGET_VERSION", "0x%02x%02x000000000000ULL" % TORCH_MIN)]
+
+
 def torch_pin():
-    """The torch this build compiles against, as the wheel's requirement and as selscan_torch/_build.py
-    (the package's import compares it with the running torch). The package uses torch's C++ ABI, which
-    changes between minor versions: its binary fits the major.minor it was built against only."""
+    """The torch versions the build runs in, as the wheel's requirement and as selscan_torch/_build.py
+    (the package's import compares it with the running torch): TORCH_MIN and later (the stable ABI),
+    from the torch it is built with."""
     import torch
 
     major, minor = (int(v) for v in torch.__version__.split("+")[0].split(".")[:2])
+    if (major, minor) < TORCH_MIN:
+        raise RuntimeError(f"selscan_torch needs torch >= {TORCH_MIN[0]}.{TORCH_MIN[1]} (its stable ABI) to build; "
+                           f"this is torch {torch.__version__}")
     with open(os.path.join(HERE, "selscan_torch", "_build.py"), "w") as f:
-        f.write("# written by setup.py: the torch this build of selscan_torch was compiled against\n")
-        f.write(f"TORCH = {torch.__version__!r}\nTORCH_MAJOR_MINOR = ({major}, {minor})\n")
-    return [f"torch>={major}.{minor},<{major}.{minor + 1}"]
+        f.write("# written by setup.py: the torch this build of selscan_torch was compiled with, and the oldest it runs in\n")
+        f.write(f"TORCH = {torch.__version__!r}\nTORCH_MIN = {TORCH_MIN!r}\n")
+    return [f"torch>={TORCH_MIN[0]}.{TORCH_MIN[1]}"]
 
 
 def abi3_python():
@@ -142,7 +153,7 @@ def extensions():
                 "selscan_torch._C",
                 sources,
                 include_dirs=INCLUDE,
-                define_macros=[("WITH_CUDA", None)],
+                define_macros=[("WITH_CUDA", None)] + STABLE_MACROS,
                 extra_compile_args={"cxx": cxx, "nvcc": nvcc},
                 extra_link_args=LINK,
                 py_limited_api=True,
@@ -150,8 +161,8 @@ def extensions():
         ]
     return [
         cpp_extension.CppExtension(
-            "selscan_torch._C", sources, include_dirs=INCLUDE, extra_compile_args={"cxx": cxx},
-            extra_link_args=LINK, py_limited_api=True,
+            "selscan_torch._C", sources, include_dirs=INCLUDE, define_macros=STABLE_MACROS,
+            extra_compile_args={"cxx": cxx}, extra_link_args=LINK, py_limited_api=True,
         )
     ]
 

@@ -1,4 +1,4 @@
-// conv.cpp - the causal depthwise conv1d ops and conv_fwd's autograd kernel.
+// conv.cpp - the causal depthwise conv1d ops.
 // >>conv: causal depthwise conv1d ops (selscan.h >>conv-api; issue 28 item 2)
 //
 //   selscan::conv_fwd  (x, weight, bias?, init_state?, cu_seqlens?, silu, return_final_state,
@@ -11,35 +11,14 @@
 // SELSCAN_CONV_PARAMS_T when both are T), init_state / final_state
 // (rows, dim, W-1) T with rows = batch (n_seqs with cu_seqlens). y has x's memory order (dense),
 // or (dim, batch, L) memory with out_dim_major (the layout the fused block's GEMMs read as one
-// (dim, batch * L) matrix). conv_fwd's autograd is C++ (ConvFunction, like the scan's). The Python
-// side (selscan_torch/conv.py) adds fake kernels and causal_conv1d's API.
+// (dim, batch * L) matrix). conv_fwd's autograd is Python's (selscan_torch/_autograd.py, like the
+// scan's). The Python side (selscan_torch/conv.py) adds fake kernels and causal_conv1d's API.
 // ============================================================================================
 
 #include "selscan_torch.h"
 
 namespace selscan_torch {
 namespace {
-
-// A dense tensor of `sizes` whose memory order is t's (strides sorted, largest first; ties keep the
-// logical order): empty_like's rule for tensors that are not dense (a view such as xz[:, :d]).
-Tensor NewInOrderOf(const Tensor& t, at::IntArrayRef sizes, at::ScalarType dtype) {
-  const int64_t nd = t.dim();
-  std::vector<int64_t> perm(static_cast<size_t>(nd));
-  for (int64_t i = 0; i < nd; i++) perm[static_cast<size_t>(i)] = i;
-  std::stable_sort(perm.begin(), perm.end(), [&](int64_t a, int64_t b) {
-    const int64_t sa = t.size(a) == 1 ? 0 : t.stride(a), sb = t.size(b) == 1 ? 0 : t.stride(b);
-    return sa > sb;
-  });
-  bool identity = true;
-  for (int64_t i = 0; i < nd; i++) identity = identity && perm[static_cast<size_t>(i)] == i;
-  if (identity) return NewTensor(sizes, dtype, t);
-  std::vector<int64_t> psizes(static_cast<size_t>(nd)), inv(static_cast<size_t>(nd));
-  for (int64_t i = 0; i < nd; i++) {
-    psizes[static_cast<size_t>(i)] = sizes[static_cast<size_t>(perm[static_cast<size_t>(i)])];
-    inv[static_cast<size_t>(perm[static_cast<size_t>(i)])] = i;
-  }
-  return NewTensor(psizes, dtype, t).permute(inv);
-}
 
 struct ConvSizes {
   int64_t batch = 0, dim = 0, L = 0, W = 0, rows = 0, n_seqs = 0;
@@ -69,7 +48,7 @@ selscan_conv_problem BuildConv(const ConvSizes& s, const Tensor& x, const Tensor
   p.dtype = s.dtype;
   p.flags = silu ? SELSCAN_CONV_SILU : 0u;
   if (cu_host) {
-    p.cu_seqlens = cu_host->data_ptr<int64_t>();
+    p.cu_seqlens = cu_host->const_data_ptr<int64_t>();
     p.n_seqs = s.n_seqs;
   }
   p.x = Operand<decltype(p.x)>(x);
@@ -90,13 +69,14 @@ std::tuple<Tensor, Tensor> ConvForward(const Tensor& x_in, const Tensor& weight_
   const OptT bias = Readable(bias_in), init = Readable(init_in);
   NeedKernels(x, "x");
   const auto dtype = x.scalar_type();
-  Tensor y = out_dim_major ? NewTensor({s.dim, s.batch, s.L}, dtype, x).permute({1, 0, 2})
-                           : NewInOrderOf(x, x.sizes(), dtype);
+  // out_dim_major: (batch, dim, L) sizes over (dim, batch, L) memory
+  const int64_t dim_major[3] = {s.L, s.batch * s.L, 1};
+  Tensor y = out_dim_major ? NewStrided({s.batch, s.dim, s.L}, dim_major, dtype, x) : NewInOrderOf(x, SizesOf(x), dtype);
   Tensor fin = return_final_state ? NewTensor({s.rows, s.dim, s.W - 1}, dtype, x) : NewTensor({0}, dtype, x);
   if (s.batch == 0 || s.dim == 0 || s.L == 0) {  // nothing to convolve: each row's state passes through
     if (return_final_state) {
-      if (init) fin.copy_(*init);
-      else fin.zero_();
+      if (init) CopyInto(fin, *init);
+      else Zero(fin);
     }
     return {y, fin};
   }
@@ -117,10 +97,10 @@ enum { kConvDx = 0, kConvDweight, kConvDbias, kConvDinit, kConvNumGrads };
 
 std::vector<Tensor> ConvBackward(const Tensor& x_in, const Tensor& weight_in, const OptT& bias_in,
                                  const OptT& init_in, const OptT& cu_seqlens, const Tensor& dy_in,
-                                 const OptT& dfinal_in, bool silu, at::IntArrayRef grad_mask) {
+                                 const OptT& dfinal_in, bool silu, std::vector<int64_t> grad_mask) {
   const ConvSizes s = CheckConv(Op::kConvBwd, x_in, weight_in, bias_in, init_in, cu_seqlens, dy_in, dfinal_in);
-  TORCH_CHECK_VALUE(grad_mask.size() == kConvNumGrads, "selscan: grad_mask must have 4 entries, got ",
-                    grad_mask.size());
+  if (grad_mask.size() != kConvNumGrads)
+    Fail(bind::ErrorKind::kValue, "selscan: grad_mask must have 4 entries, got " + std::to_string(grad_mask.size()));
   const Tensor x = Readable(x_in), weight = Readable(weight_in), dy = Readable(dy_in);
   const OptT bias = Readable(bias_in), init = Readable(init_in), dfinal = Readable(dfinal_in);
   NeedKernels(x, "x");
@@ -130,13 +110,13 @@ std::vector<Tensor> ConvBackward(const Tensor& x_in, const Tensor& weight_in, co
   std::vector<Tensor> out(kConvNumGrads);
   // dx in dy's memory order: the gradient flows on in the layout the caller's backward produced
   // (the fused block's channel-major dy gives a channel-major dx it concatenates without a transpose)
-  out[kConvDx] = want[kConvDx] ? NewInOrderOf(dy, x.sizes(), dtype) : NewF32({0}, x);
+  out[kConvDx] = want[kConvDx] ? NewInOrderOf(dy, SizesOf(x), dtype) : NewF32({0}, x);
   out[kConvDweight] = want[kConvDweight] ? NewF32({s.dim, s.W}, x) : NewF32({0}, x);
   out[kConvDbias] = want[kConvDbias] ? NewF32({s.dim}, x) : NewF32({0}, x);
   out[kConvDinit] = want[kConvDinit] ? NewTensor({s.rows, s.dim, s.W - 1}, dtype, x) : NewF32({0}, x);
   if (s.batch == 0 || s.dim == 0 || s.L == 0) {  // zeros; dinit_state = dfinal_state
     ZeroGrads(out, want);
-    if (want[kConvDinit] && dfinal && out[kConvDinit].numel()) out[kConvDinit].copy_(*dfinal);
+    if (want[kConvDinit] && dfinal && out[kConvDinit].numel()) CopyInto(out[kConvDinit], *dfinal);
     return out;
   }
   selscan_conv_problem p = BuildConv(s, x, weight, bias, init, s.cu_host, silu);
@@ -164,14 +144,14 @@ Tensor ConvStep(const Tensor& state, const Tensor& x_in, const Tensor& weight_in
   const bind::Arg args[] = {ArgOf(state), ArgOf(x_in), ArgOf(weight_in), ArgOf(bias_in), ArgOf(state_index)};
   const Checked c = Check(Op::kConvStep, args, state_index);  // (CPU indices: their values too)
   const int64_t batch = c.k.s.batch, dim = c.k.s.dim, L = c.k.s.L, W = c.k.width;
-  Tensor y = NewInOrderOf(x_in, x_in.sizes(), x_in.scalar_type());
+  Tensor y = NewInOrderOf(x_in, SizesOf(x_in), x_in.scalar_type());
   if (batch == 0 || dim == 0 || L == 0) return y;
   // an empty cache: every row is padding, out 0 (selscan reads n_cache 0 as batch): Step's rule
-  if (state.size(0) == 0) return y.zero_();
+  if (state.size(0) == 0) return Zero(y);
   const bool params_t = (c.k.flags & SELSCAN_CONV_PARAMS_T) != 0;  // else those in x's dtype widened
   const Tensor x = Readable(x_in), weight = Readable(params_t ? weight_in : AsF32(weight_in));
   const OptT bias = Readable(params_t ? bias_in : AsF32(bias_in));
-  const Tensor sidx = state_index ? state_index->contiguous() : Tensor();
+  const Tensor sidx = state_index ? Contiguous(*state_index) : Tensor();
   // inputs read through a copy (a full broadcast, a weight / bias cast to float32, strided indices)
   // hide their overlap with conv_state from selscan's alias check: refused as Step refuses them
   auto read_copy = [&](const Tensor& in, const Tensor& used, const char* name) {
@@ -187,7 +167,7 @@ Tensor ConvStep(const Tensor& state, const Tensor& x_in, const Tensor& weight_in
   s.seqlen = L;
   s.dtype = c.k.dtype;
   s.flags = (silu ? SELSCAN_CONV_SILU : 0u) | (params_t ? SELSCAN_CONV_PARAMS_T : 0u);
-  s.state_index = state_index ? sidx.data_ptr<int32_t>() : nullptr;
+  s.state_index = state_index ? sidx.const_data_ptr<int32_t>() : nullptr;
   s.state = OutOperand<decltype(s.state)>(state, "conv_state");
   s.x = Operand<decltype(s.x)>(x);
   s.weight = Operand<decltype(s.weight)>(weight);
@@ -207,121 +187,19 @@ Tensor ConvStep(const Tensor& state, const Tensor& x_in, const Tensor& weight_in
   return y;
 }
 
-// ---- conv_fwd's autograd (C++, the Autograd key; the scan's ScanFunction pattern) ----------------
-
-using ConvFwdOut = std::tuple<Tensor, Tensor>;
-using ConvFwdSig = ConvFwdOut(const Tensor&, const Tensor&, const OptT&, const OptT&, const OptT&, bool, bool, bool);
-using ConvBwdSig = std::vector<Tensor>(const Tensor&, const Tensor&, const OptT&, const OptT&, const OptT&,
-                                       const Tensor&, const OptT&, bool, at::IntArrayRef);
-
-const c10::TypedOperatorHandle<ConvFwdSig>& ConvFwdOp() {
-  static const auto op = OpHandle<ConvFwdSig>("selscan::conv_fwd");
-  return op;
-}
-const c10::TypedOperatorHandle<ConvBwdSig>& ConvBwdOp() {
-  static const auto op = OpHandle<ConvBwdSig>("selscan::conv_bwd");
-  return op;
-}
-
-class ConvFunction : public torch::autograd::Function<ConvFunction> {
- public:
-  static torch::autograd::variable_list forward(torch::autograd::AutogradContext* ctx, const Tensor& x,
-                                                const Tensor& weight, const OptT& bias, const OptT& init_state,
-                                                const OptT& cu_seqlens, bool silu, bool return_final_state,
-                                                bool out_dim_major) {
-    at::AutoDispatchBelowADInplaceOrView guard;
-    auto out = ConvFwdOp().call(x, weight, bias, init_state, cu_seqlens, silu, return_final_state, out_dim_major);
-    ctx->save_for_backward({x, weight, bias.value_or(Tensor()), init_state.value_or(Tensor()),
-                            cu_seqlens.value_or(Tensor())});
-    ctx->saved_data["silu"] = silu;
-    ctx->saved_data["present"] = PresentBits({&bias, &init_state});
-    ctx->set_materialize_grads(false);
-    return {std::get<0>(out), std::get<1>(out)};
-  }
-
-  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
-                                                 torch::autograd::variable_list grads) {
-    const auto saved = ctx->get_saved_variables();
-    const bool silu = ctx->saved_data["silu"].toBool();
-    const int64_t present = ctx->saved_data["present"].toInt();
-    const Tensor& x = saved[0];
-    Tensor dy = grads[0];
-    Tensor dfinal = grads.size() > 1 ? grads[1] : Tensor();
-    if (dfinal.defined() && dfinal.dim() != 3) dfinal = Tensor();  // the (0,) placeholder
-    const std::vector<int64_t> mask = GradMask(ctx, kConvNumGrads, 2, present);  // over (x, weight, bias, init_state)
-    torch::autograd::variable_list out(8);  // one per forward argument (after ctx)
-    if (!AnyOf(mask)) return out;
-    if (!dy.defined()) dy = at::zeros_like(x);  // a loss on final_state alone
-    auto g = ConvBwdOp().call(saved[0], saved[1], Opt(saved[2]), Opt(saved[3]), Opt(saved[4]), dy, Opt(dfinal), silu,
-                              mask);
-    for (int i = 0; i < kConvNumGrads; i++)
-      if (mask[static_cast<size_t>(i)]) out[static_cast<size_t>(i)] = g[static_cast<size_t>(i)];
-    return out;
-  }
-};
-
-ConvFwdOut ConvForwardAutograd(const Tensor& x, const Tensor& weight, const OptT& bias, const OptT& init_state,
-                               const OptT& cu_seqlens, bool silu, bool return_final_state, bool out_dim_major) {
-  if (!NeedsGrad({&x, &weight}, {&bias, &init_state})) {
-    at::AutoDispatchBelowADInplaceOrView guard;
-    return ConvFwdOp().call(x, weight, bias, init_state, cu_seqlens, silu, return_final_state, out_dim_major);
-  }
-  auto r = ConvFunction::apply(x, weight, bias, init_state, cu_seqlens, silu, return_final_state, out_dim_major);
-  return {r[0], r[1]};
-}
-
-// conv_bwd is not differentiable: NotDifferentiable (selscan_torch.h), as the scan's bwd.
-struct ConvBackwardFunction : NotDifferentiable<ConvBackwardFunction> {
-  static constexpr const char* kFunction = "causal_conv1d_fn";
-  static torch::autograd::variable_list forward(torch::autograd::AutogradContext*, const Tensor& x,
-                                                const Tensor& weight, const OptT& bias, const OptT& init_state,
-                                                const OptT& cu_seqlens, const Tensor& dy, const OptT& dfinal_state,
-                                                bool silu, std::vector<int64_t> grad_mask) {
-    at::AutoDispatchBelowADInplaceOrView guard;
-    return ConvBwdOp().call(x, weight, bias, init_state, cu_seqlens, dy, dfinal_state, silu, grad_mask);
-  }
-};
-
-std::vector<Tensor> ConvBackwardAutograd(const Tensor& x, const Tensor& weight, const OptT& bias,
-                                         const OptT& init_state, const OptT& cu_seqlens, const Tensor& dy,
-                                         const OptT& dfinal_state, bool silu, at::IntArrayRef grad_mask) {
-  if (NeedsGrad({&x, &weight, &dy}, {&bias, &init_state, &dfinal_state}))
-    return ConvBackwardFunction::apply(x, weight, bias, init_state, cu_seqlens, dy, dfinal_state, silu,
-                                       grad_mask.vec());
-  at::AutoDispatchBelowADInplaceOrView guard;
-  return ConvBwdOp().call(x, weight, bias, init_state, cu_seqlens, dy, dfinal_state, silu, grad_mask);
-}
-
-// conv_step: the decode update, inference-only as the scan's step (InferenceOnlyUpdate).
-using ConvStepSig = Tensor(const Tensor&, const Tensor&, const Tensor&, const OptT&, const OptT&, bool);
-Tensor ConvStepAutograd(const Tensor& state, const Tensor& x, const Tensor& weight, const OptT& bias,
-                        const OptT& state_index, bool silu) {
-  static const auto op = OpHandle<ConvStepSig>("selscan::conv_step");
-  return InferenceOnlyUpdate("the conv update (causal_conv1d_update)",
-                             {{"conv_state", &state}, {"x", &x}, {"weight", &weight}, {"bias", Ptr(bias)}}, state,
-                             [&] { return op.call(state, x, weight, bias, state_index, silu); });
-}
-
 }  // namespace
 }  // namespace selscan_torch
 
-TORCH_LIBRARY_IMPL(selscan, CPU, m) {
-  m.impl("conv_fwd", &selscan_torch::ConvForward);
-  m.impl("conv_bwd", &selscan_torch::ConvBackward);
-  m.impl("conv_step", &selscan_torch::ConvStep);
-}
-
-TORCH_LIBRARY_IMPL(selscan, Autograd, m) {
-  m.impl("conv_fwd", &selscan_torch::ConvForwardAutograd);
-  m.impl("conv_bwd", &selscan_torch::ConvBackwardAutograd);
-  m.impl("conv_step", &selscan_torch::ConvStepAutograd);
+STABLE_TORCH_LIBRARY_IMPL(selscan, CPU, m) {
+  m.impl("conv_fwd", TORCH_BOX(&selscan_torch::ConvForward));
+  m.impl("conv_bwd", TORCH_BOX(&selscan_torch::ConvBackward));
+  m.impl("conv_step", TORCH_BOX(&selscan_torch::ConvStep));
 }
 
 #ifdef WITH_CUDA
-TORCH_LIBRARY_IMPL(selscan, CUDA, m) {
-  m.impl("conv_fwd", &selscan_torch::ConvForward);
-  m.impl("conv_bwd", &selscan_torch::ConvBackward);
-  m.impl("conv_step", &selscan_torch::ConvStep);
+STABLE_TORCH_LIBRARY_IMPL(selscan, CUDA, m) {
+  m.impl("conv_fwd", TORCH_BOX(&selscan_torch::ConvForward));
+  m.impl("conv_bwd", TORCH_BOX(&selscan_torch::ConvBackward));
+  m.impl("conv_step", TORCH_BOX(&selscan_torch::ConvStep));
 }
 #endif
-

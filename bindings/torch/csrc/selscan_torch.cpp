@@ -1,6 +1,8 @@
 // selscan_torch.cpp - selscan's selective scan as PyTorch 2 custom ops: the registration (the ops'
 // schemas; their kernels: scan.cpp, step.cpp, conv.cpp), selscan's implementation (this TU) and the
 // _C module with what it answers the Python side. What the TUs share: selscan_torch.h.
+#include <Python.h>  // the _C module (Python's limited API: abi3), first as Python asks
+
 #define SELSCAN_IMPLEMENTATION
 #include "selscan.h"
 #include "selscan_torch.h"
@@ -9,20 +11,20 @@ namespace selscan_torch {
 
 namespace {
 
-std::string CpuBackend() { return selscan_cpu_backend(); }
+PyObject* CpuBackendPy(PyObject*, PyObject*) { return PyUnicode_FromString(selscan_cpu_backend()); }
 // whether the CUDA kernels take any L stride on the fast path (SELSCAN_TORCH_CHANNELS_LAST builds)
-bool CudaChannelsLast() {
+PyObject* CudaChannelsLastPy(PyObject*, PyObject*) {
 #ifdef WITH_CUDA
-  return selscan_binding_cuda_channels_last() != 0;
+  return PyBool_FromLong(selscan_binding_cuda_channels_last() != 0);
 #else
-  return false;
+  return PyBool_FromLong(0);
 #endif
 }
 
 }  // namespace
 }  // namespace selscan_torch
 
-TORCH_LIBRARY(selscan, m) {
+STABLE_TORCH_LIBRARY(selscan, m) {
   m.def("fwd(Tensor u, Tensor delta, Tensor A, Tensor B, Tensor C, Tensor? D, Tensor? z, Tensor? delta_bias, "
         "Tensor? h0, Tensor? cu_seqlens, bool delta_softplus, bool return_last_state, bool save_checkpoint) "
         "-> (Tensor y, Tensor last_state, Tensor checkpoint)");
@@ -31,11 +33,6 @@ TORCH_LIBRARY(selscan, m) {
         "int[] grad_mask) -> Tensor[]");
   m.def("step(Tensor(a!) state, Tensor x, Tensor dt, Tensor A, Tensor B, Tensor C, Tensor? D, Tensor? z, "
         "Tensor? dt_bias, Tensor? state_index, bool dt_softplus, bool A_is_log=False) -> Tensor");
-  m.def("cpu_backend() -> str", &selscan_torch::CpuBackend);
-  m.def("cuda_channels_last() -> bool", &selscan_torch::CudaChannelsLast);
-}
-
-TORCH_LIBRARY_FRAGMENT(selscan, m) {
   m.def("conv_fwd(Tensor x, Tensor weight, Tensor? bias, Tensor? init_state, Tensor? cu_seqlens, bool silu, "
         "bool return_final_state, bool out_dim_major) -> (Tensor y, Tensor final_state)");
   m.def("conv_bwd(Tensor x, Tensor weight, Tensor? bias, Tensor? init_state, Tensor? cu_seqlens, Tensor dy, "
@@ -97,18 +94,19 @@ struct PyArgs {
            Int64s(st, &strides[static_cast<size_t>(i)]);
       if (!ok) break;
       types[static_cast<size_t>(i)] = ty;
-      c10::ScalarType stype = c10::ScalarType::Undefined;
-      for (at::ScalarType t : {at::kFloat, at::kHalf, at::kBFloat16, at::kInt, at::kLong})
+      ScalarType stype = ScalarType::Undefined;
+      for (ScalarType t : {ScalarType::Float, ScalarType::Half, ScalarType::BFloat16, ScalarType::Int, ScalarType::Long})
         if (types[static_cast<size_t>(i)] == TypeName(t)) stype = t;
       bind::Arg& x = a[static_cast<size_t>(i)];
       try {
-        x = ArgOf(c10::Device(std::string(dev)), stype == c10::ScalarType::Undefined ? at::kDouble : stype);
+        x = ArgOf(DeviceKey(torch::stable::Device(std::string(dev))),
+                  stype == ScalarType::Undefined ? ScalarType::Double : stype);
       } catch (const std::exception& e) {
         PyErr_SetString(PyExc_ValueError, e.what());
         ok = false;
         break;
       }
-      x.type = stype == c10::ScalarType::Undefined ? bind::Type::kOther : TypeOf(stype);
+      x.type = stype == ScalarType::Undefined ? bind::Type::kOther : TypeOf(stype);
       x.type_name = types[static_cast<size_t>(i)].c_str();
       x.ndim = static_cast<int64_t>(sizes[static_cast<size_t>(i)].size());
       x.sizes = sizes[static_cast<size_t>(i)].data();
@@ -170,15 +168,18 @@ PyObject* CheckArgsPy(PyObject*, PyObject* args) {
                        static_cast<long long>(k.state_len));
 }
 
-// _C.fwd_unit_l(args) -> bool: whether selscan::fwd copies the L-strided operands of these (the
-// fwd schema's, described) to unit L strides: selscan's CUDA plan's answer (>>unit-l), which the fake
-// kernel follows for y's layout (contiguous where the op copies u).
+// _C.fwd_unit_l(args) -> bool: whether selscan::fwd's L-strided operands of these (the fwd schema's
+// 10, described) are copied to unit L strides: selscan's CUDA plan's answer (>>unit-l), which the
+// autograd kernel follows (it makes the copies it saves) and the fake kernel too (y contiguous where
+// u is copied). An 11th, dy (described): whether the backward copies an L-strided dy.
 PyObject* FwdUnitLPy(PyObject*, PyObject* seq) {
   PyArgs pa;
   if (!pa.Parse(seq)) return nullptr;
-  if (pa.a.size() != 10) return PyErr_Format(PyExc_ValueError, "selscan: fwd takes 10 arguments");
+  if (pa.a.size() != 10 && pa.a.size() != 11)
+    return PyErr_Format(PyExc_ValueError, "selscan: fwd takes 10 arguments (and dy)");
   bind::Checked k;
-  const bool copies = CheckArgs(Op::kFwd, pa.a.data(), nullptr, nullptr, &k).ok() && WantsUnitL(pa.a.data(), k);
+  const bool copies = CheckArgs(Op::kFwd, pa.a.data(), nullptr, nullptr, &k).ok() &&
+                      WantsUnitL(pa.a.data(), k, pa.a.size() == 11 ? &pa.a[10] : nullptr);
   return PyBool_FromLong(copies);
 }
 
@@ -202,8 +203,8 @@ PyObject* CheckpointNumelPy(PyObject*, PyObject* args) {
   size_t bytes = 0;
   bind::Result r;
   try {
-    const c10::Device d{std::string(dev)};
-    if (d.is_cuda()) {
+    const torch::stable::Device d{std::string(dev)};
+    if (d.type() == DeviceType::CUDA) {
 #ifdef WITH_CUDA
       r = bind::Call(p, [&](const selscan_problem* q) { return selscan_binding_cuda_checkpoint_size(q, &bytes); });
 #else
@@ -271,6 +272,8 @@ extern "C" PyMODINIT_FUNC PyInit__C(void) {
       {"checkpoint_numel", CheckpointNumelPy, METH_VARARGS, "the forward's checkpoint floats on a device"},
       {"error_message", ErrorMessagePy, METH_VARARGS, "a refusal's message in the common layer's words"},
       {"elements_meet", ElementsMeetPy, METH_VARARGS, "whether two strided tensors share a byte (ElementsMeet)"},
+      {"cpu_backend", CpuBackendPy, METH_NOARGS, "the CPU fast path's vector backend (selscan_cpu_backend)"},
+      {"cuda_channels_last", CudaChannelsLastPy, METH_NOARGS, "whether the CUDA fast kernels take any L stride"},
       {nullptr, nullptr, 0, nullptr}};
   static struct PyModuleDef def = {PyModuleDef_HEAD_INIT, "_C", "selscan's PyTorch ops (torch.ops.selscan)", -1,
                                    methods};

@@ -28,45 +28,44 @@
 // with unit L strides, its L-strided operands (scan.cpp >>unit-l).
 // The Python side (selscan_torch/__init__.py, conv.py) adds the fake kernels and mamba's API.
 //
-// CPU: selscan's parts API on at::parallel_for (bitwise the same for every thread count; the
+// CPU: selscan's parts API on torch's intra-op pool (torch::stable::parallel_for) (bitwise the same for every thread count; the
 // backward's reduce phase after all parts). CUDA (WITH_CUDA): the bindings' shared CUDA shim
 // (bindings/common/selscan_binding.h >>bind-cuda, compiled in selscan_torch_cuda.cu) on the current
 // stream; workspace and checkpoint from torch's allocator (>>dispatch).
 #ifndef SELSCAN_TORCH_H_
 #define SELSCAN_TORCH_H_
 
-#include <Python.h>
-
-#include <ATen/ATen.h>
-#include <ATen/EmptyTensor.h>
-#include <ATen/Parallel.h>
-#include <ATen/core/dispatch/Dispatcher.h>
-#include <torch/autograd.h>
-#include <torch/library.h>
+// PyTorch's stable ABI only (torch/csrc/stable, torch/headeronly; setup.py builds with
+// TORCH_STABLE_ONLY and TORCH_TARGET_VERSION 2.11): the extension built once loads in every later
+// torch. What the stable ABI has no API for (autograd, grad mode, inference tensors, version counters,
+// typed Python errors) is Python's: selscan_torch/_autograd.py.
+#include <torch/csrc/stable/accelerator.h>
+#include <torch/csrc/stable/device.h>
+#include <torch/csrc/stable/library.h>
+#include <torch/csrc/stable/ops.h>
+#include <torch/csrc/stable/tensor.h>
+#include <torch/headeronly/core/ScalarType.h>
 
 #include <algorithm>
-#include <atomic>
 #include <cstdint>
 #include <cstring>
 #include <exception>
 #include <initializer_list>
+#include <optional>
+#include <stdexcept>
 #include <string>
+#include <tuple>
 #include <type_traits>
 #include <vector>
-
-#ifdef WITH_CUDA
-#include <ATen/cuda/EmptyTensor.h>
-#include <c10/cuda/CUDAGuard.h>
-#include <c10/cuda/CUDAStream.h>
-#endif
 
 #include "selscan.h"
 #include "selscan_binding.h"  // bindings/common: the layer shared with the other bindings, its CUDA shim too
 
 namespace selscan_torch {
 
-using at::Tensor;
-using OptT = c10::optional<Tensor>;
+using Tensor = torch::stable::Tensor;
+using OptT = std::optional<Tensor>;
+using ScalarType = torch::headeronly::ScalarType;
 
 // ---- selscan operands from torch tensors -----------------------------------------------------
 
@@ -79,9 +78,10 @@ ST Operand(const Tensor& t, bool* full_broadcast = nullptr) {
   return bind::Operand<ST>(t.data_ptr(), t.dim(), t.sizes().data(), t.strides().data(), full_broadcast);
 }
 
+inline Tensor Contiguous(const Tensor& t) { return t.is_contiguous() ? t : torch::stable::contiguous(t); }
 // A tensor selscan can read through its strides: unchanged unless it is a full broadcast.
 inline Tensor Readable(const Tensor& t) {
-  return bind::FullBroadcast(t.dim(), t.sizes().data(), t.strides().data()) ? t.contiguous() : t;
+  return bind::FullBroadcast(t.dim(), t.sizes().data(), t.strides().data()) ? torch::stable::contiguous(t) : t;
 }
 inline OptT Readable(const OptT& t) { return t.has_value() ? OptT(Readable(*t)) : OptT(); }
 
@@ -101,8 +101,6 @@ template <typename ST>
 ST OptOperand(const OptT& t) {
   return t.has_value() ? Operand<ST>(*t) : bind::Absent<ST>();
 }
-
-inline std::string Shape(const Tensor& t) { return c10::str(t.sizes()); }
 
 // ---- errors ----------------------------------------------------------------------------------
 
@@ -132,15 +130,19 @@ struct Diag {
 
 // selscan status -> Python exception: ValueError for validation failures (naming the argument
 // where selscan's diag says it), TypeError for dtypes, NotImplementedError for what a backend
-// cannot do, RuntimeError for CUDA failures.
-inline void Raise(const bind::Error& e) {
-  switch (e.kind) {
-    case bind::ErrorKind::kNone: return;
-    case bind::ErrorKind::kType: TORCH_CHECK_TYPE(false, e.message);
-    case bind::ErrorKind::kNotImplemented: TORCH_CHECK_NOT_IMPLEMENTED(false, e.message);
-    case bind::ErrorKind::kDevice: TORCH_CHECK(false, e.message);
-    case bind::ErrorKind::kValue: TORCH_CHECK_VALUE(false, e.message);
+// cannot do, RuntimeError for CUDA failures. The stable ABI carries a C++ exception to Python as
+// RuntimeError only: the message starts with the Python type's name ("ValueError: selscan: ..."),
+// which the package's Python layer raises as that type (selscan_torch/_autograd.py: typed_error).
+[[noreturn]] inline void Fail(bind::ErrorKind kind, const std::string& message) {
+  switch (kind) {
+    case bind::ErrorKind::kType: throw std::runtime_error("TypeError: " + message);
+    case bind::ErrorKind::kNotImplemented: throw std::runtime_error("NotImplementedError: " + message);
+    case bind::ErrorKind::kValue: throw std::runtime_error("ValueError: " + message);
+    default: throw std::runtime_error(message);
   }
+}
+inline void Raise(const bind::Error& e) {
+  if (e.kind != bind::ErrorKind::kNone) Fail(e.kind, e.message);
 }
 inline void CheckText(selscan_status st, const char* where, const std::string& diag_text, const char* cuda_text = "") {
   if (st != SELSCAN_OK) Raise(bind::ErrorOf(st, where, diag_text, "", cuda_text));
@@ -165,7 +167,9 @@ using Sizes = bind::Sizes;
 // SELSCAN_STEP_DELTA_BIAS_T: read in x's dtype, converted on load; no conversion kernel a token).
 // The conv step's have one flag for both (SELSCAN_CONV_PARAMS_T): both in x's dtype go as they
 // are, a mix as float32 (the ones in x's dtype widened here: exact, one kernel each).
-inline Tensor AsF32(const Tensor& t) { return t.scalar_type() == at::kFloat ? t : t.to(at::kFloat); }
+inline Tensor AsF32(const Tensor& t) {
+  return t.scalar_type() == ScalarType::Float ? t : torch::stable::to(t, ScalarType::Float);
+}
 inline OptT AsF32(const OptT& t) { return t.has_value() ? OptT(AsF32(*t)) : OptT(); }
 
 // ---- >>args: the argument checks, bindings/common's (>>bind-args) ----------------------------------
@@ -176,55 +180,65 @@ inline OptT AsF32(const OptT& t) { return t.has_value() ? OptT(AsF32(*t)) : OptT
 
 enum class Op { kFwd = 0, kBwd, kStep, kConvFwd, kConvBwd, kConvStep };
 
-inline bind::Type TypeOf(at::ScalarType st) {
+inline bind::Type TypeOf(ScalarType st) {
   switch (st) {
-    case at::kFloat: return bind::Type::kF32;
-    case at::kHalf: return bind::Type::kF16;
-    case at::kBFloat16: return bind::Type::kBF16;
-    case at::kInt: return bind::Type::kI32;
-    case at::kLong: return bind::Type::kI64;
+    case ScalarType::Float: return bind::Type::kF32;
+    case ScalarType::Half: return bind::Type::kF16;
+    case ScalarType::BFloat16: return bind::Type::kBF16;
+    case ScalarType::Int: return bind::Type::kI32;
+    case ScalarType::Long: return bind::Type::kI64;
     default: return bind::Type::kOther;
   }
 }
 // str(torch dtype): the name the fake kernels pass for a dtype (the same in both paths' messages)
-inline const char* TypeName(at::ScalarType st) {
+inline const char* TypeName(ScalarType st) {
   switch (st) {
-    case at::kFloat: return "torch.float32";
-    case at::kHalf: return "torch.float16";
-    case at::kBFloat16: return "torch.bfloat16";
-    case at::kDouble: return "torch.float64";
-    case at::kLong: return "torch.int64";
-    case at::kInt: return "torch.int32";
-    case at::kShort: return "torch.int16";
-    case at::kChar: return "torch.int8";
-    case at::kByte: return "torch.uint8";
-    case at::kBool: return "torch.bool";
-    case at::kComplexHalf: return "torch.complex32";
-    case at::kComplexFloat: return "torch.complex64";
-    case at::kComplexDouble: return "torch.complex128";
-    default: return c10::toString(st);
+    case ScalarType::Float: return "torch.float32";
+    case ScalarType::Half: return "torch.float16";
+    case ScalarType::BFloat16: return "torch.bfloat16";
+    case ScalarType::Double: return "torch.float64";
+    case ScalarType::Long: return "torch.int64";
+    case ScalarType::Int: return "torch.int32";
+    case ScalarType::Short: return "torch.int16";
+    case ScalarType::Char: return "torch.int8";
+    case ScalarType::Byte: return "torch.uint8";
+    case ScalarType::Bool: return "torch.bool";
+    case ScalarType::ComplexHalf: return "torch.complex32";
+    case ScalarType::ComplexFloat: return "torch.complex64";
+    case ScalarType::ComplexDouble: return "torch.complex128";
+    default: return torch::headeronly::toString(st);
   }
 }
-inline int64_t DeviceKey(const c10::Device& d) {
-  return (static_cast<int64_t>(d.type()) << 16) | static_cast<int64_t>(static_cast<uint16_t>(d.index() + 1));
+using DeviceType = torch::headeronly::DeviceType;
+inline int64_t DeviceKey(DeviceType type, int64_t index) {
+  return (static_cast<int64_t>(type) << 16) | static_cast<int64_t>(static_cast<uint16_t>(index + 1));
 }
+inline int64_t DeviceKey(const torch::stable::Device& d) { return DeviceKey(d.type(), d.index()); }
+// str(torch.device) of a key: the device types a tensor can have here by name (torch's names), others by number
 inline std::string DeviceName(int64_t key) {
-  return c10::Device(static_cast<c10::DeviceType>(key >> 16), static_cast<c10::DeviceIndex>((key & 0xffff) - 1)).str();
+  static const struct { DeviceType type; const char* name; } kNames[] = {
+      {DeviceType::CPU, "cpu"}, {DeviceType::CUDA, "cuda"}, {DeviceType::Meta, "meta"}, {DeviceType::MPS, "mps"},
+      {DeviceType::XPU, "xpu"}, {DeviceType::HIP, "hip"}, {DeviceType::PrivateUse1, "privateuseone"}};
+  std::string name = "device type " + std::to_string(key >> 16);
+  for (const auto& n : kNames)
+    if (static_cast<int64_t>(n.type) == (key >> 16)) name = n.name;
+  const int64_t index = (key & 0xffff) - 1;
+  return index < 0 ? name : name + ":" + std::to_string(index);
 }
-inline bool IsCudaKey(int64_t key) { return (key >> 16) == static_cast<int64_t>(c10::DeviceType::CUDA); }
+inline bool IsCudaKey(int64_t key) { return (key >> 16) == static_cast<int64_t>(DeviceType::CUDA); }
 
-inline bind::Arg ArgOf(const c10::Device& d, at::ScalarType st) {  // without its sizes
+inline bind::Arg ArgOf(int64_t device_key, ScalarType st) {  // without its sizes
   bind::Arg a;
   a.present = true;
   a.type = TypeOf(st);
   a.type_name = TypeName(st);
-  a.device = DeviceKey(d);
-  a.host = d.is_cpu();
+  a.device = device_key;
+  a.host = (device_key >> 16) == static_cast<int64_t>(DeviceType::CPU);
   return a;
 }
 inline bind::Arg ArgOf(const Tensor& t) {
   if (!t.defined()) return bind::Arg();
-  bind::Arg a = ArgOf(t.device(), t.scalar_type());
+  bind::Arg a = ArgOf(DeviceKey(t.device()), t.scalar_type());
   a.ndim = t.dim();
   a.sizes = t.sizes().data();
   a.strides = t.strides().data();
@@ -293,12 +307,12 @@ inline Checked Check(Op op, const bind::Arg* args, const OptT& values) {
   const int32_t* idx = nullptr;
   if (values && values->defined() && values->is_cpu() && values->dim() == 1) {
     const bool rows = op == Op::kStep || op == Op::kConvStep;
-    if (!rows && values->scalar_type() == at::kLong) {
-      c.host = values->contiguous();
-      cu = c.host->data_ptr<int64_t>();
-    } else if (rows && values->scalar_type() == at::kInt) {
-      c.host = values->contiguous();
-      idx = c.host->data_ptr<int32_t>();
+    if (!rows && values->scalar_type() == ScalarType::Long) {
+      c.host = Contiguous(*values);
+      cu = c.host->const_data_ptr<int64_t>();
+    } else if (rows && values->scalar_type() == ScalarType::Int) {
+      c.host = Contiguous(*values);
+      idx = c.host->const_data_ptr<int32_t>();
     }
   }
   const bind::Refusal r = CheckArgs(op, args, cu, idx, &c.k);
@@ -308,21 +322,71 @@ inline Checked Check(Op op, const bind::Arg* args, const OptT& values) {
 
 // ---- outputs ----------------------------------------------------------------------------------
 
-// A new tensor of torch's allocator on `like`'s device, straight from ATen's empty_cpu / empty_cuda
-// (the allocation at::empty makes, without its two dispatcher passes: the host cost of a short
-// CUDA call is mostly such overhead, and the ops make up to 10 outputs and placeholders a call).
-inline Tensor NewTensor(at::IntArrayRef sizes, at::ScalarType dtype, const Tensor& like) {
-#ifdef WITH_CUDA
-  if (like.is_cuda()) return at::detail::empty_cuda(sizes, dtype, like.device(), std::nullopt);
-#endif
-  if (like.is_cpu()) return at::detail::empty_cpu(sizes, dtype);
-  return at::empty(sizes, like.options().dtype(dtype));
+// A new tensor of torch's allocator on `like`'s device (aoti_torch_empty_strided: the allocation
+// without the dispatcher passes of aten::empty; the host cost of a short CUDA call is mostly such
+// overhead, and the ops make up to 10 outputs and placeholders a call); strides: dense in the order
+// given (none: contiguous).
+inline int32_t AotiDtype(ScalarType st) {
+  switch (st) {
+    case ScalarType::Float: return aoti_torch_dtype_float32();
+    case ScalarType::Half: return aoti_torch_dtype_float16();
+    case ScalarType::BFloat16: return aoti_torch_dtype_bfloat16();
+    case ScalarType::Int: return aoti_torch_dtype_int32();
+    case ScalarType::Long: return aoti_torch_dtype_int64();
+    case ScalarType::Byte: return aoti_torch_dtype_uint8();
+    default: Fail(bind::ErrorKind::kType, std::string("selscan: no output of dtype ") + TypeName(st));
+  }
 }
-inline Tensor NewF32(at::IntArrayRef sizes, const Tensor& like) { return NewTensor(sizes, at::kFloat, like); }
-// at::empty_like(t): a contiguous t's layout directly, any other through empty_like (its strides)
-inline Tensor NewLike(const Tensor& t) {
-  return t.is_contiguous() ? NewTensor(t.sizes(), t.scalar_type(), t) : at::empty_like(t);
+inline Tensor NewStrided(const std::vector<int64_t>& sizes, const int64_t* strides, ScalarType dtype, const Tensor& like) {
+  const int64_t nd = static_cast<int64_t>(sizes.size());
+  std::vector<int64_t> dense(sizes.size());
+  if (!strides) {
+    int64_t st = 1;
+    for (int64_t d = nd - 1; d >= 0; d--) {
+      dense[static_cast<size_t>(d)] = st;
+      st *= std::max<int64_t>(1, sizes[static_cast<size_t>(d)]);
+    }
+    strides = dense.data();
+  }
+  int32_t device_type = 0;
+  TORCH_ERROR_CODE_CHECK(aoti_torch_get_device_type(like.get(), &device_type));
+  AtenTensorHandle h = nullptr;
+  TORCH_ERROR_CODE_CHECK(aoti_torch_empty_strided(nd, sizes.data(), strides, AotiDtype(dtype), device_type,
+                                                  like.get_device_index(), &h));
+  return Tensor(h);
 }
+inline Tensor NewTensor(const std::vector<int64_t>& sizes, ScalarType dtype, const Tensor& like) {
+  return NewStrided(sizes, nullptr, dtype, like);
+}
+inline Tensor NewTensor(std::initializer_list<int64_t> sizes, ScalarType dtype, const Tensor& like) {
+  return NewStrided(std::vector<int64_t>(sizes), nullptr, dtype, like);
+}
+inline std::vector<int64_t> SizesOf(const Tensor& t) { return std::vector<int64_t>(t.sizes().begin(), t.sizes().end()); }
+inline Tensor NewF32(std::initializer_list<int64_t> sizes, const Tensor& like) { return NewTensor(sizes, ScalarType::Float, like); }
+// A dense tensor of `sizes` whose memory order is t's (strides sorted, largest first; ties keep the
+// logical order): empty_like's rule for a tensor that is not dense (a view such as xz[:, :d]).
+inline Tensor NewInOrderOf(const Tensor& t, const std::vector<int64_t>& sizes, ScalarType dtype) {
+  const int64_t nd = t.dim();
+  std::vector<int64_t> perm(static_cast<size_t>(nd)), strides(static_cast<size_t>(nd));
+  for (int64_t i = 0; i < nd; i++) perm[static_cast<size_t>(i)] = i;
+  std::stable_sort(perm.begin(), perm.end(), [&](int64_t a, int64_t b) {
+    const int64_t sa = t.size(a) == 1 ? 0 : t.stride(a), sb = t.size(b) == 1 ? 0 : t.stride(b);
+    return sa > sb;
+  });
+  int64_t st = 1;
+  for (int64_t i = nd - 1; i >= 0; i--) {
+    const size_t d = static_cast<size_t>(perm[static_cast<size_t>(i)]);
+    strides[d] = st;
+    st *= std::max<int64_t>(1, sizes[d]);
+  }
+  return NewStrided(sizes, strides.data(), dtype, t);
+}
+inline Tensor NewLike(const Tensor& t) { return NewInOrderOf(t, SizesOf(t), t.scalar_type()); }
+inline Tensor& Zero(Tensor& t) {
+  if (t.numel()) torch::stable::zero_(t);
+  return t;
+}
+inline void CopyInto(Tensor& dst, const Tensor& src) { torch::stable::copy_(dst, src); }
 
 // A byte buffer of torch's allocator on `like`'s device (the CPU parts) holding `bytes` bytes:
 // selscan's sizes include the slack it needs to align any pointer up inside, so the buffer is
@@ -336,13 +400,13 @@ inline Workspace MakeWorkspace(size_t bytes, const Tensor& like) {
   Workspace w;
   w.bytes = bytes;
   if (bytes == 0) return w;
-  w.buf = NewTensor({static_cast<int64_t>(bytes)}, at::kByte, like);
+  w.buf = NewTensor({static_cast<int64_t>(bytes)}, ScalarType::Byte, like);
   w.ptr = w.buf.data_ptr();
   return w;
 }
 
 // Parts for the CPU pool: one per intra-op thread (results do not depend on it).
-inline int64_t NumParts() { return std::max<int64_t>(1, at::get_num_threads()); }
+inline int64_t NumParts() { return std::max<int64_t>(1, static_cast<int64_t>(torch::stable::get_num_threads())); }
 // The decode steps' parts: blocks of 256 channels of a row, at most one per thread.
 inline int64_t StepParts(int64_t batch, int64_t dim) { return bind::StepParts(NumParts(), batch, dim); }
 
@@ -351,7 +415,7 @@ inline int64_t StepParts(int64_t batch, int64_t dim) { return bind::StepParts(Nu
 template <typename P, typename Fn>
 void RunParts(const P& p, int64_t n_parts, const char* where, const Names& names, const Fn& fn) {
   auto pool = [](int64_t n, const auto& body) {
-    at::parallel_for(0, n, 1, [&](int64_t b, int64_t e) {
+    torch::stable::parallel_for(0, n, 1, [&](int64_t b, int64_t e) {
       for (int64_t i = b; i < e; i++) body(i);
     });
   };
@@ -363,8 +427,9 @@ void RunParts(const P& p, int64_t n_parts, const char* where, const Names& names
 // A CUDA tensor reaching a build without CUDA kernels: refused, naming the argument.
 inline void NeedKernels(const Tensor& t, const char* name) {
 #ifndef WITH_CUDA
-  TORCH_CHECK(!t.is_cuda(), "selscan: this build of selscan_torch has no CUDA kernels (built without nvcc or with "
-              "SELSCAN_TORCH_CPU_ONLY=1); ", name, " is on ", t.device());
+  if (t.is_cuda())
+    Fail(bind::ErrorKind::kDevice, std::string("selscan: this build of selscan_torch has no CUDA kernels (built without "
+         "nvcc or with SELSCAN_TORCH_CPU_ONLY=1); ") + name + " is on " + DeviceName(DeviceKey(t.device())));
 #else
   (void)t;
   (void)name;
@@ -380,13 +445,13 @@ inline void NeedKernels(const Tensor& t, const char* name) {
 // call has been enqueued: torch's caching allocator is stream-ordered.
 class CudaCall {
  public:
-  CudaCall(const Tensor& like, const OptT& cu_host) : guard_(like.device()), like_(like) {
-    call.stream = static_cast<void*>(c10::cuda::getCurrentCUDAStream(like.device().index()).stream());
+  CudaCall(const Tensor& like, const OptT& cu_host) : guard_(like.get_device_index()), like_(like) {
+    TORCH_ERROR_CODE_CHECK(aoti_torch_get_current_cuda_stream(like.get_device_index(), &call.stream));
     call.workspace_alloc = &CudaCall::Alloc;
     call.workspace_ctx = this;
     if (cu_host) {
-      cu_dev_ = cu_host->to(like.device(), /*non_blocking=*/true);
-      call.cu_seqlens_device = cu_dev_.data_ptr<int64_t>();
+      cu_dev_ = torch::stable::to(*cu_host, like.device(), /*non_blocking=*/true);
+      call.cu_seqlens_device = cu_dev_.const_data_ptr<int64_t>();
     }
   }
   CudaCall(const CudaCall&) = delete;
@@ -402,14 +467,14 @@ class CudaCall {
   static void* Alloc(void* ctx, size_t bytes) {
     auto* c = static_cast<CudaCall*>(ctx);
     try {
-      c->ws_ = NewTensor({static_cast<int64_t>(bytes)}, at::kByte, c->like_);
+      c->ws_ = NewTensor({static_cast<int64_t>(bytes)}, ScalarType::Byte, c->like_);
       return c->ws_.data_ptr();
     } catch (...) {
       c->error_ = std::current_exception();
       return nullptr;
     }
   }
-  const c10::cuda::CUDAGuard guard_;
+  const torch::stable::accelerator::DeviceGuard guard_;
   const Tensor& like_;
   Tensor cu_dev_, ws_;
   std::exception_ptr error_;
@@ -439,7 +504,7 @@ void OnDevice(const Tensor& x, const char* name, const OptT& cu_host, const OnCp
 // refuses the tensor itself (the Python wrapper's own copies: _checks.state_alias_refused).
 inline void CheckReadCopy(const Tensor& out, const char* out_name, const char* where, const Tensor& in, const Tensor& used,
                    const char* name) {
-  if (used.is_same(in) ||
+  if (used.get() == in.get() ||
       !bind::ElementsMeet(in.data_ptr(), in.element_size(), in.dim(), in.sizes().data(), in.strides().data(),
                           out.data_ptr(), out.element_size(), out.dim(), out.sizes().data(), out.strides().data()))
     return;
@@ -453,8 +518,8 @@ inline void CheckReadCopy(const Tensor& out, const char* out_name, const char* w
 template <typename ST>
 ST OutOperand(const Tensor& t, const char* name) {
   ST s;
-  TORCH_CHECK_VALUE(bind::OutOperand<ST>(t.data_ptr(), t.dim(), t.sizes().data(), t.strides().data(), &s),
-                    "selscan: ", name, " has all strides 0 (overlapping elements)");
+  if (!bind::OutOperand<ST>(t.data_ptr(), t.dim(), t.sizes().data(), t.strides().data(), &s))
+    Fail(bind::ErrorKind::kValue, std::string("selscan: ") + name + " has all strides 0 (overlapping elements)");
   return s;
 }
 
@@ -472,10 +537,10 @@ ST OutOperand(const Tensor& t, const char* name) {
 // like the u copy (the fake kernel asks the same question: _C.fwd_unit_l).
 
 // (batch, dim, L) u / delta / z and (batch, [G,] N, L) B / C: L is the last dim.
-inline bool LStrided(const Tensor& t) { return t.dim() > 0 && t.sym_stride(-1) != 1; }
+inline bool LStrided(const Tensor& t) { return t.dim() > 0 && t.stride(t.dim() - 1) != 1; }
 inline bool LStrided(const OptT& t) { return t.has_value() && t->defined() && LStrided(*t); }
-inline Tensor UnitL(const Tensor& t) { return LStrided(t) ? t.contiguous() : t; }
-inline OptT UnitL(const OptT& t) { return LStrided(t) ? OptT(t->contiguous()) : t; }
+inline Tensor UnitL(const Tensor& t) { return LStrided(t) ? torch::stable::contiguous(t) : t; }
+inline OptT UnitL(const OptT& t) { return LStrided(t) ? OptT(torch::stable::contiguous(*t)) : t; }
 
 // Whether the forward of args (the fwd schema's order, checked: k) copies u, delta, z, B and C to
 // unit L strides (>>unit-l): a CUDA u, and bindings/common's ScanWantsUnitL (selscan's plan asked).
@@ -489,103 +554,17 @@ inline bool WantsUnitL(const bind::Arg* a, const bind::Checked& k, const bind::A
 #endif
 }
 
-// ---- >>autograd-helpers: what the scan's and the conv's autograd kernels share ------------------
+// ---- what the ops' kernels share -----------------------------------------------------------------
+// (Their autograd, the decode updates' grad-mode refusal and state's version bump: Python's,
+// selscan_torch/_autograd.py: the stable ABI has no autograd.)
 
-// The typed handle of one of the ops (selscan::fwd, ...): callers keep it in a static (looked up once).
-template <typename Sig>
-c10::TypedOperatorHandle<Sig> OpHandle(const char* name) {
-  return c10::Dispatcher::singleton().findSchemaOrThrow(name, "").template typed<Sig>();
-}
-
-inline OptT Opt(const Tensor& t) { return t.defined() ? OptT(t) : OptT(); }
 inline bool Given(const OptT& t) { return t.has_value() && t->defined(); }
-
-inline bool AnyRequiresGrad(std::initializer_list<const Tensor*> ts, std::initializer_list<const OptT*> opts) {
-  for (const Tensor* t : ts)
-    if (t->defined() && t->requires_grad()) return true;
-  for (const OptT* t : opts)
-    if (t->has_value() && (*t)->defined() && (*t)->requires_grad()) return true;
-  return false;
-}
-
-// Whether a call records a graph: grad mode on and one of its inputs requiring grad.
-inline bool NeedsGrad(std::initializer_list<const Tensor*> ts, std::initializer_list<const OptT*> opts) {
-  return at::GradMode::is_enabled() && AnyRequiresGrad(ts, opts);
-}
-
-// Bit i set where the i-th of the optional arguments is given (which differentiable arguments
-// autograd's edges count).
-inline int64_t PresentBits(std::initializer_list<const OptT*> opts) {
-  int64_t bits = 0, i = 0;
-  for (const OptT* t : opts) bits |= (Given(*t) ? int64_t(1) : int64_t(0)) << i++;
-  return bits;
-}
-
-// The backward's grad_mask over n differentiable arguments, the first n_required always present,
-// the others where `present` (PresentBits) says: edge index = count of the present ones before.
-inline std::vector<int64_t> GradMask(torch::autograd::AutogradContext* ctx, int n, int n_required, int64_t present) {
-  std::vector<int64_t> mask(static_cast<size_t>(n), 0);
-  size_t edge = 0;
-  for (int i = 0; i < n; i++) {
-    const bool here = i < n_required || ((present >> (i - n_required)) & 1);
-    if (here) mask[static_cast<size_t>(i)] = ctx->needs_input_grad(edge++) ? 1 : 0;
-  }
-  return mask;
-}
-inline bool AnyOf(const std::vector<int64_t>& mask) {
-  for (int64_t m : mask)
-    if (m) return true;
-  return false;
-}
-
-// >>harden-autograd, the backward ops (selscan::bwd, selscan::conv_bwd): no derivative, so with grad
-// mode on (a backward with create_graph=True) and an input requiring grad, their outputs hang off a
-// node derived from this one (Op: its forward runs the op below autograd; Op::kFunction names the
-// user's function), whose backward raises: a double backward is an error, never silent zeros; a
-// first backward with create_graph=True that is not differentiated again works as before.
-template <typename Op>
-struct NotDifferentiable : torch::autograd::Function<Op> {
-  static torch::autograd::variable_list backward(torch::autograd::AutogradContext*, torch::autograd::variable_list) {
-    TORCH_CHECK(false, "selscan: double backward (differentiating the gradients of ", Op::kFunction,
-                ", e.g. after create_graph=True) is not supported: selscan's backward of ", Op::kFunction,
-                " is not differentiable");
-    return {};
-  }
-};
-
-// >>harden-autograd, the decode updates (selscan::step, selscan::conv_step): no derivative, so with
-// grad mode on an input requiring grad is refused before anything is written (an output claiming
-// requires_grad would get no gradient); an inference-tensor state only under inference mode; the
-// update (call, below autograd) bumps state's version counter (autograd's check on tensors saved for
-// backward). what: the user's function, named in the refusal.
-struct NamedArg {
-  const char* name;
-  const Tensor* t;
-};
-template <typename Call>
-Tensor InferenceOnlyUpdate(const char* what, std::initializer_list<NamedArg> args, const Tensor& state, Call call) {
-  if (at::GradMode::is_enabled())
-    for (const NamedArg& a : args)
-      TORCH_CHECK(!(a.t && a.t->defined() && a.t->requires_grad()), "selscan: ", what,
-                  " is inference-only (no autograd), but ", a.name, " requires grad; call it under torch.no_grad() / "
-                  "torch.inference_mode() or pass ", a.name, ".detach()");
-  TORCH_CHECK_VALUE(!state.is_inference() || c10::InferenceMode::is_enabled(),
-                    "selscan: state is an inference tensor (made under torch.inference_mode()); an in-place update "
-                    "of it must run under torch.inference_mode() too");
-  Tensor y;
-  {
-    at::AutoDispatchBelowADInplaceOrView guard;
-    y = call();
-  }
-  torch::autograd::impl::bump_version(state);
-  return y;
-}
 inline const Tensor* Ptr(const OptT& t) { return t.has_value() && t->defined() ? &*t : nullptr; }  // (nullptr: absent)
 
 // An empty problem's gradients: each asked for zeroed (out[i], want[i]).
 inline void ZeroGrads(std::vector<Tensor>& out, const bool* want) {
   for (size_t i = 0; i < out.size(); i++)
-    if (want[i] && out[i].numel()) out[i].zero_();
+    if (want[i]) Zero(out[i]);
 }
 
 }  // namespace selscan_torch

@@ -1,4 +1,4 @@
-// step.cpp - selscan::step (the decode step, in place on state; inference only).
+// step.cpp - selscan::step (the decode step, in place on state; inference only: selscan_torch/_autograd.py).
 #include "selscan_torch.h"
 
 namespace selscan_torch {
@@ -27,10 +27,10 @@ Tensor Step(const Tensor& state, const Tensor& x_in, const Tensor& dt_in, const 
   if (batch == 0 || dim == 0) return y;
   // an empty cache: every row is padding (checked above on the host; on CUDA rows >= n_cache are
   // padding), so out is 0. Not selscan's call: its n_cache 0 means batch (issue 38, host run)
-  if (n_cache == 0) return y.zero_();
+  if (n_cache == 0) return Zero(y);
   const Tensor x = Readable(x_in), dt = Readable(dt_in), A = Readable(A_in), B = Readable(B_in), C = Readable(C_in);
   const OptT D = Readable(D_in), z = Readable(z_in), dt_bias = Readable(dt_bias_in);  // float32 or x's dtype
-  const Tensor sidx = state_index ? state_index->contiguous() : Tensor();
+  const Tensor sidx = state_index ? Contiguous(*state_index) : Tensor();
   auto read_copy = [&](const Tensor& in, const Tensor& used, const char* name) {  // none may overlap state
     CheckReadCopy(state, "state", "step", in, used, name);
   };
@@ -49,7 +49,7 @@ Tensor Step(const Tensor& state, const Tensor& x_in, const Tensor& dt_in, const 
   s.dtype = c.k.dtype;
   s.flags = c.k.flags |  // D, dt_bias, state in x's dtype: SELSCAN_STEP_D_T, _DELTA_BIAS_T, _STATE_T
             (dt_softplus ? SELSCAN_DELTA_SOFTPLUS : 0u) | (A_is_log ? SELSCAN_STEP_A_LOG : 0u);  // A holds A_log
-  s.state_index = state_index ? sidx.data_ptr<int32_t>() : nullptr;
+  s.state_index = state_index ? sidx.const_data_ptr<int32_t>() : nullptr;
   s.state = OutOperand<decltype(s.state)>(state, "state");
   s.u = Operand<decltype(s.u)>(x);  // mamba's x / dt are selscan's u / delta
   s.delta = Operand<decltype(s.delta)>(dt);
@@ -69,32 +69,11 @@ Tensor Step(const Tensor& state, const Tensor& x_in, const Tensor& dt_in, const 
   return y;
 }
 
-using StepSig = Tensor(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&,
-                       const OptT&, const OptT&, const OptT&, const OptT&, bool, bool);
-const c10::TypedOperatorHandle<StepSig>& StepOp() {
-  static const auto op = OpHandle<StepSig>("selscan::step");
-  return op;
-}
-
-Tensor StepAutograd(const Tensor& state, const Tensor& x, const Tensor& dt, const Tensor& A, const Tensor& B,
-                    const Tensor& C, const OptT& D, const OptT& z, const OptT& dt_bias, const OptT& state_index,
-                    bool dt_softplus, bool A_is_log) {
-  return InferenceOnlyUpdate("the decode step (selective_state_update)",
-                             {{"state", &state}, {"x", &x}, {"dt", &dt}, {"A", &A}, {"B", &B}, {"C", &C},
-                              {"D", Ptr(D)}, {"z", Ptr(z)}, {"dt_bias", Ptr(dt_bias)}},
-                             state, [&] {
-                               return StepOp().call(state, x, dt, A, B, C, D, z, dt_bias, state_index, dt_softplus,
-                                                    A_is_log);
-                             });
-}
-
 }  // namespace
 }  // namespace selscan_torch
 
-TORCH_LIBRARY_IMPL(selscan, CPU, m) { m.impl("step", &selscan_torch::Step); }
-
-TORCH_LIBRARY_IMPL(selscan, Autograd, m) { m.impl("step", &selscan_torch::StepAutograd); }
+STABLE_TORCH_LIBRARY_IMPL(selscan, CPU, m) { m.impl("step", TORCH_BOX(&selscan_torch::Step)); }
 
 #ifdef WITH_CUDA
-TORCH_LIBRARY_IMPL(selscan, CUDA, m) { m.impl("step", &selscan_torch::Step); }
+STABLE_TORCH_LIBRARY_IMPL(selscan, CUDA, m) { m.impl("step", TORCH_BOX(&selscan_torch::Step)); }
 #endif

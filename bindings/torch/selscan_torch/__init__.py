@@ -4,9 +4,9 @@ A drop-in for mamba_ssm's functions: change the import only.
 
     from selscan_torch import selective_scan_fn, selective_state_update, SelectiveScan
 
-The ops (torch.ops.selscan.fwd / bwd / step) and fwd's autograd are registered in C++
-(TORCH_LIBRARY schemas, a torch::autograd::Function on the Autograd key); this module adds their
-fake (meta) kernels (torch.library.register_fake), so they run in eager mode, under torch.compile(fullgraph=True) and inside CUDA graphs (no host sync, torch's caching
+The ops (torch.ops.selscan.fwd / bwd / step) are registered in C++ on PyTorch's stable ABI (one
+binary for torch 2.11 and every later torch); their autograd is Python's (_autograd.py, the Autograd
+key); this module adds their fake (meta) kernels (torch.library.register_fake), so they run in eager mode, under torch.compile(fullgraph=True) and inside CUDA graphs (no host sync, torch's caching
 allocator, the current stream).
 """
 import math
@@ -14,20 +14,19 @@ import math
 import torch
 
 try:
-    from ._build import TORCH as _BUILT_TORCH, TORCH_MAJOR_MINOR as _BUILT_MM
+    from ._build import TORCH as _BUILT_TORCH, TORCH_MIN as _TORCH_MIN
 except ImportError:  # a tree whose setup.py has not run: nothing to compare
     _BUILT_TORCH = None
 # (torch.version.__version__: the installed build's own record, which code that fakes torch.__version__
 # leaves alone)
-if _BUILT_TORCH is not None and tuple(int(v) for v in torch.version.__version__.split("+")[0].split(".")[:2]) != _BUILT_MM:
-    # the extension uses torch's C++ ABI, which changes between minor versions: loading it anyway
-    # fails on an undefined symbol at best
-    raise ImportError(f"selscan_torch was built against torch {_BUILT_TORCH}, and this is torch {torch.version.__version__}: "
-                      f"install a selscan_torch built for this torch (pip install --no-build-isolation "
-                      f"./bindings/torch rebuilds it against the installed one)")
+if _BUILT_TORCH is not None and tuple(int(v) for v in torch.version.__version__.split("+")[0].split(".")[:2]) < _TORCH_MIN:
+    # the extension is built on torch's stable ABI as of _TORCH_MIN: an older torch lacks its entry points
+    raise ImportError(f"selscan_torch needs torch >= {_TORCH_MIN[0]}.{_TORCH_MIN[1]} (built with torch {_BUILT_TORCH}), "
+                      f"and this is torch {torch.version.__version__}")
 
 from . import _C  # noqa: F401,E402  (loading the extension registers torch.ops.selscan)
 from . import _checks  # noqa: E402
+from . import _autograd  # noqa: F401,E402  (the ops' Autograd-key kernels)
 
 __all__ = [
     "selective_scan_fn",
@@ -47,7 +46,7 @@ _fwd = _ops.fwd.default  # the overload itself: skips the packet's overload reso
 
 def cpu_backend():
     """The vector path selscan's CPU kernels use on this machine (avx512f, avx2+fma, neon, portable)."""
-    return _ops.cpu_backend()
+    return _C.cpu_backend()
 
 
 def has_cuda_kernels():
@@ -120,11 +119,9 @@ def _step_fake(state, x, dt, A, B, C, D, z, dt_bias, state_index, dt_softplus, A
 
 
 # ---- autograd ---------------------------------------------------------------------------------
-# selscan::fwd's autograd kernel is C++ (csrc/scan.cpp, ScanFunction on the Autograd
-# dispatch key): the forward saves the checkpoint whenever an input requires grad, the backward
-# calls selscan::bwd for the gradients autograd asks for. (Python's torch.library.register_autograd
-# cost 100-250 us a call: bench/NOTES.md CUDA-torch-v1.) selscan::bwd's autograd kernel makes a
-# double backward raise; selscan::step's refuses inputs requiring grad (it is inference-only).
+# _autograd.py, on the Autograd dispatch key: the forward saves the checkpoint whenever an input
+# requires grad, the backward calls selscan::bwd for the gradients autograd asks for; a double
+# backward raises; selscan::step refuses inputs requiring grad (it is inference-only).
 
 
 # ---- the mamba_ssm-compatible API -------------------------------------------------------------

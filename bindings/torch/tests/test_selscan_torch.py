@@ -145,7 +145,7 @@ def test_strided_inputs_no_copies(device):
     assert rel_err(y1, y2) < 1e-6
     for k in g1:
         assert rel_err(g1[k], g2[k]) < 1e-5, k
-    if device == "cuda" and not torch.ops.selscan.cuda_channels_last():  # the general kernels would round differently
+    if device == "cuda" and not st._C.cuda_channels_last():  # the general kernels would round differently
         assert torch.equal(y1, y2)
         for k in g1:
             assert torch.equal(g1[k], g2[k]), k
@@ -649,7 +649,7 @@ def test_cuda_strided_operands_run_fast_kernels(entry):
     x, gy, sizes = _lstrided_inputs("cuda")
     y1, g1 = _lstrided_run(x, gy, sizes, True, entry)
     y2, g2 = _lstrided_run(x, gy, sizes, False, entry)
-    if not torch.ops.selscan.cuda_channels_last():
+    if not st._C.cuda_channels_last():
         assert torch.equal(y1, y2)
         for a, b in zip(g1, g2):
             assert torch.equal(a, b)
@@ -678,7 +678,7 @@ def test_saved_operands_lstride(device, entry):
     batch, dim, L, N, r = sizes
     scan = [t for t in saved if t.dim() == 3 and t.shape[-1] == L]  # u, delta, z, B, C
     assert len(scan) == 5, [tuple(t.shape) for t in saved]
-    copies = device == "cuda" and not torch.ops.selscan.cuda_channels_last()
+    copies = device == "cuda" and not st._C.cuda_channels_last()
     n_lstrided = sum(t.stride(-1) != 1 for t in scan)
     assert n_lstrided == (0 if copies else 4)  # u is contiguous; delta, z, B, C are not
 
@@ -695,7 +695,7 @@ def test_cuda_lstride_opcheck(grads):
             None, None, True, False, True)
     torch.library.opcheck(torch.ops.selscan.fwd, args)
     y = torch.ops.selscan.fwd(*args)[0]
-    assert y.stride(-1) == (y.shape[1] if torch.ops.selscan.cuda_channels_last() else 1)  # like u, or its copy
+    assert y.stride(-1) == (y.shape[1] if st._C.cuda_channels_last() else 1)  # like u, or its copy
 
 
 @cuda_only
