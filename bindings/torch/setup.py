@@ -153,7 +153,7 @@ def extensions():
                 "selscan_torch._C",
                 sources,
                 include_dirs=INCLUDE,
-                define_macros=[("WITH_CUDA", None)] + STABLE_MACROS,
+                define_macros=[("WITH_CUDA", None), ("USE_CUDA", None)] + STABLE_MACROS,  # (USE_CUDA: the shim's CUDA stream)
                 extra_compile_args={"cxx": cxx, "nvcc": nvcc},
                 extra_link_args=LINK,
                 py_limited_api=True,
