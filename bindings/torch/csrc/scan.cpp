@@ -52,7 +52,7 @@ std::tuple<Tensor, Tensor, Tensor> Forward(const Tensor& u_in, const Tensor& del
   const Checked c = Check(Op::kFwd, args, cu_seqlens);
   const Sizes& s = c.k.s;
   NeedKernels(u_in, "u");
-  // >>unit-l, after the checks (errors name the user's tensors); a no-op where ForwardAutograd copied
+  // >>unit-l, after the checks (errors name the user's tensors); a no-op where the autograd kernel copied
   Tensor u_l = u_in, delta_l = delta_in, B_l = B_in, C_l = C_in;
   OptT z_l = z_in;
   if (WantsUnitL(args, c.k)) ToUnitL(u_l, delta_l, B_l, C_l, z_l);

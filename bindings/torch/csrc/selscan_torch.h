@@ -2,10 +2,10 @@
 // registration, selscan's implementation and the _C module; scan.cpp; step.cpp; conv.cpp): selscan
 // operands from torch tensors, errors and the per-op name maps, the common layer's argument checks
 // (Check: each op's TU runs them in place), outputs and
-// workspaces from torch's allocator, the CPU parts runner on ATen's pool, the device axis (CPU /
-// CUDA through the bindings' shared shim), and the autograd helpers the scan and the conv share.
+// workspaces from torch's allocator, the CPU parts runner on torch's pool, the device axis (CPU /
+// CUDA through the bindings' shared shim).
 //
-// The ops (TORCH_LIBRARY schemas, selscan_torch.cpp):
+// The ops (STABLE_TORCH_LIBRARY schemas, selscan_torch.cpp):
 //   selscan::fwd  (u, delta, A, B, C, D?, z?, delta_bias?, h0?, cu_seqlens?, delta_softplus,
 //                  return_last_state, save_checkpoint) -> (y, last_state, checkpoint)      scan.cpp
 //   selscan::bwd  (u, delta, A, B, C, D?, z?, delta_bias?, h0?, cu_seqlens?, dy, dh_last?,
@@ -532,7 +532,7 @@ ST OutOperand(const Tensor& t, const char* name) {
 // backward ran 1.03 ms on the general kernels (+ local pass) against 0.47 ms fast (bench/NOTES.md
 // MODELS-v5). Which problems the fast kernels take is selscan's plan's answer
 // (selscan_binding_cuda_fast_forward), never restated here: the forward copies u, delta, z, B, C
-// where the plan takes the problem with unit L strides and not as it is (ForwardAutograd's copies
+// where the plan takes the problem with unit L strides and not as it is (the autograd kernel's copies
 // are what autograd saves, so the backward has them too), the backward dy; y is then contiguous,
 // like the u copy (the fake kernel asks the same question: _C.fwd_unit_l).
 

@@ -172,8 +172,8 @@ def selective_scan_fn(u, delta, A, B, C, D=None, z=None, delta_bias=None, delta_
     """
     # Casts only where a dtype differs (the common call passes through untouched); shapes, devices
     # and strides are checked once, in C++ (the fake kernel asks the same check on meta / fake tensors). The
-    # checkpoint is saved by the C++ autograd kernel whenever an input requires grad; on CUDA the op
-    # copies L-strided operands of a fast-kernel problem (csrc/scan.cpp >>unit-l).
+    # checkpoint is saved by the autograd kernel (_autograd.py) whenever an input requires grad; on CUDA
+    # it copies L-strided operands of a fast-kernel problem (csrc/selscan_torch.h >>unit-l).
     f32 = torch.float32
     cast = _checks.cast
     if not isinstance(u, torch.Tensor):  # (a numpy u has a dtype too: its casts would fail unnamed)

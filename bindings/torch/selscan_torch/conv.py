@@ -2,8 +2,8 @@
 
     from selscan_torch import causal_conv1d_fn, causal_conv1d_update
 
-The ops torch.ops.selscan.conv_fwd / conv_bwd / conv_step and conv_fwd's autograd are registered
-in C++ (csrc/conv.cpp); this module adds their fake kernels (so
+The ops torch.ops.selscan.conv_fwd / conv_bwd / conv_step are registered in C++ (csrc/conv.cpp),
+conv_fwd's autograd in Python (_autograd.py); this module adds their fake kernels (so
 torch.compile(fullgraph=True) and CUDA graphs see the real output shapes and strides) and the two
 functions of causal_conv1d 1.x with its signatures and semantics:
 
