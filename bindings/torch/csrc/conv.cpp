@@ -11,8 +11,8 @@
 // SELSCAN_CONV_PARAMS_T when both are T), init_state / final_state
 // (rows, dim, W-1) T with rows = batch (n_seqs with cu_seqlens). y has x's memory order (dense),
 // or (dim, batch, L) memory with out_dim_major (the layout the fused block's GEMMs read as one
-// (dim, batch * L) matrix). conv_fwd's autograd is Python's (selscan_torch/_autograd.py, like the
-// scan's). The Python side (selscan_torch/conv.py) adds fake kernels and causal_conv1d's API.
+// (dim, batch * L) matrix). The Python side (selscan_torch/conv.py) adds conv_fwd's autograd (like
+// the scan's), fake kernels and causal_conv1d's API.
 // ============================================================================================
 
 #include "selscan_torch.h"

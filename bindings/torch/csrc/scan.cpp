@@ -1,4 +1,4 @@
-// scan.cpp - selscan::fwd / bwd (the selective scan and its gradients; fwd's autograd: selscan_torch/_autograd.py).
+// scan.cpp - selscan::fwd / bwd (the selective scan and its gradients; fwd's autograd: selscan_torch/__init__.py).
 #include "selscan_torch.h"
 
 namespace selscan_torch {

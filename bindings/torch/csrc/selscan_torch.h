@@ -38,7 +38,8 @@
 // PyTorch's stable ABI only (torch/csrc/stable, torch/headeronly; setup.py builds with
 // TORCH_STABLE_ONLY and TORCH_TARGET_VERSION 2.11): the extension built once loads in every later
 // torch. What the stable ABI has no API for (autograd, grad mode, inference tensors, version counters,
-// typed Python errors) is Python's: selscan_torch/_autograd.py.
+// typed Python errors) is Python's: each op's Autograd-key kernel beside its fake kernel
+// (selscan_torch/__init__.py, conv.py), their shared refusals in selscan_torch/_checks.py.
 #include <torch/csrc/stable/accelerator.h>
 #include <torch/csrc/stable/device.h>
 #include <torch/csrc/stable/library.h>
@@ -132,7 +133,7 @@ struct Diag {
 // where selscan's diag says it), TypeError for dtypes, NotImplementedError for what a backend
 // cannot do, RuntimeError for CUDA failures. The stable ABI carries a C++ exception to Python as
 // RuntimeError only: the message starts with the Python type's name ("ValueError: selscan: ..."),
-// which the package's Python layer raises as that type (selscan_torch/_autograd.py: typed_error).
+// which the package's Python layer raises as that type (selscan_torch/_checks.py: raise_typed).
 [[noreturn]] inline void Fail(bind::ErrorKind kind, const std::string& message) {
   switch (kind) {
     case bind::ErrorKind::kType: throw std::runtime_error("TypeError: " + message);
@@ -556,7 +557,7 @@ inline bool WantsUnitL(const bind::Arg* a, const bind::Checked& k, const bind::A
 
 // ---- what the ops' kernels share -----------------------------------------------------------------
 // (Their autograd, the decode updates' grad-mode refusal and state's version bump: Python's,
-// selscan_torch/_autograd.py: the stable ABI has no autograd.)
+// selscan_torch/__init__.py and conv.py: the stable ABI has no autograd.)
 
 inline bool Given(const OptT& t) { return t.has_value() && t->defined(); }
 inline const Tensor* Ptr(const OptT& t) { return t.has_value() && t->defined() ? &*t : nullptr; }  // (nullptr: absent)

@@ -1,4 +1,4 @@
-// step.cpp - selscan::step (the decode step, in place on state; inference only: selscan_torch/_autograd.py).
+// step.cpp - selscan::step (the decode step, in place on state; inference only: selscan_torch/__init__.py).
 #include "selscan_torch.h"
 
 namespace selscan_torch {

@@ -5,8 +5,8 @@ A drop-in for mamba_ssm's functions: change the import only.
     from selscan_torch import selective_scan_fn, selective_state_update, SelectiveScan
 
 The ops (torch.ops.selscan.fwd / bwd / step) are registered in C++ on PyTorch's stable ABI (one
-binary for torch 2.11 and every later torch); their autograd is Python's (_autograd.py, the Autograd
-key); this module adds their fake (meta) kernels (torch.library.register_fake), so they run in eager mode, under torch.compile(fullgraph=True) and inside CUDA graphs (no host sync, torch's caching
+binary for torch 2.11 and every later torch); this module adds their autograd (the Autograd key: the
+stable ABI has none) and their fake (meta) kernels (torch.library.register_fake), so they run in eager mode, under torch.compile(fullgraph=True) and inside CUDA graphs (no host sync, torch's caching
 allocator, the current stream).
 """
 import math
@@ -26,7 +26,6 @@ if _BUILT_TORCH is not None and tuple(int(v) for v in torch.version.__version__.
 
 from . import _C  # noqa: F401,E402  (loading the extension registers torch.ops.selscan)
 from . import _checks  # noqa: E402
-from . import _autograd  # noqa: F401,E402  (the ops' Autograd-key kernels)
 
 __all__ = [
     "selective_scan_fn",
@@ -118,10 +117,88 @@ def _step_fake(state, x, dt, A, B, C, D, z, dt_bias, state_index, dt_softplus, A
     return torch.empty_like(x)
 
 
-# ---- autograd ---------------------------------------------------------------------------------
-# _autograd.py, on the Autograd dispatch key: the forward saves the checkpoint whenever an input
-# requires grad, the backward calls selscan::bwd for the gradients autograd asks for; a double
-# backward raises; selscan::step refuses inputs requiring grad (it is inference-only).
+# ---- autograd: the Autograd-key kernels (the stable ABI has no autograd: csrc/selscan_torch.h) ----
+# selscan::fwd: with grad mode on and an input requiring grad, a node whose backward calls selscan::bwd
+# for the gradients autograd asks for; the forward then saves selscan's checkpoint (whatever
+# save_checkpoint says) and, on CUDA, copies the L-strided operands of a problem selscan's plan takes
+# fast only with unit L strides (csrc/selscan_torch.h >>unit-l; the plan's answer, _C.fwd_unit_l): the
+# copies run the forward and are what the backward reads; the backward copies an L-strided dy by the
+# same answer. selscan::bwd refuses a double backward; selscan::step is inference-only
+# (_checks.not_differentiable / inference_only). A C++ refusal is raised as its type (_checks.raise_typed).
+
+_below = torch._C._AutoDispatchBelowAutograd
+_bwd = _ops.bwd.default
+
+
+def _l_strided(t):
+    return t is not None and t.dim() > 0 and t.stride(-1) != 1
+
+
+class _Scan(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, u, delta, A, B, C, D, z, delta_bias, h0, cu, softplus, last):
+        # (the CPU kernels take any strides; packed problems are never fast; unit-L operands, the
+        # common call, ask nothing)
+        if u.is_cuda and cu is None and any(_l_strided(t) for t in (u, delta, B, C, z)):
+            args = (u, delta, A, B, C, D, z, delta_bias, h0, None)
+            if _C.fwd_unit_l(tuple(_checks.describe(t, concrete=True) for t in args)):
+                u, delta, B, C = (t.contiguous() for t in (u, delta, B, C))
+                z = None if z is None else z.contiguous()
+        with _below():
+            try:
+                y, h_last, ck = _fwd(u, delta, A, B, C, D, z, delta_bias, h0, cu, softplus, last, True)
+            except RuntimeError as e:
+                _checks.raise_typed(e)
+        ctx.save_for_backward(u, delta, A, B, C, D, z, delta_bias, h0, cu, ck)
+        ctx.softplus = softplus
+        ctx.mark_non_differentiable(ck)
+        ctx.set_materialize_grads(False)
+        return y, h_last, ck
+
+    @staticmethod
+    def backward(ctx, dy, dlast, _dck):
+        s = ctx.saved_tensors
+        mask = [int(n) for n in ctx.needs_input_grad[:9]]
+        if not any(mask):
+            return (None,) * 12
+        if dlast is not None and dlast.dim() != 3:
+            dlast = None  # the (0,) placeholder of a last_state not returned
+        if dy is None:
+            dy = torch.zeros_like(s[0])  # a loss on last_state alone
+        # an L-strided dy (a gradient through a transpose: MambaVision's y); the saved operands are
+        # the forward's copies
+        if dy.dim() == 3 and s[0].is_cuda and s[9] is None and _l_strided(dy):
+            if _C.fwd_unit_l(tuple(_checks.describe(t, concrete=True) for t in (*s[:9], None, dy))):
+                dy = dy.contiguous()
+        # (through bwd's own kernel: with create_graph=True its outputs refuse a double backward)
+        g = _bwd(*s[:10], dy, dlast, s[10], ctx.softplus, mask)
+        return (*[g[i] if mask[i] else None for i in range(9)], None, None, None)
+
+
+def _fwd_autograd(u, delta, A, B, C, D, z, delta_bias, h0, cu_seqlens, delta_softplus, return_last_state,
+                  save_checkpoint):
+    if _checks.requires_grad((u, delta, A, B, C, D, z, delta_bias, h0)):
+        return tuple(_Scan.apply(u, delta, A, B, C, D, z, delta_bias, h0, cu_seqlens, delta_softplus,
+                                 return_last_state))
+    with _below():
+        try:
+            return _fwd(u, delta, A, B, C, D, z, delta_bias, h0, cu_seqlens, delta_softplus, return_last_state,
+                        save_checkpoint)
+        except RuntimeError as e:
+            _checks.raise_typed(e)
+
+
+def _step_autograd(state, x, dt, A, B, C, D, z, dt_bias, state_index, dt_softplus, A_is_log=False):
+    return _checks.inference_only(
+        "the decode step (selective_state_update)", state,
+        (("state", state), ("x", x), ("dt", dt), ("A", A), ("B", B), ("C", C), ("D", D), ("z", z), ("dt_bias", dt_bias)),
+        _ops.step.default, (state, x, dt, A, B, C, D, z, dt_bias, state_index, dt_softplus, A_is_log))
+
+
+_LIB = torch.library.Library("selscan", "IMPL")  # (conv.py adds the conv's kernels to it)
+_LIB.impl("fwd", _fwd_autograd, "Autograd")
+_LIB.impl("bwd", _checks.not_differentiable(_bwd, "selective_scan_fn"), "Autograd")
+_LIB.impl("step", _step_autograd, "Autograd")
 
 
 # ---- the mamba_ssm-compatible API -------------------------------------------------------------
@@ -172,7 +249,7 @@ def selective_scan_fn(u, delta, A, B, C, D=None, z=None, delta_bias=None, delta_
     """
     # Casts only where a dtype differs (the common call passes through untouched); shapes, devices
     # and strides are checked once, in C++ (the fake kernel asks the same check on meta / fake tensors). The
-    # checkpoint is saved by the autograd kernel (_autograd.py) whenever an input requires grad; on CUDA
+    # checkpoint is saved by the autograd kernel (_Scan) whenever an input requires grad; on CUDA
     # it copies L-strided operands of a fast-kernel problem (csrc/selscan_torch.h >>unit-l).
     f32 = torch.float32
     cast = _checks.cast

@@ -14,8 +14,11 @@ Two users:
   offsets, the state row indices, and the multi-head step's shapes before heads are folded into
   channels: the wrappers' own rules, on what they take beyond the ops.
 
+* the ops' Autograd-key kernels (__init__.py: the scan and the step; conv.py: the conv): the
+  refusals the stable ABI leaves to Python (below, "What the stable ABI leaves to Python").
+
 Messages name the caller's argument; ValueError for shapes, values and devices, TypeError for
-dtypes, like the C++ side (TORCH_CHECK_VALUE / TORCH_CHECK_TYPE).
+dtypes, like the C++ side (whose refusals reach Python as RuntimeError, raised here as their type).
 """
 import torch
 
@@ -114,6 +117,84 @@ def state_alias_refused(t, name, state, where="step", state_name="state"):
         raise ValueError(_C.error_message("SELSCAN_ERR_ALIAS", where, state_name,
                                           f"overlaps {name}; updating {state_name} in place would change {name}: "
                                           f"pass {name} with its own memory, e.g. {name}.clone()"))
+
+
+# ---- What the stable ABI leaves to Python (csrc/selscan_torch.h) ------------------------------------
+# The extension is built on PyTorch's stable ABI: no autograd node, grad-mode query, inference tensor,
+# version counter or typed Python error there. Each op's Autograd-key kernel (next to its fake kernel)
+# does what needs them; these are the refusals they share.
+
+_TYPED = (("ValueError: ", ValueError), ("TypeError: ", TypeError), ("NotImplementedError: ", NotImplementedError))
+
+
+def raise_typed(e):
+    """Re-raises a C++ kernel's RuntimeError as the type its message starts with ("ValueError:
+    selscan: ...", csrc/selscan_torch.h Fail), the rest of the message its text; any other as it is.
+    (Under torch.inference_mode(), which skips the Autograd key, a direct torch.ops.selscan.* call's
+    refusal stays the RuntimeError.)"""
+    msg = str(e)
+    for prefix, cls in _TYPED:
+        if msg.startswith(prefix):
+            raise cls(msg[len(prefix):]) from None
+    raise e
+
+
+def requires_grad(ts):
+    return torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in ts)
+
+
+def not_differentiable(op, function):
+    """The Autograd kernel of a backward op (selscan::bwd, conv_bwd; function: the user's function):
+    with grad mode on and an input requiring grad (a backward with create_graph=True) its outputs hang
+    off a node whose backward raises: a double backward is an error, never silent zeros."""
+
+    class NotDifferentiable(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, *args):
+            with torch._C._AutoDispatchBelowAutograd():
+                try:
+                    return tuple(op(*args))
+                except RuntimeError as e:
+                    raise_typed(e)
+
+        @staticmethod
+        def backward(ctx, *grads):
+            raise RuntimeError(f"selscan: double backward (differentiating the gradients of {function}, e.g. after "
+                               f"create_graph=True) is not supported: selscan's backward of {function} is not "
+                               f"differentiable")
+
+    def kernel(*args):
+        if requires_grad([a for a in args if isinstance(a, torch.Tensor)]):
+            return list(NotDifferentiable.apply(*args))
+        with torch._C._AutoDispatchBelowAutograd():
+            try:
+                return op(*args)
+            except RuntimeError as e:
+                raise_typed(e)
+
+    return kernel
+
+
+def inference_only(what, state, named, op, args):
+    """The Autograd kernel of an in-place decode update (selscan::step, conv_step; what: the user's
+    function): with grad mode on an input requiring grad is refused before anything is written (an
+    output claiming requires_grad would get no gradient), an inference-tensor state outside inference
+    mode too; the update bumps state's version counter (autograd's check on tensors it saved)."""
+    if torch.is_grad_enabled():
+        for name, t in named:
+            if t is not None and t.requires_grad:
+                raise RuntimeError(f"selscan: {what} is inference-only (no autograd), but {name} requires grad; call "
+                                   f"it under torch.no_grad() / torch.inference_mode() or pass {name}.detach()")
+    if state.is_inference() and not torch.is_inference_mode_enabled():
+        raise ValueError("selscan: state is an inference tensor (made under torch.inference_mode()); an in-place "
+                         "update of it must run under torch.inference_mode() too")
+    with torch._C._AutoDispatchBelowADInplaceOrView():
+        try:
+            y = op(*args)
+        except RuntimeError as e:
+            raise_typed(e)
+    torch.autograd.graph.increment_version(state)
+    return y
 
 
 # ---- the wrappers' rules: what is cast, what is refused ------------------------------------------

@@ -2,8 +2,8 @@
 
     from selscan_torch import causal_conv1d_fn, causal_conv1d_update
 
-The ops torch.ops.selscan.conv_fwd / conv_bwd / conv_step are registered in C++ (csrc/conv.cpp),
-conv_fwd's autograd in Python (_autograd.py); this module adds their fake kernels (so
+The ops torch.ops.selscan.conv_fwd / conv_bwd / conv_step are registered in C++ (csrc/conv.cpp);
+this module adds their autograd (the Autograd key) and fake kernels (so
 torch.compile(fullgraph=True) and CUDA graphs see the real output shapes and strides) and the two
 functions of causal_conv1d 1.x with its signatures and semantics:
 
@@ -17,11 +17,13 @@ import torch
 
 from . import _C  # noqa: F401  (loading the extension registers torch.ops.selscan)
 from . import _checks
+from . import _LIB  # the package's Autograd-key kernels (__init__.py)
 
 __all__ = ["causal_conv1d_fn", "causal_conv1d_update"]
 
 _ops = torch.ops.selscan
 _conv_fwd = _ops.conv_fwd.default
+_conv_bwd = _ops.conv_bwd.default
 _conv_step = _ops.conv_step.default
 _ACTIVATIONS = (None, "silu", "swish")
 
@@ -85,6 +87,57 @@ def _conv_bwd_fake(x, weight, bias, init_state, cu_seqlens, dy, dfinal_state, si
 def _conv_step_fake(state, x, weight, bias, state_index, silu):
     _checks.check_op("conv_step", state, x, weight, bias, state_index)  # (an overlapping conv_state too)
     return _dense_in_order_of(x)
+
+
+# ---- autograd: the Autograd-key kernels (the scan's pattern, __init__.py) --------------------------
+
+
+class _Conv(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, weight, bias, init_state, cu, silu, final, dim_major):
+        with torch._C._AutoDispatchBelowAutograd():
+            try:
+                y, fs = _conv_fwd(x, weight, bias, init_state, cu, silu, final, dim_major)
+            except RuntimeError as e:
+                _checks.raise_typed(e)
+        ctx.save_for_backward(x, weight, bias, init_state, cu)
+        ctx.silu = silu
+        ctx.set_materialize_grads(False)
+        return y, fs
+
+    @staticmethod
+    def backward(ctx, dy, dfinal):
+        s = ctx.saved_tensors
+        mask = [int(n) for n in ctx.needs_input_grad[:4]]
+        if not any(mask):
+            return (None,) * 8
+        if dfinal is not None and dfinal.dim() != 3:
+            dfinal = None  # the (0,) placeholder of a final_state not returned
+        if dy is None:
+            dy = torch.zeros_like(s[0])  # a loss on final_state alone
+        g = _conv_bwd(*s, dy, dfinal, ctx.silu, mask)  # (through conv_bwd's kernel: no double backward)
+        return (*[g[i] if mask[i] else None for i in range(4)], None, None, None, None)
+
+
+def _conv_fwd_autograd(x, weight, bias, init_state, cu_seqlens, silu, return_final_state, out_dim_major):
+    if _checks.requires_grad((x, weight, bias, init_state)):
+        return tuple(_Conv.apply(x, weight, bias, init_state, cu_seqlens, silu, return_final_state, out_dim_major))
+    with torch._C._AutoDispatchBelowAutograd():
+        try:
+            return _conv_fwd(x, weight, bias, init_state, cu_seqlens, silu, return_final_state, out_dim_major)
+        except RuntimeError as e:
+            _checks.raise_typed(e)
+
+
+def _conv_step_autograd(state, x, weight, bias, state_index, silu):
+    return _checks.inference_only("the conv update (causal_conv1d_update)", state,
+                                  (("conv_state", state), ("x", x), ("weight", weight), ("bias", bias)),
+                                  _conv_step, (state, x, weight, bias, state_index, silu))
+
+
+_LIB.impl("conv_fwd", _conv_fwd_autograd, "Autograd")
+_LIB.impl("conv_bwd", _checks.not_differentiable(_conv_bwd, "causal_conv1d_fn"), "Autograd")
+_LIB.impl("conv_step", _conv_step_autograd, "Autograd")
 
 
 # ---- causal_conv1d's API -----------------------------------------------------------------------
