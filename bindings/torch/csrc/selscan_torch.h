@@ -382,7 +382,56 @@ inline Tensor NewInOrderOf(const Tensor& t, const std::vector<int64_t>& sizes, S
   }
   return NewStrided(sizes, strides.data(), dtype, t);
 }
-inline Tensor NewLike(const Tensor& t) { return NewInOrderOf(t, SizesOf(t), t.scalar_type()); }
+// Whether t's elements fill its memory exactly once (c10's is_non_overlapping_and_dense): strides, sorted,
+// are those of a permuted contiguous tensor.
+inline bool NonOverlappingAndDense(const Tensor& t) {
+  const int64_t nd = t.dim();
+  std::vector<int64_t> perm;
+  for (int64_t d = 0; d < nd; d++)
+    if (t.size(d) != 1) perm.push_back(d);
+  std::sort(perm.begin(), perm.end(), [&](int64_t a, int64_t b) { return t.stride(a) < t.stride(b); });
+  int64_t want = 1;
+  for (int64_t d : perm) {
+    if (t.stride(d) != want) return false;
+    want *= t.size(d);
+  }
+  return true;
+}
+// at::empty_like(t)'s layout (preserve_format): t's strides where t is non-overlapping and dense,
+// else dense strides in t's stride order (ATen's infer_dense_strides: dims sorted by stride, a stride
+// 0 keeping its logical place, equal strides the smaller size inner): the layout y and the gradients
+// have always had, which the CUDA plan reads (an L-strided y sends a forward to the general kernels).
+inline Tensor NewLike(const Tensor& t) {
+  const int64_t nd = t.dim();
+  if (NonOverlappingAndDense(t)) return NewStrided(SizesOf(t), t.strides().data(), t.scalar_type(), t);
+  std::vector<int64_t> perm(static_cast<size_t>(nd)), strides(static_cast<size_t>(nd));
+  for (int64_t i = 0; i < nd; i++) perm[static_cast<size_t>(i)] = nd - 1 - i;  // innermost first
+  auto order = [&](int64_t d0, int64_t d1) {  // > 0: d0 goes outside d1
+    const int64_t s0 = t.stride(d0), s1 = t.stride(d1);
+    if (s0 == 0 || s1 == 0) return 0;
+    if (s0 != s1) return s0 < s1 ? -1 : 1;
+    return t.size(d0) > t.size(d1) ? 1 : 0;
+  };
+  for (int64_t i = 1; i < nd; i++) {  // insertion sort: a stride-0 dim never moves
+    int64_t d1 = i;
+    for (int64_t d0 = i - 1; d0 >= 0; d0--) {
+      const int c = order(perm[static_cast<size_t>(d0)], perm[static_cast<size_t>(d1)]);
+      if (c > 0) {
+        std::swap(perm[static_cast<size_t>(d0)], perm[static_cast<size_t>(d1)]);
+        d1 = d0;
+      } else if (c < 0) {
+        break;
+      }
+    }
+  }
+  int64_t st = 1;
+  for (int64_t i = 0; i < nd; i++) {
+    const size_t d = static_cast<size_t>(perm[static_cast<size_t>(i)]);
+    strides[d] = st;
+    if (t.size(static_cast<int64_t>(d)) > 1) st *= t.size(static_cast<int64_t>(d));
+  }
+  return NewStrided(SizesOf(t), strides.data(), t.scalar_type(), t);
+}
 inline Tensor& Zero(Tensor& t) {
   if (t.numel()) torch::stable::zero_(t);
   return t;

@@ -5,6 +5,7 @@ CPU always; CUDA where a GPU and the extension's CUDA kernels are present (skipp
 """
 import itertools
 import os
+import random
 import subprocess
 import sys
 
@@ -710,3 +711,67 @@ def test_cuda_lstride_copies_after_checks(grads):
     with pytest.raises(ValueError, match="argument 'z': wrong shape"):
         torch.ops.selscan.fwd(ins["u"], ins["delta"], ins["A"], ins["B"], ins["C"], ins["D"], bad_z,
                               ins["delta_bias"], None, None, True, False, False)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("layout", ["contiguous", "batch_broadcast", "channels_last", "slice", "L_strided_slice",
+                                    "dim_broadcast", "permuted_slice", "step_2"])
+def test_outputs_have_empty_likes_layout(device, layout):
+    """y and the gradients are laid out as torch.empty_like lays out u and each input (its strides where
+    the input is non-overlapping and dense, contiguous otherwise): the layout the CUDA plan reads (an
+    L-strided y sends a forward to the general kernels), unchanged by the stable-ABI port (whose first
+    version ordered a broadcast u's y by stride: L outermost)."""
+    g = torch.Generator().manual_seed(3)
+    b, d, L, N = 3, 4, 12, 4
+
+    def make(*shape):
+        return torch.randn(*shape, generator=g).to(device)
+
+    if layout == "contiguous":
+        u = make(b, d, L)
+    elif layout == "batch_broadcast":
+        u = make(1, d, L).expand(b, d, L)
+    elif layout == "channels_last":
+        u = make(b, L, d).transpose(1, 2)
+    elif layout == "slice":
+        u = make(b, d + 2, L)[:, 1:-1]
+    elif layout == "L_strided_slice":
+        u = make(b, L, d + 2).transpose(1, 2)[:, 1:-1]
+    elif layout == "dim_broadcast":
+        u = make(b, 1, L).expand(b, d, L)
+    elif layout == "permuted_slice":
+        u = make(L, b, d + 1).permute(1, 2, 0)[:, 1:]
+    else:
+        u = make(b, d, 2 * L)[:, :, ::2]
+    delta, A = make(b, d, L).abs(), -make(d, N).abs()
+    B, C, D = make(b, N, L), make(b, N, L), make(d)
+    y, last, ck = torch.ops.selscan.fwd(u, delta, A, B, C, D, None, None, None, None, True, True, True)
+    assert y.stride() == torch.empty_like(u).stride(), (layout, y.stride())
+    dy = make(b, d, L)
+    grads = torch.ops.selscan.bwd(u, delta, A, B, C, D, None, None, None, None, dy, None, ck, True, [1] * 9)
+    for name, t, gr in zip("u delta A B C D".split(), (u, delta, A, B, C, D), grads):
+        assert gr.stride() == torch.empty_like(t).stride(), (layout, name, gr.stride())
+
+
+def test_y_layout_is_empty_likes_on_random_views():
+    """test_outputs_have_empty_likes_layout on 300 random views of u (permutations, slices, steps,
+    broadcasts, size-1 dims), CPU."""
+    rng = random.Random(11)
+    g = torch.Generator().manual_seed(11)
+    for _ in range(300):
+        b, d, L, N = rng.randint(1, 3), rng.randint(1, 4), rng.randint(1, 6), 2
+        base = [b, d, L]
+        pad = [rng.choice([0, 0, 1]) for _ in range(3)]
+        step = [rng.choice([1, 1, 2]) for _ in range(3)]
+        perm = list(range(3))
+        rng.shuffle(perm)
+        full = [(base[i] + pad[i]) * step[i] for i in range(3)]
+        t = torch.randn(*[full[p] for p in perm], generator=g).permute(*[perm.index(i) for i in range(3)])
+        u = t[:base[0] * step[0]:step[0], :base[1] * step[1]:step[1], :base[2] * step[2]:step[2]]
+        for i in range(3):
+            if rng.random() < 0.2:
+                u = u.narrow(i, 0, 1).expand(*u.shape)
+        delta, A = torch.rand(b, d, L, generator=g), -torch.rand(d, N, generator=g)
+        B, C = torch.randn(b, N, L, generator=g), torch.randn(b, N, L, generator=g)
+        y = torch.ops.selscan.fwd(u, delta, A, B, C, None, None, None, None, None, False, False, False)[0]
+        assert y.stride() == torch.empty_like(u).stride(), (tuple(u.shape), u.stride(), y.stride())
