@@ -243,10 +243,10 @@ torch-install:
 	echo "test-torch: installing $$whl with no compiler on the PATH" && \
 	PATH="$$(dirname "$$py")" CC=false CXX=false "$$py" -m pip install -q --no-deps --force-reinstall "$$whl"
 
-# wheel: a binary wheel of the PyTorch package into dist/, built against TORCH_PY's torch (default: the
-# test-torch venv's). It installs with no compiler (pip install dist/selscan_torch-*.whl) into an
-# environment with the same torch major.minor (its requirement says so; the package uses torch's C++
-# ABI, and its import names the mismatch otherwise): CPU kernels for every vector path and, where nvcc
+# wheel: a binary wheel of the PyTorch package into dist/, built with TORCH_PY's torch (default: the
+# test-torch venv's; 2.11 or later). It installs with no compiler (pip install dist/selscan_torch-*.whl)
+# into an environment with torch 2.11 or later and Python 3.10 or later (PyTorch's and Python's stable
+# ABIs; its requirement says so, and its import names an older torch): CPU kernels for every vector path and, where nvcc
 # and a CUDA torch are, CUDA kernels for WHEEL_CUDA_ARCHS (T4 / Turing to Blackwell, PTX of the newest;
 # empty: setup.py's default, the visible GPU's, else 9.0).
 WHEEL_CUDA_ARCHS ?= 7.5;8.0;8.6;8.9;9.0;10.0;12.0+PTX
