@@ -171,7 +171,7 @@ class _Scan(torch.autograd.Function):
             if _C.fwd_unit_l(tuple(_checks.describe(t, concrete=True) for t in (*s[:9], None, dy))):
                 dy = dy.contiguous()
         # (through bwd's own kernel: with create_graph=True its outputs refuse a double backward)
-        g = _bwd(*s[:10], dy, dlast, s[10], ctx.softplus, mask)
+        g = bwd_call(*s[:10], dy, dlast, s[10], ctx.softplus, mask)
         return (*[g[i] if mask[i] else None for i in range(9)], None, None, None)
 
 
@@ -195,10 +195,15 @@ def _step_autograd(state, x, dt, A, B, C, D, z, dt_bias, state_index, dt_softplu
         _ops.step.default, (state, x, dt, A, B, C, D, z, dt_bias, state_index, dt_softplus, A_is_log))
 
 
+_bwd_autograd = _checks.not_differentiable(_bwd, "selective_scan_fn")
 _LIB = torch.library.Library("selscan", "IMPL")  # (conv.py adds the conv's kernels to it)
 _LIB.impl("fwd", _fwd_autograd, "Autograd")
-_LIB.impl("bwd", _checks.not_differentiable(_bwd, "selective_scan_fn"), "Autograd")
+_LIB.impl("bwd", _bwd_autograd, "Autograd")
 _LIB.impl("step", _step_autograd, "Autograd")
+# the package's calls of the ops (_checks.direct: the kernels above, without a dispatcher pass, in eager mode)
+fwd_call = _checks.direct(_fwd, _fwd_autograd)
+bwd_call = _checks.direct(_bwd, _bwd_autograd)
+step_call = _checks.direct(_ops.step.default, _step_autograd)
 
 
 # ---- the mamba_ssm-compatible API -------------------------------------------------------------
@@ -283,7 +288,7 @@ def selective_scan_fn(u, delta, A, B, C, D=None, z=None, delta_bias=None, delta_
         raise
     if cu_seqlens is not None:
         cu_seqlens = _checks.host_offsets(cu_seqlens)
-    y, last, _ = _fwd(u, delta, A, B, C, D, z, delta_bias, h0, cu_seqlens, bool(delta_softplus),
+    y, last, _ = fwd_call(u, delta, A, B, C, D, z, delta_bias, h0, cu_seqlens, bool(delta_softplus),
                           bool(return_last_state), False)
     return (y, last) if return_last_state else y
 
@@ -349,7 +354,7 @@ def selective_state_update(state, x, dt, A, B, C, D=None, z=None, dt_bias=None, 
         if s32 is not state:
             state.copy_(s32)
     else:
-        out = _ops.step(state, x, dt, A, B, C, D, z, dt_bias, idx, bool(dt_softplus), bool(A_is_log))
+        out = step_call(state, x, dt, A, B, C, D, z, dt_bias, idx, bool(dt_softplus), bool(A_is_log))
     return out.view(out_shape)
 
 

@@ -143,6 +143,19 @@ def requires_grad(ts):
     return torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in ts)
 
 
+def direct(op, kernel):
+    """How the package's own functions call an op: in eager mode its Autograd-key kernel itself
+    (the same code the dispatcher would run, without its pass into a Python kernel and back: 4-14 us
+    a call on the 2-core VM's CPU, bench/RESULTS.md "Issue 42, eighth session"), while torch.compile /
+    torch.export trace, the op (so the graph holds it)."""
+    def call(*args):
+        if torch.compiler.is_compiling():
+            return op(*args)
+        return kernel(*args)
+
+    return call
+
+
 def not_differentiable(op, function):
     """The Autograd kernel of a backward op (selscan::bwd, conv_bwd; function: the user's function):
     with grad mode on and an input requiring grad (a backward with create_graph=True) its outputs hang

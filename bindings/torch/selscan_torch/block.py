@@ -52,10 +52,8 @@ from . import conv as _conv  # noqa: F401  (registers the conv ops' fake kernels
 __all__ = ["mamba_inner_fn"]
 
 _ops = torch.ops.selscan
-_scan_fwd = _ops.fwd.default
-_scan_bwd = _ops.bwd.default
-_conv_fwd = _ops.conv_fwd.default
-_conv_bwd = _ops.conv_bwd.default
+from . import bwd_call as _scan_bwd, fwd_call as _scan_fwd  # noqa: E402  (the ops, _checks.direct)
+from .conv import conv_bwd_call as _conv_bwd, conv_fwd_call as _conv_fwd  # noqa: E402
 
 
 # ---- layouts ---------------------------------------------------------------------------------

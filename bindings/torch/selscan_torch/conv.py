@@ -115,7 +115,7 @@ class _Conv(torch.autograd.Function):
             dfinal = None  # the (0,) placeholder of a final_state not returned
         if dy is None:
             dy = torch.zeros_like(s[0])  # a loss on final_state alone
-        g = _conv_bwd(*s, dy, dfinal, ctx.silu, mask)  # (through conv_bwd's kernel: no double backward)
+        g = conv_bwd_call(*s, dy, dfinal, ctx.silu, mask)  # (through conv_bwd's kernel: no double backward)
         return (*[g[i] if mask[i] else None for i in range(4)], None, None, None, None)
 
 
@@ -135,9 +135,14 @@ def _conv_step_autograd(state, x, weight, bias, state_index, silu):
                                   _conv_step, (state, x, weight, bias, state_index, silu))
 
 
+_conv_bwd_autograd = _checks.not_differentiable(_conv_bwd, "causal_conv1d_fn")
 _LIB.impl("conv_fwd", _conv_fwd_autograd, "Autograd")
-_LIB.impl("conv_bwd", _checks.not_differentiable(_conv_bwd, "causal_conv1d_fn"), "Autograd")
+_LIB.impl("conv_bwd", _conv_bwd_autograd, "Autograd")
 _LIB.impl("conv_step", _conv_step_autograd, "Autograd")
+# the package's calls of the ops (_checks.direct: the kernels above, without a dispatcher pass, in eager mode)
+conv_fwd_call = _checks.direct(_conv_fwd, _conv_fwd_autograd)
+conv_bwd_call = _checks.direct(_conv_bwd, _conv_bwd_autograd)
+conv_step_call = _checks.direct(_conv_step, _conv_step_autograd)
 
 
 # ---- causal_conv1d's API -----------------------------------------------------------------------
@@ -184,7 +189,7 @@ def _conv_seq_idx(x, weight, bias, seq_idx, initial_states, silu):
     if seq_idx.shape != (batch, L):
         raise ValueError(f"selscan: seq_idx must have shape (batch, seqlen) = {(batch, L)}, got {tuple(seq_idx.shape)}")
     if batch == 0 or L == 0:  # no token: no sequence to restart, the plain op's empty output
-        return _conv_fwd(x, weight, bias, initial_states, None, silu, False, False)[0]
+        return conv_fwd_call(x, weight, bias, initial_states, None, silu, False, False)[0]
     W = weight.shape[1]
     outs = []
     for b in range(batch):
@@ -194,7 +199,7 @@ def _conv_seq_idx(x, weight, bias, seq_idx, initial_states, silu):
             n = cu.shape[0] - 1
             first = initial_states[b : b + 1]
             init = torch.cat([first, first.new_zeros((n - 1, dim, W - 1))]) if n > 1 else first
-        y, _ = _conv_fwd(x[b : b + 1], weight, bias, init, cu, silu, False, False)
+        y, _ = conv_fwd_call(x[b : b + 1], weight, bias, init, cu, silu, False, False)
         if bool((run_ids < 0).any()):
             keep = (seq_idx[b] >= 0).to(y.dtype)
             y = y * keep
@@ -234,7 +239,7 @@ def causal_conv1d_fn(x, weight, bias=None, seq_idx=None, initial_states=None, re
         if return_final_states:
             raise ValueError("If seq_idx is not None, we don't return final_states_out")
         return _conv_seq_idx(x, weight, bias, seq_idx, initial_states, silu)
-    y, fin = _conv_fwd(x, weight, bias, initial_states, None, silu, bool(return_final_states), False)
+    y, fin = conv_fwd_call(x, weight, bias, initial_states, None, silu, bool(return_final_states), False)
     if not return_final_states:
         return y
     if final_states_out is not None:  # causal_conv1d's buffer: exactly final_states' shape, dtype, device
@@ -301,7 +306,7 @@ def _register_onnx_conv_step(fn):
 def _step(state, x, weight, bias, idx, silu):
     if _onnx_conv_step is not None and torch.onnx.is_in_onnx_export():  # its ONNX op: float32 weight / bias
         return _onnx_conv_step(state, x, _f32(weight, name="weight"), _f32(bias), idx, silu)
-    return _conv_step(state, x, weight, bias, idx, silu)
+    return conv_step_call(state, x, weight, bias, idx, silu)
 
 
 def causal_conv1d_update(x, conv_state, weight, bias=None, activation=None, cache_seqlens=None,
@@ -339,7 +344,7 @@ def causal_conv1d_update(x, conv_state, weight, bias=None, activation=None, cach
         x3 = x.unsqueeze(-1) if x.dim() == 2 else x
         # the plain update's checks (the op's: shapes, dtypes, devices, state_len >= width - 1, rows in
         # range and used once) on no token, so nothing is written: the window below hides them from the op
-        _conv_step(conv_state, x3[:, :, :0] if x3.dim() == 3 else x3, weight, bias, idx, silu)
+        conv_step_call(conv_state, x3[:, :, :0] if x3.dim() == 3 else x3, weight, bias, idx, silu)
         y = _update_circular(x3, conv_state, weight, bias, silu, cache_seqlens, idx)
         return y.squeeze(-1) if x.dim() == 2 else y
     return _step(conv_state, x, weight, bias, idx, silu)
