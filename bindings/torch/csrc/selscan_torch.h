@@ -47,6 +47,8 @@
 #include <torch/csrc/stable/tensor.h>
 #include <torch/headeronly/core/ScalarType.h>
 
+#include <dlfcn.h>
+
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
@@ -79,10 +81,23 @@ ST Operand(const Tensor& t, bool* full_broadcast = nullptr) {
   return bind::Operand<ST>(t.data_ptr(), t.dim(), t.sizes().data(), t.strides().data(), full_broadcast);
 }
 
-inline Tensor Contiguous(const Tensor& t) { return t.is_contiguous() ? t : torch::stable::contiguous(t); }
+[[noreturn]] inline void ShimFailed(const char* call);  // (>>errors)
+// A torch op through the stable ABI (whose header reports a failure by the call's file and line only):
+// a failure says torch's reason where the running torch keeps it (ShimFailed).
+template <typename F>
+auto Stable(const char* op, F f) -> decltype(f()) {
+  try {
+    return f();
+  } catch (const std::runtime_error&) {
+    ShimFailed(op);
+  }
+}
+inline Tensor Contiguous(const Tensor& t) {
+  return t.is_contiguous() ? t : Stable("aten::contiguous", [&] { return torch::stable::contiguous(t); });
+}
 // A tensor selscan can read through its strides: unchanged unless it is a full broadcast.
 inline Tensor Readable(const Tensor& t) {
-  return bind::FullBroadcast(t.dim(), t.sizes().data(), t.strides().data()) ? torch::stable::contiguous(t) : t;
+  return bind::FullBroadcast(t.dim(), t.sizes().data(), t.strides().data()) ? Contiguous(t) : t;
 }
 inline OptT Readable(const OptT& t) { return t.has_value() ? OptT(Readable(*t)) : OptT(); }
 
@@ -145,6 +160,26 @@ struct Diag {
 inline void Raise(const bind::Error& e) {
   if (e.kind != bind::ErrorKind::kNone) Fail(e.kind, e.message);
 }
+// >>errors: a call of torch's C shim that failed (an allocation, mostly): the message is torch's own error text
+// where the running torch keeps it for the caller (torch_exception_get_what_without_backtrace, torch
+// 2.13 and later, found at run time since the build targets 2.11: "CUDA out of memory. Tried to
+// allocate ...", which the Python layer raises as torch.OutOfMemoryError), else the call's name.
+inline void ShimFailed(const char* call) {
+  using Getter = const char* (*)();
+  static const Getter what = [] {
+    void* f = dlsym(RTLD_DEFAULT, "torch_exception_get_what_without_backtrace");
+    if (!f)
+      if (void* lib = dlopen("libtorch_cpu.so", RTLD_LAZY | RTLD_NOLOAD)) f = dlsym(lib, "torch_exception_get_what_without_backtrace");
+    return reinterpret_cast<Getter>(f);
+  }();
+  const char* text = what ? what() : nullptr;
+  if (text && *text) throw std::runtime_error(std::string(text) + " (selscan: in " + call + ")");
+  throw std::runtime_error(std::string("selscan: torch's ") + call + " failed (torch keeps its reason from torch 2.13)");
+}
+#define SELSCAN_TORCH_SHIM(call, name) \
+  do {                                  \
+    if ((call) != AOTI_TORCH_SUCCESS) ShimFailed(name); \
+  } while (0)
 inline void CheckText(selscan_status st, const char* where, const std::string& diag_text, const char* cuda_text = "") {
   if (st != SELSCAN_OK) Raise(bind::ErrorOf(st, where, diag_text, "", cuda_text));
 }
@@ -169,7 +204,7 @@ using Sizes = bind::Sizes;
 // The conv step's have one flag for both (SELSCAN_CONV_PARAMS_T): both in x's dtype go as they
 // are, a mix as float32 (the ones in x's dtype widened here: exact, one kernel each).
 inline Tensor AsF32(const Tensor& t) {
-  return t.scalar_type() == ScalarType::Float ? t : torch::stable::to(t, ScalarType::Float);
+  return t.scalar_type() == ScalarType::Float ? t : Stable("aten::to", [&] { return torch::stable::to(t, ScalarType::Float); });
 }
 inline OptT AsF32(const OptT& t) { return t.has_value() ? OptT(AsF32(*t)) : OptT(); }
 
@@ -350,10 +385,11 @@ inline Tensor NewStrided(const std::vector<int64_t>& sizes, const int64_t* strid
     strides = dense.data();
   }
   int32_t device_type = 0;
-  TORCH_ERROR_CODE_CHECK(aoti_torch_get_device_type(like.get(), &device_type));
+  SELSCAN_TORCH_SHIM(aoti_torch_get_device_type(like.get(), &device_type), "aoti_torch_get_device_type");
   AtenTensorHandle h = nullptr;
-  TORCH_ERROR_CODE_CHECK(aoti_torch_empty_strided(nd, sizes.data(), strides, AotiDtype(dtype), device_type,
-                                                  like.get_device_index(), &h));
+  SELSCAN_TORCH_SHIM(aoti_torch_empty_strided(nd, sizes.data(), strides, AotiDtype(dtype), device_type,
+                                              like.get_device_index(), &h),
+                     "aoti_torch_empty_strided");
   return Tensor(h);
 }
 inline Tensor NewTensor(const std::vector<int64_t>& sizes, ScalarType dtype, const Tensor& like) {
@@ -433,10 +469,12 @@ inline Tensor NewLike(const Tensor& t) {
   return NewStrided(SizesOf(t), strides.data(), t.scalar_type(), t);
 }
 inline Tensor& Zero(Tensor& t) {
-  if (t.numel()) torch::stable::zero_(t);
+  if (t.numel()) Stable("aten::zero_", [&] { return torch::stable::zero_(t); });
   return t;
 }
-inline void CopyInto(Tensor& dst, const Tensor& src) { torch::stable::copy_(dst, src); }
+inline void CopyInto(Tensor& dst, const Tensor& src) {
+  Stable("aten::copy_", [&] { return torch::stable::copy_(dst, src); });
+}
 
 // A byte buffer of torch's allocator on `like`'s device (the CPU parts) holding `bytes` bytes:
 // selscan's sizes include the slack it needs to align any pointer up inside, so the buffer is
@@ -496,11 +534,12 @@ inline void NeedKernels(const Tensor& t, const char* name) {
 class CudaCall {
  public:
   CudaCall(const Tensor& like, const OptT& cu_host) : guard_(like.get_device_index()), like_(like) {
-    TORCH_ERROR_CODE_CHECK(aoti_torch_get_current_cuda_stream(like.get_device_index(), &call.stream));
+    SELSCAN_TORCH_SHIM(aoti_torch_get_current_cuda_stream(like.get_device_index(), &call.stream),
+                       "aoti_torch_get_current_cuda_stream");
     call.workspace_alloc = &CudaCall::Alloc;
     call.workspace_ctx = this;
     if (cu_host) {
-      cu_dev_ = torch::stable::to(*cu_host, like.device(), /*non_blocking=*/true);
+      cu_dev_ = Stable("aten::to", [&] { return torch::stable::to(*cu_host, like.device(), /*non_blocking=*/true); });
       call.cu_seqlens_device = cu_dev_.const_data_ptr<int64_t>();
     }
   }
@@ -589,8 +628,8 @@ ST OutOperand(const Tensor& t, const char* name) {
 // (batch, dim, L) u / delta / z and (batch, [G,] N, L) B / C: L is the last dim.
 inline bool LStrided(const Tensor& t) { return t.dim() > 0 && t.stride(t.dim() - 1) != 1; }
 inline bool LStrided(const OptT& t) { return t.has_value() && t->defined() && LStrided(*t); }
-inline Tensor UnitL(const Tensor& t) { return LStrided(t) ? torch::stable::contiguous(t) : t; }
-inline OptT UnitL(const OptT& t) { return LStrided(t) ? OptT(torch::stable::contiguous(*t)) : t; }
+inline Tensor UnitL(const Tensor& t) { return LStrided(t) ? Contiguous(t) : t; }
+inline OptT UnitL(const OptT& t) { return LStrided(t) ? OptT(Contiguous(*t)) : t; }
 
 // Whether the forward of args (the fwd schema's order, checked: k) copies u, delta, z, B and C to
 // unit L strides (>>unit-l): a CUDA u, and bindings/common's ScanWantsUnitL (selscan's plan asked).

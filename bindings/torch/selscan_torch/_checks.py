@@ -136,6 +136,8 @@ def raise_typed(e):
     for prefix, cls in _TYPED:
         if msg.startswith(prefix):
             raise cls(msg[len(prefix):]) from None
+    if msg.startswith("CUDA out of memory"):  # torch's allocator text, through the C shim (csrc ShimFailed)
+        raise torch.OutOfMemoryError(msg) from None
     raise e
 
 
@@ -151,6 +153,11 @@ def direct(op, kernel):
     def call(*args):
         if torch.compiler.is_compiling():
             return op(*args)
+        if torch.is_inference_mode_enabled():  # the dispatcher skips the Autograd key here: so does this
+            try:
+                return op(*args)
+            except RuntimeError as e:
+                raise_typed(e)
         return kernel(*args)
 
     return call

@@ -775,3 +775,19 @@ def test_y_layout_is_empty_likes_on_random_views():
         B, C = torch.randn(b, N, L, generator=g), torch.randn(b, N, L, generator=g)
         y = torch.ops.selscan.fwd(u, delta, A, B, C, None, None, None, None, None, False, False, False)[0]
         assert y.stride() == torch.empty_like(u).stride(), (tuple(u.shape), u.stride(), y.stride())
+
+
+def test_allocation_failure_says_torchs_reason():
+    """An output torch cannot allocate (y of 4 TiB from broadcast inputs): the error carries torch's
+    allocator text (through the stable C shim's last-error getter, torch 2.13 and later), not the shim
+    call's file and line."""
+    big = (1 << 20, 1 << 10, 1 << 10)
+    u = torch.randn(1, 1, 1).expand(*big)  # a full broadcast: made dense (contiguous) first
+    u2 = torch.randn(1, 1 << 10, 1).expand(*big)  # not a full broadcast: y is the first allocation
+    delta, A = torch.rand(1, 1, 1).expand(*big), -torch.rand(1 << 10, 2)
+    B = torch.randn(1, 2, 1).expand(big[0], 2, big[2])
+    new_torch = tuple(int(v) for v in torch.__version__.split("+")[0].split(".")[:2]) >= (2, 13)
+    for x in (u, u2):
+        with pytest.raises(RuntimeError) as e:
+            st.selective_scan_fn(x, delta, A, B, B)
+        assert ("allocate" in str(e.value)) if new_torch else ("selscan" in str(e.value)), str(e.value)[:300]
