@@ -124,9 +124,9 @@ def _step_fake(state, x, dt, A, B, C, D, z, dt_bias, state_index, dt_softplus, A
 # fast only with unit L strides (csrc/selscan_torch.h >>unit-l; the plan's answer, _C.fwd_unit_l): the
 # copies run the forward and are what the backward reads; the backward copies an L-strided dy by the
 # same answer. selscan::bwd refuses a double backward; selscan::step is inference-only
-# (_checks.not_differentiable / inference_only). A C++ refusal is raised as its type (_checks.raise_typed).
+# (_checks.not_differentiable / inference_only). The C++ kernel is reached through _checks.call_below (a
+# refusal raised as its type).
 
-_below = torch._C._AutoDispatchBelowAutograd
 _bwd = _ops.bwd.default
 
 
@@ -144,11 +144,7 @@ class _Scan(torch.autograd.Function):
             if _C.fwd_unit_l(tuple(_checks.describe(t, concrete=True) for t in args)):
                 u, delta, B, C = (t.contiguous() for t in (u, delta, B, C))
                 z = None if z is None else z.contiguous()
-        with _below():
-            try:
-                y, h_last, ck = _fwd(u, delta, A, B, C, D, z, delta_bias, h0, cu, softplus, last, True)
-            except RuntimeError as e:
-                _checks.raise_typed(e)
+        y, h_last, ck = _checks.call_below(_fwd, u, delta, A, B, C, D, z, delta_bias, h0, cu, softplus, last, True)
         ctx.save_for_backward(u, delta, A, B, C, D, z, delta_bias, h0, cu, ck)
         ctx.softplus = softplus
         ctx.mark_non_differentiable(ck)
@@ -180,12 +176,8 @@ def _fwd_autograd(u, delta, A, B, C, D, z, delta_bias, h0, cu_seqlens, delta_sof
     if _checks.requires_grad((u, delta, A, B, C, D, z, delta_bias, h0)):
         return tuple(_Scan.apply(u, delta, A, B, C, D, z, delta_bias, h0, cu_seqlens, delta_softplus,
                                  return_last_state))
-    with _below():
-        try:
-            return _fwd(u, delta, A, B, C, D, z, delta_bias, h0, cu_seqlens, delta_softplus, return_last_state,
-                        save_checkpoint)
-        except RuntimeError as e:
-            _checks.raise_typed(e)
+    return _checks.call_below(_fwd, u, delta, A, B, C, D, z, delta_bias, h0, cu_seqlens, delta_softplus,
+                              return_last_state, save_checkpoint)
 
 
 def _step_autograd(state, x, dt, A, B, C, D, z, dt_bias, state_index, dt_softplus, A_is_log=False):

@@ -141,6 +141,16 @@ def raise_typed(e):
     raise e
 
 
+def call_below(op, *args, guard=torch._C._AutoDispatchBelowAutograd):
+    """op(*args) below the Autograd key (guard: or below ADInplaceOrView, the in-place updates'), its
+    C++ refusal raised as its type (raise_typed): how every Autograd-key kernel reaches the C++ kernel."""
+    with guard():
+        try:
+            return op(*args)
+        except RuntimeError as e:
+            raise_typed(e)
+
+
 def requires_grad(ts):
     return torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in ts)
 
@@ -154,10 +164,7 @@ def direct(op, kernel):
         if torch.compiler.is_compiling():
             return op(*args)
         if torch.is_inference_mode_enabled():  # the dispatcher skips the Autograd key here: so does this
-            try:
-                return op(*args)
-            except RuntimeError as e:
-                raise_typed(e)
+            return call_below(op, *args)
         return kernel(*args)
 
     return call
@@ -171,11 +178,7 @@ def not_differentiable(op, function):
     class NotDifferentiable(torch.autograd.Function):
         @staticmethod
         def forward(ctx, *args):
-            with torch._C._AutoDispatchBelowAutograd():
-                try:
-                    return tuple(op(*args))
-                except RuntimeError as e:
-                    raise_typed(e)
+            return tuple(call_below(op, *args))
 
         @staticmethod
         def backward(ctx, *grads):
@@ -186,11 +189,7 @@ def not_differentiable(op, function):
     def kernel(*args):
         if requires_grad([a for a in args if isinstance(a, torch.Tensor)]):
             return list(NotDifferentiable.apply(*args))
-        with torch._C._AutoDispatchBelowAutograd():
-            try:
-                return op(*args)
-            except RuntimeError as e:
-                raise_typed(e)
+        return call_below(op, *args)
 
     return kernel
 
@@ -208,11 +207,7 @@ def inference_only(what, state, named, op, args):
     if state.is_inference() and not torch.is_inference_mode_enabled():
         raise ValueError("selscan: state is an inference tensor (made under torch.inference_mode()); an in-place "
                          "update of it must run under torch.inference_mode() too")
-    with torch._C._AutoDispatchBelowADInplaceOrView():
-        try:
-            y = op(*args)
-        except RuntimeError as e:
-            raise_typed(e)
+    y = call_below(op, *args, guard=torch._C._AutoDispatchBelowADInplaceOrView)
     torch.autograd.graph.increment_version(state)
     return y
 

@@ -95,11 +95,7 @@ def _conv_step_fake(state, x, weight, bias, state_index, silu):
 class _Conv(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, weight, bias, init_state, cu, silu, final, dim_major):
-        with torch._C._AutoDispatchBelowAutograd():
-            try:
-                y, fs = _conv_fwd(x, weight, bias, init_state, cu, silu, final, dim_major)
-            except RuntimeError as e:
-                _checks.raise_typed(e)
+        y, fs = _checks.call_below(_conv_fwd, x, weight, bias, init_state, cu, silu, final, dim_major)
         ctx.save_for_backward(x, weight, bias, init_state, cu)
         ctx.silu = silu
         ctx.set_materialize_grads(False)
@@ -122,11 +118,8 @@ class _Conv(torch.autograd.Function):
 def _conv_fwd_autograd(x, weight, bias, init_state, cu_seqlens, silu, return_final_state, out_dim_major):
     if _checks.requires_grad((x, weight, bias, init_state)):
         return tuple(_Conv.apply(x, weight, bias, init_state, cu_seqlens, silu, return_final_state, out_dim_major))
-    with torch._C._AutoDispatchBelowAutograd():
-        try:
-            return _conv_fwd(x, weight, bias, init_state, cu_seqlens, silu, return_final_state, out_dim_major)
-        except RuntimeError as e:
-            _checks.raise_typed(e)
+    return _checks.call_below(_conv_fwd, x, weight, bias, init_state, cu_seqlens, silu, return_final_state,
+                              out_dim_major)
 
 
 def _conv_step_autograd(state, x, weight, bias, state_index, silu):
