@@ -750,15 +750,19 @@ static __global__ void __launch_bounds__(kThreads, SELSCAN_CUDA_FWD_MINBLOCKS) f
             const bool varbc = !P.fixB && (LOCAL || (!P.fixC && doy));
             for (int g16 = 0; g16 < tn; g16 += 16) {
                 const int64_t t16 = tb + g16;
-                /* checkpoint intervals are multiples of 16 and chunks start at multiples of 16 */
-                if (!LOCAL && P.ck && (t16 & P.ckmask) == 0) {
+                /* checkpoint intervals are multiples of 16 and chunks start at multiples of 16; the state
+                   entering step t16, after a sequence start's reset there (h0 or 0: the per-step loop
+                   below applies it, so a group with special steps writes it there) */
+                const bool ck_here = !LOCAL && P.ck && (t16 & P.ckmask) == 0;
+                auto write_ck = [&]() {
 #pragma unroll
                     for (int k = 0; k < NPT; k++) {
                         const int64_t n = j * NPT + k;
                         if (n < P.N) P.ck[(bd * P.nck + (t16 >> P.ckshift)) * P.N + n] = h[k];
                     }
-                }
+                };
                 if (g16 + 16 <= tn && !s_spec[g16 >> 4]) {
+                    if (ck_here) write_ck();
                     if (varbc) {
 #pragma unroll
                         for (int u = 0; u < 16; u++) core(g16 + u, std::true_type());
@@ -778,6 +782,7 @@ static __global__ void __launch_bounds__(kThreads, SELSCAN_CUDA_FWD_MINBLOCKS) f
                             pr[k] = 0.0f;
                         }
                     }
+                    if (ck_here && tt == g16) write_ck();
                     core(tt, std::false_type());
                     const int en = s_end[tt];
                     if (!LOCAL && en >= 0 && P.h_last.p) {

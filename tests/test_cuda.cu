@@ -161,6 +161,8 @@ struct Cfg {
     int nseq;          /* packed sequences (batch 1) with this many, some empty; 0: none */
     bool ck;           /* forward checkpoint given to the backward */
     bool grads_subset; /* only some gradients */
+    int ylay;          /* y's own layout (0: the case's): an L-strided y sends the forward to the general
+                          kernels while the backward (no y) may take the fast ones, reading their checkpoint */
 };
 
 enum { U, DELTA, A_, B_, C_, D_, Z, BIAS, H0, Y, HLAST, DY, DHLAST, DU, DDELTA, DA, DB, DC, DD, DZ, DBIAS, DH0, NTEN };
@@ -192,7 +194,7 @@ static void run_case(const Cfg &c) {
     if (c.z) { make(t[Z], T, 3, c.batch, c.dim, c.L, 1, lay); fill(t[Z], -2, 2); }
     if (c.bias) { make(t[BIAS], F, 1, c.dim, 1, 1, 1, 0); fill(t[BIAS], -0.5, 0.5); }
     if (c.h0) { make(t[H0], F, 3, rows, c.dim, c.N, 1, lay); fill(t[H0], -1, 1); }
-    make(t[Y], T, 3, c.batch, c.dim, c.L, 1, lay);
+    make(t[Y], T, 3, c.batch, c.dim, c.L, 1, c.ylay ? c.ylay : lay);
     if (c.hlast) make(t[HLAST], F, 3, rows, c.dim, c.N, 1, lay);
     make(t[DY], T, 3, c.batch, c.dim, c.L, 1, lay); fill(t[DY], -1, 1);
     if (c.dhlast) { make(t[DHLAST], F, 3, rows, c.dim, c.N, 1, lay); fill(t[DHLAST], -1, 1); }
@@ -997,6 +999,10 @@ int main() {
     std::vector<Cfg> cases = {
         /* name, dt, batch, dim, L, N, G, flags, D, z, bias, h0, hlast, dhlast, layout, nseq, ck, subset */
         {"basic f32", F32, 2, 16, 100, 16, 1, SP, true, true, true, true, true, true, 0, 0, false, false},
+        /* h0 and a checkpoint with y L-strided: the general forward wrote the state entering step 0 before
+           h0's reset, which the fast backward read (torch fuzz case 3689, bench/RESULTS.md) */
+        {"h0 + ck, y L-strided", F32, 3, 8, 100, 4, 1, SP, true, false, false, true, true, false, 1, 0, true, false, 2},
+        {"h0 + ck, y L-strided, L 12, subset", F32, 3, 1, 12, 4, 1, SP, true, false, false, true, true, true, 1, 0, true, true, 2},
         {"basic f16", F16, 2, 16, 100, 16, 1, SP, true, true, true, true, true, true, 0, 0, false, false},
         {"basic bf16", BF, 2, 16, 100, 16, 1, SP, true, true, true, true, true, true, 0, 0, false, false},
         {"L=1", F32, 3, 8, 1, 8, 1, SP, true, true, true, true, true, true, 0, 0, false, false},
