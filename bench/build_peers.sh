@@ -5,13 +5,15 @@
 #   SDIST_DIR holds mamba_ssm-*.tar.gz and causal_conv1d-*.tar.gz (as measured: mamba_ssm 2.3.2.post1,
 #   causal_conv1d 1.7.0; https://pypi.org/simple/mamba-ssm/ and .../causal-conv1d/ list their sdists).
 # Their setup.py files name ten architectures; this script rewrites that list, in a copy, to the one
-# GPU present (about 3-4 min on 16 cores instead of 20+). Needs nvcc, a CUDA torch, setuptools.
+# GPU present (about 3-4 min on 16 cores instead of 20+), or to PEER_ARCH (e.g. 90) on a machine without
+# one (about 25 min on 2 cores; the GPU machine then runs them with the same torch and Python). Needs nvcc,
+# a CUDA torch, setuptools.
 set -euo pipefail
 src=$(cd "${1:?usage: bench/build_peers.sh SDIST_DIR [TARGET]}" && pwd)
 mkdir -p "${2:-build/peers}"
 target=$(cd "${2:-build/peers}" && pwd)
 py=${PYTHON:-python3}
-arch=$($py -c "import torch; m, n = torch.cuda.get_device_capability(); print(f'{m}{n}')")
+arch=${PEER_ARCH:-$($py -c "import torch; m, n = torch.cuda.get_device_capability(); print(f'{m}{n}')")}
 work=$(mktemp -d)
 # the C++ compiler of torch's own build (a g++ that links libstdc++ statically would give each extension a
 # private copy beside torch's: bindings/common/libstdcxx_link.py says why that crashes)

@@ -1071,13 +1071,15 @@ int main() {
             c.layout = irand(0, 3);
             c.ck = irand(0, 1);
             c.grads_subset = irand(0, 3) == 0;
+            c.ylay = irand(0, 3) == 0 ? irand(1, 4) : 0; /* y laid out unlike u, a case in four */
             cases.push_back(c);
         }
     } else { /* every kernel and pass at least once, small (compute-sanitizer runs this) */
         static const char *const quick_set[] = {"basic f32", "basic bf16", "L=1", "N=64", "N=256 bf16 groups", "N=12 (padded states)",
                                                 "long L 2000", "(B,L,D) layout f16", "(B,L,D) f32 odd", "(B,L,D) bf16 checkpoint",
                                                 "fixed B and C bf16", "packed 5 seqs", "checkpoint", "checkpoint packed", "grad subset",
-                                                "short f32 N=5 groups 3", "short bf16 misaligned"};
+                                                "short f32 N=5 groups 3", "short bf16 misaligned", "h0 + ck, y L-strided",
+                                                "h0 + ck, y L-strided, L 12, subset"};
         std::vector<Cfg> q;
         for (const Cfg &c : cases)
             for (const char *n : quick_set)
@@ -1091,9 +1093,9 @@ int main() {
         run_case(c);
         printf("%-32s %s\n", c.name, g_fail == before ? "ok" : "FAILED");
         if (g_fail != before) /* the configuration, to reproduce it */
-            printf("  dtype %d batch %lld dim %lld L %lld N %lld G %lld flags %u D %d z %d bias %d h0 %d hlast %d dhlast %d layout %d nseq %d ck %d subset %d\n",
+            printf("  dtype %d batch %lld dim %lld L %lld N %lld G %lld flags %u D %d z %d bias %d h0 %d hlast %d dhlast %d layout %d nseq %d ck %d subset %d ylay %d\n",
                    (int)c.dt, (long long)c.batch, (long long)c.dim, (long long)c.L, (long long)c.N, (long long)c.G, c.flags, c.D, c.z, c.bias,
-                   c.h0, c.hlast, c.dhlast, c.layout, c.nseq, c.ck, c.grads_subset);
+                   c.h0, c.hlast, c.dhlast, c.layout, c.nseq, c.ck, c.grads_subset, c.ylay);
         fflush(stdout);
     }
     /* step */
