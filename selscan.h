@@ -686,6 +686,10 @@ typedef struct selscan_ssd_grads {
    diag names the operand and rule). _ref: the exact scalar reference (f32, expf). */
 SELSCAN_DEF selscan_status selscan_validate_ssd(const selscan_ssd_problem *p);
 SELSCAN_DEF selscan_status selscan_validate_ssd_grads(const selscan_ssd_problem *p, const selscan_ssd_grads *g);
+/* The SSD's size rules alone, as selscan_check_sizes for the scan (a binding's argument checks):
+   sizes may be 0 (an empty problem; dstate only when the problem is empty), cu_seqlens may be NULL
+   with n_seqs given (its values unknown), seq_idx.data non-NULL only says seq_idx is given. */
+SELSCAN_DEF selscan_status selscan_check_ssd_sizes(const selscan_ssd_problem *p);
 /* Workspace bytes for the SSD entry points; g NULL: forward. */
 SELSCAN_DEF selscan_status selscan_ssd_workspace_size(const selscan_ssd_problem *p, const selscan_ssd_grads *g,
                                                       size_t *bytes);
@@ -830,6 +834,44 @@ SELSCAN_DEF uint16_t selscan_f32_to_bf16(float f);
 #define SELSCAN__DIMS_DW(q) 2, (q)->dim, (q)->W, 1, 1               /* conv: (dim, W) */
 #define SELSCAN__DIMS_CROWS(q) 3, (q)->rows, (q)->dim, (q)->W - 1, 1 /* conv: (rows, dim, W-1) */
 #define SELSCAN__DIMS_CCACHE(q) 3, (q)->ncache, (q)->dim, (q)->S, 1 /* conv step: (n_cache, dim, state_len) */
+/* The SSD operand tables (the >>operands columns; the OPERANDS list of >>ssd-api, once). dtype I32:
+   int32 elements (seq_idx), resolved as 4-byte elements for the stride, span and alias checks. */
+#define SELSCAN__SSD_OPERANDS(X, c)                            \
+    X(c, x, x, IN, REQ, SSD_X, T)                              \
+    X(c, dt, delta, IN, REQ, SSD_DT, T)                        \
+    X(c, A, A, IN, REQ, SSD_H, F32)                            \
+    X(c, B, B, IN, REQ, SSD_BC, T)                             \
+    X(c, C, C, IN, REQ, SSD_BC, T)                             \
+    X(c, D, D, IN, OPT, SSD_D, F32)                            \
+    X(c, z, z, IN, OPT, SSD_X, T)                              \
+    X(c, dt_bias, dt_bias, IN, OPT, SSD_H, F32)                \
+    X(c, seq_idx, seq_idx, IN, OPT, SSD_SEQ, I32)              \
+    X(c, initial_state, initial_state, IN, OPT, SSD_ROWS, F32) \
+    X(c, y, y, OUT, FWD, SSD_X, T)                             \
+    X(c, final_state, final_state, OUT, OPT, SSD_ROWS, F32)
+#define SELSCAN__SSD_GRAD_OPERANDS(X, c)                         \
+    X(c, dy, dy, IN, REQ, SSD_X, T)                              \
+    X(c, dfinal_state, dfinal_state, IN, OPT, SSD_ROWS, F32)     \
+    X(c, dx, dx, OUT, OPT, SSD_X, T)                             \
+    X(c, ddt, ddelta, OUT, OPT, SSD_DT, T)                          \
+    X(c, dA, dA, OUT, OPT, SSD_H, F32)                           \
+    X(c, dB, dB, OUT, OPT, SSD_BC, T)                            \
+    X(c, dC, dC, OUT, OPT, SSD_BC, T)                            \
+    X(c, dD, dD, OUT, OPT, SSD_D, F32)                           \
+    X(c, dz, dz, OUT, OPT, SSD_X, T)                             \
+    X(c, ddt_bias, ddt_bias, OUT, OPT, SSD_H, F32)               \
+    X(c, dinitial_state, dinitial_state, OUT, OPT, SSD_ROWS, F32)
+/* dims of the SSD operands from the validated sizes q (selscan__sprob: H nheads, P headdim, Dhd D per channel) */
+#define SELSCAN__DIMS_SSD_X(q) 4, (q)->batch, (q)->L, (q)->H, (q)->P     /* (batch, L, H, P) */
+#define SELSCAN__DIMS_SSD_DT(q) 3, (q)->batch, (q)->L, (q)->H, 1         /* (batch, L, H) */
+#define SELSCAN__DIMS_SSD_H(q) 1, (q)->H, 1, 1, 1                        /* (H) */
+#define SELSCAN__DIMS_SSD_BC(q) 4, (q)->batch, (q)->L, (q)->G, (q)->N    /* (batch, L, G, N) */
+#define SELSCAN__DIMS_SSD_D(q) (q)->Dhd ? 2 : 1, (q)->H, SELSCAN__SSD_D_AXIS1(q), 1, 1 /* (H) or (H, P) */
+#ifndef SELSCAN__SSD_D_AXIS1 /* (a binding's checker, whose sizes are not numbers, defines its own) */
+#define SELSCAN__SSD_D_AXIS1(q) ((q)->Dhd ? (q)->P : 1)
+#endif
+#define SELSCAN__DIMS_SSD_SEQ(q) 2, (q)->batch, (q)->L, 1, 1             /* (batch, L) */
+#define SELSCAN__DIMS_SSD_ROWS(q) 4, (q)->rows, (q)->H, (q)->P, (q)->N   /* (rows, H, P, N) */
 #endif /* SELSCAN_H */
 
 /* ============================================================================================= */
@@ -2466,82 +2508,69 @@ typedef struct selscan__sgrd {
     selscan__ten dy, dfinal_state, dx, ddelta, dA, dB, dC, dD, dz, ddt_bias, dinitial_state; /* ddelta: ddt (as delta: dt) */
 } selscan__sgrd;
 
-/* The SSD operand tables (the >>operands columns; the OPERANDS list of >>ssd-api, once). dtype I32:
-   int32 elements (seq_idx), resolved as 4-byte elements for the stride, span and alias checks. */
-#define SELSCAN__SSD_OPERANDS(X, c)                            \
-    X(c, x, x, IN, REQ, SSD_X, T)                              \
-    X(c, dt, delta, IN, REQ, SSD_DT, T)                        \
-    X(c, A, A, IN, REQ, SSD_H, F32)                            \
-    X(c, B, B, IN, REQ, SSD_BC, T)                             \
-    X(c, C, C, IN, REQ, SSD_BC, T)                             \
-    X(c, D, D, IN, OPT, SSD_D, F32)                            \
-    X(c, z, z, IN, OPT, SSD_X, T)                              \
-    X(c, dt_bias, dt_bias, IN, OPT, SSD_H, F32)                \
-    X(c, seq_idx, seq_idx, IN, OPT, SSD_SEQ, I32)              \
-    X(c, initial_state, initial_state, IN, OPT, SSD_ROWS, F32) \
-    X(c, y, y, OUT, FWD, SSD_X, T)                             \
-    X(c, final_state, final_state, OUT, OPT, SSD_ROWS, F32)
-#define SELSCAN__SSD_GRAD_OPERANDS(X, c)                         \
-    X(c, dy, dy, IN, REQ, SSD_X, T)                              \
-    X(c, dfinal_state, dfinal_state, IN, OPT, SSD_ROWS, F32)     \
-    X(c, dx, dx, OUT, OPT, SSD_X, T)                             \
-    X(c, ddt, ddelta, OUT, OPT, SSD_DT, T)                          \
-    X(c, dA, dA, OUT, OPT, SSD_H, F32)                           \
-    X(c, dB, dB, OUT, OPT, SSD_BC, T)                            \
-    X(c, dC, dC, OUT, OPT, SSD_BC, T)                            \
-    X(c, dD, dD, OUT, OPT, SSD_D, F32)                           \
-    X(c, dz, dz, OUT, OPT, SSD_X, T)                             \
-    X(c, ddt_bias, ddt_bias, OUT, OPT, SSD_H, F32)               \
-    X(c, dinitial_state, dinitial_state, OUT, OPT, SSD_ROWS, F32)
-/* dims of the SSD operands from the validated sizes q (selscan__sprob) */
-#define SELSCAN__DIMS_SSD_X(q) 4, (q)->batch, (q)->L, (q)->H, (q)->P     /* (batch, L, H, P) */
-#define SELSCAN__DIMS_SSD_DT(q) 3, (q)->batch, (q)->L, (q)->H, 1         /* (batch, L, H) */
-#define SELSCAN__DIMS_SSD_H(q) 1, (q)->H, 1, 1, 1                        /* (H) */
-#define SELSCAN__DIMS_SSD_BC(q) 4, (q)->batch, (q)->L, (q)->G, (q)->N    /* (batch, L, G, N) */
-#define SELSCAN__DIMS_SSD_D(q) (q)->Dhd ? 2 : 1, (q)->H, (q)->Dhd ? (q)->P : 1, 1, 1 /* (H) or (H, P) */
-#define SELSCAN__DIMS_SSD_SEQ(q) 2, (q)->batch, (q)->L, 1, 1             /* (batch, L) */
-#define SELSCAN__DIMS_SSD_ROWS(q) 4, (q)->rows, (q)->H, (q)->P, (q)->N   /* (rows, H, P, N) */
 #define SELSCAN__RESOLVE_I32(c, field, ten, dims) SELSCAN__RESOLVE_AS(c, field, ten, dims, SELSCAN_F32)
 
-/* Sizes, flags, pointers, sequence offsets and the inputs' strides (the outputs: below). */
-static SELSCAN__MAYBE_UNUSED selscan_status selscan__ssd_check_problem(const selscan_ssd_problem *p, selscan__sprob *q,
-                                                                       int need_y) {
-    int64_t G, i;
-    selscan_status st;
-    selscan_diag *d;
-    if (!p) return SELSCAN_ERR_NULL;
-    d = p->diag;
-    q->diag = d;
+/* The SSD's size rules (selscan_check_ssd_sizes; the entry points with empty_ok 0): dtype, flags,
+   sizes (0 allowed with empty_ok, dstate only in an empty problem), n_groups, the dt limit, packed
+   sequences (the scan's rules: offsets read where given), element counts. */
+static SELSCAN__MAYBE_UNUSED selscan_status selscan__ssd_sizes(const selscan_ssd_problem *p, int empty_ok, selscan_diag *d) {
+    const int64_t G = p->n_groups == 0 ? 1 : p->n_groups;
+    const int empty = empty_ok && (p->batch == 0 || p->seqlen == 0 || p->nheads == 0 || p->headdim == 0);
+    const int packed = p->cu_seqlens || (empty_ok && p->n_seqs != 0);
+    int64_t i, rows;
     if (!selscan__dtype_ok(p->dtype)) SELSCAN__FAIL(d, SELSCAN_ERR_DTYPE, "dtype", UNKNOWN_DTYPE);
     if (p->flags & ~SELSCAN__SSD_KNOWN_FLAGS) SELSCAN__FAIL(d, SELSCAN_ERR_UNSUPPORTED, "flags", UNKNOWN_FLAG);
-    G = p->n_groups == 0 ? 1 : p->n_groups;
-    if (p->batch <= 0) SELSCAN__FAIL(d, SELSCAN_ERR_SHAPE, "batch", NOT_POSITIVE);
-    if (p->seqlen <= 0) SELSCAN__FAIL(d, SELSCAN_ERR_SHAPE, "seqlen", NOT_POSITIVE);
-    if (p->nheads <= 0) SELSCAN__FAIL(d, SELSCAN_ERR_SHAPE, "nheads", NOT_POSITIVE);
-    if (p->headdim <= 0) SELSCAN__FAIL(d, SELSCAN_ERR_SHAPE, "headdim", NOT_POSITIVE);
-    if (p->dstate <= 0) SELSCAN__FAIL(d, SELSCAN_ERR_SHAPE, "dstate", NOT_POSITIVE);
+    SELSCAN__SIZE_RULE(d, "batch", p->batch, empty_ok);
+    SELSCAN__SIZE_RULE(d, "seqlen", p->seqlen, empty_ok);
+    SELSCAN__SIZE_RULE(d, "nheads", p->nheads, empty_ok);
+    SELSCAN__SIZE_RULE(d, "headdim", p->headdim, empty_ok);
+    SELSCAN__SIZE_RULE(d, "dstate", p->dstate, empty);
     if (G <= 0 || p->nheads % G != 0) SELSCAN__FAIL(d, SELSCAN_ERR_SHAPE, "n_groups", NOT_DIVIDING_NHEADS);
     /* written so that a NaN fails too */
     if ((p->flags & SELSCAN_SSD_DT_LIMIT) && !(p->dt_min <= p->dt_max))
         SELSCAN__FAIL(d, SELSCAN_ERR_SHAPE, "dt_min", DT_LIMIT);
-    SELSCAN__SSD_OPERANDS(SELSCAN__OPD_NULL, p) /* x, dt, A, B, C; y when need_y */
-    if (p->cu_seqlens) { /* the scan's rules (selscan__check_problem) */
+    if (packed) { /* the scan's rules (selscan__packed_rules), the states' count per head */
         if (p->seq_idx.data) SELSCAN__FAIL(d, SELSCAN_ERR_SHAPE, "seq_idx", WITH_CU_SEQLENS);
         if (p->batch != 1) SELSCAN__FAIL(d, SELSCAN_ERR_SHAPE, "batch", BATCH_NOT_1);
         if (p->n_seqs <= 0) SELSCAN__FAIL(d, SELSCAN_ERR_SHAPE, "n_seqs", NO_SEQUENCE);
         if (!selscan__count_ok(p->n_seqs, p->nheads, p->headdim, p->dstate))
             SELSCAN__FAIL(d, SELSCAN_ERR_SHAPE, "n_seqs", OUT_OF_RANGE);
-        if (!selscan__aligned(p->cu_seqlens, 8)) SELSCAN__FAIL(d, SELSCAN_ERR_SHAPE, "cu_seqlens", MISALIGNED);
-        if (p->cu_seqlens[0] != 0) SELSCAN__FAIL(d, SELSCAN_ERR_SHAPE, "cu_seqlens", FIRST_OFFSET);
-        if (p->cu_seqlens[p->n_seqs] != p->seqlen) SELSCAN__FAIL(d, SELSCAN_ERR_SHAPE, "cu_seqlens", LAST_OFFSET);
-        for (i = 0; i < p->n_seqs; i++)
-            if (p->cu_seqlens[i + 1] < p->cu_seqlens[i])
-                SELSCAN__FAIL(d, SELSCAN_ERR_SHAPE, "cu_seqlens", NOT_INCREASING);
+        if (p->cu_seqlens) {
+            if (!selscan__aligned(p->cu_seqlens, 8)) SELSCAN__FAIL(d, SELSCAN_ERR_SHAPE, "cu_seqlens", MISALIGNED);
+            if (p->cu_seqlens[0] != 0) SELSCAN__FAIL(d, SELSCAN_ERR_SHAPE, "cu_seqlens", FIRST_OFFSET);
+            if (p->cu_seqlens[p->n_seqs] != p->seqlen) SELSCAN__FAIL(d, SELSCAN_ERR_SHAPE, "cu_seqlens", LAST_OFFSET);
+            for (i = 0; i < p->n_seqs; i++)
+                if (p->cu_seqlens[i + 1] < p->cu_seqlens[i])
+                    SELSCAN__FAIL(d, SELSCAN_ERR_SHAPE, "cu_seqlens", NOT_INCREASING);
+        }
     } else if (p->n_seqs != 0) {
         SELSCAN__FAIL(d, SELSCAN_ERR_NULL, "cu_seqlens", MISSING_N_SEQS);
     }
+    rows = packed ? p->n_seqs : p->batch;
+    /* the diag names the sizes whose product overflows (with cu_seqlens, the states' was checked
+       above); x's count bounds dt's, seq_idx's and D's */
+    if (!selscan__count_ok(p->batch, p->seqlen, p->nheads, p->headdim))
+        SELSCAN__FAIL(d, SELSCAN_ERR_SHAPE, "batch * seqlen * nheads * headdim", COUNT_OVERFLOWS);
+    if (!selscan__count_ok(p->batch, p->seqlen, G, p->dstate))
+        SELSCAN__FAIL(d, SELSCAN_ERR_SHAPE, "batch * seqlen * n_groups * dstate", COUNT_OVERFLOWS);
+    if (!selscan__count_ok(rows, p->nheads, p->headdim, p->dstate))
+        SELSCAN__FAIL(d, SELSCAN_ERR_SHAPE, "batch * nheads * headdim * dstate", COUNT_OVERFLOWS);
+    return SELSCAN_OK;
+}
+
+/* Sizes, flags, pointers, sequence offsets and the inputs' strides (the outputs: below). */
+static SELSCAN__MAYBE_UNUSED selscan_status selscan__ssd_check_problem(const selscan_ssd_problem *p, selscan__sprob *q,
+                                                                       int need_y) {
+    int64_t i;
+    selscan_status st;
+    selscan_diag *d;
+    if (!p) return SELSCAN_ERR_NULL;
+    d = p->diag;
+    q->diag = d;
+    if ((st = selscan__ssd_sizes(p, 0, d)) != SELSCAN_OK) return st;
+    SELSCAN__SSD_OPERANDS(SELSCAN__OPD_NULL, p) /* x, dt, A, B, C; y when need_y */
     q->batch = p->batch; q->L = p->seqlen; q->H = p->nheads; q->P = p->headdim; q->N = p->dstate;
-    q->G = G; q->hpg = p->nheads / G;
+    q->G = p->n_groups == 0 ? 1 : p->n_groups; q->hpg = p->nheads / q->G;
     q->rows = p->cu_seqlens ? p->n_seqs : p->batch;
     q->dt = p->dtype;
     q->softplus = (p->flags & SELSCAN_SSD_DT_SOFTPLUS) != 0;
@@ -2549,14 +2578,6 @@ static SELSCAN__MAYBE_UNUSED selscan_status selscan__ssd_check_problem(const sel
     q->Dhd = (p->flags & SELSCAN_SSD_D_HEADDIM) != 0;
     q->dtmin = p->dt_min; q->dtmax = p->dt_max;
     q->cu = p->cu_seqlens; q->nseq = p->n_seqs;
-    /* the diag names the sizes whose product overflows (with cu_seqlens, the states' was checked
-       above); x's count bounds dt's, seq_idx's and D's */
-    if (!selscan__count_ok(q->batch, q->L, q->H, q->P))
-        SELSCAN__FAIL(d, SELSCAN_ERR_SHAPE, "batch * seqlen * nheads * headdim", COUNT_OVERFLOWS);
-    if (!selscan__count_ok(q->batch, q->L, q->G, q->N))
-        SELSCAN__FAIL(d, SELSCAN_ERR_SHAPE, "batch * seqlen * n_groups * dstate", COUNT_OVERFLOWS);
-    if (!selscan__count_ok(q->rows, q->H, q->P, q->N))
-        SELSCAN__FAIL(d, SELSCAN_ERR_SHAPE, "batch * nheads * headdim * dstate", COUNT_OVERFLOWS);
     {
         selscan__sprob *dst = q;
         SELSCAN__SSD_OPERANDS(SELSCAN__OPD_RESOLVE, p)
@@ -2664,6 +2685,11 @@ SELSCAN_DEF selscan_status selscan_validate_ssd_grads(const selscan_ssd_problem 
     selscan__sprob q;
     selscan__sgrd r;
     return selscan__ssd_validate_backward(p, g, &q, &r, NULL, 0, NULL, 0);
+}
+
+SELSCAN_DEF selscan_status selscan_check_ssd_sizes(const selscan_ssd_problem *p) {
+    if (!p) return SELSCAN_ERR_NULL;
+    return selscan__ssd_sizes(p, 1, p->diag);
 }
 
 SELSCAN_DEF selscan_status selscan_ssd_workspace_size(const selscan_ssd_problem *p, const selscan_ssd_grads *g,

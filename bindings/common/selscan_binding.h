@@ -474,6 +474,17 @@ struct ConvStepArgs {
     Arg state_index;
     const int32_t *index_values = nullptr;
 };
+// Mamba-2's SSD scan (selscan_ssd_*; members named like the operand tables' fields). dt_limit: the
+// clamp's bounds as the call gives them (SELSCAN_SSD_DT_LIMIT), checked with the sizes.
+struct SsdArgs {
+    Arg x, dt, A, B, C, D, z, dt_bias, seq_idx, initial_state, y, final_state;
+    Arg dy, dfinal_state, dx, ddt, dA, dB, dC, dD, dz, ddt_bias, dinitial_state;
+    Arg cu_seqlens;
+    const int64_t *cu_values = nullptr;
+    bool backward = false;
+    bool dt_limit = false;
+    float dt_min = 0.f, dt_max = 0.f;
+};
 
 // ---- >>args-order: each op's inputs in the one order every binding lists them -------------------
 // (torch's schemas, the ONNX Runtime ops' and the TensorFlow ops' inputs; a backward appends its
@@ -521,6 +532,23 @@ enum ConvInput {
     kConvBwdInputs
 };
 enum ConvStepInput { kConvStepState = 0, kConvStepX, kConvStepWeight, kConvStepBias, kConvStepIndex, kConvStepInputs };
+enum SsdInput {
+    kSsdX = 0,
+    kSsdDt,
+    kSsdA,
+    kSsdB,
+    kSsdC,
+    kSsdD,
+    kSsdZ,
+    kSsdDtBias,
+    kSsdInitialState,
+    kSsdSeqIdx,
+    kSsdCuSeqlens,
+    kSsdFwdInputs,
+    kSsdDy = kSsdFwdInputs,
+    kSsdDfinalState,
+    kSsdBwdInputs
+};
 
 // in: kScanFwdInputs Args (kScanBwdInputs with backward); cu_values: cu_seqlens' host values or nullptr
 inline ScanArgs ScanArgsOf(const Arg *in, bool backward, const int64_t *cu_values) {
@@ -558,6 +586,18 @@ inline ConvStepArgs ConvStepArgsOf(const Arg *in, const int32_t *index_values) {
     return s;
 }
 
+inline SsdArgs SsdArgsOf(const Arg *in, bool backward, const int64_t *cu_values) {
+    SsdArgs s;
+    s.x = in[kSsdX], s.dt = in[kSsdDt], s.A = in[kSsdA], s.B = in[kSsdB], s.C = in[kSsdC], s.D = in[kSsdD];
+    s.z = in[kSsdZ], s.dt_bias = in[kSsdDtBias], s.initial_state = in[kSsdInitialState], s.seq_idx = in[kSsdSeqIdx];
+    s.cu_seqlens = in[kSsdCuSeqlens], s.cu_values = cu_values;
+    if (backward) {
+        s.backward = true;
+        s.dy = in[kSsdDy], s.dfinal_state = in[kSsdDfinalState];
+    }
+    return s;
+}
+
 // What a check refused: selscan's status and rule, selscan's operand name (a binding's name map
 // gives the user's), the detail (wanted and given; or the sizes of a size rule).
 struct Refusal {
@@ -578,6 +618,7 @@ struct Checked {
     selscan_dtype dtype = SELSCAN_F32;
     unsigned flags = 0;
     int64_t n_cache = 0, width = 0, state_len = 0;
+    int64_t nheads = 0, headdim = 0; // the SSD's (s.dim: nheads * headdim, -1 where either is not known)
     bool params_mixed = false; // the conv update: weight and bias, one T and one float32
     bool step = false;         // a decode step's (the step's, the conv update's)
     // >>bind-empty, every op's: the call has nothing for selscan to compute, and the binding answers
@@ -614,6 +655,8 @@ struct Cell {
 };
 struct Cells {
     Cell batch, dim, L, N, G, rows, ncache, W, S;
+    Cell H, P; // the SSD's nheads, headdim
+    int Dhd = 0; // the SSD's D per channel ((H, P)), from D's rank
     Cell offsets, floats; // the lengths of cu_seqlens and of the checkpoint (no rule between them and the rest)
     Cells() {
         batch.name = "batch";
@@ -625,6 +668,8 @@ struct Cells {
         ncache.name = "n_cache";
         W.name = "width";
         S.name = "state_len";
+        H.name = "nheads";
+        P.name = "headdim";
         offsets.name = "n_seqs + 1";
         floats.name = "n";
     }
@@ -1267,6 +1312,52 @@ inline Refusal CheckConvStepArgs(const ConvStepArgs &a, const Forms &forms, Chec
     return c.Finish(selscan_check_conv_step_sizes(&s, a.state_index.present), d,
                     {&c.q.batch, &c.q.dim, &c.q.W, &c.q.S, &c.q.ncache}, k, out);
 }
+
+// The SSD scan's arguments (forward; backward with a.backward). D's rank says its form: (H) or (H, P)
+// (SELSCAN_SSD_D_HEADDIM in k.flags).
+#undef SELSCAN__SSD_D_AXIS1 // the table's D axis as a cell (headdim) or the literal 1
+#define SELSCAN__SSD_D_AXIS1(q) ((q)->Dhd ? args_detail::Dim((q)->P) : args_detail::Dim(1))
+inline Refusal CheckSsdArgs(const SsdArgs &a, const Forms &forms, Checked *out) {
+    using namespace args_detail;
+    Checker<SsdArgs> c(a, forms);
+    if (!c.Start(a.x, "x")) return c.ref;
+    const bool packed = c.Sequences(a.cu_seqlens);
+    c.q.Dhd = a.D.present && a.D.ndim == 2;
+    SELSCAN__SSD_OPERANDS(SELSCAN_BINDING__ROW, &c)
+    if (a.backward) SELSCAN__SSD_GRAD_OPERANDS(SELSCAN_BINDING__ROW, &c)
+    c.AddVector("cu_seqlens", &a.cu_seqlens, Dim(c.q.offsets), kI64, true);
+    if (!c.Rows()) return c.ref;
+    Checked k;
+    k.s.batch = c.V(c.q.batch);
+    k.s.L = c.V(c.q.L);
+    k.s.N = c.V(c.q.N);
+    k.s.G = c.V(c.q.G);
+    k.nheads = c.V(c.q.H);
+    k.headdim = c.V(c.q.P);
+    k.s.dim = k.nheads < 0 || k.headdim < 0 ? kAny : k.nheads * k.headdim;
+    SetRows(&k.s, a.cu_seqlens);
+    k.dtype = DtypeOfType(c.T);
+    k.flags = (c.q.Dhd ? SELSCAN_SSD_D_HEADDIM : 0u) | (a.dt_limit ? SELSCAN_SSD_DT_LIMIT : 0u);
+    selscan_diag d;
+    selscan_ssd_problem p = Problem<selscan_ssd_problem>(&d);
+    p.dtype = k.dtype;
+    p.flags = k.flags;
+    p.dt_min = a.dt_min;
+    p.dt_max = a.dt_max;
+    p.n_groups = k.s.G == 0 ? -1 : Or(k.s.G, 1); // (as the scan's: a group axis of 0 is no group)
+    p.nheads = Or(k.nheads, p.n_groups > 0 ? p.n_groups : 1);
+    p.headdim = Or(k.headdim, 1);
+    p.batch = Or(k.s.batch, 1);
+    p.seqlen = Or(k.s.L, 1);
+    p.dstate = Or(k.s.N, 1);
+    if (k.s.N == 0 && (k.s.batch < 0 || k.s.L < 0 || k.nheads < 0 || k.headdim < 0)) p.dstate = 1; // (as the scan's)
+    static const int32_t kGiven = 0; // seq_idx given: the rule "not with cu_seqlens" reads only that
+    if (a.seq_idx.present) p.seq_idx.data = &kGiven;
+    if (packed) SetPacked(&p, a.cu_seqlens, a.cu_values, k.s.L);
+    return c.Finish(selscan_check_ssd_sizes(&p), d, {&c.q.batch, &c.q.L, &c.q.H, &c.q.P, &c.q.N, &c.q.G}, k, out);
+}
+#undef SELSCAN__SSD_D_AXIS1 // the library's again
+#define SELSCAN__SSD_D_AXIS1(q) ((q)->Dhd ? (q)->P : 1)
 
 #undef SELSCAN_BINDING__ROW
 #undef SELSCAN_BINDING__NEED_REQ

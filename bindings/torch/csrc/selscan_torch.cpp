@@ -1,5 +1,5 @@
 // selscan_torch.cpp - selscan's selective scan as PyTorch 2 custom ops: the registration (the ops'
-// schemas; their kernels: scan.cpp, step.cpp, conv.cpp), selscan's implementation (this TU) and the
+// schemas; their kernels: scan.cpp, step.cpp, conv.cpp, ssd.cpp), selscan's implementation (this TU) and the
 // _C module with what it answers the Python side. What the TUs share: selscan_torch.h.
 #include <Python.h>  // the _C module (Python's limited API: abi3), first as Python asks
 
@@ -39,6 +39,12 @@ STABLE_TORCH_LIBRARY(selscan, m) {
         "Tensor? dfinal_state, bool silu, int[] grad_mask) -> Tensor[]");
   m.def("conv_step(Tensor(a!) state, Tensor x, Tensor weight, Tensor? bias, Tensor? state_index, bool silu) "
         "-> Tensor");
+  m.def("ssd_fwd(Tensor x, Tensor dt, Tensor A, Tensor B, Tensor C, Tensor? D, Tensor? z, Tensor? dt_bias, "
+        "Tensor? initial_states, Tensor? seq_idx, Tensor? cu_seqlens, bool dt_softplus, float dt_min, float dt_max, "
+        "bool return_final_states) -> (Tensor out, Tensor final_states)");
+  m.def("ssd_bwd(Tensor x, Tensor dt, Tensor A, Tensor B, Tensor C, Tensor? D, Tensor? z, Tensor? dt_bias, "
+        "Tensor? initial_states, Tensor? seq_idx, Tensor? cu_seqlens, Tensor dout, Tensor? dfinal_states, "
+        "bool dt_softplus, float dt_min, float dt_max, int[] grad_mask) -> Tensor[]");
 }
 
 // ============================================================================================
@@ -120,7 +126,8 @@ struct PyArgs {
 bool OpOf(const char* name, Op* op, size_t* n_args) {
   static const struct { const char* name; Op op; size_t n; } ops[] = {
       {"fwd", Op::kFwd, 10}, {"bwd", Op::kBwd, 13}, {"step", Op::kStep, 10},
-      {"conv_fwd", Op::kConvFwd, 5}, {"conv_bwd", Op::kConvBwd, 7}, {"conv_step", Op::kConvStep, 5}};
+      {"conv_fwd", Op::kConvFwd, 5}, {"conv_bwd", Op::kConvBwd, 7}, {"conv_step", Op::kConvStep, 5},
+      {"ssd_fwd", Op::kSsdFwd, 11}, {"ssd_bwd", Op::kSsdBwd, 13}};
   for (const auto& o : ops)
     if (std::strcmp(o.name, name) == 0) {
       *op = o.op;
@@ -140,21 +147,30 @@ const char* ExceptionName(bind::ErrorKind k) {
   }
 }
 
-// _C.check_args(op, args) -> (refusal, sizes): the op's argument check (the one its kernels run)
-// on described tensors (the fake kernels'). refusal: None, or (exception name, message, rule code,
-// the argument's name); sizes: (batch, dim, L, N, G, rows, n_seqs, n_cache, width, state_len), -1
-// where not known.
+// _C.check_args(op, args[, dt_limit]) -> (refusal, sizes): the op's argument check (the one its
+// kernels run) on described tensors (the fake kernels'); dt_limit: the SSD's clamp bounds (min, max)
+// where it clamps. refusal: None, or (exception name, message, rule code, the argument's name);
+// sizes: (batch, dim, L, N, G, rows, n_seqs, n_cache, width, state_len), -1 where not known (the
+// SSD's dim: nheads * headdim).
 PyObject* CheckArgsPy(PyObject*, PyObject* args) {
   const char* name;
   PyObject* seq;
-  if (!PyArg_ParseTuple(args, "sO", &name, &seq)) return nullptr;
+  PyObject* limit = Py_None;
+  if (!PyArg_ParseTuple(args, "sO|O", &name, &seq, &limit)) return nullptr;
+  float lim[2] = {0.f, 0.f};
+  if (limit != Py_None) {
+    double lo = 0, hi = 0;
+    if (!PyArg_ParseTuple(limit, "dd", &lo, &hi)) return nullptr;
+    lim[0] = static_cast<float>(lo);
+    lim[1] = static_cast<float>(hi);
+  }
   Op op;
   size_t n = 0;
   PyArgs pa;
   if (!OpOf(name, &op, &n) || !pa.Parse(seq)) return nullptr;
   if (pa.a.size() != n) return PyErr_Format(PyExc_ValueError, "selscan: %s takes %zu arguments", name, n);
   bind::Checked k;
-  const bind::Refusal r = CheckArgs(op, pa.a.data(), nullptr, nullptr, &k);
+  const bind::Refusal r = CheckArgs(op, pa.a.data(), nullptr, nullptr, &k, limit != Py_None ? lim : nullptr);
   if (!r.ok()) {
     const bind::Error e = bind::ErrorOf(r, WhereOf(op), NamesOfOp(op));
     const std::string arg = NamesOfOp(op).Of(r.operand ? r.operand : "");

@@ -1,5 +1,5 @@
 // selscan_torch.h - what the PyTorch ops' translation units share (csrc/: selscan_torch.cpp, the
-// registration, selscan's implementation and the _C module; scan.cpp; step.cpp; conv.cpp): selscan
+// registration, selscan's implementation and the _C module; scan.cpp; step.cpp; conv.cpp; ssd.cpp): selscan
 // operands from torch tensors, errors and the per-op name maps, the common layer's argument checks
 // (Check: each op's TU runs them in place), outputs and
 // workspaces from torch's allocator, the CPU parts runner on torch's pool, the device axis (CPU /
@@ -19,6 +19,7 @@
 //                 and stored rounded. A_is_log: A is Mamba's A_log, selscan's SELSCAN_STEP_A_LOG
 //                 takes A = -exp(A_log) inside the step: no exp / neg kernels a token)
 //   selscan::conv_fwd / conv_bwd / conv_step: the causal conv1d                             conv.cpp
+//   selscan::ssd_fwd / ssd_bwd: Mamba-2's SSD scan (CPU; no CUDA kernels yet)              ssd.cpp
 //
 // Shapes are selscan's logical ones (mamba_ssm's): u (batch, dim, L), B/C (batch, G, N, L),
 // (batch, N, L) (one group) or (dim, N) f32 (fixed), A (dim, N) f32, ... Every tensor is handed to
@@ -214,7 +215,7 @@ inline OptT AsF32(const OptT& t) { return t.has_value() ? OptT(AsF32(*t)) : OptT
 // check through _C.check_args (selscan_torch/_checks.py: check_op), so a meta or fake call is
 // refused in the same words. Errors name the caller's argument (the per-op name maps above).
 
-enum class Op { kFwd = 0, kBwd, kStep, kConvFwd, kConvBwd, kConvStep };
+enum class Op { kFwd = 0, kBwd, kStep, kConvFwd, kConvBwd, kConvStep, kSsdFwd, kSsdBwd };
 
 inline bind::Type TypeOf(ScalarType st) {
   switch (st) {
@@ -296,8 +297,24 @@ constexpr NameMap kConvStepNames[] = {{"y", "out"},           {"state", "conv_st
                                       {"width", "weight"},     {"state_len", "conv_state"}, {"n_cache", "conv_state"},
                                       {"batch", "x"}};
 
+// selscan's SSD operand names -> mamba_chunk_scan_combined's argument names
+constexpr NameMap kSsdNames[] = {{"y", "out"},
+                                 {"initial_state", "initial_states"},
+                                 {"final_state", "final_states"},
+                                 {"dinitial_state", "dinitial_states"},
+                                 {"dfinal_state", "dfinal_states"},
+                                 {"seqlen", "x"},
+                                 {"nheads", "x"},
+                                 {"headdim", "x"},
+                                 {"dstate", "B"},
+                                 {"n_groups", "B"},
+                                 {"batch", "x"},
+                                 {"dt_min", "dt_limit"},
+                                 {"n_seqs", "cu_seqlens"}};
+
 inline const char* WhereOf(Op op) {
-  static const char* const where[] = {"forward", "backward", "step", "conv forward", "conv backward", "conv step"};
+  static const char* const where[] = {"forward", "backward", "step", "conv forward", "conv backward", "conv step",
+                                      "SSD forward", "SSD backward"};
   return where[static_cast<int>(op)];
 }
 inline Names NamesOfOp(Op op) {
@@ -305,6 +322,7 @@ inline Names NamesOfOp(Op op) {
     case Op::kFwd: case Op::kBwd: return NamesOf(kFwdNames);
     case Op::kStep: return NamesOf(kStepNames);
     case Op::kConvFwd: case Op::kConvBwd: return NamesOf(kConvNames);
+    case Op::kSsdFwd: case Op::kSsdBwd: return NamesOf(kSsdNames);
     default: return NamesOf(kConvStepNames);
   }
 }
@@ -315,9 +333,9 @@ struct Checked {
   OptT host;  // the contiguous host copy of cu_seqlens / state_index whose values were checked
 };
 // The op's arguments in its schema's order (bindings/common's >>args-order), checked; values: the
-// host offsets / state rows, or none.
+// host offsets / state rows, or none; dt_limit: the SSD's clamp bounds (min, max), or none.
 inline bind::Refusal CheckArgs(Op op, const bind::Arg* a, const int64_t* cu_values, const int32_t* idx_values,
-                               bind::Checked* k) {
+                               bind::Checked* k, const float* dt_limit = nullptr) {
   bind::Forms f;
   f.device_name = &DeviceName;
   f.names = NamesOfOp(op);
@@ -330,6 +348,11 @@ inline bind::Refusal CheckArgs(Op op, const bind::Arg* a, const int64_t* cu_valu
       return bind::CheckStepArgs(bind::StepArgsOf(a, idx_values), f, k);
     case Op::kConvFwd: case Op::kConvBwd:
       return bind::CheckConvArgs(bind::ConvArgsOf(a, op == Op::kConvBwd, cu_values), f, k);
+    case Op::kSsdFwd: case Op::kSsdBwd: {
+      bind::SsdArgs s = bind::SsdArgsOf(a, op == Op::kSsdBwd, cu_values);
+      if (dt_limit) s.dt_limit = true, s.dt_min = dt_limit[0], s.dt_max = dt_limit[1];
+      return bind::CheckSsdArgs(s, f, k);
+    }
     default:
       return bind::CheckConvStepArgs(bind::ConvStepArgsOf(a, idx_values), f, k);
   }
@@ -337,7 +360,7 @@ inline bind::Refusal CheckArgs(Op op, const bind::Arg* a, const int64_t* cu_valu
 // The op's arguments in its schema's order, checked (CheckArgs); with the values of a host
 // cu_seqlens / state_index (values, where CPU tensors of the ops' dtypes). Raises the op's error
 // naming the argument.
-inline Checked Check(Op op, const bind::Arg* args, const OptT& values) {
+inline Checked Check(Op op, const bind::Arg* args, const OptT& values, const float* dt_limit = nullptr) {
   Checked c;
   const int64_t* cu = nullptr;
   const int32_t* idx = nullptr;
@@ -351,7 +374,7 @@ inline Checked Check(Op op, const bind::Arg* args, const OptT& values) {
       idx = c.host->const_data_ptr<int32_t>();
     }
   }
-  const bind::Refusal r = CheckArgs(op, args, cu, idx, &c.k);
+  const bind::Refusal r = CheckArgs(op, args, cu, idx, &c.k, dt_limit);
   if (!r.ok()) Raise(bind::ErrorOf(r, WhereOf(op), NamesOfOp(op)));
   return c;
 }

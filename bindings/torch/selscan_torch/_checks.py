@@ -67,12 +67,13 @@ def describe(t, concrete=False):
             str(t.device))
 
 
-def check_op(op, *args):
-    """op's argument check ("fwd", "bwd", "step", "conv_fwd", "conv_bwd", "conv_step"; args in its
-    schema's order): the one its C++ kernels run (bindings/common, _C.check_args), on the arguments'
+def check_op(op, *args, dt_limit=None):
+    """op's argument check ("fwd", "bwd", "step", "conv_fwd", "conv_bwd", "conv_step", "ssd_fwd",
+    "ssd_bwd"; args in its schema's order, the tensors only; dt_limit: the SSD's clamp bounds where
+    it clamps): the one its C++ kernels run (bindings/common, _C.check_args), on the arguments'
     shapes, strides, dtypes and devices. Raises the op's error; returns (batch, dim, L, N, G, rows,
     n_seqs, n_cache, width, state_len), -1 where a size is not known."""
-    refusal, sizes = _C.check_args(op, tuple(describe(t) for t in args))
+    refusal, sizes = _C.check_args(op, tuple(describe(t) for t in args), dt_limit)
     if refusal is not None:
         raise _EXCEPTIONS[refusal[0]](refusal[1])
     return sizes

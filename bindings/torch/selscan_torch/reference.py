@@ -137,3 +137,68 @@ def selective_state_update_ref(state, x, dt, A, B, C, D=None, z=None, dt_bias=No
             o = o * F.silu(z[b].to(dtype))
         out[b] = o
     return out, new_state
+
+
+def ssd_ref(x, dt, A, B, C, D=None, z=None, dt_bias=None, initial_states=None, seq_idx=None, cu_seqlens=None,
+            dt_softplus=False, dt_limit=None, dtype=torch.float64):
+    """Mamba-2's SSD scan step by step (selscan.h >>ssd-api; not mamba_ssm's chunked algorithm), in
+    `dtype`: x (batch, L, H, P), dt (batch, L, H), A (H), B / C (batch, L, G, N), D (H) or (H, P),
+    z like x, dt_bias (H), initial_states (rows, H, P, N), seq_idx (batch, L) (the state restarts
+    from 0 where it changes), cu_seqlens (n_seqs + 1) offsets of packed sequences (batch 1; each
+    starts from initial_states[s] or 0); dt_limit (lo, hi) clamps dt after the softplus. Returns
+    out (batch, L, H, P) and the final states (rows, H, P, N; rows = n_seqs with cu_seqlens)."""
+    batch, L, H, P = x.shape
+    N = B.shape[-1]
+    x_, d = x.to(dtype), dt.to(dtype)
+    if dt_bias is not None:
+        d = d + dt_bias.to(dtype)
+    if dt_softplus:
+        d = _softplus(d)
+    if dt_limit is not None:
+        d = d.clamp(min=dt_limit[0], max=dt_limit[1])
+    hpg = H // B.shape[2]
+    Bh, Ch = (t.to(dtype).repeat_interleave(hpg, dim=2) for t in (B, C))  # (batch, L, H, N)
+    a = torch.exp(d * A.to(dtype))  # (batch, L, H)
+    starts = {0: 0}
+    if cu_seqlens is not None:
+        cu = [int(v) for v in cu_seqlens]
+        starts = {cu[s]: s for s in range(len(cu) - 1) if cu[s] < cu[s + 1]}
+        rows = len(cu) - 1
+    else:
+        rows = batch
+    zeros = x_.new_zeros(batch, H, P, N)
+
+    def init(s):
+        if initial_states is None:
+            return zeros
+        return initial_states.to(dtype)[s:s + 1].expand(batch, H, P, N) if cu_seqlens is not None \
+            else initial_states.to(dtype)
+
+    S = init(0)
+    ys, finals, seq = [], [None] * rows, None  # seq: the packed sequence being scanned
+    for t in range(L):
+        if cu_seqlens is not None and t in starts:
+            if seq is not None:
+                finals[seq] = S[0]
+            seq = starts[t]
+            S = init(seq)
+        elif seq_idx is not None and t > 0:
+            S = S * (seq_idx[:, t] == seq_idx[:, t - 1]).to(dtype)[:, None, None, None]
+        S = a[:, t, :, None, None] * S + (d[:, t, :, None] * x_[:, t])[..., None] * Bh[:, t, :, None, :]
+        y = (S * Ch[:, t, :, None, :]).sum(-1)
+        if D is not None:
+            Dv = D.to(dtype)
+            y = y + (Dv[:, None] if Dv.dim() == 1 else Dv) * x_[:, t]
+        if z is not None:
+            zt = z[:, t].to(dtype)
+            y = y * zt * torch.sigmoid(zt)
+        ys.append(y)
+    out = torch.stack(ys, dim=1) if L else x_.new_zeros(batch, 0, H, P)
+    if cu_seqlens is None:
+        return out, S
+    if seq is not None:
+        finals[seq] = S[0]
+    for s in range(rows):  # empty sequences (and any not reached): their initial state
+        if finals[s] is None:
+            finals[s] = init(s)[0]
+    return out, torch.stack(finals)

@@ -1,0 +1,156 @@
+"""Mamba-2's SSD scan with mamba_ssm's API (issue 40).
+
+    from selscan_torch import mamba_chunk_scan_combined
+
+The ops torch.ops.selscan.ssd_fwd / ssd_bwd are registered in C++ (csrc/ssd.cpp); this module adds
+their autograd (the Autograd key), fake kernels (torch.compile, meta tensors) and
+mamba_chunk_scan_combined with mamba_ssm's signature. The math is selscan.h's >>ssd-api: per head h
+of P channels, with dt = clamp(softplus?(dt + dt_bias), dt_limit) and a = exp(dt * A[h]),
+
+    S[p, :] = a * S[p, :] + dt * B[group(h)] * x[p],    out = (C . S[p, :] + D x[p]) * silu(z[p]),
+
+computed step by step in float32 (mamba_ssm's chunking is one way of computing it; the results
+differ by rounding only). Differences from mamba_ssm: chunk_size is accepted and not used (no
+chunks); with seq_idx the first sequence receives initial_states whatever its id (mamba_ssm: the
+tokens whose id is 0); cu_seqlens packs sequences by itself (no seq_idx needed) and
+return_varlen_states gives each sequence's final state (float32; mamba_ssm: C's dtype).
+CPU only for now: selscan has no CUDA SSD kernels yet, and a CUDA call raises NotImplementedError.
+"""
+import math
+
+import torch
+
+from . import _C  # noqa: F401  (loading the extension registers torch.ops.selscan)
+from . import _checks
+from . import _LIB  # the package's Autograd-key kernels (__init__.py)
+
+__all__ = ["mamba_chunk_scan_combined"]
+
+_ops = torch.ops.selscan
+_ssd_fwd = _ops.ssd_fwd.default
+_ssd_bwd = _ops.ssd_bwd.default
+
+
+def _limit(dt_min, dt_max):
+    """The clamp's bounds for the check (None: (-inf, inf), no clamp): the C++ op's rule."""
+    return None if (dt_min == -math.inf and dt_max == math.inf) else (dt_min, dt_max)
+
+
+# ---- fake (meta) kernels ---------------------------------------------------------------------
+
+
+@torch.library.register_fake("selscan::ssd_fwd")
+def _ssd_fwd_fake(x, dt, A, B, C, D, z, dt_bias, initial_states, seq_idx, cu_seqlens, dt_softplus, dt_min, dt_max,
+                  return_final_states):
+    _checks.check_op("ssd_fwd", x, dt, A, B, C, D, z, dt_bias, initial_states, seq_idx, cu_seqlens,
+                     dt_limit=_limit(dt_min, dt_max))
+    batch, _, H, P = x.shape
+    rows = batch if cu_seqlens is None else cu_seqlens.shape[0] - 1
+    f32 = dict(dtype=torch.float32, device=x.device)
+    fin = torch.empty((rows, H, P, B.shape[3]), **f32) if return_final_states else torch.empty((0,), **f32)
+    return torch.empty_like(x), fin
+
+
+@torch.library.register_fake("selscan::ssd_bwd")
+def _ssd_bwd_fake(x, dt, A, B, C, D, z, dt_bias, initial_states, seq_idx, cu_seqlens, dout, dfinal_states,
+                  dt_softplus, dt_min, dt_max, grad_mask):
+    _checks.check_op("ssd_bwd", x, dt, A, B, C, D, z, dt_bias, initial_states, seq_idx, cu_seqlens, dout,
+                     dfinal_states, dt_limit=_limit(dt_min, dt_max))
+    if len(grad_mask) != 9:
+        raise ValueError(f"selscan: grad_mask must have 9 entries, got {len(grad_mask)}")
+    out = []
+    for t, m in zip((x, dt, A, B, C, D, z, dt_bias, initial_states), grad_mask):
+        out.append(torch.empty_like(t) if t is not None and m else torch.empty((0,), dtype=torch.float32,
+                                                                               device=x.device))
+    return out
+
+
+# ---- autograd: the Autograd-key kernels (the scan's pattern, __init__.py) --------------------------
+
+
+class _Ssd(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, dt, A, B, C, D, z, dt_bias, init, seq_idx, cu, softplus, dt_min, dt_max, final):
+        out, fin = _checks.call_below(_ssd_fwd, x, dt, A, B, C, D, z, dt_bias, init, seq_idx, cu, softplus, dt_min,
+                                      dt_max, final)
+        ctx.save_for_backward(x, dt, A, B, C, D, z, dt_bias, init, seq_idx, cu)
+        ctx.args = (softplus, dt_min, dt_max)
+        ctx.set_materialize_grads(False)
+        return out, fin
+
+    @staticmethod
+    def backward(ctx, dout, dfinal):
+        s = ctx.saved_tensors
+        mask = [int(n) for n in ctx.needs_input_grad[:9]]
+        if not any(mask):
+            return (None,) * 15
+        if dfinal is not None and dfinal.dim() != 4:
+            dfinal = None  # the (0,) placeholder of final_states not returned
+        if dout is None:
+            dout = torch.zeros_like(s[0])  # a loss on final_states alone
+        g = ssd_bwd_call(*s, dout, dfinal, *ctx.args, mask)  # (through ssd_bwd's kernel: no double backward)
+        return (*[g[i] if mask[i] else None for i in range(9)], *(None,) * 6)
+
+
+def _ssd_fwd_autograd(x, dt, A, B, C, D, z, dt_bias, initial_states, seq_idx, cu_seqlens, dt_softplus, dt_min,
+                      dt_max, return_final_states):
+    if _checks.requires_grad((x, dt, A, B, C, D, z, dt_bias, initial_states)):
+        return tuple(_Ssd.apply(x, dt, A, B, C, D, z, dt_bias, initial_states, seq_idx, cu_seqlens, dt_softplus,
+                                dt_min, dt_max, return_final_states))
+    return _checks.call_below(_ssd_fwd, x, dt, A, B, C, D, z, dt_bias, initial_states, seq_idx, cu_seqlens,
+                              dt_softplus, dt_min, dt_max, return_final_states)
+
+
+_ssd_bwd_autograd = _checks.not_differentiable(_ssd_bwd, "mamba_chunk_scan_combined")
+_LIB.impl("ssd_fwd", _ssd_fwd_autograd, "Autograd")
+_LIB.impl("ssd_bwd", _ssd_bwd_autograd, "Autograd")
+ssd_fwd_call = _checks.direct(_ssd_fwd, _ssd_fwd_autograd)
+ssd_bwd_call = _checks.direct(_ssd_bwd, _ssd_bwd_autograd)
+
+
+# ---- mamba_ssm's API ------------------------------------------------------------------------------
+
+
+def _f32(t):
+    return None if t is None else t.float()
+
+
+def mamba_chunk_scan_combined(x, dt, A, B, C, chunk_size=None, D=None, z=None, dt_bias=None, initial_states=None,
+                              seq_idx=None, cu_seqlens=None, dt_softplus=False, dt_limit=(0.0, float("inf")),
+                              return_final_states=False, return_varlen_states=False):
+    """mamba_ssm.ops.triton.ssd_combined.mamba_chunk_scan_combined on selscan's SSD scan.
+
+    x (batch, L, nheads, headdim); dt (batch, L, nheads); A (nheads); B, C (batch, L, ngroups,
+    dstate); D (nheads) or (nheads, headdim); z like x; dt_bias (nheads); initial_states (batch,
+    nheads, headdim, dstate); seq_idx (batch, L) int32; cu_seqlens (n_seqs + 1) int64 offsets of
+    sequences packed along L (batch 1). x, z, B, C, dt in float32, float16 or bfloat16 (one dtype);
+    A, D, dt_bias, initial_states in any float dtype (used in float32). chunk_size: accepted for
+    mamba_ssm's signature and not used.
+
+    Returns out (x's dtype), and as mamba_ssm: (out, final_states) with return_final_states,
+    (out, varlen_states) with return_varlen_states, (out, final_states, varlen_states) with both;
+    the states float32. cu_seqlens without return_varlen_states packs the sequences (each starts
+    from initial_states[i], or 0), and final_states are then each sequence's (n_seqs rows).
+    Differentiable in x, dt, A, B, C, D, z, dt_bias, initial_states (and through final_states).
+    """
+    del chunk_size  # (no chunks: the recurrence step by step)
+    if return_varlen_states and cu_seqlens is None:
+        raise ValueError("selscan: return_varlen_states needs cu_seqlens (argument 'cu_seqlens')")
+    if seq_idx is not None and cu_seqlens is not None:
+        seq_idx = None  # cu_seqlens says the same boundaries (mamba_ssm needs both; selscan takes either)
+    init = _f32(initial_states)
+    if cu_seqlens is not None and init is not None and init.dim() == 4 and init.shape[0] == 1 \
+            and cu_seqlens.dim() == 1 and cu_seqlens.shape[0] > 2:
+        # mamba_ssm's (1, ...) initial_states: the first sequence's; the others start from 0
+        init = torch.cat([init, init.new_zeros((cu_seqlens.shape[0] - 2, *init.shape[1:]))])
+    lo, hi = (-math.inf, math.inf) if dt_limit is None else (float(dt_limit[0]), float(dt_limit[1]))
+    out, fin = ssd_fwd_call(x, dt, _f32(A), B, C, _f32(D), z, _f32(dt_bias), init, seq_idx, cu_seqlens,
+                            bool(dt_softplus), lo, hi, bool(return_final_states or return_varlen_states))
+    if not (return_final_states or return_varlen_states):
+        return out
+    if cu_seqlens is None:
+        return out, fin
+    last = fin[-1:]  # the state after the row's last step: the last sequence's
+    if return_final_states and return_varlen_states:
+        return out, last, fin
+    return (out, last) if return_final_states else (out, fin)
