@@ -1,0 +1,227 @@
+"""Mamba-2's SSD scan (issue 40): selscan::ssd_fwd / ssd_bwd and mamba_chunk_scan_combined against
+the float64 recurrence (selscan_torch.reference.ssd_ref: step by step, not mamba_ssm's chunks), every
+option; the argument checks naming the caller's argument; empty calls; the fake kernels; thread-count
+determinism; CUDA refused by name (no CUDA SSD kernels yet)."""
+import math
+
+import pytest
+import torch
+from _common import GTOL, TOL, cuda_only, rel_err
+
+import selscan_torch as st
+from selscan_torch.reference import ssd_ref
+
+F16, BF16, F32 = torch.float16, torch.bfloat16, torch.float32
+
+
+def _inputs(seed, batch=2, L=23, H=4, P=6, G=2, N=8, dtype=F32, D="head", z=True, bias=True, init=True,
+            seq=False, cu=None, layout="plain"):
+    g = torch.Generator().manual_seed(seed)
+
+    def r(*shape, scale=1.0, dt=dtype):
+        return (torch.randn(*shape, generator=g) * scale).to(dt)
+
+    x = r(batch, L, H, P)
+    if layout == "head-major":  # x and z laid out (batch, H, L, P), B / C (batch, G, L, N): strided views
+        x = r(batch, H, L, P).transpose(1, 2)
+    a = dict(x=x, dt=r(batch, L, H, scale=0.5), A=-(torch.rand(H, generator=g) + 0.3),
+             B=r(batch, L, G, N), C=r(batch, L, G, N))
+    if layout == "head-major":
+        a["B"], a["C"] = r(batch, G, L, N).transpose(1, 2), r(batch, G, L, N).transpose(1, 2)
+    a["D"] = None if D is None else r(H, dt=F32) if D == "head" else r(H, P, dt=F32)
+    a["z"] = (r(batch, H, L, P).transpose(1, 2) if layout == "head-major" else r(batch, L, H, P)) if z else None
+    a["dt_bias"] = r(H, scale=0.3, dt=F32) if bias else None
+    rows = batch if cu is None else len(cu) - 1
+    a["initial_states"] = r(rows, H, P, N, dt=F32) if init else None
+    a["seq_idx"] = None
+    if seq:  # runs of ids: 0 0 0 1 1 2 ... (a restart at each change)
+        ids = torch.cumsum((torch.rand(batch, L, generator=g) < 0.15).int(), dim=1).int()
+        a["seq_idx"] = ids
+    a["cu_seqlens"] = None if cu is None else torch.tensor(cu, dtype=torch.int64)
+    return a
+
+
+GRAD_NAMES = ("x", "dt", "A", "B", "C", "D", "z", "dt_bias", "initial_states")
+
+# (name, options): each option of >>ssd-api at least once, in float32 and the two low-precision types
+CASES = [
+    ("plain f32", dict()),
+    ("no options", dict(D=None, z=False, bias=False, init=False)),
+    ("D per channel", dict(D="headdim")),
+    ("softplus + default limit", dict(softplus=True, limit=(0.0, math.inf))),
+    ("no softplus, clamp both sides", dict(softplus=False, limit=(0.05, 0.6))),
+    ("groups 1", dict(G=1)),
+    ("groups = heads", dict(G=4)),
+    ("seq_idx", dict(seq=True, batch=3, L=31)),
+    ("cu_seqlens, an empty one", dict(batch=1, L=29, cu=[0, 7, 7, 20, 29])),
+    ("head-major views", dict(layout="head-major")),
+    ("N 1, P 1", dict(N=1, P=1)),
+    ("L 1", dict(L=1)),
+    ("bf16", dict(dtype=BF16, softplus=True)),
+    ("f16", dict(dtype=F16, softplus=True, D="headdim")),
+    ("bf16 packed", dict(dtype=BF16, batch=1, L=25, cu=[0, 11, 25], softplus=True)),
+]
+
+
+@pytest.mark.parametrize("name,opt", CASES, ids=[c[0] for c in CASES])
+def test_ssd_matches_float64_recurrence(name, opt):
+    opt = dict(opt)
+    softplus = opt.pop("softplus", True)
+    limit = opt.pop("limit", None)
+    dtype = opt.get("dtype", F32)
+    a = _inputs(hash(name) % 1000, **opt)
+    leaves = {k: a[k] for k in GRAD_NAMES if a[k] is not None}
+    for t in leaves.values():
+        t.requires_grad_()
+    out, fin = torch.ops.selscan.ssd_fwd(a["x"], a["dt"], a["A"], a["B"], a["C"], a["D"], a["z"], a["dt_bias"],
+                                         a["initial_states"], a["seq_idx"], a["cu_seqlens"], softplus,
+                                         *(limit or (-math.inf, math.inf)), True)
+    ref_out, ref_fin = ssd_ref(a["x"], a["dt"], a["A"], a["B"], a["C"], a["D"], a["z"], a["dt_bias"],
+                               a["initial_states"], a["seq_idx"], a["cu_seqlens"], softplus, limit)
+    assert out.dtype == dtype and fin.dtype == F32 and out.shape == a["x"].shape
+    # out: computed in float32 and rounded once to dtype (TOL); the final states stay float32
+    assert rel_err(out, ref_out) < TOL[dtype], name
+    assert rel_err(fin, ref_fin) < TOL[F32] if dtype == F32 else rel_err(fin, ref_fin) < TOL[dtype]
+    g = torch.Generator().manual_seed(7)
+    dout = torch.randn(out.shape, generator=g).to(dtype)  # cotangents in the dtype the op takes them
+    dfin = torch.randn(fin.shape, generator=g)
+    got = torch.autograd.grad((out.float() * dout.float()).sum() + (fin * dfin).sum(), list(leaves.values()))
+    want = torch.autograd.grad((ref_out * dout.double()).sum() + (ref_fin * dfin.double()).sum(),
+                               list(leaves.values()))
+    for k, gt, w in zip(leaves, got, want):
+        # gradients in dtype are rounded once from float32 (GTOL[dtype]); float32 ones: GTOL[F32] in a
+        # float32 problem, and the low-precision problem's bound where their inputs came rounded
+        assert gt.dtype == leaves[k].dtype, k
+        assert rel_err(gt, w) < GTOL[dtype], (name, k, rel_err(gt, w))
+
+
+def test_drop_in_returns_and_packing_as_mamba_ssm():
+    a = _inputs(3, batch=1, L=20, cu=[0, 8, 20], init=False)
+    args = (a["x"], a["dt"], a["A"], a["B"], a["C"])
+    kw = dict(D=a["D"], z=a["z"], dt_bias=a["dt_bias"], dt_softplus=True)
+    out = st.mamba_chunk_scan_combined(*args, 256, **kw)
+    assert torch.is_tensor(out) and out.shape == a["x"].shape
+    out2, fin = st.mamba_chunk_scan_combined(*args, 256, **kw, return_final_states=True)
+    assert torch.equal(out, out2) and fin.shape == (1, 4, 6, 8) and fin.dtype == F32
+    # packed: cu_seqlens restarts each sequence (seq_idx optional); varlen states: each sequence's final state
+    cu = a["cu_seqlens"]
+    o3, last, varlen = st.mamba_chunk_scan_combined(*args, 256, **kw, cu_seqlens=cu, return_final_states=True,
+                                                    return_varlen_states=True)
+    ro, rf = ssd_ref(*args, kw["D"], kw["z"], kw["dt_bias"], None, None, cu, True, (0.0, math.inf))
+    assert varlen.shape == (2, 4, 6, 8) and rel_err(varlen, rf) < TOL[F32] and rel_err(o3, ro) < TOL[F32]
+    assert torch.equal(last, varlen[-1:])
+    seq_idx = torch.tensor([[0] * 8 + [1] * 12], dtype=torch.int32)
+    o4 = st.mamba_chunk_scan_combined(*args, 256, **kw, seq_idx=seq_idx)
+    assert rel_err(o4, ro) < TOL[F32]  # seq_idx alone: the same restarts
+    # mamba_ssm's (1, ...) initial_states with cu_seqlens: the first sequence's
+    h0 = torch.randn(1, 4, 6, 8)
+    o5 = st.mamba_chunk_scan_combined(*args, 256, **kw, cu_seqlens=cu, initial_states=h0)
+    ro5, _ = ssd_ref(*args, kw["D"], kw["z"], kw["dt_bias"], torch.cat([h0, torch.zeros_like(h0)]), None, cu, True,
+                     (0.0, math.inf))
+    assert rel_err(o5, ro5) < TOL[F32]
+    with pytest.raises(ValueError, match="cu_seqlens"):
+        st.mamba_chunk_scan_combined(*args, 256, return_varlen_states=True)
+
+
+def _call(a, **over):
+    a = dict(a, **over)
+    return torch.ops.selscan.ssd_fwd(a["x"], a["dt"], a["A"], a["B"], a["C"], a["D"], a["z"], a["dt_bias"],
+                                     a["initial_states"], a["seq_idx"], a["cu_seqlens"], True,
+                                     over.get("lo", 0.0), over.get("hi", math.inf), True)
+
+
+@pytest.mark.parametrize("over,exc,words", [
+    (dict(x=torch.randn(2, 23, 24)), ValueError, "argument 'x'"),
+    (dict(dt=torch.randn(2, 23, 5)), ValueError, "argument 'dt'"),
+    (dict(A=torch.randn(4, 8)), ValueError, "argument 'A'"),
+    (dict(C=torch.randn(2, 23, 2, 9)), ValueError, "argument 'C'"),
+    (dict(B=torch.randn(2, 23, 3, 8), C=torch.randn(2, 23, 3, 8)), ValueError, "argument 'B'"),
+    (dict(D=torch.randn(5)), ValueError, "argument 'D'"),
+    (dict(D=torch.randn(4, 7)), ValueError, "argument 'D'"),
+    (dict(z=torch.randn(2, 23, 4, 6, dtype=F16)), TypeError, "argument 'z'"),
+    (dict(A=torch.randn(4, dtype=torch.float64)), TypeError, "argument 'A'"),
+    (dict(x=torch.randn(2, 23, 4, 6, dtype=torch.float64)), TypeError, "argument 'x'"),
+    (dict(seq_idx=torch.zeros(2, 23, dtype=torch.int64)), TypeError, "argument 'seq_idx'"),
+    (dict(seq_idx=torch.zeros(2, 22, dtype=torch.int32)), ValueError, "argument 'seq_idx'"),
+    (dict(initial_states=torch.randn(3, 4, 6, 8)), ValueError, "argument 'initial_states'"),
+    (dict(cu_seqlens=torch.tensor([0, 23]), initial_states=None), ValueError, "batch"),
+    (dict(lo=float("nan")), ValueError, "dt_limit"),
+    (dict(lo=1.0, hi=0.5), ValueError, "dt_limit"),
+], ids=lambda v: str(v)[:40] if not isinstance(v, dict) else ",".join(v))
+def test_refusals_name_the_argument(over, exc, words):
+    a = _inputs(5)
+    before = {k: v.clone() for k, v in a.items() if torch.is_tensor(v)}
+    with pytest.raises(exc, match=words):
+        _call(a, **over)
+    for k, v in before.items():  # inputs untouched
+        assert torch.equal(a[k], v), k
+
+
+def test_packed_refusals():
+    a = _inputs(6, batch=1, L=10, cu=[0, 4, 10])
+    with pytest.raises(ValueError, match="seq_idx"):  # not both (the op; the drop-in drops seq_idx)
+        _call(a, seq_idx=torch.zeros(1, 10, dtype=torch.int32))
+    with pytest.raises(ValueError, match="cu_seqlens"):
+        _call(a, cu_seqlens=torch.tensor([0, 4, 9]))  # last offset != L
+    with pytest.raises(ValueError, match="cu_seqlens"):
+        _call(a, cu_seqlens=torch.tensor([0, 6, 4, 10]), initial_states=torch.randn(3, 4, 6, 8))
+
+
+def test_empty_calls_pass_the_states_through():
+    a = _inputs(8, L=0)
+    for k in ("x", "dt", "B", "C", "z", "initial_states"):
+        a[k].requires_grad_()
+    out, fin = _call(a)
+    assert out.shape == (2, 0, 4, 6) and torch.equal(fin, a["initial_states"])
+    dfin = torch.randn_like(fin)
+    (g,) = torch.autograd.grad((fin * dfin).sum(), [a["initial_states"]])
+    assert torch.equal(g, dfin)
+
+
+def test_nan_in_nan_out():
+    a = _inputs(9)
+    a["x"][0, 5, 1, 2] = float("nan")
+    out, fin = _call(a)
+    assert out[0, 5:, 1, 2].isnan().all() and not out[1].isnan().any()
+
+
+def test_gradients_bitwise_the_same_for_every_thread_count():
+    a = _inputs(10, batch=3, L=40, H=6, G=3, seq=True)
+    leaves = [a[k].requires_grad_() for k in GRAD_NAMES if a[k] is not None]
+    res = []
+    before = torch.get_num_threads()
+    try:
+        for n in (1, 2, 3):
+            torch.set_num_threads(n)
+            out, fin = _call(a)
+            res.append(torch.autograd.grad(out.square().sum() + fin.sum(), leaves))
+    finally:
+        torch.set_num_threads(before)
+    for other in res[1:]:
+        for g0, g1 in zip(res[0], other):
+            assert torch.equal(g0, g1)
+
+
+def test_opcheck_schema_fake_and_autograd():
+    a = _inputs(11, L=9)
+    args = (a["x"], a["dt"], a["A"], a["B"], a["C"], a["D"], a["z"], a["dt_bias"], a["initial_states"], None, None,
+            True, 0.0, math.inf, True)
+    torch.library.opcheck(torch.ops.selscan.ssd_fwd.default, args)
+    bargs = (*args[:11], torch.randn(2, 9, 4, 6), torch.randn(2, 4, 6, 8), True, 0.0, math.inf, [1] * 9)
+    torch.library.opcheck(torch.ops.selscan.ssd_bwd.default, bargs, test_utils=("test_schema", "test_faketensor"))
+
+
+def test_compiles_fullgraph():
+    a = _inputs(12, L=11)
+    f = torch.compile(lambda *t: st.mamba_chunk_scan_combined(*t, 64, dt_softplus=True), fullgraph=True,
+                      backend="aot_eager")
+    got = f(a["x"], a["dt"], a["A"], a["B"], a["C"])
+    want = st.mamba_chunk_scan_combined(a["x"], a["dt"], a["A"], a["B"], a["C"], 64, dt_softplus=True)
+    assert torch.equal(got, want)
+
+
+@cuda_only
+def test_cuda_refused_by_name():
+    a = {k: (v.cuda() if torch.is_tensor(v) else v) for k, v in _inputs(13).items()}
+    with pytest.raises(NotImplementedError, match="no CUDA kernels for Mamba-2's SSD scan yet.*cuda"):
+        _call(a)
