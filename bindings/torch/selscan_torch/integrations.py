@@ -603,6 +603,7 @@ def _install_transformers(h):
                 f"causal_conv1d_fn / causal_conv1d_update; 4.x: mamba_inner_fn / selective_scan_fn / "
                 f"selective_state_update and the mixer's cuda_kernels_forward); tested with transformers 5.24")
     found += _install_transformers_hybrids(h)  # Jamba / Zamba: their own section below
+    found += _install_transformers_mamba2(h)  # the Mamba-2 families: their own section below
     if not found:
         raise RuntimeError(f"selscan_torch.use_in_transformers: transformers {version} has no Mamba model modules")
 
@@ -623,7 +624,9 @@ def use_in_transformers(enable=True):
     selective_state_update / causal_conv1d_update (decode), on CPU and CUDA. Returns an
     Integration handle (enable=False: the list of what was restored). transformers 5.x's
     JambaForCausalLM / ZambaForCausalLM too: their Mamba mixers' kernels, and the fused block
-    without a cache (_install_transformers_hybrids)."""
+    without a cache (_install_transformers_hybrids); the Mamba-2 families (Mamba2, Bamba, FalconH1,
+    GraniteMoeHybrid, NemotronH, Zamba2): their SSD scan on the CPU (CUDA: the module's own until
+    selscan has CUDA SSD kernels), decode step and conv (_install_transformers_mamba2)."""
     return _toggle("transformers", enable, _install_transformers)
 
 
@@ -786,6 +789,90 @@ def _install_transformers_hybrids(h):
         if cache_name is not None and mask is not None:
             h._setattr(mixer, "forward", _HY_FORWARDS[mixer_name](mixer.__dict__["forward"], mask, cache_name),
                        f"{modname}.{mixer_name}.forward")
+        covered += 1
+    return covered
+
+
+# ---- transformers: the Mamba-2 families (issue 40) ------------------------------------------------
+# transformers 5.x's Mamba2, Bamba, FalconH1, GraniteMoeHybrid, NemotronH and Zamba2 mixers call five
+# kernels by their module-level names, looked up at call time (each decorated with
+# use_kernel_func_from_hub_with_fallback: mamba_ssm / causal_conv1d where they import, else a PyTorch
+# body): mamba2_chunk_scan, mamba2_split_conv1d_scan_combined (tried in training without a cache; its
+# PyTorch body answers None, and the mixer then runs its unfused path), mamba2_selective_state_update,
+# causal_conv1d_fn, causal_conv1d_update. selscan rebinds the five: the SSD scan on selscan's (CPU
+# only so far: a CUDA call keeps the module's own, mamba_ssm's Triton kernels where installed), the
+# fused call None on the CPU (the unfused path on selscan's conv and scan), the decode step and the
+# conv on selscan's on both devices. The mixers' forward is transformers' own (the padding mask
+# where it applies it).
+
+from .ssd import mamba_chunk_scan_combined as _m2_scan_op  # noqa: E402
+
+_TF_MAMBA2_MODULES = ("transformers.models.mamba2.modeling_mamba2", "transformers.models.bamba.modeling_bamba",
+                      "transformers.models.falcon_h1.modeling_falcon_h1",
+                      "transformers.models.granitemoehybrid.modeling_granitemoehybrid",
+                      "transformers.models.nemotron_h.modeling_nemotron_h",
+                      "transformers.models.zamba2.modeling_zamba2")
+_TF_MAMBA2_KERNELS = ("mamba2_chunk_scan", "mamba2_split_conv1d_scan_combined", "mamba2_selective_state_update",
+                      "causal_conv1d_fn", "causal_conv1d_update")
+
+
+def _m2_chunk_scan(original):
+    def mamba2_chunk_scan_(x, dt, A, B, C, chunk_size=None, D=None, z=None, dt_bias=None, initial_states=None,
+                           seq_idx=None, cu_seqlens=None, dt_softplus=False, dt_limit=(0.0, float("inf")),
+                           return_final_states=False, return_varlen_states=False, **kwargs):
+        kw = dict(chunk_size=chunk_size, D=D, z=z, dt_bias=dt_bias, initial_states=initial_states, seq_idx=seq_idx,
+                  cu_seqlens=cu_seqlens, dt_softplus=dt_softplus, dt_limit=dt_limit,
+                  return_final_states=return_final_states, return_varlen_states=return_varlen_states)
+        if x.is_cuda:  # no CUDA SSD kernels yet: the module's own
+            return original(x, dt, A, B, C, **kw, **kwargs)
+        return _m2_scan_op(x, dt, A, B, C, **kw)  # (the model's other keywords are not the scan's)
+
+    return mamba2_chunk_scan_
+
+
+def _m2_split_conv1d_scan(original):
+    def mamba2_split_conv1d_scan_combined_(zxbcdt, *args, **kwargs):
+        if zxbcdt.is_cuda:
+            return original(zxbcdt, *args, **kwargs)
+        return None  # the mixer's unfused path, on selscan's conv and scan
+
+    return mamba2_split_conv1d_scan_combined_
+
+
+def _m2_selective_state_update(state, x, dt, A, B, C, D=None, z=None, dt_bias=None, dt_softplus=False,
+                               state_batch_indices=None, **kwargs):
+    """mamba_ssm's multi-head selective_state_update (state (batch, nheads, headdim, N) in place) on
+    selscan's step; a state in neither float32 nor x's dtype through a float32 copy."""
+    if state.dtype in (torch.float32, x.dtype):
+        return _hy_step_op(state, x, dt, A, B, C, D, z, dt_bias, bool(dt_softplus), state_batch_indices)
+    s32 = state.float()
+    out = _hy_step_op(s32, x, dt, A, B, C, D, z, dt_bias, bool(dt_softplus), state_batch_indices)
+    state.copy_(s32)
+    return out
+
+
+def _install_transformers_mamba2(h):
+    """The Mamba-2 families' five kernel names (transformers 5.x). Returns the modules covered."""
+    covered = 0
+    for modname in _TF_MAMBA2_MODULES:
+        try:
+            mod = importlib.import_module(modname)
+        except ImportError:
+            continue
+        g = mod.__dict__
+        if not all(callable(g.get(n)) for n in _TF_MAMBA2_KERNELS):
+            logger.info("selscan_torch: %s has none of the 5.x kernel names (%s): left as it is", modname,
+                        ", ".join(_TF_MAMBA2_KERNELS))
+            continue
+        h._setattr(mod, "mamba2_chunk_scan", _m2_chunk_scan(g["mamba2_chunk_scan"]), f"{modname}.mamba2_chunk_scan")
+        h._setattr(mod, "mamba2_split_conv1d_scan_combined",
+                   _m2_split_conv1d_scan(g["mamba2_split_conv1d_scan_combined"]),
+                   f"{modname}.mamba2_split_conv1d_scan_combined")
+        h._setattr(mod, "mamba2_selective_state_update", _m2_selective_state_update,
+                   f"{modname}.mamba2_selective_state_update")
+        h._setattr(mod, "causal_conv1d_fn", _tf_conv_fn(g["causal_conv1d_fn"]), f"{modname}.causal_conv1d_fn")
+        h._setattr(mod, "causal_conv1d_update", _tf_conv_update(g["causal_conv1d_update"]),
+                   f"{modname}.causal_conv1d_update")
         covered += 1
     return covered
 

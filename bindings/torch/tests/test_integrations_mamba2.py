@@ -1,0 +1,119 @@
+"""use_in_transformers() on transformers' six Mamba-2 families (issue 40): small random-init models
+on the CPU against transformers' own path (its PyTorch bodies; mamba_ssm absent): the loss and every
+parameter's gradient in training (with and without a padding mask), and greedy ids."""
+import importlib
+
+import pytest
+import torch
+from _common import GTOL32, TOL32, rel_err
+
+import selscan_torch.integrations as si
+
+transformers = pytest.importorskip("transformers")
+
+_COMMON = dict(vocab_size=128)
+# tiny configs (transformers 5.x names); a hybrid keeps an attention layer (its cache needs one)
+FAMILIES = {
+    "Mamba2": ("Mamba2Config", "Mamba2ForCausalLM",
+               dict(hidden_size=64, num_hidden_layers=2, num_heads=8, head_dim=16, expand=2, state_size=16,
+                    n_groups=2, chunk_size=8, conv_kernel=4)),
+    "Bamba": ("BambaConfig", "BambaForCausalLM",
+              dict(hidden_size=64, num_hidden_layers=2, attn_layer_indices=[1], num_attention_heads=4,
+                   num_key_value_heads=2, intermediate_size=128, mamba_n_heads=8, mamba_d_head=16, mamba_n_groups=2,
+                   mamba_d_state=16, mamba_chunk_size=8, mamba_expand=2)),
+    "FalconH1": ("FalconH1Config", "FalconH1ForCausalLM",
+                 dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                      intermediate_size=128, mamba_d_ssm=128, mamba_n_heads=8, mamba_d_head=16, mamba_n_groups=2,
+                      mamba_d_state=16, mamba_chunk_size=8, mamba_expand=2, mamba_rms_norm=True)),
+    "GraniteMoeHybrid": ("GraniteMoeHybridConfig", "GraniteMoeHybridForCausalLM",
+                         dict(hidden_size=64, num_hidden_layers=2, layer_types=["linear_attention", "full_attention"],
+                              num_attention_heads=4, num_key_value_heads=2, intermediate_size=128,
+                              shared_intermediate_size=64, num_local_experts=4, num_experts_per_tok=2,
+                              mamba_n_heads=8, mamba_d_head=16, mamba_n_groups=2, mamba_d_state=16,
+                              mamba_chunk_size=8, mamba_expand=2)),
+    "NemotronH": ("NemotronHConfig", "NemotronHForCausalLM",
+                  dict(hidden_size=64, layers_block_type=["linear_attention", "full_attention", "linear_attention",
+                                                          "moe"],
+                       num_attention_heads=4, num_key_value_heads=2, head_dim=16, intermediate_size=128,
+                       mamba_num_heads=8, mamba_head_dim=16, ssm_state_size=16, n_groups=2, chunk_size=8,
+                       n_routed_experts=4, num_experts_per_tok=2, moe_intermediate_size=64,
+                       moe_shared_expert_intermediate_size=64)),
+    "Zamba2": ("Zamba2Config", "Zamba2ForCausalLM",
+               dict(hidden_size=64, num_hidden_layers=2, layers_block_type=["linear_attention", "hybrid"],
+                    n_mamba_heads=8, mamba_d_state=16, mamba_ngroups=2, mamba_expand=2, chunk_size=8,
+                    num_attention_heads=4, num_key_value_heads=4, intermediate_size=128, num_mem_blocks=1)),
+}
+
+
+def _model(family):
+    cfg_name, model_name, kw = FAMILIES[family]
+    if not hasattr(transformers, model_name):
+        pytest.skip(f"transformers {transformers.__version__} has no {model_name}")
+    torch.manual_seed(0)
+    cfg = getattr(transformers, cfg_name)(**_COMMON, **kw)
+    return getattr(transformers, model_name)(cfg).float()
+
+
+def _count_selscan_calls(model, names):
+    """Wraps the installed kernels of model's module to count their calls (restore() puts back what
+    use_in_transformers replaced)."""
+    mod = importlib.import_module(type(model).__module__)
+    calls = dict.fromkeys(names, 0)
+    for name in names:
+        def counted(*a, _f=getattr(mod, name), _n=name, **k):
+            calls[_n] += 1
+            return _f(*a, **k)
+
+        setattr(mod, name, counted)
+    return calls
+
+
+def _step(model, ids, mask, use_cache):
+    model.train()
+    model.zero_grad(set_to_none=True)
+    out = model(input_ids=ids, attention_mask=mask, labels=ids, use_cache=use_cache)
+    out.loss.backward()
+    return out.loss.detach(), {n: p.grad.detach().clone() for n, p in model.named_parameters() if p.grad is not None}
+
+
+@pytest.mark.parametrize("family", list(FAMILIES))
+@pytest.mark.parametrize("padded", [False, True], ids=["no-mask", "left-padded"])
+def test_training_step_matches_transformers(family, padded):
+    model = _model(family)
+    g = torch.Generator().manual_seed(1)
+    ids = torch.randint(0, 128, (2, 21), generator=g)
+    mask = None
+    if padded:
+        mask = torch.ones_like(ids)
+        mask[0, :5] = 0
+    use_cache = False if family == "Mamba2" else None  # (the hybrids build a cache in training by default)
+    want_loss, want = _step(model, ids, mask, use_cache)
+    h = si.use_in_transformers()
+    try:
+        calls = _count_selscan_calls(model, ("mamba2_chunk_scan", "causal_conv1d_fn"))
+        got_loss, got = _step(model, ids, mask, use_cache)
+    finally:
+        h.restore()
+    assert min(calls.values()) > 0, calls  # selscan's scan and conv ran
+    assert rel_err(got_loss, want_loss) < TOL32
+    assert got.keys() == want.keys()
+    # transformers' chunked float32 algorithm against selscan's step by step: rounding only
+    worst = max((rel_err(got[n], want[n]), n) for n in want)
+    assert worst[0] < GTOL32, worst
+
+
+@pytest.mark.parametrize("family", list(FAMILIES))
+def test_greedy_ids_match_transformers(family):
+    model = _model(family).eval()
+    ids = torch.randint(0, 128, (2, 12), generator=torch.Generator().manual_seed(2))
+    kw = dict(max_new_tokens=6, do_sample=False, pad_token_id=0)
+    with torch.no_grad():
+        want = model.generate(ids, **kw)
+        h = si.use_in_transformers()
+        try:
+            calls = _count_selscan_calls(model, ("mamba2_chunk_scan", "mamba2_selective_state_update"))
+            got = model.generate(ids, **kw)
+        finally:
+            h.restore()
+    assert torch.equal(got, want)
+    assert calls["mamba2_chunk_scan"] > 0 and calls["mamba2_selective_state_update"] > 0, calls  # selscan's ran
