@@ -1237,6 +1237,45 @@ static opref *find_op(opref *r, int n, const char *name) {
     return NULL;
 }
 
+/* selscan_check_ssd_sizes: the size rules alone (a binding's checks): 0 sizes allowed (dstate only
+   in an empty problem), cu_seqlens' count without its values, seq_idx "given" by its pointer. */
+static void check_sizes_tests(void) {
+    static const int64_t cu_ok[3] = {0, 3, 7}, cu_bad[3] = {0, 8, 7};
+    static const int32_t given = 0;
+    selscan_diag d;
+    selscan_ssd_problem p;
+    memset(&p, 0, sizeof p);
+    p.diag = &d;
+    p.batch = 2; p.seqlen = 7; p.nheads = 4; p.headdim = 3; p.dstate = 5; p.n_groups = 2; p.dtype = SELSCAN_F32;
+    CHECK(selscan_check_ssd_sizes(&p) == SELSCAN_OK, "check_ssd_sizes: a valid problem refused");
+    p.seqlen = 0;
+    CHECK(selscan_check_ssd_sizes(&p) == SELSCAN_OK, "check_ssd_sizes: an empty problem refused");
+    p.dstate = 0;
+    CHECK(selscan_check_ssd_sizes(&p) == SELSCAN_OK, "check_ssd_sizes: dstate 0 of an empty problem refused");
+    p.seqlen = 7;
+    CHECK(selscan_check_ssd_sizes(&p) == SELSCAN_ERR_SHAPE && d.operand && !strcmp(d.operand, "dstate"),
+          "check_ssd_sizes: dstate 0 of a non-empty problem taken");
+    p.dstate = 5; p.n_groups = 3;
+    CHECK(selscan_check_ssd_sizes(&p) == SELSCAN_ERR_SHAPE && d.code == SELSCAN_RULE_NOT_DIVIDING_NHEADS,
+          "check_ssd_sizes: n_groups not dividing nheads taken");
+    p.n_groups = 2; p.flags = SELSCAN_SSD_DT_LIMIT; p.dt_min = NAN; p.dt_max = 1.f;
+    CHECK(selscan_check_ssd_sizes(&p) == SELSCAN_ERR_SHAPE && d.code == SELSCAN_RULE_DT_LIMIT,
+          "check_ssd_sizes: a NaN dt_min taken");
+    p.flags = 0; p.batch = 1; p.n_seqs = 2;
+    CHECK(selscan_check_ssd_sizes(&p) == SELSCAN_OK, "check_ssd_sizes: n_seqs without its offsets refused");
+    p.cu_seqlens = cu_ok;
+    CHECK(selscan_check_ssd_sizes(&p) == SELSCAN_OK, "check_ssd_sizes: valid offsets refused");
+    p.seq_idx.data = &given;
+    CHECK(selscan_check_ssd_sizes(&p) == SELSCAN_ERR_SHAPE && d.code == SELSCAN_RULE_WITH_CU_SEQLENS,
+          "check_ssd_sizes: seq_idx with cu_seqlens taken");
+    p.seq_idx.data = NULL; p.cu_seqlens = cu_bad;
+    CHECK(selscan_check_ssd_sizes(&p) == SELSCAN_ERR_SHAPE && d.code == SELSCAN_RULE_NOT_INCREASING,
+          "check_ssd_sizes: decreasing offsets taken");
+    p.cu_seqlens = cu_ok; p.batch = 2;
+    CHECK(selscan_check_ssd_sizes(&p) == SELSCAN_ERR_SHAPE && d.code == SELSCAN_RULE_BATCH_NOT_1,
+          "check_ssd_sizes: packed sequences with batch 2 taken");
+}
+
 static void validation_tests(void) {
     vbase V;
     selscan_ssd_problem p;
@@ -1541,6 +1580,7 @@ static void validation_tests(void) {
 
 int main(void) {
     tc_init("test_ssd");
+    check_sizes_tests();
     validation_tests();
     forward_tests();
     backward_tests();
