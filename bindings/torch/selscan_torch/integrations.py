@@ -806,6 +806,7 @@ def _install_transformers_hybrids(h):
 # where it applies it).
 
 from .ssd import mamba_chunk_scan_combined as _m2_scan_op  # noqa: E402
+from .ssd import seq_idx_of as _m2_seq_idx_of  # noqa: E402
 
 _TF_MAMBA2_MODULES = ("transformers.models.mamba2.modeling_mamba2", "transformers.models.bamba.modeling_bamba",
                       "transformers.models.falcon_h1.modeling_falcon_h1",
@@ -828,6 +829,22 @@ def _m2_chunk_scan(original):
         return _m2_scan_op(x, dt, A, B, C, **kw)  # (the model's other keywords are not the scan's)
 
     return mamba2_chunk_scan_
+
+
+def _m2_conv_fn(original):
+    """The Mamba-2 mixers' causal_conv1d_fn: _tf_conv_fn, restarting at packed sequences' starts where
+    the model's keywords carry cu_seqlens alone (the scan restarts there too: both or neither)."""
+    conv = _tf_conv_fn(original)
+
+    def causal_conv1d_fn_(x, weight, bias=None, seq_idx=None, *args, cu_seqlens=None, **kwargs):
+        if seq_idx is None and cu_seqlens is not None:
+            if int(cu_seqlens[-1]) != x.shape[-1]:
+                raise NotImplementedError("selscan_torch.use_in_transformers: packed sequences (cu_seqlens) with "
+                                          "a cache's left context in the conv")
+            seq_idx = _m2_seq_idx_of(cu_seqlens, x.shape[-1], x.device)
+        return conv(x, weight, bias, seq_idx, *args, **kwargs)
+
+    return causal_conv1d_fn_
 
 
 def _m2_split_conv1d_scan(original):
@@ -870,7 +887,7 @@ def _install_transformers_mamba2(h):
                    f"{modname}.mamba2_split_conv1d_scan_combined")
         h._setattr(mod, "mamba2_selective_state_update", _m2_selective_state_update,
                    f"{modname}.mamba2_selective_state_update")
-        h._setattr(mod, "causal_conv1d_fn", _tf_conv_fn(g["causal_conv1d_fn"]), f"{modname}.causal_conv1d_fn")
+        h._setattr(mod, "causal_conv1d_fn", _m2_conv_fn(g["causal_conv1d_fn"]), f"{modname}.causal_conv1d_fn")
         h._setattr(mod, "causal_conv1d_update", _tf_conv_update(g["causal_conv1d_update"]),
                    f"{modname}.causal_conv1d_update")
         covered += 1

@@ -112,7 +112,33 @@ ssd_bwd_call = _checks.direct(_ssd_bwd, _ssd_bwd_autograd)
 
 
 def _f32(t):
-    return None if t is None else t.float()
+    """A float16 / bfloat16 / float64 parameter in float32 (the op's dtype for A, D, dt_bias and the
+    states); any other dtype passes as it is, for the op to refuse by name."""
+    return t.float() if t is not None and t.is_floating_point() and t.dtype != torch.float32 else t
+
+
+_TENSORS = ("x", "dt", "A", "B", "C", "D", "z", "dt_bias", "initial_states", "seq_idx", "cu_seqlens")
+
+
+def _dt_bounds(dt_limit):
+    """dt_limit as the op's (dt_min, dt_max): None is (-inf, inf), no clamp."""
+    if dt_limit is None:
+        return -math.inf, math.inf
+    try:
+        lo, hi = dt_limit
+        return float(lo), float(hi)
+    except (TypeError, ValueError, OverflowError) as e:
+        raise ValueError(f"selscan: dt_limit must be None or two numbers (min, max), got {dt_limit!r} "
+                         "(argument 'dt_limit')") from e
+
+
+def seq_idx_of(cu_seqlens, L, device):
+    """The (1, L) int32 ids of packed sequences given by their offsets (sequence s's tokens get s): the
+    seq_idx form of cu_seqlens, for kernels that take only that form (the conv's)."""
+    cu = cu_seqlens.to("cpu", torch.int64)
+    lengths = (cu[1:] - cu[:-1]).clamp(min=0)
+    ids = torch.repeat_interleave(torch.arange(len(lengths), dtype=torch.int32), lengths)
+    return ids[:L].reshape(1, -1).to(device)
 
 
 def mamba_chunk_scan_combined(x, dt, A, B, C, chunk_size=None, D=None, z=None, dt_bias=None, initial_states=None,
@@ -134,23 +160,44 @@ def mamba_chunk_scan_combined(x, dt, A, B, C, chunk_size=None, D=None, z=None, d
     Differentiable in x, dt, A, B, C, D, z, dt_bias, initial_states (and through final_states).
     """
     del chunk_size  # (no chunks: the recurrence step by step)
+    given = dict(zip(_TENSORS, (x, dt, A, B, C, D, z, dt_bias, initial_states, seq_idx, cu_seqlens)))
+    for name, t in given.items():
+        if t is not None and not torch.is_tensor(t):
+            raise TypeError(f"selscan: {name} must be a tensor or None, got {type(t).__name__} (argument '{name}')")
+    lo, hi = _dt_bounds(dt_limit)
     if return_varlen_states and cu_seqlens is None:
         raise ValueError("selscan: return_varlen_states needs cu_seqlens (argument 'cu_seqlens')")
-    if seq_idx is not None and cu_seqlens is not None:
-        seq_idx = None  # cu_seqlens says the same boundaries (mamba_ssm needs both; selscan takes either)
     init = _f32(initial_states)
-    if cu_seqlens is not None and init is not None and init.dim() == 4 and init.shape[0] == 1 \
-            and cu_seqlens.dim() == 1 and cu_seqlens.shape[0] > 2:
-        # mamba_ssm's (1, ...) initial_states: the first sequence's; the others start from 0
-        init = torch.cat([init, init.new_zeros((cu_seqlens.shape[0] - 2, *init.shape[1:]))])
-    lo, hi = (-math.inf, math.inf) if dt_limit is None else (float(dt_limit[0]), float(dt_limit[1]))
+    if cu_seqlens is not None:
+        if seq_idx is not None:  # mamba_ssm takes both; selscan's op one: they must say the same boundaries
+            _checks.check_op("ssd_fwd", x, dt, _f32(A), B, C, _f32(D), z, _f32(dt_bias), None, seq_idx, None)
+            if not torch.equal(_boundary_ids(seq_idx_of(cu_seqlens, x.shape[1], "cpu")), _boundary_ids(seq_idx)):
+                raise ValueError("selscan: seq_idx's sequence boundaries differ from cu_seqlens' (argument 'seq_idx')")
+            seq_idx = None
+        if init is not None and init.dim() == 4 and init.shape[0] == 1 and cu_seqlens.dim() == 1 \
+                and cu_seqlens.shape[0] > 2 and x.dim() == 4 and B.dim() == 4 \
+                and tuple(init.shape[1:]) == (x.shape[2], x.shape[3], B.shape[3]):
+            # mamba_ssm's (1, ...) initial_states: the first sequence's; the others start from 0
+            init = torch.cat([init, init.new_zeros((cu_seqlens.shape[0] - 2, *init.shape[1:]))])
     out, fin = ssd_fwd_call(x, dt, _f32(A), B, C, _f32(D), z, _f32(dt_bias), init, seq_idx, cu_seqlens,
                             bool(dt_softplus), lo, hi, bool(return_final_states or return_varlen_states))
     if not (return_final_states or return_varlen_states):
         return out
     if cu_seqlens is None:
         return out, fin
-    last = fin[-1:]  # the state after the row's last step: the last sequence's
+    # the state after the row's last step: the last non-empty sequence's (all empty: the last row's)
+    cu = cu_seqlens.tolist()
+    nonempty = [s for s in range(len(cu) - 1) if cu[s + 1] > cu[s]]
+    last = nonempty[-1] if nonempty else len(cu) - 2
+    final = fin[last:last + 1]
     if return_final_states and return_varlen_states:
-        return out, last, fin
-    return (out, last) if return_final_states else (out, fin)
+        return out, final, fin
+    return (out, final) if return_final_states else (out, fin)
+
+
+def _boundary_ids(seq_idx):
+    """seq_idx (1, L) renumbered 0, 1, ... at each change (only neighbours' equality counts)."""
+    s = seq_idx.reshape(-1).cpu()
+    change = torch.zeros(s.shape, dtype=torch.int32)
+    change[1:] = (s[1:] != s[:-1]).int()
+    return torch.cumsum(change, 0, dtype=torch.int32).reshape(1, -1)

@@ -117,3 +117,22 @@ def test_greedy_ids_match_transformers(family):
             h.restore()
     assert torch.equal(got, want)
     assert calls["mamba2_chunk_scan"] > 0 and calls["mamba2_selective_state_update"] > 0, calls  # selscan's ran
+
+
+@pytest.mark.parametrize("form", ["cu_seqlens", "seq_idx", "both"])
+def test_packed_sequences_restart_the_conv_and_the_scan(form):
+    """Mamba2Model on packed sequences (the keywords reach the kernels): each sequence as if run alone,
+    whichever form says the boundaries (transformers' own PyTorch path refuses them)."""
+    model = _model("Mamba2").eval()
+    g = torch.Generator().manual_seed(3)
+    lens = [5, 9, 1, 7]
+    seqs = [torch.randint(0, 128, (1, n), generator=g) for n in lens]
+    kw = {}
+    if form in ("cu_seqlens", "both"):
+        kw["cu_seqlens"] = torch.tensor([0, 5, 14, 15, 22])
+    if form in ("seq_idx", "both"):
+        kw["seq_idx"] = torch.cat([torch.full((1, n), i, dtype=torch.int32) for i, n in enumerate(lens)], 1)
+    with torch.no_grad(), si.use_in_transformers():
+        alone = torch.cat([model.backbone(input_ids=s, use_cache=False).last_hidden_state for s in seqs], 1)
+        packed = model.backbone(input_ids=torch.cat(seqs, 1), use_cache=False, **kw).last_hidden_state
+    assert rel_err(packed, alone) < TOL32

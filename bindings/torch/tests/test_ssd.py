@@ -225,3 +225,51 @@ def test_cuda_refused_by_name():
     a = {k: (v.cuda() if torch.is_tensor(v) else v) for k, v in _inputs(13).items()}
     with pytest.raises(NotImplementedError, match="no CUDA kernels for Mamba-2's SSD scan yet.*cuda"):
         _call(a)
+
+
+# ---- the hostile user's findings (ninth session), each a regression test -----------------------------
+
+
+def test_final_states_skip_empty_trailing_sequences():
+    a = _inputs(14, batch=1, L=12, cu=[0, 5, 12, 12, 12], init=False)
+    args = (a["x"], a["dt"], a["A"], a["B"], a["C"])
+    out, last, varlen = st.mamba_chunk_scan_combined(*args, None, cu_seqlens=a["cu_seqlens"], dt_softplus=True,
+                                                     return_final_states=True, return_varlen_states=True)
+    assert torch.equal(last, varlen[1:2]) and last.abs().max() > 0  # the state after token L - 1
+
+
+def test_drop_in_argument_forms_refused_by_name():
+    a = _inputs(15)
+    args = (a["x"], a["dt"], a["A"], a["B"], a["C"])
+    with pytest.raises(TypeError, match="argument 'A'"):
+        st.mamba_chunk_scan_combined(a["x"], a["dt"], -1.0, a["B"], a["C"])
+    with pytest.raises(TypeError, match="argument 'initial_states'"):
+        st.mamba_chunk_scan_combined(*args, initial_states=[[0.0]])
+    for bad in ((0.0,), 0.5, (0.0, 1.0, 2.0), (0, 10 ** 400)):
+        with pytest.raises(ValueError, match="argument 'dt_limit'"):
+            st.mamba_chunk_scan_combined(*args, dt_limit=bad)
+    for name, t in (("A", a["A"].to(torch.complex64)), ("D", a["D"].to(torch.uint8)),
+                    ("initial_states", a["initial_states"].bool())):
+        with pytest.raises(TypeError, match=f"argument '{name}'"):  # refused, not cast
+            st.mamba_chunk_scan_combined(*(t if n == name else a[n] for n in ("x", "dt", "A", "B", "C")),
+                                         **{k: (t if k == name else a[k]) for k in ("D", "initial_states")})
+
+
+def test_packed_forms_checked():
+    a = _inputs(16, batch=1, L=10, cu=[0, 4, 10])
+    args = (a["x"], a["dt"], a["A"], a["B"], a["C"])
+    other = torch.tensor([[0] * 7 + [1] * 3], dtype=torch.int32)
+    with pytest.raises(ValueError, match="argument 'seq_idx'"):  # boundaries unlike cu_seqlens'
+        st.mamba_chunk_scan_combined(*args, cu_seqlens=a["cu_seqlens"], seq_idx=other)
+    same = torch.tensor([[3] * 4 + [9] * 6], dtype=torch.int32)
+    got = st.mamba_chunk_scan_combined(*args, cu_seqlens=a["cu_seqlens"], seq_idx=same)
+    assert torch.equal(got, st.mamba_chunk_scan_combined(*args, cu_seqlens=a["cu_seqlens"]))
+    with pytest.raises(ValueError, match=r"argument 'initial_states'.*got \[1, 4, 6, 7\]"):  # the shape passed
+        st.mamba_chunk_scan_combined(*args, cu_seqlens=a["cu_seqlens"], initial_states=torch.randn(1, 4, 6, 7))
+
+
+def test_backward_names_dout():
+    a = _inputs(17, L=9)
+    with pytest.raises(ValueError, match="argument 'dout'"):
+        torch.ops.selscan.ssd_bwd(a["x"], a["dt"], a["A"], a["B"], a["C"], None, None, None, None, None, None,
+                                  torch.randn(2, 9, 4, 5), None, True, 0.0, math.inf, [1] * 9)
