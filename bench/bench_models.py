@@ -1656,7 +1656,8 @@ def table():
                  f"transformers {e.get('transformers')}, mamba_ssm {e.get('mamba_ssm')}, "
                  f"causal_conv1d {e.get('causal_conv1d')}, selscan_torch {e.get('selscan_torch')}")
     lines.append("")
-    lines.append("training: fwd + bwd of the LM loss under bf16 autocast, "
+    precision = "under bf16 autocast" if ARGS.train_precision == "bf16-autocast" else "in float32"
+    lines.append(f"training: fwd + bwd of the LM loss {precision}, "
                  + ("no optimizer step" if ARGS.optimizer == "none" else "plus fused AdamW step")
                  + "; time = median step; x mamba = mamba_ssm time / this time, or this rate / mamba_ssm's rate")
     lines.append("")
