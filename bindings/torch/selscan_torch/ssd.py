@@ -118,6 +118,7 @@ def _f32(t):
 
 
 _TENSORS = ("x", "dt", "A", "B", "C", "D", "z", "dt_bias", "initial_states", "seq_idx", "cu_seqlens")
+_REQUIRED = ("x", "dt", "A", "B", "C")
 
 
 def _dt_bounds(dt_limit):
@@ -160,10 +161,8 @@ def mamba_chunk_scan_combined(x, dt, A, B, C, chunk_size=None, D=None, z=None, d
     Differentiable in x, dt, A, B, C, D, z, dt_bias, initial_states (and through final_states).
     """
     del chunk_size  # (no chunks: the recurrence step by step)
-    given = dict(zip(_TENSORS, (x, dt, A, B, C, D, z, dt_bias, initial_states, seq_idx, cu_seqlens)))
-    for name, t in given.items():
-        if t is not None and not torch.is_tensor(t):
-            raise TypeError(f"selscan: {name} must be a tensor or None, got {type(t).__name__} (argument '{name}')")
+    for name, t in zip(_TENSORS, (x, dt, A, B, C, D, z, dt_bias, initial_states, seq_idx, cu_seqlens)):
+        _checks.tensor_arg(t, name, optional=name not in _REQUIRED)
     lo, hi = _dt_bounds(dt_limit)
     if return_varlen_states and cu_seqlens is None:
         raise ValueError("selscan: return_varlen_states needs cu_seqlens (argument 'cu_seqlens')")
