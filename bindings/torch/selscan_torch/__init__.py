@@ -37,6 +37,7 @@ __all__ = [
     "causal_conv1d_update",
     "mamba_inner_fn",
     "mamba_chunk_scan_combined",
+    "mamba_split_conv1d_scan_combined",
 ]
 __version__ = "0.2.0"
 
@@ -391,7 +392,7 @@ from .conv import causal_conv1d_fn, causal_conv1d_update  # noqa: E402
 from .block import mamba_inner_fn  # noqa: E402
 
 # ---- Mamba-2's SSD scan (issue 40): mamba_ssm's API ---------------------------------------------
-from .ssd import mamba_chunk_scan_combined  # noqa: E402
+from .ssd import mamba_chunk_scan_combined, mamba_split_conv1d_scan_combined  # noqa: E402
 
 
 def __getattr__(name):

@@ -24,7 +24,7 @@ from . import _C  # noqa: F401  (loading the extension registers torch.ops.selsc
 from . import _checks
 from . import _LIB  # the package's Autograd-key kernels (__init__.py)
 
-__all__ = ["mamba_chunk_scan_combined"]
+__all__ = ["mamba_chunk_scan_combined", "mamba_split_conv1d_scan_combined"]
 
 _ops = torch.ops.selscan
 _ssd_fwd = _ops.ssd_fwd.default
@@ -200,3 +200,77 @@ def _boundary_ids(seq_idx):
     change = torch.zeros(s.shape, dtype=torch.int32)
     change[1:] = (s[1:] != s[:-1]).int()
     return torch.cumsum(change, 0, dtype=torch.int32).reshape(1, -1)
+
+
+def _gated_rms_norm(y, z, weight, eps, group_size, norm_before_gate):
+    """mamba_ssm's RMSNormGated (no bias) over groups of group_size channels, in float32: norm(y) * w *
+    silu(z) (norm_before_gate) or norm(y * silu(z)) * w; out in y's dtype."""
+    yf, zf = y.float(), z.float()
+    if not norm_before_gate:
+        yf = yf * torch.nn.functional.silu(zf)
+    g = yf.unflatten(-1, (-1, group_size))
+    yn = (g * torch.rsqrt(g.square().mean(-1, keepdim=True) + eps)).flatten(-2) * weight.float()
+    if norm_before_gate:
+        yn = yn * torch.nn.functional.silu(zf)
+    return yn.to(y.dtype)
+
+
+def mamba_split_conv1d_scan_combined(zxbcdt, conv1d_weight, conv1d_bias, dt_bias, A, D, chunk_size=None,
+                                     initial_states=None, seq_idx=None, dt_limit=(0.0, float("inf")),
+                                     return_final_states=False, activation="silu", rmsnorm_weight=None,
+                                     rmsnorm_eps=1e-6, outproj_weight=None, outproj_bias=None, headdim=None,
+                                     ngroups=1, norm_before_gate=True):
+    """mamba_ssm's mamba_split_conv1d_scan_combined (Mamba-2's layer after in_proj) on selscan's conv and
+    SSD scan: zxbcdt (batch, L, 2 d_mlp + 2 dim + 2 ngroups dstate + nheads) split as [z0 | x0 (the
+    SwiGLU MLP's halves, d_mlp each), z (dim), xBC (dim + 2 ngroups dstate), dt (nheads)]; the causal
+    conv (conv1d_weight (dim + 2 ngroups dstate, width), activation) over xBC; the SSD scan with
+    dt_softplus and dt_limit; then either the gate z inside the scan (rmsnorm_weight None) or mamba_ssm's
+    gated group RMS norm (groups of dim / ngroups channels; norm_before_gate: norm(y) * w * silu(z), else
+    norm(y * silu(z)) * w); the MLP's silu(z0) * x0 in front where d_mlp > 0; out_proj last (where
+    outproj_weight is given). D (nheads) with headdim given, or (nheads, headdim). Returns out, or (out,
+    final_states float32) with return_final_states. chunk_size: accepted, not used.
+
+    A composition of selscan's ops and torch's (CPU only for the scan, as mamba_chunk_scan_combined):
+    autograd saves the intermediates, where mamba_ssm's fused function recomputes the conv and the norm
+    in its backward to use less memory.
+    """
+    from .conv import causal_conv1d_fn
+
+    for name, t in (("zxbcdt", zxbcdt), ("conv1d_weight", conv1d_weight), ("A", A), ("D", D)):
+        _checks.tensor_arg(t, name)
+    if activation not in (None, "silu", "swish"):
+        raise NotImplementedError(f"selscan: activation must be None, 'silu' or 'swish', got {activation!r}")
+    if D.dim() == 2:
+        headdim = D.shape[1]
+    elif headdim is None:
+        raise ValueError("selscan: headdim must be given with a (nheads,) D (argument 'headdim')")
+    nheads = A.shape[0]
+    dim = nheads * headdim
+    dstate = (conv1d_weight.shape[0] - dim) // ngroups // 2
+    d_mlp2 = zxbcdt.shape[-1] - (2 * dim + 2 * ngroups * dstate + nheads)
+    if dstate <= 0 or d_mlp2 < 0 or d_mlp2 % 2 or conv1d_weight.shape[0] != dim + 2 * ngroups * dstate:
+        raise ValueError(f"selscan: zxbcdt's last size {zxbcdt.shape[-1]} and conv1d_weight's {tuple(conv1d_weight.shape)} "
+                         f"do not split as 2 d_mlp + 2 dim + 2 ngroups dstate + nheads with dim = {dim}, "
+                         f"ngroups = {ngroups} (argument 'zxbcdt')")
+    zx0, z, xBC, dt = torch.split(zxbcdt, [d_mlp2, dim, dim + 2 * ngroups * dstate, nheads], dim=-1)
+    xBC = causal_conv1d_fn(xBC.transpose(1, 2), conv1d_weight, conv1d_bias, seq_idx=seq_idx,
+                           activation=activation).transpose(1, 2)
+    x, B, C = torch.split(xBC, [dim, ngroups * dstate, ngroups * dstate], dim=-1)
+    x = x.unflatten(-1, (nheads, headdim))
+    B, C = B.unflatten(-1, (ngroups, dstate)), C.unflatten(-1, (ngroups, dstate))
+    gate_in_scan = rmsnorm_weight is None
+    res = mamba_chunk_scan_combined(x, dt, A, B, C, None, D=D, z=z.unflatten(-1, (nheads, headdim)) if gate_in_scan
+                                    else None, dt_bias=dt_bias, initial_states=initial_states, seq_idx=seq_idx,
+                                    dt_softplus=True, dt_limit=dt_limit, return_final_states=return_final_states)
+    y, final = res if return_final_states else (res, None)
+    y = y.flatten(-2)
+    if not gate_in_scan:
+        y = _gated_rms_norm(y, z, rmsnorm_weight, rmsnorm_eps, dim // ngroups, norm_before_gate)
+    if d_mlp2:
+        z0, x0 = zx0.chunk(2, dim=-1)
+        y = torch.cat([torch.nn.functional.silu(z0) * x0, y], dim=-1)
+    if outproj_weight is not None:
+        y = torch.nn.functional.linear(y, outproj_weight, outproj_bias)
+    elif outproj_bias is not None:
+        raise ValueError("selscan: outproj_bias without outproj_weight (argument 'outproj_bias')")
+    return (y, final) if return_final_states else y

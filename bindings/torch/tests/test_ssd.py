@@ -273,3 +273,90 @@ def test_backward_names_dout():
     with pytest.raises(ValueError, match="argument 'dout'"):
         torch.ops.selscan.ssd_bwd(a["x"], a["dt"], a["A"], a["B"], a["C"], None, None, None, None, None, None,
                                   torch.randn(2, 9, 4, 5), None, True, 0.0, math.inf, [1] * 9)
+
+
+# ---- mamba_split_conv1d_scan_combined: against a float64 composition of the same math ---------------
+
+
+def _split_ref(zxbcdt, w, b, dt_bias, A, D, init, dt_limit, rmsw, eps, Wout, bout, headdim, ngroups, nbg):
+    f = lambda t: None if t is None else t.double()  # noqa: E731
+    zxbcdt, w, b, Wout, bout = f(zxbcdt), f(w), f(b), f(Wout), f(bout)
+    H = A.shape[0]
+    dim = H * headdim
+    N = (w.shape[0] - dim) // ngroups // 2
+    d2 = zxbcdt.shape[-1] - (2 * dim + 2 * ngroups * N + H)
+    zx0, z, xBC, dt = torch.split(zxbcdt, [d2, dim, dim + 2 * ngroups * N, H], dim=-1)
+    W = w.shape[1]
+    xc = torch.nn.functional.conv1d(xBC.transpose(1, 2), w[:, None], b, padding=W - 1, groups=w.shape[0])
+    xc = torch.nn.functional.silu(xc[..., :xBC.shape[1]]).transpose(1, 2)
+    x, B, C = torch.split(xc, [dim, ngroups * N, ngroups * N], dim=-1)
+    zz = z.unflatten(-1, (H, headdim))
+    y, fin = ssd_ref(x.unflatten(-1, (H, headdim)), dt, A, B.unflatten(-1, (ngroups, N)), C.unflatten(-1, (ngroups, N)),
+                     D, zz if rmsw is None else None, dt_bias, init, None, None, True, dt_limit)
+    y = y.flatten(-2)
+    if rmsw is not None:
+        if not nbg:
+            y = y * torch.nn.functional.silu(z)
+        g = y.unflatten(-1, (-1, dim // ngroups))
+        y = (g * torch.rsqrt(g.square().mean(-1, keepdim=True) + eps)).flatten(-2) * rmsw.double()
+        if nbg:
+            y = y * torch.nn.functional.silu(z)
+    if d2:
+        z0, x0 = zx0.chunk(2, dim=-1)
+        y = torch.cat([torch.nn.functional.silu(z0) * x0, y], dim=-1)
+    if Wout is not None:
+        y = torch.nn.functional.linear(y, Wout, bout)
+    return y, fin
+
+
+SPLIT_CASES = [
+    ("rmsnorm, gate after the norm", dict(rms=True, nbg=True)),
+    ("rmsnorm, gate before the norm, groups 2", dict(rms=True, nbg=False, G=2)),
+    ("gate in the scan, D per channel", dict(rms=False, Dhd=True)),
+    ("MLP halves, out_proj with bias, initial states", dict(rms=True, mlp=6, out=True, init=True)),
+    ("clamped dt", dict(rms=True, limit=(0.05, 0.5))),
+]
+
+
+@pytest.mark.parametrize("name,o", SPLIT_CASES, ids=[c[0] for c in SPLIT_CASES])
+def test_split_conv1d_scan_matches_float64(name, o):
+    g = torch.Generator().manual_seed(hash(name) % 1000)
+    batch, L, H, P, N, W = 2, 19, 4, 6, 8, 4
+    G, mlp = o.get("G", 1), o.get("mlp", 0)
+    dim = H * P
+    r = lambda *s, sc=1.0: (torch.randn(*s, generator=g) * sc).requires_grad_()  # noqa: E731
+    zxbcdt = r(batch, L, 2 * mlp + 2 * dim + 2 * G * N + H)
+    w, b = r(dim + 2 * G * N, W, sc=0.5), r(dim + 2 * G * N, sc=0.1)
+    dt_bias, A = r(H, sc=0.3), (-(torch.rand(H, generator=g) + 0.3)).requires_grad_()
+    D = r(H, P) if o.get("Dhd") else r(H)
+    rmsw = r(dim) if o["rms"] else None
+    Wout, bout = (r(10, dim + mlp), r(10)) if o.get("out") else (None, None)
+    init = r(batch, H, P, N) if o.get("init") else None
+    limit = o.get("limit", (0.0, math.inf))
+    ins = [t for t in (zxbcdt, w, b, dt_bias, A, D, rmsw, Wout, bout, init) if t is not None]
+    got, fin = st.mamba_split_conv1d_scan_combined(
+        zxbcdt, w, b, dt_bias, A, D, 256, initial_states=init, dt_limit=limit, return_final_states=True,
+        rmsnorm_weight=rmsw, rmsnorm_eps=1e-5, outproj_weight=Wout, outproj_bias=bout, headdim=P, ngroups=G,
+        norm_before_gate=o.get("nbg", True))
+    want, wfin = _split_ref(zxbcdt, w, b, dt_bias, A, D, init, limit, rmsw, 1e-5, Wout, bout, P, G, o.get("nbg", True))
+    assert rel_err(got, want) < TOL[F32] and rel_err(fin, wfin) < TOL[F32]
+    dy = torch.randn(got.shape, generator=g)
+    gs = torch.autograd.grad((got * dy).sum() + fin.sum(), ins)
+    ws = torch.autograd.grad((want * dy.double()).sum() + wfin.sum(), ins)
+    for gt, w_ in zip(gs, ws):
+        assert rel_err(gt, w_) < GTOL[F32]
+
+
+def test_split_conv1d_scan_packed_by_seq_idx():
+    g = torch.Generator().manual_seed(21)
+    H, P, N, W = 4, 6, 8, 4
+    dim = H * P
+    zxbcdt = torch.randn(1, 17, 2 * dim + 2 * N + H, generator=g)
+    w, b, dt_bias = torch.randn(dim + 2 * N, W, generator=g) * 0.5, torch.randn(dim + 2 * N, generator=g), torch.zeros(H)
+    A, D, rmsw = -(torch.rand(H, generator=g) + 0.3), torch.randn(H, generator=g), torch.randn(dim, generator=g)
+    kw = dict(rmsnorm_weight=rmsw, headdim=P)
+    seq_idx = torch.tensor([[0] * 6 + [1] * 11], dtype=torch.int32)
+    packed = st.mamba_split_conv1d_scan_combined(zxbcdt, w, b, dt_bias, A, D, 256, seq_idx=seq_idx, **kw)
+    alone = torch.cat([st.mamba_split_conv1d_scan_combined(zxbcdt[:, s], w, b, dt_bias, A, D, 256, **kw)
+                       for s in (slice(0, 6), slice(6, 17))], dim=1)
+    assert rel_err(packed, alone) < TOL[F32]
