@@ -625,8 +625,9 @@ def use_in_transformers(enable=True):
     Integration handle (enable=False: the list of what was restored). transformers 5.x's
     JambaForCausalLM / ZambaForCausalLM too: their Mamba mixers' kernels, and the fused block
     without a cache (_install_transformers_hybrids); the Mamba-2 families (Mamba2, Bamba, FalconH1,
-    GraniteMoeHybrid, NemotronH, Zamba2): their SSD scan on the CPU (CUDA: the module's own until
-    selscan has CUDA SSD kernels), decode step and conv (_install_transformers_mamba2)."""
+    GraniteMoeHybrid, NemotronH, Zamba2): their SSD scan (CUDA: mamba_ssm's Triton kernels where
+    installed, else selscan's Mamba-1 scan in the SSD's shapes), decode step and conv
+    (_install_transformers_mamba2)."""
     return _toggle("transformers", enable, _install_transformers)
 
 
@@ -799,11 +800,11 @@ def _install_transformers_hybrids(h):
 # use_kernel_func_from_hub_with_fallback: mamba_ssm / causal_conv1d where they import, else a PyTorch
 # body): mamba2_chunk_scan, mamba2_split_conv1d_scan_combined (tried in training without a cache; its
 # PyTorch body answers None, and the mixer then runs its unfused path), mamba2_selective_state_update,
-# causal_conv1d_fn, causal_conv1d_update. selscan rebinds the five: the SSD scan on selscan's (CPU
-# only so far: a CUDA call keeps the module's own, mamba_ssm's Triton kernels where installed), the
-# fused call None on the CPU (the unfused path on selscan's conv and scan), the decode step and the
-# conv on selscan's on both devices. The mixers' forward is transformers' own (the padding mask
-# where it applies it).
+# causal_conv1d_fn, causal_conv1d_update. selscan rebinds the five: the SSD scan on selscan's (on
+# CUDA, until selscan has CUDA SSD kernels: its Mamba-1 scan in the SSD's shapes, or mamba_ssm's
+# Triton kernels where mamba_ssm is installed), the fused call None on the CPU (the unfused path on
+# selscan's conv and scan; CUDA: the module's own), the decode step and the conv on selscan's on both
+# devices. The mixers' forward is transformers' own (the padding mask where it applies it).
 
 from .ssd import mamba_chunk_scan_combined as _m2_scan_op  # noqa: E402
 from .ssd import seq_idx_of as _m2_seq_idx_of  # noqa: E402
@@ -817,14 +818,16 @@ _TF_MAMBA2_KERNELS = ("mamba2_chunk_scan", "mamba2_split_conv1d_scan_combined", 
                       "causal_conv1d_fn", "causal_conv1d_update")
 
 
-def _m2_chunk_scan(original):
+def _m2_chunk_scan(original, own_on_cuda):
+    """own_on_cuda: a CUDA call keeps the module's own scan (mamba_ssm's Triton SSD kernels, installed);
+    else selscan's (on CUDA the SSD as selscan's Mamba-1 scan: ssd._ssd_on_scan)."""
     def mamba2_chunk_scan_(x, dt, A, B, C, chunk_size=None, D=None, z=None, dt_bias=None, initial_states=None,
                            seq_idx=None, cu_seqlens=None, dt_softplus=False, dt_limit=(0.0, float("inf")),
                            return_final_states=False, return_varlen_states=False, **kwargs):
         kw = dict(chunk_size=chunk_size, D=D, z=z, dt_bias=dt_bias, initial_states=initial_states, seq_idx=seq_idx,
                   cu_seqlens=cu_seqlens, dt_softplus=dt_softplus, dt_limit=dt_limit,
                   return_final_states=return_final_states, return_varlen_states=return_varlen_states)
-        if x.is_cuda:  # no CUDA SSD kernels yet: the module's own
+        if x.is_cuda and own_on_cuda:
             return original(x, dt, A, B, C, **kw, **kwargs)
         return _m2_scan_op(x, dt, A, B, C, **kw)  # (the model's other keywords are not the scan's)
 
@@ -881,7 +884,8 @@ def _install_transformers_mamba2(h):
             logger.info("selscan_torch: %s has none of the 5.x kernel names (%s): left as it is", modname,
                         ", ".join(_TF_MAMBA2_KERNELS))
             continue
-        h._setattr(mod, "mamba2_chunk_scan", _m2_chunk_scan(g["mamba2_chunk_scan"]), f"{modname}.mamba2_chunk_scan")
+        h._setattr(mod, "mamba2_chunk_scan", _m2_chunk_scan(g["mamba2_chunk_scan"], _importable("mamba_ssm")),
+                   f"{modname}.mamba2_chunk_scan")
         h._setattr(mod, "mamba2_split_conv1d_scan_combined",
                    _m2_split_conv1d_scan(g["mamba2_split_conv1d_scan_combined"]),
                    f"{modname}.mamba2_split_conv1d_scan_combined")

@@ -5,7 +5,7 @@ import importlib
 
 import pytest
 import torch
-from _common import GTOL32, TOL32, rel_err
+from _common import DEVICES, GTOL32, TOL32, rel_err
 
 import selscan_torch.integrations as si
 
@@ -45,13 +45,22 @@ FAMILIES = {
 }
 
 
-def _model(family):
+@pytest.fixture(autouse=True)
+def _no_tf32():
+    """transformers' own path convolves with nn.Conv1d: on CUDA cuDNN's TF32 by default, 1e-3 off float32."""
+    before = torch.backends.cudnn.allow_tf32
+    torch.backends.cudnn.allow_tf32 = False
+    yield
+    torch.backends.cudnn.allow_tf32 = before
+
+
+def _model(family, device="cpu"):
     cfg_name, model_name, kw = FAMILIES[family]
     if not hasattr(transformers, model_name):
         pytest.skip(f"transformers {transformers.__version__} has no {model_name}")
     torch.manual_seed(0)
     cfg = getattr(transformers, cfg_name)(**_COMMON, **kw)
-    return getattr(transformers, model_name)(cfg).float()
+    return getattr(transformers, model_name)(cfg).float().to(device)
 
 
 def _count_selscan_calls(model, names):
@@ -76,12 +85,15 @@ def _step(model, ids, mask, use_cache):
     return out.loss.detach(), {n: p.grad.detach().clone() for n, p in model.named_parameters() if p.grad is not None}
 
 
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("family", list(FAMILIES))
 @pytest.mark.parametrize("padded", [False, True], ids=["no-mask", "left-padded"])
-def test_training_step_matches_transformers(family, padded):
-    model = _model(family)
+def test_training_step_matches_transformers(family, padded, device):
+    """(CUDA: transformers' own path is its PyTorch body where mamba_ssm is absent; selscan's scan there is
+    its Mamba-1 scan in the SSD's shapes, ssd._ssd_on_scan)"""
+    model = _model(family, device)
     g = torch.Generator().manual_seed(1)
-    ids = torch.randint(0, 128, (2, 21), generator=g)
+    ids = torch.randint(0, 128, (2, 21), generator=g).to(device)
     mask = None
     if padded:
         mask = torch.ones_like(ids)
@@ -102,10 +114,11 @@ def test_training_step_matches_transformers(family, padded):
     assert worst[0] < GTOL32, worst
 
 
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("family", list(FAMILIES))
-def test_greedy_ids_match_transformers(family):
-    model = _model(family).eval()
-    ids = torch.randint(0, 128, (2, 12), generator=torch.Generator().manual_seed(2))
+def test_greedy_ids_match_transformers(family, device):
+    model = _model(family, device).eval()
+    ids = torch.randint(0, 128, (2, 12), generator=torch.Generator().manual_seed(2)).to(device)
     kw = dict(max_new_tokens=6, do_sample=False, pad_token_id=0)
     with torch.no_grad():
         want = model.generate(ids, **kw)

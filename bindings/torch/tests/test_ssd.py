@@ -360,3 +360,59 @@ def test_split_conv1d_scan_packed_by_seq_idx():
     alone = torch.cat([st.mamba_split_conv1d_scan_combined(zxbcdt[:, s], w, b, dt_bias, A, D, 256, **kw)
                        for s in (slice(0, 6), slice(6, 17))], dim=1)
     assert rel_err(packed, alone) < TOL[F32]
+
+
+# ---- the CUDA route (until CUDA SSD kernels): the SSD as selscan's Mamba-1 scan ------------------------
+
+
+def _route_case(name, opt, device, fn):
+    opt = dict(opt)
+    softplus = opt.pop("softplus", True)
+    limit = opt.pop("limit", None)
+    dtype = opt.get("dtype", F32)
+    a = _inputs(hash(name) % 1000, **opt)
+    a = {k: (v.to(device) if torch.is_tensor(v) and k != "cu_seqlens" else v) for k, v in a.items()}
+    leaves = {k: a[k] for k in GRAD_NAMES if a[k] is not None}
+    for t in leaves.values():
+        t.requires_grad_()
+    out, fin = fn(a, softplus, limit)
+    ref_out, ref_fin = ssd_ref(*(a[k] for k in ("x", "dt", "A", "B", "C", "D", "z", "dt_bias", "initial_states",
+                                                  "seq_idx", "cu_seqlens")), softplus, limit)
+    assert out.dtype == dtype and rel_err(out, ref_out) < TOL[dtype], name
+    assert rel_err(fin, ref_fin) < TOL[dtype], name
+    g = torch.Generator().manual_seed(7)
+    dout = torch.randn(out.shape, generator=g).to(dtype).to(device)
+    dfin = torch.randn(fin.shape, generator=g).to(device)
+    got = torch.autograd.grad((out.float() * dout.float()).sum() + (fin * dfin).sum(), list(leaves.values()))
+    want = torch.autograd.grad((ref_out * dout.double()).sum() + (ref_fin * dfin.double()).sum(),
+                               list(leaves.values()))
+    for k, gt, w in zip(leaves, got, want):
+        assert gt.dtype == leaves[k].dtype and rel_err(gt, w) < GTOL[dtype], (name, k, rel_err(gt, w))
+
+
+ROUTE_CASES = [c for c in CASES if "seq_idx" not in c[0]] + [("seq_idx, batch 1", dict(seq=True, batch=1, L=31))]
+
+
+@pytest.mark.parametrize("name,opt", ROUTE_CASES, ids=[c[0] for c in ROUTE_CASES])
+def test_scan_route_matches_float64_recurrence(name, opt):
+    """_ssd_on_scan on the CPU scan kernels (the CUDA route's composition, checked where CI runs)."""
+    from selscan_torch.ssd import _ssd_on_scan
+
+    _route_case(name, opt, "cpu", lambda a, sp, lim: _ssd_on_scan(
+        a["x"], a["dt"], a["A"], a["B"], a["C"], a["D"], a["z"], a["dt_bias"], a["initial_states"], a["seq_idx"],
+        a["cu_seqlens"], sp, *(lim or (-math.inf, math.inf)), True))
+
+
+@cuda_only
+@pytest.mark.parametrize("name,opt", ROUTE_CASES, ids=[c[0] for c in ROUTE_CASES])
+def test_drop_in_on_cuda_matches_float64_recurrence(name, opt):
+    def call(a, sp, lim):
+        kw = {k: a[k] for k in ("D", "z", "dt_bias", "initial_states", "seq_idx", "cu_seqlens")}
+        if kw["cu_seqlens"] is not None:
+            out, _, fin = st.mamba_chunk_scan_combined(a["x"], a["dt"], a["A"], a["B"], a["C"], 256, **kw,
+                                                       dt_softplus=sp, dt_limit=lim, return_final_states=True,
+                                                       return_varlen_states=True)
+            return out, fin
+        return st.mamba_chunk_scan_combined(a["x"], a["dt"], a["A"], a["B"], a["C"], 256, **kw, dt_softplus=sp,
+                                            dt_limit=lim, return_final_states=True)
+    _route_case(name, opt, "cuda", call)

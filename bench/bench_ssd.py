@@ -1,0 +1,116 @@
+"""Mamba-2's SSD scan (issue 40): selscan against transformers' PyTorch fallback and (CUDA, where
+installed) mamba_ssm's Triton kernels, in one process; the scan alone and a Mamba2ForCausalLM training
+step end to end.
+
+    PYTHONPATH=bindings/torch python3 bench/bench_ssd.py [--device cpu|cuda] [--dtype f32|bf16]
+        [--batch 1] [--threads N] [--lens 512,1024] [--reps 3] [--cases scan,model]
+
+scan: mamba_chunk_scan_combined (selscan's: the CPU SSD op; on CUDA, until CUDA SSD kernels, the SSD as
+selscan's Mamba-1 scan) against transformers' `mamba2_chunk_scan` PyTorch body (modeling_mamba2,
+unwrapped: the path a model takes without mamba_ssm) and mamba_ssm's mamba_chunk_scan_combined (CUDA,
+where importable), forward + backward of every input at a Mamba2-130m layer's shape (nheads 24,
+headdim 64, dstate 128, one group, chunk 256). model: a Mamba2ForCausalLM training step (forward +
+backward, float32) of a 2-layer model with the 130m layer shape, with and without
+selscan_torch.integrations.use_in_transformers() (the same device). Prints the median of --reps timed
+runs after one warm-up, and each backend's time over selscan's.
+"""
+import argparse
+import inspect
+import statistics
+import time
+
+import torch
+
+
+def timed(fn, reps, device):
+    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
+    fn()  # warm-up
+    sync()
+    ts = []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        fn()
+        sync()
+        ts.append(time.perf_counter() - t0)
+    return statistics.median(ts)
+
+
+def scan_case(L, a):
+    import transformers.models.mamba2.modeling_mamba2 as m2
+
+    import selscan_torch as st
+
+    dev, dtype = a.device, {"f32": torch.float32, "bf16": torch.bfloat16}[a.dtype]
+    g = torch.Generator().manual_seed(0)
+    b, H, P, N = a.batch, 24, 64, 128
+    r = lambda *s, sc=1.0, dt=dtype: (torch.randn(*s, generator=g) * sc).to(dt).to(dev)  # noqa: E731
+    x, dt = r(b, L, H, P), r(b, L, H, sc=0.5)
+    A = (-(torch.rand(H, generator=g) + 0.5)).to(dev)
+    B, C = r(b, L, 1, N), r(b, L, 1, N)
+    D, bias = r(H, dt=torch.float32), r(H, sc=0.3, dt=torch.float32)
+    leaves = [t.requires_grad_() for t in (x, dt, A, B, C, D, bias)]
+
+    def run(f):
+        def go():
+            out = f(x, dt, A, B, C, 256, D=D, dt_bias=bias, dt_softplus=True)
+            out = out[0] if isinstance(out, tuple) else out
+            torch.autograd.grad(out.float().square().sum(), leaves)
+        return go
+
+    backends = {"selscan": st.mamba_chunk_scan_combined, "transformers' PyTorch": inspect.unwrap(m2.mamba2_chunk_scan)}
+    if dev.type == "cuda":
+        try:
+            from mamba_ssm.ops.triton.ssd_combined import mamba_chunk_scan_combined as triton_scan
+            backends["mamba_ssm Triton"] = triton_scan
+        except ImportError:
+            pass
+    return {name: timed(run(f), a.reps, dev) for name, f in backends.items()}
+
+
+def model_case(L, a):
+    import transformers
+
+    import selscan_torch.integrations as si
+
+    torch.manual_seed(0)
+    cfg = transformers.Mamba2Config(vocab_size=1024, hidden_size=768, num_hidden_layers=2, num_heads=24, head_dim=64,
+                                    expand=2, state_size=128, n_groups=1, chunk_size=256)
+    model = transformers.Mamba2ForCausalLM(cfg).float().train().to(a.device)
+    ids = torch.randint(0, 1024, (a.batch, L), generator=torch.Generator().manual_seed(1)).to(a.device)
+
+    def step():
+        model.zero_grad(set_to_none=True)
+        model(input_ids=ids, labels=ids).loss.backward()
+
+    t_tf = timed(step, a.reps, a.device)
+    with si.use_in_transformers():
+        t_sel = timed(step, a.reps, a.device)
+    return {"selscan": t_sel, "transformers' own": t_tf}
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--device", default="cpu")
+    ap.add_argument("--dtype", default="f32", choices=["f32", "bf16"], help="the scan case's x / dt / B / C")
+    ap.add_argument("--batch", type=int, default=1)
+    ap.add_argument("--threads", type=int, default=None)
+    ap.add_argument("--lens", default="512,1024")
+    ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--cases", default="scan,model")
+    a = ap.parse_args()
+    a.device = torch.device(a.device)
+    if a.threads:
+        torch.set_num_threads(a.threads)
+    where = torch.cuda.get_device_name() if a.device.type == "cuda" else f"CPU, {torch.get_num_threads()} threads"
+    print(f"torch {torch.__version__}, {where}; scan dtype {a.dtype}, batch {a.batch}")
+    print("| case | L | backend | time | x (its time / selscan's) |")
+    print("|---|---|---|---|---|")
+    for case in a.cases.split(","):
+        for L in (int(v) for v in a.lens.split(",")):
+            times = (scan_case if case == "scan" else model_case)(L, a)
+            for name, t in times.items():
+                print(f"| {case} fwd+bwd | {L} | {name} | {t * 1e3:.2f} ms | {t / times['selscan']:.2f}x |", flush=True)
+
+
+if __name__ == "__main__":
+    main()
