@@ -993,12 +993,73 @@ def _install_mamba_ssm(h):
         for a in attrs:
             if a in mod.__dict__ and mod.__dict__[a] is not names[a]:
                 h._setattr(mod, a, names[a], f"{modname}.{a}")
+    _install_mamba_ssm_mamba2(h)
     mixer = getattr(sys.modules.get("mamba_ssm.modules.mamba_simple"), "Mamba", None)
     if mixer is not None and "allocate_inference_cache" in mixer.__dict__:
         h._setattr(mixer, "allocate_inference_cache", _f32_ssm_cache(mixer.__dict__["allocate_inference_cache"]),
                    "mamba_ssm.modules.mamba_simple.Mamba.allocate_inference_cache")
     if mixer is not None and "step" in mixer.__dict__:
         h._setattr(mixer, "step", _mamba_step(mixer.__dict__["step"]), "mamba_ssm.modules.mamba_simple.Mamba.step")
+
+
+def _cpu_or_own(own, ours):
+    """ours for CPU tensors, own (mamba_ssm's Triton kernel) for the others: selscan has no CUDA SSD
+    kernels, and its CUDA route (ssd._ssd_on_scan) is slower than mamba_ssm's Triton SSD
+    (bench/RESULTS.md, issue 40)."""
+    def call(first, *args, **kwargs):
+        return (ours if first.device.type == "cpu" else own)(first, *args, **kwargs)
+    call.__wrapped__ = own
+    return call
+
+
+def _rms_norm_gated_forward(own):
+    """mamba_ssm's RMSNormGated.forward (Triton) on the CPU: its group RMS norm and gate in float32."""
+    from .ssd import _gated_rms_norm
+
+    def forward(self, x, z=None):
+        if x.device.type != "cpu" or getattr(self, "bias", None) is not None:
+            return own(self, x, z)
+        if z is None:  # no gate: the norm alone (silu(z) = 1 through a gate of +inf would be NaN-prone)
+            g = x.float().unflatten(-1, (-1, self.group_size or x.shape[-1]))
+            y = (g * torch.rsqrt(g.square().mean(-1, keepdim=True) + self.eps)).flatten(-2) * self.weight.float()
+            return y.to(x.dtype)
+        return _gated_rms_norm(x, z, self.weight, self.eps, self.group_size or x.shape[-1], self.norm_before_gate)
+    forward.__wrapped__ = own
+    return forward
+
+
+def _install_mamba_ssm_mamba2(h):
+    """mamba_ssm's Mamba2 (modules.mamba2) on the CPU: its SSD functions (ssd_combined's and the names
+    mamba2 bound at import), its gated RMS norm and its decode step on selscan's for CPU tensors; CUDA
+    tensors keep mamba_ssm's Triton kernels. (Its conv: the causal_conv1d stand-in use_in_mamba_ssm
+    installs where causal_conv1d is absent.)"""
+    from . import ssd as _ssd
+
+    try:
+        ssdc = importlib.import_module("mamba_ssm.ops.triton.ssd_combined")
+        m2 = importlib.import_module("mamba_ssm.modules.mamba2")
+        lng = importlib.import_module("mamba_ssm.ops.triton.layernorm_gated")
+    except Exception as e:  # (no triton, an older mamba_ssm): Mamba2 is left as it is
+        logger.info("selscan_torch: mamba_ssm's Mamba2 modules do not import (%s): left as they are", e)
+        return
+    ours = dict(mamba_chunk_scan_combined=_ssd.mamba_chunk_scan_combined,
+                mamba_split_conv1d_scan_combined=_ssd.mamba_split_conv1d_scan_combined)
+    for mod, modname in ((ssdc, "mamba_ssm.ops.triton.ssd_combined"), (m2, "mamba_ssm.modules.mamba2")):
+        for name, fn in ours.items():
+            if callable(mod.__dict__.get(name)):
+                h._setattr(mod, name, _cpu_or_own(mod.__dict__[name], fn), f"{modname}.{name}")
+    for name, fn in (("selective_state_update", _standin_selective_state_update),
+                     ("causal_conv1d_fn", _standin_causal_conv1d_fn),
+                     ("causal_conv1d_update", _standin_causal_conv1d_update)):
+        own = m2.__dict__.get(name)
+        if own is None:  # causal_conv1d absent: its names bound as None; selscan's on every device
+            h._setattr(m2, name, fn, f"mamba_ssm.modules.mamba2.{name}")
+        elif own is not fn:
+            h._setattr(m2, name, _cpu_or_own(own, fn), f"mamba_ssm.modules.mamba2.{name}")
+    norm = lng.__dict__.get("RMSNorm")
+    if norm is not None and "forward" in norm.__dict__:
+        h._setattr(norm, "forward", _rms_norm_gated_forward(norm.__dict__["forward"]),
+                   "mamba_ssm.ops.triton.layernorm_gated.RMSNorm.forward")
 
 
 _MAMBA_SSM_OPTS = {"float32_state": False}  # use_in_mamba_ssm's options, read at each call

@@ -202,3 +202,39 @@ def ssd_ref(x, dt, A, B, C, D=None, z=None, dt_bias=None, initial_states=None, s
         if finals[s] is None:
             finals[s] = init(s)[0]
     return out, torch.stack(finals)
+
+
+def mamba_split_conv1d_scan_ref(zxbcdt, w, b, dt_bias, A, D, init, dt_limit, rmsw, eps, Wout, bout, headdim, ngroups,
+                                nbg):
+    """mamba_ssm's mamba_split_conv1d_scan_combined written from its math in float64 (the split of
+    zxbcdt, the causal conv with silu, ssd_ref with dt_softplus, the gate in the scan or the gated group
+    RMS norm, norm_before_gate nbg, the SwiGLU halves, out_proj): the tests' oracle. Returns (out,
+    final states)."""
+    f = lambda t: None if t is None else t.double()  # noqa: E731
+    zxbcdt, w, b, Wout, bout = f(zxbcdt), f(w), f(b), f(Wout), f(bout)
+    H = A.shape[0]
+    dim = H * headdim
+    N = (w.shape[0] - dim) // ngroups // 2
+    d2 = zxbcdt.shape[-1] - (2 * dim + 2 * ngroups * N + H)
+    zx0, z, xBC, dt = torch.split(zxbcdt, [d2, dim, dim + 2 * ngroups * N, H], dim=-1)
+    W = w.shape[1]
+    xc = F.conv1d(xBC.transpose(1, 2), w[:, None], b, padding=W - 1, groups=w.shape[0])
+    xc = F.silu(xc[..., :xBC.shape[1]]).transpose(1, 2)
+    x, B, C = torch.split(xc, [dim, ngroups * N, ngroups * N], dim=-1)
+    zz = z.unflatten(-1, (H, headdim))
+    y, fin = ssd_ref(x.unflatten(-1, (H, headdim)), dt, A, B.unflatten(-1, (ngroups, N)), C.unflatten(-1, (ngroups, N)),
+                     D, zz if rmsw is None else None, dt_bias, init, None, None, True, dt_limit)
+    y = y.flatten(-2)
+    if rmsw is not None:
+        if not nbg:
+            y = y * F.silu(z)
+        g = y.unflatten(-1, (-1, dim // ngroups))
+        y = (g * torch.rsqrt(g.square().mean(-1, keepdim=True) + eps)).flatten(-2) * rmsw.double()
+        if nbg:
+            y = y * F.silu(z)
+    if d2:
+        z0, x0 = zx0.chunk(2, dim=-1)
+        y = torch.cat([F.silu(z0) * x0, y], dim=-1)
+    if Wout is not None:
+        y = F.linear(y, Wout, bout)
+    return y, fin

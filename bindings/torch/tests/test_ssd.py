@@ -9,7 +9,7 @@ import torch
 from _common import GTOL, TOL, cuda_only, rel_err
 
 import selscan_torch as st
-from selscan_torch.reference import ssd_ref
+from selscan_torch.reference import mamba_split_conv1d_scan_ref, ssd_ref
 
 F16, BF16, F32 = torch.float16, torch.bfloat16, torch.float32
 
@@ -278,37 +278,6 @@ def test_backward_names_dout():
 # ---- mamba_split_conv1d_scan_combined: against a float64 composition of the same math ---------------
 
 
-def _split_ref(zxbcdt, w, b, dt_bias, A, D, init, dt_limit, rmsw, eps, Wout, bout, headdim, ngroups, nbg):
-    f = lambda t: None if t is None else t.double()  # noqa: E731
-    zxbcdt, w, b, Wout, bout = f(zxbcdt), f(w), f(b), f(Wout), f(bout)
-    H = A.shape[0]
-    dim = H * headdim
-    N = (w.shape[0] - dim) // ngroups // 2
-    d2 = zxbcdt.shape[-1] - (2 * dim + 2 * ngroups * N + H)
-    zx0, z, xBC, dt = torch.split(zxbcdt, [d2, dim, dim + 2 * ngroups * N, H], dim=-1)
-    W = w.shape[1]
-    xc = torch.nn.functional.conv1d(xBC.transpose(1, 2), w[:, None], b, padding=W - 1, groups=w.shape[0])
-    xc = torch.nn.functional.silu(xc[..., :xBC.shape[1]]).transpose(1, 2)
-    x, B, C = torch.split(xc, [dim, ngroups * N, ngroups * N], dim=-1)
-    zz = z.unflatten(-1, (H, headdim))
-    y, fin = ssd_ref(x.unflatten(-1, (H, headdim)), dt, A, B.unflatten(-1, (ngroups, N)), C.unflatten(-1, (ngroups, N)),
-                     D, zz if rmsw is None else None, dt_bias, init, None, None, True, dt_limit)
-    y = y.flatten(-2)
-    if rmsw is not None:
-        if not nbg:
-            y = y * torch.nn.functional.silu(z)
-        g = y.unflatten(-1, (-1, dim // ngroups))
-        y = (g * torch.rsqrt(g.square().mean(-1, keepdim=True) + eps)).flatten(-2) * rmsw.double()
-        if nbg:
-            y = y * torch.nn.functional.silu(z)
-    if d2:
-        z0, x0 = zx0.chunk(2, dim=-1)
-        y = torch.cat([torch.nn.functional.silu(z0) * x0, y], dim=-1)
-    if Wout is not None:
-        y = torch.nn.functional.linear(y, Wout, bout)
-    return y, fin
-
-
 SPLIT_CASES = [
     ("rmsnorm, gate after the norm", dict(rms=True, nbg=True)),
     ("rmsnorm, gate before the norm, groups 2", dict(rms=True, nbg=False, G=2)),
@@ -338,7 +307,8 @@ def test_split_conv1d_scan_matches_float64(name, o):
         zxbcdt, w, b, dt_bias, A, D, 256, initial_states=init, dt_limit=limit, return_final_states=True,
         rmsnorm_weight=rmsw, rmsnorm_eps=1e-5, outproj_weight=Wout, outproj_bias=bout, headdim=P, ngroups=G,
         norm_before_gate=o.get("nbg", True))
-    want, wfin = _split_ref(zxbcdt, w, b, dt_bias, A, D, init, limit, rmsw, 1e-5, Wout, bout, P, G, o.get("nbg", True))
+    want, wfin = mamba_split_conv1d_scan_ref(zxbcdt, w, b, dt_bias, A, D, init, limit, rmsw, 1e-5, Wout, bout, P, G,
+                                              o.get("nbg", True))
     assert rel_err(got, want) < TOL[F32] and rel_err(fin, wfin) < TOL[F32]
     dy = torch.randn(got.shape, generator=g)
     gs = torch.autograd.grad((got * dy).sum() + fin.sum(), ins)
