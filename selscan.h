@@ -867,9 +867,8 @@ SELSCAN_DEF uint16_t selscan_f32_to_bf16(float f);
 #define SELSCAN__DIMS_SSD_H(q) 1, (q)->H, 1, 1, 1                        /* (H) */
 #define SELSCAN__DIMS_SSD_BC(q) 4, (q)->batch, (q)->L, (q)->G, (q)->N    /* (batch, L, G, N) */
 #define SELSCAN__DIMS_SSD_D(q) (q)->Dhd ? 2 : 1, (q)->H, SELSCAN__SSD_D_AXIS1(q), 1, 1 /* (H) or (H, P) */
-#ifndef SELSCAN__SSD_D_AXIS1 /* (a binding's checker, whose sizes are not numbers, defines its own) */
-#define SELSCAN__SSD_D_AXIS1(q) ((q)->Dhd ? (q)->P : 1)
-#endif
+#define SELSCAN__SSD_D_AXIS1(q) ((q)->Dhd ? (q)->P : 1) /* (bindings/common's checker, whose sizes are
+                                                           cells, pushes its own around its check) */
 #define SELSCAN__DIMS_SSD_SEQ(q) 2, (q)->batch, (q)->L, 1, 1             /* (batch, L) */
 #define SELSCAN__DIMS_SSD_ROWS(q) 4, (q)->rows, (q)->H, (q)->P, (q)->N   /* (rows, H, P, N) */
 #endif /* SELSCAN_H */
@@ -2510,14 +2509,14 @@ typedef struct selscan__sgrd {
 
 #define SELSCAN__RESOLVE_I32(c, field, ten, dims) SELSCAN__RESOLVE_AS(c, field, ten, dims, SELSCAN_F32)
 
-/* The SSD's size rules (selscan_check_ssd_sizes; the entry points with empty_ok 0): dtype, flags,
-   sizes (0 allowed with empty_ok, dstate only in an empty problem), n_groups, the dt limit, packed
-   sequences (the scan's rules: offsets read where given), element counts. */
-static SELSCAN__MAYBE_UNUSED selscan_status selscan__ssd_sizes(const selscan_ssd_problem *p, int empty_ok, selscan_diag *d) {
+/* The SSD's size rules (selscan_check_ssd_sizes; the entry points with empty_ok 0), in two parts around
+   the missing-operand check as the scan's (the order of the checks is the order of the errors):
+   sizes1: dtype, flags, sizes (0 allowed with empty_ok, dstate only in an empty problem), n_groups,
+   the dt limit; sizes2: seq_idx not with packed sequences, the scan's packed-sequence rules
+   (selscan__packed_rules; a sequence's states: headdim * dstate a head), element counts. */
+static SELSCAN__MAYBE_UNUSED selscan_status selscan__ssd_sizes1(const selscan_ssd_problem *p, int empty_ok, selscan_diag *d) {
     const int64_t G = p->n_groups == 0 ? 1 : p->n_groups;
     const int empty = empty_ok && (p->batch == 0 || p->seqlen == 0 || p->nheads == 0 || p->headdim == 0);
-    const int packed = p->cu_seqlens || (empty_ok && p->n_seqs != 0);
-    int64_t i, rows;
     if (!selscan__dtype_ok(p->dtype)) SELSCAN__FAIL(d, SELSCAN_ERR_DTYPE, "dtype", UNKNOWN_DTYPE);
     if (p->flags & ~SELSCAN__SSD_KNOWN_FLAGS) SELSCAN__FAIL(d, SELSCAN_ERR_UNSUPPORTED, "flags", UNKNOWN_FLAG);
     SELSCAN__SIZE_RULE(d, "batch", p->batch, empty_ok);
@@ -2529,24 +2528,19 @@ static SELSCAN__MAYBE_UNUSED selscan_status selscan__ssd_sizes(const selscan_ssd
     /* written so that a NaN fails too */
     if ((p->flags & SELSCAN_SSD_DT_LIMIT) && !(p->dt_min <= p->dt_max))
         SELSCAN__FAIL(d, SELSCAN_ERR_SHAPE, "dt_min", DT_LIMIT);
-    if (packed) { /* the scan's rules (selscan__packed_rules), the states' count per head */
-        if (p->seq_idx.data) SELSCAN__FAIL(d, SELSCAN_ERR_SHAPE, "seq_idx", WITH_CU_SEQLENS);
-        if (p->batch != 1) SELSCAN__FAIL(d, SELSCAN_ERR_SHAPE, "batch", BATCH_NOT_1);
-        if (p->n_seqs <= 0) SELSCAN__FAIL(d, SELSCAN_ERR_SHAPE, "n_seqs", NO_SEQUENCE);
-        if (!selscan__count_ok(p->n_seqs, p->nheads, p->headdim, p->dstate))
-            SELSCAN__FAIL(d, SELSCAN_ERR_SHAPE, "n_seqs", OUT_OF_RANGE);
-        if (p->cu_seqlens) {
-            if (!selscan__aligned(p->cu_seqlens, 8)) SELSCAN__FAIL(d, SELSCAN_ERR_SHAPE, "cu_seqlens", MISALIGNED);
-            if (p->cu_seqlens[0] != 0) SELSCAN__FAIL(d, SELSCAN_ERR_SHAPE, "cu_seqlens", FIRST_OFFSET);
-            if (p->cu_seqlens[p->n_seqs] != p->seqlen) SELSCAN__FAIL(d, SELSCAN_ERR_SHAPE, "cu_seqlens", LAST_OFFSET);
-            for (i = 0; i < p->n_seqs; i++)
-                if (p->cu_seqlens[i + 1] < p->cu_seqlens[i])
-                    SELSCAN__FAIL(d, SELSCAN_ERR_SHAPE, "cu_seqlens", NOT_INCREASING);
-        }
-    } else if (p->n_seqs != 0) {
-        SELSCAN__FAIL(d, SELSCAN_ERR_NULL, "cu_seqlens", MISSING_N_SEQS);
-    }
-    rows = packed ? p->n_seqs : p->batch;
+    return SELSCAN_OK;
+}
+
+static SELSCAN__MAYBE_UNUSED selscan_status selscan__ssd_sizes2(const selscan_ssd_problem *p, int empty_ok, selscan_diag *d) {
+    const int64_t G = p->n_groups == 0 ? 1 : p->n_groups;
+    const int packed = p->cu_seqlens || (empty_ok && p->n_seqs != 0);
+    const int64_t rows = packed ? p->n_seqs : p->batch;
+    /* a head's states per sequence; a product past int64 fails the packed rules' count */
+    const int64_t per_head = selscan__count_ok(p->headdim, p->dstate, 1, 1) ? p->headdim * p->dstate : INT64_MAX;
+    selscan_status st;
+    if (packed && p->seq_idx.data) SELSCAN__FAIL(d, SELSCAN_ERR_SHAPE, "seq_idx", WITH_CU_SEQLENS);
+    st = selscan__packed_rules(p->cu_seqlens, p->n_seqs, p->batch, p->seqlen, p->nheads, per_head, empty_ok, d);
+    if (st != SELSCAN_OK) return st;
     /* the diag names the sizes whose product overflows (with cu_seqlens, the states' was checked
        above); x's count bounds dt's, seq_idx's and D's */
     if (!selscan__count_ok(p->batch, p->seqlen, p->nheads, p->headdim))
@@ -2567,8 +2561,9 @@ static SELSCAN__MAYBE_UNUSED selscan_status selscan__ssd_check_problem(const sel
     if (!p) return SELSCAN_ERR_NULL;
     d = p->diag;
     q->diag = d;
-    if ((st = selscan__ssd_sizes(p, 0, d)) != SELSCAN_OK) return st;
+    if ((st = selscan__ssd_sizes1(p, 0, d)) != SELSCAN_OK) return st;
     SELSCAN__SSD_OPERANDS(SELSCAN__OPD_NULL, p) /* x, dt, A, B, C; y when need_y */
+    if ((st = selscan__ssd_sizes2(p, 0, d)) != SELSCAN_OK) return st;
     q->batch = p->batch; q->L = p->seqlen; q->H = p->nheads; q->P = p->headdim; q->N = p->dstate;
     q->G = p->n_groups == 0 ? 1 : p->n_groups; q->hpg = p->nheads / q->G;
     q->rows = p->cu_seqlens ? p->n_seqs : p->batch;
@@ -2688,8 +2683,10 @@ SELSCAN_DEF selscan_status selscan_validate_ssd_grads(const selscan_ssd_problem 
 }
 
 SELSCAN_DEF selscan_status selscan_check_ssd_sizes(const selscan_ssd_problem *p) {
+    selscan_status st;
     if (!p) return SELSCAN_ERR_NULL;
-    return selscan__ssd_sizes(p, 1, p->diag);
+    if ((st = selscan__ssd_sizes1(p, 1, p->diag)) != SELSCAN_OK) return st;
+    return selscan__ssd_sizes2(p, 1, p->diag);
 }
 
 SELSCAN_DEF selscan_status selscan_ssd_workspace_size(const selscan_ssd_problem *p, const selscan_ssd_grads *g,

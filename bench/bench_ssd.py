@@ -15,6 +15,7 @@ selscan_torch.integrations.use_in_transformers() (the same device). Prints the m
 runs after one warm-up, and each backend's time over selscan's.
 """
 import argparse
+import importlib.util
 import inspect
 import statistics
 import time
@@ -68,6 +69,9 @@ def scan_case(L, a):
 
 
 def model_case(L, a):
+    if a.device.type == "cuda" and importlib.util.find_spec("mamba_ssm") is not None:
+        print(f"| model fwd+bwd | {L} | (skipped: with mamba_ssm installed both runs take its Triton SSD) | | |")
+        return {"selscan": float("nan")}
     import transformers
 
     import selscan_torch.integrations as si

@@ -1274,6 +1274,13 @@ static void check_sizes_tests(void) {
     p.cu_seqlens = cu_ok; p.batch = 2;
     CHECK(selscan_check_ssd_sizes(&p) == SELSCAN_ERR_SHAPE && d.code == SELSCAN_RULE_BATCH_NOT_1,
           "check_ssd_sizes: packed sequences with batch 2 taken");
+    /* the entry points' order (the scan's): sizes, then a missing operand, then the packed rules */
+    p.batch = 1; p.cu_seqlens = cu_bad;
+    CHECK(selscan_validate_ssd(&p) == SELSCAN_ERR_NULL && d.operand && !strcmp(d.operand, "x"),
+          "validate_ssd: bad offsets reported before a missing x");
+    p.nheads = 0;
+    CHECK(selscan_validate_ssd(&p) == SELSCAN_ERR_SHAPE && d.operand && !strcmp(d.operand, "nheads"),
+          "validate_ssd: a missing x reported before nheads 0");
 }
 
 static void validation_tests(void) {

@@ -1315,7 +1315,8 @@ inline Refusal CheckConvStepArgs(const ConvStepArgs &a, const Forms &forms, Chec
 
 // The SSD scan's arguments (forward; backward with a.backward). D's rank says its form: (H) or (H, P)
 // (SELSCAN_SSD_D_HEADDIM in k.flags).
-#undef SELSCAN__SSD_D_AXIS1 // the table's D axis as a cell (headdim) or the literal 1
+#pragma push_macro("SELSCAN__SSD_D_AXIS1") // the table's D axis as a cell (headdim) or the literal 1
+#undef SELSCAN__SSD_D_AXIS1
 #define SELSCAN__SSD_D_AXIS1(q) ((q)->Dhd ? args_detail::Dim((q)->P) : args_detail::Dim(1))
 inline Refusal CheckSsdArgs(const SsdArgs &a, const Forms &forms, Checked *out) {
     using namespace args_detail;
@@ -1356,8 +1357,7 @@ inline Refusal CheckSsdArgs(const SsdArgs &a, const Forms &forms, Checked *out) 
     if (packed) SetPacked(&p, a.cu_seqlens, a.cu_values, k.s.L);
     return c.Finish(selscan_check_ssd_sizes(&p), d, {&c.q.batch, &c.q.L, &c.q.H, &c.q.P, &c.q.N, &c.q.G}, k, out);
 }
-#undef SELSCAN__SSD_D_AXIS1 // the library's again
-#define SELSCAN__SSD_D_AXIS1(q) ((q)->Dhd ? (q)->P : 1)
+#pragma pop_macro("SELSCAN__SSD_D_AXIS1") // the library's again
 
 #undef SELSCAN_BINDING__ROW
 #undef SELSCAN_BINDING__NEED_REQ

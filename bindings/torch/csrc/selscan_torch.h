@@ -310,7 +310,7 @@ constexpr NameMap kSsdNames[] = {{"y", "out"},
                                  {"dstate", "B"},
                                  {"n_groups", "B"},
                                  {"batch", "x"},
-                                 {"dt_min", "dt_limit"},
+                                 {"dt_min", "dt_limit (dt_min, dt_max)"},
                                  {"n_seqs", "cu_seqlens"}};
 
 inline const char* WhereOf(Op op) {

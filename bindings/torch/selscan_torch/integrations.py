@@ -871,9 +871,23 @@ def _m2_selective_state_update(state, x, dt, A, B, C, D=None, z=None, dt_bias=No
     return out
 
 
+def _mamba_ssm_ssd_imports():
+    """Whether mamba_ssm's Triton SSD imports (what transformers' wrappers then resolve to): a mamba_ssm
+    folder without its CUDA build (or a broken one) does not, and transformers falls back to its
+    PyTorch body, slower than selscan's route."""
+    if not _importable("mamba_ssm"):
+        return False
+    try:
+        importlib.import_module("mamba_ssm.ops.triton.ssd_combined")
+        return True
+    except Exception:
+        return False
+
+
 def _install_transformers_mamba2(h):
     """The Mamba-2 families' five kernel names (transformers 5.x). Returns the modules covered."""
     covered = 0
+    triton_ssd = _mamba_ssm_ssd_imports()
     for modname in _TF_MAMBA2_MODULES:
         try:
             mod = importlib.import_module(modname)
@@ -884,7 +898,7 @@ def _install_transformers_mamba2(h):
             logger.info("selscan_torch: %s has none of the 5.x kernel names (%s): left as it is", modname,
                         ", ".join(_TF_MAMBA2_KERNELS))
             continue
-        h._setattr(mod, "mamba2_chunk_scan", _m2_chunk_scan(g["mamba2_chunk_scan"], _importable("mamba_ssm")),
+        h._setattr(mod, "mamba2_chunk_scan", _m2_chunk_scan(g["mamba2_chunk_scan"], triton_ssd),
                    f"{modname}.mamba2_chunk_scan")
         h._setattr(mod, "mamba2_split_conv1d_scan_combined",
                    _m2_split_conv1d_scan(g["mamba2_split_conv1d_scan_combined"]),

@@ -114,16 +114,6 @@ ssd_bwd_call = _checks.direct(_ssd_bwd, _ssd_bwd_autograd)
 # ---- mamba_ssm's API ------------------------------------------------------------------------------
 
 
-def _f32(t):
-    """A float16 / bfloat16 / float64 parameter in float32 (the op's dtype for A, D, dt_bias and the
-    states); any other dtype passes as it is, for the op to refuse by name."""
-    return t.float() if t is not None and t.is_floating_point() and t.dtype != torch.float32 else t
-
-
-_TENSORS = ("x", "dt", "A", "B", "C", "D", "z", "dt_bias", "initial_states", "seq_idx", "cu_seqlens")
-_REQUIRED = ("x", "dt", "A", "B", "C")
-
-
 def _dt_bounds(dt_limit):
     """dt_limit as the op's (dt_min, dt_max): None is (-inf, inf), no clamp."""
     if dt_limit is None:
@@ -136,6 +126,19 @@ def _dt_bounds(dt_limit):
                          "(argument 'dt_limit')") from e
 
 
+def _first_row_only(init, n_seqs):
+    """mamba_ssm's rule for one initial state with several packed sequences: the first sequence starts
+    from it, the others from 0 (n_seqs rows)."""
+    return torch.cat([init, init.new_zeros((n_seqs - 1, *init.shape[1:]))])
+
+
+def _offsets_of_seq_idx(seq_idx):
+    """cu_seqlens (int64, host) of a batch-1 seq_idx: the conv's rule (conv._runs_to_offsets)."""
+    from .conv import _runs_to_offsets
+
+    return _runs_to_offsets(seq_idx.reshape(-1))[0]
+
+
 def seq_idx_of(cu_seqlens, L, device):
     """The (1, L) int32 ids of packed sequences given by their offsets (sequence s's tokens get s): the
     seq_idx form of cu_seqlens, for kernels that take only that form (the conv's)."""
@@ -145,11 +148,27 @@ def seq_idx_of(cu_seqlens, L, device):
     return ids[:L].reshape(1, -1).to(device)
 
 
-def _packed_of_seq_idx(seq_idx, L):
-    """cu_seqlens (int64, host) of a batch-1 seq_idx: a sequence starts where the id changes."""
-    s = seq_idx.reshape(-1).cpu()
-    starts = [0] + (torch.nonzero(s[1:] != s[:-1]).reshape(-1) + 1).tolist()
-    return torch.tensor(starts + [L], dtype=torch.int64)
+def _args(x, dt, A, B, C, D, z, dt_bias, initial_states, seq_idx, cu_seqlens):
+    """The drop-in's arguments as the op takes them, by the package's rules (_checks): dt / B / C / z
+    cast to x's dtype, A / D / dt_bias / initial_states to float32 (complex, integer and bool refused),
+    seq_idx of any integer dtype as int32, cu_seqlens a list or an integer tensor on any device as an
+    int64 CPU tensor."""
+    _checks.tensor_arg(x, "x")
+    T = x.dtype
+    args = dict(x=x)
+    for name, t, dtype in (("dt", dt, T), ("A", A, torch.float32), ("B", B, T), ("C", C, T), ("D", D, torch.float32),
+                           ("z", z, T), ("dt_bias", dt_bias, torch.float32),
+                           ("initial_states", initial_states, torch.float32)):
+        _checks.tensor_arg(t, name, optional=name in ("D", "z", "dt_bias", "initial_states"))
+        args[name] = None if t is None else _checks.cast(t, name, dtype)
+    if seq_idx is not None:
+        _checks.tensor_arg(seq_idx, "seq_idx")
+        _checks._type(seq_idx.dtype in _checks._INDEX_DTYPES, "seq_idx must be an integer tensor (int32 as "
+                      "mamba_ssm's), got ", seq_idx.dtype)
+        seq_idx = seq_idx.to(torch.int32)
+    args["seq_idx"] = seq_idx
+    args["cu_seqlens"] = None if cu_seqlens is None else _checks.host_offsets(cu_seqlens)
+    return args
 
 
 def _ssd_on_scan(x, dt, A, B, C, D, z, dt_bias, init, seq_idx, cu_seqlens, softplus, lo, hi, want_final):
@@ -178,9 +197,9 @@ def _ssd_on_scan(x, dt, A, B, C, D, z, dt_bias, init, seq_idx, cu_seqlens, softp
         if batch != 1:
             raise NotImplementedError("selscan: seq_idx with batch > 1 on CUDA: pass the sequences packed in one "
                                       "row (batch 1) or as cu_seqlens (argument 'seq_idx')")
-        cu = _packed_of_seq_idx(seq_idx, L)
-        if init is not None and cu.shape[0] > 2:  # the first sequence's initial state; the others start from 0
-            h0 = torch.cat([init, init.new_zeros((cu.shape[0] - 2, *init.shape[1:]))])
+        cu = _offsets_of_seq_idx(seq_idx)
+        if init is not None and cu.shape[0] > 2:
+            h0 = _first_row_only(init, cu.shape[0] - 1)
     rows = batch if cu is None else cu.shape[0] - 1
     h0 = None if h0 is None else h0.float().reshape(rows, H * P, N)
     y, last = selective_scan_fn(chan(x), delta, A_, B.float().permute(0, 2, 3, 1), C.float().permute(0, 2, 3, 1),
@@ -199,10 +218,11 @@ def mamba_chunk_scan_combined(x, dt, A, B, C, chunk_size=None, D=None, z=None, d
 
     x (batch, L, nheads, headdim); dt (batch, L, nheads); A (nheads); B, C (batch, L, ngroups,
     dstate); D (nheads) or (nheads, headdim); z like x; dt_bias (nheads); initial_states (batch,
-    nheads, headdim, dstate); seq_idx (batch, L) int32; cu_seqlens (n_seqs + 1) int64 offsets of
-    sequences packed along L (batch 1). x, z, B, C, dt in float32, float16 or bfloat16 (one dtype);
-    A, D, dt_bias, initial_states in any float dtype (used in float32). chunk_size: accepted for
-    mamba_ssm's signature and not used.
+    nheads, headdim, dstate); seq_idx (batch, L) integer; cu_seqlens (n_seqs + 1) offsets of
+    sequences packed along L (batch 1; a list or an integer tensor, any device: checked on the host).
+    x in float32, float16 or bfloat16, dt / B / C / z cast to x's dtype; A, D, dt_bias,
+    initial_states in any float dtype (used in float32). chunk_size: accepted for mamba_ssm's
+    signature and not used.
 
     Returns out (x's dtype), and as mamba_ssm: (out, final_states) with return_final_states,
     (out, varlen_states) with return_varlen_states, (out, final_states, varlen_states) with both;
@@ -211,34 +231,33 @@ def mamba_chunk_scan_combined(x, dt, A, B, C, chunk_size=None, D=None, z=None, d
     Differentiable in x, dt, A, B, C, D, z, dt_bias, initial_states (and through final_states).
     """
     del chunk_size  # (no chunks: the recurrence step by step)
-    for name, t in zip(_TENSORS, (x, dt, A, B, C, D, z, dt_bias, initial_states, seq_idx, cu_seqlens)):
-        _checks.tensor_arg(t, name, optional=name not in _REQUIRED)
+    a = _args(x, dt, A, B, C, D, z, dt_bias, initial_states, seq_idx, cu_seqlens)
     lo, hi = _dt_bounds(dt_limit)
+    limit = _limit(lo, hi)
     if return_varlen_states and cu_seqlens is None:
         raise ValueError("selscan: return_varlen_states needs cu_seqlens (argument 'cu_seqlens')")
-    init = _f32(initial_states)
-    if cu_seqlens is not None and not cu_seqlens.is_cpu:
-        cu_seqlens = cu_seqlens.cpu()  # (selscan checks the offsets on the host; a device tensor syncs)
+    cu_seqlens, seq_idx, init = a["cu_seqlens"], a["seq_idx"], a["initial_states"]
+    also_seq_idx = None  # a seq_idx given beside cu_seqlens
     if cu_seqlens is not None:
-        if seq_idx is not None:  # mamba_ssm takes both; selscan's op one: they must say the same boundaries
-            _checks.check_op("ssd_fwd", x, dt, _f32(A), B, C, _f32(D), z, _f32(dt_bias), None, seq_idx, None)
-            if not torch.equal(_boundary_ids(seq_idx_of(cu_seqlens, x.shape[1], "cpu")), _boundary_ids(seq_idx)):
-                raise ValueError("selscan: seq_idx's sequence boundaries differ from cu_seqlens' (argument 'seq_idx')")
-            seq_idx = None
+        if seq_idx is not None:  # mamba_ssm takes both; selscan's op one: seq_idx checked here, its
+            # boundaries against cu_seqlens' once the op has checked the offsets' values (below)
+            _checks.check_op("ssd_fwd", a["x"], a["dt"], a["A"], a["B"], a["C"], a["D"], a["z"], a["dt_bias"], None,
+                             seq_idx, None, dt_limit=limit)
+            also_seq_idx, seq_idx = seq_idx, None
         if init is not None and init.dim() == 4 and init.shape[0] == 1 and cu_seqlens.dim() == 1 \
-                and cu_seqlens.shape[0] > 2 and x.dim() == 4 and B.dim() == 4 \
-                and tuple(init.shape[1:]) == (x.shape[2], x.shape[3], B.shape[3]):
-            # mamba_ssm's (1, ...) initial_states: the first sequence's; the others start from 0
-            init = torch.cat([init, init.new_zeros((cu_seqlens.shape[0] - 2, *init.shape[1:]))])
+                and cu_seqlens.shape[0] > 2 and x.dim() == 4 and a["B"].dim() == 4 \
+                and tuple(init.shape[1:]) == (x.shape[2], x.shape[3], a["B"].shape[3]):
+            init = _first_row_only(init, cu_seqlens.shape[0] - 1)  # mamba_ssm's (1, ...) initial_states
+    args = (a["x"], a["dt"], a["A"], a["B"], a["C"], a["D"], a["z"], a["dt_bias"], init, seq_idx, cu_seqlens)
     want = bool(return_final_states or return_varlen_states)
     if x.is_cuda:  # no CUDA SSD kernels yet: the SSD as selscan's Mamba-1 scan (its CUDA kernels)
-        _checks.check_op("ssd_fwd", x, dt, _f32(A), B, C, _f32(D), z, _f32(dt_bias), init, seq_idx, cu_seqlens,
-                         dt_limit=None if (lo == -math.inf and hi == math.inf) else (lo, hi))  # the op's rules
-        out, fin = _ssd_on_scan(x, dt, A, B, C, D, z, dt_bias, init, seq_idx, cu_seqlens, bool(dt_softplus), lo,
-                                hi, want)
+        _checks.check_op("ssd_fwd", *args, dt_limit=limit)  # the op's rules
+        out, fin = _ssd_on_scan(*args, bool(dt_softplus), lo, hi, want)
     else:
-        out, fin = ssd_fwd_call(x, dt, _f32(A), B, C, _f32(D), z, _f32(dt_bias), init, seq_idx, cu_seqlens,
-                                bool(dt_softplus), lo, hi, want)
+        out, fin = ssd_fwd_call(*args, bool(dt_softplus), lo, hi, want)
+    if cu_seqlens is not None and also_seq_idx is not None and not torch.equal(
+            _boundary_ids(seq_idx_of(cu_seqlens, x.shape[1], "cpu")), _boundary_ids(also_seq_idx)):
+        raise ValueError("selscan: seq_idx's sequence boundaries differ from cu_seqlens' (argument 'seq_idx')")
     if not (return_final_states or return_varlen_states):
         return out
     if cu_seqlens is None:
@@ -298,12 +317,24 @@ def mamba_split_conv1d_scan_combined(zxbcdt, conv1d_weight, conv1d_bias, dt_bias
     for name, t in (("zxbcdt", zxbcdt), ("conv1d_weight", conv1d_weight), ("A", A), ("D", D)):
         _checks.tensor_arg(t, name)
     if activation not in (None, "silu", "swish"):
-        raise NotImplementedError(f"selscan: activation must be None, 'silu' or 'swish', got {activation!r}")
+        raise NotImplementedError(f"selscan: activation must be None, 'silu' or 'swish', got {activation!r} "
+                                  "(argument 'activation')")
+    if outproj_bias is not None and outproj_weight is None:
+        raise ValueError("selscan: outproj_bias without outproj_weight (argument 'outproj_bias')")
+    _checks._value(zxbcdt.dim() == 3, "zxbcdt must be (batch, L, channels), got shape ", tuple(zxbcdt.shape))
+    _checks._value(conv1d_weight.dim() in (2, 3), "conv1d_weight must be (channels, width) or (channels, 1, "
+                   "width), got shape ", tuple(conv1d_weight.shape))
+    _checks._value(A.dim() == 1 and D.dim() in (1, 2), "A must be (nheads,) and D (nheads,) or (nheads, headdim), "
+                   "got shapes ", tuple(A.shape), " and ", tuple(D.shape))
     if D.dim() == 2:
         headdim = D.shape[1]
     elif headdim is None:
         raise ValueError("selscan: headdim must be given with a (nheads,) D (argument 'headdim')")
     nheads = A.shape[0]
+    _checks._value(isinstance(ngroups, int) and ngroups >= 1 and nheads % ngroups == 0,
+                   "ngroups must be a positive int dividing nheads = ", nheads, ", got ", ngroups)
+    if conv1d_weight.dim() == 3:  # nn.Conv1d's (channels, 1, width)
+        conv1d_weight = conv1d_weight.squeeze(1)
     dim = nheads * headdim
     dstate = (conv1d_weight.shape[0] - dim) // ngroups // 2
     d_mlp2 = zxbcdt.shape[-1] - (2 * dim + 2 * ngroups * dstate + nheads)
@@ -330,6 +361,4 @@ def mamba_split_conv1d_scan_combined(zxbcdt, conv1d_weight, conv1d_bias, dt_bias
         y = torch.cat([torch.nn.functional.silu(z0) * x0, y], dim=-1)
     if outproj_weight is not None:
         y = torch.nn.functional.linear(y, outproj_weight, outproj_bias)
-    elif outproj_bias is not None:
-        raise ValueError("selscan: outproj_bias without outproj_weight (argument 'outproj_bias')")
     return (y, final) if return_final_states else y
