@@ -75,7 +75,8 @@ selscan_ssd_problem BuildSsd(const bind::Checked& k, const Tensor& x, const Tens
 // The SSD has no CUDA kernels yet: a CUDA call is refused, naming x's device.
 [[noreturn]] void NoCudaSsd(const Tensor& x, const char* where) {
   Fail(bind::ErrorKind::kNotImplemented, std::string("selscan: SSD ") + where + ": selscan has no CUDA kernels for "
-       "Mamba-2's SSD scan yet (CPU only); x is on " + DeviceName(DeviceKey(x.device())));
+       "Mamba-2's SSD scan yet (the op is CPU only; selscan_torch.mamba_chunk_scan_combined runs the SSD on CUDA "
+       "through selscan's Mamba-1 scan); x is on " + DeviceName(DeviceKey(x.device())));
 }
 
 std::tuple<Tensor, Tensor> SsdForward(const Tensor& x_in, const Tensor& dt_in, const Tensor& A_in, const Tensor& B_in,

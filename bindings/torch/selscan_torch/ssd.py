@@ -308,7 +308,7 @@ def mamba_split_conv1d_scan_combined(zxbcdt, conv1d_weight, conv1d_bias, dt_bias
     outproj_weight is given). D (nheads) with headdim given, or (nheads, headdim). Returns out, or (out,
     final_states float32) with return_final_states. chunk_size: accepted, not used.
 
-    A composition of selscan's ops and torch's (CPU only for the scan, as mamba_chunk_scan_combined):
+    A composition of selscan's ops and torch's (the scan as mamba_chunk_scan_combined runs it, CPU or CUDA):
     autograd saves the intermediates, where mamba_ssm's fused function recomputes the conv and the norm
     in its backward to use less memory.
     """
