@@ -767,23 +767,34 @@ def _hy_zamba_forward(original, apply_mask, cache_name):
 _HY_FORWARDS = {"JambaMambaMixer": _hy_jamba_forward, "ZambaMambaMixer": _hy_zamba_forward}
 
 
+def _tf5_modules(modnames, kernels, also=lambda g, modname: True):
+    """(name, module) of the transformers 5.x modules among modnames that import and hold every one of
+    the kernel names (module-level wrappers their mixers look up at call time) and pass also(globals,
+    name); another (transformers 4.x's, an older module) is logged and left as it is."""
+    for modname in modnames:
+        try:
+            mod = importlib.import_module(modname)
+        except ImportError:
+            continue
+        g = mod.__dict__
+        if not (all(callable(g.get(n)) for n in kernels) and also(g, modname)):
+            logger.info("selscan_torch: %s has none of the 5.x kernel names (%s): left as it is", modname,
+                        ", ".join(kernels))
+            continue
+        yield modname, mod
+
+
 def _install_transformers_hybrids(h):
     """Jamba's and Zamba's mixers (transformers 5.x) on selscan: the four kernel names of their
     modules, and the mixers' forward (the fused block without a cache). A module without these hook
     points (transformers 4.x: is_fast_path_available / cuda_kernels_forward) is left as it is and
     logged. Returns the number of modules covered."""
     covered = 0
-    for modname, mixer_name in _TF_HYBRID_MODULES:
-        try:
-            mod = importlib.import_module(modname)
-        except ImportError:
-            continue
+    mixers = dict(_TF_HYBRID_MODULES)
+    for modname, mod in _tf5_modules(mixers, _TF_HYBRID_KERNELS, lambda g, m: g.get(mixers[m]) is not None):
         g = mod.__dict__
-        mixer = g.get(mixer_name)
-        if mixer is None or not all(callable(g.get(n)) for n in _TF_HYBRID_KERNELS):
-            logger.info("selscan_torch: %s has none of the 5.x kernel names (%s): left as it is", modname,
-                        ", ".join(_TF_HYBRID_KERNELS))
-            continue
+        mixer_name = mixers[modname]
+        mixer = g[mixer_name]
         _set_tf5_kernels(h, mod, modname, _hy_selective_scan, _hy_selective_state_update)
         cache_name = _tf_cache_name(mixer)
         mask = g.get("apply_mask_to_padding_states")
@@ -888,16 +899,8 @@ def _install_transformers_mamba2(h):
     """The Mamba-2 families' five kernel names (transformers 5.x). Returns the modules covered."""
     covered = 0
     triton_ssd = _mamba_ssm_ssd_imports()
-    for modname in _TF_MAMBA2_MODULES:
-        try:
-            mod = importlib.import_module(modname)
-        except ImportError:
-            continue
+    for modname, mod in _tf5_modules(_TF_MAMBA2_MODULES, _TF_MAMBA2_KERNELS):
         g = mod.__dict__
-        if not all(callable(g.get(n)) for n in _TF_MAMBA2_KERNELS):
-            logger.info("selscan_torch: %s has none of the 5.x kernel names (%s): left as it is", modname,
-                        ", ".join(_TF_MAMBA2_KERNELS))
-            continue
         h._setattr(mod, "mamba2_chunk_scan", _m2_chunk_scan(g["mamba2_chunk_scan"], triton_ssd),
                    f"{modname}.mamba2_chunk_scan")
         h._setattr(mod, "mamba2_split_conv1d_scan_combined",
