@@ -159,10 +159,7 @@ class _Scan(torch.autograd.Function):
         mask = [int(n) for n in ctx.needs_input_grad[:9]]
         if not any(mask):
             return (None,) * 12
-        if dlast is not None and dlast.dim() != 3:
-            dlast = None  # the (0,) placeholder of a last_state not returned
-        if dy is None:
-            dy = torch.zeros_like(s[0])  # a loss on last_state alone
+        dy, dlast = _checks.backward_cotangents(dy, dlast, s[0], 3)
         # an L-strided dy (a gradient through a transpose: MambaVision's y); the saved operands are
         # the forward's copies
         if dy.dim() == 3 and s[0].is_cuda and s[9] is None and _l_strided(dy):

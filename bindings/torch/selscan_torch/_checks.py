@@ -152,6 +152,15 @@ def call_below(op, *args, guard=torch._C._AutoDispatchBelowAutograd):
             raise_typed(e)
 
 
+def backward_cotangents(dy, dstate, like, state_rank):
+    """The cotangents a forward's Function.backward hands its backward op: dstate None where it is the
+    (0,) placeholder of a state the forward did not return (its rank is not state_rank), dy zeros like
+    the input `like` where autograd passed none (a loss on the state alone)."""
+    if dstate is not None and dstate.dim() != state_rank:
+        dstate = None
+    return (torch.zeros_like(like) if dy is None else dy), dstate
+
+
 def requires_grad(ts):
     return torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in ts)
 

@@ -107,10 +107,7 @@ class _Conv(torch.autograd.Function):
         mask = [int(n) for n in ctx.needs_input_grad[:4]]
         if not any(mask):
             return (None,) * 8
-        if dfinal is not None and dfinal.dim() != 3:
-            dfinal = None  # the (0,) placeholder of a final_state not returned
-        if dy is None:
-            dy = torch.zeros_like(s[0])  # a loss on final_state alone
+        dy, dfinal = _checks.backward_cotangents(dy, dfinal, s[0], 3)
         g = conv_bwd_call(*s, dy, dfinal, ctx.silu, mask)  # (through conv_bwd's kernel: no double backward)
         return (*[g[i] if mask[i] else None for i in range(4)], None, None, None, None)
 

@@ -87,10 +87,7 @@ class _Ssd(torch.autograd.Function):
         mask = [int(n) for n in ctx.needs_input_grad[:9]]
         if not any(mask):
             return (None,) * 15
-        if dfinal is not None and dfinal.dim() != 4:
-            dfinal = None  # the (0,) placeholder of final_states not returned
-        if dout is None:
-            dout = torch.zeros_like(s[0])  # a loss on final_states alone
+        dout, dfinal = _checks.backward_cotangents(dout, dfinal, s[0], 4)
         g = ssd_bwd_call(*s, dout, dfinal, *ctx.args, mask)  # (through ssd_bwd's kernel: no double backward)
         return (*[g[i] if mask[i] else None for i in range(9)], *(None,) * 6)
 
