@@ -266,7 +266,7 @@ test-torch: torch-install
 # hf-kernel: selscan as a Hugging Face `kernels` repository in $(HF_KERNEL_DIR) (under build/, which git
 # ignores): noarch variants build/torch-cpu and build/torch-cuda of one pure-Python package that
 # exposes selscan_torch's functions under mamba_ssm's / causal_conv1d's names, and layers for
-# transformers' Mamba-1 kernel entry points, loaded by kernels.LocalLayerRepository (the recipe:
+# transformers' Mamba-1 and Mamba-2 kernel entry points, loaded by kernels.LocalLayerRepository (the recipe:
 # bindings/torch/README.md "Through Hugging Face kernels"). Written by python3's standard library
 # alone; where it is loaded, selscan_torch must be installed. Tested by make test-torch
 # (bindings/torch/tests/test_hf_kernel.py; kernels is in TORCH_TEST_PINS).

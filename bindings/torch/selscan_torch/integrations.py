@@ -818,7 +818,7 @@ def _install_transformers_hybrids(h):
 # devices. The mixers' forward is transformers' own (the padding mask where it applies it).
 
 from .ssd import mamba_chunk_scan_combined as _m2_scan_op  # noqa: E402
-from .ssd import seq_idx_of as _m2_seq_idx_of  # noqa: E402
+from .ssd import conv_seq_idx as _m2_conv_seq_idx  # noqa: E402
 
 _TF_MAMBA2_MODULES = ("transformers.models.mamba2.modeling_mamba2", "transformers.models.bamba.modeling_bamba",
                       "transformers.models.falcon_h1.modeling_falcon_h1",
@@ -851,11 +851,7 @@ def _m2_conv_fn(original):
     conv = _tf_conv_fn(original)
 
     def causal_conv1d_fn_(x, weight, bias=None, seq_idx=None, *args, cu_seqlens=None, **kwargs):
-        if seq_idx is None and cu_seqlens is not None:
-            if int(cu_seqlens[-1]) != x.shape[-1]:
-                raise NotImplementedError("selscan_torch.use_in_transformers: packed sequences (cu_seqlens) with "
-                                          "a cache's left context in the conv")
-            seq_idx = _m2_seq_idx_of(cu_seqlens, x.shape[-1], x.device)
+        seq_idx = _m2_conv_seq_idx(seq_idx, cu_seqlens, x.shape[-1], x.device, "selscan_torch.use_in_transformers")
         return conv(x, weight, bias, seq_idx, *args, **kwargs)
 
     return causal_conv1d_fn_

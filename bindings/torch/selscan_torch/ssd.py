@@ -139,10 +139,24 @@ def _offsets_of_seq_idx(seq_idx):
 def seq_idx_of(cu_seqlens, L, device):
     """The (1, L) int32 ids of packed sequences given by their offsets (sequence s's tokens get s): the
     seq_idx form of cu_seqlens, for kernels that take only that form (the conv's)."""
-    cu = cu_seqlens.to("cpu", torch.int64)
+    cu = torch.as_tensor(cu_seqlens).to("cpu", torch.int64)
     lengths = (cu[1:] - cu[:-1]).clamp(min=0)
     ids = torch.repeat_interleave(torch.arange(len(lengths), dtype=torch.int32), lengths)
     return ids[:L].reshape(1, -1).to(device)
+
+
+def conv_seq_idx(seq_idx, cu_seqlens, L, device, caller):
+    """The seq_idx a causal conv over L positions of a packed call restarts by: seq_idx as given, else
+    cu_seqlens' (the SSD scan restarts at cu_seqlens' offsets, the conv takes only seq_idx: both restart
+    or neither), else None. Offsets that do not end at L (a cache's left context before the call's
+    positions) are refused, naming caller."""
+    if seq_idx is not None or cu_seqlens is None:
+        return seq_idx
+    end = int(cu_seqlens[-1])
+    if end != L:
+        raise NotImplementedError(f"{caller}: packed sequences whose cu_seqlens end at {end}, where the conv's "
+                                  f"input has {L} positions (a cache's left context in the conv)")
+    return seq_idx_of(cu_seqlens, L, device)
 
 
 def _args(x, dt, A, B, C, D, z, dt_bias, initial_states, seq_idx, cu_seqlens):

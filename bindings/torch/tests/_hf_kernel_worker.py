@@ -5,14 +5,16 @@ test_hf_kernel.py):
     python _hf_kernel_worker.py REPO DEVICE KIND [KIND ...] [--lift-gate]
 
 REPO: a repository written by `make hf-kernel` (bindings/torch/hf_kernel/generate.py); KIND:
-mamba or falcon_mamba. For each model (a small random-init config in float32) it runs transformers'
-own path (nothing kernelized), the same model in float64 (the rounding yardstick), then the recipe:
-`use_kernel_mapping` onto LocalLayerRepository(REPO, name) and `kernels.kernelize`, in
-Mode.TRAINING (a training step: loss and every parameter's gradient), Mode.TRAINING with the
-mapping less mamba_inner_fn (the training step on the non-fused path: selective_scan_fn and
-causal_conv1d_fn), and Mode.INFERENCE (eval logits, greedy generate ids and per-step logits).
-It records what each of transformers' five kernel entry points resolved to and how many of
-selscan's ops ran. Prints one JSON line.
+mamba or falcon_mamba (Mamba-1), or a Mamba-2 family of _families.py (Mamba2, Bamba, FalconH1,
+GraniteMoeHybrid, NemotronH, Zamba2). For each model (a small random-init config in float32) it
+runs transformers' own path (nothing kernelized), the same model in float64 (the rounding
+yardstick), then the recipe: `use_kernel_mapping` onto LocalLayerRepository(REPO, name) and
+`kernels.kernelize`, in Mode.TRAINING (a training step: loss and every parameter's gradient; a
+Mamba-2 model also with a left-padded attention_mask), Mode.TRAINING with the mapping less the fused
+call (mamba_inner_fn / mamba_split_conv1d_scan_combined: the training step on the non-fused path),
+and Mode.INFERENCE (eval logits, greedy generate ids and per-step logits). It records what each of
+transformers' five kernel entry points resolved to and how many of selscan's ops ran. Prints one
+JSON line.
 
 --lift-gate: transformers 5.24 turns its hub-kernel decorators into no-ops unless the installed
 `kernels` satisfies its version range (transformers/utils/import_utils.py KERNELS_MIN_VERSION
@@ -32,7 +34,15 @@ import sys
 import time
 from pathlib import Path
 
-NAMES = ("selective_scan_fn", "selective_state_update", "mamba_inner_fn", "causal_conv1d_fn", "causal_conv1d_update")
+NAMES_M1 = ("selective_scan_fn", "selective_state_update", "mamba_inner_fn", "causal_conv1d_fn",
+            "causal_conv1d_update")
+NAMES_M2 = ("mamba_chunk_scan_combined", "mamba_split_conv1d_scan_combined", "selective_state_update",
+            "causal_conv1d_fn", "causal_conv1d_update")
+FUSED = ("mamba_inner_fn", "mamba_split_conv1d_scan_combined")  # the training calls that short-circuit the mixer
+
+
+def names_of(kind):
+    return NAMES_M1 if kind in ("mamba", "falcon_mamba") else NAMES_M2
 
 
 def lift_gate():
@@ -59,7 +69,9 @@ def lift_gate():
 
 
 def rel_l2(a, b):
-    """||a - b|| / ||b|| in float64."""
+    """||a - b|| / ||b|| in float64; inf where a is missing (a gradient that did not flow)."""
+    if a is None:
+        return math.inf
     a, b = a.detach().double().cpu(), b.detach().double().cpu()
     assert a.shape == b.shape, (a.shape, b.shape)
     den = b.norm().item()
@@ -97,18 +109,30 @@ def make_model(kind, device, dtype):
     import transformers
 
     torch.manual_seed(0)
-    cfg_cls, model_cls = {
-        "mamba": (transformers.MambaConfig, transformers.MambaForCausalLM),
-        "falcon_mamba": (transformers.FalconMambaConfig, transformers.FalconMambaForCausalLM),
-    }[kind]
-    cfg = cfg_cls(hidden_size=64, num_hidden_layers=2, vocab_size=100, state_size=16)
-    return model_cls(cfg).to(device=device, dtype=dtype)
+    if kind in ("mamba", "falcon_mamba"):
+        cfg_cls, model_cls = {
+            "mamba": (transformers.MambaConfig, transformers.MambaForCausalLM),
+            "falcon_mamba": (transformers.FalconMambaConfig, transformers.FalconMambaForCausalLM),
+        }[kind]
+        cfg = cfg_cls(hidden_size=64, num_hidden_layers=2, vocab_size=100, state_size=16)
+        kw = {}
+    else:
+        from _families import COMMON, FAMILIES
+
+        cfg_name, model_name, kw = FAMILIES[kind]
+        cfg = getattr(transformers, cfg_name)(**COMMON, **kw)
+        model_cls = getattr(transformers, model_name)
+    model = model_cls(cfg)
+    if "num_local_experts" in kw or "n_routed_experts" in kw:  # the float64 copy: grouped_mm takes no double
+        model.set_experts_implementation("eager")
+    return model.to(device=device, dtype=dtype)
 
 
-def train_step(model, ids):
+def train_step(model, ids, mask=None):
+    """One training step (no cache: the mixers take their fused call first): loss and gradients."""
     model.zero_grad(set_to_none=True)
     model.train()
-    out = model(ids, labels=ids)
+    out = model(input_ids=ids, attention_mask=mask, labels=ids, use_cache=False)
     out.loss.backward()
     grads = {n: p.grad.detach().clone() for n, p in model.named_parameters() if p.grad is not None}
     return out.loss.detach(), grads
@@ -126,18 +150,46 @@ def infer(model, ids, gen_tokens=8):
     return logits, g.sequences, torch.stack(g.logits)
 
 
-def hooks(model):
-    """transformers' kernel entry points as kernelize finds them: {layer name: the nn.Module
-    use_kernel_func_from_hub_with_fallback made}, from the first mixer's _kernel_funcs."""
-    mixer = next(m for m in model.modules() if getattr(m, "_kernel_funcs", None))
-    return {fn.kernel_layer_name: fn for fn in mixer._kernel_funcs.values()}
+def packed(model, device):
+    """{form: rel_l2 of the base model's hidden states on four packed sequences against each run
+    alone}, the packing given by cu_seqlens, seq_idx or both (mamba_ssm's keywords, which the model
+    hands its kernels)."""
+    import torch
+
+    g = torch.Generator().manual_seed(3)
+    lens = (5, 9, 1, 7)
+    seqs = [torch.randint(0, 100, (1, n), generator=g).to(device) for n in lens]
+    cu = torch.tensor([0, 5, 14, 15, 22])
+    idx = torch.cat([torch.full((1, n), i, dtype=torch.int32) for i, n in enumerate(lens)], 1).to(device)
+    base = model.base_model
+    out = {}
+    with torch.no_grad():
+        alone = torch.cat([base(input_ids=s, use_cache=False).last_hidden_state for s in seqs], 1)
+        for form, kw in (("cu_seqlens", dict(cu_seqlens=cu)), ("seq_idx", dict(seq_idx=idx)),
+                         ("both", dict(cu_seqlens=cu, seq_idx=idx))):
+            out[form] = rel_l2(base(input_ids=torch.cat(seqs, 1), use_cache=False, **kw).last_hidden_state, alone)
+    return out
 
 
-def resolution(model, repo):
+def mixers(model, names):
+    """The modules holding transformers' kernel entry points of these names (use_kernelized_func's
+    _kernel_funcs): the Mamba mixers (a hybrid's attention layers may hold others)."""
+    return [m for m in model.modules()
+            if any(fn.kernel_layer_name in names for fn in (getattr(m, "_kernel_funcs", None) or {}).values())]
+
+
+def hooks(model, names):
+    """transformers' kernel entry points of these names as kernelize finds them: {layer name: the
+    nn.Module use_kernel_func_from_hub_with_fallback made}, from the first mixer's _kernel_funcs."""
+    return {fn.kernel_layer_name: fn for fn in mixers(model, names)[0]._kernel_funcs.values()
+            if fn.kernel_layer_name in names}
+
+
+def resolution(model, repo, names):
     """{name: "selscan" (the forward is the layer of that name in the kernel loaded from repo),
     "transformers" (the hook's own forward) or a description}."""
     out = {}
-    for name, fn in hooks(model).items():
+    for name, fn in hooks(model, names).items():
         f = getattr(fn.forward, "__func__", None)
         if f is type(fn).forward:
             out[name] = "transformers"
@@ -151,11 +203,11 @@ def resolution(model, repo):
     return out
 
 
-def own_path(model):
+def own_path(model, names):
     """Whether each hook's own forward is transformers' PyTorch function (not an installed
     mamba_ssm / causal_conv1d it found): read from the wrapper's closure."""
     out = {}
-    for name, fn in hooks(model).items():
+    for name, fn in hooks(model, names).items():
         try:
             wrapped = inspect.getclosurevars(type(fn).forward).nonlocals["func"]
             out[name] = not inspect.getclosurevars(wrapped).nonlocals["is_new_implementation"]
@@ -170,47 +222,58 @@ def run_kind(kind, device, repo, mapping_for):
 
     t0 = time.perf_counter()
     res = {"kind": kind}
+    names = names_of(kind)
     model = make_model(kind, device, torch.float32)
     ids = torch.randint(0, 100, (2, 32), generator=torch.Generator().manual_seed(1)).to(device)
-    res["hooks"] = sorted(hooks(model))
-    res["own_path"] = own_path(model)
+    # a left-padded batch (Mamba-2: transformers' PyTorch path masks the conv's output, which the fused
+    # call is not handed; Mamba-1's layer cannot mask there: a documented limit, not run)
+    masks = {"": None}
+    if names is NAMES_M2:
+        masks["_padded"] = torch.ones_like(ids)
+        masks["_padded"][0, :5] = 0
+    res["hooks"] = sorted(hooks(model, names))
+    res["own_path"] = own_path(model, names)
+    res["mamba_layers"] = len(mixers(model, names))
 
     # transformers' own path, float32 and float64
     with OpCounter() as c:
-        loss32, grads32 = train_step(model, ids)
+        ref32 = {k: train_step(model, ids, m) for k, m in masks.items()}
         logits32, seq32, steps32 = infer(model, ids)
     res["ops_reference"] = c.counts
     m64 = copy.deepcopy(model).double()
-    loss64, grads64 = train_step(m64, ids)
+    ref64 = {k: train_step(m64, ids, m) for k, m in masks.items()}
     logits64, _, _ = infer(m64, ids)
     del m64
     t1 = time.perf_counter()
 
-    def compare(loss, grads):
+    def compare(loss, grads, k):
+        (loss32, grads32), (loss64, grads64) = ref32[k], ref64[k]
         return {
             "loss": abs(loss.item() - loss32.item()) / abs(loss32.item()),
             "loss_ref": abs(loss32.item() - loss64.item()) / abs(loss64.item()),
-            "grads": {n: [rel_l2(grads[n], grads32[n]), rel_l2(grads32[n], grads64[n]), rel_l2(grads[n], grads64[n])]
+            "grads": {n: [rel_l2(grads.get(n), grads32[n]), rel_l2(grads32[n], grads64[n]),
+                          rel_l2(grads.get(n), grads64[n])]
                       for n in grads32},
             "grad_names": [sorted(grads), sorted(grads32)],
         }
 
-    def training(key, names, **mapping_kw):  # kernelized for training with the names' kernels, one step
-        with use_kernel_mapping(mapping_for(names), **mapping_kw):
+    def training(key, mapped, **mapping_kw):  # kernelized for training with the mapped kernels, a step a mask
+        with use_kernel_mapping(mapping_for(mapped), **mapping_kw):
             kernelize(model, mode=Mode.TRAINING)
-        res["resolved_" + key] = resolution(model, repo)
-        with OpCounter() as c:
-            loss, grads = train_step(model, ids)
-        res["ops_" + key] = c.counts
-        res[key] = compare(loss, grads)
+        res["resolved_" + key] = resolution(model, repo, names)
+        for k, m in masks.items():
+            with OpCounter() as c:
+                loss, grads = train_step(model, ids, m)
+            res["ops_" + key + k] = c.counts
+            res[key + k] = compare(loss, grads, k)
 
-    # the recipe: training (fused mamba_inner_fn), training on the non-fused path, inference
-    training("training", NAMES)
-    training("training_unfused", tuple(n for n in NAMES if n != "mamba_inner_fn"), inherit_mapping=False)
+    # the recipe: training (the fused call first), training on the non-fused path, inference
+    training("training", names)
+    training("training_unfused", tuple(n for n in names if n not in FUSED), inherit_mapping=False)
 
-    with use_kernel_mapping(mapping_for(NAMES)):
+    with use_kernel_mapping(mapping_for(names)):
         kernelize(model, mode=Mode.INFERENCE)
-    res["resolved_inference"] = resolution(model, repo)
+    res["resolved_inference"] = resolution(model, repo, names)
     with OpCounter() as c:
         logits, seq, steps = infer(model, ids)
     res["ops_inference"] = c.counts
@@ -218,11 +281,13 @@ def run_kind(kind, device, repo, mapping_for):
     res["ids_equal"] = bool(torch.equal(seq, seq32))
     res["ids"] = seq.tolist()
     res["step_logits"] = rel_l2(steps, steps32)
+    if kind == "Mamba2":  # packed sequences (transformers' own path refuses them): each as if run alone
+        res["packed"] = packed(model, device)
 
     # back to transformers' own functions: a mapping without these names
     with use_kernel_mapping({}, inherit_mapping=False):
         kernelize(model, mode=Mode.INFERENCE)
-    res["resolved_after_reset"] = resolution(model, repo)
+    res["resolved_after_reset"] = resolution(model, repo, names)
     res["seconds"] = {"reference": round(t1 - t0, 2), "kernelized": round(time.perf_counter() - t1, 2)}
     return res
 
@@ -249,9 +314,9 @@ def main():
            "torch": torch.__version__, "device": device, "models": []}
     if gate != "closed":
 
-        def mapping_for(names):
+        def mapping_for(mapped):
             return {n: {d: LocalLayerRepository(repo_path=repo, layer_name=n) for d in ("cpu", "cuda")}
-                    for n in names}
+                    for n in mapped}
 
         for kind in kinds:
             out["models"].append(run_kind(kind, device, repo, mapping_for))

@@ -1,15 +1,16 @@
 """selscan as a Hugging Face `kernels` repository (`make hf-kernel`: bindings/torch/hf_kernel) and
-transformers' Mamba-1 models running on it through `kernels.kernelize`, no use_in_* call.
+transformers' Mamba-1 and Mamba-2 models running on it through `kernels.kernelize`, no use_in_* call.
 
 - the layout generate.py writes (noarch variants build/torch-cpu and build/torch-cuda, metadata.json
   with the digest kernels computes), byte-identical on a second run and through `make hf-kernel`;
 - `kernels` (skipped when absent; make test-torch installs it) loads it from the folder: the
   variant of torch's build, selscan_torch's own functions, the five layers;
-- the recipe in a fresh process (_hf_kernel_worker.py): MambaForCausalLM and
-  FalconMambaForCausalLM (small random configs, float32) kernelized with use_kernel_mapping onto
-  LocalLayerRepository(repo, name) against transformers' own PyTorch path: what each entry point
-  resolved to, selscan's ops counted, loss, every parameter's gradient, eval logits, greedy ids and
-  per-step logits. CPU, and CUDA where present. transformers 5.24 engages the route only with
+- the recipe in a fresh process (_hf_kernel_worker.py): MambaForCausalLM, FalconMambaForCausalLM
+  and the six Mamba-2 families (small random configs, float32) kernelized with use_kernel_mapping
+  onto LocalLayerRepository(repo, name) against transformers' own PyTorch path: what each entry
+  point resolved to, selscan's ops counted, loss, every parameter's gradient (Mamba-2 also with a
+  left-padded attention_mask), eval logits, greedy ids and per-step logits. CPU, and CUDA where
+  present. transformers 5.24 engages the route only with
   kernels 0.18.2 <= version < 0.19 installed; with an older kernels (PyPI served 0.17.2 when this
   was written) the worker widens that gate for its own process and says so (see its docstring).
 """
@@ -33,6 +34,10 @@ ROOT = HERE.parents[2]
 GENERATOR = ROOT / "bindings" / "torch" / "hf_kernel" / "generate.py"
 WORKER = HERE / "_hf_kernel_worker.py"
 NAMES = ("selective_scan_fn", "selective_state_update", "mamba_inner_fn", "causal_conv1d_fn", "causal_conv1d_update")
+NAMES_M2 = ("mamba_chunk_scan_combined", "mamba_split_conv1d_scan_combined", "selective_state_update",
+            "causal_conv1d_fn", "causal_conv1d_update")
+LAYERS = tuple(dict.fromkeys(NAMES + NAMES_M2))  # the layers, and the functions under the same names
+MAMBA2 = ("Mamba2", "Bamba", "FalconH1", "GraniteMoeHybrid", "NemotronH", "Zamba2")  # _families.py
 BACKENDS = ("cpu", "cuda")
 HAS_CUDA = torch.cuda.is_available() and st.has_cuda_kernels()
 # the variant `kernels` takes: the backend torch was built for (kernels/backends.py _backend), not
@@ -119,12 +124,13 @@ def test_kernels_loads_it(tmp_path):
         meta.digest.validate(Digest.hash_variant(meta.digest.algorithm, v))
     kernel = get_local_kernel(repo)
     assert Path(kernel.__file__).parent == repo / "build" / VARIANT
-    for name in NAMES:
+    for name in LAYERS:
         assert getattr(kernel, name) is getattr(st, name), name
         layer = LocalLayerRepository(repo_path=repo, layer_name=name).load()
         assert layer is getattr(kernel.layers, name)
         assert issubclass(layer, torch.nn.Module) and layer.__init__ is torch.nn.Module.__init__
-    assert set(kernel.__all__) == set(NAMES) | {"layers"}
+    assert set(kernel.__all__) == set(LAYERS) | {"layers"}
+    assert set(kernel.layers.__all__) == set(LAYERS)
 
 
 # ---- transformers' models through kernelize -------------------------------------------------
@@ -146,7 +152,7 @@ def _worker(repo, device):
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join([str(Path(st.__file__).resolve().parents[1])] +
                                         ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
-    r = subprocess.run([sys.executable, str(WORKER), str(repo), device, "mamba", "falcon_mamba", "--lift-gate"],
+    r = subprocess.run([sys.executable, str(WORKER), str(repo), device, "mamba", "falcon_mamba", *MAMBA2, "--lift-gate"],
                        capture_output=True, text=True, env=env, timeout=600)
     assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-8000:]
     return json.loads(r.stdout.strip().splitlines()[-1])
@@ -215,3 +221,60 @@ def test_transformers_route(route, device, kind):
     vs_tf32, _ = m["eval_logits"]
     assert vs_tf32 < REL[device] and m["step_logits"] < REL[device], (vs_tf32, m["step_logits"])
     assert m["ids_equal"]
+
+
+# Mamba-2: transformers' chunked float32 algorithm against selscan's step-by-step one. The per-head
+# parameters' gradients (A_log, dt_bias, D) are each one float32 sum over L * headdim * d_state
+# terms in selscan's backward (transformers' chunked form sums fewer at a time): their distance to
+# the float64 run gets sqrt(L * headdim * d_state) units of roundoff on top (measured on CPU: A_log
+# 1.8e-6 against transformers' own 3.5e-7, GraniteMoeHybrid padded; the bound there 5.9e-6).
+M2_SUM = (32 * 16 * 16) ** 0.5 * 2.0 ** -24  # L 32, headdim 16, d_state 16 (_families.py, the worker's ids)
+
+
+@needs_kernels
+@needs_tf
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("family", MAMBA2)
+def test_transformers_route_mamba2(route, device, family):
+    run = route(device)
+    assert run["gate"] in ("met", "lifted"), run
+    m = next(x for x in run["models"] if x["kind"] == family)
+    assert m["hooks"] == sorted(NAMES_M2)
+    assert m["own_path"] == dict.fromkeys(NAMES_M2, True)
+
+    sel, tf = "selscan", "transformers"
+    # training: the fused call is selscan's layer (None: the mixer's unfused path, on selscan's conv and
+    # scan); the decode steps have no backward, kernelize keeps transformers'
+    train = {"mamba_chunk_scan_combined": sel, "mamba_split_conv1d_scan_combined": sel, "causal_conv1d_fn": sel,
+             "selective_state_update": tf, "causal_conv1d_update": tf}
+    assert m["resolved_training"] == train
+    assert m["resolved_training_unfused"] == dict(train, mamba_split_conv1d_scan_combined=tf)
+    assert m["resolved_inference"] == dict.fromkeys(NAMES_M2, sel)
+    assert m["resolved_after_reset"] == dict.fromkeys(NAMES_M2, tf)
+
+    layers = m["mamba_layers"]
+    assert layers >= 1
+    # the SSD op on the CPU; on CUDA the drop-in runs the SSD as selscan's Mamba-1 scan (ssd._ssd_on_scan)
+    fwd, bwd = ("selscan::ssd_fwd", "selscan::ssd_bwd") if device == "cpu" else ("selscan::fwd", "selscan::bwd")
+    assert m["ops_reference"] == {}
+    for key in ("training", "training_padded", "training_unfused", "training_unfused_padded"):
+        ops = m["ops_" + key]
+        assert ops.get(fwd) == layers and ops.get(bwd) == layers, (key, ops)
+        assert ops.get("selscan::conv_fwd") == layers and ops.get("selscan::conv_bwd") == layers, (key, ops)
+        t = m[key]
+        assert t["grad_names"][0] == t["grad_names"][1] and len(t["grad_names"][0]) > 0, key
+        assert t["loss"] < REL[device], (key, t["loss"])
+        for name, (vs_tf32, tf32_vs_64, vs_64) in t["grads"].items():
+            extra = M2_SUM if name.rsplit(".", 1)[-1] in ("A_log", "dt_bias", "D") else 0.0
+            assert vs_tf32 < REL[device], (key, name, vs_tf32)
+            assert vs_64 <= RATIO[device] * tf32_vs_64 + 2.0 ** -23 + extra, (key, name, vs_64, tf32_vs_64)
+    ops = m["ops_inference"]
+    steps = len(m["ids"][0]) - 6 - 1  # generate(max_new_tokens=8) from 6 tokens: the first from the prefill
+    assert ops.get(fwd) == 2 * layers and ops.get("selscan::conv_fwd") == 2 * layers, ops
+    assert ops.get("selscan::step") == steps * layers and ops.get("selscan::conv_step") == steps * layers, ops
+    vs_tf32, _ = m["eval_logits"]
+    assert vs_tf32 < REL[device] and m["step_logits"] < REL[device], (vs_tf32, m["step_logits"])
+    assert m["ids_equal"]
+    if family == "Mamba2":  # packed sequences restart the conv and the scan, whichever keyword packs them
+        assert set(m["packed"]) == {"cu_seqlens", "seq_idx", "both"}, m["packed"]
+        assert max(m["packed"].values()) < REL[device], m["packed"]

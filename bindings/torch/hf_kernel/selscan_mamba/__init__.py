@@ -1,15 +1,18 @@
-"""selscan-mamba: selscan's Mamba-1 kernels as a Hugging Face `kernels` repository.
+"""selscan-mamba: selscan's Mamba kernels as a Hugging Face `kernels` repository.
 
 The functions under mamba_ssm's and causal_conv1d's names and signatures (they are
 selscan_torch's own):
 
-    selective_scan_fn, selective_state_update, mamba_inner_fn    (mamba_ssm)
-    causal_conv1d_fn, causal_conv1d_update                       (causal_conv1d)
+    selective_scan_fn, selective_state_update, mamba_inner_fn,             (mamba_ssm)
+    mamba_chunk_scan_combined, mamba_split_conv1d_scan_combined
+    causal_conv1d_fn, causal_conv1d_update                                 (causal_conv1d)
 
-and `layers`: one stateless nn.Module per kernel entry point of transformers' Mamba-1 models
-(MambaForCausalLM, FalconMambaForCausalLM), named as transformers' kernel mapping names them
-("selective_scan_fn", "selective_state_update", "mamba_inner_fn", "causal_conv1d_fn",
-"causal_conv1d_update"), for `kernels.kernelize` through a LocalLayerRepository.
+and `layers`: one stateless nn.Module per kernel entry point of transformers' Mamba models, named
+as transformers' kernel mapping names them: Mamba-1 (MambaForCausalLM, FalconMambaForCausalLM)
+"selective_scan_fn", "selective_state_update", "mamba_inner_fn", "causal_conv1d_fn",
+"causal_conv1d_update"; Mamba-2 (Mamba2, Bamba, FalconH1, GraniteMoeHybrid, NemotronH, Zamba2)
+"mamba_chunk_scan_combined", "mamba_split_conv1d_scan_combined", "selective_state_update",
+"causal_conv1d_fn", "causal_conv1d_update"; for `kernels.kernelize` through a LocalLayerRepository.
 
 A pure-Python (noarch) kernel: the compiled code is the selscan_torch package, installed
 separately (`pip install --no-build-isolation ./bindings/torch` in selscan's repository). This
@@ -26,7 +29,9 @@ except ImportError as e:  # kernels' python-depends lists only its curated packa
 from selscan_torch import (  # noqa: E402
     causal_conv1d_fn,
     causal_conv1d_update,
+    mamba_chunk_scan_combined,
     mamba_inner_fn,
+    mamba_split_conv1d_scan_combined,
     selective_scan_fn,
     selective_state_update,
 )
@@ -39,5 +44,7 @@ __all__ = [
     "mamba_inner_fn",
     "causal_conv1d_fn",
     "causal_conv1d_update",
+    "mamba_chunk_scan_combined",
+    "mamba_split_conv1d_scan_combined",
     "layers",
 ]

@@ -1,8 +1,13 @@
-"""The layers `kernels.kernelize` puts in place of transformers' Mamba-1 kernel entry points.
+"""The layers `kernels.kernelize` puts in place of transformers' Mamba kernel entry points.
 
-transformers (5.x) decorates five module-level functions of modeling_mamba.py and
-modeling_falcon_mamba.py with use_kernel_func_from_hub_with_fallback(name, package): each becomes
-a stateless nn.Module registered under `name`, attached to the mixer by use_kernelized_func.
+transformers (5.x) decorates module-level functions of its Mamba modules with
+use_kernel_func_from_hub_with_fallback(name, package): each becomes a stateless nn.Module registered
+under `name`, attached to the mixer by use_kernelized_func. Mamba-1 (modeling_mamba.py,
+modeling_falcon_mamba.py): selective_scan_fn, selective_state_update, mamba_inner_fn,
+causal_conv1d_fn, causal_conv1d_update. Mamba-2 (the Mamba2, Bamba, FalconH1, GraniteMoeHybrid,
+NemotronH and Zamba2 modules): mamba_chunk_scan_combined, mamba_split_conv1d_scan_combined,
+selective_state_update (multi-head), causal_conv1d_fn, causal_conv1d_update; the names the two
+share take both forms.
 `kernelize` replaces such a module's forward with the forward of the layer of the same name
 here. kernels accepts a layer only if it is an nn.Module without a constructor or members of its
 own (has_backward / can_torch_compile aside) whose forward has as many parameters, of the same
@@ -16,7 +21,15 @@ FalconMamba's dt RMS norm in the fused training call (mamba_inner_fn) is applied
 dt_rank slice before dt_proj, as the PyTorch path does (mamba_ssm's kernel applies it after
 dt_proj). Arguments transformers' PyTorch fallbacks take and selscan has no use for
 (use_mambapy, use_associative_scan) are ignored; keyword arguments of the mamba_ssm /
-causal_conv1d functions not in transformers' signatures pass through **kwargs.
+causal_conv1d functions not in transformers' signatures pass through **kwargs (packed sequences:
+seq_idx and cu_seqlens reach the scans, and the conv restarts where either says).
+
+Mamba-2's fused training call (mamba_split_conv1d_scan_combined) answers None, as transformers'
+own PyTorch body does: the mixer then runs its unfused path (the conv, the SSD scan, its gated
+RMS norm and out_proj), on the layers here where they are mapped. That path applies a padding
+attention_mask to the conv's output, which the fused call is not handed; selscan's fused function
+(selscan_torch.mamba_split_conv1d_scan_combined) composes the same conv and scan, so running it
+here would gain nothing and lose the mask.
 
 has_backward = False on the two decode steps (selscan's steps are inference-only: an input
 requiring grad raises): kernelize in Mode.TRAINING keeps transformers' own step functions,
@@ -29,15 +42,18 @@ from torch import nn
 from selscan_torch import (
     causal_conv1d_fn as _causal_conv1d_fn,
     causal_conv1d_update as _causal_conv1d_update,
+    mamba_chunk_scan_combined as _mamba_chunk_scan_combined,
     mamba_inner_fn as _mamba_inner_fn,
     selective_scan_fn as _selective_scan_fn,
     selective_state_update as _selective_state_update,
 )
+from selscan_torch.ssd import conv_seq_idx as _conv_seq_idx
 
 __all__ = ["selective_scan_fn", "selective_state_update", "mamba_inner_fn", "causal_conv1d_fn",
-           "causal_conv1d_update"]
+           "causal_conv1d_update", "mamba_chunk_scan_combined", "mamba_split_conv1d_scan_combined"]
 
-_CONV_KEYWORDS = ("seq_idx", "initial_states", "return_final_states", "final_states_out")
+_CONV_KEYWORDS = ("initial_states", "return_final_states", "final_states_out")
+_SSD_KEYWORDS = ("z", "seq_idx", "cu_seqlens", "return_varlen_states")
 _INNER_KEYWORDS = ("B_proj_bias", "C_proj_bias", "checkpoint_lvl")
 _ONES = {}  # (device, dt_rank) -> float32 ones: the weightless dt norm's weight
 
@@ -109,10 +125,16 @@ class causal_conv1d_fn(nn.Module):
     """transformers' causal_conv1d_fn(hidden_states, weight, bias, activation, **kwargs) on
     selscan's causal_conv1d_fn (activation None, "silu" or "swish"; another is refused with
     selscan's ValueError). causal_conv1d's seq_idx / initial_states / return_final_states /
-    final_states_out pass through as keywords; other keywords (the mixer's own) are ignored."""
+    final_states_out pass through as keywords; packed sequences given by cu_seqlens alone restart
+    the conv where they restart the scan (selscan_torch.ssd.conv_seq_idx); other keywords (the
+    mixer's own) are ignored."""
 
     def forward(self, x, weight, bias=None, activation=None, **kwargs):
         extra = {k: kwargs[k] for k in _CONV_KEYWORDS if kwargs.get(k) is not None}
+        seq_idx = _conv_seq_idx(kwargs.get("seq_idx"), kwargs.get("cu_seqlens"), x.shape[-1], x.device,
+                                "selscan-mamba's causal_conv1d_fn")
+        if seq_idx is not None:
+            extra["seq_idx"] = seq_idx
         return _causal_conv1d_fn(x, weight, bias, activation=activation, **extra)
 
 
@@ -124,3 +146,33 @@ class causal_conv1d_update(nn.Module):
 
     def forward(self, x, conv_state, weight, bias=None, activation=None):
         return _causal_conv1d_update(x, conv_state, weight, bias, activation)
+
+
+class mamba_chunk_scan_combined(nn.Module):
+    """transformers' mamba2_chunk_scan(hidden_states, dt, A, B, C, chunk_size, D, dt_bias,
+    initial_states, dt_softplus, dt_limit, return_final_states, **kwargs) on selscan's
+    mamba_chunk_scan_combined (mamba_ssm's signature): out, or (out, final_states) in float32.
+    mamba_ssm's z / seq_idx / cu_seqlens / return_varlen_states pass through as keywords; other
+    keywords (the model's own) are ignored. chunk_size is accepted and unused (selscan's scan is
+    exact per step)."""
+
+    def forward(self, x, dt, A, B, C, chunk_size, D=None, dt_bias=None, initial_states=None, dt_softplus=False,
+                dt_limit=(0.0, float("inf")), return_final_states=False, **kwargs):
+        extra = {k: kwargs[k] for k in _SSD_KEYWORDS if kwargs.get(k) is not None}
+        return _mamba_chunk_scan_combined(x, dt, A, B, C, chunk_size, D=D, dt_bias=dt_bias,
+                                          initial_states=initial_states, dt_softplus=bool(dt_softplus),
+                                          dt_limit=dt_limit, return_final_states=bool(return_final_states), **extra)
+
+
+class mamba_split_conv1d_scan_combined(nn.Module):
+    """transformers' mamba2_split_conv1d_scan_combined(zxbcdt, conv1d_weight, conv1d_bias, dt_bias,
+    A, D, chunk_size, initial_states, dt_limit, return_final_states, activation, rmsnorm_weight,
+    rmsnorm_eps, outproj_weight, outproj_bias, headdim, ngroups, norm_before_gate, **kwargs): None,
+    as transformers' PyTorch body answers, so that the mixer runs its unfused path, which masks
+    padding (see the module's docstring)."""
+
+    def forward(self, zxbcdt, conv1d_weight, conv1d_bias, dt_bias, A, D, chunk_size, initial_states=None,
+                dt_limit=(0.0, float("inf")), return_final_states=False, activation="silu", rmsnorm_weight=None,
+                rmsnorm_eps=1e-6, outproj_weight=None, outproj_bias=None, headdim=None, ngroups=1,
+                norm_before_gate=True, **kwargs):
+        return None
