@@ -276,7 +276,7 @@ typedef struct selscan_out_tensor {
    selscan_problem.diag / selscan_step_problem.diag; on an error status every validate function,
    size query and CPU entry point stores two static strings and a code there, e.g. {"dB",
    "overlaps dC", SELSCAN_RULE_OVERLAPS}, {"workspace", "too small", SELSCAN_RULE_TOO_SMALL},
-   {"workspace", "too small"}, {"cu_seqlens", "not increasing"}, {"n_parts", "out of range"},
+   {"workspace", "too small"}, {"cu_seqlens", "decreasing"}, {"n_parts", "out of range"},
    {"batch * dim * seqlen", "element count overflows"} (a count rule names the sizes whose product
    overflows); nothing is written on SELSCAN_OK. No allocation, no printing. (A NULL problem
    pointer has no diag to write to.) With the parts API every part stores the same strings: give
@@ -297,7 +297,7 @@ typedef struct selscan_out_tensor {
     X(SELSCAN_RULE_BATCH_NOT_1, "not 1 with cu_seqlens")                                            \
     X(SELSCAN_RULE_FIRST_OFFSET, "first offset not 0")                                              \
     X(SELSCAN_RULE_LAST_OFFSET, "last offset not seqlen")                                           \
-    X(SELSCAN_RULE_NOT_INCREASING, "not increasing")                                                \
+    X(SELSCAN_RULE_NOT_INCREASING, "decreasing")            /* an offset below the one before */    \
     X(SELSCAN_RULE_INDEX_RANGE, "not below n_cache")        /* state_index */                        \
     X(SELSCAN_RULE_NOT_BATCH, "not batch without state_index") /* n_cache */                         \
     X(SELSCAN_RULE_ROW_TWICE, "row used twice")             /* state_index */                        \

@@ -530,7 +530,7 @@ static void diag_table(void) {
         p.diag = &D0;
         p.cu_seqlens = cu;
         diag_reset();
-        diag_is("cu_seqlens not increasing", selscan_validate(&p), SELSCAN_ERR_SHAPE, "cu_seqlens");
+        diag_is("cu_seqlens decreasing", selscan_validate(&p), SELSCAN_ERR_SHAPE, "cu_seqlens");
         cu[1] = 1; cu[2] = 3; cu[3] = 39;
         diag_reset();
         diag_is("cu_seqlens last offset", selscan_validate(&p), SELSCAN_ERR_SHAPE, "cu_seqlens");

@@ -906,7 +906,7 @@ static void test_validation(void) {
         CV_CASE_SEQ(P.p.n_seqs = -1, SELSCAN_ERR_SHAPE, "n_seqs", "no sequence (cu_seqlens needs n_seqs + 1 >= 2 offsets)");
         CV_CASE_SEQ(P.cu[0] = 1, SELSCAN_ERR_SHAPE, "cu_seqlens", "first offset not 0");
         CV_CASE_SEQ(P.cu[3] = 8, SELSCAN_ERR_SHAPE, "cu_seqlens", "last offset not seqlen");
-        CV_CASE_SEQ(P.cu[1] = 5; P.cu[2] = 4, SELSCAN_ERR_SHAPE, "cu_seqlens", "not increasing");
+        CV_CASE_SEQ(P.cu[1] = 5; P.cu[2] = 4, SELSCAN_ERR_SHAPE, "cu_seqlens", "decreasing");
         CV_CASE_SEQ(P.p.cu_seqlens = (const int64_t *)((const char *)P.cu + 4), SELSCAN_ERR_SHAPE, "cu_seqlens", "misaligned");
         /* the offsets copied into the output's memory (valid offsets, overlapping the output) */
         if (fwd) CV_CASE_SEQ(memcpy(P.y.mem, P.cu, 4 * sizeof(int64_t)); P.p.cu_seqlens = (const int64_t *)(void *)P.y.mem,

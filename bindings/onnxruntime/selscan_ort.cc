@@ -26,7 +26,7 @@
 // the op, the input and selscan's rule, e.g.
 //   selscan: SelectiveScan: invalid size, group count, sequence offsets or index [SELSCAN_ERR_SHAPE]
 //     (input 'B': wrong shape: want (batch, N, L) = [2, 5, 37], got [2, 5, 36])
-//   selscan: SelectiveScan: ... [SELSCAN_ERR_SHAPE] (input 'cu_seqlens': not increasing: batch=1, ...)
+//   selscan: SelectiveScan: ... [SELSCAN_ERR_SHAPE] (input 'cu_seqlens': decreasing: batch=1, ...)
 // No exception crosses into ONNX Runtime; nothing is allocated but the workspace and the checks'
 // scratch (operator new).
 //
