@@ -123,7 +123,7 @@ def make_model(kind, device, dtype):
         cfg = getattr(transformers, cfg_name)(**COMMON, **kw)
         model_cls = getattr(transformers, model_name)
     model = model_cls(cfg)
-    if "num_local_experts" in kw or "n_routed_experts" in kw:  # the float64 copy: grouped_mm takes no double
+    if "num_local_experts" in kw or "n_routed_experts" in kw:  # eager experts: grouped_mm takes no float64
         model.set_experts_implementation("eager")
     return model.to(device=device, dtype=dtype)
 
