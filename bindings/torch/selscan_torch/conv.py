@@ -139,8 +139,9 @@ conv_step_call = _checks.direct(_conv_step, _conv_step_autograd)
 
 
 def _silu_flag(activation):
-    if activation not in _ACTIVATIONS:
-        raise NotImplementedError("activation must be None, silu, or swish")
+    if activation not in _ACTIVATIONS:  # causal_conv1d's exception type, with the argument named
+        raise NotImplementedError(f"selscan: activation must be None, 'silu' or 'swish', got {activation!r} "
+                                  "(argument 'activation')")
     return activation in ("silu", "swish")
 
 
@@ -198,7 +199,7 @@ def _conv_seq_idx(x, weight, bias, seq_idx, initial_states, silu):
 
 
 def causal_conv1d_fn(x, weight, bias=None, seq_idx=None, initial_states=None, return_final_states=False,
-                     final_states_out=None, activation=None):
+                     final_states_out=None, activation=None, *, cu_seqlens=None):
     """causal_conv1d.causal_conv1d_fn on selscan's conv (same signature and results).
 
     x: (batch, dim, seqlen) any strides; weight: (dim, width), width 2 .. 4 (nn.Conv1d's
@@ -208,7 +209,10 @@ def causal_conv1d_fn(x, weight, bias=None, seq_idx=None, initial_states=None, re
     place when given; activation: None, "silu" or "swish". Returns out (x's shape and dtype) or
     (out, final_states). Autograd: x, weight, bias and initial_states (and through final_states).
     weight and bias are used in float32 (their gradients come back in their own dtype);
-    initial_states is cast to x's dtype.
+    initial_states is cast to x's dtype. cu_seqlens (keyword; selscan's, not causal_conv1d's): packed
+    sequences as offsets, as selscan's scan takes them (x of batch 1; the offsets' rules are the op's:
+    first 0, last seqlen, none decreasing), initial_states and final states one row a sequence; not with
+    seq_idx.
     """
     silu = _silu_flag(activation)
     _checks.tensor_arg(x, "x")
@@ -226,10 +230,13 @@ def causal_conv1d_fn(x, weight, bias=None, seq_idx=None, initial_states=None, re
         _checks.tensor_arg(seq_idx, "seq_idx")
         _checks._type(seq_idx.dtype in _checks._INDEX_DTYPES, "seq_idx must be an integer tensor (int32 as "
                       "causal_conv1d's), got ", seq_idx.dtype)
+        if cu_seqlens is not None:
+            raise ValueError("selscan: seq_idx given with cu_seqlens: one packing at a time (argument 'seq_idx')")
         if return_final_states:
             raise ValueError("If seq_idx is not None, we don't return final_states_out")
         return _conv_seq_idx(x, weight, bias, seq_idx, initial_states, silu)
-    y, fin = conv_fwd_call(x, weight, bias, initial_states, None, silu, bool(return_final_states), False)
+    cu = None if cu_seqlens is None else _checks.host_offsets(cu_seqlens)
+    y, fin = conv_fwd_call(x, weight, bias, initial_states, cu, silu, bool(return_final_states), False)
     if not return_final_states:
         return y
     if final_states_out is not None:  # causal_conv1d's buffer: exactly final_states' shape, dtype, device

@@ -47,6 +47,7 @@ What is replaced:
   already imported.
 """
 import contextvars
+import functools
 import importlib
 import inspect
 import importlib.util
@@ -58,8 +59,10 @@ import weakref
 import torch
 
 from . import _C
+from . import _checks
 from . import block as _block
 from . import conv as _conv
+from . import ssd as _ssd
 from . import selective_scan_fn as _selective_scan_fn
 from . import selective_state_update as _selective_state_update
 
@@ -98,9 +101,9 @@ def _standin_selective_state_update(state, x, dt, A, B, C, D=None, z=None, dt_bi
 
 
 def _standin_causal_conv1d_fn(x, weight, bias=None, seq_idx=None, initial_states=None, return_final_states=False,
-                              final_states_out=None, activation=None, **kwargs):
+                              final_states_out=None, activation=None, *, cu_seqlens=None, **kwargs):
     return _conv.causal_conv1d_fn(x, weight, bias, seq_idx, initial_states, return_final_states, final_states_out,
-                                  activation)
+                                  activation, cu_seqlens=cu_seqlens)
 
 
 def _standin_causal_conv1d_update(x, conv_state, weight, bias=None, activation=None, cache_seqlens=None,
@@ -383,22 +386,47 @@ def _tf_own(original):
     return None if original is None else inspect.unwrap(original)
 
 
-def _tf_conv_fn(original):
+def _tf_step(original, step):
+    """A decode step of transformers' signature (mamba_selective_state_update, causal_conv1d_update,
+    ...): selscan's, or transformers' own PyTorch body where autograd is to record the call (grad mode
+    on and a tensor argument requiring grad: a cached forward under grad mode, whose cache then holds
+    such tensors), which selscan's inference-only steps refuse."""
+    own = _tf_own(original)
+    if own is None:  # (4.x: no module-level original)
+        return step
+
+    def step_(*args, **kwargs):
+        if _checks.requires_grad([a for a in (*args, *kwargs.values()) if isinstance(a, torch.Tensor)]):
+            return own(*args, **kwargs)
+        return step(*args, **kwargs)
+
+    return functools.wraps(step)(step_)
+
+
+def _tf_conv_fn(original, packed=False):
+    """packed: the model's seq_idx / cu_seqlens keywords restart the conv (ssd.conv_packing; the Mamba-2
+    mixers, whose scans restart there too)."""
     own = _tf_own(original)
 
     def causal_conv1d_fn_(x, weight, bias=None, seq_idx=None, initial_states=None, return_final_states=False,
                           final_states_out=None, activation=None, **kwargs):
+        cu = None
+        if packed:
+            packing = _ssd.conv_packing(seq_idx, kwargs.get("cu_seqlens"), x.shape[-1])
+            seq_idx, cu = packing.get("seq_idx"), packing.get("cu_seqlens")
         if not _conv.width_supported(weight):  # a width selscan's conv does not take: transformers' own
-            if seq_idx is not None or initial_states is not None or return_final_states or final_states_out is not None:
+            if seq_idx is not None or cu is not None or initial_states is not None or return_final_states or \
+                    final_states_out is not None:
                 raise NotImplementedError(f"selscan_torch.use_in_transformers: a conv of width {weight.shape[-1]} "
-                                          "with seq_idx / initial_states / final states: neither selscan's conv "
+                                          "with packed sequences / initial_states / final states: neither "
+                                          "selscan's conv "
                                           f"(widths {_C.CONV_MIN_WIDTH} .. {_C.CONV_MAX_WIDTH}) nor "
                                           "transformers' own PyTorch conv takes them")
             return own(x, weight, bias, activation=activation, **kwargs)
         if activation not in _ACTS:  # an activation selscan's conv does not fuse: transformers' own
             return original(x, weight, bias, activation=activation, **kwargs)
         return _standin_causal_conv1d_fn(x, weight, bias, seq_idx, initial_states, return_final_states,
-                                         final_states_out, activation)
+                                         final_states_out, activation, cu_seqlens=cu)
 
     return causal_conv1d_fn_
 
@@ -413,7 +441,7 @@ def _tf_conv_update(original):
             return original(x, conv_state, weight, bias, activation, *args, **kwargs)
         return _standin_causal_conv1d_update(x, conv_state, weight, bias, activation, *args, **kwargs)
 
-    return causal_conv1d_update_
+    return _tf_step(original, causal_conv1d_update_)
 
 
 def _tf_mixer_forward_mask(original, cache_name):
@@ -539,7 +567,8 @@ def _set_tf5_kernels(h, mod, modname, selective_scan, selective_state_update):
     causal_conv1d_update selscan's around the module's own."""
     g = mod.__dict__
     h._setattr(mod, "mamba_selective_scan", selective_scan, f"{modname}.mamba_selective_scan")
-    h._setattr(mod, "mamba_selective_state_update", selective_state_update,
+    h._setattr(mod, "mamba_selective_state_update", _tf_step(g["mamba_selective_state_update"],
+                                                              selective_state_update),
                f"{modname}.mamba_selective_state_update")
     h._setattr(mod, "causal_conv1d_fn", _tf_conv_fn(g["causal_conv1d_fn"]), f"{modname}.causal_conv1d_fn")
     h._setattr(mod, "causal_conv1d_update", _tf_conv_update(g["causal_conv1d_update"]),
@@ -818,7 +847,6 @@ def _install_transformers_hybrids(h):
 # devices. The mixers' forward is transformers' own (the padding mask where it applies it).
 
 from .ssd import mamba_chunk_scan_combined as _m2_scan_op  # noqa: E402
-from .ssd import conv_seq_idx as _m2_conv_seq_idx  # noqa: E402
 
 _TF_MAMBA2_MODULES = ("transformers.models.mamba2.modeling_mamba2", "transformers.models.bamba.modeling_bamba",
                       "transformers.models.falcon_h1.modeling_falcon_h1",
@@ -843,18 +871,6 @@ def _m2_chunk_scan(original, own_on_cuda):
         return _m2_scan_op(x, dt, A, B, C, **kw)  # (the model's other keywords are not the scan's)
 
     return mamba2_chunk_scan_
-
-
-def _m2_conv_fn(original):
-    """The Mamba-2 mixers' causal_conv1d_fn: _tf_conv_fn, restarting at packed sequences' starts where
-    the model's keywords carry cu_seqlens alone (the scan restarts there too: both or neither)."""
-    conv = _tf_conv_fn(original)
-
-    def causal_conv1d_fn_(x, weight, bias=None, seq_idx=None, *args, cu_seqlens=None, **kwargs):
-        seq_idx = _m2_conv_seq_idx(seq_idx, cu_seqlens, x.shape[-1], x.device, "selscan_torch.use_in_transformers")
-        return conv(x, weight, bias, seq_idx, *args, **kwargs)
-
-    return causal_conv1d_fn_
 
 
 def _m2_split_conv1d_scan(original):
@@ -902,9 +918,11 @@ def _install_transformers_mamba2(h):
         h._setattr(mod, "mamba2_split_conv1d_scan_combined",
                    _m2_split_conv1d_scan(g["mamba2_split_conv1d_scan_combined"]),
                    f"{modname}.mamba2_split_conv1d_scan_combined")
-        h._setattr(mod, "mamba2_selective_state_update", _m2_selective_state_update,
+        h._setattr(mod, "mamba2_selective_state_update",
+                   _tf_step(g["mamba2_selective_state_update"], _m2_selective_state_update),
                    f"{modname}.mamba2_selective_state_update")
-        h._setattr(mod, "causal_conv1d_fn", _m2_conv_fn(g["causal_conv1d_fn"]), f"{modname}.causal_conv1d_fn")
+        h._setattr(mod, "causal_conv1d_fn", _tf_conv_fn(g["causal_conv1d_fn"], packed=True),
+                   f"{modname}.causal_conv1d_fn")
         h._setattr(mod, "causal_conv1d_update", _tf_conv_update(g["causal_conv1d_update"]),
                    f"{modname}.causal_conv1d_update")
         covered += 1
@@ -1046,7 +1064,6 @@ def _install_mamba_ssm_mamba2(h):
     mamba2 bound at import), its gated RMS norm and its decode step on selscan's for CPU tensors; CUDA
     tensors keep mamba_ssm's Triton kernels. (Its conv: the causal_conv1d stand-in use_in_mamba_ssm
     installs where causal_conv1d is absent.)"""
-    from . import ssd as _ssd
 
     try:
         ssdc = importlib.import_module("mamba_ssm.ops.triton.ssd_combined")

@@ -145,18 +145,25 @@ def seq_idx_of(cu_seqlens, L, device):
     return ids[:L].reshape(1, -1).to(device)
 
 
-def conv_seq_idx(seq_idx, cu_seqlens, L, device, caller):
-    """The seq_idx a causal conv over L positions of a packed call restarts by: seq_idx as given, else
-    cu_seqlens' (the SSD scan restarts at cu_seqlens' offsets, the conv takes only seq_idx: both restart
-    or neither), else None. Offsets that do not end at L (a cache's left context before the call's
-    positions) are refused, naming caller."""
-    if seq_idx is not None or cu_seqlens is None:
-        return seq_idx
-    end = int(cu_seqlens[-1])
-    if end != L:
-        raise NotImplementedError(f"{caller}: packed sequences whose cu_seqlens end at {end}, where the conv's "
-                                  f"input has {L} positions (a cache's left context in the conv)")
-    return seq_idx_of(cu_seqlens, L, device)
+def conv_packing(seq_idx, cu_seqlens, L):
+    """The packing keywords of selscan's causal_conv1d_fn for a transformers mixer's conv over L
+    positions, from the model's seq_idx / cu_seqlens (mamba_ssm's keywords, describing the call's own
+    positions; the SSD scan restarts where they say, so the conv must too): {"seq_idx": ...} where
+    given, else {"cu_seqlens": ...}, else {}. An input longer than the keywords describe holds a cache's
+    left context before the call's positions: it continues the first sequence. The values are the
+    conv's to check (then the scan's, on the call's own positions), naming seq_idx / cu_seqlens."""
+    if seq_idx is not None:
+        n = seq_idx.shape[-1] if isinstance(seq_idx, torch.Tensor) and seq_idx.dim() == 2 else L
+        if 0 < n < L:
+            seq_idx = torch.cat([seq_idx[:, :1].expand(-1, L - n), seq_idx], 1)
+        return {"seq_idx": seq_idx}
+    if cu_seqlens is None:
+        return {}
+    cu = _checks.host_offsets(cu_seqlens)
+    context = L - int(cu[-1]) if cu.numel() > 1 else 0
+    if context > 0:
+        cu = torch.cat([cu[:1], cu[1:] + context])
+    return {"cu_seqlens": cu}
 
 
 def _args(x, dt, A, B, C, D, z, dt_bias, initial_states, seq_idx, cu_seqlens):
@@ -176,7 +183,11 @@ def _args(x, dt, A, B, C, D, z, dt_bias, initial_states, seq_idx, cu_seqlens):
         _checks.tensor_arg(seq_idx, "seq_idx")
         _checks._type(seq_idx.dtype in _checks._INDEX_DTYPES, "seq_idx must be an integer tensor (int32 as "
                       "mamba_ssm's), got ", seq_idx.dtype)
-        seq_idx = seq_idx.to(torch.int32)
+        if seq_idx.dtype != torch.int32 and seq_idx.dim() >= 1:
+            # only neighbours' equality matters (selscan.h): renumbered by its runs rather than narrowed, which
+            # would merge two sequences whose ids differ by a multiple of 2**32
+            new_run = (seq_idx[..., 1:] != seq_idx[..., :-1]).to(torch.int32)
+            seq_idx = torch.nn.functional.pad(new_run.cumsum(-1, dtype=torch.int32), (1, 0))
     args["seq_idx"] = seq_idx
     args["cu_seqlens"] = None if cu_seqlens is None else _checks.host_offsets(cu_seqlens)
     return args
@@ -304,6 +315,10 @@ def _gated_rms_norm(y, z, weight, eps, group_size, norm_before_gate):
     return yn.to(y.dtype)
 
 
+def _is_int(v):
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
 def mamba_split_conv1d_scan_combined(zxbcdt, conv1d_weight, conv1d_bias, dt_bias, A, D, chunk_size=None,
                                      initial_states=None, seq_idx=None, dt_limit=(0.0, float("inf")),
                                      return_final_states=False, activation="silu", rmsnorm_weight=None,
@@ -337,13 +352,18 @@ def mamba_split_conv1d_scan_combined(zxbcdt, conv1d_weight, conv1d_bias, dt_bias
                    "width), got shape ", tuple(conv1d_weight.shape))
     _checks._value(A.dim() == 1 and D.dim() in (1, 2), "A must be (nheads,) and D (nheads,) or (nheads, headdim), "
                    "got shapes ", tuple(A.shape), " and ", tuple(D.shape))
+    nheads = A.shape[0]
+    _checks._value(D.shape[0] == nheads, "D must have nheads = ", nheads, " (A's length) rows, got shape ",
+                   tuple(D.shape), " (argument 'D')")
     if D.dim() == 2:
         headdim = D.shape[1]
     elif headdim is None:
         raise ValueError("selscan: headdim must be given with a (nheads,) D (argument 'headdim')")
-    nheads = A.shape[0]
-    _checks._value(isinstance(ngroups, int) and ngroups >= 1 and nheads % ngroups == 0,
-                   "ngroups must be a positive int dividing nheads = ", nheads, ", got ", ngroups)
+    _checks._value(_is_int(headdim) and headdim >= 1, "headdim must be a positive int, got ", repr(headdim),
+                   " (argument 'headdim')")
+    _checks._value(_is_int(ngroups) and ngroups >= 1 and nheads % ngroups == 0,
+                   "ngroups must be a positive int dividing nheads = ", nheads, ", got ", repr(ngroups),
+                   " (argument 'ngroups')")
     if conv1d_weight.dim() == 3:  # nn.Conv1d's (channels, 1, width)
         conv1d_weight = conv1d_weight.squeeze(1)
     dim = nheads * headdim
@@ -353,6 +373,27 @@ def mamba_split_conv1d_scan_combined(zxbcdt, conv1d_weight, conv1d_bias, dt_bias
         raise ValueError(f"selscan: zxbcdt's last size {zxbcdt.shape[-1]} and conv1d_weight's {tuple(conv1d_weight.shape)} "
                          f"do not split as 2 d_mlp + 2 dim + 2 ngroups dstate + nheads with dim = {dim}, "
                          f"ngroups = {ngroups} (argument 'zxbcdt')")
+    if rmsnorm_weight is not None:
+        _checks.tensor_arg(rmsnorm_weight, "rmsnorm_weight")
+        _checks._type(rmsnorm_weight.is_floating_point(), "rmsnorm_weight must be a floating-point tensor, got ",
+                      rmsnorm_weight.dtype, " (argument 'rmsnorm_weight')")
+        _checks._value(tuple(rmsnorm_weight.shape) == (dim,), "rmsnorm_weight must have shape (nheads * headdim,) = ",
+                       (dim,), ", got ", tuple(rmsnorm_weight.shape), " (argument 'rmsnorm_weight')")
+    if outproj_weight is not None:
+        _checks.tensor_arg(outproj_weight, "outproj_weight")
+        _checks.tensor_arg(outproj_bias, "outproj_bias", optional=True)
+        width = d_mlp2 // 2 + dim  # the MLP's half and the scan's channels
+        _checks._value(outproj_weight.dim() == 2 and outproj_weight.shape[1] == width,
+                       "outproj_weight must be (out, d_mlp + nheads * headdim) = (out, ", width, "), got shape ",
+                       tuple(outproj_weight.shape), " (argument 'outproj_weight')")
+        _checks._value(outproj_bias is None or tuple(outproj_bias.shape) == (outproj_weight.shape[0],),
+                       "outproj_bias must have shape (", outproj_weight.shape[0], ",) (outproj_weight's rows), got ",
+                       None if outproj_bias is None else tuple(outproj_bias.shape), " (argument 'outproj_bias')")
+        if not torch.is_autocast_enabled(zxbcdt.device.type):  # autocast casts both for the product
+            for name, t in (("outproj_weight", outproj_weight), ("outproj_bias", outproj_bias)):
+                _checks._type(t is None or t.dtype == zxbcdt.dtype, name, " must have zxbcdt's dtype ",
+                              zxbcdt.dtype, " (the product's), got ", None if t is None else t.dtype,
+                              " (argument '", name, "')")
     zx0, z, xBC, dt = torch.split(zxbcdt, [d_mlp2, dim, dim + 2 * ngroups * dstate, nheads], dim=-1)
     xBC = causal_conv1d_fn(xBC.transpose(1, 2), conv1d_weight, conv1d_bias, seq_idx=seq_idx,
                            activation=activation).transpose(1, 2)

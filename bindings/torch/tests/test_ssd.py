@@ -418,6 +418,35 @@ def test_split_conv1d_scan_refusals_name_the_argument():
                            (dict(zxbcdt=zxbcdt[0]), ValueError, "zxbcdt"),
                            (dict(activation="relu"), NotImplementedError, "argument 'activation'"),
                            (dict(outproj_bias=torch.zeros(3)), ValueError, "argument 'outproj_bias'"),
-                           (dict(headdim=None), ValueError, "argument 'headdim'")):
+                           (dict(headdim=None), ValueError, "argument 'headdim'"),
+                           # found by a hostile user's run (tenth session): accepted, or a raw torch error
+                           (dict(headdim=-3), ValueError, "argument 'headdim'"),
+                           (dict(headdim=0), ValueError, "argument 'headdim'"),
+                           (dict(ngroups=True), ValueError, "argument 'ngroups'"),
+                           (dict(A=-torch.rand(H + 1)), ValueError, "argument 'D'"),
+                           (dict(rmsnorm_weight=torch.full((1,), 2.0)), ValueError, "argument 'rmsnorm_weight'"),
+                           (dict(rmsnorm_weight=torch.ones(dim // 2)), ValueError, "argument 'rmsnorm_weight'"),
+                           (dict(rmsnorm_weight=torch.ones(1, 9, dim)), ValueError, "argument 'rmsnorm_weight'"),
+                           (dict(rmsnorm_weight=torch.ones(dim, dtype=torch.int32)), TypeError,
+                            "argument 'rmsnorm_weight'"),
+                           (dict(outproj_weight=torch.randn(5, dim + 1)), ValueError, "argument 'outproj_weight'"),
+                           (dict(outproj_weight=torch.randn(5, dim, dtype=torch.float64)), TypeError,
+                            "argument 'outproj_weight'"),
+                           (dict(outproj_weight=torch.randn(5, dim), outproj_bias=torch.zeros(4)), ValueError,
+                            "argument 'outproj_bias'")):
         with pytest.raises(exc, match=words):
             call(**kw)
+    call(outproj_weight=torch.randn(5, dim), outproj_bias=torch.zeros(5))  # the shapes the checks take
+
+
+def test_seq_idx_of_wider_ints_keeps_its_boundaries():
+    """Found by a hostile user's run (tenth session): an int64 seq_idx was narrowed to int32, so ids differing
+    by a multiple of 2**32 became equal and two sequences ran as one (a silent wrong answer). Only
+    neighbours' equality counts: any integer dtype gives the boundaries of its values."""
+    a = _inputs(23, batch=1, L=7, init=False)
+    args = (a["x"], a["dt"], a["A"], a["B"], a["C"], None)
+    want = st.mamba_chunk_scan_combined(*args, seq_idx=torch.tensor([[0, 0, 0, 1, 1, 1, 1]], dtype=torch.int32))
+    for ids in ([[0, 0, 0, 2**32, 2**32, 2**32, 2**32]], [[-2**40, -2**40, -2**40, 5, 5, 5, 5]]):
+        assert torch.equal(st.mamba_chunk_scan_combined(*args, seq_idx=torch.tensor(ids)), want)
+    one = st.mamba_chunk_scan_combined(*args, seq_idx=torch.full((1, 7), 200, dtype=torch.uint8))
+    assert torch.equal(one, st.mamba_chunk_scan_combined(*args))

@@ -23,6 +23,9 @@ dt_proj). Arguments transformers' PyTorch fallbacks take and selscan has no use 
 (use_mambapy, use_associative_scan) are ignored; keyword arguments of the mamba_ssm /
 causal_conv1d functions not in transformers' signatures pass through **kwargs (packed sequences:
 seq_idx and cu_seqlens reach the scans, and the conv restarts where either says).
+The conv layers take what causal_conv1d's kernels take (widths 2 .. 4; None, silu, swish): a model
+outside that range raises once kernelized (use_in_transformers() falls back to transformers' own
+conv there).
 
 Mamba-2's fused training call (mamba_split_conv1d_scan_combined) answers None, as transformers'
 own PyTorch body does: the mixer then runs its unfused path (the conv, the SSD scan, its gated
@@ -47,7 +50,7 @@ from selscan_torch import (
     selective_scan_fn as _selective_scan_fn,
     selective_state_update as _selective_state_update,
 )
-from selscan_torch.ssd import conv_seq_idx as _conv_seq_idx
+from selscan_torch.ssd import conv_packing as _conv_packing
 
 __all__ = ["selective_scan_fn", "selective_state_update", "mamba_inner_fn", "causal_conv1d_fn",
            "causal_conv1d_update", "mamba_chunk_scan_combined", "mamba_split_conv1d_scan_combined"]
@@ -123,18 +126,16 @@ class mamba_inner_fn(nn.Module):
 
 class causal_conv1d_fn(nn.Module):
     """transformers' causal_conv1d_fn(hidden_states, weight, bias, activation, **kwargs) on
-    selscan's causal_conv1d_fn (activation None, "silu" or "swish"; another is refused with
-    selscan's ValueError). causal_conv1d's seq_idx / initial_states / return_final_states /
-    final_states_out pass through as keywords; packed sequences given by cu_seqlens alone restart
-    the conv where they restart the scan (selscan_torch.ssd.conv_seq_idx); other keywords (the
-    mixer's own) are ignored."""
+    selscan's causal_conv1d_fn: widths 2 .. 4 and activation None, "silu" or "swish", as
+    causal_conv1d's kernels (another is refused with selscan's NotImplementedError naming weight /
+    activation). causal_conv1d's initial_states / return_final_states / final_states_out pass through
+    as keywords; packed sequences (seq_idx, or cu_seqlens alone) restart the conv where they restart
+    the scan, a cache's left context continuing the first sequence (selscan_torch.ssd.conv_packing);
+    other keywords (the mixer's own) are ignored."""
 
     def forward(self, x, weight, bias=None, activation=None, **kwargs):
         extra = {k: kwargs[k] for k in _CONV_KEYWORDS if kwargs.get(k) is not None}
-        seq_idx = _conv_seq_idx(kwargs.get("seq_idx"), kwargs.get("cu_seqlens"), x.shape[-1], x.device,
-                                "selscan-mamba's causal_conv1d_fn")
-        if seq_idx is not None:
-            extra["seq_idx"] = seq_idx
+        extra.update(_conv_packing(kwargs.get("seq_idx"), kwargs.get("cu_seqlens"), x.shape[-1]))
         return _causal_conv1d_fn(x, weight, bias, activation=activation, **extra)
 
 
