@@ -231,7 +231,7 @@ def causal_conv1d_fn(x, weight, bias=None, seq_idx=None, initial_states=None, re
         _checks._type(seq_idx.dtype in _checks._INDEX_DTYPES, "seq_idx must be an integer tensor (int32 as "
                       "causal_conv1d's), got ", seq_idx.dtype)
         if cu_seqlens is not None:
-            raise ValueError("selscan: seq_idx given with cu_seqlens: one packing at a time (argument 'seq_idx')")
+            raise ValueError("selscan: seq_idx and cu_seqlens both given: pass one of them (argument 'seq_idx')")
         if return_final_states:
             raise ValueError("If seq_idx is not None, we don't return final_states_out")
         return _conv_seq_idx(x, weight, bias, seq_idx, initial_states, silu)

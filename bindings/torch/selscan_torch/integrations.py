@@ -90,6 +90,7 @@ def _standin_selective_state_update(state, x, dt, A, B, C, D=None, z=None, dt_bi
     """mamba_ssm's selective_state_update on selscan. A state in float32 or x's dtype (mamba_ssm's
     allocate_inference_cache and transformers' cache use the model's) is updated in place as it is;
     one of another dtype through a float32 copy. A_is_log: as selscan_torch.selective_state_update's."""
+    dt_softplus = bool(dt_softplus)
     if state.dtype == torch.float32 or state.dtype == getattr(x, "dtype", None):
         return _selective_state_update(state, x, dt, A, B, C, D, z, dt_bias, dt_softplus, state_batch_indices,
                                        A_is_log=A_is_log)
@@ -676,7 +677,6 @@ def use_in_transformers(enable=True):
 # conv's output.
 
 from . import selective_scan_fn as _hy_scan_op  # noqa: E402  (the package's ops, this section's names)
-from . import selective_state_update as _hy_step_op  # noqa: E402
 
 _TF_HYBRID_MODULES = (("transformers.models.jamba.modeling_jamba", "JambaMambaMixer"),
                       ("transformers.models.zamba.modeling_zamba", "ZambaMambaMixer"))
@@ -695,15 +695,9 @@ def _hy_selective_scan(u, delta, A, B, C, D=None, z=None, delta_bias=None, delta
 def _hy_selective_state_update(state, hidden_states, dt, A, B, C, D=None, dt_bias=None, dt_softplus=False, z=None,
                                **kwargs):
     """transformers 5.x's mamba_selective_state_update (its argument order: dt_bias, dt_softplus, z)
-    on selscan's step, in place on state (float32 or the model's dtype as it is; another dtype
-    through a float32 copy). Zamba passes one head's strided slice of its (batch, heads, hdim, N)
-    state: updated in place as it is."""
-    if state.dtype == torch.float32 or state.dtype == hidden_states.dtype:
-        return _hy_step_op(state, hidden_states, dt, A, B, C, D, z, dt_bias, bool(dt_softplus))
-    s32 = state.float()
-    out = _hy_step_op(s32, hidden_states, dt, A, B, C, D, z, dt_bias, bool(dt_softplus))
-    state.copy_(s32)
-    return out
+    on selscan's step (_standin_selective_state_update: in place, any state dtype). Zamba passes one
+    head's strided slice of its (batch, heads, hdim, N) state: updated in place as it is."""
+    return _standin_selective_state_update(state, hidden_states, dt, A, B, C, D, z, dt_bias, dt_softplus)
 
 
 def _hy_fused_args(self, args, kwargs, cache_name):
@@ -882,18 +876,6 @@ def _m2_split_conv1d_scan(original):
     return mamba2_split_conv1d_scan_combined_
 
 
-def _m2_selective_state_update(state, x, dt, A, B, C, D=None, z=None, dt_bias=None, dt_softplus=False,
-                               state_batch_indices=None, **kwargs):
-    """mamba_ssm's multi-head selective_state_update (state (batch, nheads, headdim, N) in place) on
-    selscan's step; a state in neither float32 nor x's dtype through a float32 copy."""
-    if state.dtype in (torch.float32, x.dtype):
-        return _hy_step_op(state, x, dt, A, B, C, D, z, dt_bias, bool(dt_softplus), state_batch_indices)
-    s32 = state.float()
-    out = _hy_step_op(s32, x, dt, A, B, C, D, z, dt_bias, bool(dt_softplus), state_batch_indices)
-    state.copy_(s32)
-    return out
-
-
 def _mamba_ssm_ssd_imports():
     """Whether mamba_ssm's Triton SSD imports (what transformers' wrappers then resolve to): a mamba_ssm
     folder without its CUDA build (or a broken one) does not, and transformers falls back to its
@@ -919,7 +901,7 @@ def _install_transformers_mamba2(h):
                    _m2_split_conv1d_scan(g["mamba2_split_conv1d_scan_combined"]),
                    f"{modname}.mamba2_split_conv1d_scan_combined")
         h._setattr(mod, "mamba2_selective_state_update",
-                   _tf_step(g["mamba2_selective_state_update"], _m2_selective_state_update),
+                   _tf_step(g["mamba2_selective_state_update"], _standin_selective_state_update),
                    f"{modname}.mamba2_selective_state_update")
         h._setattr(mod, "causal_conv1d_fn", _tf_conv_fn(g["causal_conv1d_fn"], packed=True),
                    f"{modname}.causal_conv1d_fn")

@@ -48,8 +48,8 @@ from selscan_torch import (
     mamba_chunk_scan_combined as _mamba_chunk_scan_combined,
     mamba_inner_fn as _mamba_inner_fn,
     selective_scan_fn as _selective_scan_fn,
-    selective_state_update as _selective_state_update,
 )
+from selscan_torch.integrations import _standin_selective_state_update as _any_state_step
 from selscan_torch.ssd import conv_packing as _conv_packing
 
 __all__ = ["selective_scan_fn", "selective_state_update", "mamba_inner_fn", "causal_conv1d_fn",
@@ -90,13 +90,7 @@ class selective_state_update(nn.Module):
     has_backward = False
 
     def forward(self, state, x, dt, A, B, C, D=None, dt_bias=None, dt_softplus=False, z=None, **kwargs):
-        idx = kwargs.get("state_batch_indices")
-        if state.dtype == torch.float32 or state.dtype == x.dtype:
-            return _selective_state_update(state, x, dt, A, B, C, D, z, dt_bias, dt_softplus, idx)
-        s = state.float()
-        out = _selective_state_update(s, x, dt, A, B, C, D, z, dt_bias, dt_softplus, idx)
-        state.copy_(s)
-        return out
+        return _any_state_step(state, x, dt, A, B, C, D, z, dt_bias, dt_softplus, kwargs.get("state_batch_indices"))
 
 
 class mamba_inner_fn(nn.Module):
