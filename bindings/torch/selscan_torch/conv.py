@@ -210,9 +210,8 @@ def causal_conv1d_fn(x, weight, bias=None, seq_idx=None, initial_states=None, re
     (out, final_states). Autograd: x, weight, bias and initial_states (and through final_states).
     weight and bias are used in float32 (their gradients come back in their own dtype);
     initial_states is cast to x's dtype. cu_seqlens (keyword; selscan's, not causal_conv1d's): packed
-    sequences as offsets, as selscan's scan takes them (x of batch 1; the offsets' rules are the op's:
-    first 0, last seqlen, none decreasing), initial_states and final states one row a sequence; not with
-    seq_idx.
+    sequences as offsets, as selscan's scan takes them (x of batch 1; the offsets checked by the op's
+    rules, selscan.h's), initial_states and final states one row a sequence; not with seq_idx.
     """
     silu = _silu_flag(activation)
     _checks.tensor_arg(x, "x")

@@ -390,8 +390,9 @@ def _tf_own(original):
 def _tf_step(original, step):
     """A decode step of transformers' signature (mamba_selective_state_update, causal_conv1d_update,
     ...): selscan's, or transformers' own PyTorch body where autograd is to record the call (grad mode
-    on and a tensor argument requiring grad: a cached forward under grad mode, whose cache then holds
-    such tensors), which selscan's inference-only steps refuse."""
+    on and a tensor argument requiring grad: any cached forward outside torch.no_grad(), the model's
+    parameters requiring grad), which selscan's inference-only steps refuse or would leave out of the
+    graph. 5.x modules only (4.x's have no module-level original to defer to)."""
     own = _tf_own(original)
     if own is None:  # (4.x: no module-level original)
         return step
@@ -861,6 +862,9 @@ def _m2_chunk_scan(original, own_on_cuda):
                   cu_seqlens=cu_seqlens, dt_softplus=dt_softplus, dt_limit=dt_limit,
                   return_final_states=return_final_states, return_varlen_states=return_varlen_states)
         if x.is_cuda and own_on_cuda:
+            if seq_idx is None and cu_seqlens is not None:  # mamba_ssm's scan restarts on seq_idx only (it reads
+                # cu_seqlens for the varlen states): selscan's conv restarts on cu_seqlens, so the scan must too
+                kw["seq_idx"] = _ssd.seq_idx_of(cu_seqlens, x.shape[1], x.device)
             return original(x, dt, A, B, C, **kw, **kwargs)
         return _m2_scan_op(x, dt, A, B, C, **kw)  # (the model's other keywords are not the scan's)
 

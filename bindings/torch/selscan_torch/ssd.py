@@ -20,6 +20,7 @@ headdim channels, each head's A and dt over its channels, float32 inside: _ssd_o
 deterministic, not the chunked SSD kernels the issue asks for; seq_idx on CUDA needs batch 1.
 """
 import math
+import operator
 
 import torch
 
@@ -136,9 +137,20 @@ def _offsets_of_seq_idx(seq_idx):
     return _runs_to_offsets(seq_idx.reshape(-1))[0]
 
 
+def run_ids(seq_idx):
+    """seq_idx (..., L) of any integer dtype renumbered 0, 1, ... along L at each change, as int32 of the
+    same shape: only neighbours' equality counts (selscan.h's seq_idx rule), so the boundaries are kept
+    whatever the values (narrowing would merge ids 2**32 apart)."""
+    ids = torch.zeros(seq_idx.shape, dtype=torch.int32, device=seq_idx.device)
+    if seq_idx.shape[-1] > 1:
+        ids[..., 1:] = (seq_idx[..., 1:] != seq_idx[..., :-1]).cumsum(-1, dtype=torch.int32)
+    return ids
+
+
 def seq_idx_of(cu_seqlens, L, device):
     """The (1, L) int32 ids of packed sequences given by their offsets (sequence s's tokens get s): the
-    seq_idx form of cu_seqlens, for kernels that take only that form (the conv's)."""
+    seq_idx form of cu_seqlens (a list or an integer tensor), for comparing it with a seq_idx and for
+    kernels that take only that form (mamba_ssm's SSD scan restarts on seq_idx, not cu_seqlens)."""
     cu = torch.as_tensor(cu_seqlens).to("cpu", torch.int64)
     lengths = (cu[1:] - cu[:-1]).clamp(min=0)
     ids = torch.repeat_interleave(torch.arange(len(lengths), dtype=torch.int32), lengths)
@@ -160,7 +172,7 @@ def conv_packing(seq_idx, cu_seqlens, L):
     if cu_seqlens is None:
         return {}
     cu = _checks.host_offsets(cu_seqlens)
-    context = L - int(cu[-1]) if cu.numel() > 1 else 0
+    context = L - int(cu[-1]) if cu.dim() == 1 and cu.numel() > 1 else 0  # (another shape: the op refuses it)
     if context > 0:
         cu = torch.cat([cu[:1], cu[1:] + context])
     return {"cu_seqlens": cu}
@@ -169,8 +181,8 @@ def conv_packing(seq_idx, cu_seqlens, L):
 def _args(x, dt, A, B, C, D, z, dt_bias, initial_states, seq_idx, cu_seqlens):
     """The drop-in's arguments as the op takes them, by the package's rules (_checks): dt / B / C / z
     cast to x's dtype, A / D / dt_bias / initial_states to float32 (complex, integer and bool refused),
-    seq_idx of any integer dtype as int32, cu_seqlens a list or an integer tensor on any device as an
-    int64 CPU tensor."""
+    seq_idx of any integer dtype as int32 (renumbered by its runs: run_ids), cu_seqlens a list or an
+    integer tensor on any device as an int64 CPU tensor."""
     _checks.tensor_arg(x, "x")
     T = x.dtype
     args = dict(x=x)
@@ -184,10 +196,7 @@ def _args(x, dt, A, B, C, D, z, dt_bias, initial_states, seq_idx, cu_seqlens):
         _checks._type(seq_idx.dtype in _checks._INDEX_DTYPES, "seq_idx must be an integer tensor (int32 as "
                       "mamba_ssm's), got ", seq_idx.dtype)
         if seq_idx.dtype != torch.int32 and seq_idx.dim() >= 1:
-            # only neighbours' equality matters (selscan.h): renumbered by its runs rather than narrowed, which
-            # would merge two sequences whose ids differ by a multiple of 2**32
-            new_run = (seq_idx[..., 1:] != seq_idx[..., :-1]).to(torch.int32)
-            seq_idx = torch.nn.functional.pad(new_run.cumsum(-1, dtype=torch.int32), (1, 0))
+            seq_idx = run_ids(seq_idx)  # not narrowed: ids 2**32 apart would merge
     args["seq_idx"] = seq_idx
     args["cu_seqlens"] = None if cu_seqlens is None else _checks.host_offsets(cu_seqlens)
     return args
@@ -278,7 +287,7 @@ def mamba_chunk_scan_combined(x, dt, A, B, C, chunk_size=None, D=None, z=None, d
     else:
         out, fin = ssd_fwd_call(*args, bool(dt_softplus), lo, hi, want)
     if cu_seqlens is not None and also_seq_idx is not None and not torch.equal(
-            _boundary_ids(seq_idx_of(cu_seqlens, x.shape[1], "cpu")), _boundary_ids(also_seq_idx)):
+            run_ids(seq_idx_of(cu_seqlens, x.shape[1], "cpu")), run_ids(also_seq_idx.reshape(1, -1).cpu())):
         raise ValueError("selscan: seq_idx's sequence boundaries differ from cu_seqlens' (argument 'seq_idx')")
     if not (return_final_states or return_varlen_states):
         return out
@@ -292,14 +301,6 @@ def mamba_chunk_scan_combined(x, dt, A, B, C, chunk_size=None, D=None, z=None, d
     if return_final_states and return_varlen_states:
         return out, final, fin
     return (out, final) if return_final_states else (out, fin)
-
-
-def _boundary_ids(seq_idx):
-    """seq_idx (1, L) renumbered 0, 1, ... at each change (only neighbours' equality counts)."""
-    s = seq_idx.reshape(-1).cpu()
-    change = torch.zeros(s.shape, dtype=torch.int32)
-    change[1:] = (s[1:] != s[:-1]).int()
-    return torch.cumsum(change, 0, dtype=torch.int32).reshape(1, -1)
 
 
 def _gated_rms_norm(y, z, weight, eps, group_size, norm_before_gate):
@@ -316,7 +317,14 @@ def _gated_rms_norm(y, z, weight, eps, group_size, norm_before_gate):
 
 
 def _is_int(v):
-    return isinstance(v, int) and not isinstance(v, bool)
+    """An integer (Python's or numpy's, anything with __index__), not a bool."""
+    if isinstance(v, bool):
+        return False
+    try:
+        operator.index(v)
+    except TypeError:
+        return False
+    return True
 
 
 def mamba_split_conv1d_scan_combined(zxbcdt, conv1d_weight, conv1d_bias, dt_bias, A, D, chunk_size=None,
@@ -364,6 +372,7 @@ def mamba_split_conv1d_scan_combined(zxbcdt, conv1d_weight, conv1d_bias, dt_bias
     _checks._value(_is_int(ngroups) and ngroups >= 1 and nheads % ngroups == 0,
                    "ngroups must be a positive int dividing nheads = ", nheads, ", got ", repr(ngroups),
                    " (argument 'ngroups')")
+    headdim, ngroups = operator.index(headdim), operator.index(ngroups)
     if conv1d_weight.dim() == 3:  # nn.Conv1d's (channels, 1, width)
         conv1d_weight = conv1d_weight.squeeze(1)
     dim = nheads * headdim

@@ -4,7 +4,7 @@ transformers' Mamba-1 and Mamba-2 models running on it through `kernels.kerneliz
 - the layout generate.py writes (noarch variants build/torch-cpu and build/torch-cuda, metadata.json
   with the digest kernels computes), byte-identical on a second run and through `make hf-kernel`;
 - `kernels` (skipped when absent; make test-torch installs it) loads it from the folder: the
-  variant of torch's build, selscan_torch's own functions, the five layers;
+  variant of torch's build, selscan_torch's own functions, the seven layers;
 - the recipe in a fresh process (_hf_kernel_worker.py): MambaForCausalLM, FalconMambaForCausalLM
   and the six Mamba-2 families (small random configs, float32) kernelized with use_kernel_mapping
   onto LocalLayerRepository(repo, name) against transformers' own PyTorch path: what each entry
@@ -223,12 +223,17 @@ def test_transformers_route(route, device, kind):
     assert m["ids_equal"]
 
 
-# Mamba-2: transformers' chunked float32 algorithm against selscan's step-by-step one. The per-head
-# parameters' gradients (A_log, dt_bias, D) are each one float32 sum over L * headdim * d_state
-# terms in selscan's backward (transformers' chunked form sums fewer at a time): their distance to
-# the float64 run gets sqrt(L * headdim * d_state) units of roundoff on top (measured on CPU: A_log
-# 1.8e-6 against transformers' own 3.5e-7, GraniteMoeHybrid padded; the bound there 5.9e-6).
-M2_SUM = (32 * 16 * 16) ** 0.5 * 2.0 ** -24  # L 32, headdim 16, d_state 16 (_families.py, the worker's ids)
+# Mamba-2: transformers' chunked float32 algorithm against selscan's step-by-step one. A per-head
+# parameter's gradient is one float32 sum over batch * L * headdim * d_state terms in selscan's backward
+# (A_log, dt_bias; D's over batch * L * headdim), where transformers' chunked form sums fewer at a time:
+# its distance to the float64 run gets sqrt(terms) units of roundoff (2^-24) on top of the bound above.
+# Sizes: the worker's ids (2 x 32) and every _families.py config's headdim 16 / d_state 16. Measured on
+# the CPU: A_log 1.78e-6 from float64 (GraniteMoeHybrid, padded), transformers' own 3.5e-7: the bound
+# there 4 * 3.5e-7 + 2^-23 + sqrt(2 * 32 * 16 * 16) * 2^-24 = 9.2e-6.
+M2_BATCH, M2_L, M2_P, M2_N = 2, 32, 16, 16
+M2_SUM = {"A_log": (M2_BATCH * M2_L * M2_P * M2_N) ** 0.5 * 2.0 ** -24,
+          "dt_bias": (M2_BATCH * M2_L * M2_P * M2_N) ** 0.5 * 2.0 ** -24,
+          "D": (M2_BATCH * M2_L * M2_P) ** 0.5 * 2.0 ** -24}
 
 
 @needs_kernels
@@ -265,7 +270,7 @@ def test_transformers_route_mamba2(route, device, family):
         assert t["grad_names"][0] == t["grad_names"][1] and len(t["grad_names"][0]) > 0, key
         assert t["loss"] < REL[device], (key, t["loss"])
         for name, (vs_tf32, tf32_vs_64, vs_64) in t["grads"].items():
-            extra = M2_SUM if name.rsplit(".", 1)[-1] in ("A_log", "dt_bias", "D") else 0.0
+            extra = M2_SUM.get(name.rsplit(".", 1)[-1], 0.0)
             assert vs_tf32 < REL[device], (key, name, vs_tf32)
             assert vs_64 <= RATIO[device] * tf32_vs_64 + 2.0 ** -23 + extra, (key, name, vs_64, tf32_vs_64)
     ops = m["ops_inference"]
@@ -278,3 +283,23 @@ def test_transformers_route_mamba2(route, device, family):
     if family == "Mamba2":  # packed sequences restart the conv and the scan, whichever keyword packs them
         assert set(m["packed"]) == {"cu_seqlens", "seq_idx", "both"}, m["packed"]
         assert max(m["packed"].values()) < REL[device], m["packed"]
+
+
+@needs_kernels
+def test_conv_layers_refuse_what_causal_conv1d_refuses(tmp_path):
+    """The conv layers take causal_conv1d's widths (2 .. 4) and activations (None, silu, swish); outside them
+    (a model with conv_kernel 5, or gelu) selscan's NotImplementedError names the argument (the kernels route
+    has no transformers' own conv to fall back to; use_in_transformers() does)."""
+    from kernels import LocalLayerRepository
+
+    repo = tmp_path / "repo"
+    _generator().generate(repo)
+    conv = LocalLayerRepository(repo_path=repo, layer_name="causal_conv1d_fn").load()()
+    update = LocalLayerRepository(repo_path=repo, layer_name="causal_conv1d_update").load()()
+    x = torch.randn(1, 8, 6)
+    with pytest.raises(NotImplementedError, match="argument 'weight'"):
+        conv(x, torch.randn(8, 5), None, activation="silu")
+    with pytest.raises(NotImplementedError, match="argument 'activation'"):
+        conv(x, torch.randn(8, 4), None, activation="gelu")
+    with pytest.raises(NotImplementedError, match="argument 'activation'"):
+        update(x[..., :1], torch.zeros(1, 8, 3), torch.randn(8, 4), None, "gelu")

@@ -123,7 +123,7 @@ def test_packed_sequences_restart_the_conv_and_the_scan(form):
 # ---- found by a hostile user's run (tenth session) ------------------------------------------------
 
 
-@pytest.mark.parametrize("cu,words", [([2, 5, 10], "first offset not 0"), ([0, 7, 5, 10], "argument 'cu_seqlens'"),
+@pytest.mark.parametrize("cu,words", [([2, 5, 10], "first offset not 0"), ([0, 7, 5, 10], "decreasing"),
                                       ([0, 4, 12], "last offset not seqlen"), ([0], "argument 'cu_seqlens'")])
 def test_bad_packing_is_refused_naming_cu_seqlens(cu, words):
     """Offsets the scan refuses were turned into a seq_idx for the conv first, so the error named a seq_idx
@@ -138,37 +138,51 @@ def test_bad_packing_is_refused_naming_cu_seqlens(cu, words):
 @pytest.mark.parametrize("form", ["cu_seqlens", "seq_idx"])
 def test_packed_keywords_on_a_forward_that_continues_a_cache(form):
     """A forward after a cached prefill: the conv's input holds the cache's left context before the call's
-    positions, which the keywords do not describe; the context continues the first sequence (before: a
-    NotImplementedError, or a seq_idx shape error naming an internal length)."""
-    model = _model("Bamba").eval()
+    positions, which the keywords do not describe; the context continues the first sequence, and the
+    second restarts in the conv and the scan (before: a NotImplementedError, or a seq_idx shape error
+    naming an internal length). Mamba2's backbone (no attention layer): each sequence against its own run."""
+    backbone = _model("Mamba2").eval().backbone
     ids = torch.randint(1, 128, (1, 12), generator=torch.Generator().manual_seed(1))
     kw = dict(cu_seqlens=torch.tensor([0, 2, 5])) if form == "cu_seqlens" else \
         dict(seq_idx=torch.tensor([[0, 0, 1, 1, 1]], dtype=torch.int32))
+
+    def prefill():
+        return backbone(input_ids=ids[:, :7], use_cache=True).cache
+
     with torch.no_grad(), si.use_in_transformers():
-        cache = model(ids[:, :7], use_cache=True).past_key_values
-        got = model(ids[:, 7:12], past_key_values=cache, use_cache=True, **kw).logits
-        # the reference: the continuation of sequence 0 (2 tokens) through the cache, then sequence 1 alone;
-        # Bamba's attention layer sees the whole window, so only the first sequence's logits compare exactly
-        cache = model(ids[:, :7], use_cache=True).past_key_values
-        want = model(ids[:, 7:9], past_key_values=cache, use_cache=True).logits
-    assert rel_err(got[:, :2], want) < TOL32
+        got = backbone(input_ids=ids[:, 7:12], cache=prefill(), use_cache=True, **kw).last_hidden_state
+        first = backbone(input_ids=ids[:, 7:9], cache=prefill(), use_cache=True).last_hidden_state  # continues
+        second = backbone(input_ids=ids[:, 9:12], use_cache=False).last_hidden_state  # a new sequence
+    assert rel_err(got[:, :2], first) < TOL32 and rel_err(got[:, 2:], second) < TOL32
 
 
-@pytest.mark.parametrize("family", ["Mamba2", "Bamba", "FalconH1", "Zamba2"])
+def _mamba1_model():
+    torch.manual_seed(0)
+    return transformers.MambaForCausalLM(transformers.MambaConfig(hidden_size=64, num_hidden_layers=2, vocab_size=128,
+                                                                  state_size=16)).float()
+
+
+@pytest.mark.parametrize("family", list(FAMILIES) + ["Mamba"])
 def test_cached_forward_under_grad_mode(family):
     """A cached decode forward with autograd on (e.g. token-by-token log-probs): the cache then holds
-    tensors that require grad, which selscan's inference-only steps refused (RuntimeError); the steps now
-    defer to transformers' own there: the same logits, recorded by autograd as transformers' are. (A
-    backward through the step is transformers' own matter: its hybrids' in-place state update refuses it.)"""
-    model = _model(family).eval()
+    tensors that require grad, which selscan's inference-only steps refused (RuntimeError), and the
+    parameters require grad, which they would leave out of the graph; the 5.x families' steps now defer to
+    transformers' own there: the same logits, recorded by autograd as transformers' are. (A backward
+    through the step is transformers' own matter: its hybrids' in-place state update refuses it.) Mamba:
+    a Mamba-1 family, whose 5.x step is deferred the same way."""
+    model = _mamba1_model().eval() if family == "Mamba" else _model(family).eval()
+    step = "mamba_selective_state_update" if family == "Mamba" else "mamba2_selective_state_update"
     ids = torch.randint(1, 128, (2, 9), generator=torch.Generator().manual_seed(1))
 
     def run():
         out = model(ids[:, :6], use_cache=True)
-        return model(ids[:, 6:7], past_key_values=out.past_key_values, use_cache=True).logits
+        cache = getattr(out, "cache", None) or out.past_key_values
+        return model(ids[:, 6:7], cache=cache, use_cache=True).logits
 
     want = run()
     with si.use_in_transformers():
+        calls = _count_selscan_calls(model, (step,))
         got = run()
+    assert calls[step] > 0, calls  # a decode step ran (not a second prefill)
     assert rel_err(got, want) < TOL32
     assert got.requires_grad and want.requires_grad

@@ -36,7 +36,8 @@ here would gain nothing and lose the mask.
 
 has_backward = False on the two decode steps (selscan's steps are inference-only: an input
 requiring grad raises): kernelize in Mode.TRAINING keeps transformers' own step functions,
-Mode.INFERENCE takes these. can_torch_compile is not claimed (kernelize with
+Mode.INFERENCE takes these, so a cached forward must then run under torch.no_grad() (generate()
+does; use_in_transformers() instead defers such a call to transformers' own step). can_torch_compile is not claimed (kernelize with
 Mode.TORCH_COMPILE keeps transformers' functions).
 """
 import torch
@@ -123,9 +124,10 @@ class causal_conv1d_fn(nn.Module):
     selscan's causal_conv1d_fn: widths 2 .. 4 and activation None, "silu" or "swish", as
     causal_conv1d's kernels (another is refused with selscan's NotImplementedError naming weight /
     activation). causal_conv1d's initial_states / return_final_states / final_states_out pass through
-    as keywords; packed sequences (seq_idx, or cu_seqlens alone) restart the conv where they restart
-    the scan, a cache's left context continuing the first sequence (selscan_torch.ssd.conv_packing);
-    other keywords (the mixer's own) are ignored."""
+    as keywords; packed sequences (seq_idx, or cu_seqlens alone) restart the conv, a cache's left context
+    continuing the first sequence (selscan_torch.ssd.conv_packing), where the Mamba-2 scan layer restarts
+    too (the Mamba-1 scan layer reads cu_seqlens only; transformers 5.24's Mamba-1 models hand their mixers
+    no keywords); other keywords (the mixer's own) are ignored."""
 
     def forward(self, x, weight, bias=None, activation=None, **kwargs):
         extra = {k: kwargs[k] for k in _CONV_KEYWORDS if kwargs.get(k) is not None}
