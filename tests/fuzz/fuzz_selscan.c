@@ -22,7 +22,23 @@
  *     with NaN / Inf inputs),
  *     the step's unreferenced state rows untouched.
  * Internal entry points (selscan__forward_fast etc.) are called to reach every vector path this
- * CPU has, not only the widest. */
+ * CPU has, not only the widest.
+ *
+ * The SSD scan (Mamba-2, selscan_ssd_*: >>ssd-api): a header byte of the size-query kind with
+ * bit 3 set ((byte & 0x0b) == 0x0b) selects it; then a forward, a backward or size queries only.
+ * Decoded: shapes (batch, seqlen, nheads, headdim incl. past one 64-channel block, dstate,
+ * n_groups dividing nheads or not, empty ones), every optional operand present or absent (D per
+ * head or per channel, z, dt_bias, initial / final state, seq_idx, cu_seqlens incl. invalid, both),
+ * the dt softplus and limits (incl. inverted / NaN / infinite), dtypes and flags (also invalid),
+ * and, as for the scan, strides, aliasing, misalignment, special values, workspace sizes; also a
+ * workspace placed over an operand. Its rare choices decode from the high values, so that an
+ * input that runs out decodes to the common case. Checks: as for the scan (sanitizers, inputs
+ * unwritten, all outputs untouched on an error, every logical output written and gaps untouched
+ * on OK); the status is what validation and the workspace size query imply (the workspace's
+ * rule exactly); the parts (in either order; the backward's, then its reduces) bitwise equal to
+ * the whole call; the fast forward / backward within tolerance of the reference (finite inputs),
+ * also their work items run on each ISA this CPU has (bitwise the library's on its own ISA); the
+ * size queries against validation, the reference's workspace need and the documented partials. */
 #define SELSCAN_IMPLEMENTATION
 #include "../../selscan.h"
 #include "../tol_lowp.h" /* tc_tol_lowp: the f16 / bf16 tolerance rule */
@@ -37,6 +53,7 @@
 #define FZ_WORK_CAP (1 << 15)     /* batch * dim * L * N at most, for the runs that compute */
 #define FZ_ALLOC_CAP (1u << 20)   /* bytes of one tensor at most */
 #define FZ_WS_CAP (32u << 20)     /* workspace bytes at most */
+#define FZ_SSD_WORK_CAP (1 << 13) /* batch * seqlen * nheads * headdim * dstate at most (an SSD case computes 4 times) */
 
 /* ---- input reader ---- */
 typedef struct { const uint8_t *p; size_t n, i; } fz_rd;
@@ -159,10 +176,17 @@ static void fz_strides(fz_rd *r, fz_ten *t, int huge) {
 }
 
 enum { T_U, T_DELTA, T_A, T_B, T_C, T_D, T_Z, T_BIAS, T_H0, T_Y, T_HLAST, T_DY, T_DHLAST,
-       T_DU, T_DDELTA, T_DA, T_DB, T_DC, T_DD, T_DZ, T_DBIAS, T_DH0, T_STATE, NT };
+       T_DU, T_DDELTA, T_DA, T_DB, T_DC, T_DD, T_DZ, T_DBIAS, T_DH0, T_STATE,
+       /* the SSD scan's (Mamba-2, >>ssd-api): problem (S_X .. S_HLAST), then grads (S_DY .. S_DH0) */
+       S_X, S_DT, S_A, S_B, S_C, S_D, S_Z, S_BIAS, S_SEQ, S_H0, S_Y, S_HLAST, S_DY, S_DHLAST,
+       S_DX, S_DDT, S_DA, S_DB, S_DC, S_DD, S_DZ, S_DBIAS, S_DH0, NT };
 static const char *fz_names[NT] = {"u", "delta", "A", "B", "C", "D", "z", "delta_bias", "h0", "y", "h_last",
                                    "dy", "dh_last", "du", "ddelta", "dA", "dB", "dC", "dD", "dz", "ddelta_bias",
-                                   "dh0", "state"};
+                                   "dh0", "state",
+                                   "ssd x", "ssd dt", "ssd A", "ssd B", "ssd C", "ssd D", "ssd z", "ssd dt_bias",
+                                   "ssd seq_idx", "ssd initial_state", "ssd y", "ssd final_state", "ssd dy",
+                                   "ssd dfinal_state", "ssd dx", "ssd ddt", "ssd dA", "ssd dB", "ssd dC", "ssd dD",
+                                   "ssd dz", "ssd ddt_bias", "ssd dinitial_state"};
 
 typedef struct fz_case {
     fz_ten t[NT];
@@ -173,6 +197,9 @@ typedef struct fz_case {
     int64_t *cu;
     int32_t *idx;
     int aliased, any_misalign;
+    int ssd;                 /* an SSD case (kind: 0 forward, 1 backward, 2 sizes); dim = H, then: */
+    int64_t H, P;            /* nheads, headdim (N dstate, G n_groups as passed) */
+    float dtmin, dtmax;
 } fz_case;
 
 static void fz_ten_set(fz_ten *t, int id, int nd, int64_t n0, int64_t n1, int64_t n2, int64_t n3, int dtype, int out) {
@@ -230,14 +257,25 @@ static float fz_value(const fz_case *c, int id) {
     case T_A: /* A, or A_log (the step's SELSCAN_STEP_A_LOG: A = -exp(A_log)) */
         return c->kind == 2 && (c->flags & SELSCAN_STEP_A_LOG) ? (float)fz_unif(-2.0, 3.0) : (float)fz_unif(-1.5, -0.05);
     case T_DELTA: return (float)fz_unif(-1.0, 0.5);
+    case S_A: return (float)fz_unif(-1.5, -0.05);
+    case S_DT: /* dt_raw: mostly positive without the softplus (a negative dt grows the state) */
+        return c->flags & SELSCAN_SSD_DT_SOFTPLUS ? (float)fz_unif(-3.0, 2.0) : (float)fz_unif(-0.2, 1.0);
+    case S_Z: return (float)fz_unif(-2.0, 2.0);
     default: return (float)fz_unif(-1.0, 1.0);
     }
 }
 
+/* an SSD case small enough to compute (its operands aside): fz_ssd_runnable's sizes */
+static int fz_ssd_small(const fz_case *c) {
+    if (c->batch <= 0 || c->L <= 0 || c->H <= 0 || c->P <= 0 || c->N <= 0 || c->G < 0 || c->nseq < 0) return 0;
+    return fz_smul(fz_smul4(c->batch, c->L, c->H, c->P), c->N) <= FZ_SSD_WORK_CAP;
+}
+
 static void fz_alloc(fz_case *c, fz_ten *t, int id, int sets) {
-    int k;
+    int k, fill;
     if (!t->present) return;
     fz_layout(t);
+    fill = t->allocatable && (!c->ssd || fz_ssd_small(c)); /* an SSD case too large never computes: no values (slow to write) */
     for (k = 0; k < sets; k++) {
         t->mem[k] = (unsigned char *)malloc(t->bytes + (size_t)t->misalign);
         t->data[k] = t->mem[k] + t->misalign;
@@ -245,13 +283,13 @@ static void fz_alloc(fz_case *c, fz_ten *t, int id, int sets) {
         else memset(t->mem[k], 0xff, t->bytes + (size_t)t->misalign); /* NaN gaps in inputs */
     }
     if (!t->is_out || id == T_STATE) {
-        if (t->allocatable && !t->misalign && fz_count(t) > (1 << 20)) { /* broadcast: fill the span */
+        if (fill && !t->misalign && fz_count(t) > (1 << 20)) { /* broadcast: fill the span */
             int64_t i;
             for (i = 0; i < (int64_t)(t->bytes / (size_t)t->dsz); i++) {
                 const float v = fz_value(c, id);
                 for (k = 0; k < sets; k++) fz_put(t, t->data[k], i, v);
             }
-        } else if (t->allocatable && !t->misalign) {
+        } else if (fill && !t->misalign) {
             const int64_t cnt = fz_count(t);
             int64_t i;
             for (i = 0; i < cnt; i++) {
@@ -402,7 +440,7 @@ static void fz_compare(const fz_case *c, int id, int a, int b, double rtol) {
         }
     }
 }
-static void fz_bitwise(const fz_case *c, int id, int a, int b) {
+static void fz_bitwise(const fz_case *c, int id, int a, int b, const char *what) {
     const fz_ten *t = &c->t[id];
     int64_t i, cnt;
     if (!t->present || t->alias_of >= 0) return;
@@ -412,11 +450,30 @@ static void fz_bitwise(const fz_case *c, int id, int a, int b) {
         if (memcmp(t->data[a] + fz_off(t, i) * t->dsz, t->data[b] + fz_off(t, i) * t->dsz, (size_t)t->dsz)) {
             fprintf(stderr, "fuzz_selscan: %s[%lld]: %.9g vs %.9g\n", t->name, (long long)i,
                     fz_get(t, t->data[a], fz_off(t, i)), fz_get(t, t->data[b], fz_off(t, i)));
-            fz_fail("backward with the checkpoint not bitwise equal to without");
+            fz_fail(what);
         }
 }
 
 /* ---- decoding a case ---- */
+static void fz_finish(fz_rd *r, fz_case *c, int lo, int hi);
+/* packed sequences: cu_seqlens of 1 .. 4 sequences over L (batch 1 unless huge), at times invalid
+   (the rare events: where fz_rare says) */
+static int fz_rare(fz_rd *r, const fz_case *c, unsigned n) { return fz_below(r, n) == (c->ssd ? n - 1 : 0); }
+static void fz_cu(fz_rd *r, fz_case *c) {
+    int64_t k, pos = 0;
+    c->nseq = 1 + fz_below(r, 4);
+    if (!c->huge) c->batch = 1;
+    c->cu = (int64_t *)malloc((size_t)(c->nseq + 1) * 8);
+    c->cu[0] = 0;
+    for (k = 1; k <= c->nseq; k++) {
+        pos += c->L > 0 ? (int64_t)fz_below(r, (unsigned)(c->L < 200 ? c->L + 1 : 200)) : 0;
+        if (pos > c->L) pos = c->L;
+        c->cu[k] = pos;
+    }
+    c->cu[c->nseq] = c->L;
+    if (fz_rare(r, c, 8)) { const unsigned j = fz_below(r, (unsigned)c->nseq + 1); c->cu[j] = (int64_t)((uint64_t)c->cu[j] + fz_below(r, 5) - 2); }
+    if (fz_rare(r, c, 16)) c->nseq += fz_below(r, 2) ? -1 : 0; /* cu of n_seqs + 1 entries still */
+}
 static void fz_decode(fz_rd *r, fz_case *c) {
     const unsigned hdr = fz_u8(r);
     int i;
@@ -437,21 +494,7 @@ static void fz_decode(fz_rd *r, fz_case *c) {
     if (c->G == 2 && c->dim % 2) c->G = 1;
     if (c->huge && fz_below(r, 8) == 0) c->G = fz_huge[fz_below(r, FZ_NHUGE)];
     c->nseq = 0;
-    if (c->kind != 2 && fz_below(r, 5) == 0) { /* packed sequences */
-        int64_t k, pos = 0;
-        c->nseq = 1 + fz_below(r, 4);
-        if (!c->huge) c->batch = 1;
-        c->cu = (int64_t *)malloc((size_t)(c->nseq + 1) * 8);
-        c->cu[0] = 0;
-        for (k = 1; k <= c->nseq; k++) {
-            pos += c->L > 0 ? (int64_t)fz_below(r, (unsigned)(c->L < 200 ? c->L + 1 : 200)) : 0;
-            if (pos > c->L) pos = c->L;
-            c->cu[k] = pos;
-        }
-        c->cu[c->nseq] = c->L;
-        if (fz_below(r, 8) == 0) { const unsigned j = fz_below(r, (unsigned)c->nseq + 1); c->cu[j] = (int64_t)((uint64_t)c->cu[j] + fz_below(r, 5) - 2); }
-        if (fz_below(r, 16) == 0) c->nseq += fz_below(r, 2) ? -1 : 0; /* cu of n_seqs + 1 entries still */
-    }
+    if (c->kind != 2 && fz_below(r, 5) == 0) fz_cu(r, c);
     {
         const int dt = c->dtype >= 0 && c->dtype <= 2 ? c->dtype : 0, fb = (c->flags & 2u) != 0, fc = (c->flags & 4u) != 0;
         const int64_t G = c->G == 0 ? 1 : c->G, rows = c->nseq > 0 ? c->nseq : c->batch;
@@ -525,20 +568,29 @@ static void fz_decode(fz_rd *r, fz_case *c) {
         if (fz_below(r, 32) == 0) t[fz_below(r, 5)].present = 0; /* a required operand missing */
         if (t[T_DZ].present && !t[T_Z].present && fz_below(r, 4)) t[T_DZ].present = 0;
     }
-    for (i = 0; i < NT; i++) {
+    fz_finish(r, c, 0, S_X);
+}
+
+/* The decoders' common tail, over the case's tensors [lo, hi): strides (decoded for one tensor in
+   two, in four for the SSD's more operands; every one when huge), misalignment, the allocations,
+   aliasing (an output placed inside another tensor's memory). */
+static void fz_finish(fz_rd *r, fz_case *c, int lo, int hi) {
+    const unsigned sdiv = c->ssd ? 4 : 2;
+    int i;
+    for (i = lo; i < hi; i++) {
         fz_ten *t = &c->t[i];
         if (!t->present) continue;
-        if (c->huge || fz_below(r, 2)) fz_strides(r, t, c->huge);
-        if (fz_below(r, 48) == 0) { t->misalign = 1 + (int)fz_below(r, 3); c->any_misalign = 1; }
+        if (c->huge || fz_below(r, sdiv) == sdiv - 1) fz_strides(r, t, c->huge);
+        if (fz_rare(r, c, 48)) { t->misalign = 1 + (int)fz_below(r, 3); c->any_misalign = 1; }
     }
     /* sizes of the logical shapes: only small enough cases compute */
-    for (i = 0; i < NT; i++) {
+    for (i = lo; i < hi; i++) {
         int sets = c->t[i].is_out ? 3 : 1;
         fz_alloc(c, &c->t[i], i, sets);
     }
     /* aliasing: an output placed inside another tensor's memory */
-    if (fz_below(r, 10) == 0) {
-        const int o = (int)fz_below(r, NT), other = (int)fz_below(r, NT);
+    if (fz_rare(r, c, 10)) {
+        const int o = lo + (int)fz_below(r, (unsigned)(hi - lo)), other = lo + (int)fz_below(r, (unsigned)(hi - lo));
         fz_ten *a = &c->t[o], *b = &c->t[other];
         if (o != other && a->present && b->present && a->is_out && b->alias_of < 0 && a->alias_of < 0 && a->bytes <= b->bytes &&
             !a->misalign && !b->misalign) {
@@ -828,7 +880,7 @@ static void fz_backward(fz_rd *r, fz_case *c) {
                         st = fz_bwd_run(c, 2, np2, isa, &w2, ck, cb);
                         if (st != SELSCAN_OK) fprintf(stderr, "fuzz_selscan: status %d\n", (int)st);
                         FZ_CHECK(st == SELSCAN_OK, "backward with the checkpoint refused what the plain one accepted");
-                        for (i = T_DU; i <= T_DH0; i++) fz_bitwise(c, i, 0, 2);
+                        for (i = T_DU; i <= T_DH0; i++) fz_bitwise(c, i, 0, 2, "backward with the checkpoint not bitwise equal to without");
                     }
                     fz_ws_free(&w2);
                 }
@@ -892,6 +944,437 @@ static void fz_stepcase(fz_rd *r, fz_case *c) {
     }
 }
 
+/* ---- the SSD scan (Mamba-2, >>ssd-api): decoding ---- */
+/* n_groups: 0 (means 1), 1, nheads, a divisor of nheads, one that may not divide, negative; huge at times */
+static int64_t fz_ssd_groups(fz_rd *r, const fz_case *c) {
+    const unsigned m = fz_below(r, 12);
+    int64_t d, k, n = 0;
+    if (c->huge && fz_rare(r, c, 8)) return fz_huge[fz_below(r, FZ_NHUGE)];
+    if (c->H <= 0 || c->H > 64) return m & 1;
+    switch (m) {
+    case 0: case 1: return m;
+    case 2: case 9: return c->H;
+    case 3: case 4: case 7: case 8: /* the k-th divisor */
+        for (d = 1; d <= c->H; d++) n += c->H % d == 0;
+        k = (int64_t)fz_below(r, (unsigned)n);
+        for (d = 1; d <= c->H; d++) if (c->H % d == 0 && k-- == 0) return d;
+        return 1;
+    case 5: return 1 + (int64_t)fz_below(r, (unsigned)c->H + 1);
+    case 6: return -(int64_t)fz_below(r, 3);
+    default: return 1;
+    }
+}
+
+/* dt_min / dt_max (read with SELSCAN_SSD_DT_LIMIT): mamba_ssm's (0, inf), a range, equal, inverted, NaN, infinite */
+static void fz_ssd_limits(fz_rd *r, fz_case *c) {
+    switch (fz_below(r, 16)) {
+    case 0: case 1: case 8: case 9: case 10: c->dtmin = 0.0f; c->dtmax = INFINITY; break;
+    case 2: case 3: case 11: case 12: case 13: case 14: case 15: c->dtmin = (float)fz_unif(0.0, 0.3); c->dtmax = (float)fz_unif(0.35, 1.5); break;
+    case 4: c->dtmin = c->dtmax = (float)fz_unif(0.0, 1.0); break;
+    case 5: c->dtmin = (float)fz_unif(0.5, 1.0); c->dtmax = (float)fz_unif(-0.5, 0.45); break; /* inverted */
+    case 6: { const unsigned w = fz_below(r, 3); c->dtmin = w == 1 ? 0.1f : NAN; c->dtmax = w == 0 ? 0.9f : NAN; break; }
+    default: {
+        static const float e[][2] = {{-INFINITY, INFINITY}, {-INFINITY, -INFINITY}, {INFINITY, INFINITY}, {INFINITY, -INFINITY}, {-1.0f, 0.0f}};
+        const unsigned w = fz_below(r, 5);
+        c->dtmin = e[w][0]; c->dtmax = e[w][1];
+    }
+    }
+}
+
+static void fz_ssd_decode(fz_rd *r, fz_case *c) {
+    const unsigned hdr = fz_u8(r);
+    fz_ten *t = c->t;
+    int64_t G, rows, i;
+    int dt, seq = 0;
+    c->ssd = 1;
+    c->kind = (int)fz_below(r, 3); /* 0 forward, 1 backward, 2 sizes only */
+    c->huge = (hdr >> 2) % 5 == 0;
+    c->special = (hdr >> 5) == 7;
+    c->dtype = (int)fz_below(r, 3);
+    if (fz_rare(r, c, 64)) c->dtype = fz_below(r, 2) ? 3 : -1;
+    c->flags = fz_u8(r) & 7u; /* DT_SOFTPLUS, DT_LIMIT, D_HEADDIM */
+    if (fz_rare(r, c, 64)) c->flags |= 8u << fz_below(r, 5); /* unknown */
+    c->batch = fz_size(r, c->huge, 3);
+    c->L = fz_size(r, c->huge, 70);
+    c->H = fz_size(r, c->huge, 6);
+    c->P = fz_below(r, 4) ? fz_size(r, c->huge, 8) : fz_size(r, c->huge, 80); /* past 64: two channel blocks */
+    c->N = fz_size(r, c->huge, 20);
+    if (fz_rare(r, c, c->kind == 2 ? 4 : 64)) { /* an empty problem (only the size queries accept it) */
+        int64_t *z[] = {&c->batch, &c->L, &c->H, &c->P, &c->N};
+        *z[fz_below(r, 5)] = 0;
+    }
+    c->dim = c->H;
+    c->G = fz_ssd_groups(r, c);
+    fz_ssd_limits(r, c);
+    c->nseq = 0;
+    switch (fz_below(r, 10)) {
+    case 8: case 9: { /* cu_seqlens (batch 1 mostly), at times with seq_idx too */
+        const int64_t b = c->batch;
+        fz_cu(r, c);
+        if (fz_rare(r, c, 16)) c->batch = b;
+        seq = fz_rare(r, c, 16);
+        break;
+    }
+    case 6: case 7: seq = 1; break;
+    default: break;
+    }
+    dt = c->dtype >= 0 && c->dtype <= 2 ? c->dtype : 0;
+    G = c->G > 0 ? c->G : 1;
+    rows = c->cu ? c->nseq : c->batch;
+    fz_ten_set(&t[S_X], S_X, 4, c->batch, c->L, c->H, c->P, dt, 0);
+    fz_ten_set(&t[S_DT], S_DT, 3, c->batch, c->L, c->H, 1, dt, 0);
+    fz_ten_set(&t[S_A], S_A, 1, c->H, 1, 1, 1, SELSCAN_F32, 0);
+    fz_ten_set(&t[S_B], S_B, 4, c->batch, c->L, G, c->N, dt, 0);
+    fz_ten_set(&t[S_C], S_C, 4, c->batch, c->L, G, c->N, dt, 0);
+    if (c->flags & SELSCAN_SSD_D_HEADDIM) fz_ten_set(&t[S_D], S_D, 2, c->H, c->P, 1, 1, SELSCAN_F32, 0);
+    else fz_ten_set(&t[S_D], S_D, 1, c->H, 1, 1, 1, SELSCAN_F32, 0);
+    fz_ten_set(&t[S_Z], S_Z, 4, c->batch, c->L, c->H, c->P, dt, 0);
+    fz_ten_set(&t[S_BIAS], S_BIAS, 1, c->H, 1, 1, 1, SELSCAN_F32, 0);
+    fz_ten_set(&t[S_SEQ], S_SEQ, 2, c->batch, c->L, 1, 1, SELSCAN_F32, 0); /* int32: 4-byte elements, values below */
+    fz_ten_set(&t[S_H0], S_H0, 4, rows, c->H, c->P, c->N, SELSCAN_F32, 0);
+    fz_ten_set(&t[S_Y], S_Y, 4, c->batch, c->L, c->H, c->P, dt, 1);
+    fz_ten_set(&t[S_HLAST], S_HLAST, 4, rows, c->H, c->P, c->N, SELSCAN_F32, 1);
+    for (i = S_X; i <= S_C; i++) t[i].present = 1;
+    t[S_Y].present = !fz_rare(r, c, 32);
+    t[S_D].present = fz_below(r, 2);
+    t[S_Z].present = fz_below(r, 2);
+    t[S_BIAS].present = fz_below(r, 2);
+    t[S_H0].present = fz_below(r, 2);
+    t[S_HLAST].present = fz_below(r, 2);
+    t[S_SEQ].present = seq;
+    if (fz_rare(r, c, 32)) t[S_X + fz_below(r, 5)].present = 0; /* a required operand missing */
+    if (c->kind != 0) {
+        const unsigned want = (unsigned)fz_take(r, 3);
+        fz_ten_set(&t[S_DY], S_DY, 4, c->batch, c->L, c->H, c->P, dt, 0);
+        fz_ten_set(&t[S_DHLAST], S_DHLAST, 4, rows, c->H, c->P, c->N, SELSCAN_F32, 0);
+        fz_ten_set(&t[S_DX], S_DX, 4, c->batch, c->L, c->H, c->P, dt, 1);
+        fz_ten_set(&t[S_DDT], S_DDT, 3, c->batch, c->L, c->H, 1, dt, 1);
+        fz_ten_set(&t[S_DA], S_DA, 1, c->H, 1, 1, 1, SELSCAN_F32, 1);
+        fz_ten_set(&t[S_DB], S_DB, 4, c->batch, c->L, G, c->N, dt, 1);
+        fz_ten_set(&t[S_DC], S_DC, 4, c->batch, c->L, G, c->N, dt, 1);
+        fz_ten_set(&t[S_DD], S_DD, t[S_D].nd, t[S_D].n[0], t[S_D].n[1], 1, 1, SELSCAN_F32, 1);
+        fz_ten_set(&t[S_DZ], S_DZ, 4, c->batch, c->L, c->H, c->P, dt, 1);
+        fz_ten_set(&t[S_DBIAS], S_DBIAS, 1, c->H, 1, 1, 1, SELSCAN_F32, 1);
+        fz_ten_set(&t[S_DH0], S_DH0, 4, rows, c->H, c->P, c->N, SELSCAN_F32, 1);
+        t[S_DY].present = !fz_rare(r, c, 32);
+        t[S_DHLAST].present = want & 1;
+        for (i = S_DX; i <= S_DH0; i++) t[i].present = ((want >> (2 * (i - S_DX) + 1)) & 3) != 3;
+        if (t[S_DZ].present && !t[S_Z].present && !fz_rare(r, c, 4)) t[S_DZ].present = 0;
+    }
+    fz_finish(r, c, S_X, NT);
+    /* seq_idx: runs of equal values (only neighbours' equality matters); a huge broadcast one: its span */
+    if (t[S_SEQ].present && t[S_SEQ].allocatable && !t[S_SEQ].misalign && fz_ssd_small(c)) {
+        const fz_ten *q = &t[S_SEQ];
+        const int span = fz_count(q) > (1 << 20);
+        const int64_t cnt = span ? (int64_t)(q->bytes / 4) : fz_count(q);
+        int32_t v = 0;
+        for (i = 0; i < cnt; i++) {
+            if (i == 0 || fz_next() % 4 == 0) v = fz_next() % 16 ? (int32_t)(fz_next() % 5) - 1 : (int32_t)fz_next();
+            memcpy(q->data[0] + (span ? i : fz_off(q, i)) * 4, &v, 4);
+        }
+    }
+}
+
+static int fz_ssd_runnable(const fz_case *c) {
+    int i;
+    if (!fz_ssd_small(c)) return 0;
+    for (i = S_X; i < NT; i++)
+        if (c->t[i].present && !c->t[i].allocatable) return 0;
+    return 1;
+}
+
+static void fz_ssd_problem(const fz_case *c, selscan_ssd_problem *p, int set) {
+    memset(p, 0, sizeof *p);
+    p->diag = &fz_dg;
+    p->batch = c->batch; p->seqlen = c->L; p->nheads = c->H; p->headdim = c->P; p->dstate = c->N; p->n_groups = c->G;
+    p->dtype = (selscan_dtype)c->dtype; p->flags = c->flags; p->dt_min = c->dtmin; p->dt_max = c->dtmax;
+    p->cu_seqlens = c->cu; p->n_seqs = c->nseq;
+    fz_api_in(&p->x, c, S_X); fz_api_in(&p->dt, c, S_DT); fz_api_in(&p->A, c, S_A); fz_api_in(&p->B, c, S_B);
+    fz_api_in(&p->C, c, S_C); fz_api_in(&p->D, c, S_D); fz_api_in(&p->z, c, S_Z); fz_api_in(&p->dt_bias, c, S_BIAS);
+    fz_api_in(&p->seq_idx, c, S_SEQ); fz_api_in(&p->initial_state, c, S_H0);
+    fz_api_out(&p->y, c, S_Y, set); fz_api_out(&p->final_state, c, S_HLAST, set);
+}
+static void fz_ssd_grads(const fz_case *c, selscan_ssd_grads *g, int set) {
+    memset(g, 0, sizeof *g);
+    fz_api_in(&g->dy, c, S_DY); fz_api_in(&g->dfinal_state, c, S_DHLAST);
+    fz_api_out(&g->dx, c, S_DX, set); fz_api_out(&g->ddt, c, S_DDT, set); fz_api_out(&g->dA, c, S_DA, set);
+    fz_api_out(&g->dB, c, S_DB, set); fz_api_out(&g->dC, c, S_DC, set); fz_api_out(&g->dD, c, S_DD, set);
+    fz_api_out(&g->dz, c, S_DZ, set); fz_api_out(&g->ddt_bias, c, S_DBIAS, set); fz_api_out(&g->dinitial_state, c, S_DH0, set);
+}
+
+/* ---- SSD size checks: the size rules against validation, the workspace sizes against what the
+   reference needs (>>ssd-reference) and the documented backward partials, n_parts' range ---- */
+static void fz_ssd_check_sizes(const fz_case *c, const selscan_ssd_problem *p, const selscan_ssd_grads *g) {
+    static const int64_t nps[] = {1, 2, 3, 5, 8, 64, 0, -1, ((int64_t)1 << 24) + 1, INT64_MIN};
+    const int64_t np = nps[fz_next() % 10];
+    const int np_ok = np >= 1 && np <= ((int64_t)1 << 24);
+    const int nonempty = p->batch > 0 && p->seqlen > 0 && p->nheads > 0 && p->headdim > 0;
+    size_t b = 0, b1 = 0, bp = 12345;
+    selscan_status sv, scs, sw, s1, spp;
+    fz_dg_reset(); sv = g ? selscan_validate_ssd_grads(p, g) : selscan_validate_ssd(p); fz_dg_check(sv, "validate_ssd");
+    fz_dg_reset(); scs = selscan_check_ssd_sizes(p); fz_dg_check(scs, "check_ssd_sizes");
+    fz_dg_reset(); sw = selscan_ssd_workspace_size(p, g, &b); fz_dg_check(sw, "ssd_workspace_size");
+    fz_dg_reset(); s1 = selscan_ssd_workspace_size_parts(p, g, 1, &b1); fz_dg_check(s1, "ssd_workspace_size_parts");
+    fz_dg_reset(); spp = selscan_ssd_workspace_size_parts(p, g, np, &bp); fz_dg_check(spp, "ssd_workspace_size_parts");
+    if (!np_ok) FZ_CHECK(spp == SELSCAN_ERR_SHAPE && bp == 12345, "ssd_workspace_size_parts accepted n_parts out of range");
+    if (sv != SELSCAN_OK) {
+        FZ_CHECK(sw == sv && s1 == sv, "ssd workspace size status differs from validate");
+        if (np_ok) FZ_CHECK(spp == sv, "ssd_workspace_size_parts status differs from validate");
+    } else {
+        FZ_CHECK(scs == SELSCAN_OK, "check_ssd_sizes refused what validate accepts");
+        FZ_CHECK(sw == SELSCAN_OK || sw == SELSCAN_ERR_SHAPE, "ssd_workspace_size status on a valid problem");
+        FZ_CHECK(s1 == SELSCAN_OK || s1 == SELSCAN_ERR_SHAPE, "ssd_workspace_size_parts status on a valid problem");
+        if (np_ok) FZ_CHECK(spp == SELSCAN_OK || spp == SELSCAN_ERR_SHAPE, "ssd_workspace_size_parts status on a valid problem");
+    }
+    /* the size rules are validation's (sizes1 before the missing-operand check, sizes2 after) */
+    if (scs != SELSCAN_OK && nonempty) FZ_CHECK(sv == scs || sv == SELSCAN_ERR_NULL, "check_ssd_sizes refused what validate does not");
+    if (!nonempty || p->dstate <= 0) FZ_CHECK(sv != SELSCAN_OK, "an empty SSD problem validated");
+    if (sw == SELSCAN_OK) { /* what the reference needs: a channel's state; backward: states over L + 1 steps, dh, ddt, dB / dC sums */
+        __int128 need = fz_smul(c->N, 4);
+        if (g) {
+            need = fz_smul(fz_smul(c->L + 2, c->N) + c->L, 4);
+            if (g->dB.data) need += fz_smul4(c->L, c->N, 4, 1);
+            if (g->dC.data) need += fz_smul4(c->L, c->N, 4, 1);
+        }
+        FZ_CHECK((__int128)b >= need, "ssd workspace size below the reference's need");
+        if (s1 == SELSCAN_OK) FZ_CHECK(b >= b1, "ssd_workspace_size below the one-part fast workspace");
+    }
+    if (s1 == SELSCAN_OK && spp == SELSCAN_OK) FZ_CHECK(bp >= b1, "ssd workspace for n_parts below one part's");
+    if (g && spp == SELSCAN_OK && g->dB.data && g->dC.data) /* the documented dB / dC partials */
+        FZ_CHECK((__int128)bp >= fz_smul(fz_smul4(2 * c->batch, c->H, c->L, (c->N + 15) / 16 * 16), 4), "ssd backward workspace below its partials");
+}
+
+/* The fast SSD path on a chosen instruction set (clamped to this CPU): the library's drivers take
+   selscan__cpu_isa(); these run its work items (>>ssd-entry) on isa in one part, so every vector
+   path this CPU has is reached. The backward's sums go through the public reduce. */
+static selscan_status fz_ssd_fwd_isa(const selscan_ssd_problem *p, void *ws, size_t bytes, int isa) {
+    selscan__sprob q;
+    selscan_status st;
+    int64_t npb, i;
+    int saved;
+    ws = selscan__ws_align(ws, bytes, &bytes);
+    if ((st = selscan__ssd_validate_forward(p, &q, ws, bytes, selscan__ssd_ws_fast, 1)) != SELSCAN_OK) return st;
+    npb = (q.P + SELSCAN__SSD_PB - 1) / SELSCAN__SSD_PB;
+    saved = errno; /* (the items' expf / log1pf may set it: the drivers keep the caller's) */
+    for (i = 0; i < q.batch * q.H * npb; i++) {
+        const int64_t p0 = i % npb * SELSCAN__SSD_PB;
+        selscan__ssd_fwd_item(&q, i / (q.H * npb), i / npb % q.H, p0, selscan__min64(SELSCAN__SSD_PB, q.P - p0), (float *)ws, isa);
+    }
+    errno = saved;
+    return SELSCAN_OK;
+}
+static selscan_status fz_ssd_bwd_isa(const selscan_ssd_problem *p, const selscan_ssd_grads *g, void *ws0, size_t bytes0, int isa) {
+    selscan__sprob q;
+    selscan__sgrd rg;
+    selscan__ssh o;
+    selscan_status st;
+    size_t bytes = bytes0;
+    void *ws = selscan__ws_align(ws0, bytes0, &bytes);
+    int64_t i;
+    int saved;
+    if ((st = selscan__ssd_validate_backward(p, g, &q, &rg, ws, bytes, selscan__ssd_ws_fast, 1)) != SELSCAN_OK) return st;
+    selscan__ssd_ssh_map(&o, &q, &rg);
+    saved = errno;
+    for (i = 0; i < q.batch * q.H; i++)
+        selscan__ssd_bwd_item(&q, &rg, &o, (float *)ws, i / q.H, i % q.H,
+                              (float *)(void *)((char *)ws + selscan__ssd_ws_bwd_shared(&q, &rg, 1)), isa);
+    errno = saved;
+    return selscan_ssd_backward_cpu_reduce(p, g, 0, 1, ws0, bytes0);
+}
+
+/* The workspace placed over an operand of the call (ids lo .. hi, skip excluded), at a 64-byte
+   aligned address inside its span: every SSD entry point must refuse it (at times; 1 when done). */
+static int fz_ssd_ws_over(fz_rd *r, const fz_case *c, fz_ws *w, size_t need, int lo, int hi, int skip0, int skip1) {
+    const int id = lo + (int)fz_below(r, (unsigned)(hi - lo + 1));
+    const fz_ten *t = &c->t[id];
+    uintptr_t a, base;
+    if (!fz_rare(r, c, 16) || need == 0 || id == skip0 || id == skip1 || !t->present || !t->allocatable) return 0;
+    base = (uintptr_t)t->data[0];
+    a = (base + SELSCAN_WORKSPACE_ALIGN - 1) / SELSCAN_WORKSPACE_ALIGN * SELSCAN_WORKSPACE_ALIGN;
+    if (a >= base + t->bytes) return 0;
+    w->ptr = (unsigned char *)a;
+    w->bytes = need;
+    return 1;
+}
+
+/* The status a fast SSD call must return for validation's sv, the size query's sw / need (of its
+   n_parts) and workspace w (order: problem, outputs' strides, workspace, aliasing); -1: not known. */
+static int fz_ssd_expect(selscan_status sv, selscan_status sw, size_t need, const fz_ws *w) {
+    if (sv != SELSCAN_OK) return sv == SELSCAN_ERR_ALIAS ? -1 : (int)sv;
+    if (sw != SELSCAN_OK) return -1;
+    return fz_ws_enough(w, need) ? SELSCAN_OK : SELSCAN_ERR_WORKSPACE;
+}
+static void fz_ssd_check_status(selscan_status st, int expect, int over, const char *what) {
+    if (over && st == SELSCAN_OK) {
+        fprintf(stderr, "fuzz_selscan: %s: status OK\n", what);
+        fz_fail("ssd: a workspace over an operand accepted");
+    }
+    if (!over && expect >= 0 && (int)st != expect) {
+        fprintf(stderr, "fuzz_selscan: %s: status %d, expected %d\n", what, (int)st, expect);
+        fz_fail("ssd: status differs from validation and the workspace size");
+    }
+    if (!over && expect < 0 && st == SELSCAN_OK) fz_fail("ssd: OK where validation refused (aliasing) or the size query failed");
+}
+
+/* ---- SSD forward: fast parts (set 0; the parts in either order), the whole call (set 2: bitwise
+   the same), the reference (set 1: within tolerance), the items on a chosen ISA (set 2) ---- */
+static void fz_ssd_forward(fz_rd *r, fz_case *c) {
+    selscan_ssd_problem p;
+    size_t need = 0;
+    selscan_status sv, sw, st;
+    const int64_t np = 1 + fz_below(r, 6);
+    const int rev = (int)fz_below(r, 2), isa = selscan__use_isa(fz_isa(r));
+    int over, expect;
+    int64_t k;
+    fz_ws w;
+    fz_ssd_problem(c, &p, 0);
+    fz_ssd_check_sizes(c, &p, NULL);
+    fz_dg_reset(); sv = selscan_validate_ssd(&p); fz_dg_check(sv, "validate_ssd");
+    sw = selscan_ssd_workspace_size_parts(&p, NULL, np, &need);
+    if (sw != SELSCAN_OK) need = fz_below(r, 2) ? 4096 : 0;
+    fz_ws_make(r, &w, need);
+    over = fz_ssd_ws_over(r, c, &w, need, S_X, S_HLAST, -1, -1);
+    expect = fz_ssd_expect(sv, sw, need, &w);
+    /* a valid problem too big to compute here: only a too small workspace may be passed */
+    if (!over && !fz_ssd_runnable(c) && sw == SELSCAN_OK && (fz_ws_enough(&w, need) || need > FZ_WS_CAP)) { fz_ws_free(&w); return; }
+    fz_snap(c, 0);
+    fz_dg_reset();
+    st = selscan_ssd_forward_cpu_part(&p, rev ? np - 1 : 0, np, w.ptr, w.bytes);
+    fz_dg_check(st, "ssd_forward_cpu_part");
+    fz_ssd_check_status(st, expect, over, "ssd_forward_cpu_part");
+    if (st != SELSCAN_OK) {
+        fz_check_untouched(c, 0, "ssd_forward_cpu_part");
+        if (sv != SELSCAN_OK) { /* the problem itself is refused: by every entry point */
+            FZ_CHECK(selscan_ssd_forward_ref(&p, w.ptr, w.bytes) != SELSCAN_OK, "ssd reference accepted what validate refused");
+            FZ_CHECK(selscan_ssd_forward_cpu(&p, w.ptr, w.bytes) != SELSCAN_OK, "ssd_forward_cpu accepted what validate refused");
+            fz_check_untouched(c, 0, "ssd_forward_ref / ssd_forward_cpu");
+        }
+        fz_ws_free(&w);
+        return;
+    }
+    FZ_CHECK(fz_ssd_runnable(c), "an SSD problem too large to compute was accepted with this workspace");
+    for (k = 1; k < np; k++)
+        FZ_CHECK(selscan_ssd_forward_cpu_part(&p, rev ? np - 1 - k : k, np, w.ptr, w.bytes) == SELSCAN_OK, "a later SSD part failed");
+    fz_check_inputs(c, "ssd_forward_cpu_part");
+    fz_check_written(c, S_Y, 0);
+    fz_check_written(c, S_HLAST, 0);
+    {
+        selscan_ssd_problem p1, p2;
+        size_t rb = 0;
+        fz_ws rw;
+        fz_ssd_problem(c, &p1, 1);
+        fz_ssd_problem(c, &p2, 2);
+        FZ_CHECK(selscan_ssd_workspace_size(&p2, NULL, &rb) == SELSCAN_OK, "ssd_workspace_size after an OK forward");
+        fz_ws_exact(&rw, rb);
+        FZ_CHECK(selscan_ssd_forward_cpu(&p2, rw.ptr, rw.bytes) == SELSCAN_OK, "ssd_forward_cpu refused what its parts accepted");
+        fz_bitwise(c, S_Y, 0, 2, "ssd forward parts not bitwise equal to the whole call");
+        fz_bitwise(c, S_HLAST, 0, 2, "ssd forward parts not bitwise equal to the whole call");
+        FZ_CHECK(selscan_ssd_forward_ref(&p1, rw.ptr, rw.bytes) == SELSCAN_OK, "ssd_forward_ref refused what the fast path accepted");
+        if (fz_numeric(c)) {
+            fz_compare(c, S_Y, 0, 1, tc_tol_lowp((selscan_dtype)c->dtype, 2e-3, 2)); /* k = 2: each side rounds to T */
+            fz_compare(c, S_HLAST, 0, 1, 2e-3);
+        }
+        FZ_CHECK(fz_ssd_fwd_isa(&p2, rw.ptr, rw.bytes, isa) == SELSCAN_OK, "ssd forward items on an ISA");
+        if (isa == selscan__cpu_isa()) {
+            fz_bitwise(c, S_Y, 0, 2, "ssd forward items on the library's ISA differ from its driver");
+            fz_bitwise(c, S_HLAST, 0, 2, "ssd forward items on the library's ISA differ from its driver");
+        } else if (fz_numeric(c)) {
+            fz_compare(c, S_Y, 2, 1, tc_tol_lowp((selscan_dtype)c->dtype, 2e-3, 2));
+            fz_compare(c, S_HLAST, 2, 1, 2e-3);
+        }
+        fz_ws_free(&rw);
+    }
+    fz_ws_free(&w);
+}
+
+/* ---- SSD backward: fast parts then reduces (set 0; either order), the whole call (set 2:
+   bitwise), the reference (set 1: within tolerance), the items on a chosen ISA (set 2) ---- */
+static void fz_ssd_backward(fz_rd *r, fz_case *c) {
+    selscan_ssd_problem p;
+    selscan_ssd_grads g;
+    size_t need = 0;
+    selscan_status sv, sw, st;
+    const int64_t np = 1 + fz_below(r, 6);
+    const int rev = (int)fz_below(r, 2), isa = selscan__use_isa(fz_isa(r));
+    int over, expect, i;
+    int64_t k;
+    fz_ws w;
+    fz_ssd_problem(c, &p, 0);
+    fz_ssd_grads(c, &g, 0);
+    fz_ssd_check_sizes(c, &p, &g);
+    fz_dg_reset(); sv = selscan_validate_ssd_grads(&p, &g); fz_dg_check(sv, "validate_ssd_grads");
+    sw = selscan_ssd_workspace_size_parts(&p, &g, np, &need);
+    if (sw != SELSCAN_OK) need = fz_below(r, 2) ? 4096 : 0;
+    fz_ws_make(r, &w, need);
+    over = fz_ssd_ws_over(r, c, &w, need, S_X, S_DH0, S_Y, S_HLAST); /* the backward does not take y, final_state */
+    expect = fz_ssd_expect(sv, sw, need, &w);
+    if (!over && !fz_ssd_runnable(c) && sw == SELSCAN_OK && (fz_ws_enough(&w, need) || need > FZ_WS_CAP)) { fz_ws_free(&w); return; }
+    fz_snap(c, 0);
+    fz_dg_reset();
+    st = selscan_ssd_backward_cpu_part(&p, &g, rev ? np - 1 : 0, np, w.ptr, w.bytes);
+    fz_dg_check(st, "ssd_backward_cpu_part");
+    fz_ssd_check_status(st, expect, over, "ssd_backward_cpu_part");
+    if (st != SELSCAN_OK) {
+        fz_check_untouched(c, 0, "ssd_backward_cpu_part");
+        if (sv != SELSCAN_OK) {
+            FZ_CHECK(selscan_ssd_backward_ref(&p, &g, w.ptr, w.bytes) != SELSCAN_OK, "ssd backward reference accepted what validate refused");
+            FZ_CHECK(selscan_ssd_backward_cpu(&p, &g, w.ptr, w.bytes) != SELSCAN_OK, "ssd_backward_cpu accepted what validate refused");
+            FZ_CHECK(selscan_ssd_backward_cpu_reduce(&p, &g, 0, np, w.ptr, w.bytes) != SELSCAN_OK, "ssd reduce accepted what validate refused");
+            fz_check_untouched(c, 0, "ssd_backward_ref / ssd_backward_cpu / reduce");
+        }
+        fz_ws_free(&w);
+        return;
+    }
+    FZ_CHECK(fz_ssd_runnable(c), "an SSD backward too large to compute was accepted");
+    for (k = 1; k < np; k++)
+        FZ_CHECK(selscan_ssd_backward_cpu_part(&p, &g, rev ? np - 1 - k : k, np, w.ptr, w.bytes) == SELSCAN_OK, "a later SSD backward part failed");
+    for (k = 0; k < np; k++)
+        FZ_CHECK(selscan_ssd_backward_cpu_reduce(&p, &g, rev ? k : np - 1 - k, np, w.ptr, w.bytes) == SELSCAN_OK, "SSD reduce failed");
+    fz_check_inputs(c, "ssd_backward_cpu_part");
+    for (i = S_DX; i <= S_DH0; i++) fz_check_written(c, i, 0);
+    {
+        selscan_ssd_problem p1, p2;
+        selscan_ssd_grads g1, g2;
+        size_t rb = 0;
+        fz_ws rw;
+        fz_ssd_problem(c, &p1, 1); fz_ssd_grads(c, &g1, 1);
+        fz_ssd_problem(c, &p2, 2); fz_ssd_grads(c, &g2, 2);
+        FZ_CHECK(selscan_ssd_workspace_size(&p2, &g2, &rb) == SELSCAN_OK, "ssd_workspace_size after an OK backward");
+        fz_ws_exact(&rw, rb);
+        FZ_CHECK(selscan_ssd_backward_cpu(&p2, &g2, rw.ptr, rw.bytes) == SELSCAN_OK, "ssd_backward_cpu refused what its parts accepted");
+        for (i = S_DX; i <= S_DH0; i++) fz_bitwise(c, i, 0, 2, "ssd backward parts + reduce not bitwise equal to the whole call");
+        FZ_CHECK(selscan_ssd_backward_ref(&p1, &g1, rw.ptr, rw.bytes) == SELSCAN_OK, "ssd_backward_ref refused what the fast path accepted");
+        if (fz_numeric(c) && c->L <= 64)
+            for (i = S_DX; i <= S_DH0; i++) fz_compare(c, i, 0, 1, tc_tol_lowp((selscan_dtype)c->t[i].dtype, 5e-3, 2)); /* k = 2, as y */
+        FZ_CHECK(fz_ssd_bwd_isa(&p2, &g2, rw.ptr, rw.bytes, isa) == SELSCAN_OK, "ssd backward items on an ISA");
+        if (isa == selscan__cpu_isa())
+            for (i = S_DX; i <= S_DH0; i++) fz_bitwise(c, i, 0, 2, "ssd backward items on the library's ISA differ from its driver");
+        else if (fz_numeric(c) && c->L <= 64)
+            for (i = S_DX; i <= S_DH0; i++) fz_compare(c, i, 2, 1, tc_tol_lowp((selscan_dtype)c->t[i].dtype, 5e-3, 2));
+        fz_ws_free(&rw);
+    }
+    fz_ws_free(&w);
+}
+
+static void fz_ssd_case(fz_rd *r, fz_case *c) {
+    switch (c->kind) {
+    case 0: fz_ssd_forward(r, c); break;
+    case 1: fz_ssd_backward(r, c); break;
+    default: { /* size queries only (also empty problems, cu_seqlens' values not given) */
+        selscan_ssd_problem p;
+        selscan_ssd_grads g;
+        fz_ssd_problem(c, &p, 0);
+        fz_ssd_grads(c, &g, 0);
+        if (c->cu && fz_rare(r, c, 4)) p.cu_seqlens = NULL;
+        fz_snap(c, 0);
+        fz_ssd_check_sizes(c, &p, NULL);
+        fz_ssd_check_sizes(c, &p, &g);
+        fz_check_untouched(c, 0, "ssd size queries");
+        break;
+    }
+    }
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     fz_rd r = {data, size, 0};
     fz_case c;
@@ -902,13 +1385,15 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         size_t i;
         for (i = 0; i < size; i++) fz_state = fz_state * 0x100000001b3ull ^ data[i];
     }
-    fz_decode(&r, &c);
+    /* the SSD scan: a size-query header (kind 3) with bit 3 set */
+    if (size && (data[0] & 0x0bu) == 0x0bu) fz_ssd_decode(&r, &c);
+    else fz_decode(&r, &c);
     errno = 4242;
-    switch (c.kind) {
+    switch (c.ssd ? 4 : c.kind) {
     case 0: fz_forward(&r, &c); break;
     case 1: fz_backward(&r, &c); break;
     case 2: fz_stepcase(&r, &c); break;
-    default: {
+    case 3: {
         selscan_problem p;
         selscan_grads g;
         fz_problem(&c, &p, 0);
@@ -917,6 +1402,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         fz_check_sizes(&c, &p, &g);
         break;
     }
+    default: fz_ssd_case(&r, &c); break;
     }
     FZ_CHECK(errno == 4242, "the library changed errno");
     errno = saved;
