@@ -38,7 +38,12 @@
  * rule exactly); the parts (in either order; the backward's, then its reduces) bitwise equal to
  * the whole call; the fast forward / backward within tolerance of the reference (finite inputs),
  * also their work items run on each ISA this CPU has (bitwise the library's on its own ISA); the
- * size queries against validation, the reference's workspace need and the documented partials. */
+ * size queries against validation, the reference's workspace need and the documented partials;
+ * NaN in gives NaN out (y, or dx, NaN wherever an input of its own position is: fast, whole call,
+ * reference, items) and every NaN a gradient holds is the default quiet NaN (the special values
+ * include NaNs of another sign and payload; the scan's backward checked for it too); NULL
+ * problem / grads / size pointers refused by every SSD entry point, nothing written.
+ * FUZZ_SELSCAN_MODE=ssd in the environment decodes every input as an SSD case (long SSD runs). */
 #define SELSCAN_IMPLEMENTATION
 #include "../../selscan.h"
 #include "../tol_lowp.h" /* tc_tol_lowp: the f16 / bf16 tolerance rule */
@@ -200,6 +205,7 @@ typedef struct fz_case {
     int ssd;                 /* an SSD case (kind: 0 forward, 1 backward, 2 sizes); dim = H, then: */
     int64_t H, P;            /* nheads, headdim (N dstate, G n_groups as passed) */
     float dtmin, dtmax;
+    unsigned char *cu_mem;   /* cu placed misaligned inside it (cu then not freed itself) */
 } fz_case;
 
 static void fz_ten_set(fz_ten *t, int id, int nd, int64_t n0, int64_t n1, int64_t n2, int64_t n3, int dtype, int out) {
@@ -251,7 +257,14 @@ static void fz_canary_fill(const fz_ten *t, unsigned char *mem, size_t bytes) {
 static float fz_value(const fz_case *c, int id) {
     if (c->special && (fz_next() & 15) == 0) {
         static const float sp[] = {NAN, INFINITY, -INFINITY, 3e38f, -3e38f, 1e-40f};
-        return sp[fz_next() % 6];
+        const unsigned k = (unsigned)(fz_next() % 8);
+        if (k >= 6) { /* a NaN of negative sign and another payload (the gradients' NaNs stay canonical) */
+            const uint32_t u = k == 6 ? 0xffc0beefu : 0x7fa01234u;
+            float v;
+            memcpy(&v, &u, 4);
+            return v;
+        }
+        return sp[k];
     }
     switch (id) {
     case T_A: /* A, or A_log (the step's SELSCAN_STEP_A_LOG: A = -exp(A_log)) */
@@ -308,7 +321,8 @@ static void fz_free(fz_case *c) {
         for (k = 0; k < 3; k++) if (c->t[i].alias_of < 0) free(c->t[i].mem[k]);
         free(c->t[i].snap);
     }
-    free(c->cu);
+    if (c->cu_mem) free(c->cu_mem);
+    else free(c->cu);
     free(c->idx);
 }
 
@@ -419,7 +433,8 @@ static void fz_check_written(const fz_case *c, int id, int set) {
 }
 
 /* fast (set a) vs reference (set b): tolerance relative to the tensor's largest value */
-static void fz_compare(const fz_case *c, int id, int a, int b, double rtol) {
+/* atol: an absolute allowance added (for sums whose terms are much larger than the result) */
+static void fz_compare_atol(const fz_case *c, int id, int a, int b, double rtol, double atol) {
     const fz_ten *t = &c->t[id];
     int64_t i, cnt;
     double mx = 0;
@@ -434,11 +449,25 @@ static void fz_compare(const fz_case *c, int id, int a, int b, double rtol) {
         const double x = fz_get(t, t->data[a], fz_off(t, i)), y = fz_get(t, t->data[b], fz_off(t, i));
         if (isnan(x) && isnan(y)) continue;
         if (x == y) continue;
-        if (!(fabs(x - y) <= rtol * (fabs(y) + 0.1 * mx) + 1e-5)) {
+        if (!(fabs(x - y) <= rtol * (fabs(y) + 0.1 * mx) + 1e-5 + atol)) {
             fprintf(stderr, "fuzz_selscan: %s[%lld]: fast %.9g, reference %.9g (max %.3g)\n", t->name, (long long)i, x, y, mx);
             fz_fail("fast path differs from the reference");
         }
     }
+}
+static void fz_compare(const fz_case *c, int id, int a, int b, double rtol) { fz_compare_atol(c, id, a, b, rtol, 0.0); }
+/* the largest |value| of tensor id (set), 0 when absent */
+static double fz_maxabs(const fz_case *c, int id, int set) {
+    const fz_ten *t = &c->t[id];
+    int64_t i, cnt;
+    double mx = 0;
+    if (!t->present || t->alias_of >= 0) return 0.0;
+    cnt = fz_count(t);
+    for (i = 0; i < cnt; i++) {
+        const double v = fabs(fz_get(t, t->data[t->is_out ? set : 0], fz_off(t, i)));
+        if (v > mx) mx = v;
+    }
+    return mx;
 }
 static void fz_bitwise(const fz_case *c, int id, int a, int b, const char *what) {
     const fz_ten *t = &c->t[id];
@@ -452,6 +481,30 @@ static void fz_bitwise(const fz_case *c, int id, int a, int b, const char *what)
                     fz_get(t, t->data[a], fz_off(t, i)), fz_get(t, t->data[b], fz_off(t, i)));
             fz_fail(what);
         }
+}
+
+/* every NaN among output id's logical elements (set) is the default quiet NaN (>>ssd-api and the
+   scan's backward: f32 0x7fc00000, f16 0x7e00, bf16 0x7fc0, whatever NaNs the inputs held) */
+static void fz_check_nan_canon(const fz_case *c, int id, int set, const char *what) {
+    const fz_ten *t = &c->t[id];
+    int64_t i, cnt;
+    if (!t->present || t->alias_of >= 0) return;
+    cnt = fz_count(t);
+    for (i = 0; i < cnt; i++) {
+        const unsigned char *e = t->data[set] + fz_off(t, i) * t->dsz;
+        uint32_t u = 0;
+        memcpy(&u, e, (size_t)t->dsz);
+        if (isnan(fz_get(t, t->data[set], fz_off(t, i))) &&
+            u != (t->dsz == 4 ? 0x7fc00000u : t->dtype == SELSCAN_F16 ? 0x7e00u : 0x7fc0u)) {
+            fprintf(stderr, "fuzz_selscan: %s: %s[%lld] bits %#x (set %d)\n", what, t->name, (long long)i, (unsigned)u, set);
+            fz_fail("a gradient's NaN is not the default quiet NaN");
+        }
+    }
+}
+
+static void fz_check_nan_canon_all(const fz_case *c, int lo, int hi, int set, const char *what) {
+    int i;
+    for (i = lo; i <= hi; i++) fz_check_nan_canon(c, i, set, what);
 }
 
 /* ---- decoding a case ---- */
@@ -841,6 +894,7 @@ static void fz_backward(fz_rd *r, fz_case *c) {
     FZ_CHECK(fz_runnable(c), "a backward too large to compute was accepted");
     fz_check_inputs(c, "backward");
     for (i = T_DU; i <= T_DH0; i++) fz_check_written(c, i, 0);
+    fz_check_nan_canon_all(c, T_DU, T_DH0, 0, "backward");
     /* reference */
     {
         selscan_problem pr;
@@ -852,6 +906,7 @@ static void fz_backward(fz_rd *r, fz_case *c) {
         FZ_CHECK(selscan_workspace_size(&pr, &gr, &rb) == SELSCAN_OK, "workspace_size after an OK backward");
         fz_ws_exact(&rw, rb);
         st = selscan_backward_ref(&pr, &gr, rw.ptr, rw.bytes);
+        if (st == SELSCAN_OK) fz_check_nan_canon_all(c, T_DU, T_DH0, 1, "backward_ref");
         if (st == SELSCAN_OK && fz_numeric(c) && c->L <= 64)
             for (i = T_DU; i <= T_DH0; i++) fz_compare(c, i, 0, 1, tc_tol_lowp((selscan_dtype)c->t[i].dtype, 5e-3, 2)); /* k = 2, as y */
         fz_ws_free(&rw);
@@ -938,7 +993,14 @@ static void fz_stepcase(fz_rd *r, fz_case *c) {
         st = selscan_step_ref(&sr);
         FZ_CHECK(st == SELSCAN_OK, "step_ref refused what the fast step accepted");
         if (fz_numeric(c)) {
-            fz_compare(c, T_Y, 0, 1, tc_tol_lowp((selscan_dtype)c->dtype, 1e-4, 2)); /* k = 2: each side rounds its own f32 value */
+            /* y = (sum_n C h + D u) gate: the fast path's fused multiply-adds and the reference's
+               products round apart by up to about 2 N u32 sum |terms|, which the new state h can
+               make much larger than y (decays past 1: a negative delta, A_LOG's A down to -e^3) */
+            const double zg = c->t[T_Z].present ? fmax(fz_maxabs(c, T_Z, 0), 1.0) : 1.0;
+            const double terms = ((double)c->N * fz_maxabs(c, T_C, 0) * fz_maxabs(c, T_STATE, 1) +
+                                  fz_maxabs(c, T_D, 0) * fz_maxabs(c, T_U, 0)) * zg;
+            fz_compare_atol(c, T_Y, 0, 1, tc_tol_lowp((selscan_dtype)c->dtype, 1e-4, 2), /* k = 2: each side rounds its own f32 value */
+                            2.0 * (double)(c->N + 1) * (1.0 / 16777216) * terms);
             fz_compare(c, T_STATE, 0, 1, tc_tol_lowp((selscan_dtype)c->t[T_STATE].dtype, 1e-4, 2));
         }
     }
@@ -1012,6 +1074,13 @@ static void fz_ssd_decode(fz_rd *r, fz_case *c) {
         const int64_t b = c->batch;
         fz_cu(r, c);
         if (fz_rare(r, c, 16)) c->batch = b;
+        if (fz_rare(r, c, 32)) { /* cu_seqlens not 8-byte aligned (refused before its values are read) */
+            const size_t cb = (size_t)(c->nseq + 2) * 8;
+            c->cu_mem = (unsigned char *)malloc(cb + 8);
+            memcpy(c->cu_mem + 4, c->cu, cb - 8);
+            free(c->cu);
+            c->cu = (int64_t *)(void *)(c->cu_mem + 4);
+        }
         seq = fz_rare(r, c, 16);
         break;
     }
@@ -1102,6 +1171,56 @@ static void fz_ssd_grads(const fz_case *c, selscan_ssd_grads *g, int set) {
     fz_api_out(&g->dz, c, S_DZ, set); fz_api_out(&g->ddt_bias, c, S_DBIAS, set); fz_api_out(&g->dinitial_state, c, S_DH0, set);
 }
 
+/* NaN in gives NaN out (>>ssd-api): whether input id (present) is NaN at the multi-index i */
+static int fz_nan_at(const fz_case *c, int id, int64_t i0, int64_t i1, int64_t i2, int64_t i3) {
+    const fz_ten *t = &c->t[id];
+    const int64_t ix[4] = {i0, i1, i2, i3};
+    int64_t o = 0;
+    int d;
+    if (!t->present) return 0;
+    for (d = 0; d < t->nd; d++) o += ix[d] * t->rs[d];
+    return isnan(fz_get(t, t->data[0], o));
+}
+/* out (y: forward; dx: backward) at (b, t, h, p) must be NaN where an input of its own position is:
+   x (forward) or dy (backward), z at (b,t,h,p), dt at (b,t,h), B or C at (b,t,g,any n), D at h or
+   (h,p), dt_bias at h. Each enters it there through products and sums, which keep a NaN, whatever
+   the state, decays or sequence boundaries (the clamp and softplus keep it too: >>ssd-api);
+   forward: S[p,:] = a S + dt B x, y = C S + D x, times silu(z); backward: dS[p,:] = a' dS' + C dy0,
+   dx = dt B dS + D dy0, dy0 = dy silu(z). */
+static void fz_ssd_check_nan_out(const fz_case *c, int out, int set, const char *what) {
+    const fz_ten *o = &c->t[out];
+    const int64_t G = c->G == 0 ? 1 : c->G, hpg = c->H / G;
+    int64_t b, t, h, p, n;
+    if (!o->present || o->alias_of >= 0 || G <= 0 || hpg <= 0) return;
+    for (b = 0; b < c->batch; b++)
+        for (t = 0; t < c->L; t++)
+            for (h = 0; h < c->H; h++) {
+                int row = fz_nan_at(c, S_DT, b, t, h, 0) || fz_nan_at(c, S_BIAS, h, 0, 0, 0) ||
+                          (!(c->flags & SELSCAN_SSD_D_HEADDIM) && fz_nan_at(c, S_D, h, 0, 0, 0));
+                for (n = 0; n < c->N && !row; n++) row = fz_nan_at(c, S_B, b, t, h / hpg, n) || fz_nan_at(c, S_C, b, t, h / hpg, n);
+                for (p = 0; p < c->P; p++) {
+                    const int src = row || fz_nan_at(c, out == S_Y ? S_X : S_DY, b, t, h, p) || fz_nan_at(c, S_Z, b, t, h, p) ||
+                                    ((c->flags & SELSCAN_SSD_D_HEADDIM) && fz_nan_at(c, S_D, h, p, 0, 0));
+                    const int64_t k[4] = {b, t, h, p};
+                    int64_t off = 0;
+                    int d;
+                    for (d = 0; d < 4; d++) off += k[d] * o->rs[d];
+                    if (src && !isnan(fz_get(o, o->data[set], off))) {
+                        fprintf(stderr, "fuzz_selscan: %s: %s[%lld,%lld,%lld,%lld] = %.9g (set %d), an input there NaN\n", what, o->name,
+                                (long long)b, (long long)t, (long long)h, (long long)p, fz_get(o, o->data[set], off), set);
+                        fz_fail("ssd: NaN in, no NaN out");
+                    }
+                }
+            }
+}
+
+/* a finished SSD call's NaN checks on set: NaN out where an input of the position is NaN; the
+   backward's gradients' NaNs canonical */
+static void fz_ssd_check_nans(const fz_case *c, int set, int bwd, const char *what) {
+    fz_ssd_check_nan_out(c, bwd ? S_DX : S_Y, set, what);
+    if (bwd) fz_check_nan_canon_all(c, S_DX, S_DH0, set, what);
+}
+
 /* ---- SSD size checks: the size rules against validation, the workspace sizes against what the
    reference needs (>>ssd-reference) and the documented backward partials, n_parts' range ---- */
 static void fz_ssd_check_sizes(const fz_case *c, const selscan_ssd_problem *p, const selscan_ssd_grads *g) {
@@ -1129,6 +1248,14 @@ static void fz_ssd_check_sizes(const fz_case *c, const selscan_ssd_problem *p, c
     /* the size rules are validation's (sizes1 before the missing-operand check, sizes2 after) */
     if (scs != SELSCAN_OK && nonempty) FZ_CHECK(sv == scs || sv == SELSCAN_ERR_NULL, "check_ssd_sizes refused what validate does not");
     if (!nonempty || p->dstate <= 0) FZ_CHECK(sv != SELSCAN_OK, "an empty SSD problem validated");
+    { /* an empty problem whose other rules hold (not packed; sizes whose products cannot overflow): check_ssd_sizes accepts it */
+        const int64_t G = p->n_groups == 0 ? 1 : p->n_groups, m = 1 << 12;
+        if (!nonempty && p->batch >= 0 && p->seqlen >= 0 && p->nheads >= 0 && p->headdim >= 0 && p->dstate >= 0 &&
+            p->batch <= m && p->seqlen <= m && p->nheads <= m && p->headdim <= m && p->dstate <= m && G <= m &&
+            (int)p->dtype >= 0 && (int)p->dtype <= 2 && !(p->flags & ~7u) && G > 0 && p->nheads % G == 0 &&
+            (!(p->flags & SELSCAN_SSD_DT_LIMIT) || p->dt_min <= p->dt_max) && !p->cu_seqlens && p->n_seqs == 0)
+            FZ_CHECK(scs == SELSCAN_OK, "check_ssd_sizes refused an empty problem");
+    }
     if (sw == SELSCAN_OK) { /* what the reference needs: a channel's state; backward: states over L + 1 steps, dh, ddt, dB / dC sums */
         __int128 need = fz_smul(c->N, 4);
         if (g) {
@@ -1188,10 +1315,12 @@ static int fz_ssd_ws_over(fz_rd *r, const fz_case *c, fz_ws *w, size_t need, int
     const int id = lo + (int)fz_below(r, (unsigned)(hi - lo + 1));
     const fz_ten *t = &c->t[id];
     uintptr_t a, base;
-    if (!fz_rare(r, c, 16) || need == 0 || id == skip0 || id == skip1 || !t->present || !t->allocatable) return 0;
+    /* (a span of 64 bytes or more holds one, wherever malloc put it: the same decisions every run) */
+    if (!fz_rare(r, c, 16) || need == 0 || id == skip0 || id == skip1 || !t->present || !t->allocatable ||
+        t->bytes < SELSCAN_WORKSPACE_ALIGN)
+        return 0;
     base = (uintptr_t)t->data[0];
     a = (base + SELSCAN_WORKSPACE_ALIGN - 1) / SELSCAN_WORKSPACE_ALIGN * SELSCAN_WORKSPACE_ALIGN;
-    if (a >= base + t->bytes) return 0;
     w->ptr = (unsigned char *)a;
     w->bytes = need;
     return 1;
@@ -1258,6 +1387,7 @@ static void fz_ssd_forward(fz_rd *r, fz_case *c) {
     fz_check_inputs(c, "ssd_forward_cpu_part");
     fz_check_written(c, S_Y, 0);
     fz_check_written(c, S_HLAST, 0);
+    fz_ssd_check_nans(c, 0, 0, "ssd_forward_cpu_part");
     {
         selscan_ssd_problem p1, p2;
         size_t rb = 0;
@@ -1270,15 +1400,18 @@ static void fz_ssd_forward(fz_rd *r, fz_case *c) {
         fz_bitwise(c, S_Y, 0, 2, "ssd forward parts not bitwise equal to the whole call");
         fz_bitwise(c, S_HLAST, 0, 2, "ssd forward parts not bitwise equal to the whole call");
         FZ_CHECK(selscan_ssd_forward_ref(&p1, rw.ptr, rw.bytes) == SELSCAN_OK, "ssd_forward_ref refused what the fast path accepted");
+        fz_ssd_check_nans(c, 1, 0, "ssd_forward_ref");
         if (fz_numeric(c)) {
-            fz_compare(c, S_Y, 0, 1, tc_tol_lowp((selscan_dtype)c->dtype, 2e-3, 2)); /* k = 2: each side rounds to T */
-            fz_compare(c, S_HLAST, 0, 1, 2e-3);
+            /* f32 part: the fast path's fused multiply-adds and two partial sums over n, through L <= 70 steps (headroom for y's cancellation); k = 2: each side rounds y to T */
+            fz_compare(c, S_Y, 0, 1, tc_tol_lowp((selscan_dtype)c->dtype, 2e-3, 2));
+            fz_compare(c, S_HLAST, 0, 1, 2e-3); /* an f32 state: the f32 part alone (never rounded to T) */
         }
         FZ_CHECK(fz_ssd_fwd_isa(&p2, rw.ptr, rw.bytes, isa) == SELSCAN_OK, "ssd forward items on an ISA");
+        fz_ssd_check_nans(c, 2, 0, "ssd forward items on an ISA");
         if (isa == selscan__cpu_isa()) {
             fz_bitwise(c, S_Y, 0, 2, "ssd forward items on the library's ISA differ from its driver");
             fz_bitwise(c, S_HLAST, 0, 2, "ssd forward items on the library's ISA differ from its driver");
-        } else if (fz_numeric(c)) {
+        } else if (fz_numeric(c)) { /* another ISA's items against the reference: the same rounding-only bounds */
             fz_compare(c, S_Y, 2, 1, tc_tol_lowp((selscan_dtype)c->dtype, 2e-3, 2));
             fz_compare(c, S_HLAST, 2, 1, 2e-3);
         }
@@ -1332,6 +1465,7 @@ static void fz_ssd_backward(fz_rd *r, fz_case *c) {
         FZ_CHECK(selscan_ssd_backward_cpu_reduce(&p, &g, rev ? k : np - 1 - k, np, w.ptr, w.bytes) == SELSCAN_OK, "SSD reduce failed");
     fz_check_inputs(c, "ssd_backward_cpu_part");
     for (i = S_DX; i <= S_DH0; i++) fz_check_written(c, i, 0);
+    fz_ssd_check_nans(c, 0, 1, "ssd_backward_cpu_part + reduce");
     {
         selscan_ssd_problem p1, p2;
         selscan_ssd_grads g1, g2;
@@ -1344,16 +1478,43 @@ static void fz_ssd_backward(fz_rd *r, fz_case *c) {
         FZ_CHECK(selscan_ssd_backward_cpu(&p2, &g2, rw.ptr, rw.bytes) == SELSCAN_OK, "ssd_backward_cpu refused what its parts accepted");
         for (i = S_DX; i <= S_DH0; i++) fz_bitwise(c, i, 0, 2, "ssd backward parts + reduce not bitwise equal to the whole call");
         FZ_CHECK(selscan_ssd_backward_ref(&p1, &g1, rw.ptr, rw.bytes) == SELSCAN_OK, "ssd_backward_ref refused what the fast path accepted");
+        fz_ssd_check_nans(c, 1, 1, "ssd_backward_ref");
         if (fz_numeric(c) && c->L <= 64)
-            for (i = S_DX; i <= S_DH0; i++) fz_compare(c, i, 0, 1, tc_tol_lowp((selscan_dtype)c->t[i].dtype, 5e-3, 2)); /* k = 2, as y */
+            /* f32 part: the walk back's fused multiply-adds and its sums over states / channels in another order, L <= 64; k = 2: each side rounds a T gradient */
+            for (i = S_DX; i <= S_DH0; i++) fz_compare(c, i, 0, 1, tc_tol_lowp((selscan_dtype)c->t[i].dtype, 5e-3, 2));
         FZ_CHECK(fz_ssd_bwd_isa(&p2, &g2, rw.ptr, rw.bytes, isa) == SELSCAN_OK, "ssd backward items on an ISA");
+        fz_ssd_check_nans(c, 2, 1, "ssd backward items on an ISA");
         if (isa == selscan__cpu_isa())
             for (i = S_DX; i <= S_DH0; i++) fz_bitwise(c, i, 0, 2, "ssd backward items on the library's ISA differ from its driver");
-        else if (fz_numeric(c) && c->L <= 64)
+        else if (fz_numeric(c) && c->L <= 64) /* another ISA's items: the same rounding-only bounds */
             for (i = S_DX; i <= S_DH0; i++) fz_compare(c, i, 2, 1, tc_tol_lowp((selscan_dtype)c->t[i].dtype, 5e-3, 2));
         fz_ws_free(&rw);
     }
     fz_ws_free(&w);
+}
+
+/* NULL arguments (the problem, the grads of a backward, the size's out pointer): every entry point
+   returns an error status, names bytes in diag where it has one, writes nothing */
+static void fz_ssd_null_args(fz_case *c, const selscan_ssd_problem *p, const selscan_ssd_grads *g) {
+    unsigned char ws[256];
+    size_t b = 7;
+    FZ_CHECK(selscan_validate_ssd(NULL) == SELSCAN_ERR_NULL && selscan_validate_ssd_grads(NULL, g) == SELSCAN_ERR_NULL &&
+             selscan_check_ssd_sizes(NULL) == SELSCAN_ERR_NULL, "ssd validation of a NULL problem not SELSCAN_ERR_NULL");
+    FZ_CHECK(selscan_validate_ssd_grads(p, NULL) != SELSCAN_OK, "ssd validation of NULL grads accepted");
+    FZ_CHECK(selscan_ssd_workspace_size(NULL, NULL, &b) == SELSCAN_ERR_NULL && selscan_ssd_workspace_size(p, NULL, NULL) == SELSCAN_ERR_NULL &&
+             selscan_ssd_workspace_size_parts(NULL, g, 1, &b) == SELSCAN_ERR_NULL && selscan_ssd_workspace_size_parts(p, g, 1, NULL) == SELSCAN_ERR_NULL &&
+             b == 7, "ssd workspace size with a NULL argument not SELSCAN_ERR_NULL (or bytes written)");
+    fz_dg_reset(); FZ_CHECK(selscan_ssd_workspace_size(p, g, NULL) == SELSCAN_ERR_NULL, "ssd_workspace_size bytes NULL");
+    fz_dg_check(SELSCAN_ERR_NULL, "ssd_workspace_size with bytes NULL");
+    fz_snap(c, 0);
+    FZ_CHECK(selscan_ssd_forward_ref(NULL, ws, sizeof ws) != SELSCAN_OK && selscan_ssd_forward_cpu(NULL, ws, sizeof ws) != SELSCAN_OK &&
+             selscan_ssd_forward_cpu_part(NULL, 0, 1, ws, sizeof ws) != SELSCAN_OK, "ssd forward of a NULL problem accepted");
+    FZ_CHECK(selscan_ssd_backward_ref(p, NULL, ws, sizeof ws) != SELSCAN_OK && selscan_ssd_backward_cpu(p, NULL, ws, sizeof ws) != SELSCAN_OK &&
+             selscan_ssd_backward_cpu_part(p, NULL, 0, 1, ws, sizeof ws) != SELSCAN_OK &&
+             selscan_ssd_backward_cpu_reduce(p, NULL, 0, 1, ws, sizeof ws) != SELSCAN_OK &&
+             selscan_ssd_backward_cpu_reduce(NULL, g, 0, 1, ws, sizeof ws) != SELSCAN_OK &&
+             selscan_ssd_backward_ref(NULL, g, ws, sizeof ws) != SELSCAN_OK, "ssd backward with NULL grads or problem accepted");
+    fz_check_untouched(c, 0, "ssd calls with NULL arguments");
 }
 
 static void fz_ssd_case(fz_rd *r, fz_case *c) {
@@ -1370,10 +1531,15 @@ static void fz_ssd_case(fz_rd *r, fz_case *c) {
         fz_ssd_check_sizes(c, &p, NULL);
         fz_ssd_check_sizes(c, &p, &g);
         fz_check_untouched(c, 0, "ssd size queries");
+        fz_ssd_null_args(c, &p, &g);
         break;
     }
     }
 }
+
+/* FUZZ_SELSCAN_MODE=ssd in the environment: every input decodes as an SSD case (a long run on the
+   SSD scan alone; make fuzz / fuzz-ci leave it unset: the header byte chooses) */
+static int fz_only_ssd = -1;
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     fz_rd r = {data, size, 0};
@@ -1386,7 +1552,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         for (i = 0; i < size; i++) fz_state = fz_state * 0x100000001b3ull ^ data[i];
     }
     /* the SSD scan: a size-query header (kind 3) with bit 3 set */
-    if (size && (data[0] & 0x0bu) == 0x0bu) fz_ssd_decode(&r, &c);
+    if (fz_only_ssd < 0) { const char *m = getenv("FUZZ_SELSCAN_MODE"); fz_only_ssd = m && !strcmp(m, "ssd"); }
+    if (size && ((data[0] & 0x0bu) == 0x0bu || fz_only_ssd)) fz_ssd_decode(&r, &c);
     else fz_decode(&r, &c);
     errno = 4242;
     switch (c.ssd ? 4 : c.kind) {
