@@ -216,6 +216,23 @@ SELSCAN_DEF selscan_status selscan_conv_backward_cuda(const selscan_conv_problem
 SELSCAN_DEF selscan_status selscan_conv_step_cuda(const selscan_conv_step_problem *s, const selscan_cuda_ext *x,
                                                   cudaStream_t stream);
 
+/* ---- Mamba-2's SSD scan (selscan.h >>ssd-api; >>ssd-cuda says how) ----
+   The CPU entries' contract and results (f32 inside; differences from selscan_ssd_forward_ref
+   by rounding only) with every tensor pointer in device memory; cu_seqlens stays a host array
+   (validated on the host) with its device copy in ext->cu_seqlens_device. ext may be NULL; the
+   SSD entries use its cu_seqlens_device, cuda_error and (backward) workspace_alloc /
+   workspace_ctx. dstate up to 512 (SELSCAN_ERR_UNSUPPORTED "dstate" above). The forward needs
+   no workspace; the backward needs selscan_ssd_workspace_size_cuda() bytes at any address (per
+   head partials of dB / dC: 2 batch seqlen nheads dstate floats when both are asked for, and
+   per-step scalars), and is bitwise deterministic (every sum in a fixed order). */
+SELSCAN_DEF selscan_status selscan_ssd_workspace_size_cuda(const selscan_ssd_problem *p, const selscan_ssd_grads *g,
+                                                           size_t *bytes);
+SELSCAN_DEF selscan_status selscan_ssd_forward_cuda(const selscan_ssd_problem *p, const selscan_cuda_ext *x,
+                                                    cudaStream_t stream);
+SELSCAN_DEF selscan_status selscan_ssd_backward_cuda(const selscan_ssd_problem *p, const selscan_ssd_grads *g,
+                                                     const selscan_cuda_ext *x, void *workspace, size_t bytes,
+                                                     cudaStream_t stream);
+
 #ifdef __cplusplus
 }
 #endif
@@ -4773,9 +4790,10 @@ template <typename F> static void conv_with_width(int W, F &&f) {
     else f(std::integral_constant<int, 4>());
 }
 
-/* The device copy of cu_seqlens: given for packed sequences, not overlapping an output. */
-static selscan_status conv_check_cu(const selscan__cprob &q, const selscan_cuda_ext *x, const selscan__ten *const *outs, int nout,
-                                    selscan_diag *dg) {
+/* The device copy of cu_seqlens: given for packed sequences, not overlapping an output (the
+   conv's and the SSD's validated problems: q.cu, q.nseq). */
+template <typename Q>
+static selscan_status check_cu(const Q &q, const selscan_cuda_ext *x, const selscan__ten *const *outs, int nout, selscan_diag *dg) {
     if (!q.cu) return SELSCAN_OK;
     if (!x || !x->cu_seqlens_device) return fail(dg, SELSCAN_ERR_NULL, "cu_seqlens_device", SELSCAN_RULE_MISSING_PACKED);
     const selscan__ten cut = flat(x->cu_seqlens_device, (q.nseq + 1) * 8);
@@ -4802,7 +4820,7 @@ static selscan_status conv_forward_begin(const selscan_conv_problem *p, const se
     if ((st = selscan__conv_validate_forward(p, q)) != SELSCAN_OK) return st;
     selscan_diag *dg = p->diag;
     const selscan__ten *outs[] = {SELSCAN__CONV_OPERANDS(SELSCAN__OPD_OUTS, q)};
-    if ((st = conv_check_cu(*q, x, outs, SELSCAN__COUNT(outs), dg)) != SELSCAN_OK) return st;
+    if ((st = check_cu(*q, x, outs, SELSCAN__COUNT(outs), dg)) != SELSCAN_OK) return st;
     if (!conv_grids(*q, kConvTL, &pl->ntiles, &pl->nblk, &pl->naux)) return fail_grid(dg);
     conv_fill(P, *q, x ? x->cu_seqlens_device : NULL);
     P.ntiles = pl->ntiles;
@@ -4867,7 +4885,7 @@ static selscan_status conv_backward_begin(const selscan_conv_problem *p, const s
     if ((st = selscan__conv_validate_backward(p, g, q, r)) != SELSCAN_OK) return st;
     selscan_diag *dg = p->diag;
     const selscan__ten *outs[] = {SELSCAN__CONV_GRAD_OPERANDS(SELSCAN__OPD_OUTS, r)};
-    if ((st = conv_check_cu(*q, x, outs, SELSCAN__COUNT(outs), dg)) != SELSCAN_OK) return st;
+    if ((st = check_cu(*q, x, outs, SELSCAN__COUNT(outs), dg)) != SELSCAN_OK) return st;
     if (!conv_grids(*q, static_cast<int64_t>(kConvTB) * kConvTL, &pl->ntiles, &pl->nblk, &pl->naux)) return fail_grid(dg);
     const int64_t need = conv_ws_need(*q, *r);
     if (need < 0) return fail_size(dg);
@@ -4953,6 +4971,803 @@ static selscan_status conv_step(const selscan_conv_step_problem *s, const selsca
     return SELSCAN_OK;
 }
 
+/* ---------------------------------------------------------------------------------------------- */
+/* >>ssd-cuda        Mamba-2's SSD scan (selscan.h >>ssd-api)                                       */
+/* ---------------------------------------------------------------------------------------------- */
+/* DESIGN. A block walks one (batch row, head, slice of PB channels) through L in order, the
+   slice's PB x N state in registers: a thread holds PPT channels x NPT states, the 16 lanes of a
+   channel group the N states of its PPT channels (lane l: states 4l + 64i + 0..3, i.e. float4
+   rows of shared memory), so y = sum_n C S is a 16-lane shuffle reduction. B, C, dt and x of a
+   tile of TT steps are staged in shared memory; A is one scalar a head, so a step's decay is one
+   value of the tile. Sequences (seq_idx / cu_seqlens) restart the walk's state.
+   The backward is two independent walks over the same grid (neither stores a state):
+   - the forward walk recomputes S and gives dC[t,n] = sum_p S[p,n] dy0[p] (dy0: dy through the
+     gate), y0 (dz) and r(t) = sum_p dy0[p] (C S)[p] (plus sum dfinal_state * S at a sequence's
+     last step);
+   - the reverse walk carries G, the gradient of the state after step t (G = a(t+1) G + dy0 C),
+     and gives du[p] = sum_n G B (dx), dB[t,n] = sum_p G dt x[p], xdu(t) = sum_p x du,
+     dinitial_state and dD's per-channel sums.
+   The decay's gradient needs no state: with q(t) = sum_{p,n} G(t) S(t), d loss / d log a(t) =
+   q(t) - dt(t) xdu(t), and q(t) = r(t) + q(t+1) - dt(t+1) xdu(t+1) within a sequence (q = r at
+   its last step), so ssd_dt_kernel gets ddt = A (q - dt xdu) + xdu and dA = sum dt (q - dt xdu)
+   from the walks' per-step scalars by a segmented suffix scan. Every cross-thread sum (per-slice
+   and per-head partials of dB / dC, the per-step scalars, dA / dD / ddt_bias over batch rows)
+   runs in a fixed order: the backward is bitwise deterministic. Compute is f32 throughout. */
+
+struct ssd_params {
+    int64_t batch, L, H, P, N, G, hpg, nseq;
+    int64_t npsl;  /* channel slices a head */
+    int64_t nwalk; /* blocks of one walk: batch * H * npsl */
+    int PB, TT;    /* channels a block (threads: 16 PB / PPT), steps a tile */
+    int softplus, limit, Dhd;
+    int fwd_walk, rev_walk, need_dt; /* the backward's walks; ddt, dA or ddt_bias asked for */
+    float dtmin, dtmax;
+    const int64_t *cu;
+    ct x, delta, A, B, C, D, z, dt_bias, seq_idx, initial_state, y, final_state;
+    ct dy, dfinal_state, dx, ddelta, dA, dB, dC, dD, dz, ddt_bias, dinitial_state;
+    float *wB, *wC; /* (batch, L, H, npsl, N) partials of dB / dC */
+    float *wr, *wx; /* (batch, L, H, npsl) r and xdu partials */
+    float *wD;      /* (batch, H, P) dD partials */
+    float *wA, *wb; /* (batch, H) dA / ddt_bias partials */
+};
+
+/* channels a thread by states a thread (registers: PPT * NPT <= 32) */
+/* channels a thread by states a thread: the backward's walks PPT * NPT <= 32 (registers), the
+   forward half of that (twice the warps to hide a step's latency with) */
+static constexpr __host__ __device__ int ssd_ppt(int npt, bool bwd) { return bwd ? (npt >= 32 ? 1 : npt >= 16 ? 2 : 4) : (npt >= 16 ? 1 : 2); }
+
+/* shared memory of a block, offsets in floats (each a multiple of 4: float4 rows). yp: the 16 lanes'
+   partial sums over states of a step's channels (y, or du), rows of PB + 4 (float4 stores without
+   bank conflicts), summed at the tile's end: no shuffle chain in a step */
+struct ssd_smem {
+    int dt, a, B, C, x, y, dy0, w, yp, ypr, red, total;
+};
+static __host__ __device__ ssd_smem ssd_layout(int TT, int NP, int PB, int W, bool bwd) {
+    ssd_smem m;
+    m.dt = 0; m.a = TT; m.B = 2 * TT; m.C = m.B + TT * NP; m.x = m.C + TT * NP; m.y = m.x + TT * PB;
+    m.dy0 = m.y + TT * PB; m.w = m.dy0 + (bwd ? TT * PB : 0); m.yp = m.w + (bwd ? TT * W * NP : 0);
+    m.ypr = (PB + 7) / 4 * 4; /* >= PB + 4, a multiple of 4 */
+    m.red = m.yp + TT * 16 * m.ypr;
+    m.total = m.red + 256;
+    return m;
+}
+
+/* a lane's PPT partial sums of a step into its yp row (rows: lanes, columns: the block's channels) */
+template <int PPT> static __device__ __forceinline__ void ssd_store_part(float *row, const float (&v)[PPT]) {
+    if constexpr (PPT == 4) *reinterpret_cast<float4 *>(row) = make_float4(v[0], v[1], v[2], v[3]);
+    else if constexpr (PPT == 2) *reinterpret_cast<float2 *>(row) = make_float2(v[0], v[1]);
+    else row[0] = v[0];
+}
+/* the full sum of channel pl of step tt from its 16 lanes' partials, in lane order */
+static __device__ __forceinline__ float ssd_sum_parts(const float *sm, const ssd_smem &m, int tt, int pl) {
+    const float *p = sm + m.yp + tt * 16 * m.ypr + pl;
+    float v = 0.0f;
+#pragma unroll
+    for (int l = 0; l < 16; l++) v += p[l * m.ypr];
+    return v;
+}
+
+/* dt of (b, t, h) after the bias, the softplus and the clamp; raw: before the softplus, pre:
+   before the clamp (>>ssd-api) */
+template <typename T> static __device__ __forceinline__ float ssd_dt(const ssd_params &P, int64_t b, int64_t t, int64_t h, float &raw, float &pre) {
+    float v = ld<T>(P.delta.p, b * P.delta.s[0] + t * P.delta.s[1] + h * P.delta.s[2]);
+    if (P.dt_bias.p) v += ldf(P.dt_bias, h * P.dt_bias.s[0]);
+    raw = v;
+    if (P.softplus) v = v > 20.0f ? v : log1pf(expf(v));
+    pre = v;
+    if (P.limit) v = v < P.dtmin ? P.dtmin : v > P.dtmax ? P.dtmax : v; /* NaN stays NaN */
+    return v;
+}
+static __device__ __forceinline__ float ssd_sigmoid(float v) { return 1.0f / (1.0f + expf(-v)); }
+static __device__ __forceinline__ int64_t ssd_at4(const ct &t, int64_t i, int64_t j, int64_t k, int64_t l) {
+    return i * t.s[0] + j * t.s[1] + k * t.s[2] + l * t.s[3];
+}
+
+/* The first t >= from with seq_idx[b, t] != seq_idx[b, t-1] (L if none), or with rev the last
+   t <= from (0 if none), found by the whole block (every thread calls it) */
+static __device__ int64_t ssd_find_cut(const ssd_params &P, int64_t b, int64_t from, bool rev, unsigned long long *cut) {
+    const int32_t *si = static_cast<const int32_t *>(P.seq_idx.p);
+    const int64_t s0 = P.seq_idx.s[0], s1 = P.seq_idx.s[1], nth = blockDim.x;
+    if (threadIdx.x == 0) *cut = rev ? 0ull : static_cast<unsigned long long>(P.L);
+    __syncthreads();
+    for (int64_t base = from;; base += rev ? -nth : nth) {
+        const int64_t t = rev ? base - threadIdx.x : base + threadIdx.x;
+        const bool c = (rev ? t >= 1 : t < P.L) && si[b * s0 + t * s1] != si[b * s0 + (t - 1) * s1];
+        if (c) {
+            if (rev) atomicMax(cut, static_cast<unsigned long long>(t));
+            else atomicMin(cut, static_cast<unsigned long long>(t));
+        }
+        const bool done = rev ? base - nth < 1 : base + nth >= P.L;
+        if (__syncthreads_or(c) || done) break;
+    }
+    const int64_t r = static_cast<int64_t>(*cut);
+    __syncthreads();
+    return r;
+}
+
+/* A sequence of a block's walk: [t0, t1), its state row, whether initial_state enters it and
+   final_state leaves it; ssd_seg_next walks batch row b's sequences forward or backward (rev) */
+struct ssd_seg {
+    int64_t t0, t1, row, k;
+    bool first, last;
+};
+static __device__ bool ssd_seg_next(const ssd_params &P, int64_t b, bool rev, ssd_seg &s, unsigned long long *cut) {
+    if (P.cu) { /* sequence k: state row k */
+        if (s.k >= P.nseq) return false;
+        const int64_t k = rev ? P.nseq - 1 - s.k : s.k;
+        s.t0 = P.cu[k]; s.t1 = P.cu[k + 1]; s.row = k;
+        s.first = s.last = true;
+    } else {
+        if (s.k > 0 && (rev ? s.t0 <= 0 : s.t1 >= P.L)) return false;
+        if (!rev) { s.t0 = s.k ? s.t1 : 0; s.t1 = P.seq_idx.p ? ssd_find_cut(P, b, s.t0 + 1, false, cut) : P.L; }
+        else { s.t1 = s.k ? s.t0 : P.L; s.t0 = P.seq_idx.p ? ssd_find_cut(P, b, s.t1 - 1, true, cut) : 0; }
+        s.row = b;
+        s.first = s.t0 == 0; s.last = s.t1 == P.L;
+    }
+    s.k++;
+    return true;
+}
+
+/* state k of lane l of a channel group: its index n in a row of NP = 16 NPT states */
+template <int NPT> static __device__ __forceinline__ int ssd_n(int k, int l) {
+    constexpr int VW = NPT >= 4 ? 4 : NPT;
+    return (k / VW) * (16 * VW) + l * VW + k % VW;
+}
+template <int NPT> static __device__ __forceinline__ void ssd_row(const float *row, int l, float (&v)[NPT]) {
+    constexpr int VW = NPT >= 4 ? 4 : NPT;
+#pragma unroll
+    for (int k = 0; k < NPT; k += VW) {
+        const float *p = row + ssd_n<NPT>(k, l);
+        if constexpr (VW == 4) {
+            const float4 f = *reinterpret_cast<const float4 *>(p);
+            v[k] = f.x; v[k + 1] = f.y; v[k + 2] = f.z; v[k + 3] = f.w;
+        } else if constexpr (VW == 2) {
+            const float2 f = *reinterpret_cast<const float2 *>(p);
+            v[k] = f.x; v[k + 1] = f.y;
+        } else {
+            v[k] = p[0];
+        }
+    }
+}
+
+/* v[k] (a row of NPT states) summed over the warp's two channel groups (lanes l, l ^ 16) into
+   dst, the warp's row of NP floats: the lower group stores states k < NPT/2, the upper the rest */
+template <int NPT> static __device__ __forceinline__ void ssd_pair_store(float (&v)[NPT], int lane, float *dst) {
+    const int l = lane & 15;
+    if constexpr (NPT == 1) {
+        v[0] += __shfl_xor_sync(0xffffffffu, v[0], 16);
+        if (!(lane & 16)) dst[l] = v[0];
+    } else {
+        constexpr int HF = NPT / 2;
+        const bool up = (lane & 16) != 0;
+#pragma unroll
+        for (int i = 0; i < HF; i++) {
+            const float send = up ? v[i] : v[i + HF], keep = up ? v[i + HF] : v[i];
+            v[i] = keep + __shfl_xor_sync(0xffffffffu, send, 16);
+        }
+#pragma unroll
+        for (int i = 0; i < HF; i++) dst[ssd_n<NPT>(up ? i + HF : i, l)] = v[i];
+    }
+}
+
+/* a block-wide sum in a fixed order, on thread 0 (every thread calls it; red: 32 floats) */
+static __device__ float ssd_block_sum(float v, float *red) {
+    for (int m = 16; m >= 1; m >>= 1) v += __shfl_xor_sync(0xffffffffu, v, m);
+    __syncthreads();
+    if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = v;
+    __syncthreads();
+    float s = 0.0f;
+    if (threadIdx.x == 0)
+        for (int w = 0; w < static_cast<int>(blockDim.x >> 5); w++) s += red[w];
+    return s;
+}
+
+/* Stages steps [c, c + tn) of (b, h) into shared memory: dt and the decay, B and C rows (0 past
+   N), x (0 past P) and, for the backward (dy0 non-NULL), dy through the gate */
+template <typename T, int NPT>
+static __device__ void ssd_stage(const ssd_params &P, int64_t b, int64_t h, int64_t c, int tn, int64_t p0, float Ah, const ssd_smem &m,
+                                 float *sm, bool bwd) {
+    constexpr int NP = 16 * NPT;
+    const int tid = threadIdx.x, nth = blockDim.x, PB = P.PB;
+    const int64_t g = h / P.hpg;
+    for (int i = tid; i < tn; i += nth) {
+        float raw, pre;
+        const float d = ssd_dt<T>(P, b, c + i, h, raw, pre);
+        sm[m.dt + i] = d;
+        sm[m.a + i] = expf(d * Ah);
+    }
+    for (int i = tid; i < tn * NP; i += nth) {
+        const int tt = i / NP, n = i - tt * NP;
+        const bool v = n < P.N;
+        sm[m.B + i] = v ? ld<T>(P.B.p, ssd_at4(P.B, b, c + tt, g, n)) : 0.0f;
+        sm[m.C + i] = v ? ld<T>(P.C.p, ssd_at4(P.C, b, c + tt, g, n)) : 0.0f;
+    }
+    for (int i = tid; i < tn * PB; i += nth) {
+        const int tt = i / PB;
+        const int64_t p = p0 + (i - tt * PB);
+        const bool v = p < P.P;
+        sm[m.x + i] = v ? ld<T>(P.x.p, ssd_at4(P.x, b, c + tt, h, p)) : 0.0f;
+        if (bwd) {
+            float d = 0.0f;
+            if (v) {
+                d = ld<T>(P.dy.p, ssd_at4(P.dy, b, c + tt, h, p));
+                if (P.z.p) {
+                    const float zv = ld<T>(P.z.p, ssd_at4(P.z, b, c + tt, h, p));
+                    d *= zv * ssd_sigmoid(zv);
+                }
+            }
+            sm[m.dy0 + i] = d;
+        }
+    }
+    __syncthreads();
+}
+
+static __device__ __forceinline__ float ssd_Dv(const ssd_params &P, int64_t h, int64_t p) {
+    if (!P.D.p || p >= P.P) return 0.0f;
+    return ldf(P.D, P.Dhd ? h * P.D.s[0] + p * P.D.s[1] : h * P.D.s[0]);
+}
+
+/* The forward walk of block blk: the forward (BW false: y, final_state) or the backward's
+   forward walk (BW: dz, the dC partials, r) */
+template <typename T, int NPT, bool BW> static __device__ void ssd_walk_fwd(const ssd_params &P, int64_t blk, float *sm, unsigned long long *cut) {
+    constexpr int NP = 16 * NPT, PPT = ssd_ppt(NPT, BW);
+    const int tid = threadIdx.x, nth = blockDim.x, l = tid & 15, pg = tid >> 4, W = nth >> 5, warp = tid >> 5;
+    const int PB = P.PB, TT = P.TT, epl = tid % PB;
+    const int64_t psl = blk % P.npsl, h = (blk / P.npsl) % P.H, b = blk / (P.npsl * P.H), p0 = psl * PB;
+    const float Ah = ldf(P.A, h * P.A.s[0]), Dv = ssd_Dv(P, h, p0 + epl);
+    const ssd_smem m = ssd_layout(TT, NP, PB, W, BW);
+    float S[PPT][NPT];
+    ssd_seg s;
+    s.k = s.t0 = s.t1 = 0;
+    while (ssd_seg_next(P, b, false, s, cut)) {
+#pragma unroll
+        for (int j = 0; j < PPT; j++) {
+            const int64_t p = p0 + pg * PPT + j;
+#pragma unroll
+            for (int k = 0; k < NPT; k++) {
+                const int n = ssd_n<NPT>(k, l);
+                S[j][k] = s.first && P.initial_state.p && p < P.P && n < P.N ? ldf(P.initial_state, ssd_at4(P.initial_state, s.row, h, p, n)) : 0.0f;
+            }
+        }
+        for (int64_t c = s.t0; c < s.t1; c += TT) {
+            const int tn = static_cast<int>(s.t1 - c < TT ? s.t1 - c : TT);
+            __syncthreads(); /* the previous tile's readers are done */
+            ssd_stage<T, NPT>(P, b, h, c, tn, p0, Ah, m, sm, BW);
+#pragma unroll 2
+            for (int tt = 0; tt < tn; tt++) {
+                const float a = sm[m.a + tt], d = sm[m.dt + tt];
+                float Bv[NPT], Cv[NPT], acc[PPT];
+                ssd_row<NPT>(sm + m.B + tt * NP, l, Bv);
+                ssd_row<NPT>(sm + m.C + tt * NP, l, Cv);
+#pragma unroll
+                for (int j = 0; j < PPT; j++) {
+                    const float u = d * sm[m.x + tt * PB + pg * PPT + j];
+                    acc[j] = 0.0f;
+#pragma unroll
+                    for (int k = 0; k < NPT; k++) {
+                        S[j][k] = fmaf(u, Bv[k], a * S[j][k]);
+                        acc[j] = fmaf(S[j][k], Cv[k], acc[j]);
+                    }
+                }
+                if constexpr (BW) {
+                    if (P.dC.p) {
+                        float pc[NPT];
+#pragma unroll
+                        for (int k = 0; k < NPT; k++) pc[k] = 0.0f;
+#pragma unroll
+                        for (int j = 0; j < PPT; j++) {
+                            const float d0 = sm[m.dy0 + tt * PB + pg * PPT + j];
+#pragma unroll
+                            for (int k = 0; k < NPT; k++) pc[k] = fmaf(S[j][k], d0, pc[k]);
+                        }
+                        ssd_pair_store<NPT>(pc, tid & 31, sm + m.w + (tt * W + warp) * NP);
+                    }
+                }
+                ssd_store_part<PPT>(sm + m.yp + (tt * 16 + l) * m.ypr + pg * PPT, acc);
+            }
+            __syncthreads();
+            for (int e = tid; e < tn * PB; e += nth) { /* this thread's channel: epl (nth is a multiple of PB) */
+                const int tt = e / PB;
+                const int64_t t = c + tt, p = p0 + epl;
+                if (p >= P.P) continue;
+                const float xv = sm[m.x + e], ysm = ssd_sum_parts(sm, m, tt, epl);
+                if constexpr (!BW) {
+                    float y = ysm + Dv * xv;
+                    if (P.z.p) {
+                        const float zv = ld<T>(P.z.p, ssd_at4(P.z, b, t, h, p));
+                        y *= zv * ssd_sigmoid(zv);
+                    }
+                    st<T>(P.y.p, ssd_at4(P.y, b, t, h, p), y);
+                } else {
+                    if (P.dz.p) {
+                        const float dyv = ld<T>(P.dy.p, ssd_at4(P.dy, b, t, h, p)), zv = ld<T>(P.z.p, ssd_at4(P.z, b, t, h, p));
+                        const float sg = ssd_sigmoid(zv), y0 = ysm + Dv * xv;
+                        st<T>(P.dz.p, ssd_at4(P.dz, b, t, h, p), dyv * y0 * sg * (1.0f + zv * (1.0f - sg)));
+                    }
+                    sm[m.y + e] = sm[m.dy0 + e] * ysm; /* r's terms */
+                }
+            }
+            if constexpr (BW) {
+                __syncthreads();
+                const int64_t np = P.P - p0 < PB ? P.P - p0 : PB;
+                if (P.need_dt)
+                    for (int tt = tid; tt < tn; tt += nth) {
+                        float r = 0.0f;
+                        for (int pl = 0; pl < np; pl++) r += sm[m.y + tt * PB + pl];
+                        P.wr[((b * P.L + c + tt) * P.H + h) * P.npsl + psl] = r;
+                    }
+                if (P.dC.p)
+                    for (int e = tid; e < tn * NP; e += nth) {
+                        const int tt = e / NP, n = e - tt * NP;
+                        if (n >= P.N) continue;
+                        float v = 0.0f;
+                        for (int w = 0; w < W; w++) v += sm[m.w + (tt * W + w) * NP + n];
+                        P.wC[(((b * P.L + c + tt) * P.H + h) * P.npsl + psl) * P.N + n] = v;
+                    }
+            }
+        }
+        if (!s.last) continue;
+        if constexpr (!BW) {
+            if (P.final_state.p)
+#pragma unroll
+                for (int j = 0; j < PPT; j++) {
+                    const int64_t p = p0 + pg * PPT + j;
+#pragma unroll
+                    for (int k = 0; k < NPT; k++) {
+                        const int n = ssd_n<NPT>(k, l);
+                        if (p < P.P && n < P.N) static_cast<float *>(P.final_state.p)[ssd_at4(P.final_state, s.row, h, p, n)] = S[j][k];
+                    }
+                }
+        } else if (P.need_dt && P.dfinal_state.p && s.t1 > s.t0) { /* q at the sequence's last step: + sum dfinal_state S */
+            float v = 0.0f;
+#pragma unroll
+            for (int j = 0; j < PPT; j++) {
+                const int64_t p = p0 + pg * PPT + j;
+#pragma unroll
+                for (int k = 0; k < NPT; k++) {
+                    const int n = ssd_n<NPT>(k, l);
+                    if (p < P.P && n < P.N) v = fmaf(ldf(P.dfinal_state, ssd_at4(P.dfinal_state, s.row, h, p, n)), S[j][k], v);
+                }
+            }
+            v = ssd_block_sum(v, sm + m.red); /* its barriers order the r writes above before this */
+            if (tid == 0) P.wr[((b * P.L + s.t1 - 1) * P.H + h) * P.npsl + psl] += v;
+        }
+    }
+}
+
+/* The backward's reverse walk of block blk: dx, the dB partials, xdu, dinitial_state, dD's sums */
+template <typename T, int NPT> static __device__ void ssd_walk_rev(const ssd_params &P, int64_t blk, float *sm, unsigned long long *cut) {
+    constexpr int NP = 16 * NPT, PPT = ssd_ppt(NPT, true);
+    const int tid = threadIdx.x, nth = blockDim.x, l = tid & 15, pg = tid >> 4, W = nth >> 5, warp = tid >> 5;
+    const int PB = P.PB, TT = P.TT, epl = tid % PB;
+    const int64_t psl = blk % P.npsl, h = (blk / P.npsl) % P.H, b = blk / (P.npsl * P.H), p0 = psl * PB;
+    const float Ah = ldf(P.A, h * P.A.s[0]), Dv = ssd_Dv(P, h, p0 + epl);
+    const ssd_smem m = ssd_layout(TT, NP, PB, W, true);
+    float G[PPT][NPT];
+    float dDacc = 0.0f;
+    ssd_seg s;
+    s.k = s.t0 = s.t1 = 0;
+    while (ssd_seg_next(P, b, true, s, cut)) {
+#pragma unroll
+        for (int j = 0; j < PPT; j++) {
+            const int64_t p = p0 + pg * PPT + j;
+#pragma unroll
+            for (int k = 0; k < NPT; k++) {
+                const int n = ssd_n<NPT>(k, l);
+                G[j][k] = s.last && P.dfinal_state.p && p < P.P && n < P.N ? ldf(P.dfinal_state, ssd_at4(P.dfinal_state, s.row, h, p, n)) : 0.0f;
+            }
+        }
+        for (int64_t c1 = s.t1; c1 > s.t0;) {
+            const int64_t c = c1 - s.t0 > TT ? c1 - TT : s.t0;
+            const int tn = static_cast<int>(c1 - c);
+            __syncthreads();
+            ssd_stage<T, NPT>(P, b, h, c, tn, p0, Ah, m, sm, true);
+#pragma unroll 2
+            for (int tt = tn - 1; tt >= 0; tt--) {
+                const float a = sm[m.a + tt], d = sm[m.dt + tt];
+                float Bv[NPT], Cv[NPT], du[PPT], pb[NPT];
+                ssd_row<NPT>(sm + m.B + tt * NP, l, Bv);
+                ssd_row<NPT>(sm + m.C + tt * NP, l, Cv);
+#pragma unroll
+                for (int k = 0; k < NPT; k++) pb[k] = 0.0f;
+#pragma unroll
+                for (int j = 0; j < PPT; j++) {
+                    const float u = d * sm[m.x + tt * PB + pg * PPT + j], d0 = sm[m.dy0 + tt * PB + pg * PPT + j];
+                    du[j] = 0.0f;
+#pragma unroll
+                    for (int k = 0; k < NPT; k++) {
+                        const float gn = fmaf(d0, Cv[k], G[j][k]); /* the gradient of the state after step t */
+                        du[j] = fmaf(gn, Bv[k], du[j]);
+                        pb[k] = fmaf(gn, u, pb[k]);
+                        G[j][k] = gn * a;
+                    }
+                }
+                if (P.dB.p) ssd_pair_store<NPT>(pb, tid & 31, sm + m.w + (tt * W + warp) * NP);
+                ssd_store_part<PPT>(sm + m.yp + (tt * 16 + l) * m.ypr + pg * PPT, du);
+            }
+            __syncthreads();
+            for (int e = tid; e < tn * PB; e += nth) {
+                const int tt = e / PB;
+                const int64_t p = p0 + epl;
+                if (p >= P.P) { sm[m.x + e] = 0.0f; continue; }
+                const float xv = sm[m.x + e], duv = ssd_sum_parts(sm, m, tt, epl), d0 = sm[m.dy0 + e];
+                if (P.dx.p) st<T>(P.dx.p, ssd_at4(P.dx, b, c + tt, h, p), fmaf(duv, sm[m.dt + tt], d0 * Dv));
+                dDacc = fmaf(d0, xv, dDacc);
+                sm[m.x + e] = xv * duv; /* xdu's terms */
+            }
+            __syncthreads();
+            if (P.need_dt)
+                for (int tt = tid; tt < tn; tt += nth) {
+                    float v = 0.0f;
+                    for (int pl = 0; pl < PB; pl++) v += sm[m.x + tt * PB + pl];
+                    P.wx[((b * P.L + c + tt) * P.H + h) * P.npsl + psl] = v;
+                }
+            if (P.dB.p)
+                for (int e = tid; e < tn * NP; e += nth) {
+                    const int tt = e / NP, n = e - tt * NP;
+                    if (n >= P.N) continue;
+                    float v = 0.0f;
+                    for (int w = 0; w < W; w++) v += sm[m.w + (tt * W + w) * NP + n];
+                    P.wB[(((b * P.L + c + tt) * P.H + h) * P.npsl + psl) * P.N + n] = v;
+                }
+            c1 = c;
+        }
+        if (s.first && P.dinitial_state.p)
+#pragma unroll
+            for (int j = 0; j < PPT; j++) {
+                const int64_t p = p0 + pg * PPT + j;
+#pragma unroll
+                for (int k = 0; k < NPT; k++) {
+                    const int n = ssd_n<NPT>(k, l);
+                    if (p < P.P && n < P.N) static_cast<float *>(P.dinitial_state.p)[ssd_at4(P.dinitial_state, s.row, h, p, n)] = G[j][k];
+                }
+            }
+    }
+    if (P.wD) { /* the sums of the threads of one channel, in thread order */
+        __syncthreads();
+        sm[m.red + tid] = dDacc;
+        __syncthreads();
+        if (tid < PB && p0 + tid < P.P) {
+            float v = 0.0f;
+            for (int i = tid; i < nth; i += PB) v += sm[m.red + i];
+            P.wD[(b * P.H + h) * P.P + p0 + tid] = v;
+        }
+    }
+}
+
+template <typename T, int NPT> static __global__ void __launch_bounds__(256) ssd_fwd_kernel(const ssd_params P) {
+    extern __shared__ float4 ssd_fwd_sm[];
+    __shared__ unsigned long long cut;
+    ssd_walk_fwd<T, NPT, false>(P, blockIdx.x, reinterpret_cast<float *>(ssd_fwd_sm), &cut);
+}
+
+/* the backward's two walks in one grid: the forward walk's blocks first (when it runs) */
+template <typename T, int NPT> static __global__ void __launch_bounds__(256) ssd_bwd_kernel(const ssd_params P) {
+    extern __shared__ float4 ssd_bwd_sm[];
+    __shared__ unsigned long long cut;
+    const int64_t blk = blockIdx.x;
+    if (P.fwd_walk && blk < P.nwalk) ssd_walk_fwd<T, NPT, true>(P, blk, reinterpret_cast<float *>(ssd_bwd_sm), &cut);
+    else ssd_walk_rev<T, NPT>(P, P.fwd_walk ? blk - P.nwalk : blk, reinterpret_cast<float *>(ssd_bwd_sm), &cut);
+}
+
+/* Whether step t + 1 starts a new sequence of batch row b (or t is the row's last) */
+static __device__ bool ssd_is_last(const ssd_params &P, int64_t b, int64_t t) {
+    if (t >= P.L - 1) return true;
+    if (P.cu) { /* t + 1 among the offsets cu[1 .. nseq - 1] */
+        int64_t lo = 1, hi = P.nseq - 1;
+        while (lo <= hi) {
+            const int64_t mid = (lo + hi) >> 1, v = P.cu[mid];
+            if (v == t + 1) return true;
+            if (v < t + 1) lo = mid + 1; else hi = mid - 1;
+        }
+        return false;
+    }
+    if (P.seq_idx.p) {
+        const int32_t *si = static_cast<const int32_t *>(P.seq_idx.p);
+        return si[b * P.seq_idx.s[0] + (t + 1) * P.seq_idx.s[1]] != si[b * P.seq_idx.s[0] + t * P.seq_idx.s[1]];
+    }
+    return false;
+}
+
+/* ddt and the (b, h) partials of dA and ddt_bias: a warp a (batch row, head), 32 steps a round
+   from the end, q by a segmented suffix scan (DESIGN above) */
+template <typename T> static __global__ void __launch_bounds__(256) ssd_dt_kernel(const ssd_params P) {
+    const int64_t wid = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) >> 5;
+    const int lane = threadIdx.x & 31;
+    if (wid >= P.batch * P.H) return;
+    const int64_t b = wid / P.H, h = wid % P.H;
+    const float Ah = ldf(P.A, h * P.A.s[0]);
+    float qn = 0.0f, wn = 0.0f, dA = 0.0f, db = 0.0f;
+    for (int64_t base = ((P.L - 1) / 32) * 32; base >= 0; base -= 32) {
+        const int64_t t = base + lane;
+        const bool in = t < P.L;
+        float r = 0.0f, xd = 0.0f, d = 0.0f, raw = 0.0f, pre = 0.0f;
+        bool f = true;
+        if (in) {
+            const int64_t o = ((b * P.L + t) * P.H + h) * P.npsl;
+            for (int64_t i = 0; i < P.npsl; i++) { r += P.wr[o + i]; xd += P.wx[o + i]; }
+            d = ssd_dt<T>(P, b, t, h, raw, pre);
+            f = ssd_is_last(P, b, t);
+        }
+        const float w = d * xd;
+        float wnext = __shfl_down_sync(0xffffffffu, w, 1);
+        if (lane == 31) wnext = wn;
+        float v = f ? r : r - wnext; /* q(t) = v(t) + q(t+1) unless t ends its sequence */
+        bool fl = f;
+#pragma unroll
+        for (int dd = 1; dd < 32; dd <<= 1) {
+            const float ov = __shfl_down_sync(0xffffffffu, v, dd);
+            const bool of = __shfl_down_sync(0xffffffffu, fl ? 1 : 0, dd) != 0;
+            if (lane + dd < 32 && !fl) { v += ov; fl = of; }
+        }
+        const float q = fl ? v : v + qn;
+        qn = __shfl_sync(0xffffffffu, q, 0);
+        wn = __shfl_sync(0xffffffffu, w, 0);
+        if (in) {
+            const float gl = q - w; /* d loss / d log a(t) */
+            dA = fmaf(d, gl, dA);
+            float g = fmaf(Ah, gl, xd);
+            if (P.limit && (pre < P.dtmin || pre > P.dtmax)) g = 0.0f; /* clamped: no gradient */
+            if (P.softplus && raw <= 20.0f) g *= ssd_sigmoid(raw);
+            db += g;
+            if (P.ddelta.p) st<T>(P.ddelta.p, b * P.ddelta.s[0] + t * P.ddelta.s[1] + h * P.ddelta.s[2], g);
+        }
+    }
+    for (int mm = 16; mm >= 1; mm >>= 1) {
+        dA += __shfl_xor_sync(0xffffffffu, dA, mm);
+        db += __shfl_xor_sync(0xffffffffu, db, mm);
+    }
+    if (lane == 0) {
+        if (P.wA) P.wA[wid] = dA;
+        if (P.wb) P.wb[wid] = db;
+    }
+}
+
+/* dB and dC: the partials of the group's heads and slices, in order */
+template <typename T> static __global__ void __launch_bounds__(256) ssd_bc_kernel(const ssd_params P) {
+    const int64_t total = P.batch * P.L * P.G * P.N, cnt = P.hpg * P.npsl;
+    for (int64_t e = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; e < total; e += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+        const int64_t n = e % P.N, r1 = e / P.N, g = r1 % P.G, r2 = r1 / P.G, t = r2 % P.L, b = r2 / P.L;
+        const int64_t o = (((b * P.L + t) * P.H + g * P.hpg) * P.npsl) * P.N + n;
+        if (P.wB) {
+            float v = 0.0f;
+            for (int64_t i = 0; i < cnt; i++) v += P.wB[o + i * P.N];
+            st<T>(P.dB.p, ssd_at4(P.dB, b, t, g, n), v);
+        }
+        if (P.wC) {
+            float v = 0.0f;
+            for (int64_t i = 0; i < cnt; i++) v += P.wC[o + i * P.N];
+            st<T>(P.dC.p, ssd_at4(P.dC, b, t, g, n), v);
+        }
+    }
+}
+
+/* dA, ddt_bias and dD: the batch rows' partials, in order (a thread a (head, channel)) */
+static __global__ void __launch_bounds__(256) ssd_param_kernel(const ssd_params P) {
+    const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+    if (i >= P.H * P.P) return;
+    const int64_t h = i / P.P, p = i % P.P;
+    float *const dD = static_cast<float *>(P.dD.p);
+    if (P.wD && P.Dhd) {
+        float v = 0.0f;
+        for (int64_t b = 0; b < P.batch; b++) v += P.wD[(b * P.H + h) * P.P + p];
+        dD[h * P.dD.s[0] + p * P.dD.s[1]] = v;
+    }
+    if (p != 0) return;
+    if (P.wD && !P.Dhd) {
+        float v = 0.0f;
+        for (int64_t b = 0; b < P.batch; b++)
+            for (int64_t pp = 0; pp < P.P; pp++) v += P.wD[(b * P.H + h) * P.P + pp];
+        dD[h * P.dD.s[0]] = v;
+    }
+    if (P.wA) {
+        float v = 0.0f;
+        for (int64_t b = 0; b < P.batch; b++) v += P.wA[b * P.H + h];
+        static_cast<float *>(P.dA.p)[h * P.dA.s[0]] = v;
+    }
+    if (P.wb) {
+        float v = 0.0f;
+        for (int64_t b = 0; b < P.batch; b++) v += P.wb[b * P.H + h];
+        static_cast<float *>(P.ddt_bias.p)[h * P.ddt_bias.s[0]] = v;
+    }
+}
+
+/* ---- the SSD's host side: plan, workspace, launches ---- */
+struct ssd_plan {
+    int NPT, PB, TT, nth, smem;
+    int64_t npsl, nwalk;
+};
+/* States a thread from N (N <= 512), channels a block (a power of two of channel groups, up to
+   8 in the forward, 16 in the backward: one slice a head where headdim allows), the tile from
+   the shared-memory budget */
+static bool ssd_make_plan(const selscan__sprob &q, bool bwd, ssd_plan &pl) {
+    pl.NPT = q.N <= 16 ? 1 : q.N <= 32 ? 2 : q.N <= 64 ? 4 : q.N <= 128 ? 8 : q.N <= 256 ? 16 : 32;
+    const int PPT = ssd_ppt(pl.NPT, bwd), maxg = bwd ? 16 : 8;
+    int groups = 2;
+    while (groups < maxg && static_cast<int64_t>(groups) * PPT < q.P) groups *= 2;
+    pl.PB = groups * PPT;
+    pl.nth = 16 * groups;
+    pl.npsl = cdiv(q.P, pl.PB);
+    for (pl.TT = 32;; pl.TT /= 2) {
+        pl.smem = 4 * ssd_layout(pl.TT, 16 * pl.NPT, pl.PB, pl.nth / 32, bwd).total;
+        if (pl.smem <= 100 * 1024 || pl.TT == 4) break;
+    }
+    sizecalc c;
+    pl.nwalk = c.mul(q.batch, q.H, pl.npsl);
+    return c.ok;
+}
+
+template <typename F> static void ssd_with_npt(int npt, F &&f) {
+    switch (npt) {
+    case 1: f(std::integral_constant<int, 1>()); break;
+    case 2: f(std::integral_constant<int, 2>()); break;
+    case 4: f(std::integral_constant<int, 4>()); break;
+    case 8: f(std::integral_constant<int, 8>()); break;
+    case 16: f(std::integral_constant<int, 16>()); break;
+    default: f(std::integral_constant<int, 32>()); break;
+    }
+}
+
+/* The backward's workspace: byte offsets of the partials (-1: not needed) and the total */
+struct ssd_ws {
+    int64_t B, C, r, x, D, A, b, total;
+};
+static bool ssd_ws_layout(const selscan__sprob &q, const selscan__sgrd &r, const ssd_plan &pl, ssd_ws &w) {
+    sizecalc c;
+    const int64_t tok = c.mul(q.batch, q.L, q.H, pl.npsl);
+    const bool need_dt = r.ddelta.data || r.dA.data || r.ddt_bias.data;
+    int64_t off = 0;
+    auto take = [&](bool want, int64_t floats) -> int64_t {
+        if (!want) return -1;
+        const int64_t o = off;
+        off = c.add(off, c.al(c.mul(floats, 4)));
+        return o;
+    };
+    w.B = take(r.dB.data != NULL, c.mul(tok, q.N));
+    w.C = take(r.dC.data != NULL, c.mul(tok, q.N));
+    w.r = take(need_dt, tok);
+    w.x = take(need_dt, tok);
+    w.D = take(r.dD.data != NULL, c.mul(q.batch, q.H, q.P));
+    w.A = take(r.dA.data != NULL, c.mul(q.batch, q.H));
+    w.b = take(r.ddt_bias.data != NULL, c.mul(q.batch, q.H));
+    w.total = off;
+    return c.ok;
+}
+
+static void ssd_fill(ssd_params &P, const selscan__sprob &q, const ssd_plan &pl, const int64_t *cu_dev) {
+    memset(&P, 0, sizeof P);
+    P.batch = q.batch; P.L = q.L; P.H = q.H; P.P = q.P; P.N = q.N; P.G = q.G; P.hpg = q.hpg;
+    P.nseq = q.cu ? q.nseq : 0;
+    P.npsl = pl.npsl; P.nwalk = pl.nwalk; P.PB = pl.PB; P.TT = pl.TT;
+    P.softplus = q.softplus; P.limit = q.limit; P.Dhd = q.Dhd;
+    P.dtmin = q.dtmin; P.dtmax = q.dtmax;
+    P.cu = q.cu ? cu_dev : NULL;
+    SELSCAN__SSD_OPERANDS(SELSCAN__CUDA_CT, (&q))
+}
+
+/* validation of a call's launch sizes: dstate, the grid */
+static selscan_status ssd_check_launch(const selscan__sprob &q, const ssd_plan &pl, int64_t walks, selscan_diag *dg) {
+    if (q.N > 512) return fail(dg, SELSCAN_ERR_UNSUPPORTED, "dstate", SELSCAN_RULE_DSTATE_CUDA);
+    sizecalc c;
+    const int64_t grid = c.mul(pl.nwalk, walks);
+    if (!c.ok) return fail_size(dg);
+    if (grid > kMaxGrid || cdiv(c.mul(q.batch, q.H, 32), 256) > kMaxGrid || cdiv(c.mul(q.H, q.P), 256) > kMaxGrid) return fail_grid(dg);
+    return SELSCAN_OK;
+}
+
+static selscan_status ssd_forward(const selscan_ssd_problem *p, const selscan_cuda_ext *x, cudaStream_t stream) {
+    selscan__sprob q;
+    selscan_status st;
+    cudaError_t *err = x ? x->cuda_error : NULL;
+    if ((st = selscan__ssd_validate_forward(p, &q, NULL, 0, NULL, 0)) != SELSCAN_OK) return st;
+    selscan_diag *dg = p->diag;
+    const selscan__ten *outs[] = {SELSCAN__SSD_OPERANDS(SELSCAN__OPD_OUTS, (&q))};
+    if ((st = check_cu(q, x, outs, SELSCAN__COUNT(outs), dg)) != SELSCAN_OK) return st;
+    ssd_plan pl;
+    if (!ssd_make_plan(q, false, pl)) return fail_size(dg);
+    if ((st = ssd_check_launch(q, pl, 1, dg)) != SELSCAN_OK) return st;
+    ssd_params P;
+    ssd_fill(P, q, pl, x ? x->cu_seqlens_device : NULL);
+    cudaError_t e = cudaSuccess;
+    selscan_cuda_detail::with_dtype(q.dt, [&](auto tag) {
+        using T = typename decltype(tag)::type;
+        ssd_with_npt(pl.NPT, [&](auto npt) {
+            const void *k = reinterpret_cast<const void *>(ssd_fwd_kernel<T, decltype(npt)::value>);
+            static volatile int done[64];
+            if ((e = allow_smem(k, pl.smem, done)) == cudaSuccess)
+                ssd_fwd_kernel<T, decltype(npt)::value><<<static_cast<unsigned>(pl.nwalk), pl.nth, pl.smem, stream>>>(P);
+        });
+    });
+    SELSCAN__CU(e);
+    SELSCAN__LAUNCHED();
+    return SELSCAN_OK;
+}
+
+/* the backward before its launches: validation, the plan, the workspace and the parameters */
+static selscan_status ssd_backward_begin(const selscan_ssd_problem *p, const selscan_ssd_grads *g, const selscan_cuda_ext *x,
+                                         void *workspace, size_t bytes, selscan__sprob &q, selscan__sgrd &r, ssd_plan &pl, ssd_params &P,
+                                         bool size_only, int64_t *need_out) {
+    selscan_status st;
+    if ((st = selscan__ssd_validate_backward(p, g, &q, &r, NULL, 0, NULL, 0)) != SELSCAN_OK) return st;
+    selscan_diag *dg = p->diag;
+    if (!ssd_make_plan(q, true, pl)) return fail_size(dg);
+    ssd_ws w;
+    if (!ssd_ws_layout(q, r, pl, w)) return fail_size(dg);
+    if (size_only) {
+        *need_out = w.total;
+        return SELSCAN_OK;
+    }
+    const selscan__ten *outs[] = {SELSCAN__SSD_GRAD_OPERANDS(SELSCAN__OPD_OUTS, (&r))};
+    if ((st = check_cu(q, x, outs, SELSCAN__COUNT(outs), dg)) != SELSCAN_OK) return st;
+    if ((st = ssd_check_launch(q, pl, 2, dg)) != SELSCAN_OK) return st;
+    char *ws;
+    if ((st = take_workspace(x, w.total, &workspace, &bytes, dg)) != SELSCAN_OK) return st;
+    if ((st = check_workspace(workspace, bytes, w.total, &ws, dg)) != SELSCAN_OK) return st;
+    if (ws) {
+        const selscan__ten wst = flat(ws, w.total), cut = flat(q.cu ? x->cu_seqlens_device : NULL, (q.nseq + 1) * 8);
+        const selscan__ten *all[] = {SELSCAN__SSD_OPERANDS(SELSCAN__OPD_INS, (&q)) SELSCAN__SSD_GRAD_OPERANDS(SELSCAN__OPD_ALL, (&r)) &cut};
+        if ((st = check_overlap(wst, all, SELSCAN__COUNT(all), dg, "workspace", "overlaps an operand")) != SELSCAN_OK) return st;
+    }
+    ssd_fill(P, q, pl, x ? x->cu_seqlens_device : NULL);
+    SELSCAN__SSD_GRAD_OPERANDS(SELSCAN__CUDA_CT, (&r))
+    auto at = [&](int64_t o) { return o < 0 ? static_cast<float *>(NULL) : reinterpret_cast<float *>(ws + o); };
+    P.wB = at(w.B); P.wC = at(w.C); P.wr = at(w.r); P.wx = at(w.x); P.wD = at(w.D); P.wA = at(w.A); P.wb = at(w.b);
+    P.need_dt = w.r >= 0;
+    P.fwd_walk = r.dC.data || r.dz.data || P.need_dt;
+    P.rev_walk = r.dx.data || r.dB.data || r.dinitial_state.data || r.dD.data || P.need_dt;
+    return SELSCAN_OK;
+}
+
+static selscan_status ssd_backward(const selscan_ssd_problem *p, const selscan_ssd_grads *g, const selscan_cuda_ext *x, void *workspace,
+                                   size_t bytes, cudaStream_t stream) {
+    selscan__sprob q;
+    selscan__sgrd r;
+    ssd_plan pl;
+    ssd_params P;
+    cudaError_t *err = x ? x->cuda_error : NULL;
+    const selscan_status st = ssd_backward_begin(p, g, x, workspace, bytes, q, r, pl, P, false, NULL);
+    if (st != SELSCAN_OK) return st;
+    const int walks = P.fwd_walk + P.rev_walk;
+    cudaError_t e = cudaSuccess;
+    selscan_cuda_detail::with_dtype(q.dt, [&](auto tag) {
+        using T = typename decltype(tag)::type;
+        if (walks)
+            ssd_with_npt(pl.NPT, [&](auto npt) {
+                const void *k = reinterpret_cast<const void *>(ssd_bwd_kernel<T, decltype(npt)::value>);
+                static volatile int done[64];
+                if ((e = allow_smem(k, pl.smem, done)) == cudaSuccess)
+                    ssd_bwd_kernel<T, decltype(npt)::value><<<static_cast<unsigned>(pl.nwalk * walks), pl.nth, pl.smem, stream>>>(P);
+            });
+        if (e == cudaSuccess && P.need_dt) ssd_dt_kernel<T><<<nblocks(q.batch * q.H * 32, 256), 256, 0, stream>>>(P);
+        if (e == cudaSuccess && (P.wB || P.wC)) {
+            const int64_t n = cdiv(q.batch * q.L * q.G * q.N, 256);
+            ssd_bc_kernel<T><<<static_cast<unsigned>(n < 65536 * 8 ? n : 65536 * 8), 256, 0, stream>>>(P);
+        }
+    });
+    SELSCAN__CU(e);
+    if (P.wA || P.wb || P.wD) ssd_param_kernel<<<nblocks(q.H * q.P, 256), 256, 0, stream>>>(P);
+    SELSCAN__LAUNCHED();
+    return SELSCAN_OK;
+}
+
+static selscan_status ssd_workspace_size(const selscan_ssd_problem *p, const selscan_ssd_grads *g, size_t *bytes) {
+    if (!bytes) return selscan__fail(p ? p->diag : NULL, SELSCAN_ERR_NULL, "bytes", SELSCAN_RULE_MISSING);
+    if (!g) { /* the forward needs none */
+        selscan__sprob q;
+        const selscan_status st = selscan__ssd_validate_forward(p, &q, NULL, 0, NULL, 0);
+        if (st == SELSCAN_OK) *bytes = 0;
+        return st;
+    }
+    selscan__sprob q;
+    selscan__sgrd r;
+    ssd_plan pl;
+    ssd_params P;
+    int64_t need = 0;
+    const selscan_status st = ssd_backward_begin(p, g, NULL, NULL, 0, q, r, pl, P, true, &need);
+    if (st == SELSCAN_OK) *bytes = ws_reported(need);
+    return st;
+}
+
 } /* namespace selscan_cuda_detail */
 
 /* ---------------------------------------------------------------------------------------------- */
@@ -5002,6 +5817,19 @@ SELSCAN_DEF selscan_status selscan_step_cuda_ex(const selscan_step_problem *s, c
 
 SELSCAN_DEF selscan_status selscan_step_cuda(const selscan_step_problem *s, cudaStream_t stream) {
     return selscan_cuda_detail::step(s, NULL, stream);
+}
+
+SELSCAN_DEF selscan_status selscan_ssd_workspace_size_cuda(const selscan_ssd_problem *p, const selscan_ssd_grads *g, size_t *bytes) {
+    return selscan_cuda_detail::ssd_workspace_size(p, g, bytes);
+}
+
+SELSCAN_DEF selscan_status selscan_ssd_forward_cuda(const selscan_ssd_problem *p, const selscan_cuda_ext *x, cudaStream_t stream) {
+    return selscan_cuda_detail::ssd_forward(p, x, stream);
+}
+
+SELSCAN_DEF selscan_status selscan_ssd_backward_cuda(const selscan_ssd_problem *p, const selscan_ssd_grads *g, const selscan_cuda_ext *x,
+                                                     void *workspace, size_t bytes, cudaStream_t stream) {
+    return selscan_cuda_detail::ssd_backward(p, g, x, workspace, bytes, stream);
 }
 
 SELSCAN_DEF selscan_status selscan_conv_workspace_size_cuda(const selscan_conv_problem *p, const selscan_conv_grads *g,

@@ -4,12 +4,13 @@ step end to end.
 
     PYTHONPATH=bindings/torch python3 bench/bench_ssd.py [--device cpu|cuda] [--dtype f32|bf16]
         [--batch 1] [--threads N] [--lens 512,1024] [--reps 3] [--cases scan,model]
+        [--shapes 130m,1.3b,2.7b,nemotron-h] [--no-fallback]
 
-scan: mamba_chunk_scan_combined (selscan's: the CPU SSD op; on CUDA, until CUDA SSD kernels, the SSD as
-selscan's Mamba-1 scan) against transformers' `mamba2_chunk_scan` PyTorch body (modeling_mamba2,
-unwrapped: the path a model takes without mamba_ssm) and mamba_ssm's mamba_chunk_scan_combined (CUDA,
-where importable), forward + backward of every input at a Mamba2-130m layer's shape (nheads 24,
-headdim 64, dstate 128, one group, chunk 256). model: a Mamba2ForCausalLM training step (forward +
+scan: mamba_chunk_scan_combined (selscan's SSD op, CPU or CUDA kernels) against transformers'
+`mamba2_chunk_scan` PyTorch body (modeling_mamba2, unwrapped: the path a model takes without mamba_ssm;
+--no-fallback leaves it out) and mamba_ssm's mamba_chunk_scan_combined (CUDA, where importable), the
+forward alone and forward + backward of every input, at the --shapes layer shapes (SHAPES: Mamba2-130m,
+1.3b, 2.7b, a Nemotron-H-like layer; chunk 256 for mamba_ssm). model: a Mamba2ForCausalLM training step (forward +
 backward, float32) of a 2-layer model with the 130m layer shape, with and without
 selscan_torch.integrations.use_in_transformers() (the same device). Prints the median of --reps timed
 runs after one warm-up, and each backend's time over selscan's.
@@ -36,36 +37,72 @@ def timed(fn, reps, device):
     return statistics.median(ts)
 
 
-def scan_case(L, a):
+def _triton_ssd():
+    """mamba_ssm's mamba_chunk_scan_combined (Triton), or None. A Triton-only copy of mamba_ssm (its
+    sources without the compiled Mamba-1 extension, whose import its package __init__ makes) is
+    imported without running that __init__: the SSD's modules need none of it."""
+    import sys
+    import types
+
+    try:
+        from mamba_ssm.ops.triton.ssd_combined import mamba_chunk_scan_combined
+        return mamba_chunk_scan_combined
+    except ImportError:
+        spec = importlib.util.find_spec("mamba_ssm")
+        if spec is None or not spec.submodule_search_locations:
+            return None
+        for k in [k for k in sys.modules if k == "mamba_ssm" or k.startswith("mamba_ssm.")]:
+            del sys.modules[k]
+        pkg = types.ModuleType("mamba_ssm")
+        pkg.__path__ = list(spec.submodule_search_locations)
+        sys.modules["mamba_ssm"] = pkg
+        try:
+            from mamba_ssm.ops.triton.ssd_combined import mamba_chunk_scan_combined
+            return mamba_chunk_scan_combined
+        except ImportError as e:
+            print(f"(mamba_ssm's Triton SSD not importable: {e})")
+            return None
+
+
+# layer shapes: (nheads, headdim, dstate, ngroups): Mamba2-130m / 1.3b / 2.7b (d_inner 1536 / 4096 / 5120,
+# headdim 64, dstate 128, one group) and a Nemotron-H-like layer (128 heads of 64, dstate 128, 8 groups)
+SHAPES = {"130m": (24, 64, 128, 1), "1.3b": (64, 64, 128, 1), "2.7b": (80, 64, 128, 1), "nemotron-h": (128, 64, 128, 8)}
+
+
+def scan_case(L, a, shape="130m"):
+    """{(backend, "fwd" | "fwd+bwd"): seconds} of mamba_chunk_scan_combined at a layer shape."""
     import transformers.models.mamba2.modeling_mamba2 as m2
 
     import selscan_torch as st
 
     dev, dtype = a.device, {"f32": torch.float32, "bf16": torch.bfloat16}[a.dtype]
     g = torch.Generator().manual_seed(0)
-    b, H, P, N = a.batch, 24, 64, 128
+    b, (H, P, N, G) = a.batch, SHAPES[shape]
     r = lambda *s, sc=1.0, dt=dtype: (torch.randn(*s, generator=g) * sc).to(dt).to(dev)  # noqa: E731
     x, dt = r(b, L, H, P), r(b, L, H, sc=0.5)
     A = (-(torch.rand(H, generator=g) + 0.5)).to(dev)
-    B, C = r(b, L, 1, N), r(b, L, 1, N)
+    B, C = r(b, L, G, N), r(b, L, G, N)
     D, bias = r(H, dt=torch.float32), r(H, sc=0.3, dt=torch.float32)
     leaves = [t.requires_grad_() for t in (x, dt, A, B, C, D, bias)]
 
-    def run(f):
+    def run(f, backward):
         def go():
-            out = f(x, dt, A, B, C, 256, D=D, dt_bias=bias, dt_softplus=True)
-            out = out[0] if isinstance(out, tuple) else out
-            torch.autograd.grad(out.float().square().sum(), leaves)
+            with torch.set_grad_enabled(backward):
+                out = f(x, dt, A, B, C, 256, D=D, dt_bias=bias, dt_softplus=True)
+                out = out[0] if isinstance(out, tuple) else out
+                if backward:
+                    torch.autograd.grad(out.float().square().sum(), leaves)
         return go
 
-    backends = {"selscan": st.mamba_chunk_scan_combined, "transformers' PyTorch": inspect.unwrap(m2.mamba2_chunk_scan)}
+    backends = {"selscan": st.mamba_chunk_scan_combined}
+    if not a.no_fallback:
+        backends["transformers' PyTorch"] = inspect.unwrap(m2.mamba2_chunk_scan)
     if dev.type == "cuda":
-        try:
-            from mamba_ssm.ops.triton.ssd_combined import mamba_chunk_scan_combined as triton_scan
+        triton_scan = _triton_ssd()
+        if triton_scan is not None:
             backends["mamba_ssm Triton"] = triton_scan
-        except ImportError:
-            pass
-    return {name: timed(run(f), a.reps, dev) for name, f in backends.items()}
+    return {(name, mode): timed(run(f, mode == "fwd+bwd"), a.reps, dev)
+            for name, f in backends.items() for mode in ("fwd", "fwd+bwd")}
 
 
 def model_case(L, a):
@@ -101,20 +138,29 @@ def main():
     ap.add_argument("--lens", default="512,1024")
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--cases", default="scan,model")
+    ap.add_argument("--shapes", default="130m", help="the scan case's layer shapes: " + ",".join(SHAPES))
+    ap.add_argument("--no-fallback", action="store_true", help="the scan case without transformers' fallback")
     a = ap.parse_args()
     a.device = torch.device(a.device)
     if a.threads:
         torch.set_num_threads(a.threads)
     where = torch.cuda.get_device_name() if a.device.type == "cuda" else f"CPU, {torch.get_num_threads()} threads"
     print(f"torch {torch.__version__}, {where}; scan dtype {a.dtype}, batch {a.batch}")
-    print("| case | L | backend | time | x (its time / selscan's) |")
-    print("|---|---|---|---|---|")
+    print("| case | shape | L | backend | time | x (its time / selscan's) |")
+    print("|---|---|---|---|---|---|")
     for case in a.cases.split(","):
         for L in (int(v) for v in a.lens.split(",")):
-            times = (scan_case if case == "scan" else model_case)(L, a)
+            if case == "scan":
+                for shape in a.shapes.split(","):
+                    times = scan_case(L, a, shape)
+                    for (name, mode), t in times.items():
+                        print(f"| scan {mode} | {shape} | {L} | {name} | {t * 1e3:.2f} ms | "
+                              f"{t / times[('selscan', mode)]:.2f}x |", flush=True)
+                continue
+            times = model_case(L, a)
             for name, t in times.items():
-                print(f"| {case} fwd+bwd | {L} | {name} | {t * 1e3:.2f} ms | {t / times['selscan']:.2f}x |", flush=True)
-
+                print(f"| model fwd+bwd | 130m, 2 layers | {L} | {name} | {t * 1e3:.2f} ms | "
+                      f"{t / times['selscan']:.2f}x |", flush=True)
 
 if __name__ == "__main__":
     main()

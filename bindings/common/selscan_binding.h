@@ -1438,6 +1438,11 @@ selscan_status selscan_binding_cuda_conv_backward(const selscan_conv_problem *p,
                                                   selscan_binding_cuda_call *call);
 /* selscan_conv_step_cuda (no workspace). */
 selscan_status selscan_binding_cuda_conv_step(const selscan_conv_step_problem *s, selscan_binding_cuda_call *call);
+/* selscan_ssd_forward_cuda (no workspace). */
+selscan_status selscan_binding_cuda_ssd_forward(const selscan_ssd_problem *p, selscan_binding_cuda_call *call);
+/* selscan_ssd_backward_cuda; its workspace (the partials) through call->workspace_alloc. */
+selscan_status selscan_binding_cuda_ssd_backward(const selscan_ssd_problem *p, const selscan_ssd_grads *g,
+                                                 selscan_binding_cuda_call *call);
 /* 1 where the fast forward kernels of the package's CUDA TU take p (a valid problem; its sizes,
    flags and strides, pointers only tested for NULL; no device asked): selscan_cuda.cuh's plan,
    asked instead of restated (a binding copies L-strided operands to unit L strides where the
@@ -1571,6 +1576,17 @@ selscan_status selscan_binding_cuda_conv_backward(const selscan_conv_problem *p,
 selscan_status selscan_binding_cuda_conv_step(const selscan_conv_step_problem *s, selscan_binding_cuda_call *call) {
     selscan_binding_cuda_detail::Ext e(call);
     return e.Done(selscan_conv_step_cuda(s, &e.x, e.stream));
+}
+
+selscan_status selscan_binding_cuda_ssd_forward(const selscan_ssd_problem *p, selscan_binding_cuda_call *call) {
+    selscan_binding_cuda_detail::Ext e(call);
+    return e.Done(selscan_ssd_forward_cuda(p, &e.x, e.stream));
+}
+
+selscan_status selscan_binding_cuda_ssd_backward(const selscan_ssd_problem *p, const selscan_ssd_grads *g,
+                                                 selscan_binding_cuda_call *call) {
+    selscan_binding_cuda_detail::Ext e(call);
+    return e.Done(selscan_ssd_backward_cuda(p, g, &e.x, NULL, 0, e.stream));
 }
 
 int selscan_binding_cuda_channels_last(void) { return SELSCAN_CUDA_CHANNELS_LAST ? 1 : 0; }

@@ -12,7 +12,8 @@
 // (rows: batch, or n_seqs with cu_seqlens). The clamp of dt to [dt_min, dt_max] applies unless the
 // bounds are (-inf, inf) (mamba_ssm's default (0, inf) is a clamp). Any strides; out and the
 // gradients laid out like their inputs (empty_like). CPU: selscan's fast SSD path on torch's pool
-// (bitwise the same for every thread count). CUDA: no SSD kernels yet, refused by name. The Python
+// (bitwise the same for every thread count). CUDA: selscan_cuda.cuh's SSD kernels (>>ssd-cuda;
+// deterministic), on the current stream, the workspace from torch's caching allocator. The Python
 // side (selscan_torch/ssd.py) adds the autograd, the fake kernels and mamba_ssm's API.
 // ============================================================================================
 
@@ -72,13 +73,6 @@ selscan_ssd_problem BuildSsd(const bind::Checked& k, const Tensor& x, const Tens
   return p;
 }
 
-// The SSD has no CUDA kernels yet: a CUDA call is refused, naming x's device.
-[[noreturn]] void NoCudaSsd(const Tensor& x, const char* where) {
-  Fail(bind::ErrorKind::kNotImplemented, std::string("selscan: SSD ") + where + ": selscan has no CUDA kernels for "
-       "Mamba-2's SSD scan yet (the op is CPU only; selscan_torch.mamba_chunk_scan_combined runs the SSD on CUDA "
-       "through selscan's Mamba-1 scan); x is on " + DeviceName(DeviceKey(x.device())));
-}
-
 std::tuple<Tensor, Tensor> SsdForward(const Tensor& x_in, const Tensor& dt_in, const Tensor& A_in, const Tensor& B_in,
                                       const Tensor& C_in, const OptT& D_in, const OptT& z_in, const OptT& dt_bias_in,
                                       const OptT& init_in, const OptT& seq_idx_in, const OptT& cu_seqlens,
@@ -114,7 +108,7 @@ std::tuple<Tensor, Tensor> SsdForward(const Tensor& x_in, const Tensor& dt_in, c
     RunParts(p, n, "SSD forward (CPU)", NamesOf(kSsdNames), [&](selscan_ssd_problem* q, int64_t i) {
       return selscan_ssd_forward_cpu_part(q, i, n, ws.ptr, ws.bytes);
     });
-  }, [&](auto&) { NoCudaSsd(x, "forward"); });
+  }, [&](auto& cc) { cc.Check(selscan_binding_cuda_ssd_forward(&p, &cc.call), "SSD forward (CUDA)", diag); });
   return {y, fin};
 }
 
@@ -178,7 +172,7 @@ std::vector<Tensor> SsdBackward(const Tensor& x_in, const Tensor& dt_in, const T
     RunParts(p, n, "SSD backward (CPU reduce)", NamesOf(kSsdNames), [&](selscan_ssd_problem* q, int64_t i) {
       return selscan_ssd_backward_cpu_reduce(q, &g, i, n, ws.ptr, ws.bytes);
     });
-  }, [&](auto&) { NoCudaSsd(x, "backward"); });
+  }, [&](auto& cc) { cc.Check(selscan_binding_cuda_ssd_backward(&p, &g, &cc.call), "SSD backward (CUDA)", diag); });
   return out;
 }
 

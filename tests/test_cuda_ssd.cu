@@ -1,0 +1,360 @@
+/* tests/test_cuda_ssd.cu - the CUDA SSD scan (selscan_cuda.cuh >>ssd-cuda) against the CPU reference.
+ *
+ * Random problems over every dtype, dstate (1 .. 512: every states-a-thread instantiation, padded
+ * rows), headdim (1 .. 130: one and several channel slices a head), heads and groups, L (1 .. 400,
+ * across tiles), options (softplus, dt limit, dt_bias, D per head or per channel, z, initial_state,
+ * final_state, dfinal_state, seq_idx runs, cu_seqlens with empty sequences), layouts (contiguous
+ * with zero strides; x / z / dy / dx head-major (batch, H, L, P) memory; B / C with a gap a row),
+ * every gradient or a random subset: y and final_state, then dx, ddt, dA, dB, dC, dD, dz, ddt_bias,
+ * dinitial_state against selscan_ssd_forward_ref / _backward_ref (relative L2 error a tensor),
+ * outputs poisoned first (an unwritten element is a NaN there: fails), the backward run twice and
+ * compared bitwise (deterministic), NaN in x gives NaN wherever the reference has one. Host-side
+ * refusals run without a GPU. Last line: "N passed, N failed". SELSCAN_TEST_QUICK=1: fewer cases.
+ */
+#define SELSCAN_IMPLEMENTATION
+#define SELSCAN_CUDA_IMPLEMENTATION
+#include "selscan_cuda.cuh"
+
+#include <cuda_runtime.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <algorithm>
+#include <vector>
+
+#include "cuda_check.h" /* g_pass / g_fail, CHECK, CU */
+
+static uint64_t g_rng = 0x55d0c0dull;
+static double urand(double lo, double hi) {
+    g_rng += 0x9e3779b97f4a7c15ull;
+    uint64_t z = g_rng;
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    z ^= z >> 31;
+    return lo + (hi - lo) * (double)(z >> 11) / 9007199254740992.0;
+}
+static int irand(int lo, int hi) { return lo + (int)(urand(0, 1) * (hi - lo + 1)) % (hi - lo + 1); }
+
+/* A tensor of up to 4 dims on the host (h) and the device (d), same layout. */
+struct Ten {
+    int nd = 0;
+    int64_t n[4] = {1, 1, 1, 1}, s[4] = {0, 0, 0, 0}, alloc = 0;
+    selscan_dtype dt = SELSCAN_F32;
+    bool zero = false, given = false, i32 = false;
+    unsigned char *h = NULL;
+    void *d = NULL;
+    size_t es() const { return dt == SELSCAN_F32 || i32 ? 4 : 2; }
+    int64_t count() const { return n[0] * n[1] * n[2] * n[3]; }
+    int64_t off(int64_t i) const {
+        int64_t o = 0;
+        for (int k = 3; k >= 0; k--) { o += i % n[k] * s[k]; i /= n[k]; }
+        return o;
+    }
+    float get(const unsigned char *m, int64_t i) const {
+        const int64_t o = off(i);
+        if (dt == SELSCAN_F32) { float f; memcpy(&f, m + o * 4, 4); return f; }
+        uint16_t b;
+        memcpy(&b, m + o * 2, 2);
+        return dt == SELSCAN_F16 ? selscan_f16_to_f32(b) : selscan_bf16_to_f32(b);
+    }
+    void set(int64_t i, float v) {
+        const int64_t o = off(i);
+        if (dt == SELSCAN_F32) memcpy(h + o * 4, &v, 4);
+        else {
+            const uint16_t b = dt == SELSCAN_F16 ? selscan_f32_to_f16(v) : selscan_f32_to_bf16(v);
+            memcpy(h + o * 2, &b, 2);
+        }
+    }
+    selscan_tensor api(bool dev) const {
+        selscan_tensor t;
+        memset(&t, 0, sizeof t);
+        if (!given) return t;
+        t.data = dev ? d : (void *)h;
+        for (int k = 0; k < 4; k++) t.stride[k] = zero || k >= nd ? 0 : s[k];
+        return t;
+    }
+    selscan_out_tensor out(bool dev) const {
+        const selscan_tensor a = api(dev);
+        selscan_out_tensor o;
+        o.data = (void *)a.data;
+        memcpy(o.stride, a.stride, sizeof o.stride);
+        return o;
+    }
+    void up() { if (given) CU(cudaMemcpy(d, h, alloc * es(), cudaMemcpyHostToDevice)); }
+    void poison() { if (given) { memset(h, 0xFF, alloc * es()); CU(cudaMemset(d, 0xFF, alloc * es())); } }
+    std::vector<unsigned char> down() const {
+        std::vector<unsigned char> v(alloc * es());
+        if (given) CU(cudaMemcpy(v.data(), d, v.size(), cudaMemcpyDeviceToHost));
+        return v;
+    }
+    void release() {
+        free(h);
+        if (d) cudaFree(d);
+        h = NULL; d = NULL;
+    }
+};
+
+/* logical sizes n0..n3 (nd of them); perm: the memory order of the dims (outermost first), gap:
+   extra elements after each innermost row; zero: pass zero strides (contiguous only) */
+static void make(Ten &t, selscan_dtype dt, int nd, const int64_t *n, const int *perm, int gap, bool zero) {
+    t = Ten();
+    t.nd = nd; t.dt = dt; t.given = true;
+    for (int k = 0; k < nd; k++) t.n[k] = n[k];
+    int64_t acc = 1;
+    for (int i = nd - 1; i >= 0; i--) {
+        const int k = perm ? perm[i] : i;
+        t.s[k] = acc;
+        acc = acc * t.n[k] + (i == nd - 1 ? gap : 0);
+    }
+    t.alloc = acc < 1 ? 1 : acc;
+    t.zero = zero && !perm && !gap;
+    t.h = (unsigned char *)malloc(t.alloc * t.es());
+    memset(t.h, 0xFF, t.alloc * t.es());
+    CU(cudaMalloc(&t.d, t.alloc * t.es()));
+}
+static void fill(Ten &t, float lo, float hi) {
+    for (int64_t i = 0; i < t.count(); i++) t.set(i, (float)urand(lo, hi));
+}
+
+/* ||a - b|| / ||b|| over the logical elements; NaN where b is NaN must be NaN in a (and those
+   elements are left out of the norms); a NaN in a where b is finite: inf */
+static double rel_err(const Ten &t, const unsigned char *a, const unsigned char *b, bool nan_case) {
+    double num = 0, den = 0;
+    for (int64_t i = 0; i < t.count(); i++) {
+        const double x = t.get(a, i), y = t.get(b, i);
+        if (isnan(y)) { if (!isnan(x)) return INFINITY; continue; }
+        if (isnan(x) || isinf(x) != isinf(y)) {
+            if (nan_case) continue; /* NaN in: the CUDA backward's NaN may reach more steps (selscan_cuda.cuh >>ssd-cuda) */
+            return INFINITY;
+        }
+        if (isinf(y)) continue;
+        num += (x - y) * (x - y);
+        den += y * y;
+    }
+    return den > 0 ? sqrt(num / den) : sqrt(num);
+}
+
+struct Worst {
+    double v[16] = {0};
+} g_worst;
+static const char *g_names[] = {"y", "final_state", "dx", "ddt", "dA", "dB", "dC", "dD", "dz", "ddt_bias", "dinitial_state"};
+
+/* Host-side refusals (no GPU needed): the CUDA entries refuse what the CPU's refuse, with the
+   same status, and their own rules (dstate over 512, cu_seqlens without its device copy) */
+static void host_checks() {
+    float x[64] = {0}, dt[8] = {0}, A[2] = {-1, -1}, B[64] = {0}, C[64] = {0}, y[64];
+    selscan_ssd_problem p;
+    memset(&p, 0, sizeof p);
+    p.batch = 1; p.seqlen = 2; p.nheads = 2; p.headdim = 2; p.dstate = 4; p.dtype = SELSCAN_F32;
+    p.x.data = x; p.dt.data = dt; p.A.data = A; p.B.data = B; p.C.data = C; p.y.data = y;
+    CHECK(selscan_validate_ssd(&p) == SELSCAN_OK, "the valid problem");
+    selscan_ssd_problem q = p;
+    q.x.data = NULL;
+    CHECK(selscan_ssd_forward_cuda(&q, NULL, 0) == SELSCAN_ERR_NULL, "x NULL");
+    q = p; q.n_groups = 3;
+    CHECK(selscan_ssd_forward_cuda(&q, NULL, 0) == selscan_validate_ssd(&q), "n_groups 3: the CPU's status");
+    q = p; q.dstate = 513;
+    {
+        static float big[2 * 2 * 513];
+        q.B.data = big; q.C.data = big + 513;
+        selscan_diag dg;
+        memset(&dg, 0, sizeof dg);
+        q.diag = &dg;
+        CHECK(selscan_ssd_forward_cuda(&q, NULL, 0) == SELSCAN_ERR_UNSUPPORTED && strcmp(dg.operand, "dstate") == 0, "dstate 513: %s", dg.operand);
+    }
+    int64_t cu[3] = {0, 1, 2};
+    q = p; q.cu_seqlens = cu; q.n_seqs = 2;
+    CHECK(selscan_ssd_forward_cuda(&q, NULL, 0) == SELSCAN_ERR_NULL, "cu_seqlens without its device copy");
+    selscan_ssd_grads g;
+    memset(&g, 0, sizeof g);
+    size_t bytes = 1;
+    CHECK(selscan_ssd_workspace_size_cuda(&p, NULL, &bytes) == SELSCAN_OK && bytes == 0, "forward workspace 0");
+    CHECK(selscan_ssd_workspace_size_cuda(&p, &g, &bytes) == SELSCAN_ERR_NULL, "dy missing");
+    float dy[64] = {0}, dB[64];
+    g.dy.data = dy; g.dB.data = dB;
+    CHECK(selscan_ssd_workspace_size_cuda(&p, &g, &bytes) == SELSCAN_OK && bytes >= 2 * 4 * 2, "dB's partials need a workspace: %zu", bytes);
+    CHECK(selscan_ssd_backward_cuda(&p, &g, NULL, NULL, 0, 0) == SELSCAN_ERR_WORKSPACE, "backward without its workspace");
+}
+
+/* One random problem: forward and backward on CUDA against the reference. */
+static void run_case(int ci, bool quick) {
+    const selscan_dtype dts[3] = {SELSCAN_F32, SELSCAN_F16, SELSCAN_BF16};
+    const selscan_dtype dt = dts[ci % 3];
+    const int Ns[] = {1, 5, 16, 24, 64, 100, 128, 200, 256, 512};
+    const int Ps[] = {1, 3, 16, 33, 64, 70, 130};
+    const int N = Ns[irand(0, quick ? 8 : 9)], P = Ps[irand(0, 6)];
+    const int G = irand(1, 2), H = G * irand(1, 3);
+    const int pack = irand(0, 4); /* 0, 1, 2: none; 3: seq_idx; 4: cu_seqlens */
+    const int64_t batch = pack == 4 ? 1 : irand(1, 3);
+    const int64_t L = irand(0, 3) == 0 ? irand(1, 8) : irand(1, quick ? 120 : 400);
+    const bool nan_case = irand(0, 9) == 0;
+    const bool strided = irand(0, 1);
+    selscan_ssd_problem p;
+    memset(&p, 0, sizeof p);
+    p.batch = batch; p.seqlen = L; p.nheads = H; p.headdim = P; p.dstate = N; p.n_groups = G; p.dtype = dt;
+    if (irand(0, 1)) p.flags |= SELSCAN_SSD_DT_SOFTPLUS;
+    if (irand(0, 2) == 0) { p.flags |= SELSCAN_SSD_DT_LIMIT; p.dt_min = 0.01f; p.dt_max = irand(0, 1) ? 0.08f : INFINITY; }
+    const bool hasD = irand(0, 2) != 0, Dhd = hasD && irand(0, 1), hasz = irand(0, 1), hasbias = irand(0, 1);
+    if (Dhd) p.flags |= SELSCAN_SSD_D_HEADDIM;
+    std::vector<int64_t> cu;
+    if (pack == 4) {
+        const int ns = irand(1, 4);
+        cu.push_back(0);
+        for (int i = 1; i < ns; i++) cu.push_back(irand(0, (int)L));
+        cu.push_back(L);
+        std::sort(cu.begin(), cu.end());
+        p.cu_seqlens = cu.data(); p.n_seqs = ns;
+    }
+    const int64_t rows = pack == 4 ? p.n_seqs : batch;
+    const bool hash0 = irand(0, 1), hashT = irand(0, 1), hasdT = irand(0, 1);
+    const int permx[4] = {0, 2, 1, 3}; /* head-major memory: (batch, H, L, P) */
+    Ten x, dtt, A, Bt, Ct, D, z, bias, si, h0, y, hT;
+    const int64_t nx[4] = {batch, L, H, P}, ndt[3] = {batch, L, H}, nh[1] = {H}, nbc[4] = {batch, L, G, N};
+    const int64_t nD[2] = {H, P}, nsi[2] = {batch, L}, nst[4] = {rows, H, P, N};
+    make(x, dt, 4, nx, strided ? permx : NULL, 0, true); fill(x, -1, 1);
+    make(dtt, dt, 3, ndt, NULL, strided ? 1 : 0, true); fill(dtt, (p.flags & SELSCAN_SSD_DT_SOFTPLUS) ? -3 : 0.001f, (p.flags & SELSCAN_SSD_DT_SOFTPLUS) ? 0.5f : 0.12f);
+    make(A, SELSCAN_F32, 1, nh, NULL, 0, true); fill(A, -4, -0.2f);
+    make(Bt, dt, 4, nbc, NULL, strided ? 3 : 0, true); fill(Bt, -1, 1);
+    make(Ct, dt, 4, nbc, NULL, 0, true); fill(Ct, -1, 1);
+    if (hasD) { make(D, SELSCAN_F32, Dhd ? 2 : 1, nD, NULL, 0, true); fill(D, -1, 1); }
+    if (hasz) { make(z, dt, 4, nx, strided ? permx : NULL, 0, true); fill(z, -2, 2); }
+    /* without the softplus dt + dt_bias stays >= 0 (a negative dt grows the state exponentially: both
+       sides overflow, at different steps) */
+    if (hasbias) { make(bias, SELSCAN_F32, 1, nh, NULL, 0, true); fill(bias, (p.flags & SELSCAN_SSD_DT_SOFTPLUS) ? -0.5f : 0.0f, 0.2f); }
+    if (pack == 3) {
+        make(si, SELSCAN_F32, 2, nsi, NULL, 0, true);
+        si.i32 = true;
+        for (int64_t b = 0; b < batch; b++) {
+            int32_t v = irand(0, 3);
+            for (int64_t t = 0; t < L; t++) {
+                if (irand(0, 40) == 0) v += irand(1, 2);
+                memcpy(si.h + si.off(b * L + t) * 4, &v, 4);
+            }
+        }
+    }
+    if (hash0) { make(h0, SELSCAN_F32, 4, nst, NULL, 0, true); fill(h0, -1, 1); }
+    if (nan_case) x.set(irand(0, (int)(x.count() - 1)), NAN);
+    make(y, dt, 4, nx, strided ? permx : NULL, 0, true);
+    if (hashT) make(hT, SELSCAN_F32, 4, nst, NULL, 0, true);
+    Ten *ins[] = {&x, &dtt, &A, &Bt, &Ct, &D, &z, &bias, &si, &h0};
+    for (Ten *t : ins) t->up();
+    auto problem = [&](bool dev) {
+        selscan_ssd_problem q = p;
+        q.x = x.api(dev); q.dt = dtt.api(dev); q.A = A.api(dev); q.B = Bt.api(dev); q.C = Ct.api(dev); q.D = D.api(dev);
+        q.z = z.api(dev); q.dt_bias = bias.api(dev); q.seq_idx = si.api(dev); q.initial_state = h0.api(dev);
+        q.y = y.out(dev); q.final_state = hT.out(dev);
+        return q;
+    };
+    int64_t *cu_dev = NULL;
+    selscan_cuda_ext ext;
+    memset(&ext, 0, sizeof ext);
+    if (pack == 4) {
+        CU(cudaMalloc(&cu_dev, cu.size() * 8));
+        CU(cudaMemcpy(cu_dev, cu.data(), cu.size() * 8, cudaMemcpyHostToDevice));
+        ext.cu_seqlens_device = cu_dev;
+    }
+    char what[256];
+    snprintf(what, sizeof what, "case %d: dt %d batch %lld L %lld H %d G %d P %d N %d flags %u D %d z %d bias %d pack %d h0 %d hT %d strided %d nan %d",
+             ci, (int)dt, (long long)batch, (long long)L, H, G, P, N, p.flags, hasD + Dhd, hasz, hasbias, pack, hash0, hashT, strided, nan_case);
+    /* forward */
+    size_t ws_bytes = 0;
+    selscan_ssd_problem ph = problem(false), pd = problem(true);
+    CHECK(selscan_ssd_workspace_size(&ph, NULL, &ws_bytes) == SELSCAN_OK, "%s: cpu ws", what);
+    std::vector<unsigned char> ws(ws_bytes + 64);
+    y.poison(); hT.poison();
+    CHECK(selscan_ssd_forward_ref(&ph, ws.data(), ws.size()) == SELSCAN_OK, "%s: reference forward", what);
+    selscan_status st = selscan_ssd_forward_cuda(&pd, &ext, 0);
+    CHECK(st == SELSCAN_OK, "%s: cuda forward status %d", what, (int)st);
+    CU(cudaDeviceSynchronize());
+    const double ftol = tc_tol_lowp(dt, 1e-5, 2); /* f32: rounding of L-step recurrences in another order; lowp: both results rounded to T */
+    {
+        const std::vector<unsigned char> yd = y.down();
+        const double e = rel_err(y, yd.data(), y.h, nan_case);
+        if (e > g_worst.v[0]) g_worst.v[0] = e;
+        CHECK(e <= ftol, "%s: y rel err %.3g > %.3g", what, e, ftol);
+        if (hashT) {
+            const std::vector<unsigned char> hd = hT.down();
+            const double e2 = rel_err(hT, hd.data(), hT.h, nan_case);
+            if (e2 > g_worst.v[1]) g_worst.v[1] = e2;
+            CHECK(e2 <= 1e-5, "%s: final_state rel err %.3g", what, e2); /* f32 states, rounding only */
+        }
+    }
+    /* backward: a random subset of the gradients (every one in two cases of three) */
+    Ten dy, dT, dx, ddt, dA, dB, dC, dD, dz, dbias, dh0;
+    make(dy, dt, 4, nx, strided ? permx : NULL, 0, true); fill(dy, -1, 1);
+    if (hasdT) { make(dT, SELSCAN_F32, 4, nst, NULL, 0, true); fill(dT, -1, 1); }
+    const bool all = irand(0, 2) != 0;
+    auto want = [&]() { return all || irand(0, 1); };
+    if (want()) make(dx, dt, 4, nx, strided ? permx : NULL, 0, true);
+    if (want()) make(ddt, dt, 3, ndt, NULL, 0, true);
+    if (want()) make(dA, SELSCAN_F32, 1, nh, NULL, 0, true);
+    if (want()) make(dB, dt, 4, nbc, NULL, strided ? 2 : 0, true);
+    if (want()) make(dC, dt, 4, nbc, NULL, 0, true);
+    if (want()) make(dD, SELSCAN_F32, Dhd ? 2 : 1, nD, NULL, 0, true);
+    if (hasz && want()) make(dz, dt, 4, nx, NULL, 0, true);
+    if (want()) make(dbias, SELSCAN_F32, 1, nh, NULL, 0, true);
+    if (want()) make(dh0, SELSCAN_F32, 4, nst, NULL, 0, true);
+    dy.up(); dT.up();
+    Ten *gouts[] = {&dx, &ddt, &dA, &dB, &dC, &dD, &dz, &dbias, &dh0};
+    auto grads = [&](bool dev) {
+        selscan_ssd_grads g;
+        memset(&g, 0, sizeof g);
+        g.dy = dy.api(dev); g.dfinal_state = dT.api(dev);
+        g.dx = dx.out(dev); g.ddt = ddt.out(dev); g.dA = dA.out(dev); g.dB = dB.out(dev); g.dC = dC.out(dev);
+        g.dD = dD.out(dev); g.dz = dz.out(dev); g.ddt_bias = dbias.out(dev); g.dinitial_state = dh0.out(dev);
+        return g;
+    };
+    selscan_ssd_grads gh = grads(false), gd = grads(true);
+    ph = problem(false); pd = problem(true);
+    ph.y.data = NULL; pd.y.data = NULL; ph.final_state.data = NULL; pd.final_state.data = NULL;
+    CHECK(selscan_ssd_workspace_size(&ph, &gh, &ws_bytes) == SELSCAN_OK, "%s: cpu bwd ws", what);
+    ws.assign(ws_bytes + 64, 0);
+    for (Ten *t : gouts) t->poison();
+    CHECK(selscan_ssd_backward_ref(&ph, &gh, ws.data(), ws.size()) == SELSCAN_OK, "%s: reference backward", what);
+    size_t cws = 0;
+    CHECK(selscan_ssd_workspace_size_cuda(&pd, &gd, &cws) == SELSCAN_OK, "%s: cuda ws", what);
+    void *dws = NULL;
+    if (cws) CU(cudaMalloc(&dws, cws));
+    std::vector<std::vector<unsigned char>> first(9);
+    for (int rep = 0; rep < 2; rep++) {
+        for (Ten *t : gouts) if (t->given) CU(cudaMemset(t->d, 0xFF, t->alloc * t->es()));
+        st = selscan_ssd_backward_cuda(&pd, &gd, &ext, dws, cws, 0);
+        CHECK(st == SELSCAN_OK, "%s: cuda backward status %d", what, (int)st);
+        CU(cudaDeviceSynchronize());
+        for (int i = 0; i < 9; i++) {
+            Ten &t = *gouts[i];
+            if (!t.given) continue;
+            std::vector<unsigned char> got = t.down();
+            if (rep == 0) {
+                /* f32: sums of up to batch L P N terms in another order (and the decay's gradient
+                   from per-step scalars); lowp: both results rounded to T */
+                const double tol = tc_tol_lowp(dt, 1e-4, 2) * (i == 2 || i == 6 || i == 8 ? 1 : 1);
+                const double e = rel_err(t, got.data(), t.h, nan_case);
+                if (e > g_worst.v[2 + i]) g_worst.v[2 + i] = e;
+                CHECK(e <= tol, "%s: %s rel err %.3g > %.3g", what, g_names[2 + i], e, tol);
+                first[i] = got;
+            } else {
+                CHECK(got == first[i], "%s: %s differs between two runs (not deterministic)", what, g_names[2 + i]);
+            }
+        }
+    }
+    if (dws) cudaFree(dws);
+    if (cu_dev) cudaFree(cu_dev);
+    for (Ten *t : ins) t->release();
+    for (Ten *t : gouts) t->release();
+    y.release(); hT.release(); dy.release(); dT.release();
+}
+
+int main() {
+    host_checks();
+    int ndev = 0;
+    if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev == 0) return report_no_gpu("test_cuda_ssd");
+    const bool quick = getenv("SELSCAN_TEST_QUICK") != NULL;
+    const int ncases = getenv("SELSCAN_TEST_CASES") ? atoi(getenv("SELSCAN_TEST_CASES")) : quick ? 60 : 400;
+    for (int ci = 0; ci < ncases; ci++) run_case(ci, quick);
+    printf("test_cuda_ssd: worst relative errors:");
+    for (int i = 0; i < 11; i++) printf(" %s %.2g", g_names[i], g_worst.v[i]);
+    printf("\n%d passed, %d failed\n", g_pass, g_fail);
+    return g_fail ? 1 : 0;
+}
