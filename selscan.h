@@ -96,8 +96,8 @@
  * by groups of heads, D per head or per channel, the z gate, dt_bias / softplus / dt limits,
  * initial and final states, packed sequences by seq_idx or cu_seqlens; backward of every input):
  * its own problem types and entry points, selscan_ssd_* (the exact scalar reference, forward
- * and backward; a fast CPU forward and backward with the parts API); the math and operands are
- * in >>ssd-api.
+ * and backward; a fast CPU forward and backward with the parts API; CUDA forward and backward in
+ * selscan_cuda.cuh, selscan_ssd_*_cuda); the math and operands are in >>ssd-api.
  *
  * ---------------------------------------------------------------------------------------------
  * OPERANDS: logical shapes, dtypes (T is the problem's dtype: f32, f16 or bf16)

@@ -32,6 +32,8 @@
  *     >>conv            the causal conv1d: conv_fwd / conv_final / conv_bwd / conv_reduce /
  *                       conv_dinit / conv_step kernels and their host side;
  *                       >>conv-rows  conv_fwd_rows / conv_bwd_rows (unit L stride)
+ *     >>ssd-cuda        Mamba-2's SSD scan: ssd_fwd / ssd_bwd (two walks) / ssd_dt / ssd_bc /
+ *                       ssd_param kernels and their host side (its DESIGN there)
  *     >>public          the extern "C" entry points
  *     >>bench           bench-only (SELSCAN__CUDA_TUNING): the selscan__*_cuda_tuned entries that
  *                       force the plans' choices (bench/bench_cuda.cu, the CUDA tests)
@@ -53,6 +55,8 @@
  *     conv_fwd_rows_kernel unit L stride x / y (backward: x / dy / dx), no packed      >>conv-rows
  *     conv_bwd_rows_kernel sequences, init_state or dfinal_state (the fused block's rows)
  *     conv_*_kernel        every other causal conv1d call (widths 2..4, any strides)   >>conv
+ *     ssd_fwd_kernel       every SSD forward (dstate <= 512, any strides)             >>ssd-cuda
+ *     ssd_bwd_kernel (+ ssd_dt, ssd_bc, ssd_param) every SSD backward                >>ssd-cuda
  *
  * TUNING MACROS: defined before the implementation's include, they set the kernels' register
  * budgets, states a thread and which instantiations are compiled; >>tuning is where each is set,
@@ -224,7 +228,9 @@ SELSCAN_DEF selscan_status selscan_conv_step_cuda(const selscan_conv_step_proble
    workspace_ctx. dstate up to 512 (SELSCAN_ERR_UNSUPPORTED "dstate" above). The forward needs
    no workspace; the backward needs selscan_ssd_workspace_size_cuda() bytes at any address (per
    head partials of dB / dC: 2 batch seqlen nheads dstate floats when both are asked for, and
-   per-step scalars), and is bitwise deterministic (every sum in a fixed order). */
+   per-step scalars), and is bitwise deterministic (every sum in a fixed order). NaN in gives NaN out;
+   the decay's gradient is a sum of per-step scalars over the sequence, so with a NaN input ddt and
+   dA are NaN at the earlier steps of its sequence too (the CPU's only where the NaN reaches them). */
 SELSCAN_DEF selscan_status selscan_ssd_workspace_size_cuda(const selscan_ssd_problem *p, const selscan_ssd_grads *g,
                                                            size_t *bytes);
 SELSCAN_DEF selscan_status selscan_ssd_forward_cuda(const selscan_ssd_problem *p, const selscan_cuda_ext *x,
@@ -5012,39 +5018,18 @@ struct ssd_params {
 };
 
 /* channels a thread by states a thread (registers: PPT * NPT <= 32) */
-/* channels a thread by states a thread: the backward's walks PPT * NPT <= 32 (registers), the
-   forward half of that (twice the warps to hide a step's latency with) */
-static constexpr __host__ __device__ int ssd_ppt(int npt, bool bwd) { return bwd ? (npt >= 32 ? 1 : npt >= 16 ? 2 : 4) : (npt >= 16 ? 1 : 2); }
+static constexpr __host__ __device__ int ssd_ppt(int npt) { return npt >= 32 ? 1 : npt >= 16 ? 2 : 4; }
 
-/* shared memory of a block, offsets in floats (each a multiple of 4: float4 rows). yp: the 16 lanes'
-   partial sums over states of a step's channels (y, or du), rows of PB + 4 (float4 stores without
-   bank conflicts), summed at the tile's end: no shuffle chain in a step */
+/* shared memory of a block, offsets in floats (each a multiple of 4: float4 rows) */
 struct ssd_smem {
-    int dt, a, B, C, x, y, dy0, w, yp, ypr, red, total;
+    int dt, a, B, C, x, y, dy0, w, red, total;
 };
 static __host__ __device__ ssd_smem ssd_layout(int TT, int NP, int PB, int W, bool bwd) {
     ssd_smem m;
     m.dt = 0; m.a = TT; m.B = 2 * TT; m.C = m.B + TT * NP; m.x = m.C + TT * NP; m.y = m.x + TT * PB;
-    m.dy0 = m.y + TT * PB; m.w = m.dy0 + (bwd ? TT * PB : 0); m.yp = m.w + (bwd ? TT * W * NP : 0);
-    m.ypr = (PB + 7) / 4 * 4; /* >= PB + 4, a multiple of 4 */
-    m.red = m.yp + TT * 16 * m.ypr;
+    m.dy0 = m.y + TT * PB; m.w = m.dy0 + (bwd ? TT * PB : 0); m.red = m.w + (bwd ? TT * W * NP : 0);
     m.total = m.red + 256;
     return m;
-}
-
-/* a lane's PPT partial sums of a step into its yp row (rows: lanes, columns: the block's channels) */
-template <int PPT> static __device__ __forceinline__ void ssd_store_part(float *row, const float (&v)[PPT]) {
-    if constexpr (PPT == 4) *reinterpret_cast<float4 *>(row) = make_float4(v[0], v[1], v[2], v[3]);
-    else if constexpr (PPT == 2) *reinterpret_cast<float2 *>(row) = make_float2(v[0], v[1]);
-    else row[0] = v[0];
-}
-/* the full sum of channel pl of step tt from its 16 lanes' partials, in lane order */
-static __device__ __forceinline__ float ssd_sum_parts(const float *sm, const ssd_smem &m, int tt, int pl) {
-    const float *p = sm + m.yp + tt * 16 * m.ypr + pl;
-    float v = 0.0f;
-#pragma unroll
-    for (int l = 0; l < 16; l++) v += p[l * m.ypr];
-    return v;
 }
 
 /* dt of (b, t, h) after the bias, the softplus and the clamp; raw: before the softplus, pre:
@@ -5130,6 +5115,29 @@ template <int NPT> static __device__ __forceinline__ void ssd_row(const float *r
     }
 }
 
+/* v[j] (j < K) summed over the 16 lanes of a channel group, halving the values each step: the
+   full sum of value j ends in v[0]; returns j on the lane that stores it ((l & (16/K - 1)) == 0),
+   -1 on the others */
+template <int K> static __device__ __forceinline__ int ssd_sum16(float (&v)[K], int l) {
+    int j = 0;
+#pragma unroll
+    for (int lev = 0; lev < 4; lev++) {
+        const int m = 8 >> lev, half = K >> (lev + 1);
+        if (half >= 1) {
+            const bool up = (l & m) != 0;
+#pragma unroll
+            for (int i = 0; i < (half >= 1 ? half : 1); i++) {
+                const float send = up ? v[i] : v[i + half], keep = up ? v[i + half] : v[i];
+                v[i] = keep + __shfl_xor_sync(0xffffffffu, send, m);
+            }
+            if (up) j += half;
+        } else {
+            v[0] += __shfl_xor_sync(0xffffffffu, v[0], m);
+        }
+    }
+    return (l & (16 / K - 1)) == 0 ? j : -1;
+}
+
 /* v[k] (a row of NPT states) summed over the warp's two channel groups (lanes l, l ^ 16) into
    dst, the warp's row of NP floats: the lower group stores states k < NPT/2, the upper the rest */
 template <int NPT> static __device__ __forceinline__ void ssd_pair_store(float (&v)[NPT], int lane, float *dst) {
@@ -5210,7 +5218,7 @@ static __device__ __forceinline__ float ssd_Dv(const ssd_params &P, int64_t h, i
 /* The forward walk of block blk: the forward (BW false: y, final_state) or the backward's
    forward walk (BW: dz, the dC partials, r) */
 template <typename T, int NPT, bool BW> static __device__ void ssd_walk_fwd(const ssd_params &P, int64_t blk, float *sm, unsigned long long *cut) {
-    constexpr int NP = 16 * NPT, PPT = ssd_ppt(NPT, BW);
+    constexpr int NP = 16 * NPT, PPT = ssd_ppt(NPT);
     const int tid = threadIdx.x, nth = blockDim.x, l = tid & 15, pg = tid >> 4, W = nth >> 5, warp = tid >> 5;
     const int PB = P.PB, TT = P.TT, epl = tid % PB;
     const int64_t psl = blk % P.npsl, h = (blk / P.npsl) % P.H, b = blk / (P.npsl * P.H), p0 = psl * PB;
@@ -5233,7 +5241,6 @@ template <typename T, int NPT, bool BW> static __device__ void ssd_walk_fwd(cons
             const int tn = static_cast<int>(s.t1 - c < TT ? s.t1 - c : TT);
             __syncthreads(); /* the previous tile's readers are done */
             ssd_stage<T, NPT>(P, b, h, c, tn, p0, Ah, m, sm, BW);
-#pragma unroll 2
             for (int tt = 0; tt < tn; tt++) {
                 const float a = sm[m.a + tt], d = sm[m.dt + tt];
                 float Bv[NPT], Cv[NPT], acc[PPT];
@@ -5263,14 +5270,15 @@ template <typename T, int NPT, bool BW> static __device__ void ssd_walk_fwd(cons
                         ssd_pair_store<NPT>(pc, tid & 31, sm + m.w + (tt * W + warp) * NP);
                     }
                 }
-                ssd_store_part<PPT>(sm + m.yp + (tt * 16 + l) * m.ypr + pg * PPT, acc);
+                const int jj = ssd_sum16<PPT>(acc, l);
+                if (jj >= 0) sm[m.y + tt * PB + pg * PPT + jj] = acc[0];
             }
             __syncthreads();
             for (int e = tid; e < tn * PB; e += nth) { /* this thread's channel: epl (nth is a multiple of PB) */
                 const int tt = e / PB;
                 const int64_t t = c + tt, p = p0 + epl;
                 if (p >= P.P) continue;
-                const float xv = sm[m.x + e], ysm = ssd_sum_parts(sm, m, tt, epl);
+                const float xv = sm[m.x + e], ysm = sm[m.y + e];
                 if constexpr (!BW) {
                     float y = ysm + Dv * xv;
                     if (P.z.p) {
@@ -5337,7 +5345,7 @@ template <typename T, int NPT, bool BW> static __device__ void ssd_walk_fwd(cons
 
 /* The backward's reverse walk of block blk: dx, the dB partials, xdu, dinitial_state, dD's sums */
 template <typename T, int NPT> static __device__ void ssd_walk_rev(const ssd_params &P, int64_t blk, float *sm, unsigned long long *cut) {
-    constexpr int NP = 16 * NPT, PPT = ssd_ppt(NPT, true);
+    constexpr int NP = 16 * NPT, PPT = ssd_ppt(NPT);
     const int tid = threadIdx.x, nth = blockDim.x, l = tid & 15, pg = tid >> 4, W = nth >> 5, warp = tid >> 5;
     const int PB = P.PB, TT = P.TT, epl = tid % PB;
     const int64_t psl = blk % P.npsl, h = (blk / P.npsl) % P.H, b = blk / (P.npsl * P.H), p0 = psl * PB;
@@ -5362,7 +5370,6 @@ template <typename T, int NPT> static __device__ void ssd_walk_rev(const ssd_par
             const int tn = static_cast<int>(c1 - c);
             __syncthreads();
             ssd_stage<T, NPT>(P, b, h, c, tn, p0, Ah, m, sm, true);
-#pragma unroll 2
             for (int tt = tn - 1; tt >= 0; tt--) {
                 const float a = sm[m.a + tt], d = sm[m.dt + tt];
                 float Bv[NPT], Cv[NPT], du[PPT], pb[NPT];
@@ -5383,14 +5390,15 @@ template <typename T, int NPT> static __device__ void ssd_walk_rev(const ssd_par
                     }
                 }
                 if (P.dB.p) ssd_pair_store<NPT>(pb, tid & 31, sm + m.w + (tt * W + warp) * NP);
-                ssd_store_part<PPT>(sm + m.yp + (tt * 16 + l) * m.ypr + pg * PPT, du);
+                const int jj = ssd_sum16<PPT>(du, l);
+                if (jj >= 0) sm[m.y + tt * PB + pg * PPT + jj] = du[0];
             }
             __syncthreads();
             for (int e = tid; e < tn * PB; e += nth) {
                 const int tt = e / PB;
                 const int64_t p = p0 + epl;
                 if (p >= P.P) { sm[m.x + e] = 0.0f; continue; }
-                const float xv = sm[m.x + e], duv = ssd_sum_parts(sm, m, tt, epl), d0 = sm[m.dy0 + e];
+                const float xv = sm[m.x + e], duv = sm[m.y + e], d0 = sm[m.dy0 + e];
                 if (P.dx.p) st<T>(P.dx.p, ssd_at4(P.dx, b, c + tt, h, p), fmaf(duv, sm[m.dt + tt], d0 * Dv));
                 dDacc = fmaf(d0, xv, dDacc);
                 sm[m.x + e] = xv * duv; /* xdu's terms */
@@ -5582,7 +5590,7 @@ struct ssd_plan {
    the shared-memory budget */
 static bool ssd_make_plan(const selscan__sprob &q, bool bwd, ssd_plan &pl) {
     pl.NPT = q.N <= 16 ? 1 : q.N <= 32 ? 2 : q.N <= 64 ? 4 : q.N <= 128 ? 8 : q.N <= 256 ? 16 : 32;
-    const int PPT = ssd_ppt(pl.NPT, bwd), maxg = bwd ? 16 : 8;
+    const int PPT = ssd_ppt(pl.NPT), maxg = bwd ? 16 : 8;
     int groups = 2;
     while (groups < maxg && static_cast<int64_t>(groups) * PPT < q.P) groups *= 2;
     pl.PB = groups * PPT;

@@ -836,8 +836,8 @@ def _install_transformers_hybrids(h):
 # body): mamba2_chunk_scan, mamba2_split_conv1d_scan_combined (tried in training without a cache; its
 # PyTorch body answers None, and the mixer then runs its unfused path), mamba2_selective_state_update,
 # causal_conv1d_fn, causal_conv1d_update. selscan rebinds the five: the SSD scan on selscan's (on
-# CUDA, until selscan has CUDA SSD kernels: its Mamba-1 scan in the SSD's shapes, or mamba_ssm's
-# Triton kernels where mamba_ssm is installed), the fused call None on the CPU (the unfused path on
+# CUDA mamba_ssm's Triton kernels where mamba_ssm is installed: faster than selscan's CUDA SSD kernels,
+# bench/RESULTS.md issue 40), the fused call None on the CPU (the unfused path on
 # selscan's conv and scan; CUDA: the module's own), the decode step and the conv on selscan's on both
 # devices. The mixers' forward is transformers' own (the padding mask where it applies it).
 
@@ -854,7 +854,7 @@ _TF_MAMBA2_KERNELS = ("mamba2_chunk_scan", "mamba2_split_conv1d_scan_combined", 
 
 def _m2_chunk_scan(original, own_on_cuda):
     """own_on_cuda: a CUDA call keeps the module's own scan (mamba_ssm's Triton SSD kernels, installed);
-    else selscan's (on CUDA the SSD as selscan's Mamba-1 scan: ssd._ssd_on_scan)."""
+    else selscan's (its CUDA SSD kernels on CUDA)."""
     def mamba2_chunk_scan_(x, dt, A, B, C, chunk_size=None, D=None, z=None, dt_bias=None, initial_states=None,
                            seq_idx=None, cu_seqlens=None, dt_softplus=False, dt_limit=(0.0, float("inf")),
                            return_final_states=False, return_varlen_states=False, **kwargs):
@@ -1020,9 +1020,8 @@ def _install_mamba_ssm(h):
 
 
 def _cpu_or_own(own, ours):
-    """ours for CPU tensors, own (mamba_ssm's Triton kernel) for the others: selscan has no CUDA SSD
-    kernels, and its CUDA route (ssd._ssd_on_scan) is slower than mamba_ssm's Triton SSD
-    (bench/RESULTS.md, issue 40)."""
+    """ours for CPU tensors, own (mamba_ssm's Triton kernel) for the others: selscan's CUDA SSD kernels
+    are slower than mamba_ssm's Triton SSD (bench/RESULTS.md, issue 40)."""
     def call(first, *args, **kwargs):
         return (ours if first.device.type == "cpu" else own)(first, *args, **kwargs)
     call.__wrapped__ = own

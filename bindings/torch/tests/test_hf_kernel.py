@@ -259,8 +259,7 @@ def test_transformers_route_mamba2(route, device, family):
 
     layers = m["mamba_layers"]
     assert layers >= 1
-    # the SSD op on the CPU; on CUDA the drop-in runs the SSD as selscan's Mamba-1 scan (ssd._ssd_on_scan)
-    fwd, bwd = ("selscan::ssd_fwd", "selscan::ssd_bwd") if device == "cpu" else ("selscan::fwd", "selscan::bwd")
+    fwd, bwd = "selscan::ssd_fwd", "selscan::ssd_bwd"  # the SSD op on both devices
     assert m["ops_reference"] == {}
     for key in ("training", "training_padded", "training_unfused", "training_unfused_padded"):
         ops = m["ops_" + key]
