@@ -4993,10 +4993,15 @@ static selscan_status conv_step(const selscan_conv_step_problem *s, const selsca
    - the reverse walk carries G, the gradient of the state after step t (G = a(t+1) G + dy0 C),
      and gives du[p] = sum_n G B (dx), dB[t,n] = sum_p G dt x[p], xdu(t) = sum_p x du,
      dinitial_state and dD's per-channel sums.
-   The decay's gradient needs no state: with q(t) = sum_{p,n} G(t) S(t), d loss / d log a(t) =
-   q(t) - dt(t) xdu(t), and q(t) = r(t) + q(t+1) - dt(t+1) xdu(t+1) within a sequence (q = r at
-   its last step), so ssd_dt_kernel gets ddt = A (q - dt xdu) + xdu and dA = sum dt (q - dt xdu)
-   from the walks' per-step scalars by a segmented suffix scan. Every cross-thread sum (per-slice
+   The decay's gradient needs no state: with q(t) = sum_{p,n} G(t) S(t), g(t) = d loss / d log a(t)
+   = q(t) - w(t) (w = dt xdu), and q(t) = r(t) + q(t+1) - w(t+1) within a sequence (q = r at its
+   last step): the suffix form; equally g(t) = g(t-1) + w(t-1) - r(t-1), g = sum dinitial_state *
+   initial_state at the sequence's first step: the prefix form. Each is a running sum whose
+   rounding grows with the steps it spans (exact 0 at padded steps only on its own side: the
+   suffix form alone put FalconH1's A_log gradient 1.2e-4 off in a left-padded batch), so
+   ssd_dt_kernel computes both (segmented scans over a warp, 32 steps a round) with the sum of
+   their terms' magnitudes as each one's error bound and takes, step by step, the form with the
+   smaller bound; then ddt = A g + xdu and dA = sum dt g. Every cross-thread sum (per-slice
    and per-head partials of dB / dC, the per-step scalars, dA / dD / ddt_bias over batch rows)
    runs in a fixed order: the backward is bitwise deterministic. Compute is f32 throughout. */
 
@@ -5015,6 +5020,8 @@ struct ssd_params {
     float *wr, *wx; /* (batch, L, H, npsl) r and xdu partials */
     float *wD;      /* (batch, H, P) dD partials */
     float *wA, *wb; /* (batch, H) dA / ddt_bias partials */
+    float *wh;      /* (rows, H, npsl) sum dinitial_state * initial_state a sequence (the prefix form's start) */
+    float *wg, *we; /* (batch, L, H) the prefix form of the decay's gradient and its error bound */
 };
 
 /* channels a thread by states a thread (registers: PPT * NPT <= 32) */
@@ -5430,6 +5437,20 @@ template <typename T, int NPT> static __device__ void ssd_walk_rev(const ssd_par
                     if (p < P.P && n < P.N) static_cast<float *>(P.dinitial_state.p)[ssd_at4(P.dinitial_state, s.row, h, p, n)] = G[j][k];
                 }
             }
+        if (s.first && P.wh) { /* the prefix form's start: sum dinitial_state * initial_state */
+            float v = 0.0f;
+#pragma unroll
+            for (int j = 0; j < PPT; j++) {
+                const int64_t p = p0 + pg * PPT + j;
+#pragma unroll
+                for (int k = 0; k < NPT; k++) {
+                    const int n = ssd_n<NPT>(k, l);
+                    if (p < P.P && n < P.N) v = fmaf(G[j][k], ldf(P.initial_state, ssd_at4(P.initial_state, s.row, h, p, n)), v);
+                }
+            }
+            v = ssd_block_sum(v, sm + m.red);
+            if (tid == 0) P.wh[(s.row * P.H + h) * P.npsl + psl] = v;
+        }
     }
     if (P.wD) { /* the sums of the threads of one channel, in thread order */
         __syncthreads();
@@ -5477,42 +5498,104 @@ static __device__ bool ssd_is_last(const ssd_params &P, int64_t b, int64_t t) {
     return false;
 }
 
-/* ddt and the (b, h) partials of dA and ddt_bias: a warp a (batch row, head), 32 steps a round
-   from the end, q by a segmented suffix scan (DESIGN above) */
+/* The sequence of row 0 holding step t (cu_seqlens): k with cu[k] <= t < cu[k + 1] */
+static __device__ int64_t ssd_seq_of(const ssd_params &P, int64_t t) {
+    int64_t lo = 0, hi = P.nseq; /* the first k with cu[k] > t, in (0, nseq] */
+    while (lo < hi) {
+        const int64_t mid = (lo + hi) >> 1;
+        if (P.cu[mid] > t) hi = mid; else lo = mid + 1;
+    }
+    return lo - 1;
+}
+
+/* a step's per-step scalars: r and xdu summed over the slices in order, dt (raw, pre, after) */
+template <typename T> struct ssd_step_sums {
+    float r, xd, d, raw, pre;
+    __device__ ssd_step_sums(const ssd_params &P, int64_t b, int64_t h, int64_t t) : r(0.0f), xd(0.0f), d(0.0f), raw(0.0f), pre(0.0f) {
+        const int64_t o = ((b * P.L + t) * P.H + h) * P.npsl;
+        for (int64_t i = 0; i < P.npsl; i++) { r += P.wr[o + i]; xd += P.wx[o + i]; }
+        float rw, pr;
+        d = ssd_dt<T>(P, b, t, h, rw, pr);
+        raw = rw; pre = pr;
+    }
+};
+
+/* ddt and the (b, h) partials of dA and ddt_bias: a warp a (batch row, head), 32 steps a round; the
+   prefix form forward (into wg / we), then the suffix form backward and the choice (DESIGN above) */
 template <typename T> static __global__ void __launch_bounds__(256) ssd_dt_kernel(const ssd_params P) {
     const int64_t wid = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) >> 5;
     const int lane = threadIdx.x & 31;
     if (wid >= P.batch * P.H) return;
     const int64_t b = wid / P.H, h = wid % P.H;
     const float Ah = ldf(P.A, h * P.A.s[0]);
-    float qn = 0.0f, wn = 0.0f, dA = 0.0f, db = 0.0f;
+    /* prefix form: g(t) = h0 term + sum_{s = t0}^{t-1} (w(s) - r(s)), bound: the sum of magnitudes */
+    float cv = 0.0f, ce = 0.0f; /* the running sums carried into the next round */
+    for (int64_t base = 0; base < P.L; base += 32) {
+        const int64_t t = base + lane;
+        const bool in = t < P.L;
+        float c = 0.0f, cm = 0.0f, h0 = 0.0f;
+        bool f = true;
+        if (in) {
+            const ssd_step_sums<T> q(P, b, h, t);
+            const float w = q.d * q.xd;
+            c = w - q.r;
+            cm = fabsf(w) + fabsf(q.r);
+            f = t == 0 || ssd_is_last(P, b, t - 1); /* t starts a sequence */
+            if (f && P.wh && (P.cu || t == 0)) {
+                const int64_t row = P.cu ? ssd_seq_of(P, t) : b;
+                for (int64_t i = 0; i < P.npsl; i++) h0 += P.wh[(row * P.H + h) * P.npsl + i];
+            }
+        }
+        float v = c + h0, e = cm + fabsf(h0);
+        bool fl = f;
+#pragma unroll
+        for (int dd = 1; dd < 32; dd <<= 1) { /* inclusive segmented scan, segments opened by f */
+            const float ov = __shfl_up_sync(0xffffffffu, v, dd), oe = __shfl_up_sync(0xffffffffu, e, dd);
+            const bool of = __shfl_up_sync(0xffffffffu, fl ? 1 : 0, dd) != 0;
+            if (lane >= dd && !fl) { v += ov; e += oe; fl = of; }
+        }
+        if (!fl) { v += cv; e += ce; }
+        cv = __shfl_sync(0xffffffffu, v, 31);
+        ce = __shfl_sync(0xffffffffu, e, 31);
+        if (in) { /* exclusive: the steps before t */
+            const int64_t o = (b * P.L + t) * P.H + h;
+            P.wg[o] = v - c;
+            P.we[o] = e - cm;
+        }
+    }
+    __syncwarp();
+    /* suffix form: q(t) = r(t) + q(t+1) - w(t+1) within a sequence; bound: the sum of magnitudes */
+    float qn = 0.0f, en = 0.0f, wn = 0.0f, dA = 0.0f, db = 0.0f;
     for (int64_t base = ((P.L - 1) / 32) * 32; base >= 0; base -= 32) {
         const int64_t t = base + lane;
         const bool in = t < P.L;
         float r = 0.0f, xd = 0.0f, d = 0.0f, raw = 0.0f, pre = 0.0f;
         bool f = true;
         if (in) {
-            const int64_t o = ((b * P.L + t) * P.H + h) * P.npsl;
-            for (int64_t i = 0; i < P.npsl; i++) { r += P.wr[o + i]; xd += P.wx[o + i]; }
-            d = ssd_dt<T>(P, b, t, h, raw, pre);
+            const ssd_step_sums<T> q(P, b, h, t);
+            r = q.r; xd = q.xd; d = q.d; raw = q.raw; pre = q.pre;
             f = ssd_is_last(P, b, t);
         }
         const float w = d * xd;
         float wnext = __shfl_down_sync(0xffffffffu, w, 1);
         if (lane == 31) wnext = wn;
         float v = f ? r : r - wnext; /* q(t) = v(t) + q(t+1) unless t ends its sequence */
+        float e = f ? fabsf(r) : fabsf(r) + fabsf(wnext);
         bool fl = f;
 #pragma unroll
         for (int dd = 1; dd < 32; dd <<= 1) {
-            const float ov = __shfl_down_sync(0xffffffffu, v, dd);
+            const float ov = __shfl_down_sync(0xffffffffu, v, dd), oe = __shfl_down_sync(0xffffffffu, e, dd);
             const bool of = __shfl_down_sync(0xffffffffu, fl ? 1 : 0, dd) != 0;
-            if (lane + dd < 32 && !fl) { v += ov; fl = of; }
+            if (lane + dd < 32 && !fl) { v += ov; e += oe; fl = of; }
         }
-        const float q = fl ? v : v + qn;
+        const float q = fl ? v : v + qn, eq = fl ? e : e + en;
         qn = __shfl_sync(0xffffffffu, q, 0);
+        en = __shfl_sync(0xffffffffu, eq, 0);
         wn = __shfl_sync(0xffffffffu, w, 0);
         if (in) {
-            const float gl = q - w; /* d loss / d log a(t) */
+            const int64_t o = (b * P.L + t) * P.H + h;
+            const float gs = q - w, gp = P.wg[o];
+            const float gl = P.we[o] <= eq ? gp : gs; /* d loss / d log a(t): the form with the smaller bound */
             dA = fmaf(d, gl, dA);
             float g = fmaf(Ah, gl, xd);
             if (P.limit && (pre < P.dtmin || pre > P.dtmax)) g = 0.0f; /* clamped: no gradient */
@@ -5618,7 +5701,7 @@ template <typename F> static void ssd_with_npt(int npt, F &&f) {
 
 /* The backward's workspace: byte offsets of the partials (-1: not needed) and the total */
 struct ssd_ws {
-    int64_t B, C, r, x, D, A, b, total;
+    int64_t B, C, r, x, D, A, b, h, g, e, total;
 };
 static bool ssd_ws_layout(const selscan__sprob &q, const selscan__sgrd &r, const ssd_plan &pl, ssd_ws &w) {
     sizecalc c;
@@ -5638,6 +5721,9 @@ static bool ssd_ws_layout(const selscan__sprob &q, const selscan__sgrd &r, const
     w.D = take(r.dD.data != NULL, c.mul(q.batch, q.H, q.P));
     w.A = take(r.dA.data != NULL, c.mul(q.batch, q.H));
     w.b = take(r.ddt_bias.data != NULL, c.mul(q.batch, q.H));
+    w.h = take(need_dt && q.initial_state.data != NULL, c.mul(q.rows, q.H, pl.npsl));
+    w.g = take(need_dt, c.mul(q.batch, q.L, q.H));
+    w.e = take(need_dt, c.mul(q.batch, q.L, q.H));
     w.total = off;
     return c.ok;
 }
@@ -5720,6 +5806,7 @@ static selscan_status ssd_backward_begin(const selscan_ssd_problem *p, const sel
     SELSCAN__SSD_GRAD_OPERANDS(SELSCAN__CUDA_CT, (&r))
     auto at = [&](int64_t o) { return o < 0 ? static_cast<float *>(NULL) : reinterpret_cast<float *>(ws + o); };
     P.wB = at(w.B); P.wC = at(w.C); P.wr = at(w.r); P.wx = at(w.x); P.wD = at(w.D); P.wA = at(w.A); P.wb = at(w.b);
+    P.wh = at(w.h); P.wg = at(w.g); P.we = at(w.e);
     P.need_dt = w.r >= 0;
     P.fwd_walk = r.dC.data || r.dz.data || P.need_dt;
     P.rev_walk = r.dx.data || r.dB.data || r.dinitial_state.data || r.dD.data || P.need_dt;
