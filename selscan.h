@@ -635,7 +635,7 @@ SELSCAN_DEF selscan_status selscan_conv_step_ref(const selscan_conv_step_problem
    gives 0 outside (mamba_ssm's rule), softplus' derivative is sigmoid(x) for x <= 20 and 1 above.
    Every sum (dA, dD, ddt_bias over batch rows, steps and channels; ddt over the head's channels and
    states; dB, dC over the group's heads and channels) runs in a fixed order: bitwise the same
-   result every call. NaN in gives NaN out; every NaN the backward writes into a gradient is the
+   result every call. NaN in gives NaN out; every NaN the CPU backward writes into a gradient is the
    default quiet NaN (as the Mamba-1 scan's: f32 0x7fc00000, f16 0x7e00, bf16 0x7fc0).
 
    OPERANDS (T: the problem's dtype, f32 / f16 / bf16; L = seqlen)

@@ -227,10 +227,13 @@ SELSCAN_DEF selscan_status selscan_conv_step_cuda(const selscan_conv_step_proble
    SSD entries use its cu_seqlens_device, cuda_error and (backward) workspace_alloc /
    workspace_ctx. dstate up to 512 (SELSCAN_ERR_UNSUPPORTED "dstate" above). The forward needs
    no workspace; the backward needs selscan_ssd_workspace_size_cuda() bytes at any address (per
-   head partials of dB / dC: 2 batch seqlen nheads dstate floats when both are asked for, and
-   per-step scalars), and is bitwise deterministic (every sum in a fixed order). NaN in gives NaN out;
-   the decay's gradient is a sum of per-step scalars over the sequence, so with a NaN input ddt and
-   dA are NaN at the earlier steps of its sequence too (the CPU's only where the NaN reaches them). */
+   head and channel slice partials of dB / dC: 2 batch seqlen nheads dstate floats when both are
+   asked for and one slice holds a head's channels (headdim <= 64 at dstate <= 128; 2x or 4x that
+   past it), and 2 to 5 floats a (batch row, step, head) for the decay's gradient), and is bitwise
+   deterministic (every sum in a fixed order). NaN in gives NaN out; the NaNs written are the
+   arithmetic's (not the CPU backward's default quiet NaN); the decay's gradient is built from
+   per-step scalars, so with a NaN input ddt, dA and ddt_bias may be NaN at other steps than the
+   CPU's. */
 SELSCAN_DEF selscan_status selscan_ssd_workspace_size_cuda(const selscan_ssd_problem *p, const selscan_ssd_grads *g,
                                                            size_t *bytes);
 SELSCAN_DEF selscan_status selscan_ssd_forward_cuda(const selscan_ssd_problem *p, const selscan_cuda_ext *x,
@@ -5555,12 +5558,16 @@ template <typename T> static __global__ void __launch_bounds__(256) ssd_dt_kerne
             if (lane >= dd && !fl) { v += ov; e += oe; fl = of; }
         }
         if (!fl) { v += cv; e += ce; }
+        /* exclusive (the steps before t): the previous lane's inclusive sum, the carry on lane 0, h0 at
+           a sequence's first step (not v - c: exact, and its bound covers its rounding) */
+        float pv = __shfl_up_sync(0xffffffffu, v, 1), pe = __shfl_up_sync(0xffffffffu, e, 1);
+        if (lane == 0) { pv = cv; pe = ce; }
         cv = __shfl_sync(0xffffffffu, v, 31);
         ce = __shfl_sync(0xffffffffu, e, 31);
-        if (in) { /* exclusive: the steps before t */
+        if (in) {
             const int64_t o = (b * P.L + t) * P.H + h;
-            P.wg[o] = v - c;
-            P.we[o] = e - cm;
+            P.wg[o] = f ? h0 : pv;
+            P.we[o] = f ? fabsf(h0) : pe;
         }
     }
     __syncwarp();
@@ -5595,7 +5602,10 @@ template <typename T> static __global__ void __launch_bounds__(256) ssd_dt_kerne
         if (in) {
             const int64_t o = (b * P.L + t) * P.H + h;
             const float gs = q - w, gp = P.wg[o];
-            const float gl = P.we[o] <= eq ? gp : gs; /* d loss / d log a(t): the form with the smaller bound */
+            const float we = P.we[o];
+            /* d loss / d log a(t): the form with the smaller bound; a NaN bound loses (NaN in a forward
+               input at step s: the suffix form is NaN before s, the prefix form after s, as the CPU's) */
+            const float gl = we <= eq || eq != eq ? gp : gs;
             dA = fmaf(d, gl, dA);
             float g = fmaf(Ah, gl, xd);
             if (P.limit && (pre < P.dtmin || pre > P.dtmax)) g = 0.0f; /* clamped: no gradient */
@@ -5743,9 +5753,9 @@ static void ssd_fill(ssd_params &P, const selscan__sprob &q, const ssd_plan &pl,
 static selscan_status ssd_check_launch(const selscan__sprob &q, const ssd_plan &pl, int64_t walks, selscan_diag *dg) {
     if (q.N > 512) return fail(dg, SELSCAN_ERR_UNSUPPORTED, "dstate", SELSCAN_RULE_DSTATE_CUDA);
     sizecalc c;
-    const int64_t grid = c.mul(pl.nwalk, walks);
+    const int64_t grid = c.mul(pl.nwalk, walks), dtw = c.mul(q.batch, q.H, 32), hp = c.mul(q.H, q.P);
     if (!c.ok) return fail_size(dg);
-    if (grid > kMaxGrid || cdiv(c.mul(q.batch, q.H, 32), 256) > kMaxGrid || cdiv(c.mul(q.H, q.P), 256) > kMaxGrid) return fail_grid(dg);
+    if (grid > kMaxGrid || cdiv(dtw, 256) > kMaxGrid || cdiv(hp, 256) > kMaxGrid) return fail_grid(dg);
     return SELSCAN_OK;
 }
 
@@ -5793,7 +5803,9 @@ static selscan_status ssd_backward_begin(const selscan_ssd_problem *p, const sel
     }
     const selscan__ten *outs[] = {SELSCAN__SSD_GRAD_OPERANDS(SELSCAN__OPD_OUTS, (&r))};
     if ((st = check_cu(q, x, outs, SELSCAN__COUNT(outs), dg)) != SELSCAN_OK) return st;
-    if ((st = ssd_check_launch(q, pl, 2, dg)) != SELSCAN_OK) return st;
+    const bool need_dt = r.ddelta.data || r.dA.data || r.ddt_bias.data; /* the walks the call runs */
+    const int walks = (r.dC.data || r.dz.data || need_dt) + (r.dx.data || r.dB.data || r.dinitial_state.data || r.dD.data || need_dt);
+    if ((st = ssd_check_launch(q, pl, walks, dg)) != SELSCAN_OK) return st;
     char *ws;
     if ((st = take_workspace(x, w.total, &workspace, &bytes, dg)) != SELSCAN_OK) return st;
     if ((st = check_workspace(workspace, bytes, w.total, &ws, dg)) != SELSCAN_OK) return st;
