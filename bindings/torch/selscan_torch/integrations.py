@@ -854,7 +854,7 @@ _TF_MAMBA2_KERNELS = ("mamba2_chunk_scan", "mamba2_split_conv1d_scan_combined", 
 
 def _m2_chunk_scan(original, own_on_cuda):
     """own_on_cuda: a CUDA call keeps the module's own scan (mamba_ssm's Triton SSD kernels, installed);
-    else selscan's (its CUDA SSD kernels on CUDA)."""
+    else selscan's (on CUDA the drop-in's: the SSD kernels, or its Mamba-1 scan with gradients)."""
     def mamba2_chunk_scan_(x, dt, A, B, C, chunk_size=None, D=None, z=None, dt_bias=None, initial_states=None,
                            seq_idx=None, cu_seqlens=None, dt_softplus=False, dt_limit=(0.0, float("inf")),
                            return_final_states=False, return_varlen_states=False, **kwargs):
