@@ -138,7 +138,6 @@ def _offsets_of_seq_idx(seq_idx):
     return _runs_to_offsets(seq_idx.reshape(-1))[0]
 
 
-
 def run_ids(seq_idx):
     """seq_idx (..., L) of any integer dtype renumbered 0, 1, ... along L at each change, as int32 of the
     same shape: only neighbours' equality counts (selscan.h's seq_idx rule), so the boundaries are kept
