@@ -5004,9 +5004,13 @@ static selscan_status conv_step(const selscan_conv_step_problem *s, const selsca
    suffix form alone put FalconH1's A_log gradient 1.2e-4 off in a left-padded batch), so
    ssd_dt_kernel computes both (segmented scans over a warp, 32 steps a round) with the sum of
    their terms' magnitudes as each one's error bound and takes, step by step, the form with the
-   smaller bound; then ddt = A g + xdu and dA = sum dt g. Every cross-thread sum (per-slice
-   and per-head partials of dB / dC, the per-step scalars, dA / dD / ddt_bias over batch rows)
-   runs in a fixed order: the backward is bitwise deterministic. Compute is f32 throughout. */
+   smaller bound; then ddt = A g + xdu and dA = sum dt g. The identity holds only as far as S and
+   G agree with each other: in float32 their rounding, accumulated over the sequence, left A_log's
+   gradient up to 6.5e-5 off transformers' in a float32 model (bench/RESULTS.md, issue 40), so the
+   backward's walks carry S and G, and r, xdu and the scans, in double (the forward in float); the
+   per-step sums come out within float32's rounding of the direct form. Every cross-thread sum
+   (per-slice and per-head partials of dB / dC, the per-step scalars, dA / dD / ddt_bias over batch
+   rows) runs in a fixed order: the backward is bitwise deterministic. */
 
 struct ssd_params {
     int64_t batch, L, H, P, N, G, hpg, nseq;
@@ -5020,11 +5024,11 @@ struct ssd_params {
     ct x, delta, A, B, C, D, z, dt_bias, seq_idx, initial_state, y, final_state;
     ct dy, dfinal_state, dx, ddelta, dA, dB, dC, dD, dz, ddt_bias, dinitial_state;
     float *wB, *wC; /* (batch, L, H, npsl, N) partials of dB / dC */
-    float *wr, *wx; /* (batch, L, H, npsl) r and xdu partials */
-    float *wD;      /* (batch, H, P) dD partials */
-    float *wA, *wb; /* (batch, H) dA / ddt_bias partials */
-    float *wh;      /* (rows, H, npsl) sum dinitial_state * initial_state a sequence (the prefix form's start) */
-    float *wg, *we; /* (batch, L, H) the prefix form of the decay's gradient and its error bound */
+    double *wr, *wx; /* (batch, L, H, npsl) r and xdu partials */
+    float *wD;       /* (batch, H, P) dD partials */
+    float *wA, *wb;  /* (batch, H) dA / ddt_bias partials */
+    double *wh;      /* (rows, H, npsl) sum dinitial_state * initial_state a sequence (the prefix form's start) */
+    double *wg, *we; /* (batch, L, H) the prefix form of the decay's gradient and its error bound */
 };
 
 /* channels a thread by states a thread (registers: PPT * NPT <= 32) */
@@ -5037,7 +5041,7 @@ struct ssd_smem {
 static __host__ __device__ ssd_smem ssd_layout(int TT, int NP, int PB, int W, bool bwd) {
     ssd_smem m;
     m.dt = 0; m.a = TT; m.B = 2 * TT; m.C = m.B + TT * NP; m.x = m.C + TT * NP; m.y = m.x + TT * PB;
-    m.dy0 = m.y + TT * PB; m.w = m.dy0 + (bwd ? TT * PB : 0); m.red = m.w + (bwd ? TT * W * NP : 0);
+    m.dy0 = m.y + (bwd ? 2 : 1) * TT * PB; /* y: doubles in the backward (its walks' per-step sums) */ m.w = m.dy0 + (bwd ? TT * PB : 0); m.red = m.w + (bwd ? TT * W * NP : 0);
     m.total = m.red + 256;
     return m;
 }
@@ -5128,7 +5132,7 @@ template <int NPT> static __device__ __forceinline__ void ssd_row(const float *r
 /* v[j] (j < K) summed over the 16 lanes of a channel group, halving the values each step: the
    full sum of value j ends in v[0]; returns j on the lane that stores it ((l & (16/K - 1)) == 0),
    -1 on the others */
-template <int K> static __device__ __forceinline__ int ssd_sum16(float (&v)[K], int l) {
+template <int K, typename V> static __device__ __forceinline__ int ssd_sum16(V (&v)[K], int l) {
     int j = 0;
 #pragma unroll
     for (int lev = 0; lev < 4; lev++) {
@@ -5137,7 +5141,7 @@ template <int K> static __device__ __forceinline__ int ssd_sum16(float (&v)[K], 
             const bool up = (l & m) != 0;
 #pragma unroll
             for (int i = 0; i < (half >= 1 ? half : 1); i++) {
-                const float send = up ? v[i] : v[i + half], keep = up ? v[i + half] : v[i];
+                const V send = up ? v[i] : v[i + half], keep = up ? v[i + half] : v[i];
                 v[i] = keep + __shfl_xor_sync(0xffffffffu, send, m);
             }
             if (up) j += half;
@@ -5150,31 +5154,31 @@ template <int K> static __device__ __forceinline__ int ssd_sum16(float (&v)[K], 
 
 /* v[k] (a row of NPT states) summed over the warp's two channel groups (lanes l, l ^ 16) into
    dst, the warp's row of NP floats: the lower group stores states k < NPT/2, the upper the rest */
-template <int NPT> static __device__ __forceinline__ void ssd_pair_store(float (&v)[NPT], int lane, float *dst) {
+template <int NPT, typename V> static __device__ __forceinline__ void ssd_pair_store(V (&v)[NPT], int lane, float *dst) {
     const int l = lane & 15;
     if constexpr (NPT == 1) {
         v[0] += __shfl_xor_sync(0xffffffffu, v[0], 16);
-        if (!(lane & 16)) dst[l] = v[0];
+        if (!(lane & 16)) dst[l] = static_cast<float>(v[0]);
     } else {
         constexpr int HF = NPT / 2;
         const bool up = (lane & 16) != 0;
 #pragma unroll
         for (int i = 0; i < HF; i++) {
-            const float send = up ? v[i] : v[i + HF], keep = up ? v[i + HF] : v[i];
+            const V send = up ? v[i] : v[i + HF], keep = up ? v[i + HF] : v[i];
             v[i] = keep + __shfl_xor_sync(0xffffffffu, send, 16);
         }
 #pragma unroll
-        for (int i = 0; i < HF; i++) dst[ssd_n<NPT>(up ? i + HF : i, l)] = v[i];
+        for (int i = 0; i < HF; i++) dst[ssd_n<NPT>(up ? i + HF : i, l)] = static_cast<float>(v[i]);
     }
 }
 
-/* a block-wide sum in a fixed order, on thread 0 (every thread calls it; red: 32 floats) */
-static __device__ float ssd_block_sum(float v, float *red) {
+/* a block-wide sum in a fixed order, on thread 0 (every thread calls it; red: 32 values) */
+template <typename V> static __device__ V ssd_block_sum(V v, V *red) {
     for (int m = 16; m >= 1; m >>= 1) v += __shfl_xor_sync(0xffffffffu, v, m);
     __syncthreads();
     if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = v;
     __syncthreads();
-    float s = 0.0f;
+    V s = 0;
     if (threadIdx.x == 0)
         for (int w = 0; w < static_cast<int>(blockDim.x >> 5); w++) s += red[w];
     return s;
@@ -5225,16 +5229,21 @@ static __device__ __forceinline__ float ssd_Dv(const ssd_params &P, int64_t h, i
     return ldf(P.D, P.Dhd ? h * P.D.s[0] + p * P.D.s[1] : h * P.D.s[0]);
 }
 
+static __device__ __forceinline__ float ssd_fma(float a, float b, float c) { return fmaf(a, b, c); }
+static __device__ __forceinline__ double ssd_fma(double a, double b, double c) { return fma(a, b, c); }
+
 /* The forward walk of block blk: the forward (BW false: y, final_state) or the backward's
-   forward walk (BW: dz, the dC partials, r) */
+   forward walk (BW: dz, the dC partials, r; its state and sums in double: DESIGN) */
 template <typename T, int NPT, bool BW> static __device__ void ssd_walk_fwd(const ssd_params &P, int64_t blk, float *sm, unsigned long long *cut) {
+    using W = typename std::conditional<BW, double, float>::type;
     constexpr int NP = 16 * NPT, PPT = ssd_ppt(NPT);
-    const int tid = threadIdx.x, nth = blockDim.x, l = tid & 15, pg = tid >> 4, W = nth >> 5, warp = tid >> 5;
+    const int tid = threadIdx.x, nth = blockDim.x, l = tid & 15, pg = tid >> 4, nw = nth >> 5, warp = tid >> 5;
     const int PB = P.PB, TT = P.TT, epl = tid % PB;
     const int64_t psl = blk % P.npsl, h = (blk / P.npsl) % P.H, b = blk / (P.npsl * P.H), p0 = psl * PB;
     const float Ah = ldf(P.A, h * P.A.s[0]), Dv = ssd_Dv(P, h, p0 + epl);
-    const ssd_smem m = ssd_layout(TT, NP, PB, W, BW);
-    float S[PPT][NPT];
+    const ssd_smem m = ssd_layout(TT, NP, PB, nw, BW);
+    W *const yb = reinterpret_cast<W *>(sm + m.y);
+    W S[PPT][NPT];
     ssd_seg s;
     s.k = s.t0 = s.t1 = 0;
     while (ssd_seg_next(P, b, false, s, cut)) {
@@ -5252,43 +5261,47 @@ template <typename T, int NPT, bool BW> static __device__ void ssd_walk_fwd(cons
             __syncthreads(); /* the previous tile's readers are done */
             ssd_stage<T, NPT>(P, b, h, c, tn, p0, Ah, m, sm, BW);
             for (int tt = 0; tt < tn; tt++) {
-                const float a = sm[m.a + tt], d = sm[m.dt + tt];
-                float Bv[NPT], Cv[NPT], acc[PPT];
-                ssd_row<NPT>(sm + m.B + tt * NP, l, Bv);
-                ssd_row<NPT>(sm + m.C + tt * NP, l, Cv);
+                const W a = sm[m.a + tt], d = sm[m.dt + tt];
+                float Bf[NPT], Cf[NPT];
+                W Bv[NPT], Cv[NPT], acc[PPT];
+                ssd_row<NPT>(sm + m.B + tt * NP, l, Bf);
+                ssd_row<NPT>(sm + m.C + tt * NP, l, Cf);
+#pragma unroll
+                for (int k = 0; k < NPT; k++) { Bv[k] = Bf[k]; Cv[k] = Cf[k]; }
 #pragma unroll
                 for (int j = 0; j < PPT; j++) {
-                    const float u = d * sm[m.x + tt * PB + pg * PPT + j];
-                    acc[j] = 0.0f;
+                    const W u = d * static_cast<W>(sm[m.x + tt * PB + pg * PPT + j]);
+                    acc[j] = 0;
 #pragma unroll
                     for (int k = 0; k < NPT; k++) {
-                        S[j][k] = fmaf(u, Bv[k], a * S[j][k]);
-                        acc[j] = fmaf(S[j][k], Cv[k], acc[j]);
+                        S[j][k] = ssd_fma(u, Bv[k], a * S[j][k]);
+                        acc[j] = ssd_fma(S[j][k], Cv[k], acc[j]);
                     }
                 }
                 if constexpr (BW) {
                     if (P.dC.p) {
-                        float pc[NPT];
+                        W pc[NPT];
 #pragma unroll
-                        for (int k = 0; k < NPT; k++) pc[k] = 0.0f;
+                        for (int k = 0; k < NPT; k++) pc[k] = 0;
 #pragma unroll
                         for (int j = 0; j < PPT; j++) {
-                            const float d0 = sm[m.dy0 + tt * PB + pg * PPT + j];
+                            const W d0 = sm[m.dy0 + tt * PB + pg * PPT + j];
 #pragma unroll
-                            for (int k = 0; k < NPT; k++) pc[k] = fmaf(S[j][k], d0, pc[k]);
+                            for (int k = 0; k < NPT; k++) pc[k] = ssd_fma(S[j][k], d0, pc[k]);
                         }
-                        ssd_pair_store<NPT>(pc, tid & 31, sm + m.w + (tt * W + warp) * NP);
+                        ssd_pair_store<NPT>(pc, tid & 31, sm + m.w + (tt * nw + warp) * NP);
                     }
                 }
                 const int jj = ssd_sum16<PPT>(acc, l);
-                if (jj >= 0) sm[m.y + tt * PB + pg * PPT + jj] = acc[0];
+                if (jj >= 0) yb[tt * PB + pg * PPT + jj] = acc[0];
             }
             __syncthreads();
             for (int e = tid; e < tn * PB; e += nth) { /* this thread's channel: epl (nth is a multiple of PB) */
                 const int tt = e / PB;
                 const int64_t t = c + tt, p = p0 + epl;
                 if (p >= P.P) continue;
-                const float xv = sm[m.x + e], ysm = sm[m.y + e];
+                const float xv = sm[m.x + e];
+                const W ysm = yb[e];
                 if constexpr (!BW) {
                     float y = ysm + Dv * xv;
                     if (P.z.p) {
@@ -5299,10 +5312,10 @@ template <typename T, int NPT, bool BW> static __device__ void ssd_walk_fwd(cons
                 } else {
                     if (P.dz.p) {
                         const float dyv = ld<T>(P.dy.p, ssd_at4(P.dy, b, t, h, p)), zv = ld<T>(P.z.p, ssd_at4(P.z, b, t, h, p));
-                        const float sg = ssd_sigmoid(zv), y0 = ysm + Dv * xv;
+                        const float sg = ssd_sigmoid(zv), y0 = static_cast<float>(ysm) + Dv * xv;
                         st<T>(P.dz.p, ssd_at4(P.dz, b, t, h, p), dyv * y0 * sg * (1.0f + zv * (1.0f - sg)));
                     }
-                    sm[m.y + e] = sm[m.dy0 + e] * ysm; /* r's terms */
+                    yb[e] = static_cast<W>(sm[m.dy0 + e]) * ysm; /* r's terms */
                 }
             }
             if constexpr (BW) {
@@ -5310,8 +5323,8 @@ template <typename T, int NPT, bool BW> static __device__ void ssd_walk_fwd(cons
                 const int64_t np = P.P - p0 < PB ? P.P - p0 : PB;
                 if (P.need_dt)
                     for (int tt = tid; tt < tn; tt += nth) {
-                        float r = 0.0f;
-                        for (int pl = 0; pl < np; pl++) r += sm[m.y + tt * PB + pl];
+                        W r = 0;
+                        for (int pl = 0; pl < np; pl++) r += yb[tt * PB + pl];
                         P.wr[((b * P.L + c + tt) * P.H + h) * P.npsl + psl] = r;
                     }
                 if (P.dC.p)
@@ -5319,7 +5332,7 @@ template <typename T, int NPT, bool BW> static __device__ void ssd_walk_fwd(cons
                         const int tt = e / NP, n = e - tt * NP;
                         if (n >= P.N) continue;
                         float v = 0.0f;
-                        for (int w = 0; w < W; w++) v += sm[m.w + (tt * W + w) * NP + n];
+                        for (int w = 0; w < nw; w++) v += sm[m.w + (tt * nw + w) * NP + n];
                         P.wC[(((b * P.L + c + tt) * P.H + h) * P.npsl + psl) * P.N + n] = v;
                     }
             }
@@ -5333,35 +5346,37 @@ template <typename T, int NPT, bool BW> static __device__ void ssd_walk_fwd(cons
 #pragma unroll
                     for (int k = 0; k < NPT; k++) {
                         const int n = ssd_n<NPT>(k, l);
-                        if (p < P.P && n < P.N) static_cast<float *>(P.final_state.p)[ssd_at4(P.final_state, s.row, h, p, n)] = S[j][k];
+                        if (p < P.P && n < P.N) static_cast<float *>(P.final_state.p)[ssd_at4(P.final_state, s.row, h, p, n)] = static_cast<float>(S[j][k]);
                     }
                 }
         } else if (P.need_dt && P.dfinal_state.p && s.t1 > s.t0) { /* q at the sequence's last step: + sum dfinal_state S */
-            float v = 0.0f;
+            W v = 0;
 #pragma unroll
             for (int j = 0; j < PPT; j++) {
                 const int64_t p = p0 + pg * PPT + j;
 #pragma unroll
                 for (int k = 0; k < NPT; k++) {
                     const int n = ssd_n<NPT>(k, l);
-                    if (p < P.P && n < P.N) v = fmaf(ldf(P.dfinal_state, ssd_at4(P.dfinal_state, s.row, h, p, n)), S[j][k], v);
+                    if (p < P.P && n < P.N) v = ssd_fma(static_cast<W>(ldf(P.dfinal_state, ssd_at4(P.dfinal_state, s.row, h, p, n))), S[j][k], v);
                 }
             }
-            v = ssd_block_sum(v, sm + m.red); /* its barriers order the r writes above before this */
+            v = ssd_block_sum(v, reinterpret_cast<W *>(sm + m.red)); /* its barriers order the r writes above before this */
             if (tid == 0) P.wr[((b * P.L + s.t1 - 1) * P.H + h) * P.npsl + psl] += v;
         }
     }
 }
 
-/* The backward's reverse walk of block blk: dx, the dB partials, xdu, dinitial_state, dD's sums */
+/* The backward's reverse walk of block blk: dx, the dB partials, xdu, dinitial_state, dD's sums
+   (its state gradient and sums in double: DESIGN) */
 template <typename T, int NPT> static __device__ void ssd_walk_rev(const ssd_params &P, int64_t blk, float *sm, unsigned long long *cut) {
     constexpr int NP = 16 * NPT, PPT = ssd_ppt(NPT);
-    const int tid = threadIdx.x, nth = blockDim.x, l = tid & 15, pg = tid >> 4, W = nth >> 5, warp = tid >> 5;
+    const int tid = threadIdx.x, nth = blockDim.x, l = tid & 15, pg = tid >> 4, nw = nth >> 5, warp = tid >> 5;
     const int PB = P.PB, TT = P.TT, epl = tid % PB;
     const int64_t psl = blk % P.npsl, h = (blk / P.npsl) % P.H, b = blk / (P.npsl * P.H), p0 = psl * PB;
     const float Ah = ldf(P.A, h * P.A.s[0]), Dv = ssd_Dv(P, h, p0 + epl);
-    const ssd_smem m = ssd_layout(TT, NP, PB, W, true);
-    float G[PPT][NPT];
+    const ssd_smem m = ssd_layout(TT, NP, PB, nw, true);
+    double *const yb = reinterpret_cast<double *>(sm + m.y);
+    double G[PPT][NPT];
     float dDacc = 0.0f;
     ssd_seg s;
     s.k = s.t0 = s.t1 = 0;
@@ -5381,43 +5396,45 @@ template <typename T, int NPT> static __device__ void ssd_walk_rev(const ssd_par
             __syncthreads();
             ssd_stage<T, NPT>(P, b, h, c, tn, p0, Ah, m, sm, true);
             for (int tt = tn - 1; tt >= 0; tt--) {
-                const float a = sm[m.a + tt], d = sm[m.dt + tt];
-                float Bv[NPT], Cv[NPT], du[PPT], pb[NPT];
-                ssd_row<NPT>(sm + m.B + tt * NP, l, Bv);
-                ssd_row<NPT>(sm + m.C + tt * NP, l, Cv);
+                const double a = sm[m.a + tt], d = sm[m.dt + tt];
+                float Bf[NPT], Cf[NPT];
+                double Bv[NPT], Cv[NPT], du[PPT], pb[NPT];
+                ssd_row<NPT>(sm + m.B + tt * NP, l, Bf);
+                ssd_row<NPT>(sm + m.C + tt * NP, l, Cf);
 #pragma unroll
-                for (int k = 0; k < NPT; k++) pb[k] = 0.0f;
+                for (int k = 0; k < NPT; k++) { Bv[k] = Bf[k]; Cv[k] = Cf[k]; pb[k] = 0.0; }
 #pragma unroll
                 for (int j = 0; j < PPT; j++) {
-                    const float u = d * sm[m.x + tt * PB + pg * PPT + j], d0 = sm[m.dy0 + tt * PB + pg * PPT + j];
-                    du[j] = 0.0f;
+                    const double u = d * static_cast<double>(sm[m.x + tt * PB + pg * PPT + j]), d0 = sm[m.dy0 + tt * PB + pg * PPT + j];
+                    du[j] = 0.0;
 #pragma unroll
                     for (int k = 0; k < NPT; k++) {
-                        const float gn = fmaf(d0, Cv[k], G[j][k]); /* the gradient of the state after step t */
-                        du[j] = fmaf(gn, Bv[k], du[j]);
-                        pb[k] = fmaf(gn, u, pb[k]);
+                        const double gn = fma(d0, Cv[k], G[j][k]); /* the gradient of the state after step t */
+                        du[j] = fma(gn, Bv[k], du[j]);
+                        pb[k] = fma(gn, u, pb[k]);
                         G[j][k] = gn * a;
                     }
                 }
-                if (P.dB.p) ssd_pair_store<NPT>(pb, tid & 31, sm + m.w + (tt * W + warp) * NP);
+                if (P.dB.p) ssd_pair_store<NPT>(pb, tid & 31, sm + m.w + (tt * nw + warp) * NP);
                 const int jj = ssd_sum16<PPT>(du, l);
-                if (jj >= 0) sm[m.y + tt * PB + pg * PPT + jj] = du[0];
+                if (jj >= 0) yb[tt * PB + pg * PPT + jj] = du[0];
             }
             __syncthreads();
             for (int e = tid; e < tn * PB; e += nth) {
                 const int tt = e / PB;
                 const int64_t p = p0 + epl;
-                if (p >= P.P) { sm[m.x + e] = 0.0f; continue; }
-                const float xv = sm[m.x + e], duv = sm[m.y + e], d0 = sm[m.dy0 + e];
-                if (P.dx.p) st<T>(P.dx.p, ssd_at4(P.dx, b, c + tt, h, p), fmaf(duv, sm[m.dt + tt], d0 * Dv));
+                if (p >= P.P) { yb[e] = 0.0; continue; }
+                const float xv = sm[m.x + e], d0 = sm[m.dy0 + e];
+                const double duv = yb[e];
+                if (P.dx.p) st<T>(P.dx.p, ssd_at4(P.dx, b, c + tt, h, p), static_cast<float>(fma(duv, static_cast<double>(sm[m.dt + tt]), static_cast<double>(d0 * Dv))));
                 dDacc = fmaf(d0, xv, dDacc);
-                sm[m.x + e] = xv * duv; /* xdu's terms */
+                yb[e] = xv * duv; /* xdu's terms */
             }
             __syncthreads();
             if (P.need_dt)
                 for (int tt = tid; tt < tn; tt += nth) {
-                    float v = 0.0f;
-                    for (int pl = 0; pl < PB; pl++) v += sm[m.x + tt * PB + pl];
+                    double v = 0.0;
+                    for (int pl = 0; pl < PB; pl++) v += yb[tt * PB + pl];
                     P.wx[((b * P.L + c + tt) * P.H + h) * P.npsl + psl] = v;
                 }
             if (P.dB.p)
@@ -5425,7 +5442,7 @@ template <typename T, int NPT> static __device__ void ssd_walk_rev(const ssd_par
                     const int tt = e / NP, n = e - tt * NP;
                     if (n >= P.N) continue;
                     float v = 0.0f;
-                    for (int w = 0; w < W; w++) v += sm[m.w + (tt * W + w) * NP + n];
+                    for (int w = 0; w < nw; w++) v += sm[m.w + (tt * nw + w) * NP + n];
                     P.wB[(((b * P.L + c + tt) * P.H + h) * P.npsl + psl) * P.N + n] = v;
                 }
             c1 = c;
@@ -5437,21 +5454,21 @@ template <typename T, int NPT> static __device__ void ssd_walk_rev(const ssd_par
 #pragma unroll
                 for (int k = 0; k < NPT; k++) {
                     const int n = ssd_n<NPT>(k, l);
-                    if (p < P.P && n < P.N) static_cast<float *>(P.dinitial_state.p)[ssd_at4(P.dinitial_state, s.row, h, p, n)] = G[j][k];
+                    if (p < P.P && n < P.N) static_cast<float *>(P.dinitial_state.p)[ssd_at4(P.dinitial_state, s.row, h, p, n)] = static_cast<float>(G[j][k]);
                 }
             }
         if (s.first && P.wh) { /* the prefix form's start: sum dinitial_state * initial_state */
-            float v = 0.0f;
+            double v = 0.0;
 #pragma unroll
             for (int j = 0; j < PPT; j++) {
                 const int64_t p = p0 + pg * PPT + j;
 #pragma unroll
                 for (int k = 0; k < NPT; k++) {
                     const int n = ssd_n<NPT>(k, l);
-                    if (p < P.P && n < P.N) v = fmaf(G[j][k], ldf(P.initial_state, ssd_at4(P.initial_state, s.row, h, p, n)), v);
+                    if (p < P.P && n < P.N) v = fma(G[j][k], static_cast<double>(ldf(P.initial_state, ssd_at4(P.initial_state, s.row, h, p, n))), v);
                 }
             }
-            v = ssd_block_sum(v, sm + m.red);
+            v = ssd_block_sum(v, reinterpret_cast<double *>(sm + m.red));
             if (tid == 0) P.wh[(s.row * P.H + h) * P.npsl + psl] = v;
         }
     }
@@ -5513,8 +5530,9 @@ static __device__ int64_t ssd_seq_of(const ssd_params &P, int64_t t) {
 
 /* a step's per-step scalars: r and xdu summed over the slices in order, dt (raw, pre, after) */
 template <typename T> struct ssd_step_sums {
-    float r, xd, d, raw, pre;
-    __device__ ssd_step_sums(const ssd_params &P, int64_t b, int64_t h, int64_t t) : r(0.0f), xd(0.0f), d(0.0f), raw(0.0f), pre(0.0f) {
+    double r, xd;
+    float d, raw, pre;
+    __device__ ssd_step_sums(const ssd_params &P, int64_t b, int64_t h, int64_t t) : r(0.0), xd(0.0), d(0.0f), raw(0.0f), pre(0.0f) {
         const int64_t o = ((b * P.L + t) * P.H + h) * P.npsl;
         for (int64_t i = 0; i < P.npsl; i++) { r += P.wr[o + i]; xd += P.wx[o + i]; }
         float rw, pr;
@@ -5532,82 +5550,83 @@ template <typename T> static __global__ void __launch_bounds__(256) ssd_dt_kerne
     const int64_t b = wid / P.H, h = wid % P.H;
     const float Ah = ldf(P.A, h * P.A.s[0]);
     /* prefix form: g(t) = h0 term + sum_{s = t0}^{t-1} (w(s) - r(s)), bound: the sum of magnitudes */
-    float cv = 0.0f, ce = 0.0f; /* the running sums carried into the next round */
+    double cv = 0.0, ce = 0.0; /* the running sums carried into the next round */
     for (int64_t base = 0; base < P.L; base += 32) {
         const int64_t t = base + lane;
         const bool in = t < P.L;
-        float c = 0.0f, cm = 0.0f, h0 = 0.0f;
+        double c = 0.0, cm = 0.0, h0 = 0.0;
         bool f = true;
         if (in) {
             const ssd_step_sums<T> q(P, b, h, t);
-            const float w = q.d * q.xd;
+            const double w = q.d * q.xd;
             c = w - q.r;
-            cm = fabsf(w) + fabsf(q.r);
+            cm = fabs(w) + fabs(q.r);
             f = t == 0 || ssd_is_last(P, b, t - 1); /* t starts a sequence */
             if (f && P.wh && (P.cu || t == 0)) {
                 const int64_t row = P.cu ? ssd_seq_of(P, t) : b;
                 for (int64_t i = 0; i < P.npsl; i++) h0 += P.wh[(row * P.H + h) * P.npsl + i];
             }
         }
-        float v = c + h0, e = cm + fabsf(h0);
+        double v = c + h0, e = cm + fabs(h0);
         bool fl = f;
 #pragma unroll
         for (int dd = 1; dd < 32; dd <<= 1) { /* inclusive segmented scan, segments opened by f */
-            const float ov = __shfl_up_sync(0xffffffffu, v, dd), oe = __shfl_up_sync(0xffffffffu, e, dd);
+            const double ov = __shfl_up_sync(0xffffffffu, v, dd), oe = __shfl_up_sync(0xffffffffu, e, dd);
             const bool of = __shfl_up_sync(0xffffffffu, fl ? 1 : 0, dd) != 0;
             if (lane >= dd && !fl) { v += ov; e += oe; fl = of; }
         }
         if (!fl) { v += cv; e += ce; }
         /* exclusive (the steps before t): the previous lane's inclusive sum, the carry on lane 0, h0 at
            a sequence's first step (not v - c: exact, and its bound covers its rounding) */
-        float pv = __shfl_up_sync(0xffffffffu, v, 1), pe = __shfl_up_sync(0xffffffffu, e, 1);
+        double pv = __shfl_up_sync(0xffffffffu, v, 1), pe = __shfl_up_sync(0xffffffffu, e, 1);
         if (lane == 0) { pv = cv; pe = ce; }
         cv = __shfl_sync(0xffffffffu, v, 31);
         ce = __shfl_sync(0xffffffffu, e, 31);
         if (in) {
             const int64_t o = (b * P.L + t) * P.H + h;
             P.wg[o] = f ? h0 : pv;
-            P.we[o] = f ? fabsf(h0) : pe;
+            P.we[o] = f ? fabs(h0) : pe;
         }
     }
     __syncwarp();
     /* suffix form: q(t) = r(t) + q(t+1) - w(t+1) within a sequence; bound: the sum of magnitudes */
-    float qn = 0.0f, en = 0.0f, wn = 0.0f, dA = 0.0f, db = 0.0f;
+    double qn = 0.0, en = 0.0, wn = 0.0, dA = 0.0, db = 0.0;
     for (int64_t base = ((P.L - 1) / 32) * 32; base >= 0; base -= 32) {
         const int64_t t = base + lane;
         const bool in = t < P.L;
-        float r = 0.0f, xd = 0.0f, d = 0.0f, raw = 0.0f, pre = 0.0f;
+        double r = 0.0, xd = 0.0;
+        float d = 0.0f, raw = 0.0f, pre = 0.0f;
         bool f = true;
         if (in) {
             const ssd_step_sums<T> q(P, b, h, t);
             r = q.r; xd = q.xd; d = q.d; raw = q.raw; pre = q.pre;
             f = ssd_is_last(P, b, t);
         }
-        const float w = d * xd;
-        float wnext = __shfl_down_sync(0xffffffffu, w, 1);
+        const double w = d * xd;
+        double wnext = __shfl_down_sync(0xffffffffu, w, 1);
         if (lane == 31) wnext = wn;
-        float v = f ? r : r - wnext; /* q(t) = v(t) + q(t+1) unless t ends its sequence */
-        float e = f ? fabsf(r) : fabsf(r) + fabsf(wnext);
+        double v = f ? r : r - wnext; /* q(t) = v(t) + q(t+1) unless t ends its sequence */
+        double e = f ? fabs(r) : fabs(r) + fabs(wnext);
         bool fl = f;
 #pragma unroll
         for (int dd = 1; dd < 32; dd <<= 1) {
-            const float ov = __shfl_down_sync(0xffffffffu, v, dd), oe = __shfl_down_sync(0xffffffffu, e, dd);
+            const double ov = __shfl_down_sync(0xffffffffu, v, dd), oe = __shfl_down_sync(0xffffffffu, e, dd);
             const bool of = __shfl_down_sync(0xffffffffu, fl ? 1 : 0, dd) != 0;
             if (lane + dd < 32 && !fl) { v += ov; e += oe; fl = of; }
         }
-        const float q = fl ? v : v + qn, eq = fl ? e : e + en;
+        const double q = fl ? v : v + qn, eq = fl ? e : e + en;
         qn = __shfl_sync(0xffffffffu, q, 0);
         en = __shfl_sync(0xffffffffu, eq, 0);
         wn = __shfl_sync(0xffffffffu, w, 0);
         if (in) {
             const int64_t o = (b * P.L + t) * P.H + h;
-            const float gs = q - w, gp = P.wg[o];
-            const float we = P.we[o];
+            const double gs = q - w, gp = P.wg[o];
+            const double we = P.we[o];
             /* d loss / d log a(t): the form with the smaller bound; a NaN bound loses (NaN in a forward
                input at step s: the suffix form is NaN before s, the prefix form after s, as the CPU's) */
-            const float gl = we <= eq || eq != eq ? gp : gs;
-            dA = fmaf(d, gl, dA);
-            float g = fmaf(Ah, gl, xd);
+            const double gl = we <= eq || eq != eq ? gp : gs;
+            dA = fma(static_cast<double>(d), gl, dA);
+            float g = static_cast<float>(fma(static_cast<double>(Ah), gl, xd));
             if (P.limit && (pre < P.dtmin || pre > P.dtmax)) g = 0.0f; /* clamped: no gradient */
             if (P.softplus && raw <= 20.0f) g *= ssd_sigmoid(raw);
             db += g;
@@ -5619,8 +5638,8 @@ template <typename T> static __global__ void __launch_bounds__(256) ssd_dt_kerne
         db += __shfl_xor_sync(0xffffffffu, db, mm);
     }
     if (lane == 0) {
-        if (P.wA) P.wA[wid] = dA;
-        if (P.wb) P.wb[wid] = db;
+        if (P.wA) P.wA[wid] = static_cast<float>(dA);
+        if (P.wb) P.wb[wid] = static_cast<float>(db);
     }
 }
 
@@ -5718,22 +5737,22 @@ static bool ssd_ws_layout(const selscan__sprob &q, const selscan__sgrd &r, const
     const int64_t tok = c.mul(q.batch, q.L, q.H, pl.npsl);
     const bool need_dt = r.ddelta.data || r.dA.data || r.ddt_bias.data;
     int64_t off = 0;
-    auto take = [&](bool want, int64_t floats) -> int64_t {
+    auto take = [&](bool want, int64_t count, int64_t size = 4) -> int64_t { /* count values of size bytes */
         if (!want) return -1;
         const int64_t o = off;
-        off = c.add(off, c.al(c.mul(floats, 4)));
+        off = c.add(off, c.al(c.mul(count, size)));
         return o;
     };
     w.B = take(r.dB.data != NULL, c.mul(tok, q.N));
     w.C = take(r.dC.data != NULL, c.mul(tok, q.N));
-    w.r = take(need_dt, tok);
-    w.x = take(need_dt, tok);
+    w.r = take(need_dt, tok, 8);
+    w.x = take(need_dt, tok, 8);
     w.D = take(r.dD.data != NULL, c.mul(q.batch, q.H, q.P));
     w.A = take(r.dA.data != NULL, c.mul(q.batch, q.H));
     w.b = take(r.ddt_bias.data != NULL, c.mul(q.batch, q.H));
-    w.h = take(need_dt && q.initial_state.data != NULL, c.mul(q.rows, q.H, pl.npsl));
-    w.g = take(need_dt, c.mul(q.batch, q.L, q.H));
-    w.e = take(need_dt, c.mul(q.batch, q.L, q.H));
+    w.h = take(need_dt && q.initial_state.data != NULL, c.mul(q.rows, q.H, pl.npsl), 8);
+    w.g = take(need_dt, c.mul(q.batch, q.L, q.H), 8);
+    w.e = take(need_dt, c.mul(q.batch, q.L, q.H), 8);
     w.total = off;
     return c.ok;
 }
@@ -5817,8 +5836,9 @@ static selscan_status ssd_backward_begin(const selscan_ssd_problem *p, const sel
     ssd_fill(P, q, pl, x ? x->cu_seqlens_device : NULL);
     SELSCAN__SSD_GRAD_OPERANDS(SELSCAN__CUDA_CT, (&r))
     auto at = [&](int64_t o) { return o < 0 ? static_cast<float *>(NULL) : reinterpret_cast<float *>(ws + o); };
-    P.wB = at(w.B); P.wC = at(w.C); P.wr = at(w.r); P.wx = at(w.x); P.wD = at(w.D); P.wA = at(w.A); P.wb = at(w.b);
-    P.wh = at(w.h); P.wg = at(w.g); P.we = at(w.e);
+    auto atd = [&](int64_t o) { return o < 0 ? static_cast<double *>(NULL) : reinterpret_cast<double *>(ws + o); };
+    P.wB = at(w.B); P.wC = at(w.C); P.wr = atd(w.r); P.wx = atd(w.x); P.wD = at(w.D); P.wA = at(w.A); P.wb = at(w.b);
+    P.wh = atd(w.h); P.wg = atd(w.g); P.we = atd(w.e);
     P.need_dt = w.r >= 0;
     P.fwd_walk = r.dC.data || r.dz.data || P.need_dt;
     P.rev_walk = r.dx.data || r.dB.data || r.dinitial_state.data || r.dD.data || P.need_dt;

@@ -6,8 +6,8 @@ step end to end.
         [--batch 1] [--threads N] [--lens 512,1024] [--reps 3] [--cases scan,model]
         [--shapes 130m,1.3b,2.7b,nemotron-h] [--no-fallback]
 
-scan: selscan's SSD op (CPU or CUDA kernels, with autograd; on CUDA also mamba_chunk_scan_combined, which
-takes the Mamba-1 scan route with gradients) against transformers'
+scan: selscan's SSD op (CPU or CUDA kernels, with autograd; on CUDA also mamba_chunk_scan_combined, the
+drop-in's argument handling around the same op) against transformers'
 `mamba2_chunk_scan` PyTorch body (modeling_mamba2, unwrapped: the path a model takes without mamba_ssm;
 --no-fallback leaves it out) and mamba_ssm's mamba_chunk_scan_combined (CUDA, where importable), the
 forward alone and forward + backward of every input, at the --shapes layer shapes (SHAPES: Mamba2-130m,
@@ -102,8 +102,7 @@ def scan_case(L, a, shape="130m"):
         return ssd_fwd_call(x, dt, A, B, C, D, None, dt_bias, None, None, None, dt_softplus, 0.0, float("inf"),
                             False)[0]
 
-    # selscan: the SSD op; on CUDA the drop-in takes it without gradients and the Mamba-1 scan route with
-    # them (ssd.py), timed as "selscan drop-in"
+    # selscan: the SSD op; on CUDA also the drop-in around it ("selscan drop-in": its argument handling's cost)
     backends = {"selscan": ssd_op}
     if dev.type == "cuda":
         backends["selscan drop-in"] = st.mamba_chunk_scan_combined

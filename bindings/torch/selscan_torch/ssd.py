@@ -15,10 +15,8 @@ chunks); with seq_idx the first sequence receives initial_states whatever its id
 tokens whose id is 0); cu_seqlens packs sequences by itself (no seq_idx needed) and
 return_varlen_states gives each sequence's final state (float32; mamba_ssm: C's dtype).
 CPU: selscan's fast SSD path. CUDA: selscan's SSD kernels (selscan_cuda.cuh >>ssd-cuda: dstate up to
-512) when no gradient is wanted; with gradients, the SSD as selscan's Mamba-1 scan (heads x headdim
-channels, float32 inside: _ssd_on_scan; seq_idx there needs batch 1), whose decay gradient is within
-rounding where the SSD kernels' is not yet (the raw ops ssd_fwd / ssd_bwd run the kernels). Both
-deterministic (the same gradients every call).
+512; the backward's walks in double, so that the decay's gradient is within float32's rounding).
+Both deterministic (the same gradients every call).
 """
 import math
 import operator
@@ -131,13 +129,6 @@ def _first_row_only(init, n_seqs):
     return torch.cat([init, init.new_zeros((n_seqs - 1, *init.shape[1:]))])
 
 
-def _offsets_of_seq_idx(seq_idx):
-    """cu_seqlens (int64, host) of a batch-1 seq_idx: the conv's rule (conv._runs_to_offsets)."""
-    from .conv import _runs_to_offsets
-
-    return _runs_to_offsets(seq_idx.reshape(-1))[0]
-
-
 def run_ids(seq_idx):
     """seq_idx (..., L) of any integer dtype renumbered 0, 1, ... along L at each change, as int32 of the
     same shape: only neighbours' equality counts (selscan.h's seq_idx rule), so the boundaries are kept
@@ -203,47 +194,6 @@ def _args(x, dt, A, B, C, D, z, dt_bias, initial_states, seq_idx, cu_seqlens):
     return args
 
 
-def _ssd_on_scan(x, dt, A, B, C, D, z, dt_bias, init, seq_idx, cu_seqlens, softplus, lo, hi, want_final):
-    """The SSD as selscan's Mamba-1 scan (selective_scan_fn, CUDA or CPU kernels): heads x headdim
-    channels, each head's A and dt over its headdim channels, a group's B / C for its heads (the scan's
-    groups), in float32 (T inputs widened exactly; out rounded to T once, as the SSD's), dt's bias,
-    softplus and clamp by torch ops before it. mamba_chunk_scan_combined's CUDA route when gradients
-    are wanted (the CUDA SSD kernels' decay gradient is less precise: see there).
-    Returns (out, final states: (rows, H, P, N) float32 or None)."""
-    from . import selective_scan_fn
-
-    batch, L, H, P = x.shape
-    N = B.shape[3]
-    d = dt.float()
-    if dt_bias is not None:
-        d = d + dt_bias.float()
-    if softplus:
-        d = torch.nn.functional.softplus(d, beta=1.0, threshold=20.0)  # x above 20 passes: the SSD's rule
-    if not (lo == -math.inf and hi == math.inf):
-        d = d.clamp(lo, hi)
-    chan = lambda t: t.float().permute(0, 2, 3, 1).reshape(batch, H * P, L)  # noqa: E731  (b, L, H, P) -> (b, HP, L)
-    delta = d.permute(0, 2, 1)[:, :, None, :].expand(batch, H, P, L).reshape(batch, H * P, L)
-    A_ = A.float()[:, None, None].expand(H, P, N).reshape(H * P, N)
-    D_ = None if D is None else (D.float()[:, None].expand(H, P) if D.dim() == 1 else D.float()).reshape(H * P)
-    h0, cu = init, cu_seqlens
-    if seq_idx is not None:
-        if batch != 1:
-            raise NotImplementedError("selscan: seq_idx with batch > 1 on CUDA: pass the sequences packed in one "
-                                      "row (batch 1) or as cu_seqlens (argument 'seq_idx')")
-        cu = _offsets_of_seq_idx(seq_idx)
-        if init is not None and cu.shape[0] > 2:
-            h0 = _first_row_only(init, cu.shape[0] - 1)
-    rows = batch if cu is None else cu.shape[0] - 1
-    h0 = None if h0 is None else h0.float().reshape(rows, H * P, N)
-    y, last = selective_scan_fn(chan(x), delta, A_, B.float().permute(0, 2, 3, 1), C.float().permute(0, 2, 3, 1),
-                                D_, None if z is None else chan(z), None, False, True, cu_seqlens=cu, h0=h0)
-    out = y.reshape(batch, H, P, L).permute(0, 3, 1, 2).to(x.dtype)
-    final = last.reshape(rows, H, P, N) if want_final else None
-    if final is not None and seq_idx is not None:
-        final = final[-1:]  # the state after the row's last step
-    return out, final
-
-
 def mamba_chunk_scan_combined(x, dt, A, B, C, chunk_size=None, D=None, z=None, dt_bias=None, initial_states=None,
                               seq_idx=None, cu_seqlens=None, dt_softplus=False, dt_limit=(0.0, float("inf")),
                               return_final_states=False, return_varlen_states=False):
@@ -283,14 +233,7 @@ def mamba_chunk_scan_combined(x, dt, A, B, C, chunk_size=None, D=None, z=None, d
             init = _first_row_only(init, cu_seqlens.shape[0] - 1)  # mamba_ssm's (1, ...) initial_states
     args = (a["x"], a["dt"], a["A"], a["B"], a["C"], a["D"], a["z"], a["dt_bias"], init, seq_idx, cu_seqlens)
     want = bool(return_final_states or return_varlen_states)
-    if x.is_cuda and torch.is_grad_enabled() and _checks.requires_grad(args[:9]):
-        # training on CUDA: the SSD as selscan's Mamba-1 scan. The CUDA SSD kernels' backward builds the
-        # decay's gradient (ddt, A, dt_bias) from per-step sums: up to 6.5e-5 off in a small model's A_log
-        # gradient (a CPU emulation of its formulas), where the CPU's is within rounding (bench/RESULTS.md issue 40, eleventh session)
-        _checks.check_op("ssd_fwd", *args, dt_limit=limit)  # the op's rules
-        out, fin = _ssd_on_scan(*args, bool(dt_softplus), lo, hi, want)
-    else:
-        out, fin = ssd_fwd_call(*args, bool(dt_softplus), lo, hi, want)
+    out, fin = ssd_fwd_call(*args, bool(dt_softplus), lo, hi, want)
     if cu_seqlens is not None and also_seq_idx is not None and not torch.equal(
             run_ids(seq_idx_of(cu_seqlens, x.shape[1], "cpu")), run_ids(also_seq_idx.reshape(1, -1).cpu())):
         raise ValueError("selscan: seq_idx's sequence boundaries differ from cu_seqlens' (argument 'seq_idx')")

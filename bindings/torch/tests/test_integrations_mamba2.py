@@ -59,7 +59,7 @@ def _step(model, ids, mask, use_cache):
 @pytest.mark.parametrize("padded", [False, True], ids=["no-mask", "left-padded"])
 def test_training_step_matches_transformers(family, padded, device):
     """(CUDA: transformers' own path is its PyTorch body where mamba_ssm is absent; selscan's scan there is
-    its Mamba-1 scan in the SSD's shapes, ssd._ssd_on_scan: the drop-in's route with gradients)"""
+    its CUDA SSD kernels, forward and backward)"""
     model = _model(family, device)
     g = torch.Generator().manual_seed(1)
     ids = torch.randint(0, 128, (2, 21), generator=g).to(device)

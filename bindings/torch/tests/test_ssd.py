@@ -352,7 +352,7 @@ def test_split_conv1d_scan_packed_by_seq_idx():
     assert rel_err(packed, alone) < TOL[F32]
 
 
-# ---- the CUDA route with gradients: the SSD as selscan's Mamba-1 scan (precise decay gradients) ----------
+# ---- the drop-in on CUDA with gradients (the SSD kernels) against the float64 recurrence ----------------
 
 
 def _route_case(name, opt, device, fn):
@@ -380,21 +380,8 @@ def _route_case(name, opt, device, fn):
         assert gt.dtype == leaves[k].dtype and rel_err(gt, w) < GTOL[dtype], (name, k, rel_err(gt, w))
 
 
-ROUTE_CASES = [c for c in CASES if "seq_idx" not in c[0]] + [("seq_idx, batch 1", dict(seq=True, batch=1, L=31))]
-
-
-@pytest.mark.parametrize("name,opt", ROUTE_CASES, ids=[c[0] for c in ROUTE_CASES])
-def test_scan_route_matches_float64_recurrence(name, opt):
-    """_ssd_on_scan on the CPU scan kernels (the CUDA route's composition, checked where CI runs)."""
-    from selscan_torch.ssd import _ssd_on_scan
-
-    _route_case(name, opt, "cpu", lambda a, sp, lim: _ssd_on_scan(
-        a["x"], a["dt"], a["A"], a["B"], a["C"], a["D"], a["z"], a["dt_bias"], a["initial_states"], a["seq_idx"],
-        a["cu_seqlens"], sp, *(lim or (-math.inf, math.inf)), True))
-
-
 @cuda_only
-@pytest.mark.parametrize("name,opt", ROUTE_CASES, ids=[c[0] for c in ROUTE_CASES])
+@pytest.mark.parametrize("name,opt", CASES, ids=[c[0] for c in CASES])
 def test_drop_in_on_cuda_matches_float64_recurrence(name, opt):
     def call(a, sp, lim):
         kw = {k: a[k] for k in ("D", "z", "dt_bias", "initial_states", "seq_idx", "cu_seqlens")}
