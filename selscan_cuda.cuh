@@ -5019,6 +5019,7 @@ struct ssd_params {
     int PB, TT;    /* channels a block (threads: 16 PB / PPT), steps a tile */
     int softplus, limit, Dhd;
     int fwd_walk, rev_walk, need_dt; /* the backward's walks; ddt, dA or ddt_bias asked for */
+    int vbc, vx;                     /* staging by 8-element vectors: B and C; x, dy and z (ssd_stage) */
     float dtmin, dtmax;
     const int64_t *cu;
     ct x, delta, A, B, C, D, z, dt_bias, seq_idx, initial_state, y, final_state;
@@ -5184,8 +5185,18 @@ template <typename V> static __device__ V ssd_block_sum(V v, V *red) {
     return s;
 }
 
+/* 8 floats into shared memory by two 16-byte stores (dst 16-byte aligned) */
+static __device__ __forceinline__ void ssd_st8(float *dst, const float (&v)[8]) {
+    reinterpret_cast<float4 *>(dst)[0] = make_float4(v[0], v[1], v[2], v[3]);
+    reinterpret_cast<float4 *>(dst)[1] = make_float4(v[4], v[5], v[6], v[7]);
+}
+
 /* Stages steps [c, c + tn) of (b, h) into shared memory: dt and the decay, B and C rows (0 past
-   N), x (0 past P) and, for the backward (dy0 non-NULL), dy through the gate */
+   N), x (0 past P) and, for the backward (bwd), dy through the gate. Where rows are contiguous and
+   aligned (P.vbc: B and C; P.vx: x, dy and z; ssd_fill) by 8-element vectors, each thread's loads
+   of two vectors issued before their stores: the element-by-element loads waited one global
+   latency each, 57 % of the forward's stall samples (bench/NOTES.md SSD-CUDA-v4). The same
+   values either way. */
 template <typename T, int NPT>
 static __device__ void ssd_stage(const ssd_params &P, int64_t b, int64_t h, int64_t c, int tn, int64_t p0, float Ah, const ssd_smem &m,
                                  float *sm, bool bwd) {
@@ -5198,27 +5209,75 @@ static __device__ void ssd_stage(const ssd_params &P, int64_t b, int64_t h, int6
         sm[m.dt + i] = d;
         sm[m.a + i] = expf(d * Ah);
     }
-    for (int i = tid; i < tn * NP; i += nth) {
-        const int tt = i / NP, n = i - tt * NP;
-        const bool v = n < P.N;
-        sm[m.B + i] = v ? ld<T>(P.B.p, ssd_at4(P.B, b, c + tt, g, n)) : 0.0f;
-        sm[m.C + i] = v ? ld<T>(P.C.p, ssd_at4(P.C, b, c + tt, g, n)) : 0.0f;
-    }
-    for (int i = tid; i < tn * PB; i += nth) {
-        const int tt = i / PB;
-        const int64_t p = p0 + (i - tt * PB);
-        const bool v = p < P.P;
-        sm[m.x + i] = v ? ld<T>(P.x.p, ssd_at4(P.x, b, c + tt, h, p)) : 0.0f;
-        if (bwd) {
-            float d = 0.0f;
-            if (v) {
-                d = ld<T>(P.dy.p, ssd_at4(P.dy, b, c + tt, h, p));
-                if (P.z.p) {
-                    const float zv = ld<T>(P.z.p, ssd_at4(P.z, b, c + tt, h, p));
-                    d *= zv * ssd_sigmoid(zv);
+    if (P.vbc) {
+        const int nv = NP / 8, total = tn * nv;
+        for (int i0 = tid; i0 < total; i0 += 2 * nth) {
+            float vb[2][8], vc[2][8];
+#pragma unroll
+            for (int u = 0; u < 2; u++) {
+                const int i = i0 + u * nth, tt = i / nv, n = (i - tt * nv) * 8;
+                if (i < total && n < P.N) {
+                    ld_vec<T, 8>(P.B.p, ssd_at4(P.B, b, c + tt, g, n), vb[u]);
+                    ld_vec<T, 8>(P.C.p, ssd_at4(P.C, b, c + tt, g, n), vc[u]);
+                } else {
+#pragma unroll
+                    for (int k = 0; k < 8; k++) vb[u][k] = vc[u][k] = 0.0f;
                 }
             }
-            sm[m.dy0 + i] = d;
+#pragma unroll
+            for (int u = 0; u < 2; u++) {
+                const int i = i0 + u * nth;
+                if (i < total) {
+                    ssd_st8(sm + m.B + 8 * i, vb[u]); /* row tt, state n: (tt * nv + n / 8) * 8 = tt * NP + n */
+                    ssd_st8(sm + m.C + 8 * i, vc[u]);
+                }
+            }
+        }
+    } else {
+        for (int i = tid; i < tn * NP; i += nth) {
+            const int tt = i / NP, n = i - tt * NP;
+            const bool v = n < P.N;
+            sm[m.B + i] = v ? ld<T>(P.B.p, ssd_at4(P.B, b, c + tt, g, n)) : 0.0f;
+            sm[m.C + i] = v ? ld<T>(P.C.p, ssd_at4(P.C, b, c + tt, g, n)) : 0.0f;
+        }
+    }
+    if (P.vx) {
+        const int nv = PB / 8, total = tn * nv;
+        for (int i = tid; i < total; i += nth) {
+            const int tt = i / nv;
+            const int64_t p = p0 + (i - tt * nv) * 8;
+            float xv[8], dv[8] = {}, zv[8] = {};
+            const bool v = p < P.P;
+            if (v) {
+                ld_vec<T, 8>(P.x.p, ssd_at4(P.x, b, c + tt, h, p), xv);
+                if (bwd) ld_vec<T, 8>(P.dy.p, ssd_at4(P.dy, b, c + tt, h, p), dv);
+                if (bwd && P.z.p) ld_vec<T, 8>(P.z.p, ssd_at4(P.z, b, c + tt, h, p), zv);
+            }
+#pragma unroll
+            for (int k = 0; k < 8; k++) {
+                if (!v) xv[k] = dv[k] = 0.0f;
+                else if (bwd && P.z.p) dv[k] *= zv[k] * ssd_sigmoid(zv[k]);
+            }
+            ssd_st8(sm + m.x + 8 * i, xv);
+            if (bwd) ssd_st8(sm + m.dy0 + 8 * i, dv);
+        }
+    } else {
+        for (int i = tid; i < tn * PB; i += nth) {
+            const int tt = i / PB;
+            const int64_t p = p0 + (i - tt * PB);
+            const bool v = p < P.P;
+            sm[m.x + i] = v ? ld<T>(P.x.p, ssd_at4(P.x, b, c + tt, h, p)) : 0.0f;
+            if (bwd) {
+                float d = 0.0f;
+                if (v) {
+                    d = ld<T>(P.dy.p, ssd_at4(P.dy, b, c + tt, h, p));
+                    if (P.z.p) {
+                        const float zv = ld<T>(P.z.p, ssd_at4(P.z, b, c + tt, h, p));
+                        d *= zv * ssd_sigmoid(zv);
+                    }
+                }
+                sm[m.dy0 + i] = d;
+            }
         }
     }
     __syncthreads();
@@ -5757,6 +5816,22 @@ static bool ssd_ws_layout(const selscan__sprob &q, const selscan__sgrd &r, const
     return c.ok;
 }
 
+/* whether a (d0, d1, d2, len) operand's rows of len elements are contiguous with every row start
+   16-byte aligned (ssd_stage's 8-element vectors; the strides of size-1 dimensions never used) */
+static bool ssd_rows8(const ct &t, int64_t d0, int64_t d1, int64_t d2, int64_t len) {
+    if (!t.p) return true;
+    const int64_t d[3] = {d0, d1, d2};
+    bool ok = (reinterpret_cast<uintptr_t>(t.p) & 15) == 0 && len % 8 == 0 && t.s[3] == 1;
+    for (int i = 0; i < 3; i++) ok = ok && (d[i] == 1 || t.s[i] % 8 == 0);
+    return ok;
+}
+/* P.vbc / P.vx once every operand is filled in */
+static void ssd_vectors(ssd_params &P) {
+    P.vbc = ssd_rows8(P.B, P.batch, P.L, P.G, P.N) && ssd_rows8(P.C, P.batch, P.L, P.G, P.N);
+    P.vx = P.PB % 8 == 0 && ssd_rows8(P.x, P.batch, P.L, P.H, P.P) && ssd_rows8(P.dy, P.batch, P.L, P.H, P.P) &&
+           ssd_rows8(P.z, P.batch, P.L, P.H, P.P);
+}
+
 static void ssd_fill(ssd_params &P, const selscan__sprob &q, const ssd_plan &pl, const int64_t *cu_dev) {
     memset(&P, 0, sizeof P);
     P.batch = q.batch; P.L = q.L; P.H = q.H; P.P = q.P; P.N = q.N; P.G = q.G; P.hpg = q.hpg;
@@ -5791,6 +5866,7 @@ static selscan_status ssd_forward(const selscan_ssd_problem *p, const selscan_cu
     if ((st = ssd_check_launch(q, pl, 1, dg)) != SELSCAN_OK) return st;
     ssd_params P;
     ssd_fill(P, q, pl, x ? x->cu_seqlens_device : NULL);
+    ssd_vectors(P);
     cudaError_t e = cudaSuccess;
     selscan_cuda_detail::with_dtype(q.dt, [&](auto tag) {
         using T = typename decltype(tag)::type;
@@ -5835,6 +5911,7 @@ static selscan_status ssd_backward_begin(const selscan_ssd_problem *p, const sel
     }
     ssd_fill(P, q, pl, x ? x->cu_seqlens_device : NULL);
     SELSCAN__SSD_GRAD_OPERANDS(SELSCAN__CUDA_CT, (&r))
+    ssd_vectors(P);
     auto at = [&](int64_t o) { return o < 0 ? static_cast<float *>(NULL) : reinterpret_cast<float *>(ws + o); };
     auto atd = [&](int64_t o) { return o < 0 ? static_cast<double *>(NULL) : reinterpret_cast<double *>(ws + o); };
     P.wB = at(w.B); P.wC = at(w.C); P.wr = atd(w.r); P.wx = atd(w.x); P.wD = at(w.D); P.wA = at(w.A); P.wb = at(w.b);
