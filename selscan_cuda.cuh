@@ -221,15 +221,17 @@ SELSCAN_DEF selscan_status selscan_conv_step_cuda(const selscan_conv_step_proble
                                                   cudaStream_t stream);
 
 /* ---- Mamba-2's SSD scan (selscan.h >>ssd-api; >>ssd-cuda says how) ----
-   The CPU entries' contract and results (f32 inside; differences from selscan_ssd_forward_ref
-   by rounding only) with every tensor pointer in device memory; cu_seqlens stays a host array
-   (validated on the host) with its device copy in ext->cu_seqlens_device. ext may be NULL; the
-   SSD entries use its cu_seqlens_device, cuda_error and (backward) workspace_alloc /
-   workspace_ctx. dstate up to 512 (SELSCAN_ERR_UNSUPPORTED "dstate" above). The forward needs
-   no workspace; the backward needs selscan_ssd_workspace_size_cuda() bytes at any address (per
-   head and channel slice partials of dB / dC: 2 batch seqlen nheads dstate floats when both are
-   asked for and one slice holds a head's channels (headdim <= 64 at dstate <= 128; 2x or 4x that
-   past it), and 2 to 5 floats a (batch row, step, head) for the decay's gradient), and is bitwise
+   The CPU entries' contract and results (f32 inside, the backward's walks in double; differences
+   from selscan_ssd_forward_ref by rounding only) with every tensor pointer in device memory;
+   cu_seqlens stays a host array (validated on the host) with its device copy in
+   ext->cu_seqlens_device. ext may be NULL; the SSD entries use its cu_seqlens_device, cuda_error
+   and (backward) workspace_alloc / workspace_ctx. dstate up to 512 (SELSCAN_ERR_UNSUPPORTED
+   "dstate" above). The forward needs no workspace; the backward needs
+   selscan_ssd_workspace_size_cuda() bytes at any address (per head and channel slice partials of
+   dB / dC: 2 batch seqlen nheads dstate floats when both are asked for and one slice holds a
+   head's channels (headdim <= 64 at dstate <= 128; ceil(headdim / PB) times that, PB 64 / 32 / 16
+   at dstate <= 128 / 256 / 512), and for the decay's gradient 4 doubles a (batch row, step, head),
+   2 more a further slice, and with initial_state rows nheads slices doubles), and is bitwise
    deterministic (every sum in a fixed order). NaN in gives NaN out; the NaNs written are the
    arithmetic's (not the CPU backward's default quiet NaN); the decay's gradient is built from
    per-step scalars, so with a NaN input ddt, dA and ddt_bias may be NaN at other steps than the
@@ -5007,8 +5009,9 @@ static selscan_status conv_step(const selscan_conv_step_problem *s, const selsca
    smaller bound; then ddt = A g + xdu and dA = sum dt g. The identity holds only as far as S and
    G agree with each other: in float32 their rounding, accumulated over the sequence, left A_log's
    gradient up to 6.5e-5 off transformers' in a float32 model (bench/RESULTS.md, issue 40), so the
-   backward's walks carry S and G, and r, xdu and the scans, in double (the forward in float); the
-   per-step sums come out within float32's rounding of the direct form. Every cross-thread sum
+   backward's walks carry S and G, and r, xdu and the scans, in double (the forward in float): the
+   Mamba-2 families' training steps then match transformers' within the tests' float32 bounds
+   (measured: bench/NOTES.md SSD-CUDA-v4). Every cross-thread sum
    (per-slice and per-head partials of dB / dC, the per-step scalars, dA / dD / ddt_bias over batch
    rows) runs in a fixed order: the backward is bitwise deterministic. */
 
@@ -5042,7 +5045,10 @@ struct ssd_smem {
 static __host__ __device__ ssd_smem ssd_layout(int TT, int NP, int PB, int W, bool bwd) {
     ssd_smem m;
     m.dt = 0; m.a = TT; m.B = 2 * TT; m.C = m.B + TT * NP; m.x = m.C + TT * NP; m.y = m.x + TT * PB;
-    m.dy0 = m.y + (bwd ? 2 : 1) * TT * PB; /* y: doubles in the backward (its walks' per-step sums) */ m.w = m.dy0 + (bwd ? TT * PB : 0); m.red = m.w + (bwd ? TT * W * NP : 0);
+    /* y: doubles in the backward (its walks' per-step sums) */
+    m.dy0 = m.y + (bwd ? 2 : 1) * TT * PB;
+    m.w = m.dy0 + (bwd ? TT * PB : 0);
+    m.red = m.w + (bwd ? TT * W * NP : 0);
     m.total = m.red + 256;
     return m;
 }
@@ -5193,7 +5199,7 @@ static __device__ __forceinline__ void ssd_st8(float *dst, const float (&v)[8]) 
 
 /* Stages steps [c, c + tn) of (b, h) into shared memory: dt and the decay, B and C rows (0 past
    N), x (0 past P) and, for the backward (bwd), dy through the gate. Where rows are contiguous and
-   aligned (P.vbc: B and C; P.vx: x, dy and z; ssd_fill) by 8-element vectors, each thread's loads
+   aligned (P.vbc: B and C; P.vx: x, dy and z; ssd_vectors) by 8-element vectors, each thread's loads
    of two vectors issued before their stores: the element-by-element loads waited one global
    latency each, 57 % of the forward's stall samples (bench/NOTES.md SSD-CUDA-v4). The same
    values either way. */

@@ -657,7 +657,7 @@ def use_in_transformers(enable=True):
     JambaForCausalLM / ZambaForCausalLM too: their Mamba mixers' kernels, and the fused block
     without a cache (_install_transformers_hybrids); the Mamba-2 families (Mamba2, Bamba, FalconH1,
     GraniteMoeHybrid, NemotronH, Zamba2): their SSD scan (CUDA: mamba_ssm's Triton kernels where
-    installed, else selscan's Mamba-1 scan in the SSD's shapes), decode step and conv
+    installed, else selscan's CUDA SSD kernels), decode step and conv
     (_install_transformers_mamba2)."""
     return _toggle("transformers", enable, _install_transformers)
 
@@ -854,7 +854,7 @@ _TF_MAMBA2_KERNELS = ("mamba2_chunk_scan", "mamba2_split_conv1d_scan_combined", 
 
 def _m2_chunk_scan(original, own_on_cuda):
     """own_on_cuda: a CUDA call keeps the module's own scan (mamba_ssm's Triton SSD kernels, installed);
-    else selscan's (on CUDA the drop-in's: the SSD kernels, or its Mamba-1 scan with gradients)."""
+    else selscan's (on CUDA the drop-in's: the SSD kernels)."""
     def mamba2_chunk_scan_(x, dt, A, B, C, chunk_size=None, D=None, z=None, dt_bias=None, initial_states=None,
                            seq_idx=None, cu_seqlens=None, dt_softplus=False, dt_limit=(0.0, float("inf")),
                            return_final_states=False, return_varlen_states=False, **kwargs):
