@@ -5765,7 +5765,20 @@ struct ssd_plan {
 /* States a thread from N (N <= 512), channels a block (a power of two of channel groups, up to
    8 in the forward, 16 in the backward: one slice a head where headdim allows), the tile from
    the shared-memory budget */
-static bool ssd_make_plan(const selscan__sprob &q, bool bwd, ssd_plan &pl) {
+/* The dynamic shared memory a block of the current device may opt in to, less the kernels' static
+   words, at most 100 KiB (sm_75: 64 KiB, sm_86 / sm_89: 99 KiB, sm_80 / sm_90: more); 100 KiB when it
+   cannot be read (the launch then reports the device's error) */
+static int ssd_smem_cap() {
+    constexpr int kMax = 100 * 1024;
+    int dev = 0, v = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&v, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) != cudaSuccess)
+        return kMax;
+    v -= 64;
+    return v < kMax ? v : kMax;
+}
+
+/* cap: the tile's shared-memory budget (ssd_smem_cap; the workspace's size does not depend on it) */
+static bool ssd_make_plan(const selscan__sprob &q, bool bwd, ssd_plan &pl, int cap) {
     pl.NPT = q.N <= 16 ? 1 : q.N <= 32 ? 2 : q.N <= 64 ? 4 : q.N <= 128 ? 8 : q.N <= 256 ? 16 : 32;
     const int PPT = ssd_ppt(pl.NPT), maxg = bwd ? 16 : 8;
     int groups = 2;
@@ -5775,7 +5788,7 @@ static bool ssd_make_plan(const selscan__sprob &q, bool bwd, ssd_plan &pl) {
     pl.npsl = cdiv(q.P, pl.PB);
     for (pl.TT = 32;; pl.TT /= 2) {
         pl.smem = 4 * ssd_layout(pl.TT, 16 * pl.NPT, pl.PB, pl.nth / 32, bwd).total;
-        if (pl.smem <= 100 * 1024 || pl.TT == 4) break;
+        if (pl.smem <= cap || pl.TT == 4) break;
     }
     sizecalc c;
     pl.nwalk = c.mul(q.batch, q.H, pl.npsl);
@@ -5831,11 +5844,11 @@ static bool ssd_rows8(const ct &t, int64_t d0, int64_t d1, int64_t d2, int64_t l
     for (int i = 0; i < 3; i++) ok = ok && (d[i] == 1 || t.s[i] % 8 == 0);
     return ok;
 }
-/* P.vbc / P.vx once every operand is filled in */
-static void ssd_vectors(ssd_params &P) {
+/* P.vbc / P.vx once every operand is filled in (bwd: dy and z are staged too) */
+static void ssd_vectors(ssd_params &P, bool bwd) {
     P.vbc = ssd_rows8(P.B, P.batch, P.L, P.G, P.N) && ssd_rows8(P.C, P.batch, P.L, P.G, P.N);
-    P.vx = P.PB % 8 == 0 && ssd_rows8(P.x, P.batch, P.L, P.H, P.P) && ssd_rows8(P.dy, P.batch, P.L, P.H, P.P) &&
-           ssd_rows8(P.z, P.batch, P.L, P.H, P.P);
+    P.vx = P.PB % 8 == 0 && ssd_rows8(P.x, P.batch, P.L, P.H, P.P) &&
+           (!bwd || (ssd_rows8(P.dy, P.batch, P.L, P.H, P.P) && ssd_rows8(P.z, P.batch, P.L, P.H, P.P)));
 }
 
 static void ssd_fill(ssd_params &P, const selscan__sprob &q, const ssd_plan &pl, const int64_t *cu_dev) {
@@ -5868,11 +5881,11 @@ static selscan_status ssd_forward(const selscan_ssd_problem *p, const selscan_cu
     const selscan__ten *outs[] = {SELSCAN__SSD_OPERANDS(SELSCAN__OPD_OUTS, (&q))};
     if ((st = check_cu(q, x, outs, SELSCAN__COUNT(outs), dg)) != SELSCAN_OK) return st;
     ssd_plan pl;
-    if (!ssd_make_plan(q, false, pl)) return fail_size(dg);
+    if (!ssd_make_plan(q, false, pl, ssd_smem_cap())) return fail_size(dg);
     if ((st = ssd_check_launch(q, pl, 1, dg)) != SELSCAN_OK) return st;
     ssd_params P;
     ssd_fill(P, q, pl, x ? x->cu_seqlens_device : NULL);
-    ssd_vectors(P);
+    ssd_vectors(P, false);
     cudaError_t e = cudaSuccess;
     selscan_cuda_detail::with_dtype(q.dt, [&](auto tag) {
         using T = typename decltype(tag)::type;
@@ -5895,7 +5908,7 @@ static selscan_status ssd_backward_begin(const selscan_ssd_problem *p, const sel
     selscan_status st;
     if ((st = selscan__ssd_validate_backward(p, g, &q, &r, NULL, 0, NULL, 0)) != SELSCAN_OK) return st;
     selscan_diag *dg = p->diag;
-    if (!ssd_make_plan(q, true, pl)) return fail_size(dg);
+    if (!ssd_make_plan(q, true, pl, size_only ? 100 * 1024 : ssd_smem_cap())) return fail_size(dg);
     ssd_ws w;
     if (!ssd_ws_layout(q, r, pl, w)) return fail_size(dg);
     if (size_only) {
@@ -5917,7 +5930,7 @@ static selscan_status ssd_backward_begin(const selscan_ssd_problem *p, const sel
     }
     ssd_fill(P, q, pl, x ? x->cu_seqlens_device : NULL);
     SELSCAN__SSD_GRAD_OPERANDS(SELSCAN__CUDA_CT, (&r))
-    ssd_vectors(P);
+    ssd_vectors(P, true);
     auto at = [&](int64_t o) { return o < 0 ? static_cast<float *>(NULL) : reinterpret_cast<float *>(ws + o); };
     auto atd = [&](int64_t o) { return o < 0 ? static_cast<double *>(NULL) : reinterpret_cast<double *>(ws + o); };
     P.wB = at(w.B); P.wC = at(w.C); P.wr = atd(w.r); P.wx = atd(w.x); P.wD = at(w.D); P.wA = at(w.A); P.wb = at(w.b);
