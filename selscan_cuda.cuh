@@ -5294,6 +5294,21 @@ static __device__ __forceinline__ float ssd_Dv(const ssd_params &P, int64_t h, i
     return ldf(P.D, P.Dhd ? h * P.D.s[0] + p * P.D.s[1] : h * P.D.s[0]);
 }
 
+/* f(j, k, i) for each of a thread's cells (channel p0 + PPT pg + j, state ssd_n(k, l)) inside
+   (P, N), i: the cell's element in t, a (rows, H, P, N) state operand, at (row, h) */
+template <int NPT, int PPT, typename F>
+static __device__ __forceinline__ void ssd_cells(const ssd_params &P, const ct &t, int64_t row, int64_t h, int64_t p0, int pg, int l, F &&f) {
+#pragma unroll
+    for (int j = 0; j < PPT; j++) {
+        const int64_t p = p0 + pg * PPT + j;
+#pragma unroll
+        for (int k = 0; k < NPT; k++) {
+            const int n = ssd_n<NPT>(k, l);
+            if (p < P.P && n < P.N) f(j, k, ssd_at4(t, row, h, p, n));
+        }
+    }
+}
+
 static __device__ __forceinline__ float ssd_fma(float a, float b, float c) { return fmaf(a, b, c); }
 static __device__ __forceinline__ double ssd_fma(double a, double b, double c) { return fma(a, b, c); }
 
@@ -5313,14 +5328,11 @@ template <typename T, int NPT, bool BW> static __device__ void ssd_walk_fwd(cons
     s.k = s.t0 = s.t1 = 0;
     while (ssd_seg_next(P, b, false, s, cut)) {
 #pragma unroll
-        for (int j = 0; j < PPT; j++) {
-            const int64_t p = p0 + pg * PPT + j;
+        for (int j = 0; j < PPT; j++)
 #pragma unroll
-            for (int k = 0; k < NPT; k++) {
-                const int n = ssd_n<NPT>(k, l);
-                S[j][k] = s.first && P.initial_state.p && p < P.P && n < P.N ? ldf(P.initial_state, ssd_at4(P.initial_state, s.row, h, p, n)) : 0.0f;
-            }
-        }
+            for (int k = 0; k < NPT; k++) S[j][k] = 0;
+        if (s.first && P.initial_state.p)
+            ssd_cells<NPT, PPT>(P, P.initial_state, s.row, h, p0, pg, l, [&](int j, int k, int64_t i) { S[j][k] = ldf(P.initial_state, i); });
         for (int64_t c = s.t0; c < s.t1; c += TT) {
             const int tn = static_cast<int>(s.t1 - c < TT ? s.t1 - c : TT);
             __syncthreads(); /* the previous tile's readers are done */
@@ -5405,26 +5417,12 @@ template <typename T, int NPT, bool BW> static __device__ void ssd_walk_fwd(cons
         if (!s.last) continue;
         if constexpr (!BW) {
             if (P.final_state.p)
-#pragma unroll
-                for (int j = 0; j < PPT; j++) {
-                    const int64_t p = p0 + pg * PPT + j;
-#pragma unroll
-                    for (int k = 0; k < NPT; k++) {
-                        const int n = ssd_n<NPT>(k, l);
-                        if (p < P.P && n < P.N) static_cast<float *>(P.final_state.p)[ssd_at4(P.final_state, s.row, h, p, n)] = static_cast<float>(S[j][k]);
-                    }
-                }
+                ssd_cells<NPT, PPT>(P, P.final_state, s.row, h, p0, pg, l,
+                                    [&](int j, int k, int64_t i) { static_cast<float *>(P.final_state.p)[i] = static_cast<float>(S[j][k]); });
         } else if (P.need_dt && P.dfinal_state.p && s.t1 > s.t0) { /* q at the sequence's last step: + sum dfinal_state S */
             W v = 0;
-#pragma unroll
-            for (int j = 0; j < PPT; j++) {
-                const int64_t p = p0 + pg * PPT + j;
-#pragma unroll
-                for (int k = 0; k < NPT; k++) {
-                    const int n = ssd_n<NPT>(k, l);
-                    if (p < P.P && n < P.N) v = ssd_fma(static_cast<W>(ldf(P.dfinal_state, ssd_at4(P.dfinal_state, s.row, h, p, n))), S[j][k], v);
-                }
-            }
+            ssd_cells<NPT, PPT>(P, P.dfinal_state, s.row, h, p0, pg, l,
+                                [&](int j, int k, int64_t i) { v = ssd_fma(static_cast<W>(ldf(P.dfinal_state, i)), S[j][k], v); });
             v = ssd_block_sum(v, reinterpret_cast<W *>(sm + m.red)); /* its barriers order the r writes above before this */
             if (tid == 0) P.wr[((b * P.L + s.t1 - 1) * P.H + h) * P.npsl + psl] += v;
         }
@@ -5447,14 +5445,11 @@ template <typename T, int NPT> static __device__ void ssd_walk_rev(const ssd_par
     s.k = s.t0 = s.t1 = 0;
     while (ssd_seg_next(P, b, true, s, cut)) {
 #pragma unroll
-        for (int j = 0; j < PPT; j++) {
-            const int64_t p = p0 + pg * PPT + j;
+        for (int j = 0; j < PPT; j++)
 #pragma unroll
-            for (int k = 0; k < NPT; k++) {
-                const int n = ssd_n<NPT>(k, l);
-                G[j][k] = s.last && P.dfinal_state.p && p < P.P && n < P.N ? ldf(P.dfinal_state, ssd_at4(P.dfinal_state, s.row, h, p, n)) : 0.0f;
-            }
-        }
+            for (int k = 0; k < NPT; k++) G[j][k] = 0.0;
+        if (s.last && P.dfinal_state.p)
+            ssd_cells<NPT, PPT>(P, P.dfinal_state, s.row, h, p0, pg, l, [&](int j, int k, int64_t i) { G[j][k] = ldf(P.dfinal_state, i); });
         for (int64_t c1 = s.t1; c1 > s.t0;) {
             const int64_t c = c1 - s.t0 > TT ? c1 - TT : s.t0;
             const int tn = static_cast<int>(c1 - c);
@@ -5513,26 +5508,12 @@ template <typename T, int NPT> static __device__ void ssd_walk_rev(const ssd_par
             c1 = c;
         }
         if (s.first && P.dinitial_state.p)
-#pragma unroll
-            for (int j = 0; j < PPT; j++) {
-                const int64_t p = p0 + pg * PPT + j;
-#pragma unroll
-                for (int k = 0; k < NPT; k++) {
-                    const int n = ssd_n<NPT>(k, l);
-                    if (p < P.P && n < P.N) static_cast<float *>(P.dinitial_state.p)[ssd_at4(P.dinitial_state, s.row, h, p, n)] = static_cast<float>(G[j][k]);
-                }
-            }
+            ssd_cells<NPT, PPT>(P, P.dinitial_state, s.row, h, p0, pg, l,
+                                [&](int j, int k, int64_t i) { static_cast<float *>(P.dinitial_state.p)[i] = static_cast<float>(G[j][k]); });
         if (s.first && P.wh) { /* the prefix form's start: sum dinitial_state * initial_state */
             double v = 0.0;
-#pragma unroll
-            for (int j = 0; j < PPT; j++) {
-                const int64_t p = p0 + pg * PPT + j;
-#pragma unroll
-                for (int k = 0; k < NPT; k++) {
-                    const int n = ssd_n<NPT>(k, l);
-                    if (p < P.P && n < P.N) v = fma(G[j][k], static_cast<double>(ldf(P.initial_state, ssd_at4(P.initial_state, s.row, h, p, n))), v);
-                }
-            }
+            ssd_cells<NPT, PPT>(P, P.initial_state, s.row, h, p0, pg, l,
+                                [&](int j, int k, int64_t i) { v = fma(G[j][k], static_cast<double>(ldf(P.initial_state, i)), v); });
             v = ssd_block_sum(v, reinterpret_cast<double *>(sm + m.red));
             if (tid == 0) P.wh[(s.row * P.H + h) * P.npsl + psl] = v;
         }
