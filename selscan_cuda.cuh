@@ -5294,6 +5294,21 @@ static __device__ __forceinline__ float ssd_Dv(const ssd_params &P, int64_t h, i
     return ldf(P.D, P.Dhd ? h * P.D.s[0] + p * P.D.s[1] : h * P.D.s[0]);
 }
 
+/* f(j, k, i) for each of a thread's cells (channel p0 + PPT pg + j, state ssd_n(k, l)) inside
+   (P, N), i: the cell's element in t, a (rows, H, P, N) state operand, at (row, h) */
+template <int NPT, int PPT, typename F>
+static __device__ __forceinline__ void ssd_cells(const ssd_params &P, const ct &t, int64_t row, int64_t h, int64_t p0, int pg, int l, F &&f) {
+#pragma unroll
+    for (int j = 0; j < PPT; j++) {
+        const int64_t p = p0 + pg * PPT + j;
+#pragma unroll
+        for (int k = 0; k < NPT; k++) {
+            const int n = ssd_n<NPT>(k, l);
+            if (p < P.P && n < P.N) f(j, k, ssd_at4(t, row, h, p, n));
+        }
+    }
+}
+
 static __device__ __forceinline__ float ssd_fma(float a, float b, float c) { return fmaf(a, b, c); }
 static __device__ __forceinline__ double ssd_fma(double a, double b, double c) { return fma(a, b, c); }
 
@@ -5313,14 +5328,11 @@ template <typename T, int NPT, bool BW> static __device__ void ssd_walk_fwd(cons
     s.k = s.t0 = s.t1 = 0;
     while (ssd_seg_next(P, b, false, s, cut)) {
 #pragma unroll
-        for (int j = 0; j < PPT; j++) {
-            const int64_t p = p0 + pg * PPT + j;
+        for (int j = 0; j < PPT; j++)
 #pragma unroll
-            for (int k = 0; k < NPT; k++) {
-                const int n = ssd_n<NPT>(k, l);
-                S[j][k] = s.first && P.initial_state.p && p < P.P && n < P.N ? ldf(P.initial_state, ssd_at4(P.initial_state, s.row, h, p, n)) : 0.0f;
-            }
-        }
+            for (int k = 0; k < NPT; k++) S[j][k] = 0;
+        if (s.first && P.initial_state.p)
+            ssd_cells<NPT, PPT>(P, P.initial_state, s.row, h, p0, pg, l, [&](int j, int k, int64_t i) { S[j][k] = ldf(P.initial_state, i); });
         for (int64_t c = s.t0; c < s.t1; c += TT) {
             const int tn = static_cast<int>(s.t1 - c < TT ? s.t1 - c : TT);
             __syncthreads(); /* the previous tile's readers are done */
@@ -5405,26 +5417,12 @@ template <typename T, int NPT, bool BW> static __device__ void ssd_walk_fwd(cons
         if (!s.last) continue;
         if constexpr (!BW) {
             if (P.final_state.p)
-#pragma unroll
-                for (int j = 0; j < PPT; j++) {
-                    const int64_t p = p0 + pg * PPT + j;
-#pragma unroll
-                    for (int k = 0; k < NPT; k++) {
-                        const int n = ssd_n<NPT>(k, l);
-                        if (p < P.P && n < P.N) static_cast<float *>(P.final_state.p)[ssd_at4(P.final_state, s.row, h, p, n)] = static_cast<float>(S[j][k]);
-                    }
-                }
+                ssd_cells<NPT, PPT>(P, P.final_state, s.row, h, p0, pg, l,
+                                    [&](int j, int k, int64_t i) { static_cast<float *>(P.final_state.p)[i] = static_cast<float>(S[j][k]); });
         } else if (P.need_dt && P.dfinal_state.p && s.t1 > s.t0) { /* q at the sequence's last step: + sum dfinal_state S */
             W v = 0;
-#pragma unroll
-            for (int j = 0; j < PPT; j++) {
-                const int64_t p = p0 + pg * PPT + j;
-#pragma unroll
-                for (int k = 0; k < NPT; k++) {
-                    const int n = ssd_n<NPT>(k, l);
-                    if (p < P.P && n < P.N) v = ssd_fma(static_cast<W>(ldf(P.dfinal_state, ssd_at4(P.dfinal_state, s.row, h, p, n))), S[j][k], v);
-                }
-            }
+            ssd_cells<NPT, PPT>(P, P.dfinal_state, s.row, h, p0, pg, l,
+                                [&](int j, int k, int64_t i) { v = ssd_fma(static_cast<W>(ldf(P.dfinal_state, i)), S[j][k], v); });
             v = ssd_block_sum(v, reinterpret_cast<W *>(sm + m.red)); /* its barriers order the r writes above before this */
             if (tid == 0) P.wr[((b * P.L + s.t1 - 1) * P.H + h) * P.npsl + psl] += v;
         }
@@ -5447,14 +5445,11 @@ template <typename T, int NPT> static __device__ void ssd_walk_rev(const ssd_par
     s.k = s.t0 = s.t1 = 0;
     while (ssd_seg_next(P, b, true, s, cut)) {
 #pragma unroll
-        for (int j = 0; j < PPT; j++) {
-            const int64_t p = p0 + pg * PPT + j;
+        for (int j = 0; j < PPT; j++)
 #pragma unroll
-            for (int k = 0; k < NPT; k++) {
-                const int n = ssd_n<NPT>(k, l);
-                G[j][k] = s.last && P.dfinal_state.p && p < P.P && n < P.N ? ldf(P.dfinal_state, ssd_at4(P.dfinal_state, s.row, h, p, n)) : 0.0f;
-            }
-        }
+            for (int k = 0; k < NPT; k++) G[j][k] = 0.0;
+        if (s.last && P.dfinal_state.p)
+            ssd_cells<NPT, PPT>(P, P.dfinal_state, s.row, h, p0, pg, l, [&](int j, int k, int64_t i) { G[j][k] = ldf(P.dfinal_state, i); });
         for (int64_t c1 = s.t1; c1 > s.t0;) {
             const int64_t c = c1 - s.t0 > TT ? c1 - TT : s.t0;
             const int tn = static_cast<int>(c1 - c);
@@ -5513,26 +5508,12 @@ template <typename T, int NPT> static __device__ void ssd_walk_rev(const ssd_par
             c1 = c;
         }
         if (s.first && P.dinitial_state.p)
-#pragma unroll
-            for (int j = 0; j < PPT; j++) {
-                const int64_t p = p0 + pg * PPT + j;
-#pragma unroll
-                for (int k = 0; k < NPT; k++) {
-                    const int n = ssd_n<NPT>(k, l);
-                    if (p < P.P && n < P.N) static_cast<float *>(P.dinitial_state.p)[ssd_at4(P.dinitial_state, s.row, h, p, n)] = static_cast<float>(G[j][k]);
-                }
-            }
+            ssd_cells<NPT, PPT>(P, P.dinitial_state, s.row, h, p0, pg, l,
+                                [&](int j, int k, int64_t i) { static_cast<float *>(P.dinitial_state.p)[i] = static_cast<float>(G[j][k]); });
         if (s.first && P.wh) { /* the prefix form's start: sum dinitial_state * initial_state */
             double v = 0.0;
-#pragma unroll
-            for (int j = 0; j < PPT; j++) {
-                const int64_t p = p0 + pg * PPT + j;
-#pragma unroll
-                for (int k = 0; k < NPT; k++) {
-                    const int n = ssd_n<NPT>(k, l);
-                    if (p < P.P && n < P.N) v = fma(G[j][k], static_cast<double>(ldf(P.initial_state, ssd_at4(P.initial_state, s.row, h, p, n))), v);
-                }
-            }
+            ssd_cells<NPT, PPT>(P, P.initial_state, s.row, h, p0, pg, l,
+                                [&](int j, int k, int64_t i) { v = fma(G[j][k], static_cast<double>(ldf(P.initial_state, i)), v); });
             v = ssd_block_sum(v, reinterpret_cast<double *>(sm + m.red));
             if (tid == 0) P.wh[(s.row * P.H + h) * P.npsl + psl] = v;
         }
@@ -5765,7 +5746,20 @@ struct ssd_plan {
 /* States a thread from N (N <= 512), channels a block (a power of two of channel groups, up to
    8 in the forward, 16 in the backward: one slice a head where headdim allows), the tile from
    the shared-memory budget */
-static bool ssd_make_plan(const selscan__sprob &q, bool bwd, ssd_plan &pl) {
+/* The dynamic shared memory a block of the current device may opt in to, less the kernels' static
+   words, at most 100 KiB (sm_75: 64 KiB, sm_86 / sm_89: 99 KiB, sm_80 / sm_90: more); 100 KiB when it
+   cannot be read (the launch then reports the device's error) */
+static int ssd_smem_cap() {
+    constexpr int kMax = 100 * 1024;
+    int dev = 0, v = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&v, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) != cudaSuccess)
+        return kMax;
+    v -= 64;
+    return v < kMax ? v : kMax;
+}
+
+/* cap: the tile's shared-memory budget (ssd_smem_cap; the workspace's size does not depend on it) */
+static bool ssd_make_plan(const selscan__sprob &q, bool bwd, ssd_plan &pl, int cap) {
     pl.NPT = q.N <= 16 ? 1 : q.N <= 32 ? 2 : q.N <= 64 ? 4 : q.N <= 128 ? 8 : q.N <= 256 ? 16 : 32;
     const int PPT = ssd_ppt(pl.NPT), maxg = bwd ? 16 : 8;
     int groups = 2;
@@ -5775,7 +5769,7 @@ static bool ssd_make_plan(const selscan__sprob &q, bool bwd, ssd_plan &pl) {
     pl.npsl = cdiv(q.P, pl.PB);
     for (pl.TT = 32;; pl.TT /= 2) {
         pl.smem = 4 * ssd_layout(pl.TT, 16 * pl.NPT, pl.PB, pl.nth / 32, bwd).total;
-        if (pl.smem <= 100 * 1024 || pl.TT == 4) break;
+        if (pl.smem <= cap || pl.TT == 4) break;
     }
     sizecalc c;
     pl.nwalk = c.mul(q.batch, q.H, pl.npsl);
@@ -5831,11 +5825,11 @@ static bool ssd_rows8(const ct &t, int64_t d0, int64_t d1, int64_t d2, int64_t l
     for (int i = 0; i < 3; i++) ok = ok && (d[i] == 1 || t.s[i] % 8 == 0);
     return ok;
 }
-/* P.vbc / P.vx once every operand is filled in */
-static void ssd_vectors(ssd_params &P) {
+/* P.vbc / P.vx once every operand is filled in (bwd: dy and z are staged too) */
+static void ssd_vectors(ssd_params &P, bool bwd) {
     P.vbc = ssd_rows8(P.B, P.batch, P.L, P.G, P.N) && ssd_rows8(P.C, P.batch, P.L, P.G, P.N);
-    P.vx = P.PB % 8 == 0 && ssd_rows8(P.x, P.batch, P.L, P.H, P.P) && ssd_rows8(P.dy, P.batch, P.L, P.H, P.P) &&
-           ssd_rows8(P.z, P.batch, P.L, P.H, P.P);
+    P.vx = P.PB % 8 == 0 && ssd_rows8(P.x, P.batch, P.L, P.H, P.P) &&
+           (!bwd || (ssd_rows8(P.dy, P.batch, P.L, P.H, P.P) && ssd_rows8(P.z, P.batch, P.L, P.H, P.P)));
 }
 
 static void ssd_fill(ssd_params &P, const selscan__sprob &q, const ssd_plan &pl, const int64_t *cu_dev) {
@@ -5868,11 +5862,11 @@ static selscan_status ssd_forward(const selscan_ssd_problem *p, const selscan_cu
     const selscan__ten *outs[] = {SELSCAN__SSD_OPERANDS(SELSCAN__OPD_OUTS, (&q))};
     if ((st = check_cu(q, x, outs, SELSCAN__COUNT(outs), dg)) != SELSCAN_OK) return st;
     ssd_plan pl;
-    if (!ssd_make_plan(q, false, pl)) return fail_size(dg);
+    if (!ssd_make_plan(q, false, pl, ssd_smem_cap())) return fail_size(dg);
     if ((st = ssd_check_launch(q, pl, 1, dg)) != SELSCAN_OK) return st;
     ssd_params P;
     ssd_fill(P, q, pl, x ? x->cu_seqlens_device : NULL);
-    ssd_vectors(P);
+    ssd_vectors(P, false);
     cudaError_t e = cudaSuccess;
     selscan_cuda_detail::with_dtype(q.dt, [&](auto tag) {
         using T = typename decltype(tag)::type;
@@ -5895,7 +5889,7 @@ static selscan_status ssd_backward_begin(const selscan_ssd_problem *p, const sel
     selscan_status st;
     if ((st = selscan__ssd_validate_backward(p, g, &q, &r, NULL, 0, NULL, 0)) != SELSCAN_OK) return st;
     selscan_diag *dg = p->diag;
-    if (!ssd_make_plan(q, true, pl)) return fail_size(dg);
+    if (!ssd_make_plan(q, true, pl, size_only ? 100 * 1024 : ssd_smem_cap())) return fail_size(dg);
     ssd_ws w;
     if (!ssd_ws_layout(q, r, pl, w)) return fail_size(dg);
     if (size_only) {
@@ -5917,7 +5911,7 @@ static selscan_status ssd_backward_begin(const selscan_ssd_problem *p, const sel
     }
     ssd_fill(P, q, pl, x ? x->cu_seqlens_device : NULL);
     SELSCAN__SSD_GRAD_OPERANDS(SELSCAN__CUDA_CT, (&r))
-    ssd_vectors(P);
+    ssd_vectors(P, true);
     auto at = [&](int64_t o) { return o < 0 ? static_cast<float *>(NULL) : reinterpret_cast<float *>(ws + o); };
     auto atd = [&](int64_t o) { return o < 0 ? static_cast<double *>(NULL) : reinterpret_cast<double *>(ws + o); };
     P.wB = at(w.B); P.wC = at(w.C); P.wr = atd(w.r); P.wx = atd(w.x); P.wD = at(w.D); P.wA = at(w.A); P.wb = at(w.b);

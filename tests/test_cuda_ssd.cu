@@ -42,8 +42,8 @@ struct Ten {
     int64_t n[4] = {1, 1, 1, 1}, s[4] = {0, 0, 0, 0}, alloc = 0;
     selscan_dtype dt = SELSCAN_F32;
     bool zero = false, given = false, i32 = false;
-    unsigned char *h = NULL;
-    void *d = NULL;
+    unsigned char *h = NULL, *hraw = NULL; /* h / d: the data, lead elements into the allocations */
+    void *d = NULL, *draw = NULL;
     size_t es() const { return dt == SELSCAN_F32 || i32 ? 4 : 2; }
     int64_t count() const { return n[0] * n[1] * n[2] * n[3]; }
     int64_t off(int64_t i) const {
@@ -89,15 +89,17 @@ struct Ten {
         return v;
     }
     void release() {
-        free(h);
-        if (d) cudaFree(d);
-        h = NULL; d = NULL;
+        free(hraw);
+        if (draw) cudaFree(draw);
+        h = hraw = NULL; d = draw = NULL;
     }
 };
 
 /* logical sizes n0..n3 (nd of them); perm: the memory order of the dims (outermost first), gap:
-   extra elements after each innermost row; zero: pass zero strides (contiguous only) */
-static void make(Ten &t, selscan_dtype dt, int nd, const int64_t *n, const int *perm, int gap, bool zero) {
+   extra elements after each innermost row; zero: pass zero strides (contiguous only); lead: the
+   data that many elements into its allocation (1: off the 16-byte alignment of the kernels'
+   vector loads) */
+static void make(Ten &t, selscan_dtype dt, int nd, const int64_t *n, const int *perm, int gap, bool zero, int lead = 0) {
     t = Ten();
     t.nd = nd; t.dt = dt; t.given = true;
     for (int k = 0; k < nd; k++) t.n[k] = n[k];
@@ -109,9 +111,11 @@ static void make(Ten &t, selscan_dtype dt, int nd, const int64_t *n, const int *
     }
     t.alloc = acc < 1 ? 1 : acc;
     t.zero = zero && !perm && !gap;
-    t.h = (unsigned char *)malloc(t.alloc * t.es());
-    memset(t.h, 0xFF, t.alloc * t.es());
-    CU(cudaMalloc(&t.d, t.alloc * t.es()));
+    t.hraw = (unsigned char *)malloc((t.alloc + lead) * t.es());
+    memset(t.hraw, 0xFF, (t.alloc + lead) * t.es());
+    CU(cudaMalloc(&t.draw, (t.alloc + lead) * t.es()));
+    t.h = t.hraw + lead * t.es();
+    t.d = static_cast<unsigned char *>(t.draw) + lead * t.es();
 }
 static void fill(Ten &t, float lo, float hi) {
     for (int64_t i = 0; i < t.count(); i++) t.set(i, (float)urand(lo, hi));
@@ -212,13 +216,16 @@ static void run_case(int ci, bool quick) {
     Ten x, dtt, A, Bt, Ct, D, z, bias, si, h0, y, hT;
     const int64_t nx[4] = {batch, L, H, P}, ndt[3] = {batch, L, H}, nh[1] = {H}, nbc[4] = {batch, L, G, N};
     const int64_t nD[2] = {H, P}, nsi[2] = {batch, L}, nst[4] = {rows, H, P, N};
-    make(x, dt, 4, nx, strided ? permx : NULL, 0, true); fill(x, -1, 1);
+    /* the staging's element loop where vectors would be refused: x and B one element off their
+       alignment, or x and z rows one element apart */
+    const int lead = !strided && irand(0, 3) == 0, xgap = strided && irand(0, 1);
+    make(x, dt, 4, nx, strided ? permx : NULL, xgap, true, lead); fill(x, -1, 1);
     make(dtt, dt, 3, ndt, NULL, strided ? 1 : 0, true); fill(dtt, (p.flags & SELSCAN_SSD_DT_SOFTPLUS) ? -3 : 0.001f, (p.flags & SELSCAN_SSD_DT_SOFTPLUS) ? 0.5f : 0.12f);
     make(A, SELSCAN_F32, 1, nh, NULL, 0, true); fill(A, -4, -0.2f);
-    make(Bt, dt, 4, nbc, NULL, strided ? 3 : 0, true); fill(Bt, -1, 1);
+    make(Bt, dt, 4, nbc, NULL, strided ? 3 : 0, true, lead); fill(Bt, -1, 1);
     make(Ct, dt, 4, nbc, NULL, 0, true); fill(Ct, -1, 1);
     if (hasD) { make(D, SELSCAN_F32, Dhd ? 2 : 1, nD, NULL, 0, true); fill(D, -1, 1); }
-    if (hasz) { make(z, dt, 4, nx, strided ? permx : NULL, 0, true); fill(z, -2, 2); }
+    if (hasz) { make(z, dt, 4, nx, strided ? permx : NULL, xgap, true); fill(z, -2, 2); }
     /* without the softplus dt + dt_bias stays >= 0 (a negative dt grows the state exponentially: both
        sides overflow, at different steps) */
     if (hasbias) { make(bias, SELSCAN_F32, 1, nh, NULL, 0, true); fill(bias, (p.flags & SELSCAN_SSD_DT_SOFTPLUS) ? -0.5f : 0.0f, 0.2f); }
@@ -260,9 +267,10 @@ static void run_case(int ci, bool quick) {
         CU(cudaMemcpy(cu_dev, cu.data(), cu.size() * 8, cudaMemcpyHostToDevice));
         ext.cu_seqlens_device = cu_dev;
     }
-    char what[256];
-    snprintf(what, sizeof what, "lpad %lld case %d: dt %d batch %lld L %lld H %d G %d P %d N %d flags %u D %d z %d bias %d pack %d h0 %d hT %d strided %d nan %d",
-             (long long)lpad, ci, (int)dt, (long long)batch, (long long)L, H, G, P, N, p.flags, hasD + Dhd, hasz, hasbias, pack, hash0, hashT, strided, nan_case);
+    char what[320];
+    snprintf(what, sizeof what, "lpad %lld case %d: dt %d batch %lld L %lld H %d G %d P %d N %d flags %u D %d z %d bias %d pack %d h0 %d hT %d strided %d lead %d xgap %d nan %d",
+             (long long)lpad, ci, (int)dt, (long long)batch, (long long)L, H, G, P, N, p.flags, hasD + Dhd, hasz, hasbias, pack, hash0, hashT, strided, lead, xgap,
+             nan_case);
     /* forward */
     size_t ws_bytes = 0;
     selscan_ssd_problem ph = problem(false), pd = problem(true);
