@@ -330,12 +330,14 @@ typedef struct selscan_out_tensor {
 
 /* the rules appended after the list above (codes are only ever appended): the SSD scan's (>>ssd-api),
    then the packed sequences' "no sequence" (every scan's and the conv's n_seqs <= 0, until then
-   SELSCAN_RULE_OUT_OF_RANGE) */
+   SELSCAN_RULE_OUT_OF_RANGE), then the CUDA SSD's shared memory (a dstate whose smallest tile a
+   device cannot hold: the backward at dstate 257-512 with headdim > 8 on 64 KiB devices, sm_75) */
 #define SELSCAN__LATER_RULE_LIST(X)                                                                \
     X(SELSCAN_RULE_NOT_DIVIDING_NHEADS, "does not divide nheads") /* SSD: n_groups */              \
     X(SELSCAN_RULE_DT_LIMIT, "dt_min above dt_max, or NaN")      /* SSD: dt_min / dt_max */        \
     X(SELSCAN_RULE_WITH_CU_SEQLENS, "given with cu_seqlens")     /* SSD: seq_idx */                \
-    X(SELSCAN_RULE_NO_SEQUENCE, "no sequence (cu_seqlens needs n_seqs + 1 >= 2 offsets)") /* n_seqs */
+    X(SELSCAN_RULE_NO_SEQUENCE, "no sequence (cu_seqlens needs n_seqs + 1 >= 2 offsets)") /* n_seqs */ \
+    X(SELSCAN_RULE_SHARED_MEMORY, "over the device's shared memory a block (CUDA)") /* SSD: dstate */
 
 #define SELSCAN__RULE_ENUM(name, text) name,
 typedef enum selscan_rule { SELSCAN__RULE_LIST(SELSCAN__RULE_ENUM) SELSCAN__RULE_COUNT } selscan_rule;

@@ -226,7 +226,8 @@ SELSCAN_DEF selscan_status selscan_conv_step_cuda(const selscan_conv_step_proble
    cu_seqlens stays a host array (validated on the host) with its device copy in
    ext->cu_seqlens_device. ext may be NULL; the SSD entries use its cu_seqlens_device, cuda_error
    and (backward) workspace_alloc / workspace_ctx. dstate up to 512 (SELSCAN_ERR_UNSUPPORTED
-   "dstate" above). The forward needs no workspace; the backward needs
+   "dstate" above; on a device with 64 KiB of shared memory a block, sm_75, the backward up to 256
+   where headdim > 8: SELSCAN_RULE_SHARED_MEMORY). The forward needs no workspace; the backward needs
    selscan_ssd_workspace_size_cuda() bytes at any address (per head and channel slice partials of
    dB / dC: 2 batch seqlen nheads dstate floats when both are asked for and one slice holds a
    head's channels (headdim <= 64 at dstate <= 128; ceil(headdim / PB) times that, PB 64 / 32 / 16
@@ -5740,7 +5741,7 @@ static __global__ void __launch_bounds__(256) ssd_param_kernel(const ssd_params 
 
 /* ---- the SSD's host side: plan, workspace, launches ---- */
 struct ssd_plan {
-    int NPT, PB, TT, nth, smem;
+    int NPT, PB, TT, nth, smem, cap; /* cap: the shared memory a block may take (ssd_smem_cap) */
     int64_t npsl, nwalk;
 };
 /* States a thread from N (N <= 512), channels a block (a power of two of channel groups, up to
@@ -5749,11 +5750,13 @@ struct ssd_plan {
 /* The dynamic shared memory a block of the current device may opt in to, less the kernels' static
    words, at most 100 KiB (sm_75: 64 KiB, sm_86 / sm_89: 99 KiB, sm_80 / sm_90: more); 100 KiB when it
    cannot be read (the launch then reports the device's error) */
+static int ssd_smem_cap_test = 0; /* tests: a smaller device's opt-in limit, emulated (0: the device's own) */
 static int ssd_smem_cap() {
     constexpr int kMax = 100 * 1024;
     int dev = 0, v = 0;
     if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&v, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) != cudaSuccess)
         return kMax;
+    if (ssd_smem_cap_test > 0 && ssd_smem_cap_test < v) v = ssd_smem_cap_test;
     v -= 64;
     return v < kMax ? v : kMax;
 }
@@ -5767,6 +5770,7 @@ static bool ssd_make_plan(const selscan__sprob &q, bool bwd, ssd_plan &pl, int c
     pl.PB = groups * PPT;
     pl.nth = 16 * groups;
     pl.npsl = cdiv(q.P, pl.PB);
+    pl.cap = cap;
     for (pl.TT = 32;; pl.TT /= 2) {
         pl.smem = 4 * ssd_layout(pl.TT, 16 * pl.NPT, pl.PB, pl.nth / 32, bwd).total;
         if (pl.smem <= cap || pl.TT == 4) break;
@@ -5843,9 +5847,10 @@ static void ssd_fill(ssd_params &P, const selscan__sprob &q, const ssd_plan &pl,
     SELSCAN__SSD_OPERANDS(SELSCAN__CUDA_CT, (&q))
 }
 
-/* validation of a call's launch sizes: dstate, the grid */
+/* validation of a call's launch sizes: dstate (its limit, the smallest tile's shared memory), the grid */
 static selscan_status ssd_check_launch(const selscan__sprob &q, const ssd_plan &pl, int64_t walks, selscan_diag *dg) {
     if (q.N > 512) return fail(dg, SELSCAN_ERR_UNSUPPORTED, "dstate", SELSCAN_RULE_DSTATE_CUDA);
+    if (pl.smem > pl.cap) return fail(dg, SELSCAN_ERR_UNSUPPORTED, "dstate", SELSCAN_RULE_SHARED_MEMORY);
     sizecalc c;
     const int64_t grid = c.mul(pl.nwalk, walks), dtw = c.mul(q.batch, q.H, 32), hp = c.mul(q.H, q.P);
     if (!c.ok) return fail_size(dg);

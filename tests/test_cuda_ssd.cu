@@ -8,8 +8,11 @@
  * every gradient or a random subset: y and final_state, then dx, ddt, dA, dB, dC, dD, dz, ddt_bias,
  * dinitial_state against selscan_ssd_forward_ref / _backward_ref (relative L2 error a tensor),
  * outputs poisoned first (an unwritten element is a NaN there: fails), the backward run twice and
- * compared bitwise (deterministic), NaN in x gives NaN wherever the reference has one. Host-side
- * refusals run without a GPU. Last line: "N passed, N failed". SELSCAN_TEST_QUICK=1: fewer cases.
+ * compared bitwise (deterministic), NaN in x gives NaN wherever the reference has one. Then the
+ * same on a smaller device's shared memory, emulated (ssd_smem_cap_test: sm_75's 64 KiB, sm_86 /
+ * sm_89's 99 KiB): the tiles shrink to fit, and the backward the smallest tile cannot hold is
+ * refused (SELSCAN_RULE_SHARED_MEMORY) with its outputs untouched. Host-side refusals and the
+ * plans' arithmetic run without a GPU. Last line: "N passed, N failed". SELSCAN_TEST_QUICK=1: fewer cases.
  */
 #define SELSCAN_IMPLEMENTATION
 #define SELSCAN_CUDA_IMPLEMENTATION
@@ -181,13 +184,45 @@ static void host_checks() {
     CHECK(selscan_ssd_backward_cuda(&p, &g, NULL, NULL, 0, 0) == SELSCAN_ERR_WORKSPACE, "backward without its workspace");
 }
 
+/* the emulated device's opt-in limit (0: the device's own), and dstate forced by its cases (0: random) */
+static int g_cap = 0, g_force_N = 0;
+/* the documented refusal: the backward at dstate 257-512 with headdim > 8 on 64 KiB devices */
+static bool smem_refused(int N, int P) { return g_cap == 65536 && N > 256 && P > 8; }
+
+/* The plans' shared memory against each limit: within it, and the 64 KiB plan of the Mamba2-130m
+   backward (dstate 128, headdim 64) a smaller tile than the default's (so the emulated cases run
+   other tiles than the rest) */
+static void plan_checks() {
+    using namespace selscan_cuda_detail;
+    const int caps[3] = {65536 - 64, 101376 - 64, 100 * 1024};
+    const int Ns[6] = {16, 32, 64, 128, 256, 512}, Ps[4] = {1, 8, 9, 64};
+    for (int c = 0; c < 3; c++)
+        for (int n : Ns)
+            for (int pp : Ps)
+                for (int bwd = 0; bwd < 2; bwd++) {
+                    selscan__sprob q;
+                    memset(&q, 0, sizeof q);
+                    q.batch = 1; q.H = 1; q.N = n; q.P = pp;
+                    ssd_plan pl;
+                    CHECK(ssd_make_plan(q, bwd, pl, caps[c]), "plan N %d P %d", n, pp);
+                    const bool over = c == 0 && bwd && n > 256 && pp > 8; /* smem_refused's rule */
+                    CHECK((pl.smem > pl.cap) == over && pl.TT >= 4, "plan cap %d N %d P %d bwd %d: smem %d TT %d", caps[c], n, pp, bwd, pl.smem, pl.TT);
+                }
+    selscan__sprob q;
+    memset(&q, 0, sizeof q);
+    q.batch = 1; q.H = 1; q.N = 128; q.P = 64;
+    ssd_plan big, small;
+    CHECK(ssd_make_plan(q, true, big, 100 * 1024) && ssd_make_plan(q, true, small, 65536 - 64) && big.smem > 65536 - 64 && small.TT < big.TT,
+          "130m backward: %d B at TT %d, at 64 KiB TT %d", big.smem, big.TT, small.TT);
+}
+
 /* One random problem: forward and backward on CUDA against the reference. */
 static void run_case(int ci, bool quick) {
     const selscan_dtype dts[3] = {SELSCAN_F32, SELSCAN_F16, SELSCAN_BF16};
     const selscan_dtype dt = dts[ci % 3];
     const int Ns[] = {1, 5, 16, 24, 64, 100, 128, 200, 256, 512};
     const int Ps[] = {1, 3, 16, 33, 64, 70, 130};
-    const int N = Ns[irand(0, quick ? 8 : 9)], P = Ps[irand(0, 6)];
+    const int N = g_force_N ? g_force_N : Ns[irand(0, quick ? 8 : 9)], P = Ps[irand(0, 6)];
     const int G = irand(1, 2), H = G * irand(1, 3);
     const int pack = irand(0, 4); /* 0, 1, 2: none; 3: seq_idx; 4: cu_seqlens */
     const int64_t batch = pack == 4 ? 1 : irand(1, 3);
@@ -268,8 +303,8 @@ static void run_case(int ci, bool quick) {
         ext.cu_seqlens_device = cu_dev;
     }
     char what[320];
-    snprintf(what, sizeof what, "lpad %lld case %d: dt %d batch %lld L %lld H %d G %d P %d N %d flags %u D %d z %d bias %d pack %d h0 %d hT %d strided %d lead %d xgap %d nan %d",
-             (long long)lpad, ci, (int)dt, (long long)batch, (long long)L, H, G, P, N, p.flags, hasD + Dhd, hasz, hasbias, pack, hash0, hashT, strided, lead, xgap,
+    snprintf(what, sizeof what, "cap %d lpad %lld case %d: dt %d batch %lld L %lld H %d G %d P %d N %d flags %u D %d z %d bias %d pack %d h0 %d hT %d strided %d lead %d xgap %d nan %d",
+             g_cap, (long long)lpad, ci, (int)dt, (long long)batch, (long long)L, H, G, P, N, p.flags, hasD + Dhd, hasz, hasbias, pack, hash0, hashT, strided, lead, xgap,
              nan_case);
     /* forward */
     size_t ws_bytes = 0;
@@ -333,6 +368,24 @@ static void run_case(int ci, bool quick) {
     std::vector<std::vector<unsigned char>> first(9);
     for (int rep = 0; rep < 2; rep++) {
         for (Ten *t : gouts) if (t->given) CU(cudaMemset(t->d, 0xFF, t->alloc * t->es()));
+        if (smem_refused(N, P)) {
+            selscan_diag dg;
+            memset(&dg, 0, sizeof dg);
+            pd.diag = &dg;
+            st = selscan_ssd_backward_cuda(&pd, &gd, &ext, dws, cws, 0);
+            pd.diag = NULL;
+            CHECK(st == SELSCAN_ERR_UNSUPPORTED && dg.code == SELSCAN_RULE_SHARED_MEMORY && dg.operand && strcmp(dg.operand, "dstate") == 0,
+                  "%s: refused backward: status %d rule %d", what, (int)st, (int)dg.code);
+            CU(cudaDeviceSynchronize());
+            for (Ten *t : gouts) {
+                if (!t->given) continue;
+                const std::vector<unsigned char> got = t->down();
+                bool same = true;
+                for (size_t i = 0; i < got.size(); i++) same = same && got[i] == 0xFF;
+                CHECK(same, "%s: refused backward wrote an output", what);
+            }
+            break;
+        }
         st = selscan_ssd_backward_cuda(&pd, &gd, &ext, dws, cws, 0);
         CHECK(st == SELSCAN_OK, "%s: cuda backward status %d", what, (int)st);
         CU(cudaDeviceSynchronize());
@@ -368,11 +421,21 @@ static void run_case(int ci, bool quick) {
 
 int main() {
     host_checks();
+    plan_checks();
     int ndev = 0;
     if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev == 0) return report_no_gpu("test_cuda_ssd");
     const bool quick = getenv("SELSCAN_TEST_QUICK") != NULL;
     const int ncases = getenv("SELSCAN_TEST_CASES") ? atoi(getenv("SELSCAN_TEST_CASES")) : quick ? 60 : 400;
     for (int ci = 0; ci < ncases; ci++) run_case(ci, quick);
+    const int caps[2] = {65536, 101376}, capN[4] = {64, 128, 256, 512};
+    for (int c = 0; c < 2; c++) {
+        g_cap = selscan_cuda_detail::ssd_smem_cap_test = caps[c];
+        for (int i = 0; i < (quick ? 12 : 40); i++) {
+            g_force_N = capN[i % 4];
+            run_case(ncases + c * 100 + i, quick);
+        }
+    }
+    g_cap = selscan_cuda_detail::ssd_smem_cap_test = g_force_N = 0;
     printf("test_cuda_ssd: worst relative errors:");
     for (int i = 0; i < 11; i++) printf(" %s %.2g", g_names[i], g_worst.v[i]);
     printf("\n%d passed, %d failed\n", g_pass, g_fail);
