@@ -11,6 +11,9 @@ Backends (--backends, compared in the same run on the same weights and inputs):
                 over L in the scan. Timed for training at a short L only (--torch-train-len)
   selscan-lvl0  (optional) selscan with mamba_inner_fn(checkpoint_lvl=0): the block keeps its conv
                 output, delta and the scan's checkpoint (more memory, no recomputation)
+  selscan-ssd   (Mamba-2 models) as selscan, and selscan's own SSD scan in training where mamba_ssm is
+                installed too (use_in_transformers() keeps mamba_ssm's Triton SSD then): what a user
+                without mamba_ssm trains on
   selscan-scan  (optional) selscan's v0.2 drop-in: only the scan and the step rebound in transformers,
                 its unfused path around them with PyTorch's conv (what a user got before the block)
 
@@ -55,7 +58,10 @@ Cases (--cases):
               bf16-autocast training step (use_cache=False; torch at --torch-train-len beside the
               others), under "gen" greedy generate in the first --gen-dtypes dtype (ids compared
               with mamba_ssm's and torch's). mamba_ssm here is transformers' own unfused Jamba / Zamba
-              forward on mamba_ssm + causal_conv1d (its mixers have no fused branch)
+              forward on mamba_ssm + causal_conv1d (its mixers have no fused branch).
+              --models mamba2-130m,mamba2-1.3b: Mamba2ForCausalLM at Mamba2-130m's / 1.3b's shapes
+              (24 / 48 layers, headdim 64, dstate 128, chunk 256; batch 8 / 4 x 2048) the same way;
+              mamba_ssm = its fused Triton training path and Triton decode step, selscan-ssd above
 Models: 130m shape (hidden 768, 24 layers, state 16, expand 2, conv 4, vocab 50280), training batch
 8 x 2048; 1.4b shape (hidden 2048, 48 layers), training batch 4 x 2048. jamba-small: hidden 1024, 8
 layers (2 attention, MLPs, no experts), vocab 32000; zamba-small: hidden 1024, 13 Mamba layers (2
@@ -1036,8 +1042,27 @@ HYBRID_MODELS = {  # name: (module, model class, config class, config, quick con
                          num_key_value_heads=4, n_mamba_heads=2, attn_layer_period=2, attn_layer_offset=1,
                          vocab_size=512),
                     4, 2048),
+    # Mamba-2 (issue 40): Mamba2-130m's and 1.3b's shapes (headdim 64, dstate 128, chunk 256)
+    "mamba2-130m": ("transformers.models.mamba2.modeling_mamba2", "Mamba2ForCausalLM", "Mamba2Config",
+                    dict(hidden_size=768, num_hidden_layers=24, num_heads=24, head_dim=64, expand=2, state_size=128,
+                         n_groups=1, chunk_size=256, conv_kernel=4, vocab_size=50288),
+                    dict(hidden_size=64, num_hidden_layers=2, num_heads=4, head_dim=32, expand=2, state_size=16,
+                         n_groups=1, chunk_size=16, conv_kernel=4, vocab_size=512),
+                    8, 2048),
+    "mamba2-1.3b": ("transformers.models.mamba2.modeling_mamba2", "Mamba2ForCausalLM", "Mamba2Config",
+                    dict(hidden_size=2048, num_hidden_layers=48, num_heads=64, head_dim=64, expand=2, state_size=128,
+                         n_groups=1, chunk_size=256, conv_kernel=4, vocab_size=50288),
+                    dict(hidden_size=64, num_hidden_layers=2, num_heads=4, head_dim=32, expand=2, state_size=16,
+                         n_groups=1, chunk_size=16, conv_kernel=4, vocab_size=512),
+                    4, 2048),
 }
 HYBRID_KERNELS = ["mamba_selective_scan", "mamba_selective_state_update", "causal_conv1d_fn", "causal_conv1d_update"]
+MAMBA2_KERNELS = ["mamba2_chunk_scan", "mamba2_split_conv1d_scan_combined", "mamba2_selective_state_update",
+                  "causal_conv1d_fn", "causal_conv1d_update"]
+
+
+def is_mamba2(mod):
+    return mod.__name__.endswith("modeling_mamba2")
 
 
 class HybridBackend:
@@ -1045,15 +1070,17 @@ class HybridBackend:
 
     def __init__(self, name, mod):
         self.name, self.mod = name, mod
-        self.orig = {n: getattr(mod, n) for n in HYBRID_KERNELS}
+        self.orig = {n: getattr(mod, n) for n in (MAMBA2_KERNELS if is_mamba2(mod) else HYBRID_KERNELS)}
         self.resolved = {n: fn_name(f) for n, f in self.orig.items()}
 
     def available(self):
-        if self.name == "mamba_ssm":
-            mods = [r.split(".")[0] for r in self.resolved.values()]
-            ok = mods[:2] == ["mamba_ssm"] * 2 and mods[2:] == ["causal_conv1d"] * 2
+        if self.name == "mamba_ssm":  # every name on its peer: causal_conv1d's on causal_conv1d, the rest mamba_ssm
+            ok = all(r.split(".")[0] == ("causal_conv1d" if n.startswith("causal_conv1d") else "mamba_ssm")
+                     for n, r in self.resolved.items())
             return None if ok else f"transformers resolved {self.resolved}"
-        if self.name == "selscan":
+        if self.name == "selscan-ssd" and not is_mamba2(self.mod):
+            return "a Mamba-2 backend"
+        if self.name in ("selscan", "selscan-ssd"):
             integ = selscan_integrations()
             return None if integ is not None and hasattr(integ, "use_in_transformers") else "no selscan_torch"
         return None if self.name == "torch" else "not a hybrid backend"
@@ -1067,12 +1094,17 @@ class HybridBackend:
         if self.name == "torch":
             for n, f in self.orig.items():
                 setattr(self.mod, n, inspect.unwrap(f))
-        elif self.name == "selscan":
-            selscan_integrations().use_in_transformers(True)
+        elif self.name in ("selscan", "selscan-ssd"):
+            integ = selscan_integrations()
+            integ.use_in_transformers(True)
+            if self.name == "selscan-ssd":  # selscan's SSD kernels in training even where mamba_ssm is installed
+                # (use_in_transformers keeps mamba_ssm's Triton SSD then): what a user without mamba_ssm runs
+                self.mod.mamba2_chunk_scan = integ._m2_chunk_scan(self.orig["mamba2_chunk_scan"], False)
+                self.mod.mamba2_split_conv1d_scan_combined = lambda *a, **k: None  # the mixer's unfused path
         return self
 
     def __exit__(self, *exc):
-        if self.name == "selscan":
+        if self.name in ("selscan", "selscan-ssd"):
             selscan_integrations().use_in_transformers(False)
         self.restore()
         return False
@@ -1083,8 +1115,8 @@ def build_hybrid(name, dtype=torch.float32):
     modname, cls, cfg_cls, full, quick, _, _ = HYBRID_MODELS[name]
     mod = importlib.import_module(modname)
     torch.manual_seed(0)
-    cfg = getattr(mod, cfg_cls)(mamba_d_state=16, mamba_expand=2, mamba_d_conv=4, pad_token_id=0, bos_token_id=0,
-                                eos_token_id=0, **(quick if ARGS.quick else full))
+    common = {} if is_mamba2(mod) else dict(mamba_d_state=16, mamba_expand=2, mamba_d_conv=4)
+    cfg = getattr(mod, cfg_cls)(pad_token_id=0, bos_token_id=0, eos_token_id=0, **common, **(quick if ARGS.quick else full))
     with torch.device(ARGS.device):
         model = getattr(mod, cls)(cfg)
     model.to(device=ARGS.device, dtype=dtype)
@@ -1104,7 +1136,7 @@ def case_hybrid(name):
     mod, model = build_hybrid(name)
     bks = []
     for n in ARGS.backends:
-        if n not in ("selscan", "mamba_ssm", "torch"):
+        if n not in ("selscan", "selscan-ssd", "mamba_ssm", "torch"):
             continue
         b = HybridBackend(n, mod)
         why = b.available()
