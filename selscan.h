@@ -2528,8 +2528,8 @@ static SELSCAN__MAYBE_UNUSED selscan_status selscan__ssd_sizes1(const selscan_ss
     SELSCAN__SIZE_RULE(d, "dstate", p->dstate, empty);
     if (G <= 0 || p->nheads % G != 0) SELSCAN__FAIL(d, SELSCAN_ERR_SHAPE, "n_groups", NOT_DIVIDING_NHEADS);
     /* written so that a NaN fails too */
-    if ((p->flags & SELSCAN_SSD_DT_LIMIT) && !(p->dt_min <= p->dt_max))
-        SELSCAN__FAIL(d, SELSCAN_ERR_SHAPE, "dt_min", DT_LIMIT);
+    if ((p->flags & SELSCAN_SSD_DT_LIMIT) && !(p->dt_min <= p->dt_max)) /* the NaN one named, else dt_min */
+        SELSCAN__FAIL(d, SELSCAN_ERR_SHAPE, p->dt_max != p->dt_max && p->dt_min == p->dt_min ? "dt_max" : "dt_min", DT_LIMIT);
     return SELSCAN_OK;
 }
 

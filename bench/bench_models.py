@@ -82,7 +82,7 @@ in this order, mamba-lm 1.4b, 1.4b inference, mamba-lm 130m, 130m inference: tra
   export PYTHONUNBUFFERED=1 MAX_JOBS=16; (cd bindings/torch && python3 setup.py build_ext --inplace \
     >$OUT/selscan_build.log 2>&1; echo "selscan_torch build rc=$? at ${SECONDS}s") & \
   bash .peer/build_peers.sh >$OUT/build_peers.log 2>&1; echo "peers rc=$? at ${SECONDS}s"; wait; \
-  grep -a "build_peers\|usable\|err" $OUT/build_peers.log; \
+  grep -a "build_peers\\|usable\\|err" $OUT/build_peers.log; \
   PYTHONPATH=/tmp/peers:bindings/torch python3 bench/bench_models.py --deadline-s $((570-SECONDS)) \
     --out $OUT/bench_models.json --md $OUT/bench_models.md 2>&1 | tee $OUT/bench_models.log
 

@@ -1403,7 +1403,8 @@ static void validation_tests(void) {
     CASE(p.flags |= 0x80000000u, SELSCAN_ERR_UNSUPPORTED, "flags", UNKNOWN_FLAG, F_ALL);
     CASE((p.dt_min = 2.0f, p.dt_max = 1.0f), SELSCAN_ERR_SHAPE, "dt_min", DT_LIMIT, F_ALL);
     CASE(p.dt_min = NAN, SELSCAN_ERR_SHAPE, "dt_min", DT_LIMIT, F_ALL);
-    CASE(p.dt_max = NAN, SELSCAN_ERR_SHAPE, "dt_min", DT_LIMIT, F_ALL);
+    CASE(p.dt_max = NAN, SELSCAN_ERR_SHAPE, "dt_max", DT_LIMIT, F_ALL); /* the NaN one named */
+    CASE((p.dt_min = NAN, p.dt_max = NAN), SELSCAN_ERR_SHAPE, "dt_min", DT_LIMIT, F_ALL);
     CASE((p.dt_min = -INFINITY, p.dt_max = INFINITY), SELSCAN_OK, NULL, NONE, F_VAL | F_VALG | F_WSF | F_WSB);
     CASE((p.dt_min = 2.0f, p.dt_max = 1.0f, p.flags &= ~SELSCAN_SSD_DT_LIMIT), SELSCAN_OK, NULL, NONE, F_VAL | F_WSF);
     CASE((p.flags &= ~SELSCAN_SSD_D_HEADDIM), SELSCAN_OK, NULL, NONE, F_VAL); /* D (H) is in D (H, P)'s memory */

@@ -311,6 +311,7 @@ constexpr NameMap kSsdNames[] = {{"y", "out"},
                                  {"n_groups", "B"},
                                  {"batch", "x"},
                                  {"dt_min", "dt_limit (dt_min, dt_max)"},
+                                 {"dt_max", "dt_limit (dt_min, dt_max)"},
                                  {"n_seqs", "cu_seqlens"}};
 
 inline const char* WhereOf(Op op) {

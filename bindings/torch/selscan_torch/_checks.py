@@ -27,6 +27,12 @@ from . import _C  # the common layer's checks (check_args), ElementsMeet, error 
 _INT32_MIN, _INT32_MAX = -(2**31), 2**31 - 1
 # integer dtypes taken for offsets and row indices (torch's uint16 / 32 / 64 lack the ops needed)
 _INDEX_DTYPES = (torch.int8, torch.int16, torch.int32, torch.int64, torch.uint8)
+
+
+def index_dtype(t, name, note=""):
+    """t's dtype one of _INDEX_DTYPES (note: what the argument holds, e.g. "int64 offsets")"""
+    _type(t.dtype in _INDEX_DTYPES, name, " must be an integer tensor (int8 / 16 / 32 / 64 or uint8", note,
+          "; torch's uint16 / 32 / 64 lack the ops needed), got ", t.dtype)
 _EXCEPTIONS = {"ValueError": ValueError, "TypeError": TypeError, "NotImplementedError": NotImplementedError,
                "RuntimeError": RuntimeError}
 
@@ -254,8 +260,7 @@ def host_offsets(cu_seqlens):
     if isinstance(cu_seqlens, torch.Tensor):
         _value(cu_seqlens.device.type != "meta", "cu_seqlens is a meta tensor, but its values are read on the "
                "host: pass a CPU tensor or a list of ints")
-        _type(cu_seqlens.dtype in _INDEX_DTYPES, "cu_seqlens must be an integer tensor (int64 offsets), got ",
-              cu_seqlens.dtype)
+        index_dtype(cu_seqlens, "cu_seqlens", ": int64 offsets")
         # selscan validates the offsets on the host: a CUDA tensor is copied back (a sync)
         return cu_seqlens.to(device="cpu", dtype=torch.int64)
     _type(isinstance(cu_seqlens, (list, tuple)), "cu_seqlens must be a tensor or a list of ints, got ",
@@ -270,7 +275,7 @@ def host_offsets(cu_seqlens):
 def int_arg(t, name, shape, what):
     """t an integer tensor of shape shape (what: its description), e.g. the conv update's cache_seqlens."""
     tensor_arg(t, name)
-    _type(t.dtype in _INDEX_DTYPES, name, " must be an integer tensor, got ", t.dtype)
+    index_dtype(t, name)
     _value(tuple(t.shape) == tuple(shape), name, " must have shape ", what, " = ", list(shape), ", got ", _shape(t))
 
 
@@ -282,7 +287,7 @@ def state_rows(idx, n_cache, name="state_batch_indices", where="step", state="st
     n_cache stays out of range, which the op refuses on the CPU (its rule: every entry below n_cache, no
     row twice) and selscan's CUDA kernels treat as padding (no sync)."""
     tensor_arg(idx, name)
-    _type(idx.dtype in _INDEX_DTYPES, name, " must be an integer tensor, got ", idx.dtype)
+    index_dtype(idx, name)
     if idx.dtype == torch.int32:
         return idx
     if state_tensor is not None:  # narrowed below: a copy

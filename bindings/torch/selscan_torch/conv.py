@@ -227,8 +227,7 @@ def causal_conv1d_fn(x, weight, bias=None, seq_idx=None, initial_states=None, re
         initial_states = _checks.cast(initial_states, "initial_states", x.dtype)
     if seq_idx is not None:
         _checks.tensor_arg(seq_idx, "seq_idx")
-        _checks._type(seq_idx.dtype in _checks._INDEX_DTYPES, "seq_idx must be an integer tensor (int32 as "
-                      "causal_conv1d's), got ", seq_idx.dtype)
+        _checks.index_dtype(seq_idx, "seq_idx", ": int32 as causal_conv1d's")
         if cu_seqlens is not None:
             raise ValueError("selscan: seq_idx and cu_seqlens both given: pass one of them (argument 'seq_idx')")
         if return_final_states:

@@ -7,8 +7,9 @@ import torch.nn.functional as F
 
 
 def _softplus(x):
-    # selscan's (and mamba's) softplus: x above 20 passes through.
-    return torch.where(x > 20, x, torch.log1p(torch.exp(torch.clamp(x, max=20))))
+    # selscan's (and mamba's) softplus: x above 20 passes through. The log1p branch reads x only where
+    # it is taken (no overflow to feed the masked gradient; at exactly 20 its derivative, NaN for NaN)
+    return torch.where(x > 20, x, torch.log1p(torch.exp(torch.where(x > 20, torch.zeros_like(x), x))))
 
 
 def _expand_groups(t, dim):

@@ -185,8 +185,7 @@ def _args(x, dt, A, B, C, D, z, dt_bias, initial_states, seq_idx, cu_seqlens):
         args[name] = None if t is None else _checks.cast(t, name, dtype)
     if seq_idx is not None:
         _checks.tensor_arg(seq_idx, "seq_idx")
-        _checks._type(seq_idx.dtype in _checks._INDEX_DTYPES, "seq_idx must be an integer tensor (int32 as "
-                      "mamba_ssm's), got ", seq_idx.dtype)
+        _checks.index_dtype(seq_idx, "seq_idx", ": int32 as mamba_ssm's")
         if seq_idx.dtype != torch.int32 and seq_idx.dim() >= 1:
             seq_idx = run_ids(seq_idx)  # not narrowed: ids 2**32 apart would merge
     args["seq_idx"] = seq_idx
@@ -247,7 +246,7 @@ def mamba_chunk_scan_combined(x, dt, A, B, C, chunk_size=None, D=None, z=None, d
     last = nonempty[-1] if nonempty else len(cu) - 2
     final = fin[last:last + 1]
     if return_final_states and return_varlen_states:
-        return out, final, fin
+        return out, final.clone(), fin  # two tensors, as mamba_ssm's (a view would see the other's in-place writes)
     return (out, final) if return_final_states else (out, fin)
 
 

@@ -456,3 +456,45 @@ def test_seq_idx_of_wider_ints_keeps_its_boundaries():
         assert torch.equal(st.mamba_chunk_scan_combined(*args, seq_idx=torch.tensor(ids)), want)
     one = st.mamba_chunk_scan_combined(*args, seq_idx=torch.full((1, 7), 200, dtype=torch.uint8))
     assert torch.equal(one, st.mamba_chunk_scan_combined(*args))
+
+
+# ---- the thirteenth session's hostile user's findings, each a regression test ---------------------------
+
+
+def test_final_states_not_a_view_of_varlen_states():
+    a = _inputs(21, batch=1, L=10, cu=[0, 4, 10], init=False)
+    out, final, varlen = st.mamba_chunk_scan_combined(a["x"], a["dt"], a["A"], a["B"], a["C"], None,
+                                                      cu_seqlens=a["cu_seqlens"], return_final_states=True,
+                                                      return_varlen_states=True)
+    keep = varlen.clone()
+    final.zero_()  # e.g. a decode cache updated in place
+    assert torch.equal(varlen, keep) and keep[1].abs().max() > 0
+
+
+@pytest.mark.parametrize("dtype", [torch.uint16, torch.uint32, torch.uint64])
+def test_unsigned_index_dtypes_refused_with_the_reason(dtype):
+    a = _inputs(22, batch=1, L=4)
+    args = (a["x"], a["dt"], a["A"], a["B"], a["C"])
+    why = f"must be an integer tensor \\(int8 / 16 / 32 / 64 or uint8.*lack the ops needed\\), got {dtype}"
+    with pytest.raises(TypeError, match="seq_idx " + why):
+        st.mamba_chunk_scan_combined(*args, seq_idx=torch.zeros(1, 4, dtype=dtype))
+    with pytest.raises(TypeError, match="cu_seqlens " + why):
+        st.mamba_chunk_scan_combined(*args, cu_seqlens=torch.tensor([0, 4]).to(dtype))
+
+
+def test_reference_softplus_gradient_at_the_threshold_and_nan():
+    # the float64 oracle: d softplus / d x = sigmoid(x) at exactly 20 (its log1p branch), NaN for NaN
+    one = lambda *s: torch.ones(*s, dtype=torch.float64)  # noqa: E731
+    for v, want in ((19.999, 1 / (1 + math.exp(-19.999))), (20.0, 1 / (1 + math.exp(-20.0))), (20.001, 1.0)):
+        d = torch.full((1, 1, 1), v, dtype=torch.float64, requires_grad=True)
+        ssd_ref(one(1, 1, 1, 1), d, -one(1) * 1e-9, one(1, 1, 1, 1), one(1, 1, 1, 1), dt_softplus=True)[0].sum().backward()
+        assert abs(d.grad.item() - want) < 1e-6, (v, d.grad.item())
+    d = torch.full((1, 1, 1), math.nan, dtype=torch.float64, requires_grad=True)
+    ssd_ref(one(1, 1, 1, 1), d, -one(1), one(1, 1, 1, 1), one(1, 1, 1, 1), dt_softplus=True)[0].sum().backward()
+    assert math.isnan(d.grad.item())
+
+
+def test_nan_dt_max_named():
+    a = _inputs(23)
+    with pytest.raises(ValueError, match="argument 'dt_limit \\(dt_min, dt_max\\)'"):
+        st.mamba_chunk_scan_combined(a["x"], a["dt"], a["A"], a["B"], a["C"], dt_limit=(0.0, math.nan))
