@@ -1042,20 +1042,24 @@ HYBRID_MODELS = {  # name: (module, model class, config class, config, quick con
                          num_key_value_heads=4, n_mamba_heads=2, attn_layer_period=2, attn_layer_offset=1,
                          vocab_size=512),
                     4, 2048),
-    # Mamba-2 (issue 40): Mamba2-130m's and 1.3b's shapes (headdim 64, dstate 128, chunk 256)
-    "mamba2-130m": ("transformers.models.mamba2.modeling_mamba2", "Mamba2ForCausalLM", "Mamba2Config",
-                    dict(hidden_size=768, num_hidden_layers=24, num_heads=24, head_dim=64, expand=2, state_size=128,
-                         n_groups=1, chunk_size=256, conv_kernel=4, vocab_size=50288),
-                    dict(hidden_size=64, num_hidden_layers=2, num_heads=4, head_dim=32, expand=2, state_size=16,
-                         n_groups=1, chunk_size=16, conv_kernel=4, vocab_size=512),
-                    8, 2048),
-    "mamba2-1.3b": ("transformers.models.mamba2.modeling_mamba2", "Mamba2ForCausalLM", "Mamba2Config",
-                    dict(hidden_size=2048, num_hidden_layers=48, num_heads=64, head_dim=64, expand=2, state_size=128,
-                         n_groups=1, chunk_size=256, conv_kernel=4, vocab_size=50288),
-                    dict(hidden_size=64, num_hidden_layers=2, num_heads=4, head_dim=32, expand=2, state_size=16,
-                         n_groups=1, chunk_size=16, conv_kernel=4, vocab_size=512),
-                    4, 2048),
 }
+
+
+def _mamba2_entry(hidden, layers, batch):
+    """A Mamba2ForCausalLM entry of HYBRID_MODELS at a Mamba2 release's shape (headdim 64, dstate 128,
+    chunk 256, expand 2: hidden / 32 heads), with the one quick config."""
+    same = dict(expand=2, n_groups=1, conv_kernel=4)
+    return ("transformers.models.mamba2.modeling_mamba2", "Mamba2ForCausalLM", "Mamba2Config",
+            dict(hidden_size=hidden, num_hidden_layers=layers, num_heads=hidden // 32, head_dim=64, state_size=128,
+                 chunk_size=256, vocab_size=50288, **same),
+            dict(hidden_size=64, num_hidden_layers=2, num_heads=4, head_dim=32, state_size=16, chunk_size=16,
+                 vocab_size=512, **same),
+            batch, 2048)
+
+
+# Mamba-2 (issue 40): Mamba2-130m's and 1.3b's shapes
+HYBRID_MODELS["mamba2-130m"] = _mamba2_entry(768, 24, 8)
+HYBRID_MODELS["mamba2-1.3b"] = _mamba2_entry(2048, 48, 4)
 HYBRID_KERNELS = ["mamba_selective_scan", "mamba_selective_state_update", "causal_conv1d_fn", "causal_conv1d_update"]
 MAMBA2_KERNELS = ["mamba2_chunk_scan", "mamba2_split_conv1d_scan_combined", "mamba2_selective_state_update",
                   "causal_conv1d_fn", "causal_conv1d_update"]
