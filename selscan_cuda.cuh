@@ -5746,9 +5746,6 @@ struct ssd_plan {
     int NPT, PB, TT, nth, smem, cap; /* cap: the shared memory a block may take (ssd_smem_cap) */
     int64_t npsl, nwalk;
 };
-/* States a thread from N (N <= 512), channels a block (a power of two of channel groups, up to
-   8 in the forward, 16 in the backward: one slice a head where headdim allows), the tile from
-   the shared-memory budget */
 /* The dynamic shared memory a block of the current device may opt in to, less the kernels' static
    words, at most 100 KiB (sm_75: 64 KiB, sm_86 / sm_89: 99 KiB, sm_80 / sm_90: more); 100 KiB when it
    cannot be read (the launch then reports the device's error) */
@@ -5763,7 +5760,9 @@ static int ssd_smem_cap() {
     return v < kMax ? v : kMax;
 }
 
-/* cap: the tile's shared-memory budget (ssd_smem_cap; the workspace's size does not depend on it) */
+/* States a thread from N (N <= 512), channels a block (a power of two of channel groups, up to
+   8 in the forward, 16 in the backward: one slice a head where headdim allows), the tile from
+   cap, the shared-memory budget (ssd_smem_cap; the workspace's size does not depend on it) */
 static bool ssd_make_plan(const selscan__sprob &q, bool bwd, ssd_plan &pl, int cap) {
     pl.NPT = q.N <= 16 ? 1 : q.N <= 32 ? 2 : q.N <= 64 ? 4 : q.N <= 128 ? 8 : q.N <= 256 ? 16 : 32;
     const int PPT = ssd_ppt(pl.NPT), maxg = bwd ? 16 : 8;
