@@ -57,6 +57,7 @@
  *     conv_*_kernel        every other causal conv1d call (widths 2..4, any strides)   >>conv
  *     ssd_fwd_kernel       every SSD forward (dstate <= 512, any strides)             >>ssd-cuda
  *     ssd_bwd_kernel (+ ssd_dt, ssd_bc, ssd_param) every SSD backward                >>ssd-cuda
+ *                          (on 64 KiB devices, sm_75, dstate <= 256 where headdim > 8)
  *
  * TUNING MACROS: defined before the implementation's include, they set the kernels' register
  * budgets, states a thread and which instantiations are compiled; >>tuning is where each is set,
@@ -227,7 +228,8 @@ SELSCAN_DEF selscan_status selscan_conv_step_cuda(const selscan_conv_step_proble
    ext->cu_seqlens_device. ext may be NULL; the SSD entries use its cu_seqlens_device, cuda_error
    and (backward) workspace_alloc / workspace_ctx. dstate up to 512 (SELSCAN_ERR_UNSUPPORTED
    "dstate" above; on a device with 64 KiB of shared memory a block, sm_75, the backward up to 256
-   where headdim > 8: SELSCAN_RULE_SHARED_MEMORY). The forward needs no workspace; the backward needs
+   where headdim > 8: SELSCAN_RULE_SHARED_MEMORY; the size query refuses these as the call does, its
+   size the same on every device). The forward needs no workspace; the backward needs
    selscan_ssd_workspace_size_cuda() bytes at any address (per head and channel slice partials of
    dB / dC: 2 batch seqlen nheads dstate floats when both are asked for and one slice holds a
    head's channels (headdim <= 64 at dstate <= 128; ceil(headdim / PB) times that, PB 64 / 32 / 16
@@ -5744,24 +5746,23 @@ struct ssd_plan {
     int NPT, PB, TT, nth, smem, cap; /* cap: the shared memory a block may take (ssd_smem_cap) */
     int64_t npsl, nwalk;
 };
-/* States a thread from N (N <= 512), channels a block (a power of two of channel groups, up to
-   8 in the forward, 16 in the backward: one slice a head where headdim allows), the tile from
-   the shared-memory budget */
 /* The dynamic shared memory a block of the current device may opt in to, less the kernels' static
    words, at most 100 KiB (sm_75: 64 KiB, sm_86 / sm_89: 99 KiB, sm_80 / sm_90: more); 100 KiB when it
    cannot be read (the launch then reports the device's error) */
 static int ssd_smem_cap_test = 0; /* tests: a smaller device's opt-in limit, emulated (0: the device's own) */
 static int ssd_smem_cap() {
     constexpr int kMax = 100 * 1024;
-    int dev = 0, v = 0;
-    if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&v, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) != cudaSuccess)
-        return kMax;
+    static volatile int known[64];
+    int v = current_device_attr(cudaDevAttrMaxSharedMemoryPerBlockOptin, known);
+    if (v <= 0) return kMax;
     if (ssd_smem_cap_test > 0 && ssd_smem_cap_test < v) v = ssd_smem_cap_test;
     v -= 64;
     return v < kMax ? v : kMax;
 }
 
-/* cap: the tile's shared-memory budget (ssd_smem_cap; the workspace's size does not depend on it) */
+/* States a thread from N (N <= 512), channels a block (a power of two of channel groups, up to
+   8 in the forward, 16 in the backward: one slice a head where headdim allows), the tile from
+   cap, the shared-memory budget (ssd_smem_cap; the workspace's size does not depend on it) */
 static bool ssd_make_plan(const selscan__sprob &q, bool bwd, ssd_plan &pl, int cap) {
     pl.NPT = q.N <= 16 ? 1 : q.N <= 32 ? 2 : q.N <= 64 ? 4 : q.N <= 128 ? 8 : q.N <= 256 ? 16 : 32;
     const int PPT = ssd_ppt(pl.NPT), maxg = bwd ? 16 : 8;
@@ -5847,10 +5848,11 @@ static void ssd_fill(ssd_params &P, const selscan__sprob &q, const ssd_plan &pl,
     SELSCAN__SSD_OPERANDS(SELSCAN__CUDA_CT, (&q))
 }
 
-/* validation of a call's launch sizes: dstate (its limit, the smallest tile's shared memory), the grid */
+/* validation of a call's launch sizes (the size queries' too): dstate (its limit; the smallest tile's
+   shared memory, where the call launches a walk), the grid */
 static selscan_status ssd_check_launch(const selscan__sprob &q, const ssd_plan &pl, int64_t walks, selscan_diag *dg) {
     if (q.N > 512) return fail(dg, SELSCAN_ERR_UNSUPPORTED, "dstate", SELSCAN_RULE_DSTATE_CUDA);
-    if (pl.smem > pl.cap) return fail(dg, SELSCAN_ERR_UNSUPPORTED, "dstate", SELSCAN_RULE_SHARED_MEMORY);
+    if (walks > 0 && pl.smem > pl.cap) return fail(dg, SELSCAN_ERR_UNSUPPORTED, "dstate", SELSCAN_RULE_SHARED_MEMORY);
     sizecalc c;
     const int64_t grid = c.mul(pl.nwalk, walks), dtw = c.mul(q.batch, q.H, 32), hp = c.mul(q.H, q.P);
     if (!c.ok) return fail_size(dg);
@@ -5894,18 +5896,18 @@ static selscan_status ssd_backward_begin(const selscan_ssd_problem *p, const sel
     selscan_status st;
     if ((st = selscan__ssd_validate_backward(p, g, &q, &r, NULL, 0, NULL, 0)) != SELSCAN_OK) return st;
     selscan_diag *dg = p->diag;
-    if (!ssd_make_plan(q, true, pl, size_only ? 100 * 1024 : ssd_smem_cap())) return fail_size(dg);
+    if (!ssd_make_plan(q, true, pl, ssd_smem_cap())) return fail_size(dg);
     ssd_ws w;
-    if (!ssd_ws_layout(q, r, pl, w)) return fail_size(dg);
+    if (!ssd_ws_layout(q, r, pl, w)) return fail_size(dg); /* (its size does not depend on the tile) */
+    const bool need_dt = r.ddelta.data || r.dA.data || r.ddt_bias.data; /* the walks the call runs */
+    const int walks = (r.dC.data || r.dz.data || need_dt) + (r.dx.data || r.dB.data || r.dinitial_state.data || r.dD.data || need_dt);
+    if ((st = ssd_check_launch(q, pl, walks, dg)) != SELSCAN_OK) return st; /* the size query refuses what the call would */
     if (size_only) {
         *need_out = w.total;
         return SELSCAN_OK;
     }
     const selscan__ten *outs[] = {SELSCAN__SSD_GRAD_OPERANDS(SELSCAN__OPD_OUTS, (&r))};
     if ((st = check_cu(q, x, outs, SELSCAN__COUNT(outs), dg)) != SELSCAN_OK) return st;
-    const bool need_dt = r.ddelta.data || r.dA.data || r.ddt_bias.data; /* the walks the call runs */
-    const int walks = (r.dC.data || r.dz.data || need_dt) + (r.dx.data || r.dB.data || r.dinitial_state.data || r.dD.data || need_dt);
-    if ((st = ssd_check_launch(q, pl, walks, dg)) != SELSCAN_OK) return st;
     char *ws;
     if ((st = take_workspace(x, w.total, &workspace, &bytes, dg)) != SELSCAN_OK) return st;
     if ((st = check_workspace(workspace, bytes, w.total, &ws, dg)) != SELSCAN_OK) return st;
@@ -5961,9 +5963,12 @@ static selscan_status ssd_backward(const selscan_ssd_problem *p, const selscan_s
 
 static selscan_status ssd_workspace_size(const selscan_ssd_problem *p, const selscan_ssd_grads *g, size_t *bytes) {
     if (!bytes) return selscan__fail(p ? p->diag : NULL, SELSCAN_ERR_NULL, "bytes", SELSCAN_RULE_MISSING);
-    if (!g) { /* the forward needs none */
+    if (!g) { /* the forward needs none; refused as the forward refuses */
         selscan__sprob q;
-        const selscan_status st = selscan__ssd_validate_forward(p, &q, NULL, 0, NULL, 0);
+        ssd_plan pl;
+        selscan_status st = selscan__ssd_validate_forward(p, &q, NULL, 0, NULL, 0);
+        if (st == SELSCAN_OK && !ssd_make_plan(q, false, pl, ssd_smem_cap())) st = fail_size(p->diag);
+        if (st == SELSCAN_OK) st = ssd_check_launch(q, pl, 1, p->diag);
         if (st == SELSCAN_OK) *bytes = 0;
         return st;
     }

@@ -25,23 +25,14 @@
 #include <vector>
 #include <algorithm>
 
-#include "cuda_check.h" /* g_pass / g_fail, CHECK, CU */
+#define CUDA_CHECK_SEED 0x5e15ca4ull /* urand / irand's */
+#include "cuda_check.h" /* g_pass / g_fail, CHECK, CU, urand / irand */
 
 /* Tolerances: relative error ||gpu - cpu|| / ||cpu|| of a dt-typed output (the GPU's exp is
    ex2.approx and its sums run in another order): f32 as measured; f16 / bf16 by tc_tol_lowp with
    k = 2, both sides round their own f32 value to dt (an f32 output of a T problem: no rounding). */
 static double tol_of(selscan_dtype dt, int grad) { return tc_tol_lowp(dt, grad ? 2e-4 : 5e-5, 2); }
 
-static uint64_t g_rng = 0x5e15ca4ull;
-static double urand(double lo, double hi) {
-    g_rng += 0x9e3779b97f4a7c15ull;
-    uint64_t z = g_rng;
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    z ^= z >> 31;
-    return lo + (hi - lo) * (double)(z >> 11) / 9007199254740992.0;
-}
-static int irand(int lo, int hi) { return lo + (int)(urand(0, 1) * (hi - lo + 1)) % (hi - lo + 1); }
 
 /* A tensor living on host and device with the same strides. */
 struct Ten {

@@ -27,18 +27,9 @@
 #include <algorithm>
 #include <vector>
 
-#include "cuda_check.h" /* g_pass / g_fail, CHECK, CU */
+#define CUDA_CHECK_SEED 0xc0417d1ull /* urand / irand's */
+#include "cuda_check.h" /* g_pass / g_fail, CHECK, CU, urand / irand */
 
-static uint64_t g_rng = 0xc0417d1ull;
-static double urand(double lo, double hi) {
-    g_rng += 0x9e3779b97f4a7c15ull;
-    uint64_t z = g_rng;
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    z ^= z >> 31;
-    return lo + (hi - lo) * (double)(z >> 11) / 9007199254740992.0;
-}
-static int irand(int lo, int hi) { return lo + (int)(urand(0, 1) * (hi - lo + 1)) % (hi - lo + 1); }
 
 /* A tensor on the host (h) and the device (d), same layout; the allocation holds the tensor at
    element offset base. */

@@ -26,18 +26,9 @@
 #include <algorithm>
 #include <vector>
 
-#include "cuda_check.h" /* g_pass / g_fail, CHECK, CU */
+#define CUDA_CHECK_SEED 0x55d0c0dull /* urand / irand's */
+#include "cuda_check.h" /* g_pass / g_fail, CHECK, CU, urand / irand */
 
-static uint64_t g_rng = 0x55d0c0dull;
-static double urand(double lo, double hi) {
-    g_rng += 0x9e3779b97f4a7c15ull;
-    uint64_t z = g_rng;
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    z ^= z >> 31;
-    return lo + (hi - lo) * (double)(z >> 11) / 9007199254740992.0;
-}
-static int irand(int lo, int hi) { return lo + (int)(urand(0, 1) * (hi - lo + 1)) % (hi - lo + 1); }
 
 /* A tensor of up to 4 dims on the host (h) and the device (d), same layout. */
 struct Ten {
@@ -169,6 +160,14 @@ static void host_checks() {
         memset(&dg, 0, sizeof dg);
         q.diag = &dg;
         CHECK(selscan_ssd_forward_cuda(&q, NULL, 0) == SELSCAN_ERR_UNSUPPORTED && strcmp(dg.operand, "dstate") == 0, "dstate 513: %s", dg.operand);
+        /* the size queries refuse it too, their answer untouched */
+        static float dyb[64], dBb[2 * 2 * 513];
+        selscan_ssd_grads g2;
+        memset(&g2, 0, sizeof g2);
+        g2.dy.data = dyb; g2.dB.data = dBb;
+        size_t b1 = 7, b2 = 7;
+        CHECK(selscan_ssd_workspace_size_cuda(&q, NULL, &b1) == SELSCAN_ERR_UNSUPPORTED && b1 == 7, "dstate 513: forward size query");
+        CHECK(selscan_ssd_workspace_size_cuda(&q, &g2, &b2) == SELSCAN_ERR_UNSUPPORTED && b2 == 7, "dstate 513: backward size query");
     }
     int64_t cu[3] = {0, 1, 2};
     q = p; q.cu_seqlens = cu; q.n_seqs = 2;
@@ -185,7 +184,7 @@ static void host_checks() {
 }
 
 /* the emulated device's opt-in limit (0: the device's own), and dstate forced by its cases (0: random) */
-static int g_cap = 0, g_force_N = 0;
+static int g_cap = 0, g_force_N = 0, g_force_P = 0, g_refusals = 0;
 /* the documented refusal: the backward at dstate 257-512 with headdim > 8 on 64 KiB devices */
 static bool smem_refused(int N, int P) { return g_cap == 65536 && N > 256 && P > 8; }
 
@@ -206,7 +205,8 @@ static void plan_checks() {
                     ssd_plan pl;
                     CHECK(ssd_make_plan(q, bwd, pl, caps[c]), "plan N %d P %d", n, pp);
                     const bool over = c == 0 && bwd && n > 256 && pp > 8; /* smem_refused's rule */
-                    CHECK((pl.smem > pl.cap) == over && pl.TT >= 4, "plan cap %d N %d P %d bwd %d: smem %d TT %d", caps[c], n, pp, bwd, pl.smem, pl.TT);
+                    CHECK((pl.smem > pl.cap) == over && (over ? pl.TT == 4 : pl.TT == 32 || 4 * ssd_layout(2 * pl.TT, 16 * pl.NPT, pl.PB, pl.nth / 32, bwd).total > pl.cap),
+                          "plan cap %d N %d P %d bwd %d: smem %d TT %d", caps[c], n, pp, bwd, pl.smem, pl.TT);
                 }
     selscan__sprob q;
     memset(&q, 0, sizeof q);
@@ -222,7 +222,7 @@ static void run_case(int ci, bool quick) {
     const selscan_dtype dt = dts[ci % 3];
     const int Ns[] = {1, 5, 16, 24, 64, 100, 128, 200, 256, 512};
     const int Ps[] = {1, 3, 16, 33, 64, 70, 130};
-    const int N = g_force_N ? g_force_N : Ns[irand(0, quick ? 8 : 9)], P = Ps[irand(0, 6)];
+    const int N = g_force_N ? g_force_N : Ns[irand(0, quick ? 8 : 9)], P = g_force_P ? g_force_P : Ps[irand(0, 6)];
     const int G = irand(1, 2), H = G * irand(1, 3);
     const int pack = irand(0, 4); /* 0, 1, 2: none; 3: seq_idx; 4: cu_seqlens */
     const int64_t batch = pack == 4 ? 1 : irand(1, 3);
@@ -362,13 +362,18 @@ static void run_case(int ci, bool quick) {
     for (Ten *t : gouts) t->poison();
     CHECK(selscan_ssd_backward_ref(&ph, &gh, ws.data(), ws.size()) == SELSCAN_OK, "%s: reference backward", what);
     size_t cws = 0;
-    CHECK(selscan_ssd_workspace_size_cuda(&pd, &gd, &cws) == SELSCAN_OK, "%s: cuda ws", what);
+    bool any_grad = false;
+    for (Ten *t : gouts) any_grad = any_grad || t->given;
+    const bool refused = smem_refused(N, P) && any_grad; /* a call with no gradient launches nothing */
+    st = selscan_ssd_workspace_size_cuda(&pd, &gd, &cws);
+    CHECK(st == (refused ? SELSCAN_ERR_UNSUPPORTED : SELSCAN_OK), "%s: cuda ws status %d (refused %d)", what, (int)st, refused);
+    g_refusals += refused;
     void *dws = NULL;
     if (cws) CU(cudaMalloc(&dws, cws));
     std::vector<std::vector<unsigned char>> first(9);
     for (int rep = 0; rep < 2; rep++) {
         for (Ten *t : gouts) if (t->given) CU(cudaMemset(t->d, 0xFF, t->alloc * t->es()));
-        if (smem_refused(N, P)) {
+        if (refused) {
             selscan_diag dg;
             memset(&dg, 0, sizeof dg);
             pd.diag = &dg;
@@ -432,10 +437,12 @@ int main() {
         g_cap = selscan_cuda_detail::ssd_smem_cap_test = caps[c];
         for (int i = 0; i < (quick ? 12 : 40); i++) {
             g_force_N = capN[i % 4];
+            g_force_P = i == 3 ? 64 : 0; /* dstate 512, headdim 64: refused at 64 KiB, run at 99 KiB */
             run_case(ncases + c * 100 + i, quick);
         }
     }
-    g_cap = selscan_cuda_detail::ssd_smem_cap_test = g_force_N = 0;
+    CHECK(g_refusals > 0, "the 64 KiB cases ran no refused backward");
+    g_cap = selscan_cuda_detail::ssd_smem_cap_test = g_force_N = g_force_P = 0;
     printf("test_cuda_ssd: worst relative errors:");
     for (int i = 0; i < 11; i++) printf(" %s %.2g", g_names[i], g_worst.v[i]);
     printf("\n%d passed, %d failed\n", g_pass, g_fail);

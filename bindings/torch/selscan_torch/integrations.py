@@ -70,6 +70,19 @@ __all__ = ["use_in_transformers", "use_in_mamba_ssm", "use_in_mambavision", "Int
 
 logger = logging.getLogger("selscan_torch")
 _ACTS = (None, "silu", "swish")
+# the dtypes selscan's kernels take: a model of another (float64) runs transformers' own PyTorch path
+_KERNEL_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
+
+
+def _other_dtype(ts):
+    """Whether a floating tensor among ts has a dtype selscan's kernels do not take."""
+    return any(isinstance(t, torch.Tensor) and t.is_floating_point() and t.dtype not in _KERNEL_DTYPES for t in ts)
+
+
+def _takes_conv(weight):
+    """Whether selscan's conv takes a mixer's conv weight: its width (_conv.width_supported) and dtype
+    (else transformers' own path runs)."""
+    return _conv.width_supported(weight) and weight.dtype in _KERNEL_DTYPES
 
 
 # ---- adapters: selscan's functions, lenient where the clients' callers are ----------------------
@@ -339,9 +352,9 @@ def _mixer_padding(mixer, mask):
     return _padding_mask(mask, getattr(mixer, "layer_idx", None))
 
 
-def _mixer_width_supported(mixer):
-    """Whether selscan's conv takes the mixer's conv width (else transformers' own path runs)."""
-    return _conv.width_supported(mixer.conv1d.weight)
+def _mixer_takes(mixer):
+    """Whether selscan's kernels take the mixer (its conv's width and dtype: _takes_conv)."""
+    return _takes_conv(mixer.conv1d.weight)
 
 
 def _tf_inner(original):
@@ -351,9 +364,9 @@ def _tf_inner(original):
                        out_proj_bias, A, B=None, C=None, D=None, delta_bias=None, B_proj_bias=None, C_proj_bias=None,
                        delta_softplus=True, checkpoint_lvl=1, b_rms_weight=None, c_rms_weight=None,
                        dt_rms_weight=None, b_c_dt_rms_eps=1e-6, **kwargs):
-        if own is not None and not _conv.width_supported(conv1d_weight):
-            # a conv width selscan does not take: 5.x's placeholder returns None, and transformers
-            # runs its unfused path (its conv there: _tf_conv_fn, transformers' own for this width)
+        if own is not None and not _takes_conv(conv1d_weight):
+            # a conv width (or a model dtype) selscan does not take: 5.x's placeholder returns None, and
+            # transformers runs its unfused path (its conv there: _tf_conv_fn, transformers' own for it)
             return own(xz, conv1d_weight, conv1d_bias, x_proj_weight, delta_proj_weight, out_proj_weight,
                        out_proj_bias, A, B, C, D, delta_bias=delta_bias, B_proj_bias=B_proj_bias,
                        C_proj_bias=C_proj_bias, delta_softplus=delta_softplus, checkpoint_lvl=checkpoint_lvl,
@@ -387,18 +400,21 @@ def _tf_own(original):
     return None if original is None else inspect.unwrap(original)
 
 
-def _tf_step(original, step):
-    """A decode step of transformers' signature (mamba_selective_state_update, causal_conv1d_update,
-    ...): selscan's, or transformers' own PyTorch body where autograd is to record the call (grad mode
-    on and a tensor argument requiring grad: any cached forward outside torch.no_grad(), the model's
-    parameters requiring grad), which selscan's inference-only steps refuse or would leave out of the
-    graph. 5.x modules only (4.x's have no module-level original to defer to)."""
+def _tf_step(original, step, inference_only=True):
+    """A kernel of transformers' signature (mamba_selective_state_update, mamba_selective_scan, ...):
+    selscan's, or transformers' own PyTorch body for a floating tensor of a dtype selscan's kernels do
+    not take (a float64 model) and, inference_only (the decode steps), where autograd is to record the
+    call (grad mode on and a tensor argument requiring grad: any cached forward outside
+    torch.no_grad(), the model's parameters requiring grad), which selscan's inference-only steps
+    refuse or would leave out of the graph. 5.x modules only (4.x's have no module-level original to
+    defer to)."""
     own = _tf_own(original)
     if own is None:  # (4.x: no module-level original)
         return step
 
     def step_(*args, **kwargs):
-        if _checks.requires_grad([a for a in (*args, *kwargs.values()) if isinstance(a, torch.Tensor)]):
+        ts = [a for a in (*args, *kwargs.values()) if isinstance(a, torch.Tensor)]
+        if _other_dtype(ts) or (inference_only and _checks.requires_grad(ts)):
             return own(*args, **kwargs)
         return step(*args, **kwargs)
 
@@ -416,10 +432,11 @@ def _tf_conv_fn(original, packed=False):
         if packed:
             packing = _ssd.conv_packing(seq_idx, kwargs.get("cu_seqlens"), x.shape[-1])
             seq_idx, cu = packing.get("seq_idx"), packing.get("cu_seqlens")
-        if not _conv.width_supported(weight):  # a width selscan's conv does not take: transformers' own
+        if not _takes_conv(weight):  # a width / dtype selscan's conv does not take: transformers' own
             if seq_idx is not None or cu is not None or initial_states is not None or return_final_states or \
                     final_states_out is not None:
                 raise NotImplementedError(f"selscan_torch.use_in_transformers: a conv of width {weight.shape[-1]} "
+                                          f"({weight.dtype}) "
                                           "with packed sequences / initial_states / final states: neither "
                                           "selscan's conv "
                                           f"(widths {_C.CONV_MIN_WIDTH} .. {_C.CONV_MAX_WIDTH}) nor "
@@ -437,7 +454,7 @@ def _tf_conv_update(original):
     own = _tf_own(original)
 
     def causal_conv1d_update_(x, conv_state, weight, bias=None, activation=None, *args, **kwargs):
-        if own is not None and not _conv.width_supported(weight):  # (4.x: no original; its mixers keep
+        if own is not None and not _takes_conv(weight):  # (4.x: no original; its mixers keep
             return own(x, conv_state, weight, bias, activation, *args, **kwargs)  # their own path for these)
         if activation not in _ACTS:
             return original(x, conv_state, weight, bias, activation, *args, **kwargs)
@@ -483,7 +500,7 @@ def _tf_mixer_forward_cm(original, apply_mask, cache_name):
         cache = args[0] if args else kwargs.get(cache_name)
         mask = args[1] if len(args) > 1 else kwargs.get("attention_mask")
         if len(args) > 2 or set(kwargs) - {cache_name, "attention_mask"} or not (self.training and cache is None) \
-                or not _mixer_width_supported(self):
+                or not _mixer_takes(self):
             return fallback(self, hidden_states, *args, **kwargs)
         hidden_states = apply_mask(hidden_states, mask)
         xz = _block.in_proj_cm(hidden_states, self.in_proj.weight, self.in_proj.bias)
@@ -549,7 +566,7 @@ def _tf_mixer_forward(self, hidden_states, *args, **kwargs):
     # transformers 4.x: the kernel path, on every device (its forward takes it only on CUDA). Its
     # fused training branch ignores attention_mask; its PyTorch path (slow_forward) masks x before
     # the conv and the conv's output: a padded mask goes to _tf_inner for both
-    if not _mixer_width_supported(self) and hasattr(self, "slow_forward"):
+    if not _mixer_takes(self) and hasattr(self, "slow_forward"):
         return self.slow_forward(hidden_states, *args, **kwargs)  # a conv width selscan does not take
     fwd = self.cuda_kernels_forward
     if self.training and _tf_arg(fwd, "cache_params", args, kwargs) is None:
@@ -568,7 +585,8 @@ def _set_tf5_kernels(h, mod, modname, selective_scan, selective_state_update):
     mamba_selective_scan / mamba_selective_state_update the given ones, its causal_conv1d_fn /
     causal_conv1d_update selscan's around the module's own."""
     g = mod.__dict__
-    h._setattr(mod, "mamba_selective_scan", selective_scan, f"{modname}.mamba_selective_scan")
+    h._setattr(mod, "mamba_selective_scan", _tf_step(g["mamba_selective_scan"], selective_scan, inference_only=False),
+               f"{modname}.mamba_selective_scan")
     h._setattr(mod, "mamba_selective_state_update", _tf_step(g["mamba_selective_state_update"],
                                                               selective_state_update),
                f"{modname}.mamba_selective_state_update")
@@ -716,7 +734,7 @@ def _hy_fused_args(self, args, kwargs, cache_name):
     if cache is not None or kwargs.get("seq_idx") is not None or kwargs.get("cu_seqlens") is not None:
         return False, None
     if getattr(self, "activation", None) not in ("silu", "swish") or hasattr(self.config, "_is_quantized") or \
-            not _mixer_width_supported(self):
+            not _mixer_takes(self):
         return False, None
     if getattr(self, "_hf_hook", None) is not None or any(
             getattr(getattr(self, c, None), "_hf_hook", None) is not None for c in _TF_HYBRID_ACCELERATE_CHILDREN):
@@ -861,6 +879,8 @@ def _m2_chunk_scan(original, own_on_cuda):
         kw = dict(chunk_size=chunk_size, D=D, z=z, dt_bias=dt_bias, initial_states=initial_states, seq_idx=seq_idx,
                   cu_seqlens=cu_seqlens, dt_softplus=dt_softplus, dt_limit=dt_limit,
                   return_final_states=return_final_states, return_varlen_states=return_varlen_states)
+        if x.dtype not in _KERNEL_DTYPES:  # (a float64 model) transformers' own PyTorch body
+            return _tf_own(original)(x, dt, A, B, C, **kw, **kwargs)
         if x.is_cuda and own_on_cuda:
             if seq_idx is None and cu_seqlens is not None:  # mamba_ssm's scan restarts on seq_idx only (it reads
                 # cu_seqlens for the varlen states): selscan's conv restarts on cu_seqlens, so the scan must too

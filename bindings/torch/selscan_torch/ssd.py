@@ -130,7 +130,7 @@ def _first_row_only(init, n_seqs):
 
 
 def run_ids(seq_idx):
-    """seq_idx (..., L) of any integer dtype renumbered 0, 1, ... along L at each change, as int32 of the
+    """seq_idx (..., L) of an index dtype (_checks.index_dtype) renumbered 0, 1, ... along L at each change, as int32 of the
     same shape: only neighbours' equality counts (selscan.h's seq_idx rule), so the boundaries are kept
     whatever the values (narrowing would merge ids 2**32 apart)."""
     ids = torch.zeros(seq_idx.shape, dtype=torch.int32, device=seq_idx.device)
@@ -173,7 +173,7 @@ def conv_packing(seq_idx, cu_seqlens, L):
 def _args(x, dt, A, B, C, D, z, dt_bias, initial_states, seq_idx, cu_seqlens):
     """The drop-in's arguments as the op takes them, by the package's rules (_checks): dt / B / C / z
     cast to x's dtype, A / D / dt_bias / initial_states to float32 (complex, integer and bool refused),
-    seq_idx of any integer dtype as int32 (renumbered by its runs: run_ids), cu_seqlens a list or an
+    seq_idx of an index dtype (_checks.index_dtype) as int32 (renumbered by its runs: run_ids), cu_seqlens a list or an
     integer tensor on any device as an int64 CPU tensor."""
     _checks.tensor_arg(x, "x")
     T = x.dtype
@@ -244,9 +244,11 @@ def mamba_chunk_scan_combined(x, dt, A, B, C, chunk_size=None, D=None, z=None, d
     cu = cu_seqlens.tolist()
     nonempty = [s for s in range(len(cu) - 1) if cu[s + 1] > cu[s]]
     last = nonempty[-1] if nonempty else len(cu) - 2
-    final = fin[last:last + 1]
+    # its own tensor, as mamba_ssm's: a view would see varlen_states' in-place writes (and keep every
+    # sequence's state alive where only the last one is returned)
+    final = fin[last:last + 1].clone()
     if return_final_states and return_varlen_states:
-        return out, final.clone(), fin  # two tensors, as mamba_ssm's (a view would see the other's in-place writes)
+        return out, final, fin
     return (out, final) if return_final_states else (out, fin)
 
 

@@ -186,3 +186,27 @@ def test_cached_forward_under_grad_mode(family):
     assert calls[step] > 0, calls  # a decode step ran (not a second prefill)
     assert rel_err(got, want) < TOL32
     assert got.requires_grad and want.requires_grad
+
+
+@pytest.mark.parametrize("family", list(FAMILIES) + ["Mamba"])
+def test_float64_model_runs_transformers_own_path(family):
+    """A float64 model (e.g. for gradient checks): selscan's kernels take float32 / float16 / bfloat16,
+    so under use_in_transformers() every kernel name defers to transformers' own PyTorch body (a
+    hostile user's finding: the conv refused 'x' as float64, a crash). Loss, every gradient and greedy
+    ids bitwise transformers' own."""
+    if family in ("GraniteMoeHybrid", "NemotronH"):
+        pytest.skip("transformers' own MoE layers take no float64 (grouped_mm)")
+    model = (_mamba1_model() if family == "Mamba" else _model(family)).double()
+    ids = torch.randint(1, 128, (2, 10), generator=torch.Generator().manual_seed(3))
+    mask = torch.ones_like(ids)
+    mask[0, :3] = 0
+    want = _step(model, ids, mask, use_cache=False)
+    with torch.no_grad():
+        want_ids = model.eval().generate(input_ids=ids[:1], max_new_tokens=3, do_sample=False)
+    with si.use_in_transformers():
+        got = _step(model, ids, mask, use_cache=False)
+        with torch.no_grad():
+            got_ids = model.eval().generate(input_ids=ids[:1], max_new_tokens=3, do_sample=False)
+    assert torch.equal(got[0], want[0]) and got[1].keys() == want[1].keys()
+    assert all(torch.equal(got[1][n], want[1][n]) for n in want[1])
+    assert torch.equal(got_ids, want_ids)

@@ -469,6 +469,9 @@ def test_final_states_not_a_view_of_varlen_states():
     keep = varlen.clone()
     final.zero_()  # e.g. a decode cache updated in place
     assert torch.equal(varlen, keep) and keep[1].abs().max() > 0
+    _, alone = st.mamba_chunk_scan_combined(a["x"], a["dt"], a["A"], a["B"], a["C"], None,
+                                            cu_seqlens=a["cu_seqlens"], return_final_states=True)
+    assert torch.equal(alone, keep[1:2]) and alone.untyped_storage().nbytes() == alone.numel() * 4  # one row kept
 
 
 @pytest.mark.parametrize("dtype", [torch.uint16, torch.uint32, torch.uint64])
