@@ -228,7 +228,7 @@ $(SANITIZE_RUNS): sanitize-%: $(BUILD)/test_cuda $(BUILD)/test_cuda_cl $(BUILD)/
 # are old) and without mamba_ssm's CUDA build (its Python files: what use_in_mamba_ssm() runs
 # on; mambavision: what use_in_mambavision() runs). Ends with pytest's "N passed, N skipped" line.
 TORCH_VENV ?= $(BUILD)/torch-venv
-TORCH_TEST_PINS ?= transformers==5.24.0 einops timm kernels==0.17.2
+TORCH_TEST_PINS ?= transformers==5.25.0 einops timm kernels==0.19.1
 TORCH_TEST_PEERS ?= mamba-ssm==2.3.2.post1 mambavision==1.2.0
 TORCH_PYTHON = $(or $(TORCH_PY),$(abspath $(TORCH_VENV))/bin/python)
 .PHONY: test-torch torch-install

@@ -8,6 +8,11 @@
 # GPU present (about 3-4 min on 16 cores instead of 20+), or to PEER_ARCH (e.g. 90) on a machine without
 # one (about 25 min on 2 cores; the GPU machine then runs them with the same torch and Python). Needs nvcc,
 # a CUDA torch, setuptools.
+# PEER_MAMBA2_ONLY=1: what the Mamba-2 models' mamba_ssm path runs, without mamba_ssm's Mamba-1 CUDA
+# extension (its heaviest build): causal_conv1d built as above, mamba_ssm's Python files only (its SSD
+# scan, decode step and gated RMSNorm are Triton kernels), and an import stub for selective_scan_cuda
+# (mamba_ssm/__init__.py imports it; any use of it raises), so bench_models.py --models mamba2-* can time
+# it; the Mamba-1 benches need the full build.
 set -euo pipefail
 src=$(cd "${1:?usage: bench/build_peers.sh SDIST_DIR [TARGET]}" && pwd)
 mkdir -p "${2:-build/peers}"
@@ -52,10 +57,23 @@ EOF
     echo "build_peers: $(basename "$sd") built in $((SECONDS - t)) s"
 }
 t0=$SECONDS
-build 'causal_conv1d-*.tar.gz' &
-conv=$!
-build 'mamba_ssm-*.tar.gz'
-wait $conv
+if [ "${PEER_MAMBA2_ONLY:-0}" = 1 ]; then
+    build 'causal_conv1d-*.tar.gz'
+    MAMBA_SKIP_CUDA_BUILD=TRUE $py -m pip install -q --no-build-isolation --no-deps --no-index --target "$target" \
+        "$(ls "$src"/mamba_ssm-*.tar.gz | tail -1)"
+    cat > "$target/selective_scan_cuda.py" <<'EOF'
+"""Import stub (bench/build_peers.sh PEER_MAMBA2_ONLY=1): mamba_ssm installed without its Mamba-1 CUDA extension."""
+def __getattr__(name):
+    raise RuntimeError(f"selective_scan_cuda.{name}: mamba_ssm was installed without its CUDA extension "
+                       "(bench/build_peers.sh PEER_MAMBA2_ONLY=1); the Mamba-1 benches need the full build")
+EOF
+    echo "build_peers: mamba_ssm's Python files with a selective_scan_cuda stub (PEER_MAMBA2_ONLY=1)"
+else
+    build 'causal_conv1d-*.tar.gz' &
+    conv=$!
+    build 'mamba_ssm-*.tar.gz'
+    wait $conv
+fi
 PYTHONPATH="$target${PYTHONPATH:+:$PYTHONPATH}" $py -c "import torch, selective_scan_cuda, causal_conv1d_cuda, mamba_ssm, causal_conv1d; \
 print('build_peers: usable: mamba_ssm', mamba_ssm.__version__, '+ causal_conv1d', causal_conv1d.__version__)"
 echo "build_peers: done in $((SECONDS - t0)) s into $target"

@@ -610,10 +610,20 @@ def _install_transformers(h):
         g = mod.__dict__
         mixers = [v for k, v in g.items() if isinstance(v, type) and k.endswith("Mixer") and k.startswith(
             ("Mamba", "FalconMamba"))]
-        if "mamba_selective_scan" in g and "mamba_selective_state_update" in g and "mamba_inner_fn" in g:
+        if "mamba_selective_scan" in g and "mamba_selective_state_update" in g and "causal_conv1d_fn" in g:
             # 5.x: module-level wrappers, looked up by the mixer's forward at call time
-            h._setattr(mod, "mamba_inner_fn", _tf_inner(g["mamba_inner_fn"]), f"{modname}.mamba_inner_fn")
             _set_tf5_kernels(h, mod, modname, _standin_selective_scan_fn, _standin_selective_state_update)
+            if "mamba_inner_fn" not in g:  # no fused training branch (FalconMamba since 5.25): selscan's
+                # fused block without a cache as for Jamba (_hy_falcon_forward), else its own forward
+                mask = g.get("apply_mask_to_padding_states")
+                for m in mixers:
+                    cache_name = _tf_cache_name(m)
+                    if cache_name is not None and mask is not None and m.__name__ == "FalconMambaMixer":
+                        h._setattr(m, "forward", _hy_falcon_forward(m.__dict__["forward"], mask, cache_name),
+                                   f"{modname}.{m.__name__}.forward")
+                found += 1
+                continue
+            h._setattr(mod, "mamba_inner_fn", _tf_inner(g["mamba_inner_fn"]), f"{modname}.mamba_inner_fn")
             hook = _tf_cm_hook(g)
             if hook is not None:
                 mixer, mask, cache_name = hook
@@ -648,9 +658,10 @@ def _install_transformers(h):
         else:
             raise RuntimeError(
                 f"selscan_torch.use_in_transformers: transformers {version} has none of the hook points selscan "
-                f"patches in {modname} (5.x: mamba_inner_fn / mamba_selective_scan / mamba_selective_state_update / "
-                f"causal_conv1d_fn / causal_conv1d_update; 4.x: mamba_inner_fn / selective_scan_fn / "
-                f"selective_state_update and the mixer's cuda_kernels_forward); tested with transformers 5.24")
+                f"patches in {modname} (5.x: mamba_selective_scan / mamba_selective_state_update / "
+                f"causal_conv1d_fn / causal_conv1d_update, mamba_inner_fn where the mixer fuses; 4.x: mamba_inner_fn / "
+                f"selective_scan_fn / selective_state_update and the mixer's cuda_kernels_forward); tested with "
+                f"transformers 5.24 and 5.25")
     found += _install_transformers_hybrids(h)  # Jamba / Zamba: their own section below
     found += _install_transformers_mamba2(h)  # the Mamba-2 families: their own section below
     if not found:
@@ -769,6 +780,35 @@ def _hy_jamba_forward(original, apply_mask, cache_name):
                                      dt_rms_weight=dt_norm.weight, b_c_dt_rms_eps=dt_norm.variance_epsilon,
                                      dt_rms_pre_proj=True,
                                      mask=_mixer_padding(self, mask))
+
+    forward.__wrapped__ = original
+    return forward
+
+
+def _hy_falcon_forward(original, apply_mask, cache_name):
+    """transformers 5.25's FalconMambaMixer.forward (no fused branch of its own): without a cache,
+    selscan's fused block with FalconMamba's three weightless RMS norms (one eps, rms_eps) where its
+    forward puts them: on x_proj's dt_rank slice before dt_proj, on B, on C. The norms' weights are
+    ones (its norm modules hold unused ones buffers; dt's is dt_rank long, not the buffer's length).
+    Otherwise transformers' forward (on the rebound kernels)."""
+    def forward(self, hidden_states, *args, **kwargs):
+        ok, mask = _hy_fused_args(self, args, kwargs, cache_name)
+        eps = getattr(self, "rms_eps", None)
+        if not ok or eps is None or self.dt_proj.bias is None or any(
+                getattr(getattr(self, n, None), "variance_epsilon", None) != eps
+                for n in ("dt_layernorm", "b_layernorm", "c_layernorm")):
+            return original(self, hidden_states, *args, **kwargs)
+        hidden_states = apply_mask(hidden_states, mask)
+        xz = _block.in_proj_cm(hidden_states, self.in_proj.weight, self.in_proj.bias)
+        A = -torch.exp(self.A_log.float())
+        ones = xz.new_ones(self.time_step_rank + 2 * self.ssm_state_size, dtype=torch.float32)
+        dt_w, b_w, c_w = ones.split([self.time_step_rank, self.ssm_state_size, self.ssm_state_size])
+        return _block.mamba_inner_fn(xz, self.conv1d.weight, self.conv1d.bias if self.use_conv_bias else None,
+                                     self.x_proj.weight, self.dt_proj.weight, self.out_proj.weight,
+                                     self.out_proj.bias if self.use_bias else None, A, None, None, self.D.float(),
+                                     delta_bias=self.dt_proj.bias.float(), delta_softplus=True,
+                                     b_rms_weight=b_w, c_rms_weight=c_w, dt_rms_weight=dt_w, b_c_dt_rms_eps=eps,
+                                     dt_rms_pre_proj=True, mask=_mixer_padding(self, mask))
 
     forward.__wrapped__ = original
     return forward

@@ -368,12 +368,13 @@ def test_mambavision(device, monkeypatch):
             mp.setattr(mv, "selective_scan_fn", _ref_scan)
             off = run()
     assert rel_err(on[0], off[0]) < 2e-5
-    # some gradients are 0 analytically (biases before a BatchNorm): rounding noise, measured
-    # against the largest gradient of the model
+    # some gradients are 0 analytically (biases before a BatchNorm): a sum of ~10^3 terms that cancels
+    # to 0 keeps ~sqrt(n) float32 ulps of its terms, so each error gets 64 ulps of the model's largest
+    # gradient on top of 2e-4 of its own (the scan's float32 rounding through the network)
     scale = max(g.abs().max().item() for g in off[1].values())
     for n in off[1]:
         err = (on[1][n] - off[1][n]).abs().max().item()
-        assert err <= 2e-4 * max(off[1][n].abs().max().item(), 1e-3 * scale), n
+        assert err <= 2e-4 * off[1][n].abs().max().item() + 64 * torch.finfo(torch.float32).eps * scale, n
 
 
 # ============================================================================================
