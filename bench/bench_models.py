@@ -11,9 +11,12 @@ Backends (--backends, compared in the same run on the same weights and inputs):
                 over L in the scan. Timed for training at a short L only (--torch-train-len)
   selscan-lvl0  (optional) selscan with mamba_inner_fn(checkpoint_lvl=0): the block keeps its conv
                 output, delta and the scan's checkpoint (more memory, no recomputation)
-  selscan-ssd   (Mamba-2 models) as selscan, and selscan's own SSD scan in training where mamba_ssm is
-                installed too (use_in_transformers() keeps mamba_ssm's Triton SSD then): what a user
-                without mamba_ssm trains on
+  selscan-ssd   (Mamba-2 models) as selscan, and selscan's own SSD scan and fused layer in training where
+                mamba_ssm is installed too (use_in_transformers() keeps mamba_ssm's Triton SSD then): what
+                a user without mamba_ssm trains on
+  selscan-ssd-unfused  (optional, Mamba-2) selscan-ssd with the fused call answering None: transformers'
+                unfused mixer forward on selscan's conv and scan (what selscan-ssd was before its fused
+                layer; autograd keeps the layer's intermediates)
   selscan-scan  (optional) selscan's v0.2 drop-in: only the scan and the step rebound in transformers,
                 its unfused path around them with PyTorch's conv (what a user got before the block)
 
@@ -1097,9 +1100,9 @@ class HybridBackend:
             ok = all(r.split(".")[0] == ("causal_conv1d" if n.startswith("causal_conv1d") else "mamba_ssm")
                      for n, r in self.resolved.items())
             return None if ok else f"transformers resolved {self.resolved}"
-        if self.name == "selscan-ssd" and not is_mamba2(self.mod):
+        if self.name in ("selscan-ssd", "selscan-ssd-unfused") and not is_mamba2(self.mod):
             return "a Mamba-2 backend"
-        if self.name in ("selscan", "selscan-ssd"):
+        if self.name in ("selscan", "selscan-ssd", "selscan-ssd-unfused"):
             integ = selscan_integrations()
             return None if integ is not None and hasattr(integ, "use_in_transformers") else "no selscan_torch"
         return None if self.name == "torch" else "not a hybrid backend"
@@ -1113,17 +1116,19 @@ class HybridBackend:
         if self.name == "torch":
             for n, f in self.orig.items():
                 setattr(self.mod, n, inspect.unwrap(f))
-        elif self.name in ("selscan", "selscan-ssd"):
+        elif self.name in ("selscan", "selscan-ssd", "selscan-ssd-unfused"):
             integ = selscan_integrations()
             integ.use_in_transformers(True)
-            if self.name == "selscan-ssd":  # selscan's SSD kernels in training even where mamba_ssm is installed
+            if self.name != "selscan":  # selscan's SSD kernels in training even where mamba_ssm is installed
                 # (use_in_transformers keeps mamba_ssm's Triton SSD then): what a user without mamba_ssm runs
                 self.mod.mamba2_chunk_scan = integ._m2_chunk_scan(self.orig["mamba2_chunk_scan"], False)
-                self.mod.mamba2_split_conv1d_scan_combined = lambda *a, **k: None  # the mixer's unfused path
+                self.mod.mamba2_split_conv1d_scan_combined = (
+                    integ._m2_split_conv1d_scan(self.orig["mamba2_split_conv1d_scan_combined"], False)
+                    if self.name == "selscan-ssd" else lambda *a, **k: None)  # None: the mixer's unfused path
         return self
 
     def __exit__(self, *exc):
-        if self.name in ("selscan", "selscan-ssd"):
+        if self.name in ("selscan", "selscan-ssd", "selscan-ssd-unfused"):
             selscan_integrations().use_in_transformers(False)
         self.restore()
         return False
@@ -1155,7 +1160,7 @@ def case_hybrid(name):
     mod, model = build_hybrid(name)
     bks = []
     for n in ARGS.backends:
-        if n not in ("selscan", "selscan-ssd", "mamba_ssm", "torch"):
+        if n not in ("selscan", "selscan-ssd", "selscan-ssd-unfused", "mamba_ssm", "torch"):
             continue
         b = HybridBackend(n, mod)
         why = b.available()

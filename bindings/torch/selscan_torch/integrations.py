@@ -931,11 +931,56 @@ def _m2_chunk_scan(original, own_on_cuda):
     return mamba2_chunk_scan_
 
 
-def _m2_split_conv1d_scan(original):
-    def mamba2_split_conv1d_scan_combined_(zxbcdt, *args, **kwargs):
-        if zxbcdt.is_cuda:
-            return original(zxbcdt, *args, **kwargs)
-        return None  # the mixer's unfused path, on selscan's conv and scan
+# True while a Mamba-2 family mixer's forward (_m2_mixer_forward) runs a training step without a cache and
+# without padding in attention_mask: its fused call may then be selscan's layer (transformers' fused branch
+# does not mask the conv's output, its unfused path does)
+_M2_FUSED = contextvars.ContextVar("selscan_m2_fused", default=False)
+_M2_FUSED_KEYWORDS = ("chunk_size", "initial_states", "seq_idx", "dt_limit", "return_final_states", "activation",
+                      "rmsnorm_weight", "rmsnorm_eps", "outproj_weight", "outproj_bias", "headdim", "ngroups",
+                      "norm_before_gate")
+
+
+def _calls(fn, name):
+    """Whether the function under fn's decorators refers to the global `name` (a mixer's fused call)."""
+    code = getattr(inspect.unwrap(fn), "__code__", None)
+    return code is not None and name in code.co_names
+
+
+def _m2_mixer_forward(original, cache_name):
+    """A Mamba-2 family mixer's forward (hidden_states, cache, attention_mask, **kwargs) around transformers'
+    own: says (_M2_FUSED) whether its fused call may run selscan's layer."""
+    def forward(self, hidden_states, *args, **kwargs):
+        cache = args[0] if args else kwargs.get(cache_name)
+        mask = args[1] if len(args) > 1 else kwargs.get("attention_mask")
+        ok = self.training and cache is None and kwargs.get("cache_params") is None and \
+            _mixer_padding(self, mask) is None
+        token = _M2_FUSED.set(ok)
+        try:
+            return original(self, hidden_states, *args, **kwargs)
+        finally:
+            _M2_FUSED.reset(token)
+
+    forward.__wrapped__ = original
+    return forward
+
+
+def _m2_split_conv1d_scan(original, own_on_cuda):
+    """The fused call of a Mamba-2 family mixer's training step: on CUDA with mamba_ssm's Triton SSD
+    installed (own_on_cuda) the module's own; else selscan's layer (ssd.mamba_split_conv1d_scan_combined;
+    on CUDA recomputed in the backward, as mamba_ssm's is) where the mixer's forward allows it (_M2_FUSED: no cache,
+    no padding) and every argument is one it takes; otherwise None: the mixer's unfused path, on
+    selscan's conv and scan."""
+    def mamba2_split_conv1d_scan_combined_(zxbcdt, conv1d_weight, conv1d_bias, dt_bias, A, D, *args, **kwargs):
+        if zxbcdt.is_cuda and own_on_cuda:
+            return original(zxbcdt, conv1d_weight, conv1d_bias, dt_bias, A, D, *args, **kwargs)
+        kw = {k: v for k, v in kwargs.items() if v is not None}
+        if not _M2_FUSED.get() or args or set(kw) - set(_M2_FUSED_KEYWORDS) or zxbcdt.dtype not in _KERNEL_DTYPES \
+                or kw.get("activation", "silu") not in _ACTS or not _takes_conv(conv1d_weight):
+            return None
+        kw.pop("chunk_size", None)
+        # recomputed in the backward on CUDA (device memory, as mamba_ssm's); on the CPU kept (+15-25 % time)
+        return _ssd.mamba_split_conv1d_scan_combined(zxbcdt, conv1d_weight, conv1d_bias, dt_bias, A, D,
+                                                     recompute=zxbcdt.is_cuda, **kw)
 
     return mamba2_split_conv1d_scan_combined_
 
@@ -962,8 +1007,14 @@ def _install_transformers_mamba2(h):
         h._setattr(mod, "mamba2_chunk_scan", _m2_chunk_scan(g["mamba2_chunk_scan"], triton_ssd),
                    f"{modname}.mamba2_chunk_scan")
         h._setattr(mod, "mamba2_split_conv1d_scan_combined",
-                   _m2_split_conv1d_scan(g["mamba2_split_conv1d_scan_combined"]),
+                   _m2_split_conv1d_scan(g["mamba2_split_conv1d_scan_combined"], triton_ssd),
                    f"{modname}.mamba2_split_conv1d_scan_combined")
+        for m in [v for v in g.values() if isinstance(v, type) and v.__module__ == modname and "forward" in v.__dict__
+                  and _calls(v.__dict__["forward"], "mamba2_split_conv1d_scan_combined")]:
+            cache_name = _tf_cache_name(m)  # the mixers whose forward makes the fused call
+            if cache_name is not None:
+                h._setattr(m, "forward", _m2_mixer_forward(m.__dict__["forward"], cache_name),
+                           f"{modname}.{m.__name__}.forward")
         h._setattr(mod, "mamba2_selective_state_update",
                    _tf_step(g["mamba2_selective_state_update"], _standin_selective_state_update),
                    f"{modname}.mamba2_selective_state_update")

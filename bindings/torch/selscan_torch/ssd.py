@@ -22,6 +22,7 @@ import math
 import operator
 
 import torch
+import torch.utils.checkpoint
 
 from . import _C  # noqa: F401  (loading the extension registers torch.ops.selscan)
 from . import _checks
@@ -280,7 +281,7 @@ def mamba_split_conv1d_scan_combined(zxbcdt, conv1d_weight, conv1d_bias, dt_bias
                                      initial_states=None, seq_idx=None, dt_limit=(0.0, float("inf")),
                                      return_final_states=False, activation="silu", rmsnorm_weight=None,
                                      rmsnorm_eps=1e-6, outproj_weight=None, outproj_bias=None, headdim=None,
-                                     ngroups=1, norm_before_gate=True):
+                                     ngroups=1, norm_before_gate=True, *, recompute=True):
     """mamba_ssm's mamba_split_conv1d_scan_combined (Mamba-2's layer after in_proj) on selscan's conv and
     SSD scan: zxbcdt (batch, L, 2 d_mlp + 2 dim + 2 ngroups dstate + nheads) split as [z0 | x0 (the
     SwiGLU MLP's halves, d_mlp each), z (dim), xBC (dim + 2 ngroups dstate), dt (nheads)]; the causal
@@ -291,12 +292,13 @@ def mamba_split_conv1d_scan_combined(zxbcdt, conv1d_weight, conv1d_bias, dt_bias
     outproj_weight is given). D (nheads) with headdim given, or (nheads, headdim). Returns out, or (out,
     final_states float32) with return_final_states. chunk_size: accepted, not used.
 
-    A composition of selscan's ops and torch's (the scan as mamba_chunk_scan_combined runs it, CPU or CUDA):
-    autograd saves the intermediates, where mamba_ssm's fused function recomputes the conv and the norm
-    in its backward to use less memory.
+    A composition of selscan's ops and torch's (the scan as mamba_chunk_scan_combined runs it, CPU or CUDA).
+    recompute (keyword, default True; mamba_ssm's fused function recomputes the conv and the norm in its
+    backward): where a gradient is wanted, autograd keeps only the layer's inputs and runs the layer again
+    in the backward (torch.utils.checkpoint, non-reentrant; the kernels are deterministic, so the second
+    forward is bitwise the first): the conv's output, x / B / C / dt, y and the norm's float32 intermediates
+    are not kept, at the cost of one more forward of the layer. False: autograd keeps them.
     """
-    from .conv import causal_conv1d_fn
-
     for name, t in (("zxbcdt", zxbcdt), ("conv1d_weight", conv1d_weight), ("A", A), ("D", D)):
         _checks.tensor_arg(t, name)
     if activation not in (None, "silu", "swish"):
@@ -352,6 +354,22 @@ def mamba_split_conv1d_scan_combined(zxbcdt, conv1d_weight, conv1d_bias, dt_bias
                 _checks._type(t is None or t.dtype == zxbcdt.dtype, name, " must have zxbcdt's dtype ",
                               zxbcdt.dtype, " (the product's), got ", None if t is None else t.dtype,
                               " (argument '", name, "')")
+    args = (zxbcdt, conv1d_weight, conv1d_bias, dt_bias, A, D, initial_states, rmsnorm_weight, outproj_weight,
+            outproj_bias)
+    shape = (d_mlp2, dim, nheads, headdim, ngroups, dstate)
+    opts = (seq_idx, dt_limit, return_final_states, activation, rmsnorm_eps, norm_before_gate)
+    if recompute and torch.is_grad_enabled() and any(isinstance(t, torch.Tensor) and t.requires_grad for t in args):
+        return torch.utils.checkpoint.checkpoint(_split_conv1d_scan_layer, *args, shape, opts, use_reentrant=False)
+    return _split_conv1d_scan_layer(*args, shape, opts)
+
+
+def _split_conv1d_scan_layer(zxbcdt, conv1d_weight, conv1d_bias, dt_bias, A, D, initial_states, rmsnorm_weight,
+                             outproj_weight, outproj_bias, shape, opts):
+    """mamba_split_conv1d_scan_combined's computation on its checked arguments (shape: the split's sizes)."""
+    from .conv import causal_conv1d_fn
+
+    d_mlp2, dim, nheads, headdim, ngroups, dstate = shape
+    seq_idx, dt_limit, return_final_states, activation, rmsnorm_eps, norm_before_gate = opts
     zx0, z, xBC, dt = torch.split(zxbcdt, [d_mlp2, dim, dim + 2 * ngroups * dstate, nheads], dim=-1)
     xBC = causal_conv1d_fn(xBC.transpose(1, 2), conv1d_weight, conv1d_bias, seq_idx=seq_idx,
                            activation=activation).transpose(1, 2)

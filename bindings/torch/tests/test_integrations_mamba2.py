@@ -70,12 +70,27 @@ def test_training_step_matches_transformers(family, padded, device):
     use_cache = False if family == "Mamba2" else None  # (the hybrids build a cache in training by default)
     want_loss, want = _step(model, ids, mask, use_cache)
     h = si.use_in_transformers()
+    layer = si._ssd.mamba_split_conv1d_scan_combined
+    fused = []
+
+    def spy(*a, **k):  # selscan's whole layer: the mixer's fused call (no cache, no padding)
+        fused.append(k.get("recompute", True))
+        return layer(*a, **k)
+
     try:
         calls = _count_selscan_calls(model, ("mamba2_chunk_scan", "causal_conv1d_fn"))
+        si._ssd.mamba_split_conv1d_scan_combined = spy
         got_loss, got = _step(model, ids, mask, use_cache)
     finally:
+        si._ssd.mamba_split_conv1d_scan_combined = layer
         h.restore()
-    assert min(calls.values()) > 0, calls  # selscan's scan and conv ran
+    if padded:  # transformers' fused branch would not mask the conv's output: the unfused path, selscan's kernels
+        assert not fused and min(calls.values()) > 0, (fused, calls)
+    elif use_cache is False:  # no cache: selscan's layer (recomputed in the backward on CUDA)
+        assert fused and all(rc == (device == "cuda") for rc in fused), fused
+    else:  # a hybrid's training step: with a cache (transformers 5.24 / 5.25 build one by default) the unfused
+        # path, without one (older transformers) selscan's layer
+        assert fused or min(calls.values()) > 0, (fused, calls)
     assert rel_err(got_loss, want_loss) < TOL32
     assert got.keys() == want.keys()
     # transformers' chunked float32 algorithm against selscan's step by step: rounding only

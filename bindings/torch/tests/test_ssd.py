@@ -337,6 +337,37 @@ def test_split_conv1d_scan_matches_float64(name, o):
         assert rel_err(gt, w_) < GTOL[F32]
 
 
+@pytest.mark.parametrize("device", DEVICES)
+def test_split_conv1d_scan_recomputes_in_the_backward(device):
+    """recompute=True (the default): autograd keeps the layer's inputs only and runs the layer again in the
+    backward; the gradients are bitwise those of recompute=False (deterministic kernels), and what autograd
+    keeps is smaller (no conv output, x / B / C / dt, y or the norm's float32 intermediates)."""
+    g = torch.Generator().manual_seed(23)
+    batch, L, H, P, N, W = 2, 40, 4, 8, 16, 4
+    dim = H * P
+    r = lambda *s, sc=1.0: (torch.randn(*s, generator=g) * sc).to(device).requires_grad_()  # noqa: E731
+    ins = [r(batch, L, 2 * dim + 2 * N + H), r(dim + 2 * N, W, sc=0.5), r(dim + 2 * N, sc=0.1), r(H, sc=0.3),
+           (-(torch.rand(H, generator=g) + 0.3)).to(device).requires_grad_(), r(H)]
+    kw = dict(rmsnorm_weight=r(dim), headdim=P, outproj_weight=r(24, dim), norm_before_gate=False)
+    dy = torch.randn(batch, L, 24, generator=g).to(device)
+    res = {}
+    for rc in (False, True):
+        kept = []
+
+        def pack(t):
+            kept.append(t.numel() * t.element_size())
+            return t
+
+        with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+            out = st.mamba_split_conv1d_scan_combined(*ins, 256, **kw, recompute=rc)
+        grads = torch.autograd.grad((out * dy).sum(), ins + [kw["rmsnorm_weight"], kw["outproj_weight"]])
+        res[rc] = (out.detach(), grads, sum(kept))
+    assert torch.equal(res[True][0], res[False][0])
+    assert all(torch.equal(a, b) for a, b in zip(res[True][1], res[False][1]))
+    inputs = sum(t.numel() * t.element_size() for t in ins + [kw["rmsnorm_weight"], kw["outproj_weight"]])
+    assert res[True][2] <= inputs < res[False][2], (res[True][2], inputs, res[False][2])
+
+
 def test_split_conv1d_scan_packed_by_seq_idx():
     g = torch.Generator().manual_seed(21)
     H, P, N, W = 4, 6, 8, 4
