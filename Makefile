@@ -259,7 +259,7 @@ WHEEL_CUDA_ARCHS ?= 7.5;8.0;8.6;8.9;9.0;10.0;12.0+PTX
 wheel:
 	@py="$(TORCH_PYTHON)"; mkdir -p dist && t0=$$(date +%s) && \
 	rm -rf bindings/torch/build/lib.* bindings/torch/build/bdist.* && \
-	echo "wheel: building selscan_torch against $$("$$py" -c 'import torch; print(torch.__version__)') (CUDA archs $(or $(WHEEL_CUDA_ARCHS),the visible GPU's / 9.0) where nvcc is)" && \
+	echo "wheel: building selscan_torch against $$("$$py" -c 'import torch; print(torch.__version__)') ($$(if [ "$${SELSCAN_TORCH_CPU_ONLY:-0}" = 1 ]; then echo 'CPU kernels only: SELSCAN_TORCH_CPU_ONLY=1'; else echo 'CUDA archs $(or $(WHEEL_CUDA_ARCHS),the visible GPU'"'"'s / 9.0) where nvcc is'; fi))" && \
 	PATH="$$(dirname "$$py"):$$PATH" MAX_JOBS="$${MAX_JOBS:-$$(nproc)}" $(if $(WHEEL_CUDA_ARCHS),TORCH_CUDA_ARCH_LIST="$(WHEEL_CUDA_ARCHS)") \
 	  "$$py" -m pip wheel -q --no-build-isolation --no-deps ./bindings/torch -w dist && \
 	whl=$$(ls -t dist/selscan_torch-*.whl | head -1) && \
