@@ -931,13 +931,19 @@ def _m2_chunk_scan(original, own_on_cuda):
     return mamba2_chunk_scan_
 
 
-# True while a Mamba-2 family mixer's forward (_m2_mixer_forward) runs a training step without a cache and
-# without padding in attention_mask: its fused call may then be selscan's layer (transformers' fused branch
-# does not mask the conv's output, its unfused path does)
-_M2_FUSED = contextvars.ContextVar("selscan_m2_fused", default=False)
+# Set while a Mamba-2 family mixer's forward (_m2_mixer_forward) runs a training step without a cache and
+# without padding in attention_mask (transformers' fused branch does not mask the conv's output, its unfused
+# path does): the mixer's gated norm as its unfused path applies it, (group size, norm before gate), or ()
+# for none; its fused call may then be selscan's layer where the call's arguments say the same norm.
+# Otherwise None.
+_M2_FUSED = contextvars.ContextVar("selscan_m2_fused", default=None)
 _M2_FUSED_KEYWORDS = ("chunk_size", "initial_states", "seq_idx", "dt_limit", "return_final_states", "activation",
                       "rmsnorm_weight", "rmsnorm_eps", "outproj_weight", "outproj_bias", "headdim", "ngroups",
                       "norm_before_gate")
+# the model's keywords a mixer passes down into its fused call that say nothing about the layer (any other one,
+# e.g. cu_seqlens or an attention kernel's packing keywords, keeps the unfused path, which reads them)
+_M2_IGNORED_KEYWORDS = ("output_router_logits", "output_attentions", "output_hidden_states", "num_items_in_batch",
+                        "return_dict", "use_cache")
 
 
 def _calls(fn, name):
@@ -946,15 +952,33 @@ def _calls(fn, name):
     return code is not None and name in code.co_names
 
 
+def _m2_gated_norm(mixer):
+    """(group size, norm before gate) of the gated norm a Mamba-2 family mixer's unfused path applies, () for
+    none (FalconH1 without mamba_rms_norm gates y only), None where unknown. Not always what its fused call
+    says: transformers 5.17's Mamba2 normalizes over all channels (its fused call: ngroups groups), FalconH1
+    normalizes before the gate by default (its fused call: norm_before_gate=False)."""
+    norm = getattr(mixer, "norm", None)
+    weight = getattr(norm, "weight", None)
+    if norm is None or isinstance(norm, torch.nn.Identity):
+        return ()
+    if not isinstance(weight, torch.Tensor) or weight.dim() != 1:
+        return None
+    dim = weight.shape[0]
+    group = getattr(norm, "group_size", None)
+    if group is None:
+        group = dim // getattr(norm, "n_groups", 1)
+    return int(group), bool(getattr(norm, "norm_before_gate", False))
+
+
 def _m2_mixer_forward(original, cache_name):
     """A Mamba-2 family mixer's forward (hidden_states, cache, attention_mask, **kwargs) around transformers'
-    own: says (_M2_FUSED) whether its fused call may run selscan's layer."""
+    own: says (_M2_FUSED) whether its fused call may run selscan's layer, and with which gated norm."""
     def forward(self, hidden_states, *args, **kwargs):
         cache = args[0] if args else kwargs.get(cache_name)
         mask = args[1] if len(args) > 1 else kwargs.get("attention_mask")
         ok = self.training and cache is None and kwargs.get("cache_params") is None and \
             _mixer_padding(self, mask) is None
-        token = _M2_FUSED.set(ok)
+        token = _M2_FUSED.set(_m2_gated_norm(self) if ok else None)
         try:
             return original(self, hidden_states, *args, **kwargs)
         finally:
@@ -973,9 +997,14 @@ def _m2_split_conv1d_scan(original, own_on_cuda):
     def mamba2_split_conv1d_scan_combined_(zxbcdt, conv1d_weight, conv1d_bias, dt_bias, A, D, *args, **kwargs):
         if zxbcdt.is_cuda and own_on_cuda:
             return original(zxbcdt, conv1d_weight, conv1d_bias, dt_bias, A, D, *args, **kwargs)
-        kw = {k: v for k, v in kwargs.items() if v is not None}
-        if not _M2_FUSED.get() or args or set(kw) - set(_M2_FUSED_KEYWORDS) or zxbcdt.dtype not in _KERNEL_DTYPES \
+        kw = {k: v for k, v in kwargs.items() if v is not None and k not in _M2_IGNORED_KEYWORDS}
+        norm = _M2_FUSED.get()
+        if norm is None or args or set(kw) - set(_M2_FUSED_KEYWORDS) or zxbcdt.dtype not in _KERNEL_DTYPES \
                 or kw.get("activation", "silu") not in _ACTS or not _takes_conv(conv1d_weight):
+            return None
+        w = kw.get("rmsnorm_weight")  # the call's norm (mamba_ssm's: groups of dim / ngroups) must be the mixer's
+        said = () if w is None else (w.shape[0] // kw.get("ngroups", 1), bool(kw.get("norm_before_gate", True)))
+        if said != norm:
             return None
         kw.pop("chunk_size", None)
         # recomputed in the backward on CUDA (device memory, as mamba_ssm's); on the CPU kept (+15-25 % time)

@@ -23,8 +23,15 @@ def _no_tf32():
     torch.backends.cudnn.allow_tf32 = before
 
 
+# a variant beside _families.py's: FalconH1's gated norm gating first (its default normalizes first, which its
+# fused call does not say: selscan's layer must not take that one)
+VARIANTS = {"FalconH1-gate-first": ("FalconH1", dict(mamba_norm_before_gate=False))}
+
+
 def _model(family, device="cpu"):
+    family, extra = VARIANTS.get(family, (family, {}))
     cfg_name, model_name, kw = FAMILIES[family]
+    kw = {**kw, **extra}
     if not hasattr(transformers, model_name):
         pytest.skip(f"transformers {transformers.__version__} has no {model_name}")
     torch.manual_seed(0)
@@ -54,12 +61,27 @@ def _step(model, ids, mask, use_cache):
     return out.loss.detach(), {n: p.grad.detach().clone() for n, p in model.named_parameters() if p.grad is not None}
 
 
+def _norms_as_mamba_ssm(model):
+    """Whether every Mamba-2 mixer's gated norm works on n_groups groups, gate first, as the fused call
+    says (or there is none): transformers 5.24's and 5.25's do; 5.17's Mamba2 normalizes all channels."""
+    mixers = [m for m in model.modules() if hasattr(m, "A_log") and hasattr(m, "n_groups")]
+    def group(norm):
+        return getattr(norm, "group_size", None) or norm.weight.shape[0] // getattr(norm, "n_groups", 1)
+
+    return mixers and all(isinstance(getattr(m, "norm", None), torch.nn.Identity) or (
+        group(m.norm) == m.intermediate_size // m.n_groups and not getattr(m.norm, "norm_before_gate", False))
+        for m in mixers)
+
+
 @pytest.mark.parametrize("device", DEVICES)
-@pytest.mark.parametrize("family", list(FAMILIES))
+@pytest.mark.parametrize("family", list(FAMILIES) + list(VARIANTS))
 @pytest.mark.parametrize("padded", [False, True], ids=["no-mask", "left-padded"])
-def test_training_step_matches_transformers(family, padded, device):
+@pytest.mark.parametrize("use_cache", [None, False], ids=["cache-default", "no-cache"])
+def test_training_step_matches_transformers(family, padded, use_cache, device):
     """(CUDA: transformers' own path is its PyTorch body where mamba_ssm is absent; selscan's scan there is
-    its CUDA SSD kernels, forward and backward)"""
+    its CUDA SSD kernels, forward and backward.) use_cache None: transformers 5.24 / 5.25 build a cache in
+    training (the unfused path); False: none, so the mixer's fused call, selscan's layer where it computes
+    what the unfused path computes"""
     model = _model(family, device)
     g = torch.Generator().manual_seed(1)
     ids = torch.randint(0, 128, (2, 21), generator=g).to(device)
@@ -67,7 +89,6 @@ def test_training_step_matches_transformers(family, padded, device):
     if padded:
         mask = torch.ones_like(ids)
         mask[0, :5] = 0
-    use_cache = False if family == "Mamba2" else None  # (the hybrids build a cache in training by default)
     want_loss, want = _step(model, ids, mask, use_cache)
     h = si.use_in_transformers()
     layer = si._ssd.mamba_split_conv1d_scan_combined
@@ -86,10 +107,12 @@ def test_training_step_matches_transformers(family, padded, device):
         h.restore()
     if padded:  # transformers' fused branch would not mask the conv's output: the unfused path, selscan's kernels
         assert not fused and min(calls.values()) > 0, (fused, calls)
-    elif use_cache is False:  # no cache: selscan's layer (recomputed in the backward on CUDA)
-        assert fused and all(rc == (device == "cuda") for rc in fused), fused
-    else:  # a hybrid's training step: with a cache (transformers 5.24 / 5.25 build one by default) the unfused
-        # path, without one (older transformers) selscan's layer
+    elif use_cache is False and _norms_as_mamba_ssm(model):  # no cache: selscan's layer (recomputed in the
+        assert fused and all(rc == (device == "cuda") for rc in fused), (fused, calls)  # backward on CUDA)
+    elif use_cache is False:  # a norm other than the fused call says (transformers 5.17's Mamba2 over all
+        assert not fused and min(calls.values()) > 0, (fused, calls)  # channels, FalconH1's norm first): unfused
+    else:  # the default: with a cache (transformers 5.24 / 5.25 build one in training) the unfused path,
+        # without one (older transformers) selscan's layer where the norms agree
         assert fused or min(calls.values()) > 0, (fused, calls)
     assert rel_err(got_loss, want_loss) < TOL32
     assert got.keys() == want.keys()
