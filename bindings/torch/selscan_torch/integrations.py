@@ -357,6 +357,37 @@ def _mixer_takes(mixer):
     return _takes_conv(mixer.conv1d.weight)
 
 
+_FUSED_READS = ("in_proj", "x_proj", "dt_proj", "out_proj")  # the projections a fused block reads the weights of
+
+
+def _no_hooks(module):
+    """Whether calling the module runs its forward alone: no forward hooks of its own or global ones, no
+    accelerate hook."""
+    glob = torch.nn.modules.module
+    return getattr(module, "_hf_hook", None) is None and not module._forward_hooks and \
+        not module._forward_pre_hooks and not getattr(glob, "_global_forward_hooks", None) and \
+        not getattr(glob, "_global_forward_pre_hooks", None)
+
+
+def _plain_linear(module):
+    """Whether reading module.weight / .bias computes what calling the module computes: exactly nn.Linear,
+    no hooks. An adapter (peft's LoRA wraps the Linear, its .weight the base layer's), a quantized subclass or
+    a hook acts only where the module is called, which a fused block does not do."""
+    return type(module) is torch.nn.Linear and _no_hooks(module)
+
+
+def _fusable(mixer, reads=_FUSED_READS):
+    """Whether a Mamba-1 fused block computes what the mixer's unfused forward computes: silu after the conv
+    (the block's only activation; transformers' path applies config.hidden_act) and every projection the
+    block reads (reads) one whose weights say what calling it does (_plain_linear)."""
+    if getattr(mixer, "activation", None) not in ("silu", "swish"):
+        return False
+    return all(_plain_linear(getattr(mixer, n)) for n in reads if getattr(mixer, n, None) is not None)
+
+
+_TF_FUSABLE = contextvars.ContextVar("selscan_tf_fusable", default=True)  # _fusable of the running 5.x mixer
+
+
 def _tf_inner(original):
     own = _tf_own(original)
 
@@ -364,9 +395,10 @@ def _tf_inner(original):
                        out_proj_bias, A, B=None, C=None, D=None, delta_bias=None, B_proj_bias=None, C_proj_bias=None,
                        delta_softplus=True, checkpoint_lvl=1, b_rms_weight=None, c_rms_weight=None,
                        dt_rms_weight=None, b_c_dt_rms_eps=1e-6, **kwargs):
-        if own is not None and not _takes_conv(conv1d_weight):
-            # a conv width (or a model dtype) selscan does not take: 5.x's placeholder returns None, and
-            # transformers runs its unfused path (its conv there: _tf_conv_fn, transformers' own for it)
+        if own is not None and (not _takes_conv(conv1d_weight) or not _TF_FUSABLE.get()):
+            # a conv width (or a model dtype) selscan does not take, or a mixer the block would compute
+            # otherwise than its forward (_fusable): 5.x's placeholder returns None, and transformers runs its
+            # unfused path (its conv there: _tf_conv_fn, transformers' own for a width selscan does not take)
             return own(xz, conv1d_weight, conv1d_bias, x_proj_weight, delta_proj_weight, out_proj_weight,
                        out_proj_bias, A, B, C, D, delta_bias=delta_bias, B_proj_bias=B_proj_bias,
                        C_proj_bias=C_proj_bias, delta_softplus=delta_softplus, checkpoint_lvl=checkpoint_lvl,
@@ -472,12 +504,15 @@ def _tf_mixer_forward_mask(original, cache_name):
         cache = args[0] if args else kwargs.get(cache_name)
         mask = args[1] if len(args) > 1 else kwargs.get("attention_mask")
         mask = _mixer_padding(self, mask) if self.training and cache is None else None
-        if mask is None:  # no padding: transformers' forward as it is
+        fusable = _fusable(self)
+        if mask is None and fusable:  # no padding: transformers' forward as it is
             return original(self, hidden_states, *args, **kwargs)
         token = _TF_MASK.set((mask, False))
+        fuse = _TF_FUSABLE.set(fusable)  # not: the fused call answers None, transformers' unfused path runs
         try:
             return original(self, hidden_states, *args, **kwargs)
         finally:
+            _TF_FUSABLE.reset(fuse)
             _TF_MASK.reset(token)
 
     forward.__wrapped__ = original
@@ -500,7 +535,7 @@ def _tf_mixer_forward_cm(original, apply_mask, cache_name):
         cache = args[0] if args else kwargs.get(cache_name)
         mask = args[1] if len(args) > 1 else kwargs.get("attention_mask")
         if len(args) > 2 or set(kwargs) - {cache_name, "attention_mask"} or not (self.training and cache is None) \
-                or not _mixer_takes(self):
+                or not _mixer_takes(self) or not _fusable(self):
             return fallback(self, hidden_states, *args, **kwargs)
         hidden_states = apply_mask(hidden_states, mask)
         xz = _block.in_proj_cm(hidden_states, self.in_proj.weight, self.in_proj.bias)
@@ -566,8 +601,9 @@ def _tf_mixer_forward(self, hidden_states, *args, **kwargs):
     # transformers 4.x: the kernel path, on every device (its forward takes it only on CUDA). Its
     # fused training branch ignores attention_mask; its PyTorch path (slow_forward) masks x before
     # the conv and the conv's output: a padded mask goes to _tf_inner for both
-    if not _mixer_takes(self) and hasattr(self, "slow_forward"):
-        return self.slow_forward(hidden_states, *args, **kwargs)  # a conv width selscan does not take
+    if (not _mixer_takes(self) or not _fusable(self)) and hasattr(self, "slow_forward"):
+        # a conv width selscan does not take, or an activation / adapter the kernel path would not apply
+        return self.slow_forward(hidden_states, *args, **kwargs)
     fwd = self.cuda_kernels_forward
     if self.training and _tf_arg(fwd, "cache_params", args, kwargs) is None:
         mask = _mixer_padding(self, _tf_arg(fwd, "attention_mask", args, kwargs))
@@ -730,7 +766,7 @@ def _hy_selective_state_update(state, hidden_states, dt, A, B, C, D=None, dt_bia
     return _standin_selective_state_update(state, hidden_states, dt, A, B, C, D, z, dt_bias, dt_softplus)
 
 
-def _hy_fused_args(self, args, kwargs, cache_name):
+def _hy_fused_args(self, args, kwargs, cache_name, reads=_FUSED_READS):
     """(take the fused block?, attention_mask) for a Jamba / Zamba mixer forward(hidden_states,
     cache, attention_mask, **kwargs): only without a cache, without packed sequences (seq_idx /
     cu_seqlens, which transformers hands to the conv), with silu, no quantized config and no
@@ -744,9 +780,8 @@ def _hy_fused_args(self, args, kwargs, cache_name):
     mask = args[1] if len(args) > 1 else kwargs.get("attention_mask")
     if cache is not None or kwargs.get("seq_idx") is not None or kwargs.get("cu_seqlens") is not None:
         return False, None
-    if getattr(self, "activation", None) not in ("silu", "swish") or hasattr(self.config, "_is_quantized") or \
-            not _mixer_takes(self):
-        return False, None
+    if not _fusable(self, reads) or hasattr(self.config, "_is_quantized") or not _mixer_takes(self):
+        return False, None  # (reads: the projections the stand-in reads the weights of, not calls)
     if getattr(self, "_hf_hook", None) is not None or any(
             getattr(getattr(self, c, None), "_hf_hook", None) is not None for c in _TF_HYBRID_ACCELERATE_CHILDREN):
         return False, None
@@ -823,7 +858,7 @@ def _hy_zamba_forward(original, apply_mask, cache_name):
     mamba_ssm's path at 4 x 256 on the H200, bench/RESULTS.md.) Otherwise transformers' forward (on
     the rebound kernels)."""
     def forward(self, hidden_states, *args, **kwargs):
-        ok, mask = _hy_fused_args(self, args, kwargs, cache_name)
+        ok, mask = _hy_fused_args(self, args, kwargs, cache_name, reads=())  # in_proj / out_proj called
         if not ok or getattr(self, "n_mamba_heads", None) is None:
             return original(self, hidden_states, *args, **kwargs)
         batch, L, _ = hidden_states.shape
@@ -976,8 +1011,10 @@ def _m2_mixer_forward(original, cache_name):
     def forward(self, hidden_states, *args, **kwargs):
         cache = args[0] if args else kwargs.get(cache_name)
         mask = args[1] if len(args) > 1 else kwargs.get("attention_mask")
+        norm = getattr(self, "norm", None)
         ok = self.training and cache is None and kwargs.get("cache_params") is None and \
-            _mixer_padding(self, mask) is None
+            _mixer_padding(self, mask) is None and _plain_linear(self.out_proj) and (norm is None or _no_hooks(norm))
+        # (the layer reads out_proj's and the norm's weights: an adapter or a hook there keeps the unfused path)
         token = _M2_FUSED.set(_m2_gated_norm(self) if ok else None)
         try:
             return original(self, hidden_states, *args, **kwargs)

@@ -107,3 +107,40 @@ def transformers_own_path(module_name, names):
     finally:
         for n, f in saved.items():
             setattr(mod, n, f)
+
+
+class LoraLike(torch.nn.Module):
+    """An adapter laid out as peft's LoRA layer (base_layer, lora_A / lora_B, .weight / .bias the base layer's):
+    what it adds happens only when the module is called (the hostile user's stand-in, fifteenth session)."""
+
+    def __init__(self, base, r=4):
+        super().__init__()
+        self.base_layer = base
+        self.lora_A = torch.nn.Linear(base.in_features, r, bias=False)
+        self.lora_B = torch.nn.Linear(r, base.out_features, bias=False)
+        torch.nn.init.normal_(self.lora_B.weight, std=0.5)  # as after some training
+
+    weight = property(lambda self: self.base_layer.weight)
+    bias = property(lambda self: self.base_layer.bias)
+    in_features = property(lambda self: self.base_layer.in_features)
+    out_features = property(lambda self: self.base_layer.out_features)
+
+    def forward(self, x):
+        return self.base_layer(x) + self.lora_B(self.lora_A(x))
+
+
+def adapt_mixers(model, names, how="lora"):
+    """Each Mamba mixer's projections `names` wrapped in LoraLike (how="lora") or given a forward hook that
+    doubles their output (how="hook"); returns the model."""
+    for mod in list(model.modules()):
+        if not hasattr(mod, "A_log"):
+            continue
+        for n in names:
+            lin = getattr(mod, n, None)
+            if isinstance(lin, torch.nn.Linear):
+                if how == "lora":
+                    setattr(mod, n, LoraLike(lin).to(lin.weight.device))
+                else:
+                    lin.register_forward_hook(lambda m, i, o: o * 2)
+    return model
+

@@ -24,7 +24,7 @@ import torch
 
 import selscan_torch as st
 import selscan_torch.integrations as si
-from _common import lowp_tol, transformers_own_path
+from _common import adapt_mixers, lowp_tol, transformers_own_path
 from selscan_torch.reference import selective_scan_ref
 
 HAS_CUDA = torch.cuda.is_available() and st.has_cuda_kernels()
@@ -132,6 +132,43 @@ def test_transformers_conv_width_selscan_does_not_take(device, kind):
         assert rel_err(on["grads"][n], off["grads"][n]) < 2e-4, n
     assert rel_err(on["eval_logits"], off["eval_logits"]) < 2e-5
     assert torch.equal(on["ids"], off["ids"])
+
+
+def _train_vs_own(model, kind, ids):
+    """A training step (no cache) on transformers' own path and under use_in_transformers(): (loss, grads) each."""
+    def step():
+        model.train()
+        model.zero_grad(set_to_none=True)
+        out = model(ids, labels=ids, use_cache=False)
+        out.loss.backward()
+        return out.loss.item(), {n: p.grad.detach().clone() for n, p in model.named_parameters() if p.grad is not None}
+
+    with _tf_own_path(kind):
+        off = step()
+    with si.use_in_transformers():
+        on = step()
+    return on, off
+
+
+@needs_tf
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("kind", ["mamba", "falcon_mamba"])
+@pytest.mark.parametrize("case", ["gelu", "relu", "lora-out_proj", "lora-x_proj", "lora-in_proj", "hook-out_proj"])
+def test_transformers_training_keeps_what_the_fused_block_cannot_do(device, kind, case):
+    """A conv activation other than silu (config.hidden_act), an adapter laid out as peft's LoRA or a forward
+    hook on a projection: the fused block (silu only, the projections' weights read, not called) would drop
+    it; transformers' unfused path applies it, on selscan's conv and scan. Before: the training step lost it
+    (gelu: gradients 54 % off; LoRA: its parameters got no gradient; a hostile user's run, fifteenth session)."""
+    act, _, proj = case.partition("-")
+    model = _tf_model(kind, device, **({"hidden_act": act} if not proj else {}))
+    if proj:
+        adapt_mixers(model, [proj], how=act)
+    ids = torch.randint(0, 100, (2, 24), generator=torch.Generator().manual_seed(1)).to(device)
+    on, off = _train_vs_own(model, kind, ids)
+    assert abs(on[0] - off[0]) < 1e-5 * abs(off[0])
+    assert set(on[1]) == set(off[1])
+    for n in off[1]:
+        assert rel_err(on[1][n], off[1][n]) < 2e-4, n
 
 
 @needs_tf

@@ -25,7 +25,7 @@ import torch
 
 import selscan_torch as st
 import selscan_torch.integrations as si
-from _common import transformers_own_path
+from _common import adapt_mixers, transformers_own_path
 
 DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() and st.has_cuda_kernels() else [])
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("transformers") is None,
@@ -295,6 +295,35 @@ def test_hybrid_conv_width_selscan_does_not_take(kind, width, monkeypatch):
         for n in b["grads"]:
             assert rel_err(a["grads"][n], b["grads"][n]) < 2e-4, (use_cache, n)
     assert torch.equal(on["ids"], off["ids"])
+
+
+@pytest.mark.parametrize("case", ["gelu", "lora-out_proj", "lora-x_proj", "lora-dt_proj", "hook-in_proj"])
+@pytest.mark.parametrize("kind", ["jamba", "zamba"])
+def test_hybrid_training_keeps_what_the_fused_block_cannot_do(kind, case):
+    """A conv activation other than silu, an adapter laid out as peft's LoRA or a forward hook on a projection
+    of the Mamba mixers: a training step without a cache against transformers' own. Jamba's stand-in (the
+    fused block) reads its projections' weights: transformers' forward runs instead; Zamba's calls in_proj /
+    out_proj. Before: Jamba's LoRA parameters got no gradient (a hostile user's run, fifteenth session)."""
+    act, _, proj = case.partition("-")
+    model = _hy_model(kind, **({"hidden_act": act} if not proj else {}))
+    if proj:
+        adapt_mixers(model, [proj], how=act)
+    ids = torch.randint(1, 100, (2, 16), generator=torch.Generator().manual_seed(3))
+
+    def step():
+        model.train()
+        model.zero_grad(set_to_none=True)
+        out = model(ids, labels=ids, use_cache=False)
+        out.loss.backward()
+        return out.loss.item(), {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+
+    with _own_path(kind):
+        off = step()
+    with si.use_in_transformers():
+        on = step()
+    assert abs(on[0] - off[0]) < 1e-5 * abs(off[0]) and set(on[1]) == set(off[1])
+    for n in off[1]:
+        assert rel_err(on[1][n], off[1][n]) < 2e-4, n
 
 
 def test_hybrid_mask_refilled_in_place_is_looked_at_again():
