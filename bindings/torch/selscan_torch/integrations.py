@@ -309,7 +309,15 @@ def _importable(name):
 # ---- transformers -------------------------------------------------------------------------------
 
 _TF_MODULES = ("transformers.models.mamba.modeling_mamba", "transformers.models.falcon_mamba.modeling_falcon_mamba")
-_FALCON_DT_ONES = {}
+_FALCON_DT_ONES = {}  # (device, n) -> float32 ones: FalconMamba's weightless RMS norms' weights (_falcon_ones)
+
+
+def _falcon_ones(device, n):
+    """n float32 ones on device, made once: the weight of a FalconMamba weightless RMS norm of n channels."""
+    key = (device, n)
+    if key not in _FALCON_DT_ONES:
+        _FALCON_DT_ONES[key] = torch.ones(n, dtype=torch.float32, device=device)
+    return _FALCON_DT_ONES[key]
 # (attention_mask, mask x too) of the mixer whose forward is running (_tf_mixer_forward_mask,
 # _tf_mixer_forward), for its fused call
 _TF_MASK = contextvars.ContextVar("selscan_tf_mask", default=(None, False))
@@ -408,11 +416,7 @@ def _tf_inner(original):
         if dt_rms_weight is not None:
             # transformers' FalconMamba PyTorch path: weightless RMS norm of x_proj's dt_rank slice
             # before dt_proj (its dt_rms_weight is a buffer of ones of size intermediate_size)
-            R = delta_proj_weight.shape[1]
-            key = (xz.device, R)
-            if key not in _FALCON_DT_ONES:
-                _FALCON_DT_ONES[key] = torch.ones(R, dtype=torch.float32, device=xz.device)
-            dt_rms_weight, pre = _FALCON_DT_ONES[key], True
+            dt_rms_weight, pre = _falcon_ones(xz.device, delta_proj_weight.shape[1]), True
         mask, mask_x = _TF_MASK.get()
         if mask_x:  # 4.x's PyTorch path masks x (in_proj's output, not hidden_states) before the conv too
             d = xz.shape[1] // 2
@@ -653,9 +657,9 @@ def _install_transformers(h):
                 # fused block without a cache as for Jamba (_hy_falcon_forward), else its own forward
                 mask = g.get("apply_mask_to_padding_states")
                 for m in mixers:
-                    cache_name = _tf_cache_name(m)
-                    if cache_name is not None and mask is not None and m.__name__ == "FalconMambaMixer":
-                        h._setattr(m, "forward", _hy_falcon_forward(m.__dict__["forward"], mask, cache_name),
+                    cache_name, stand_in = _tf_cache_name(m), _HY_FORWARDS.get(m.__name__)
+                    if cache_name is not None and mask is not None and stand_in is not None:
+                        h._setattr(m, "forward", stand_in(m.__dict__["forward"], mask, cache_name),
                                    f"{modname}.{m.__name__}.forward")
                 found += 1
                 continue
@@ -836,13 +840,12 @@ def _hy_falcon_forward(original, apply_mask, cache_name):
         hidden_states = apply_mask(hidden_states, mask)
         xz = _block.in_proj_cm(hidden_states, self.in_proj.weight, self.in_proj.bias)
         A = -torch.exp(self.A_log.float())
-        ones = xz.new_ones(self.time_step_rank + 2 * self.ssm_state_size, dtype=torch.float32)
-        dt_w, b_w, c_w = ones.split([self.time_step_rank, self.ssm_state_size, self.ssm_state_size])
+        dt_w, b_w = _falcon_ones(xz.device, self.time_step_rank), _falcon_ones(xz.device, self.ssm_state_size)
         return _block.mamba_inner_fn(xz, self.conv1d.weight, self.conv1d.bias if self.use_conv_bias else None,
                                      self.x_proj.weight, self.dt_proj.weight, self.out_proj.weight,
                                      self.out_proj.bias if self.use_bias else None, A, None, None, self.D.float(),
                                      delta_bias=self.dt_proj.bias.float(), delta_softplus=True,
-                                     b_rms_weight=b_w, c_rms_weight=c_w, dt_rms_weight=dt_w, b_c_dt_rms_eps=eps,
+                                     b_rms_weight=b_w, c_rms_weight=b_w, dt_rms_weight=dt_w, b_c_dt_rms_eps=eps,
                                      dt_rms_pre_proj=True, mask=_mixer_padding(self, mask))
 
     forward.__wrapped__ = original
@@ -881,7 +884,9 @@ def _hy_zamba_forward(original, apply_mask, cache_name):
     return forward
 
 
-_HY_FORWARDS = {"JambaMambaMixer": _hy_jamba_forward, "ZambaMambaMixer": _hy_zamba_forward}
+# the mixers whose forward without a cache selscan stands in for (FalconMamba's: transformers 5.25 and later)
+_HY_FORWARDS = {"JambaMambaMixer": _hy_jamba_forward, "ZambaMambaMixer": _hy_zamba_forward,
+                "FalconMambaMixer": _hy_falcon_forward}
 
 
 def _tf5_modules(modnames, kernels, also=lambda g, modname: True):
@@ -972,9 +977,8 @@ def _m2_chunk_scan(original, own_on_cuda):
 # for none; its fused call may then be selscan's layer where the call's arguments say the same norm.
 # Otherwise None.
 _M2_FUSED = contextvars.ContextVar("selscan_m2_fused", default=None)
-_M2_FUSED_KEYWORDS = ("chunk_size", "initial_states", "seq_idx", "dt_limit", "return_final_states", "activation",
-                      "rmsnorm_weight", "rmsnorm_eps", "outproj_weight", "outproj_bias", "headdim", "ngroups",
-                      "norm_before_gate")
+# the keywords selscan's layer takes (its signature's, after the six positional tensors; recompute is selscan's)
+_M2_FUSED_KEYWORDS = tuple(inspect.signature(_ssd.mamba_split_conv1d_scan_combined).parameters)[6:-1]
 # the model's keywords a mixer passes down into its fused call that say nothing about the layer (any other one,
 # e.g. cu_seqlens or an attention kernel's packing keywords, keeps the unfused path, which reads them)
 _M2_IGNORED_KEYWORDS = ("output_router_logits", "output_attentions", "output_hidden_states", "num_items_in_batch",
