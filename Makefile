@@ -173,6 +173,10 @@ $(BUILD)/test_cuda_ssd: tests/test_cuda_ssd.cu tests/cuda_check.h tests/tol_lowp
 $(BUILD)/bench_cuda: bench/bench_cuda.cu selscan_cuda.cuh $(BUILD)/selscan_cpu.o | $(BUILD)
 	$(NVCC) $(NVFLAGS) -DSELSCAN_VALIDATION_ONLY -DSELSCAN_CUDA_CHANNELS_LAST=1 -I. $< $(BUILD)/selscan_cpu.o -o $@
 
+# the CUDA SSD forward's walk against its chunks on the same problems (bench/bench_ssd_forms.cu)
+$(BUILD)/bench_ssd_forms: bench/bench_ssd_forms.cu selscan_cuda.cuh $(BUILD)/selscan_cpu.o | $(BUILD)
+	$(NVCC) $(NVFLAGS) -DSELSCAN_VALIDATION_ONLY -I. $< $(BUILD)/selscan_cpu.o -o $@
+
 $(BUILD)/cuda_quickstart: examples/cuda_quickstart.cu selscan_cuda.cuh $(BUILD)/selscan_cpu.o | $(BUILD)
 	$(NVCC) $(NVFLAGS) -DSELSCAN_VALIDATION_ONLY -I. $< $(BUILD)/selscan_cpu.o -o $@
 

@@ -34,6 +34,7 @@
  *                       >>conv-rows  conv_fwd_rows / conv_bwd_rows (unit L stride)
  *     >>ssd-cuda        Mamba-2's SSD scan: ssd_fwd / ssd_bwd (two walks) / ssd_dt / ssd_bc /
  *                       ssd_param kernels and their host side (its DESIGN there)
+ *     >>ssd-chunk       the SSD forward in chunks, ssd_ck_fwd_kernel (not selected by default)
  *     >>public          the extern "C" entry points
  *     >>bench           bench-only (SELSCAN__CUDA_TUNING): the selscan__*_cuda_tuned entries that
  *                       force the plans' choices (bench/bench_cuda.cu, the CUDA tests)
@@ -56,6 +57,7 @@
  *     conv_bwd_rows_kernel sequences, init_state or dfinal_state (the fused block's rows)
  *     conv_*_kernel        every other causal conv1d call (widths 2..4, any strides)   >>conv
  *     ssd_fwd_kernel       every SSD forward (dstate <= 512, any strides)             >>ssd-cuda
+ *     ssd_ck_fwd_kernel    no SSD forward by default (ssd_ck_mode: tests, benchmark)  >>ssd-chunk
  *     ssd_bwd_kernel (+ ssd_dt, ssd_bc, ssd_param) every SSD backward                >>ssd-cuda
  *                          (on 64 KiB devices, sm_75, dstate <= 256 where headdim > 8)
  *
@@ -269,6 +271,7 @@ SELSCAN_DEF selscan_status selscan_ssd_backward_cuda(const selscan_ssd_problem *
 #include <cuda_runtime.h>
 #include <cuda_fp16.h>
 #include <cuda_bf16.h>
+#include <mma.h>
 #include <type_traits>
 
 /* ---------------------------------------------------------------------------------------------- */
@@ -5036,6 +5039,13 @@ struct ssd_params {
     float *wA, *wb;  /* (batch, H) dA / ddt_bias partials */
     double *wh;      /* (rows, H, npsl) sum dinitial_state * initial_state a sequence (the prefix form's start) */
     double *wg, *we; /* (batch, L, H) the prefix form of the decay's gradient and its error bound */
+    /* the chunked forward (>>ssd-chunk): the chains' two-slot state rings (chain, slot, 64, 64 NB),
+       their publish flags, the blocks' ticket counter; channel tiles a head */
+    float *ck_ring;
+    int *ck_flags;
+    unsigned long long *ck_ticket;
+    int64_t ck_ntile;
+    int ck_simt; /* tests and benchmarks: every chunk on the float32 units' path */
 };
 
 /* channels a thread by states a thread (registers: PPT * NPT <= 32) */
@@ -5741,6 +5751,516 @@ static __global__ void __launch_bounds__(256) ssd_param_kernel(const ssd_params 
     }
 }
 
+/* >>ssd-chunk       the SSD forward in chunks (ssd_ck_fwd_kernel; not the default: ssd_ck_mode)      */
+/* DESIGN. Mamba-2's chunked form (mamba_ssm's: chunk states, a pass of the states between chunks,
+   the chunk's outputs) in one kernel. A block takes a chunk of Q = 64 steps of one (batch row, head,
+   tile of 64 channels) and computes, from its staged x, B, C and dt:
+     Sloc[p,n] = sum_s w(s) x[s,p] B[s,n]          w(s) = exp(a(s+1) + .. + a(Q-1)) dt(s)
+     W[t,s]    = (C[t] . B[s]) exp(a(s+1) + .. + a(t)) dt(s)    s <= t
+     y[t,p]    = sum_{s<=t} W[t,s] x[s,p] + exp(a(0) + .. + a(t)) sum_n C[t,n] Sin[p,n] + D x, gated
+   (a = dt A; steps past L have dt 0: decay 1, no input). Sin, the state entering the chunk, comes
+   from the block of the chunk before: Sin(c+1) = exp(a(0) + .. + a(Q-1)) Sin(c) + Sloc(c). The blocks
+   take a ticket as they start (chunk-major over (row, head, tile) chains), so the block a chunk
+   waits for started before it and progresses: no deadlock in any schedule. A chain's states pass
+   through a ring of two slots in the workspace (f32, one publish flag a chain): the slot a block
+   writes was read by the block two chunks before, which finished reading before it published the
+   state this block waited for. Everything but the wait and the publish runs before the wait.
+   The four products (C B^T, Sloc, W x, C Sin^T) run on tensor cores (tf32 wmma, sm_80+) with each
+   operand split into a tf32 part and a tf32 remainder, three products a pair: float32's precision,
+   as >>ssd-api promises. A chunk with a value that is not finite (x, B, C, dt or a) takes the same
+   products on the float32 units instead (a split would make inf - inf; a masked 0 times a NaN x
+   would spread it to earlier steps): there pairs s > t are skipped, never multiplied by 0.
+   Every decay is the exponential of a sum of the a's it spans: on tensor cores a difference of the
+   chunk's prefix sums kept in double (float differences of float prefix sums would err by the
+   prefix's rounding, ~1e-5 relative at |sum a| ~ 100, where the walk's product of exponentials errs
+   ~1e-7); on the float32 units running sums in float, so a decay across an a of -inf is 0 and a NaN
+   spreads as in the recurrence (never inf - inf). Deterministic: fixed-order sums.
+   Not the default: on an H200 the chunks took 0.85x / 0.77x the walk's speed (130m / 1.3b shapes,
+   bf16, batch 8 x 2048), 0.99x / 0.89x on the float32 units alone, and 1.24x / 1.12x even with one-pass
+   tf32 products, which float32's precision rules out (bench/NOTES.md SSD-CUDA-v8). It stays for the
+   chunked backward this form leads to, selected by ssd_ck_mode (tests, bench/bench_ssd_forms.cu). */
+static constexpr int kCkQ = 64;       /* steps a chunk */
+static constexpr int kCkPT = 64;      /* channels a block */
+static constexpr int kCkThreads = 256;
+/* shared memory (floats) of NB 64-state halves: x [s][p], B / C [s][n] (B then the entering state
+   [p][n]), W [s][t] with t = 16 i + ti stored at ti 4 + i, dt, a, and the decays */
+struct ssd_ck_smem {
+    int XS, BS, WS, x, B, C, W, dt, a, din, wsuf, misc, csd, total;
+};
+static __host__ __device__ constexpr ssd_ck_smem ssd_ck_layout(int NB) {
+    ssd_ck_smem m{};
+    m.XS = kCkPT + 4; m.BS = 64 * NB + 4; m.WS = kCkQ + 4; /* +4: rows 4 banks apart */
+    m.x = 0; m.B = m.x + kCkQ * m.XS; m.C = m.B + kCkQ * m.BS; m.W = m.C + kCkQ * m.BS;
+    m.dt = m.W + kCkQ * m.WS; m.a = m.dt + kCkQ; m.din = m.a + kCkQ; m.wsuf = m.din + kCkQ; m.misc = m.wsuf + kCkQ;
+    m.csd = m.misc + 4; /* Q doubles (8-byte aligned: every offset before is a multiple of 4 floats) */
+    m.total = m.csd + 2 * kCkQ;
+    return m;
+}
+static __device__ __forceinline__ int ssd_ck_wix(int s, int t, int WS) { return s * WS + (t & 15) * 4 + (t >> 4); }
+static __device__ __forceinline__ float ssd_dot4(float4 a, float4 b, float acc) {
+    return fmaf(a.w, b.w, fmaf(a.z, b.z, fmaf(a.y, b.y, fmaf(a.x, b.x, acc))));
+}
+
+/* the entering state into Ss ([p][n], row stride BS): initial_state (or 0) at chunk 0, else the
+   ring's slot once the chain's flag says the chunk before published it; ends with a barrier */
+template <int NB> static __device__ void ssd_ck_enter(const ssd_params &P, int64_t chain, int64_t c, int64_t b, int64_t h, int64_t p0, float *Ss) {
+    constexpr int NP = 64 * NB, BS = ssd_ck_layout(NB).BS;
+    const int tid = threadIdx.x;
+    if (c == 0) {
+        for (int i = tid; i < kCkPT * NP; i += kCkThreads) {
+            const int pl = i / NP, n = i - pl * NP;
+            const int64_t p = p0 + pl;
+            Ss[pl * BS + n] = P.initial_state.p && p < P.P && n < P.N ? ldf(P.initial_state, ssd_at4(P.initial_state, b, h, p, n)) : 0.0f;
+        }
+    } else {
+        if (tid == 0) {
+            const volatile int *f = P.ck_flags + chain;
+            while (*f < static_cast<int>(c)) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 700
+                __nanosleep(64);
+#endif
+            }
+            __threadfence();
+        }
+        __syncthreads();
+        const float *src = P.ck_ring + (chain * 2 + (c & 1)) * (kCkPT * NP);
+        for (int i = 4 * tid; i < kCkPT * NP; i += 4 * kCkThreads) {
+            const int pl = i / NP, n = i - pl * NP;
+            *reinterpret_cast<float4 *>(Ss + pl * BS + n) = __ldcg(reinterpret_cast<const float4 *>(src + i));
+        }
+    }
+    __syncthreads();
+}
+/* the chain's flag, once every thread's stores of the leaving state are visible */
+static __device__ __forceinline__ void ssd_ck_publish(const ssd_params &P, int64_t chain, int64_t c) {
+    __threadfence();
+    __syncthreads();
+    if (threadIdx.x == 0) atomicExch(P.ck_flags + chain, static_cast<int>(c + 1));
+}
+/* final_state from F ([p][n], row stride BS) */
+template <int NB> static __device__ void ssd_ck_final(const ssd_params &P, const float *F, int64_t b, int64_t h, int64_t p0) {
+    constexpr int NP = 64 * NB, BS = ssd_ck_layout(NB).BS;
+    for (int i = threadIdx.x; i < kCkPT * NP; i += kCkThreads) {
+        const int pl = i / NP, n = i - pl * NP;
+        const int64_t p = p0 + pl;
+        if (p < P.P && n < P.N) static_cast<float *>(P.final_state.p)[ssd_at4(P.final_state, b, h, p, n)] = F[pl * BS + n];
+    }
+}
+/* y = (Y + D x) silu(z) from Y ([t][p], row stride ldy) */
+template <typename T> static __device__ void ssd_ck_out(const ssd_params &P, const float *Y, int ldy, const float *xs, int XS, int64_t b, int64_t h,
+                                                       int64_t t0, int64_t p0, int tn) {
+    for (int i = threadIdx.x; i < kCkQ * kCkPT; i += kCkThreads) {
+        const int tl = i / kCkPT, pl = i - tl * kCkPT;
+        const int64_t t = t0 + tl, p = p0 + pl;
+        if (tl >= tn || p >= P.P) continue;
+        float y = Y[tl * ldy + pl] + ssd_Dv(P, h, p) * xs[tl * XS + pl];
+        if (P.z.p) {
+            const float zv = ld<T>(P.z.p, ssd_at4(P.z, b, t, h, p));
+            y *= zv * ssd_sigmoid(zv);
+        }
+        st<T>(P.y.p, ssd_at4(P.y, b, t, h, p), y);
+    }
+}
+
+#if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 800
+#define SELSCAN__CK_MMA 1 /* the chunks' products on tensor cores (tf32 wmma: sm_80 and later) */
+namespace ckw = nvcuda::wmma;
+using ck_acc = ckw::fragment<ckw::accumulator, 16, 16, 8, float>;
+/* A and B operands split into a tf32 high part and a tf32 remainder; acc += A B as three products
+   (lo hi, hi lo, hi hi; the lo lo term is below float32's rounding): float32's precision on tensor cores */
+template <typename L> using ck_fa = ckw::fragment<ckw::matrix_a, 16, 16, 8, ckw::precision::tf32, L>;
+template <typename L> using ck_fb = ckw::fragment<ckw::matrix_b, 16, 16, 8, ckw::precision::tf32, L>;
+template <typename F> static __device__ __forceinline__ void ssd_ck_split(F &hi, F &lo, const float *p, int ld) {
+    ckw::load_matrix_sync(hi, p, ld);
+#pragma unroll
+    for (int i = 0; i < hi.num_elements; i++) {
+        const float v = hi.x[i], h = ckw::__float_to_tf32(v);
+        hi.x[i] = h;
+        lo.x[i] = ckw::__float_to_tf32(v - h);
+    }
+}
+template <bool ONE, typename FA, typename FB> static __device__ __forceinline__ void ssd_ck_mma3(ck_acc &acc, const FA &ah, const FA &al, const FB &bh, const FB &bl) {
+    if (!ONE) { /* ONE: the high parts alone (a tf32 product, for the benchmark's comparison) */
+        ckw::mma_sync(acc, al, bh, acc);
+        ckw::mma_sync(acc, ah, bl, acc);
+    }
+    ckw::mma_sync(acc, ah, bh, acc);
+}
+#endif
+
+template <typename T, int NB, bool ONE> static __global__ void __launch_bounds__(kCkThreads, 2) ssd_ck_fwd_kernel(const ssd_params P) {
+    extern __shared__ __align__(128) float4 ssd_ck_sm4[];
+    float *const sm = reinterpret_cast<float *>(ssd_ck_sm4);
+    constexpr int Q = kCkQ, NP = 64 * NB;
+    constexpr ssd_ck_smem m = ssd_ck_layout(NB);
+    constexpr int XS = m.XS, BS = m.BS, WS = m.WS;
+    float *const xs = sm + m.x, *const Bs = sm + m.B, *const Cs = sm + m.C, *const Ws = sm + m.W;
+    float *const sdt = sm + m.dt, *const sa = sm + m.a, *const sdin = sm + m.din, *const swsuf = sm + m.wsuf;
+    unsigned long long *const s_ticket = reinterpret_cast<unsigned long long *>(sm + m.misc + 2);
+    const int tid = threadIdx.x, hi = tid >> 4, lo = tid & 15;
+    if (tid == 0) *s_ticket = atomicAdd(P.ck_ticket, 1ull);
+    __syncthreads();
+    const int64_t nchain = P.batch * P.H * P.ck_ntile, id = static_cast<int64_t>(*s_ticket);
+    const int64_t c = id / nchain, chain = id - c * nchain;
+    const int64_t tile = chain % P.ck_ntile, h = (chain / P.ck_ntile) % P.H, b = chain / (P.ck_ntile * P.H);
+    const int64_t g = h / P.hpg, t0 = c * Q, p0 = tile * kCkPT;
+    const int tn = static_cast<int>(P.L - t0 < Q ? P.L - t0 : Q);
+    const bool more = t0 + Q < P.L; /* a chunk after this one: the state leaves through the ring */
+    const float Ah = ldf(P.A, h * P.A.s[0]);
+    bool bad = false; /* a value of the chunk that is not finite: the float32 units' path (below) */
+
+    /* stage: dt and a (0 past L), x [s][p], B and C [s][n] (0 outside), every load of a thread
+       issued before its stores (one global latency a block, not one a load); 8-element vectors
+       where rows are contiguous and aligned (P.vx, P.vbc: ssd_vectors) */
+    if (tid < Q) {
+        float d = 0.0f;
+        if (tid < tn) {
+            float raw, pre;
+            d = ssd_dt<T>(P, b, t0 + tid, h, raw, pre);
+        }
+        sdt[tid] = d;
+        sa[tid] = tid < tn ? d * Ah : 0.0f;
+        bad = !isfinite(d) || !isfinite(sa[tid]);
+    }
+    if (P.vx) {
+        constexpr int NV = Q * kCkPT / 8 / kCkThreads;
+        float v[NV][8];
+#pragma unroll
+        for (int u = 0; u < NV; u++) {
+            const int i = tid + u * kCkThreads, s = i / (kCkPT / 8), pl = (i - s * (kCkPT / 8)) * 8;
+            if (s < tn && p0 + pl < P.P) ld_vec<T, 8>(P.x.p, ssd_at4(P.x, b, t0 + s, h, p0 + pl), v[u]);
+            else
+#pragma unroll
+                for (int e = 0; e < 8; e++) v[u][e] = 0.0f;
+        }
+#pragma unroll
+        for (int u = 0; u < NV; u++) {
+            const int i = tid + u * kCkThreads, s = i / (kCkPT / 8), pl = (i - s * (kCkPT / 8)) * 8;
+#pragma unroll
+            for (int e = 0; e < 8; e++) bad = bad || !isfinite(v[u][e]);
+            ssd_st8(xs + s * XS + pl, v[u]);
+        }
+    } else {
+        for (int i0 = 0; i0 < Q * kCkPT; i0 += 8 * kCkThreads) {
+            float v[8];
+#pragma unroll
+            for (int u = 0; u < 8; u++) {
+                const int i = i0 + tid + u * kCkThreads, s = i / kCkPT, pl = i - s * kCkPT;
+                v[u] = s < tn && p0 + pl < P.P ? ld<T>(P.x.p, ssd_at4(P.x, b, t0 + s, h, p0 + pl)) : 0.0f;
+            }
+#pragma unroll
+            for (int u = 0; u < 8; u++) {
+                const int i = i0 + tid + u * kCkThreads, s = i / kCkPT, pl = i - s * kCkPT;
+                bad = bad || !isfinite(v[u]);
+                xs[s * XS + pl] = v[u];
+            }
+        }
+    }
+    if (P.vbc) {
+        constexpr int NV = Q * NP / 8 / kCkThreads;
+        for (int half = 0; half < 2; half++) { /* B, then C: NV vectors of each a thread in flight */
+            const ct &src = half ? P.C : P.B;
+            float *const dst = half ? Cs : Bs;
+            float v[NV][8];
+#pragma unroll
+            for (int u = 0; u < NV; u++) {
+                const int i = tid + u * kCkThreads, s = i / (NP / 8), n = (i - s * (NP / 8)) * 8;
+                if (s < tn && n < P.N) ld_vec<T, 8>(src.p, ssd_at4(src, b, t0 + s, g, n), v[u]);
+                else
+#pragma unroll
+                    for (int e = 0; e < 8; e++) v[u][e] = 0.0f;
+            }
+#pragma unroll
+            for (int u = 0; u < NV; u++) {
+                const int i = tid + u * kCkThreads, s = i / (NP / 8), n = (i - s * (NP / 8)) * 8;
+#pragma unroll
+                for (int e = 0; e < 8; e++) bad = bad || !isfinite(v[u][e]);
+                ssd_st8(dst + s * BS + n, v[u]);
+            }
+        }
+    } else {
+        for (int i0 = 0; i0 < Q * NP; i0 += 4 * kCkThreads) {
+            float vb[4], vc[4];
+#pragma unroll
+            for (int u = 0; u < 4; u++) {
+                const int i = i0 + tid + u * kCkThreads, s = i / NP, n = i - s * NP;
+                const bool ok = s < tn && n < P.N;
+                vb[u] = ok ? ld<T>(P.B.p, ssd_at4(P.B, b, t0 + s, g, n)) : 0.0f;
+                vc[u] = ok ? ld<T>(P.C.p, ssd_at4(P.C, b, t0 + s, g, n)) : 0.0f;
+            }
+#pragma unroll
+            for (int u = 0; u < 4; u++) {
+                const int i = i0 + tid + u * kCkThreads, s = i / NP, n = i - s * NP;
+                bad = bad || !isfinite(vb[u]) || !isfinite(vc[u]);
+                Bs[s * BS + n] = vb[u];
+                Cs[s * BS + n] = vc[u];
+            }
+        }
+    }
+    bad = __syncthreads_or(bad) || P.ck_simt;
+    float *const Ss = Bs; /* the entering state takes B's place once B is used */
+#ifdef SELSCAN__CK_MMA
+    if (!bad) {
+        /* decays: each exponent a difference of the chunk's prefix sums of a, kept in double */
+        double *const csd = reinterpret_cast<double *>(sm + m.csd);
+        if (tid < 32) { /* inclusive prefix sums: lane l the steps 2l, 2l + 1 */
+            const double a1 = sa[2 * tid + 1];
+            double v = static_cast<double>(sa[2 * tid]) + a1;
+#pragma unroll
+            for (int o = 1; o < 32; o <<= 1) {
+                const double w = __shfl_up_sync(0xffffffffu, v, o);
+                if (tid >= o) v += w;
+            }
+            csd[2 * tid] = v - a1;
+            csd[2 * tid + 1] = v;
+        }
+        /* C B^T, the tiles on or below the diagonal (10 of 16: warp w takes w and w + 8) */
+        const int warp = tid >> 5;
+        for (int k2 = warp; k2 < 10; k2 += 8) {
+            const int ti = k2 < 1 ? 0 : k2 < 3 ? 1 : k2 < 6 ? 2 : 3, si = k2 - ti * (ti + 1) / 2;
+            ck_acc acc;
+            ckw::fill_fragment(acc, 0.0f);
+            for (int k = 0; k < NP; k += 8) {
+                ck_fa<ckw::row_major> ah, al;
+                ck_fb<ckw::col_major> bh, bl;
+                ssd_ck_split(ah, al, Cs + 16 * ti * BS + k, BS);
+                ssd_ck_split(bh, bl, Bs + 16 * si * BS + k, BS);
+                ssd_ck_mma3<ONE>(acc, ah, al, bh, bl);
+            }
+            ckw::store_matrix_sync(Ws + 16 * ti * WS + 16 * si, acc, WS, ckw::mem_row_major);
+        }
+        __syncthreads();
+        /* W = C B^T exp(a(s+1..t)) dt(s) on and below the diagonal, 0 above; the decays of Sloc and
+           of the entering state */
+        const double tot = csd[Q - 1];
+        for (int i = tid; i < Q * Q; i += kCkThreads) {
+            const int t = i / Q, s = i - t * Q;
+            Ws[t * WS + s] = s <= t ? Ws[t * WS + s] * (expf(static_cast<float>(csd[t] - csd[s])) * sdt[s]) : 0.0f;
+        }
+        if (tid < Q) {
+            sdin[tid] = expf(static_cast<float>(csd[tid]));
+            swsuf[tid] = expf(static_cast<float>(tot - csd[tid])) * sdt[tid];
+            if (tid == 0) sm[m.misc] = expf(static_cast<float>(tot));
+        }
+        __syncthreads();
+        /* B's rows times w(s), C's rows times exp(a(0..t)): the products below take them as they are */
+        for (int i = tid; i < Q * NP; i += kCkThreads) {
+            const int s = i / NP, n = i - s * NP;
+            Bs[s * BS + n] *= swsuf[s];
+            Cs[s * BS + n] *= sdin[s];
+        }
+        __syncthreads();
+        /* Sloc = x^T (w B): warp w the channels 16 (w & 3) .. and states 16 NB 2 (w >> 2) .. */
+        constexpr int NT = 2 * NB; /* state tiles a warp */
+        const int pt = warp & 3, nt0 = (warp >> 2) * NT;
+        ck_acc sl[NT];
+#pragma unroll
+        for (int j = 0; j < NT; j++) ckw::fill_fragment(sl[j], 0.0f);
+        for (int k = 0; k < Q; k += 8) {
+            ck_fa<ckw::col_major> ah, al;
+            ssd_ck_split(ah, al, xs + k * XS + 16 * pt, XS);
+#pragma unroll
+            for (int j = 0; j < NT; j++) {
+                ck_fb<ckw::row_major> bh, bl;
+                ssd_ck_split(bh, bl, Bs + k * BS + 16 * (nt0 + j), BS);
+                ssd_ck_mma3<ONE>(sl[j], ah, al, bh, bl);
+            }
+        }
+        /* Y = W x: warp w the steps 16 (w >> 1) .., channels 32 (w & 1) .. (two tiles), s up to its steps */
+        const int tt = warp >> 1, pp = (warp & 1) * 2;
+        ck_acc yv[2];
+#pragma unroll
+        for (int j = 0; j < 2; j++) ckw::fill_fragment(yv[j], 0.0f);
+        for (int k = 0; k < 16 * (tt + 1); k += 8) {
+            ck_fa<ckw::row_major> ah, al;
+            ssd_ck_split(ah, al, Ws + 16 * tt * WS + k, WS);
+#pragma unroll
+            for (int j = 0; j < 2; j++) {
+                ck_fb<ckw::row_major> bh, bl;
+                ssd_ck_split(bh, bl, xs + k * XS + 16 * (pp + j), XS);
+                ssd_ck_mma3<ONE>(yv[j], ah, al, bh, bl);
+            }
+        }
+        __syncthreads(); /* B's readers are done: the entering state takes its place */
+        ssd_ck_enter<NB>(P, chain, c, b, h, p0, Ss);
+        const float dec = sm[m.misc];
+        /* the leaving state dec Sin + Sloc: into the ring (a chunk follows) or into Sin's place (final_state) */
+#pragma unroll
+        for (int j = 0; j < NT; j++) {
+            ck_acc sin;
+            float *const at = Ss + 16 * pt * BS + 16 * (nt0 + j);
+            ckw::load_matrix_sync(sin, at, BS, ckw::mem_row_major);
+#pragma unroll
+            for (int e = 0; e < sin.num_elements; e++) sl[j].x[e] = fmaf(dec, sin.x[e], sl[j].x[e]);
+            if (more) ckw::store_matrix_sync(P.ck_ring + (chain * 2 + ((c + 1) & 1)) * (kCkPT * NP) + 16 * pt * NP + 16 * (nt0 + j), sl[j], NP,
+                                             ckw::mem_row_major);
+        }
+        if (more) ssd_ck_publish(P, chain, c);
+        /* Y += (exp(a(0..t)) C) Sin^T */
+        for (int k = 0; k < NP; k += 8) {
+            ck_fa<ckw::row_major> ah, al;
+            ssd_ck_split(ah, al, Cs + 16 * tt * BS + k, BS);
+#pragma unroll
+            for (int j = 0; j < 2; j++) {
+                ck_fb<ckw::col_major> bh, bl;
+                ssd_ck_split(bh, bl, Ss + 16 * (pp + j) * BS + k, BS);
+                ssd_ck_mma3<ONE>(yv[j], ah, al, bh, bl);
+            }
+        }
+        __syncthreads(); /* every reader of C and Sin is done */
+#pragma unroll
+        for (int j = 0; j < 2; j++) ckw::store_matrix_sync(Cs + 16 * tt * BS + 16 * (pp + j), yv[j], BS, ckw::mem_row_major);
+        if (!more && P.final_state.p)
+#pragma unroll
+            for (int j = 0; j < NT; j++) ckw::store_matrix_sync(Ss + 16 * pt * BS + 16 * (nt0 + j), sl[j], BS, ckw::mem_row_major);
+        __syncthreads();
+        if (!more && P.final_state.p) ssd_ck_final<NB>(P, Ss, b, h, p0);
+        ssd_ck_out<T>(P, Cs, BS, xs, XS, b, h, t0, p0, tn);
+        return;
+    }
+#endif
+    /* The float32 units' path: chunks with a value that is not finite (where a split into tf32
+       parts would make inf - inf, and a product with a masked 0 would spread a NaN), and devices
+       before sm_80. Decays by running sums in float, one row a thread (an a of -inf: decay 0). */
+    if (tid < Q) {
+        const int t = tid;
+        float seg = 0.0f;
+        for (int s = t; s >= 0; s--) {
+            Ws[ssd_ck_wix(s, t, WS)] = expf(seg) * sdt[s];
+            seg += sa[s];
+        }
+        sdin[t] = expf(seg);
+        float suf = 0.0f;
+        for (int u = Q - 1; u > t; u--) suf += sa[u];
+        swsuf[t] = expf(suf) * sdt[t];
+        if (t == 0) sm[m.misc] = expf(suf + sa[0]);
+    }
+    __syncthreads();
+    /* Sloc: channel p = hi + 16 i, states n = 64 k + 4 lo + e */
+    float Sl[4][4 * NB];
+#pragma unroll
+    for (int i = 0; i < 4; i++)
+#pragma unroll
+        for (int e = 0; e < 4 * NB; e++) Sl[i][e] = 0.0f;
+    for (int s = 0; s < tn; s++) {
+        const float w = swsuf[s];
+        float xv[4];
+#pragma unroll
+        for (int i = 0; i < 4; i++) xv[i] = xs[s * XS + hi + 16 * i] * w;
+#pragma unroll
+        for (int k = 0; k < NB; k++) {
+            const float4 bv = *reinterpret_cast<const float4 *>(Bs + s * BS + 64 * k + 4 * lo);
+#pragma unroll
+            for (int i = 0; i < 4; i++) {
+                Sl[i][4 * k + 0] = fmaf(xv[i], bv.x, Sl[i][4 * k + 0]);
+                Sl[i][4 * k + 1] = fmaf(xv[i], bv.y, Sl[i][4 * k + 1]);
+                Sl[i][4 * k + 2] = fmaf(xv[i], bv.z, Sl[i][4 * k + 2]);
+                Sl[i][4 * k + 3] = fmaf(xv[i], bv.w, Sl[i][4 * k + 3]);
+            }
+        }
+    }
+    /* W[t,s] = (C[t] . B[s]) times its decay, t = hi + 16 i, s = lo + 16 j, j <= i (s > t: left unset) */
+    {
+        float acc[4][4];
+#pragma unroll
+        for (int i = 0; i < 4; i++)
+#pragma unroll
+            for (int j = 0; j < 4; j++) acc[i][j] = 0.0f;
+        for (int k = 0; k < NP; k += 4) {
+            float4 cv[4], bv[4];
+#pragma unroll
+            for (int i = 0; i < 4; i++) cv[i] = *reinterpret_cast<const float4 *>(Cs + (hi + 16 * i) * BS + k);
+#pragma unroll
+            for (int j = 0; j < 4; j++) bv[j] = *reinterpret_cast<const float4 *>(Bs + (lo + 16 * j) * BS + k);
+#pragma unroll
+            for (int i = 0; i < 4; i++)
+#pragma unroll
+                for (int j = 0; j <= i; j++) acc[i][j] = ssd_dot4(cv[i], bv[j], acc[i][j]);
+        }
+#pragma unroll
+        for (int i = 0; i < 4; i++)
+#pragma unroll
+            for (int j = 0; j <= i; j++) {
+                const int t = hi + 16 * i, s = lo + 16 * j;
+                if (s <= t) Ws[ssd_ck_wix(s, t, WS)] *= acc[i][j];
+            }
+    }
+    __syncthreads();
+    /* the chunk's own inputs: Y[t,p] = sum_{s<=t} W[t,s] x[s,p], t = hi + 16 i, p = lo + 16 j */
+    float Y[4][4];
+#pragma unroll
+    for (int i = 0; i < 4; i++)
+#pragma unroll
+        for (int j = 0; j < 4; j++) Y[i][j] = 0.0f;
+    {
+        const int smax = hi + 48 < tn - 1 ? hi + 48 : tn - 1;
+        for (int s = 0; s <= smax; s++) {
+            const float4 wv = *reinterpret_cast<const float4 *>(Ws + s * WS + 4 * hi);
+            const float w[4] = {wv.x, wv.y, wv.z, wv.w};
+            float xv[4];
+#pragma unroll
+            for (int j = 0; j < 4; j++) xv[j] = xs[s * XS + lo + 16 * j];
+#pragma unroll
+            for (int i = 0; i < 4; i++)
+                if (s <= hi + 16 * i)
+#pragma unroll
+                    for (int j = 0; j < 4; j++) Y[i][j] = fmaf(w[i], xv[j], Y[i][j]);
+        }
+    }
+    /* the entering state, then the leaving one: dec Sin + Sloc into the ring (a chunk follows) */
+    __syncthreads(); /* B's readers are done */
+    ssd_ck_enter<NB>(P, chain, c, b, h, p0, Ss);
+    const float dec = sm[m.misc];
+    if (more) {
+        float *dst = P.ck_ring + (chain * 2 + ((c + 1) & 1)) * (kCkPT * NP);
+#pragma unroll
+        for (int i = 0; i < 4; i++)
+#pragma unroll
+            for (int k = 0; k < NB; k++) {
+                const int pl = hi + 16 * i, n = 64 * k + 4 * lo;
+                const float4 s = *reinterpret_cast<const float4 *>(Ss + pl * BS + n);
+                const float4 o = make_float4(fmaf(dec, s.x, Sl[i][4 * k]), fmaf(dec, s.y, Sl[i][4 * k + 1]),
+                                             fmaf(dec, s.z, Sl[i][4 * k + 2]), fmaf(dec, s.w, Sl[i][4 * k + 3]));
+                __stcg(reinterpret_cast<float4 *>(dst + pl * NP + n), o);
+            }
+        ssd_ck_publish(P, chain, c);
+    }
+    /* the entering state's part: Y[t,p] += exp(a(0..t)) sum_n C[t,n] Sin[p,n] */
+    for (int k = 0; k < NP; k += 4) {
+        float4 cv[4], sv[4];
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            const float d = sdin[hi + 16 * i];
+            const float4 v = *reinterpret_cast<const float4 *>(Cs + (hi + 16 * i) * BS + k);
+            cv[i] = make_float4(v.x * d, v.y * d, v.z * d, v.w * d);
+        }
+#pragma unroll
+        for (int j = 0; j < 4; j++) sv[j] = *reinterpret_cast<const float4 *>(Ss + (lo + 16 * j) * BS + k);
+#pragma unroll
+        for (int i = 0; i < 4; i++)
+#pragma unroll
+            for (int j = 0; j < 4; j++) Y[i][j] = ssd_dot4(cv[i], sv[j], Y[i][j]);
+    }
+    __syncthreads(); /* every reader of C and Sin is done */
+#pragma unroll
+    for (int i = 0; i < 4; i++)
+#pragma unroll
+        for (int j = 0; j < 4; j++) Cs[(hi + 16 * i) * BS + lo + 16 * j] = Y[i][j];
+    if (!more && P.final_state.p)
+#pragma unroll
+        for (int i = 0; i < 4; i++)
+#pragma unroll
+            for (int k = 0; k < NB; k++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    const int pl = hi + 16 * i, n = 64 * k + 4 * lo + e;
+                    Ss[pl * BS + n] = fmaf(dec, Ss[pl * BS + n], Sl[i][4 * k + e]);
+                }
+    __syncthreads();
+    if (!more && P.final_state.p) ssd_ck_final<NB>(P, Ss, b, h, p0);
+    ssd_ck_out<T>(P, Cs, BS, xs, XS, b, h, t0, p0, tn);
+}
+
 /* ---- the SSD's host side: plan, workspace, launches ---- */
 struct ssd_plan {
     int NPT, PB, TT, nth, smem, cap; /* cap: the shared memory a block may take (ssd_smem_cap) */
@@ -5860,6 +6380,91 @@ static selscan_status ssd_check_launch(const selscan__sprob &q, const ssd_plan &
     return SELSCAN_OK;
 }
 
+/* The chunked forward's plan (>>ssd-chunk), from the shapes alone: no packed sequences, 32 < dstate
+   <= 128, a non-empty problem, a grid and flags in range; its workspace: the rings, then the ticket
+   and the flags (zeroed on the stream before the launch) */
+struct ssd_ck_plan {
+    int NB, smem;
+    int64_t ntile, nch, nchain, grid, ring, total;
+};
+/* Which form a forward takes (>>ssd-chunk): 0 the walk (the default: the chunks measured no faster on
+   an H200, bench/NOTES.md SSD-CUDA-v8); for the tests and the benchmark: 1 the chunks (tensor cores
+   where a chunk's values are finite), 2 the chunks on the float32 units alone, 3 (with
+   SELSCAN__CUDA_TUNING) the chunks with one-pass tf32 products (below float32's precision: a
+   measurement, never a result to trust) */
+static int ssd_ck_mode = 0;
+static bool ssd_ck_shape(const selscan__sprob &q, ssd_ck_plan &k) {
+    if (q.cu || q.seq_idx.data || q.N <= 32 || q.N > 128 || q.batch == 0 || q.L == 0 || q.H == 0 || q.P == 0) return false;
+    k.NB = q.N <= 64 ? 1 : 2;
+    k.smem = 4 * ssd_ck_layout(k.NB).total;
+    sizecalc c;
+    k.ntile = cdiv(q.P, kCkPT);
+    k.nch = cdiv(q.L, kCkQ);
+    k.nchain = c.mul(q.batch, q.H, k.ntile);
+    k.grid = c.mul(k.nchain, k.nch);
+    k.ring = c.al(c.mul(k.nchain, 2 * kCkPT * 64 * k.NB, 4));
+    k.total = c.add(k.ring, c.al(c.add(64, c.mul(k.nchain, 4))));
+    return c.ok && k.grid <= kMaxGrid && k.nch < 0x7fffffff;
+}
+/* whether this call runs in chunks: the shapes, a workspace to be had (ext->workspace_alloc: the
+   forward takes no workspace argument), the device's shared memory */
+static bool ssd_ck_takes(const selscan__sprob &q, const selscan_cuda_ext *x, ssd_ck_plan &k) {
+    static volatile int known[64];
+    if (ssd_ck_mode == 0 || !x || !x->workspace_alloc || !ssd_ck_shape(q, k)) return false;
+    return k.smem + 64 <= current_device_attr(cudaDevAttrMaxSharedMemoryPerBlockOptin, known);
+}
+
+static selscan_status ssd_ck_forward(const selscan__sprob &q, const ssd_ck_plan &k, const selscan_cuda_ext *x, cudaStream_t stream,
+                                     selscan_diag *dg) {
+    selscan_status st;
+    cudaError_t *err = x->cuda_error;
+    void *workspace = NULL;
+    size_t bytes = 0;
+    char *ws;
+    if ((st = take_workspace(x, k.total, &workspace, &bytes, dg)) != SELSCAN_OK) return st;
+    if ((st = check_workspace(workspace, bytes, k.total, &ws, dg)) != SELSCAN_OK) return st;
+    {
+        const selscan__ten wst = flat(ws, k.total);
+        const selscan__ten *all[] = {SELSCAN__SSD_OPERANDS(SELSCAN__OPD_INS, (&q)) SELSCAN__SSD_OPERANDS(SELSCAN__OPD_OUTS, (&q))};
+        if ((st = check_overlap(wst, all, SELSCAN__COUNT(all), dg, "workspace", "overlaps an operand")) != SELSCAN_OK) return st;
+    }
+    ssd_plan pl;
+    memset(&pl, 0, sizeof pl);
+    ssd_params P;
+    ssd_fill(P, q, pl, NULL);
+    P.PB = kCkPT;
+    ssd_vectors(P, false);
+    P.ck_ring = reinterpret_cast<float *>(ws);
+    P.ck_ticket = reinterpret_cast<unsigned long long *>(ws + k.ring);
+    P.ck_flags = reinterpret_cast<int *>(ws + k.ring + 64);
+    P.ck_ntile = k.ntile;
+    P.ck_simt = ssd_ck_mode == 2;
+    SELSCAN__CU(cudaMemsetAsync(ws + k.ring, 0, static_cast<size_t>(k.total - k.ring), stream));
+    cudaError_t e = cudaSuccess;
+    selscan_cuda_detail::with_dtype(q.dt, [&](auto tag) {
+        using T = typename decltype(tag)::type;
+        auto go = [&](auto nb, auto one) {
+            constexpr int NB = decltype(nb)::value;
+            constexpr bool ONE = decltype(one)::value;
+            static volatile int done[64];
+            if ((e = allow_smem(reinterpret_cast<const void *>(ssd_ck_fwd_kernel<T, NB, ONE>), k.smem, done)) == cudaSuccess)
+                ssd_ck_fwd_kernel<T, NB, ONE><<<static_cast<unsigned>(k.grid), kCkThreads, k.smem, stream>>>(P);
+        };
+#ifdef SELSCAN__CUDA_TUNING /* the benchmark's one-pass tf32 products: compiled there only */
+        if (ssd_ck_mode == 3) {
+            if (k.NB == 1) go(std::integral_constant<int, 1>(), std::true_type());
+            else go(std::integral_constant<int, 2>(), std::true_type());
+            return;
+        }
+#endif
+        if (k.NB == 1) go(std::integral_constant<int, 1>(), std::false_type());
+        else go(std::integral_constant<int, 2>(), std::false_type());
+    });
+    SELSCAN__CU(e);
+    SELSCAN__LAUNCHED();
+    return SELSCAN_OK;
+}
+
 static selscan_status ssd_forward(const selscan_ssd_problem *p, const selscan_cuda_ext *x, cudaStream_t stream) {
     selscan__sprob q;
     selscan_status st;
@@ -5871,6 +6476,8 @@ static selscan_status ssd_forward(const selscan_ssd_problem *p, const selscan_cu
     ssd_plan pl;
     if (!ssd_make_plan(q, false, pl, ssd_smem_cap())) return fail_size(dg);
     if ((st = ssd_check_launch(q, pl, 1, dg)) != SELSCAN_OK) return st;
+    ssd_ck_plan ck;
+    if (ssd_ck_takes(q, x, ck)) return ssd_ck_forward(q, ck, x, stream, dg);
     ssd_params P;
     ssd_fill(P, q, pl, x ? x->cu_seqlens_device : NULL);
     ssd_vectors(P, false);
@@ -5963,13 +6570,14 @@ static selscan_status ssd_backward(const selscan_ssd_problem *p, const selscan_s
 
 static selscan_status ssd_workspace_size(const selscan_ssd_problem *p, const selscan_ssd_grads *g, size_t *bytes) {
     if (!bytes) return selscan__fail(p ? p->diag : NULL, SELSCAN_ERR_NULL, "bytes", SELSCAN_RULE_MISSING);
-    if (!g) { /* the forward needs none; refused as the forward refuses */
+    if (!g) { /* the forward: none for the walk (the chunks' is asked of ext->workspace_alloc); refused as the forward refuses */
         selscan__sprob q;
         ssd_plan pl;
         selscan_status st = selscan__ssd_validate_forward(p, &q, NULL, 0, NULL, 0);
         if (st == SELSCAN_OK && !ssd_make_plan(q, false, pl, ssd_smem_cap())) st = fail_size(p->diag);
         if (st == SELSCAN_OK) st = ssd_check_launch(q, pl, 1, p->diag);
-        if (st == SELSCAN_OK) *bytes = 0;
+        ssd_ck_plan ck;
+        if (st == SELSCAN_OK) *bytes = ssd_ck_mode && ssd_ck_shape(q, ck) ? ws_reported(ck.total) : 0;
         return st;
     }
     selscan__sprob q;

@@ -152,6 +152,19 @@ static void host_checks() {
     CHECK(selscan_ssd_forward_cuda(&q, NULL, 0) == SELSCAN_ERR_NULL, "x NULL");
     q = p; q.n_groups = 3;
     CHECK(selscan_ssd_forward_cuda(&q, NULL, 0) == selscan_validate_ssd(&q), "n_groups 3: the CPU's status");
+    { /* the forward's workspace: none for the walk (the default); the chunks' where they are selected and
+         the shapes take them (dstate 33 .. 128, no packed sequences) */
+        static float b64[2 * 64], c64[2 * 64];
+        int32_t si[2] = {0, 0};
+        q = p; q.dstate = 64; q.B.data = b64; q.C.data = c64;
+        size_t w0 = 7, w1 = 7, w2 = 7;
+        CHECK(selscan_ssd_workspace_size_cuda(&q, NULL, &w0) == SELSCAN_OK && w0 == 0, "forward workspace (walk): %zu", w0);
+        selscan_cuda_detail::ssd_ck_mode = 1;
+        CHECK(selscan_ssd_workspace_size_cuda(&q, NULL, &w1) == SELSCAN_OK && w1 > 0, "forward workspace (chunks): %zu", w1);
+        q.seq_idx.data = si;
+        CHECK(selscan_ssd_workspace_size_cuda(&q, NULL, &w2) == SELSCAN_OK && w2 == 0, "forward workspace (chunks, seq_idx): %zu", w2);
+        selscan_cuda_detail::ssd_ck_mode = 0;
+    }
     q = p; q.dstate = 513;
     {
         static float big[2 * 2 * 513];
@@ -185,6 +198,16 @@ static void host_checks() {
 
 /* the emulated device's opt-in limit (0: the device's own), and dstate forced by its cases (0: random) */
 static int g_cap = 0, g_force_N = 0, g_force_P = 0, g_refusals = 0;
+/* the chunked forward's cases (>>ssd-chunk): no packed sequences, up to 700 steps (several chunks),
+   a workspace allocator always; g_chunked counts the forwards that took the chunks */
+static int g_force_chunk = 0, g_chunked = 0;
+/* ext.workspace_alloc for the forward: cudaMalloc, freed after the case */
+static void *test_alloc(void *ctx, size_t bytes) {
+    void *d = NULL;
+    if (cudaMalloc(&d, bytes) != cudaSuccess) return NULL;
+    static_cast<std::vector<void *> *>(ctx)->push_back(d);
+    return d;
+}
 /* the documented refusal: the backward at dstate 257-512 with headdim > 8 on 64 KiB devices */
 static bool smem_refused(int N, int P) { return g_cap == 65536 && N > 256 && P > 8; }
 
@@ -224,10 +247,15 @@ static void run_case(int ci, bool quick) {
     const int Ps[] = {1, 3, 16, 33, 64, 70, 130};
     const int N = g_force_N ? g_force_N : Ns[irand(0, quick ? 8 : 9)], P = g_force_P ? g_force_P : Ps[irand(0, 6)];
     const int G = irand(1, 2), H = G * irand(1, 3);
-    const int pack = irand(0, 4); /* 0, 1, 2: none; 3: seq_idx; 4: cu_seqlens */
+    const int pack = g_force_chunk ? irand(0, 2) : irand(0, 4); /* 0, 1, 2: none; 3: seq_idx; 4: cu_seqlens */
     const int64_t batch = pack == 4 ? 1 : irand(1, 3);
-    const int64_t L = irand(0, 3) == 0 ? irand(1, 8) : irand(1, quick ? 120 : 400);
+    const int64_t L = g_force_chunk ? irand(1, quick ? 300 : 700) : irand(0, 3) == 0 ? irand(1, 8) : irand(1, quick ? 120 : 400);
     const bool nan_case = irand(0, 9) == 0;
+    /* a NaN dt (chunk cases only, the forward alone): the decays' running sums spread it as the recurrence does */
+    const bool nan_dt = g_force_chunk && !nan_case && irand(0, 7) == 0;
+    const bool alloc = g_force_chunk || irand(0, 3) != 0; /* the forward may take the chunks */
+    /* the chunks are no default (>>ssd-chunk): the walk, the chunks, the chunks on the float32 units */
+    selscan_cuda_detail::ssd_ck_mode = g_force_chunk ? 1 + (ci & 1) : irand(0, 2);
     const bool strided = irand(0, 1);
     selscan_ssd_problem p;
     memset(&p, 0, sizeof p);
@@ -277,6 +305,7 @@ static void run_case(int ci, bool quick) {
     }
     if (hash0) { make(h0, SELSCAN_F32, 4, nst, NULL, 0, true); fill(h0, -1, 1); }
     if (nan_case) x.set(irand(0, (int)(x.count() - 1)), NAN);
+    if (nan_dt) dtt.set(irand(0, (int)(dtt.count() - 1)), NAN);
     /* left padding (transformers' padded batches): x 0 at each row's first lpad steps, no state enters:
        the reference's ddt there is exactly 0, and so must CUDA's be (the regression 1fda97b fixes) */
     const int64_t lpad = !hash0 && pack <= 2 && !nan_case && irand(0, 2) == 0 ? irand(1, (int)L) - 1 : 0;
@@ -297,6 +326,8 @@ static void run_case(int ci, bool quick) {
     int64_t *cu_dev = NULL;
     selscan_cuda_ext ext;
     memset(&ext, 0, sizeof ext);
+    std::vector<void *> allocs;
+    if (alloc) { ext.workspace_alloc = test_alloc; ext.workspace_ctx = &allocs; }
     if (pack == 4) {
         CU(cudaMalloc(&cu_dev, cu.size() * 8));
         CU(cudaMemcpy(cu_dev, cu.data(), cu.size() * 8, cudaMemcpyHostToDevice));
@@ -313,21 +344,38 @@ static void run_case(int ci, bool quick) {
     std::vector<unsigned char> ws(ws_bytes + 64);
     y.poison(); hT.poison();
     CHECK(selscan_ssd_forward_ref(&ph, ws.data(), ws.size()) == SELSCAN_OK, "%s: reference forward", what);
+    bool chunked = false;
+    {
+        selscan__sprob sq;
+        selscan_cuda_detail::ssd_ck_plan ck;
+        chunked = selscan__ssd_validate_forward(&pd, &sq, NULL, 0, NULL, 0) == SELSCAN_OK && selscan_cuda_detail::ssd_ck_takes(sq, &ext, ck);
+        g_chunked += chunked;
+        if (g_force_chunk) CHECK(chunked || N <= 32 || N > 128, "%s: a chunk case not run in chunks", what);
+    }
     selscan_status st = selscan_ssd_forward_cuda(&pd, &ext, 0);
     CHECK(st == SELSCAN_OK, "%s: cuda forward status %d", what, (int)st);
     CU(cudaDeviceSynchronize());
+    for (void *a : allocs) cudaFree(a);
+    allocs.clear();
     const double ftol = tc_tol_lowp(dt, 1e-5, 2); /* f32: rounding of L-step recurrences in another order; lowp: both results rounded to T */
     {
         const std::vector<unsigned char> yd = y.down();
-        const double e = rel_err(y, yd.data(), y.h, nan_case);
+        /* the chunks: NaN exactly where the reference has NaN */
+        const double e = rel_err(y, yd.data(), y.h, nan_case && !chunked);
         if (e > g_worst.v[0]) g_worst.v[0] = e;
-        CHECK(e <= ftol, "%s: y rel err %.3g > %.3g", what, e, ftol);
+        CHECK(e <= ftol, "%s chunked %d: y rel err %.3g > %.3g", what, (int)chunked, e, ftol);
         if (hashT) {
             const std::vector<unsigned char> hd = hT.down();
-            const double e2 = rel_err(hT, hd.data(), hT.h, nan_case);
+            const double e2 = rel_err(hT, hd.data(), hT.h, nan_case && !chunked);
             if (e2 > g_worst.v[1]) g_worst.v[1] = e2;
-            CHECK(e2 <= 1e-5, "%s: final_state rel err %.3g", what, e2); /* f32 states, rounding only */
+            CHECK(e2 <= 1e-5, "%s chunked %d: final_state rel err %.3g", what, (int)chunked, e2); /* f32 states, rounding only */
         }
+    }
+    if (nan_dt) {
+        if (cu_dev) cudaFree(cu_dev);
+        for (Ten *t : ins) t->release();
+        y.release(); hT.release();
+        return;
     }
     /* backward: a random subset of the gradients (every one in two cases of three) */
     Ten dy, dT, dx, ddt, dA, dB, dC, dD, dz, dbias, dh0;
@@ -443,6 +491,17 @@ int main() {
     }
     CHECK(g_refusals > 0, "the 64 KiB cases ran no refused backward");
     g_cap = selscan_cuda_detail::ssd_smem_cap_test = g_force_N = g_force_P = 0;
+    const int ckN[5] = {48, 64, 100, 128, 0}, ckP[4] = {64, 0, 130, 0};
+    g_force_chunk = 1;
+    for (int i = 0; i < (quick ? 30 : 120); i++) {
+        g_force_N = ckN[i % 5];
+        g_force_P = ckP[i % 4];
+        run_case(ncases + 300 + i, quick);
+    }
+    g_force_chunk = g_force_N = g_force_P = 0;
+    selscan_cuda_detail::ssd_ck_mode = 0;
+    CHECK(g_chunked > 0, "no forward ran in chunks");
+    printf("test_cuda_ssd: %d forwards in chunks\n", g_chunked);
     printf("test_cuda_ssd: worst relative errors:");
     for (int i = 0; i < 11; i++) printf(" %s %.2g", g_names[i], g_worst.v[i]);
     printf("\n%d passed, %d failed\n", g_pass, g_fail);

@@ -1,0 +1,149 @@
+/* bench/bench_ssd_forms.cu - the CUDA SSD forward's forms on the same problems, one process: the walk
+ * (ssd_fwd_kernel, the forms' default) and the chunks (ssd_ck_fwd_kernel, selscan_cuda.cuh >>ssd-chunk)
+ * in three variants: their products on tensor cores in float32 precision (tf32 parts, three products a
+ * pair: mode 1), on the float32 units alone (mode 2), and as one-pass tf32 products (mode 3: below
+ * float32's precision, for the comparison only). At the Mamba-2 layer shapes of bench/bench_ssd.py
+ * (130m, 1.3b, 2.7b, Nemotron-H-like: headdim 64, dstate 128), softplus + dt_bias + D, no z, batch 8 x
+ * 2048 unless given. Times: CUDA events around one call, median of 15 after 3 warm-ups, ms; y of the
+ * chunks (mode 1) and of mode 3 against the walk's (largest difference over the largest |y|). The
+ * chunks' workspace comes from a buffer allocated once (the allocator hands it out): no allocation
+ * is timed.
+ *
+ * Usage: make build/bench_ssd_forms && ./build/bench_ssd_forms [f32|f16|bf16] [batch] [L]
+ */
+#define SELSCAN_IMPLEMENTATION
+#define SELSCAN_CUDA_IMPLEMENTATION
+#define SELSCAN__CUDA_TUNING /* ssd_ck_mode 3: the one-pass tf32 products, compiled with it only */
+#include "selscan_cuda.cuh"
+
+#include <cuda_runtime.h>
+#include <algorithm>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <vector>
+
+#define CK(x) do { cudaError_t e_ = (x); if (e_ != cudaSuccess) { fprintf(stderr, "%s: %s\n", #x, cudaGetErrorString(e_)); exit(1); } } while (0)
+
+struct Pool {
+    void *p;
+    size_t cap;
+};
+static void *pool_alloc(void *ctx, size_t bytes) {
+    Pool *pl = static_cast<Pool *>(ctx);
+    return bytes <= pl->cap ? pl->p : NULL;
+}
+
+static uint16_t to_half_bits(float f, selscan_dtype dt) {
+    if (dt == SELSCAN_BF16) { uint32_t u; memcpy(&u, &f, 4); return static_cast<uint16_t>((u + 0x7fff + ((u >> 16) & 1)) >> 16); }
+    const __half h = __float2half(f);
+    uint16_t b; memcpy(&b, &h, 2); return b;
+}
+static float from_bits(const unsigned char *p, selscan_dtype dt) {
+    if (dt == SELSCAN_F32) { float f; memcpy(&f, p, 4); return f; }
+    uint16_t b; memcpy(&b, p, 2);
+    if (dt == SELSCAN_BF16) { uint32_t u = static_cast<uint32_t>(b) << 16; float f; memcpy(&f, &u, 4); return f; }
+    __half h; memcpy(&h, &b, 2); return __half2float(h);
+}
+static void *dev_random(size_t n, selscan_dtype dt, float lo, float hi, unsigned &seed) {
+    const size_t es = dt == SELSCAN_F32 ? 4 : 2;
+    std::vector<unsigned char> h(n * es);
+    for (size_t i = 0; i < n; i++) {
+        seed = seed * 1664525u + 1013904223u;
+        const float f = lo + (hi - lo) * static_cast<float>(seed >> 8) / 16777216.0f;
+        if (es == 4) memcpy(&h[i * 4], &f, 4);
+        else { const uint16_t b = to_half_bits(f, dt); memcpy(&h[i * 2], &b, 2); }
+    }
+    void *d;
+    CK(cudaMalloc(&d, n * es));
+    CK(cudaMemcpy(d, h.data(), n * es, cudaMemcpyHostToDevice));
+    return d;
+}
+
+int main(int argc, char **argv) {
+    const selscan_dtype dt = argc > 1 && !strcmp(argv[1], "f32") ? SELSCAN_F32 : argc > 1 && !strcmp(argv[1], "f16") ? SELSCAN_F16 : SELSCAN_BF16;
+    const int64_t batch = argc > 2 ? atoll(argv[2]) : 8, L = argc > 3 ? atoll(argv[3]) : 2048;
+    const struct { const char *name; int64_t H, P, N, G; } shapes[] = {
+        {"Mamba2-130m", 24, 64, 128, 1}, {"Mamba2-1.3b", 64, 64, 128, 1}, {"Mamba2-2.7b", 80, 64, 128, 1}, {"Nemotron-H-like", 128, 64, 128, 8}};
+    const size_t es = dt == SELSCAN_F32 ? 4 : 2;
+    cudaDeviceProp prop;
+    CK(cudaGetDeviceProperties(&prop, 0));
+    printf("bench_ssd_forms: %s, %s, batch %lld x %lld, softplus + dt_bias + D; ms (median of 15)\n", prop.name,
+           dt == SELSCAN_F32 ? "f32" : dt == SELSCAN_F16 ? "f16" : "bf16", (long long)batch, (long long)L);
+    printf("| shape | walk fwd | chunks fwd | chunks, float32 units | chunks, tf32 products | walk / chunks | max |diff| / max |y| | the same, tf32 |\n|---|---|---|---|---|---|---|---|\n");
+    for (const auto &s : shapes) {
+        unsigned seed = 12345;
+        const int64_t H = s.H, P = s.P, N = s.N, G = s.G;
+        void *x = dev_random(batch * L * H * P, dt, -1, 1, seed), *dtr = dev_random(batch * L * H, dt, -3, 0.5f, seed);
+        void *B = dev_random(batch * L * G * N, dt, -1, 1, seed), *C = dev_random(batch * L * G * N, dt, -1, 1, seed);
+        void *A = dev_random(H, SELSCAN_F32, -4, -0.2f, seed), *D = dev_random(H, SELSCAN_F32, -1, 1, seed);
+        void *bias = dev_random(H, SELSCAN_F32, -0.5f, 0.2f, seed);
+        void *y[2];
+        CK(cudaMalloc(&y[0], batch * L * H * P * es));
+        CK(cudaMalloc(&y[1], batch * L * H * P * es));
+        selscan_ssd_problem p;
+        memset(&p, 0, sizeof p);
+        p.batch = batch; p.seqlen = L; p.nheads = H; p.headdim = P; p.dstate = N; p.n_groups = G; p.dtype = dt;
+        p.flags = SELSCAN_SSD_DT_SOFTPLUS;
+        p.x.data = x; p.dt.data = dtr; p.A.data = A; p.B.data = B; p.C.data = C; p.D.data = D; p.dt_bias.data = bias;
+        p.y.data = y[0];
+        size_t need = 0;
+        selscan_cuda_detail::ssd_ck_mode = 1; /* the size query answers for the form selected */
+        if (selscan_ssd_workspace_size_cuda(&p, NULL, &need) != SELSCAN_OK) { fprintf(stderr, "size query failed\n"); return 1; }
+        Pool pool = {NULL, need};
+        if (need) CK(cudaMalloc(&pool.p, need));
+        selscan_cuda_ext ext;
+        memset(&ext, 0, sizeof ext);
+        ext.workspace_alloc = pool_alloc;
+        ext.workspace_ctx = &pool;
+        cudaEvent_t e0, e1;
+        CK(cudaEventCreate(&e0));
+        CK(cudaEventCreate(&e1));
+        double med[4], dtf = 0;
+        for (int form : {0, 3, 2, 1}) { /* walk, chunks with tf32 products, chunks on the float32 units alone, chunks (y[1]: the chunks' y) */
+            selscan_cuda_detail::ssd_ck_mode = form;
+            p.y.data = y[form == 0 ? 0 : 1];
+            std::vector<float> ts;
+            for (int r = 0; r < 18; r++) {
+                CK(cudaEventRecord(e0));
+                if (selscan_ssd_forward_cuda(&p, &ext, 0) != SELSCAN_OK) { fprintf(stderr, "forward failed\n"); return 1; }
+                CK(cudaEventRecord(e1));
+                CK(cudaEventSynchronize(e1));
+                float ms;
+                CK(cudaEventElapsedTime(&ms, e0, e1));
+                if (r >= 3) ts.push_back(ms);
+            }
+            std::sort(ts.begin(), ts.end());
+            med[form] = ts[ts.size() / 2];
+            if (form == 3) { /* the tf32 products' y against the walk's */
+                const size_t ny = batch * L * H * P;
+                std::vector<unsigned char> a(ny * es), c(ny * es);
+                CK(cudaMemcpy(a.data(), y[0], ny * es, cudaMemcpyDeviceToHost));
+                CK(cudaMemcpy(c.data(), y[1], ny * es, cudaMemcpyDeviceToHost));
+                double md = 0, my = 0;
+                for (size_t i = 0; i < ny; i++) {
+                    md = std::max(md, static_cast<double>(fabs(from_bits(&a[i * es], dt) - from_bits(&c[i * es], dt))));
+                    my = std::max(my, fabs(static_cast<double>(from_bits(&a[i * es], dt))));
+                }
+                dtf = md / my;
+            }
+        }
+        selscan_cuda_detail::ssd_ck_mode = 0;
+        const size_t ny = batch * L * H * P;
+        std::vector<unsigned char> h0(ny * es), h1(ny * es);
+        CK(cudaMemcpy(h0.data(), y[0], ny * es, cudaMemcpyDeviceToHost));
+        CK(cudaMemcpy(h1.data(), y[1], ny * es, cudaMemcpyDeviceToHost));
+        double md = 0, my = 0;
+        for (size_t i = 0; i < ny; i++) {
+            const double a = from_bits(&h0[i * es], dt), b = from_bits(&h1[i * es], dt);
+            md = std::max(md, fabs(a - b));
+            my = std::max(my, fabs(a));
+            if (a != a || b != b) md = INFINITY;
+        }
+        printf("| %s | %.3f | %.3f | %.3f | %.3f | %.2fx | %.2g | %.2g |\n", s.name, med[0], med[1], med[2], med[3], med[0] / med[1], md / my, dtf);
+        for (void *q : {x, dtr, B, C, A, D, bias, y[0], y[1], pool.p}) if (q) cudaFree(q);
+        cudaEventDestroy(e0); cudaEventDestroy(e1);
+    }
+    return 0;
+}
