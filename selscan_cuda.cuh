@@ -5762,19 +5762,24 @@ static __global__ void __launch_bounds__(256) ssd_param_kernel(const ssd_params 
    from the block of the chunk before: Sin(c+1) = exp(a(0) + .. + a(Q-1)) Sin(c) + Sloc(c). The blocks
    take a ticket as they start (chunk-major over (row, head, tile) chains), so the block a chunk
    waits for started before it and progresses: no deadlock in any schedule. A chain's states pass
-   through a ring of two slots in the workspace (f32, one publish flag a chain): the slot a block
-   writes was read by the block two chunks before, which finished reading before it published the
-   state this block waited for. Everything but the wait and the publish runs before the wait.
+   through a ring of two slots in the workspace (f32, one publish flag a chain): the slot block c
+   writes (c + 1's) was last read by block c - 1, which finished reading before it published the
+   state block c waited for. Everything but the wait and the publish runs before the wait.
    The four products (C B^T, Sloc, W x, C Sin^T) run on tensor cores (tf32 wmma, sm_80+) with each
    operand split into a tf32 part and a tf32 remainder, three products a pair: float32's precision,
    as >>ssd-api promises. A chunk with a value that is not finite (x, B, C, dt or a) takes the same
    products on the float32 units instead (a split would make inf - inf; a masked 0 times a NaN x
    would spread it to earlier steps): there pairs s > t are skipped, never multiplied by 0.
-   Every decay is the exponential of a sum of the a's it spans: on tensor cores a difference of the
-   chunk's prefix sums kept in double (float differences of float prefix sums would err by the
-   prefix's rounding, ~1e-5 relative at |sum a| ~ 100, where the walk's product of exponentials errs
-   ~1e-7); on the float32 units running sums in float, so a decay across an a of -inf is 0 and a NaN
-   spreads as in the recurrence (never inf - inf). Deterministic: fixed-order sums.
+   A state entering with a value that is not finite takes its product C Sin^T on the float32 units too,
+   and so does a chunk with an a > 0 (a chunk-long exponential could overflow where the steps' decays
+   do not). Every decay is the exponential of a sum of the a's it spans: on tensor cores a difference
+   of the chunk's prefix sums kept in double, each a at least -128 (float differences of float prefix
+   sums would err by the prefix's rounding, ~1e-5 relative at |sum a| ~ 100, where the walk's product
+   of exponentials errs ~1e-7); on the float32 units running sums in float, so a decay across an a of
+   -inf is 0 and a NaN spreads as in the recurrence (never inf - inf). Infinities themselves need not
+   come out as the recurrence's: its order of products is not the chunks' (an inf x times a B with a
+   0 gives NaN there, not here; an inf state times a decay that underflows over the chunk but not step
+   by step gives NaN here). Deterministic: fixed-order sums.
    Not the default: on an H200 the chunks took 0.85x / 0.77x the walk's speed (130m / 1.3b shapes,
    bf16, batch 8 x 2048), 0.99x / 0.89x on the float32 units alone, and 1.24x / 1.12x even with one-pass
    tf32 products, which float32's precision rules out (bench/NOTES.md SSD-CUDA-v8). It stays for the
@@ -5801,16 +5806,64 @@ static __device__ __forceinline__ float ssd_dot4(float4 a, float4 b, float acc) 
     return fmaf(a.w, b.w, fmaf(a.z, b.z, fmaf(a.y, b.y, fmaf(a.x, b.x, acc))));
 }
 
+/* Staging of a chunk: steps s < tn of a (batch, L, j, col) operand's columns [c0, c0 + COLS) into dst [s][col]
+   (row stride rs; 0 where s >= tn or c0 + col >= lim), every load of a thread issued before its stores (one global
+   latency a block, not one a load); bad |= a value that is not finite. stage8: by 8-element vectors (rows
+   contiguous and aligned: ssd_vectors; lim - c0 a multiple of 8), stage1: element by element, 8 in flight */
+template <typename T, int COLS>
+static __device__ __forceinline__ void ssd_ck_stage8(float *dst, int rs, const ct &src, int64_t b, int64_t t0, int64_t j, int64_t c0, int64_t lim, int tn,
+                                                     bool &bad) {
+    constexpr int NV = kCkQ * COLS / 8 / kCkThreads, RV = COLS / 8;
+    float v[NV][8];
+#pragma unroll
+    for (int u = 0; u < NV; u++) {
+        const int i = threadIdx.x + u * kCkThreads, s = i / RV, cl = (i - s * RV) * 8;
+        if (s < tn && c0 + cl < lim) ld_vec<T, 8>(src.p, ssd_at4(src, b, t0 + s, j, c0 + cl), v[u]);
+        else
+#pragma unroll
+            for (int e = 0; e < 8; e++) v[u][e] = 0.0f;
+    }
+#pragma unroll
+    for (int u = 0; u < NV; u++) {
+        const int i = threadIdx.x + u * kCkThreads, s = i / RV, cl = (i - s * RV) * 8;
+#pragma unroll
+        for (int e = 0; e < 8; e++) bad = bad || !isfinite(v[u][e]);
+        ssd_st8(dst + s * rs + cl, v[u]);
+    }
+}
+template <typename T, int COLS>
+static __device__ __forceinline__ void ssd_ck_stage1(float *dst, int rs, const ct &src, int64_t b, int64_t t0, int64_t j, int64_t c0, int64_t lim, int tn,
+                                                     bool &bad) {
+    for (int i0 = 0; i0 < kCkQ * COLS; i0 += 8 * kCkThreads) {
+        float v[8];
+#pragma unroll
+        for (int u = 0; u < 8; u++) {
+            const int i = i0 + threadIdx.x + u * kCkThreads, s = i / COLS, cl = i - s * COLS;
+            v[u] = s < tn && c0 + cl < lim ? ld<T>(src.p, ssd_at4(src, b, t0 + s, j, c0 + cl)) : 0.0f;
+        }
+#pragma unroll
+        for (int u = 0; u < 8; u++) {
+            const int i = i0 + threadIdx.x + u * kCkThreads, s = i / COLS, cl = i - s * COLS;
+            bad = bad || !isfinite(v[u]);
+            dst[s * rs + cl] = v[u];
+        }
+    }
+}
+
 /* the entering state into Ss ([p][n], row stride BS): initial_state (or 0) at chunk 0, else the
-   ring's slot once the chain's flag says the chunk before published it; ends with a barrier */
-template <int NB> static __device__ void ssd_ck_enter(const ssd_params &P, int64_t chain, int64_t c, int64_t b, int64_t h, int64_t p0, float *Ss) {
+   ring's slot once the chain's flag says the chunk before published it; ends with a barrier, which
+   answers whether the state holds a value that is not finite */
+template <int NB> static __device__ bool ssd_ck_enter(const ssd_params &P, int64_t chain, int64_t c, int64_t b, int64_t h, int64_t p0, float *Ss) {
     constexpr int NP = 64 * NB, BS = ssd_ck_layout(NB).BS;
     const int tid = threadIdx.x;
+    bool bad = false;
     if (c == 0) {
         for (int i = tid; i < kCkPT * NP; i += kCkThreads) {
             const int pl = i / NP, n = i - pl * NP;
             const int64_t p = p0 + pl;
-            Ss[pl * BS + n] = P.initial_state.p && p < P.P && n < P.N ? ldf(P.initial_state, ssd_at4(P.initial_state, b, h, p, n)) : 0.0f;
+            const float v = P.initial_state.p && p < P.P && n < P.N ? ldf(P.initial_state, ssd_at4(P.initial_state, b, h, p, n)) : 0.0f;
+            bad = bad || !isfinite(v);
+            Ss[pl * BS + n] = v;
         }
     } else {
         if (tid == 0) {
@@ -5826,10 +5879,12 @@ template <int NB> static __device__ void ssd_ck_enter(const ssd_params &P, int64
         const float *src = P.ck_ring + (chain * 2 + (c & 1)) * (kCkPT * NP);
         for (int i = 4 * tid; i < kCkPT * NP; i += 4 * kCkThreads) {
             const int pl = i / NP, n = i - pl * NP;
-            *reinterpret_cast<float4 *>(Ss + pl * BS + n) = __ldcg(reinterpret_cast<const float4 *>(src + i));
+            const float4 v = __ldcg(reinterpret_cast<const float4 *>(src + i));
+            bad = bad || !isfinite(v.x) || !isfinite(v.y) || !isfinite(v.z) || !isfinite(v.w);
+            *reinterpret_cast<float4 *>(Ss + pl * BS + n) = v;
         }
     }
-    __syncthreads();
+    return __syncthreads_or(bad); /* the state holds a value that is not finite */
 }
 /* the chain's flag, once every thread's stores of the leaving state are visible */
 static __device__ __forceinline__ void ssd_ck_publish(const ssd_params &P, int64_t chain, int64_t c) {
@@ -5859,6 +5914,27 @@ template <typename T> static __device__ void ssd_ck_out(const ssd_params &P, con
             y *= zv * ssd_sigmoid(zv);
         }
         st<T>(P.y.p, ssd_at4(P.y, b, t, h, p), y);
+    }
+}
+
+/* the entering state's part on the float32 units: Y[i][j] (t = hi + 16 i, p = lo + 16 j) += d(t) sum_n
+   C[t,n] Sin[p,n], d = din (exp(a(0..t))), or 1 where C's rows already carry it (din NULL) */
+template <int NB> static __device__ __forceinline__ void ssd_ck_enter_part(float (&Y)[4][4], const float *Cs, const float *Ss, const float *din, int hi, int lo) {
+    constexpr int NP = 64 * NB, BS = ssd_ck_layout(NB).BS;
+    for (int k = 0; k < NP; k += 4) {
+        float4 cv[4], sv[4];
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            const float d = din ? din[hi + 16 * i] : 1.0f;
+            const float4 v = *reinterpret_cast<const float4 *>(Cs + (hi + 16 * i) * BS + k);
+            cv[i] = din ? make_float4(v.x * d, v.y * d, v.z * d, v.w * d) : v;
+        }
+#pragma unroll
+        for (int j = 0; j < 4; j++) sv[j] = *reinterpret_cast<const float4 *>(Ss + (lo + 16 * j) * BS + k);
+#pragma unroll
+        for (int i = 0; i < 4; i++)
+#pragma unroll
+            for (int j = 0; j < 4; j++) Y[i][j] = ssd_dot4(cv[i], sv[j], Y[i][j]);
     }
 }
 
@@ -5909,9 +5985,8 @@ template <typename T, int NB, bool ONE> static __global__ void __launch_bounds__
     const float Ah = ldf(P.A, h * P.A.s[0]);
     bool bad = false; /* a value of the chunk that is not finite: the float32 units' path (below) */
 
-    /* stage: dt and a (0 past L), x [s][p], B and C [s][n] (0 outside), every load of a thread
-       issued before its stores (one global latency a block, not one a load); 8-element vectors
-       where rows are contiguous and aligned (P.vx, P.vbc: ssd_vectors) */
+    /* stage: dt and a (0 past L), x [s][p], B and C [s][n] (0 outside): ssd_ck_stage8 where rows are
+       contiguous and aligned (P.vx, P.vbc: ssd_vectors), else ssd_ck_stage1 */
     if (tid < Q) {
         float d = 0.0f;
         if (tid < tn) {
@@ -5920,82 +5995,18 @@ template <typename T, int NB, bool ONE> static __global__ void __launch_bounds__
         }
         sdt[tid] = d;
         sa[tid] = tid < tn ? d * Ah : 0.0f;
-        bad = !isfinite(d) || !isfinite(sa[tid]);
+        /* an a > 0 (A > 0, or dt < 0 without the softplus) can overflow a chunk-long exponential the
+           steps' own decays would not: the float32 path's running sums */
+        bad = !isfinite(d) || !isfinite(sa[tid]) || sa[tid] > 0.0f;
     }
-    if (P.vx) {
-        constexpr int NV = Q * kCkPT / 8 / kCkThreads;
-        float v[NV][8];
-#pragma unroll
-        for (int u = 0; u < NV; u++) {
-            const int i = tid + u * kCkThreads, s = i / (kCkPT / 8), pl = (i - s * (kCkPT / 8)) * 8;
-            if (s < tn && p0 + pl < P.P) ld_vec<T, 8>(P.x.p, ssd_at4(P.x, b, t0 + s, h, p0 + pl), v[u]);
-            else
-#pragma unroll
-                for (int e = 0; e < 8; e++) v[u][e] = 0.0f;
-        }
-#pragma unroll
-        for (int u = 0; u < NV; u++) {
-            const int i = tid + u * kCkThreads, s = i / (kCkPT / 8), pl = (i - s * (kCkPT / 8)) * 8;
-#pragma unroll
-            for (int e = 0; e < 8; e++) bad = bad || !isfinite(v[u][e]);
-            ssd_st8(xs + s * XS + pl, v[u]);
-        }
-    } else {
-        for (int i0 = 0; i0 < Q * kCkPT; i0 += 8 * kCkThreads) {
-            float v[8];
-#pragma unroll
-            for (int u = 0; u < 8; u++) {
-                const int i = i0 + tid + u * kCkThreads, s = i / kCkPT, pl = i - s * kCkPT;
-                v[u] = s < tn && p0 + pl < P.P ? ld<T>(P.x.p, ssd_at4(P.x, b, t0 + s, h, p0 + pl)) : 0.0f;
-            }
-#pragma unroll
-            for (int u = 0; u < 8; u++) {
-                const int i = i0 + tid + u * kCkThreads, s = i / kCkPT, pl = i - s * kCkPT;
-                bad = bad || !isfinite(v[u]);
-                xs[s * XS + pl] = v[u];
-            }
-        }
-    }
+    if (P.vx) ssd_ck_stage8<T, kCkPT>(xs, XS, P.x, b, t0, h, p0, P.P, tn, bad);
+    else ssd_ck_stage1<T, kCkPT>(xs, XS, P.x, b, t0, h, p0, P.P, tn, bad);
     if (P.vbc) {
-        constexpr int NV = Q * NP / 8 / kCkThreads;
-        for (int half = 0; half < 2; half++) { /* B, then C: NV vectors of each a thread in flight */
-            const ct &src = half ? P.C : P.B;
-            float *const dst = half ? Cs : Bs;
-            float v[NV][8];
-#pragma unroll
-            for (int u = 0; u < NV; u++) {
-                const int i = tid + u * kCkThreads, s = i / (NP / 8), n = (i - s * (NP / 8)) * 8;
-                if (s < tn && n < P.N) ld_vec<T, 8>(src.p, ssd_at4(src, b, t0 + s, g, n), v[u]);
-                else
-#pragma unroll
-                    for (int e = 0; e < 8; e++) v[u][e] = 0.0f;
-            }
-#pragma unroll
-            for (int u = 0; u < NV; u++) {
-                const int i = tid + u * kCkThreads, s = i / (NP / 8), n = (i - s * (NP / 8)) * 8;
-#pragma unroll
-                for (int e = 0; e < 8; e++) bad = bad || !isfinite(v[u][e]);
-                ssd_st8(dst + s * BS + n, v[u]);
-            }
-        }
+        ssd_ck_stage8<T, NP>(Bs, BS, P.B, b, t0, g, 0, P.N, tn, bad);
+        ssd_ck_stage8<T, NP>(Cs, BS, P.C, b, t0, g, 0, P.N, tn, bad);
     } else {
-        for (int i0 = 0; i0 < Q * NP; i0 += 4 * kCkThreads) {
-            float vb[4], vc[4];
-#pragma unroll
-            for (int u = 0; u < 4; u++) {
-                const int i = i0 + tid + u * kCkThreads, s = i / NP, n = i - s * NP;
-                const bool ok = s < tn && n < P.N;
-                vb[u] = ok ? ld<T>(P.B.p, ssd_at4(P.B, b, t0 + s, g, n)) : 0.0f;
-                vc[u] = ok ? ld<T>(P.C.p, ssd_at4(P.C, b, t0 + s, g, n)) : 0.0f;
-            }
-#pragma unroll
-            for (int u = 0; u < 4; u++) {
-                const int i = i0 + tid + u * kCkThreads, s = i / NP, n = i - s * NP;
-                bad = bad || !isfinite(vb[u]) || !isfinite(vc[u]);
-                Bs[s * BS + n] = vb[u];
-                Cs[s * BS + n] = vc[u];
-            }
-        }
+        ssd_ck_stage1<T, NP>(Bs, BS, P.B, b, t0, g, 0, P.N, tn, bad);
+        ssd_ck_stage1<T, NP>(Cs, BS, P.C, b, t0, g, 0, P.N, tn, bad);
     }
     bad = __syncthreads_or(bad) || P.ck_simt;
     float *const Ss = Bs; /* the entering state takes B's place once B is used */
@@ -6004,8 +6015,10 @@ template <typename T, int NB, bool ONE> static __global__ void __launch_bounds__
         /* decays: each exponent a difference of the chunk's prefix sums of a, kept in double */
         double *const csd = reinterpret_cast<double *>(sm + m.csd);
         if (tid < 32) { /* inclusive prefix sums: lane l the steps 2l, 2l + 1 */
-            const double a1 = sa[2 * tid + 1];
-            double v = static_cast<double>(sa[2 * tid]) + a1;
+            /* each a at least -128 (an exponent below -103 is 0 in float32 whichever: the spans it is in
+               still decay to 0, and the sums stay small enough for their differences to keep the small a's) */
+            const double a1 = fmaxf(sa[2 * tid + 1], -128.0f);
+            double v = static_cast<double>(fmaxf(sa[2 * tid], -128.0f)) + a1;
 #pragma unroll
             for (int o = 1; o < 32; o <<= 1) {
                 const double w = __shfl_up_sync(0xffffffffu, v, o);
@@ -6082,7 +6095,7 @@ template <typename T, int NB, bool ONE> static __global__ void __launch_bounds__
             }
         }
         __syncthreads(); /* B's readers are done: the entering state takes its place */
-        ssd_ck_enter<NB>(P, chain, c, b, h, p0, Ss);
+        const bool sbad = ssd_ck_enter<NB>(P, chain, c, b, h, p0, Ss);
         const float dec = sm[m.misc];
         /* the leaving state dec Sin + Sloc: into the ring (a chunk follows) or into Sin's place (final_state) */
 #pragma unroll
@@ -6096,26 +6109,47 @@ template <typename T, int NB, bool ONE> static __global__ void __launch_bounds__
                                              ckw::mem_row_major);
         }
         if (more) ssd_ck_publish(P, chain, c);
-        /* Y += (exp(a(0..t)) C) Sin^T */
-        for (int k = 0; k < NP; k += 8) {
-            ck_fa<ckw::row_major> ah, al;
-            ssd_ck_split(ah, al, Cs + 16 * tt * BS + k, BS);
+        /* Y += (exp(a(0..t)) C) Sin^T: on tensor cores, or (a state not finite: a split would make
+           inf - inf) on the float32 units, Y through W's place (W is used) */
+        float *Yb = Cs;
+        if (!sbad) {
+            for (int k = 0; k < NP; k += 8) {
+                ck_fa<ckw::row_major> ah, al;
+                ssd_ck_split(ah, al, Cs + 16 * tt * BS + k, BS);
 #pragma unroll
-            for (int j = 0; j < 2; j++) {
-                ck_fb<ckw::col_major> bh, bl;
-                ssd_ck_split(bh, bl, Ss + 16 * (pp + j) * BS + k, BS);
-                ssd_ck_mma3<ONE>(yv[j], ah, al, bh, bl);
+                for (int j = 0; j < 2; j++) {
+                    ck_fb<ckw::col_major> bh, bl;
+                    ssd_ck_split(bh, bl, Ss + 16 * (pp + j) * BS + k, BS);
+                    ssd_ck_mma3<ONE>(yv[j], ah, al, bh, bl);
+                }
             }
+        } else {
+            Yb = Ws;
+#pragma unroll
+            for (int j = 0; j < 2; j++) ckw::store_matrix_sync(Ws + 16 * tt * WS + 16 * (pp + j), yv[j], WS, ckw::mem_row_major);
+            __syncthreads();
+            float Y[4][4];
+#pragma unroll
+            for (int i = 0; i < 4; i++)
+#pragma unroll
+                for (int j = 0; j < 4; j++) Y[i][j] = Ws[(hi + 16 * i) * WS + lo + 16 * j];
+            ssd_ck_enter_part<NB>(Y, Cs, Ss, NULL, hi, lo);
+            __syncthreads();
+#pragma unroll
+            for (int i = 0; i < 4; i++)
+#pragma unroll
+                for (int j = 0; j < 4; j++) Ws[(hi + 16 * i) * WS + lo + 16 * j] = Y[i][j];
         }
         __syncthreads(); /* every reader of C and Sin is done */
+        if (!sbad)
 #pragma unroll
-        for (int j = 0; j < 2; j++) ckw::store_matrix_sync(Cs + 16 * tt * BS + 16 * (pp + j), yv[j], BS, ckw::mem_row_major);
+            for (int j = 0; j < 2; j++) ckw::store_matrix_sync(Cs + 16 * tt * BS + 16 * (pp + j), yv[j], BS, ckw::mem_row_major);
         if (!more && P.final_state.p)
 #pragma unroll
             for (int j = 0; j < NT; j++) ckw::store_matrix_sync(Ss + 16 * pt * BS + 16 * (nt0 + j), sl[j], BS, ckw::mem_row_major);
         __syncthreads();
         if (!more && P.final_state.p) ssd_ck_final<NB>(P, Ss, b, h, p0);
-        ssd_ck_out<T>(P, Cs, BS, xs, XS, b, h, t0, p0, tn);
+        ssd_ck_out<T>(P, Yb, sbad ? WS : BS, xs, XS, b, h, t0, p0, tn);
         return;
     }
 #endif
@@ -6209,7 +6243,7 @@ template <typename T, int NB, bool ONE> static __global__ void __launch_bounds__
     }
     /* the entering state, then the leaving one: dec Sin + Sloc into the ring (a chunk follows) */
     __syncthreads(); /* B's readers are done */
-    ssd_ck_enter<NB>(P, chain, c, b, h, p0, Ss);
+    ssd_ck_enter<NB>(P, chain, c, b, h, p0, Ss); /* (any value: this path computes what the recurrence's order would for NaN) */
     const float dec = sm[m.misc];
     if (more) {
         float *dst = P.ck_ring + (chain * 2 + ((c + 1) & 1)) * (kCkPT * NP);
@@ -6225,22 +6259,7 @@ template <typename T, int NB, bool ONE> static __global__ void __launch_bounds__
             }
         ssd_ck_publish(P, chain, c);
     }
-    /* the entering state's part: Y[t,p] += exp(a(0..t)) sum_n C[t,n] Sin[p,n] */
-    for (int k = 0; k < NP; k += 4) {
-        float4 cv[4], sv[4];
-#pragma unroll
-        for (int i = 0; i < 4; i++) {
-            const float d = sdin[hi + 16 * i];
-            const float4 v = *reinterpret_cast<const float4 *>(Cs + (hi + 16 * i) * BS + k);
-            cv[i] = make_float4(v.x * d, v.y * d, v.z * d, v.w * d);
-        }
-#pragma unroll
-        for (int j = 0; j < 4; j++) sv[j] = *reinterpret_cast<const float4 *>(Ss + (lo + 16 * j) * BS + k);
-#pragma unroll
-        for (int i = 0; i < 4; i++)
-#pragma unroll
-            for (int j = 0; j < 4; j++) Y[i][j] = ssd_dot4(cv[i], sv[j], Y[i][j]);
-    }
+    ssd_ck_enter_part<NB>(Y, Cs, Ss, sdin, hi, lo);
     __syncthreads(); /* every reader of C and Sin is done */
 #pragma unroll
     for (int i = 0; i < 4; i++)

@@ -46,6 +46,22 @@ static float from_bits(const unsigned char *p, selscan_dtype dt) {
     if (dt == SELSCAN_BF16) { uint32_t u = static_cast<uint32_t>(b) << 16; float f; memcpy(&f, &u, 4); return f; }
     __half h; memcpy(&h, &b, 2); return __half2float(h);
 }
+/* the largest |a - b| over the largest |a| of two device arrays of n elements (infinity where either is NaN) */
+static double rel_diff(const void *da, const void *db, size_t n, selscan_dtype dt) {
+    const size_t es = dt == SELSCAN_F32 ? 4 : 2;
+    std::vector<unsigned char> ha(n * es), hb(n * es);
+    CK(cudaMemcpy(ha.data(), da, n * es, cudaMemcpyDeviceToHost));
+    CK(cudaMemcpy(hb.data(), db, n * es, cudaMemcpyDeviceToHost));
+    double md = 0, my = 0;
+    for (size_t i = 0; i < n; i++) {
+        const double a = from_bits(&ha[i * es], dt), b = from_bits(&hb[i * es], dt);
+        md = std::max(md, fabs(a - b));
+        my = std::max(my, fabs(a));
+        if (a != a || b != b) md = INFINITY;
+    }
+    return md / my;
+}
+
 static void *dev_random(size_t n, selscan_dtype dt, float lo, float hi, unsigned &seed) {
     const size_t es = dt == SELSCAN_F32 ? 4 : 2;
     std::vector<unsigned char> h(n * es);
@@ -116,32 +132,11 @@ int main(int argc, char **argv) {
             }
             std::sort(ts.begin(), ts.end());
             med[form] = ts[ts.size() / 2];
-            if (form == 3) { /* the tf32 products' y against the walk's */
-                const size_t ny = batch * L * H * P;
-                std::vector<unsigned char> a(ny * es), c(ny * es);
-                CK(cudaMemcpy(a.data(), y[0], ny * es, cudaMemcpyDeviceToHost));
-                CK(cudaMemcpy(c.data(), y[1], ny * es, cudaMemcpyDeviceToHost));
-                double md = 0, my = 0;
-                for (size_t i = 0; i < ny; i++) {
-                    md = std::max(md, static_cast<double>(fabs(from_bits(&a[i * es], dt) - from_bits(&c[i * es], dt))));
-                    my = std::max(my, fabs(static_cast<double>(from_bits(&a[i * es], dt))));
-                }
-                dtf = md / my;
-            }
+            if (form == 3) dtf = rel_diff(y[0], y[1], batch * L * H * P, dt); /* the tf32 products' y against the walk's */
         }
         selscan_cuda_detail::ssd_ck_mode = 0;
-        const size_t ny = batch * L * H * P;
-        std::vector<unsigned char> h0(ny * es), h1(ny * es);
-        CK(cudaMemcpy(h0.data(), y[0], ny * es, cudaMemcpyDeviceToHost));
-        CK(cudaMemcpy(h1.data(), y[1], ny * es, cudaMemcpyDeviceToHost));
-        double md = 0, my = 0;
-        for (size_t i = 0; i < ny; i++) {
-            const double a = from_bits(&h0[i * es], dt), b = from_bits(&h1[i * es], dt);
-            md = std::max(md, fabs(a - b));
-            my = std::max(my, fabs(a));
-            if (a != a || b != b) md = INFINITY;
-        }
-        printf("| %s | %.3f | %.3f | %.3f | %.3f | %.2fx | %.2g | %.2g |\n", s.name, med[0], med[1], med[2], med[3], med[0] / med[1], md / my, dtf);
+        printf("| %s | %.3f | %.3f | %.3f | %.3f | %.2fx | %.2g | %.2g |\n", s.name, med[0], med[1], med[2], med[3], med[0] / med[1],
+               rel_diff(y[0], y[1], batch * L * H * P, dt), dtf);
         for (void *q : {x, dtr, B, C, A, D, bias, y[0], y[1], pool.p}) if (q) cudaFree(q);
         cudaEventDestroy(e0); cudaEventDestroy(e1);
     }

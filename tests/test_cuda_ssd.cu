@@ -133,6 +133,19 @@ static double rel_err(const Ten &t, const unsigned char *a, const unsigned char 
     return den > 0 ? sqrt(num / den) : sqrt(num);
 }
 
+/* rel_err where an infinity entered: a (CUDA) non-finite exactly where b (the reference) is, of either kind */
+static double rel_err_nonfinite(const Ten &t, const unsigned char *a, const unsigned char *b) {
+    double num = 0, den = 0;
+    for (int64_t i = 0; i < t.count(); i++) {
+        const double x = t.get(a, i), y = t.get(b, i);
+        if (isfinite(x) != isfinite(y)) return INFINITY;
+        if (!isfinite(y)) continue;
+        num += (x - y) * (x - y);
+        den += y * y;
+    }
+    return den > 0 ? sqrt(num / den) : sqrt(num);
+}
+
 struct Worst {
     double v[16] = {0};
 } g_worst;
@@ -253,6 +266,9 @@ static void run_case(int ci, bool quick) {
     const bool nan_case = irand(0, 9) == 0;
     /* a NaN dt (chunk cases only, the forward alone): the decays' running sums spread it as the recurrence does */
     const bool nan_dt = g_force_chunk && !nan_case && irand(0, 7) == 0;
+    /* an inf in initial_state (chunk cases, the forward alone): non-finite exactly where the reference is
+       (inf or NaN: the chunks' order of products is not the recurrence's, >>ssd-chunk), the rest within bounds */
+    const bool inf_h0 = g_force_chunk && !nan_case && !nan_dt && irand(0, 5) == 0;
     const bool alloc = g_force_chunk || irand(0, 3) != 0; /* the forward may take the chunks */
     /* the chunks are no default (>>ssd-chunk): the walk, the chunks, the chunks on the float32 units */
     selscan_cuda_detail::ssd_ck_mode = g_force_chunk ? 1 + (ci & 1) : irand(0, 2);
@@ -303,7 +319,8 @@ static void run_case(int ci, bool quick) {
             }
         }
     }
-    if (hash0) { make(h0, SELSCAN_F32, 4, nst, NULL, 0, true); fill(h0, -1, 1); }
+    if (hash0 || inf_h0) { make(h0, SELSCAN_F32, 4, nst, NULL, 0, true); fill(h0, -1, 1); }
+    if (inf_h0) h0.set(irand(0, (int)(h0.count() - 1)), irand(0, 1) ? INFINITY : -INFINITY);
     if (nan_case) x.set(irand(0, (int)(x.count() - 1)), NAN);
     if (nan_dt) dtt.set(irand(0, (int)(dtt.count() - 1)), NAN);
     /* left padding (transformers' padded batches): x 0 at each row's first lpad steps, no state enters:
@@ -355,23 +372,29 @@ static void run_case(int ci, bool quick) {
     selscan_status st = selscan_ssd_forward_cuda(&pd, &ext, 0);
     CHECK(st == SELSCAN_OK, "%s: cuda forward status %d", what, (int)st);
     CU(cudaDeviceSynchronize());
+    if (chunked) { /* deterministic: a second call gives the same bytes */
+        const std::vector<unsigned char> y1 = y.down();
+        CHECK(selscan_ssd_forward_cuda(&pd, &ext, 0) == SELSCAN_OK, "%s: second chunked forward", what);
+        CU(cudaDeviceSynchronize());
+        CHECK(y.down() == y1, "%s: the chunked forward differs between two calls", what);
+    }
     for (void *a : allocs) cudaFree(a);
     allocs.clear();
     const double ftol = tc_tol_lowp(dt, 1e-5, 2); /* f32: rounding of L-step recurrences in another order; lowp: both results rounded to T */
     {
         const std::vector<unsigned char> yd = y.down();
         /* the chunks: NaN exactly where the reference has NaN */
-        const double e = rel_err(y, yd.data(), y.h, nan_case && !chunked);
+        const double e = inf_h0 ? rel_err_nonfinite(y, yd.data(), y.h) : rel_err(y, yd.data(), y.h, nan_case && !chunked);
         if (e > g_worst.v[0]) g_worst.v[0] = e;
         CHECK(e <= ftol, "%s chunked %d: y rel err %.3g > %.3g", what, (int)chunked, e, ftol);
         if (hashT) {
             const std::vector<unsigned char> hd = hT.down();
-            const double e2 = rel_err(hT, hd.data(), hT.h, nan_case && !chunked);
+            const double e2 = inf_h0 ? rel_err_nonfinite(hT, hd.data(), hT.h) : rel_err(hT, hd.data(), hT.h, nan_case && !chunked);
             if (e2 > g_worst.v[1]) g_worst.v[1] = e2;
             CHECK(e2 <= 1e-5, "%s chunked %d: final_state rel err %.3g", what, (int)chunked, e2); /* f32 states, rounding only */
         }
     }
-    if (nan_dt) {
+    if (nan_dt || inf_h0) {
         if (cu_dev) cudaFree(cu_dev);
         for (Ten *t : ins) t->release();
         y.release(); hT.release();
