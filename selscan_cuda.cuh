@@ -5781,7 +5781,7 @@ static __global__ void __launch_bounds__(256) ssd_param_kernel(const ssd_params 
    0 gives NaN there, not here; an inf state times a decay that underflows over the chunk but not step
    by step gives NaN here). Deterministic: fixed-order sums.
    Not the default: on an H200 the chunks took 0.85x / 0.77x the walk's speed (130m / 1.3b shapes,
-   bf16, batch 8 x 2048), 0.99x / 0.89x on the float32 units alone, and 1.24x / 1.12x even with one-pass
+   bf16, batch 8 x 2048), 0.97x / 0.89x on the float32 units alone, and 1.24x / 1.12x even with one-pass
    tf32 products, which float32's precision rules out (bench/NOTES.md SSD-CUDA-v8). It stays for the
    chunked backward this form leads to, selected by ssd_ck_mode (tests, bench/bench_ssd_forms.cu). */
 static constexpr int kCkQ = 64;       /* steps a chunk */
