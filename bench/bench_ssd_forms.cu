@@ -35,16 +35,11 @@ static void *pool_alloc(void *ctx, size_t bytes) {
     return bytes <= pl->cap ? pl->p : NULL;
 }
 
-static uint16_t to_half_bits(float f, selscan_dtype dt) {
-    if (dt == SELSCAN_BF16) { uint32_t u; memcpy(&u, &f, 4); return static_cast<uint16_t>((u + 0x7fff + ((u >> 16) & 1)) >> 16); }
-    const __half h = __float2half(f);
-    uint16_t b; memcpy(&b, &h, 2); return b;
-}
+/* an element of dt at p as float, by the library's conversions */
 static float from_bits(const unsigned char *p, selscan_dtype dt) {
     if (dt == SELSCAN_F32) { float f; memcpy(&f, p, 4); return f; }
     uint16_t b; memcpy(&b, p, 2);
-    if (dt == SELSCAN_BF16) { uint32_t u = static_cast<uint32_t>(b) << 16; float f; memcpy(&f, &u, 4); return f; }
-    __half h; memcpy(&h, &b, 2); return __half2float(h);
+    return dt == SELSCAN_BF16 ? selscan_bf16_to_f32(b) : selscan_f16_to_f32(b);
 }
 /* the largest |a - b| over the largest |a| of two device arrays of n elements (infinity where either is NaN) */
 static double rel_diff(const void *da, const void *db, size_t n, selscan_dtype dt) {
@@ -69,7 +64,7 @@ static void *dev_random(size_t n, selscan_dtype dt, float lo, float hi, unsigned
         seed = seed * 1664525u + 1013904223u;
         const float f = lo + (hi - lo) * static_cast<float>(seed >> 8) / 16777216.0f;
         if (es == 4) memcpy(&h[i * 4], &f, 4);
-        else { const uint16_t b = to_half_bits(f, dt); memcpy(&h[i * 2], &b, 2); }
+        else { const uint16_t b = dt == SELSCAN_BF16 ? selscan_f32_to_bf16(f) : selscan_f32_to_f16(f); memcpy(&h[i * 2], &b, 2); }
     }
     void *d;
     CK(cudaMalloc(&d, n * es));
