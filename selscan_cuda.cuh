@@ -5046,6 +5046,13 @@ struct ssd_params {
     unsigned long long *ck_ticket;
     int64_t ck_ntile;
     int ck_simt; /* tests and benchmarks: every chunk on the float32 units' path */
+    /* the backward in chunks (>>ssd-chunk-bwd): the chunks' states (then the entering states) and their
+       gradients (then the leaving states' gradients), (chain, chunk, 64, 64 NB) each; each chunk's decay
+       exp(a(0) + .. + a(Q-1)), (batch, H, chunk); the flag a value that is not finite raises (the walks
+       then run); chunks a row */
+    float *ckb_S, *ckb_G, *ckb_dec;
+    int *ckb_flag;
+    int64_t ckb_nch;
 };
 
 /* channels a thread by states a thread (registers: PPT * NPT <= 32) */
@@ -5553,6 +5560,7 @@ template <typename T, int NPT> static __global__ void __launch_bounds__(256) ssd
 template <typename T, int NPT> static __global__ void __launch_bounds__(256) ssd_bwd_kernel(const ssd_params P) {
     extern __shared__ float4 ssd_bwd_sm[];
     __shared__ unsigned long long cut;
+    if (P.ckb_flag && !*static_cast<volatile const int *>(P.ckb_flag)) return; /* the chunks took the call (>>ssd-chunk-bwd) */
     const int64_t blk = blockIdx.x;
     if (P.fwd_walk && blk < P.nwalk) ssd_walk_fwd<T, NPT, true>(P, blk, reinterpret_cast<float *>(ssd_bwd_sm), &cut);
     else ssd_walk_rev<T, NPT>(P, P.fwd_walk ? blk - P.nwalk : blk, reinterpret_cast<float *>(ssd_bwd_sm), &cut);
@@ -5608,6 +5616,22 @@ template <typename T> static __global__ void __launch_bounds__(256) ssd_dt_kerne
     if (wid >= P.batch * P.H) return;
     const int64_t b = wid / P.H, h = wid % P.H;
     const float Ah = ldf(P.A, h * P.A.s[0]);
+    double dA = 0.0, db = 0.0;
+    /* step t's d loss / d log a (gl) and explicit d loss / d dt (xd): dA's and ddt_bias's terms, ddt */
+    auto finish = [&](int64_t t, double gl, double xd, float d, float raw, float pre) {
+        dA = fma(static_cast<double>(d), gl, dA);
+        float g = static_cast<float>(fma(static_cast<double>(Ah), gl, xd));
+        if (P.limit && (pre < P.dtmin || pre > P.dtmax)) g = 0.0f; /* clamped: no gradient */
+        if (P.softplus && raw <= 20.0f) g *= ssd_sigmoid(raw);
+        db += g;
+        if (P.ddelta.p) st<T>(P.ddelta.p, b * P.ddelta.s[0] + t * P.ddelta.s[1] + h * P.ddelta.s[2], g);
+    };
+    if (P.ckb_flag && !*static_cast<volatile const int *>(P.ckb_flag)) { /* the chunks': g and xd summed over the tiles */
+        for (int64_t t = lane; t < P.L; t += 32) {
+            const ssd_step_sums<T> q(P, b, h, t);
+            finish(t, q.r, q.xd, q.d, q.raw, q.pre);
+        }
+    } else {
     /* prefix form: g(t) = h0 term + sum_{s = t0}^{t-1} (w(s) - r(s)), bound: the sum of magnitudes */
     double cv = 0.0, ce = 0.0; /* the running sums carried into the next round */
     for (int64_t base = 0; base < P.L; base += 32) {
@@ -5649,7 +5673,7 @@ template <typename T> static __global__ void __launch_bounds__(256) ssd_dt_kerne
     }
     __syncwarp();
     /* suffix form: q(t) = r(t) + q(t+1) - w(t+1) within a sequence; bound: the sum of magnitudes */
-    double qn = 0.0, en = 0.0, wn = 0.0, dA = 0.0, db = 0.0;
+    double qn = 0.0, en = 0.0, wn = 0.0;
     for (int64_t base = ((P.L - 1) / 32) * 32; base >= 0; base -= 32) {
         const int64_t t = base + lane;
         const bool in = t < P.L;
@@ -5684,13 +5708,9 @@ template <typename T> static __global__ void __launch_bounds__(256) ssd_dt_kerne
             /* d loss / d log a(t): the form with the smaller bound; a NaN bound loses (NaN in a forward
                input at step s: the suffix form is NaN before s, the prefix form after s, as the CPU's) */
             const double gl = we <= eq || eq != eq ? gp : gs;
-            dA = fma(static_cast<double>(d), gl, dA);
-            float g = static_cast<float>(fma(static_cast<double>(Ah), gl, xd));
-            if (P.limit && (pre < P.dtmin || pre > P.dtmax)) g = 0.0f; /* clamped: no gradient */
-            if (P.softplus && raw <= 20.0f) g *= ssd_sigmoid(raw);
-            db += g;
-            if (P.ddelta.p) st<T>(P.ddelta.p, b * P.ddelta.s[0] + t * P.ddelta.s[1] + h * P.ddelta.s[2], g);
+            finish(t, gl, xd, d, raw, pre);
         }
+    }
     }
     for (int mm = 16; mm >= 1; mm >>= 1) {
         dA += __shfl_xor_sync(0xffffffffu, dA, mm);
@@ -5721,24 +5741,33 @@ template <typename T> static __global__ void __launch_bounds__(256) ssd_bc_kerne
     }
 }
 
-/* dA, ddt_bias and dD: the batch rows' partials, in order (a thread a (head, channel)) */
+/* dA, ddt_bias and dD of head blockIdx.x from their partials, in a fixed order: dD's rows (a batch
+   row's, or a batch row's chunk's where the chunks ran: >>ssd-chunk-bwd) in four interleaved parts a
+   channel, then the parts in order, then (D a head) the channels in order */
 static __global__ void __launch_bounds__(256) ssd_param_kernel(const ssd_params P) {
-    const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-    if (i >= P.H * P.P) return;
-    const int64_t h = i / P.P, p = i % P.P;
+    __shared__ float red[256];
+    const int64_t h = blockIdx.x;
+    const int tid = threadIdx.x, pl = tid & 63, part = tid >> 6;
     float *const dD = static_cast<float *>(P.dD.p);
-    if (P.wD && P.Dhd) {
-        float v = 0.0f;
-        for (int64_t b = 0; b < P.batch; b++) v += P.wD[(b * P.H + h) * P.P + p];
-        dD[h * P.dD.s[0] + p * P.dD.s[1]] = v;
+    const int64_t nD = P.ckb_flag && !*static_cast<volatile const int *>(P.ckb_flag) ? P.batch * P.ckb_nch : P.batch;
+    if (P.wD) {
+        float tot = 0.0f; /* D a head: thread 0's sum over the channels */
+        for (int64_t p0 = 0; p0 < P.P; p0 += 64) {
+            float v = 0.0f;
+            if (p0 + pl < P.P)
+                for (int64_t r = part; r < nD; r += 4) v += P.wD[(r * P.H + h) * P.P + p0 + pl];
+            red[tid] = v;
+            __syncthreads();
+            if (tid < 64) red[tid] = ((red[tid] + red[tid + 64]) + red[tid + 128]) + red[tid + 192];
+            __syncthreads();
+            if (P.Dhd && tid < 64 && p0 + tid < P.P) dD[h * P.dD.s[0] + (p0 + tid) * P.dD.s[1]] = red[tid];
+            if (!P.Dhd && tid == 0)
+                for (int64_t i = 0; i < 64 && p0 + i < P.P; i++) tot += red[i];
+            __syncthreads();
+        }
+        if (!P.Dhd && tid == 0) dD[h * P.dD.s[0]] = tot;
     }
-    if (p != 0) return;
-    if (P.wD && !P.Dhd) {
-        float v = 0.0f;
-        for (int64_t b = 0; b < P.batch; b++)
-            for (int64_t pp = 0; pp < P.P; pp++) v += P.wD[(b * P.H + h) * P.P + pp];
-        dD[h * P.dD.s[0]] = v;
-    }
+    if (tid != 0) return;
     if (P.wA) {
         float v = 0.0f;
         for (int64_t b = 0; b < P.batch; b++) v += P.wA[b * P.H + h];
@@ -6280,6 +6309,505 @@ template <typename T, int NB, bool ONE> static __global__ void __launch_bounds__
     ssd_ck_out<T>(P, Cs, BS, xs, XS, b, h, t0, p0, tn);
 }
 
+/* ---------------------------------------------------------------------------------------------- */
+/* >>ssd-chunk-bwd   the SSD backward in chunks (ssd_ckb_loc / ssd_ckb_pass / ssd_ckb_kernel)         */
+/* ---------------------------------------------------------------------------------------------- */
+/* DESIGN. The backward of >>ssd-chunk's form, on the float32 units, as three kernels over chunks of
+   Q = 64 steps x tiles of 64 channels of a (batch row, head) (a chain):
+   - ssd_ckb_loc_kernel, a block a chunk: the chunk's own state Sloc = sum_s w(s) x(s) B(s)^T (w(s) =
+     exp(a(s+1) + .. + a(Q-1)) dt(s)) and its own part of the entering state's gradient
+     Gloc = sum_t exp(a(0) + .. + a(t)) dy0(t) C(t)^T (dy0: dy through the gate), into the workspace;
+   - ssd_ckb_pass_kernel, a thread four states of a chain: the states through the chunks in order,
+     Sin(c+1) = dec(c) Sin(c) + Sloc(c) (dec: the chunk's whole decay), and their gradients in reverse,
+     Gout(c-1) = dec(c) Gout(c) + Gloc(c), each written over its local part; dinitial_state;
+   - ssd_ckb_kernel, a block a chunk, independent of the others: with Sin and Gout of its chunk, the
+     gradients as matrix products: W = (C B^T) o E o dt and V = (dy0 x^T) o E o dt (E(t,s) =
+     exp(a(s+1) + .. + a(t)), s <= t), dx = W^T dy0 + w(s) B Gout^T + D dy0, dB = V^T C + w(s) x^T Gout,
+     dC = V B + exp(a(0..t)) dy0 Sin, y0 = W x + exp(a(0..t)) C Sin^T (dz), and the per-step scalars of
+     the decay: d loss / d a(u) = sum_{t >= u > s} M(t,s) (M = (C B^T) o E o dt o (dy0 x^T)) + sum_{t >= u}
+     rho(t) + sum_{s < u} dt(s) tau(s) + dec <Gout, Sin>, with rho(t) = exp(a(0..t)) dy0(t) . (C Sin^T)(t)
+     and tau(s) = exp(a(s+1..Q-1)) x(s) . (B Gout^T)(s); the explicit d loss / d dt(s) = sum_t (C B^T o E
+     o dy0 x^T)(t,s) + tau(s). Then ssd_dt / ssd_bc / ssd_param reduce them as they do the walks'.
+   No sum here runs over the sequence, so float32 suffices where the walks need double, except in the
+   pair matrix: C B^T and dy0 x^T are taken in double for M (the decay's gradient is a sum whose terms
+   cancel; in float32 they put dA 4.6e-5 off in a left-padded case, in double 6.4e-6: bench/NOTES.md
+   SSD-CUDA-v9's emulation). Deterministic: every sum in a fixed order.
+   A value that is not finite (x, dy, z, B, C, dt, a, initial_state, dfinal_state, or a state that
+   overflows) or an a > 0 raises a flag in the workspace; the chunks' gradient kernel then returns at
+   once and the walks, launched after it, run (they return at once when the flag is down): NaN and
+   infinities come out where the recurrence puts them. Taken where >>ssd-chunk's shapes hold (no packed
+   sequences, 32 < dstate <= 128) and the walks' channel slices are the chunks' tiles. */
+
+/* shared memory of the backward's chunk kernels (floats): x and dy0 [s][p], W and V [t][s] (row
+   stride XS), B and C [s][n] (BS), S: the entering state, then the leaving state's gradient [p][n]
+   (BS), before them the pair matrix's double products [t][s] (row stride PS doubles); the steps'
+   values; doubles from dbl (loc: the local-state kernel's, without W, V and S) */
+struct ssd_ckb_smem {
+    int XS, BS, PS, x, dy, W, V, B, C, S, dt, a, din, wsuf, ex, misc, dbl, total;
+};
+static __host__ __device__ constexpr ssd_ckb_smem ssd_ckb_layout(int NB, bool loc) {
+    ssd_ckb_smem m{};
+    m.XS = kCkPT + 4; m.BS = 64 * NB + 4; m.PS = kCkQ + 1;
+    m.x = 0; m.dy = m.x + kCkQ * m.XS; m.W = m.dy + kCkQ * m.XS;
+    m.V = m.W + (loc ? 0 : kCkQ * m.XS);
+    m.B = m.V + (loc ? 0 : kCkQ * m.XS);
+    m.C = m.B + kCkQ * m.BS;
+    m.S = m.C + kCkQ * m.BS;
+    const int ssz = 64 * m.BS > 2 * kCkQ * m.PS ? 64 * m.BS : 2 * kCkQ * m.PS;
+    m.dt = m.S + (loc ? 0 : ssz);
+    m.a = m.dt + kCkQ; m.din = m.a + kCkQ; m.wsuf = m.din + kCkQ; m.ex = m.wsuf + kCkQ; m.misc = m.ex + kCkQ;
+    m.dbl = m.misc + 8; /* csd; then (the gradient kernel) xdp, colM, rowM, gpair, rho, tau, red (16) */
+    m.total = m.dbl + 2 * (loc ? kCkQ : 7 * kCkQ + 16);
+    return m;
+}
+
+/* Staging of a chunk for the backward: dt and a (0 past L), x and dy0 = dy silu(z) [s][p] (z through
+   zt first), B and C [s][n]; csd, the prefix sums of a in double (each a at least -128: >>ssd-chunk),
+   din = exp(csd(t)), ex = exp(csd(Q-1) - csd(s)), wsuf = ex dt, misc[0] = exp(csd(Q-1)). Answers
+   (every thread) whether a value is not finite or an a > 0. zt must not overlap C (staged after the
+   gate). */
+template <typename T, int NB>
+static __device__ bool ssd_ckb_stage(const ssd_params &P, float *sm, const ssd_ckb_smem &m, float *zt, int64_t b, int64_t h, int64_t t0, int64_t p0,
+                                     int tn) {
+    constexpr int Q = kCkQ, NP = 64 * NB;
+    const int tid = threadIdx.x;
+    const int64_t g = h / P.hpg;
+    float *const xs = sm + m.x, *const dys = sm + m.dy, *const Bs = sm + m.B, *const Cs = sm + m.C;
+    float *const sdt = sm + m.dt, *const sa = sm + m.a;
+    double *const csd = reinterpret_cast<double *>(sm + m.dbl);
+    const float Ah = ldf(P.A, h * P.A.s[0]);
+    bool bad = false;
+    if (tid < Q) {
+        float d = 0.0f;
+        if (tid < tn) {
+            float raw, pre;
+            d = ssd_dt<T>(P, b, t0 + tid, h, raw, pre);
+        }
+        sdt[tid] = d;
+        sa[tid] = tid < tn ? d * Ah : 0.0f;
+        bad = !isfinite(d) || !isfinite(sa[tid]) || sa[tid] > 0.0f;
+    }
+    if (P.vx) {
+        ssd_ck_stage8<T, kCkPT>(xs, m.XS, P.x, b, t0, h, p0, P.P, tn, bad);
+        ssd_ck_stage8<T, kCkPT>(dys, m.XS, P.dy, b, t0, h, p0, P.P, tn, bad);
+        if (P.z.p) ssd_ck_stage8<T, kCkPT>(zt, m.XS, P.z, b, t0, h, p0, P.P, tn, bad);
+    } else {
+        ssd_ck_stage1<T, kCkPT>(xs, m.XS, P.x, b, t0, h, p0, P.P, tn, bad);
+        ssd_ck_stage1<T, kCkPT>(dys, m.XS, P.dy, b, t0, h, p0, P.P, tn, bad);
+        if (P.z.p) ssd_ck_stage1<T, kCkPT>(zt, m.XS, P.z, b, t0, h, p0, P.P, tn, bad);
+    }
+    if (P.vbc) ssd_ck_stage8<T, NP>(Bs, m.BS, P.B, b, t0, g, 0, P.N, tn, bad);
+    else ssd_ck_stage1<T, NP>(Bs, m.BS, P.B, b, t0, g, 0, P.N, tn, bad);
+    __syncthreads();
+    if (P.z.p)
+        for (int i = tid; i < Q * kCkPT; i += kCkThreads) {
+            const int s = i / kCkPT, pl = i - s * kCkPT;
+            const float zv = zt[s * m.XS + pl];
+            dys[s * m.XS + pl] *= zv * ssd_sigmoid(zv);
+            bad = bad || !isfinite(dys[s * m.XS + pl]);
+        }
+    __syncthreads(); /* zt's readers are done */
+    if (P.vbc) ssd_ck_stage8<T, NP>(Cs, m.BS, P.C, b, t0, g, 0, P.N, tn, bad);
+    else ssd_ck_stage1<T, NP>(Cs, m.BS, P.C, b, t0, g, 0, P.N, tn, bad);
+    if (tid < 32) { /* inclusive prefix sums: lane l the steps 2l, 2l + 1 */
+        const double a1 = fmaxf(sa[2 * tid + 1], -128.0f);
+        double v = static_cast<double>(fmaxf(sa[2 * tid], -128.0f)) + a1;
+#pragma unroll
+        for (int o = 1; o < 32; o <<= 1) {
+            const double w = __shfl_up_sync(0xffffffffu, v, o);
+            if (tid >= o) v += w;
+        }
+        csd[2 * tid] = v - a1;
+        csd[2 * tid + 1] = v;
+    }
+    __syncthreads();
+    if (tid < Q) {
+        const double tot = csd[Q - 1];
+        sm[m.din + tid] = expf(static_cast<float>(csd[tid]));
+        const float e = expf(static_cast<float>(tot - csd[tid]));
+        sm[m.ex + tid] = e;
+        sm[m.wsuf + tid] = e * sdt[tid];
+        if (tid == 0) sm[m.misc] = expf(static_cast<float>(tot));
+    }
+    return __syncthreads_or(bad);
+}
+
+/* acc[e][f] (row hi + 16 e, column ssd_ckb_col<BM>(f, lo)) += sum_{k0 <= k < k1} rs(row) A(row, k)
+   B(column, k): A stored [row][k] (AK false: float4 along k) or [k][row] (AK); B stored [column][k] (BM 0:
+   float4 along k, columns lo + 16 f) or [k][column] (BM 1: a word a load, columns lo + 16 f; BM 2: float4
+   along the columns, columns 64 (f / 4) + 4 lo + f % 4); rs each row's factor (NULL: 1); k0, k1 multiples
+   of 4; TRI: the cells f <= e alone. A warp's loads: two addresses (A); 16 consecutive words, or 16
+   float4 rows 4 banks apart, or 256 consecutive bytes (B). */
+template <int BM> static __device__ __forceinline__ int ssd_ckb_col(int f, int lo) { return BM == 2 ? 64 * (f >> 2) + 4 * lo + (f & 3) : lo + 16 * f; }
+template <int NF, bool AK, int BM, bool TRI, typename V>
+static __device__ __forceinline__ void ssd_ckb_mm(V (&acc)[4][NF], const float *A, int lda, const float *Bm, int ldb, int k0, int k1, int hi, int lo,
+                                                  const float *rs) {
+    static_assert(BM != 2 || NF % 4 == 0, "float4 columns: four a group");
+    float r[4];
+#pragma unroll
+    for (int e = 0; e < 4; e++) r[e] = rs ? rs[hi + 16 * e] : 1.0f;
+    for (int k = k0; k < k1; k += 4) {
+        float a[4][4], bq[NF][4];
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+            if constexpr (AK) {
+#pragma unroll
+                for (int kk = 0; kk < 4; kk++) a[e][kk] = A[(k + kk) * lda + hi + 16 * e];
+            } else {
+                const float4 v = *reinterpret_cast<const float4 *>(A + (hi + 16 * e) * lda + k);
+                a[e][0] = v.x; a[e][1] = v.y; a[e][2] = v.z; a[e][3] = v.w;
+            }
+            if (rs)
+#pragma unroll
+                for (int kk = 0; kk < 4; kk++) a[e][kk] *= r[e];
+        }
+        if constexpr (BM == 2) {
+#pragma unroll
+            for (int kk = 0; kk < 4; kk++)
+#pragma unroll
+                for (int j = 0; j < NF / 4; j++) {
+                    const float4 v = *reinterpret_cast<const float4 *>(Bm + (k + kk) * ldb + 64 * j + 4 * lo);
+                    bq[4 * j][kk] = v.x; bq[4 * j + 1][kk] = v.y; bq[4 * j + 2][kk] = v.z; bq[4 * j + 3][kk] = v.w;
+                }
+        } else {
+#pragma unroll
+            for (int f = 0; f < NF; f++) {
+                if constexpr (BM == 1) {
+#pragma unroll
+                    for (int kk = 0; kk < 4; kk++) bq[f][kk] = Bm[(k + kk) * ldb + lo + 16 * f];
+                } else {
+                    const float4 v = *reinterpret_cast<const float4 *>(Bm + (lo + 16 * f) * ldb + k);
+                    bq[f][0] = v.x; bq[f][1] = v.y; bq[f][2] = v.z; bq[f][3] = v.w;
+                }
+            }
+        }
+#pragma unroll
+        for (int e = 0; e < 4; e++)
+#pragma unroll
+            for (int f = 0; f < NF; f++) {
+                if (TRI && f > e) continue;
+#pragma unroll
+                for (int kk = 0; kk < 4; kk++) acc[e][f] = ssd_fma(static_cast<V>(a[e][kk]), static_cast<V>(bq[f][kk]), acc[e][f]);
+            }
+    }
+}
+
+/* the sum over the 16 lanes of a row group (lo), on every one of them, in a fixed order */
+static __device__ __forceinline__ double ssd_ckb_sum16(double v) {
+#pragma unroll
+    for (int o = 8; o >= 1; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+
+/* which chunk a block takes: (chain, chunk), and the chain's (batch row, head, tile) */
+struct ssd_ckb_at {
+    int64_t chain, c, b, h, tile, t0, p0;
+    int tn;
+    __device__ ssd_ckb_at(const ssd_params &P, int64_t blk) {
+        chain = blk / P.ckb_nch; c = blk - chain * P.ckb_nch;
+        tile = chain % P.ck_ntile; h = (chain / P.ck_ntile) % P.H; b = chain / (P.ck_ntile * P.H);
+        t0 = c * kCkQ; p0 = tile * kCkPT;
+        tn = static_cast<int>(P.L - t0 < kCkQ ? P.L - t0 : kCkQ);
+    }
+};
+
+/* the chunk's own state and its own part of the entering state's gradient (DESIGN above) */
+template <typename T, int NB> static __global__ void __launch_bounds__(kCkThreads, 2) ssd_ckb_loc_kernel(const ssd_params P) {
+    extern __shared__ __align__(128) float4 ssd_ckl_sm4[];
+    float *const sm = reinterpret_cast<float *>(ssd_ckl_sm4);
+    constexpr int NP = 64 * NB;
+    constexpr ssd_ckb_smem m = ssd_ckb_layout(NB, true);
+    constexpr int XS = m.XS, BS = m.BS;
+    const ssd_ckb_at k(P, blockIdx.x);
+    const int tid = threadIdx.x, hi = tid >> 4, lo = tid & 15;
+    if (ssd_ckb_stage<T, NB>(P, sm, m, sm + m.C, k.b, k.h, k.t0, k.p0, k.tn)) {
+        if (tid == 0) *P.ckb_flag = 1; /* the walks take the call */
+        return;
+    }
+    if (k.tile == 0 && tid == 0) P.ckb_dec[(k.b * P.H + k.h) * P.ckb_nch + k.c] = sm[m.misc];
+    float *const xs = sm + m.x, *const dys = sm + m.dy, *const Bs = sm + m.B, *const Cs = sm + m.C;
+    for (int i = tid; i < kCkQ * NP; i += kCkThreads) { /* B's rows times w(s), C's times exp(a(0..t)) */
+        const int s = i / NP, n = i - s * NP;
+        Bs[s * BS + n] *= sm[m.wsuf + s];
+        Cs[s * BS + n] *= sm[m.din + s];
+    }
+    __syncthreads();
+    /* channel p = 4 hi + e, state n = 64 j + 4 lo + f */
+    float Sl[4][4 * NB], Gl[4][4 * NB];
+#pragma unroll
+    for (int e = 0; e < 4; e++)
+#pragma unroll
+        for (int f = 0; f < 4 * NB; f++) Sl[e][f] = Gl[e][f] = 0.0f;
+    for (int s = 0; s < k.tn; s++) {
+        const float4 xv = *reinterpret_cast<const float4 *>(xs + s * XS + 4 * hi), dv = *reinterpret_cast<const float4 *>(dys + s * XS + 4 * hi);
+        const float xa[4] = {xv.x, xv.y, xv.z, xv.w}, da[4] = {dv.x, dv.y, dv.z, dv.w};
+#pragma unroll
+        for (int j = 0; j < NB; j++) {
+            const float4 bv = *reinterpret_cast<const float4 *>(Bs + s * BS + 64 * j + 4 * lo), cv = *reinterpret_cast<const float4 *>(Cs + s * BS + 64 * j + 4 * lo);
+            const float ba[4] = {bv.x, bv.y, bv.z, bv.w}, ca[4] = {cv.x, cv.y, cv.z, cv.w};
+#pragma unroll
+            for (int e = 0; e < 4; e++)
+#pragma unroll
+                for (int f = 0; f < 4; f++) {
+                    Sl[e][4 * j + f] = fmaf(xa[e], ba[f], Sl[e][4 * j + f]);
+                    Gl[e][4 * j + f] = fmaf(da[e], ca[f], Gl[e][4 * j + f]);
+                }
+        }
+    }
+    const int64_t o = (k.chain * P.ckb_nch + k.c) * (64 * NP);
+#pragma unroll
+    for (int e = 0; e < 4; e++)
+#pragma unroll
+        for (int j = 0; j < NB; j++) {
+            const int64_t i = o + (4 * hi + e) * NP + 64 * j + 4 * lo;
+            __stcg(reinterpret_cast<float4 *>(P.ckb_S + i), make_float4(Sl[e][4 * j], Sl[e][4 * j + 1], Sl[e][4 * j + 2], Sl[e][4 * j + 3]));
+            __stcg(reinterpret_cast<float4 *>(P.ckb_G + i), make_float4(Gl[e][4 * j], Gl[e][4 * j + 1], Gl[e][4 * j + 2], Gl[e][4 * j + 3]));
+        }
+}
+
+/* the states through the chunks, or (the second half of the grid) their gradients back (DESIGN
+   above): a thread four states of a chain, NP the states a row (64 NB); each round's loads before its
+   dependent updates */
+static __global__ void __launch_bounds__(256) ssd_ckb_pass_kernel(const ssd_params P, int NP) {
+    constexpr int R = 8; /* chunks a round */
+    const int64_t per = 16 * NP, all = P.batch * P.H * P.ck_ntile * per; /* float4s a chunk, a pass */
+    int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+    if (i >= 2 * all) return;
+    const bool grad = i >= all;
+    if (grad) i -= all;
+    const int64_t chain = i / per, tile = chain % P.ck_ntile, h = (chain / P.ck_ntile) % P.H, b = chain / (P.ck_ntile * P.H);
+    const int e = static_cast<int>(i - chain * per) * 4, pl = e / NP, n = e - pl * NP;
+    const int64_t p = tile * kCkPT + pl, nch = P.ckb_nch;
+    const ct &src = grad ? P.dfinal_state : P.initial_state;
+    float v[4];
+#pragma unroll
+    for (int k = 0; k < 4; k++) v[k] = src.p && p < P.P && n + k < P.N ? ldf(src, ssd_at4(src, b, h, p, n + k)) : 0.0f;
+    const float *dec = P.ckb_dec + (b * P.H + h) * nch;
+    float4 *const X = reinterpret_cast<float4 *>((grad ? P.ckb_G : P.ckb_S) + chain * nch * 64 * NP + e);
+    for (int64_t c0 = 0; c0 < nch; c0 += R) {
+        float4 l[R];
+        float d[R];
+#pragma unroll
+        for (int u = 0; u < R; u++) {
+            const int64_t c = grad ? nch - 1 - (c0 + u) : c0 + u;
+            if (c0 + u < nch) { l[u] = __ldcg(X + c * per); d[u] = dec[c]; }
+        }
+#pragma unroll
+        for (int u = 0; u < R; u++) { /* Sin(c) over Sloc(c), or Gout(c) over Gloc(c) */
+            if (c0 + u >= nch) break;
+            const int64_t c = grad ? nch - 1 - (c0 + u) : c0 + u;
+            __stcg(X + c * per, make_float4(v[0], v[1], v[2], v[3]));
+            v[0] = fmaf(d[u], v[0], l[u].x); v[1] = fmaf(d[u], v[1], l[u].y); v[2] = fmaf(d[u], v[2], l[u].z); v[3] = fmaf(d[u], v[3], l[u].w);
+        }
+    }
+    bool bad = false;
+#pragma unroll
+    for (int k = 0; k < 4; k++) {
+        bad = bad || !isfinite(v[k]);
+        if (grad && P.dinitial_state.p && p < P.P && n + k < P.N) static_cast<float *>(P.dinitial_state.p)[ssd_at4(P.dinitial_state, b, h, p, n + k)] = v[k];
+    }
+    if (bad) *P.ckb_flag = 1;
+}
+
+/* the gradients of a chunk (DESIGN above); returns at once where the flag is up */
+template <typename T, int NB> static __global__ void __launch_bounds__(kCkThreads, 1) ssd_ckb_kernel(const ssd_params P) {
+    extern __shared__ __align__(128) float4 ssd_ckg_sm4[];
+    if (*static_cast<volatile const int *>(P.ckb_flag)) return;
+    float *const sm = reinterpret_cast<float *>(ssd_ckg_sm4);
+    constexpr int Q = kCkQ, NP = 64 * NB, NF = 4 * NB;
+    constexpr ssd_ckb_smem m = ssd_ckb_layout(NB, false);
+    constexpr int XS = m.XS, BS = m.BS, PS = m.PS;
+    const ssd_ckb_at k(P, blockIdx.x);
+    const int tid = threadIdx.x, hi = tid >> 4, lo = tid & 15;
+    float *const xs = sm + m.x, *const dys = sm + m.dy, *const Ws = sm + m.W, *const Vs = sm + m.V;
+    float *const Bs = sm + m.B, *const Cs = sm + m.C, *const Ss = sm + m.S;
+    const float *const sdt = sm + m.dt, *const din = sm + m.din, *const swsuf = sm + m.wsuf, *const sex = sm + m.ex;
+    double *const P2 = reinterpret_cast<double *>(Ss);
+    double *const dd = reinterpret_cast<double *>(sm + m.dbl);
+    double *const csd = dd, *const xdp = dd + Q, *const colM = dd + 2 * Q, *const rowM = dd + 3 * Q, *const gpair = dd + 4 * Q;
+    double *const rho = dd + 5 * Q, *const tau = dd + 6 * Q, *const red = dd + 7 * Q;
+    ssd_ckb_stage<T, NB>(P, sm, m, Vs, k.b, k.h, k.t0, k.p0, k.tn); /* (the local-state kernel saw the same values) */
+
+    /* C B^T and dy0 x^T in double (t = hi + 16 e, s = lo + 16 f); W, V and the pair matrix's products */
+    {
+        double cb[4][4], dx[4][4];
+#pragma unroll
+        for (int e = 0; e < 4; e++)
+#pragma unroll
+            for (int f = 0; f < 4; f++) cb[e][f] = dx[e][f] = 0.0;
+        ssd_ckb_mm<4, false, 0, true>(cb, Cs, BS, Bs, BS, 0, NP, hi, lo, NULL);
+        ssd_ckb_mm<4, false, 0, true>(dx, dys, XS, xs, XS, 0, kCkPT, hi, lo, NULL);
+#pragma unroll
+        for (int e = 0; e < 4; e++)
+#pragma unroll
+            for (int f = 0; f < 4; f++) {
+                const int t = hi + 16 * e, s = lo + 16 * f;
+                float w = 0.0f, v = 0.0f;
+                double p2 = 0.0;
+                if (s <= t) {
+                    const float E = expf(static_cast<float>(csd[t] - csd[s]));
+                    w = static_cast<float>(cb[e][f]) * (E * sdt[s]);
+                    v = static_cast<float>(dx[e][f]) * (E * sdt[s]);
+                    p2 = cb[e][f] * static_cast<double>(E) * dx[e][f];
+                }
+                Ws[t * XS + s] = w;
+                Vs[t * XS + s] = v;
+                P2[t * PS + s] = p2;
+            }
+    }
+    __syncthreads();
+    /* the pair matrix's sums: xdp(s) = sum_{t >= s} P2(t,s); colM(k) = dt(k) sum_{t > k} P2(t,k); rowM(k) =
+       sum_{s < k} P2(k,s) dt(s); sum_{t >= u > s} M(t,s) = gpair(u) = sum_{k < u} colM(k) - rowM(k) */
+    if (tid < Q) {
+        double v = 0.0;
+        for (int t = tid + 1; t < Q; t++) v += P2[t * PS + tid];
+        colM[tid] = v * static_cast<double>(sdt[tid]);
+        xdp[tid] = P2[tid * PS + tid] + v;
+    } else if (tid < 2 * Q) {
+        const int kk = tid - Q;
+        double v = 0.0;
+        for (int s = 0; s < kk; s++) v = fma(P2[kk * PS + s], static_cast<double>(sdt[s]), v);
+        rowM[kk] = v;
+    }
+    __syncthreads(); /* P2's readers are done: the entering state takes its place */
+    if (tid == 0) {
+        double F = 0.0;
+        for (int u = 0; u < Q; u++) {
+            gpair[u] = F;
+            F += colM[u] - rowM[u];
+        }
+    }
+    {
+        const float *src = P.ckb_S + (k.chain * P.ckb_nch + k.c) * (64 * NP);
+        for (int i = 4 * tid; i < 64 * NP; i += 4 * kCkThreads) {
+            const int pl = i / NP, n = i - pl * NP;
+            *reinterpret_cast<float4 *>(Ss + pl * BS + n) = __ldcg(reinterpret_cast<const float4 *>(src + i));
+        }
+    }
+    __syncthreads();
+    /* dC = exp(a(0..t)) dy0 Sin; Ys = exp(a(0..t)) C Sin^T, rho(t) = dy0(t) . Ys(t); y0 = Ys + W x (dz);
+       dx = W^T dy0; dC += V B; dB = V^T C */
+    float dC[4][NF], dB[4][NF], dX[4][4], y0[4][4];
+#pragma unroll
+    for (int e = 0; e < 4; e++) {
+#pragma unroll
+        for (int f = 0; f < NF; f++) dC[e][f] = dB[e][f] = 0.0f;
+#pragma unroll
+        for (int f = 0; f < 4; f++) dX[e][f] = y0[e][f] = 0.0f;
+    }
+    ssd_ckb_mm<NF, false, 2, false>(dC, dys, XS, Ss, BS, 0, kCkPT, hi, lo, din);
+    ssd_ckb_mm<4, false, 0, false>(y0, Cs, BS, Ss, BS, 0, NP, hi, lo, din);
+#pragma unroll
+    for (int e = 0; e < 4; e++) {
+        double r = 0.0;
+#pragma unroll
+        for (int f = 0; f < 4; f++) r = fma(static_cast<double>(dys[(hi + 16 * e) * XS + lo + 16 * f]), static_cast<double>(y0[e][f]), r);
+        r = ssd_ckb_sum16(r);
+        if (lo == 0) rho[hi + 16 * e] = r;
+    }
+    if (P.dz.p) ssd_ckb_mm<4, false, 1, false>(y0, Ws, XS, xs, XS, 0, Q, hi, lo, NULL);
+    ssd_ckb_mm<4, true, 2, false>(dX, Ws, XS, dys, XS, 0, Q, hi, lo, NULL);
+    ssd_ckb_mm<NF, false, 2, false>(dC, Vs, XS, Bs, BS, 0, Q, hi, lo, NULL);
+    ssd_ckb_mm<NF, true, 2, false>(dB, Vs, XS, Cs, BS, 0, Q, hi, lo, NULL);
+    /* the leaving state's gradient Go: <Go, Sin>, then Go in Sin's place */
+    {
+        constexpr int PER = 64 * NP / (4 * kCkThreads);
+        const float *src = P.ckb_G + (k.chain * P.ckb_nch + k.c) * (64 * NP);
+        float4 gv[PER];
+        double gs = 0.0;
+#pragma unroll
+        for (int u = 0; u < PER; u++) {
+            const int i = 4 * (tid + u * kCkThreads), pl = i / NP, n = i - pl * NP;
+            gv[u] = __ldcg(reinterpret_cast<const float4 *>(src + i));
+            const float4 s = *reinterpret_cast<const float4 *>(Ss + pl * BS + n);
+            gs = fma(static_cast<double>(gv[u].x), static_cast<double>(s.x), gs);
+            gs = fma(static_cast<double>(gv[u].y), static_cast<double>(s.y), gs);
+            gs = fma(static_cast<double>(gv[u].z), static_cast<double>(s.z), gs);
+            gs = fma(static_cast<double>(gv[u].w), static_cast<double>(s.w), gs);
+        }
+        gs = ssd_block_sum(gs, red); /* its barriers: every reader of Sin is done */
+        if (tid == 0) red[8] = gs;
+#pragma unroll
+        for (int u = 0; u < PER; u++) {
+            const int i = 4 * (tid + u * kCkThreads), pl = i / NP, n = i - pl * NP;
+            *reinterpret_cast<float4 *>(Ss + pl * BS + n) = gv[u];
+        }
+    }
+    __syncthreads();
+    /* w(s) B Go^T (dx's, through W's place), tau(s) = ex(s) x(s) . (B Go^T)(s); dB += w(s) x^T Go */
+    {
+        float xg[4][4];
+#pragma unroll
+        for (int e = 0; e < 4; e++)
+#pragma unroll
+            for (int f = 0; f < 4; f++) xg[e][f] = 0.0f;
+        ssd_ckb_mm<4, false, 0, false>(xg, Bs, BS, Ss, BS, 0, NP, hi, lo, NULL);
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+            const int s = hi + 16 * e;
+            double r = 0.0;
+#pragma unroll
+            for (int f = 0; f < 4; f++) {
+                r = fma(static_cast<double>(xs[s * XS + lo + 16 * f]), static_cast<double>(xg[e][f]), r);
+                Ws[s * XS + lo + 16 * f] = swsuf[s] * xg[e][f]; /* dx's part in dX's columns (W's readers are done) */
+            }
+            r = ssd_ckb_sum16(r);
+            if (lo == 0) tau[s] = r * static_cast<double>(sex[s]);
+        }
+    }
+    ssd_ckb_mm<NF, false, 2, false>(dB, xs, XS, Ss, BS, 0, kCkPT, hi, lo, swsuf);
+    __syncthreads(); /* rho, tau, gpair, red[8] */
+    /* the per-step scalars: d loss / d a(u) into wr, the explicit d loss / d dt(s) into wx (ssd_dt) */
+    if (P.wr && tid < k.tn) {
+        const int u = tid;
+        double sr = 0.0, sp = 0.0;
+        for (int t = Q - 1; t >= u; t--) sr += rho[t];
+        for (int s = 0; s < u; s++) sp = fma(static_cast<double>(sdt[s]), tau[s], sp);
+        const int64_t o = ((k.b * P.L + k.t0 + u) * P.H + k.h) * P.npsl + k.tile;
+        P.wr[o] = gpair[u] + sr + sp + static_cast<double>(sm[m.misc]) * red[8];
+        P.wx[o] = xdp[u] + tau[u];
+    }
+    /* dx (columns 4 lo + f), dz (columns lo + 16 f), the dB / dC partials, dD's */
+#pragma unroll
+    for (int e = 0; e < 4; e++)
+#pragma unroll
+        for (int f = 0; f < 4; f++) {
+            const int s = hi + 16 * e, pl = ssd_ckb_col<2>(f, lo);
+            const int64_t t = k.t0 + s, p = k.p0 + pl;
+            if (s >= k.tn || p >= P.P || !P.dx.p) continue;
+            st<T>(P.dx.p, ssd_at4(P.dx, k.b, t, k.h, p), fmaf(ssd_Dv(P, k.h, p), dys[s * XS + pl], dX[e][f] + Ws[s * XS + pl]));
+        }
+#pragma unroll
+    for (int e = 0; e < 4; e++)
+#pragma unroll
+        for (int f = 0; f < 4; f++) {
+            const int s = hi + 16 * e, pl = lo + 16 * f;
+            const int64_t t = k.t0 + s, p = k.p0 + pl;
+            if (s >= k.tn || p >= P.P) continue;
+            const float Dv = ssd_Dv(P, k.h, p);
+            if (P.dz.p) {
+                const float dyv = ld<T>(P.dy.p, ssd_at4(P.dy, k.b, t, k.h, p)), zv = ld<T>(P.z.p, ssd_at4(P.z, k.b, t, k.h, p));
+                const float sg = ssd_sigmoid(zv), yv = fmaf(Dv, xs[s * XS + pl], y0[e][f]);
+                st<T>(P.dz.p, ssd_at4(P.dz, k.b, t, k.h, p), dyv * yv * sg * (1.0f + zv * (1.0f - sg)));
+            }
+        }
+#pragma unroll
+    for (int e = 0; e < 4; e++)
+#pragma unroll
+        for (int f = 0; f < NF; f++) {
+            const int s = hi + 16 * e, n = ssd_ckb_col<2>(f, lo);
+            if (s >= k.tn || n >= P.N) continue;
+            const int64_t o = (((k.b * P.L + k.t0 + s) * P.H + k.h) * P.npsl + k.tile) * P.N + n;
+            if (P.wB) P.wB[o] = dB[e][f];
+            if (P.wC) P.wC[o] = dC[e][f];
+        }
+    if (P.wD && tid < kCkPT && k.p0 + tid < P.P) {
+        float v = 0.0f;
+        for (int s = 0; s < k.tn; s++) v = fmaf(dys[s * XS + tid], xs[s * XS + tid], v);
+        P.wD[((k.b * P.ckb_nch + k.c) * P.H + k.h) * P.P + k.p0 + tid] = v;
+    }
+}
+
 /* ---- the SSD's host side: plan, workspace, launches ---- */
 struct ssd_plan {
     int NPT, PB, TT, nth, smem, cap; /* cap: the shared memory a block may take (ssd_smem_cap) */
@@ -6331,11 +6859,50 @@ template <typename F> static void ssd_with_npt(int npt, F &&f) {
     }
 }
 
+/* The chunked forward's plan (>>ssd-chunk), from the shapes alone: no packed sequences, 32 < dstate
+   <= 128, a non-empty problem, a grid and flags in range; its workspace: the rings, then the ticket
+   and the flags (zeroed on the stream before the launch) */
+struct ssd_ck_plan {
+    int NB, smem;
+    int64_t ntile, nch, nchain, grid, ring, total;
+};
+/* Which form a forward takes (>>ssd-chunk): 0 the walk (the default: the chunks measured no faster on
+   an H200, bench/NOTES.md SSD-CUDA-v8); for the tests and the benchmark: 1 the chunks (tensor cores
+   where a chunk's values are finite), 2 the chunks on the float32 units alone, 3 (with
+   SELSCAN__CUDA_TUNING) the chunks with one-pass tf32 products (below float32's precision: a
+   measurement, never a result to trust) */
+static int ssd_ck_mode = 0;
+static bool ssd_ck_shape(const selscan__sprob &q, ssd_ck_plan &k) {
+    if (q.cu || q.seq_idx.data || q.N <= 32 || q.N > 128 || q.batch == 0 || q.L == 0 || q.H == 0 || q.P == 0) return false;
+    k.NB = q.N <= 64 ? 1 : 2;
+    k.smem = 4 * ssd_ck_layout(k.NB).total;
+    sizecalc c;
+    k.ntile = cdiv(q.P, kCkPT);
+    k.nch = cdiv(q.L, kCkQ);
+    k.nchain = c.mul(q.batch, q.H, k.ntile);
+    k.grid = c.mul(k.nchain, k.nch);
+    k.ring = c.al(c.mul(k.nchain, 2 * kCkPT * 64 * k.NB, 4));
+    k.total = c.add(k.ring, c.al(c.add(64, c.mul(k.nchain, 4))));
+    return c.ok && k.grid <= kMaxGrid && k.nch < 0x7fffffff;
+}
+/* Whether a backward may run in chunks (>>ssd-chunk-bwd), from the shapes alone: ssd_ckb_mode (1: where
+   they hold; 0: the walks alone), >>ssd-chunk's shapes, the walks' channel slices the chunks' tiles (the
+   partials' layout the reductions read); ssd_ckb_fits: the device's shared memory */
+static int ssd_ckb_mode = 1;
+static bool ssd_ckb_shape(const selscan__sprob &q, const ssd_plan &pl, ssd_ck_plan &k) {
+    return ssd_ckb_mode != 0 && ssd_ck_shape(q, k) && pl.npsl == k.ntile;
+}
+static bool ssd_ckb_fits(const ssd_ck_plan &k) {
+    static volatile int known[64];
+    return 4 * ssd_ckb_layout(k.NB, false).total + 64 <= current_device_attr(cudaDevAttrMaxSharedMemoryPerBlockOptin, known);
+}
 /* The backward's workspace: byte offsets of the partials (-1: not needed) and the total */
 struct ssd_ws {
-    int64_t B, C, r, x, D, A, b, h, g, e, total;
+    int64_t B, C, r, x, D, A, b, h, g, e, ckS, ckG, ckdec, ckflag, total;
 };
-static bool ssd_ws_layout(const selscan__sprob &q, const selscan__sgrd &r, const ssd_plan &pl, ssd_ws &w) {
+/* ck: the chunks' plan where the backward may take them (>>ssd-chunk-bwd; NULL: the walks alone): their
+   states and gradients, decays and flag, and dD's partials a chunk */
+static bool ssd_ws_layout(const selscan__sprob &q, const selscan__sgrd &r, const ssd_plan &pl, ssd_ws &w, const ssd_ck_plan *ck = NULL) {
     sizecalc c;
     const int64_t tok = c.mul(q.batch, q.L, q.H, pl.npsl);
     const bool need_dt = r.ddelta.data || r.dA.data || r.ddt_bias.data;
@@ -6350,12 +6917,17 @@ static bool ssd_ws_layout(const selscan__sprob &q, const selscan__sgrd &r, const
     w.C = take(r.dC.data != NULL, c.mul(tok, q.N));
     w.r = take(need_dt, tok, 8);
     w.x = take(need_dt, tok, 8);
-    w.D = take(r.dD.data != NULL, c.mul(q.batch, q.H, q.P));
+    w.D = take(r.dD.data != NULL, c.mul(q.batch, ck ? ck->nch : 1, q.H, q.P));
     w.A = take(r.dA.data != NULL, c.mul(q.batch, q.H));
     w.b = take(r.ddt_bias.data != NULL, c.mul(q.batch, q.H));
     w.h = take(need_dt && q.initial_state.data != NULL, c.mul(q.rows, q.H, pl.npsl), 8);
     w.g = take(need_dt, c.mul(q.batch, q.L, q.H), 8);
     w.e = take(need_dt, c.mul(q.batch, q.L, q.H), 8);
+    const int64_t st = ck ? c.mul(ck->nchain, ck->nch, 64 * 64 * ck->NB) : 0;
+    w.ckS = take(ck != NULL, st);
+    w.ckG = take(ck != NULL, st);
+    w.ckdec = take(ck != NULL, ck ? c.mul(q.batch, q.H, ck->nch) : 0);
+    w.ckflag = take(ck != NULL, 16);
     w.total = off;
     return c.ok;
 }
@@ -6395,36 +6967,10 @@ static selscan_status ssd_check_launch(const selscan__sprob &q, const ssd_plan &
     sizecalc c;
     const int64_t grid = c.mul(pl.nwalk, walks), dtw = c.mul(q.batch, q.H, 32), hp = c.mul(q.H, q.P);
     if (!c.ok) return fail_size(dg);
-    if (grid > kMaxGrid || cdiv(dtw, 256) > kMaxGrid || cdiv(hp, 256) > kMaxGrid) return fail_grid(dg);
+    if (grid > kMaxGrid || cdiv(dtw, 256) > kMaxGrid || q.H > kMaxGrid || hp > kMaxGrid * 256) return fail_grid(dg); /* (ssd_param: a block a head) */
     return SELSCAN_OK;
 }
 
-/* The chunked forward's plan (>>ssd-chunk), from the shapes alone: no packed sequences, 32 < dstate
-   <= 128, a non-empty problem, a grid and flags in range; its workspace: the rings, then the ticket
-   and the flags (zeroed on the stream before the launch) */
-struct ssd_ck_plan {
-    int NB, smem;
-    int64_t ntile, nch, nchain, grid, ring, total;
-};
-/* Which form a forward takes (>>ssd-chunk): 0 the walk (the default: the chunks measured no faster on
-   an H200, bench/NOTES.md SSD-CUDA-v8); for the tests and the benchmark: 1 the chunks (tensor cores
-   where a chunk's values are finite), 2 the chunks on the float32 units alone, 3 (with
-   SELSCAN__CUDA_TUNING) the chunks with one-pass tf32 products (below float32's precision: a
-   measurement, never a result to trust) */
-static int ssd_ck_mode = 0;
-static bool ssd_ck_shape(const selscan__sprob &q, ssd_ck_plan &k) {
-    if (q.cu || q.seq_idx.data || q.N <= 32 || q.N > 128 || q.batch == 0 || q.L == 0 || q.H == 0 || q.P == 0) return false;
-    k.NB = q.N <= 64 ? 1 : 2;
-    k.smem = 4 * ssd_ck_layout(k.NB).total;
-    sizecalc c;
-    k.ntile = cdiv(q.P, kCkPT);
-    k.nch = cdiv(q.L, kCkQ);
-    k.nchain = c.mul(q.batch, q.H, k.ntile);
-    k.grid = c.mul(k.nchain, k.nch);
-    k.ring = c.al(c.mul(k.nchain, 2 * kCkPT * 64 * k.NB, 4));
-    k.total = c.add(k.ring, c.al(c.add(64, c.mul(k.nchain, 4))));
-    return c.ok && k.grid <= kMaxGrid && k.nch < 0x7fffffff;
-}
 /* whether this call runs in chunks: the shapes, a workspace to be had (ext->workspace_alloc: the
    forward takes no workspace argument), the device's shared memory */
 static bool ssd_ck_takes(const selscan__sprob &q, const selscan_cuda_ext *x, ssd_ck_plan &k) {
@@ -6518,15 +7064,17 @@ static selscan_status ssd_forward(const selscan_ssd_problem *p, const selscan_cu
 /* the backward before its launches: validation, the plan, the workspace and the parameters */
 static selscan_status ssd_backward_begin(const selscan_ssd_problem *p, const selscan_ssd_grads *g, const selscan_cuda_ext *x,
                                          void *workspace, size_t bytes, selscan__sprob &q, selscan__sgrd &r, ssd_plan &pl, ssd_params &P,
-                                         bool size_only, int64_t *need_out) {
+                                         bool size_only, int64_t *need_out, ssd_ck_plan *ck_out = NULL) {
     selscan_status st;
     if ((st = selscan__ssd_validate_backward(p, g, &q, &r, NULL, 0, NULL, 0)) != SELSCAN_OK) return st;
     selscan_diag *dg = p->diag;
     if (!ssd_make_plan(q, true, pl, ssd_smem_cap())) return fail_size(dg);
-    ssd_ws w;
-    if (!ssd_ws_layout(q, r, pl, w)) return fail_size(dg); /* (its size does not depend on the tile) */
     const bool need_dt = r.ddelta.data || r.dA.data || r.ddt_bias.data; /* the walks the call runs */
     const int walks = (r.dC.data || r.dz.data || need_dt) + (r.dx.data || r.dB.data || r.dinitial_state.data || r.dD.data || need_dt);
+    ssd_ck_plan ck;
+    const bool ckb = walks > 0 && ssd_ckb_shape(q, pl, ck); /* the workspace holds the chunks' part (from the shapes alone) */
+    ssd_ws w;
+    if (!ssd_ws_layout(q, r, pl, w, ckb ? &ck : NULL)) return fail_size(dg); /* (its size does not depend on the tile) */
     if ((st = ssd_check_launch(q, pl, walks, dg)) != SELSCAN_OK) return st; /* the size query refuses what the call would */
     if (size_only) {
         *need_out = w.total;
@@ -6552,6 +7100,13 @@ static selscan_status ssd_backward_begin(const selscan_ssd_problem *p, const sel
     P.need_dt = w.r >= 0;
     P.fwd_walk = r.dC.data || r.dz.data || P.need_dt;
     P.rev_walk = r.dx.data || r.dB.data || r.dinitial_state.data || r.dD.data || P.need_dt;
+    if (ckb && ck_out && ssd_ckb_fits(ck)) { /* the chunks take the call unless a value is not finite (>>ssd-chunk-bwd) */
+        *ck_out = ck;
+        P.ckb_S = at(w.ckS); P.ckb_G = at(w.ckG); P.ckb_dec = at(w.ckdec);
+        P.ckb_flag = reinterpret_cast<int *>(ws + w.ckflag);
+        P.ckb_nch = ck.nch;
+        P.ck_ntile = ck.ntile;
+    }
     return SELSCAN_OK;
 }
 
@@ -6562,13 +7117,29 @@ static selscan_status ssd_backward(const selscan_ssd_problem *p, const selscan_s
     ssd_plan pl;
     ssd_params P;
     cudaError_t *err = x ? x->cuda_error : NULL;
-    const selscan_status st = ssd_backward_begin(p, g, x, workspace, bytes, q, r, pl, P, false, NULL);
+    ssd_ck_plan ck;
+    const selscan_status st = ssd_backward_begin(p, g, x, workspace, bytes, q, r, pl, P, false, NULL, &ck);
     if (st != SELSCAN_OK) return st;
     const int walks = P.fwd_walk + P.rev_walk;
     cudaError_t e = cudaSuccess;
+    if (P.ckb_flag) SELSCAN__CU(cudaMemsetAsync(P.ckb_flag, 0, 4, stream));
     selscan_cuda_detail::with_dtype(q.dt, [&](auto tag) {
         using T = typename decltype(tag)::type;
-        if (walks)
+        if (P.ckb_flag) { /* the chunks (>>ssd-chunk-bwd), then the walks, which return at once unless the flag is up */
+            auto go = [&](auto nb) {
+                constexpr int NB = decltype(nb)::value;
+                static volatile int d1[64], d2[64];
+                const int s1 = 4 * ssd_ckb_layout(NB, true).total, s2 = 4 * ssd_ckb_layout(NB, false).total;
+                if ((e = allow_smem(reinterpret_cast<const void *>(ssd_ckb_loc_kernel<T, NB>), s1, d1)) != cudaSuccess) return;
+                if ((e = allow_smem(reinterpret_cast<const void *>(ssd_ckb_kernel<T, NB>), s2, d2)) != cudaSuccess) return;
+                ssd_ckb_loc_kernel<T, NB><<<static_cast<unsigned>(ck.grid), kCkThreads, s1, stream>>>(P);
+                ssd_ckb_pass_kernel<<<nblocks(2 * ck.nchain * 16 * 64 * NB, 256), 256, 0, stream>>>(P, 64 * NB);
+                ssd_ckb_kernel<T, NB><<<static_cast<unsigned>(ck.grid), kCkThreads, s2, stream>>>(P);
+            };
+            if (ck.NB == 1) go(std::integral_constant<int, 1>());
+            else go(std::integral_constant<int, 2>());
+        }
+        if (e == cudaSuccess && walks)
             ssd_with_npt(pl.NPT, [&](auto npt) {
                 const void *k = reinterpret_cast<const void *>(ssd_bwd_kernel<T, decltype(npt)::value>);
                 static volatile int done[64];
@@ -6582,7 +7153,7 @@ static selscan_status ssd_backward(const selscan_ssd_problem *p, const selscan_s
         }
     });
     SELSCAN__CU(e);
-    if (P.wA || P.wb || P.wD) ssd_param_kernel<<<nblocks(q.H * q.P, 256), 256, 0, stream>>>(P);
+    if (P.wA || P.wb || P.wD) ssd_param_kernel<<<static_cast<unsigned>(q.H), 256, 0, stream>>>(P);
     SELSCAN__LAUNCHED();
     return SELSCAN_OK;
 }

@@ -214,6 +214,9 @@ static int g_cap = 0, g_force_N = 0, g_force_P = 0, g_refusals = 0;
 /* the chunked forward's cases (>>ssd-chunk): no packed sequences, up to 700 steps (several chunks),
    a workspace allocator always; g_chunked counts the forwards that took the chunks */
 static int g_force_chunk = 0, g_chunked = 0;
+/* the backwards that ran in chunks (>>ssd-chunk-bwd: their flag down after the call), and those a
+   value that is not finite sent to the walks (the flag up) */
+static int g_ckb = 0, g_ckb_walked = 0;
 /* ext.workspace_alloc for the forward: cudaMalloc, freed after the case */
 static void *test_alloc(void *ctx, size_t bytes) {
     void *d = NULL;
@@ -272,6 +275,8 @@ static void run_case(int ci, bool quick) {
     const bool alloc = g_force_chunk || irand(0, 3) != 0; /* the forward may take the chunks */
     /* the chunks are no default (>>ssd-chunk): the walk, the chunks, the chunks on the float32 units */
     selscan_cuda_detail::ssd_ck_mode = g_force_chunk ? 1 + (ci & 1) : irand(0, 2);
+    /* the backward: the chunks where the shapes allow (the default), or the walks alone */
+    selscan_cuda_detail::ssd_ckb_mode = g_force_chunk ? 1 : irand(0, 1);
     const bool strided = irand(0, 1);
     selscan_ssd_problem p;
     memset(&p, 0, sizeof p);
@@ -465,6 +470,26 @@ static void run_case(int ci, bool quick) {
         st = selscan_ssd_backward_cuda(&pd, &gd, &ext, dws, cws, 0);
         CHECK(st == SELSCAN_OK, "%s: cuda backward status %d", what, (int)st);
         CU(cudaDeviceSynchronize());
+        if (rep == 0) { /* which form ran: the chunks' flag in the workspace (down: the chunks; up: the walks) */
+            selscan__sprob sq;
+            selscan__sgrd sr;
+            selscan_cuda_detail::ssd_plan spl;
+            selscan_cuda_detail::ssd_ck_plan sck;
+            selscan_cuda_detail::ssd_ws sw;
+            const bool ckb = any_grad && selscan__ssd_validate_backward(&pd, &gd, &sq, &sr, NULL, 0, NULL, 0) == SELSCAN_OK &&
+                             selscan_cuda_detail::ssd_make_plan(sq, true, spl, selscan_cuda_detail::ssd_smem_cap()) &&
+                             selscan_cuda_detail::ssd_ckb_shape(sq, spl, sck) && selscan_cuda_detail::ssd_ckb_fits(sck) &&
+                             selscan_cuda_detail::ssd_ws_layout(sq, sr, spl, sw, &sck);
+            if (g_force_chunk) CHECK(ckb || N <= 32 || N > 128 || !any_grad, "%s: a chunk case's backward not in chunks", what);
+            if (ckb) {
+                const uintptr_t a = reinterpret_cast<uintptr_t>(dws), pad = (selscan_cuda_detail::kWsAlign - a % selscan_cuda_detail::kWsAlign) % selscan_cuda_detail::kWsAlign;
+                int flag = -1;
+                CU(cudaMemcpy(&flag, static_cast<char *>(dws) + pad + sw.ckflag, 4, cudaMemcpyDeviceToHost));
+                CHECK(flag == (nan_case ? 1 : 0), "%s: the chunked backward's flag %d (a NaN in x: %d)", what, flag, (int)nan_case);
+                g_ckb += flag == 0;
+                g_ckb_walked += flag == 1;
+            }
+        }
         for (int i = 0; i < 9; i++) {
             Ten &t = *gouts[i];
             if (!t.given) continue;
@@ -523,8 +548,10 @@ int main() {
     }
     g_force_chunk = g_force_N = g_force_P = 0;
     selscan_cuda_detail::ssd_ck_mode = 0;
+    selscan_cuda_detail::ssd_ckb_mode = 1;
     CHECK(g_chunked > 0, "no forward ran in chunks");
-    printf("test_cuda_ssd: %d forwards in chunks\n", g_chunked);
+    CHECK(g_ckb > 0 && g_ckb_walked > 0, "backwards in chunks %d, sent to the walks by a NaN %d", g_ckb, g_ckb_walked);
+    printf("test_cuda_ssd: %d forwards in chunks, %d backwards in chunks, %d sent to the walks by a NaN\n", g_chunked, g_ckb, g_ckb_walked);
     printf("test_cuda_ssd: worst relative errors:");
     for (int i = 0; i < 11; i++) printf(" %s %.2g", g_names[i], g_worst.v[i]);
     printf("\n%d passed, %d failed\n", g_pass, g_fail);
