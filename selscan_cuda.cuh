@@ -6767,16 +6767,22 @@ template <typename T, int NB> static __global__ void __launch_bounds__(kCkThread
         P.wr[o] = gpair[u] + sr + sp + static_cast<double>(sm[m.misc]) * red[8];
         P.wx[o] = xdp[u] + tau[u];
     }
-    /* dx (columns 4 lo + f), dz (columns lo + 16 f), the dB / dC partials, dD's */
+    /* dx (columns 4 lo + f: through W's place, so that a warp's stores are whole rows), dz (columns lo +
+       16 f), the dB / dC partials (float4 where the rows allow), dD's */
+    if (P.dx.p) {
 #pragma unroll
-    for (int e = 0; e < 4; e++)
+        for (int e = 0; e < 4; e++)
 #pragma unroll
-        for (int f = 0; f < 4; f++) {
-            const int s = hi + 16 * e, pl = ssd_ckb_col<2>(f, lo);
-            const int64_t t = k.t0 + s, p = k.p0 + pl;
-            if (s >= k.tn || p >= P.P || !P.dx.p) continue;
-            st<T>(P.dx.p, ssd_at4(P.dx, k.b, t, k.h, p), fmaf(ssd_Dv(P, k.h, p), dys[s * XS + pl], dX[e][f] + Ws[s * XS + pl]));
+            for (int f = 0; f < 4; f++) {
+                const int s = hi + 16 * e, pl = ssd_ckb_col<2>(f, lo);
+                Ws[s * XS + pl] = fmaf(ssd_Dv(P, k.h, k.p0 + pl), dys[s * XS + pl], dX[e][f] + Ws[s * XS + pl]);
+            }
+        __syncthreads();
+        for (int i = tid; i < Q * kCkPT; i += kCkThreads) {
+            const int s = i / kCkPT, pl = i - s * kCkPT;
+            if (s < k.tn && k.p0 + pl < P.P) st<T>(P.dx.p, ssd_at4(P.dx, k.b, k.t0 + s, k.h, k.p0 + pl), Ws[s * XS + pl]);
         }
+    }
 #pragma unroll
     for (int e = 0; e < 4; e++)
 #pragma unroll
@@ -6791,15 +6797,24 @@ template <typename T, int NB> static __global__ void __launch_bounds__(kCkThread
                 st<T>(P.dz.p, ssd_at4(P.dz, k.b, t, k.h, p), dyv * yv * sg * (1.0f + zv * (1.0f - sg)));
             }
         }
+    const bool v4 = P.N % 4 == 0;
 #pragma unroll
     for (int e = 0; e < 4; e++)
 #pragma unroll
-        for (int f = 0; f < NF; f++) {
-            const int s = hi + 16 * e, n = ssd_ckb_col<2>(f, lo);
+        for (int j = 0; j < NB; j++) {
+            const int s = hi + 16 * e, n = 64 * j + 4 * lo;
             if (s >= k.tn || n >= P.N) continue;
             const int64_t o = (((k.b * P.L + k.t0 + s) * P.H + k.h) * P.npsl + k.tile) * P.N + n;
-            if (P.wB) P.wB[o] = dB[e][f];
-            if (P.wC) P.wC[o] = dC[e][f];
+            if (v4) {
+                if (P.wB) *reinterpret_cast<float4 *>(P.wB + o) = make_float4(dB[e][4 * j], dB[e][4 * j + 1], dB[e][4 * j + 2], dB[e][4 * j + 3]);
+                if (P.wC) *reinterpret_cast<float4 *>(P.wC + o) = make_float4(dC[e][4 * j], dC[e][4 * j + 1], dC[e][4 * j + 2], dC[e][4 * j + 3]);
+            } else
+#pragma unroll
+                for (int ff = 0; ff < 4; ff++) {
+                    if (n + ff >= P.N) break;
+                    if (P.wB) P.wB[o + ff] = dB[e][4 * j + ff];
+                    if (P.wC) P.wC[o + ff] = dC[e][4 * j + ff];
+                }
         }
     if (P.wD && tid < kCkPT && k.p0 + tid < P.P) {
         float v = 0.0f;
