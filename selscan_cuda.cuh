@@ -35,6 +35,8 @@
  *     >>ssd-cuda        Mamba-2's SSD scan: ssd_fwd / ssd_bwd (two walks) / ssd_dt / ssd_bc /
  *                       ssd_param kernels and their host side (its DESIGN there)
  *     >>ssd-chunk       the SSD forward in chunks, ssd_ck_fwd_kernel (not selected by default)
+ *     >>ssd-chunk-bwd   the SSD backward in chunks: ssd_ckb_loc / ssd_ckb_pass / ssd_ckb kernels
+ *                       (not selected by default until a GPU gate has run it)
  *     >>public          the extern "C" entry points
  *     >>bench           bench-only (SELSCAN__CUDA_TUNING): the selscan__*_cuda_tuned entries that
  *                       force the plans' choices (bench/bench_cuda.cu, the CUDA tests)
@@ -58,7 +60,13 @@
  *     conv_*_kernel        every other causal conv1d call (widths 2..4, any strides)   >>conv
  *     ssd_fwd_kernel       every SSD forward (dstate <= 512, any strides)             >>ssd-cuda
  *     ssd_ck_fwd_kernel    no SSD forward by default (ssd_ck_mode: tests, benchmark)  >>ssd-chunk
- *     ssd_bwd_kernel (+ ssd_dt, ssd_bc, ssd_param) every SSD backward                >>ssd-cuda
+ *     ssd_ckb_*_kernel     no SSD backward by default (ssd_ckb_mode: tests, benchmark);  >>ssd-chunk-bwd
+ *       (+ ssd_dt, ssd_bc,  selected: backwards without packed sequences, 32 < dstate <= 128,
+ *       ssd_param)         every value finite (else the walks, launched after them, run),
+ *                          the block's shared memory within the device's opt-in limit
+ *                          (172 KiB at dstate 128, 139 KiB at 64: sm_90; sm_80 (163 KiB)
+ *                          dstate <= 64 only)
+ *     ssd_bwd_kernel (+ ssd_dt, ssd_bc, ssd_param) every SSD backward by default        >>ssd-cuda
  *                          (on 64 KiB devices, sm_75, dstate <= 256 where headdim > 8)
  *
  * TUNING MACROS: defined before the implementation's include, they set the kernels' register
@@ -4997,7 +5005,8 @@ static selscan_status conv_step(const selscan_conv_step_problem *s, const selsca
    rows of shared memory), so y = sum_n C S is a 16-lane shuffle reduction. B, C, dt and x of a
    tile of TT steps are staged in shared memory; A is one scalar a head, so a step's decay is one
    value of the tile. Sequences (seq_idx / cu_seqlens) restart the walk's state.
-   The backward is two independent walks over the same grid (neither stores a state):
+   The backward (where >>ssd-chunk-bwd, not selected by default, does not take it) is two independent
+   walks over the same grid (neither stores a state):
    - the forward walk recomputes S and gives dC[t,n] = sum_p S[p,n] dy0[p] (dy0: dy through the
      gate), y0 (dz) and r(t) = sum_p dy0[p] (C S)[p] (plus sum dfinal_state * S at a sequence's
      last step);
@@ -6328,7 +6337,8 @@ template <typename T, int NB, bool ONE> static __global__ void __launch_bounds__
      rho(t) + sum_{s < u} dt(s) tau(s) + dec <Gout, Sin>, with rho(t) = exp(a(0..t)) dy0(t) . (C Sin^T)(t)
      and tau(s) = exp(a(s+1..Q-1)) x(s) . (B Gout^T)(s); the explicit d loss / d dt(s) = sum_t (C B^T o E
      o dy0 x^T)(t,s) + tau(s). Then ssd_dt / ssd_bc / ssd_param reduce them as they do the walks'.
-   No sum here runs over the sequence, so float32 suffices where the walks need double, except in the
+   No sum here runs over the sequence but the pass of the states between chunks (a chunk a step, in
+   float32 as the forward's chunks), so float32 suffices where the walks need double, except in the
    pair matrix: C B^T and dy0 x^T are taken in double for M (the decay's gradient is a sum whose terms
    cancel; in float32 they put dA 4.6e-5 off in a left-padded case, in double 6.4e-6: bench/NOTES.md
    SSD-CUDA-v9's emulation). Deterministic: every sum in a fixed order.
@@ -6364,8 +6374,8 @@ static __host__ __device__ constexpr ssd_ckb_smem ssd_ckb_layout(int NB, bool lo
 /* Staging of a chunk for the backward: dt and a (0 past L), x and dy0 = dy silu(z) [s][p] (z through
    zt first), B and C [s][n]; csd, the prefix sums of a in double (each a at least -128: >>ssd-chunk),
    din = exp(csd(t)), ex = exp(csd(Q-1) - csd(s)), wsuf = ex dt, misc[0] = exp(csd(Q-1)). Answers
-   (every thread) whether a value is not finite or an a > 0. zt must not overlap C (staged after the
-   gate). */
+   (every thread) whether a value is not finite or an a > 0. zt must not overlap x, dy or B (C is
+   staged after the gate and may take zt's place). */
 template <typename T, int NB>
 static __device__ bool ssd_ckb_stage(const ssd_params &P, float *sm, const ssd_ckb_smem &m, float *zt, int64_t b, int64_t h, int64_t t0, int64_t p0,
                                      int tn) {
@@ -6646,8 +6656,10 @@ template <typename T, int NB> static __global__ void __launch_bounds__(kCkThread
                 double p2 = 0.0;
                 if (s <= t) {
                     const float E = expf(static_cast<float>(csd[t] - csd[s]));
-                    w = static_cast<float>(cb[e][f]) * (E * sdt[s]);
-                    v = static_cast<float>(dx[e][f]) * (E * sdt[s]);
+                    /* scaled in double, then rounded: a product above float's range times a small
+                       weight stays finite, as in the walks' double arithmetic */
+                    w = static_cast<float>(cb[e][f] * static_cast<double>(E * sdt[s]));
+                    v = static_cast<float>(dx[e][f] * static_cast<double>(E * sdt[s]));
                     p2 = cb[e][f] * static_cast<double>(E) * dx[e][f];
                 }
                 Ws[t * XS + s] = w;
@@ -6901,15 +6913,19 @@ static bool ssd_ck_shape(const selscan__sprob &q, ssd_ck_plan &k) {
     return c.ok && k.grid <= kMaxGrid && k.nch < 0x7fffffff;
 }
 /* Whether a backward may run in chunks (>>ssd-chunk-bwd), from the shapes alone: ssd_ckb_mode (1: where
-   they hold; 0: the walks alone), >>ssd-chunk's shapes, the walks' channel slices the chunks' tiles (the
-   partials' layout the reductions read); ssd_ckb_fits: the device's shared memory */
-static int ssd_ckb_mode = 1;
+   they hold; 0: the walks alone, the default until `make test-gpu` has run the chunks: the torch package's
+   CUDA tests have not, bench/NOTES.md SSD-CUDA-v10), >>ssd-chunk's shapes, the walks' channel slices the
+   chunks' tiles (the partials' layout the reductions read); ssd_ckb_fits: the device's shared memory */
+static int ssd_ckb_mode = 0;
 static bool ssd_ckb_shape(const selscan__sprob &q, const ssd_plan &pl, ssd_ck_plan &k) {
-    return ssd_ckb_mode != 0 && ssd_ck_shape(q, k) && pl.npsl == k.ntile;
+    /* (the pass kernel's grid: 8 NB blocks a chain) */
+    return ssd_ckb_mode != 0 && ssd_ck_shape(q, k) && pl.npsl == k.ntile && k.nchain <= kMaxGrid / (8 * k.NB);
 }
 static bool ssd_ckb_fits(const ssd_ck_plan &k) {
     static volatile int known[64];
-    return 4 * ssd_ckb_layout(k.NB, false).total + 64 <= current_device_attr(cudaDevAttrMaxSharedMemoryPerBlockOptin, known);
+    int v = current_device_attr(cudaDevAttrMaxSharedMemoryPerBlockOptin, known);
+    if (ssd_smem_cap_test > 0 && ssd_smem_cap_test < v) v = ssd_smem_cap_test; /* tests: a smaller device's limit */
+    return 4 * ssd_ckb_layout(k.NB, false).total + 64 <= v;
 }
 /* The backward's workspace: byte offsets of the partials (-1: not needed) and the total */
 struct ssd_ws {
