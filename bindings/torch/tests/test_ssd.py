@@ -61,6 +61,10 @@ CASES = [
     ("bf16", dict(dtype=BF16, softplus=True)),
     ("f16", dict(dtype=F16, softplus=True, D="headdim")),
     ("bf16 packed", dict(dtype=BF16, batch=1, L=25, cu=[0, 11, 25], softplus=True)),
+    # the shapes of the CUDA backward in chunks (selscan_cuda.cuh >>ssd-chunk-bwd: 32 < dstate <= 128, no
+    # packing): three chunks of 64 steps, the last partial; two channel tiles, the second partial
+    ("chunk shapes f32", dict(N=128, P=70, L=150, H=2, G=1)),
+    ("chunk shapes bf16", dict(N=64, P=64, L=130, dtype=BF16, D="headdim")),
 ]
 
 
