@@ -5840,6 +5840,20 @@ static __host__ __device__ constexpr ssd_ck_smem ssd_ck_layout(int NB) {
     return m;
 }
 static __device__ __forceinline__ int ssd_ck_wix(int s, int t, int WS) { return s * WS + (t & 15) * 4 + (t >> 4); }
+/* The inclusive prefix sums of a chunk's a(0..Q-1) in double, by the 32 lanes of one warp (lane l the steps
+   2l, 2l + 1). Each a at least -128: an exponent below -103 is 0 in float32 whichever, the spans it is in still
+   decay to 0, and the sums stay small enough for their differences to keep the small a's. */
+static __device__ __forceinline__ void ssd_ck_prefix(const float *sa, double *csd, int lane) {
+    const double a1 = fmaxf(sa[2 * lane + 1], -128.0f);
+    double v = static_cast<double>(fmaxf(sa[2 * lane], -128.0f)) + a1;
+#pragma unroll
+    for (int o = 1; o < 32; o <<= 1) {
+        const double w = __shfl_up_sync(0xffffffffu, v, o);
+        if (lane >= o) v += w;
+    }
+    csd[2 * lane] = v - a1;
+    csd[2 * lane + 1] = v;
+}
 static __device__ __forceinline__ float ssd_dot4(float4 a, float4 b, float acc) {
     return fmaf(a.w, b.w, fmaf(a.z, b.z, fmaf(a.y, b.y, fmaf(a.x, b.x, acc))));
 }
@@ -6052,19 +6066,7 @@ template <typename T, int NB, bool ONE> static __global__ void __launch_bounds__
     if (!bad) {
         /* decays: each exponent a difference of the chunk's prefix sums of a, kept in double */
         double *const csd = reinterpret_cast<double *>(sm + m.csd);
-        if (tid < 32) { /* inclusive prefix sums: lane l the steps 2l, 2l + 1 */
-            /* each a at least -128 (an exponent below -103 is 0 in float32 whichever: the spans it is in
-               still decay to 0, and the sums stay small enough for their differences to keep the small a's) */
-            const double a1 = fmaxf(sa[2 * tid + 1], -128.0f);
-            double v = static_cast<double>(fmaxf(sa[2 * tid], -128.0f)) + a1;
-#pragma unroll
-            for (int o = 1; o < 32; o <<= 1) {
-                const double w = __shfl_up_sync(0xffffffffu, v, o);
-                if (tid >= o) v += w;
-            }
-            csd[2 * tid] = v - a1;
-            csd[2 * tid + 1] = v;
-        }
+        if (tid < 32) ssd_ck_prefix(sa, csd, tid);
         /* C B^T, the tiles on or below the diagonal (10 of 16: warp w takes w and w + 8) */
         const int warp = tid >> 5;
         for (int k2 = warp; k2 < 10; k2 += 8) {
@@ -6345,8 +6347,10 @@ template <typename T, int NB, bool ONE> static __global__ void __launch_bounds__
    A value that is not finite (x, dy, z, B, C, dt, a, initial_state, dfinal_state, or a state that
    overflows) or an a > 0 raises a flag in the workspace; the chunks' gradient kernel then returns at
    once and the walks, launched after it, run (they return at once when the flag is down): NaN and
-   infinities come out where the recurrence puts them. Taken where >>ssd-chunk's shapes hold (no packed
-   sequences, 32 < dstate <= 128) and the walks' channel slices are the chunks' tiles. */
+   infinities come out where the recurrence puts them. Taken, where ssd_ckb_mode selects the chunks (not
+   the default until `make test-gpu` has run them: bench/NOTES.md SSD-CUDA-v10, 1.65-1.68x the walks on an
+   H200), where >>ssd-chunk's shapes hold (no packed sequences, 32 < dstate <= 128), the walks' channel
+   slices are the chunks' tiles and the block's shared memory fits the device. */
 
 /* shared memory of the backward's chunk kernels (floats): x and dy0 [s][p], W and V [t][s] (row
    stride XS), B and C [s][n] (BS), S: the entering state, then the leaving state's gradient [p][n]
@@ -6419,17 +6423,7 @@ static __device__ bool ssd_ckb_stage(const ssd_params &P, float *sm, const ssd_c
     __syncthreads(); /* zt's readers are done */
     if (P.vbc) ssd_ck_stage8<T, NP>(Cs, m.BS, P.C, b, t0, g, 0, P.N, tn, bad);
     else ssd_ck_stage1<T, NP>(Cs, m.BS, P.C, b, t0, g, 0, P.N, tn, bad);
-    if (tid < 32) { /* inclusive prefix sums: lane l the steps 2l, 2l + 1 */
-        const double a1 = fmaxf(sa[2 * tid + 1], -128.0f);
-        double v = static_cast<double>(fmaxf(sa[2 * tid], -128.0f)) + a1;
-#pragma unroll
-        for (int o = 1; o < 32; o <<= 1) {
-            const double w = __shfl_up_sync(0xffffffffu, v, o);
-            if (tid >= o) v += w;
-        }
-        csd[2 * tid] = v - a1;
-        csd[2 * tid + 1] = v;
-    }
+    if (tid < 32) ssd_ck_prefix(sa, csd, tid);
     __syncthreads();
     if (tid < Q) {
         const double tot = csd[Q - 1];

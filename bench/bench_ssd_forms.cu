@@ -73,6 +73,27 @@ static void *dev_random(size_t n, selscan_dtype dt, float lo, float hi, unsigned
     return d;
 }
 
+/* the median of 15 timed calls of call() (after 3 warm-ups), ms, by CUDA events; exits where a call fails */
+template <typename F> static double median_ms(const char *what, F &&call) {
+    cudaEvent_t e0, e1;
+    CK(cudaEventCreate(&e0));
+    CK(cudaEventCreate(&e1));
+    std::vector<float> ts;
+    for (int r = 0; r < 18; r++) {
+        CK(cudaEventRecord(e0));
+        if (call() != SELSCAN_OK) { fprintf(stderr, "%s failed\n", what); exit(1); }
+        CK(cudaEventRecord(e1));
+        CK(cudaEventSynchronize(e1));
+        float ms;
+        CK(cudaEventElapsedTime(&ms, e0, e1));
+        if (r >= 3) ts.push_back(ms);
+    }
+    cudaEventDestroy(e0);
+    cudaEventDestroy(e1);
+    std::sort(ts.begin(), ts.end());
+    return ts[ts.size() / 2];
+}
+
 int main(int argc, char **argv) {
     const selscan_dtype dt = argc > 1 && !strcmp(argv[1], "f32") ? SELSCAN_F32 : argc > 1 && !strcmp(argv[1], "f16") ? SELSCAN_F16 : SELSCAN_BF16;
     const int64_t batch = argc > 2 ? atoll(argv[2]) : 8, L = argc > 3 ? atoll(argv[3]) : 2048;
@@ -109,25 +130,11 @@ int main(int argc, char **argv) {
         memset(&ext, 0, sizeof ext);
         ext.workspace_alloc = pool_alloc;
         ext.workspace_ctx = &pool;
-        cudaEvent_t e0, e1;
-        CK(cudaEventCreate(&e0));
-        CK(cudaEventCreate(&e1));
         double med[4], dtf = 0;
         for (int form : {0, 3, 2, 1}) { /* walk, chunks with tf32 products, chunks on the float32 units alone, chunks (y[1]: the chunks' y) */
             selscan_cuda_detail::ssd_ck_mode = form;
             p.y.data = y[form == 0 ? 0 : 1];
-            std::vector<float> ts;
-            for (int r = 0; r < 18; r++) {
-                CK(cudaEventRecord(e0));
-                if (selscan_ssd_forward_cuda(&p, &ext, 0) != SELSCAN_OK) { fprintf(stderr, "forward failed\n"); return 1; }
-                CK(cudaEventRecord(e1));
-                CK(cudaEventSynchronize(e1));
-                float ms;
-                CK(cudaEventElapsedTime(&ms, e0, e1));
-                if (r >= 3) ts.push_back(ms);
-            }
-            std::sort(ts.begin(), ts.end());
-            med[form] = ts[ts.size() / 2];
+            med[form] = median_ms("forward", [&] { return selscan_ssd_forward_cuda(&p, &ext, 0); });
             if (form == 3) dtf = rel_diff(y[0], y[1], batch * L * H * P, dt); /* the tf32 products' y against the walk's */
         }
         selscan_cuda_detail::ssd_ck_mode = 0;
@@ -153,18 +160,7 @@ int main(int argc, char **argv) {
                 if (selscan_ssd_workspace_size_cuda(&p, &g, &wsz) != SELSCAN_OK) { fprintf(stderr, "backward size query failed\n"); return 1; }
                 void *wsp = NULL;
                 if (wsz) CK(cudaMalloc(&wsp, wsz));
-                std::vector<float> ts;
-                for (int r = 0; r < 18; r++) {
-                    CK(cudaEventRecord(e0));
-                    if (selscan_ssd_backward_cuda(&p, &g, &ext, wsp, wsz, 0) != SELSCAN_OK) { fprintf(stderr, "backward failed\n"); return 1; }
-                    CK(cudaEventRecord(e1));
-                    CK(cudaEventSynchronize(e1));
-                    float ms;
-                    CK(cudaEventElapsedTime(&ms, e0, e1));
-                    if (r >= 3) ts.push_back(ms);
-                }
-                std::sort(ts.begin(), ts.end());
-                bm[f] = ts[ts.size() / 2];
+                bm[f] = median_ms("backward", [&] { return selscan_ssd_backward_cuda(&p, &g, &ext, wsp, wsz, 0); });
                 if (wsp) cudaFree(wsp);
             }
             selscan_cuda_detail::ssd_ckb_mode = 0;
@@ -180,7 +176,6 @@ int main(int argc, char **argv) {
             cudaFree(dy);
         }
         for (void *q : {x, dtr, B, C, A, D, bias, y[0], y[1], pool.p}) if (q) cudaFree(q);
-        cudaEventDestroy(e0); cudaEventDestroy(e1);
     }
     return 0;
 }
