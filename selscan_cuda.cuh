@@ -5641,85 +5641,85 @@ template <typename T> static __global__ void __launch_bounds__(256) ssd_dt_kerne
             finish(t, q.r, q.xd, q.d, q.raw, q.pre);
         }
     } else {
-    /* prefix form: g(t) = h0 term + sum_{s = t0}^{t-1} (w(s) - r(s)), bound: the sum of magnitudes */
-    double cv = 0.0, ce = 0.0; /* the running sums carried into the next round */
-    for (int64_t base = 0; base < P.L; base += 32) {
-        const int64_t t = base + lane;
-        const bool in = t < P.L;
-        double c = 0.0, cm = 0.0, h0 = 0.0;
-        bool f = true;
-        if (in) {
-            const ssd_step_sums<T> q(P, b, h, t);
-            const double w = q.d * q.xd;
-            c = w - q.r;
-            cm = fabs(w) + fabs(q.r);
-            f = t == 0 || ssd_is_last(P, b, t - 1); /* t starts a sequence */
-            if (f && P.wh && (P.cu || t == 0)) {
-                const int64_t row = P.cu ? ssd_seq_of(P, t) : b;
-                for (int64_t i = 0; i < P.npsl; i++) h0 += P.wh[(row * P.H + h) * P.npsl + i];
+        /* prefix form: g(t) = h0 term + sum_{s = t0}^{t-1} (w(s) - r(s)), bound: the sum of magnitudes */
+        double cv = 0.0, ce = 0.0; /* the running sums carried into the next round */
+        for (int64_t base = 0; base < P.L; base += 32) {
+            const int64_t t = base + lane;
+            const bool in = t < P.L;
+            double c = 0.0, cm = 0.0, h0 = 0.0;
+            bool f = true;
+            if (in) {
+                const ssd_step_sums<T> q(P, b, h, t);
+                const double w = q.d * q.xd;
+                c = w - q.r;
+                cm = fabs(w) + fabs(q.r);
+                f = t == 0 || ssd_is_last(P, b, t - 1); /* t starts a sequence */
+                if (f && P.wh && (P.cu || t == 0)) {
+                    const int64_t row = P.cu ? ssd_seq_of(P, t) : b;
+                    for (int64_t i = 0; i < P.npsl; i++) h0 += P.wh[(row * P.H + h) * P.npsl + i];
+                }
+            }
+            double v = c + h0, e = cm + fabs(h0);
+            bool fl = f;
+#pragma unroll
+            for (int dd = 1; dd < 32; dd <<= 1) { /* inclusive segmented scan, segments opened by f */
+                const double ov = __shfl_up_sync(0xffffffffu, v, dd), oe = __shfl_up_sync(0xffffffffu, e, dd);
+                const bool of = __shfl_up_sync(0xffffffffu, fl ? 1 : 0, dd) != 0;
+                if (lane >= dd && !fl) { v += ov; e += oe; fl = of; }
+            }
+            if (!fl) { v += cv; e += ce; }
+            /* exclusive (the steps before t): the previous lane's inclusive sum, the carry on lane 0, h0 at
+               a sequence's first step (not v - c: exact, and its bound covers its rounding) */
+            double pv = __shfl_up_sync(0xffffffffu, v, 1), pe = __shfl_up_sync(0xffffffffu, e, 1);
+            if (lane == 0) { pv = cv; pe = ce; }
+            cv = __shfl_sync(0xffffffffu, v, 31);
+            ce = __shfl_sync(0xffffffffu, e, 31);
+            if (in) {
+                const int64_t o = (b * P.L + t) * P.H + h;
+                P.wg[o] = f ? h0 : pv;
+                P.we[o] = f ? fabs(h0) : pe;
             }
         }
-        double v = c + h0, e = cm + fabs(h0);
-        bool fl = f;
+        __syncwarp();
+        /* suffix form: q(t) = r(t) + q(t+1) - w(t+1) within a sequence; bound: the sum of magnitudes */
+        double qn = 0.0, en = 0.0, wn = 0.0;
+        for (int64_t base = ((P.L - 1) / 32) * 32; base >= 0; base -= 32) {
+            const int64_t t = base + lane;
+            const bool in = t < P.L;
+            double r = 0.0, xd = 0.0;
+            float d = 0.0f, raw = 0.0f, pre = 0.0f;
+            bool f = true;
+            if (in) {
+                const ssd_step_sums<T> q(P, b, h, t);
+                r = q.r; xd = q.xd; d = q.d; raw = q.raw; pre = q.pre;
+                f = ssd_is_last(P, b, t);
+            }
+            const double w = d * xd;
+            double wnext = __shfl_down_sync(0xffffffffu, w, 1);
+            if (lane == 31) wnext = wn;
+            double v = f ? r : r - wnext; /* q(t) = v(t) + q(t+1) unless t ends its sequence */
+            double e = f ? fabs(r) : fabs(r) + fabs(wnext);
+            bool fl = f;
 #pragma unroll
-        for (int dd = 1; dd < 32; dd <<= 1) { /* inclusive segmented scan, segments opened by f */
-            const double ov = __shfl_up_sync(0xffffffffu, v, dd), oe = __shfl_up_sync(0xffffffffu, e, dd);
-            const bool of = __shfl_up_sync(0xffffffffu, fl ? 1 : 0, dd) != 0;
-            if (lane >= dd && !fl) { v += ov; e += oe; fl = of; }
+            for (int dd = 1; dd < 32; dd <<= 1) {
+                const double ov = __shfl_down_sync(0xffffffffu, v, dd), oe = __shfl_down_sync(0xffffffffu, e, dd);
+                const bool of = __shfl_down_sync(0xffffffffu, fl ? 1 : 0, dd) != 0;
+                if (lane + dd < 32 && !fl) { v += ov; e += oe; fl = of; }
+            }
+            const double q = fl ? v : v + qn, eq = fl ? e : e + en;
+            qn = __shfl_sync(0xffffffffu, q, 0);
+            en = __shfl_sync(0xffffffffu, eq, 0);
+            wn = __shfl_sync(0xffffffffu, w, 0);
+            if (in) {
+                const int64_t o = (b * P.L + t) * P.H + h;
+                const double gs = q - w, gp = P.wg[o];
+                const double we = P.we[o];
+                /* d loss / d log a(t): the form with the smaller bound; a NaN bound loses (NaN in a forward
+                   input at step s: the suffix form is NaN before s, the prefix form after s, as the CPU's) */
+                const double gl = we <= eq || eq != eq ? gp : gs;
+                finish(t, gl, xd, d, raw, pre);
+            }
         }
-        if (!fl) { v += cv; e += ce; }
-        /* exclusive (the steps before t): the previous lane's inclusive sum, the carry on lane 0, h0 at
-           a sequence's first step (not v - c: exact, and its bound covers its rounding) */
-        double pv = __shfl_up_sync(0xffffffffu, v, 1), pe = __shfl_up_sync(0xffffffffu, e, 1);
-        if (lane == 0) { pv = cv; pe = ce; }
-        cv = __shfl_sync(0xffffffffu, v, 31);
-        ce = __shfl_sync(0xffffffffu, e, 31);
-        if (in) {
-            const int64_t o = (b * P.L + t) * P.H + h;
-            P.wg[o] = f ? h0 : pv;
-            P.we[o] = f ? fabs(h0) : pe;
-        }
-    }
-    __syncwarp();
-    /* suffix form: q(t) = r(t) + q(t+1) - w(t+1) within a sequence; bound: the sum of magnitudes */
-    double qn = 0.0, en = 0.0, wn = 0.0;
-    for (int64_t base = ((P.L - 1) / 32) * 32; base >= 0; base -= 32) {
-        const int64_t t = base + lane;
-        const bool in = t < P.L;
-        double r = 0.0, xd = 0.0;
-        float d = 0.0f, raw = 0.0f, pre = 0.0f;
-        bool f = true;
-        if (in) {
-            const ssd_step_sums<T> q(P, b, h, t);
-            r = q.r; xd = q.xd; d = q.d; raw = q.raw; pre = q.pre;
-            f = ssd_is_last(P, b, t);
-        }
-        const double w = d * xd;
-        double wnext = __shfl_down_sync(0xffffffffu, w, 1);
-        if (lane == 31) wnext = wn;
-        double v = f ? r : r - wnext; /* q(t) = v(t) + q(t+1) unless t ends its sequence */
-        double e = f ? fabs(r) : fabs(r) + fabs(wnext);
-        bool fl = f;
-#pragma unroll
-        for (int dd = 1; dd < 32; dd <<= 1) {
-            const double ov = __shfl_down_sync(0xffffffffu, v, dd), oe = __shfl_down_sync(0xffffffffu, e, dd);
-            const bool of = __shfl_down_sync(0xffffffffu, fl ? 1 : 0, dd) != 0;
-            if (lane + dd < 32 && !fl) { v += ov; e += oe; fl = of; }
-        }
-        const double q = fl ? v : v + qn, eq = fl ? e : e + en;
-        qn = __shfl_sync(0xffffffffu, q, 0);
-        en = __shfl_sync(0xffffffffu, eq, 0);
-        wn = __shfl_sync(0xffffffffu, w, 0);
-        if (in) {
-            const int64_t o = (b * P.L + t) * P.H + h;
-            const double gs = q - w, gp = P.wg[o];
-            const double we = P.we[o];
-            /* d loss / d log a(t): the form with the smaller bound; a NaN bound loses (NaN in a forward
-               input at step s: the suffix form is NaN before s, the prefix form after s, as the CPU's) */
-            const double gl = we <= eq || eq != eq ? gp : gs;
-            finish(t, gl, xd, d, raw, pre);
-        }
-    }
     }
     for (int mm = 16; mm >= 1; mm >>= 1) {
         dA += __shfl_xor_sync(0xffffffffu, dA, mm);
