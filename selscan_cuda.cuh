@@ -6834,16 +6834,21 @@ struct ssd_plan {
     int NPT, PB, TT, nth, smem, cap; /* cap: the shared memory a block may take (ssd_smem_cap) */
     int64_t npsl, nwalk;
 };
+static int ssd_smem_cap_test = 0; /* tests: a smaller device's opt-in limit, emulated (0: the device's own) */
+/* the device's opt-in shared memory a block (the emulated limit where a test sets one; <= 0: not read) */
+static int ssd_smem_optin() {
+    static volatile int known[64];
+    int v = current_device_attr(cudaDevAttrMaxSharedMemoryPerBlockOptin, known);
+    if (v > 0 && ssd_smem_cap_test > 0 && ssd_smem_cap_test < v) v = ssd_smem_cap_test;
+    return v;
+}
 /* The dynamic shared memory a block of the current device may opt in to, less the kernels' static
    words, at most 100 KiB (sm_75: 64 KiB, sm_86 / sm_89: 99 KiB, sm_80 / sm_90: more); 100 KiB when it
    cannot be read (the launch then reports the device's error) */
-static int ssd_smem_cap_test = 0; /* tests: a smaller device's opt-in limit, emulated (0: the device's own) */
 static int ssd_smem_cap() {
     constexpr int kMax = 100 * 1024;
-    static volatile int known[64];
-    int v = current_device_attr(cudaDevAttrMaxSharedMemoryPerBlockOptin, known);
+    int v = ssd_smem_optin();
     if (v <= 0) return kMax;
-    if (ssd_smem_cap_test > 0 && ssd_smem_cap_test < v) v = ssd_smem_cap_test;
     v -= 64;
     return v < kMax ? v : kMax;
 }
@@ -6915,12 +6920,7 @@ static bool ssd_ckb_shape(const selscan__sprob &q, const ssd_plan &pl, ssd_ck_pl
     /* (the pass kernel's grid: 8 NB blocks a chain) */
     return ssd_ckb_mode != 0 && ssd_ck_shape(q, k) && pl.npsl == k.ntile && k.nchain <= kMaxGrid / (8 * k.NB);
 }
-static bool ssd_ckb_fits(const ssd_ck_plan &k) {
-    static volatile int known[64];
-    int v = current_device_attr(cudaDevAttrMaxSharedMemoryPerBlockOptin, known);
-    if (ssd_smem_cap_test > 0 && ssd_smem_cap_test < v) v = ssd_smem_cap_test; /* tests: a smaller device's limit */
-    return 4 * ssd_ckb_layout(k.NB, false).total + 64 <= v;
-}
+static bool ssd_ckb_fits(const ssd_ck_plan &k) { return 4 * ssd_ckb_layout(k.NB, false).total + 64 <= ssd_smem_optin(); }
 /* The backward's workspace: byte offsets of the partials (-1: not needed) and the total */
 struct ssd_ws {
     int64_t B, C, r, x, D, A, b, h, g, e, ckS, ckG, ckdec, ckflag, total;
@@ -6999,9 +6999,8 @@ static selscan_status ssd_check_launch(const selscan__sprob &q, const ssd_plan &
 /* whether this call runs in chunks: the shapes, a workspace to be had (ext->workspace_alloc: the
    forward takes no workspace argument), the device's shared memory */
 static bool ssd_ck_takes(const selscan__sprob &q, const selscan_cuda_ext *x, ssd_ck_plan &k) {
-    static volatile int known[64];
     if (ssd_ck_mode == 0 || !x || !x->workspace_alloc || !ssd_ck_shape(q, k)) return false;
-    return k.smem + 64 <= current_device_attr(cudaDevAttrMaxSharedMemoryPerBlockOptin, known);
+    return k.smem + 64 <= ssd_smem_optin();
 }
 
 static selscan_status ssd_ck_forward(const selscan__sprob &q, const ssd_ck_plan &k, const selscan_cuda_ext *x, cudaStream_t stream,
