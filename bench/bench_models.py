@@ -54,7 +54,11 @@ Cases (--cases):
               each backend's function; time and the memory the block adds (kept for the backward)
   profile     (optional) one training step of the first model per backend under torch.profiler:
               device time by kernel category (GEMM, scan, conv, copies, ...) and the top kernels, in
-              the JSON's "profile" (where the step's time goes: what a faster block can still win)
+              the JSON's "profile" (where the step's time goes: what a faster block can still win);
+              with a hybrid or Mamba-2 model of --models, that model's step too (each backend but torch;
+              on the CPU the ops' own times), and for Mamba-2 the training goal as a budget: mamba_ssm's
+              device time / 1.2 less what selscan's step spends outside the scan, conv and gated norm
+              (the JSON's "training_budget")
   hybrid      (--models jamba-small,zamba-small) transformers' JambaForCausalLM / ZambaForCausalLM,
               random init: under "check" the fp32 / bf16-autocast loss and gradients (use_cache=False,
               the fused block on selscan) against mamba_ssm (else torch), under "train" the
@@ -769,8 +773,12 @@ KERNEL_CATEGORIES = [  # (category, substrings of the kernel name, lowercased), 
     # conv first: selscan's conv kernels live in namespace selscan_cuda_detail too
     ("conv", ["causal_conv1d", "conv_fwd", "conv_bwd", "conv_reduce", "conv_final", "conv_dinit", "conv_step", "conv1d",
               "cudnn", "depthwise"]),
-    ("scan selscan", ["selscan", "fwd_fast", "bwd_fast", "fwd_short", "bwd_general", "fwd_general"]),
+    ("scan selscan", ["selscan", "fwd_fast", "bwd_fast", "fwd_short", "bwd_general", "fwd_general", "ssd_"]),
     ("scan mamba_ssm", ["selective_scan"]),
+    # mamba_ssm's Triton SSD (Mamba-2): _chunk_cumsum / _chunk_state / _state_passing / _bmm_chunk / _chunk_scan
+    ("ssd mamba_ssm", ["_chunk_cumsum", "_chunk_state", "_state_passing", "_bmm_chunk", "_chunk_scan"]),
+    # the Mamba-2 mixer's gated RMSNorm: mamba_ssm's Triton _layer_norm_*; selscan's under its own name
+    ("gated norm", ["_layer_norm", "rmsnorm", "rms_norm", "gated_norm"]),
     ("gemm", ["gemm", "cutlass", "xmma", "nvjet", "cublas", "sm90_", "matmul"]),
     ("loss / softmax", ["softmax", "nll", "cross_entropy", "log_softmax"]),
     ("copy / cast", ["copy", "cast", "transpose", "cat_", "catarray"]),
@@ -815,18 +823,22 @@ def case_profile(tf, name):
 
 def profile_step(model, step, label):
     """One step under torch.profiler (after warm_up): device time by kernel category and the top
-    kernels, into RESULTS["profile"][label] and the log."""
+    kernels, into RESULTS["profile"][label] and the log; the category totals returned. On the CPU (--quick's
+    check of this code) each op's own CPU time stands for a kernel's."""
     from torch.profiler import ProfilerActivity, profile
+    cuda = ARGS.device.type == "cuda"
     warm_up(model, step)
     sync()
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+    with profile(activities=[ProfilerActivity.CUDA if cuda else ProfilerActivity.CPU]) as prof:
         step()
         sync()
     kern = {}
     for e in prof.events():
-        if e.device_type == torch.autograd.DeviceType.CUDA and e.name and e.device_time_total:
+        us = (e.device_time_total if e.device_type == torch.autograd.DeviceType.CUDA else 0) if cuda \
+            else e.self_cpu_time_total
+        if e.name and us:
             k = kern.setdefault(e.name, [0.0, 0])
-            k[0] += e.device_time_total / 1e3
+            k[0] += us / 1e3
             k[1] += 1
     cats = {}
     for k, (ms, n) in kern.items():
@@ -843,6 +855,33 @@ def profile_step(model, step, label):
         f"{c} {v[0]:.1f}" for c, v in sorted(cats.items(), key=lambda kv: -kv[1][0])))
     for k, v in top[:12]:
         log(f"      {v[0]:8.2f} ms {v[1]:5d}x  {k[:110]}")
+    return {c: v[0] for c, v in cats.items()}
+
+
+# the kernels a Mamba-2 layer's fused call runs besides its projections: what selscan's kernels replace
+M2_LAYER_CATEGORIES = ("ssd mamba_ssm", "scan selscan", "conv", "gated norm")
+
+
+def m2_training_budget(name, cats):
+    """The training goal (a step >= 1.2x faster than mamba_ssm's) as a budget, from one run's profiles
+    {backend: category totals}: what is left for selscan's scan, conv and gated norm when the rest of its
+    step (GEMMs, the loss, casts, elementwise) stays as measured; into RESULTS["training_budget"]. selscan's
+    gated norm is torch's elementwise and reduction kernels, so it counts in selscan's rest, not its layer."""
+    ref = cats.get("mamba_ssm")
+    for bn, c in cats.items():
+        if bn == "mamba_ssm" or ref is None:
+            continue
+        total, layer = sum(c.values()), sum(c.get(k, 0.0) for k in M2_LAYER_CATEGORIES)
+        goal = sum(ref.values()) / 1.2
+        r = {"model": name, "backend": bn, "device_ms": round(total, 3), "mamba_ssm_device_ms": round(sum(ref.values()), 3),
+             "goal_device_ms": round(goal, 3), "layer_kernels_ms": round(layer, 3),
+             "mamba_ssm_layer_kernels_ms": round(sum(ref.get(k, 0.0) for k in M2_LAYER_CATEGORIES), 3),
+             "rest_ms": round(total - layer, 3), "budget_for_layer_kernels_ms": round(goal - (total - layer), 3)}
+        RESULTS.setdefault("training_budget", []).append(r)
+        log(f"  budget {name} {bn}: the goal {goal:.1f} ms of device time (mamba_ssm {r['mamba_ssm_device_ms']} / 1.2); "
+            f"{bn}'s step {total:.1f} ms = scan + conv + gated norm {layer:.1f} + the rest {total - layer:.1f}; "
+            f"left for scan + conv + gated norm: {goal - (total - layer):.1f} ms "
+            f"(mamba_ssm's take {r['mamba_ssm_layer_kernels_ms']} ms)")
 
 
 # ------------------------------------------------------------------------------------------------
@@ -1150,6 +1189,16 @@ def build_hybrid(name, dtype=torch.float32):
     return mod, model
 
 
+def hybrid_train_step(model, ids):
+    """A hybrid model's training step: forward (--train-precision) and backward of the LM loss, no cache."""
+    def step():
+        with autocast(ARGS.train_precision == "bf16-autocast"):
+            loss = model(input_ids=ids, labels=ids, use_cache=False).loss
+        loss.backward()
+        return loss
+    return step
+
+
 @guarded("hybrid")
 def case_hybrid(name):
     _, _, _, _, _, batch, L = HYBRID_MODELS[name]
@@ -1214,13 +1263,7 @@ def case_hybrid(name):
         for Lx, names in sets:  # torch (a Python loop over L) at --torch-train-len, with the others beside it
             if not names:
                 continue
-            ids = token_batch(vocab, batch, Lx, seed=2)
-
-            def step():
-                with autocast(ARGS.train_precision == "bf16-autocast"):
-                    loss = model(input_ids=ids, labels=ids, use_cache=False).loss
-                loss.backward()
-                return loss
+            step = hybrid_train_step(model, token_batch(vocab, batch, Lx, seed=2))
 
             case = f"train {name} {batch}x{Lx} {ARGS.train_precision}"
             iters = ARGS.train_iters if Lx == L or ARGS.hybrid_train_lens else (1 if ARGS.quick else 3)
@@ -1245,7 +1288,24 @@ def case_hybrid(name):
             for bn, ts in times.items():
                 row(case, bn, statistics.median(ts), "s", peak_gib=peaks[bn], loss=round(losses[bn], 5),
                     iters=len(ts), kind="time")
-            del ids
+            del step
+    # --- profile: one training step's device time by kernel category, each backend but torch; for
+    #     Mamba-2, the training goal as a budget for selscan's layer kernels (m2_training_budget) ---
+    if "profile" in ARGS.cases:
+        model.train()
+        step, cats = hybrid_train_step(model, token_batch(vocab, batch, L, seed=2)), {}
+        for b in bks:
+            if b.name == "torch":
+                continue
+            try:
+                with b:
+                    cats[b.name] = profile_step(model, step, f"{name} {b.name} {batch}x{L}")
+            except Exception as e:  # noqa: BLE001
+                backend_failed(f"profile {name}", b.name, e)
+            model.zero_grad(set_to_none=True)
+        if is_mamba2(mod):
+            m2_training_budget(name, cats)
+        del step
     # --- gen: greedy generate (eager, DynamicCache), the model in the first --gen-dtypes dtype ---
     if "gen" in ARGS.cases:
         dn = ARGS.gen_dtypes[0]

@@ -1,9 +1,9 @@
 """Mamba-2's SSD scan (issue 40): selscan against transformers' PyTorch fallback and (CUDA, where
 installed) mamba_ssm's Triton kernels, in one process; the scan alone and a Mamba2ForCausalLM training
-step end to end.
+step end to end; where the scan's time goes, kernel by kernel.
 
     PYTHONPATH=bindings/torch python3 bench/bench_ssd.py [--device cpu|cuda] [--dtype f32|bf16]
-        [--batch 1] [--threads N] [--lens 512,1024] [--reps 3] [--cases scan,model]
+        [--batch 1] [--threads N] [--lens 512,1024] [--reps 3] [--cases scan,model,profile]
         [--shapes 130m,1.3b,2.7b,nemotron-h] [--no-fallback]
 
 scan: selscan's SSD op (CPU or CUDA kernels, with autograd; on CUDA also mamba_chunk_scan_combined, the
@@ -14,7 +14,10 @@ forward alone and forward + backward of every input, at the --shapes layer shape
 1.3b, 2.7b, a Nemotron-H-like layer; chunk 256 for mamba_ssm). model: a Mamba2ForCausalLM training step (forward +
 backward, float32) of a 2-layer model with the 130m layer shape, with and without
 selscan_torch.integrations.use_in_transformers() (the same device). Prints the median of --reps timed
-runs after one warm-up, and each backend's time over selscan's.
+runs after one warm-up, and each backend's time over selscan's. profile (not run by default): the scan
+case's forward + backward of each backend under torch.profiler, its kernels' device times on CUDA (the
+GPU's work, apart from the host's launches that bound the wall time of small calls), its ops' own CPU
+times on the CPU.
 """
 import argparse
 import importlib.util
@@ -70,8 +73,9 @@ def _triton_ssd():
 SHAPES = {"130m": (24, 64, 128, 1), "1.3b": (64, 64, 128, 1), "2.7b": (80, 64, 128, 1), "nemotron-h": (128, 64, 128, 8)}
 
 
-def scan_case(L, a, shape="130m"):
-    """{(backend, "fwd" | "fwd+bwd"): seconds} of mamba_chunk_scan_combined at a layer shape."""
+def scan_backends(L, a, shape="130m"):
+    """(backends {name: mamba_chunk_scan_combined-like function}, run(f, backward) -> a callable that runs
+    f once on the same inputs at a layer shape (backward: and every input's gradient))."""
     import transformers.models.mamba2.modeling_mamba2 as m2
 
     import selscan_torch as st
@@ -112,8 +116,41 @@ def scan_case(L, a, shape="130m"):
         triton_scan = _triton_ssd()
         if triton_scan is not None:
             backends["mamba_ssm Triton"] = triton_scan
-    return {(name, mode): timed(run(f, mode == "fwd+bwd"), a.reps, dev)
+    return backends, run
+
+
+def scan_case(L, a, shape="130m"):
+    """{(backend, "fwd" | "fwd+bwd"): seconds} of mamba_chunk_scan_combined at a layer shape."""
+    backends, run = scan_backends(L, a, shape)
+    return {(name, mode): timed(run(f, mode == "fwd+bwd"), a.reps, a.device)
             for name, f in backends.items() for mode in ("fwd", "fwd+bwd")}
+
+
+def profile_case(L, a, shape="130m", top=16):
+    """Where each backend's forward + backward goes, under torch.profiler: on CUDA the device time of
+    each kernel, on the CPU each op's own (self) time; per call, mean of --reps calls after a warm-up."""
+    from torch.profiler import ProfilerActivity, profile
+
+    backends, run = scan_backends(L, a, shape)
+    cuda = a.device.type == "cuda"
+    for name, f in backends.items():
+        go = run(f, True)
+        go()
+        if cuda:
+            torch.cuda.synchronize()
+        with profile(activities=[ProfilerActivity.CUDA if cuda else ProfilerActivity.CPU]) as p:
+            for _ in range(a.reps):
+                go()
+            if cuda:
+                torch.cuda.synchronize()
+        rows = [(e.key, (e.self_device_time_total if cuda else e.self_cpu_time_total) / a.reps, e.count / a.reps)
+                for e in p.key_averages()]
+        rows = sorted((r for r in rows if r[1] > 0), key=lambda r: -r[1])
+        what = "device time a kernel" if cuda else "self CPU time an op"
+        print(f"\n{shape}, L {L}, {name}: forward + backward, {what}, us a call (mean of {a.reps})")
+        for k, us, n in rows[:top]:
+            print(f"  {us:10.1f} x{n:<5g} {k[:100]}")
+        print(f"  {sum(r[1] for r in rows):10.1f} in all ({len(rows)} kinds)", flush=True)
 
 
 def model_case(L, a):
@@ -161,6 +198,10 @@ def main():
     print("|---|---|---|---|---|---|")
     for case in a.cases.split(","):
         for L in (int(v) for v in a.lens.split(",")):
+            if case == "profile":
+                for shape in a.shapes.split(","):
+                    profile_case(L, a, shape)
+                continue
             if case == "scan":
                 for shape in a.shapes.split(","):
                     times = scan_case(L, a, shape)
