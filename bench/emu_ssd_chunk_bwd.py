@@ -45,8 +45,9 @@ def walks(x, B, C, dy, dt, a, h0, ft):
     for t in range(L):
         S = a[t] * S + (dt[t] * x[t])[:, None] * B[t][None, :]
         Ss[t + 1] = S  # Ss[t + 1] = S(t); Ss[0] = S(-1) = h0
+    out = {"y": np.einsum("tpn,tn->tp", Ss[1:], C), "hT": S}
     G = np.zeros((P, N), ft)
-    out = {k: np.empty_like(v) for k, v in (("dx", x), ("dB", B), ("dC", C))}
+    out.update({k: np.empty_like(v) for k, v in (("dx", x), ("dB", B), ("dC", C))})
     g = np.empty(L, np.float64)
     dexp = np.empty(L, np.float64)
     for t in range(L - 1, -1, -1):
@@ -62,9 +63,15 @@ def walks(x, B, C, dy, dt, a, h0, ft):
     return out
 
 
-def chunked(x, B, C, dy, dt, A, h0, Q=64, SUMS=np.float32, pair64=False, lin64=False):
+def f32mm(a, b):
+    return np.asarray(a, np.float32) @ np.asarray(b, np.float32)
+
+
+def chunked(x, B, C, dy, dt, A, h0, Q=64, SUMS=np.float32, pair64=False, lin64=False, mm=f32mm):
     """pair64: the decay gradient's pair matrix M from C B^T and dy x^T in double (the decays, dt, every
-    other product float32); lin64: its two linear terms x^T Gout B and dy . (Sin C) in double too"""
+    other product float32); lin64: its two linear terms x^T Gout B and dy . (Sin C) in double too; mm: the
+    matrix products' arithmetic (float32 by default; bench/emu_ssd_limbs.py's bf16 limbs on tensor cores).
+    Also returns the forward's y and final state in the same arithmetic."""
     L, P = x.shape
     N = B.shape[1]
     f32 = np.float32
@@ -75,6 +82,7 @@ def chunked(x, B, C, dy, dt, A, h0, Q=64, SUMS=np.float32, pair64=False, lin64=F
     # forward: the state entering every chunk
     Sin = [h0.copy()]
     parts = []
+    y = np.zeros((L, P), f32)
     for c in range(nch):
         s0, s1 = c * Q, min(L, (c + 1) * Q)
         ac = a[s0:s1].astype(np.float64)
@@ -86,7 +94,8 @@ def chunked(x, B, C, dy, dt, A, h0, Q=64, SUMS=np.float32, pair64=False, lin64=F
         e = np.exp(np.tril(cs[:, None] - cs[None, :])).astype(f32)  # e[t, s] for s <= t
         e = np.tril(e)
         xs, Bs, Cs, dys, dts = x[s0:s1], B[s0:s1], C[s0:s1], dy[s0:s1], dt32[s0:s1]
-        Sloc = ((w * dts)[:, None] * xs).T @ Bs
+        Sloc = mm(((w * dts)[:, None] * xs).T, Bs)
+        y[s0:s1] = mm(np.tril(mm(Cs, Bs.T) * e * dts[None, :]), xs) + din[:, None] * mm(Cs, Sin[-1].T)
         parts.append((s0, s1, din, w, dec, e, xs, Bs, Cs, dys, dts))
         Sin.append((dec * Sin[-1] + Sloc).astype(f32))
     # backward: the chunks' state gradients in reverse, then every gradient chunk-locally
@@ -97,15 +106,15 @@ def chunked(x, B, C, dy, dt, A, h0, Q=64, SUMS=np.float32, pair64=False, lin64=F
     for c in range(nch - 1, -1, -1):
         s0, s1, din, w, dec, e, xs, Bs, Cs, dys, dts = parts[c]
         Si = Sin[c]
-        CB = Cs @ Bs.T  # [t, s]
-        DX = dys @ xs.T  # [t, s] = dy(t) . x(s)
+        CB = mm(Cs, Bs.T)  # [t, s]
+        DX = mm(dys, xs.T)  # [t, s] = dy(t) . x(s)
         if pair64:
             M = np.tril((Cs.astype(np.float64) @ Bs.T.astype(np.float64)) * e * dts[None, :] * (dys.astype(np.float64) @ xs.T.astype(np.float64)))
         else:
             M = np.tril(CB * e * dts[None, :] * DX)
-        dx[s0:s1] = dts[:, None] * ((np.tril(CB * e)).T @ dys + w[:, None] * (Bs @ Gout.T))
-        dB[s0:s1] = dts[:, None] * ((np.tril(e * DX)).T @ Cs + w[:, None] * (xs @ Gout))
-        dC[s0:s1] = np.tril(e * dts[None, :] * DX) @ Bs + din[:, None] * (dys @ Si)
+        dx[s0:s1] = dts[:, None] * (mm(np.tril(CB * e).T, dys) + w[:, None] * mm(Bs, Gout.T))
+        dB[s0:s1] = dts[:, None] * (mm(np.tril(e * DX).T, Cs) + w[:, None] * mm(xs, Gout))
+        dC[s0:s1] = mm(np.tril(e * dts[None, :] * DX), Bs) + din[:, None] * mm(dys, Si)
         lt = np.float64 if lin64 else f32
         xGB = np.einsum("sp,pn,sn->s", xs.astype(lt), Gout.astype(lt), Bs.astype(lt))  # x(s)^T Gout B(s)
         yin = din * np.einsum("tp,pn,tn->t", dys.astype(lt), Si.astype(lt), Cs.astype(lt))  # dy(t) . (din Sin C(t))
@@ -119,8 +128,8 @@ def chunked(x, B, C, dy, dt, A, h0, Q=64, SUMS=np.float32, pair64=False, lin64=F
         passing = SUMS(dec) * np.sum((Gout * Si).astype(SUMS), dtype=SUMS)
         da[s0:s1] = pair + inter + sloc_term + passing
         dexp[s0:s1] = M.sum(axis=0) / np.where(dts == 0, f32(1), dts) + w * xGB
-        Gout = (dec * Gout + (din[:, None] * dys).T @ Cs).astype(f32)
-    return {"dx": dx, "dB": dB, "dC": dC, "da": da, "dexp": dexp, "dh0": Gout, "a": a}
+        Gout = (dec * Gout + mm((din[:, None] * dys).T, Cs)).astype(f32)
+    return {"dx": dx, "dB": dB, "dC": dC, "da": da, "dexp": dexp, "dh0": Gout, "a": a, "y": y, "hT": Sin[-1]}
 
 
 def rel(a, b):
