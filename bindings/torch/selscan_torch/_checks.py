@@ -239,6 +239,16 @@ def tensor_arg(t, name, optional=False):
           ", got ", type(t).__name__)
 
 
+def same_device(function, ref_name, ref, named):
+    """Every tensor among named ((name, t or None) pairs) on ref's device (ref_name: the argument it is): a
+    function's own rule for the tensors it hands to torch's functions or reads back before its ops see them
+    (the ops check their own operands). Non-tensors are left to their own checks."""
+    for name, t in named:
+        if isinstance(t, torch.Tensor) and t.device != ref.device:
+            raise ValueError(f"selscan: {name} is on {t.device}, but {ref_name} is on {ref.device}: every tensor of "
+                             f"{function} on one device (argument '{name}')")
+
+
 def cast(t, name, dtype, state=None):
     """t in dtype: a floating-point tensor of another dtype is cast (t.to(dtype), rounding to
     nearest; autograd flows through the cast); complex, integer and bool tensors are refused.

@@ -20,6 +20,7 @@ Both deterministic (the same gradients every call).
 """
 import math
 import operator
+import re
 
 import torch
 import torch.utils.checkpoint
@@ -124,6 +125,18 @@ def _dt_bounds(dt_limit):
                          "(argument 'dt_limit')") from e
 
 
+def _chunk_size(chunk_size):
+    """chunk_size as mamba_ssm takes it: None (selscan's; not used) or a positive int (mamba_ssm divides the
+    length by it: 0 or a negative one fails there; selscan does not use it, but refuses what mamba_ssm
+    cannot run, naming it, rather than accept a call that would fail on mamba_ssm)."""
+    if chunk_size is None:
+        return
+    _checks._type(_is_int(chunk_size), "chunk_size must be None or a positive int, got ", repr(chunk_size),
+                  " (argument 'chunk_size')")
+    _checks._value(operator.index(chunk_size) > 0, "chunk_size must be None or a positive int, got ", repr(chunk_size),
+                   " (argument 'chunk_size')")
+
+
 def _first_row_only(init, n_seqs):
     """mamba_ssm's rule for one initial state with several packed sequences: the first sequence starts
     from it, the others from 0 (n_seqs rows)."""
@@ -213,7 +226,7 @@ def mamba_chunk_scan_combined(x, dt, A, B, C, chunk_size=None, D=None, z=None, d
     from initial_states[i], or 0), and final_states are then each sequence's (n_seqs rows).
     Differentiable in x, dt, A, B, C, D, z, dt_bias, initial_states (and through final_states).
     """
-    del chunk_size  # (no chunks: the recurrence step by step)
+    _chunk_size(chunk_size)  # (checked, then not used: no chunks, the recurrence step by step)
     a = _args(x, dt, A, B, C, D, z, dt_bias, initial_states, seq_idx, cu_seqlens)
     lo, hi = _dt_bounds(dt_limit)
     limit = _limit(lo, hi)
@@ -234,7 +247,8 @@ def mamba_chunk_scan_combined(x, dt, A, B, C, chunk_size=None, D=None, z=None, d
     args = (a["x"], a["dt"], a["A"], a["B"], a["C"], a["D"], a["z"], a["dt_bias"], init, seq_idx, cu_seqlens)
     want = bool(return_final_states or return_varlen_states)
     out, fin = ssd_fwd_call(*args, bool(dt_softplus), lo, hi, want)
-    if cu_seqlens is not None and also_seq_idx is not None and not torch.equal(
+    # (a meta seq_idx has no values to compare: the fake kernels check what meta tensors show)
+    if cu_seqlens is not None and also_seq_idx is not None and not also_seq_idx.is_meta and not torch.equal(
             run_ids(seq_idx_of(cu_seqlens, x.shape[1], "cpu")), run_ids(also_seq_idx.reshape(1, -1).cpu())):
         raise ValueError("selscan: seq_idx's sequence boundaries differ from cu_seqlens' (argument 'seq_idx')")
     if not (return_final_states or return_varlen_states):
@@ -301,6 +315,13 @@ def mamba_split_conv1d_scan_combined(zxbcdt, conv1d_weight, conv1d_bias, dt_bias
     """
     for name, t in (("zxbcdt", zxbcdt), ("conv1d_weight", conv1d_weight), ("A", A), ("D", D)):
         _checks.tensor_arg(t, name)
+    _chunk_size(chunk_size)
+    # every tensor on zxbcdt's device: the ops check their own operands, but the conv runs first (a seq_idx
+    # elsewhere: its values read back) and the norm and out_proj are torch's (a meta weight: torch's words)
+    _checks.same_device("mamba_split_conv1d_scan_combined", "zxbcdt", zxbcdt, (
+        ("conv1d_weight", conv1d_weight), ("conv1d_bias", conv1d_bias), ("dt_bias", dt_bias), ("A", A), ("D", D),
+        ("initial_states", initial_states), ("seq_idx", seq_idx), ("rmsnorm_weight", rmsnorm_weight),
+        ("outproj_weight", outproj_weight), ("outproj_bias", outproj_bias)))
     if activation not in (None, "silu", "swish"):
         raise NotImplementedError(f"selscan: activation must be None, 'silu' or 'swish', got {activation!r} "
                                   "(argument 'activation')")
@@ -363,6 +384,19 @@ def mamba_split_conv1d_scan_combined(zxbcdt, conv1d_weight, conv1d_bias, dt_bias
     return _split_conv1d_scan_layer(*args, shape, opts)
 
 
+# causal_conv1d_fn's argument names -> mamba_split_conv1d_scan_combined's (the conv's x: zxbcdt's xBC slice)
+_CONV_NAMES = {"weight": "conv1d_weight", "bias": "conv1d_bias", "x": "zxbcdt"}
+
+
+def _renamed(e, names):
+    """Re-raises e, a refusal of an op a function calls (its rules: not restated), with the op's argument
+    names as the function's (names: op's -> function's), e.g. the conv's 'weight' as conv1d_weight."""
+    if type(e) not in (ValueError, TypeError, NotImplementedError):
+        raise e
+    msg = re.sub(r"(?<![\w])(" + "|".join(map(re.escape, names)) + r")(?![\w])", lambda m: names[m.group(1)], str(e))
+    raise type(e)(msg) from e
+
+
 def _split_conv1d_scan_layer(zxbcdt, conv1d_weight, conv1d_bias, dt_bias, A, D, initial_states, rmsnorm_weight,
                              outproj_weight, outproj_bias, shape, opts):
     """mamba_split_conv1d_scan_combined's computation on its checked arguments (shape: the split's sizes)."""
@@ -371,8 +405,11 @@ def _split_conv1d_scan_layer(zxbcdt, conv1d_weight, conv1d_bias, dt_bias, A, D, 
     d_mlp2, dim, nheads, headdim, ngroups, dstate = shape
     seq_idx, dt_limit, return_final_states, activation, rmsnorm_eps, norm_before_gate = opts
     zx0, z, xBC, dt = torch.split(zxbcdt, [d_mlp2, dim, dim + 2 * ngroups * dstate, nheads], dim=-1)
-    xBC = causal_conv1d_fn(xBC.transpose(1, 2), conv1d_weight, conv1d_bias, seq_idx=seq_idx,
-                           activation=activation).transpose(1, 2)
+    try:
+        xBC = causal_conv1d_fn(xBC.transpose(1, 2), conv1d_weight, conv1d_bias, seq_idx=seq_idx,
+                               activation=activation).transpose(1, 2)
+    except (ValueError, TypeError, NotImplementedError) as e:  # the conv's refusal, in this function's names
+        _renamed(e, _CONV_NAMES)
     x, B, C = torch.split(xBC, [dim, ngroups * dstate, ngroups * dstate], dim=-1)
     x = x.unflatten(-1, (nheads, headdim))
     B, C = B.unflatten(-1, (ngroups, dstate)), C.unflatten(-1, (ngroups, dstate))

@@ -536,3 +536,66 @@ def test_nan_dt_max_named():
     a = _inputs(23)
     with pytest.raises(ValueError, match="argument 'dt_limit \\(dt_min, dt_max\\)'"):
         st.mamba_chunk_scan_combined(a["x"], a["dt"], a["A"], a["B"], a["C"], dt_limit=(0.0, math.nan))
+
+
+# ---- found by the framework-op fuzz harness's Mamba-2 categories (fuzz_ops.py: ssd-good, ssd-bad, split) -----
+
+
+def test_chunk_size_refused_where_mamba_ssm_cannot_run_it():
+    """chunk_size was accepted whatever it was (0, -64, 1.5, "64"): mamba_ssm divides the length by it. None
+    (selscan's) and a positive int are taken (and not used); anything else is refused, naming it, by both
+    functions."""
+    a = _inputs(24, batch=1, L=6)
+    args = (a["x"], a["dt"], a["A"], a["B"], a["C"])
+    want = st.mamba_chunk_scan_combined(*args, None, dt_softplus=True)
+    for ok in (1, 64, 256):
+        assert torch.equal(st.mamba_chunk_scan_combined(*args, ok, dt_softplus=True), want)
+    for bad, exc in ((0, ValueError), (-64, ValueError), (1.5, TypeError), ("64", TypeError), (True, TypeError)):
+        with pytest.raises(exc, match="argument 'chunk_size'"):
+            st.mamba_chunk_scan_combined(*args, bad, dt_softplus=True)
+    H, P, N = 4, 6, 8
+    dim = H * P
+    z = torch.randn(1, 5, 2 * dim + 2 * N + H)
+    w, A, D = torch.randn(dim + 2 * N, 4), -torch.rand(H) - 0.3, torch.randn(H)
+    st.mamba_split_conv1d_scan_combined(z, w, None, None, A, D, 128, headdim=P)
+    with pytest.raises(ValueError, match="argument 'chunk_size'"):
+        st.mamba_split_conv1d_scan_combined(z, w, None, None, A, D, 0, headdim=P)
+
+
+def test_meta_seq_idx_beside_cu_seqlens():
+    """An all-meta call with seq_idx and cu_seqlens both (mamba_ssm passes both) raised NotImplementedError
+    ("Cannot copy out of meta tensor"): the boundaries' comparison read seq_idx's values. On meta there are none;
+    the shapes come back as the real call's."""
+    a = _inputs(25, batch=1, L=10, cu=[0, 4, 10])
+    ids = torch.tensor([[0] * 4 + [1] * 6], dtype=torch.int32)
+    kw = dict(cu_seqlens=[0, 4, 10], dt_softplus=True, return_final_states=True, return_varlen_states=True)
+    real = st.mamba_chunk_scan_combined(*(a[k] for k in ("x", "dt", "A", "B", "C")), seq_idx=ids, **kw)
+    meta = st.mamba_chunk_scan_combined(*(a[k].to("meta") for k in ("x", "dt", "A", "B", "C")),
+                                        seq_idx=ids.to("meta"), **kw)
+    assert [(t.shape, t.dtype, t.device.type) for t in meta] == [(t.shape, t.dtype, "meta") for t in real]
+
+
+def test_split_conv1d_scan_names_its_own_arguments():
+    """mamba_split_conv1d_scan_combined's refusals named the conv's arguments ('weight', 'bias') for its
+    conv1d_weight / conv1d_bias, and a tensor on another device got torch's or the conv's words (a meta
+    rmsnorm_weight: "Tensor on device meta is not on the expected device cpu!"; a meta seq_idx: "Cannot copy
+    out of meta tensor", the conv reading its values): now each names the argument passed."""
+    H, P, N, W = 4, 6, 8, 4
+    dim = H * P
+    g = torch.Generator().manual_seed(26)
+    z = torch.randn(1, 7, 2 * dim + 2 * N + H, generator=g)
+    w, b = torch.randn(dim + 2 * N, W, generator=g), torch.randn(dim + 2 * N, generator=g)
+    A, D = -torch.rand(H, generator=g) - 0.3, torch.randn(H, generator=g)
+    call = lambda **kw: st.mamba_split_conv1d_scan_combined(**{**dict(  # noqa: E731
+        zxbcdt=z, conv1d_weight=w, conv1d_bias=b, dt_bias=None, A=A, D=D, headdim=P), **kw})
+    for kw, exc, name in ((dict(conv1d_bias=b[1:]), ValueError, "conv1d_bias"),
+                          (dict(conv1d_bias=b[None]), ValueError, "conv1d_bias"),
+                          (dict(conv1d_bias=b.int()), TypeError, "conv1d_bias"),
+                          (dict(conv1d_weight=w.int()), TypeError, "conv1d_weight"),
+                          (dict(conv1d_weight=w.to("meta")), ValueError, "conv1d_weight"),
+                          (dict(rmsnorm_weight=torch.ones(dim, device="meta")), ValueError, "rmsnorm_weight"),
+                          (dict(seq_idx=torch.zeros(1, 7, dtype=torch.int32, device="meta")), ValueError, "seq_idx"),
+                          (dict(outproj_weight=torch.ones(5, dim, device="meta")), ValueError, "outproj_weight")):
+        with pytest.raises(exc, match=rf"\b{name}\b") as e:
+            call(**kw)
+        assert "'weight'" not in str(e.value) and "'bias'" not in str(e.value), str(e.value)
