@@ -2,10 +2,12 @@
 """fuzz_ops.py: a seeded fuzz harness for selscan_torch's framework ops (issue 27).
 
 Every public function (selective_scan_fn, selective_state_update, SelectiveScan's forward and
-step) and the raw ops (torch.ops.selscan.fwd / bwd / step) get good and bad inputs: dtypes,
-ranks, shapes, zero sizes, broadcast (expanded) views, strides, transposes, slices of larger
-buffers, in-place state aliasing the inputs, meta tensors and mixed devices, malformed offsets and
-row indices, NaN / Inf, autograd (gradients, double backward, the inference-only step).
+step; Mamba-2's mamba_chunk_scan_combined, mamba_split_conv1d_scan_combined and the multi-head
+step as Mamba-2 calls it) and the raw ops (torch.ops.selscan.fwd / bwd / step / ssd_fwd / ssd_bwd)
+get good and bad inputs: dtypes, ranks, shapes, zero sizes, broadcast (expanded) views, strides,
+transposes, slices of larger buffers, in-place state aliasing the inputs, meta tensors and mixed
+devices, malformed offsets and row indices, NaN / Inf, autograd (gradients, double backward, the
+inference-only step).
 
   bad input:  an exception (ValueError / TypeError / NotImplementedError / RuntimeError) whose
               message names the caller's argument (where it is knowable, the refusal is about
@@ -16,17 +18,32 @@ row indices, NaN / Inf, autograd (gradients, double backward, the inference-only
               tolerance, shapes and dtypes as documented, the in-place state updated as the
               reference says and nothing else written, inputs untouched
 
+Mamba-2 (SSD) categories: ssd-good (mamba_chunk_scan_combined over every option: groups, D per head
+or per channel, z, dt_bias, softplus, dt_limit, initial_states (mamba_ssm's one-row form with
+cu_seqlens too), final / varlen states, seq_idx of any index dtype and values, cu_seqlens in every
+form with empty sequences, chunk_size, layouts, zero sizes, NaN / Inf; outputs, states, and with
+random upstream gradients every input's gradient, against selscan_torch.reference.ssd_ref in
+float64), ssd-bad (wrong ranks, shapes, dtypes, devices, seq_idx / cu_seqlens, groups, dt_limit,
+chunk_size: refused naming the argument, inputs bit-identical; the structural ones on meta too),
+ssd-raw (ssd_fwd / ssd_bwd: good calls against the reference, bad ones refused by name, and
+hostile ones (any tensor, None, extreme values in any slot) answered or refused, never a crash),
+split (mamba_split_conv1d_scan_combined against test_ssd's float64 composition, per run of
+seq_idx, with gradients; and bad arguments). step-good / step-bad include Mamba-2's multi-head form
+(A, D, dt_bias per head and dt per (row, head), expand()ed; A as A_log).
+
 Crash guard: cases run in worker subprocesses (one per --workers, each on its range of case ids,
 printing a line per case); a worker that dies (a segfault, an abort) or hangs has its current
 case reported as failed, and a new worker goes on from the next case.
 
     python fuzz_ops.py [--cases N] [--seed S] [--device cpu|cuda] [--workers W]
     python fuzz_ops.py --seed S --case ID [--device D]      # one case, in process, verbose
+    python fuzz_ops.py --only ssd-good,ssd-bad ...          # draw only these categories (replay with it)
 
 Prints "<category>: N cases, N passed, N failed" per category and a total line; exit status 1
 when a case failed. Case i is generated from (seed, i) alone: any failure is replayed by --case.
 With --device cuda (a GPU and the CUDA kernels): inputs on the GPU, plus device mismatches
-(cuda vs cpu), a non-default current device (more than one GPU) and a non-default stream.
+(cuda vs cpu), a non-default current device (more than one GPU) and a non-default stream, for the
+Mamba-1 ops and the SSD scan / split layer alike.
 """
 import argparse
 import json
@@ -40,11 +57,11 @@ import time
 import traceback
 
 CATEGORIES = ["scan-good", "scan-bad", "step-good", "step-bad", "module", "raw-fwd", "raw-bwd", "raw-step",
-              "meta", "autograd"]
+              "meta", "autograd", "ssd-good", "ssd-bad", "ssd-raw", "split"]
 CUDA_CATEGORIES = ["cuda"]
 # how often each category comes up (a case id picks one by its hash, so a run's mix is fixed)
 WEIGHTS = {"scan-good": 4, "scan-bad": 4, "step-good": 3, "step-bad": 4, "module": 1, "raw-fwd": 2, "raw-bwd": 2,
-           "raw-step": 2, "meta": 3, "autograd": 2, "cuda": 3}
+           "raw-step": 2, "meta": 3, "autograd": 2, "ssd-good": 4, "ssd-bad": 4, "ssd-raw": 3, "split": 2, "cuda": 3}
 
 EXC = (ValueError, TypeError, NotImplementedError, RuntimeError)
 
@@ -59,11 +76,12 @@ class CaseFail(Exception):
 
 
 def _worker_imports():
-    global torch, st, ops, selective_scan_ref, selective_state_update_ref
-    global F32, F16, BF16, F64, TOL32, GTOL32, STOL, SCALE_FLOOR, lowp_tol
+    global torch, st, ops, selective_scan_ref, selective_state_update_ref, ssd_ref, mamba_split_conv1d_scan_ref
+    global F32, F16, BF16, F64, TOL32, GTOL32, STOL, SSTOL, SCALE_FLOOR, lowp_tol
     import torch  # noqa: F811
     import selscan_torch as st  # noqa: F811
     from selscan_torch.reference import selective_scan_ref, selective_state_update_ref  # noqa: F811
+    from selscan_torch.reference import mamba_split_conv1d_scan_ref, ssd_ref  # noqa: F811
     from _common import lowp_tol  # noqa: F811  (this folder is sys.path[0]: the script's own)
 
     torch.set_num_threads(1)
@@ -73,6 +91,7 @@ def _worker_imports():
     # bfloat16 result adds its roundings to those dtypes (tol_of: _common.lowp_tol)
     TOL32, GTOL32 = 1e-4, 1e-3
     STOL = 1e-5  # a float32 state / last_state (any problem's: computed in float32 from its inputs)
+    SSTOL = STOL  # the SSD's float32 final / varlen states (the same: float32 arithmetic on the inputs it sees)
     SCALE_FLOOR = 1e-2
 
 
@@ -260,7 +279,8 @@ class Gen:
             return t.permute(p).contiguous().to(dev).permute(inv)
         pads = [r.randint(0, 2) for _ in range(t.dim())]
         offs = [r.randint(0, p) for p in pads]
-        big = torch.full([s + p for s, p in zip(t.shape, pads)], float("nan"), dtype=t.dtype).to(dev)
+        fill = float("nan") if t.is_floating_point() else 0  # (integer ids / offsets: no NaN)
+        big = torch.full([s + p for s, p in zip(t.shape, pads)], fill, dtype=t.dtype).to(dev)
         view = big[tuple(slice(o, o + s) for o, s in zip(offs, t.shape))]
         view.copy_(t.to(dev))
         return view
@@ -568,6 +588,10 @@ def step_cfg(rng, zero_ok=True, distinct=False):
         c["G"] = rng.choice([1, 2])
         c.update(nh=c["G"] * rng.randint(1, 2), hd=rng.randint(1, 3))
         c["dim"] = c["nh"] * c["hd"]
+        # as Mamba-2 calls it (mamba_ssm, transformers): A, D, dt_bias one value a head and dt one a (row, head),
+        # each expand()ed over headdim (and dstate); A sometimes as A_log (A_is_log=True)
+        c["m2"] = rng.random() < 0.5
+        c["alog"] = c["m2"] and rng.random() < 0.4
     else:
         c["G"] = rng.choice([1, 1, 2, 3])
         c["dim"] = c["G"] * rng.randint(1, 3)
@@ -621,15 +645,30 @@ def step_inputs(c, gen, nonfinite=False):
         buf[:b, ..., N + 1].copy_(x["dt"])
         x["state"], x["x"], x["dt"] = buf[..., :N], buf[:b, ..., N], buf[:b, ..., N + 1]
     x["A"] = gen.broadcastable(As, lambda s: gen.rand(*s, lo=-1.3, hi=-0.3))
+    m2 = c["heads"] and c.get("m2")
+    if m2:
+        nh, hd = c["nh"], c["hd"]
+        a = gen.randn(nh, scale=0.3) if c.get("alog") else gen.rand(nh, lo=-1.3, hi=-0.3)  # A_log or A
+        x["A"] = a.to(gen.device)[:, None, None].expand(nh, hd, N)
+        if c["softplus"]:
+            per = gen.randn(b, nh, scale=0.5, dtype=dt)
+        else:
+            per = gen.rand(b, nh, lo=0.01, hi=0.6, dtype=dt)
+        x["dt"] = per.to(gen.device)[:, :, None].expand(b, nh, hd)
     bs = (b, N) if c["Bform"] == "2d" else (b, G, N)
     x["B"] = gen.broadcastable(bs, lambda s: gen.randn(*s, dtype=dt))
     x["C"] = gen.broadcastable(bs, lambda s: gen.randn(*s, dtype=dt))
     x["D"] = gen.broadcastable(Ds, lambda s: gen.randn(*s)) if c["D"] else None
+    if m2 and c["D"]:  # (transformers: the model's dtype)
+        x["D"] = gen.randn(c["nh"], dtype=r.choice([F32, dt])).to(gen.device)[:, None].expand(Ds)
     x["z"] = gen.broadcastable(xs, lambda s: gen.randn(*s, dtype=dt)) if c["z"] else None
     if c["softplus"]:
         x["dt_bias"] = gen.broadcastable(Ds, lambda s: gen.randn(*s, scale=0.3)) if c["bias"] else None
     else:
         x["dt_bias"] = gen.broadcastable(Ds, lambda s: gen.rand(*s, hi=0.3)) if c["bias"] else None
+    if m2 and c["bias"]:
+        bias = gen.randn(c["nh"], scale=0.3) if c["softplus"] else gen.rand(c["nh"], hi=0.3)
+        x["dt_bias"] = bias.to(r.choice([F32, dt])).to(gen.device)[:, None].expand(Ds)
     x["state_batch_indices"] = None
     if c["idx"]:
         rows = list(range(c["n_cache"]))
@@ -662,8 +701,14 @@ STEP_NAMES = ["state", "x", "dt", "A", "B", "C", "D", "z", "dt_bias"]
 
 
 def call_step(x, c):
+    kw = dict(A_is_log=True) if alog(c) else {}
     return st.selective_state_update(x["state"], x["x"], x["dt"], x["A"], x["B"], x["C"], x["D"], x["z"],
-                                     x["dt_bias"], c["softplus"], state_batch_indices=x["state_batch_indices"])
+                                     x["dt_bias"], c["softplus"], state_batch_indices=x["state_batch_indices"], **kw)
+
+
+def alog(c):
+    """A given as Mamba's A_log (the multi-head step's Mamba-2 form only: raw-step and the module turn heads off)."""
+    return c["heads"] and c.get("alog", False)
 
 
 def ref_step(x, c):
@@ -674,7 +719,10 @@ def ref_step(x, c):
     if idx is not None:
         idx = idx.cpu().long()
         idx = torch.where(idx >= c["n_cache"], torch.full_like(idx, -1), idx)  # CUDA: out of range = padding
-    return selective_state_update_ref(x["state"].cpu(), x["x"].cpu(), cv(x["dt"], dt), cv(x["A"], F32), B, C,
+    A = cv(x["A"], F32)
+    if alog(c):  # A = -exp(A_log), A_log used in float32
+        A = -torch.exp(A.double())
+    return selective_state_update_ref(x["state"].cpu(), x["x"].cpu(), cv(x["dt"], dt), A, B, C,
                                       cv(x["D"], F32), cv(x["z"], dt), cv(x["dt_bias"], F32), c["softplus"], idx)
 
 
@@ -1258,14 +1306,1005 @@ def case_autograd(gen):
         close(f"{k}.grad", v.grad, ref[k], tol_of(GTOL32, op_dtypes[k], v.dtype))  # the op's dtype, then the cast back
 
 
+# ---- Mamba-2's SSD scan: mamba_chunk_scan_combined, the raw ssd_fwd / ssd_bwd ---------------------------
+
+# the differentiable inputs in the ops' order (ssd_bwd's gradients)
+SSD_NAMES = ["x", "dt", "A", "B", "C", "D", "z", "dt_bias", "initial_states"]
+SSD_T = ("dt", "B", "C", "z")  # the drop-in casts these to x's dtype
+SSD_F32 = ("A", "D", "dt_bias", "initial_states")  # and these to float32
+# each operand's axes: a size changed in one operand disagrees with every other operand showing that axis
+SSD_AXES = {"x": ("b", "L", "H", "P"), "dt": ("b", "L", "H"), "A": ("H",), "B": ("b", "L", "G", "N"),
+            "C": ("b", "L", "G", "N"), "z": ("b", "L", "H", "P"), "dt_bias": ("H",),
+            "initial_states": ("rows", "H", "P", "N"), "seq_idx": ("b", "L")}
+
+
+def ssd_axes(k, t):
+    if k == "D":
+        return ("H",) if t.dim() == 1 else ("H", "P")
+    return SSD_AXES[k]
+
+
+def ssd_cfg(rng, zero_ok=True, distinct=False):
+    c = dict(dtype=rng.choice([F32, F32, F32, BF16, F16]))
+    if distinct:  # sizes that cannot be confused with each other (bad inputs)
+        c["G"] = rng.choice([1, 2])
+        c.update(H=rng.choice([4, 8]), P=rng.choice([3, 5]), N=rng.choice([6, 7]), L=rng.choice([11, 13]),
+                 b=rng.choice([1, 2]))
+    elif rng.random() < 0.05:  # larger: several 64-step chunks (CUDA), wider heads, dstate past 32 / 64
+        c["G"] = rng.choice([1, 2])
+        c.update(H=c["G"] * rng.randint(1, 3), P=rng.randint(4, 20), N=rng.choice([rng.randint(6, 20), 40, 70]),
+                 L=rng.randint(60, 150), b=rng.randint(1, 2))
+    else:
+        c["G"] = rng.choice([1, 1, 2, 3])
+        c.update(H=c["G"] * rng.randint(1, 3), P=rng.randint(1, 4), N=rng.randint(1, 5), L=rng.randint(1, 20),
+                 b=rng.randint(1, 3))
+        if zero_ok and rng.random() < 0.12:  # (dstate 0: refused where there are steps, selscan's rule: SSD_KINDS)
+            c[rng.choice(["b", "L", "H", "P"])] = 0
+    c["D"] = rng.choice([None, "head", "headdim"])
+    for k in ("z", "bias", "init", "softplus", "final"):
+        c[k] = rng.random() < 0.5
+    # dt_limit: mamba_ssm's default (0, inf) (a clamp at 0), no clamp (None), or a clamp on both sides
+    lim = rng.choice(["default", "default", "none", "both", "lo", "hi"])
+    c["limit"] = {"default": (0.0, float("inf")), "none": None, "both": (rng.uniform(0, 0.1), rng.uniform(0.3, 1.0)),
+                  "lo": (rng.uniform(0.05, 0.3), float("inf")), "hi": (0.0, rng.uniform(0.2, 0.6))}[lim]
+    c["limit_kw"] = lim != "default" or rng.random() < 0.5  # the default given explicitly, or left out
+    c["chunk"] = rng.choice([None, 256, 64, 1, 8, 128])
+    c["cu"], c["seq"], c["varlen"], c["init1"] = None, None, False, False
+    p = rng.random()
+    if p < 0.25:
+        c["seq"] = rng.choice(["runs", "runs", "any", "wide"])
+    elif p < 0.5:
+        c["b"] = 1
+        L = c["L"]
+        n = rng.randint(1, 4)
+        cuts = sorted(rng.randint(0, L) for _ in range(n - 1))
+        if cuts and rng.random() < 0.3:  # an empty sequence (two equal offsets)
+            cuts.append(rng.choice(cuts))
+            cuts.sort()
+        c["cu"] = [0] + cuts + [L]
+        c["cu_form"] = rng.choice(["list", "tuple", "int64", "int32", "device", "strided"])
+        c["varlen"] = rng.random() < 0.5
+        if rng.random() < 0.3:
+            c["seq"] = "match"  # mamba_ssm passes both: a seq_idx with cu_seqlens' boundaries
+        if c["init"] and len(c["cu"]) > 2 and rng.random() < 0.3:
+            c["init1"] = True  # mamba_ssm's (1, nheads, headdim, dstate): the first sequence's
+    c["rows"] = len(c["cu"]) - 1 if c["cu"] is not None else c["b"]
+    return c
+
+
+def ssd_seq_idx(c, gen):
+    """(batch, L) ids in an index dtype: runs (mamba_ssm's: 0 0 1 1 1 2 ...), any values (only neighbours'
+    equality counts: 3 3 0 0 3 ...), runs 2**32 apart (int64), or cu_seqlens' boundaries."""
+    r = gen.rng
+    b, L, kind = c["b"], c["L"], c["seq"]
+    if kind == "match":
+        cu = c["cu"]
+        ids = [next(s for s in range(len(cu) - 1) if cu[s] <= t < cu[s + 1]) for t in range(L)]
+        base = r.choice([0, 3, 100])
+        t = torch.tensor([[base + 7 * v for v in ids]], dtype=r.choice([torch.int32, torch.int64]))
+    elif kind == "runs":
+        t = torch.cumsum((gen.rand(b, L) < 0.2).to(torch.int64), 1)
+        t = t.to(r.choice([torch.int32, torch.int32, torch.int64, torch.int16, torch.uint8, torch.int8]))
+    elif kind == "any":
+        t = (gen.rand(b, L) * 3).floor().to(r.choice([torch.int32, torch.int64, torch.uint8]))
+    else:
+        t = torch.cumsum((gen.rand(b, L) < 0.2).to(torch.int64), 1) * (2**32) - 2**40
+    return gen.layout(t)
+
+
+def ssd_inputs(c, gen, nonfinite=False):
+    b, L, H, P, G, N, dt = c["b"], c["L"], c["H"], c["P"], c["G"], c["N"], c["dtype"]
+    r = gen.rng
+    x = {}
+    x["x"] = gen.broadcastable((b, L, H, P), lambda s: gen.randn(*s, dtype=dt))
+    if c["softplus"]:
+        x["dt"] = gen.broadcastable((b, L, H), lambda s: gen.randn(*s, scale=0.5, dtype=dt))
+    else:  # without softplus dt + dt_bias stays positive (a negative step grows the state without bound)
+        x["dt"] = gen.broadcastable((b, L, H), lambda s: gen.rand(*s, lo=0.01, hi=0.6, dtype=dt))
+    x["A"] = gen.broadcastable((H,), lambda s: gen.rand(*s, lo=-1.3, hi=-0.3))
+    x["B"] = gen.broadcastable((b, L, G, N), lambda s: gen.randn(*s, dtype=dt))
+    x["C"] = gen.broadcastable((b, L, G, N), lambda s: gen.randn(*s, dtype=dt))
+    x["D"] = None if c["D"] is None else gen.broadcastable((H,) if c["D"] == "head" else (H, P),
+                                                           lambda s: gen.randn(*s))
+    x["z"] = gen.broadcastable((b, L, H, P), lambda s: gen.randn(*s, dtype=dt)) if c["z"] else None
+    bias = (lambda s: gen.randn(*s, scale=0.3)) if c["softplus"] else (lambda s: gen.rand(*s, hi=0.3))
+    x["dt_bias"] = gen.broadcastable((H,), bias) if c["bias"] else None
+    rows = 1 if c["init1"] else c["rows"]
+    x["initial_states"] = gen.broadcastable((rows, H, P, N), lambda s: gen.randn(*s)) if c["init"] else None
+    x["seq_idx"] = ssd_seq_idx(c, gen) if c["seq"] else None
+    # documented casts: another floating dtype is cast (A, D, dt_bias, initial_states to float32; dt, B, C, z
+    # to x's dtype)
+    if r.random() < 0.2:
+        k = r.choice(SSD_F32)
+        if x[k] is not None:
+            x[k] = x[k].to(r.choice([F64, F16, BF16]))
+    if r.random() < 0.15:
+        k = r.choice(SSD_T)
+        if x[k] is not None:
+            x[k] = x[k].to(r.choice([t for t in (F32, F16, BF16, F64) if t != dt]))
+    if nonfinite and x["x"].numel():  # NaN / Inf in: where the float64 reference has them out
+        k = r.choice(["x", "dt", "B", "C", "z", "x"])
+        t = x[k]
+        if t is not None and t.numel() and t.stride().count(0) == 0:
+            idx = tuple(r.randrange(s) for s in t.shape)
+            with torch.no_grad():
+                t[idx] = r.choice([float("nan"), float("nan"), float("inf"), -float("inf")])
+    return x
+
+
+def ssd_cu(c, device):
+    """cu_seqlens in the form the case draws: a list, a tuple, an int64 / int32 tensor, one on the inputs'
+    device (the drop-in copies it to the host), or a strided view (every other element of a buffer)."""
+    cu, form = c["cu"], c.get("cu_form", "list")
+    if cu is None or not isinstance(cu, list):
+        return cu
+    return {"list": lambda: list(cu), "tuple": lambda: tuple(cu), "int64": lambda: torch.tensor(cu),
+            "int32": lambda: torch.tensor(cu, dtype=torch.int32),
+            "device": lambda: torch.tensor(cu).to(device),
+            "strided": lambda: torch.tensor([v for o in cu for v in (o, -99)])[::2]}[form]()  # every other one
+
+
+def call_ssd(x, c, cu="cfg"):
+    cu = c["cu_t"] if cu == "cfg" else cu
+    kw = dict(D=x["D"], z=x["z"], dt_bias=x["dt_bias"], initial_states=x["initial_states"], seq_idx=x["seq_idx"],
+              cu_seqlens=cu, dt_softplus=c["softplus"], return_final_states=c["final"],
+              return_varlen_states=c["varlen"])
+    if c["limit_kw"]:
+        kw["dt_limit"] = c["limit"]
+    return st.mamba_chunk_scan_combined(x["x"], x["dt"], x["A"], x["B"], x["C"], c["chunk"], **kw)
+
+
+def ssd_cast(x):
+    """The inputs as the drop-in hands them to the op (its documented casts)."""
+    y = dict(x)
+    for k in SSD_T:
+        if y[k] is not None:
+            y[k] = y[k].to(x["x"].dtype)
+    for k in SSD_F32:
+        if y[k] is not None:
+            y[k] = y[k].to(F32)
+    return y
+
+
+def ref_ssd(y, c):
+    """The float64 results (out, final_states, varlen_states) of the drop-in's call on y (its inputs cast as
+    the drop-in casts them, float64 leaves for gradients): ssd_ref, with mamba_ssm's (1, ...) initial_states
+    given to the first sequence, and final_states the state after the row's last step (cu_seqlens: the last
+    non-empty sequence's)."""
+    g = {k: (None if v is None else v.cpu()) for k, v in y.items()}
+    cu = c["cu"]
+    init = g["initial_states"]
+    if cu is not None and init is not None and init.shape[0] == 1 and len(cu) > 2:
+        init = torch.cat([init, init.new_zeros((len(cu) - 2, *init.shape[1:]))])
+    seq = g["seq_idx"] if cu is None else None  # (with cu_seqlens: a seq_idx of the same boundaries)
+    if seq is not None and g["x"].shape[0]:
+        # each row's runs of equal ids as packed sequences (ssd_ref's cu_seqlens path: a restart from 0 or
+        # the initial state; its seq_idx path restarts by multiplying the state by 0, which keeps an Inf as
+        # NaN past the restart where the op starts afresh)
+        outs, fins = [], []
+        for b in range(g["x"].shape[0]):
+            ids = seq[b].tolist()
+            offs = [0] + [t for t in range(1, len(ids)) if ids[t] != ids[t - 1]] + [len(ids)]
+            row = lambda t: None if t is None else t[b:b + 1]  # noqa: E731
+            ib = None if init is None else torch.cat([init[b:b + 1], init.new_zeros((len(offs) - 2, *init.shape[1:]))])
+            o, f = ssd_ref(row(g["x"]), row(g["dt"]), g["A"], row(g["B"]), row(g["C"]), g["D"], row(g["z"]),
+                           g["dt_bias"], ib, None, offs, c["softplus"], c["limit"])
+            outs.append(o)
+            fins.append(f[-1:])
+        return torch.cat(outs), torch.cat(fins), None
+    out, fin = ssd_ref(g["x"], g["dt"], g["A"], g["B"], g["C"], g["D"], g["z"], g["dt_bias"], init, seq, cu,
+                       c["softplus"], c["limit"])
+    if cu is None:
+        return out, fin, None
+    nonempty = [s for s in range(len(cu) - 1) if cu[s + 1] > cu[s]]
+    last = nonempty[-1] if nonempty else len(cu) - 2
+    return out, fin[last:last + 1], fin
+
+
+def ssd_unpack(res, c):
+    """(out, final, varlen) of the drop-in's return (None where not returned)."""
+    if not (c["final"] or c["varlen"]):
+        return res, None, None
+    if c["final"] and c["varlen"]:
+        return res
+    return (res[0], res[1], None) if c["final"] else (res[0], None, res[1])
+
+
+def check_ssd_result(res, x, c):
+    out, final, varlen = ssd_unpack(res, c)
+    xx = x["x"]
+    if out.dtype != xx.dtype or tuple(out.shape) != tuple(xx.shape) or out.device != xx.device:
+        raise CaseFail(f"out: {out.dtype} {tuple(out.shape)} {out.device}, want x's dtype, shape and device")
+    y = ssd_cast(x)
+    ro, rf, rv = ref_ssd({k: (None if v is None else v.double() if v.is_floating_point() else v)
+                          for k, v in y.items()}, c)
+    close("out", out, ro, tol_of(TOL32, out.dtype))  # float32 arithmetic, rounded once to x's dtype
+    H, P, N = c["H"], c["P"], c["N"]
+    rows = 1 if c["cu"] is not None else c["rows"]
+    for what, got, want, n in (("final_states", final, rf, rows), ("varlen_states", varlen, rv, c["rows"])):
+        if got is None:
+            continue
+        if got.dtype != F32 or tuple(got.shape) != (n, H, P, N) or got.device != xx.device:
+            raise CaseFail(f"{what}: {got.dtype} {tuple(got.shape)} {got.device}, want float32 {(n, H, P, N)}")
+        close(what, got, want, SSTOL)  # float32, from the op's float32 arithmetic alone
+    if c["final"] and c["varlen"] and final.numel() and \
+            final.untyped_storage().data_ptr() == varlen.untyped_storage().data_ptr():
+        raise CaseFail("final_states shares varlen_states' memory")
+
+
+def ssd_prepare(c, gen):
+    """cu_seqlens in the case's form (c["cu_t"])."""
+    c["cu_t"] = ssd_cu(c, gen.device)
+    return c
+
+
+def case_ssd_good(gen, c=None):
+    r = gen.rng
+    c = ssd_prepare(dict(c or ssd_cfg(r)), gen)
+    grads = r.random() < 0.4
+    x = ssd_inputs(c, gen, nonfinite=not grads and r.random() < 0.1)
+    if grads:
+        return check_ssd_grads(x, c, gen)
+    snap = Snap(list(x.values()) + [c["cu_t"]])
+    res = call_ssd(x, c)
+    if snap.changed():
+        raise CaseFail("an input changed")
+    check_ssd_result(res, x, c)
+    if r.random() < 0.15:  # the same call on meta tensors: the fake kernels' shapes and dtypes
+        fake = call_ssd({k: to_meta(v) for k, v in x.items()}, c)
+        real = res if isinstance(res, tuple) else (res,)
+        fake = fake if isinstance(fake, tuple) else (fake,)
+        for a, b in zip(real, fake):
+            if b.device.type != "meta" or a.shape != b.shape or a.dtype != b.dtype:
+                raise CaseFail(f"meta output {b.dtype} {tuple(b.shape)} {b.device}, real {a.dtype} {tuple(a.shape)}")
+
+
+def check_ssd_grads(x, c, gen):
+    """Gradients of every differentiable input (backward with random upstream gradients) against the
+    float64 reference's on the inputs the op sees (the drop-in's casts); each leaf's gradient in its dtype."""
+    r = gen.rng
+    leaves = {}
+    for k, v in x.items():
+        if v is None or k == "seq_idx":
+            leaves[k] = v
+            continue
+        v = v.detach().clone()
+        if v.stride().count(0):
+            v = v.contiguous()
+        leaves[k] = v.requires_grad_(r.random() < 0.7 or k == "x")
+    out, final, varlen = ssd_unpack(call_ssd(leaves, c), c)
+    dout = gen.randn(*out.shape, dtype=out.dtype).to(out.device)
+    loss = (out.float() * dout.float()).sum()
+    dfin = dvar = None
+    if final is not None:
+        dfin = gen.randn(*final.shape).to(final.device)
+        loss = loss + (final * dfin).sum()
+    if varlen is not None:
+        dvar = gen.randn(*varlen.shape).to(varlen.device)
+        loss = loss + (varlen * dvar).sum()
+    loss.backward()
+    # the reference: float64 leaves holding the values the op sees (the drop-in's casts)
+    y = ssd_cast(x)
+    ref_leaves = {k: (None if v is None else v.detach().cpu().double().requires_grad_(True) if k != "seq_idx" else v)
+                  for k, v in y.items()}
+    ro, rf, rv = ref_ssd(ref_leaves, c)
+    rloss = (ro * dout.cpu().double()).sum()
+    if dfin is not None:
+        rloss = rloss + (rf * dfin.cpu().double()).sum()
+    if dvar is not None:
+        rloss = rloss + (rv * dvar.cpu().double()).sum()
+    want = [k for k in SSD_NAMES if leaves[k] is not None and leaves[k].requires_grad]
+    gs = torch.autograd.grad(rloss, [ref_leaves[k] for k in want], allow_unused=True) if rloss.requires_grad \
+        else [None] * len(want)
+    for k, g in zip(want, gs):
+        v = leaves[k]
+        g = torch.zeros_like(ref_leaves[k]) if g is None else g
+        if v.grad is None:
+            if g.abs().max().item() if g.numel() else 0:
+                raise CaseFail(f"{k}.grad is None")
+            continue
+        if v.grad.dtype != v.dtype or v.grad.shape != v.shape:
+            raise CaseFail(f"{k}.grad: {v.grad.dtype} {tuple(v.grad.shape)}, want {v.dtype} {tuple(v.shape)}")
+        # the op's float32 gradient rounded to the dtype the op took k in, then cast back to k's own
+        close(f"{k}.grad", v.grad, g, tol_of(GTOL32, y[k].dtype, v.dtype))
+
+
+# the mutations of a good SSD call into a bad one: (x, c, expected names), or None when the one drawn does
+# not apply to the case
+
+SSD_KINDS = ["shape", "shape", "shape", "rank", "dtype", "complex", "nontensor", "device", "groups", "seq", "seq",
+             "cu", "cu", "limit", "chunk", "varlen", "N0"]
+SSD_RAW_KINDS = ["shape", "shape", "shape", "rank", "dtype", "complex", "nontensor", "device", "groups", "seq", "seq",
+                 "cu", "cu", "limit", "N0"]
+
+
+# what a meta tensor shows (no values): shapes, dtypes, the Python-side arguments
+SSD_META_KINDS = ("shape", "rank", "dtype", "complex", "nontensor", "groups", "limit", "chunk", "varlen", "N0")
+
+
+def mutate_ssd(x, c, gen, raw=False, kinds=SSD_KINDS):
+    r = gen.rng
+    x, c = dict(x), dict(c)
+    present = [k for k in SSD_NAMES + ["seq_idx"] if x[k] is not None]
+    kind = c["_kind"] = r.choice(kinds)
+    if kind == "shape":
+        k = r.choice(present)
+        t = x[k]
+        if t.dim() == 0:
+            return None
+        i = r.randrange(t.dim())
+        ax = ssd_axes(k, t)[i]
+        shape = list(t.shape)
+        shape[i] = shape[i] + 1 if (shape[i] == 0 or r.random() < 0.5) else shape[i] - 1
+        others = [o for o in present if o != k and ax in ssd_axes(o, x[o])]
+        if ax == "rows":
+            if c["cu"] is not None and (shape[i] == c["rows"] or (shape[i] == 1 and len(c["cu"]) > 2 and not raw)):
+                return None  # another of the forms taken (mamba_ssm's one initial state)
+            others = ["cu_seqlens"] if c["cu"] is not None else ["x", "dt", "B", "C"]
+        elif ax == "G":
+            others = ["B", "C"]
+        elif not others:
+            return None  # a size no other operand shows: another valid problem
+        if ax == "b" and c["cu"] is not None:
+            others.append("cu_seqlens")
+        x[k] = torch.zeros(shape, dtype=t.dtype, device=t.device)
+        return x, c, [k] + others
+    if kind == "rank":
+        k = r.choice(present)
+        t = rank_changed(x[k], r)
+        if k == "D" and t.dim() in (1, 2) and tuple(t.shape) in ((c["H"],), (c["H"], c["P"])):
+            return None  # D's other form
+        x[k] = t
+        return x, c, [k]
+    if kind == "dtype":
+        k = r.choice(present)
+        if k == "seq_idx":
+            dt = r.choice([F32, torch.bool, torch.complex64] + ([torch.int64, torch.int16] if raw else
+                                                                  [torch.uint16, torch.uint32, torch.uint64]))
+            if dt in (torch.uint16, torch.uint32, torch.uint64):
+                x[k] = x[k].to(torch.int32).to(dt)
+            else:
+                x[k] = x[k].to(dt) if dt != torch.bool else (x[k] > 0)
+            return x, c, [k]
+        dt = _other_dtype_bad(r)
+        if raw:  # the op casts nothing: another floating dtype is refused too
+            want = F32 if k in SSD_F32 else x["x"].dtype
+            dt = r.choice([dt] + [t for t in (F64, F16, BF16, F32) if t != want])
+        if k == "x":
+            dt = r.choice([dt, F64])
+        x[k] = x[k].to(dt) if dt != torch.bool else (x[k] > 0)
+        if raw and k == "x" and dt in (F16, BF16, F32):
+            return x, c, ["x", "dt", "B", "C", "z"]  # (x's dtype is T: the others are refused against it)
+        return x, c, [k]
+    if kind == "complex":
+        k = r.choice([k for k in present if k != "seq_idx"])
+        x[k] = torch.complex(x[k].float(), x[k].float())
+        return x, c, [k]
+    if kind == "nontensor":
+        k = r.choice(present)
+        x[k] = r.choice([1.0, [1.0, 2.0], "x", 3])
+        return x, c, [k]
+    if kind == "device":
+        k = r.choice(present)
+        other = "meta" if (gen.device == "cpu" or r.random() < 0.5) else "cpu"
+        x[k] = x[k].to(other)
+        return x, c, [k]
+    if kind == "groups":  # a group count that does not divide nheads (or is more than nheads)
+        b, L, H, N, dt = c["b"], c["L"], c["H"], c["N"], x["x"].dtype
+        if H == 0:
+            return None
+        G = r.choice([g for g in (3, 5, 7, H + 1, 2 * H) if H % g])
+        x["B"] = gen.layout(gen.randn(b, L, G, N, dtype=dt))
+        x["C"] = gen.layout(gen.randn(b, L, G, N, dtype=dt))
+        return x, c, ["B", "C"]
+    if kind == "seq":
+        b, L = c["b"], c["L"]
+        dev = x["x"].device
+        bad = r.choice(["len", "batch", "rank1", "rank3", "float", "bool", "meta", "list", "cu", "uint"])
+        i32 = torch.int32
+        t = {"len": lambda: torch.zeros(b, L + r.choice([1, -1]), dtype=i32),
+             "batch": lambda: torch.zeros(b + 1, L, dtype=i32),
+             "rank1": lambda: torch.zeros(L, dtype=i32),
+             "rank3": lambda: torch.zeros(b, L, 1, dtype=i32),
+             "float": lambda: torch.zeros(b, L),
+             "bool": lambda: torch.zeros(b, L, dtype=torch.bool),
+             "meta": lambda: torch.zeros(b, L, dtype=i32, device="meta"),
+             "list": lambda: [[0] * L] * b,
+             "cu": lambda: None,
+             "uint": lambda: torch.zeros(b, L, dtype=r.choice([torch.uint16, torch.uint32, torch.uint64]))}[bad]()
+        if bad == "cu":  # beside cu_seqlens: boundaries of its own (the drop-in), or at all (the op)
+            if c["cu"] is None or (L < 2 and not raw):
+                return None
+            cu = c["cu"]
+            starts = {cu[s] for s in range(len(cu) - 1) if 0 < cu[s] < cu[s + 1]}
+            if not raw:
+                starts ^= {r.randrange(1, L)}  # one boundary added or taken away
+            ids = [sum(1 for s in starts if s <= j) for j in range(L)]
+            x["seq_idx"] = torch.tensor([ids], dtype=i32).to(dev)
+            return x, c, ["seq_idx"] + (["cu_seqlens"] if raw else [])
+        if bad == "list" and raw:
+            return None
+        if isinstance(t, torch.Tensor) and bad != "meta":
+            t = t.to(dev)
+        x["seq_idx"] = t
+        return x, c, ["seq_idx"]
+    if kind == "cu":
+        L = c["L"]
+        bad = r.choice(["dec", "neg", "first", "last", "over", "float", "floatlist", "bool", "2d", "one", "meta", "str",
+                        "huge", "batch", "uint", "int64big"])
+        if bad == "batch":  # packed sequences need batch 1
+            if c["b"] < 2:
+                return None
+            c["cu"] = c["cu_t"] = [0, L]
+            x["initial_states"] = None
+            x["seq_idx"] = None
+            return x, c, ["cu_seqlens", "x"]
+        if c["b"] != 1:
+            return None
+        x["initial_states"] = None
+        x["seq_idx"] = None
+        cu = {"neg": lambda: [0, -7, L], "dec": lambda: [0, L + 2, L], "first": lambda: [1, L] if L != 1 else [2, L],
+              "last": lambda: [0, L - 1] if L else [0, 1], "over": lambda: [0, L + 1],
+              "float": lambda: torch.tensor([0.0, L / 2, float(L)]), "floatlist": lambda: [0, 1.5, L],
+              "bool": lambda: torch.tensor([0, 1]).bool(), "2d": lambda: torch.tensor([[0, L]]), "one": lambda: [0],
+              "meta": lambda: torch.tensor([0, L], device="meta"), "str": lambda: "0,1", "huge": lambda: [0, 2**70],
+              "uint": lambda: torch.tensor([0, L]).to(torch.uint32), "int64big": lambda: [0, 2**40, L]}[bad]()
+        if bad == "one" and L == 0:
+            return None
+        if raw:
+            if not isinstance(cu, torch.Tensor):
+                if bad in ("floatlist", "str", "huge"):
+                    return None
+                cu = torch.tensor(cu, dtype=torch.int64)
+            elif bad == "uint":
+                return None
+        c["cu"] = c["cu_t"] = cu
+        return x, c, ["cu_seqlens"]
+    if kind == "limit":
+        if raw:
+            lo, hi = r.choice([(float("nan"), 1.0), (0.0, float("nan")), (1.0, 0.5), (float("nan"), float("nan"))])
+            c["limit"] = (lo, hi)
+            return x, c, ["dt_limit", "dt_min", "dt_max"]
+        c["limit"] = r.choice([(0.0,), 0.5, (0.0, 1.0, 2.0), (0, 10**400), (float("nan"), 1.0), (0.0, float("nan")),
+                               (1.0, 0.5), "ab", (None, 1.0)])
+        c["limit_kw"] = True
+        return x, c, ["dt_limit"]
+    if kind == "chunk":
+        c["chunk"] = r.choice([0, -1, -64, 1.5, "64", True, float("nan"), [64], torch.tensor(64.0)])
+        return x, c, ["chunk_size"]
+    if kind == "N0":  # dstate 0 where there are steps: selscan refuses it (as the scan's N), naming B / C
+        if 0 in (c["b"], c["L"], c["H"], c["P"]):
+            return None
+        x["B"], x["C"], x["initial_states"] = x["B"][..., :0], x["C"][..., :0], None
+        return x, c, ["B", "C"]
+    if kind == "varlen":  # varlen states without cu_seqlens
+        if c["cu"] is not None:
+            return None
+        c["varlen"] = True
+        return x, c, ["cu_seqlens", "return_varlen_states"]
+    return None
+
+
+def ssd_bad_case(gen, raw=False):
+    r = gen.rng
+
+    def attempt():
+        c = ssd_cfg(r, zero_ok=r.random() < 0.2, distinct=True)
+        if raw:
+            c = ssd_raw_cfg(c)
+        c = ssd_prepare(c, gen)
+        x = ssd_inputs(c, gen)
+        if raw:
+            x = ssd_exact(x, c)
+        return mutate_ssd(x, c, gen, raw=raw, kinds=SSD_RAW_KINDS if raw else SSD_KINDS)
+
+    return first_mutation(attempt)
+
+
+def case_ssd_bad(gen):
+    x, c, names = ssd_bad_case(gen)
+    args = list(x.values()) + ([c["cu_t"]] if isinstance(c["cu_t"], torch.Tensor) else [])
+    expect_refusal(lambda: call_ssd(x, c), args, names)
+    if c["_kind"] in SSD_META_KINDS and gen.rng.random() < 0.3:  # the same on meta tensors: the fake kernels
+        expect_refusal(lambda: call_ssd({k: to_meta(v) for k, v in x.items()}, c), [], names)
+
+
+# ---- the raw ops: exact dtypes, the op's own forms; hostile arguments never crash the process ------------
+
+
+def ssd_raw_cfg(c):
+    """The op's forms: no mamba_ssm (1, ...) initial_states, not seq_idx and cu_seqlens both, no varlen."""
+    c = dict(c, init1=False, varlen=False, cu_form=c.get("cu_form") if c.get("cu_form") == "strided" else "int64")
+    if c["cu"] is not None:
+        c["seq"] = None
+    return c
+
+
+def ssd_exact(x, c):
+    """The inputs in the dtypes the op takes (the drop-in's casts), seq_idx int32 (renumbered by its runs, as
+    the drop-in does: only neighbours' equality counts)."""
+    y = ssd_cast(x)
+    s = y["seq_idx"]
+    if s is not None and s.dtype != torch.int32:
+        ids = torch.zeros(s.shape, dtype=torch.int32, device=s.device)
+        if s.shape[-1] > 1:
+            ids[..., 1:] = (s[..., 1:] != s[..., :-1]).cumsum(-1, dtype=torch.int32)
+        y["seq_idx"] = ids
+    return y
+
+
+def raw_ssd_args(x, c):
+    cu = c["cu_t"]
+    if isinstance(cu, (list, tuple)):
+        cu = torch.tensor(cu, dtype=torch.int64)
+    lo, hi = (-float("inf"), float("inf")) if c["limit"] is None else c["limit"]
+    return (x["x"], x["dt"], x["A"], x["B"], x["C"], x["D"], x["z"], x["dt_bias"], x["initial_states"], x["seq_idx"],
+            cu), (c["softplus"], lo, hi)
+
+
+def case_ssd_raw(gen):
+    r = gen.rng
+    kind = r.choice(["fwd", "fwd", "bwd", "bwd", "bad-fwd", "bad-bwd", "chaos", "chaos"])
+    if kind == "bad-fwd":
+        x, c, names = ssd_bad_case(gen, raw=True)
+        ts, (sp, lo, hi) = raw_ssd_args(x, c)
+        expect_refusal(lambda: ops.ssd_fwd(*ts, sp, lo, hi, r.random() < 0.5), list(ts), names)
+        return
+    c = ssd_prepare(ssd_raw_cfg(ssd_cfg(r)), gen)
+    if kind == "chaos":
+        return ssd_chaos(gen, c)
+    x = ssd_exact(ssd_inputs(c, gen, nonfinite=kind == "fwd" and r.random() < 0.1), c)
+    ts, (sp, lo, hi) = raw_ssd_args(x, c)
+    if kind == "fwd":
+        snap = Snap(list(ts))
+        out, fin = ops.ssd_fwd(*ts, sp, lo, hi, c["final"])
+        if snap.changed():
+            raise CaseFail("an input changed")
+        if not c["final"] and tuple(fin.shape) != (0,):
+            raise CaseFail(f"final_states placeholder {tuple(fin.shape)}, not (0,)")
+        c = dict(c, varlen=c["final"] and c["cu"] is not None, final=c["final"] and c["cu"] is None)
+        check_ssd_result((out, fin) if (c["final"] or c["varlen"]) else out, x, c)
+        return
+    out, fin = ops.ssd_fwd(*ts, sp, lo, hi, True)
+    dout = gen.layout(gen.randn(*out.shape, dtype=out.dtype))
+    dfin = gen.layout(gen.randn(*fin.shape)) if r.random() < 0.6 else None
+    mask = [int(r.random() < 0.7) for _ in range(9)]
+    if kind == "bad-bwd":
+        bad = r.choice(["dout", "dout", "dfinal", "mask", "mask"])
+        a = list(ts) + [dout, dfin]
+        if bad == "dout":
+            a[11] = r.choice([_bad_shape(dout, r), dout.to(F64), dout.to(torch.int32),
+                              dout.to("meta" if gen.device == "cpu" else "cpu"), 1.0,
+                              dout.to(F16 if dout.dtype != F16 else BF16)])
+            names = ["dout", "dy"]
+        elif bad == "dfinal":
+            a[12] = r.choice([_bad_shape(fin, r), fin.to(F64), fin.to(F16),
+                              fin.to("meta" if gen.device == "cpu" else "cpu")])
+            names = ["dfinal_states", "dfinal_state"]
+        else:
+            mask = r.choice([mask[: r.randint(0, 8)], mask + [1], [1] * 10])
+            names = ["grad_mask"]
+        expect_refusal(lambda: ops.ssd_bwd(*a, sp, lo, hi, mask), a, names)
+        return
+    snap = Snap(list(ts) + [dout, dfin])
+    g = ops.ssd_bwd(*ts, dout, dfin, sp, lo, hi, mask)
+    if snap.changed():
+        raise CaseFail("an input changed")
+    ref_leaves = {k: (None if v is None else v.detach().cpu().double().requires_grad_(True) if k != "seq_idx" else v)
+                  for k, v in x.items()}
+    c = dict(c, final=True, varlen=False)
+    ro, rf, rv = ref_ssd(ref_leaves, c)
+    rfin = rf if c["cu"] is None else rv
+    rloss = (ro * dout.cpu().double()).sum() + ((rfin * dfin.cpu().double()).sum() if dfin is not None else 0)
+    have = [k for k in SSD_NAMES if x[k] is not None]
+    gs = torch.autograd.grad(rloss, [ref_leaves[k] for k in have], allow_unused=True) if rloss.requires_grad \
+        else [None] * len(have)
+    ref = dict(zip(have, gs))
+    for i, k in enumerate(SSD_NAMES):
+        if not (mask[i] and x[k] is not None):
+            if g[i].numel() != 0:
+                raise CaseFail(f"d{k}: a placeholder expected (not asked for)")
+            continue
+        if g[i].dtype != x[k].dtype or tuple(g[i].shape) != tuple(x[k].shape) or g[i].device != x[k].device:
+            raise CaseFail(f"d{k}: {g[i].dtype} {tuple(g[i].shape)}, want {k}'s dtype and shape")
+        w = ref[k] if ref[k] is not None else torch.zeros_like(ref_leaves[k])
+        close(f"d{k}", g[i], w, tol_of(GTOL32, g[i].dtype))  # (exact dtypes: rounded once to k's dtype)
+
+
+def hostile_tensor(gen, like=None):
+    """Something a Tensor slot should not get: a random rank / size / dtype / layout (expanded, strided past
+    its storage's middle, 0-dim, empty), meta, or a tensor of the right shape with extreme values."""
+    r = gen.rng
+    dev = gen.device
+    kind = r.choice(["rand", "rand", "dtype", "expand", "strided", "zero", "empty", "meta", "extreme", "like-dtype"])
+    if kind == "like-dtype" and like is not None:
+        return like.to(r.choice([F64, F16, BF16, torch.int32, torch.int64, torch.bool]))
+    if kind == "extreme" and like is not None and like.is_floating_point():
+        big = torch.finfo(like.dtype).max
+        return torch.full_like(like, r.choice([float("nan"), float("inf"), -float("inf"), big, -big, 0.0]))
+    shape = [r.choice([0, 1, 2, 3, 5]) for _ in range(r.randint(0, 5))]
+    dt = r.choice([F32, F32, F16, BF16, F64, torch.int32, torch.int64, torch.bool, torch.uint8])
+    if kind == "zero":
+        return torch.zeros((), dtype=dt, device=dev)
+    if kind == "empty":
+        return torch.zeros([0] * max(1, len(shape)), dtype=dt, device=dev)
+    base = torch.randn(shape).to(dt).to(dev)
+    if kind == "meta":
+        return base.to("meta")
+    if kind == "expand" and shape:
+        return torch.randn([1] * len(shape)).to(dt).to(dev).expand(*shape)
+    if kind == "strided" and shape:
+        n = 1
+        for s in shape:
+            n *= max(s, 1)
+        buf = torch.randn(n * 4 + 8).to(dt).to(dev)
+        strides = [r.choice([0, 1, 2, 3, -0]) for _ in shape]
+        return buf.as_strided(shape, strides, r.randint(0, 4))
+    return base
+
+
+def ssd_chaos(gen, c):
+    """Every slot of ssd_fwd / ssd_bwd, some replaced by hostile values (tensors of any rank, size, dtype, layout
+    or device; None; extreme floats; grad masks of any length): refused with one of EXC or answered, never
+    a crash; inputs untouched either way."""
+    r = gen.rng
+    x = ssd_exact(ssd_inputs(c, gen), c)
+    ts, (sp, lo, hi) = raw_ssd_args(x, c)
+    a = list(ts)
+    for i in range(len(a)):
+        if r.random() < 0.25:
+            a[i] = None if (i >= 5 and r.random() < 0.3) else hostile_tensor(gen, a[i])
+    if r.random() < 0.2 and c["cu"] is not None:  # offsets with extreme values
+        a[10] = torch.tensor(r.choice([[0, 2**62, c["L"]], [0, -2**62, c["L"]], [-2**63, c["L"]], [0, 2**63 - 1]]))
+    if r.random() < 0.2:
+        lo, hi = r.choice([(float("nan"), 1.0), (-1e30, 1e30), (1e30, float("inf")), (0.0, 0.0), (-5.0, -1.0)])
+    if r.random() < 0.1:  # scalars of the wrong kind (the dispatcher's argument parsing)
+        sp, lo, hi = r.choice([(None, lo, hi), ("yes", lo, hi), (sp, "0", hi), (sp, lo, None), (sp, 1, 2**70)])
+    bwd = r.random() < 0.5
+    if bwd:
+        xx = a[0] if isinstance(a[0], torch.Tensor) else ts[0]
+        dout = torch.randn(xx.shape).to(xx.dtype if xx.is_floating_point() else F32).to(xx.device) \
+            if xx.device.type != "meta" else torch.empty(xx.shape, device="meta")
+        if r.random() < 0.3:
+            dout = hostile_tensor(gen, dout)
+        dfin = None if r.random() < 0.5 else hostile_tensor(gen)
+        mask = r.choice([[1] * 9, [0] * 9, [r.choice([0, 1, 2, -1, 2**40]) for _ in range(9)], [1] * r.randint(0, 12),
+                         [1.5] * 9, "111111111", None, [True] * 9])
+        args = a + [dout, dfin]
+        call = lambda: ops.ssd_bwd(*args, sp, lo, hi, mask)  # noqa: E731
+    else:
+        args = a
+        call = lambda: ops.ssd_fwd(*args, sp, lo, hi, r.random() < 0.5)  # noqa: E731
+    snap = Snap(args)
+    try:
+        res = call()
+    except EXC:
+        pass
+    except Exception as e:  # noqa: BLE001
+        raise CaseFail(f"unexpected exception type {type(e).__name__}: {str(e)[:300]}")
+    else:
+        out = res[0]
+        if not bwd and isinstance(a[0], torch.Tensor) and tuple(out.shape) != tuple(a[0].shape):
+            raise CaseFail(f"answered with out {tuple(out.shape)} for x {tuple(a[0].shape)}")
+    if snap.changed():
+        raise CaseFail("an input changed")
+
+
+# ---- mamba_split_conv1d_scan_combined: Mamba-2's layer after in_proj -------------------------------------
+
+
+def split_cfg(rng, distinct=False):
+    """A float32 layer (zxbcdt, weights): the float64 composition it is checked against has no low-precision
+    intermediate roundings of its own (the conv's output, y, the norm's), so float32 alone is compared."""
+    c = dict(G=rng.choice([1, 1, 2]))
+    if distinct:
+        c.update(H=c["G"] * 2, P=rng.choice([3, 5]), N=rng.choice([6, 7]), W=4, mlp=rng.choice([0, 0, 9]),
+                 b=rng.randint(1, 2), L=rng.choice([10, 11]))
+    else:
+        c.update(H=c["G"] * rng.randint(1, 3), P=rng.randint(1, 4), N=rng.randint(1, 4), W=rng.randint(2, 4),
+                 mlp=rng.choice([0, 0, rng.randint(1, 3)]), b=rng.randint(1, 2), L=rng.randint(1, 16))
+    c["Dhd"] = rng.random() < 0.4
+    c["w3"] = rng.random() < 0.3  # nn.Conv1d's (channels, 1, width) weight
+    for k in ("bias", "dt_bias", "init", "rms", "nbg", "out", "out_bias", "final", "seq"):
+        c[k] = rng.random() < 0.5
+    c["recompute"] = rng.random() < 0.7
+    c["limit"] = rng.choice([(0.0, float("inf")), (0.0, float("inf")), None,
+                             (rng.uniform(0, 0.1), rng.uniform(0.3, 1.0))])
+    c["act"] = rng.choice(["silu", "swish"])
+    c["eps"] = rng.choice([1e-6, 1e-5])
+    return c
+
+
+def split_inputs(c, gen):
+    b, L, H, P, G, N, W, mlp = (c[k] for k in ("b", "L", "H", "P", "G", "N", "W", "mlp"))
+    dim = H * P
+    ch = dim + 2 * G * N
+    x = {}
+    x["zxbcdt"] = gen.layout(gen.randn(b, L, 2 * mlp + 2 * dim + 2 * G * N + H))
+    w = gen.randn(ch, W, scale=0.5)
+    x["conv1d_weight"] = gen.layout(w[:, None] if c["w3"] else w)
+    x["conv1d_bias"] = gen.layout(gen.randn(ch, scale=0.1)) if c["bias"] else None
+    x["dt_bias"] = gen.layout(gen.randn(H, scale=0.3)) if c["dt_bias"] else None
+    x["A"] = gen.broadcastable((H,), lambda s: gen.rand(*s, lo=-1.3, hi=-0.3))
+    x["D"] = gen.broadcastable((H, P) if c["Dhd"] else (H,), lambda s: gen.randn(*s))
+    x["initial_states"] = gen.layout(gen.randn(b, H, P, N)) if c["init"] else None
+    x["rmsnorm_weight"] = gen.layout(gen.randn(dim)) if c["rms"] else None
+    x["outproj_weight"] = gen.layout(gen.randn(r_out(c), mlp + dim, scale=0.3)) if c["out"] else None
+    x["outproj_bias"] = gen.layout(gen.randn(r_out(c))) if c["out"] and c["out_bias"] else None
+    x["seq_idx"] = None
+    if c["seq"]:
+        t = torch.cumsum((gen.rand(b, L) < 0.25).to(torch.int32), 1, dtype=torch.int32)
+        x["seq_idx"] = gen.layout(t)
+    return x
+
+
+def r_out(c):
+    return 3 + c["P"]
+
+
+SPLIT_GRAD = ["zxbcdt", "conv1d_weight", "conv1d_bias", "dt_bias", "A", "D", "initial_states", "rmsnorm_weight",
+              "outproj_weight", "outproj_bias"]
+
+
+def call_split(x, c):
+    return st.mamba_split_conv1d_scan_combined(
+        x["zxbcdt"], x["conv1d_weight"], x["conv1d_bias"], x["dt_bias"], x["A"], x["D"], c.get("chunk", 256),
+        initial_states=x["initial_states"], seq_idx=x["seq_idx"], dt_limit=c["limit"],
+        return_final_states=c["final"], activation=c["act"], rmsnorm_weight=x["rmsnorm_weight"], rmsnorm_eps=c["eps"],
+        outproj_weight=x["outproj_weight"], outproj_bias=x["outproj_bias"], headdim=c.get("headdim", c["P"]),
+        ngroups=c.get("ngroups", c["G"]), norm_before_gate=c["nbg"], recompute=c["recompute"])
+
+
+def ref_split(g, c):
+    """float64 (out, final_states): mamba_split_conv1d_scan_ref (test_ssd's oracle) on each row's run of equal
+    seq_idx (the conv and the scan restart at each; the first run of a row starts from its initial state)."""
+    w = g["conv1d_weight"]
+    w = w.squeeze(1) if w.dim() == 3 else w
+    args = lambda z, init: mamba_split_conv1d_scan_ref(  # noqa: E731
+        z, w, g["conv1d_bias"], g["dt_bias"], g["A"], g["D"], init, c["limit"], g["rmsnorm_weight"], c["eps"],
+        g["outproj_weight"], g["outproj_bias"], c["P"], c["G"], c["nbg"])
+    init = g["initial_states"]
+    if g["seq_idx"] is None:
+        return args(g["zxbcdt"], init)
+    seq = g["seq_idx"].cpu()
+    ys, fins = [], []
+    for b in range(c["b"]):
+        runs, s = [], 0
+        for t in range(1, c["L"] + 1):
+            if t == c["L"] or seq[b, t] != seq[b, t - 1]:
+                runs.append((s, t))
+                s = t
+        row, fin = [], None
+        for j, (s, e) in enumerate(runs):
+            y, fin = args(g["zxbcdt"][b:b + 1, s:e], init[b:b + 1] if (init is not None and j == 0) else None)
+            row.append(y)
+        ys.append(torch.cat(row, 1))
+        fins.append(fin)
+    return torch.cat(ys, 0), torch.cat(fins, 0)
+
+
+def case_split(gen):
+    r = gen.rng
+    if r.random() < 0.5:
+        return case_split_bad(gen)
+    c = split_cfg(r)
+    x = split_inputs(c, gen)
+    grads = r.random() < 0.5
+    if grads:
+        for k in SPLIT_GRAD:
+            if x[k] is not None:
+                x[k] = x[k].detach().clone().contiguous().requires_grad_(r.random() < 0.7 or k == "zxbcdt")
+    snap = Snap(list(x.values()))
+    res = call_split(x, c)
+    if snap.changed():
+        raise CaseFail("an input changed")
+    y, fin = res if c["final"] else (res, None)
+    g = {k: (None if v is None else v.detach().cpu().double().requires_grad_(
+        bool(grads and v.requires_grad)) if v.is_floating_point() else v.cpu()) for k, v in x.items()}
+    want_y, want_fin = ref_split(g, c)
+    width = r_out(c) if c["out"] else c["mlp"] + c["H"] * c["P"]
+    if y.dtype != F32 or tuple(y.shape) != (c["b"], c["L"], width):
+        raise CaseFail(f"out: {y.dtype} {tuple(y.shape)}, want float32 {(c['b'], c['L'], width)}")
+    close("out", y, want_y, TOL32)  # float32 throughout: the float32 bound
+    if fin is not None:
+        if fin.dtype != F32 or tuple(fin.shape) != (c["b"], c["H"], c["P"], c["N"]):
+            raise CaseFail(f"final_states: {fin.dtype} {tuple(fin.shape)}")
+        close("final_states", fin, want_fin, SSTOL)  # the scan's float32 state
+    if not grads:
+        return
+    dy = gen.randn(*y.shape).to(y.device)
+    loss = (y * dy).sum()
+    rloss = (want_y * dy.cpu().double()).sum()
+    if fin is not None:
+        dfin = gen.randn(*fin.shape).to(fin.device)
+        loss = loss + (fin * dfin).sum()
+        rloss = rloss + (want_fin * dfin.cpu().double()).sum()
+    leaves = [k for k in SPLIT_GRAD if x[k] is not None and x[k].requires_grad]
+    got = torch.autograd.grad(loss, [x[k] for k in leaves], allow_unused=True)
+    ref = torch.autograd.grad(rloss, [g[k] for k in leaves], allow_unused=True)
+    for k, a, b in zip(leaves, got, ref):
+        b = torch.zeros_like(g[k]) if b is None else b
+        if a is None:
+            if b.numel() and b.abs().max() > 0:
+                raise CaseFail(f"{k}.grad is None")
+            continue
+        if a.dtype != x[k].dtype or a.shape != x[k].shape:
+            raise CaseFail(f"{k}.grad: {a.dtype} {tuple(a.shape)}")
+        close(f"{k}.grad", a, b, GTOL32)  # float32 gradients of a float32 layer
+
+
+SPLIT_KINDS = ["zxbcdt", "zxbcdt", "weight", "bias", "A", "D", "headdim", "ngroups", "rms", "out", "act", "init",
+               "seq", "limit", "chunk", "nontensor", "device", "dtbias"]
+
+
+def case_split_bad(gen):
+    r = gen.rng
+
+    dev = gen.device
+
+    def Z(*shape, dtype=F32):  # noqa: N802
+        return torch.zeros(*shape, dtype=dtype, device=dev)
+
+    def attempt():
+        c = split_cfg(r, distinct=True)
+        x = split_inputs(c, gen)
+        kind = r.choice(SPLIT_KINDS)
+        H, P, G, N, dim = c["H"], c["P"], c["G"], c["N"], c["H"] * c["P"]
+        if kind == "zxbcdt":
+            z = x["zxbcdt"]
+            bad = r.choice(["rank", "odd", "short"])
+            if bad == "rank":
+                x["zxbcdt"] = rank_changed(z, r)
+                if x["zxbcdt"].dim() == 3:
+                    return None
+            else:
+                d = r.choice([1, -1]) if bad == "odd" else -(2 * c["mlp"] + 2)
+                x["zxbcdt"] = Z(*z.shape[:-1], z.shape[-1] + d)
+            return x, c, ["zxbcdt"]
+        if kind == "weight":
+            w = x["conv1d_weight"]
+            bad = r.choice(["rank", "rows", "dtype"])
+            if bad == "rank":
+                x["conv1d_weight"] = r.choice([w.reshape(-1), w.reshape(1, *w.shape) if w.dim() == 2 else w[..., None]])
+            elif bad == "rows":
+                x["conv1d_weight"] = Z(w.shape[0] + r.choice([1, -1]), *w.shape[1:])
+                return x, c, ["conv1d_weight", "zxbcdt"]
+            else:
+                x["conv1d_weight"] = w.to(r.choice([torch.int32, torch.complex64, torch.bool]))
+            return x, c, ["conv1d_weight"]
+        if kind == "bias":
+            bb = Z(dim + 2 * G * N)
+            x["conv1d_bias"] = r.choice([bb[1:], Z(dim + 2 * G * N + 1), bb[None], bb.to(torch.int32)])
+            return x, c, ["conv1d_bias"]
+        if kind == "dtbias":
+            x["dt_bias"] = r.choice([Z(H + 1), Z(H, 2), Z(H, dtype=torch.int64)])
+            return x, c, ["dt_bias"]
+        if kind == "A":
+            x["A"] = r.choice([Z(H, 2), Z(()), Z(H, dtype=torch.int32) - 1])
+            return x, c, ["A"]
+        if kind == "D":
+            x["D"] = r.choice([Z(H + 1), Z(H, P + 1), Z(H, P, 1), Z(H).to(torch.int32)])
+            if x["D"].dim() == 2:  # (the D per channel's headdim: the split no longer fits, nor what has headdim)
+                d2, ch, tot = H * (P + 1), x["conv1d_weight"].shape[0], x["zxbcdt"].shape[-1]
+                n2, m2 = (ch - d2) // G // 2, tot - (2 * d2 + (ch - d2) + H)
+                if n2 > 0 and ch == d2 + 2 * G * n2 and m2 >= 0 and m2 % 2 == 0 and not any(
+                        x[k] is not None for k in ("initial_states", "rmsnorm_weight", "outproj_weight")):
+                    return None  # another valid split (the MLP's halves take the difference)
+                return x, c, ["D", "zxbcdt", "conv1d_weight", "initial_states", "rmsnorm_weight", "outproj_weight"]
+            return x, c, ["D"]
+        if kind == "headdim":
+            x["D"] = x["D"][:, 0] if x["D"].dim() == 2 else x["D"]
+            c["headdim"] = r.choice([0, -3, 1.5, "4", None, True])
+            return x, c, ["headdim"]
+        if kind == "ngroups":
+            c["ngroups"] = r.choice([0, -1, 3, 2 * H + 1, 1.0, True, None])
+            return x, c, ["ngroups"]
+        if kind == "rms":
+            x["rmsnorm_weight"] = r.choice([Z(dim + 1) + 1, Z(1, dim) + 1, Z(dim, dtype=torch.int32) + 1,
+                                            Z(1) + 1])
+            return x, c, ["rmsnorm_weight"]
+        if kind == "out":
+            o = r.choice(["w", "wdtype", "b", "b-alone"])
+            if o == "w":
+                x["outproj_weight"] = Z(5, c["mlp"] + dim + 1)
+                x["outproj_bias"] = None
+                return x, c, ["outproj_weight"]
+            if o == "wdtype":
+                x["outproj_weight"] = Z(5, c["mlp"] + dim, dtype=F64)
+                x["outproj_bias"] = None
+                return x, c, ["outproj_weight"]
+            if o == "b":
+                x["outproj_weight"] = Z(5, c["mlp"] + dim)
+                x["outproj_bias"] = Z(4)
+                return x, c, ["outproj_bias"]
+            x["outproj_weight"] = None
+            x["outproj_bias"] = Z(5)
+            return x, c, ["outproj_bias"]
+        if kind == "act":
+            c["act"] = r.choice(["relu", "gelu", "", 1])
+            return x, c, ["activation"]
+        if kind == "init":
+            x["initial_states"] = Z(c["b"], H, P, N + 1) if r.random() < 0.5 else Z(c["b"] + 1, H, P, N)
+            return x, c, ["initial_states"]
+        if kind == "seq":
+            x["seq_idx"] = r.choice([Z(c["b"], c["L"] + 1, dtype=torch.int32), Z(c["b"], c["L"]),
+                                     Z(c["L"], dtype=torch.int32), [[0] * c["L"]] * c["b"]])
+            return x, c, ["seq_idx"]
+        if kind == "limit":
+            c["limit"] = r.choice([(1.0, 0.5), (0.0,), 0.5, (float("nan"), 1.0), "ab"])
+            return x, c, ["dt_limit"]
+        if kind == "chunk":
+            c["chunk"] = r.choice([0, -1, 2.5, "256", True])
+            return x, c, ["chunk_size"]
+        if kind == "nontensor":
+            k = r.choice(["zxbcdt", "conv1d_weight", "A", "D", "conv1d_bias", "dt_bias", "initial_states",
+                          "rmsnorm_weight", "outproj_weight"])
+            x[k] = r.choice([1.0, [1.0, 2.0], "x"])
+            if k == "outproj_weight":
+                x["outproj_bias"] = None
+            return x, c, [k]
+        if kind == "device":
+            k = r.choice([k for k in SPLIT_GRAD + ["seq_idx"] if x[k] is not None])
+            x[k] = x[k].to("meta" if gen.device == "cpu" else "cpu")
+            return x, c, [k]
+        return None
+
+    x, c, names = first_mutation(attempt)
+    expect_refusal(lambda: call_split(x, c), list(x.values()), names)
+
+
 # ---- CUDA: devices and streams ---------------------------------------------------------------------------
 
 
 def case_cuda(gen):
     r = gen.rng
-    kind = r.choice(["mismatch-scan", "mismatch-step", "stream", "stream-step", "other-device"])
+    kind = r.choice(["mismatch-scan", "mismatch-step", "stream", "stream-step", "other-device", "mismatch-ssd",
+                     "mismatch-split", "stream-ssd", "other-device-ssd"])
     if kind == "other-device" and torch.cuda.device_count() < 2:
         kind = "stream"
+    if kind == "other-device-ssd" and torch.cuda.device_count() < 2:
+        kind = "stream-ssd"
+    if kind == "mismatch-ssd":  # one operand on the CPU (cu_seqlens excepted: read on the host, any device)
+        c = ssd_prepare(ssd_cfg(r, distinct=True), gen)
+        x = ssd_inputs(c, gen)
+        k = r.choice([k for k in SSD_NAMES + ["seq_idx"] if x[k] is not None])
+        x[k] = x[k].to("cpu")
+        expect_refusal(lambda: call_ssd(x, c), list(x.values()), [k])
+        if c["cu"] is None and r.random() < 0.5:  # the raw op too (the forms it takes: no packing)
+            c = ssd_raw_cfg(c)
+            y = ssd_exact({kk: (v.to(gen.device) if kk != k and v is not None else v) for kk, v in x.items()}, c)
+            ts, (sp, lo, hi) = raw_ssd_args(y, c)
+            expect_refusal(lambda: ops.ssd_fwd(*ts, sp, lo, hi, True), list(ts), [k])
+        return
+    if kind == "mismatch-split":
+        c = split_cfg(r, distinct=True)
+        x = split_inputs(c, gen)
+        k = r.choice([k for k in SPLIT_GRAD + ["seq_idx"] if x[k] is not None])
+        x[k] = x[k].to("cpu")
+        expect_refusal(lambda: call_split(x, c), list(x.values()), [k])
+        return
+    if kind == "stream-ssd":  # the SSD scan (with gradients, or not) and the split layer on a side stream
+        s = torch.cuda.Stream()
+        s.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(s):
+            if r.random() < 0.7:
+                case_ssd_good(gen)
+            else:
+                case_split(gen)
+        torch.cuda.synchronize()
+        return
+    if kind == "other-device-ssd":  # tensors on cuda:1 while cuda:0 is current; one on cuda:0 (refused)
+        other = Gen(r, "cuda:1")
+        c = ssd_prepare(ssd_cfg(r), other)
+        x = ssd_inputs(c, other)
+        if r.random() < 0.5:
+            with torch.cuda.device(0):
+                check_ssd_result(call_ssd(x, c), x, c)
+            return
+        k = r.choice([k for k in SSD_NAMES + ["seq_idx"] if x[k] is not None])
+        x[k] = x[k].to("cuda:0")
+        expect_refusal(lambda: call_ssd(x, c), list(x.values()), [k])
+        return
     if kind == "mismatch-scan":
         c = scan_cfg(r, distinct=True)
         x = scan_inputs(c, gen)
@@ -1309,11 +2348,20 @@ def case_cuda(gen):
 
 CASES = {"scan-good": case_scan_good, "scan-bad": case_scan_bad, "step-good": case_step_good,
          "step-bad": case_step_bad, "module": case_module, "raw-fwd": case_raw_fwd, "raw-bwd": case_raw_bwd,
-         "raw-step": case_raw_step, "meta": case_meta, "autograd": case_autograd, "cuda": case_cuda}
+         "raw-step": case_raw_step, "meta": case_meta, "autograd": case_autograd, "ssd-good": case_ssd_good,
+         "ssd-bad": case_ssd_bad, "ssd-raw": case_ssd_raw, "split": case_split, "cuda": case_cuda}
+
+
+ONLY = []  # --only: the categories drawn (all where empty)
+
+
+def categories(device):
+    cats = CATEGORIES + (CUDA_CATEGORIES if device.startswith("cuda") else [])
+    return [k for k in cats if k in ONLY] if ONLY else cats
 
 
 def category_of(seed, i, device):
-    cats = CATEGORIES + (CUDA_CATEGORIES if device.startswith("cuda") else [])
+    cats = categories(device)
     rng = random.Random(f"cat:{seed}:{i}")
     return rng.choices(cats, weights=[WEIGHTS[k] for k in cats])[0]
 
@@ -1363,7 +2411,7 @@ def run_workers(args):
         todo = list(share)
         while todo:
             cmd = [sys.executable, here, "--worker", "--seed", str(args.seed), "--device", args.device, "--ids",
-                   ",".join(map(str, todo))]
+                   ",".join(map(str, todo))] + (["--only", args.only] if args.only else [])
             p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
             last = {"t": time.time(), "cur": None}
             err_lines = []
@@ -1419,7 +2467,7 @@ def run_workers(args):
 
 
 def summarize(results, args, seconds):
-    cats = CATEGORIES + (CUDA_CATEGORIES if args.device.startswith("cuda") else [])
+    cats = categories(args.device)
     tot = [0, 0, 0]
     lines = []
     for k in cats:
@@ -1433,7 +2481,7 @@ def summarize(results, args, seconds):
     for x in fails[:40]:
         print(f"FAIL case {x['id']} [{x['cat']}]: {x['why']}".rstrip())
         print(f"     replay: python {os.path.basename(__file__)} --seed {args.seed} --device {args.device} "
-              f"--case {x['id']}")
+              f"--case {x['id']}" + (f" --only {args.only}" if args.only else ""))
     if len(fails) > 40:
         print(f"... and {len(fails) - 40} more failures")
     print(f"fuzz_ops: seed {args.seed}, device {args.device}, {args.workers} workers, {seconds:.0f} s")
@@ -1452,9 +2500,14 @@ def main(argv=None):
     ap.add_argument("--workers", type=int, default=min(2, os.cpu_count() or 1))
     ap.add_argument("--case-timeout", type=float, default=120.0, help="seconds a case may take")
     ap.add_argument("--case", type=int, help="run this one case in process and print its result")
+    ap.add_argument("--only", default="", help="comma-separated categories: draw only these (a replay needs the same)")
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--ids", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
+    ONLY[:] = [k for k in args.only.split(",") if k]
+    unknown = [k for k in ONLY if k not in CATEGORIES + CUDA_CATEGORIES]
+    if unknown:
+        ap.error(f"unknown categories {unknown}")
     if args.worker:
         worker(args.seed, [int(v) for v in args.ids.split(",") if v], args.device)
         return 0
