@@ -179,7 +179,7 @@ def _conv_seq_idx(x, weight, bias, seq_idx, initial_states, silu):
     batch, dim, L = x.shape
     if seq_idx.shape != (batch, L):
         raise ValueError(f"selscan: seq_idx must have shape (batch, seqlen) = {(batch, L)}, got {tuple(seq_idx.shape)}")
-    if batch == 0 or L == 0:  # no token: no sequence to restart, the plain op's empty output
+    if batch == 0 or L == 0 or x.is_meta:  # no token (or no values, meta): the plain op's output (its checks, its shape)
         return conv_fwd_call(x, weight, bias, initial_states, None, silu, False, False)[0]
     W = weight.shape[1]
     outs = []
@@ -232,6 +232,7 @@ def causal_conv1d_fn(x, weight, bias=None, seq_idx=None, initial_states=None, re
             raise ValueError("selscan: seq_idx and cu_seqlens both given: pass one of them (argument 'seq_idx')")
         if return_final_states:
             raise ValueError("If seq_idx is not None, we don't return final_states_out")
+        _checks.same_device("causal_conv1d_fn", "x", x, (("seq_idx", seq_idx),))  # its values are read back
         return _conv_seq_idx(x, weight, bias, seq_idx, initial_states, silu)
     cu = None if cu_seqlens is None else _checks.host_offsets(cu_seqlens)
     y, fin = conv_fwd_call(x, weight, bias, initial_states, cu, silu, bool(return_final_states), False)

@@ -184,7 +184,8 @@ def ssd_ref(x, dt, A, B, C, D=None, z=None, dt_bias=None, initial_states=None, s
             seq = starts[t]
             S = init(seq)
         elif seq_idx is not None and t > 0:
-            S = S * (seq_idx[:, t] == seq_idx[:, t - 1]).to(dtype)[:, None, None, None]
+            # a restart starts from 0 (a selection, not a product with 0: an inf state would give NaN)
+            S = torch.where((seq_idx[:, t] == seq_idx[:, t - 1])[:, None, None, None], S, torch.zeros_like(S))
         S = a[:, t, :, None, None] * S + (d[:, t, :, None] * x_[:, t])[..., None] * Bh[:, t, :, None, :]
         y = (S * Ch[:, t, :, None, :]).sum(-1)
         if D is not None:

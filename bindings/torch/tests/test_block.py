@@ -726,3 +726,17 @@ def test_block_cuda_graph():
     oe, ge, _ = run_block(xz, p, gout=gout, lay="contig")
     assert torch.equal(o_static, oe.detach())
     assert torch.equal(xs.grad, ge["xz"])
+
+
+def test_conv_seq_idx_device_and_meta():
+    """causal_conv1d_fn with seq_idx on another device than x read its values back (a meta seq_idx:
+    NotImplementedError "Cannot copy out of meta tensor", naming nothing): now refused naming seq_idx; an
+    all-meta call gives x's shape as the plain call does (no values to find the sequences in)."""
+    x, w, b, _ = conv_inputs(batch=1, L=5, init=False)
+    ids = torch.zeros(1, 5, dtype=torch.int32)
+    with pytest.raises(ValueError, match="argument 'seq_idx'"):
+        st.causal_conv1d_fn(x, w, b, seq_idx=ids.to("meta"))
+    y = st.causal_conv1d_fn(x.to("meta"), w.to("meta"), b.to("meta"), seq_idx=ids.to("meta"), activation="silu")
+    assert (y.shape, y.dtype, y.device.type) == (x.shape, x.dtype, "meta")
+    with pytest.raises(ValueError, match="seq_idx"):
+        st.causal_conv1d_fn(x.to("meta"), w.to("meta"), b.to("meta"), seq_idx=torch.zeros(1, 6, dtype=torch.int32, device="meta"))

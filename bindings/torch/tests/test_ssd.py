@@ -599,3 +599,22 @@ def test_split_conv1d_scan_names_its_own_arguments():
         with pytest.raises(exc, match=rf"\b{name}\b") as e:
             call(**kw)
         assert "'weight'" not in str(e.value) and "'bias'" not in str(e.value), str(e.value)
+
+
+def test_reference_restart_of_an_infinite_state():
+    """ssd_ref restarted a seq_idx sequence by multiplying the state by 0, so an inf in the state before the
+    restart became NaN after it (the op starts from 0, as the recurrence says): the oracle now starts from
+    0 as its cu_seqlens path does, and the two agree."""
+    f = torch.float64
+    g = torch.Generator().manual_seed(40)
+    x, C = torch.randn(1, 6, 2, 3, generator=g, dtype=f), torch.randn(1, 6, 1, 4, generator=g, dtype=f)
+    B = torch.randn(1, 6, 1, 4, generator=g, dtype=f)
+    B[0, 1, 0, 2] = math.inf
+    dt, A = torch.rand(1, 6, 2, generator=g, dtype=f) + 0.1, -torch.rand(2, generator=g, dtype=f) - 0.2
+    y, _ = ssd_ref(x, dt, A, B, C, seq_idx=torch.tensor([[0, 0, 0, 1, 1, 1]]))
+    yc, _ = ssd_ref(x, dt, A, B, C, cu_seqlens=torch.tensor([0, 3, 6]))
+    assert not torch.isfinite(y[0, :3]).all() and torch.isfinite(y[0, 3:]).all()
+    assert torch.equal(y[0, 3:], yc[0, 3:])
+    got = st.mamba_chunk_scan_combined(x.float(), dt.float(), A.float(), B.float(), C.float(),
+                                       seq_idx=torch.tensor([[0, 0, 0, 1, 1, 1]], dtype=torch.int32))
+    assert rel_err(got[0, 3:], y[0, 3:]) < TOL[torch.float32]
