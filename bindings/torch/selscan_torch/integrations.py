@@ -950,6 +950,18 @@ _TF_MAMBA2_KERNELS = ("mamba2_chunk_scan", "mamba2_split_conv1d_scan_combined", 
                       "causal_conv1d_fn", "causal_conv1d_update")
 
 
+def _m2_own_initial_states(initial_states, others):
+    """initial_states as the scan may keep it for its backward: a copy where autograd records the call. A
+    mixer's forward on a cache (training on a cache from an earlier forward, e.g. truncated backprop through
+    time) hands the scan the cache's state, then writes the new state into that same tensor
+    (cache.update_recurrent_state's copy_): selscan's scan (and mamba_ssm's) keeps its initial_states for
+    the backward, which then refused the overwritten tensor (transformers' PyTorch scan keeps none)."""
+    if isinstance(initial_states, torch.Tensor) and _checks.requires_grad(
+            [t for t in (initial_states, *others) if isinstance(t, torch.Tensor)]):
+        return initial_states.clone()
+    return initial_states
+
+
 def _m2_chunk_scan(original, own_on_cuda):
     """own_on_cuda: a CUDA call keeps the module's own scan (mamba_ssm's Triton SSD kernels, installed);
     else selscan's (on CUDA the drop-in's: the SSD kernels)."""
@@ -961,6 +973,7 @@ def _m2_chunk_scan(original, own_on_cuda):
                   return_final_states=return_final_states, return_varlen_states=return_varlen_states)
         if x.dtype not in _KERNEL_DTYPES:  # (a float64 model) transformers' own PyTorch body
             return _tf_own(original)(x, dt, A, B, C, **kw, **kwargs)
+        kw["initial_states"] = _m2_own_initial_states(initial_states, (x, dt, A, B, C, D, z, dt_bias))
         if x.is_cuda and own_on_cuda:
             if seq_idx is None and cu_seqlens is not None:  # mamba_ssm's scan restarts on seq_idx only (it reads
                 # cu_seqlens for the varlen states): selscan's conv restarts on cu_seqlens, so the scan must too

@@ -322,3 +322,33 @@ def test_conv_layers_refuse_what_causal_conv1d_refuses(tmp_path):
         conv(x, torch.randn(8, 4), None, activation="gelu")
     with pytest.raises(NotImplementedError, match="argument 'activation'"):
         update(x[..., :1], torch.zeros(1, 8, 3), torch.randn(8, 4), None, "gelu")
+
+
+@needs_kernels
+def test_scan_layer_keeps_its_own_initial_states(tmp_path):
+    """A Mamba-2 mixer training on a cache (a second forward on an earlier one's cache, both losses
+    backpropagated) hands the scan layer the cache's state as initial_states, then writes the new state into
+    that same tensor: the layer kept it for the backward, which refused it as modified in place (transformers'
+    own PyTorch scan keeps none; a hostile user's run, issue 40 third round). The gradients as with an
+    untouched state."""
+    from kernels import LocalLayerRepository
+
+    repo = tmp_path / "repo"
+    _generator().generate(repo)
+    scan = LocalLayerRepository(repo_path=repo, layer_name="mamba_chunk_scan_combined").load()()
+    g = torch.Generator().manual_seed(0)
+    b, L, H, P, G, N = 2, 5, 4, 3, 2, 4
+    x, dt = torch.randn(b, L, H, P, generator=g), torch.randn(b, L, H, generator=g)
+    A, B, C = -torch.rand(H, generator=g), torch.randn(b, L, G, N, generator=g), torch.randn(b, L, G, N, generator=g)
+    leaf = torch.randn(b, H, P, N, generator=g, requires_grad=True)
+    grads = []
+    for overwrite in (False, True):
+        state = torch.zeros(b, H, P, N)
+        state.copy_(leaf)  # the cache's tensor, in the graph (as cache.update_recurrent_state leaves it)
+        out, final = scan(x, dt, A, B, C, 8, initial_states=state, dt_softplus=True, return_final_states=True)
+        if overwrite:
+            state.copy_(final)  # the mixer's cache update after the scan
+        leaf.grad = None
+        (out.square().sum() + final.sum()).backward()
+        grads.append(leaf.grad.clone())
+    assert torch.equal(grads[0], grads[1])

@@ -286,3 +286,41 @@ def test_float64_model_runs_transformers_own_path(family):
     assert torch.equal(got[0], want[0]) and got[1].keys() == want[1].keys()
     assert all(torch.equal(got[1][n], want[1][n]) for n in want[1])
     assert torch.equal(got_ids, want_ids)
+
+
+# ---- found by a hostile user's run (issue 40, third round) ----------------------------------------
+
+
+@pytest.mark.parametrize("family", ["Mamba2", "Zamba2"])
+def test_training_on_a_cache_from_an_earlier_forward(family):
+    """Training on a cache (a second forward continues the first's cache, both losses backpropagated: truncated
+    backprop through time): the mixer hands the scan the cache's state as initial_states, then writes the new
+    state into that same tensor; selscan's scan keeps initial_states for its backward, which refused it as
+    modified in place (transformers' own PyTorch scan keeps none). Loss and every gradient against
+    transformers' own, the state kept in the graph or detached between the forwards."""
+    model = _model(family)
+    ids = torch.randint(1, 128, (2, 21), generator=torch.Generator().manual_seed(5))
+
+    def run(detach):
+        model.train()
+        model.zero_grad(set_to_none=True)
+        first = model(input_ids=ids[:, :11], labels=ids[:, :11], use_cache=True)
+        cache = first.cache
+        if detach:
+            for layer in cache.layers:
+                for t in getattr(layer, "recurrent_states", None) or []:
+                    if isinstance(t, torch.Tensor):
+                        t.detach_()
+        second = model(input_ids=ids[:, 11:], labels=ids[:, 11:], cache=cache, use_cache=True)
+        (first.loss + second.loss).backward()
+        return second.loss.detach(), {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+
+    for detach in (False, True):
+        want_loss, want = run(detach)
+        with si.use_in_transformers():
+            calls = _count_selscan_calls(model, ("mamba2_chunk_scan",))
+            got_loss, got = run(detach)
+        assert calls["mamba2_chunk_scan"] > 0, calls
+        assert rel_err(got_loss, want_loss) < TOL32 and got.keys() == want.keys()
+        worst = max((rel_err(got[n], want[n]), n) for n in want)
+        assert worst[0] < GTOL32, (detach, worst)

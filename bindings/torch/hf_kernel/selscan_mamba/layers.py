@@ -50,6 +50,7 @@ from selscan_torch import (
     mamba_inner_fn as _mamba_inner_fn,
     selective_scan_fn as _selective_scan_fn,
 )
+from selscan_torch.integrations import _m2_own_initial_states as _own_initial_states
 from selscan_torch.integrations import _standin_selective_state_update as _any_state_step
 from selscan_torch.ssd import conv_packing as _conv_packing
 
@@ -151,11 +152,14 @@ class mamba_chunk_scan_combined(nn.Module):
     mamba_chunk_scan_combined (mamba_ssm's signature): out, or (out, final_states) in float32.
     mamba_ssm's z / seq_idx / cu_seqlens / return_varlen_states pass through as keywords; other
     keywords (the model's own) are ignored. chunk_size is accepted and unused (selscan's scan is
-    exact per step)."""
+    exact per step). initial_states is copied where autograd records the call: a mixer training on a
+    cache writes the new state into the cache's tensor it handed here, which the scan keeps for its
+    backward."""
 
     def forward(self, x, dt, A, B, C, chunk_size, D=None, dt_bias=None, initial_states=None, dt_softplus=False,
                 dt_limit=(0.0, float("inf")), return_final_states=False, **kwargs):
         extra = {k: kwargs[k] for k in _SSD_KEYWORDS if kwargs.get(k) is not None}
+        initial_states = _own_initial_states(initial_states, (x, dt, A, B, C, D, dt_bias, extra.get("z")))
         return _mamba_chunk_scan_combined(x, dt, A, B, C, chunk_size, D=D, dt_bias=dt_bias,
                                           initial_states=initial_states, dt_softplus=bool(dt_softplus),
                                           dt_limit=dt_limit, return_final_states=bool(return_final_states), **extra)
