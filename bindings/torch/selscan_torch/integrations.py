@@ -132,6 +132,31 @@ def _standin_causal_conv1d_update(x, conv_state, weight, bias=None, activation=N
     return out
 
 
+def _standin_causal_conv1d_varlen_states(x, cu_seqlens, state_len):
+    """causal_conv1d's causal_conv1d_varlen_states (a Triton kernel there: CUDA only) on any device: the conv
+    state (n_seqs, dim, state_len) each sequence packed along x (total, dim) at the offsets cu_seqlens leaves,
+    its last state_len positions, zeros in front of a shorter one (an empty one: all zeros). Forward only, as
+    causal_conv1d's. mamba_ssm's Mamba2 calls it for a prefill of packed sequences into a cache (cu_seqlens
+    with inference_params), and asserted "varlen inference requires causal_conv1d package" without it."""
+    _checks.tensor_arg(x, "x")
+    _checks._value(x.dim() == 2, "x must be (total, dim), got shape ", tuple(x.shape))
+    _checks._type(isinstance(state_len, int) and not isinstance(state_len, bool), "state_len must be an int, got ",
+                  type(state_len).__name__)
+    _checks._value(state_len > 0, "state_len must be positive, got ", state_len)
+    cu = _checks.host_offsets(cu_seqlens)
+    _checks._value(cu.dim() == 1 and cu.numel() >= 2, "cu_seqlens must be (n_seqs + 1,) offsets, got shape ",
+                   tuple(cu.shape), " (argument 'cu_seqlens')")
+    offs = cu.tolist()
+    _checks._value(offs[0] == 0 and offs[-1] == x.shape[0] and all(a <= b for a, b in zip(offs, offs[1:])),
+                   "cu_seqlens must rise from 0 to x's length ", x.shape[0], ", got ", offs, " (argument 'cu_seqlens')")
+    states = x.new_zeros(len(offs) - 1, state_len, x.shape[1]).transpose(1, 2)
+    for i, (start, end) in enumerate(zip(offs, offs[1:])):
+        n = min(end - start, state_len)
+        if n > 0:
+            states[i, :, state_len - n:] = x[end - n:end].transpose(0, 1)
+    return states
+
+
 def _standin_mamba_inner_fn(*args, **kwargs):
     return _block.mamba_inner_fn(*args, **kwargs)
 
@@ -1156,10 +1181,14 @@ def _install_causal_conv1d(h):
     h._own("causal_conv1d")
     iface = _standin("causal_conv1d.causal_conv1d_interface", causal_conv1d_fn=_standin_causal_conv1d_fn,
                      causal_conv1d_update=_standin_causal_conv1d_update)
+    varlen = _standin("causal_conv1d.causal_conv1d_varlen",
+                      causal_conv1d_varlen_states=_standin_causal_conv1d_varlen_states)
     pkg = _standin("causal_conv1d", package=True, __version__="selscan", causal_conv1d_fn=_standin_causal_conv1d_fn,
-                   causal_conv1d_update=_standin_causal_conv1d_update, causal_conv1d_interface=iface)
+                   causal_conv1d_update=_standin_causal_conv1d_update, causal_conv1d_interface=iface,
+                   causal_conv1d_varlen=varlen)
     h._sysmod("causal_conv1d", pkg)
     h._sysmod("causal_conv1d.causal_conv1d_interface", iface)
+    h._sysmod("causal_conv1d.causal_conv1d_varlen", varlen)
     return True
 
 
@@ -1259,7 +1288,8 @@ def _install_mamba_ssm_mamba2(h):
                 h._setattr(mod, name, _cpu_or_own(mod.__dict__[name], fn), f"{modname}.{name}")
     for name, fn in (("selective_state_update", _standin_selective_state_update),
                      ("causal_conv1d_fn", _standin_causal_conv1d_fn),
-                     ("causal_conv1d_update", _standin_causal_conv1d_update)):
+                     ("causal_conv1d_update", _standin_causal_conv1d_update),
+                     ("causal_conv1d_varlen_states", _standin_causal_conv1d_varlen_states)):
         own = m2.__dict__.get(name)
         if own is None:  # causal_conv1d absent: its names bound as None; selscan's on every device
             h._setattr(m2, name, fn, f"mamba_ssm.modules.mamba2.{name}")

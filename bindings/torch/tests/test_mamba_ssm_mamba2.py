@@ -86,3 +86,43 @@ def test_mamba_lm_head_model_trains_and_generates(mamba2):
         seq = out if torch.is_tensor(out) else out.sequences
         for t in range(8, 12):  # each generated token is the full forward's argmax at its place
             assert torch.equal(seq[:, t], model(seq[:, :t]).logits[:, -1].argmax(-1))
+
+
+@pytest.mark.skipif(importlib.util.find_spec("causal_conv1d") is not None,
+                    reason="causal_conv1d is installed: its own varlen kernel runs (CUDA only)")
+def test_mamba2_varlen_prefill_into_a_cache(mamba2):
+    """Packed sequences prefilled into a cache (forward(u, seq_idx=, cu_seqlens=, inference_params=): one
+    cache row a sequence), then a decode step of each: mamba_ssm's Mamba2 takes the conv states from
+    causal_conv1d.causal_conv1d_varlen, which the stand-in lacked (AssertionError "varlen inference
+    requires causal_conv1d package"; a hostile user's run, issue 40 third round). Each sequence as if run
+    alone, an empty one and ones shorter than the conv included, on either path of the layer."""
+    from mamba_ssm.utils.generation import InferenceParams
+
+    lens = [2, 0, 9, 1]
+    u = torch.randn(1, sum(lens), 32, generator=torch.Generator().manual_seed(3))
+    nxt = torch.randn(len(lens), 1, 32, generator=torch.Generator().manual_seed(4))
+    cu = torch.tensor([0, 2, 2, 11, 12])
+    seq_idx = torch.tensor([[0, 0, 2, 2, 2, 2, 2, 2, 2, 2, 2, 3]], dtype=torch.int32)
+    for fused in (True, False):
+        torch.manual_seed(5)
+        layer = mamba2.Mamba2(d_model=32, d_state=8, d_conv=4, expand=2, headdim=8, ngroups=2, chunk_size=16,
+                              layer_idx=0, use_mem_eff_path=fused).eval()
+        parts = torch.split(u, lens, 1)
+        with torch.no_grad():
+            ip = InferenceParams(max_seqlen=16, max_batch_size=len(lens))
+            prefill = layer(u, seq_idx=seq_idx, cu_seqlens=cu, inference_params=ip)
+            ip.seqlen_offset = 1
+            step = layer(nxt, inference_params=ip)
+            alone = torch.cat([layer(p) for p in parts if p.shape[1]], 1)
+            want = torch.cat([layer(torch.cat([p, nxt[i:i + 1]], 1))[:, -1:] for i, p in enumerate(parts)])
+        assert rel_err(prefill, alone) < TOL32 and rel_err(step, want) < TOL32
+
+
+def test_varlen_states_refuse_bad_offsets():
+    """The stand-in's causal_conv1d_varlen_states names cu_seqlens where its offsets do not pack x."""
+    x = torch.randn(6, 3)
+    for cu in ([0, 4], [1, 6], [0, 4, 2, 6], [[0, 6]]):
+        with pytest.raises(ValueError, match="cu_seqlens"):
+            si._standin_causal_conv1d_varlen_states(x, torch.tensor(cu), 4)
+    states = si._standin_causal_conv1d_varlen_states(x, [0, 1, 6], 3)
+    assert torch.equal(states[0], torch.cat([torch.zeros(3, 2), x[:1].T], 1)) and torch.equal(states[1], x[3:].T)
