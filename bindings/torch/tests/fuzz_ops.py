@@ -459,6 +459,26 @@ SCAN_KINDS = ["shape", "shape", "dtype", "nontensor", "device", "groups", "trans
 SCAN_META_KINDS = ["shape", "shape", "dtype", "nontensor", "groups", "transpose", "h0rows", "N0", "complex"]
 
 
+def common_bad(kind, x, present, r, gen, no_complex=()):
+    """The bad inputs every op's mutations share: one of the present arguments made complex (not those in
+    no_complex), a non-tensor, or a tensor on another device; x changed in place. The argument's name, or
+    None for another kind."""
+    if kind == "complex":
+        k = r.choice([k for k in present if k not in no_complex])
+        x[k] = torch.complex(x[k].float(), x[k].float())
+        return k
+    if kind == "nontensor":
+        k = r.choice(present)
+        x[k] = r.choice([1.0, [1.0, 2.0], "x", 3])
+        return k
+    if kind == "device":
+        k = r.choice(present)
+        other = "meta" if (gen.device == "cpu" or r.random() < 0.5) else "cpu"
+        x[k] = x[k].to(other)
+        return k
+    return None
+
+
 def mutate_scan(x, c, gen, raw=False, kinds=SCAN_KINDS):
     """One bad input for selective_scan_fn (raw: the op itself, which casts nothing); returns
     (x, c, expected names), or None when the mutation drawn does not apply."""
@@ -486,18 +506,8 @@ def mutate_scan(x, c, gen, raw=False, kinds=SCAN_KINDS):
             dt = r.choice([dt, F64])
         x[k] = x[k].to(dt) if dt != torch.bool else (x[k] > 0)
         return x, c, [k]
-    if kind == "complex":
-        k = r.choice(present)
-        x[k] = torch.complex(x[k].float(), x[k].float())
-        return x, c, [k]
-    if kind == "nontensor":
-        k = r.choice(present)
-        x[k] = r.choice([1.0, [1.0, 2.0], "x", 3])
-        return x, c, [k]
-    if kind == "device":
-        k = r.choice(present)
-        other = "meta" if (gen.device == "cpu" or r.random() < 0.5) else "cpu"
-        x[k] = x[k].to(other)
+    k = common_bad(kind, x, present, r, gen)
+    if k is not None:
         return x, c, [k]
     if kind == "groups":
         if c["batch"] == 0 or c["L"] == 0 or c["dim"] < 2:
@@ -1676,18 +1686,8 @@ def mutate_ssd(x, c, gen, raw=False, kinds=SSD_KINDS):
         if raw and k == "x" and dt in (F16, BF16, F32):
             return x, c, ["x", "dt", "B", "C", "z"]  # (x's dtype is T: the others are refused against it)
         return x, c, [k]
-    if kind == "complex":
-        k = r.choice([k for k in present if k != "seq_idx"])
-        x[k] = torch.complex(x[k].float(), x[k].float())
-        return x, c, [k]
-    if kind == "nontensor":
-        k = r.choice(present)
-        x[k] = r.choice([1.0, [1.0, 2.0], "x", 3])
-        return x, c, [k]
-    if kind == "device":
-        k = r.choice(present)
-        other = "meta" if (gen.device == "cpu" or r.random() < 0.5) else "cpu"
-        x[k] = x[k].to(other)
+    k = common_bad(kind, x, present, r, gen, no_complex=("seq_idx",))
+    if k is not None:
         return x, c, [k]
     if kind == "groups":  # a group count that does not divide nheads (or is more than nheads)
         b, L, H, N, dt = c["b"], c["L"], c["H"], c["N"], x["x"].dtype
