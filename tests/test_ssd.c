@@ -1058,6 +1058,209 @@ static void nan_tests(void) {
     }
 }
 
+/* ------------------------------------------------------------------------ special values -- */
+/* A special value at logical element i of t: kind 0 NaN, 1 infinity, 2 the dtype's smallest
+   subnormal, 3 zero; neg: its negative. */
+static void put_special(tc_tensor *t, int64_t i, int kind, int neg) {
+    unsigned char *p = (unsigned char *)t->data + tc_off(t, i) * tc_esize(t->dt);
+    if (kind == 0) { put_nan(t, i); return; }
+    if (t->dt == SELSCAN_F32) {
+        uint32_t u = kind == 1 ? 0x7f800000u : kind == 2 ? 1u : 0u;
+        if (neg) u |= 0x80000000u;
+        memcpy(p, &u, 4);
+    } else {
+        uint16_t h = (uint16_t)(kind == 1 ? (t->dt == SELSCAN_F16 ? 0x7c00 : 0x7f80) : kind == 2 ? 1 : 0);
+        if (neg) h |= 0x8000;
+        memcpy(p, &h, 2);
+    }
+    t->v[i] = tc_get(t, i);
+}
+
+/* elements of got whose finiteness differs from ref's (saved finiteness, 1 finite) */
+static int64_t finite_mismatch(const tc_tensor *got, const unsigned char *ref_fin, int64_t *first) {
+    int64_t i, bad = 0;
+    *first = -1;
+    for (i = 0; i < got->count; i++)
+        if ((isfinite(tc_get(got, i)) ? 1 : 0) != ref_fin[i] && bad++ == 0) *first = i;
+    return bad;
+}
+static unsigned char *finiteness(const tc_tensor *t) {
+    unsigned char *f = (unsigned char *)malloc((size_t)(t->count ? t->count : 1));
+    int64_t i;
+    for (i = 0; i < t->count; i++) f[i] = !t->mem || isfinite(tc_get(t, i)) ? 1 : 0; /* (absent: not read) */
+    return f;
+}
+
+/* The fast paths' parts (np parts on one workspace pre-filled with byte fill): status */
+static int fwd_parts_fill(sprob *S, int64_t np, int fill) {
+    size_t bytes = 0;
+    void *ws;
+    int64_t part;
+    int ok = selscan_ssd_workspace_size_parts(&S->p, NULL, np, &bytes) == SELSCAN_OK;
+    ws = tc_ws(bytes);
+    memset(ws, fill, bytes);
+    for (part = 0; ok && part < np; part++) ok &= selscan_ssd_forward_cpu_part(&S->p, part, np, ws, bytes) == SELSCAN_OK;
+    tc_ws_free(ws);
+    return ok;
+}
+static int bwd_parts_fill(sprob *S, sgrads *G, int64_t np, int fill) {
+    size_t bytes = 0;
+    void *ws;
+    int64_t part;
+    int ok = selscan_ssd_workspace_size_parts(&S->p, &G->g, np, &bytes) == SELSCAN_OK;
+    ws = tc_ws(bytes);
+    memset(ws, fill, bytes);
+    for (part = 0; ok && part < np; part++)
+        ok &= selscan_ssd_backward_cpu_part(&S->p, &G->g, part, np, ws, bytes) == SELSCAN_OK;
+    for (part = np - 1; ok && part >= 0; part--)
+        ok &= selscan_ssd_backward_cpu_reduce(&S->p, &G->g, part, np, ws, bytes) == SELSCAN_OK;
+    tc_ws_free(ws);
+    return ok;
+}
+
+/* Inf, NaN, signed zeros and subnormals in any input (dy and dfinal_state too), A > 0, A = 0,
+   A = -inf, dt limits at infinity: the fast CPU paths element by element against the reference,
+   non-finite exactly where the reference's are (moderate values otherwise: no sum comes near f32's
+   overflow, where the fast paths' other order of the sums may overflow where the reference's does
+   not, or not where it does), every NaN of both backwards the default quiet NaN; then the parts,
+   every n_parts 1 .. 8 on workspaces pre-filled with 0x00, 0xFF (NaN) or 0x7F bytes, bitwise the
+   one-call results. dy0: no initial_state and a NaN in dy at a sequence's first step, where
+   (a 0 state times the NaN gradient) the reference's dA is NaN (the CUDA walks' corner, NOTES
+   SSD-CUDA-v10): the fast CPU backward's dA NaN as well. */
+static void special_case(selscan_dtype dt, int dy0) {
+    static const int fills[3] = {0x00, 0xFF, 0x7F};
+    scfg c;
+    sprob S;
+    sgrads G;
+    char desc[400];
+    unsigned char *fy, *ff, *fg[NG], *snap[NG + 2];
+    int64_t bad, at, np, h = 0;
+    int k, j, ns;
+    cfg_random(&c, dt, 3000);
+    if (dy0) { c.h0 = 0; c.hlast = 1; }
+    prob_make(&S, &c);
+    grads_make(&G, &S, (1u << NG) - 1);
+    if (tc_coin(0.15)) { S.p.flags |= SELSCAN_SSD_DT_LIMIT; S.p.dt_min = tc_coin(0.5) ? -INFINITY : 0.0f; S.p.dt_max = INFINITY; }
+    if (tc_coin(0.05)) { S.p.flags |= SELSCAN_SSD_DT_LIMIT; S.p.dt_min = S.p.dt_max = INFINITY; }
+    describe(&S, desc, sizeof desc);
+    if (dy0) { /* batch row 0, the first step of a sequence (a non-empty one), head h */
+        int64_t t = 0, p = tc_randint(0, c.P - 1);
+        h = tc_randint(0, c.H - 1);
+        if (c.seq == 2) {
+            int64_t s0 = tc_randint(0, c.nseq - 1), s;
+            for (s = 0; s < c.nseq && S.cu[(s0 + s) % c.nseq] == S.cu[(s0 + s) % c.nseq + 1]; s++) continue;
+            t = s < c.nseq ? S.cu[(s0 + s) % c.nseq] : 0;
+        } else if (c.seq == 1) {
+            int64_t n = 0;
+            for (t = 0; t < c.L; t++) n += t == 0 || S.sidv[t] != S.sidv[t - 1];
+            n = tc_randint(0, n - 1);
+            for (t = 0; t < c.L; t++) if ((t == 0 || S.sidv[t] != S.sidv[t - 1]) && n-- == 0) break;
+        }
+        put_nan(&G.dy, ((t * c.H) + h) * c.P + p);
+        snprintf(desc + strlen(desc), sizeof desc - strlen(desc), " | NaN dy[0, %lld, %lld, %lld]", (long long)t,
+                 (long long)h, (long long)p);
+    } else {
+        ns = (int)tc_randint(1, 3);
+        for (j = 0; j < ns; j++) {
+            static const char *const nm[] = {"x", "dt", "A", "B", "C", "D", "z", "dt_bias", "initial_state", "dy", "dfinal_state"};
+            const int w = (int)tc_randint(0, 10);
+            tc_tensor *t = w < 9 ? grad_input(&S, w) : w == 9 ? &G.dy : &G.dfin;
+            int64_t e;
+            if (!t->mem) continue;
+            e = tc_randint(0, t->count - 1);
+            if (w == 2 && tc_coin(0.5)) { /* a growing decay (small: no overflow), none, a = 0 */
+                const int m = (int)tc_randint(0, 2);
+                if (m == 2) put_special(t, e, 1, 1);
+                else { t->v[e] = m == 0 ? 0.0625 : 0.0; tc_encode(SELSCAN_F32, t->v[e], (float *)t->data + tc_off(t, e)); }
+                snprintf(desc + strlen(desc), sizeof desc - strlen(desc), " | A[%lld] %s", (long long)e,
+                         m == 0 ? "0.0625" : m == 1 ? "0" : "-inf");
+                continue;
+            }
+            {
+                const int kind = (int)tc_randint(0, 3), neg = tc_coin(0.5);
+                put_special(t, e, kind, neg);
+                snprintf(desc + strlen(desc), sizeof desc - strlen(desc), " | %s[%lld] %s%s", nm[w], (long long)e,
+                         neg ? "-" : "", kind == 0 ? "nan" : kind == 1 ? "inf" : kind == 2 ? "subnormal" : "0");
+            }
+        }
+    }
+    /* forward: the reference's finiteness, then the fast one's, then its parts bitwise */
+    tc_poison(&S.y);
+    tc_poison(&S.hlast);
+    if (!CHECK(run_fwd_with(&S.p, selscan_ssd_forward_ref) == SELSCAN_OK, "special: forward_ref (%s)", desc)) goto done;
+    fy = finiteness(&S.y);
+    ff = finiteness(&S.hlast);
+    tc_poison(&S.y);
+    tc_poison(&S.hlast);
+    if (CHECK(run_fwd_with(&S.p, selscan_ssd_forward_cpu) == SELSCAN_OK, "special: forward_cpu (%s)", desc)) {
+        bad = finite_mismatch(&S.y, fy, &at);
+        CHECK(bad == 0, "special: forward_cpu y: %lld elements finite where the reference's are not or not where they are, the first [%lld] %g (%s)",
+              (long long)bad, (long long)at, at >= 0 ? tc_get(&S.y, at) : 0.0, desc);
+        if (c.hlast) {
+            bad = finite_mismatch(&S.hlast, ff, &at);
+            CHECK(bad == 0, "special: forward_cpu final_state: %lld elements' finiteness differs, the first [%lld] %g (%s)",
+                  (long long)bad, (long long)at, at >= 0 ? tc_get(&S.hlast, at) : 0.0, desc);
+        }
+        snap[NG] = tc_snapshot(&S.y);
+        snap[NG + 1] = tc_snapshot(&S.hlast);
+        for (np = 1; np <= 8; np++) {
+            tc_poison(&S.y);
+            tc_poison(&S.hlast);
+            CHECK(fwd_parts_fill(&S, np, fills[np % 3]) && tc_same(&S.y, snap[NG]) && tc_same(&S.hlast, snap[NG + 1]),
+                  "special: forward_cpu_part: %lld parts (workspace of 0x%02X bytes) not bitwise forward_cpu's (%s)",
+                  (long long)np, fills[np % 3], desc);
+        }
+        free(snap[NG]);
+        free(snap[NG + 1]);
+    }
+    free(fy);
+    free(ff);
+    /* backward */
+    if (!run_bwd_with(&S, &G, desc, 0)) goto done;
+    for (k = 0; k < NG; k++) fg[k] = finiteness(&G.out[k]);
+    if (dy0) CHECK(isnan(tc_get(&G.out[G_DA], h)), "special: backward_ref's dA[%lld] %g, not NaN (%s)", (long long)h,
+                   tc_get(&G.out[G_DA], h), desc);
+    for (k = 0; k < NG; k++) /* every NaN the default quiet NaN */
+        if (G.want >> k & 1) {
+            int64_t m, nb = 0;
+            for (m = 0; m < G.out[k].count; m++) nb += isnan(tc_get(&G.out[k], m)) && !is_canon_nan(G.out[k].dt, &G.out[k], m);
+            CHECK(nb == 0, "special: backward_ref %s: %lld NaN not the default quiet NaN (%s)", gnames[k], (long long)nb, desc);
+        }
+    if (run_bwd_with(&S, &G, desc, 1)) {
+        for (k = 0; k < NG; k++) {
+            int64_t m, nb = 0;
+            if (!(G.want >> k & 1)) continue;
+            bad = finite_mismatch(&G.out[k], fg[k], &at);
+            CHECK(bad == 0, "special: backward_cpu %s: %lld elements finite where the reference's are not or not where they are, the first [%lld] %g (%s)",
+                  gnames[k], (long long)bad, (long long)at, at >= 0 ? tc_get(&G.out[k], at) : 0.0, desc);
+            for (m = 0; m < G.out[k].count; m++) nb += isnan(tc_get(&G.out[k], m)) && !is_canon_nan(G.out[k].dt, &G.out[k], m);
+            CHECK(nb == 0, "special: backward_cpu %s: %lld NaN not the default quiet NaN (%s)", gnames[k], (long long)nb, desc);
+        }
+        if (dy0) CHECK(isnan(tc_get(&G.out[G_DA], h)), "special: backward_cpu's dA[%lld] %g where the reference's is NaN (%s)",
+                       (long long)h, tc_get(&G.out[G_DA], h), desc);
+        for (k = 0; k < NG; k++) snap[k] = tc_snapshot(&G.out[k]);
+        for (np = 1; np <= 8; np++) {
+            int same = 1;
+            for (k = 0; k < NG; k++) tc_poison(&G.out[k]);
+            same = bwd_parts_fill(&S, &G, np, fills[np % 3]);
+            for (k = 0; k < NG; k++) same &= tc_same(&G.out[k], snap[k]);
+            CHECK(same, "special: backward_cpu_part: %lld parts (workspace of 0x%02X bytes) not bitwise backward_cpu's (%s)",
+                  (long long)np, fills[np % 3], desc);
+        }
+        for (k = 0; k < NG; k++) free(snap[k]);
+    }
+    for (k = 0; k < NG; k++) free(fg[k]);
+done:
+    grads_free(&G);
+    prob_free(&S);
+}
+
+static void special_tests(void) {
+    int i;
+    for (i = 0; i < (tc_quick() ? 30 : 120); i++)
+        special_case(i % 3 == 0 ? SELSCAN_F32 : i % 3 == 1 ? SELSCAN_F16 : SELSCAN_BF16, i % 4 == 3);
+}
+
 /* --------------------------------------------------------------------------- validation -- */
 /* the entry points; F_FWD runs forward_ref, forward_cpu and forward_cpu_part (part 1 of 2) alike,
    F_WSF workspace_size (forward) and workspace_size_parts alike; F_BWD backward_ref, backward_cpu,
@@ -1596,5 +1799,6 @@ int main(void) {
     repeat_tests();
     packed_identity_tests();
     nan_tests();
+    special_tests();
     return tc_finish();
 }
