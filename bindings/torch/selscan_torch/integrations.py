@@ -1094,16 +1094,35 @@ def _m2_split_conv1d_scan(original, own_on_cuda):
 
 
 def _mamba_ssm_ssd_imports():
-    """Whether mamba_ssm's Triton SSD imports (what transformers' wrappers then resolve to): a mamba_ssm
-    folder without its CUDA build (or a broken one) does not, and transformers falls back to its
-    PyTorch body, slower than selscan's route."""
+    """Whether mamba_ssm and its Triton SSD import (what transformers' wrappers then resolve to): a mamba_ssm
+    folder without its CUDA build (or a broken one) does not, and transformers falls back to its PyTorch
+    body, slower than selscan's route. The package first, as transformers' wrappers import it: its failed
+    import leaves the submodules it imported so far in sys.modules, on which importlib imports
+    mamba_ssm.ops.triton.ssd_combined alone (its parents found there), a success the wrappers never saw
+    (before: this said yes there, and use_in_transformers sent CUDA calls to transformers' PyTorch body).
+    What a failed probe imported of mamba_ssm leaves sys.modules again."""
     if not _importable("mamba_ssm"):
         return False
+    before = {k for k in sys.modules if _in_namespace(k, "mamba_ssm")}
     try:
+        importlib.import_module("mamba_ssm")
         importlib.import_module("mamba_ssm.ops.triton.ssd_combined")
         return True
     except Exception:
+        for k in [k for k in sys.modules if _in_namespace(k, "mamba_ssm") and k not in before]:
+            del sys.modules[k]
         return False
+
+
+def _tf_resolved_package(original):
+    """Whether transformers' decorated kernel name (use_kernel_func_from_hub_with_fallback) resolved, when
+    its module was imported, to the package's function (mamba_ssm's) rather than its own PyTorch body: its
+    wrapper's is_new_implementation, read through kernels' Func module; None where it cannot be read."""
+    try:
+        func = inspect.getclosurevars(type(original).forward).nonlocals["func"]
+        return bool(inspect.getclosurevars(func).nonlocals["is_new_implementation"])
+    except Exception:
+        return None
 
 
 def _install_transformers_mamba2(h):
@@ -1112,10 +1131,15 @@ def _install_transformers_mamba2(h):
     triton_ssd = _mamba_ssm_ssd_imports()
     for modname, mod in _tf5_modules(_TF_MAMBA2_MODULES, _TF_MAMBA2_KERNELS):
         g = mod.__dict__
-        h._setattr(mod, "mamba2_chunk_scan", _m2_chunk_scan(g["mamba2_chunk_scan"], triton_ssd),
+        # CUDA calls keep the module's own scan / fused call where it is mamba_ssm's: where transformers'
+        # wrapper says what it resolved to, that (a module imported before mamba_ssm could be), else the probe
+        own = {n: _tf_resolved_package(g[n]) for n in ("mamba2_chunk_scan", "mamba2_split_conv1d_scan_combined")}
+        own = {n: triton_ssd if v is None else v for n, v in own.items()}
+        h._setattr(mod, "mamba2_chunk_scan", _m2_chunk_scan(g["mamba2_chunk_scan"], own["mamba2_chunk_scan"]),
                    f"{modname}.mamba2_chunk_scan")
         h._setattr(mod, "mamba2_split_conv1d_scan_combined",
-                   _m2_split_conv1d_scan(g["mamba2_split_conv1d_scan_combined"], triton_ssd),
+                   _m2_split_conv1d_scan(g["mamba2_split_conv1d_scan_combined"],
+                                         own["mamba2_split_conv1d_scan_combined"]),
                    f"{modname}.mamba2_split_conv1d_scan_combined")
         for m in [v for v in g.values() if isinstance(v, type) and v.__module__ == modname and "forward" in v.__dict__
                   and _calls(v.__dict__["forward"], "mamba2_split_conv1d_scan_combined")]:

@@ -324,3 +324,36 @@ def test_training_on_a_cache_from_an_earlier_forward(family):
         assert rel_err(got_loss, want_loss) < TOL32 and got.keys() == want.keys()
         worst = max((rel_err(got[n], want[n]), n) for n in want)
         assert worst[0] < GTOL32, (detach, worst)
+
+
+def test_cuda_calls_go_to_mamba_ssm_only_where_transformers_resolved_it():
+    """use_in_transformers() leaves a CUDA call to the module's own scan / fused call where that is mamba_ssm's
+    Triton, else selscan's. The probe imported mamba_ssm.ops.triton.ssd_combined alone: where mamba_ssm itself
+    does not import (installed without its CUDA build, as for use_in_mamba_ssm), transformers' failed import of
+    it leaves its first submodules in sys.modules, on which that import succeeds: the probe said yes where
+    transformers' wrappers had resolved to their PyTorch body, so CUDA calls went there (packed ones refused by
+    transformers). Checked on the CPU: what each installed wrapper keeps for CUDA is what transformers'
+    wrapper resolved to, and a failed probe leaves sys.modules as it found it."""
+    import inspect
+    import sys
+
+    try:
+        importlib.import_module("mamba_ssm")
+        package = True
+    except Exception:
+        package = False
+    before = {k for k in sys.modules if k.startswith("mamba_ssm")}
+    probe = si._mamba_ssm_ssd_imports()
+    if not probe:
+        assert {k for k in sys.modules if k.startswith("mamba_ssm")} == before
+    assert probe <= package
+    with si.use_in_transformers():
+        for modname in si._TF_MAMBA2_MODULES:
+            mod = importlib.import_module(modname)
+            for name in ("mamba2_chunk_scan", "mamba2_split_conv1d_scan_combined"):
+                original = si._SLOTS[(id(mod), name)][2]
+                kept = inspect.getclosurevars(getattr(mod, name)).nonlocals["own_on_cuda"]
+                resolved = si._tf_resolved_package(original)
+                assert kept == (probe if resolved is None else resolved), (modname, name, kept, resolved)
+                if resolved is not None and not package:
+                    assert not resolved  # (transformers cannot have resolved a package that does not import)
