@@ -503,12 +503,32 @@ def _tf_conv_fn(original, packed=False):
                                           f"(widths {_C.CONV_MIN_WIDTH} .. {_C.CONV_MAX_WIDTH}) nor "
                                           "transformers' own PyTorch conv takes them")
             return own(x, weight, bias, activation=activation, **kwargs)
-        if activation not in _ACTS:  # an activation selscan's conv does not fuse: transformers' own
-            return original(x, weight, bias, activation=activation, **kwargs)
+        if activation not in _ACTS:  # an activation selscan's conv does not fuse: transformers' own, which
+            if seq_idx is None and cu is None:  # does not keep packed sequences apart (it ignored a seq_idx:
+                return original(x, weight, bias, activation=activation, **kwargs)  # the conv ran across them)
+            return _tf_conv_then_act(x, weight, bias, seq_idx, cu, initial_states, return_final_states,
+                                     final_states_out, activation)
         return _standin_causal_conv1d_fn(x, weight, bias, seq_idx, initial_states, return_final_states,
                                          final_states_out, activation, cu_seqlens=cu)
 
     return causal_conv1d_fn_
+
+
+def _tf_conv_then_act(x, weight, bias, seq_idx, cu, initial_states, return_final_states, final_states_out,
+                      activation):
+    """Packed sequences through a conv whose activation selscan's conv does not fuse (a Mamba-2 model's
+    hidden_act other than silu): selscan's conv restarting at each sequence, then the activation as
+    transformers' own conv applies it (ACT2FN, in the weight's dtype, back to x's). Before, transformers' own
+    conv ran without the seq_idx (a silent mix of the sequences, where the scan restarted) or refused
+    cu_seqlens."""
+    if initial_states is not None or return_final_states or final_states_out is not None:
+        raise NotImplementedError(f"selscan_torch.use_in_transformers: packed sequences with initial_states / "
+                                  f"final states through a conv of activation {activation!r}: selscan's conv "
+                                  f"fuses {_ACTS[1:]} only (argument 'activation')")
+    from transformers.activations import ACT2FN
+
+    y = _standin_causal_conv1d_fn(x, weight, bias, seq_idx, activation=None, cu_seqlens=cu)
+    return ACT2FN[activation](y.to(weight.dtype)).to(x.dtype)
 
 
 def _tf_conv_update(original):
