@@ -1071,6 +1071,8 @@ def _m2_mixer_forward(original, cache_name):
     """A Mamba-2 family mixer's forward (hidden_states, cache, attention_mask, **kwargs) around transformers'
     own: says (_M2_FUSED) whether its fused call may run selscan's layer, and with which gated norm."""
     def forward(self, hidden_states, *args, **kwargs):
+        if torch.compiler.is_compiling():  # ContextVar.set is not traced (torch.compile(fullgraph=True) refused the
+            return original(self, hidden_states, *args, **kwargs)  # model): the unfused path, on selscan's kernels
         cache = args[0] if args else kwargs.get(cache_name)
         mask = args[1] if len(args) > 1 else kwargs.get("attention_mask")
         norm = getattr(self, "norm", None)

@@ -387,3 +387,28 @@ def test_packed_sequences_with_a_conv_activation_selscan_does_not_fuse(form):
         grads = torch.autograd.grad((packed * dy).sum(), list(model.backbone.parameters()), allow_unused=True)
     assert rel_err(packed, alone) < TOL32
     assert max(rel_err(g, w) for g, w in zip(grads, grads_alone) if w is not None) < GTOL32
+
+
+def test_fullgraph_compile_of_a_training_step():
+    """torch.compile(model, fullgraph=True) of a training forward without a cache: transformers' own path traces
+    whole, use_in_transformers() refused it (the mixer's stand-in forward set a ContextVar, which dynamo does not
+    trace). Under compilation the mixer now runs its unfused path, on selscan's conv and scan (in the graph).
+    The eager backend: dynamo's tracing is what is checked, not inductor's code."""
+    model = _model("Mamba2").train()
+    ids = torch.randint(1, 128, (2, 9), generator=torch.Generator().manual_seed(6))
+    want = model(input_ids=ids, labels=ids, use_cache=False).loss
+    traced = []
+
+    def backend(gm, example_inputs):
+        traced.extend(str(n.target) for n in gm.graph.nodes if n.op == "call_function")
+        return gm.forward
+
+    torch._dynamo.reset()
+    try:
+        with si.use_in_transformers():
+            got = torch.compile(model, fullgraph=True, backend=backend)(input_ids=ids, labels=ids, use_cache=False).loss
+            got.backward()
+    finally:
+        torch._dynamo.reset()
+    assert {"selscan.ssd_fwd.default", "selscan.conv_fwd.default"} <= set(traced), sorted(set(traced))
+    assert rel_err(got, want) < TOL32
