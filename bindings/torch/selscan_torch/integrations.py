@@ -334,12 +334,14 @@ def _importable(name):
 # ---- transformers -------------------------------------------------------------------------------
 
 _TF_MODULES = ("transformers.models.mamba.modeling_mamba", "transformers.models.falcon_mamba.modeling_falcon_mamba")
-_FALCON_DT_ONES = {}  # (device, n) -> float32 ones: FalconMamba's weightless RMS norms' weights (_falcon_ones)
+_FALCON_DT_ONES = {}  # (device, n, norm) -> float32 ones: FalconMamba's weightless RMS norms' weights (_falcon_ones)
 
 
-def _falcon_ones(device, n):
-    """n float32 ones on device, made once: the weight of a FalconMamba weightless RMS norm of n channels."""
-    key = (device, n)
+def _falcon_ones(device, n, norm="dt"):
+    """n float32 ones on device, made once: the weight of a FalconMamba weightless RMS norm of n channels, one
+    tensor a norm (the block's autograd.Function takes no tensor twice under torch.compile: "duplicate tensor
+    input" refused FalconMamba's compiled training step, B's and C's weight one tensor)."""
+    key = (device, n, norm)
     if key not in _FALCON_DT_ONES:
         _FALCON_DT_ONES[key] = torch.ones(n, dtype=torch.float32, device=device)
     return _FALCON_DT_ONES[key]
@@ -885,12 +887,13 @@ def _hy_falcon_forward(original, apply_mask, cache_name):
         hidden_states = apply_mask(hidden_states, mask)
         xz = _block.in_proj_cm(hidden_states, self.in_proj.weight, self.in_proj.bias)
         A = -torch.exp(self.A_log.float())
-        dt_w, b_w = _falcon_ones(xz.device, self.time_step_rank), _falcon_ones(xz.device, self.ssm_state_size)
+        dt_w, b_w = _falcon_ones(xz.device, self.time_step_rank), _falcon_ones(xz.device, self.ssm_state_size, "B")
+        c_w = _falcon_ones(xz.device, self.ssm_state_size, "C")
         return _block.mamba_inner_fn(xz, self.conv1d.weight, self.conv1d.bias if self.use_conv_bias else None,
                                      self.x_proj.weight, self.dt_proj.weight, self.out_proj.weight,
                                      self.out_proj.bias if self.use_bias else None, A, None, None, self.D.float(),
                                      delta_bias=self.dt_proj.bias.float(), delta_softplus=True,
-                                     b_rms_weight=b_w, c_rms_weight=b_w, dt_rms_weight=dt_w, b_c_dt_rms_eps=eps,
+                                     b_rms_weight=b_w, c_rms_weight=c_w, dt_rms_weight=dt_w, b_c_dt_rms_eps=eps,
                                      dt_rms_pre_proj=True, mask=_mixer_padding(self, mask))
 
     forward.__wrapped__ = original
