@@ -1142,9 +1142,11 @@ def _mamba_ssm_ssd_imports():
 def _tf_resolved_package(original):
     """Whether transformers' decorated kernel name (use_kernel_func_from_hub_with_fallback) resolved, when
     its module was imported, to the package's function (mamba_ssm's) rather than its own PyTorch body: its
-    wrapper's is_new_implementation, read through kernels' Func module; None where it cannot be read."""
+    wrapper's is_new_implementation, read through kernels' Func module (or the wrapper itself, a function:
+    transformers without kernels); None where it cannot be read."""
     try:
-        func = inspect.getclosurevars(type(original).forward).nonlocals["func"]
+        func = original if inspect.isfunction(original) else \
+            inspect.getclosurevars(type(original).forward).nonlocals["func"]
         return bool(inspect.getclosurevars(func).nonlocals["is_new_implementation"])
     except Exception:
         return None
