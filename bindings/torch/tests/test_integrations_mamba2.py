@@ -432,3 +432,20 @@ def test_resolution_read_without_kernels():
             got = si._tf_resolved_package(wrapper)
             assert got is not None and got == si._tf_resolved_package(original), (modname, name, got)
     assert si._tf_resolved_package(lambda x: x) is None
+
+
+def test_failed_probe_leaves_sys_modules_as_it_found_them():
+    """The probe as the first importer of mamba_ssm (a fresh process): where mamba_ssm does not import, what
+    the failed probe imported of it leaves sys.modules (the test above runs after its own import of mamba_ssm,
+    which left the leftovers there first: the probe's clean-up went unchecked)."""
+    import subprocess
+    import sys
+
+    code = ("import sys, selscan_torch.integrations as si\n"
+            "ns = lambda: {k for k in sys.modules if k == 'mamba_ssm' or k.startswith('mamba_ssm.')}\n"
+            "before = ns()\n"
+            "ok = si._mamba_ssm_ssd_imports()\n"
+            "print(ok, sorted(ns() - before))\n"
+            "assert ok or ns() == before, sorted(ns() - before)\n")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stdout + r.stderr[-3000:]
