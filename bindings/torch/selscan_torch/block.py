@@ -338,9 +338,8 @@ def mamba_inner_fn(xz, conv1d_weight, conv1d_bias, x_proj_weight, delta_proj_wei
         _checks.tensor_arg(t, name, optional)
         if t is not None and name.endswith("rms_weight"):  # used as they are (float32 in the norm): real only
             _checks._type(t.is_floating_point(), name, " must be a real floating-point tensor, got ", t.dtype)
-        if t is not None and t.device != xz.device:  # (F.linear would take a meta weight beside CPU tensors)
-            raise ValueError(f"selscan: {name} is on {t.device}, but xz is on {xz.device}: every tensor of "
-                             "mamba_inner_fn on one device")
+        # (F.linear would take a meta weight beside CPU tensors)
+        _checks.same_device("mamba_inner_fn", "xz", xz, ((name, t),))
     if A.is_complex():
         raise TypeError("selscan: complex A is not supported (real A only)")
     if xz.dim() != 3 or xz.shape[1] % 2:

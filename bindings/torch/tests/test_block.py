@@ -740,3 +740,13 @@ def test_conv_seq_idx_device_and_meta():
     assert (y.shape, y.dtype, y.device.type) == (x.shape, x.dtype, "meta")
     with pytest.raises(ValueError, match="seq_idx"):
         st.causal_conv1d_fn(x.to("meta"), w.to("meta"), b.to("meta"), seq_idx=torch.zeros(1, 6, dtype=torch.int32, device="meta"))
+
+
+def test_block_device_refusal_names_the_argument():
+    """mamba_inner_fn's tensor on another device than xz: refused by the package's one device rule
+    (_checks.same_device, which mamba_split_conv1d_scan_combined calls too), naming the argument passed,
+    rather than by a copy of that rule in block.py without the argument's name."""
+    xz, p = block_inputs()
+    for name in ("out_proj_weight", "conv1d_bias", "delta_bias"):
+        with pytest.raises(ValueError, match=rf"argument '{name}'"):
+            st.mamba_inner_fn(xz, **{**p, name: p[name].to("meta")})
