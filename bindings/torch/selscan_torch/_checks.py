@@ -282,6 +282,19 @@ def host_offsets(cu_seqlens):
     return torch.tensor(list(cu_seqlens), dtype=torch.int64)
 
 
+def offset_list(cu, total, total_what, prefix="selscan"):
+    """cu_seqlens (host_offsets' int64 CPU tensor) as a list of ints, checked where Python code reads the
+    offsets itself (the ops check theirs in the library): 1-D, n_seqs + 1 >= 2 entries rising from 0 to
+    total (total_what: what total is, for the message)."""
+    _value(cu.dim() == 1 and cu.numel() >= 2, "cu_seqlens must be (n_seqs + 1,) offsets, got shape ", tuple(cu.shape),
+           " (argument 'cu_seqlens')")
+    offs = [int(v) for v in cu.tolist()]
+    if offs[0] != 0 or offs[-1] != total or any(a > b for a, b in zip(offs, offs[1:])):
+        raise ValueError(f"{prefix}: cu_seqlens must rise from 0 to {total_what} {total}, got {offs} "
+                         "(argument 'cu_seqlens')")
+    return offs
+
+
 def int_arg(t, name, shape, what):
     """t an integer tensor of shape shape (what: its description), e.g. the conv update's cache_seqlens."""
     tensor_arg(t, name)

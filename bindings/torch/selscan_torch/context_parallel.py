@@ -365,13 +365,11 @@ class _Packed:
     the whole shard unreset (`thru`: then P applies, else P = 0)."""
 
     def __init__(self, cu, lengths, rank):
-        offs = [int(v) for v in cu.tolist()]
         starts = [0]
         for n in lengths:
             starts.append(starts[-1] + n)
-        if offs[0] != 0 or offs[-1] != starts[-1] or any(a > b for a, b in zip(offs, offs[1:])):
-            raise ValueError(f"selscan context_parallel: cu_seqlens must rise from 0 to the total length of "
-                             f"the shards ({starts[-1]} = sum of {list(lengths)}), got {offs}")
+        offs = _checks.offset_list(cu, starts[-1], f"the total length of the shards (the sum of {list(lengths)}):",
+                                   "selscan context_parallel")
         seq_starts = set(offs[:-1])
         self.cont, self.thru = [], []
         for q in range(len(lengths)):

@@ -143,12 +143,7 @@ def _standin_causal_conv1d_varlen_states(x, cu_seqlens, state_len):
     _checks._type(isinstance(state_len, int) and not isinstance(state_len, bool), "state_len must be an int, got ",
                   type(state_len).__name__)
     _checks._value(state_len > 0, "state_len must be positive, got ", state_len)
-    cu = _checks.host_offsets(cu_seqlens)
-    _checks._value(cu.dim() == 1 and cu.numel() >= 2, "cu_seqlens must be (n_seqs + 1,) offsets, got shape ",
-                   tuple(cu.shape), " (argument 'cu_seqlens')")
-    offs = cu.tolist()
-    _checks._value(offs[0] == 0 and offs[-1] == x.shape[0] and all(a <= b for a, b in zip(offs, offs[1:])),
-                   "cu_seqlens must rise from 0 to x's length ", x.shape[0], ", got ", offs, " (argument 'cu_seqlens')")
+    offs = _checks.offset_list(_checks.host_offsets(cu_seqlens), x.shape[0], "x's length")
     states = x.new_zeros(len(offs) - 1, state_len, x.shape[1]).transpose(1, 2)
     for i, (start, end) in enumerate(zip(offs, offs[1:])):
         n = min(end - start, state_len)
