@@ -1,0 +1,95 @@
+#!/usr/bin/env bash
+# bench/device_session.sh: one GPU sitting's gate and issue 40's figures, in a single device call. GPU machines
+# reach no registry and keep nothing between sessions, so what they need is fetched here first and carried.
+#
+#   bash bench/device_session.sh prep     here, on a clean checkout: kernels 0.16.2 (the version transformers
+#                                         5.17, the GPU machine's, accepts) + kernels-data + tomlkit wheels for
+#                                         Python 3.12 into .whl/, the peers' sdists (mamba_ssm 2.3.2.post1,
+#                                         causal_conv1d 1.7.0) into .peer/sdist/, and the tracked files' list, the
+#                                         tree's hash and HEAD into .whl/ (both folders git-ignored: carry them)
+#   bash bench/device_session.sh STEP...  on the device (run's carry: [".whl", ".peer"]), in order, logs in $OUT:
+#     verify   the copied tree's hash against prep's (the device copy's .git can lag the copied tree)
+#     gate     make test-gpu with kernels on PYTHONPATH (its summary line goes to bench/GPU_GATE.md)
+#     forms    bench_ssd_forms bf16 and f32: the SSD forward / backward, walks against chunks, one process
+#     peers    the peers for this GPU into build/peers (PEER_MAMBA2_ONLY=1: causal_conv1d built, mamba_ssm's
+#              Python; about 7 min on 16 cores, so the only step of its call beside verify)
+#     ssd      bench_ssd.py's scan at the four layer shapes, bf16, against mamba_ssm's Triton SSD (peers built)
+#     train    bench_models.py's Mamba2ForCausalLM training step, 130m and 1.3b shapes (peers built)
+#     profile  bench_ssd.py --cases profile and bench_models.py --cases profile: per-kernel times and the
+#              training goal as a budget for selscan's scan, conv and gated norm (peers built)
+# Each step's summary lines are printed; a failed step is reported and the next runs. Exit status: 1 when
+# any step failed.
+set -u
+cd "$(dirname "$0")/.."
+OUT=${OUT:-build/device-out}
+mkdir -p "$OUT"
+PY=${TORCH_PY:-python3}
+
+if [ "${1:-}" = prep ]; then
+    set -e
+    [ -z "$(git status --porcelain --untracked-files=no)" ] || { echo "prep: commit first (the hash is the tree's)"; exit 1; }
+    mkdir -p .whl .peer/sdist
+    rm -f .whl/*.whl
+    python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+        --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
+        -d .whl kernels==0.16.2 kernels-data==0.16.2 tomlkit==0.15.3
+    for p in mamba-ssm:mamba_ssm-2.3.2.post1.tar.gz causal-conv1d:causal_conv1d-1.7.0.tar.gz; do
+        f=${p#*:}
+        [ -s ".peer/sdist/$f" ] && continue
+        url=$(curl -fsS -H "Accept: application/vnd.pypi.simple.v1+json" "https://pypi.org/simple/${p%%:*}/" |
+              python3 -c "import json, sys; print(next(x['url'] for x in json.load(sys.stdin)['files'] if x['filename'] == sys.argv[1]))" "$f")
+        curl -fsSL -o ".peer/sdist/$f" "$url"
+    done
+    git ls-files > .whl/files.txt
+    git rev-parse HEAD > .whl/commit.txt
+    tr '\n' '\0' < .whl/files.txt | xargs -0 sha1sum | sha1sum | cut -c1-40 > .whl/tree.sha
+    echo "prep: $(ls .whl/*.whl | wc -l) wheels, $(ls .peer/sdist | wc -l) sdists; tree $(cat .whl/tree.sha) at $(cut -c1-7 .whl/commit.txt)"
+    exit 0
+fi
+
+if ls .whl/*.whl >/dev/null 2>&1; then
+    "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl &&
+        export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
+fi
+peers="$(pwd)/build/peers"
+failed=0
+step() {  # step NAME TIMEOUT_S COMMAND...: the command's log in $OUT/NAME.log, its last lines printed
+    local name=$1 limit=$2 t0 rc
+    shift 2
+    t0=$(date +%s)
+    timeout "$limit" bash -c "$*" > "$OUT/$name.log" 2>&1
+    rc=$?
+    echo "== $name: rc $rc, $(( $(date +%s) - t0 )) s"
+    tail -n "${TAIL:-25}" "$OUT/$name.log"
+    [ "$rc" = 0 ] || failed=1
+}
+need_torch_pkg() {  # the benches import the installed selscan_torch (the gate installs it; a later call reuses it)
+    "$PY" -c "import selscan_torch" 2>/dev/null ||
+        step torch-pkg 400 "MAX_JOBS=\$(nproc) $PY -m pip install -q --no-build-isolation --no-deps ./bindings/torch"
+}
+nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu,power.draw --format=csv > "$OUT/smi.txt" 2>&1
+for s in "$@"; do
+    case $s in
+    verify)
+        got=$(tr '\n' '\0' < .whl/files.txt | xargs -0 sha1sum | sha1sum | cut -c1-40)
+        echo "== verify: tree $got, prep's $(cat .whl/tree.sha) at $(cut -c1-7 .whl/commit.txt)"
+        [ "$got" = "$(cat .whl/tree.sha)" ] || { echo "verify: the copied tree is not prep's"; failed=1; } ;;
+    gate)
+        TAIL=12 step gate 590 "TORCH_PY=$PY make test-gpu" ;;
+    forms)
+        step forms 400 "make -s build/bench_ssd_forms && ./build/bench_ssd_forms bf16 && ./build/bench_ssd_forms f32" ;;
+    peers)
+        step peers 590 "PEER_MAMBA2_ONLY=1 PYTHON=$PY bash bench/build_peers.sh .peer/sdist $peers" ;;
+    ssd)
+        need_torch_pkg
+        step ssd 400 "PYTHONPATH=$peers:\${PYTHONPATH:-} $PY bench/bench_ssd.py --device cuda --dtype bf16 --batch 8 --lens 2048 --cases scan --shapes 130m,1.3b,2.7b,nemotron-h --reps 5" ;;
+    train)
+        need_torch_pkg
+        step train 590 "PYTHONPATH=$peers:\${PYTHONPATH:-} $PY bench/bench_models.py --models mamba2-130m,mamba2-1.3b --backends selscan-ssd,mamba_ssm --cases train --out $OUT/train.json" ;;
+    profile)
+        need_torch_pkg
+        step profile 590 "PYTHONPATH=$peers:\${PYTHONPATH:-} $PY bench/bench_ssd.py --device cuda --dtype bf16 --batch 8 --lens 2048 --cases profile --shapes 130m,1.3b && PYTHONPATH=$peers:\${PYTHONPATH:-} $PY bench/bench_models.py --models mamba2-130m --backends selscan-ssd,mamba_ssm --cases profile --out $OUT/profile.json" ;;
+    *) echo "device_session: unknown step $s"; failed=1 ;;
+    esac
+done
+exit $failed
