@@ -757,9 +757,7 @@ def _conv(x, weight, bias, activation, group, rank, world, check):
         if bias is not None and tuple(bias.shape) != (x.shape[1],):
             raise ValueError(f"selscan context_parallel: bias must have shape (dim,) = ({x.shape[1]},), got "
                              f"{list(bias.shape)}")
-        for t, name in ((weight, "weight"), (bias, "bias")):
-            if t is not None and t.device != x.device:
-                raise ValueError(f"selscan context_parallel: {name} is on {t.device} but x is on {x.device}")
+        _checks.same_device("causal_conv1d_cp", "x", x, (("weight", weight), ("bias", bias)))
         # as causal_conv1d_fn: weight / bias in float32, the sums in float32, y in x's dtype (an integer /
         # bool weight is refused here, not by F.conv1d after the halo exchange)
         if not x.is_floating_point():

@@ -454,8 +454,13 @@ def _tf_inner(original):
 def _tf_own(original):
     """transformers' own PyTorch body of a kernel name it decorates (use_kernel_func_from_hub_with_fallback
     resolves the decorated name to mamba_ssm / causal_conv1d where they import: for a conv width those
-    do not take either, only the PyTorch body is right)."""
-    return None if original is None else inspect.unwrap(original)
+    do not take either, only the PyTorch body is right). With kernels installed the name is kernels' Func
+    module around transformers' wrapper (nothing to unwrap: the module itself was returned, the dispatcher);
+    where the wrapper cannot be read, the name as it is."""
+    if original is None:
+        return None
+    wrapper = _tf_wrapper(original)
+    return inspect.unwrap(original if wrapper is None else wrapper)
 
 
 def _tf_step(original, step, inference_only=True):
@@ -1134,15 +1139,25 @@ def _mamba_ssm_ssd_imports():
         return False
 
 
+def _tf_wrapper(original):
+    """transformers' wrapper function of a decorated kernel name (use_kernel_func_from_hub_with_fallback):
+    the name itself (transformers without kernels), or read from kernels' Func module around it (its
+    forward's closure); None where it cannot be read."""
+    if inspect.isfunction(original):
+        return original
+    try:
+        func = inspect.getclosurevars(type(original).forward).nonlocals["func"]
+    except Exception:
+        return None
+    return func if inspect.isfunction(func) else None
+
+
 def _tf_resolved_package(original):
     """Whether transformers' decorated kernel name (use_kernel_func_from_hub_with_fallback) resolved, when
     its module was imported, to the package's function (mamba_ssm's) rather than its own PyTorch body: its
-    wrapper's is_new_implementation, read through kernels' Func module (or the wrapper itself, a function:
-    transformers without kernels); None where it cannot be read."""
+    wrapper's is_new_implementation; None where it cannot be read."""
     try:
-        func = original if inspect.isfunction(original) else \
-            inspect.getclosurevars(type(original).forward).nonlocals["func"]
-        return bool(inspect.getclosurevars(func).nonlocals["is_new_implementation"])
+        return bool(inspect.getclosurevars(_tf_wrapper(original)).nonlocals["is_new_implementation"])
     except Exception:
         return None
 

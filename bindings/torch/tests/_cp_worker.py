@@ -204,6 +204,10 @@ def run_cp2(case, g, gr, dev):
     def conv_int_weight():  # F.conv1d refused it after the halo exchange, a RuntimeError naming nothing
         cp.causal_conv1d_cp(torch.randn(1, 2, 5, device=dev), torch.ones(2, 4, dtype=torch.int8, device=dev), group=g)
 
+    def conv_meta_bias():  # the device rule: _checks.same_device's words, naming the argument (was its own copy)
+        cp.causal_conv1d_cp(torch.randn(1, 2, 5, device=dev), torch.ones(2, 4, device=dev),
+                            torch.ones(2, device="meta"), group=g)
+
     def conv_empty_w1():  # width 1: no halo, so an empty shard is valid; F.conv1d refused L 0
         L = 0 if gr == 1 else 3
         x = torch.arange(2.0 * L, device=dev).view(1, 2, L).requires_grad_(True)
@@ -248,6 +252,7 @@ def run_cp2(case, g, gr, dev):
     attempt("grads_f64", grads_f64)
     attempt("block_f64", block_f64)
     attempt("conv_int_weight", conv_int_weight)
+    attempt("conv_meta_bias", conv_meta_bias)
     attempt("conv_empty_w1", conv_empty_w1)
     if world >= 3:  # a process outside the subgroup calls: torch's rank -1 made a "negative dimension" error
         sub = dist.new_group([1, 2])

@@ -528,10 +528,12 @@ def test_38_cp_conv_dtypes_and_empty_shard(tmp_path_factory, world):
     for r, m in enumerate(msgs):
         kind, text = m["conv_int_weight"]
         assert kind == "TypeError" and "weight" in text, (r, m["conv_int_weight"])
+        kind, text = m["conv_meta_bias"]
+        assert kind == "ValueError" and "(argument 'bias')" in text and "causal_conv1d_cp" in text, (r, kind, text)
         assert m["conv_empty_w1"] is None, (r, m["conv_empty_w1"])
         y, ref, gshape = m["conv_w1"]
         assert y.shape == ref.shape and gshape == tuple(ref.shape) and rel_err(y, ref) <= 1e-6, r
-        for name in ("conv_int_weight", "conv_empty_w1"):
+        for name in ("conv_int_weight", "conv_meta_bias", "conv_empty_w1"):
             assert_after(m, name, world, r)
 
 

@@ -2,6 +2,7 @@
 on the CPU against transformers' own path (its PyTorch bodies; mamba_ssm absent): the loss and every
 parameter's gradient in training (with and without a padding mask), and greedy ids."""
 import importlib
+import inspect
 
 import pytest
 import torch
@@ -419,8 +420,6 @@ def test_resolution_read_without_kernels():
     around it): _tf_resolved_package read only the Func module's closure, so there it said None and the probe
     decided, where the wrapper says what it resolved to. The wrapper function read directly gives the same
     answer as through its Func module."""
-    import inspect
-
     for modname in si._TF_MAMBA2_MODULES:
         mod = importlib.import_module(modname)
         for name in ("mamba2_chunk_scan", "mamba2_split_conv1d_scan_combined"):
@@ -432,6 +431,27 @@ def test_resolution_read_without_kernels():
             got = si._tf_resolved_package(wrapper)
             assert got is not None and got == si._tf_resolved_package(original), (modname, name, got)
     assert si._tf_resolved_package(lambda x: x) is None
+
+
+def test_own_body_behind_a_resolved_wrapper():
+    """_tf_own (transformers' own PyTorch body: where selscan's kernels do not take a call, e.g. a float64
+    model, and the package transformers resolved to might not either) unwrapped the decorated name, which
+    with kernels installed is kernels' Func module (nothing to unwrap): it returned the dispatcher, which
+    calls the package's function where transformers resolved to it. A name decorated as transformers
+    decorates mamba_ssm's, resolved here to math.sqrt: its own body must come back, with or without kernels."""
+    from transformers.integrations.hub_kernels import use_kernel_func_from_hub_with_fallback
+
+    def body(x):
+        return ("body", x)
+
+    decorated = use_kernel_func_from_hub_with_fallback("sqrt", "math")(body)
+    assert decorated(4.0) == 2.0 and si._tf_resolved_package(decorated) is True  # resolved to the package
+    assert si._tf_own(decorated) is body
+    for modname in si._TF_MAMBA2_MODULES:  # the real names: a function of transformers', never the Func module
+        mod = importlib.import_module(modname)
+        for name in ("mamba2_chunk_scan", "mamba2_selective_state_update", "causal_conv1d_fn"):
+            own = si._tf_own(mod.__dict__[name])
+            assert inspect.isfunction(own) and own.__module__.startswith("transformers"), (modname, name, own)
 
 
 def test_failed_probe_leaves_sys_modules_as_it_found_them():
