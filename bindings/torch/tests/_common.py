@@ -144,3 +144,24 @@ def adapt_mixers(model, names, how="lora"):
                     lin.register_forward_hook(lambda m, i, o: o * 2)
     return model
 
+
+def fullgraph_training_loss(model, ids):
+    """A training forward of model (no cache) under use_in_transformers() and torch.compile(fullgraph=True),
+    backpropagated: (the loss, the targets of the ops its graph calls). The eager backend: dynamo's tracing is
+    what is checked, not inductor's code."""
+    import selscan_torch.integrations as si
+
+    traced = []
+
+    def backend(gm, example_inputs):
+        traced.extend(str(n.target) for n in gm.graph.nodes if n.op == "call_function")
+        return gm.forward
+
+    torch._dynamo.reset()
+    try:
+        with si.use_in_transformers():
+            loss = torch.compile(model, fullgraph=True, backend=backend)(input_ids=ids, labels=ids, use_cache=False).loss
+            loss.backward()
+    finally:
+        torch._dynamo.reset()
+    return loss, traced

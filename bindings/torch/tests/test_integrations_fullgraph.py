@@ -3,9 +3,7 @@ issue 40 third round; the Mamba-2 families' case is in test_integrations_mamba2.
 traces whole, selscan's must too. The eager backend: dynamo's tracing is what is checked, not inductor's code."""
 import pytest
 import torch
-from _common import TOL32, rel_err
-
-import selscan_torch.integrations as si
+from _common import TOL32, fullgraph_training_loss, rel_err
 
 transformers = pytest.importorskip("transformers")
 
@@ -19,18 +17,6 @@ def test_falcon_mamba_training_step_traces_whole():
         hidden_size=64, num_hidden_layers=1, vocab_size=128, state_size=16)).train()
     ids = torch.randint(1, 128, (2, 9), generator=torch.Generator().manual_seed(1))
     want = model(input_ids=ids, labels=ids, use_cache=False).loss
-    traced = []
-
-    def backend(gm, example_inputs):
-        traced.extend(str(n.target) for n in gm.graph.nodes if n.op == "call_function")
-        return gm.forward
-
-    torch._dynamo.reset()
-    try:
-        with si.use_in_transformers():
-            got = torch.compile(model, fullgraph=True, backend=backend)(input_ids=ids, labels=ids, use_cache=False).loss
-            got.backward()
-    finally:
-        torch._dynamo.reset()
+    got, traced = fullgraph_training_loss(model, ids)
     assert any("selscan" in t or "autograd_function_apply" in t for t in traced), sorted(set(traced))
     assert rel_err(got, want) < TOL32

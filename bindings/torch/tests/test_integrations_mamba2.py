@@ -6,7 +6,7 @@ import inspect
 
 import pytest
 import torch
-from _common import DEVICES, GTOL32, TOL32, adapt_mixers, rel_err
+from _common import DEVICES, GTOL32, TOL32, adapt_mixers, fullgraph_training_loss, rel_err
 from _families import COMMON as _COMMON
 from _families import FAMILIES
 
@@ -398,19 +398,7 @@ def test_fullgraph_compile_of_a_training_step():
     model = _model("Mamba2").train()
     ids = torch.randint(1, 128, (2, 9), generator=torch.Generator().manual_seed(6))
     want = model(input_ids=ids, labels=ids, use_cache=False).loss
-    traced = []
-
-    def backend(gm, example_inputs):
-        traced.extend(str(n.target) for n in gm.graph.nodes if n.op == "call_function")
-        return gm.forward
-
-    torch._dynamo.reset()
-    try:
-        with si.use_in_transformers():
-            got = torch.compile(model, fullgraph=True, backend=backend)(input_ids=ids, labels=ids, use_cache=False).loss
-            got.backward()
-    finally:
-        torch._dynamo.reset()
+    got, traced = fullgraph_training_loss(model, ids)
     assert {"selscan.ssd_fwd.default", "selscan.conv_fwd.default"} <= set(traced), sorted(set(traced))
     assert rel_err(got, want) < TOL32
 
