@@ -82,7 +82,7 @@ for s in "$@"; do
         step peers 590 "PEER_MAMBA2_ONLY=1 PYTHON=$PY bash bench/build_peers.sh .peer/sdist $peers" ;;
     ssd)
         need_torch_pkg
-        step ssd 400 "PYTHONPATH=$peers:\${PYTHONPATH:-} $PY bench/bench_ssd.py --device cuda --dtype bf16 --batch 8 --lens 2048 --cases scan --shapes 130m,1.3b,2.7b,nemotron-h --reps 5" ;;
+        step ssd 400 "PYTHONPATH=$peers:\${PYTHONPATH:-} $PY bench/bench_ssd.py --device cuda --dtype bf16 --batch 8 --lens 2048 --cases scan --shapes 130m,1.3b,2.7b,nemotron-h --reps 5 --no-fallback" ;;
     train)
         need_torch_pkg
         step train 590 "PYTHONPATH=$peers:\${PYTHONPATH:-} $PY bench/bench_models.py --models mamba2-130m,mamba2-1.3b --backends selscan-ssd,mamba_ssm --cases train --out $OUT/train.json" ;;
