@@ -406,6 +406,16 @@ def _plain_linear(module):
     return type(module) is torch.nn.Linear and _no_hooks(module)
 
 
+def _plain_norms(mixer, names):
+    """Whether a fused block that computes the mixer's norms (names) itself, from their weights and eps,
+    computes what calling them does: each the class of the mixer's own transformers module (not a
+    replacement or a subclass from elsewhere), no hooks (a forward hook acts only where the module is
+    called, which the block does not do)."""
+    norms = [getattr(mixer, n, None) for n in names]
+    return all(isinstance(m, torch.nn.Module) and type(m).__module__ == type(mixer).__module__ and _no_hooks(m)
+               for m in norms)
+
+
 def _fusable(mixer, reads=_FUSED_READS):
     """Whether a Mamba-1 fused block computes what the mixer's unfused forward computes: silu after the conv
     (the block's only activation; transformers' path applies config.hidden_act) and every projection the
@@ -839,6 +849,9 @@ def _hy_fused_args(self, args, kwargs, cache_name, reads=_FUSED_READS):
     return True, mask
 
 
+_HY_NORMS = ("dt_layernorm", "b_layernorm", "c_layernorm")  # Jamba's / FalconMamba's mixer norms, the block computes them
+
+
 def _hy_jamba_forward(original, apply_mask, cache_name):
     """transformers 5.x JambaMambaMixer.forward: without a cache, selscan's fused block with
     Jamba's three RMS norms (dt_layernorm on x_proj's dt_rank slice before dt_proj, b_layernorm,
@@ -847,7 +860,8 @@ def _hy_jamba_forward(original, apply_mask, cache_name):
     (on the rebound kernels)."""
     def forward(self, hidden_states, *args, **kwargs):
         ok, mask = _hy_fused_args(self, args, kwargs, cache_name)
-        norms = [getattr(self, n, None) for n in ("dt_layernorm", "b_layernorm", "c_layernorm")]
+        ok = ok and _plain_norms(self, _HY_NORMS)
+        norms = [getattr(self, n, None) for n in _HY_NORMS]
         if ok:  # the three norms with one eps (the block takes one), and dt_proj's bias for the scan
             eps = {getattr(n, "variance_epsilon", None) for n in norms}
             ok = len(eps) == 1 and None not in eps and all(getattr(n, "weight", None) is not None for n in norms) \
@@ -880,9 +894,8 @@ def _hy_falcon_forward(original, apply_mask, cache_name):
     def forward(self, hidden_states, *args, **kwargs):
         ok, mask = _hy_fused_args(self, args, kwargs, cache_name)
         eps = getattr(self, "rms_eps", None)
-        if not ok or eps is None or self.dt_proj.bias is None or any(
-                getattr(getattr(self, n, None), "variance_epsilon", None) != eps
-                for n in ("dt_layernorm", "b_layernorm", "c_layernorm")):
+        if not ok or eps is None or self.dt_proj.bias is None or not _plain_norms(self, _HY_NORMS) or any(
+                getattr(getattr(self, n, None), "variance_epsilon", None) != eps for n in _HY_NORMS):
             return original(self, hidden_states, *args, **kwargs)
         hidden_states = apply_mask(hidden_states, mask)
         xz = _block.in_proj_cm(hidden_states, self.in_proj.weight, self.in_proj.bias)

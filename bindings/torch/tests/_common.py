@@ -131,17 +131,22 @@ class LoraLike(torch.nn.Module):
 
 def adapt_mixers(model, names, how="lora"):
     """Each Mamba mixer's projections `names` wrapped in LoraLike (how="lora") or given a forward hook that
-    doubles their output (how="hook"); returns the model."""
+    doubles their output (how="hook": any submodule, a norm too); returns the model. Raises where no mixer
+    has such a submodule (a case that would test nothing)."""
+    found = 0
     for mod in list(model.modules()):
         if not hasattr(mod, "A_log"):
             continue
         for n in names:
-            lin = getattr(mod, n, None)
-            if isinstance(lin, torch.nn.Linear):
-                if how == "lora":
-                    setattr(mod, n, LoraLike(lin).to(lin.weight.device))
-                else:
-                    lin.register_forward_hook(lambda m, i, o: o * 2)
+            sub = getattr(mod, n, None)
+            if how == "lora" and isinstance(sub, torch.nn.Linear):
+                setattr(mod, n, LoraLike(sub).to(sub.weight.device))
+            elif how == "hook" and isinstance(sub, torch.nn.Module):
+                sub.register_forward_hook(lambda m, i, o: o * 2)
+            else:
+                continue
+            found += 1
+    assert found, f"no mixer of the model has {names} to adapt"
     return model
 
 
