@@ -3,7 +3,6 @@ sys.path): the devices tested, the tolerances against the float64 reference (low
 rule for float16 / bfloat16 results), the scaled error, and the scan's random inputs."""
 import contextlib
 import importlib
-import inspect
 
 import pytest
 import torch
@@ -97,12 +96,16 @@ def make_inputs(batch=2, dim=8, L=37, N=5, bc="var3", G=2, dtype=torch.float32, 
 def transformers_own_path(module_name, names):
     """transformers' own PyTorch functions in module_name: where mamba_ssm / causal_conv1d import (a CUDA
     machine), transformers' decorated kernel names resolve to those, so a reference run puts the decorated
-    PyTorch bodies (inspect.unwrap) in their places, and back after."""
+    PyTorch bodies in their places (read as the package reads them, integrations._tf_own: through kernels'
+    Func module where kernels is installed, which inspect.unwrap alone did not see through), and back after."""
+    import selscan_torch.integrations as si
+
     mod = importlib.import_module(module_name)
-    saved = {n: mod.__dict__[n] for n in names if hasattr(mod.__dict__.get(n), "__wrapped__")}
+    saved = {n: mod.__dict__[n] for n in names if n in mod.__dict__}
+    saved = {n: f for n, f in saved.items() if si._tf_own(f) is not f}
     try:
         for n, f in saved.items():
-            setattr(mod, n, inspect.unwrap(f))
+            setattr(mod, n, si._tf_own(f))
         yield
     finally:
         for n, f in saved.items():
