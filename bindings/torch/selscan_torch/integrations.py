@@ -199,6 +199,13 @@ def _in_namespace(name, ns):
     return name == ns or name.startswith(ns + ".")
 
 
+def _modules_in(ns):
+    """{name: module} of sys.modules' entries under namespace ns, read from a copy: another thread may import
+    (or a probe's clean-up delete) while this reads, and iterating sys.modules itself then raises
+    "dictionary changed size during iteration" (list() of a dict copies it in one step)."""
+    return {k: m for k, m in list(sys.modules.items()) if _in_namespace(k, ns)}
+
+
 class Integration:
     """What one use_in_*() call replaced; restore() (or leaving the with-block) undoes it. A second
     use_in_*() call for the same client returns the same handle; leaving a with-block undoes the
@@ -236,7 +243,7 @@ class Integration:
             return
         entry = _NAMESPACES.get(ns)
         if entry is None:
-            entry = _NAMESPACES[ns] = [{k: m for k, m in sys.modules.items() if _in_namespace(k, ns)}, set()]
+            entry = _NAMESPACES[ns] = [_modules_in(ns), set()]
         entry[1].add(self)
         self._namespaces.append(ns)
 
@@ -262,8 +269,8 @@ class Integration:
             if owners:
                 continue
             del _NAMESPACES[ns]
-            for k in [k for k in sys.modules if _in_namespace(k, ns) and k not in base]:
-                del sys.modules[k]
+            for k in [k for k in _modules_in(ns) if k not in base]:
+                sys.modules.pop(k, None)
             for k, m in base.items():
                 if sys.modules.get(k) is not m:
                     sys.modules[k] = m
@@ -1141,14 +1148,14 @@ def _mamba_ssm_ssd_imports():
     What a failed probe imported of mamba_ssm leaves sys.modules again."""
     if not _importable("mamba_ssm"):
         return False
-    before = {k for k in sys.modules if _in_namespace(k, "mamba_ssm")}
+    before = set(_modules_in("mamba_ssm"))
     try:
         importlib.import_module("mamba_ssm")
         importlib.import_module("mamba_ssm.ops.triton.ssd_combined")
         return True
     except Exception:
-        for k in [k for k in sys.modules if _in_namespace(k, "mamba_ssm") and k not in before]:
-            del sys.modules[k]
+        for k in [k for k in _modules_in("mamba_ssm") if k not in before]:
+            sys.modules.pop(k, None)
         return False
 
 

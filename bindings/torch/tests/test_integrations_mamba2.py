@@ -3,6 +3,7 @@ on the CPU against transformers' own path (its PyTorch bodies; mamba_ssm absent)
 parameter's gradient in training (with and without a padding mask), and greedy ids."""
 import importlib
 import inspect
+import sys
 
 import pytest
 import torch
@@ -440,6 +441,35 @@ def test_own_body_behind_a_resolved_wrapper():
         for name in ("mamba2_chunk_scan", "mamba2_selective_state_update", "causal_conv1d_fn"):
             own = si._tf_own(mod.__dict__[name])
             assert inspect.isfunction(own) and own.__module__.startswith("transformers"), (modname, name, own)
+
+
+def test_sys_modules_changing_while_it_is_read(monkeypatch):
+    """use_in_transformers() read sys.modules by iterating it (the mamba_ssm probe, the namespaces it covers and
+    restores): another thread importing at that moment made it raise "dictionary changed size during iteration"
+    (a hostile user's threads, 3 calls in 3000). Made deterministic: every name test of the reads adds or removes
+    a module, as such a thread would between two steps of the iteration."""
+    import types
+
+    real = si._in_namespace
+    flip = [0]
+
+    def changing(name, ns):
+        flip[0] += 1
+        key = f"_selscan_test_churn_{flip[0] % 3}"
+        if sys.modules.pop(key, None) is None:
+            sys.modules[key] = types.ModuleType(key)
+        return real(name, ns)
+
+    monkeypatch.setattr(si, "_in_namespace", changing)
+    try:
+        for _ in range(3):
+            with si.use_in_transformers():
+                pass
+            si._mamba_ssm_ssd_imports()
+    finally:
+        for i in range(3):
+            sys.modules.pop(f"_selscan_test_churn_{i}", None)
+    assert flip[0] > 0
 
 
 def test_failed_probe_leaves_sys_modules_as_it_found_them():
