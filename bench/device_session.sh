@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
-# bench/device_session.sh: one GPU sitting's gate and issue 40's figures, in a single device call. GPU machines
-# reach no registry and keep nothing between sessions, so what they need is fetched here first and carried.
+# bench/device_session.sh: a GPU sitting's gate and issue 40's figures from the committed tree, a few steps a
+# device call (each call has 600 s: the steps share DEADLINE_S, default 570, and a step is cut at what is left).
+# GPU machines reach no registry and keep nothing between sessions, so what they need is fetched here first and
+# carried. Calls that fit: `verify gate forms`, then `verify peers`, `verify ssd`, `verify train`, `verify profile`
+# (the last three on the machine the peers call left warm: a machine is let go after a short idle time).
 #
 #   bash bench/device_session.sh prep     here, on a clean checkout: kernels 0.16.2 (the version transformers
 #                                         5.17, the GPU machine's, accepts) + kernels-data + tomlkit wheels for
@@ -8,11 +11,14 @@
 #                                         causal_conv1d 1.7.0) into .peer/sdist/, and the tracked files' list, the
 #                                         tree's hash and HEAD into .whl/ (both folders git-ignored: carry them)
 #   bash bench/device_session.sh STEP...  on the device (run's carry: [".whl", ".peer"]), in order, logs in $OUT:
-#     verify   the copied tree's hash against prep's (the device copy's .git can lag the copied tree)
-#     gate     make test-gpu with kernels on PYTHONPATH (its summary line goes to bench/GPU_GATE.md)
+#     verify   the copied tree's hash against prep's (the device copy's .git can lag the copied tree); a
+#              mismatch stops the call
+#     gate     make test-gpu with kernels on PYTHONPATH (its summary line goes to bench/GPU_GATE.md; the benches
+#              below run without kernels, as the earlier sessions' figures did)
 #     forms    bench_ssd_forms bf16 and f32: the SSD forward / backward, walks against chunks, one process
 #     peers    the peers for this GPU into build/peers (PEER_MAMBA2_ONLY=1: causal_conv1d built, mamba_ssm's
-#              Python; about 7 min on 16 cores, so the only step of its call beside verify)
+#              Python; about 7 min on 16 cores, so the only step of its call beside verify); the steps below
+#              need it (on the same warm machine) and stop the call without it
 #     ssd      bench_ssd.py's scan at the four layer shapes, bf16, against mamba_ssm's Triton SSD (peers built)
 #     train    bench_models.py's Mamba2ForCausalLM training step, 130m and 1.3b shapes (peers built)
 #     profile  bench_ssd.py --cases profile and bench_models.py --cases profile: per-kernel times and the
@@ -47,15 +53,27 @@ if [ "${1:-}" = prep ]; then
     exit 0
 fi
 
+T0=$(date +%s)
+DEADLINE_S=${DEADLINE_S:-570}
+failed=0
+GATE_PATH=${PYTHONPATH:-}  # the gate's PYTHONPATH: kernels' wheels added where prep fetched them
 if ls .whl/*.whl >/dev/null 2>&1; then
-    "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl &&
-        export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
+    if timeout 120 "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+            --target /tmp/site .whl/*.whl > "$OUT/wheels.log" 2>&1; then
+        GATE_PATH=/tmp/site${GATE_PATH:+:$GATE_PATH}
+    else
+        echo "device_session: kernels' wheels did not install (the gate runs without kernels): $(tail -2 "$OUT/wheels.log")"
+        failed=1
+    fi
 fi
 peers="$(pwd)/build/peers"
-failed=0
-step() {  # step NAME TIMEOUT_S COMMAND...: the command's log in $OUT/NAME.log, its last lines printed
-    local name=$1 limit=$2 t0 rc
+BENCH_PATH="$peers${PYTHONPATH:+:$PYTHONPATH}"
+step() {  # step NAME TIMEOUT_S COMMAND...: the command's log in $OUT/NAME.log, its last lines printed; the
+    local name=$1 limit=$2 t0 rc left  # limit cut to what DEADLINE_S leaves
     shift 2
+    left=$(( DEADLINE_S - ($(date +%s) - T0) ))
+    [ "$left" -lt "$limit" ] && limit=$left
+    if [ "$limit" -le 10 ]; then echo "== $name: not run (the call's $DEADLINE_S s are spent)"; failed=1; return; fi
     t0=$(date +%s)
     timeout "$limit" bash -c "$*" > "$OUT/$name.log" 2>&1
     rc=$?
@@ -67,28 +85,31 @@ need_torch_pkg() {  # the benches import the installed selscan_torch (the gate i
     "$PY" -c "import selscan_torch" 2>/dev/null ||
         step torch-pkg 400 "MAX_JOBS=\$(nproc) $PY -m pip install -q --no-build-isolation --no-deps ./bindings/torch"
 }
+need_peers() {  # the benches' peers, built by an earlier call's peers step on this warm machine
+    [ -d "$peers/mamba_ssm" ] || { echo "device_session: no $peers/mamba_ssm: run the peers step first (same warm machine): stopped"; exit 1; }
+}
 nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu,power.draw --format=csv > "$OUT/smi.txt" 2>&1
 for s in "$@"; do
     case $s in
     verify)
         got=$(tr '\n' '\0' < .whl/files.txt | xargs -0 sha1sum | sha1sum | cut -c1-40)
         echo "== verify: tree $got, prep's $(cat .whl/tree.sha) at $(cut -c1-7 .whl/commit.txt)"
-        [ "$got" = "$(cat .whl/tree.sha)" ] || { echo "verify: the copied tree is not prep's"; failed=1; } ;;
+        [ "$got" = "$(cat .whl/tree.sha)" ] || { echo "verify: the copied tree is not prep's: stopped"; exit 1; } ;;
     gate)
-        TAIL=12 step gate 590 "TORCH_PY=$PY make test-gpu" ;;
+        TAIL=12 step gate 590 "PYTHONPATH='$GATE_PATH' TORCH_PY='$PY' make test-gpu" ;;
     forms)
         step forms 400 "make -s build/bench_ssd_forms && ./build/bench_ssd_forms bf16 && ./build/bench_ssd_forms f32" ;;
     peers)
-        step peers 590 "PEER_MAMBA2_ONLY=1 PYTHON=$PY bash bench/build_peers.sh .peer/sdist $peers" ;;
+        step peers 590 "PEER_MAMBA2_ONLY=1 PYTHON='$PY' bash bench/build_peers.sh .peer/sdist '$peers'" ;;
     ssd)
-        need_torch_pkg
-        step ssd 400 "PYTHONPATH=$peers:\${PYTHONPATH:-} $PY bench/bench_ssd.py --device cuda --dtype bf16 --batch 8 --lens 2048 --cases scan --shapes 130m,1.3b,2.7b,nemotron-h --reps 5 --no-fallback" ;;
+        need_peers; need_torch_pkg
+        step ssd 400 "PYTHONPATH='$BENCH_PATH' '$PY' bench/bench_ssd.py --device cuda --dtype bf16 --batch 8 --lens 2048 --cases scan --shapes 130m,1.3b,2.7b,nemotron-h --reps 5 --no-fallback" ;;
     train)
-        need_torch_pkg
-        step train 590 "PYTHONPATH=$peers:\${PYTHONPATH:-} $PY bench/bench_models.py --models mamba2-130m,mamba2-1.3b --backends selscan-ssd,mamba_ssm --cases train --out $OUT/train.json" ;;
+        need_peers; need_torch_pkg
+        step train 590 "PYTHONPATH='$BENCH_PATH' '$PY' bench/bench_models.py --models mamba2-130m,mamba2-1.3b --backends selscan-ssd,mamba_ssm --cases train --out $OUT/train.json" ;;
     profile)
-        need_torch_pkg
-        step profile 590 "PYTHONPATH=$peers:\${PYTHONPATH:-} $PY bench/bench_ssd.py --device cuda --dtype bf16 --batch 8 --lens 2048 --cases profile --shapes 130m,1.3b && PYTHONPATH=$peers:\${PYTHONPATH:-} $PY bench/bench_models.py --models mamba2-130m --backends selscan-ssd,mamba_ssm --cases profile --out $OUT/profile.json" ;;
+        need_peers; need_torch_pkg
+        step profile 590 "PYTHONPATH='$BENCH_PATH' '$PY' bench/bench_ssd.py --device cuda --dtype bf16 --batch 8 --lens 2048 --cases profile --shapes 130m,1.3b && PYTHONPATH='$BENCH_PATH' '$PY' bench/bench_models.py --models mamba2-130m --backends selscan-ssd,mamba_ssm --cases profile --out $OUT/profile.json" ;;
     *) echo "device_session: unknown step $s"; failed=1 ;;
     esac
 done

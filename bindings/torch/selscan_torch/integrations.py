@@ -202,8 +202,14 @@ def _in_namespace(name, ns):
 def _modules_in(ns):
     """{name: module} of sys.modules' entries under namespace ns, read from a copy: another thread may import
     (or a probe's clean-up delete) while this reads, and iterating sys.modules itself then raises
-    "dictionary changed size during iteration" (list() of a dict copies it in one step)."""
-    return {k: m for k, m in list(sys.modules.items()) if _in_namespace(k, ns)}
+    "dictionary changed size during iteration" (sys.modules.copy() is one step, as the sys docs advise)."""
+    return {k: m for k, m in sys.modules.copy().items() if _in_namespace(k, ns)}
+
+
+def _drop_modules_since(ns, before):
+    """Takes out of sys.modules the entries under ns that are not in before (names: what was there earlier)."""
+    for k in [k for k in _modules_in(ns) if k not in before]:
+        sys.modules.pop(k, None)
 
 
 class Integration:
@@ -269,8 +275,7 @@ class Integration:
             if owners:
                 continue
             del _NAMESPACES[ns]
-            for k in [k for k in _modules_in(ns) if k not in base]:
-                sys.modules.pop(k, None)
+            _drop_modules_since(ns, base)
             for k, m in base.items():
                 if sys.modules.get(k) is not m:
                     sys.modules[k] = m
@@ -413,14 +418,14 @@ def _plain_linear(module):
     return type(module) is torch.nn.Linear and _no_hooks(module)
 
 
-def _plain_norms(mixer, names):
-    """Whether a fused block that computes the mixer's norms (names) itself, from their weights and eps,
-    computes what calling them does: each the class of the mixer's own transformers module (not a
-    replacement or a subclass from elsewhere), no hooks (a forward hook acts only where the module is
-    called, which the block does not do)."""
-    norms = [getattr(mixer, n, None) for n in names]
-    return all(isinstance(m, torch.nn.Module) and type(m).__module__ == type(mixer).__module__ and _no_hooks(m)
-               for m in norms)
+def _plain_norms(mixer, names, cls):
+    """Whether a fused block that computes the mixer's norms (names) itself (cls's computation, from the
+    weights and eps) computes what calling them does: each exactly cls (transformers' own norm of the
+    mixer's module, e.g. JambaRMSNorm; not a replacement or a subclass, nor another norm class of that
+    module), no forward of its own on the instance, no hooks (a forward hook acts only where the module is
+    called, which the block does not do). cls None (the module names no such class): no."""
+    return cls is not None and all(
+        type(m) is cls and "forward" not in m.__dict__ and _no_hooks(m) for m in (getattr(mixer, n, None) for n in names))
 
 
 def _fusable(mixer, reads=_FUSED_READS):
@@ -865,9 +870,11 @@ def _hy_jamba_forward(original, apply_mask, cache_name):
     c_layernorm, one eps: config.rms_norm_eps), computed as transformers' forward computes them and
     differentiated exactly (the norm weights get their gradients). Otherwise transformers' forward
     (on the rebound kernels)."""
+    norm_cls = getattr(sys.modules.get(original.__module__), "JambaRMSNorm", None)  # what the block computes
+
     def forward(self, hidden_states, *args, **kwargs):
         ok, mask = _hy_fused_args(self, args, kwargs, cache_name)
-        ok = ok and _plain_norms(self, _HY_NORMS)
+        ok = ok and _plain_norms(self, _HY_NORMS, norm_cls)
         norms = [getattr(self, n, None) for n in _HY_NORMS]
         if ok:  # the three norms with one eps (the block takes one), and dt_proj's bias for the scan
             eps = {getattr(n, "variance_epsilon", None) for n in norms}
@@ -898,10 +905,12 @@ def _hy_falcon_forward(original, apply_mask, cache_name):
     forward puts them: on x_proj's dt_rank slice before dt_proj, on B, on C. The norms' weights are
     ones (its norm modules hold unused ones buffers; dt's is dt_rank long, not the buffer's length).
     Otherwise transformers' forward (on the rebound kernels)."""
+    norm_cls = getattr(sys.modules.get(original.__module__), "FalconMambaWeightlessRMSNorm", None)  # the block's
+
     def forward(self, hidden_states, *args, **kwargs):
         ok, mask = _hy_fused_args(self, args, kwargs, cache_name)
         eps = getattr(self, "rms_eps", None)
-        if not ok or eps is None or self.dt_proj.bias is None or not _plain_norms(self, _HY_NORMS) or any(
+        if not ok or eps is None or self.dt_proj.bias is None or not _plain_norms(self, _HY_NORMS, norm_cls) or any(
                 getattr(getattr(self, n, None), "variance_epsilon", None) != eps for n in _HY_NORMS):
             return original(self, hidden_states, *args, **kwargs)
         hidden_states = apply_mask(hidden_states, mask)
@@ -1039,7 +1048,11 @@ def _m2_chunk_scan(original, own_on_cuda):
         kw = dict(chunk_size=chunk_size, D=D, z=z, dt_bias=dt_bias, initial_states=initial_states, seq_idx=seq_idx,
                   cu_seqlens=cu_seqlens, dt_softplus=dt_softplus, dt_limit=dt_limit,
                   return_final_states=return_final_states, return_varlen_states=return_varlen_states)
-        if x.dtype not in _KERNEL_DTYPES:  # (a float64 model) transformers' own PyTorch body
+        if x.dtype not in _KERNEL_DTYPES:  # (a float64 model) transformers' own PyTorch body, which drops
+            for name, v in (("seq_idx", seq_idx), ("cu_seqlens", cu_seqlens)):  # packing (its wrapper refuses it)
+                if v is not None:
+                    raise ValueError(f"selscan_torch.use_in_transformers: a {x.dtype} scan runs transformers' own "
+                                     f"PyTorch body, which can't keep packed sequences apart (argument '{name}')")
             return _tf_own(original)(x, dt, A, B, C, **kw, **kwargs)
         kw["initial_states"] = _m2_own_initial_states(initial_states, (x, dt, A, B, C, D, z, dt_bias))
         if x.is_cuda and own_on_cuda:
@@ -1154,8 +1167,7 @@ def _mamba_ssm_ssd_imports():
         importlib.import_module("mamba_ssm.ops.triton.ssd_combined")
         return True
     except Exception:
-        for k in [k for k in _modules_in("mamba_ssm") if k not in before]:
-            sys.modules.pop(k, None)
+        _drop_modules_since("mamba_ssm", before)
         return False
 
 

@@ -106,6 +106,8 @@ def transformers_own_path(module_name, names):
     try:
         for n, f in saved.items():
             setattr(mod, n, si._tf_own(f))
+        # (a name still kernels' Func module: the reference would be the dispatcher, mamba_ssm's where it imports)
+        assert not any(isinstance(mod.__dict__.get(n), torch.nn.Module) for n in names), module_name
         yield
     finally:
         for n, f in saved.items():

@@ -186,6 +186,26 @@ def test_falcon_mamba_keeps_a_hook_on_a_mixer_norm(norm):
 
 
 @needs_tf
+def test_falcon_mamba_keeps_a_replaced_mixer_norm():
+    """A FalconMamba mixer norm replaced by another norm class of the same transformers module (its weighted
+    FalconMambaRMSNorm, weight 3): the stand-in's block computes the weightless norm, so only the exact class
+    may take it (a same-module rule accepted this: logits 11 % off; the review's finding)."""
+    import transformers.models.falcon_mamba.modeling_falcon_mamba as fm
+
+    model = _tf_model("falcon_mamba", "cpu")
+    for mixer in [m for m in model.modules() if hasattr(m, "A_log")]:
+        norm = fm.FalconMambaRMSNorm(mixer.ssm_state_size, eps=mixer.b_layernorm.variance_epsilon)
+        with torch.no_grad():
+            norm.weight.fill_(3.0)
+        mixer.b_layernorm = norm
+    ids = torch.randint(0, 100, (2, 24), generator=torch.Generator().manual_seed(1))
+    on, off = _train_vs_own(model, "falcon_mamba", ids)
+    assert abs(on[0] - off[0]) < 1e-5 * abs(off[0]) and set(on[1]) == set(off[1])
+    for n in off[1]:
+        assert rel_err(on[1][n], off[1][n]) < 2e-4, n
+
+
+@needs_tf
 @pytest.mark.parametrize("kind", ["mamba", "falcon_mamba"])
 def test_transformers_bf16_autocast(kind):
     """bfloat16 autocast training: the loss and gradients of selscan's path against the same model

@@ -435,12 +435,31 @@ def test_own_body_behind_a_resolved_wrapper():
 
     decorated = use_kernel_func_from_hub_with_fallback("sqrt", "math")(body)
     assert decorated(4.0) == 2.0 and si._tf_resolved_package(decorated) is True  # resolved to the package
-    assert si._tf_own(decorated) is body
+    assert si._tf_own(decorated) is body and si._tf_own(si._tf_wrapper(decorated)) is body  # (without kernels:
+    # transformers' wrapper function is the name itself)
     for modname in si._TF_MAMBA2_MODULES:  # the real names: a function of transformers', never the Func module
         mod = importlib.import_module(modname)
         for name in ("mamba2_chunk_scan", "mamba2_selective_state_update", "causal_conv1d_fn"):
             own = si._tf_own(mod.__dict__[name])
             assert inspect.isfunction(own) and own.__module__.startswith("transformers"), (modname, name, own)
+
+
+def test_float64_scan_refuses_packed_sequences():
+    """A float64 scan runs transformers' own PyTorch body (selscan's kernels take f32 / f16 / bf16), which
+    drops seq_idx / cu_seqlens: transformers' wrapper refuses them there, and so must the stand-in (after
+    _tf_own learnt to read through kernels' Func module it reached the bare body, which ran the sequences
+    as one: the review's finding)."""
+    import transformers.models.mamba2.modeling_mamba2 as m2
+
+    b, L, h, p, g, n = 1, 8, 2, 4, 1, 4
+    x, dt = torch.randn(b, L, h, p, dtype=torch.float64), torch.rand(b, L, h, dtype=torch.float64)
+    A, B, C = -torch.rand(h, dtype=torch.float64), *torch.randn(2, b, L, g, n, dtype=torch.float64)
+    with si.use_in_transformers():
+        m2.mamba2_chunk_scan(x, dt, A, B, C, chunk_size=4)  # unpacked: transformers' body
+        for kw in (dict(seq_idx=torch.tensor([[0, 0, 0, 1, 1, 1, 1, 1]], dtype=torch.int32)),
+                   dict(cu_seqlens=torch.tensor([0, 3, 8], dtype=torch.int32))):
+            with pytest.raises(ValueError, match=f"argument '{next(iter(kw))}'"):
+                m2.mamba2_chunk_scan(x, dt, A, B, C, chunk_size=4, **kw)
 
 
 def test_sys_modules_changing_while_it_is_read(monkeypatch):
