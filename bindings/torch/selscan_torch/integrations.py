@@ -10,9 +10,11 @@ MambaVision on selscan.
 Each call is idempotent, returns a handle whose .replaced lists what it replaced (also logged
 at INFO on the "selscan_torch" logger), and is undone by calling it with False, by
 handle.restore(), or by using the handle as a context manager. Restores may come in any order;
-after the last, sys.modules and every patched attribute are as before the first use_in_*:
-modules of mamba_ssm / causal_conv1d / mambavision imported meanwhile (on the stand-ins) leave
-sys.modules; other packages' modules the clients imported (transformers, triton, ...) stay.
+after the last, sys.modules and every patched attribute of the modules that stay are as before the
+first use_in_*: modules of mamba_ssm / causal_conv1d / mambavision imported meanwhile (on the
+stand-ins) leave sys.modules (and their parents' attributes naming them) but keep the stand-ins,
+so objects made from them keep running on selscan; other packages' modules the clients imported
+(transformers, triton, ...) stay.
 
     with si.use_in_transformers():
         model(**batch).loss.backward()
@@ -195,6 +197,14 @@ def _put(owner, name, value):
         setattr(owner, name, value)
 
 
+def _held_by(owner, module_ids):
+    """Whether owner (a patched place) is one of the modules module_ids, or a class one of them defines."""
+    if id(owner) in module_ids:
+        return True
+    mod = sys.modules.get(getattr(owner, "__module__", None) or "") if isinstance(owner, type) else None
+    return mod is not None and id(mod) in module_ids and mod.__dict__.get(owner.__name__) is owner
+
+
 def _in_namespace(name, ns):
     return name == ns or name.startswith(ns + ".")
 
@@ -207,9 +217,16 @@ def _modules_in(ns):
 
 
 def _drop_modules_since(ns, before):
-    """Takes out of sys.modules the entries under ns that are not in before (names: what was there earlier)."""
-    for k in [k for k in _modules_in(ns) if k not in before]:
+    """Takes out of sys.modules the entries under ns that are not in before (names: what was there earlier),
+    and the attributes their import set on parent packages that stay (mamba_ssm.ops.triton's
+    `ssd_combined`, ...)."""
+    for k, m in _modules_in(ns).items():
+        if k in before:
+            continue
         sys.modules.pop(k, None)
+        parent, _, child = k.rpartition(".")
+        if parent in sys.modules and sys.modules[parent].__dict__.get(child) is m:
+            delattr(sys.modules[parent], child)
 
 
 class Integration:
@@ -253,9 +270,20 @@ class Integration:
         entry[1].add(self)
         self._namespaces.append(ns)
 
+    def _leaving(self):
+        """ids of the modules this restore takes out of sys.modules: those imported under a namespace it is
+        the last integration to cover (bound to the stand-ins)."""
+        ids = set()
+        for ns in self._namespaces:
+            base, owners = _NAMESPACES[ns]
+            if not owners - {self}:
+                ids.update(id(m) for k, m in _modules_in(ns).items() if k not in base)
+        return ids
+
     def restore(self):
         if not self.active:
             return []
+        leaving = self._leaving()
         for key in reversed(self._slots):
             slot = _SLOTS.get(key)
             if slot is None:
@@ -264,7 +292,8 @@ class Integration:
             top = bool(layers) and layers[-1][0] is self
             layers[:] = [lv for lv in layers if lv[0] is not self]
             if not layers:
-                _put(owner, name, original)
+                if not _held_by(owner, leaving):  # (a module leaving sys.modules, or a class of one, keeps the
+                    _put(owner, name, original)   # stand-ins: objects made from it keep running on selscan)
                 del _SLOTS[key]
             elif top:  # an integration applied before this one is still on: its value
                 _put(owner, name, layers[-1][1])

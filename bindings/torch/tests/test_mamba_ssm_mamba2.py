@@ -126,3 +126,44 @@ def test_varlen_states_refuse_bad_offsets():
             si._standin_causal_conv1d_varlen_states(x, torch.tensor(cu), 4)
     states = si._standin_causal_conv1d_varlen_states(x, [0, 1, 6], 3)
     assert torch.equal(states[0], torch.cat([torch.zeros(3, 2), x[:1].T], 1)) and torch.equal(states[1], x[3:].T)
+
+
+def test_layers_made_in_the_block_keep_running_after_it():
+    """The README's promise: objects made from mamba_ssm modules imported under use_in_mamba_ssm() keep running
+    on selscan after it is restored. restore() put mamba_ssm's own functions back into those modules (which
+    leave sys.modules) and their classes (Mamba.step, RMSNorm.forward), so a Mamba2 made in the block raised
+    "'NoneType' object is not callable" in its forward and Triton's "invalid argument to exchangeDevice" in
+    its decode (a hostile user's run, nineteenth session). Also: the parent packages that stay in sys.modules
+    (left there by a failed import of mamba_ssm) keep no attribute naming a submodule that left."""
+    import sys
+
+    try:  # a failed import (no mamba_ssm CUDA build) leaves mamba_ssm's first packages in sys.modules
+        import mamba_ssm  # noqa: F401
+    except Exception:
+        pass
+    before = {k: m for k, m in sys.modules.copy().items() if k.startswith("mamba_ssm")}
+    with si.use_in_mamba_ssm():
+        from mamba_ssm import Mamba, Mamba2
+        from mamba_ssm.utils.generation import InferenceParams
+
+        torch.manual_seed(2)
+        layers = [Mamba(d_model=32, d_state=8, layer_idx=0).eval(),
+                  Mamba2(d_model=32, d_state=8, headdim=8, chunk_size=4, layer_idx=0).eval()]
+        u = torch.randn(1, 6, 32)
+
+        def run(layer):
+            with torch.no_grad():
+                ip = InferenceParams(max_seqlen=8, max_batch_size=1)
+                prefill = layer(u[:, :5], inference_params=ip)
+                ip.seqlen_offset = 5
+                return layer(u), prefill, layer(u[:, 5:], inference_params=ip)
+
+        inside = [run(layer) for layer in layers]
+    after = [run(layer) for layer in layers]
+    for a, b in zip(after, inside):
+        assert all(torch.equal(x, y) for x, y in zip(a, b))
+    assert {k: m for k, m in sys.modules.copy().items() if k.startswith("mamba_ssm")} == before
+    for k, m in before.items():  # no attribute of a staying package names a module that left
+        for name, v in vars(m).items():
+            if isinstance(v, type(sys)) and v.__name__.startswith("mamba_ssm"):
+                assert sys.modules.get(v.__name__) is v, (k, name)
