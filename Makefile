@@ -253,7 +253,7 @@ torch-install:
 	PATH="$$(dirname "$$py")" CC=false CXX=false "$$py" -m pip install -q --no-deps --force-reinstall "$$whl"
 
 # wheel: a binary wheel of the PyTorch package into dist/, built with TORCH_PY's torch (default: the
-# test-torch venv's; 2.11 or later). It installs with no compiler (pip install dist/selscan_torch-*.whl)
+# test-torch venv's, else python3's; 2.11 or later). It installs with no compiler (pip install dist/selscan_torch-*.whl)
 # into an environment with torch 2.11 or later and Python 3.10 or later (PyTorch's and Python's stable
 # ABIs; its requirement says so, and its import names an older torch): CPU kernels for every vector path and, where nvcc
 # and a CUDA torch are, CUDA kernels for WHEEL_CUDA_ARCHS (T4 / Turing to Blackwell, PTX of the newest;
@@ -261,7 +261,9 @@ torch-install:
 WHEEL_CUDA_ARCHS ?= 7.5;8.0;8.6;8.9;9.0;10.0;12.0+PTX
 .PHONY: wheel
 wheel:
-	@py="$(TORCH_PYTHON)"; mkdir -p dist && t0=$$(date +%s) && \
+	@py="$(TORCH_PYTHON)"; if [ -z "$(TORCH_PY)" ] && [ ! -x "$$py" ]; then py=$$(command -v python3); \
+	  echo "wheel: no $(TORCH_VENV) (make test-torch makes it) and no TORCH_PY: building with $$py"; fi; \
+	mkdir -p dist && t0=$$(date +%s) && \
 	rm -rf bindings/torch/build/lib.* bindings/torch/build/bdist.* && \
 	echo "wheel: building selscan_torch against $$("$$py" -c 'import torch; print(torch.__version__)') ($$(if [ "$${SELSCAN_TORCH_CPU_ONLY:-0}" = 1 ]; then echo 'CPU kernels only: SELSCAN_TORCH_CPU_ONLY=1'; else echo 'CUDA archs $(or $(WHEEL_CUDA_ARCHS),the visible GPU'"'"'s / 9.0) where nvcc is'; fi))" && \
 	PATH="$$(dirname "$$py"):$$PATH" MAX_JOBS="$${MAX_JOBS:-$$(nproc)}" $(if $(WHEEL_CUDA_ARCHS),TORCH_CUDA_ARCH_LIST="$(WHEEL_CUDA_ARCHS)") \
