@@ -1389,6 +1389,21 @@ def _rms_norm_gated_forward(own):
     return forward
 
 
+def _mamba_ssm_chunk_scan(x, dt, A, B, C, chunk_size, D=None, z=None, dt_bias=None, initial_states=None, seq_idx=None,
+                          cu_seqlens=None, dt_softplus=False, dt_limit=(0.0, float("inf")), return_final_states=False,
+                          return_varlen_states=False):
+    """mamba_chunk_scan_combined as mamba_ssm's computes it, for mamba_ssm's modules: cu_seqlens only for the
+    varlen states (mamba_ssm drops it otherwise; the scan restarts on seq_idx alone), where selscan's drop-in
+    also restarts there. Before, mamba_ssm's Mamba2 given cu_seqlens without seq_idx restarted its scan but not
+    its conv on its unfused path, matching neither its fused path nor mamba_ssm (a hostile user's run)."""
+    return _ssd.mamba_chunk_scan_combined(x, dt, A, B, C, chunk_size, D=D, z=z, dt_bias=dt_bias,
+                                          initial_states=initial_states, seq_idx=seq_idx,
+                                          cu_seqlens=cu_seqlens if return_varlen_states else None,
+                                          dt_softplus=dt_softplus, dt_limit=dt_limit,
+                                          return_final_states=return_final_states,
+                                          return_varlen_states=return_varlen_states)
+
+
 def _install_mamba_ssm_mamba2(h):
     """mamba_ssm's Mamba2 (modules.mamba2) on the CPU: its SSD functions (ssd_combined's and the names
     mamba2 bound at import), its gated RMS norm and its decode step on selscan's for CPU tensors; CUDA
@@ -1402,7 +1417,7 @@ def _install_mamba_ssm_mamba2(h):
     except Exception as e:  # (no triton, an older mamba_ssm): Mamba2 is left as it is
         logger.info("selscan_torch: mamba_ssm's Mamba2 modules do not import (%s): left as they are", e)
         return
-    ours = dict(mamba_chunk_scan_combined=_ssd.mamba_chunk_scan_combined,
+    ours = dict(mamba_chunk_scan_combined=_mamba_ssm_chunk_scan,
                 mamba_split_conv1d_scan_combined=_ssd.mamba_split_conv1d_scan_combined)
     for mod, modname in ((ssdc, "mamba_ssm.ops.triton.ssd_combined"), (m2, "mamba_ssm.modules.mamba2")):
         for name, fn in ours.items():

@@ -167,3 +167,21 @@ def test_layers_made_in_the_block_keep_running_after_it():
         for name, v in vars(m).items():
             if isinstance(v, type(sys)) and v.__name__.startswith("mamba_ssm"):
                 assert sys.modules.get(v.__name__) is v, (k, name)
+
+
+def test_mamba2_cu_seqlens_alone_as_mamba_ssm(mamba2):
+    """mamba_ssm's mamba_chunk_scan_combined reads cu_seqlens only for the varlen states (its scan restarts on
+    seq_idx alone): Mamba2.forward(u, cu_seqlens=...) without seq_idx computes the unpacked layer on both of its
+    paths. Under use_in_mamba_ssm() the unfused path restarted its scan there (selscan's drop-in does) but not its
+    conv: 7e-3 off its fused path, 0.73 off each sequence alone (a hostile user's run, nineteenth session)."""
+    torch.manual_seed(3)
+    fused = mamba2.Mamba2(d_model=32, d_state=8, d_conv=4, expand=2, headdim=8, ngroups=2, chunk_size=4)
+    unfused = mamba2.Mamba2(d_model=32, d_state=8, d_conv=4, expand=2, headdim=8, ngroups=2, chunk_size=4,
+                            use_mem_eff_path=False)
+    unfused.load_state_dict(fused.state_dict())
+    u = torch.randn(1, 13, 32)
+    cu = torch.tensor([0, 5, 13], dtype=torch.int32)
+    with torch.no_grad():
+        want = fused(u)
+        for layer in (fused, unfused):
+            assert rel_err(layer(u, cu_seqlens=cu), want) < TOL32
