@@ -25,7 +25,10 @@ causal_conv1d functions not in transformers' signatures pass through **kwargs (p
 seq_idx and cu_seqlens reach the scans, and the conv restarts where either says).
 The conv layers take what causal_conv1d's kernels take (widths 2 .. 4; None, silu, swish): a model
 outside that range raises once kernelized (use_in_transformers() falls back to transformers' own
-conv there).
+conv there). Mamba-1's fused training call (mamba_inner_fn) is handed no activation and the
+projections' weights, not the modules: where the calling mixer (read from the calling frames) has
+another activation than silu, or an adapter / hook on a projection, it raises instead of computing
+silu on the bare weights (transformers' call gave gelu models silu, silently: a hostile user's run).
 
 Mamba-2's fused training call (mamba_split_conv1d_scan_combined) answers None, as transformers'
 own PyTorch body does: the mixer then runs its unfused path (the conv, the SSD scan, its gated
@@ -40,6 +43,8 @@ Mode.INFERENCE takes these, so a cached forward must then run under torch.no_gra
 does; use_in_transformers() instead defers such a call to transformers' own step). can_torch_compile is not claimed (kernelize with
 Mode.TORCH_COMPILE keeps transformers' functions).
 """
+import sys
+
 import torch
 from torch import nn
 
@@ -50,6 +55,7 @@ from selscan_torch import (
     mamba_inner_fn as _mamba_inner_fn,
     selective_scan_fn as _selective_scan_fn,
 )
+from selscan_torch.integrations import _fusable
 from selscan_torch.integrations import _m2_own_initial_states as _own_initial_states
 from selscan_torch.integrations import _standin_selective_state_update as _any_state_step
 from selscan_torch.ssd import conv_packing as _conv_packing
@@ -95,6 +101,23 @@ class selective_state_update(nn.Module):
         return _any_state_step(state, x, dt, A, B, C, D, z, dt_bias, dt_softplus, kwargs.get("state_batch_indices"))
 
 
+def _calling_mixer():
+    """The Mamba mixer whose forward made the fused call, read from the calling frames (transformers' mixers
+    make it from their forward, `self` the mixer: an object with A_log and x_proj); None where it cannot be
+    read (under torch.compile's tracing, or a caller of another shape)."""
+    if torch.compiler.is_compiling():
+        return None
+    f = sys._getframe(2)
+    for _ in range(12):
+        if f is None:
+            return None
+        mixer = f.f_locals.get("self")
+        if mixer is not None and hasattr(mixer, "A_log") and hasattr(mixer, "x_proj"):
+            return mixer
+        f = f.f_back
+    return None
+
+
 class mamba_inner_fn(nn.Module):
     """transformers' mamba_inner_fn(xz, conv1d_weight, conv1d_bias, x_proj_weight,
     delta_proj_weight, out_proj_weight, out_proj_bias, A, B, C, D, delta_bias, delta_softplus,
@@ -108,6 +131,14 @@ class mamba_inner_fn(nn.Module):
     def forward(self, xz, conv1d_weight, conv1d_bias, x_proj_weight, delta_proj_weight, out_proj_weight,
                 out_proj_bias, A, B=None, C=None, D=None, delta_bias=None, delta_softplus=True, b_rms_weight=None,
                 c_rms_weight=None, dt_rms_weight=None, b_c_dt_rms_eps=1e-6, **kwargs):
+        mixer = _calling_mixer()  # the call says nothing of the conv's activation nor of adapters / hooks on
+        if mixer is not None and not _fusable(mixer):  # the projections whose weights the block reads
+            raise NotImplementedError(
+                f"selscan (kernels route): the fused training call computes silu after the conv and reads "
+                f"in_proj / x_proj / dt_proj / out_proj's weights without calling them, but this mixer has "
+                f"activation {getattr(mixer, 'activation', None)!r} or an adapter / hook on a projection: "
+                f"selscan_torch.integrations.use_in_transformers() runs transformers' unfused forward there "
+                f"(argument 'activation')")
         pre = dt_rms_weight is not None
         if pre:
             R = delta_proj_weight.shape[1]
