@@ -9,8 +9,8 @@ mamba or falcon_mamba (Mamba-1), or a Mamba-2 family of _families.py (Mamba2, Ba
 GraniteMoeHybrid, NemotronH, Zamba2). For each model (a small random-init config in float32) it
 runs transformers' own path (nothing kernelized), the same model in float64 (the rounding
 yardstick), then the recipe: `use_kernel_mapping` onto LocalLayerRepository(REPO, name) and
-`kernels.kernelize`, in Mode.TRAINING (a training step: loss and every parameter's gradient; a
-Mamba-2 model also with a left-padded attention_mask), Mode.TRAINING with the mapping less the fused
+`kernels.kernelize`, in Mode.TRAINING (a training step: loss and every parameter's gradient, also
+with a left-padded attention_mask), Mode.TRAINING with the mapping less the fused
 call (mamba_inner_fn / mamba_split_conv1d_scan_combined: the training step on the non-fused path),
 and Mode.INFERENCE (eval logits, greedy generate ids and per-step logits). It records what each of
 transformers' five kernel entry points resolved to and how many of selscan's ops ran. Prints one
@@ -125,6 +125,11 @@ def make_model(kind, device, dtype):
     model = model_cls(cfg)
     if "num_local_experts" in kw or "n_routed_experts" in kw:  # eager experts: grouped_mm takes no float64
         model.set_experts_implementation("eager")
+    gen = torch.Generator().manual_seed(5)
+    with torch.no_grad():  # the conv biases off their initial zeros: a padded position's conv output then
+        for n, p in model.named_parameters():  # differs from 0, so an unmasked one shows in the padded step
+            if n.endswith("conv1d.bias"):
+                p.add_(torch.randn(p.shape, generator=gen) * 0.3)
     return model.to(device=device, dtype=dtype)
 
 
@@ -225,12 +230,10 @@ def run_kind(kind, device, repo, mapping_for):
     names = names_of(kind)
     model = make_model(kind, device, torch.float32)
     ids = torch.randint(0, 100, (2, 32), generator=torch.Generator().manual_seed(1)).to(device)
-    # a left-padded batch (Mamba-2: transformers' PyTorch path masks the conv's output, which the fused
-    # call is not handed; Mamba-1's layer cannot mask there: a documented limit, not run)
-    masks = {"": None}
-    if names is NAMES_M2:
-        masks["_padded"] = torch.ones_like(ids)
-        masks["_padded"][0, :5] = 0
+    # a left-padded batch: transformers' PyTorch path masks the conv's output, which the fused call is not
+    # handed (Mamba-2's layer answers None: the unfused path; Mamba-1's reads the mixer's attention_mask)
+    masks = {"": None, "_padded": torch.ones_like(ids)}
+    masks["_padded"][0, :5] = 0
     res["hooks"] = sorted(hooks(model, names))
     res["own_path"] = own_path(model, names)
     res["mamba_layers"] = len(mixers(model, names))

@@ -211,7 +211,7 @@ def test_transformers_route(route, device, kind):
 
     layers = 2
     assert m["ops_reference"] == {}
-    for key in ("ops_training", "ops_training_unfused"):
+    for key in ("ops_training", "ops_training_unfused", "ops_training_padded", "ops_training_unfused_padded"):
         ops = m[key]
         assert ops.get("selscan::fwd") == layers and ops.get("selscan::bwd") == layers, (key, ops)
         assert ops.get("selscan::conv_fwd", 0) >= layers and ops.get("selscan::conv_bwd") == layers, (key, ops)
@@ -221,7 +221,9 @@ def test_transformers_route(route, device, kind):
     assert ops.get("selscan::fwd") == 2 * layers and ops.get("selscan::conv_fwd") == 2 * layers, ops
     assert ops.get("selscan::step") == steps * layers and ops.get("selscan::conv_step") == steps * layers, ops
 
-    for key in ("training", "training_unfused"):
+    # (padded: the fused layer masks the conv's output as transformers' unfused path does: before, Mamba-1's
+    # could not, a documented limit, 3.8e-2 off in the gradients; a hostile user's run, nineteenth session)
+    for key in ("training", "training_unfused", "training_padded", "training_unfused_padded"):
         t = m[key]
         assert t["grad_names"][0] == t["grad_names"][1] and len(t["grad_names"][0]) > 0, key
         assert t["loss"] < REL[device], (key, t["loss"])

@@ -28,7 +28,9 @@ outside that range raises once kernelized (use_in_transformers() falls back to t
 conv there). Mamba-1's fused training call (mamba_inner_fn) is handed no activation and the
 projections' weights, not the modules: where the calling mixer (read from the calling frames) has
 another activation than silu, or an adapter / hook on a projection, it raises instead of computing
-silu on the bare weights (transformers' call gave gelu models silu, silently: a hostile user's run).
+silu on the bare weights (transformers' call gave gelu models silu, silently: a hostile user's run);
+the forward's attention_mask, read there too, masks the conv's output where it pads, as
+transformers' unfused path does (the call is not handed it).
 
 Mamba-2's fused training call (mamba_split_conv1d_scan_combined) answers None, as transformers'
 own PyTorch body does: the mixer then runs its unfused path (the conv, the SSD scan, its gated
@@ -55,7 +57,7 @@ from selscan_torch import (
     mamba_inner_fn as _mamba_inner_fn,
     selective_scan_fn as _selective_scan_fn,
 )
-from selscan_torch.integrations import _fusable
+from selscan_torch.integrations import _fusable, _mixer_padding, _no_hooks
 from selscan_torch.integrations import _m2_own_initial_states as _own_initial_states
 from selscan_torch.integrations import _standin_selective_state_update as _any_state_step
 from selscan_torch.ssd import conv_packing as _conv_packing
@@ -66,6 +68,7 @@ __all__ = ["selective_scan_fn", "selective_state_update", "mamba_inner_fn", "cau
 _CONV_KEYWORDS = ("initial_states", "return_final_states", "final_states_out")
 _SSD_KEYWORDS = ("z", "seq_idx", "cu_seqlens", "return_varlen_states")
 _INNER_KEYWORDS = ("B_proj_bias", "C_proj_bias", "checkpoint_lvl")
+_NORMS = ("dt_layernorm", "b_layernorm", "c_layernorm")  # FalconMamba's mixer norms, whose weights the block reads
 _ONES = {}  # (device, dt_rank) -> float32 ones: the weightless dt norm's weight
 
 
@@ -102,20 +105,21 @@ class selective_state_update(nn.Module):
 
 
 def _calling_mixer():
-    """The Mamba mixer whose forward made the fused call, read from the calling frames (transformers' mixers
-    make it from their forward, `self` the mixer: an object with A_log and x_proj); None where it cannot be
-    read (under torch.compile's tracing, or a caller of another shape)."""
+    """(mixer, attention_mask): the Mamba mixer whose forward made the fused call and that forward's
+    attention_mask, read from the calling frames (transformers' mixers make it from their forward, `self` the
+    mixer: an object with A_log and x_proj); (None, None) where they cannot be read (under torch.compile's
+    tracing, or a caller of another shape)."""
     if torch.compiler.is_compiling():
-        return None
+        return None, None
     f = sys._getframe(2)
     for _ in range(12):
         if f is None:
-            return None
+            break
         mixer = f.f_locals.get("self")
         if mixer is not None and hasattr(mixer, "A_log") and hasattr(mixer, "x_proj"):
-            return mixer
+            return mixer, f.f_locals.get("attention_mask")
         f = f.f_back
-    return None
+    return None, None
 
 
 class mamba_inner_fn(nn.Module):
@@ -131,12 +135,14 @@ class mamba_inner_fn(nn.Module):
     def forward(self, xz, conv1d_weight, conv1d_bias, x_proj_weight, delta_proj_weight, out_proj_weight,
                 out_proj_bias, A, B=None, C=None, D=None, delta_bias=None, delta_softplus=True, b_rms_weight=None,
                 c_rms_weight=None, dt_rms_weight=None, b_c_dt_rms_eps=1e-6, **kwargs):
-        mixer = _calling_mixer()  # the call says nothing of the conv's activation nor of adapters / hooks on
-        if mixer is not None and not _fusable(mixer):  # the projections whose weights the block reads
+        mixer, mask = _calling_mixer()  # the call says nothing of the conv's activation, of adapters / hooks on
+        if mixer is not None and not (_fusable(mixer) and all(  # the projections whose weights the block reads
+                _no_hooks(n) for n in (getattr(mixer, k, None) for k in _NORMS) if isinstance(n, nn.Module))):
+            # (and FalconMamba's norms), nor of the padding its unfused path masks after the conv
             raise NotImplementedError(
                 f"selscan (kernels route): the fused training call computes silu after the conv and reads "
                 f"in_proj / x_proj / dt_proj / out_proj's weights without calling them, but this mixer has "
-                f"activation {getattr(mixer, 'activation', None)!r} or an adapter / hook on a projection: "
+                f"activation {getattr(mixer, 'activation', None)!r} or an adapter / hook on a projection or norm: "
                 f"selscan_torch.integrations.use_in_transformers() runs transformers' unfused forward there "
                 f"(argument 'activation')")
         pre = dt_rms_weight is not None
@@ -148,7 +154,8 @@ class mamba_inner_fn(nn.Module):
         return _mamba_inner_fn(xz, conv1d_weight, conv1d_bias, x_proj_weight, delta_proj_weight, out_proj_weight,
                                out_proj_bias, A, B, C, D, delta_bias, delta_softplus=delta_softplus,
                                b_rms_weight=b_rms_weight, c_rms_weight=c_rms_weight, dt_rms_weight=dt_rms_weight,
-                               b_c_dt_rms_eps=b_c_dt_rms_eps, dt_rms_pre_proj=pre, **extra)
+                               b_c_dt_rms_eps=b_c_dt_rms_eps, dt_rms_pre_proj=pre,
+                               mask=None if mixer is None else _mixer_padding(mixer, mask), **extra)
 
 
 class causal_conv1d_fn(nn.Module):
