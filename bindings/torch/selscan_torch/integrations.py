@@ -271,13 +271,13 @@ class Integration:
         self._namespaces.append(ns)
 
     def _leaving(self):
-        """ids of the modules this restore takes out of sys.modules: those imported under a namespace it is
-        the last integration to cover (bound to the stand-ins)."""
+        """ids of the modules that leave sys.modules, by this restore or, where another integration still
+        covers their namespace, by the last one's: those imported under a namespace this one covers (bound to
+        the stand-ins; restores come in any order)."""
         ids = set()
         for ns in self._namespaces:
-            base, owners = _NAMESPACES[ns]
-            if not owners - {self}:
-                ids.update(id(m) for k, m in _modules_in(ns).items() if k not in base)
+            base = _NAMESPACES[ns][0]
+            ids.update(id(m) for k, m in _modules_in(ns).items() if k not in base)
         return ids
 
     def restore(self):

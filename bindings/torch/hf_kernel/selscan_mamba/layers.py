@@ -27,8 +27,9 @@ The conv layers take what causal_conv1d's kernels take (widths 2 .. 4; None, sil
 outside that range raises once kernelized (use_in_transformers() falls back to transformers' own
 conv there). Mamba-1's fused training call (mamba_inner_fn) is handed no activation and the
 projections' weights, not the modules: where the calling mixer (read from the calling frames) has
-another activation than silu, or an adapter / hook on a projection, it raises instead of computing
-silu on the bare weights (transformers' call gave gelu models silu, silently: a hostile user's run);
+another activation than silu, or an adapter / hook on a projection it reads or a norm, it answers
+None, as transformers' own body does, and the mixer runs its unfused path (it computed silu on the
+bare weights before, silently: a hostile user's run; a caller without that fallback gets an error);
 the forward's attention_mask, read there too, masks the conv's output where it pads, as
 transformers' unfused path does (the call is not handed it).
 
@@ -69,6 +70,7 @@ _CONV_KEYWORDS = ("initial_states", "return_final_states", "final_states_out")
 _SSD_KEYWORDS = ("z", "seq_idx", "cu_seqlens", "return_varlen_states")
 _INNER_KEYWORDS = ("B_proj_bias", "C_proj_bias", "checkpoint_lvl")
 _NORMS = ("dt_layernorm", "b_layernorm", "c_layernorm")  # FalconMamba's mixer norms, whose weights the block reads
+_READS = ("x_proj", "dt_proj", "out_proj")  # the projections whose weights it reads (the mixer calls in_proj)
 _ONES = {}  # (device, dt_rank) -> float32 ones: the weightless dt norm's weight
 
 
@@ -105,21 +107,22 @@ class selective_state_update(nn.Module):
 
 
 def _calling_mixer():
-    """(mixer, attention_mask): the Mamba mixer whose forward made the fused call and that forward's
-    attention_mask, read from the calling frames (transformers' mixers make it from their forward, `self` the
-    mixer: an object with A_log and x_proj); (None, None) where they cannot be read (under torch.compile's
-    tracing, or a caller of another shape)."""
+    """(mixer, attention_mask, falls_back): the Mamba mixer whose forward made the fused call, that forward's
+    attention_mask and whether it runs its unfused path when the call answers None (transformers 5.x's
+    `fused_output`), read from the calling frames (transformers' mixers make it from their forward, `self` the
+    mixer: an object with A_log and x_proj); (None, None, False) where they cannot be read (under
+    torch.compile's tracing, or a caller of another shape)."""
     if torch.compiler.is_compiling():
-        return None, None
+        return None, None, False
     f = sys._getframe(2)
     for _ in range(12):
         if f is None:
             break
         mixer = f.f_locals.get("self")
         if mixer is not None and hasattr(mixer, "A_log") and hasattr(mixer, "x_proj"):
-            return mixer, f.f_locals.get("attention_mask")
+            return mixer, f.f_locals.get("attention_mask"), "fused_output" in f.f_code.co_varnames
         f = f.f_back
-    return None, None
+    return None, None, False
 
 
 class mamba_inner_fn(nn.Module):
@@ -135,15 +138,17 @@ class mamba_inner_fn(nn.Module):
     def forward(self, xz, conv1d_weight, conv1d_bias, x_proj_weight, delta_proj_weight, out_proj_weight,
                 out_proj_bias, A, B=None, C=None, D=None, delta_bias=None, delta_softplus=True, b_rms_weight=None,
                 c_rms_weight=None, dt_rms_weight=None, b_c_dt_rms_eps=1e-6, **kwargs):
-        mixer, mask = _calling_mixer()  # the call says nothing of the conv's activation, of adapters / hooks on
-        if mixer is not None and not (_fusable(mixer) and all(  # the projections whose weights the block reads
+        mixer, mask, falls_back = _calling_mixer()  # the call says nothing of the conv's activation, of
+        # adapters / hooks on the projections whose weights the block reads (in_proj is called by the mixer) and
+        # on FalconMamba's norms, nor of the padding the unfused path masks after the conv
+        if mixer is not None and not (_fusable(mixer, _READS) and all(
                 _no_hooks(n) for n in (getattr(mixer, k, None) for k in _NORMS) if isinstance(n, nn.Module))):
-            # (and FalconMamba's norms), nor of the padding its unfused path masks after the conv
+            if falls_back:  # None, as transformers' own body answers: the mixer's unfused path, which applies
+                return None  # them (on the route's conv and scan where mapped)
             raise NotImplementedError(
                 f"selscan (kernels route): the fused training call computes silu after the conv and reads "
-                f"in_proj / x_proj / dt_proj / out_proj's weights without calling them, but this mixer has "
-                f"activation {getattr(mixer, 'activation', None)!r} or an adapter / hook on a projection or norm: "
-                f"selscan_torch.integrations.use_in_transformers() runs transformers' unfused forward there "
+                f"x_proj / dt_proj / out_proj's weights without calling them, but this mixer has activation "
+                f"{getattr(mixer, 'activation', None)!r} or an adapter / hook on a projection or norm "
                 f"(argument 'activation')")
         pre = dt_rms_weight is not None
         if pre:
