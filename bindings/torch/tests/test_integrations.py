@@ -134,6 +134,16 @@ def test_transformers_conv_width_selscan_does_not_take(device, kind):
     assert torch.equal(on["ids"], off["ids"])
 
 
+def _assert_trains_as_own(model, kind, device="cpu"):
+    """A training step without a cache under use_in_transformers() as on transformers' own path: the loss, and
+    every gradient."""
+    ids = torch.randint(0, 100, (2, 24), generator=torch.Generator().manual_seed(1)).to(device)
+    on, off = _train_vs_own(model, kind, ids)
+    assert abs(on[0] - off[0]) < 1e-5 * abs(off[0]) and set(on[1]) == set(off[1])
+    for n in off[1]:
+        assert rel_err(on[1][n], off[1][n]) < 2e-4, n
+
+
 def _train_vs_own(model, kind, ids):
     """A training step (no cache) on transformers' own path and under use_in_transformers(): (loss, grads) each."""
     def step():
@@ -163,12 +173,7 @@ def test_transformers_training_keeps_what_the_fused_block_cannot_do(device, kind
     model = _tf_model(kind, device, **({"hidden_act": act} if not proj else {}))
     if proj:
         adapt_mixers(model, [proj], how=act)
-    ids = torch.randint(0, 100, (2, 24), generator=torch.Generator().manual_seed(1)).to(device)
-    on, off = _train_vs_own(model, kind, ids)
-    assert abs(on[0] - off[0]) < 1e-5 * abs(off[0])
-    assert set(on[1]) == set(off[1])
-    for n in off[1]:
-        assert rel_err(on[1][n], off[1][n]) < 2e-4, n
+    _assert_trains_as_own(model, kind, device)
 
 
 @needs_tf
@@ -178,11 +183,7 @@ def test_falcon_mamba_keeps_a_hook_on_a_mixer_norm(norm):
     norms itself, so the hook never fired there (a hostile user's run, nineteenth session: logits 9 % off
     without a cache); transformers' forward runs instead."""
     model = adapt_mixers(_tf_model("falcon_mamba", "cpu"), [norm], how="hook")
-    ids = torch.randint(0, 100, (2, 24), generator=torch.Generator().manual_seed(1))
-    on, off = _train_vs_own(model, "falcon_mamba", ids)
-    assert abs(on[0] - off[0]) < 1e-5 * abs(off[0]) and set(on[1]) == set(off[1])
-    for n in off[1]:
-        assert rel_err(on[1][n], off[1][n]) < 2e-4, n
+    _assert_trains_as_own(model, "falcon_mamba")
 
 
 @needs_tf
@@ -198,11 +199,7 @@ def test_falcon_mamba_keeps_a_replaced_mixer_norm():
         with torch.no_grad():
             norm.weight.fill_(3.0)
         mixer.b_layernorm = norm
-    ids = torch.randint(0, 100, (2, 24), generator=torch.Generator().manual_seed(1))
-    on, off = _train_vs_own(model, "falcon_mamba", ids)
-    assert abs(on[0] - off[0]) < 1e-5 * abs(off[0]) and set(on[1]) == set(off[1])
-    for n in off[1]:
-        assert rel_err(on[1][n], off[1][n]) < 2e-4, n
+    _assert_trains_as_own(model, "falcon_mamba")
 
 
 @needs_tf
