@@ -58,6 +58,7 @@ from selscan_torch import (
     mamba_inner_fn as _mamba_inner_fn,
     selective_scan_fn as _selective_scan_fn,
 )
+from selscan_torch.integrations import _HY_NORMS as _NORMS  # (FalconMamba's mixer norms, whose weights the block reads)
 from selscan_torch.integrations import _fusable, _mixer_padding, _no_hooks
 from selscan_torch.integrations import _m2_own_initial_states as _own_initial_states
 from selscan_torch.integrations import _standin_selective_state_update as _any_state_step
@@ -69,7 +70,6 @@ __all__ = ["selective_scan_fn", "selective_state_update", "mamba_inner_fn", "cau
 _CONV_KEYWORDS = ("initial_states", "return_final_states", "final_states_out")
 _SSD_KEYWORDS = ("z", "seq_idx", "cu_seqlens", "return_varlen_states")
 _INNER_KEYWORDS = ("B_proj_bias", "C_proj_bias", "checkpoint_lvl")
-_NORMS = ("dt_layernorm", "b_layernorm", "c_layernorm")  # FalconMamba's mixer norms, whose weights the block reads
 _READS = ("x_proj", "dt_proj", "out_proj")  # the projections whose weights it reads (the mixer calls in_proj)
 _ONES = {}  # (device, dt_rank) -> float32 ones: the weightless dt norm's weight
 
