@@ -123,6 +123,45 @@ def test_training_step_matches_transformers(family, padded, use_cache, device):
     assert worst[0] < GTOL32, worst
 
 
+# a released model's SSD shapes (dstate 128 / 64, headdim 64) over three chunks of 64 steps, the last partial: on
+# CUDA the backward in chunks (selscan_cuda.cuh >>ssd-chunk-bwd: 32 < dstate <= 128, no packing), which the tiny
+# configs above (dstate 16) never reach
+MODEL_SHAPES = {"state128": dict(hidden_size=64, num_heads=2, head_dim=64, expand=2, state_size=128, n_groups=1,
+                                 chunk_size=64),
+                "state64-groups2": dict(hidden_size=128, num_heads=4, head_dim=64, expand=2, state_size=64,
+                                        n_groups=2, chunk_size=64)}
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("shape", list(MODEL_SHAPES))
+@pytest.mark.parametrize("padded", [False, True], ids=["no-mask", "left-padded"])
+def test_training_step_at_a_models_state_size(shape, padded, device):
+    cfg_name, model_name, kw = FAMILIES["Mamba2"]
+    torch.manual_seed(0)
+    cfg = getattr(transformers, cfg_name)(**_COMMON, **{**kw, **MODEL_SHAPES[shape]})
+    model = getattr(transformers, model_name)(cfg).float().to(device)
+    g = torch.Generator().manual_seed(2)
+    ids = torch.randint(0, 128, (2, 150), generator=g).to(device)
+    mask = None
+    if padded:
+        mask = torch.ones_like(ids)
+        mask[0, :70] = 0  # past the first chunk
+    want_loss, want = _step(model, ids, mask, False)
+    h = si.use_in_transformers()
+    try:
+        calls = _count_selscan_calls(model, ("mamba2_chunk_scan",))
+        got_loss, got = _step(model, ids, mask, False)
+        got_again = _step(model, ids, mask, False)[1]
+    finally:
+        h.restore()
+    assert padded <= (calls["mamba2_chunk_scan"] > 0), calls  # padding: the unfused path, selscan's scan
+    assert rel_err(got_loss, want_loss) < TOL32
+    assert got.keys() == want.keys()
+    worst = max((rel_err(got[n], want[n]), n) for n in want)  # transformers' chunks against selscan's: rounding
+    assert worst[0] < GTOL32, worst
+    assert all(torch.equal(got[n], got_again[n]) for n in got)  # the backward is deterministic
+
+
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("family", ["Mamba2", "NemotronH"])
 @pytest.mark.parametrize("case", ["lora-out_proj", "hook-out_proj", "lora-in_proj", "hook-norm"])
