@@ -5021,7 +5021,9 @@ static selscan_status conv_step(const selscan_conv_step_problem *s, const selsca
    suffix form alone put FalconH1's A_log gradient 1.2e-4 off in a left-padded batch), so
    ssd_dt_kernel computes both (segmented scans over a warp, 32 steps a round) with the sum of
    their terms' magnitudes as each one's error bound and takes, step by step, the form with the
-   smaller bound; then ddt = A g + xdu and dA = sum dt g. The identity holds only as far as S and
+   smaller bound; then ddt = A g + xdu and dA = sum dt g. (Not finite in: at a sequence's first step
+   without an initial state g is G . 0, so 0 xdu: NaN where G is, and where x or B is, which the
+   reference leaves finite only in a one-step sequence: there the NaN reaches dA too.) The identity holds only as far as S and
    G agree with each other: in float32 their rounding, accumulated over the sequence, left A_log's
    gradient up to 6.5e-5 off transformers' in a float32 model (bench/RESULTS.md, issue 40), so the
    backward's walks carry S and G, and r, xdu and the scans, in double (the forward in float): the
@@ -5715,8 +5717,12 @@ template <typename T> static __global__ void __launch_bounds__(256) ssd_dt_kerne
                 const double gs = q - w, gp = P.wg[o];
                 const double we = P.we[o];
                 /* d loss / d log a(t): the form with the smaller bound; a NaN bound loses (NaN in a forward
-                   input at step s: the suffix form is NaN before s, the prefix form after s, as the CPU's) */
-                const double gl = we <= eq || eq != eq ? gp : gs;
+                   input at step s: the suffix form is NaN before s, the prefix form after s, as the CPU's).
+                   A sequence's first step without an initial state: the prefix form's exact 0 is the
+                   recurrence's G(t) . 0, NaN where G(t) is not finite (a NaN dy there, or in dfinal_state at
+                   L 1): 0 xd(t) carries G(t)'s NaN (and x(t)'s or B(t)'s, which make ddt(t) NaN anyway) */
+                const bool fresh = (t == 0 || ssd_is_last(P, b, t - 1)) && !(P.wh && (P.cu || t == 0));
+                const double gl = fresh ? 0.0 * xd : we <= eq || eq != eq ? gp : gs;
                 finish(t, gl, xd, d, raw, pre);
             }
         }
