@@ -21,6 +21,8 @@
 #              need it (on the same warm machine) and stop the call without it
 #     ssd      bench_ssd.py's scan at the four layer shapes, bf16, against mamba_ssm's Triton SSD (peers built)
 #     train    bench_models.py's Mamba2ForCausalLM training step, 130m and 1.3b shapes (peers built)
+#     train525 the same under transformers 5.25 (CI's; the image has 5.17), whose mixers make the fused call
+#              in training where 5.17's Mamba2 runs its unfused forward
 #     profile  bench_ssd.py --cases profile and bench_models.py --cases profile: per-kernel times and the
 #              training goal as a budget for selscan's scan, conv and gated norm (peers built)
 # Each step's summary lines are printed; a failed step is reported and the next runs. Exit status: 1 when
@@ -35,10 +37,14 @@ if [ "${1:-}" = prep ]; then
     set -e
     [ -z "$(git status --porcelain --untracked-files=no)" ] || { echo "prep: commit first (the hash is the tree's)"; exit 1; }
     mkdir -p .whl .peer/sdist
-    rm -f .whl/*.whl
-    python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
-        --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
-        -d .whl kernels==0.16.2 kernels-data==0.16.2 tomlkit==0.15.3
+    rm -rf .whl/*.whl .whl/tf525
+    plat="--only-binary=:all: --python-version 3.12 --implementation cp --platform manylinux_2_28_x86_64
+          --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64"
+    python3 -m pip download -q --no-deps $plat -d .whl kernels==0.16.2 kernels-data==0.16.2 tomlkit==0.15.3
+    # transformers 5.25 (CI's) with what it needs beyond the GPU machine's image (huggingface_hub 2.x, kernels
+    # 0.19), for train525; numpy left out (the image's 2.5 does)
+    python3 -m pip download -q $plat -d .whl/tf525 transformers==5.25.0 huggingface_hub==2.4.0 kernels==0.19.1
+    rm -f .whl/tf525/numpy-*.whl
     for p in mamba-ssm:mamba_ssm-2.3.2.post1.tar.gz causal-conv1d:causal_conv1d-1.7.0.tar.gz; do
         f=${p#*:}
         [ -s ".peer/sdist/$f" ] && continue
@@ -107,6 +113,10 @@ for s in "$@"; do
     train)
         need_peers; need_torch_pkg
         step train 590 "PYTHONPATH='$BENCH_PATH' '$PY' bench/bench_models.py --models mamba2-130m,mamba2-1.3b --backends selscan-ssd,mamba_ssm --cases train --out $OUT/train.json" ;;
+    train525)
+        need_peers; need_torch_pkg
+        step tf525 120 "'$PY' -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/tf525 .whl/tf525/*.whl"
+        step train525 590 "PYTHONPATH='/tmp/tf525:$BENCH_PATH' '$PY' bench/bench_models.py --models mamba2-130m,mamba2-1.3b --backends selscan-ssd,mamba_ssm --cases train --out $OUT/train525.json" ;;
     profile)
         need_peers; need_torch_pkg
         step profile 590 "PYTHONPATH='$BENCH_PATH' '$PY' bench/bench_ssd.py --device cuda --dtype bf16 --batch 8 --lens 2048 --cases profile --shapes 130m,1.3b && PYTHONPATH='$BENCH_PATH' '$PY' bench/bench_models.py --models mamba2-130m --backends selscan-ssd,mamba_ssm --cases profile --out $OUT/profile.json" ;;
