@@ -96,9 +96,88 @@ def session_options(options=None):
 _T = ["tensor(float)", "tensor(float16)", "tensor(bfloat16)"]
 
 
+def _infer_outputs(out_of):
+    """A schema's type and shape inference (onnx.shape_inference): out_of(ctx, in_type, attr) -> the
+    outputs' {index: (the input whose element type it has, or _FLOAT, [dim, ...] or None)}, where a dim is
+    an int, (input, axis) to copy (a symbolic dim too), or (input, axis, -1) for its value less one. An
+    input of unknown shape leaves the output's shape unknown; only outputs the node has are set."""
+    def infer(ctx):
+        from onnx import TypeProto
+
+        def in_type(i):
+            return ctx.get_input_type(i) if i < ctx.get_num_inputs() and ctx.has_input(i) else None
+
+        def attr(name, default):
+            a = ctx.get_attribute(name)
+            return a.i if a is not None and a.HasField("i") else default
+
+        for o, (elem, dims) in out_of(ctx, in_type, attr).items():
+            if o >= ctx.get_num_outputs() or not ctx.has_output(o):
+                continue
+            t = TypeProto()
+            src = None if elem is _FLOAT else in_type(elem)
+            t.tensor_type.elem_type = 1 if elem is _FLOAT else src.tensor_type.elem_type if src is not None else 0
+            shape = []
+            for d in dims or ():
+                if isinstance(d, int):
+                    shape.append(("value", d))
+                    continue
+                it = in_type(d[0])
+                sh = it.tensor_type.shape if it is not None and it.tensor_type.HasField("shape") else None
+                if sh is None or d[1] >= len(sh.dim):
+                    shape = None
+                    break
+                dim = sh.dim[d[1]]
+                if len(d) == 3:  # the value less one (a known one only)
+                    shape.append(("value", dim.dim_value - 1) if dim.HasField("dim_value") else ("unknown", None))
+                else:
+                    shape.append(("value", dim.dim_value) if dim.HasField("dim_value") else
+                                 ("param", dim.dim_param) if dim.HasField("dim_param") else ("unknown", None))
+            if dims is not None and shape is not None:
+                t.tensor_type.shape.SetInParent()
+                for kind, v in shape:
+                    dim = t.tensor_type.shape.dim.add()
+                    if kind == "value":
+                        dim.dim_value = v
+                    elif kind == "param":
+                        dim.dim_param = v
+            ctx.set_output_type(o, t)
+
+    return infer
+
+
+_FLOAT = "float"  # an output that is float32 whatever the inputs (TensorProto.FLOAT, 1)
+
+
+def _rows(cu, batch_input):
+    """A state's rows: n_seqs = cu_seqlens' length less one where the node has cu_seqlens, else the batch."""
+    return lambda in_type: (cu, 0, -1) if in_type(cu) is not None else (batch_input, 0)
+
+
+def _scan_outputs(ctx, in_type, attr):
+    state = [0] if attr("return_last_state", 1) == 0 else [_rows(9, 0)(in_type), (0, 1), (2, 1)]
+    return {0: (0, [(0, 0), (0, 1), (0, 2)]), 1: (_FLOAT, state)}
+
+
+def _conv_outputs(ctx, in_type, attr):
+    state = [0] if attr("return_final_state", 1) == 0 else [_rows(4, 0)(in_type), (0, 1), (1, 1, -1)]
+    return {0: (0, [(0, 0), (0, 1), (0, 2)]), 1: (0, state)}
+
+
+def _copy_outputs(*pairs):
+    """Outputs that are inputs' type and shape: pairs of (output, input)."""
+    return lambda ctx, in_type, attr: {o: (i, [(i, a) for a in range(_rank(in_type(i)))] if _rank(in_type(i))
+                                           is not None else None) for o, i in pairs}
+
+
+def _rank(t):
+    return len(t.tensor_type.shape.dim) if t is not None and t.tensor_type.HasField("shape") else None
+
+
 def register_schemas():
-    """Registers the selscan ops' schemas with onnx (idempotent): onnxscript builds nodes from them
-    and onnx.checker / shape inference know the ops' inputs and attributes."""
+    """Registers the selscan ops' schemas with onnx (idempotent): onnxscript builds nodes from them,
+    onnx.checker knows the ops' inputs and attributes, and onnx.shape_inference their outputs' types and
+    shapes (onnx >= 1.16: a schema's inference function from Python)."""
     import onnx.defs as defs
 
     Param = defs.OpSchema.FormalParameter
@@ -193,8 +272,12 @@ def register_schemas():
             attributes=[Attr("silu", INT, "1: act = silu", required=False)],
         ),
     ]
+    infer = {"SelectiveScan": _scan_outputs, "SelectiveStateUpdate": _copy_outputs((0, 1), (1, 0)),
+             "CausalConv1d": _conv_outputs, "CausalConv1dUpdate": _copy_outputs((0, 1), (1, 0))}
     for s in schemas:
         if not defs.has(s.name, s.since_version, s.domain):
+            if hasattr(s, "set_type_and_shape_inference_function"):
+                s.set_type_and_shape_inference_function(_infer_outputs(infer[s.name]))
             defs.register_schema(s)
 
 

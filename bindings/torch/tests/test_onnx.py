@@ -491,6 +491,11 @@ def export(model, args, **kw):
         prog = torch.onnx.export(model, args, dynamo=True, **kw)
     proto = prog.model_proto
     onnx.checker.check_model(proto, full_check=True)
+    if hasattr(onnx.defs.get_schema("SelectiveScan", 1, sonnx.DOMAIN), "set_type_and_shape_inference_function"):
+        inferred = _inferred(proto)  # every selscan node's outputs typed and shaped by the schemas
+        for n in proto.graph.node:
+            if n.domain == sonnx.DOMAIN:
+                assert all(inferred.get(o, (0, None))[1] is not None and inferred[o][0] for o in n.output if o), n
     return proto
 
 
@@ -1078,3 +1083,84 @@ def test_39_conv_update_empty_calls(case):
     y, state_out = run_conv_ort(c, ("y", "state_out"), op="CausalConv1dUpdate")
     assert y.shape == (batch, dim, L) and not y.any() and np.array_equal(state_out, c["state"].numpy())
     assert _untouched(c, snap)
+
+
+# ---- the schemas' output types and shapes (onnx.shape_inference) against what ONNX Runtime returns ----
+
+
+def _inferred(model):
+    """{value name: (element type, [dim_value, dim_param or None, ...])} after onnx's strict shape inference."""
+    m = onnx.shape_inference.infer_shapes(model, strict_mode=True)
+    out = {}
+    for v in list(m.graph.value_info) + list(m.graph.output):
+        t = v.type.tensor_type
+        dims = [d.dim_value if d.HasField("dim_value") else d.dim_param or None for d in t.shape.dim] \
+            if t.HasField("shape") else None
+        out[v.name] = (t.elem_type, dims)
+    return out
+
+
+SHAPE_CASES = {
+    "scan": ("SelectiveScan", dict(batch=2), {}, None, ["y", "last_state"]),
+    "scan-bf16": ("SelectiveScan", dict(batch=3, bc="grouped", z=True, h0=True), {}, torch.bfloat16, ["y", "last_state"]),
+    "scan-cu": ("SelectiveScan", dict(batch=1, L=20), {}, None, ["y", "last_state"]),
+    "scan-no-state": ("SelectiveScan", dict(batch=2), {"return_last_state": 0}, None, ["y", "last_state"]),
+    "step": ("SelectiveStateUpdate", {}, {}, torch.float16, ["y", "state_out"]),
+    "conv": ("CausalConv1d", {}, {}, None, ["y", "final_state"]),
+    "conv-cu-f16": ("CausalConv1d", dict(batch=1), {}, torch.float16, ["y", "final_state"]),
+    "conv-no-state": ("CausalConv1d", {}, {"return_final_state": 0}, None, ["y", "final_state"]),
+    "conv-update": ("CausalConv1dUpdate", {}, {}, None, ["y", "state_out"]),
+}
+
+
+@pytest.mark.parametrize("case", list(SHAPE_CASES))
+def test_schemas_infer_the_outputs_ort_returns(case):
+    op, kw, attrs, T, outs = SHAPE_CASES[case]
+    T = T or torch.float32
+    sonnx.register_schemas()
+    if not hasattr(onnx.defs.get_schema(op, 1, "selscan"), "set_type_and_shape_inference_function"):
+        pytest.skip(f"onnx {onnx.__version__} takes no inference function from Python")
+    if op.startswith("Causal") and not HAS_CONV:
+        pytest.skip("the conv ops are not built into this library")
+    if op == "SelectiveScan":
+        feeds, names, t_in = make_scan(**kw), SCAN_INPUTS, {"u", "delta", "z", "B", "C"}
+        if case == "scan-cu":
+            feeds["cu_seqlens"] = torch.tensor([0, 7, 7, 20])
+    elif op == "SelectiveStateUpdate":
+        feeds = dict(make_step(batch=3, n_cache=5), state_index=torch.tensor([4, -1, 0], dtype=torch.int32))
+        names, t_in = STEP_INPUTS, {"x", "dt", "B", "C", "z"}
+    else:
+        c = make_conv(**kw)
+        if case == "conv-cu-f16":
+            c["cu_seqlens"] = torch.tensor([0, 10, 37])
+        feeds = c if op == "CausalConv1d" else dict(state=torch.randn(4, 24, 5), x=c["x"][:, :, 0], weight=c["weight"],
+                                                    bias=c["bias"], state_index=torch.tensor([3, 1], dtype=torch.int32))
+        names, t_in = (CONV_INPUTS if op == "CausalConv1d" else CONV_UPDATE_INPUTS), {"x", "init_state", "state"}
+    t_out = {"y"} | ({"final_state", "state_out"} if op.startswith("Causal") else set())
+    no_state = 0 in attrs.values()
+    ranks = {outs[0]: 2 if op.endswith("Update") else 3, outs[1]: 1 if no_state else 3}
+    model = one_node_model(op, names, feeds, t_in, T, outs, t_out, attrs, ranks=ranks)
+    got = session(model).run(None, feed_dict(feeds))
+    inferred = _inferred(model)
+    for name, value in zip(outs, got):
+        node_out = name + "_t" if name in t_out and T != torch.float32 else name  # the node's own output
+        elem, dims = inferred[node_out]
+        want_elem = TensorProto.FLOAT if name not in t_out else ONNX_TYPE[T]  # the scan's and step's states: float
+        assert elem == want_elem, (name, elem, want_elem)
+        assert dims == list(value.shape), (name, dims, value.shape)
+
+
+def test_inferred_shapes_keep_symbolic_dims():
+    sonnx.register_schemas()
+    if not hasattr(onnx.defs.get_schema("SelectiveScan", 1, "selscan"), "set_type_and_shape_inference_function"):
+        pytest.skip(f"onnx {onnx.__version__} takes no inference function from Python")
+    vi = helper.make_tensor_value_info
+    node = helper.make_node("SelectiveScan", ["u", "delta", "A", "B", "C"], ["y", "s"], domain="selscan")
+    graph = helper.make_graph([node], "g", [vi("u", TensorProto.FLOAT, ["b", 8, "L"]),
+                                            vi("delta", TensorProto.FLOAT, ["b", 8, "L"]),
+                                            vi("A", TensorProto.FLOAT, [8, "N"]), vi("B", TensorProto.FLOAT, ["b", "N", "L"]),
+                                            vi("C", TensorProto.FLOAT, None)],
+                              [vi("y", 0, None), vi("s", 0, None)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18), helper.make_opsetid("selscan", 1)])
+    got = _inferred(model)
+    assert got["y"] == (TensorProto.FLOAT, ["b", 8, "L"]) and got["s"] == (TensorProto.FLOAT, ["b", 8, "N"])
