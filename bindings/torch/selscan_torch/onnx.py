@@ -82,12 +82,25 @@ def ort_library():
     return found[0]
 
 
+_REGISTERED_KEY = "selscan.custom_ops_library"  # a session config entry: the library these options registered
+
+
 def session_options(options=None):
-    """onnxruntime.SessionOptions (the given ones, or new ones) with the selscan ops registered."""
+    """onnxruntime.SessionOptions (the given ones, or new ones) with the selscan ops registered, once: options
+    this function registered already are returned as they are (ONNX Runtime refuses a session whose options
+    register the library twice: "Domain already set in registry"; a register_custom_ops_library call of
+    your own is not seen here)."""
     import onnxruntime as ort
 
     so = options if options is not None else ort.SessionOptions()
-    so.register_custom_ops_library(ort_library())
+    try:
+        if so.get_session_config_entry(_REGISTERED_KEY):
+            return so
+    except RuntimeError:  # no such entry: not registered here
+        pass
+    lib = ort_library()
+    so.register_custom_ops_library(lib)
+    so.add_session_config_entry(_REGISTERED_KEY, lib)
     return so
 
 

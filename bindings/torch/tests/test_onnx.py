@@ -1164,3 +1164,13 @@ def test_inferred_shapes_keep_symbolic_dims():
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18), helper.make_opsetid("selscan", 1)])
     got = _inferred(model)
     assert got["y"] == (TensorProto.FLOAT, ["b", 8, "L"]) and got["s"] == (TensorProto.FLOAT, ["b", 8, "N"])
+
+
+def test_session_options_register_the_library_once():
+    so = sonnx.session_options(sonnx.session_options())
+    assert sonnx.session_options(so) is so
+    x = make_scan(batch=2)
+    model = one_node_model("SelectiveScan", SCAN_INPUTS, x, {"u", "delta", "z"}, torch.float32, ["y"], {"y"}, {})
+    ort = pytest.importorskip("onnxruntime")
+    y = ort.InferenceSession(model.SerializeToString(), so).run(None, feed_dict(x))[0]
+    assert y.shape == tuple(x["u"].shape)
