@@ -1174,3 +1174,14 @@ def test_session_options_register_the_library_once():
     ort = pytest.importorskip("onnxruntime")
     y = ort.InferenceSession(model.SerializeToString(), so).run(None, feed_dict(x))[0]
     assert y.shape == tuple(x["u"].shape)
+
+
+def test_an_input_of_another_type_named_by_the_checker():
+    # ONNX Runtime refuses it at load without naming it ("no kernel def matches node inputs"); the schemas do
+    sonnx.register_schemas()
+    x = make_scan(batch=2)
+    model = one_node_model("SelectiveScan", SCAN_INPUTS, x, {"u", "z"}, torch.float16, ["y"], {"y"}, {})
+    with pytest.raises(Exception, match="delta has inconsistent type tensor\\(float\\)"):
+        onnx.checker.check_model(model, full_check=True)
+    with pytest.raises(Exception):  # (ONNX Runtime 1.32's words: "no kernel def matches node inputs")
+        session(model)
