@@ -36,7 +36,7 @@
  *                       ssd_param kernels and their host side (its DESIGN there)
  *     >>ssd-chunk       the SSD forward in chunks, ssd_ck_fwd_kernel (not selected by default)
  *     >>ssd-chunk-bwd   the SSD backward in chunks: ssd_ckb_loc / ssd_ckb_pass / ssd_ckb kernels
- *                       (not selected by default until a GPU gate has run it)
+ *                       (the default backward where its shapes hold: ssd_ckb_mode 1)
  *     >>public          the extern "C" entry points
  *     >>bench           bench-only (SELSCAN__CUDA_TUNING): the selscan__*_cuda_tuned entries that
  *                       force the plans' choices (bench/bench_cuda.cu, the CUDA tests)
@@ -61,7 +61,7 @@
  *     ssd_fwd_kernel       every SSD forward (dstate <= 512, any strides)             >>ssd-cuda
  *     ssd_ck_fwd_kernel    no SSD forward by default (ssd_ck_mode: tests, benchmark)  >>ssd-chunk
  *     ssd_ckb_*_kernel     SSD backwards without packed sequences, 32 < dstate <= 128,  >>ssd-chunk-bwd
- *       (+ ssd_dt, ssd_bc,  every value finite (else the walks, launched after them, run),
+ *       (+ ssd_dt, ssd_bc,  every value finite, a <= 0 (else the walks, launched after, run),
  *       ssd_param)         the block's shared memory within the device's opt-in limit
  *                          (172 KiB at dstate 128, 139 KiB at 64: sm_90; sm_80 (163 KiB)
  *                          dstate <= 64 only); ssd_ckb_mode 0 (tests): the walks alone
@@ -243,7 +243,12 @@ SELSCAN_DEF selscan_status selscan_conv_step_cuda(const selscan_conv_step_proble
    dB / dC: 2 batch seqlen nheads dstate floats when both are asked for and one slice holds a
    head's channels (headdim <= 64 at dstate <= 128; ceil(headdim / PB) times that, PB 64 / 32 / 16
    at dstate <= 128 / 256 / 512), and for the decay's gradient 4 doubles a (batch row, step, head),
-   2 more a further slice, and with initial_state rows nheads slices doubles), and is bitwise
+   2 more a further slice, and with initial_state rows nheads slices doubles; where the backward may
+   run in chunks (>>ssd-chunk-bwd: no packed sequences, 32 < dstate <= 128, headdim <= 64 a slice)
+   also the chunks' states and their gradients, 2 batch nheads ceil(headdim / 64) ceil(seqlen / 64)
+   64 64 ceil(dstate / 64) floats, their decays and dD's partials a chunk: about twice the walks'
+   workspace at Mamba2-130m's layer shape, reserved on every device whether or not a chunk block
+   fits its shared memory), and is bitwise
    deterministic (every sum in a fixed order). NaN in gives NaN out; the NaNs written are the
    arithmetic's (not the CPU backward's default quiet NaN); the decay's gradient is built from
    per-step scalars, so with a NaN input ddt, dA and ddt_bias may be NaN at other steps than the
@@ -5005,7 +5010,7 @@ static selscan_status conv_step(const selscan_conv_step_problem *s, const selsca
    tile of TT steps are staged in shared memory; A is one scalar a head, so a step's decay is one
    value of the tile. Sequences (seq_idx / cu_seqlens) restart the walk's state.
    The backward (where >>ssd-chunk-bwd does not take it: packed sequences, dstate <= 32 or > 128, a
-   value not finite, a block over the device's shared memory) is two independent walks over the same
+   value not finite or an a > 0, a block over the device's shared memory) is two independent walks over the same
    grid (neither stores a state):
    - the forward walk recomputes S and gives dC[t,n] = sum_p S[p,n] dy0[p] (dy0: dy through the
      gate), y0 (dz) and r(t) = sum_p dy0[p] (C S)[p] (plus sum dfinal_state * S at a sequence's
@@ -5826,8 +5831,9 @@ static __global__ void __launch_bounds__(256) ssd_param_kernel(const ssd_params 
    by step gives NaN here). Deterministic: fixed-order sums.
    Not the default: on an H200 the chunks took 0.85x / 0.77x the walk's speed (130m / 1.3b shapes,
    bf16, batch 8 x 2048), 0.97x / 0.89x on the float32 units alone, and 1.24x / 1.12x even with one-pass
-   tf32 products, which float32's precision rules out (bench/NOTES.md SSD-CUDA-v8). It stays for the
-   chunked backward this form leads to, selected by ssd_ck_mode (tests, bench/bench_ssd_forms.cu). */
+   tf32 products, which float32's precision rules out (bench/NOTES.md SSD-CUDA-v8). It stays (ssd_ck_mode:
+   tests, bench/bench_ssd_forms.cu) as the form the chunked backward (>>ssd-chunk-bwd, the default
+   backward where its shapes hold) is built on. */
 static constexpr int kCkQ = 64;       /* steps a chunk */
 static constexpr int kCkPT = 64;      /* channels a block */
 static constexpr int kCkThreads = 256;

@@ -275,7 +275,9 @@ static void run_case(int ci, bool quick) {
     const bool inf_h0 = g_force_chunk && !nan_case && !nan_dt && irand(0, 5) == 0;
     /* a NaN entering the backward alone (chunk cases: one in four): in dy, in dfinal_state or in B (the
        backward's B only); the chunks' flag must send it to the walks, and NaN comes out where the reference's is */
-    const int nan_bwd = g_force_chunk && !nan_case && !nan_dt && !inf_h0 && irand(0, 3) == 0 ? 1 + irand(0, 2) : 0;
+    int nan_bwd = g_force_chunk && !nan_case && !nan_dt && !inf_h0 && irand(0, 3) == 0 ? 1 + irand(0, 2) : 0;
+    /* and in packed cases (the walks: one in six), a NaN dy (at a sequence's first step without an initial state) */
+    if (pack >= 3 && !nan_case && irand(0, 5) == 0) nan_bwd = 1;
     const bool alloc = g_force_chunk || irand(0, 3) != 0; /* the forward may take the chunks */
     /* the chunks are no default (>>ssd-chunk): the walk, the chunks, the chunks on the float32 units */
     selscan_cuda_detail::ssd_ck_mode = g_force_chunk ? 1 + (ci & 1) : irand(0, 2);
@@ -360,9 +362,9 @@ static void run_case(int ci, bool quick) {
         ext.cu_seqlens_device = cu_dev;
     }
     char what[320];
-    snprintf(what, sizeof what, "cap %d lpad %lld case %d: dt %d batch %lld L %lld H %d G %d P %d N %d flags %u D %d z %d bias %d pack %d h0 %d hT %d strided %d lead %d xgap %d nan %d",
+    snprintf(what, sizeof what, "cap %d lpad %lld case %d: dt %d batch %lld L %lld H %d G %d P %d N %d flags %u D %d z %d bias %d pack %d h0 %d hT %d strided %d lead %d xgap %d nan %d nan_bwd %d",
              g_cap, (long long)lpad, ci, (int)dt, (long long)batch, (long long)L, H, G, P, N, p.flags, hasD + Dhd, hasz, hasbias, pack, hash0, hashT, strided, lead, xgap,
-             nan_case);
+             nan_case, nan_bwd);
     /* forward */
     size_t ws_bytes = 0;
     selscan_ssd_problem ph = problem(false), pd = problem(true);
@@ -413,10 +415,22 @@ static void run_case(int ci, bool quick) {
     Ten dy, dT, dx, ddt, dA, dB, dC, dD, dz, dbias, dh0;
     make(dy, dt, 4, nx, strided ? permx : NULL, 0, true); fill(dy, -1, 1);
     if (hasdT || nan_bwd == 2) { make(dT, SELSCAN_F32, 4, nst, NULL, 0, true); fill(dT, -1, 1); }
-    /* a NaN dy: anywhere, or (half the cases without an initial state) at step 0, where the decay's gradient is the
-       recurrence's G . 0 (>>ssd-cuda: NaN, where the walks once gave 0: bench/NOTES.md SSD-CUDA-v10) */
-    if (nan_bwd == 1)
-        dy.set(!hash0 && irand(0, 1) ? irand(0, (int)(batch - 1)) * L * H * P + irand(0, (int)(H * P - 1)) : irand(0, (int)(dy.count() - 1)), NAN);
+    /* a NaN dy: anywhere with an initial state; without one at a sequence's first step, where the decay's gradient is
+       the recurrence's G . 0 (>>ssd-cuda: NaN there, where the walks once gave 0: bench/NOTES.md SSD-CUDA-v12) */
+    int64_t nan_at = -1;
+    if (nan_bwd == 1 && hash0) nan_at = irand(0, (int)(dy.count() - 1));
+    if (nan_bwd == 1 && !hash0) {
+        const int64_t b = irand(0, (int)(batch - 1));
+        std::vector<int64_t> starts; /* the first steps of row b's sequences */
+        for (int64_t t = 0; t < L; t++) {
+            int32_t v = 0, u = 0;
+            if (pack == 3 && t > 0) { memcpy(&v, si.h + si.off(b * L + t) * 4, 4); memcpy(&u, si.h + si.off(b * L + t - 1) * 4, 4); }
+            if (t == 0 || (pack == 3 && v != u) || (pack == 4 && std::find(cu.begin(), cu.end(), t) != cu.end())) starts.push_back(t);
+        }
+        const int64_t t = starts[irand(0, (int)starts.size() - 1)];
+        nan_at = (b * L + t) * H * P + irand(0, (int)(H * P - 1));
+    }
+    if (nan_at >= 0) dy.set(nan_at, NAN);
     if (nan_bwd == 2) dT.set(irand(0, (int)(dT.count() - 1)), NAN);
     if (nan_bwd == 3) { Bt.set(irand(0, (int)(Bt.count() - 1)), NAN); Bt.up(); }
     const bool all = irand(0, 2) != 0;

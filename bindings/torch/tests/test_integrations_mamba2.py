@@ -148,13 +148,26 @@ def test_training_step_at_a_models_state_size(shape, padded, device):
         mask[0, :70] = 0  # past the first chunk
     want_loss, want = _step(model, ids, mask, False)
     h = si.use_in_transformers()
+    layer, fused = si._ssd.mamba_split_conv1d_scan_combined, []
+
+    def spy(*a, **k):  # selscan's whole layer: the mixer's fused call (no cache, no padding)
+        fused.append(1)
+        return layer(*a, **k)
+
     try:
-        calls = _count_selscan_calls(model, ("mamba2_chunk_scan",))
+        calls = _count_selscan_calls(model, ("mamba2_chunk_scan", "causal_conv1d_fn"))
+        si._ssd.mamba_split_conv1d_scan_combined = spy
         got_loss, got = _step(model, ids, mask, False)
         got_again = _step(model, ids, mask, False)[1]
     finally:
+        si._ssd.mamba_split_conv1d_scan_combined = layer
         h.restore()
-    assert padded <= (calls["mamba2_chunk_scan"] > 0), calls  # padding: the unfused path, selscan's scan
+    # selscan's layer, or (padding; transformers 5.17's Mamba2 norm over all channels at n_groups 2) the unfused
+    # path on selscan's conv and scan: never transformers' alone
+    if not padded and _norms_as_mamba_ssm(model):
+        assert fused, (fused, calls)
+    else:
+        assert not fused and min(calls.values()) > 0, (fused, calls)
     assert rel_err(got_loss, want_loss) < TOL32
     assert got.keys() == want.keys()
     worst = max((rel_err(got[n], want[n]), n) for n in want)  # transformers' chunks against selscan's: rounding
