@@ -109,11 +109,12 @@ def session_options(options=None):
 _T = ["tensor(float)", "tensor(float16)", "tensor(bfloat16)"]
 
 
-def _infer_outputs(out_of):
+def _infer_outputs(out_of, ranks=None):
     """A schema's type and shape inference (onnx.shape_inference): out_of(ctx, in_type, attr) -> the
     outputs' {index: (the input whose element type it has, or _FLOAT, [dim, ...] or None)}, where a dim is
     an int, (input, axis) to copy (a symbolic dim too), or (input, axis, -1) for its value less one. An
-    input of unknown shape leaves the output's shape unknown; only outputs the node has are set."""
+    input of unknown shape, or of another rank than ranks {input: rank} says (the op refuses it), leaves the
+    output's shape unknown; only outputs the node has are set."""
     def infer(ctx):
         from onnx import TypeProto
 
@@ -130,6 +131,8 @@ def _infer_outputs(out_of):
             t = TypeProto()
             src = None if elem is _FLOAT else in_type(elem)
             t.tensor_type.elem_type = 1 if elem is _FLOAT else src.tensor_type.elem_type if src is not None else 0
+            if not t.tensor_type.elem_type:  # the input's type unknown (or not a tensor): the output left as it is
+                continue
             shape = []
             for d in dims or ():
                 if isinstance(d, int):
@@ -137,7 +140,7 @@ def _infer_outputs(out_of):
                     continue
                 it = in_type(d[0])
                 sh = it.tensor_type.shape if it is not None and it.tensor_type.HasField("shape") else None
-                if sh is None or d[1] >= len(sh.dim):
+                if sh is None or d[1] >= len(sh.dim) or len(sh.dim) != (ranks or {}).get(d[0], len(sh.dim)):
                     shape = None
                     break
                 dim = sh.dim[d[1]]
@@ -285,12 +288,14 @@ def register_schemas():
             attributes=[Attr("silu", INT, "1: act = silu", required=False)],
         ),
     ]
-    infer = {"SelectiveScan": _scan_outputs, "SelectiveStateUpdate": _copy_outputs((0, 1), (1, 0)),
-             "CausalConv1d": _conv_outputs, "CausalConv1dUpdate": _copy_outputs((0, 1), (1, 0))}
+    infer = {"SelectiveScan": _infer_outputs(_scan_outputs, {0: 3, 2: 2, 9: 1}),  # u, A, cu_seqlens
+             "SelectiveStateUpdate": _infer_outputs(_copy_outputs((0, 1), (1, 0))),
+             "CausalConv1d": _infer_outputs(_conv_outputs, {0: 3, 1: 2, 4: 1}),  # x, weight, cu_seqlens
+             "CausalConv1dUpdate": _infer_outputs(_copy_outputs((0, 1), (1, 0)))}
     for s in schemas:
         if not defs.has(s.name, s.since_version, s.domain):
             if hasattr(s, "set_type_and_shape_inference_function"):
-                s.set_type_and_shape_inference_function(_infer_outputs(infer[s.name]))
+                s.set_type_and_shape_inference_function(infer[s.name])
             defs.register_schema(s)
 
 

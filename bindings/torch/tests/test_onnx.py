@@ -1185,3 +1185,17 @@ def test_an_input_of_another_type_named_by_the_checker():
         onnx.checker.check_model(model, full_check=True)
     with pytest.raises(Exception):  # (ONNX Runtime 1.32's words: "no kernel def matches node inputs")
         session(model)
+
+
+def test_inferred_shapes_left_unknown_where_an_input_has_another_rank():
+    sonnx.register_schemas()
+    if not hasattr(onnx.defs.get_schema("SelectiveScan", 1, "selscan"), "set_type_and_shape_inference_function"):
+        pytest.skip(f"onnx {onnx.__version__} takes no inference function from Python")
+    vi = helper.make_tensor_value_info
+    node = helper.make_node("SelectiveScan", ["u", "delta", "A", "B", "C"], ["y", "s"], domain="selscan")
+    graph = helper.make_graph([node], "g", [vi("u", TensorProto.FLOAT, [8, 5]), vi("delta", TensorProto.FLOAT, [8, 5]),
+                                            vi("A", TensorProto.FLOAT, [8, 4]), vi("B", TensorProto.FLOAT, [4]),
+                                            vi("C", TensorProto.FLOAT, [4])], [vi("y", 0, None), vi("s", 0, None)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18), helper.make_opsetid("selscan", 1)])
+    got = _inferred(model)  # a rank-2 u (the op refuses it): types only, no made-up shapes
+    assert got["y"] == (TensorProto.FLOAT, None) and got["s"] == (TensorProto.FLOAT, None)
