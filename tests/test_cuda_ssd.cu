@@ -214,6 +214,9 @@ static int g_cap = 0, g_force_N = 0, g_force_P = 0, g_refusals = 0;
 /* the chunked forward's cases (>>ssd-chunk): no packed sequences, up to 700 steps (several chunks),
    a workspace allocator always; g_chunked counts the forwards that took the chunks */
 static int g_force_chunk = 0, g_chunked = 0;
+/* a packed case (seq_idx, cu_seqlens in turn) without an initial state, a NaN dy at a later sequence's first step where
+   there is one, every gradient asked for (>>ssd-cuda: the decay's gradient there NaN, as the recurrence's) */
+static int g_force_nanstart = 0;
 /* the backwards that ran in chunks (>>ssd-chunk-bwd: their flag down after the call), and those a
    value that is not finite sent to the walks (the flag up) */
 static int g_ckb = 0, g_ckb_walked = 0, g_ckb_fit = 0; /* (g_ckb_fit: the device's shared memory held the chunks) */
@@ -264,7 +267,7 @@ static void run_case(int ci, bool quick) {
     const int Ps[] = {1, 3, 16, 33, 64, 70, 130};
     const int N = g_force_N ? g_force_N : Ns[irand(0, quick ? 8 : 9)], P = g_force_P ? g_force_P : Ps[irand(0, 6)];
     const int G = irand(1, 2), H = G * irand(1, 3);
-    const int pack = g_force_chunk ? irand(0, 2) : irand(0, 4); /* 0, 1, 2: none; 3: seq_idx; 4: cu_seqlens */
+    const int pack = g_force_nanstart ? 3 + (ci & 1) : g_force_chunk ? irand(0, 2) : irand(0, 4); /* 0, 1, 2: none; 3: seq_idx; 4: cu_seqlens */
     const int64_t batch = pack == 4 ? 1 : irand(1, 3);
     const int64_t L = g_force_chunk ? irand(1, quick ? 300 : 700) : irand(0, 3) == 0 ? irand(1, 8) : irand(1, quick ? 120 : 400);
     const bool nan_case = irand(0, 9) == 0;
@@ -276,8 +279,8 @@ static void run_case(int ci, bool quick) {
     /* a NaN entering the backward alone (chunk cases: one in four): in dy, in dfinal_state or in B (the
        backward's B only); the chunks' flag must send it to the walks, and NaN comes out where the reference's is */
     int nan_bwd = g_force_chunk && !nan_case && !nan_dt && !inf_h0 && irand(0, 3) == 0 ? 1 + irand(0, 2) : 0;
-    /* and in packed cases (the walks: one in six), a NaN dy (at a sequence's first step without an initial state) */
-    if (pack >= 3 && !nan_case && irand(0, 5) == 0) nan_bwd = 1;
+    /* and in packed cases (the walks: one in six, and every case ci = 5 mod 16), a NaN dy (below) */
+    if (pack >= 3 && !nan_case && (irand(0, 5) == 0 || ci % 16 == 5 || g_force_nanstart)) nan_bwd = 1;
     const bool alloc = g_force_chunk || irand(0, 3) != 0; /* the forward may take the chunks */
     /* the chunks are no default (>>ssd-chunk): the walk, the chunks, the chunks on the float32 units */
     selscan_cuda_detail::ssd_ck_mode = g_force_chunk ? 1 + (ci & 1) : irand(0, 2);
@@ -301,7 +304,7 @@ static void run_case(int ci, bool quick) {
         p.cu_seqlens = cu.data(); p.n_seqs = ns;
     }
     const int64_t rows = pack == 4 ? p.n_seqs : batch;
-    const bool hash0 = irand(0, 1), hashT = irand(0, 1), hasdT = irand(0, 1);
+    const bool hash0 = irand(0, 1) && !g_force_nanstart, hashT = irand(0, 1), hasdT = irand(0, 1);
     const int permx[4] = {0, 2, 1, 3}; /* head-major memory: (batch, H, L, P) */
     Ten x, dtt, A, Bt, Ct, D, z, bias, si, h0, y, hT;
     const int64_t nx[4] = {batch, L, H, P}, ndt[3] = {batch, L, H}, nh[1] = {H}, nbc[4] = {batch, L, G, N};
@@ -415,11 +418,13 @@ static void run_case(int ci, bool quick) {
     Ten dy, dT, dx, ddt, dA, dB, dC, dD, dz, dbias, dh0;
     make(dy, dt, 4, nx, strided ? permx : NULL, 0, true); fill(dy, -1, 1);
     if (hasdT || nan_bwd == 2) { make(dT, SELSCAN_F32, 4, nst, NULL, 0, true); fill(dT, -1, 1); }
-    /* a NaN dy: anywhere with an initial state; without one at a sequence's first step, where the decay's gradient is
-       the recurrence's G . 0 (>>ssd-cuda: NaN there, where the walks once gave 0: bench/NOTES.md SSD-CUDA-v12) */
+    /* a NaN dy: anywhere (with an initial state, and one case in four without), else at a sequence's first step,
+       where without an initial state the decay's gradient is the recurrence's G . 0 (>>ssd-cuda: NaN there, where
+       the walks once gave 0: bench/NOTES.md SSD-CUDA-v12) */
     int64_t nan_at = -1;
-    if (nan_bwd == 1 && hash0) nan_at = irand(0, (int)(dy.count() - 1));
-    if (nan_bwd == 1 && !hash0) {
+    const bool at_start = nan_bwd == 1 && !hash0 && (irand(0, 3) != 0 || g_force_nanstart);
+    if (nan_bwd == 1 && !at_start) nan_at = irand(0, (int)(dy.count() - 1));
+    if (at_start) {
         const int64_t b = irand(0, (int)(batch - 1));
         std::vector<int64_t> starts; /* the first steps of row b's sequences */
         for (int64_t t = 0; t < L; t++) {
@@ -427,13 +432,14 @@ static void run_case(int ci, bool quick) {
             if (pack == 3 && t > 0) { memcpy(&v, si.h + si.off(b * L + t) * 4, 4); memcpy(&u, si.h + si.off(b * L + t - 1) * 4, 4); }
             if (t == 0 || (pack == 3 && v != u) || (pack == 4 && std::find(cu.begin(), cu.end(), t) != cu.end())) starts.push_back(t);
         }
-        const int64_t t = starts[irand(0, (int)starts.size() - 1)];
+        const int later = g_force_nanstart && starts.size() > 1; /* (forced: a later sequence's start) */
+        const int64_t t = starts[irand(later, (int)starts.size() - 1)];
         nan_at = (b * L + t) * H * P + irand(0, (int)(H * P - 1));
     }
     if (nan_at >= 0) dy.set(nan_at, NAN);
     if (nan_bwd == 2) dT.set(irand(0, (int)(dT.count() - 1)), NAN);
     if (nan_bwd == 3) { Bt.set(irand(0, (int)(Bt.count() - 1)), NAN); Bt.up(); }
-    const bool all = irand(0, 2) != 0;
+    const bool all = irand(0, 2) != 0 || g_force_nanstart;
     auto want = [&]() { return all || irand(0, 1); };
     if (want()) make(dx, dt, 4, nx, strided ? permx : NULL, 0, true);
     if (want()) make(ddt, dt, 3, ndt, NULL, 0, true);
@@ -579,6 +585,9 @@ int main() {
         run_case(ncases + 300 + i, quick);
     }
     g_force_chunk = g_force_N = g_force_P = 0;
+    g_force_nanstart = 1;
+    for (int i = 0; i < (quick ? 8 : 24); i++) run_case(ncases + 500 + i, quick);
+    g_force_nanstart = 0;
     selscan_cuda_detail::ssd_ck_mode = 0;
     selscan_cuda_detail::ssd_ckb_mode = 1; /* the defaults again */
     CHECK(g_chunked > 0, "no forward ran in chunks");

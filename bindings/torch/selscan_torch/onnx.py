@@ -38,6 +38,7 @@ It also registers the decode steps' export path with the modules that own the st
 import glob
 import os
 import warnings
+import weakref
 from typing import Optional
 
 import torch
@@ -82,7 +83,8 @@ def ort_library():
     return found[0]
 
 
-_REGISTERED_KEY = "selscan.custom_ops_library"  # a session config entry: the library these options registered
+_registered = weakref.WeakSet()  # the SessionOptions session_options registered the library on (the objects
+# themselves: ONNX Runtime's copies, e.g. InferenceSession.get_session_options(), hold no registration)
 
 
 def session_options(options=None):
@@ -93,14 +95,10 @@ def session_options(options=None):
     import onnxruntime as ort
 
     so = options if options is not None else ort.SessionOptions()
-    try:
-        if so.get_session_config_entry(_REGISTERED_KEY):
-            return so
-    except RuntimeError:  # no such entry: not registered here
-        pass
-    lib = ort_library()
-    so.register_custom_ops_library(lib)
-    so.add_session_config_entry(_REGISTERED_KEY, lib)
+    if so in _registered:
+        return so
+    so.register_custom_ops_library(ort_library())
+    _registered.add(so)
     return so
 
 
@@ -112,18 +110,20 @@ _T = ["tensor(float)", "tensor(float16)", "tensor(bfloat16)"]
 def _infer_outputs(out_of, ranks=None):
     """A schema's type and shape inference (onnx.shape_inference): out_of(ctx, in_type, attr) -> the
     outputs' {index: (the input whose element type it has, or _FLOAT, [dim, ...] or None)}, where a dim is
-    an int, (input, axis) to copy (a symbolic dim too), or (input, axis, -1) for its value less one. An
-    input of unknown shape, or of another rank than ranks {input: rank} says (the op refuses it), leaves the
-    output's shape unknown; only outputs the node has are set."""
+    an int, (input, axis) to copy (a symbolic dim too), or (input, axis, lo, hi) for its value less one where
+    lo <= value <= hi (else unknown: the op refuses it). An input of unknown shape, or of a rank ranks
+    {input: (ranks,)} does not list (the op refuses it), leaves the output's shape unknown; attr(name) is an
+    attribute's 0 / 1, 1 where absent, None for anything else (the op refuses it); only outputs the node has
+    are set."""
     def infer(ctx):
         from onnx import TypeProto
 
         def in_type(i):
             return ctx.get_input_type(i) if i < ctx.get_num_inputs() and ctx.has_input(i) else None
 
-        def attr(name, default):
+        def attr(name):
             a = ctx.get_attribute(name)
-            return a.i if a is not None and a.HasField("i") else default
+            return 1 if a is None else a.i if a.type == a.INT and a.i in (0, 1) else None
 
         for o, (elem, dims) in out_of(ctx, in_type, attr).items():
             if o >= ctx.get_num_outputs() or not ctx.has_output(o):
@@ -140,12 +140,13 @@ def _infer_outputs(out_of, ranks=None):
                     continue
                 it = in_type(d[0])
                 sh = it.tensor_type.shape if it is not None and it.tensor_type.HasField("shape") else None
-                if sh is None or d[1] >= len(sh.dim) or len(sh.dim) != (ranks or {}).get(d[0], len(sh.dim)):
+                if sh is None or d[1] >= len(sh.dim) or len(sh.dim) not in (ranks or {}).get(d[0], (len(sh.dim),)):
                     shape = None
                     break
                 dim = sh.dim[d[1]]
-                if len(d) == 3:  # the value less one (a known one only)
-                    shape.append(("value", dim.dim_value - 1) if dim.HasField("dim_value") else ("unknown", None))
+                if len(d) == 4:  # the value less one (a known one in the op's range only)
+                    ok = dim.HasField("dim_value") and d[2] <= dim.dim_value <= d[3]
+                    shape.append(("value", dim.dim_value - 1) if ok else ("unknown", None))
                 else:
                     shape.append(("value", dim.dim_value) if dim.HasField("dim_value") else
                                  ("param", dim.dim_param) if dim.HasField("dim_param") else ("unknown", None))
@@ -167,16 +168,18 @@ _FLOAT = "float"  # an output that is float32 whatever the inputs (TensorProto.F
 
 def _rows(cu, batch_input):
     """A state's rows: n_seqs = cu_seqlens' length less one where the node has cu_seqlens, else the batch."""
-    return lambda in_type: (cu, 0, -1) if in_type(cu) is not None else (batch_input, 0)
+    return lambda in_type: (cu, 0, 2, 1 << 62) if in_type(cu) is not None else (batch_input, 0)
 
 
 def _scan_outputs(ctx, in_type, attr):
-    state = [0] if attr("return_last_state", 1) == 0 else [_rows(9, 0)(in_type), (0, 1), (2, 1)]
+    ret = attr("return_last_state")
+    state = None if ret is None else [0] if ret == 0 else [_rows(9, 0)(in_type), (0, 1), (2, 1)]
     return {0: (0, [(0, 0), (0, 1), (0, 2)]), 1: (_FLOAT, state)}
 
 
 def _conv_outputs(ctx, in_type, attr):
-    state = [0] if attr("return_final_state", 1) == 0 else [_rows(4, 0)(in_type), (0, 1), (1, 1, -1)]
+    ret = attr("return_final_state")
+    state = None if ret is None else [0] if ret == 0 else [_rows(4, 0)(in_type), (0, 1), (1, 1, 2, 4)]
     return {0: (0, [(0, 0), (0, 1), (0, 2)]), 1: (0, state)}
 
 
@@ -288,10 +291,10 @@ def register_schemas():
             attributes=[Attr("silu", INT, "1: act = silu", required=False)],
         ),
     ]
-    infer = {"SelectiveScan": _infer_outputs(_scan_outputs, {0: 3, 2: 2, 9: 1}),  # u, A, cu_seqlens
-             "SelectiveStateUpdate": _infer_outputs(_copy_outputs((0, 1), (1, 0))),
-             "CausalConv1d": _infer_outputs(_conv_outputs, {0: 3, 1: 2, 4: 1}),  # x, weight, cu_seqlens
-             "CausalConv1dUpdate": _infer_outputs(_copy_outputs((0, 1), (1, 0)))}
+    infer = {"SelectiveScan": _infer_outputs(_scan_outputs, {0: (3,), 2: (2,), 9: (1,)}),  # u, A, cu_seqlens
+             "SelectiveStateUpdate": _infer_outputs(_copy_outputs((0, 1), (1, 0)), {0: (3,), 1: (2,)}),  # state, x
+             "CausalConv1d": _infer_outputs(_conv_outputs, {0: (3,), 1: (2,), 4: (1,)}),  # x, weight, cu_seqlens
+             "CausalConv1dUpdate": _infer_outputs(_copy_outputs((0, 1), (1, 0)), {0: (3,), 1: (2, 3)})}
     for s in schemas:
         if not defs.has(s.name, s.since_version, s.domain):
             if hasattr(s, "set_type_and_shape_inference_function"):

@@ -1172,8 +1172,12 @@ def test_session_options_register_the_library_once():
     x = make_scan(batch=2)
     model = one_node_model("SelectiveScan", SCAN_INPUTS, x, {"u", "delta", "z"}, torch.float32, ["y"], {"y"}, {})
     ort = pytest.importorskip("onnxruntime")
-    y = ort.InferenceSession(model.SerializeToString(), so).run(None, feed_dict(x))[0]
+    sess = ort.InferenceSession(model.SerializeToString(), so)
+    y = sess.run(None, feed_dict(x))[0]
     assert y.shape == tuple(x["u"].shape)
+    # ONNX Runtime's copy of a session's options holds no registration: registered again
+    again = ort.InferenceSession(model.SerializeToString(), sonnx.session_options(sess.get_session_options()))
+    assert np.array_equal(again.run(None, feed_dict(x))[0], y)
 
 
 def test_an_input_of_another_type_named_by_the_checker():
@@ -1199,3 +1203,38 @@ def test_inferred_shapes_left_unknown_where_an_input_has_another_rank():
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18), helper.make_opsetid("selscan", 1)])
     got = _inferred(model)  # a rank-2 u (the op refuses it): types only, no made-up shapes
     assert got["y"] == (TensorProto.FLOAT, None) and got["s"] == (TensorProto.FLOAT, None)
+
+
+def _unknown(dim):
+    return dim is None or str(dim).startswith("unk__")  # (onnx names a dim it does not know unk__N)
+
+
+def test_inferred_shapes_left_unknown_where_the_op_refuses():
+    sonnx.register_schemas()
+    if not hasattr(onnx.defs.get_schema("SelectiveScan", 1, "selscan"), "set_type_and_shape_inference_function"):
+        pytest.skip(f"onnx {onnx.__version__} takes no inference function from Python")
+    vi, F = helper.make_tensor_value_info, TensorProto.FLOAT
+
+    def infer(op, inputs, names, outs, **attrs):
+        node = helper.make_node(op, names, outs, domain="selscan", **attrs)
+        graph = helper.make_graph([node], "g", inputs, [vi(o, 0, None) for o in outs])
+        return _inferred(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18),
+                                                                 helper.make_opsetid("selscan", 1)]))
+
+    scan_in = [vi("u", F, [1, 8, 5]), vi("delta", F, [1, 8, 5]), vi("A", F, [8, 4]), vi("B", F, [1, 4, 5]),
+               vi("C", F, [1, 4, 5])]
+    for n in (0, 1):  # cu_seqlens without a sequence
+        got = infer("SelectiveScan", scan_in + [vi("cu", TensorProto.INT64, [n])], ["u", "delta", "A", "B", "C", "",
+                    "", "", "", "cu"], ["y", "s"])
+        assert got["s"][0] == F and _unknown(got["s"][1][0]) and got["s"][1][1:] == [8, 4], got
+    assert infer("SelectiveScan", scan_in, ["u", "delta", "A", "B", "C"], ["y", "s"], return_last_state=2)["s"] == (F, None)
+    for width in (1, 5):
+        got = infer("CausalConv1d", [vi("x", F, [2, 8, 5]), vi("w", F, [8, width])], ["x", "w"], ["y", "f"])
+        assert got["f"][0] == F and got["f"][1][:2] == [2, 8] and _unknown(got["f"][1][2]), got
+    got = infer("SelectiveStateUpdate", [vi("state", F, [3, 8, 4]), vi("x", F, [3, 8, 1]), vi("dt", F, [3, 8]),
+                                         vi("A", F, [8, 4]), vi("B", F, [3, 1, 4]), vi("C", F, [3, 1, 4])],
+                ["state", "x", "dt", "A", "B", "C"], ["y", "so"])
+    assert got["y"] == (F, None) and got["so"] == (F, [3, 8, 4]), got
+    got = infer("CausalConv1dUpdate", [vi("state", F, [3, 8, 3]), vi("x", F, [3, 8, 2, 1]), vi("w", F, [8, 4])],
+                ["state", "x", "w"], ["y", "so"])
+    assert got["y"] == (F, None), got
