@@ -1100,6 +1100,24 @@ def _inferred(model):
     return out
 
 
+@pytest.fixture
+def schemas_infer():
+    sonnx.register_schemas()
+    if not hasattr(onnx.defs.get_schema("SelectiveScan", 1, "selscan"), "set_type_and_shape_inference_function"):
+        pytest.skip(f"onnx {onnx.__version__} takes no inference function from Python")
+
+
+def _infer_node(op, inputs, names, outs, **attrs):
+    """_inferred of a model of one selscan node: inputs as value infos, names the node's inputs."""
+    node = helper.make_node(op, names, outs, domain="selscan", **attrs)
+    graph = helper.make_graph([node], "g", inputs, [helper.make_tensor_value_info(o, 0, None) for o in outs])
+    return _inferred(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18), helper.make_opsetid("selscan", 1)]))
+
+
+def _unknown(dim):
+    return dim is None or str(dim).startswith("unk__")  # (onnx names a dim it does not know unk__N)
+
+
 SHAPE_CASES = {
     "scan": ("SelectiveScan", dict(batch=2), {}, None, ["y", "last_state"]),
     "scan-bf16": ("SelectiveScan", dict(batch=3, bc="grouped", z=True, h0=True), {}, torch.bfloat16, ["y", "last_state"]),
@@ -1114,12 +1132,9 @@ SHAPE_CASES = {
 
 
 @pytest.mark.parametrize("case", list(SHAPE_CASES))
-def test_schemas_infer_the_outputs_ort_returns(case):
+def test_schemas_infer_the_outputs_ort_returns(case, schemas_infer):
     op, kw, attrs, T, outs = SHAPE_CASES[case]
     T = T or torch.float32
-    sonnx.register_schemas()
-    if not hasattr(onnx.defs.get_schema(op, 1, "selscan"), "set_type_and_shape_inference_function"):
-        pytest.skip(f"onnx {onnx.__version__} takes no inference function from Python")
     if op.startswith("Causal") and not HAS_CONV:
         pytest.skip("the conv ops are not built into this library")
     if op == "SelectiveScan":
@@ -1150,20 +1165,12 @@ def test_schemas_infer_the_outputs_ort_returns(case):
         assert dims == list(value.shape), (name, dims, value.shape)
 
 
-def test_inferred_shapes_keep_symbolic_dims():
-    sonnx.register_schemas()
-    if not hasattr(onnx.defs.get_schema("SelectiveScan", 1, "selscan"), "set_type_and_shape_inference_function"):
-        pytest.skip(f"onnx {onnx.__version__} takes no inference function from Python")
-    vi = helper.make_tensor_value_info
-    node = helper.make_node("SelectiveScan", ["u", "delta", "A", "B", "C"], ["y", "s"], domain="selscan")
-    graph = helper.make_graph([node], "g", [vi("u", TensorProto.FLOAT, ["b", 8, "L"]),
-                                            vi("delta", TensorProto.FLOAT, ["b", 8, "L"]),
-                                            vi("A", TensorProto.FLOAT, [8, "N"]), vi("B", TensorProto.FLOAT, ["b", "N", "L"]),
-                                            vi("C", TensorProto.FLOAT, None)],
-                              [vi("y", 0, None), vi("s", 0, None)])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18), helper.make_opsetid("selscan", 1)])
-    got = _inferred(model)
-    assert got["y"] == (TensorProto.FLOAT, ["b", 8, "L"]) and got["s"] == (TensorProto.FLOAT, ["b", 8, "N"])
+def test_inferred_shapes_keep_symbolic_dims(schemas_infer):
+    vi, F = helper.make_tensor_value_info, TensorProto.FLOAT
+    got = _infer_node("SelectiveScan", [vi("u", F, ["b", 8, "L"]), vi("delta", F, ["b", 8, "L"]), vi("A", F, [8, "N"]),
+                                        vi("B", F, ["b", "N", "L"]), vi("C", F, None)],
+                      ["u", "delta", "A", "B", "C"], ["y", "s"])
+    assert got["y"] == (F, ["b", 8, "L"]) and got["s"] == (F, ["b", 8, "N"])
 
 
 def test_session_options_register_the_library_once():
@@ -1191,35 +1198,15 @@ def test_an_input_of_another_type_named_by_the_checker():
         session(model)
 
 
-def test_inferred_shapes_left_unknown_where_an_input_has_another_rank():
-    sonnx.register_schemas()
-    if not hasattr(onnx.defs.get_schema("SelectiveScan", 1, "selscan"), "set_type_and_shape_inference_function"):
-        pytest.skip(f"onnx {onnx.__version__} takes no inference function from Python")
-    vi = helper.make_tensor_value_info
-    node = helper.make_node("SelectiveScan", ["u", "delta", "A", "B", "C"], ["y", "s"], domain="selscan")
-    graph = helper.make_graph([node], "g", [vi("u", TensorProto.FLOAT, [8, 5]), vi("delta", TensorProto.FLOAT, [8, 5]),
-                                            vi("A", TensorProto.FLOAT, [8, 4]), vi("B", TensorProto.FLOAT, [4]),
-                                            vi("C", TensorProto.FLOAT, [4])], [vi("y", 0, None), vi("s", 0, None)])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18), helper.make_opsetid("selscan", 1)])
-    got = _inferred(model)  # a rank-2 u (the op refuses it): types only, no made-up shapes
-    assert got["y"] == (TensorProto.FLOAT, None) and got["s"] == (TensorProto.FLOAT, None)
-
-
-def _unknown(dim):
-    return dim is None or str(dim).startswith("unk__")  # (onnx names a dim it does not know unk__N)
-
-
-def test_inferred_shapes_left_unknown_where_the_op_refuses():
-    sonnx.register_schemas()
-    if not hasattr(onnx.defs.get_schema("SelectiveScan", 1, "selscan"), "set_type_and_shape_inference_function"):
-        pytest.skip(f"onnx {onnx.__version__} takes no inference function from Python")
+def test_inferred_shapes_left_unknown_where_an_input_has_another_rank(schemas_infer):
     vi, F = helper.make_tensor_value_info, TensorProto.FLOAT
+    got = _infer_node("SelectiveScan", [vi("u", F, [8, 5]), vi("delta", F, [8, 5]), vi("A", F, [8, 4]), vi("B", F, [4]),
+                                        vi("C", F, [4])], ["u", "delta", "A", "B", "C"], ["y", "s"])
+    assert got["y"] == (F, None) and got["s"] == (F, None)  # a rank-2 u (the op refuses it): types only
 
-    def infer(op, inputs, names, outs, **attrs):
-        node = helper.make_node(op, names, outs, domain="selscan", **attrs)
-        graph = helper.make_graph([node], "g", inputs, [vi(o, 0, None) for o in outs])
-        return _inferred(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18),
-                                                                 helper.make_opsetid("selscan", 1)]))
+
+def test_inferred_shapes_left_unknown_where_the_op_refuses(schemas_infer):
+    vi, F, infer = helper.make_tensor_value_info, TensorProto.FLOAT, _infer_node
 
     scan_in = [vi("u", F, [1, 8, 5]), vi("delta", F, [1, 8, 5]), vi("A", F, [8, 4]), vi("B", F, [1, 4, 5]),
                vi("C", F, [1, 4, 5])]
