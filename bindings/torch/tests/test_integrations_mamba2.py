@@ -124,8 +124,8 @@ def test_training_step_matches_transformers(family, padded, use_cache, device):
 
 
 # a released model's SSD shapes (dstate 128 / 64, headdim 64) over three chunks of 64 steps, the last partial: on
-# CUDA the backward in chunks (selscan_cuda.cuh >>ssd-chunk-bwd: 32 < dstate <= 128, no packing), which the tiny
-# configs above (dstate 16) never reach
+# CUDA the shapes of the backward in chunks (selscan_cuda.cuh >>ssd-chunk-bwd, where selected: 32 < dstate <= 128,
+# no packing), which the tiny configs above (dstate 16) never reach
 MODEL_SHAPES = {"state128": dict(hidden_size=64, num_heads=2, head_dim=64, expand=2, state_size=128, n_groups=1,
                                  chunk_size=64),
                 "state64-groups2": dict(hidden_size=128, num_heads=4, head_dim=64, expand=2, state_size=64,
