@@ -5029,8 +5029,9 @@ static selscan_status conv_step(const selscan_conv_step_problem *s, const selsca
    their terms' magnitudes as each one's error bound and takes, step by step, the form with the
    smaller bound; then ddt = A g + xdu and dA = sum dt g. (Not finite in: at a sequence's first step
    without an initial state g is G . 0, so 0 xdu: NaN where G is, and where x or B is, which the
-   reference leaves finite only in a one-step sequence: there the NaN reaches dA too.) The identity holds only as far as S and
-   G agree with each other: in float32 their rounding, accumulated over the sequence, left A_log's
+   reference leaves finite only in a one-step sequence: there the NaN reaches dA too.) The identity
+   holds only as far as S and G agree with each other: in float32 their rounding, accumulated over
+   the sequence, left A_log's
    gradient up to 6.5e-5 off transformers' in a float32 model (bench/RESULTS.md, issue 40), so the
    backward's walks carry S and G, and r, xdu and the scans, in double (the forward in float): the
    Mamba-2 families' training steps then match transformers' within the tests' float32 bounds
@@ -5725,8 +5726,8 @@ template <typename T> static __global__ void __launch_bounds__(256) ssd_dt_kerne
                 /* d loss / d log a(t): the form with the smaller bound; a NaN bound loses (NaN in a forward
                    input at step s: the suffix form is NaN before s, the prefix form after s, as the CPU's).
                    A sequence's first step without an initial state: the prefix form's exact 0 is the
-                   recurrence's G(t) . 0, NaN where G(t) is not finite (a NaN dy there, or in dfinal_state at
-                   L 1): 0 xd(t) carries G(t)'s NaN (and x(t)'s or B(t)'s, which make ddt(t) NaN anyway) */
+                   recurrence's G(t) . 0, NaN where G(t) is not finite (a NaN dy in the sequence, or in
+                   dfinal_state): 0 xd(t) carries G(t)'s NaN (and x(t)'s or B(t)'s, which make ddt(t) NaN anyway) */
                 const bool fresh = (t == 0 || ssd_is_last(P, b, t - 1)) && !(P.wh && (P.cu || t == 0));
                 const double gl = fresh ? 0.0 * xd : we <= eq || eq != eq ? gp : gs;
                 finish(t, gl, xd, d, raw, pre);
