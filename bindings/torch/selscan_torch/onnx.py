@@ -108,15 +108,15 @@ _T = ["tensor(float)", "tensor(float16)", "tensor(bfloat16)"]
 
 
 def _infer_outputs(out_of, ranks=None):
-    """A schema's type and shape inference (onnx.shape_inference): out_of(ctx, in_type, attr) -> the
-    outputs' {index: (the input whose element type it has, or _FLOAT, [dim, ...] or None)}, where a dim is
-    an int, (input, axis) to copy (a symbolic dim too), or (input, axis, lo, hi) for its value less one where
+    """A schema's type and shape inference (onnx.shape_inference): out_of(in_type, attr) -> the outputs'
+    {index: (the input whose element type it has, or _FLOAT, [dim, ...] or None)}, where a dim is an int,
+    (input, axis) to copy (a symbolic dim too), or (input, axis, lo, hi) for its value less one where
     lo <= value <= hi (else unknown: the op refuses it). An input of unknown shape, or of a rank ranks
     {input: (ranks,)} does not list (the op refuses it), leaves the output's shape unknown; attr(name) is an
     attribute's 0 / 1, 1 where absent, None for anything else (the op refuses it); only outputs the node has
     are set."""
     def infer(ctx):
-        from onnx import TypeProto
+        from onnx import TensorProto, helper
 
         def in_type(i):
             return ctx.get_input_type(i) if i < ctx.get_num_inputs() and ctx.has_input(i) else None
@@ -125,72 +125,62 @@ def _infer_outputs(out_of, ranks=None):
             a = ctx.get_attribute(name)
             return 1 if a is None else a.i if a.type == a.INT and a.i in (0, 1) else None
 
-        for o, (elem, dims) in out_of(ctx, in_type, attr).items():
-            if o >= ctx.get_num_outputs() or not ctx.has_output(o):
-                continue
-            t = TypeProto()
+        def dim(d):  # an int, a dim_param or None (unknown); a ValueError where the input's shape rules it out
+            if isinstance(d, int):
+                return d
+            sh = _shape(in_type(d[0]))
+            if sh is None or len(sh.dim) not in (ranks or {}).get(d[0], (len(sh.dim),)) or d[1] >= len(sh.dim):
+                raise ValueError
+            v = sh.dim[d[1]]
+            if len(d) == 4:  # the value less one (a known one in the op's range only)
+                return v.dim_value - 1 if v.HasField("dim_value") and d[2] <= v.dim_value <= d[3] else None
+            return v.dim_value if v.HasField("dim_value") else v.dim_param or None
+
+        for o, (elem, dims) in out_of(in_type, attr).items():
             src = None if elem is _FLOAT else in_type(elem)
-            t.tensor_type.elem_type = 1 if elem is _FLOAT else src.tensor_type.elem_type if src is not None else 0
-            if not t.tensor_type.elem_type:  # the input's type unknown (or not a tensor): the output left as it is
-                continue
-            shape = []
-            for d in dims or ():
-                if isinstance(d, int):
-                    shape.append(("value", d))
-                    continue
-                it = in_type(d[0])
-                sh = it.tensor_type.shape if it is not None and it.tensor_type.HasField("shape") else None
-                if sh is None or d[1] >= len(sh.dim) or len(sh.dim) not in (ranks or {}).get(d[0], (len(sh.dim),)):
-                    shape = None
-                    break
-                dim = sh.dim[d[1]]
-                if len(d) == 4:  # the value less one (a known one in the op's range only)
-                    ok = dim.HasField("dim_value") and d[2] <= dim.dim_value <= d[3]
-                    shape.append(("value", dim.dim_value - 1) if ok else ("unknown", None))
-                else:
-                    shape.append(("value", dim.dim_value) if dim.HasField("dim_value") else
-                                 ("param", dim.dim_param) if dim.HasField("dim_param") else ("unknown", None))
-            if dims is not None and shape is not None:
-                t.tensor_type.shape.SetInParent()
-                for kind, v in shape:
-                    dim = t.tensor_type.shape.dim.add()
-                    if kind == "value":
-                        dim.dim_value = v
-                    elif kind == "param":
-                        dim.dim_param = v
-            ctx.set_output_type(o, t)
+            elem_type = TensorProto.FLOAT if elem is _FLOAT else src.tensor_type.elem_type if src is not None else 0
+            if o >= ctx.get_num_outputs() or not ctx.has_output(o) or not elem_type:
+                continue  # (an input of unknown type, or not a tensor: the output left as it is)
+            try:
+                shape = None if dims is None else [dim(d) for d in dims]
+            except ValueError:
+                shape = None
+            ctx.set_output_type(o, helper.make_tensor_type_proto(elem_type, shape))
 
     return infer
 
 
-_FLOAT = "float"  # an output that is float32 whatever the inputs (TensorProto.FLOAT, 1)
+_FLOAT = "float"  # an output that is float32 whatever the inputs
 
 
-def _rows(cu, batch_input):
+def _shape(t):
+    return t.tensor_type.shape if t is not None and t.tensor_type.HasField("shape") else None
+
+
+def _rows(in_type, cu, batch_input):
     """A state's rows: n_seqs = cu_seqlens' length less one where the node has cu_seqlens, else the batch."""
-    return lambda in_type: (cu, 0, 2, 1 << 62) if in_type(cu) is not None else (batch_input, 0)
+    return (cu, 0, 2, 1 << 62) if in_type(cu) is not None else (batch_input, 0)
 
 
-def _scan_outputs(ctx, in_type, attr):
+def _scan_outputs(in_type, attr):
     ret = attr("return_last_state")
-    state = None if ret is None else [0] if ret == 0 else [_rows(9, 0)(in_type), (0, 1), (2, 1)]
+    state = None if ret is None else [0] if ret == 0 else [_rows(in_type, 9, 0), (0, 1), (2, 1)]
     return {0: (0, [(0, 0), (0, 1), (0, 2)]), 1: (_FLOAT, state)}
 
 
-def _conv_outputs(ctx, in_type, attr):
+def _conv_outputs(in_type, attr):
     ret = attr("return_final_state")
-    state = None if ret is None else [0] if ret == 0 else [_rows(4, 0)(in_type), (0, 1), (1, 1, 2, 4)]
+    state = None if ret is None else [0] if ret == 0 else [_rows(in_type, 4, 0), (0, 1), (1, 1, 2, 4)]
     return {0: (0, [(0, 0), (0, 1), (0, 2)]), 1: (0, state)}
 
 
 def _copy_outputs(*pairs):
     """Outputs that are inputs' type and shape: pairs of (output, input)."""
-    return lambda ctx, in_type, attr: {o: (i, [(i, a) for a in range(_rank(in_type(i)))] if _rank(in_type(i))
-                                           is not None else None) for o, i in pairs}
+    def out_of(in_type, attr):
+        shapes = {i: _shape(in_type(i)) for _, i in pairs}
+        return {o: (i, None if shapes[i] is None else [(i, a) for a in range(len(shapes[i].dim))]) for o, i in pairs}
 
-
-def _rank(t):
-    return len(t.tensor_type.shape.dim) if t is not None and t.tensor_type.HasField("shape") else None
+    return out_of
 
 
 def register_schemas():
