@@ -1,6 +1,7 @@
 """use_in_transformers() on transformers' six Mamba-2 families (issue 40): small random-init models
 on the CPU against transformers' own path (its PyTorch bodies; mamba_ssm absent): the loss and every
 parameter's gradient in training (with and without a padding mask), and greedy ids."""
+import contextlib
 import importlib
 import inspect
 import sys
@@ -30,10 +31,10 @@ def _no_tf32():
 VARIANTS = {"FalconH1-gate-first": ("FalconH1", dict(mamba_norm_before_gate=False))}
 
 
-def _model(family, device="cpu"):
+def _model(family, device="cpu", **config):
     family, extra = VARIANTS.get(family, (family, {}))
     cfg_name, model_name, kw = FAMILIES[family]
-    kw = {**kw, **extra}
+    kw = {**kw, **extra, **config}
     if not hasattr(transformers, model_name):
         pytest.skip(f"transformers {transformers.__version__} has no {model_name}")
     torch.manual_seed(0)
@@ -53,6 +54,24 @@ def _count_selscan_calls(model, names):
 
         setattr(mod, name, counted)
     return calls
+
+
+@contextlib.contextmanager
+def _on_selscan():
+    """use_in_transformers() for the block, yielding the list of selscan's whole-layer calls (the mixers' fused
+    call; each entry its recompute flag)."""
+    h, layer, fused = si.use_in_transformers(), si._ssd.mamba_split_conv1d_scan_combined, []
+
+    def spy(*a, **k):
+        fused.append(k.get("recompute", True))
+        return layer(*a, **k)
+
+    si._ssd.mamba_split_conv1d_scan_combined = spy
+    try:
+        yield fused
+    finally:
+        si._ssd.mamba_split_conv1d_scan_combined = layer
+        h.restore()
 
 
 def _step(model, ids, mask, use_cache):
@@ -92,21 +111,9 @@ def test_training_step_matches_transformers(family, padded, use_cache, device):
         mask = torch.ones_like(ids)
         mask[0, :5] = 0
     want_loss, want = _step(model, ids, mask, use_cache)
-    h = si.use_in_transformers()
-    layer = si._ssd.mamba_split_conv1d_scan_combined
-    fused = []
-
-    def spy(*a, **k):  # selscan's whole layer: the mixer's fused call (no cache, no padding)
-        fused.append(k.get("recompute", True))
-        return layer(*a, **k)
-
-    try:
+    with _on_selscan() as fused:  # selscan's whole layer: the mixer's fused call (no cache, no padding)
         calls = _count_selscan_calls(model, ("mamba2_chunk_scan", "causal_conv1d_fn"))
-        si._ssd.mamba_split_conv1d_scan_combined = spy
         got_loss, got = _step(model, ids, mask, use_cache)
-    finally:
-        si._ssd.mamba_split_conv1d_scan_combined = layer
-        h.restore()
     if padded:  # transformers' fused branch would not mask the conv's output: the unfused path, selscan's kernels
         assert not fused and min(calls.values()) > 0, (fused, calls)
     elif use_cache is False and _norms_as_mamba_ssm(model):  # no cache: selscan's layer (recomputed in the
@@ -136,10 +143,7 @@ MODEL_SHAPES = {"state128": dict(hidden_size=64, num_heads=2, head_dim=64, expan
 @pytest.mark.parametrize("shape", list(MODEL_SHAPES))
 @pytest.mark.parametrize("padded", [False, True], ids=["no-mask", "left-padded"])
 def test_training_step_at_a_models_state_size(shape, padded, device):
-    cfg_name, model_name, kw = FAMILIES["Mamba2"]
-    torch.manual_seed(0)
-    cfg = getattr(transformers, cfg_name)(**_COMMON, **{**kw, **MODEL_SHAPES[shape]})
-    model = getattr(transformers, model_name)(cfg).float().to(device)
+    model = _model("Mamba2", device, **MODEL_SHAPES[shape])
     g = torch.Generator().manual_seed(2)
     ids = torch.randint(0, 128, (2, 150), generator=g).to(device)
     mask = None
@@ -147,21 +151,10 @@ def test_training_step_at_a_models_state_size(shape, padded, device):
         mask = torch.ones_like(ids)
         mask[0, :70] = 0  # past the first chunk
     want_loss, want = _step(model, ids, mask, False)
-    h = si.use_in_transformers()
-    layer, fused = si._ssd.mamba_split_conv1d_scan_combined, []
-
-    def spy(*a, **k):  # selscan's whole layer: the mixer's fused call (no cache, no padding)
-        fused.append(1)
-        return layer(*a, **k)
-
-    try:
+    with _on_selscan() as fused:
         calls = _count_selscan_calls(model, ("mamba2_chunk_scan", "causal_conv1d_fn"))
-        si._ssd.mamba_split_conv1d_scan_combined = spy
         got_loss, got = _step(model, ids, mask, False)
         got_again = _step(model, ids, mask, False)[1]
-    finally:
-        si._ssd.mamba_split_conv1d_scan_combined = layer
-        h.restore()
     # selscan's layer, or (padding; transformers 5.17's Mamba2 norm over all channels at n_groups 2) the unfused
     # path on selscan's conv and scan: never transformers' alone
     if not padded and _norms_as_mamba_ssm(model):
@@ -193,20 +186,8 @@ def test_training_step_keeps_adapters_and_hooks(family, case, device):
         adapt_mixers(model, [proj], how=how)
     ids = torch.randint(0, 128, (2, 21), generator=torch.Generator().manual_seed(4)).to(device)
     want_loss, want = _step(model, ids, None, False)
-    layer = si._ssd.mamba_split_conv1d_scan_combined
-    fused = []
-
-    def spy(*a, **k):
-        fused.append(1)
-        return layer(*a, **k)
-
-    h = si.use_in_transformers()
-    try:
-        si._ssd.mamba_split_conv1d_scan_combined = spy
+    with _on_selscan() as fused:
         got_loss, got = _step(model, ids, None, False)
-    finally:
-        si._ssd.mamba_split_conv1d_scan_combined = layer
-        h.restore()
     assert bool(fused) == (proj == "in_proj" and bool(_norms_as_mamba_ssm(model))), fused
     assert rel_err(got_loss, want_loss) < TOL32 and got.keys() == want.keys()
     worst = max((rel_err(got[n], want[n]), n) for n in want)
