@@ -36,7 +36,7 @@
  *                       ssd_param kernels and their host side (its DESIGN there)
  *     >>ssd-chunk       the SSD forward in chunks, ssd_ck_fwd_kernel (not selected by default)
  *     >>ssd-chunk-bwd   the SSD backward in chunks: ssd_ckb_loc / ssd_ckb_pass / ssd_ckb kernels
- *                       (not selected by default until `make test-gpu` has run it: ssd_ckb_mode)
+ *                       (the default backward where its shapes hold: ssd_ckb_mode 1)
  *     >>public          the extern "C" entry points
  *     >>bench           bench-only (SELSCAN__CUDA_TUNING): the selscan__*_cuda_tuned entries that
  *                       force the plans' choices (bench/bench_cuda.cu, the CUDA tests)
@@ -60,13 +60,12 @@
  *     conv_*_kernel        every other causal conv1d call (widths 2..4, any strides)   >>conv
  *     ssd_fwd_kernel       every SSD forward (dstate <= 512, any strides)             >>ssd-cuda
  *     ssd_ck_fwd_kernel    no SSD forward by default (ssd_ck_mode: tests, benchmark)  >>ssd-chunk
- *     ssd_ckb_*_kernel     none by default; selected (ssd_ckb_mode 1: tests, benchmark):  >>ssd-chunk-bwd
- *                          SSD backwards without packed sequences, 32 < dstate <= 128,
+ *     ssd_ckb_*_kernel     SSD backwards without packed sequences, 32 < dstate <= 128,  >>ssd-chunk-bwd
  *       (+ ssd_dt, ssd_bc,  every value finite, a <= 0 (else the walks, launched after, run),
  *       ssd_param)         the block's shared memory within the device's opt-in limit
  *                          (172 KiB at dstate 128, 139 KiB at 64: sm_90; sm_80 (163 KiB)
- *                          dstate <= 64 only)
- *     ssd_bwd_kernel (+ ssd_dt, ssd_bc, ssd_param) every SSD backward by default         >>ssd-cuda
+ *                          dstate <= 64 only); ssd_ckb_mode 0 (tests): the walks alone
+ *     ssd_bwd_kernel (+ ssd_dt, ssd_bc, ssd_param) every other SSD backward              >>ssd-cuda
  *                          (on 64 KiB devices, sm_75, dstate <= 256 where headdim > 8)
  *
  * TUNING MACROS: defined before the implementation's include, they set the kernels' register
@@ -245,7 +244,7 @@ SELSCAN_DEF selscan_status selscan_conv_step_cuda(const selscan_conv_step_proble
    head's channels (headdim <= 64 at dstate <= 128; ceil(headdim / PB) times that, PB 64 / 32 / 16
    at dstate <= 128 / 256 / 512), and for the decay's gradient 4 doubles a (batch row, step, head),
    2 more a further slice, and with initial_state rows nheads slices doubles; where the backward may
-   run in chunks (>>ssd-chunk-bwd, where selected: no packed sequences, 32 < dstate <= 128)
+   run in chunks (>>ssd-chunk-bwd: no packed sequences, 32 < dstate <= 128, headdim <= 64 a slice)
    also the chunks' states and their gradients, 2 batch nheads ceil(headdim / 64) ceil(seqlen / 64)
    64 64 ceil(dstate / 64) floats, their decays and dD's partials a chunk: about twice the walks'
    workspace at Mamba2-130m's layer shape, reserved on every device whether or not a chunk block
@@ -5010,9 +5009,9 @@ static selscan_status conv_step(const selscan_conv_step_problem *s, const selsca
    rows of shared memory), so y = sum_n C S is a 16-lane shuffle reduction. B, C, dt and x of a
    tile of TT steps are staged in shared memory; A is one scalar a head, so a step's decay is one
    value of the tile. Sequences (seq_idx / cu_seqlens) restart the walk's state.
-   The backward (by default; where >>ssd-chunk-bwd is selected, where it does not take it: packed sequences,
-   dstate <= 32 or > 128, a value not finite or an a > 0, a block over the device's shared memory) is two
-   independent walks over the same grid (neither stores a state):
+   The backward (where >>ssd-chunk-bwd does not take it: packed sequences, dstate <= 32 or > 128, a
+   value not finite or an a > 0, a block over the device's shared memory) is two independent walks over the same
+   grid (neither stores a state):
    - the forward walk recomputes S and gives dC[t,n] = sum_p S[p,n] dy0[p] (dy0: dy through the
      gate), y0 (dz) and r(t) = sum_p dy0[p] (C S)[p] (plus sum dfinal_state * S at a sequence's
      last step);
@@ -5834,7 +5833,8 @@ static __global__ void __launch_bounds__(256) ssd_param_kernel(const ssd_params 
    Not the default: on an H200 the chunks took 0.85x / 0.77x the walk's speed (130m / 1.3b shapes,
    bf16, batch 8 x 2048), 0.97x / 0.89x on the float32 units alone, and 1.24x / 1.12x even with one-pass
    tf32 products, which float32's precision rules out (bench/NOTES.md SSD-CUDA-v8). It stays (ssd_ck_mode:
-   tests, bench/bench_ssd_forms.cu) as the form the chunked backward (>>ssd-chunk-bwd) is built on. */
+   tests, bench/bench_ssd_forms.cu) as the form the chunked backward (>>ssd-chunk-bwd, the default
+   backward where its shapes hold) is built on. */
 static constexpr int kCkQ = 64;       /* steps a chunk */
 static constexpr int kCkPT = 64;      /* channels a block */
 static constexpr int kCkThreads = 256;
@@ -6360,9 +6360,8 @@ template <typename T, int NB, bool ONE> static __global__ void __launch_bounds__
    A value that is not finite (x, dy, z, B, C, dt, a, initial_state, dfinal_state, or a state that
    overflows) or an a > 0 raises a flag in the workspace; the chunks' gradient kernel then returns at
    once and the walks, launched after it, run (they return at once when the flag is down): NaN and
-   infinities come out where the recurrence puts them. Taken where ssd_ckb_mode selects the chunks (not the
-   default until `make test-gpu` has run them: bench/NOTES.md SSD-CUDA-v10, 1.65-1.68x the walks on an H200),
-   where >>ssd-chunk's shapes hold (no packed sequences, 32 < dstate <= 128), the walks' channel
+   infinities come out where the recurrence puts them. Taken (1.65-1.68x the walks on an H200: bench/NOTES.md
+   SSD-CUDA-v10; ssd_ckb_mode 0, for the tests, keeps the walks alone) where >>ssd-chunk's shapes hold (no packed sequences, 32 < dstate <= 128), the walks' channel
    slices are the chunks' tiles and the block's shared memory fits the device. */
 
 /* shared memory of the backward's chunk kernels (floats): x and dy0 [s][p], W and V [t][s] (row
@@ -6924,11 +6923,11 @@ static bool ssd_ck_shape(const selscan__sprob &q, ssd_ck_plan &k) {
     k.total = c.add(k.ring, c.al(c.add(64, c.mul(k.nchain, 4))));
     return c.ok && k.grid <= kMaxGrid && k.nch < 0x7fffffff;
 }
-/* Whether a backward may run in chunks (>>ssd-chunk-bwd), from the shapes alone: ssd_ckb_mode (1: where
-   they hold; 0: the walks alone, the default until `make test-gpu` has run the chunks: bench/GPU_GATE.md),
-   >>ssd-chunk's shapes, the walks' channel slices the chunks' tiles (the partials' layout the reductions
-   read); ssd_ckb_fits: the device's shared memory */
-static int ssd_ckb_mode = 0;
+/* Whether a backward may run in chunks (>>ssd-chunk-bwd), from the shapes alone: ssd_ckb_mode (1, the
+   default: where they hold; 0: the walks alone, for the tests), >>ssd-chunk's shapes, the walks' channel
+   slices the chunks' tiles (the partials' layout the reductions read); ssd_ckb_fits: the device's shared
+   memory */
+static int ssd_ckb_mode = 1;
 static bool ssd_ckb_shape(const selscan__sprob &q, const ssd_plan &pl, ssd_ck_plan &k) {
     /* (the pass kernel's grid: 8 NB blocks a chain) */
     return ssd_ckb_mode != 0 && ssd_ck_shape(q, k) && pl.npsl == k.ntile && k.nchain <= kMaxGrid / (8 * k.NB);

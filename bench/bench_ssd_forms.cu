@@ -163,7 +163,7 @@ int main(int argc, char **argv) {
                 bm[f] = median_ms("backward", [&] { return selscan_ssd_backward_cuda(&p, &g, &ext, wsp, wsz, 0); });
                 if (wsp) cudaFree(wsp);
             }
-            selscan_cuda_detail::ssd_ckb_mode = 0; /* the default again */
+            selscan_cuda_detail::ssd_ckb_mode = 1; /* the default again */
             const selscan_dtype gdt[7] = {dt, dt, SELSCAN_F32, dt, dt, SELSCAN_F32, SELSCAN_F32};
             const size_t gn[7] = {(size_t)(batch * L * H * P), (size_t)(batch * L * H), (size_t)H, (size_t)(batch * L * G * N), (size_t)(batch * L * G * N),
                                   (size_t)H, (size_t)H};

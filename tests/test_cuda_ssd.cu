@@ -284,7 +284,7 @@ static void run_case(int ci, bool quick) {
     const bool alloc = g_force_chunk || irand(0, 3) != 0; /* the forward may take the chunks */
     /* the chunks are no default (>>ssd-chunk): the walk, the chunks, the chunks on the float32 units */
     selscan_cuda_detail::ssd_ck_mode = g_force_chunk ? 1 + (ci & 1) : irand(0, 2);
-    /* the backward: the chunks where the shapes allow (>>ssd-chunk-bwd, not yet the default), or the walks alone */
+    /* the backward: the chunks where the shapes allow (>>ssd-chunk-bwd, the default), or the walks alone */
     selscan_cuda_detail::ssd_ckb_mode = g_force_chunk ? 1 : irand(0, 1);
     const bool strided = irand(0, 1);
     selscan_ssd_problem p;
@@ -589,7 +589,7 @@ int main() {
     for (int i = 0; i < (quick ? 8 : 24); i++) run_case(ncases + 500 + i, quick);
     g_force_nanstart = 0;
     selscan_cuda_detail::ssd_ck_mode = 0;
-    selscan_cuda_detail::ssd_ckb_mode = 0; /* the defaults again */
+    selscan_cuda_detail::ssd_ckb_mode = 1; /* the defaults again */
     CHECK(g_chunked > 0, "no forward ran in chunks");
     /* (a device whose shared memory holds no chunk block, sm_86 / sm_89, runs the walks alone) */
     CHECK(g_ckb_fit == 0 || (g_ckb > 0 && g_ckb_walked > 0), "backwards in chunks %d, sent to the walks by a value not finite %d", g_ckb, g_ckb_walked);

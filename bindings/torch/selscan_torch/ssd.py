@@ -15,7 +15,8 @@ chunks); with seq_idx the first sequence receives initial_states whatever its id
 tokens whose id is 0); cu_seqlens packs sequences by itself (no seq_idx needed) and
 return_varlen_states gives each sequence's final state (float32; mamba_ssm: C's dtype).
 CPU: selscan's fast SSD path. CUDA: selscan's SSD kernels (selscan_cuda.cuh >>ssd-cuda: dstate up to
-512; the backward's walks in double: the decay's gradient drifted off in float32, bench/RESULTS.md).
+512; the backward in chunks (>>ssd-chunk-bwd) without packing at 32 < dstate <= 128, else the walks in
+double: the decay's gradient drifted off in float32, bench/RESULTS.md).
 Both deterministic (the same gradients every call).
 """
 import math
