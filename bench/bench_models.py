@@ -333,6 +333,9 @@ def fn_name(f):
     for _ in range(6):
         if g is None:
             break
+        fwd = getattr(g, "forward", None)  # transformers >= 5.25: a module whose forward calls the wrapper (`func`)
+        if fwd is not None and not inspect.isfunction(g):
+            g = inspect.getclosurevars(fwd).nonlocals.get("func", fwd)
         try:
             impl = inspect.getclosurevars(g).nonlocals.get("implementation")
         except (TypeError, ValueError):

@@ -119,7 +119,7 @@ for s in "$@"; do
         step train525 590 "PYTHONPATH='/tmp/tf525:$BENCH_PATH' '$PY' bench/bench_models.py --models mamba2-130m,mamba2-1.3b --backends selscan-ssd,mamba_ssm --cases train --out $OUT/train525.json" ;;
     profile)
         need_peers; need_torch_pkg
-        step profile 590 "PYTHONPATH='$BENCH_PATH' '$PY' bench/bench_ssd.py --device cuda --dtype bf16 --batch 8 --lens 2048 --cases profile --shapes 130m,1.3b && PYTHONPATH='$BENCH_PATH' '$PY' bench/bench_models.py --models mamba2-130m --backends selscan-ssd,mamba_ssm --cases profile --out $OUT/profile.json" ;;
+        step profile 590 "PYTHONPATH='$BENCH_PATH' '$PY' bench/bench_ssd.py --device cuda --dtype bf16 --batch 8 --lens 2048 --cases profile --shapes 130m,1.3b --no-fallback && PYTHONPATH='$BENCH_PATH' '$PY' bench/bench_models.py --models mamba2-130m --backends selscan-ssd,mamba_ssm --cases profile --out $OUT/profile.json" ;;
     *) echo "device_session: unknown step $s"; failed=1 ;;
     esac
 done
