@@ -17,6 +17,8 @@ Backends (--backends, compared in the same run on the same weights and inputs):
   selscan-ssd-unfused  (optional, Mamba-2) selscan-ssd with the fused call answering None: transformers'
                 unfused mixer forward on selscan's conv and scan (what selscan-ssd was before its fused
                 layer; autograd keeps the layer's intermediates)
+  selscan-ssd-rerun  (optional, Mamba-2) selscan-ssd with the fused layer's whole forward run again in its
+                backward, the scan's included (what selscan-ssd's recompute was before it kept the scan's out)
   selscan-scan  (optional) selscan's v0.2 drop-in: only the scan and the step rebound in transformers,
                 its unfused path around them with PyTorch's conv (what a user got before the block)
 
@@ -378,6 +380,11 @@ class Transformers:
     def restore(self):
         for n, f in self.orig.items():
             setattr(self.mm, n, f)
+
+
+def selscan_ssd():
+    import selscan_torch.ssd
+    return selscan_torch.ssd
 
 
 def selscan_integrations():
@@ -1129,6 +1136,10 @@ def is_mamba2(mod):
     return mod.__name__.endswith("modeling_mamba2")
 
 
+# the hybrid (Mamba-2) models' selscan backends; all but the first run selscan's SSD
+SELSCAN_HY = ("selscan", "selscan-ssd", "selscan-ssd-unfused", "selscan-ssd-rerun")
+
+
 class HybridBackend:
     """A context that runs one hybrid module (Jamba's / Zamba's) on one backend and undoes it."""
 
@@ -1142,9 +1153,9 @@ class HybridBackend:
             ok = all(r.split(".")[0] == ("causal_conv1d" if n.startswith("causal_conv1d") else "mamba_ssm")
                      for n, r in self.resolved.items())
             return None if ok else f"transformers resolved {self.resolved}"
-        if self.name in ("selscan-ssd", "selscan-ssd-unfused") and not is_mamba2(self.mod):
+        if self.name in SELSCAN_HY[1:] and not is_mamba2(self.mod):
             return "a Mamba-2 backend"
-        if self.name in ("selscan", "selscan-ssd", "selscan-ssd-unfused"):
+        if self.name in SELSCAN_HY:
             integ = selscan_integrations()
             return None if integ is not None and hasattr(integ, "use_in_transformers") else "no selscan_torch"
         return None if self.name == "torch" else "not a hybrid backend"
@@ -1158,7 +1169,7 @@ class HybridBackend:
         if self.name == "torch":
             for n, f in self.orig.items():
                 setattr(self.mod, n, inspect.unwrap(f))
-        elif self.name in ("selscan", "selscan-ssd", "selscan-ssd-unfused"):
+        elif self.name in SELSCAN_HY:
             integ = selscan_integrations()
             integ.use_in_transformers(True)
             if self.name != "selscan":  # selscan's SSD kernels in training even where mamba_ssm is installed
@@ -1166,12 +1177,17 @@ class HybridBackend:
                 self.mod.mamba2_chunk_scan = integ._m2_chunk_scan(self.orig["mamba2_chunk_scan"], False)
                 self.mod.mamba2_split_conv1d_scan_combined = (
                     integ._m2_split_conv1d_scan(self.orig["mamba2_split_conv1d_scan_combined"], False)
-                    if self.name == "selscan-ssd" else lambda *a, **k: None)  # None: the mixer's unfused path
+                    if self.name != "selscan-ssd-unfused" else lambda *a, **k: None)  # None: the unfused path
+            if self.name == "selscan-ssd-rerun":  # the recompute keeps nothing but the layer's inputs
+                self.kept = set(selscan_ssd()._KEPT_IN_RECOMPUTE)
+                selscan_ssd()._KEPT_IN_RECOMPUTE.clear()
         return self
 
     def __exit__(self, *exc):
-        if self.name in ("selscan", "selscan-ssd", "selscan-ssd-unfused"):
+        if self.name in SELSCAN_HY:
             selscan_integrations().use_in_transformers(False)
+        if self.name == "selscan-ssd-rerun":
+            selscan_ssd()._KEPT_IN_RECOMPUTE.update(self.kept)
         self.restore()
         return False
 
@@ -1212,7 +1228,7 @@ def case_hybrid(name):
     mod, model = build_hybrid(name)
     bks = []
     for n in ARGS.backends:
-        if n not in ("selscan", "selscan-ssd", "selscan-ssd-unfused", "mamba_ssm", "torch"):
+        if n not in (*SELSCAN_HY, "mamba_ssm", "torch"):
             continue
         b = HybridBackend(n, mod)
         why = b.available()

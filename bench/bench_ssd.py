@@ -3,7 +3,7 @@ installed) mamba_ssm's Triton kernels, in one process; the scan alone and a Mamb
 step end to end; where the scan's time goes, kernel by kernel.
 
     PYTHONPATH=bindings/torch python3 bench/bench_ssd.py [--device cpu|cuda] [--dtype f32|bf16]
-        [--batch 1] [--threads N] [--lens 512,1024] [--reps 3] [--cases scan,model,profile]
+        [--batch 1] [--threads N] [--lens 512,1024] [--reps 3] [--cases scan,model,layer,profile]
         [--shapes 130m,1.3b,2.7b,nemotron-h] [--no-fallback]
 
 scan: selscan's SSD op (CPU or CUDA kernels, with autograd; on CUDA also mamba_chunk_scan_combined, the
@@ -13,7 +13,10 @@ drop-in's argument handling around the same op) against transformers'
 forward alone and forward + backward of every input, at the --shapes layer shapes (SHAPES: Mamba2-130m,
 1.3b, 2.7b, a Nemotron-H-like layer; chunk 256 for mamba_ssm). model: a Mamba2ForCausalLM training step (forward +
 backward, float32) of a 2-layer model with the 130m layer shape, with and without
-selscan_torch.integrations.use_in_transformers() (the same device). Prints the median of --reps timed
+selscan_torch.integrations.use_in_transformers() (the same device). layer (not run by default):
+mamba_split_conv1d_scan_combined (conv + scan + gated norm + out_proj) forward and forward + backward at the
+--shapes layer shapes, selscan's with each recompute mode and mamba_ssm's (CUDA, where importable), with the
+peak memory a call takes above its inputs on CUDA. Prints the median of --reps timed
 runs after one warm-up, and each backend's time over selscan's. profile (not run by default): the scan
 case's forward + backward of each backend under torch.profiler, its kernels' device times on CUDA (the
 GPU's work, apart from the host's launches that bound the wall time of small calls), its ops' own CPU
@@ -153,6 +156,68 @@ def profile_case(L, a, shape="130m", top=16):
         print(f"  {sum(r[1] for r in rows):10.1f} in all ({len(rows)} kinds)", flush=True)
 
 
+def layer_case(L, a, shape="130m"):
+    """{(backend, "fwd" | "fwd+bwd"): (seconds, peak bytes above the inputs or nan)} of
+    mamba_split_conv1d_scan_combined (conv + scan + gated norm + out_proj, Mamba-2's layer after in_proj) at a
+    layer shape: selscan's with recompute False / True (the scan's out kept) / True with the scan run again
+    (its recompute before it kept the out), and mamba_ssm's (CUDA, where importable)."""
+    import selscan_torch as st
+    import selscan_torch.ssd as ssd
+
+    dev, dtype = a.device, {"f32": torch.float32, "bf16": torch.bfloat16}[a.dtype]
+    g = torch.Generator().manual_seed(0)
+    b, (H, P, N, G) = a.batch, SHAPES[shape]
+    dim, d_model = H * P, H * P // 2
+    r = lambda *s, sc=1.0, dt=dtype: (torch.randn(*s, generator=g) * sc).to(dt).to(dev)  # noqa: E731
+    zxbcdt = r(b, L, 2 * dim + 2 * G * N + H)
+    ins = [zxbcdt, r(dim + 2 * G * N, 4, sc=0.5), r(dim + 2 * G * N, sc=0.1), r(H, sc=0.3, dt=torch.float32),
+           (-(torch.rand(H, generator=g) + 0.5)).to(dev), r(H, dt=torch.float32)]
+    kw = dict(rmsnorm_weight=r(dim), outproj_weight=r(d_model, dim, sc=dim ** -0.5), headdim=P, ngroups=G)
+    leaves = [t.requires_grad_() for t in ins + [kw["rmsnorm_weight"], kw["outproj_weight"]]]
+    dy = r(b, L, d_model)
+
+    def run(f, backward):
+        def go():
+            with torch.set_grad_enabled(backward):
+                out = f(*ins, 256, **kw)
+                if backward:
+                    torch.autograd.grad(out, leaves, dy)
+        return go
+
+    def rerun(*args, **kw):
+        kept = set(ssd._KEPT_IN_RECOMPUTE)
+        ssd._KEPT_IN_RECOMPUTE.clear()
+        try:
+            return st.mamba_split_conv1d_scan_combined(*args, **kw)
+        finally:
+            ssd._KEPT_IN_RECOMPUTE.update(kept)
+
+    backends = {"selscan, recompute=False": lambda *a_, **k: st.mamba_split_conv1d_scan_combined(*a_, **k, recompute=False),
+                "selscan, recompute (scan's out kept)": st.mamba_split_conv1d_scan_combined,
+                "selscan, recompute (scan run again)": rerun}
+    if dev.type == "cuda":
+        try:
+            from mamba_ssm.ops.triton.ssd_combined import mamba_split_conv1d_scan_combined as peer
+            backends["mamba_ssm Triton"] = lambda *a_, **k: peer(*a_, dt_limit=(0.0, float("inf")), **k)
+        except Exception as e:  # noqa: BLE001  (not installed, or its causal_conv1d missing)
+            print(f"| layer | {shape} | {L} | mamba_ssm | (not importable: {type(e).__name__}) | |")
+    res = {}
+    for name, f in backends.items():
+        for mode in ("fwd", "fwd+bwd"):
+            go = run(f, mode == "fwd+bwd")
+            peak = float("nan")
+            if dev.type == "cuda":
+                go()
+                torch.cuda.synchronize()
+                base = torch.cuda.memory_allocated()
+                torch.cuda.reset_peak_memory_stats()
+                go()
+                torch.cuda.synchronize()
+                peak = torch.cuda.max_memory_allocated() - base
+            res[(name, mode)] = (timed(go, a.reps, dev), peak)
+    return res
+
+
 def model_case(L, a):
     if a.device.type == "cuda" and importlib.util.find_spec("mamba_ssm") is not None:
         print(f"| model fwd+bwd | {L} | (skipped: with mamba_ssm installed both runs take its Triton SSD) | | |")
@@ -201,6 +266,15 @@ def main():
             if case == "profile":
                 for shape in a.shapes.split(","):
                     profile_case(L, a, shape)
+                continue
+            if case == "layer":
+                for shape in a.shapes.split(","):
+                    res = layer_case(L, a, shape)
+                    for (name, mode), (t, peak) in res.items():
+                        ref = res[("selscan, recompute (scan's out kept)", mode)][0]
+                        print(f"| layer {mode} | {shape} | {L} | {name} | {t * 1e3:.2f} ms | {t / ref:.2f}x |"
+                              + ("" if peak != peak else f" peak {peak / 2**20:.0f} MiB above the inputs |"),
+                              flush=True)
                 continue
             if case == "scan":
                 for shape in a.shapes.split(","):

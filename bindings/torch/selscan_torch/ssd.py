@@ -19,6 +19,7 @@ CPU: selscan's fast SSD path. CUDA: selscan's SSD kernels (selscan_cuda.cuh >>ss
 double: the decay's gradient drifted off in float32, bench/RESULTS.md).
 Both deterministic (the same gradients every call).
 """
+import inspect
 import math
 import operator
 import re
@@ -35,6 +36,26 @@ __all__ = ["mamba_chunk_scan_combined", "mamba_split_conv1d_scan_combined"]
 _ops = torch.ops.selscan
 _ssd_fwd = _ops.ssd_fwd.default
 _ssd_bwd = _ops.ssd_bwd.default
+
+# What mamba_split_conv1d_scan_combined's recompute keeps instead of running it again: the scan's forward (its
+# out, x's dtype, and the final states), as mamba_ssm's fused function keeps its scan's out; the scan's backward
+# reads its inputs alone, so the second forward would only feed the norm. (A set: the benchmark empties it.)
+_KEPT_IN_RECOMPUTE = {_ssd_fwd}
+
+
+def _recompute_policy(ctx, op, *args, **kwargs):
+    return (torch.utils.checkpoint.CheckpointPolicy.MUST_SAVE if op in _KEPT_IN_RECOMPUTE
+            else torch.utils.checkpoint.CheckpointPolicy.PREFER_RECOMPUTE)
+
+
+def _recompute_contexts():
+    return torch.utils.checkpoint.create_selective_checkpoint_contexts(_recompute_policy)
+
+
+# the saved out through the caller's saved_tensors_hooks (save_on_cpu offloads it too) where torch can say so
+_RECOMPUTE_KW = dict(use_reentrant=False, context_fn=_recompute_contexts)
+if "respect_saved_tensors_hooks" in inspect.signature(torch.utils.checkpoint.checkpoint).parameters:
+    _RECOMPUTE_KW["respect_saved_tensors_hooks"] = True
 
 
 def _limit(dt_min, dt_max):
@@ -309,10 +330,11 @@ def mamba_split_conv1d_scan_combined(zxbcdt, conv1d_weight, conv1d_bias, dt_bias
 
     A composition of selscan's ops and torch's (the scan as mamba_chunk_scan_combined runs it, CPU or CUDA).
     recompute (keyword, default True; mamba_ssm's fused function recomputes the conv and the norm in its
-    backward): where a gradient is wanted, autograd keeps only the layer's inputs and runs the layer again
-    in the backward (torch.utils.checkpoint, non-reentrant; the kernels are deterministic, so the second
-    forward is bitwise the first): the conv's output, x / B / C / dt, y and the norm's float32 intermediates
-    are not kept, at the cost of one more forward of the layer. False: autograd keeps them.
+    backward): where a gradient is wanted, autograd keeps the layer's inputs and the scan's out (x's dtype,
+    batch x L x nheads x headdim) and runs the rest of the layer again in the backward (torch.utils.checkpoint,
+    non-reentrant, with the scan's forward saved; the kernels are deterministic, so the second run is bitwise
+    the first): the conv's output, x / B / C / dt and the norm's float32 intermediates are not kept, at the
+    cost of one more conv, norm and out_proj. False: autograd keeps them.
     """
     for name, t in (("zxbcdt", zxbcdt), ("conv1d_weight", conv1d_weight), ("A", A), ("D", D)):
         _checks.tensor_arg(t, name)
@@ -381,7 +403,7 @@ def mamba_split_conv1d_scan_combined(zxbcdt, conv1d_weight, conv1d_bias, dt_bias
     shape = (d_mlp2, dim, nheads, headdim, ngroups, dstate)
     opts = (seq_idx, dt_limit, return_final_states, activation, rmsnorm_eps, norm_before_gate)
     if recompute and torch.is_grad_enabled() and any(isinstance(t, torch.Tensor) and t.requires_grad for t in args):
-        return torch.utils.checkpoint.checkpoint(_split_conv1d_scan_layer, *args, shape, opts, use_reentrant=False)
+        return torch.utils.checkpoint.checkpoint(_split_conv1d_scan_layer, *args, shape, opts, **_RECOMPUTE_KW)
     return _split_conv1d_scan_layer(*args, shape, opts)
 
 
