@@ -3,7 +3,7 @@ installed) mamba_ssm's Triton kernels, in one process; the scan alone and a Mamb
 step end to end; where the scan's time goes, kernel by kernel.
 
     PYTHONPATH=bindings/torch python3 bench/bench_ssd.py [--device cpu|cuda] [--dtype f32|bf16]
-        [--batch 1] [--threads N] [--lens 512,1024] [--reps 3] [--cases scan,model,layer,profile]
+        [--batch 1] [--threads N] [--lens 512,1024] [--reps 3] [--cases scan,model,layer,profile,layer-profile]
         [--shapes 130m,1.3b,2.7b,nemotron-h] [--no-fallback]
 
 scan: selscan's SSD op (CPU or CUDA kernels, with autograd; on CUDA also mamba_chunk_scan_combined, the
@@ -16,8 +16,8 @@ backward, float32) of a 2-layer model with the 130m layer shape, with and withou
 selscan_torch.integrations.use_in_transformers() (the same device). layer (not run by default):
 mamba_split_conv1d_scan_combined (conv + scan + gated norm + out_proj) forward and forward + backward at the
 --shapes layer shapes, selscan's with each recompute mode and mamba_ssm's (CUDA, where importable), with the
-peak memory a call takes above its inputs on CUDA. Prints the median of --reps timed
-runs after one warm-up, and each backend's time over selscan's. profile (not run by default): the scan
+peak memory a call takes above its inputs on CUDA (layer-profile: its kernels, as profile's). Prints the median
+of --reps timed runs after one warm-up, and each backend's time over selscan's. profile (not run by default): the scan
 case's forward + backward of each backend under torch.profiler, its kernels' device times on CUDA (the
 GPU's work, apart from the host's launches that bound the wall time of small calls), its ops' own CPU
 times on the CPU.
@@ -129,12 +129,13 @@ def scan_case(L, a, shape="130m"):
             for name, f in backends.items() for mode in ("fwd", "fwd+bwd")}
 
 
-def profile_case(L, a, shape="130m", top=16):
-    """Where each backend's forward + backward goes, under torch.profiler: on CUDA the device time of
-    each kernel, on the CPU each op's own (self) time; per call, mean of --reps calls after a warm-up."""
+def profile_case(L, a, shape="130m", top=16, of="scan"):
+    """Where each backend's forward + backward goes (of: the scan case's backends or the layer case's), under
+    torch.profiler: on CUDA the device time of each kernel, on the CPU each op's own (self) time; per call,
+    mean of --reps calls after a warm-up."""
     from torch.profiler import ProfilerActivity, profile
 
-    backends, run = scan_backends(L, a, shape)
+    backends, run = (scan_backends if of == "scan" else layer_backends)(L, a, shape)
     cuda = a.device.type == "cuda"
     for name, f in backends.items():
         go = run(f, True)
@@ -150,17 +151,17 @@ def profile_case(L, a, shape="130m", top=16):
                 for e in p.key_averages()]
         rows = sorted((r for r in rows if r[1] > 0), key=lambda r: -r[1])
         what = "device time a kernel" if cuda else "self CPU time an op"
-        print(f"\n{shape}, L {L}, {name}: forward + backward, {what}, us a call (mean of {a.reps})")
+        print(f"\n{of} {shape}, L {L}, {name}: forward + backward, {what}, us a call (mean of {a.reps})")
         for k, us, n in rows[:top]:
             print(f"  {us:10.1f} x{n:<5g} {k[:100]}")
         print(f"  {sum(r[1] for r in rows):10.1f} in all ({len(rows)} kinds)", flush=True)
 
 
-def layer_case(L, a, shape="130m"):
-    """{(backend, "fwd" | "fwd+bwd"): (seconds, peak bytes above the inputs or nan)} of
-    mamba_split_conv1d_scan_combined (conv + scan + gated norm + out_proj, Mamba-2's layer after in_proj) at a
-    layer shape: selscan's with recompute False / True (the scan's out kept) / True with the scan run again
-    (its recompute before it kept the out), and mamba_ssm's (CUDA, where importable)."""
+def layer_backends(L, a, shape="130m"):
+    """(backends, run) as scan_backends' for mamba_split_conv1d_scan_combined (conv + scan + gated norm +
+    out_proj, Mamba-2's layer after in_proj) at a layer shape: selscan's with recompute False / True (the
+    scan's out kept) / True with the scan run again (its recompute before it kept the out), and mamba_ssm's
+    (CUDA, where importable)."""
     import selscan_torch as st
     import selscan_torch.ssd as ssd
 
@@ -201,6 +202,14 @@ def layer_case(L, a, shape="130m"):
             backends["mamba_ssm Triton"] = lambda *a_, **k: peer(*a_, dt_limit=(0.0, float("inf")), **k)
         except Exception as e:  # noqa: BLE001  (not installed, or its causal_conv1d missing)
             print(f"| layer | {shape} | {L} | mamba_ssm | (not importable: {type(e).__name__}) | |")
+    return backends, run
+
+
+def layer_case(L, a, shape="130m"):
+    """{(backend, "fwd" | "fwd+bwd"): (seconds, peak bytes above the inputs on CUDA, else nan)} of
+    layer_backends' backends."""
+    backends, run = layer_backends(L, a, shape)
+    dev = a.device
     res = {}
     for name, f in backends.items():
         for mode in ("fwd", "fwd+bwd"):
@@ -263,9 +272,9 @@ def main():
     print("|---|---|---|---|---|---|")
     for case in a.cases.split(","):
         for L in (int(v) for v in a.lens.split(",")):
-            if case == "profile":
+            if case in ("profile", "layer-profile"):
                 for shape in a.shapes.split(","):
-                    profile_case(L, a, shape)
+                    profile_case(L, a, shape, of="scan" if case == "profile" else "layer")
                 continue
             if case == "layer":
                 for shape in a.shapes.split(","):

@@ -23,7 +23,7 @@
 #     train    bench_models.py's Mamba2ForCausalLM training step, 130m and 1.3b shapes (peers built)
 #     train525 the same under transformers 5.25 (CI's; the image has 5.17), whose mixers make the fused call
 #              in training where 5.17's Mamba2 runs its unfused forward
-#     layer    bench_ssd.py's layer case (mamba_split_conv1d_scan_combined in each recompute mode) and the Mamba-2
+#     layer    bench_ssd.py's layer case (mamba_split_conv1d_scan_combined in each recompute mode; its kernels at 130m) and the Mamba-2
 #              training step with selscan-ssd-rerun beside selscan-ssd; mamba_ssm's rows where the peers are built
 #     profile  bench_ssd.py --cases profile and bench_models.py --cases profile: per-kernel times and the
 #              training goal as a budget for selscan's scan, conv and gated norm (peers built)
@@ -121,7 +121,7 @@ for s in "$@"; do
         step train525 590 "PYTHONPATH='/tmp/tf525:$BENCH_PATH' '$PY' bench/bench_models.py --models mamba2-130m,mamba2-1.3b --backends selscan-ssd,mamba_ssm --cases train --out $OUT/train525.json" ;;
     layer)  # the peers where built (mamba_ssm's rows), else selscan's alone
         need_torch_pkg
-        step layer 300 "PYTHONPATH='$BENCH_PATH' '$PY' bench/bench_ssd.py --device cuda --dtype bf16 --batch 8 --lens 2048 --cases layer --shapes 130m,1.3b --reps 5"
+        step layer 300 "PYTHONPATH='$BENCH_PATH' '$PY' bench/bench_ssd.py --device cuda --dtype bf16 --batch 8 --lens 2048 --cases layer --shapes 130m,1.3b --reps 5 && PYTHONPATH='$BENCH_PATH' '$PY' bench/bench_ssd.py --device cuda --dtype bf16 --batch 8 --lens 2048 --cases layer-profile --shapes 130m --reps 3"
         bks=selscan-ssd,selscan-ssd-rerun; [ -d "$peers/mamba_ssm" ] && bks=$bks,mamba_ssm
         step train-rerun 300 "PYTHONPATH='$BENCH_PATH' '$PY' bench/bench_models.py --models mamba2-130m,mamba2-1.3b --backends $bks --cases train --out $OUT/train-rerun.json" ;;
     profile)
