@@ -23,6 +23,7 @@ GPU's work, apart from the host's launches that bound the wall time of small cal
 times on the CPU.
 """
 import argparse
+import contextlib
 import importlib.util
 import inspect
 import statistics
@@ -157,11 +158,25 @@ def profile_case(L, a, shape="130m", top=16, of="scan"):
         print(f"  {sum(r[1] for r in rows):10.1f} in all ({len(rows)} kinds)", flush=True)
 
 
+def _gated_rms_norm_separate(y, z, weight, eps, group_size, norm_before_gate):
+    """selscan_torch.ssd._gated_rms_norm as it was before torch's rms_norm (the sum of squares, rsqrt and
+    scaling as separate ops): the layer case's before / after"""
+    yf, zf = y.float(), z.float()
+    if not norm_before_gate:
+        yf = yf * torch.nn.functional.silu(zf)
+    g = yf.unflatten(-1, (-1, group_size))
+    yn = (g * torch.rsqrt(g.square().mean(-1, keepdim=True) + eps)).flatten(-2) * weight.float()
+    if norm_before_gate:
+        yn = yn * torch.nn.functional.silu(zf)
+    return yn.to(y.dtype)
+
+
 def layer_backends(L, a, shape="130m"):
     """(backends, run) as scan_backends' for mamba_split_conv1d_scan_combined (conv + scan + gated norm +
     out_proj, Mamba-2's layer after in_proj) at a layer shape: selscan's with recompute False / True (the
-    scan's out kept) / True with the scan run again (its recompute before it kept the out), and mamba_ssm's
-    (CUDA, where importable)."""
+    scan's out kept) / True with the scan run again (its recompute before it kept the out) / True with the
+    gated norm in separate ops (before torch's rms_norm), and mamba_ssm's (CUDA, where importable). The norm as
+    transformers' Mamba-2 mixers call it (norm_before_gate False: the gate first)."""
     import selscan_torch as st
     import selscan_torch.ssd as ssd
 
@@ -173,29 +188,44 @@ def layer_backends(L, a, shape="130m"):
     zxbcdt = r(b, L, 2 * dim + 2 * G * N + H)
     ins = [zxbcdt, r(dim + 2 * G * N, 4, sc=0.5), r(dim + 2 * G * N, sc=0.1), r(H, sc=0.3, dt=torch.float32),
            (-(torch.rand(H, generator=g) + 0.5)).to(dev), r(H, dt=torch.float32)]
-    kw = dict(rmsnorm_weight=r(dim), outproj_weight=r(d_model, dim, sc=dim ** -0.5), headdim=P, ngroups=G)
+    kw = dict(rmsnorm_weight=r(dim), outproj_weight=r(d_model, dim, sc=dim ** -0.5), headdim=P, ngroups=G,
+              norm_before_gate=False)
     leaves = [t.requires_grad_() for t in ins + [kw["rmsnorm_weight"], kw["outproj_weight"]]]
     dy = r(b, L, d_model)
 
     def run(f, backward):
-        def go():
-            with torch.set_grad_enabled(backward):
+        f, around = f if isinstance(f, tuple) else (f, contextlib.nullcontext)
+
+        def go():  # the whole forward + backward under around(): the backward's recompute runs the same code
+            with around(), torch.set_grad_enabled(backward):
                 out = f(*ins, 256, **kw)
                 if backward:
                     torch.autograd.grad(out, leaves, dy)
         return go
 
-    def rerun(*args, **kw):
+    @contextlib.contextmanager
+    def scan_run_again():
         kept = set(ssd._KEPT_IN_RECOMPUTE)
         ssd._KEPT_IN_RECOMPUTE.clear()
         try:
-            return st.mamba_split_conv1d_scan_combined(*args, **kw)
+            yield
         finally:
             ssd._KEPT_IN_RECOMPUTE.update(kept)
 
-    backends = {"selscan, recompute=False": lambda *a_, **k: st.mamba_split_conv1d_scan_combined(*a_, **k, recompute=False),
-                "selscan, recompute (scan's out kept)": st.mamba_split_conv1d_scan_combined,
-                "selscan, recompute (scan run again)": rerun}
+    @contextlib.contextmanager
+    def separate_norm():
+        fused = ssd._gated_rms_norm
+        ssd._gated_rms_norm = _gated_rms_norm_separate
+        try:
+            yield
+        finally:
+            ssd._gated_rms_norm = fused
+
+    layer = st.mamba_split_conv1d_scan_combined
+    backends = {"selscan, recompute=False": lambda *a_, **k: layer(*a_, **k, recompute=False),
+                "selscan, recompute (scan's out kept)": layer,
+                "selscan, recompute (scan run again)": (layer, scan_run_again),
+                "selscan, recompute, norm in separate ops": (layer, separate_norm)}
     if dev.type == "cuda":
         try:
             from mamba_ssm.ops.triton.ssd_combined import mamba_split_conv1d_scan_combined as peer
