@@ -337,7 +337,9 @@ def mamba_split_conv1d_scan_combined(zxbcdt, conv1d_weight, conv1d_bias, dt_bias
     batch x L x nheads x headdim) and runs the rest of the layer again in the backward (torch.utils.checkpoint,
     non-reentrant, with the scan's forward saved; the kernels are deterministic, so the second run is bitwise
     the first): the conv's output, x / B / C / dt and the norm's float32 intermediates are not kept, at the
-    cost of one more conv, norm and out_proj. False: autograd keeps them.
+    cost of one more conv, norm and out_proj. False: autograd keeps them. torch refuses a second backward
+    through a recomputed call (retain_graph=True: its selective checkpoint hands the kept out to one backward);
+    recompute=False allows it.
     """
     for name, t in (("zxbcdt", zxbcdt), ("conv1d_weight", conv1d_weight), ("A", A), ("D", D)):
         _checks.tensor_arg(t, name)

@@ -391,6 +391,28 @@ def test_split_conv1d_scan_recomputes_in_the_backward(device):
     assert res[True][2] <= inputs + scan_out < res[False][2], (res[True][2], inputs, scan_out, res[False][2])
 
 
+@pytest.mark.parametrize("reentrant", [False, True])
+def test_split_conv1d_scan_recompute_inside_gradient_checkpointing(reentrant):
+    """The layer's recompute (a selective checkpoint) inside a model's gradient checkpointing (transformers'
+    either kind): the gradients bitwise those of recompute=False."""
+    g = torch.Generator().manual_seed(29)
+    batch, L, H, P, N, W = 2, 24, 4, 8, 16, 4
+    dim = H * P
+    r = lambda *s, sc=1.0: (torch.randn(*s, generator=g) * sc).requires_grad_()  # noqa: E731
+    ins = [r(batch, L, 2 * dim + 2 * N + H), r(dim + 2 * N, W, sc=0.5), r(dim + 2 * N, sc=0.1), r(H, sc=0.3),
+           (-(torch.rand(H, generator=g) + 0.3)).requires_grad_(), r(H), r(dim), r(24, dim)]
+    dy = torch.randn(batch, L, 24, generator=g)
+
+    def layer(*a, rc=True):
+        return st.mamba_split_conv1d_scan_combined(*a[:6], 256, rmsnorm_weight=a[6], outproj_weight=a[7], headdim=P,
+                                                   norm_before_gate=False, recompute=rc)
+
+    want = torch.autograd.grad((layer(*ins, rc=False) * dy).sum(), ins)
+    out = torch.utils.checkpoint.checkpoint(layer, *ins, use_reentrant=reentrant)
+    (out * dy).sum().backward()  # (the reentrant kind takes .backward() only)
+    assert all(torch.equal(t.grad, w) for t, w in zip(ins, want))
+
+
 def test_split_conv1d_scan_packed_by_seq_idx():
     g = torch.Generator().manual_seed(21)
     H, P, N, W = 4, 6, 8, 4
