@@ -403,12 +403,15 @@ def mamba_split_conv1d_scan_combined(zxbcdt, conv1d_weight, conv1d_bias, dt_bias
                 _checks._type(t is None or t.dtype == zxbcdt.dtype, name, " must have zxbcdt's dtype ",
                               zxbcdt.dtype, " (the product's), got ", None if t is None else t.dtype,
                               " (argument '", name, "')")
-    args = (zxbcdt, conv1d_weight, conv1d_bias, dt_bias, A, D, initial_states, rmsnorm_weight, outproj_weight,
-            outproj_bias)
+    # seq_idx among the tensors: the checkpoint checks their versions (one changed in place before the backward
+    # raises, where the recompute would run another packing)
+    args = (zxbcdt, conv1d_weight, conv1d_bias, dt_bias, A, D, initial_states, seq_idx, rmsnorm_weight,
+            outproj_weight, outproj_bias)
     shape = (d_mlp2, dim, nheads, headdim, ngroups, dstate)
-    opts = (seq_idx, dt_limit, return_final_states, activation, rmsnorm_eps, norm_before_gate)
     if recompute and torch.is_grad_enabled() and any(isinstance(t, torch.Tensor) and t.requires_grad for t in args):
+        opts = (dt_limit, return_final_states, activation, rmsnorm_eps, norm_before_gate, True)
         return torch.utils.checkpoint.checkpoint(_split_conv1d_scan_layer, *args, shape, opts, **_RECOMPUTE_KW)
+    opts = (dt_limit, return_final_states, activation, rmsnorm_eps, norm_before_gate, False)
     return _split_conv1d_scan_layer(*args, shape, opts)
 
 
@@ -425,13 +428,14 @@ def _renamed(e, names):
     raise type(e)(msg) from e
 
 
-def _split_conv1d_scan_layer(zxbcdt, conv1d_weight, conv1d_bias, dt_bias, A, D, initial_states, rmsnorm_weight,
-                             outproj_weight, outproj_bias, shape, opts):
-    """mamba_split_conv1d_scan_combined's computation on its checked arguments (shape: the split's sizes)."""
+def _split_conv1d_scan_layer(zxbcdt, conv1d_weight, conv1d_bias, dt_bias, A, D, initial_states, seq_idx,
+                             rmsnorm_weight, outproj_weight, outproj_bias, shape, opts):
+    """mamba_split_conv1d_scan_combined's computation on its checked arguments (shape: the split's sizes;
+    opts' last: under the recompute's selective checkpoint)."""
     from .conv import causal_conv1d_fn
 
     d_mlp2, dim, nheads, headdim, ngroups, dstate = shape
-    seq_idx, dt_limit, return_final_states, activation, rmsnorm_eps, norm_before_gate = opts
+    dt_limit, return_final_states, activation, rmsnorm_eps, norm_before_gate, recomputed = opts
     zx0, z, xBC, dt = torch.split(zxbcdt, [d_mlp2, dim, dim + 2 * ngroups * dstate, nheads], dim=-1)
     try:
         xBC = causal_conv1d_fn(xBC.transpose(1, 2), conv1d_weight, conv1d_bias, seq_idx=seq_idx,
@@ -446,6 +450,11 @@ def _split_conv1d_scan_layer(zxbcdt, conv1d_weight, conv1d_bias, dt_bias, A, D, 
                                     else None, dt_bias=dt_bias, initial_states=initial_states, seq_idx=seq_idx,
                                     dt_softplus=True, dt_limit=dt_limit, return_final_states=return_final_states)
     y, final = res if return_final_states else (res, None)
+    if recomputed:  # the checkpoint keeps the scan's outs for the backward: the caller gets copies of those it
+        # returns, to change in place as it may without the recompute (the kept ones must stay as they were)
+        final = None if final is None else final.clone()
+        if gate_in_scan and not d_mlp2 and outproj_weight is None:
+            y = y.clone()
     y = y.flatten(-2)
     if not gate_in_scan:
         y = _gated_rms_norm(y, z, rmsnorm_weight, rmsnorm_eps, dim // ngroups, norm_before_gate)

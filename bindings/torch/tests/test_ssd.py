@@ -413,6 +413,45 @@ def test_split_conv1d_scan_recompute_inside_gradient_checkpointing(reentrant):
     assert all(torch.equal(t.grad, w) for t, w in zip(ins, want))
 
 
+def _small_layer_inputs(seed, gate_in_scan=False):
+    g = torch.Generator().manual_seed(seed)
+    batch, L, H, P, N, W = 1, 12, 2, 4, 4, 4
+    dim = H * P
+    ins = [torch.randn(batch, L, 2 * dim + 2 * N + H, generator=g).requires_grad_(),
+           torch.randn(dim + 2 * N, W, generator=g) * 0.5, torch.randn(dim + 2 * N, generator=g) * 0.1, torch.zeros(H),
+           -torch.rand(H, generator=g) - 0.3, torch.randn(H, generator=g)]
+    kw = dict(headdim=P, rmsnorm_weight=None if gate_in_scan else torch.randn(dim, generator=g))
+    return ins, kw
+
+
+def test_split_conv1d_scan_recompute_refuses_a_seq_idx_changed_before_the_backward():
+    """seq_idx changed in place between the forward and the backward: the recompute would run another packing;
+    the checkpoint's version check refuses it (recompute=False keeps the forward's own)."""
+    ins, kw = _small_layer_inputs(31)
+    seq = torch.tensor([[0] * 5 + [1] * 7], dtype=torch.int64)
+    out = st.mamba_split_conv1d_scan_combined(*ins, seq_idx=seq, **kw)
+    seq[0, 5:8] = 0
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        torch.autograd.grad(out.sum(), ins[0])
+
+
+@pytest.mark.parametrize("gate_in_scan", [False, True])
+def test_split_conv1d_scan_recompute_outputs_may_change_in_place(gate_in_scan):
+    """The outputs a recomputed call returns (final states; out where it is the scan's own, the gate in the scan
+    and no out_proj) changed in place before the backward (`out += residual`): gradients bitwise those of
+    recompute=False, as there (the checkpoint's kept outs are not handed out)."""
+    res = {}
+    for rc in (False, True):
+        ins, kw = _small_layer_inputs(37, gate_in_scan)
+        out, fin = st.mamba_split_conv1d_scan_combined(*ins, return_final_states=True, recompute=rc, **kw)
+        g = torch.Generator().manual_seed(41)
+        loss = (out * torch.randn(out.shape, generator=g)).sum() + (fin * torch.randn(fin.shape, generator=g)).sum()
+        out.add_(1.0)
+        fin.mul_(2.0)
+        res[rc] = torch.autograd.grad(loss, ins[0])[0]
+    assert torch.equal(res[True], res[False])
+
+
 def test_split_conv1d_scan_packed_by_seq_idx():
     g = torch.Generator().manual_seed(21)
     H, P, N, W = 4, 6, 8, 4
