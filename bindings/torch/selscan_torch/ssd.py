@@ -292,17 +292,14 @@ def mamba_chunk_scan_combined(x, dt, A, B, C, chunk_size=None, D=None, z=None, d
 def _gated_rms_norm(y, z, weight, eps, group_size, norm_before_gate):
     """mamba_ssm's RMSNormGated (no bias) over groups of group_size channels, in float32: norm(y) * w *
     silu(z) (norm_before_gate) or norm(y * silu(z)) * w; out in y's dtype."""
-    with torch.autocast(y.device.type, enabled=False):  # float32 whatever autocast's list says of rms_norm
-        yf, zf = y.float(), z.float()
-        if not norm_before_gate:
-            yf = yf * torch.nn.functional.silu(zf)
-        # torch's rms_norm: one kernel each way on CUDA (the sum of squares, rsqrt and scaling as separate ops
-        # took five forward and more backward passes over the float32 activations)
-        yn = torch.nn.functional.rms_norm(yf.unflatten(-1, (-1, group_size)), (group_size,), eps=eps).flatten(-2)
-        yn = yn * weight.float()
-        if norm_before_gate:
-            yn = yn * torch.nn.functional.silu(zf)
-        return yn.to(y.dtype)
+    yf, zf = y.float(), z.float()
+    if not norm_before_gate:
+        yf = yf * torch.nn.functional.silu(zf)
+    g = yf.unflatten(-1, (-1, group_size))
+    yn = (g * torch.rsqrt(g.square().mean(-1, keepdim=True) + eps)).flatten(-2) * weight.float()
+    if norm_before_gate:
+        yn = yn * torch.nn.functional.silu(zf)
+    return yn.to(y.dtype)
 
 
 def _is_int(v):
