@@ -328,16 +328,27 @@ def peak_gib():
 # ------------------------------------------------------------------------------------------------
 # >>backends: what transformers' modeling_mamba calls, switched by rebinding its module globals
 # ------------------------------------------------------------------------------------------------
+def beneath_module(f):
+    """transformers >= 5.25 binds each kernel name to a module whose forward calls the hub-kernel wrapper (its
+    closure's `func`): that wrapper; else f."""
+    fwd = getattr(f, "forward", None)
+    if fwd is not None and not inspect.isfunction(f):
+        return inspect.getclosurevars(fwd).nonlocals.get("func", f)
+    return f
+
+
+def torch_body(f):
+    """The PyTorch body under a transformers kernel name's wrappers."""
+    return inspect.unwrap(beneath_module(f))
+
+
 def fn_name(f):
     """module.qualname of what a transformers kernel name runs: the implementation its
     hub-kernel wrapper resolved at import (closure variable `implementation`), else f itself."""
-    g = f
+    g = beneath_module(f)
     for _ in range(6):
         if g is None:
             break
-        fwd = getattr(g, "forward", None)  # transformers >= 5.25: a module whose forward calls the wrapper (`func`)
-        if fwd is not None and not inspect.isfunction(g):
-            g = inspect.getclosurevars(fwd).nonlocals.get("func", fwd)
         try:
             impl = inspect.getclosurevars(g).nonlocals.get("implementation")
         except (TypeError, ValueError):
@@ -368,7 +379,7 @@ class Transformers:
                                f"{sorted(set(self.NAMES) - set(self.names))}; this bench targets 5.x")
         self.orig = {n: getattr(mm, n) for n in self.names}
         self.resolved = {n: fn_name(f) for n, f in self.orig.items()}
-        self.torch_fns = {n: inspect.unwrap(f) for n, f in self.orig.items()}
+        self.torch_fns = {n: torch_body(f) for n, f in self.orig.items()}
         self.cache_kw = "cache" if "cache" in inspect.signature(mm.MambaForCausalLM.forward).parameters else "cache_params"
         mods = {n: r.split(".")[0] for n, r in self.resolved.items()}
         self.has_mamba = (all(mods[n] == "mamba_ssm" for n in self.names[:3])
@@ -380,11 +391,6 @@ class Transformers:
     def restore(self):
         for n, f in self.orig.items():
             setattr(self.mm, n, f)
-
-
-def selscan_ssd():
-    import selscan_torch.ssd
-    return selscan_torch.ssd
 
 
 def selscan_integrations():
@@ -1168,7 +1174,7 @@ class HybridBackend:
         self.restore()
         if self.name == "torch":
             for n, f in self.orig.items():
-                setattr(self.mod, n, inspect.unwrap(f))
+                setattr(self.mod, n, torch_body(f))
         elif self.name in SELSCAN_HY:
             integ = selscan_integrations()
             integ.use_in_transformers(True)
@@ -1179,15 +1185,16 @@ class HybridBackend:
                     integ._m2_split_conv1d_scan(self.orig["mamba2_split_conv1d_scan_combined"], False)
                     if self.name != "selscan-ssd-unfused" else lambda *a, **k: None)  # None: the unfused path
             if self.name == "selscan-ssd-rerun":  # the recompute keeps nothing but the layer's inputs
-                self.kept = set(selscan_ssd()._KEPT_IN_RECOMPUTE)
-                selscan_ssd()._KEPT_IN_RECOMPUTE.clear()
+                from bench_ssd import scan_run_again
+                self.rerun = scan_run_again()
+                self.rerun.__enter__()
         return self
 
     def __exit__(self, *exc):
         if self.name in SELSCAN_HY:
             selscan_integrations().use_in_transformers(False)
         if self.name == "selscan-ssd-rerun":
-            selscan_ssd()._KEPT_IN_RECOMPUTE.update(self.kept)
+            self.rerun.__exit__(None, None, None)
         self.restore()
         return False
 

@@ -133,7 +133,8 @@ def scan_case(L, a, shape="130m"):
 def profile_case(L, a, shape="130m", top=16, of="scan"):
     """Where each backend's forward + backward goes (of: the scan case's backends or the layer case's), under
     torch.profiler: on CUDA the device time of each kernel, on the CPU each op's own (self) time; per call,
-    mean of --reps calls after a warm-up."""
+    mean of --reps calls after a warm-up. (On the CPU an op run inside a selective checkpoint is counted twice,
+    once as the checkpoint's dispatch mode re-dispatches it: the recompute's counts are test_ssd's.)"""
     from torch.profiler import ProfilerActivity, profile
 
     backends, run = (scan_backends if of == "scan" else layer_backends)(L, a, shape)
@@ -158,11 +159,26 @@ def profile_case(L, a, shape="130m", top=16, of="scan"):
         print(f"  {sum(r[1] for r in rows):10.1f} in all ({len(rows)} kinds)", flush=True)
 
 
+@contextlib.contextmanager
+def scan_run_again():
+    """mamba_split_conv1d_scan_combined's recompute as it was before it kept the scan's out (the whole layer run
+    again in the backward, the scan's forward included): held through the forward and the backward (the
+    recompute consults the kept set in both). bench_models' selscan-ssd-rerun backend uses it too."""
+    import selscan_torch.ssd as ssd
+
+    kept = set(ssd._KEPT_IN_RECOMPUTE)
+    ssd._KEPT_IN_RECOMPUTE.clear()
+    try:
+        yield
+    finally:
+        ssd._KEPT_IN_RECOMPUTE.update(kept)
+
+
 def _gated_rms_norm_torch(y, z, weight, eps, group_size, norm_before_gate):
     """A candidate for selscan_torch.ssd._gated_rms_norm, not taken until measured on a GPU: the RMS through
     torch's rms_norm (aten._fused_rms_norm on CUDA: one kernel each way where the library's sum of squares,
-    rsqrt and scaling are five forward passes), autocast off around the float32 math. On the 2-core VM's CPU
-    no faster (fwd + bwd at 1 x 512 x 1536: min 1.31-1.37 ms against 1.28-1.33, median 2.8-3.0 against 2.0)."""
+    rsqrt and scaling are five forward passes), autocast off around the float32 math (bench/NOTES.md
+    SSD-torch-v2: no faster on the CPU)."""
     with torch.autocast(y.device.type, enabled=False):
         yf, zf = y.float(), z.float()
         if not norm_before_gate:
@@ -205,15 +221,6 @@ def layer_backends(L, a, shape="130m"):
                 if backward:
                     torch.autograd.grad(out, leaves, dy)
         return go
-
-    @contextlib.contextmanager
-    def scan_run_again():
-        kept = set(ssd._KEPT_IN_RECOMPUTE)
-        ssd._KEPT_IN_RECOMPUTE.clear()
-        try:
-            yield
-        finally:
-            ssd._KEPT_IN_RECOMPUTE.update(kept)
 
     @contextlib.contextmanager
     def torch_norm():

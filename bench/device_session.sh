@@ -2,8 +2,8 @@
 # bench/device_session.sh: a GPU sitting's gate and issue 40's figures from the committed tree, a few steps a
 # device call (each call has 600 s: the steps share DEADLINE_S, default 570, and a step is cut at what is left).
 # GPU machines reach no registry and keep nothing between sessions, so what they need is fetched here first and
-# carried. Calls that fit: `verify gate forms`, then `verify peers`, `verify ssd`, `verify train`, `verify profile`
-# (the last three on the machine the peers call left warm: a machine is let go after a short idle time).
+# carried. Calls that fit: `verify gate forms` or `verify gate layer`, then `verify peers`, `verify ssd train
+# train525 profile` (on the machine the peers call left warm: a machine is let go after 30 s idle).
 #
 #   bash bench/device_session.sh prep     here, on a clean checkout: kernels 0.16.2 (the version transformers
 #                                         5.17, the GPU machine's, accepts) + kernels-data + tomlkit wheels for

@@ -1173,7 +1173,8 @@ def _m2_split_conv1d_scan(original, own_on_cuda):
         if said != norm:
             return None
         kw.pop("chunk_size", None)
-        # recomputed in the backward on CUDA (device memory, as mamba_ssm's); on the CPU kept (+16 % time)
+        # recomputed in the backward on CUDA (device memory, as mamba_ssm's); on the CPU kept (the recompute costs
+        # time there: bench/NOTES.md SSD-torch-v2)
         return _ssd.mamba_split_conv1d_scan_combined(zxbcdt, conv1d_weight, conv1d_bias, dt_bias, A, D,
                                                      recompute=zxbcdt.is_cuda, **kw)
 
