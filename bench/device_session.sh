@@ -17,8 +17,11 @@
 #              below run without kernels, as the earlier sessions' figures did)
 #     forms    bench_ssd_forms bf16 and f32: the SSD forward / backward, walks against chunks, one process
 #     peers    the peers for this GPU into build/peers (PEER_MAMBA2_ONLY=1: causal_conv1d built, mamba_ssm's
-#              Python; about 7 min on 16 cores, so the only step of its call beside verify); the steps below
+#              Python; about 5 min on 16 cores, so the only step of its call beside verify); the steps below
 #              need it (on the same warm machine) and stop the call without it
+#     peers-bg the same build in the background on half the cores, while the next steps run (`verify peers-bg
+#              gate layer`: the gate, the layer's figures and then mamba_ssm's rows in one call); the steps that
+#              need the peers wait for it
 #     ssd      bench_ssd.py's scan at the four layer shapes, bf16, against mamba_ssm's Triton SSD (peers built)
 #     train    bench_models.py's Mamba2ForCausalLM training step, 130m and 1.3b shapes (peers built)
 #     train525 the same under transformers 5.25 (CI's; the image has 5.17), whose mixers make the fused call
@@ -93,7 +96,16 @@ need_torch_pkg() {  # the benches import the installed selscan_torch (the gate i
     "$PY" -c "import selscan_torch" 2>/dev/null ||
         step torch-pkg 400 "MAX_JOBS=\$(nproc) $PY -m pip install -q --no-build-isolation --no-deps ./bindings/torch"
 }
-need_peers() {  # the benches' peers, built by an earlier call's peers step on this warm machine
+wait_peers_bg() {  # a peers-bg build of this call still running: wait for it while the call's deadline allows
+    local pid
+    pid=$(cat build/peers-bg.pid 2>/dev/null) || return 0
+    while kill -0 "$pid" 2>/dev/null && [ $(( DEADLINE_S - ($(date +%s) - T0) )) -gt 60 ]; do sleep 5; done
+    kill -0 "$pid" 2>/dev/null && echo "device_session: the background peers build still runs (the call's time is short)"
+    tail -n 3 "$OUT/peers.log" 2>/dev/null
+    rm -f build/peers-bg.pid
+}
+need_peers() {  # the benches' peers, built by an earlier call's peers step on this warm machine (or this call's peers-bg)
+    wait_peers_bg
     [ -d "$peers/mamba_ssm" ] || { echo "device_session: no $peers/mamba_ssm: run the peers step first (same warm machine): stopped"; exit 1; }
 }
 nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu,power.draw --format=csv > "$OUT/smi.txt" 2>&1
@@ -109,6 +121,12 @@ for s in "$@"; do
         step forms 400 "make -s build/bench_ssd_forms && ./build/bench_ssd_forms bf16 && ./build/bench_ssd_forms f32" ;;
     peers)
         step peers 590 "PEER_MAMBA2_ONLY=1 PYTHON='$PY' bash bench/build_peers.sh .peer/sdist '$peers'" ;;
+    peers-bg)  # the peers' build on half the cores beside the next steps (the gate's builds take the rest)
+        mkdir -p build
+        PEER_MAMBA2_ONLY=1 PYTHON="$PY" MAX_JOBS=$(( $(nproc) / 2 )) \
+            nohup bash bench/build_peers.sh .peer/sdist "$peers" > "$OUT/peers.log" 2>&1 < /dev/null &
+        echo $! > build/peers-bg.pid
+        echo "== peers-bg: started (log peers.log)" ;;
     ssd)
         need_peers; need_torch_pkg
         step ssd 400 "PYTHONPATH='$BENCH_PATH' '$PY' bench/bench_ssd.py --device cuda --dtype bf16 --batch 8 --lens 2048 --cases scan --shapes 130m,1.3b,2.7b,nemotron-h --reps 5 --no-fallback" ;;
@@ -119,8 +137,8 @@ for s in "$@"; do
         need_peers; need_torch_pkg
         step tf525 120 "'$PY' -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/tf525 .whl/tf525/*.whl"
         step train525 590 "PYTHONPATH='/tmp/tf525:$BENCH_PATH' '$PY' bench/bench_models.py --models mamba2-130m,mamba2-1.3b --backends selscan-ssd,mamba_ssm --cases train --out $OUT/train525.json" ;;
-    layer)  # the peers where built (mamba_ssm's rows), else selscan's alone
-        need_torch_pkg
+    layer)  # the peers where built (mamba_ssm's rows; a peers-bg build waited for), else selscan's alone
+        wait_peers_bg; need_torch_pkg
         step layer 300 "PYTHONPATH='$BENCH_PATH' '$PY' bench/bench_ssd.py --device cuda --dtype bf16 --batch 8 --lens 2048 --cases layer --shapes 130m,1.3b --reps 5 && PYTHONPATH='$BENCH_PATH' '$PY' bench/bench_ssd.py --device cuda --dtype bf16 --batch 8 --lens 2048 --cases layer-profile --shapes 130m --reps 3"
         bks=selscan-ssd,selscan-ssd-rerun; [ -d "$peers/mamba_ssm" ] && bks=$bks,mamba_ssm
         step train-rerun 300 "PYTHONPATH='$BENCH_PATH' '$PY' bench/bench_models.py --models mamba2-130m,mamba2-1.3b --backends $bks --cases train --out $OUT/train-rerun.json" ;;
