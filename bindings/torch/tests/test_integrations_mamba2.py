@@ -168,6 +168,37 @@ def test_training_step_at_a_models_state_size(shape, padded, device):
     assert all(torch.equal(got[n], got_again[n]) for n in got)  # the backward is deterministic
 
 
+@pytest.mark.parametrize("family", [f for f in FAMILIES if f != "FalconH1"] + ["FalconH1-gate-first"])
+@pytest.mark.parametrize("checkpointing", [None, "reentrant", "non-reentrant"])
+def test_training_step_with_the_layer_recomputed(family, checkpointing):
+    """The mixers' fused call recomputes selscan's layer on CUDA (a selective checkpoint keeping the scan's out);
+    on the CPU forced here, inside the model's own gradient checkpointing too: the loss and every gradient
+    bitwise those of the layer kept whole (recompute=False)."""
+    model = _model(family)
+    if checkpointing and not model.supports_gradient_checkpointing:
+        pytest.skip(f"{family} has no gradient checkpointing")
+    if checkpointing:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": checkpointing == "reentrant"})
+    ids = torch.randint(0, 128, (2, 40), generator=torch.Generator().manual_seed(3))
+    layer, res = si._ssd.mamba_split_conv1d_scan_combined, {}
+    for rc in (False, True):
+        fused = []
+
+        def forced(*a, _rc=rc, **k):
+            fused.append(_rc)
+            return layer(*a, **{**k, "recompute": _rc})
+
+        with _on_selscan():
+            si._ssd.mamba_split_conv1d_scan_combined = forced  # (_on_selscan puts its spy back on leaving)
+            res[rc] = _step(model, ids, None, False)
+        if not _norms_as_mamba_ssm(model):
+            pytest.skip(f"transformers {transformers.__version__}'s {family} norm is not the fused call's")
+        assert fused and set(fused) == {rc}, fused
+    assert torch.equal(res[True][0], res[False][0])
+    assert res[True][1].keys() == res[False][1].keys()
+    assert all(torch.equal(res[True][1][n], res[False][1][n]) for n in res[False][1])
+
+
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("family", ["Mamba2", "NemotronH"])
 @pytest.mark.parametrize("case", ["lora-out_proj", "hook-out_proj", "lora-in_proj", "hook-norm"])
