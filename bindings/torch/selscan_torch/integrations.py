@@ -440,21 +440,30 @@ def _no_hooks(module):
         not getattr(glob, "_global_forward_pre_hooks", None)
 
 
+def _runs_its_own_forward(module):
+    """Whether calling module runs its class's forward as that class's module defines it and nothing else: no
+    forward set on the instance, none patched into the class from elsewhere (its __module__ not the class's),
+    no hooks. A fused block that reads the module's weights instead of calling it computes the same only then."""
+    forward = getattr(type(module), "forward", None)
+    return ("forward" not in module.__dict__ and getattr(forward, "__module__", None) == type(module).__module__
+            and _no_hooks(module))
+
+
 def _plain_linear(module):
     """Whether reading module.weight / .bias computes what calling the module computes: exactly nn.Linear,
-    no hooks. An adapter (peft's LoRA wraps the Linear, its .weight the base layer's), a quantized subclass or
-    a hook acts only where the module is called, which a fused block does not do."""
-    return type(module) is torch.nn.Linear and _no_hooks(module)
+    running its own forward (_runs_its_own_forward). An adapter (peft's LoRA wraps the Linear, its .weight the
+    base layer's), a quantized subclass, a forward of its own or a hook acts only where the module is called,
+    which a fused block does not do."""
+    return type(module) is torch.nn.Linear and _runs_its_own_forward(module)
 
 
 def _plain_norms(mixer, names, cls):
     """Whether a fused block that computes the mixer's norms (names) itself (cls's computation, from the
     weights and eps) computes what calling them does: each exactly cls (transformers' own norm of the
     mixer's module, e.g. JambaRMSNorm; not a replacement or a subclass, nor another norm class of that
-    module), no forward of its own on the instance, no hooks (a forward hook acts only where the module is
+    module), running its own forward (_runs_its_own_forward: a forward hook acts only where the module is
     called, which the block does not do). cls None (the module names no such class): no."""
-    return cls is not None and all(
-        type(m) is cls and "forward" not in m.__dict__ and _no_hooks(m) for m in (getattr(mixer, n, None) for n in names))
+    return cls is not None and all(type(m) is cls and _runs_its_own_forward(m) for m in (getattr(mixer, n, None) for n in names))
 
 
 def _fusable(mixer, reads=_FUSED_READS):
@@ -1142,8 +1151,11 @@ def _m2_mixer_forward(original, cache_name):
         mask = args[1] if len(args) > 1 else kwargs.get("attention_mask")
         norm = getattr(self, "norm", None)
         ok = self.training and cache is None and kwargs.get("cache_params") is None and \
-            _mixer_padding(self, mask) is None and _plain_linear(self.out_proj) and (norm is None or _no_hooks(norm))
-        # (the layer reads out_proj's and the norm's weights: an adapter or a hook there keeps the unfused path)
+            _mixer_padding(self, mask) is None and _plain_linear(self.out_proj) and (norm is None or (
+                (isinstance(norm, torch.nn.Identity) or type(norm).__module__.startswith("transformers."))
+                and _runs_its_own_forward(norm)))
+        # (the layer reads out_proj's and the norm's weights: an adapter, a hook, a subclass or a forward of
+        # another's there keeps the unfused path)
         token = _M2_FUSED.set(_m2_gated_norm(self) if ok else None)
         try:
             return original(self, hidden_states, *args, **kwargs)

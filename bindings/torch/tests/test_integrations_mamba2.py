@@ -201,24 +201,48 @@ def test_training_step_with_the_layer_recomputed(family, checkpointing):
 
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("family", ["Mamba2", "NemotronH"])
-@pytest.mark.parametrize("case", ["lora-out_proj", "hook-out_proj", "lora-in_proj", "hook-norm"])
+@pytest.mark.parametrize("case", ["lora-out_proj", "hook-out_proj", "lora-in_proj", "hook-norm", "forward-out_proj",
+                                  "forward-norm", "subclass-norm", "patched-norm"])
 def test_training_step_keeps_adapters_and_hooks(family, case, device):
-    """An adapter laid out as peft's LoRA, or a forward hook, on a mixer's out_proj or gated norm (which
-    selscan's layer reads the weights of): the unfused path (transformers calls them); on in_proj (which
-    transformers calls before the fused call) selscan's layer. Against transformers' own path, no cache.
-    Before: out_proj's LoRA got no gradient (a hostile user's run, fifteenth session)."""
+    """An adapter laid out as peft's LoRA, a forward hook, or a forward of another's (set on the instance, a
+    subclass's, patched into the class) on a mixer's out_proj or gated norm (which selscan's layer reads the
+    weights of): the unfused path (transformers calls them); on in_proj (which transformers calls before the
+    fused call) selscan's layer. Against transformers' own path, no cache. Before: out_proj's LoRA got no
+    gradient (a hostile user's run, fifteenth session); the forwards of another's were skipped silently (the
+    twenty-first session's)."""
     how, _, proj = case.partition("-")
     model = _model(family, device)
-    if proj == "norm":
-        for m in model.modules():
-            if hasattr(m, "A_log") and hasattr(m, "norm"):
-                m.norm.register_forward_hook(lambda mod, i, o: o * 2)
+    mixers = [m for m in model.modules() if hasattr(m, "A_log") and hasattr(m, "norm")]
+    if proj == "norm" and not isinstance(mixers[0].norm, torch.nn.Module) or \
+            proj == "norm" and isinstance(mixers[0].norm, torch.nn.Identity):
+        pytest.skip(f"{family}'s mixers have no gated norm module")
+    restore = []
+    if how == "hook":
+        for m in mixers:
+            m.norm.register_forward_hook(lambda mod, i, o: o * 2)
+    elif how == "forward":  # a forward set on the instance: twice the output
+        for m in mixers:
+            mod = getattr(m, proj)
+            mod.forward = (lambda f: lambda *a, **k: 2 * f(*a, **k))(mod.forward)
+    elif how == "subclass":
+        cls = type(mixers[0].norm)
+        sub = type("Doubled" + cls.__name__, (cls,), {"forward": lambda self, *a, **k: 2 * cls.forward(self, *a, **k)})
+        for m in mixers:
+            m.norm.__class__ = sub
+    elif how == "patched":  # the class's forward replaced from elsewhere (a kernel library's way)
+        cls, original = type(mixers[0].norm), type(mixers[0].norm).forward
+        cls.forward = lambda self, *a, **k: 2 * original(self, *a, **k)
+        restore.append(lambda: setattr(cls, "forward", original))
     else:
         adapt_mixers(model, [proj], how=how)
-    ids = torch.randint(0, 128, (2, 21), generator=torch.Generator().manual_seed(4)).to(device)
-    want_loss, want = _step(model, ids, None, False)
-    with _on_selscan() as fused:
-        got_loss, got = _step(model, ids, None, False)
+    try:
+        ids = torch.randint(0, 128, (2, 21), generator=torch.Generator().manual_seed(4)).to(device)
+        want_loss, want = _step(model, ids, None, False)
+        with _on_selscan() as fused:
+            got_loss, got = _step(model, ids, None, False)
+    finally:
+        for f in restore:
+            f()
     assert bool(fused) == (proj == "in_proj" and bool(_norms_as_mamba_ssm(model))), fused
     assert rel_err(got_loss, want_loss) < TOL32 and got.keys() == want.keys()
     worst = max((rel_err(got[n], want[n]), n) for n in want)

@@ -160,3 +160,22 @@ def test_refusal_leaves_the_process_usable():
             run(a)
         run(make("cuda", grad))
     torch.cuda.synchronize()
+
+
+@pytest.mark.parametrize("grad", [False, True], ids=["no_grad", "grad"])
+def test_forward_mode_ad_is_refused(grad):
+    """Forward-mode AD's dual tensors: the kernels have no jvp. Under no_grad the ops' kernels are reached below
+    the Autograd key, where the tangent was dropped (a silently wrong derivative, a hostile user's find): now
+    refused naming forward-mode AD, as with gradients on."""
+    g = torch.Generator().manual_seed(5)
+    x, dt = torch.randn(1, 6, 2, 4, generator=g), torch.rand(1, 6, 2, generator=g)
+    A, B, C = -torch.rand(2, generator=g) - 0.5, torch.randn(1, 6, 1, 3, generator=g), torch.randn(1, 6, 1, 3, generator=g)
+    fwad = torch.autograd.forward_ad
+    with torch.set_grad_enabled(grad), fwad.dual_level():
+        dual = fwad.make_dual(x, torch.randn_like(x))
+        with pytest.raises(NotImplementedError, match="forward-mode AD|jvp"):
+            st.mamba_chunk_scan_combined(dual, dt, A, B, C, 4)
+        with pytest.raises(NotImplementedError, match="forward-mode AD|jvp"):
+            st.causal_conv1d_fn(fwad.make_dual(x[:, :, 0].transpose(1, 2).contiguous(), torch.ones(1, 4, 6)),
+                                torch.randn(4, 4, generator=g))
+    st.mamba_chunk_scan_combined(x, dt, A, B, C, 4)  # and the process goes on
