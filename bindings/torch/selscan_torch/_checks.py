@@ -148,13 +148,16 @@ def raise_typed(e):
     raise e
 
 
+_forward_ad = torch.autograd.forward_ad
+
+
 def call_below(op, *args, guard=torch._C._AutoDispatchBelowAutograd):
     """op(*args) below the Autograd key (guard: or below ADInplaceOrView, the in-place updates'), its
     C++ refusal raised as its type (raise_typed): how every Autograd-key kernel reaches the C++ kernel.
     Refuses forward-mode AD's dual tensors: below the Autograd key their tangents would be dropped (a
     silently wrong derivative under no_grad); the kernels have no jvp."""
-    if torch.autograd.forward_ad._current_level >= 0 and any(
-            isinstance(a, torch.Tensor) and torch.autograd.forward_ad.unpack_dual(a).tangent is not None for a in args):
+    if _forward_ad._current_level >= 0 and any(  # (a dual level open: one module read on every call)
+            isinstance(a, torch.Tensor) and _forward_ad.unpack_dual(a).tangent is not None for a in args):
         raise NotImplementedError(f"selscan: forward-mode AD (torch.autograd.forward_ad's dual tensors) is not "
                                   f"supported by {op}: its kernels have no jvp (reverse mode only)")
     with guard():

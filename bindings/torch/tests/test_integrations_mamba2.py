@@ -213,8 +213,7 @@ def test_training_step_keeps_adapters_and_hooks(family, case, device):
     how, _, proj = case.partition("-")
     model = _model(family, device)
     mixers = [m for m in model.modules() if hasattr(m, "A_log") and hasattr(m, "norm")]
-    if proj == "norm" and not isinstance(mixers[0].norm, torch.nn.Module) or \
-            proj == "norm" and isinstance(mixers[0].norm, torch.nn.Identity):
+    if proj == "norm" and (not isinstance(mixers[0].norm, torch.nn.Module) or isinstance(mixers[0].norm, torch.nn.Identity)):
         pytest.skip(f"{family}'s mixers have no gated norm module")
     restore = []
     if how == "hook":
