@@ -17,8 +17,8 @@ Backends (--backends, compared in the same run on the same weights and inputs):
   selscan-ssd-unfused  (optional, Mamba-2) selscan-ssd with the fused call answering None: transformers'
                 unfused mixer forward on selscan's conv and scan (what selscan-ssd was before its fused
                 layer; autograd keeps the layer's intermediates)
-  selscan-ssd-rerun  (optional, Mamba-2) selscan-ssd with the fused layer's whole forward run again in its
-                backward, the scan's included (what selscan-ssd's recompute was before it kept the scan's out)
+  selscan-ssd-v2  (optional, Mamba-2) selscan-ssd with the fused layer as it was before SSD-torch-v3 (its
+                recompute by torch's selective checkpoint, the gated norm as separate ops: bench/NOTES.md)
   selscan-scan  (optional) selscan's v0.2 drop-in: only the scan and the step rebound in transformers,
                 its unfused path around them with PyTorch's conv (what a user got before the block)
 
@@ -1143,7 +1143,7 @@ def is_mamba2(mod):
 
 
 # the hybrid (Mamba-2) models' selscan backends; all but the first run selscan's SSD
-SELSCAN_HY = ("selscan", "selscan-ssd", "selscan-ssd-unfused", "selscan-ssd-rerun")
+SELSCAN_HY = ("selscan", "selscan-ssd", "selscan-ssd-unfused", "selscan-ssd-v2")
 
 
 class HybridBackend:
@@ -1184,17 +1184,18 @@ class HybridBackend:
                 self.mod.mamba2_split_conv1d_scan_combined = (
                     integ._m2_split_conv1d_scan(self.orig["mamba2_split_conv1d_scan_combined"], False)
                     if self.name != "selscan-ssd-unfused" else lambda *a, **k: None)  # None: the unfused path
-            if self.name == "selscan-ssd-rerun":  # the recompute keeps nothing but the layer's inputs
-                from bench_ssd import scan_run_again
-                self.rerun = scan_run_again()
-                self.rerun.__enter__()
+            if self.name == "selscan-ssd-v2":  # the layer before SSD-torch-v3
+                from bench_ssd import layer_by_checkpoint, norm_passes
+                self.before = contextlib.ExitStack()
+                self.before.enter_context(layer_by_checkpoint())
+                self.before.enter_context(norm_passes())
         return self
 
     def __exit__(self, *exc):
         if self.name in SELSCAN_HY:
             selscan_integrations().use_in_transformers(False)
-        if self.name == "selscan-ssd-rerun":
-            self.rerun.__exit__(None, None, None)
+        if self.name == "selscan-ssd-v2":
+            self.before.close()
         self.restore()
         return False
 

@@ -160,44 +160,67 @@ def profile_case(L, a, shape="130m", top=16, of="scan"):
 
 
 @contextlib.contextmanager
-def scan_run_again():
-    """mamba_split_conv1d_scan_combined's recompute as it was before it kept the scan's out (the whole layer run
-    again in the backward, the scan's forward included): held through the forward and the backward (the
-    recompute consults the kept set in both). bench_models' selscan-ssd-rerun backend uses it too."""
+def layer_by_checkpoint(keep_scan=True):
+    """mamba_split_conv1d_scan_combined's recompute as it was before its own autograd Function (bench/NOTES.md
+    SSD-torch-v3): torch.utils.checkpoint, non-reentrant, over the whole layer, with a selective policy
+    keeping the scan's forward (keep_scan: SSD-torch-v2, 05d6615) or none (the scan run again too: before
+    it). Held through the forward (the checkpoint's closure runs the backward's recompute). bench_models'
+    selscan-ssd-v2 backend uses it (with the norm as separate ops)."""
+    import types
+    import torch.utils.checkpoint as cp
     import selscan_torch.ssd as ssd
 
-    kept = set(ssd._KEPT_IN_RECOMPUTE)
-    ssd._KEPT_IN_RECOMPUTE.clear()
+    keep = {torch.ops.selscan.ssd_fwd.default} if keep_scan else set()
+
+    def policy(ctx, op, *a, **k):
+        return cp.CheckpointPolicy.MUST_SAVE if op in keep else cp.CheckpointPolicy.PREFER_RECOMPUTE
+
+    def apply(shape, opts, *args):
+        return cp.checkpoint(lambda *a: ssd._split_conv1d_scan_layer(*a, shape, opts)[0], *args, use_reentrant=False,
+                             context_fn=lambda: cp.create_selective_checkpoint_contexts(policy))
+
+    own = ssd._Layer
+    ssd._Layer = types.SimpleNamespace(apply=apply)
     try:
         yield
     finally:
-        ssd._KEPT_IN_RECOMPUTE.update(kept)
+        ssd._Layer = own
 
 
-def _gated_rms_norm_torch(y, z, weight, eps, group_size, norm_before_gate):
-    """A candidate for selscan_torch.ssd._gated_rms_norm, not taken until measured on a GPU: the RMS through
-    torch's rms_norm (aten._fused_rms_norm on CUDA: one kernel each way where the library's sum of squares,
-    rsqrt and scaling are five forward passes), autocast off around the float32 math (bench/NOTES.md
-    SSD-torch-v2: no faster on the CPU)."""
-    with torch.autocast(y.device.type, enabled=False):
-        yf, zf = y.float(), z.float()
-        if not norm_before_gate:
-            yf = yf * torch.nn.functional.silu(zf)
-        yn = torch.nn.functional.rms_norm(yf.unflatten(-1, (-1, group_size)), (group_size,), eps=eps).flatten(-2)
-        yn = yn * weight.float()
-        if norm_before_gate:
-            yn = yn * torch.nn.functional.silu(zf)
-        return yn.to(y.dtype)
+def _gated_rms_norm_passes(y, z, weight, eps, group_size, norm_before_gate):
+    """selscan_torch.ssd._gated_rms_norm as it was before SSD-torch-v3 (bench/NOTES.md): the RMS as separate
+    ops (the sum of squares, rsqrt and scaling: five forward passes where torch's rms_norm is one kernel)."""
+    yf, zf = y.float(), z.float()
+    if not norm_before_gate:
+        yf = yf * torch.nn.functional.silu(zf)
+    g = yf.unflatten(-1, (-1, group_size))
+    yn = (g * torch.rsqrt(g.square().mean(-1, keepdim=True) + eps)).flatten(-2) * weight.float()
+    if norm_before_gate:
+        yn = yn * torch.nn.functional.silu(zf)
+    return yn.to(y.dtype)
+
+
+@contextlib.contextmanager
+def norm_passes():
+    """The library's gated norm as separate ops (_gated_rms_norm_passes) while held."""
+    import selscan_torch.ssd as ssd
+
+    own = ssd._gated_rms_norm
+    ssd._gated_rms_norm = _gated_rms_norm_passes
+    try:
+        yield
+    finally:
+        ssd._gated_rms_norm = own
 
 
 def layer_backends(L, a, shape="130m"):
     """(backends, run) as scan_backends' for mamba_split_conv1d_scan_combined (conv + scan + gated norm +
     out_proj, Mamba-2's layer after in_proj) at a layer shape: selscan's with recompute False / True (the
-    scan's out kept) / True with the scan run again (its recompute before it kept the out) / True with the
-    gated norm through torch's rms_norm (a candidate), and mamba_ssm's (CUDA, where importable). The norm as
-    transformers' Mamba-2 mixers call it (norm_before_gate False: the gate first)."""
+    scan's out kept) / True by torch's selective checkpoint (the recompute before SSD-torch-v3) / True with the
+    gated norm as separate ops (the norm before SSD-torch-v3), and mamba_ssm's (CUDA, where importable). The
+    norm as transformers' Mamba-2 mixers call it (norm_before_gate False: the gate first), and both (the layer as
+    it was before SSD-torch-v3)."""
     import selscan_torch as st
-    import selscan_torch.ssd as ssd
 
     dev, dtype = a.device, {"f32": torch.float32, "bf16": torch.bfloat16}[a.dtype]
     g = torch.Generator().manual_seed(0)
@@ -223,19 +246,16 @@ def layer_backends(L, a, shape="130m"):
         return go
 
     @contextlib.contextmanager
-    def torch_norm():
-        own = ssd._gated_rms_norm
-        ssd._gated_rms_norm = _gated_rms_norm_torch
-        try:
+    def before_v3():
+        with layer_by_checkpoint(), norm_passes():
             yield
-        finally:
-            ssd._gated_rms_norm = own
 
     layer = st.mamba_split_conv1d_scan_combined
     backends = {"selscan, recompute=False": lambda *a_, **k: layer(*a_, **k, recompute=False),
                 "selscan, recompute (scan's out kept)": layer,
-                "selscan, recompute (scan run again)": (layer, scan_run_again),
-                "selscan, recompute, the norm through torch's rms_norm": (layer, torch_norm)}
+                "selscan, recompute by torch's selective checkpoint (scan's out kept)": (layer, layer_by_checkpoint),
+                "selscan, recompute, the norm as separate ops": (layer, norm_passes),
+                "selscan before SSD-torch-v3 (both)": (layer, before_v3)}
     if dev.type == "cuda":
         try:
             from mamba_ssm.ops.triton.ssd_combined import mamba_split_conv1d_scan_combined as peer

@@ -27,7 +27,7 @@
 #     train525 the same under transformers 5.25 (CI's; the image has 5.17), whose mixers make the fused call
 #              in training where 5.17's Mamba2 runs its unfused forward
 #     layer    bench_ssd.py's layer case (mamba_split_conv1d_scan_combined in each recompute mode; its kernels at 130m) and the Mamba-2
-#              training step with selscan-ssd-rerun beside selscan-ssd; mamba_ssm's rows where the peers are built
+#              training step with selscan-ssd-v2 (the layer before SSD-torch-v3) beside selscan-ssd; mamba_ssm's rows where the peers are built
 #     profile  bench_ssd.py --cases profile and bench_models.py --cases profile: per-kernel times and the
 #              training goal as a budget for selscan's scan, conv and gated norm (peers built)
 # Each step's summary lines are printed; a failed step is reported and the next runs. Exit status: 1 when
@@ -140,8 +140,8 @@ for s in "$@"; do
     layer)  # the peers where built (mamba_ssm's rows; a peers-bg build waited for), else selscan's alone
         wait_peers_bg; need_torch_pkg
         step layer 300 "PYTHONPATH='$BENCH_PATH' '$PY' bench/bench_ssd.py --device cuda --dtype bf16 --batch 8 --lens 2048 --cases layer --shapes 130m,1.3b --reps 5 && PYTHONPATH='$BENCH_PATH' '$PY' bench/bench_ssd.py --device cuda --dtype bf16 --batch 8 --lens 2048 --cases layer-profile --shapes 130m --reps 3"
-        bks=selscan-ssd,selscan-ssd-rerun; [ -d "$peers/mamba_ssm" ] && bks=$bks,mamba_ssm
-        step train-rerun 300 "PYTHONPATH='$BENCH_PATH' '$PY' bench/bench_models.py --models mamba2-130m,mamba2-1.3b --backends $bks --cases train --out $OUT/train-rerun.json" ;;
+        bks=selscan-ssd,selscan-ssd-v2; [ -d "$peers/mamba_ssm" ] && bks=$bks,mamba_ssm
+        step train-v2 300 "PYTHONPATH='$BENCH_PATH' '$PY' bench/bench_models.py --models mamba2-130m,mamba2-1.3b --backends $bks --cases train --out $OUT/train-v2.json" ;;
     profile)
         need_peers; need_torch_pkg
         step profile 590 "PYTHONPATH='$BENCH_PATH' '$PY' bench/bench_ssd.py --device cuda --dtype bf16 --batch 8 --lens 2048 --cases profile --shapes 130m,1.3b --no-fallback && PYTHONPATH='$BENCH_PATH' '$PY' bench/bench_models.py --models mamba2-130m --backends selscan-ssd,mamba_ssm --cases profile --out $OUT/profile.json" ;;

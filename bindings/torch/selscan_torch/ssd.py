@@ -19,13 +19,11 @@ CPU: selscan's fast SSD path. CUDA: selscan's SSD kernels (selscan_cuda.cuh >>ss
 double: the decay's gradient drifted off in float32, bench/RESULTS.md).
 Both deterministic (the same gradients every call).
 """
-import inspect
 import math
 import operator
 import re
 
 import torch
-import torch.utils.checkpoint
 
 from . import _C  # noqa: F401  (loading the extension registers torch.ops.selscan)
 from . import _checks
@@ -36,27 +34,6 @@ __all__ = ["mamba_chunk_scan_combined", "mamba_split_conv1d_scan_combined"]
 _ops = torch.ops.selscan
 _ssd_fwd = _ops.ssd_fwd.default
 _ssd_bwd = _ops.ssd_bwd.default
-
-# What mamba_split_conv1d_scan_combined's recompute keeps instead of running it again: the scan's forward (its
-# out, x's dtype, and the final states), as mamba_ssm's fused function keeps its scan's out; the scan's backward
-# reads its inputs alone, so the second forward would only feed the norm. (A set: the benchmark empties it.)
-_KEPT_IN_RECOMPUTE = {_ssd_fwd}
-
-
-def _recompute_policy(ctx, op, *args, **kwargs):
-    return (torch.utils.checkpoint.CheckpointPolicy.MUST_SAVE if op in _KEPT_IN_RECOMPUTE
-            else torch.utils.checkpoint.CheckpointPolicy.PREFER_RECOMPUTE)
-
-
-def _recompute_contexts():
-    return torch.utils.checkpoint.create_selective_checkpoint_contexts(_recompute_policy)
-
-
-# the saved out through the caller's saved_tensors_hooks (save_on_cpu offloads it too) where torch can say so
-_RECOMPUTE_KW = dict(use_reentrant=False, context_fn=_recompute_contexts)
-if "respect_saved_tensors_hooks" in inspect.signature(torch.utils.checkpoint.checkpoint).parameters:
-    _RECOMPUTE_KW["respect_saved_tensors_hooks"] = True
-
 
 def _limit(dt_min, dt_max):
     """The clamp's bounds for the check (None: (-inf, inf), no clamp): the C++ op's rule."""
@@ -107,13 +84,36 @@ class _Ssd(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, dout, dfinal):
-        s = ctx.saved_tensors
-        mask = [int(n) for n in ctx.needs_input_grad[:9]]
-        if not any(mask):
-            return (None,) * 15
-        dout, dfinal = _checks.backward_cotangents(dout, dfinal, s[0], 4)
-        g = ssd_bwd_call(*s, dout, dfinal, *ctx.args, mask)  # (through ssd_bwd's kernel: no double backward)
-        return (*[g[i] if mask[i] else None for i in range(9)], *(None,) * 6)
+        return (*_scan_grads(ctx, dout, dfinal, ctx.needs_input_grad[:9]), *(None,) * 6)
+
+
+def _scan_grads(ctx, dout, dfinal, needs):
+    """The scan's 9 input gradients (x, dt, A, B, C, D, z, dt_bias, initial_states; None where not needed)
+    from ctx's saved inputs and ctx.args: _Ssd's backward and _KeptScan's."""
+    s = ctx.saved_tensors
+    mask = [int(n) for n in needs]
+    if not any(mask):
+        return (None,) * 9
+    dout, dfinal = _checks.backward_cotangents(dout, dfinal, s[0], 4)
+    g = ssd_bwd_call(*s, dout, dfinal, *ctx.args, mask)  # (through ssd_bwd's kernel: no double backward)
+    return tuple(g[i] if mask[i] else None for i in range(9))
+
+
+class _KeptScan(torch.autograd.Function):
+    """The scan in the backward's recompute of mamba_split_conv1d_scan_combined (_Layer): its forward hands
+    back the out and final states the layer's forward kept (no second scan: the scan's backward reads its
+    inputs alone, the kept out feeds the norm), its backward is the scan's."""
+
+    @staticmethod
+    def forward(ctx, out, fin, x, dt, A, B, C, D, z, dt_bias, init, seq_idx, cu, softplus, dt_min, dt_max):
+        ctx.save_for_backward(x, dt, A, B, C, D, z, dt_bias, init, seq_idx, cu)
+        ctx.args = (softplus, dt_min, dt_max)
+        ctx.set_materialize_grads(False)
+        return out, fin
+
+    @staticmethod
+    def backward(ctx, dout, dfinal):
+        return (None, None, *_scan_grads(ctx, dout, dfinal, ctx.needs_input_grad[2:11]), *(None,) * 5)
 
 
 def _ssd_fwd_autograd(x, dt, A, B, C, D, z, dt_bias, initial_states, seq_idx, cu_seqlens, dt_softplus, dt_min,
@@ -291,15 +291,18 @@ def mamba_chunk_scan_combined(x, dt, A, B, C, chunk_size=None, D=None, z=None, d
 
 def _gated_rms_norm(y, z, weight, eps, group_size, norm_before_gate):
     """mamba_ssm's RMSNormGated (no bias) over groups of group_size channels, in float32: norm(y) * w *
-    silu(z) (norm_before_gate) or norm(y * silu(z)) * w; out in y's dtype."""
-    yf, zf = y.float(), z.float()
-    if not norm_before_gate:
-        yf = yf * torch.nn.functional.silu(zf)
-    g = yf.unflatten(-1, (-1, group_size))
-    yn = (g * torch.rsqrt(g.square().mean(-1, keepdim=True) + eps)).flatten(-2) * weight.float()
-    if norm_before_gate:
-        yn = yn * torch.nn.functional.silu(zf)
-    return yn.to(y.dtype)
+    silu(z) (norm_before_gate) or norm(y * silu(z)) * w; out in y's dtype. The RMS through torch's rms_norm
+    (one fused kernel each way on CUDA; the layer 5-7 % faster than with the sum of squares, rsqrt and scaling
+    as separate ops, bench/NOTES.md SSD-torch-v3), autocast off around the float32 math."""
+    with torch.autocast(y.device.type, enabled=False):
+        yf, zf = y.float(), z.float()
+        if not norm_before_gate:
+            yf = yf * torch.nn.functional.silu(zf)
+        yn = torch.nn.functional.rms_norm(yf.unflatten(-1, (-1, group_size)), (group_size,), eps=eps).flatten(-2)
+        yn = yn * weight.float()
+        if norm_before_gate:
+            yn = yn * torch.nn.functional.silu(zf)
+        return yn.to(y.dtype)
 
 
 def _is_int(v):
@@ -331,12 +334,11 @@ def mamba_split_conv1d_scan_combined(zxbcdt, conv1d_weight, conv1d_bias, dt_bias
     A composition of selscan's ops and torch's (the scan as mamba_chunk_scan_combined runs it, CPU or CUDA).
     recompute (keyword, default True; mamba_ssm's fused function recomputes the conv and the norm in its
     backward): where a gradient is wanted, autograd keeps the layer's inputs and the scan's out (x's dtype,
-    batch x L x nheads x headdim) and runs the rest of the layer again in the backward (torch.utils.checkpoint,
-    non-reentrant, with the scan's forward saved; the kernels are deterministic, so the second run is bitwise
+    batch x L x nheads x headdim) and runs the rest of the layer again in the backward (its own autograd
+    Function, _Layer, with the scan's forward kept; the kernels are deterministic, so the second run is bitwise
     the first): the conv's output, x / B / C / dt and the norm's float32 intermediates are not kept, at the
-    cost of one more conv, norm and out_proj. False: autograd keeps them. torch refuses a second backward
-    through a recomputed call (retain_graph=True: its selective checkpoint hands the kept out to one backward);
-    recompute=False allows it.
+    cost of one more conv, norm and out_proj. False: autograd keeps them. Either allows a second backward
+    (retain_graph=True); a double backward (create_graph=True) is refused by the scan's backward.
     """
     for name, t in (("zxbcdt", zxbcdt), ("conv1d_weight", conv1d_weight), ("A", A), ("D", D)):
         _checks.tensor_arg(t, name)
@@ -405,11 +407,13 @@ def mamba_split_conv1d_scan_combined(zxbcdt, conv1d_weight, conv1d_bias, dt_bias
     args = (zxbcdt, conv1d_weight, conv1d_bias, dt_bias, A, D, initial_states, seq_idx, rmsnorm_weight,
             outproj_weight, outproj_bias)
     shape = (d_mlp2, dim, nheads, headdim, ngroups, dstate)
+    opts = (dt_limit, activation, rmsnorm_eps, norm_before_gate, bool(return_final_states))
+    # (an optional argument of another type: the ops below refuse it, naming it)
     if recompute and torch.is_grad_enabled() and any(isinstance(t, torch.Tensor) and t.requires_grad for t in args):
-        opts = (dt_limit, return_final_states, activation, rmsnorm_eps, norm_before_gate, True)
-        return torch.utils.checkpoint.checkpoint(_split_conv1d_scan_layer, *args, shape, opts, **_RECOMPUTE_KW)
-    opts = (dt_limit, return_final_states, activation, rmsnorm_eps, norm_before_gate, False)
-    return _split_conv1d_scan_layer(*args, shape, opts)
+        out, final = _Layer.apply(shape, opts, *args)
+    else:
+        out, final = _split_conv1d_scan_layer(*args, shape, opts)[0]
+    return (out, final) if return_final_states else out
 
 
 # causal_conv1d_fn's argument names -> mamba_split_conv1d_scan_combined's (the conv's x: zxbcdt's xBC slice)
@@ -426,13 +430,14 @@ def _renamed(e, names):
 
 
 def _split_conv1d_scan_layer(zxbcdt, conv1d_weight, conv1d_bias, dt_bias, A, D, initial_states, seq_idx,
-                             rmsnorm_weight, outproj_weight, outproj_bias, shape, opts):
-    """mamba_split_conv1d_scan_combined's computation on its checked arguments (shape: the split's sizes;
-    opts' last: under the recompute's selective checkpoint)."""
+                             rmsnorm_weight, outproj_weight, outproj_bias, shape, opts, kept=None):
+    """mamba_split_conv1d_scan_combined's computation on its checked arguments (shape: the split's sizes):
+    ((out, final states: the (0,) placeholder unless opts' last), (the scan's out, its final states)); kept:
+    the scan's (out, final states) in _Layer's recompute, handed back instead of a second scan."""
     from .conv import causal_conv1d_fn
 
     d_mlp2, dim, nheads, headdim, ngroups, dstate = shape
-    dt_limit, return_final_states, activation, rmsnorm_eps, norm_before_gate, recomputed = opts
+    dt_limit, activation, rmsnorm_eps, norm_before_gate, want_final = opts
     zx0, z, xBC, dt = torch.split(zxbcdt, [d_mlp2, dim, dim + 2 * ngroups * dstate, nheads], dim=-1)
     try:
         xBC = causal_conv1d_fn(xBC.transpose(1, 2), conv1d_weight, conv1d_bias, seq_idx=seq_idx,
@@ -443,16 +448,15 @@ def _split_conv1d_scan_layer(zxbcdt, conv1d_weight, conv1d_bias, dt_bias, A, D, 
     x = x.unflatten(-1, (nheads, headdim))
     B, C = B.unflatten(-1, (ngroups, dstate)), C.unflatten(-1, (ngroups, dstate))
     gate_in_scan = rmsnorm_weight is None
-    res = mamba_chunk_scan_combined(x, dt, A, B, C, None, D=D, z=z.unflatten(-1, (nheads, headdim)) if gate_in_scan
-                                    else None, dt_bias=dt_bias, initial_states=initial_states, seq_idx=seq_idx,
-                                    dt_softplus=True, dt_limit=dt_limit, return_final_states=return_final_states)
-    y, final = res if return_final_states else (res, None)
-    if recomputed:  # the checkpoint keeps the scan's outs for the backward: the caller gets copies of those it
-        # returns, to change in place as it may without the recompute (the kept ones must stay as they were)
-        final = None if final is None else final.clone()
-        if gate_in_scan and not d_mlp2 and outproj_weight is None:
-            y = y.clone()
-    y = y.flatten(-2)
+    # the scan as mamba_chunk_scan_combined runs it (dt_softplus, no cu_seqlens)
+    a = _args(x, dt, A, B, C, D, z.unflatten(-1, (nheads, headdim)) if gate_in_scan else None,
+              dt_bias, initial_states, seq_idx, None)
+    lo, hi = _dt_bounds(dt_limit)
+    sargs = (a["x"], a["dt"], a["A"], a["B"], a["C"], a["D"], a["z"], a["dt_bias"], a["initial_states"], a["seq_idx"],
+             None)
+    scan = ssd_fwd_call(*sargs, True, lo, hi, want_final) if kept is None else _KeptScan.apply(*kept, *sargs, True,
+                                                                                                  lo, hi)
+    y = scan[0].flatten(-2)
     if not gate_in_scan:
         y = _gated_rms_norm(y, z, rmsnorm_weight, rmsnorm_eps, dim // ngroups, norm_before_gate)
     if d_mlp2:
@@ -460,4 +464,43 @@ def _split_conv1d_scan_layer(zxbcdt, conv1d_weight, conv1d_bias, dt_bias, A, D, 
         y = torch.cat([torch.nn.functional.silu(z0) * x0, y], dim=-1)
     if outproj_weight is not None:
         y = torch.nn.functional.linear(y, outproj_weight, outproj_bias)
-    return (y, final) if return_final_states else y
+    return (y, scan[1]), scan
+
+
+class _Layer(torch.autograd.Function):
+    """mamba_split_conv1d_scan_combined with recompute: the forward keeps the layer's inputs and the scan's
+    out and final states; the backward runs the layer again on them with the kept scan (_KeptScan: the
+    conv, the norm, the MLP's gate and out_proj recomputed, the scan's forward not) and differentiates that
+    graph (as torch.utils.checkpoint would, without its per-op dispatch: bench/NOTES.md SSD-torch-v3)."""
+
+    @staticmethod
+    def forward(ctx, shape, opts, *args):
+        dev = args[0].device.type  # the backward runs where autocast is off: the forward's state goes with it
+        ctx.amp = (dev, torch.is_autocast_enabled(dev), torch.get_autocast_dtype(dev),
+                   torch.is_autocast_cache_enabled())
+        (out, final), scan = _split_conv1d_scan_layer(*args, shape, opts)
+        ctx.save_for_backward(*args, *scan)
+        ctx.shape, ctx.opts = shape, opts
+        ctx.set_materialize_grads(False)
+        # the caller may change its outputs in place (`out += residual`), the kept ones must stay as they were:
+        # copies where an output is the scan's own (the gate in the scan, no MLP, no out_proj)
+        if out.data_ptr() == scan[0].data_ptr():
+            out = out.clone()
+        return out, final.clone()
+
+    @staticmethod
+    def backward(ctx, dout, dfinal):
+        *args, y, fin = ctx.saved_tensors
+        needs = ctx.needs_input_grad[2:]
+        if (dout is None and dfinal is None) or not any(needs):
+            return (None,) * (2 + len(args))
+        create_graph = torch.is_grad_enabled()  # (create_graph=True: the scan's backward refuses a double one)
+        dev, enabled, dtype, cache = ctx.amp
+        with torch.enable_grad(), torch.autocast(dev, dtype=dtype, enabled=enabled, cache_enabled=cache):
+            leaves = [t.detach().requires_grad_() if n else t for t, n in zip(args, needs)]
+            (out, final), _ = _split_conv1d_scan_layer(*leaves, ctx.shape, ctx.opts, kept=(y, fin))
+        pairs = [(o, g) for o, g in ((out, dout), (final, dfinal)) if g is not None]
+        wanted = [t for t, n in zip(leaves, needs) if n]
+        g = iter(torch.autograd.grad([o for o, _ in pairs], wanted, [g for _, g in pairs], allow_unused=True,
+                                     create_graph=create_graph))
+        return (None, None, *[next(g) if n else None for n in needs])

@@ -171,7 +171,7 @@ def test_training_step_at_a_models_state_size(shape, padded, device):
 @pytest.mark.parametrize("family", [f for f in FAMILIES if f != "FalconH1"] + ["FalconH1-gate-first"])
 @pytest.mark.parametrize("checkpointing", [None, "reentrant", "non-reentrant"])
 def test_training_step_with_the_layer_recomputed(family, checkpointing):
-    """The mixers' fused call recomputes selscan's layer on CUDA (a selective checkpoint keeping the scan's out);
+    """The mixers' fused call recomputes selscan's layer on CUDA (the scan's out kept, the rest run again);
     on the CPU forced here, inside the model's own gradient checkpointing too: the loss and every gradient
     bitwise those of the layer kept whole (recompute=False)."""
     model = _model(family)

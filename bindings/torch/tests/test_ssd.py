@@ -393,7 +393,7 @@ def test_split_conv1d_scan_recomputes_in_the_backward(device):
 
 @pytest.mark.parametrize("reentrant", [False, True])
 def test_split_conv1d_scan_recompute_inside_gradient_checkpointing(reentrant):
-    """The layer's recompute (a selective checkpoint) inside a model's gradient checkpointing (transformers'
+    """The layer's recompute (its autograd Function) inside a model's gradient checkpointing (transformers'
     either kind): the gradients bitwise those of recompute=False."""
     g = torch.Generator().manual_seed(29)
     batch, L, H, P, N, W = 2, 24, 4, 8, 16, 4
@@ -450,6 +450,46 @@ def test_split_conv1d_scan_recompute_outputs_may_change_in_place(gate_in_scan):
         fin.mul_(2.0)
         res[rc] = torch.autograd.grad(loss, ins[0])[0]
     assert torch.equal(res[True], res[False])
+
+
+def test_split_conv1d_scan_recompute_backward_twice_and_under_disabled_hooks():
+    """The recompute's saved tensors are autograd's own: a second backward (retain_graph=True) recomputes
+    again and gives the same gradients, bitwise those of recompute=False; the call runs where saved tensors
+    hooks are disabled (torch.utils.checkpoint's recompute needs them)."""
+    ins, kw = _small_layer_inputs(43)
+    want = torch.autograd.grad(st.mamba_split_conv1d_scan_combined(*ins, recompute=False, **kw).sum(), ins[0])[0]
+    out = st.mamba_split_conv1d_scan_combined(*ins, **kw)
+    first = torch.autograd.grad(out.sum(), ins[0], retain_graph=True)[0]
+    second = torch.autograd.grad(out.sum(), ins[0])[0]
+    assert torch.equal(first, want) and torch.equal(second, want)
+    with torch.autograd.graph.disable_saved_tensors_hooks("no hooks here"):
+        out = st.mamba_split_conv1d_scan_combined(*ins, **kw)
+        assert torch.equal(torch.autograd.grad(out.sum(), ins[0])[0], want)
+
+
+def test_split_conv1d_scan_recompute_under_autocast():
+    """The backward's recompute runs under the forward's autocast state (the engine runs backwards with
+    autocast off): under bf16 autocast (out_proj's product in bf16) the gradients are bitwise those of
+    recompute=False."""
+    res = {}
+    for rc in (False, True):
+        ins, kw = _small_layer_inputs(47)
+        ow = torch.randn(6, kw["rmsnorm_weight"].shape[0], generator=torch.Generator().manual_seed(53)).requires_grad_()
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            out = st.mamba_split_conv1d_scan_combined(*ins, outproj_weight=ow, recompute=rc, **kw)
+        assert out.dtype == torch.bfloat16
+        res[rc] = torch.autograd.grad(out.float().square().sum(), [ins[0], ow])
+    assert all(torch.equal(a, b) for a, b in zip(res[True], res[False]))
+
+
+def test_split_conv1d_scan_recompute_refuses_a_double_backward():
+    """create_graph=True through the recompute: the gradients hang off the scan's backward, which refuses
+    to be differentiated (an error, never silent zeros)."""
+    ins, kw = _small_layer_inputs(59)
+    g = torch.autograd.grad(st.mamba_split_conv1d_scan_combined(*ins, **kw).square().sum(), ins[0],
+                            create_graph=True)[0]
+    with pytest.raises(RuntimeError, match="double backward"):
+        g.sum().backward()
 
 
 def test_split_conv1d_scan_packed_by_seq_idx():
