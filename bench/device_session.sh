@@ -28,6 +28,8 @@
 #              in training where 5.17's Mamba2 runs its unfused forward
 #     layer    bench_ssd.py's layer case (mamba_split_conv1d_scan_combined in each recompute mode; its kernels at 130m) and the Mamba-2
 #              training step with selscan-ssd-v2 (the layer before SSD-torch-v3) beside selscan-ssd; mamba_ssm's rows where the peers are built
+#     ncu      Nsight Compute (--set full) on the chunked SSD backward's three kernels at the 130m shape, bf16:
+#              the CSV in $OUT/ncu.csv, its summary (bench/ncu_summary.py) printed
 #     profile  bench_ssd.py --cases profile and bench_models.py --cases profile: per-kernel times and the
 #              training goal as a budget for selscan's scan, conv and gated norm (peers built)
 # Each step's summary lines are printed; a failed step is reported and the next runs. Exit status: 1 when
@@ -119,6 +121,9 @@ for s in "$@"; do
         TAIL=12 step gate 590 "PYTHONPATH='$GATE_PATH' TORCH_PY='$PY' make test-gpu" ;;
     forms)
         step forms 400 "make -s build/bench_ssd_forms && ./build/bench_ssd_forms bf16 && ./build/bench_ssd_forms f32" ;;
+    ncu)  # Nsight Compute on the chunked SSD backward's three kernels (the first backward of bench_ssd_forms bf16:
+        # the 130m shape; loc, pass, then the gradient kernel), summarized by bench/ncu_summary.py
+        step ncu 400 "make -s build/bench_ssd_forms && /usr/local/cuda/bin/ncu --kernel-name regex:'ssd_ckb_(loc_|pass_)?kernel' --launch-count 3 --set full --csv --page details ./build/bench_ssd_forms bf16 > $OUT/ncu.csv && '$PY' bench/ncu_summary.py $OUT/ncu.csv" ;;
     peers)
         step peers 590 "PEER_MAMBA2_ONLY=1 PYTHON='$PY' bash bench/build_peers.sh .peer/sdist '$peers'" ;;
     peers-bg)  # the peers' build on half the cores beside the next steps (the gate's builds take the rest)
