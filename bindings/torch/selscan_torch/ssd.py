@@ -19,7 +19,9 @@ CPU: selscan's fast SSD path. CUDA: selscan's SSD kernels (selscan_cuda.cuh >>ss
 double: the decay's gradient drifted off in float32, bench/RESULTS.md).
 Both deterministic (the same gradients every call).
 """
+import contextlib
 import math
+import numbers
 import operator
 import re
 
@@ -77,14 +79,20 @@ class _Ssd(torch.autograd.Function):
     def forward(ctx, x, dt, A, B, C, D, z, dt_bias, init, seq_idx, cu, softplus, dt_min, dt_max, final):
         out, fin = _checks.call_below(_ssd_fwd, x, dt, A, B, C, D, z, dt_bias, init, seq_idx, cu, softplus, dt_min,
                                       dt_max, final)
-        ctx.save_for_backward(x, dt, A, B, C, D, z, dt_bias, init, seq_idx, cu)
-        ctx.args = (softplus, dt_min, dt_max)
-        ctx.set_materialize_grads(False)
+        _keep_scan_inputs(ctx, x, dt, A, B, C, D, z, dt_bias, init, seq_idx, cu, softplus, dt_min, dt_max)
         return out, fin
 
     @staticmethod
     def backward(ctx, dout, dfinal):
         return (*_scan_grads(ctx, dout, dfinal, ctx.needs_input_grad[:9]), *(None,) * 6)
+
+
+def _keep_scan_inputs(ctx, *args):
+    """What the scan's backward reads, kept on ctx: the op's 11 tensors (x .. cu_seqlens) saved, then
+    (softplus, dt_min, dt_max); _Ssd's and _KeptScan's forward."""
+    ctx.save_for_backward(*args[:11])
+    ctx.args = args[11:]
+    ctx.set_materialize_grads(False)
 
 
 def _scan_grads(ctx, dout, dfinal, needs):
@@ -106,9 +114,7 @@ class _KeptScan(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, out, fin, x, dt, A, B, C, D, z, dt_bias, init, seq_idx, cu, softplus, dt_min, dt_max):
-        ctx.save_for_backward(x, dt, A, B, C, D, z, dt_bias, init, seq_idx, cu)
-        ctx.args = (softplus, dt_min, dt_max)
-        ctx.set_materialize_grads(False)
+        _keep_scan_inputs(ctx, x, dt, A, B, C, D, z, dt_bias, init, seq_idx, cu, softplus, dt_min, dt_max)
         return out, fin
 
     @staticmethod
@@ -289,12 +295,19 @@ def mamba_chunk_scan_combined(x, dt, A, B, C, chunk_size=None, D=None, z=None, d
     return (out, final) if return_final_states else (out, fin)
 
 
+def _autocast_off(device_type):
+    """Autocast off on device_type where it has autocast (meta tensors: none, nothing to turn off)."""
+    if torch.amp.is_autocast_available(device_type):
+        return torch.autocast(device_type, enabled=False)
+    return contextlib.nullcontext()
+
+
 def _gated_rms_norm(y, z, weight, eps, group_size, norm_before_gate):
     """mamba_ssm's RMSNormGated (no bias) over groups of group_size channels, in float32: norm(y) * w *
     silu(z) (norm_before_gate) or norm(y * silu(z)) * w; out in y's dtype. The RMS through torch's rms_norm
     (one fused kernel each way on CUDA; the layer 5-7 % faster than with the sum of squares, rsqrt and scaling
     as separate ops, bench/NOTES.md SSD-torch-v3), autocast off around the float32 math."""
-    with torch.autocast(y.device.type, enabled=False):
+    with _autocast_off(y.device.type):
         yf, zf = y.float(), z.float()
         if not norm_before_gate:
             yf = yf * torch.nn.functional.silu(zf)
@@ -338,7 +351,10 @@ def mamba_split_conv1d_scan_combined(zxbcdt, conv1d_weight, conv1d_bias, dt_bias
     Function, _Layer, with the scan's forward kept; the kernels are deterministic, so the second run is bitwise
     the first): the conv's output, x / B / C / dt and the norm's float32 intermediates are not kept, at the
     cost of one more conv, norm and out_proj. False: autograd keeps them. Either allows a second backward
-    (retain_graph=True); a double backward (create_graph=True) is refused by the scan's backward.
+    (retain_graph=True); a backward with create_graph=True is refused with recompute (the recompute runs on
+    detached inputs), and with recompute=False its gradients are differentiable again except through the
+    scan's backward (which refuses). Under torch.compile the layer is traced whole either way (the
+    compiler's partitioner chooses what its backward keeps and recomputes).
     """
     for name, t in (("zxbcdt", zxbcdt), ("conv1d_weight", conv1d_weight), ("A", A), ("D", D)):
         _checks.tensor_arg(t, name)
@@ -387,6 +403,10 @@ def mamba_split_conv1d_scan_combined(zxbcdt, conv1d_weight, conv1d_bias, dt_bias
                       rmsnorm_weight.dtype, " (argument 'rmsnorm_weight')")
         _checks._value(tuple(rmsnorm_weight.shape) == (dim,), "rmsnorm_weight must have shape (nheads * headdim,) = ",
                        (dim,), ", got ", tuple(rmsnorm_weight.shape), " (argument 'rmsnorm_weight')")
+        _checks._type(isinstance(rmsnorm_eps, numbers.Real) and not isinstance(rmsnorm_eps, bool),
+                      "rmsnorm_eps must be a number, got ", repr(rmsnorm_eps), " (argument 'rmsnorm_eps')")
+        _checks._value(math.isfinite(rmsnorm_eps) and rmsnorm_eps >= 0, "rmsnorm_eps must be finite and >= 0, got ",
+                       repr(rmsnorm_eps), " (argument 'rmsnorm_eps')")
     if outproj_weight is not None:
         _checks.tensor_arg(outproj_weight, "outproj_weight")
         _checks.tensor_arg(outproj_bias, "outproj_bias", optional=True)
@@ -409,7 +429,9 @@ def mamba_split_conv1d_scan_combined(zxbcdt, conv1d_weight, conv1d_bias, dt_bias
     shape = (d_mlp2, dim, nheads, headdim, ngroups, dstate)
     opts = (dt_limit, activation, rmsnorm_eps, norm_before_gate, bool(return_final_states))
     # (an optional argument of another type: the ops below refuse it, naming it)
-    if recompute and torch.is_grad_enabled() and any(isinstance(t, torch.Tensor) and t.requires_grad for t in args):
+    # (under torch.compile the layer is traced whole: the compiler's partitioner chooses what its backward keeps)
+    if recompute and torch.is_grad_enabled() and not torch.compiler.is_compiling() and any(
+            isinstance(t, torch.Tensor) and t.requires_grad for t in args):
         out, final = _Layer.apply(shape, opts, *args)
     else:
         out, final = _split_conv1d_scan_layer(*args, shape, opts)[0]
@@ -476,31 +498,54 @@ class _Layer(torch.autograd.Function):
     @staticmethod
     def forward(ctx, shape, opts, *args):
         dev = args[0].device.type  # the backward runs where autocast is off: the forward's state goes with it
-        ctx.amp = (dev, torch.is_autocast_enabled(dev), torch.get_autocast_dtype(dev),
-                   torch.is_autocast_cache_enabled())
+        ctx.amp = (dev, torch.is_autocast_enabled(dev), torch.get_autocast_dtype(dev)) \
+            if torch.amp.is_autocast_available(dev) else None
         (out, final), scan = _split_conv1d_scan_layer(*args, shape, opts)
         ctx.save_for_backward(*args, *scan)
         ctx.shape, ctx.opts = shape, opts
         ctx.set_materialize_grads(False)
         # the caller may change its outputs in place (`out += residual`), the kept ones must stay as they were:
-        # copies where an output is the scan's own (the gate in the scan, no MLP, no out_proj)
-        if out.data_ptr() == scan[0].data_ptr():
+        # copies where an output is the scan's own (the gate in the scan: no rmsnorm_weight, MLP or out_proj)
+        if shape[0] == 0 and args[_RMSNORM_WEIGHT] is None and args[_OUTPROJ_WEIGHT] is None:
             out = out.clone()
-        return out, final.clone()
+        final = final.clone()
+        # the final states depend on the scan's inputs alone (not D, the norm or out_proj): differentiable as
+        # recompute=False's are, only where one of those wants a gradient
+        if not any(ctx.needs_input_grad[2 + i] for i in _STATE_INPUTS):
+            ctx.mark_non_differentiable(final)
+        return out, final
 
     @staticmethod
     def backward(ctx, dout, dfinal):
+        if torch.is_grad_enabled():  # create_graph=True: the recompute's leaves are detached from the inputs
+            raise RuntimeError("selscan: double backward (create_graph=True) through mamba_split_conv1d_scan_combined "
+                               "with recompute=True is not supported: its backward runs the layer again on detached "
+                               "inputs; call it with recompute=False (whose tail is differentiable twice)")
         *args, y, fin = ctx.saved_tensors
         needs = ctx.needs_input_grad[2:]
-        if (dout is None and dfinal is None) or not any(needs):
-            return (None,) * (2 + len(args))
-        create_graph = torch.is_grad_enabled()  # (create_graph=True: the scan's backward refuses a double one)
-        dev, enabled, dtype, cache = ctx.amp
-        with torch.enable_grad(), torch.autocast(dev, dtype=dtype, enabled=enabled, cache_enabled=cache):
-            leaves = [t.detach().requires_grad_() if n else t for t, n in zip(args, needs)]
-            (out, final), _ = _split_conv1d_scan_layer(*leaves, ctx.shape, ctx.opts, kept=(y, fin))
-        pairs = [(o, g) for o, g in ((out, dout), (final, dfinal)) if g is not None]
+        with _autocast_as(ctx.amp):
+            with torch.enable_grad():
+                leaves = [t.detach().requires_grad_() if n else t for t, n in zip(args, needs)]
+                (out, final), _ = _split_conv1d_scan_layer(*leaves, ctx.shape, ctx.opts, kept=(y, fin))
+        pairs = [(o, g) for o, g in ((out, dout), (final, dfinal)) if g is not None and o.requires_grad]
         wanted = [t for t, n in zip(leaves, needs) if n]
-        g = iter(torch.autograd.grad([o for o, _ in pairs], wanted, [g for _, g in pairs], allow_unused=True,
-                                     create_graph=create_graph))
+        if not pairs or not wanted:
+            return (None,) * (2 + len(args))
+        g = iter(torch.autograd.grad([o for o, _ in pairs], wanted, [g for _, g in pairs], allow_unused=True))
         return (None, None, *[next(g) if n else None for n in needs])
+
+
+# positions in _Layer's inputs (after shape and opts): the ones the final states depend on (zxbcdt,
+# conv1d_weight, conv1d_bias, dt_bias, A, initial_states), rmsnorm_weight, outproj_weight
+_STATE_INPUTS = (0, 1, 2, 3, 4, 6)
+_RMSNORM_WEIGHT, _OUTPROJ_WEIGHT = 8, 9
+
+
+def _autocast_as(amp):
+    """The forward's autocast state (device type, enabled, dtype; None: the device has no autocast) for the
+    backward's recompute, its cache off: each backward casts new leaves, which a cache kept for as long as
+    an enclosing autocast region lasts (a backward inside one: a copy of each weight a step)."""
+    if amp is None:
+        return contextlib.nullcontext()
+    dev, enabled, dtype = amp
+    return torch.autocast(dev, dtype=dtype, enabled=enabled, cache_enabled=False)

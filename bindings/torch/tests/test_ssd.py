@@ -482,14 +482,93 @@ def test_split_conv1d_scan_recompute_under_autocast():
     assert all(torch.equal(a, b) for a, b in zip(res[True], res[False]))
 
 
-def test_split_conv1d_scan_recompute_refuses_a_double_backward():
-    """create_graph=True through the recompute: the gradients hang off the scan's backward, which refuses
-    to be differentiated (an error, never silent zeros)."""
+def test_split_conv1d_scan_recompute_refuses_a_backward_with_create_graph():
+    """create_graph=True through the recompute (its backward runs the layer again on detached inputs): an error
+    naming recompute=False, never a second derivative cut off from the inputs (the norm weight's gradient
+    differentiated again gave None for zxbcdt, silently); recompute=False's tail is differentiable twice."""
     ins, kw = _small_layer_inputs(59)
-    g = torch.autograd.grad(st.mamba_split_conv1d_scan_combined(*ins, **kw).square().sum(), ins[0],
-                            create_graph=True)[0]
-    with pytest.raises(RuntimeError, match="double backward"):
-        g.sum().backward()
+    w = kw["rmsnorm_weight"].requires_grad_()
+    with pytest.raises(RuntimeError, match="create_graph=True.*recompute=False"):
+        torch.autograd.grad(st.mamba_split_conv1d_scan_combined(*ins, **kw).sum(), w, create_graph=True)
+    gw = torch.autograd.grad(st.mamba_split_conv1d_scan_combined(*ins, recompute=False, **kw).sum(), w,
+                             create_graph=True)[0]
+    assert torch.autograd.grad(gw.square().sum(), ins[0])[0].abs().sum() > 0
+
+
+def test_split_conv1d_scan_recompute_final_states_differentiable_as_without():
+    """The final states depend on the scan's inputs alone: with only the norm's weight wanting a gradient they
+    are not differentiable (as with recompute=False), and a loss on out and final states gives that weight's
+    gradient bitwise (the recompute's backward asked torch for the final states' gradient and raised)."""
+    res = {}
+    for rc in (False, True):
+        ins, kw = _small_layer_inputs(61)
+        ins[0].requires_grad_(False)
+        w = kw["rmsnorm_weight"].requires_grad_()
+        out, fin = st.mamba_split_conv1d_scan_combined(*ins, return_final_states=True, recompute=rc, **kw)
+        res[rc] = (fin.requires_grad, torch.autograd.grad(out.sum() + fin.sum(), w)[0])
+    assert res[True][0] is res[False][0] is False
+    assert torch.equal(res[True][1], res[False][1])
+
+
+@pytest.mark.parametrize("gate_in_scan", [False, True])
+def test_split_conv1d_scan_recompute_on_meta_tensors(gate_in_scan):
+    """Meta tensors (shapes alone; no autocast on that device) through the recompute, forward and backward."""
+    ins, kw = _small_layer_inputs(67, gate_in_scan)
+    meta = lambda t: t.detach().to("meta").requires_grad_(t.is_floating_point())  # noqa: E731
+    ins = [meta(t) for t in ins]
+    kw = {k: meta(v) if isinstance(v, torch.Tensor) else v for k, v in kw.items()}
+    out = st.mamba_split_conv1d_scan_combined(*ins, **kw)
+    out.sum().backward()
+    assert out.is_meta and ins[0].grad.shape == ins[0].shape
+
+
+def test_split_conv1d_scan_recompute_keeps_no_autocast_cache():
+    """The backward's recompute casts new leaves each backward: with autocast's cache on, a backward inside an
+    autocast region kept a copy of each cast weight until the region's end (1 MiB a step in a hostile user's
+    loop); the recompute runs with the cache off (the forward's autocast state otherwise)."""
+    import selscan_torch.ssd as ssd
+
+    ins, kw = _small_layer_inputs(71)
+    seen = []
+    own = ssd._gated_rms_norm
+
+    def norm(*a):
+        seen.append((torch.is_grad_enabled(), torch.is_autocast_enabled("cpu"), torch.is_autocast_cache_enabled()))
+        return own(*a)
+
+    ssd._gated_rms_norm = norm
+    try:
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            out = st.mamba_split_conv1d_scan_combined(*ins, **kw)
+            out.float().sum().backward()
+    finally:
+        ssd._gated_rms_norm = own
+    assert seen == [(False, True, True), (True, True, False)], seen
+
+
+def test_split_conv1d_scan_recompute_compiles_fullgraph():
+    """Under torch.compile the layer is traced whole (no graph break at the recompute's Function): fullgraph
+    compiles, gradients bitwise those of eager recompute=False (aot_eager: the same ops)."""
+    ins, kw = _small_layer_inputs(73)
+
+    def loss(*a):
+        out, fin = st.mamba_split_conv1d_scan_combined(*a, return_final_states=True, **kw)
+        return out.square().sum() + fin.sum()
+
+    want = torch.autograd.grad(loss(*ins), ins[0])[0]
+    torch._dynamo.reset()
+    got = torch.autograd.grad(torch.compile(loss, backend="aot_eager", fullgraph=True)(*ins), ins[0])[0]
+    assert torch.equal(got, want)
+
+
+@pytest.mark.parametrize("eps,exc", [(None, TypeError), ("1e-2", TypeError), (True, TypeError), (-1.0, ValueError),
+                                     (float("nan"), ValueError), (float("inf"), ValueError)])
+def test_split_conv1d_scan_refuses_a_bad_rmsnorm_eps(eps, exc):
+    """rmsnorm_eps must be a finite number >= 0 (None reached torch's rms_norm, which took machine epsilon)."""
+    ins, kw = _small_layer_inputs(79)
+    for rc in (False, True):
+        with pytest.raises(exc, match="argument 'rmsnorm_eps'"):
+            st.mamba_split_conv1d_scan_combined(*ins, rmsnorm_eps=eps, recompute=rc, **kw)
 
 
 def test_split_conv1d_scan_packed_by_seq_idx():
