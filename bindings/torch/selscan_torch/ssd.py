@@ -159,10 +159,12 @@ def _chunk_size(chunk_size):
     cannot run, naming it, rather than accept a call that would fail on mamba_ssm)."""
     if chunk_size is None:
         return
-    _checks._type(_is_int(chunk_size), "chunk_size must be None or a positive int, got ", repr(chunk_size),
-                  " (argument 'chunk_size')")
-    _checks._value(operator.index(chunk_size) > 0, "chunk_size must be None or a positive int, got ", repr(chunk_size),
-                   " (argument 'chunk_size')")
+    # (the reprs in the raise alone: under torch.compile(dynamic=True) an int may be symbolic, without a repr)
+    if not _is_int(chunk_size):
+        raise TypeError(f"selscan: chunk_size must be None or a positive int, got {chunk_size!r} (argument 'chunk_size')")
+    if not operator.index(chunk_size) > 0:
+        raise ValueError(f"selscan: chunk_size must be None or a positive int, got {chunk_size!r} "
+                         "(argument 'chunk_size')")
 
 
 def _first_row_only(init, n_seqs):
@@ -351,10 +353,9 @@ def mamba_split_conv1d_scan_combined(zxbcdt, conv1d_weight, conv1d_bias, dt_bias
     Function, _Layer, with the scan's forward kept; the kernels are deterministic, so the second run is bitwise
     the first): the conv's output, x / B / C / dt and the norm's float32 intermediates are not kept, at the
     cost of one more conv, norm and out_proj. False: autograd keeps them. Either allows a second backward
-    (retain_graph=True); a backward with create_graph=True is refused with recompute (the recompute runs on
-    detached inputs), and with recompute=False its gradients are differentiable again except through the
-    scan's backward (which refuses). Under torch.compile the layer is traced whole either way (the
-    compiler's partitioner chooses what its backward keeps and recomputes).
+    (retain_graph=True) and create_graph=True (the gradients differentiable again, except through the scan's
+    backward, which refuses). Under torch.compile the layer is traced whole either way (the compiler's
+    partitioner chooses what its backward keeps and recomputes).
     """
     for name, t in (("zxbcdt", zxbcdt), ("conv1d_weight", conv1d_weight), ("A", A), ("D", D)):
         _checks.tensor_arg(t, name)
@@ -382,11 +383,11 @@ def mamba_split_conv1d_scan_combined(zxbcdt, conv1d_weight, conv1d_bias, dt_bias
         headdim = D.shape[1]
     elif headdim is None:
         raise ValueError("selscan: headdim must be given with a (nheads,) D (argument 'headdim')")
-    _checks._value(_is_int(headdim) and headdim >= 1, "headdim must be a positive int, got ", repr(headdim),
-                   " (argument 'headdim')")
-    _checks._value(_is_int(ngroups) and ngroups >= 1 and nheads % ngroups == 0,
-                   "ngroups must be a positive int dividing nheads = ", nheads, ", got ", repr(ngroups),
-                   " (argument 'ngroups')")
+    if not (_is_int(headdim) and headdim >= 1):  # (reprs in the raise alone: _chunk_size says why)
+        raise ValueError(f"selscan: headdim must be a positive int, got {headdim!r} (argument 'headdim')")
+    if not (_is_int(ngroups) and ngroups >= 1 and nheads % ngroups == 0):
+        raise ValueError(f"selscan: ngroups must be a positive int dividing nheads = {nheads}, got {ngroups!r} "
+                         "(argument 'ngroups')")
     headdim, ngroups = operator.index(headdim), operator.index(ngroups)
     if conv1d_weight.dim() == 3:  # nn.Conv1d's (channels, 1, width)
         conv1d_weight = conv1d_weight.squeeze(1)
@@ -403,10 +404,11 @@ def mamba_split_conv1d_scan_combined(zxbcdt, conv1d_weight, conv1d_bias, dt_bias
                       rmsnorm_weight.dtype, " (argument 'rmsnorm_weight')")
         _checks._value(tuple(rmsnorm_weight.shape) == (dim,), "rmsnorm_weight must have shape (nheads * headdim,) = ",
                        (dim,), ", got ", tuple(rmsnorm_weight.shape), " (argument 'rmsnorm_weight')")
-        _checks._type(isinstance(rmsnorm_eps, numbers.Real) and not isinstance(rmsnorm_eps, bool),
-                      "rmsnorm_eps must be a number, got ", repr(rmsnorm_eps), " (argument 'rmsnorm_eps')")
-        _checks._value(math.isfinite(rmsnorm_eps) and rmsnorm_eps >= 0, "rmsnorm_eps must be finite and >= 0, got ",
-                       repr(rmsnorm_eps), " (argument 'rmsnorm_eps')")
+        if not isinstance(rmsnorm_eps, numbers.Real) or isinstance(rmsnorm_eps, bool):
+            raise TypeError(f"selscan: rmsnorm_eps must be a number, got {rmsnorm_eps!r} (argument 'rmsnorm_eps')")
+        if not 0 <= rmsnorm_eps < math.inf:  # (NaN fails it too; comparisons: a symbolic float under compile)
+            raise ValueError(f"selscan: rmsnorm_eps must be finite and >= 0, got {rmsnorm_eps!r} "
+                             "(argument 'rmsnorm_eps')")
     if outproj_weight is not None:
         _checks.tensor_arg(outproj_weight, "outproj_weight")
         _checks.tensor_arg(outproj_bias, "outproj_bias", optional=True)
@@ -417,7 +419,8 @@ def mamba_split_conv1d_scan_combined(zxbcdt, conv1d_weight, conv1d_bias, dt_bias
         _checks._value(outproj_bias is None or tuple(outproj_bias.shape) == (outproj_weight.shape[0],),
                        "outproj_bias must have shape (", outproj_weight.shape[0], ",) (outproj_weight's rows), got ",
                        None if outproj_bias is None else tuple(outproj_bias.shape), " (argument 'outproj_bias')")
-        if not torch.is_autocast_enabled(zxbcdt.device.type):  # autocast casts both for the product
+        if not (torch.amp.is_autocast_available(zxbcdt.device.type)  # (meta tensors: no autocast)
+                and torch.is_autocast_enabled(zxbcdt.device.type)):  # autocast casts both for the product
             for name, t in (("outproj_weight", outproj_weight), ("outproj_bias", outproj_bias)):
                 _checks._type(t is None or t.dtype == zxbcdt.dtype, name, " must have zxbcdt's dtype ",
                               zxbcdt.dtype, " (the product's), got ", None if t is None else t.dtype,
@@ -509,35 +512,43 @@ class _Layer(torch.autograd.Function):
         if shape[0] == 0 and args[_RMSNORM_WEIGHT] is None and args[_OUTPROJ_WEIGHT] is None:
             out = out.clone()
         final = final.clone()
-        # the final states depend on the scan's inputs alone (not D, the norm or out_proj): differentiable as
-        # recompute=False's are, only where one of those wants a gradient
+        # the final states come from the scan alone (not the norm or out_proj): differentiable as recompute=False's
+        # are, only where one of the scan's inputs wants a gradient
         if not any(ctx.needs_input_grad[2 + i] for i in _STATE_INPUTS):
             ctx.mark_non_differentiable(final)
         return out, final
 
     @staticmethod
     def backward(ctx, dout, dfinal):
-        if torch.is_grad_enabled():  # create_graph=True: the recompute's leaves are detached from the inputs
-            raise RuntimeError("selscan: double backward (create_graph=True) through mamba_split_conv1d_scan_combined "
-                               "with recompute=True is not supported: its backward runs the layer again on detached "
-                               "inputs; call it with recompute=False (whose tail is differentiable twice)")
         *args, y, fin = ctx.saved_tensors
         needs = ctx.needs_input_grad[2:]
+        # create_graph=True (grad mode on here): the recompute on the inputs themselves, its gradients
+        # differentiable again as recompute=False's (through the scan's backward: its refusal); else on detached
+        # leaves, the graph local to this backward
+        create_graph = torch.is_grad_enabled()
         with _autocast_as(ctx.amp):
             with torch.enable_grad():
-                leaves = [t.detach().requires_grad_() if n else t for t, n in zip(args, needs)]
+                leaves = args if create_graph else [t.detach().requires_grad_() if n else t for t, n in zip(args, needs)]
                 (out, final), _ = _split_conv1d_scan_layer(*leaves, ctx.shape, ctx.opts, kept=(y, fin))
         pairs = [(o, g) for o, g in ((out, dout), (final, dfinal)) if g is not None and o.requires_grad]
-        wanted = [t for t, n in zip(leaves, needs) if n]
+        # one tensor passed as several arguments (on the create_graph path, where the leaves are the inputs): its
+        # whole gradient once, at its first place
+        first = {}
+        for i, (t, n) in enumerate(zip(leaves, needs)):
+            if n:
+                first.setdefault(id(t), i)
+        wanted = [leaves[i] for i in first.values()]
         if not pairs or not wanted:
             return (None,) * (2 + len(args))
-        g = iter(torch.autograd.grad([o for o, _ in pairs], wanted, [g for _, g in pairs], allow_unused=True))
-        return (None, None, *[next(g) if n else None for n in needs])
+        g = dict(zip(first.values(), torch.autograd.grad([o for o, _ in pairs], wanted, [g for _, g in pairs],
+                                                          allow_unused=True, create_graph=create_graph)))
+        return (None, None, *[g.get(i) for i in range(len(args))])
 
 
-# positions in _Layer's inputs (after shape and opts): the ones the final states depend on (zxbcdt,
-# conv1d_weight, conv1d_bias, dt_bias, A, initial_states), rmsnorm_weight, outproj_weight
-_STATE_INPUTS = (0, 1, 2, 3, 4, 6)
+# positions in _Layer's inputs (after shape and opts): the scan's (zxbcdt, conv1d_weight, conv1d_bias, dt_bias,
+# A, D, initial_states: the final states differentiable in them, as the scan's op has it), rmsnorm_weight,
+# outproj_weight
+_STATE_INPUTS = (0, 1, 2, 3, 4, 5, 6)
 _RMSNORM_WEIGHT, _OUTPROJ_WEIGHT = 8, 9
 
 

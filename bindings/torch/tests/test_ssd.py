@@ -482,31 +482,57 @@ def test_split_conv1d_scan_recompute_under_autocast():
     assert all(torch.equal(a, b) for a, b in zip(res[True], res[False]))
 
 
-def test_split_conv1d_scan_recompute_refuses_a_backward_with_create_graph():
-    """create_graph=True through the recompute (its backward runs the layer again on detached inputs): an error
-    naming recompute=False, never a second derivative cut off from the inputs (the norm weight's gradient
-    differentiated again gave None for zxbcdt, silently); recompute=False's tail is differentiable twice."""
-    ins, kw = _small_layer_inputs(59)
-    w = kw["rmsnorm_weight"].requires_grad_()
-    with pytest.raises(RuntimeError, match="create_graph=True.*recompute=False"):
-        torch.autograd.grad(st.mamba_split_conv1d_scan_combined(*ins, **kw).sum(), w, create_graph=True)
-    gw = torch.autograd.grad(st.mamba_split_conv1d_scan_combined(*ins, recompute=False, **kw).sum(), w,
-                             create_graph=True)[0]
-    assert torch.autograd.grad(gw.square().sum(), ins[0])[0].abs().sum() > 0
+def test_split_conv1d_scan_recompute_with_create_graph():
+    """create_graph=True through the recompute: the first-order gradients bitwise those of recompute=False, and
+    differentiable again as those are (the norm weight's gradient differentiated in zxbcdt; a recompute on
+    detached inputs gave None there, silently); through the scan's backward a second derivative is refused,
+    with either."""
+    res = {}
+    for rc in (False, True):
+        ins, kw = _small_layer_inputs(59)
+        w = kw["rmsnorm_weight"].requires_grad_()
+        out = st.mamba_split_conv1d_scan_combined(*ins, recompute=rc, **kw)
+        gx, gw = torch.autograd.grad(out.square().sum(), [ins[0], w], create_graph=True)
+        second = torch.autograd.grad(gw.square().sum(), ins[0], retain_graph=True)[0]
+        with pytest.raises(RuntimeError, match="double backward"):
+            gx.sum().backward()
+        res[rc] = (gx.detach(), gw.detach(), second)
+    assert torch.equal(res[True][0], res[False][0]) and torch.equal(res[True][1], res[False][1])
+    # (the second derivative's sums over the recompute's graph in another order: float32's rounding)
+    torch.testing.assert_close(res[True][2], res[False][2], rtol=1e-6, atol=1e-6 * res[False][2].abs().max().item())
+    assert res[True][2].abs().sum() > 0
 
 
-def test_split_conv1d_scan_recompute_final_states_differentiable_as_without():
-    """The final states depend on the scan's inputs alone: with only the norm's weight wanting a gradient they
-    are not differentiable (as with recompute=False), and a loss on out and final states gives that weight's
-    gradient bitwise (the recompute's backward asked torch for the final states' gradient and raised)."""
+@pytest.mark.parametrize("create_graph", [False, True])
+def test_split_conv1d_scan_recompute_one_tensor_as_several_arguments(create_graph):
+    """One tensor as dt_bias, A and D (each a (nheads,) float): its gradient the sum of the three, as recompute=
+    False's (the Function returns one gradient a place; the engine's order of the sum differs: float32's
+    rounding), never counted twice."""
+    res = {}
+    for rc in (False, True):
+        ins, kw = _small_layer_inputs(83)
+        t = (-torch.rand(ins[4].shape, generator=torch.Generator().manual_seed(89)) - 0.3).requires_grad_()
+        ins[3:6] = [t, t, t]
+        out = st.mamba_split_conv1d_scan_combined(*ins, recompute=rc, **kw)
+        res[rc] = torch.autograd.grad(out.square().sum(), t, create_graph=create_graph)[0].detach()
+    torch.testing.assert_close(res[True], res[False], rtol=1e-5, atol=1e-6)  # (three sums reordered in float32)
+
+
+@pytest.mark.parametrize("wanting", ["rmsnorm_weight", "D"])
+def test_split_conv1d_scan_recompute_final_states_differentiable_as_without(wanting):
+    """The final states come from the scan: with only the norm's weight wanting a gradient they are not
+    differentiable, with only D (a scan input, its gradient there zero) they are, as with recompute=False; a
+    loss on out and final states gives the gradient bitwise (the recompute's backward asked torch for the
+    final states' gradient and raised)."""
     res = {}
     for rc in (False, True):
         ins, kw = _small_layer_inputs(61)
         ins[0].requires_grad_(False)
-        w = kw["rmsnorm_weight"].requires_grad_()
+        t = kw["rmsnorm_weight"] if wanting == "rmsnorm_weight" else ins[5]
+        t.requires_grad_()
         out, fin = st.mamba_split_conv1d_scan_combined(*ins, return_final_states=True, recompute=rc, **kw)
-        res[rc] = (fin.requires_grad, torch.autograd.grad(out.sum() + fin.sum(), w)[0])
-    assert res[True][0] is res[False][0] is False
+        res[rc] = (fin.requires_grad, torch.autograd.grad(out.sum() + fin.sum(), t)[0])
+    assert res[True][0] is res[False][0] is (wanting == "D")
     assert torch.equal(res[True][1], res[False][1])
 
 
@@ -514,12 +540,13 @@ def test_split_conv1d_scan_recompute_final_states_differentiable_as_without():
 def test_split_conv1d_scan_recompute_on_meta_tensors(gate_in_scan):
     """Meta tensors (shapes alone; no autocast on that device) through the recompute, forward and backward."""
     ins, kw = _small_layer_inputs(67, gate_in_scan)
+    kw["outproj_weight"] = torch.randn(5, ins[4].shape[0] * kw["headdim"])  # (out, nheads * headdim)
     meta = lambda t: t.detach().to("meta").requires_grad_(t.is_floating_point())  # noqa: E731
     ins = [meta(t) for t in ins]
     kw = {k: meta(v) if isinstance(v, torch.Tensor) else v for k, v in kw.items()}
     out = st.mamba_split_conv1d_scan_combined(*ins, **kw)
     out.sum().backward()
-    assert out.is_meta and ins[0].grad.shape == ins[0].shape
+    assert out.is_meta and out.shape[-1] == 5 and ins[0].grad.shape == ins[0].shape
 
 
 def test_split_conv1d_scan_recompute_keeps_no_autocast_cache():
@@ -546,9 +573,11 @@ def test_split_conv1d_scan_recompute_keeps_no_autocast_cache():
     assert seen == [(False, True, True), (True, True, False)], seen
 
 
-def test_split_conv1d_scan_recompute_compiles_fullgraph():
-    """Under torch.compile the layer is traced whole (no graph break at the recompute's Function): fullgraph
-    compiles, gradients bitwise those of eager recompute=False (aot_eager: the same ops)."""
+@pytest.mark.parametrize("dynamic", [False, True])
+def test_split_conv1d_scan_recompute_compiles_fullgraph(dynamic):
+    """Under torch.compile the layer is traced whole (no graph break at the recompute's Function; with symbolic
+    sizes too: no repr of one outside a refusal): fullgraph compiles, gradients bitwise those of eager
+    recompute=False (aot_eager: the same ops)."""
     ins, kw = _small_layer_inputs(73)
 
     def loss(*a):
@@ -557,7 +586,8 @@ def test_split_conv1d_scan_recompute_compiles_fullgraph():
 
     want = torch.autograd.grad(loss(*ins), ins[0])[0]
     torch._dynamo.reset()
-    got = torch.autograd.grad(torch.compile(loss, backend="aot_eager", fullgraph=True)(*ins), ins[0])[0]
+    got = torch.autograd.grad(torch.compile(loss, backend="aot_eager", fullgraph=True, dynamic=dynamic)(*ins),
+                              ins[0])[0]
     assert torch.equal(got, want)
 
 
