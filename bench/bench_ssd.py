@@ -160,17 +160,16 @@ def profile_case(L, a, shape="130m", top=16, of="scan"):
 
 
 @contextlib.contextmanager
-def layer_by_checkpoint(keep_scan=True):
+def layer_by_checkpoint():
     """mamba_split_conv1d_scan_combined's recompute as it was before its own autograd Function (bench/NOTES.md
     SSD-torch-v3): torch.utils.checkpoint, non-reentrant, over the whole layer, with a selective policy
-    keeping the scan's forward (keep_scan: SSD-torch-v2, 05d6615) or none (the scan run again too: before
-    it). Held through the forward (the checkpoint's closure runs the backward's recompute). bench_models'
+    keeping the scan's forward (SSD-torch-v2, 05d6615). Held through the forward (the checkpoint's closure runs the backward's recompute). bench_models'
     selscan-ssd-v2 backend uses it (with the norm as separate ops)."""
     import types
     import torch.utils.checkpoint as cp
     import selscan_torch.ssd as ssd
 
-    keep = {torch.ops.selscan.ssd_fwd.default} if keep_scan else set()
+    keep = {torch.ops.selscan.ssd_fwd.default}
 
     def policy(ctx, op, *a, **k):
         return cp.CheckpointPolicy.MUST_SAVE if op in keep else cp.CheckpointPolicy.PREFER_RECOMPUTE

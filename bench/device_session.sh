@@ -123,7 +123,7 @@ for s in "$@"; do
         step forms 400 "make -s build/bench_ssd_forms && ./build/bench_ssd_forms bf16 && ./build/bench_ssd_forms f32" ;;
     ncu)  # Nsight Compute on the chunked SSD backward's three kernels (the first backward of bench_ssd_forms bf16:
         # the 130m shape; loc, pass, then the gradient kernel), summarized by bench/ncu_summary.py
-        step ncu 400 "make -s build/bench_ssd_forms && /usr/local/cuda/bin/ncu --kernel-name regex:'ssd_ckb_(loc_|pass_)?kernel' --launch-count 3 --set full --csv --page details ./build/bench_ssd_forms bf16 > $OUT/ncu.csv && '$PY' bench/ncu_summary.py $OUT/ncu.csv" ;;
+        step ncu 400 "make -s build/bench_ssd_forms && \$(command -v ncu || echo /usr/local/cuda/bin/ncu) --clock-control none --kernel-name regex:'ssd_ckb_(loc_|pass_)?kernel' --launch-count 3 --set full --csv --page details ./build/bench_ssd_forms bf16 > $OUT/ncu.csv && '$PY' bench/ncu_summary.py $OUT/ncu.csv" ;;
     peers)
         step peers 590 "PEER_MAMBA2_ONLY=1 PYTHON='$PY' bash bench/build_peers.sh .peer/sdist '$peers'" ;;
     peers-bg)  # the peers' build on half the cores beside the next steps (the gate's builds take the rest)

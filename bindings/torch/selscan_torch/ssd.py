@@ -307,8 +307,8 @@ def _autocast_off(device_type):
 def _gated_rms_norm(y, z, weight, eps, group_size, norm_before_gate):
     """mamba_ssm's RMSNormGated (no bias) over groups of group_size channels, in float32: norm(y) * w *
     silu(z) (norm_before_gate) or norm(y * silu(z)) * w; out in y's dtype. The RMS through torch's rms_norm
-    (one fused kernel each way on CUDA; the layer 5-7 % faster than with the sum of squares, rsqrt and scaling
-    as separate ops, bench/NOTES.md SSD-torch-v3), autocast off around the float32 math."""
+    (one fused kernel each way on CUDA, where the sum of squares, rsqrt and scaling as separate ops were
+    five passes: bench/NOTES.md SSD-torch-v3), autocast off around the float32 math."""
     with _autocast_off(y.device.type):
         yf, zf = y.float(), z.float()
         if not norm_before_gate:
@@ -409,6 +409,7 @@ def mamba_split_conv1d_scan_combined(zxbcdt, conv1d_weight, conv1d_bias, dt_bias
         if not 0 <= rmsnorm_eps < math.inf:  # (NaN fails it too; comparisons: a symbolic float under compile)
             raise ValueError(f"selscan: rmsnorm_eps must be finite and >= 0, got {rmsnorm_eps!r} "
                              "(argument 'rmsnorm_eps')")
+        rmsnorm_eps = float(rmsnorm_eps)  # (torch's rms_norm takes a float: a Fraction, a numpy float as one)
     if outproj_weight is not None:
         _checks.tensor_arg(outproj_weight, "outproj_weight")
         _checks.tensor_arg(outproj_bias, "outproj_bias", optional=True)
@@ -425,8 +426,8 @@ def mamba_split_conv1d_scan_combined(zxbcdt, conv1d_weight, conv1d_bias, dt_bias
                 _checks._type(t is None or t.dtype == zxbcdt.dtype, name, " must have zxbcdt's dtype ",
                               zxbcdt.dtype, " (the product's), got ", None if t is None else t.dtype,
                               " (argument '", name, "')")
-    # seq_idx among the tensors: the checkpoint checks their versions (one changed in place before the backward
-    # raises, where the recompute would run another packing)
+    # (_LAYER_TENSORS' order) seq_idx among the tensors: the recompute's saved tensors check their versions (one
+    # changed in place before the backward raises, where the recompute would run another packing)
     args = (zxbcdt, conv1d_weight, conv1d_bias, dt_bias, A, D, initial_states, seq_idx, rmsnorm_weight,
             outproj_weight, outproj_bias)
     shape = (d_mlp2, dim, nheads, headdim, ngroups, dstate)
@@ -508,8 +509,8 @@ class _Layer(torch.autograd.Function):
         ctx.shape, ctx.opts = shape, opts
         ctx.set_materialize_grads(False)
         # the caller may change its outputs in place (`out += residual`), the kept ones must stay as they were:
-        # copies where an output is the scan's own (the gate in the scan: no rmsnorm_weight, MLP or out_proj)
-        if shape[0] == 0 and args[_RMSNORM_WEIGHT] is None and args[_OUTPROJ_WEIGHT] is None:
+        # copies where an output is the scan's own (a view of it: the gate in the scan, no MLP or out_proj)
+        if out is scan[0] or out._base is scan[0]:
             out = out.clone()
         final = final.clone()
         # the final states come from the scan alone (not the norm or out_proj): differentiable as recompute=False's
@@ -522,34 +523,31 @@ class _Layer(torch.autograd.Function):
     def backward(ctx, dout, dfinal):
         *args, y, fin = ctx.saved_tensors
         needs = ctx.needs_input_grad[2:]
-        # create_graph=True (grad mode on here): the recompute on the inputs themselves, its gradients
+        # create_graph=True (grad mode on here): the recompute on views of the inputs themselves, its gradients
         # differentiable again as recompute=False's (through the scan's backward: its refusal); else on detached
-        # leaves, the graph local to this backward
+        # leaves, the graph local to this backward. Either way each place its own tensor: one passed as several
+        # arguments gets each place's part there (the grad of the input itself would come back whole at each)
         create_graph = torch.is_grad_enabled()
         with _autocast_as(ctx.amp):
             with torch.enable_grad():
-                leaves = args if create_graph else [t.detach().requires_grad_() if n else t for t, n in zip(args, needs)]
+                leaves = [(t.view_as(t) if create_graph else t.detach().requires_grad_()) if n else t
+                          for t, n in zip(args, needs)]
                 (out, final), _ = _split_conv1d_scan_layer(*leaves, ctx.shape, ctx.opts, kept=(y, fin))
         pairs = [(o, g) for o, g in ((out, dout), (final, dfinal)) if g is not None and o.requires_grad]
-        # one tensor passed as several arguments (on the create_graph path, where the leaves are the inputs): its
-        # whole gradient once, at its first place
-        first = {}
-        for i, (t, n) in enumerate(zip(leaves, needs)):
-            if n:
-                first.setdefault(id(t), i)
-        wanted = [leaves[i] for i in first.values()]
+        wanted = [t for t, n in zip(leaves, needs) if n]
         if not pairs or not wanted:
             return (None,) * (2 + len(args))
-        g = dict(zip(first.values(), torch.autograd.grad([o for o, _ in pairs], wanted, [g for _, g in pairs],
-                                                          allow_unused=True, create_graph=create_graph)))
-        return (None, None, *[g.get(i) for i in range(len(args))])
+        g = iter(torch.autograd.grad([o for o, _ in pairs], wanted, [g for _, g in pairs], allow_unused=True,
+                                     create_graph=create_graph))
+        return (None, None, *[next(g) if n else None for n in needs])
 
 
-# positions in _Layer's inputs (after shape and opts): the scan's (zxbcdt, conv1d_weight, conv1d_bias, dt_bias,
-# A, D, initial_states: the final states differentiable in them, as the scan's op has it), rmsnorm_weight,
-# outproj_weight
-_STATE_INPUTS = (0, 1, 2, 3, 4, 5, 6)
-_RMSNORM_WEIGHT, _OUTPROJ_WEIGHT = 8, 9
+# _Layer's tensor inputs (after shape and opts), in mamba_split_conv1d_scan_combined's `args` order, and the
+# places of the scan's among them: the final states differentiable in those, as the scan's op has it
+_LAYER_TENSORS = ("zxbcdt", "conv1d_weight", "conv1d_bias", "dt_bias", "A", "D", "initial_states", "seq_idx",
+                  "rmsnorm_weight", "outproj_weight", "outproj_bias")
+_STATE_INPUTS = tuple(_LAYER_TENSORS.index(n) for n in ("zxbcdt", "conv1d_weight", "conv1d_bias", "dt_bias", "A", "D",
+                                                         "initial_states"))
 
 
 def _autocast_as(amp):

@@ -2,6 +2,7 @@
 the float64 recurrence (selscan_torch.reference.ssd_ref: step by step, not mamba_ssm's chunks), every
 option, on the CPU and CUDA; the argument checks naming the caller's argument; empty calls; the fake
 kernels; determinism (thread counts on the CPU, two calls on CUDA)."""
+import contextlib
 import math
 import zlib
 
@@ -426,7 +427,7 @@ def _small_layer_inputs(seed, gate_in_scan=False):
 
 def test_split_conv1d_scan_recompute_refuses_a_seq_idx_changed_before_the_backward():
     """seq_idx changed in place between the forward and the backward: the recompute would run another packing;
-    the checkpoint's version check refuses it (recompute=False keeps the forward's own)."""
+    the recompute's saved-tensor version check refuses it (recompute=False keeps the forward's own)."""
     ins, kw = _small_layer_inputs(31)
     seq = torch.tensor([[0] * 5 + [1] * 7], dtype=torch.int64)
     out = st.mamba_split_conv1d_scan_combined(*ins, seq_idx=seq, **kw)
@@ -439,7 +440,7 @@ def test_split_conv1d_scan_recompute_refuses_a_seq_idx_changed_before_the_backwa
 def test_split_conv1d_scan_recompute_outputs_may_change_in_place(gate_in_scan):
     """The outputs a recomputed call returns (final states; out where it is the scan's own, the gate in the scan
     and no out_proj) changed in place before the backward (`out += residual`): gradients bitwise those of
-    recompute=False, as there (the checkpoint's kept outs are not handed out)."""
+    recompute=False, as there (the recompute's kept outs are not handed out)."""
     res = {}
     for rc in (False, True):
         ins, kw = _small_layer_inputs(37, gate_in_scan)
@@ -504,16 +505,19 @@ def test_split_conv1d_scan_recompute_with_create_graph():
 
 
 @pytest.mark.parametrize("create_graph", [False, True])
-def test_split_conv1d_scan_recompute_one_tensor_as_several_arguments(create_graph):
+@pytest.mark.parametrize("hooks", [False, True])
+def test_split_conv1d_scan_recompute_one_tensor_as_several_arguments(create_graph, hooks):
     """One tensor as dt_bias, A and D (each a (nheads,) float): its gradient the sum of the three, as recompute=
     False's (the Function returns one gradient a place; the engine's order of the sum differs: float32's
-    rounding), never counted twice."""
+    rounding), never counted twice, also where saved-tensor hooks (save_on_cpu) hand each place back as its
+    own tensor object (an identity check missed the alias there: 3x the gradient with create_graph)."""
     res = {}
     for rc in (False, True):
         ins, kw = _small_layer_inputs(83)
         t = (-torch.rand(ins[4].shape, generator=torch.Generator().manual_seed(89)) - 0.3).requires_grad_()
         ins[3:6] = [t, t, t]
-        out = st.mamba_split_conv1d_scan_combined(*ins, recompute=rc, **kw)
+        with torch.autograd.graph.save_on_cpu() if hooks else contextlib.nullcontext():
+            out = st.mamba_split_conv1d_scan_combined(*ins, recompute=rc, **kw)
         res[rc] = torch.autograd.grad(out.square().sum(), t, create_graph=create_graph)[0].detach()
     torch.testing.assert_close(res[True], res[False], rtol=1e-5, atol=1e-6)  # (three sums reordered in float32)
 
