@@ -414,14 +414,16 @@ def test_split_conv1d_scan_recompute_inside_gradient_checkpointing(reentrant):
     assert all(torch.equal(t.grad, w) for t, w in zip(ins, want))
 
 
-def _small_layer_inputs(seed, gate_in_scan=False):
+def _small_layer_inputs(seed, gate_in_scan=False, device="cpu"):
     g = torch.Generator().manual_seed(seed)
     batch, L, H, P, N, W = 1, 12, 2, 4, 4, 4
     dim = H * P
-    ins = [torch.randn(batch, L, 2 * dim + 2 * N + H, generator=g).requires_grad_(),
+    ins = [torch.randn(batch, L, 2 * dim + 2 * N + H, generator=g),
            torch.randn(dim + 2 * N, W, generator=g) * 0.5, torch.randn(dim + 2 * N, generator=g) * 0.1, torch.zeros(H),
            -torch.rand(H, generator=g) - 0.3, torch.randn(H, generator=g)]
-    kw = dict(headdim=P, rmsnorm_weight=None if gate_in_scan else torch.randn(dim, generator=g))
+    ins = [t.to(device) for t in ins]
+    ins[0].requires_grad_()
+    kw = dict(headdim=P, rmsnorm_weight=None if gate_in_scan else torch.randn(dim, generator=g).to(device))
     return ins, kw
 
 
@@ -468,29 +470,32 @@ def test_split_conv1d_scan_recompute_backward_twice_and_under_disabled_hooks():
         assert torch.equal(torch.autograd.grad(out.sum(), ins[0])[0], want)
 
 
-def test_split_conv1d_scan_recompute_under_autocast():
+@pytest.mark.parametrize("device", DEVICES)
+def test_split_conv1d_scan_recompute_under_autocast(device):
     """The backward's recompute runs under the forward's autocast state (the engine runs backwards with
     autocast off): under bf16 autocast (out_proj's product in bf16) the gradients are bitwise those of
     recompute=False."""
     res = {}
     for rc in (False, True):
-        ins, kw = _small_layer_inputs(47)
-        ow = torch.randn(6, kw["rmsnorm_weight"].shape[0], generator=torch.Generator().manual_seed(53)).requires_grad_()
-        with torch.autocast("cpu", dtype=torch.bfloat16):
+        ins, kw = _small_layer_inputs(47, device=device)
+        ow = torch.randn(6, kw["rmsnorm_weight"].shape[0], generator=torch.Generator().manual_seed(53))
+        ow = ow.to(device).requires_grad_()
+        with torch.autocast(device, dtype=torch.bfloat16):
             out = st.mamba_split_conv1d_scan_combined(*ins, outproj_weight=ow, recompute=rc, **kw)
         assert out.dtype == torch.bfloat16
         res[rc] = torch.autograd.grad(out.float().square().sum(), [ins[0], ow])
     assert all(torch.equal(a, b) for a, b in zip(res[True], res[False]))
 
 
-def test_split_conv1d_scan_recompute_with_create_graph():
+@pytest.mark.parametrize("device", DEVICES)
+def test_split_conv1d_scan_recompute_with_create_graph(device):
     """create_graph=True through the recompute: the first-order gradients bitwise those of recompute=False, and
     differentiable again as those are (the norm weight's gradient differentiated in zxbcdt; a recompute on
     detached inputs gave None there, silently); through the scan's backward a second derivative is refused,
     with either."""
     res = {}
     for rc in (False, True):
-        ins, kw = _small_layer_inputs(59)
+        ins, kw = _small_layer_inputs(59, device=device)
         w = kw["rmsnorm_weight"].requires_grad_()
         out = st.mamba_split_conv1d_scan_combined(*ins, recompute=rc, **kw)
         gx, gw = torch.autograd.grad(out.square().sum(), [ins[0], w], create_graph=True)
