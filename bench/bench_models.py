@@ -1185,17 +1185,16 @@ class HybridBackend:
                     integ._m2_split_conv1d_scan(self.orig["mamba2_split_conv1d_scan_combined"], False)
                     if self.name != "selscan-ssd-unfused" else lambda *a, **k: None)  # None: the unfused path
             if self.name == "selscan-ssd-v2":  # the layer before SSD-torch-v3
-                from bench_ssd import layer_by_checkpoint, norm_passes
-                self.before = contextlib.ExitStack()
-                self.before.enter_context(layer_by_checkpoint())
-                self.before.enter_context(norm_passes())
+                from bench_ssd import layer_before_v3
+                self.before = layer_before_v3()
+                self.before.__enter__()
         return self
 
     def __exit__(self, *exc):
         if self.name in SELSCAN_HY:
             selscan_integrations().use_in_transformers(False)
         if self.name == "selscan-ssd-v2":
-            self.before.close()
+            self.before.__exit__(None, None, None)
         self.restore()
         return False
 

@@ -163,8 +163,8 @@ def profile_case(L, a, shape="130m", top=16, of="scan"):
 def layer_by_checkpoint():
     """mamba_split_conv1d_scan_combined's recompute as it was before its own autograd Function (bench/NOTES.md
     SSD-torch-v3): torch.utils.checkpoint, non-reentrant, over the whole layer, with a selective policy
-    keeping the scan's forward (SSD-torch-v2, 05d6615). Held through the forward (the checkpoint's closure runs the backward's recompute). bench_models'
-    selscan-ssd-v2 backend uses it (with the norm as separate ops)."""
+    keeping the scan's forward (SSD-torch-v2, 05d6615). Held through the forward (the checkpoint's closure runs
+    the backward's recompute)."""
     import types
     import torch.utils.checkpoint as cp
     import selscan_torch.ssd as ssd
@@ -212,6 +212,14 @@ def norm_passes():
         ssd._gated_rms_norm = own
 
 
+@contextlib.contextmanager
+def layer_before_v3():
+    """The layer as it was before SSD-torch-v3 while held (its recompute by torch's selective checkpoint, the
+    norm as separate ops), rebuilt over the library's layer code: bench_models' selscan-ssd-v2 too."""
+    with layer_by_checkpoint(), norm_passes():
+        yield
+
+
 def layer_backends(L, a, shape="130m"):
     """(backends, run) as scan_backends' for mamba_split_conv1d_scan_combined (conv + scan + gated norm +
     out_proj, Mamba-2's layer after in_proj) at a layer shape: selscan's with recompute False / True (the
@@ -244,17 +252,12 @@ def layer_backends(L, a, shape="130m"):
                     torch.autograd.grad(out, leaves, dy)
         return go
 
-    @contextlib.contextmanager
-    def before_v3():
-        with layer_by_checkpoint(), norm_passes():
-            yield
-
     layer = st.mamba_split_conv1d_scan_combined
     backends = {"selscan, recompute=False": lambda *a_, **k: layer(*a_, **k, recompute=False),
                 "selscan, recompute (scan's out kept)": layer,
                 "selscan, recompute by torch's selective checkpoint (scan's out kept)": (layer, layer_by_checkpoint),
                 "selscan, recompute, the norm as separate ops": (layer, norm_passes),
-                "selscan before SSD-torch-v3 (both)": (layer, before_v3)}
+                "selscan before SSD-torch-v3 (both)": (layer, layer_before_v3)}
     if dev.type == "cuda":
         try:
             from mamba_ssm.ops.triton.ssd_combined import mamba_split_conv1d_scan_combined as peer

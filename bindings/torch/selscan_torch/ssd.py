@@ -237,6 +237,11 @@ def _args(x, dt, A, B, C, D, z, dt_bias, initial_states, seq_idx, cu_seqlens):
     return args
 
 
+def _op_tensors(a, initial_states, seq_idx, cu_seqlens):
+    """The ops' 11 tensor operands (x .. cu_seqlens) from _args' dict, with the packing as the caller settled it."""
+    return (a["x"], a["dt"], a["A"], a["B"], a["C"], a["D"], a["z"], a["dt_bias"], initial_states, seq_idx, cu_seqlens)
+
+
 def mamba_chunk_scan_combined(x, dt, A, B, C, chunk_size=None, D=None, z=None, dt_bias=None, initial_states=None,
                               seq_idx=None, cu_seqlens=None, dt_softplus=False, dt_limit=(0.0, float("inf")),
                               return_final_states=False, return_varlen_states=False):
@@ -274,7 +279,7 @@ def mamba_chunk_scan_combined(x, dt, A, B, C, chunk_size=None, D=None, z=None, d
                 and cu_seqlens.shape[0] > 2 and x.dim() == 4 and a["B"].dim() == 4 \
                 and tuple(init.shape[1:]) == (x.shape[2], x.shape[3], a["B"].shape[3]):
             init = _first_row_only(init, cu_seqlens.shape[0] - 1)  # mamba_ssm's (1, ...) initial_states
-    args = (a["x"], a["dt"], a["A"], a["B"], a["C"], a["D"], a["z"], a["dt_bias"], init, seq_idx, cu_seqlens)
+    args = _op_tensors(a, init, seq_idx, cu_seqlens)
     want = bool(return_final_states or return_varlen_states)
     out, fin = ssd_fwd_call(*args, bool(dt_softplus), lo, hi, want)
     # (a meta seq_idx has no values to compare: the fake kernels check what meta tensors show)
@@ -297,11 +302,20 @@ def mamba_chunk_scan_combined(x, dt, A, B, C, chunk_size=None, D=None, z=None, d
     return (out, final) if return_final_states else (out, fin)
 
 
-def _autocast_off(device_type):
-    """Autocast off on device_type where it has autocast (meta tensors: none, nothing to turn off)."""
-    if torch.amp.is_autocast_available(device_type):
-        return torch.autocast(device_type, enabled=False)
-    return contextlib.nullcontext()
+def _autocast_state(device_type):
+    """(enabled, dtype) of autocast on device_type; (False, None) where the device has none (meta tensors)."""
+    if not torch.amp.is_autocast_available(device_type):
+        return False, None
+    return torch.is_autocast_enabled(device_type), torch.get_autocast_dtype(device_type)
+
+
+def _autocast(device_type, enabled=False, dtype=None):
+    """torch.autocast on device_type as given (default: off), its cache off (a null context where the device
+    has no autocast). The cache: _Layer's backward casts new leaves each call, which a cache would keep for as
+    long as an enclosing autocast region lasts (a backward inside one: a copy of each weight a step)."""
+    if not torch.amp.is_autocast_available(device_type):
+        return contextlib.nullcontext()
+    return torch.autocast(device_type, dtype=dtype, enabled=enabled, cache_enabled=False)
 
 
 def _gated_rms_norm(y, z, weight, eps, group_size, norm_before_gate):
@@ -309,7 +323,7 @@ def _gated_rms_norm(y, z, weight, eps, group_size, norm_before_gate):
     silu(z) (norm_before_gate) or norm(y * silu(z)) * w; out in y's dtype. The RMS through torch's rms_norm
     (one fused kernel each way on CUDA, where the sum of squares, rsqrt and scaling as separate ops were
     five passes: bench/NOTES.md SSD-torch-v3), autocast off around the float32 math."""
-    with _autocast_off(y.device.type):
+    with _autocast(y.device.type):
         yf, zf = y.float(), z.float()
         if not norm_before_gate:
             yf = yf * torch.nn.functional.silu(zf)
@@ -420,8 +434,7 @@ def mamba_split_conv1d_scan_combined(zxbcdt, conv1d_weight, conv1d_bias, dt_bias
         _checks._value(outproj_bias is None or tuple(outproj_bias.shape) == (outproj_weight.shape[0],),
                        "outproj_bias must have shape (", outproj_weight.shape[0], ",) (outproj_weight's rows), got ",
                        None if outproj_bias is None else tuple(outproj_bias.shape), " (argument 'outproj_bias')")
-        if not (torch.amp.is_autocast_available(zxbcdt.device.type)  # (meta tensors: no autocast)
-                and torch.is_autocast_enabled(zxbcdt.device.type)):  # autocast casts both for the product
+        if not _autocast_state(zxbcdt.device.type)[0]:  # autocast casts both for the product
             for name, t in (("outproj_weight", outproj_weight), ("outproj_bias", outproj_bias)):
                 _checks._type(t is None or t.dtype == zxbcdt.dtype, name, " must have zxbcdt's dtype ",
                               zxbcdt.dtype, " (the product's), got ", None if t is None else t.dtype,
@@ -478,8 +491,7 @@ def _split_conv1d_scan_layer(zxbcdt, conv1d_weight, conv1d_bias, dt_bias, A, D, 
     a = _args(x, dt, A, B, C, D, z.unflatten(-1, (nheads, headdim)) if gate_in_scan else None,
               dt_bias, initial_states, seq_idx, None)
     lo, hi = _dt_bounds(dt_limit)
-    sargs = (a["x"], a["dt"], a["A"], a["B"], a["C"], a["D"], a["z"], a["dt_bias"], a["initial_states"], a["seq_idx"],
-             None)
+    sargs = _op_tensors(a, a["initial_states"], a["seq_idx"], None)
     scan = ssd_fwd_call(*sargs, True, lo, hi, want_final) if kept is None else _KeptScan.apply(*kept, *sargs, True,
                                                                                                   lo, hi)
     y = scan[0].flatten(-2)
@@ -502,8 +514,7 @@ class _Layer(torch.autograd.Function):
     @staticmethod
     def forward(ctx, shape, opts, *args):
         dev = args[0].device.type  # the backward runs where autocast is off: the forward's state goes with it
-        ctx.amp = (dev, torch.is_autocast_enabled(dev), torch.get_autocast_dtype(dev)) \
-            if torch.amp.is_autocast_available(dev) else None
+        ctx.amp = (dev, *_autocast_state(dev))
         (out, final), scan = _split_conv1d_scan_layer(*args, shape, opts)
         ctx.save_for_backward(*args, *scan)
         ctx.shape, ctx.opts = shape, opts
@@ -528,7 +539,7 @@ class _Layer(torch.autograd.Function):
         # leaves, the graph local to this backward. Either way each place its own tensor: one passed as several
         # arguments gets each place's part there (the grad of the input itself would come back whole at each)
         create_graph = torch.is_grad_enabled()
-        with _autocast_as(ctx.amp):
+        with _autocast(*ctx.amp):
             with torch.enable_grad():
                 leaves = [(t.view_as(t) if create_graph else t.detach().requires_grad_()) if n else t
                           for t, n in zip(args, needs)]
@@ -549,12 +560,3 @@ _LAYER_TENSORS = ("zxbcdt", "conv1d_weight", "conv1d_bias", "dt_bias", "A", "D",
 _STATE_INPUTS = tuple(_LAYER_TENSORS.index(n) for n in ("zxbcdt", "conv1d_weight", "conv1d_bias", "dt_bias", "A", "D",
                                                          "initial_states"))
 
-
-def _autocast_as(amp):
-    """The forward's autocast state (device type, enabled, dtype; None: the device has no autocast) for the
-    backward's recompute, its cache off: each backward casts new leaves, which a cache kept for as long as
-    an enclosing autocast region lasts (a backward inside one: a copy of each weight a step)."""
-    if amp is None:
-        return contextlib.nullcontext()
-    dev, enabled, dtype = amp
-    return torch.autocast(dev, dtype=dtype, enabled=enabled, cache_enabled=False)
