@@ -5875,14 +5875,14 @@ static __device__ __forceinline__ float ssd_dot4(float4 a, float4 b, float acc) 
    (row stride rs; 0 where s >= tn or c0 + col >= lim), every load of a thread issued before its stores (one global
    latency a block, not one a load); bad |= a value that is not finite. stage8: by 8-element vectors (rows
    contiguous and aligned: ssd_vectors; lim - c0 a multiple of 8), stage1: element by element, 8 in flight */
-template <typename T, int COLS, int NT = kCkThreads>
+template <typename T, int COLS>
 static __device__ __forceinline__ void ssd_ck_stage8(float *dst, int rs, const ct &src, int64_t b, int64_t t0, int64_t j, int64_t c0, int64_t lim, int tn,
                                                      bool &bad) {
-    constexpr int NV = kCkQ * COLS / 8 / NT, RV = COLS / 8;
+    constexpr int NV = kCkQ * COLS / 8 / kCkThreads, RV = COLS / 8;
     float v[NV][8];
 #pragma unroll
     for (int u = 0; u < NV; u++) {
-        const int i = threadIdx.x + u * NT, s = i / RV, cl = (i - s * RV) * 8;
+        const int i = threadIdx.x + u * kCkThreads, s = i / RV, cl = (i - s * RV) * 8;
         if (s < tn && c0 + cl < lim) ld_vec<T, 8>(src.p, ssd_at4(src, b, t0 + s, j, c0 + cl), v[u]);
         else
 #pragma unroll
@@ -5890,25 +5890,25 @@ static __device__ __forceinline__ void ssd_ck_stage8(float *dst, int rs, const c
     }
 #pragma unroll
     for (int u = 0; u < NV; u++) {
-        const int i = threadIdx.x + u * NT, s = i / RV, cl = (i - s * RV) * 8;
+        const int i = threadIdx.x + u * kCkThreads, s = i / RV, cl = (i - s * RV) * 8;
 #pragma unroll
         for (int e = 0; e < 8; e++) bad = bad || !isfinite(v[u][e]);
         ssd_st8(dst + s * rs + cl, v[u]);
     }
 }
-template <typename T, int COLS, int NT = kCkThreads>
+template <typename T, int COLS>
 static __device__ __forceinline__ void ssd_ck_stage1(float *dst, int rs, const ct &src, int64_t b, int64_t t0, int64_t j, int64_t c0, int64_t lim, int tn,
                                                      bool &bad) {
-    for (int i0 = 0; i0 < kCkQ * COLS; i0 += 8 * NT) {
+    for (int i0 = 0; i0 < kCkQ * COLS; i0 += 8 * kCkThreads) {
         float v[8];
 #pragma unroll
         for (int u = 0; u < 8; u++) {
-            const int i = i0 + threadIdx.x + u * NT, s = i / COLS, cl = i - s * COLS;
+            const int i = i0 + threadIdx.x + u * kCkThreads, s = i / COLS, cl = i - s * COLS;
             v[u] = s < tn && c0 + cl < lim ? ld<T>(src.p, ssd_at4(src, b, t0 + s, j, c0 + cl)) : 0.0f;
         }
 #pragma unroll
         for (int u = 0; u < 8; u++) {
-            const int i = i0 + threadIdx.x + u * NT, s = i / COLS, cl = i - s * COLS;
+            const int i = i0 + threadIdx.x + u * kCkThreads, s = i / COLS, cl = i - s * COLS;
             bad = bad || !isfinite(v[u]);
             dst[s * rs + cl] = v[u];
         }
@@ -6392,7 +6392,7 @@ static __host__ __device__ constexpr ssd_ckb_smem ssd_ckb_layout(int NB, bool lo
    din = exp(csd(t)), ex = exp(csd(Q-1) - csd(s)), wsuf = ex dt, misc[0] = exp(csd(Q-1)). Answers
    (every thread) whether a value is not finite or an a > 0. zt must not overlap x, dy or B (C is
    staged after the gate and may take zt's place). */
-template <typename T, int NB, int NT>
+template <typename T, int NB>
 static __device__ bool ssd_ckb_stage(const ssd_params &P, float *sm, const ssd_ckb_smem &m, float *zt, int64_t b, int64_t h, int64_t t0, int64_t p0,
                                      int tn) {
     constexpr int Q = kCkQ, NP = 64 * NB;
@@ -6414,27 +6414,27 @@ static __device__ bool ssd_ckb_stage(const ssd_params &P, float *sm, const ssd_c
         bad = !isfinite(d) || !isfinite(sa[tid]) || sa[tid] > 0.0f;
     }
     if (P.vx) {
-        ssd_ck_stage8<T, kCkPT, NT>(xs, m.XS, P.x, b, t0, h, p0, P.P, tn, bad);
-        ssd_ck_stage8<T, kCkPT, NT>(dys, m.XS, P.dy, b, t0, h, p0, P.P, tn, bad);
-        if (P.z.p) ssd_ck_stage8<T, kCkPT, NT>(zt, m.XS, P.z, b, t0, h, p0, P.P, tn, bad);
+        ssd_ck_stage8<T, kCkPT>(xs, m.XS, P.x, b, t0, h, p0, P.P, tn, bad);
+        ssd_ck_stage8<T, kCkPT>(dys, m.XS, P.dy, b, t0, h, p0, P.P, tn, bad);
+        if (P.z.p) ssd_ck_stage8<T, kCkPT>(zt, m.XS, P.z, b, t0, h, p0, P.P, tn, bad);
     } else {
-        ssd_ck_stage1<T, kCkPT, NT>(xs, m.XS, P.x, b, t0, h, p0, P.P, tn, bad);
-        ssd_ck_stage1<T, kCkPT, NT>(dys, m.XS, P.dy, b, t0, h, p0, P.P, tn, bad);
-        if (P.z.p) ssd_ck_stage1<T, kCkPT, NT>(zt, m.XS, P.z, b, t0, h, p0, P.P, tn, bad);
+        ssd_ck_stage1<T, kCkPT>(xs, m.XS, P.x, b, t0, h, p0, P.P, tn, bad);
+        ssd_ck_stage1<T, kCkPT>(dys, m.XS, P.dy, b, t0, h, p0, P.P, tn, bad);
+        if (P.z.p) ssd_ck_stage1<T, kCkPT>(zt, m.XS, P.z, b, t0, h, p0, P.P, tn, bad);
     }
-    if (P.vbc) ssd_ck_stage8<T, NP, NT>(Bs, m.BS, P.B, b, t0, g, 0, P.N, tn, bad);
-    else ssd_ck_stage1<T, NP, NT>(Bs, m.BS, P.B, b, t0, g, 0, P.N, tn, bad);
+    if (P.vbc) ssd_ck_stage8<T, NP>(Bs, m.BS, P.B, b, t0, g, 0, P.N, tn, bad);
+    else ssd_ck_stage1<T, NP>(Bs, m.BS, P.B, b, t0, g, 0, P.N, tn, bad);
     __syncthreads();
     if (P.z.p)
-        for (int i = tid; i < Q * kCkPT; i += NT) {
+        for (int i = tid; i < Q * kCkPT; i += kCkThreads) {
             const int s = i / kCkPT, pl = i - s * kCkPT;
             const float zv = zt[s * m.XS + pl];
             dys[s * m.XS + pl] *= zv * ssd_sigmoid(zv);
             bad = bad || !isfinite(dys[s * m.XS + pl]);
         }
     __syncthreads(); /* zt's readers are done */
-    if (P.vbc) ssd_ck_stage8<T, NP, NT>(Cs, m.BS, P.C, b, t0, g, 0, P.N, tn, bad);
-    else ssd_ck_stage1<T, NP, NT>(Cs, m.BS, P.C, b, t0, g, 0, P.N, tn, bad);
+    if (P.vbc) ssd_ck_stage8<T, NP>(Cs, m.BS, P.C, b, t0, g, 0, P.N, tn, bad);
+    else ssd_ck_stage1<T, NP>(Cs, m.BS, P.C, b, t0, g, 0, P.N, tn, bad);
     if (tid < 32) ssd_ck_prefix(sa, csd, tid);
     __syncthreads();
     if (tid < Q) {
@@ -6448,30 +6448,29 @@ static __device__ bool ssd_ckb_stage(const ssd_params &P, float *sm, const ssd_c
     return __syncthreads_or(bad);
 }
 
-/* acc[e][f] (row hi + RG e, RG = 64 / ER the block's row groups of 16 lanes, column ssd_ckb_col<BM>(f, lo)) += sum_{k0 <= k < k1} rs(row) A(row, k)
+/* acc[e][f] (row hi + 16 e, column ssd_ckb_col<BM>(f, lo)) += sum_{k0 <= k < k1} rs(row) A(row, k)
    B(column, k): A stored [row][k] (AK false: float4 along k) or [k][row] (AK); B stored [column][k] (BM 0:
    float4 along k, columns lo + 16 f) or [k][column] (BM 1: a word a load, columns lo + 16 f; BM 2: float4
    along the columns, columns 64 (f / 4) + 4 lo + f % 4); rs each row's factor (NULL: 1); k0, k1 multiples
-   of 4; TRI: the cells whose column block can hold a column <= the row alone (16 f < RG (e + 1)). A warp's loads: two addresses (A); 16 consecutive words, or 16
+   of 4; TRI: the cells f <= e alone. A warp's loads: two addresses (A); 16 consecutive words, or 16
    float4 rows 4 banks apart, or 256 consecutive bytes (B). */
 template <int BM> static __device__ __forceinline__ int ssd_ckb_col(int f, int lo) { return BM == 2 ? 64 * (f >> 2) + 4 * lo + (f & 3) : lo + 16 * f; }
-template <int NF, bool AK, int BM, bool TRI, typename V, int ER>
-static __device__ __forceinline__ void ssd_ckb_mm(V (&acc)[ER][NF], const float *A, int lda, const float *Bm, int ldb, int k0, int k1, int hi, int lo,
+template <int NF, bool AK, int BM, bool TRI, typename V>
+static __device__ __forceinline__ void ssd_ckb_mm(V (&acc)[4][NF], const float *A, int lda, const float *Bm, int ldb, int k0, int k1, int hi, int lo,
                                                   const float *rs) {
     static_assert(BM != 2 || NF % 4 == 0, "float4 columns: four a group");
-    constexpr int RG = 64 / ER;
-    float r[ER];
+    float r[4];
 #pragma unroll
-    for (int e = 0; e < ER; e++) r[e] = rs ? rs[hi + RG * e] : 1.0f;
+    for (int e = 0; e < 4; e++) r[e] = rs ? rs[hi + 16 * e] : 1.0f;
     for (int k = k0; k < k1; k += 4) {
-        float a[ER][4], bq[NF][4];
+        float a[4][4], bq[NF][4];
 #pragma unroll
-        for (int e = 0; e < ER; e++) {
+        for (int e = 0; e < 4; e++) {
             if constexpr (AK) {
 #pragma unroll
-                for (int kk = 0; kk < 4; kk++) a[e][kk] = A[(k + kk) * lda + hi + RG * e];
+                for (int kk = 0; kk < 4; kk++) a[e][kk] = A[(k + kk) * lda + hi + 16 * e];
             } else {
-                const float4 v = *reinterpret_cast<const float4 *>(A + (hi + RG * e) * lda + k);
+                const float4 v = *reinterpret_cast<const float4 *>(A + (hi + 16 * e) * lda + k);
                 a[e][0] = v.x; a[e][1] = v.y; a[e][2] = v.z; a[e][3] = v.w;
             }
             if (rs)
@@ -6499,10 +6498,10 @@ static __device__ __forceinline__ void ssd_ckb_mm(V (&acc)[ER][NF], const float 
             }
         }
 #pragma unroll
-        for (int e = 0; e < ER; e++)
+        for (int e = 0; e < 4; e++)
 #pragma unroll
             for (int f = 0; f < NF; f++) {
-                if (TRI && 16 * f >= RG * (e + 1)) continue;
+                if (TRI && f > e) continue;
 #pragma unroll
                 for (int kk = 0; kk < 4; kk++) acc[e][f] = ssd_fma(static_cast<V>(a[e][kk]), static_cast<V>(bq[f][kk]), acc[e][f]);
             }
@@ -6537,7 +6536,7 @@ template <typename T, int NB> static __global__ void __launch_bounds__(kCkThread
     constexpr int XS = m.XS, BS = m.BS;
     const ssd_ckb_at k(P, blockIdx.x);
     const int tid = threadIdx.x, hi = tid >> 4, lo = tid & 15;
-    if (ssd_ckb_stage<T, NB, kCkThreads>(P, sm, m, sm + m.C, k.b, k.h, k.t0, k.p0, k.tn)) {
+    if (ssd_ckb_stage<T, NB>(P, sm, m, sm + m.C, k.b, k.h, k.t0, k.p0, k.tn)) {
         if (tid == 0) *P.ckb_flag = 1; /* the walks take the call */
         return;
     }
@@ -6627,12 +6626,11 @@ static __global__ void __launch_bounds__(256) ssd_ckb_pass_kernel(const ssd_para
 }
 
 /* the gradients of a chunk (DESIGN above); returns at once where the flag is up */
-template <typename T, int NB, int NT> static __global__ void __launch_bounds__(NT, 1) ssd_ckb_kernel(const ssd_params P) {
+template <typename T, int NB> static __global__ void __launch_bounds__(kCkThreads, 1) ssd_ckb_kernel(const ssd_params P) {
     extern __shared__ __align__(128) float4 ssd_ckg_sm4[];
     if (*static_cast<volatile const int *>(P.ckb_flag)) return;
     float *const sm = reinterpret_cast<float *>(ssd_ckg_sm4);
-    constexpr int Q = kCkQ, NP = 64 * NB, NF = 4 * NB, RG = NT / 16, ER = 64 / RG; /* a thread's rows: hi + RG e, e < ER */
-    static_assert(NT == 256 || NT == 512, "row groups of 16 lanes: 16 or 32 (ssd_block_sum's red holds 16 warps)");
+    constexpr int Q = kCkQ, NP = 64 * NB, NF = 4 * NB;
     constexpr ssd_ckb_smem m = ssd_ckb_layout(NB, false);
     constexpr int XS = m.XS, BS = m.BS, PS = m.PS;
     const ssd_ckb_at k(P, blockIdx.x);
@@ -6644,22 +6642,22 @@ template <typename T, int NB, int NT> static __global__ void __launch_bounds__(N
     double *const dd = reinterpret_cast<double *>(sm + m.dbl);
     double *const csd = dd, *const xdp = dd + Q, *const colM = dd + 2 * Q, *const rowM = dd + 3 * Q, *const gpair = dd + 4 * Q;
     double *const rho = dd + 5 * Q, *const tau = dd + 6 * Q, *const red = dd + 7 * Q;
-    ssd_ckb_stage<T, NB, NT>(P, sm, m, Vs, k.b, k.h, k.t0, k.p0, k.tn); /* (the local-state kernel saw the same values) */
+    ssd_ckb_stage<T, NB>(P, sm, m, Vs, k.b, k.h, k.t0, k.p0, k.tn); /* (the local-state kernel saw the same values) */
 
-    /* C B^T and dy0 x^T in double (t = hi + RG e, s = lo + 16 f); W, V and the pair matrix's products */
+    /* C B^T and dy0 x^T in double (t = hi + 16 e, s = lo + 16 f); W, V and the pair matrix's products */
     {
-        double cb[ER][4], dx[ER][4];
+        double cb[4][4], dx[4][4];
 #pragma unroll
-        for (int e = 0; e < ER; e++)
+        for (int e = 0; e < 4; e++)
 #pragma unroll
             for (int f = 0; f < 4; f++) cb[e][f] = dx[e][f] = 0.0;
         ssd_ckb_mm<4, false, 0, true>(cb, Cs, BS, Bs, BS, 0, NP, hi, lo, NULL);
         ssd_ckb_mm<4, false, 0, true>(dx, dys, XS, xs, XS, 0, kCkPT, hi, lo, NULL);
 #pragma unroll
-        for (int e = 0; e < ER; e++)
+        for (int e = 0; e < 4; e++)
 #pragma unroll
             for (int f = 0; f < 4; f++) {
-                const int t = hi + RG * e, s = lo + 16 * f;
+                const int t = hi + 16 * e, s = lo + 16 * f;
                 float w = 0.0f, v = 0.0f;
                 double p2 = 0.0;
                 if (s <= t) {
@@ -6699,7 +6697,7 @@ template <typename T, int NB, int NT> static __global__ void __launch_bounds__(N
     }
     {
         const float *src = P.ckb_S + (k.chain * P.ckb_nch + k.c) * (64 * NP);
-        for (int i = 4 * tid; i < 64 * NP; i += 4 * NT) {
+        for (int i = 4 * tid; i < 64 * NP; i += 4 * kCkThreads) {
             const int pl = i / NP, n = i - pl * NP;
             *reinterpret_cast<float4 *>(Ss + pl * BS + n) = __ldcg(reinterpret_cast<const float4 *>(src + i));
         }
@@ -6707,9 +6705,9 @@ template <typename T, int NB, int NT> static __global__ void __launch_bounds__(N
     __syncthreads();
     /* dC = exp(a(0..t)) dy0 Sin; Ys = exp(a(0..t)) C Sin^T, rho(t) = dy0(t) . Ys(t); y0 = Ys + W x (dz);
        dx = W^T dy0; dC += V B; dB = V^T C */
-    float dC[ER][NF], dB[ER][NF], dX[ER][4], y0[ER][4];
+    float dC[4][NF], dB[4][NF], dX[4][4], y0[4][4];
 #pragma unroll
-    for (int e = 0; e < ER; e++) {
+    for (int e = 0; e < 4; e++) {
 #pragma unroll
         for (int f = 0; f < NF; f++) dC[e][f] = dB[e][f] = 0.0f;
 #pragma unroll
@@ -6718,12 +6716,12 @@ template <typename T, int NB, int NT> static __global__ void __launch_bounds__(N
     ssd_ckb_mm<NF, false, 2, false>(dC, dys, XS, Ss, BS, 0, kCkPT, hi, lo, din);
     ssd_ckb_mm<4, false, 0, false>(y0, Cs, BS, Ss, BS, 0, NP, hi, lo, din);
 #pragma unroll
-    for (int e = 0; e < ER; e++) {
+    for (int e = 0; e < 4; e++) {
         double r = 0.0;
 #pragma unroll
-        for (int f = 0; f < 4; f++) r = fma(static_cast<double>(dys[(hi + RG * e) * XS + lo + 16 * f]), static_cast<double>(y0[e][f]), r);
+        for (int f = 0; f < 4; f++) r = fma(static_cast<double>(dys[(hi + 16 * e) * XS + lo + 16 * f]), static_cast<double>(y0[e][f]), r);
         r = ssd_ckb_sum16(r);
-        if (lo == 0) rho[hi + RG * e] = r;
+        if (lo == 0) rho[hi + 16 * e] = r;
     }
     if (P.dz.p) ssd_ckb_mm<4, false, 1, false>(y0, Ws, XS, xs, XS, 0, Q, hi, lo, NULL);
     ssd_ckb_mm<4, true, 2, false>(dX, Ws, XS, dys, XS, 0, Q, hi, lo, NULL);
@@ -6731,13 +6729,13 @@ template <typename T, int NB, int NT> static __global__ void __launch_bounds__(N
     ssd_ckb_mm<NF, true, 2, false>(dB, Vs, XS, Cs, BS, 0, Q, hi, lo, NULL);
     /* the leaving state's gradient Go: <Go, Sin>, then Go in Sin's place */
     {
-        constexpr int PER = 64 * NP / (4 * NT);
+        constexpr int PER = 64 * NP / (4 * kCkThreads);
         const float *src = P.ckb_G + (k.chain * P.ckb_nch + k.c) * (64 * NP);
         float4 gv[PER];
         double gs = 0.0;
 #pragma unroll
         for (int u = 0; u < PER; u++) {
-            const int i = 4 * (tid + u * NT), pl = i / NP, n = i - pl * NP;
+            const int i = 4 * (tid + u * kCkThreads), pl = i / NP, n = i - pl * NP;
             gv[u] = __ldcg(reinterpret_cast<const float4 *>(src + i));
             const float4 s = *reinterpret_cast<const float4 *>(Ss + pl * BS + n);
             gs = fma(static_cast<double>(gv[u].x), static_cast<double>(s.x), gs);
@@ -6749,22 +6747,22 @@ template <typename T, int NB, int NT> static __global__ void __launch_bounds__(N
         if (tid == 0) red[8] = gs;
 #pragma unroll
         for (int u = 0; u < PER; u++) {
-            const int i = 4 * (tid + u * NT), pl = i / NP, n = i - pl * NP;
+            const int i = 4 * (tid + u * kCkThreads), pl = i / NP, n = i - pl * NP;
             *reinterpret_cast<float4 *>(Ss + pl * BS + n) = gv[u];
         }
     }
     __syncthreads();
     /* w(s) B Go^T (dx's, through W's place), tau(s) = ex(s) x(s) . (B Go^T)(s); dB += w(s) x^T Go */
     {
-        float xg[ER][4];
+        float xg[4][4];
 #pragma unroll
-        for (int e = 0; e < ER; e++)
+        for (int e = 0; e < 4; e++)
 #pragma unroll
             for (int f = 0; f < 4; f++) xg[e][f] = 0.0f;
         ssd_ckb_mm<4, false, 0, false>(xg, Bs, BS, Ss, BS, 0, NP, hi, lo, NULL);
 #pragma unroll
-        for (int e = 0; e < ER; e++) {
-            const int s = hi + RG * e;
+        for (int e = 0; e < 4; e++) {
+            const int s = hi + 16 * e;
             double r = 0.0;
 #pragma unroll
             for (int f = 0; f < 4; f++) {
@@ -6791,23 +6789,23 @@ template <typename T, int NB, int NT> static __global__ void __launch_bounds__(N
        16 f), the dB / dC partials (float4 where the rows allow), dD's */
     if (P.dx.p) {
 #pragma unroll
-        for (int e = 0; e < ER; e++)
+        for (int e = 0; e < 4; e++)
 #pragma unroll
             for (int f = 0; f < 4; f++) {
-                const int s = hi + RG * e, pl = ssd_ckb_col<2>(f, lo);
+                const int s = hi + 16 * e, pl = ssd_ckb_col<2>(f, lo);
                 Ws[s * XS + pl] = fmaf(ssd_Dv(P, k.h, k.p0 + pl), dys[s * XS + pl], dX[e][f] + Ws[s * XS + pl]);
             }
         __syncthreads();
-        for (int i = tid; i < Q * kCkPT; i += NT) {
+        for (int i = tid; i < Q * kCkPT; i += kCkThreads) {
             const int s = i / kCkPT, pl = i - s * kCkPT;
             if (s < k.tn && k.p0 + pl < P.P) st<T>(P.dx.p, ssd_at4(P.dx, k.b, k.t0 + s, k.h, k.p0 + pl), Ws[s * XS + pl]);
         }
     }
 #pragma unroll
-    for (int e = 0; e < ER; e++)
+    for (int e = 0; e < 4; e++)
 #pragma unroll
         for (int f = 0; f < 4; f++) {
-            const int s = hi + RG * e, pl = lo + 16 * f;
+            const int s = hi + 16 * e, pl = lo + 16 * f;
             const int64_t t = k.t0 + s, p = k.p0 + pl;
             if (s >= k.tn || p >= P.P) continue;
             const float Dv = ssd_Dv(P, k.h, p);
@@ -6819,10 +6817,10 @@ template <typename T, int NB, int NT> static __global__ void __launch_bounds__(N
         }
     const bool v4 = P.N % 4 == 0;
 #pragma unroll
-    for (int e = 0; e < ER; e++)
+    for (int e = 0; e < 4; e++)
 #pragma unroll
         for (int j = 0; j < NB; j++) {
-            const int s = hi + RG * e, n = 64 * j + 4 * lo;
+            const int s = hi + 16 * e, n = 64 * j + 4 * lo;
             if (s >= k.tn || n >= P.N) continue;
             const int64_t o = (((k.b * P.L + k.t0 + s) * P.H + k.h) * P.npsl + k.tile) * P.N + n;
             if (v4) {
@@ -6930,10 +6928,6 @@ static bool ssd_ck_shape(const selscan__sprob &q, ssd_ck_plan &k) {
    slices the chunks' tiles (the partials' layout the reductions read); ssd_ckb_fits: the device's shared
    memory */
 static int ssd_ckb_mode = 1;
-/* The chunks' gradient kernel's block: 512 threads (the default: bench/NOTES.md SSD-CUDA-v13) or 256 (the
-   tests and bench_ssd_forms run both). Each deterministic; they differ in one sum's order (<Gout, Sin>, a
-   block sum over the threads' shares), so in the last bits of the decay's gradients */
-static int ssd_ckb_threads = 512;
 static bool ssd_ckb_shape(const selscan__sprob &q, const ssd_plan &pl, ssd_ck_plan &k) {
     /* (the pass kernel's grid: 8 NB blocks a chain) */
     return ssd_ckb_mode != 0 && ssd_ck_shape(q, k) && pl.npsl == k.ntile && k.nchain <= kMaxGrid / (8 * k.NB);
@@ -7170,16 +7164,13 @@ static selscan_status ssd_backward(const selscan_ssd_problem *p, const selscan_s
         if (P.ckb_flag) { /* the chunks (>>ssd-chunk-bwd), then the walks, which return at once unless the flag is up */
             auto go = [&](auto nb) {
                 constexpr int NB = decltype(nb)::value;
-                static volatile int d1[64], d2[64], d4[64];
+                static volatile int d1[64], d2[64];
                 const int s1 = 4 * ssd_ckb_layout(NB, true).total, s2 = 4 * ssd_ckb_layout(NB, false).total;
-                const bool wide = ssd_ckb_threads != 256;
-                const void *gk = wide ? reinterpret_cast<const void *>(ssd_ckb_kernel<T, NB, 512>) : reinterpret_cast<const void *>(ssd_ckb_kernel<T, NB, 256>);
                 if ((e = allow_smem(reinterpret_cast<const void *>(ssd_ckb_loc_kernel<T, NB>), s1, d1)) != cudaSuccess) return;
-                if ((e = allow_smem(gk, s2, wide ? d4 : d2)) != cudaSuccess) return;
+                if ((e = allow_smem(reinterpret_cast<const void *>(ssd_ckb_kernel<T, NB>), s2, d2)) != cudaSuccess) return;
                 ssd_ckb_loc_kernel<T, NB><<<static_cast<unsigned>(ck.grid), kCkThreads, s1, stream>>>(P);
                 ssd_ckb_pass_kernel<<<nblocks(2 * ck.nchain * 16 * 64 * NB, 256), 256, 0, stream>>>(P, 64 * NB);
-                if (wide) ssd_ckb_kernel<T, NB, 512><<<static_cast<unsigned>(ck.grid), 512, s2, stream>>>(P);
-                else ssd_ckb_kernel<T, NB, 256><<<static_cast<unsigned>(ck.grid), 256, s2, stream>>>(P);
+                ssd_ckb_kernel<T, NB><<<static_cast<unsigned>(ck.grid), kCkThreads, s2, stream>>>(P);
             };
             if (ck.NB == 1) go(std::integral_constant<int, 1>());
             else go(std::integral_constant<int, 2>());

@@ -8,8 +8,7 @@
  * chunks (mode 1) and of mode 3 against the walk's (largest difference over the largest |y|). The
  * chunks' workspace comes from a buffer allocated once (the allocator hands it out): no allocation
  * is timed. Then the backward (every gradient but dz and dinitial_state) on the walks and in chunks
- * (selscan_cuda.cuh >>ssd-chunk-bwd; its gradient kernel with 512 threads a block, the default, and with
- * 256), timed the same way, and the chunks' gradients against the walks'.
+ * (selscan_cuda.cuh >>ssd-chunk-bwd), timed the same way, and the chunks' gradients against the walks'.
  *
  * Usage: make build/bench_ssd_forms && ./build/bench_ssd_forms [f32|f16|bf16] [batch] [L]
  */
@@ -141,20 +140,18 @@ int main(int argc, char **argv) {
         selscan_cuda_detail::ssd_ck_mode = 0;
         printf("| %s | %.3f | %.3f | %.3f | %.3f | %.2fx | %.2g | %.2g |\n", s.name, med[0], med[1], med[2], med[3], med[0] / med[1],
                rel_diff(y[0], y[1], batch * L * H * P, dt), dtf);
-        /* the backward: the walks (ssd_ckb_mode 0) and the chunks (1; f 2: the gradient kernel with 256
-           threads), every gradient but dz / dinitial_state */
+        /* the backward: the walks (ssd_ckb_mode 0) and the chunks (1), every gradient but dz / dinitial_state */
         {
             void *dy = dev_random(batch * L * H * P, dt, -1, 1, seed);
             const size_t nbytes[7] = {(size_t)(batch * L * H * P) * es, (size_t)(batch * L * H) * es, (size_t)H * 4, (size_t)(batch * L * G * N) * es,
                                       (size_t)(batch * L * G * N) * es, (size_t)H * 4, (size_t)H * 4};
-            void *gr[3][7];
-            for (int f = 0; f < 3; f++)
+            void *gr[2][7];
+            for (int f = 0; f < 2; f++)
                 for (int i = 0; i < 7; i++) CK(cudaMalloc(&gr[f][i], nbytes[i]));
             p.y.data = NULL;
-            double bm[3];
-            for (int f = 0; f < 3; f++) {
-                selscan_cuda_detail::ssd_ckb_mode = f != 0;
-                selscan_cuda_detail::ssd_ckb_threads = f == 2 ? 256 : 512;
+            double bm[2];
+            for (int f = 0; f < 2; f++) {
+                selscan_cuda_detail::ssd_ckb_mode = f;
                 selscan_ssd_grads g;
                 memset(&g, 0, sizeof g);
                 g.dy.data = dy; g.dx.data = gr[f][0]; g.ddt.data = gr[f][1]; g.dA.data = gr[f][2]; g.dB.data = gr[f][3];
@@ -166,18 +163,15 @@ int main(int argc, char **argv) {
                 bm[f] = median_ms("backward", [&] { return selscan_ssd_backward_cuda(&p, &g, &ext, wsp, wsz, 0); });
                 if (wsp) cudaFree(wsp);
             }
-            selscan_cuda_detail::ssd_ckb_mode = 1; /* the defaults again */
-            selscan_cuda_detail::ssd_ckb_threads = 512;
+            selscan_cuda_detail::ssd_ckb_mode = 1; /* the default again */
             const selscan_dtype gdt[7] = {dt, dt, SELSCAN_F32, dt, dt, SELSCAN_F32, SELSCAN_F32};
             const size_t gn[7] = {(size_t)(batch * L * H * P), (size_t)(batch * L * H), (size_t)H, (size_t)(batch * L * G * N), (size_t)(batch * L * G * N),
                                   (size_t)H, (size_t)H};
-            double d256 = 0; /* the 256-thread gradient kernel's results against the 512-thread one's */
-            for (int i = 0; i < 7; i++) d256 = std::max(d256, rel_diff(gr[1][i], gr[2][i], gn[i], gdt[i]));
-            printf("backward | %s | walks %.3f ms | chunks %.3f ms | %.2fx | chunks with a 256-thread gradient kernel %.3f ms (its time / the default's: %.2fx; results apart %.2g) | chunks against walks, max |diff| / max |walks|: dx %.2g ddt %.2g dA %.2g dB %.2g dC %.2g dD %.2g ddt_bias %.2g\n",
-                   s.name, bm[0], bm[1], bm[0] / bm[1], bm[2], bm[2] / bm[1], d256, rel_diff(gr[0][0], gr[1][0], gn[0], gdt[0]), rel_diff(gr[0][1], gr[1][1], gn[1], gdt[1]),
+            printf("backward | %s | walks %.3f ms | chunks %.3f ms | %.2fx | chunks against walks, max |diff| / max |walks|: dx %.2g ddt %.2g dA %.2g dB %.2g dC %.2g dD %.2g ddt_bias %.2g\n",
+                   s.name, bm[0], bm[1], bm[0] / bm[1], rel_diff(gr[0][0], gr[1][0], gn[0], gdt[0]), rel_diff(gr[0][1], gr[1][1], gn[1], gdt[1]),
                    rel_diff(gr[0][2], gr[1][2], gn[2], gdt[2]), rel_diff(gr[0][3], gr[1][3], gn[3], gdt[3]), rel_diff(gr[0][4], gr[1][4], gn[4], gdt[4]),
                    rel_diff(gr[0][5], gr[1][5], gn[5], gdt[5]), rel_diff(gr[0][6], gr[1][6], gn[6], gdt[6]));
-            for (int f = 0; f < 3; f++)
+            for (int f = 0; f < 2; f++)
                 for (int i = 0; i < 7; i++) cudaFree(gr[f][i]);
             cudaFree(dy);
         }
