@@ -6508,6 +6508,48 @@ static __device__ __forceinline__ void ssd_ckb_mm(V (&acc)[4][NF], const float *
     }
 }
 
+#ifdef SELSCAN__CK_MMA
+/* The pair products of a 2-byte problem on tensor cores: Ws = C B^T and Vs = dy0 x^T, the 10 tiles of 16 x 16
+   on or below the diagonal of each (those above left as they were), a warp a tile in turn. x, B, C and dy
+   are exact in tf32 (bf16's and f16's significands fit its 10 bits, their exponents its 8), so each product
+   is exact and the sums are float32's (SSD-CUDA-v9: dA within 4.6e-5 where the walks' double gives 6.4e-6,
+   test_cuda_ssd's bound for a 2-byte problem 7.8e-3); dy0 under a gate (split: dy silu(z), a float) is
+   split into a tf32 part and its remainder, two products a step */
+template <int NP>
+static __device__ __forceinline__ void ssd_ckb_pairs_tc(bool split, const float *Cs, const float *Bs, int BS, const float *dys, const float *xs, int XS,
+                                                        float *Ws, float *Vs) {
+    for (int k2 = static_cast<int>(threadIdx.x >> 5); k2 < 20; k2 += kCkThreads / 32) {
+        const bool dxp = k2 >= 10; /* the second product */
+        const int kk = dxp ? k2 - 10 : k2, ti = kk < 1 ? 0 : kk < 3 ? 1 : kk < 6 ? 2 : 3, si = kk - ti * (ti + 1) / 2;
+        ck_acc acc;
+        ckw::fill_fragment(acc, 0.0f);
+        if (!dxp) {
+            for (int k = 0; k < NP; k += 8) {
+                ck_fa<ckw::row_major> a;
+                ck_fb<ckw::col_major> b;
+                ckw::load_matrix_sync(a, Cs + 16 * ti * BS + k, BS);
+                ckw::load_matrix_sync(b, Bs + 16 * si * BS + k, BS);
+                ckw::mma_sync(acc, a, b, acc);
+            }
+            ckw::store_matrix_sync(Ws + 16 * ti * XS + 16 * si, acc, XS, ckw::mem_row_major);
+        } else {
+            for (int k = 0; k < kCkPT; k += 8) {
+                ck_fa<ckw::row_major> ah, al;
+                ck_fb<ckw::col_major> b;
+                ckw::load_matrix_sync(b, xs + 16 * si * XS + k, XS);
+                if (split) {
+                    ssd_ck_split(ah, al, dys + 16 * ti * XS + k, XS);
+                    ckw::mma_sync(acc, al, b, acc);
+                } else
+                    ckw::load_matrix_sync(ah, dys + 16 * ti * XS + k, XS);
+                ckw::mma_sync(acc, ah, b, acc);
+            }
+            ckw::store_matrix_sync(Vs + 16 * ti * XS + 16 * si, acc, XS, ckw::mem_row_major);
+        }
+    }
+}
+#endif
+
 /* the sum over the 16 lanes of a row group (lo), on every one of them, in a fixed order */
 static __device__ __forceinline__ double ssd_ckb_sum16(double v) {
 #pragma unroll
@@ -6633,6 +6675,8 @@ template <typename T, int NB> static __global__ void __launch_bounds__(kCkThread
     constexpr int Q = kCkQ, NP = 64 * NB, NF = 4 * NB;
     constexpr ssd_ckb_smem m = ssd_ckb_layout(NB, false);
     constexpr int XS = m.XS, BS = m.BS, PS = m.PS;
+    static_assert(m.x % 8 == 0 && m.dy % 8 == 0 && m.W % 8 == 0 && m.V % 8 == 0 && m.B % 8 == 0 && m.C % 8 == 0,
+                  "the tensor cores' tiles (ssd_ckb_pairs_tc) start 32-byte aligned");
     const ssd_ckb_at k(P, blockIdx.x);
     const int tid = threadIdx.x, hi = tid >> 4, lo = tid & 15;
     float *const xs = sm + m.x, *const dys = sm + m.dy, *const Ws = sm + m.W, *const Vs = sm + m.V;
@@ -6644,15 +6688,36 @@ template <typename T, int NB> static __global__ void __launch_bounds__(kCkThread
     double *const rho = dd + 5 * Q, *const tau = dd + 6 * Q, *const red = dd + 7 * Q;
     ssd_ckb_stage<T, NB>(P, sm, m, Vs, k.b, k.h, k.t0, k.p0, k.tn); /* (the local-state kernel saw the same values) */
 
-    /* C B^T and dy0 x^T in double (t = hi + 16 e, s = lo + 16 f); W, V and the pair matrix's products */
+    /* C B^T and dy0 x^T (t = hi + 16 e, s = lo + 16 f): on tensor cores for a 2-byte problem
+       (ssd_ckb_pairs_tc: float32 sums; a sum above float's range sends the call to the walks), else in
+       double; then W, V and the pair matrix's products */
+    bool wide = false;
     {
         double cb[4][4], dx[4][4];
+#ifdef SELSCAN__CK_MMA
+        if constexpr (sizeof(T) == 2) {
+            ssd_ckb_pairs_tc<NP>(P.z.p != NULL, Cs, Bs, BS, dys, xs, XS, Ws, Vs);
+            __syncthreads();
 #pragma unroll
-        for (int e = 0; e < 4; e++)
+            for (int e = 0; e < 4; e++)
 #pragma unroll
-            for (int f = 0; f < 4; f++) cb[e][f] = dx[e][f] = 0.0;
-        ssd_ckb_mm<4, false, 0, true>(cb, Cs, BS, Bs, BS, 0, NP, hi, lo, NULL);
-        ssd_ckb_mm<4, false, 0, true>(dx, dys, XS, xs, XS, 0, kCkPT, hi, lo, NULL);
+                for (int f = 0; f < 4; f++) { /* each thread its own cells, rewritten below */
+                    const int t = hi + 16 * e, s = lo + 16 * f;
+                    const float c = s <= t ? Ws[t * XS + s] : 0.0f, d = s <= t ? Vs[t * XS + s] : 0.0f;
+                    wide = wide || !isfinite(c) || !isfinite(d);
+                    cb[e][f] = c;
+                    dx[e][f] = d;
+                }
+        } else
+#endif
+        {
+#pragma unroll
+            for (int e = 0; e < 4; e++)
+#pragma unroll
+                for (int f = 0; f < 4; f++) cb[e][f] = dx[e][f] = 0.0;
+            ssd_ckb_mm<4, false, 0, true>(cb, Cs, BS, Bs, BS, 0, NP, hi, lo, NULL);
+            ssd_ckb_mm<4, false, 0, true>(dx, dys, XS, xs, XS, 0, kCkPT, hi, lo, NULL);
+        }
 #pragma unroll
         for (int e = 0; e < 4; e++)
 #pragma unroll
@@ -6673,7 +6738,10 @@ template <typename T, int NB> static __global__ void __launch_bounds__(kCkThread
                 P2[t * PS + s] = p2;
             }
     }
-    __syncthreads();
+    if (__syncthreads_or(wide)) { /* (inputs finite: the stage checked them) */
+        if (tid == 0) *P.ckb_flag = 1; /* the walks take the call; they rewrite whatever this kernel's blocks wrote */
+        return;
+    }
     /* the pair matrix's sums: xdp(s) = sum_{t >= s} P2(t,s); colM(k) = dt(k) sum_{t > k} P2(t,k); rowM(k) =
        sum_{s < k} P2(k,s) dt(s); sum_{t >= u > s} M(t,s) = gpair(u) = sum_{k < u} colM(k) - rowM(k) */
     if (tid < Q) {

@@ -9,13 +9,17 @@
 #                                         5.17, the GPU machine's, accepts) + kernels-data + tomlkit wheels for
 #                                         Python 3.12 into .whl/, the peers' sdists (mamba_ssm 2.3.2.post1,
 #                                         causal_conv1d 1.7.0) into .peer/sdist/, and the tracked files' list, the
-#                                         tree's hash and HEAD into .whl/ (both folders git-ignored: carry them)
+#                                         tree's hash and HEAD into .whl/ (both folders git-ignored: carry them);
+#                                         with BASE=REV also REV's selscan.h and selscan_cuda.cuh into .whl/base/
+#                                         (the forms-base step's)
 #   bash bench/device_session.sh STEP...  on the device (run's carry: [".whl", ".peer"]), in order, logs in $OUT:
 #     verify   the copied tree's hash against prep's (the device copy's .git can lag the copied tree); a
 #              mismatch stops the call
 #     gate     make test-gpu with kernels on PYTHONPATH (its summary line goes to bench/GPU_GATE.md; the benches
 #              below run without kernels, as the earlier sessions' figures did)
 #     forms    bench_ssd_forms bf16 and f32: the SSD forward / backward, walks against chunks, one process
+#     forms-base the same bench built on prep's BASE headers (.whl/base), run next: a kernel change against
+#              the code before it on the same machine, in the same call
 #     peers    the peers for this GPU into build/peers (PEER_MAMBA2_ONLY=1: causal_conv1d built, mamba_ssm's
 #              Python; about 5 min on 16 cores, so the only step of its call beside verify); the steps below
 #              need it (on the same warm machine) and stop the call without it
@@ -59,6 +63,12 @@ if [ "${1:-}" = prep ]; then
               python3 -c "import json, sys; print(next(x['url'] for x in json.load(sys.stdin)['files'] if x['filename'] == sys.argv[1]))" "$f")
         curl -fsSL -o ".peer/sdist/$f" "$url"
     done
+    rm -rf .whl/base
+    if [ -n "${BASE:-}" ]; then
+        mkdir -p .whl/base
+        for f in selscan.h selscan_cuda.cuh; do git show "$BASE:$f" > ".whl/base/$f"; done
+        git rev-parse "$BASE" > .whl/base/rev.txt
+    fi
     git ls-files > .whl/files.txt
     git rev-parse HEAD > .whl/commit.txt
     tr '\n' '\0' < .whl/files.txt | xargs -0 sha1sum | sha1sum | cut -c1-40 > .whl/tree.sha
@@ -121,6 +131,9 @@ for s in "$@"; do
         TAIL=12 step gate 590 "PYTHONPATH='$GATE_PATH' TORCH_PY='$PY' make test-gpu" ;;
     forms)
         step forms 400 "make -s build/bench_ssd_forms && ./build/bench_ssd_forms bf16 && ./build/bench_ssd_forms f32" ;;
+    forms-base)  # selscan_cuda.cuh's quoted include of selscan.h takes the base's, beside it
+        [ -s .whl/base/rev.txt ] || { echo "== forms-base: no .whl/base (prep with BASE=REV)"; failed=1; continue; }
+        step forms-base 400 "mkdir -p build/base && \${CC:-cc} -O2 -x c -DSELSCAN_IMPLEMENTATION -c .whl/base/selscan.h -o build/base/selscan_cpu.o && \${NVCC:-nvcc} -O3 -arch=sm_90 -std=c++17 -DSELSCAN_VALIDATION_ONLY -I.whl/base -I. bench/bench_ssd_forms.cu build/base/selscan_cpu.o -o build/base/bench_ssd_forms && echo \"base \$(cut -c1-7 .whl/base/rev.txt)\" && ./build/base/bench_ssd_forms bf16 && ./build/base/bench_ssd_forms f32" ;;
     ncu)  # Nsight Compute on the chunked SSD backward's three kernels (the first backward of bench_ssd_forms bf16:
         # the 130m shape; loc, pass, then the gradient kernel), summarized by bench/ncu_summary.py
         step ncu 400 "make -s build/bench_ssd_forms && \$(command -v ncu || echo /usr/local/cuda/bin/ncu) --clock-control none --kernel-name regex:'ssd_ckb_(loc_|pass_)?kernel' --launch-count 3 --set full --csv --page details ./build/bench_ssd_forms bf16 > $OUT/ncu.csv && '$PY' bench/ncu_summary.py $OUT/ncu.csv" ;;
