@@ -6550,6 +6550,38 @@ static __device__ __forceinline__ void ssd_ckb_pairs_tc(bool split, const float 
 }
 #endif
 
+#ifdef SELSCAN__CK_MMA
+/* The chunk's own state and its own part of the entering state's gradient for a 2-byte problem on tensor
+   cores: S = x^T Bw and G = dy0^T Cd (Bw: B's rows times w(s), Cd: C's times exp(a(0..t)): floats, split into a
+   tf32 part and its remainder; x and dy exact in tf32: two products a step; dy0 under a gate, a float,
+   split too: three), a warp a 16 x 16 tile in turn, each straight to the workspace ([p][n], row NP) */
+template <int NP>
+static __device__ __forceinline__ void ssd_ckb_loc_tc(bool split, const float *xs, const float *dys, int XS, const float *Bs, const float *Cs, int BS,
+                                                      float *S, float *G) {
+    constexpr int NJ = NP / 16, NTL = 4 * NJ; /* tiles a row of tiles, a product */
+    for (int k2 = static_cast<int>(threadIdx.x >> 5); k2 < 2 * NTL; k2 += kCkThreads / 32) {
+        const bool g = k2 >= NTL;
+        const int kk = g ? k2 - NTL : k2, pi = kk / NJ, nj = kk - pi * NJ;
+        const float *const a = (g ? dys : xs) + 16 * pi, *const b = (g ? Cs : Bs) + 16 * nj;
+        ck_acc acc;
+        ckw::fill_fragment(acc, 0.0f);
+        for (int s = 0; s < kCkQ; s += 8) {
+            ck_fa<ckw::col_major> ah, al;
+            ck_fb<ckw::row_major> bh, bl;
+            ssd_ck_split(bh, bl, b + s * BS, BS);
+            if (g && split) {
+                ssd_ck_split(ah, al, a + s * XS, XS);
+                ckw::mma_sync(acc, al, bh, acc);
+            } else
+                ckw::load_matrix_sync(ah, a + s * XS, XS);
+            ckw::mma_sync(acc, ah, bl, acc);
+            ckw::mma_sync(acc, ah, bh, acc);
+        }
+        ckw::store_matrix_sync((g ? G : S) + 16 * pi * NP + 16 * nj, acc, NP, ckw::mem_row_major);
+    }
+}
+#endif
+
 /* the sum over the 16 lanes of a row group (lo), on every one of them, in a fixed order */
 static __device__ __forceinline__ double ssd_ckb_sum16(double v) {
 #pragma unroll
@@ -6590,6 +6622,14 @@ template <typename T, int NB> static __global__ void __launch_bounds__(kCkThread
         Cs[s * BS + n] *= sm[m.din + s];
     }
     __syncthreads();
+    const int64_t o = (k.chain * P.ckb_nch + k.c) * (64 * NP);
+#ifdef SELSCAN__CK_MMA
+    if constexpr (sizeof(T) == 2) { /* (steps past L: staged as 0, no term) */
+        static_assert(m.x % 8 == 0 && m.dy % 8 == 0 && m.B % 8 == 0 && m.C % 8 == 0, "the tensor cores' tiles start 32-byte aligned");
+        ssd_ckb_loc_tc<NP>(P.z.p != NULL, xs, dys, XS, Bs, Cs, BS, P.ckb_S + o, P.ckb_G + o);
+        return;
+    }
+#endif
     /* channel p = 4 hi + e, state n = 64 j + 4 lo + f */
     float Sl[4][4 * NB], Gl[4][4 * NB];
 #pragma unroll
@@ -6612,7 +6652,6 @@ template <typename T, int NB> static __global__ void __launch_bounds__(kCkThread
                 }
         }
     }
-    const int64_t o = (k.chain * P.ckb_nch + k.c) * (64 * NP);
 #pragma unroll
     for (int e = 0; e < 4; e++)
 #pragma unroll
