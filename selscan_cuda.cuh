@@ -6336,7 +6336,8 @@ template <typename T, int NB, bool ONE> static __global__ void __launch_bounds__
 /* ---------------------------------------------------------------------------------------------- */
 /* >>ssd-chunk-bwd   the SSD backward in chunks (ssd_ckb_loc / ssd_ckb_pass / ssd_ckb_kernel)         */
 /* ---------------------------------------------------------------------------------------------- */
-/* DESIGN. The backward of >>ssd-chunk's form, on the float32 units, as three kernels over chunks of
+/* DESIGN. The backward of >>ssd-chunk's form, on the float32 units (for a 2-byte problem partly on tensor
+   cores: below), as three kernels over chunks of
    Q = 64 steps x tiles of 64 channels of a (batch row, head) (a chain):
    - ssd_ckb_loc_kernel, a block a chunk: the chunk's own state Sloc = sum_s w(s) x(s) B(s)^T (w(s) =
      exp(a(s+1) + .. + a(Q-1)) dt(s)) and its own part of the entering state's gradient
@@ -6355,12 +6356,18 @@ template <typename T, int NB, bool ONE> static __global__ void __launch_bounds__
    No sum here runs over the sequence but the pass of the states between chunks (a chunk a step, in
    float32 as the forward's chunks), so float32 suffices where the walks need double, except in the
    pair matrix: C B^T and dy0 x^T are taken in double for M (the decay's gradient is a sum whose terms
-   cancel; in float32 they put dA 4.6e-5 off in a left-padded case, in double 6.4e-6: bench/NOTES.md
-   SSD-CUDA-v9's emulation). Deterministic: every sum in a fixed order.
+   cancel; with float32 inputs and sums they put dA 4.6e-5 off in a left-padded case, in double 6.4e-6:
+   bench/NOTES.md SSD-CUDA-v9's emulation). A 2-byte problem takes them on tensor cores instead (x, B, C
+   and dy exact in tf32: exact products, float32-width sums; ssd_ckb_pairs_tc), and the local-state
+   kernel's two products too (the weighted operand split in two tf32 parts: ssd_ckb_loc_tc); float32
+   problems keep the float32 units and double (bench/NOTES.md SSD-CUDA-v14). Deterministic: every sum in a
+   fixed order.
    A value that is not finite (x, dy, z, B, C, dt, a, initial_state, dfinal_state, or a state that
    overflows) or an a > 0 raises a flag in the workspace; the chunks' gradient kernel then returns at
    once and the walks, launched after it, run (they return at once when the flag is down): NaN and
-   infinities come out where the recurrence puts them. Taken (1.65-1.68x the walks on an H200: bench/NOTES.md
+   infinities come out where the recurrence puts them. The gradient kernel raises it itself where a pair
+   sum on tensor cores leaves float's range (inputs finite); its blocks that ran before wrote outputs and
+   partials which the walks then rewrite, every one (the reductions read the flag after both). Taken (1.65-1.68x the walks on an H200: bench/NOTES.md
    SSD-CUDA-v10; ssd_ckb_mode 0, for the tests, keeps the walks alone) where >>ssd-chunk's shapes hold (no packed sequences, 32 < dstate <= 128), the walks' channel
    slices are the chunks' tiles and the block's shared memory fits the device. */
 
@@ -6509,11 +6516,20 @@ static __device__ __forceinline__ void ssd_ckb_mm(V (&acc)[4][NF], const float *
 }
 
 #ifdef SELSCAN__CK_MMA
+/* A tf32 operand of values exact in tf32 (a 2-byte problem's x, B, C, dy): loaded and converted, as wmma's
+   contract asks (the conversion leaves such values as they are) */
+template <typename F> static __device__ __forceinline__ void ssd_ck_load_tf32(F &f, const float *p, int ld) {
+    ckw::load_matrix_sync(f, p, ld);
+#pragma unroll
+    for (int i = 0; i < f.num_elements; i++) f.x[i] = ckw::__float_to_tf32(f.x[i]);
+}
+
 /* The pair products of a 2-byte problem on tensor cores: Ws = C B^T and Vs = dy0 x^T, the 10 tiles of 16 x 16
    on or below the diagonal of each (those above left as they were), a warp a tile in turn. x, B, C and dy
    are exact in tf32 (bf16's and f16's significands fit its 10 bits, their exponents its 8), so each product
-   is exact and the sums are float32's (SSD-CUDA-v9: dA within 4.6e-5 where the walks' double gives 6.4e-6,
-   test_cuda_ssd's bound for a 2-byte problem 7.8e-3); dy0 under a gate (split: dy silu(z), a float) is
+   is exact and only the sums round, at float32's width (not IEEE's order or rounding: the tensor cores';
+   SSD-CUDA-v9's emulation with float32 inputs and sums, a bound above this, put dA 4.6e-5 off,
+   test_cuda_ssd's bound for a bf16 problem 7.8e-3); dy0 under a gate (split: dy silu(z), a float) is
    split into a tf32 part and its remainder, two products a step */
 template <int NP>
 static __device__ __forceinline__ void ssd_ckb_pairs_tc(bool split, const float *Cs, const float *Bs, int BS, const float *dys, const float *xs, int XS,
@@ -6527,8 +6543,8 @@ static __device__ __forceinline__ void ssd_ckb_pairs_tc(bool split, const float 
             for (int k = 0; k < NP; k += 8) {
                 ck_fa<ckw::row_major> a;
                 ck_fb<ckw::col_major> b;
-                ckw::load_matrix_sync(a, Cs + 16 * ti * BS + k, BS);
-                ckw::load_matrix_sync(b, Bs + 16 * si * BS + k, BS);
+                ssd_ck_load_tf32(a, Cs + 16 * ti * BS + k, BS);
+                ssd_ck_load_tf32(b, Bs + 16 * si * BS + k, BS);
                 ckw::mma_sync(acc, a, b, acc);
             }
             ckw::store_matrix_sync(Ws + 16 * ti * XS + 16 * si, acc, XS, ckw::mem_row_major);
@@ -6536,12 +6552,12 @@ static __device__ __forceinline__ void ssd_ckb_pairs_tc(bool split, const float 
             for (int k = 0; k < kCkPT; k += 8) {
                 ck_fa<ckw::row_major> ah, al;
                 ck_fb<ckw::col_major> b;
-                ckw::load_matrix_sync(b, xs + 16 * si * XS + k, XS);
+                ssd_ck_load_tf32(b, xs + 16 * si * XS + k, XS);
                 if (split) {
                     ssd_ck_split(ah, al, dys + 16 * ti * XS + k, XS);
                     ckw::mma_sync(acc, al, b, acc);
                 } else
-                    ckw::load_matrix_sync(ah, dys + 16 * ti * XS + k, XS);
+                    ssd_ck_load_tf32(ah, dys + 16 * ti * XS + k, XS);
                 ckw::mma_sync(acc, ah, b, acc);
             }
             ckw::store_matrix_sync(Vs + 16 * ti * XS + 16 * si, acc, XS, ckw::mem_row_major);
@@ -6573,7 +6589,7 @@ static __device__ __forceinline__ void ssd_ckb_loc_tc(bool split, const float *x
                 ssd_ck_split(ah, al, a + s * XS, XS);
                 ckw::mma_sync(acc, al, bh, acc);
             } else
-                ckw::load_matrix_sync(ah, a + s * XS, XS);
+                ssd_ck_load_tf32(ah, a + s * XS, XS);
             ckw::mma_sync(acc, ah, bl, acc);
             ckw::mma_sync(acc, ah, bh, acc);
         }
@@ -6625,7 +6641,8 @@ template <typename T, int NB> static __global__ void __launch_bounds__(kCkThread
     const int64_t o = (k.chain * P.ckb_nch + k.c) * (64 * NP);
 #ifdef SELSCAN__CK_MMA
     if constexpr (sizeof(T) == 2) { /* (steps past L: staged as 0, no term) */
-        static_assert(m.x % 8 == 0 && m.dy % 8 == 0 && m.B % 8 == 0 && m.C % 8 == 0, "the tensor cores' tiles start 32-byte aligned");
+        static_assert(m.x % 8 == 0 && m.dy % 8 == 0 && m.B % 8 == 0 && m.C % 8 == 0 && XS % 4 == 0 && BS % 4 == 0 && NP % 4 == 0,
+                      "the tensor cores' tiles start 32-byte aligned, rows whole 16-byte units");
         ssd_ckb_loc_tc<NP>(P.z.p != NULL, xs, dys, XS, Bs, Cs, BS, P.ckb_S + o, P.ckb_G + o);
         return;
     }
@@ -6714,8 +6731,8 @@ template <typename T, int NB> static __global__ void __launch_bounds__(kCkThread
     constexpr int Q = kCkQ, NP = 64 * NB, NF = 4 * NB;
     constexpr ssd_ckb_smem m = ssd_ckb_layout(NB, false);
     constexpr int XS = m.XS, BS = m.BS, PS = m.PS;
-    static_assert(m.x % 8 == 0 && m.dy % 8 == 0 && m.W % 8 == 0 && m.V % 8 == 0 && m.B % 8 == 0 && m.C % 8 == 0,
-                  "the tensor cores' tiles (ssd_ckb_pairs_tc) start 32-byte aligned");
+    static_assert(m.x % 8 == 0 && m.dy % 8 == 0 && m.W % 8 == 0 && m.V % 8 == 0 && m.B % 8 == 0 && m.C % 8 == 0 && XS % 4 == 0 && BS % 4 == 0,
+                  "the tensor cores' tiles (ssd_ckb_pairs_tc) start 32-byte aligned, rows whole 16-byte units");
     const ssd_ckb_at k(P, blockIdx.x);
     const int tid = threadIdx.x, hi = tid >> 4, lo = tid & 15;
     float *const xs = sm + m.x, *const dys = sm + m.dy, *const Ws = sm + m.W, *const Vs = sm + m.V;
