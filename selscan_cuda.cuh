@@ -6389,8 +6389,9 @@ static __host__ __device__ constexpr ssd_ckb_smem ssd_ckb_layout(int NB, bool lo
     const int ssz = 64 * m.BS > 2 * kCkQ * m.PS ? 64 * m.BS : 2 * kCkQ * m.PS;
     m.dt = m.S + (loc ? 0 : ssz);
     m.a = m.dt + kCkQ; m.din = m.a + kCkQ; m.wsuf = m.din + kCkQ; m.ex = m.wsuf + kCkQ; m.misc = m.ex + kCkQ;
-    m.dbl = m.misc + 8; /* csd; then (the gradient kernel) xdp, colM, rowM, gpair, rho, tau, red (16) */
-    m.total = m.dbl + 2 * (loc ? kCkQ : 7 * kCkQ + 16);
+    m.dbl = m.misc + 8; /* csd; then (the gradient kernel) xdp, colM, rowM, gpair, rho, tau, red (16), pr (4 Q: the
+                           tensor-core body's row partials of rho and tau, two a row each) */
+    m.total = m.dbl + 2 * (loc ? kCkQ : 11 * kCkQ + 16);
     return m;
 }
 
@@ -6644,39 +6645,40 @@ template <typename T, int NB> static __global__ void __launch_bounds__(kCkThread
         static_assert(m.x % 8 == 0 && m.dy % 8 == 0 && m.B % 8 == 0 && m.C % 8 == 0 && XS % 4 == 0 && BS % 4 == 0 && NP % 4 == 0,
                       "the tensor cores' tiles start 32-byte aligned, rows whole 16-byte units");
         ssd_ckb_loc_tc<NP>(P.z.p != NULL, xs, dys, XS, Bs, Cs, BS, P.ckb_S + o, P.ckb_G + o);
-        return;
-    }
+    } else
 #endif
-    /* channel p = 4 hi + e, state n = 64 j + 4 lo + f */
-    float Sl[4][4 * NB], Gl[4][4 * NB];
+    {
+        /* channel p = 4 hi + e, state n = 64 j + 4 lo + f */
+        float Sl[4][4 * NB], Gl[4][4 * NB];
 #pragma unroll
-    for (int e = 0; e < 4; e++)
+        for (int e = 0; e < 4; e++)
 #pragma unroll
-        for (int f = 0; f < 4 * NB; f++) Sl[e][f] = Gl[e][f] = 0.0f;
-    for (int s = 0; s < k.tn; s++) {
-        const float4 xv = *reinterpret_cast<const float4 *>(xs + s * XS + 4 * hi), dv = *reinterpret_cast<const float4 *>(dys + s * XS + 4 * hi);
-        const float xa[4] = {xv.x, xv.y, xv.z, xv.w}, da[4] = {dv.x, dv.y, dv.z, dv.w};
+            for (int f = 0; f < 4 * NB; f++) Sl[e][f] = Gl[e][f] = 0.0f;
+        for (int s = 0; s < k.tn; s++) {
+            const float4 xv = *reinterpret_cast<const float4 *>(xs + s * XS + 4 * hi), dv = *reinterpret_cast<const float4 *>(dys + s * XS + 4 * hi);
+            const float xa[4] = {xv.x, xv.y, xv.z, xv.w}, da[4] = {dv.x, dv.y, dv.z, dv.w};
 #pragma unroll
-        for (int j = 0; j < NB; j++) {
-            const float4 bv = *reinterpret_cast<const float4 *>(Bs + s * BS + 64 * j + 4 * lo), cv = *reinterpret_cast<const float4 *>(Cs + s * BS + 64 * j + 4 * lo);
-            const float ba[4] = {bv.x, bv.y, bv.z, bv.w}, ca[4] = {cv.x, cv.y, cv.z, cv.w};
+            for (int j = 0; j < NB; j++) {
+                const float4 bv = *reinterpret_cast<const float4 *>(Bs + s * BS + 64 * j + 4 * lo), cv = *reinterpret_cast<const float4 *>(Cs + s * BS + 64 * j + 4 * lo);
+                const float ba[4] = {bv.x, bv.y, bv.z, bv.w}, ca[4] = {cv.x, cv.y, cv.z, cv.w};
 #pragma unroll
-            for (int e = 0; e < 4; e++)
+                for (int e = 0; e < 4; e++)
 #pragma unroll
-                for (int f = 0; f < 4; f++) {
-                    Sl[e][4 * j + f] = fmaf(xa[e], ba[f], Sl[e][4 * j + f]);
-                    Gl[e][4 * j + f] = fmaf(da[e], ca[f], Gl[e][4 * j + f]);
-                }
+                    for (int f = 0; f < 4; f++) {
+                        Sl[e][4 * j + f] = fmaf(xa[e], ba[f], Sl[e][4 * j + f]);
+                        Gl[e][4 * j + f] = fmaf(da[e], ca[f], Gl[e][4 * j + f]);
+                    }
+            }
         }
+#pragma unroll
+        for (int e = 0; e < 4; e++)
+#pragma unroll
+            for (int j = 0; j < NB; j++) {
+                const int64_t i = o + (4 * hi + e) * NP + 64 * j + 4 * lo;
+                __stcg(reinterpret_cast<float4 *>(P.ckb_S + i), make_float4(Sl[e][4 * j], Sl[e][4 * j + 1], Sl[e][4 * j + 2], Sl[e][4 * j + 3]));
+                __stcg(reinterpret_cast<float4 *>(P.ckb_G + i), make_float4(Gl[e][4 * j], Gl[e][4 * j + 1], Gl[e][4 * j + 2], Gl[e][4 * j + 3]));
+            }
     }
-#pragma unroll
-    for (int e = 0; e < 4; e++)
-#pragma unroll
-        for (int j = 0; j < NB; j++) {
-            const int64_t i = o + (4 * hi + e) * NP + 64 * j + 4 * lo;
-            __stcg(reinterpret_cast<float4 *>(P.ckb_S + i), make_float4(Sl[e][4 * j], Sl[e][4 * j + 1], Sl[e][4 * j + 2], Sl[e][4 * j + 3]));
-            __stcg(reinterpret_cast<float4 *>(P.ckb_G + i), make_float4(Gl[e][4 * j], Gl[e][4 * j + 1], Gl[e][4 * j + 2], Gl[e][4 * j + 3]));
-        }
 }
 
 /* the states through the chunks, or (the second half of the grid) their gradients back (DESIGN
@@ -6723,12 +6725,335 @@ static __global__ void __launch_bounds__(256) ssd_ckb_pass_kernel(const ssd_para
     if (bad) *P.ckb_flag = 1;
 }
 
+/* The gradient kernel's pieces both its bodies run (the float32 units' and, for a 2-byte problem, the tensor
+   cores'): the leaving state's gradient Go, <Go, Sin> into red[8] and Go in Sin's place (Ss) */
+template <int NB> static __device__ __forceinline__ void ssd_ckb_go(const ssd_params &P, const ssd_ckb_at &k, float *sm) {
+    constexpr int NP = 64 * NB, PER = 64 * NP / (4 * kCkThreads), BS = ssd_ckb_layout(NB, false).BS;
+    const int tid = threadIdx.x;
+    float *const Ss = sm + ssd_ckb_layout(NB, false).S;
+    double *const red = reinterpret_cast<double *>(sm + ssd_ckb_layout(NB, false).dbl) + 7 * kCkQ;
+    const float *src = P.ckb_G + (k.chain * P.ckb_nch + k.c) * (64 * NP);
+    float4 gv[PER];
+    double gs = 0.0;
+#pragma unroll
+    for (int u = 0; u < PER; u++) {
+        const int i = 4 * (tid + u * kCkThreads), pl = i / NP, n = i - pl * NP;
+        gv[u] = __ldcg(reinterpret_cast<const float4 *>(src + i));
+        const float4 s = *reinterpret_cast<const float4 *>(Ss + pl * BS + n);
+        gs = fma(static_cast<double>(gv[u].x), static_cast<double>(s.x), gs);
+        gs = fma(static_cast<double>(gv[u].y), static_cast<double>(s.y), gs);
+        gs = fma(static_cast<double>(gv[u].z), static_cast<double>(s.z), gs);
+        gs = fma(static_cast<double>(gv[u].w), static_cast<double>(s.w), gs);
+    }
+    gs = ssd_block_sum(gs, red); /* its barriers: every reader of Sin is done */
+    if (tid == 0) red[8] = gs;
+#pragma unroll
+    for (int u = 0; u < PER; u++) {
+        const int i = 4 * (tid + u * kCkThreads), pl = i / NP, n = i - pl * NP;
+        *reinterpret_cast<float4 *>(Ss + pl * BS + n) = gv[u];
+    }
+}
+/* the per-step scalars (rho, tau, gpair, xdp, red[8] complete: after a barrier): d loss / d a(u) into wr, the explicit
+   d loss / d dt(s) into wx (ssd_dt); dD's part */
+template <int NB> static __device__ __forceinline__ void ssd_ckb_sums_out(const ssd_params &P, const ssd_ckb_at &k, const float *sm) {
+    constexpr int Q = kCkQ;
+    constexpr ssd_ckb_smem m = ssd_ckb_layout(NB, false);
+    const int tid = threadIdx.x;
+    const double *const dd = reinterpret_cast<const double *>(sm + m.dbl);
+    const double *const xdp = dd + Q, *const gpair = dd + 4 * Q, *const rho = dd + 5 * Q, *const tau = dd + 6 * Q, *const red = dd + 7 * Q;
+    const float *const sdt = sm + m.dt, *const xs = sm + m.x, *const dys = sm + m.dy;
+    if (P.wr && tid < k.tn) {
+        const int u = tid;
+        double sr = 0.0, sp = 0.0;
+        for (int t = Q - 1; t >= u; t--) sr += rho[t];
+        for (int s = 0; s < u; s++) sp = fma(static_cast<double>(sdt[s]), tau[s], sp);
+        const int64_t o = ((k.b * P.L + k.t0 + u) * P.H + k.h) * P.npsl + k.tile;
+        P.wr[o] = gpair[u] + sr + sp + static_cast<double>(sm[m.misc]) * red[8];
+        P.wx[o] = xdp[u] + tau[u];
+    }
+    if (P.wD && tid < kCkPT && k.p0 + tid < P.P) {
+        float v = 0.0f;
+        for (int s = 0; s < k.tn; s++) v = fmaf(dys[s * m.XS + tid], xs[s * m.XS + tid], v);
+        P.wD[((k.b * P.ckb_nch + k.c) * P.H + k.h) * P.P + k.p0 + tid] = v;
+    }
+}
+/* dx from W's place (complete: after a barrier) to the output, whole rows a warp's stores */
+template <typename T> static __device__ __forceinline__ void ssd_ckb_dx_out(const ssd_params &P, const ssd_ckb_at &k, const float *Ws, int XS) {
+    for (int i = threadIdx.x; i < kCkQ * kCkPT; i += kCkThreads) {
+        const int s = i / kCkPT, pl = i - s * kCkPT;
+        if (s < k.tn && k.p0 + pl < P.P) st<T>(P.dx.p, ssd_at4(P.dx, k.b, k.t0 + s, k.h, k.p0 + pl), Ws[s * XS + pl]);
+    }
+}
+/* dz = dy y sigmoid(z) (1 + z (1 - sigmoid(z))) at (chunk step s, tile column pl), y = y0 + D x */
+template <typename T> static __device__ __forceinline__ void ssd_ckb_dz_out(const ssd_params &P, const ssd_ckb_at &k, int s, int pl, float y0, float xv) {
+    const int64_t t = k.t0 + s, p = k.p0 + pl;
+    if (s >= k.tn || p >= P.P) return;
+    const float dyv = ld<T>(P.dy.p, ssd_at4(P.dy, k.b, t, k.h, p)), zv = ld<T>(P.z.p, ssd_at4(P.z, k.b, t, k.h, p));
+    const float sg = ssd_sigmoid(zv), yv = fmaf(ssd_Dv(P, k.h, p), xv, y0);
+    st<T>(P.dz.p, ssd_at4(P.dz, k.b, t, k.h, p), dyv * yv * sg * (1.0f + zv * (1.0f - sg)));
+}
+
+#ifdef SELSCAN__CK_MMA
+/* v as a tf32 operand (round to nearest, ties away from zero), in mma's register form */
+static __device__ __forceinline__ uint32_t ssd_tf32(float v) {
+    uint32_t r;
+    asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(v));
+    return r;
+}
+/* d += a b on tensor cores, mma.m16n8k8 with tf32 operands (sm_80+), the PTX ISA's fragments: lane 4 g + q holds a at
+   (row, column) (g, q), (g + 8, q), (g, q + 4), (g + 8, q + 4); b at (q, g), (q + 4, g); d at (g, 2 q), (g, 2 q + 1),
+   (g + 8, 2 q), (g + 8, 2 q + 1) */
+static __device__ __forceinline__ void ssd_mma8(float (&d)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]) {
+    asm volatile("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+/* acc[j] (rows r0 + g, r0 + g + 8; columns c0 + 8 j + 2 q, + 1: ssd_mma8's d) += sum_{k0 <= k < k1} A(r, k) B(k, c), the
+   operands read by fa(r, k) and fb(k, c) from shared memory, k1 - k0 a multiple of 8. SA / SB: that operand a float,
+   split into a tf32 part and its remainder (the products hi hi, lo hi, hi lo: float32's precision, the forward's three
+   products' way); else exact in tf32 (a 2-byte problem's x, B, C): one part */
+template <int NT8, bool SA, bool SB, typename FA, typename FB>
+static __device__ __forceinline__ void ssd_tc_mm(float (&acc)[NT8][4], const FA &fa, const FB &fb, int r0, int c0, int k0, int k1) {
+    const int lane = static_cast<int>(threadIdx.x & 31), g = lane >> 2, q = lane & 3;
+    for (int k = k0; k < k1; k += 8) {
+        const float av[4] = {fa(r0 + g, k + q), fa(r0 + g + 8, k + q), fa(r0 + g, k + q + 4), fa(r0 + g + 8, k + q + 4)};
+        uint32_t ah[4], al[4];
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            ah[i] = ssd_tf32(av[i]);
+            al[i] = SA ? ssd_tf32(av[i] - __uint_as_float(ah[i])) : 0u;
+        }
+#pragma unroll
+        for (int j = 0; j < NT8; j++) {
+            const float bv[2] = {fb(k + q, c0 + 8 * j + g), fb(k + q + 4, c0 + 8 * j + g)};
+            uint32_t bh[2], bl[2];
+#pragma unroll
+            for (int i = 0; i < 2; i++) {
+                bh[i] = ssd_tf32(bv[i]);
+                bl[i] = SB ? ssd_tf32(bv[i] - __uint_as_float(bh[i])) : 0u;
+            }
+            if (SA) ssd_mma8(acc[j], al, bh);
+            if (SB) ssd_mma8(acc[j], ah, bl);
+            ssd_mma8(acc[j], ah, bh);
+        }
+    }
+}
+/* rows r0 + g and r0 + g + 8 of sum_c U(r, c) acc(r, c) over a warp's columns (acc as ssd_tc_mm's, columns c0 + 8 j + 2 q
+   and + 1; U read by fu), in double, summed over the row's four lanes in a fixed order, into pr[r] by lane q 0 */
+template <int NT8, typename FU>
+static __device__ __forceinline__ void ssd_tc_rowdot(const float (&acc)[NT8][4], const FU &fu, int r0, int c0, double *pr) {
+    const int lane = static_cast<int>(threadIdx.x & 31), g = lane >> 2, q = lane & 3;
+    double ra = 0.0, rb = 0.0;
+#pragma unroll
+    for (int j = 0; j < NT8; j++) {
+        const int c = c0 + 8 * j + 2 * q;
+        ra = fma(static_cast<double>(fu(r0 + g, c)), static_cast<double>(acc[j][0]), ra);
+        ra = fma(static_cast<double>(fu(r0 + g, c + 1)), static_cast<double>(acc[j][1]), ra);
+        rb = fma(static_cast<double>(fu(r0 + g + 8, c)), static_cast<double>(acc[j][2]), rb);
+        rb = fma(static_cast<double>(fu(r0 + g + 8, c + 1)), static_cast<double>(acc[j][3]), rb);
+    }
+#pragma unroll
+    for (int o = 1; o <= 2; o <<= 1) {
+        ra += __shfl_xor_sync(0xffffffffu, ra, o);
+        rb += __shfl_xor_sync(0xffffffffu, rb, o);
+    }
+    if (q == 0) {
+        pr[r0 + g] = ra;
+        pr[r0 + g + 8] = rb;
+    }
+}
+/* The gradients of a chunk of a 2-byte problem on tensor cores, from the entering state staged on: the float32 units'
+   body's products and sums (DESIGN above), each product by ssd_tc_mm, a warp a strip of 16 rows (warp % 4) and half the
+   columns (warp / 4) of every result; x, B and C exact in tf32, every other operand split */
+template <typename T, int NB> static __device__ __forceinline__ void ssd_ckb_grads_tc(const ssd_params &P, const ssd_ckb_at &k, float *sm) {
+    constexpr int Q = kCkQ, NP = 64 * NB, NT8 = NP / 16; /* tiles of 8 states in half a row */
+    constexpr ssd_ckb_smem m = ssd_ckb_layout(NB, false);
+    constexpr int XS = m.XS, BS = m.BS;
+    const int tid = threadIdx.x, w = tid >> 5, lane = tid & 31, g = lane >> 2, q = lane & 3;
+    const int r0 = 16 * (w & 3), half = w >> 2, cn = half * (NP / 2), cp = half * (kCkPT / 2); /* strip; first state, channel */
+    const float *const xs = sm + m.x, *const dys = sm + m.dy, *const Vs = sm + m.V, *const Bs = sm + m.B, *const Cs = sm + m.C;
+    float *const Ws = sm + m.W;
+    const float *const Ss = sm + m.S; /* Sin, then Go (ssd_ckb_go) */
+    const float *const din = sm + m.din, *const swsuf = sm + m.wsuf, *const sex = sm + m.ex;
+    double *const dd = reinterpret_cast<double *>(sm + m.dbl);
+    double *const rho = dd + 5 * Q, *const tau = dd + 6 * Q, *const pr = dd + 7 * Q + 16; /* pr: [rho's, tau's][half][row] */
+    const auto rowm = [](const float *a, int ld) { return [a, ld](int r, int c) { return a[r * ld + c]; }; }; /* a[r][c] */
+    const auto colm = [](const float *a, int ld) { return [a, ld](int r, int c) { return a[c * ld + r]; }; }; /* a[c][r] */
+    float dC[NT8][4], dB[NT8][4], y0[4][4], dX[4][4], xg[4][4];
+#pragma unroll
+    for (int j = 0; j < NT8; j++)
+#pragma unroll
+        for (int i = 0; i < 4; i++) dC[j][i] = dB[j][i] = 0.0f;
+#pragma unroll
+    for (int j = 0; j < 4; j++)
+#pragma unroll
+        for (int i = 0; i < 4; i++) y0[j][i] = dX[j][i] = xg[j][i] = 0.0f;
+    /* dC = exp(a(0..t)) dy0 Sin; Ys = exp(a(0..t)) C Sin^T, rho(t) = dy0(t) . Ys(t) */
+    ssd_tc_mm<NT8, true, true>(dC, rowm(dys, XS), rowm(Ss, BS), r0, cn, 0, kCkPT);
+    ssd_tc_mm<4, false, true>(y0, rowm(Cs, BS), colm(Ss, BS), r0, cp, 0, NP);
+    {
+        const float d0 = din[r0 + g], d1 = din[r0 + g + 8];
+#pragma unroll
+        for (int j = 0; j < NT8; j++) { dC[j][0] *= d0; dC[j][1] *= d0; dC[j][2] *= d1; dC[j][3] *= d1; }
+#pragma unroll
+        for (int j = 0; j < 4; j++) { y0[j][0] *= d0; y0[j][1] *= d0; y0[j][2] *= d1; y0[j][3] *= d1; }
+    }
+    ssd_tc_rowdot(y0, rowm(dys, XS), r0, cp, pr + half * Q);
+    /* y0 = Ys + W x (dz); dx = W^T dy0; dC += V B; dB = V^T C (W, V: 0 above the diagonal) */
+    if (P.dz.p) ssd_tc_mm<4, true, false>(y0, rowm(Ws, XS), rowm(xs, XS), r0, cp, 0, Q);
+    ssd_tc_mm<4, true, true>(dX, colm(Ws, XS), rowm(dys, XS), r0, cp, 0, Q);
+    ssd_tc_mm<NT8, true, false>(dC, rowm(Vs, XS), rowm(Bs, BS), r0, cn, 0, Q);
+    ssd_tc_mm<NT8, true, false>(dB, colm(Vs, XS), rowm(Cs, BS), r0, cn, 0, Q);
+    ssd_ckb_go<NB>(P, k, sm); /* its barriers: W's readers are done */
+    __syncthreads();
+    /* xg = B Go^T, tau(s) = ex(s) x(s) . xg(s); dx = W^T dy0 + w(s) xg + D dy0 into W's place; dB += w(s) x^T Go */
+    ssd_tc_mm<4, false, true>(xg, rowm(Bs, BS), colm(Ss, BS), r0, cp, 0, NP);
+    ssd_tc_rowdot(xg, rowm(xs, XS), r0, cp, pr + (2 + half) * Q);
+    if (P.dx.p)
+#pragma unroll
+        for (int j = 0; j < 4; j++)
+#pragma unroll
+            for (int i = 0; i < 4; i++) {
+                const int s = r0 + g + 8 * (i >> 1), pl = cp + 8 * j + 2 * q + (i & 1);
+                Ws[s * XS + pl] = fmaf(ssd_Dv(P, k.h, k.p0 + pl), dys[s * XS + pl], fmaf(swsuf[s], xg[j][i], dX[j][i]));
+            }
+    ssd_tc_mm<NT8, true, true>(dB, [xs, swsuf](int s, int p) { return swsuf[s] * xs[s * XS + p]; }, rowm(Ss, BS), r0, cn, 0, kCkPT);
+    __syncthreads(); /* the row partials, dx */
+    if (tid < Q) {
+        rho[tid] = pr[tid] + pr[Q + tid];
+        tau[tid] = (pr[2 * Q + tid] + pr[3 * Q + tid]) * static_cast<double>(sex[tid]);
+    }
+    __syncthreads(); /* rho, tau, gpair, red[8] */
+    ssd_ckb_sums_out<NB>(P, k, sm);
+    if (P.dx.p) ssd_ckb_dx_out<T>(P, k, Ws, XS);
+    if (P.dz.p)
+#pragma unroll
+        for (int j = 0; j < 4; j++)
+#pragma unroll
+            for (int i = 0; i < 4; i++) {
+                const int s = r0 + g + 8 * (i >> 1), pl = cp + 8 * j + 2 * q + (i & 1);
+                ssd_ckb_dz_out<T>(P, k, s, pl, y0[j][i], xs[s * XS + pl]);
+            }
+#pragma unroll
+    for (int j = 0; j < NT8; j++)
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            const int s = r0 + g + 8 * (i >> 1), n = cn + 8 * j + 2 * q + (i & 1);
+            if (s >= k.tn || n >= P.N) continue;
+            const int64_t o = (((k.b * P.L + k.t0 + s) * P.H + k.h) * P.npsl + k.tile) * P.N + n;
+            if (P.wB) P.wB[o] = dB[j][i];
+            if (P.wC) P.wC[o] = dC[j][i];
+        }
+}
+#endif
+
+/* The gradients of a chunk on the float32 units, from the entering state staged on (DESIGN above); a thread rows hi +
+   16 e and columns lo + 16 f (or ssd_ckb_col's) of every result */
+template <typename T, int NB> static __device__ __forceinline__ void ssd_ckb_grads_f32(const ssd_params &P, const ssd_ckb_at &k, float *sm) {
+    constexpr int Q = kCkQ, NP = 64 * NB, NF = 4 * NB;
+    constexpr ssd_ckb_smem m = ssd_ckb_layout(NB, false);
+    constexpr int XS = m.XS, BS = m.BS;
+    const int tid = threadIdx.x, hi = tid >> 4, lo = tid & 15;
+    float *const xs = sm + m.x, *const dys = sm + m.dy, *const Ws = sm + m.W, *const Vs = sm + m.V;
+    float *const Bs = sm + m.B, *const Cs = sm + m.C, *const Ss = sm + m.S;
+    const float *const din = sm + m.din, *const swsuf = sm + m.wsuf, *const sex = sm + m.ex;
+    double *const dd = reinterpret_cast<double *>(sm + m.dbl);
+    double *const rho = dd + 5 * Q, *const tau = dd + 6 * Q;
+    /* dC = exp(a(0..t)) dy0 Sin; Ys = exp(a(0..t)) C Sin^T, rho(t) = dy0(t) . Ys(t); y0 = Ys + W x (dz);
+       dx = W^T dy0; dC += V B; dB = V^T C */
+    float dC[4][NF], dB[4][NF], dX[4][4], y0[4][4];
+#pragma unroll
+    for (int e = 0; e < 4; e++) {
+#pragma unroll
+        for (int f = 0; f < NF; f++) dC[e][f] = dB[e][f] = 0.0f;
+#pragma unroll
+        for (int f = 0; f < 4; f++) dX[e][f] = y0[e][f] = 0.0f;
+    }
+    ssd_ckb_mm<NF, false, 2, false>(dC, dys, XS, Ss, BS, 0, kCkPT, hi, lo, din);
+    ssd_ckb_mm<4, false, 0, false>(y0, Cs, BS, Ss, BS, 0, NP, hi, lo, din);
+#pragma unroll
+    for (int e = 0; e < 4; e++) {
+        double r = 0.0;
+#pragma unroll
+        for (int f = 0; f < 4; f++) r = fma(static_cast<double>(dys[(hi + 16 * e) * XS + lo + 16 * f]), static_cast<double>(y0[e][f]), r);
+        r = ssd_ckb_sum16(r);
+        if (lo == 0) rho[hi + 16 * e] = r;
+    }
+    if (P.dz.p) ssd_ckb_mm<4, false, 1, false>(y0, Ws, XS, xs, XS, 0, Q, hi, lo, NULL);
+    ssd_ckb_mm<4, true, 2, false>(dX, Ws, XS, dys, XS, 0, Q, hi, lo, NULL);
+    ssd_ckb_mm<NF, false, 2, false>(dC, Vs, XS, Bs, BS, 0, Q, hi, lo, NULL);
+    ssd_ckb_mm<NF, true, 2, false>(dB, Vs, XS, Cs, BS, 0, Q, hi, lo, NULL);
+    ssd_ckb_go<NB>(P, k, sm); /* the leaving state's gradient Go: <Go, Sin>, then Go in Sin's place */
+    __syncthreads();
+    /* w(s) B Go^T (dx's, through W's place), tau(s) = ex(s) x(s) . (B Go^T)(s); dB += w(s) x^T Go */
+    {
+        float xg[4][4];
+#pragma unroll
+        for (int e = 0; e < 4; e++)
+#pragma unroll
+            for (int f = 0; f < 4; f++) xg[e][f] = 0.0f;
+        ssd_ckb_mm<4, false, 0, false>(xg, Bs, BS, Ss, BS, 0, NP, hi, lo, NULL);
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+            const int s = hi + 16 * e;
+            double r = 0.0;
+#pragma unroll
+            for (int f = 0; f < 4; f++) {
+                r = fma(static_cast<double>(xs[s * XS + lo + 16 * f]), static_cast<double>(xg[e][f]), r);
+                Ws[s * XS + lo + 16 * f] = swsuf[s] * xg[e][f]; /* dx's part in dX's columns (W's readers are done) */
+            }
+            r = ssd_ckb_sum16(r);
+            if (lo == 0) tau[s] = r * static_cast<double>(sex[s]);
+        }
+    }
+    ssd_ckb_mm<NF, false, 2, false>(dB, xs, XS, Ss, BS, 0, kCkPT, hi, lo, swsuf);
+    __syncthreads(); /* rho, tau, gpair, red[8] */
+    ssd_ckb_sums_out<NB>(P, k, sm);
+    /* dx (columns 4 lo + f: through W's place, so that a warp's stores are whole rows), dz (columns lo +
+       16 f), the dB / dC partials (float4 where the rows allow) */
+    if (P.dx.p) {
+#pragma unroll
+        for (int e = 0; e < 4; e++)
+#pragma unroll
+            for (int f = 0; f < 4; f++) {
+                const int s = hi + 16 * e, pl = ssd_ckb_col<2>(f, lo);
+                Ws[s * XS + pl] = fmaf(ssd_Dv(P, k.h, k.p0 + pl), dys[s * XS + pl], dX[e][f] + Ws[s * XS + pl]);
+            }
+        __syncthreads();
+        ssd_ckb_dx_out<T>(P, k, Ws, XS);
+    }
+    if (P.dz.p)
+#pragma unroll
+        for (int e = 0; e < 4; e++)
+#pragma unroll
+            for (int f = 0; f < 4; f++) ssd_ckb_dz_out<T>(P, k, hi + 16 * e, lo + 16 * f, y0[e][f], xs[(hi + 16 * e) * XS + lo + 16 * f]);
+    const bool v4 = P.N % 4 == 0;
+#pragma unroll
+    for (int e = 0; e < 4; e++)
+#pragma unroll
+        for (int j = 0; j < NB; j++) {
+            const int s = hi + 16 * e, n = 64 * j + 4 * lo;
+            if (s >= k.tn || n >= P.N) continue;
+            const int64_t o = (((k.b * P.L + k.t0 + s) * P.H + k.h) * P.npsl + k.tile) * P.N + n;
+            if (v4) {
+                if (P.wB) *reinterpret_cast<float4 *>(P.wB + o) = make_float4(dB[e][4 * j], dB[e][4 * j + 1], dB[e][4 * j + 2], dB[e][4 * j + 3]);
+                if (P.wC) *reinterpret_cast<float4 *>(P.wC + o) = make_float4(dC[e][4 * j], dC[e][4 * j + 1], dC[e][4 * j + 2], dC[e][4 * j + 3]);
+            } else
+#pragma unroll
+                for (int ff = 0; ff < 4; ff++) {
+                    if (n + ff >= P.N) break;
+                    if (P.wB) P.wB[o + ff] = dB[e][4 * j + ff];
+                    if (P.wC) P.wC[o + ff] = dC[e][4 * j + ff];
+                }
+        }
+}
+
 /* the gradients of a chunk (DESIGN above); returns at once where the flag is up */
 template <typename T, int NB> static __global__ void __launch_bounds__(kCkThreads, 1) ssd_ckb_kernel(const ssd_params P) {
     extern __shared__ __align__(128) float4 ssd_ckg_sm4[];
     if (*static_cast<volatile const int *>(P.ckb_flag)) return;
     float *const sm = reinterpret_cast<float *>(ssd_ckg_sm4);
-    constexpr int Q = kCkQ, NP = 64 * NB, NF = 4 * NB;
+    constexpr int Q = kCkQ, NP = 64 * NB;
     constexpr ssd_ckb_smem m = ssd_ckb_layout(NB, false);
     constexpr int XS = m.XS, BS = m.BS, PS = m.PS;
     static_assert(m.x % 8 == 0 && m.dy % 8 == 0 && m.W % 8 == 0 && m.V % 8 == 0 && m.B % 8 == 0 && m.C % 8 == 0 && XS % 4 == 0 && BS % 4 == 0,
@@ -6737,11 +7062,10 @@ template <typename T, int NB> static __global__ void __launch_bounds__(kCkThread
     const int tid = threadIdx.x, hi = tid >> 4, lo = tid & 15;
     float *const xs = sm + m.x, *const dys = sm + m.dy, *const Ws = sm + m.W, *const Vs = sm + m.V;
     float *const Bs = sm + m.B, *const Cs = sm + m.C, *const Ss = sm + m.S;
-    const float *const sdt = sm + m.dt, *const din = sm + m.din, *const swsuf = sm + m.wsuf, *const sex = sm + m.ex;
+    const float *const sdt = sm + m.dt;
     double *const P2 = reinterpret_cast<double *>(Ss);
     double *const dd = reinterpret_cast<double *>(sm + m.dbl);
     double *const csd = dd, *const xdp = dd + Q, *const colM = dd + 2 * Q, *const rowM = dd + 3 * Q, *const gpair = dd + 4 * Q;
-    double *const rho = dd + 5 * Q, *const tau = dd + 6 * Q, *const red = dd + 7 * Q;
     ssd_ckb_stage<T, NB>(P, sm, m, Vs, k.b, k.h, k.t0, k.p0, k.tn); /* (the local-state kernel saw the same values) */
 
     /* C B^T and dy0 x^T (t = hi + 16 e, s = lo + 16 f): on tensor cores for a 2-byte problem
@@ -6827,142 +7151,11 @@ template <typename T, int NB> static __global__ void __launch_bounds__(kCkThread
         }
     }
     __syncthreads();
-    /* dC = exp(a(0..t)) dy0 Sin; Ys = exp(a(0..t)) C Sin^T, rho(t) = dy0(t) . Ys(t); y0 = Ys + W x (dz);
-       dx = W^T dy0; dC += V B; dB = V^T C */
-    float dC[4][NF], dB[4][NF], dX[4][4], y0[4][4];
-#pragma unroll
-    for (int e = 0; e < 4; e++) {
-#pragma unroll
-        for (int f = 0; f < NF; f++) dC[e][f] = dB[e][f] = 0.0f;
-#pragma unroll
-        for (int f = 0; f < 4; f++) dX[e][f] = y0[e][f] = 0.0f;
-    }
-    ssd_ckb_mm<NF, false, 2, false>(dC, dys, XS, Ss, BS, 0, kCkPT, hi, lo, din);
-    ssd_ckb_mm<4, false, 0, false>(y0, Cs, BS, Ss, BS, 0, NP, hi, lo, din);
-#pragma unroll
-    for (int e = 0; e < 4; e++) {
-        double r = 0.0;
-#pragma unroll
-        for (int f = 0; f < 4; f++) r = fma(static_cast<double>(dys[(hi + 16 * e) * XS + lo + 16 * f]), static_cast<double>(y0[e][f]), r);
-        r = ssd_ckb_sum16(r);
-        if (lo == 0) rho[hi + 16 * e] = r;
-    }
-    if (P.dz.p) ssd_ckb_mm<4, false, 1, false>(y0, Ws, XS, xs, XS, 0, Q, hi, lo, NULL);
-    ssd_ckb_mm<4, true, 2, false>(dX, Ws, XS, dys, XS, 0, Q, hi, lo, NULL);
-    ssd_ckb_mm<NF, false, 2, false>(dC, Vs, XS, Bs, BS, 0, Q, hi, lo, NULL);
-    ssd_ckb_mm<NF, true, 2, false>(dB, Vs, XS, Cs, BS, 0, Q, hi, lo, NULL);
-    /* the leaving state's gradient Go: <Go, Sin>, then Go in Sin's place */
-    {
-        constexpr int PER = 64 * NP / (4 * kCkThreads);
-        const float *src = P.ckb_G + (k.chain * P.ckb_nch + k.c) * (64 * NP);
-        float4 gv[PER];
-        double gs = 0.0;
-#pragma unroll
-        for (int u = 0; u < PER; u++) {
-            const int i = 4 * (tid + u * kCkThreads), pl = i / NP, n = i - pl * NP;
-            gv[u] = __ldcg(reinterpret_cast<const float4 *>(src + i));
-            const float4 s = *reinterpret_cast<const float4 *>(Ss + pl * BS + n);
-            gs = fma(static_cast<double>(gv[u].x), static_cast<double>(s.x), gs);
-            gs = fma(static_cast<double>(gv[u].y), static_cast<double>(s.y), gs);
-            gs = fma(static_cast<double>(gv[u].z), static_cast<double>(s.z), gs);
-            gs = fma(static_cast<double>(gv[u].w), static_cast<double>(s.w), gs);
-        }
-        gs = ssd_block_sum(gs, red); /* its barriers: every reader of Sin is done */
-        if (tid == 0) red[8] = gs;
-#pragma unroll
-        for (int u = 0; u < PER; u++) {
-            const int i = 4 * (tid + u * kCkThreads), pl = i / NP, n = i - pl * NP;
-            *reinterpret_cast<float4 *>(Ss + pl * BS + n) = gv[u];
-        }
-    }
-    __syncthreads();
-    /* w(s) B Go^T (dx's, through W's place), tau(s) = ex(s) x(s) . (B Go^T)(s); dB += w(s) x^T Go */
-    {
-        float xg[4][4];
-#pragma unroll
-        for (int e = 0; e < 4; e++)
-#pragma unroll
-            for (int f = 0; f < 4; f++) xg[e][f] = 0.0f;
-        ssd_ckb_mm<4, false, 0, false>(xg, Bs, BS, Ss, BS, 0, NP, hi, lo, NULL);
-#pragma unroll
-        for (int e = 0; e < 4; e++) {
-            const int s = hi + 16 * e;
-            double r = 0.0;
-#pragma unroll
-            for (int f = 0; f < 4; f++) {
-                r = fma(static_cast<double>(xs[s * XS + lo + 16 * f]), static_cast<double>(xg[e][f]), r);
-                Ws[s * XS + lo + 16 * f] = swsuf[s] * xg[e][f]; /* dx's part in dX's columns (W's readers are done) */
-            }
-            r = ssd_ckb_sum16(r);
-            if (lo == 0) tau[s] = r * static_cast<double>(sex[s]);
-        }
-    }
-    ssd_ckb_mm<NF, false, 2, false>(dB, xs, XS, Ss, BS, 0, kCkPT, hi, lo, swsuf);
-    __syncthreads(); /* rho, tau, gpair, red[8] */
-    /* the per-step scalars: d loss / d a(u) into wr, the explicit d loss / d dt(s) into wx (ssd_dt) */
-    if (P.wr && tid < k.tn) {
-        const int u = tid;
-        double sr = 0.0, sp = 0.0;
-        for (int t = Q - 1; t >= u; t--) sr += rho[t];
-        for (int s = 0; s < u; s++) sp = fma(static_cast<double>(sdt[s]), tau[s], sp);
-        const int64_t o = ((k.b * P.L + k.t0 + u) * P.H + k.h) * P.npsl + k.tile;
-        P.wr[o] = gpair[u] + sr + sp + static_cast<double>(sm[m.misc]) * red[8];
-        P.wx[o] = xdp[u] + tau[u];
-    }
-    /* dx (columns 4 lo + f: through W's place, so that a warp's stores are whole rows), dz (columns lo +
-       16 f), the dB / dC partials (float4 where the rows allow), dD's */
-    if (P.dx.p) {
-#pragma unroll
-        for (int e = 0; e < 4; e++)
-#pragma unroll
-            for (int f = 0; f < 4; f++) {
-                const int s = hi + 16 * e, pl = ssd_ckb_col<2>(f, lo);
-                Ws[s * XS + pl] = fmaf(ssd_Dv(P, k.h, k.p0 + pl), dys[s * XS + pl], dX[e][f] + Ws[s * XS + pl]);
-            }
-        __syncthreads();
-        for (int i = tid; i < Q * kCkPT; i += kCkThreads) {
-            const int s = i / kCkPT, pl = i - s * kCkPT;
-            if (s < k.tn && k.p0 + pl < P.P) st<T>(P.dx.p, ssd_at4(P.dx, k.b, k.t0 + s, k.h, k.p0 + pl), Ws[s * XS + pl]);
-        }
-    }
-#pragma unroll
-    for (int e = 0; e < 4; e++)
-#pragma unroll
-        for (int f = 0; f < 4; f++) {
-            const int s = hi + 16 * e, pl = lo + 16 * f;
-            const int64_t t = k.t0 + s, p = k.p0 + pl;
-            if (s >= k.tn || p >= P.P) continue;
-            const float Dv = ssd_Dv(P, k.h, p);
-            if (P.dz.p) {
-                const float dyv = ld<T>(P.dy.p, ssd_at4(P.dy, k.b, t, k.h, p)), zv = ld<T>(P.z.p, ssd_at4(P.z, k.b, t, k.h, p));
-                const float sg = ssd_sigmoid(zv), yv = fmaf(Dv, xs[s * XS + pl], y0[e][f]);
-                st<T>(P.dz.p, ssd_at4(P.dz, k.b, t, k.h, p), dyv * yv * sg * (1.0f + zv * (1.0f - sg)));
-            }
-        }
-    const bool v4 = P.N % 4 == 0;
-#pragma unroll
-    for (int e = 0; e < 4; e++)
-#pragma unroll
-        for (int j = 0; j < NB; j++) {
-            const int s = hi + 16 * e, n = 64 * j + 4 * lo;
-            if (s >= k.tn || n >= P.N) continue;
-            const int64_t o = (((k.b * P.L + k.t0 + s) * P.H + k.h) * P.npsl + k.tile) * P.N + n;
-            if (v4) {
-                if (P.wB) *reinterpret_cast<float4 *>(P.wB + o) = make_float4(dB[e][4 * j], dB[e][4 * j + 1], dB[e][4 * j + 2], dB[e][4 * j + 3]);
-                if (P.wC) *reinterpret_cast<float4 *>(P.wC + o) = make_float4(dC[e][4 * j], dC[e][4 * j + 1], dC[e][4 * j + 2], dC[e][4 * j + 3]);
-            } else
-#pragma unroll
-                for (int ff = 0; ff < 4; ff++) {
-                    if (n + ff >= P.N) break;
-                    if (P.wB) P.wB[o + ff] = dB[e][4 * j + ff];
-                    if (P.wC) P.wC[o + ff] = dC[e][4 * j + ff];
-                }
-        }
-    if (P.wD && tid < kCkPT && k.p0 + tid < P.P) {
-        float v = 0.0f;
-        for (int s = 0; s < k.tn; s++) v = fmaf(dys[s * XS + tid], xs[s * XS + tid], v);
-        P.wD[((k.b * P.ckb_nch + k.c) * P.H + k.h) * P.P + k.p0 + tid] = v;
-    }
+#ifdef SELSCAN__CK_MMA
+    if constexpr (sizeof(T) == 2) ssd_ckb_grads_tc<T, NB>(P, k, sm);
+    else
+#endif
+        ssd_ckb_grads_f32<T, NB>(P, k, sm);
 }
 
 /* ---- the SSD's host side: plan, workspace, launches ---- */
