@@ -6838,6 +6838,15 @@ static __device__ __forceinline__ void ssd_tc_mm(float (&acc)[NT8][4], const FA 
         }
     }
 }
+/* f(j, i, row, column) for each cell acc[j][i] of ssd_tc_mm's accumulators (rows r0 + g, r0 + g + 8; columns c0 + 8 j +
+   2 q, + 1): the one place that says where d's cells are */
+template <int NT8, typename F> static __device__ __forceinline__ void ssd_tc_cells(int r0, int c0, const F &f) {
+    const int lane = static_cast<int>(threadIdx.x & 31), g = lane >> 2, q = lane & 3;
+#pragma unroll
+    for (int j = 0; j < NT8; j++)
+#pragma unroll
+        for (int i = 0; i < 4; i++) f(j, i, r0 + g + 8 * (i >> 1), c0 + 8 * j + 2 * q + (i & 1));
+}
 /* rows r0 + g and r0 + g + 8 of sum_c U(r, c) acc(r, c) over a warp's columns (acc as ssd_tc_mm's, columns c0 + 8 j + 2 q
    and + 1; U read by fu), in double, summed over the row's four lanes in a fixed order, into pr[r] by lane q 0 */
 template <int NT8, typename FU>
@@ -6867,9 +6876,11 @@ static __device__ __forceinline__ void ssd_tc_rowdot(const float (&acc)[NT8][4],
    columns (warp / 4) of every result; x, B and C exact in tf32, every other operand split */
 template <typename T, int NB> static __device__ __forceinline__ void ssd_ckb_grads_tc(const ssd_params &P, const ssd_ckb_at &k, float *sm) {
     constexpr int Q = kCkQ, NP = 64 * NB, NT8 = NP / 16; /* tiles of 8 states in half a row */
+    static_assert(kCkThreads == 256 && Q == 64 && kCkPT == 64 && NP % 16 == 0,
+                  "8 warps: 4 strips of 16 rows x 2 halves of the columns, 32 channels (4 tiles of 8) a half");
     constexpr ssd_ckb_smem m = ssd_ckb_layout(NB, false);
     constexpr int XS = m.XS, BS = m.BS;
-    const int tid = threadIdx.x, w = tid >> 5, lane = tid & 31, g = lane >> 2, q = lane & 3;
+    const int tid = threadIdx.x, w = tid >> 5, g = (tid & 31) >> 2;
     const int r0 = 16 * (w & 3), half = w >> 2, cn = half * (NP / 2), cp = half * (kCkPT / 2); /* strip; first state, channel */
     const float *const xs = sm + m.x, *const dys = sm + m.dy, *const Vs = sm + m.V, *const Bs = sm + m.B, *const Cs = sm + m.C;
     float *const Ws = sm + m.W;
@@ -6910,13 +6921,9 @@ template <typename T, int NB> static __device__ __forceinline__ void ssd_ckb_gra
     ssd_tc_mm<4, false, true>(xg, rowm(Bs, BS), colm(Ss, BS), r0, cp, 0, NP);
     ssd_tc_rowdot(xg, rowm(xs, XS), r0, cp, pr + (2 + half) * Q);
     if (P.dx.p)
-#pragma unroll
-        for (int j = 0; j < 4; j++)
-#pragma unroll
-            for (int i = 0; i < 4; i++) {
-                const int s = r0 + g + 8 * (i >> 1), pl = cp + 8 * j + 2 * q + (i & 1);
-                Ws[s * XS + pl] = fmaf(ssd_Dv(P, k.h, k.p0 + pl), dys[s * XS + pl], fmaf(swsuf[s], xg[j][i], dX[j][i]));
-            }
+        ssd_tc_cells<4>(r0, cp, [&](int j, int i, int s, int pl) {
+            Ws[s * XS + pl] = fmaf(ssd_Dv(P, k.h, k.p0 + pl), dys[s * XS + pl], fmaf(swsuf[s], xg[j][i], dX[j][i]));
+        });
     ssd_tc_mm<NT8, true, true>(dB, [xs, swsuf](int s, int p) { return swsuf[s] * xs[s * XS + p]; }, rowm(Ss, BS), r0, cn, 0, kCkPT);
     __syncthreads(); /* the row partials, dx */
     if (tid < Q) {
@@ -6926,24 +6933,13 @@ template <typename T, int NB> static __device__ __forceinline__ void ssd_ckb_gra
     __syncthreads(); /* rho, tau, gpair, red[8] */
     ssd_ckb_sums_out<NB>(P, k, sm);
     if (P.dx.p) ssd_ckb_dx_out<T>(P, k, Ws, XS);
-    if (P.dz.p)
-#pragma unroll
-        for (int j = 0; j < 4; j++)
-#pragma unroll
-            for (int i = 0; i < 4; i++) {
-                const int s = r0 + g + 8 * (i >> 1), pl = cp + 8 * j + 2 * q + (i & 1);
-                ssd_ckb_dz_out<T>(P, k, s, pl, y0[j][i], xs[s * XS + pl]);
-            }
-#pragma unroll
-    for (int j = 0; j < NT8; j++)
-#pragma unroll
-        for (int i = 0; i < 4; i++) {
-            const int s = r0 + g + 8 * (i >> 1), n = cn + 8 * j + 2 * q + (i & 1);
-            if (s >= k.tn || n >= P.N) continue;
-            const int64_t o = (((k.b * P.L + k.t0 + s) * P.H + k.h) * P.npsl + k.tile) * P.N + n;
-            if (P.wB) P.wB[o] = dB[j][i];
-            if (P.wC) P.wC[o] = dC[j][i];
-        }
+    if (P.dz.p) ssd_tc_cells<4>(r0, cp, [&](int j, int i, int s, int pl) { ssd_ckb_dz_out<T>(P, k, s, pl, y0[j][i], xs[s * XS + pl]); });
+    ssd_tc_cells<NT8>(r0, cn, [&](int j, int i, int s, int n) {
+        if (s >= k.tn || n >= P.N) return;
+        const int64_t o = (((k.b * P.L + k.t0 + s) * P.H + k.h) * P.npsl + k.tile) * P.N + n;
+        if (P.wB) P.wB[o] = dB[j][i];
+        if (P.wC) P.wC[o] = dC[j][i];
+    });
 }
 #endif
 
