@@ -320,17 +320,19 @@ def _autocast(device_type, enabled=False, dtype=None):
 
 def _gated_rms_norm(y, z, weight, eps, group_size, norm_before_gate):
     """mamba_ssm's RMSNormGated (no bias) over groups of group_size channels, in float32: norm(y) * w *
-    silu(z) (norm_before_gate) or norm(y * silu(z)) * w; out in y's dtype. The RMS through torch's rms_norm
-    (one fused kernel each way on CUDA, where the sum of squares, rsqrt and scaling as separate ops were
-    five passes: bench/NOTES.md SSD-torch-v3), autocast off around the float32 math."""
+    silu(z) (norm_before_gate) or norm(y * silu(z)) * w, norm(y) * w without a gate (z None); out in y's
+    dtype. The RMS through torch's rms_norm (one fused kernel each way on CUDA, where the sum of squares, rsqrt
+    and scaling as separate ops were five passes: bench/NOTES.md SSD-torch-v3), autocast off around the
+    float32 math."""
     with _autocast(y.device.type):
-        yf, zf = y.float(), z.float()
-        if not norm_before_gate:
-            yf = yf * torch.nn.functional.silu(zf)
+        yf = y.float()
+        gate = None if z is None else torch.nn.functional.silu(z.float())
+        if gate is not None and not norm_before_gate:
+            yf = yf * gate
         yn = torch.nn.functional.rms_norm(yf.unflatten(-1, (-1, group_size)), (group_size,), eps=eps).flatten(-2)
         yn = yn * weight.float()
-        if norm_before_gate:
-            yn = yn * torch.nn.functional.silu(zf)
+        if gate is not None and norm_before_gate:
+            yn = yn * gate
         return yn.to(y.dtype)
 
 
