@@ -125,6 +125,7 @@ class _KeptScan(torch.autograd.Function):
 def _ssd_fwd_autograd(x, dt, A, B, C, D, z, dt_bias, initial_states, seq_idx, cu_seqlens, dt_softplus, dt_min,
                       dt_max, return_final_states):
     if _checks.requires_grad((x, dt, A, B, C, D, z, dt_bias, initial_states)):
+        _checks.no_func_transforms("selscan's SSD scan")
         return tuple(_Ssd.apply(x, dt, A, B, C, D, z, dt_bias, initial_states, seq_idx, cu_seqlens, dt_softplus,
                                 dt_min, dt_max, return_final_states))
     return _checks.call_below(_ssd_fwd, x, dt, A, B, C, D, z, dt_bias, initial_states, seq_idx, cu_seqlens,
@@ -160,7 +161,7 @@ def _chunk_size(chunk_size):
     if chunk_size is None:
         return
     # (the reprs in the raise alone: under torch.compile(dynamic=True) an int may be symbolic, without a repr)
-    if not _is_int(chunk_size):
+    if not _checks.is_int(chunk_size):
         raise TypeError(f"selscan: chunk_size must be None or a positive int, got {chunk_size!r} (argument 'chunk_size')")
     if not operator.index(chunk_size) > 0:
         raise ValueError(f"selscan: chunk_size must be None or a positive int, got {chunk_size!r} "
@@ -336,17 +337,6 @@ def _gated_rms_norm(y, z, weight, eps, group_size, norm_before_gate):
         return yn.to(y.dtype)
 
 
-def _is_int(v):
-    """An integer (Python's or numpy's, anything with __index__), not a bool."""
-    if isinstance(v, bool):
-        return False
-    try:
-        operator.index(v)
-    except TypeError:
-        return False
-    return True
-
-
 def mamba_split_conv1d_scan_combined(zxbcdt, conv1d_weight, conv1d_bias, dt_bias, A, D, chunk_size=None,
                                      initial_states=None, seq_idx=None, dt_limit=(0.0, float("inf")),
                                      return_final_states=False, activation="silu", rmsnorm_weight=None,
@@ -399,9 +389,9 @@ def mamba_split_conv1d_scan_combined(zxbcdt, conv1d_weight, conv1d_bias, dt_bias
         headdim = D.shape[1]
     elif headdim is None:
         raise ValueError("selscan: headdim must be given with a (nheads,) D (argument 'headdim')")
-    if not (_is_int(headdim) and headdim >= 1):  # (reprs in the raise alone: _chunk_size says why)
+    if not (_checks.is_int(headdim) and headdim >= 1):  # (reprs in the raise alone: _chunk_size says why)
         raise ValueError(f"selscan: headdim must be a positive int, got {headdim!r} (argument 'headdim')")
-    if not (_is_int(ngroups) and ngroups >= 1 and nheads % ngroups == 0):
+    if not (_checks.is_int(ngroups) and ngroups >= 1 and nheads % ngroups == 0):
         raise ValueError(f"selscan: ngroups must be a positive int dividing nheads = {nheads}, got {ngroups!r} "
                          "(argument 'ngroups')")
     headdim, ngroups = operator.index(headdim), operator.index(ngroups)
@@ -451,6 +441,7 @@ def mamba_split_conv1d_scan_combined(zxbcdt, conv1d_weight, conv1d_bias, dt_bias
     # (under torch.compile the layer is traced whole: the compiler's partitioner chooses what its backward keeps)
     if recompute and torch.is_grad_enabled() and not torch.compiler.is_compiling() and any(
             isinstance(t, torch.Tensor) and t.requires_grad for t in args):
+        _checks.no_func_transforms("mamba_split_conv1d_scan_combined")
         out, final = _Layer.apply(shape, opts, *args)
     else:
         out, final = _split_conv1d_scan_layer(*args, shape, opts)[0]
