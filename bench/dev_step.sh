@@ -1,10 +1,12 @@
 #!/bin/bash
 # Device run for the decode step (issue 20): build, quick test, mamba's Triton step (git-ignored
 # .peer/, when present) and bench_cuda --graphs step in the same command, then the full CUDA test.
-# Run from the repository root of the device copy: bash .dev/<name>/bench/dev_step.sh <name>; logs to $OUT.
+# Run from the repository root of the device copy: bash bench/dev_step.sh [DIR]; DIR (optional): a variant
+# copy of the tree, relative to the root, to build and run instead of the root's (the sessions of issue 20 kept
+# theirs in git-ignored .dev/<name>); the peer's driver only where .peer/run_peer.py is (git-ignored); logs to $OUT.
 set -o pipefail
 R=$(pwd)
-cd .dev/${1:-step2} || exit 1
+cd "${1:-.}" || exit 1
 nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu,power.draw --format=csv > $OUT/smi.txt 2>&1
 ( time make -j16 build/bench_cuda build/test_cuda build/test_cuda_cl ) > $OUT/build.log 2>&1 || { tail -30 $OUT/build.log; exit 1; }
 tail -3 $OUT/build.log

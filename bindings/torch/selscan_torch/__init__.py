@@ -173,6 +173,7 @@ class _Scan(torch.autograd.Function):
 def _fwd_autograd(u, delta, A, B, C, D, z, delta_bias, h0, cu_seqlens, delta_softplus, return_last_state,
                   save_checkpoint):
     if _checks.requires_grad((u, delta, A, B, C, D, z, delta_bias, h0)):
+        _checks.no_func_transforms("selscan's scan")
         return tuple(_Scan.apply(u, delta, A, B, C, D, z, delta_bias, h0, cu_seqlens, delta_softplus,
                                  return_last_state))
     return _checks.call_below(_fwd, u, delta, A, B, C, D, z, delta_bias, h0, cu_seqlens, delta_softplus,

@@ -20,6 +20,8 @@ Two users:
 Messages name the caller's argument; ValueError for shapes, values and devices, TypeError for
 dtypes, like the C++ side (whose refusals reach Python as RuntimeError, raised here as their type).
 """
+import operator
+
 import torch
 
 from . import _C  # the common layer's checks (check_args), ElementsMeet, error texts
@@ -195,6 +197,16 @@ def direct(op, kernel):
     return call
 
 
+def no_func_transforms(what):
+    """Refuses torch.func's transforms (grad, vjp, jacrev, jvp, vmap) where selscan's autograd.Function would run
+    under them: functorch needs a Function's setup_context, which selscan's have not; torch's own refusal spoke of
+    functorch's internals. Not while torch.compile traces (it reads no transform stack there)."""
+    if not torch.compiler.is_compiling() and torch._C._are_functorch_transforms_active():
+        raise NotImplementedError(f"selscan: torch.func transforms (grad, vjp, jacrev, jvp, vmap with gradients) are not "
+                                  f"supported by {what}: differentiate with torch.autograd (loss.backward(), "
+                                  f"torch.autograd.grad)")
+
+
 def not_differentiable(op, function):
     """The Autograd kernel of a backward op (selscan::bwd, conv_bwd; function: the user's function):
     with grad mode on and an input requiring grad (a backward with create_graph=True) its outputs hang
@@ -272,10 +284,21 @@ def cast(t, name, dtype, state=None):
     return t.to(dtype)
 
 
+def is_int(v):
+    """An integer (Python's or numpy's, anything with __index__), not a bool: what an integer argument takes."""
+    if isinstance(v, bool):
+        return False
+    try:
+        operator.index(v)
+    except TypeError:
+        return False
+    return True
+
+
 def host_offsets(cu_seqlens):
     """cu_seqlens as the op takes it: an int64 CPU tensor (values checked by the op). A list / tuple
-    of Python ints or an integer tensor (a CUDA one is copied back: a sync); floats, bools,
-    complex and meta tensors are refused."""
+    of integers (is_int: Python's, numpy's) or an integer tensor (a CUDA one is copied back: a sync);
+    floats, bools, complex and meta tensors are refused."""
     if isinstance(cu_seqlens, torch.Tensor):
         _value(cu_seqlens.device.type != "meta", "cu_seqlens is a meta tensor, but its values are read on the "
                "host: pass a CPU tensor or a list of ints")
@@ -284,11 +307,13 @@ def host_offsets(cu_seqlens):
         return cu_seqlens.to(device="cpu", dtype=torch.int64)
     _type(isinstance(cu_seqlens, (list, tuple)), "cu_seqlens must be a tensor or a list of ints, got ",
           type(cu_seqlens).__name__)
+    offs = []
     for v in cu_seqlens:
-        _type(isinstance(v, int) and not isinstance(v, bool), "cu_seqlens must hold ints, got ", type(v).__name__,
-              " ", repr(v))
+        _type(is_int(v), "cu_seqlens must hold ints, got ", type(v).__name__, " ", repr(v))
+        v = operator.index(v)
         _value(-(2**63) <= v < 2**63, "cu_seqlens entry ", v, " does not fit int64")
-    return torch.tensor(list(cu_seqlens), dtype=torch.int64)
+        offs.append(v)
+    return torch.tensor(offs, dtype=torch.int64)
 
 
 def offset_list(cu, total, total_what, prefix="selscan"):

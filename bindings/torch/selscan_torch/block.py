@@ -292,6 +292,7 @@ def in_proj_cm(hidden_states, weight, bias=None):
     dev = hidden_states.device.type
     cdt = torch.get_autocast_dtype(dev) if torch.is_autocast_enabled(dev) else hidden_states.dtype
     h2d = _to(hidden_states.reshape(b * L, dm), "hidden_states", cdt)
+    _checks.no_func_transforms("in_proj_cm")
     out = _InProjCM.apply(h2d, _to(weight, "weight", cdt), _to(bias, "bias", cdt))
     return _cm_tensor(out, b, L)
 
@@ -407,6 +408,7 @@ def mamba_inner_fn(xz, conv1d_weight, conv1d_bias, x_proj_weight, delta_proj_wei
     B_proj_bias, C_proj_bias = _to(B_proj_bias, "B_proj_bias", cdt), _to(C_proj_bias, "C_proj_bias", cdt)
     if mask is not None:
         mask = mask.detach()[:, None, :]  # (batch, 1, L): broadcast over the channels
+    _checks.no_func_transforms("mamba_inner_fn")
     return _MambaInnerFn.apply(xz, conv_w, conv_b, x_proj_weight, delta_proj_weight, out_proj_weight, out_proj_bias,
                                A, B, C, D, delta_bias, B_proj_bias, C_proj_bias, b_rms_weight, c_rms_weight,
                                dt_rms_weight, mask, cfg)

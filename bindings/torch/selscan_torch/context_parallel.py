@@ -670,6 +670,7 @@ def _scan(u, delta, A, B, C, D, z, delta_bias, delta_softplus, return_last_state
         graph_group = graph
     if graph_group:
         token = None if graph else torch.empty(0, device=u.device, requires_grad=True)
+        _checks.no_func_transforms("selscan's context-parallel scan")
         y, hl = _ContextParallelScan.apply(u, delta, A, B, C, D, z, delta_bias, h0, cu_seqlens, softplus, last, group,
                                            rank, world, lengths, token)
     else:
@@ -795,6 +796,7 @@ def _conv(x, weight, bias, activation, group, rank, world, check):
         out = x.float() * weight[:, -1:] if bias is None else x.float() * weight[:, -1:] + bias[:, None]
         return (F.silu(out) if activation in ("silu", "swish") else out).to(x.dtype)
     if W > 1 and world > 1:
+        _checks.no_func_transforms("selscan's context-parallel conv")
         halo = _Halo.apply(x[..., L - (W - 1):], group, rank, world)
         xx = torch.cat([halo, x], dim=-1)
     else:

@@ -114,6 +114,7 @@ class _Conv(torch.autograd.Function):
 
 def _conv_fwd_autograd(x, weight, bias, init_state, cu_seqlens, silu, return_final_state, out_dim_major):
     if _checks.requires_grad((x, weight, bias, init_state)):
+        _checks.no_func_transforms("selscan's causal conv1d")
         return tuple(_Conv.apply(x, weight, bias, init_state, cu_seqlens, silu, return_final_state, out_dim_major))
     return _checks.call_below(_conv_fwd, x, weight, bias, init_state, cu_seqlens, silu, return_final_state,
                               out_dim_major)

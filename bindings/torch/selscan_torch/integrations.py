@@ -1393,10 +1393,7 @@ def _rms_norm_gated_forward(own):
     def forward(self, x, z=None):
         if x.device.type != "cpu" or getattr(self, "bias", None) is not None:
             return own(self, x, z)
-        if z is None:  # no gate: the norm alone (silu(z) = 1 through a gate of +inf would be NaN-prone)
-            g = x.float().unflatten(-1, (-1, self.group_size or x.shape[-1]))
-            y = (g * torch.rsqrt(g.square().mean(-1, keepdim=True) + self.eps)).flatten(-2) * self.weight.float()
-            return y.to(x.dtype)
+        # (z None: the norm alone)
         return _gated_rms_norm(x, z, self.weight, self.eps, self.group_size or x.shape[-1], self.norm_before_gate)
     forward.__wrapped__ = own
     return forward

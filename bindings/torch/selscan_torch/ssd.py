@@ -125,6 +125,7 @@ class _KeptScan(torch.autograd.Function):
 def _ssd_fwd_autograd(x, dt, A, B, C, D, z, dt_bias, initial_states, seq_idx, cu_seqlens, dt_softplus, dt_min,
                       dt_max, return_final_states):
     if _checks.requires_grad((x, dt, A, B, C, D, z, dt_bias, initial_states)):
+        _checks.no_func_transforms("selscan's SSD scan")
         return tuple(_Ssd.apply(x, dt, A, B, C, D, z, dt_bias, initial_states, seq_idx, cu_seqlens, dt_softplus,
                                 dt_min, dt_max, return_final_states))
     return _checks.call_below(_ssd_fwd, x, dt, A, B, C, D, z, dt_bias, initial_states, seq_idx, cu_seqlens,
@@ -160,7 +161,7 @@ def _chunk_size(chunk_size):
     if chunk_size is None:
         return
     # (the reprs in the raise alone: under torch.compile(dynamic=True) an int may be symbolic, without a repr)
-    if not _is_int(chunk_size):
+    if not _checks.is_int(chunk_size):
         raise TypeError(f"selscan: chunk_size must be None or a positive int, got {chunk_size!r} (argument 'chunk_size')")
     if not operator.index(chunk_size) > 0:
         raise ValueError(f"selscan: chunk_size must be None or a positive int, got {chunk_size!r} "
@@ -320,29 +321,20 @@ def _autocast(device_type, enabled=False, dtype=None):
 
 def _gated_rms_norm(y, z, weight, eps, group_size, norm_before_gate):
     """mamba_ssm's RMSNormGated (no bias) over groups of group_size channels, in float32: norm(y) * w *
-    silu(z) (norm_before_gate) or norm(y * silu(z)) * w; out in y's dtype. The RMS through torch's rms_norm
-    (one fused kernel each way on CUDA, where the sum of squares, rsqrt and scaling as separate ops were
-    five passes: bench/NOTES.md SSD-torch-v3), autocast off around the float32 math."""
+    silu(z) (norm_before_gate) or norm(y * silu(z)) * w, norm(y) * w without a gate (z None); out in y's
+    dtype. The RMS through torch's rms_norm (one fused kernel each way on CUDA, where the sum of squares, rsqrt
+    and scaling as separate ops were five passes: bench/NOTES.md SSD-torch-v3), autocast off around the
+    float32 math."""
     with _autocast(y.device.type):
-        yf, zf = y.float(), z.float()
-        if not norm_before_gate:
-            yf = yf * torch.nn.functional.silu(zf)
+        yf = y.float()
+        gate = None if z is None else torch.nn.functional.silu(z.float())
+        if gate is not None and not norm_before_gate:
+            yf = yf * gate
         yn = torch.nn.functional.rms_norm(yf.unflatten(-1, (-1, group_size)), (group_size,), eps=eps).flatten(-2)
         yn = yn * weight.float()
-        if norm_before_gate:
-            yn = yn * torch.nn.functional.silu(zf)
+        if gate is not None and norm_before_gate:
+            yn = yn * gate
         return yn.to(y.dtype)
-
-
-def _is_int(v):
-    """An integer (Python's or numpy's, anything with __index__), not a bool."""
-    if isinstance(v, bool):
-        return False
-    try:
-        operator.index(v)
-    except TypeError:
-        return False
-    return True
 
 
 def mamba_split_conv1d_scan_combined(zxbcdt, conv1d_weight, conv1d_bias, dt_bias, A, D, chunk_size=None,
@@ -397,9 +389,9 @@ def mamba_split_conv1d_scan_combined(zxbcdt, conv1d_weight, conv1d_bias, dt_bias
         headdim = D.shape[1]
     elif headdim is None:
         raise ValueError("selscan: headdim must be given with a (nheads,) D (argument 'headdim')")
-    if not (_is_int(headdim) and headdim >= 1):  # (reprs in the raise alone: _chunk_size says why)
+    if not (_checks.is_int(headdim) and headdim >= 1):  # (reprs in the raise alone: _chunk_size says why)
         raise ValueError(f"selscan: headdim must be a positive int, got {headdim!r} (argument 'headdim')")
-    if not (_is_int(ngroups) and ngroups >= 1 and nheads % ngroups == 0):
+    if not (_checks.is_int(ngroups) and ngroups >= 1 and nheads % ngroups == 0):
         raise ValueError(f"selscan: ngroups must be a positive int dividing nheads = {nheads}, got {ngroups!r} "
                          "(argument 'ngroups')")
     headdim, ngroups = operator.index(headdim), operator.index(ngroups)
@@ -449,6 +441,7 @@ def mamba_split_conv1d_scan_combined(zxbcdt, conv1d_weight, conv1d_bias, dt_bias
     # (under torch.compile the layer is traced whole: the compiler's partitioner chooses what its backward keeps)
     if recompute and torch.is_grad_enabled() and not torch.compiler.is_compiling() and any(
             isinstance(t, torch.Tensor) and t.requires_grad for t in args):
+        _checks.no_func_transforms("mamba_split_conv1d_scan_combined")
         out, final = _Layer.apply(shape, opts, *args)
     else:
         out, final = _split_conv1d_scan_layer(*args, shape, opts)[0]

@@ -192,3 +192,36 @@ def test_mamba2_cu_seqlens_alone_as_mamba_ssm(mamba2):
         want = fused(u)
         for layer in (fused, unfused):
             assert rel_err(layer(u, cu_seqlens=cu), want) < TOL32
+
+
+@pytest.mark.parametrize("gate", [None, "after-norm", "before-norm"])
+def test_rmsnorm_gated_matches_float64(mamba2, gate):
+    """mamba_ssm's RMSNormGated on the CPU (selscan's forward under use_in_mamba_ssm): group RMS norm, with
+    the gate after the norm, before it, or none (z None), against the float64 formula; and its gradients"""
+    from mamba_ssm.ops.triton.layernorm_gated import RMSNorm
+
+    torch.manual_seed(3)
+    norm = RMSNorm(12, eps=1e-5, group_size=4, norm_before_gate=gate == "after-norm")
+    with torch.no_grad():
+        norm.weight.uniform_(0.5, 1.5)
+    x = torch.randn(3, 5, 12, requires_grad=True)
+    z = None if gate is None else torch.randn(3, 5, 12, requires_grad=True)
+    y = norm(x, z)
+
+    def ref(x, z, w):
+        g = None if z is None else torch.nn.functional.silu(z)
+        if g is not None and gate == "before-norm":
+            x = x * g
+        grp = x.unflatten(-1, (-1, 4))
+        r = (grp * torch.rsqrt(grp.square().mean(-1, keepdim=True) + 1e-5)).flatten(-2) * w
+        return r * g if g is not None and gate == "after-norm" else r
+
+    ins = [x.detach().double().requires_grad_()] + ([] if z is None else [z.detach().double().requires_grad_()])
+    w64 = norm.weight.detach().double().requires_grad_()
+    r = ref(ins[0], None if z is None else ins[1], w64)
+    assert y.dtype == torch.float32 and rel_err(y, r) <= TOL32
+    dy = torch.randn_like(y)
+    got = torch.autograd.grad(y, [x] + ([] if z is None else [z]) + [norm.weight], dy)
+    want = torch.autograd.grad(r, ins + [w64], dy.double())
+    for g, w in zip(got, want):
+        assert rel_err(g, w) <= GTOL32

@@ -179,3 +179,26 @@ def test_forward_mode_ad_is_refused(grad):
             st.causal_conv1d_fn(fwad.make_dual(x[:, :, 0].transpose(1, 2).contiguous(), torch.ones(1, 4, 6)),
                                 torch.randn(4, 4, generator=g))
     st.mamba_chunk_scan_combined(x, dt, A, B, C, 4)  # and the process goes on
+
+
+@pytest.mark.parametrize("transform", ["grad", "vjp", "jacrev"])
+def test_func_transforms_are_refused_in_selscans_words(transform):
+    """torch.func's transforms around a selscan function that needs its autograd.Function (an input requiring
+    grad under the transform): refused naming selscan and the way that works (torch.autograd); before, torch's
+    own error about functorch and setup_context (a hostile user's find). A plain autograd gradient still works."""
+    g = torch.Generator().manual_seed(6)
+    x, dt = torch.randn(1, 6, 2, 4, generator=g), torch.rand(1, 6, 2, generator=g)
+    A, B, C = -torch.rand(2, generator=g) - 0.5, torch.randn(1, 6, 1, 3, generator=g), torch.randn(1, 6, 1, 3, generator=g)
+    w = torch.randn(4, 4, generator=g)
+    for f, inp in [(lambda v: st.mamba_chunk_scan_combined(v, dt, A, B, C, 4).sum(), x),
+                   (lambda v: st.causal_conv1d_fn(v, w).sum(), x[:, :, 0].transpose(1, 2).contiguous()),
+                   (lambda v: st.selective_scan_fn(v, dt[:, :, :1].expand(1, 6, 4).transpose(1, 2).contiguous(), -torch.ones(4, 3),
+                                                   B[:, :, 0].transpose(1, 2).contiguous(), C[:, :, 0].transpose(1, 2).contiguous()).sum(),
+                    x[:, :, 0].transpose(1, 2).contiguous())]:
+        call = {"grad": lambda: torch.func.grad(f)(inp), "vjp": lambda: torch.func.vjp(f, inp),
+                "jacrev": lambda: torch.func.jacrev(f)(inp)}[transform]
+        with pytest.raises(NotImplementedError, match="selscan: torch.func transforms .* torch.autograd"):
+            call()
+        v = inp.clone().requires_grad_()
+        f(v).backward()
+        assert v.grad is not None and torch.isfinite(v.grad).all()

@@ -6,6 +6,7 @@ import contextlib
 import math
 import zlib
 
+import numpy as np
 import pytest
 import torch
 from _common import DEVICES, GTOL, TOL, cuda_only, rel_err
@@ -669,13 +670,17 @@ def test_drop_in_on_cuda_matches_float64_recurrence(name, opt):
 
 
 def test_drop_in_takes_mamba_ssms_argument_forms():
-    """What mamba_ssm takes and the package casts (its one rule, _checks): int32 / list cu_seqlens, an
-    int64 seq_idx, dt / B / C / z in another float dtype than x's (cast to x's)."""
+    """What mamba_ssm takes and the package casts (its one rule, _checks): int32 / list cu_seqlens (of Python's or
+    numpy's ints: a hostile user's find, numpy's were refused), an int64 seq_idx, dt / B / C / z in another float
+    dtype than x's (cast to x's); a float or bool offset refused."""
     a = _inputs(18, batch=1, L=10, cu=[0, 4, 10], dtype=BF16)
     args = (a["x"], a["dt"], a["A"], a["B"], a["C"])
     want = st.mamba_chunk_scan_combined(*args, cu_seqlens=a["cu_seqlens"], dt_softplus=True)
-    for cu in (a["cu_seqlens"].int(), [0, 4, 10], (0, 4, 10)):
+    for cu in (a["cu_seqlens"].int(), [0, 4, 10], (0, 4, 10), [np.int64(0), np.int32(4), np.uint8(10)]):
         assert torch.equal(st.mamba_chunk_scan_combined(*args, cu_seqlens=cu, dt_softplus=True), want)
+    for bad in ([0, 4.0, 10], [0, True, 10], [0, np.float64(4), 10]):
+        with pytest.raises(TypeError, match="cu_seqlens must hold ints"):
+            st.mamba_chunk_scan_combined(*args, cu_seqlens=bad, dt_softplus=True)
     ids = torch.tensor([[0] * 4 + [1] * 6])
     assert torch.equal(st.mamba_chunk_scan_combined(*args, seq_idx=ids, dt_softplus=True), want)  # int64 ids
     f32 = (a["x"], a["dt"].float(), a["A"], a["B"].float(), a["C"].float())  # cast to x's dtype: the same values
