@@ -5070,6 +5070,7 @@ struct ssd_params {
     float *ckb_S, *ckb_G, *ckb_dec;
     int *ckb_flag;
     int64_t ckb_nch;
+    int ckb_tc; /* a 2-byte problem's products on tensor cores: ssd_ckb_tc's level */
 };
 
 /* channels a thread by states a thread (registers: PPT * NPT <= 32) */
@@ -6641,11 +6642,11 @@ template <typename T, int NB> static __global__ void __launch_bounds__(kCkThread
     __syncthreads();
     const int64_t o = (k.chain * P.ckb_nch + k.c) * (64 * NP);
 #ifdef SELSCAN__CK_MMA
-    if constexpr (sizeof(T) == 2) { /* (steps past L: staged as 0, no term) */
-        static_assert(m.x % 8 == 0 && m.dy % 8 == 0 && m.B % 8 == 0 && m.C % 8 == 0 && XS % 4 == 0 && BS % 4 == 0 && NP % 4 == 0,
-                      "the tensor cores' tiles start 32-byte aligned, rows whole 16-byte units");
+    static_assert(m.x % 8 == 0 && m.dy % 8 == 0 && m.B % 8 == 0 && m.C % 8 == 0 && XS % 4 == 0 && BS % 4 == 0 && NP % 4 == 0,
+                  "the tensor cores' tiles start 32-byte aligned, rows whole 16-byte units");
+    if (sizeof(T) == 2 && P.ckb_tc >= 1) /* (steps past L: staged as 0, no term) */
         ssd_ckb_loc_tc<NP>(P.z.p != NULL, xs, dys, XS, Bs, Cs, BS, P.ckb_S + o, P.ckb_G + o);
-    } else
+    else
 #endif
     {
         /* channel p = 4 hi + e, state n = 64 j + 4 lo + f */
@@ -7071,7 +7072,7 @@ template <typename T, int NB> static __global__ void __launch_bounds__(kCkThread
     {
         double cb[4][4], dx[4][4];
 #ifdef SELSCAN__CK_MMA
-        if constexpr (sizeof(T) == 2) {
+        if (sizeof(T) == 2 && P.ckb_tc >= 1) {
             ssd_ckb_pairs_tc<NP>(P.z.p != NULL, Cs, Bs, BS, dys, xs, XS, Ws, Vs);
             __syncthreads();
 #pragma unroll
@@ -7148,7 +7149,7 @@ template <typename T, int NB> static __global__ void __launch_bounds__(kCkThread
     }
     __syncthreads();
 #ifdef SELSCAN__CK_MMA
-    if constexpr (sizeof(T) == 2) ssd_ckb_grads_tc<T, NB>(P, k, sm);
+    if (sizeof(T) == 2 && P.ckb_tc >= 2) ssd_ckb_grads_tc<T, NB>(P, k, sm);
     else
 #endif
         ssd_ckb_grads_f32<T, NB>(P, k, sm);
@@ -7241,6 +7242,11 @@ static bool ssd_ck_shape(const selscan__sprob &q, ssd_ck_plan &k) {
    slices the chunks' tiles (the partials' layout the reductions read); ssd_ckb_fits: the device's shared
    memory */
 static int ssd_ckb_mode = 1;
+/* How much of a 2-byte problem's chunked backward runs on tensor cores (sm_80+; float32 problems never):
+   2 (the default) every product (bench/NOTES.md SSD-CUDA-v15), 1 the pair products and the local state's
+   (SSD-CUDA-v14), 0 none; the tests run each level, bench_ssd_forms times each */
+static int ssd_ckb_tc = 2;
+#define SELSCAN__CKB_TC_LEVELS 1 /* (bench_ssd_forms: this header has the levels) */
 static bool ssd_ckb_shape(const selscan__sprob &q, const ssd_plan &pl, ssd_ck_plan &k) {
     /* (the pass kernel's grid: 8 NB blocks a chain) */
     return ssd_ckb_mode != 0 && ssd_ck_shape(q, k) && pl.npsl == k.ntile && k.nchain <= kMaxGrid / (8 * k.NB);
@@ -7454,6 +7460,7 @@ static selscan_status ssd_backward_begin(const selscan_ssd_problem *p, const sel
         P.ckb_S = at(w.ckS); P.ckb_G = at(w.ckG); P.ckb_dec = at(w.ckdec);
         P.ckb_flag = reinterpret_cast<int *>(ws + w.ckflag);
         P.ckb_nch = ck.nch;
+        P.ckb_tc = ssd_ckb_tc;
         P.ck_ntile = ck.ntile;
     }
     return SELSCAN_OK;

@@ -8,7 +8,9 @@
  * chunks (mode 1) and of mode 3 against the walk's (largest difference over the largest |y|). The
  * chunks' workspace comes from a buffer allocated once (the allocator hands it out): no allocation
  * is timed. Then the backward (every gradient but dz and dinitial_state) on the walks and in chunks
- * (selscan_cuda.cuh >>ssd-chunk-bwd), timed the same way, and the chunks' gradients against the walks'.
+ * (selscan_cuda.cuh >>ssd-chunk-bwd), timed the same way, and the chunks' gradients against the walks';
+ * where the header has ssd_ckb_tc's levels (SELSCAN__CKB_TC_LEVELS), the chunks at each level too (a 2-byte
+ * problem's products on tensor cores: every one, the pair products and the local state's, none).
  *
  * Usage: make build/bench_ssd_forms && ./build/bench_ssd_forms [f32|f16|bf16] [batch] [L]
  */
@@ -145,13 +147,21 @@ int main(int argc, char **argv) {
             void *dy = dev_random(batch * L * H * P, dt, -1, 1, seed);
             const size_t nbytes[7] = {(size_t)(batch * L * H * P) * es, (size_t)(batch * L * H) * es, (size_t)H * 4, (size_t)(batch * L * G * N) * es,
                                       (size_t)(batch * L * G * N) * es, (size_t)H * 4, (size_t)H * 4};
-            void *gr[2][7];
-            for (int f = 0; f < 2; f++)
+#ifdef SELSCAN__CKB_TC_LEVELS
+            constexpr int NFORM = 4; /* the walks; the chunks at ssd_ckb_tc 2 (the default), 1, 0 */
+#else
+            constexpr int NFORM = 2; /* the walks, the chunks */
+#endif
+            void *gr[NFORM][7];
+            for (int f = 0; f < NFORM; f++)
                 for (int i = 0; i < 7; i++) CK(cudaMalloc(&gr[f][i], nbytes[i]));
             p.y.data = NULL;
-            double bm[2];
-            for (int f = 0; f < 2; f++) {
-                selscan_cuda_detail::ssd_ckb_mode = f;
+            double bm[NFORM];
+            for (int f = 0; f < NFORM; f++) {
+                selscan_cuda_detail::ssd_ckb_mode = f != 0;
+#ifdef SELSCAN__CKB_TC_LEVELS
+                selscan_cuda_detail::ssd_ckb_tc = f == 0 ? 2 : 3 - f;
+#endif
                 selscan_ssd_grads g;
                 memset(&g, 0, sizeof g);
                 g.dy.data = dy; g.dx.data = gr[f][0]; g.ddt.data = gr[f][1]; g.dA.data = gr[f][2]; g.dB.data = gr[f][3];
@@ -163,7 +173,10 @@ int main(int argc, char **argv) {
                 bm[f] = median_ms("backward", [&] { return selscan_ssd_backward_cuda(&p, &g, &ext, wsp, wsz, 0); });
                 if (wsp) cudaFree(wsp);
             }
-            selscan_cuda_detail::ssd_ckb_mode = 1; /* the default again */
+            selscan_cuda_detail::ssd_ckb_mode = 1; /* the defaults again */
+#ifdef SELSCAN__CKB_TC_LEVELS
+            selscan_cuda_detail::ssd_ckb_tc = 2;
+#endif
             const selscan_dtype gdt[7] = {dt, dt, SELSCAN_F32, dt, dt, SELSCAN_F32, SELSCAN_F32};
             const size_t gn[7] = {(size_t)(batch * L * H * P), (size_t)(batch * L * H), (size_t)H, (size_t)(batch * L * G * N), (size_t)(batch * L * G * N),
                                   (size_t)H, (size_t)H};
@@ -171,7 +184,14 @@ int main(int argc, char **argv) {
                    s.name, bm[0], bm[1], bm[0] / bm[1], rel_diff(gr[0][0], gr[1][0], gn[0], gdt[0]), rel_diff(gr[0][1], gr[1][1], gn[1], gdt[1]),
                    rel_diff(gr[0][2], gr[1][2], gn[2], gdt[2]), rel_diff(gr[0][3], gr[1][3], gn[3], gdt[3]), rel_diff(gr[0][4], gr[1][4], gn[4], gdt[4]),
                    rel_diff(gr[0][5], gr[1][5], gn[5], gdt[5]), rel_diff(gr[0][6], gr[1][6], gn[6], gdt[6]));
-            for (int f = 0; f < 2; f++)
+#ifdef SELSCAN__CKB_TC_LEVELS
+            double dl[2] = {0, 0}; /* levels 2 and 1 against 0 (the float32 units), the largest over the gradients */
+            for (int l = 0; l < 2; l++)
+                for (int i = 0; i < 7; i++) dl[l] = std::max(dl[l], rel_diff(gr[3][i], gr[1 + l][i], gn[i], gdt[i]));
+            printf("backward levels | %s | tensor cores: every product %.3f ms, pairs + local state %.3f ms, none %.3f ms | none / every: %.2fx, none / pairs: %.2fx | against none, max |diff| / max: every %.2g, pairs %.2g\n",
+                   s.name, bm[1], bm[2], bm[3], bm[3] / bm[1], bm[3] / bm[2], dl[0], dl[1]);
+#endif
+            for (int f = 0; f < NFORM; f++)
                 for (int i = 0; i < 7; i++) cudaFree(gr[f][i]);
             cudaFree(dy);
         }

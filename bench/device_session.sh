@@ -17,7 +17,8 @@
 #              mismatch stops the call
 #     gate     make test-gpu with kernels on PYTHONPATH (its summary line goes to bench/GPU_GATE.md; the benches
 #              below run without kernels, as the earlier sessions' figures did)
-#     forms    bench_ssd_forms bf16 and f32: the SSD forward / backward, walks against chunks, one process
+#     forms    bench_ssd_forms bf16 and f32: the SSD forward / backward, walks against chunks, one process (and
+#              where the header has them, the chunked backward at each ssd_ckb_tc level)
 #     forms-base the same bench built on prep's BASE headers (.whl/base), run next: a kernel change against
 #              the code before it on the same machine, in the same call
 #     peers    the peers for this GPU into build/peers (PEER_MAMBA2_ONLY=1: causal_conv1d built, mamba_ssm's

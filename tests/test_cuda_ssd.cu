@@ -286,6 +286,9 @@ static void run_case(int ci, bool quick) {
     selscan_cuda_detail::ssd_ck_mode = g_force_chunk ? 1 + (ci & 1) : irand(0, 2);
     /* the backward: the chunks where the shapes allow (>>ssd-chunk-bwd, the default), or the walks alone */
     selscan_cuda_detail::ssd_ckb_mode = g_force_chunk ? 1 : irand(0, 1);
+    /* a 2-byte problem's chunked backward on tensor cores: each level by the case's number (no draw: the same cases
+       as before the levels), every product (2, the default), the pair products and the local state (1), none (0) */
+    selscan_cuda_detail::ssd_ckb_tc = 2 - (ci / 3) % 3;
     const bool strided = irand(0, 1);
     selscan_ssd_problem p;
     memset(&p, 0, sizeof p);
@@ -590,6 +593,7 @@ int main() {
     g_force_nanstart = 0;
     selscan_cuda_detail::ssd_ck_mode = 0;
     selscan_cuda_detail::ssd_ckb_mode = 1; /* the defaults again */
+    selscan_cuda_detail::ssd_ckb_tc = 2;
     CHECK(g_chunked > 0, "no forward ran in chunks");
     /* (a device whose shared memory holds no chunk block, sm_86 / sm_89, runs the walks alone) */
     CHECK(g_ckb_fit == 0 || (g_ckb > 0 && g_ckb_walked > 0), "backwards in chunks %d, sent to the walks by a value not finite %d", g_ckb, g_ckb_walked);
