@@ -360,7 +360,8 @@ def step_state_rank(state, x, A):
     both have the other form's ranks: then the state is the odd one out and is named (issue 38: a
     3-D state among Mamba-2 shapes blamed x)."""
     nd = state.dim()
-    _value(nd in (3, 4), "state must have shape (batch, dim, N) or (batch, nheads, hdim, N), got ", _shape(state))
+    if nd not in (3, 4):  # (the message's parts only on a refusal: the decode step's host time, every layer, every token)
+        _value(False, "state must have shape (batch, dim, N) or (batch, nheads, hdim, N), got ", _shape(state))
     if not (isinstance(x, torch.Tensor) and isinstance(A, torch.Tensor)):
         return  # named where it is checked
     if nd == 3 and x.dim() == 3 and A.dim() == 3:
@@ -381,14 +382,17 @@ def fold_heads(state, x, dt, A, B, C, D, z, dt_bias):
     step_state_rank(state, x, A)
     n_cache, nheads, hdim, N = state.shape
 
+    # (each message's parts built on a refusal alone: this runs every layer, every generated token)
     def want(t, name, shape, what):
         tensor_arg(t, name)
-        _value(tuple(t.shape) == tuple(shape), name, " must have shape ", what, " = ", list(shape),
-               " for a (batch, nheads, hdim, N) state, got ", _shape(t))
+        if tuple(t.shape) != tuple(shape):
+            _value(False, name, " must have shape ", what, " = ", list(shape), " for a (batch, nheads, hdim, N) state, got ",
+                   _shape(t))
 
     tensor_arg(x, "x")
-    _value(x.dim() == 3 and x.shape[1:] == (nheads, hdim), "x must have shape (batch, nheads, hdim) with nheads = ",
-           nheads, ", hdim = ", hdim, " for a (batch, nheads, hdim, N) state, got ", _shape(x))
+    if not (x.dim() == 3 and x.shape[1:] == (nheads, hdim)):
+        _value(False, "x must have shape (batch, nheads, hdim) with nheads = ", nheads, ", hdim = ", hdim,
+               " for a (batch, nheads, hdim, N) state, got ", _shape(x))
     batch = x.shape[0]
     want(dt, "dt", x.shape, "x's shape")
     if z is not None:
@@ -400,11 +404,12 @@ def fold_heads(state, x, dt, A, B, C, D, z, dt_bias):
         want(dt_bias, "dt_bias", (nheads, hdim), "(nheads, hdim)")
     for t, name in ((B, "B"), (C, "C")):
         tensor_arg(t, name)
-        _value(t.dim() in (2, 3) and t.shape[0] == batch and t.shape[-1] == N, name,
-               " must have shape (batch, N) or (batch, ngroups, N) with batch = ", batch, ", N = ", N, ", got ",
-               _shape(t))
+        if not (t.dim() in (2, 3) and t.shape[0] == batch and t.shape[-1] == N):
+            _value(False, name, " must have shape (batch, N) or (batch, ngroups, N) with batch = ", batch, ", N = ", N,
+                   ", got ", _shape(t))
         G = t.shape[1] if t.dim() == 3 else 1
-        _value(G >= 1 and nheads % G == 0, name, " has ", G, " groups, which must divide nheads = ", nheads)
+        if not (G >= 1 and nheads % G == 0):
+            _value(False, name, " has ", G, " groups, which must divide nheads = ", nheads)
     state4 = state  # (one whose elements overlap: refused by the op, on the folded view)
     try:
         state = state.view(n_cache, nheads * hdim, N)
