@@ -178,8 +178,29 @@ def backward_cotangents(dy, dstate, like, state_rank):
     return (torch.zeros_like(like) if dy is None else dy), dstate
 
 
+def _wants_grad(t):
+    """t.requires_grad, or, under a torch.func transform, whether the tensor it wraps requires grad (a wrapper
+    says False where the tensor beneath does: the kernels would skip autograd and drop the gradient silently)."""
+    if t.requires_grad:
+        return True
+    wrapped = torch._C._functorch.is_functorch_wrapped_tensor
+    while wrapped(t):
+        t = torch._C._functorch.get_unwrapped(t)
+        if t.requires_grad:
+            return True
+    return False
+
+
 def requires_grad(ts):
-    return torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in ts)
+    """Whether grad mode is on and one of ts (tensors or None) wants a gradient: the autograd kernels' test for
+    taking their Function. Under a torch.func transform (vmap, functionalize) the tensors beneath the wrappers
+    count too, so such a call reaches the Function and its refusal (no_func_transforms), never a silently
+    dropped gradient (a reviewer's find)."""
+    if not torch.is_grad_enabled():
+        return False
+    if torch.compiler.is_compiling() or not torch._C._are_functorch_transforms_active():
+        return any(t is not None and t.requires_grad for t in ts)
+    return any(t is not None and _wants_grad(t) for t in ts)
 
 
 def direct(op, kernel):
@@ -198,13 +219,15 @@ def direct(op, kernel):
 
 
 def no_func_transforms(what):
-    """Refuses torch.func's transforms (grad, vjp, jacrev, jvp, vmap) where selscan's autograd.Function would run
-    under them: functorch needs a Function's setup_context, which selscan's have not; torch's own refusal spoke of
-    functorch's internals. Not while torch.compile traces (it reads no transform stack there)."""
+    """Refuses torch.func's transforms where selscan's autograd.Function would run under them (grad, vjp, jacrev;
+    vmap or functionalize of an input that requires grad; at some wrappers any transform): functorch needs a
+    Function's setup_context, which selscan's have not, and torch's own refusal spoke of functorch's internals.
+    Not while torch.compile traces (it reads no transform stack there)."""
     if not torch.compiler.is_compiling() and torch._C._are_functorch_transforms_active():
-        raise NotImplementedError(f"selscan: torch.func transforms (grad, vjp, jacrev, jvp, vmap with gradients) are not "
-                                  f"supported by {what}: differentiate with torch.autograd (loss.backward(), "
-                                  f"torch.autograd.grad)")
+        raise NotImplementedError(f"selscan: torch.func transforms (grad, vjp, jacrev, vmap, functionalize) are not "
+                                  f"supported by {what} where it runs through its autograd.Function (it has no "
+                                  f"setup_context); outside a transform torch.autograd differentiates it "
+                                  f"(loss.backward(), torch.autograd.grad)")
 
 
 def not_differentiable(op, function):
@@ -285,8 +308,9 @@ def cast(t, name, dtype, state=None):
 
 
 def is_int(v):
-    """An integer (Python's or numpy's, anything with __index__), not a bool: what an integer argument takes."""
-    if isinstance(v, bool):
+    """An integer (Python's or numpy's, anything with __index__), not a bool (nor a bool or meta tensor): what an
+    integer argument takes."""
+    if isinstance(v, bool) or (isinstance(v, torch.Tensor) and (v.dtype == torch.bool or v.is_meta)):
         return False
     try:
         operator.index(v)
@@ -308,8 +332,9 @@ def host_offsets(cu_seqlens):
     _type(isinstance(cu_seqlens, (list, tuple)), "cu_seqlens must be a tensor or a list of ints, got ",
           type(cu_seqlens).__name__)
     offs = []
-    for v in cu_seqlens:
-        _type(is_int(v), "cu_seqlens must hold ints, got ", type(v).__name__, " ", repr(v))
+    for v in cu_seqlens:  # (a tensor entry refused as before: a list holds Python's or numpy's ints)
+        _type(not isinstance(v, torch.Tensor) and is_int(v), "cu_seqlens must hold ints, got ", type(v).__name__, " ",
+              repr(v))
         v = operator.index(v)
         _value(-(2**63) <= v < 2**63, "cu_seqlens entry ", v, " does not fit int64")
         offs.append(v)
