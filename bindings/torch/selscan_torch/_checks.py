@@ -178,8 +178,29 @@ def backward_cotangents(dy, dstate, like, state_rank):
     return (torch.zeros_like(like) if dy is None else dy), dstate
 
 
+def _wants_grad(t):
+    """t.requires_grad, or, under a torch.func transform, whether the tensor it wraps requires grad (a wrapper
+    says False where the tensor beneath does: the kernels would skip autograd and drop the gradient silently)."""
+    if t.requires_grad:
+        return True
+    wrapped = torch._C._functorch.is_functorch_wrapped_tensor
+    while wrapped(t):
+        t = torch._C._functorch.get_unwrapped(t)
+        if t.requires_grad:
+            return True
+    return False
+
+
 def requires_grad(ts):
-    return torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in ts)
+    """Whether grad mode is on and one of ts (tensors or None) wants a gradient: the autograd kernels' test for
+    taking their Function. Under a torch.func transform (vmap, functionalize) the tensors beneath the wrappers
+    count too, so such a call reaches the Function and its refusal (no_func_transforms), never a silently
+    dropped gradient (a reviewer's find)."""
+    if not torch.is_grad_enabled():
+        return False
+    if torch.compiler.is_compiling() or not torch._C._are_functorch_transforms_active():
+        return any(t is not None and t.requires_grad for t in ts)
+    return any(t is not None and _wants_grad(t) for t in ts)
 
 
 def direct(op, kernel):
@@ -198,13 +219,15 @@ def direct(op, kernel):
 
 
 def no_func_transforms(what):
-    """Refuses torch.func's transforms (grad, vjp, jacrev, jvp, vmap) where selscan's autograd.Function would run
-    under them: functorch needs a Function's setup_context, which selscan's have not; torch's own refusal spoke of
-    functorch's internals. Not while torch.compile traces (it reads no transform stack there)."""
+    """Refuses torch.func's transforms where selscan's autograd.Function would run under them (grad, vjp, jacrev;
+    vmap or functionalize of an input that requires grad; at some wrappers any transform): functorch needs a
+    Function's setup_context, which selscan's have not, and torch's own refusal spoke of functorch's internals.
+    Not while torch.compile traces (it reads no transform stack there)."""
     if not torch.compiler.is_compiling() and torch._C._are_functorch_transforms_active():
-        raise NotImplementedError(f"selscan: torch.func transforms (grad, vjp, jacrev, jvp, vmap with gradients) are not "
-                                  f"supported by {what}: differentiate with torch.autograd (loss.backward(), "
-                                  f"torch.autograd.grad)")
+        raise NotImplementedError(f"selscan: torch.func transforms (grad, vjp, jacrev, vmap, functionalize) are not "
+                                  f"supported by {what} where it runs through its autograd.Function (it has no "
+                                  f"setup_context); outside a transform torch.autograd differentiates it "
+                                  f"(loss.backward(), torch.autograd.grad)")
 
 
 def not_differentiable(op, function):
@@ -285,8 +308,9 @@ def cast(t, name, dtype, state=None):
 
 
 def is_int(v):
-    """An integer (Python's or numpy's, anything with __index__), not a bool: what an integer argument takes."""
-    if isinstance(v, bool):
+    """An integer (Python's or numpy's, anything with __index__), not a bool (nor a bool or meta tensor): what an
+    integer argument takes."""
+    if isinstance(v, bool) or (isinstance(v, torch.Tensor) and (v.dtype == torch.bool or v.is_meta)):
         return False
     try:
         operator.index(v)
@@ -308,8 +332,9 @@ def host_offsets(cu_seqlens):
     _type(isinstance(cu_seqlens, (list, tuple)), "cu_seqlens must be a tensor or a list of ints, got ",
           type(cu_seqlens).__name__)
     offs = []
-    for v in cu_seqlens:
-        _type(is_int(v), "cu_seqlens must hold ints, got ", type(v).__name__, " ", repr(v))
+    for v in cu_seqlens:  # (a tensor entry refused as before: a list holds Python's or numpy's ints)
+        _type(not isinstance(v, torch.Tensor) and is_int(v), "cu_seqlens must hold ints, got ", type(v).__name__, " ",
+              repr(v))
         v = operator.index(v)
         _value(-(2**63) <= v < 2**63, "cu_seqlens entry ", v, " does not fit int64")
         offs.append(v)
@@ -360,7 +385,8 @@ def step_state_rank(state, x, A):
     both have the other form's ranks: then the state is the odd one out and is named (issue 38: a
     3-D state among Mamba-2 shapes blamed x)."""
     nd = state.dim()
-    _value(nd in (3, 4), "state must have shape (batch, dim, N) or (batch, nheads, hdim, N), got ", _shape(state))
+    if nd not in (3, 4):  # (the message's parts only on a refusal: the decode step's host time, every layer, every token)
+        _value(False, "state must have shape (batch, dim, N) or (batch, nheads, hdim, N), got ", _shape(state))
     if not (isinstance(x, torch.Tensor) and isinstance(A, torch.Tensor)):
         return  # named where it is checked
     if nd == 3 and x.dim() == 3 and A.dim() == 3:
@@ -381,14 +407,17 @@ def fold_heads(state, x, dt, A, B, C, D, z, dt_bias):
     step_state_rank(state, x, A)
     n_cache, nheads, hdim, N = state.shape
 
+    # (each message's parts built on a refusal alone: this runs every layer, every generated token)
     def want(t, name, shape, what):
         tensor_arg(t, name)
-        _value(tuple(t.shape) == tuple(shape), name, " must have shape ", what, " = ", list(shape),
-               " for a (batch, nheads, hdim, N) state, got ", _shape(t))
+        if tuple(t.shape) != tuple(shape):
+            _value(False, name, " must have shape ", what, " = ", list(shape), " for a (batch, nheads, hdim, N) state, got ",
+                   _shape(t))
 
     tensor_arg(x, "x")
-    _value(x.dim() == 3 and x.shape[1:] == (nheads, hdim), "x must have shape (batch, nheads, hdim) with nheads = ",
-           nheads, ", hdim = ", hdim, " for a (batch, nheads, hdim, N) state, got ", _shape(x))
+    if not (x.dim() == 3 and x.shape[1:] == (nheads, hdim)):
+        _value(False, "x must have shape (batch, nheads, hdim) with nheads = ", nheads, ", hdim = ", hdim,
+               " for a (batch, nheads, hdim, N) state, got ", _shape(x))
     batch = x.shape[0]
     want(dt, "dt", x.shape, "x's shape")
     if z is not None:
@@ -400,11 +429,12 @@ def fold_heads(state, x, dt, A, B, C, D, z, dt_bias):
         want(dt_bias, "dt_bias", (nheads, hdim), "(nheads, hdim)")
     for t, name in ((B, "B"), (C, "C")):
         tensor_arg(t, name)
-        _value(t.dim() in (2, 3) and t.shape[0] == batch and t.shape[-1] == N, name,
-               " must have shape (batch, N) or (batch, ngroups, N) with batch = ", batch, ", N = ", N, ", got ",
-               _shape(t))
+        if not (t.dim() in (2, 3) and t.shape[0] == batch and t.shape[-1] == N):
+            _value(False, name, " must have shape (batch, N) or (batch, ngroups, N) with batch = ", batch, ", N = ", N,
+                   ", got ", _shape(t))
         G = t.shape[1] if t.dim() == 3 else 1
-        _value(G >= 1 and nheads % G == 0, name, " has ", G, " groups, which must divide nheads = ", nheads)
+        if not (G >= 1 and nheads % G == 0):
+            _value(False, name, " has ", G, " groups, which must divide nheads = ", nheads)
     state4 = state  # (one whose elements overlap: refused by the op, on the folded view)
     try:
         state = state.view(n_cache, nheads * hdim, N)

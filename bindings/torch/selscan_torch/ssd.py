@@ -439,8 +439,8 @@ def mamba_split_conv1d_scan_combined(zxbcdt, conv1d_weight, conv1d_bias, dt_bias
     opts = (dt_limit, activation, rmsnorm_eps, norm_before_gate, bool(return_final_states))
     # (an optional argument of another type: the ops below refuse it, naming it)
     # (under torch.compile the layer is traced whole: the compiler's partitioner chooses what its backward keeps)
-    if recompute and torch.is_grad_enabled() and not torch.compiler.is_compiling() and any(
-            isinstance(t, torch.Tensor) and t.requires_grad for t in args):
+    if recompute and not torch.compiler.is_compiling() and _checks.requires_grad(
+            [t for t in args if isinstance(t, torch.Tensor)]):
         _checks.no_func_transforms("mamba_split_conv1d_scan_combined")
         out, final = _Layer.apply(shape, opts, *args)
     else:

@@ -202,3 +202,37 @@ def test_func_transforms_are_refused_in_selscans_words(transform):
         v = inp.clone().requires_grad_()
         f(v).backward()
         assert v.grad is not None and torch.isfinite(v.grad).all()
+
+
+def test_vmap_of_an_input_requiring_grad_is_refused_not_a_dropped_gradient():
+    """torch.func.vmap (and functionalize) over an input that requires grad: the wrapper inside says
+    requires_grad False, so the kernels skipped autograd and the gradient through selscan was silently dropped
+    (a reviewer's find: vmap's output had no grad_fn). Now the tensor beneath counts and the call is refused; the
+    same vmap without gradients still runs."""
+    g = torch.Generator().manual_seed(7)
+    x, dt = torch.randn(2, 1, 6, 2, 4, generator=g), torch.rand(1, 6, 2, generator=g)
+    A, B, C = -torch.rand(2, generator=g) - 0.5, torch.randn(1, 6, 1, 3, generator=g), torch.randn(1, 6, 1, 3, generator=g)
+    w = torch.randn(4, 4, generator=g)
+    scan = lambda v: st.mamba_chunk_scan_combined(v, dt, A, B, C, 4)  # noqa: E731
+    conv = lambda v: st.causal_conv1d_fn(v[..., 0, :].transpose(1, 2).contiguous(), w)  # noqa: E731
+    for f in (scan, conv):
+        for transform in (torch.func.vmap, lambda h: (lambda v: torch.func.functionalize(h)(v[0])[None])):
+            with pytest.raises(NotImplementedError, match="selscan: torch.func transforms"):
+                transform(f)(x.clone().requires_grad_())
+        got = torch.func.vmap(f)(x)  # no gradient wanted: runs, as each slice alone
+        assert torch.equal(got, torch.stack([f(v) for v in x]))
+
+
+def test_func_grad_through_the_fused_mamba2_layer_is_refused():
+    """mamba_split_conv1d_scan_combined under torch.func.grad, either recompute mode: refused in selscan's words."""
+    g = torch.Generator().manual_seed(8)
+    H, P, N, W = 2, 4, 3, 4
+    dim = H * P
+    zx = torch.randn(1, 6, 2 * dim + 2 * N + H, generator=g)
+    cw, cb = torch.randn(dim + 2 * N, W, generator=g), torch.randn(dim + 2 * N, generator=g)
+    dtb, A, D = torch.randn(H, generator=g), -torch.rand(H, generator=g) - 0.5, torch.randn(H, generator=g)
+    for recompute in (True, False):
+        f = lambda v: st.mamba_split_conv1d_scan_combined(v, cw, cb, dtb, A, D, 4, headdim=P, ngroups=1,  # noqa: E731
+                                                          recompute=recompute).sum()
+        with pytest.raises(NotImplementedError, match="selscan: torch.func transforms"):
+            torch.func.grad(f)(zx)

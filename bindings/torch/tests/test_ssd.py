@@ -678,7 +678,7 @@ def test_drop_in_takes_mamba_ssms_argument_forms():
     want = st.mamba_chunk_scan_combined(*args, cu_seqlens=a["cu_seqlens"], dt_softplus=True)
     for cu in (a["cu_seqlens"].int(), [0, 4, 10], (0, 4, 10), [np.int64(0), np.int32(4), np.uint8(10)]):
         assert torch.equal(st.mamba_chunk_scan_combined(*args, cu_seqlens=cu, dt_softplus=True), want)
-    for bad in ([0, 4.0, 10], [0, True, 10], [0, np.float64(4), 10]):
+    for bad in ([0, 4.0, 10], [0, True, 10], [0, np.float64(4), 10], [0, torch.tensor(4), 10], [0, torch.tensor(True), 10]):
         with pytest.raises(TypeError, match="cu_seqlens must hold ints"):
             st.mamba_chunk_scan_combined(*args, cu_seqlens=bad, dt_softplus=True)
     ids = torch.tensor([[0] * 4 + [1] * 6])
