@@ -198,9 +198,11 @@ def requires_grad(ts):
     dropped gradient (a reviewer's find)."""
     if not torch.is_grad_enabled():
         return False
-    if torch.compiler.is_compiling() or not torch._C._are_functorch_transforms_active():
-        return any(t is not None and t.requires_grad for t in ts)
-    return any(t is not None and _wants_grad(t) for t in ts)
+    if any(t is not None and t.requires_grad for t in ts):
+        return True
+    # (the transform stack read only where no tensor says so itself: the training path's calls skip it)
+    return not torch.compiler.is_compiling() and torch._C._are_functorch_transforms_active() and any(
+        t is not None and _wants_grad(t) for t in ts)
 
 
 def direct(op, kernel):
