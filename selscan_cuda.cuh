@@ -31,7 +31,8 @@
  *     >>launch          the launch sequences      >>entry  validation + plan + launch per entry
  *     >>conv            the causal conv1d: conv_fwd / conv_final / conv_bwd / conv_reduce /
  *                       conv_dinit / conv_step kernels and their host side;
- *                       >>conv-rows  conv_fwd_rows / conv_bwd_rows (unit L stride)
+ *                       >>conv-rows  conv_fwd_rows / conv_bwd_rows (unit L stride);
+ *                       >>conv-cl    conv_fwd_cl / conv_bwd_cl (unit channel stride)
  *     >>ssd-cuda        Mamba-2's SSD scan: ssd_fwd / ssd_bwd (two walks) / ssd_dt / ssd_bc /
  *                       ssd_param kernels and their host side (its DESIGN there)
  *     >>ssd-chunk       the SSD forward in chunks, ssd_ck_fwd_kernel (not selected by default)
@@ -57,6 +58,8 @@
  *     step_kernel          any other step                                              >>step
  *     conv_fwd_rows_kernel unit L stride x / y (backward: x / dy / dx), no packed      >>conv-rows
  *     conv_bwd_rows_kernel sequences, init_state or dfinal_state (the fused block's rows)
+ *     conv_fwd_cl_kernel   unit channel stride, the same conditions, where the rows    >>conv-cl
+ *     conv_bwd_cl_kernel   path does not apply (the Mamba-2 layer's channels-last xBC)
  *     conv_*_kernel        every other causal conv1d call (widths 2..4, any strides)   >>conv
  *     ssd_fwd_kernel       every SSD forward (dstate <= 512, any strides)             >>ssd-cuda
  *     ssd_ck_fwd_kernel    no SSD forward by default (ssd_ck_mode: tests, benchmark)  >>ssd-chunk
@@ -919,7 +922,7 @@ template <typename T> static __device__ __forceinline__ uint32_t raw_bits(float 
     else return __bfloat16_as_ushort(__float2bfloat16_rn(v));
 }
 /* K elements at p, n of them valid (the rest read as 0). All valid: 16-byte loads where p allows,
-   else 4-byte words; 2-byte types at an odd element offset read the aligned words around them
+   else 8-byte, else 4-byte words; 2-byte types at an odd element offset read the aligned words around them
    and shift (ext: the elements just before p and just after p + K exist), else element loads. */
 template <typename T, int K> static __device__ __forceinline__ void load_raw(rawv<T, K> &r, const T *p, int n, bool ext) {
     constexpr int BYTES = K * static_cast<int>(sizeof(T)), NW = (BYTES + 3) / 4;
@@ -929,6 +932,12 @@ template <typename T, int K> static __device__ __forceinline__ void load_raw(raw
         for (int i = 0; i < BYTES / 16; i++) {
             const uint4 v = reinterpret_cast<const uint4 *>(p)[i];
             r.w[4 * i] = v.x; r.w[4 * i + 1] = v.y; r.w[4 * i + 2] = v.z; r.w[4 * i + 3] = v.w;
+        }
+    } else if (n >= K && BYTES % 8 == 0 && (a & 7) == 0) {
+#pragma unroll
+        for (int i = 0; i < BYTES / 8; i++) {
+            const uint2 v = reinterpret_cast<const uint2 *>(p)[i];
+            r.w[2 * i] = v.x; r.w[2 * i + 1] = v.y;
         }
     } else if (n >= K && BYTES % 4 == 0 && (a & 3) == 0) {
 #pragma unroll
@@ -974,7 +983,7 @@ template <typename T, int K> static __device__ __forceinline__ void load_seq(raw
         }
     }
 }
-/* K floats to p as T (n of them): 16-byte or 4-byte stores when aligned and all K valid */
+/* K floats to p as T (n of them): 16-, 8- or 4-byte stores when aligned and all K valid */
 template <typename T, int K> static __device__ __forceinline__ void store_row(T *p, const float (&v)[K], int n) {
     constexpr int BYTES = K * static_cast<int>(sizeof(T)), NW = (BYTES + 3) / 4;
     const uintptr_t a = reinterpret_cast<uintptr_t>(p);
@@ -990,6 +999,9 @@ template <typename T, int K> static __device__ __forceinline__ void store_row(T 
 #pragma unroll
             for (int i = 0; i < BYTES / 16; i++)
                 reinterpret_cast<uint4 *>(p)[i] = make_uint4(w[4 * i], w[4 * i + 1], w[4 * i + 2], w[4 * i + 3]);
+        } else if (BYTES % 8 == 0 && (a & 7) == 0) {
+#pragma unroll
+            for (int i = 0; i < BYTES / 8; i++) reinterpret_cast<uint2 *>(p)[i] = make_uint2(w[2 * i], w[2 * i + 1]);
         } else {
 #pragma unroll
             for (int i = 0; i < NW; i++) reinterpret_cast<uint32_t *>(p)[i] = w[i];
@@ -4685,6 +4697,204 @@ static __global__ void __launch_bounds__(kThreads) conv_bwd_rows_kernel(const co
         for (int k = 0; k <= W; k++) P.part[((b * nseg + seg) * P.dim + d) * (W + 1) + k] = acc[k];
 }
 
+/* ---- >>conv-cl: the channels-last path (the Mamba-2 layer's xBC: (batch, L, dim) memory) ----
+   Where x, y (forward) / x, dy, dx (backward) have unit channel stride, the rows path does not
+   apply and there are no packed sequences, init_state or dfinal_state, a thread takes kConvCK = 4
+   consecutive channels of one batch row (one 8-byte load a step and operand for 2-byte T, 16 bytes
+   for f32) and walks kConvCS = 64 steps in order, the last W - 1 inputs (backward: also the last
+   W - 1 dpre) in registers; a warp's lanes take consecutive channel groups (128 channels of a
+   step: whole sectors), a block's four warps four consecutive segments: the tiled backward's tile
+   of kConvTB * kConvTL = 256 steps, whose dweight / dbias partial the block sums in warp order
+   (the tiled kernel's partial layout: the same workspace and conv_reduce_kernel). The loads of
+   kConvCU steps are issued before the first is used. Each output runs the reference's order, as
+   the tiled kernels. Why: the tiled kernels stage 32-channel tiles through shared memory with
+   2-byte element loads: conv_bwd_kernel took 383 us where causal_conv1d's channels-last backward
+   took 104 us (H100, the 130m layer, bench/NOTES.md CONV-CUDA-v8). */
+const int kConvCK = 4;  /* channels a thread */
+const int kConvCS = 64; /* steps a warp */
+const int kConvCU = 8;  /* steps whose loads are issued together (the backward: half, two operands a step) */
+static_assert(kConvCS * (kThreads / 32) == kConvTB * kConvTL, "a block's segments are the backward's tile");
+
+/* the thread's channels [d, d + nk) and segment [s0, s1) of block blockIdx.x (channel blocks of
+   32 * kConvCK, then batch rows, then tiles of ntl a row); nk 0: none (past dim or L) */
+static __device__ __forceinline__ void conv_cl_at(const conv_params &P, int64_t ntl, int64_t *b, int64_t *tile, int64_t *d, int *nk,
+                                                  int64_t *s0, int64_t *s1) {
+    const int lane = static_cast<int>(threadIdx.x) % 32, warp = static_cast<int>(threadIdx.x) / 32;
+    const int64_t ncb = (P.dim + 32 * kConvCK - 1) / (32 * kConvCK), blk = blockIdx.x, bt = blk / ncb;
+    *b = bt / ntl; *tile = bt % ntl;
+    *d = blk % ncb * (32 * kConvCK) + lane * kConvCK;
+    *s0 = *tile * (kConvTB * kConvTL) + warp * kConvCS;
+    *s1 = min(*s0 + kConvCS, P.L);
+    *nk = *d < P.dim && *s0 < P.L ? static_cast<int>(min(static_cast<int64_t>(kConvCK), P.dim - *d)) : 0;
+}
+/* the thread's taps and biases (0 past nk) */
+template <int W>
+static __device__ __forceinline__ void conv_cl_params(const conv_params &P, int64_t d, int nk, float (&w)[W][kConvCK], float (&bias)[kConvCK]) {
+#pragma unroll
+    for (int c = 0; c < kConvCK; c++) {
+#pragma unroll
+        for (int k = 0; k < W; k++) w[k][c] = c < nk ? ldf(P.weight, (d + c) * P.weight.s[0] + k * P.weight.s[1]) : 0.0f;
+        bias[c] = c < nk && P.bias.p ? ldf(P.bias, (d + c) * P.bias.s[0]) : 0.0f;
+    }
+}
+
+template <typename T, int W>
+static __global__ void __launch_bounds__(kThreads) conv_fwd_cl_kernel(const conv_params P, int64_t ntl) {
+    constexpr int H = W - 1, K = kConvCK, U = kConvCU;
+    int64_t b, tile, d, s0, s1;
+    int nk;
+    conv_cl_at(P, ntl, &b, &tile, &d, &nk, &s0, &s1);
+    if (nk == 0) return;
+    const T *xr = static_cast<const T *>(P.x.p) + b * P.x.s[0] + d;
+    T *yr = static_cast<T *>(P.y.p) + b * P.y.s[0] + d;
+    const int64_t sx = P.x.s[2], sy = P.y.s[2];
+    float w[W][K], bias[K], win[H > 0 ? H : 1][K]; /* win[j]: x of step t - H + j */
+    conv_cl_params<W>(P, d, nk, w, bias);
+#pragma unroll
+    for (int j = 0; j < H; j++) {
+        rawv<T, K> v;
+        if (s0 - H + j >= 0) load_raw<T, K>(v, xr + (s0 - H + j) * sx, nk, false);
+#pragma unroll
+        for (int c = 0; c < K; c++) win[j][c] = s0 - H + j >= 0 ? raw_get(v, c) : 0.0f;
+    }
+    for (int64_t t0 = s0; t0 < s1; t0 += U) {
+        rawv<T, K> v[U];
+#pragma unroll
+        for (int u = 0; u < U; u++)
+            if (t0 + u < s1) load_raw<T, K>(v[u], xr + (t0 + u) * sx, nk, false);
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            if (t0 + u >= s1) break;
+            float out[K], xq[K];
+#pragma unroll
+            for (int c = 0; c < K; c++) {
+                xq[c] = raw_get(v[u], c);
+                float acc = bias[c];
+#pragma unroll
+                for (int k = 0; k < H; k++) acc = fmaf(w[k][c], win[k][c], acc);
+                acc = fmaf(w[H][c], xq[c], acc);
+                if (P.silu) acc *= sigm(acc);
+                out[c] = acc;
+            }
+            store_row<T, K>(yr + (t0 + u) * sy, out, nk);
+#pragma unroll
+            for (int c = 0; c < K; c++) {
+#pragma unroll
+                for (int j = 0; j + 1 < H; j++) win[j][c] = win[j + 1][c];
+                if (H > 0) win[H - 1][c] = xq[c];
+            }
+        }
+    }
+}
+
+template <typename T, int W>
+static __global__ void __launch_bounds__(kThreads) conv_bwd_cl_kernel(const conv_params P, int64_t ntl) {
+    constexpr int H = W - 1, K = kConvCK, U = kConvCU / 2, NW = kThreads / 32;
+    __shared__ float sred[NW][W + 1][32 * K];
+    const int lane = static_cast<int>(threadIdx.x) % 32, warp = static_cast<int>(threadIdx.x) / 32;
+    int64_t b, tile, d, s0, s1;
+    int nk;
+    conv_cl_at(P, ntl, &b, &tile, &d, &nk, &s0, &s1);
+    float acc[W + 1][K];
+#pragma unroll
+    for (int k = 0; k <= W; k++)
+#pragma unroll
+        for (int c = 0; c < K; c++) acc[k][c] = 0.0f;
+    if (nk > 0) { /* (no return before the block's sums) */
+        const int64_t L = P.L, qe = min(s1 + H, L); /* steps with a dpre: [s0, qe); dpre 0 from L on */
+        const T *xr = static_cast<const T *>(P.x.p) + b * P.x.s[0] + d;
+        const T *gr = static_cast<const T *>(P.dy.p) + b * P.dy.s[0] + d;
+        T *dxr = P.dx.p ? static_cast<T *>(P.dx.p) + b * P.dx.s[0] + d : NULL;
+        const int64_t sx = P.x.s[2], sg = P.dy.s[2], sdx = P.dx.p ? P.dx.s[2] : 0;
+        float w[W][K], bias[K], win[H][K], dpr[H][K]; /* win[j]: x of step q - H + j; dpr[j]: dpre of q - H + j */
+        conv_cl_params<W>(P, d, nk, w, bias);
+#pragma unroll
+        for (int j = 0; j < H; j++) {
+            rawv<T, K> v;
+            if (s0 - H + j >= 0) load_raw<T, K>(v, xr + (s0 - H + j) * sx, nk, false);
+#pragma unroll
+            for (int c = 0; c < K; c++) {
+                win[j][c] = s0 - H + j >= 0 ? raw_get(v, c) : 0.0f;
+                dpr[j][c] = 0.0f; /* (steps before s0: never read) */
+            }
+        }
+        for (int64_t q0 = s0; q0 < s1 + H; q0 += U) {
+            rawv<T, K> vx[U], vg[U];
+#pragma unroll
+            for (int u = 0; u < U; u++)
+                if (q0 + u < qe) {
+                    load_raw<T, K>(vx[u], xr + (q0 + u) * sx, nk, false);
+                    load_raw<T, K>(vg[u], gr + (q0 + u) * sg, nk, false);
+                }
+#pragma unroll
+            for (int u = 0; u < U; u++) {
+                const int64_t q = q0 + u;
+                if (q >= s1 + H) break;
+                float dp[K], xq[K];
+#pragma unroll
+                for (int c = 0; c < K; c++) {
+                    xq[c] = 0.0f;
+                    dp[c] = 0.0f;
+                    if (q < L) {
+                        xq[c] = raw_get(vx[u], c);
+                        float pre = bias[c];
+#pragma unroll
+                        for (int k = 0; k < H; k++) pre = fmaf(w[k][c], win[k][c], pre);
+                        pre = fmaf(w[H][c], xq[c], pre);
+                        float v = raw_get(vg[u], c);
+                        if (P.silu) {
+                            const float sgm = sigm(pre);
+                            v = v * (sgm * fmaf(pre, 1.0f - sgm, 1.0f));
+                        }
+                        dp[c] = v;
+                    }
+                    if (q < s1) {
+                        acc[W][c] += dp[c];
+#pragma unroll
+                        for (int k = 0; k < H; k++) acc[k][c] = fmaf(dp[c], win[k][c], acc[k][c]);
+                        acc[H][c] = fmaf(dp[c], xq[c], acc[H][c]);
+                    }
+                }
+                if (dxr && q - H >= s0) { /* dx of p = q - H: the dpre of p + H - k = q - k, inside [0, L) */
+                    float out[K];
+#pragma unroll
+                    for (int c = 0; c < K; c++) {
+                        float v = 0.0f;
+#pragma unroll
+                        for (int k = H; k >= 1; k--)
+                            if (q - k < L) v = fmaf(w[k][c], dpr[H - k][c], v);
+                        if (q < L) v = fmaf(w[0][c], dp[c], v);
+                        out[c] = v;
+                    }
+                    store_row<T, K>(dxr + (q - H) * sdx, out, nk);
+                }
+#pragma unroll
+                for (int c = 0; c < K; c++) {
+#pragma unroll
+                    for (int j = 0; j + 1 < H; j++) { win[j][c] = win[j + 1][c]; dpr[j][c] = dpr[j + 1][c]; }
+                    win[H - 1][c] = xq[c];
+                    dpr[H - 1][c] = dp[c];
+                }
+            }
+        }
+    }
+    if (!P.part) return;
+#pragma unroll
+    for (int k = 0; k <= W; k++)
+#pragma unroll
+        for (int c = 0; c < K; c++) sred[warp][k][lane * K + c] = acc[k][c];
+    __syncthreads();
+    static_assert(kThreads == 32 * K, "a thread a channel of the block's sums");
+    const int ch = static_cast<int>(threadIdx.x);
+    const int64_t dc = d - lane * K + ch; /* the block's first channel + ch */
+    if (dc < P.dim)
+        for (int k = 0; k <= W; k++) {
+            float s = sred[0][k][ch];
+            for (int g = 1; g < NW; g++) s += sred[g][k][ch];
+            P.part[((b * ntl + tile) * P.dim + dc) * (W + 1) + k] = s;
+        }
+}
+
 /* dinit_state[s, d, j]: the dx of position s0 - H + j (before sequence s), from the dpre of
    s0 .. s0 + j (recomputed), plus dfinal_state where that position is one of the last H */
 template <typename T>
@@ -4812,6 +5022,15 @@ static bool conv_rows_plan(const selscan__cprob &q, int64_t *nseg, int64_t *segl
     return c.ok && *blocks <= kMaxGrid;
 }
 static bool conv_unit_l(const selscan__ten &t) { return !t.data || t.s[2] == 1; }
+static bool conv_unit_c(const selscan__ten &t) { return !t.data || t.s[1] == 1; }
+/* The channels-last path (>>conv-cl): its blocks (channel blocks x batch rows x ntl tiles of
+   kConvTB * kConvTL steps); false past 2^31 - 1 blocks */
+static bool conv_cl_plan(const selscan__cprob &q, int64_t *ntl, int64_t *blocks) {
+    sizecalc c;
+    *ntl = cdiv(q.L, static_cast<int64_t>(kConvTB) * kConvTL);
+    *blocks = c.mul(c.mul(cdiv(q.dim, static_cast<int64_t>(32 * kConvCK)), q.batch), *ntl);
+    return c.ok && *blocks <= kMaxGrid;
+}
 
 template <typename F> static void conv_with_width(int W, F &&f) {
     if (W == 2) f(std::integral_constant<int, 2>());
@@ -4834,12 +5053,13 @@ static selscan_status check_cu(const Q &q, const selscan_cuda_ext *x, const sels
 }
 
 /* A conv call's launches: the tiled kernels' grids (ntiles: tiles, backward: blocks, a batch row;
-   nblk the main kernel's blocks, naux final_state's / dinit_state's) and the rows path
-   (>>conv-rows: rows, with nseg segments of seglen steps a row in rblk blocks) where it applies */
+   nblk the main kernel's blocks, naux final_state's / dinit_state's), the rows path (>>conv-rows:
+   rows, with nseg segments of seglen steps a row in rblk blocks) where it applies, else the
+   channels-last path (>>conv-cl: cl, ntl tiles a row in cblk blocks) where it applies */
 struct conv_plan {
     int64_t ntiles, nblk, naux;
-    bool rows;
-    int64_t nseg, seglen, rblk;
+    bool rows, cl;
+    int64_t nseg, seglen, rblk, ntl, cblk;
 };
 
 /* The conv forward before its launches: validation, its parameters and plan */
@@ -4855,6 +5075,8 @@ static selscan_status conv_forward_begin(const selscan_conv_problem *p, const se
     P.ntiles = pl->ntiles;
     pl->nseg = pl->seglen = pl->rblk = 0;
     pl->rows = !q->cu && !q->init_state.data && conv_unit_l(q->x) && conv_unit_l(q->y) && conv_rows_plan(*q, &pl->nseg, &pl->seglen, &pl->rblk);
+    pl->ntl = pl->cblk = 0;
+    pl->cl = !pl->rows && !q->cu && !q->init_state.data && conv_unit_c(q->x) && conv_unit_c(q->y) && conv_cl_plan(*q, &pl->ntl, &pl->cblk);
     return SELSCAN_OK;
 }
 static selscan_status conv_forward_run(const selscan__cprob &q, const conv_params &P, const conv_plan &pl, cudaStream_t stream,
@@ -4863,6 +5085,7 @@ static selscan_status conv_forward_run(const selscan__cprob &q, const conv_param
         using T = typename decltype(tag)::type;
         conv_with_width(P.W, [&](auto wc) {
             if (pl.rows) conv_fwd_rows_kernel<T, decltype(wc)::value><<<static_cast<unsigned>(pl.rblk), kThreads, 0, stream>>>(P, pl.nseg, pl.seglen);
+            else if (pl.cl) conv_fwd_cl_kernel<T, decltype(wc)::value><<<static_cast<unsigned>(pl.cblk), kThreads, 0, stream>>>(P, pl.ntl);
             else conv_fwd_kernel<T, decltype(wc)::value><<<static_cast<unsigned>(pl.nblk), kThreads, 0, stream>>>(P);
         });
     });
@@ -4933,6 +5156,9 @@ static selscan_status conv_backward_begin(const selscan_conv_problem *p, const s
     pl->nseg = pl->seglen = pl->rblk = 0;
     pl->rows = !q->cu && !q->init_state.data && !r->dfinal_state.data && conv_unit_l(q->x) && conv_unit_l(r->dy) && conv_unit_l(r->dx) &&
                conv_rows_plan(*q, &pl->nseg, &pl->seglen, &pl->rblk);
+    pl->ntl = pl->cblk = 0;
+    pl->cl = !pl->rows && !q->cu && !q->init_state.data && !r->dfinal_state.data && conv_unit_c(q->x) && conv_unit_c(r->dy) &&
+             conv_unit_c(r->dx) && conv_cl_plan(*q, &pl->ntl, &pl->cblk);
     return SELSCAN_OK;
 }
 static selscan_status conv_backward_run(const selscan__cprob &q, const selscan__cgrd &r, const conv_params &P, const conv_plan &pl,
@@ -4942,6 +5168,7 @@ static selscan_status conv_backward_run(const selscan__cprob &q, const selscan__
             using T = typename decltype(tag)::type;
             conv_with_width(P.W, [&](auto wc) {
                 if (pl.rows) conv_bwd_rows_kernel<T, decltype(wc)::value><<<static_cast<unsigned>(pl.rblk), kThreads, 0, stream>>>(P, pl.nseg, pl.seglen);
+                else if (pl.cl) conv_bwd_cl_kernel<T, decltype(wc)::value><<<static_cast<unsigned>(pl.cblk), kThreads, 0, stream>>>(P, pl.ntl);
                 else conv_bwd_kernel<T, decltype(wc)::value><<<static_cast<unsigned>(pl.nblk), kThreads, 0, stream>>>(P);
             });
         });
@@ -7762,14 +7989,14 @@ static selscan_status launch_step_tuned(const selscan__stp &q, const step_tune &
     return SELSCAN_OK;
 }
 
-/* The conv forward / backward with the rows path never taken (rows < 0) or by its rule (0) */
+/* The conv forward / backward with the rows and channels-last paths never taken (rows < 0) or by their rules (0) */
 static selscan_status conv_forward_tuned(const selscan_conv_problem *p, const selscan_cuda_ext *x, cudaStream_t stream, int rows) {
     selscan__cprob q;
     conv_params P;
     conv_plan pl;
     const selscan_status st = conv_forward_begin(p, x, &q, P, &pl);
     if (st != SELSCAN_OK) return st;
-    if (rows < 0) pl.rows = false;
+    if (rows < 0) pl.rows = pl.cl = false;
     return conv_forward_run(q, P, pl, stream, x ? x->cuda_error : NULL);
 }
 static selscan_status conv_backward_tuned(const selscan_conv_problem *p, const selscan_conv_grads *g, const selscan_cuda_ext *x,
@@ -7780,7 +8007,7 @@ static selscan_status conv_backward_tuned(const selscan_conv_problem *p, const s
     conv_plan pl;
     const selscan_status st = conv_backward_begin(p, g, x, workspace, bytes, &q, &r, P, &pl);
     if (st != SELSCAN_OK) return st;
-    if (rows < 0) pl.rows = false;
+    if (rows < 0) pl.rows = pl.cl = false;
     return conv_backward_run(q, r, P, pl, stream, x ? x->cuda_error : NULL);
 }
 /* The conv update with programmatic dependent launch (pdl), or plainly: conv_step itself */
@@ -7832,8 +8059,8 @@ static SELSCAN__MAYBE_UNUSED selscan_status selscan__step_cuda_tuned(const selsc
                                                   s->diag);
 }
 
-/* The conv forward / backward with the rows path (>>conv-rows) never taken (rows < 0) or
-   wherever it applies (0): the tiled kernels' tests and tuning (bench/bench_cuda.cu,
+/* The conv forward / backward with the rows path (>>conv-rows) and the channels-last path
+   (>>conv-cl) never taken (rows < 0) or wherever they apply (0): the tiled kernels' tests and tuning (bench/bench_cuda.cu,
    tests/test_cuda_conv.cu). */
 static SELSCAN__MAYBE_UNUSED selscan_status selscan__conv_forward_cuda_tuned(const selscan_conv_problem *p, const selscan_cuda_ext *x,
                                                                              cudaStream_t stream, int rows) {

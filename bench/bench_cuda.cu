@@ -559,12 +559,14 @@ static void bench_prefill_graphs(GraphTimer &gt, double bw, double ex2rate, cons
 
 
 /* The causal conv1d (selscan_cuda.cuh >>conv): forward (silu, bias) and backward (dx, dweight,
-   dbias) at Mamba-1 shapes, W = 4, f32 / bf16, x / y / dy / dx contiguous (bdl) or as the
-   channels-last view of a (batch, L, 2 dim) buffer (xz: transformers' layout). Floor: the bytes a
-   call must move (forward x + y, backward x + dy + dx) at the copy bandwidth of this run. */
+   dbias) at Mamba-1 shapes and the Mamba-2 130m layer's xBC (dim + 2 dstate channels), W = 4,
+   f32 / bf16, x / y / dy / dx contiguous (bdl: the rows path) or as the channels-last view of a
+   (batch, L, 2 dim) buffer (xz: transformers' layout; the channels-last path, >>conv-cl); each
+   beside the tiled kernels forced, in the same run. Floor: the bytes a call must move (forward
+   x + y, backward x + dy + dx) at the copy bandwidth of this run. */
 static void bench_conv(cudaStream_t stream, cudaEvent_t e0, cudaEvent_t e1, double bw, const char *only_dt) {
     struct CC { const char *name; int64_t batch, dim, L; };
-    const CC cases[] = {{"130m-train", 8, 1536, 2048}, {"1.4b-train", 4, 4096, 2048}, {"prefill-1", 1, 4096, 512}};
+    const CC cases[] = {{"130m-train", 8, 1536, 2048}, {"1.4b-train", 4, 4096, 2048}, {"prefill-1", 1, 4096, 512}, {"m2-130m-xBC", 8, 1792, 2048}};
     printf("\nconv1d (W 4, silu, bias; median of 20 calls each synchronised) | fwd ms  x floor | bwd ms  x floor [| tiled kernels forced: the same]\n");
     for (const CC &c : cases)
         for (int di = 0; di < 2; di++)
@@ -610,7 +612,7 @@ static void bench_conv(cudaStream_t stream, cudaEvent_t e0, cudaEvent_t e1, doub
                 const double ff = 2.0 * n * es / bw * 1e3, bf = 3.0 * n * es / bw * 1e3;
                 printf("%-11s %-5s %-3s (%lld, %lld, %lld) | %8.4f %6.2f | %8.4f %6.2f", c.name, di ? "bf16" : "f32", lay ? "xz" : "bdl",
                        (long long)c.batch, (long long)c.dim, (long long)c.L, f, f / ff, bk, bk / bf);
-                if (!lay) { /* bdl runs the rows path (>>conv-rows): the tiled kernels beside it */
+                { /* the tiled kernels beside the rows (bdl) / channels-last (xz) path */
                     const float ft = time_it(false, -1), bt = time_it(true, -1);
                     printf(" | tiled %8.4f %6.2f | %8.4f %6.2f", ft, ft / ff, bt, bt / bf);
                 }

@@ -19,6 +19,9 @@
 #              below run without kernels, as the earlier sessions' figures did)
 #     forms    bench_ssd_forms bf16 and f32: the SSD forward / backward, walks against chunks, one process (and
 #              where the header has them, the chunked backward at each ssd_ckb_tc level)
+#     conv     bench_cuda's conv table (bf16): the rows / channels-last paths beside the tiled kernels, one process
+#     tck      ncu's gpu__time_duration of ssd_ckb_loc_kernel and ssd_ckb_kernel at each ssd_ckb_tc level (the
+#              130m shape's 18 backward calls a level in bench_ssd_forms bf16), medians by bench/ncu_levels.py
 #     forms-base the same bench built on prep's BASE headers (.whl/base), run next: a kernel change against
 #              the code before it on the same machine, in the same call
 #     peers    the peers for this GPU into build/peers (PEER_MAMBA2_ONLY=1: causal_conv1d built, mamba_ssm's
@@ -132,6 +135,10 @@ for s in "$@"; do
         TAIL=12 step gate 590 "PYTHONPATH='$GATE_PATH' TORCH_PY='$PY' make test-gpu" ;;
     forms)
         step forms 400 "make -s build/bench_ssd_forms && ./build/bench_ssd_forms bf16 && ./build/bench_ssd_forms f32" ;;
+    conv)  # bench_cuda's conv table: each layout's path beside the tiled kernels forced, one process
+        step conv 300 "make -s build/bench_cuda && ./build/bench_cuda conv bf16" ;;
+    tck)  # ncu's kernel times of the chunked backward's local-state and gradient kernels at each ssd_ckb_tc level
+        step tck 300 "make -s build/bench_ssd_forms && \$(command -v ncu || echo /usr/local/cuda/bin/ncu) --clock-control none --kernel-name regex:'ssd_ckb_(loc_)?kernel' --launch-count 108 --metrics gpu__time_duration.sum --csv --page raw ./build/bench_ssd_forms bf16 > $OUT/tck.csv && '$PY' bench/ncu_levels.py $OUT/tck.csv" ;;
     forms-base)  # selscan_cuda.cuh's quoted include of selscan.h takes the base's, beside it
         [ -s .whl/base/rev.txt ] || { echo "== forms-base: no .whl/base (prep with BASE=REV)"; failed=1; continue; }
         step forms-base 400 "mkdir -p build/base && \${CC:-cc} -O2 -x c -DSELSCAN_IMPLEMENTATION -c .whl/base/selscan.h -o build/base/selscan_cpu.o && \${NVCC:-nvcc} -O3 -arch=sm_90 -std=c++17 -DSELSCAN_VALIDATION_ONLY -I.whl/base -I. bench/bench_ssd_forms.cu build/base/selscan_cpu.o -o build/base/bench_ssd_forms && echo \"base \$(cut -c1-7 .whl/base/rev.txt)\" && ./build/base/bench_ssd_forms bf16 && ./build/base/bench_ssd_forms f32" ;;

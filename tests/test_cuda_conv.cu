@@ -91,7 +91,8 @@ struct Ten {
 
 /* layout: 0 contiguous (zero strides), 1 explicit, 2 channels-last (last dim to position 1),
    3 padded (gaps), 4 channels-last view of a buffer twice as wide in dim (x = xz[:, :, :dim]),
-   5 unit step stride with rows one element apart, off an aligned address (misaligned rows) */
+   5 unit step stride with rows one element apart, off an aligned address (misaligned rows),
+   6 channels-last with steps dim + 1 elements apart, off an aligned address (misaligned steps) */
 static void make(Ten &t, selscan_dtype dt, int nd, int64_t n0, int64_t n1, int64_t n2, int layout, bool dev) {
     t = Ten();
     t.nd = nd; t.dt = dt;
@@ -100,6 +101,10 @@ static void make(Ten &t, selscan_dtype dt, int nd, int64_t n0, int64_t n1, int64
         const int64_t wd = layout == 4 ? 2 * t.n[1] : t.n[1];
         t.s[1] = 1; t.s[2] = wd; t.s[0] = wd * t.n[2];
         t.alloc = t.s[0] * t.n[0];
+    } else if (nd == 3 && layout == 6) {
+        t.s[1] = 1; t.s[2] = t.n[1] + 1; t.s[0] = t.s[2] * t.n[2] + 1;
+        t.base = 1;
+        t.alloc = 1 + t.s[0] * t.n[0];
     } else if (layout == 5) { /* unit step stride, rows one element apart, one element off the allocation (misaligned rows) */
         t.s[nd - 1] = 1;
         for (int k = nd - 2; k >= 0; k--) t.s[k] = t.s[k + 1] * t.n[k + 1] + 1;
@@ -479,8 +484,8 @@ int main() {
     /* a fixed sweep: every dtype x width x layout pair, all options on */
     for (int di = 0; di < 3; di++)
         for (int W = 2; W <= 4; W++)
-            for (int lay = 0; lay < 6; lay++) {
-                Cfg c = {dts[di], 2, 70, 150, W, true, true, true, true, true, 0, lay, (lay + 2) % 6, 15};
+            for (int lay = 0; lay < 7; lay++) {
+                Cfg c = {dts[di], 2, 70, 150, W, true, true, true, true, true, 0, lay, (lay + 2) % 7, 15};
                 run_case(c, id++);
             }
     /* random cases */
@@ -496,7 +501,7 @@ int main() {
         if (c.L < c.nseq) c.L = c.nseq;
         c.silu = urand(0, 1) < 0.6; c.bias = urand(0, 1) < 0.7; c.h0 = urand(0, 1) < 0.5; c.hlast = urand(0, 1) < 0.5;
         c.dhlast = urand(0, 1) < 0.5;
-        c.lx = irand(0, 5); c.ly = irand(0, 5);
+        c.lx = irand(0, 6); c.ly = irand(0, 6);
         c.want = (unsigned)irand(1, 15);
         run_case(c, id++);
     }
@@ -515,6 +520,27 @@ int main() {
             c.dim = c.L >= 1000 ? irand(1, 9) : irand(1, 70);
             c.silu = (i / 9) % 2 == 0; c.bias = urand(0, 1) < 0.7; c.hlast = urand(0, 1) < 0.5;
             const int lays[3] = {0, 1, 5};
+            c.lx = lays[irand(0, 2)]; c.ly = lays[irand(0, 2)];
+            c.want = (unsigned)irand(1, 15);
+            run_case(c, id++);
+        }
+    }
+    /* the channels-last path (>>conv-cl): unit channel stride (aligned, a view of a wider buffer,
+       misaligned steps), no init_state / packed sequences / dfinal_state; dims across a thread's 4
+       channels and a block's 128, L across a warp's 64 steps and a block's 256 (partial tiles) */
+    {
+        const int64_t Ls[] = {1, 2, 3, 4, 63, 64, 65, 200, 255, 256, 257, 600, 1030};
+        const int64_t Ds[] = {1, 2, 3, 4, 5, 7, 8, 127, 128, 129, 260};
+        for (int i = 0; i < (quick ? 36 : 120); i++) {
+            Cfg c;
+            c.dt = dts[i % 3];
+            c.W = 2 + (i / 3) % 3;
+            c.nseq = 0; c.h0 = false; c.dhlast = false;
+            c.L = Ls[(i * 7) % 13];
+            c.dim = Ds[(i * 5) % 11];
+            c.batch = irand(1, 3);
+            c.silu = (i / 9) % 2 == 0; c.bias = urand(0, 1) < 0.7; c.hlast = urand(0, 1) < 0.5;
+            const int lays[3] = {2, 4, 6};
             c.lx = lays[irand(0, 2)]; c.ly = lays[irand(0, 2)];
             c.want = (unsigned)irand(1, 15);
             run_case(c, id++);
