@@ -995,13 +995,18 @@ template <typename T, int K> static __device__ __forceinline__ void store_row(T 
             else if (k & 1) w[k >> 1] |= raw_bits<T>(v[k]) << 16;
             else w[k >> 1] = raw_bits<T>(v[k]);
         }
+        /* the vector stores in PTX: as uint4 / uint2 assignments nvcc split them into 4-byte stores in
+           conv_fwd_cl_kernel (sm_90 SASS: STG.E only; a review's finding, CONV-CUDA-v8) */
         if (BYTES % 16 == 0 && (a & 15) == 0) {
 #pragma unroll
             for (int i = 0; i < BYTES / 16; i++)
-                reinterpret_cast<uint4 *>(p)[i] = make_uint4(w[4 * i], w[4 * i + 1], w[4 * i + 2], w[4 * i + 3]);
+                asm volatile("st.global.v4.u32 [%0], {%1, %2, %3, %4};" ::"l"(reinterpret_cast<uint4 *>(p) + i), "r"(w[4 * i]), "r"(w[4 * i + 1]),
+                             "r"(w[4 * i + 2]), "r"(w[4 * i + 3])
+                             : "memory");
         } else if (BYTES % 8 == 0 && (a & 7) == 0) {
 #pragma unroll
-            for (int i = 0; i < BYTES / 8; i++) reinterpret_cast<uint2 *>(p)[i] = make_uint2(w[2 * i], w[2 * i + 1]);
+            for (int i = 0; i < BYTES / 8; i++)
+                asm volatile("st.global.v2.u32 [%0], {%1, %2};" ::"l"(reinterpret_cast<uint2 *>(p) + i), "r"(w[2 * i]), "r"(w[2 * i + 1]) : "memory");
         } else {
 #pragma unroll
             for (int i = 0; i < NW; i++) reinterpret_cast<uint32_t *>(p)[i] = w[i];
@@ -4705,7 +4710,8 @@ static __global__ void __launch_bounds__(kThreads) conv_bwd_rows_kernel(const co
    W - 1 dpre) in registers; a warp's lanes take consecutive channel groups (128 channels of a
    step: whole sectors), a block's four warps four consecutive segments: the tiled backward's tile
    of kConvTB * kConvTL = 256 steps, whose dweight / dbias partial the block sums in warp order
-   (the tiled kernel's partial layout: the same workspace and conv_reduce_kernel). The loads of
+   (the tiled kernel's partial layout: the same workspace and conv_reduce_kernel); the forward's
+   segments are shorter where 64 would leave few blocks (conv_cl_plan). The loads of
    kConvCU steps are issued before the first is used. Each output runs the reference's order, as
    the tiled kernels. Why: the tiled kernels stage 32-channel tiles through shared memory with
    2-byte element loads: conv_bwd_kernel took 383 us where causal_conv1d's channels-last backward
@@ -4714,17 +4720,19 @@ const int kConvCK = 4;  /* channels a thread */
 const int kConvCS = 64; /* steps a warp */
 const int kConvCU = 8;  /* steps whose loads are issued together (the backward: half, two operands a step) */
 static_assert(kConvCS * (kThreads / 32) == kConvTB * kConvTL, "a block's segments are the backward's tile");
+static_assert(kConvCS % kConvCU == 0, "the forward's segments halve down to kConvCU");
 
-/* the thread's channels [d, d + nk) and segment [s0, s1) of block blockIdx.x (channel blocks of
-   32 * kConvCK, then batch rows, then tiles of ntl a row); nk 0: none (past dim or L) */
-static __device__ __forceinline__ void conv_cl_at(const conv_params &P, int64_t ntl, int64_t *b, int64_t *tile, int64_t *d, int *nk,
+/* the thread's channels [d, d + nk) and segment [s0, s1) of seg steps of block blockIdx.x (channel
+   blocks of 32 * kConvCK, then batch rows, then tiles of 4 seg steps, ntl a row); nk 0: none (past
+   dim or L) */
+static __device__ __forceinline__ void conv_cl_at(const conv_params &P, int64_t ntl, int seg, int64_t *b, int64_t *tile, int64_t *d, int *nk,
                                                   int64_t *s0, int64_t *s1) {
     const int lane = static_cast<int>(threadIdx.x) % 32, warp = static_cast<int>(threadIdx.x) / 32;
     const int64_t ncb = (P.dim + 32 * kConvCK - 1) / (32 * kConvCK), blk = blockIdx.x, bt = blk / ncb;
     *b = bt / ntl; *tile = bt % ntl;
     *d = blk % ncb * (32 * kConvCK) + lane * kConvCK;
-    *s0 = *tile * (kConvTB * kConvTL) + warp * kConvCS;
-    *s1 = min(*s0 + kConvCS, P.L);
+    *s0 = (*tile * (kThreads / 32) + warp) * seg;
+    *s1 = min(*s0 + seg, P.L);
     *nk = *d < P.dim && *s0 < P.L ? static_cast<int>(min(static_cast<int64_t>(kConvCK), P.dim - *d)) : 0;
 }
 /* the thread's taps and biases (0 past nk) */
@@ -4739,11 +4747,11 @@ static __device__ __forceinline__ void conv_cl_params(const conv_params &P, int6
 }
 
 template <typename T, int W>
-static __global__ void __launch_bounds__(kThreads) conv_fwd_cl_kernel(const conv_params P, int64_t ntl) {
+static __global__ void __launch_bounds__(kThreads) conv_fwd_cl_kernel(const conv_params P, int64_t ntl, int seg) {
     constexpr int H = W - 1, K = kConvCK, U = kConvCU;
     int64_t b, tile, d, s0, s1;
     int nk;
-    conv_cl_at(P, ntl, &b, &tile, &d, &nk, &s0, &s1);
+    conv_cl_at(P, ntl, seg, &b, &tile, &d, &nk, &s0, &s1);
     if (nk == 0) return;
     const T *xr = static_cast<const T *>(P.x.p) + b * P.x.s[0] + d;
     T *yr = static_cast<T *>(P.y.p) + b * P.y.s[0] + d;
@@ -4794,7 +4802,7 @@ static __global__ void __launch_bounds__(kThreads) conv_bwd_cl_kernel(const conv
     const int lane = static_cast<int>(threadIdx.x) % 32, warp = static_cast<int>(threadIdx.x) / 32;
     int64_t b, tile, d, s0, s1;
     int nk;
-    conv_cl_at(P, ntl, &b, &tile, &d, &nk, &s0, &s1);
+    conv_cl_at(P, ntl, kConvCS, &b, &tile, &d, &nk, &s0, &s1);
     float acc[W + 1][K];
 #pragma unroll
     for (int k = 0; k <= W; k++)
@@ -5023,12 +5031,17 @@ static bool conv_rows_plan(const selscan__cprob &q, int64_t *nseg, int64_t *segl
 }
 static bool conv_unit_l(const selscan__ten &t) { return !t.data || t.s[2] == 1; }
 static bool conv_unit_c(const selscan__ten &t) { return !t.data || t.s[1] == 1; }
-/* The channels-last path (>>conv-cl): its blocks (channel blocks x batch rows x ntl tiles of
-   kConvTB * kConvTL steps); false past 2^31 - 1 blocks */
-static bool conv_cl_plan(const selscan__cprob &q, int64_t *ntl, int64_t *blocks) {
+/* The channels-last path (>>conv-cl): its blocks (channel blocks x batch rows x ntl tiles of four
+   segments of seg steps). The backward's segments are kConvCS steps (a block a partial's 256 steps);
+   the forward's halve down to kConvCU while that leaves under 1024 blocks (two waves of an H100's
+   four blocks an SM: a short prefill's few blocks would each walk 64 steps). false past 2^31 - 1 blocks. */
+static bool conv_cl_plan(const selscan__cprob &q, bool fwd, int64_t *ntl, int *seg, int64_t *blocks) {
     sizecalc c;
-    *ntl = cdiv(q.L, static_cast<int64_t>(kConvTB) * kConvTL);
-    *blocks = c.mul(c.mul(cdiv(q.dim, static_cast<int64_t>(32 * kConvCK)), q.batch), *ntl);
+    const int64_t nb = c.mul(cdiv(q.dim, static_cast<int64_t>(32 * kConvCK)), q.batch);
+    *seg = kConvCS;
+    while (fwd && *seg > kConvCU && c.ok && c.mul(nb, cdiv(q.L, static_cast<int64_t>(kThreads / 32) * *seg)) < 1024) *seg /= 2;
+    *ntl = cdiv(q.L, static_cast<int64_t>(kThreads / 32) * *seg);
+    *blocks = c.mul(nb, *ntl);
     return c.ok && *blocks <= kMaxGrid;
 }
 
@@ -5060,6 +5073,7 @@ struct conv_plan {
     int64_t ntiles, nblk, naux;
     bool rows, cl;
     int64_t nseg, seglen, rblk, ntl, cblk;
+    int cseg;
 };
 
 /* The conv forward before its launches: validation, its parameters and plan */
@@ -5076,7 +5090,9 @@ static selscan_status conv_forward_begin(const selscan_conv_problem *p, const se
     pl->nseg = pl->seglen = pl->rblk = 0;
     pl->rows = !q->cu && !q->init_state.data && conv_unit_l(q->x) && conv_unit_l(q->y) && conv_rows_plan(*q, &pl->nseg, &pl->seglen, &pl->rblk);
     pl->ntl = pl->cblk = 0;
-    pl->cl = !pl->rows && !q->cu && !q->init_state.data && conv_unit_c(q->x) && conv_unit_c(q->y) && conv_cl_plan(*q, &pl->ntl, &pl->cblk);
+    pl->cseg = 0;
+    pl->cl = !pl->rows && !q->cu && !q->init_state.data && conv_unit_c(q->x) && conv_unit_c(q->y) &&
+             conv_cl_plan(*q, true, &pl->ntl, &pl->cseg, &pl->cblk);
     return SELSCAN_OK;
 }
 static selscan_status conv_forward_run(const selscan__cprob &q, const conv_params &P, const conv_plan &pl, cudaStream_t stream,
@@ -5085,7 +5101,7 @@ static selscan_status conv_forward_run(const selscan__cprob &q, const conv_param
         using T = typename decltype(tag)::type;
         conv_with_width(P.W, [&](auto wc) {
             if (pl.rows) conv_fwd_rows_kernel<T, decltype(wc)::value><<<static_cast<unsigned>(pl.rblk), kThreads, 0, stream>>>(P, pl.nseg, pl.seglen);
-            else if (pl.cl) conv_fwd_cl_kernel<T, decltype(wc)::value><<<static_cast<unsigned>(pl.cblk), kThreads, 0, stream>>>(P, pl.ntl);
+            else if (pl.cl) conv_fwd_cl_kernel<T, decltype(wc)::value><<<static_cast<unsigned>(pl.cblk), kThreads, 0, stream>>>(P, pl.ntl, pl.cseg);
             else conv_fwd_kernel<T, decltype(wc)::value><<<static_cast<unsigned>(pl.nblk), kThreads, 0, stream>>>(P);
         });
     });
@@ -5157,8 +5173,9 @@ static selscan_status conv_backward_begin(const selscan_conv_problem *p, const s
     pl->rows = !q->cu && !q->init_state.data && !r->dfinal_state.data && conv_unit_l(q->x) && conv_unit_l(r->dy) && conv_unit_l(r->dx) &&
                conv_rows_plan(*q, &pl->nseg, &pl->seglen, &pl->rblk);
     pl->ntl = pl->cblk = 0;
+    pl->cseg = 0;
     pl->cl = !pl->rows && !q->cu && !q->init_state.data && !r->dfinal_state.data && conv_unit_c(q->x) && conv_unit_c(r->dy) &&
-             conv_unit_c(r->dx) && conv_cl_plan(*q, &pl->ntl, &pl->cblk);
+             conv_unit_c(r->dx) && conv_cl_plan(*q, false, &pl->ntl, &pl->cseg, &pl->cblk);
     return SELSCAN_OK;
 }
 static selscan_status conv_backward_run(const selscan__cprob &q, const selscan__cgrd &r, const conv_params &P, const conv_plan &pl,
@@ -5175,7 +5192,7 @@ static selscan_status conv_backward_run(const selscan__cprob &q, const selscan__
         SELSCAN__LAUNCHED();
     }
     if (P.part) {
-        conv_reduce_kernel<<<nblocks(q.dim * (q.W + 1), 256), 256, 0, stream>>>(P, q.batch * (pl.rows ? pl.nseg : pl.ntiles));
+        conv_reduce_kernel<<<nblocks(q.dim * (q.W + 1), 256), 256, 0, stream>>>(P, q.batch * (pl.rows ? pl.nseg : pl.cl ? pl.ntl : pl.ntiles));
         SELSCAN__LAUNCHED();
     }
     if (r.dinit_state.data) {
