@@ -5034,12 +5034,14 @@ static bool conv_unit_c(const selscan__ten &t) { return !t.data || t.s[1] == 1; 
 /* The channels-last path (>>conv-cl): its blocks (channel blocks x batch rows x ntl tiles of four
    segments of seg steps). The backward's segments are kConvCS steps (a block a partial's 256 steps);
    the forward's halve down to kConvCU while that leaves under 1024 blocks (two waves of an H100's
-   four blocks an SM: a short prefill's few blocks would each walk 64 steps). false past 2^31 - 1 blocks. */
+   four blocks an SM: a short prefill's few blocks would each walk 64 steps; conv_cl_fwd_blocks, which
+   the tests vary so that every segment length runs). false past 2^31 - 1 blocks. */
+static int64_t conv_cl_fwd_blocks = 1024;
 static bool conv_cl_plan(const selscan__cprob &q, bool fwd, int64_t *ntl, int *seg, int64_t *blocks) {
     sizecalc c;
     const int64_t nb = c.mul(cdiv(q.dim, static_cast<int64_t>(32 * kConvCK)), q.batch);
     *seg = kConvCS;
-    while (fwd && *seg > kConvCU && c.ok && c.mul(nb, cdiv(q.L, static_cast<int64_t>(kThreads / 32) * *seg)) < 1024) *seg /= 2;
+    while (fwd && *seg > kConvCU && c.ok && c.mul(nb, cdiv(q.L, static_cast<int64_t>(kThreads / 32) * *seg)) < conv_cl_fwd_blocks) *seg /= 2;
     *ntl = cdiv(q.L, static_cast<int64_t>(kThreads / 32) * *seg);
     *blocks = c.mul(nb, *ntl);
     return c.ok && *blocks <= kMaxGrid;

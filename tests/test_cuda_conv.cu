@@ -217,6 +217,10 @@ static void run_case(const Cfg &c, int id) {
     selscan_diag dg = {NULL, NULL, SELSCAN_RULE_NONE};
     p.diag = &dg;
 
+    /* the channels-last forward's segment length (>>conv-cl: 64 steps, halved while the grid is under
+       conv_cl_fwd_blocks): these small grids take each length by the case's number */
+    const int64_t clb[4] = {0, 1024, 40, 200};
+    selscan_cuda_detail::conv_cl_fwd_blocks = clb[id % 4];
     /* forward: CPU reference, then the GPU into poisoned outputs */
     auto set_fwd = [&](bool dev) {
         p.x = x.api(dev); p.weight = w.api(dev); p.bias = c.bias ? b.api(dev) : selscan_tensor{NULL, {0, 0, 0, 0}};
