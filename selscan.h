@@ -331,13 +331,15 @@ typedef struct selscan_out_tensor {
 /* the rules appended after the list above (codes are only ever appended): the SSD scan's (>>ssd-api),
    then the packed sequences' "no sequence" (every scan's and the conv's n_seqs <= 0, until then
    SELSCAN_RULE_OUT_OF_RANGE), then the CUDA SSD's shared memory (a dstate whose smallest tile a
-   device cannot hold: the backward at dstate 257-512 with headdim > 8 on 64 KiB devices, sm_75) */
+   device cannot hold: the backward at dstate 257-512 with headdim > 8 on 64 KiB devices, sm_75),
+   then the gated norm's eps (>>norm-api) */
 #define SELSCAN__LATER_RULE_LIST(X)                                                                \
     X(SELSCAN_RULE_NOT_DIVIDING_NHEADS, "does not divide nheads") /* SSD: n_groups */              \
     X(SELSCAN_RULE_DT_LIMIT, "dt_min above dt_max, or NaN")      /* SSD: dt_min / dt_max */        \
     X(SELSCAN_RULE_WITH_CU_SEQLENS, "given with cu_seqlens")     /* SSD: seq_idx */                \
     X(SELSCAN_RULE_NO_SEQUENCE, "no sequence (cu_seqlens needs n_seqs + 1 >= 2 offsets)") /* n_seqs */ \
-    X(SELSCAN_RULE_SHARED_MEMORY, "over the device's shared memory a block (CUDA)") /* SSD: dstate */
+    X(SELSCAN_RULE_SHARED_MEMORY, "over the device's shared memory a block (CUDA)") /* SSD: dstate */ \
+    X(SELSCAN_RULE_EPS, "negative, infinite or NaN")             /* the norm's eps */
 
 #define SELSCAN__RULE_ENUM(name, text) name,
 typedef enum selscan_rule { SELSCAN__RULE_LIST(SELSCAN__RULE_ENUM) SELSCAN__RULE_COUNT } selscan_rule;
@@ -733,6 +735,72 @@ SELSCAN_DEF selscan_status selscan_ssd_backward_cpu_reduce(const selscan_ssd_pro
                                                            int64_t part, int64_t n_parts, void *workspace,
                                                            size_t workspace_bytes);
 
+/* ---- >>norm-api: the gated RMS norm (Mamba-2's RMSNormGated, after the SSD scan) -----------------
+   WHAT IT COMPUTES (every backend computes exactly this; G = group_size consecutive channels a
+   group, dividing dim). For each batch row b, step t and group of channels, all in f32:
+
+       s    = silu(z) = z * sigmoid(z)                          (z absent: no gate)
+       u    = y * s   where the gate comes after the norm (SELSCAN_NORM_BEFORE_GATE clear, z given)
+       u    = y       otherwise
+       r    = 1 / sqrt(mean over the group of u^2 + eps)
+       out  = u * r * w * s   with SELSCAN_NORM_BEFORE_GATE and z given (the norm, then the gate)
+       out  = u * r * w       otherwise
+
+   w = weight[c] (1 when absent). out is rounded to T (to nearest even). The group's sum of squares
+   runs in f32 (the reference: channel order; CUDA: a fixed tree, so the two differ by rounding).
+   Backward, from dout, with n = u * r and s'(z) = sig * (1 + z * (1 - sig)), sig = sigmoid(z):
+       dn  = dout * w * s (before the gate) or dout * w (after it / no z)
+       du  = r * (dn - n * mean over the group of (dn * n))
+       dy  = du (before the gate, no z) or du * s (after)
+       dz  = dout * n * w * s'(z) (before the gate) or du * y * s'(z) (after)
+       dweight[c] = sum over (b, t) of dout * n * s (SELSCAN_NORM_BEFORE_GATE, z given: the gate
+                    applied after the norm) or of dout * n (otherwise)
+   Each of dy, dz, dweight optional (NULL data: not computed); dweight may be asked for without
+   weight (the gradient at w = 1); dz needs z (SELSCAN_ERR_NULL {"dz", "asked for without z"}).
+   Deterministic: every sum in a fixed order, bitwise the same every call. NaN in, NaN out.
+
+   OPERANDS (T: f32, f16 or bf16; element strides per logical dimension, all zero = contiguous)
+       y, z, out               (batch, L, dim)    T        z optional
+       weight                  (dim)              f32      optional (absent: 1)
+       dout, dy, dz            (batch, L, dim)    T        dy, dz optional
+       dweight                 (dim)              f32      optional
+   eps: finite and >= 0 (else SELSCAN_ERR_SHAPE {"eps", "negative, infinite or NaN"}); group_size 0
+   means dim; one that does not divide dim: SELSCAN_ERR_SHAPE {"group_size", "does not divide dim"}.
+   Outputs may not share a byte with an input, another output or themselves (SELSCAN_ERR_ALIAS /
+   SELSCAN_ERR_STRIDE). No workspace on the CPU; CUDA's backward takes one for dweight
+   (selscan_cuda.cuh). */
+#define SELSCAN_NORM_BEFORE_GATE 1u /* out = norm(y) * w * silu(z); clear: norm(y * silu(z)) * w */
+#define SELSCAN__NORM_KNOWN_FLAGS SELSCAN_NORM_BEFORE_GATE
+
+typedef struct selscan_norm_problem {
+    int64_t batch, seqlen, dim, group_size; /* group_size 0 means dim */
+    float eps;                              /* finite, >= 0 */
+    selscan_dtype dtype;                    /* T: y, z, out */
+    unsigned flags;                         /* SELSCAN_NORM_BEFORE_GATE */
+    selscan_tensor y, z, weight;            /* inputs (z, weight optional) */
+    selscan_out_tensor out;                 /* output */
+    selscan_diag *diag;                     /* optional: see selscan_diag */
+} selscan_norm_problem;
+
+typedef struct selscan_norm_grads {
+    selscan_tensor dout;                  /* incoming */
+    selscan_out_tensor dy, dz, dweight;   /* outgoing, each optional */
+} selscan_norm_grads;
+
+/* The same contract as the conv's entry points: validate everything, no allocation, outputs
+   untouched on any error, diag names the operand and rule. _ref: the exact scalar reference.
+   _cpu: the same loop (the op is memory bound: one pass that reads y, z once per group and writes
+   out once is what a vector path would also do; the compiler vectorizes the channel loops where
+   the strides allow), so its results are bitwise _ref's. */
+SELSCAN_DEF selscan_status selscan_validate_norm(const selscan_norm_problem *p);
+SELSCAN_DEF selscan_status selscan_validate_norm_grads(const selscan_norm_problem *p, const selscan_norm_grads *g);
+/* The norm's size rules alone: see selscan_check_sizes (batch, seqlen or dim 0: an empty problem). */
+SELSCAN_DEF selscan_status selscan_check_norm_sizes(const selscan_norm_problem *p);
+SELSCAN_DEF selscan_status selscan_norm_forward_ref(const selscan_norm_problem *p);
+SELSCAN_DEF selscan_status selscan_norm_backward_ref(const selscan_norm_problem *p, const selscan_norm_grads *g);
+SELSCAN_DEF selscan_status selscan_norm_forward_cpu(const selscan_norm_problem *p);
+SELSCAN_DEF selscan_status selscan_norm_backward_cpu(const selscan_norm_problem *p, const selscan_norm_grads *g);
+
 /* dtype conversions used by the library (round to nearest even, NaN stays NaN). */
 SELSCAN_DEF float selscan_f16_to_f32(uint16_t h);
 SELSCAN_DEF uint16_t selscan_f32_to_f16(float f);
@@ -873,6 +941,18 @@ SELSCAN_DEF uint16_t selscan_f32_to_bf16(float f);
                                                            cells, pushes its own around its check) */
 #define SELSCAN__DIMS_SSD_SEQ(q) 2, (q)->batch, (q)->L, 1, 1             /* (batch, L) */
 #define SELSCAN__DIMS_SSD_ROWS(q) 4, (q)->rows, (q)->H, (q)->P, (q)->N   /* (rows, H, P, N) */
+/* the gated norm's (>>norm-api): selscan_norm_problem, selscan_norm_grads */
+#define SELSCAN__NORM_OPERANDS(X, c)      \
+    X(c, y, y, IN, REQ, NORM, T)          \
+    X(c, z, z, IN, OPT, NORM, T)          \
+    X(c, weight, weight, IN, OPT, DIM, F32) \
+    X(c, out, out, OUT, FWD, NORM, T)
+#define SELSCAN__NORM_GRAD_OPERANDS(X, c)     \
+    X(c, dout, dout, IN, REQ, NORM, T)        \
+    X(c, dy, dy, OUT, OPT, NORM, T)           \
+    X(c, dz, dz, OUT, OPT, NORM, T)           \
+    X(c, dweight, dweight, OUT, OPT, DIM, F32)
+#define SELSCAN__DIMS_NORM(q) 3, (q)->batch, (q)->L, (q)->dim, 1 /* (batch, L, dim) */
 #endif /* SELSCAN_H */
 
 /* ============================================================================================= */
@@ -2983,6 +3063,266 @@ SELSCAN_DEF selscan_status selscan_ssd_backward_ref(const selscan_ssd_problem *p
 }
 
 #endif /* SELSCAN_VALIDATION_ONLY: >>ssd */
+/* --------------------------------------------------------------------------------------------- */
+/* >>norm                    the gated RMS norm: validation and reference                        */
+/* --------------------------------------------------------------------------------------------- */
+/* The math and the operands: >>norm-api. Validation here (also compiled with
+   SELSCAN_VALIDATION_ONLY: the CUDA launchers use it), on the operand tables (>>operands), then
+   >>norm-reference, the exact scalar oracle (also the CPU entry points). */
+
+typedef struct selscan__nprob {
+    int64_t batch, L, dim, gs; /* gs: channels a group */
+    float eps;
+    selscan_dtype dt;
+    int before; /* SELSCAN_NORM_BEFORE_GATE */
+    selscan__ten y, z, weight, out;
+    selscan_diag *diag;
+} selscan__nprob;
+
+typedef struct selscan__ngrd {
+    selscan__ten dout, dy, dz, dweight;
+} selscan__ngrd;
+
+/* >>size-rules of the norm: before the operands (dtype, flags, sizes, group_size, eps) */
+static selscan_status selscan__norm_sizes1(const selscan_norm_problem *p, int empty_ok, selscan_diag *d) {
+    const int64_t gs = p->group_size == 0 ? p->dim : p->group_size;
+    if (!selscan__dtype_ok(p->dtype)) SELSCAN__FAIL(d, SELSCAN_ERR_DTYPE, "dtype", UNKNOWN_DTYPE);
+    if (p->flags & ~SELSCAN__NORM_KNOWN_FLAGS) SELSCAN__FAIL(d, SELSCAN_ERR_UNSUPPORTED, "flags", UNKNOWN_FLAG);
+    SELSCAN__SIZE_RULE(d, "batch", p->batch, empty_ok);
+    SELSCAN__SIZE_RULE(d, "seqlen", p->seqlen, empty_ok);
+    SELSCAN__SIZE_RULE(d, "dim", p->dim, empty_ok);
+    if (p->group_size < 0) SELSCAN__FAIL(d, SELSCAN_ERR_SHAPE, "group_size", NEGATIVE);
+    /* dim 0 (an empty problem): any group_size divides it */
+    if (p->dim > 0 && (gs <= 0 || p->dim % gs != 0)) SELSCAN__FAIL(d, SELSCAN_ERR_SHAPE, "group_size", NOT_DIVIDING);
+    /* x * 0 == 0 fails for infinities and NaN alike */
+    if (!(p->eps >= 0.0f && p->eps * 0.0f == 0.0f)) SELSCAN__FAIL(d, SELSCAN_ERR_SHAPE, "eps", EPS);
+    return SELSCAN_OK;
+}
+
+/* the norm's: after the operands (element counts) */
+static selscan_status selscan__norm_sizes2(const selscan_norm_problem *p, selscan_diag *d) {
+    if (!selscan__count_ok(p->batch, p->seqlen, p->dim, 1)) SELSCAN__FAIL(d, SELSCAN_ERR_SHAPE, "batch * seqlen * dim", COUNT_OVERFLOWS);
+    return SELSCAN_OK;
+}
+
+static SELSCAN__MAYBE_UNUSED selscan_status selscan__norm_check_problem(const selscan_norm_problem *p, selscan__nprob *q,
+                                                                        int need_y) {
+    selscan_status st;
+    selscan_diag *d;
+    int64_t i;
+    if (!p) return SELSCAN_ERR_NULL;
+    d = p->diag;
+    q->diag = d;
+    if ((st = selscan__norm_sizes1(p, 0, d)) != SELSCAN_OK) return st;
+    SELSCAN__NORM_OPERANDS(SELSCAN__OPD_NULL, p) /* y; out when need_y */
+    if ((st = selscan__norm_sizes2(p, d)) != SELSCAN_OK) return st;
+    q->batch = p->batch; q->L = p->seqlen; q->dim = p->dim;
+    q->gs = p->group_size == 0 ? p->dim : p->group_size;
+    q->eps = p->eps;
+    q->dt = p->dtype;
+    q->before = (p->flags & SELSCAN_NORM_BEFORE_GATE) != 0;
+    {
+        selscan__nprob *dst = q;
+        SELSCAN__NORM_OPERANDS(SELSCAN__OPD_RESOLVE, p)
+    }
+    {
+        const selscan__ten *ins[] = {SELSCAN__NORM_OPERANDS(SELSCAN__OPD_INS, q)};
+        for (i = 0; i < SELSCAN__COUNT(ins); i++)
+            if ((st = selscan__check_strides(ins[i], 0)) != SELSCAN_OK) return st;
+    }
+    return SELSCAN_OK;
+}
+
+/* The forward: problem, out's strides, aliasing. */
+static SELSCAN__MAYBE_UNUSED selscan_status selscan__norm_validate_forward(const selscan_norm_problem *p, selscan__nprob *q) {
+    selscan_status st = selscan__norm_check_problem(p, q, 1);
+    if (st != SELSCAN_OK) return st;
+    {
+        const selscan__ten *outs[] = {SELSCAN__NORM_OPERANDS(SELSCAN__OPD_OUTS, q)}; /* out */
+        const selscan__ten *ins[] = {SELSCAN__NORM_OPERANDS(SELSCAN__OPD_INS, q)};
+        int i;
+        for (i = 0; i < SELSCAN__COUNT(outs); i++)
+            if ((st = selscan__check_strides(outs[i], 1)) != SELSCAN_OK) return st;
+        return selscan__check_alias_d(outs, SELSCAN__COUNT(outs), ins, SELSCAN__COUNT(ins), NULL, 0, "", NULL, 0, q->diag);
+    }
+}
+
+/* The backward: problem (out not needed), gradients' strides, aliasing. */
+static SELSCAN__MAYBE_UNUSED selscan_status selscan__norm_validate_backward(const selscan_norm_problem *p,
+                                                                           const selscan_norm_grads *g,
+                                                                           selscan__nprob *q, selscan__ngrd *r) {
+    selscan_status st = selscan__norm_check_problem(p, q, 0);
+    selscan_diag *d;
+    int i;
+    if (st != SELSCAN_OK) return st;
+    d = q->diag;
+    if (!g) SELSCAN__FAIL(d, SELSCAN_ERR_NULL, "grads", MISSING);
+    if (!g->dout.data) SELSCAN__FAIL(d, SELSCAN_ERR_NULL, "dout", MISSING);
+    if (g->dz.data && !q->z.data) SELSCAN__FAIL(d, SELSCAN_ERR_NULL, "dz", WITHOUT_Z);
+    {
+        selscan__ngrd *dst = r;
+        SELSCAN__NORM_GRAD_OPERANDS(SELSCAN__OPD_RESOLVE, g)
+    }
+    {
+        const selscan__ten *gins[] = {SELSCAN__NORM_GRAD_OPERANDS(SELSCAN__OPD_INS, r)}; /* dout */
+        const selscan__ten *outs[] = {SELSCAN__NORM_GRAD_OPERANDS(SELSCAN__OPD_OUTS, r)};
+        const selscan__ten *ins[] = {SELSCAN__NORM_OPERANDS(SELSCAN__OPD_INS, q) SELSCAN__NORM_GRAD_OPERANDS(SELSCAN__OPD_INS, r)};
+        for (i = 0; i < SELSCAN__COUNT(gins); i++)
+            if ((st = selscan__check_strides(gins[i], 0)) != SELSCAN_OK) return st;
+        for (i = 0; i < SELSCAN__COUNT(outs); i++)
+            if ((st = selscan__check_strides(outs[i], 1)) != SELSCAN_OK) return st;
+        return selscan__check_alias_d(outs, SELSCAN__COUNT(outs), ins, SELSCAN__COUNT(ins), NULL, 0, "", NULL, 0, d);
+    }
+}
+
+#ifndef SELSCAN_VALIDATION_ONLY
+SELSCAN_DEF selscan_status selscan_validate_norm(const selscan_norm_problem *p) {
+    selscan__nprob q;
+    return selscan__norm_validate_forward(p, &q);
+}
+
+SELSCAN_DEF selscan_status selscan_validate_norm_grads(const selscan_norm_problem *p, const selscan_norm_grads *g) {
+    selscan__nprob q;
+    selscan__ngrd r;
+    return selscan__norm_validate_backward(p, g, &q, &r);
+}
+
+SELSCAN_DEF selscan_status selscan_check_norm_sizes(const selscan_norm_problem *p) {
+    selscan_status st;
+    if (!p) return SELSCAN_ERR_NULL;
+    if ((st = selscan__norm_sizes1(p, 1, p->diag)) != SELSCAN_OK) return st;
+    return selscan__norm_sizes2(p, p->diag);
+}
+
+/* ---- >>norm-reference: the exact scalar oracle ---------------------------------------------- */
+/* One (batch row, step, group) at a time: the sum of squares in channel order, then the outputs;
+   the backward's sum of dn * n likewise, and dweight summed per channel over batch rows, then steps
+   (stored into dweight as it goes: zeroed first). No contraction (as the conv's reference). */
+#if defined(__GNUC__) && !defined(__clang__) && !defined(__CUDACC__)
+#pragma GCC push_options
+#pragma GCC optimize("fp-contract=off")
+#elif defined(__clang__)
+#pragma STDC FP_CONTRACT OFF
+#endif
+
+/* u (the normalized value before the scale) and the gate s of channel c (s 1 without z) */
+static float selscan__norm_u(const selscan__nprob *q, int64_t b, int64_t t, int64_t c, float *s, float *y, float *z) {
+    const float yv = selscan__load(q->y.data, SELSCAN__AT3(q->y, b, t, c), q->dt);
+    float sv = 1.0f, zv = 0.0f;
+    if (q->z.data) {
+        zv = selscan__load(q->z.data, SELSCAN__AT3(q->z, b, t, c), q->dt);
+        sv = zv * selscan__sigmoid(zv);
+    }
+    if (s) *s = sv;
+    if (y) *y = yv;
+    if (z) *z = zv;
+    return q->z.data && !q->before ? yv * sv : yv;
+}
+static float selscan__norm_w(const selscan__nprob *q, int64_t c) {
+    return q->weight.data ? SELSCAN__CAST(const float *, q->weight.data)[SELSCAN__AT1(q->weight, c)] : 1.0f;
+}
+/* r of the group starting at channel c0 */
+static float selscan__norm_r(const selscan__nprob *q, int64_t b, int64_t t, int64_t c0) {
+    float ss = 0.0f;
+    int64_t c;
+    for (c = c0; c < c0 + q->gs; c++) {
+        const float u = selscan__norm_u(q, b, t, c, NULL, NULL, NULL);
+        ss += u * u;
+    }
+    return 1.0f / sqrtf(ss / SELSCAN__CAST(float, q->gs) + q->eps);
+}
+
+static void selscan__norm_ref_forward(const selscan__nprob *q) {
+    int64_t b, t, c0, c;
+    for (b = 0; b < q->batch; b++)
+        for (t = 0; t < q->L; t++)
+            for (c0 = 0; c0 < q->dim; c0 += q->gs) {
+                const float r = selscan__norm_r(q, b, t, c0);
+                for (c = c0; c < c0 + q->gs; c++) {
+                    float s;
+                    const float u = selscan__norm_u(q, b, t, c, &s, NULL, NULL);
+                    float o = u * r * selscan__norm_w(q, c);
+                    if (q->z.data && q->before) o *= s;
+                    selscan__store(q->out.data, SELSCAN__AT3(q->out, b, t, c), q->dt, o);
+                }
+            }
+}
+
+static void selscan__norm_ref_backward(const selscan__nprob *q, const selscan__ngrd *g) {
+    const int gate_after = q->z.data && q->before; /* the gate multiplies after the norm */
+    const int gate_in = q->z.data && !q->before;   /* the gate is inside u */
+    int64_t b, t, c0, c;
+    if (g->dweight.data)
+        for (c = 0; c < q->dim; c++) SELSCAN__CAST(float *, g->dweight.data)[SELSCAN__AT1(g->dweight, c)] = 0.0f;
+    for (b = 0; b < q->batch; b++)
+        for (t = 0; t < q->L; t++)
+            for (c0 = 0; c0 < q->dim; c0 += q->gs) {
+                const float r = selscan__norm_r(q, b, t, c0);
+                float sdn = 0.0f, m;
+                for (c = c0; c < c0 + q->gs; c++) { /* mean of dn * n */
+                    float s;
+                    const float n = selscan__norm_u(q, b, t, c, &s, NULL, NULL) * r;
+                    const float dout = selscan__load(g->dout.data, SELSCAN__AT3(g->dout, b, t, c), q->dt);
+                    float dn = dout * selscan__norm_w(q, c);
+                    if (gate_after) dn *= s;
+                    sdn += dn * n;
+                }
+                m = sdn / SELSCAN__CAST(float, q->gs);
+                for (c = c0; c < c0 + q->gs; c++) {
+                    float s, yv, zv;
+                    const float n = selscan__norm_u(q, b, t, c, &s, &yv, &zv) * r, w = selscan__norm_w(q, c);
+                    const float dout = selscan__load(g->dout.data, SELSCAN__AT3(g->dout, b, t, c), q->dt);
+                    const float dn = gate_after ? dout * w * s : dout * w, du = r * (dn - n * m);
+                    if (g->dy.data) selscan__store(g->dy.data, SELSCAN__AT3(g->dy, b, t, c), q->dt, gate_in ? du * s : du);
+                    if (g->dz.data) {
+                        const float sg = selscan__sigmoid(zv), ds = sg * (1.0f + zv * (1.0f - sg));
+                        const float dz = gate_after ? dout * n * w * ds : du * yv * ds;
+                        selscan__store(g->dz.data, SELSCAN__AT3(g->dz, b, t, c), q->dt, dz);
+                    }
+                    if (g->dweight.data)
+                        SELSCAN__CAST(float *, g->dweight.data)[SELSCAN__AT1(g->dweight, c)] += gate_after ? dout * n * s : dout * n;
+                }
+            }
+}
+
+#if defined(__GNUC__) && !defined(__clang__) && !defined(__CUDACC__)
+#pragma GCC pop_options
+#elif defined(__clang__)
+#pragma STDC FP_CONTRACT DEFAULT
+#endif
+
+SELSCAN_DEF selscan_status selscan_norm_forward_ref(const selscan_norm_problem *p) {
+    selscan__nprob q;
+    selscan_status st = selscan__norm_validate_forward(p, &q);
+    if (st != SELSCAN_OK) return st;
+    { /* the caller's errno is kept (see selscan_forward_ref) */
+        const int saved_errno = errno;
+        selscan__norm_ref_forward(&q);
+        errno = saved_errno;
+    }
+    return SELSCAN_OK;
+}
+
+SELSCAN_DEF selscan_status selscan_norm_backward_ref(const selscan_norm_problem *p, const selscan_norm_grads *g) {
+    selscan__nprob q;
+    selscan__ngrd r;
+    selscan_status st = selscan__norm_validate_backward(p, g, &q, &r);
+    if (st != SELSCAN_OK) return st;
+    {
+        const int saved_errno = errno;
+        selscan__norm_ref_backward(&q, &r);
+        errno = saved_errno;
+    }
+    return SELSCAN_OK;
+}
+
+/* The CPU entry points run the reference's loop (>>norm-api says why). */
+SELSCAN_DEF selscan_status selscan_norm_forward_cpu(const selscan_norm_problem *p) { return selscan_norm_forward_ref(p); }
+SELSCAN_DEF selscan_status selscan_norm_backward_cpu(const selscan_norm_problem *p, const selscan_norm_grads *g) {
+    return selscan_norm_backward_ref(p, g);
+}
+
+#endif /* SELSCAN_VALIDATION_ONLY: >>norm */
 #ifndef SELSCAN_VALIDATION_ONLY
 
 /* --------------------------------------------------------------------------------------------- */
