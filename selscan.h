@@ -17,14 +17,16 @@
  * CONTENTS (grep the >>tag)
  *     >>api          types, flags, status codes, every public declaration; >>conv-api the causal
  *                    conv1d's math, operands, types and entry points; >>ssd-api Mamba-2's SSD
- *                    scan's math, operands, types and entry points; >>operands the operand
+ *                    scan's math, operands, types and entry points; >>norm-api the gated RMS
+ *                    norm's (Mamba-2's RMSNormGated); >>operands the operand
  *                    tables validation runs on (the bindings' argument checks read them too)
  *     >>impl         implementation (SELSCAN_IMPLEMENTATION): >>convert dtype conversions (and
  *                    the "adding a dtype" checklist), >>validation shapes / strides / aliasing /
  *                    diag (on the >>operands tables), >>reference the scalar
  *                    oracle, >>step step validation and reference, >>conv the conv's validation
  *                    and >>conv-reference its scalar oracle, >>ssd the SSD scan's validation
- *                    and >>ssd-reference its scalar oracle, >>fast the fast CPU path
+ *                    and >>ssd-reference its scalar oracle, >>norm the gated norm's validation
+ *                    and >>norm-reference its scalar oracle (also its CPU entry points), >>fast the fast CPU path
  *                    (>>fast-tiles, >>fast-isa, >>fast-drivers, >>fast-parts, ...), >>conv-entry
  *                    the conv's fast-path drivers and CPU entry points, >>ssd-entry the SSD
  *                    forward's and backward's, >>entry the public CPU entry points, >>fast-kernels the kernels
@@ -98,6 +100,10 @@
  * its own problem types and entry points, selscan_ssd_* (the exact scalar reference, forward
  * and backward; a fast CPU forward and backward with the parts API; CUDA forward and backward in
  * selscan_cuda.cuh, selscan_ssd_*_cuda); the math and operands are in >>ssd-api.
+ *
+ * The gated RMS norm after Mamba-2's scan (mamba_ssm's RMSNormGated: a group RMS norm of y with the
+ * silu(z) gate before or after it, forward and backward): selscan_norm_* (the scalar reference, which
+ * the CPU entries run; CUDA in selscan_cuda.cuh, selscan_norm_*_cuda); the math in >>norm-api.
  *
  * ---------------------------------------------------------------------------------------------
  * OPERANDS: logical shapes, dtypes (T is the problem's dtype: f32, f16 or bf16)

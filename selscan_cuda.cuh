@@ -7582,9 +7582,12 @@ struct norm_params {
     float *part;                       /* backward: per-block dweight partials, [block][dim] */
 };
 
-/* a (batch, L, dim) tensor's element (row, c) offset */
-static __device__ __forceinline__ int64_t norm_at(const ct &t, const norm_params &P, int64_t row, int64_t c) {
-    return (row / P.L) * t.s[0] + (row % P.L) * t.s[1] + c * t.s[2];
+/* a (batch, L, dim) tensor's element offset; rw: the row's (batch row, step), divided once a row */
+struct norm_row {
+    int64_t b, l;
+};
+static __device__ __forceinline__ int64_t norm_at(const ct &t, const norm_row &rw, int64_t c) {
+    return rw.b * t.s[0] + rw.l * t.s[1] + c * t.s[2];
 }
 
 /* the block's sums of a and b, in a fixed order; every thread gets them (sh: 2 * kThreads / 32 floats) */
@@ -7612,24 +7615,24 @@ static __device__ __forceinline__ void norm_block_sum2(float &a, float &b, float
 /* kNormV channels from c (n of them valid) of a (batch, L, dim) operand into f: VEC through
    load_raw (unit channel stride), else one at a time by the strides */
 template <typename T, bool VEC>
-static __device__ __forceinline__ void norm_load(float (&f)[kNormV], const ct &t, const norm_params &P, int64_t row, int64_t c, int n) {
+static __device__ __forceinline__ void norm_load(float (&f)[kNormV], const ct &t, const norm_row &rw, int64_t c, int n) {
     if (VEC) {
         rawv<T, kNormV> r;
-        load_raw<T, kNormV>(r, static_cast<const T *>(t.p) + norm_at(t, P, row, c), n, false);
+        load_raw<T, kNormV>(r, static_cast<const T *>(t.p) + norm_at(t, rw, c), n, false);
 #pragma unroll
         for (int k = 0; k < kNormV; k++) f[k] = raw_get<T, kNormV>(r, k);
     } else {
-        const int64_t o = norm_at(t, P, row, c);
+        const int64_t o = norm_at(t, rw, c);
 #pragma unroll
         for (int k = 0; k < kNormV; k++) f[k] = k < n ? ld<T>(t.p, o + k * t.s[2]) : 0.0f;
     }
 }
 template <typename T, bool VEC>
-static __device__ __forceinline__ void norm_store(const ct &t, const norm_params &P, int64_t row, int64_t c, const float (&f)[kNormV], int n) {
+static __device__ __forceinline__ void norm_store(const ct &t, const norm_row &rw, int64_t c, const float (&f)[kNormV], int n) {
     if (VEC) {
-        store_row<T, kNormV>(static_cast<T *>(t.p) + norm_at(t, P, row, c), f, n);
+        store_row<T, kNormV>(static_cast<T *>(t.p) + norm_at(t, rw, c), f, n);
     } else {
-        const int64_t o = norm_at(t, P, row, c);
+        const int64_t o = norm_at(t, rw, c);
 #pragma unroll
         for (int k = 0; k < kNormV; k++)
             if (k < n) st<T>(t.p, o + k * t.s[2], f[k]);
@@ -7644,10 +7647,10 @@ static __device__ __forceinline__ void norm_weight(float (&w)[kNormV], const nor
 
 /* u and the gate s of a chunk (s 1 without z) */
 template <typename T, bool VEC>
-static __device__ __forceinline__ void norm_u(const norm_params &P, int64_t row, int64_t c, int n, float (&y)[kNormV], float (&z)[kNormV],
+static __device__ __forceinline__ void norm_u(const norm_params &P, const norm_row &rw, int64_t c, int n, float (&y)[kNormV], float (&z)[kNormV],
                                               float (&s)[kNormV], float (&u)[kNormV]) {
-    norm_load<T, VEC>(y, P.y, P, row, c, n);
-    if (P.hz) norm_load<T, VEC>(z, P.z, P, row, c, n);
+    norm_load<T, VEC>(y, P.y, rw, c, n);
+    if (P.hz) norm_load<T, VEC>(z, P.z, rw, c, n);
 #pragma unroll
     for (int k = 0; k < kNormV; k++) {
         s[k] = P.hz ? z[k] * sigm(z[k]) : 1.0f;
@@ -7659,11 +7662,12 @@ template <typename T, bool VEC> static __global__ void __launch_bounds__(kThread
     __shared__ float sh[2 * kThreads / 32];
     const int64_t row = static_cast<int64_t>(blockIdx.x) / P.ngroups, c0 = (static_cast<int64_t>(blockIdx.x) % P.ngroups) * P.gs;
     const int64_t step = static_cast<int64_t>(kThreads) * kNormV;
+    const norm_row rw = {row / P.L, row % P.L};
     float ss = 0.0f, unused = 0.0f;
     for (int64_t j = static_cast<int64_t>(threadIdx.x) * kNormV; j < P.gs; j += step) {
         const int n = static_cast<int>(P.gs - j < kNormV ? P.gs - j : kNormV);
         float y[kNormV], z[kNormV], s[kNormV], u[kNormV];
-        norm_u<T, VEC>(P, row, c0 + j, n, y, z, s, u);
+        norm_u<T, VEC>(P, rw, c0 + j, n, y, z, s, u);
 #pragma unroll
         for (int k = 0; k < kNormV; k++) ss = fmaf(u[k], u[k], ss); /* (the absent ones are 0) */
     }
@@ -7673,11 +7677,11 @@ template <typename T, bool VEC> static __global__ void __launch_bounds__(kThread
     for (int64_t j = static_cast<int64_t>(threadIdx.x) * kNormV; j < P.gs; j += step) {
         const int n = static_cast<int>(P.gs - j < kNormV ? P.gs - j : kNormV);
         float y[kNormV], z[kNormV], s[kNormV], u[kNormV], w[kNormV], o[kNormV];
-        norm_u<T, VEC>(P, row, c0 + j, n, y, z, s, u);
+        norm_u<T, VEC>(P, rw, c0 + j, n, y, z, s, u);
         norm_weight(w, P, c0 + j, n);
 #pragma unroll
         for (int k = 0; k < kNormV; k++) o[k] = after ? u[k] * r * w[k] * s[k] : u[k] * r * w[k];
-        norm_store<T, VEC>(P.out, P, row, c0 + j, o, n);
+        norm_store<T, VEC>(P.out, rw, c0 + j, o, n);
     }
 }
 
@@ -7690,13 +7694,14 @@ template <typename T, bool VEC> static __global__ void __launch_bounds__(kThread
     const bool after = P.hz && P.before, in = P.hz && !P.before;
     float *part = P.part ? P.part + blk * P.dim + c0 : NULL;
     for (int64_t row = r0; row < r1; row++) {
+        const norm_row rw = {row / P.L, row % P.L};
         float ss = 0.0f, sd = 0.0f;
         for (int64_t j = static_cast<int64_t>(threadIdx.x) * kNormV; j < P.gs; j += step) {
             const int n = static_cast<int>(P.gs - j < kNormV ? P.gs - j : kNormV);
             float y[kNormV], z[kNormV], s[kNormV], u[kNormV], w[kNormV], d[kNormV];
-            norm_u<T, VEC>(P, row, c0 + j, n, y, z, s, u);
+            norm_u<T, VEC>(P, rw, c0 + j, n, y, z, s, u);
             norm_weight(w, P, c0 + j, n);
-            norm_load<T, VEC>(d, P.dout, P, row, c0 + j, n);
+            norm_load<T, VEC>(d, P.dout, rw, c0 + j, n);
 #pragma unroll
             for (int k = 0; k < kNormV; k++) {
                 const float dn = after ? d[k] * w[k] * s[k] : d[k] * w[k];
@@ -7710,9 +7715,9 @@ template <typename T, bool VEC> static __global__ void __launch_bounds__(kThread
         for (int64_t j = static_cast<int64_t>(threadIdx.x) * kNormV; j < P.gs; j += step) {
             const int n = static_cast<int>(P.gs - j < kNormV ? P.gs - j : kNormV);
             float y[kNormV], z[kNormV], s[kNormV], u[kNormV], w[kNormV], d[kNormV], gy[kNormV], gz[kNormV];
-            norm_u<T, VEC>(P, row, c0 + j, n, y, z, s, u);
+            norm_u<T, VEC>(P, rw, c0 + j, n, y, z, s, u);
             norm_weight(w, P, c0 + j, n);
-            norm_load<T, VEC>(d, P.dout, P, row, c0 + j, n);
+            norm_load<T, VEC>(d, P.dout, rw, c0 + j, n);
 #pragma unroll
             for (int k = 0; k < kNormV; k++) {
                 const float nn = u[k] * r, dn = after ? d[k] * w[k] * s[k] : d[k] * w[k], du = r * (dn - nn * m);
@@ -7728,8 +7733,8 @@ template <typename T, bool VEC> static __global__ void __launch_bounds__(kThread
                     part[j + k] = row == r0 ? g : part[j + k] + g; /* this thread's channel: rows in order */
                 }
             }
-            if (P.dy.p) norm_store<T, VEC>(P.dy, P, row, c0 + j, gy, n);
-            if (P.dz.p) norm_store<T, VEC>(P.dz, P, row, c0 + j, gz, n);
+            if (P.dy.p) norm_store<T, VEC>(P.dy, rw, c0 + j, gy, n);
+            if (P.dz.p) norm_store<T, VEC>(P.dz, rw, c0 + j, gz, n);
         }
     }
 }
