@@ -795,9 +795,10 @@ typedef struct selscan_norm_grads {
 
 /* The same contract as the conv's entry points: validate everything, no allocation, outputs
    untouched on any error, diag names the operand and rule. _ref: the exact scalar reference.
-   _cpu: the same loop (the op is memory bound: one pass that reads y, z once per group and writes
-   out once is what a vector path would also do; the compiler vectorizes the channel loops where
-   the strides allow), so its results are bitwise _ref's. */
+   _cpu: the reference's arithmetic in its order, bitwise its results, with a group's inputs (and
+   their sigmoids) loaded once into a stack buffer (groups up to 1024 channels; larger ones run the
+   reference's loop). No vector path or parts API: the op is memory bound, one pass over y, z (and
+   dout) a call; its ~20 KiB of stack. */
 SELSCAN_DEF selscan_status selscan_validate_norm(const selscan_norm_problem *p);
 SELSCAN_DEF selscan_status selscan_validate_norm_grads(const selscan_norm_problem *p, const selscan_norm_grads *g);
 /* The norm's size rules alone: see selscan_check_sizes (batch, seqlen or dim 0: an empty problem). */
@@ -3291,6 +3292,96 @@ static void selscan__norm_ref_backward(const selscan__nprob *q, const selscan__n
             }
 }
 
+/* The CPU entries' loop: the reference's arithmetic in its order (so bitwise its results), with a
+   group's y, z, sigmoid(z), u and dout loaded once into stack buffers (groups of up to
+   SELSCAN__NORM_CB channels, 20 KiB; larger groups run the reference's loop): the reference loads
+   each element and takes its sigmoid (expf) again in every pass, three passes in the backward. */
+#define SELSCAN__NORM_CB 1024
+typedef struct selscan__nbuf {
+    float y[SELSCAN__NORM_CB], z[SELSCAN__NORM_CB], sg[SELSCAN__NORM_CB], u[SELSCAN__NORM_CB], d[SELSCAN__NORM_CB];
+} selscan__nbuf;
+/* Loads the group at c0 of row (b, t) into B (dout too where g is given); returns r (the reference's
+   sum of u^2 in channel order). */
+static float selscan__norm_group(const selscan__nprob *q, const selscan__ngrd *g, int64_t b, int64_t t, int64_t c0,
+                                 selscan__nbuf *B) {
+    const int in = q->z.data && !q->before;
+    float ss = 0.0f;
+    int64_t c;
+    for (c = 0; c < q->gs; c++) {
+        const float yv = selscan__load(q->y.data, SELSCAN__AT3(q->y, b, t, c0 + c), q->dt);
+        float zv = 0.0f, sg = 0.0f, u = yv;
+        if (q->z.data) {
+            zv = selscan__load(q->z.data, SELSCAN__AT3(q->z, b, t, c0 + c), q->dt);
+            sg = selscan__sigmoid(zv);
+            if (in) u = yv * (zv * sg);
+        }
+        B->y[c] = yv;
+        B->z[c] = zv;
+        B->sg[c] = sg;
+        B->u[c] = u;
+        if (g) B->d[c] = selscan__load(g->dout.data, SELSCAN__AT3(g->dout, b, t, c0 + c), q->dt);
+        ss += u * u;
+    }
+    return 1.0f / sqrtf(ss / SELSCAN__CAST(float, q->gs) + q->eps);
+}
+
+static void selscan__norm_cpu_forward(const selscan__nprob *q) {
+    selscan__nbuf B;
+    const int after = q->z.data && q->before;
+    int64_t b, t, c0, c;
+    if (q->gs > SELSCAN__NORM_CB) {
+        selscan__norm_ref_forward(q);
+        return;
+    }
+    for (b = 0; b < q->batch; b++)
+        for (t = 0; t < q->L; t++)
+            for (c0 = 0; c0 < q->dim; c0 += q->gs) {
+                const float r = selscan__norm_group(q, NULL, b, t, c0, &B);
+                for (c = 0; c < q->gs; c++) {
+                    float o = B.u[c] * r * selscan__norm_w(q, c0 + c);
+                    if (after) o *= B.z[c] * B.sg[c];
+                    selscan__store(q->out.data, SELSCAN__AT3(q->out, b, t, c0 + c), q->dt, o);
+                }
+            }
+}
+
+static void selscan__norm_cpu_backward(const selscan__nprob *q, const selscan__ngrd *g) {
+    selscan__nbuf B;
+    const int after = q->z.data && q->before, in = q->z.data && !q->before;
+    int64_t b, t, c0, c;
+    if (q->gs > SELSCAN__NORM_CB) {
+        selscan__norm_ref_backward(q, g);
+        return;
+    }
+    if (g->dweight.data)
+        for (c = 0; c < q->dim; c++) SELSCAN__CAST(float *, g->dweight.data)[SELSCAN__AT1(g->dweight, c)] = 0.0f;
+    for (b = 0; b < q->batch; b++)
+        for (t = 0; t < q->L; t++)
+            for (c0 = 0; c0 < q->dim; c0 += q->gs) {
+                const float r = selscan__norm_group(q, g, b, t, c0, &B);
+                float sdn = 0.0f, m;
+                for (c = 0; c < q->gs; c++) {
+                    const float n = B.u[c] * r;
+                    float dn = B.d[c] * selscan__norm_w(q, c0 + c);
+                    if (after) dn *= B.z[c] * B.sg[c];
+                    sdn += dn * n;
+                }
+                m = sdn / SELSCAN__CAST(float, q->gs);
+                for (c = 0; c < q->gs; c++) {
+                    const float s = q->z.data ? B.z[c] * B.sg[c] : 1.0f, n = B.u[c] * r, w = selscan__norm_w(q, c0 + c);
+                    const float dout = B.d[c], dn = after ? dout * w * s : dout * w, du = r * (dn - n * m);
+                    if (g->dy.data) selscan__store(g->dy.data, SELSCAN__AT3(g->dy, b, t, c0 + c), q->dt, in ? du * s : du);
+                    if (g->dz.data) {
+                        const float sg = B.sg[c], zv = B.z[c], ds = sg * (1.0f + zv * (1.0f - sg));
+                        const float dz = after ? dout * n * w * ds : du * B.y[c] * ds;
+                        selscan__store(g->dz.data, SELSCAN__AT3(g->dz, b, t, c0 + c), q->dt, dz);
+                    }
+                    if (g->dweight.data)
+                        SELSCAN__CAST(float *, g->dweight.data)[SELSCAN__AT1(g->dweight, c0 + c)] += after ? dout * n * s : dout * n;
+                }
+            }
+}
+
 #if defined(__GNUC__) && !defined(__clang__) && !defined(__CUDACC__)
 #pragma GCC pop_options
 #elif defined(__clang__)
@@ -3322,10 +3413,29 @@ SELSCAN_DEF selscan_status selscan_norm_backward_ref(const selscan_norm_problem 
     return SELSCAN_OK;
 }
 
-/* The CPU entry points run the reference's loop (>>norm-api says why). */
-SELSCAN_DEF selscan_status selscan_norm_forward_cpu(const selscan_norm_problem *p) { return selscan_norm_forward_ref(p); }
+SELSCAN_DEF selscan_status selscan_norm_forward_cpu(const selscan_norm_problem *p) {
+    selscan__nprob q;
+    selscan_status st = selscan__norm_validate_forward(p, &q);
+    if (st != SELSCAN_OK) return st;
+    {
+        const int saved_errno = errno;
+        selscan__norm_cpu_forward(&q);
+        errno = saved_errno;
+    }
+    return SELSCAN_OK;
+}
+
 SELSCAN_DEF selscan_status selscan_norm_backward_cpu(const selscan_norm_problem *p, const selscan_norm_grads *g) {
-    return selscan_norm_backward_ref(p, g);
+    selscan__nprob q;
+    selscan__ngrd r;
+    selscan_status st = selscan__norm_validate_backward(p, g, &q, &r);
+    if (st != SELSCAN_OK) return st;
+    {
+        const int saved_errno = errno;
+        selscan__norm_cpu_backward(&q, &r);
+        errno = saved_errno;
+    }
+    return SELSCAN_OK;
 }
 
 #endif /* SELSCAN_VALIDATION_ONLY: >>norm */

@@ -7566,9 +7566,10 @@ static selscan_status ssd_workspace_size(const selscan_ssd_problem *p, const sel
    warps' sums in warp order: deterministic), then the outputs from a second read of the group's
    inputs (cache hits: a group is at most a few KiB at Mamba-2's sizes). The backward's dweight:
    each block adds its rows' dout * n (* s) per channel, in row order, into its own partial row
-   [block][dim] in the workspace (the channel's owner thread is the same for every row of the
-   block, so the read-add-write needs no synchronization), and norm_reduce_kernel adds the blocks'
-   partials of a channel in block order: bitwise the same every call. silu's sigmoid on the fast
+   [block][dim] in the workspace (a channel's owner thread is the same for every row of the block:
+   its first two chunks' sums in registers, written once; further chunks (groups over 2048
+   channels) read-add-write the partial row, no synchronization needed), and norm_reduce_kernel adds
+   the blocks' partials of a channel in block order: bitwise the same every call. silu's sigmoid on the fast
    exp unit (sigm), 1 / sqrtf (IEEE): results differ from the CPU reference by rounding only. */
 const int kNormV = 8;                 /* channels a thread's chunk */
 const int64_t kNormBlocks = 1024;     /* backward: (row chunk, group) blocks aimed at (a few waves) */
@@ -7693,6 +7694,11 @@ template <typename T, bool VEC> static __global__ void __launch_bounds__(kThread
     const int64_t step = static_cast<int64_t>(kThreads) * kNormV;
     const bool after = P.hz && P.before, in = P.hz && !P.before;
     float *part = P.part ? P.part + blk * P.dim + c0 : NULL;
+    /* dweight of the thread's first two chunks in registers over the block's rows (a group of up to
+       2 * kThreads * kNormV channels: Mamba-2's); further chunks read-add-write their partial row */
+    float acc0[kNormV], acc1[kNormV];
+#pragma unroll
+    for (int k = 0; k < kNormV; k++) acc0[k] = acc1[k] = 0.0f;
     for (int64_t row = r0; row < r1; row++) {
         const norm_row rw = {row / P.L, row % P.L};
         float ss = 0.0f, sd = 0.0f;
@@ -7712,7 +7718,8 @@ template <typename T, bool VEC> static __global__ void __launch_bounds__(kThread
         norm_block_sum2(ss, sd, sh);
         const float r = 1.0f / sqrtf(ss / static_cast<float>(P.gs) + P.eps);
         const float m = r * (sd / static_cast<float>(P.gs)); /* mean of dn * n */
-        for (int64_t j = static_cast<int64_t>(threadIdx.x) * kNormV; j < P.gs; j += step) {
+        int q = 0; /* the thread's chunk number */
+        for (int64_t j = static_cast<int64_t>(threadIdx.x) * kNormV; j < P.gs; j += step, q++) {
             const int n = static_cast<int>(P.gs - j < kNormV ? P.gs - j : kNormV);
             float y[kNormV], z[kNormV], s[kNormV], u[kNormV], w[kNormV], d[kNormV], gy[kNormV], gz[kNormV];
             norm_u<T, VEC>(P, rw, c0 + j, n, y, z, s, u);
@@ -7728,13 +7735,23 @@ template <typename T, bool VEC> static __global__ void __launch_bounds__(kThread
                 } else {
                     gz[k] = 0.0f;
                 }
-                if (part && k < n) {
+                if (part && k < n) { /* this thread's channel: rows in order */
                     const float g = after ? d[k] * nn * s[k] : d[k] * nn;
-                    part[j + k] = row == r0 ? g : part[j + k] + g; /* this thread's channel: rows in order */
+                    if (q == 0) acc0[k] += g;
+                    else if (q == 1) acc1[k] += g;
+                    else part[j + k] = row == r0 ? g : part[j + k] + g;
                 }
             }
             if (P.dy.p) norm_store<T, VEC>(P.dy, rw, c0 + j, gy, n);
             if (P.dz.p) norm_store<T, VEC>(P.dz, rw, c0 + j, gz, n);
+        }
+    }
+    if (part) {
+        const int64_t j0 = static_cast<int64_t>(threadIdx.x) * kNormV, j1 = j0 + step;
+#pragma unroll
+        for (int k = 0; k < kNormV; k++) {
+            if (j0 + k < P.gs) part[j0 + k] = acc0[k];
+            if (j1 + k < P.gs) part[j1 + k] = acc1[k];
         }
     }
 }

@@ -151,13 +151,14 @@ static double nm_loss(const nm_prob *P, const double *yv, const double *zv) {
 }
 
 static void nm_cfg_random(nm_cfg *c, selscan_dtype dt) {
-    static const int64_t gss[] = {1, 2, 3, 4, 8, 16, 24, 64};
+    /* 1030: over the CPU entries' 1024-channel buffer (their reference-loop fallback) */
+    static const int64_t gss[] = {1, 2, 3, 4, 8, 16, 24, 64, 1030};
     memset(c, 0, sizeof *c);
     c->dt = dt;
     c->batch = tc_randint(1, 3);
     c->L = tc_randint(1, tc_quick() ? 5 : 9);
-    c->gs = gss[tc_randint(0, 7)];
-    c->dim = c->gs * tc_randint(1, c->gs >= 24 ? 2 : 5);
+    c->gs = gss[tc_randint(0, 8)];
+    c->dim = c->gs * tc_randint(1, c->gs >= 1024 ? 1 : c->gs >= 24 ? 2 : 5);
     c->z = tc_coin(0.75);
     c->w = tc_coin(0.75);
     c->before = tc_coin(0.5);
