@@ -796,9 +796,10 @@ typedef struct selscan_norm_grads {
 /* The same contract as the conv's entry points: validate everything, no allocation, outputs
    untouched on any error, diag names the operand and rule. _ref: the exact scalar reference.
    _cpu: the reference's arithmetic in its order, bitwise its results, with a group's inputs (and
-   their sigmoids) loaded once into a stack buffer (groups up to 1024 channels; larger ones run the
-   reference's loop). No vector path or parts API: the op is memory bound, one pass over y, z (and
-   dout) a call; its ~20 KiB of stack. */
+   their sigmoids) loaded once into a stack buffer (groups up to 2048 channels, 40 KiB of stack;
+   larger ones run the reference's loop). Single-threaded, no vector path, no parts API: the CUDA
+   kernels are the op's fast path (on the 2-core VM the CPU op is ~2.5x slower than torch's
+   threaded, vectorized composition of the same math: bench/NOTES.md SSD-torch-v4). */
 SELSCAN_DEF selscan_status selscan_validate_norm(const selscan_norm_problem *p);
 SELSCAN_DEF selscan_status selscan_validate_norm_grads(const selscan_norm_problem *p, const selscan_norm_grads *g);
 /* The norm's size rules alone: see selscan_check_sizes (batch, seqlen or dim 0: an empty problem). */
@@ -3294,9 +3295,11 @@ static void selscan__norm_ref_backward(const selscan__nprob *q, const selscan__n
 
 /* The CPU entries' loop: the reference's arithmetic in its order (so bitwise its results), with a
    group's y, z, sigmoid(z), u and dout loaded once into stack buffers (groups of up to
-   SELSCAN__NORM_CB channels, 20 KiB; larger groups run the reference's loop): the reference loads
-   each element and takes its sigmoid (expf) again in every pass, three passes in the backward. */
-#define SELSCAN__NORM_CB 1024
+   SELSCAN__NORM_CB channels, 40 KiB: Mamba-2's 130m and 370m groups; larger groups run the
+   reference's loop): the reference loads each element and takes its sigmoid (expf) again in every
+   pass, three passes in the backward. Measured on the 2-core VM (2 x 512 x 1536 f32, one group):
+   forward 5.9 ms, backward 10.2 ms, the reference's 14.6 and 31.3. */
+#define SELSCAN__NORM_CB 2048
 typedef struct selscan__nbuf {
     float y[SELSCAN__NORM_CB], z[SELSCAN__NORM_CB], sg[SELSCAN__NORM_CB], u[SELSCAN__NORM_CB], d[SELSCAN__NORM_CB];
 } selscan__nbuf;

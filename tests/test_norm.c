@@ -151,8 +151,8 @@ static double nm_loss(const nm_prob *P, const double *yv, const double *zv) {
 }
 
 static void nm_cfg_random(nm_cfg *c, selscan_dtype dt) {
-    /* 1030: over the CPU entries' 1024-channel buffer (their reference-loop fallback) */
-    static const int64_t gss[] = {1, 2, 3, 4, 8, 16, 24, 64, 1030};
+    /* 2060: over the CPU entries' 2048-channel buffer (their reference-loop fallback) */
+    static const int64_t gss[] = {1, 2, 3, 4, 8, 16, 24, 64, 2060};
     memset(c, 0, sizeof *c);
     c->dt = dt;
     c->batch = tc_randint(1, 3);

@@ -7,8 +7,8 @@
 //
 // y, z, out, dout (batch, L, dim) T (any strides: z a slice of the layer's zxbcdt), weight (dim)
 // float32; group_size 0 means dim. out and the gradients laid out like their inputs (empty_like);
-// dweight float32. CPU: selscan_norm_*_cpu (one thread: the reference's loop; the op is memory
-// bound). CUDA: selscan_cuda.cuh's norm kernels (>>norm-cuda; deterministic), on the current stream,
+// dweight float32. CPU: selscan_norm_*_cpu (the forward's rows split over torch's pool; the backward one
+// thread: its dweight sums every row in one order). CUDA: selscan_cuda.cuh's norm kernels (>>norm-cuda; deterministic), on the current stream,
 // dweight's workspace from torch's caching allocator. The Python side (selscan_torch/norm.py) adds
 // the autograd, the fake kernels and the weight's dtype.
 // ============================================================================================
@@ -39,6 +39,21 @@ selscan_norm_problem BuildNorm(const bind::Checked& k, const Tensor& y, const Op
   return p;
 }
 
+// A part of a CPU forward: rows [lo, hi) of axis ax (0: batch, 1: L) of the (batch, L, dim) operands (the
+// strides are torch's, explicit: bind::Operand).
+template <typename ST> void NarrowRows(ST& t, int ax, int64_t lo, size_t es) {
+  if (t.data)
+    t.data = static_cast<decltype(t.data)>(const_cast<char*>(static_cast<const char*>(t.data)) +
+                                           lo * t.stride[ax] * static_cast<int64_t>(es));
+}
+void NarrowNorm(selscan_norm_problem* q, int ax, int64_t lo, int64_t hi) {
+  const size_t es = q->dtype == SELSCAN_F32 ? 4 : 2;
+  NarrowRows(q->y, ax, lo, es);
+  NarrowRows(q->z, ax, lo, es);
+  NarrowRows(q->out, ax, lo, es);
+  (ax == 0 ? q->batch : q->seqlen) = hi - lo;
+}
+
 Tensor NormForward(const Tensor& y_in, const OptT& z_in, const OptT& weight_in, int64_t group_size, double eps,
                    bool norm_before_gate) {
   const Checked c = CheckNorm(Op::kNormFwd, y_in, z_in, weight_in, group_size, eps, norm_before_gate);
@@ -51,8 +66,17 @@ Tensor NormForward(const Tensor& y_in, const OptT& z_in, const OptT& weight_in, 
   p.out = Operand<decltype(p.out)>(out);
   Diag diag(NamesOf(kNormNames));
   diag.Attach(&p);
-  OnDevice(y, "y", OptT(), [&] { Check(selscan_norm_forward_cpu(&p), "norm forward (CPU)", diag); },
-           [&](auto& cc) { cc.Check(selscan_binding_cuda_norm_forward(&p, &cc.call), "norm forward (CUDA)", diag); });
+  OnDevice(y, "y", OptT(), [&] {
+    // rows are independent: parts of L (or of batch where L is short), bitwise the one call's result for any
+    // thread count; at least 16 rows a part
+    const int ax = p.seqlen >= p.batch ? 1 : 0;
+    const int64_t len = ax ? p.seqlen : p.batch;
+    const int64_t n = std::min<int64_t>({NumParts(), len, std::max<int64_t>(1, p.batch * p.seqlen / 16)});
+    RunParts(p, n, "norm forward (CPU)", NamesOf(kNormNames), [&](selscan_norm_problem* q, int64_t i) {
+      NarrowNorm(q, ax, len * i / n, len * (i + 1) / n);
+      return selscan_norm_forward_cpu(q);
+    });
+  }, [&](auto& cc) { cc.Check(selscan_binding_cuda_norm_forward(&p, &cc.call), "norm forward (CUDA)", diag); });
   return out;
 }
 
