@@ -754,13 +754,14 @@ SELSCAN_DEF selscan_status selscan_ssd_backward_cpu_reduce(const selscan_ssd_pro
 
    w = weight[c] (1 when absent). out is rounded to T (to nearest even). The group's sum of squares
    runs in f32 (the reference: channel order; CUDA: a fixed tree, so the two differ by rounding).
-   Backward, from dout, with n = u * r and s'(z) = sig * (1 + z * (1 - sig)), sig = sigmoid(z):
-       dn  = dout * w * s (before the gate) or dout * w (after it / no z)
+   Backward, from dout, with n = u * r and s'(z) = sig * (1 + z * (1 - sig)), sig = sigmoid(z);
+   "gate out": SELSCAN_NORM_BEFORE_GATE with z (the gate multiplies the norm's output), "gate in":
+   the flag clear with z (the gate inside u):
+       dn  = dout * w * s (gate out) or dout * w (gate in, no z)
        du  = r * (dn - n * mean over the group of (dn * n))
-       dy  = du (before the gate, no z) or du * s (after)
-       dz  = dout * n * w * s'(z) (before the gate) or du * y * s'(z) (after)
-       dweight[c] = sum over (b, t) of dout * n * s (SELSCAN_NORM_BEFORE_GATE, z given: the gate
-                    applied after the norm) or of dout * n (otherwise)
+       dy  = du * s (gate in) or du (gate out, no z)
+       dz  = dout * n * w * s'(z) (gate out) or du * y * s'(z) (gate in)
+       dweight[c] = sum over (b, t) of dout * n * s (gate out) or of dout * n (gate in, no z)
    Each of dy, dz, dweight optional (NULL data: not computed); dweight may be asked for without
    weight (the gradient at w = 1); dz needs z (SELSCAN_ERR_NULL {"dz", "asked for without z"}).
    Deterministic: every sum in a fixed order, bitwise the same every call. NaN in, NaN out.
@@ -773,8 +774,8 @@ SELSCAN_DEF selscan_status selscan_ssd_backward_cpu_reduce(const selscan_ssd_pro
    eps: finite and >= 0 (else SELSCAN_ERR_SHAPE {"eps", "negative, infinite or NaN"}); group_size 0
    means dim; one that does not divide dim: SELSCAN_ERR_SHAPE {"group_size", "does not divide dim"}.
    Outputs may not share a byte with an input, another output or themselves (SELSCAN_ERR_ALIAS /
-   SELSCAN_ERR_STRIDE). No workspace on the CPU; CUDA's backward takes one for dweight
-   (selscan_cuda.cuh). */
+   SELSCAN_ERR_STRIDE). No workspace for the plain CPU entries; the partitioned backward and CUDA's
+   backward take one for dweight (below; selscan_cuda.cuh). */
 #define SELSCAN_NORM_BEFORE_GATE 1u /* out = norm(y) * w * silu(z); clear: norm(y * silu(z)) * w */
 #define SELSCAN__NORM_KNOWN_FLAGS SELSCAN_NORM_BEFORE_GATE
 
@@ -797,9 +798,8 @@ typedef struct selscan_norm_grads {
    untouched on any error, diag names the operand and rule. _ref: the exact scalar reference.
    _cpu: the reference's arithmetic in its order, bitwise its results, with a group's inputs (and
    their sigmoids) loaded once into a stack buffer (groups up to 2048 channels, 40 KiB of stack;
-   larger ones run the reference's loop). Single-threaded, no vector path, no parts API: the CUDA
-   kernels are the op's fast path (on the 2-core VM the CPU op is ~2.5x slower than torch's
-   threaded, vectorized composition of the same math: bench/NOTES.md SSD-torch-v4). */
+   larger ones run the reference's loop). No vector path: the CUDA kernels are the op's fast path
+   (bench/NOTES.md SSD-torch-v4 has the CPU's measurements against torch's composition). */
 SELSCAN_DEF selscan_status selscan_validate_norm(const selscan_norm_problem *p);
 SELSCAN_DEF selscan_status selscan_validate_norm_grads(const selscan_norm_problem *p, const selscan_norm_grads *g);
 /* The norm's size rules alone: see selscan_check_sizes (batch, seqlen or dim 0: an empty problem). */
@@ -808,6 +808,24 @@ SELSCAN_DEF selscan_status selscan_norm_forward_ref(const selscan_norm_problem *
 SELSCAN_DEF selscan_status selscan_norm_backward_ref(const selscan_norm_problem *p, const selscan_norm_grads *g);
 SELSCAN_DEF selscan_status selscan_norm_forward_cpu(const selscan_norm_problem *p);
 SELSCAN_DEF selscan_status selscan_norm_backward_cpu(const selscan_norm_problem *p, const selscan_norm_grads *g);
+/* Partitioned (the scan's pattern, selscan_backward_cpu_part): n_parts (1 <= n_parts <= 2^24) parts for
+   any thread pool, each exactly once, concurrently. Forward: rows (batch row, step) split; bitwise
+   selscan_norm_forward_cpu's results for every n_parts. Backward: every part of
+   selscan_norm_backward_cpu_part (blocks of 64 rows: dy, dz, and each block's dweight sums into the
+   workspace), then, after all of them, every part of selscan_norm_backward_cpu_reduce (dweight: the
+   blocks' sums added in block order), on one workspace of selscan_norm_workspace_size_parts(p, g,
+   n_parts) bytes (any address; 0 without dweight: NULL is fine; g NULL: the forward's, 0). dy, dz
+   bitwise selscan_norm_backward_cpu's; dweight bitwise the same for every n_parts, and to rounding
+   the plain form's (which adds the rows in order: another fixed order). */
+SELSCAN_DEF selscan_status selscan_norm_workspace_size_parts(const selscan_norm_problem *p, const selscan_norm_grads *g,
+                                                             int64_t n_parts, size_t *bytes);
+SELSCAN_DEF selscan_status selscan_norm_forward_cpu_part(const selscan_norm_problem *p, int64_t part, int64_t n_parts);
+SELSCAN_DEF selscan_status selscan_norm_backward_cpu_part(const selscan_norm_problem *p, const selscan_norm_grads *g,
+                                                          int64_t part, int64_t n_parts, void *workspace,
+                                                          size_t workspace_bytes);
+SELSCAN_DEF selscan_status selscan_norm_backward_cpu_reduce(const selscan_norm_problem *p, const selscan_norm_grads *g,
+                                                            int64_t part, int64_t n_parts, void *workspace,
+                                                            size_t workspace_bytes);
 
 /* dtype conversions used by the library (round to nearest even, NaN stays NaN). */
 SELSCAN_DEF float selscan_f16_to_f32(uint16_t h);
@@ -3240,57 +3258,65 @@ static float selscan__norm_r(const selscan__nprob *q, int64_t b, int64_t t, int6
     return 1.0f / sqrtf(ss / SELSCAN__CAST(float, q->gs) + q->eps);
 }
 
-static void selscan__norm_ref_forward(const selscan__nprob *q) {
-    int64_t b, t, c0, c;
-    for (b = 0; b < q->batch; b++)
-        for (t = 0; t < q->L; t++)
-            for (c0 = 0; c0 < q->dim; c0 += q->gs) {
-                const float r = selscan__norm_r(q, b, t, c0);
-                for (c = c0; c < c0 + q->gs; c++) {
-                    float s;
-                    const float u = selscan__norm_u(q, b, t, c, &s, NULL, NULL);
-                    float o = u * r * selscan__norm_w(q, c);
-                    if (q->z.data && q->before) o *= s;
-                    selscan__store(q->out.data, SELSCAN__AT3(q->out, b, t, c), q->dt, o);
-                }
+/* rows [r0, r1) of the flattened (batch, L) */
+static void selscan__norm_ref_fwd_rows(const selscan__nprob *q, int64_t r0, int64_t r1) {
+    int64_t i, c0, c;
+    for (i = r0; i < r1; i++) {
+        const int64_t b = i / q->L, t = i % q->L;
+        for (c0 = 0; c0 < q->dim; c0 += q->gs) {
+            const float r = selscan__norm_r(q, b, t, c0);
+            for (c = c0; c < c0 + q->gs; c++) {
+                float s;
+                const float u = selscan__norm_u(q, b, t, c, &s, NULL, NULL);
+                float o = u * r * selscan__norm_w(q, c);
+                if (q->z.data && q->before) o *= s;
+                selscan__store(q->out.data, SELSCAN__AT3(q->out, b, t, c), q->dt, o);
             }
+        }
+    }
 }
+static void selscan__norm_ref_forward(const selscan__nprob *q) { selscan__norm_ref_fwd_rows(q, 0, q->batch * q->L); }
 
-static void selscan__norm_ref_backward(const selscan__nprob *q, const selscan__ngrd *g) {
+/* rows [r0, r1); dweight's sums into dw[c * dws] (zeroed first; NULL: not asked for) */
+static void selscan__norm_ref_bwd_rows(const selscan__nprob *q, const selscan__ngrd *g, int64_t r0, int64_t r1, float *dw,
+                                       int64_t dws) {
     const int gate_after = q->z.data && q->before; /* the gate multiplies after the norm */
     const int gate_in = q->z.data && !q->before;   /* the gate is inside u */
-    int64_t b, t, c0, c;
-    if (g->dweight.data)
-        for (c = 0; c < q->dim; c++) SELSCAN__CAST(float *, g->dweight.data)[SELSCAN__AT1(g->dweight, c)] = 0.0f;
-    for (b = 0; b < q->batch; b++)
-        for (t = 0; t < q->L; t++)
-            for (c0 = 0; c0 < q->dim; c0 += q->gs) {
-                const float r = selscan__norm_r(q, b, t, c0);
-                float sdn = 0.0f, m;
-                for (c = c0; c < c0 + q->gs; c++) { /* mean of dn * n */
-                    float s;
-                    const float n = selscan__norm_u(q, b, t, c, &s, NULL, NULL) * r;
-                    const float dout = selscan__load(g->dout.data, SELSCAN__AT3(g->dout, b, t, c), q->dt);
-                    float dn = dout * selscan__norm_w(q, c);
-                    if (gate_after) dn *= s;
-                    sdn += dn * n;
-                }
-                m = sdn / SELSCAN__CAST(float, q->gs);
-                for (c = c0; c < c0 + q->gs; c++) {
-                    float s, yv, zv;
-                    const float n = selscan__norm_u(q, b, t, c, &s, &yv, &zv) * r, w = selscan__norm_w(q, c);
-                    const float dout = selscan__load(g->dout.data, SELSCAN__AT3(g->dout, b, t, c), q->dt);
-                    const float dn = gate_after ? dout * w * s : dout * w, du = r * (dn - n * m);
-                    if (g->dy.data) selscan__store(g->dy.data, SELSCAN__AT3(g->dy, b, t, c), q->dt, gate_in ? du * s : du);
-                    if (g->dz.data) {
-                        const float sg = selscan__sigmoid(zv), ds = sg * (1.0f + zv * (1.0f - sg));
-                        const float dz = gate_after ? dout * n * w * ds : du * yv * ds;
-                        selscan__store(g->dz.data, SELSCAN__AT3(g->dz, b, t, c), q->dt, dz);
-                    }
-                    if (g->dweight.data)
-                        SELSCAN__CAST(float *, g->dweight.data)[SELSCAN__AT1(g->dweight, c)] += gate_after ? dout * n * s : dout * n;
-                }
+    int64_t i, c0, c;
+    if (dw)
+        for (c = 0; c < q->dim; c++) dw[c * dws] = 0.0f;
+    for (i = r0; i < r1; i++) {
+        const int64_t b = i / q->L, t = i % q->L;
+        for (c0 = 0; c0 < q->dim; c0 += q->gs) {
+            const float r = selscan__norm_r(q, b, t, c0);
+            float sdn = 0.0f, m;
+            for (c = c0; c < c0 + q->gs; c++) { /* mean of dn * n */
+                float s;
+                const float n = selscan__norm_u(q, b, t, c, &s, NULL, NULL) * r;
+                const float dout = selscan__load(g->dout.data, SELSCAN__AT3(g->dout, b, t, c), q->dt);
+                float dn = dout * selscan__norm_w(q, c);
+                if (gate_after) dn *= s;
+                sdn += dn * n;
             }
+            m = sdn / SELSCAN__CAST(float, q->gs);
+            for (c = c0; c < c0 + q->gs; c++) {
+                float s, yv, zv;
+                const float n = selscan__norm_u(q, b, t, c, &s, &yv, &zv) * r, w = selscan__norm_w(q, c);
+                const float dout = selscan__load(g->dout.data, SELSCAN__AT3(g->dout, b, t, c), q->dt);
+                const float dn = gate_after ? dout * w * s : dout * w, du = r * (dn - n * m);
+                if (g->dy.data) selscan__store(g->dy.data, SELSCAN__AT3(g->dy, b, t, c), q->dt, gate_in ? du * s : du);
+                if (g->dz.data) {
+                    const float sg = selscan__sigmoid(zv), ds = sg * (1.0f + zv * (1.0f - sg));
+                    const float dz = gate_after ? dout * n * w * ds : du * yv * ds;
+                    selscan__store(g->dz.data, SELSCAN__AT3(g->dz, b, t, c), q->dt, dz);
+                }
+                if (dw) dw[c * dws] += gate_after ? dout * n * s : dout * n;
+            }
+        }
+    }
+}
+static void selscan__norm_ref_backward(const selscan__nprob *q, const selscan__ngrd *g) {
+    selscan__norm_ref_bwd_rows(q, g, 0, q->batch * q->L, SELSCAN__CAST(float *, g->dweight.data), g->dweight.s[0]);
 }
 
 /* The CPU entries' loop: the reference's arithmetic in its order (so bitwise its results), with a
@@ -3328,61 +3354,64 @@ static float selscan__norm_group(const selscan__nprob *q, const selscan__ngrd *g
     return 1.0f / sqrtf(ss / SELSCAN__CAST(float, q->gs) + q->eps);
 }
 
-static void selscan__norm_cpu_forward(const selscan__nprob *q) {
+static void selscan__norm_cpu_fwd_rows(const selscan__nprob *q, int64_t r0, int64_t r1) {
     selscan__nbuf B;
     const int after = q->z.data && q->before;
-    int64_t b, t, c0, c;
+    int64_t i, c0, c;
     if (q->gs > SELSCAN__NORM_CB) {
-        selscan__norm_ref_forward(q);
+        selscan__norm_ref_fwd_rows(q, r0, r1);
         return;
     }
-    for (b = 0; b < q->batch; b++)
-        for (t = 0; t < q->L; t++)
-            for (c0 = 0; c0 < q->dim; c0 += q->gs) {
-                const float r = selscan__norm_group(q, NULL, b, t, c0, &B);
-                for (c = 0; c < q->gs; c++) {
-                    float o = B.u[c] * r * selscan__norm_w(q, c0 + c);
-                    if (after) o *= B.z[c] * B.sg[c];
-                    selscan__store(q->out.data, SELSCAN__AT3(q->out, b, t, c0 + c), q->dt, o);
-                }
+    for (i = r0; i < r1; i++) {
+        const int64_t b = i / q->L, t = i % q->L;
+        for (c0 = 0; c0 < q->dim; c0 += q->gs) {
+            const float r = selscan__norm_group(q, NULL, b, t, c0, &B);
+            for (c = 0; c < q->gs; c++) {
+                float o = B.u[c] * r * selscan__norm_w(q, c0 + c);
+                if (after) o *= B.z[c] * B.sg[c];
+                selscan__store(q->out.data, SELSCAN__AT3(q->out, b, t, c0 + c), q->dt, o);
             }
+        }
+    }
 }
 
-static void selscan__norm_cpu_backward(const selscan__nprob *q, const selscan__ngrd *g) {
+/* rows [r0, r1); dweight's sums into dw[c * dws] (zeroed first; NULL: not asked for) */
+static void selscan__norm_cpu_bwd_rows(const selscan__nprob *q, const selscan__ngrd *g, int64_t r0, int64_t r1, float *dw,
+                                       int64_t dws) {
     selscan__nbuf B;
     const int after = q->z.data && q->before, in = q->z.data && !q->before;
-    int64_t b, t, c0, c;
+    int64_t i, c0, c;
     if (q->gs > SELSCAN__NORM_CB) {
-        selscan__norm_ref_backward(q, g);
+        selscan__norm_ref_bwd_rows(q, g, r0, r1, dw, dws);
         return;
     }
-    if (g->dweight.data)
-        for (c = 0; c < q->dim; c++) SELSCAN__CAST(float *, g->dweight.data)[SELSCAN__AT1(g->dweight, c)] = 0.0f;
-    for (b = 0; b < q->batch; b++)
-        for (t = 0; t < q->L; t++)
-            for (c0 = 0; c0 < q->dim; c0 += q->gs) {
-                const float r = selscan__norm_group(q, g, b, t, c0, &B);
-                float sdn = 0.0f, m;
-                for (c = 0; c < q->gs; c++) {
-                    const float n = B.u[c] * r;
-                    float dn = B.d[c] * selscan__norm_w(q, c0 + c);
-                    if (after) dn *= B.z[c] * B.sg[c];
-                    sdn += dn * n;
-                }
-                m = sdn / SELSCAN__CAST(float, q->gs);
-                for (c = 0; c < q->gs; c++) {
-                    const float s = q->z.data ? B.z[c] * B.sg[c] : 1.0f, n = B.u[c] * r, w = selscan__norm_w(q, c0 + c);
-                    const float dout = B.d[c], dn = after ? dout * w * s : dout * w, du = r * (dn - n * m);
-                    if (g->dy.data) selscan__store(g->dy.data, SELSCAN__AT3(g->dy, b, t, c0 + c), q->dt, in ? du * s : du);
-                    if (g->dz.data) {
-                        const float sg = B.sg[c], zv = B.z[c], ds = sg * (1.0f + zv * (1.0f - sg));
-                        const float dz = after ? dout * n * w * ds : du * B.y[c] * ds;
-                        selscan__store(g->dz.data, SELSCAN__AT3(g->dz, b, t, c0 + c), q->dt, dz);
-                    }
-                    if (g->dweight.data)
-                        SELSCAN__CAST(float *, g->dweight.data)[SELSCAN__AT1(g->dweight, c0 + c)] += after ? dout * n * s : dout * n;
-                }
+    if (dw)
+        for (c = 0; c < q->dim; c++) dw[c * dws] = 0.0f;
+    for (i = r0; i < r1; i++) {
+        const int64_t b = i / q->L, t = i % q->L;
+        for (c0 = 0; c0 < q->dim; c0 += q->gs) {
+            const float r = selscan__norm_group(q, g, b, t, c0, &B);
+            float sdn = 0.0f, m;
+            for (c = 0; c < q->gs; c++) {
+                const float n = B.u[c] * r;
+                float dn = B.d[c] * selscan__norm_w(q, c0 + c);
+                if (after) dn *= B.z[c] * B.sg[c];
+                sdn += dn * n;
             }
+            m = sdn / SELSCAN__CAST(float, q->gs);
+            for (c = 0; c < q->gs; c++) {
+                const float s = q->z.data ? B.z[c] * B.sg[c] : 1.0f, n = B.u[c] * r, w = selscan__norm_w(q, c0 + c);
+                const float dout = B.d[c], dn = after ? dout * w * s : dout * w, du = r * (dn - n * m);
+                if (g->dy.data) selscan__store(g->dy.data, SELSCAN__AT3(g->dy, b, t, c0 + c), q->dt, in ? du * s : du);
+                if (g->dz.data) {
+                    const float sg = B.sg[c], zv = B.z[c], ds = sg * (1.0f + zv * (1.0f - sg));
+                    const float dz = after ? dout * n * w * ds : du * B.y[c] * ds;
+                    selscan__store(g->dz.data, SELSCAN__AT3(g->dz, b, t, c0 + c), q->dt, dz);
+                }
+                if (dw) dw[(c0 + c) * dws] += after ? dout * n * s : dout * n;
+            }
+        }
+    }
 }
 
 #if defined(__GNUC__) && !defined(__clang__) && !defined(__CUDACC__)
@@ -3422,7 +3451,7 @@ SELSCAN_DEF selscan_status selscan_norm_forward_cpu(const selscan_norm_problem *
     if (st != SELSCAN_OK) return st;
     {
         const int saved_errno = errno;
-        selscan__norm_cpu_forward(&q);
+        selscan__norm_cpu_fwd_rows(&q, 0, q.batch * q.L);
         errno = saved_errno;
     }
     return SELSCAN_OK;
@@ -3435,7 +3464,7 @@ SELSCAN_DEF selscan_status selscan_norm_backward_cpu(const selscan_norm_problem 
     if (st != SELSCAN_OK) return st;
     {
         const int saved_errno = errno;
-        selscan__norm_cpu_backward(&q, &r);
+        selscan__norm_cpu_bwd_rows(&q, &r, 0, q.batch * q.L, SELSCAN__CAST(float *, r.dweight.data), r.dweight.s[0]);
         errno = saved_errno;
     }
     return SELSCAN_OK;
@@ -5218,6 +5247,113 @@ SELSCAN_DEF selscan_status selscan_ssd_backward_cpu(const selscan_ssd_problem *p
     if (st != SELSCAN_OK) return st;
     return selscan__ssd_backward_reduce(p, g, 0, 1, workspace, workspace_bytes);
 }
+/* ---- >>norm-entry: the gated norm's parts (>>norm-api; its loops: >>norm-reference) ----------- */
+/* The backward's parts sum dweight over blocks of SELSCAN__NORM_RB rows (each block's rows in
+   order, from 0, into its own row of the workspace), the reduce the blocks in order, from 0: one
+   order for every n_parts. */
+#define SELSCAN__NORM_RB 64
+static int64_t selscan__norm_nblk(const selscan__nprob *q) { return (q->batch * q->L + SELSCAN__NORM_RB - 1) / SELSCAN__NORM_RB; }
+static int64_t selscan__norm_ws_parts(const selscan__nprob *q, const selscan__ngrd *r) {
+    return r && r->dweight.data ? selscan__align_up(selscan__smul(selscan__smul(selscan__norm_nblk(q), q->dim), 4)) : 0;
+}
+
+/* a backward part's checks: the part, the problem, the workspace (aligned up in *ws; its size and
+   its overlap with any operand) */
+static selscan_status selscan__norm_parts_begin(const selscan_norm_problem *p, const selscan_norm_grads *g, int64_t part,
+                                                int64_t nparts, void **ws, size_t *bytes, selscan__nprob *q, selscan__ngrd *r,
+                                                int64_t *need) {
+    selscan_status st;
+    if ((st = selscan__check_part(part, nparts, p ? p->diag : NULL)) != SELSCAN_OK) return st;
+    *ws = selscan__ws_align(*ws, *bytes, bytes);
+    if ((st = selscan__norm_validate_backward(p, g, q, r)) != SELSCAN_OK) return st;
+    *need = selscan__norm_ws_parts(q, r);
+    if ((st = selscan__check_ws_d(*ws, *bytes, *need, q->diag)) != SELSCAN_OK) return st;
+    if (*need > 0) {
+        const selscan__ten *outs[] = {SELSCAN__NORM_GRAD_OPERANDS(SELSCAN__OPD_OUTS, r)};
+        const selscan__ten *ins[] = {SELSCAN__NORM_OPERANDS(SELSCAN__OPD_INS, q) SELSCAN__NORM_GRAD_OPERANDS(SELSCAN__OPD_INS, r)};
+        return selscan__check_alias_d(outs, SELSCAN__COUNT(outs), ins, SELSCAN__COUNT(ins), NULL, 0, "", *ws, *need, q->diag);
+    }
+    return SELSCAN_OK;
+}
+
+SELSCAN_DEF selscan_status selscan_norm_workspace_size_parts(const selscan_norm_problem *p, const selscan_norm_grads *g,
+                                                             int64_t n_parts, size_t *bytes) {
+    selscan__nprob q;
+    selscan__ngrd r;
+    selscan_status st;
+    int64_t need = 0;
+    if (!bytes) return selscan__fail(p ? p->diag : NULL, SELSCAN_ERR_NULL, "bytes", SELSCAN_RULE_MISSING);
+    if ((st = selscan__check_part(0, n_parts, p ? p->diag : NULL)) != SELSCAN_OK) return st;
+    if (g) {
+        if ((st = selscan__norm_validate_backward(p, g, &q, &r)) != SELSCAN_OK) return st;
+        need = selscan__norm_ws_parts(&q, &r);
+    } else if ((st = selscan__norm_validate_forward(p, &q)) != SELSCAN_OK) {
+        return st;
+    }
+    if (!selscan__size_ok(need) || !selscan__size_ok(selscan__with_slack(need)))
+        return selscan__fail(p->diag, SELSCAN_ERR_SHAPE, "workspace", SELSCAN_RULE_SIZE_OVERFLOWS);
+    *bytes = SELSCAN__CAST(size_t, selscan__with_slack(need));
+    return SELSCAN_OK;
+}
+
+SELSCAN_DEF selscan_status selscan_norm_forward_cpu_part(const selscan_norm_problem *p, int64_t part, int64_t n_parts) {
+    selscan__nprob q;
+    selscan_status st;
+    int64_t r0, r1;
+    if ((st = selscan__check_part(part, n_parts, p ? p->diag : NULL)) != SELSCAN_OK) return st;
+    if ((st = selscan__norm_validate_forward(p, &q)) != SELSCAN_OK) return st;
+    selscan__split(q.batch * q.L, part, n_parts, &r0, &r1);
+    {
+        const int saved_errno = errno;
+        selscan__norm_cpu_fwd_rows(&q, r0, r1);
+        errno = saved_errno;
+    }
+    return SELSCAN_OK;
+}
+
+SELSCAN_DEF selscan_status selscan_norm_backward_cpu_part(const selscan_norm_problem *p, const selscan_norm_grads *g,
+                                                          int64_t part, int64_t n_parts, void *workspace,
+                                                          size_t workspace_bytes) {
+    selscan__nprob q;
+    selscan__ngrd r;
+    selscan_status st;
+    int64_t need, k0, k1, k;
+    if ((st = selscan__norm_parts_begin(p, g, part, n_parts, &workspace, &workspace_bytes, &q, &r, &need)) != SELSCAN_OK)
+        return st;
+    selscan__split(selscan__norm_nblk(&q), part, n_parts, &k0, &k1);
+    {
+        const int saved_errno = errno;
+        for (k = k0; k < k1; k++) {
+            const int64_t e = (k + 1) * SELSCAN__NORM_RB, rows = q.batch * q.L;
+            selscan__norm_cpu_bwd_rows(&q, &r, k * SELSCAN__NORM_RB, e < rows ? e : rows,
+                                       need ? SELSCAN__CAST(float *, workspace) + k * q.dim : NULL, 1);
+        }
+        errno = saved_errno;
+    }
+    return SELSCAN_OK;
+}
+
+SELSCAN_DEF selscan_status selscan_norm_backward_cpu_reduce(const selscan_norm_problem *p, const selscan_norm_grads *g,
+                                                            int64_t part, int64_t n_parts, void *workspace,
+                                                            size_t workspace_bytes) {
+    selscan__nprob q;
+    selscan__ngrd r;
+    selscan_status st;
+    int64_t need, c0, c1, c, k, nb;
+    if ((st = selscan__norm_parts_begin(p, g, part, n_parts, &workspace, &workspace_bytes, &q, &r, &need)) != SELSCAN_OK)
+        return st;
+    if (!need) return SELSCAN_OK;
+    nb = selscan__norm_nblk(&q);
+    selscan__split(q.dim, part, n_parts, &c0, &c1);
+    for (c = c0; c < c1; c++) {
+        const float *w = SELSCAN__CAST(const float *, workspace);
+        float s = 0.0f;
+        for (k = 0; k < nb; k++) s += w[k * q.dim + c];
+        SELSCAN__CAST(float *, r.dweight.data)[SELSCAN__AT1(r.dweight, c)] = s;
+    }
+    return SELSCAN_OK;
+}
+
 /* --------------------------------------------------------------------------------------------- */
 /* >>entry                          public CPU entry points                                      */
 /* --------------------------------------------------------------------------------------------- */

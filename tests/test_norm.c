@@ -11,7 +11,9 @@
  *   nan         a NaN in y / z / dout reaches its group's outputs and no other group's
  *   determinism two calls give bitwise the same outputs; _cpu bitwise _ref
  *   validation  every rule: status, diag operand and code, not one output byte written
- *   sizes       selscan_check_norm_sizes: empty problems accepted, the same rules otherwise */
+ *   sizes       selscan_check_norm_sizes: empty problems accepted, the same rules otherwise
+ *   parts       the partitioned entries: forward / dy / dz bitwise the plain calls, dweight bitwise
+ *               the same for every n_parts, the workspace's and parts' refusals */
 #define SELSCAN_IMPLEMENTATION
 #include "../selscan.h"
 #include "common.h"
@@ -461,6 +463,103 @@ static void test_sizes(void) {
           "SELSCAN_RULE_EPS named and last");
 }
 
+/* The parts: forward bitwise the plain call; backward dy, dz bitwise it, dweight bitwise the same for
+   every n_parts and within the oracle's tolerance; the workspace's and parts' refusals. */
+static void test_parts(void) {
+    static const int64_t nps[] = {1, 2, 3, 5, 7, 64};
+    int i;
+    for (i = 0; i < (tc_quick() ? 12 : 48); i++) {
+        nm_prob P;
+        nm_cfg c;
+        char desc[160];
+        unsigned char *so, *sy, *sz, *sw = NULL;
+        double *dw;
+        size_t k;
+        nm_cfg_random(&c, (selscan_dtype)(i % 3));
+        c.L = tc_randint(1, 150); /* blocks of 64 rows: several */
+        if (c.gs > 64) c.L = tc_randint(1, 3);
+        nm_describe(&c, desc, sizeof desc);
+        nm_make(&P, &c);
+        dw = (double *)malloc((size_t)c.dim * sizeof(double));
+        nm_oracle(&P, P.y.v, P.z.v, NULL, NULL, NULL, dw);
+        CHECK(selscan_norm_forward_cpu(&P.p) == SELSCAN_OK && selscan_norm_backward_cpu(&P.p, &P.g) == SELSCAN_OK, "plain (%s)", desc);
+        so = tc_snapshot(&P.out); sy = tc_snapshot(&P.dy); sz = tc_snapshot(&P.dz);
+        for (k = 0; k < sizeof nps / sizeof nps[0]; k++) {
+            const int64_t n = nps[k];
+            size_t bytes = 0;
+            unsigned char *ws;
+            int64_t j;
+            int ok = 1;
+            tc_poison(&P.out); tc_poison(&P.dy); tc_poison(&P.dz); tc_poison(&P.dw);
+            for (j = 0; j < n; j++) ok &= selscan_norm_forward_cpu_part(&P.p, j, n) == SELSCAN_OK;
+            CHECK(ok && tc_same(&P.out, so), "forward parts %d not bitwise the plain call (%s)", (int)n, desc);
+            CHECK(selscan_norm_workspace_size_parts(&P.p, &P.g, n, &bytes) == SELSCAN_OK && bytes > 0, "ws size (%s)", desc);
+            ws = (unsigned char *)malloc(bytes + 3);
+            for (j = n - 1; j >= 0; j--) ok &= selscan_norm_backward_cpu_part(&P.p, &P.g, j, n, ws + 3, bytes) == SELSCAN_OK;
+            for (j = 0; j < n; j++) ok &= selscan_norm_backward_cpu_reduce(&P.p, &P.g, j, n, ws + 3, bytes) == SELSCAN_OK;
+            CHECK(ok && tc_same(&P.dy, sy) && tc_same(&P.dz, sz), "backward parts %d: dy / dz not bitwise the plain call (%s)", (int)n, desc);
+            if (!sw) {
+                sw = tc_snapshot(&P.dw);
+                CHECK(tc_rel_err(&P.dw, dw) <= nm_tol(&c, c.batch * c.L + 2 * c.gs, 0), "parts' dweight vs oracle: %g (%s)",
+                      tc_rel_err(&P.dw, dw), desc);
+            } else {
+                CHECK(tc_same(&P.dw, sw), "dweight with %d parts not bitwise 1 part's (%s)", (int)n, desc);
+            }
+            free(ws);
+        }
+        free(so); free(sy); free(sz); free(sw); free(dw);
+        nm_free(&P);
+    }
+    { /* refusals: outputs untouched */
+        nm_prob P;
+        nm_cfg c;
+        size_t bytes = 0;
+        unsigned char *ws, *s1, *s2;
+        selscan_diag d;
+        selscan_norm_problem q;
+        selscan_norm_grads g;
+        memset(&c, 0, sizeof c);
+        c.dt = SELSCAN_F16; c.batch = 2; c.L = 70; c.gs = 8; c.dim = 16; c.z = 1; c.w = 1; c.eps = 1e-5f; c.layout = TC_LAYOUT_CONTIG;
+        nm_make(&P, &c);
+        q = P.p;
+        q.diag = &d;
+        CHECK(selscan_norm_workspace_size_parts(&q, &P.g, 2, &bytes) == SELSCAN_OK && bytes >= 3 * 16 * 4, "ws size");
+        ws = (unsigned char *)malloc(bytes);
+        s1 = tc_snapshot(&P.dy); s2 = tc_snapshot(&P.dw);
+        memset(&d, 0, sizeof d);
+        CHECK(selscan_norm_backward_cpu_part(&q, &P.g, 0, 2, NULL, 0) == SELSCAN_ERR_WORKSPACE && d.code == SELSCAN_RULE_MISSING,
+              "workspace NULL: %s", selscan_rule_name(d.code));
+        memset(&d, 0, sizeof d);
+        CHECK(selscan_norm_backward_cpu_reduce(&q, &P.g, 0, 2, ws, 64) == SELSCAN_ERR_WORKSPACE && d.code == SELSCAN_RULE_TOO_SMALL,
+              "workspace too small: %s", selscan_rule_name(d.code));
+        memset(&d, 0, sizeof d);
+        CHECK(selscan_norm_backward_cpu_part(&q, &P.g, 2, 2, ws, bytes) == SELSCAN_ERR_SHAPE && d.code == SELSCAN_RULE_OUT_OF_RANGE &&
+              strcmp(d.operand, "part") == 0, "part 2 of 2");
+        memset(&d, 0, sizeof d);
+        CHECK(selscan_norm_forward_cpu_part(&q, 0, 0) == SELSCAN_ERR_SHAPE && strcmp(d.operand, "n_parts") == 0, "n_parts 0");
+        {   /* the workspace over dout's memory: refused, nothing written */
+            unsigned char *big = (unsigned char *)malloc(bytes + (size_t)P.dout.alloc * 2);
+            selscan_norm_grads g2 = P.g;
+            memcpy(big, P.dout.mem, (size_t)P.dout.alloc * 2);
+            g2.dout.data = big;
+            memset(&d, 0, sizeof d);
+            CHECK(selscan_norm_backward_cpu_part(&q, &g2, 0, 1, big, bytes + (size_t)P.dout.alloc * 2) == SELSCAN_ERR_ALIAS &&
+                      d.code == SELSCAN_RULE_OVERLAPS && strcmp(d.operand, "workspace") == 0, "workspace overlaps dout: %s %s",
+                  d.operand ? d.operand : "-", selscan_rule_name(d.code));
+            free(big);
+        }
+        CHECK(tc_same(&P.dy, s1) && tc_same(&P.dw, s2), "refused parts wrote an output");
+        g = P.g;
+        g.dweight.data = NULL;
+        CHECK(selscan_norm_workspace_size_parts(&q, &g, 3, &bytes) == SELSCAN_OK && bytes == 0 &&
+                  selscan_norm_backward_cpu_part(&q, &g, 1, 3, NULL, 0) == SELSCAN_OK &&
+                  selscan_norm_backward_cpu_reduce(&q, &g, 1, 3, NULL, 0) == SELSCAN_OK, "no dweight: no workspace");
+        CHECK(selscan_norm_workspace_size_parts(&q, NULL, 3, &bytes) == SELSCAN_OK && bytes == 0, "forward: no workspace");
+        free(ws); free(s1); free(s2);
+        nm_free(&P);
+    }
+}
+
 int main(void) {
     tc_init("test_norm");
     test_oracle();
@@ -468,5 +567,6 @@ int main(void) {
     test_nan();
     test_validation();
     test_sizes();
+    test_parts();
     return tc_finish();
 }

@@ -7,8 +7,8 @@
 //
 // y, z, out, dout (batch, L, dim) T (any strides: z a slice of the layer's zxbcdt), weight (dim)
 // float32; group_size 0 means dim. out and the gradients laid out like their inputs (empty_like);
-// dweight float32. CPU: selscan_norm_*_cpu (the forward's rows split over torch's pool; the backward one
-// thread: its dweight sums every row in one order). CUDA: selscan_cuda.cuh's norm kernels (>>norm-cuda; deterministic), on the current stream,
+// dweight float32. CPU: selscan_norm_*_cpu_part on torch's pool (the same results for every thread count:
+// dweight's sums by 64-row blocks, then the blocks in order). CUDA: selscan_cuda.cuh's norm kernels (>>norm-cuda; deterministic), on the current stream,
 // dweight's workspace from torch's caching allocator. The Python side (selscan_torch/norm.py) adds
 // the autograd, the fake kernels and the weight's dtype.
 // ============================================================================================
@@ -39,21 +39,6 @@ selscan_norm_problem BuildNorm(const bind::Checked& k, const Tensor& y, const Op
   return p;
 }
 
-// A part of a CPU forward: rows [lo, hi) of axis ax (0: batch, 1: L) of the (batch, L, dim) operands (the
-// strides are torch's, explicit: bind::Operand).
-template <typename ST> void NarrowRows(ST& t, int ax, int64_t lo, size_t es) {
-  if (t.data)
-    t.data = static_cast<decltype(t.data)>(const_cast<char*>(static_cast<const char*>(t.data)) +
-                                           lo * t.stride[ax] * static_cast<int64_t>(es));
-}
-void NarrowNorm(selscan_norm_problem* q, int ax, int64_t lo, int64_t hi) {
-  const size_t es = q->dtype == SELSCAN_F32 ? 4 : 2;
-  NarrowRows(q->y, ax, lo, es);
-  NarrowRows(q->z, ax, lo, es);
-  NarrowRows(q->out, ax, lo, es);
-  (ax == 0 ? q->batch : q->seqlen) = hi - lo;
-}
-
 Tensor NormForward(const Tensor& y_in, const OptT& z_in, const OptT& weight_in, int64_t group_size, double eps,
                    bool norm_before_gate) {
   const Checked c = CheckNorm(Op::kNormFwd, y_in, z_in, weight_in, group_size, eps, norm_before_gate);
@@ -67,15 +52,9 @@ Tensor NormForward(const Tensor& y_in, const OptT& z_in, const OptT& weight_in, 
   Diag diag(NamesOf(kNormNames));
   diag.Attach(&p);
   OnDevice(y, "y", OptT(), [&] {
-    // rows are independent: parts of L (or of batch where L is short), bitwise the one call's result for any
-    // thread count; at least 16 rows a part
-    const int ax = p.seqlen >= p.batch ? 1 : 0;
-    const int64_t len = ax ? p.seqlen : p.batch;
-    const int64_t n = std::min<int64_t>({NumParts(), len, std::max<int64_t>(1, p.batch * p.seqlen / 16)});
-    RunParts(p, n, "norm forward (CPU)", NamesOf(kNormNames), [&](selscan_norm_problem* q, int64_t i) {
-      NarrowNorm(q, ax, len * i / n, len * (i + 1) / n);
-      return selscan_norm_forward_cpu(q);
-    });
+    const int64_t n = NumParts();  // (bitwise the one-part result for any n)
+    RunParts(p, n, "norm forward (CPU)", NamesOf(kNormNames),
+             [&](selscan_norm_problem* q, int64_t i) { return selscan_norm_forward_cpu_part(q, i, n); });
   }, [&](auto& cc) { cc.Check(selscan_binding_cuda_norm_forward(&p, &cc.call), "norm forward (CUDA)", diag); });
   return out;
 }
@@ -112,8 +91,19 @@ std::vector<Tensor> NormBackward(const Tensor& y_in, const OptT& z_in, const Opt
   g.dweight = OptOperand<decltype(g.dweight)>(grad(kNdweight));
   Diag diag(NamesOf(kNormNames));
   diag.Attach(&p);
-  OnDevice(y, "y", OptT(), [&] { Check(selscan_norm_backward_cpu(&p, &g), "norm backward (CPU)", diag); },
-           [&](auto& cc) { cc.Check(selscan_binding_cuda_norm_backward(&p, &g, &cc.call), "norm backward (CUDA)", diag); });
+  OnDevice(y, "y", OptT(), [&] {
+    // parts of 64-row blocks, then dweight's fixed-order reduce: the same gradients for any thread count
+    const int64_t n = NumParts();
+    size_t ws_bytes = 0;
+    Check(selscan_norm_workspace_size_parts(&p, &g, n, &ws_bytes), "norm backward (CPU)", diag);
+    Workspace ws = MakeWorkspace(ws_bytes, y);
+    RunParts(p, n, "norm backward (CPU)", NamesOf(kNormNames), [&](selscan_norm_problem* q, int64_t i) {
+      return selscan_norm_backward_cpu_part(q, &g, i, n, ws.ptr, ws.bytes);
+    });
+    RunParts(p, n, "norm backward (CPU reduce)", NamesOf(kNormNames), [&](selscan_norm_problem* q, int64_t i) {
+      return selscan_norm_backward_cpu_reduce(q, &g, i, n, ws.ptr, ws.bytes);
+    });
+  }, [&](auto& cc) { cc.Check(selscan_binding_cuda_norm_backward(&p, &g, &cc.call), "norm backward (CUDA)", diag); });
   return out;
 }
 

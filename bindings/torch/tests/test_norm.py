@@ -160,3 +160,24 @@ def test_nan_in_one_group_stays_there():
     out = snorm.gated_rms_norm(y, z, w, 1e-5, 8, True)
     bad = out.isnan()
     assert bad[0, 3, :8].all() and bad.sum() == 8
+
+
+def test_cpu_parts_bitwise_across_threads():
+    """The CPU op's parts on the intra-op pool: out and every gradient bitwise the one-thread result (dweight's
+    sums in 64-row blocks, then the blocks in order, whatever the thread count), across blocks (L 301) and with
+    batch rows only (L 1)."""
+    for shape in [(2, 301, 48), (9, 1, 48)]:
+        g = torch.Generator().manual_seed(31)
+        y, z = torch.randn(*shape, generator=g), torch.randn(*shape, generator=g)
+        w, dout = torch.rand(48, generator=g), torch.randn(*shape, generator=g)
+        threads = torch.get_num_threads()
+        res = []
+        try:
+            for n in (1, max(2, threads)):
+                torch.set_num_threads(n)
+                out = torch.ops.selscan.norm_fwd(y, z, w, 16, 1e-5, False)
+                res.append([out, *torch.ops.selscan.norm_bwd(y, z, w, dout, 16, 1e-5, False, [1, 1, 1])])
+        finally:
+            torch.set_num_threads(threads)
+        assert all(torch.equal(a, b) for a, b in zip(*res))
+        assert rel_err(res[1][0], ref64(y, z, w, 16, 1e-5, False)) <= TOL32
