@@ -25,8 +25,9 @@
  *                    diag (on the >>operands tables), >>reference the scalar
  *                    oracle, >>step step validation and reference, >>conv the conv's validation
  *                    and >>conv-reference its scalar oracle, >>ssd the SSD scan's validation
- *                    and >>ssd-reference its scalar oracle, >>norm the gated norm's validation
- *                    and >>norm-reference its scalar oracle (also its CPU entry points), >>fast the fast CPU path
+ *                    and >>ssd-reference its scalar oracle, >>norm the gated norm's validation,
+ *                    >>norm-reference its scalar oracle and its CPU entries' loop, >>norm-entry
+ *                    its CPU parts, >>fast the fast CPU path
  *                    (>>fast-tiles, >>fast-isa, >>fast-drivers, >>fast-parts, ...), >>conv-entry
  *                    the conv's fast-path drivers and CPU entry points, >>ssd-entry the SSD
  *                    forward's and backward's, >>entry the public CPU entry points, >>fast-kernels the kernels
@@ -3094,7 +3095,7 @@ SELSCAN_DEF selscan_status selscan_ssd_backward_ref(const selscan_ssd_problem *p
 /* --------------------------------------------------------------------------------------------- */
 /* The math and the operands: >>norm-api. Validation here (also compiled with
    SELSCAN_VALIDATION_ONLY: the CUDA launchers use it), on the operand tables (>>operands), then
-   >>norm-reference, the exact scalar oracle (also the CPU entry points). */
+   >>norm-reference, the exact scalar oracle and the CPU entries' loop; their parts: >>norm-entry. */
 
 typedef struct selscan__nprob {
     int64_t batch, L, dim, gs; /* gs: channels a group */

@@ -1,5 +1,5 @@
 // selscan_torch.cpp - selscan's selective scan as PyTorch 2 custom ops: the registration (the ops'
-// schemas; their kernels: scan.cpp, step.cpp, conv.cpp, ssd.cpp), selscan's implementation (this TU) and the
+// schemas; their kernels: scan.cpp, step.cpp, conv.cpp, ssd.cpp, norm.cpp), selscan's implementation (this TU) and the
 // _C module with what it answers the Python side. What the TUs share: selscan_torch.h.
 #include <Python.h>  // the _C module (Python's limited API: abi3), first as Python asks
 

@@ -1,5 +1,5 @@
 // selscan_torch.h - what the PyTorch ops' translation units share (csrc/: selscan_torch.cpp, the
-// registration, selscan's implementation and the _C module; scan.cpp; step.cpp; conv.cpp; ssd.cpp): selscan
+// registration, selscan's implementation and the _C module; scan.cpp; step.cpp; conv.cpp; ssd.cpp; norm.cpp): selscan
 // operands from torch tensors, errors and the per-op name maps, the common layer's argument checks
 // (Check: each op's TU runs them in place), outputs and
 // workspaces from torch's allocator, the CPU parts runner on torch's pool, the device axis (CPU /
