@@ -212,6 +212,29 @@ def norm_passes():
         ssd._gated_rms_norm = own
 
 
+def _gated_rms_norm_v3(y, z, weight, eps, group_size, norm_before_gate):
+    """selscan_torch.ssd._gated_rms_norm as it was in SSD-torch-v3 (bench/NOTES.md): torch ops in float32, the RMS
+    through torch's rms_norm (norm.py's _composition, the double backward's), autocast off."""
+    from selscan_torch import norm, ssd
+
+    with ssd._autocast(y.device.type):
+        return norm._composition(y, z, None if weight is None else weight.float(), group_size, eps, norm_before_gate)
+
+
+@contextlib.contextmanager
+def norm_v3():
+    """The library's gated norm as SSD-torch-v3's torch ops (_gated_rms_norm_v3) while held: the fused op's
+    (SSD-torch-v4) baseline in the same process."""
+    import selscan_torch.ssd as ssd
+
+    own = ssd._gated_rms_norm
+    ssd._gated_rms_norm = _gated_rms_norm_v3
+    try:
+        yield
+    finally:
+        ssd._gated_rms_norm = own
+
+
 @contextlib.contextmanager
 def layer_before_v3():
     """The layer as it was before SSD-torch-v3 while held (its recompute by torch's selective checkpoint, the
@@ -224,7 +247,8 @@ def layer_backends(L, a, shape="130m"):
     """(backends, run) as scan_backends' for mamba_split_conv1d_scan_combined (conv + scan + gated norm +
     out_proj, Mamba-2's layer after in_proj) at a layer shape: selscan's with recompute False / True (the
     scan's out kept) / True by torch's selective checkpoint (the recompute before SSD-torch-v3) / True with the
-    gated norm as separate ops (the norm before SSD-torch-v3), and mamba_ssm's (CUDA, where importable). The
+    gated norm as SSD-torch-v3's torch ops (before the fused op, SSD-torch-v4) / True with the gated norm as
+    separate ops (the norm before SSD-torch-v3), and mamba_ssm's (CUDA, where importable). The
     norm as transformers' Mamba-2 mixers call it (norm_before_gate False: the gate first), and both (the layer as
     it was before SSD-torch-v3)."""
     import selscan_torch as st
@@ -256,6 +280,7 @@ def layer_backends(L, a, shape="130m"):
     backends = {"selscan, recompute=False": lambda *a_, **k: layer(*a_, **k, recompute=False),
                 "selscan, recompute (scan's out kept)": layer,
                 "selscan, recompute by torch's selective checkpoint (scan's out kept)": (layer, layer_by_checkpoint),
+                "selscan, recompute, the norm as SSD-torch-v3's torch ops": (layer, norm_v3),
                 "selscan, recompute, the norm as separate ops": (layer, norm_passes),
                 "selscan before SSD-torch-v3 (both)": (layer, layer_before_v3)}
     if dev.type == "cuda":
