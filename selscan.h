@@ -103,8 +103,9 @@
  * selscan_cuda.cuh, selscan_ssd_*_cuda); the math and operands are in >>ssd-api.
  *
  * The gated RMS norm after Mamba-2's scan (mamba_ssm's RMSNormGated: a group RMS norm of y with the
- * silu(z) gate before or after it, forward and backward): selscan_norm_* (the scalar reference, which
- * the CPU entries run; CUDA in selscan_cuda.cuh, selscan_norm_*_cuda); the math in >>norm-api.
+ * silu(z) gate before or after it, forward and backward): selscan_norm_* (the scalar reference; CPU
+ * entries bitwise its results, with a parts API; CUDA in selscan_cuda.cuh, selscan_norm_*_cuda); the
+ * math in >>norm-api.
  *
  * ---------------------------------------------------------------------------------------------
  * OPERANDS: logical shapes, dtypes (T is the problem's dtype: f32, f16 or bf16)
