@@ -326,6 +326,14 @@ int main() {
             Cfg c = {dts[di], 2, 64, 1536, 1536, mode != 2, true, mode == 0, 1e-5f, 0, 2, 0, 0, 0, 0, 7, false};
             run_case(c, id++);
         }
+    /* many groups: the backward's row chunks (kNormBlocks / groups: 4 a group here; over 1024 groups, one block a
+       group through every row) */
+    for (int di = 0; di < 3; di++) {
+        Cfg c = {dts[di], 3, 70, 2400, 8, true, true, di == 1, 1e-4f, 1, 2, 1, 0, 0, 5, 7, false};
+        run_case(c, id++);
+        Cfg d = {dts[di], 2, 9, 1100, 1, true, true, di != 1, 1.0f, 0, 0, 0, 0, 0, 0, 7, false};
+        run_case(d, id++);
+    }
     const int64_t gss[] = {1, 4, 7, 8, 24, 64, 100, 256, 1536, 2056, 3000};
     const int nrand = quick ? 40 : 240;
     for (int i = 0; i < nrand; i++) {
