@@ -61,8 +61,8 @@ TEST_SAN_ENV    := SELSCAN_TEST_QUICK=1 ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTION
 .PHONY: test-build test-build-quick test-all
 # the CUDA programs' compile: a build step before the suites run (a compile is no passed test; a
 # failed one stops make test-all with its log, like a failed C build)
-TEST_CUDA_BUILD := if $(MAKE) --no-print-directory -j2 $(BUILD)/test_cuda $(BUILD)/test_cuda_cl $(BUILD)/test_cuda_conv $(BUILD)/test_cuda_ssd $(BUILD)/cuda_quickstart >$(BUILD)/cuda-build.log 2>&1; \
-    then echo 'build: nvcc compiled test_cuda, test_cuda_cl, test_cuda_conv, test_cuda_ssd and cuda_quickstart'; \
+TEST_CUDA_BUILD := if $(MAKE) --no-print-directory -j2 $(BUILD)/test_cuda $(BUILD)/test_cuda_cl $(BUILD)/test_cuda_conv $(BUILD)/test_cuda_ssd $(BUILD)/test_cuda_norm $(BUILD)/cuda_quickstart >$(BUILD)/cuda-build.log 2>&1; \
+    then echo 'build: nvcc compiled test_cuda, test_cuda_cl, test_cuda_conv, test_cuda_ssd, test_cuda_norm and cuda_quickstart'; \
     else cat $(BUILD)/cuda-build.log; echo 'build: nvcc failed (log above: $(BUILD)/cuda-build.log)'; exit 1; fi
 # the commands both targets run: the native suites, test_api on the portable path
 TEST_QUICK_CMDS := $(foreach b,$(TEST_BINS),./$(b)) "SELSCAN_CPU=portable ./$(BUILD)/tests/test_api" \
@@ -110,7 +110,7 @@ test-all:
 	@$(MAKE) --no-print-directory -j$(TEST_JOBS) test-build
 	@$(if $(HAVE_NVCC),$(TEST_CUDA_BUILD))
 	@bash tests/run.sh $(TEST_QUICK_CMDS) $(call TEST_BUILD_CHECKS,$(NVCC)) \
-	    $(if $(HAVE_NVCC),./$(BUILD)/test_cuda ./$(BUILD)/test_cuda_cl ./$(BUILD)/test_cuda_conv ./$(BUILD)/test_cuda_ssd) \
+	    $(if $(HAVE_NVCC),./$(BUILD)/test_cuda ./$(BUILD)/test_cuda_cl ./$(BUILD)/test_cuda_conv ./$(BUILD)/test_cuda_ssd ./$(BUILD)/test_cuda_norm) \
 	    $(foreach b,$(TEST_SAN_BINS),"$(TEST_SAN_ENV) ./$(b)") \
 	    $(if $(HAVE_ARM64),$(foreach b,$(ARM64_BINS),"$(ARM64_RUN) ./$(b)"),"echo 'skipped: arm64 suites (no $(ARM64_CC) or qemu-aarch64)'; echo '0 passed, 0 failed'")
 
@@ -145,7 +145,7 @@ bench-conv: $(BUILD)/bench_conv
 # ---- CUDA -------------------------------------------------------------------------------------
 # cuda-build compiles every CUDA binary without running one (for CI machines with nvcc, no GPU).
 # test-cuda runs the GPU suite (prints "skipped: no GPU" and exits 0 without a device).
-CUDA_BINS := $(BUILD)/test_cuda $(BUILD)/test_cuda_cl $(BUILD)/test_cuda_conv $(BUILD)/test_cuda_ssd $(BUILD)/bench_cuda $(BUILD)/cuda_quickstart
+CUDA_BINS := $(BUILD)/test_cuda $(BUILD)/test_cuda_cl $(BUILD)/test_cuda_conv $(BUILD)/test_cuda_ssd $(BUILD)/test_cuda_norm $(BUILD)/bench_cuda $(BUILD)/cuda_quickstart
 .PHONY: cuda-build
 cuda-build: $(CUDA_BINS)
 
@@ -169,6 +169,10 @@ $(BUILD)/test_cuda_conv: tests/test_cuda_conv.cu tests/cuda_check.h tests/tol_lo
 $(BUILD)/test_cuda_ssd: tests/test_cuda_ssd.cu tests/cuda_check.h tests/tol_lowp.h selscan_cuda.cuh $(BUILD)/selscan_cpu.o | $(BUILD)
 	$(NVCC) $(NVFLAGS) -DSELSCAN_VALIDATION_ONLY -I. $< $(BUILD)/selscan_cpu.o -o $@
 
+# the gated RMS norm's kernels (selscan_cuda.cuh >>norm-cuda) against the CPU reference
+$(BUILD)/test_cuda_norm: tests/test_cuda_norm.cu tests/cuda_check.h tests/tol_lowp.h selscan_cuda.cuh $(BUILD)/selscan_cpu.o | $(BUILD)
+	$(NVCC) $(NVFLAGS) -DSELSCAN_VALIDATION_ONLY -I. $< $(BUILD)/selscan_cpu.o -o $@
+
 # the benchmark with the channels-last instantiations (SELSCAN_BENCH_LAYOUT=bld runs them)
 $(BUILD)/bench_cuda: bench/bench_cuda.cu selscan_cuda.cuh $(BUILD)/selscan_cpu.o | $(BUILD)
 	$(NVCC) $(NVFLAGS) -DSELSCAN_VALIDATION_ONLY -DSELSCAN_CUDA_CHANNELS_LAST=1 -I. $< $(BUILD)/selscan_cpu.o -o $@
@@ -180,11 +184,12 @@ $(BUILD)/bench_ssd_forms: bench/bench_ssd_forms.cu selscan_cuda.cuh $(BUILD)/sel
 $(BUILD)/cuda_quickstart: examples/cuda_quickstart.cu selscan_cuda.cuh $(BUILD)/selscan_cpu.o | $(BUILD)
 	$(NVCC) $(NVFLAGS) -DSELSCAN_VALIDATION_ONLY -I. $< $(BUILD)/selscan_cpu.o -o $@
 
-test-cuda: $(BUILD)/test_cuda $(BUILD)/test_cuda_cl $(BUILD)/test_cuda_conv $(BUILD)/test_cuda_ssd
+test-cuda: $(BUILD)/test_cuda $(BUILD)/test_cuda_cl $(BUILD)/test_cuda_conv $(BUILD)/test_cuda_ssd $(BUILD)/test_cuda_norm
 	./$(BUILD)/test_cuda
 	./$(BUILD)/test_cuda_cl
 	./$(BUILD)/test_cuda_conv
 	./$(BUILD)/test_cuda_ssd
+	./$(BUILD)/test_cuda_norm
 
 bench-cuda: $(BUILD)/bench_cuda
 	./$(BUILD)/bench_cuda
@@ -203,17 +208,17 @@ test-gpu-full:
 
 # test-cuda-sanitize: the CUDA suites' quick matrix (SELSCAN_TEST_QUICK=1: every kernel and pass,
 # small) under compute-sanitizer's memcheck (with leak check), racecheck, initcheck and
-# synccheck: sixteen runs (test_cuda, test_cuda_cl, test_cuda_conv, test_cuda_ssd), side by side with make -j; a line per run with its error count, logs in
+# synccheck: twenty runs (test_cuda, test_cuda_cl, test_cuda_conv, test_cuda_ssd, test_cuda_norm), side by side with make -j; a line per run with its error count, logs in
 # $(BUILD)/sanitize/; fails when a tool reports an error. Needs a GPU (minutes).
 SANITIZER       ?= compute-sanitizer
 SANITIZE_TOOLS  := memcheck racecheck initcheck synccheck
-SANITIZE_RUNS   := $(foreach t,$(SANITIZE_TOOLS),$(foreach b,test_cuda test_cuda_cl test_cuda_conv test_cuda_ssd,sanitize-$(t)-$(b)))
+SANITIZE_RUNS   := $(foreach t,$(SANITIZE_TOOLS),$(foreach b,test_cuda test_cuda_cl test_cuda_conv test_cuda_ssd test_cuda_norm,sanitize-$(t)-$(b)))
 SANITIZE_FLAGS_memcheck := --leak-check full
 .PHONY: test-cuda-sanitize $(SANITIZE_RUNS)
 test-cuda-sanitize: $(SANITIZE_RUNS)
 	@echo "test-cuda-sanitize: no errors ($(words $(SANITIZE_RUNS)) runs)"
 
-$(SANITIZE_RUNS): sanitize-%: $(BUILD)/test_cuda $(BUILD)/test_cuda_cl $(BUILD)/test_cuda_conv $(BUILD)/test_cuda_ssd
+$(SANITIZE_RUNS): sanitize-%: $(BUILD)/test_cuda $(BUILD)/test_cuda_cl $(BUILD)/test_cuda_conv $(BUILD)/test_cuda_ssd $(BUILD)/test_cuda_norm
 	@mkdir -p $(BUILD)/sanitize
 	@t=$(word 1,$(subst -, ,$*)); b=$(word 2,$(subst -, ,$*)); log=$(BUILD)/sanitize/$*.log; \
 	SELSCAN_TEST_QUICK=1 $(SANITIZER) --tool $$t $(SANITIZE_FLAGS_$(word 1,$(subst -, ,$*))) --error-exitcode 99 ./$(BUILD)/$$b >$$log 2>&1; rc=$$?; \

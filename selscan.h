@@ -17,14 +17,17 @@
  * CONTENTS (grep the >>tag)
  *     >>api          types, flags, status codes, every public declaration; >>conv-api the causal
  *                    conv1d's math, operands, types and entry points; >>ssd-api Mamba-2's SSD
- *                    scan's math, operands, types and entry points; >>operands the operand
+ *                    scan's math, operands, types and entry points; >>norm-api the gated RMS
+ *                    norm's (Mamba-2's RMSNormGated); >>operands the operand
  *                    tables validation runs on (the bindings' argument checks read them too)
  *     >>impl         implementation (SELSCAN_IMPLEMENTATION): >>convert dtype conversions (and
  *                    the "adding a dtype" checklist), >>validation shapes / strides / aliasing /
  *                    diag (on the >>operands tables), >>reference the scalar
  *                    oracle, >>step step validation and reference, >>conv the conv's validation
  *                    and >>conv-reference its scalar oracle, >>ssd the SSD scan's validation
- *                    and >>ssd-reference its scalar oracle, >>fast the fast CPU path
+ *                    and >>ssd-reference its scalar oracle, >>norm the gated norm's validation,
+ *                    >>norm-reference its scalar oracle and its CPU entries' loop, >>norm-entry
+ *                    its CPU parts, >>fast the fast CPU path
  *                    (>>fast-tiles, >>fast-isa, >>fast-drivers, >>fast-parts, ...), >>conv-entry
  *                    the conv's fast-path drivers and CPU entry points, >>ssd-entry the SSD
  *                    forward's and backward's, >>entry the public CPU entry points, >>fast-kernels the kernels
@@ -98,6 +101,11 @@
  * its own problem types and entry points, selscan_ssd_* (the exact scalar reference, forward
  * and backward; a fast CPU forward and backward with the parts API; CUDA forward and backward in
  * selscan_cuda.cuh, selscan_ssd_*_cuda); the math and operands are in >>ssd-api.
+ *
+ * The gated RMS norm after Mamba-2's scan (mamba_ssm's RMSNormGated: a group RMS norm of y with the
+ * silu(z) gate before or after it, forward and backward): selscan_norm_* (the scalar reference; CPU
+ * entries bitwise its results, with a parts API; CUDA in selscan_cuda.cuh, selscan_norm_*_cuda); the
+ * math in >>norm-api.
  *
  * ---------------------------------------------------------------------------------------------
  * OPERANDS: logical shapes, dtypes (T is the problem's dtype: f32, f16 or bf16)
@@ -331,13 +339,15 @@ typedef struct selscan_out_tensor {
 /* the rules appended after the list above (codes are only ever appended): the SSD scan's (>>ssd-api),
    then the packed sequences' "no sequence" (every scan's and the conv's n_seqs <= 0, until then
    SELSCAN_RULE_OUT_OF_RANGE), then the CUDA SSD's shared memory (a dstate whose smallest tile a
-   device cannot hold: the backward at dstate 257-512 with headdim > 8 on 64 KiB devices, sm_75) */
+   device cannot hold: the backward at dstate 257-512 with headdim > 8 on 64 KiB devices, sm_75),
+   then the gated norm's eps (>>norm-api) */
 #define SELSCAN__LATER_RULE_LIST(X)                                                                \
     X(SELSCAN_RULE_NOT_DIVIDING_NHEADS, "does not divide nheads") /* SSD: n_groups */              \
     X(SELSCAN_RULE_DT_LIMIT, "dt_min above dt_max, or NaN")      /* SSD: dt_min / dt_max */        \
     X(SELSCAN_RULE_WITH_CU_SEQLENS, "given with cu_seqlens")     /* SSD: seq_idx */                \
     X(SELSCAN_RULE_NO_SEQUENCE, "no sequence (cu_seqlens needs n_seqs + 1 >= 2 offsets)") /* n_seqs */ \
-    X(SELSCAN_RULE_SHARED_MEMORY, "over the device's shared memory a block (CUDA)") /* SSD: dstate */
+    X(SELSCAN_RULE_SHARED_MEMORY, "over the device's shared memory a block (CUDA)") /* SSD: dstate */ \
+    X(SELSCAN_RULE_EPS, "negative, infinite or NaN")             /* the norm's eps */
 
 #define SELSCAN__RULE_ENUM(name, text) name,
 typedef enum selscan_rule { SELSCAN__RULE_LIST(SELSCAN__RULE_ENUM) SELSCAN__RULE_COUNT } selscan_rule;
@@ -733,6 +743,92 @@ SELSCAN_DEF selscan_status selscan_ssd_backward_cpu_reduce(const selscan_ssd_pro
                                                            int64_t part, int64_t n_parts, void *workspace,
                                                            size_t workspace_bytes);
 
+/* ---- >>norm-api: the gated RMS norm (Mamba-2's RMSNormGated, after the SSD scan) -----------------
+   WHAT IT COMPUTES (every backend computes exactly this; G = group_size consecutive channels a
+   group, dividing dim). For each batch row b, step t and group of channels, all in f32:
+
+       s    = silu(z) = z * sigmoid(z)                          (z absent: no gate)
+       u    = y * s   where the gate comes after the norm (SELSCAN_NORM_BEFORE_GATE clear, z given)
+       u    = y       otherwise
+       r    = 1 / sqrt(mean over the group of u^2 + eps)
+       out  = u * r * w * s   with SELSCAN_NORM_BEFORE_GATE and z given (the norm, then the gate)
+       out  = u * r * w       otherwise
+
+   w = weight[c] (1 when absent). out is rounded to T (to nearest even). The group's sum of squares
+   runs in f32 (the reference: channel order; CUDA: a fixed tree, so the two differ by rounding).
+   Backward, from dout, with n = u * r and s'(z) = sig * (1 + z * (1 - sig)), sig = sigmoid(z);
+   "gate out": SELSCAN_NORM_BEFORE_GATE with z (the gate multiplies the norm's output), "gate in":
+   the flag clear with z (the gate inside u):
+       dn  = dout * w * s (gate out) or dout * w (gate in, no z)
+       du  = r * (dn - n * mean over the group of (dn * n))
+       dy  = du * s (gate in) or du (gate out, no z)
+       dz  = dout * n * w * s'(z) (gate out) or du * y * s'(z) (gate in)
+       dweight[c] = sum over (b, t) of dout * n * s (gate out) or of dout * n (gate in, no z)
+   Each of dy, dz, dweight optional (NULL data: not computed); dweight may be asked for without
+   weight (the gradient at w = 1); dz needs z (SELSCAN_ERR_NULL {"dz", "asked for without z"}).
+   Deterministic: every sum in a fixed order, bitwise the same every call. NaN in, NaN out.
+
+   OPERANDS (T: f32, f16 or bf16; element strides per logical dimension, all zero = contiguous)
+       y, z, out               (batch, L, dim)    T        z optional
+       weight                  (dim)              f32      optional (absent: 1)
+       dout, dy, dz            (batch, L, dim)    T        dy, dz optional
+       dweight                 (dim)              f32      optional
+   eps: finite and >= 0 (else SELSCAN_ERR_SHAPE {"eps", "negative, infinite or NaN"}); group_size 0
+   means dim; one that does not divide dim: SELSCAN_ERR_SHAPE {"group_size", "does not divide dim"}.
+   Outputs may not share a byte with an input, another output or themselves (SELSCAN_ERR_ALIAS /
+   SELSCAN_ERR_STRIDE). No workspace for the plain CPU entries; the partitioned backward and CUDA's
+   backward take one for dweight (below; selscan_cuda.cuh). */
+#define SELSCAN_NORM_BEFORE_GATE 1u /* out = norm(y) * w * silu(z); clear: norm(y * silu(z)) * w */
+#define SELSCAN__NORM_KNOWN_FLAGS SELSCAN_NORM_BEFORE_GATE
+
+typedef struct selscan_norm_problem {
+    int64_t batch, seqlen, dim, group_size; /* group_size 0 means dim */
+    float eps;                              /* finite, >= 0 */
+    selscan_dtype dtype;                    /* T: y, z, out */
+    unsigned flags;                         /* SELSCAN_NORM_BEFORE_GATE */
+    selscan_tensor y, z, weight;            /* inputs (z, weight optional) */
+    selscan_out_tensor out;                 /* output */
+    selscan_diag *diag;                     /* optional: see selscan_diag */
+} selscan_norm_problem;
+
+typedef struct selscan_norm_grads {
+    selscan_tensor dout;                  /* incoming */
+    selscan_out_tensor dy, dz, dweight;   /* outgoing, each optional */
+} selscan_norm_grads;
+
+/* The same contract as the conv's entry points: validate everything, no allocation, outputs
+   untouched on any error, diag names the operand and rule. _ref: the exact scalar reference.
+   _cpu: the reference's arithmetic in its order, bitwise its results, with a group's inputs (and
+   their sigmoids) loaded once into a stack buffer (groups up to 2048 channels, 40 KiB of stack;
+   larger ones run the reference's loop). No vector path: the CUDA kernels are the op's fast path
+   (bench/NOTES.md SSD-torch-v4 has the CPU's measurements against torch's composition). */
+SELSCAN_DEF selscan_status selscan_validate_norm(const selscan_norm_problem *p);
+SELSCAN_DEF selscan_status selscan_validate_norm_grads(const selscan_norm_problem *p, const selscan_norm_grads *g);
+/* The norm's size rules alone: see selscan_check_sizes (batch, seqlen or dim 0: an empty problem). */
+SELSCAN_DEF selscan_status selscan_check_norm_sizes(const selscan_norm_problem *p);
+SELSCAN_DEF selscan_status selscan_norm_forward_ref(const selscan_norm_problem *p);
+SELSCAN_DEF selscan_status selscan_norm_backward_ref(const selscan_norm_problem *p, const selscan_norm_grads *g);
+SELSCAN_DEF selscan_status selscan_norm_forward_cpu(const selscan_norm_problem *p);
+SELSCAN_DEF selscan_status selscan_norm_backward_cpu(const selscan_norm_problem *p, const selscan_norm_grads *g);
+/* Partitioned (the scan's pattern, selscan_backward_cpu_part): n_parts (1 <= n_parts <= 2^24) parts for
+   any thread pool, each exactly once, concurrently. Forward: rows (batch row, step) split; bitwise
+   selscan_norm_forward_cpu's results for every n_parts. Backward: every part of
+   selscan_norm_backward_cpu_part (blocks of 64 rows: dy, dz, and each block's dweight sums into the
+   workspace), then, after all of them, every part of selscan_norm_backward_cpu_reduce (dweight: the
+   blocks' sums added in block order), on one workspace of selscan_norm_workspace_size_parts(p, g,
+   n_parts) bytes (any address; 0 without dweight: NULL is fine; g NULL: the forward's, 0). dy, dz
+   bitwise selscan_norm_backward_cpu's; dweight bitwise the same for every n_parts, and to rounding
+   the plain form's (which adds the rows in order: another fixed order). */
+SELSCAN_DEF selscan_status selscan_norm_workspace_size_parts(const selscan_norm_problem *p, const selscan_norm_grads *g,
+                                                             int64_t n_parts, size_t *bytes);
+SELSCAN_DEF selscan_status selscan_norm_forward_cpu_part(const selscan_norm_problem *p, int64_t part, int64_t n_parts);
+SELSCAN_DEF selscan_status selscan_norm_backward_cpu_part(const selscan_norm_problem *p, const selscan_norm_grads *g,
+                                                          int64_t part, int64_t n_parts, void *workspace,
+                                                          size_t workspace_bytes);
+SELSCAN_DEF selscan_status selscan_norm_backward_cpu_reduce(const selscan_norm_problem *p, const selscan_norm_grads *g,
+                                                            int64_t part, int64_t n_parts, void *workspace,
+                                                            size_t workspace_bytes);
+
 /* dtype conversions used by the library (round to nearest even, NaN stays NaN). */
 SELSCAN_DEF float selscan_f16_to_f32(uint16_t h);
 SELSCAN_DEF uint16_t selscan_f32_to_f16(float f);
@@ -873,6 +969,18 @@ SELSCAN_DEF uint16_t selscan_f32_to_bf16(float f);
                                                            cells, pushes its own around its check) */
 #define SELSCAN__DIMS_SSD_SEQ(q) 2, (q)->batch, (q)->L, 1, 1             /* (batch, L) */
 #define SELSCAN__DIMS_SSD_ROWS(q) 4, (q)->rows, (q)->H, (q)->P, (q)->N   /* (rows, H, P, N) */
+/* the gated norm's (>>norm-api): selscan_norm_problem, selscan_norm_grads */
+#define SELSCAN__NORM_OPERANDS(X, c)      \
+    X(c, y, y, IN, REQ, NORM, T)          \
+    X(c, z, z, IN, OPT, NORM, T)          \
+    X(c, weight, weight, IN, OPT, DIM, F32) \
+    X(c, out, out, OUT, FWD, NORM, T)
+#define SELSCAN__NORM_GRAD_OPERANDS(X, c)     \
+    X(c, dout, dout, IN, REQ, NORM, T)        \
+    X(c, dy, dy, OUT, OPT, NORM, T)           \
+    X(c, dz, dz, OUT, OPT, NORM, T)           \
+    X(c, dweight, dweight, OUT, OPT, DIM, F32)
+#define SELSCAN__DIMS_NORM(q) 3, (q)->batch, (q)->L, (q)->dim, 1 /* (batch, L, dim) */
 #endif /* SELSCAN_H */
 
 /* ============================================================================================= */
@@ -2983,6 +3091,388 @@ SELSCAN_DEF selscan_status selscan_ssd_backward_ref(const selscan_ssd_problem *p
 }
 
 #endif /* SELSCAN_VALIDATION_ONLY: >>ssd */
+/* --------------------------------------------------------------------------------------------- */
+/* >>norm                    the gated RMS norm: validation and reference                        */
+/* --------------------------------------------------------------------------------------------- */
+/* The math and the operands: >>norm-api. Validation here (also compiled with
+   SELSCAN_VALIDATION_ONLY: the CUDA launchers use it), on the operand tables (>>operands), then
+   >>norm-reference, the exact scalar oracle and the CPU entries' loop; their parts: >>norm-entry. */
+
+typedef struct selscan__nprob {
+    int64_t batch, L, dim, gs; /* gs: channels a group */
+    float eps;
+    selscan_dtype dt;
+    int before; /* SELSCAN_NORM_BEFORE_GATE */
+    selscan__ten y, z, weight, out;
+    selscan_diag *diag;
+} selscan__nprob;
+
+typedef struct selscan__ngrd {
+    selscan__ten dout, dy, dz, dweight;
+} selscan__ngrd;
+
+/* >>size-rules of the norm: before the operands (dtype, flags, sizes, group_size, eps) */
+static selscan_status selscan__norm_sizes1(const selscan_norm_problem *p, int empty_ok, selscan_diag *d) {
+    const int64_t gs = p->group_size == 0 ? p->dim : p->group_size;
+    if (!selscan__dtype_ok(p->dtype)) SELSCAN__FAIL(d, SELSCAN_ERR_DTYPE, "dtype", UNKNOWN_DTYPE);
+    if (p->flags & ~SELSCAN__NORM_KNOWN_FLAGS) SELSCAN__FAIL(d, SELSCAN_ERR_UNSUPPORTED, "flags", UNKNOWN_FLAG);
+    SELSCAN__SIZE_RULE(d, "batch", p->batch, empty_ok);
+    SELSCAN__SIZE_RULE(d, "seqlen", p->seqlen, empty_ok);
+    SELSCAN__SIZE_RULE(d, "dim", p->dim, empty_ok);
+    if (p->group_size < 0) SELSCAN__FAIL(d, SELSCAN_ERR_SHAPE, "group_size", NEGATIVE);
+    /* dim 0 (an empty problem): any group_size divides it */
+    if (p->dim > 0 && (gs <= 0 || p->dim % gs != 0)) SELSCAN__FAIL(d, SELSCAN_ERR_SHAPE, "group_size", NOT_DIVIDING);
+    /* x * 0 == 0 fails for infinities and NaN alike */
+    if (!(p->eps >= 0.0f && p->eps * 0.0f == 0.0f)) SELSCAN__FAIL(d, SELSCAN_ERR_SHAPE, "eps", EPS);
+    return SELSCAN_OK;
+}
+
+/* the norm's: after the operands (element counts) */
+static selscan_status selscan__norm_sizes2(const selscan_norm_problem *p, selscan_diag *d) {
+    if (!selscan__count_ok(p->batch, p->seqlen, p->dim, 1)) SELSCAN__FAIL(d, SELSCAN_ERR_SHAPE, "batch * seqlen * dim", COUNT_OVERFLOWS);
+    return SELSCAN_OK;
+}
+
+static SELSCAN__MAYBE_UNUSED selscan_status selscan__norm_check_problem(const selscan_norm_problem *p, selscan__nprob *q,
+                                                                        int need_y) {
+    selscan_status st;
+    selscan_diag *d;
+    int64_t i;
+    if (!p) return SELSCAN_ERR_NULL;
+    d = p->diag;
+    q->diag = d;
+    if ((st = selscan__norm_sizes1(p, 0, d)) != SELSCAN_OK) return st;
+    SELSCAN__NORM_OPERANDS(SELSCAN__OPD_NULL, p) /* y; out when need_y */
+    if ((st = selscan__norm_sizes2(p, d)) != SELSCAN_OK) return st;
+    q->batch = p->batch; q->L = p->seqlen; q->dim = p->dim;
+    q->gs = p->group_size == 0 ? p->dim : p->group_size;
+    q->eps = p->eps;
+    q->dt = p->dtype;
+    q->before = (p->flags & SELSCAN_NORM_BEFORE_GATE) != 0;
+    {
+        selscan__nprob *dst = q;
+        SELSCAN__NORM_OPERANDS(SELSCAN__OPD_RESOLVE, p)
+    }
+    {
+        const selscan__ten *ins[] = {SELSCAN__NORM_OPERANDS(SELSCAN__OPD_INS, q)};
+        for (i = 0; i < SELSCAN__COUNT(ins); i++)
+            if ((st = selscan__check_strides(ins[i], 0)) != SELSCAN_OK) return st;
+    }
+    return SELSCAN_OK;
+}
+
+/* The forward: problem, out's strides, aliasing. */
+static SELSCAN__MAYBE_UNUSED selscan_status selscan__norm_validate_forward(const selscan_norm_problem *p, selscan__nprob *q) {
+    selscan_status st = selscan__norm_check_problem(p, q, 1);
+    if (st != SELSCAN_OK) return st;
+    {
+        const selscan__ten *outs[] = {SELSCAN__NORM_OPERANDS(SELSCAN__OPD_OUTS, q)}; /* out */
+        const selscan__ten *ins[] = {SELSCAN__NORM_OPERANDS(SELSCAN__OPD_INS, q)};
+        int i;
+        for (i = 0; i < SELSCAN__COUNT(outs); i++)
+            if ((st = selscan__check_strides(outs[i], 1)) != SELSCAN_OK) return st;
+        return selscan__check_alias_d(outs, SELSCAN__COUNT(outs), ins, SELSCAN__COUNT(ins), NULL, 0, "", NULL, 0, q->diag);
+    }
+}
+
+/* The backward: problem (out not needed), gradients' strides, aliasing. */
+static SELSCAN__MAYBE_UNUSED selscan_status selscan__norm_validate_backward(const selscan_norm_problem *p,
+                                                                           const selscan_norm_grads *g,
+                                                                           selscan__nprob *q, selscan__ngrd *r) {
+    selscan_status st = selscan__norm_check_problem(p, q, 0);
+    selscan_diag *d;
+    int i;
+    if (st != SELSCAN_OK) return st;
+    d = q->diag;
+    if (!g) SELSCAN__FAIL(d, SELSCAN_ERR_NULL, "grads", MISSING);
+    if (!g->dout.data) SELSCAN__FAIL(d, SELSCAN_ERR_NULL, "dout", MISSING);
+    if (g->dz.data && !q->z.data) SELSCAN__FAIL(d, SELSCAN_ERR_NULL, "dz", WITHOUT_Z);
+    {
+        selscan__ngrd *dst = r;
+        SELSCAN__NORM_GRAD_OPERANDS(SELSCAN__OPD_RESOLVE, g)
+    }
+    {
+        const selscan__ten *gins[] = {SELSCAN__NORM_GRAD_OPERANDS(SELSCAN__OPD_INS, r)}; /* dout */
+        const selscan__ten *outs[] = {SELSCAN__NORM_GRAD_OPERANDS(SELSCAN__OPD_OUTS, r)};
+        const selscan__ten *ins[] = {SELSCAN__NORM_OPERANDS(SELSCAN__OPD_INS, q) SELSCAN__NORM_GRAD_OPERANDS(SELSCAN__OPD_INS, r)};
+        for (i = 0; i < SELSCAN__COUNT(gins); i++)
+            if ((st = selscan__check_strides(gins[i], 0)) != SELSCAN_OK) return st;
+        for (i = 0; i < SELSCAN__COUNT(outs); i++)
+            if ((st = selscan__check_strides(outs[i], 1)) != SELSCAN_OK) return st;
+        return selscan__check_alias_d(outs, SELSCAN__COUNT(outs), ins, SELSCAN__COUNT(ins), NULL, 0, "", NULL, 0, d);
+    }
+}
+
+#ifndef SELSCAN_VALIDATION_ONLY
+SELSCAN_DEF selscan_status selscan_validate_norm(const selscan_norm_problem *p) {
+    selscan__nprob q;
+    return selscan__norm_validate_forward(p, &q);
+}
+
+SELSCAN_DEF selscan_status selscan_validate_norm_grads(const selscan_norm_problem *p, const selscan_norm_grads *g) {
+    selscan__nprob q;
+    selscan__ngrd r;
+    return selscan__norm_validate_backward(p, g, &q, &r);
+}
+
+SELSCAN_DEF selscan_status selscan_check_norm_sizes(const selscan_norm_problem *p) {
+    selscan_status st;
+    if (!p) return SELSCAN_ERR_NULL;
+    if ((st = selscan__norm_sizes1(p, 1, p->diag)) != SELSCAN_OK) return st;
+    return selscan__norm_sizes2(p, p->diag);
+}
+
+/* ---- >>norm-reference: the exact scalar oracle ---------------------------------------------- */
+/* One (batch row, step, group) at a time: the sum of squares in channel order, then the outputs;
+   the backward's sum of dn * n likewise, and dweight summed per channel over batch rows, then steps
+   (stored into dweight as it goes: zeroed first). No contraction (as the conv's reference). */
+#if defined(__GNUC__) && !defined(__clang__) && !defined(__CUDACC__)
+#pragma GCC push_options
+#pragma GCC optimize("fp-contract=off")
+#elif defined(__clang__)
+#pragma STDC FP_CONTRACT OFF
+#endif
+
+/* u (the normalized value before the scale) and the gate s of channel c (s 1 without z) */
+static float selscan__norm_u(const selscan__nprob *q, int64_t b, int64_t t, int64_t c, float *s, float *y, float *z) {
+    const float yv = selscan__load(q->y.data, SELSCAN__AT3(q->y, b, t, c), q->dt);
+    float sv = 1.0f, zv = 0.0f;
+    if (q->z.data) {
+        zv = selscan__load(q->z.data, SELSCAN__AT3(q->z, b, t, c), q->dt);
+        sv = zv * selscan__sigmoid(zv);
+    }
+    if (s) *s = sv;
+    if (y) *y = yv;
+    if (z) *z = zv;
+    return q->z.data && !q->before ? yv * sv : yv;
+}
+static float selscan__norm_w(const selscan__nprob *q, int64_t c) {
+    return q->weight.data ? SELSCAN__CAST(const float *, q->weight.data)[SELSCAN__AT1(q->weight, c)] : 1.0f;
+}
+/* r of the group starting at channel c0 */
+static float selscan__norm_r(const selscan__nprob *q, int64_t b, int64_t t, int64_t c0) {
+    float ss = 0.0f;
+    int64_t c;
+    for (c = c0; c < c0 + q->gs; c++) {
+        const float u = selscan__norm_u(q, b, t, c, NULL, NULL, NULL);
+        ss += u * u;
+    }
+    return 1.0f / sqrtf(ss / SELSCAN__CAST(float, q->gs) + q->eps);
+}
+
+/* rows [r0, r1) of the flattened (batch, L) */
+static void selscan__norm_ref_fwd_rows(const selscan__nprob *q, int64_t r0, int64_t r1) {
+    int64_t i, c0, c;
+    for (i = r0; i < r1; i++) {
+        const int64_t b = i / q->L, t = i % q->L;
+        for (c0 = 0; c0 < q->dim; c0 += q->gs) {
+            const float r = selscan__norm_r(q, b, t, c0);
+            for (c = c0; c < c0 + q->gs; c++) {
+                float s;
+                const float u = selscan__norm_u(q, b, t, c, &s, NULL, NULL);
+                float o = u * r * selscan__norm_w(q, c);
+                if (q->z.data && q->before) o *= s;
+                selscan__store(q->out.data, SELSCAN__AT3(q->out, b, t, c), q->dt, o);
+            }
+        }
+    }
+}
+static void selscan__norm_ref_forward(const selscan__nprob *q) { selscan__norm_ref_fwd_rows(q, 0, q->batch * q->L); }
+
+/* rows [r0, r1); dweight's sums into dw[c * dws] (zeroed first; NULL: not asked for) */
+static void selscan__norm_ref_bwd_rows(const selscan__nprob *q, const selscan__ngrd *g, int64_t r0, int64_t r1, float *dw,
+                                       int64_t dws) {
+    const int gate_after = q->z.data && q->before; /* the gate multiplies after the norm */
+    const int gate_in = q->z.data && !q->before;   /* the gate is inside u */
+    int64_t i, c0, c;
+    if (dw)
+        for (c = 0; c < q->dim; c++) dw[c * dws] = 0.0f;
+    for (i = r0; i < r1; i++) {
+        const int64_t b = i / q->L, t = i % q->L;
+        for (c0 = 0; c0 < q->dim; c0 += q->gs) {
+            const float r = selscan__norm_r(q, b, t, c0);
+            float sdn = 0.0f, m;
+            for (c = c0; c < c0 + q->gs; c++) { /* mean of dn * n */
+                float s;
+                const float n = selscan__norm_u(q, b, t, c, &s, NULL, NULL) * r;
+                const float dout = selscan__load(g->dout.data, SELSCAN__AT3(g->dout, b, t, c), q->dt);
+                float dn = dout * selscan__norm_w(q, c);
+                if (gate_after) dn *= s;
+                sdn += dn * n;
+            }
+            m = sdn / SELSCAN__CAST(float, q->gs);
+            for (c = c0; c < c0 + q->gs; c++) {
+                float s, yv, zv;
+                const float n = selscan__norm_u(q, b, t, c, &s, &yv, &zv) * r, w = selscan__norm_w(q, c);
+                const float dout = selscan__load(g->dout.data, SELSCAN__AT3(g->dout, b, t, c), q->dt);
+                const float dn = gate_after ? dout * w * s : dout * w, du = r * (dn - n * m);
+                if (g->dy.data) selscan__store(g->dy.data, SELSCAN__AT3(g->dy, b, t, c), q->dt, gate_in ? du * s : du);
+                if (g->dz.data) {
+                    const float sg = selscan__sigmoid(zv), ds = sg * (1.0f + zv * (1.0f - sg));
+                    const float dz = gate_after ? dout * n * w * ds : du * yv * ds;
+                    selscan__store(g->dz.data, SELSCAN__AT3(g->dz, b, t, c), q->dt, dz);
+                }
+                if (dw) dw[c * dws] += gate_after ? dout * n * s : dout * n;
+            }
+        }
+    }
+}
+static void selscan__norm_ref_backward(const selscan__nprob *q, const selscan__ngrd *g) {
+    selscan__norm_ref_bwd_rows(q, g, 0, q->batch * q->L, SELSCAN__CAST(float *, g->dweight.data), g->dweight.s[0]);
+}
+
+/* The CPU entries' loop: the reference's arithmetic in its order (so bitwise its results), with a
+   group's y, z, sigmoid(z), u and dout loaded once into stack buffers (groups of up to
+   SELSCAN__NORM_CB channels, 40 KiB: Mamba-2's 130m and 370m groups; larger groups run the
+   reference's loop): the reference loads each element and takes its sigmoid (expf) again in every
+   pass, three passes in the backward. Measured on the 2-core VM (2 x 512 x 1536 f32, one group):
+   forward 5.9 ms, backward 10.2 ms, the reference's 14.6 and 31.3. */
+#define SELSCAN__NORM_CB 2048
+typedef struct selscan__nbuf {
+    float y[SELSCAN__NORM_CB], z[SELSCAN__NORM_CB], sg[SELSCAN__NORM_CB], u[SELSCAN__NORM_CB], d[SELSCAN__NORM_CB];
+} selscan__nbuf;
+/* Loads the group at c0 of row (b, t) into B (dout too where g is given); returns r (the reference's
+   sum of u^2 in channel order). */
+static float selscan__norm_group(const selscan__nprob *q, const selscan__ngrd *g, int64_t b, int64_t t, int64_t c0,
+                                 selscan__nbuf *B) {
+    const int in = q->z.data && !q->before;
+    float ss = 0.0f;
+    int64_t c;
+    for (c = 0; c < q->gs; c++) {
+        const float yv = selscan__load(q->y.data, SELSCAN__AT3(q->y, b, t, c0 + c), q->dt);
+        float zv = 0.0f, sg = 0.0f, u = yv;
+        if (q->z.data) {
+            zv = selscan__load(q->z.data, SELSCAN__AT3(q->z, b, t, c0 + c), q->dt);
+            sg = selscan__sigmoid(zv);
+            if (in) u = yv * (zv * sg);
+        }
+        B->y[c] = yv;
+        B->z[c] = zv;
+        B->sg[c] = sg;
+        B->u[c] = u;
+        if (g) B->d[c] = selscan__load(g->dout.data, SELSCAN__AT3(g->dout, b, t, c0 + c), q->dt);
+        ss += u * u;
+    }
+    return 1.0f / sqrtf(ss / SELSCAN__CAST(float, q->gs) + q->eps);
+}
+
+static void selscan__norm_cpu_fwd_rows(const selscan__nprob *q, int64_t r0, int64_t r1) {
+    selscan__nbuf B;
+    const int after = q->z.data && q->before;
+    int64_t i, c0, c;
+    if (q->gs > SELSCAN__NORM_CB) {
+        selscan__norm_ref_fwd_rows(q, r0, r1);
+        return;
+    }
+    for (i = r0; i < r1; i++) {
+        const int64_t b = i / q->L, t = i % q->L;
+        for (c0 = 0; c0 < q->dim; c0 += q->gs) {
+            const float r = selscan__norm_group(q, NULL, b, t, c0, &B);
+            for (c = 0; c < q->gs; c++) {
+                float o = B.u[c] * r * selscan__norm_w(q, c0 + c);
+                if (after) o *= B.z[c] * B.sg[c];
+                selscan__store(q->out.data, SELSCAN__AT3(q->out, b, t, c0 + c), q->dt, o);
+            }
+        }
+    }
+}
+
+/* rows [r0, r1); dweight's sums into dw[c * dws] (zeroed first; NULL: not asked for) */
+static void selscan__norm_cpu_bwd_rows(const selscan__nprob *q, const selscan__ngrd *g, int64_t r0, int64_t r1, float *dw,
+                                       int64_t dws) {
+    selscan__nbuf B;
+    const int after = q->z.data && q->before, in = q->z.data && !q->before;
+    int64_t i, c0, c;
+    if (q->gs > SELSCAN__NORM_CB) {
+        selscan__norm_ref_bwd_rows(q, g, r0, r1, dw, dws);
+        return;
+    }
+    if (dw)
+        for (c = 0; c < q->dim; c++) dw[c * dws] = 0.0f;
+    for (i = r0; i < r1; i++) {
+        const int64_t b = i / q->L, t = i % q->L;
+        for (c0 = 0; c0 < q->dim; c0 += q->gs) {
+            const float r = selscan__norm_group(q, g, b, t, c0, &B);
+            float sdn = 0.0f, m;
+            for (c = 0; c < q->gs; c++) {
+                const float n = B.u[c] * r;
+                float dn = B.d[c] * selscan__norm_w(q, c0 + c);
+                if (after) dn *= B.z[c] * B.sg[c];
+                sdn += dn * n;
+            }
+            m = sdn / SELSCAN__CAST(float, q->gs);
+            for (c = 0; c < q->gs; c++) {
+                const float s = q->z.data ? B.z[c] * B.sg[c] : 1.0f, n = B.u[c] * r, w = selscan__norm_w(q, c0 + c);
+                const float dout = B.d[c], dn = after ? dout * w * s : dout * w, du = r * (dn - n * m);
+                if (g->dy.data) selscan__store(g->dy.data, SELSCAN__AT3(g->dy, b, t, c0 + c), q->dt, in ? du * s : du);
+                if (g->dz.data) {
+                    const float sg = B.sg[c], zv = B.z[c], ds = sg * (1.0f + zv * (1.0f - sg));
+                    const float dz = after ? dout * n * w * ds : du * B.y[c] * ds;
+                    selscan__store(g->dz.data, SELSCAN__AT3(g->dz, b, t, c0 + c), q->dt, dz);
+                }
+                if (dw) dw[(c0 + c) * dws] += after ? dout * n * s : dout * n;
+            }
+        }
+    }
+}
+
+#if defined(__GNUC__) && !defined(__clang__) && !defined(__CUDACC__)
+#pragma GCC pop_options
+#elif defined(__clang__)
+#pragma STDC FP_CONTRACT DEFAULT
+#endif
+
+SELSCAN_DEF selscan_status selscan_norm_forward_ref(const selscan_norm_problem *p) {
+    selscan__nprob q;
+    selscan_status st = selscan__norm_validate_forward(p, &q);
+    if (st != SELSCAN_OK) return st;
+    { /* the caller's errno is kept (see selscan_forward_ref) */
+        const int saved_errno = errno;
+        selscan__norm_ref_forward(&q);
+        errno = saved_errno;
+    }
+    return SELSCAN_OK;
+}
+
+SELSCAN_DEF selscan_status selscan_norm_backward_ref(const selscan_norm_problem *p, const selscan_norm_grads *g) {
+    selscan__nprob q;
+    selscan__ngrd r;
+    selscan_status st = selscan__norm_validate_backward(p, g, &q, &r);
+    if (st != SELSCAN_OK) return st;
+    {
+        const int saved_errno = errno;
+        selscan__norm_ref_backward(&q, &r);
+        errno = saved_errno;
+    }
+    return SELSCAN_OK;
+}
+
+SELSCAN_DEF selscan_status selscan_norm_forward_cpu(const selscan_norm_problem *p) {
+    selscan__nprob q;
+    selscan_status st = selscan__norm_validate_forward(p, &q);
+    if (st != SELSCAN_OK) return st;
+    {
+        const int saved_errno = errno;
+        selscan__norm_cpu_fwd_rows(&q, 0, q.batch * q.L);
+        errno = saved_errno;
+    }
+    return SELSCAN_OK;
+}
+
+SELSCAN_DEF selscan_status selscan_norm_backward_cpu(const selscan_norm_problem *p, const selscan_norm_grads *g) {
+    selscan__nprob q;
+    selscan__ngrd r;
+    selscan_status st = selscan__norm_validate_backward(p, g, &q, &r);
+    if (st != SELSCAN_OK) return st;
+    {
+        const int saved_errno = errno;
+        selscan__norm_cpu_bwd_rows(&q, &r, 0, q.batch * q.L, SELSCAN__CAST(float *, r.dweight.data), r.dweight.s[0]);
+        errno = saved_errno;
+    }
+    return SELSCAN_OK;
+}
+
+#endif /* SELSCAN_VALIDATION_ONLY: >>norm */
 #ifndef SELSCAN_VALIDATION_ONLY
 
 /* --------------------------------------------------------------------------------------------- */
@@ -4759,6 +5249,113 @@ SELSCAN_DEF selscan_status selscan_ssd_backward_cpu(const selscan_ssd_problem *p
     if (st != SELSCAN_OK) return st;
     return selscan__ssd_backward_reduce(p, g, 0, 1, workspace, workspace_bytes);
 }
+/* ---- >>norm-entry: the gated norm's parts (>>norm-api; its loops: >>norm-reference) ----------- */
+/* The backward's parts sum dweight over blocks of SELSCAN__NORM_RB rows (each block's rows in
+   order, from 0, into its own row of the workspace), the reduce the blocks in order, from 0: one
+   order for every n_parts. */
+#define SELSCAN__NORM_RB 64
+static int64_t selscan__norm_nblk(const selscan__nprob *q) { return (q->batch * q->L + SELSCAN__NORM_RB - 1) / SELSCAN__NORM_RB; }
+static int64_t selscan__norm_ws_parts(const selscan__nprob *q, const selscan__ngrd *r) {
+    return r && r->dweight.data ? selscan__align_up(selscan__smul(selscan__smul(selscan__norm_nblk(q), q->dim), 4)) : 0;
+}
+
+/* a backward part's checks: the part, the problem, the workspace (aligned up in *ws; its size and
+   its overlap with any operand) */
+static selscan_status selscan__norm_parts_begin(const selscan_norm_problem *p, const selscan_norm_grads *g, int64_t part,
+                                                int64_t nparts, void **ws, size_t *bytes, selscan__nprob *q, selscan__ngrd *r,
+                                                int64_t *need) {
+    selscan_status st;
+    if ((st = selscan__check_part(part, nparts, p ? p->diag : NULL)) != SELSCAN_OK) return st;
+    *ws = selscan__ws_align(*ws, *bytes, bytes);
+    if ((st = selscan__norm_validate_backward(p, g, q, r)) != SELSCAN_OK) return st;
+    *need = selscan__norm_ws_parts(q, r);
+    if ((st = selscan__check_ws_d(*ws, *bytes, *need, q->diag)) != SELSCAN_OK) return st;
+    if (*need > 0) {
+        const selscan__ten *outs[] = {SELSCAN__NORM_GRAD_OPERANDS(SELSCAN__OPD_OUTS, r)};
+        const selscan__ten *ins[] = {SELSCAN__NORM_OPERANDS(SELSCAN__OPD_INS, q) SELSCAN__NORM_GRAD_OPERANDS(SELSCAN__OPD_INS, r)};
+        return selscan__check_alias_d(outs, SELSCAN__COUNT(outs), ins, SELSCAN__COUNT(ins), NULL, 0, "", *ws, *need, q->diag);
+    }
+    return SELSCAN_OK;
+}
+
+SELSCAN_DEF selscan_status selscan_norm_workspace_size_parts(const selscan_norm_problem *p, const selscan_norm_grads *g,
+                                                             int64_t n_parts, size_t *bytes) {
+    selscan__nprob q;
+    selscan__ngrd r;
+    selscan_status st;
+    int64_t need = 0;
+    if (!bytes) return selscan__fail(p ? p->diag : NULL, SELSCAN_ERR_NULL, "bytes", SELSCAN_RULE_MISSING);
+    if ((st = selscan__check_part(0, n_parts, p ? p->diag : NULL)) != SELSCAN_OK) return st;
+    if (g) {
+        if ((st = selscan__norm_validate_backward(p, g, &q, &r)) != SELSCAN_OK) return st;
+        need = selscan__norm_ws_parts(&q, &r);
+    } else if ((st = selscan__norm_validate_forward(p, &q)) != SELSCAN_OK) {
+        return st;
+    }
+    if (!selscan__size_ok(need) || !selscan__size_ok(selscan__with_slack(need)))
+        return selscan__fail(p->diag, SELSCAN_ERR_SHAPE, "workspace", SELSCAN_RULE_SIZE_OVERFLOWS);
+    *bytes = SELSCAN__CAST(size_t, selscan__with_slack(need));
+    return SELSCAN_OK;
+}
+
+SELSCAN_DEF selscan_status selscan_norm_forward_cpu_part(const selscan_norm_problem *p, int64_t part, int64_t n_parts) {
+    selscan__nprob q;
+    selscan_status st;
+    int64_t r0, r1;
+    if ((st = selscan__check_part(part, n_parts, p ? p->diag : NULL)) != SELSCAN_OK) return st;
+    if ((st = selscan__norm_validate_forward(p, &q)) != SELSCAN_OK) return st;
+    selscan__split(q.batch * q.L, part, n_parts, &r0, &r1);
+    {
+        const int saved_errno = errno;
+        selscan__norm_cpu_fwd_rows(&q, r0, r1);
+        errno = saved_errno;
+    }
+    return SELSCAN_OK;
+}
+
+SELSCAN_DEF selscan_status selscan_norm_backward_cpu_part(const selscan_norm_problem *p, const selscan_norm_grads *g,
+                                                          int64_t part, int64_t n_parts, void *workspace,
+                                                          size_t workspace_bytes) {
+    selscan__nprob q;
+    selscan__ngrd r;
+    selscan_status st;
+    int64_t need, k0, k1, k;
+    if ((st = selscan__norm_parts_begin(p, g, part, n_parts, &workspace, &workspace_bytes, &q, &r, &need)) != SELSCAN_OK)
+        return st;
+    selscan__split(selscan__norm_nblk(&q), part, n_parts, &k0, &k1);
+    {
+        const int saved_errno = errno;
+        for (k = k0; k < k1; k++) {
+            const int64_t e = (k + 1) * SELSCAN__NORM_RB, rows = q.batch * q.L;
+            selscan__norm_cpu_bwd_rows(&q, &r, k * SELSCAN__NORM_RB, e < rows ? e : rows,
+                                       need ? SELSCAN__CAST(float *, workspace) + k * q.dim : NULL, 1);
+        }
+        errno = saved_errno;
+    }
+    return SELSCAN_OK;
+}
+
+SELSCAN_DEF selscan_status selscan_norm_backward_cpu_reduce(const selscan_norm_problem *p, const selscan_norm_grads *g,
+                                                            int64_t part, int64_t n_parts, void *workspace,
+                                                            size_t workspace_bytes) {
+    selscan__nprob q;
+    selscan__ngrd r;
+    selscan_status st;
+    int64_t need, c0, c1, c, k, nb;
+    if ((st = selscan__norm_parts_begin(p, g, part, n_parts, &workspace, &workspace_bytes, &q, &r, &need)) != SELSCAN_OK)
+        return st;
+    if (!need) return SELSCAN_OK;
+    nb = selscan__norm_nblk(&q);
+    selscan__split(q.dim, part, n_parts, &c0, &c1);
+    for (c = c0; c < c1; c++) {
+        const float *w = SELSCAN__CAST(const float *, workspace);
+        float s = 0.0f;
+        for (k = 0; k < nb; k++) s += w[k * q.dim + c];
+        SELSCAN__CAST(float *, r.dweight.data)[SELSCAN__AT1(r.dweight, c)] = s;
+    }
+    return SELSCAN_OK;
+}
+
 /* --------------------------------------------------------------------------------------------- */
 /* >>entry                          public CPU entry points                                      */
 /* --------------------------------------------------------------------------------------------- */

@@ -33,6 +33,7 @@
  *                       conv_dinit / conv_step kernels and their host side;
  *                       >>conv-rows  conv_fwd_rows / conv_bwd_rows (unit L stride);
  *                       >>conv-cl    conv_fwd_cl / conv_bwd_cl (unit channel stride)
+ *     >>norm-cuda       the gated RMS norm: norm_fwd / norm_bwd / norm_reduce kernels, host side
  *     >>ssd-cuda        Mamba-2's SSD scan: ssd_fwd / ssd_bwd (two walks) / ssd_dt / ssd_bc /
  *                       ssd_param kernels and their host side (its DESIGN there)
  *     >>ssd-chunk       the SSD forward in chunks, ssd_ck_fwd_kernel (not selected by default)
@@ -61,6 +62,7 @@
  *     conv_fwd_cl_kernel   unit channel stride, the same conditions, where the rows    >>conv-cl
  *     conv_bwd_cl_kernel   path does not apply (the Mamba-2 layer's channels-last xBC)
  *     conv_*_kernel        every other causal conv1d call (widths 2..4, any strides)   >>conv
+ *     norm_*_kernel        every gated RMS norm call (any group size, any strides)    >>norm-cuda
  *     ssd_fwd_kernel       every SSD forward (dstate <= 512, any strides)             >>ssd-cuda
  *     ssd_ck_fwd_kernel    no SSD forward by default (ssd_ck_mode: tests, benchmark)  >>ssd-chunk
  *     ssd_ckb_*_kernel     SSD backwards without packed sequences, 32 < dstate <= 128,  >>ssd-chunk-bwd
@@ -232,6 +234,22 @@ SELSCAN_DEF selscan_status selscan_conv_backward_cuda(const selscan_conv_problem
                                                       cudaStream_t stream);
 SELSCAN_DEF selscan_status selscan_conv_step_cuda(const selscan_conv_step_problem *s, const selscan_cuda_ext *x,
                                                   cudaStream_t stream);
+
+/* ---- the gated RMS norm (selscan.h >>norm-api; >>norm-cuda says how) ----
+   Every tensor pointer is device memory; ext may be NULL (the norm uses its cuda_error and, in the
+   backward, workspace_alloc / workspace_ctx). The forward needs no workspace; the backward's
+   (dweight's per-block partial sums, reduced in a fixed order: deterministic) is
+   selscan_norm_workspace_size_cuda() bytes at any address (0 without dweight: NULL is fine). Any
+   group_size, any strides; a grid past 2^31 - 1 blocks: SELSCAN_ERR_UNSUPPORTED ("dim"). Results
+   differ from selscan_norm_forward_ref / _backward_ref by rounding only (the sums' order, the fast
+   sigmoid). */
+SELSCAN_DEF selscan_status selscan_norm_workspace_size_cuda(const selscan_norm_problem *p, const selscan_norm_grads *g,
+                                                            size_t *bytes);
+SELSCAN_DEF selscan_status selscan_norm_forward_cuda(const selscan_norm_problem *p, const selscan_cuda_ext *x,
+                                                     cudaStream_t stream);
+SELSCAN_DEF selscan_status selscan_norm_backward_cuda(const selscan_norm_problem *p, const selscan_norm_grads *g,
+                                                      const selscan_cuda_ext *x, void *workspace, size_t bytes,
+                                                      cudaStream_t stream);
 
 /* ---- Mamba-2's SSD scan (selscan.h >>ssd-api; >>ssd-cuda says how) ----
    The CPU entries' contract and results (f32 inside, the backward's walks in double; differences
@@ -7782,6 +7800,328 @@ static selscan_status ssd_workspace_size(const selscan_ssd_problem *p, const sel
     return st;
 }
 
+/* ---------------------------------------------------------------------------------------------- */
+/* >>norm-cuda       the gated RMS norm (selscan.h >>norm-api), kernels and host                  */
+/* ---------------------------------------------------------------------------------------------- */
+/* One block of kThreads a (row, group) in the forward, a (chunk of rows, group) in the backward;
+   row = (batch row, step). A thread takes kNormV consecutive channels at a time (16-byte loads
+   and stores for 2-byte T where every (batch, L, dim) operand has unit channel stride: load_raw /
+   store_row, which fall back to word or element accesses on misaligned or partial chunks), else
+   one channel at a time through the strides. Two passes over the group: the sums (forward: of u^2;
+   backward: of u^2 and dn * u together), a block reduction in a fixed tree (shuffles, then the
+   warps' sums in warp order: deterministic), then the outputs from a second read of the group's
+   inputs (cache hits: a group is at most a few KiB at Mamba-2's sizes). The backward's dweight:
+   each block adds its rows' dout * n (* s) per channel, in row order, into its own partial row
+   [block][dim] in the workspace (a channel's owner thread is the same for every row of the block:
+   its first two chunks' sums in registers, written once; further chunks (groups over 2048
+   channels) read-add-write the partial row, no synchronization needed), and norm_reduce_kernel adds
+   the blocks' partials of a channel in block order: bitwise the same every call. silu's sigmoid on the fast
+   exp unit (sigm), 1 / sqrtf (IEEE): results differ from the CPU reference by rounding only. */
+const int kNormV = 8;                 /* channels a thread's chunk */
+const int64_t kNormBlocks = 1024;     /* backward: (row chunk, group) blocks aimed at (a few waves) */
+
+struct norm_params {
+    int64_t rows, L, dim, gs, ngroups; /* rows: batch * L */
+    int64_t rchunk;                    /* backward: rows a block */
+    float eps;
+    int before, hz;                    /* SELSCAN_NORM_BEFORE_GATE; z given */
+    ct y, z, weight, out, dout, dy, dz, dweight;
+    float *part;                       /* backward: per-block dweight partials, [block][dim] */
+};
+
+/* a (batch, L, dim) tensor's element offset; rw: the row's (batch row, step), divided once a row */
+struct norm_row {
+    int64_t b, l;
+};
+static __device__ __forceinline__ int64_t norm_at(const ct &t, const norm_row &rw, int64_t c) {
+    return rw.b * t.s[0] + rw.l * t.s[1] + c * t.s[2];
+}
+
+/* the block's sums of a and b, in a fixed order; every thread gets them (sh: 2 * kThreads / 32 floats) */
+static __device__ __forceinline__ void norm_block_sum2(float &a, float &b, float *sh) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) {
+        a += __shfl_xor_sync(0xffffffffu, a, o);
+        b += __shfl_xor_sync(0xffffffffu, b, o);
+    }
+    const int w = threadIdx.x / 32, nw = kThreads / 32;
+    __syncthreads(); /* sh is free (an earlier call's readers are done) */
+    if ((threadIdx.x & 31) == 0) {
+        sh[w] = a;
+        sh[nw + w] = b;
+    }
+    __syncthreads();
+    a = sh[0];
+    b = sh[nw];
+    for (int i = 1; i < nw; i++) {
+        a += sh[i];
+        b += sh[nw + i];
+    }
+}
+
+/* kNormV channels from c (n of them valid) of a (batch, L, dim) operand into f: VEC through
+   load_raw (unit channel stride), else one at a time by the strides */
+template <typename T, bool VEC>
+static __device__ __forceinline__ void norm_load(float (&f)[kNormV], const ct &t, const norm_row &rw, int64_t c, int n) {
+    if (VEC) {
+        rawv<T, kNormV> r;
+        load_raw<T, kNormV>(r, static_cast<const T *>(t.p) + norm_at(t, rw, c), n, false);
+#pragma unroll
+        for (int k = 0; k < kNormV; k++) f[k] = raw_get<T, kNormV>(r, k);
+    } else {
+        const int64_t o = norm_at(t, rw, c);
+#pragma unroll
+        for (int k = 0; k < kNormV; k++) f[k] = k < n ? ld<T>(t.p, o + k * t.s[2]) : 0.0f;
+    }
+}
+template <typename T, bool VEC>
+static __device__ __forceinline__ void norm_store(const ct &t, const norm_row &rw, int64_t c, const float (&f)[kNormV], int n) {
+    if (VEC) {
+        store_row<T, kNormV>(static_cast<T *>(t.p) + norm_at(t, rw, c), f, n);
+    } else {
+        const int64_t o = norm_at(t, rw, c);
+#pragma unroll
+        for (int k = 0; k < kNormV; k++)
+            if (k < n) st<T>(t.p, o + k * t.s[2], f[k]);
+    }
+}
+/* weight of channels c .. c + n - 1 (1 where absent) */
+static __device__ __forceinline__ void norm_weight(float (&w)[kNormV], const norm_params &P, int64_t c, int n) {
+#pragma unroll
+    for (int k = 0; k < kNormV; k++)
+        w[k] = P.weight.p && k < n ? static_cast<const float *>(P.weight.p)[(c + k) * P.weight.s[0]] : 1.0f;
+}
+
+/* u and the gate s of a chunk (s 1 without z) */
+template <typename T, bool VEC>
+static __device__ __forceinline__ void norm_u(const norm_params &P, const norm_row &rw, int64_t c, int n, float (&y)[kNormV], float (&z)[kNormV],
+                                              float (&s)[kNormV], float (&u)[kNormV]) {
+    norm_load<T, VEC>(y, P.y, rw, c, n);
+    if (P.hz) norm_load<T, VEC>(z, P.z, rw, c, n);
+#pragma unroll
+    for (int k = 0; k < kNormV; k++) {
+        s[k] = P.hz ? z[k] * sigm(z[k]) : 1.0f;
+        u[k] = P.hz && !P.before ? y[k] * s[k] : y[k];
+    }
+}
+
+template <typename T, bool VEC> static __global__ void __launch_bounds__(kThreads) norm_fwd_kernel(const norm_params P) {
+    __shared__ float sh[2 * kThreads / 32];
+    const int64_t row = static_cast<int64_t>(blockIdx.x) / P.ngroups, c0 = (static_cast<int64_t>(blockIdx.x) % P.ngroups) * P.gs;
+    const int64_t step = static_cast<int64_t>(kThreads) * kNormV;
+    const norm_row rw = {row / P.L, row % P.L};
+    float ss = 0.0f, unused = 0.0f;
+    for (int64_t j = static_cast<int64_t>(threadIdx.x) * kNormV; j < P.gs; j += step) {
+        const int n = static_cast<int>(P.gs - j < kNormV ? P.gs - j : kNormV);
+        float y[kNormV], z[kNormV], s[kNormV], u[kNormV];
+        norm_u<T, VEC>(P, rw, c0 + j, n, y, z, s, u);
+#pragma unroll
+        for (int k = 0; k < kNormV; k++) ss = fmaf(u[k], u[k], ss); /* (the absent ones are 0) */
+    }
+    norm_block_sum2(ss, unused, sh);
+    const float r = 1.0f / sqrtf(ss / static_cast<float>(P.gs) + P.eps);
+    const bool after = P.hz && P.before;
+    for (int64_t j = static_cast<int64_t>(threadIdx.x) * kNormV; j < P.gs; j += step) {
+        const int n = static_cast<int>(P.gs - j < kNormV ? P.gs - j : kNormV);
+        float y[kNormV], z[kNormV], s[kNormV], u[kNormV], w[kNormV], o[kNormV];
+        norm_u<T, VEC>(P, rw, c0 + j, n, y, z, s, u);
+        norm_weight(w, P, c0 + j, n);
+#pragma unroll
+        for (int k = 0; k < kNormV; k++) o[k] = after ? u[k] * r * w[k] * s[k] : u[k] * r * w[k];
+        norm_store<T, VEC>(P.out, rw, c0 + j, o, n);
+    }
+}
+
+/* Rows [blk * rchunk, + rchunk) of one group; dweight's partial of the block in P.part. */
+template <typename T, bool VEC> static __global__ void __launch_bounds__(kThreads) norm_bwd_kernel(const norm_params P) {
+    __shared__ float sh[2 * kThreads / 32];
+    const int64_t blk = static_cast<int64_t>(blockIdx.x) / P.ngroups, c0 = (static_cast<int64_t>(blockIdx.x) % P.ngroups) * P.gs;
+    const int64_t r0 = blk * P.rchunk, r1 = r0 + P.rchunk < P.rows ? r0 + P.rchunk : P.rows;
+    const int64_t step = static_cast<int64_t>(kThreads) * kNormV;
+    const bool after = P.hz && P.before, in = P.hz && !P.before;
+    float *part = P.part ? P.part + blk * P.dim + c0 : NULL;
+    /* dweight of the thread's first two chunks in registers over the block's rows (a group of up to
+       2 * kThreads * kNormV channels: Mamba-2's); further chunks read-add-write their partial row */
+    float acc0[kNormV], acc1[kNormV];
+#pragma unroll
+    for (int k = 0; k < kNormV; k++) acc0[k] = acc1[k] = 0.0f;
+    for (int64_t row = r0; row < r1; row++) {
+        const norm_row rw = {row / P.L, row % P.L};
+        float ss = 0.0f, sd = 0.0f;
+        for (int64_t j = static_cast<int64_t>(threadIdx.x) * kNormV; j < P.gs; j += step) {
+            const int n = static_cast<int>(P.gs - j < kNormV ? P.gs - j : kNormV);
+            float y[kNormV], z[kNormV], s[kNormV], u[kNormV], w[kNormV], d[kNormV];
+            norm_u<T, VEC>(P, rw, c0 + j, n, y, z, s, u);
+            norm_weight(w, P, c0 + j, n);
+            norm_load<T, VEC>(d, P.dout, rw, c0 + j, n);
+#pragma unroll
+            for (int k = 0; k < kNormV; k++) {
+                const float dn = after ? d[k] * w[k] * s[k] : d[k] * w[k];
+                ss = fmaf(u[k], u[k], ss);
+                sd = fmaf(dn, u[k], sd);
+            }
+        }
+        norm_block_sum2(ss, sd, sh);
+        const float r = 1.0f / sqrtf(ss / static_cast<float>(P.gs) + P.eps);
+        const float m = r * (sd / static_cast<float>(P.gs)); /* mean of dn * n */
+        int q = 0; /* the thread's chunk number */
+        for (int64_t j = static_cast<int64_t>(threadIdx.x) * kNormV; j < P.gs; j += step, q++) {
+            const int n = static_cast<int>(P.gs - j < kNormV ? P.gs - j : kNormV);
+            float y[kNormV], z[kNormV], s[kNormV], u[kNormV], w[kNormV], d[kNormV], gy[kNormV], gz[kNormV];
+            norm_u<T, VEC>(P, rw, c0 + j, n, y, z, s, u);
+            norm_weight(w, P, c0 + j, n);
+            norm_load<T, VEC>(d, P.dout, rw, c0 + j, n);
+#pragma unroll
+            for (int k = 0; k < kNormV; k++) {
+                const float nn = u[k] * r, dn = after ? d[k] * w[k] * s[k] : d[k] * w[k], du = r * (dn - nn * m);
+                gy[k] = in ? du * s[k] : du;
+                if (P.hz) {
+                    const float sg = sigm(z[k]), ds = sg * (1.0f + z[k] * (1.0f - sg));
+                    gz[k] = after ? d[k] * nn * w[k] * ds : du * y[k] * ds;
+                } else {
+                    gz[k] = 0.0f;
+                }
+                if (part && k < n) { /* this thread's channel: rows in order */
+                    const float g = after ? d[k] * nn * s[k] : d[k] * nn;
+                    if (q == 0) acc0[k] += g;
+                    else if (q == 1) acc1[k] += g;
+                    else part[j + k] = row == r0 ? g : part[j + k] + g;
+                }
+            }
+            if (P.dy.p) norm_store<T, VEC>(P.dy, rw, c0 + j, gy, n);
+            if (P.dz.p) norm_store<T, VEC>(P.dz, rw, c0 + j, gz, n);
+        }
+    }
+    if (part) {
+        const int64_t j0 = static_cast<int64_t>(threadIdx.x) * kNormV, j1 = j0 + step;
+#pragma unroll
+        for (int k = 0; k < kNormV; k++) {
+            if (j0 + k < P.gs) part[j0 + k] = acc0[k];
+            if (j1 + k < P.gs) part[j1 + k] = acc1[k];
+        }
+    }
+}
+
+/* dweight[c] = the blocks' partials of c added in block order */
+static __global__ void __launch_bounds__(256) norm_reduce_kernel(const norm_params P, int64_t nblk) {
+    const int64_t c = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+    if (c >= P.dim) return;
+    float s = 0.0f;
+    for (int64_t j = 0; j < nblk; j++) s += P.part[j * P.dim + c];
+    static_cast<float *>(P.dweight.p)[c * P.dweight.s[0]] = s;
+}
+
+/* unit channel stride on every (batch, L, dim) operand given: the vector loads */
+static bool norm_vec(const selscan__ten *const *ts, int n) {
+    for (int i = 0; i < n; i++)
+        if (ts[i]->data && ts[i]->s[2] != 1) return false;
+    return true;
+}
+
+static void norm_fill(norm_params &P, const selscan__nprob &q) {
+    memset(&P, 0, sizeof P);
+    P.rows = q.batch * q.L; P.L = q.L; P.dim = q.dim; P.gs = q.gs; P.ngroups = q.dim / q.gs;
+    P.eps = q.eps; P.before = q.before; P.hz = q.z.data != NULL;
+    SELSCAN__NORM_OPERANDS(SELSCAN__CUDA_CT, &q)
+}
+
+/* rows a backward block (so that about kNormBlocks blocks run), and the row chunks */
+static void norm_chunks(const selscan__nprob &q, int64_t *rchunk, int64_t *nchunks) {
+    const int64_t rows = q.batch * q.L, ng = q.dim / q.gs;
+    int64_t want = cdiv(kNormBlocks, ng);
+    if (want > rows) want = rows;
+    *rchunk = cdiv(rows, want);
+    *nchunks = cdiv(rows, *rchunk);
+}
+
+/* The backward's workspace bytes (before the alignment slack): the per-block partials when
+   dweight is asked for; -1 when the size overflows. */
+static int64_t norm_ws_need(const selscan__nprob &q, const selscan__ngrd &r) {
+    if (!r.dweight.data) return 0;
+    int64_t rchunk, nch;
+    norm_chunks(q, &rchunk, &nch);
+    sizecalc c;
+    const int64_t n = c.al(c.mul(c.mul(nch, q.dim), 4));
+    return c.ok ? n : -1;
+}
+
+static selscan_status norm_forward(const selscan_norm_problem *p, const selscan_cuda_ext *x, cudaStream_t stream) {
+    selscan__nprob q;
+    norm_params P;
+    cudaError_t *err = x ? x->cuda_error : NULL;
+    selscan_status st;
+    if ((st = selscan__norm_validate_forward(p, &q)) != SELSCAN_OK) return st;
+    sizecalc c;
+    const int64_t nblk = c.mul(c.mul(q.batch, q.L), q.dim / q.gs);
+    if (!c.ok || nblk > kMaxGrid) return fail_grid(p->diag);
+    norm_fill(P, q);
+    const selscan__ten *ts[] = {&q.y, &q.z, &q.out};
+    const bool vec = norm_vec(ts, SELSCAN__COUNT(ts));
+    selscan_cuda_detail::with_dtype(q.dt, [&](auto tag) {
+        using T = typename decltype(tag)::type;
+        if (vec) norm_fwd_kernel<T, true><<<static_cast<unsigned>(nblk), kThreads, 0, stream>>>(P);
+        else norm_fwd_kernel<T, false><<<static_cast<unsigned>(nblk), kThreads, 0, stream>>>(P);
+    });
+    SELSCAN__LAUNCHED();
+    return SELSCAN_OK;
+}
+
+static selscan_status norm_workspace_size(const selscan_norm_problem *p, const selscan_norm_grads *g, size_t *bytes) {
+    selscan__nprob q;
+    selscan__ngrd r;
+    selscan_status st;
+    if (!bytes) return selscan__fail(p ? p->diag : NULL, SELSCAN_ERR_NULL, "bytes", SELSCAN_RULE_MISSING);
+    if ((st = selscan__norm_validate_backward(p, g, &q, &r)) != SELSCAN_OK) return st;
+    const int64_t need = norm_ws_need(q, r);
+    if (need < 0) return fail_size(p->diag);
+    *bytes = ws_reported(need);
+    return SELSCAN_OK;
+}
+
+static selscan_status norm_backward(const selscan_norm_problem *p, const selscan_norm_grads *g, const selscan_cuda_ext *x,
+                                    void *workspace, size_t bytes, cudaStream_t stream) {
+    selscan__nprob q;
+    selscan__ngrd r;
+    norm_params P;
+    cudaError_t *err = x ? x->cuda_error : NULL;
+    selscan_status st;
+    char *ws;
+    if ((st = selscan__norm_validate_backward(p, g, &q, &r)) != SELSCAN_OK) return st;
+    selscan_diag *dg = p->diag;
+    int64_t rchunk, nch;
+    norm_chunks(q, &rchunk, &nch);
+    sizecalc c;
+    const int64_t nblk = c.mul(nch, q.dim / q.gs);
+    if (!c.ok || nblk > kMaxGrid || cdiv(q.dim, 256) > kMaxGrid) return fail_grid(dg);
+    const int64_t need = norm_ws_need(q, r);
+    if (need < 0) return fail_size(dg);
+    if ((st = take_workspace(x, need, &workspace, &bytes, dg)) != SELSCAN_OK) return st;
+    if ((st = check_workspace(workspace, bytes, need, &ws, dg)) != SELSCAN_OK) return st;
+    if (ws) {
+        const selscan__ten wst = flat(ws, need);
+        const selscan__ten *all[] = {SELSCAN__NORM_OPERANDS(SELSCAN__OPD_INS, &q) SELSCAN__NORM_GRAD_OPERANDS(SELSCAN__OPD_ALL, &r)};
+        if ((st = check_overlap(wst, all, SELSCAN__COUNT(all), dg, "workspace", "overlaps an operand")) != SELSCAN_OK) return st;
+    }
+    if (!r.dy.data && !r.dz.data && !r.dweight.data) return SELSCAN_OK; /* nothing asked for */
+    norm_fill(P, q);
+    SELSCAN__NORM_GRAD_OPERANDS(SELSCAN__CUDA_CT, &r)
+    P.rchunk = rchunk;
+    P.part = need ? reinterpret_cast<float *>(ws) : NULL;
+    const selscan__ten *ts[] = {&q.y, &q.z, &r.dout, &r.dy, &r.dz};
+    const bool vec = norm_vec(ts, SELSCAN__COUNT(ts));
+    selscan_cuda_detail::with_dtype(q.dt, [&](auto tag) {
+        using T = typename decltype(tag)::type;
+        if (vec) norm_bwd_kernel<T, true><<<static_cast<unsigned>(nblk), kThreads, 0, stream>>>(P);
+        else norm_bwd_kernel<T, false><<<static_cast<unsigned>(nblk), kThreads, 0, stream>>>(P);
+    });
+    SELSCAN__LAUNCHED();
+    if (P.part) {
+        norm_reduce_kernel<<<nblocks(q.dim, 256), 256, 0, stream>>>(P, nch);
+        SELSCAN__LAUNCHED();
+    }
+    return SELSCAN_OK;
+}
+
 } /* namespace selscan_cuda_detail */
 
 /* ---------------------------------------------------------------------------------------------- */
@@ -7865,6 +8205,19 @@ SELSCAN_DEF selscan_status selscan_conv_backward_cuda(const selscan_conv_problem
 SELSCAN_DEF selscan_status selscan_conv_step_cuda(const selscan_conv_step_problem *s, const selscan_cuda_ext *x,
                                                   cudaStream_t stream) {
     return selscan_cuda_detail::conv_step(s, x, stream);
+}
+
+SELSCAN_DEF selscan_status selscan_norm_workspace_size_cuda(const selscan_norm_problem *p, const selscan_norm_grads *g, size_t *bytes) {
+    return selscan_cuda_detail::norm_workspace_size(p, g, bytes);
+}
+
+SELSCAN_DEF selscan_status selscan_norm_forward_cuda(const selscan_norm_problem *p, const selscan_cuda_ext *x, cudaStream_t stream) {
+    return selscan_cuda_detail::norm_forward(p, x, stream);
+}
+
+SELSCAN_DEF selscan_status selscan_norm_backward_cuda(const selscan_norm_problem *p, const selscan_norm_grads *g, const selscan_cuda_ext *x,
+                                                      void *workspace, size_t bytes, cudaStream_t stream) {
+    return selscan_cuda_detail::norm_backward(p, g, x, workspace, bytes, stream);
 }
 
 } /* extern "C" */

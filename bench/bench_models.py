@@ -789,6 +789,8 @@ KERNEL_CATEGORIES = [  # (category, substrings of the kernel name, lowercased), 
     # conv first: selscan's conv kernels live in namespace selscan_cuda_detail too
     ("conv", ["causal_conv1d", "conv_fwd", "conv_bwd", "conv_reduce", "conv_final", "conv_dinit", "conv_step", "conv1d",
               "cudnn", "depthwise"]),
+    # selscan's gated norm (SSD-torch-v4) before the scan's: its kernels live in selscan_cuda_detail too
+    ("gated norm", ["norm_fwd_kernel", "norm_bwd_kernel", "norm_reduce_kernel"]),
     ("scan selscan", ["selscan", "fwd_fast", "bwd_fast", "fwd_short", "bwd_general", "fwd_general", "ssd_"]),
     ("scan mamba_ssm", ["selective_scan"]),
     # mamba_ssm's Triton SSD (Mamba-2): _chunk_cumsum / _chunk_state / _state_passing / _bmm_chunk / _chunk_scan

@@ -199,33 +199,6 @@ def _gated_rms_norm_passes(y, z, weight, eps, group_size, norm_before_gate):
     return yn.to(y.dtype)
 
 
-def _gated_rms_norm_v3(y, z, weight, eps, group_size, norm_before_gate):
-    """selscan_torch.ssd._gated_rms_norm as SSD-torch-v3 had it (bench/NOTES.md), before the library's norm op
-    (SSD-torch-v4): torch's ops in float32, the RMS through torch's rms_norm."""
-    yf = y.float()
-    gate = torch.nn.functional.silu(z.float())
-    if not norm_before_gate:
-        yf = yf * gate
-    yn = torch.nn.functional.rms_norm(yf.unflatten(-1, (-1, group_size)), (group_size,), eps=eps).flatten(-2)
-    yn = yn * weight.float()
-    if norm_before_gate:
-        yn = yn * gate
-    return yn.to(y.dtype)
-
-
-@contextlib.contextmanager
-def norm_torch_ops():
-    """The gated norm as SSD-torch-v3's torch ops (_gated_rms_norm_v3) while held."""
-    import selscan_torch.ssd as ssd
-
-    own = ssd._gated_rms_norm
-    ssd._gated_rms_norm = _gated_rms_norm_v3
-    try:
-        yield
-    finally:
-        ssd._gated_rms_norm = own
-
-
 @contextlib.contextmanager
 def norm_passes():
     """The library's gated norm as separate ops (_gated_rms_norm_passes) while held."""
@@ -233,6 +206,29 @@ def norm_passes():
 
     own = ssd._gated_rms_norm
     ssd._gated_rms_norm = _gated_rms_norm_passes
+    try:
+        yield
+    finally:
+        ssd._gated_rms_norm = own
+
+
+def _gated_rms_norm_v3(y, z, weight, eps, group_size, norm_before_gate):
+    """selscan_torch.ssd._gated_rms_norm as it was in SSD-torch-v3 (bench/NOTES.md): torch ops in float32, the RMS
+    through torch's rms_norm (norm.py's _composition, the double backward's), autocast off."""
+    from selscan_torch import norm, ssd
+
+    with ssd._autocast(y.device.type):
+        return norm._composition(y, z, None if weight is None else weight.float(), group_size, eps, norm_before_gate)
+
+
+@contextlib.contextmanager
+def norm_v3():
+    """The library's gated norm as SSD-torch-v3's torch ops (_gated_rms_norm_v3) while held: the fused op's
+    (SSD-torch-v4) baseline in the same process."""
+    import selscan_torch.ssd as ssd
+
+    own = ssd._gated_rms_norm
+    ssd._gated_rms_norm = _gated_rms_norm_v3
     try:
         yield
     finally:
@@ -251,8 +247,8 @@ def layer_backends(L, a, shape="130m"):
     """(backends, run) as scan_backends' for mamba_split_conv1d_scan_combined (conv + scan + gated norm +
     out_proj, Mamba-2's layer after in_proj) at a layer shape: selscan's with recompute False / True (the
     scan's out kept) / True by torch's selective checkpoint (the recompute before SSD-torch-v3) / True with the
-    gated norm as SSD-torch-v3's torch ops (before the library's norm op) / as separate ops (the norm before
-    SSD-torch-v3), and mamba_ssm's (CUDA, where importable). The
+    gated norm as SSD-torch-v3's torch ops (before the fused op, SSD-torch-v4) / True with the gated norm as
+    separate ops (the norm before SSD-torch-v3), and mamba_ssm's (CUDA, where importable). The
     norm as transformers' Mamba-2 mixers call it (norm_before_gate False: the gate first), and both (the layer as
     it was before SSD-torch-v3)."""
     import selscan_torch as st
@@ -284,7 +280,7 @@ def layer_backends(L, a, shape="130m"):
     backends = {"selscan, recompute=False": lambda *a_, **k: layer(*a_, **k, recompute=False),
                 "selscan, recompute (scan's out kept)": layer,
                 "selscan, recompute by torch's selective checkpoint (scan's out kept)": (layer, layer_by_checkpoint),
-                "selscan, recompute, the norm as torch's ops (SSD-torch-v3's)": (layer, norm_torch_ops),
+                "selscan, recompute, the norm as SSD-torch-v3's torch ops": (layer, norm_v3),
                 "selscan, recompute, the norm as separate ops": (layer, norm_passes),
                 "selscan before SSD-torch-v3 (both)": (layer, layer_before_v3)}
     if dev.type == "cuda":

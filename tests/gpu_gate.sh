@@ -6,7 +6,7 @@
 # quick (make test-gpu, <= 8 min on an H200 with 16 cores, builds included), the parts side by side:
 #   builds:   the C CUDA suites, the TF op's CUDA TU + gpu_check (sm_90 only), selscan_torch (pip, CUDA
 #             kernels) into TORCH_PY's environment
-#   c-cuda:   test_cuda, test_cuda_cl, test_cuda_conv, test_cuda_ssd on their quick matrix (SELSCAN_TEST_QUICK=1)
+#   c-cuda:   test_cuda, test_cuda_cl, test_cuda_conv, test_cuda_ssd, test_cuda_norm on their quick matrix (SELSCAN_TEST_QUICK=1)
 #   memcheck: compute-sanitizer memcheck over the same quick matrix (four runs)
 #   torch:    the torch package's CUDA tests (pytest -k cuda, without those marked gpu_full), which hold the
 #             operand x rule refusals on CUDA and the transformers MambaForCausalLM smoke (training step
@@ -58,7 +58,7 @@ nvidia-smi -L 2>/dev/null | head -4
     echo "gpu-gate: $PY has no CUDA torch or sees no GPU"; echo "0 passed, 1 failed"; exit 1; }
 
 # ---- builds, side by side ------------------------------------------------------------------------
-build_c() { $MAKE --no-print-directory -j"$JOBS" "$BUILD/test_cuda" "$BUILD/test_cuda_cl" "$BUILD/test_cuda_conv" "$BUILD/test_cuda_ssd" \
+build_c() { $MAKE --no-print-directory -j"$JOBS" "$BUILD/test_cuda" "$BUILD/test_cuda_cl" "$BUILD/test_cuda_conv" "$BUILD/test_cuda_ssd" "$BUILD/test_cuda_norm" \
             "$BUILD/tf_op/gpu_check" TF_NVFLAGS="-O3 -std=c++17 -arch=sm_90"; }
 build_torch() { MAX_JOBS=$JOBS TORCH_CUDA_ARCH_LIST=${TORCH_CUDA_ARCH_LIST:-9.0} SELSCAN_TORCH_NO_ORT=1 \
                 "$PY" -m pip install -q --no-build-isolation --no-deps --force-reinstall ./bindings/torch; }
@@ -79,16 +79,16 @@ stamp "built"
 c_suites() {  # $1: quick or full
     local env=""; [ "$1" = quick ] && env="SELSCAN_TEST_QUICK=1"
     bash tests/run.sh "$env ./$BUILD/test_cuda" "$env ./$BUILD/test_cuda_cl" "$env ./$BUILD/test_cuda_conv" \
-        "$env ./$BUILD/test_cuda_ssd" | tail -6
+        "$env ./$BUILD/test_cuda_ssd" "$env ./$BUILD/test_cuda_norm" | tail -7
 }
-memcheck() {  # the four runs side by side, each bounded (GATE_MEMCHECK_S)
+memcheck() {  # the five runs side by side, each bounded (GATE_MEMCHECK_S)
     local b p=0 f=0 rc
-    for b in test_cuda test_cuda_cl test_cuda_conv test_cuda_ssd; do
+    for b in test_cuda test_cuda_cl test_cuda_conv test_cuda_ssd test_cuda_norm; do
         ( SELSCAN_TEST_QUICK=1 timeout "${GATE_MEMCHECK_S:-330}" compute-sanitizer --tool memcheck --leak-check full \
             --error-exitcode 99 "./$BUILD/$b" >"$LOG/memcheck-$b.txt" 2>&1; echo $? >"$LOG/memcheck-$b.rc" ) &
     done
     wait
-    for b in test_cuda test_cuda_cl test_cuda_conv test_cuda_ssd; do
+    for b in test_cuda test_cuda_cl test_cuda_conv test_cuda_ssd test_cuda_norm; do
         rc=$(cat "$LOG/memcheck-$b.rc")
         echo "memcheck $b: $(grep -E 'ERROR SUMMARY' "$LOG/memcheck-$b.txt" | tail -1 | sed 's/^=* *//'); suite:" \
             "$(grep -E '^[0-9]+ passed, [0-9]+ failed$' "$LOG/memcheck-$b.txt" | tail -1) (exit $rc)"

@@ -486,6 +486,17 @@ struct SsdArgs {
     float dt_min = 0.f, dt_max = 0.f;
 };
 
+// The gated RMS norm (selscan_norm_*): group_size (0: dim), eps and the gate's place as the call
+// gives them, checked with the sizes.
+struct NormArgs {
+    Arg y, z, weight, out;
+    Arg dout, dy, dz, dweight;
+    bool backward = false;
+    int64_t group_size = 0;
+    float eps = 0.f;
+    bool before = false;
+};
+
 // ---- >>args-order: each op's inputs in the one order every binding lists them -------------------
 // (torch's schemas, the ONNX Runtime ops' and the TensorFlow ops' inputs; a backward appends its
 // extra inputs). A binding describes its inputs into an array in this order and takes the op's Args
@@ -550,6 +561,8 @@ enum SsdInput {
     kSsdBwdInputs
 };
 
+enum NormInput { kNormY = 0, kNormZ, kNormWeight, kNormFwdInputs, kNormDout = kNormFwdInputs, kNormBwdInputs };
+
 // in: kScanFwdInputs Args (kScanBwdInputs with backward); cu_values: cu_seqlens' host values or nullptr
 inline ScanArgs ScanArgsOf(const Arg *in, bool backward, const int64_t *cu_values) {
     ScanArgs s;
@@ -594,6 +607,16 @@ inline SsdArgs SsdArgsOf(const Arg *in, bool backward, const int64_t *cu_values)
     if (backward) {
         s.backward = true;
         s.dy = in[kSsdDy], s.dfinal_state = in[kSsdDfinalState];
+    }
+    return s;
+}
+
+inline NormArgs NormArgsOf(const Arg *in, bool backward) {
+    NormArgs s;
+    s.y = in[kNormY], s.z = in[kNormZ], s.weight = in[kNormWeight];
+    if (backward) {
+        s.backward = true;
+        s.dout = in[kNormDout];
     }
     return s;
 }
@@ -1359,6 +1382,32 @@ inline Refusal CheckSsdArgs(const SsdArgs &a, const Forms &forms, Checked *out) 
 }
 #pragma pop_macro("SELSCAN__SSD_D_AXIS1") // the library's again
 
+// The gated RMS norm's arguments (forward; backward with a.backward): y, z, weight (dout).
+inline Refusal CheckNormArgs(const NormArgs &a, const Forms &forms, Checked *out) {
+    using namespace args_detail;
+    Checker<NormArgs> c(a, forms);
+    if (!c.Start(a.y, "y")) return c.ref;
+    SELSCAN__NORM_OPERANDS(SELSCAN_BINDING__ROW, &c)
+    if (a.backward) SELSCAN__NORM_GRAD_OPERANDS(SELSCAN_BINDING__ROW, &c)
+    if (!c.Rows()) return c.ref;
+    Checked k;
+    k.s.batch = c.V(c.q.batch);
+    k.s.L = c.V(c.q.L);
+    k.s.dim = c.V(c.q.dim);
+    k.dtype = DtypeOfType(c.T);
+    k.flags = a.before ? SELSCAN_NORM_BEFORE_GATE : 0u;
+    selscan_diag d;
+    selscan_norm_problem p = Problem<selscan_norm_problem>(&d);
+    p.dtype = k.dtype;
+    p.flags = k.flags;
+    p.batch = Or(k.s.batch, 1);
+    p.seqlen = Or(k.s.L, 1);
+    p.group_size = a.group_size;
+    p.dim = Or(k.s.dim, a.group_size > 0 ? a.group_size : 1); /* not known: one that the group divides */
+    p.eps = a.eps;
+    return c.Finish(selscan_check_norm_sizes(&p), d, {&c.q.batch, &c.q.L, &c.q.dim}, k, out);
+}
+
 #undef SELSCAN_BINDING__ROW
 #undef SELSCAN_BINDING__NEED_REQ
 #undef SELSCAN_BINDING__NEED_FWD
@@ -1443,6 +1492,11 @@ selscan_status selscan_binding_cuda_ssd_forward(const selscan_ssd_problem *p, se
 /* selscan_ssd_backward_cuda; its workspace (the partials) through call->workspace_alloc. */
 selscan_status selscan_binding_cuda_ssd_backward(const selscan_ssd_problem *p, const selscan_ssd_grads *g,
                                                  selscan_binding_cuda_call *call);
+/* selscan_norm_forward_cuda (no workspace). */
+selscan_status selscan_binding_cuda_norm_forward(const selscan_norm_problem *p, selscan_binding_cuda_call *call);
+/* selscan_norm_backward_cuda; its workspace (dweight's partials) through call->workspace_alloc. */
+selscan_status selscan_binding_cuda_norm_backward(const selscan_norm_problem *p, const selscan_norm_grads *g,
+                                                  selscan_binding_cuda_call *call);
 /* 1 where the fast forward kernels of the package's CUDA TU take p (a valid problem; its sizes,
    flags and strides, pointers only tested for NULL; no device asked): selscan_cuda.cuh's plan,
    asked instead of restated (a binding copies L-strided operands to unit L strides where the
@@ -1587,6 +1641,17 @@ selscan_status selscan_binding_cuda_ssd_backward(const selscan_ssd_problem *p, c
                                                  selscan_binding_cuda_call *call) {
     selscan_binding_cuda_detail::Ext e(call);
     return e.Done(selscan_ssd_backward_cuda(p, g, &e.x, NULL, 0, e.stream));
+}
+
+selscan_status selscan_binding_cuda_norm_forward(const selscan_norm_problem *p, selscan_binding_cuda_call *call) {
+    selscan_binding_cuda_detail::Ext e(call);
+    return e.Done(selscan_norm_forward_cuda(p, &e.x, e.stream));
+}
+
+selscan_status selscan_binding_cuda_norm_backward(const selscan_norm_problem *p, const selscan_norm_grads *g,
+                                                  selscan_binding_cuda_call *call) {
+    selscan_binding_cuda_detail::Ext e(call);
+    return e.Done(selscan_norm_backward_cuda(p, g, &e.x, NULL, 0, e.stream));
 }
 
 int selscan_binding_cuda_channels_last(void) { return SELSCAN_CUDA_CHANNELS_LAST ? 1 : 0; }

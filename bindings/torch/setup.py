@@ -141,7 +141,7 @@ def extensions():
     # oldest Python that torch supports): its module uses the limited C API only and no torch Python
     # binding (torch_python), so one build serves every Python of a torch version
     # the registration and _C module (selscan's implementation); the ops by family, each running the checks
-    sources = [os.path.join("csrc", f) for f in ("selscan_torch.cpp", "scan.cpp", "step.cpp", "conv.cpp", "ssd.cpp")]
+    sources = [os.path.join("csrc", f) for f in ("selscan_torch.cpp", "scan.cpp", "step.cpp", "conv.cpp", "ssd.cpp", "norm.cpp")]
     if want_cuda():
         default_arch()
         nvcc = ["-O3", "-Xcompiler", "-fvisibility=hidden"]

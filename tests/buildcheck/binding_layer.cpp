@@ -350,6 +350,32 @@ int main() {
         cs.x = arg(cx0, T::kBF16);
         EXPECT(bind::CheckConvStepArgs(cs, bind::Forms(), &k).ok() && k.s.L == 0 && k.Empty());
         EXPECT(bind::CheckScanArgs(a, tf, &k).ok() && !k.Empty()); // the scan's: Sizes::Empty alone
+        // the gated norm: sizes from y, group_size / eps by the library's rules, z's dtype, an unknown dim
+        std::vector<int64_t> ny{2, 5, 24}, nz{2, 5, 12}, nw{24}, nq{2, -1, -1};
+        bind::NormArgs na;
+        na.y = na.z = arg(ny, T::kBF16);
+        na.weight = arg(nw, T::kF32);
+        na.group_size = 8;
+        na.eps = 1e-5f;
+        na.before = true;
+        EXPECT(bind::CheckNormArgs(na, bind::Forms(), &k).ok() && k.s.batch == 2 && k.s.L == 5 && k.s.dim == 24 &&
+               k.dtype == SELSCAN_BF16 && k.flags == SELSCAN_NORM_BEFORE_GATE);
+        na.group_size = 7;
+        EXPECT(bind::CheckNormArgs(na, bind::Forms(), &k).code == SELSCAN_RULE_NOT_DIVIDING);
+        na.group_size = 8;
+        na.eps = -1.0f;
+        EXPECT(bind::CheckNormArgs(na, bind::Forms(), &k).code == SELSCAN_RULE_EPS);
+        na.eps = 1e-5f;
+        na.z = arg(nz, T::kBF16);
+        r = bind::CheckNormArgs(na, bind::Forms(), &k);
+        EXPECT(r.code == SELSCAN_RULE_SHAPE && std::string(r.operand) == "z");
+        na.z = arg(ny, T::kF32);
+        r = bind::CheckNormArgs(na, bind::Forms(), &k);
+        EXPECT(r.code == SELSCAN_RULE_DTYPE && std::string(r.operand) == "z");
+        na.z = bind::Arg();
+        na.weight = bind::Arg();
+        na.y = arg(nq, T::kF32); // symbolic L and dim: the rules a known size would pass
+        EXPECT(bind::CheckNormArgs(na, bind::Forms(), &k).ok() && k.s.dim < 0);
     }
     EXPECT(bind::StepParts(8, 2, 300) == 4 && bind::StepParts(3, 2, 300) == 3 && bind::StepParts(8, 0, 0) == 1);
     EXPECT(bind::NamesOf(bind::kStepNames).Of("state_index") == "state_batch_indices");

@@ -1,5 +1,5 @@
 // selscan_torch.cpp - selscan's selective scan as PyTorch 2 custom ops: the registration (the ops'
-// schemas; their kernels: scan.cpp, step.cpp, conv.cpp, ssd.cpp), selscan's implementation (this TU) and the
+// schemas; their kernels: scan.cpp, step.cpp, conv.cpp, ssd.cpp, norm.cpp), selscan's implementation (this TU) and the
 // _C module with what it answers the Python side. What the TUs share: selscan_torch.h.
 #include <Python.h>  // the _C module (Python's limited API: abi3), first as Python asks
 
@@ -45,6 +45,9 @@ STABLE_TORCH_LIBRARY(selscan, m) {
   m.def("ssd_bwd(Tensor x, Tensor dt, Tensor A, Tensor B, Tensor C, Tensor? D, Tensor? z, Tensor? dt_bias, "
         "Tensor? initial_states, Tensor? seq_idx, Tensor? cu_seqlens, Tensor dout, Tensor? dfinal_states, "
         "bool dt_softplus, float dt_min, float dt_max, int[] grad_mask) -> Tensor[]");
+  m.def("norm_fwd(Tensor y, Tensor? z, Tensor? weight, int group_size, float eps, bool norm_before_gate) -> Tensor");
+  m.def("norm_bwd(Tensor y, Tensor? z, Tensor? weight, Tensor dout, int group_size, float eps, bool norm_before_gate, "
+        "int[] grad_mask) -> Tensor[]");
 }
 
 // ============================================================================================
@@ -127,7 +130,8 @@ bool OpOf(const char* name, Op* op, size_t* n_args) {
   static const struct { const char* name; Op op; size_t n; } ops[] = {
       {"fwd", Op::kFwd, 10}, {"bwd", Op::kBwd, 13}, {"step", Op::kStep, 10},
       {"conv_fwd", Op::kConvFwd, 5}, {"conv_bwd", Op::kConvBwd, 7}, {"conv_step", Op::kConvStep, 5},
-      {"ssd_fwd", Op::kSsdFwd, 11}, {"ssd_bwd", Op::kSsdBwd, 13}};
+      {"ssd_fwd", Op::kSsdFwd, 11}, {"ssd_bwd", Op::kSsdBwd, 13}, {"norm_fwd", Op::kNormFwd, 3},
+      {"norm_bwd", Op::kNormBwd, 4}};
   for (const auto& o : ops)
     if (std::strcmp(o.name, name) == 0) {
       *op = o.op;
@@ -149,7 +153,7 @@ const char* ExceptionName(bind::ErrorKind k) {
 
 // _C.check_args(op, args[, dt_limit]) -> (refusal, sizes): the op's argument check (the one its
 // kernels run) on described tensors (the fake kernels'); dt_limit: the SSD's clamp bounds (min, max)
-// where it clamps. refusal: None, or (exception name, message, rule code, the argument's name);
+// where it clamps; the norm's: (group_size, eps, norm_before_gate). refusal: None, or (exception name, message, rule code, the argument's name);
 // sizes: (batch, dim, L, N, G, rows, n_seqs, n_cache, width, state_len), -1 where not known (the
 // SSD's dim: nheads * headdim).
 PyObject* CheckArgsPy(PyObject*, PyObject* args) {
@@ -158,19 +162,29 @@ PyObject* CheckArgsPy(PyObject*, PyObject* args) {
   PyObject* limit = Py_None;
   if (!PyArg_ParseTuple(args, "sO|O", &name, &seq, &limit)) return nullptr;
   float lim[2] = {0.f, 0.f};
-  if (limit != Py_None) {
+  double norm[3] = {0, 0, 0};
+  Op op;
+  size_t n = 0;
+  PyArgs pa;
+  if (!OpOf(name, &op, &n)) return nullptr;
+  const bool is_norm = op == Op::kNormFwd || op == Op::kNormBwd;
+  if (limit != Py_None && is_norm) {
+    long long gs = 0;
+    int before = 0;
+    if (!PyArg_ParseTuple(limit, "Ldp", &gs, &norm[1], &before)) return nullptr;
+    norm[0] = static_cast<double>(gs);
+    norm[2] = before;
+  } else if (limit != Py_None) {
     double lo = 0, hi = 0;
     if (!PyArg_ParseTuple(limit, "dd", &lo, &hi)) return nullptr;
     lim[0] = static_cast<float>(lo);
     lim[1] = static_cast<float>(hi);
   }
-  Op op;
-  size_t n = 0;
-  PyArgs pa;
-  if (!OpOf(name, &op, &n) || !pa.Parse(seq)) return nullptr;
+  if (!pa.Parse(seq)) return nullptr;
   if (pa.a.size() != n) return PyErr_Format(PyExc_ValueError, "selscan: %s takes %zu arguments", name, n);
   bind::Checked k;
-  const bind::Refusal r = CheckArgs(op, pa.a.data(), nullptr, nullptr, &k, limit != Py_None ? lim : nullptr);
+  const bind::Refusal r = CheckArgs(op, pa.a.data(), nullptr, nullptr, &k, limit != Py_None && !is_norm ? lim : nullptr,
+                                    is_norm && limit != Py_None ? norm : nullptr);
   if (!r.ok()) {
     const bind::Error e = bind::ErrorOf(r, WhereOf(op), NamesOfOp(op));
     const std::string arg = NamesOfOp(op).Of(r.operand ? r.operand : "");

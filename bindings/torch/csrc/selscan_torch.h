@@ -1,5 +1,5 @@
 // selscan_torch.h - what the PyTorch ops' translation units share (csrc/: selscan_torch.cpp, the
-// registration, selscan's implementation and the _C module; scan.cpp; step.cpp; conv.cpp; ssd.cpp): selscan
+// registration, selscan's implementation and the _C module; scan.cpp; step.cpp; conv.cpp; ssd.cpp; norm.cpp): selscan
 // operands from torch tensors, errors and the per-op name maps, the common layer's argument checks
 // (Check: each op's TU runs them in place), outputs and
 // workspaces from torch's allocator, the CPU parts runner on torch's pool, the device axis (CPU /
@@ -20,6 +20,7 @@
 //                 takes A = -exp(A_log) inside the step: no exp / neg kernels a token)
 //   selscan::conv_fwd / conv_bwd / conv_step: the causal conv1d                             conv.cpp
 //   selscan::ssd_fwd / ssd_bwd: Mamba-2's SSD scan (CPU; no CUDA kernels yet)              ssd.cpp
+//   selscan::norm_fwd / norm_bwd: the gated RMS norm (mamba_ssm's RMSNormGated)              norm.cpp
 //
 // Shapes are selscan's logical ones (mamba_ssm's): u (batch, dim, L), B/C (batch, G, N, L),
 // (batch, N, L) (one group) or (dim, N) f32 (fixed), A (dim, N) f32, ... Every tensor is handed to
@@ -215,7 +216,7 @@ inline OptT AsF32(const OptT& t) { return t.has_value() ? OptT(AsF32(*t)) : OptT
 // check through _C.check_args (selscan_torch/_checks.py: check_op), so a meta or fake call is
 // refused in the same words. Errors name the caller's argument (the per-op name maps above).
 
-enum class Op { kFwd = 0, kBwd, kStep, kConvFwd, kConvBwd, kConvStep, kSsdFwd, kSsdBwd };
+enum class Op { kFwd = 0, kBwd, kStep, kConvFwd, kConvBwd, kConvStep, kSsdFwd, kSsdBwd, kNormFwd, kNormBwd };
 
 inline bind::Type TypeOf(ScalarType st) {
   switch (st) {
@@ -314,9 +315,12 @@ constexpr NameMap kSsdNames[] = {{"y", "out"},
                                  {"dt_max", "dt_limit (dt_min, dt_max)"},
                                  {"n_seqs", "cu_seqlens"}};
 
+// selscan's norm operand names -> the gated norm's (RMSNormGated's x is y here; sizes read off y)
+constexpr NameMap kNormNames[] = {{"seqlen", "y"}, {"batch", "y"}};
+
 inline const char* WhereOf(Op op) {
   static const char* const where[] = {"forward", "backward", "step", "conv forward", "conv backward", "conv step",
-                                      "SSD forward", "SSD backward"};
+                                      "SSD forward", "SSD backward", "norm forward", "norm backward"};
   return where[static_cast<int>(op)];
 }
 inline Names NamesOfOp(Op op) {
@@ -325,6 +329,7 @@ inline Names NamesOfOp(Op op) {
     case Op::kStep: return NamesOf(kStepNames);
     case Op::kConvFwd: case Op::kConvBwd: return NamesOf(kConvNames);
     case Op::kSsdFwd: case Op::kSsdBwd: return NamesOf(kSsdNames);
+    case Op::kNormFwd: case Op::kNormBwd: return NamesOf(kNormNames);
     default: return NamesOf(kConvStepNames);
   }
 }
@@ -335,9 +340,10 @@ struct Checked {
   OptT host;  // the contiguous host copy of cu_seqlens / state_index whose values were checked
 };
 // The op's arguments in its schema's order (bindings/common's >>args-order), checked; values: the
-// host offsets / state rows, or none; dt_limit: the SSD's clamp bounds (min, max), or none.
+// host offsets / state rows, or none; dt_limit: the SSD's clamp bounds (min, max), or none; norm: the
+// norm's host values (group_size, eps, norm_before_gate), or none (then group_size 0: dim, eps 0).
 inline bind::Refusal CheckArgs(Op op, const bind::Arg* a, const int64_t* cu_values, const int32_t* idx_values,
-                               bind::Checked* k, const float* dt_limit = nullptr) {
+                               bind::Checked* k, const float* dt_limit = nullptr, const double* norm = nullptr) {
   bind::Forms f;
   f.device_name = &DeviceName;
   f.names = NamesOfOp(op);
@@ -355,6 +361,15 @@ inline bind::Refusal CheckArgs(Op op, const bind::Arg* a, const int64_t* cu_valu
       if (dt_limit) s.dt_limit = true, s.dt_min = dt_limit[0], s.dt_max = dt_limit[1];
       return bind::CheckSsdArgs(s, f, k);
     }
+    case Op::kNormFwd: case Op::kNormBwd: {
+      bind::NormArgs s = bind::NormArgsOf(a, op == Op::kNormBwd);
+      if (norm) {
+        s.group_size = norm[0] >= -9.2e18 && norm[0] <= 9.2e18 ? static_cast<int64_t>(norm[0]) : -1;
+        s.eps = static_cast<float>(norm[1]);
+        s.before = norm[2] != 0;
+      }
+      return bind::CheckNormArgs(s, f, k);
+    }
     default:
       return bind::CheckConvStepArgs(bind::ConvStepArgsOf(a, idx_values), f, k);
   }
@@ -362,7 +377,8 @@ inline bind::Refusal CheckArgs(Op op, const bind::Arg* a, const int64_t* cu_valu
 // The op's arguments in its schema's order, checked (CheckArgs); with the values of a host
 // cu_seqlens / state_index (values, where CPU tensors of the ops' dtypes). Raises the op's error
 // naming the argument.
-inline Checked Check(Op op, const bind::Arg* args, const OptT& values, const float* dt_limit = nullptr) {
+inline Checked Check(Op op, const bind::Arg* args, const OptT& values, const float* dt_limit = nullptr,
+                     const double* norm = nullptr) {
   Checked c;
   const int64_t* cu = nullptr;
   const int32_t* idx = nullptr;
@@ -376,7 +392,7 @@ inline Checked Check(Op op, const bind::Arg* args, const OptT& values, const flo
       idx = c.host->const_data_ptr<int32_t>();
     }
   }
-  const bind::Refusal r = CheckArgs(op, args, cu, idx, &c.k, dt_limit);
+  const bind::Refusal r = CheckArgs(op, args, cu, idx, &c.k, dt_limit, norm);
   if (!r.ok()) Raise(bind::ErrorOf(r, WhereOf(op), NamesOfOp(op)));
   return c;
 }

@@ -30,6 +30,7 @@ import torch
 from . import _C  # noqa: F401  (loading the extension registers torch.ops.selscan)
 from . import _checks
 from . import _LIB  # the package's Autograd-key kernels (__init__.py)
+from .norm import gated_rms_norm
 
 __all__ = ["mamba_chunk_scan_combined", "mamba_split_conv1d_scan_combined"]
 
@@ -320,21 +321,12 @@ def _autocast(device_type, enabled=False, dtype=None):
 
 
 def _gated_rms_norm(y, z, weight, eps, group_size, norm_before_gate):
-    """mamba_ssm's RMSNormGated (no bias) over groups of group_size channels, in float32: norm(y) * w *
-    silu(z) (norm_before_gate) or norm(y * silu(z)) * w, norm(y) * w without a gate (z None); out in y's
-    dtype. The RMS through torch's rms_norm (one fused kernel each way on CUDA, where the sum of squares, rsqrt
-    and scaling as separate ops were five passes: bench/NOTES.md SSD-torch-v3), autocast off around the
-    float32 math."""
+    """mamba_ssm's RMSNormGated (no bias) over groups of group_size channels: norm(y) * w * silu(z)
+    (norm_before_gate) or norm(y * silu(z)) * w, norm(y) * w without a gate (z None); out in y's dtype. On
+    selscan's fused op (norm.py: one pass over y and z each way, where the composition of torch ops it
+    replaced took seven: bench/NOTES.md SSD-torch-v4); autocast off around it (the op computes in float32)."""
     with _autocast(y.device.type):
-        yf = y.float()
-        gate = None if z is None else torch.nn.functional.silu(z.float())
-        if gate is not None and not norm_before_gate:
-            yf = yf * gate
-        yn = torch.nn.functional.rms_norm(yf.unflatten(-1, (-1, group_size)), (group_size,), eps=eps).flatten(-2)
-        yn = yn * weight.float()
-        if gate is not None and norm_before_gate:
-            yn = yn * gate
-        return yn.to(y.dtype)
+        return gated_rms_norm(y, z, weight, eps, group_size, norm_before_gate)
 
 
 def mamba_split_conv1d_scan_combined(zxbcdt, conv1d_weight, conv1d_bias, dt_bias, A, D, chunk_size=None,
