@@ -7815,7 +7815,8 @@ static selscan_status ssd_workspace_size(const selscan_ssd_problem *p, const sel
    [block][dim] in the workspace (a channel's owner thread is the same for every row of the block:
    its first two chunks' sums in registers, written once; further chunks (groups over 2048
    channels) read-add-write the partial row, no synchronization needed), and norm_reduce_kernel adds
-   the blocks' partials of a channel in block order: bitwise the same every call. silu's sigmoid on the fast
+   the blocks' partials of a channel in a fixed order (eight runs of blocks in parallel, then the
+   eight sums in order): bitwise the same every call. silu's sigmoid on the fast
    exp unit (sigm), 1 / sqrtf (IEEE): results differ from the CPU reference by rounding only. */
 const int kNormV = 8;                 /* channels a thread's chunk */
 const int64_t kNormBlocks = 1024;     /* backward: (row chunk, group) blocks aimed at (a few waves) */
@@ -7892,15 +7893,17 @@ static __device__ __forceinline__ void norm_weight(float (&w)[kNormV], const nor
         w[k] = P.weight.p && k < n ? static_cast<const float *>(P.weight.p)[(c + k) * P.weight.s[0]] : 1.0f;
 }
 
-/* u and the gate s of a chunk (s 1 without z) */
+/* u and the gate s of a chunk (s 1 without z), sg the sigmoid of z (the backward's s' reads it: one
+   exponential a channel; unused, the compiler drops it) */
 template <typename T, bool VEC>
 static __device__ __forceinline__ void norm_u(const norm_params &P, const norm_row &rw, int64_t c, int n, float (&y)[kNormV], float (&z)[kNormV],
-                                              float (&s)[kNormV], float (&u)[kNormV]) {
+                                              float (&s)[kNormV], float (&u)[kNormV], float (&sg)[kNormV]) {
     norm_load<T, VEC>(y, P.y, rw, c, n);
     if (P.hz) norm_load<T, VEC>(z, P.z, rw, c, n);
 #pragma unroll
     for (int k = 0; k < kNormV; k++) {
-        s[k] = P.hz ? z[k] * sigm(z[k]) : 1.0f;
+        sg[k] = P.hz ? sigm(z[k]) : 1.0f;
+        s[k] = P.hz ? z[k] * sg[k] : 1.0f;
         u[k] = P.hz && !P.before ? y[k] * s[k] : y[k];
     }
 }
@@ -7913,8 +7916,8 @@ template <typename T, bool VEC> static __global__ void __launch_bounds__(kThread
     float ss = 0.0f, unused = 0.0f;
     for (int64_t j = static_cast<int64_t>(threadIdx.x) * kNormV; j < P.gs; j += step) {
         const int n = static_cast<int>(P.gs - j < kNormV ? P.gs - j : kNormV);
-        float y[kNormV], z[kNormV], s[kNormV], u[kNormV];
-        norm_u<T, VEC>(P, rw, c0 + j, n, y, z, s, u);
+        float y[kNormV], z[kNormV], s[kNormV], u[kNormV], sg[kNormV];
+        norm_u<T, VEC>(P, rw, c0 + j, n, y, z, s, u, sg);
 #pragma unroll
         for (int k = 0; k < kNormV; k++) ss = fmaf(u[k], u[k], ss); /* (the absent ones are 0) */
     }
@@ -7923,8 +7926,8 @@ template <typename T, bool VEC> static __global__ void __launch_bounds__(kThread
     const bool after = P.hz && P.before;
     for (int64_t j = static_cast<int64_t>(threadIdx.x) * kNormV; j < P.gs; j += step) {
         const int n = static_cast<int>(P.gs - j < kNormV ? P.gs - j : kNormV);
-        float y[kNormV], z[kNormV], s[kNormV], u[kNormV], w[kNormV], o[kNormV];
-        norm_u<T, VEC>(P, rw, c0 + j, n, y, z, s, u);
+        float y[kNormV], z[kNormV], s[kNormV], u[kNormV], sg[kNormV], w[kNormV], o[kNormV];
+        norm_u<T, VEC>(P, rw, c0 + j, n, y, z, s, u, sg);
         norm_weight(w, P, c0 + j, n);
 #pragma unroll
         for (int k = 0; k < kNormV; k++) o[k] = after ? u[k] * r * w[k] * s[k] : u[k] * r * w[k];
@@ -7950,8 +7953,8 @@ template <typename T, bool VEC> static __global__ void __launch_bounds__(kThread
         float ss = 0.0f, sd = 0.0f;
         for (int64_t j = static_cast<int64_t>(threadIdx.x) * kNormV; j < P.gs; j += step) {
             const int n = static_cast<int>(P.gs - j < kNormV ? P.gs - j : kNormV);
-            float y[kNormV], z[kNormV], s[kNormV], u[kNormV], w[kNormV], d[kNormV];
-            norm_u<T, VEC>(P, rw, c0 + j, n, y, z, s, u);
+            float y[kNormV], z[kNormV], s[kNormV], u[kNormV], sg[kNormV], w[kNormV], d[kNormV];
+            norm_u<T, VEC>(P, rw, c0 + j, n, y, z, s, u, sg);
             norm_weight(w, P, c0 + j, n);
             norm_load<T, VEC>(d, P.dout, rw, c0 + j, n);
 #pragma unroll
@@ -7967,8 +7970,8 @@ template <typename T, bool VEC> static __global__ void __launch_bounds__(kThread
         int q = 0; /* the thread's chunk number */
         for (int64_t j = static_cast<int64_t>(threadIdx.x) * kNormV; j < P.gs; j += step, q++) {
             const int n = static_cast<int>(P.gs - j < kNormV ? P.gs - j : kNormV);
-            float y[kNormV], z[kNormV], s[kNormV], u[kNormV], w[kNormV], d[kNormV], gy[kNormV], gz[kNormV];
-            norm_u<T, VEC>(P, rw, c0 + j, n, y, z, s, u);
+            float y[kNormV], z[kNormV], s[kNormV], u[kNormV], sg[kNormV], w[kNormV], d[kNormV], gy[kNormV], gz[kNormV];
+            norm_u<T, VEC>(P, rw, c0 + j, n, y, z, s, u, sg);
             norm_weight(w, P, c0 + j, n);
             norm_load<T, VEC>(d, P.dout, rw, c0 + j, n);
 #pragma unroll
@@ -7976,7 +7979,7 @@ template <typename T, bool VEC> static __global__ void __launch_bounds__(kThread
                 const float nn = u[k] * r, dn = after ? d[k] * w[k] * s[k] : d[k] * w[k], du = r * (dn - nn * m);
                 gy[k] = in ? du * s[k] : du;
                 if (P.hz) {
-                    const float sg = sigm(z[k]), ds = sg * (1.0f + z[k] * (1.0f - sg));
+                    const float ds = sg[k] * (1.0f + z[k] * (1.0f - sg[k]));
                     gz[k] = after ? d[k] * nn * w[k] * ds : du * y[k] * ds;
                 } else {
                     gz[k] = 0.0f;
@@ -8002,13 +8005,24 @@ template <typename T, bool VEC> static __global__ void __launch_bounds__(kThread
     }
 }
 
-/* dweight[c] = the blocks' partials of c added in block order */
+/* dweight[c] = the blocks' partials of c in a fixed order: a block of 8 warps takes 32 channels, warp w
+   adds the partials of blocks [w nblk / 8, (w + 1) nblk / 8) in order, then its lane the 8 sums in warp
+   order (one thread a channel over 1024 partials was a serial chain of L2 loads on dim / 256 blocks: a
+   review's estimate 40-60 us at the 130m shape) */
 static __global__ void __launch_bounds__(256) norm_reduce_kernel(const norm_params P, int64_t nblk) {
-    const int64_t c = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-    if (c >= P.dim) return;
+    __shared__ float sh[8][32];
+    const int lane = static_cast<int>(threadIdx.x) % 32, w = static_cast<int>(threadIdx.x) / 32;
+    const int64_t c = static_cast<int64_t>(blockIdx.x) * 32 + lane, j1 = nblk * (w + 1) / 8;
     float s = 0.0f;
-    for (int64_t j = 0; j < nblk; j++) s += P.part[j * P.dim + c];
-    static_cast<float *>(P.dweight.p)[c * P.dweight.s[0]] = s;
+    if (c < P.dim)
+        for (int64_t j = nblk * w / 8; j < j1; j++) s += P.part[j * P.dim + c];
+    sh[w][lane] = s;
+    __syncthreads();
+    if (w == 0 && c < P.dim) {
+        float t = sh[0][lane];
+        for (int i = 1; i < 8; i++) t += sh[i][lane];
+        static_cast<float *>(P.dweight.p)[c * P.dweight.s[0]] = t;
+    }
 }
 
 /* unit channel stride on every (batch, L, dim) operand given: the vector loads */
@@ -8092,7 +8106,7 @@ static selscan_status norm_backward(const selscan_norm_problem *p, const selscan
     norm_chunks(q, &rchunk, &nch);
     sizecalc c;
     const int64_t nblk = c.mul(nch, q.dim / q.gs);
-    if (!c.ok || nblk > kMaxGrid || cdiv(q.dim, 256) > kMaxGrid) return fail_grid(dg);
+    if (!c.ok || nblk > kMaxGrid || cdiv(q.dim, 32) > kMaxGrid) return fail_grid(dg);
     const int64_t need = norm_ws_need(q, r);
     if (need < 0) return fail_size(dg);
     if ((st = take_workspace(x, need, &workspace, &bytes, dg)) != SELSCAN_OK) return st;
@@ -8116,7 +8130,7 @@ static selscan_status norm_backward(const selscan_norm_problem *p, const selscan
     });
     SELSCAN__LAUNCHED();
     if (P.part) {
-        norm_reduce_kernel<<<nblocks(q.dim, 256), 256, 0, stream>>>(P, nch);
+        norm_reduce_kernel<<<nblocks(q.dim, 32), 256, 0, stream>>>(P, nch);
         SELSCAN__LAUNCHED();
     }
     return SELSCAN_OK;

@@ -334,6 +334,14 @@ int main() {
         Cfg d = {dts[di], 2, 9, 1100, 1, true, true, di != 1, 1.0f, 0, 0, 0, 0, 0, 0, 7, false};
         run_case(d, id++);
     }
+    /* over 1024 rows a group: backward blocks of several rows (the first two chunks' dweight in
+       registers over the rows, a 3000-channel group's third chunk read-add-written row after row) */
+    for (int di = 0; di < 3; di++) {
+        Cfg c = {dts[di], 2, 700, 1536, 1536, true, true, di != 0, 1e-5f, 0, 2, 0, 0, 0, 0, 7, false};
+        run_case(c, id++);
+        Cfg d = {dts[di], 1, 1500, 3000, 3000, true, true, di == 0, 1e-5f, 0, 2, 0, 0, 0, 0, 7, false};
+        run_case(d, id++);
+    }
     const int64_t gss[] = {1, 4, 7, 8, 24, 64, 100, 256, 1536, 2056, 3000};
     const int nrand = quick ? 40 : 240;
     for (int i = 0; i < nrand; i++) {
