@@ -11,6 +11,9 @@ over groups of group_size consecutive channels, in float32,
 out rounded to y's dtype. One pass over y and z (the composition of torch ops it replaces took about
 seven, and autograd's backward as many again: bench/NOTES.md SSD-torch-v4).
 """
+import math
+import numbers
+
 import torch
 
 from . import _C  # noqa: F401  (loading the extension registers torch.ops.selscan)
@@ -101,6 +104,31 @@ _LIB.impl("norm_bwd", _norm_bwd_autograd, "Autograd")
 norm_fwd_call = _checks.direct(_norm_fwd, _norm_fwd_autograd)
 
 
+_FLOATS = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
+
+
+def _check_args(y, z, weight, eps, group_size, norm_before_gate):
+    """gated_rms_norm's own rules, before its folds and casts (the op checks what reaches it, in the folded
+    shapes): tensors of a float dtype the math takes, z of y's shape, plain int / float / bool scalars."""
+    _checks.tensor_arg(y, "y")
+    _checks.tensor_arg(z, "z", optional=True)
+    _checks.tensor_arg(weight, "weight", optional=True)
+    for name, t in (("y", y), ("z", z), ("weight", weight)):
+        if t is not None:
+            _checks._type(t.dtype in _FLOATS, "argument '", name, "': the gated norm takes float16, bfloat16, float32 or "
+                          "float64, got ", t.dtype)
+    _checks._value(y.dim() >= 1, "argument 'y': the gated norm needs at least one dimension (the channels), got a "
+                   "0-d tensor")
+    if z is not None:
+        _checks._value(z.shape == y.shape, "argument 'z': must have y's shape ", tuple(y.shape), ", got ",
+                       tuple(z.shape))
+    _checks._type(_checks.is_int(group_size), "argument 'group_size' must be an int, got ", type(group_size).__name__)
+    _checks._type(isinstance(eps, numbers.Real) and not isinstance(eps, bool), "argument 'eps' must be a float, got ",
+                  type(eps).__name__)
+    _checks._type(isinstance(norm_before_gate, bool) or _checks.is_int(norm_before_gate),
+                  "argument 'norm_before_gate' must be a bool, got ", type(norm_before_gate).__name__)
+
+
 def gated_rms_norm(y, z, weight, eps, group_size, norm_before_gate):
     """mamba_ssm's RMSNormGated (no bias) over groups of group_size channels of y's last dimension, on
     selscan's op: norm(y) * w * silu(z) (norm_before_gate) or norm(y * silu(z)) * w, norm(y) * w with z None;
@@ -108,15 +136,19 @@ def gated_rms_norm(y, z, weight, eps, group_size, norm_before_gate):
     they are, any strides: z a slice of the layer's zxbcdt). weight (any float dtype, None: 1) goes to the op
     in float32, its gradient comes back in its own dtype (autograd's cast). y and z of different dtypes, or
     of a dtype the op has no kernel for (float64), go to the op in float32 (the math is float32 anyway)."""
+    _check_args(y, z, weight, eps, group_size, norm_before_gate)
     shape = y.shape
     dtype = y.dtype
+    if group_size == 0:  # (the op's 0: dim; the composition of a double backward needs the size)
+        group_size = shape[-1]
     if y.dtype not in _OP_DTYPES or (z is not None and z.dtype != y.dtype):
         y = y.float()
         z = None if z is None else z.float()
     if y.dim() != 3:
-        y = y.reshape(1, -1, shape[-1]) if y.dim() != 2 else y.unsqueeze(0)
+        rows = math.prod(shape[:-1])  # (not -1: a last size of 0 leaves it undetermined)
+        y = y.reshape(1, rows, shape[-1])
         if z is not None:
-            z = z.reshape(1, -1, shape[-1]) if z.dim() != 2 else z.unsqueeze(0)
+            z = z.reshape(1, rows, shape[-1])
     w = None if weight is None else weight.float()
     out = norm_fwd_call(y, z, w, int(group_size), float(eps), bool(norm_before_gate))
     # the op's own tensor where nothing was folded (a view of it would be a view the caller could not change in

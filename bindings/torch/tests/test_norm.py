@@ -181,3 +181,35 @@ def test_cpu_parts_bitwise_across_threads():
             torch.set_num_threads(threads)
         assert all(torch.equal(a, b) for a, b in zip(*res))
         assert rel_err(res[1][0], ref64(y, z, w, 16, 1e-5, False)) <= TOL32
+
+
+def test_gated_rms_norm_argument_rules():
+    """gated_rms_norm's own rules (a hostile review's finds): what it folds or casts before the op is refused in
+    its words, naming the argument and the shapes the caller passed; dim 0 and group_size 0 work at any rank."""
+    G = snorm.gated_rms_norm
+    y = torch.randn(2, 3, 8)
+    with pytest.raises(ValueError, match="argument 'y'"):
+        G(torch.tensor(1.0), None, None, 1e-5, 1, True)
+    for bad in (torch.ones(2, 3, 8, dtype=torch.int32), torch.ones(2, 3, 8, dtype=torch.bool),
+                torch.ones(2, 3, 8, dtype=torch.complex64)):
+        with pytest.raises(TypeError, match="argument 'y'"):
+            G(bad, None, None, 1e-5, 4, True)
+        with pytest.raises(TypeError, match="argument 'z'"):
+            G(y, bad, None, 1e-5, 4, True)
+    with pytest.raises(TypeError, match="argument 'weight'"):
+        G(y, None, torch.ones(8, dtype=torch.int64), 1e-5, 4, True)
+    with pytest.raises(ValueError, match=r"argument 'z'.*\(2, 3, 2, 8\).*\(12, 8\)"):
+        G(torch.randn(2, 3, 2, 8), torch.randn(12, 8), None, 1e-5, 4, True)
+    for kw, name in ((dict(norm_before_gate="False"), "norm_before_gate"), (dict(group_size=4.7), "group_size"),
+                     (dict(group_size="4"), "group_size"), (dict(group_size=True), "group_size"),
+                     (dict(group_size=None), "group_size"), (dict(eps=True), "eps"), (dict(eps="a"), "eps")):
+        args = dict(eps=1e-5, group_size=4, norm_before_gate=True) | kw
+        with pytest.raises(TypeError, match=f"argument '{name}'"):
+            G(y, y, None, **args)
+    for shape in ((2, 3, 4, 0), (0,), (3, 0)):  # empty: y's shape back
+        assert G(torch.randn(*shape), None, None, 1e-5, 0, True).shape == shape
+    # group_size 0 (dim) through the double backward's composition
+    yg = torch.randn(2, 3, 8, dtype=torch.float64).float().requires_grad_()
+    g0, = torch.autograd.grad(G(yg, None, None, 1e-5, 0, True).sum() ** 2, yg, create_graph=True)
+    g8, = torch.autograd.grad(G(yg, None, None, 1e-5, 8, True).sum() ** 2, yg, create_graph=True)
+    assert torch.equal(g0, g8)
