@@ -19,6 +19,8 @@
 #              below run without kernels, as the earlier sessions' figures did)
 #     forms    bench_ssd_forms bf16 and f32: the SSD forward / backward, walks against chunks, one process (and
 #              where the header has them, the chunked backward at each ssd_ckb_tc level)
+#     kernels  test_cuda_conv and test_cuda_norm (full matrix) and bench_cuda's conv table: new kernels checked in a
+#              short call (not the gate)
 #     conv     bench_cuda's conv table (bf16): the rows / channels-last paths beside the tiled kernels, one process
 #     tck      ncu's gpu__time_duration of ssd_ckb_loc_kernel and ssd_ckb_kernel at each ssd_ckb_tc level (the
 #              130m shape's 18 backward calls a level in bench_ssd_forms bf16), medians by bench/ncu_levels.py
@@ -135,6 +137,8 @@ for s in "$@"; do
         TAIL=12 step gate 590 "PYTHONPATH='$GATE_PATH' TORCH_PY='$PY' make test-gpu" ;;
     forms)
         step forms 400 "make -s build/bench_ssd_forms && ./build/bench_ssd_forms bf16 && ./build/bench_ssd_forms f32" ;;
+    kernels)  # the conv's and the norm's CUDA suites (full matrix) and bench_cuda's conv table, built in parallel: a short call's check of new kernels (not the gate)
+        step kernels 300 "make -s -j3 build/test_cuda_conv build/test_cuda_norm build/bench_cuda && ./build/test_cuda_conv | tail -3 && ./build/test_cuda_norm | tail -3 && ./build/bench_cuda conv bf16" ;;
     conv)  # bench_cuda's conv table: each layout's path beside the tiled kernels forced, one process
         step conv 300 "make -s build/bench_cuda && ./build/bench_cuda conv bf16" ;;
     tck)  # ncu's kernel times of the chunked backward's local-state and gradient kernels at each ssd_ckb_tc level
