@@ -242,7 +242,8 @@ SELSCAN_DEF selscan_status selscan_conv_step_cuda(const selscan_conv_step_proble
    selscan_norm_workspace_size_cuda() bytes at any address (0 without dweight: NULL is fine). Any
    group_size, any strides; a grid past 2^31 - 1 blocks: SELSCAN_ERR_UNSUPPORTED ("dim"). Results
    differ from selscan_norm_forward_ref / _backward_ref by rounding only (the sums' order, the fast
-   sigmoid). */
+   sigmoid). Status: written and reviewed (host emulations) without a GPU; tests/test_cuda_norm.cu has not
+   run yet (bench/GPU_GATE.md), so the torch package's Mamba-2 layer does not call it on CUDA yet. */
 SELSCAN_DEF selscan_status selscan_norm_workspace_size_cuda(const selscan_norm_problem *p, const selscan_norm_grads *g,
                                                             size_t *bytes);
 SELSCAN_DEF selscan_status selscan_norm_forward_cuda(const selscan_norm_problem *p, const selscan_cuda_ext *x,
@@ -4731,7 +4732,7 @@ static __global__ void __launch_bounds__(kThreads) conv_bwd_rows_kernel(const co
    (the tiled kernel's partial layout: the same workspace and conv_reduce_kernel); the forward's
    segments are shorter where 64 would leave few blocks (conv_cl_plan). The loads of
    kConvCU steps are issued before the first is used. Each output runs the reference's order, as
-   the tiled kernels. Why: the tiled kernels stage 32-channel tiles through shared memory with
+   the tiled kernels. Not the automatic choice yet (conv_cl_path: not run on a GPU). Why: the tiled kernels stage 32-channel tiles through shared memory with
    2-byte element loads: conv_bwd_kernel took 383 us where causal_conv1d's channels-last backward
    took 104 us (H100, the 130m layer, bench/NOTES.md CONV-CUDA-v8). */
 const int kConvCK = 4;  /* channels a thread */
@@ -5055,6 +5056,10 @@ static bool conv_unit_c(const selscan__ten &t) { return !t.data || t.s[1] == 1; 
    four blocks an SM: a short prefill's few blocks would each walk 64 steps; conv_cl_fwd_blocks, which
    the tests vary so that every segment length runs). false past 2^31 - 1 blocks. */
 static int64_t conv_cl_fwd_blocks = 1024;
+/* Whether the automatic choice takes the channels-last path: 0 until its kernels have run on a GPU
+   (written and reviewed in the twenty-fourth session, never executed: bench/GPU_GATE.md); the tests and
+   bench_cuda set it to 1. */
+static int conv_cl_path = 0;
 static bool conv_cl_plan(const selscan__cprob &q, bool fwd, int64_t *ntl, int *seg, int64_t *blocks) {
     sizecalc c;
     const int64_t nb = c.mul(cdiv(q.dim, static_cast<int64_t>(32 * kConvCK)), q.batch);
@@ -5111,7 +5116,7 @@ static selscan_status conv_forward_begin(const selscan_conv_problem *p, const se
     pl->rows = !q->cu && !q->init_state.data && conv_unit_l(q->x) && conv_unit_l(q->y) && conv_rows_plan(*q, &pl->nseg, &pl->seglen, &pl->rblk);
     pl->ntl = pl->cblk = 0;
     pl->cseg = 0;
-    pl->cl = !pl->rows && !q->cu && !q->init_state.data && conv_unit_c(q->x) && conv_unit_c(q->y) &&
+    pl->cl = conv_cl_path && !pl->rows && !q->cu && !q->init_state.data && conv_unit_c(q->x) && conv_unit_c(q->y) &&
              conv_cl_plan(*q, true, &pl->ntl, &pl->cseg, &pl->cblk);
     return SELSCAN_OK;
 }
@@ -5194,7 +5199,7 @@ static selscan_status conv_backward_begin(const selscan_conv_problem *p, const s
                conv_rows_plan(*q, &pl->nseg, &pl->seglen, &pl->rblk);
     pl->ntl = pl->cblk = 0;
     pl->cseg = 0;
-    pl->cl = !pl->rows && !q->cu && !q->init_state.data && !r->dfinal_state.data && conv_unit_c(q->x) && conv_unit_c(r->dy) &&
+    pl->cl = conv_cl_path && !pl->rows && !q->cu && !q->init_state.data && !r->dfinal_state.data && conv_unit_c(q->x) && conv_unit_c(r->dy) &&
              conv_unit_c(r->dx) && conv_cl_plan(*q, false, &pl->ntl, &pl->cseg, &pl->cblk);
     return SELSCAN_OK;
 }

@@ -200,6 +200,20 @@ def _gated_rms_norm_passes(y, z, weight, eps, group_size, norm_before_gate):
 
 
 @contextlib.contextmanager
+def norm_op():
+    """The layer's gated norm on selscan's op on CUDA too (norm.CUDA_LAYER, off until its CUDA kernels are gated)
+    while held: SSD-torch-v4 beside the composition it replaces, in one process."""
+    from selscan_torch import norm
+
+    own = norm.CUDA_LAYER
+    norm.CUDA_LAYER = True
+    try:
+        yield
+    finally:
+        norm.CUDA_LAYER = own
+
+
+@contextlib.contextmanager
 def norm_passes():
     """The library's gated norm as separate ops (_gated_rms_norm_passes) while held."""
     import selscan_torch.ssd as ssd
@@ -281,6 +295,7 @@ def layer_backends(L, a, shape="130m"):
                 "selscan, recompute (scan's out kept)": layer,
                 "selscan, recompute by torch's selective checkpoint (scan's out kept)": (layer, layer_by_checkpoint),
                 "selscan, recompute, the norm as SSD-torch-v3's torch ops": (layer, norm_v3),
+                "selscan, recompute, the norm as selscan's op (SSD-torch-v4)": (layer, norm_op),
                 "selscan, recompute, the norm as separate ops": (layer, norm_passes),
                 "selscan before SSD-torch-v3 (both)": (layer, layer_before_v3)}
     if dev.type == "cuda":
