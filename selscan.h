@@ -775,6 +775,8 @@ SELSCAN_DEF selscan_status selscan_ssd_backward_cpu_reduce(const selscan_ssd_pro
        dweight                 (dim)              f32      optional
    eps: finite and >= 0 (else SELSCAN_ERR_SHAPE {"eps", "negative, infinite or NaN"}); group_size 0
    means dim; one that does not divide dim: SELSCAN_ERR_SHAPE {"group_size", "does not divide dim"}.
+   batch, seqlen and dim are positive in a call (0: SELSCAN_ERR_SHAPE, "not positive", as every op's
+   sizes); selscan_check_norm_sizes accepts an empty problem, which a binding answers itself.
    Outputs may not share a byte with an input, another output or themselves (SELSCAN_ERR_ALIAS /
    SELSCAN_ERR_STRIDE). No workspace for the plain CPU entries; the partitioned backward and CUDA's
    backward take one for dweight (below; selscan_cuda.cuh). */
