@@ -201,16 +201,17 @@ def _gated_rms_norm_passes(y, z, weight, eps, group_size, norm_before_gate):
 
 @contextlib.contextmanager
 def norm_op():
-    """The layer's gated norm on selscan's op on CUDA too (norm.CUDA_LAYER, off until its CUDA kernels are gated)
-    while held: SSD-torch-v4 beside the composition it replaces, in one process."""
+    """The layer's gated norm on selscan's op on every device (norm.LAYER_DEVICES: none by default yet) while
+    held: SSD-torch-v4 beside the composition it replaces, in one process."""
     from selscan_torch import norm
 
-    own = norm.CUDA_LAYER
-    norm.CUDA_LAYER = True
+    own = set(norm.LAYER_DEVICES)
+    norm.LAYER_DEVICES.update(("cpu", "cuda"))
     try:
         yield
     finally:
-        norm.CUDA_LAYER = own
+        norm.LAYER_DEVICES.clear()
+        norm.LAYER_DEVICES.update(own)
 
 
 @contextlib.contextmanager

@@ -387,8 +387,8 @@ def test_split_conv1d_scan_recomputes_in_the_backward(device):
         res[rc] = (out.detach(), grads, sum(kept), ops.n)
     assert torch.equal(res[True][0], res[False][0])
     assert all(torch.equal(a, b) for a, b in zip(res[True][1], res[False][1]))
-    # (the gated norm is selscan's op too, SSD-torch-v4: on CUDA once norm.CUDA_LAYER)
-    op_norm = device == "cpu" or snorm.CUDA_LAYER
+    # (the gated norm is selscan's op too, SSD-torch-v4, on the devices in norm.LAYER_DEVICES)
+    op_norm = device in snorm.LAYER_DEVICES
     nf = {"norm_fwd": 1, "norm_bwd": 1} if op_norm else {}
     assert res[False][3] == {"conv_fwd": 1, "ssd_fwd": 1, "ssd_bwd": 1, "conv_bwd": 1, **nf}, res[False][3]
     nf = {"norm_fwd": 2, "norm_bwd": 1} if op_norm else {}
