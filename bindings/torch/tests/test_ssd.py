@@ -344,6 +344,40 @@ def test_split_conv1d_scan_matches_float64(name, o):
         assert rel_err(gt, w_) < GTOL[F32]
 
 
+@pytest.mark.parametrize("op", [False, True], ids=["composition", "norm op"])
+@pytest.mark.parametrize("wdtype", [BF16, F16, torch.float64])
+@pytest.mark.parametrize("nbg", [True, False])
+def test_split_conv1d_scan_rmsnorm_weight_dtypes(wdtype, nbg, op, monkeypatch):
+    """A model's norm weight in another dtype than the layer's float32 (a bf16 / f16 model's parameters, a float64
+    one): the norm reads it in float32 (exact for bf16 / f16 values; float64's rounded once, below float32's
+    tolerance here), its gradient comes back in its own dtype (rounded once from float32: GTOL of that dtype).
+    Both norms the layer may take: the torch composition and selscan's op (norm.LAYER_DEVICES)."""
+    if op:
+        monkeypatch.setattr(snorm, "LAYER_DEVICES", {"cpu"})
+    g = torch.Generator().manual_seed(71)
+    batch, L, H, P, N, W = 2, 13, 4, 6, 8, 4
+    dim = H * P
+    r = lambda *s, sc=1.0: (torch.randn(*s, generator=g) * sc).requires_grad_()  # noqa: E731
+    zxbcdt = r(batch, L, 2 * dim + 2 * N + H)
+    w, b = r(dim + 2 * N, W, sc=0.5), r(dim + 2 * N, sc=0.1)
+    dt_bias, A, D = r(H, sc=0.3), (-(torch.rand(H, generator=g) + 0.3)).requires_grad_(), r(H)
+    rmsw = (torch.randn(dim, generator=g) + 1).to(wdtype).requires_grad_()
+    ins = [zxbcdt, w, b, dt_bias, A, D, rmsw]
+    got = st.mamba_split_conv1d_scan_combined(zxbcdt, w, b, dt_bias, A, D, 256, rmsnorm_weight=rmsw, rmsnorm_eps=1e-5,
+                                              headdim=P, norm_before_gate=nbg)
+    want, _ = mamba_split_conv1d_scan_ref(zxbcdt, w, b, dt_bias, A, D, None, (0.0, math.inf), rmsw, 1e-5, None, None,
+                                          P, 1, nbg)
+    assert got.dtype == F32 and rel_err(got, want) < TOL[F32]
+    dy = torch.randn(got.shape, generator=g)
+    with _OpCount() as ops:
+        gs = torch.autograd.grad((got * dy).sum(), ins)
+    assert ("norm_bwd" in ops.n) == op, ops.n
+    ws = torch.autograd.grad((want * dy.double()).sum(), ins)
+    assert gs[-1].dtype == wdtype
+    for gt, w_ in zip(gs, ws):
+        assert rel_err(gt, w_) < GTOL[gt.dtype if gt.dtype in GTOL else F32]
+
+
 class _OpCount(torch.utils._python_dispatch.TorchDispatchMode):
     """How often each selscan op ran (below autograd; an op a checkpoint answers from its saved outputs
     does not reach this mode)."""
