@@ -4732,7 +4732,7 @@ static __global__ void __launch_bounds__(kThreads) conv_bwd_rows_kernel(const co
    (the tiled kernel's partial layout: the same workspace and conv_reduce_kernel); the forward's
    segments are shorter where 64 would leave few blocks (conv_cl_plan). The loads of
    kConvCU steps are issued before the first is used. Each output runs the reference's order, as
-   the tiled kernels. Not the automatic choice yet (conv_cl_path: not run on a GPU). Why: the tiled kernels stage 32-channel tiles through shared memory with
+   the tiled kernels. The automatic choice wherever it applies (conv_cl_path). Why: the tiled kernels stage 32-channel tiles through shared memory with
    2-byte element loads: conv_bwd_kernel took 383 us where causal_conv1d's channels-last backward
    took 104 us (H100, the 130m layer, bench/NOTES.md CONV-CUDA-v8). */
 const int kConvCK = 4;  /* channels a thread */
@@ -5056,10 +5056,9 @@ static bool conv_unit_c(const selscan__ten &t) { return !t.data || t.s[1] == 1; 
    four blocks an SM: a short prefill's few blocks would each walk 64 steps; conv_cl_fwd_blocks, which
    the tests vary so that every segment length runs). false past 2^31 - 1 blocks. */
 static int64_t conv_cl_fwd_blocks = 1024;
-/* Whether the automatic choice takes the channels-last path: 0 until its kernels have run on a GPU
-   (written and reviewed in the twenty-fourth session, never executed: bench/GPU_GATE.md); the tests and
-   bench_cuda set it to 1. */
-static int conv_cl_path = 0;
+/* Whether the automatic choice takes the channels-last path (1; 0 gives the tiled kernels, the path
+   before CONV-CUDA-v8: bench_cuda's baseline rows). */
+static int conv_cl_path = 1;
 static bool conv_cl_plan(const selscan__cprob &q, bool fwd, int64_t *ntl, int *seg, int64_t *blocks) {
     sizecalc c;
     const int64_t nb = c.mul(cdiv(q.dim, static_cast<int64_t>(32 * kConvCK)), q.batch);

@@ -624,7 +624,6 @@ static void bench_conv(cudaStream_t stream, cudaEvent_t e0, cudaEvent_t e1, doub
 }
 
 int main(int argc, char **argv) {
-    selscan_cuda_detail::conv_cl_path = 1; /* the conv table's xz rows: the channels-last path (off by default until gated) */
     int ndev = 0;
     if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev == 0) {
         printf("bench_cuda: skipped: no GPU\n");

@@ -473,7 +473,6 @@ static void host_validation_tests() {
 }
 
 int main() {
-    selscan_cuda_detail::conv_cl_path = 1; /* the channels-last path taken wherever it applies (off by default until it has run here) */
     host_validation_tests();
     int ndev = 0;
     if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev == 0) {
