@@ -6794,6 +6794,18 @@ template <typename F> static __device__ __forceinline__ void ssd_ck_load_tf32(F 
     for (int i = 0; i < f.num_elements; i++) f.x[i] = ckw::__float_to_tf32(f.x[i]);
 }
 
+/* Whether the chunked backward's float operands are split in two tf32 parts (float32's precision): always,
+   but at the benchmark's one-pass level (ssd_ckb_tc 3, compiled with SELSCAN__CUDA_TUNING only: the high
+   parts alone, below float32's precision; what the split costs, a measurement, never a result to trust) */
+static __device__ __forceinline__ bool ssd_ckb_split(const ssd_params &P) {
+#ifdef SELSCAN__CUDA_TUNING
+    return P.ckb_tc < 3;
+#else
+    (void)P;
+    return true;
+#endif
+}
+
 /* The pair products of a 2-byte problem on tensor cores: Ws = C B^T and Vs = dy0 x^T, the 10 tiles of 16 x 16
    on or below the diagonal of each (those above left as they were), a warp a tile in turn. x, B, C and dy
    are exact in tf32 (bf16's and f16's significands fit its 10 bits, their exponents its 8), so each product
@@ -6842,8 +6854,8 @@ static __device__ __forceinline__ void ssd_ckb_pairs_tc(bool split, const float 
    tf32 part and its remainder; x and dy exact in tf32: two products a step; dy0 under a gate, a float,
    split too: three), a warp a 16 x 16 tile in turn, each straight to the workspace ([p][n], row NP) */
 template <int NP>
-static __device__ __forceinline__ void ssd_ckb_loc_tc(bool split, const float *xs, const float *dys, int XS, const float *Bs, const float *Cs, int BS,
-                                                      float *S, float *G) {
+static __device__ __forceinline__ void ssd_ckb_loc_tc(bool split, bool sp, const float *xs, const float *dys, int XS, const float *Bs, const float *Cs,
+                                                      int BS, float *S, float *G) {
     constexpr int NJ = NP / 16, NTL = 4 * NJ; /* tiles a row of tiles, a product */
     for (int k2 = static_cast<int>(threadIdx.x >> 5); k2 < 2 * NTL; k2 += kCkThreads / 32) {
         const bool g = k2 >= NTL;
@@ -6854,13 +6866,14 @@ static __device__ __forceinline__ void ssd_ckb_loc_tc(bool split, const float *x
         for (int s = 0; s < kCkQ; s += 8) {
             ck_fa<ckw::col_major> ah, al;
             ck_fb<ckw::row_major> bh, bl;
-            ssd_ck_split(bh, bl, b + s * BS, BS);
-            if (g && split) {
+            if (sp) ssd_ck_split(bh, bl, b + s * BS, BS);
+            else ssd_ck_load_tf32(bh, b + s * BS, BS); /* (rounded to tf32: ssd_ckb_split) */
+            if (g && split && sp) {
                 ssd_ck_split(ah, al, a + s * XS, XS);
                 ckw::mma_sync(acc, al, bh, acc);
             } else
                 ssd_ck_load_tf32(ah, a + s * XS, XS);
-            ckw::mma_sync(acc, ah, bl, acc);
+            if (sp) ckw::mma_sync(acc, ah, bl, acc);
             ckw::mma_sync(acc, ah, bh, acc);
         }
         ckw::store_matrix_sync((g ? G : S) + 16 * pi * NP + 16 * nj, acc, NP, ckw::mem_row_major);
@@ -6913,7 +6926,7 @@ template <typename T, int NB> static __global__ void __launch_bounds__(kCkThread
     static_assert(m.x % 8 == 0 && m.dy % 8 == 0 && m.B % 8 == 0 && m.C % 8 == 0 && XS % 4 == 0 && BS % 4 == 0 && NP % 4 == 0,
                   "the tensor cores' tiles start 32-byte aligned, rows whole 16-byte units");
     if (sizeof(T) == 2 && P.ckb_tc >= 1) /* (steps past L: staged as 0, no term) */
-        ssd_ckb_loc_tc<NP>(P.z.p != NULL, xs, dys, XS, Bs, Cs, BS, P.ckb_S + o, P.ckb_G + o);
+        ssd_ckb_loc_tc<NP>(P.z.p != NULL, ssd_ckb_split(P), xs, dys, XS, Bs, Cs, BS, P.ckb_S + o, P.ckb_G + o);
     else
 #endif
     {
@@ -7080,9 +7093,9 @@ static __device__ __forceinline__ void ssd_mma8(float (&d)[4], const uint32_t (&
 /* acc[j] (rows r0 + g, r0 + g + 8; columns c0 + 8 j + 2 q, + 1: ssd_mma8's d) += sum_{k0 <= k < k1} A(r, k) B(k, c), the
    operands read by fa(r, k) and fb(k, c) from shared memory, k1 - k0 a multiple of 8. SA / SB: that operand a float,
    split into a tf32 part and its remainder (the products hi hi, lo hi, hi lo: float32's precision, the forward's three
-   products' way); else exact in tf32 (a 2-byte problem's x, B, C): one part */
+   products' way); else exact in tf32 (a 2-byte problem's x, B, C): one part. sp false: no split (ssd_ckb_split) */
 template <int NT8, bool SA, bool SB, typename FA, typename FB>
-static __device__ __forceinline__ void ssd_tc_mm(float (&acc)[NT8][4], const FA &fa, const FB &fb, int r0, int c0, int k0, int k1) {
+static __device__ __forceinline__ void ssd_tc_mm(float (&acc)[NT8][4], const FA &fa, const FB &fb, int r0, int c0, int k0, int k1, bool sp) {
     const int lane = static_cast<int>(threadIdx.x & 31), g = lane >> 2, q = lane & 3;
     for (int k = k0; k < k1; k += 8) {
         const float av[4] = {fa(r0 + g, k + q), fa(r0 + g + 8, k + q), fa(r0 + g, k + q + 4), fa(r0 + g + 8, k + q + 4)};
@@ -7090,7 +7103,7 @@ static __device__ __forceinline__ void ssd_tc_mm(float (&acc)[NT8][4], const FA 
 #pragma unroll
         for (int i = 0; i < 4; i++) {
             ah[i] = ssd_tf32(av[i]);
-            al[i] = SA ? ssd_tf32(av[i] - __uint_as_float(ah[i])) : 0u;
+            al[i] = SA && sp ? ssd_tf32(av[i] - __uint_as_float(ah[i])) : 0u;
         }
 #pragma unroll
         for (int j = 0; j < NT8; j++) {
@@ -7099,10 +7112,10 @@ static __device__ __forceinline__ void ssd_tc_mm(float (&acc)[NT8][4], const FA 
 #pragma unroll
             for (int i = 0; i < 2; i++) {
                 bh[i] = ssd_tf32(bv[i]);
-                bl[i] = SB ? ssd_tf32(bv[i] - __uint_as_float(bh[i])) : 0u;
+                bl[i] = SB && sp ? ssd_tf32(bv[i] - __uint_as_float(bh[i])) : 0u;
             }
-            if (SA) ssd_mma8(acc[j], al, bh);
-            if (SB) ssd_mma8(acc[j], ah, bl);
+            if (SA && sp) ssd_mma8(acc[j], al, bh);
+            if (SB && sp) ssd_mma8(acc[j], ah, bl);
             ssd_mma8(acc[j], ah, bh);
         }
     }
@@ -7159,6 +7172,7 @@ template <typename T, int NB> static __device__ __forceinline__ void ssd_ckb_gra
     double *const rho = dd + 5 * Q, *const tau = dd + 6 * Q, *const pr = dd + 7 * Q + 16; /* pr: [rho's, tau's][half][row] */
     const auto rowm = [](const float *a, int ld) { return [a, ld](int r, int c) { return a[r * ld + c]; }; }; /* a[r][c] */
     const auto colm = [](const float *a, int ld) { return [a, ld](int r, int c) { return a[c * ld + r]; }; }; /* a[c][r] */
+    const bool sp = ssd_ckb_split(P);
     float dC[NT8][4], dB[NT8][4], y0[4][4], dX[4][4], xg[4][4];
 #pragma unroll
     for (int j = 0; j < NT8; j++)
@@ -7169,8 +7183,8 @@ template <typename T, int NB> static __device__ __forceinline__ void ssd_ckb_gra
 #pragma unroll
         for (int i = 0; i < 4; i++) y0[j][i] = dX[j][i] = xg[j][i] = 0.0f;
     /* dC = exp(a(0..t)) dy0 Sin; Ys = exp(a(0..t)) C Sin^T, rho(t) = dy0(t) . Ys(t) */
-    ssd_tc_mm<NT8, true, true>(dC, rowm(dys, XS), rowm(Ss, BS), r0, cn, 0, kCkPT);
-    ssd_tc_mm<4, false, true>(y0, rowm(Cs, BS), colm(Ss, BS), r0, cp, 0, NP);
+    ssd_tc_mm<NT8, true, true>(dC, rowm(dys, XS), rowm(Ss, BS), r0, cn, 0, kCkPT, sp);
+    ssd_tc_mm<4, false, true>(y0, rowm(Cs, BS), colm(Ss, BS), r0, cp, 0, NP, sp);
     {
         const float d0 = din[r0 + g], d1 = din[r0 + g + 8];
 #pragma unroll
@@ -7180,20 +7194,20 @@ template <typename T, int NB> static __device__ __forceinline__ void ssd_ckb_gra
     }
     ssd_tc_rowdot(y0, rowm(dys, XS), r0, cp, pr + half * Q);
     /* y0 = Ys + W x (dz); dx = W^T dy0; dC += V B; dB = V^T C (W, V: 0 above the diagonal) */
-    if (P.dz.p) ssd_tc_mm<4, true, false>(y0, rowm(Ws, XS), rowm(xs, XS), r0, cp, 0, Q);
-    ssd_tc_mm<4, true, true>(dX, colm(Ws, XS), rowm(dys, XS), r0, cp, 0, Q);
-    ssd_tc_mm<NT8, true, false>(dC, rowm(Vs, XS), rowm(Bs, BS), r0, cn, 0, Q);
-    ssd_tc_mm<NT8, true, false>(dB, colm(Vs, XS), rowm(Cs, BS), r0, cn, 0, Q);
+    if (P.dz.p) ssd_tc_mm<4, true, false>(y0, rowm(Ws, XS), rowm(xs, XS), r0, cp, 0, Q, sp);
+    ssd_tc_mm<4, true, true>(dX, colm(Ws, XS), rowm(dys, XS), r0, cp, 0, Q, sp);
+    ssd_tc_mm<NT8, true, false>(dC, rowm(Vs, XS), rowm(Bs, BS), r0, cn, 0, Q, sp);
+    ssd_tc_mm<NT8, true, false>(dB, colm(Vs, XS), rowm(Cs, BS), r0, cn, 0, Q, sp);
     ssd_ckb_go<NB>(P, k, sm); /* its barriers: W's readers are done */
     __syncthreads();
     /* xg = B Go^T, tau(s) = ex(s) x(s) . xg(s); dx = W^T dy0 + w(s) xg + D dy0 into W's place; dB += w(s) x^T Go */
-    ssd_tc_mm<4, false, true>(xg, rowm(Bs, BS), colm(Ss, BS), r0, cp, 0, NP);
+    ssd_tc_mm<4, false, true>(xg, rowm(Bs, BS), colm(Ss, BS), r0, cp, 0, NP, sp);
     ssd_tc_rowdot(xg, rowm(xs, XS), r0, cp, pr + (2 + half) * Q);
     if (P.dx.p)
         ssd_tc_cells<4>(r0, cp, [&](int j, int i, int s, int pl) {
             Ws[s * XS + pl] = fmaf(ssd_Dv(P, k.h, k.p0 + pl), dys[s * XS + pl], fmaf(swsuf[s], xg[j][i], dX[j][i]));
         });
-    ssd_tc_mm<NT8, true, true>(dB, [xs, swsuf](int s, int p) { return swsuf[s] * xs[s * XS + p]; }, rowm(Ss, BS), r0, cn, 0, kCkPT);
+    ssd_tc_mm<NT8, true, true>(dB, [xs, swsuf](int s, int p) { return swsuf[s] * xs[s * XS + p]; }, rowm(Ss, BS), r0, cn, 0, kCkPT, sp);
     __syncthreads(); /* the row partials, dx */
     if (tid < Q) {
         rho[tid] = pr[tid] + pr[Q + tid];
@@ -7341,7 +7355,7 @@ template <typename T, int NB> static __global__ void __launch_bounds__(kCkThread
         double cb[4][4], dx[4][4];
 #ifdef SELSCAN__CK_MMA
         if (sizeof(T) == 2 && P.ckb_tc >= 1) {
-            ssd_ckb_pairs_tc<NP>(P.z.p != NULL, Cs, Bs, BS, dys, xs, XS, Ws, Vs);
+            ssd_ckb_pairs_tc<NP>(P.z.p != NULL && ssd_ckb_split(P), Cs, Bs, BS, dys, xs, XS, Ws, Vs);
             __syncthreads();
 #pragma unroll
             for (int e = 0; e < 4; e++)
@@ -7512,9 +7526,11 @@ static bool ssd_ck_shape(const selscan__sprob &q, ssd_ck_plan &k) {
 static int ssd_ckb_mode = 1;
 /* How much of a 2-byte problem's chunked backward runs on tensor cores (sm_80+; float32 problems never):
    2 (the default) every product (bench/NOTES.md SSD-CUDA-v15), 1 the pair products and the local state's
-   (SSD-CUDA-v14), 0 none; the tests run each level, bench_ssd_forms times each */
+   (SSD-CUDA-v14), 0 none; the tests run each level, bench_ssd_forms times each; 3 (SELSCAN__CUDA_TUNING only):
+   2 with the high parts alone (ssd_ckb_split) */
 static int ssd_ckb_tc = 2;
 #define SELSCAN__CKB_TC_LEVELS 1 /* (bench_ssd_forms: this header has the levels) */
+#define SELSCAN__CKB_TC_ONE 1 /* (bench_ssd_forms: and the one-pass level 3) */
 static bool ssd_ckb_shape(const selscan__sprob &q, const ssd_plan &pl, ssd_ck_plan &k) {
     /* (the pass kernel's grid: 8 NB blocks a chain) */
     return ssd_ckb_mode != 0 && ssd_ck_shape(q, k) && pl.npsl == k.ntile && k.nchain <= kMaxGrid / (8 * k.NB);

@@ -10,7 +10,8 @@
  * is timed. Then the backward (every gradient but dz and dinitial_state) on the walks and in chunks
  * (selscan_cuda.cuh >>ssd-chunk-bwd), timed the same way, and the chunks' gradients against the walks';
  * where the header has ssd_ckb_tc's levels (SELSCAN__CKB_TC_LEVELS), the chunks at each level too (a 2-byte
- * problem's products on tensor cores: every one, the pair products and the local state's, none).
+ * problem's products on tensor cores: every one, the pair products and the local state's, none) and, where it
+ * has SELSCAN__CKB_TC_ONE, every one as one-pass tf32 products (level 3: what float32's precision costs).
  *
  * Usage: make build/bench_ssd_forms && ./build/bench_ssd_forms [f32|f16|bf16] [batch] [L]
  */
@@ -147,7 +148,9 @@ int main(int argc, char **argv) {
             void *dy = dev_random(batch * L * H * P, dt, -1, 1, seed);
             const size_t nbytes[7] = {(size_t)(batch * L * H * P) * es, (size_t)(batch * L * H) * es, (size_t)H * 4, (size_t)(batch * L * G * N) * es,
                                       (size_t)(batch * L * G * N) * es, (size_t)H * 4, (size_t)H * 4};
-#ifdef SELSCAN__CKB_TC_LEVELS
+#if defined(SELSCAN__CKB_TC_ONE)
+            constexpr int NFORM = 5; /* the walks; the chunks at ssd_ckb_tc 2 (the default), 1, 0; 3 (one pass) */
+#elif defined(SELSCAN__CKB_TC_LEVELS)
             constexpr int NFORM = 4; /* the walks; the chunks at ssd_ckb_tc 2 (the default), 1, 0 */
 #else
             constexpr int NFORM = 2; /* the walks, the chunks */
@@ -160,7 +163,7 @@ int main(int argc, char **argv) {
             for (int f = 0; f < NFORM; f++) {
                 selscan_cuda_detail::ssd_ckb_mode = f != 0;
 #ifdef SELSCAN__CKB_TC_LEVELS
-                selscan_cuda_detail::ssd_ckb_tc = f == 0 ? 2 : 3 - f;
+                selscan_cuda_detail::ssd_ckb_tc = f == 0 ? 2 : f == 4 ? 3 : 3 - f;
 #endif
                 selscan_ssd_grads g;
                 memset(&g, 0, sizeof g);
@@ -190,6 +193,14 @@ int main(int argc, char **argv) {
                 for (int i = 0; i < 7; i++) dl[l] = std::max(dl[l], rel_diff(gr[3][i], gr[1 + l][i], gn[i], gdt[i]));
             printf("backward levels | %s | tensor cores: every product %.3f ms, pairs + local state %.3f ms, none %.3f ms | none / every: %.2fx, none / pairs: %.2fx | against none, max |diff| / max: every %.2g, pairs %.2g\n",
                    s.name, bm[1], bm[2], bm[3], bm[3] / bm[1], bm[3] / bm[2], dl[0], dl[1]);
+#endif
+#ifdef SELSCAN__CKB_TC_ONE
+            {
+                double d1 = 0;
+                for (int i = 0; i < 7; i++) d1 = std::max(d1, rel_diff(gr[3][i], gr[4][i], gn[i], gdt[i]));
+                printf("backward one pass | %s | every product, the high tf32 parts alone (below float32's precision) %.3f ms | every / one pass: %.2fx | against none, max |diff| / max: %.2g\n",
+                       s.name, bm[4], bm[1] / bm[4], d1);
+            }
 #endif
             for (int f = 0; f < NFORM; f++)
                 for (int i = 0; i < 7; i++) cudaFree(gr[f][i]);
