@@ -142,6 +142,15 @@ $(BUILD)/bench_conv: bench/bench_conv.c selscan.h | $(BUILD)
 bench-conv: $(BUILD)/bench_conv
 	./$(BUILD)/bench_conv $(BENCH_THREADS)
 
+# make bench-norm: bench/bench_norm.c, the gated norm's CPU entries (one thread) on Mamba-2 130m's
+# norm, with the traffic's floor (bench/NOTES.md SSD-torch-v5; bench/bench_norm.py: through PyTorch)
+.PHONY: bench-norm
+$(BUILD)/bench_norm: bench/bench_norm.c selscan.h | $(BUILD)
+	$(CC) -std=c99 $(WARN) $(CFLAGS) -I. $< -o $@ $(LDLIBS)
+
+bench-norm: $(BUILD)/bench_norm
+	./$(BUILD)/bench_norm
+
 
 # ---- CUDA -------------------------------------------------------------------------------------
 # cuda-build compiles every CUDA binary without running one (for CI machines with nvcc, no GPU).
