@@ -3,11 +3,13 @@ library's selscan_norm_* entries) against the composition of torch ops it replac
 form, torch's rms_norm in float32), in one process, interleaved rep by rep.
 
     PYTHONPATH=bindings/torch python3 bench/bench_norm.py [--device cpu] [--dtype f32,bf16] [--shape 2,512,1536]
-        [--groups 1] [--before 1] [--reps 5] [--warmup 2] [--rounds 1] [--threads N]
+        [--groups 1] [--before 1] [--reps 5] [--warmup 2] [--rounds 1] [--threads N] [--blocked]
 
 Per dtype: forward alone (no grad) and forward + backward (torch.autograd.grad of y, z, weight from a random
-dout), the mean of --reps timed runs after --warmup, each backend's rep right after the other's; --rounds repeats
-the whole measurement (a noisy machine: the spread of the means). bench/NOTES.md SSD-torch-v4 / v5.
+dout), the mean of --reps timed runs after --warmup, each backend's rep right after the other's (--blocked: each
+backend's warm-up and reps in a row, then the next's: the interleaved runs see each other's allocations, the
+composition's many temporaries freed and the op's outputs then on fresh pages); --rounds repeats the whole
+measurement (a noisy machine: the spread of the means). bench/NOTES.md SSD-torch-v4 / v5.
 """
 import argparse
 import statistics
@@ -27,6 +29,7 @@ def main():
     ap.add_argument("--warmup", type=int, default=2)
     ap.add_argument("--rounds", type=int, default=1)
     ap.add_argument("--threads", type=int, default=None)
+    ap.add_argument("--blocked", action="store_true")
     a = ap.parse_args()
     if a.threads:
         torch.set_num_threads(a.threads)
@@ -40,7 +43,7 @@ def main():
     where = torch.cuda.get_device_name() if dev.type == "cuda" else (
         f"CPU, {torch.get_num_threads()} threads, selscan {selscan_torch.cpu_backend()}")
     print(f"torch {torch.__version__}, {where}; ({b}, {L}, {dim}), group {gs}, norm_before_gate {before}, "
-          f"mean of {a.reps} after {a.warmup}")
+          f"mean of {a.reps} after {a.warmup}, {'blocked' if a.blocked else 'interleaved'}")
     print("| dtype | mode | backend | round means (ms) |")
     print("|---|---|---|---|")
     for dname in a.dtype.split(","):
@@ -63,16 +66,25 @@ def main():
                     torch.autograd.grad(f(), (y, z, w), dout)
                 sync()
             res = {k: [] for k in backends}
+            def timed(k, f, ts):
+                t0 = time.perf_counter()
+                go(f)
+                ts[k].append(time.perf_counter() - t0)
             for _ in range(a.rounds):
-                for f in backends.values():
-                    for _ in range(a.warmup):
-                        go(f)
                 ts = {k: [] for k in backends}
-                for _ in range(a.reps):
+                if a.blocked:
                     for k, f in backends.items():
-                        t0 = time.perf_counter()
-                        go(f)
-                        ts[k].append(time.perf_counter() - t0)
+                        for _ in range(a.warmup):
+                            go(f)
+                        for _ in range(a.reps):
+                            timed(k, f, ts)
+                else:
+                    for f in backends.values():
+                        for _ in range(a.warmup):
+                            go(f)
+                    for _ in range(a.reps):
+                        for k, f in backends.items():
+                            timed(k, f, ts)
                 for k in backends:
                     res[k].append(statistics.mean(ts[k]) * 1e3)
             for k, v in res.items():
