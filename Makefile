@@ -37,9 +37,9 @@ run: $(BUILD)/quickstart
 
 # ---- tests (section owned by tests/) ----------------------------------------------------------
 # make test (the quick loop: at most 3 min of CPU on 2 cores, bench/RESULTS.md "Test loop"): every
-# tests/test_*.c (CUDA ones excluded) built and run, tests/test_api, tests/test_conv and
-# tests/test_ssd again with SELSCAN_CPU=portable (test_conv with avx2 too: SELSCAN_CPU never raises
-# the path, so on a CPU without it that run repeats a lower one).
+# tests/test_*.c (CUDA ones excluded) built and run, tests/test_api, tests/test_conv, tests/test_ssd and
+# tests/test_norm again with SELSCAN_CPU=portable (test_conv and test_norm with avx2 too: SELSCAN_CPU
+# never raises the path, so on a CPU without it that run repeats a lower one).
 # make test-all (what CI runs): make test's suites, the build checks (tests/build_checks.sh: every
 # compiler and language mode, the README snippet; with nvcc where it exists), the
 # CUDA tests and quickstart compiled first (a build step, no test counted) and the CUDA suites run
@@ -67,7 +67,8 @@ TEST_CUDA_BUILD := if $(MAKE) --no-print-directory -j2 $(BUILD)/test_cuda $(BUIL
 # the commands both targets run: the native suites, test_api on the portable path
 TEST_QUICK_CMDS := $(foreach b,$(TEST_BINS),./$(b)) "SELSCAN_CPU=portable ./$(BUILD)/tests/test_api" \
     "SELSCAN_CPU=avx2 ./$(BUILD)/tests/test_conv" "SELSCAN_CPU=portable ./$(BUILD)/tests/test_conv" \
-    "SELSCAN_CPU=portable ./$(BUILD)/tests/test_ssd" ./$(BUILD)/ssd_quickstart
+    "SELSCAN_CPU=portable ./$(BUILD)/tests/test_ssd" "SELSCAN_CPU=avx2 ./$(BUILD)/tests/test_norm" \
+    "SELSCAN_CPU=portable ./$(BUILD)/tests/test_norm" ./$(BUILD)/ssd_quickstart
 TEST_BUILD_CHECKS = "CC='$(CC)' CXX='$(CXX)' NVCC='$(1)' BUILD='$(BUILD)' bash tests/build_checks.sh"
 
 $(BUILD)/tests/selscan_impl.o: tests/selscan_impl.c selscan.h
@@ -140,6 +141,15 @@ $(BUILD)/bench_conv: bench/bench_conv.c selscan.h | $(BUILD)
 
 bench-conv: $(BUILD)/bench_conv
 	./$(BUILD)/bench_conv $(BENCH_THREADS)
+
+# make bench-norm: bench/bench_norm.c, the gated norm's CPU entries (one thread) on Mamba-2 130m's
+# norm, with the traffic's floor (bench/NOTES.md SSD-torch-v5; bench/bench_norm.py: through PyTorch)
+.PHONY: bench-norm
+$(BUILD)/bench_norm: bench/bench_norm.c selscan.h | $(BUILD)
+	$(CC) -std=c99 $(WARN) $(CFLAGS) -I. $< -o $@ $(LDLIBS)
+
+bench-norm: $(BUILD)/bench_norm
+	./$(BUILD)/bench_norm
 
 
 # ---- CUDA -------------------------------------------------------------------------------------

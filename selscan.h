@@ -26,13 +26,13 @@
  *                    oracle, >>step step validation and reference, >>conv the conv's validation
  *                    and >>conv-reference its scalar oracle, >>ssd the SSD scan's validation
  *                    and >>ssd-reference its scalar oracle, >>norm the gated norm's validation,
- *                    >>norm-reference its scalar oracle and its CPU entries' loop, >>norm-entry
- *                    its CPU parts, >>fast the fast CPU path
+ *                    >>norm-reference its scalar oracle and its CPU entries' scalar loop,
+ *                    >>norm-entry its CPU entries and parts, >>fast the fast CPU path
  *                    (>>fast-tiles, >>fast-isa, >>fast-drivers, >>fast-parts, ...), >>conv-entry
  *                    the conv's fast-path drivers and CPU entry points, >>ssd-entry the SSD
  *                    forward's and backward's, >>entry the public CPU entry points, >>fast-kernels the kernels
  *                    compiled per instruction set (>>fast-forward, >>fast-backward, >>fast-step,
- *                    >>fast-conv, >>fast-ssd)
+ *                    >>fast-conv, >>fast-ssd, >>fast-norm)
  *     Measurements and the reasons behind the tuning: bench/NOTES.md (labels CPU-vN, CUDA-vN).
  *
  * Do this:
@@ -104,8 +104,8 @@
  *
  * The gated RMS norm after Mamba-2's scan (mamba_ssm's RMSNormGated: a group RMS norm of y with the
  * silu(z) gate before or after it, forward and backward): selscan_norm_* (the scalar reference; CPU
- * entries bitwise its results, with a parts API; CUDA in selscan_cuda.cuh, selscan_norm_*_cuda); the
- * math in >>norm-api.
+ * entries on the vector path within f32 rounding of it, with a parts API; CUDA in selscan_cuda.cuh,
+ * selscan_norm_*_cuda); the math in >>norm-api.
  *
  * ---------------------------------------------------------------------------------------------
  * OPERANDS: logical shapes, dtypes (T is the problem's dtype: f32, f16 or bf16)
@@ -755,7 +755,8 @@ SELSCAN_DEF selscan_status selscan_ssd_backward_cpu_reduce(const selscan_ssd_pro
        out  = u * r * w       otherwise
 
    w = weight[c] (1 when absent). out is rounded to T (to nearest even). The group's sum of squares
-   runs in f32 (the reference: channel order; CUDA: a fixed tree, so the two differ by rounding).
+   runs in f32 (the reference: channel order; CUDA and the CPU's vector path: fixed trees, so they
+   differ from it by rounding).
    Backward, from dout, with n = u * r and s'(z) = sig * (1 + z * (1 - sig)), sig = sigmoid(z);
    "gate out": SELSCAN_NORM_BEFORE_GATE with z (the gate multiplies the norm's output), "gate in":
    the flag clear with z (the gate inside u):
@@ -800,10 +801,20 @@ typedef struct selscan_norm_grads {
 
 /* The same contract as the conv's entry points: validate everything, no allocation, outputs
    untouched on any error, diag names the operand and rule. _ref: the exact scalar reference.
-   _cpu: the reference's arithmetic in its order, bitwise its results, with a group's inputs (and
-   their sigmoids) loaded once into a stack buffer (groups up to 2048 channels, 40 KiB of stack;
-   larger ones run the reference's loop). No vector path: the CUDA kernels are the op's fast path
-   (bench/NOTES.md SSD-torch-v4 has the CPU's measurements against torch's composition). */
+   _cpu: where every input (y, z, weight; the backward's dout) has its channels contiguous, the vector
+   path (>>fast-norm, on the instruction set the scan's fast path takes: selscan_cpu_backend(),
+   SELSCAN_CPU; avx512f, avx2+fma, neon, not portable): not bitwise the reference, within f32 rounding
+   of it: the group's sums lane by lane then over the lanes (a fixed order: each of the gs terms'
+   roundings, ~gs u32 relative to the sum of |terms|), the backward's mean of dn * n as
+   r (sum of dn * u) / gs, the gate's sigmoid by
+   selscan__vexp (1.3 ulp; the sigmoid within 3.2 ulp against the reference's 2.5 by expf, measured
+   over every float |z| <= 88); outputs of any strides; 32 KiB of stack. NaN where the reference's NaN;
+   infinities as the reference's, except where a signed sum's order decides an overflow and for z in
+   (-88.73, -88.37], where the sigmoid is 0 and the reference's a subnormal (< 2^-126). Otherwise the
+   scalar loop: the reference's arithmetic in its order, bitwise its results, a group's inputs (and
+   their sigmoids) loaded once into a stack buffer (groups up to 2048 channels, 40 KiB of stack; larger
+   ones run the reference's loop). Either way deterministic: bitwise the same every call, on one
+   instruction set (bench/NOTES.md SSD-torch-v4 / v5: the CPU's measurements against torch's). */
 SELSCAN_DEF selscan_status selscan_validate_norm(const selscan_norm_problem *p);
 SELSCAN_DEF selscan_status selscan_validate_norm_grads(const selscan_norm_problem *p, const selscan_norm_grads *g);
 /* The norm's size rules alone: see selscan_check_sizes (batch, seqlen or dim 0: an empty problem). */
@@ -3098,7 +3109,8 @@ SELSCAN_DEF selscan_status selscan_ssd_backward_ref(const selscan_ssd_problem *p
 /* --------------------------------------------------------------------------------------------- */
 /* The math and the operands: >>norm-api. Validation here (also compiled with
    SELSCAN_VALIDATION_ONLY: the CUDA launchers use it), on the operand tables (>>operands), then
-   >>norm-reference, the exact scalar oracle and the CPU entries' loop; their parts: >>norm-entry. */
+   >>norm-reference, the exact scalar oracle and the CPU entries' scalar loop; their drivers, entry
+   points and parts: >>norm-entry; their vector kernels: >>fast-norm. */
 
 typedef struct selscan__nprob {
     int64_t batch, L, dim, gs; /* gs: channels a group */
@@ -3323,13 +3335,15 @@ static void selscan__norm_ref_backward(const selscan__nprob *q, const selscan__n
     selscan__norm_ref_bwd_rows(q, g, 0, q->batch * q->L, SELSCAN__CAST(float *, g->dweight.data), g->dweight.s[0]);
 }
 
-/* The CPU entries' loop: the reference's arithmetic in its order (so bitwise its results), with a
+/* The CPU entries' scalar loop (their path where an input's channels are not contiguous; the vector
+   kernels: >>fast-norm): the reference's arithmetic in its order (so bitwise its results), with a
    group's y, z, sigmoid(z), u and dout loaded once into stack buffers (groups of up to
    SELSCAN__NORM_CB channels, 40 KiB: Mamba-2's 130m and 370m groups; larger groups run the
    reference's loop): the reference loads each element and takes its sigmoid (expf) again in every
    pass, three passes in the backward. Measured on the 2-core VM (2 x 512 x 1536 f32, one group):
    forward 5.9 ms, backward 10.2 ms, the reference's 14.6 and 31.3. */
 #define SELSCAN__NORM_CB 2048
+#define SELSCAN__NORM_VB 8192 /* the vector kernels' (>>fast-norm): a group's sigmoids kept (32 KiB of stack) */
 typedef struct selscan__nbuf {
     float y[SELSCAN__NORM_CB], z[SELSCAN__NORM_CB], sg[SELSCAN__NORM_CB], u[SELSCAN__NORM_CB], d[SELSCAN__NORM_CB];
 } selscan__nbuf;
@@ -3449,31 +3463,6 @@ SELSCAN_DEF selscan_status selscan_norm_backward_ref(const selscan_norm_problem 
     return SELSCAN_OK;
 }
 
-SELSCAN_DEF selscan_status selscan_norm_forward_cpu(const selscan_norm_problem *p) {
-    selscan__nprob q;
-    selscan_status st = selscan__norm_validate_forward(p, &q);
-    if (st != SELSCAN_OK) return st;
-    {
-        const int saved_errno = errno;
-        selscan__norm_cpu_fwd_rows(&q, 0, q.batch * q.L);
-        errno = saved_errno;
-    }
-    return SELSCAN_OK;
-}
-
-SELSCAN_DEF selscan_status selscan_norm_backward_cpu(const selscan_norm_problem *p, const selscan_norm_grads *g) {
-    selscan__nprob q;
-    selscan__ngrd r;
-    selscan_status st = selscan__norm_validate_backward(p, g, &q, &r);
-    if (st != SELSCAN_OK) return st;
-    {
-        const int saved_errno = errno;
-        selscan__norm_cpu_bwd_rows(&q, &r, 0, q.batch * q.L, SELSCAN__CAST(float *, r.dweight.data), r.dweight.s[0]);
-        errno = saved_errno;
-    }
-    return SELSCAN_OK;
-}
-
 #endif /* SELSCAN_VALIDATION_ONLY: >>norm */
 #ifndef SELSCAN_VALIDATION_ONLY
 
@@ -3483,7 +3472,7 @@ SELSCAN_DEF selscan_status selscan_norm_backward_cpu(const selscan_norm_problem 
 /* Sections: >>fast (this layout), >>fast-tiles, >>fast-ckpt, >>fast-scratch, >>fast-isa (one
    block per instruction set: >>isa-portable, >>isa-avx2, >>isa-avx512, >>isa-neon), >>fast-drivers,
    >>fast-parts; the kernels are at the end of the file: >>fast-kernels (>>fast-math, >>fast-prep,
-   >>fast-forward, >>fast-backward, >>fast-step). */
+   >>fast-forward, >>fast-backward, >>fast-step; the other ops': >>fast-conv, >>fast-ssd, >>fast-norm). */
 
 /* Layout of the work. A tile is W channels of one group (W = 16 with AVX-512, 8 with AVX2+FMA, 4
    with NEON, 1 portable); the state for each n is one vector over the tile's channels, so B and C
@@ -3983,6 +3972,11 @@ static void selscan__bsh_map(selscan__bsh *h, const selscan__prob *q, const sels
    VTHSUM(v, out)               out[c] = VHSUM(v[c]), c < VW (avx2: one transposing reduction)
    VTHSUMS(p, stride, out)      out[c] = VHSUM(VLOAD(p + c * stride)), c < VW
    VOPAQUE(v)                   v opaque to the optimizer (no folding across it)
+   VLOADT(base, off, dt)        VW elements of dtype dt at base + off (contiguous), widened to f32:
+                                selscan__load (portable), selscan__ld8_avx2, selscan__ld16_avx512,
+                                selscan__ld4_neon
+   VSTORET(base, off, dt, v)    v rounded to dt (nearest even; NaN stays NaN) into VW elements at
+                                base + off: selscan__store, selscan__st8_avx2, _st16_avx512, _st4_neon
    LOADTILE / STORETILE         tile load / store: selscan__load_tile (avx2, avx512: the
                                 _avx2 forms with 8 x 8 transposes) */
 
@@ -4030,6 +4024,8 @@ static float selscan__addexp_s(float p, float t) { /* p * 2^k, t = k + 1.5 * 2^2
 #define SELSCAN__VTHSUMS(p, stride, out) ((out)[0] = (p)[0])
 #define SELSCAN__VADDEXP(p, t) selscan__addexp_s(p, t)
 #define SELSCAN__VOPAQUE(v) ((v) = selscan__opaque_s(v))
+#define SELSCAN__VLOADT(base, off, dt) selscan__load(base, off, dt)
+#define SELSCAN__VSTORET(base, off, dt, v) selscan__store(base, off, dt, v)
 #define SELSCAN__LOADTILE selscan__load_tile
 #define SELSCAN__STORETILE selscan__store_tile
 #if defined(__GNUC__) && !defined(__clang__) && !defined(__CUDACC__) /* (nvcc's front end knows no such pragma) */
@@ -4221,6 +4217,8 @@ static SELSCAN__T_AVX2 void selscan__store_tile_avx2(const float *src, const sel
 #else
 #define SELSCAN__VOPAQUE(v) ((void)0)
 #endif
+#define SELSCAN__VLOADT(base, off, dt) selscan__ld8_avx2(base, off, dt)
+#define SELSCAN__VSTORET(base, off, dt, v) selscan__st8_avx2(base, off, dt, v)
 #define SELSCAN__LOADTILE selscan__load_tile_avx2
 #define SELSCAN__STORETILE selscan__store_tile_avx2
 #define SELSCAN__VADDEXP(p, t) _mm256_castsi256_ps(_mm256_add_epi32(_mm256_castps_si256(p), _mm256_slli_epi32(_mm256_castps_si256(t), 23)))
@@ -4231,6 +4229,33 @@ static SELSCAN__T_AVX512 SELSCAN__INLINE float selscan__hsum_avx512(__m512 v) {
     float x[16]; /* through memory: g++ 12 warns inside the 512 -> 256 extract intrinsics */
     _mm512_storeu_ps(x, v);
     return selscan__hsum_avx2(_mm256_add_ps(_mm256_loadu_ps(x), _mm256_loadu_ps(x + 8)));
+}
+/* 16 contiguous elements, as selscan__ld8_avx2 / selscan__st8_avx2 do 8 (the maskz forms: g++ 12 warns
+   about the undefined source of the plain ones) */
+static SELSCAN__T_AVX512 SELSCAN__INLINE __m512 selscan__ld16_avx512(const void *base, int64_t off, selscan_dtype t) {
+    if (t == SELSCAN_F32) return _mm512_loadu_ps(SELSCAN__CAST(const float *, base) + off);
+    {
+        const __m256i h = _mm256_loadu_si256(SELSCAN__RCAST(const __m256i *, SELSCAN__CAST(const uint16_t *, base) + off));
+        if (t == SELSCAN_F16) return _mm512_maskz_cvtph_ps(0xffff, h);
+        return _mm512_castsi512_ps(_mm512_maskz_slli_epi32(0xffff, _mm512_maskz_cvtepu16_epi32(0xffff, h), 16));
+    }
+}
+static SELSCAN__T_AVX512 SELSCAN__INLINE void selscan__st16_avx512(void *base, int64_t off, selscan_dtype t, __m512 v) {
+    __m256i r16;
+    if (t == SELSCAN_F32) {
+        _mm512_storeu_ps(SELSCAN__CAST(float *, base) + off, v);
+        return;
+    }
+    if (t == SELSCAN_F16) {
+        r16 = _mm512_maskz_cvtps_ph(0xffff, v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    } else { /* bf16: round to nearest even; NaN stays a (quiet) NaN */
+        const __m512i x = _mm512_castps_si512(v), hi = _mm512_maskz_srli_epi32(0xffff, x, 16);
+        const __m512i lsb = _mm512_and_si512(hi, _mm512_set1_epi32(1));
+        __m512i r = _mm512_maskz_srli_epi32(0xffff, _mm512_add_epi32(x, _mm512_add_epi32(lsb, _mm512_set1_epi32(0x7fff))), 16);
+        r = _mm512_mask_blend_epi32(_mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q), r, _mm512_or_si512(hi, _mm512_set1_epi32(0x40)));
+        r16 = _mm512_maskz_cvtepi32_epi16(0xffff, r);
+    }
+    _mm256_storeu_si256(SELSCAN__RCAST(__m256i *, SELSCAN__CAST(uint16_t *, base) + off), r16);
 }
 #define SELSCAN__KSFX avx512
 #define SELSCAN__ATTR SELSCAN__T_AVX512
@@ -4259,6 +4284,8 @@ static SELSCAN__T_AVX512 SELSCAN__INLINE float selscan__hsum_avx512(__m512 v) {
 #else
 #define SELSCAN__VOPAQUE(v) ((void)0)
 #endif
+#define SELSCAN__VLOADT(base, off, dt) selscan__ld16_avx512(base, off, dt)
+#define SELSCAN__VSTORET(base, off, dt, v) selscan__st16_avx512(base, off, dt, v)
 #define SELSCAN__LOADTILE selscan__load_tile_avx2 /* AVX-512F CPUs have AVX2 */
 #define SELSCAN__STORETILE selscan__store_tile_avx2
 #define SELSCAN__VADDEXP(p, t) _mm512_castsi512_ps(_mm512_add_epi32(_mm512_castps_si512(p), _mm512_maskz_slli_epi32(0xffff, _mm512_castps_si512(t), 23)))
@@ -4267,6 +4294,30 @@ static SELSCAN__T_AVX512 SELSCAN__INLINE float selscan__hsum_avx512(__m512 v) {
 
 #if defined(SELSCAN__HAVE_NEON)
 /* ---- >>isa-neon: arm64 NEON, W = 4 ---------------------------------------------------------- */
+/* 4 contiguous elements, as selscan__ld8_avx2 / selscan__st8_avx2 do 8 (f16 by the FCVT instructions,
+   round to nearest even as the FPCR's default; bf16 by shifts) */
+static SELSCAN__INLINE float32x4_t selscan__ld4_neon(const void *base, int64_t off, selscan_dtype t) {
+    if (t == SELSCAN_F32) return vld1q_f32(SELSCAN__CAST(const float *, base) + off);
+    {
+        const uint16x4_t h = vld1_u16(SELSCAN__CAST(const uint16_t *, base) + off);
+        if (t == SELSCAN_F16) return vcvt_f32_f16(vreinterpret_f16_u16(h));
+        return vreinterpretq_f32_u32(vshll_n_u16(h, 16));
+    }
+}
+static SELSCAN__INLINE void selscan__st4_neon(void *base, int64_t off, selscan_dtype t, float32x4_t v) {
+    uint16_t *p = SELSCAN__CAST(uint16_t *, base) + off;
+    if (t == SELSCAN_F32) {
+        vst1q_f32(SELSCAN__CAST(float *, base) + off, v);
+    } else if (t == SELSCAN_F16) {
+        vst1_u16(p, vreinterpret_u16_f16(vcvt_f16_f32(v)));
+    } else { /* bf16: round to nearest even; NaN stays a (quiet) NaN */
+        const uint32x4_t x = vreinterpretq_u32_f32(v), hi = vshrq_n_u32(x, 16);
+        const uint32x4_t lsb = vandq_u32(hi, vdupq_n_u32(1));
+        uint32x4_t r = vshrq_n_u32(vaddq_u32(x, vaddq_u32(lsb, vdupq_n_u32(0x7fff))), 16);
+        r = vbslq_u32(vceqq_f32(v, v), r, vorrq_u32(hi, vdupq_n_u32(0x40)));
+        vst1_u16(p, vmovn_u32(r));
+    }
+}
 #define SELSCAN__KSFX neon
 #define SELSCAN__ATTR
 #define SELSCAN__VF float32x4_t
@@ -4293,6 +4344,8 @@ static SELSCAN__T_AVX512 SELSCAN__INLINE float selscan__hsum_avx512(__m512 v) {
 #else
 #define SELSCAN__VOPAQUE(v) ((void)0)
 #endif
+#define SELSCAN__VLOADT(base, off, dt) selscan__ld4_neon(base, off, dt)
+#define SELSCAN__VSTORET(base, off, dt, v) selscan__st4_neon(base, off, dt, v)
 #define SELSCAN__LOADTILE selscan__load_tile
 #define SELSCAN__STORETILE selscan__store_tile
 #define SELSCAN__VADDEXP(p, t) vreinterpretq_f32_s32(vaddq_s32(vreinterpretq_s32_f32(p), vshlq_n_s32(vreinterpretq_s32_f32(t), 23)))
@@ -5251,12 +5304,80 @@ SELSCAN_DEF selscan_status selscan_ssd_backward_cpu(const selscan_ssd_problem *p
     if (st != SELSCAN_OK) return st;
     return selscan__ssd_backward_reduce(p, g, 0, 1, workspace, workspace_bytes);
 }
-/* ---- >>norm-entry: the gated norm's parts (>>norm-api; its loops: >>norm-reference) ----------- */
+/* ---- >>norm-entry: the gated norm's CPU entries and parts (>>norm-api; the scalar loop: >>norm-reference;
+   the vector kernels: >>fast-norm) ---------------------------------------------------------------- */
 /* The backward's parts sum dweight over blocks of SELSCAN__NORM_RB rows (each block's rows in
    order, from 0, into its own row of the workspace), the reduce the blocks in order, from 0: one
    order for every n_parts. */
 #define SELSCAN__NORM_RB 64
 static int64_t selscan__norm_nblk(const selscan__nprob *q) { return (q->batch * q->L + SELSCAN__NORM_RB - 1) / SELSCAN__NORM_RB; }
+
+/* The CPU entries' rows: the vector kernels (>>fast-norm) of the instruction set selscan__cpu_isa picks
+   (the one dispatcher: the scan's, SELSCAN_CPU included) where every input of the call (y, z, weight;
+   the backward's dout) has its channels contiguous; else, and on the portable path (no vector unit:
+   the kernels at one lane measured slower there than the scalar loop, 9.1 against 6.2 ms forward on
+   bench_norm's f32 case), the scalar loop (>>norm-reference, the reference's arithmetic: bitwise its
+   results). The choice is the inputs', never the outputs' (the
+   kernels write any strides) nor the part's: every part of a call and the plain call, and a backward
+   with any of dy, dz, dweight asked for, run the same code on a row. */
+static int selscan__norm_c1(const selscan__ten *t, int64_t dim, int d) {
+    return !t->data || dim == 1 || t->s[d] == 1;
+}
+static int selscan__norm_vec(const selscan__nprob *q, const selscan__ngrd *g) {
+    const int64_t D = q->dim;
+    return selscan__norm_c1(&q->y, D, 2) && selscan__norm_c1(&q->z, D, 2) && selscan__norm_c1(&q->weight, D, 0) &&
+           (!g || selscan__norm_c1(&g->dout, D, 2));
+}
+static void selscan__norm_fwd_run(const selscan__nprob *q, int64_t r0, int64_t r1) {
+    switch (selscan__norm_vec(q, NULL) ? selscan__cpu_isa() : SELSCAN__ISA_PORTABLE) {
+#if defined(SELSCAN__HAVE_X86)
+    case SELSCAN__ISA_AVX512: selscan__norm_fwd_rows_avx512(q, r0, r1); break;
+    case SELSCAN__ISA_AVX2: selscan__norm_fwd_rows_avx2(q, r0, r1); break;
+#endif
+#if defined(SELSCAN__HAVE_NEON)
+    case SELSCAN__ISA_NEON: selscan__norm_fwd_rows_neon(q, r0, r1); break;
+#endif
+    default: selscan__norm_cpu_fwd_rows(q, r0, r1); break;
+    }
+}
+static void selscan__norm_bwd_run(const selscan__nprob *q, const selscan__ngrd *g, int64_t r0, int64_t r1, float *dw,
+                                  int64_t dws) {
+    switch (selscan__norm_vec(q, g) ? selscan__cpu_isa() : SELSCAN__ISA_PORTABLE) {
+#if defined(SELSCAN__HAVE_X86)
+    case SELSCAN__ISA_AVX512: selscan__norm_bwd_rows_avx512(q, g, r0, r1, dw, dws); break;
+    case SELSCAN__ISA_AVX2: selscan__norm_bwd_rows_avx2(q, g, r0, r1, dw, dws); break;
+#endif
+#if defined(SELSCAN__HAVE_NEON)
+    case SELSCAN__ISA_NEON: selscan__norm_bwd_rows_neon(q, g, r0, r1, dw, dws); break;
+#endif
+    default: selscan__norm_cpu_bwd_rows(q, g, r0, r1, dw, dws); break;
+    }
+}
+
+SELSCAN_DEF selscan_status selscan_norm_forward_cpu(const selscan_norm_problem *p) {
+    selscan__nprob q;
+    selscan_status st = selscan__norm_validate_forward(p, &q);
+    if (st != SELSCAN_OK) return st;
+    { /* the caller's errno is kept (the scalar loop's expf) */
+        const int saved_errno = errno;
+        selscan__norm_fwd_run(&q, 0, q.batch * q.L);
+        errno = saved_errno;
+    }
+    return SELSCAN_OK;
+}
+
+SELSCAN_DEF selscan_status selscan_norm_backward_cpu(const selscan_norm_problem *p, const selscan_norm_grads *g) {
+    selscan__nprob q;
+    selscan__ngrd r;
+    selscan_status st = selscan__norm_validate_backward(p, g, &q, &r);
+    if (st != SELSCAN_OK) return st;
+    {
+        const int saved_errno = errno;
+        selscan__norm_bwd_run(&q, &r, 0, q.batch * q.L, SELSCAN__CAST(float *, r.dweight.data), r.dweight.s[0]);
+        errno = saved_errno;
+    }
+    return SELSCAN_OK;
+}
 static int64_t selscan__norm_ws_parts(const selscan__nprob *q, const selscan__ngrd *r) {
     return r && r->dweight.data ? selscan__align_up(selscan__smul(selscan__smul(selscan__norm_nblk(q), q->dim), 4)) : 0;
 }
@@ -5309,7 +5430,7 @@ SELSCAN_DEF selscan_status selscan_norm_forward_cpu_part(const selscan_norm_prob
     selscan__split(q.batch * q.L, part, n_parts, &r0, &r1);
     {
         const int saved_errno = errno;
-        selscan__norm_cpu_fwd_rows(&q, r0, r1);
+        selscan__norm_fwd_run(&q, r0, r1);
         errno = saved_errno;
     }
     return SELSCAN_OK;
@@ -5329,8 +5450,8 @@ SELSCAN_DEF selscan_status selscan_norm_backward_cpu_part(const selscan_norm_pro
         const int saved_errno = errno;
         for (k = k0; k < k1; k++) {
             const int64_t e = (k + 1) * SELSCAN__NORM_RB, rows = q.batch * q.L;
-            selscan__norm_cpu_bwd_rows(&q, &r, k * SELSCAN__NORM_RB, e < rows ? e : rows,
-                                       need ? SELSCAN__CAST(float *, workspace) + k * q.dim : NULL, 1);
+            selscan__norm_bwd_run(&q, &r, k * SELSCAN__NORM_RB, e < rows ? e : rows,
+                                  need ? SELSCAN__CAST(float *, workspace) + k * q.dim : NULL, 1);
         }
         errno = saved_errno;
     }
@@ -6784,6 +6905,160 @@ static SELSCAN__ATTR void SELSCAN__SFX(selscan__ssd_bwd_step)(int64_t P, int64_t
     *da = SELSCAN__VHSUM(dv);
 }
 
+/* ---- >>fast-norm: the gated RMS norm's rows (>>norm-entry drives them) ------------------------ */
+#if SELSCAN__VW > 1 /* (the portable path runs the scalar loop: >>norm-entry) */
+/* Rows [r0, r1) of the flattened (batch, L), each group of gs channels in two passes of VW channels a
+   vector; the inputs y, z, weight (and dout) with their channels contiguous (the driver checks), the
+   outputs any strides (lane by lane where the channels are not contiguous: the same values).
+   Pass 1 sums u^2 (and the backward dn * u) lane-wise over the group, then over the lanes (VHSUM: a fixed
+   order); pass 2 reads the group again and writes the outputs. The gate's sigmoid, 1 / (1 + e^-z) with
+   selscan__vexp (>>fast-math), is computed in pass 1 and kept for the group's first SELSCAN__NORM_VB channels
+   (computed again, the same bits, past them). A group's last vector of fewer than VW channels goes through
+   a VW-float buffer (zeros past the group: they add nothing to the sums). The backward's mean of dn * n
+   is r (sum of dn * u) / gs (the reference: the sum of dn * (u r)); dweight's sums per channel in row
+   order (the reference's order), into dw[c * dws] (zeroed first; NULL: not asked for). */
+
+/* m <= VW elements of dt at base + off (zeros past m) */
+static SELSCAN__ATTR SELSCAN__INLINE SELSCAN__VF SELSCAN__SFX(selscan__norm_ld)(const void *base, int64_t off, int m,
+                                                                             selscan_dtype dt) {
+    float t[SELSCAN__WMAX];
+    int i;
+    if (m == SELSCAN__VW) return SELSCAN__VLOADT(base, off, dt);
+    for (i = 0; i < SELSCAN__VW; i++) t[i] = i < m ? selscan__load(base, off + i, dt) : 0.0f;
+    return SELSCAN__VLOAD(t);
+}
+/* the first m <= VW lanes of v into base + off, lane i at off + i st */
+static SELSCAN__ATTR SELSCAN__INLINE void SELSCAN__SFX(selscan__norm_st)(void *base, int64_t off, int64_t st, int m,
+                                                                      selscan_dtype dt, SELSCAN__VF v) {
+    float t[SELSCAN__WMAX];
+    int i;
+    if (m == SELSCAN__VW && st == 1) {
+        SELSCAN__VSTORET(base, off, dt, v);
+        return;
+    }
+    SELSCAN__VSTORE(t, v);
+    for (i = 0; i < m; i++) selscan__store(base, off + i * st, dt, t[i]);
+}
+
+/* The vector of channels c0 + c .. c0 + c + m - 1 of one row: y, and with z its sigmoid sg (from sgb where
+   c < SELSCAN__NORM_VB, which pass 1 fills) and the gate s = z sg; returns u. */
+static SELSCAN__ATTR SELSCAN__INLINE SELSCAN__VF SELSCAN__SFX(selscan__norm_in)(const selscan__nprob *q, int64_t yo,
+                                                                             int64_t zo, int64_t c, int m, int pass2,
+                                                                             float *sgb, SELSCAN__VF *yv, SELSCAN__VF *zv,
+                                                                             SELSCAN__VF *sg, SELSCAN__VF *s) {
+    *yv = SELSCAN__SFX(selscan__norm_ld)(q->y.data, yo + c, m, q->dt);
+    if (!q->z.data) return *yv;
+    *zv = SELSCAN__SFX(selscan__norm_ld)(q->z.data, zo + c, m, q->dt);
+    if (pass2 && c < SELSCAN__NORM_VB) {
+        *sg = SELSCAN__VLOAD(sgb + c);
+    } else {
+        *sg = SELSCAN__SFX(selscan__vsigmoid)(*zv);
+        if (c < SELSCAN__NORM_VB) SELSCAN__VSTORE(sgb + c, *sg);
+    }
+    *s = SELSCAN__VMUL(*zv, *sg);
+    return q->before ? *yv : SELSCAN__VMUL(*yv, *s);
+}
+
+static SELSCAN__ATTR void SELSCAN__SFX(selscan__norm_fwd_rows)(const selscan__nprob *q, int64_t r0, int64_t r1) {
+    float sgb[SELSCAN__NORM_VB];
+    const int after = q->z.data && q->before;
+    const float *wt = SELSCAN__CAST(const float *, q->weight.data);
+    const int64_t gs = q->gs;
+    const SELSCAN__VF one = SELSCAN__VSET1(1.0f);
+    int64_t i, c0, c;
+    for (i = r0; i < r1; i++) {
+        const int64_t b = i / q->L, t = i % q->L;
+        for (c0 = 0; c0 < q->dim; c0 += gs) {
+            const int64_t yo = SELSCAN__AT3(q->y, b, t, c0), zo = SELSCAN__AT3(q->z, b, t, c0);
+            const int64_t oo = SELSCAN__AT3(q->out, b, t, c0);
+            SELSCAN__VF acc = SELSCAN__VSET1(0.0f), yv, zv = one, sg = one, s = one, vr;
+            float r;
+            for (c = 0; c < gs; c += SELSCAN__VW) {
+                const int m = SELSCAN__CAST(int, selscan__min64(SELSCAN__VW, gs - c));
+                const SELSCAN__VF u = SELSCAN__SFX(selscan__norm_in)(q, yo, zo, c, m, 0, sgb, &yv, &zv, &sg, &s);
+                acc = SELSCAN__VFMA(u, u, acc);
+            }
+            r = 1.0f / sqrtf(SELSCAN__VHSUM(acc) / SELSCAN__CAST(float, gs) + q->eps);
+            vr = SELSCAN__VSET1(r);
+            for (c = 0; c < gs; c += SELSCAN__VW) {
+                const int m = SELSCAN__CAST(int, selscan__min64(SELSCAN__VW, gs - c));
+                const SELSCAN__VF u = SELSCAN__SFX(selscan__norm_in)(q, yo, zo, c, m, 1, sgb, &yv, &zv, &sg, &s);
+                SELSCAN__VF o = SELSCAN__VMUL(u, vr);
+                if (wt) o = SELSCAN__VMUL(o, SELSCAN__SFX(selscan__norm_ld)(wt, c0 + c, m, SELSCAN_F32));
+                if (after) o = SELSCAN__VMUL(o, s);
+                SELSCAN__SFX(selscan__norm_st)(q->out.data, oo + c * q->out.s[2], q->out.s[2], m, q->dt, o);
+            }
+        }
+    }
+}
+
+static SELSCAN__ATTR void SELSCAN__SFX(selscan__norm_bwd_rows)(const selscan__nprob *q, const selscan__ngrd *g, int64_t r0,
+                                                              int64_t r1, float *dw, int64_t dws) {
+    float sgb[SELSCAN__NORM_VB], tmp[SELSCAN__WMAX];
+    const int after = q->z.data && q->before, in = q->z.data && !q->before;
+    const float *wt = SELSCAN__CAST(const float *, q->weight.data);
+    const int64_t gs = q->gs;
+    const SELSCAN__VF one = SELSCAN__VSET1(1.0f);
+    int64_t i, c0, c;
+    int k;
+    if (dw)
+        for (c = 0; c < q->dim; c++) dw[c * dws] = 0.0f;
+    for (i = r0; i < r1; i++) {
+        const int64_t b = i / q->L, t = i % q->L;
+        for (c0 = 0; c0 < q->dim; c0 += gs) {
+            const int64_t yo = SELSCAN__AT3(q->y, b, t, c0), zo = SELSCAN__AT3(q->z, b, t, c0);
+            const int64_t d0 = SELSCAN__AT3(g->dout, b, t, c0), yg = SELSCAN__AT3(g->dy, b, t, c0);
+            const int64_t zg = SELSCAN__AT3(g->dz, b, t, c0);
+            SELSCAN__VF ass = SELSCAN__VSET1(0.0f), adu = ass, yv, zv = one, sg = one, s = one, vr, vnm;
+            float r, mean;
+            for (c = 0; c < gs; c += SELSCAN__VW) { /* u^2 and dn * u */
+                const int nm = SELSCAN__CAST(int, selscan__min64(SELSCAN__VW, gs - c));
+                const SELSCAN__VF u = SELSCAN__SFX(selscan__norm_in)(q, yo, zo, c, nm, 0, sgb, &yv, &zv, &sg, &s);
+                SELSCAN__VF dn = SELSCAN__SFX(selscan__norm_ld)(g->dout.data, d0 + c, nm, q->dt);
+                if (wt) dn = SELSCAN__VMUL(dn, SELSCAN__SFX(selscan__norm_ld)(wt, c0 + c, nm, SELSCAN_F32));
+                if (after) dn = SELSCAN__VMUL(dn, s);
+                ass = SELSCAN__VFMA(u, u, ass);
+                adu = SELSCAN__VFMA(dn, u, adu);
+            }
+            r = 1.0f / sqrtf(SELSCAN__VHSUM(ass) / SELSCAN__CAST(float, gs) + q->eps);
+            mean = r * SELSCAN__VHSUM(adu) / SELSCAN__CAST(float, gs);
+            vr = SELSCAN__VSET1(r);
+            vnm = SELSCAN__VSET1(-mean);
+            for (c = 0; c < gs; c += SELSCAN__VW) {
+                const int nm = SELSCAN__CAST(int, selscan__min64(SELSCAN__VW, gs - c));
+                const SELSCAN__VF u = SELSCAN__SFX(selscan__norm_in)(q, yo, zo, c, nm, 1, sgb, &yv, &zv, &sg, &s);
+                const SELSCAN__VF dout = SELSCAN__SFX(selscan__norm_ld)(g->dout.data, d0 + c, nm, q->dt);
+                const SELSCAN__VF w = wt ? SELSCAN__SFX(selscan__norm_ld)(wt, c0 + c, nm, SELSCAN_F32) : one;
+                const SELSCAN__VF n = SELSCAN__VMUL(u, vr);
+                SELSCAN__VF dn = wt ? SELSCAN__VMUL(dout, w) : dout, du;
+                if (after) dn = SELSCAN__VMUL(dn, s);
+                du = SELSCAN__VMUL(vr, SELSCAN__VFMA(n, vnm, dn)); /* r (dn - n m) */
+                if (g->dy.data)
+                    SELSCAN__SFX(selscan__norm_st)(g->dy.data, yg + c * g->dy.s[2], g->dy.s[2], nm, q->dt,
+                                                   in ? SELSCAN__VMUL(du, s) : du);
+                if (g->dz.data) { /* s'(z) = sg (1 + z (1 - sg)) */
+                    const SELSCAN__VF ds = SELSCAN__VMUL(sg, SELSCAN__VFMA(zv, SELSCAN__VSUB(one, sg), one));
+                    const SELSCAN__VF dz = after ? SELSCAN__VMUL(SELSCAN__VMUL(SELSCAN__VMUL(dout, n), w), ds)
+                                                 : SELSCAN__VMUL(SELSCAN__VMUL(du, yv), ds);
+                    SELSCAN__SFX(selscan__norm_st)(g->dz.data, zg + c * g->dz.s[2], g->dz.s[2], nm, q->dt, dz);
+                }
+                if (dw) { /* one add a channel and row: the same bits by vector or by lane */
+                    const SELSCAN__VF dn_ = SELSCAN__VMUL(dout, n), term = after ? SELSCAN__VMUL(dn_, s) : dn_;
+                    float *p = dw + (c0 + c) * dws;
+                    if (dws == 1 && nm == SELSCAN__VW) {
+                        SELSCAN__VSTORE(p, SELSCAN__VADD(SELSCAN__VLOAD(p), term));
+                    } else {
+                        SELSCAN__VSTORE(tmp, term);
+                        for (k = 0; k < nm; k++) p[k * dws] += tmp[k];
+                    }
+                }
+            }
+        }
+    }
+}
+
+#endif /* SELSCAN__VW > 1: >>fast-norm */
+
 /* the pass's definitions (>>fast-isa defines them again for the next pass) */
 #undef SELSCAN__KSFX
 #undef SELSCAN__ATTR
@@ -6807,6 +7082,8 @@ static SELSCAN__ATTR void SELSCAN__SFX(selscan__ssd_bwd_step)(int64_t P, int64_t
 #undef SELSCAN__VTHSUMS
 #undef SELSCAN__VADDEXP
 #undef SELSCAN__VOPAQUE
+#undef SELSCAN__VLOADT
+#undef SELSCAN__VSTORET
 #undef SELSCAN__LOADTILE
 #undef SELSCAN__STORETILE
 #endif /* SELSCAN__KSFX: >>fast-kernels */

@@ -9,7 +9,12 @@
  *   fd          the float64 gradients here against central differences of the float64 loss
  *               sum(dout * out) (checks the derivation), and the library's f32 gradients too
  *   nan         a NaN in y / z / dout reaches its group's outputs and no other group's
- *   determinism two calls give bitwise the same outputs; _cpu bitwise _ref
+ *   dtypes      f16 / bf16 outputs bitwise their f32 twin's (the same inputs as f32) rounded to T
+ *   cpu vs ref  _cpu (its vector path: >>fast-norm) against _ref element by element, within tolerances
+ *               from f32 rounding (nm_close: the sums' order, the vector sigmoid), NaN where _ref's NaN,
+ *               the same infinities; cases with every input's channels contiguous (the vector path) and
+ *               random layouts (either path); special inputs (infinities, |z| up to 100) in test_special
+ *   determinism two calls give bitwise the same outputs (_cpu and _ref each)
  *   validation  every rule: status, diag operand and code, not one output byte written
  *   sizes       selscan_check_norm_sizes: empty problems accepted, the same rules otherwise
  *   parts       the partitioned entries: forward / dy / dz bitwise the plain calls, dweight bitwise
@@ -25,6 +30,8 @@ typedef struct nm_cfg {
     int z, w, before;
     float eps;
     int layout; /* -1: random per tensor */
+    int vec;    /* with layout -1: inputs only in layouts with the channels contiguous (the CPU entries' vector
+                   path; its outputs any layout) */
 } nm_cfg;
 
 typedef struct nm_prob {
@@ -36,6 +43,7 @@ typedef struct nm_prob {
 
 static int nm_layout(const nm_cfg *c, int input, int nd) {
     int l = c->layout >= 0 ? c->layout : (int)tc_randint(0, input ? TC_LAYOUT_BCAST : TC_LAYOUT_PADDED);
+    if (c->layout < 0 && c->vec && input) l = tc_coin(0.5) ? TC_LAYOUT_BCAST : (int)tc_randint(0, 1); /* channel stride 1 */
     /* a 1-D broadcast has all strides 0, which the API reads as contiguous: explicit instead */
     if (l == TC_LAYOUT_BCAST && (!input || nd == 1)) l = TC_LAYOUT_EXPLICIT;
     return l;
@@ -142,6 +150,93 @@ static double nm_err(const tc_tensor *t, const double *ref, const double *scale)
     return den > 0 ? sqrt(num / den) : sqrt(num);
 }
 
+/* The scales of nm_close's bounds, from the float64 values: per element of out, dy, dz (logical order)
+   and per channel of dweight. With n = u r, dn, m as in >>norm-api and a = the group's mean of |dn n|:
+   out |out|; du r (|dn| + |n| a) (|m| <= a: the cancellation in dn - n m, and m's error, relative to a);
+   dy that (times |s| with the gate inside u); dz |dout n w| sg (1 + |z|) (gate after) or du's scale
+   |y| sg (1 + |z|) (inside): sg (1 + |z|) bounds s'(z) and its error from sg's (the 1 - sg cancels);
+   dweight the sum over rows of |its terms|. */
+static void nm_scales(const nm_prob *P, double *so, double *sy, double *sz, double *sw) {
+    const nm_cfg *c = &P->c;
+    const int hz = c->z, after = c->z && c->before, in = c->z && !c->before;
+    const double *yv = P->y.v, *zv = P->z.v;
+    int64_t row, c0, j;
+    for (j = 0; j < c->dim; j++) sw[j] = 0;
+    for (row = 0; row < c->batch * c->L; row++)
+        for (c0 = 0; c0 < c->dim; c0 += c->gs) {
+            double ss = 0, r, a = 0;
+            for (j = c0; j < c0 + c->gs; j++) {
+                const int64_t i = row * c->dim + j;
+                const double s = hz ? tc_silu(zv[i]) : 1, u = in ? yv[i] * s : yv[i];
+                ss += u * u;
+            }
+            r = 1.0 / sqrt(ss / (double)c->gs + (double)c->eps);
+            for (j = c0; j < c0 + c->gs; j++) {
+                const int64_t i = row * c->dim + j;
+                const double s = hz ? tc_silu(zv[i]) : 1, u = in ? yv[i] * s : yv[i], w = c->w ? P->w.v[j] : 1;
+                a += fabs((after ? P->dout.v[i] * w * s : P->dout.v[i] * w) * u * r);
+            }
+            a /= (double)c->gs;
+            for (j = c0; j < c0 + c->gs; j++) {
+                const int64_t i = row * c->dim + j;
+                const double s = hz ? tc_silu(zv[i]) : 1, u = in ? yv[i] * s : yv[i], w = c->w ? P->w.v[j] : 1;
+                const double n = u * r, d = P->dout.v[i], dn = after ? d * w * s : d * w;
+                const double sg = hz ? nm_sig(zv[i]) : 0, dsa = sg * (1 + fabs(zv[i]));
+                const double sdu = fabs(r) * (fabs(dn) + fabs(n) * a);
+                so[i] = fabs(after ? n * w * s : n * w);
+                sy[i] = in ? sdu * fabs(s) : sdu;
+                sz[i] = hz ? (after ? fabs(d * n * w) * dsa : sdu * fabs(yv[i]) * dsa) : 0;
+                sw[j] += fabs(after ? d * n * s : d * n);
+            }
+        }
+}
+
+/* The CPU entries (t: their vector path, or the scalar loop bitwise the reference's) against the
+   reference's values ref (logical order), element by element: NaN where ref is NaN (and only there), the
+   same infinities, else |t - ref| <= k u32 scale + u(T) (|t| + |ref|) + 1e-30. k u32 scale: both compute
+   in f32 from the same inputs, each within (k / 2) u32 scale of the exact value (k stated where used);
+   u(T) (|t| + |ref|): each f32 value rounded once to T (0 for f32); 1e-30: the vector sigmoid's 0 where
+   selscan__vexp(-z) is inf (z <= -88.37) and the reference's a subnormal < 2^-126 (z > -88.73), times
+   factors < 2^26. Returns 1 when every element passes (the first failure printed). */
+static int nm_close(const tc_tensor *t, const double *ref, const double *scale, double k, const char *what, const char *desc) {
+    const double u32 = tc_unit_roundoff(SELSCAN_F32), uT = t->dt == SELSCAN_F32 ? 0 : tc_unit_roundoff(t->dt);
+    int64_t i, bad = 0, first = -1;
+    for (i = 0; i < t->count; i++) {
+        const double a = tc_get(t, i), b = ref[i];
+        int ok;
+        if (isnan(b) || isnan(a)) ok = isnan(a) && isnan(b);
+        else if (isinf(b) || isinf(a)) ok = a == b;
+        else if (!isfinite(scale[i])) ok = 1; /* (test_special: an infinite input in the float64 scale, both finite) */
+        else ok = fabs(a - b) <= k * u32 * scale[i] + uT * (fabs(a) + fabs(b)) + 1e-30;
+        if (!ok && bad++ == 0) first = i;
+    }
+    if (first >= 0)
+        return CHECK(0, "%s: %d elements over the tolerance, the first %d: cpu %.9g ref %.9g scale %g (k %g) (%s)", what, (int)bad,
+                     (int)first, tc_get(t, first), ref[first], scale[first], k, desc);
+    return CHECK(1, "%s", what);
+}
+
+static double *nm_values(const tc_tensor *t) {
+    double *v = (double *)malloc((size_t)(t->count ? t->count : 1) * sizeof(double));
+    int64_t i;
+    for (i = 0; i < t->count; i++) v[i] = t->mem ? tc_get(t, i) : 0; /* (absent: zeros, not compared) */
+    return v;
+}
+
+/* the tolerances' k (nm_close) of the CPU entries against the reference, gs channels a group, rows rows:
+   out: each path within (gs / 2 + 24) u32 |out| of the exact value: half of its sum of squares' gs
+   roundings through the 1 / sqrt (and a few: / gs, + eps, sqrt, 1 / x), the gate z sg (sg within 3.2
+   ulp on the vector path, 2.5 by the reference's expf: measured over every float |z| <= 88; then z sg:
+   <= 8 u32) twice with u = y s (in u and through r), a few products; */
+static double nm_k_out(int64_t gs) { return 2.0 * ((double)gs / 2 + 24); }
+/* dy, dz: each within (3 gs / 2 + 48) u32 of the scale: r's error as out's, m's the sum's gs
+   roundings plus its terms' (n's, as out's) relative to the mean of |dn n| (a, in the scale), dz's s'(z)
+   from sg's error (<= 8 u32 relative to sg (1 + |z|), in the scale); */
+static double nm_k_grad(int64_t gs) { return 2.0 * (3.0 * (double)gs / 2 + 48); }
+/* dweight: the rows' sums in the same order on both paths; each within (gs / 2 + 32 + rows) u32 of the
+   sum of |terms|: its terms' errors (n and s, as out's) and rows roundings of the running sum. */
+static double nm_k_dw(int64_t gs, int64_t rows) { return 2.0 * ((double)gs / 2 + 32 + (double)rows); }
+
 static double nm_loss(const nm_prob *P, const double *yv, const double *zv) {
     const int64_t n = P->c.batch * P->c.L * P->c.dim;
     double *o = (double *)malloc((size_t)n * sizeof(double)), l = 0;
@@ -153,13 +248,14 @@ static double nm_loss(const nm_prob *P, const double *yv, const double *zv) {
 }
 
 static void nm_cfg_random(nm_cfg *c, selscan_dtype dt) {
-    /* 2060: over the CPU entries' 2048-channel buffer (their reference-loop fallback) */
-    static const int64_t gss[] = {1, 2, 3, 4, 8, 16, 24, 64, 2060};
+    /* 2060: over the scalar loop's 2048-channel buffer (its reference-loop fallback); 8200: over the vector
+       kernels' 8192 kept sigmoids (the rest computed again); 1536: Mamba-2 130m's; the vector widths' tails */
+    static const int64_t gss[] = {1, 2, 3, 4, 8, 16, 24, 64, 1536, 2060, 8200};
     memset(c, 0, sizeof *c);
     c->dt = dt;
     c->batch = tc_randint(1, 3);
     c->L = tc_randint(1, tc_quick() ? 5 : 9);
-    c->gs = gss[tc_randint(0, 8)];
+    c->gs = gss[tc_randint(0, 10)];
     c->dim = c->gs * tc_randint(1, c->gs >= 1024 ? 1 : c->gs >= 24 ? 2 : 5);
     c->z = tc_coin(0.75);
     c->w = tc_coin(0.75);
@@ -169,13 +265,14 @@ static void nm_cfg_random(nm_cfg *c, selscan_dtype dt) {
 }
 
 static const char *nm_describe(const nm_cfg *c, char *buf, size_t n) {
-    snprintf(buf, n, "%s batch %d L %d dim %d gs %d z %d w %d before %d eps %g", tc_dtname(c->dt), (int)c->batch, (int)c->L,
-             (int)c->dim, (int)c->gs, c->z, c->w, c->before, (double)c->eps);
+    snprintf(buf, n, "%s batch %d L %d dim %d gs %d z %d w %d before %d eps %g%s", tc_dtname(c->dt), (int)c->batch, (int)c->L,
+             (int)c->dim, (int)c->gs, c->z, c->w, c->before, (double)c->eps, c->vec ? " vec layouts" : "");
     return buf;
 }
 
 /* Tolerances. The f32 part: the library sums gs squares in f32 (at most gs roundings of the sum,
-   relative), a handful more roundings an element; the backward's mean of dn * n likewise, and
+   relative), a handful more roundings an element (the CPU's vector sigmoid, 3.2 ulp, among them); the
+   backward's mean of dn * n likewise, and
    dweight sums batch * L terms. So f32 error ~ (terms + 16) u32, and k = 1 rounding of the
    output to T for the T-typed outputs (dweight is f32). */
 static double nm_tol(const nm_cfg *c, int64_t terms, int lowp) {
@@ -190,63 +287,91 @@ static void test_oracle(void) {
         nm_prob P;
         nm_cfg c;
         char desc[160];
-        double *out, *dy, *dz, *dw, *sy, *sz;
-        int64_t cnt;
+        double *out, *dy, *dz, *dw, *sy, *sz, *ko, *ky, *kz, *kw, *ro, *ry, *rz, *rw;
+        int64_t cnt, rows;
         unsigned char *snap_out;
         nm_cfg_random(&c, (selscan_dtype)(i % 3));
+        c.vec = i % 4 < 2; /* half the cases: every input's channels contiguous (the vector path) */
         nm_describe(&c, desc, sizeof desc);
         nm_make(&P, &c);
         cnt = P.y.count;
+        rows = c.batch * c.L;
         out = (double *)malloc((size_t)cnt * sizeof(double));
         dy = (double *)malloc((size_t)cnt * sizeof(double));
         dz = (double *)malloc((size_t)cnt * sizeof(double));
         dw = (double *)malloc((size_t)c.dim * sizeof(double));
         sy = (double *)malloc((size_t)cnt * sizeof(double));
         sz = (double *)malloc((size_t)cnt * sizeof(double));
+        ko = (double *)malloc((size_t)cnt * sizeof(double));
+        ky = (double *)malloc((size_t)cnt * sizeof(double));
+        kz = (double *)malloc((size_t)cnt * sizeof(double));
+        kw = (double *)malloc((size_t)c.dim * sizeof(double));
         nm_oracle_s(&P, P.y.v, P.z.v, out, dy, dz, dw, sy, sz);
-        /* forward: ref, then cpu into a second out (bitwise equal) */
+        nm_scales(&P, ko, ky, kz, kw);
+        /* forward: ref against the oracle; cpu against ref (nm_close), and against the oracle; cpu twice: bitwise */
         CHECK(selscan_norm_forward_ref(&P.p) == SELSCAN_OK, "forward_ref status (%s)", desc);
         CHECK(tc_rel_err(&P.out, out) <= nm_tol(&c, c.gs, 1), "out vs oracle: %g (%s)", tc_rel_err(&P.out, out), desc);
         CHECK(tc_gaps_dirty(&P.out) == 0, "out's gaps written (%s)", desc);
+        ro = nm_values(&P.out);
+        tc_poison(&P.out);
+        CHECK(selscan_norm_forward_cpu(&P.p) == SELSCAN_OK, "forward_cpu status (%s)", desc);
+        nm_close(&P.out, ro, ko, nm_k_out(c.gs), "cpu out vs ref", desc);
+        CHECK(tc_rel_err(&P.out, out) <= nm_tol(&c, c.gs, 1), "cpu out vs oracle: %g (%s)", tc_rel_err(&P.out, out), desc);
+        CHECK(tc_gaps_dirty(&P.out) == 0, "cpu out's gaps written (%s)", desc);
         snap_out = tc_snapshot(&P.out);
         tc_poison(&P.out);
-        CHECK(selscan_norm_forward_cpu(&P.p) == SELSCAN_OK && tc_same(&P.out, snap_out), "cpu forward not bitwise ref (%s)", desc);
+        CHECK(selscan_norm_forward_cpu(&P.p) == SELSCAN_OK && tc_same(&P.out, snap_out), "cpu forward twice: not bitwise (%s)", desc);
         free(snap_out);
-        /* backward: everything at once */
+        /* backward: everything at once, ref then cpu */
         CHECK(selscan_norm_backward_ref(&P.p, &P.g) == SELSCAN_OK, "backward_ref status (%s)", desc);
         CHECK(nm_err(&P.dy, dy, sy) <= nm_tol(&c, 2 * c.gs, 1), "dy vs oracle: %g (%s)", nm_err(&P.dy, dy, sy), desc);
         if (c.z) CHECK(nm_err(&P.dz, dz, sz) <= nm_tol(&c, 2 * c.gs, 1), "dz vs oracle: %g (%s)", nm_err(&P.dz, dz, sz), desc);
         CHECK(tc_rel_err(&P.dw, dw) <= nm_tol(&c, c.batch * c.L + 2 * c.gs, 0),
               "dweight vs oracle: %g (%s)", tc_rel_err(&P.dw, dw), desc);
         CHECK(!tc_gaps_dirty(&P.dy) && !tc_gaps_dirty(&P.dz) && !tc_gaps_dirty(&P.dw), "gradients' gaps written (%s)", desc);
-        { /* cpu: bitwise ref; twice: bitwise (fixed order) */
+        ry = nm_values(&P.dy); rz = nm_values(&P.dz); rw = nm_values(&P.dw);
+        { /* ref again: bitwise */
             unsigned char *s1 = tc_snapshot(&P.dy), *s2 = tc_snapshot(&P.dz), *s3 = tc_snapshot(&P.dw);
-            int rep;
-            for (rep = 0; rep < 2; rep++) {
-                tc_poison(&P.dy); tc_poison(&P.dz); tc_poison(&P.dw);
-                CHECK((rep ? selscan_norm_backward_ref(&P.p, &P.g) : selscan_norm_backward_cpu(&P.p, &P.g)) == SELSCAN_OK &&
-                          tc_same(&P.dy, s1) && tc_same(&P.dz, s2) && tc_same(&P.dw, s3),
-                      "backward %s not bitwise the first ref call (%s)", rep ? "ref again" : "cpu", desc);
-            }
+            tc_poison(&P.dy); tc_poison(&P.dz); tc_poison(&P.dw);
+            CHECK(selscan_norm_backward_ref(&P.p, &P.g) == SELSCAN_OK && tc_same(&P.dy, s1) && tc_same(&P.dz, s2) && tc_same(&P.dw, s3),
+                  "backward ref twice: not bitwise (%s)", desc);
             free(s1); free(s2); free(s3);
         }
-        /* each gradient alone: the same values, the others untouched */
-        {
+        tc_poison(&P.dy); tc_poison(&P.dz); tc_poison(&P.dw);
+        CHECK(selscan_norm_backward_cpu(&P.p, &P.g) == SELSCAN_OK, "backward_cpu status (%s)", desc);
+        nm_close(&P.dy, ry, ky, nm_k_grad(c.gs), "cpu dy vs ref", desc);
+        if (c.z) nm_close(&P.dz, rz, kz, nm_k_grad(c.gs), "cpu dz vs ref", desc);
+        nm_close(&P.dw, rw, kw, nm_k_dw(c.gs, rows), "cpu dweight vs ref", desc);
+        CHECK(nm_err(&P.dy, dy, sy) <= nm_tol(&c, 2 * c.gs, 1), "cpu dy vs oracle: %g (%s)", nm_err(&P.dy, dy, sy), desc);
+        if (c.z) CHECK(nm_err(&P.dz, dz, sz) <= nm_tol(&c, 2 * c.gs, 1), "cpu dz vs oracle: %g (%s)", nm_err(&P.dz, dz, sz), desc);
+        CHECK(tc_rel_err(&P.dw, dw) <= nm_tol(&c, c.batch * c.L + 2 * c.gs, 0),
+              "cpu dweight vs oracle: %g (%s)", tc_rel_err(&P.dw, dw), desc);
+        CHECK(!tc_gaps_dirty(&P.dy) && !tc_gaps_dirty(&P.dz) && !tc_gaps_dirty(&P.dw), "cpu gradients' gaps written (%s)", desc);
+        { /* cpu twice: bitwise (fixed order); each gradient alone: the same bits, the others untouched */
+            unsigned char *s[3];
+            tc_tensor *t[3] = {&P.dy, &P.dz, &P.dw};
             int which;
+            for (which = 0; which < 3; which++) s[which] = tc_snapshot(t[which]);
+            tc_poison(&P.dy); tc_poison(&P.dz); tc_poison(&P.dw);
+            CHECK(selscan_norm_backward_cpu(&P.p, &P.g) == SELSCAN_OK && tc_same(&P.dy, s[0]) && tc_same(&P.dz, s[1]) &&
+                      tc_same(&P.dw, s[2]), "backward cpu twice: not bitwise (%s)", desc);
             for (which = 0; which < 3; which++) {
                 selscan_norm_grads g = P.g;
-                tc_tensor *t[3] = {&P.dy, &P.dz, &P.dw};
-                unsigned char *s = tc_snapshot(t[which]);
-                if (which == 1 && !c.z) { free(s); continue; }
+                unsigned char *o1 = tc_snapshot(t[(which + 1) % 3]), *o2 = tc_snapshot(t[(which + 2) % 3]);
+                if (which == 1 && !c.z) { free(o1); free(o2); continue; }
                 if (which != 0) g.dy.data = NULL;
                 if (which != 1) g.dz.data = NULL;
                 if (which != 2) g.dweight.data = NULL;
                 tc_poison(t[which]);
-                CHECK(selscan_norm_backward_cpu(&P.p, &g) == SELSCAN_OK && tc_same(t[which], s), "gradient %d alone differs (%s)", which, desc);
-                free(s);
+                CHECK(selscan_norm_backward_cpu(&P.p, &g) == SELSCAN_OK && tc_same(t[which], s[which]) &&
+                          tc_same(t[(which + 1) % 3], o1) && tc_same(t[(which + 2) % 3], o2),
+                      "gradient %d alone differs, or another written (%s)", which, desc);
+                free(o1); free(o2);
             }
+            for (which = 0; which < 3; which++) free(s[which]);
         }
         free(out); free(dy); free(dz); free(dw); free(sy); free(sz);
+        free(ko); free(ky); free(kz); free(kw); free(ro); free(ry); free(rz); free(rw);
         nm_free(&P);
     }
 }
@@ -267,6 +392,7 @@ static void test_fd(void) {
         c.z = i % 3 != 2; c.w = 1; c.before = i % 2;
         c.eps = i % 4 == 0 ? 0.0f : 1e-3f;
         c.layout = -1;
+        c.vec = i % 2;
         nm_describe(&c, desc, sizeof desc);
         nm_make(&P, &c);
         cnt = P.y.count;
@@ -304,6 +430,106 @@ static void test_fd(void) {
         CHECK(tc_rel_err(&P.dw, fw) <= TOL_GRAD_FD, "dweight vs fd: %g (%s)", tc_rel_err(&P.dw, fw), desc);
         free(dy); free(dz); free(dw); free(fy); free(fz); free(fw); free(yv); free(zv);
         nm_free(&P);
+    }
+}
+
+/* Special inputs through the CPU entries (the vector path: contiguous tensors) against the reference:
+   z = +-inf, +-100, +-88.5 and +-87.9 (around selscan__vexp's clamps), y = +inf, y = 1e19 (u^2 = 1e38:
+   the sum of squares overflows), dout = +-inf, a group of zeros (eps 0: r = inf): NaN where the
+   reference's NaN and only there, the same infinities, the rest within nm_close's tolerances. */
+static void test_special(void) {
+    static const double zs[] = {INFINITY, -INFINITY, 100, -100, 88.5, -88.5, 87.9, -87.9};
+    int dti, before, e;
+    for (dti = 0; dti < 3; dti++)
+        for (before = 0; before < 2; before++)
+            for (e = 0; e < 2; e++) {
+                nm_prob P;
+                nm_cfg c;
+                char desc[160];
+                double *ko, *ky, *kz, *kw, *ro, *ry, *rz, *rw;
+                int64_t k;
+                memset(&c, 0, sizeof c);
+                c.dt = (selscan_dtype)dti; c.batch = 2; c.L = 5; c.gs = 24; c.dim = 48; c.z = 1; c.w = 1; c.before = before;
+                c.eps = e ? 0.0f : 1e-5f;
+                c.layout = TC_LAYOUT_CONTIG;
+                nm_describe(&c, desc, sizeof desc);
+                nm_make(&P, &c);
+                for (k = 0; k < 8; k++) P.z.v[0 * 48 + 3 * k + 1] = zs[k];      /* row 0, group 0 */
+                for (k = 0; k < 8; k++) P.z.v[1 * 48 + 24 + 2 * k] = zs[7 - k]; /* row 1, group 1 */
+                P.y.v[2 * 48 + 5] = INFINITY;                                  /* row 2, group 0 */
+                for (k = 0; k < 4; k++) P.y.v[2 * 48 + 24 + 5 * k] = k % 2 ? -1e19 : 1e19; /* row 2, group 1 */
+                P.dout.v[3 * 48 + 7] = INFINITY;                               /* row 3, group 0 */
+                P.dout.v[3 * 48 + 30] = -INFINITY;                             /* row 3, group 1 */
+                for (k = 0; k < 24; k++) P.y.v[4 * 48 + 24 + k] = 0;           /* row 4, group 1 */
+                P.z.v[5 * 48 + 9] = 100; P.dout.v[5 * 48 + 9] = INFINITY;      /* row 5 */
+                tc_store(&P.y); tc_store(&P.z); tc_store(&P.dout);
+                tc_load(&P.y); tc_load(&P.z); tc_load(&P.dout); /* (the values as stored: 1e19 is inf in f16) */
+                ko = (double *)malloc((size_t)P.y.count * sizeof(double));
+                ky = (double *)malloc((size_t)P.y.count * sizeof(double));
+                kz = (double *)malloc((size_t)P.y.count * sizeof(double));
+                kw = (double *)malloc((size_t)c.dim * sizeof(double));
+                nm_scales(&P, ko, ky, kz, kw);
+                CHECK(selscan_norm_forward_ref(&P.p) == SELSCAN_OK && selscan_norm_backward_ref(&P.p, &P.g) == SELSCAN_OK,
+                      "ref status (%s)", desc);
+                ro = nm_values(&P.out); ry = nm_values(&P.dy); rz = nm_values(&P.dz); rw = nm_values(&P.dw);
+                tc_poison(&P.out); tc_poison(&P.dy); tc_poison(&P.dz); tc_poison(&P.dw);
+                CHECK(selscan_norm_forward_cpu(&P.p) == SELSCAN_OK && selscan_norm_backward_cpu(&P.p, &P.g) == SELSCAN_OK,
+                      "cpu status (%s)", desc);
+                nm_close(&P.out, ro, ko, nm_k_out(c.gs), "special: cpu out vs ref", desc);
+                nm_close(&P.dy, ry, ky, nm_k_grad(c.gs), "special: cpu dy vs ref", desc);
+                nm_close(&P.dz, rz, kz, nm_k_grad(c.gs), "special: cpu dz vs ref", desc);
+                nm_close(&P.dw, rw, kw, nm_k_dw(c.gs, c.batch * c.L), "special: cpu dweight vs ref", desc);
+                free(ko); free(ky); free(kz); free(kw); free(ro); free(ry); free(rz); free(rw);
+                nm_free(&P);
+            }
+}
+
+/* The loads and stores of f16 / bf16 (the vector path's, e.g. selscan__st16_avx512, and its tails'): the
+   CPU entries compute in f32 after an exact widening, so a T problem's outputs are, bit for bit, its f32
+   twin's (the same values, f32 tensors) rounded to T by selscan_f32_to_f16 / _bf16; dweight (f32) the same. */
+static void test_dtypes(void) {
+    int i;
+    for (i = 0; i < (tc_quick() ? 8 : 24); i++) {
+        nm_prob P, F;
+        nm_cfg c, c32;
+        char desc[160];
+        int64_t k, bad = 0;
+        tc_tensor *tt[4], *tf[4];
+        int j;
+        nm_cfg_random(&c, i % 2 ? SELSCAN_BF16 : SELSCAN_F16);
+        if (c.gs > 1536) c.gs = 40, c.dim = 80;
+        c.vec = 1; /* (the twin is contiguous: both on the vector path) */
+        c32 = c;
+        c32.dt = SELSCAN_F32;
+        c32.layout = TC_LAYOUT_CONTIG;
+        nm_describe(&c, desc, sizeof desc);
+        nm_make(&P, &c);
+        nm_make(&F, &c32);
+        memcpy(F.y.v, P.y.v, (size_t)P.y.count * sizeof(double));
+        memcpy(F.dout.v, P.dout.v, (size_t)P.y.count * sizeof(double));
+        memcpy(F.w.v, P.w.v, (size_t)c.dim * sizeof(double));
+        if (c.z) memcpy(F.z.v, P.z.v, (size_t)P.y.count * sizeof(double));
+        tc_store(&F.y); tc_store(&F.z); tc_store(&F.w); tc_store(&F.dout);
+        CHECK(selscan_norm_forward_cpu(&P.p) == SELSCAN_OK && selscan_norm_backward_cpu(&P.p, &P.g) == SELSCAN_OK &&
+                  selscan_norm_forward_cpu(&F.p) == SELSCAN_OK && selscan_norm_backward_cpu(&F.p, &F.g) == SELSCAN_OK,
+              "status (%s)", desc);
+        tt[0] = &P.out; tt[1] = &P.dy; tt[2] = &P.dz; tt[3] = &P.dw;
+        tf[0] = &F.out; tf[1] = &F.dy; tf[2] = &F.dz; tf[3] = &F.dw;
+        for (j = 0; j < 4; j++) {
+            if (!tt[j]->mem) continue;
+            for (k = 0; k < tt[j]->count; k++) {
+                const float f = (float)tc_get(tf[j], k);
+                const unsigned char *at = (const unsigned char *)tt[j]->data + tc_off(tt[j], k) * tc_esize(tt[j]->dt);
+                uint16_t h, want;
+                if (j == 3) { bad += (float)tc_get(tt[j], k) != f; continue; }
+                memcpy(&h, at, 2);
+                want = c.dt == SELSCAN_F16 ? selscan_f32_to_f16(f) : selscan_f32_to_bf16(f);
+                bad += h != want;
+            }
+        }
+        CHECK(bad == 0, "%d outputs not their f32 twin's rounded to %s (%s)", (int)bad, tc_dtname(c.dt), desc);
+        nm_free(&P);
+        nm_free(&F);
     }
 }
 
@@ -476,6 +702,7 @@ static void test_parts(void) {
         double *dw;
         size_t k;
         nm_cfg_random(&c, (selscan_dtype)(i % 3));
+        c.vec = i % 2; /* half: the vector path's parts */
         c.L = tc_randint(1, 150); /* blocks of 64 rows: several */
         if (c.gs > 64) c.L = tc_randint(1, 3);
         nm_describe(&c, desc, sizeof desc);
@@ -564,6 +791,8 @@ int main(void) {
     tc_init("test_norm");
     test_oracle();
     test_fd();
+    test_special();
+    test_dtypes();
     test_nan();
     test_validation();
     test_sizes();
