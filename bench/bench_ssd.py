@@ -201,7 +201,7 @@ def _gated_rms_norm_passes(y, z, weight, eps, group_size, norm_before_gate):
 
 @contextlib.contextmanager
 def norm_op():
-    """The layer's gated norm on selscan's op on every device (norm.LAYER_DEVICES: none by default yet) while
+    """The layer's gated norm on selscan's op on every device (norm.LAYER_DEVICES: the default now) while
     held: SSD-torch-v4 beside the composition it replaces, in one process."""
     from selscan_torch import norm
 

@@ -25,11 +25,10 @@ _norm_fwd = _ops.norm_fwd.default
 _norm_bwd = _ops.norm_bwd.default
 _OP_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 # Where the Mamba-2 layer (ssd._gated_rms_norm: mamba_split_conv1d_scan_combined, the RMSNormGated integration)
-# takes the op instead of the composition of torch ops it replaces (_composition, SSD-torch-v3's): CUDA; on the
-# CPU not while its scalar code is slower than the composition (2 x 512 x 1536 fwd + bwd on the 2-core VM: 8.7
-# against 5.1-6.0 ms f32; the layer 27.5-30.9 against 21.8-23.9 ms: bench/NOTES.md SSD-torch-v4; a vector path
-# is the fix). The op itself runs wherever it is called (its tests).
-LAYER_DEVICES = {"cuda"}
+# takes the op instead of the composition of torch ops it replaces (_composition, SSD-torch-v3's): the CPU (its
+# vector path, SSD-torch-v5: the 130m layer 1.7-2.5 ms faster at 1 x 512 on the 2-core VM) and CUDA (SSD-torch-v4:
+# bench/NOTES.md). The op itself runs wherever it is called (its tests).
+LAYER_DEVICES = {"cpu", "cuda"}
 
 
 # ---- fake (meta) kernels ---------------------------------------------------------------------

@@ -325,8 +325,8 @@ def _gated_rms_norm(y, z, weight, eps, group_size, norm_before_gate):
     """mamba_ssm's RMSNormGated (no bias) over groups of group_size channels: norm(y) * w * silu(z)
     (norm_before_gate) or norm(y * silu(z)) * w, norm(y) * w without a gate (z None); out in y's dtype. On
     selscan's fused op (norm.py: one pass over y and z each way, where the composition of torch ops it
-    replaced took seven: bench/NOTES.md SSD-torch-v4) on the devices in norm.LAYER_DEVICES (CUDA: norm.py
-    says why), else the composition; autocast off around it (both compute in float32)."""
+    replaced took seven: bench/NOTES.md SSD-torch-v4) on the devices in norm.LAYER_DEVICES (the CPU and
+    CUDA: norm.py), else the composition; autocast off around it (both compute in float32)."""
     with _autocast(y.device.type):
         if y.device.type not in norm.LAYER_DEVICES:  # (norm.py: where the op is not taken yet, and why)
             return norm._composition(y, z, None if weight is None else weight.float(), group_size, eps, norm_before_gate)
