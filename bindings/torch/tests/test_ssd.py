@@ -352,8 +352,7 @@ def test_split_conv1d_scan_rmsnorm_weight_dtypes(wdtype, nbg, op, monkeypatch):
     one): the norm reads it in float32 (exact for bf16 / f16 values; float64's rounded once, below float32's
     tolerance here), its gradient comes back in its own dtype (rounded once from float32: GTOL of that dtype).
     Both norms the layer may take: the torch composition and selscan's op (norm.LAYER_DEVICES)."""
-    if op:
-        monkeypatch.setattr(snorm, "LAYER_DEVICES", {"cpu"})
+    monkeypatch.setattr(snorm, "LAYER_DEVICES", {"cpu"} if op else set())
     g = torch.Generator().manual_seed(71)
     batch, L, H, P, N, W = 2, 13, 4, 6, 8, 4
     dim = H * P
