@@ -6794,18 +6794,6 @@ template <typename F> static __device__ __forceinline__ void ssd_ck_load_tf32(F 
     for (int i = 0; i < f.num_elements; i++) f.x[i] = ckw::__float_to_tf32(f.x[i]);
 }
 
-/* Whether the chunked backward's float operands are split in two tf32 parts (float32's precision): always,
-   but at the benchmark's one-pass level (ssd_ckb_tc 3, compiled with SELSCAN__CUDA_TUNING only: the high
-   parts alone, below float32's precision; what the split costs, a measurement, never a result to trust) */
-static __device__ __forceinline__ bool ssd_ckb_split(const ssd_params &P) {
-#ifdef SELSCAN__CUDA_TUNING
-    return P.ckb_tc < 3;
-#else
-    (void)P;
-    return true;
-#endif
-}
-
 /* The pair products of a 2-byte problem on tensor cores: Ws = C B^T and Vs = dy0 x^T, the 10 tiles of 16 x 16
    on or below the diagonal of each (those above left as they were), a warp a tile in turn. x, B, C and dy
    are exact in tf32 (bf16's and f16's significands fit its 10 bits, their exponents its 8), so each product
@@ -6867,7 +6855,7 @@ static __device__ __forceinline__ void ssd_ckb_loc_tc(bool split, bool sp, const
             ck_fa<ckw::col_major> ah, al;
             ck_fb<ckw::row_major> bh, bl;
             if (sp) ssd_ck_split(bh, bl, b + s * BS, BS);
-            else ssd_ck_load_tf32(bh, b + s * BS, BS); /* (rounded to tf32: ssd_ckb_split) */
+            else ssd_ck_load_tf32(bh, b + s * BS, BS); /* (rounded to tf32: the one-pass level, ONE) */
             if (g && split && sp) {
                 ssd_ck_split(ah, al, a + s * XS, XS);
                 ckw::mma_sync(acc, al, bh, acc);
@@ -6901,7 +6889,10 @@ struct ssd_ckb_at {
 };
 
 /* the chunk's own state and its own part of the entering state's gradient (DESIGN above) */
-template <typename T, int NB> static __global__ void __launch_bounds__(kCkThreads, 2) ssd_ckb_loc_kernel(const ssd_params P) {
+/* ONE (the kernels here and ssd_ckb_kernel): the float operands' high tf32 parts alone, one product a pair (ssd_ckb_tc's
+   level 3, instantiated with SELSCAN__CUDA_TUNING only: below float32's precision; what the split costs, a
+   measurement, never a result to trust); false everywhere else */
+template <typename T, int NB, bool ONE = false> static __global__ void __launch_bounds__(kCkThreads, 2) ssd_ckb_loc_kernel(const ssd_params P) {
     extern __shared__ __align__(128) float4 ssd_ckl_sm4[];
     float *const sm = reinterpret_cast<float *>(ssd_ckl_sm4);
     constexpr int NP = 64 * NB;
@@ -6926,7 +6917,7 @@ template <typename T, int NB> static __global__ void __launch_bounds__(kCkThread
     static_assert(m.x % 8 == 0 && m.dy % 8 == 0 && m.B % 8 == 0 && m.C % 8 == 0 && XS % 4 == 0 && BS % 4 == 0 && NP % 4 == 0,
                   "the tensor cores' tiles start 32-byte aligned, rows whole 16-byte units");
     if (sizeof(T) == 2 && P.ckb_tc >= 1) /* (steps past L: staged as 0, no term) */
-        ssd_ckb_loc_tc<NP>(P.z.p != NULL, ssd_ckb_split(P), xs, dys, XS, Bs, Cs, BS, P.ckb_S + o, P.ckb_G + o);
+        ssd_ckb_loc_tc<NP>(P.z.p != NULL, !ONE, xs, dys, XS, Bs, Cs, BS, P.ckb_S + o, P.ckb_G + o);
     else
 #endif
     {
@@ -7093,7 +7084,7 @@ static __device__ __forceinline__ void ssd_mma8(float (&d)[4], const uint32_t (&
 /* acc[j] (rows r0 + g, r0 + g + 8; columns c0 + 8 j + 2 q, + 1: ssd_mma8's d) += sum_{k0 <= k < k1} A(r, k) B(k, c), the
    operands read by fa(r, k) and fb(k, c) from shared memory, k1 - k0 a multiple of 8. SA / SB: that operand a float,
    split into a tf32 part and its remainder (the products hi hi, lo hi, hi lo: float32's precision, the forward's three
-   products' way); else exact in tf32 (a 2-byte problem's x, B, C): one part. sp false: no split (ssd_ckb_split) */
+   products' way); else exact in tf32 (a 2-byte problem's x, B, C): one part. sp false: no split (ONE, ssd_ckb_loc_kernel) */
 template <int NT8, bool SA, bool SB, typename FA, typename FB>
 static __device__ __forceinline__ void ssd_tc_mm(float (&acc)[NT8][4], const FA &fa, const FB &fb, int r0, int c0, int k0, int k1, bool sp) {
     const int lane = static_cast<int>(threadIdx.x & 31), g = lane >> 2, q = lane & 3;
@@ -7156,7 +7147,7 @@ static __device__ __forceinline__ void ssd_tc_rowdot(const float (&acc)[NT8][4],
 /* The gradients of a chunk of a 2-byte problem on tensor cores, from the entering state staged on: the float32 units'
    body's products and sums (DESIGN above), each product by ssd_tc_mm, a warp a strip of 16 rows (warp % 4) and half the
    columns (warp / 4) of every result; x, B and C exact in tf32, every other operand split */
-template <typename T, int NB> static __device__ __forceinline__ void ssd_ckb_grads_tc(const ssd_params &P, const ssd_ckb_at &k, float *sm) {
+template <typename T, int NB, bool ONE> static __device__ __forceinline__ void ssd_ckb_grads_tc(const ssd_params &P, const ssd_ckb_at &k, float *sm) {
     constexpr int Q = kCkQ, NP = 64 * NB, NT8 = NP / 16; /* tiles of 8 states in half a row */
     static_assert(kCkThreads == 256 && Q == 64 && kCkPT == 64 && NP % 16 == 0,
                   "8 warps: 4 strips of 16 rows x 2 halves of the columns, 32 channels (4 tiles of 8) a half");
@@ -7172,7 +7163,7 @@ template <typename T, int NB> static __device__ __forceinline__ void ssd_ckb_gra
     double *const rho = dd + 5 * Q, *const tau = dd + 6 * Q, *const pr = dd + 7 * Q + 16; /* pr: [rho's, tau's][half][row] */
     const auto rowm = [](const float *a, int ld) { return [a, ld](int r, int c) { return a[r * ld + c]; }; }; /* a[r][c] */
     const auto colm = [](const float *a, int ld) { return [a, ld](int r, int c) { return a[c * ld + r]; }; }; /* a[c][r] */
-    const bool sp = ssd_ckb_split(P);
+    constexpr bool sp = !ONE;
     float dC[NT8][4], dB[NT8][4], y0[4][4], dX[4][4], xg[4][4];
 #pragma unroll
     for (int j = 0; j < NT8; j++)
@@ -7328,7 +7319,7 @@ template <typename T, int NB> static __device__ __forceinline__ void ssd_ckb_gra
 }
 
 /* the gradients of a chunk (DESIGN above); returns at once where the flag is up */
-template <typename T, int NB> static __global__ void __launch_bounds__(kCkThreads, 1) ssd_ckb_kernel(const ssd_params P) {
+template <typename T, int NB, bool ONE = false> static __global__ void __launch_bounds__(kCkThreads, 1) ssd_ckb_kernel(const ssd_params P) {
     extern __shared__ __align__(128) float4 ssd_ckg_sm4[];
     if (*static_cast<volatile const int *>(P.ckb_flag)) return;
     float *const sm = reinterpret_cast<float *>(ssd_ckg_sm4);
@@ -7355,7 +7346,7 @@ template <typename T, int NB> static __global__ void __launch_bounds__(kCkThread
         double cb[4][4], dx[4][4];
 #ifdef SELSCAN__CK_MMA
         if (sizeof(T) == 2 && P.ckb_tc >= 1) {
-            ssd_ckb_pairs_tc<NP>(P.z.p != NULL && ssd_ckb_split(P), Cs, Bs, BS, dys, xs, XS, Ws, Vs);
+            ssd_ckb_pairs_tc<NP>(P.z.p != NULL && !ONE, Cs, Bs, BS, dys, xs, XS, Ws, Vs);
             __syncthreads();
 #pragma unroll
             for (int e = 0; e < 4; e++)
@@ -7431,7 +7422,7 @@ template <typename T, int NB> static __global__ void __launch_bounds__(kCkThread
     }
     __syncthreads();
 #ifdef SELSCAN__CK_MMA
-    if (sizeof(T) == 2 && P.ckb_tc >= 2) ssd_ckb_grads_tc<T, NB>(P, k, sm);
+    if (sizeof(T) == 2 && P.ckb_tc >= 2) ssd_ckb_grads_tc<T, NB, ONE>(P, k, sm);
     else
 #endif
         ssd_ckb_grads_f32<T, NB>(P, k, sm);
@@ -7527,7 +7518,7 @@ static int ssd_ckb_mode = 1;
 /* How much of a 2-byte problem's chunked backward runs on tensor cores (sm_80+; float32 problems never):
    2 (the default) every product (bench/NOTES.md SSD-CUDA-v15), 1 the pair products and the local state's
    (SSD-CUDA-v14), 0 none; the tests run each level, bench_ssd_forms times each; 3 (SELSCAN__CUDA_TUNING only):
-   2 with the high parts alone (ssd_ckb_split) */
+   2 with the high parts alone (ONE: ssd_ckb_loc_kernel) */
 static int ssd_ckb_tc = 2;
 #define SELSCAN__CKB_TC_LEVELS 1 /* (bench_ssd_forms: this header has the levels) */
 #define SELSCAN__CKB_TC_ONE 1 /* (bench_ssd_forms: and the one-pass level 3) */
@@ -7766,18 +7757,25 @@ static selscan_status ssd_backward(const selscan_ssd_problem *p, const selscan_s
     selscan_cuda_detail::with_dtype(q.dt, [&](auto tag) {
         using T = typename decltype(tag)::type;
         if (P.ckb_flag) { /* the chunks (>>ssd-chunk-bwd), then the walks, which return at once unless the flag is up */
-            auto go = [&](auto nb) {
+            auto go = [&](auto nb, auto one) {
                 constexpr int NB = decltype(nb)::value;
+                constexpr bool ONE = decltype(one)::value;
                 static volatile int d1[64], d2[64];
                 const int s1 = 4 * ssd_ckb_layout(NB, true).total, s2 = 4 * ssd_ckb_layout(NB, false).total;
-                if ((e = allow_smem(reinterpret_cast<const void *>(ssd_ckb_loc_kernel<T, NB>), s1, d1)) != cudaSuccess) return;
-                if ((e = allow_smem(reinterpret_cast<const void *>(ssd_ckb_kernel<T, NB>), s2, d2)) != cudaSuccess) return;
-                ssd_ckb_loc_kernel<T, NB><<<static_cast<unsigned>(ck.grid), kCkThreads, s1, stream>>>(P);
+                if ((e = allow_smem(reinterpret_cast<const void *>(ssd_ckb_loc_kernel<T, NB, ONE>), s1, d1)) != cudaSuccess) return;
+                if ((e = allow_smem(reinterpret_cast<const void *>(ssd_ckb_kernel<T, NB, ONE>), s2, d2)) != cudaSuccess) return;
+                ssd_ckb_loc_kernel<T, NB, ONE><<<static_cast<unsigned>(ck.grid), kCkThreads, s1, stream>>>(P);
                 ssd_ckb_pass_kernel<<<nblocks(2 * ck.nchain * 16 * 64 * NB, 256), 256, 0, stream>>>(P, 64 * NB);
-                ssd_ckb_kernel<T, NB><<<static_cast<unsigned>(ck.grid), kCkThreads, s2, stream>>>(P);
+                ssd_ckb_kernel<T, NB, ONE><<<static_cast<unsigned>(ck.grid), kCkThreads, s2, stream>>>(P);
             };
-            if (ck.NB == 1) go(std::integral_constant<int, 1>());
-            else go(std::integral_constant<int, 2>());
+#ifdef SELSCAN__CUDA_TUNING /* the benchmark's one-pass level: compiled there only */
+            if (ssd_ckb_tc == 3 && q.dt != SELSCAN_F32) {
+                if (ck.NB == 1) go(std::integral_constant<int, 1>(), std::true_type());
+                else go(std::integral_constant<int, 2>(), std::true_type());
+            } else
+#endif
+            if (ck.NB == 1) go(std::integral_constant<int, 1>(), std::false_type());
+            else go(std::integral_constant<int, 2>(), std::false_type());
         }
         if (e == cudaSuccess && walks)
             ssd_with_npt(pl.NPT, [&](auto npt) {
