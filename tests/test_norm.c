@@ -91,6 +91,19 @@ static void nm_free(nm_prob *P) {
 /* ---- the float64 oracle, from >>norm-api ---- */
 static double nm_sig(double x) { return 1.0 / (1.0 + exp(-x)); }
 
+/* r = 1 / sqrt(mean(u^2) + eps) over the group of channels c0.. of the row starting at element i0 */
+static double nm_group_r(const nm_prob *P, const double *yv, const double *zv, int64_t i0, int64_t c0) {
+    const nm_cfg *c = &P->c;
+    const int hz = c->z, in = c->z && !c->before;
+    double ss = 0;
+    int64_t j;
+    for (j = c0; j < c0 + c->gs; j++) {
+        const double s = hz ? tc_silu(zv[i0 + j]) : 1, u = in ? yv[i0 + j] * s : yv[i0 + j];
+        ss += u * u;
+    }
+    return 1.0 / sqrt(ss / (double)c->gs + (double)c->eps);
+}
+
 /* out (batch*L*dim, logical order); dy, dz, dw may be NULL (the backward's, from dout). sy, sz
    (may be NULL): the magnitudes dy and dz are computed from, |r| (|dn| + |n m|) times the factors
    after it: du = r (dn - n m) cancels where the group's n are near +-1 (a group of one channel
@@ -103,13 +116,8 @@ static void nm_oracle_s(const nm_prob *P, const double *yv, const double *zv, do
     if (dw) for (j = 0; j < c->dim; j++) dw[j] = 0;
     for (row = 0; row < c->batch * c->L; row++)
         for (c0 = 0; c0 < c->dim; c0 += c->gs) {
-            double ss = 0, r, m = 0;
-            for (j = c0; j < c0 + c->gs; j++) {
-                const int64_t i = row * c->dim + j;
-                const double s = hz ? tc_silu(zv[i]) : 1, u = in ? yv[i] * s : yv[i];
-                ss += u * u;
-            }
-            r = 1.0 / sqrt(ss / (double)c->gs + (double)c->eps);
+            double m = 0;
+            const double r = nm_group_r(P, yv, zv, row * c->dim, c0);
             for (j = c0; j < c0 + c->gs; j++) {
                 const int64_t i = row * c->dim + j;
                 const double s = hz ? tc_silu(zv[i]) : 1, u = in ? yv[i] * s : yv[i], w = c->w ? P->w.v[j] : 1;
@@ -164,13 +172,8 @@ static void nm_scales(const nm_prob *P, double *so, double *sy, double *sz, doub
     for (j = 0; j < c->dim; j++) sw[j] = 0;
     for (row = 0; row < c->batch * c->L; row++)
         for (c0 = 0; c0 < c->dim; c0 += c->gs) {
-            double ss = 0, r, a = 0;
-            for (j = c0; j < c0 + c->gs; j++) {
-                const int64_t i = row * c->dim + j;
-                const double s = hz ? tc_silu(zv[i]) : 1, u = in ? yv[i] * s : yv[i];
-                ss += u * u;
-            }
-            r = 1.0 / sqrt(ss / (double)c->gs + (double)c->eps);
+            double a = 0;
+            const double r = nm_group_r(P, yv, zv, row * c->dim, c0);
             for (j = c0; j < c0 + c->gs; j++) {
                 const int64_t i = row * c->dim + j;
                 const double s = hz ? tc_silu(zv[i]) : 1, u = in ? yv[i] * s : yv[i], w = c->w ? P->w.v[j] : 1;
