@@ -805,12 +805,10 @@ typedef struct selscan_norm_grads {
    path (>>fast-norm, on the instruction set the scan's fast path takes: selscan_cpu_backend(),
    SELSCAN_CPU; avx512f, avx2+fma, neon, not portable): not bitwise the reference, within f32 rounding
    of it: the group's sums lane by lane then over the lanes (a fixed order: each of the gs terms'
-   roundings, ~gs u32 relative to the sum of |terms|), the backward's mean of dn * n as
-   r (sum of dn * u) / gs, the gate's sigmoid by
-   selscan__vexp (1.3 ulp; the sigmoid within 3.2 ulp against the reference's 2.5 by expf, measured
-   over every float |z| <= 88); outputs of any strides; 32 KiB of stack. NaN where the reference's NaN;
-   infinities as the reference's, except where a signed sum's order decides an overflow and for z in
-   (-88.73, -88.37], where the sigmoid is 0 and the reference's a subnormal (< 2^-126). Otherwise the
+   roundings, ~gs u32 relative to the sum of |terms|), the gate's sigmoid by selscan__vexp (1.3 ulp; the
+   sigmoid within 3.2 ulp against the reference's 2.5 by expf, measured over every float |z| <= 88; below
+   -87 the reference's own); outputs of any strides; 32 KiB of stack. NaN where the reference's NaN;
+   infinities as the reference's, except where a signed sum's order decides an overflow. Otherwise the
    scalar loop: the reference's arithmetic in its order, bitwise its results, a group's inputs (and
    their sigmoids) loaded once into a stack buffer (groups up to 2048 channels, 40 KiB of stack; larger
    ones run the reference's loop). Either way deterministic: bitwise the same every call, on one
@@ -6915,7 +6913,8 @@ static SELSCAN__ATTR void SELSCAN__SFX(selscan__ssd_bwd_step)(int64_t P, int64_t
    selscan__vexp (>>fast-math), is computed in pass 1 and kept for the group's first SELSCAN__NORM_VB channels
    (computed again, the same bits, past them). A group's last vector of fewer than VW channels goes through
    a VW-float buffer (zeros past the group: they add nothing to the sums). The backward's mean of dn * n
-   is r (sum of dn * u) / gs (the reference: the sum of dn * (u r)); dweight's sums per channel in row
+   is the reference's: the sum of dn * (u r), in a pass of its own; z below -87 takes the reference's
+   sigmoid (selscan__norm_in); dweight's sums per channel in row
    order (the reference's order), into dw[c * dws] (zeroed first; NULL: not asked for). */
 
 /* m <= VW elements of dt at base + off (zeros past m) */
@@ -6953,6 +6952,17 @@ static SELSCAN__ATTR SELSCAN__INLINE SELSCAN__VF SELSCAN__SFX(selscan__norm_in)(
         *sg = SELSCAN__VLOAD(sgb + c);
     } else {
         *sg = SELSCAN__SFX(selscan__vsigmoid)(*zv);
+        if (SELSCAN__VHSUM(SELSCAN__VGTSEL(SELSCAN__VSET1(-87.0f), *zv, SELSCAN__VSET1(1.0f), SELSCAN__VSET1(0.0f))) != 0.0f) {
+            /* a lane below -87: selscan__vexp(-z) overflows from 88.37 where expf does from 88.72 (the
+               reference's sigmoid a subnormal there, not 0): those lanes by the reference's sigmoid */
+            float zt[SELSCAN__WMAX], st[SELSCAN__WMAX];
+            int i;
+            SELSCAN__VSTORE(zt, *zv);
+            SELSCAN__VSTORE(st, *sg);
+            for (i = 0; i < SELSCAN__VW; i++)
+                if (zt[i] < -87.0f) st[i] = selscan__sigmoid(zt[i]);
+            *sg = SELSCAN__VLOAD(st);
+        }
         if (c < SELSCAN__NORM_VB) SELSCAN__VSTORE(sgb + c, *sg);
     }
     *s = SELSCAN__VMUL(*zv, *sg);
@@ -7009,21 +7019,25 @@ static SELSCAN__ATTR void SELSCAN__SFX(selscan__norm_bwd_rows)(const selscan__np
             const int64_t yo = SELSCAN__AT3(q->y, b, t, c0), zo = SELSCAN__AT3(q->z, b, t, c0);
             const int64_t d0 = SELSCAN__AT3(g->dout, b, t, c0), yg = SELSCAN__AT3(g->dy, b, t, c0);
             const int64_t zg = SELSCAN__AT3(g->dz, b, t, c0);
-            SELSCAN__VF ass = SELSCAN__VSET1(0.0f), adu = ass, yv, zv = one, sg = one, s = one, vr, vnm;
-            float r, mean;
-            for (c = 0; c < gs; c += SELSCAN__VW) { /* u^2 and dn * u */
+            SELSCAN__VF ass = SELSCAN__VSET1(0.0f), adn = ass, yv, zv = one, sg = one, s = one, vr, vnm;
+            float r;
+            for (c = 0; c < gs; c += SELSCAN__VW) { /* u^2 */
                 const int nm = SELSCAN__CAST(int, selscan__min64(SELSCAN__VW, gs - c));
                 const SELSCAN__VF u = SELSCAN__SFX(selscan__norm_in)(q, yo, zo, c, nm, 0, sgb, &yv, &zv, &sg, &s);
+                ass = SELSCAN__VFMA(u, u, ass);
+            }
+            r = 1.0f / sqrtf(SELSCAN__VHSUM(ass) / SELSCAN__CAST(float, gs) + q->eps);
+            vr = SELSCAN__VSET1(r);
+            for (c = 0; c < gs; c += SELSCAN__VW) { /* dn * n, n = u r (not r times a sum of dn * u: that
+                                                        overflows, or is 0 * inf, where the reference's is finite) */
+                const int nm = SELSCAN__CAST(int, selscan__min64(SELSCAN__VW, gs - c));
+                const SELSCAN__VF u = SELSCAN__SFX(selscan__norm_in)(q, yo, zo, c, nm, 1, sgb, &yv, &zv, &sg, &s);
                 SELSCAN__VF dn = SELSCAN__SFX(selscan__norm_ld)(g->dout.data, d0 + c, nm, q->dt);
                 if (wt) dn = SELSCAN__VMUL(dn, SELSCAN__SFX(selscan__norm_ld)(wt, c0 + c, nm, SELSCAN_F32));
                 if (after) dn = SELSCAN__VMUL(dn, s);
-                ass = SELSCAN__VFMA(u, u, ass);
-                adu = SELSCAN__VFMA(dn, u, adu);
+                adn = SELSCAN__VFMA(dn, SELSCAN__VMUL(u, vr), adn);
             }
-            r = 1.0f / sqrtf(SELSCAN__VHSUM(ass) / SELSCAN__CAST(float, gs) + q->eps);
-            mean = r * SELSCAN__VHSUM(adu) / SELSCAN__CAST(float, gs);
-            vr = SELSCAN__VSET1(r);
-            vnm = SELSCAN__VSET1(-mean);
+            vnm = SELSCAN__VSET1(-(SELSCAN__VHSUM(adn) / SELSCAN__CAST(float, gs)));
             for (c = 0; c < gs; c += SELSCAN__VW) {
                 const int nm = SELSCAN__CAST(int, selscan__min64(SELSCAN__VW, gs - c));
                 const SELSCAN__VF u = SELSCAN__SFX(selscan__norm_in)(q, yo, zo, c, nm, 1, sgb, &yv, &zv, &sg, &s);
