@@ -157,8 +157,8 @@
  * and cached): AVX-512F, else AVX2+FMA+F16C, on x86-64 (per-function target attributes: no -march
  * needed), NEON on arm64, portable C elsewhere or with SELSCAN_NO_SIMD; selscan_cpu_backend()
  * names it. The environment variable SELSCAN_CPU=avx512f|avx2|neon|portable, read once at that
- * first use, forces a lower path (never above what the CPU runs): for bisecting a numeric
- * difference between machines.
+ * first use, forces a lower path (never above what the CPU runs; another value is ignored:
+ * selscan_cpu_backend() names the path taken): for bisecting a numeric difference between machines.
  * They run on the calling thread; the *_part forms (see the API) split the work for any thread
  * pool with bitwise the same results for every split. The exponential is a polynomial (within
  * 1.3 ulp; in steps where |dt * A| <= 86 it works on dt * (A log2 e) with A log2 e rounded once,
