@@ -807,7 +807,7 @@ typedef struct selscan_norm_grads {
    of it: the group's sums lane by lane then over the lanes (a fixed order: each of the gs terms'
    roundings, ~gs u32 relative to the sum of |terms|), the gate's sigmoid by selscan__vexp (1.3 ulp; the
    sigmoid within 3.2 ulp against the reference's 2.5 by expf, measured over every float |z| <= 88; below
-   -87 the reference's own); outputs of any strides; 32 KiB of stack. NaN where the reference's NaN;
+   -87 e^-z as e^(-z - 45) e^45, so that it overflows where expf does); outputs of any strides; 32 KiB of stack. NaN where the reference's NaN;
    infinities as the reference's, except where a signed sum's order decides an overflow. Otherwise the
    scalar loop: the reference's arithmetic in its order, bitwise its results, a group's inputs (and
    their sigmoids) loaded once into a stack buffer (groups up to 2048 channels, 40 KiB of stack; larger
@@ -6913,8 +6913,8 @@ static SELSCAN__ATTR void SELSCAN__SFX(selscan__ssd_bwd_step)(int64_t P, int64_t
    selscan__vexp (>>fast-math), is computed in pass 1 and kept for the group's first SELSCAN__NORM_VB channels
    (computed again, the same bits, past them). A group's last vector of fewer than VW channels goes through
    a VW-float buffer (zeros past the group: they add nothing to the sums). The backward's mean of dn * n
-   is the reference's: the sum of dn * (u r), in a pass of its own; z below -87 takes the reference's
-   sigmoid (selscan__norm_in); dweight's sums per channel in row
+   is the reference's: the sum of dn * (u r), in a pass of its own; the sigmoid selscan__norm_sigmoid;
+   dweight's sums per channel in row
    order (the reference's order), into dw[c * dws] (zeroed first; NULL: not asked for). */
 
 /* m <= VW elements of dt at base + off (zeros past m) */
@@ -6939,6 +6939,16 @@ static SELSCAN__ATTR SELSCAN__INLINE void SELSCAN__SFX(selscan__norm_st)(void *b
     for (i = 0; i < m; i++) selscan__store(base, off + i * st, dt, t[i]);
 }
 
+/* The gate's sigmoid: selscan__vsigmoid's bits where z >= -87; below, e^-z as e^(-z - 45) e^45 (-z - 45 exact
+   by Sterbenz's lemma up to -z = 90, past which both overflow): selscan__vexp overflows from 88.37 where the
+   reference's expf does from 88.72, and there the reference's sigmoid is a subnormal, not 0 (a finite out of 0,
+   NaN for an infinity). Within ~2.3 ulp there (vexp's 1.3, e^45's rounding and the product's). */
+static SELSCAN__ATTR SELSCAN__INLINE SELSCAN__VF SELSCAN__SFX(selscan__norm_sigmoid)(SELSCAN__VF z) {
+    const SELSCAN__VF one = SELSCAN__VSET1(1.0f), lo = SELSCAN__VSET1(87.0f), t = SELSCAN__VSUB(SELSCAN__VSET1(0.0f), z);
+    const SELSCAN__VF e = SELSCAN__SFX(selscan__vexp)(SELSCAN__VGTSEL(t, lo, SELSCAN__VSUB(t, SELSCAN__VSET1(45.0f)), t));
+    return SELSCAN__VDIV(one, SELSCAN__VADD(one, SELSCAN__VGTSEL(t, lo, SELSCAN__VMUL(e, SELSCAN__VSET1(3.49342711e19f)), e)));
+}
+
 /* The vector of channels c0 + c .. c0 + c + m - 1 of one row: y, and with z its sigmoid sg (from sgb where
    c < SELSCAN__NORM_VB, which pass 1 fills) and the gate s = z sg; returns u. */
 static SELSCAN__ATTR SELSCAN__INLINE SELSCAN__VF SELSCAN__SFX(selscan__norm_in)(const selscan__nprob *q, int64_t yo,
@@ -6951,18 +6961,7 @@ static SELSCAN__ATTR SELSCAN__INLINE SELSCAN__VF SELSCAN__SFX(selscan__norm_in)(
     if (pass2 && c < SELSCAN__NORM_VB) {
         *sg = SELSCAN__VLOAD(sgb + c);
     } else {
-        *sg = SELSCAN__SFX(selscan__vsigmoid)(*zv);
-        if (SELSCAN__VHSUM(SELSCAN__VGTSEL(SELSCAN__VSET1(-87.0f), *zv, SELSCAN__VSET1(1.0f), SELSCAN__VSET1(0.0f))) != 0.0f) {
-            /* a lane below -87: selscan__vexp(-z) overflows from 88.37 where expf does from 88.72 (the
-               reference's sigmoid a subnormal there, not 0): those lanes by the reference's sigmoid */
-            float zt[SELSCAN__WMAX], st[SELSCAN__WMAX];
-            int i;
-            SELSCAN__VSTORE(zt, *zv);
-            SELSCAN__VSTORE(st, *sg);
-            for (i = 0; i < SELSCAN__VW; i++)
-                if (zt[i] < -87.0f) st[i] = selscan__sigmoid(zt[i]);
-            *sg = SELSCAN__VLOAD(st);
-        }
+        *sg = SELSCAN__SFX(selscan__norm_sigmoid)(*zv);
         if (c < SELSCAN__NORM_VB) SELSCAN__VSTORE(sgb + c, *sg);
     }
     *s = SELSCAN__VMUL(*zv, *sg);
