@@ -242,8 +242,8 @@ SELSCAN_DEF selscan_status selscan_conv_step_cuda(const selscan_conv_step_proble
    selscan_norm_workspace_size_cuda() bytes at any address (0 without dweight: NULL is fine). Any
    group_size, any strides; a grid past 2^31 - 1 blocks: SELSCAN_ERR_UNSUPPORTED ("dim"). Results
    differ from selscan_norm_forward_ref / _backward_ref by rounding only (the sums' order, the fast
-   sigmoid). Status: written and reviewed (host emulations) without a GPU; tests/test_cuda_norm.cu has not
-   run yet (bench/GPU_GATE.md), so the torch package's Mamba-2 layer does not call it on CUDA yet. */
+   sigmoid): tests/test_cuda_norm.cu (bench/GPU_GATE.md: first run at 288b6fe); the torch package's Mamba-2 layer
+   calls it on CUDA (bench/NOTES.md SSD-torch-v4). */
 SELSCAN_DEF selscan_status selscan_norm_workspace_size_cuda(const selscan_norm_problem *p, const selscan_norm_grads *g,
                                                             size_t *bytes);
 SELSCAN_DEF selscan_status selscan_norm_forward_cuda(const selscan_norm_problem *p, const selscan_cuda_ext *x,
