@@ -6905,16 +6905,15 @@ static SELSCAN__ATTR void SELSCAN__SFX(selscan__ssd_bwd_step)(int64_t P, int64_t
 
 /* ---- >>fast-norm: the gated RMS norm's rows (>>norm-entry drives them) ------------------------ */
 #if SELSCAN__VW > 1 /* (the portable path runs the scalar loop: >>norm-entry) */
-/* Rows [r0, r1) of the flattened (batch, L), each group of gs channels in two passes of VW channels a
-   vector; the inputs y, z, weight (and dout) with their channels contiguous (the driver checks), the
-   outputs any strides (lane by lane where the channels are not contiguous: the same values).
-   Pass 1 sums u^2 (and the backward dn * u) lane-wise over the group, then over the lanes (VHSUM: a fixed
-   order); pass 2 reads the group again and writes the outputs. The gate's sigmoid, 1 / (1 + e^-z) with
+/* Rows [r0, r1) of the flattened (batch, L), each group of gs channels in passes of VW channels a vector
+   (the forward two, the backward three); the inputs y, z, weight (and dout) with their channels contiguous
+   (the driver checks), the outputs any strides (lane by lane where the channels are not contiguous: the
+   same values). Pass 1 sums u^2 lane-wise over the group, then over the lanes (VHSUM: a fixed order); the
+   backward's pass 2 sums dn * n likewise; the last pass reads the group again and writes the outputs. The gate's sigmoid, 1 / (1 + e^-z) with
    selscan__vexp (>>fast-math), is computed in pass 1 and kept for the group's first SELSCAN__NORM_VB channels
    (computed again, the same bits, past them). A group's last vector of fewer than VW channels goes through
    a VW-float buffer (zeros past the group: they add nothing to the sums). The backward's mean of dn * n
-   is the reference's: the sum of dn * (u r), in a pass of its own; the sigmoid selscan__norm_sigmoid;
-   dweight's sums per channel in row
+   is the reference's: the sum of dn * (u r); the sigmoid selscan__norm_sigmoid; dweight's sums per channel in row
    order (the reference's order), into dw[c * dws] (zeroed first; NULL: not asked for). */
 
 /* m <= VW elements of dt at base + off (zeros past m) */

@@ -26,7 +26,8 @@ _norm_bwd = _ops.norm_bwd.default
 _OP_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 # Where the Mamba-2 layer (ssd._gated_rms_norm: mamba_split_conv1d_scan_combined, the RMSNormGated integration)
 # takes the op instead of the composition of torch ops it replaces (_composition, SSD-torch-v3's): the CPU (its
-# vector path, SSD-torch-v5: the 130m layer 1.7-2.5 ms faster at 1 x 512 on the 2-core VM) and CUDA (SSD-torch-v4:
+# vector path, SSD-torch-v5: the 130m layer 1.7-2.5 ms faster at 1 x 512 on the 2-core VM, measured before v5b's
+# mends, which made the norm's own backward ~0.4 ms slower) and CUDA (SSD-torch-v4:
 # bench/NOTES.md). The op itself runs wherever it is called (its tests).
 LAYER_DEVICES = {"cpu", "cuda"}
 
