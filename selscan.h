@@ -5153,7 +5153,7 @@ static void selscan__ssd_bwd_item(const selscan__sprob *q, const selscan__sgrd *
                 const float *const S1 = hs + i * PN, *const S0 = i ? S1 - PN : ck + c * PN;
                 t = t0 + i;
                 SELSCAN__SSD_CALL(isa, ssd_bwd_step,
-                                  (P, NR, S1, S0, dh, Bs + i * NR, Cs + i * NR, dBp ? dBp + t * NR : junkB,
+                                  (P, N, NR, S1, S0, dh, Bs + i * NR, Cs + i * NR, dBp ? dBp + t * NR : junkB,
                                    dCp ? dCp + t * NR : junkC, g + i * P16, us + i * P16, av[i], bx + i * P16, da + i,
                                    wantz ? y0 + i * P16 : NULL))
             }
@@ -6820,8 +6820,11 @@ static SELSCAN__ATTR void SELSCAN__SFX(selscan__ssd_adv)(const float *S, int64_t
    gate and D), u = dt x, per state lane: dhn = dh + g C (the gradient of the state after the
    step), dC += g S1, da += dhn S0, bx += dhn B (dx's sum, horizontal at the end), dB += dhn u,
    dh <- dhn a. S1 / S0: the states after / before the step. da: 4 partial sums added in order.
-   wz: also y0 = sum_n C S1 of each channel (for dz) into y. */
-static SELSCAN__ATTR SELSCAN__INLINE void SELSCAN__SFX(selscan__ssd_bwd_pblk)(const int k, const int wz, int64_t NR,
+   wz: also y0 = sum_n C S1 of each channel (for dz) into y. Only the vectors with a state n < N run; in
+   the last, where it has pad lanes (lv: 1 in n < N, else 0), S1, S0 and dhn are 0 there: an infinite
+   u or g times a pad's B = C = 0 is NaN, which the sums must not see (the reference has no pads). */
+static SELSCAN__ATTR SELSCAN__INLINE void SELSCAN__SFX(selscan__ssd_bwd_pblk)(const int k, const int wz, int64_t N, int64_t NR,
+                                                                              SELSCAN__VF lv,
                                                                               const float *S1,
                                                                               const float *S0, float *dh,
                                                                               const float *Bi, const float *Ci,
@@ -6837,25 +6840,34 @@ static SELSCAN__ATTR SELSCAN__INLINE void SELSCAN__SFX(selscan__ssd_bwd_pblk)(co
     if (k > 1) { g1 = SELSCAN__VSET1(g[1]); u1 = SELSCAN__VSET1(u[1]); }
     if (k > 2) { g2 = SELSCAN__VSET1(g[2]); u2 = SELSCAN__VSET1(u[2]); }
     if (k > 3) { g3 = SELSCAN__VSET1(g[3]); u3 = SELSCAN__VSET1(u[3]); }
-    for (nv = 0; nv < NR; nv += SELSCAN__VW) {
-        const SELSCAN__VF Bv = SELSCAN__VLOAD(Bi + nv), Cv = SELSCAN__VLOAD(Ci + nv);
-        SELSCAN__VF dBa = SELSCAN__VLOAD(dBr + nv), dCa = SELSCAN__VLOAD(dCr + nv), hn;
-#define SELSCAN__SSD_BJ(j)                                                                           \
+#define SELSCAN__SSD_BJ(j, M)                                                                        \
     if (k > j) {                                                                                    \
-        const SELSCAN__VF s1v = SELSCAN__VLOAD(S1 + j * NR + nv);                                    \
+        SELSCAN__VF s1v = SELSCAN__VLOAD(S1 + j * NR + nv), s0v = SELSCAN__VLOAD(S0 + j * NR + nv);  \
         hn = SELSCAN__VFMA(g##j, Cv, SELSCAN__VLOAD(dh + j * NR + nv));                              \
+        if (M) {                                                                                    \
+            s1v = SELSCAN__VGTSEL(lv, zero, s1v, zero);                                             \
+            s0v = SELSCAN__VGTSEL(lv, zero, s0v, zero);                                             \
+            hn = SELSCAN__VGTSEL(lv, zero, hn, zero);                                               \
+        }                                                                                           \
         dCa = SELSCAN__VFMA(g##j, s1v, dCa);                                                         \
         if (wz) y##j = SELSCAN__VFMA(Cv, s1v, y##j);                                                 \
-        d##j = SELSCAN__VFMA(hn, SELSCAN__VLOAD(S0 + j * NR + nv), d##j);                            \
+        d##j = SELSCAN__VFMA(hn, s0v, d##j);                                                         \
         b##j = SELSCAN__VFMA(hn, Bv, b##j);                                                          \
         dBa = SELSCAN__VFMA(hn, u##j, dBa);                                                          \
         SELSCAN__VSTORE(dh + j * NR + nv, SELSCAN__VMUL(hn, av));                                    \
     }
-        SELSCAN__SSD_BJ(0) SELSCAN__SSD_BJ(1) SELSCAN__SSD_BJ(2) SELSCAN__SSD_BJ(3)
-#undef SELSCAN__SSD_BJ
-        SELSCAN__VSTORE(dBr + nv, dBa);
-        SELSCAN__VSTORE(dCr + nv, dCa);
+#define SELSCAN__SSD_BV(M)                                                                            \
+    {                                                                                               \
+        const SELSCAN__VF Bv = SELSCAN__VLOAD(Bi + nv), Cv = SELSCAN__VLOAD(Ci + nv);               \
+        SELSCAN__VF dBa = SELSCAN__VLOAD(dBr + nv), dCa = SELSCAN__VLOAD(dCr + nv), hn;             \
+        SELSCAN__SSD_BJ(0, M) SELSCAN__SSD_BJ(1, M) SELSCAN__SSD_BJ(2, M) SELSCAN__SSD_BJ(3, M)     \
+        SELSCAN__VSTORE(dBr + nv, dBa);                                                             \
+        SELSCAN__VSTORE(dCr + nv, dCa);                                                             \
     }
+    for (nv = 0; nv + SELSCAN__VW <= N; nv += SELSCAN__VW) SELSCAN__SSD_BV(0)
+    if (nv < N) SELSCAN__SSD_BV(1) /* the last vector, with pad lanes */
+#undef SELSCAN__SSD_BV
+#undef SELSCAN__SSD_BJ
     *da = SELSCAN__VADD(*da, SELSCAN__VADD(SELSCAN__VADD(d0, d1), SELSCAN__VADD(d2, d3)));
     if (k > 0) bx[0] = SELSCAN__VHSUM(b0);
     if (k > 1) bx[1] = SELSCAN__VHSUM(b1);
@@ -6872,15 +6884,19 @@ static SELSCAN__ATTR SELSCAN__INLINE void SELSCAN__SFX(selscan__ssd_bwd_pblk)(co
    S1, S0, dh: P rows of NR; Bi, Ci, dBr, dCr: rows of NR; g, u, bx: P floats; *da: the sum over
    channels and states of dhn S0 (the gradient of the decay a, before its factor); y (P floats,
    NULL: not wanted): y0 = sum_n C S1 per channel. */
-static SELSCAN__ATTR void SELSCAN__SFX(selscan__ssd_bwd_step)(int64_t P, int64_t NR, const float *S1, const float *S0,
+static SELSCAN__ATTR void SELSCAN__SFX(selscan__ssd_bwd_step)(int64_t P, int64_t N, int64_t NR, const float *S1, const float *S0,
                                                             float *dh, const float *Bi, const float *Ci, float *dBr,
                                                             float *dCr, const float *g, const float *u, float a,
                                                             float *bx, float *da, float *y) {
-    SELSCAN__VF dv = SELSCAN__VSET1(0.0f);
+    SELSCAN__VF dv = SELSCAN__VSET1(0.0f), lv;
     const SELSCAN__VF av = SELSCAN__VSET1(a);
+    float lanes[SELSCAN__WMAX];
     int64_t p = 0, o;
+    int l;
+    for (l = 0; l < SELSCAN__VW; l++) lanes[l] = (N - 1) / SELSCAN__VW * SELSCAN__VW + l < N ? 1.0f : 0.0f;
+    lv = SELSCAN__VLOAD(lanes); /* the last vector's live lanes */
 #define SELSCAN__SSD_PB4(k, wz)                                                                             \
-    SELSCAN__SFX(selscan__ssd_bwd_pblk)(k, wz, NR, S1 + o, S0 + o, dh + o, Bi, Ci, dBr, dCr, g + p, u + p, av, &dv, \
+    SELSCAN__SFX(selscan__ssd_bwd_pblk)(k, wz, N, NR, lv, S1 + o, S0 + o, dh + o, Bi, Ci, dBr, dCr, g + p, u + p, av, &dv, \
                                         bx + p, y ? y + p : NULL)
     if (SELSCAN__VW == 16 || SELSCAN__VW == 4) { /* avx512, neon: 32 registers, 4 channels at a time */
         for (; p + 4 <= P; p += 4) {

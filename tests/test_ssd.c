@@ -1076,6 +1076,22 @@ static void put_special(tc_tensor *t, int64_t i, int kind, int neg) {
     t->v[i] = tc_get(t, i);
 }
 
+/* elements of got whose class differs from ref's (saved classes: 0 finite, 1 +inf, 2 -inf, 3 NaN) */
+static unsigned char fclass(double v) { return isnan(v) ? 3 : isinf(v) ? (v > 0 ? 1 : 2) : 0; }
+static int64_t class_mismatch(const tc_tensor *got, const unsigned char *ref_cls, int64_t *first) {
+    int64_t i, bad = 0;
+    *first = -1;
+    for (i = 0; i < got->count; i++)
+        if (fclass(tc_get(got, i)) != ref_cls[i] && bad++ == 0) *first = i;
+    return bad;
+}
+static unsigned char *classes(const tc_tensor *t) {
+    unsigned char *f = (unsigned char *)malloc((size_t)(t->count ? t->count : 1));
+    int64_t i;
+    for (i = 0; i < t->count; i++) f[i] = t->mem ? fclass(tc_get(t, i)) : 0;
+    return f;
+}
+
 /* elements of got whose finiteness differs from ref's (saved finiteness, 1 finite) */
 static int64_t finite_mismatch(const tc_tensor *got, const unsigned char *ref_fin, int64_t *first) {
     int64_t i, bad = 0;
@@ -1126,22 +1142,27 @@ static int bwd_parts_fill(sprob *S, sgrads *G, int64_t np, int fill) {
    every n_parts 1 .. 8 on workspaces pre-filled with 0x00, 0xFF (NaN) or 0x7F bytes, bitwise the
    one-call results. dy0: no initial_state and a NaN in dy at a sequence's first step, where
    (a 0 state times the NaN gradient) the reference's dA is NaN (the CUDA walks' corner, NOTES
-   SSD-CUDA-v10): the fast CPU backward's dA NaN as well. */
-static void special_case(selscan_dtype dt, int dy0) {
+   SSD-CUDA-v10): the fast CPU backward's dA NaN as well. Where every special is an infinity in x, z,
+   B, C, D, initial_state, dy or dfinal_state, the fast backward's values are the reference's class by
+   class (+inf, -inf, NaN; dstate is mostly not a multiple of 16: the state rows' pad lanes times an
+   infinity must not make NaN); an infinite dt, bias or A may differ there (the fast path factors dt
+   out of its sums: inf where the reference's terms give NaN). */
+static void special_case(selscan_dtype dt, int dy0, int inf1) {
     static const int fills[3] = {0x00, 0xFF, 0x7F};
     scfg c;
     sprob S;
     sgrads G;
     char desc[400];
-    unsigned char *fy, *ff, *fg[NG], *snap[NG + 2];
+    unsigned char *fy, *ff, *fg[NG], *cg[NG], *snap[NG + 2];
     int64_t bad, at, np, h = 0;
-    int k, j, ns;
+    int k, j, ns, infs = 0;
     cfg_random(&c, dt, 3000);
     if (dy0) { c.h0 = 0; c.hlast = 1; }
+    if (inf1) c.N = tc_randint(1, 3); /* few states: the results an infinity makes are mostly infinities, not NaN */
     prob_make(&S, &c);
     grads_make(&G, &S, (1u << NG) - 1);
     if (tc_coin(0.15)) { S.p.flags |= SELSCAN_SSD_DT_LIMIT; S.p.dt_min = tc_coin(0.5) ? -INFINITY : 0.0f; S.p.dt_max = INFINITY; }
-    if (tc_coin(0.05)) { S.p.flags |= SELSCAN_SSD_DT_LIMIT; S.p.dt_min = S.p.dt_max = INFINITY; }
+    if (tc_coin(0.05)) { S.p.flags |= SELSCAN_SSD_DT_LIMIT; S.p.dt_min = S.p.dt_max = INFINITY; infs = -1; }
     describe(&S, desc, sizeof desc);
     if (dy0) { /* batch row 0, the first step of a sequence (a non-empty one), head h */
         int64_t t = 0, p = tc_randint(0, c.P - 1);
@@ -1160,16 +1181,18 @@ static void special_case(selscan_dtype dt, int dy0) {
         snprintf(desc + strlen(desc), sizeof desc - strlen(desc), " | NaN dy[0, %lld, %lld, %lld]", (long long)t,
                  (long long)h, (long long)p);
     } else {
-        ns = (int)tc_randint(1, 3);
+        ns = inf1 ? 1 : (int)tc_randint(1, 3);
         for (j = 0; j < ns; j++) {
             static const char *const nm[] = {"x", "dt", "A", "B", "C", "D", "z", "dt_bias", "initial_state", "dy", "dfinal_state"};
-            const int w = (int)tc_randint(0, 10);
+            static const int inf_in[4] = {0, 3, 6, 9}; /* inf1: x, B, z or dy */
+            const int w = inf1 ? inf_in[tc_randint(0, 3)] : (int)tc_randint(0, 10);
             tc_tensor *t = w < 9 ? grad_input(&S, w) : w == 9 ? &G.dy : &G.dfin;
             int64_t e;
             if (!t->mem) continue;
             e = tc_randint(0, t->count - 1);
             if (w == 2 && tc_coin(0.5)) { /* a growing decay (small: no overflow), none, a = 0 */
                 const int m = (int)tc_randint(0, 2);
+                infs = -1;
                 if (m == 2) put_special(t, e, 1, 1);
                 else { t->v[e] = m == 0 ? 0.0625 : 0.0; tc_encode(SELSCAN_F32, t->v[e], (float *)t->data + tc_off(t, e)); }
                 snprintf(desc + strlen(desc), sizeof desc - strlen(desc), " | A[%lld] %s", (long long)e,
@@ -1177,8 +1200,9 @@ static void special_case(selscan_dtype dt, int dy0) {
                 continue;
             }
             {
-                const int kind = (int)tc_randint(0, 3), neg = tc_coin(0.5);
+                const int kind = inf1 ? 1 : (int)tc_randint(0, 3), neg = tc_coin(0.5);
                 put_special(t, e, kind, neg);
+                if (infs >= 0) infs = kind == 1 && w != 1 && w != 2 && w != 7 ? infs + 1 : -1;
                 snprintf(desc + strlen(desc), sizeof desc - strlen(desc), " | %s[%lld] %s%s", nm[w], (long long)e,
                          neg ? "-" : "", kind == 0 ? "nan" : kind == 1 ? "inf" : kind == 2 ? "subnormal" : "0");
             }
@@ -1218,6 +1242,7 @@ static void special_case(selscan_dtype dt, int dy0) {
     /* backward */
     if (!run_bwd_with(&S, &G, desc, 0)) goto done;
     for (k = 0; k < NG; k++) fg[k] = finiteness(&G.out[k]);
+    for (k = 0; k < NG; k++) cg[k] = classes(&G.out[k]);
     if (dy0) CHECK(isnan(tc_get(&G.out[G_DA], h)), "special: backward_ref's dA[%lld] %g, not NaN (%s)", (long long)h,
                    tc_get(&G.out[G_DA], h), desc);
     for (k = 0; k < NG; k++) /* every NaN the default quiet NaN */
@@ -1233,6 +1258,11 @@ static void special_case(selscan_dtype dt, int dy0) {
             bad = finite_mismatch(&G.out[k], fg[k], &at);
             CHECK(bad == 0, "special: backward_cpu %s: %lld elements finite where the reference's are not or not where they are, the first [%lld] %g (%s)",
                   gnames[k], (long long)bad, (long long)at, at >= 0 ? tc_get(&G.out[k], at) : 0.0, desc);
+            if (infs > 0) {
+                bad = class_mismatch(&G.out[k], cg[k], &at);
+                CHECK(bad == 0, "special: backward_cpu %s: %lld elements not the reference's +inf / -inf / NaN, the first [%lld] %g (%s)",
+                      gnames[k], (long long)bad, (long long)at, at >= 0 ? tc_get(&G.out[k], at) : 0.0, desc);
+            }
             for (m = 0; m < G.out[k].count; m++) nb += isnan(tc_get(&G.out[k], m)) && !is_canon_nan(G.out[k].dt, &G.out[k], m);
             CHECK(nb == 0, "special: backward_cpu %s: %lld NaN not the default quiet NaN (%s)", gnames[k], (long long)nb, desc);
         }
@@ -1250,6 +1280,7 @@ static void special_case(selscan_dtype dt, int dy0) {
         for (k = 0; k < NG; k++) free(snap[k]);
     }
     for (k = 0; k < NG; k++) free(fg[k]);
+    for (k = 0; k < NG; k++) free(cg[k]);
 done:
     grads_free(&G);
     prob_free(&S);
@@ -1258,7 +1289,8 @@ done:
 static void special_tests(void) {
     int i;
     for (i = 0; i < (tc_quick() ? 30 : 120); i++)
-        special_case(i % 3 == 0 ? SELSCAN_F32 : i % 3 == 1 ? SELSCAN_F16 : SELSCAN_BF16, i % 4 == 3);
+        special_case(i % 3 == 0 ? SELSCAN_F32 : i % 3 == 1 ? SELSCAN_F16 : SELSCAN_BF16, i % 4 == 3, 0);
+    for (i = 0; i < (tc_quick() ? 30 : 120); i++) special_case(i % 3 == 0 ? SELSCAN_F32 : i % 3 == 1 ? SELSCAN_F16 : SELSCAN_BF16, 0, 1);
 }
 
 /* --------------------------------------------------------------------------- validation -- */
