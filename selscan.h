@@ -613,7 +613,9 @@ SELSCAN_DEF selscan_status selscan_conv_step_ref(const selscan_conv_step_problem
        a       = exp(dt * A[h])                                one decay per (b, t, h)
        S[p,n]  = a * S[p,n] + dt * B[b,t,g,n] * x[b,t,h,p]
        y0      = sum_n C[b,t,g,n] * S[p,n] + Dv * x[b,t,h,p]    Dv = D[h], or D[h,p] with
-                                                               SELSCAN_SSD_D_HEADDIM; 0 when absent
+                                                               SELSCAN_SSD_D_HEADDIM; no term
+                                                               when absent (an infinite x stays
+                                                               out of it: not 0 * x)
        y[b,t,h,p] = z ? y0 * silu(z[b,t,h,p]) : y0             silu(x) = x / (1 + exp(-x))
 
    This is the math of mamba_chunk_scan_combined (its chunking is a way of computing it): D is
@@ -2894,6 +2896,8 @@ static float selscan__ssd_Dv(const selscan__sprob *q, int64_t h, int64_t p) {
     if (!q->D.data) return 0.0f;
     return SELSCAN__CAST(const float *, q->D.data)[q->Dhd ? SELSCAN__AT2(q->D, h, p) : SELSCAN__AT1(q->D, h)];
 }
+/* acc + Dv v, without D no term (0 v would make an infinite v NaN: mamba_ssm adds no term either) */
+static float selscan__ssd_addD(const selscan__sprob *q, float Dv, float v, float acc) { return q->D.data ? acc + Dv * v : acc; }
 
 /* The state entering a sequence into S: initial_state's row, or 0. */
 static void selscan__ssd_init_state(const selscan__sprob *q, const selscan__sseg *s, int64_t h, int64_t p, float *S) {
@@ -2931,7 +2935,7 @@ static void selscan__ssd_ref_forward(const selscan__sprob *q, float *S) {
                     for (t = s.t0; t < s.t1; t++) {
                         const float x = selscan__load(q->x.data, SELSCAN__AT4(q->x, b, t, h, p), q->dt);
                         const float dt = selscan__ssd_dt(q, b, t, h, NULL, NULL);
-                        float y = selscan__ssd_step(q, b, t, g, expf(dt * Ah), dt, x, S) + Dv * x;
+                        float y = selscan__ssd_addD(q, Dv, x, selscan__ssd_step(q, b, t, g, expf(dt * Ah), dt, x, S));
                         if (q->z.data) {
                             const float z = selscan__load(q->z.data, SELSCAN__AT4(q->z, b, t, h, p), q->dt);
                             y *= z * selscan__sigmoid(z);
@@ -2998,13 +3002,13 @@ static void selscan__ssd_ref_backward_seq(const selscan__sprob *q, const selscan
             if (r->dz.data) {
                 float y0 = 0.0f;
                 for (n = 0; n < N; n++) y0 += selscan__load(q->C.data, SELSCAN__AT4(q->C, b, t, g, n), q->dt) * S[n];
-                y0 += Dv * x;
+                y0 = selscan__ssd_addD(q, Dv, x, y0);
                 selscan__store(r->dz.data, SELSCAN__AT4(r->dz, b, t, h, p), q->dt,
                                selscan__canon(dyv * y0 * sg * (1.0f + z * (1.0f - sg))));
             }
         }
         *dD += dy0 * x;
-        dx = dy0 * Dv;
+        dx = q->D.data ? dy0 * Dv : 0.0f; /* (no term without D: selscan__ssd_addD) */
         for (n = 0; n < N; n++) {
             const float Cv = selscan__load(q->C.data, SELSCAN__AT4(q->C, b, t, g, n), q->dt);
             const float Bv = selscan__load(q->B.data, SELSCAN__AT4(q->B, b, t, g, n), q->dt);
@@ -4924,7 +4928,7 @@ static void selscan__ssd_fwd_item(const selscan__sprob *q, int64_t b, int64_t h,
                 float *const yr = yb + i * pw;
                 const float *const xr = xb + i * pw;
                 for (p = 0; p < np; p++) {
-                    yr[p] += selscan__ssd_Dv(q, h, p0 + p) * xr[p];
+                    yr[p] = selscan__ssd_addD(q, selscan__ssd_Dv(q, h, p0 + p), xr[p], yr[p]);
                     if (q->z.data) yr[p] *= zb[i * pw + p];
                 }
                 selscan__store_row(q->y.data, SELSCAN__AT4(q->y, b, c0 + i, h, p0), q->y.s[3], yr, np, q->dt);
@@ -5166,8 +5170,8 @@ static void selscan__ssd_bwd_item(const selscan__sprob *q, const selscan__sgrd *
                     const float Dv = Dr[p];
                     acc += x[p] * bxr[p];
                     dDa[p] += gr[p] * x[p];
-                    if (wantz) zf[i * P16 + p] = selscan__canon(zf[i * P16 + p] * (dx[p] + Dv * x[p]));
-                    dx[p] = selscan__canon(gr[p] * Dv + dtv[i] * bxr[p]);
+                    if (wantz) zf[i * P16 + p] = selscan__canon(zf[i * P16 + p] * selscan__ssd_addD(q, Dv, x[p], dx[p]));
+                    dx[p] = selscan__canon(selscan__ssd_addD(q, Dv, gr[p], dtv[i] * bxr[p]));
                 }
                 ddt[t] += acc;
                 dAs += da[i] * av[i] * dtv[i];

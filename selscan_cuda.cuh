@@ -5599,6 +5599,8 @@ static __device__ __forceinline__ float ssd_Dv(const ssd_params &P, int64_t h, i
     if (!P.D.p || p >= P.P) return 0.0f;
     return ldf(P.D, P.Dhd ? h * P.D.s[0] + p * P.D.s[1] : h * P.D.s[0]);
 }
+/* acc + Dv v; without D no term (0 v would make an infinite v NaN: >>ssd-api) */
+static __device__ __forceinline__ float ssd_addD(const ssd_params &P, float Dv, float v, float acc) { return P.D.p ? fmaf(Dv, v, acc) : acc; }
 
 /* f(j, k, i) for each of a thread's cells (channel p0 + PPT pg + j, state ssd_n(k, l)) inside
    (P, N), i: the cell's element in t, a (rows, H, P, N) state operand, at (row, h) */
@@ -5686,7 +5688,7 @@ template <typename T, int NPT, bool BW> static __device__ void ssd_walk_fwd(cons
                 const float xv = sm[m.x + e];
                 const W ysm = yb[e];
                 if constexpr (!BW) {
-                    float y = ysm + Dv * xv;
+                    float y = ssd_addD(P, Dv, xv, ysm);
                     if (P.z.p) {
                         const float zv = ld<T>(P.z.p, ssd_at4(P.z, b, t, h, p));
                         y *= zv * ssd_sigmoid(zv);
@@ -5695,7 +5697,7 @@ template <typename T, int NPT, bool BW> static __device__ void ssd_walk_fwd(cons
                 } else {
                     if (P.dz.p) {
                         const float dyv = ld<T>(P.dy.p, ssd_at4(P.dy, b, t, h, p)), zv = ld<T>(P.z.p, ssd_at4(P.z, b, t, h, p));
-                        const float sg = ssd_sigmoid(zv), y0 = static_cast<float>(ysm) + Dv * xv;
+                        const float sg = ssd_sigmoid(zv), y0 = ssd_addD(P, Dv, xv, static_cast<float>(ysm));
                         st<T>(P.dz.p, ssd_at4(P.dz, b, t, h, p), dyv * y0 * sg * (1.0f + zv * (1.0f - sg)));
                     }
                     yb[e] = static_cast<W>(sm[m.dy0 + e]) * ysm; /* r's terms */
@@ -5792,7 +5794,7 @@ template <typename T, int NPT> static __device__ void ssd_walk_rev(const ssd_par
                 if (p >= P.P) { yb[e] = 0.0; continue; }
                 const float xv = sm[m.x + e], d0 = sm[m.dy0 + e];
                 const double duv = yb[e];
-                if (P.dx.p) st<T>(P.dx.p, ssd_at4(P.dx, b, c + tt, h, p), static_cast<float>(fma(duv, static_cast<double>(sm[m.dt + tt]), static_cast<double>(d0 * Dv))));
+                if (P.dx.p) st<T>(P.dx.p, ssd_at4(P.dx, b, c + tt, h, p), static_cast<float>(fma(duv, static_cast<double>(sm[m.dt + tt]), static_cast<double>(P.D.p ? d0 * Dv : 0.0f))));
                 dDacc = fmaf(d0, xv, dDacc);
                 yb[e] = xv * duv; /* xdu's terms */
             }
@@ -6242,7 +6244,7 @@ template <typename T> static __device__ void ssd_ck_out(const ssd_params &P, con
         const int tl = i / kCkPT, pl = i - tl * kCkPT;
         const int64_t t = t0 + tl, p = p0 + pl;
         if (tl >= tn || p >= P.P) continue;
-        float y = Y[tl * ldy + pl] + ssd_Dv(P, h, p) * xs[tl * XS + pl];
+        float y = ssd_addD(P, ssd_Dv(P, h, p), xs[tl * XS + pl], Y[tl * ldy + pl]);
         if (P.z.p) {
             const float zv = ld<T>(P.z.p, ssd_at4(P.z, b, t, h, p));
             y *= zv * ssd_sigmoid(zv);
@@ -7062,7 +7064,7 @@ template <typename T> static __device__ __forceinline__ void ssd_ckb_dz_out(cons
     const int64_t t = k.t0 + s, p = k.p0 + pl;
     if (s >= k.tn || p >= P.P) return;
     const float dyv = ld<T>(P.dy.p, ssd_at4(P.dy, k.b, t, k.h, p)), zv = ld<T>(P.z.p, ssd_at4(P.z, k.b, t, k.h, p));
-    const float sg = ssd_sigmoid(zv), yv = fmaf(ssd_Dv(P, k.h, p), xv, y0);
+    const float sg = ssd_sigmoid(zv), yv = ssd_addD(P, ssd_Dv(P, k.h, p), xv, y0);
     st<T>(P.dz.p, ssd_at4(P.dz, k.b, t, k.h, p), dyv * yv * sg * (1.0f + zv * (1.0f - sg)));
 }
 
@@ -7196,7 +7198,7 @@ template <typename T, int NB, bool ONE> static __device__ __forceinline__ void s
     ssd_tc_rowdot(xg, rowm(xs, XS), r0, cp, pr + (2 + half) * Q);
     if (P.dx.p)
         ssd_tc_cells<4>(r0, cp, [&](int j, int i, int s, int pl) {
-            Ws[s * XS + pl] = fmaf(ssd_Dv(P, k.h, k.p0 + pl), dys[s * XS + pl], fmaf(swsuf[s], xg[j][i], dX[j][i]));
+            Ws[s * XS + pl] = ssd_addD(P, ssd_Dv(P, k.h, k.p0 + pl), dys[s * XS + pl], fmaf(swsuf[s], xg[j][i], dX[j][i]));
         });
     ssd_tc_mm<NT8, true, true>(dB, [xs, swsuf](int s, int p) { return swsuf[s] * xs[s * XS + p]; }, rowm(Ss, BS), r0, cn, 0, kCkPT, sp);
     __syncthreads(); /* the row partials, dx */
@@ -7287,7 +7289,7 @@ template <typename T, int NB> static __device__ __forceinline__ void ssd_ckb_gra
 #pragma unroll
             for (int f = 0; f < 4; f++) {
                 const int s = hi + 16 * e, pl = ssd_ckb_col<2>(f, lo);
-                Ws[s * XS + pl] = fmaf(ssd_Dv(P, k.h, k.p0 + pl), dys[s * XS + pl], dX[e][f] + Ws[s * XS + pl]);
+                Ws[s * XS + pl] = ssd_addD(P, ssd_Dv(P, k.h, k.p0 + pl), dys[s * XS + pl], dX[e][f] + Ws[s * XS + pl]);
             }
         __syncthreads();
         ssd_ckb_dx_out<T>(P, k, Ws, XS);

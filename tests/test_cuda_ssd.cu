@@ -561,6 +561,69 @@ static void run_case(int ci, bool quick) {
     y.release(); hT.release(); dy.release(); dT.release();
 }
 
+/* Without D there is no D term (not 0 x: >>ssd-api), on every form: one step, B = C = 1 (N 1: the walks; N 64:
+   the chunks where the mode takes them), z = 1, dt 0.5, A -1. An infinite x: y +inf (0 x made it NaN); x 1 and an
+   infinite dy: dx and dz +inf (the chunks' flag sends the backward to the walks). With D 0.5 the same. */
+static void no_d_cases() {
+    const selscan_dtype dts[3] = {SELSCAN_F32, SELSCAN_F16, SELSCAN_BF16};
+    for (int ci = 0; ci < 12; ci++) {
+        const selscan_dtype dt = dts[ci % 3];
+        const bool hasD = ci / 3 % 2;
+        const int N = ci < 6 ? 1 : 64;
+        selscan_cuda_detail::ssd_ck_mode = N == 64 ? 1 : 0;
+        selscan_ssd_problem p;
+        memset(&p, 0, sizeof p);
+        p.batch = p.seqlen = p.nheads = p.headdim = p.n_groups = 1; p.dstate = N; p.dtype = dt;
+        Ten x, dtt, A, Bt, Ct, D, z, y, dy, dx, dz;
+        const int64_t nx[4] = {1, 1, 1, 1}, ndt[3] = {1, 1, 1}, nh[1] = {1}, nbc[4] = {1, 1, 1, N};
+        make(x, dt, 4, nx, NULL, 0, false); fill(x, 1, 1); x.set(0, INFINITY);
+        make(dtt, dt, 3, ndt, NULL, 0, false); fill(dtt, 0.5f, 0.5f);
+        make(A, SELSCAN_F32, 1, nh, NULL, 0, false); fill(A, -1, -1);
+        make(Bt, dt, 4, nbc, NULL, 0, false); fill(Bt, 1, 1);
+        make(Ct, dt, 4, nbc, NULL, 0, false); fill(Ct, 1, 1);
+        if (hasD) { make(D, SELSCAN_F32, 1, nh, NULL, 0, false); fill(D, 0.5f, 0.5f); }
+        make(z, dt, 4, nx, NULL, 0, false); fill(z, 1, 1);
+        make(y, dt, 4, nx, NULL, 0, false);
+        make(dy, dt, 4, nx, NULL, 0, false); dy.set(0, INFINITY);
+        make(dx, dt, 4, nx, NULL, 0, false);
+        make(dz, dt, 4, nx, NULL, 0, false);
+        Ten *ins[] = {&x, &dtt, &A, &Bt, &Ct, &D, &z, &dy};
+        for (Ten *t : ins) t->up();
+        auto problem = [&]() {
+            selscan_ssd_problem q = p;
+            q.x = x.api(true); q.dt = dtt.api(true); q.A = A.api(true); q.B = Bt.api(true); q.C = Ct.api(true);
+            q.D = D.api(true); q.z = z.api(true); q.y = y.out(true);
+            return q;
+        };
+        std::vector<void *> allocs;
+        selscan_cuda_ext ext;
+        memset(&ext, 0, sizeof ext);
+        ext.workspace_alloc = test_alloc; ext.workspace_ctx = &allocs;
+        selscan_ssd_problem pd = problem();
+        y.poison();
+        CHECK(selscan_ssd_forward_cuda(&pd, &ext, 0) == SELSCAN_OK, "no D case %d: forward status", ci);
+        CU(cudaDeviceSynchronize());
+        const float yv = y.get(y.down().data(), 0);
+        CHECK(isinf(yv) && yv > 0, "no D case %d (dt %d, N %d, D %d): y %g for an infinite x, not +inf", ci, (int)dt, N, (int)hasD, yv);
+        x.set(0, 1.0f); x.up();
+        pd = problem();
+        pd.y.data = NULL;
+        selscan_ssd_grads gd;
+        memset(&gd, 0, sizeof gd);
+        gd.dy = dy.api(true); gd.dx = dx.out(true); gd.dz = dz.out(true);
+        dx.poison(); dz.poison();
+        CHECK(selscan_ssd_backward_cuda(&pd, &gd, &ext, NULL, 0, 0) == SELSCAN_OK, "no D case %d: backward status", ci);
+        CU(cudaDeviceSynchronize());
+        const float dxv = dx.get(dx.down().data(), 0), dzv = dz.get(dz.down().data(), 0);
+        CHECK(isinf(dxv) && dxv > 0 && isinf(dzv) && dzv > 0, "no D case %d (dt %d, N %d, D %d): dx %g, dz %g for an infinite dy, not +inf", ci, (int)dt,
+              N, (int)hasD, dxv, dzv);
+        for (void *a : allocs) cudaFree(a);
+        for (Ten *t : ins) t->release();
+        y.release(); dx.release(); dz.release();
+    }
+    selscan_cuda_detail::ssd_ck_mode = 0;
+}
+
 int main() {
     host_checks();
     plan_checks();
@@ -591,6 +654,7 @@ int main() {
     g_force_nanstart = 1;
     for (int i = 0; i < (quick ? 8 : 24); i++) run_case(ncases + 500 + i, quick);
     g_force_nanstart = 0;
+    no_d_cases(); /* (after the random cases: its fills draw from the same stream) */
     selscan_cuda_detail::ssd_ck_mode = 0;
     selscan_cuda_detail::ssd_ckb_mode = 1; /* the defaults again */
     selscan_cuda_detail::ssd_ckb_tc = 2;

@@ -264,7 +264,8 @@ static void oracle(const sprob *S, int ab, double *y, double *fin) {
                             st[n] = a * st[n] + AV(dt) * AV(S->B.v[IBC(b, t, g, n)]) * x;
                             yv += AV(S->C.v[IBC(b, t, g, n)]) * st[n];
                         }
-                        yv += AV(S->D.v[IDV(h, p)]) * x;
+                        if (c->D || S->D.v[IDV(h, p)] != 0) /* no D: no term, not 0 x (fd_grad's D moves off 0: dD at D = 0) */
+                            yv += AV(S->D.v[IDV(h, p)]) * x;
                         if (c->z) yv *= AV(tc_silu(S->z.v[IX(b, t, h, p)]));
                         y[IX(b, t, h, p)] = yv;
                     }
@@ -1286,11 +1287,53 @@ done:
     prob_free(&S);
 }
 
+/* Without D there is no D term (not 0 x: >>ssd-api): one step, one state, B = C = 1, an infinite x: y is
+   +inf on every entry (0 x made it NaN); dy infinite: dx and dz +inf (dx = dy C dt B, with D: + D dy). */
+static void no_d_case(selscan_dtype dt, int hasD) {
+    scfg c;
+    sprob S;
+    sgrads G;
+    int k, w;
+    memset(&c, 0, sizeof c);
+    c.dt = dt; c.batch = c.L = c.G = c.H = c.P = c.N = 1; c.D = hasD; c.z = 1; c.layout = TC_LAYOUT_CONTIG;
+    prob_make(&S, &c);
+    grads_make(&G, &S, 1u << G_DX | 1u << G_DZ);
+    tc_tensor *const ins[6] = {&S.x, &S.dt, &S.B, &S.C, &S.z, &S.D};
+    const double vals[6] = {INFINITY, 0.5, 1.0, 1.0, 1.0, 0.5};
+    for (k = 0; k < 6; k++) {
+        if (!ins[k]->mem) continue;
+        ins[k]->v[0] = vals[k];
+        tc_encode(ins[k]->dt, vals[k], (char *)ins[k]->data + tc_off(ins[k], 0) * tc_esize(ins[k]->dt));
+    }
+    S.A.v[0] = -1.0;
+    tc_encode(S.A.dt, -1.0, (char *)S.A.data + tc_off(&S.A, 0) * tc_esize(S.A.dt));
+    for (w = 0; w < 2; w++) {
+        tc_poison(&S.y);
+        CHECK(run_fwd_with(&S.p, fwds[w].f) == SELSCAN_OK && fclass(tc_get(&S.y, 0)) == 1,
+              "no D: forward_%s y %g for an infinite x (D %s), not +inf", fwds[w].name, tc_get(&S.y, 0), hasD ? "present" : "absent");
+    }
+    S.x.v[0] = 1.0; /* the backward: x finite, dy infinite */
+    tc_encode(S.x.dt, 1.0, (char *)S.x.data + tc_off(&S.x, 0) * tc_esize(S.x.dt));
+    G.dy.v[0] = INFINITY;
+    tc_encode(G.dy.dt, INFINITY, (char *)G.dy.data + tc_off(&G.dy, 0) * tc_esize(G.dy.dt));
+    for (w = 0; w < 2; w++) {
+        tc_poison(&G.out[G_DX]);
+        tc_poison(&G.out[G_DZ]);
+        if (run_bwd_with(&S, &G, "no D", w))
+            CHECK(fclass(tc_get(&G.out[G_DX], 0)) == 1 && fclass(tc_get(&G.out[G_DZ], 0)) == 1,
+                  "no D: backward_%s dx %g, dz %g for an infinite dy (D %s), not +inf", bwds[w].name, tc_get(&G.out[G_DX], 0),
+                  tc_get(&G.out[G_DZ], 0), hasD ? "present" : "absent");
+    }
+    grads_free(&G);
+    prob_free(&S);
+}
+
 static void special_tests(void) {
     int i;
     for (i = 0; i < (tc_quick() ? 30 : 120); i++)
         special_case(i % 3 == 0 ? SELSCAN_F32 : i % 3 == 1 ? SELSCAN_F16 : SELSCAN_BF16, i % 4 == 3, 0);
     for (i = 0; i < (tc_quick() ? 30 : 120); i++) special_case(i % 3 == 0 ? SELSCAN_F32 : i % 3 == 1 ? SELSCAN_F16 : SELSCAN_BF16, 0, 1);
+    for (i = 0; i < 6; i++) no_d_case(i % 3 == 0 ? SELSCAN_F32 : i % 3 == 1 ? SELSCAN_F16 : SELSCAN_BF16, i / 3);
 }
 
 /* --------------------------------------------------------------------------- validation -- */
