@@ -199,6 +199,30 @@ def test_nan_in_nan_out():
     assert out[0, 5:, 1, 2].isnan().all() and not out[1].isnan().any()
 
 
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("with_d", [False, True])
+def test_infinities_as_the_float64_reference(device, with_d):
+    # one step, dstate 5 (the CPU backward's state rows have pad lanes), B = C = 1: an infinite x gives +inf (without
+    # D no term: 0 x was NaN), an infinite dy gives dx, dz +inf (the pad lanes' inf * 0 was NaN), as ssd_ref in float64
+    one = dict(device=device)
+    x = torch.full((1, 1, 1, 1), float("inf"), **one)
+    dt, A = torch.full((1, 1, 1), 0.5, **one), torch.tensor([-1.0], **one)
+    B = C = torch.ones(1, 1, 1, 5, **one)
+    kw = dict(D=torch.tensor([0.5], **one) if with_d else None, dt_limit=(0.0, float("inf")))
+    z = torch.ones(1, 1, 1, 1, **one)
+    y = st.mamba_chunk_scan_combined(x, dt, A, B, C, z=z, **kw)
+    y64, _ = ssd_ref(x, dt, A, B, C, z=z, **kw)
+    assert y.item() == y64.item() == float("inf")
+    xg, zg = torch.ones_like(x).requires_grad_(), z.clone().requires_grad_()
+    y = st.mamba_chunk_scan_combined(xg, dt, A, B, C, z=zg, **kw)
+    y.backward(torch.full_like(y, float("inf")))
+    x64, z64 = xg.detach().double().requires_grad_(), z.double().requires_grad_()
+    y64, _ = ssd_ref(x64, dt, A, B, C, z=z64, **kw)
+    y64.backward(torch.full_like(y64, float("inf")))
+    assert xg.grad.item() == x64.grad.item() == float("inf")
+    assert zg.grad.item() == z64.grad.item() == float("inf")
+
+
 def test_gradients_bitwise_the_same_for_every_thread_count():
     a = _inputs(10, batch=3, L=40, H=6, G=3, seq=True)
     leaves = [a[k].requires_grad_() for k in GRAD_NAMES if a[k] is not None]
