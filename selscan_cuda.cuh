@@ -2928,7 +2928,7 @@ __global__ void __launch_bounds__(kThreads, MINB) step_vec_kernel(const step_par
         for (int m = NT / 2; m >= 1; m >>= 1) yp += __shfl_xor_sync(0xffffffffu, yp, m);
         if (inb[r] && j == 0) {
             float y = 0.0f;
-            if (live[r]) y = gate(fmaf(Dd, x[r], yp), zz[r], P.z != NULL);
+            if (live[r]) y = gate(P.D ? fmaf(Dd, x[r], yp) : yp, zz[r], P.z != NULL); /* no D: no term (not 0 x) */
             st<T>(P.y, (bb + r) * P.y0 + d * P.y1, y);
         }
     }
@@ -2947,7 +2947,7 @@ static __device__ __forceinline__ void step_pair_y(const step_params &P, const f
     yp += __shfl_xor_sync(0xffffffffu, yp, 1);
     if (valid && j == 0) {
         float y = 0.0f;
-        if (live) y = gate(fmaf(Dd, x, yp), zz, P.z != NULL);
+        if (live) y = gate(P.D ? fmaf(Dd, x, yp) : yp, zz, P.z != NULL); /* no D: no term (not 0 x) */
         st<T>(P.y, b * P.y0 + d * P.y1, y);
     }
 }

@@ -325,8 +325,10 @@ static void run_case(const Cfg &c) {
 
 /* ---------------------------------------------------------------------------------------------- */
 
+/* inf_u: B, C > 0 and an infinite u at (0, 0): that channel's y an infinity of one sign (no D: no term, not 0 u, on
+   every kernel as in the reference), compared class by class with the reference's (+inf, -inf, NaN) */
 static void run_step_case(selscan_dtype T, int64_t batch, int64_t dim, int64_t N, int64_t G, unsigned flags, bool D,
-                          bool z, bool bias, bool index, int layout, int lat = 0) {
+                          bool z, bool bias, bool index, int layout, int lat = 0, bool inf_u = false) {
     const selscan_dtype F = SELSCAN_F32;
     const int64_t ncache = index ? batch + 3 : batch;
     Ten st, x, dt, A, B, C, Dt, zt, bt, y;
@@ -335,11 +337,12 @@ static void run_step_case(selscan_dtype T, int64_t batch, int64_t dim, int64_t N
     make(dt, T, 2, batch, dim, 1, 1, layout); fill(dt, -2, 1);
     make(A, F, 2, dim, N, 1, 1, 0); fill(A, -4, -0.1);
     if (flags & SELSCAN_FIXED_B) make(B, F, 2, dim, N, 1, 1, 0); else make(B, T, 3, batch, G, N, 1, layout);
-    fill(B, -1, 1);
+    fill(B, inf_u ? 0.1 : -1, 1);
     if (flags & SELSCAN_FIXED_C) make(C, F, 2, dim, N, 1, 1, 0); else make(C, T, 3, batch, G, N, 1, layout);
-    fill(C, -1, 1);
-    if (D) { make(Dt, F, 1, dim, 1, 1, 1, 0); fill(Dt, -1, 1); }
-    if (z) { make(zt, T, 2, batch, dim, 1, 1, layout); fill(zt, -2, 2); }
+    fill(C, inf_u ? 0.1 : -1, 1);
+    if (D) { make(Dt, F, 1, dim, 1, 1, 1, 0); fill(Dt, inf_u ? 0.1 : -1, 1); }
+    if (z) { make(zt, T, 2, batch, dim, 1, 1, layout); fill(zt, inf_u ? 0.5 : -2, 2); }
+    if (inf_u) { x.set(0, INFINITY); CU(cudaMemcpy(x.d, x.h, x.bytes, cudaMemcpyHostToDevice)); }
     if (bias) { make(bt, F, 1, dim, 1, 1, 1, 0); fill(bt, -0.5, 0.5); }
     make(y, T, 2, batch, dim, 1, 1, layout);
     std::vector<int32_t> idx(batch), idx_cpu(batch);
@@ -380,9 +383,19 @@ static void run_step_case(selscan_dtype T, int64_t batch, int64_t dim, int64_t N
     CU(cudaDeviceSynchronize());
     r = selscan_step_ref(&s[0]);
     CHECK(r == SELSCAN_OK, "step: cpu %s", selscan_status_string(r));
-    const double ey = rel_err(y, fetch(y)), es = rel_err(st, fetch(st));
-    CHECK(ey <= tol_of(T, 0) && es <= 1e-5, "step N=%lld dt=%d index=%d: y err %.3g, state err %.3g", (long long)N, (int)T,
-          (int)index, ey, es);
+    if (inf_u) {
+        const std::vector<unsigned char> yd = fetch(y);
+        auto cls = [](double v) { return v != v ? 3 : isinf(v) ? (v > 0 ? 1 : 2) : 0; };
+        int64_t bad = 0;
+        for (int64_t i = 0; i < y.count(); i++) bad += cls(y.get(yd.data(), i)) != cls(y.get(y.h, i));
+        CHECK(bad == 0 && cls(y.get(y.h, 0)) != 0 && cls(y.get(y.h, 0)) != 3,
+              "step N=%lld dt=%d D=%d lat=%d, an infinite u: %lld elements of y not the reference's class (y[0] %g, the reference's %g)",
+              (long long)N, (int)T, (int)D, lat, (long long)bad, y.get(yd.data(), 0), y.get(y.h, 0));
+    } else {
+        const double ey = rel_err(y, fetch(y)), es = rel_err(st, fetch(st));
+        CHECK(ey <= tol_of(T, 0) && es <= 1e-5, "step N=%lld dt=%d index=%d: y err %.3g, state err %.3g", (long long)N, (int)T,
+              (int)index, ey, es);
+    }
     if (didx) cudaFree(didx);
     Ten *all[] = {&st, &x, &dt, &A, &B, &C, &Dt, &zt, &bt, &y};
     for (Ten *p : all) release(*p);
@@ -1134,6 +1147,12 @@ int main() {
         run_step_case(F32, 2000, 128, 16, 1, SP, true, true, true, true, 1, 1);
         run_step_case(BF, 2000, 200, 16, 2, SP, true, true, true, true, 1, 1);
         run_step_case(F16, 64, 5120, 16, 1, SP, false, true, false, true, 1, 1);
+        /* an infinite u, D absent and present: every kernel's y as the reference's (N 1 / 5: a state a thread, 8 / 64:
+           float4 rows, 16: the pair kernels, looping and forced latency) */
+        for (int k = 0; k < 12; k++) {
+            static const int64_t Ni[6] = {1, 5, 8, 16, 16, 64};
+            run_step_case((selscan_dtype)(k % 3), 3, 40, Ni[k % 6], 1, SP, k / 6 == 1, true, true, false, 0, k % 6 == 4 ? 1 : 0, true);
+        }
     }
     printf("%-32s %s\n", "step", g_fail == before ? "ok" : "FAILED");
     const int b1 = g_fail; /* the step and the forward at L = 1 bitwise (N = 16 and 8, every dtype, groups) */
