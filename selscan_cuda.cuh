@@ -5622,10 +5622,15 @@ static __device__ __forceinline__ double ssd_fma(double a, double b, double c) {
 
 /* The forward walk of block blk: the forward (BW false: y, final_state) or the backward's
    forward walk (BW: dz, the dC partials, r; its state and sums in double: DESIGN) */
-template <typename T, int NPT, bool BW> static __device__ void ssd_walk_fwd(const ssd_params &P, int64_t blk, float *sm, unsigned long long *cut) {
+/* PADS (N < 16 NPT): a thread's states n >= N (B = C = 0 there) kept at 0: an infinite u times a pad's B = 0 is NaN,
+   which y's sum over n must not see */
+template <typename T, int NPT, bool BW, bool PADS> static __device__ void ssd_walk_fwd(const ssd_params &P, int64_t blk, float *sm, unsigned long long *cut) {
     using W = typename std::conditional<BW, double, float>::type;
     constexpr int NP = 16 * NPT, PPT = ssd_ppt(NPT);
     const int tid = threadIdx.x, nth = blockDim.x, l = tid & 15, pg = tid >> 4, nw = nth >> 5, warp = tid >> 5;
+    bool live[NPT];
+#pragma unroll
+    for (int k = 0; k < NPT; k++) live[k] = ssd_n<NPT>(k, l) < P.N;
     const int PB = P.PB, TT = P.TT, epl = tid % PB;
     const int64_t psl = blk % P.npsl, h = (blk / P.npsl) % P.H, b = blk / (P.npsl * P.H), p0 = psl * PB;
     const float Ah = ldf(P.A, h * P.A.s[0]), Dv = ssd_Dv(P, h, p0 + epl);
@@ -5660,6 +5665,7 @@ template <typename T, int NPT, bool BW> static __device__ void ssd_walk_fwd(cons
 #pragma unroll
                     for (int k = 0; k < NPT; k++) {
                         S[j][k] = ssd_fma(u, Bv[k], a * S[j][k]);
+                        if constexpr (PADS) S[j][k] = live[k] ? S[j][k] : W(0);
                         acc[j] = ssd_fma(S[j][k], Cv[k], acc[j]);
                     }
                 }
@@ -5739,9 +5745,12 @@ template <typename T, int NPT, bool BW> static __device__ void ssd_walk_fwd(cons
 
 /* The backward's reverse walk of block blk: dx, the dB partials, xdu, dinitial_state, dD's sums
    (its state gradient and sums in double: DESIGN) */
-template <typename T, int NPT> static __device__ void ssd_walk_rev(const ssd_params &P, int64_t blk, float *sm, unsigned long long *cut) {
+template <typename T, int NPT, bool PADS> static __device__ void ssd_walk_rev(const ssd_params &P, int64_t blk, float *sm, unsigned long long *cut) {
     constexpr int NP = 16 * NPT, PPT = ssd_ppt(NPT);
     const int tid = threadIdx.x, nth = blockDim.x, l = tid & 15, pg = tid >> 4, nw = nth >> 5, warp = tid >> 5;
+    bool live[NPT]; /* PADS: as ssd_walk_fwd's (an infinite dy0 times a pad's C = 0) */
+#pragma unroll
+    for (int k = 0; k < NPT; k++) live[k] = ssd_n<NPT>(k, l) < P.N;
     const int PB = P.PB, TT = P.TT, epl = tid % PB;
     const int64_t psl = blk % P.npsl, h = (blk / P.npsl) % P.H, b = blk / (P.npsl * P.H), p0 = psl * PB;
     const float Ah = ldf(P.A, h * P.A.s[0]), Dv = ssd_Dv(P, h, p0 + epl);
@@ -5777,7 +5786,8 @@ template <typename T, int NPT> static __device__ void ssd_walk_rev(const ssd_par
                     du[j] = 0.0;
 #pragma unroll
                     for (int k = 0; k < NPT; k++) {
-                        const double gn = fma(d0, Cv[k], G[j][k]); /* the gradient of the state after step t */
+                        double gn = fma(d0, Cv[k], G[j][k]); /* the gradient of the state after step t */
+                        if constexpr (PADS) gn = live[k] ? gn : 0.0;
                         du[j] = fma(gn, Bv[k], du[j]);
                         pb[k] = fma(gn, u, pb[k]);
                         G[j][k] = gn * a;
@@ -5841,7 +5851,8 @@ template <typename T, int NPT> static __device__ void ssd_walk_rev(const ssd_par
 template <typename T, int NPT> static __global__ void __launch_bounds__(256) ssd_fwd_kernel(const ssd_params P) {
     extern __shared__ float4 ssd_fwd_sm[];
     __shared__ unsigned long long cut;
-    ssd_walk_fwd<T, NPT, false>(P, blockIdx.x, reinterpret_cast<float *>(ssd_fwd_sm), &cut);
+    if (P.N < 16 * NPT) ssd_walk_fwd<T, NPT, false, true>(P, blockIdx.x, reinterpret_cast<float *>(ssd_fwd_sm), &cut);
+    else ssd_walk_fwd<T, NPT, false, false>(P, blockIdx.x, reinterpret_cast<float *>(ssd_fwd_sm), &cut);
 }
 
 /* the backward's two walks in one grid: the forward walk's blocks first (when it runs) */
@@ -5850,8 +5861,13 @@ template <typename T, int NPT> static __global__ void __launch_bounds__(256) ssd
     __shared__ unsigned long long cut;
     if (P.ckb_flag && !*static_cast<volatile const int *>(P.ckb_flag)) return; /* the chunks took the call (>>ssd-chunk-bwd) */
     const int64_t blk = blockIdx.x;
-    if (P.fwd_walk && blk < P.nwalk) ssd_walk_fwd<T, NPT, true>(P, blk, reinterpret_cast<float *>(ssd_bwd_sm), &cut);
-    else ssd_walk_rev<T, NPT>(P, P.fwd_walk ? blk - P.nwalk : blk, reinterpret_cast<float *>(ssd_bwd_sm), &cut);
+    float *const sm = reinterpret_cast<float *>(ssd_bwd_sm);
+    const bool pads = P.N < 16 * NPT;
+    if (P.fwd_walk && blk < P.nwalk) {
+        if (pads) ssd_walk_fwd<T, NPT, true, true>(P, blk, sm, &cut);
+        else ssd_walk_fwd<T, NPT, true, false>(P, blk, sm, &cut);
+    } else if (pads) ssd_walk_rev<T, NPT, true>(P, P.fwd_walk ? blk - P.nwalk : blk, sm, &cut);
+    else ssd_walk_rev<T, NPT, false>(P, P.fwd_walk ? blk - P.nwalk : blk, sm, &cut);
 }
 
 /* Whether step t + 1 starts a new sequence of batch row b (or t is the row's last) */
