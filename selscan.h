@@ -5171,8 +5171,10 @@ static void selscan__ssd_bwd_item(const selscan__sprob *q, const selscan__sgrd *
                     acc += x[p] * bxr[p];
                     dDa[p] += gr[p] * x[p];
                     if (wantz) zf[i * P16 + p] = selscan__canon(zf[i * P16 + p] * selscan__ssd_addD(q, Dv, x[p], dx[p]));
-                    dx[p] = selscan__canon(selscan__ssd_addD(q, Dv, gr[p], dtv[i] * bxr[p]));
+                    dx[p] = selscan__canon(gr[p] * Dv + dtv[i] * bxr[p]);
                 }
+                if (!q->D.data) /* no D term (selscan__ssd_addD; the expression above kept as it was: -O3 fuses it) */
+                    for (p = 0; p < P; p++) dx[p] = selscan__canon(dtv[i] * bxr[p]);
                 ddt[t] += acc;
                 dAs += da[i] * av[i] * dtv[i];
                 if (r->dx.data) selscan__store_row(r->dx.data, SELSCAN__AT4(r->dx, b, t, h, 0), r->dx.s[3], dx, P, q->dt);

@@ -5622,17 +5622,20 @@ static __device__ __forceinline__ double ssd_fma(double a, double b, double c) {
 
 /* The forward walk of block blk: the forward (BW false: y, final_state) or the backward's
    forward walk (BW: dz, the dC partials, r; its state and sums in double: DESIGN) */
-/* PADS (N < 16 NPT): a thread's states n >= N (B = C = 0 there) kept at 0: an infinite u times a pad's B = 0 is NaN,
-   which y's sum over n must not see */
+/* PADS (ssd_walk_pads: N < 16 NPT, or a block's channels past P): a thread's pad states n >= N (B = C = 0 there) and
+   pad channels p >= P (x = dy0 = 0) kept at 0: an infinite u, B or C times a pad's 0 is NaN, which y's sum over n and
+   the dB / dC partials must not see. A kernel template parameter chosen on the host: one register count a kernel */
 template <typename T, int NPT, bool BW, bool PADS> static __device__ void ssd_walk_fwd(const ssd_params &P, int64_t blk, float *sm, unsigned long long *cut) {
     using W = typename std::conditional<BW, double, float>::type;
     constexpr int NP = 16 * NPT, PPT = ssd_ppt(NPT);
     const int tid = threadIdx.x, nth = blockDim.x, l = tid & 15, pg = tid >> 4, nw = nth >> 5, warp = tid >> 5;
-    bool live[NPT];
-#pragma unroll
-    for (int k = 0; k < NPT; k++) live[k] = ssd_n<NPT>(k, l) < P.N;
     const int PB = P.PB, TT = P.TT, epl = tid % PB;
     const int64_t psl = blk % P.npsl, h = (blk / P.npsl) % P.H, b = blk / (P.npsl * P.H), p0 = psl * PB;
+    bool live[NPT], livep[PPT];
+#pragma unroll
+    for (int k = 0; k < NPT; k++) live[k] = ssd_n<NPT>(k, l) < P.N;
+#pragma unroll
+    for (int j = 0; j < PPT; j++) livep[j] = p0 + pg * PPT + j < P.P;
     const float Ah = ldf(P.A, h * P.A.s[0]), Dv = ssd_Dv(P, h, p0 + epl);
     const ssd_smem m = ssd_layout(TT, NP, PB, nw, BW);
     W *const yb = reinterpret_cast<W *>(sm + m.y);
@@ -5665,7 +5668,7 @@ template <typename T, int NPT, bool BW, bool PADS> static __device__ void ssd_wa
 #pragma unroll
                     for (int k = 0; k < NPT; k++) {
                         S[j][k] = ssd_fma(u, Bv[k], a * S[j][k]);
-                        if constexpr (PADS) S[j][k] = live[k] ? S[j][k] : W(0);
+                        if constexpr (PADS) S[j][k] = live[k] && livep[j] ? S[j][k] : W(0);
                         acc[j] = ssd_fma(S[j][k], Cv[k], acc[j]);
                     }
                 }
@@ -5748,11 +5751,13 @@ template <typename T, int NPT, bool BW, bool PADS> static __device__ void ssd_wa
 template <typename T, int NPT, bool PADS> static __device__ void ssd_walk_rev(const ssd_params &P, int64_t blk, float *sm, unsigned long long *cut) {
     constexpr int NP = 16 * NPT, PPT = ssd_ppt(NPT);
     const int tid = threadIdx.x, nth = blockDim.x, l = tid & 15, pg = tid >> 4, nw = nth >> 5, warp = tid >> 5;
-    bool live[NPT]; /* PADS: as ssd_walk_fwd's (an infinite dy0 times a pad's C = 0) */
-#pragma unroll
-    for (int k = 0; k < NPT; k++) live[k] = ssd_n<NPT>(k, l) < P.N;
     const int PB = P.PB, TT = P.TT, epl = tid % PB;
     const int64_t psl = blk % P.npsl, h = (blk / P.npsl) % P.H, b = blk / (P.npsl * P.H), p0 = psl * PB;
+    bool live[NPT], livep[PPT]; /* PADS: as ssd_walk_fwd's (an infinite dy0 times a pad's C = 0, a pad channel's 0 times C) */
+#pragma unroll
+    for (int k = 0; k < NPT; k++) live[k] = ssd_n<NPT>(k, l) < P.N;
+#pragma unroll
+    for (int j = 0; j < PPT; j++) livep[j] = p0 + pg * PPT + j < P.P;
     const float Ah = ldf(P.A, h * P.A.s[0]), Dv = ssd_Dv(P, h, p0 + epl);
     const ssd_smem m = ssd_layout(TT, NP, PB, nw, true);
     double *const yb = reinterpret_cast<double *>(sm + m.y);
@@ -5787,7 +5792,7 @@ template <typename T, int NPT, bool PADS> static __device__ void ssd_walk_rev(co
 #pragma unroll
                     for (int k = 0; k < NPT; k++) {
                         double gn = fma(d0, Cv[k], G[j][k]); /* the gradient of the state after step t */
-                        if constexpr (PADS) gn = live[k] ? gn : 0.0;
+                        if constexpr (PADS) gn = live[k] && livep[j] ? gn : 0.0;
                         du[j] = fma(gn, Bv[k], du[j]);
                         pb[k] = fma(gn, u, pb[k]);
                         G[j][k] = gn * a;
@@ -5848,26 +5853,20 @@ template <typename T, int NPT, bool PADS> static __device__ void ssd_walk_rev(co
     }
 }
 
-template <typename T, int NPT> static __global__ void __launch_bounds__(256) ssd_fwd_kernel(const ssd_params P) {
+template <typename T, int NPT, bool PADS> static __global__ void __launch_bounds__(256) ssd_fwd_kernel(const ssd_params P) {
     extern __shared__ float4 ssd_fwd_sm[];
     __shared__ unsigned long long cut;
-    if (P.N < 16 * NPT) ssd_walk_fwd<T, NPT, false, true>(P, blockIdx.x, reinterpret_cast<float *>(ssd_fwd_sm), &cut);
-    else ssd_walk_fwd<T, NPT, false, false>(P, blockIdx.x, reinterpret_cast<float *>(ssd_fwd_sm), &cut);
+    ssd_walk_fwd<T, NPT, false, PADS>(P, blockIdx.x, reinterpret_cast<float *>(ssd_fwd_sm), &cut);
 }
 
 /* the backward's two walks in one grid: the forward walk's blocks first (when it runs) */
-template <typename T, int NPT> static __global__ void __launch_bounds__(256) ssd_bwd_kernel(const ssd_params P) {
+template <typename T, int NPT, bool PADS> static __global__ void __launch_bounds__(256) ssd_bwd_kernel(const ssd_params P) {
     extern __shared__ float4 ssd_bwd_sm[];
     __shared__ unsigned long long cut;
     if (P.ckb_flag && !*static_cast<volatile const int *>(P.ckb_flag)) return; /* the chunks took the call (>>ssd-chunk-bwd) */
     const int64_t blk = blockIdx.x;
-    float *const sm = reinterpret_cast<float *>(ssd_bwd_sm);
-    const bool pads = P.N < 16 * NPT;
-    if (P.fwd_walk && blk < P.nwalk) {
-        if (pads) ssd_walk_fwd<T, NPT, true, true>(P, blk, sm, &cut);
-        else ssd_walk_fwd<T, NPT, true, false>(P, blk, sm, &cut);
-    } else if (pads) ssd_walk_rev<T, NPT, true>(P, P.fwd_walk ? blk - P.nwalk : blk, sm, &cut);
-    else ssd_walk_rev<T, NPT, false>(P, P.fwd_walk ? blk - P.nwalk : blk, sm, &cut);
+    if (P.fwd_walk && blk < P.nwalk) ssd_walk_fwd<T, NPT, true, PADS>(P, blk, reinterpret_cast<float *>(ssd_bwd_sm), &cut);
+    else ssd_walk_rev<T, NPT, PADS>(P, P.fwd_walk ? blk - P.nwalk : blk, reinterpret_cast<float *>(ssd_bwd_sm), &cut);
 }
 
 /* Whether step t + 1 starts a new sequence of batch row b (or t is the row's last) */
@@ -7501,6 +7500,15 @@ template <typename F> static void ssd_with_npt(int npt, F &&f) {
     default: f(std::integral_constant<int, 32>()); break;
     }
 }
+/* The walks' kernels by NPT and PADS (ssd_walk_fwd): whether the plan has pad states (N < 16 NPT) or pad channels
+   (a last slice past P) */
+template <typename F> static void ssd_with_walk(const selscan__sprob &q, const ssd_plan &pl, F &&f) {
+    const bool pads = q.N < 16 * pl.NPT || pl.npsl * pl.PB > q.P;
+    ssd_with_npt(pl.NPT, [&](auto npt) {
+        if (pads) f(npt, std::true_type());
+        else f(npt, std::false_type());
+    });
+}
 
 /* The chunked forward's plan (>>ssd-chunk), from the shapes alone: no packed sequences, 32 < dstate
    <= 128, a non-empty problem, a grid and flags in range; its workspace: the rings, then the ticket
@@ -7697,11 +7705,12 @@ static selscan_status ssd_forward(const selscan_ssd_problem *p, const selscan_cu
     cudaError_t e = cudaSuccess;
     selscan_cuda_detail::with_dtype(q.dt, [&](auto tag) {
         using T = typename decltype(tag)::type;
-        ssd_with_npt(pl.NPT, [&](auto npt) {
-            const void *k = reinterpret_cast<const void *>(ssd_fwd_kernel<T, decltype(npt)::value>);
+        ssd_with_walk(q, pl, [&](auto npt, auto pads) {
+            constexpr int NPT = decltype(npt)::value;
+            constexpr bool PADS = decltype(pads)::value;
             static volatile int done[64];
-            if ((e = allow_smem(k, pl.smem, done)) == cudaSuccess)
-                ssd_fwd_kernel<T, decltype(npt)::value><<<static_cast<unsigned>(pl.nwalk), pl.nth, pl.smem, stream>>>(P);
+            if ((e = allow_smem(reinterpret_cast<const void *>(ssd_fwd_kernel<T, NPT, PADS>), pl.smem, done)) == cudaSuccess)
+                ssd_fwd_kernel<T, NPT, PADS><<<static_cast<unsigned>(pl.nwalk), pl.nth, pl.smem, stream>>>(P);
         });
     });
     SELSCAN__CU(e);
@@ -7796,11 +7805,12 @@ static selscan_status ssd_backward(const selscan_ssd_problem *p, const selscan_s
             else go(std::integral_constant<int, 2>(), std::false_type());
         }
         if (e == cudaSuccess && walks)
-            ssd_with_npt(pl.NPT, [&](auto npt) {
-                const void *k = reinterpret_cast<const void *>(ssd_bwd_kernel<T, decltype(npt)::value>);
+            ssd_with_walk(q, pl, [&](auto npt, auto pads) {
+                constexpr int NPT = decltype(npt)::value;
+                constexpr bool PADS = decltype(pads)::value;
                 static volatile int done[64];
-                if ((e = allow_smem(k, pl.smem, done)) == cudaSuccess)
-                    ssd_bwd_kernel<T, decltype(npt)::value><<<static_cast<unsigned>(pl.nwalk * walks), pl.nth, pl.smem, stream>>>(P);
+                if ((e = allow_smem(reinterpret_cast<const void *>(ssd_bwd_kernel<T, NPT, PADS>), pl.smem, done)) == cudaSuccess)
+                    ssd_bwd_kernel<T, NPT, PADS><<<static_cast<unsigned>(pl.nwalk * walks), pl.nth, pl.smem, stream>>>(P);
             });
         if (e == cudaSuccess && P.need_dt) ssd_dt_kernel<T><<<nblocks(q.batch * q.H * 32, 256), 256, 0, stream>>>(P);
         if (e == cudaSuccess && (P.wB || P.wC)) {

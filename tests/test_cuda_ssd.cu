@@ -561,65 +561,98 @@ static void run_case(int ci, bool quick) {
     y.release(); hT.release(); dy.release(); dT.release();
 }
 
-/* Without D there is no D term (not 0 x: >>ssd-api), on every form: one step, B = C = 1 (N 1: the walks; N 64:
-   the chunks where the mode takes them), z = 1, dt 0.5, A -1. An infinite x: y +inf (0 x made it NaN); x 1 and an
-   infinite dy: dx and dz +inf (the chunks' flag sends the backward to the walks). With D 0.5 the same. */
-static void no_d_cases() {
+/* Infinities the pads must not turn into NaN, on every form, each output's class (+inf, -inf, NaN, finite) element by
+   element the CPU reference's. Modes: 0 an infinite x (the forward), then x 1 and an infinite dy (the backward), with
+   B = C = 1 and z = 1, D absent or 0.5: y, dx, dz +inf (0 x once made them NaN: without D no term, >>ssd-api; the
+   walks' pad states made them NaN at dstate 1); 1 an infinite B, 2 an infinite C at one (step, state), headdim 1:
+   dC, dB (the walks' pad channels, x = dy0 = 0 there, made them NaN). dstate 1 (the walks) and 64 (the chunks where
+   the mode takes them; the backward's flag sends an infinity to the walks). */
+static void inf_cases() {
     const selscan_dtype dts[3] = {SELSCAN_F32, SELSCAN_F16, SELSCAN_BF16};
-    for (int ci = 0; ci < 12; ci++) {
+    for (int ci = 0; ci < 24; ci++) {
         const selscan_dtype dt = dts[ci % 3];
         const bool hasD = ci / 3 % 2;
-        const int N = ci < 6 ? 1 : 64;
+        const int N = ci / 6 % 2 ? 64 : 1, mode = ci < 12 ? 0 : ci < 18 ? 1 : 2, P = mode ? 1 : 2, L = mode ? 3 : 1;
         selscan_cuda_detail::ssd_ck_mode = N == 64 ? 1 : 0;
         selscan_ssd_problem p;
         memset(&p, 0, sizeof p);
-        p.batch = p.seqlen = p.nheads = p.headdim = p.n_groups = 1; p.dstate = N; p.dtype = dt;
-        Ten x, dtt, A, Bt, Ct, D, z, y, dy, dx, dz;
-        const int64_t nx[4] = {1, 1, 1, 1}, ndt[3] = {1, 1, 1}, nh[1] = {1}, nbc[4] = {1, 1, 1, N};
-        make(x, dt, 4, nx, NULL, 0, false); fill(x, 1, 1); x.set(0, INFINITY);
-        make(dtt, dt, 3, ndt, NULL, 0, false); fill(dtt, 0.5f, 0.5f);
-        make(A, SELSCAN_F32, 1, nh, NULL, 0, false); fill(A, -1, -1);
-        make(Bt, dt, 4, nbc, NULL, 0, false); fill(Bt, 1, 1);
-        make(Ct, dt, 4, nbc, NULL, 0, false); fill(Ct, 1, 1);
-        if (hasD) { make(D, SELSCAN_F32, 1, nh, NULL, 0, false); fill(D, 0.5f, 0.5f); }
-        make(z, dt, 4, nx, NULL, 0, false); fill(z, 1, 1);
+        p.batch = p.nheads = p.n_groups = 1; p.seqlen = L; p.headdim = P; p.dstate = N; p.dtype = dt;
+        Ten x, dtt, A, Bt, Ct, D, z, y, dy, dx, dz, dB, dC;
+        const int64_t nx[4] = {1, L, 1, P}, ndt[3] = {1, L, 1}, nh[1] = {1}, nbc[4] = {1, L, 1, N};
+        auto make_set = [](Ten &t, selscan_dtype d, int nd, const int64_t *n, float v) {
+            make(t, d, nd, n, NULL, 0, false);
+            for (int64_t i = 0; i < t.count(); i++) t.set(i, v);
+        };
+        make_set(x, dt, 4, nx, 1.0f);
+        make_set(dtt, dt, 3, ndt, 0.5f);
+        make_set(A, SELSCAN_F32, 1, nh, -1.0f);
+        make_set(Bt, dt, 4, nbc, 1.0f);
+        make_set(Ct, dt, 4, nbc, 1.0f);
+        if (hasD) make_set(D, SELSCAN_F32, 1, nh, 0.5f);
+        make_set(z, dt, 4, nx, 1.0f);
+        make_set(dy, dt, 4, nx, 1.0f);
         make(y, dt, 4, nx, NULL, 0, false);
-        make(dy, dt, 4, nx, NULL, 0, false); dy.set(0, INFINITY);
         make(dx, dt, 4, nx, NULL, 0, false);
         make(dz, dt, 4, nx, NULL, 0, false);
+        make(dB, dt, 4, nbc, NULL, 0, false);
+        make(dC, dt, 4, nbc, NULL, 0, false);
+        if (mode == 0) x.set(0, INFINITY);
+        if (mode == 1) Bt.set(0, INFINITY);
+        if (mode == 2) Ct.set(0, INFINITY);
         Ten *ins[] = {&x, &dtt, &A, &Bt, &Ct, &D, &z, &dy};
-        for (Ten *t : ins) t->up();
-        auto problem = [&]() {
+        auto problem = [&](bool dev) {
             selscan_ssd_problem q = p;
-            q.x = x.api(true); q.dt = dtt.api(true); q.A = A.api(true); q.B = Bt.api(true); q.C = Ct.api(true);
-            q.D = D.api(true); q.z = z.api(true); q.y = y.out(true);
+            q.x = x.api(dev); q.dt = dtt.api(dev); q.A = A.api(dev); q.B = Bt.api(dev); q.C = Ct.api(dev);
+            q.D = D.api(dev); q.z = z.api(dev); q.y = y.out(dev);
             return q;
+        };
+        auto cls = [](float v) { return v != v ? 3 : isinf(v) ? (v > 0 ? 1 : 2) : 0; };
+        auto compare = [&](const Ten &t, const char *name, bool want_pinf) {
+            const std::vector<unsigned char> got = t.down();
+            int64_t bad = 0, first = -1;
+            for (int64_t i = 0; i < t.count(); i++)
+                if (cls(t.get(got.data(), i)) != cls(t.get(t.h, i)) && bad++ == 0) first = i;
+            CHECK(bad == 0, "inf case %d (mode %d, dt %d, N %d, D %d): %s: %lld elements not the reference's class, the first [%lld] %g, the reference's %g",
+                  ci, mode, (int)dt, N, (int)hasD, name, (long long)bad, (long long)first, first >= 0 ? t.get(got.data(), first) : 0.0,
+                  first >= 0 ? t.get(t.h, first) : 0.0);
+            if (want_pinf) CHECK(cls(t.get(t.h, 0)) == 1, "inf case %d: the reference's %s[0] %g, not +inf", ci, name, t.get(t.h, 0));
         };
         std::vector<void *> allocs;
         selscan_cuda_ext ext;
         memset(&ext, 0, sizeof ext);
         ext.workspace_alloc = test_alloc; ext.workspace_ctx = &allocs;
-        selscan_ssd_problem pd = problem();
+        std::vector<unsigned char> ws(1 << 20);
+        for (Ten *t : ins) t->up();
+        selscan_ssd_problem ph = problem(false), pd = problem(true);
         y.poison();
-        CHECK(selscan_ssd_forward_cuda(&pd, &ext, 0) == SELSCAN_OK, "no D case %d: forward status", ci);
+        CHECK(selscan_ssd_forward_ref(&ph, ws.data(), ws.size()) == SELSCAN_OK, "inf case %d: reference forward", ci);
+        CHECK(selscan_ssd_forward_cuda(&pd, &ext, 0) == SELSCAN_OK, "inf case %d: forward status", ci);
         CU(cudaDeviceSynchronize());
-        const float yv = y.get(y.down().data(), 0);
-        CHECK(isinf(yv) && yv > 0, "no D case %d (dt %d, N %d, D %d): y %g for an infinite x, not +inf", ci, (int)dt, N, (int)hasD, yv);
-        x.set(0, 1.0f); x.up();
-        pd = problem();
-        pd.y.data = NULL;
-        selscan_ssd_grads gd;
-        memset(&gd, 0, sizeof gd);
-        gd.dy = dy.api(true); gd.dx = dx.out(true); gd.dz = dz.out(true);
-        dx.poison(); dz.poison();
-        CHECK(selscan_ssd_backward_cuda(&pd, &gd, &ext, NULL, 0, 0) == SELSCAN_OK, "no D case %d: backward status", ci);
+        if (mode == 0 || N == 1) compare(y, "y", mode == 0); /* (the opt-in chunked forward: an infinite B or C times a 0 entering
+                                                               state is NaN there, as >>ssd-chunk allows) */
+        if (mode == 0) { x.set(0, 1.0f); dy.set(0, INFINITY); x.up(); dy.up(); }
+        ph = problem(false); pd = problem(true);
+        ph.y.data = pd.y.data = NULL;
+        auto grads = [&](bool dev) {
+            selscan_ssd_grads g;
+            memset(&g, 0, sizeof g);
+            g.dy = dy.api(dev); g.dx = dx.out(dev); g.dz = dz.out(dev); g.dB = dB.out(dev); g.dC = dC.out(dev);
+            return g;
+        };
+        selscan_ssd_grads gh = grads(false), gd = grads(true);
+        dx.poison(); dz.poison(); dB.poison(); dC.poison();
+        size_t need = 0;
+        CHECK(selscan_ssd_workspace_size(&ph, &gh, &need) == SELSCAN_OK && need <= ws.size(), "inf case %d: cpu workspace", ci);
+        CHECK(selscan_ssd_backward_ref(&ph, &gh, ws.data(), ws.size()) == SELSCAN_OK, "inf case %d: reference backward", ci);
+        CHECK(selscan_ssd_backward_cuda(&pd, &gd, &ext, NULL, 0, 0) == SELSCAN_OK, "inf case %d: backward status", ci);
         CU(cudaDeviceSynchronize());
-        const float dxv = dx.get(dx.down().data(), 0), dzv = dz.get(dz.down().data(), 0);
-        CHECK(isinf(dxv) && dxv > 0 && isinf(dzv) && dzv > 0, "no D case %d (dt %d, N %d, D %d): dx %g, dz %g for an infinite dy, not +inf", ci, (int)dt,
-              N, (int)hasD, dxv, dzv);
+        compare(dx, "dx", mode == 0);
+        compare(dz, "dz", mode == 0);
+        compare(dB, "dB", false);
+        compare(dC, "dC", false);
         for (void *a : allocs) cudaFree(a);
         for (Ten *t : ins) t->release();
-        y.release(); dx.release(); dz.release();
+        y.release(); dx.release(); dz.release(); dB.release(); dC.release();
     }
     selscan_cuda_detail::ssd_ck_mode = 0;
 }
@@ -654,7 +687,7 @@ int main() {
     g_force_nanstart = 1;
     for (int i = 0; i < (quick ? 8 : 24); i++) run_case(ncases + 500 + i, quick);
     g_force_nanstart = 0;
-    no_d_cases(); /* (after the random cases: its fills draw from the same stream) */
+    inf_cases();
     selscan_cuda_detail::ssd_ck_mode = 0;
     selscan_cuda_detail::ssd_ckb_mode = 1; /* the defaults again */
     selscan_cuda_detail::ssd_ckb_tc = 2;
