@@ -5621,10 +5621,10 @@ static __device__ __forceinline__ float ssd_fma(float a, float b, float c) { ret
 static __device__ __forceinline__ double ssd_fma(double a, double b, double c) { return fma(a, b, c); }
 
 /* The forward walk of block blk: the forward (BW false: y, final_state) or the backward's
-   forward walk (BW: dz, the dC partials, r; its state and sums in double: DESIGN) */
-/* PADS (ssd_walk_pads: N < 16 NPT, or a block's channels past P): a thread's pad states n >= N (B = C = 0 there) and
-   pad channels p >= P (x = dy0 = 0) kept at 0: an infinite u, B or C times a pad's 0 is NaN, which y's sum over n and
-   the dB / dC partials must not see. A kernel template parameter chosen on the host: one register count a kernel */
+   forward walk (BW: dz, the dC partials, r; its state and sums in double: DESIGN). PADS (ssd_with_walk: N < 16 NPT,
+   or a block's channels past P): a thread's pad states n >= N (B = C = 0 there) and pad channels p >= P (x = dy0 =
+   0) kept at 0: an infinite u, B or C times a pad's 0 is NaN, which y's sum over n and the dB / dC partials must not
+   see. A kernel template parameter chosen on the host (in one kernel both would take the padded one's registers) */
 template <typename T, int NPT, bool BW, bool PADS> static __device__ void ssd_walk_fwd(const ssd_params &P, int64_t blk, float *sm, unsigned long long *cut) {
     using W = typename std::conditional<BW, double, float>::type;
     constexpr int NP = 16 * NPT, PPT = ssd_ppt(NPT);
