@@ -438,6 +438,31 @@ static void test_fd(void) {
     }
 }
 
+/* The inputs in P as their dtype stores them (1e19 is inf in f16), then the CPU entries against the reference:
+   out, dy, dz (with z) and dweight by nm_close, what: the check's name ("special", "extremes") */
+static void nm_cpu_vs_ref(nm_prob *P, const nm_cfg *c, const char *what, const char *desc) {
+    static const char *const names[4] = {"out", "dy", "dz", "dweight"};
+    tc_tensor *const outs[4] = {&P->out, &P->dy, &P->dz, &P->dw};
+    const double kt[4] = {nm_k_out(c->gs), nm_k_grad(c->gs), nm_k_grad(c->gs), nm_k_dw(c->gs, c->batch * c->L)};
+    double *ks[4], *rs[4];
+    char name[64];
+    int i;
+    tc_store(&P->y); tc_store(&P->z); tc_store(&P->dout);
+    tc_load(&P->y); tc_load(&P->z); tc_load(&P->dout);
+    for (i = 0; i < 4; i++) ks[i] = (double *)malloc((size_t)(i < 3 ? P->y.count : c->dim) * sizeof(double));
+    nm_scales(P, ks[0], ks[1], ks[2], ks[3]);
+    CHECK(selscan_norm_forward_ref(&P->p) == SELSCAN_OK && selscan_norm_backward_ref(&P->p, &P->g) == SELSCAN_OK, "ref status (%s)", desc);
+    for (i = 0; i < 4; i++) rs[i] = nm_values(outs[i]);
+    for (i = 0; i < 4; i++) tc_poison(outs[i]);
+    CHECK(selscan_norm_forward_cpu(&P->p) == SELSCAN_OK && selscan_norm_backward_cpu(&P->p, &P->g) == SELSCAN_OK, "cpu status (%s)", desc);
+    for (i = 0; i < 4; i++) {
+        snprintf(name, sizeof name, "%s: cpu %s vs ref", what, names[i]);
+        if (i != 2 || c->z) nm_close(outs[i], rs[i], ks[i], kt[i], name, desc);
+        free(ks[i]);
+        free(rs[i]);
+    }
+}
+
 /* Special inputs through the CPU entries (the vector path: contiguous tensors) against the reference:
    z = +-inf, +-100, +-88.5 and +-87.9 (around selscan__vexp's clamps), y = +inf, y = 1e19 (u^2 = 1e38:
    the sum of squares overflows), dout = +-inf, a group of zeros (eps 0: r = inf): NaN where the
@@ -451,7 +476,6 @@ static void test_special(void) {
                 nm_prob P;
                 nm_cfg c;
                 char desc[160];
-                double *ko, *ky, *kz, *kw, *ro, *ry, *rz, *rw;
                 int64_t k;
                 memset(&c, 0, sizeof c);
                 c.dt = (selscan_dtype)dti; c.batch = 2; c.L = 5; c.gs = 24; c.dim = 48; c.z = 1; c.w = 1; c.before = before;
@@ -467,24 +491,7 @@ static void test_special(void) {
                 P.dout.v[3 * 48 + 30] = -INFINITY;                             /* row 3, group 1 */
                 for (k = 0; k < 24; k++) P.y.v[4 * 48 + 24 + k] = 0;           /* row 4, group 1 */
                 P.z.v[5 * 48 + 9] = 100; P.dout.v[5 * 48 + 9] = INFINITY;      /* row 5 */
-                tc_store(&P.y); tc_store(&P.z); tc_store(&P.dout);
-                tc_load(&P.y); tc_load(&P.z); tc_load(&P.dout); /* (the values as stored: 1e19 is inf in f16) */
-                ko = (double *)malloc((size_t)P.y.count * sizeof(double));
-                ky = (double *)malloc((size_t)P.y.count * sizeof(double));
-                kz = (double *)malloc((size_t)P.y.count * sizeof(double));
-                kw = (double *)malloc((size_t)c.dim * sizeof(double));
-                nm_scales(&P, ko, ky, kz, kw);
-                CHECK(selscan_norm_forward_ref(&P.p) == SELSCAN_OK && selscan_norm_backward_ref(&P.p, &P.g) == SELSCAN_OK,
-                      "ref status (%s)", desc);
-                ro = nm_values(&P.out); ry = nm_values(&P.dy); rz = nm_values(&P.dz); rw = nm_values(&P.dw);
-                tc_poison(&P.out); tc_poison(&P.dy); tc_poison(&P.dz); tc_poison(&P.dw);
-                CHECK(selscan_norm_forward_cpu(&P.p) == SELSCAN_OK && selscan_norm_backward_cpu(&P.p, &P.g) == SELSCAN_OK,
-                      "cpu status (%s)", desc);
-                nm_close(&P.out, ro, ko, nm_k_out(c.gs), "special: cpu out vs ref", desc);
-                nm_close(&P.dy, ry, ky, nm_k_grad(c.gs), "special: cpu dy vs ref", desc);
-                nm_close(&P.dz, rz, kz, nm_k_grad(c.gs), "special: cpu dz vs ref", desc);
-                nm_close(&P.dw, rw, kw, nm_k_dw(c.gs, c.batch * c.L), "special: cpu dweight vs ref", desc);
-                free(ko); free(ky); free(kz); free(kw); free(ro); free(ry); free(rz); free(rw);
+                nm_cpu_vs_ref(&P, &c, "special", desc);
                 nm_free(&P);
             }
 }
@@ -514,7 +521,6 @@ static void test_extremes(void) {
         nm_prob P;
         nm_cfg c;
         char desc[200];
-        double *ko, *ky, *kz, *kw, *ro, *ry, *rz, *rw;
         int64_t k;
         memset(&c, 0, sizeof c);
         c.dt = SELSCAN_F32; c.batch = 1; c.L = 1; c.gs = 16; c.dim = 16; c.z = cs[n].z; c.before = cs[n].before;
@@ -527,22 +533,7 @@ static void test_extremes(void) {
             P.dout.v[k] = cs[n].d[k % 2];
             if (c.z) P.z.v[k] = cs[n].z0;
         }
-        tc_store(&P.y); tc_store(&P.z); tc_store(&P.dout);
-        tc_load(&P.y); tc_load(&P.z); tc_load(&P.dout);
-        ko = (double *)malloc(16 * sizeof(double));
-        ky = (double *)malloc(16 * sizeof(double));
-        kz = (double *)malloc(16 * sizeof(double));
-        kw = (double *)malloc(16 * sizeof(double));
-        nm_scales(&P, ko, ky, kz, kw);
-        CHECK(selscan_norm_forward_ref(&P.p) == SELSCAN_OK && selscan_norm_backward_ref(&P.p, &P.g) == SELSCAN_OK, "ref status (%s)", desc);
-        ro = nm_values(&P.out); ry = nm_values(&P.dy); rz = nm_values(&P.dz); rw = nm_values(&P.dw);
-        tc_poison(&P.out); tc_poison(&P.dy); tc_poison(&P.dz); tc_poison(&P.dw);
-        CHECK(selscan_norm_forward_cpu(&P.p) == SELSCAN_OK && selscan_norm_backward_cpu(&P.p, &P.g) == SELSCAN_OK, "cpu status (%s)", desc);
-        nm_close(&P.out, ro, ko, nm_k_out(c.gs), "extremes: cpu out vs ref", desc);
-        nm_close(&P.dy, ry, ky, nm_k_grad(c.gs), "extremes: cpu dy vs ref", desc);
-        if (c.z) nm_close(&P.dz, rz, kz, nm_k_grad(c.gs), "extremes: cpu dz vs ref", desc);
-        nm_close(&P.dw, rw, kw, nm_k_dw(c.gs, 1), "extremes: cpu dweight vs ref", desc);
-        free(ko); free(ky); free(kz); free(kw); free(ro); free(ry); free(rz); free(rw);
+        nm_cpu_vs_ref(&P, &c, "extremes", desc);
         nm_free(&P);
     }
 }
