@@ -661,7 +661,7 @@ static size_t fwd_smem(int NT, int NPT, int CH) {
     return (static_cast<size_t>(2 * kTL * (NPAD + 4) + 3 * CH * TP + kThreads * TP) + 2 * kTL + 2) * 4;
 }
 
-template <typename T, int NPT, bool LOCAL>
+template <typename T, int NPT, bool LOCAL, bool PADS>
 static __global__ void __launch_bounds__(kThreads, SELSCAN_CUDA_FWD_MINBLOCKS) fwd_kernel(const scan_params P) {
     extern __shared__ float4 smem4[];
     const int TP = kTL + 1, NT = P.NT, CH = P.CH, NPAD = NT * NPT, BS = NPAD + 4; /* B/C row stride: fewer bank conflicts */
@@ -688,10 +688,12 @@ static __global__ void __launch_bounds__(kThreads, SELSCAN_CUDA_FWD_MINBLOCKS) f
     const int64_t bd = b * P.dim + d;
 
     float A2[NPT], h[NPT], pr[NPT], Bf[NPT], Cf[NPT];
+    bool live[NPT]; /* PADS: the thread's states n < N (>>plans' pad_states) */
 #pragma unroll
     for (int k = 0; k < NPT; k++) {
         const int64_t n = j * NPT + k;
         const bool nv = active && n < P.N;
+        live[k] = n < P.N;
         A2[k] = nv ? ldf(P.A, d * P.A.s[0] + n * P.A.s[1]) * kLog2e : 0.0f;
         Bf[k] = nv && P.fixB ? ldf(P.B, d * P.B.s[0] + n * P.B.s[1]) : 0.0f;
         Cf[k] = nv && P.fixC ? ldf(P.C, d * P.C.s[0] + n * P.C.s[1]) : 0.0f;
@@ -810,6 +812,7 @@ static __global__ void __launch_bounds__(kThreads, SELSCAN_CUDA_FWD_MINBLOCKS) f
                 for (int k = 0; k < NPT; k++) {
                     const float a = ex2(dt * A2[k]);
                     h[k] = fmaf(a, h[k], Bv[k] * dtu);
+                    if constexpr (PADS) h[k] = live[k] ? h[k] : 0.0f;
                     if (LOCAL) pr[k] *= a;
                     else if (VAR || doy) yp = fmaf(Cv[k], h[k], yp);
                 }
@@ -1089,7 +1092,7 @@ template <int TPC> static __device__ __forceinline__ void reduce_scatter(float (
 }
 
 template <int S> constexpr int fast_fwd_minblocks() { return S == 4 ? SELSCAN_CUDA_FAST_FWD4_MINBLOCKS : SELSCAN_CUDA_FAST_FWD_MINBLOCKS; }
-template <typename T, int S, int TPC, bool LOCAL, bool CL>
+template <typename T, int S, int TPC, bool LOCAL, bool CL, bool PADS>
 static __global__ void __launch_bounds__(kThreads, fast_fwd_minblocks<S>()) fwd_fast_kernel(const scan_params P) {
     if (LOCAL) pdl_launch_dependents(); /* only before a small kernel (the carry): see pdl_wait */
     pdl_wait();
@@ -1123,10 +1126,12 @@ static __global__ void __launch_bounds__(kThreads, fast_fwd_minblocks<S>()) fwd_
     const int lu = lstride<CL>(P.u), ldl = lstride<CL>(P.delta);
 
     float A2[S], h[S];
+    bool live[S]; /* PADS: the thread's states n < N (>>plans' pad_states) */
 #pragma unroll
     for (int k = 0; k < S; k++) {
         const int64_t n = j * S + k;
         const bool nv = active && n < N;
+        live[k] = n < N;
         A2[k] = nv ? ldf(P.A, d * P.A.s[0] + n * P.A.s[1]) * kLog2e : 0.0f;
         if (!nv) h[k] = 0.0f;
         else if (lc == 0) h[k] = P.h0.p ? ldf(P.h0, b * P.h0.s[0] + d * P.h0.s[1] + n * P.h0.s[2]) : 0.0f;
@@ -1251,6 +1256,7 @@ static __global__ void __launch_bounds__(kThreads, fast_fwd_minblocks<S>()) fwd_
 #pragma unroll
                 for (int k = 0; k < S; k++) {
                     h[k] = fmaf(av[q][k], h[k], bv[q][k]);
+                    if constexpr (PADS) h[k] = live[k] ? h[k] : 0.0f;
                     if (!LOCAL && hy) y = fmaf(cv[q][k], h[k], y);
                 }
                 yp[tq + q] = y;
@@ -1526,12 +1532,13 @@ static __global__ void __launch_bounds__(kShortWarps * 32) fwd_short_kernel(cons
                 const float hc = __shfl_sync(0xffffffffu, carry, n0 + s), hend = fmaf(p[s], hc, q[s]);
                 const float hin = __shfl_up_sync(0xffffffffu, hend, 1), hout = __shfl_sync(0xffffffffu, hend, 31);
                 if (lane == n0 + s) carry = hout; /* into the next chunk */
+                const bool live = n0 + s < N; /* a pad state (B = C = 0): 0 times an infinite u is NaN, which y must not see */
                 float h = lane > 0 ? hin : hc, Cv[K];
                 short_row<T, K>(sC + (n0 + s) * ROWB, lane, Cv);
 #pragma unroll
                 for (int k = 0; k < K; k++) {
                     h = fmaf(a[s][k], h, bq[s][k]);
-                    yv[k] = fmaf(Cv[k], h, yv[k]);
+                    yv[k] = fmaf(Cv[k], live ? h : 0.0f, yv[k]);
                 }
             }
         }
@@ -1651,7 +1658,7 @@ static __device__ __forceinline__ void warp_scatter_248(const float v[4], int NT
     if ((lane & 7 & ~(NT - 1)) == 0) row[(grp * NPAD + j * 4 + f.k) * SPs] = f.x;
 }
 
-template <typename T>
+template <typename T, bool PADS>
 static __global__ void __launch_bounds__(kThreads, SELSCAN_CUDA_BWD_MINBLOCKS) bwd_kernel(const bwd_params P) {
     const bool BF = P.bf16 != 0;
     extern __shared__ float4 smem4[];
@@ -1814,6 +1821,7 @@ static __global__ void __launch_bounds__(kThreads, SELSCAN_CUDA_BWD_MINBLOCKS) b
 #pragma unroll
                     for (int k = 0; k < NPT; k++) {
                         h[k] = fmaf(ex2(dt * A2[k]), h[k], Bv[k] * dtu);
+                        if constexpr (PADS) h[k] = nv[k] ? h[k] : 0.0f;
                         hh[tt][k] = h[k];
                     }
                 }
@@ -1826,11 +1834,11 @@ static __global__ void __launch_bounds__(kThreads, SELSCAN_CUDA_BWD_MINBLOCKS) b
                     float ddt = 0.0f, sBu = 0.0f, y0 = 0.0f, vB[NPT], vC[NPT];
 #pragma unroll
                     for (int k = 0; k < NPT; k++) {
-                        const float dhn = fmaf(dy0, Cv[k], dh[k]);
+                        const float dhn = PADS && !nv[k] ? 0.0f : fmaf(dy0, Cv[k], dh[k]);
                         y0 = fmaf(Cv[k], hh[tt][k], y0);
                         vC[k] = dy0 * hh[tt][k];
                         vB[k] = dhn * dtu;
-                        const float q = dhn * fmaf(-Bv[k], dtu, hh[tt][k]);
+                        const float q = PADS && !nv[k] ? 0.0f : dhn * fmaf(-Bv[k], dtu, hh[tt][k]);
                         ddt = fmaf(q, A2[k], ddt);
                         dA[k] = fmaf(q, dt, dA[k]);
                         sBu = fmaf(dhn, Bv[k], sBu);
@@ -1860,6 +1868,7 @@ static __global__ void __launch_bounds__(kThreads, SELSCAN_CUDA_BWD_MINBLOCKS) b
 #pragma unroll
                     for (int k = 0; k < NPT; k++) {
                         h[k] = fmaf(ex2(dt * A2[k]), h[k], Bv[k] * dtu);
+                        if constexpr (PADS) h[k] = nv[k] ? h[k] : 0.0f;
                         hs[tt][k] = h[k];
                     }
                 }
@@ -1886,11 +1895,11 @@ static __global__ void __launch_bounds__(kThreads, SELSCAN_CUDA_BWD_MINBLOCKS) b
                     float ddt = 0.0f, sBu = 0.0f, y0 = 0.0f, vB[NPT], vC[NPT];
 #pragma unroll
                     for (int k = 0; k < NPT; k++) {
-                        const float dhn = fmaf(dy0, Cv[k], dh[k]);
+                        const float dhn = PADS && !nv[k] ? 0.0f : fmaf(dy0, Cv[k], dh[k]);
                         y0 = fmaf(Cv[k], hs[tt][k], y0);
                         vC[k] = dy0 * hs[tt][k];
                         vB[k] = dhn * dtu;
-                        const float q = dhn * fmaf(-Bv[k], dtu, hs[tt][k]); /* dhn * a * h_prev */
+                        const float q = PADS && !nv[k] ? 0.0f : dhn * fmaf(-Bv[k], dtu, hs[tt][k]); /* dhn * a * h_prev */
                         ddt = fmaf(q, A2[k], ddt);
                         dA[k] = fmaf(q, dt, dA[k]);
                         sBu = fmaf(dhn, Bv[k], sBu);
@@ -2178,7 +2187,7 @@ template <int S, int TPC> struct bwd_fast_smem {
 };
 
 template <int S> constexpr int fast_bwd_minblocks() { return S == 4 ? SELSCAN_CUDA_FAST_BWD4_MINBLOCKS : SELSCAN_CUDA_FAST_BWD_MINBLOCKS; }
-template <typename T, int S, int TPC, bool CL>
+template <typename T, int S, int TPC, bool CL, bool PADS>
 static __global__ void __launch_bounds__(kThreads, fast_bwd_minblocks<S>()) bwd_fast_kernel(const bwd_params P) {
     pdl_launch_dependents();
     pdl_wait();
@@ -2197,6 +2206,9 @@ static __global__ void __launch_bounds__(kThreads, fast_bwd_minblocks<S>()) bwd_
     const int64_t d = g * P.dpg + (active ? cig : 0), N = P.N, bd = b * P.dim + d;
     /* this block's steps, 32-bit (plan_fast_backward checks that they fit) */
     const int t_beg = static_cast<int>(lc * P.lchunk), t_end = static_cast<int>(min(P.L, lc * P.lchunk + P.lchunk)), LL = static_cast<int>(P.L);
+    bool live[S]; /* PADS: the thread's states n < N (>>plans' pad_states) */
+#pragma unroll
+    for (int k = 0; k < S; k++) live[k] = j * S + k < N;
 
     /* rows are formed where used (from the parameter bank): registers are this kernel's limit */
     auto row = [&](const ct &X) { return static_cast<T *>(X.p) + b * X.s[0] + d * X.s[1]; };
@@ -2283,6 +2295,7 @@ static __global__ void __launch_bounds__(kThreads, fast_bwd_minblocks<S>()) bwd_
 #pragma unroll
                     for (int i = 0; i < 4; i++) {
                         h[k + i] = fmaf(ex2(c.x * A2[k + i]), h[k + i], Bv[i] * c.y);
+                        if constexpr (PADS) h[k + i] = live[k + i] ? h[k + i] : 0.0f;
                         if (decltype(keep)::value) hh[tt][k + i] = h[k + i];
                     }
                 }
@@ -2406,12 +2419,12 @@ static __global__ void __launch_bounds__(kThreads, fast_bwd_minblocks<S>()) bwd_
                     for (int i = 0; i < 2; i++) {
                         const int kk = k + i;
                         const float hp = tt > 0 ? hh[tt > 0 ? tt - 1 : 0][kk] : hin_of(it, kk);
-                        const float dhn = fmaf(dy0, Cv[i], dh[kk]);
+                        const float dhn = PADS && !live[kk] ? 0.0f : fmaf(dy0, Cv[i], dh[kk]);
                         y0[i] = fmaf(Cv[i], hh[tt][kk], y0[i]);
                         wb[wofs + kk * SM::WR] = dhn * dtu;             /* dB term */
                         wb[wofs + (kk + S) * SM::WR] = dy0 * hh[tt][kk]; /* dC term */
                         sBu[i] = fmaf(dhn, Bv[i], sBu[i]);
-                        dh[kk] = dhn * ex2(dt * A2[kk]);
+                        dh[kk] = PADS && !live[kk] ? 0.0f : dhn * ex2(dt * A2[kk]);
                         const float q = dh[kk] * hp; /* dhn a h_prev */
                         ddt[i] = fmaf(q, A2[kk], ddt[i]);
                         dA[kk] = fmaf(q, dt, dA[kk]);
@@ -3632,18 +3645,31 @@ template <typename Prm> static void fill_problem(Prm &P, const selscan__prob &q,
     P.ckshift = 6;
 }
 
+/* Pad states: a kernel's state tiling holds np states a channel (threads a channel x states a
+   thread), B = C = 0 and A = 0 past N. An infinite u (dt u) or dy times such a 0 is NaN, which the
+   sums over n (y, du, ddt) must not see, so where N < np the kernels take their PADS
+   instantiation, which keeps those states and their gradients at 0 (a select an element: a
+   kernel template parameter chosen here, so that the unpadded shapes' code is unchanged). The
+   L-chunk passes (LOCAL) sum nothing over n and write only n < N: no PADS there. */
+static bool pad_states(int64_t N, int64_t np) { return N < np; }
+
 /* the general forward kernel (LOCAL: pass 1 of the L-chunked forward) */
 template <bool LOCAL>
 static selscan_status launch_fwd(selscan_dtype dt, const scan_params &P, unsigned grid, cudaStream_t stream, cudaError_t *err) {
+    const bool pads = !LOCAL && P.y.p && pad_states(P.N, P.NT * kFwdNPT);
     return selscan_cuda_detail::with_dtype(dt, [&](auto tag) {
         using T = typename decltype(tag)::type;
         const size_t smem = fwd_smem(P.NT, kFwdNPT, P.CH);
-        static volatile int done[64]; /* one per (T, LOCAL): this lambda's instantiation */
-        if (smem > 48 * 1024)
-            SELSCAN__CU(allow_smem(reinterpret_cast<const void *>(fwd_kernel<T, kFwdNPT, LOCAL>), static_cast<int>(smem), done));
-        fwd_kernel<T, kFwdNPT, LOCAL><<<grid, kThreads, smem, stream>>>(P);
-        SELSCAN__LAUNCHED();
-        return SELSCAN_OK;
+        auto go = [&](auto pt) -> selscan_status {
+            constexpr bool PADS = !LOCAL && decltype(pt)::value;
+            static volatile int done[64]; /* one per (T, LOCAL, PADS): this lambda's instantiation */
+            if (smem > 48 * 1024)
+                SELSCAN__CU(allow_smem(reinterpret_cast<const void *>(fwd_kernel<T, kFwdNPT, LOCAL, PADS>), static_cast<int>(smem), done));
+            fwd_kernel<T, kFwdNPT, LOCAL, PADS><<<grid, kThreads, smem, stream>>>(P);
+            SELSCAN__LAUNCHED();
+            return SELSCAN_OK;
+        };
+        return pads ? go(std::true_type()) : go(std::false_type());
     });
 }
 
@@ -3660,12 +3686,19 @@ static void chunk_buffers(scan_params &P, char *ws, int64_t count, bool into_ck)
 template <bool LOCAL> static void launch_fwd_fast(selscan_dtype dt, const scan_params &P, unsigned grid, cudaStream_t stream) {
     selscan_cuda_detail::with_dtype(dt, [&](auto tag) {
         using T = typename decltype(tag)::type;
+        /* S states a thread, 2 threads a channel; PADS (pad_states) where a y is summed */
+        auto go = [&](auto s, auto cl) {
+            constexpr int S = decltype(s)::value;
+            constexpr bool CL = decltype(cl)::value;
+            if (!LOCAL && P.y.p && pad_states(P.N, 2 * S)) launch_pdl(fwd_fast_kernel<T, S, 2, LOCAL, CL, !LOCAL>, grid, kThreads, 0, stream, P);
+            else launch_pdl(fwd_fast_kernel<T, S, 2, LOCAL, CL, false>, grid, kThreads, 0, stream, P);
+        };
 #if SELSCAN_CUDA_CHANNELS_LAST
-        if (P.cl) launch_pdl(fwd_fast_kernel<T, 8, 2, LOCAL, true>, grid, kThreads, 0, stream, P); /* 8 states only: compile time */
+        if (P.cl) go(std::integral_constant<int, 8>(), std::true_type()); /* 8 states only: compile time */
         else
 #endif
-        if (P.N <= 8) launch_pdl(fwd_fast_kernel<T, 4, 2, LOCAL, false>, grid, kThreads, 0, stream, P);
-        else launch_pdl(fwd_fast_kernel<T, 8, 2, LOCAL, false>, grid, kThreads, 0, stream, P);
+        if (P.N <= 8) go(std::integral_constant<int, 4>(), std::false_type());
+        else go(std::integral_constant<int, 8>(), std::false_type());
     });
 }
 
@@ -3747,14 +3780,19 @@ static selscan_status run_forward(const selscan__prob &q, scan_params P, const f
 /* the fast backward kernel for P's N and layout, as plan_fast_backward chose (states, threads a
    channel): by N and SELSCAN_CUDA_FAST_BWD_STATES (the channels-last instantiation only with 8
    states and 2 threads a channel) */
-template <typename T, int S, int TPC, bool CL>
-static selscan_status launch_bwd_fast_t(const bwd_params &P, unsigned grid, cudaStream_t stream, cudaError_t *err) {
+template <typename T, int S, int TPC, bool CL, bool PADS>
+static selscan_status launch_bwd_fast_k(const bwd_params &P, unsigned grid, cudaStream_t stream, cudaError_t *err) {
     const int smem = static_cast<int>(sizeof(bwd_fast_smem<S, TPC>));
     static volatile int done[64];
-    SELSCAN__CU(allow_smem(reinterpret_cast<const void *>(bwd_fast_kernel<T, S, TPC, CL>), smem, done));
-    launch_pdl(bwd_fast_kernel<T, S, TPC, CL>, grid, kThreads, static_cast<size_t>(smem), stream, P);
+    SELSCAN__CU(allow_smem(reinterpret_cast<const void *>(bwd_fast_kernel<T, S, TPC, CL, PADS>), smem, done));
+    launch_pdl(bwd_fast_kernel<T, S, TPC, CL, PADS>, grid, kThreads, static_cast<size_t>(smem), stream, P);
     SELSCAN__LAUNCHED();
     return SELSCAN_OK;
+}
+template <typename T, int S, int TPC, bool CL>
+static selscan_status launch_bwd_fast_t(const bwd_params &P, unsigned grid, cudaStream_t stream, cudaError_t *err) {
+    return pad_states(P.N, S * TPC) ? launch_bwd_fast_k<T, S, TPC, CL, true>(P, grid, stream, err)
+                                    : launch_bwd_fast_k<T, S, TPC, CL, false>(P, grid, stream, err);
 }
 static selscan_status launch_bwd_fast(selscan_dtype dt, const bwd_params &P, unsigned grid, cudaStream_t s, cudaError_t *err) {
     return selscan_cuda_detail::with_dtype(dt, [&](auto tag) -> selscan_status {
@@ -3867,7 +3905,12 @@ static selscan_status run_backward(const selscan__prob &q, const selscan__grd &r
             SELSCAN__LAUNCHED();
             return SELSCAN_OK;
         };
-        if ((st = q.dt == SELSCAN_F32 ? launch(bwd_kernel<float>, done_f32) : launch(bwd_kernel<h16>, done_h16)) != SELSCAN_OK) return st;
+        static volatile int done_f32p[64], done_h16p[64];
+        if (pad_states(q.N, bp.NT * kBwdNPT))
+            st = q.dt == SELSCAN_F32 ? launch(bwd_kernel<float, true>, done_f32p) : launch(bwd_kernel<h16, true>, done_h16p);
+        else
+            st = q.dt == SELSCAN_F32 ? launch(bwd_kernel<float, false>, done_f32) : launch(bwd_kernel<h16, false>, done_h16);
+        if (st != SELSCAN_OK) return st;
     }
     { /* the row sums, one launch (a job per output) */
         rowsum_jobs J;

@@ -142,6 +142,26 @@ static double rel_err(const Ten &t, const std::vector<unsigned char> &dev) {
     return den > 0 ? sqrt(num / den) : sqrt(num);
 }
 
+/* v's class: 0 finite, 1 +inf, 2 -inf, 3 NaN */
+static int cls_of(double v) { return v != v ? 3 : isinf(v) ? (v > 0 ? 1 : 2) : 0; }
+/* the elements of the device copy whose class is not the reference's (finite: finite or not only);
+   the first few printed */
+static int64_t cls_bad(const char *cname, const char *what, const Ten &t, const std::vector<unsigned char> &dev, bool finite = false) {
+    int64_t bad = 0;
+    for (int64_t i = 0; i < t.count(); i++) {
+        const double a = t.get(dev.data(), i), r = t.get(t.h, i);
+        if (finite ? (cls_of(a) == 0) == (cls_of(r) == 0) : cls_of(a) == cls_of(r)) continue;
+        if (bad++ < 3) printf("  %s: %s[%lld] = %g, the reference's %g\n", cname, what, (long long)i, a, r);
+    }
+    return bad;
+}
+
+static int64_t nonfinite(const Ten &t) { /* in the host (reference) copy */
+    int64_t n = 0;
+    for (int64_t i = 0; i < t.count(); i++) n += cls_of(t.get(t.h, i)) != 0;
+    return n;
+}
+
 struct Cfg {
     const char *name;
     selscan_dtype dt;
@@ -154,6 +174,13 @@ struct Cfg {
     bool grads_subset; /* only some gradients */
     int ylay;          /* y's own layout (0: the case's): an L-strided y sends the forward to the general
                           kernels while the backward (no y) may take the fast ones, reading their checkpoint */
+    int inf;           /* 1: an infinite u, 2: an infinite dy, at (0, 0, L / 3), every other operand positive
+                          and |A| small (so every sum's sign is set: an infinity's sign, not a rounding,
+                          decides each output); y, h_last and (infinite dy) every gradient's class
+                          (+inf / -inf / NaN / finite) compared with the reference's element by
+                          element; an infinite u's gradients finite exactly where the reference's are
+                          (the general backward recovers h_prev as h - B dt u: inf - inf, NaN where
+                          the reference's term is an infinity). 0: values, by tolerance */
 };
 
 enum { U, DELTA, A_, B_, C_, D_, Z, BIAS, H0, Y, HLAST, DY, DHLAST, DU, DDELTA, DA, DB, DC, DD, DZ, DBIAS, DH0, NTEN };
@@ -171,24 +198,31 @@ static void run_case(const Cfg &c) {
         cu.push_back(c.L);
         std::sort(cu.begin(), cu.end());
     }
-    make(t[U], T, 3, c.batch, c.dim, c.L, 1, lay); fill(t[U], -1, 1);
+    const double lo = c.inf ? 0.5 : -1; /* the operands' lower end: positive with an infinity */
+    make(t[U], T, 3, c.batch, c.dim, c.L, 1, lay); fill(t[U], lo, 1);
     make(t[DELTA], T, 3, c.batch, c.dim, c.L, 1, lay);
     /* without softplus dt = delta + bias stays positive (bias >= -0.5): a negative dt grows the
        state by up to e^2 a step, past f32's range within L ~ 45 */
     if (c.flags & SELSCAN_DELTA_SOFTPLUS) fill(t[DELTA], -3, 1.5); else fill(t[DELTA], c.bias ? 0.51 : 0.01, c.bias ? 1.1 : 0.6);
-    make(t[A_], F, 2, c.dim, c.N, 1, 1, lay == 3 ? 3 : 0); fill(t[A_], -4, -0.1);
+    /* inf: |A dt h| stays below B u (>= 0.25) for L <= 200, so ddelta's terms keep their sign */
+    make(t[A_], F, 2, c.dim, c.N, 1, 1, lay == 3 ? 3 : 0); fill(t[A_], c.inf ? -5e-4 : -4, c.inf ? -1e-4 : -0.1);
     if (c.flags & SELSCAN_FIXED_B) make(t[B_], F, 2, c.dim, c.N, 1, 1, lay); else make(t[B_], T, 4, c.batch, c.G, c.N, c.L, lay);
-    fill(t[B_], -1, 1);
+    fill(t[B_], lo, 1);
     if (c.flags & SELSCAN_FIXED_C) make(t[C_], F, 2, c.dim, c.N, 1, 1, lay); else make(t[C_], T, 4, c.batch, c.G, c.N, c.L, lay);
-    fill(t[C_], -1, 1);
-    if (c.D) { make(t[D_], F, 1, c.dim, 1, 1, 1, 0); fill(t[D_], -1, 1); }
-    if (c.z) { make(t[Z], T, 3, c.batch, c.dim, c.L, 1, lay); fill(t[Z], -2, 2); }
+    fill(t[C_], lo, 1);
+    if (c.D) { make(t[D_], F, 1, c.dim, 1, 1, 1, 0); fill(t[D_], lo, 1); }
+    if (c.z) { make(t[Z], T, 3, c.batch, c.dim, c.L, 1, lay); fill(t[Z], c.inf ? 0.5 : -2, 2); }
     if (c.bias) { make(t[BIAS], F, 1, c.dim, 1, 1, 1, 0); fill(t[BIAS], -0.5, 0.5); }
-    if (c.h0) { make(t[H0], F, 3, rows, c.dim, c.N, 1, lay); fill(t[H0], -1, 1); }
+    if (c.h0) { make(t[H0], F, 3, rows, c.dim, c.N, 1, lay); fill(t[H0], lo, 1); }
     make(t[Y], T, 3, c.batch, c.dim, c.L, 1, c.ylay ? c.ylay : lay);
     if (c.hlast) make(t[HLAST], F, 3, rows, c.dim, c.N, 1, lay);
-    make(t[DY], T, 3, c.batch, c.dim, c.L, 1, lay); fill(t[DY], -1, 1);
-    if (c.dhlast) { make(t[DHLAST], F, 3, rows, c.dim, c.N, 1, lay); fill(t[DHLAST], -1, 1); }
+    make(t[DY], T, 3, c.batch, c.dim, c.L, 1, lay); fill(t[DY], lo, 1);
+    if (c.dhlast) { make(t[DHLAST], F, 3, rows, c.dim, c.N, 1, lay); fill(t[DHLAST], lo, 1); }
+    if (c.inf) { /* (row 0, channel 0, step L / 3): logical index L / 3 */
+        Ten &ti = t[c.inf == 1 ? U : DY];
+        ti.set(c.L / 3, INFINITY);
+        CU(cudaMemcpy(ti.d, ti.h, ti.bytes, cudaMemcpyHostToDevice));
+    }
     const bool all = !c.grads_subset;
     make(t[DU], T, 3, c.batch, c.dim, c.L, 1, lay);
     if (all) make(t[DDELTA], T, 3, c.batch, c.dim, c.L, 1, lay);
@@ -277,7 +311,11 @@ static void run_case(const Cfg &c) {
         free(w2);
     }
     const double tf = tol_of(T, 0);
-    {
+    if (c.inf) {
+        CHECK(cls_bad(c.name, "y", t[Y], fetch(t[Y])) == 0, "%s: y's classes", c.name);
+        CHECK(c.inf != 1 || nonfinite(t[Y]) > 0, "%s: the reference's y all finite (the case tests nothing)", c.name);
+        if (t[HLAST].h) CHECK(cls_bad(c.name, "h_last", t[HLAST], fetch(t[HLAST])) == 0, "%s: h_last's classes", c.name);
+    } else {
         double e = rel_err(t[Y], fetch(t[Y]));
         CHECK(e <= tf, "%s: y rel err %.3g > %.3g", c.name, e, tf);
         if (t[HLAST].h) {
@@ -306,7 +344,11 @@ static void run_case(const Cfg &c) {
         for (int k = DU; k < NTEN; k++) {
             if (!t[k].d) continue;
             std::vector<unsigned char> v = fetch(t[k]);
-            if (rep == 0) {
+            if (rep == 0 && c.inf) {
+                first[k] = v;
+                CHECK(cls_bad(c.name, tname[k], t[k], v, c.inf == 1) == 0, "%s: %s's classes", c.name, tname[k]);
+                CHECK(c.inf != 2 || k != DU || nonfinite(t[k]) > 0, "%s: the reference's du all finite (the case tests nothing)", c.name);
+            } else if (rep == 0) {
                 first[k] = v;
                 const double e = rel_err(t[k], v);
                 const double tol = tol_of(t[k].dt, 1); /* by the output's own dtype (f32 ones of a T problem too) */
@@ -1090,6 +1132,34 @@ int main() {
                 if (!strcmp(c.name, n)) q.push_back(c);
         cases = q;
     }
+    /* an infinity in u or dy (Cfg::inf), last: dstate 1-64 (pad states in every kernel's state
+       tiling: N below its multiple of 4 / 8 / 16), each forward kernel (fast, channels-last fast,
+       general by an L-strided y, short prefill) and backward (fast, general), packed sequences, a
+       checkpoint, without D (Mamba-1's D term 0 u when D is absent: NaN, as in the reference) */
+    {
+        static char names[64][48];
+        int k = 0;
+        for (int inf = 1; inf <= 2; inf++)
+            for (int64_t N : {1, 5, 12, 16, 17, 64}) {
+                const selscan_dtype T = k % 3 == 0 ? F32 : k % 3 == 1 ? BF : F16;
+                const struct { const char *what; int64_t batch, dim, L; int layout, nseq; bool ck; int ylay; } v[] = {
+                    {"fast", 2, 8, 150, 0, 0, false, 0},    {"channels-last", 2, 24, 120, 2, 0, false, 0},
+                    {"general", 2, 8, 100, 1, 0, true, 2}, {"packed", 1, 8, 180, 0, 3, false, 0},
+                    {"short", 1, 4, 200, 0, 0, false, 0},
+                };
+                for (const auto &w : v) {
+                    Cfg c = {};
+                    snprintf(names[k], sizeof names[k], "inf %s N=%lld %s", inf == 1 ? "u" : "dy", (long long)N, w.what);
+                    c.name = names[k];
+                    c.dt = T; c.batch = w.batch; c.dim = w.dim; c.L = w.L; c.N = N; c.G = 1;
+                    c.flags = k % 4 == 3 ? 0u : SP;
+                    c.D = k % 5 != 4; c.z = k % 2 == 0; c.bias = k % 3 != 2; c.h0 = k % 2 == 1; c.hlast = true; c.dhlast = k % 3 == 0;
+                    c.layout = w.layout; c.nseq = w.nseq; c.ck = w.ck; c.ylay = w.ylay; c.inf = inf;
+                    if (!quick || k % 8 == 0) cases.push_back(c);
+                    k++;
+                }
+            }
+    }
     const char *only = getenv("SELSCAN_TEST_ONLY"); /* a case-name substring (e.g. for a sanitizer run) */
     for (const Cfg &c : cases) {
         if (only && !strstr(c.name, only)) continue;
@@ -1097,9 +1167,9 @@ int main() {
         run_case(c);
         printf("%-32s %s\n", c.name, g_fail == before ? "ok" : "FAILED");
         if (g_fail != before) /* the configuration, to reproduce it */
-            printf("  dtype %d batch %lld dim %lld L %lld N %lld G %lld flags %u D %d z %d bias %d h0 %d hlast %d dhlast %d layout %d nseq %d ck %d subset %d ylay %d\n",
+            printf("  dtype %d batch %lld dim %lld L %lld N %lld G %lld flags %u D %d z %d bias %d h0 %d hlast %d dhlast %d layout %d nseq %d ck %d subset %d ylay %d inf %d\n",
                    (int)c.dt, (long long)c.batch, (long long)c.dim, (long long)c.L, (long long)c.N, (long long)c.G, c.flags, c.D, c.z, c.bias,
-                   c.h0, c.hlast, c.dhlast, c.layout, c.nseq, c.ck, c.grads_subset, c.ylay);
+                   c.h0, c.hlast, c.dhlast, c.layout, c.nseq, c.ck, c.grads_subset, c.ylay, c.inf);
         fflush(stdout);
     }
     /* step */
