@@ -850,7 +850,7 @@ static __global__ void __launch_bounds__(kThreads, SELSCAN_CUDA_FWD_MINBLOCKS) f
                         for (int k = 0; k < NPT; k++) {
                             const int64_t n = j * NPT + k;
                             h[k] = P.h0.p && n < P.N ? ldf(P.h0, sg * P.h0.s[0] + d * P.h0.s[1] + n * P.h0.s[2]) : 0.0f;
-                            pr[k] = 0.0f;
+                            pr[k] = -0.0f; /* a sequence starts: carry_kernel's reset mark (-0 times a decay stays -0) */
                         }
                     }
                     if (ck_here && tt == g16) write_ck();
@@ -1287,7 +1287,7 @@ static __global__ void __launch_bounds__(kThreads, fast_fwd_minblocks<S>()) fwd_
             const int64_t n = j * S + k;
             if (n < N) {
                 P.S[(bd * P.nlch + lc) * N + n] = h[k];
-                P.P[(bd * P.nlch + lc) * N + n] = lc == 0 ? 0.0f : ex2(A2[k] * sumdt);
+                P.P[(bd * P.nlch + lc) * N + n] = lc == 0 ? -0.0f : ex2(A2[k] * sumdt); /* -0: carry_kernel's reset mark */
             }
         }
     }
@@ -1311,6 +1311,11 @@ static __device__ __forceinline__ float ld_now(const float *p) {
     asm volatile("ld.global.nc.f32 %0, [%1];" : "=f"(v) : "l"(p) : "memory");
     return v;
 }
+/* A chunk in which a sequence starts (or begins) ends in its S alone: the L-chunk passes mark it with a decay
+   product (P, M) of -0, where a 0 times the state carried in would turn an infinite state into NaN (an
+   infinite u in one packed sequence made every later sequence NaN). A product that underflows is +0 and
+   multiplies, as the per-step recurrence does. */
+static __device__ __forceinline__ bool reset_mark(float p) { return signbit(p); }
 static __global__ void carry_kernel(const float *__restrict__ S, const float *__restrict__ Pr, float *__restrict__ Hin, int64_t rows,
                              int64_t nlch, int64_t N) {
     pdl_wait();
@@ -1330,7 +1335,7 @@ static __global__ void carry_kernel(const float *__restrict__ S, const float *__
         for (int k = 0; k < kCarryBatch; k++) {
             if (c0 + k < nlch) {
                 Hin[base + (c0 + k) * N] = h;
-                h = fmaf(p[k], h, sv[k]);
+                h = reset_mark(p[k]) ? sv[k] : fmaf(p[k], h, sv[k]);
             }
         }
     }
@@ -1899,7 +1904,11 @@ static __global__ void __launch_bounds__(kThreads, SELSCAN_CUDA_BWD_MINBLOCKS) b
                         y0 = fmaf(Cv[k], hs[tt][k], y0);
                         vC[k] = dy0 * hs[tt][k];
                         vB[k] = dhn * dtu;
-                        const float q = PADS && !nv[k] ? 0.0f : dhn * fmaf(-Bv[k], dtu, hs[tt][k]); /* dhn * a * h_prev */
+                        /* dhn a h_prev: h - B dt u, but a h0 (or 0) at a sequence's first step, where h - B dt u
+                           would leave B dt u's rounding (an infinite dhn times it: +-inf where dhn 0 is NaN) */
+                        const float ahp = s_seg[tt] < 0 ? fmaf(-Bv[k], dtu, hs[tt][k])
+                                        : P.h0.p && nv[k] ? ex2(dt * A2[k]) * ldf(P.h0, s_seg[tt] * P.h0.s[0] + d * P.h0.s[1] + (j * NPT + k) * P.h0.s[2]) : 0.0f;
+                        const float q = PADS && !nv[k] ? 0.0f : dhn * ahp;
                         ddt = fmaf(q, A2[k], ddt);
                         dA[k] = fmaf(q, dt, dA[k]);
                         sBu = fmaf(dhn, Bv[k], sBu);
@@ -2032,7 +2041,7 @@ static __global__ void __launch_bounds__(kThreads) bwd_local_kernel(const bwd_pa
             const int64_t n = j * NPT + k;
             const float dl = en >= 0 && P.dh_last.p && n < P.N ? ldf(P.dh_last, en * P.dh_last.s[0] + d * P.dh_last.s[1] + n * P.dh_last.s[2]) : 0.0f;
             dh[k] = en >= 0 ? dl : dh[k];
-            m[k] = en >= 0 ? 0.0f : m[k];
+            m[k] = en >= 0 ? -0.0f : m[k]; /* a sequence ends: carry_rev_kernel's reset_mark */
         }
         const float x = ld<T>(P.delta.p, b * P.delta.s[0] + d * P.delta.s[1] + t * P.delta.s[2]) + delta_bias;
         const float dt = P.softplus ? softplus(x) : x;
@@ -2080,7 +2089,7 @@ static __global__ void carry_rev_kernel(const float *__restrict__ V, const float
         for (int k = 0; k < kCarryBatch; k++) {
             if (c0 - k >= 0) {
                 Din[base + (c0 - k) * N] = g;
-                g = fmaf(m[k], g, v[k]);
+                g = reset_mark(m[k]) ? v[k] : fmaf(m[k], g, v[k]);
             }
         }
     }
