@@ -95,6 +95,11 @@
  *   CUDA-only checks: "dstate" (N over 512), "dim" (a grid over 2^31 - 1 blocks), "workspace"
  *   (null, too small, overlaps an operand, size overflows), "checkpoint" (too small, overlaps),
  *   "cu_seqlens_device" (missing, overlaps an output).
+ * - Infinities (the Mamba-1 scan): y and h_last take the CPU reference's class (+inf / -inf / NaN)
+ *   element by element, and so does every gradient for an infinite dy; for an infinite u a gradient
+ *   is non-finite exactly where the reference's is (the general backward recovers the state before
+ *   a step as h - B dt u: inf - inf where the reference's term is an infinity). test_cuda's "inf"
+ *   cases; pad_states and reset_mark say how the kernels keep it.
  * - Sizes: every byte count, offset and grid of a call is computed with overflow checks; what
  *   does not fit refuses the call (SELSCAN_ERR_SHAPE: a size past int64; SELSCAN_ERR_UNSUPPORTED:
  *   a grid past 2^31 - 1 blocks) before anything is launched, whatever strides make it cheap.
@@ -688,7 +693,7 @@ static __global__ void __launch_bounds__(kThreads, SELSCAN_CUDA_FWD_MINBLOCKS) f
     const int64_t bd = b * P.dim + d;
 
     float A2[NPT], h[NPT], pr[NPT], Bf[NPT], Cf[NPT];
-    bool live[NPT]; /* PADS: the thread's states n < N (>>plans' pad_states) */
+    bool live[NPT]; /* PADS: the thread's states n < N (pad_states) */
 #pragma unroll
     for (int k = 0; k < NPT; k++) {
         const int64_t n = j * NPT + k;
@@ -1126,7 +1131,7 @@ static __global__ void __launch_bounds__(kThreads, fast_fwd_minblocks<S>()) fwd_
     const int lu = lstride<CL>(P.u), ldl = lstride<CL>(P.delta);
 
     float A2[S], h[S];
-    bool live[S]; /* PADS: the thread's states n < N (>>plans' pad_states) */
+    bool live[S]; /* PADS: the thread's states n < N (pad_states) */
 #pragma unroll
     for (int k = 0; k < S; k++) {
         const int64_t n = j * S + k;
@@ -1311,10 +1316,10 @@ static __device__ __forceinline__ float ld_now(const float *p) {
     asm volatile("ld.global.nc.f32 %0, [%1];" : "=f"(v) : "l"(p) : "memory");
     return v;
 }
-/* A chunk in which a sequence starts (or begins) ends in its S alone: the L-chunk passes mark it with a decay
-   product (P, M) of -0, where a 0 times the state carried in would turn an infinite state into NaN (an
-   infinite u in one packed sequence made every later sequence NaN). A product that underflows is +0 and
-   multiplies, as the per-step recurrence does. */
+/* A chunk in which a sequence starts (forward; in the backward: ends) takes nothing from the chunks before it:
+   the L-chunk passes mark its decay product (P, M) as -0, and the carries take its S (V) alone there, where
+   0 times the state carried in made an infinite state NaN (an infinite u in one packed sequence made every
+   later sequence NaN). A product that underflows is +0 and multiplies, as the per-step recurrence does. */
 static __device__ __forceinline__ bool reset_mark(float p) { return signbit(p); }
 static __global__ void carry_kernel(const float *__restrict__ S, const float *__restrict__ Pr, float *__restrict__ Hin, int64_t rows,
                              int64_t nlch, int64_t N) {
@@ -2215,7 +2220,7 @@ static __global__ void __launch_bounds__(kThreads, fast_bwd_minblocks<S>()) bwd_
     const int64_t d = g * P.dpg + (active ? cig : 0), N = P.N, bd = b * P.dim + d;
     /* this block's steps, 32-bit (plan_fast_backward checks that they fit) */
     const int t_beg = static_cast<int>(lc * P.lchunk), t_end = static_cast<int>(min(P.L, lc * P.lchunk + P.lchunk)), LL = static_cast<int>(P.L);
-    bool live[S]; /* PADS: the thread's states n < N (>>plans' pad_states) */
+    bool live[S]; /* PADS: the thread's states n < N (pad_states) */
 #pragma unroll
     for (int k = 0; k < S; k++) live[k] = j * S + k < N;
 
