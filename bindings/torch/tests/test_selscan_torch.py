@@ -121,6 +121,42 @@ def test_packed_sequences(device, h0, dtype):
 
 
 @pytest.mark.parametrize("device", DEVICES)
+def test_infinities_as_the_float64_reference(device):
+    """Packed sequences at dstate 5 (pad states in the CUDA kernels' tiling), every operand positive and |A| small: an
+    infinite u in the first sequence makes its y +inf from there and leaves the later sequences finite (the CUDA
+    L-chunk carries reset at a sequence start; 0 times an infinite state was NaN); an infinite dy in the second makes
+    du, dB, dC, dD +inf where selective_scan_ref's float64 autograd does (a pad state's 0 times it was NaN)."""
+    g = torch.Generator().manual_seed(41)
+    dim, L, N, inf = 8, 180, 5, float("inf")
+    cu = torch.tensor([0, 50, 120, 180])
+
+    def pos(*shape):
+        return (0.5 + 0.5 * torch.rand(*shape, generator=g)).to(device)
+
+    def classes(t):  # 0 finite, 1 +inf, 2 -inf, 3 NaN
+        t = t.double()
+        return torch.where(t.isnan(), 3, torch.where(t.isposinf(), 1, torch.where(t.isneginf(), 2, 0)))
+
+    u, delta, B, C, D = pos(1, dim, L), pos(1, dim, L), pos(1, 1, N, L), pos(1, 1, N, L), pos(dim)
+    A = -(1e-4 + 4e-4 * torch.rand(dim, N, generator=g)).to(device)
+    ui = u.clone()
+    ui[0, 0, 20] = inf
+    y = st.selective_scan_fn(ui, delta, A, B, C, D, cu_seqlens=cu)
+    y64 = selective_scan_ref(ui, delta, A, B, C, D, cu_seqlens=cu)
+    assert y64[0, 0, 20:50].isposinf().all() and y64[0, :, 50:].isfinite().all()
+    assert torch.equal(classes(y), classes(y64))
+    leaves = [t.clone().requires_grad_() for t in (u, B, C, D)]
+    dy = pos(1, dim, L)
+    dy[0, 0, 100] = inf
+    st.selective_scan_fn(leaves[0], delta, A, leaves[1], leaves[2], leaves[3], cu_seqlens=cu).backward(dy)
+    ref = [t.detach().clone().requires_grad_() for t in (u, B, C, D)]
+    selective_scan_ref(ref[0], delta, A, ref[1], ref[2], ref[3], cu_seqlens=cu).backward(dy.double())
+    assert ref[0].grad[0, 0, 50:101].isposinf().all() and ref[0].grad[0, 0, 101:].isfinite().all()
+    for name, got, want in zip(("du", "dB", "dC", "dD"), leaves, ref):
+        assert torch.equal(classes(got.grad), classes(want.grad)), name
+
+
+@pytest.mark.parametrize("device", DEVICES)
 def test_strided_inputs_no_copies(device):
     """channels-last (batch, L, dim) tensors, B/C sliced out of one projection, every other step, broadcast D.
     (No copies on the CPU; on CUDA without the channels-last kernels the op copies the L-strided
