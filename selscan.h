@@ -6404,7 +6404,9 @@ static SELSCAN__ATTR void SELSCAN__SFX(selscan__step_block)(const selscan__stp *
                     const SELSCAN__VF a = SELSCAN__SFX(selscan__vexp)(SELSCAN__VMUL(vdt, SELSCAN__VLOAD(tA)));
                     const SELSCAN__VF h = SELSCAN__VFMA(a, SELSCAN__VLOAD(th), SELSCAN__VMUL(vdx, SELSCAN__VLOAD(tB)));
                     SELSCAN__VSTORE(th, h);
-                    yv = SELSCAN__VFMA(SELSCAN__VLOAD(tC), h, yv);
+                    /* the pad lanes to 0: an infinite dt or dt x times their 0 is NaN, which y must not see */
+                    for (i = nn - nv; i < W; i++) th[i] = 0.0f;
+                    yv = SELSCAN__VFMA(SELSCAN__VLOAD(tC), SELSCAN__VLOAD(th), yv);
                 }
                 for (i = 0; nv + i < nn; i++) hp[nv + i] = th[i];
             }

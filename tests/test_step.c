@@ -328,6 +328,44 @@ static void params_t_rules(void) {
     tc_tensor_free(&D); tc_tensor_free(&bias); tc_tensor_free(&st); tc_tensor_free(&y);
 }
 
+/* An infinite u (then dt) at channel 0, every other operand positive: y is +inf there on the fast path as on the
+   reference, at dstates with a vector tail (the pad lanes' 0 times the infinity was NaN: 1 / 5 / 15 / 17 / 33) and
+   without (16), D absent and present; every element of y and the state in the reference's class (+inf / -inf /
+   NaN / finite). Contiguous f32 rows: zero strides. */
+static int cls_of(double v) { return v != v ? 3 : isinf(v) ? (v > 0 ? 1 : 2) : 0; }
+static void inf_cases(void) {
+    static const int64_t Ns[] = {1, 5, 15, 16, 17, 33};
+    enum { DIM = 3, NMAX = 33 };
+    int k, which, withD;
+    for (k = 0; k < 6; k++)
+        for (which = 0; which < 2; which++)
+            for (withD = 0; withD < 2; withD++) {
+                const int64_t N = Ns[k];
+                float st[2][DIM * NMAX], x[DIM], dt[DIM], A[DIM * NMAX], B[NMAX], C[NMAX], D[DIM], y[2][DIM];
+                int impl, i, bad = 0;
+                for (i = 0; i < DIM * NMAX; i++) { st[0][i] = st[1][i] = 0.5f; A[i] = -1.0f; }
+                for (i = 0; i < NMAX; i++) B[i] = C[i] = 1.0f;
+                for (i = 0; i < DIM; i++) { x[i] = 0.75f; dt[i] = 0.5f; D[i] = 0.5f; }
+                if (which == 0) x[0] = INFINITY; else dt[0] = INFINITY;
+                for (impl = 0; impl < 2; impl++) {
+                    selscan_step_problem s;
+                    selscan_status r;
+                    memset(&s, 0, sizeof s);
+                    s.batch = 1; s.dim = DIM; s.dstate = N; s.n_groups = 1; s.n_cache = 1; s.dtype = SELSCAN_F32;
+                    s.state.data = st[impl]; s.u.data = x; s.delta.data = dt; s.A.data = A; s.B.data = B; s.C.data = C;
+                    if (withD) s.D.data = D;
+                    s.y.data = y[impl];
+                    r = impls[impl].f(&s);
+                    CHECK(r == SELSCAN_OK, "step inf N=%lld: %s %s", (long long)N, impls[impl].name, selscan_status_string(r));
+                }
+                for (i = 0; i < DIM; i++) bad += cls_of(y[0][i]) != cls_of(y[1][i]);
+                for (i = 0; i < DIM * N; i++) bad += cls_of(st[0][i]) != cls_of(st[1][i]);
+                CHECK(bad == 0 && cls_of(y[1][0]) == 1,
+                      "step, an infinite %s, N=%lld, D %d: %d elements not the reference's class (y[0] %g, the reference's %g)",
+                      which ? "dt" : "u", (long long)N, withD, bad, y[0][0], y[1][0]);
+            }
+}
+
 int main(void) {
     const selscan_dtype dts[] = {SELSCAN_F32, SELSCAN_F16, SELSCAN_BF16};
     const int quick = tc_quick();
@@ -374,6 +412,7 @@ int main(void) {
         step_case(&c);
     }
     params_t_rules();
+    inf_cases();
     /* dim beyond 65535, one row padding */
     memset(&c, 0, sizeof c);
     c.dt = SELSCAN_BF16; c.G = 1; c.dim = 70000; c.N = 2; c.batch = 2; c.flags = SELSCAN_DELTA_SOFTPLUS;

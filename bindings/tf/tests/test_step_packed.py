@@ -106,6 +106,19 @@ def test_step_state_batch_indices():
         assert np.array_equal(new_state[untouched], x["state"][untouched].astype(np.float32)), "untouched rows changed"
 
 
+def test_step_state_batch_indices_past_int32():
+    """An index past int32's range in a wider integer dtype is refused as past n_cache, not wrapped (2**32 + 1 was
+    taken as row 1, 2**32 - 1 and uint32 2**31 + 1 as padding); a large negative one is padding as -1 is."""
+    rng = np.random.default_rng(5)
+    x = round_step(step_problem(rng, batch=2, n_cache=3), tf.float32)
+    for idx in (np.array([2**32 + 1, 0], np.int64), np.array([2**32 - 1, 0], np.int64), np.array([2**31 + 1, 0], np.uint32),
+                np.array([2**63 + 5, 0], np.uint64)):
+        raises(lambda: call_step(x, tf.float32, True, state_batch_indices=idx), "state_batch_indices", "n_cache")
+    out, new_state = call_step(x, tf.float32, True, state_batch_indices=np.array([-2**40, 0], np.int64))
+    want_out, want_state = call_step(x, tf.float32, True, state_batch_indices=np.array([-1, 0], np.int32))
+    assert np.array_equal(out.numpy(), want_out.numpy()) and np.array_equal(new_state.numpy(), want_state.numpy())
+
+
 def test_step_immutable_state():
     """The state passed in is left as it was (TensorFlow tensors are immutable: new_state is
     returned), also when the caller drops its own reference (the op may then reuse the buffer)."""
@@ -365,6 +378,7 @@ def test_step_bad_input():
 TESTS = [
     test_step_vs_reference,
     test_step_state_batch_indices,
+    test_step_state_batch_indices_past_int32,
     test_step_immutable_state,
     test_step_empty,
     test_decode_loop_equals_scan,

@@ -155,7 +155,15 @@ def _as_index(x, name, dtype, who):
     x = _to_tensor(x, name, who, dtype_hint=dtype)
     if not x.dtype.is_integer:
         raise TypeError("%s: %s must be an integer tensor, got %s" % (who, name, x.dtype.name))
-    return x if x.dtype == dtype else tf.cast(x, dtype)
+    if x.dtype == dtype:
+        return x
+    # values past dtype's range saturate before the cast, which would wrap (2**32 + 1 became row 1): the op then
+    # refuses them as the values themselves (past n_cache, past L) and a negative one stays negative
+    if x.dtype.max > dtype.max:
+        x = tf.minimum(x, tf.constant(dtype.max, x.dtype))
+    if x.dtype.min < dtype.min:
+        x = tf.maximum(x, tf.constant(dtype.min, x.dtype))
+    return tf.cast(x, dtype)
 
 
 def _as_bool(v, name, who="selective_scan"):
