@@ -21,7 +21,7 @@ import tensorflow as tf  # noqa: E402
 
 import selscan_tf  # noqa: E402
 from selscan_tf import MambaVisionBlock, MambaVisionMixer, load_mixer_state_dict, mixer_state_dict_shapes  # noqa: E402
-from runner import run_tests  # noqa: E402
+from runner import raises, run_tests  # noqa: E402
 from test_selscan_tf import lowp_tol  # noqa: E402
 
 keras = tf.keras
@@ -454,6 +454,24 @@ def test_no_autograph_warning():
     assert r.returncode == 0, r.stderr[-2000:]
     assert "grad (2, 5, 8)" in r.stdout, r.stdout
     assert "AutoGraph" not in r.stderr and "AutoGraph" not in r.stdout, r.stderr[-2000:]
+
+
+def test_pure_tf_scan_refuses_what_it_would_get_wrong():
+    """selective_scan_tf (public: the baseline and the reference) takes its options as bools and its tensors as
+    real floating ones, naming the argument: "False" was truthy (softplus on), an int u truncated y, a complex u
+    lost its imaginary part."""
+    rng = np.random.default_rng(9)
+    u = rng.standard_normal((1, 6, 4)).astype(np.float32)
+    A = -np.ones((4, 3), np.float32)
+    B = C = rng.standard_normal((1, 6, 3)).astype(np.float32)
+    f = selscan_tf.selective_scan_tf
+    y = f(u, np.abs(u), A, B, C, delta_softplus=False).numpy()
+    assert np.array_equal(y, f(u, np.abs(u), A, B, C).numpy())
+    raises(lambda: f(u, np.abs(u), A, B, C, delta_softplus="False"), "delta_softplus", types=(TypeError,))
+    raises(lambda: f(u, np.abs(u), A, B, C, return_last_state=1), "return_last_state", types=(TypeError,))
+    raises(lambda: f(u.astype(np.int32), np.abs(u), A, B, C), "u", "floating", types=(TypeError,))
+    raises(lambda: f(u * 1j, np.abs(u), A, B, C), "u", "floating", types=(TypeError,))
+    raises(lambda: f(u, np.abs(u), A, B, None), "C", types=(TypeError,))
 
 
 def test_package():

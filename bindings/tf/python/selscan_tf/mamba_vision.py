@@ -36,7 +36,7 @@ import numpy as np
 import tensorflow as tf
 
 from . import SelectiveScan, selective_scan  # noqa: F401  (SelectiveScan re-exported)
-from . import _as_bool, _dt_range, _positive_int, _refuse_xla
+from . import _as_bool, _dt_range, _positive_int, _refuse_xla, _to_tensor
 
 keras = tf.keras
 
@@ -68,11 +68,22 @@ def selective_scan_tf(u, delta, A, B, C, D=None, z=None, delta_bias=None, delta_
     A tf.scan over the L steps on time-major tensors (this one transposes; it is the baseline and
     the reference, not the fast path). Differentiable by TensorFlow's autodiff.
     """
-    u = tf.convert_to_tensor(u)
-    out_dtype = u.dtype
+    who = "selective_scan_tf"
+    delta_softplus = _as_bool(delta_softplus, "delta_softplus", who)
+    return_last_state = _as_bool(return_last_state, "return_last_state", who)
+    names = ("u", "delta", "A", "B", "C", "D", "z", "delta_bias", "h0")
+    args = dict(zip(names, (u, delta, A, B, C, D, z, delta_bias, h0)))
+    for k in ("u", "delta", "A", "B", "C"):
+        if args[k] is None:
+            raise TypeError("%s: %s is required, got None" % (who, k))
+    for k, t in args.items():  # real floating tensors only: an int u truncated y, a complex one lost its imaginary part
+        if t is not None:
+            args[k] = _to_tensor(t, k, who, dtype_hint=tf.float32)
+            if not args[k].dtype.is_floating:
+                raise TypeError("%s: %s must be a real floating-point tensor, got %s" % (who, k, args[k].dtype.name))
+    out_dtype = args["u"].dtype
     ct = tf.float64 if out_dtype == tf.float64 else tf.float32
-    f = lambda t: None if t is None else tf.cast(tf.convert_to_tensor(t), ct)  # noqa: E731
-    u, delta, A, B, C, D, z, delta_bias, h0 = map(f, (u, delta, A, B, C, D, z, delta_bias, h0))
+    u, delta, A, B, C, D, z, delta_bias, h0 = (None if args[k] is None else tf.cast(args[k], ct) for k in names)
     dim = tf.shape(u)[2]
     if B.shape.rank == 3:
         B, C = B[:, :, None, :], C[:, :, None, :]
