@@ -272,18 +272,20 @@ OrtStatus *SecondOutput(OrtKernelContext *ctx, size_t n_out, const char *name, c
 }
 
 // dst = src (dst's elements of esize bytes), or zeros where src is absent; nothing where dst is
-// empty or is src.
+// empty or is src. A memmove: an output bound (IOBinding) one cache row into its state input overlaps it
+// partly, which selscan's validation never sees on these paths (the input state is not its operand).
 void CopyOrZero(const Tensor &dst, const Tensor &src, size_t esize) {
     if (!dst.numel || dst.data == src.data) return;
     const size_t bytes = static_cast<size_t>(dst.numel) * esize;
-    if (src.present) std::memcpy(dst.data, src.data, bytes);
+    if (src.present) std::memmove(dst.data, src.data, bytes);
     else std::memset(dst.data, 0, bytes);
 }
 
 // ---- >>ort-checks: the arguments, checked by bindings/common (>>bind-args) --------------------------
 
 // Each op's input names where they are not selscan's operand names, and the sizes its rules name.
-constexpr bind::NameMap kScanNames[] = {{"dstate", "A"}, {"n_groups", "B"}, {"batch", "u"}, {"n_seqs", "cu_seqlens"}};
+constexpr bind::NameMap kScanNames[] = {
+    {"dstate", "A"}, {"n_groups", "B"}, {"batch", "u"}, {"n_seqs", "cu_seqlens"}, {"h_last", "last_state"}};
 constexpr bind::NameMap kStepNames[] = {{"u", "x"},          {"delta", "dt"},      {"delta_bias", "dt_bias"},
                                         {"dstate", "state"}, {"n_cache", "state"}, {"n_groups", "B"},
                                         {"batch", "x"}};

@@ -321,6 +321,42 @@ def test_conv_op_packed_and_update():
 # ---- errors: an ONNX Runtime error naming the input -----------------------------------------------
 
 
+def test_iobinding_overlapping_state_and_last_state():
+    """IOBinding: the step's state_out bound one cache row into its input state (a partial overlap, copied by
+    memmove: memcpy there was undefined) gives the unbound run's results; the scan's last_state bound onto h0 is
+    refused naming the node's last_state (selscan's h_last)."""
+    s = make_step(batch=2, dim=8, N=5, n_cache=6)
+    idx = torch.tensor([1, 3], dtype=torch.int32)
+    want_y, want_state = run_step_ort(s, torch.float32, idx=idx)
+    feeds = feed_dict(dict(s, state_index=idx))
+    sess = session(one_node_model("SelectiveStateUpdate", STEP_INPUTS, dict(s, state_index=idx), {"x", "dt", "B", "C", "z"},
+                                  torch.float32, ["y", "state_out"], {"y"}, {"dt_softplus": 1}))
+    buf = np.zeros((7, 8, 5), np.float32)  # the state at rows 0-5, state_out at rows 1-6
+    buf[:6] = feeds.pop("state")
+    io = sess.io_binding()
+    io.bind_input("state", "cpu", 0, np.float32, [6, 8, 5], buf.ctypes.data)
+    for k, v in feeds.items():
+        io.bind_cpu_input(k, v)
+    io.bind_output("y", "cpu")
+    io.bind_output("state_out", "cpu", 0, np.float32, [6, 8, 5], buf[1:].ctypes.data)
+    sess.run_with_iobinding(io)
+    assert np.array_equal(io.copy_outputs_to_cpu()[0], want_y)
+    assert np.array_equal(buf[1:], want_state)
+    x = make_scan(batch=2, dim=8, L=13, N=5, bc="var3", G=1, h0=True)
+    x = {k: x[k] for k in SCAN_INPUTS if x.get(k) is not None}
+    sess = session(one_node_model("SelectiveScan", SCAN_INPUTS, x, {"u", "delta", "z", "B", "C"}, torch.float32,
+                                  ["y", "last_state"], {"y"}, {"delta_softplus": 1}))
+    feeds = feed_dict(x)
+    io = sess.io_binding()
+    for k, v in feeds.items():
+        io.bind_cpu_input(k, v)
+    io.bind_output("y", "cpu")
+    h0 = feeds["h0"]
+    io.bind_output("last_state", "cpu", 0, np.float32, list(h0.shape), h0.ctypes.data)
+    with pytest.raises(Exception, match=r"'last_state': overlaps h0"):
+        sess.run_with_iobinding(io)
+
+
 def test_errors_name_the_input():
     x = make_scan()
 
