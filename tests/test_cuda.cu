@@ -142,15 +142,13 @@ static double rel_err(const Ten &t, const std::vector<unsigned char> &dev) {
     return den > 0 ? sqrt(num / den) : sqrt(num);
 }
 
-/* v's class: 0 finite, 1 +inf, 2 -inf, 3 NaN */
-static int cls_of(double v) { return v != v ? 3 : isinf(v) ? (v > 0 ? 1 : 2) : 0; }
 /* the elements of the device copy whose class is not the reference's (finite: finite or not only);
    the first few printed */
 static int64_t cls_bad(const char *cname, const char *what, const Ten &t, const std::vector<unsigned char> &dev, bool finite = false) {
     int64_t bad = 0;
     for (int64_t i = 0; i < t.count(); i++) {
         const double a = t.get(dev.data(), i), r = t.get(t.h, i);
-        if (finite ? (cls_of(a) == 0) == (cls_of(r) == 0) : cls_of(a) == cls_of(r)) continue;
+        if (finite ? (tc_class(a) == 0) == (tc_class(r) == 0) : tc_class(a) == tc_class(r)) continue;
         if (bad++ < 3) printf("  %s: %s[%lld] = %g, the reference's %g\n", cname, what, (long long)i, a, r);
     }
     return bad;
@@ -158,7 +156,7 @@ static int64_t cls_bad(const char *cname, const char *what, const Ten &t, const 
 
 static int64_t nonfinite(const Ten &t) { /* in the host (reference) copy */
     int64_t n = 0;
-    for (int64_t i = 0; i < t.count(); i++) n += cls_of(t.get(t.h, i)) != 0;
+    for (int64_t i = 0; i < t.count(); i++) n += tc_class(t.get(t.h, i)) != 0;
     return n;
 }
 
@@ -427,10 +425,9 @@ static void run_step_case(selscan_dtype T, int64_t batch, int64_t dim, int64_t N
     CHECK(r == SELSCAN_OK, "step: cpu %s", selscan_status_string(r));
     if (inf_u) {
         const std::vector<unsigned char> yd = fetch(y);
-        auto cls = [](double v) { return v != v ? 3 : isinf(v) ? (v > 0 ? 1 : 2) : 0; };
         int64_t bad = 0;
-        for (int64_t i = 0; i < y.count(); i++) bad += cls(y.get(yd.data(), i)) != cls(y.get(y.h, i));
-        CHECK(bad == 0 && cls(y.get(y.h, 0)) != 0 && cls(y.get(y.h, 0)) != 3,
+        for (int64_t i = 0; i < y.count(); i++) bad += tc_class(y.get(yd.data(), i)) != tc_class(y.get(y.h, i));
+        CHECK(bad == 0 && tc_class(y.get(y.h, 0)) != 0 && tc_class(y.get(y.h, 0)) != 3,
               "step N=%lld dt=%d D=%d lat=%d, an infinite u: %lld elements of y not the reference's class (y[0] %g, the reference's %g)",
               (long long)N, (int)T, (int)D, lat, (long long)bad, y.get(yd.data(), 0), y.get(y.h, 0));
     } else {

@@ -606,16 +606,15 @@ static void inf_cases() {
             q.D = D.api(dev); q.z = z.api(dev); q.y = y.out(dev);
             return q;
         };
-        auto cls = [](float v) { return v != v ? 3 : isinf(v) ? (v > 0 ? 1 : 2) : 0; };
         auto compare = [&](const Ten &t, const char *name, bool want_pinf) {
             const std::vector<unsigned char> got = t.down();
             int64_t bad = 0, first = -1;
             for (int64_t i = 0; i < t.count(); i++)
-                if (cls(t.get(got.data(), i)) != cls(t.get(t.h, i)) && bad++ == 0) first = i;
+                if (tc_class(t.get(got.data(), i)) != tc_class(t.get(t.h, i)) && bad++ == 0) first = i;
             CHECK(bad == 0, "inf case %d (mode %d, dt %d, N %d, D %d): %s: %lld elements not the reference's class, the first [%lld] %g, the reference's %g",
                   ci, mode, (int)dt, N, (int)hasD, name, (long long)bad, (long long)first, first >= 0 ? t.get(got.data(), first) : 0.0,
                   first >= 0 ? t.get(t.h, first) : 0.0);
-            if (want_pinf) CHECK(cls(t.get(t.h, 0)) == 1, "inf case %d: the reference's %s[0] %g, not +inf", ci, name, t.get(t.h, 0));
+            if (want_pinf) CHECK(tc_class(t.get(t.h, 0)) == 1, "inf case %d: the reference's %s[0] %g, not +inf", ci, name, t.get(t.h, 0));
         };
         std::vector<void *> allocs;
         selscan_cuda_ext ext;

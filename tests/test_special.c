@@ -65,7 +65,6 @@ static int is_canonical_nan(selscan_dtype dt, uint32_t u) {
     return dt == SELSCAN_F32 ? u == 0x7fc00000u : dt == SELSCAN_F16 ? u == 0x7e00u : u == 0x7fc0u;
 }
 /* 0 finite, 1 +inf, 2 -inf, 3 NaN */
-static int vclass(double v) { return isnan(v) ? 3 : isinf(v) ? (v > 0 ? 1 : 2) : 0; }
 
 static int64_t g_mismatch_total, g_class_total, g_cases;
 
@@ -169,7 +168,7 @@ static void one_case(const tc_cfg *c0, int site, int dense, const char *label) {
                     for (e = 0; e < outs[i]->count; e++) {
                         const double v = tc_get(outs[i], e);
                         if (isnan(v) && !is_canonical_nan(outs[i]->dt, bits_at(outs[i], e))) nan_bad++;
-                        if (class_checked(i, &c) && vclass(v) != vclass(ref[i][e])) {
+                        if (class_checked(i, &c) && tc_class(v) != tc_class(ref[i][e])) {
                             if (first < 0) first = e;
                             cls_bad++;
                         }

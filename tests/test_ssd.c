@@ -1078,18 +1078,17 @@ static void put_special(tc_tensor *t, int64_t i, int kind, int neg) {
 }
 
 /* elements of got whose class differs from ref's (saved classes: 0 finite, 1 +inf, 2 -inf, 3 NaN) */
-static unsigned char fclass(double v) { return isnan(v) ? 3 : isinf(v) ? (v > 0 ? 1 : 2) : 0; }
 static int64_t class_mismatch(const tc_tensor *got, const unsigned char *ref_cls, int64_t *first) {
     int64_t i, bad = 0;
     *first = -1;
     for (i = 0; i < got->count; i++)
-        if (fclass(tc_get(got, i)) != ref_cls[i] && bad++ == 0) *first = i;
+        if (tc_class(tc_get(got, i)) != ref_cls[i] && bad++ == 0) *first = i;
     return bad;
 }
 static unsigned char *classes(const tc_tensor *t) {
     unsigned char *f = (unsigned char *)malloc((size_t)(t->count ? t->count : 1));
     int64_t i;
-    for (i = 0; i < t->count; i++) f[i] = t->mem ? fclass(tc_get(t, i)) : 0;
+    for (i = 0; i < t->count; i++) f[i] = t->mem ? (unsigned char)tc_class(tc_get(t, i)) : 0;
     return f;
 }
 
@@ -1309,7 +1308,7 @@ static void no_d_case(selscan_dtype dt, int hasD) {
     tc_encode(S.A.dt, -1.0, (char *)S.A.data + tc_off(&S.A, 0) * tc_esize(S.A.dt));
     for (w = 0; w < 2; w++) {
         tc_poison(&S.y);
-        CHECK(run_fwd_with(&S.p, fwds[w].f) == SELSCAN_OK && fclass(tc_get(&S.y, 0)) == 1,
+        CHECK(run_fwd_with(&S.p, fwds[w].f) == SELSCAN_OK && tc_class(tc_get(&S.y, 0)) == 1,
               "no D: forward_%s y %g for an infinite x (D %s), not +inf", fwds[w].name, tc_get(&S.y, 0), hasD ? "present" : "absent");
     }
     S.x.v[0] = 1.0; /* the backward: x finite, dy infinite */
@@ -1320,7 +1319,7 @@ static void no_d_case(selscan_dtype dt, int hasD) {
         tc_poison(&G.out[G_DX]);
         tc_poison(&G.out[G_DZ]);
         if (run_bwd_with(&S, &G, "no D", w))
-            CHECK(fclass(tc_get(&G.out[G_DX], 0)) == 1 && fclass(tc_get(&G.out[G_DZ], 0)) == 1,
+            CHECK(tc_class(tc_get(&G.out[G_DX], 0)) == 1 && tc_class(tc_get(&G.out[G_DZ], 0)) == 1,
                   "no D: backward_%s dx %g, dz %g for an infinite dy (D %s), not +inf", bwds[w].name, tc_get(&G.out[G_DX], 0),
                   tc_get(&G.out[G_DZ], 0), hasD ? "present" : "absent");
     }

@@ -12,9 +12,12 @@
  *                                comparison's f32 tolerance (the library computes in f32, that
  *                                error stays) plus k roundings to dt between the compared values
  *                                (1: a result rounded once vs a reference that is not; 2: two
- *                                results each rounded from its own f32 value), k stated where used. */
+ *                                results each rounded from its own f32 value), k stated where used.
+ *   tc_class(v)                  v's class for the special-value tests (an output's class against
+ *                                the reference's): 0 finite, 1 +inf, 2 -inf, 3 NaN. */
 #ifndef SELSCAN_TESTS_TOL_LOWP_H
 #define SELSCAN_TESTS_TOL_LOWP_H
+#include <math.h>
 
 static inline double tc_unit_roundoff(selscan_dtype dt) {
     return dt == SELSCAN_F16 ? 1.0 / 2048 : dt == SELSCAN_BF16 ? 1.0 / 256 : 1.0 / 16777216;
@@ -22,5 +25,6 @@ static inline double tc_unit_roundoff(selscan_dtype dt) {
 static inline double tc_tol_lowp(selscan_dtype dt, double f32_tol, double k) {
     return dt == SELSCAN_F16 || dt == SELSCAN_BF16 ? f32_tol + k * tc_unit_roundoff(dt) : f32_tol;
 }
+static inline int tc_class(double v) { return isnan(v) ? 3 : isinf(v) ? (v > 0 ? 1 : 2) : 0; }
 
 #endif
