@@ -395,11 +395,16 @@ def mamba_split_conv1d_scan_combined(zxbcdt, conv1d_weight, conv1d_bias, dt_bias
         conv1d_weight = conv1d_weight.squeeze(1)
     dim = nheads * headdim
     dstate = (conv1d_weight.shape[0] - dim) // ngroups // 2
+    given = "'D', " if D.dim() == 2 else "'headdim', "  # where headdim came from: the user's argument
+    if dstate <= 0 or conv1d_weight.shape[0] != dim + 2 * ngroups * dstate:  # zxbcdt's size not involved yet
+        raise ValueError(f"selscan: conv1d_weight's {conv1d_weight.shape[0]} channels do not split as dim + 2 ngroups "
+                         f"dstate (dstate >= 1) with dim = nheads * headdim = {nheads} * {headdim} = {dim}, ngroups = "
+                         f"{ngroups} (arguments {given}'ngroups', 'conv1d_weight')")
     d_mlp2 = zxbcdt.shape[-1] - (2 * dim + 2 * ngroups * dstate + nheads)
-    if dstate <= 0 or d_mlp2 < 0 or d_mlp2 % 2 or conv1d_weight.shape[0] != dim + 2 * ngroups * dstate:
-        raise ValueError(f"selscan: zxbcdt's last size {zxbcdt.shape[-1]} and conv1d_weight's {tuple(conv1d_weight.shape)} "
-                         f"do not split as 2 d_mlp + 2 dim + 2 ngroups dstate + nheads with dim = {dim}, "
-                         f"ngroups = {ngroups} (argument 'zxbcdt')")
+    if d_mlp2 < 0 or d_mlp2 % 2:  # (zxbcdt or dim wrong: both named)
+        raise ValueError(f"selscan: zxbcdt's last size {zxbcdt.shape[-1]} does not split as 2 d_mlp + 2 dim + 2 ngroups "
+                         f"dstate + nheads with dim = {dim}, ngroups = {ngroups}, dstate = {dstate} (conv1d_weight's) "
+                         f"(arguments 'zxbcdt', {given}'conv1d_weight')")
     if rmsnorm_weight is not None:
         _checks.tensor_arg(rmsnorm_weight, "rmsnorm_weight")
         _checks._type(rmsnorm_weight.is_floating_point(), "rmsnorm_weight must be a floating-point tensor, got ",

@@ -769,6 +769,11 @@ def test_split_conv1d_scan_refusals_name_the_argument():
                            (dict(headdim=-3), ValueError, "argument 'headdim'"),
                            (dict(headdim=0), ValueError, "argument 'headdim'"),
                            (dict(ngroups=True), ValueError, "argument 'ngroups'"),
+                           # a hostile user's run (twenty-eighth session): a wrong headdim blamed zxbcdt alone
+                           (dict(headdim=10), ValueError, "arguments 'headdim', 'ngroups', 'conv1d_weight'"),
+                           (dict(headdim=None, D=torch.randn(H, 10)), ValueError, "arguments 'D', 'ngroups'"),
+                           (dict(headdim=P + 2), ValueError, "arguments 'zxbcdt', 'headdim', 'conv1d_weight'"),
+                           (dict(zxbcdt=zxbcdt[..., 1:]), ValueError, "arguments 'zxbcdt', 'headdim'"),
                            (dict(A=-torch.rand(H + 1)), ValueError, "argument 'D'"),
                            (dict(rmsnorm_weight=torch.full((1,), 2.0)), ValueError, "argument 'rmsnorm_weight'"),
                            (dict(rmsnorm_weight=torch.ones(dim // 2)), ValueError, "argument 'rmsnorm_weight'"),
