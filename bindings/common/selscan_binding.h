@@ -306,10 +306,12 @@ inline ErrorKind KindOf(selscan_status st) {
 
 // >>bind-names: selscan's operand names -> the user's argument names, one map per op (the step's
 // x is selscan's u, dt its delta, ...); the operand a rule names ("overlaps <operand>", "... without
-// <operand>") is renamed the same way.
+// <operand>") is renamed the same way. A map's entry may name its own noun (ONNX Runtime's outputs:
+// "output 'last_state'", where its inputs are "input 'h0'").
 struct NameMap {
     const char *selscan;
     const char *user;
+    const char *noun = nullptr; // what the messages call this one; nullptr: Names::noun
 };
 struct Names {
     const NameMap *map = nullptr;
@@ -319,6 +321,15 @@ struct Names {
         for (size_t i = 0; i < n; i++)
             if (std::strcmp(map[i].selscan, name) == 0) return map[i].user;
         return name;
+    }
+    const char *NounOf(const char *name) const { // the noun of operand `name` (its entry's, else noun)
+        for (size_t i = 0; i < n; i++)
+            if (std::strcmp(map[i].selscan, name) == 0) return map[i].noun ? map[i].noun : noun;
+        return noun;
+    }
+    // " (input 'x': rule)": the operand selscan (or a check) names, in the user's words
+    std::string Text(const char *operand, const std::string &rule) const {
+        return std::string(" (") + NounOf(operand) + " '" + Of(operand) + "': " + rule + ")";
     }
     std::string Rule(const char *rule) const { // "overlaps u" -> "overlaps x"; "... without state_index" too
         static const char kOv[] = "overlaps ";
@@ -343,8 +354,7 @@ constexpr NameMap kStepNames[] = {
 // " (argument 'x': rule)" for the operand selscan's diag names, "" when it names none.
 inline std::string DiagText(const selscan_diag &d, const Names &names = Names()) {
     if (!d.operand) return "";
-    return std::string(" (") + names.noun + " '" + names.Of(d.operand) +
-           "': " + (d.rule ? names.Rule(d.rule) : "invalid") + ")";
+    return names.Text(d.operand, d.rule ? names.Rule(d.rule) : "invalid");
 }
 
 // An error for the framework to raise: its kind and message.
@@ -653,8 +663,8 @@ struct Checked {
 // <rule>[: <detail>])", the operand in the user's words (names); a device's rule is a value error.
 inline Error ErrorOf(const Refusal &r, const char *where, const Names &names = Names()) {
     if (r.ok()) return Error();
-    std::string diag = std::string(" (") + names.noun + " '" + names.Of(r.operand ? r.operand : "?") +
-                       "': " + names.Rule(r.rule.c_str()) + (r.detail.empty() ? "" : ": " + r.detail) + ")";
+    const std::string diag =
+        names.Text(r.operand ? r.operand : "?", names.Rule(r.rule.c_str()) + (r.detail.empty() ? "" : ": " + r.detail));
     Error e = ErrorOf(r.status, where, diag);
     if (r.code == SELSCAN_RULE_DEVICE || r.code == SELSCAN_RULE_NOT_HOST) e.kind = ErrorKind::kValue;
     return e;

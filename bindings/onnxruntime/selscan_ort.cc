@@ -23,10 +23,11 @@
 // (OrtApi::KernelContext_ParallelFor through bindings/common's parts runner; results are bitwise the
 // same for any thread count). The arguments are checked by bindings/common (selscan's operand
 // tables and size rules); errors come back as an ONNX Runtime status in the layer's words, naming
-// the op, the input and selscan's rule, e.g.
+// the op, the input (or output) as the node names it and selscan's rule, e.g.
 //   selscan: SelectiveScan: invalid size, group count, sequence offsets or index [SELSCAN_ERR_SHAPE]
 //     (input 'B': wrong shape: want (batch, N, L) = [2, 5, 37], got [2, 5, 36])
 //   selscan: SelectiveScan: ... [SELSCAN_ERR_SHAPE] (input 'cu_seqlens': decreasing: batch=1, ...)
+//   selscan: SelectiveScan: ... [SELSCAN_ERR_ALIAS] (output 'last_state': overlaps h0)   (IOBinding)
 // No exception crosses into ONNX Runtime; nothing is allocated but the workspace and the checks'
 // scratch (operator new).
 //
@@ -283,15 +284,37 @@ void CopyOrZero(const Tensor &dst, const Tensor &src, size_t esize) {
 
 // ---- >>ort-checks: the arguments, checked by bindings/common (>>bind-args) --------------------------
 
-// Each op's input names where they are not selscan's operand names, and the sizes its rules name.
-constexpr bind::NameMap kScanNames[] = {
-    {"dstate", "A"}, {"n_groups", "B"}, {"batch", "u"}, {"n_seqs", "cu_seqlens"}, {"h_last", "last_state"}};
+// Each op's names where they are not selscan's operand names (the node's inputs and outputs, and the sizes its
+// rules name), and its outputs, which the messages call outputs ("output 'last_state'"; the rest: "input 'h0'").
+// The decode steps' state_out is selscan's state (updated in place); their node's state input is not selscan's
+// operand (it is copied to state_out first), so a step has two maps: its inputs' (the checks of the node's
+// inputs, where "state" is the input) and its run's (selscan's validation and parts, where it is state_out).
+constexpr const char *kOutput = "output";
+constexpr bind::NameMap kScanNames[] = {{"dstate", "A"},     {"n_groups", "B"},
+                                        {"batch", "u"},      {"n_seqs", "cu_seqlens"},
+                                        {"y", "y", kOutput}, {"h_last", "last_state", kOutput}};
 constexpr bind::NameMap kStepNames[] = {{"u", "x"},          {"delta", "dt"},      {"delta_bias", "dt_bias"},
                                         {"dstate", "state"}, {"n_cache", "state"}, {"n_groups", "B"},
                                         {"batch", "x"}};
-constexpr bind::NameMap kConvNames[] = {{"width", "weight"}, {"batch", "x"}, {"n_seqs", "cu_seqlens"}};
+constexpr bind::NameMap kStepRunNames[] = {{"u", "x"},
+                                           {"delta", "dt"},
+                                           {"delta_bias", "dt_bias"},
+                                           {"dstate", "state_out"},
+                                           {"n_cache", "state_out"},
+                                           {"n_groups", "B"},
+                                           {"batch", "x"},
+                                           {"y", "y", kOutput},
+                                           {"state", "state_out", kOutput}};
+constexpr bind::NameMap kConvNames[] = {{"width", "weight"},
+                                        {"batch", "x"},
+                                        {"n_seqs", "cu_seqlens"},
+                                        {"y", "y", kOutput},
+                                        {"final_state", "final_state", kOutput}};
 constexpr bind::NameMap kConvUpdateNames[] = {
     {"width", "weight"}, {"state_len", "state"}, {"n_cache", "state"}, {"batch", "x"}};
+constexpr bind::NameMap kConvUpdateRunNames[] = {{"width", "weight"},      {"state_len", "state_out"},
+                                                 {"n_cache", "state_out"}, {"batch", "x"},
+                                                 {"y", "y", kOutput},      {"state", "state_out", kOutput}};
 
 bind::Type TypeOf(ONNXTensorElementDataType t) {
     switch (t) {
@@ -507,7 +530,7 @@ OrtStatus *StepCompute(const Kernel &kern, OrtKernelContext *ctx) {
     const Tensor &state = c.t[bind::kStepState], &x = c.t[bind::kStepX], &dt = c.t[bind::kStepDt],
                  &A = c.t[bind::kStepA], &B = c.t[bind::kStepB], &C = c.t[bind::kStepC], &D = c.t[bind::kStepD],
                  &z = c.t[bind::kStepZ], &bias = c.t[bind::kStepDtBias], &sidx = c.t[bind::kStepIndex];
-    const bind::Names names = bind::NamesOf(kStepNames, "input");
+    const bind::Names names = bind::NamesOf(kStepNames, "input"), run_names = bind::NamesOf(kStepRunNames, "input");
     const bind::StepArgs args = bind::StepArgsOf(ArgsOf(c).data(), IndexValues(sidx));
     bind::Checked k; // (the indices' values whatever the sizes)
     if (OrtStatus *st = Check(bind::CheckStepArgs, args, bind::Forms(), c.op, names, &k)) return st;
@@ -541,7 +564,7 @@ OrtStatus *StepCompute(const Kernel &kern, OrtKernelContext *ctx) {
     s.delta_bias = In(bias);
     s.y = Out(y);
     const int64_t n = bind::StepParts(Threads(), batch, dim); // blocks of 256 channels of a row
-    return RunStep(ctx, c.op, names, s, selscan_validate_step, state_out, state, 4, n,
+    return RunStep(ctx, c.op, run_names, s, selscan_validate_step, state_out, state, 4, n,
                    [&](selscan_step_problem *q, int64_t part) { return selscan_step_cpu_part(q, part, n); });
 }
 
@@ -596,7 +619,8 @@ OrtStatus *ConvUpdateCompute(const Kernel &kern, OrtKernelContext *ctx) {
     if (OrtStatus *st = Read(ctx, kern, &c)) return st;
     const Tensor &state = c.t[bind::kConvStepState], &x = c.t[bind::kConvStepX], &w = c.t[bind::kConvStepWeight],
                  &bias = c.t[bind::kConvStepBias], &sidx = c.t[bind::kConvStepIndex];
-    const bind::Names names = bind::NamesOf(kConvUpdateNames, "input");
+    const bind::Names names = bind::NamesOf(kConvUpdateNames, "input"),
+                      run_names = bind::NamesOf(kConvUpdateRunNames, "input");
     const bind::ConvStepArgs args = bind::ConvStepArgsOf(ArgsOf(c).data(), IndexValues(sidx));
     bind::Checked k;
     if (OrtStatus *st = Check(bind::CheckConvStepArgs, args, bind::Forms(), c.op, names, &k)) return st;
@@ -626,7 +650,7 @@ OrtStatus *ConvUpdateCompute(const Kernel &kern, OrtKernelContext *ctx) {
     s.bias = In(bias);
     s.y = Out(y);
     const int64_t n = NumParts(batch * dim);
-    return RunStep(ctx, c.op, names, s, selscan_validate_conv_step, state_out, state, esize, n,
+    return RunStep(ctx, c.op, run_names, s, selscan_validate_conv_step, state_out, state, esize, n,
                    [&](selscan_conv_step_problem *q, int64_t part) { return selscan_conv_step_cpu_part(q, part, n); });
 }
 #else

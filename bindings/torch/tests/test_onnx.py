@@ -357,6 +357,74 @@ def test_iobinding_overlapping_state_and_last_state():
         sess.run_with_iobinding(io)
 
 
+def selscan_message(e):
+    """The library's message in an ONNX Runtime error ("selscan: <op>: ..."), without ONNX Runtime's prefix."""
+    text = str(e)
+    assert "selscan: " in text, text
+    return text[text.index("selscan: "):].strip()
+
+
+def scan_iobinding(L, h0_rows_at=0, last_rows_at=0):
+    """A SelectiveScan node (batch 2, dim 8, N 5, length L) run through IOBinding with h0 and last_state in one
+    buffer of 3 rows: h0 at rows h0_rows_at.., last_state at rows last_rows_at.. (0 and 0: the same memory;
+    0 and 1: one row apart, a partial overlap). Returns (the error's selscan message or None, the buffer before,
+    the buffer after)."""
+    x = make_scan(batch=2, dim=8, L=L, N=5, bc="var3", G=1, h0=True)
+    x = {k: x[k] for k in SCAN_INPUTS if x.get(k) is not None}
+    sess = session(one_node_model("SelectiveScan", SCAN_INPUTS, x, {"u", "delta", "z", "B", "C"}, torch.float32,
+                                  ["y", "last_state"], {"y"}, {"delta_softplus": 1}))
+    feeds = feed_dict(x)
+    buf = np.zeros((3, 8, 5), np.float32)
+    buf[h0_rows_at:h0_rows_at + 2] = feeds.pop("h0")
+    before = buf.copy()
+    io = sess.io_binding()
+    io.bind_input("h0", "cpu", 0, np.float32, [2, 8, 5], buf[h0_rows_at:].ctypes.data)
+    for k, v in feeds.items():
+        io.bind_cpu_input(k, v)
+    io.bind_output("y", "cpu")
+    io.bind_output("last_state", "cpu", 0, np.float32, [2, 8, 5], buf[last_rows_at:].ctypes.data)
+    try:
+        sess.run_with_iobinding(io)
+    except Exception as e:  # noqa: BLE001  (ONNX Runtime's Fail / InvalidArgument)
+        return selscan_message(e), before, buf
+    return None, before, buf
+
+
+def test_iobinding_refusals_call_an_output_an_output():
+    """An output bound (IOBinding) over an input is refused naming the output as the node does, as an output:
+    the scan's last_state (selscan's h_last), the step's y and state_out (selscan's state: before, "input 'state'",
+    the node's input of that name, for an output bound over x), while inputs stay inputs."""
+    msg, before, after = scan_iobinding(13)
+    assert msg is not None and "(output 'last_state': overlaps h0)" in msg, msg
+    assert np.array_equal(before, after)  # refused before anything is written
+    s = make_step(batch=2, dim=8, N=5, n_cache=6)
+    idx = torch.tensor([1, 3], dtype=torch.int32)
+    sess = session(one_node_model("SelectiveStateUpdate", STEP_INPUTS, dict(s, state_index=idx),
+                                  {"x", "dt", "B", "C", "z"}, torch.float32, ["y", "state_out"], {"y"}, {"dt_softplus": 1}))
+    feeds = feed_dict(dict(s, state_index=idx))
+    for out in ("y", "state_out"):
+        buf = np.zeros(6 * 8 * 5, np.float32)  # x at its start, under the output
+        buf[:16] = feeds["x"].ravel()
+        before = buf.copy()
+        io = sess.io_binding()
+        io.bind_input("x", "cpu", 0, np.float32, [2, 8], buf.ctypes.data)
+        for k, v in feeds.items():
+            if k != "x":
+                io.bind_cpu_input(k, v)
+        shapes = {"y": [2, 8], "state_out": [6, 8, 5]}
+        io.bind_output(out, "cpu", 0, np.float32, shapes[out], buf.ctypes.data)
+        io.bind_output("state_out" if out == "y" else "y", "cpu")
+        with pytest.raises(Exception) as e:
+            sess.run_with_iobinding(io)
+        msg = selscan_message(e.value)
+        assert "(output '%s': overlaps x)" % out in msg, msg
+        assert np.array_equal(buf, before)
+    with pytest.raises(Exception, match=r"\(input 'state_index': .*not below n_cache"):
+        session(one_node_model("SelectiveStateUpdate", STEP_INPUTS, dict(s, state_index=idx), {"x", "dt", "B", "C", "z"},
+                               torch.float32, ["y", "state_out"], {"y"}, {"dt_softplus": 1})).run(
+            None, feed_dict(dict(s, state_index=torch.tensor([1, 6], dtype=torch.int32))))
+
+
 def test_errors_name_the_input():
     x = make_scan()
 
