@@ -36,6 +36,7 @@
 // ./bindings/torch (selscan_torch.onnx.ort_library() returns its path).
 #include <algorithm>
 #include <array>
+#include <cstdint>
 #include <cstring>
 #include <new>
 #include <string>
@@ -432,11 +433,68 @@ void Zero(const Tensor &y, size_t esize) {
     if (y.numel) std::memset(y.data, 0, static_cast<size_t>(y.numel) * esize);
 }
 
-// An empty call's outputs (bind::Checked::Empty, >>bind-empty): y 0; the state (the scan's and the
-// conv's second output, wanted: h0 / init_state or 0; the steps' state_out: state) passes through.
-void EmptyCall(const Tensor &y, const Tensor *state_out, const Tensor &state_in, size_t y_esize, size_t state_esize) {
-    Zero(y, y_esize);
+// An operand of a call as selscan's aliasing rule sees it: a tensor (absent or empty: it overlaps nothing) and
+// selscan's name of it (the op's map renames it in messages).
+struct Operand {
+    const Tensor *t;
+    const char *name;
+};
+
+// A call's inputs as selscan's operands, in bindings/common's order (selscan's: its operands, then cu_seqlens /
+// state_index); names: selscan's name of each, nullptr for an input that is not selscan's (the steps' state).
+template <size_t N> std::vector<Operand> InputOperands(const Call<N> &c, const char *const *names) {
+    std::vector<Operand> v;
+    for (size_t i = 0; i < N; i++)
+        if (names[i]) v.push_back({&c.t[i], names[i]});
+    return v;
+}
+constexpr const char *kStepOperands[kStepInputs] = {nullptr, "u", "delta", "A",          "B",
+                                                    "C",     "D", "z",     "delta_bias", "state_index"};
+constexpr const char *kConvUpdateOperands[kConvUpdateInputs] = {nullptr, "x", "weight", "bias", "state_index"};
+
+size_t ElemBytes(ONNXTensorElementDataType t) { // (another type is refused by the checks before)
+    switch (t) {
+    case ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT16:
+    case ONNX_TENSOR_ELEMENT_DATA_TYPE_BFLOAT16: return 2;
+    case ONNX_TENSOR_ELEMENT_DATA_TYPE_INT64:
+    case ONNX_TENSOR_ELEMENT_DATA_TYPE_DOUBLE: return 8;
+    default: return 4;
+    }
+}
+
+// Whether a and b share a byte (ONNX Runtime's tensors are dense: their byte ranges).
+bool Overlap(const Operand &a, const Operand &b) {
+    const Tensor &x = *a.t, &y = *b.t;
+    if (!x.present || !y.present || x.numel <= 0 || y.numel <= 0) return false;
+    const uintptr_t x0 = reinterpret_cast<uintptr_t>(x.data), y0 = reinterpret_cast<uintptr_t>(y.data);
+    return x0 < y0 + static_cast<uintptr_t>(y.numel) * ElemBytes(y.type) &&
+           y0 < x0 + static_cast<uintptr_t>(x.numel) * ElemBytes(x.type);
+}
+
+// An empty call's outputs (bind::Checked::Empty, >>bind-empty), which selscan never sees: first selscan's
+// aliasing rule, which its validation applies to every call it runs (an output overlaps no later output and no
+// input: SELSCAN_ERR_ALIAS, "<output>: overlaps <operand>"), on outs and ins in selscan's order, so that an
+// output bound over an input (IOBinding; a last_state over h0, exactly or partly) is refused alike, in the same
+// words, with or without anything to compute; then the state (the scan's and the conv's second output, wanted:
+// h0 / init_state or 0; the steps' state_out: state, which is not selscan's operand) passes through, before y
+// is 0, as a call that computes copies it before it writes y.
+OrtStatus *EmptyCall(const char *op, const bind::Names &names, const std::vector<Operand> &outs,
+                     const std::vector<Operand> &ins, const Tensor &y, const Tensor *state_out, const Tensor &state_in,
+                     size_t y_esize, size_t state_esize) {
+    for (size_t i = 0; i < outs.size(); i++) {
+        const Operand *hit = nullptr;
+        for (size_t j = i + 1; j < outs.size() && !hit; j++)
+            if (Overlap(outs[i], outs[j])) hit = &outs[j];
+        for (size_t j = 0; j < ins.size() && !hit; j++)
+            if (Overlap(outs[i], ins[j])) hit = &ins[j];
+        if (!hit) continue;
+        const std::string rule = std::string("overlaps ") + hit->name; // selscan's "overlaps <operand>"
+        const selscan_diag d = {outs[i].name, rule.c_str(), SELSCAN_RULE_OVERLAPS};
+        return SelscanError(op, SELSCAN_ERR_ALIAS, d, names);
+    }
     if (state_out) CopyOrZero(*state_out, state_in, state_esize);
+    Zero(y, y_esize);
+    return nullptr;
 }
 
 // A decode step (the step's, the conv update's) on state_out: s validated (the indices, the shapes
@@ -478,8 +536,10 @@ OrtStatus *ScanCompute(const Kernel &kern, OrtKernelContext *ctx) {
     if (OrtStatus *st = Output(ctx, 0, "y", u.dims, &y)) return st;
     if (OrtStatus *st = SecondOutput(ctx, c.n_out, "last_state", {rows, dim, N}, &want_last, &last)) return st;
     if (k.Empty()) { // nothing to scan: y is 0, the last state is h0 (or 0)
-        EmptyCall(y, want_last ? &last : nullptr, h0, ElemSize(T), 4);
-        return nullptr;
+        std::vector<Operand> outs = {{&y, "y"}};
+        if (want_last) outs.push_back({&last, "h_last"});
+        return EmptyCall(c.op, names, outs, InputOperands(c, kOpInfo[kern.kind].input_names), y,
+                         want_last ? &last : nullptr, h0, ElemSize(T), 4);
     }
     selscan_problem p;
     std::memset(&p, 0, sizeof p);
@@ -540,10 +600,9 @@ OrtStatus *StepCompute(const Kernel &kern, OrtKernelContext *ctx) {
     Tensor y, state_out;
     if (OrtStatus *st = Output(ctx, 0, "y", x.dims, &y)) return st;
     if (OrtStatus *st = Output(ctx, 1, "state_out", state.dims, &state_out)) return st;
-    if (k.Empty()) { // no token, or no cache row (every row padding): y 0, the state passes through
-        EmptyCall(y, &state_out, state, ElemSize(T), 4);
-        return nullptr;
-    }
+    if (k.Empty()) // no token, or no cache row (every row padding): y 0, the state passes through
+        return EmptyCall(c.op, run_names, {{&state_out, "state"}, {&y, "y"}}, InputOperands(c, kStepOperands), y,
+                         &state_out, state, ElemSize(T), 4);
     selscan_step_problem s;
     std::memset(&s, 0, sizeof s);
     s.batch = batch;
@@ -588,8 +647,10 @@ OrtStatus *ConvCompute(const Kernel &kern, OrtKernelContext *ctx) {
     if (OrtStatus *st = Output(ctx, 0, "y", x.dims, &y)) return st;
     if (OrtStatus *st = SecondOutput(ctx, c.n_out, "final_state", {rows, dim, W - 1}, &want_fin, &fin)) return st;
     if (k.Empty()) { // nothing to convolve (packed: every sequence empty): the state passes through
-        EmptyCall(y, want_fin ? &fin : nullptr, init, ElemSize(T), ElemSize(T));
-        return nullptr;
+        std::vector<Operand> outs = {{&y, "y"}};
+        if (want_fin) outs.push_back({&fin, "final_state"});
+        return EmptyCall(c.op, names, outs, InputOperands(c, kOpInfo[kern.kind].input_names), y,
+                         want_fin ? &fin : nullptr, init, ElemSize(T), ElemSize(T));
     }
     selscan_conv_problem p;
     std::memset(&p, 0, sizeof p);
@@ -630,10 +691,9 @@ OrtStatus *ConvUpdateCompute(const Kernel &kern, OrtKernelContext *ctx) {
     if (OrtStatus *st = Output(ctx, 0, "y", x.dims, &y)) return st;
     if (OrtStatus *st = Output(ctx, 1, "state_out", state.dims, &state_out)) return st;
     const size_t esize = ElemSize(T);
-    if (k.Empty()) { // no token, or no cache row (every row padding): y 0, the state passes through
-        EmptyCall(y, &state_out, state, esize, esize);
-        return nullptr;
-    }
+    if (k.Empty()) // no token, or no cache row (every row padding): y 0, the state passes through
+        return EmptyCall(c.op, run_names, {{&state_out, "state"}, {&y, "y"}}, InputOperands(c, kConvUpdateOperands), y,
+                         &state_out, state, esize, esize);
     selscan_conv_step_problem s;
     std::memset(&s, 0, sizeof s);
     s.batch = batch;

@@ -425,6 +425,65 @@ def test_iobinding_refusals_call_an_output_an_output():
             None, feed_dict(dict(s, state_index=torch.tensor([1, 6], dtype=torch.int32))))
 
 
+def test_iobinding_empty_scan_refuses_last_state_over_h0():
+    """An empty scan (L = 0) refuses a last_state bound over h0, partly or exactly, with the non-empty scan's
+    words, and leaves the buffer as it was (before: accepted, h0 copied into the overlapping last_state); without
+    the overlap it still passes h0 through. The decode step's state_out over its state input stays accepted, empty
+    or not (selscan never sees that input: it is copied first)."""
+    for h0_at, last_at in ((0, 1), (1, 0), (0, 0)):
+        want, _, _ = scan_iobinding(13, h0_at, last_at)
+        assert want is not None and "(output 'last_state': overlaps h0)" in want, want
+        msg, before, after = scan_iobinding(0, h0_at, last_at)
+        assert msg == want, (msg, want)
+        assert np.array_equal(before, after)
+    # without an overlap: last_state is h0
+    x = make_scan(batch=2, dim=8, L=0, N=5, bc="var3", G=1, h0=True)
+    x = {k: x[k] for k in SCAN_INPUTS if x.get(k) is not None}
+    _, last = run_scan_ort(x, torch.float32, True, True)
+    assert np.array_equal(last, x["h0"].numpy())
+    s = dict(make_step(batch=0, dim=8, N=5, n_cache=6), state_index=torch.zeros(0, dtype=torch.int32))
+    sess = session(one_node_model("SelectiveStateUpdate", STEP_INPUTS, s, {"x", "dt", "B", "C", "z"}, torch.float32,
+                                  ["y", "state_out"], {"y"}, {"dt_softplus": 1}))
+    feeds = feed_dict(s)
+    for off in (0, 1):  # in place, one row apart
+        buf = np.zeros((7, 8, 5), np.float32)
+        buf[:6] = feeds["state"]
+        io = sess.io_binding()
+        io.bind_input("state", "cpu", 0, np.float32, [6, 8, 5], buf.ctypes.data)
+        for k, v in feeds.items():
+            if k != "state":
+                io.bind_cpu_input(k, v)
+        io.bind_output("y", "cpu")
+        io.bind_output("state_out", "cpu", 0, np.float32, [6, 8, 5], buf[off:].ctypes.data)
+        sess.run_with_iobinding(io)
+        assert np.array_equal(buf[off:off + 6], feeds["state"])
+
+
+@conv_only
+def test_iobinding_empty_conv_refuses_final_state_over_init_state():
+    """The empty causal conv (L = 0) refuses a final_state bound one row into init_state as the non-empty one
+    does, in the same words (before: accepted)."""
+    msgs = []
+    for L in (9, 0):
+        c = make_conv(batch=2, dim=8, L=L, W=4, init=True)
+        sess = session(conv_model("CausalConv1d", CONV_INPUTS, c, torch.float32, ["y", "final_state"], {"silu": 1}))
+        feeds = feed_dict(c)
+        buf = np.zeros((3, 8, 3), np.float32)
+        buf[:2] = feeds.pop("init_state")
+        before = buf.copy()
+        io = sess.io_binding()
+        io.bind_input("init_state", "cpu", 0, np.float32, [2, 8, 3], buf.ctypes.data)
+        for k, v in feeds.items():
+            io.bind_cpu_input(k, v)
+        io.bind_output("y", "cpu")
+        io.bind_output("final_state", "cpu", 0, np.float32, [2, 8, 3], buf[1:].ctypes.data)
+        with pytest.raises(Exception) as e:
+            sess.run_with_iobinding(io)
+        msgs.append(selscan_message(e.value))
+        assert np.array_equal(buf, before)
+    assert "(output 'final_state': overlaps init_state)" in msgs[0] and msgs[1] == msgs[0], msgs
+
+
 def test_errors_name_the_input():
     x = make_scan()
 
