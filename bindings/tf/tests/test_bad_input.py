@@ -19,7 +19,7 @@ sys.path.insert(0, HERE)
 import tensorflow as tf  # noqa: E402
 
 import selscan_tf  # noqa: E402
-from selscan_tf import MambaVisionMixer, SelectiveScan, selective_scan  # noqa: E402
+from selscan_tf import MambaVisionMixer, SelectiveScan, selective_scan, selective_state_update  # noqa: E402
 from runner import raises, run_tests  # noqa: E402
 
 ERRORS = (tf.errors.InvalidArgumentError, ValueError, TypeError)
@@ -200,6 +200,34 @@ def test_bc_rank_message():
     for bad in (t["B"][0, :, 0], t["B"][:, :, :, None]):
         raises(lambda: selective_scan(t["u"], t["delta"], t["A"], bad, t["C"]), "B must have rank 3", "or 4")
         raises(lambda: selective_scan(t["u"], t["delta"], t["A"], t["B"], bad), "C must have rank 3", "or 4")
+
+
+def test_python_bools_like_numpy_bools():
+    """A Python bool or list of bools is a bool tensor, refused with the same error naming the argument as a
+    NumPy bool array, for every tensor argument of selective_scan, selective_state_update and
+    selective_scan_tf (before: converted to 1.0 / 0.0 or 1 / 0 by the argument's dtype hint and taken: D=[True,
+    ...] scaled u by 1, a list-of-bools delta_bias, h0, cu_seqlens or state_batch_indices likewise)."""
+    t = problem(batch=1)
+    t["B"], t["C"] = t["B"][:, :, 0], t["C"][:, :, 0]
+    scan = dict(t, D=tf.ones([4]), z=tf.ones([1, 5, 4]), delta_bias=tf.ones([4]), h0=tf.zeros([1, 4, 3]))
+    state = dict(state=tf.zeros([1, 4, 3]), x=tf.ones([1, 4]), dt=tf.ones([1, 4]), A=t["A"], B=tf.ones([1, 3]),
+                 C=tf.ones([1, 3]), D=tf.ones([4]), z=tf.ones([1, 4]), dt_bias=tf.ones([4]),
+                 state_batch_indices=tf.constant([0]))
+    cases = [(selective_scan, scan, k) for k in scan] + [(selective_scan, scan, "cu_seqlens")] + \
+            [(selective_state_update, state, k) for k in state] + \
+            [(selscan_tf.selective_scan_tf, scan, k) for k in scan]
+    checked = 0
+    for fn, args, k in cases:
+        shape = [6] if k == "cu_seqlens" else list(args[k].shape)
+        as_numpy = np.zeros(shape, bool)
+        as_numpy.flat[::2] = True
+        msgs = []
+        for v in (as_numpy, as_numpy.tolist()) + ((True,) if k == "D" else ()):
+            call = dict(args, **{k: v})
+            msgs.append(raises(lambda: fn(**call), k, types=(TypeError,)))
+        assert all(m == msgs[0] for m in msgs), (fn.__name__, k, msgs)
+        checked += 1
+    return "%d arguments" % checked
 
 
 def test_no_quiet_numpy_narrowing():

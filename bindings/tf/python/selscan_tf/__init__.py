@@ -116,15 +116,25 @@ def _invalid(msg):
     return tf.errors.InvalidArgumentError(None, None, msg)
 
 
+def _python_bools(x):
+    """Whether x is a Python bool or a (nested) non-empty list / tuple of bools only: what NumPy and
+    TensorFlow make a bool array of."""
+    if isinstance(x, (bool, np.bool_)):
+        return True
+    return isinstance(x, (list, tuple)) and len(x) > 0 and all(_python_bools(e) for e in x)
+
+
 def _to_tensor(x, name, who, dtype_hint=None):
     """tf.convert_to_tensor, with a TypeError naming the argument when x is not a dense tensor.
-    dtype_hint applies to Python numbers and lists only."""
+    dtype_hint applies to Python numbers and lists of them only: a NumPy array or a tensor keeps its
+    dtype, and so do Python bools (True, [True, False]): a bool tensor, refused or taken by each
+    argument's rule exactly as a NumPy bool array is (the hint would make them 1.0 and 0.0)."""
     if isinstance(x, (tf.SparseTensor, tf.RaggedTensor)):
         raise TypeError("%s: %s must be a dense tensor, got a %s" % (who, name, type(x).__name__))
     if x is None:
         raise TypeError("%s: %s is required, got None" % (who, name))
-    if hasattr(x, "dtype"):  # a NumPy array keeps its dtype (the hint would round float64 to float16 quietly)
-        dtype_hint = None
+    if hasattr(x, "dtype") or _python_bools(x):  # a NumPy array keeps its dtype (the hint would round float64
+        dtype_hint = None                          # to float16 quietly); bools are not numbers
     try:
         return tf.convert_to_tensor(x, dtype_hint=dtype_hint, name=name)
     except (TypeError, ValueError) as e:
