@@ -886,9 +886,7 @@ template <typename Args> class Checker {
             for (int i = 0; i < full; i++) r.user_axis[i] = perm ? perm[i] : i;
         } else if (bc && forms.groupless_bc && t.ndim == full - 1) { // the group axis (1) implied: G 1
             r.want = r.full;
-            r.user_axis[0] = 0;
-            r.user_axis[1] = -1;
-            for (int i = 2; i < full; i++) r.user_axis[i] = i - 1;
+            GrouplessAxes(r, r.user_axis);
         } else if (fixable && forms.fixed_bc && t.ndim == 2) {
             r.is_fixed = true;
             r.want = r.fixed;
@@ -903,6 +901,13 @@ template <typename Args> class Checker {
         }
         for (int i = 0; i < r.want.rank; i++) r.size[i] = r.user_axis[i] < 0 ? 1 : t.sizes[r.user_axis[i]];
         r.rank_ok = true;
+    }
+
+    // The user's axis of each logical axis of a B / C without its group axis (logical axis 1, -1: implied):
+    // the full form's (its layout's order), less one past the group's, so (batch, L, N) in layout BLD.
+    static void GrouplessAxes(const Row &r, int *axes) {
+        const int g = r.full_axis[1];
+        for (int i = 0; i < r.full.rank; i++) axes[i] = i == 1 ? -1 : r.full_axis[i] - (r.full_axis[i] > g ? 1 : 0);
     }
 
     // "(batch, dim, L)" for the logical shape s laid out on n user axes (axes: the user's axis of each
@@ -1002,11 +1007,9 @@ template <typename Args> class Checker {
         }
         alts.push_back(FormText(r.full, r.full_axis, r.full.rank));
         if (bc && forms.groupless_bc) { // without the group axis
-            Shape g;
-            g.rank = r.full.rank - 1;
-            g.d[0] = r.full.d[0];
-            for (int i = 2; i < r.full.rank; i++) g.d[i - 1] = r.full.d[i];
-            alts.push_back(FormText(g, nullptr, g.rank, nullptr, false));
+            int axes[4];
+            GrouplessAxes(r, axes);
+            alts.push_back(FormText(r.full, axes, r.full.rank - 1, nullptr, false));
         }
         if (fixable) alts.push_back(FormText(r.fixed, nullptr, r.fixed.rank, nullptr, false) + " (constant over time)");
         std::string want;

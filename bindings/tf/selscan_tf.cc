@@ -109,6 +109,7 @@ absl::Status Refused(const bind::Refusal &r, const char *where, const bind::Name
 
 bind::Forms ScanForms(bool bld) {
     bind::Forms f;
+    f.groupless_bc = true; // B / C (batch, L, N) or (batch, N, L): one group, as the user passed them
     f.names = bind::NamesOf(kScanNames);
     if (bld) {
         f.seq_perm = kSeqBLD;
@@ -195,7 +196,8 @@ using tensorflow::shape_inference::ShapeHandle;
 
 struct InferredDims {
     DimensionHandle batch, dim, L, N, G;
-    ShapeHandle seq, bc;  // shapes of u-like and B-like tensors
+    ShapeHandle seq;      // the shape of u-like tensors
+    ShapeHandle b, c;     // B's and C's (dB's, dC's): with the group axis, without (rank 3), or unknown
     DimensionHandle rows; // of h0 / h_last / dh0 / dh_last: batch, or n_seqs with cu_seqlens
     bool bld = true, has_d = false, has_z = false, has_bias = false, has_h0 = false, has_cu = false;
 };
@@ -250,7 +252,12 @@ absl::Status InferDims(InferenceContext *c, bool backward, InferredDims *d) {
     d->G = dim(a.B.ndim == 4 && k.s.G >= 0 ? k.s.G : -1);
     d->rows = dim(k.s.rows);
     d->seq = d->bld ? c->MakeShape({d->batch, d->L, d->dim}) : c->MakeShape({d->batch, d->dim, d->L});
-    d->bc = d->bld ? c->MakeShape({d->batch, d->L, d->G, d->N}) : c->MakeShape({d->batch, d->G, d->N, d->L});
+    const ShapeHandle bc = d->bld ? c->MakeShape({d->batch, d->L, d->G, d->N})
+                                  : c->MakeShape({d->batch, d->G, d->N, d->L}),
+                      bc3 = d->bld ? c->MakeShape({d->batch, d->L, d->N}) : c->MakeShape({d->batch, d->N, d->L});
+    auto bc_of = [&](const bind::Arg &x) { return x.ndim == 4 ? bc : x.ndim == 3 ? bc3 : c->UnknownShape(); };
+    d->b = bc_of(a.B);
+    d->c = bc_of(a.C);
     return absl::OkStatus();
 }
 
@@ -274,8 +281,8 @@ absl::Status BackwardShape(InferenceContext *c) {
     c->set_output(kDu, d.seq);
     c->set_output(kDdelta, d.seq);
     c->set_output(kDa, c->MakeShape({d.dim, d.N}));
-    c->set_output(kDb, d.bc);
-    c->set_output(kDc, d.bc);
+    c->set_output(kDb, d.b);
+    c->set_output(kDc, d.c);
     c->set_output(kDd, d.has_d ? c->Vector(d.dim) : c->Vector(0));
     c->set_output(kDz, d.has_z ? d.seq : c->Vector(0));
     c->set_output(kDdeltaBias, d.has_bias ? c->Vector(d.dim) : c->Vector(0));

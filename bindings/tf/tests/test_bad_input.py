@@ -195,11 +195,48 @@ def test_unknown_rank_bc():
 
 
 def test_bc_rank_message():
-    """B / C of rank 2 or 5: the message says rank 3 or 4 (before: 'must have rank 4')."""
+    """B / C of rank 2 or 5: the message names both forms, rank 4 and rank 3 (before: 'must have rank 4';
+    now the op's rule, which takes both)."""
     t = problem()
     for bad in (t["B"][0, :, 0], t["B"][:, :, :, None]):
-        raises(lambda: selective_scan(t["u"], t["delta"], t["A"], bad, t["C"]), "B must have rank 3", "or 4")
-        raises(lambda: selective_scan(t["u"], t["delta"], t["A"], t["B"], bad), "C must have rank 3", "or 4")
+        got = "got %s" % list(bad.shape)
+        raises(lambda: selective_scan(t["u"], t["delta"], t["A"], bad, t["C"]), "argument 'B': wrong shape",
+               "want (batch, L, G, N)", "or (batch, L, N), " + got)
+        raises(lambda: selective_scan(t["u"], t["delta"], t["A"], t["B"], bad), "argument 'C': wrong shape",
+               "want (batch, L, G, N)", "or (batch, L, N), " + got)
+
+
+def test_rank3_bc_reported_as_passed():
+    """A wrong B / C of rank 3 (one group, no group axis) is reported with the shape passed, in both layouts,
+    eager, in a graph traced with its shape and one that knows only its rank at run time (before: the rank-4
+    shape the wrapper made with expand_dims, [2, 6, 1, 3] for a (2, 6, 3) B)."""
+    t = problem()
+    for layout in ("BLD", "BDL"):
+        seq = (lambda x: x) if layout == "BLD" else (lambda x: tf.transpose(x, [0, 2, 1]))
+        u, dl = seq(t["u"]), seq(t["delta"])
+        good = tf.zeros([2, 5, 3] if layout == "BLD" else [2, 3, 5])
+        form = "(batch, L, N) = [2, 5, 3]" if layout == "BLD" else "(batch, N, L) = [2, 3, 5]"
+        for k, shape in (("B", [2, 6, 3]), ("C", [3, 5, 3])):  # L 6, batch 3
+            if layout == "BDL":
+                shape = [shape[0], shape[2], shape[1]]
+            bad = tf.zeros(shape)
+            args = dict(B=good, C=good, layout=layout)
+            args[k] = bad
+            want = ("argument '%s': wrong shape: want %s, got %s" % (k, form, shape),)
+            raises(lambda: selective_scan(u, dl, t["A"], **args), *want)
+            raises(lambda: graph(lambda x: selective_scan(x, dl, t["A"], **args), tf.TensorSpec(u.shape)), *want)
+            f = tf.function(lambda b: selective_scan(u, dl, t["A"], **dict(args, **{k: b})),
+                            input_signature=[tf.TensorSpec(None, tf.float32)], autograph=False)
+            raises(lambda: f(bad), *want)
+    # a right rank-3 B and C: the same y as rank 4, and dB, dC of the shapes passed
+    B3, C3 = t["B"][:, :, 0], t["C"][:, :, 0]
+    with tf.GradientTape() as tape:
+        tape.watch([B3, C3])
+        y = selective_scan(t["u"], t["delta"], t["A"], B3, C3)
+        loss = tf.reduce_sum(y * y)
+    dB, dC = tape.gradient(loss, [B3, C3])
+    assert np.array_equal(y.numpy(), selective_scan(t["u"], t["delta"], t["A"], t["B"], t["C"]).numpy())
+    assert dB.shape == B3.shape and dC.shape == C3.shape
 
 
 def test_python_bools_like_numpy_bools():

@@ -112,10 +112,6 @@ _FLOAT_TYPES = (tf.float32, tf.float16, tf.bfloat16)
 # (eager) or ValueError (graph construction) naming it. Options are Python bools, not truthy values.
 
 
-def _invalid(msg):
-    return tf.errors.InvalidArgumentError(None, None, msg)
-
-
 def _python_bools(x):
     """Whether x is a Python bool or a (nested) non-empty list / tuple of bools only: what NumPy and
     TensorFlow make a bool array of."""
@@ -181,23 +177,6 @@ def _as_bool(v, name, who="selective_scan"):
     if isinstance(v, (bool, np.bool_)):
         return bool(v)
     raise TypeError("%s: %s must be a bool, got %r (%s)" % (who, name, v, type(v).__name__))
-
-
-def _bc(x, dtype, name, layout):
-    x = _as_t(x, dtype, name)
-    rank = x.shape.rank
-    axis = 2 if layout == "BLD" else 1
-    if rank == 3:  # one group: insert the group axis (a reshape, no data movement)
-        x = tf.expand_dims(x, axis=axis)
-    elif rank is None:  # known only at run time (tf.function without a static rank): the same, there
-        x = tf.cond(tf.equal(tf.rank(x), 3), lambda: tf.expand_dims(x, axis=axis), lambda: x)
-    elif rank != 4:
-        raise _invalid(
-            "selective_scan: %s must have rank 3 %s or 4 %s, got shape %s"
-            % (name, "(batch, L, N)" if layout == "BLD" else "(batch, N, L)",
-               "(batch, L, n_groups, N)" if layout == "BLD" else "(batch, n_groups, N, L)", x.shape)
-        )
-    return x
 
 
 def _in_xla_context():
@@ -275,8 +254,8 @@ def selective_scan(
             raise TypeError("selective_scan: u must be float32, float16 or bfloat16, got %s" % T.name)
         delta = _as_t(delta, T, "delta")
         A = _as_f32(A, "A")
-        B = _bc(B, T, "B", layout)
-        C = _bc(C, T, "C", layout)
+        B = _as_t(B, T, "B")  # with the group axis or without (one group): the op checks the shape passed
+        C = _as_t(C, T, "C")
         empty_f32 = tf.zeros([0], tf.float32)
         D_ = _as_f32(D, "D") if D is not None else empty_f32
         z_ = _as_t(z, T, "z") if z is not None else tf.zeros([0], T)
