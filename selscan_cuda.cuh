@@ -6860,12 +6860,14 @@ static __device__ __forceinline__ void ssd_ckb_mm(V (&acc)[4][NF], const float *
 }
 
 #ifdef SELSCAN__CK_MMA
-/* A tf32 operand of values exact in tf32 (a 2-byte problem's x, B, C, dy): loaded and converted, as wmma's
-   contract asks (the conversion leaves such values as they are) */
-template <typename F> static __device__ __forceinline__ void ssd_ck_load_tf32(F &f, const float *p, int ld) {
+/* A tf32 operand: loaded, and with round its floats rounded to tf32 (__float_to_tf32: the one-pass level's float
+   operands); without, values exact in tf32 (a 2-byte problem's x, B, C, dy), already tf32 values as wmma's contract
+   asks: converting them changes no bit and costs two instructions an element on sm_90 (SSD-CUDA-v16) */
+template <typename F> static __device__ __forceinline__ void ssd_ck_load_tf32(F &f, const float *p, int ld, bool round) {
     ckw::load_matrix_sync(f, p, ld);
+    if (round)
 #pragma unroll
-    for (int i = 0; i < f.num_elements; i++) f.x[i] = ckw::__float_to_tf32(f.x[i]);
+        for (int i = 0; i < f.num_elements; i++) f.x[i] = ckw::__float_to_tf32(f.x[i]);
 }
 
 /* The pair products of a 2-byte problem on tensor cores: Ws = C B^T and Vs = dy0 x^T, the 10 tiles of 16 x 16
@@ -6887,8 +6889,8 @@ static __device__ __forceinline__ void ssd_ckb_pairs_tc(bool split, const float 
             for (int k = 0; k < NP; k += 8) {
                 ck_fa<ckw::row_major> a;
                 ck_fb<ckw::col_major> b;
-                ssd_ck_load_tf32(a, Cs + 16 * ti * BS + k, BS);
-                ssd_ck_load_tf32(b, Bs + 16 * si * BS + k, BS);
+                ssd_ck_load_tf32(a, Cs + 16 * ti * BS + k, BS, false);
+                ssd_ck_load_tf32(b, Bs + 16 * si * BS + k, BS, false);
                 ckw::mma_sync(acc, a, b, acc);
             }
             ckw::store_matrix_sync(Ws + 16 * ti * XS + 16 * si, acc, XS, ckw::mem_row_major);
@@ -6896,12 +6898,12 @@ static __device__ __forceinline__ void ssd_ckb_pairs_tc(bool split, const float 
             for (int k = 0; k < kCkPT; k += 8) {
                 ck_fa<ckw::row_major> ah, al;
                 ck_fb<ckw::col_major> b;
-                ssd_ck_load_tf32(b, xs + 16 * si * XS + k, XS);
+                ssd_ck_load_tf32(b, xs + 16 * si * XS + k, XS, false);
                 if (split) {
                     ssd_ck_split(ah, al, dys + 16 * ti * XS + k, XS);
                     ckw::mma_sync(acc, al, b, acc);
                 } else
-                    ssd_ck_load_tf32(ah, dys + 16 * ti * XS + k, XS);
+                    ssd_ck_load_tf32(ah, dys + 16 * ti * XS + k, XS, false);
                 ckw::mma_sync(acc, ah, b, acc);
             }
             ckw::store_matrix_sync(Vs + 16 * ti * XS + 16 * si, acc, XS, ckw::mem_row_major);
@@ -6929,12 +6931,12 @@ static __device__ __forceinline__ void ssd_ckb_loc_tc(bool split, bool sp, const
             ck_fa<ckw::col_major> ah, al;
             ck_fb<ckw::row_major> bh, bl;
             if (sp) ssd_ck_split(bh, bl, b + s * BS, BS);
-            else ssd_ck_load_tf32(bh, b + s * BS, BS); /* (rounded to tf32: the one-pass level, ONE) */
+            else ssd_ck_load_tf32(bh, b + s * BS, BS, true); /* (rounded to tf32: the one-pass level, ONE) */
             if (g && split && sp) {
                 ssd_ck_split(ah, al, a + s * XS, XS);
                 ckw::mma_sync(acc, al, bh, acc);
             } else
-                ssd_ck_load_tf32(ah, a + s * XS, XS);
+                ssd_ck_load_tf32(ah, a + s * XS, XS, g && split); /* x, dy exact; dy0 under a gate rounded (ONE) */
             if (sp) ckw::mma_sync(acc, ah, bl, acc);
             ckw::mma_sync(acc, ah, bh, acc);
         }
@@ -7167,7 +7169,7 @@ static __device__ __forceinline__ void ssd_tc_mm(float (&acc)[NT8][4], const FA 
         uint32_t ah[4], al[4];
 #pragma unroll
         for (int i = 0; i < 4; i++) {
-            ah[i] = ssd_tf32(av[i]);
+            ah[i] = SA ? ssd_tf32(av[i]) : __float_as_uint(av[i]); /* (exact: no conversion, ssd_ck_load_tf32) */
             al[i] = SA && sp ? ssd_tf32(av[i] - __uint_as_float(ah[i])) : 0u;
         }
 #pragma unroll
@@ -7176,7 +7178,7 @@ static __device__ __forceinline__ void ssd_tc_mm(float (&acc)[NT8][4], const FA 
             uint32_t bh[2], bl[2];
 #pragma unroll
             for (int i = 0; i < 2; i++) {
-                bh[i] = ssd_tf32(bv[i]);
+                bh[i] = SB ? ssd_tf32(bv[i]) : __float_as_uint(bv[i]);
                 bl[i] = SB && sp ? ssd_tf32(bv[i] - __uint_as_float(bh[i])) : 0u;
             }
             if (SA && sp) ssd_mma8(acc[j], al, bh);

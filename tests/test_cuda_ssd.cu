@@ -484,6 +484,17 @@ static void run_case(int ci, bool quick) {
     }
     std::vector<std::vector<unsigned char>> first(9);
     bool ran_ckb = false;
+    /* dD is a float32 sum of batch L P (D a head) or batch L (D a channel) products dy silu(z) x whose random signs
+       cancel: its rounding is bounded by the magnitudes summed, depth u sum |term| (Higham's bound; depth: a row's
+       steps or a chunk's, the rows' or chunks' partials, the channels, the products' own roundings), not by |dD|
+       (full matrix, case 702: 1.03e-4 of a per-head dD) */
+    std::vector<double> dD_mag(dD.given ? dD.count() : 0, 0.0);
+    for (int64_t i = 0; dD.given && i < x.count(); i++) {
+        const int64_t pp = i % P, hh = i / P % H;
+        const double zv = hasz ? z.get(z.h, i) : 0.0, g = hasz ? zv / (1.0 + exp(-zv)) : 1.0;
+        dD_mag[Dhd ? hh * P + pp : hh] += fabs(static_cast<double>(dy.get(dy.h, i)) * g * x.get(x.h, i));
+    }
+    const double dD_depth = ldexp(static_cast<double>(L + batch * ((L + 63) / 64) + P + 12), -24);
     for (int rep = 0; rep < 2; rep++) {
         for (Ten *t : gouts) if (t->given) CU(cudaMemset(t->d, 0xFF, t->alloc * t->es()));
         if (refused) {
@@ -540,6 +551,13 @@ static void run_case(int ci, bool quick) {
                 const double tol = tc_tol_lowp(dt, 1e-4, 2);
                 /* NaN in: only the decay's gradient (ddt, dA, ddt_bias) may be NaN where the reference is not */
                 const double e = rel_err(t, got.data(), t.h, (nan_case || nan_bwd) && (i == 1 || i == 2 || i == 7));
+                /* dD past tol: each element within tol of itself plus its sum's rounding bound (above) */
+                double ed = 0.0;
+                for (int64_t k = 0; i == 5 && e > tol && k < t.count(); k++) {
+                    const double gv = t.get(got.data(), k), rv = t.get(t.h, k);
+                    const double d = fabs(gv - rv), v = d == 0.0 ? 0.0 : d / (tol * fabs(rv) + dD_depth * dD_mag[k]);
+                    ed = !isfinite(gv) || !isfinite(rv) || !(v <= ed) ? (isfinite(v) && isfinite(gv) && isfinite(rv) ? v : INFINITY) : ed;
+                }
                 if (i == 1)
                     for (int64_t b = 0; b < batch; b++)
                         for (int64_t tt = 0; tt < lpad; tt++)
@@ -547,7 +565,14 @@ static void run_case(int ci, bool quick) {
                                 CHECK(t.get(got.data(), (b * L + tt) * H + hh) == 0.0f, "%s: ddt at left-padded step %lld not 0", what, (long long)tt);
                 if (e > g_worst.v[2 + i]) g_worst.v[2 + i] = e;
                 if (ran_ckb && e > g_worst_ckb[ci % 3][i]) g_worst_ckb[ci % 3][i] = e;
-                CHECK(e <= tol, "%s: %s rel err %.3g > %.3g", what, g_names[2 + i], e, tol);
+                CHECK(e <= tol || (i == 5 && ed <= 1.0), "%s: %s rel err %.3g > %.3g%s", what, g_names[2 + i], e, tol,
+                      i == 5 ? " and past its sum's rounding bound" : "");
+                if (i == 5 && e > tol && ed <= 1.0) { /* (said: which cases the bound decides, and how far the sum cancelled) */
+                    double rn = 0.0, mn = 0.0;
+                    for (int64_t k = 0; k < t.count(); k++) { rn += fabs(t.get(t.h, k)); mn += dD_mag[k]; }
+                    printf("%s: dD rel err %.3g > %.3g, within its sum's rounding bound (%.2f of it): |dD| / sum |terms| %.3g\n", what, e, tol, ed,
+                           mn > 0 ? rn / mn : 0.0);
+                }
                 first[i] = got;
             } else {
                 CHECK(got == first[i], "%s: %s differs between two runs (not deterministic)", what, g_names[2 + i]);
