@@ -202,6 +202,19 @@ int main(int argc, char **argv) {
                        s.name, bm[4], bm[1] / bm[4], d1);
             }
 #endif
+            /* each form's gradients as one FNV-1a hash of their bytes: two builds (a kernel change that should keep every
+               bit, forms-base) compared by these lines alone */
+            printf("backward bits | %s |", s.name);
+            for (int f = 0; f < NFORM; f++) {
+                uint64_t hsh = 1469598103934665603ull;
+                for (int i = 0; i < 7; i++) {
+                    std::vector<unsigned char> hb(nbytes[i]);
+                    CK(cudaMemcpy(hb.data(), gr[f][i], nbytes[i], cudaMemcpyDeviceToHost));
+                    for (unsigned char c : hb) hsh = (hsh ^ c) * 1099511628211ull;
+                }
+                printf(" form %d %016llx", f, (unsigned long long)hsh);
+            }
+            printf("\n");
             for (int f = 0; f < NFORM; f++)
                 for (int i = 0; i < 7; i++) cudaFree(gr[f][i]);
             cudaFree(dy);
