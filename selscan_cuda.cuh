@@ -6876,10 +6876,11 @@ template <typename F> static __device__ __forceinline__ void ssd_ck_load_tf32(F 
    is exact and only the sums round, at float32's width (not IEEE's order or rounding: the tensor cores';
    SSD-CUDA-v9's emulation with float32 inputs and sums, a bound above this, put dA 4.6e-5 off,
    test_cuda_ssd's bound for a bf16 problem 7.8e-3); dy0 under a gate (split: dy silu(z), a float) is
-   split into a tf32 part and its remainder, two products a step */
+   split into a tf32 part and its remainder, two products a step (sp false, the one-pass level: rounded instead) */
 template <int NP>
-static __device__ __forceinline__ void ssd_ckb_pairs_tc(bool split, const float *Cs, const float *Bs, int BS, const float *dys, const float *xs, int XS,
-                                                        float *Ws, float *Vs) {
+static __device__ __forceinline__ void ssd_ckb_pairs_tc(bool gated, bool sp, const float *Cs, const float *Bs, int BS, const float *dys, const float *xs,
+                                                        int XS, float *Ws, float *Vs) {
+    const bool split = gated && sp;
     for (int k2 = static_cast<int>(threadIdx.x >> 5); k2 < 20; k2 += kCkThreads / 32) {
         const bool dxp = k2 >= 10; /* the second product */
         const int kk = dxp ? k2 - 10 : k2, ti = kk < 1 ? 0 : kk < 3 ? 1 : kk < 6 ? 2 : 3, si = kk - ti * (ti + 1) / 2;
@@ -6903,7 +6904,7 @@ static __device__ __forceinline__ void ssd_ckb_pairs_tc(bool split, const float 
                     ssd_ck_split(ah, al, dys + 16 * ti * XS + k, XS);
                     ckw::mma_sync(acc, al, b, acc);
                 } else
-                    ssd_ck_load_tf32(ah, dys + 16 * ti * XS + k, XS, false);
+                    ssd_ck_load_tf32(ah, dys + 16 * ti * XS + k, XS, gated); /* dy exact; dy0 under a gate rounded (ONE) */
                 ckw::mma_sync(acc, ah, b, acc);
             }
             ckw::store_matrix_sync(Vs + 16 * ti * XS + 16 * si, acc, XS, ckw::mem_row_major);
@@ -7422,7 +7423,7 @@ template <typename T, int NB, bool ONE = false> static __global__ void __launch_
         double cb[4][4], dx[4][4];
 #ifdef SELSCAN__CK_MMA
         if (sizeof(T) == 2 && P.ckb_tc >= 1) {
-            ssd_ckb_pairs_tc<NP>(P.z.p != NULL && !ONE, Cs, Bs, BS, dys, xs, XS, Ws, Vs);
+            ssd_ckb_pairs_tc<NP>(P.z.p != NULL, !ONE, Cs, Bs, BS, dys, xs, XS, Ws, Vs);
             __syncthreads();
 #pragma unroll
             for (int e = 0; e < 4; e++)
