@@ -558,9 +558,9 @@ static void run_case(int ci, bool quick) {
                 /* dD past tol: each element within tol of the sum in double plus its rounding (above) */
                 double ed = 0.0;
                 for (int64_t k = 0; i == 5 && e > tol && k < t.count(); k++) {
-                    const double gv = t.get(got.data(), k), rv = dD_64[k];
-                    const double d = fabs(gv - rv), v = d == 0.0 ? 0.0 : d / (tol * fabs(rv) + dD_round * dD_mag[k]);
-                    ed = !isfinite(gv) || !isfinite(rv) || !(v <= ed) ? (isfinite(v) && isfinite(gv) && isfinite(rv) ? v : INFINITY) : ed;
+                    const double gv = t.get(got.data(), k), rv = dD_64[k], d = fabs(gv - rv);
+                    if (!isfinite(gv) || !isfinite(rv)) ed = INFINITY; /* (not finite: rel_err's verdict stands) */
+                    else if (d > 0.0) ed = fmax(ed, d / (tol * fabs(rv) + dD_round * dD_mag[k]));
                 }
                 if (i == 1)
                     for (int64_t b = 0; b < batch; b++)

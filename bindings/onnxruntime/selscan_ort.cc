@@ -380,7 +380,15 @@ selscan_dtype DtypeOf(ONNXTensorElementDataType t) {
            : t == ONNX_TENSOR_ELEMENT_DATA_TYPE_BFLOAT16 ? SELSCAN_BF16
                                                          : SELSCAN_F32;
 }
-size_t ElemSize(ONNXTensorElementDataType t) { return t == ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT ? 4 : 2; }
+size_t ElemSize(ONNXTensorElementDataType t) { // (another type is refused by the checks before)
+    switch (t) {
+    case ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT16:
+    case ONNX_TENSOR_ELEMENT_DATA_TYPE_BFLOAT16: return 2;
+    case ONNX_TENSOR_ELEMENT_DATA_TYPE_INT64:
+    case ONNX_TENSOR_ELEMENT_DATA_TYPE_DOUBLE: return 8;
+    default: return 4;
+    }
+}
 
 // selscan's status and diag -> an ONNX Runtime error naming the input (the layer's message).
 OrtStatus *SelscanError(const char *op, selscan_status st, const selscan_diag &d, const bind::Names &names) {
@@ -452,23 +460,13 @@ constexpr const char *kStepOperands[kStepInputs] = {nullptr, "u", "delta", "A", 
                                                     "C",     "D", "z",     "delta_bias", "state_index"};
 constexpr const char *kConvUpdateOperands[kConvUpdateInputs] = {nullptr, "x", "weight", "bias", "state_index"};
 
-size_t ElemBytes(ONNXTensorElementDataType t) { // (another type is refused by the checks before)
-    switch (t) {
-    case ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT16:
-    case ONNX_TENSOR_ELEMENT_DATA_TYPE_BFLOAT16: return 2;
-    case ONNX_TENSOR_ELEMENT_DATA_TYPE_INT64:
-    case ONNX_TENSOR_ELEMENT_DATA_TYPE_DOUBLE: return 8;
-    default: return 4;
-    }
-}
-
 // Whether a and b share a byte (ONNX Runtime's tensors are dense: their byte ranges).
 bool Overlap(const Operand &a, const Operand &b) {
     const Tensor &x = *a.t, &y = *b.t;
     if (!x.present || !y.present || x.numel <= 0 || y.numel <= 0) return false;
     const uintptr_t x0 = reinterpret_cast<uintptr_t>(x.data), y0 = reinterpret_cast<uintptr_t>(y.data);
-    return x0 < y0 + static_cast<uintptr_t>(y.numel) * ElemBytes(y.type) &&
-           y0 < x0 + static_cast<uintptr_t>(x.numel) * ElemBytes(x.type);
+    return x0 < y0 + static_cast<uintptr_t>(y.numel) * ElemSize(y.type) &&
+           y0 < x0 + static_cast<uintptr_t>(x.numel) * ElemSize(x.type);
 }
 
 // An empty call's outputs (bind::Checked::Empty, >>bind-empty), which selscan never sees: first selscan's
