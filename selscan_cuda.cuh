@@ -36,7 +36,7 @@
  *     >>norm-cuda       the gated RMS norm: norm_fwd / norm_bwd / norm_reduce kernels, host side
  *     >>ssd-cuda        Mamba-2's SSD scan: ssd_fwd / ssd_bwd (two walks) / ssd_dt / ssd_bc /
  *                       ssd_param kernels and their host side (its DESIGN there)
- *     >>ssd-chunk       the SSD forward in chunks, ssd_ck_fwd_kernel (not selected by default)
+ *     >>ssd-chunk       the SSD forward in chunks, ssd_ck_fwd_kernel (2-byte problems by default)
  *     >>ssd-chunk-bwd   the SSD backward in chunks: ssd_ckb_loc / ssd_ckb_pass / ssd_ckb kernels
  *                       (the default backward where its shapes hold: ssd_ckb_mode 1)
  *     >>public          the extern "C" entry points
@@ -63,8 +63,10 @@
  *     conv_bwd_cl_kernel   path does not apply (the Mamba-2 layer's channels-last xBC)
  *     conv_*_kernel        every other causal conv1d call (widths 2..4, any strides)   >>conv
  *     norm_*_kernel        every gated RMS norm call (any group size, any strides)    >>norm-cuda
- *     ssd_fwd_kernel       every SSD forward (dstate <= 512, any strides)             >>ssd-cuda
- *     ssd_ck_fwd_kernel    no SSD forward by default (ssd_ck_mode: tests, benchmark)  >>ssd-chunk
+ *     ssd_ck_fwd_kernel    2-byte SSD forwards without packed sequences, 32 < dstate   >>ssd-chunk
+ *                          <= 128, given ext->workspace_alloc (its ring), the block's shared
+ *                          memory within the device's opt-in limit (ssd_ck_mode)
+ *     ssd_fwd_kernel       every other SSD forward (dstate <= 512, any strides)       >>ssd-cuda
  *     ssd_ckb_*_kernel     SSD backwards without packed sequences, 32 < dstate <= 128,  >>ssd-chunk-bwd
  *       (+ ssd_dt, ssd_bc,  every value finite, a <= 0 (else the walks, launched after, run),
  *       ssd_param)         the block's shared memory within the device's opt-in limit
@@ -262,10 +264,14 @@ SELSCAN_DEF selscan_status selscan_norm_backward_cuda(const selscan_norm_problem
    from selscan_ssd_forward_ref by rounding only) with every tensor pointer in device memory;
    cu_seqlens stays a host array (validated on the host) with its device copy in
    ext->cu_seqlens_device. ext may be NULL; the SSD entries use its cu_seqlens_device, cuda_error
-   and (backward) workspace_alloc / workspace_ctx. dstate up to 512 (SELSCAN_ERR_UNSUPPORTED
+   and workspace_alloc / workspace_ctx. dstate up to 512 (SELSCAN_ERR_UNSUPPORTED
    "dstate" above; on a device with 64 KiB of shared memory a block, sm_75, the backward up to 256
    where headdim > 8: SELSCAN_RULE_SHARED_MEMORY; the size query refuses these as the call does, its
-   size the same on every device). The forward needs no workspace; the backward needs
+   size the same on every device). The forward takes no workspace argument: a 2-byte problem without
+   packed sequences at 32 < dstate <= 128 runs in chunks (>>ssd-chunk) when ext->workspace_alloc is
+   given, which it asks for selscan_ssd_workspace_size_cuda(p, NULL) bytes (the chains' two-slot state
+   rings: 2 batch nheads ceil(headdim / 64) 64 64 ceil(dstate / 64) floats, and a flag a chain; a NULL
+   from it fails the call, SELSCAN_ERR_WORKSPACE); every other forward walks and needs none. The backward needs
    selscan_ssd_workspace_size_cuda() bytes at any address (per head and channel slice partials of
    dB / dC: 2 batch seqlen nheads dstate floats when both are asked for and one slice holds a
    head's channels (headdim <= 64 at dstate <= 128; ceil(headdim / PB) times that, PB 64 / 32 / 16
@@ -6144,7 +6150,7 @@ static __global__ void __launch_bounds__(256) ssd_param_kernel(const ssd_params 
     }
 }
 
-/* >>ssd-chunk       the SSD forward in chunks (ssd_ck_fwd_kernel; not the default: ssd_ck_mode)      */
+/* >>ssd-chunk       the SSD forward in chunks (ssd_ck_fwd_kernel; 2-byte problems by default: ssd_ck_mode) */
 /* DESIGN. Mamba-2's chunked form (mamba_ssm's: chunk states, a pass of the states between chunks,
    the chunk's outputs) in one kernel. A block takes a chunk of Q = 64 steps of one (batch row, head,
    tile of 64 channels) and computes, from its staged x, B, C and dt:
@@ -6158,9 +6164,10 @@ static __global__ void __launch_bounds__(256) ssd_param_kernel(const ssd_params 
    through a ring of two slots in the workspace (f32, one publish flag a chain): the slot block c
    writes (c + 1's) was last read by block c - 1, which finished reading before it published the
    state block c waited for. Everything but the wait and the publish runs before the wait.
-   The four products (C B^T, Sloc, W x, C Sin^T) run on tensor cores (tf32 wmma, sm_80+) with each
-   operand split into a tf32 part and a tf32 remainder, three products a pair: float32's precision,
-   as >>ssd-api promises. A chunk with a value that is not finite (x, B, C, dt or a) takes the same
+   The four products (C B^T, Sloc, W x, C Sin^T) run on tensor cores (ssd_tc_mm: mma.sync m16n8k8 tf32,
+   sm_80+) with every float operand split into a tf32 part and a tf32 remainder, two or three products
+   a pair: float32's precision, as >>ssd-api promises; a 2-byte problem's x, B and C are exact in tf32
+   and go in as they are (C B^T one product; the decay weights w(s) on x, exp(a(0..t)) after C Sin^T). A chunk with a value that is not finite (x, B, C, dt or a) takes the same
    products on the float32 units instead (a split would make inf - inf; a masked 0 times a NaN x
    would spread it to earlier steps): there pairs s > t are skipped, never multiplied by 0.
    A state entering with a value that is not finite takes its product C Sin^T on the float32 units too,
@@ -6173,11 +6180,10 @@ static __global__ void __launch_bounds__(256) ssd_param_kernel(const ssd_params 
    come out as the recurrence's: its order of products is not the chunks' (an inf x times a B with a
    0 gives NaN there, not here; an inf state times a decay that underflows over the chunk but not step
    by step gives NaN here). Deterministic: fixed-order sums.
-   Not the default: on an H200 the chunks took 0.85x / 0.77x the walk's speed (130m / 1.3b shapes,
-   bf16, batch 8 x 2048), 0.97x / 0.89x on the float32 units alone, and 1.24x / 1.12x even with one-pass
-   tf32 products, which float32's precision rules out (bench/NOTES.md SSD-CUDA-v8). It stays (ssd_ck_mode:
-   tests, bench/bench_ssd_forms.cu) as the form the chunked backward (>>ssd-chunk-bwd, the default
-   backward where its shapes hold) is built on. */
+   The default for 2-byte problems where its shapes hold (bench/NOTES.md SSD-CUDA-v17: its products with
+   the exact operands as they are); float32 problems take the walk (every operand split: SSD-CUDA-v8's
+   measurements, 0.85x / 0.77x the walk's speed on an H200). The chunked backward (>>ssd-chunk-bwd) is
+   built on this form. */
 static constexpr int kCkQ = 64;       /* steps a chunk */
 static constexpr int kCkPT = 64;      /* channels a block */
 static constexpr int kCkThreads = 256;
@@ -6347,7 +6353,7 @@ template <int NB> static __device__ __forceinline__ void ssd_ck_enter_part(float
 }
 
 #if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 800
-#define SELSCAN__CK_MMA 1 /* the chunks' products on tensor cores (tf32 wmma: sm_80 and later) */
+#define SELSCAN__CK_MMA 1 /* the chunks' products on tensor cores (tf32 wmma and mma.sync: sm_80 and later) */
 namespace ckw = nvcuda::wmma;
 using ck_acc = ckw::fragment<ckw::accumulator, 16, 16, 8, float>;
 /* A and B operands split into a tf32 high part and a tf32 remainder; acc += A B as three products
@@ -6369,6 +6375,59 @@ template <bool ONE, typename FA, typename FB> static __device__ __forceinline__ 
         ckw::mma_sync(acc, ah, bl, acc);
     }
     ckw::mma_sync(acc, ah, bh, acc);
+}
+/* v as a tf32 operand (round to nearest, ties away from zero), in mma's register form */
+static __device__ __forceinline__ uint32_t ssd_tf32(float v) {
+    uint32_t r;
+    asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(v));
+    return r;
+}
+/* d += a b on tensor cores, mma.m16n8k8 with tf32 operands (sm_80+), the PTX ISA's fragments: lane 4 g + q holds a at
+   (row, column) (g, q), (g + 8, q), (g, q + 4), (g + 8, q + 4); b at (q, g), (q + 4, g); d at (g, 2 q), (g, 2 q + 1),
+   (g + 8, 2 q), (g + 8, 2 q + 1) */
+static __device__ __forceinline__ void ssd_mma8(float (&d)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]) {
+    asm volatile("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+/* acc[j] (rows r0 + g, r0 + g + 8; columns c0 + 8 j + 2 q, + 1: ssd_mma8's d) += sum_{k0 <= k < k1} A(r, k) B(k, c), the
+   operands read by fa(r, k) and fb(k, c) from shared memory, k1 - k0 a multiple of 8. SA / SB: that operand a float,
+   split into a tf32 part and its remainder (the products hi hi, lo hi, hi lo: float32's precision, the forward's three
+   products' way); else exact in tf32 (a 2-byte problem's x, B, C): one part. sp false: no split (ONE, ssd_ckb_loc_kernel) */
+template <int NT8, bool SA, bool SB, typename FA, typename FB>
+static __device__ __forceinline__ void ssd_tc_mm(float (&acc)[NT8][4], const FA &fa, const FB &fb, int r0, int c0, int k0, int k1, bool sp) {
+    const int lane = static_cast<int>(threadIdx.x & 31), g = lane >> 2, q = lane & 3;
+    for (int k = k0; k < k1; k += 8) {
+        const float av[4] = {fa(r0 + g, k + q), fa(r0 + g + 8, k + q), fa(r0 + g, k + q + 4), fa(r0 + g + 8, k + q + 4)};
+        uint32_t ah[4], al[4];
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            ah[i] = SA ? ssd_tf32(av[i]) : __float_as_uint(av[i]); /* (exact: no conversion, ssd_ck_load_tf32) */
+            al[i] = SA && sp ? ssd_tf32(av[i] - __uint_as_float(ah[i])) : 0u;
+        }
+#pragma unroll
+        for (int j = 0; j < NT8; j++) {
+            const float bv[2] = {fb(k + q, c0 + 8 * j + g), fb(k + q + 4, c0 + 8 * j + g)};
+            uint32_t bh[2], bl[2];
+#pragma unroll
+            for (int i = 0; i < 2; i++) {
+                bh[i] = SB ? ssd_tf32(bv[i]) : __float_as_uint(bv[i]);
+                bl[i] = SB && sp ? ssd_tf32(bv[i] - __uint_as_float(bh[i])) : 0u;
+            }
+            if (SA && sp) ssd_mma8(acc[j], al, bh);
+            if (SB && sp) ssd_mma8(acc[j], ah, bl);
+            ssd_mma8(acc[j], ah, bh);
+        }
+    }
+}
+/* f(j, i, row, column) for each cell acc[j][i] of ssd_tc_mm's accumulators (rows r0 + g, r0 + g + 8; columns c0 + 8 j +
+   2 q, + 1): the one place that says where d's cells are */
+template <int NT8, typename F> static __device__ __forceinline__ void ssd_tc_cells(int r0, int c0, const F &f) {
+    const int lane = static_cast<int>(threadIdx.x & 31), g = lane >> 2, q = lane & 3;
+#pragma unroll
+    for (int j = 0; j < NT8; j++)
+#pragma unroll
+        for (int i = 0; i < 4; i++) f(j, i, r0 + g + 8 * (i >> 1), c0 + 8 * j + 2 * q + (i & 1));
 }
 #endif
 
@@ -6420,116 +6479,68 @@ template <typename T, int NB, bool ONE> static __global__ void __launch_bounds__
     float *const Ss = Bs; /* the entering state takes B's place once B is used */
 #ifdef SELSCAN__CK_MMA
     if (!bad) {
+        /* the products by ssd_tc_mm (mma.sync m16n8k8), a warp a strip of 16 rows (warp & 3) and half the columns
+           (warp >> 2) of each result; a 2-byte problem's x, B and C are exact in tf32 (EX: taken as they are, one
+           part), every float operand (W, w(s) x, the entering state) split in two: float32's precision */
+        constexpr bool EX = sizeof(T) == 2, sp = !ONE;
+        constexpr int NT8 = NP / 16; /* tiles of 8 states in half a row of states */
+        const int warp = tid >> 5, r0 = 16 * (warp & 3), cq = 32 * (warp >> 2), cn = (warp >> 2) * (NP / 2);
+        const auto rowm = [](const float *a, int ld) { return [a, ld](int r, int k) { return a[r * ld + k]; }; }; /* a[r][k] */
+        const auto colm = [](const float *a, int ld) { return [a, ld](int r, int k) { return a[k * ld + r]; }; }; /* a[k][r] */
         /* decays: each exponent a difference of the chunk's prefix sums of a, kept in double */
         double *const csd = reinterpret_cast<double *>(sm + m.csd);
         if (tid < 32) ssd_ck_prefix(sa, csd, tid);
-        /* C B^T, the tiles on or below the diagonal (10 of 16: warp w takes w and w + 8) */
-        const int warp = tid >> 5;
-        for (int k2 = warp; k2 < 10; k2 += 8) {
-            const int ti = k2 < 1 ? 0 : k2 < 3 ? 1 : k2 < 6 ? 2 : 3, si = k2 - ti * (ti + 1) / 2;
-            ck_acc acc;
-            ckw::fill_fragment(acc, 0.0f);
-            for (int k = 0; k < NP; k += 8) {
-                ck_fa<ckw::row_major> ah, al;
-                ck_fb<ckw::col_major> bh, bl;
-                ssd_ck_split(ah, al, Cs + 16 * ti * BS + k, BS);
-                ssd_ck_split(bh, bl, Bs + 16 * si * BS + k, BS);
-                ssd_ck_mma3<ONE>(acc, ah, al, bh, bl);
-            }
-            ckw::store_matrix_sync(Ws + 16 * ti * WS + 16 * si, acc, WS, ckw::mem_row_major);
-        }
-        __syncthreads();
-        /* W = C B^T exp(a(s+1..t)) dt(s) on and below the diagonal, 0 above; the decays of Sloc and
-           of the entering state */
+        /* C B^T (t, s), a warp's block where it reaches the diagonal (steps s <= its last row t) */
+        float acc[4][4] = {};
+        if (cq <= r0 + 15) ssd_tc_mm<4, !EX, !EX>(acc, rowm(Cs, BS), colm(Bs, BS), r0, cq, 0, NP, sp);
+        __syncthreads(); /* csd */
+        /* W = C B^T exp(a(s+1..t)) dt(s) on and below the diagonal, 0 above; the decays of Sloc and of the
+           entering state */
         const double tot = csd[Q - 1];
-        for (int i = tid; i < Q * Q; i += kCkThreads) {
-            const int t = i / Q, s = i - t * Q;
-            Ws[t * WS + s] = s <= t ? Ws[t * WS + s] * (expf(static_cast<float>(csd[t] - csd[s])) * sdt[s]) : 0.0f;
-        }
+        ssd_tc_cells<4>(r0, cq, [&](int j, int i, int t, int s) {
+            Ws[t * WS + s] = s <= t ? acc[j][i] * (expf(static_cast<float>(csd[t] - csd[s])) * sdt[s]) : 0.0f;
+        });
         if (tid < Q) {
             sdin[tid] = expf(static_cast<float>(csd[tid]));
             swsuf[tid] = expf(static_cast<float>(tot - csd[tid])) * sdt[tid];
             if (tid == 0) sm[m.misc] = expf(static_cast<float>(tot));
         }
-        __syncthreads();
-        /* B's rows times w(s), C's rows times exp(a(0..t)): the products below take them as they are */
-        for (int i = tid; i < Q * NP; i += kCkThreads) {
-            const int s = i / NP, n = i - s * NP;
-            Bs[s * BS + n] *= swsuf[s];
-            Cs[s * BS + n] *= sdin[s];
-        }
-        __syncthreads();
-        /* Sloc = x^T (w B): warp w the channels 16 (w & 3) .. and states 16 NB 2 (w >> 2) .. */
-        constexpr int NT = 2 * NB; /* state tiles a warp */
-        const int pt = warp & 3, nt0 = (warp >> 2) * NT;
-        ck_acc sl[NT];
-#pragma unroll
-        for (int j = 0; j < NT; j++) ckw::fill_fragment(sl[j], 0.0f);
-        for (int k = 0; k < Q; k += 8) {
-            ck_fa<ckw::col_major> ah, al;
-            ssd_ck_split(ah, al, xs + k * XS + 16 * pt, XS);
-#pragma unroll
-            for (int j = 0; j < NT; j++) {
-                ck_fb<ckw::row_major> bh, bl;
-                ssd_ck_split(bh, bl, Bs + k * BS + 16 * (nt0 + j), BS);
-                ssd_ck_mma3<ONE>(sl[j], ah, al, bh, bl);
-            }
-        }
-        /* Y = W x: warp w the steps 16 (w >> 1) .., channels 32 (w & 1) .. (two tiles), s up to its steps */
-        const int tt = warp >> 1, pp = (warp & 1) * 2;
-        ck_acc yv[2];
-#pragma unroll
-        for (int j = 0; j < 2; j++) ckw::fill_fragment(yv[j], 0.0f);
-        for (int k = 0; k < 16 * (tt + 1); k += 8) {
-            ck_fa<ckw::row_major> ah, al;
-            ssd_ck_split(ah, al, Ws + 16 * tt * WS + k, WS);
-#pragma unroll
-            for (int j = 0; j < 2; j++) {
-                ck_fb<ckw::row_major> bh, bl;
-                ssd_ck_split(bh, bl, xs + k * XS + 16 * (pp + j), XS);
-                ssd_ck_mma3<ONE>(yv[j], ah, al, bh, bl);
-            }
-        }
-        __syncthreads(); /* B's readers are done: the entering state takes its place */
+        __syncthreads(); /* W, din, wsuf */
+        /* Sloc = (w x)^T B (p, n) */
+        float sl[NT8][4] = {};
+        ssd_tc_mm<NT8, true, !EX>(sl, [xs, swsuf](int p, int s) { return swsuf[s] * xs[s * XS + p]; }, rowm(Bs, BS), r0, cn, 0, Q, sp);
+        /* Y = W x (t, p), s up to the strip's last row */
+        float yv[4][4] = {};
+        ssd_tc_mm<4, true, !EX>(yv, rowm(Ws, WS), rowm(xs, XS), r0, cq, 0, r0 + 16, sp);
+        __syncthreads(); /* B's and W's readers are done: the entering state takes B's place */
         const bool sbad = ssd_ck_enter<NB>(P, chain, c, b, h, p0, Ss);
         const float dec = sm[m.misc];
-        /* the leaving state dec Sin + Sloc: into the ring (a chunk follows) or into Sin's place (final_state) */
-#pragma unroll
-        for (int j = 0; j < NT; j++) {
-            ck_acc sin;
-            float *const at = Ss + 16 * pt * BS + 16 * (nt0 + j);
-            ckw::load_matrix_sync(sin, at, BS, ckw::mem_row_major);
-#pragma unroll
-            for (int e = 0; e < sin.num_elements; e++) sl[j].x[e] = fmaf(dec, sin.x[e], sl[j].x[e]);
-            if (more) ckw::store_matrix_sync(P.ck_ring + (chain * 2 + ((c + 1) & 1)) * (kCkPT * NP) + 16 * pt * NP + 16 * (nt0 + j), sl[j], NP,
-                                             ckw::mem_row_major);
-        }
+        /* the leaving state dec Sin + Sloc: into the ring (a chunk follows), kept for final_state (none) */
+        float *const ring = P.ck_ring + (chain * 2 + ((c + 1) & 1)) * (kCkPT * NP);
+        ssd_tc_cells<NT8>(r0, cn, [&](int j, int i, int p, int n) {
+            sl[j][i] = fmaf(dec, Ss[p * BS + n], sl[j][i]);
+            if (more) ring[p * NP + n] = sl[j][i];
+        });
         if (more) ssd_ck_publish(P, chain, c);
-        /* Y += (exp(a(0..t)) C) Sin^T: on tensor cores, or (a state not finite: a split would make
-           inf - inf) on the float32 units, Y through W's place (W is used) */
+        /* Y += exp(a(0..t)) C Sin^T: on tensor cores, or (a state not finite: a split would make inf - inf) on
+           the float32 units, Y through W's place (W is used) */
         float *Yb = Cs;
+        int ldy = BS;
         if (!sbad) {
-            for (int k = 0; k < NP; k += 8) {
-                ck_fa<ckw::row_major> ah, al;
-                ssd_ck_split(ah, al, Cs + 16 * tt * BS + k, BS);
-#pragma unroll
-                for (int j = 0; j < 2; j++) {
-                    ck_fb<ckw::col_major> bh, bl;
-                    ssd_ck_split(bh, bl, Ss + 16 * (pp + j) * BS + k, BS);
-                    ssd_ck_mma3<ONE>(yv[j], ah, al, bh, bl);
-                }
-            }
+            float ye[4][4] = {};
+            ssd_tc_mm<4, !EX, true>(ye, rowm(Cs, BS), colm(Ss, BS), r0, cq, 0, NP, sp);
+            ssd_tc_cells<4>(r0, cq, [&](int j, int i, int t, int) { yv[j][i] = fmaf(sdin[t], ye[j][i], yv[j][i]); });
         } else {
             Yb = Ws;
-#pragma unroll
-            for (int j = 0; j < 2; j++) ckw::store_matrix_sync(Ws + 16 * tt * WS + 16 * (pp + j), yv[j], WS, ckw::mem_row_major);
+            ldy = WS;
+            ssd_tc_cells<4>(r0, cq, [&](int j, int i, int t, int p) { Ws[t * WS + p] = yv[j][i]; });
             __syncthreads();
             float Y[4][4];
 #pragma unroll
             for (int i = 0; i < 4; i++)
 #pragma unroll
                 for (int j = 0; j < 4; j++) Y[i][j] = Ws[(hi + 16 * i) * WS + lo + 16 * j];
-            ssd_ck_enter_part<NB>(Y, Cs, Ss, NULL, hi, lo);
+            ssd_ck_enter_part<NB>(Y, Cs, Ss, sdin, hi, lo);
             __syncthreads();
 #pragma unroll
             for (int i = 0; i < 4; i++)
@@ -6537,15 +6548,11 @@ template <typename T, int NB, bool ONE> static __global__ void __launch_bounds__
                 for (int j = 0; j < 4; j++) Ws[(hi + 16 * i) * WS + lo + 16 * j] = Y[i][j];
         }
         __syncthreads(); /* every reader of C and Sin is done */
-        if (!sbad)
-#pragma unroll
-            for (int j = 0; j < 2; j++) ckw::store_matrix_sync(Cs + 16 * tt * BS + 16 * (pp + j), yv[j], BS, ckw::mem_row_major);
-        if (!more && P.final_state.p)
-#pragma unroll
-            for (int j = 0; j < NT; j++) ckw::store_matrix_sync(Ss + 16 * pt * BS + 16 * (nt0 + j), sl[j], BS, ckw::mem_row_major);
+        if (!sbad) ssd_tc_cells<4>(r0, cq, [&](int j, int i, int t, int p) { Cs[t * BS + p] = yv[j][i]; });
+        if (!more && P.final_state.p) ssd_tc_cells<NT8>(r0, cn, [&](int j, int i, int p, int n) { Ss[p * BS + n] = sl[j][i]; });
         __syncthreads();
         if (!more && P.final_state.p) ssd_ck_final<NB>(P, Ss, b, h, p0);
-        ssd_ck_out<T>(P, Yb, sbad ? WS : BS, xs, XS, b, h, t0, p0, tn);
+        ssd_ck_out<T>(P, Yb, ldy, xs, XS, b, h, t0, p0, tn);
         return;
     }
 #endif
@@ -7144,59 +7151,6 @@ template <typename T> static __device__ __forceinline__ void ssd_ckb_dz_out(cons
 }
 
 #ifdef SELSCAN__CK_MMA
-/* v as a tf32 operand (round to nearest, ties away from zero), in mma's register form */
-static __device__ __forceinline__ uint32_t ssd_tf32(float v) {
-    uint32_t r;
-    asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(v));
-    return r;
-}
-/* d += a b on tensor cores, mma.m16n8k8 with tf32 operands (sm_80+), the PTX ISA's fragments: lane 4 g + q holds a at
-   (row, column) (g, q), (g + 8, q), (g, q + 4), (g + 8, q + 4); b at (q, g), (q + 4, g); d at (g, 2 q), (g, 2 q + 1),
-   (g + 8, 2 q), (g + 8, 2 q + 1) */
-static __device__ __forceinline__ void ssd_mma8(float (&d)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]) {
-    asm volatile("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"
-                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
-}
-/* acc[j] (rows r0 + g, r0 + g + 8; columns c0 + 8 j + 2 q, + 1: ssd_mma8's d) += sum_{k0 <= k < k1} A(r, k) B(k, c), the
-   operands read by fa(r, k) and fb(k, c) from shared memory, k1 - k0 a multiple of 8. SA / SB: that operand a float,
-   split into a tf32 part and its remainder (the products hi hi, lo hi, hi lo: float32's precision, the forward's three
-   products' way); else exact in tf32 (a 2-byte problem's x, B, C): one part. sp false: no split (ONE, ssd_ckb_loc_kernel) */
-template <int NT8, bool SA, bool SB, typename FA, typename FB>
-static __device__ __forceinline__ void ssd_tc_mm(float (&acc)[NT8][4], const FA &fa, const FB &fb, int r0, int c0, int k0, int k1, bool sp) {
-    const int lane = static_cast<int>(threadIdx.x & 31), g = lane >> 2, q = lane & 3;
-    for (int k = k0; k < k1; k += 8) {
-        const float av[4] = {fa(r0 + g, k + q), fa(r0 + g + 8, k + q), fa(r0 + g, k + q + 4), fa(r0 + g + 8, k + q + 4)};
-        uint32_t ah[4], al[4];
-#pragma unroll
-        for (int i = 0; i < 4; i++) {
-            ah[i] = SA ? ssd_tf32(av[i]) : __float_as_uint(av[i]); /* (exact: no conversion, ssd_ck_load_tf32) */
-            al[i] = SA && sp ? ssd_tf32(av[i] - __uint_as_float(ah[i])) : 0u;
-        }
-#pragma unroll
-        for (int j = 0; j < NT8; j++) {
-            const float bv[2] = {fb(k + q, c0 + 8 * j + g), fb(k + q + 4, c0 + 8 * j + g)};
-            uint32_t bh[2], bl[2];
-#pragma unroll
-            for (int i = 0; i < 2; i++) {
-                bh[i] = SB ? ssd_tf32(bv[i]) : __float_as_uint(bv[i]);
-                bl[i] = SB && sp ? ssd_tf32(bv[i] - __uint_as_float(bh[i])) : 0u;
-            }
-            if (SA && sp) ssd_mma8(acc[j], al, bh);
-            if (SB && sp) ssd_mma8(acc[j], ah, bl);
-            ssd_mma8(acc[j], ah, bh);
-        }
-    }
-}
-/* f(j, i, row, column) for each cell acc[j][i] of ssd_tc_mm's accumulators (rows r0 + g, r0 + g + 8; columns c0 + 8 j +
-   2 q, + 1): the one place that says where d's cells are */
-template <int NT8, typename F> static __device__ __forceinline__ void ssd_tc_cells(int r0, int c0, const F &f) {
-    const int lane = static_cast<int>(threadIdx.x & 31), g = lane >> 2, q = lane & 3;
-#pragma unroll
-    for (int j = 0; j < NT8; j++)
-#pragma unroll
-        for (int i = 0; i < 4; i++) f(j, i, r0 + g + 8 * (i >> 1), c0 + 8 * j + 2 * q + (i & 1));
-}
 /* rows r0 + g and r0 + g + 8 of sum_c U(r, c) acc(r, c) over a warp's columns (acc as ssd_tc_mm's, columns c0 + 8 j + 2 q
    and + 1; U read by fu), in double, summed over the row's four lanes in a fixed order, into pr[r] by lane q 0 */
 template <int NT8, typename FU>
@@ -7577,12 +7531,13 @@ struct ssd_ck_plan {
     int NB, smem;
     int64_t ntile, nch, nchain, grid, ring, total;
 };
-/* Which form a forward takes (>>ssd-chunk): 0 the walk (the default: the chunks measured no faster on
-   an H200, bench/NOTES.md SSD-CUDA-v8); for the tests and the benchmark: 1 the chunks (tensor cores
-   where a chunk's values are finite), 2 the chunks on the float32 units alone, 3 (with
+/* Which form a forward takes (>>ssd-chunk): -1 (the default) the chunks for a 2-byte problem, the walk
+   for float32 (bench/NOTES.md SSD-CUDA-v17); for the tests and the benchmark: 0 the walk, 1 the chunks
+   (tensor cores where a chunk's values are finite), 2 the chunks on the float32 units alone, 3 (with
    SELSCAN__CUDA_TUNING) the chunks with one-pass tf32 products (below float32's precision: a
-   measurement, never a result to trust) */
-static int ssd_ck_mode = 0;
+   measurement, never a result to trust). Where the chunks' shapes do not hold: the walk. */
+static int ssd_ck_mode = -1;
+static bool ssd_ck_chosen(const selscan__sprob &q) { return ssd_ck_mode < 0 ? q.dt != SELSCAN_F32 : ssd_ck_mode != 0; }
 static bool ssd_ck_shape(const selscan__sprob &q, ssd_ck_plan &k) {
     if (q.cu || q.seq_idx.data || q.N <= 32 || q.N > 128 || q.batch == 0 || q.L == 0 || q.H == 0 || q.P == 0) return false;
     k.NB = q.N <= 64 ? 1 : 2;
@@ -7691,7 +7646,7 @@ static selscan_status ssd_check_launch(const selscan__sprob &q, const ssd_plan &
 /* whether this call runs in chunks: the shapes, a workspace to be had (ext->workspace_alloc: the
    forward takes no workspace argument), the device's shared memory */
 static bool ssd_ck_takes(const selscan__sprob &q, const selscan_cuda_ext *x, ssd_ck_plan &k) {
-    if (ssd_ck_mode == 0 || !x || !x->workspace_alloc || !ssd_ck_shape(q, k)) return false;
+    if (!ssd_ck_chosen(q) || !x || !x->workspace_alloc || !ssd_ck_shape(q, k)) return false;
     return k.smem + 64 <= ssd_smem_optin();
 }
 
@@ -7893,7 +7848,7 @@ static selscan_status ssd_workspace_size(const selscan_ssd_problem *p, const sel
         if (st == SELSCAN_OK && !ssd_make_plan(q, false, pl, ssd_smem_cap())) st = fail_size(p->diag);
         if (st == SELSCAN_OK) st = ssd_check_launch(q, pl, 1, p->diag);
         ssd_ck_plan ck;
-        if (st == SELSCAN_OK) *bytes = ssd_ck_mode && ssd_ck_shape(q, ck) ? ws_reported(ck.total) : 0;
+        if (st == SELSCAN_OK) *bytes = ssd_ck_chosen(q) && ssd_ck_shape(q, ck) ? ws_reported(ck.total) : 0;
         return st;
     }
     selscan__sprob q;

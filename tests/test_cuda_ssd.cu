@@ -165,18 +165,22 @@ static void host_checks() {
     CHECK(selscan_ssd_forward_cuda(&q, NULL, 0) == SELSCAN_ERR_NULL, "x NULL");
     q = p; q.n_groups = 3;
     CHECK(selscan_ssd_forward_cuda(&q, NULL, 0) == selscan_validate_ssd(&q), "n_groups 3: the CPU's status");
-    { /* the forward's workspace: none for the walk (the default); the chunks' where they are selected and
-         the shapes take them (dstate 33 .. 128, no packed sequences) */
+    { /* the forward's workspace: none for the walk (float32's default); the chunks' where they are selected
+         (a 2-byte problem's default) and the shapes take them (dstate 33 .. 128, no packed sequences) */
         static float b64[2 * 64], c64[2 * 64];
         int32_t si[2] = {0, 0};
         q = p; q.dstate = 64; q.B.data = b64; q.C.data = c64;
         size_t w0 = 7, w1 = 7, w2 = 7;
-        CHECK(selscan_ssd_workspace_size_cuda(&q, NULL, &w0) == SELSCAN_OK && w0 == 0, "forward workspace (walk): %zu", w0);
+        CHECK(selscan_ssd_workspace_size_cuda(&q, NULL, &w0) == SELSCAN_OK && w0 == 0, "forward workspace (float32: the walk): %zu", w0);
         selscan_cuda_detail::ssd_ck_mode = 1;
         CHECK(selscan_ssd_workspace_size_cuda(&q, NULL, &w1) == SELSCAN_OK && w1 > 0, "forward workspace (chunks): %zu", w1);
         q.seq_idx.data = si;
         CHECK(selscan_ssd_workspace_size_cuda(&q, NULL, &w2) == SELSCAN_OK && w2 == 0, "forward workspace (chunks, seq_idx): %zu", w2);
-        selscan_cuda_detail::ssd_ck_mode = 0;
+        selscan_cuda_detail::ssd_ck_mode = -1; /* the default: a 2-byte problem's chunks */
+        q.seq_idx.data = NULL;
+        q.dtype = SELSCAN_BF16;
+        size_t w3 = 7;
+        CHECK(selscan_ssd_workspace_size_cuda(&q, NULL, &w3) == SELSCAN_OK && w3 == w1, "forward workspace (bf16, the default: chunks): %zu", w3);
     }
     q = p; q.dstate = 513;
     {
@@ -716,7 +720,7 @@ int main() {
     for (int i = 0; i < (quick ? 8 : 24); i++) run_case(ncases + 500 + i, quick);
     g_force_nanstart = 0;
     inf_cases();
-    selscan_cuda_detail::ssd_ck_mode = 0;
+    selscan_cuda_detail::ssd_ck_mode = -1;
     selscan_cuda_detail::ssd_ckb_mode = 1; /* the defaults again */
     selscan_cuda_detail::ssd_ckb_tc = 2;
     CHECK(g_chunked > 0, "no forward ran in chunks");
