@@ -6356,8 +6356,8 @@ template <int NB> static __device__ __forceinline__ void ssd_ck_enter_part(float
 #define SELSCAN__CK_MMA 1 /* the chunks' products on tensor cores (tf32 wmma and mma.sync: sm_80 and later) */
 namespace ckw = nvcuda::wmma;
 using ck_acc = ckw::fragment<ckw::accumulator, 16, 16, 8, float>;
-/* A and B operands split into a tf32 high part and a tf32 remainder; acc += A B as three products
-   (lo hi, hi lo, hi hi; the lo lo term is below float32's rounding): float32's precision on tensor cores */
+/* an operand split into a tf32 high part and a tf32 remainder (the backward's wmma products: its pair products and local
+   state; the lo lo term of a product is below float32's rounding): float32's precision on tensor cores */
 template <typename L> using ck_fa = ckw::fragment<ckw::matrix_a, 16, 16, 8, ckw::precision::tf32, L>;
 template <typename L> using ck_fb = ckw::fragment<ckw::matrix_b, 16, 16, 8, ckw::precision::tf32, L>;
 template <typename F> static __device__ __forceinline__ void ssd_ck_split(F &hi, F &lo, const float *p, int ld) {
@@ -6368,13 +6368,6 @@ template <typename F> static __device__ __forceinline__ void ssd_ck_split(F &hi,
         hi.x[i] = h;
         lo.x[i] = ckw::__float_to_tf32(v - h);
     }
-}
-template <bool ONE, typename FA, typename FB> static __device__ __forceinline__ void ssd_ck_mma3(ck_acc &acc, const FA &ah, const FA &al, const FB &bh, const FB &bl) {
-    if (!ONE) { /* ONE: the high parts alone (a tf32 product, for the benchmark's comparison) */
-        ckw::mma_sync(acc, al, bh, acc);
-        ckw::mma_sync(acc, ah, bl, acc);
-    }
-    ckw::mma_sync(acc, ah, bh, acc);
 }
 /* v as a tf32 operand (round to nearest, ties away from zero), in mma's register form */
 static __device__ __forceinline__ uint32_t ssd_tf32(float v) {

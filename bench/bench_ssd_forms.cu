@@ -140,7 +140,7 @@ int main(int argc, char **argv) {
             med[form] = median_ms("forward", [&] { return selscan_ssd_forward_cuda(&p, &ext, 0); });
             if (form == 3) dtf = rel_diff(y[0], y[1], batch * L * H * P, dt); /* the tf32 products' y against the walk's */
         }
-        selscan_cuda_detail::ssd_ck_mode = 0;
+        selscan_cuda_detail::ssd_ck_mode = -1; /* the default again */
         printf("| %s | %.3f | %.3f | %.3f | %.3f | %.2fx | %.2g | %.2g |\n", s.name, med[0], med[1], med[2], med[3], med[0] / med[1],
                rel_diff(y[0], y[1], batch * L * H * P, dt), dtf);
         /* the backward: the walks (ssd_ckb_mode 0) and the chunks (1), every gradient but dz / dinitial_state */

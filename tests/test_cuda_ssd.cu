@@ -286,9 +286,9 @@ static void run_case(int ci, bool quick) {
     /* and in packed cases (the walks: one in six, and every case ci = 5 mod 16), a NaN dy (below) */
     if (pack >= 3 && !nan_case && (irand(0, 5) == 0 || ci % 16 == 5 || g_force_nanstart)) nan_bwd = 1;
     const bool alloc = g_force_chunk || irand(0, 3) != 0; /* the forward may take the chunks */
-    /* the forward's forms (>>ssd-chunk): the walk (float32's default), the chunks (2-byte problems'), the chunks on the
-       float32 units */
-    selscan_cuda_detail::ssd_ck_mode = g_force_chunk ? 1 + (ci & 1) : irand(0, 2);
+    /* the forward's forms (>>ssd-chunk): the default (-1: the chunks for a 2-byte problem, the walk for float32), the
+       walk, the chunks, the chunks on the float32 units */
+    selscan_cuda_detail::ssd_ck_mode = g_force_chunk ? 1 + (ci & 1) : irand(-1, 2);
     /* the backward: the chunks where the shapes allow (>>ssd-chunk-bwd, the default), or the walks alone */
     selscan_cuda_detail::ssd_ckb_mode = g_force_chunk ? 1 : irand(0, 1);
     /* a 2-byte problem's chunked backward on tensor cores: each level by the case's number (no draw: the same cases
@@ -687,7 +687,7 @@ static void inf_cases() {
         for (Ten *t : ins) t->release();
         y.release(); dx.release(); dz.release(); dB.release(); dC.release();
     }
-    selscan_cuda_detail::ssd_ck_mode = 0;
+    selscan_cuda_detail::ssd_ck_mode = -1; /* the default again */
 }
 
 int main() {

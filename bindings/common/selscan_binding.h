@@ -1500,7 +1500,8 @@ selscan_status selscan_binding_cuda_conv_backward(const selscan_conv_problem *p,
                                                   selscan_binding_cuda_call *call);
 /* selscan_conv_step_cuda (no workspace). */
 selscan_status selscan_binding_cuda_conv_step(const selscan_conv_step_problem *s, selscan_binding_cuda_call *call);
-/* selscan_ssd_forward_cuda (no workspace). */
+/* selscan_ssd_forward_cuda; the chunked forward's workspace (its state rings: a 2-byte problem, selscan_cuda.cuh
+   >>ssd-chunk) through call->workspace_alloc. */
 selscan_status selscan_binding_cuda_ssd_forward(const selscan_ssd_problem *p, selscan_binding_cuda_call *call);
 /* selscan_ssd_backward_cuda; its workspace (the partials) through call->workspace_alloc. */
 selscan_status selscan_binding_cuda_ssd_backward(const selscan_ssd_problem *p, const selscan_ssd_grads *g,
