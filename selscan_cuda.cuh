@@ -6167,8 +6167,9 @@ static __global__ void __launch_bounds__(256) ssd_param_kernel(const ssd_params 
    The four products (C B^T, Sloc, W x, C Sin^T) run on tensor cores (ssd_tc_mm: mma.sync m16n8k8 tf32,
    sm_80+) with every float operand split into a tf32 part and a tf32 remainder, two or three products
    a pair: float32's precision, as >>ssd-api promises; a 2-byte problem's x, B and C are exact in tf32
-   and go in as they are (C B^T one product; the decay weights w(s) on x, exp(a(0..t)) after C Sin^T). A chunk with a value that is not finite (x, B, C, dt or a) takes the same
-   products on the float32 units instead (a split would make inf - inf; a masked 0 times a NaN x
+   and go in as they are (C B^T one product; the decay weights w(s) on x, exp(a(0..t)) after C Sin^T).
+   A chunk with a value that is not finite (x, B, C, dt or a) takes the same products on the float32
+   units instead (a split would make inf - inf; a masked 0 times a NaN x
    would spread it to earlier steps): there pairs s > t are skipped, never multiplied by 0.
    A state entering with a value that is not finite takes its product C Sin^T on the float32 units too,
    and so does a chunk with an a > 0 (a chunk-long exponential could overflow where the steps' decays
@@ -6180,10 +6181,10 @@ static __global__ void __launch_bounds__(256) ssd_param_kernel(const ssd_params 
    come out as the recurrence's: its order of products is not the chunks' (an inf x times a B with a
    0 gives NaN there, not here; an inf state times a decay that underflows over the chunk but not step
    by step gives NaN here). Deterministic: fixed-order sums.
-   The default for 2-byte problems where its shapes hold (bench/NOTES.md SSD-CUDA-v17: its products with
-   the exact operands as they are); float32 problems take the walk (every operand split: SSD-CUDA-v8's
-   measurements, 0.85x / 0.77x the walk's speed on an H200). The chunked backward (>>ssd-chunk-bwd) is
-   built on this form. */
+   The default for 2-byte problems where its shapes hold (1.25-1.47x the walk's speed on an H100 at the
+   Mamba2-130m .. Nemotron-H-like layer shapes, bf16: bench/NOTES.md SSD-CUDA-v17); float32 problems take
+   the walk (every operand split, three products a pair: 0.95-1.09x the walk's speed there). The chunked
+   backward (>>ssd-chunk-bwd) is built on this form. */
 static constexpr int kCkQ = 64;       /* steps a chunk */
 static constexpr int kCkPT = 64;      /* channels a block */
 static constexpr int kCkThreads = 256;
@@ -6385,8 +6386,8 @@ static __device__ __forceinline__ void ssd_mma8(float (&d)[4], const uint32_t (&
 }
 /* acc[j] (rows r0 + g, r0 + g + 8; columns c0 + 8 j + 2 q, + 1: ssd_mma8's d) += sum_{k0 <= k < k1} A(r, k) B(k, c), the
    operands read by fa(r, k) and fb(k, c) from shared memory, k1 - k0 a multiple of 8. SA / SB: that operand a float,
-   split into a tf32 part and its remainder (the products hi hi, lo hi, hi lo: float32's precision, the forward's three
-   products' way); else exact in tf32 (a 2-byte problem's x, B, C): one part. sp false: no split (ONE, ssd_ckb_loc_kernel) */
+   split into a tf32 part and its remainder (the products lo hi, hi lo, hi hi: float32's precision); else exact in tf32
+   (a 2-byte problem's x, B, C): one part, as it is. sp false: no split (ONE: the tuning builds' one-pass level) */
 template <int NT8, bool SA, bool SB, typename FA, typename FB>
 static __device__ __forceinline__ void ssd_tc_mm(float (&acc)[NT8][4], const FA &fa, const FB &fb, int r0, int c0, int k0, int k1, bool sp) {
     const int lane = static_cast<int>(threadIdx.x & 31), g = lane >> 2, q = lane & 3;
