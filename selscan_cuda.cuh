@@ -6916,34 +6916,38 @@ static __device__ __forceinline__ void ssd_ckb_pairs_tc(bool gated, bool sp, con
 
 #ifdef SELSCAN__CK_MMA
 /* The chunk's own state and its own part of the entering state's gradient for a 2-byte problem on tensor
-   cores: S = x^T Bw and G = dy0^T Cd (Bw: B's rows times w(s), Cd: C's times exp(a(0..t)): floats, split into a
-   tf32 part and its remainder; x and dy exact in tf32: two products a step; dy0 under a gate, a float,
-   split too: three), a warp a 16 x 16 tile in turn, each straight to the workspace ([p][n], row NP) */
+   cores: S = (w x)^T B and G = (d dy0)^T C (w(s) = wsuf, d(t) = exp(a(0..t)) = din, on the channels' side: floats,
+   split into a tf32 part and its remainder, once a step for all of a warp's tiles; B and C exact in tf32, as they
+   are: two products a step), by ssd_tc_mm, a warp a strip of 16 channels (warp & 3) and half the states (warp >> 2),
+   each straight from its registers to the workspace ([p][n], row NP). sp false (ONE): the high parts alone */
 template <int NP>
-static __device__ __forceinline__ void ssd_ckb_loc_tc(bool split, bool sp, const float *xs, const float *dys, int XS, const float *Bs, const float *Cs,
-                                                      int BS, float *S, float *G) {
-    constexpr int NJ = NP / 16, NTL = 4 * NJ; /* tiles a row of tiles, a product */
-    for (int k2 = static_cast<int>(threadIdx.x >> 5); k2 < 2 * NTL; k2 += kCkThreads / 32) {
-        const bool g = k2 >= NTL;
-        const int kk = g ? k2 - NTL : k2, pi = kk / NJ, nj = kk - pi * NJ;
-        const float *const a = (g ? dys : xs) + 16 * pi, *const b = (g ? Cs : Bs) + 16 * nj;
-        ck_acc acc;
-        ckw::fill_fragment(acc, 0.0f);
-        for (int s = 0; s < kCkQ; s += 8) {
-            ck_fa<ckw::col_major> ah, al;
-            ck_fb<ckw::row_major> bh, bl;
-            if (sp) ssd_ck_split(bh, bl, b + s * BS, BS);
-            else ssd_ck_load_tf32(bh, b + s * BS, BS, true); /* (rounded to tf32: the one-pass level, ONE) */
-            if (g && split && sp) {
-                ssd_ck_split(ah, al, a + s * XS, XS);
-                ckw::mma_sync(acc, al, bh, acc);
-            } else
-                ssd_ck_load_tf32(ah, a + s * XS, XS, g && split); /* x, dy exact; dy0 under a gate rounded (ONE) */
-            if (sp) ckw::mma_sync(acc, ah, bl, acc);
-            ckw::mma_sync(acc, ah, bh, acc);
+static __device__ __forceinline__ void ssd_ckb_loc_tc(bool sp, const float *xs, const float *dys, int XS, const float *Bs, const float *Cs, int BS,
+                                                      const float *wsuf, const float *din, float *S, float *G) {
+    constexpr int NT8 = NP / 16; /* tiles of 8 states in half a row */
+    const int w = static_cast<int>(threadIdx.x >> 5), r0 = 16 * (w & 3), cn = (w >> 2) * (NP / 2);
+    const auto rowm = [](const float *a, int ld) { return [a, ld](int r, int c) { return a[r * ld + c]; }; }; /* a[r][c] */
+    const auto out = [&](const float (&acc)[NT8][4], float *dst) {
+        const int lane = static_cast<int>(threadIdx.x & 31), g = lane >> 2, q = lane & 3;
+#pragma unroll
+        for (int j = 0; j < NT8; j++) {
+            const int n = cn + 8 * j + 2 * q;
+            __stcg(reinterpret_cast<float2 *>(dst + (r0 + g) * NP + n), make_float2(acc[j][0], acc[j][1]));
+            __stcg(reinterpret_cast<float2 *>(dst + (r0 + g + 8) * NP + n), make_float2(acc[j][2], acc[j][3]));
         }
-        ckw::store_matrix_sync((g ? G : S) + 16 * pi * NP + 16 * nj, acc, NP, ckw::mem_row_major);
-    }
+    };
+    float acc[NT8][4];
+#pragma unroll
+    for (int j = 0; j < NT8; j++)
+#pragma unroll
+        for (int i = 0; i < 4; i++) acc[j][i] = 0.0f;
+    ssd_tc_mm<NT8, true, false>(acc, [xs, wsuf, XS](int p, int s) { return wsuf[s] * xs[s * XS + p]; }, rowm(Bs, BS), r0, cn, 0, kCkQ, sp);
+    out(acc, S);
+#pragma unroll
+    for (int j = 0; j < NT8; j++)
+#pragma unroll
+        for (int i = 0; i < 4; i++) acc[j][i] = 0.0f;
+    ssd_tc_mm<NT8, true, false>(acc, [dys, din, XS](int p, int t) { return din[t] * dys[t * XS + p]; }, rowm(Cs, BS), r0, cn, 0, kCkQ, sp);
+    out(acc, G);
 }
 #endif
 
@@ -6984,21 +6988,19 @@ template <typename T, int NB, bool ONE = false> static __global__ void __launch_
     }
     if (k.tile == 0 && tid == 0) P.ckb_dec[(k.b * P.H + k.h) * P.ckb_nch + k.c] = sm[m.misc];
     float *const xs = sm + m.x, *const dys = sm + m.dy, *const Bs = sm + m.B, *const Cs = sm + m.C;
-    for (int i = tid; i < kCkQ * NP; i += kCkThreads) { /* B's rows times w(s), C's times exp(a(0..t)) */
-        const int s = i / NP, n = i - s * NP;
-        Bs[s * BS + n] *= sm[m.wsuf + s];
-        Cs[s * BS + n] *= sm[m.din + s];
-    }
-    __syncthreads();
     const int64_t o = (k.chain * P.ckb_nch + k.c) * (64 * NP);
 #ifdef SELSCAN__CK_MMA
-    static_assert(m.x % 8 == 0 && m.dy % 8 == 0 && m.B % 8 == 0 && m.C % 8 == 0 && XS % 4 == 0 && BS % 4 == 0 && NP % 4 == 0,
-                  "the tensor cores' tiles start 32-byte aligned, rows whole 16-byte units");
     if (sizeof(T) == 2 && P.ckb_tc >= 1) /* (steps past L: staged as 0, no term) */
-        ssd_ckb_loc_tc<NP>(P.z.p != NULL, !ONE, xs, dys, XS, Bs, Cs, BS, P.ckb_S + o, P.ckb_G + o);
+        ssd_ckb_loc_tc<NP>(!ONE, xs, dys, XS, Bs, Cs, BS, sm + m.wsuf, sm + m.din, P.ckb_S + o, P.ckb_G + o);
     else
 #endif
     {
+        for (int i = tid; i < kCkQ * NP; i += kCkThreads) { /* B's rows times w(s), C's times exp(a(0..t)) */
+            const int s = i / NP, n = i - s * NP;
+            Bs[s * BS + n] *= sm[m.wsuf + s];
+            Cs[s * BS + n] *= sm[m.din + s];
+        }
+        __syncthreads();
         /* channel p = 4 hi + e, state n = 64 j + 4 lo + f */
         float Sl[4][4 * NB], Gl[4][4 * NB];
 #pragma unroll
