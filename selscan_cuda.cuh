@@ -6995,6 +6995,8 @@ template <typename T, int NB, bool ONE = false> static __global__ void __launch_
     else
 #endif
     {
+        static_assert(m.x % 4 == 0 && m.dy % 4 == 0 && m.B % 4 == 0 && m.C % 4 == 0 && XS % 4 == 0 && BS % 4 == 0,
+                      "rows of whole 16-byte units: the float4 reads below");
         for (int i = tid; i < kCkQ * NP; i += kCkThreads) { /* B's rows times w(s), C's times exp(a(0..t)) */
             const int s = i / NP, n = i - s * NP;
             Bs[s * BS + n] *= sm[m.wsuf + s];
