@@ -690,6 +690,41 @@ static void inf_cases() {
     selscan_cuda_detail::ssd_ck_mode = -1; /* the default again */
 }
 
+/* A bf16 forward the chunks take by default (dstate 64) whose ext->workspace_alloc answers NULL: SELSCAN_ERR_WORKSPACE
+   after one ask, nothing launched (y's poisoned bytes untouched: >>ssd-api); where the device's shared memory holds no
+   chunk block, the walk runs and never asks */
+static int g_null_asks = 0;
+static void *null_alloc(void *, size_t) {
+    g_null_asks++;
+    return NULL;
+}
+static void refused_forward_workspace() {
+    const int64_t L = 64, P = 64, N = 64, nx = L * P, nbc = L * N;
+    void *x = NULL, *dt = NULL, *A = NULL, *B = NULL, *C = NULL, *y = NULL;
+    CU(cudaMalloc(&x, 2 * nx)); CU(cudaMalloc(&y, 2 * nx)); CU(cudaMalloc(&dt, 2 * L)); CU(cudaMalloc(&A, 4));
+    CU(cudaMalloc(&B, 2 * nbc)); CU(cudaMalloc(&C, 2 * nbc));
+    CU(cudaMemset(x, 0, 2 * nx)); CU(cudaMemset(dt, 0, 2 * L)); CU(cudaMemset(A, 0, 4)); CU(cudaMemset(B, 0, 2 * nbc));
+    CU(cudaMemset(C, 0, 2 * nbc)); CU(cudaMemset(y, 0x7f, 2 * nx));
+    selscan_ssd_problem p;
+    memset(&p, 0, sizeof p);
+    p.batch = 1; p.seqlen = L; p.nheads = 1; p.headdim = P; p.dstate = N; p.n_groups = 1; p.dtype = SELSCAN_BF16;
+    p.x.data = x; p.dt.data = dt; p.A.data = A; p.B.data = B; p.C.data = C; p.y.data = y;
+    selscan_cuda_ext ext;
+    memset(&ext, 0, sizeof ext);
+    ext.workspace_alloc = null_alloc;
+    selscan_cuda_detail::ssd_ck_mode = -1;
+    g_null_asks = 0;
+    const selscan_status st = selscan_ssd_forward_cuda(&p, &ext, 0);
+    CU(cudaDeviceSynchronize());
+    std::vector<unsigned char> got(2 * nx);
+    CU(cudaMemcpy(got.data(), y, got.size(), cudaMemcpyDeviceToHost));
+    bool untouched = true;
+    for (unsigned char c : got) untouched = untouched && c == 0x7f;
+    CHECK(g_null_asks == 1 ? st == SELSCAN_ERR_WORKSPACE && untouched : g_null_asks == 0 && st == SELSCAN_OK,
+          "a refused forward workspace: %s, asked %d time(s), y %s", selscan_status_name(st), g_null_asks, untouched ? "untouched" : "written");
+    for (void *a : {x, dt, A, B, C, y}) cudaFree(a);
+}
+
 int main() {
     host_checks();
     plan_checks();
@@ -697,6 +732,7 @@ int main() {
     if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev == 0) return report_no_gpu("test_cuda_ssd");
     const bool quick = getenv("SELSCAN_TEST_QUICK") != NULL;
     const int ncases = getenv("SELSCAN_TEST_CASES") ? atoi(getenv("SELSCAN_TEST_CASES")) : quick ? 60 : 400;
+    refused_forward_workspace();
     for (int ci = 0; ci < ncases; ci++) run_case(ci, quick);
     const int caps[2] = {65536, 101376}, capN[4] = {64, 128, 256, 512};
     for (int c = 0; c < 2; c++) {
