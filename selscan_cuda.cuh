@@ -6384,6 +6384,13 @@ static __device__ __forceinline__ void ssd_mma8(float (&d)[4], const uint32_t (&
                  : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
 }
+/* ssd_tc_mm's operand readers of a row-major array in shared memory: (r, c) -> a[r][c], and its transpose a[c][r] */
+static __device__ __forceinline__ auto ssd_rowm(const float *a, int ld) {
+    return [a, ld](int r, int c) { return a[r * ld + c]; };
+}
+static __device__ __forceinline__ auto ssd_colm(const float *a, int ld) {
+    return [a, ld](int r, int c) { return a[c * ld + r]; };
+}
 /* acc[j] (rows r0 + g, r0 + g + 8; columns c0 + 8 j + 2 q, + 1: ssd_mma8's d) += sum_{k0 <= k < k1} A(r, k) B(k, c), the
    operands read by fa(r, k) and fb(k, c) from shared memory, k1 - k0 a multiple of 8. SA / SB: that operand a float,
    split into a tf32 part and its remainder (the products lo hi, hi lo, hi hi: float32's precision); else exact in tf32
@@ -6479,14 +6486,12 @@ template <typename T, int NB, bool ONE> static __global__ void __launch_bounds__
         constexpr bool EX = sizeof(T) == 2, sp = !ONE;
         constexpr int NT8 = NP / 16; /* tiles of 8 states in half a row of states */
         const int warp = tid >> 5, r0 = 16 * (warp & 3), cq = 32 * (warp >> 2), cn = (warp >> 2) * (NP / 2);
-        const auto rowm = [](const float *a, int ld) { return [a, ld](int r, int k) { return a[r * ld + k]; }; }; /* a[r][k] */
-        const auto colm = [](const float *a, int ld) { return [a, ld](int r, int k) { return a[k * ld + r]; }; }; /* a[k][r] */
         /* decays: each exponent a difference of the chunk's prefix sums of a, kept in double */
         double *const csd = reinterpret_cast<double *>(sm + m.csd);
         if (tid < 32) ssd_ck_prefix(sa, csd, tid);
         /* C B^T (t, s), a warp's block where it reaches the diagonal (steps s <= its last row t) */
         float acc[4][4] = {};
-        if (cq <= r0 + 15) ssd_tc_mm<4, !EX, !EX>(acc, rowm(Cs, BS), colm(Bs, BS), r0, cq, 0, NP, sp);
+        if (cq <= r0 + 15) ssd_tc_mm<4, !EX, !EX>(acc, ssd_rowm(Cs, BS), ssd_colm(Bs, BS), r0, cq, 0, NP, sp);
         __syncthreads(); /* csd */
         /* W = C B^T exp(a(s+1..t)) dt(s) on and below the diagonal, 0 above; the decays of Sloc and of the
            entering state */
@@ -6502,10 +6507,10 @@ template <typename T, int NB, bool ONE> static __global__ void __launch_bounds__
         __syncthreads(); /* W, din, wsuf */
         /* Sloc = (w x)^T B (p, n) */
         float sl[NT8][4] = {};
-        ssd_tc_mm<NT8, true, !EX>(sl, [xs, swsuf](int p, int s) { return swsuf[s] * xs[s * XS + p]; }, rowm(Bs, BS), r0, cn, 0, Q, sp);
+        ssd_tc_mm<NT8, true, !EX>(sl, [xs, swsuf](int p, int s) { return swsuf[s] * xs[s * XS + p]; }, ssd_rowm(Bs, BS), r0, cn, 0, Q, sp);
         /* Y = W x (t, p), s up to the strip's last row */
         float yv[4][4] = {};
-        ssd_tc_mm<4, true, !EX>(yv, rowm(Ws, WS), rowm(xs, XS), r0, cq, 0, r0 + 16, sp);
+        ssd_tc_mm<4, true, !EX>(yv, ssd_rowm(Ws, WS), ssd_rowm(xs, XS), r0, cq, 0, r0 + 16, sp);
         __syncthreads(); /* B's and W's readers are done: the entering state takes B's place */
         const bool sbad = ssd_ck_enter<NB>(P, chain, c, b, h, p0, Ss);
         const float dec = sm[m.misc];
@@ -6522,7 +6527,7 @@ template <typename T, int NB, bool ONE> static __global__ void __launch_bounds__
         int ldy = BS;
         if (!sbad) {
             float ye[4][4] = {};
-            ssd_tc_mm<4, !EX, true>(ye, rowm(Cs, BS), colm(Ss, BS), r0, cq, 0, NP, sp);
+            ssd_tc_mm<4, !EX, true>(ye, ssd_rowm(Cs, BS), ssd_colm(Ss, BS), r0, cq, 0, NP, sp);
             ssd_tc_cells<4>(r0, cq, [&](int j, int i, int t, int) { yv[j][i] = fmaf(sdin[t], ye[j][i], yv[j][i]); });
         } else {
             Yb = Ws;
@@ -6925,7 +6930,6 @@ static __device__ __forceinline__ void ssd_ckb_loc_tc(bool sp, const float *xs, 
                                                       const float *wsuf, const float *din, float *S, float *G) {
     constexpr int NT8 = NP / 16; /* tiles of 8 states in half a row */
     const int w = static_cast<int>(threadIdx.x >> 5), r0 = 16 * (w & 3), cn = (w >> 2) * (NP / 2);
-    const auto rowm = [](const float *a, int ld) { return [a, ld](int r, int c) { return a[r * ld + c]; }; }; /* a[r][c] */
     const auto out = [&](const float (&acc)[NT8][4], float *dst) {
         const int lane = static_cast<int>(threadIdx.x & 31), g = lane >> 2, q = lane & 3;
 #pragma unroll
@@ -6940,13 +6944,13 @@ static __device__ __forceinline__ void ssd_ckb_loc_tc(bool sp, const float *xs, 
     for (int j = 0; j < NT8; j++)
 #pragma unroll
         for (int i = 0; i < 4; i++) acc[j][i] = 0.0f;
-    ssd_tc_mm<NT8, true, false>(acc, [xs, wsuf, XS](int p, int s) { return wsuf[s] * xs[s * XS + p]; }, rowm(Bs, BS), r0, cn, 0, kCkQ, sp);
+    ssd_tc_mm<NT8, true, false>(acc, [xs, wsuf, XS](int p, int s) { return wsuf[s] * xs[s * XS + p]; }, ssd_rowm(Bs, BS), r0, cn, 0, kCkQ, sp);
     out(acc, S);
 #pragma unroll
     for (int j = 0; j < NT8; j++)
 #pragma unroll
         for (int i = 0; i < 4; i++) acc[j][i] = 0.0f;
-    ssd_tc_mm<NT8, true, false>(acc, [dys, din, XS](int p, int t) { return din[t] * dys[t * XS + p]; }, rowm(Cs, BS), r0, cn, 0, kCkQ, sp);
+    ssd_tc_mm<NT8, true, false>(acc, [dys, din, XS](int p, int t) { return din[t] * dys[t * XS + p]; }, ssd_rowm(Cs, BS), r0, cn, 0, kCkQ, sp);
     out(acc, G);
 }
 #endif
@@ -7175,7 +7179,8 @@ static __device__ __forceinline__ void ssd_tc_rowdot(const float (&acc)[NT8][4],
 }
 /* The gradients of a chunk of a 2-byte problem on tensor cores, from the entering state staged on: the float32 units'
    body's products and sums (DESIGN above), each product by ssd_tc_mm, a warp a strip of 16 rows (warp % 4) and half the
-   columns (warp / 4) of every result; x, B and C exact in tf32, every other operand split */
+   columns (warp / 4) of every result; x, B, C and an ungated dy exact in tf32 (as they are), every other operand split;
+   the float weights exp(a(0..t)) and w(s) applied to the results' rows */
 template <typename T, int NB, bool ONE> static __device__ __forceinline__ void ssd_ckb_grads_tc(const ssd_params &P, const ssd_ckb_at &k, float *sm) {
     constexpr int Q = kCkQ, NP = 64 * NB, NT8 = NP / 16; /* tiles of 8 states in half a row */
     static_assert(kCkThreads == 256 && Q == 64 && kCkPT == 64 && NP % 16 == 0,
@@ -7190,9 +7195,9 @@ template <typename T, int NB, bool ONE> static __device__ __forceinline__ void s
     const float *const din = sm + m.din, *const swsuf = sm + m.wsuf, *const sex = sm + m.ex;
     double *const dd = reinterpret_cast<double *>(sm + m.dbl);
     double *const rho = dd + 5 * Q, *const tau = dd + 6 * Q, *const pr = dd + 7 * Q + 16; /* pr: [rho's, tau's][half][row] */
-    const auto rowm = [](const float *a, int ld) { return [a, ld](int r, int c) { return a[r * ld + c]; }; }; /* a[r][c] */
-    const auto colm = [](const float *a, int ld) { return [a, ld](int r, int c) { return a[c * ld + r]; }; }; /* a[c][r] */
     constexpr bool sp = !ONE;
+    /* dy0: dy silu(z) under a gate, a float (split); else dy, exact in tf32 (as it is: two products a step, not three) */
+    const bool gated = P.z.p != NULL;
     float dC[NT8][4], dB[NT8][4], y0[4][4], dX[4][4], xg[4][4];
 #pragma unroll
     for (int j = 0; j < NT8; j++)
@@ -7202,32 +7207,41 @@ template <typename T, int NB, bool ONE> static __device__ __forceinline__ void s
     for (int j = 0; j < 4; j++)
 #pragma unroll
         for (int i = 0; i < 4; i++) y0[j][i] = dX[j][i] = xg[j][i] = 0.0f;
-    /* dC = exp(a(0..t)) dy0 Sin; Ys = exp(a(0..t)) C Sin^T, rho(t) = dy0(t) . Ys(t) */
-    ssd_tc_mm<NT8, true, true>(dC, rowm(dys, XS), rowm(Ss, BS), r0, cn, 0, kCkPT, sp);
-    ssd_tc_mm<4, false, true>(y0, rowm(Cs, BS), colm(Ss, BS), r0, cp, 0, NP, sp);
-    {
-        const float d0 = din[r0 + g], d1 = din[r0 + g + 8];
+    /* dC = exp(a(0..t)) dy0 Sin; rho(t) = dy0(t) . exp(a(0..t)) C(t) Sin^T = C(t) . dC(t) (the same sum grouped by
+       states: C Sin^T itself only for dz) */
+    if (gated) ssd_tc_mm<NT8, true, true>(dC, ssd_rowm(dys, XS), ssd_rowm(Ss, BS), r0, cn, 0, kCkPT, sp);
+    else ssd_tc_mm<NT8, false, true>(dC, ssd_rowm(dys, XS), ssd_rowm(Ss, BS), r0, cn, 0, kCkPT, sp);
+    const float d0 = din[r0 + g], d1 = din[r0 + g + 8];
 #pragma unroll
-        for (int j = 0; j < NT8; j++) { dC[j][0] *= d0; dC[j][1] *= d0; dC[j][2] *= d1; dC[j][3] *= d1; }
+    for (int j = 0; j < NT8; j++) { dC[j][0] *= d0; dC[j][1] *= d0; dC[j][2] *= d1; dC[j][3] *= d1; }
+    ssd_tc_rowdot(dC, ssd_rowm(Cs, BS), r0, cn, pr + half * Q);
+    /* y0 = exp(a(0..t)) C Sin^T + W x (dz); dx = W^T dy0; dC += V B (W, V: 0 above the diagonal) */
+    if (P.dz.p) {
+        ssd_tc_mm<4, false, true>(y0, ssd_rowm(Cs, BS), ssd_colm(Ss, BS), r0, cp, 0, NP, sp);
 #pragma unroll
         for (int j = 0; j < 4; j++) { y0[j][0] *= d0; y0[j][1] *= d0; y0[j][2] *= d1; y0[j][3] *= d1; }
+        ssd_tc_mm<4, true, false>(y0, ssd_rowm(Ws, XS), ssd_rowm(xs, XS), r0, cp, 0, Q, sp);
     }
-    ssd_tc_rowdot(y0, rowm(dys, XS), r0, cp, pr + half * Q);
-    /* y0 = Ys + W x (dz); dx = W^T dy0; dC += V B; dB = V^T C (W, V: 0 above the diagonal) */
-    if (P.dz.p) ssd_tc_mm<4, true, false>(y0, rowm(Ws, XS), rowm(xs, XS), r0, cp, 0, Q, sp);
-    ssd_tc_mm<4, true, true>(dX, colm(Ws, XS), rowm(dys, XS), r0, cp, 0, Q, sp);
-    ssd_tc_mm<NT8, true, false>(dC, rowm(Vs, XS), rowm(Bs, BS), r0, cn, 0, Q, sp);
-    ssd_tc_mm<NT8, true, false>(dB, colm(Vs, XS), rowm(Cs, BS), r0, cn, 0, Q, sp);
+    if (gated) ssd_tc_mm<4, true, true>(dX, ssd_colm(Ws, XS), ssd_rowm(dys, XS), r0, cp, 0, Q, sp);
+    else ssd_tc_mm<4, true, false>(dX, ssd_colm(Ws, XS), ssd_rowm(dys, XS), r0, cp, 0, Q, sp);
+    ssd_tc_mm<NT8, true, false>(dC, ssd_rowm(Vs, XS), ssd_rowm(Bs, BS), r0, cn, 0, Q, sp);
     ssd_ckb_go<NB>(P, k, sm); /* its barriers: W's readers are done */
     __syncthreads();
-    /* xg = B Go^T, tau(s) = ex(s) x(s) . xg(s); dx = W^T dy0 + w(s) xg + D dy0 into W's place; dB += w(s) x^T Go */
-    ssd_tc_mm<4, false, true>(xg, rowm(Bs, BS), colm(Ss, BS), r0, cp, 0, NP, sp);
-    ssd_tc_rowdot(xg, rowm(xs, XS), r0, cp, pr + (2 + half) * Q);
+    /* xg = B Go^T, tau(s) = ex(s) x(s) . xg(s); dx = W^T dy0 + w(s) xg + D dy0 into W's place */
+    ssd_tc_mm<4, false, true>(xg, ssd_rowm(Bs, BS), ssd_colm(Ss, BS), r0, cp, 0, NP, sp);
+    ssd_tc_rowdot(xg, ssd_rowm(xs, XS), r0, cp, pr + (2 + half) * Q);
     if (P.dx.p)
         ssd_tc_cells<4>(r0, cp, [&](int j, int i, int s, int pl) {
             Ws[s * XS + pl] = ssd_addD(P, ssd_Dv(P, k.h, k.p0 + pl), dys[s * XS + pl], fmaf(swsuf[s], xg[j][i], dX[j][i]));
         });
-    ssd_tc_mm<NT8, true, true>(dB, [xs, swsuf](int s, int p) { return swsuf[s] * xs[s * XS + p]; }, rowm(Ss, BS), r0, cn, 0, kCkPT, sp);
+    /* dB = w(s) x^T Go + V^T C: the weight on the result's rows, x as it is (two products a step, not three) */
+    ssd_tc_mm<NT8, false, true>(dB, ssd_rowm(xs, XS), ssd_rowm(Ss, BS), r0, cn, 0, kCkPT, sp);
+    {
+        const float w0 = swsuf[r0 + g], w1 = swsuf[r0 + g + 8];
+#pragma unroll
+        for (int j = 0; j < NT8; j++) { dB[j][0] *= w0; dB[j][1] *= w0; dB[j][2] *= w1; dB[j][3] *= w1; }
+    }
+    ssd_tc_mm<NT8, true, false>(dB, ssd_colm(Vs, XS), ssd_rowm(Cs, BS), r0, cn, 0, Q, sp);
     __syncthreads(); /* the row partials, dx */
     if (tid < Q) {
         rho[tid] = pr[tid] + pr[Q + tid];
