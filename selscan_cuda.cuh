@@ -6221,34 +6221,58 @@ static __device__ __forceinline__ float ssd_dot4(float4 a, float4 b, float acc) 
     return fmaf(a.w, b.w, fmaf(a.z, b.z, fmaf(a.y, b.y, fmaf(a.x, b.x, acc))));
 }
 
-/* Staging of a chunk: steps s < tn of a (batch, L, j, col) operand's columns [c0, c0 + COLS) into dst [s][col]
-   (row stride rs; 0 where s >= tn or c0 + col >= lim), every load of a thread issued before its stores (one global
-   latency a block, not one a load); bad |= a value that is not finite. stage8: by 8-element vectors (rows
-   contiguous and aligned: ssd_vectors; lim - c0 a multiple of 8), stage1: element by element, 8 in flight */
-template <typename T, int COLS>
-static __device__ __forceinline__ void ssd_ck_stage8(float *dst, int rs, const ct &src, int64_t b, int64_t t0, int64_t j, int64_t c0, int64_t lim, int tn,
-                                                     bool &bad) {
-    constexpr int NV = kCkQ * COLS / 8 / kCkThreads, RV = COLS / 8;
-    float v[NV][8];
+/* A thread's share of a chunk's operand by 8-element vectors (rows contiguous and aligned: ssd_vectors; lim - c0 a
+   multiple of 8): steps s < tn of a (batch, L, j, col) operand's columns [c0, c0 + COLS), 0 where s >= tn or c0 + col >=
+   lim, vector u at i = thread + u threads (step i / (COLS / 8), 8 columns). load issues the loads with nothing waiting
+   on them: no branch around a load (a vector outside reads the operand's first one, marked to be 0) and the bits kept
+   as loaded (rawv), converted by store (a load in a branch, or one converted at once, waits out its global latency
+   before the next is issued: SSD-CUDA-v20); so the loads of every part loaded before the first store share one
+   global latency. store writes them as floats [s][col] (row stride rs); bad |= a value that is not finite. */
+template <typename T, int COLS> struct ssd_ck_part {
+    static constexpr int NV = kCkQ * COLS / 8 / kCkThreads, RV = COLS / 8;
+    static_assert(NV * 8 * kCkThreads == kCkQ * COLS && NV <= 32, "whole vectors a thread; a bit of ok a vector");
+    rawv<T, 8> r[NV];
+    uint32_t ok; /* bit u: vector u is inside */
+    __device__ __forceinline__ void load(const ct &src, int64_t b, int64_t t0, int64_t j, int64_t c0, int64_t lim, int tn) {
+        ok = 0;
 #pragma unroll
-    for (int u = 0; u < NV; u++) {
-        const int i = threadIdx.x + u * kCkThreads, s = i / RV, cl = (i - s * RV) * 8;
-        if (s < tn && c0 + cl < lim) ld_vec<T, 8>(src.p, ssd_at4(src, b, t0 + s, j, c0 + cl), v[u]);
-        else
+        for (int u = 0; u < NV; u++) {
+            const int i = static_cast<int>(threadIdx.x) + u * kCkThreads, s = i / RV, cl = (i - s * RV) * 8;
+            const bool in = s < tn && c0 + cl < lim;
+            ok |= in ? 1u << u : 0u;
+            const uint4 *const q = reinterpret_cast<const uint4 *>(static_cast<const T *>(src.p) + (in ? ssd_at4(src, b, t0 + s, j, c0 + cl) : 0));
 #pragma unroll
-            for (int e = 0; e < 8; e++) v[u][e] = 0.0f;
+            for (int h = 0; h < 2 * static_cast<int>(sizeof(T)) / 4; h++) {
+                const uint4 v = q[h];
+                r[u].w[4 * h] = v.x; r[u].w[4 * h + 1] = v.y; r[u].w[4 * h + 2] = v.z; r[u].w[4 * h + 3] = v.w;
+            }
+        }
     }
+    __device__ __forceinline__ void store(float *dst, int rs, bool &bad) const {
 #pragma unroll
-    for (int u = 0; u < NV; u++) {
-        const int i = threadIdx.x + u * kCkThreads, s = i / RV, cl = (i - s * RV) * 8;
+        for (int u = 0; u < NV; u++) {
+            const int i = static_cast<int>(threadIdx.x) + u * kCkThreads, s = i / RV, cl = (i - s * RV) * 8;
+            float v[8];
 #pragma unroll
-        for (int e = 0; e < 8; e++) bad = bad || !isfinite(v[u][e]);
-        ssd_st8(dst + s * rs + cl, v[u]);
+            for (int e = 0; e < 8; e++) {
+                v[e] = ok >> u & 1u ? raw_get(r[u], e) : 0.0f;
+                bad = bad || !isfinite(v[e]);
+            }
+            ssd_st8(dst + s * rs + cl, v);
+        }
     }
-}
+};
+/* Staging of one operand of a chunk into dst [s][col] as ssd_ck_part says: by its vectors where vec, else element
+   by element, 8 loads of a thread in flight */
 template <typename T, int COLS>
-static __device__ __forceinline__ void ssd_ck_stage1(float *dst, int rs, const ct &src, int64_t b, int64_t t0, int64_t j, int64_t c0, int64_t lim, int tn,
-                                                     bool &bad) {
+static __device__ __forceinline__ void ssd_ck_stage(bool vec, float *dst, int rs, const ct &src, int64_t b, int64_t t0, int64_t j, int64_t c0, int64_t lim,
+                                                    int tn, bool &bad) {
+    if (vec) {
+        ssd_ck_part<T, COLS> pt;
+        pt.load(src, b, t0, j, c0, lim, tn);
+        pt.store(dst, rs, bad);
+        return;
+    }
     for (int i0 = 0; i0 < kCkQ * COLS; i0 += 8 * kCkThreads) {
         float v[8];
 #pragma unroll
@@ -6453,8 +6477,8 @@ template <typename T, int NB, bool ONE> static __global__ void __launch_bounds__
     const float Ah = ldf(P.A, h * P.A.s[0]);
     bool bad = false; /* a value of the chunk that is not finite: the float32 units' path (below) */
 
-    /* stage: dt and a (0 past L), x [s][p], B and C [s][n] (0 outside): ssd_ck_stage8 where rows are
-       contiguous and aligned (P.vx, P.vbc: ssd_vectors), else ssd_ck_stage1 */
+    /* stage: dt and a (0 past L), x [s][p], B and C [s][n] (0 outside): by vectors where rows are contiguous and
+       aligned (P.vx, P.vbc: ssd_vectors) */
     if (tid < Q) {
         float d = 0.0f;
         if (tid < tn) {
@@ -6467,15 +6491,9 @@ template <typename T, int NB, bool ONE> static __global__ void __launch_bounds__
            steps' own decays would not: the float32 path's running sums */
         bad = !isfinite(d) || !isfinite(sa[tid]) || sa[tid] > 0.0f;
     }
-    if (P.vx) ssd_ck_stage8<T, kCkPT>(xs, XS, P.x, b, t0, h, p0, P.P, tn, bad);
-    else ssd_ck_stage1<T, kCkPT>(xs, XS, P.x, b, t0, h, p0, P.P, tn, bad);
-    if (P.vbc) {
-        ssd_ck_stage8<T, NP>(Bs, BS, P.B, b, t0, g, 0, P.N, tn, bad);
-        ssd_ck_stage8<T, NP>(Cs, BS, P.C, b, t0, g, 0, P.N, tn, bad);
-    } else {
-        ssd_ck_stage1<T, NP>(Bs, BS, P.B, b, t0, g, 0, P.N, tn, bad);
-        ssd_ck_stage1<T, NP>(Cs, BS, P.C, b, t0, g, 0, P.N, tn, bad);
-    }
+    ssd_ck_stage<T, kCkPT>(P.vx, xs, XS, P.x, b, t0, h, p0, P.P, tn, bad);
+    ssd_ck_stage<T, NP>(P.vbc, Bs, BS, P.B, b, t0, g, 0, P.N, tn, bad);
+    ssd_ck_stage<T, NP>(P.vbc, Cs, BS, P.C, b, t0, g, 0, P.N, tn, bad);
     bad = __syncthreads_or(bad) || P.ck_simt;
     float *const Ss = Bs; /* the entering state takes B's place once B is used */
 #ifdef SELSCAN__CK_MMA
@@ -6749,8 +6767,11 @@ static __host__ __device__ constexpr ssd_ckb_smem ssd_ckb_layout(int NB, bool lo
    zt first), B and C [s][n]; csd, the prefix sums of a in double (each a at least -128: >>ssd-chunk),
    din = exp(csd(t)), ex = exp(csd(Q-1) - csd(s)), wsuf = ex dt, misc[0] = exp(csd(Q-1)). Answers
    (every thread) whether a value is not finite or an a > 0. zt must not overlap x, dy or B (C is
-   staged after the gate and may take zt's place). */
-template <typename T, int NB>
+   stored after the gate and may take zt's place). AHEAD: the vectorized operands' loads (ssd_ck_part) issued before
+   dt's and before any store, one global latency for the stage (up to 112 words a thread in flight: the gradient
+   kernel, one block an SM with registers to spare); else an operand loaded and stored at a time (the local-state
+   kernel, two blocks an SM within 128 registers). */
+template <typename T, int NB, bool AHEAD>
 static __device__ bool ssd_ckb_stage(const ssd_params &P, float *sm, const ssd_ckb_smem &m, float *zt, int64_t b, int64_t h, int64_t t0, int64_t p0,
                                      int tn) {
     constexpr int Q = kCkQ, NP = 64 * NB;
@@ -6759,8 +6780,21 @@ static __device__ bool ssd_ckb_stage(const ssd_params &P, float *sm, const ssd_c
     float *const xs = sm + m.x, *const dys = sm + m.dy, *const Bs = sm + m.B, *const Cs = sm + m.C;
     float *const sdt = sm + m.dt, *const sa = sm + m.a;
     double *const csd = reinterpret_cast<double *>(sm + m.dbl);
-    const float Ah = ldf(P.A, h * P.A.s[0]);
     bool bad = false;
+    ssd_ck_part<T, kCkPT> px, pdy, pz;
+    ssd_ck_part<T, NP> pB, pC;
+    if constexpr (AHEAD) { /* (element by element: staged below as the other kernels do) */
+        if (P.vx) {
+            px.load(P.x, b, t0, h, p0, P.P, tn);
+            pdy.load(P.dy, b, t0, h, p0, P.P, tn);
+            if (P.z.p) pz.load(P.z, b, t0, h, p0, P.P, tn);
+        }
+        if (P.vbc) {
+            pB.load(P.B, b, t0, g, 0, P.N, tn);
+            pC.load(P.C, b, t0, g, 0, P.N, tn);
+        }
+    }
+    const float Ah = ldf(P.A, h * P.A.s[0]);
     if (tid < Q) {
         float d = 0.0f;
         if (tid < tn) {
@@ -6771,17 +6805,17 @@ static __device__ bool ssd_ckb_stage(const ssd_params &P, float *sm, const ssd_c
         sa[tid] = tid < tn ? d * Ah : 0.0f;
         bad = !isfinite(d) || !isfinite(sa[tid]) || sa[tid] > 0.0f;
     }
-    if (P.vx) {
-        ssd_ck_stage8<T, kCkPT>(xs, m.XS, P.x, b, t0, h, p0, P.P, tn, bad);
-        ssd_ck_stage8<T, kCkPT>(dys, m.XS, P.dy, b, t0, h, p0, P.P, tn, bad);
-        if (P.z.p) ssd_ck_stage8<T, kCkPT>(zt, m.XS, P.z, b, t0, h, p0, P.P, tn, bad);
+    if (AHEAD && P.vx) {
+        px.store(xs, m.XS, bad);
+        pdy.store(dys, m.XS, bad);
+        if (P.z.p) pz.store(zt, m.XS, bad);
     } else {
-        ssd_ck_stage1<T, kCkPT>(xs, m.XS, P.x, b, t0, h, p0, P.P, tn, bad);
-        ssd_ck_stage1<T, kCkPT>(dys, m.XS, P.dy, b, t0, h, p0, P.P, tn, bad);
-        if (P.z.p) ssd_ck_stage1<T, kCkPT>(zt, m.XS, P.z, b, t0, h, p0, P.P, tn, bad);
+        ssd_ck_stage<T, kCkPT>(P.vx, xs, m.XS, P.x, b, t0, h, p0, P.P, tn, bad);
+        ssd_ck_stage<T, kCkPT>(P.vx, dys, m.XS, P.dy, b, t0, h, p0, P.P, tn, bad);
+        if (P.z.p) ssd_ck_stage<T, kCkPT>(P.vx, zt, m.XS, P.z, b, t0, h, p0, P.P, tn, bad);
     }
-    if (P.vbc) ssd_ck_stage8<T, NP>(Bs, m.BS, P.B, b, t0, g, 0, P.N, tn, bad);
-    else ssd_ck_stage1<T, NP>(Bs, m.BS, P.B, b, t0, g, 0, P.N, tn, bad);
+    if (AHEAD && P.vbc) pB.store(Bs, m.BS, bad);
+    else ssd_ck_stage<T, NP>(P.vbc, Bs, m.BS, P.B, b, t0, g, 0, P.N, tn, bad);
     __syncthreads();
     if (P.z.p)
         for (int i = tid; i < Q * kCkPT; i += kCkThreads) {
@@ -6791,8 +6825,8 @@ static __device__ bool ssd_ckb_stage(const ssd_params &P, float *sm, const ssd_c
             bad = bad || !isfinite(dys[s * m.XS + pl]);
         }
     __syncthreads(); /* zt's readers are done */
-    if (P.vbc) ssd_ck_stage8<T, NP>(Cs, m.BS, P.C, b, t0, g, 0, P.N, tn, bad);
-    else ssd_ck_stage1<T, NP>(Cs, m.BS, P.C, b, t0, g, 0, P.N, tn, bad);
+    if (AHEAD && P.vbc) pC.store(Cs, m.BS, bad);
+    else ssd_ck_stage<T, NP>(P.vbc, Cs, m.BS, P.C, b, t0, g, 0, P.N, tn, bad);
     if (tid < 32) ssd_ck_prefix(sa, csd, tid);
     __syncthreads();
     if (tid < Q) {
@@ -6987,7 +7021,7 @@ template <typename T, int NB, bool ONE = false> static __global__ void __launch_
     constexpr int XS = m.XS, BS = m.BS;
     const ssd_ckb_at k(P, blockIdx.x);
     const int tid = threadIdx.x, hi = tid >> 4, lo = tid & 15;
-    if (ssd_ckb_stage<T, NB>(P, sm, m, sm + m.C, k.b, k.h, k.t0, k.p0, k.tn)) {
+    if (ssd_ckb_stage<T, NB, false>(P, sm, m, sm + m.C, k.b, k.h, k.t0, k.p0, k.tn)) {
         if (tid == 0) *P.ckb_flag = 1; /* the walks take the call */
         return;
     }
@@ -7380,7 +7414,7 @@ template <typename T, int NB, bool ONE = false> static __global__ void __launch_
     double *const P2 = reinterpret_cast<double *>(Ss);
     double *const dd = reinterpret_cast<double *>(sm + m.dbl);
     double *const csd = dd, *const xdp = dd + Q, *const colM = dd + 2 * Q, *const rowM = dd + 3 * Q, *const gpair = dd + 4 * Q;
-    ssd_ckb_stage<T, NB>(P, sm, m, Vs, k.b, k.h, k.t0, k.p0, k.tn); /* (the local-state kernel saw the same values) */
+    ssd_ckb_stage<T, NB, true>(P, sm, m, Vs, k.b, k.h, k.t0, k.p0, k.tn); /* (the local-state kernel saw the same values) */
 
     /* C B^T and dy0 x^T (t = hi + 16 e, s = lo + 16 f): on tensor cores for a 2-byte problem
        (ssd_ckb_pairs_tc: float32 sums; a sum above float's range sends the call to the walks), else in
