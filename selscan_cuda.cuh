@@ -6221,6 +6221,16 @@ static __device__ __forceinline__ float ssd_dot4(float4 a, float4 b, float acc) 
     return fmaf(a.w, b.w, fmaf(a.z, b.z, fmaf(a.y, b.y, fmaf(a.x, b.x, acc))));
 }
 
+/* whether a (d0, d1, d2, len) operand's rows of len elements are contiguous with every row start
+   16-byte aligned (the walks' and the chunks' 8-element vectors: ssd_stage, ssd_ck_part, ssd_ckb_dx_out; the strides
+   of size-1 dimensions never used); an empty row is not (ssd_ck_part's fallback reads the operand's first vector) */
+static __host__ __device__ bool ssd_rows8(const ct &t, int64_t d0, int64_t d1, int64_t d2, int64_t len) {
+    if (!t.p) return true;
+    const int64_t d[3] = {d0, d1, d2};
+    bool ok = (reinterpret_cast<uintptr_t>(t.p) & 15) == 0 && len > 0 && len % 8 == 0 && t.s[3] == 1;
+    for (int i = 0; i < 3; i++) ok = ok && (d[i] == 1 || t.s[i] % 8 == 0);
+    return ok;
+}
 /* A thread's share of a chunk's operand by 8-element vectors (rows contiguous and aligned: ssd_vectors; lim - c0 a
    multiple of 8): steps s < tn of a (batch, L, j, col) operand's columns [c0, c0 + COLS), 0 where s >= tn or c0 + col >=
    lim, vector u at i = thread + u threads (step i / (COLS / 8), 8 columns). load issues the loads with nothing waiting
@@ -6453,6 +6463,15 @@ template <int NT8, typename F> static __device__ __forceinline__ void ssd_tc_cel
     for (int j = 0; j < NT8; j++)
 #pragma unroll
         for (int i = 0; i < 4; i++) f(j, i, r0 + g + 8 * (i >> 1), c0 + 8 * j + 2 * q + (i & 1));
+}
+/* f(j, h, row, column) for each pair of cells acc[j][2 h], acc[j][2 h + 1] (row r0 + g + 8 h; columns column and
+   column + 1, column = c0 + 8 j + 2 q, even where c0 is): a pair a store */
+template <int NT8, typename F> static __device__ __forceinline__ void ssd_tc_pairs(int r0, int c0, const F &f) {
+    const int lane = static_cast<int>(threadIdx.x & 31), g = lane >> 2, q = lane & 3;
+#pragma unroll
+    for (int j = 0; j < NT8; j++)
+#pragma unroll
+        for (int h = 0; h < 2; h++) f(j, h, r0 + g + 8 * h, c0 + 8 * j + 2 * q);
 }
 #endif
 
@@ -6768,7 +6787,7 @@ static __host__ __device__ constexpr ssd_ckb_smem ssd_ckb_layout(int NB, bool lo
    din = exp(csd(t)), ex = exp(csd(Q-1) - csd(s)), wsuf = ex dt, misc[0] = exp(csd(Q-1)). Answers
    (every thread) whether a value is not finite or an a > 0. zt must not overlap x, dy or B (C is
    stored after the gate and may take zt's place). AHEAD: the vectorized operands' loads (ssd_ck_part) issued before
-   dt's and before any store, one global latency for the stage (up to 112 words a thread in flight: the gradient
+   dt's and before any store, their latency and dt's overlapping (up to 112 words a thread in flight: the gradient
    kernel, one block an SM with registers to spare); else an operand loaded and stored at a time (the local-state
    kernel, two blocks an SM within 128 registers). */
 template <typename T, int NB, bool AHEAD>
@@ -6783,7 +6802,7 @@ static __device__ bool ssd_ckb_stage(const ssd_params &P, float *sm, const ssd_c
     bool bad = false;
     ssd_ck_part<T, kCkPT> px, pdy, pz;
     ssd_ck_part<T, NP> pB, pC;
-    if constexpr (AHEAD) { /* (element by element: staged below as the other kernels do) */
+    if constexpr (AHEAD) { /* the vectorized operands (an operand element by element: ssd_ck_stage below) */
         if (P.vx) {
             px.load(P.x, b, t0, h, p0, P.P, tn);
             pdy.load(P.dy, b, t0, h, p0, P.P, tn);
@@ -6966,13 +6985,9 @@ static __device__ __forceinline__ void ssd_ckb_loc_tc(bool sp, const float *xs, 
     constexpr int NT8 = NP / 16; /* tiles of 8 states in half a row */
     const int w = static_cast<int>(threadIdx.x >> 5), r0 = 16 * (w & 3), cn = (w >> 2) * (NP / 2);
     const auto out = [&](const float (&acc)[NT8][4], float *dst) {
-        const int lane = static_cast<int>(threadIdx.x & 31), g = lane >> 2, q = lane & 3;
-#pragma unroll
-        for (int j = 0; j < NT8; j++) {
-            const int n = cn + 8 * j + 2 * q;
-            __stcg(reinterpret_cast<float2 *>(dst + (r0 + g) * NP + n), make_float2(acc[j][0], acc[j][1]));
-            __stcg(reinterpret_cast<float2 *>(dst + (r0 + g + 8) * NP + n), make_float2(acc[j][2], acc[j][3]));
-        }
+        ssd_tc_pairs<NT8>(r0, cn, [&](int j, int h, int p, int n) {
+            __stcg(reinterpret_cast<float2 *>(dst + p * NP + n), make_float2(acc[j][2 * h], acc[j][2 * h + 1]));
+        });
     };
     float acc[NT8][4];
 #pragma unroll
@@ -7171,8 +7186,22 @@ template <int NB> static __device__ __forceinline__ void ssd_ckb_sums_out(const 
         P.wD[((k.b * P.ckb_nch + k.c) * P.H + k.h) * P.P + k.p0 + tid] = v;
     }
 }
-/* dx from W's place (complete: after a barrier) to the output, whole rows a warp's stores */
+/* dx from W's place (complete: after a barrier) to the output, whole rows a warp's stores: by 8-element vectors where
+   dx's rows allow (as x's for its staging, asked here: a flag in ssd_params would move every field after it, and the
+   walks' registers with them; a thread two of a chunk's 512 vectors, each one address and one 16-byte store, where
+   element by element took 16 of each), else an element a store */
 template <typename T> static __device__ __forceinline__ void ssd_ckb_dx_out(const ssd_params &P, const ssd_ckb_at &k, const float *Ws, int XS) {
+    if (ssd_rows8(P.dx, P.batch, P.L, P.H, P.P)) { /* (a tile's first channel a multiple of 64; XS a multiple of 4, W's place 32-byte aligned: float4 reads) */
+        constexpr int RV = kCkPT / 8;
+        for (int i = threadIdx.x; i < kCkQ * RV; i += kCkThreads) {
+            const int s = i / RV, pl = (i - s * RV) * 8;
+            if (s >= k.tn || k.p0 + pl >= P.P) continue; /* (P a multiple of 8: a vector is inside or out) */
+            const float4 a = *reinterpret_cast<const float4 *>(Ws + s * XS + pl), c = *reinterpret_cast<const float4 *>(Ws + s * XS + pl + 4);
+            const float v[8] = {a.x, a.y, a.z, a.w, c.x, c.y, c.z, c.w};
+            st_vec<T, 8>(P.dx.p, ssd_at4(P.dx, k.b, k.t0 + s, k.h, k.p0 + pl), v);
+        }
+        return;
+    }
     for (int i = threadIdx.x; i < kCkQ * kCkPT; i += kCkThreads) {
         const int s = i / kCkPT, pl = i - s * kCkPT;
         if (s < k.tn && k.p0 + pl < P.P) st<T>(P.dx.p, ssd_at4(P.dx, k.b, k.t0 + s, k.h, k.p0 + pl), Ws[s * XS + pl]);
@@ -7286,11 +7315,21 @@ template <typename T, int NB, bool ONE> static __device__ __forceinline__ void s
     ssd_ckb_sums_out<NB>(P, k, sm);
     if (P.dx.p) ssd_ckb_dx_out<T>(P, k, Ws, XS);
     if (P.dz.p) ssd_tc_cells<4>(r0, cp, [&](int j, int i, int s, int pl) { ssd_ckb_dz_out<T>(P, k, s, pl, y0[j][i], xs[s * XS + pl]); });
-    ssd_tc_cells<NT8>(r0, cn, [&](int j, int i, int s, int n) {
+    /* the dB / dC partials, a pair of states a store where N is even (then every pair is inside and 8-byte aligned:
+       the workspace's buffers are 256-byte aligned, n even) */
+    const bool v2 = P.N % 2 == 0;
+    ssd_tc_pairs<NT8>(r0, cn, [&](int j, int h, int s, int n) {
         if (s >= k.tn || n >= P.N) return;
         const int64_t o = (((k.b * P.L + k.t0 + s) * P.H + k.h) * P.npsl + k.tile) * P.N + n;
-        if (P.wB) P.wB[o] = dB[j][i];
-        if (P.wC) P.wC[o] = dC[j][i];
+        if (v2) {
+            if (P.wB) *reinterpret_cast<float2 *>(P.wB + o) = make_float2(dB[j][2 * h], dB[j][2 * h + 1]);
+            if (P.wC) *reinterpret_cast<float2 *>(P.wC + o) = make_float2(dC[j][2 * h], dC[j][2 * h + 1]);
+            return;
+        }
+        for (int e = 0; e < 2 && n + e < P.N; e++) {
+            if (P.wB) P.wB[o + e] = dB[j][2 * h + e];
+            if (P.wC) P.wC[o + e] = dC[j][2 * h + e];
+        }
     });
 }
 #endif
@@ -7651,15 +7690,6 @@ static bool ssd_ws_layout(const selscan__sprob &q, const selscan__sgrd &r, const
     return c.ok;
 }
 
-/* whether a (d0, d1, d2, len) operand's rows of len elements are contiguous with every row start
-   16-byte aligned (ssd_stage's 8-element vectors; the strides of size-1 dimensions never used) */
-static bool ssd_rows8(const ct &t, int64_t d0, int64_t d1, int64_t d2, int64_t len) {
-    if (!t.p) return true;
-    const int64_t d[3] = {d0, d1, d2};
-    bool ok = (reinterpret_cast<uintptr_t>(t.p) & 15) == 0 && len % 8 == 0 && t.s[3] == 1;
-    for (int i = 0; i < 3; i++) ok = ok && (d[i] == 1 || t.s[i] % 8 == 0);
-    return ok;
-}
 /* P.vbc / P.vx once every operand is filled in (bwd: dy and z are staged too) */
 static void ssd_vectors(ssd_params &P, bool bwd) {
     P.vbc = ssd_rows8(P.B, P.batch, P.L, P.G, P.N) && ssd_rows8(P.C, P.batch, P.L, P.G, P.N);

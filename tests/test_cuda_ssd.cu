@@ -449,7 +449,7 @@ static void run_case(int ci, bool quick) {
     if (nan_bwd == 3) { Bt.set(irand(0, (int)(Bt.count() - 1)), NAN); Bt.up(); }
     const bool all = irand(0, 2) != 0 || g_force_nanstart;
     auto want = [&]() { return all || irand(0, 1); };
-    if (want()) make(dx, dt, 4, nx, strided ? permx : NULL, 0, true);
+    if (want()) make(dx, dt, 4, nx, strided ? permx : NULL, xgap, true); /* (a gap: dx's rows not vectors, stored an element at a time) */
     if (want()) make(ddt, dt, 3, ndt, NULL, 0, true);
     if (want()) make(dA, SELSCAN_F32, 1, nh, NULL, 0, true);
     if (want()) make(dB, dt, 4, nbc, NULL, strided ? 2 : 0, true);
@@ -745,10 +745,11 @@ int main() {
     }
     CHECK(g_refusals > 0, "the 64 KiB cases ran no refused backward");
     g_cap = selscan_cuda_detail::ssd_smem_cap_test = g_force_N = g_force_P = 0;
-    const int ckN[6] = {48, 64, 100, 128, 66, 0}, ckP[4] = {64, 0, 130, 0}; /* 66: the partials' rows not float4 */
+    /* 66: the partials' rows not float4; 99: odd (the tensor-core body's pairs a float at a time) */
+    const int ckN[7] = {48, 64, 100, 128, 66, 99, 0}, ckP[4] = {64, 0, 130, 0};
     g_force_chunk = 1;
     for (int i = 0; i < (quick ? 30 : 120); i++) {
-        g_force_N = ckN[i % 6];
+        g_force_N = ckN[i % 7];
         g_force_P = ckP[i % 4];
         run_case(ncases + 300 + i, quick);
     }
