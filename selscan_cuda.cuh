@@ -7181,9 +7181,14 @@ template <int NB> static __device__ __forceinline__ void ssd_ckb_sums_out(const 
         P.wx[o] = xdp[u] + tau[u];
     }
     if (P.wD && tid < kCkPT && k.p0 + tid < P.P) {
-        float v = 0.0f;
-        for (int s = 0; s < k.tn; s++) v = fmaf(dys[s * m.XS + tid], xs[s * m.XS + tid], v);
-        P.wD[((k.b * P.ckb_nch + k.c) * P.H + k.h) * P.P + k.p0 + tid] = v;
+        /* four interleaved partial sums over all Q steps (rows past tn are staged 0): a quarter of the dependent
+           chain, the loads issued ahead of it */
+        float v[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+        for (int s = 0; s < Q; s += 4)
+#pragma unroll
+            for (int e = 0; e < 4; e++) v[e] = fmaf(dys[(s + e) * m.XS + tid], xs[(s + e) * m.XS + tid], v[e]);
+        P.wD[((k.b * P.ckb_nch + k.c) * P.H + k.h) * P.P + k.p0 + tid] = (v[0] + v[1]) + (v[2] + v[3]);
     }
 }
 /* dx from W's place (complete: after a barrier) to the output, whole rows a warp's stores: by 8-element vectors where
@@ -7509,6 +7514,15 @@ template <typename T, int NB, bool ONE = false> static __global__ void __launch_
         if (tid == 0) *P.ckb_flag = 1; /* the walks take the call; they rewrite whatever this kernel's blocks wrote */
         return;
     }
+    /* the entering state's loads, issued here so that their latency passes under the pair sums below; stored in
+       P2's place after them (a thread's float4s as ssd_ckb_go's) */
+    constexpr int PER = 64 * NP / (4 * kCkThreads);
+    float4 sin4[PER];
+    {
+        const float *const src = P.ckb_S + (k.chain * P.ckb_nch + k.c) * (64 * NP);
+#pragma unroll
+        for (int u = 0; u < PER; u++) sin4[u] = __ldcg(reinterpret_cast<const float4 *>(src + 4 * (tid + u * kCkThreads)));
+    }
     /* the pair matrix's sums: xdp(s) = sum_{t >= s} P2(t,s); colM(k) = dt(k) sum_{t > k} P2(t,k); rowM(k) =
        sum_{s < k} P2(k,s) dt(s); sum_{t >= u > s} M(t,s) = gpair(u) = sum_{k < u} colM(k) - rowM(k) */
     if (tid < Q) {
@@ -7530,12 +7544,10 @@ template <typename T, int NB, bool ONE = false> static __global__ void __launch_
             F += colM[u] - rowM[u];
         }
     }
-    {
-        const float *src = P.ckb_S + (k.chain * P.ckb_nch + k.c) * (64 * NP);
-        for (int i = 4 * tid; i < 64 * NP; i += 4 * kCkThreads) {
-            const int pl = i / NP, n = i - pl * NP;
-            *reinterpret_cast<float4 *>(Ss + pl * BS + n) = __ldcg(reinterpret_cast<const float4 *>(src + i));
-        }
+#pragma unroll
+    for (int u = 0; u < PER; u++) {
+        const int i = 4 * (tid + u * kCkThreads), pl = i / NP, n = i - pl * NP;
+        *reinterpret_cast<float4 *>(Ss + pl * BS + n) = sin4[u];
     }
     __syncthreads();
 #ifdef SELSCAN__CK_MMA
