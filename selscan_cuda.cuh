@@ -6989,19 +6989,11 @@ static __device__ __forceinline__ void ssd_ckb_loc_tc(bool sp, const float *xs, 
             __stcg(reinterpret_cast<float2 *>(dst + p * NP + n), make_float2(acc[j][2 * h], acc[j][2 * h + 1]));
         });
     };
-    float acc[NT8][4];
-#pragma unroll
-    for (int j = 0; j < NT8; j++)
-#pragma unroll
-        for (int i = 0; i < 4; i++) acc[j][i] = 0.0f;
-    ssd_tc_mm<NT8, true, false>(acc, [xs, wsuf, XS](int p, int s) { return wsuf[s] * xs[s * XS + p]; }, ssd_rowm(Bs, BS), r0, cn, 0, kCkQ, sp);
-    out(acc, S);
-#pragma unroll
-    for (int j = 0; j < NT8; j++)
-#pragma unroll
-        for (int i = 0; i < 4; i++) acc[j][i] = 0.0f;
-    ssd_tc_mm<NT8, true, false>(acc, [dys, din, XS](int p, int t) { return din[t] * dys[t * XS + p]; }, ssd_rowm(Cs, BS), r0, cn, 0, kCkQ, sp);
-    out(acc, G);
+    float sa[NT8][4] = {}, ga[NT8][4] = {};
+    ssd_tc_mm<NT8, true, false>(sa, [xs, wsuf, XS](int p, int s) { return wsuf[s] * xs[s * XS + p]; }, ssd_rowm(Bs, BS), r0, cn, 0, kCkQ, sp);
+    out(sa, S);
+    ssd_tc_mm<NT8, true, false>(ga, [dys, din, XS](int p, int t) { return din[t] * dys[t * XS + p]; }, ssd_rowm(Cs, BS), r0, cn, 0, kCkQ, sp);
+    out(ga, G);
 }
 #endif
 
@@ -7256,7 +7248,7 @@ template <typename T, int NB, bool ONE> static __device__ __forceinline__ void s
                   "8 warps: 4 strips of 16 rows x 2 halves of the columns, 32 channels (4 tiles of 8) a half");
     constexpr ssd_ckb_smem m = ssd_ckb_layout(NB, false);
     constexpr int XS = m.XS, BS = m.BS;
-    const int tid = threadIdx.x, w = tid >> 5, g = (tid & 31) >> 2;
+    const int tid = threadIdx.x, w = tid >> 5;
     const int r0 = 16 * (w & 3), half = w >> 2, cn = half * (NP / 2), cp = half * (kCkPT / 2); /* strip; first state, channel */
     const float *const xs = sm + m.x, *const dys = sm + m.dy, *const Vs = sm + m.V, *const Bs = sm + m.B, *const Cs = sm + m.C;
     float *const Ws = sm + m.W;
@@ -7280,15 +7272,12 @@ template <typename T, int NB, bool ONE> static __device__ __forceinline__ void s
        states: C Sin^T itself only for dz) */
     if (gated) ssd_tc_mm<NT8, true, true>(dC, ssd_rowm(dys, XS), ssd_rowm(Ss, BS), r0, cn, 0, kCkPT, sp);
     else ssd_tc_mm<NT8, false, true>(dC, ssd_rowm(dys, XS), ssd_rowm(Ss, BS), r0, cn, 0, kCkPT, sp);
-    const float d0 = din[r0 + g], d1 = din[r0 + g + 8];
-#pragma unroll
-    for (int j = 0; j < NT8; j++) { dC[j][0] *= d0; dC[j][1] *= d0; dC[j][2] *= d1; dC[j][3] *= d1; }
+    ssd_tc_cells<NT8>(r0, cn, [&](int j, int i, int t, int) { dC[j][i] *= din[t]; });
     ssd_tc_rowdot(dC, ssd_rowm(Cs, BS), r0, cn, pr + half * Q);
     /* y0 = exp(a(0..t)) C Sin^T + W x (dz); dx = W^T dy0; dC += V B (W, V: 0 above the diagonal) */
     if (P.dz.p) {
         ssd_tc_mm<4, false, true>(y0, ssd_rowm(Cs, BS), ssd_colm(Ss, BS), r0, cp, 0, NP, sp);
-#pragma unroll
-        for (int j = 0; j < 4; j++) { y0[j][0] *= d0; y0[j][1] *= d0; y0[j][2] *= d1; y0[j][3] *= d1; }
+        ssd_tc_cells<4>(r0, cp, [&](int j, int i, int t, int) { y0[j][i] *= din[t]; });
         ssd_tc_mm<4, true, false>(y0, ssd_rowm(Ws, XS), ssd_rowm(xs, XS), r0, cp, 0, Q, sp);
     }
     if (gated) ssd_tc_mm<4, true, true>(dX, ssd_colm(Ws, XS), ssd_rowm(dys, XS), r0, cp, 0, Q, sp);
@@ -7305,11 +7294,7 @@ template <typename T, int NB, bool ONE> static __device__ __forceinline__ void s
         });
     /* dB = w(s) x^T Go + V^T C: the weight on the result's rows, x as it is (two products a step, not three) */
     ssd_tc_mm<NT8, false, true>(dB, ssd_rowm(xs, XS), ssd_rowm(Ss, BS), r0, cn, 0, kCkPT, sp);
-    {
-        const float w0 = swsuf[r0 + g], w1 = swsuf[r0 + g + 8];
-#pragma unroll
-        for (int j = 0; j < NT8; j++) { dB[j][0] *= w0; dB[j][1] *= w0; dB[j][2] *= w1; dB[j][3] *= w1; }
-    }
+    ssd_tc_cells<NT8>(r0, cn, [&](int j, int i, int s, int) { dB[j][i] *= swsuf[s]; });
     ssd_tc_mm<NT8, true, false>(dB, ssd_colm(Vs, XS), ssd_rowm(Cs, BS), r0, cn, 0, Q, sp);
     __syncthreads(); /* the row partials, dx */
     if (tid < Q) {
