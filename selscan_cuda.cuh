@@ -6737,7 +6737,7 @@ template <typename T, int NB, bool ONE> static __global__ void __launch_bounds__
      dC = V B + exp(a(0..t)) dy0 Sin, y0 = W x + exp(a(0..t)) C Sin^T (dz), and the per-step scalars of
      the decay: d loss / d a(u) = sum_{t >= u > s} M(t,s) (M = (C B^T) o E o dt o (dy0 x^T)) + sum_{t >= u}
      rho(t) + sum_{s < u} dt(s) tau(s) + dec <Gout, Sin>, with rho(t) = exp(a(0..t)) dy0(t) . (C Sin^T)(t)
-     (= C(t) . (exp(a(0..t)) dy0 Sin)(t), dC's own term: so the tensor-core body, which needs C Sin^T only for dz)
+     (= C(t) . (exp(a(0..t)) dy0 Sin)(t), dC's own term: the tensor-core body sums it so, C Sin^T only for dz)
      and tau(s) = exp(a(s+1..Q-1)) x(s) . (B Gout^T)(s); the explicit d loss / d dt(s) = sum_t (C B^T o E
      o dy0 x^T)(t,s) + tau(s). Then ssd_dt / ssd_bc / ssd_param reduce them as they do the walks'.
    No sum here runs over the sequence but the pass of the states between chunks (a chunk a step, in

@@ -415,8 +415,8 @@ def fold_heads(state, x, dt, A, B, C, D, z, dt_bias):
     def want(t, name, shape, what):
         tensor_arg(t, name)
         if tuple(t.shape) != tuple(shape):
-            _value(False, name, " must have shape ", what, " = ", list(shape), " for a (batch, nheads, hdim, N) state, got ",
-                   _shape(t))
+            _value(False, name, " must have shape ", what, " = ", list(shape), " for state ", _shape(state),
+                   " (n_cache, nheads, hdim, N) and x ", _shape(x), ", got ", _shape(t))
 
     tensor_arg(x, "x")
     if not (x.dim() == 3 and x.shape[1:] == (nheads, hdim)):

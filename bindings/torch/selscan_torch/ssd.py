@@ -374,6 +374,9 @@ def mamba_split_conv1d_scan_combined(zxbcdt, conv1d_weight, conv1d_bias, dt_bias
     if outproj_bias is not None and outproj_weight is None:
         raise ValueError("selscan: outproj_bias without outproj_weight (argument 'outproj_bias')")
     _checks._value(zxbcdt.dim() == 3, "zxbcdt must be (batch, L, channels), got shape ", tuple(zxbcdt.shape))
+    # (named before any other tensor is held to zxbcdt's dtype: an integer zxbcdt is the argument at fault)
+    _checks._type(zxbcdt.is_floating_point(), "zxbcdt must be a floating-point tensor, got ", zxbcdt.dtype,
+                  " (argument 'zxbcdt')")
     _checks._value(conv1d_weight.dim() in (2, 3), "conv1d_weight must be (channels, width) or (channels, 1, "
                    "width), got shape ", tuple(conv1d_weight.shape))
     _checks._value(A.dim() == 1 and D.dim() in (1, 2), "A must be (nheads,) and D (nheads,) or (nheads, headdim), "

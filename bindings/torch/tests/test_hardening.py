@@ -363,6 +363,20 @@ def test_8_multihead_validates_first():
     raises_naming("state", lambda: call_step(dict(s, state=torch.randn(2, 2, 3, 4, 1))), ValueError)
 
 
+def test_8_multihead_shape_refusals_show_the_state_and_x():
+    """Found by a hostile user's run (thirty-first session): a state whose dstate (or heads) disagreed with A, B and
+    C blamed A alone, with nheads / hdim / N shown as numbers whose source (the state) went unnamed; the message now
+    shows the state's and x's shapes beside the argument held to them."""
+    s = mh_inputs()
+    snap = snapshot(s.values())
+    b, nh, hd, N = s["state"].shape
+    msg = raises_naming("A", lambda: call_step(dict(s, state=torch.randn(b, nh, hd, N + 1))), ValueError)
+    assert f"state {[b, nh, hd, N + 1]}" in msg and f"x {[b, nh, hd]}" in msg
+    msg = raises_naming("dt", lambda: call_step(dict(s, x=s["x"][:1])), ValueError)
+    assert f"x {[1, nh, hd]}" in msg
+    assert unchanged(s.values(), snap)
+
+
 def test_8_multihead_noncontiguous_state():
     s = mh_inputs(G=2)
     ref_out, ref_state = mh_ref(s)

@@ -784,7 +784,11 @@ def test_split_conv1d_scan_refusals_name_the_argument():
                            (dict(outproj_weight=torch.randn(5, dim, dtype=torch.float64)), TypeError,
                             "argument 'outproj_weight'"),
                            (dict(outproj_weight=torch.randn(5, dim), outproj_bias=torch.zeros(4)), ValueError,
-                            "argument 'outproj_bias'")):
+                            "argument 'outproj_bias'"),
+                           # a hostile user's run (thirty-first session): an integer zxbcdt with an outproj_weight
+                           # blamed outproj_weight for not having zxbcdt's (integer) dtype
+                           (dict(zxbcdt=zxbcdt.to(torch.int64), outproj_weight=torch.randn(5, dim)), TypeError,
+                            "argument 'zxbcdt'")):
         with pytest.raises(exc, match=words):
             call(**kw)
     call(outproj_weight=torch.randn(5, dim), outproj_bias=torch.zeros(5))  # the shapes the checks take
