@@ -6493,11 +6493,20 @@ template <typename T, int NB, bool ONE> static __global__ void __launch_bounds__
     const int64_t g = h / P.hpg, t0 = c * Q, p0 = tile * kCkPT;
     const int tn = static_cast<int>(P.L - t0 < Q ? P.L - t0 : Q);
     const bool more = t0 + Q < P.L; /* a chunk after this one: the state leaves through the ring */
-    const float Ah = ldf(P.A, h * P.A.s[0]);
     bool bad = false; /* a value of the chunk that is not finite: the float32 units' path (below) */
 
     /* stage: dt and a (0 past L), x [s][p], B and C [s][n] (0 outside): by vectors where rows are contiguous and
-       aligned (P.vx, P.vbc: ssd_vectors) */
+       aligned (P.vx, P.vbc: ssd_vectors), their loads issued before dt's and A's (one global latency for the stage,
+       not one an operand: SSD-CUDA-v23; 40 words a thread in flight, under the kernel's 128 registers), else element
+       by element */
+    ssd_ck_part<T, kCkPT> px;
+    ssd_ck_part<T, NP> pB, pC;
+    if (P.vx) px.load(P.x, b, t0, h, p0, P.P, tn);
+    if (P.vbc) {
+        pB.load(P.B, b, t0, g, 0, P.N, tn);
+        pC.load(P.C, b, t0, g, 0, P.N, tn);
+    }
+    const float Ah = ldf(P.A, h * P.A.s[0]);
     if (tid < Q) {
         float d = 0.0f;
         if (tid < tn) {
@@ -6510,9 +6519,15 @@ template <typename T, int NB, bool ONE> static __global__ void __launch_bounds__
            steps' own decays would not: the float32 path's running sums */
         bad = !isfinite(d) || !isfinite(sa[tid]) || sa[tid] > 0.0f;
     }
-    ssd_ck_stage<T, kCkPT>(P.vx, xs, XS, P.x, b, t0, h, p0, P.P, tn, bad);
-    ssd_ck_stage<T, NP>(P.vbc, Bs, BS, P.B, b, t0, g, 0, P.N, tn, bad);
-    ssd_ck_stage<T, NP>(P.vbc, Cs, BS, P.C, b, t0, g, 0, P.N, tn, bad);
+    if (P.vx) px.store(xs, XS, bad);
+    else ssd_ck_stage<T, kCkPT>(false, xs, XS, P.x, b, t0, h, p0, P.P, tn, bad);
+    if (P.vbc) {
+        pB.store(Bs, BS, bad);
+        pC.store(Cs, BS, bad);
+    } else {
+        ssd_ck_stage<T, NP>(false, Bs, BS, P.B, b, t0, g, 0, P.N, tn, bad);
+        ssd_ck_stage<T, NP>(false, Cs, BS, P.C, b, t0, g, 0, P.N, tn, bad);
+    }
     bad = __syncthreads_or(bad) || P.ck_simt;
     float *const Ss = Bs; /* the entering state takes B's place once B is used */
 #ifdef SELSCAN__CK_MMA
