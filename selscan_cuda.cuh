@@ -6165,8 +6165,8 @@ static __global__ void __launch_bounds__(256) ssd_param_kernel(const ssd_params 
    writes (c + 1's) was last read by block c - 1, which finished reading before it published the
    state block c waited for. Everything but the wait and the publish runs before the wait.
    The four products (C B^T, Sloc, W x, C Sin^T) run on tensor cores (ssd_tc_mm: mma.sync m16n8k8 tf32,
-   sm_80+) with every float operand split into its tf32 part and the remainder (ssd_tf32_rest), two or three
-   products a pair: a term within 2^-19 of its value, near float32's; a 2-byte problem's x, B and C are exact in tf32
+   sm_80+) with every float operand split into two tf32 parts (ssd_tf32_split), two or three products a pair:
+   float32's precision, as >>ssd-api promises; a 2-byte problem's x, B and C are exact in tf32
    and go in as they are (C B^T one product; the decay weights w(s) on x, exp(a(0..t)) after C Sin^T).
    A chunk with a value that is not finite (x, B, C, dt or a) takes the same products on the float32
    units instead (a split would make inf - inf; a masked 0 times a NaN x
@@ -6425,18 +6425,19 @@ static __device__ __forceinline__ auto ssd_rowm(const float *a, int ld) {
 static __device__ __forceinline__ auto ssd_colm(const float *a, int ld) {
     return [a, ld](int r, int c) { return a[c * ld + r]; };
 }
-/* v's remainder below its tf32 part as mma reads it (a tf32 operand's top 19 bits: v's bits passed as they are are
-   v truncated): v - trunc(v), exact in float; passed as it is too, so truncated in turn. Two instructions where
-   cvt.rna's split took eight (SSD-CUDA-v24): the part's error at most 2^-10 of the remainder, 2^-20 of v (the
-   rounded split's 2^-22), below the products' float32 sums (inf: NaN, as the rounded split gave) */
-static __device__ __forceinline__ uint32_t ssd_tf32_rest(float v) {
-    return __float_as_uint(v - __uint_as_float(__float_as_uint(v) & 0xffffe000u));
+/* A float operand split for the tensor cores (SSD-CUDA-v24): hi = v truncated to tf32 (its low 13 bits cleared, so the
+   parts sum to v whatever bits an mma reads), lo = v - hi (exact in float, below hi's last bit) rounded to tf32 by
+   cvt.rna (NaN stays NaN). Four instructions where rounding both parts took eight; lo's rounding at most 2^-21 of v
+   (both rounded: 2^-22); a finite v near float's largest stays finite (cvt.rna of v rounded it to inf, inf - inf) */
+static __device__ __forceinline__ void ssd_tf32_split(float v, uint32_t &hi, uint32_t &lo) {
+    hi = __float_as_uint(v) & 0xffffe000u;
+    lo = ssd_tf32(v - __uint_as_float(hi));
 }
 /* acc[j] (rows r0 + g, r0 + g + 8; columns c0 + 8 j + 2 q, + 1: ssd_mma8's d) += sum_{k0 <= k < k1} A(r, k) B(k, c), the
    operands read by fa(r, k) and fb(k, c) from shared memory, k1 - k0 a multiple of 8. SA / SB: that operand a float,
-   split into its tf32 part and the remainder (ssd_tf32_rest; the products lo hi, hi lo, hi hi: about float32's
-   precision); else exact in tf32 (a 2-byte problem's x, B, C): one part, as it is. sp false: no split, the operand
-   rounded to tf32 (ONE: the tuning builds' one-pass level) */
+   split into two tf32 parts (ssd_tf32_split; the products lo hi, hi lo, hi hi: about float32's precision); else
+   exact in tf32 (a 2-byte problem's x, B, C): one part, as it is. sp false: no split, the operand rounded to tf32
+   (ONE: the tuning builds' one-pass level) */
 template <int NT8, bool SA, bool SB, typename FA, typename FB>
 static __device__ __forceinline__ void ssd_tc_mm(float (&acc)[NT8][4], const FA &fa, const FB &fb, int r0, int c0, int k0, int k1, bool sp) {
     const int lane = static_cast<int>(threadIdx.x & 31), g = lane >> 2, q = lane & 3;
@@ -6445,8 +6446,10 @@ static __device__ __forceinline__ void ssd_tc_mm(float (&acc)[NT8][4], const FA 
         uint32_t ah[4], al[4];
 #pragma unroll
         for (int i = 0; i < 4; i++) {
-            ah[i] = SA && !sp ? ssd_tf32(av[i]) : __float_as_uint(av[i]); /* (exact or split: the bits as they are) */
-            al[i] = SA && sp ? ssd_tf32_rest(av[i]) : 0u;
+            ah[i] = __float_as_uint(av[i]); /* (exact: as it is) */
+            al[i] = 0u;
+            if (SA && sp) ssd_tf32_split(av[i], ah[i], al[i]);
+            else if (SA) ah[i] = ssd_tf32(av[i]);
         }
 #pragma unroll
         for (int j = 0; j < NT8; j++) {
@@ -6454,8 +6457,10 @@ static __device__ __forceinline__ void ssd_tc_mm(float (&acc)[NT8][4], const FA 
             uint32_t bh[2], bl[2];
 #pragma unroll
             for (int i = 0; i < 2; i++) {
-                bh[i] = SB && !sp ? ssd_tf32(bv[i]) : __float_as_uint(bv[i]);
-                bl[i] = SB && sp ? ssd_tf32_rest(bv[i]) : 0u;
+                bh[i] = __float_as_uint(bv[i]);
+                bl[i] = 0u;
+                if (SB && sp) ssd_tf32_split(bv[i], bh[i], bl[i]);
+                else if (SB) bh[i] = ssd_tf32(bv[i]);
             }
             if (SA && sp) ssd_mma8(acc[j], al, bh);
             if (SB && sp) ssd_mma8(acc[j], ah, bl);
@@ -6505,8 +6510,8 @@ template <typename T, int NB, bool ONE> static __global__ void __launch_bounds__
 
     /* stage: dt and a (0 past L), x [s][p], B and C [s][n] (0 outside): by vectors where rows are contiguous and
        aligned (P.vx, P.vbc: ssd_vectors), their loads issued before dt's and A's (one global latency for the stage,
-       not one an operand: SSD-CUDA-v23; 40 words a thread in flight, under the kernel's 128 registers), else element
-       by element */
+       not one an operand: SSD-CUDA-v23; up to 40 words a thread in flight for a 2-byte problem, 80 for float32, under
+       the kernel's 128 registers), else element by element */
     ssd_ck_part<T, kCkPT> px;
     ssd_ck_part<T, NP> pB, pC;
     if (P.vx) px.load(P.x, b, t0, h, p0, P.P, tn);
