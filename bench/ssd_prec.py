@@ -334,7 +334,7 @@ def variants(s3_modes):
     return v
 
 
-# S3: split only these operands (decided from the sensitivity sweep: bench/NOTES.md, the section above)
+# S3: split only these operands (decided from the sensitivity sweep: bench/NOTES.md)
 S3_SPLIT = ['Bw', 'W', 'g', 'dh']
 
 
