@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """Precision emulation (CPU) of Mamba-2 SSD chunked backward on bf16 tensor cores.
 
-Variants (see FINDINGS.md):
+Variants (bench/NOTES.md, "SSD-CUDA rebuild, the operands' precision on bf16 tensor cores"):
   R   float64 reference: per-step recurrence, gradients by float64 autograd (checked at start-up on a
       smaller shape against the float64 chunked form; big runs use that float64 chunked backward,
       whose forward is checked against the recurrence every run; --ref autograd for the slow way).
@@ -334,7 +334,7 @@ def variants(s3_modes):
     return v
 
 
-# S3: split only these operands (decided from the sensitivity sweep; see FINDINGS.md)
+# S3: split only these operands (decided from the sensitivity sweep: bench/NOTES.md)
 S3_SPLIT = ['Bw', 'W', 'g', 'dh']
 
 
