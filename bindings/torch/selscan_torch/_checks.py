@@ -287,6 +287,12 @@ def tensor_arg(t, name, optional=False):
           ", got ", type(t).__name__)
 
 
+def float_arg(t, name):
+    """t must be a real floating-point tensor (used in its own dtype, not cast): the one wording of that refusal."""
+    tensor_arg(t, name)
+    _type(t.is_floating_point(), name, " must be a real floating-point tensor, got ", t.dtype, " (argument '", name, "')")
+
+
 def same_device(function, ref_name, ref, named):
     """Every tensor among named ((name, t or None) pairs) on ref's device (ref_name: the argument it is): a
     function's own rule for the tensors it hands to torch's functions or reads back before its ops see them

@@ -338,7 +338,7 @@ def mamba_inner_fn(xz, conv1d_weight, conv1d_bias, x_proj_weight, delta_proj_wei
                               ("c_rms_weight", c_rms_weight, True), ("dt_rms_weight", dt_rms_weight, True)):
         _checks.tensor_arg(t, name, optional)
         if t is not None and name.endswith("rms_weight"):  # used as they are (float32 in the norm): real only
-            _checks._type(t.is_floating_point(), name, " must be a real floating-point tensor, got ", t.dtype)
+            _checks.float_arg(t, name)
         # (F.linear would take a meta weight beside CPU tensors)
         _checks.same_device("mamba_inner_fn", "xz", xz, ((name, t),))
     if A.is_complex():

@@ -375,8 +375,7 @@ def mamba_split_conv1d_scan_combined(zxbcdt, conv1d_weight, conv1d_bias, dt_bias
         raise ValueError("selscan: outproj_bias without outproj_weight (argument 'outproj_bias')")
     _checks._value(zxbcdt.dim() == 3, "zxbcdt must be (batch, L, channels), got shape ", tuple(zxbcdt.shape))
     # (named before any other tensor is held to zxbcdt's dtype: an integer zxbcdt is the argument at fault)
-    _checks._type(zxbcdt.is_floating_point(), "zxbcdt must be a floating-point tensor, got ", zxbcdt.dtype,
-                  " (argument 'zxbcdt')")
+    _checks.float_arg(zxbcdt, "zxbcdt")
     _checks._value(conv1d_weight.dim() in (2, 3), "conv1d_weight must be (channels, width) or (channels, 1, "
                    "width), got shape ", tuple(conv1d_weight.shape))
     _checks._value(A.dim() == 1 and D.dim() in (1, 2), "A must be (nheads,) and D (nheads,) or (nheads, headdim), "
@@ -409,9 +408,7 @@ def mamba_split_conv1d_scan_combined(zxbcdt, conv1d_weight, conv1d_bias, dt_bias
                          f"dstate + nheads with dim = {dim}, ngroups = {ngroups}, dstate = {dstate} (conv1d_weight's) "
                          f"(arguments 'zxbcdt', {given}'conv1d_weight')")
     if rmsnorm_weight is not None:
-        _checks.tensor_arg(rmsnorm_weight, "rmsnorm_weight")
-        _checks._type(rmsnorm_weight.is_floating_point(), "rmsnorm_weight must be a floating-point tensor, got ",
-                      rmsnorm_weight.dtype, " (argument 'rmsnorm_weight')")
+        _checks.float_arg(rmsnorm_weight, "rmsnorm_weight")
         _checks._value(tuple(rmsnorm_weight.shape) == (dim,), "rmsnorm_weight must have shape (nheads * headdim,) = ",
                        (dim,), ", got ", tuple(rmsnorm_weight.shape), " (argument 'rmsnorm_weight')")
         if not isinstance(rmsnorm_eps, numbers.Real) or isinstance(rmsnorm_eps, bool):
