@@ -110,9 +110,15 @@ step() {  # step NAME TIMEOUT_S COMMAND...: the command's log in $OUT/NAME.log, 
     tail -n "${TAIL:-25}" "$OUT/$name.log"
     [ "$rc" = 0 ] || failed=1
 }
-need_torch_pkg() {  # the benches import the installed selscan_torch (the gate installs it; a later call reuses it)
+need_torch_pkg() {  # the benches import the installed selscan_torch (the gate installs it; a later call reuses it);
+    # called before need_peers, so that its build (about 230 s on 16 cores) runs beside a peers-bg build (about 380
+    # s on half of them) instead of after it: the thirty-third session's `verify peers-bg ssd train` spent its 570 s
+    # on the two builds one after the other. Half the cores while a peers-bg build runs.
+    local jobs pid
+    jobs=$(nproc)
+    pid=$(cat build/peers-bg.pid 2>/dev/null) && kill -0 "$pid" 2>/dev/null && jobs=$(( jobs / 2 ))
     "$PY" -c "import selscan_torch" 2>/dev/null ||
-        step torch-pkg 400 "MAX_JOBS=\$(nproc) $PY -m pip install -q --no-build-isolation --no-deps ./bindings/torch"
+        step torch-pkg 400 "MAX_JOBS=$jobs $PY -m pip install -q --no-build-isolation --no-deps ./bindings/torch"
 }
 wait_peers_bg() {  # a peers-bg build of this call still running: wait for it while the call's deadline allows
     local pid
@@ -158,22 +164,22 @@ for s in "$@"; do
         echo $! > build/peers-bg.pid
         echo "== peers-bg: started (log peers.log)" ;;
     ssd)
-        need_peers; need_torch_pkg
+        need_torch_pkg; need_peers
         step ssd 400 "PYTHONPATH='$BENCH_PATH' '$PY' bench/bench_ssd.py --device cuda --dtype bf16 --batch 8 --lens 2048 --cases scan --shapes 130m,1.3b,2.7b,nemotron-h --reps 5 --no-fallback" ;;
     train)
-        need_peers; need_torch_pkg
+        need_torch_pkg; need_peers
         step train 590 "PYTHONPATH='$BENCH_PATH' '$PY' bench/bench_models.py --models mamba2-130m,mamba2-1.3b --backends selscan-ssd,mamba_ssm --cases train --out $OUT/train.json" ;;
     train525)
-        need_peers; need_torch_pkg
+        need_torch_pkg; need_peers
         step tf525 120 "'$PY' -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/tf525 .whl/tf525/*.whl"
         step train525 590 "PYTHONPATH='/tmp/tf525:$BENCH_PATH' '$PY' bench/bench_models.py --models mamba2-130m,mamba2-1.3b --backends selscan-ssd,mamba_ssm --cases train --out $OUT/train525.json" ;;
     layer)  # the peers where built (mamba_ssm's rows; a peers-bg build waited for), else selscan's alone
-        wait_peers_bg; need_torch_pkg
+        need_torch_pkg; wait_peers_bg
         step layer 300 "PYTHONPATH='$BENCH_PATH' '$PY' bench/bench_ssd.py --device cuda --dtype bf16 --batch 8 --lens 2048 --cases layer --shapes 130m,1.3b --reps 5 && PYTHONPATH='$BENCH_PATH' '$PY' bench/bench_ssd.py --device cuda --dtype bf16 --batch 8 --lens 2048 --cases layer-profile --shapes 130m --reps 3"
         bks=selscan-ssd,selscan-ssd-v2; [ -d "$peers/mamba_ssm" ] && bks=$bks,mamba_ssm
         step train-v2 300 "PYTHONPATH='$BENCH_PATH' '$PY' bench/bench_models.py --models mamba2-130m,mamba2-1.3b --backends $bks --cases train --out $OUT/train-v2.json" ;;
     profile)
-        need_peers; need_torch_pkg
+        need_torch_pkg; need_peers
         step profile 590 "PYTHONPATH='$BENCH_PATH' '$PY' bench/bench_ssd.py --device cuda --dtype bf16 --batch 8 --lens 2048 --cases profile --shapes 130m,1.3b --no-fallback && PYTHONPATH='$BENCH_PATH' '$PY' bench/bench_models.py --models mamba2-130m --backends selscan-ssd,mamba_ssm --cases profile --out $OUT/profile.json" ;;
     *) echo "device_session: unknown step $s"; failed=1 ;;
     esac
