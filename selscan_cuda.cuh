@@ -6969,7 +6969,14 @@ template <int NP>
 static __device__ __forceinline__ void ssd_ckb_pairs_tc(bool gated, bool sp, const float *Cs, const float *Bs, int BS, const float *dys, const float *xs,
                                                         int XS, float *Ws, float *Vs) {
     const bool split = gated && sp;
-    for (int k2 = static_cast<int>(threadIdx.x >> 5); k2 < 20; k2 += kCkThreads / 32) {
+    /* the 20 tiles by work, not in turn (SSD-CUDA-v25): a C B^T tile is NP / 8 wmma steps, a dy x^T tile kCkPT / 8
+       (twice that split); warps 0-1 two C B^T tiles, warps 2-5 one and two dy x^T tiles, warps 6-7 one and one: the
+       longest warp 32 steps at NB 2 where turns gave warps 0-3 40 (under a gate every tile is 16: 48 either way) */
+    static_assert(kCkThreads == 256, "ssd_ckb_pairs_tc's tile assignment is for 8 warps");
+    const int warp = static_cast<int>(threadIdx.x >> 5);
+    for (int it = 0; it < 3; it++) {
+        const int k2 = warp < 2 ? (it < 2 ? 2 * warp + it : -1) : it == 0 ? warp + 2 : warp < 6 ? 10 + 2 * (warp - 2) + (it - 1) : it == 1 ? 12 + warp : -1;
+        if (k2 < 0) break;
         const bool dxp = k2 >= 10; /* the second product */
         const int kk = dxp ? k2 - 10 : k2, ti = kk < 1 ? 0 : kk < 3 ? 1 : kk < 6 ? 2 : 3, si = kk - ti * (ti + 1) / 2;
         ck_acc acc;
@@ -7465,6 +7472,9 @@ template <typename T, int NB, bool ONE = false> static __global__ void __launch_
                   "the tensor cores' tiles (ssd_ckb_pairs_tc) start 32-byte aligned, rows whole 16-byte units");
     const ssd_ckb_at k(P, blockIdx.x);
     const int tid = threadIdx.x, hi = tid >> 4, lo = tid & 15;
+    /* Go (the pass kernel's, 64 NP floats a block, a workspace beyond L2) is read after the products: asked into L2
+       now, a 128-byte line a thread, so that ssd_ckb_go's loads meet L2's latency, not DRAM's (SSD-CUDA-v25) */
+    if (tid < 2 * NP) asm volatile("prefetch.global.L2 [%0];" ::"l"(P.ckb_G + (k.chain * P.ckb_nch + k.c) * (64 * NP) + 32 * tid));
     float *const xs = sm + m.x, *const dys = sm + m.dy, *const Ws = sm + m.W, *const Vs = sm + m.V;
     float *const Bs = sm + m.B, *const Cs = sm + m.C, *const Ss = sm + m.S;
     const float *const sdt = sm + m.dt;
