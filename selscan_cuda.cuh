@@ -7343,9 +7343,13 @@ template <typename T, int NB, bool ONE> static __device__ __forceinline__ void s
     /* the dB / dC partials, a pair of states a store where N is even (then every pair is inside and 8-byte aligned:
        the workspace's buffers are 256-byte aligned, n even) */
     const bool v2 = P.N % 2 == 0;
+    /* a thread's two rows' offsets once, not a store's four 64-bit products each (their chain held 4 % of the kernel's
+       samples: SSD-CUDA-v26) */
+    int64_t rowo[2];
+    ssd_tc_pairs<1>(r0, cn, [&](int, int h, int s, int) { rowo[h] = (((k.b * P.L + k.t0 + s) * P.H + k.h) * P.npsl + k.tile) * P.N; });
     ssd_tc_pairs<NT8>(r0, cn, [&](int j, int h, int s, int n) {
         if (s >= k.tn || n >= P.N) return;
-        const int64_t o = (((k.b * P.L + k.t0 + s) * P.H + k.h) * P.npsl + k.tile) * P.N + n;
+        const int64_t o = rowo[h] + n;
         if (v2) {
             if (P.wB) *reinterpret_cast<float2 *>(P.wB + o) = make_float2(dB[j][2 * h], dB[j][2 * h + 1]);
             if (P.wC) *reinterpret_cast<float2 *>(P.wC + o) = make_float2(dC[j][2 * h], dC[j][2 * h + 1]);
