@@ -7551,25 +7551,47 @@ template <typename T, int NB, bool ONE = false> static __global__ void __launch_
         for (int u = 0; u < PER; u++) sin4[u] = __ldcg(reinterpret_cast<const float4 *>(src + 4 * (tid + u * kCkThreads)));
     }
     /* the pair matrix's sums: xdp(s) = sum_{t >= s} P2(t,s); colM(k) = dt(k) sum_{t > k} P2(t,k); rowM(k) =
-       sum_{s < k} P2(k,s) dt(s); sum_{t >= u > s} M(t,s) = gpair(u) = sum_{k < u} colM(k) - rowM(k) */
-    if (tid < Q) {
-        double v = 0.0;
-        for (int t = tid + 1; t < Q; t++) v += P2[t * PS + tid];
-        colM[tid] = v * static_cast<double>(sdt[tid]);
-        xdp[tid] = P2[tid * PS + tid] + v;
-    } else if (tid < 2 * Q) {
-        const int kk = tid - Q;
-        double v = 0.0;
-        for (int s = 0; s < kk; s++) v = fma(P2[kk * PS + s], static_cast<double>(sdt[s]), v);
-        rowM[kk] = v;
+       sum_{s < k} P2(k,s) dt(s); sum_{t >= u > s} M(t,s) = gpair(u) = sum_{k < u} colM(k) - rowM(k). Two threads a
+       sum (threads below 2 Q the columns, the rest the rows), each two interleaved chains, joined by a shuffle; gpair
+       by one warp's scan: chains of 16 terms where a thread's took 63, and 64 for the prefix (SSD-CUDA-v27) */
+    static_assert(kCkThreads == 4 * Q && Q == 64, "two threads a column and a row of the pair matrix; gpair two a lane");
+    {
+        const int kk = (tid >> 1) & (Q - 1), h = tid & 1;
+        double v0 = 0.0, v1 = 0.0;
+        if (tid < 2 * Q) {
+#pragma unroll 4
+            for (int t = kk + 1 + h; t < Q; t += 4) {
+                v0 += P2[t * PS + kk];
+                if (t + 2 < Q) v1 += P2[(t + 2) * PS + kk];
+            }
+        } else {
+#pragma unroll 4
+            for (int s = h; s < kk; s += 4) {
+                v0 = fma(P2[kk * PS + s], static_cast<double>(sdt[s]), v0);
+                if (s + 2 < kk) v1 = fma(P2[kk * PS + s + 2], static_cast<double>(sdt[s + 2]), v1);
+            }
+        }
+        double v = v0 + v1;
+        v += __shfl_xor_sync(0xffffffffu, v, 1);
+        if (h == 0 && tid < 2 * Q) {
+            colM[kk] = v * static_cast<double>(sdt[kk]);
+            xdp[kk] = P2[kk * PS + kk] + v;
+        } else if (h == 0)
+            rowM[kk] = v;
     }
     __syncthreads(); /* P2's readers are done: the entering state takes its place */
-    if (tid == 0) {
-        double F = 0.0;
-        for (int u = 0; u < Q; u++) {
-            gpair[u] = F;
-            F += colM[u] - rowM[u];
+    if (tid < 32) {
+        const double a = colM[2 * tid] - rowM[2 * tid], b = a + (colM[2 * tid + 1] - rowM[2 * tid + 1]);
+        double inc = b; /* sum over lanes <= this one's */
+#pragma unroll
+        for (int o = 1; o < 32; o <<= 1) {
+            const double y = __shfl_up_sync(0xffffffffu, inc, o);
+            if (tid >= o) inc += y;
         }
+        double ex = __shfl_up_sync(0xffffffffu, inc, 1);
+        if (tid == 0) ex = 0.0;
+        gpair[2 * tid] = ex;
+        gpair[2 * tid + 1] = ex + a;
     }
 #pragma unroll
     for (int u = 0; u < PER; u++) {
