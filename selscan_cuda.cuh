@@ -7198,24 +7198,36 @@ template <int NB> static __device__ __forceinline__ void ssd_ckb_sums_out(const 
     const double *const dd = reinterpret_cast<const double *>(sm + m.dbl);
     const double *const xdp = dd + Q, *const gpair = dd + 4 * Q, *const rho = dd + 5 * Q, *const tau = dd + 6 * Q, *const red = dd + 7 * Q;
     const float *const sdt = sm + m.dt, *const xs = sm + m.x, *const dys = sm + m.dy;
+    /* warps 0-1 the steps' sums, warps 2-3 dD's: after this no barrier, so a block ends with its slowest warp, and the
+       two used to be warps 0-1's alone (SSD-CUDA-v28) */
+    static_assert(kCkThreads >= 2 * Q && kCkPT <= Q, "the steps' sums and dD's on separate warps");
     if (P.wr && tid < k.tn) {
         const int u = tid;
+        /* both sums over a fixed count, a term outside a sum skipped by a select (not added as 0: an infinite tau
+           times 0 is NaN): the same additions in the same order as loops over t >= u and s < u, unrolled so that the
+           loads run ahead and the two chains interleave */
         double sr = 0.0, sp = 0.0;
-        for (int t = Q - 1; t >= u; t--) sr += rho[t];
-        for (int s = 0; s < u; s++) sp = fma(static_cast<double>(sdt[s]), tau[s], sp);
+#pragma unroll 16
+        for (int i = 0; i < Q; i++) {
+            const int t = Q - 1 - i;
+            const double r = sr + rho[t], f = fma(static_cast<double>(sdt[i]), tau[i], sp);
+            sr = t >= u ? r : sr;
+            sp = i < u ? f : sp;
+        }
         const int64_t o = ((k.b * P.L + k.t0 + u) * P.H + k.h) * P.npsl + k.tile;
         P.wr[o] = gpair[u] + sr + sp + static_cast<double>(sm[m.misc]) * red[8];
         P.wx[o] = xdp[u] + tau[u];
     }
-    if (P.wD && tid < kCkPT && k.p0 + tid < P.P) {
+    const int c = tid - Q; /* dD's channel */
+    if (P.wD && c >= 0 && c < kCkPT && k.p0 + c < P.P) {
         /* four interleaved partial sums over all Q steps (rows past tn are staged 0): a quarter of the dependent
            chain, the loads issued ahead of it */
         float v[4] = {0.0f, 0.0f, 0.0f, 0.0f};
 #pragma unroll
         for (int s = 0; s < Q; s += 4)
 #pragma unroll
-            for (int e = 0; e < 4; e++) v[e] = fmaf(dys[(s + e) * m.XS + tid], xs[(s + e) * m.XS + tid], v[e]);
-        P.wD[((k.b * P.ckb_nch + k.c) * P.H + k.h) * P.P + k.p0 + tid] = (v[0] + v[1]) + (v[2] + v[3]);
+            for (int e = 0; e < 4; e++) v[e] = fmaf(dys[(s + e) * m.XS + c], xs[(s + e) * m.XS + c], v[e]);
+        P.wD[((k.b * P.ckb_nch + k.c) * P.H + k.h) * P.P + k.p0 + c] = (v[0] + v[1]) + (v[2] + v[3]);
     }
 }
 /* dx from W's place (complete: after a barrier) to the output, whole rows a warp's stores: by 8-element vectors where
