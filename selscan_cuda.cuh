@@ -6959,7 +6959,7 @@ template <typename F> static __device__ __forceinline__ void ssd_ck_load_tf32(F 
 }
 
 /* The pair products of a 2-byte problem on tensor cores: Ws = C B^T and Vs = dy0 x^T, the 10 tiles of 16 x 16
-   on or below the diagonal of each (those above left as they were), a warp a tile in turn. x, B, C and dy
+   on or below the diagonal of each (those above left as they were), a tile a warp (assigned below). x, B, C and dy
    are exact in tf32 (bf16's and f16's significands fit its 10 bits, their exponents its 8), so each product
    is exact and only the sums round, at float32's width (not IEEE's order or rounding: the tensor cores';
    SSD-CUDA-v9's emulation with float32 inputs and sums, a bound above this, put dA 4.6e-5 off,
@@ -7490,7 +7490,7 @@ template <typename T, int NB, bool ONE = false> static __global__ void __launch_
     const int tid = threadIdx.x, hi = tid >> 4, lo = tid & 15;
     /* Go (the pass kernel's, 64 NP floats a block, a workspace beyond L2) is read after the products: asked into L2
        now, a 128-byte line a thread, so that ssd_ckb_go's loads meet L2's latency, not DRAM's (SSD-CUDA-v25) */
-    if (tid < 2 * NP) asm volatile("prefetch.global.L2 [%0];" ::"l"(P.ckb_G + (k.chain * P.ckb_nch + k.c) * (64 * NP) + 32 * tid));
+    if (tid < 2 * NP) asm volatile("prefetch.global.L2 [%0];" ::"l"(__cvta_generic_to_global(P.ckb_G + (k.chain * P.ckb_nch + k.c) * (64 * NP) + 32 * tid)));
     float *const xs = sm + m.x, *const dys = sm + m.dy, *const Ws = sm + m.W, *const Vs = sm + m.V;
     float *const Bs = sm + m.B, *const Cs = sm + m.C, *const Ss = sm + m.S;
     const float *const sdt = sm + m.dt;
