@@ -6959,7 +6959,7 @@ template <typename F> static __device__ __forceinline__ void ssd_ck_load_tf32(F 
 }
 
 /* The pair products of a 2-byte problem on tensor cores: Ws = C B^T and Vs = dy0 x^T, the 10 tiles of 16 x 16
-   on or below the diagonal of each (those above left as they were), a tile a warp (assigned below). x, B, C and dy
+   on or below the diagonal of each (those above left as they were), each tile by one warp (assigned below). x, B, C and dy
    are exact in tf32 (bf16's and f16's significands fit its 10 bits, their exponents its 8), so each product
    is exact and only the sums round, at float32's width (not IEEE's order or rounding: the tensor cores';
    SSD-CUDA-v9's emulation with float32 inputs and sums, a bound above this, put dA 4.6e-5 off,
@@ -7198,8 +7198,8 @@ template <int NB> static __device__ __forceinline__ void ssd_ckb_sums_out(const 
     const double *const dd = reinterpret_cast<const double *>(sm + m.dbl);
     const double *const xdp = dd + Q, *const gpair = dd + 4 * Q, *const rho = dd + 5 * Q, *const tau = dd + 6 * Q, *const red = dd + 7 * Q;
     const float *const sdt = sm + m.dt, *const xs = sm + m.x, *const dys = sm + m.dy;
-    /* warps 0-1 the steps' sums, warps 2-3 dD's: after this no barrier, so a block ends with its slowest warp, and the
-       two used to be warps 0-1's alone (SSD-CUDA-v28) */
+    /* warps 0-1 the steps' sums, warps 2-3 dD's: in the tensor-core body no barrier follows, so a block ends with its
+       slowest warp, and the two used to be warps 0-1's alone (SSD-CUDA-v28) */
     static_assert(kCkThreads >= 2 * Q && kCkPT <= Q, "the steps' sums and dD's on separate warps");
     if (P.wr && tid < k.tn) {
         const int u = tid;
