@@ -6387,6 +6387,17 @@ template <int NB> static __device__ __forceinline__ void ssd_ck_enter_part(float
     }
 }
 
+/* a cell of an accumulator array not finite: from finite operands, a sum above float's range, which a weight applied
+   after the product (exp(a(0..t)), w(s)) may have brought back in range (SSD-CUDA-v29) */
+template <int R, int K> static __device__ __forceinline__ bool ssd_acc_overflow(const float (&acc)[R][K]) {
+    bool o = false;
+#pragma unroll
+    for (int j = 0; j < R; j++)
+#pragma unroll
+        for (int i = 0; i < K; i++) o = o || !isfinite(acc[j][i]);
+    return o;
+}
+
 #if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 800
 #define SELSCAN__CK_MMA 1 /* the chunks' products on tensor cores (tf32 wmma and mma.sync: sm_80 and later) */
 namespace ckw = nvcuda::wmma;
@@ -6590,9 +6601,14 @@ template <typename T, int NB, bool ONE> static __global__ void __launch_bounds__
            the float32 units, Y through W's place (W is used) */
         float *Yb = Cs;
         int ldy = BS;
+        bool viaf = sbad; /* C Sin^T on the float32 units */
+        float ye[4][4] = {};
         if (!sbad) {
-            float ye[4][4] = {};
             ssd_tc_mm<4, !EX, true>(ye, ssd_rowm(Cs, BS), ssd_colm(Ss, BS), r0, cq, 0, NP, sp);
+            /* a sum above float's range: the float32 units' order, which weighs C by exp(a(0..t)) first */
+            viaf = __syncthreads_or(ssd_acc_overflow(ye));
+        }
+        if (!viaf) {
             ssd_tc_cells<4>(r0, cq, [&](int j, int i, int t, int) { yv[j][i] = fmaf(sdin[t], ye[j][i], yv[j][i]); });
         } else {
             Yb = Ws;
@@ -6612,7 +6628,7 @@ template <typename T, int NB, bool ONE> static __global__ void __launch_bounds__
                 for (int j = 0; j < 4; j++) Ws[(hi + 16 * i) * WS + lo + 16 * j] = Y[i][j];
         }
         __syncthreads(); /* every reader of C and Sin is done */
-        if (!sbad) ssd_tc_cells<4>(r0, cq, [&](int j, int i, int t, int p) { Cs[t * BS + p] = yv[j][i]; });
+        if (!viaf) ssd_tc_cells<4>(r0, cq, [&](int j, int i, int t, int p) { Cs[t * BS + p] = yv[j][i]; });
         if (!more && P.final_state.p) ssd_tc_cells<NT8>(r0, cn, [&](int j, int i, int p, int n) { Ss[p * BS + n] = sl[j][i]; });
         __syncthreads();
         if (!more && P.final_state.p) ssd_ck_final<NB>(P, Ss, b, h, p0);
@@ -7319,11 +7335,15 @@ template <typename T, int NB, bool ONE> static __device__ __forceinline__ void s
        states: C Sin^T itself only for dz) */
     if (gated) ssd_tc_mm<NT8, true, true>(dC, ssd_rowm(dys, XS), ssd_rowm(Ss, BS), r0, cn, 0, kCkPT, sp);
     else ssd_tc_mm<NT8, false, true>(dC, ssd_rowm(dys, XS), ssd_rowm(Ss, BS), r0, cn, 0, kCkPT, sp);
+    /* a product weighed after it (dy0 Sin, C Sin^T, B Go^T, x^T Go) whose sum leaves float's range (operands finite:
+       the stage and the pass kernel checked them) raises the flag: the walks take the call (SSD-CUDA-v29) */
+    bool wide = ssd_acc_overflow(dC);
     ssd_tc_cells<NT8>(r0, cn, [&](int j, int i, int t, int) { dC[j][i] *= din[t]; });
     ssd_tc_rowdot(dC, ssd_rowm(Cs, BS), r0, cn, pr + half * Q);
     /* y0 = exp(a(0..t)) C Sin^T + W x (dz); dx = W^T dy0; dC += V B (W, V: 0 above the diagonal) */
     if (P.dz.p) {
         ssd_tc_mm<4, false, true>(y0, ssd_rowm(Cs, BS), ssd_colm(Ss, BS), r0, cp, 0, NP, sp);
+        wide = wide || ssd_acc_overflow(y0);
         ssd_tc_cells<4>(r0, cp, [&](int j, int i, int t, int) { y0[j][i] *= din[t]; });
         ssd_tc_mm<4, true, false>(y0, ssd_rowm(Ws, XS), ssd_rowm(xs, XS), r0, cp, 0, Q, sp);
     }
@@ -7334,6 +7354,7 @@ template <typename T, int NB, bool ONE> static __device__ __forceinline__ void s
     __syncthreads();
     /* xg = B Go^T, tau(s) = ex(s) x(s) . xg(s); dx = W^T dy0 + w(s) xg + D dy0 into W's place */
     ssd_tc_mm<4, false, true>(xg, ssd_rowm(Bs, BS), ssd_colm(Ss, BS), r0, cp, 0, NP, sp);
+    wide = wide || ssd_acc_overflow(xg);
     ssd_tc_rowdot(xg, ssd_rowm(xs, XS), r0, cp, pr + (2 + half) * Q);
     if (P.dx.p)
         ssd_tc_cells<4>(r0, cp, [&](int j, int i, int s, int pl) {
@@ -7341,6 +7362,7 @@ template <typename T, int NB, bool ONE> static __device__ __forceinline__ void s
         });
     /* dB = w(s) x^T Go + V^T C: the weight on the result's rows, x as it is (two products a step, not three) */
     ssd_tc_mm<NT8, false, true>(dB, ssd_rowm(xs, XS), ssd_rowm(Ss, BS), r0, cn, 0, kCkPT, sp);
+    if (wide || ssd_acc_overflow(dB)) *P.ckb_flag = 1; /* (the blocks' outputs so far the walks rewrite) */
     ssd_tc_cells<NT8>(r0, cn, [&](int j, int i, int s, int) { dB[j][i] *= swsuf[s]; });
     ssd_tc_mm<NT8, true, false>(dB, ssd_colm(Vs, XS), ssd_rowm(Cs, BS), r0, cn, 0, Q, sp);
     __syncthreads(); /* the row partials, dx */
@@ -7421,6 +7443,8 @@ template <typename T, int NB> static __device__ __forceinline__ void ssd_ckb_gra
 #pragma unroll
             for (int f = 0; f < 4; f++) xg[e][f] = 0.0f;
         ssd_ckb_mm<4, false, 0, false>(xg, Bs, BS, Ss, BS, 0, NP, hi, lo, NULL);
+        if (ssd_acc_overflow(xg)) *P.ckb_flag = 1; /* weighed by w(s) after it: a sum above float's range (operands
+                                                        finite) sends the call to the walks (SSD-CUDA-v29) */
 #pragma unroll
         for (int e = 0; e < 4; e++) {
             const int s = hi + 16 * e;
