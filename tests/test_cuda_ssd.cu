@@ -692,85 +692,101 @@ static void inf_cases() {
 
 /* A sum above float's range from finite inputs, which the weight applied after it brings back (SSD-CUDA-v29): bf16,
    the chunks forced, two chunks of 64 steps, headdim 64, dstate 64, dt 1, A -10 (each step's decay e^-10). Step 60: x
-   1e36; 61: B 1e36; 63: x = B = 1e18, C 1e-6 (the state leaving chunk 0 about 1e36, finite); chunk 1: C 1e4, dy 1e4.
-   The tensor cores' C Sin^T (forward) and dy0 Sin (dC) reach 6.4e41 before exp(a(0..t)) <= e^-10 weighs them, x^T Go
-   (dB at step 60) and B Go^T (dx at 61) 2.9e41 before w(s) <= e^-20; every output is finite in the reference (y up to
-   6.4e37, dC 2.9e37). y, dx, dB and dC against the reference (relative L2, bf16's rounding: 1e-2), every element
-   finite. */
+   1e36; 61: B 1e36; 63: x = B = 1e18, C 1e-6 (the state leaving chunk 0 about 1e36, finite); chunk 1: C 1e4. Without a
+   gate (dy 1e4 in chunk 1) the tensor cores' C Sin^T (forward) and dy0 Sin (dC) reach 6.4e41 before exp(a(0..t)) <=
+   e^-10 weighs them, x^T Go (dB at step 60) and B Go^T (dx at 61) 2.9e41 before w(s) <= e^-20; with z = 1 (dy 1 in
+   chunk 1) dz's C Sin^T reaches 6.4e41 before exp(a(0..t)). Each at ssd_ckb_tc 2 (the tensor-core body) and 0 (the
+   float32 units' body: its B Go^T). Every output finite in the reference (y up to 6.4e37, dC 2.9e37); y, dx, dB, dC
+   (and dz) against it (relative L2, bf16's rounding: 1e-2), every element finite. */
 static void overflow_cases() {
     selscan_cuda_detail::ssd_ck_mode = 1;
+    selscan_cuda_detail::ssd_ckb_mode = 1;
     const int64_t L = 128, P = 64, N = 64;
-    selscan_ssd_problem p;
-    memset(&p, 0, sizeof p);
-    p.batch = p.nheads = p.n_groups = 1; p.seqlen = L; p.headdim = P; p.dstate = N; p.dtype = SELSCAN_BF16;
-    Ten x, dtt, A, Bt, Ct, y, dy, dx, dB, dC;
-    const int64_t nx[4] = {1, L, 1, P}, ndt[3] = {1, L, 1}, nh[1] = {1}, nbc[4] = {1, L, 1, N};
-    make(x, SELSCAN_BF16, 4, nx, NULL, 0, false);
-    make(dtt, SELSCAN_BF16, 3, ndt, NULL, 0, false);
-    make(A, SELSCAN_F32, 1, nh, NULL, 0, false);
-    make(Bt, SELSCAN_BF16, 4, nbc, NULL, 0, false);
-    make(Ct, SELSCAN_BF16, 4, nbc, NULL, 0, false);
-    make(dy, SELSCAN_BF16, 4, nx, NULL, 0, false);
-    make(y, SELSCAN_BF16, 4, nx, NULL, 0, false);
-    make(dx, SELSCAN_BF16, 4, nx, NULL, 0, false);
-    make(dB, SELSCAN_BF16, 4, nbc, NULL, 0, false);
-    make(dC, SELSCAN_BF16, 4, nbc, NULL, 0, false);
-    A.set(0, -10.0f);
-    for (int64_t t = 0; t < L; t++) {
-        dtt.set(t, 1.0f);
-        const float xv = t == 60 ? 1e36f : t == 63 ? 1e18f : 1.0f, bv = t == 61 ? 1e36f : t == 63 ? 1e18f : 1e-3f;
-        const float cv = t >= 64 ? 1e4f : t == 63 ? 1e-6f : 1.0f, gv = t >= 64 ? 1e4f : 0.0f;
-        for (int64_t i = 0; i < P; i++) { x.set(t * P + i, xv); dy.set(t * P + i, gv); }
-        for (int64_t n = 0; n < N; n++) { Bt.set(t * N + n, bv); Ct.set(t * N + n, cv); }
+    for (int cfg = 0; cfg < 4; cfg++) {
+        const bool gated = cfg >= 2;
+        selscan_cuda_detail::ssd_ckb_tc = cfg % 2 ? 0 : 2;
+        selscan_ssd_problem p;
+        memset(&p, 0, sizeof p);
+        p.batch = p.nheads = p.n_groups = 1; p.seqlen = L; p.headdim = P; p.dstate = N; p.dtype = SELSCAN_BF16;
+        Ten x, dtt, A, Bt, Ct, z, y, dy, dx, dB, dC, dz;
+        const int64_t nx[4] = {1, L, 1, P}, ndt[3] = {1, L, 1}, nh[1] = {1}, nbc[4] = {1, L, 1, N};
+        make(x, SELSCAN_BF16, 4, nx, NULL, 0, false);
+        make(dtt, SELSCAN_BF16, 3, ndt, NULL, 0, false);
+        make(A, SELSCAN_F32, 1, nh, NULL, 0, false);
+        make(Bt, SELSCAN_BF16, 4, nbc, NULL, 0, false);
+        make(Ct, SELSCAN_BF16, 4, nbc, NULL, 0, false);
+        make(dy, SELSCAN_BF16, 4, nx, NULL, 0, false);
+        make(y, SELSCAN_BF16, 4, nx, NULL, 0, false);
+        make(dx, SELSCAN_BF16, 4, nx, NULL, 0, false);
+        make(dB, SELSCAN_BF16, 4, nbc, NULL, 0, false);
+        make(dC, SELSCAN_BF16, 4, nbc, NULL, 0, false);
+        if (gated) {
+            make(z, SELSCAN_BF16, 4, nx, NULL, 0, false);
+            make(dz, SELSCAN_BF16, 4, nx, NULL, 0, false);
+            for (int64_t i = 0; i < z.count(); i++) z.set(i, 1.0f);
+        }
+        A.set(0, -10.0f);
+        for (int64_t t = 0; t < L; t++) {
+            dtt.set(t, 1.0f);
+            const float xv = t == 60 ? 1e36f : t == 63 ? 1e18f : 1.0f, bv = t == 61 ? 1e36f : t == 63 ? 1e18f : 1e-3f;
+            const float cv = t >= 64 ? 1e4f : t == 63 ? 1e-6f : 1.0f, gv = t < 64 ? 0.0f : gated ? 1.0f : 1e4f;
+            for (int64_t i = 0; i < P; i++) { x.set(t * P + i, xv); dy.set(t * P + i, gv); }
+            for (int64_t n = 0; n < N; n++) { Bt.set(t * N + n, bv); Ct.set(t * N + n, cv); }
+        }
+        Ten *ins[] = {&x, &dtt, &A, &Bt, &Ct, &z, &dy};
+        for (Ten *t : ins) t->up();
+        auto problem = [&](bool dev) {
+            selscan_ssd_problem q = p;
+            q.x = x.api(dev); q.dt = dtt.api(dev); q.A = A.api(dev); q.B = Bt.api(dev); q.C = Ct.api(dev); q.z = z.api(dev);
+            q.y = y.out(dev);
+            return q;
+        };
+        auto check = [&](const Ten &t, const char *name) {
+            const std::vector<unsigned char> got = t.down();
+            int64_t nonfinite = 0;
+            for (int64_t i = 0; i < t.count(); i++) nonfinite += !isfinite(t.get(t.h, i));
+            CHECK(nonfinite == 0, "overflow case %d: the reference's %s has %lld values not finite (not the corner it means)", cfg, name, (long long)nonfinite);
+            const double e = rel_err(t, got.data(), t.h, false);
+            CHECK(e <= 1e-2, "overflow case %d (gated %d, ssd_ckb_tc %d): %s rel err %.3g > 1e-2 (a sum above float's range before its weight?)", cfg,
+                  (int)gated, selscan_cuda_detail::ssd_ckb_tc, name, e);
+        };
+        std::vector<void *> allocs;
+        selscan_cuda_ext ext;
+        memset(&ext, 0, sizeof ext);
+        ext.workspace_alloc = test_alloc; ext.workspace_ctx = &allocs;
+        std::vector<unsigned char> ws(1 << 22);
+        selscan_ssd_problem ph = problem(false), pd = problem(true);
+        y.poison();
+        CHECK(selscan_ssd_forward_ref(&ph, ws.data(), ws.size()) == SELSCAN_OK, "overflow case %d: reference forward", cfg);
+        CHECK(selscan_ssd_forward_cuda(&pd, &ext, 0) == SELSCAN_OK, "overflow case %d: forward status", cfg);
+        CU(cudaDeviceSynchronize());
+        check(y, "y");
+        ph = problem(false); pd = problem(true);
+        ph.y.data = pd.y.data = NULL;
+        auto grads = [&](bool dev) {
+            selscan_ssd_grads g;
+            memset(&g, 0, sizeof g);
+            g.dy = dy.api(dev); g.dx = dx.out(dev); g.dB = dB.out(dev); g.dC = dC.out(dev); g.dz = dz.out(dev);
+            return g;
+        };
+        selscan_ssd_grads gh = grads(false), gd = grads(true);
+        dx.poison(); dB.poison(); dC.poison(); dz.poison();
+        size_t need = 0;
+        CHECK(selscan_ssd_workspace_size(&ph, &gh, &need) == SELSCAN_OK && need <= ws.size(), "overflow case %d: cpu workspace", cfg);
+        CHECK(selscan_ssd_backward_ref(&ph, &gh, ws.data(), ws.size()) == SELSCAN_OK, "overflow case %d: reference backward", cfg);
+        CHECK(selscan_ssd_backward_cuda(&pd, &gd, &ext, NULL, 0, 0) == SELSCAN_OK, "overflow case %d: backward status", cfg);
+        CU(cudaDeviceSynchronize());
+        check(dx, "dx");
+        check(dB, "dB");
+        check(dC, "dC");
+        if (gated) check(dz, "dz");
+        for (void *a : allocs) cudaFree(a);
+        for (Ten *t : ins) t->release();
+        y.release(); dx.release(); dB.release(); dC.release(); dz.release();
     }
-    Ten *ins[] = {&x, &dtt, &A, &Bt, &Ct, &dy};
-    for (Ten *t : ins) t->up();
-    auto problem = [&](bool dev) {
-        selscan_ssd_problem q = p;
-        q.x = x.api(dev); q.dt = dtt.api(dev); q.A = A.api(dev); q.B = Bt.api(dev); q.C = Ct.api(dev); q.y = y.out(dev);
-        return q;
-    };
-    auto check = [&](const Ten &t, const char *name) {
-        const std::vector<unsigned char> got = t.down();
-        int64_t nonfinite = 0;
-        for (int64_t i = 0; i < t.count(); i++) nonfinite += !isfinite(t.get(t.h, i));
-        CHECK(nonfinite == 0, "overflow case: the reference's %s has %lld values not finite (the case is not the corner it means)", name, (long long)nonfinite);
-        const double e = rel_err(t, got.data(), t.h, false);
-        CHECK(e <= 1e-2, "overflow case: %s rel err %.3g > 1e-2 (a sum above float's range before its weight?)", name, e);
-    };
-    std::vector<void *> allocs;
-    selscan_cuda_ext ext;
-    memset(&ext, 0, sizeof ext);
-    ext.workspace_alloc = test_alloc; ext.workspace_ctx = &allocs;
-    std::vector<unsigned char> ws(1 << 22);
-    selscan_ssd_problem ph = problem(false), pd = problem(true);
-    y.poison();
-    CHECK(selscan_ssd_forward_ref(&ph, ws.data(), ws.size()) == SELSCAN_OK, "overflow case: reference forward");
-    CHECK(selscan_ssd_forward_cuda(&pd, &ext, 0) == SELSCAN_OK, "overflow case: forward status");
-    CU(cudaDeviceSynchronize());
-    check(y, "y");
-    ph = problem(false); pd = problem(true);
-    ph.y.data = pd.y.data = NULL;
-    auto grads = [&](bool dev) {
-        selscan_ssd_grads g;
-        memset(&g, 0, sizeof g);
-        g.dy = dy.api(dev); g.dx = dx.out(dev); g.dB = dB.out(dev); g.dC = dC.out(dev);
-        return g;
-    };
-    selscan_ssd_grads gh = grads(false), gd = grads(true);
-    dx.poison(); dB.poison(); dC.poison();
-    size_t need = 0;
-    CHECK(selscan_ssd_workspace_size(&ph, &gh, &need) == SELSCAN_OK && need <= ws.size(), "overflow case: cpu workspace");
-    CHECK(selscan_ssd_backward_ref(&ph, &gh, ws.data(), ws.size()) == SELSCAN_OK, "overflow case: reference backward");
-    CHECK(selscan_ssd_backward_cuda(&pd, &gd, &ext, NULL, 0, 0) == SELSCAN_OK, "overflow case: backward status");
-    CU(cudaDeviceSynchronize());
-    check(dx, "dx");
-    check(dB, "dB");
-    check(dC, "dC");
-    for (void *a : allocs) cudaFree(a);
-    for (Ten *t : ins) t->release();
-    y.release(); dx.release(); dB.release(); dC.release();
-    selscan_cuda_detail::ssd_ck_mode = -1; /* the default again */
+    selscan_cuda_detail::ssd_ck_mode = -1; /* the defaults again */
+    selscan_cuda_detail::ssd_ckb_mode = 1;
+    selscan_cuda_detail::ssd_ckb_tc = 2;
 }
 
 /* A bf16 forward the chunks take by default (dstate 64) whose ext->workspace_alloc answers NULL: SELSCAN_ERR_WORKSPACE
