@@ -6176,7 +6176,8 @@ static __global__ void __launch_bounds__(256) ssd_param_kernel(const ssd_params 
    do not), and a block whose C Sin^T on tensor cores left float's range (finite operands: the float32
    units weigh C by exp(a(0..t)) first, SSD-CUDA-v29). Not covered: C B^T above float's range where its
    weight exp(a(s+1..t)) dt(s) would bring it back (the float32 units' order is the same; inf here where
-   the recurrence is finite; the backward's pair check hands that call to the walks). Every decay is the exponential of a sum of the a's it spans: on tensor cores a difference
+   the recurrence is finite; the backward's pair check hands that call to the walks).
+   Every decay is the exponential of a sum of the a's it spans: on tensor cores a difference
    of the chunk's prefix sums kept in double, each a at least -128 (float differences of float prefix
    sums would err by the prefix's rounding, ~1e-5 relative at |sum a| ~ 100, where the walk's product
    of exponentials errs ~1e-7); on the float32 units running sums in float, so a decay across an a of
@@ -6801,7 +6802,8 @@ template <typename T, int NB, bool ONE> static __global__ void __launch_bounds__
    once and the walks, launched after it, run (they return at once when the flag is down): NaN and
    infinities come out where the recurrence puts them. The gradient kernel raises it itself where a pair
    sum on tensor cores leaves float's range (inputs finite), and where a product weighed after it does (dy0
-   Sin, C Sin^T, B Go^T, x^T Go; the float32 units' body: B Go^T; SSD-CUDA-v29); its blocks that ran before wrote outputs and
+   Sin, C Sin^T, B Go^T, x^T Go; the float32 units' body: B Go^T; SSD-CUDA-v29); its blocks that ran before
+   wrote outputs and
    partials which the walks then rewrite, every one (the reductions read the flag after both). Taken (1.65-1.68x the walks on an H200: bench/NOTES.md
    SSD-CUDA-v10; ssd_ckb_mode 0, for the tests, keeps the walks alone) where >>ssd-chunk's shapes hold (no packed sequences, 32 < dstate <= 128), the walks' channel
    slices are the chunks' tiles and the block's shared memory fits the device. */
