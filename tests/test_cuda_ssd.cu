@@ -595,6 +595,33 @@ static void run_case(int ci, bool quick) {
     y.release(); hT.release(); dy.release(); dT.release();
 }
 
+/* The reference's and the GPU's forward (into y: the problems' y), then their backward of dy into dx, dz, dB and dC
+   (the ones given; y not asked), outputs poisoned first: inf_cases' and overflow_cases' calls */
+static void both_forward(const char *what, int id, const selscan_ssd_problem &ph, const selscan_ssd_problem &pd, Ten &y,
+                         const selscan_cuda_ext *ext, std::vector<unsigned char> &ws) {
+    y.poison();
+    CHECK(selscan_ssd_forward_ref(&ph, ws.data(), ws.size()) == SELSCAN_OK, "%s %d: reference forward", what, id);
+    CHECK(selscan_ssd_forward_cuda(&pd, ext, 0) == SELSCAN_OK, "%s %d: forward status", what, id);
+    CU(cudaDeviceSynchronize());
+}
+static void both_backward(const char *what, int id, selscan_ssd_problem ph, selscan_ssd_problem pd, Ten &dy, Ten &dx, Ten &dz, Ten &dB,
+                          Ten &dC, const selscan_cuda_ext *ext, std::vector<unsigned char> &ws) {
+    ph.y.data = pd.y.data = NULL;
+    auto grads = [&](bool dev) {
+        selscan_ssd_grads g;
+        memset(&g, 0, sizeof g);
+        g.dy = dy.api(dev); g.dx = dx.out(dev); g.dz = dz.out(dev); g.dB = dB.out(dev); g.dC = dC.out(dev);
+        return g;
+    };
+    selscan_ssd_grads gh = grads(false), gd = grads(true);
+    dx.poison(); dz.poison(); dB.poison(); dC.poison();
+    size_t need = 0;
+    CHECK(selscan_ssd_workspace_size(&ph, &gh, &need) == SELSCAN_OK && need <= ws.size(), "%s %d: cpu workspace", what, id);
+    CHECK(selscan_ssd_backward_ref(&ph, &gh, ws.data(), ws.size()) == SELSCAN_OK, "%s %d: reference backward", what, id);
+    CHECK(selscan_ssd_backward_cuda(&pd, &gd, ext, NULL, 0, 0) == SELSCAN_OK, "%s %d: backward status", what, id);
+    CU(cudaDeviceSynchronize());
+}
+
 /* Infinities the pads must not turn into NaN, on every form, each output's class (+inf, -inf, NaN, finite) element by
    element the CPU reference's. Modes: 0 an infinite x (the forward), then x 1 and an infinite dy (the backward), with
    B = C = 1 and z = 1, D absent or 0.5: y, dx, dz +inf (0 x once made them NaN: without D no term, >>ssd-api; the
@@ -657,28 +684,11 @@ static void inf_cases() {
         std::vector<unsigned char> ws(1 << 20);
         for (Ten *t : ins) t->up();
         selscan_ssd_problem ph = problem(false), pd = problem(true);
-        y.poison();
-        CHECK(selscan_ssd_forward_ref(&ph, ws.data(), ws.size()) == SELSCAN_OK, "inf case %d: reference forward", ci);
-        CHECK(selscan_ssd_forward_cuda(&pd, &ext, 0) == SELSCAN_OK, "inf case %d: forward status", ci);
-        CU(cudaDeviceSynchronize());
+        both_forward("inf case", ci, ph, pd, y, &ext, ws);
         if (mode == 0 || N == 1) compare(y, "y", mode == 0); /* (the opt-in chunked forward: an infinite B or C times a 0 entering
                                                                state is NaN there, as >>ssd-chunk allows) */
         if (mode == 0) { x.set(0, 1.0f); dy.set(0, INFINITY); x.up(); dy.up(); }
-        ph = problem(false); pd = problem(true);
-        ph.y.data = pd.y.data = NULL;
-        auto grads = [&](bool dev) {
-            selscan_ssd_grads g;
-            memset(&g, 0, sizeof g);
-            g.dy = dy.api(dev); g.dx = dx.out(dev); g.dz = dz.out(dev); g.dB = dB.out(dev); g.dC = dC.out(dev);
-            return g;
-        };
-        selscan_ssd_grads gh = grads(false), gd = grads(true);
-        dx.poison(); dz.poison(); dB.poison(); dC.poison();
-        size_t need = 0;
-        CHECK(selscan_ssd_workspace_size(&ph, &gh, &need) == SELSCAN_OK && need <= ws.size(), "inf case %d: cpu workspace", ci);
-        CHECK(selscan_ssd_backward_ref(&ph, &gh, ws.data(), ws.size()) == SELSCAN_OK, "inf case %d: reference backward", ci);
-        CHECK(selscan_ssd_backward_cuda(&pd, &gd, &ext, NULL, 0, 0) == SELSCAN_OK, "inf case %d: backward status", ci);
-        CU(cudaDeviceSynchronize());
+        both_backward("inf case", ci, problem(false), problem(true), dy, dx, dz, dB, dC, &ext, ws);
         compare(dx, "dx", mode == 0);
         compare(dz, "dz", mode == 0);
         compare(dB, "dB", false);
@@ -756,26 +766,9 @@ static void overflow_cases() {
         ext.workspace_alloc = test_alloc; ext.workspace_ctx = &allocs;
         std::vector<unsigned char> ws(1 << 22);
         selscan_ssd_problem ph = problem(false), pd = problem(true);
-        y.poison();
-        CHECK(selscan_ssd_forward_ref(&ph, ws.data(), ws.size()) == SELSCAN_OK, "overflow case %d: reference forward", cfg);
-        CHECK(selscan_ssd_forward_cuda(&pd, &ext, 0) == SELSCAN_OK, "overflow case %d: forward status", cfg);
-        CU(cudaDeviceSynchronize());
+        both_forward("overflow case", cfg, ph, pd, y, &ext, ws);
         check(y, "y");
-        ph = problem(false); pd = problem(true);
-        ph.y.data = pd.y.data = NULL;
-        auto grads = [&](bool dev) {
-            selscan_ssd_grads g;
-            memset(&g, 0, sizeof g);
-            g.dy = dy.api(dev); g.dx = dx.out(dev); g.dB = dB.out(dev); g.dC = dC.out(dev); g.dz = dz.out(dev);
-            return g;
-        };
-        selscan_ssd_grads gh = grads(false), gd = grads(true);
-        dx.poison(); dB.poison(); dC.poison(); dz.poison();
-        size_t need = 0;
-        CHECK(selscan_ssd_workspace_size(&ph, &gh, &need) == SELSCAN_OK && need <= ws.size(), "overflow case %d: cpu workspace", cfg);
-        CHECK(selscan_ssd_backward_ref(&ph, &gh, ws.data(), ws.size()) == SELSCAN_OK, "overflow case %d: reference backward", cfg);
-        CHECK(selscan_ssd_backward_cuda(&pd, &gd, &ext, NULL, 0, 0) == SELSCAN_OK, "overflow case %d: backward status", cfg);
-        CU(cudaDeviceSynchronize());
+        both_backward("overflow case", cfg, ph, pd, dy, dx, dz, dB, dC, &ext, ws);
         check(dx, "dx");
         check(dB, "dB");
         check(dC, "dC");
