@@ -5402,6 +5402,10 @@ struct ssd_params {
     int *ckb_flag;
     int64_t ckb_nch;
     int ckb_tc; /* a 2-byte problem's products on tensor cores: ssd_ckb_tc's level */
+    /* the chunked forward's hand-off to the walk (SSD-CUDA-v30): a chunk's C B^T above float's range (inputs finite)
+       raises it, and the walk, launched after the chunks, rewrites y and final_state; the walk returns at once where it
+       is down (NULL: the walk alone, it runs) */
+    int *ck_fwd_flag;
 };
 
 /* channels a thread by states a thread (registers: PPT * NPT <= 32) */
@@ -5919,6 +5923,7 @@ template <typename T, int NPT, bool PADS> static __device__ void ssd_walk_rev(co
 template <typename T, int NPT, bool PADS> static __global__ void __launch_bounds__(256) ssd_fwd_kernel(const ssd_params P) {
     extern __shared__ float4 ssd_fwd_sm[];
     __shared__ unsigned long long cut;
+    if (P.ck_fwd_flag && !*static_cast<volatile const int *>(P.ck_fwd_flag)) return; /* the chunks took the call */
     ssd_walk_fwd<T, NPT, false, PADS>(P, blockIdx.x, reinterpret_cast<float *>(ssd_fwd_sm), &cut);
 }
 
@@ -6174,9 +6179,10 @@ static __global__ void __launch_bounds__(256) ssd_param_kernel(const ssd_params 
    A state entering with a value that is not finite takes its product C Sin^T on the float32 units too,
    and so does a chunk with an a > 0 (a chunk-long exponential could overflow where the steps' decays
    do not), and a block whose C Sin^T on tensor cores left float's range (finite operands: the float32
-   units weigh C by exp(a(0..t)) first, SSD-CUDA-v29). Not covered: C B^T above float's range where its
-   weight exp(a(s+1..t)) dt(s) would bring it back (the float32 units' order is the same; inf here where
-   the recurrence is finite; the backward's pair check hands that call to the walks).
+   units weigh C by exp(a(0..t)) first, SSD-CUDA-v29). A C B^T above float's range where its weight
+   exp(a(s+1..t)) dt(s) would bring it back (the float32 units' order is the same) raises a flag in the
+   workspace, and the walk, launched after the chunks (it returns at once where the flag is down),
+   rewrites y and final_state (SSD-CUDA-v30).
    Every decay is the exponential of a sum of the a's it spans: on tensor cores a difference
    of the chunk's prefix sums kept in double, each a at least -128 (float differences of float prefix
    sums would err by the prefix's rounding, ~1e-5 relative at |sum a| ~ 100, where the walk's product
@@ -6556,7 +6562,8 @@ template <typename T, int NB, bool ONE> static __global__ void __launch_bounds__
         ssd_ck_stage<T, NP>(false, Bs, BS, P.B, b, t0, g, 0, P.N, tn, bad);
         ssd_ck_stage<T, NP>(false, Cs, BS, P.C, b, t0, g, 0, P.N, tn, bad);
     }
-    bad = __syncthreads_or(bad) || P.ck_simt;
+    const bool nonfinite = __syncthreads_or(bad);
+    bad = nonfinite || P.ck_simt;
     float *const Ss = Bs; /* the entering state takes B's place once B is used */
 #ifdef SELSCAN__CK_MMA
     if (!bad) {
@@ -6572,6 +6579,8 @@ template <typename T, int NB, bool ONE> static __global__ void __launch_bounds__
         /* C B^T (t, s), a warp's block where it reaches the diagonal (steps s <= its last row t) */
         float acc[4][4] = {};
         if (cq <= r0 + 15) ssd_tc_mm<4, !EX, !EX>(acc, ssd_rowm(Cs, BS), ssd_colm(Bs, BS), r0, cq, 0, NP, sp);
+        /* weighed by exp(a(s+1..t)) dt(s) after it: a sum above float's range hands the call to the walk */
+        if (ssd_acc_overflow(acc)) *P.ck_fwd_flag = 1;
         __syncthreads(); /* csd */
         /* W = C B^T exp(a(s+1..t)) dt(s) on and below the diagonal, 0 above; the decays of Sloc and of the
            entering state */
@@ -6698,6 +6707,7 @@ template <typename T, int NB, bool ONE> static __global__ void __launch_bounds__
 #pragma unroll
                 for (int j = 0; j <= i; j++) acc[i][j] = ssd_dot4(cv[i], bv[j], acc[i][j]);
         }
+        if (!nonfinite && ssd_acc_overflow(acc)) *P.ck_fwd_flag = 1; /* (as the tensor cores' C B^T, where the chunk's values are finite) */
 #pragma unroll
         for (int i = 0; i < 4; i++)
 #pragma unroll
@@ -7830,8 +7840,25 @@ static bool ssd_ck_takes(const selscan__sprob &q, const selscan_cuda_ext *x, ssd
     return k.smem + 64 <= ssd_smem_optin();
 }
 
-static selscan_status ssd_ck_forward(const selscan__sprob &q, const ssd_ck_plan &k, const selscan_cuda_ext *x, cudaStream_t stream,
-                                     selscan_diag *dg) {
+/* the forward's walk (ssd_fwd_kernel) with P's fields; with P.ck_fwd_flag after the chunks, which it returns at once
+   unless they raised it */
+static cudaError_t ssd_walk_forward(const selscan__sprob &q, const ssd_plan &pl, const ssd_params &P, cudaStream_t stream) {
+    cudaError_t e = cudaSuccess;
+    selscan_cuda_detail::with_dtype(q.dt, [&](auto tag) {
+        using T = typename decltype(tag)::type;
+        ssd_with_walk(q, pl, [&](auto npt, auto pads) {
+            constexpr int NPT = decltype(npt)::value;
+            constexpr bool PADS = decltype(pads)::value;
+            static volatile int done[64];
+            if ((e = allow_smem(reinterpret_cast<const void *>(ssd_fwd_kernel<T, NPT, PADS>), pl.smem, done)) == cudaSuccess)
+                ssd_fwd_kernel<T, NPT, PADS><<<static_cast<unsigned>(pl.nwalk), pl.nth, pl.smem, stream>>>(P);
+        });
+    });
+    return e;
+}
+
+static selscan_status ssd_ck_forward(const selscan__sprob &q, const ssd_ck_plan &k, const ssd_plan &pl, const selscan_cuda_ext *x,
+                                     cudaStream_t stream, selscan_diag *dg) {
     selscan_status st;
     cudaError_t *err = x->cuda_error;
     void *workspace = NULL;
@@ -7844,10 +7871,10 @@ static selscan_status ssd_ck_forward(const selscan__sprob &q, const ssd_ck_plan 
         const selscan__ten *all[] = {SELSCAN__SSD_OPERANDS(SELSCAN__OPD_INS, (&q)) SELSCAN__SSD_OPERANDS(SELSCAN__OPD_OUTS, (&q))};
         if ((st = check_overlap(wst, all, SELSCAN__COUNT(all), dg, "workspace", "overlaps an operand")) != SELSCAN_OK) return st;
     }
-    ssd_plan pl;
-    memset(&pl, 0, sizeof pl);
+    ssd_plan none; /* (the chunks' params take no walk plan) */
+    memset(&none, 0, sizeof none);
     ssd_params P;
-    ssd_fill(P, q, pl, NULL);
+    ssd_fill(P, q, none, NULL);
     P.PB = kCkPT;
     ssd_vectors(P, false);
     P.ck_ring = reinterpret_cast<float *>(ws);
@@ -7855,6 +7882,7 @@ static selscan_status ssd_ck_forward(const selscan__sprob &q, const ssd_ck_plan 
     P.ck_flags = reinterpret_cast<int *>(ws + k.ring + 64);
     P.ck_ntile = k.ntile;
     P.ck_simt = ssd_ck_mode == 2;
+    P.ck_fwd_flag = reinterpret_cast<int *>(ws + k.ring + 8); /* (after the ticket; the flags from ring + 64) */
     SELSCAN__CU(cudaMemsetAsync(ws + k.ring, 0, static_cast<size_t>(k.total - k.ring), stream));
     cudaError_t e = cudaSuccess;
     selscan_cuda_detail::with_dtype(q.dt, [&](auto tag) {
@@ -7877,6 +7905,12 @@ static selscan_status ssd_ck_forward(const selscan__sprob &q, const ssd_ck_plan 
         else go(std::integral_constant<int, 2>(), std::false_type());
     });
     SELSCAN__CU(e);
+    /* the walk, which runs where a chunk raised the hand-off (SSD-CUDA-v30) */
+    ssd_params W;
+    ssd_fill(W, q, pl, NULL);
+    ssd_vectors(W, false);
+    W.ck_fwd_flag = P.ck_fwd_flag;
+    SELSCAN__CU(ssd_walk_forward(q, pl, W, stream));
     SELSCAN__LAUNCHED();
     return SELSCAN_OK;
 }
@@ -7893,22 +7927,11 @@ static selscan_status ssd_forward(const selscan_ssd_problem *p, const selscan_cu
     if (!ssd_make_plan(q, false, pl, ssd_smem_cap())) return fail_size(dg);
     if ((st = ssd_check_launch(q, pl, 1, dg)) != SELSCAN_OK) return st;
     ssd_ck_plan ck;
-    if (ssd_ck_takes(q, x, ck)) return ssd_ck_forward(q, ck, x, stream, dg);
+    if (ssd_ck_takes(q, x, ck)) return ssd_ck_forward(q, ck, pl, x, stream, dg);
     ssd_params P;
     ssd_fill(P, q, pl, x ? x->cu_seqlens_device : NULL);
     ssd_vectors(P, false);
-    cudaError_t e = cudaSuccess;
-    selscan_cuda_detail::with_dtype(q.dt, [&](auto tag) {
-        using T = typename decltype(tag)::type;
-        ssd_with_walk(q, pl, [&](auto npt, auto pads) {
-            constexpr int NPT = decltype(npt)::value;
-            constexpr bool PADS = decltype(pads)::value;
-            static volatile int done[64];
-            if ((e = allow_smem(reinterpret_cast<const void *>(ssd_fwd_kernel<T, NPT, PADS>), pl.smem, done)) == cudaSuccess)
-                ssd_fwd_kernel<T, NPT, PADS><<<static_cast<unsigned>(pl.nwalk), pl.nth, pl.smem, stream>>>(P);
-        });
-    });
-    SELSCAN__CU(e);
+    SELSCAN__CU(ssd_walk_forward(q, pl, P, stream));
     SELSCAN__LAUNCHED();
     return SELSCAN_OK;
 }
