@@ -5403,8 +5403,8 @@ struct ssd_params {
     int64_t ckb_nch;
     int ckb_tc; /* a 2-byte problem's products on tensor cores: ssd_ckb_tc's level */
     /* the chunked forward's hand-off to the walk (SSD-CUDA-v30): a chunk's C B^T above float's range (inputs finite)
-       raises it, and the walk, launched after the chunks, rewrites y and final_state; the walk returns at once where it
-       is down (NULL: the walk alone, it runs) */
+       raises it, and the walk launched after the chunks (ssd_fwd_kernel's HANDOFF form) rewrites y and final_state;
+       that walk returns at once where it is down */
     int *ck_fwd_flag;
 };
 
@@ -5920,10 +5920,13 @@ template <typename T, int NPT, bool PADS> static __device__ void ssd_walk_rev(co
     }
 }
 
-template <typename T, int NPT, bool PADS> static __global__ void __launch_bounds__(256) ssd_fwd_kernel(const ssd_params P) {
+/* HANDOFF: launched after the chunks, it runs only where they raised P.ck_fwd_flag (a separate instantiation: the
+   check at the entry moved the walk's registers, SSD-CUDA-v30) */
+template <typename T, int NPT, bool PADS, bool HANDOFF = false> static __global__ void __launch_bounds__(256) ssd_fwd_kernel(const ssd_params P) {
     extern __shared__ float4 ssd_fwd_sm[];
     __shared__ unsigned long long cut;
-    if (P.ck_fwd_flag && !*static_cast<volatile const int *>(P.ck_fwd_flag)) return; /* the chunks took the call */
+    if constexpr (HANDOFF)
+        if (!*static_cast<volatile const int *>(P.ck_fwd_flag)) return; /* the chunks took the call */
     ssd_walk_fwd<T, NPT, false, PADS>(P, blockIdx.x, reinterpret_cast<float *>(ssd_fwd_sm), &cut);
 }
 
@@ -7840,18 +7843,21 @@ static bool ssd_ck_takes(const selscan__sprob &q, const selscan_cuda_ext *x, ssd
     return k.smem + 64 <= ssd_smem_optin();
 }
 
-/* the forward's walk (ssd_fwd_kernel) with P's fields; with P.ck_fwd_flag after the chunks, which it returns at once
-   unless they raised it */
-static cudaError_t ssd_walk_forward(const selscan__sprob &q, const ssd_plan &pl, const ssd_params &P, cudaStream_t stream) {
+/* the forward's walk (ssd_fwd_kernel) with P's fields; HANDOFF: after the chunks, returning at once unless they raised
+   P.ck_fwd_flag (their shapes, 32 < dstate <= 128, give 4 or 8 states a thread: the only instantiations) */
+template <bool HANDOFF> static cudaError_t ssd_walk_forward(const selscan__sprob &q, const ssd_plan &pl, const ssd_params &P, cudaStream_t stream) {
     cudaError_t e = cudaSuccess;
     selscan_cuda_detail::with_dtype(q.dt, [&](auto tag) {
         using T = typename decltype(tag)::type;
         ssd_with_walk(q, pl, [&](auto npt, auto pads) {
             constexpr int NPT = decltype(npt)::value;
             constexpr bool PADS = decltype(pads)::value;
-            static volatile int done[64];
-            if ((e = allow_smem(reinterpret_cast<const void *>(ssd_fwd_kernel<T, NPT, PADS>), pl.smem, done)) == cudaSuccess)
-                ssd_fwd_kernel<T, NPT, PADS><<<static_cast<unsigned>(pl.nwalk), pl.nth, pl.smem, stream>>>(P);
+            if constexpr (!HANDOFF || NPT == 4 || NPT == 8) {
+                static volatile int done[64];
+                if ((e = allow_smem(reinterpret_cast<const void *>(ssd_fwd_kernel<T, NPT, PADS, HANDOFF>), pl.smem, done)) == cudaSuccess)
+                    ssd_fwd_kernel<T, NPT, PADS, HANDOFF><<<static_cast<unsigned>(pl.nwalk), pl.nth, pl.smem, stream>>>(P);
+            } else
+                e = cudaErrorInvalidValue; /* (unreachable: ssd_ck_takes holds the chunks' shapes) */
         });
     });
     return e;
@@ -7910,7 +7916,7 @@ static selscan_status ssd_ck_forward(const selscan__sprob &q, const ssd_ck_plan 
     ssd_fill(W, q, pl, NULL);
     ssd_vectors(W, false);
     W.ck_fwd_flag = P.ck_fwd_flag;
-    SELSCAN__CU(ssd_walk_forward(q, pl, W, stream));
+    SELSCAN__CU(ssd_walk_forward<true>(q, pl, W, stream));
     SELSCAN__LAUNCHED();
     return SELSCAN_OK;
 }
@@ -7931,7 +7937,7 @@ static selscan_status ssd_forward(const selscan_ssd_problem *p, const selscan_cu
     ssd_params P;
     ssd_fill(P, q, pl, x ? x->cu_seqlens_device : NULL);
     ssd_vectors(P, false);
-    SELSCAN__CU(ssd_walk_forward(q, pl, P, stream));
+    SELSCAN__CU(ssd_walk_forward<false>(q, pl, P, stream));
     SELSCAN__LAUNCHED();
     return SELSCAN_OK;
 }
