@@ -6530,7 +6530,7 @@ template <typename T, int NB, bool ONE> static __global__ void __launch_bounds__
     const int64_t g = h / P.hpg, t0 = c * Q, p0 = tile * kCkPT;
     const int tn = static_cast<int>(P.L - t0 < Q ? P.L - t0 : Q);
     const bool more = t0 + Q < P.L; /* a chunk after this one: the state leaves through the ring */
-    bool bad = false; /* a value of the chunk that is not finite: the float32 units' path (below) */
+    bool bad = false, apos = false; /* a value of the chunk that is not finite, an a > 0: the float32 units' path (below) */
 
     /* stage: dt and a (0 past L), x [s][p], B and C [s][n] (0 outside): by vectors where rows are contiguous and
        aligned (P.vx, P.vbc: ssd_vectors), their loads issued before dt's and A's (one global latency for the stage,
@@ -6554,7 +6554,8 @@ template <typename T, int NB, bool ONE> static __global__ void __launch_bounds__
         sa[tid] = tid < tn ? d * Ah : 0.0f;
         /* an a > 0 (A > 0, or dt < 0 without the softplus) can overflow a chunk-long exponential the
            steps' own decays would not: the float32 path's running sums */
-        bad = !isfinite(d) || !isfinite(sa[tid]) || sa[tid] > 0.0f;
+        bad = !isfinite(d) || !isfinite(sa[tid]);
+        apos = sa[tid] > 0.0f;
     }
     if (P.vx) px.store(xs, XS, bad);
     else ssd_ck_stage<T, kCkPT>(false, xs, XS, P.x, b, t0, h, p0, P.P, tn, bad);
@@ -6565,8 +6566,8 @@ template <typename T, int NB, bool ONE> static __global__ void __launch_bounds__
         ssd_ck_stage<T, NP>(false, Bs, BS, P.B, b, t0, g, 0, P.N, tn, bad);
         ssd_ck_stage<T, NP>(false, Cs, BS, P.C, b, t0, g, 0, P.N, tn, bad);
     }
-    const bool nonfinite = __syncthreads_or(bad);
-    bad = nonfinite || P.ck_simt;
+    const bool nonfinite = __syncthreads_or(bad); /* (values alone: the hand-off's test below) */
+    bad = nonfinite || __syncthreads_or(apos) || P.ck_simt;
     float *const Ss = Bs; /* the entering state takes B's place once B is used */
 #ifdef SELSCAN__CK_MMA
     if (!bad) {
@@ -7733,6 +7734,8 @@ struct ssd_ck_plan {
     int NB, smem;
     int64_t ntile, nch, nchain, grid, ring, total;
 };
+static constexpr int kCkFwdFlagAt = 8; /* the hand-off flag's bytes after the rings: after the ticket (8 bytes), before
+                                          the chains' flags (from 64) */
 /* Which form a forward takes (>>ssd-chunk): -1 (the default) the chunks for a 2-byte problem, the walk
    for float32 (bench/NOTES.md SSD-CUDA-v17); for the tests and the benchmark: 0 the walk, 1 the chunks
    (tensor cores where a chunk's values are finite), 2 the chunks on the float32 units alone, 3 (with
@@ -7888,7 +7891,7 @@ static selscan_status ssd_ck_forward(const selscan__sprob &q, const ssd_ck_plan 
     P.ck_flags = reinterpret_cast<int *>(ws + k.ring + 64);
     P.ck_ntile = k.ntile;
     P.ck_simt = ssd_ck_mode == 2;
-    P.ck_fwd_flag = reinterpret_cast<int *>(ws + k.ring + 8); /* (after the ticket; the flags from ring + 64) */
+    P.ck_fwd_flag = reinterpret_cast<int *>(ws + k.ring + kCkFwdFlagAt);
     SELSCAN__CU(cudaMemsetAsync(ws + k.ring, 0, static_cast<size_t>(k.total - k.ring), stream));
     cudaError_t e = cudaSuccess;
     selscan_cuda_detail::with_dtype(q.dt, [&](auto tag) {

@@ -232,6 +232,15 @@ static void *test_alloc(void *ctx, size_t bytes) {
     static_cast<std::vector<void *> *>(ctx)->push_back(d);
     return d;
 }
+/* the chunked forward's hand-off flag (selscan_cuda.cuh kCkFwdFlagAt: 1 where a block handed the call to the walk) in
+   the workspace of allocs' last ask */
+static int ck_fwd_flag(const std::vector<void *> &allocs, const selscan_cuda_detail::ssd_ck_plan &ck) {
+    const uintptr_t a = reinterpret_cast<uintptr_t>(allocs.back());
+    const uintptr_t pad = (selscan_cuda_detail::kWsAlign - a % selscan_cuda_detail::kWsAlign) % selscan_cuda_detail::kWsAlign;
+    int flag = -1;
+    CU(cudaMemcpy(&flag, static_cast<char *>(allocs.back()) + pad + ck.ring + selscan_cuda_detail::kCkFwdFlagAt, 4, cudaMemcpyDeviceToHost));
+    return flag;
+}
 /* the documented refusal: the backward at dstate 257-512 with headdim > 8 on 64 KiB devices */
 static bool smem_refused(int N, int P) { return g_cap == 65536 && N > 256 && P > 8; }
 
@@ -384,9 +393,9 @@ static void run_case(int ci, bool quick) {
     y.poison(); hT.poison();
     CHECK(selscan_ssd_forward_ref(&ph, ws.data(), ws.size()) == SELSCAN_OK, "%s: reference forward", what);
     bool chunked = false;
+    selscan_cuda_detail::ssd_ck_plan ck;
     {
         selscan__sprob sq;
-        selscan_cuda_detail::ssd_ck_plan ck;
         chunked = selscan__ssd_validate_forward(&pd, &sq, NULL, 0, NULL, 0) == SELSCAN_OK && selscan_cuda_detail::ssd_ck_takes(sq, &ext, ck);
         g_chunked += chunked;
         if (g_force_chunk) CHECK(chunked || N <= 32 || N > 128, "%s: a chunk case not run in chunks", what);
@@ -395,6 +404,8 @@ static void run_case(int ci, bool quick) {
     CHECK(st == SELSCAN_OK, "%s: cuda forward status %d", what, (int)st);
     CU(cudaDeviceSynchronize());
     if (chunked) { /* deterministic: a second call gives the same bytes */
+        /* B and C in [-1, 1]: no C B^T above float's range, the chunks kept the call (SSD-CUDA-v30) */
+        CHECK(ck_fwd_flag(allocs, ck) == 0, "%s: the chunked forward handed the call to the walk", what);
         const std::vector<unsigned char> y1 = y.down();
         CHECK(selscan_ssd_forward_cuda(&pd, &ext, 0) == SELSCAN_OK, "%s: second chunked forward", what);
         CU(cudaDeviceSynchronize());
@@ -709,13 +720,15 @@ static void inf_cases() {
    float32 units' body: its B Go^T). Every output finite in the reference (y up to 6.4e37, dC 2.9e37); y, dx, dB, dC
    (and dz) against it (relative L2, bf16's rounding: 1e-2), every element finite. Case 4, the forward alone (SSD-CUDA-v30):
    A -1, dt 1e-5 at step 10 (else 1), B 1e20 at 10, C 1e20 at 11: C B^T 6.4e41 before dt(10) weighs it (y(11) 2.4e36),
-   the chunks hand the call to the walk. */
+   the chunks hand the call to the walk (the workspace's flag read: 1 there, 0 in cases 0-3); case 5, case 4 on the
+   chunks' float32 units (ssd_ck_mode 2). */
 static void overflow_cases() {
     selscan_cuda_detail::ssd_ck_mode = 1;
     selscan_cuda_detail::ssd_ckb_mode = 1;
     const int64_t L = 128, P = 64, N = 64;
-    for (int cfg = 0; cfg < 5; cfg++) {
-        const bool gated = cfg == 2 || cfg == 3, cb = cfg == 4;
+    for (int cfg = 0; cfg < 6; cfg++) {
+        const bool gated = cfg == 2 || cfg == 3, cb = cfg >= 4;
+        selscan_cuda_detail::ssd_ck_mode = cfg == 5 ? 2 : 1; /* (5: case 4 on the float32 units' path) */
         selscan_cuda_detail::ssd_ckb_tc = cfg % 2 ? 0 : 2; /* (case 4: the forward alone) */
         selscan_ssd_problem p;
         memset(&p, 0, sizeof p);
@@ -776,6 +789,14 @@ static void overflow_cases() {
         selscan_ssd_problem ph = problem(false), pd = problem(true);
         both_forward("overflow case", cfg, ph, pd, y, &ext, ws);
         check(y, "y");
+        {
+            selscan__sprob sq;
+            selscan_cuda_detail::ssd_ck_plan ck;
+            const bool chunked = selscan__ssd_validate_forward(&pd, &sq, NULL, 0, NULL, 0) == SELSCAN_OK && selscan_cuda_detail::ssd_ck_takes(sq, &ext, ck);
+            CHECK(chunked, "overflow case %d: not in chunks", cfg);
+            /* the forward's C Sin^T (0-3) stays in the chunks (the float32 units); C B^T (4, 5) goes to the walk */
+            if (chunked) CHECK(ck_fwd_flag(allocs, ck) == (cb ? 1 : 0), "overflow case %d: the hand-off flag %d", cfg, ck_fwd_flag(allocs, ck));
+        }
         if (!cb) {
             both_backward("overflow case", cfg, ph, pd, dy, dx, dz, dB, dC, &ext, ws);
             check(dx, "dx");
