@@ -1,0 +1,40 @@
+#!/usr/bin/env python3
+"""bench/forms_steps.py: kernel steps side by side from `bench_ssd_forms bf16` outputs (one file a build, run one after
+another in one device call), the chunked forward and backward in ms and each step's change against the one before.
+
+    python3 bench/forms_steps.py base=b_v24.txt v25=b_v25.txt v26=b_v26.txt ...
+
+Reads the lines `| <shape> | walk fwd | chunks fwd | ...` and `backward | <shape> | walks X ms | chunks Y ms | ...`;
+prints a Markdown table (ms) and the per-step changes in percent, then the last step against the first.
+"""
+import re
+import sys
+
+if len(sys.argv) < 3:
+    sys.exit(__doc__)
+runs = []
+for arg in sys.argv[1:]:
+    name, _, path = arg.partition('=')
+    if not path:
+        sys.exit(f'forms_steps: {arg!r} is not NAME=FILE')
+    text = open(path).read()
+    fwd = {m[1]: float(m[3]) for m in re.finditer(r'^\| ((?:Mamba2|Nemotron)\S*) \| ([\d.]+) \| ([\d.]+) \|', text, re.M)}
+    bwd = {m[1]: float(m[2]) for m in re.finditer(r'^backward \| (\S+) \| walks [\d.]+ ms \| chunks ([\d.]+) ms', text, re.M)}
+    if not fwd or not bwd:
+        sys.exit(f'forms_steps: no forward or backward rows in {path}')
+    runs.append((name, fwd, bwd))
+shapes = [s for s in runs[0][1] if all(s in f and s in b for _, f, b in runs)]
+head = ' | '.join([f'{s} fwd' for s in shapes] + [f'{s} bwd' for s in shapes])
+print(f'| build | {head} |')
+print('|---' * (1 + 2 * len(shapes)) + '|')
+for name, f, b in runs:
+    print(f'| {name} | ' + ' | '.join([f'{f[s]:.3f}' for s in shapes] + [f'{b[s]:.3f}' for s in shapes]) + ' |')
+print()
+
+def change(a, b):
+    return ' '.join(f'{(b[s] / a[s] - 1) * 100:+.1f}%' for s in shapes)
+
+for (n0, f0, b0), (n1, f1, b1) in zip(runs, runs[1:]):
+    print(f'{n0} -> {n1}: forward {change(f0, f1)}; backward {change(b0, b1)}')
+(n0, f0, b0), (n1, f1, b1) = runs[0], runs[-1]
+print(f'{n0} -> {n1} (all): forward {change(f0, f1)}; backward {change(b0, b1)}')
