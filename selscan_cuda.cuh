@@ -5406,6 +5406,8 @@ struct ssd_params {
        raises it, and the walk launched after the chunks (ssd_fwd_kernel's HANDOFF form) rewrites y and final_state;
        that walk returns at once where it is down */
     int *ck_fwd_flag;
+    int vdx; /* the backward's dx by 8-element vectors (ssd_rows8, ssd_vectors): ssd_ckb_dx_out. (Fields added last: one
+                put among the others moved every field after it and the walks' registers with them, SSD-CUDA-v21) */
 };
 
 /* channels a thread by states a thread (registers: PPT * NPT <= 32) */
@@ -6237,7 +6239,7 @@ static __device__ __forceinline__ float ssd_dot4(float4 a, float4 b, float acc) 
 /* whether a (d0, d1, d2, len) operand's rows of len elements are contiguous with every row start
    16-byte aligned (the walks' and the chunks' 8-element vectors: ssd_stage, ssd_ck_part, ssd_ckb_dx_out; the strides
    of size-1 dimensions never used); an empty row is not (ssd_ck_part's fallback reads the operand's first vector) */
-static __host__ __device__ bool ssd_rows8(const ct &t, int64_t d0, int64_t d1, int64_t d2, int64_t len) {
+static bool ssd_rows8(const ct &t, int64_t d0, int64_t d1, int64_t d2, int64_t len) {
     if (!t.p) return true;
     const int64_t d[3] = {d0, d1, d2};
     bool ok = (reinterpret_cast<uintptr_t>(t.p) & 15) == 0 && len > 0 && len % 8 == 0 && t.s[3] == 1;
@@ -7267,11 +7269,10 @@ template <int NB> static __device__ __forceinline__ void ssd_ckb_sums_out(const 
     }
 }
 /* dx from W's place (complete: after a barrier) to the output, whole rows a warp's stores: by 8-element vectors where
-   dx's rows allow (as x's for its staging, asked here: a flag in ssd_params would move every field after it, and the
-   walks' registers with them; a thread two of a chunk's 512 vectors, each one address and one 16-byte store, where
-   element by element took 16 of each), else an element a store */
+   dx's rows allow (P.vdx: a thread two of a chunk's 512 vectors, each one address and one 16-byte store, where element
+   by element took 16 of each), else an element a store */
 template <typename T> static __device__ __forceinline__ void ssd_ckb_dx_out(const ssd_params &P, const ssd_ckb_at &k, const float *Ws, int XS) {
-    if (ssd_rows8(P.dx, P.batch, P.L, P.H, P.P)) { /* (a tile's first channel a multiple of 64; XS a multiple of 4, W's place 32-byte aligned: float4 reads) */
+    if (P.vdx) { /* (a tile's first channel a multiple of 64; XS a multiple of 4, W's place 32-byte aligned: float4 reads) */
         constexpr int RV = kCkPT / 8;
         for (int i = threadIdx.x; i < kCkQ * RV; i += kCkThreads) {
             const int s = i / RV, pl = (i - s * RV) * 8;
@@ -7814,6 +7815,7 @@ static void ssd_vectors(ssd_params &P, bool bwd) {
     P.vbc = ssd_rows8(P.B, P.batch, P.L, P.G, P.N) && ssd_rows8(P.C, P.batch, P.L, P.G, P.N);
     P.vx = P.PB % 8 == 0 && ssd_rows8(P.x, P.batch, P.L, P.H, P.P) &&
            (!bwd || (ssd_rows8(P.dy, P.batch, P.L, P.H, P.P) && ssd_rows8(P.z, P.batch, P.L, P.H, P.P)));
+    P.vdx = bwd && ssd_rows8(P.dx, P.batch, P.L, P.H, P.P);
 }
 
 static void ssd_fill(ssd_params &P, const selscan__sprob &q, const ssd_plan &pl, const int64_t *cu_dev) {
