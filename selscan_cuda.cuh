@@ -7849,8 +7849,10 @@ static bool ssd_ck_takes(const selscan__sprob &q, const selscan_cuda_ext *x, ssd
 }
 
 /* the forward's walk (ssd_fwd_kernel) with P's fields; HANDOFF: after the chunks, returning at once unless they raised
-   P.ck_fwd_flag (their shapes, 32 < dstate <= 128, give 4 or 8 states a thread: the only instantiations) */
-template <bool HANDOFF> static cudaError_t ssd_walk_forward(const selscan__sprob &q, const ssd_plan &pl, const ssd_params &P, cudaStream_t stream) {
+   P.ck_fwd_flag (their shapes, 32 < dstate <= 128, give 4 or 8 states a thread: the only instantiations). launch
+   false: the shared-memory opt-in alone (the hand-off's, taken before the chunks are queued) */
+template <bool HANDOFF> static cudaError_t ssd_walk_forward(const selscan__sprob &q, const ssd_plan &pl, const ssd_params &P, cudaStream_t stream,
+                                                             bool launch = true) {
     cudaError_t e = cudaSuccess;
     selscan_cuda_detail::with_dtype(q.dt, [&](auto tag) {
         using T = typename decltype(tag)::type;
@@ -7859,7 +7861,7 @@ template <bool HANDOFF> static cudaError_t ssd_walk_forward(const selscan__sprob
             constexpr bool PADS = decltype(pads)::value;
             if constexpr (!HANDOFF || NPT == 4 || NPT == 8) {
                 static volatile int done[64];
-                if ((e = allow_smem(reinterpret_cast<const void *>(ssd_fwd_kernel<T, NPT, PADS, HANDOFF>), pl.smem, done)) == cudaSuccess)
+                if ((e = allow_smem(reinterpret_cast<const void *>(ssd_fwd_kernel<T, NPT, PADS, HANDOFF>), pl.smem, done)) == cudaSuccess && launch)
                     ssd_fwd_kernel<T, NPT, PADS, HANDOFF><<<static_cast<unsigned>(pl.nwalk), pl.nth, pl.smem, stream>>>(P);
             } else
                 e = cudaErrorInvalidValue; /* (unreachable: ssd_ck_takes holds the chunks' shapes) */
@@ -7894,6 +7896,13 @@ static selscan_status ssd_ck_forward(const selscan__sprob &q, const ssd_ck_plan 
     P.ck_ntile = k.ntile;
     P.ck_simt = ssd_ck_mode == 2;
     P.ck_fwd_flag = reinterpret_cast<int *>(ws + k.ring + kCkFwdFlagAt);
+    /* the walk, which runs where a chunk raised the hand-off (SSD-CUDA-v30): its shared-memory opt-in taken before
+       anything is queued, so that a refusal leaves y and final_state as they were */
+    ssd_params W;
+    ssd_fill(W, q, pl, NULL);
+    ssd_vectors(W, false);
+    W.ck_fwd_flag = P.ck_fwd_flag;
+    SELSCAN__CU(ssd_walk_forward<true>(q, pl, W, stream, false));
     SELSCAN__CU(cudaMemsetAsync(ws + k.ring, 0, static_cast<size_t>(k.total - k.ring), stream));
     cudaError_t e = cudaSuccess;
     selscan_cuda_detail::with_dtype(q.dt, [&](auto tag) {
@@ -7916,11 +7925,6 @@ static selscan_status ssd_ck_forward(const selscan__sprob &q, const ssd_ck_plan 
         else go(std::integral_constant<int, 2>(), std::false_type());
     });
     SELSCAN__CU(e);
-    /* the walk, which runs where a chunk raised the hand-off (SSD-CUDA-v30) */
-    ssd_params W;
-    ssd_fill(W, q, pl, NULL);
-    ssd_vectors(W, false);
-    W.ck_fwd_flag = P.ck_fwd_flag;
     SELSCAN__CU(ssd_walk_forward<true>(q, pl, W, stream));
     SELSCAN__LAUNCHED();
     return SELSCAN_OK;
@@ -8012,7 +8016,17 @@ static selscan_status ssd_backward(const selscan_ssd_problem *p, const selscan_s
     if (P.ckb_flag) SELSCAN__CU(cudaMemsetAsync(P.ckb_flag, 0, 4, stream));
     selscan_cuda_detail::with_dtype(q.dt, [&](auto tag) {
         using T = typename decltype(tag)::type;
-        if (P.ckb_flag) { /* the chunks (>>ssd-chunk-bwd), then the walks, which return at once unless the flag is up */
+        auto walk = [&](bool launch) { /* launch false: the walks' shared-memory opt-in alone */
+            ssd_with_walk(q, pl, [&](auto npt, auto pads) {
+                constexpr int NPT = decltype(npt)::value;
+                constexpr bool PADS = decltype(pads)::value;
+                static volatile int done[64];
+                if ((e = allow_smem(reinterpret_cast<const void *>(ssd_bwd_kernel<T, NPT, PADS>), pl.smem, done)) == cudaSuccess && launch)
+                    ssd_bwd_kernel<T, NPT, PADS><<<static_cast<unsigned>(pl.nwalk * walks), pl.nth, pl.smem, stream>>>(P);
+            });
+        };
+        if (walks) walk(false); /* every opt-in before anything is queued: a refusal leaves the gradients as they were */
+        if (e == cudaSuccess && P.ckb_flag) { /* the chunks (>>ssd-chunk-bwd), then the walks, which return at once unless the flag is up */
             auto go = [&](auto nb, auto one) {
                 constexpr int NB = decltype(nb)::value;
                 constexpr bool ONE = decltype(one)::value;
@@ -8033,14 +8047,7 @@ static selscan_status ssd_backward(const selscan_ssd_problem *p, const selscan_s
             if (ck.NB == 1) go(std::integral_constant<int, 1>(), std::false_type());
             else go(std::integral_constant<int, 2>(), std::false_type());
         }
-        if (e == cudaSuccess && walks)
-            ssd_with_walk(q, pl, [&](auto npt, auto pads) {
-                constexpr int NPT = decltype(npt)::value;
-                constexpr bool PADS = decltype(pads)::value;
-                static volatile int done[64];
-                if ((e = allow_smem(reinterpret_cast<const void *>(ssd_bwd_kernel<T, NPT, PADS>), pl.smem, done)) == cudaSuccess)
-                    ssd_bwd_kernel<T, NPT, PADS><<<static_cast<unsigned>(pl.nwalk * walks), pl.nth, pl.smem, stream>>>(P);
-            });
+        if (e == cudaSuccess && walks) walk(true);
         if (e == cudaSuccess && P.need_dt) ssd_dt_kernel<T><<<nblocks(q.batch * q.H * 32, 256), 256, 0, stream>>>(P);
         if (e == cudaSuccess && (P.wB || P.wC)) {
             const int64_t n = cdiv(q.batch * q.L * q.G * q.N, 256);
