@@ -7743,6 +7743,10 @@ static constexpr int kCkFwdFlagAt = 8; /* the hand-off flag's bytes after the ri
    SELSCAN__CUDA_TUNING) the chunks with one-pass tf32 products (below float32's precision: a
    measurement, never a result to trust). Where the chunks' shapes do not hold: the walk. */
 static int ssd_ck_mode = -1;
+#ifdef SELSCAN__CUDA_TUNING /* the benchmark's: 0 leaves the hand-off walk's launch out (its cost measured; a forward whose
+                               C B^T overflowed then keeps the chunks' inf), compiled there only */
+static int ssd_ck_handoff = 1;
+#endif
 static bool ssd_ck_chosen(const selscan__sprob &q) { return ssd_ck_mode < 0 ? q.dt != SELSCAN_F32 : ssd_ck_mode != 0; }
 static bool ssd_ck_shape(const selscan__sprob &q, ssd_ck_plan &k) {
     if (q.cu || q.seq_idx.data || q.N <= 32 || q.N > 128 || q.batch == 0 || q.L == 0 || q.H == 0 || q.P == 0) return false;
@@ -7925,7 +7929,10 @@ static selscan_status ssd_ck_forward(const selscan__sprob &q, const ssd_ck_plan 
         else go(std::integral_constant<int, 2>(), std::false_type());
     });
     SELSCAN__CU(e);
-    SELSCAN__CU(ssd_walk_forward<true>(q, pl, W, stream));
+#ifdef SELSCAN__CUDA_TUNING
+    if (ssd_ck_handoff)
+#endif
+        SELSCAN__CU(ssd_walk_forward<true>(q, pl, W, stream));
     SELSCAN__LAUNCHED();
     return SELSCAN_OK;
 }

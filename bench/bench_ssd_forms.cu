@@ -12,6 +12,9 @@
  * where the header has ssd_ckb_tc's levels (SELSCAN__CKB_TC_LEVELS), the chunks at each level too (a 2-byte
  * problem's products on tensor cores: every one, the pair products and the local state's, none) and, where it
  * has SELSCAN__CKB_TC_ONE, every one as one-pass tf32 products (level 3: what float32's precision costs).
+ * The chunked forward's line "forward hand-off": its time without the hand-off walk's launch (ssd_ck_handoff 0, a
+ * tuning build's switch), the launch's cost at this shape; a large batch x heads (e.g. `bf16 64 256`) shows how it
+ * grows with the walk's blocks.
  *
  * Usage: make build/bench_ssd_forms && ./build/bench_ssd_forms [f32|f16|bf16] [batch] [L]
  */
@@ -140,9 +143,16 @@ int main(int argc, char **argv) {
             med[form] = median_ms("forward", [&] { return selscan_ssd_forward_cuda(&p, &ext, 0); });
             if (form == 3) dtf = rel_diff(y[0], y[1], batch * L * H * P, dt); /* the tf32 products' y against the walk's */
         }
+        /* the chunks without the hand-off walk's launch (SSD-CUDA-v30: one launch of the walk's grid, its blocks returning at
+           once): that launch's cost; y[0] (the walk's) is untouched, y[1] is rewritten by the same chunks */
+        selscan_cuda_detail::ssd_ck_handoff = 0;
+        const double noh = median_ms("forward", [&] { return selscan_ssd_forward_cuda(&p, &ext, 0); });
+        selscan_cuda_detail::ssd_ck_handoff = 1;
         selscan_cuda_detail::ssd_ck_mode = -1; /* the default again */
         printf("| %s | %.3f | %.3f | %.3f | %.3f | %.2fx | %.2g | %.2g |\n", s.name, med[0], med[1], med[2], med[3], med[0] / med[1],
                rel_diff(y[0], y[1], batch * L * H * P, dt), dtf);
+        printf("forward hand-off | %s | chunks %.4f ms, without the hand-off walk's launch %.4f ms: %.1f us (batch x heads %d)\n", s.name, med[1], noh,
+               1000.0 * (med[1] - noh), static_cast<int>(batch * H));
         /* the backward: the walks (ssd_ckb_mode 0) and the chunks (1), every gradient but dz / dinitial_state */
         {
             void *dy = dev_random(batch * L * H * P, dt, -1, 1, seed);
