@@ -721,7 +721,10 @@ SELSCAN_DEF selscan_status selscan_ssd_backward_ref(const selscan_ssd_problem *p
    The fast CPU backward likewise (>>ssd-entry: a head's states vectorized over dstate, chunks of
    16 steps recomputed from checkpoints and walked back), results differing from
    selscan_ssd_backward_ref by rounding only (fused multiply-adds, sums over states and channels
-   in another fixed order); bitwise deterministic: the same gradients for every n_parts and thread
+   in another fixed order; one exception, where a term is infinite (an infinite dt or dt_bias, or
+   a state that overflows): its sums, grouped otherwise (dx and ddt with dt factored out of the sum
+   over the states), may give +-inf where the reference's terms meet inf - inf and give NaN);
+   bitwise deterministic: the same gradients for every n_parts and thread
    schedule. _part then _reduce, as the scan's (selscan_backward_cpu_part): every part of
    selscan_ssd_backward_cpu_part exactly once, then (after all of them) every part of
    selscan_ssd_backward_cpu_reduce, on one workspace of selscan_ssd_workspace_size_parts(p, g,
