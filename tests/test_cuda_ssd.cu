@@ -233,12 +233,12 @@ static void *test_alloc(void *ctx, size_t bytes) {
     return d;
 }
 /* the chunked forward's hand-off flag (selscan_cuda.cuh kCkFwdFlagAt: 1 where a block handed the call to the walk) in
-   the workspace of allocs' last ask */
+   the workspace of allocs' last ask (the size the library asks for; aligned as the launcher aligns it) */
 static int ck_fwd_flag(const std::vector<void *> &allocs, const selscan_cuda_detail::ssd_ck_plan &ck) {
-    const uintptr_t a = reinterpret_cast<uintptr_t>(allocs.back());
-    const uintptr_t pad = (selscan_cuda_detail::kWsAlign - a % selscan_cuda_detail::kWsAlign) % selscan_cuda_detail::kWsAlign;
+    char *ws = NULL;
     int flag = -1;
-    CU(cudaMemcpy(&flag, static_cast<char *>(allocs.back()) + pad + ck.ring + selscan_cuda_detail::kCkFwdFlagAt, 4, cudaMemcpyDeviceToHost));
+    if (selscan_cuda_detail::check_workspace(allocs.back(), selscan_cuda_detail::ws_reported(ck.total), ck.total, &ws, NULL) != SELSCAN_OK) return flag;
+    CU(cudaMemcpy(&flag, ws + ck.ring + selscan_cuda_detail::kCkFwdFlagAt, 4, cudaMemcpyDeviceToHost));
     return flag;
 }
 /* the documented refusal: the backward at dstate 257-512 with headdim > 8 on 64 KiB devices */
@@ -723,7 +723,6 @@ static void inf_cases() {
    the chunks hand the call to the walk (the workspace's flag read: 1 there, 0 in cases 0-3); case 5, case 4 on the
    chunks' float32 units (ssd_ck_mode 2). */
 static void overflow_cases() {
-    selscan_cuda_detail::ssd_ck_mode = 1;
     selscan_cuda_detail::ssd_ckb_mode = 1;
     const int64_t L = 128, P = 64, N = 64;
     for (int cfg = 0; cfg < 6; cfg++) {
