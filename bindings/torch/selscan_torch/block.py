@@ -377,7 +377,8 @@ def mamba_inner_fn(xz, conv1d_weight, conv1d_bias, x_proj_weight, delta_proj_wei
         raise ValueError(f"selscan: out_proj_bias must have shape (d_model,) = ({out_proj_weight.shape[0]},), got "
                          f"{tuple(out_proj_bias.shape)}")
     for name, t, n in (("b_rms_weight", b_rms_weight, N), ("c_rms_weight", c_rms_weight, N),
-                       ("dt_rms_weight", dt_rms_weight, R if dt_rms_pre_proj else d)):
+                       ("dt_rms_weight", dt_rms_weight, R if dt_rms_pre_proj else d),
+                       ("B_proj_bias", B_proj_bias, N), ("C_proj_bias", C_proj_bias, N)):
         if t is not None and tuple(t.shape) != (n,):
             raise ValueError(f"selscan: {name} must have shape ({n},), got {tuple(t.shape)}")
     if mask is not None and (mask.dim() != 2 or tuple(mask.shape) != (b, L) or mask.device != xz.device):

@@ -192,9 +192,8 @@ def _conv_seq_idx(x, weight, bias, seq_idx, initial_states, silu):
             first = initial_states[b : b + 1]
             init = torch.cat([first, first.new_zeros((n - 1, dim, W - 1))]) if n > 1 else first
         y, _ = conv_fwd_call(x[b : b + 1], weight, bias, init, cu, silu, False, False)
-        if bool((run_ids < 0).any()):
-            keep = (seq_idx[b] >= 0).to(y.dtype)
-            y = y * keep
+        if bool((run_ids < 0).any()):  # 0 there, also where x is NaN or inf (a mask's product would keep a NaN)
+            y = torch.where(seq_idx[b] >= 0, y, y.new_zeros(()))
         outs.append(y)
     return torch.cat(outs) if batch > 1 else outs[0]
 

@@ -20,7 +20,10 @@ def causal_conv1d_ref(x, weight, bias=None, initial_states=None, activation=None
     else:
         pad = initial_states.to(dtype)
     xp = torch.cat([pad, x_], dim=-1)
-    out = F.conv1d(xp, weight.to(dtype).unsqueeze(1), None if bias is None else bias.to(dtype), groups=dim)
+    if L == 0:  # (F.conv1d refuses an input shorter than its kernel)
+        out = x_.new_zeros(batch, dim, 0)
+    else:
+        out = F.conv1d(xp, weight.to(dtype).unsqueeze(1), None if bias is None else bias.to(dtype), groups=dim)
     if activation in ("silu", "swish"):
         out = F.silu(out)
     return out, xp[:, :, xp.shape[-1] - (W - 1):]

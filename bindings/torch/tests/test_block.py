@@ -750,3 +750,36 @@ def test_block_device_refusal_names_the_argument():
     for name in ("out_proj_weight", "conv1d_bias", "delta_bias"):
         with pytest.raises(ValueError, match=rf"argument '{name}'"):
             st.mamba_inner_fn(xz, **{**p, name: p[name].to("meta")})
+
+
+def test_block_proj_bias_errors():
+    # B_proj_bias / C_proj_bias of the wrong shape: refused naming the argument (before: torch's broadcast error)
+    xz, p = block_inputs()
+    N = p["A"].shape[1]
+    for name in ("B_proj_bias", "C_proj_bias"):
+        for bad in (torch.randn(N + 1), torch.randn(1, N)):
+            with pytest.raises(ValueError, match=name):
+                st.mamba_inner_fn(xz, **p, **{name: bad})
+
+
+def test_conv_seq_idx_padding_zero_under_nan():
+    # positions with a negative id give 0 whatever x holds there (NaN, inf); the others as with finite x
+    torch.manual_seed(3)
+    x, w, b = torch.randn(2, 3, 8), torch.randn(3, 4), torch.randn(3)
+    seq = torch.tensor([[0, 0, 0, -1, -1, 1, 1, 1], [-1, -1, 2, 2, 2, 2, -1, -1]], dtype=torch.int32)
+    pad = (seq < 0)[:, None, :].expand_as(x)
+    for v in (float("nan"), float("inf")):
+        y = st.causal_conv1d_fn(torch.where(pad, v, x), w, b, seq_idx=seq, activation="silu")
+        y0 = st.causal_conv1d_fn(torch.where(pad, 0.0, x), w, b, seq_idx=seq, activation="silu")
+        assert torch.equal(y[pad], torch.zeros_like(y[pad]))
+        assert torch.equal(y[~pad], y0[~pad])
+
+
+def test_conv_ref_empty():
+    # the float64 reference at L = 0: no output column, the final states zeros (or the given ones)
+    w = torch.randn(3, 4)
+    y, f = causal_conv1d_ref(torch.zeros(2, 3, 0), w)
+    assert y.shape == (2, 3, 0) and torch.equal(f, torch.zeros(2, 3, 3, dtype=torch.float64))
+    s = torch.randn(2, 3, 3)
+    y, f = causal_conv1d_ref(torch.zeros(2, 3, 0), w, None, s)
+    assert y.shape == (2, 3, 0) and torch.equal(f, s.double())
