@@ -75,17 +75,21 @@ def describe(t, concrete=False):
             str(t.device))
 
 
-def check_op(op, *args, dt_limit=None, norm=None):
+def check_op(op, *args, dt_limit=None, norm=None, names=None):
     """op's argument check ("fwd", "bwd", "step", "conv_fwd", "conv_bwd", "conv_step", "ssd_fwd",
     "ssd_bwd", "norm_fwd", "norm_bwd"; args in its schema's order, the tensors only; dt_limit: the
     SSD's clamp bounds where it clamps; norm: the norm's (group_size, eps, norm_before_gate)): the
     one its C++ kernels run (bindings/common, _C.check_args), on the arguments' shapes, strides,
-    dtypes and devices. Raises the op's error; returns (batch, dim, L, N, G, rows, n_seqs, n_cache,
-    width, state_len), -1 where a size is not known."""
+    dtypes and devices. Raises the op's error, its "argument 'a'" named names[a] where names (a
+    dict: the op's argument -> the caller's) has it; returns (batch, dim, L, N, G, rows, n_seqs,
+    n_cache, width, state_len), -1 where a size is not known."""
     extra = dt_limit if norm is None else (int(norm[0]), float(norm[1]), bool(norm[2]))
     refusal, sizes = _C.check_args(op, tuple(describe(t) for t in args), extra)
     if refusal is not None:
-        raise _EXCEPTIONS[refusal[0]](refusal[1])
+        msg = refusal[1]
+        for a, caller in (names or {}).items():
+            msg = msg.replace(f"argument '{a}'", f"argument '{caller}'")
+        raise _EXCEPTIONS[refusal[0]](msg)
     return sizes
 
 

@@ -409,6 +409,10 @@ def mamba_inner_fn(xz, conv1d_weight, conv1d_bias, x_proj_weight, delta_proj_wei
     B_proj_bias, C_proj_bias = _to(B_proj_bias, "B_proj_bias", cdt), _to(C_proj_bias, "C_proj_bias", cdt)
     if mask is not None:
         mask = mask.detach()[:, None, :]  # (batch, 1, L): broadcast over the channels
+    if not torch.compiler.is_compiling():  # the conv's own check, naming the caller's arguments (a traced call
+        # is checked by the conv op's fake kernel, in the op's names: the C check is not traceable)
+        _checks.check_op("conv_fwd", xz[:, :d], conv_w, conv_b, None, None,
+                         names={"x": "xz", "weight": "conv1d_weight", "bias": "conv1d_bias"})
     _checks.no_func_transforms("mamba_inner_fn")
     return _MambaInnerFn.apply(xz, conv_w, conv_b, x_proj_weight, delta_proj_weight, out_proj_weight, out_proj_bias,
                                A, B, C, D, delta_bias, B_proj_bias, C_proj_bias, b_rms_weight, c_rms_weight,

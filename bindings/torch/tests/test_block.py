@@ -752,6 +752,19 @@ def test_block_device_refusal_names_the_argument():
             st.mamba_inner_fn(xz, **{**p, name: p[name].to("meta")})
 
 
+def test_block_conv_refusal_names_the_argument():
+    """mamba_inner_fn's conv weight / bias that its conv refuses (a width outside 2..4, a bias not (dim,)): the
+    refusal names conv1d_weight / conv1d_bias, the arguments passed, not the conv op's weight / bias."""
+    xz, p = block_inputs()
+    d = p["conv1d_weight"].shape[0]
+    for name, bad, err in (("conv1d_weight", torch.randn(d, 1, 6), NotImplementedError),
+                           ("conv1d_weight", torch.randn(d, 1), NotImplementedError),
+                           ("conv1d_bias", torch.randn(d + 1), ValueError),
+                           ("conv1d_bias", torch.randn(1, d), ValueError)):
+        with pytest.raises(err, match=rf"argument '{name}'"):
+            st.mamba_inner_fn(xz, **{**p, name: bad})
+
+
 def test_block_proj_bias_errors():
     # B_proj_bias / C_proj_bias of the wrong shape: refused naming the argument (before: torch's broadcast error)
     xz, p = block_inputs()
