@@ -362,6 +362,11 @@ SELSCAN_DEF selscan_status selscan_ssd_backward_cuda(const selscan_ssd_problem *
 #ifndef SELSCAN_CUDA_CHANNELS_LAST
 #define SELSCAN_CUDA_CHANNELS_LAST 0
 #endif
+/* Internal, for this repository's benchmark and tests until measured: SELSCAN__SSD_LDMATRIX 1 loads the chunked SSD's
+   tensor-core operands that are read along their rows by ldmatrix, 0 by single loads (bench/NOTES.md SSD-CUDA-v38) */
+#ifndef SELSCAN__SSD_LDMATRIX
+#define SELSCAN__SSD_LDMATRIX 0
+#endif
 /* Flags (undefined by default): SELSCAN_CUDA_NO_PDL, no programmatic dependent launch between a
    call's kernels (sm_90+). Internal, for this repository's benchmark and tests only:
    SELSCAN__CUDA_TUNING compiles >>bench, the entries that force the plans' choices
@@ -6444,12 +6449,29 @@ static __device__ __forceinline__ void ssd_mma8(float (&d)[4], const uint32_t (&
                  : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
 }
-/* ssd_tc_mm's operand readers of a row-major array in shared memory: (r, c) -> a[r][c], and its transpose a[c][r] */
-static __device__ __forceinline__ auto ssd_rowm(const float *a, int ld) {
-    return [a, ld](int r, int c) { return a[r * ld + c]; };
-}
-static __device__ __forceinline__ auto ssd_colm(const float *a, int ld) {
-    return [a, ld](int r, int c) { return a[c * ld + r]; };
+/* ssd_tc_mm's operand readers of a row-major array in shared memory: (r, c) -> a[r][c] (ssd_rowm), and its transpose
+   a[c][r] (ssd_colm). a and ld multiples of 4 floats (every chunk layout's arrays and row strides): rows 16-byte
+   aligned, so an operand read along its rows (k contiguous: ssd_rowm as A, ssd_colm as B) may come by ldmatrix
+   (SELSCAN__SSD_LDMATRIX, ssd_ldm4) */
+struct ssd_rowm_t {
+    const float *a;
+    int ld;
+    __device__ __forceinline__ float operator()(int r, int c) const { return a[r * ld + c]; }
+};
+struct ssd_colm_t {
+    const float *a;
+    int ld;
+    __device__ __forceinline__ float operator()(int r, int c) const { return a[c * ld + r]; }
+};
+static __device__ __forceinline__ ssd_rowm_t ssd_rowm(const float *a, int ld) { return {a, ld}; }
+static __device__ __forceinline__ ssd_colm_t ssd_colm(const float *a, int ld) { return {a, ld}; }
+/* Four 8 x 4-float matrices from shared memory in one instruction (ldmatrix .b16, sm_75+; warp-uniform): lane l gives
+   row l & 7 of matrix l >> 3 (p: that row's first float, 16-byte aligned) and gets word q of row g of each matrix
+   (lane 4 g + q): the words an mma's tf32 fragment wants of them, the same bits LDS would load */
+static __device__ __forceinline__ void ssd_ldm4(uint32_t (&r)[4], const float *p) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(static_cast<unsigned>(__cvta_generic_to_shared(p))));
 }
 /* A float operand split for the tensor cores (SSD-CUDA-v24): hi = v truncated to tf32 (its low 13 bits cleared, so the
    parts sum to v whatever bits an mma reads), lo = v - hi (exact in float, below hi's last bit) rounded to tf32 by
@@ -6467,8 +6489,21 @@ static __device__ __forceinline__ void ssd_tf32_split(float v, uint32_t &hi, uin
 template <int NT8, bool SA, bool SB, typename FA, typename FB>
 static __device__ __forceinline__ void ssd_tc_mm(float (&acc)[NT8][4], const FA &fa, const FB &fb, int r0, int c0, int k0, int k1, bool sp) {
     const int lane = static_cast<int>(threadIdx.x & 31), g = lane >> 2, q = lane & 3;
+    /* k-contiguous operands by ldmatrix: A's rows r0 + (0..15), B's columns two tiles at a time (k0 a multiple of 4) */
+    constexpr bool LA = SELSCAN__SSD_LDMATRIX && std::is_same<FA, ssd_rowm_t>::value;
+    constexpr bool LB = SELSCAN__SSD_LDMATRIX && std::is_same<FB, ssd_colm_t>::value && NT8 % 2 == 0;
+    const int mrow = (lane & 7) + 8 * ((lane >> 3) & 1), mcol = 4 * (lane >> 4); /* A: matrix lane >> 3's row */
+    const int ncol = (lane & 7) + 8 * (lane >> 4), nrow = 4 * ((lane >> 3) & 1);  /* B: tile j + (lane >> 4) */
     for (int k = k0; k < k1; k += 8) {
-        const float av[4] = {fa(r0 + g, k + q), fa(r0 + g + 8, k + q), fa(r0 + g, k + q + 4), fa(r0 + g + 8, k + q + 4)};
+        float av[4];
+        if constexpr (LA) {
+            uint32_t w[4];
+            ssd_ldm4(w, fa.a + (r0 + mrow) * fa.ld + k + mcol);
+#pragma unroll
+            for (int i = 0; i < 4; i++) av[i] = __uint_as_float(w[i]);
+        } else {
+            av[0] = fa(r0 + g, k + q); av[1] = fa(r0 + g + 8, k + q); av[2] = fa(r0 + g, k + q + 4); av[3] = fa(r0 + g + 8, k + q + 4);
+        }
         uint32_t ah[4], al[4];
 #pragma unroll
         for (int i = 0; i < 4; i++) {
@@ -6477,9 +6512,18 @@ static __device__ __forceinline__ void ssd_tc_mm(float (&acc)[NT8][4], const FA 
             if (SA && sp) ssd_tf32_split(av[i], ah[i], al[i]);
             else if (SA) ah[i] = ssd_tf32(av[i]);
         }
+        uint32_t bw[4];
 #pragma unroll
         for (int j = 0; j < NT8; j++) {
-            const float bv[2] = {fb(k + q, c0 + 8 * j + g), fb(k + q + 4, c0 + 8 * j + g)};
+            float bv[2];
+            if constexpr (LB) {
+                if ((j & 1) == 0) ssd_ldm4(bw, fb.a + (c0 + 8 * j + ncol) * fb.ld + k + nrow);
+                bv[0] = __uint_as_float(bw[2 * (j & 1)]);
+                bv[1] = __uint_as_float(bw[2 * (j & 1) + 1]);
+            } else {
+                bv[0] = fb(k + q, c0 + 8 * j + g);
+                bv[1] = fb(k + q + 4, c0 + 8 * j + g);
+            }
             uint32_t bh[2], bl[2];
 #pragma unroll
             for (int i = 0; i < 2; i++) {
