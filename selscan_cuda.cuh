@@ -363,7 +363,8 @@ SELSCAN_DEF selscan_status selscan_ssd_backward_cuda(const selscan_ssd_problem *
 #define SELSCAN_CUDA_CHANNELS_LAST 0
 #endif
 /* Internal, for this repository's benchmark and tests until measured: SELSCAN__SSD_LDMATRIX 1 loads the chunked SSD's
-   tensor-core operands that are read along their rows by ldmatrix, 0 by single loads (bench/NOTES.md SSD-CUDA-v38) */
+   tensor-core operands that are read along their rows by ldmatrix, 0 by single loads; 2 also the chunked backward's
+   pair products (by mma.sync where they were wmma's) (bench/NOTES.md SSD-CUDA-v38) */
 #ifndef SELSCAN__SSD_LDMATRIX
 #define SELSCAN__SSD_LDMATRIX 0
 #endif
@@ -7061,6 +7062,17 @@ static __device__ __forceinline__ void ssd_ckb_pairs_tc(bool gated, bool sp, con
         if (k2 < 0) break;
         const bool dxp = k2 >= 10; /* the second product */
         const int kk = dxp ? k2 - 10 : k2, ti = kk < 1 ? 0 : kk < 3 ? 1 : kk < 6 ? 2 : 3, si = kk - ti * (ti + 1) / 2;
+#if SELSCAN__SSD_LDMATRIX >= 2
+        if (!dxp || !split) { /* by ssd_tc_mm: both operands k-contiguous, by ldmatrix; the same HMMAs in the same order */
+            float acc2[2][4] = {};
+            if (!dxp) ssd_tc_mm<2, false, false>(acc2, ssd_rowm(Cs + 16 * ti * BS, BS), ssd_colm(Bs + 16 * si * BS, BS), 0, 0, 0, NP, sp);
+            else if (gated) ssd_tc_mm<2, true, false>(acc2, ssd_rowm(dys + 16 * ti * XS, XS), ssd_colm(xs + 16 * si * XS, XS), 0, 0, 0, kCkPT, false);
+            else ssd_tc_mm<2, false, false>(acc2, ssd_rowm(dys + 16 * ti * XS, XS), ssd_colm(xs + 16 * si * XS, XS), 0, 0, 0, kCkPT, sp);
+            float *const out = (dxp ? Vs : Ws) + 16 * ti * XS + 16 * si;
+            ssd_tc_cells<2>(0, 0, [&](int j, int i, int r, int c) { out[r * XS + c] = acc2[j][i]; });
+            continue;
+        }
+#endif
         ck_acc acc;
         ckw::fill_fragment(acc, 0.0f);
         if (!dxp) {
