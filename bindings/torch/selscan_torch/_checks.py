@@ -22,6 +22,8 @@ dtypes, like the C++ side (whose refusals reach Python as RuntimeError, raised h
 """
 import operator
 
+import re
+
 import torch
 
 from . import _C  # the common layer's checks (check_args), ElementsMeet, error texts
@@ -75,22 +77,28 @@ def describe(t, concrete=False):
             str(t.device))
 
 
-def check_op(op, *args, dt_limit=None, norm=None, names=None):
+def check_op(op, *args, dt_limit=None, norm=None):
     """op's argument check ("fwd", "bwd", "step", "conv_fwd", "conv_bwd", "conv_step", "ssd_fwd",
     "ssd_bwd", "norm_fwd", "norm_bwd"; args in its schema's order, the tensors only; dt_limit: the
     SSD's clamp bounds where it clamps; norm: the norm's (group_size, eps, norm_before_gate)): the
     one its C++ kernels run (bindings/common, _C.check_args), on the arguments' shapes, strides,
-    dtypes and devices. Raises the op's error, its "argument 'a'" named names[a] where names (a
-    dict: the op's argument -> the caller's) has it; returns (batch, dim, L, N, G, rows, n_seqs,
-    n_cache, width, state_len), -1 where a size is not known."""
+    dtypes and devices. Raises the op's error; returns (batch, dim, L, N, G, rows, n_seqs, n_cache,
+    width, state_len), -1 where a size is not known."""
     extra = dt_limit if norm is None else (int(norm[0]), float(norm[1]), bool(norm[2]))
     refusal, sizes = _C.check_args(op, tuple(describe(t) for t in args), extra)
     if refusal is not None:
-        msg = refusal[1]
-        for a, caller in (names or {}).items():
-            msg = msg.replace(f"argument '{a}'", f"argument '{caller}'")
-        raise _EXCEPTIONS[refusal[0]](msg)
+        raise _EXCEPTIONS[refusal[0]](refusal[1])
     return sizes
+
+
+def raise_renamed(e, names):
+    """Re-raises e, a refusal of an op a function calls (its rules not restated there), with the op's argument
+    names as the function's (names: the op's -> the function's; whole words, e.g. the conv's 'weight' as
+    conv1d_weight); any other exception as it is."""
+    if type(e) not in (ValueError, TypeError, NotImplementedError):
+        raise e
+    msg = re.sub(r"(?<![\w])(" + "|".join(map(re.escape, names)) + r")(?![\w])", lambda m: names[m.group(1)], str(e))
+    raise type(e)(msg) from e
 
 
 def check_fwd(u, delta, A, B, C, D, z, delta_bias, h0, cu_seqlens):

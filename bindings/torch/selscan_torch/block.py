@@ -146,6 +146,10 @@ def _project(cfg, x_dbl, delta_proj_weight, B_proj_bias, C_proj_bias, b_rms, c_r
     return _cm_tensor(delta2d, b, L), B, C
 
 
+# the conv op's argument names -> mamba_inner_fn's (the conv's x: xz's first half)
+_CONV_NAMES = {"weight": "conv1d_weight", "bias": "conv1d_bias", "x": "xz"}
+
+
 class _MambaInnerFn(torch.autograd.Function):
     @staticmethod
     def forward(ctx, xz, conv_w, conv_b, x_proj_weight, delta_proj_weight, out_proj_weight, out_proj_bias, A, B, C,
@@ -154,7 +158,10 @@ class _MambaInnerFn(torch.autograd.Function):
         x = xz[:, :d]
         z = _scan_z(xz[:, d:])
         with torch.autocast(cfg.dev, enabled=False):
-            conv_out, _ = _conv_fwd(x, conv_w, conv_b, None, None, True, False, True)  # cm layout
+            try:
+                conv_out, _ = _conv_fwd(x, conv_w, conv_b, None, None, True, False, True)  # cm layout
+            except (ValueError, TypeError, NotImplementedError) as e:  # the conv's refusal, in this function's names
+                _checks.raise_renamed(e, _CONV_NAMES)
             if pad is not None:  # in place (fresh; layout kept): rounds as transformers' (h * mask).to(dtype)
                 conv_out.mul_(pad)
             x_dbl = x_proj_weight @ _cm_matrix(conv_out)  # (K, bL)
@@ -409,10 +416,6 @@ def mamba_inner_fn(xz, conv1d_weight, conv1d_bias, x_proj_weight, delta_proj_wei
     B_proj_bias, C_proj_bias = _to(B_proj_bias, "B_proj_bias", cdt), _to(C_proj_bias, "C_proj_bias", cdt)
     if mask is not None:
         mask = mask.detach()[:, None, :]  # (batch, 1, L): broadcast over the channels
-    if not torch.compiler.is_compiling():  # the conv's own check, naming the caller's arguments (a traced call
-        # is checked by the conv op's fake kernel, in the op's names: the C check is not traceable)
-        _checks.check_op("conv_fwd", xz[:, :d], conv_w, conv_b, None, None,
-                         names={"x": "xz", "weight": "conv1d_weight", "bias": "conv1d_bias"})
     _checks.no_func_transforms("mamba_inner_fn")
     return _MambaInnerFn.apply(xz, conv_w, conv_b, x_proj_weight, delta_proj_weight, out_proj_weight, out_proj_bias,
                                A, B, C, D, delta_bias, B_proj_bias, C_proj_bias, b_rms_weight, c_rms_weight,

@@ -23,7 +23,6 @@ import contextlib
 import math
 import numbers
 import operator
-import re
 
 import torch
 
@@ -453,15 +452,6 @@ def mamba_split_conv1d_scan_combined(zxbcdt, conv1d_weight, conv1d_bias, dt_bias
 _CONV_NAMES = {"weight": "conv1d_weight", "bias": "conv1d_bias", "x": "zxbcdt"}
 
 
-def _renamed(e, names):
-    """Re-raises e, a refusal of an op a function calls (its rules: not restated), with the op's argument
-    names as the function's (names: op's -> function's), e.g. the conv's 'weight' as conv1d_weight."""
-    if type(e) not in (ValueError, TypeError, NotImplementedError):
-        raise e
-    msg = re.sub(r"(?<![\w])(" + "|".join(map(re.escape, names)) + r")(?![\w])", lambda m: names[m.group(1)], str(e))
-    raise type(e)(msg) from e
-
-
 def _split_conv1d_scan_layer(zxbcdt, conv1d_weight, conv1d_bias, dt_bias, A, D, initial_states, seq_idx,
                              rmsnorm_weight, outproj_weight, outproj_bias, shape, opts, kept=None):
     """mamba_split_conv1d_scan_combined's computation on its checked arguments (shape: the split's sizes):
@@ -476,7 +466,7 @@ def _split_conv1d_scan_layer(zxbcdt, conv1d_weight, conv1d_bias, dt_bias, A, D, 
         xBC = causal_conv1d_fn(xBC.transpose(1, 2), conv1d_weight, conv1d_bias, seq_idx=seq_idx,
                                activation=activation).transpose(1, 2)
     except (ValueError, TypeError, NotImplementedError) as e:  # the conv's refusal, in this function's names
-        _renamed(e, _CONV_NAMES)
+        _checks.raise_renamed(e, _CONV_NAMES)
     x, B, C = torch.split(xBC, [dim, ngroups * dstate, ngroups * dstate], dim=-1)
     x = x.unflatten(-1, (nheads, headdim))
     B, C = B.unflatten(-1, (ngroups, dstate)), C.unflatten(-1, (ngroups, dstate))
