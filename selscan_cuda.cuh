@@ -6450,6 +6450,13 @@ static __device__ __forceinline__ void ssd_mma8(float (&d)[4], const uint32_t (&
                  : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
 }
+/* d += a b, mma.m16n8k4 with tf32 operands (sm_80+): lane 4 g + q holds a at (g, q), (g + 8, q); b at (q, g); d as
+   ssd_mma8's. wmma's 16 x 16 x 8 tf32 product is four of these on sm_90 (two k halves on each 8-column half) */
+static __device__ __forceinline__ void ssd_mma4(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t b0) {
+    asm volatile("mma.sync.aligned.m16n8k4.row.col.f32.tf32.tf32.f32 {%0, %1, %2, %3}, {%4, %5}, {%6}, {%0, %1, %2, %3};"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                 : "r"(a0), "r"(a1), "r"(b0));
+}
 /* ssd_tc_mm's operand readers of a row-major array in shared memory: (r, c) -> a[r][c] (ssd_rowm), and its transpose
    a[c][r] (ssd_colm). a and ld multiples of 4 floats (every chunk layout's arrays and row strides): rows 16-byte
    aligned, so an operand read along its rows (k contiguous: ssd_rowm as A, ssd_colm as B) may come by ldmatrix
@@ -6486,8 +6493,9 @@ static __device__ __forceinline__ void ssd_tf32_split(float v, uint32_t &hi, uin
    operands read by fa(r, k) and fb(k, c) from shared memory, k1 - k0 a multiple of 8. SA / SB: that operand a float,
    split into two tf32 parts (ssd_tf32_split; the products lo hi, hi lo, hi hi: about float32's precision); else
    exact in tf32 (a 2-byte problem's x, B, C): one part, as it is. sp false: no split, the operand rounded to tf32
-   (ONE: the tuning builds' one-pass level) */
-template <int NT8, bool SA, bool SB, typename FA, typename FB>
+   (ONE: the tuning builds' one-pass level). K4 (no split): each k-step as two m16n8k4 products, k then k + 4 (wmma's
+   instructions and order, so wmma's bits) */
+template <int NT8, bool SA, bool SB, bool K4 = false, typename FA, typename FB>
 static __device__ __forceinline__ void ssd_tc_mm(float (&acc)[NT8][4], const FA &fa, const FB &fb, int r0, int c0, int k0, int k1, bool sp) {
     const int lane = static_cast<int>(threadIdx.x & 31), g = lane >> 2, q = lane & 3;
     /* k-contiguous operands by ldmatrix: A's rows r0 + (0..15), B's columns two tiles at a time (k0 a multiple of 4) */
@@ -6532,6 +6540,11 @@ static __device__ __forceinline__ void ssd_tc_mm(float (&acc)[NT8][4], const FA 
                 bl[i] = 0u;
                 if (SB && sp) ssd_tf32_split(bv[i], bh[i], bl[i]);
                 else if (SB) bh[i] = ssd_tf32(bv[i]);
+            }
+            if constexpr (K4) {
+                ssd_mma4(acc[j], ah[0], ah[1], bh[0]);
+                ssd_mma4(acc[j], ah[2], ah[3], bh[1]);
+                continue;
             }
             if (SA && sp) ssd_mma8(acc[j], al, bh);
             if (SB && sp) ssd_mma8(acc[j], ah, bl);
@@ -7063,11 +7076,11 @@ static __device__ __forceinline__ void ssd_ckb_pairs_tc(bool gated, bool sp, con
         const bool dxp = k2 >= 10; /* the second product */
         const int kk = dxp ? k2 - 10 : k2, ti = kk < 1 ? 0 : kk < 3 ? 1 : kk < 6 ? 2 : 3, si = kk - ti * (ti + 1) / 2;
 #if SELSCAN__SSD_LDMATRIX >= 2
-        if (!dxp || !split) { /* by ssd_tc_mm: both operands k-contiguous, by ldmatrix; the same HMMAs in the same order */
+        if (!dxp || !split) { /* by ssd_tc_mm: both operands k-contiguous, by ldmatrix; wmma's HMMAs (K4) in its order */
             float acc2[2][4] = {};
-            if (!dxp) ssd_tc_mm<2, false, false>(acc2, ssd_rowm(Cs + 16 * ti * BS, BS), ssd_colm(Bs + 16 * si * BS, BS), 0, 0, 0, NP, sp);
-            else if (gated) ssd_tc_mm<2, true, false>(acc2, ssd_rowm(dys + 16 * ti * XS, XS), ssd_colm(xs + 16 * si * XS, XS), 0, 0, 0, kCkPT, false);
-            else ssd_tc_mm<2, false, false>(acc2, ssd_rowm(dys + 16 * ti * XS, XS), ssd_colm(xs + 16 * si * XS, XS), 0, 0, 0, kCkPT, sp);
+            if (!dxp) ssd_tc_mm<2, false, false, true>(acc2, ssd_rowm(Cs + 16 * ti * BS, BS), ssd_colm(Bs + 16 * si * BS, BS), 0, 0, 0, NP, false);
+            else if (gated) ssd_tc_mm<2, true, false, true>(acc2, ssd_rowm(dys + 16 * ti * XS, XS), ssd_colm(xs + 16 * si * XS, XS), 0, 0, 0, kCkPT, false);
+            else ssd_tc_mm<2, false, false, true>(acc2, ssd_rowm(dys + 16 * ti * XS, XS), ssd_colm(xs + 16 * si * XS, XS), 0, 0, 0, kCkPT, false);
             float *const out = (dxp ? Vs : Ws) + 16 * ti * XS + 16 * si;
             ssd_tc_cells<2>(0, 0, [&](int j, int i, int r, int c) { out[r * XS + c] = acc2[j][i]; });
             continue;
