@@ -38,6 +38,8 @@
 #              in training where 5.17's Mamba2 runs its unfused forward
 #     layer    bench_ssd.py's layer case (mamba_split_conv1d_scan_combined in each recompute mode; its kernels at 130m) and the Mamba-2
 #              training step with selscan-ssd-v2 (the layer before SSD-torch-v3) beside selscan-ssd; mamba_ssm's rows where the peers are built
+#     ldm      SSD-CUDA-v38's switch: bench_ssd_forms at SELSCAN__SSD_LDMATRIX 0 / 1 / 2 (built in parallel with
+#              test_cuda_ssd at 2), at 8 x 2048 and 64 x 256, forms_steps.py's table and bits, then the full test
 #     ncu      Nsight Compute (--set full) on the chunked SSD backward's three kernels at the 130m shape, bf16:
 #              the CSV in $OUT/ncu.csv, its summary (bench/ncu_summary.py) printed
 #     profile  bench_ssd.py --cases profile and bench_models.py --cases profile: per-kernel times and the
@@ -152,6 +154,9 @@ for s in "$@"; do
     forms-base)  # selscan_cuda.cuh's quoted include of selscan.h takes the base's, beside it
         [ -s .whl/base/rev.txt ] || { echo "== forms-base: no .whl/base (prep with BASE=REV)"; failed=1; continue; }
         step forms-base 400 "mkdir -p build/base && \${CC:-cc} -O2 -x c -DSELSCAN_IMPLEMENTATION -c .whl/base/selscan.h -o build/base/selscan_cpu.o && \${NVCC:-nvcc} -O3 -arch=sm_90 -std=c++17 -DSELSCAN_VALIDATION_ONLY -I.whl/base -I. bench/bench_ssd_forms.cu build/base/selscan_cpu.o -o build/base/bench_ssd_forms && echo \"base \$(cut -c1-7 .whl/base/rev.txt)\" && ./build/base/bench_ssd_forms bf16 && ./build/base/bench_ssd_forms f32" ;;
+    ldm)  # SSD-CUDA-v38: bench_ssd_forms at SELSCAN__SSD_LDMATRIX 0, 1, 2 and test_cuda_ssd at 2, built in parallel; the
+        # benches one after another at 8 x 2048 and 64 x 256, side by side (bench/forms_steps.py: times, bits), the full test
+        step ldm 570 "mkdir -p build/ldm && \${CC:-cc} -O2 -x c -DSELSCAN_IMPLEMENTATION -c selscan.h -o build/ldm/sc.o && for n in 0 1 2; do \${NVCC:-nvcc} -O3 -arch=sm_90 -std=c++17 -DSELSCAN_VALIDATION_ONLY -DSELSCAN__SSD_LDMATRIX=\$n -I. bench/bench_ssd_forms.cu build/ldm/sc.o -o build/ldm/bench\$n & done; \${NVCC:-nvcc} -O3 -arch=sm_90 -std=c++17 -DSELSCAN_VALIDATION_ONLY -DSELSCAN__SSD_LDMATRIX=2 -I. tests/test_cuda_ssd.cu build/ldm/sc.o -o build/ldm/test2 & wait; for s in '' '64 256'; do for n in 0 1 2; do ./build/ldm/bench\$n bf16 \$s > $OUT/ldm\$n\${s:+_64}.txt || exit 1; done; '$PY' bench/forms_steps.py l0=$OUT/ldm0\${s:+_64}.txt l1=$OUT/ldm1\${s:+_64}.txt l2=$OUT/ldm2\${s:+_64}.txt; done; ./build/ldm/test2 | tail -n 3" ;;
     ncu)  # Nsight Compute on the chunked SSD backward's three kernels (the first backward of bench_ssd_forms bf16:
         # the 130m shape; loc, pass, then the gradient kernel), summarized by bench/ncu_summary.py
         step ncu 400 "make -s build/bench_ssd_forms && \$(command -v ncu || echo /usr/local/cuda/bin/ncu) --clock-control none --kernel-name regex:'ssd_ckb_(loc_|pass_)?kernel' --launch-count 3 --set full --csv --page details ./build/bench_ssd_forms bf16 > $OUT/ncu.csv && '$PY' bench/ncu_summary.py $OUT/ncu.csv" ;;
