@@ -100,6 +100,15 @@ template <typename F> static double median_ms(const char *what, F &&call) {
     return ts[ts.size() / 2];
 }
 
+/* An FNV-1a hash of n bytes of device memory: two builds' outputs compared by one printed line (a kernel change meant
+   to keep every bit) */
+static uint64_t dev_hash(const void *p, size_t n, uint64_t h = 1469598103934665603ull) {
+    std::vector<unsigned char> hb(n);
+    CK(cudaMemcpy(hb.data(), p, n, cudaMemcpyDeviceToHost));
+    for (unsigned char c : hb) h = (h ^ c) * 1099511628211ull;
+    return h;
+}
+
 int main(int argc, char **argv) {
     const selscan_dtype dt = argc > 1 && !strcmp(argv[1], "f32") ? SELSCAN_F32 : argc > 1 && !strcmp(argv[1], "f16") ? SELSCAN_F16 : SELSCAN_BF16;
     const int64_t batch = argc > 2 ? atoll(argv[2]) : 8, L = argc > 3 ? atoll(argv[3]) : 2048;
@@ -143,6 +152,7 @@ int main(int argc, char **argv) {
             med[form] = median_ms("forward", [&] { return selscan_ssd_forward_cuda(&p, &ext, 0); });
             if (form == 3) dtf = rel_diff(y[0], y[1], batch * L * H * P, dt); /* the tf32 products' y against the walk's */
         }
+        const uint64_t yh[2] = {dev_hash(y[0], batch * L * H * P * es), dev_hash(y[1], batch * L * H * P * es)}; /* the walk's y, the default chunks' */
         /* the chunks without the hand-off walk's launch (SSD-CUDA-v30: one launch of the walk's grid, its blocks returning at
            once): that launch's cost; y[0] (the walk's) is untouched, y[1] is rewritten by the same chunks */
         selscan_cuda_detail::ssd_ck_handoff = 0;
@@ -153,6 +163,7 @@ int main(int argc, char **argv) {
                rel_diff(y[0], y[1], batch * L * H * P, dt), dtf);
         printf("forward hand-off | %s | chunks %.4f ms, without the hand-off walk's launch %.4f ms: %.1f us (batch x heads %d)\n", s.name, med[1], noh,
                1000.0 * (med[1] - noh), static_cast<int>(batch * H));
+        printf("forward bits | %s | walk %016llx chunks %016llx\n", s.name, (unsigned long long)yh[0], (unsigned long long)yh[1]);
         /* the backward: the walks (ssd_ckb_mode 0) and the chunks (1), every gradient but dz / dinitial_state */
         {
             void *dy = dev_random(batch * L * H * P, dt, -1, 1, seed);
@@ -217,11 +228,7 @@ int main(int argc, char **argv) {
             printf("backward bits | %s |", s.name);
             for (int f = 0; f < NFORM; f++) {
                 uint64_t hsh = 1469598103934665603ull;
-                for (int i = 0; i < 7; i++) {
-                    std::vector<unsigned char> hb(nbytes[i]);
-                    CK(cudaMemcpy(hb.data(), gr[f][i], nbytes[i], cudaMemcpyDeviceToHost));
-                    for (unsigned char c : hb) hsh = (hsh ^ c) * 1099511628211ull;
-                }
+                for (int i = 0; i < 7; i++) hsh = dev_hash(gr[f][i], nbytes[i], hsh);
                 printf(" form %d %016llx", f, (unsigned long long)hsh);
             }
             printf("\n");
