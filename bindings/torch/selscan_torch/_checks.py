@@ -21,7 +21,6 @@ Messages name the caller's argument; ValueError for shapes, values and devices, 
 dtypes, like the C++ side (whose refusals reach Python as RuntimeError, raised here as their type).
 """
 import operator
-
 import re
 
 import torch
