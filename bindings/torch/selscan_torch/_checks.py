@@ -90,11 +90,16 @@ def check_op(op, *args, dt_limit=None, norm=None):
     return sizes
 
 
+# the argument refusals among _EXCEPTIONS' types (RuntimeError left out: a kernel's failure, and torch's own errors,
+# name no argument): what a caller catches to rename
+REFUSALS = (ValueError, TypeError, NotImplementedError)
+
+
 def raise_renamed(e, names):
-    """Re-raises e, a refusal of an op a function calls (its rules not restated there), with the op's argument
-    names as the function's (names: the op's -> the function's; whole words, e.g. the conv's 'weight' as
-    conv1d_weight); any other exception as it is."""
-    if type(e) not in (ValueError, TypeError, NotImplementedError):
+    """Re-raises e, a refusal of an op a function calls (its rules not restated there; caught as REFUSALS), with the
+    op's argument names as the function's (names: the op's -> the function's; whole words, e.g. the conv's 'weight'
+    as conv1d_weight); a subclass of those types as it is."""
+    if type(e) not in REFUSALS:
         raise e
     msg = re.sub(r"(?<![\w])(" + "|".join(map(re.escape, names)) + r")(?![\w])", lambda m: names[m.group(1)], str(e))
     raise type(e)(msg) from e

@@ -160,7 +160,7 @@ class _MambaInnerFn(torch.autograd.Function):
         with torch.autocast(cfg.dev, enabled=False):
             try:
                 conv_out, _ = _conv_fwd(x, conv_w, conv_b, None, None, True, False, True)  # cm layout
-            except (ValueError, TypeError, NotImplementedError) as e:  # the conv's refusal, in this function's names
+            except _checks.REFUSALS as e:  # the conv's refusal, in this function's names
                 _checks.raise_renamed(e, _CONV_NAMES)
             if pad is not None:  # in place (fresh; layout kept): rounds as transformers' (h * mask).to(dtype)
                 conv_out.mul_(pad)

@@ -465,7 +465,7 @@ def _split_conv1d_scan_layer(zxbcdt, conv1d_weight, conv1d_bias, dt_bias, A, D, 
     try:
         xBC = causal_conv1d_fn(xBC.transpose(1, 2), conv1d_weight, conv1d_bias, seq_idx=seq_idx,
                                activation=activation).transpose(1, 2)
-    except (ValueError, TypeError, NotImplementedError) as e:  # the conv's refusal, in this function's names
+    except _checks.REFUSALS as e:  # the conv's refusal, in this function's names
         _checks.raise_renamed(e, _CONV_NAMES)
     x, B, C = torch.split(xBC, [dim, ngroups * dstate, ngroups * dstate], dim=-1)
     x = x.unflatten(-1, (nheads, headdim))
